@@ -1,0 +1,86 @@
+/* Conversions to and from the 16-bit float formats. */
+#include "base/bf16.h"
+
+#include <math.h>
+
+/* Rounds a finite double to a binary format with `mant` explicit mantissa bits, exponent
+ * range [emin, emax] (unbiased, normal numbers), returning the rounded value as a double;
+ * overflow gives +-inf. Round to nearest, ties to even; subnormals keep the fixed spacing
+ * 2^(emin - mant). */
+static double round_to_format(double d, int mant, int emin, int emax) {
+  if (d == 0 || isnan(d) || isinf(d)) return d;
+  double a = fabs(d);
+  int e;
+  frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) -> unbiased exponent e-1 */
+  int ue = e - 1;
+  if (ue < emin) ue = emin;
+  double quantum = ldexp(1.0, ue - mant);
+  double q = a / quantum;          /* exact: scaling by a power of two */
+  double r = nearbyint(q);         /* default rounding mode: nearest even */
+  double res = r * quantum;
+  double maxv = ldexp(2.0 - ldexp(1.0, -mant), emax);
+  if (res > maxv) res = INFINITY;
+  return d < 0 ? -res : res;
+}
+
+tpu_bf16 tpu_bf16_from_f64(double d) {
+  if (isnan(d)) {
+    tpu_bf16 r = {(uint16_t)(signbit(d) ? 0xffc0u : 0x7fc0u)};
+    return r;
+  }
+  double v = round_to_format(d, 7, -126, 127);
+  return tpu_bf16_from_f32((float)v); /* exact now */
+}
+
+static tpu_f16 f16_from_rounded(double v) {
+  tpu_f16 h;
+  uint16_t sign = signbit(v) ? 0x8000u : 0;
+  double a = fabs(v);
+  if (isinf(a)) {
+    h.bits = sign | 0x7c00u;
+    return h;
+  }
+  if (a == 0) {
+    h.bits = sign;
+    return h;
+  }
+  int e;
+  double m = frexp(a, &e); /* a = m*2^e */
+  int ue = e - 1;
+  if (ue < -14) { /* subnormal: a = k * 2^-24 */
+    h.bits = sign | (uint16_t)ldexp(a, 24);
+    return h;
+  }
+  uint16_t frac = (uint16_t)((ldexp(m, 1) - 1.0) * 1024.0);
+  h.bits = sign | (uint16_t)((ue + 15) << 10) | frac;
+  return h;
+}
+
+tpu_f16 tpu_f16_from_f64(double d) {
+  if (isnan(d)) {
+    tpu_f16 r = {(uint16_t)(signbit(d) ? 0xfe00u : 0x7e00u)};
+    return r;
+  }
+  return f16_from_rounded(round_to_format(d, 10, -14, 15));
+}
+
+tpu_f16 tpu_f16_from_f32(float f) {
+  if (isnan(f)) {
+    uint32_t u = tpu_f32_bits(f);
+    tpu_f16 r = {(uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu))};
+    return r;
+  }
+  return tpu_f16_from_f64((double)f); /* f32 -> f64 exact, so one rounding */
+}
+
+float tpu_f16_to_f32(tpu_f16 h) {
+  uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16;
+  uint32_t exp = (h.bits >> 10) & 0x1fu;
+  uint32_t frac = h.bits & 0x3ffu;
+  if (exp == 0x1f) return tpu_f32_from_bits(sign | 0x7f800000u | (frac << 13));
+  if (exp == 0) {
+    float v = (float)ldexp((double)frac, -24);
+    return sign ? -v : v;
+  }
+  return tpu_f32_from_bits(sign | ((exp - 15 + 127) << 23) | (frac << 13));
+}

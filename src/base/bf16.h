@@ -1,0 +1,47 @@
+/* bf16 and f16 as their own types, with round-to-nearest-even conversion from f32/f64. */
+#ifndef TPU_BASE_BF16_H
+#define TPU_BASE_BF16_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* Wrapping the bits in a struct keeps them from mixing silently with integers. */
+typedef struct { uint16_t bits; } tpu_bf16;
+typedef struct { uint16_t bits; } tpu_f16;
+
+static inline uint32_t tpu_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static inline float tpu_f32_from_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* f32 -> bf16, round to nearest even; NaN stays NaN (quiet bit set, sign kept). */
+static inline tpu_bf16 tpu_bf16_from_f32(float f) {
+  uint32_t u = tpu_f32_bits(f);
+  tpu_bf16 r;
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    r.bits = (uint16_t)((u >> 16) | 0x0040u);
+    return r;
+  }
+  uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;
+  r.bits = (uint16_t)(u >> 16);
+  return r;
+}
+
+static inline float tpu_bf16_to_f32(tpu_bf16 b) { return tpu_f32_from_bits((uint32_t)b.bits << 16); }
+
+/* f64 -> bf16 rounds once, directly (not via f32, which would double-round). */
+tpu_bf16 tpu_bf16_from_f64(double d);
+
+/* f32/f64 -> f16, round to nearest even, subnormals and overflow to inf handled. */
+tpu_f16 tpu_f16_from_f32(float f);
+tpu_f16 tpu_f16_from_f64(double d);
+float tpu_f16_to_f32(tpu_f16 h);
+
+#endif

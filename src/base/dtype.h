@@ -1,0 +1,48 @@
+/* Element types: one table gives names, sizes and NumPy descriptors. */
+#ifndef TPU_BASE_DTYPE_H
+#define TPU_BASE_DTYPE_H
+
+#include <stddef.h>
+
+/* X(ENUM, hlo name, byte size, npy descr, kind) — kind: 'b' pred, 's' signed int,
+ * 'u' unsigned int, 'f' float, 't' tuple, 'k' token. ORDER DTYPE. */
+#define TPU_DTYPE_LIST(X)            \
+  X(TPU_PRED, "pred", 1, "|b1", 'b') \
+  X(TPU_S8, "s8", 1, "|i1", 's')     \
+  X(TPU_S16, "s16", 2, "<i2", 's')   \
+  X(TPU_S32, "s32", 4, "<i4", 's')   \
+  X(TPU_S64, "s64", 8, "<i8", 's')   \
+  X(TPU_U8, "u8", 1, "|u1", 'u')     \
+  X(TPU_U16, "u16", 2, "<u2", 'u')   \
+  X(TPU_U32, "u32", 4, "<u4", 'u')   \
+  X(TPU_U64, "u64", 8, "<u8", 'u')   \
+  X(TPU_BF16, "bf16", 2, "", 'f')    \
+  X(TPU_F16, "f16", 2, "<f2", 'f')   \
+  X(TPU_F32, "f32", 4, "<f4", 'f')   \
+  X(TPU_F64, "f64", 8, "<f8", 'f')   \
+  X(TPU_TUPLE, "tuple", 0, "", 't')  \
+  X(TPU_TOKEN, "token", 0, "", 'k')
+
+typedef enum {
+#define X(e, name, size, descr, kind) e,
+  TPU_DTYPE_LIST(X)
+#undef X
+  TPU_DTYPE_COUNT
+} tpu_dtype;
+
+const char *tpu_dtype_name(tpu_dtype t);
+size_t tpu_dtype_size(tpu_dtype t);
+const char *tpu_dtype_npy(tpu_dtype t);
+char tpu_dtype_kind(tpu_dtype t);
+/* Parses an HLO type name ("f32"); returns 0 if unknown. */
+int tpu_dtype_parse(const char *s, size_t n, tpu_dtype *out);
+
+static inline int tpu_dtype_is_float(tpu_dtype t) { return tpu_dtype_kind(t) == 'f'; }
+static inline int tpu_dtype_is_int(tpu_dtype t) {
+  char k = tpu_dtype_kind(t);
+  return k == 's' || k == 'u';
+}
+static inline int tpu_dtype_is_signed(tpu_dtype t) { return tpu_dtype_kind(t) == 's'; }
+static inline int tpu_dtype_is_array(tpu_dtype t) { return t != TPU_TUPLE && t != TPU_TOKEN; }
+
+#endif

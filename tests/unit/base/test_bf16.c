@@ -1,0 +1,88 @@
+/* bf16 and f16: every bit pattern round-trips; rounding matches an independent oracle. */
+#include <math.h>
+
+#include "base/bf16.h"
+#include "check.h"
+
+/* Oracle: nearest of the two bf16 neighbours by exact double arithmetic, ties to even. */
+static uint16_t oracle_bf16(float f) {
+  uint32_t u = tpu_f32_bits(f);
+  uint16_t lo = (uint16_t)(u >> 16);
+  uint16_t hi = (uint16_t)(lo + 1);
+  double x = f;
+  double dlo = tpu_f32_from_bits((uint32_t)lo << 16);
+  double dhi = (hi & 0x7f80u) == 0x7f80u && (lo & 0x7fffu) == 0x7f7fu
+                   ? (signbit(x) ? -1 : 1) * ldexp(1.0, 128) /* next step past max: inf */
+                   : (double)tpu_f32_from_bits((uint32_t)hi << 16);
+  double elo = fabs(x - dlo), ehi = fabs(dhi - x);
+  if (elo < ehi) return lo;
+  if (ehi < elo) return hi;
+  return (lo & 1) ? hi : lo;
+}
+
+int main(void) {
+  /* Every bf16 pattern: widening is exact and narrowing gives the same bits back. */
+  for (uint32_t b = 0; b < 65536; b++) {
+    tpu_bf16 x = {(uint16_t)b};
+    float f = tpu_bf16_to_f32(x);
+    tpu_bf16 y = tpu_bf16_from_f32(f);
+    if (isnan(f)) {
+      CHECK(isnan(tpu_bf16_to_f32(y)));
+      CHECK_EQ_INT(y.bits & 0x8000u, b & 0x8000u);
+    } else {
+      CHECK_EQ_INT(y.bits, b);
+      tpu_bf16 z = tpu_bf16_from_f64((double)f);
+      CHECK_EQ_INT(z.bits, b);
+    }
+  }
+  /* Rounding from f32: a stride through all 2^32 patterns plus every low-half tie. */
+  for (uint64_t u = 0; u < (1ull << 32); u += 4099) {
+    float f = tpu_f32_from_bits((uint32_t)u);
+    if (isnan(f)) continue;
+    CHECK_EQ_INT(tpu_bf16_from_f32(f).bits, oracle_bf16(f));
+  }
+  for (uint32_t hi = 0; hi < 65536; hi += 7) {
+    for (uint32_t low = 0x7ffe; low <= 0x8001; low++) {
+      float f = tpu_f32_from_bits((hi << 16) | low);
+      if (isnan(f)) continue;
+      CHECK_EQ_INT(tpu_bf16_from_f32(f).bits, oracle_bf16(f));
+    }
+  }
+  /* Named cases: ties to even, overflow to inf, NaN quiet, signed zero. */
+  CHECK_EQ_INT(tpu_bf16_from_f32(1.0f + 0x1p-8f).bits, 0x3f80);       /* tie -> even (down) */
+  CHECK_EQ_INT(tpu_bf16_from_f32(1.0f + 3 * 0x1p-8f).bits, 0x3f82);   /* tie -> even (up) */
+  CHECK_EQ_INT(tpu_bf16_from_f32(3.4e38f).bits, 0x7f80);              /* rounds to inf */
+  CHECK_EQ_INT(tpu_bf16_from_f32(-0.0f).bits, 0x8000);
+  CHECK_EQ_INT(tpu_bf16_from_f32(tpu_f32_from_bits(0x7f800001u)).bits, 0x7fc0);
+  /* Double rounding avoided: this f64 is just above a bf16 tie but its f32 is the tie. */
+  double d = 1.0 + 0x1p-8 + 0x1p-40;
+  CHECK_EQ_INT(tpu_bf16_from_f64(d).bits, 0x3f81);
+  CHECK_EQ_INT(tpu_bf16_from_f32((float)d).bits, 0x3f80);
+
+  /* f16: every pattern round-trips through f32. */
+  for (uint32_t b = 0; b < 65536; b++) {
+    tpu_f16 h = {(uint16_t)b};
+    float f = tpu_f16_to_f32(h);
+    tpu_f16 g = tpu_f16_from_f32(f);
+    if (isnan(f)) {
+      CHECK(isnan(tpu_f16_to_f32(g)));
+    } else {
+      CHECK_EQ_INT(g.bits, b);
+    }
+  }
+#ifdef __FLT16_MAX__
+  /* f32 -> f16 rounding against the compiler's _Float16. */
+  for (uint64_t u = 0; u < (1ull << 32); u += 9973) {
+    float f = tpu_f32_from_bits((uint32_t)u);
+    if (isnan(f)) continue;
+    _Float16 r = (_Float16)f;
+    uint16_t rb;
+    memcpy(&rb, &r, 2);
+    CHECK_EQ_INT(tpu_f16_from_f32(f).bits, rb);
+  }
+#endif
+  CHECK_EQ_INT(tpu_f16_from_f32(65520.0f).bits, 0x7c00); /* max + half ulp -> inf */
+  CHECK_EQ_INT(tpu_f16_from_f32(0x1p-25f).bits, 0x0000); /* tie -> even zero */
+  CHECK_EQ_INT(tpu_f16_from_f32(0x1.8p-25f).bits, 0x0001);
+  CHECK_DONE();
+}
