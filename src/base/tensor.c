@@ -1,0 +1,144 @@
+/* Host tensor allocation and element access. */
+#include "base/tensor.h"
+
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/bf16.h"
+
+int64_t tpu_dims_numel(int rank, const int64_t *dims, int *ok) {
+  int64_t n = 1;
+  *ok = 1;
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] < 0 || (dims[i] && n > INT64_MAX / dims[i])) {
+      *ok = 0;
+      return 0;
+    }
+    n *= dims[i];
+  }
+  return n;
+}
+
+int64_t tpu_tensor_numel(const tpu_tensor *t) {
+  int ok;
+  return tpu_dims_numel(t->rank, t->dims, &ok);
+}
+
+tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims,
+                            tpu_diag *d) {
+  memset(t, 0, sizeof *t);
+  if (rank < 0 || rank > TPU_MAX_RANK)
+    return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "rank %d exceeds the limit of %d", rank,
+                    TPU_MAX_RANK);
+  int ok;
+  int64_t n = tpu_dims_numel(rank, dims, &ok);
+  size_t bytes;
+  if (!ok || !tpu_mul_ok((size_t)n, tpu_dtype_size(dtype), &bytes) || bytes > ((size_t)1 << 40))
+    return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "array of %s is too large", tpu_dtype_name(dtype));
+  t->dtype = dtype;
+  t->rank = rank;
+  if (rank) memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
+  t->nbytes = bytes;
+  t->data = tpu_calloc(1, bytes ? bytes : 1);
+  if (!t->data) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory allocating %zu bytes", bytes);
+  return TPU_OK;
+}
+
+tpu_status tpu_tensor_alloc_tuple(tpu_tensor *t, int n, tpu_diag *d) {
+  memset(t, 0, sizeof *t);
+  t->dtype = TPU_TUPLE;
+  t->ntuple = n;
+  t->elems = tpu_calloc((size_t)(n ? n : 1), sizeof(tpu_tensor));
+  if (!t->elems) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory allocating a tuple");
+  return TPU_OK;
+}
+
+tpu_status tpu_tensor_clone(tpu_tensor *dst, const tpu_tensor *src, tpu_diag *d) {
+  if (src->dtype == TPU_TUPLE) {
+    TPU_TRY(tpu_tensor_alloc_tuple(dst, src->ntuple, d));
+    for (int i = 0; i < src->ntuple; i++) {
+      tpu_status s = tpu_tensor_clone(&dst->elems[i], &src->elems[i], d);
+      if (s != TPU_OK) {
+        tpu_tensor_free(dst);
+        return s;
+      }
+    }
+    return TPU_OK;
+  }
+  TPU_TRY(tpu_tensor_alloc(dst, src->dtype, src->rank, src->dims, d));
+  if (src->nbytes) memcpy(dst->data, src->data, src->nbytes);
+  return TPU_OK;
+}
+
+void tpu_tensor_free(tpu_tensor *t) {
+  if (!t) return;
+  if (t->elems) {
+    for (int i = 0; i < t->ntuple; i++) tpu_tensor_free(&t->elems[i]);
+    tpu_free(t->elems);
+  }
+  tpu_free(t->data);
+  memset(t, 0, sizeof *t);
+}
+
+double tpu_tensor_get_f64(const tpu_tensor *t, int64_t i) {
+  const void *p = t->data;
+  switch (t->dtype) {
+    case TPU_PRED: return ((const uint8_t *)p)[i] ? 1.0 : 0.0;
+    case TPU_S8: return ((const int8_t *)p)[i];
+    case TPU_S16: return ((const int16_t *)p)[i];
+    case TPU_S32: return ((const int32_t *)p)[i];
+    case TPU_S64: return (double)((const int64_t *)p)[i];
+    case TPU_U8: return ((const uint8_t *)p)[i];
+    case TPU_U16: return ((const uint16_t *)p)[i];
+    case TPU_U32: return ((const uint32_t *)p)[i];
+    case TPU_U64: return (double)((const uint64_t *)p)[i];
+    case TPU_BF16: return tpu_bf16_to_f32(((const tpu_bf16 *)p)[i]);
+    case TPU_F16: return tpu_f16_to_f32(((const tpu_f16 *)p)[i]);
+    case TPU_F32: return ((const float *)p)[i];
+    case TPU_F64: return ((const double *)p)[i];
+    default: return 0;
+  }
+}
+
+int64_t tpu_tensor_get_i64(const tpu_tensor *t, int64_t i) {
+  const void *p = t->data;
+  switch (t->dtype) {
+    case TPU_PRED: return ((const uint8_t *)p)[i] ? 1 : 0;
+    case TPU_S8: return ((const int8_t *)p)[i];
+    case TPU_S16: return ((const int16_t *)p)[i];
+    case TPU_S32: return ((const int32_t *)p)[i];
+    case TPU_S64: return ((const int64_t *)p)[i];
+    case TPU_U8: return ((const uint8_t *)p)[i];
+    case TPU_U16: return ((const uint16_t *)p)[i];
+    case TPU_U32: return ((const uint32_t *)p)[i];
+    case TPU_U64: return (int64_t)((const uint64_t *)p)[i];
+    default: return (int64_t)tpu_tensor_get_f64(t, i);
+  }
+}
+
+void tpu_tensor_set_f64(tpu_tensor *t, int64_t i, double v) {
+  void *p = t->data;
+  switch (t->dtype) {
+    case TPU_BF16: ((tpu_bf16 *)p)[i] = tpu_bf16_from_f64(v); break;
+    case TPU_F16: ((tpu_f16 *)p)[i] = tpu_f16_from_f64(v); break;
+    case TPU_F32: ((float *)p)[i] = (float)v; break;
+    case TPU_F64: ((double *)p)[i] = v; break;
+    default: tpu_tensor_set_i64(t, i, (int64_t)v); break;
+  }
+}
+
+void tpu_tensor_set_i64(tpu_tensor *t, int64_t i, int64_t v) {
+  void *p = t->data;
+  switch (t->dtype) {
+    case TPU_PRED: ((uint8_t *)p)[i] = v != 0; break;
+    case TPU_S8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case TPU_S16: ((int16_t *)p)[i] = (int16_t)v; break;
+    case TPU_S32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case TPU_S64: ((int64_t *)p)[i] = v; break;
+    case TPU_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case TPU_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    case TPU_U32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+    case TPU_U64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+    default: tpu_tensor_set_f64(t, i, (double)v); break;
+  }
+}

@@ -1,0 +1,45 @@
+/* Host tensors: dense row-major arrays (dims[0] slowest) and tuples of them. */
+#ifndef TPU_BASE_TENSOR_H
+#define TPU_BASE_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+
+#define TPU_MAX_RANK 16
+
+/* A value: an array (dtype != TPU_TUPLE) or a tuple of values. Layouts from HLO are
+ * physical and do not change the logical row-major order used here. `data` is owned
+ * (from tpu_malloc) and freed by tpu_tensor_free; tuple elements are owned too. */
+typedef struct tpu_tensor {
+  tpu_dtype dtype;
+  int rank;
+  int64_t dims[TPU_MAX_RANK];
+  void *data;
+  size_t nbytes;
+  int ntuple;
+  struct tpu_tensor *elems;
+} tpu_tensor;
+
+/* Allocates a zero-filled array; fails with TPU_ERR_LIMIT on size overflow and
+ * TPU_ERR_NOMEM when memory runs out. */
+tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims,
+                            tpu_diag *d);
+/* Allocates a tuple of `n` empty elements (each to be filled by the caller). */
+tpu_status tpu_tensor_alloc_tuple(tpu_tensor *t, int n, tpu_diag *d);
+/* Deep copy. */
+tpu_status tpu_tensor_clone(tpu_tensor *dst, const tpu_tensor *src, tpu_diag *d);
+void tpu_tensor_free(tpu_tensor *t);
+int64_t tpu_tensor_numel(const tpu_tensor *t);
+/* Element count of dims with overflow check; returns 0 on overflow (and sets *ok = 0). */
+int64_t tpu_dims_numel(int rank, const int64_t *dims, int *ok);
+
+/* Element access as double / int64 (any array dtype), for tests and slow paths. */
+double tpu_tensor_get_f64(const tpu_tensor *t, int64_t i);
+int64_t tpu_tensor_get_i64(const tpu_tensor *t, int64_t i);
+void tpu_tensor_set_f64(tpu_tensor *t, int64_t i, double v);
+void tpu_tensor_set_i64(tpu_tensor *t, int64_t i, int64_t v);
+
+#endif
