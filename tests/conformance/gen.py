@@ -794,7 +794,7 @@ def to_npy(a, hlo_type):
     want = NPY_DTYPE[hlo_type]
     if a.dtype != want:
         raise RuntimeError(f"dtype {a.dtype} does not match HLO {hlo_type}")
-    return np.ascontiguousarray(a)
+    return np.array(a, order="C", copy=True)  # keeps 0-d arrays 0-d
 
 
 def check_leaves(kind, leaves, sig):
@@ -834,8 +834,12 @@ def generate(name, desc, tol, builder):
     with open(os.path.join(d, "opt.hlo"), "w") as fh:
         fh.write(opt)
     for prefix, leaves, sig in (("in", ins, psig), ("out", outs, rsig)):
-        for i, (a, (t, _)) in enumerate(zip(leaves, sig)):
-            np.save(os.path.join(d, f"{prefix}{i}.npy"), to_npy(a, t), allow_pickle=False)
+        for i, (a, (t, dims)) in enumerate(zip(leaves, sig)):
+            path = os.path.join(d, f"{prefix}{i}.npy")
+            np.save(path, to_npy(a, t), allow_pickle=False)
+            back = np.load(path)
+            if back.shape != dims or back.dtype != NPY_DTYPE[t]:
+                raise RuntimeError(f"{path}: wrote {back.dtype}{back.shape}, HLO {t}{dims}")
     dtypes = sorted(set(t for t, _ in SHAPE_RE.findall(prog)))
     fmt = lambda s: [f"{t}[{','.join(map(str, dims))}]" for t, dims in s]  # noqa: E731
     meta = {"name": name, "description": desc, "dtypes": dtypes,
