@@ -25,6 +25,11 @@ static inline tpu_loc tpu_noloc(void) {
   return l;
 }
 
+static inline tpu_loc tpu_loc_at(const char *file, int line, int col) {
+  tpu_loc l = {file, line, col};
+  return l;
+}
+
 #define TPU_FAIL(d, st, loc, ...) tpu__fail((d), (st), (loc), __FILE__, __LINE__, __VA_ARGS__)
 #define TPU_TRY(expr)                  \
   do {                                 \

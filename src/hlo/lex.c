@@ -1,0 +1,223 @@
+/* The HLO text scanner. */
+#include "hlo/lex.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tpu_lex_init(tpu_lex *lx, const char *file, const char *src, size_t len) {
+  lx->src = src;
+  lx->len = len;
+  lx->pos = 0;
+  lx->line = 1;
+  lx->col = 1;
+  lx->file = file;
+}
+
+tpu_loc tpu_lex_loc(const tpu_lex *lx) {
+  tpu_loc l = {lx->file, lx->line, lx->col};
+  return l;
+}
+
+int tpu_lex_peek(const tpu_lex *lx) { return lx->pos < lx->len ? (unsigned char)lx->src[lx->pos] : -1; }
+
+int tpu_lex_peek_at(const tpu_lex *lx, size_t k) {
+  return lx->pos + k < lx->len ? (unsigned char)lx->src[lx->pos + k] : -1;
+}
+
+void tpu_lex_advance(tpu_lex *lx) {
+  if (lx->pos >= lx->len) return;
+  if (lx->src[lx->pos] == '\n') {
+    lx->line++;
+    lx->col = 1;
+  } else {
+    lx->col++;
+  }
+  lx->pos++;
+}
+
+static int skip_comment(tpu_lex *lx) {
+  if (tpu_lex_peek(lx) != '/') return 0;
+  int c2 = tpu_lex_peek_at(lx, 1);
+  if (c2 == '/') {
+    while (tpu_lex_peek(lx) != -1 && tpu_lex_peek(lx) != '\n') tpu_lex_advance(lx);
+    return 1;
+  }
+  if (c2 == '*') {
+    tpu_lex_advance(lx);
+    tpu_lex_advance(lx);
+    while (tpu_lex_peek(lx) != -1 && !(tpu_lex_peek(lx) == '*' && tpu_lex_peek_at(lx, 1) == '/'))
+      tpu_lex_advance(lx);
+    tpu_lex_advance(lx);
+    tpu_lex_advance(lx);
+    return 1;
+  }
+  return 0;
+}
+
+void tpu_lex_skip(tpu_lex *lx) {
+  for (;;) {
+    int c = tpu_lex_peek(lx);
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      tpu_lex_advance(lx);
+    } else if (!skip_comment(lx)) {
+      return;
+    }
+  }
+}
+
+int tpu_lex_skip_inline(tpu_lex *lx) {
+  for (;;) {
+    int c = tpu_lex_peek(lx);
+    if (c == ' ' || c == '\t' || c == '\r') {
+      tpu_lex_advance(lx);
+    } else if (c == '\n') {
+      return 1;
+    } else if (c == '/' && tpu_lex_peek_at(lx, 1) == '/') {
+      skip_comment(lx);
+    } else if (c == '/' && tpu_lex_peek_at(lx, 1) == '*') {
+      skip_comment(lx);
+    } else {
+      return 0;
+    }
+  }
+}
+
+int tpu_lex_accept(tpu_lex *lx, int c) {
+  tpu_lex_skip(lx);
+  if (tpu_lex_peek(lx) == c) {
+    tpu_lex_advance(lx);
+    return 1;
+  }
+  return 0;
+}
+
+static int ident_start(int c) { return isalpha(c) || c == '_'; }
+static int ident_char(int c) { return isalnum(c) || c == '_' || c == '.' || c == '-' || c == '$'; }
+
+int tpu_lex_ident(tpu_lex *lx, const char **s, size_t *n) {
+  tpu_lex_skip(lx);
+  size_t k = 0;
+  int c = tpu_lex_peek(lx);
+  if (c == '%' || c == '$') k = 1;
+  if (!ident_start(tpu_lex_peek_at(lx, k))) return 0;
+  if (k) tpu_lex_advance(lx);
+  size_t start = lx->pos;
+  while (ident_char(tpu_lex_peek(lx))) {
+    if (tpu_lex_peek(lx) == '-' && tpu_lex_peek_at(lx, 1) == '>') break;
+    tpu_lex_advance(lx);
+  }
+  *s = lx->src + start;
+  *n = lx->pos - start;
+  return 1;
+}
+
+int tpu_lex_int(tpu_lex *lx, long long *v) {
+  tpu_lex_skip(lx);
+  size_t k = 0;
+  int c = tpu_lex_peek(lx);
+  if (c == '-' || c == '+') k = 1;
+  if (!isdigit(tpu_lex_peek_at(lx, k))) return 0;
+  int neg = c == '-';
+  if (k) tpu_lex_advance(lx);
+  unsigned long long acc = 0;
+  int over = 0;
+  while (isdigit(tpu_lex_peek(lx))) {
+    unsigned dgt = (unsigned)(tpu_lex_peek(lx) - '0');
+    if (acc > (9223372036854775807ull - dgt) / 10) over = 1;
+    acc = acc * 10 + dgt;
+    tpu_lex_advance(lx);
+  }
+  if (over) return 0;
+  *v = neg ? -(long long)acc : (long long)acc;
+  return 1;
+}
+
+static tpu_status scan_string(tpu_lex *lx, tpu_diag *d) {
+  tpu_loc at = tpu_lex_loc(lx);
+  tpu_lex_advance(lx); /* opening quote */
+  for (;;) {
+    int c = tpu_lex_peek(lx);
+    if (c == -1 || c == '\n') return TPU_FAIL(d, TPU_ERR_PARSE, at, "unterminated string");
+    tpu_lex_advance(lx);
+    if (c == '\\') {
+      if (tpu_lex_peek(lx) == -1) return TPU_FAIL(d, TPU_ERR_PARSE, at, "unterminated string");
+      tpu_lex_advance(lx);
+    } else if (c == '"') {
+      return TPU_OK;
+    }
+  }
+}
+
+#define MAX_NEST 256
+
+static tpu_status scan_nested(tpu_lex *lx, int stop_at_top, tpu_diag *d) {
+  char stack[MAX_NEST];
+  tpu_loc where[MAX_NEST];
+  int depth = 0;
+  for (;;) {
+    int c = tpu_lex_peek(lx);
+    if (c == -1) {
+      if (depth) return TPU_FAIL(d, TPU_ERR_PARSE, where[depth - 1], "'%c' is never closed", stack[depth - 1]);
+      return TPU_OK;
+    }
+    if (c == '"') {
+      TPU_TRY(scan_string(lx, d));
+      continue;
+    }
+    if (c == '/' && (tpu_lex_peek_at(lx, 1) == '*' || tpu_lex_peek_at(lx, 1) == '/') && depth == 0 && stop_at_top)
+      return TPU_OK;
+    if (c == '(' || c == '{' || c == '[') {
+      if (depth == MAX_NEST) return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_lex_loc(lx), "brackets nested too deeply");
+      stack[depth] = (char)c;
+      where[depth] = tpu_lex_loc(lx);
+      depth++;
+      tpu_lex_advance(lx);
+      continue;
+    }
+    if (c == ')' || c == '}' || c == ']') {
+      if (depth == 0) return TPU_OK; /* an unmatched closer ends the span */
+      char open = stack[depth - 1];
+      char want = open == '(' ? ')' : open == '{' ? '}' : ']';
+      if (c != want)
+        return TPU_FAIL(d, TPU_ERR_PARSE, tpu_lex_loc(lx), "expected '%c' to close '%c' at line %d, found '%c'",
+                        want, open, where[depth - 1].line, c);
+      depth--;
+      tpu_lex_advance(lx);
+      if (depth == 0 && !stop_at_top) return TPU_OK;
+      continue;
+    }
+    if (depth == 0 && stop_at_top && (c == ',' || c == '\n')) return TPU_OK;
+    tpu_lex_advance(lx);
+  }
+}
+
+tpu_status tpu_lex_value_span(tpu_lex *lx, const char **s, size_t *n, tpu_diag *d) {
+  tpu_lex_skip_inline(lx);
+  size_t start = lx->pos;
+  TPU_TRY(scan_nested(lx, 1, d));
+  size_t end = lx->pos;
+  while (end > start && isspace((unsigned char)lx->src[end - 1])) end--;
+  *s = lx->src + start;
+  *n = end - start;
+  return TPU_OK;
+}
+
+tpu_status tpu_lex_balanced(tpu_lex *lx, int open, int close, const char **s, size_t *n,
+                            tpu_diag *d) {
+  /* Caller has consumed `open`; scan the inside as a nested span and expect `close`. */
+  size_t start = lx->pos;
+  tpu_loc at = tpu_lex_loc(lx);
+  for (;;) {
+    TPU_TRY(scan_nested(lx, 0, d));
+    int c = tpu_lex_peek(lx);
+    if (c == close) break;
+    if (c == -1) return TPU_FAIL(d, TPU_ERR_PARSE, at, "'%c' is never closed", open);
+    if (c == ')' || c == '}' || c == ']')
+      return TPU_FAIL(d, TPU_ERR_PARSE, tpu_lex_loc(lx), "expected '%c', found '%c'", close, c);
+  }
+  *s = lx->src + start;
+  *n = lx->pos - start;
+  tpu_lex_advance(lx);
+  return TPU_OK;
+}

@@ -1,0 +1,95 @@
+/* HLO printer: canonical text that parses back to the same module. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/bf16.h"
+#include "base/strbuf.h"
+#include "hlo/hlo.h"
+
+/* Shortest decimal that reads back to the same value of the element type. */
+static void put_float(tpu_strbuf *b, double v, tpu_dtype dt) {
+  if (isnan(v)) {
+    tpu_strbuf_printf(b, signbit(v) ? "-nan" : "nan");
+    return;
+  }
+  if (isinf(v)) {
+    tpu_strbuf_printf(b, v < 0 ? "-inf" : "inf");
+    return;
+  }
+  char buf[64];
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", prec, v);
+    double r = strtod(buf, NULL);
+    int same;
+    if (dt == TPU_F32) same = (float)r == (float)v;
+    else if (dt == TPU_BF16) same = tpu_bf16_from_f64(r).bits == tpu_bf16_from_f64(v).bits;
+    else if (dt == TPU_F16) same = tpu_f16_from_f64(r).bits == tpu_f16_from_f64(v).bits;
+    else same = r == v;
+    if (same) break;
+  }
+  tpu_strbuf_printf(b, "%s", buf);
+}
+
+static void put_elem(tpu_strbuf *b, const tpu_tensor *t, int64_t i) {
+  if (t->dtype == TPU_PRED) tpu_strbuf_printf(b, tpu_tensor_get_i64(t, i) ? "true" : "false");
+  else if (tpu_dtype_is_float(t->dtype)) put_float(b, tpu_tensor_get_f64(t, i), t->dtype);
+  else if (t->dtype == TPU_U64) tpu_strbuf_printf(b, "%llu", (unsigned long long)((const uint64_t *)t->data)[i]);
+  else tpu_strbuf_printf(b, "%lld", (long long)tpu_tensor_get_i64(t, i));
+}
+
+static void put_level(tpu_strbuf *b, const tpu_tensor *t, int dim, int64_t *idx) {
+  if (dim == t->rank) {
+    put_elem(b, t, (*idx)++);
+    return;
+  }
+  tpu_strbuf_printf(b, "{");
+  for (int64_t i = 0; i < t->dims[dim]; i++) {
+    if (i) tpu_strbuf_printf(b, ", ");
+    put_level(b, t, dim + 1, idx);
+  }
+  tpu_strbuf_printf(b, "}");
+}
+
+void tpu__literal_put(tpu_strbuf *b, const tpu_tensor *t) {
+  int64_t idx = 0;
+  put_level(b, t, 0, &idx);
+}
+
+static void put_attrs(tpu_strbuf *b, const tpu_attr *a, int n) {
+  for (int i = 0; i < n; i++) tpu_strbuf_printf(b, ", %s=%s", a[i].name, a[i].value);
+}
+
+static void put_instr(tpu_strbuf *b, const tpu_instr *in) {
+  tpu_strbuf_printf(b, "  %s%s = ", in->is_root ? "ROOT " : "", in->name);
+  tpu__shape_put(b, &in->shape);
+  tpu_strbuf_printf(b, " %s(", tpu_op_name(in->op));
+  if (in->op == TPU_OP_CONSTANT) {
+    if (in->literal_text) tpu_strbuf_printf(b, "%s", in->literal_text);
+    else tpu__literal_put(b, in->literal);
+  } else if (in->op == TPU_OP_PARAMETER) {
+    tpu_strbuf_printf(b, "%lld", (long long)in->index);
+  } else {
+    for (int i = 0; i < in->noperands; i++) tpu_strbuf_printf(b, i ? ", %s" : "%s", in->operands[i]->name);
+  }
+  tpu_strbuf_printf(b, ")");
+  put_attrs(b, in->attrs, in->nattrs);
+  tpu_strbuf_printf(b, "\n");
+}
+
+char *tpu_hlo_print(const tpu_module *m) {
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  tpu_strbuf_printf(&b, "HloModule %s", m->name);
+  put_attrs(&b, m->attrs, m->nattrs);
+  tpu_strbuf_printf(&b, "\n");
+  for (int i = 0; i < m->ncomps; i++) {
+    const tpu_comp *c = m->comps[i];
+    tpu_strbuf_printf(&b, "\n%s%s {\n", c->is_entry ? "ENTRY " : "", c->name);
+    for (int k = 0; k < c->ninstrs; k++) put_instr(&b, c->instrs[k]);
+    tpu_strbuf_printf(&b, "}\n");
+  }
+  return tpu_strbuf_take(&b);
+}

@@ -1,0 +1,103 @@
+/* The op table's accessors, shapes, and module lifetime. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/strbuf.h"
+#include "ir/ir.h"
+
+static const struct {
+  const char *name;
+  int arity;
+  tpu_op_class cls;
+  tpu_op_types ty;
+} k_ops[] = {
+#define X(e, name, arity, cls, ty) {name, arity, TPU_CLS_##cls, TPU_TY_##ty},
+#include "ir/ops.def"
+#undef X
+};
+_Static_assert(sizeof k_ops / sizeof k_ops[0] == TPU_OP_COUNT, "op table");
+
+const char *tpu_op_name(tpu_opcode op) { return (unsigned)op < TPU_OP_COUNT ? k_ops[op].name : "?"; }
+int tpu_op_arity(tpu_opcode op) { return k_ops[op].arity; }
+tpu_op_class tpu_op_class_of(tpu_opcode op) { return k_ops[op].cls; }
+tpu_op_types tpu_op_types_of(tpu_opcode op) { return k_ops[op].ty; }
+
+int tpu_op_parse(const char *s, size_t n, tpu_opcode *out) {
+  if (n == 20 && !memcmp(s, "optimization-barrier", 20)) {
+    *out = TPU_OP_OPT_BARRIER;
+    return 1;
+  }
+  for (int i = 0; i < TPU_OP_COUNT; i++)
+    if (strlen(k_ops[i].name) == n && !memcmp(k_ops[i].name, s, n)) {
+      *out = (tpu_opcode)i;
+      return 1;
+    }
+  return 0;
+}
+
+int tpu_shape_equal(const tpu_shape *a, const tpu_shape *b) {
+  if (a->dtype != b->dtype) return 0;
+  if (a->dtype == TPU_TUPLE) {
+    if (a->ntuple != b->ntuple) return 0;
+    for (int i = 0; i < a->ntuple; i++)
+      if (!tpu_shape_equal(&a->elems[i], &b->elems[i])) return 0;
+    return 1;
+  }
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+int64_t tpu_shape_numel(const tpu_shape *s) {
+  int ok;
+  return tpu_dims_numel(s->rank, s->dims, &ok);
+}
+
+void tpu__shape_put(tpu_strbuf *b, const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    tpu_strbuf_printf(b, "(");
+    for (int i = 0; i < s->ntuple; i++) {
+      if (i) tpu_strbuf_printf(b, ", ");
+      tpu__shape_put(b, &s->elems[i]);
+    }
+    tpu_strbuf_printf(b, ")");
+    return;
+  }
+  tpu_strbuf_printf(b, "%s[", tpu_dtype_name(s->dtype));
+  for (int i = 0; i < s->rank; i++) tpu_strbuf_printf(b, i ? ",%lld" : "%lld", (long long)s->dims[i]);
+  tpu_strbuf_printf(b, "]");
+  if (s->has_layout) {
+    tpu_strbuf_printf(b, "{");
+    for (int i = 0; i < s->rank; i++) tpu_strbuf_printf(b, i ? ",%d" : "%d", s->minor_to_major[i]);
+    if (s->layout_tail) tpu_strbuf_printf(b, "%s", s->layout_tail);
+    tpu_strbuf_printf(b, "}");
+  }
+}
+
+int tpu_shape_print(const tpu_shape *s, char *buf, size_t n) {
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  tpu__shape_put(&b, s);
+  int len = (int)b.len;
+  if (n) snprintf(buf, n, "%s", b.s && !b.oom ? b.s : "?");
+  tpu_strbuf_deinit(&b);
+  return len;
+}
+
+void tpu_module_free(tpu_module *m) {
+  if (!m) return;
+  for (int i = 0; i < m->nliterals; i++) {
+    tpu_tensor_free(m->literals[i]);
+    tpu_free(m->literals[i]);
+  }
+  tpu_free(m->literals);
+  tpu_arena_deinit(&m->arena);
+  tpu_free(m);
+}
+
+tpu_comp *tpu_module_find_comp(const tpu_module *m, const char *name) {
+  for (int i = 0; i < m->ncomps; i++)
+    if (!strcmp(m->comps[i]->name, name)) return m->comps[i];
+  return NULL;
+}

@@ -1,0 +1,17 @@
+/* The reference interpreter: runs a module on host tensors; the semantics spec. */
+#ifndef TPU_REF_REF_H
+#define TPU_REF_REF_H
+
+#include "ir/ir.h"
+
+/* Runs the entry computation on `args` (one per entry parameter, shapes checked) and
+ * stores the result (an array or a tuple) in *out, which the caller frees with
+ * tpu_tensor_free. Runtime errors (a while loop past the iteration limit, memory) carry
+ * the instruction's location. The module must have passed tpu_ir_verify. */
+tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, tpu_tensor *out,
+                       tpu_diag *d);
+
+/* The most iterations one while loop may run before the run fails (0 = no limit). */
+void tpu_ref_set_while_limit(int64_t limit);
+
+#endif

@@ -1,0 +1,62 @@
+/* Private interface of the reference interpreter: the op kernels and what they share.
+ *
+ * Kernel contract: `args` are the instruction's evaluated operands (in operand order;
+ * never modified); the kernel allocates `out` for `in->shape` (tpu_tensor_alloc, or
+ * tpu_ref_alloc_shape for tuples) and fills it. On failure it returns an error with the
+ * instruction's location (in->loc) and leaves `out` freed (all zero). The module has been
+ * verified (tpu_ir_verify), so kernels may rely on well-formed shapes and attributes; they
+ * still never read or write out of bounds on any input values (indices are clamped as XLA
+ * specifies). Values are dense row-major (dims[0] slowest); bf16/f16 are tpu_bf16/tpu_f16,
+ * pred is one byte 0/1. */
+#ifndef TPU_REF_REF_INT_H
+#define TPU_REF_REF_INT_H
+
+#include "ref/ref.h"
+
+typedef struct tpu_interp tpu_interp;
+
+typedef tpu_status (*tpu_ref_kernel)(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                                     tpu_tensor *out, tpu_diag *d);
+
+/* Calls computation `c` on `nargs` values (each an array or tuple); the result goes to *out. */
+tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, int nargs,
+                         tpu_tensor *out, tpu_diag *d);
+
+/* Allocates a value for a shape (arrays zero-filled; tuples recursively). */
+tpu_status tpu__ref_alloc_shape(tpu_tensor *out, const tpu_shape *s, tpu_diag *d);
+
+/* If `c` is a scalar reducer of the form `ROOT r = op(p0, p1)` with op one of add,
+ * multiply, maximum, minimum, and, or, xor, returns that opcode (so kernels can skip the
+ * generic call); otherwise returns TPU_OP_COUNT. */
+tpu_opcode tpu__ref_simple_reducer(const tpu_comp *c);
+
+/* Applies a simple reducer opcode to two scalars of dtype `t` (a = a OP b), with exactly
+ * the semantics of the elementwise kernel for that op. */
+void tpu__ref_apply_binary(tpu_opcode op, tpu_dtype t, void *a, const void *b);
+
+/* Row-major strides for dims. */
+void tpu__ref_strides(int rank, const int64_t *dims, int64_t *strides);
+
+/* Kernels, by file (each file owns its list). */
+/* ref/elementwise.c: unary, binary, compare, select, clamp, convert, bitcast-convert,
+ * is-finite, reduce-precision, map is not here. */
+tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                                tpu_tensor *out, tpu_diag *d);
+/* ref/movement.c: broadcast, reshape, bitcast, transpose, slice, dynamic-slice,
+ * dynamic-update-slice, concatenate, pad, reverse, iota, copy. */
+tpu_status tpu__ref_movement(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                             tpu_tensor *out, tpu_diag *d);
+/* ref/gather.c: gather, scatter. */
+tpu_status tpu__ref_gather_scatter(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                                   tpu_tensor *out, tpu_diag *d);
+/* ref/rng.c: rng-bit-generator (threefry and philox as XLA defines them). */
+tpu_status tpu__ref_rng(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                        tpu_tensor *out, tpu_diag *d);
+/* ref/reduce.c: reduce, reduce-window, select-and-scatter, sort, topk, map. */
+tpu_status tpu__ref_reduce(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                           tpu_tensor *out, tpu_diag *d);
+/* ref/dot.c: dot, convolution. */
+tpu_status tpu__ref_dot_conv(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                             tpu_tensor *out, tpu_diag *d);
+
+#endif
