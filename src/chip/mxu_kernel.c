@@ -1,0 +1,543 @@
+/* Fast MXU kernels: blocked, vectorised, multi-threaded matmuls bit-identical to the PE-level
+ * array (the accumulation contract is in mxu.h; docs/numerics.md explains it for users). */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "chip/mxu.h"
+#include "chip/mxu_kernel_int.h"
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define MXU_X86 1
+#include <immintrin.h>
+#define TGT_AVX2 __attribute__((target("avx2,fma")))
+#define ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define MXU_X86 0
+#define ALWAYS_INLINE inline
+#endif
+
+/* Blocking, BLIS-style. A micro-tile is MR rows x NR columns of out held in registers (12
+ * AVX2 accumulators). The k-loop of one micro-kernel call never crosses a K-tile boundary,
+ * so the registers hold exactly the array's psum for that tile; a K-tile longer than KC_MAX
+ * is cut into chunks whose psums are carried through memory (an exact store and reload).
+ * Packed A (MC x KC_MAX f32 = 144 KiB) is meant to stay in L2, a packed B micro-panel
+ * (KC_MAX x NR f32 = 16 KiB) in L1, packed B (KC_MAX x NC f32 = 2 MiB) in L3. */
+enum { MR = 6, NR = 16, KC_MAX = 256, MC = 144, NC = 2048, MAX_THREADS = 64 };
+
+/* Threads are not worth starting below this many multiply-adds (M*K*N). */
+#define PAR_MIN_MACS 32768.0
+
+#define CANON_NAN_BITS 0x7fc00000u
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static inline float canon_nan(float v) { return isnan(v) ? tpu_f32_from_bits(CANON_NAN_BITS) : v; }
+
+/* ---- Code path selection ---- */
+
+static tpu__mxu_path g_path = TPU__MXU_PATH_AUTO;
+
+tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p) {
+  tpu__mxu_path old = g_path;
+  g_path = p;
+  return old;
+}
+
+static int use_avx2(void) {
+#if MXU_X86
+  return g_path == TPU__MXU_PATH_AUTO && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("fma");
+#else
+  return 0;
+#endif
+}
+
+const char *tpu__mxu_kernel_name(void) { return use_avx2() ? "avx2-fma" : "scalar"; }
+
+/* ---- Threads ---- */
+
+typedef void (*range_fn)(void *ctx, int task, int64_t lo, int64_t hi);
+typedef struct range_task {
+  range_fn fn;
+  void *ctx;
+  int task;
+  int64_t lo, hi;
+} range_task;
+
+static void *range_entry(void *p) {
+  range_task *t = p;
+  t->fn(t->ctx, t->task, t->lo, t->hi);
+  return NULL;
+}
+
+/* How many threads to use for `units` independent pieces of M*K*N multiply-adds. */
+static int plan_threads(int n, int64_t units, double macs) {
+  if (n <= 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    n = c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : (int)c);
+  }
+  if (n > MAX_THREADS) n = MAX_THREADS;
+  if (n > units) n = (int)units;
+  if (macs < PAR_MIN_MACS || n < 1) n = 1;
+  return n;
+}
+
+/* Task i of t owns units [lo, hi). */
+static void task_range(int64_t units, int t, int i, int64_t *lo, int64_t *hi) {
+  *lo = units * i / t;
+  *hi = units * (i + 1) / t;
+}
+
+/* Runs fn over [0, units) cut into t contiguous ranges (task_range), one per thread; the
+ * caller runs the first. A thread that cannot be created has its range run by the caller,
+ * and each output element is computed the same way whatever range holds it, so the result
+ * never depends on the thread count. Workspaces are allocated by the caller beforehand, so
+ * the allocation hook is never entered from two threads at once. */
+static void par_run(range_fn fn, void *ctx, int64_t units, int t) {
+  if (units <= 0) return;
+  range_task tasks[MAX_THREADS];
+  pthread_t tids[MAX_THREADS];
+  int started[MAX_THREADS];
+  for (int i = 0; i < t; i++) {
+    tasks[i].fn = fn;
+    tasks[i].ctx = ctx;
+    tasks[i].task = i;
+    task_range(units, t, i, &tasks[i].lo, &tasks[i].hi);
+    started[i] = 0;
+  }
+  for (int i = 1; i < t; i++) started[i] = pthread_create(&tids[i], NULL, range_entry, &tasks[i]) == 0;
+  fn(ctx, 0, tasks[0].lo, tasks[0].hi);
+  for (int i = 1; i < t; i++) {
+    if (started[i])
+      pthread_join(tids[i], NULL);
+    else
+      fn(ctx, i, tasks[i].lo, tasks[i].hi);
+  }
+}
+
+/* ---- Packing: bf16 operands widened (exactly) to f32 panels ---- */
+
+/* Packs A rows [i0, i0+mc) x columns [k0, k0+kc) as MR-row panels: panel p holds, for each
+ * k, the MR values A[i0 + p*MR + r][k0 + k]; rows past mc are +0 (their outputs are never
+ * stored). */
+static void pack_a(const tpu_bf16 *A, int64_t K, int64_t i0, int64_t mc, int64_t k0, int64_t kc,
+                   float *dst) {
+  for (int64_t p = 0; p < mc; p += MR) {
+    int64_t rows = min64(MR, mc - p);
+    for (int64_t r = 0; r < MR; r++) {
+      if (r < rows) {
+        const tpu_bf16 *src = A + (i0 + p + r) * K + k0;
+        for (int64_t k = 0; k < kc; k++) dst[k * MR + r] = tpu_bf16_to_f32(src[k]);
+      } else {
+        for (int64_t k = 0; k < kc; k++) dst[k * MR + r] = 0.0f;
+      }
+    }
+    dst += kc * MR;
+  }
+}
+
+/* Packs W rows [k0, k0+kc) x columns [j0, j0+nc) as NR-column panels: panel p holds, for
+ * each k, the NR values W[k0 + k][j0 + p*NR + c]; columns past nc are +0. */
+static void pack_b(const tpu_bf16 *W, int64_t N, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                   float *dst) {
+  for (int64_t p = 0; p < nc; p += NR) {
+    int64_t cols = min64(NR, nc - p);
+    for (int64_t k = 0; k < kc; k++) {
+      const tpu_bf16 *src = W + (k0 + k) * N + j0 + p;
+      float *o = dst + k * NR;
+      for (int64_t c = 0; c < cols; c++) o[c] = tpu_bf16_to_f32(src[c]);
+      for (int64_t c = cols; c < NR; c++) o[c] = 0.0f;
+    }
+    dst += kc * NR;
+  }
+}
+
+/* ---- Micro-kernels ----
+ * One call computes psum[MR][NR] over kc k-steps of packed panels a (kc x MR) and b (kc x
+ * NR), in k order, each step psum = fma(a, w, psum). psum starts at +0 (in == NULL) or at
+ * carried values `in` (MR*NR, row-major). With `carry` non-NULL the psums are stored there;
+ * otherwise they finish the K-tile into out (mr x nr valid entries, row stride ldo): stored
+ * as they are for the first K-tile, added to out for later ones, NaNs made canonical. */
+typedef void (*ukernel_fn)(int64_t kc, const float *a, const float *b, const float *in,
+                           float *carry, float *out, int64_t ldo, int mr, int nr, int first);
+
+static void finish_scalar(const float *ps, float *out, int64_t ldo, int mr, int nr, int first) {
+  for (int i = 0; i < mr; i++)
+    for (int j = 0; j < nr; j++) {
+      float *o = out + i * ldo + j;
+      *o = canon_nan(first ? ps[i * NR + j] : *o + ps[i * NR + j]);
+    }
+}
+
+static void ukernel_scalar(int64_t kc, const float *a, const float *b, const float *in,
+                           float *carry, float *out, int64_t ldo, int mr, int nr, int first) {
+  float c[MR * NR];
+  for (int i = 0; i < MR * NR; i++) c[i] = in ? in[i] : 0.0f;
+  for (int64_t k = 0; k < kc; k++, a += MR, b += NR)
+    for (int i = 0; i < mr; i++)
+      for (int j = 0; j < nr; j++) c[i * NR + j] = fmaf(a[i], b[j], c[i * NR + j]);
+  if (carry)
+    memcpy(carry, c, sizeof c);
+  else
+    finish_scalar(c, out, ldo, mr, nr, first);
+}
+
+#if MXU_X86
+TGT_AVX2 static inline void finish8(__m256 p, float *o, int first) {
+  __m256 v = first ? p : _mm256_add_ps(_mm256_loadu_ps(o), p);
+  __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32((int)CANON_NAN_BITS)), nan);
+  _mm256_storeu_ps(o, v);
+}
+
+/* The 6 x 16 AVX2 micro-kernel: two ymm accumulators per row; per k, two loads of b, six
+ * broadcasts of a and twelve FMAs (vfmadd rounds once, exactly like fmaf). */
+TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, const float *in,
+                                  float *carry, float *out, int64_t ldo, int mr, int nr,
+                                  int first) {
+  __m256 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b;
+#define MXU_LOAD(i)                            \
+  c##i##a = _mm256_loadu_ps(in + (i) * NR);    \
+  c##i##b = _mm256_loadu_ps(in + (i) * NR + 8);
+#define MXU_ZERO(i) c##i##a = c##i##b = _mm256_setzero_ps();
+  if (in) {
+    MXU_LOAD(0) MXU_LOAD(1) MXU_LOAD(2) MXU_LOAD(3) MXU_LOAD(4) MXU_LOAD(5)
+  } else {
+    MXU_ZERO(0) MXU_ZERO(1) MXU_ZERO(2) MXU_ZERO(3) MXU_ZERO(4) MXU_ZERO(5)
+  }
+  for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {
+    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), av;
+#define MXU_ROW(i)                             \
+  av = _mm256_broadcast_ss(a + (i));           \
+  c##i##a = _mm256_fmadd_ps(av, b0, c##i##a);  \
+  c##i##b = _mm256_fmadd_ps(av, b1, c##i##b);
+    MXU_ROW(0) MXU_ROW(1) MXU_ROW(2) MXU_ROW(3) MXU_ROW(4) MXU_ROW(5)
+  }
+  if (carry || mr < MR || nr < NR) {
+    float tmp[MR * NR];
+    float *dst = carry ? carry : tmp;
+#define MXU_STORE(i)                           \
+  _mm256_storeu_ps(dst + (i) * NR, c##i##a);   \
+  _mm256_storeu_ps(dst + (i) * NR + 8, c##i##b);
+    MXU_STORE(0) MXU_STORE(1) MXU_STORE(2) MXU_STORE(3) MXU_STORE(4) MXU_STORE(5)
+    if (!carry) finish_scalar(tmp, out, ldo, mr, nr, first);
+    return;
+  }
+#define MXU_FINISH(i)                          \
+  finish8(c##i##a, out + (i) * ldo, first);    \
+  finish8(c##i##b, out + (i) * ldo + 8, first);
+  MXU_FINISH(0) MXU_FINISH(1) MXU_FINISH(2) MXU_FINISH(3) MXU_FINISH(4) MXU_FINISH(5)
+#undef MXU_LOAD
+#undef MXU_ZERO
+#undef MXU_ROW
+#undef MXU_STORE
+#undef MXU_FINISH
+}
+#endif
+
+/* ---- bf16 driver ---- */
+
+/* Packing buffers of one task (NULL where not needed or not allocated). */
+typedef struct bf16_ws {
+  float *apack, *bpack, *carry;
+  void *raw[3];
+  int ok; /* all needed buffers present; else the task takes the direct path */
+} bf16_ws;
+
+typedef struct bf16_job {
+  const tpu_bf16 *A, *W;
+  float *out;
+  int64_t M, K, N, R;
+  int split_n; /* tasks own column ranges (1) or row ranges (0) */
+  ukernel_fn uk;
+  bf16_ws ws[MAX_THREADS];
+} bf16_job;
+
+/* The contract evaluated element by element with no workspace: the path taken when the
+ * packing buffers cannot be allocated (the void API has no way to report failure). */
+static void bf16_direct(const bf16_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  for (int64_t m = m0; m < m1; m++)
+    for (int64_t n = n0; n < n1; n++) {
+      float acc = 0.0f;
+      for (int64_t k0 = 0; k0 < j->K;) {
+        int64_t len = min64(j->R, j->K - k0);
+        float psum = 0.0f;
+        for (int64_t k = k0; k < k0 + len; k++)
+          psum = fmaf(tpu_bf16_to_f32(j->A[m * j->K + k]), tpu_bf16_to_f32(j->W[k * j->N + n]),
+                      psum);
+        acc = k0 == 0 ? psum : acc + psum;
+        k0 += len;
+      }
+      j->out[m * j->N + n] = canon_nan(acc);
+    }
+}
+
+/* A float buffer of n entries aligned to 64 bytes; *raw gets the pointer to free. */
+static float *alloc_floats(int64_t n, void **raw) {
+  size_t bytes;
+  *raw = NULL;
+  if (n < 1 || !tpu_mul_ok((size_t)n, sizeof(float), &bytes) || bytes > SIZE_MAX - 64)
+    return NULL;
+  *raw = tpu_malloc(bytes + 64);
+  if (!*raw) return NULL;
+  uintptr_t p = ((uintptr_t)*raw + 63) & ~(uintptr_t)63;
+  return (float *)p;
+}
+
+/* The output region [m0, m1) x [n0, n1) of the task owning units [lo, hi). */
+static void task_region(const bf16_job *j, int64_t lo, int64_t hi, int64_t *m0, int64_t *m1,
+                        int64_t *n0, int64_t *n1) {
+  if (j->split_n) {
+    *m0 = 0, *m1 = j->M, *n0 = lo * NR, *n1 = min64(hi * NR, j->N);
+  } else {
+    *m0 = lo * MR, *m1 = min64(hi * MR, j->M), *n0 = 0, *n1 = j->N;
+  }
+}
+
+static void ws_alloc(const bf16_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
+                     bf16_ws *w) {
+  int64_t tile_max = min64(j->R, j->K);
+  int need_carry = tile_max > KC_MAX;
+  int64_t kcw = min64(KC_MAX, tile_max);
+  int64_t ncw = min64(NC, (n1 - n0 + NR - 1) / NR * NR);
+  int64_t rows_up = (m1 - m0 + MR - 1) / MR * MR;
+  w->apack = alloc_floats(MC * kcw, &w->raw[0]);
+  w->bpack = w->apack ? alloc_floats(kcw * ncw, &w->raw[1]) : (w->raw[1] = NULL, NULL);
+  w->carry = NULL;
+  w->raw[2] = NULL;
+  if (need_carry && w->bpack) w->carry = alloc_floats(rows_up * ncw, &w->raw[2]);
+  w->ok = w->apack && w->bpack && (!need_carry || w->carry);
+}
+
+static void ws_free(bf16_ws *w) {
+  for (int i = 0; i < 3; i++) tpu_free(w->raw[i]);
+}
+
+/* Computes out[m0:m1, n0:n1] with packed panels and the micro-kernel. */
+static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t m1, int64_t n0,
+                        int64_t n1) {
+  int64_t K = j->K, N = j->N, R = j->R;
+  if (m0 >= m1 || n0 >= n1) return;
+  if (!w->ok) {
+    bf16_direct(j, m0, m1, n0, n1);
+    return;
+  }
+  int need_carry = w->carry != NULL;
+  int64_t ncw = min64(NC, (n1 - n0 + NR - 1) / NR * NR);
+  for (int64_t jc = n0; jc < n1; jc += NC) {
+    int64_t nc = min64(NC, n1 - jc);
+    for (int64_t k0 = 0; k0 < K;) {
+      int64_t tlen = min64(R, K - k0);
+      int64_t nchunks = (tlen + KC_MAX - 1) / KC_MAX;
+      for (int64_t c = 0; c < nchunks; c++) {
+        int64_t c0 = tlen * c / nchunks, kc = tlen * (c + 1) / nchunks - c0;
+        pack_b(j->W, N, k0 + c0, kc, jc, nc, w->bpack);
+        for (int64_t ic = m0; ic < m1; ic += MC) {
+          int64_t mc = min64(MC, m1 - ic);
+          pack_a(j->A, K, ic, mc, k0 + c0, kc, w->apack);
+          for (int64_t jr = 0; jr < nc; jr += NR) {
+            int nr = (int)min64(NR, nc - jr);
+            for (int64_t ir = 0; ir < mc; ir += MR) {
+              int mr = (int)min64(MR, mc - ir);
+              float *cs = NULL;
+              if (need_carry)
+                cs = w->carry + (((ic - m0 + ir) / MR) * (ncw / NR) + jr / NR) * (MR * NR);
+              j->uk(kc, w->apack + ir * kc, w->bpack + jr * kc, c > 0 ? cs : NULL,
+                    c + 1 < nchunks ? cs : NULL, j->out + (ic + ir) * N + jc + jr, N, mr, nr,
+                    k0 == 0);
+            }
+          }
+        }
+      }
+      k0 += tlen;
+    }
+  }
+}
+
+static void bf16_range(void *ctx, int task, int64_t lo, int64_t hi) {
+  const bf16_job *j = ctx;
+  int64_t m0, m1, n0, n1;
+  task_region(j, lo, hi, &m0, &m1, &n0, &n1);
+  bf16_region(j, &j->ws[task], m0, m1, n0, n1);
+}
+
+void tpu_mxu_matmul_bf16(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t M, int64_t K,
+                         int64_t N, int64_t R, int nthreads) {
+  if (M <= 0 || N <= 0 || K < 0) return;
+  if (K == 0) { /* no K-tiles: the accumulator is never written past its +0 */
+    for (int64_t i = 0; i < M * N; i++) out[i] = 0.0f;
+    return;
+  }
+  bf16_job j;
+  j.A = A;
+  j.W = W;
+  j.out = out;
+  j.M = M;
+  j.K = K;
+  j.N = N;
+  j.R = R <= 0 ? K : R; /* R < 1 is outside the contract: treat the array as deep as K */
+#if MXU_X86
+  j.uk = use_avx2() ? ukernel_avx2 : ukernel_scalar;
+#else
+  j.uk = ukernel_scalar;
+#endif
+  int64_t units_n = (N + NR - 1) / NR, units_m = (M + MR - 1) / MR;
+  j.split_n = units_n >= units_m;
+  int64_t units = j.split_n ? units_n : units_m;
+  int t = plan_threads(nthreads, units, (double)M * (double)K * (double)N);
+  for (int i = 0; i < t; i++) {
+    int64_t lo, hi, m0, m1, n0, n1;
+    task_range(units, t, i, &lo, &hi);
+    task_region(&j, lo, hi, &m0, &m1, &n0, &n1);
+    ws_alloc(&j, m0, m1, n0, n1, &j.ws[i]);
+  }
+  par_run(bf16_range, &j, units, t);
+  for (int i = 0; i < t; i++) ws_free(&j.ws[i]);
+}
+
+/* ---- int8 ---- */
+
+typedef struct s8_job {
+  const int8_t *A, *W;
+  int32_t *out;
+  int64_t M, K, N;
+  int avx2;
+} s8_job;
+
+/* Rows [m0, m1) of out. Sums run in uint32_t, whose wrap-around is defined, and are read
+ * back through int32_t (the corresponding signed type), which gives two's-complement wrap.
+ * Columns are blocked so a row of out and the W block stay in cache. */
+static ALWAYS_INLINE void s8_rows_body(const s8_job *j, int64_t m0, int64_t m1) {
+  enum { NB = 512 };
+  int64_t K = j->K, N = j->N;
+  for (int64_t n0 = 0; n0 < N; n0 += NB) {
+    int64_t nb = min64(NB, N - n0);
+    for (int64_t m = m0; m < m1; m++) {
+      uint32_t *o = (uint32_t *)(void *)(j->out + m * N + n0);
+      const int8_t *a = j->A + m * K;
+      for (int64_t n = 0; n < nb; n++) o[n] = 0;
+      for (int64_t k = 0; k < K; k++) {
+        int32_t av = a[k];
+        if (av == 0) continue;
+        const int8_t *w = j->W + k * N + n0;
+        for (int64_t n = 0; n < nb; n++) o[n] += (uint32_t)(av * (int32_t)w[n]);
+      }
+    }
+  }
+}
+
+#if MXU_X86
+TGT_AVX2 static void s8_rows_avx2(const s8_job *j, int64_t m0, int64_t m1) {
+  s8_rows_body(j, m0, m1);
+}
+#endif
+static void s8_rows_plain(const s8_job *j, int64_t m0, int64_t m1) { s8_rows_body(j, m0, m1); }
+
+static void s8_range(void *ctx, int task, int64_t lo, int64_t hi) {
+  const s8_job *j = ctx;
+#if MXU_X86
+  if (j->avx2) {
+    s8_rows_avx2(j, lo, hi);
+    return;
+  }
+#endif
+  s8_rows_plain(j, lo, hi);
+}
+
+void tpu_mxu_matmul_s8(const int8_t *A, const int8_t *W, int32_t *out, int64_t M, int64_t K,
+                       int64_t N, int nthreads) {
+  if (M <= 0 || N <= 0 || K < 0) return;
+  s8_job j = {A, W, out, M, K, N, use_avx2()};
+  par_run(s8_range, &j, M, plan_threads(nthreads, M, (double)M * (double)K * (double)N));
+}
+
+/* ---- f32 operands: bf16 passes per the precision config ---- */
+
+void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]) {
+  tpu_bf16 zero = {0};
+  uint32_t u = tpu_f32_bits(x);
+  parts[1] = parts[2] = zero;
+  if ((u & 0x7fffffffu) >= 0x7f800000u) { /* inf/NaN: x - x1 would be NaN */
+    parts[0] = tpu_bf16_from_f32(x);
+    return;
+  }
+  tpu_bf16 hi = tpu_bf16_from_f32(x);
+  if ((hi.bits & 0x7fffu) == 0x7f80u) hi.bits = (uint16_t)(u >> 16); /* overflowed: truncate */
+  float r1 = x - tpu_bf16_to_f32(hi); /* exact: hi is within a factor 2 of x (Sterbenz) */
+  tpu_bf16 mid = tpu_bf16_from_f32(r1);
+  float r2 = r1 - tpu_bf16_to_f32(mid); /* exact for the same reason */
+  parts[0] = hi;
+  parts[1] = mid;
+  parts[2] = tpu_bf16_from_f32(r2);
+}
+
+tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_t M, int64_t K,
+                              int64_t N, int64_t R, tpu_precision p, int nthreads, tpu_diag *d) {
+  if (M < 0 || K < 0 || N < 0)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: negative size %lldx%lldx%lld",
+                    (long long)M, (long long)K, (long long)N);
+  if (R < 1)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: array depth R=%lld must be >= 1",
+                    (long long)R);
+  if (p != TPU_PREC_DEFAULT && p != TPU_PREC_HIGH && p != TPU_PREC_HIGHEST)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: unknown precision %d", (int)p);
+  size_t mk, kn, mn, bytes;
+  if (!tpu_mul_ok((size_t)M, (size_t)K, &mk) || !tpu_mul_ok((size_t)K, (size_t)N, &kn) ||
+      !tpu_mul_ok((size_t)M, (size_t)N, &mn) || mk > SIZE_MAX - kn ||
+      !tpu_mul_ok(mk + kn, 3 * sizeof(tpu_bf16), &bytes) ||
+      !tpu_mul_ok(mn, sizeof(float), &bytes))
+    return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "matmul: %lldx%lldx%lld is too large",
+                    (long long)M, (long long)K, (long long)N);
+  if ((mk && !A) || (kn && !W) || (mn && !out))
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: NULL operand");
+  if (mn == 0) return TPU_OK;
+  int nparts = p == TPU_PREC_DEFAULT ? 1 : p == TPU_PREC_HIGH ? 2 : 3;
+  tpu_bf16 *ap = tpu_malloc((mk ? mk : 1) * nparts * sizeof(tpu_bf16));
+  tpu_bf16 *wp = tpu_malloc((kn ? kn : 1) * nparts * sizeof(tpu_bf16));
+  float *tmp = nparts > 1 ? tpu_malloc(mn * sizeof(float)) : NULL;
+  if (!ap || !wp || (nparts > 1 && !tmp)) {
+    tpu_free(ap);
+    tpu_free(wp);
+    tpu_free(tmp);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "matmul: out of memory for bf16 parts");
+  }
+  /* Part q of A lives at ap + q*mk, part q of W at wp + q*kn. */
+  for (size_t i = 0; i < mk; i++) {
+    tpu_bf16 s[3];
+    tpu__mxu_split_f32(A[i], s);
+    for (int q = 0; q < nparts; q++) ap[q * mk + i] = s[q];
+  }
+  for (size_t i = 0; i < kn; i++) {
+    tpu_bf16 s[3];
+    tpu__mxu_split_f32(W[i], s);
+    for (int q = 0; q < nparts; q++) wp[q * kn + i] = s[q];
+  }
+  if (nparts == 1) {
+    tpu_mxu_matmul_bf16(ap, wp, out, M, K, N, R, nthreads);
+  } else {
+    /* The low passes, smallest terms first (pairs are {A part, W part}); then NaNs in their
+     * sum become +0 (infinities stay) and the high pass A1 x W1 is added last. */
+    static const int high_passes[2][2] = {{1, 0}, {0, 1}};
+    static const int highest_passes[5][2] = {{1, 1}, {0, 2}, {2, 0}, {0, 1}, {1, 0}};
+    const int(*passes)[2] = nparts == 2 ? high_passes : highest_passes;
+    int npasses = nparts == 2 ? 2 : 5;
+    for (int s = 0; s < npasses; s++) {
+      const tpu_bf16 *pa = ap + passes[s][0] * mk, *pw = wp + passes[s][1] * kn;
+      tpu_mxu_matmul_bf16(pa, pw, s == 0 ? out : tmp, M, K, N, R, nthreads);
+      if (s > 0)
+        for (size_t i = 0; i < mn; i++) out[i] = out[i] + tmp[i];
+    }
+    for (size_t i = 0; i < mn; i++)
+      if (isnan(out[i])) out[i] = 0.0f;
+    tpu_mxu_matmul_bf16(ap, wp, tmp, M, K, N, R, nthreads);
+    for (size_t i = 0; i < mn; i++) out[i] = canon_nan(out[i] + tmp[i]);
+  }
+  tpu_free(ap);
+  tpu_free(wp);
+  tpu_free(tmp);
+  return TPU_OK;
+}

@@ -1,0 +1,27 @@
+/* Private hooks of the fast MXU kernels (mxu_kernel.c), for tests and benchmarks. */
+#ifndef TPU_CHIP_MXU_KERNEL_INT_H
+#define TPU_CHIP_MXU_KERNEL_INT_H
+
+#include "base/bf16.h"
+
+/* Which micro-kernel the bf16 and s8 kernels use. AUTO picks the best the CPU supports
+ * (AVX2+FMA on x86-64 when present); SCALAR forces the portable C path. Every path gives
+ * the same bits; tests force SCALAR to prove it. */
+typedef enum { TPU__MXU_PATH_AUTO = 0, TPU__MXU_PATH_SCALAR = 1 } tpu__mxu_path;
+
+/* Sets the path for later calls, process-wide (not thread-safe: call it between matmuls);
+ * returns the previous setting. */
+tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p);
+
+/* Name of the micro-kernel the current setting uses on this machine: "avx2-fma" or
+ * "scalar". */
+const char *tpu__mxu_kernel_name(void);
+
+/* Splits an f32 value into three bf16 parts, x = p[0] + p[1] + p[2] exactly for finite x
+ * with |x| >= 2^-110 (docs/numerics.md, "f32 operands"): p[0] = bf16(x) (round to nearest
+ * even; if that overflows to inf for a finite x, the largest finite bf16 of x's sign),
+ * p[1] = bf16(x - p[0]), p[2] = bf16(x - p[0] - p[1]). Non-finite x: p[0] = bf16(x),
+ * p[1] = p[2] = +0. */
+void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]);
+
+#endif

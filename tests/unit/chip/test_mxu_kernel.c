@@ -1,0 +1,435 @@
+/* Fast MXU kernels: bit-identical to a scalar reference of the mxu.h contract on many shapes,
+ * array depths, thread counts and special values; int8 wrap-around; f32 precision passes. */
+#include <float.h>
+#include <math.h>
+
+#include "base/alloc.h"
+#include "chip/mxu.h"
+#include "chip/mxu_kernel_int.h"
+#include "check.h"
+
+/* ---- The contract, written out independently of the kernel ---- */
+
+/* out[m,n]: for each K-tile of R rows, psum starts at +0 and takes fmaf(a, w, psum) down the
+ * tile in k order; the accumulator stores the first tile's psum and adds later ones; a NaN
+ * result is written as 0x7fc00000. */
+static void ref_bf16(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t M, int64_t K,
+                     int64_t N, int64_t R) {
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      float acc = 0.0f;
+      for (int64_t t = 0; t * R < K; t++) {
+        float psum = 0.0f;
+        for (int64_t r = 0; r < R && t * R + r < K; r++) {
+          int64_t k = t * R + r;
+          psum = fmaf(tpu_bf16_to_f32(A[m * K + k]), tpu_bf16_to_f32(W[k * N + n]), psum);
+        }
+        acc = t == 0 ? psum : acc + psum;
+      }
+      out[m * N + n] = isnan(acc) ? tpu_f32_from_bits(0x7fc00000u) : acc;
+    }
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (uint32_t)(rng_state >> 16);
+}
+static float rnd_unit(void) { return (float)((rnd() & 0xffffff) / 8388608.0 - 1.0); }
+
+/* bf16 specials: NaNs (both signs, payloads), infinities, signed zeros, subnormals, the
+ * largest finite, the smallest normal, and values whose products overflow or underflow. */
+static const uint16_t specials[] = {0x7fc0, 0xffc1, 0x7f81, 0x7f80, 0xff80, 0x0000, 0x8000,
+                                    0x0001, 0x8001, 0x007f, 0x0040, 0x7f7f, 0xff7f, 0x0080,
+                                    0x8080, 0x5f80, 0x1b80, 0x9b80, 0x3f80, 0xbf80};
+
+/* mode 0: random normal-range values; 1: random with 1/8 specials; 2: any bit pattern. */
+static void fill_bf16(tpu_bf16 *x, int64_t n, int mode) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t r = rnd();
+    if (mode == 2)
+      x[i].bits = (uint16_t)r;
+    else if (mode == 1 && (r & 7) == 0)
+      x[i].bits = specials[(r >> 3) % (sizeof specials / sizeof specials[0])];
+    else
+      x[i] = tpu_bf16_from_f32(rnd_unit() * 4.0f);
+  }
+}
+
+static int same_bits(const float *a, const float *b, int64_t n, int64_t *where) {
+  for (int64_t i = 0; i < n; i++)
+    if (tpu_f32_bits(a[i]) != tpu_f32_bits(b[i])) {
+      *where = i;
+      return 0;
+    }
+  return 1;
+}
+
+/* Runs kernel and reference on one random case; returns 1 when bit-identical. */
+static int check_case(int64_t M, int64_t K, int64_t N, int64_t R, int threads, int mode) {
+  tpu_bf16 *A = malloc(sizeof(tpu_bf16) * (size_t)(M * K + 1));
+  tpu_bf16 *W = malloc(sizeof(tpu_bf16) * (size_t)(K * N + 1));
+  float *got = malloc(sizeof(float) * (size_t)(M * N));
+  float *want = malloc(sizeof(float) * (size_t)(M * N));
+  fill_bf16(A, M * K, mode);
+  fill_bf16(W, K * N, mode);
+  for (int64_t i = 0; i < M * N; i++) got[i] = 12345.0f; /* every entry must be written */
+  tpu_mxu_matmul_bf16(A, W, got, M, K, N, R, threads);
+  ref_bf16(A, W, want, M, K, N, R);
+  int64_t at = -1;
+  int ok = same_bits(got, want, M * N, &at);
+  if (!ok)
+    fprintf(stderr, "mismatch M=%lld K=%lld N=%lld R=%lld threads=%d mode=%d at %lld: %08x vs %08x\n",
+            (long long)M, (long long)K, (long long)N, (long long)R, threads, mode, (long long)at,
+            tpu_f32_bits(got[at]), tpu_f32_bits(want[at]));
+  free(A);
+  free(W);
+  free(got);
+  free(want);
+  return ok;
+}
+
+/* One-row dot product through the kernel: out = sum over k of a[k]*w[k] with depth R. */
+static float dot1(const float *a, const float *w, int64_t K, int64_t R) {
+  tpu_bf16 A[16], W[16];
+  for (int64_t k = 0; k < K; k++) {
+    A[k] = tpu_bf16_from_f32(a[k]);
+    W[k] = tpu_bf16_from_f32(w[k]);
+  }
+  float out = -1.0f;
+  tpu_mxu_matmul_bf16(A, W, &out, 1, K, 1, R, 1);
+  return out;
+}
+
+static void test_hand_cases(void) {
+  const float big = 16777216.0f; /* 2^24: adding 1 rounds back to 2^24 (tie to even) */
+  float ones[4] = {1, 1, 1, 1}, w[4] = {big, 1, 1, 1};
+  /* The K-tile depth changes the bits: R=2 sums the trailing 1s in their own tile. */
+  CHECK_EQ_INT(tpu_f32_bits(dot1(ones, w, 4, 4)), tpu_f32_bits(big));
+  CHECK_EQ_INT(tpu_f32_bits(dot1(ones, w, 4, 1)), tpu_f32_bits(big));
+  CHECK_EQ_INT(tpu_f32_bits(dot1(ones, w, 4, 2)), tpu_f32_bits(big + 2.0f));
+  /* psum enters as +0: (-1)*0 gives +0, not -0. */
+  float m1[1] = {-1}, z[1] = {0};
+  CHECK_EQ_INT(tpu_f32_bits(dot1(m1, z, 1, 1)), 0);
+  /* A product that underflows below the smallest subnormal: one rounding of -2^-200 + 0
+   * gives -0 (fmaf semantics, which the contract fixes). */
+  float t1[1] = {ldexpf(1, -100)}, t2[1] = {-ldexpf(1, -100)};
+  CHECK_EQ_INT(tpu_f32_bits(dot1(t1, t2, 1, 1)), 0x80000000u);
+  /* Subnormal products are kept, not flushed. */
+  float s1[1] = {ldexpf(1, -70)}, s2[1] = {ldexpf(1.5f, -70)};
+  CHECK_EQ_INT(tpu_f32_bits(dot1(s1, s2, 1, 4)), tpu_f32_bits(ldexpf(1.5f, -140)));
+  /* A product past FLT_MAX met by -max in the same psum: one rounding keeps it finite. */
+  float bmax = tpu_bf16_to_f32((tpu_bf16){0x7f7f});
+  float o1[2] = {1, bmax}, o2[2] = {-bmax, 2};
+  CHECK_EQ_INT(tpu_f32_bits(dot1(o1, o2, 2, 2)), 0x7f7f0000u);
+  /* ...but across K-tiles the overflowing psum is already inf. */
+  CHECK_EQ_INT(tpu_f32_bits(dot1(o1, o2, 2, 1)), 0x7f800000u);
+  /* NaN in, any sign or payload: canonical quiet NaN out; inf*0 and inf-inf likewise. */
+  tpu_bf16 na[2] = {{0xffc1}, {0x3f80}}, nw[2] = {{0x3f80}, {0x3f80}};
+  float out = 0;
+  tpu_mxu_matmul_bf16(na, nw, &out, 1, 2, 1, 128, 1);
+  CHECK_EQ_INT(tpu_f32_bits(out), 0x7fc00000u);
+  float i1[2] = {INFINITY, 1}, i2[2] = {0, 1};
+  CHECK_EQ_INT(tpu_f32_bits(dot1(i1, i2, 2, 2)), 0x7fc00000u);
+  float i3[2] = {INFINITY, -INFINITY}, i4[2] = {1, 1};
+  CHECK_EQ_INT(tpu_f32_bits(dot1(i3, i4, 2, 1)), 0x7fc00000u);
+  CHECK_EQ_INT(tpu_f32_bits(dot1(i3, i4, 1, 1)), 0x7f800000u);
+  /* K = 0: no tiles, the accumulator's +0. */
+  out = 5;
+  tpu_mxu_matmul_bf16(na, nw, &out, 1, 0, 1, 8, 1);
+  CHECK_EQ_INT(tpu_f32_bits(out), 0);
+}
+
+static void test_shapes(void) {
+  static const int64_t depths[] = {1, 3, 8, 128, 256};
+  static const int64_t dims[] = {1, 2, 5, 6, 7, 15, 16, 17, 31, 33, 64, 97, 130, 257, 300};
+  int nd = (int)(sizeof dims / sizeof dims[0]);
+  int fails = 0, cases = 0;
+  /* A walk through M x K x N triples, each with every depth and a rotating thread count. */
+  for (int i = 0; i < 60; i++) {
+    int64_t M = dims[rnd() % nd], K = dims[rnd() % nd], N = dims[rnd() % nd];
+    if (M * K * N > 3000000) K = 1 + K / 8; /* keep the reference quick */
+    for (int r = 0; r < 5; r++, cases++) fails += !check_case(M, K, N, depths[r], 1 + (cases % 4), 1);
+  }
+  /* The big ones: 300^3, and K past KC_MAX in one tile (psums carried through memory). */
+  fails += !check_case(300, 300, 300, 128, 2, 0);
+  fails += !check_case(300, 300, 300, 256, 3, 1);
+  fails += !check_case(37, 700, 45, 700, 2, 1);
+  fails += !check_case(13, 600, 29, 1000000, 4, 1);
+  fails += !check_case(40, 517, 70, 513, 1, 1);
+  fails += !check_case(1, 300, 300, 128, 4, 1);
+  fails += !check_case(300, 300, 1, 128, 4, 1);
+  /* Every thread count on one shape, plus the auto choice. */
+  for (int t = 0; t <= 4; t++) fails += !check_case(64, 100, 130, 8, t, 1);
+  /* Every bit pattern mixed: NaNs, infinities and huge products everywhere. */
+  fails += !check_case(50, 70, 90, 3, 2, 2);
+  fails += !check_case(33, 300, 65, 256, 4, 2);
+  CHECK_EQ_INT(fails, 0);
+}
+
+static void test_scalar_path(void) {
+  tpu__mxu_path old = tpu__mxu_set_path(TPU__MXU_PATH_SCALAR);
+  CHECK_EQ_STR(tpu__mxu_kernel_name(), "scalar");
+  int fails = 0;
+  fails += !check_case(17, 40, 33, 3, 1, 1);
+  fails += !check_case(70, 300, 50, 128, 2, 1);
+  fails += !check_case(20, 600, 20, 600, 3, 2);
+  CHECK_EQ_INT(fails, 0);
+  tpu__mxu_set_path(old);
+}
+
+/* When the packing buffers cannot be allocated the kernel still gives the same bits. */
+static void test_alloc_failure(void) {
+  int fails = 0;
+  for (long n = 1; n <= 3; n++) {
+    tpu_alloc_fail_after(n);
+    fails += !check_case(40, 300, 50, 256, 1, 1);
+    tpu_alloc_fail_after(0);
+  }
+  CHECK_EQ_INT(fails, 0);
+}
+
+/* ---- int8 ---- */
+
+static void test_s8(void) {
+  /* Wrap-around: 131073 products of (-128)(-128) = 2^31 + 2^14 wraps to -2^31 + 2^14. */
+  int64_t K = 131073;
+  int8_t *a = malloc((size_t)K), *w = malloc((size_t)K);
+  memset(a, 0x80, (size_t)K);
+  memset(w, 0x80, (size_t)K);
+  int32_t out = 0;
+  tpu_mxu_matmul_s8(a, w, &out, 1, K, 1, 1);
+  CHECK_EQ_INT(out, -2147483647 - 1 + 16384);
+  free(a);
+  free(w);
+  /* Random shapes against an int64 sum reduced mod 2^32. */
+  static const int64_t shapes[][3] = {{1, 1, 1}, {7, 300, 9}, {64, 129, 513}, {33, 1, 70}, {300, 300, 300}};
+  int fails = 0;
+  for (int s = 0; s < 5; s++) {
+    int64_t M = shapes[s][0], KK = shapes[s][1], N = shapes[s][2];
+    int8_t *A = malloc((size_t)(M * KK)), *W = malloc((size_t)(KK * N));
+    int32_t *got = malloc(sizeof(int32_t) * (size_t)(M * N));
+    for (int64_t i = 0; i < M * KK; i++) A[i] = (int8_t)(rnd() & 0xff);
+    for (int64_t i = 0; i < KK * N; i++) W[i] = (int8_t)((rnd() & 1) ? -128 : (int)(rnd() & 0xff));
+    for (int path = 0; path < 2; path++) {
+      tpu__mxu_path old = tpu__mxu_set_path(path ? TPU__MXU_PATH_SCALAR : TPU__MXU_PATH_AUTO);
+      tpu_mxu_matmul_s8(A, W, got, M, KK, N, 1 + s % 4);
+      tpu__mxu_set_path(old);
+      for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+          int64_t sum = 0;
+          for (int64_t k = 0; k < KK; k++) sum += (int64_t)A[m * KK + k] * W[k * N + n];
+          uint32_t u = (uint32_t)((uint64_t)sum & 0xffffffffu);
+          int32_t want = u >= 0x80000000u ? (int32_t)(u - 0x80000000u) - 2147483647 - 1 : (int32_t)u;
+          fails += got[m * N + n] != want;
+        }
+    }
+    free(A);
+    free(W);
+    free(got);
+  }
+  CHECK_EQ_INT(fails, 0);
+}
+
+/* ---- f32 operands ---- */
+
+static float bf(tpu_bf16 b) { return tpu_bf16_to_f32(b); }
+
+static void test_split(void) {
+  tpu_bf16 p[3];
+  /* 1 + 2^-8 + 2^-17: rounds up to 1 + 2^-7, leaving -2^-8 + 2^-17. */
+  float x = 1.0f + ldexpf(1, -8) + ldexpf(1, -17);
+  tpu__mxu_split_f32(x, p);
+  CHECK(bf(p[0]) == 1.0f + ldexpf(1, -7));
+  CHECK(bf(p[1]) == -ldexpf(1, -8));
+  CHECK(bf(p[2]) == ldexpf(1, -17));
+  /* FLT_MAX would round to inf: the high part truncates to the largest bf16 instead. */
+  tpu__mxu_split_f32(FLT_MAX, p);
+  CHECK_EQ_INT(p[0].bits, 0x7f7f);
+  CHECK((double)bf(p[0]) + bf(p[1]) + bf(p[2]) == (double)FLT_MAX);
+  tpu__mxu_split_f32(-INFINITY, p);
+  CHECK_EQ_INT(p[0].bits, 0xff80);
+  CHECK_EQ_INT(p[1].bits | p[2].bits, 0);
+  tpu__mxu_split_f32(NAN, p);
+  CHECK(isnan(bf(p[0])));
+  CHECK_EQ_INT(p[1].bits | p[2].bits, 0);
+  /* Exact for every finite f32 of magnitude >= 2^-110 (sampled). */
+  int bad = 0;
+  for (int i = 0; i < 200000; i++) {
+    uint32_t u = rnd() ^ (rnd() << 16);
+    float f = tpu_f32_from_bits(u);
+    if (!isfinite(f) || fabsf(f) < ldexpf(1, -110)) continue;
+    tpu__mxu_split_f32(f, p);
+    bad += (double)bf(p[0]) + (double)bf(p[1]) + (double)bf(p[2]) != (double)f;
+  }
+  CHECK_EQ_INT(bad, 0);
+}
+
+/* The pass plan, recomputed from the bf16 reference: the low passes summed smallest first,
+ * NaN -> +0, then the high pass added. */
+static void ref_f32(const float *A, const float *W, float *out, int64_t M, int64_t K, int64_t N,
+                    int64_t R, tpu_precision p) {
+  tpu_bf16 *ap[3], *wp[3];
+  for (int q = 0; q < 3; q++) {
+    ap[q] = malloc(sizeof(tpu_bf16) * (size_t)(M * K + 1));
+    wp[q] = malloc(sizeof(tpu_bf16) * (size_t)(K * N + 1));
+  }
+  tpu_bf16 s[3];
+  for (int64_t i = 0; i < M * K; i++) {
+    tpu__mxu_split_f32(A[i], s);
+    for (int q = 0; q < 3; q++) ap[q][i] = s[q];
+  }
+  for (int64_t i = 0; i < K * N; i++) {
+    tpu__mxu_split_f32(W[i], s);
+    for (int q = 0; q < 3; q++) wp[q][i] = s[q];
+  }
+  float *t = malloc(sizeof(float) * (size_t)(M * N));
+  if (p == TPU_PREC_DEFAULT) {
+    ref_bf16(ap[0], wp[0], out, M, K, N, R);
+  } else {
+    static const int hi3[2][2] = {{1, 0}, {0, 1}};
+    static const int hi6[5][2] = {{1, 1}, {0, 2}, {2, 0}, {0, 1}, {1, 0}};
+    int n = p == TPU_PREC_HIGH ? 2 : 5;
+    for (int i = 0; i < n; i++) {
+      const int *pq = p == TPU_PREC_HIGH ? hi3[i] : hi6[i];
+      ref_bf16(ap[pq[0]], wp[pq[1]], i ? t : out, M, K, N, R);
+      for (int64_t e = 0; i && e < M * N; e++) out[e] += t[e];
+    }
+    ref_bf16(ap[0], wp[0], t, M, K, N, R);
+    for (int64_t e = 0; e < M * N; e++) {
+      float v = (isnan(out[e]) ? 0.0f : out[e]) + t[e];
+      out[e] = isnan(v) ? tpu_f32_from_bits(0x7fc00000u) : v;
+    }
+  }
+  free(t);
+  for (int q = 0; q < 3; q++) {
+    free(ap[q]);
+    free(wp[q]);
+  }
+}
+
+static void test_f32_passes(void) {
+  tpu_diag d;
+  /* One product by hand: x = 1 + 2^-8 + 2^-17 squared. HIGH: (x2*x1 + x1*x2) + x1*x1;
+   * HIGHEST adds x2*x2, x1*x3, x3*x1 first. Here every partial sum is exact in f32. */
+  float x = 1.0f + ldexpf(1, -8) + ldexpf(1, -17), out = 0;
+  double x1 = 1 + ldexp(1, -7), x2 = -ldexp(1, -8), x3 = ldexp(1, -17);
+  CHECK_EQ_INT(tpu_mxu_matmul_f32(&x, &x, &out, 1, 1, 1, 128, TPU_PREC_DEFAULT, 1, &d), TPU_OK);
+  CHECK(out == (float)(x1 * x1));
+  CHECK_EQ_INT(tpu_mxu_matmul_f32(&x, &x, &out, 1, 1, 1, 128, TPU_PREC_HIGH, 1, &d), TPU_OK);
+  CHECK(out == (float)(2 * x1 * x2 + x1 * x1));
+  CHECK_EQ_INT(tpu_mxu_matmul_f32(&x, &x, &out, 1, 1, 1, 128, TPU_PREC_HIGHEST, 1, &d), TPU_OK);
+  CHECK(out == (float)(x2 * x2 + 2 * x1 * x3 + 2 * x1 * x2 + x1 * x1));
+  CHECK(out == x * x); /* here HIGHEST is the correctly rounded f32 product */
+  /* 1 x inf: the low passes give 0 x inf = NaN, which must not reach the result. */
+  float one = 1, inf = INFINITY;
+  for (int p = 0; p < 3; p++) {
+    CHECK_EQ_INT(tpu_mxu_matmul_f32(&one, &inf, &out, 1, 1, 1, 8, (tpu_precision)p, 1, &d), TPU_OK);
+    CHECK_EQ_INT(tpu_f32_bits(out), 0x7f800000u);
+  }
+  float zero = 0;
+  CHECK_EQ_INT(tpu_mxu_matmul_f32(&zero, &inf, &out, 1, 1, 1, 8, TPU_PREC_HIGHEST, 1, &d), TPU_OK);
+  CHECK_EQ_INT(tpu_f32_bits(out), 0x7fc00000u);
+  /* Whole matrices, specials included: bit-identical to the pass plan on the reference. */
+  int fails = 0;
+  static const int64_t shp[][4] = {{5, 7, 9, 3}, {40, 130, 33, 128}, {17, 300, 20, 256}};
+  for (int s = 0; s < 3; s++)
+    for (int p = 0; p < 3; p++) {
+      int64_t M = shp[s][0], K = shp[s][1], N = shp[s][2], R = shp[s][3];
+      float *A = malloc(sizeof(float) * (size_t)(M * K)), *W = malloc(sizeof(float) * (size_t)(K * N));
+      float *got = malloc(sizeof(float) * (size_t)(M * N)), *want = malloc(sizeof(float) * (size_t)(M * N));
+      for (int64_t i = 0; i < M * K; i++) A[i] = (rnd() & 15) ? rnd_unit() : tpu_f32_from_bits(rnd());
+      for (int64_t i = 0; i < K * N; i++) W[i] = (rnd() & 15) ? rnd_unit() : tpu_f32_from_bits(rnd());
+      CHECK_EQ_INT(tpu_mxu_matmul_f32(A, W, got, M, K, N, R, (tpu_precision)p, 1 + s, &d), TPU_OK);
+      ref_f32(A, W, want, M, K, N, R, (tpu_precision)p);
+      int64_t at;
+      fails += !same_bits(got, want, M * N, &at);
+      free(A);
+      free(W);
+      free(got);
+      free(want);
+    }
+  CHECK_EQ_INT(fails, 0);
+}
+
+/* Accuracy against f64 on random data, as error / sum |a*w| (the scale of the dot product). */
+static void test_f32_accuracy(void) {
+  enum { M = 16, K = 64, N = 16 };
+  static float A[M * K], W[K * N], out[M * N];
+  for (int i = 0; i < M * K; i++) A[i] = rnd_unit();
+  for (int i = 0; i < K * N; i++) W[i] = rnd_unit();
+  double worst[3] = {0, 0, 0};
+  tpu_diag d;
+  for (int p = 0; p < 3; p++) {
+    CHECK_EQ_INT(tpu_mxu_matmul_f32(A, W, out, M, K, N, 8, (tpu_precision)p, 2, &d), TPU_OK);
+    for (int m = 0; m < M; m++)
+      for (int n = 0; n < N; n++) {
+        double s = 0, mag = 0;
+        for (int k = 0; k < K; k++) {
+          s += (double)A[m * K + k] * W[k * N + n];
+          mag += fabs((double)A[m * K + k] * W[k * N + n]);
+        }
+        double e = fabs(out[m * N + n] - s) / mag;
+        if (e > worst[p]) worst[p] = e;
+      }
+  }
+  printf("f32 relative error: DEFAULT %.3g HIGH %.3g HIGHEST %.3g\n", worst[0], worst[1], worst[2]);
+  CHECK(worst[0] < 1e-2);
+  CHECK(worst[1] < 1e-5);
+  CHECK(worst[2] < 1e-6);
+  CHECK(worst[2] < worst[1] && worst[1] < worst[0]);
+}
+
+static void test_f32_errors(void) {
+  tpu_diag d;
+  float a = 1, out = 7;
+  CHECK_EQ_INT(tpu_mxu_matmul_f32(&a, &a, &out, -1, 1, 1, 8, TPU_PREC_HIGH, 1, &d), TPU_ERR_ARG);
+  CHECK_EQ_INT(tpu_mxu_matmul_f32(&a, &a, &out, 1, 1, 1, 0, TPU_PREC_HIGH, 1, &d), TPU_ERR_ARG);
+  CHECK_EQ_INT(tpu_mxu_matmul_f32(&a, &a, &out, 1, 1, 1, 8, (tpu_precision)7, 1, &d), TPU_ERR_ARG);
+  CHECK_EQ_INT(tpu_mxu_matmul_f32(NULL, &a, &out, 1, 1, 1, 8, TPU_PREC_HIGH, 1, &d), TPU_ERR_ARG);
+  CHECK_EQ_INT(tpu_mxu_matmul_f32(&a, &a, &out, INT64_MAX / 2, 4, 1, 8, TPU_PREC_HIGH, 1, &d),
+               TPU_ERR_LIMIT);
+  CHECK(out == 7);
+  /* Out of memory at each allocation: either NOMEM with out untouched, or the right bits. */
+  enum { M = 9, K = 300, N = 11 };
+  static float A[M * K], W[K * N], got[M * N], want[M * N];
+  for (int i = 0; i < M * K; i++) A[i] = rnd_unit();
+  for (int i = 0; i < K * N; i++) W[i] = rnd_unit();
+  ref_f32(A, W, want, M, K, N, 256, TPU_PREC_HIGHEST);
+  tpu_alloc_fail_after(0);
+  CHECK_EQ_INT(tpu_mxu_matmul_f32(A, W, got, M, K, N, 256, TPU_PREC_HIGHEST, 1, &d), TPU_OK);
+  long count = tpu_alloc_fail_after(0);
+  CHECK(count >= 3);
+  int nomem = 0, bad = 0;
+  for (long n = 1; n <= count; n++) {
+    for (int i = 0; i < M * N; i++) got[i] = -3.0f;
+    tpu_alloc_fail_after(n);
+    tpu_status st = tpu_mxu_matmul_f32(A, W, got, M, K, N, 256, TPU_PREC_HIGHEST, 1, &d);
+    tpu_alloc_fail_after(0);
+    int64_t at;
+    if (st == TPU_ERR_NOMEM) {
+      nomem++;
+      for (int i = 0; i < M * N; i++) bad += got[i] != -3.0f;
+    } else {
+      bad += st != TPU_OK || !same_bits(got, want, M * N, &at);
+    }
+  }
+  CHECK_EQ_INT(nomem, 3);
+  CHECK_EQ_INT(bad, 0);
+}
+
+int main(void) {
+  printf("micro-kernel: %s\n", tpu__mxu_kernel_name());
+  test_hand_cases();
+  test_shapes();
+  test_scalar_path();
+  test_alloc_failure();
+  test_s8();
+  test_split();
+  test_f32_passes();
+  test_f32_accuracy();
+  test_f32_errors();
+  CHECK_DONE();
+}
