@@ -14,4 +14,12 @@ tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, t
 /* The most iterations one while loop may run before the run fails (0 = no limit). */
 void tpu_ref_set_while_limit(int64_t limit);
 
+/* Loads the .npy file for entry parameter `idx` and checks it against the parameter's
+ * shape: dims and dtype must match, except that a float32 array is accepted for a bf16 or
+ * f16 parameter and rounded to nearest even. */
+tpu_status tpu_ref_load_input(const char *path, int idx, const tpu_shape *s, tpu_tensor *t, tpu_diag *d);
+
+/* "f32[2,3]" for an array value. */
+void tpu_ref_describe(const tpu_tensor *t, char *buf, size_t n);
+
 #endif

@@ -1,0 +1,289 @@
+/* The reference interpreter core: evaluates computations in dependency order, runs the
+ * control-flow ops itself and dispatches every other op to its kernel. */
+#include <string.h>
+
+#include "base/alloc.h"
+#include "ref/ref_int.h"
+
+#define MAX_CALL_DEPTH 200
+
+struct tpu_interp {
+  int64_t while_limit;
+  int depth;
+};
+
+static int64_t g_while_limit = 100000000;
+
+void tpu_ref_set_while_limit(int64_t limit) { g_while_limit = limit; }
+
+void tpu__ref_strides(int rank, const int64_t *dims, int64_t *strides) {
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+}
+
+tpu_status tpu__ref_alloc_shape(tpu_tensor *out, const tpu_shape *s, tpu_diag *d) {
+  if (s->dtype == TPU_TUPLE) {
+    TPU_TRY(tpu_tensor_alloc_tuple(out, s->ntuple, d));
+    for (int i = 0; i < s->ntuple; i++) {
+      tpu_status st = tpu__ref_alloc_shape(&out->elems[i], &s->elems[i], d);
+      if (st != TPU_OK) {
+        tpu_tensor_free(out);
+        return st;
+      }
+    }
+    return TPU_OK;
+  }
+  if (s->dtype == TPU_TOKEN) {
+    memset(out, 0, sizeof *out);
+    out->dtype = TPU_TOKEN;
+    return TPU_OK;
+  }
+  return tpu_tensor_alloc(out, s->dtype, s->rank, s->dims, d);
+}
+
+/* Does a value match a shape (dtype, dims, tuple structure)? */
+static int value_matches(const tpu_tensor *v, const tpu_shape *s) {
+  if (v->dtype != s->dtype) return 0;
+  if (s->dtype == TPU_TUPLE) {
+    if (v->ntuple != s->ntuple) return 0;
+    for (int i = 0; i < s->ntuple; i++)
+      if (!value_matches(&v->elems[i], &s->elems[i])) return 0;
+    return 1;
+  }
+  if (s->dtype == TPU_TOKEN) return 1;
+  if (v->rank != s->rank) return 0;
+  for (int i = 0; i < s->rank; i++)
+    if (v->dims[i] != s->dims[i]) return 0;
+  return 1;
+}
+
+static tpu_status fail_oom(const tpu_instr *in, tpu_diag *d) {
+  return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory evaluating '%s'", in->name);
+}
+
+static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *init, tpu_tensor *out, tpu_diag *d) {
+  tpu_tensor state;
+  TPU_TRY(tpu_tensor_clone(&state, init, d));
+  int64_t iters = 0;
+  for (;;) {
+    tpu_tensor cond;
+    const tpu_tensor *arg = &state;
+    tpu_status st = tpu__ref_call(ip, in->condition, &arg, 1, &cond, d);
+    if (st != TPU_OK) {
+      tpu_tensor_free(&state);
+      return st;
+    }
+    int go = ((const uint8_t *)cond.data)[0] != 0;
+    tpu_tensor_free(&cond);
+    if (!go) break;
+    if (ip->while_limit > 0 && iters >= ip->while_limit) {
+      tpu_tensor_free(&state);
+      return TPU_FAIL(d, TPU_ERR_LIMIT, in->loc, "while loop '%s' ran past %lld iterations", in->name,
+                      (long long)ip->while_limit);
+    }
+    tpu_tensor next;
+    st = tpu__ref_call(ip, in->body, &arg, 1, &next, d);
+    tpu_tensor_free(&state);
+    if (st != TPU_OK) return st;
+    state = next;
+    iters++;
+  }
+  *out = state;
+  return TPU_OK;
+}
+
+static tpu_status run_conditional(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
+                                  tpu_diag *d) {
+  int64_t b;
+  if (in->pred_branches) {
+    b = ((const uint8_t *)args[0]->data)[0] ? 0 : 1;
+  } else {
+    b = tpu_tensor_get_i64(args[0], 0);
+    if (b < 0 || b >= in->nbranches) b = in->nbranches - 1; /* XLA: out of range runs the last branch */
+  }
+  return tpu__ref_call(ip, in->branches[b], &args[1 + b], 1, out, d);
+}
+
+static tpu_status make_tuple(const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
+  TPU_TRY(tpu_tensor_alloc_tuple(out, in->noperands, d));
+  for (int i = 0; i < in->noperands; i++) {
+    tpu_status st = tpu_tensor_clone(&out->elems[i], args[i], d);
+    if (st != TPU_OK) {
+      tpu_tensor_free(out);
+      return st;
+    }
+  }
+  return TPU_OK;
+}
+
+/* Collectives on a single device: every group has one member, so each is the identity
+ * where the result shape equals the operand's. The pod executor runs real groups. */
+static tpu_status run_collective_single(const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
+  if (in->noperands == 1 && value_matches(args[0], &in->shape)) return tpu_tensor_clone(out, args[0], d);
+  if (in->shape.dtype == TPU_TUPLE && in->shape.ntuple == in->noperands) {
+    int ok = 1;
+    for (int i = 0; i < in->noperands; i++) ok &= value_matches(args[i], &in->shape.elems[i]);
+    if (ok) return make_tuple(in, args, out, d);
+  }
+  return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "'%s' across several devices needs the pod executor", tpu_op_name(in->op));
+}
+
+static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
+  switch (in->op) {
+    case TPU_OP_TUPLE: return make_tuple(in, args, out, d);
+    case TPU_OP_GET_TUPLE_ELEMENT: return tpu_tensor_clone(out, &args[0]->elems[in->index], d);
+    case TPU_OP_CALL: return tpu__ref_call(ip, in->to_apply, args, in->noperands, out, d);
+    case TPU_OP_FUSION: return tpu__ref_call(ip, in->calls, args, in->noperands, out, d);
+    case TPU_OP_WHILE: return run_while(ip, in, args[0], out, d);
+    case TPU_OP_CONDITIONAL: return run_conditional(ip, in, args, out, d);
+    case TPU_OP_OPT_BARRIER:
+    case TPU_OP_ADD_DEPENDENCY: return tpu_tensor_clone(out, args[0], d);
+    case TPU_OP_AFTER_ALL: return tpu__ref_alloc_shape(out, &in->shape, d);
+    case TPU_OP_PARTITION_ID:
+    case TPU_OP_REPLICA_ID: return tpu__ref_alloc_shape(out, &in->shape, d); /* device 0 */
+    case TPU_OP_BROADCAST:
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST:
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_SLICE:
+    case TPU_OP_DYNAMIC_SLICE:
+    case TPU_OP_DYNAMIC_UPDATE_SLICE:
+    case TPU_OP_CONCATENATE:
+    case TPU_OP_PAD:
+    case TPU_OP_REVERSE:
+    case TPU_OP_IOTA:
+    case TPU_OP_COPY: return tpu__ref_movement(ip, in, args, out, d);
+    case TPU_OP_GATHER:
+    case TPU_OP_SCATTER: return tpu__ref_gather_scatter(ip, in, args, out, d);
+    case TPU_OP_RNG_BIT_GENERATOR: return tpu__ref_rng(ip, in, args, out, d);
+    case TPU_OP_REDUCE:
+    case TPU_OP_REDUCE_WINDOW:
+    case TPU_OP_SELECT_AND_SCATTER:
+    case TPU_OP_SORT:
+    case TPU_OP_TOPK:
+    case TPU_OP_MAP: return tpu__ref_reduce(ip, in, args, out, d);
+    case TPU_OP_DOT:
+    case TPU_OP_CONVOLUTION: return tpu__ref_dot_conv(ip, in, args, out, d);
+    case TPU_OP_COMPARE:
+    case TPU_OP_SELECT:
+    case TPU_OP_CLAMP:
+    case TPU_OP_CONVERT:
+    case TPU_OP_BITCAST_CONVERT:
+    case TPU_OP_IS_FINITE: return tpu__ref_elementwise(ip, in, args, out, d);
+    default: break;
+  }
+  switch (tpu_op_class_of(in->op)) {
+    case TPU_CLS_UNARY:
+    case TPU_CLS_BINARY:
+    case TPU_CLS_TERNARY: return tpu__ref_elementwise(ip, in, args, out, d);
+    case TPU_CLS_COLLECTIVE: return run_collective_single(in, args, out, d);
+    default: break;
+  }
+  return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "the reference interpreter cannot run '%s'", tpu_op_name(in->op));
+}
+
+/* Per-call evaluation state: each instruction's value is either borrowed (a parameter's
+ * argument, a constant's literal) or owned; owned values are freed after their last use. */
+typedef struct {
+  const tpu_tensor **val;
+  tpu_tensor *own;
+  int *uses;
+} frame;
+
+tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, int nargs, tpu_tensor *out,
+                         tpu_diag *d) {
+  memset(out, 0, sizeof *out);
+  if (nargs != c->nparams)
+    return TPU_FAIL(d, TPU_ERR_INVALID, c->loc, "computation '%s' called with %d arguments, expects %d", c->name, nargs,
+                    c->nparams);
+  if (ip->depth >= MAX_CALL_DEPTH)
+    return TPU_FAIL(d, TPU_ERR_LIMIT, c->loc, "calls nested deeper than %d", MAX_CALL_DEPTH);
+  int n = c->ninstrs;
+  frame f;
+  f.val = tpu_calloc((size_t)n, sizeof *f.val);
+  f.own = tpu_calloc((size_t)n, sizeof *f.own);
+  f.uses = tpu_calloc((size_t)n, sizeof *f.uses);
+  const tpu_tensor **opv = tpu_calloc(1, sizeof *opv);
+  int opcap = 1;
+  tpu_status st = TPU_OK;
+  if (!f.val || !f.own || !f.uses || !opv) st = TPU_FAIL(d, TPU_ERR_NOMEM, c->loc, "out of memory");
+  for (int i = 0; st == TPU_OK && i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    for (int k = 0; k < in->noperands; k++) f.uses[in->operands[k]->id]++;
+  }
+  ip->depth++;
+  for (int i = 0; st == TPU_OK && i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    int id = in->id;
+    if (in->op == TPU_OP_PARAMETER) {
+      if (!value_matches(args[in->index], &in->shape)) {
+        st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "argument %lld of '%s' does not match the parameter's shape",
+                      (long long)in->index, c->name);
+        break;
+      }
+      f.val[id] = args[in->index];
+      continue;
+    }
+    if (in->op == TPU_OP_CONSTANT) {
+      f.val[id] = in->literal;
+      continue;
+    }
+    if (in->noperands > opcap) {
+      const tpu_tensor **nv = tpu_realloc(opv, sizeof *opv * (size_t)in->noperands);
+      if (!nv) {
+        st = fail_oom(in, d);
+        break;
+      }
+      opv = nv;
+      opcap = in->noperands;
+    }
+    for (int k = 0; k < in->noperands; k++) opv[k] = f.val[in->operands[k]->id];
+    st = eval(ip, in, opv, &f.own[id], d);
+    if (st != TPU_OK) break;
+    f.val[id] = &f.own[id];
+    for (int k = 0; k < in->noperands; k++) {
+      const tpu_instr *o = in->operands[k];
+      if (--f.uses[o->id] == 0 && o != c->root) tpu_tensor_free(&f.own[o->id]);
+    }
+  }
+  ip->depth--;
+  if (st == TPU_OK) {
+    int r = c->root->id;
+    if (f.val[r] == &f.own[r]) {
+      *out = f.own[r];
+      memset(&f.own[r], 0, sizeof f.own[r]);
+    } else {
+      st = tpu_tensor_clone(out, f.val[r], d);
+    }
+  }
+  if (f.own)
+    for (int i = 0; i < n; i++) tpu_tensor_free(&f.own[i]);
+  tpu_free(f.val);
+  tpu_free(f.own);
+  tpu_free(f.uses);
+  tpu_free(opv);
+  return st;
+}
+
+tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, tpu_tensor *out, tpu_diag *d) {
+  memset(out, 0, sizeof *out);
+  const tpu_comp *e = m->entry;
+  if (nargs != e->nparams)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "the program takes %d inputs; %d were given", e->nparams, nargs);
+  for (int i = 0; i < nargs; i++)
+    if (!value_matches(&args[i], &e->params[i]->shape)) {
+      char want[256];
+      tpu_shape_print(&e->params[i]->shape, want, sizeof want);
+      return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d does not match parameter %d of type %s", i, i, want);
+    }
+  const tpu_tensor **argv = tpu_calloc((size_t)(nargs ? nargs : 1), sizeof *argv);
+  if (!argv) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  for (int i = 0; i < nargs; i++) argv[i] = &args[i];
+  tpu_interp ip = {g_while_limit, 0};
+  tpu_status st = tpu__ref_call(&ip, e, argv, nargs, out, d);
+  tpu_free(argv);
+  return st;
+}
