@@ -1,0 +1,523 @@
+/* Chip presets: finding, loading and validating chips/NAME.json. */
+#include "chip/chip.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/json.h"
+
+#define CHIP_SCHEMA "tpusim-chip/1"
+
+static const struct {
+  const char *key;
+  size_t off;
+  char kind;
+  int req;
+  const char *unit, *meaning;
+} k_fields[] = {
+#define X(id, member, kind, req, unit, meaning) \
+  {#member, offsetof(tpu_chip, member), kind, req, unit, meaning},
+    TPU_CHIP_FIELDS(X)
+#undef X
+};
+_Static_assert(sizeof k_fields / sizeof k_fields[0] == TPU_CHIP_NFIELDS, "chip field table");
+
+static const char *const k_prov[] = {"published", "derived", "uncertain", "unknown", "absent"};
+static const char *const k_topo[] = {"none", "2d-torus", "3d-torus"};
+static const char *const k_wrap[] = {"none", "full-axis", "multiple"};
+
+const char *tpu_chip_field_key(tpu_chip_field f) { return k_fields[f].key; }
+const char *tpu_chip_field_unit(tpu_chip_field f) { return k_fields[f].unit; }
+const char *tpu_chip_field_meaning(tpu_chip_field f) { return k_fields[f].meaning; }
+char tpu_chip_field_kind(tpu_chip_field f) { return k_fields[f].kind; }
+const char *tpu_chip_prov_name(tpu_chip_prov_status s) { return k_prov[s]; }
+const char *tpu_chip_topology_name(tpu_topology_kind k) { return k_topo[k]; }
+const char *tpu_chip_wrap_name(tpu_wrap_rule w) { return k_wrap[w]; }
+
+int tpu_chip_known(const tpu_chip *c, tpu_chip_field f) {
+  return c->prov[f].status != TPU_PROV_UNKNOWN && c->prov[f].status != TPU_PROV_ABSENT;
+}
+
+double tpu_chip_value(const tpu_chip *c, tpu_chip_field f) {
+  const char *p = (const char *)c + k_fields[f].off;
+  switch (k_fields[f].kind) {
+    case 'f': return *(const double *)p;
+    case 'i': return (double)*(const int64_t *)p;
+    case 't': return (double)*(const tpu_dtype *)p;
+    case 'o': return (double)*(const tpu_topology_kind *)p;
+    case 'w': return (double)*(const tpu_wrap_rule *)p;
+    case 'm': {
+      const int64_t *m = (const int64_t *)p;
+      return (double)m[0] * (double)m[1] * (double)m[2];
+    }
+  }
+  return 0;
+}
+
+double tpu_chip_macs_per_cycle(const tpu_chip *c) {
+  return (double)c->tensorcores * (double)c->mxus_per_core * (double)c->mxu_rows *
+         (double)c->mxu_cols;
+}
+
+double tpu_chip_derived_peak(const tpu_chip *c) { return 2.0 * tpu_chip_macs_per_cycle(c) * c->clock_hz; }
+
+double tpu_chip_peak_bf16(const tpu_chip *c) {
+  if (tpu_chip_known(c, TPU_CHIP_PEAK_BF16_FLOPS)) return c->peak_bf16_flops;
+  return c->mac_input == TPU_BF16 ? tpu_chip_derived_peak(c) : 0.0;
+}
+
+double tpu_chip_peak_int8(const tpu_chip *c) {
+  if (tpu_chip_known(c, TPU_CHIP_PEAK_INT8_OPS)) return c->peak_int8_ops;
+  if (c->mac_input == TPU_S8) return tpu_chip_derived_peak(c);
+  if (tpu_chip_known(c, TPU_CHIP_INT8_RATE)) return tpu_chip_derived_peak(c) * c->int8_rate;
+  return 0.0;
+}
+
+int tpu_chip_axis_wraps(const tpu_chip *c, int axis, int64_t len) {
+  if (axis < 0 || axis > 2 || len < 2) return 0;
+  switch (c->wraparound) {
+    case TPU_WRAP_NONE: return 0;
+    case TPU_WRAP_FULL_AXIS: return len == c->max_dims[axis];
+    case TPU_WRAP_MULTIPLE: return c->wrap_multiple > 0 && len % c->wrap_multiple == 0;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- finding files */
+
+/* Candidate chips folders in search order; returns how many were written. */
+static int chip_dirs(char dirs[][512], int max) {
+  int n = 0;
+  const char *env = getenv("TPUSIM_CHIPS");
+  if (env && *env && n < max) snprintf(dirs[n++], 512, "%s", env);
+  char exe[400];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len > 0) {
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    const char *ups[] = {"", "/..", "/../..", "/../../.."};
+    for (int i = 0; i < 4 && n < max; i++) snprintf(dirs[n++], 512, "%s%s/chips", exe, ups[i]);
+  }
+  if (n < max) snprintf(dirs[n++], 512, "chips");
+  return n;
+}
+
+static int is_file(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+
+/* Lists NAME.json files of one folder; returns the count (0 if none or not a folder). */
+static int list_dir(const char *dir, tpu_chip_presets *out) {
+  DIR *dp = opendir(dir);
+  if (!dp) return 0;
+  out->count = 0;
+  struct dirent *e;
+  while ((e = readdir(dp)) && out->count < TPU_CHIP_MAX_PRESETS) {
+    size_t len = strlen(e->d_name);
+    if (len <= 5 || len - 5 >= sizeof out->names[0] || strcmp(e->d_name + len - 5, ".json")) continue;
+    char full[1024];
+    snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+    if (!is_file(full)) continue;
+    memcpy(out->names[out->count], e->d_name, len - 5);
+    out->names[out->count][len - 5] = 0;
+    out->count++;
+  }
+  closedir(dp);
+  qsort(out->names, (size_t)out->count, sizeof out->names[0], cmp_names);
+  snprintf(out->dir, sizeof out->dir, "%s", dir);
+  return out->count;
+}
+
+tpu_status tpu_chip_list_presets(tpu_chip_presets *out, tpu_diag *d) {
+  char dirs[6][512];
+  int n = chip_dirs(dirs, 6);
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < n; i++)
+    if (list_dir(dirs[i], out) > 0) return TPU_OK;
+  memset(out, 0, sizeof *out);
+  return TPU_FAIL(d, TPU_ERR_IO, tpu_noloc(),
+                  "no chips folder found (set TPUSIM_CHIPS to the folder holding NAME.json files)");
+}
+
+static int is_preset_name(const char *s) {
+  if (!*s || strlen(s) >= 32) return 0;
+  for (const char *p = s; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '_' || *p == '-' || *p == '.'))
+      return 0;
+  return 1;
+}
+
+static tpu_status resolve(const char *arg, char *path, size_t n, tpu_diag *d) {
+  size_t len = strlen(arg);
+  if (strchr(arg, '/') || (len >= 5 && !strcmp(arg + len - 5, ".json"))) {
+    snprintf(path, n, "%s", arg);
+    return TPU_OK;
+  }
+  if (!is_preset_name(arg))
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "bad chip name '%s'", arg);
+  char dirs[6][512];
+  int nd = chip_dirs(dirs, 6);
+  for (int i = 0; i < nd; i++) {
+    snprintf(path, n, "%s/%s.json", dirs[i], arg);
+    if (is_file(path)) return TPU_OK;
+  }
+  tpu_chip_presets ps;
+  if (tpu_chip_list_presets(&ps, NULL) != TPU_OK)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(),
+                    "unknown chip '%s': no chips folder found (set TPUSIM_CHIPS)", arg);
+  char list[400] = "";
+  size_t k = 0;
+  for (int i = 0; i < ps.count && k < sizeof list - 40; i++)
+    k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", ps.names[i]);
+  return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "unknown chip '%s' (presets: %s)", arg, list);
+}
+
+/* ---------------------------------------------------------------- loading */
+
+typedef struct {
+  tpu_json_doc doc;
+  tpu_chip *c;
+  tpu_diag *d;
+  const tpu_json *node[TPU_CHIP_NFIELDS]; /* each field's object, NULL if omitted */
+  int ndims;
+} loader;
+
+static tpu_loc at(const loader *L, const tpu_json *v) { return tpu_json_loc(&L->doc, v, 0); }
+
+#define BAD(L, v, ...) TPU_FAIL((L)->d, TPU_ERR_INVALID, at((L), (v)), __VA_ARGS__)
+
+static tpu_status copy_str(loader *L, const tpu_json *v, const char *what, char *dst, size_t n) {
+  if (!v || v->kind != TPU_JSON_STRING)
+    return BAD(L, v, "%s must be a string%s%s", what, v ? ", found " : "",
+               v ? tpu_json_kind_name(v->kind) : "");
+  if (v->len >= n || strlen(v->str) != v->len)
+    return BAD(L, v, "%s is longer than %zu bytes or holds a NUL", what, n - 1);
+  memcpy(dst, v->str, v->len + 1);
+  return TPU_OK;
+}
+
+static int has_source(const tpu_chip *c, const char *key, size_t n) {
+  for (int i = 0; i < c->nsources; i++)
+    if (strlen(c->sources[i].key) == n && !strncmp(c->sources[i].key, key, n)) return 1;
+  return 0;
+}
+
+/* "source": comma-separated keys of "sources", or "derived" (derived or uncertain values),
+ * "assumption" (uncertain values) or "none" (unknown or absent ones). */
+static tpu_status check_sources(loader *L, const char *field, const tpu_json *v,
+                                const tpu_chip_prov *p) {
+  const char *s = p->source;
+  if (!*s) return BAD(L, v, "field '%s': 'source' is empty", field);
+  while (*s) {
+    while (*s == ' ' || *s == ',') s++;
+    const char *e = s;
+    while (*e && *e != ',') e++;
+    size_t n = (size_t)(e - s);
+    while (n && s[n - 1] == ' ') n--;
+    int guess = p->status == TPU_PROV_DERIVED || p->status == TPU_PROV_UNCERTAIN;
+    int ok = has_source(L->c, s, n) || (n == 7 && !strncmp(s, "derived", 7) && guess) ||
+             (n == 10 && !strncmp(s, "assumption", 10) && p->status == TPU_PROV_UNCERTAIN) ||
+             (n == 4 && !strncmp(s, "none", 4) &&
+              (p->status == TPU_PROV_UNKNOWN || p->status == TPU_PROV_ABSENT));
+    if (!ok && n)
+      return BAD(L, v, "field '%s': source '%.*s' is not listed in \"sources\"", field, (int)n, s);
+    s = e;
+  }
+  return TPU_OK;
+}
+
+static tpu_status parse_enum(loader *L, const char *field, const tpu_json *v,
+                             const char *const *names, int count, int *out) {
+  if (v->kind == TPU_JSON_STRING)
+    for (int i = 0; i < count; i++)
+      if (!strcmp(v->str, names[i])) {
+        *out = i;
+        return TPU_OK;
+      }
+  char list[120] = "";
+  size_t k = 0;
+  for (int i = 0; i < count; i++)
+    k += (size_t)snprintf(list + k, sizeof list - k, "%s\"%s\"", i ? ", " : "", names[i]);
+  return BAD(L, v, "field '%s': 'value' must be one of %s", field, list);
+}
+
+static tpu_status parse_value(loader *L, int f, const tpu_json *v) {
+  const char *field = k_fields[f].key;
+  char *p = (char *)L->c + k_fields[f].off;
+  switch (k_fields[f].kind) {
+    case 'f':
+      if (v->kind != TPU_JSON_NUMBER || !(v->num > 0) || !isfinite(v->num))
+        return BAD(L, v, "field '%s': 'value' must be a positive number (%s), found %s", field,
+                   k_fields[f].unit[0] ? k_fields[f].unit : "no unit",
+                   v->kind == TPU_JSON_NUMBER ? "a non-positive one" : tpu_json_kind_name(v->kind));
+      *(double *)p = v->num;
+      return TPU_OK;
+    case 'i':
+      if (v->kind != TPU_JSON_NUMBER || !v->is_int || v->ival <= 0)
+        return BAD(L, v, "field '%s': 'value' must be a positive integer, found %s", field,
+                   v->kind == TPU_JSON_NUMBER ? (v->is_int ? "a non-positive one" : "a fraction")
+                                              : tpu_json_kind_name(v->kind));
+      *(int64_t *)p = v->ival;
+      return TPU_OK;
+    case 't': {
+      tpu_dtype dt;
+      if (v->kind != TPU_JSON_STRING || !tpu_dtype_parse(v->str, v->len, &dt) ||
+          !tpu_dtype_is_array(dt))
+        return BAD(L, v, "field '%s': 'value' must be an element type such as \"bf16\"", field);
+      *(tpu_dtype *)p = dt;
+      return TPU_OK;
+    }
+    case 'o': {
+      int k;
+      TPU_TRY(parse_enum(L, field, v, k_topo, 3, &k));
+      *(tpu_topology_kind *)p = (tpu_topology_kind)k;
+      return TPU_OK;
+    }
+    case 'w': {
+      int k;
+      TPU_TRY(parse_enum(L, field, v, k_wrap, 3, &k));
+      *(tpu_wrap_rule *)p = (tpu_wrap_rule)k;
+      return TPU_OK;
+    }
+    case 'm': {
+      if (v->kind != TPU_JSON_ARRAY || v->count < 1 || v->count > 3)
+        return BAD(L, v, "field '%s': 'value' must be an array of 1 to 3 positive integers",
+                   field);
+      int64_t *m = (int64_t *)p;
+      m[0] = m[1] = m[2] = 1;
+      for (size_t i = 0; i < v->count; i++) {
+        const tpu_json *e = v->items[i];
+        if (e->kind != TPU_JSON_NUMBER || !e->is_int || e->ival <= 0 || e->ival > (1 << 20))
+          return BAD(L, e, "field '%s': each dimension must be a positive integer", field);
+        m[i] = e->ival;
+      }
+      L->ndims = (int)v->count;
+      return TPU_OK;
+    }
+  }
+  return TPU_OK;
+}
+
+static tpu_status load_field(loader *L, int f, const tpu_json *obj) {
+  const char *field = k_fields[f].key;
+  tpu_chip_prov *p = &L->c->prov[f];
+  if (obj->kind != TPU_JSON_OBJECT)
+    return BAD(L, obj,
+               "field '%s' must be an object {\"value\": ..., \"source\": ..., \"status\": ...}, "
+               "found %s",
+               field, tpu_json_kind_name(obj->kind));
+  for (size_t i = 0; i < obj->count; i++) {
+    const char *k = obj->items[i]->key;
+    if (strcmp(k, "value") && strcmp(k, "source") && strcmp(k, "status") && strcmp(k, "note") &&
+        strcmp(k, "mismatch"))
+      return TPU_FAIL(L->d, TPU_ERR_INVALID, tpu_json_loc(&L->doc, obj->items[i], 1),
+                      "field '%s': unknown key \"%s\" (expected value, source, status, note, "
+                      "mismatch)",
+                      field, k);
+  }
+  const tpu_json *value = tpu_json_get(obj, "value"), *st = tpu_json_get(obj, "status");
+  if (!value) return BAD(L, obj, "field '%s': missing \"value\"", field);
+  if (!st) return BAD(L, obj, "field '%s': missing \"status\"", field);
+  int status;
+  TPU_TRY(parse_enum(L, field, st, k_prov, 5, &status));
+  p->status = (tpu_chip_prov_status)status;
+  char what[80];
+  snprintf(what, sizeof what, "field '%s': 'source'", field);
+  if (!tpu_json_get(obj, "source")) return BAD(L, obj, "field '%s': missing \"source\"", field);
+  TPU_TRY(copy_str(L, tpu_json_get(obj, "source"), what, p->source, sizeof p->source));
+  if (tpu_json_get(obj, "note")) {
+    snprintf(what, sizeof what, "field '%s': 'note'", field);
+    TPU_TRY(copy_str(L, tpu_json_get(obj, "note"), what, p->note, sizeof p->note));
+  }
+  const tpu_json *mm = tpu_json_get(obj, "mismatch");
+  if (mm) {
+    if (f != TPU_CHIP_PEAK_BF16_FLOPS && f != TPU_CHIP_PEAK_INT8_OPS)
+      return BAD(L, mm, "field '%s': \"mismatch\" is only for peak_bf16_flops and peak_int8_ops",
+                 field);
+    snprintf(what, sizeof what, "field '%s': 'mismatch'", field);
+    TPU_TRY(copy_str(L, mm, what, p->mismatch, sizeof p->mismatch));
+  }
+  int is_null = value->kind == TPU_JSON_NULL;
+  int null_status = p->status == TPU_PROV_UNKNOWN || p->status == TPU_PROV_ABSENT;
+  if (is_null && k_fields[f].req)
+    return BAD(L, value, "field '%s' is required and cannot be null", field);
+  if (is_null != null_status)
+    return BAD(L, is_null ? value : st, "field '%s': status \"%s\" %s", field, k_prov[status],
+               is_null ? "needs a value (use \"unknown\" or \"absent\" for null)"
+                       : "needs \"value\": null");
+  if ((p->status == TPU_PROV_DERIVED || p->status == TPU_PROV_UNCERTAIN) && !p->note[0])
+    return BAD(L, obj, "field '%s': status \"%s\" needs a \"note\" saying %s", field,
+               k_prov[status], p->status == TPU_PROV_DERIVED ? "how it was derived" : "why");
+  TPU_TRY(check_sources(L, field, tpu_json_get(obj, "source"), p));
+  if (!is_null) TPU_TRY(parse_value(L, f, value));
+  return TPU_OK;
+}
+
+static const tpu_json *value_node(const loader *L, int f) {
+  return L->node[f] ? tpu_json_get(L->node[f], "value") : L->doc.root;
+}
+
+/* Listed peak vs expected; fails naming `f` unless within tolerance or explained. */
+static tpu_status check_peak(loader *L, int f, double expect, const char *how) {
+  const tpu_chip *c = L->c;
+  if (!tpu_chip_known(c, (tpu_chip_field)f)) return TPU_OK;
+  double listed = tpu_chip_value(c, (tpu_chip_field)f);
+  double rel = fabs(listed - expect) / expect;
+  if (rel <= TPU_CHIP_PEAK_TOL || c->prov[f].mismatch[0]) return TPU_OK;
+  return BAD(L, value_node(L, f),
+             "field '%s': %.4g disagrees with %s = %.4g by %.1f%% (tolerance %.0f%%); fix the "
+             "numbers or explain the difference in \"mismatch\"",
+             k_fields[f].key, listed, how, expect, 100 * rel, 100 * TPU_CHIP_PEAK_TOL);
+}
+
+static tpu_status check_consistency(loader *L) {
+  const tpu_chip *c = L->c;
+  int bf16 = c->mac_input == TPU_BF16;
+  if (!((bf16 && c->mac_accum == TPU_F32) || (c->mac_input == TPU_S8 && c->mac_accum == TPU_S32)))
+    return BAD(L, value_node(L, TPU_CHIP_MAC_ACCUM),
+               "field 'mac_accum': %s inputs with %s accumulation are not modelled (use bf16 "
+               "with f32, or s8 with s32)",
+               tpu_dtype_name(c->mac_input), tpu_dtype_name(c->mac_accum));
+  char how[200];
+  snprintf(how, sizeof how, "2 * %lld cores * %lld MXUs * %lldx%lld * %.4g Hz",
+           (long long)c->tensorcores, (long long)c->mxus_per_core, (long long)c->mxu_rows,
+           (long long)c->mxu_cols, c->clock_hz);
+  double derived = tpu_chip_derived_peak(c);
+  TPU_TRY(check_peak(L, bf16 ? TPU_CHIP_PEAK_BF16_FLOPS : TPU_CHIP_PEAK_INT8_OPS, derived, how));
+  if (bf16 && tpu_chip_known(c, TPU_CHIP_INT8_RATE)) {
+    char how8[240];
+    snprintf(how8, sizeof how8, "%s * int8_rate %g", how, c->int8_rate);
+    TPU_TRY(check_peak(L, TPU_CHIP_PEAK_INT8_OPS, derived * c->int8_rate, how8));
+  }
+  int want_links = c->topology == TPU_TOPO_TORUS_2D ? 4 : c->topology == TPU_TOPO_TORUS_3D ? 6 : 0;
+  if (c->topology == TPU_TOPO_NONE) {
+    if (tpu_chip_known(c, TPU_CHIP_ICI_LINKS))
+      return BAD(L, value_node(L, TPU_CHIP_ICI_LINKS),
+                 "field 'ici_links': topology \"none\" has no ICI links (mark them \"absent\")");
+    if (c->max_chips != 1)
+      return BAD(L, value_node(L, TPU_CHIP_MAX_CHIPS),
+                 "field 'max_chips': topology \"none\" allows one chip");
+  } else if (tpu_chip_known(c, TPU_CHIP_ICI_LINKS) && c->ici_links != want_links) {
+    return BAD(L, value_node(L, TPU_CHIP_ICI_LINKS),
+               "field 'ici_links': a %s has %d links per chip, not %lld",
+               k_topo[c->topology], want_links, (long long)c->ici_links);
+  }
+  if (tpu_chip_known(c, TPU_CHIP_MAX_DIMS)) {
+    int want_dims = c->topology == TPU_TOPO_TORUS_3D ? 3 : c->topology == TPU_TOPO_TORUS_2D ? 2 : 1;
+    if (L->ndims != want_dims)
+      return BAD(L, value_node(L, TPU_CHIP_MAX_DIMS),
+                 "field 'max_dims': a %s topology needs %d dimensions, found %d",
+                 k_topo[c->topology], want_dims, L->ndims);
+    double prod = tpu_chip_value(c, TPU_CHIP_MAX_DIMS);
+    if (prod != (double)c->max_chips)
+      return BAD(L, value_node(L, TPU_CHIP_MAX_DIMS),
+                 "field 'max_dims': the dimensions multiply to %.0f chips but max_chips is %lld",
+                 prod, (long long)c->max_chips);
+  }
+  if (tpu_chip_known(c, TPU_CHIP_POD_CHIPS) && c->pod_chips < c->max_chips)
+    return BAD(L, value_node(L, TPU_CHIP_POD_CHIPS),
+               "field 'pod_chips': a pod (%lld) cannot be smaller than the largest slice (%lld)",
+               (long long)c->pod_chips, (long long)c->max_chips);
+  if (tpu_chip_known(c, TPU_CHIP_WRAPAROUND)) {
+    if (c->wraparound == TPU_WRAP_MULTIPLE && !tpu_chip_known(c, TPU_CHIP_WRAP_MULTIPLE))
+      return BAD(L, value_node(L, TPU_CHIP_WRAPAROUND),
+                 "field 'wraparound': \"multiple\" needs field 'wrap_multiple'");
+    if (c->wraparound == TPU_WRAP_FULL_AXIS && !tpu_chip_known(c, TPU_CHIP_MAX_DIMS))
+      return BAD(L, value_node(L, TPU_CHIP_WRAPAROUND),
+                 "field 'wraparound': \"full-axis\" needs field 'max_dims'");
+  }
+  return TPU_OK;
+}
+
+static tpu_status load_sources(loader *L, const tpu_json *src) {
+  if (!src) return BAD(L, L->doc.root, "missing \"sources\" (an object of key: citation)");
+  if (src->kind != TPU_JSON_OBJECT || src->count == 0)
+    return BAD(L, src, "\"sources\" must be a non-empty object of key: citation");
+  if (src->count > TPU_CHIP_MAX_SOURCES)
+    return BAD(L, src, "more than %d sources", TPU_CHIP_MAX_SOURCES);
+  for (size_t i = 0; i < src->count; i++) {
+    const tpu_json *s = src->items[i];
+    tpu_chip *c = L->c;
+    if (s->key_len == 0 || s->key_len >= sizeof c->sources[0].key || strchr(s->key, ',') ||
+        !strcmp(s->key, "derived") || !strcmp(s->key, "none"))
+      return TPU_FAIL(L->d, TPU_ERR_INVALID, tpu_json_loc(&L->doc, s, 1),
+                      "bad source key \"%s\" (1-23 bytes, no comma, not derived/none)", s->key);
+    memcpy(c->sources[c->nsources].key, s->key, s->key_len + 1);
+    TPU_TRY(copy_str(L, s, "a citation", c->sources[c->nsources].cite,
+                     sizeof c->sources[0].cite));
+    c->nsources++;
+  }
+  return TPU_OK;
+}
+
+static tpu_status load_doc(loader *L) {
+  const tpu_json *root = L->doc.root;
+  tpu_chip *c = L->c;
+  if (root->kind != TPU_JSON_OBJECT)
+    return BAD(L, root, "a chip file must be a JSON object, found %s",
+               tpu_json_kind_name(root->kind));
+  const tpu_json *schema = tpu_json_get(root, "schema");
+  if (!schema || schema->kind != TPU_JSON_STRING || strcmp(schema->str, CHIP_SCHEMA))
+    return BAD(L, schema ? schema : root, "\"schema\" must be \"%s\"", CHIP_SCHEMA);
+  if (!tpu_json_get(root, "name")) return BAD(L, root, "missing \"name\"");
+  TPU_TRY(copy_str(L, tpu_json_get(root, "name"), "\"name\"", c->name, sizeof c->name));
+  if (tpu_json_get(root, "title"))
+    TPU_TRY(copy_str(L, tpu_json_get(root, "title"), "\"title\"", c->title, sizeof c->title));
+  else
+    snprintf(c->title, sizeof c->title, "%s", c->name);
+  TPU_TRY(load_sources(L, tpu_json_get(root, "sources")));
+  for (size_t i = 0; i < root->count; i++) {
+    const tpu_json *m = root->items[i];
+    if (!strcmp(m->key, "schema") || !strcmp(m->key, "name") || !strcmp(m->key, "title") ||
+        !strcmp(m->key, "sources") || !strcmp(m->key, "comment"))
+      continue;
+    int f = -1;
+    for (int k = 0; k < TPU_CHIP_NFIELDS; k++)
+      if (!strcmp(m->key, k_fields[k].key)) f = k;
+    if (f < 0)
+      return TPU_FAIL(L->d, TPU_ERR_INVALID, tpu_json_loc(&L->doc, m, 1), "unknown field '%s'",
+                      m->key);
+    L->node[f] = m;
+    TPU_TRY(load_field(L, f, m));
+  }
+  for (int f = 0; f < TPU_CHIP_NFIELDS; f++) {
+    if (L->node[f]) continue;
+    if (k_fields[f].req) return BAD(L, root, "missing field '%s'", k_fields[f].key);
+    c->prov[f].status = TPU_PROV_UNKNOWN;
+    snprintf(c->prov[f].source, sizeof c->prov[f].source, "none");
+  }
+  if (!tpu_chip_known(c, TPU_CHIP_MAX_DIMS)) c->max_dims[0] = c->max_dims[1] = c->max_dims[2] = 1;
+  return check_consistency(L);
+}
+
+tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d) {
+  memset(out, 0, sizeof *out);
+  char path[600];
+  TPU_TRY(resolve(path_or_name, path, sizeof path, d));
+  loader *L = tpu_calloc(1, sizeof *L);
+  if (!L) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory loading a chip");
+  L->c = out;
+  L->d = d;
+  tpu_status s = tpu_json_parse_file(path, &L->doc, d);
+  if (s == TPU_OK) {
+    s = load_doc(L);
+    tpu_json_doc_free(&L->doc);
+  }
+  tpu_free(L);
+  if (s != TPU_OK) {
+    memset(out, 0, sizeof *out);
+    return s;
+  }
+  snprintf(out->path, sizeof out->path, "%s", path);
+  return TPU_OK;
+}

@@ -1,0 +1,162 @@
+/* Chip configuration: one TPU generation's numbers, loaded from chips/NAME.json with sources. */
+#ifndef TPU_CHIP_CHIP_H
+#define TPU_CHIP_CHIP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+
+/* Relative tolerance between a listed peak and 2 * MACs * clock; beyond it the file must
+ * explain the difference with a "mismatch" text on the peak field. */
+#define TPU_CHIP_PEAK_TOL 0.02
+
+typedef enum {
+  TPU_TOPO_NONE = 0, /* no inter-chip links (v1: a PCIe card) */
+  TPU_TOPO_TORUS_2D, /* "2d-torus": 4 ICI links per chip */
+  TPU_TOPO_TORUS_3D  /* "3d-torus": 6 ICI links per chip */
+} tpu_topology_kind;
+
+/* Which axes of a slice have wrap-around links (without them a ring collective over that
+ * axis takes about twice as long [SB]). */
+typedef enum {
+  TPU_WRAP_NONE = 0,  /* "none": never */
+  TPU_WRAP_FULL_AXIS, /* "full-axis": only an axis as long as the topology's maximum */
+  TPU_WRAP_MULTIPLE   /* "multiple": only an axis whose length is a multiple of wrap_multiple */
+} tpu_wrap_rule;
+
+/* How much a number can be trusted. */
+typedef enum {
+  TPU_PROV_PUBLISHED = 0, /* stated by the cited source */
+  TPU_PROV_DERIVED,       /* computed from other published numbers (the note says how) */
+  TPU_PROV_UNCERTAIN,     /* sources disagree, are secondary or it is an assumption */
+  TPU_PROV_UNKNOWN,       /* not published; the value is null and the field reads 0 */
+  TPU_PROV_ABSENT         /* the chip has no such thing; the value is null and reads 0 */
+} tpu_chip_prov_status;
+
+/* The fields, in file and display order. X(ID, member, kind, required, unit, meaning);
+ * kind: 'f' positive double, 'i' positive integer, 't' dtype name, 'o' topology,
+ * 'w' wrap rule, 'm' array of 1-3 positive integers. ORDER CHIP FIELD. */
+#define TPU_CHIP_FIELDS(X)                                                                   \
+  X(CLOCK_HZ, clock_hz, 'f', 1, "Hz", "core clock")                                          \
+  X(TENSORCORES, tensorcores, 'i', 1, "", "TensorCores per chip")                            \
+  X(MXUS_PER_CORE, mxus_per_core, 'i', 1, "", "matrix units per TensorCore")                 \
+  X(MXU_ROWS, mxu_rows, 'i', 1, "PEs", "systolic array rows (K-tile depth)")                 \
+  X(MXU_COLS, mxu_cols, 'i', 1, "PEs", "systolic array columns (N-tile width)")              \
+  X(MAC_INPUT, mac_input, 't', 1, "", "MXU multiplier input type")                           \
+  X(MAC_ACCUM, mac_accum, 't', 1, "", "MXU accumulator type")                                \
+  X(INT8_RATE, int8_rate, 'f', 0, "x", "int8 MACs per PE per cycle (vs one native MAC)")     \
+  X(VECTOR_LANES, vector_lanes, 'i', 0, "", "vector unit lanes")                             \
+  X(VECTOR_SUBLANES, vector_sublanes, 'i', 0, "", "vector unit sublanes")                    \
+  X(VMEM_BYTES, vmem_bytes, 'i', 1, "B", "on-chip vector memory per TensorCore")             \
+  X(CMEM_BYTES, cmem_bytes, 'i', 0, "B", "on-chip common memory per chip")                   \
+  X(ACC_BYTES, acc_bytes, 'i', 0, "B", "separate MXU accumulator memory per chip")           \
+  X(HBM_BYTES, hbm_bytes, 'i', 1, "B", "off-chip memory capacity per chip")                  \
+  X(HBM_BW, hbm_bw, 'f', 1, "B/s", "off-chip memory bandwidth per chip")                     \
+  X(HBM_LATENCY_S, hbm_latency_s, 'f', 0, "s", "off-chip memory access latency")             \
+  X(ICI_LINKS, ici_links, 'i', 0, "", "inter-chip links per chip")                           \
+  X(ICI_BW_PER_LINK, ici_bw_per_link, 'f', 0, "B/s", "bandwidth per ICI link, one way")      \
+  X(ICI_LATENCY_S, ici_latency_s, 'f', 0, "s", "ICI latency per hop")                        \
+  X(TOPOLOGY, topology, 'o', 1, "", "interconnect topology")                                 \
+  X(MAX_DIMS, max_dims, 'm', 0, "chips", "largest ICI slice shape")                          \
+  X(MAX_CHIPS, max_chips, 'i', 1, "chips", "largest ICI-connected slice")                    \
+  X(POD_CHIPS, pod_chips, 'i', 0, "chips", "chips per pod")                                  \
+  X(WRAPAROUND, wraparound, 'w', 0, "", "which slice axes have wrap-around links")           \
+  X(WRAP_MULTIPLE, wrap_multiple, 'i', 0, "chips", "axis length multiple that wraps")        \
+  X(CHIPS_PER_HOST, chips_per_host, 'i', 1, "", "chips attached to one host")                \
+  X(PCIE_BW, pcie_bw, 'f', 0, "B/s", "host link bandwidth per chip, one way")                \
+  X(DCN_BW, dcn_bw, 'f', 0, "B/s", "data-center network bandwidth per chip")                 \
+  X(PEAK_BF16_FLOPS, peak_bf16_flops, 'f', 0, "FLOP/s", "listed peak bf16 per chip")         \
+  X(PEAK_INT8_OPS, peak_int8_ops, 'f', 0, "OP/s", "listed peak int8 per chip")               \
+  X(PEAK_FP8_OPS, peak_fp8_ops, 'f', 0, "FLOP/s", "listed peak fp8 per chip")
+
+typedef enum {
+#define X(id, member, kind, req, unit, meaning) TPU_CHIP_##id,
+  TPU_CHIP_FIELDS(X)
+#undef X
+      TPU_CHIP_NFIELDS
+} tpu_chip_field;
+
+/* Where a number came from. */
+typedef struct tpu_chip_prov {
+  tpu_chip_prov_status status;
+  char source[64]; /* source keys, e.g. "ISCA23" or "CL, SB"; "derived" or "none" */
+  char note[400];  /* how it was derived / why uncertain; may be empty */
+  char mismatch[400]; /* peaks only: why the listed peak differs from 2*MACs*clock */
+} tpu_chip_prov;
+
+#define TPU_CHIP_MAX_SOURCES 12
+
+/* One chip. Unknown or absent numbers read 0 (check prov[].status). All sizes in bytes,
+ * bandwidths in bytes/s, times in seconds, rates per second. Plain data: copy freely. */
+typedef struct tpu_chip {
+  char name[32];   /* "v5e" */
+  char title[64];  /* "TPU v5e" */
+  char path[600];  /* the file it was loaded from */
+  double clock_hz;
+  int64_t tensorcores, mxus_per_core, mxu_rows, mxu_cols;
+  tpu_dtype mac_input, mac_accum; /* TPU_BF16 + TPU_F32, or TPU_S8 + TPU_S32 (v1) */
+  double int8_rate;
+  int64_t vector_lanes, vector_sublanes;
+  int64_t vmem_bytes, cmem_bytes, acc_bytes, hbm_bytes;
+  double hbm_bw, hbm_latency_s;
+  int64_t ici_links;
+  double ici_bw_per_link, ici_latency_s;
+  tpu_topology_kind topology;
+  int64_t max_dims[3]; /* unused axes are 1 */
+  int64_t max_chips, pod_chips;
+  tpu_wrap_rule wraparound;
+  int64_t wrap_multiple, chips_per_host;
+  double pcie_bw, dcn_bw;
+  double peak_bf16_flops, peak_int8_ops, peak_fp8_ops;
+  tpu_chip_prov prov[TPU_CHIP_NFIELDS];
+  int nsources;
+  struct {
+    char key[24];
+    char cite[240];
+  } sources[TPU_CHIP_MAX_SOURCES];
+} tpu_chip;
+
+/* Loads a chip. A bare name ("v5e") finds NAME.json in, in order: $TPUSIM_CHIPS, the
+ * `chips` folder beside the executable or up to three folders above it, ./chips. Anything
+ * with a '/' or ending in ".json" is a path. The file is validated: unknown or missing
+ * fields, wrong types, non-positive sizes, sources not listed, and a listed peak that
+ * disagrees with 2 * MACs * clock beyond TPU_CHIP_PEAK_TOL without a "mismatch" text all
+ * fail with TPU_ERR_INVALID (TPU_ERR_PARSE for bad JSON) naming the field at FILE:LINE:COL. */
+tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d);
+
+/* Preset names found in the first chips folder of the search above, sorted. */
+#define TPU_CHIP_MAX_PRESETS 64
+typedef struct tpu_chip_presets {
+  int count;
+  char dir[512];
+  char names[TPU_CHIP_MAX_PRESETS][32];
+} tpu_chip_presets;
+tpu_status tpu_chip_list_presets(tpu_chip_presets *out, tpu_diag *d);
+
+/* Metadata of field f: JSON key, unit, one-line meaning, kind, required. */
+const char *tpu_chip_field_key(tpu_chip_field f);
+const char *tpu_chip_field_unit(tpu_chip_field f);
+const char *tpu_chip_field_meaning(tpu_chip_field f);
+char tpu_chip_field_kind(tpu_chip_field f);
+const char *tpu_chip_prov_name(tpu_chip_prov_status s);
+const char *tpu_chip_topology_name(tpu_topology_kind k);
+const char *tpu_chip_wrap_name(tpu_wrap_rule w);
+/* Whether field f has a value (status neither unknown nor absent). */
+int tpu_chip_known(const tpu_chip *c, tpu_chip_field f);
+/* Field f as a double (dtype/enum fields give their enum value; max_dims gives the product). */
+double tpu_chip_value(const tpu_chip *c, tpu_chip_field f);
+
+/* MACs per cycle of the whole chip: tensorcores * mxus_per_core * mxu_rows * mxu_cols. */
+double tpu_chip_macs_per_cycle(const tpu_chip *c);
+/* 2 * MACs per cycle * clock: peak ops/s in the MXU's native input type. */
+double tpu_chip_derived_peak(const tpu_chip *c);
+/* Peak bf16 FLOP/s and int8 OP/s per chip: the listed figure if known, else the derived
+ * one where the MXU supports the type, else 0. */
+double tpu_chip_peak_bf16(const tpu_chip *c);
+double tpu_chip_peak_int8(const tpu_chip *c);
+/* Whether an axis `axis` (0-2) of length `len` in a slice has wrap-around links. */
+int tpu_chip_axis_wraps(const tpu_chip *c, int axis, int64_t len);
+
+#endif
