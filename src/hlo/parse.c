@@ -319,12 +319,8 @@ static tpu_status parse_instr(parser *p, tpu_comp *c, tpu_instr **out) {
     TPU_TRY(tpu_lex_balanced(lx, '(', ')', &t, &tn, p->d));
     while (tn && isspace((unsigned char)*t)) t++, tn--, tl.col++;
     while (tn && isspace((unsigned char)t[tn - 1])) tn--;
-    in->literal_text = tpu_arena_strndup(&p->m->arena, t, tn);
     tpu_tensor *lit = tpu_calloc(1, sizeof *lit);
-    if (!in->literal_text || !lit) {
-      tpu_free(lit);
-      return nomem(p);
-    }
+    if (!lit) return nomem(p);
     if (p->m->nliterals == p->m->capliterals) {
       int cap = p->m->capliterals ? p->m->capliterals * 2 : 16;
       tpu_tensor **nl = tpu_realloc(p->m->literals, sizeof(tpu_tensor *) * (size_t)cap);

@@ -9,10 +9,39 @@
 #include "base/strbuf.h"
 #include "hlo/hlo.h"
 
-/* Shortest decimal that reads back to the same value of the element type. */
-static void put_float(tpu_strbuf *b, double v, tpu_dtype dt) {
+/* NaN payload bits beyond the quiet bit, or 0 for the canonical quiet NaN. */
+static uint64_t nan_payload(const tpu_tensor *t, int64_t i) {
+  switch (t->dtype) {
+    case TPU_F32: {
+      uint32_t u = tpu_f32_bits(((const float *)t->data)[i]) & 0x7fffffu;
+      return u == 0x400000u ? 0 : u;
+    }
+    case TPU_F64: {
+      uint64_t u;
+      memcpy(&u, &((const double *)t->data)[i], 8);
+      u &= 0xfffffffffffffull;
+      return u == 0x8000000000000ull ? 0 : u;
+    }
+    case TPU_BF16: {
+      unsigned u = ((const tpu_bf16 *)t->data)[i].bits & 0x7fu;
+      return u == 0x40u ? 0 : u;
+    }
+    default: {
+      unsigned u = ((const tpu_f16 *)t->data)[i].bits & 0x3ffu;
+      return u == 0x200u ? 0 : u;
+    }
+  }
+}
+
+/* Shortest decimal that reads back to the same value of the element type; NaNs keep
+ * their sign and payload. */
+static void put_float(tpu_strbuf *b, const tpu_tensor *t, int64_t i) {
+  double v = tpu_tensor_get_f64(t, i);
+  tpu_dtype dt = t->dtype;
   if (isnan(v)) {
-    tpu_strbuf_printf(b, signbit(v) ? "-nan" : "nan");
+    uint64_t pl = nan_payload(t, i);
+    tpu_strbuf_printf(b, "%snan", signbit(v) ? "-" : "");
+    if (pl) tpu_strbuf_printf(b, "(0x%llx)", (unsigned long long)pl);
     return;
   }
   if (isinf(v)) {
@@ -24,10 +53,10 @@ static void put_float(tpu_strbuf *b, double v, tpu_dtype dt) {
     snprintf(buf, sizeof buf, "%.*g", prec, v);
     double r = strtod(buf, NULL);
     int same;
-    if (dt == TPU_F32) same = (float)r == (float)v;
+    if (dt == TPU_F32) same = (float)r == (float)v && signbit(r) == signbit(v);
     else if (dt == TPU_BF16) same = tpu_bf16_from_f64(r).bits == tpu_bf16_from_f64(v).bits;
     else if (dt == TPU_F16) same = tpu_f16_from_f64(r).bits == tpu_f16_from_f64(v).bits;
-    else same = r == v;
+    else same = r == v && signbit(r) == signbit(v);
     if (same) break;
   }
   tpu_strbuf_printf(b, "%s", buf);
@@ -35,7 +64,7 @@ static void put_float(tpu_strbuf *b, double v, tpu_dtype dt) {
 
 static void put_elem(tpu_strbuf *b, const tpu_tensor *t, int64_t i) {
   if (t->dtype == TPU_PRED) tpu_strbuf_printf(b, tpu_tensor_get_i64(t, i) ? "true" : "false");
-  else if (tpu_dtype_is_float(t->dtype)) put_float(b, tpu_tensor_get_f64(t, i), t->dtype);
+  else if (tpu_dtype_is_float(t->dtype)) put_float(b, t, i);
   else if (t->dtype == TPU_U64) tpu_strbuf_printf(b, "%llu", (unsigned long long)((const uint64_t *)t->data)[i]);
   else tpu_strbuf_printf(b, "%lld", (long long)tpu_tensor_get_i64(t, i));
 }
@@ -67,8 +96,7 @@ static void put_instr(tpu_strbuf *b, const tpu_instr *in) {
   tpu__shape_put(b, &in->shape);
   tpu_strbuf_printf(b, " %s(", tpu_op_name(in->op));
   if (in->op == TPU_OP_CONSTANT) {
-    if (in->literal_text) tpu_strbuf_printf(b, "%s", in->literal_text);
-    else tpu__literal_put(b, in->literal);
+    tpu__literal_put(b, in->literal);
   } else if (in->op == TPU_OP_PARAMETER) {
     tpu_strbuf_printf(b, "%lld", (long long)in->index);
   } else {

@@ -152,7 +152,6 @@ typedef struct tpu_instr {
   int pred_branches;              /* conditional uses true_computation/false_computation */
   tpu_comp *calls;                /* fusion */
   tpu_tensor *literal;            /* constant value (owned by the module) */
-  const char *literal_text;       /* constant text as written, for printing */
 } tpu_instr;
 
 struct tpu_comp {
