@@ -1,0 +1,321 @@
+/* Data-movement kernels of the reference interpreter: broadcast, reshape, bitcast,
+ * transpose, slice, dynamic-slice, dynamic-update-slice, concatenate, pad, reverse, iota,
+ * copy — exact values from small HLO programs, checked against direct index formulas. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/bf16.h"
+#include "check.h"
+#include "hlo/hlo.h"
+#include "ref/ref.h"
+
+/* Parses and runs `src` on `n` inputs; returns 1 on success, printing the diagnostic
+ * otherwise. */
+static int run(const char *src, const tpu_tensor *ins, int n, tpu_tensor *out) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  char buf[1200];
+  memset(out, 0, sizeof *out);
+  if (tpu_hlo_parse("mv.hlo", src, strlen(src), &m, &d) != TPU_OK) {
+    tpu_diag_format(&d, buf, sizeof buf);
+    fprintf(stderr, "parse: %s\n%s\n", buf, src);
+    return 0;
+  }
+  tpu_status st = tpu_ref_run(m, ins, n, out, &d);
+  if (st != TPU_OK) {
+    tpu_diag_format(&d, buf, sizeof buf);
+    fprintf(stderr, "run: %s\n%s\n", buf, src);
+  }
+  tpu_module_free(m);
+  return st == TPU_OK;
+}
+
+/* An array whose element i holds i + base. */
+static tpu_tensor counting(tpu_dtype t, int rank, const int64_t *dims, int64_t base) {
+  tpu_tensor x;
+  tpu_diag d;
+  if (tpu_tensor_alloc(&x, t, rank, dims, &d) != TPU_OK) {
+    fprintf(stderr, "alloc failed\n");
+    exit(1);
+  }
+  int64_t n = tpu_tensor_numel(&x);
+  for (int64_t i = 0; i < n; i++) tpu_tensor_set_i64(&x, i, i + base);
+  return x;
+}
+
+static tpu_tensor scalar(tpu_dtype t, int64_t v) {
+  tpu_tensor x = counting(t, 0, NULL, 0);
+  tpu_tensor_set_i64(&x, 0, v);
+  return x;
+}
+
+static int64_t at(const tpu_tensor *t, int64_t i) { return tpu_tensor_get_i64(t, i); }
+
+static void free_all(tpu_tensor *ts, int n) {
+  for (int i = 0; i < n; i++) tpu_tensor_free(&ts[i]);
+}
+
+static void test_broadcast(void) {
+  int64_t d3[1] = {3};
+  tpu_tensor in[2] = {counting(TPU_S32, 1, d3, 1), scalar(TPU_F32, 7)};
+  tpu_tensor out;
+  CHECK(run("HloModule m\nENTRY e {\n p = s32[3] parameter(0)\n ROOT b = s32[2,3,4] broadcast(p), dimensions={1}\n}\n",
+            in, 1, &out));
+  int bad = 0;
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++)
+      for (int k = 0; k < 4; k++) bad += at(&out, (i * 3 + j) * 4 + k) != j + 1;
+  CHECK_EQ_INT(bad, 0);
+  CHECK_EQ_INT(out.rank, 3);
+  tpu_tensor_free(&out);
+  CHECK(run("HloModule m\nENTRY e {\n p = f32[] parameter(0)\n ROOT b = f32[2,5] broadcast(p), dimensions={}\n}\n", &in[1],
+            1, &out));
+  bad = 0;
+  for (int i = 0; i < 10; i++) bad += tpu_tensor_get_f64(&out, i) != 7.0;
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* Operand dims may land in any increasing set of result dims: [2,3] -> [2,4,3]. */
+  int64_t d23[2] = {2, 3};
+  tpu_tensor x = counting(TPU_S16, 2, d23, 0);
+  CHECK(run("HloModule m\nENTRY e {\n p = s16[2,3] parameter(0)\n ROOT b = s16[2,4,3] broadcast(p), dimensions={0,2}\n}\n",
+            &x, 1, &out));
+  bad = 0;
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++)
+      for (int k = 0; k < 3; k++) bad += at(&out, (i * 4 + j) * 3 + k) != i * 3 + k;
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  tpu_tensor_free(&x);
+  free_all(in, 2);
+}
+
+static void test_transpose_reshape(void) {
+  int64_t dims[3] = {2, 3, 4};
+  tpu_tensor x = counting(TPU_S32, 3, dims, 0);
+  tpu_tensor out;
+  /* out dim i = operand dim dimensions[i]: out[a,b,c] = x[b,c,a]. */
+  CHECK(run("HloModule m\nENTRY e {\n p = s32[2,3,4] parameter(0)\n ROOT t = s32[4,2,3] transpose(p), dimensions={2,0,1}\n}\n",
+            &x, 1, &out));
+  int bad = 0;
+  for (int a = 0; a < 4; a++)
+    for (int b = 0; b < 2; b++)
+      for (int c = 0; c < 3; c++) bad += at(&out, (a * 2 + b) * 3 + c) != (b * 3 + c) * 4 + a;
+  CHECK_EQ_INT(bad, 0);
+  CHECK_EQ_INT(out.dims[0], 4);
+  tpu_tensor_free(&out);
+  /* Reshape, bitcast and copy keep the row-major sequence. */
+  const char *progs[3] = {
+      "HloModule m\nENTRY e {\n p = s32[2,3,4] parameter(0)\n ROOT r = s32[6,4] reshape(p)\n}\n",
+      "HloModule m\nENTRY e {\n p = s32[2,3,4] parameter(0)\n ROOT r = s32[24] bitcast(p)\n}\n",
+      "HloModule m\nENTRY e {\n p = s32[2,3,4] parameter(0)\n ROOT r = s32[2,3,4] copy(p)\n}\n",
+  };
+  for (int k = 0; k < 3; k++) {
+    CHECK(run(progs[k], &x, 1, &out));
+    bad = 0;
+    for (int i = 0; i < 24; i++) bad += at(&out, i) != i;
+    CHECK_EQ_INT(bad, 0);
+    tpu_tensor_free(&out);
+  }
+  tpu_tensor_free(&x);
+  /* A larger f32 transpose against the index formula (exercises the strided path). */
+  int64_t big[2] = {37, 53};
+  tpu_tensor y = counting(TPU_F32, 2, big, 0);
+  CHECK(run("HloModule m\nENTRY e {\n p = f32[37,53] parameter(0)\n ROOT t = f32[53,37] transpose(p), dimensions={1,0}\n}\n",
+            &y, 1, &out));
+  bad = 0;
+  for (int i = 0; i < 53; i++)
+    for (int j = 0; j < 37; j++) bad += tpu_tensor_get_f64(&out, i * 37 + j) != (double)(j * 53 + i);
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  tpu_tensor_free(&y);
+}
+
+static void test_slice(void) {
+  int64_t dims[2] = {6, 5};
+  tpu_tensor x = counting(TPU_S64, 2, dims, 100);
+  tpu_tensor out;
+  CHECK(run("HloModule m\nENTRY e {\n p = s64[6,5] parameter(0)\n ROOT s = s64[3,2] slice(p), slice={[1:6:2], [0:5:3]}\n}\n",
+            &x, 1, &out));
+  int64_t want[6] = {105, 108, 115, 118, 125, 128};
+  int bad = 0;
+  for (int i = 0; i < 6; i++) bad += at(&out, i) != want[i];
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* An empty slice is fine. */
+  CHECK(run("HloModule m\nENTRY e {\n p = s64[6,5] parameter(0)\n ROOT s = s64[0,5] slice(p), slice={[2:2], [0:5]}\n}\n", &x,
+            1, &out));
+  CHECK_EQ_INT(tpu_tensor_numel(&out), 0);
+  tpu_tensor_free(&out);
+  tpu_tensor_free(&x);
+}
+
+static void test_dynamic_slice(void) {
+  int64_t dims[2] = {5, 4};
+  const char *ds = "HloModule m\nENTRY e {\n p = s32[5,4] parameter(0)\n i = %s[] parameter(1)\n j = %s[] parameter(2)\n"
+                   " ROOT s = s32[3,2] dynamic-slice(p, i, j), dynamic_slice_sizes={3,2}\n}\n";
+  struct {
+    tpu_dtype t;
+    const char *name;
+    int64_t i, j, wi, wj; /* starts and the clamped starts XLA uses */
+  } cases[] = {
+      {TPU_S32, "s32", 1, 1, 1, 1},   {TPU_S32, "s32", 3, -2, 2, 0}, {TPU_S64, "s64", 100, 2, 2, 2},
+      {TPU_U8, "u8", 255, 0, 2, 0},   {TPU_S8, "s8", -128, 3, 0, 2}, {TPU_U64, "u64", -1, 1, 2, 1},
+      {TPU_U32, "u32", 0, 9, 0, 2},   {TPU_S16, "s16", 2, 2, 2, 2},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char src[400];
+    snprintf(src, sizeof src, ds, cases[c].name, cases[c].name);
+    tpu_tensor in[3] = {counting(TPU_S32, 2, dims, 0), scalar(cases[c].t, cases[c].i), scalar(cases[c].t, cases[c].j)};
+    tpu_tensor out;
+    CHECK(run(src, in, 3, &out));
+    int bad = 0;
+    for (int a = 0; a < 3; a++)
+      for (int b = 0; b < 2; b++) bad += at(&out, a * 2 + b) != (cases[c].wi + a) * 4 + cases[c].wj + b;
+    if (bad) fprintf(stderr, "dynamic-slice case %zu wrong\n", c);
+    CHECK_EQ_INT(bad, 0);
+    tpu_tensor_free(&out);
+    free_all(in, 3);
+  }
+}
+
+static void test_dynamic_update_slice(void) {
+  int64_t dims[2] = {4, 5}, ud[2] = {2, 3};
+  tpu_tensor in[4] = {counting(TPU_F32, 2, dims, 0), counting(TPU_F32, 2, ud, 100), scalar(TPU_S32, 3),
+                      scalar(TPU_S32, -7)};
+  tpu_tensor out;
+  /* Start (3, -7) clamps to (2, 0). */
+  CHECK(run("HloModule m\nENTRY e {\n p = f32[4,5] parameter(0)\n u = f32[2,3] parameter(1)\n i = s32[] parameter(2)\n"
+            " j = s32[] parameter(3)\n ROOT s = f32[4,5] dynamic-update-slice(p, u, i, j)\n}\n",
+            in, 4, &out));
+  int bad = 0;
+  for (int a = 0; a < 4; a++)
+    for (int b = 0; b < 5; b++) {
+      double want = (a >= 2 && b < 3) ? 100 + (a - 2) * 3 + b : a * 5 + b;
+      bad += tpu_tensor_get_f64(&out, a * 5 + b) != want;
+    }
+  CHECK_EQ_INT(bad, 0);
+  /* The operand is not modified. */
+  CHECK_EQ_INT((int)tpu_tensor_get_f64(&in[0], 10), 10);
+  tpu_tensor_free(&out);
+  free_all(in, 4);
+}
+
+static void test_concatenate(void) {
+  int64_t a[2] = {2, 1}, b[2] = {2, 0}, c[2] = {2, 3};
+  tpu_tensor in[3] = {counting(TPU_U16, 2, a, 10), counting(TPU_U16, 2, b, 0), counting(TPU_U16, 2, c, 20)};
+  tpu_tensor out;
+  CHECK(run("HloModule m\nENTRY e {\n a = u16[2,1] parameter(0)\n b = u16[2,0] parameter(1)\n c = u16[2,3] parameter(2)\n"
+            " ROOT r = u16[2,4] concatenate(a, b, c), dimensions={1}\n}\n",
+            in, 3, &out));
+  int64_t want[8] = {10, 20, 21, 22, 11, 23, 24, 25};
+  int bad = 0;
+  for (int i = 0; i < 8; i++) bad += at(&out, i) != want[i];
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  free_all(in, 3);
+}
+
+static void test_pad(void) {
+  int64_t d3[1] = {3};
+  tpu_tensor in[2] = {counting(TPU_S32, 1, d3, 1), scalar(TPU_S32, -9)};
+  tpu_tensor out;
+  /* Interior 1 gives [1,p,2,p,3]; low -1 crops the 1; high 2 appends two p. */
+  CHECK(run("HloModule m\nENTRY e {\n x = s32[3] parameter(0)\n v = s32[] parameter(1)\n"
+            " ROOT r = s32[6] pad(x, v), padding=-1_2_1\n}\n",
+            in, 2, &out));
+  int64_t w1[6] = {-9, 2, -9, 3, -9, -9};
+  int bad = 0;
+  for (int i = 0; i < 6; i++) bad += at(&out, i) != w1[i];
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* Negative high crops from the end, interior included: [1,p,p,2,p,p,3] minus 2 -> 5. */
+  CHECK(run("HloModule m\nENTRY e {\n x = s32[3] parameter(0)\n v = s32[] parameter(1)\n"
+            " ROOT r = s32[5] pad(x, v), padding=0_-2_2\n}\n",
+            in, 2, &out));
+  int64_t w2[5] = {1, -9, -9, 2, -9};
+  bad = 0;
+  for (int i = 0; i < 5; i++) bad += at(&out, i) != w2[i];
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  free_all(in, 2);
+  /* 2-d: dim 0 low 1, high -1; dim 1 low 0, high 1, interior 2. */
+  int64_t d22[2] = {2, 2};
+  tpu_tensor in2[2] = {counting(TPU_F32, 2, d22, 1), scalar(TPU_F32, 0)};
+  CHECK(run("HloModule m\nENTRY e {\n x = f32[2,2] parameter(0)\n v = f32[] parameter(1)\n"
+            " ROOT r = f32[2,5] pad(x, v), padding=1_-1x0_1_2\n}\n",
+            in2, 2, &out));
+  double w3[10] = {0, 0, 0, 0, 0, 1, 0, 0, 2, 0};
+  bad = 0;
+  for (int i = 0; i < 10; i++) bad += tpu_tensor_get_f64(&out, i) != w3[i];
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* Cropping everything leaves only padding. */
+  CHECK(run("HloModule m\nENTRY e {\n x = f32[2,2] parameter(0)\n v = f32[] parameter(1)\n"
+            " ROOT r = f32[1,2] pad(x, v), padding=-3_2x0_0\n}\n",
+            in2, 2, &out));
+  CHECK(tpu_tensor_get_f64(&out, 0) == 0 && tpu_tensor_get_f64(&out, 1) == 0);
+  tpu_tensor_free(&out);
+  free_all(in2, 2);
+}
+
+static void test_reverse(void) {
+  int64_t dims[3] = {2, 3, 4};
+  tpu_tensor x = counting(TPU_S8, 3, dims, 0);
+  tpu_tensor out;
+  CHECK(run("HloModule m\nENTRY e {\n p = s8[2,3,4] parameter(0)\n ROOT r = s8[2,3,4] reverse(p), dimensions={0,2}\n}\n", &x,
+            1, &out));
+  int bad = 0;
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 3; b++)
+      for (int c = 0; c < 4; c++) bad += at(&out, (a * 3 + b) * 4 + c) != ((1 - a) * 3 + b) * 4 + (3 - c);
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  tpu_tensor_free(&x);
+}
+
+static void test_iota(void) {
+  tpu_tensor out;
+  CHECK(run("HloModule m\nENTRY e {\n ROOT r = s32[2,3] iota(), iota_dimension=1\n}\n", NULL, 0, &out));
+  int64_t w[6] = {0, 1, 2, 0, 1, 2};
+  int bad = 0;
+  for (int i = 0; i < 6; i++) bad += at(&out, i) != w[i];
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  CHECK(run("HloModule m\nENTRY e {\n ROOT r = f32[3,2] iota(), iota_dimension=0\n}\n", NULL, 0, &out));
+  double wf[6] = {0, 0, 1, 1, 2, 2};
+  bad = 0;
+  for (int i = 0; i < 6; i++) bad += tpu_tensor_get_f64(&out, i) != wf[i];
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* bf16 has 8 significant bits: above 256 counts round to nearest even. */
+  CHECK(run("HloModule m\nENTRY e {\n ROOT r = bf16[300] iota(), iota_dimension=0\n}\n", NULL, 0, &out));
+  CHECK_EQ_INT(out.dtype, TPU_BF16);
+  CHECK(tpu_tensor_get_f64(&out, 255) == 255.0);
+  CHECK(tpu_tensor_get_f64(&out, 257) == 256.0);
+  CHECK(tpu_tensor_get_f64(&out, 258) == 258.0);
+  CHECK(tpu_tensor_get_f64(&out, 259) == 260.0);
+  CHECK(tpu_tensor_get_f64(&out, 299) == 300.0);
+  tpu_tensor_free(&out);
+  /* f16 spacing is 2 from 2048: 2049 ties to even (2048), 2051 to 2052. */
+  CHECK(run("HloModule m\nENTRY e {\n ROOT r = f16[2100] iota(), iota_dimension=0\n}\n", NULL, 0, &out));
+  CHECK(tpu_tensor_get_f64(&out, 2049) == 2048.0);
+  CHECK(tpu_tensor_get_f64(&out, 2051) == 2052.0);
+  tpu_tensor_free(&out);
+  /* Narrow integers wrap. */
+  CHECK(run("HloModule m\nENTRY e {\n ROOT r = u8[300] iota(), iota_dimension=0\n}\n", NULL, 0, &out));
+  CHECK_EQ_INT(at(&out, 299), 299 - 256);
+  tpu_tensor_free(&out);
+}
+
+int main(void) {
+  test_broadcast();
+  test_transpose_reshape();
+  test_slice();
+  test_dynamic_slice();
+  test_dynamic_update_slice();
+  test_concatenate();
+  test_pad();
+  test_reverse();
+  test_iota();
+  CHECK_DONE();
+}
