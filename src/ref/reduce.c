@@ -1,9 +1,249 @@
-/* Reference kernels (reduce): placeholder until the kernels land. */
-#include "ref/ref_int.h"
+/* Reference kernels: reduce and map, the scalar-call helper, and dispatch of the reduction family. */
+#include <string.h>
 
-tpu_status tpu__ref_reduce(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
-  (void)ip;
-  (void)args;
-  (void)out;
-  return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "op '%s' is not in the reference interpreter yet", tpu_op_name(in->op));
+#include "ref/reduce_int.h"
+
+/* ---- Calling a computation on scalars ---- */
+
+tpu_status tpu__scall_init(tpu__scall *c, tpu_interp *ip, const tpu_comp *comp, int nargs, tpu_loc loc,
+                           tpu_diag *d) {
+  memset(c, 0, sizeof *c);
+  c->ip = ip;
+  c->comp = comp;
+  c->loc = loc;
+  if (!comp) return TPU_FAIL(d, TPU_ERR_INVALID, loc, "missing computation");
+  if (comp->nparams != nargs)
+    return TPU_FAIL(d, TPU_ERR_INVALID, loc, "computation '%s' takes %d parameters, expected %d", comp->name,
+                    comp->nparams, nargs);
+  size_t n = (size_t)(nargs ? nargs : 1);
+  c->args = tpu_calloc(n, sizeof(tpu_tensor));
+  c->argp = tpu_calloc(n, sizeof(tpu_tensor *));
+  if (!c->args || !c->argp) {
+    tpu__scall_deinit(c);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, loc, "out of memory");
+  }
+  c->nargs = nargs;
+  for (int i = 0; i < nargs; i++) {
+    const tpu_shape *s = &comp->params[i]->shape;
+    if (!tpu_dtype_is_array(s->dtype) || s->rank != 0) {
+      tpu__scall_deinit(c);
+      return TPU_FAIL(d, TPU_ERR_INVALID, loc, "parameter %d of computation '%s' is not a scalar", i, comp->name);
+    }
+    tpu_status st = tpu_tensor_alloc(&c->args[i], s->dtype, 0, NULL, d);
+    if (st != TPU_OK) {
+      tpu__scall_deinit(c);
+      return st;
+    }
+    c->argp[i] = &c->args[i];
+  }
+  return TPU_OK;
+}
+
+void tpu__scall_deinit(tpu__scall *c) {
+  if (c->args)
+    for (int i = 0; i < c->nargs; i++) tpu_tensor_free(&c->args[i]);
+  tpu_free(c->args);
+  tpu_free((void *)c->argp);
+  memset(c, 0, sizeof *c);
+}
+
+static tpu_status take_scalar(const tpu__scall *c, const tpu_tensor *r, void *dst, tpu_dtype want, tpu_diag *d) {
+  if (r->dtype != want || r->rank != 0 || r->nbytes != tpu_dtype_size(want))
+    return TPU_FAIL(d, TPU_ERR_INVALID, c->loc, "computation '%s' returned %s, expected a %s scalar", c->comp->name,
+                    tpu_dtype_name(r->dtype), tpu_dtype_name(want));
+  memcpy(dst, r->data, r->nbytes);
+  return TPU_OK;
+}
+
+tpu_status tpu__scall_run(tpu__scall *c, void *const *dst, const tpu_dtype *want, int nres, tpu_diag *d) {
+  tpu_tensor r;
+  memset(&r, 0, sizeof r);
+  TPU_TRY(tpu__ref_call(c->ip, c->comp, c->argp, c->nargs, &r, d));
+  tpu_status st = TPU_OK;
+  if (r.dtype == TPU_TUPLE) {
+    if (r.ntuple != nres)
+      st = TPU_FAIL(d, TPU_ERR_INVALID, c->loc, "computation '%s' returned %d values, expected %d", c->comp->name,
+                    r.ntuple, nres);
+    for (int i = 0; st == TPU_OK && i < nres; i++) st = take_scalar(c, &r.elems[i], dst[i], want[i], d);
+  } else if (nres != 1) {
+    st = TPU_FAIL(d, TPU_ERR_INVALID, c->loc, "computation '%s' returned one value, expected %d", c->comp->name, nres);
+  } else {
+    st = take_scalar(c, &r, dst[0], want[0], d);
+  }
+  tpu_tensor_free(&r);
+  return st;
+}
+
+tpu_status tpu__scall_pred(tpu__scall *c, int *result, tpu_diag *d) {
+  uint8_t p = 0;
+  void *dst[1] = {&p};
+  tpu_dtype want = TPU_PRED;
+  TPU_TRY(tpu__scall_run(c, dst, &want, 1, d));
+  *result = p != 0;
+  return TPU_OK;
+}
+
+/* ---- reduce ---- */
+
+/* The i-th result array of a kernel whose result is one array or a tuple of them. */
+static tpu_tensor *result_elem(tpu_tensor *out, int i) { return out->dtype == TPU_TUPLE ? &out->elems[i] : out; }
+
+/* Reduction order (the spec): every output element starts at its init value and takes the
+ * operand elements that reduce into it one at a time, acc = f(acc, x), in row-major order
+ * of the operand. Walking the operand once in row-major order gives exactly that order for
+ * every output element at the same time. */
+static tpu_status reduce_kernel(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
+                                tpu_diag *d) {
+  int nops = in->noperands / 2;
+  if (nops < 1 || in->noperands != 2 * nops)
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "reduce needs N operands and N init values");
+  const tpu_tensor *a0 = args[0];
+  int rank = a0->rank;
+  int reduced[TPU_MAX_RANK] = {0};
+  for (int i = 0; i < in->dimensions.n; i++) {
+    int64_t k = in->dimensions.v[i];
+    if (k < 0 || k >= rank || reduced[k])
+      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "reduce dimension %lld is out of range or repeated", (long long)k);
+    reduced[k] = 1;
+  }
+  int64_t odims[TPU_MAX_RANK];
+  int orank = 0;
+  for (int k = 0; k < rank; k++)
+    if (!reduced[k]) odims[orank++] = a0->dims[k];
+
+  TPU_TRY(tpu__ref_alloc_shape(out, &in->shape, d));
+  if ((out->dtype == TPU_TUPLE ? out->ntuple : 1) != nops) {
+    tpu_tensor_free(out);
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "reduce result does not have %d arrays", nops);
+  }
+  for (int i = 0; i < nops; i++) {
+    const tpu_tensor *a = args[i], *init = args[nops + i];
+    tpu_tensor *o = result_elem(out, i);
+    int same = a->rank == rank && o->rank == orank && o->dtype == a->dtype && init->dtype == a->dtype &&
+               tpu_tensor_numel(init) == 1;
+    for (int k = 0; same && k < rank; k++) same = a->dims[k] == a0->dims[k];
+    for (int k = 0; same && k < orank; k++) same = o->dims[k] == odims[k];
+    if (!same) {
+      tpu_tensor_free(out);
+      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "reduce operand %d does not match the result shape", i);
+    }
+    size_t es = tpu_dtype_size(o->dtype);
+    int64_t on = tpu_tensor_numel(o);
+    for (int64_t j = 0; j < on; j++) memcpy((char *)o->data + (size_t)j * es, init->data, es);
+  }
+
+  /* Output stride of each operand dimension (0 for reduced ones). */
+  int64_t ostr_dense[TPU_MAX_RANK], ostr[TPU_MAX_RANK];
+  tpu__ref_strides(orank, odims, ostr_dense);
+  for (int k = 0, j = 0; k < rank; k++) ostr[k] = reduced[k] ? 0 : ostr_dense[j++];
+  int64_t n = tpu_tensor_numel(a0);
+  if (n == 0) return TPU_OK;
+
+  tpu_opcode simple = nops == 1 ? tpu__ref_simple_reducer(in->to_apply) : TPU_OP_COUNT;
+  tpu__scall sc;
+  memset(&sc, 0, sizeof sc);
+  void **dst = NULL;
+  tpu_dtype *want = NULL;
+  tpu_status st = TPU_OK;
+  if (simple == TPU_OP_COUNT) {
+    st = tpu__scall_init(&sc, ip, in->to_apply, 2 * nops, in->loc, d);
+    dst = tpu_calloc((size_t)nops, sizeof(void *));
+    want = tpu_calloc((size_t)nops, sizeof(tpu_dtype));
+    if (st == TPU_OK && (!dst || !want)) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    for (int i = 0; st == TPU_OK && i < nops; i++) {
+      want[i] = args[i]->dtype;
+      if (sc.args[i].dtype != want[i] || sc.args[nops + i].dtype != want[i])
+        st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "reduce computation parameters do not match operand %d (%s)", i,
+                      tpu_dtype_name(want[i]));
+    }
+  }
+  int64_t idx[TPU_MAX_RANK] = {0};
+  int64_t o = 0;
+  for (int64_t e = 0; st == TPU_OK && e < n; e++) {
+    if (simple != TPU_OP_COUNT) {
+      size_t es = tpu_dtype_size(a0->dtype);
+      tpu__ref_apply_binary(simple, a0->dtype, (char *)out->data + (size_t)o * es, (const char *)a0->data + (size_t)e * es);
+    } else {
+      for (int i = 0; i < nops; i++) {
+        size_t es = tpu_dtype_size(args[i]->dtype);
+        char *acc = (char *)result_elem(out, i)->data + (size_t)o * es;
+        memcpy(tpu__scall_arg(&sc, i), acc, es);
+        memcpy(tpu__scall_arg(&sc, nops + i), (const char *)args[i]->data + (size_t)e * es, es);
+        dst[i] = acc;
+      }
+      st = tpu__scall_run(&sc, dst, want, nops, d);
+    }
+    for (int k = rank - 1; k >= 0; k--) {
+      o += ostr[k];
+      if (++idx[k] < a0->dims[k]) break;
+      o -= ostr[k] * a0->dims[k];
+      idx[k] = 0;
+    }
+  }
+  tpu__scall_deinit(&sc);
+  tpu_free(dst);
+  tpu_free(want);
+  if (st != TPU_OK) tpu_tensor_free(out);
+  return st;
+}
+
+/* ---- map ---- */
+
+static tpu_status map_kernel(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
+                             tpu_diag *d) {
+  int nops = in->noperands;
+  if (nops < 1) return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "map without operands");
+  if (!tpu_dtype_is_array(in->shape.dtype)) return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "map must return an array");
+  TPU_TRY(tpu_tensor_alloc(out, in->shape.dtype, in->shape.rank, in->shape.dims, d));
+  int64_t n = tpu_tensor_numel(out);
+  for (int i = 0; i < nops; i++)
+    if (tpu_tensor_numel(args[i]) != n || args[i]->rank != out->rank) {
+      tpu_tensor_free(out);
+      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "map operand %d does not match the result shape", i);
+    }
+  size_t es = tpu_dtype_size(out->dtype);
+  tpu_opcode simple = nops == 2 ? tpu__ref_simple_reducer(in->to_apply) : TPU_OP_COUNT;
+  if (simple != TPU_OP_COUNT && args[0]->dtype == out->dtype && args[1]->dtype == out->dtype) {
+    memcpy(out->data, args[0]->data, out->nbytes);
+    for (int64_t e = 0; e < n; e++)
+      tpu__ref_apply_binary(simple, out->dtype, (char *)out->data + (size_t)e * es, (const char *)args[1]->data + (size_t)e * es);
+    return TPU_OK;
+  }
+  tpu__scall sc;
+  tpu_status st = tpu__scall_init(&sc, ip, in->to_apply, nops, in->loc, d);
+  for (int i = 0; st == TPU_OK && i < nops; i++)
+    if (sc.args[i].dtype != args[i]->dtype)
+      st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "map operand %d is %s but the computation takes %s", i,
+                    tpu_dtype_name(args[i]->dtype), tpu_dtype_name(sc.args[i].dtype));
+  for (int64_t e = 0; st == TPU_OK && e < n; e++) {
+    for (int i = 0; i < nops; i++) {
+      size_t ai = tpu_dtype_size(args[i]->dtype);
+      memcpy(tpu__scall_arg(&sc, i), (const char *)args[i]->data + (size_t)e * ai, ai);
+    }
+    void *dst[1] = {(char *)out->data + (size_t)e * es};
+    st = tpu__scall_run(&sc, dst, &out->dtype, 1, d);
+  }
+  tpu__scall_deinit(&sc);
+  if (st != TPU_OK) tpu_tensor_free(out);
+  return st;
+}
+
+/* ---- dispatch ---- */
+
+tpu_status tpu__ref_reduce(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
+                           tpu_diag *d) {
+  memset(out, 0, sizeof *out);
+  tpu_status st;
+  switch (in->op) {
+    case TPU_OP_REDUCE: st = reduce_kernel(ip, in, args, out, d); break;
+    case TPU_OP_REDUCE_WINDOW: st = tpu__ref_reduce_window(ip, in, args, out, d); break;
+    case TPU_OP_SELECT_AND_SCATTER: st = tpu__ref_select_and_scatter(ip, in, args, out, d); break;
+    case TPU_OP_SORT: st = tpu__ref_sort(ip, in, args, out, d); break;
+    case TPU_OP_TOPK: st = tpu__ref_topk(ip, in, args, out, d); break;
+    case TPU_OP_MAP: st = map_kernel(ip, in, args, out, d); break;
+    default:
+      return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "op '%s' is not a reduction kernel", tpu_op_name(in->op));
+  }
+  if (st != TPU_OK) tpu_tensor_free(out);
+  return st;
 }

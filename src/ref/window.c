@@ -1,0 +1,218 @@
+/* Reference kernels: reduce-window and select-and-scatter (windows with stride, padding, dilation). */
+#include <string.h>
+
+#include "ref/reduce_int.h"
+
+/* Window geometry of one dimension, with the output size XLA's shape rule gives: the base
+ * (operand) is dilated to (n-1)*base_dilation+1 elements, padded by pad_lo/pad_hi (either
+ * may be negative), and a window of (size-1)*window_dilation+1 elements slides by stride. */
+typedef struct {
+  int64_t n;        /* operand size */
+  int64_t out;      /* number of window positions */
+  tpu_window_dim w;
+} wdim;
+
+static int window_dims(const tpu_instr *in, const tpu_tensor *a, wdim *wd) {
+  if (in->nwindow != a->rank) return 0;
+  for (int k = 0; k < a->rank; k++) {
+    const tpu_window_dim *w = &in->window[k];
+    if (w->size <= 0 || w->stride <= 0 || w->base_dilation <= 0 || w->window_dilation <= 0) return 0;
+    int64_t n = a->dims[k];
+    int64_t dil = n ? (n - 1) * w->base_dilation + 1 : 0;
+    int64_t padded = dil + w->pad_lo + w->pad_hi;
+    int64_t eff = (w->size - 1) * w->window_dilation + 1;
+    wd[k].n = n;
+    wd[k].out = padded >= eff ? (padded - eff) / w->stride + 1 : 0;
+    wd[k].w = *w;
+  }
+  return 1;
+}
+
+/* Operand index of window element `wi` at window position `oi` in one dimension, or -1 when
+ * it falls on padding or on a hole between dilated base elements. */
+static inline int64_t window_source(const wdim *wd, int64_t oi, int64_t wi) {
+  int64_t p = oi * wd->w.stride - wd->w.pad_lo + wi * wd->w.window_dilation;
+  if (p < 0) return -1;
+  if (wd->w.base_dilation > 1) {
+    if (p % wd->w.base_dilation) return -1;
+    p /= wd->w.base_dilation;
+  }
+  return p < wd->n ? p : -1;
+}
+
+/* Operand offset of one window element, or -1 for padding. */
+static int64_t window_offset(const wdim *wd, int rank, const int64_t *strides, const int64_t *oidx, const int64_t *widx) {
+  int64_t off = 0;
+  for (int k = 0; k < rank; k++) {
+    int64_t p = window_source(&wd[k], oidx[k], widx[k]);
+    if (p < 0) return -1;
+    off += p * strides[k];
+  }
+  return off;
+}
+
+/* ---- reduce-window ----
+ * Each output element starts at its init value and takes the window's elements in
+ * row-major window order, acc = f(acc, x). Elements on padding or on base-dilation holes
+ * are the init value (XLA's definition: ReduceWindow pads with the init value), so they
+ * are applied too; for an init value that is the identity of f (as XLA requires) that is
+ * the same as skipping them. */
+tpu_status tpu__ref_reduce_window(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
+                                  tpu_diag *d) {
+  int nops = in->noperands / 2;
+  if (nops < 1 || in->noperands != 2 * nops)
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "reduce-window needs N operands and N init values");
+  const tpu_tensor *a0 = args[0];
+  int rank = a0->rank;
+  wdim wd[TPU_MAX_RANK];
+  if (!window_dims(in, a0, wd))
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "reduce-window window does not match the operand rank %d", rank);
+  int64_t odims[TPU_MAX_RANK], wsize[TPU_MAX_RANK], astr[TPU_MAX_RANK];
+  for (int k = 0; k < rank; k++) odims[k] = wd[k].out, wsize[k] = wd[k].w.size;
+  tpu__ref_strides(rank, a0->dims, astr);
+
+  TPU_TRY(tpu__ref_alloc_shape(out, &in->shape, d));
+  if ((out->dtype == TPU_TUPLE ? out->ntuple : 1) != nops) {
+    tpu_tensor_free(out);
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "reduce-window result does not have %d arrays", nops);
+  }
+  for (int i = 0; i < nops; i++) {
+    const tpu_tensor *a = args[i], *init = args[nops + i];
+    const tpu_tensor *o = out->dtype == TPU_TUPLE ? &out->elems[i] : out;
+    int same = a->rank == rank && o->rank == rank && o->dtype == a->dtype && init->dtype == a->dtype &&
+               tpu_tensor_numel(init) == 1;
+    for (int k = 0; same && k < rank; k++) same = a->dims[k] == a0->dims[k] && o->dims[k] == odims[k];
+    if (!same) {
+      tpu_tensor_free(out);
+      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "reduce-window operand %d does not match the result shape", i);
+    }
+  }
+  int64_t on = tpu_tensor_numel(out->dtype == TPU_TUPLE ? &out->elems[0] : out);
+  if (on == 0) return TPU_OK;
+
+  tpu_opcode simple = nops == 1 ? tpu__ref_simple_reducer(in->to_apply) : TPU_OP_COUNT;
+  tpu__scall sc;
+  memset(&sc, 0, sizeof sc);
+  void **dst = tpu_calloc((size_t)nops, sizeof(void *));
+  const void **src = tpu_calloc((size_t)nops, sizeof(void *));
+  tpu_dtype *want = tpu_calloc((size_t)nops, sizeof(tpu_dtype));
+  tpu_status st = TPU_OK;
+  if (!dst || !src || !want) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  if (st == TPU_OK && simple == TPU_OP_COUNT) {
+    st = tpu__scall_init(&sc, ip, in->to_apply, 2 * nops, in->loc, d);
+    for (int i = 0; st == TPU_OK && i < nops; i++)
+      if (sc.args[i].dtype != args[i]->dtype || sc.args[nops + i].dtype != args[i]->dtype)
+        st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "reduce-window computation parameters do not match operand %d", i);
+  }
+  for (int i = 0; st == TPU_OK && i < nops; i++) want[i] = args[i]->dtype;
+
+  int64_t oidx[TPU_MAX_RANK] = {0};
+  for (int64_t e = 0; st == TPU_OK && e < on; e++) {
+    for (int i = 0; i < nops; i++) {
+      size_t es = tpu_dtype_size(want[i]);
+      dst[i] = (char *)(out->dtype == TPU_TUPLE ? out->elems[i].data : out->data) + (size_t)e * es;
+      memcpy(dst[i], args[nops + i]->data, es);
+    }
+    int64_t widx[TPU_MAX_RANK] = {0};
+    do {
+      int64_t off = window_offset(wd, rank, astr, oidx, widx);
+      for (int i = 0; i < nops; i++)
+        src[i] = off < 0 ? args[nops + i]->data : (const char *)args[i]->data + (size_t)off * tpu_dtype_size(want[i]);
+      if (simple != TPU_OP_COUNT) {
+        tpu__ref_apply_binary(simple, want[0], dst[0], src[0]);
+      } else {
+        for (int i = 0; i < nops; i++) {
+          size_t es = tpu_dtype_size(want[i]);
+          memcpy(tpu__scall_arg(&sc, i), dst[i], es);
+          memcpy(tpu__scall_arg(&sc, nops + i), src[i], es);
+        }
+        st = tpu__scall_run(&sc, dst, want, nops, d);
+      }
+    } while (st == TPU_OK && tpu__next_index(rank, wsize, widx));
+    tpu__next_index(rank, odims, oidx);
+  }
+  tpu__scall_deinit(&sc);
+  tpu_free(dst);
+  tpu_free((void *)src);
+  tpu_free(want);
+  if (st != TPU_OK) tpu_tensor_free(out);
+  return st;
+}
+
+/* ---- select-and-scatter ----
+ * The result (operand's shape) starts at the init value. For each source element, in
+ * row-major order, its window over the operand is scanned in row-major window order,
+ * skipping padding (padding is never selected): the first element is selected, and each
+ * later element x replaces the selected s when select(s, x) is false. Then
+ * result[selected] = scatter(result[selected], source element). A window made only of
+ * padding selects nothing and its source element is dropped. */
+tpu_status tpu__ref_select_and_scatter(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                                       tpu_tensor *out, tpu_diag *d) {
+  if (in->noperands != 3) return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "select-and-scatter takes 3 operands");
+  const tpu_tensor *a = args[0], *src = args[1], *init = args[2];
+  int rank = a->rank;
+  wdim wd[TPU_MAX_RANK];
+  if (!window_dims(in, a, wd))
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "select-and-scatter window does not match the operand rank %d", rank);
+  int same = src->rank == rank && tpu_tensor_numel(init) == 1 && init->dtype == src->dtype &&
+             tpu_dtype_is_array(in->shape.dtype) && in->shape.dtype == src->dtype && in->shape.rank == rank;
+  for (int k = 0; same && k < rank; k++) same = src->dims[k] == wd[k].out && in->shape.dims[k] == a->dims[k];
+  if (!same)
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "select-and-scatter operand, source and result shapes do not agree");
+  int64_t wsize[TPU_MAX_RANK], astr[TPU_MAX_RANK];
+  for (int k = 0; k < rank; k++) wsize[k] = wd[k].w.size;
+  tpu__ref_strides(rank, a->dims, astr);
+
+  TPU_TRY(tpu_tensor_alloc(out, in->shape.dtype, rank, a->dims, d));
+  size_t es = tpu_dtype_size(out->dtype), as = tpu_dtype_size(a->dtype);
+  int64_t on = tpu_tensor_numel(out), sn = tpu_tensor_numel(src);
+  for (int64_t e = 0; e < on; e++) memcpy((char *)out->data + (size_t)e * es, init->data, es);
+  if (sn == 0 || on == 0) return TPU_OK;
+
+  tpu__scall sel, sca;
+  memset(&sca, 0, sizeof sca);
+  tpu_status st = tpu__scall_init(&sel, ip, in->select, 2, in->loc, d);
+  if (st == TPU_OK && (sel.args[0].dtype != a->dtype || sel.args[1].dtype != a->dtype))
+    st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "select computation does not take two %s scalars", tpu_dtype_name(a->dtype));
+  tpu_opcode simple = tpu__ref_simple_reducer(in->scatter_comp);
+  if (st == TPU_OK && simple == TPU_OP_COUNT) {
+    st = tpu__scall_init(&sca, ip, in->scatter_comp, 2, in->loc, d);
+    if (st == TPU_OK && (sca.args[0].dtype != out->dtype || sca.args[1].dtype != out->dtype))
+      st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "scatter computation does not take two %s scalars",
+                    tpu_dtype_name(out->dtype));
+  }
+  int64_t sidx[TPU_MAX_RANK] = {0};
+  for (int64_t s = 0; st == TPU_OK && s < sn; s++) {
+    int64_t widx[TPU_MAX_RANK] = {0}, chosen = -1;
+    do {
+      int64_t off = window_offset(wd, rank, astr, sidx, widx);
+      if (off < 0) continue;
+      if (chosen < 0) {
+        chosen = off;
+        continue;
+      }
+      memcpy(tpu__scall_arg(&sel, 0), (const char *)a->data + (size_t)chosen * as, as);
+      memcpy(tpu__scall_arg(&sel, 1), (const char *)a->data + (size_t)off * as, as);
+      int keep = 0;
+      st = tpu__scall_pred(&sel, &keep, d);
+      if (!keep) chosen = off;
+    } while (st == TPU_OK && tpu__next_index(rank, wsize, widx));
+    if (st == TPU_OK && chosen >= 0) {
+      char *acc = (char *)out->data + (size_t)chosen * es;
+      const char *x = (const char *)src->data + (size_t)s * es;
+      if (simple != TPU_OP_COUNT) {
+        tpu__ref_apply_binary(simple, out->dtype, acc, x);
+      } else {
+        memcpy(tpu__scall_arg(&sca, 0), acc, es);
+        memcpy(tpu__scall_arg(&sca, 1), x, es);
+        void *dst[1] = {acc};
+        st = tpu__scall_run(&sca, dst, &out->dtype, 1, d);
+      }
+    }
+    tpu__next_index(rank, src->dims, sidx);
+  }
+  tpu__scall_deinit(&sel);
+  tpu__scall_deinit(&sca);
+  if (st != TPU_OK) tpu_tensor_free(out);
+  return st;
+}
