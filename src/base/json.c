@@ -512,10 +512,12 @@ void tpu_json_write_escaped(FILE *f, const char *s, size_t n) {
 int tpu_json_format_double(double v, char *buf, size_t n) {
   if (isnan(v) || isinf(v)) return snprintf(buf, n, "null");
   int len = 0;
+  char tmp[40];
   for (int prec = 15; prec <= 17; prec++) {
-    len = snprintf(buf, n, "%.*g", prec, v);
-    if (strtod(buf, NULL) == v) break;
+    len = snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+    if (strtod(tmp, NULL) == v) break;
   }
+  snprintf(buf, n, "%s", tmp);
   return len;
 }
 

@@ -4,10 +4,6 @@
 
 #include "ref/ref_int.h"
 
-/* Shared with ref/movement.c (defined there; see docs/numerics-ref-movement.md). */
-void tpu__ref_copy_box(void *dst, const void *src, size_t es, int rank, const int64_t *dims, const int64_t *dstr,
-                       const int64_t *sstr);
-int64_t tpu__ref_read_index(const tpu_tensor *t, int64_t i);
 
 static tpu_status alloc_fail_at(const tpu_instr *in, tpu_status st, const tpu_diag *inner, tpu_diag *d) {
   return TPU_FAIL(d, st, in->loc, "%s", inner->msg);

@@ -37,6 +37,14 @@ void tpu__ref_apply_binary(tpu_opcode op, tpu_dtype t, void *a, const void *b);
 /* Row-major strides for dims. */
 void tpu__ref_strides(int rank, const int64_t *dims, int64_t *strides);
 
+/* Copies a box of `dims` elements of size `es`: dst[sum i_k*dstr_k] = src[sum i_k*sstr_k]
+ * (strides in elements; source strides may be 0 to broadcast or negative to reverse).
+ * Runs contiguous in both are copied with memcpy (ref/movement.c). */
+void tpu__ref_copy_box(void *dst, const void *src, size_t es, int rank, const int64_t *dims, const int64_t *dstr,
+                       const int64_t *sstr);
+/* Element i of an integer array as int64 (u64 above INT64_MAX saturates), for indices. */
+int64_t tpu__ref_read_index(const tpu_tensor *t, int64_t i);
+
 /* Kernels, by file (each file owns its list). */
 /* ref/elementwise.c: unary, binary, compare, select, clamp, convert, bitcast-convert,
  * is-finite, reduce-precision, map is not here. */
