@@ -6,43 +6,42 @@
 
 /* ---- Canonical block loads and stores ---- */
 
+/* Dense (step 1) loops vectorize; step 0 loads one scalar and fills. OT is the buffer type. */
+#define LOAD_LOOP(OT, CT, CONV)                                        \
+  do {                                                                 \
+    const CT *q_ = (const CT *)p + i0;                                 \
+    if (step) {                                                        \
+      for (int k = 0; k < n; k++) o[k] = CONV(q_[k]);                  \
+    } else {                                                           \
+      const OT v_ = CONV(q_[0]);                                       \
+      for (int k = 0; k < n; k++) o[k] = v_;                           \
+    }                                                                  \
+  } while (0)
+#define AS_I64(x) ((int64_t)(x))
+#define AS_SAME(x) (x)
+#define AS_PRED(x) ((int64_t)((x) != 0))
+
 void tpu__ew_load_f32(const void *p, tpu_dtype t, int64_t i0, int64_t step, int n, float *o) {
   switch (t) {
-    case TPU_BF16:
-      for (int k = 0; k < n; k++) o[k] = tpu_bf16_to_f32(((const tpu_bf16 *)p)[i0 + k * step]);
-      break;
-    case TPU_F16:
-      for (int k = 0; k < n; k++) o[k] = tpu_f16_to_f32(((const tpu_f16 *)p)[i0 + k * step]);
-      break;
-    default:
-      for (int k = 0; k < n; k++) o[k] = ((const float *)p)[i0 + k * step];
-      break;
+    case TPU_BF16: LOAD_LOOP(float, tpu_bf16, tpu_bf16_to_f32); break;
+    case TPU_F16: LOAD_LOOP(float, tpu_f16, tpu_f16_to_f32); break;
+    default: LOAD_LOOP(float, float, AS_SAME); break;
   }
 }
 
-void tpu__ew_load_f64(const void *p, int64_t i0, int64_t step, int n, double *o) {
-  for (int k = 0; k < n; k++) o[k] = ((const double *)p)[i0 + k * step];
-}
-
-#define LOAD_INT(CT)                                                            \
-  for (int k = 0; k < n; k++) o[k] = (int64_t)((const CT *)p)[i0 + k * step]; \
-  break
+void tpu__ew_load_f64(const void *p, int64_t i0, int64_t step, int n, double *o) { LOAD_LOOP(double, double, AS_SAME); }
 
 void tpu__ew_load_int(const void *p, tpu_dtype t, int64_t i0, int64_t step, int n, int64_t *o) {
   switch (t) {
-    case TPU_PRED:
-      for (int k = 0; k < n; k++) o[k] = ((const uint8_t *)p)[i0 + k * step] != 0;
-      break;
-    case TPU_S8: LOAD_INT(int8_t);
-    case TPU_S16: LOAD_INT(int16_t);
-    case TPU_S32: LOAD_INT(int32_t);
-    case TPU_S64: LOAD_INT(int64_t);
-    case TPU_U8: LOAD_INT(uint8_t);
-    case TPU_U16: LOAD_INT(uint16_t);
-    case TPU_U32: LOAD_INT(uint32_t);
-    case TPU_U64:
-      for (int k = 0; k < n; k++) o[k] = tpu__ew_s64(((const uint64_t *)p)[i0 + k * step]);
-      break;
+    case TPU_PRED: LOAD_LOOP(int64_t, uint8_t, AS_PRED); break;
+    case TPU_S8: LOAD_LOOP(int64_t, int8_t, AS_I64); break;
+    case TPU_S16: LOAD_LOOP(int64_t, int16_t, AS_I64); break;
+    case TPU_S32: LOAD_LOOP(int64_t, int32_t, AS_I64); break;
+    case TPU_S64: LOAD_LOOP(int64_t, int64_t, AS_I64); break;
+    case TPU_U8: LOAD_LOOP(int64_t, uint8_t, AS_I64); break;
+    case TPU_U16: LOAD_LOOP(int64_t, uint16_t, AS_I64); break;
+    case TPU_U32: LOAD_LOOP(int64_t, uint32_t, AS_I64); break;
+    case TPU_U64: LOAD_LOOP(int64_t, uint64_t, tpu__ew_s64); break;
     default: break;
   }
 }
@@ -113,7 +112,8 @@ tpu_status tpu__ew_alloc_out(const tpu_instr *in, tpu_tensor *out, tpu_diag *d) 
   }                                                                                                    \
   /* Computes a[i] = a[i] OP b[i] (both buffers are scratch); 0 if OP is not a float op. */            \
   static int fbin_##SUF(tpu_opcode op, T *a, T *b, int n) {                                            \
-    for (int i = 0; i < n; i++) a[i] = FLUSH(a[i]), b[i] = FLUSH(b[i]);                                \
+    for (int i = 0; i < n; i++) a[i] = FLUSH(a[i]);                                                    \
+    for (int i = 0; i < n; i++) b[i] = FLUSH(b[i]);                                                    \
     switch (op) {                                                                                      \
       case TPU_OP_ADD: for (int i = 0; i < n; i++) a[i] = a[i] + b[i]; break;                          \
       case TPU_OP_SUBTRACT: for (int i = 0; i < n; i++) a[i] = a[i] - b[i]; break;                     \
@@ -188,10 +188,14 @@ static int64_t sext(uint64_t v, int w) {
   return tpu__ew_s64(((v & width_mask(w)) ^ m) - m);
 }
 
-/* Brings a wrapped int64 back to the canonical form for t. */
-static int64_t canon(int64_t v, tpu_dtype t, int w) {
-  if (t == TPU_PRED) return v != 0;
-  return tpu_dtype_is_signed(t) ? sext(tpu__ew_u64(v), w) : tpu__ew_s64(tpu__ew_u64(v) & width_mask(w));
+/* Brings wrapped int64 values back to the canonical form for integer type t of width w. */
+static void canon_block(int64_t *a, int n, tpu_dtype t, int w) {
+  if (w >= 64) return;
+  const uint64_t mask = width_mask(w), m = (uint64_t)1 << (w - 1);
+  if (tpu_dtype_is_signed(t))
+    for (int i = 0; i < n; i++) a[i] = tpu__ew_s64(((tpu__ew_u64(a[i]) & mask) ^ m) - m);
+  else
+    for (int i = 0; i < n; i++) a[i] = tpu__ew_s64(tpu__ew_u64(a[i]) & mask);
 }
 
 static int popcount64(uint64_t v) {
@@ -296,7 +300,7 @@ static int ibin(tpu_opcode op, tpu_dtype t, int64_t *a, const int64_t *b, int n)
       break;
     default: return 0;
   }
-  for (int i = 0; i < n; i++) a[i] = canon(a[i], t, w);
+  canon_block(a, n, t, w);
   return 1;
 }
 
@@ -321,7 +325,7 @@ static int iun(tpu_opcode op, tpu_dtype t, int64_t *a, int n) {
     case TPU_OP_CLZ: for (int i = 0; i < n; i++) a[i] = w - bitlen64(tpu__ew_u64(a[i]) & mask); break;
     default: return 0;
   }
-  for (int i = 0; i < n; i++) a[i] = canon(a[i], t, w);
+  canon_block(a, n, t, w);
   return 1;
 }
 
