@@ -1,9 +1,176 @@
 /* Reference kernels: reduce and map, the scalar-call helper, and dispatch of the reduction family. */
 #include <string.h>
 
+#include "base/bf16.h"
+#include "ref/elementwise_int.h"
 #include "ref/reduce_int.h"
 
 /* ---- Calling a computation on scalars ---- */
+
+/* ---- Scalar fast path ---- */
+
+static int is_scalar(const tpu_shape *s) { return tpu_dtype_is_array(s->dtype) && s->rank == 0; }
+
+/* Whether the fast path evaluates `in` (see tpu__scall). */
+static int fast_supported(const tpu_instr *in) {
+  const tpu_dtype t = in->shape.dtype;
+  if (in->op == TPU_OP_TUPLE) {
+    if (!in->is_root) return 0;
+    for (int i = 0; i < in->noperands; i++)
+      if (!is_scalar(&in->operands[i]->shape)) return 0;
+    return 1;
+  }
+  if (!is_scalar(&in->shape) || tpu_dtype_size(t) > 8) return 0;
+  for (int i = 0; i < in->noperands; i++)
+    if (!is_scalar(&in->operands[i]->shape)) return 0;
+  switch (in->op) {
+    case TPU_OP_PARAMETER: return 1;
+    case TPU_OP_CONSTANT: return in->literal && in->literal->dtype == t && in->literal->nbytes == tpu_dtype_size(t);
+    case TPU_OP_COMPARE: return in->noperands == 2 && t == TPU_PRED;
+    case TPU_OP_SELECT:
+      return in->noperands == 3 && in->operands[0]->shape.dtype == TPU_PRED && in->operands[1]->shape.dtype == t &&
+             in->operands[2]->shape.dtype == t;
+    case TPU_OP_NOT: return in->noperands == 1 && t == TPU_PRED;
+    case TPU_OP_ADD:
+    case TPU_OP_MULTIPLY:
+    case TPU_OP_MAXIMUM:
+    case TPU_OP_MINIMUM:
+      return in->noperands == 2 && t != TPU_PRED && in->operands[0]->shape.dtype == t && in->operands[1]->shape.dtype == t;
+    case TPU_OP_AND:
+    case TPU_OP_OR:
+    case TPU_OP_XOR:
+      return in->noperands == 2 && !tpu_dtype_is_float(t) && in->operands[0]->shape.dtype == t &&
+             in->operands[1]->shape.dtype == t;
+    default: return 0;
+  }
+}
+
+static uint8_t cmp3(tpu_cmp_dir dir, int lt, int eq, int gt) {
+  switch (dir) {
+    case TPU_CMP_EQ: return (uint8_t)eq;
+    case TPU_CMP_NE: return (uint8_t)!eq;
+    case TPU_CMP_LT: return (uint8_t)lt;
+    case TPU_CMP_LE: return (uint8_t)(lt || eq);
+    case TPU_CMP_GT: return (uint8_t)gt;
+    case TPU_CMP_GE: return (uint8_t)(gt || eq);
+  }
+  return 0;
+}
+
+/* compare with the elementwise kernel's semantics: FLOAT (default for floats) compares
+ * values with denormals read as zero and NaN unordered; TOTALORDER compares bit-pattern
+ * keys of the values in the canonical type; integers compare SIGNED or UNSIGNED at the
+ * dtype's width (its own signedness by default; pred unsigned). */
+static uint8_t fast_compare(const tpu_instr *in, tpu_dtype t, const void *a, const void *b) {
+  const int total = in->cmp_type == TPU_CMPT_TOTALORDER;
+  switch (tpu__ew_class(t)) {
+    case TPU_EW_F32: {
+      float x, y;
+      tpu__ew_load_f32(a, t, 0, 1, 1, &x);
+      tpu__ew_load_f32(b, t, 0, 1, 1, &y);
+      if (total) {
+        uint32_t kx = tpu_f32_bits(x), ky = tpu_f32_bits(y);
+        kx = (kx & 0x80000000u) ? ~kx : (kx | 0x80000000u);
+        ky = (ky & 0x80000000u) ? ~ky : (ky | 0x80000000u);
+        return cmp3(in->direction, kx < ky, kx == ky, kx > ky);
+      }
+      x = tpu__ew_flush32(x), y = tpu__ew_flush32(y);
+      return cmp3(in->direction, x < y, x == y, x > y);
+    }
+    case TPU_EW_F64: {
+      double x, y;
+      tpu__ew_load_f64(a, 0, 1, 1, &x);
+      tpu__ew_load_f64(b, 0, 1, 1, &y);
+      if (total) {
+        uint64_t kx, ky;
+        memcpy(&kx, &x, 8);
+        memcpy(&ky, &y, 8);
+        kx = (kx & UINT64_C(0x8000000000000000)) ? ~kx : (kx | UINT64_C(0x8000000000000000));
+        ky = (ky & UINT64_C(0x8000000000000000)) ? ~ky : (ky | UINT64_C(0x8000000000000000));
+        return cmp3(in->direction, kx < ky, kx == ky, kx > ky);
+      }
+      x = tpu__ew_flush64(x), y = tpu__ew_flush64(y);
+      return cmp3(in->direction, x < y, x == y, x > y);
+    }
+    default: {
+      int64_t x, y;
+      tpu__ew_load_int(a, t, 0, 1, 1, &x);
+      tpu__ew_load_int(b, t, 0, 1, 1, &y);
+      int w = (int)(8 * tpu_dtype_size(t));
+      int sg = tpu_dtype_is_signed(t);
+      if (in->cmp_type == TPU_CMPT_SIGNED) sg = 1;
+      if (in->cmp_type == TPU_CMPT_UNSIGNED || t == TPU_PRED) sg = 0;
+      uint64_t mask = w >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << w) - 1;
+      uint64_t ux = tpu__ew_u64(x) & mask, uy = tpu__ew_u64(y) & mask;
+      if (sg) {
+        uint64_t sb = UINT64_C(1) << (w - 1);
+        int64_t p = tpu__ew_s64((ux & sb) ? (ux | ~mask) : ux), q = tpu__ew_s64((uy & sb) ? (uy | ~mask) : uy);
+        return cmp3(in->direction, p < q, p == q, p > q);
+      }
+      return cmp3(in->direction, ux < uy, ux == uy, ux > uy);
+    }
+  }
+}
+
+/* Prepares the fast path if every instruction qualifies; constants are stored once. */
+static void fast_compile(tpu__scall *c) {
+  const tpu_comp *comp = c->comp;
+  if (comp->norder != comp->ninstrs || !comp->root) return;
+  for (int i = 0; i < comp->norder; i++)
+    if (!fast_supported(comp->order[i]) || comp->order[i]->id < 0 || comp->order[i]->id >= comp->ninstrs) return;
+  if (comp->root->op != TPU_OP_TUPLE && !is_scalar(&comp->root->shape)) return;
+  c->slots = tpu_calloc((size_t)(comp->ninstrs ? comp->ninstrs : 1), sizeof(uint64_t));
+  if (!c->slots) return; /* the generic path still works */
+  for (int i = 0; i < comp->norder; i++) {
+    const tpu_instr *in = comp->order[i];
+    if (in->op == TPU_OP_CONSTANT) memcpy(&c->slots[in->id], in->literal->data, in->literal->nbytes);
+  }
+  c->fast = 1;
+}
+
+static void fast_run(tpu__scall *c) {
+  const tpu_comp *comp = c->comp;
+  uint64_t *s = c->slots;
+  for (int i = 0; i < comp->norder; i++) {
+    const tpu_instr *in = comp->order[i];
+    const tpu_dtype t = in->shape.dtype;
+    void *o = &s[in->id];
+    switch (in->op) {
+      case TPU_OP_PARAMETER: memcpy(o, c->args[in->index].data, tpu_dtype_size(t)); break;
+      case TPU_OP_COMPARE: {
+        uint8_t r = fast_compare(in, in->operands[0]->shape.dtype, &s[in->operands[0]->id], &s[in->operands[1]->id]);
+        memcpy(o, &r, 1);
+        break;
+      }
+      case TPU_OP_SELECT: {
+        uint8_t p;
+        memcpy(&p, &s[in->operands[0]->id], 1);
+        memcpy(o, &s[in->operands[p ? 1 : 2]->id], tpu_dtype_size(t));
+        break;
+      }
+      case TPU_OP_NOT: {
+        uint8_t p;
+        memcpy(&p, &s[in->operands[0]->id], 1);
+        p = !p;
+        memcpy(o, &p, 1);
+        break;
+      }
+      case TPU_OP_ADD:
+      case TPU_OP_MULTIPLY:
+      case TPU_OP_MAXIMUM:
+      case TPU_OP_MINIMUM:
+      case TPU_OP_AND:
+      case TPU_OP_OR:
+      case TPU_OP_XOR: {
+        uint64_t x = s[in->operands[0]->id];
+        tpu__ref_apply_binary(in->op, t, &x, &s[in->operands[1]->id]);
+        *(uint64_t *)o = x;
+        break;
+      }
+      default: break; /* constants are preset; the root tuple is read by the caller */
+    }
+  }
+}
 
 tpu_status tpu__scall_init(tpu__scall *c, tpu_interp *ip, const tpu_comp *comp, int nargs, tpu_loc loc,
                            tpu_diag *d) {
@@ -36,6 +203,7 @@ tpu_status tpu__scall_init(tpu__scall *c, tpu_interp *ip, const tpu_comp *comp, 
     }
     c->argp[i] = &c->args[i];
   }
+  fast_compile(c);
   return TPU_OK;
 }
 
@@ -44,6 +212,7 @@ void tpu__scall_deinit(tpu__scall *c) {
     for (int i = 0; i < c->nargs; i++) tpu_tensor_free(&c->args[i]);
   tpu_free(c->args);
   tpu_free((void *)c->argp);
+  tpu_free(c->slots);
   memset(c, 0, sizeof *c);
 }
 
@@ -56,6 +225,25 @@ static tpu_status take_scalar(const tpu__scall *c, const tpu_tensor *r, void *ds
 }
 
 tpu_status tpu__scall_run(tpu__scall *c, void *const *dst, const tpu_dtype *want, int nres, tpu_diag *d) {
+  if (c->fast) {
+    const tpu_instr *root = c->comp->root;
+    int tuple = root->op == TPU_OP_TUPLE;
+    if ((tuple ? root->noperands : 1) != nres)
+      return TPU_FAIL(d, TPU_ERR_INVALID, c->loc, "computation '%s' returns %d values, expected %d", c->comp->name,
+                      tuple ? root->noperands : 1, nres);
+    for (int i = 0; i < nres; i++) {
+      const tpu_instr *v = tuple ? root->operands[i] : root;
+      if (v->shape.dtype != want[i])
+        return TPU_FAIL(d, TPU_ERR_INVALID, c->loc, "computation '%s' returns %s, expected a %s scalar", c->comp->name,
+                        tpu_dtype_name(v->shape.dtype), tpu_dtype_name(want[i]));
+    }
+    fast_run(c);
+    for (int i = 0; i < nres; i++) {
+      const tpu_instr *v = tuple ? root->operands[i] : root;
+      memcpy(dst[i], &c->slots[v->id], tpu_dtype_size(want[i]));
+    }
+    return TPU_OK;
+  }
   tpu_tensor r;
   memset(&r, 0, sizeof r);
   TPU_TRY(tpu__ref_call(c->ip, c->comp, c->argp, c->nargs, &r, d));

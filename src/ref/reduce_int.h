@@ -7,14 +7,21 @@
 /* Calls one computation on scalars many times without allocating per call: the argument
  * tensors are allocated once (rank 0, each of its parameter's dtype) and overwritten
  * before every call. Only the result of tpu__ref_call is allocated per call. */
-typedef struct tpu__scall {
+typedef struct tpu__scall tpu__scall;
+struct tpu__scall {
   tpu_interp *ip;
   const tpu_comp *comp;
   int nargs;
   tpu_tensor *args;        /* nargs scalars */
   const tpu_tensor **argp; /* &args[i], as tpu__ref_call takes them */
   tpu_loc loc;             /* the calling instruction, for diagnostics */
-} tpu__scall;
+  /* Fast path (reduce.c): when every instruction of `comp` is a scalar parameter,
+   * constant, compare, select, not (pred), add/multiply/maximum/minimum/and/or/xor or the
+   * root tuple, it is evaluated in place on 8-byte slots (one per instruction id) with the
+   * elementwise kernels' exact semantics, without tpu__ref_call. */
+  int fast;
+  uint64_t *slots;
+};
 
 /* Prepares calls of `comp`, which must take exactly `nargs` scalar parameters. */
 tpu_status tpu__scall_init(tpu__scall *c, tpu_interp *ip, const tpu_comp *comp, int nargs, tpu_loc loc,

@@ -331,6 +331,61 @@ static void test_map(void) {
   tpu_tensor_free(&args[1]);
 }
 
+/* Comparator computations run on a scalar fast path; its compare must agree exactly with
+ * the elementwise compare kernel: map(compare) against compare, over all pairs of special
+ * values (NaNs of both signs, infinities, signed zeros, denormals), every direction and
+ * comparison type. */
+static void test_fast_compare(void) {
+  static const double fv[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e-45, -1e-45, 1e-310, 1, -1, 1.5, 3e38, -2};
+  static const double iv[] = {0, 1, -1, 127, -128, 5, -5, 100};
+  const struct {
+    tpu_dtype t;
+    const char *name;
+    const double *v;
+    int nv;
+    const char *types[3];
+  } cases[] = {
+      {TPU_F32, "f32", fv, 14, {"", ", type=TOTALORDER", ", type=FLOAT"}},
+      {TPU_BF16, "bf16", fv, 14, {"", ", type=TOTALORDER", NULL}},
+      {TPU_F16, "f16", fv, 14, {"", ", type=TOTALORDER", NULL}},
+      {TPU_F64, "f64", fv, 14, {"", ", type=TOTALORDER", NULL}},
+      {TPU_S8, "s8", iv, 8, {"", ", type=SIGNED", NULL}},
+      {TPU_U8, "u8", iv, 8, {"", ", type=UNSIGNED", NULL}},
+      {TPU_S32, "s32", iv, 8, {"", NULL, NULL}},
+      {TPU_PRED, "pred", iv, 2, {"", NULL, NULL}},
+  };
+  const char *dirs[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int nv = cases[c].nv, n = nv * nv;
+    double xs[256], ys[256];
+    for (int i = 0; i < n; i++) xs[i] = cases[c].v[i / nv], ys[i] = cases[c].v[i % nv];
+    tpu_tensor args[2] = {mk(cases[c].t, 1, (int64_t[]){n}, xs), mk(cases[c].t, 1, (int64_t[]){n}, ys)}, out;
+    for (int ty = 0; ty < 3 && cases[c].types[ty]; ty++)
+      for (int di = 0; di < 6; di++) {
+        char src[1000];
+        const char *T = cases[c].name;
+        snprintf(src, sizeof src,
+                 "HloModule m\ncmp {\n a = %s[] parameter(0)\n b = %s[] parameter(1)\n"
+                 " ROOT r = pred[] compare(a, b), direction=%s%s\n}\n"
+                 "ENTRY e {\n x = %s[%d] parameter(0)\n y = %s[%d] parameter(1)\n"
+                 " m = pred[%d] map(x, y), dimensions={0}, to_apply=cmp\n"
+                 " c = pred[%d] compare(x, y), direction=%s%s\n ROOT t = (pred[%d], pred[%d]) tuple(m, c)\n}\n",
+                 T, T, dirs[di], cases[c].types[ty], T, n, T, n, n, n, dirs[di], cases[c].types[ty], n, n);
+        if (run(src, args, 2, &out)) {
+          int bad = 0;
+          for (int i = 0; i < n; i++) bad += ((uint8_t *)out.elems[0].data)[i] != ((uint8_t *)out.elems[1].data)[i];
+          if (bad) fprintf(stderr, "fast compare %s %s%s: %d mismatches\n", T, dirs[di], cases[c].types[ty], bad);
+          CHECK_EQ_INT(bad, 0);
+        } else {
+          CHECK(0);
+        }
+        tpu_tensor_free(&out);
+      }
+    tpu_tensor_free(&args[0]);
+    tpu_tensor_free(&args[1]);
+  }
+}
+
 int main(void) {
   test_reduce_sum();
   test_reduce_order();
@@ -341,5 +396,6 @@ int main(void) {
   test_sort();
   test_topk();
   test_map();
+  test_fast_compare();
   CHECK_DONE();
 }
