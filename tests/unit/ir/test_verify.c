@@ -136,6 +136,38 @@ static void check_bad(const char *path) {
   bad_checked++;
 }
 
+/* ---- Fuzzer regressions ---- */
+
+static int fuzz_checked;
+
+/* An input under tests/hlo/fuzz once crashed the front end (scripts/fuzz): the same
+ * pipeline the fuzz target runs must now end in a clean error. */
+static void check_fuzz(const char *path) {
+  tpu_diag d;
+  tpu_module *m;
+  memset(&d, 0, sizeof d);
+  tpu_status st = tpu_hlo_parse_file(path, &m, &d);
+  if (st == TPU_OK) {
+    st = tpu_ir_verify(m, &d);
+    char *p1 = tpu_hlo_print(m);
+    CHECK(p1 != NULL);
+    tpu_module *m2 = NULL;
+    if (p1 && tpu_hlo_parse("printed", p1, strlen(p1), &m2, &d) == TPU_OK) {
+      char *p2 = tpu_hlo_print(m2);
+      CHECK_EQ_STR(p1, p2);
+      tpu_free(p2);
+      tpu_module_free(m2);
+    } else {
+      CHECK(0);
+    }
+    tpu_free(p1);
+    tpu_module_free(m);
+  }
+  if (st == TPU_OK) fprintf(stderr, "%s: fuzz regression input is accepted; expected an error\n", path);
+  CHECK(st != TPU_OK && d.msg[0]);
+  fuzz_checked++;
+}
+
 /* ---- Out of memory ---- */
 
 static void check_oom(const char *path) {
@@ -200,12 +232,22 @@ int main(void) {
   }
   if (dir) closedir(dir);
 
+  dir = opendir("tests/hlo/fuzz");
+  while (dir && (e = readdir(dir))) {
+    if (e->d_name[0] == '.') continue;
+    char path[1024];
+    snprintf(path, sizeof path, "tests/hlo/fuzz/%s", e->d_name);
+    check_fuzz(path);
+  }
+  if (dir) closedir(dir);
+
   check_oom("tests/conformance/cases/cond/opt.hlo");
 
   tpu_diag d;
   CHECK_EQ_INT(tpu_ir_verify(NULL, &d), TPU_ERR_INVALID);
 
-  printf("%d good programs, %d mutations, %d bad programs\n", good_checked, mutations_checked, bad_checked);
+  printf("%d good programs, %d mutations, %d bad programs, %d fuzz regressions\n", good_checked, mutations_checked,
+         bad_checked, fuzz_checked);
   CHECK(good_checked >= 100);
   CHECK(mutations_checked >= 1000);
   CHECK(bad_checked >= 60);
