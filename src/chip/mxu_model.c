@@ -13,13 +13,19 @@
  *
  *   Serial (SCALE-Sim ws): load, then stream, fold after fold: F * (R + s) cycles clocked.
  *
- *   Double-buffered: the shadow registers take fold i+1's weights while fold i streams. The
- *   whole array latches shadow -> weight at once, which needs fold i fully drained (so no
- *   PE still needs an old weight) and fold i+1 fully shifted in. Fold i+1's shift starts in
- *   the cycle fold i latches, so fold i+1 starts max(s, R) cycles after fold i: the R
- *   shift cycles hide behind the s streaming cycles when s >= R, and R - s of them show
- *   otherwise. Only the first fold's R load cycles are never hidden:
- *   R + F*s + (F-1)*max(0, R-s) cycles clocked.
+ *   Double-buffered (TPU-like): fold j+1's weights shift down a load bus into shadow
+ *   registers while fold j streams, and each PE latches its shadow weight when the first
+ *   activation of fold j+1 reaches it, so the weight switch travels with the data and the
+ *   folds' activations enter back to back. Fold j+1 can start streaming once its R shift
+ *   cycles are done (they start when fold j starts streaming) and fold j has fed its T
+ *   rows: fold starts are max(R, T) apart. The R shift cycles hide behind the T streaming
+ *   cycles when T >= R; otherwise R - T of them show per fold. Only the first fold's R
+ *   load cycles are never hidden, and fill and drain are paid once, not per fold:
+ *   R + (F-1)*max(R, T) + s cycles clocked, of which
+ *     weight_load        = R + (F-1)*max(0, R-T)  (cycles the array's input waits)
+ *     weight_load_hidden = (F-1)*min(R, T)        (shift cycles under streaming)
+ *     stream             = F*T + R + C - 2        (every other cycle)
+ *   In serial mode weight_load = F*R, weight_load_hidden = 0, stream = F*s.
  *
  *   total: cycles from the first weight load to the last output, as a difference of cycle
  *   indices, i.e. cycles clocked - 1. This is where SCALE-Sim's "- 1" lives: its Total
@@ -60,14 +66,14 @@ tpu_status tpu_mxu_tile_cycles(int64_t R, int64_t C, int64_t M, int64_t K, int64
   tpu_mxu_cycles r = {0};
   r.folds = F;
   r.mac_ops = M * K * N;
-  r.stream = F * s;
   if (mode == TPU_WLOAD_SERIAL) {
     r.weight_load = F * R;
     r.weight_load_hidden = 0;
+    r.stream = F * s;
   } else {
-    int64_t shown = R > s ? R - s : 0;
-    r.weight_load = R + (F - 1) * shown;
-    r.weight_load_hidden = (F - 1) * (R - shown);
+    r.weight_load = R + (F - 1) * (R > T ? R - T : 0);
+    r.weight_load_hidden = (F - 1) * (R < T ? R : T);
+    r.stream = F * T + R + C - 2;
   }
   r.total = r.weight_load + r.stream - 1;
   const double pes = (double)R * (double)C;

@@ -9,16 +9,19 @@
 
 /* One processing element's registers at the end of a cycle. Indices are into the operands
  * of tpu_systolic_run (A is M x K, W is K x N); -1 marks "nothing here" (a bubble, or a
- * padding PE outside K or N). */
+ * padding PE outside K or N). Fold tags (-1: none) say which fold a value belongs to. */
 typedef struct tpu_systolic_pe {
-  float w;          /* weight in use (serial mode: also the shift chain while loading) */
-  float w_shadow;   /* double-buffered mode: the next tile's weight shifting down */
+  float w;          /* weight in use */
+  float w_shadow;   /* double-buffered: the next fold's weight, latched when its first
+                       activation arrives */
   float a;          /* activation this PE used this cycle; moves right next cycle */
   float psum;       /* partial sum this PE produced this cycle; moves down next cycle */
-  int32_t wk, wn;   /* w = W[wk][wn]; wk = -1: no weight (passes psum through) */
-  int32_t sk, sn;   /* w_shadow = W[sk][sn]; sk = -1: empty */
-  int32_t am;       /* a = A[am][k of this row]; -1: bubble (or padding row) */
-  int32_t pm;       /* psum belongs to output row pm; -1: bubble */
+  float wb;         /* double-buffered: weight passing down the column's load bus */
+  int32_t wk, wn, wf; /* w = W[wk][wn] of fold wf; wk = -1: no weight (passes psum on) */
+  int32_t sk, sn, sf; /* w_shadow = W[sk][sn] of fold sf; sf = -1: empty */
+  int32_t am, af;     /* a = A[am][k of this row] of fold af; am = -1: bubble/padding row */
+  int32_t pm, pf;     /* psum belongs to output row pm of fold pf; pm = -1: bubble */
+  int32_t bk, bn, bf, bd; /* wb = W[bk][bn] of fold bf, bound for row bd; bf = -1: empty */
 } tpu_systolic_pe;
 
 /* What the array did in one cycle, handed to the probe after the cycle's update. */
@@ -28,12 +31,13 @@ typedef struct tpu_systolic_state {
   tpu_wload mode;
   int64_t folds;             /* ceil(K/R) * ceil(N/C); fold f = n_tile * ceil(K/R) + k_tile */
   const tpu_systolic_pe *pe; /* R*C PEs, row-major (pe[r*C + c]) */
-  int64_t stream_fold;       /* fold whose weights are in use (-1: none yet) */
+  int64_t stream_fold;       /* latest fold to start streaming (-1: none yet); earlier folds
+                                may still be draining (see the PEs' fold tags) */
   int64_t stream_k0, stream_n0; /* its first row of W / first column of W */
-  int64_t load_fold;         /* fold whose weights shifted down one row this cycle (-1) */
+  int64_t load_fold;         /* fold shifting weights into column 0 this cycle (-1: none) */
   int64_t load_k0, load_n0;
-  int64_t load_rows;         /* rows of that fold shifted in so far, including this cycle */
-  int latched;               /* double-buffered: the shadow weights were latched this cycle */
+  int64_t load_rows;         /* rows of that fold shifted into column 0, this cycle included */
+  int latched;               /* double-buffered: PEs that latched a shadow weight this cycle */
   int64_t outputs_done;      /* (m, n, K-tile) partial sums that have left the bottom */
   const float *out;          /* M x N accumulator so far (row-major; untouched cells 0) */
   const uint8_t *out_seen;   /* M x N: 1 once a first K-tile psum has been stored there */

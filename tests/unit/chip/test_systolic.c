@@ -150,8 +150,274 @@ static void test_non_square(void) {
   CHECK_EQ_INT(fails, 0);
 }
 
+
+/* SCALE-Sim 3.0.0 (pip package scalesim, ws dataflow, GEMM input, SRAMs large enough for
+ * no stalls) on these shapes, run by the script in docs/systolic.md: R C M K N, then its
+ * COMPUTE_REPORT Total Cycles, Overall Util %, Mapping Efficiency %, Compute Util %. */
+static const struct {
+  int64_t R, C, M, K, N, total;
+  double overall, mapping, compute;
+} k_scalesim[] = {
+    {4, 4, 6, 4, 4, 15, 40.0, 100.0, 31.57894736842105},
+    {4, 4, 1, 1, 1, 10, 0.625, 6.25, 0.4464285714285714},
+    {1, 1, 1, 1, 1, 1, 100.0, 100.0, 50.0},
+    {3, 5, 7, 10, 11, 191, 26.8760907504363, 61.111111111111114, 21.38888888888889},
+    {8, 8, 20, 30, 17, 503, 31.68489065606362, 66.40625, 27.1045918367347},
+    {16, 16, 33, 40, 50, 947, 27.224128827877507, 65.10416666666666, 22.855718085106382},
+    {5, 3, 2, 16, 9, 155, 12.387096774193548, 80.0, 10.666666666666664},
+    {32, 32, 64, 100, 70, 1895, 23.08707124010554, 56.966145833333336, 19.290123456790116},
+    {2, 7, 9, 3, 15, 107, 27.03604806408545, 53.57142857142857, 20.08928571428571},
+    {16, 4, 1, 33, 5, 209, 1.2335526315789473, 42.96875, 1.1307565789473684},
+    {8, 16, 100, 64, 64, 4159, 76.94157249338784, 100.0, 68.96551724137935},
+    {1, 8, 5, 3, 20, 116, 32.327586206896555, 83.33333333333334, 20.833333333333336},
+};
+
+static void test_scalesim_totals(void) {
+  for (size_t i = 0; i < sizeof k_scalesim / sizeof k_scalesim[0]; i++) {
+    tpu_mxu_cycles c;
+    tpu_diag d;
+    CHECK(tpu_mxu_tile_cycles(k_scalesim[i].R, k_scalesim[i].C, k_scalesim[i].M,
+                              k_scalesim[i].K, k_scalesim[i].N, TPU_WLOAD_SERIAL, &c,
+                              &d) == TPU_OK);
+    CHECK_EQ_INT(c.total, k_scalesim[i].total);
+    CHECK_NEAR(100.0 * c.overall_util, k_scalesim[i].overall, 1e-9);
+    CHECK_NEAR(100.0 * c.mapping_efficiency, k_scalesim[i].mapping, 1e-9);
+    CHECK_NEAR(100.0 * c.compute_util, k_scalesim[i].compute, 1e-9);
+    /* the PE-level array gives the same total for the same shape */
+    CHECK(check_shape(k_scalesim[i].R, k_scalesim[i].C, k_scalesim[i].M, k_scalesim[i].K,
+                      k_scalesim[i].N, TPU_WLOAD_SERIAL, 0));
+  }
+}
+
+/* Hand-computed closed forms (docs/systolic.md): s = R + C + M - 2 streaming cycles per
+ * fold; serial total = F*(R + s) - 1; double-buffered total = R + F*s + (F-1)*max(0, R-s) - 1.
+ */
+static void test_hand_computed(void) {
+  tpu_mxu_cycles c;
+  tpu_diag d;
+  /* 4x4 array, 6x4 by 4x4: one fold, s = 12: 4 + 12 - 1 = 15 either way */
+  CHECK(tpu_mxu_tile_cycles(4, 4, 6, 4, 4, TPU_WLOAD_SERIAL, &c, &d) == TPU_OK);
+  CHECK_EQ_INT(c.total, 15);
+  CHECK_EQ_INT(c.folds, 1);
+  CHECK(tpu_mxu_tile_cycles(4, 4, 6, 4, 4, TPU_WLOAD_DOUBLE, &c, &d) == TPU_OK);
+  CHECK_EQ_INT(c.total, 15);
+  /* 128x128, 256x512 by 512x256: F = 4*2 = 8, T = 256, s = 128+128+256-2 = 510.
+   * serial 8*(128+510) - 1 = 5103; double-buffered 128 + 7*max(128,256) + 510 - 1 = 2429
+   * (every later load hidden, fill and drain paid once) */
+  CHECK(tpu_mxu_tile_cycles(128, 128, 256, 512, 256, TPU_WLOAD_SERIAL, &c, &d) == TPU_OK);
+  CHECK_EQ_INT(c.total, 5103);
+  CHECK_EQ_INT(c.weight_load, 1024);
+  CHECK_EQ_INT(c.stream, 4080);
+  CHECK(tpu_mxu_tile_cycles(128, 128, 256, 512, 256, TPU_WLOAD_DOUBLE, &c, &d) == TPU_OK);
+  CHECK_EQ_INT(c.total, 2429);
+  CHECK_EQ_INT(c.weight_load, 128);
+  CHECK_EQ_INT(c.weight_load_hidden, 896);
+  CHECK_EQ_INT(c.stream, 2302);
+  /* 16x1 array, 1x48 by 48x1: F = 3, T = 1 < R = 16, s = 16: 15 load cycles per later fold
+   * show. double: 16 + 2*16 + 16 - 1 = 63, loads 16 + 2*15 = 46 shown, 2*1 hidden */
+  CHECK(tpu_mxu_tile_cycles(16, 1, 1, 48, 1, TPU_WLOAD_DOUBLE, &c, &d) == TPU_OK);
+  CHECK_EQ_INT(c.total, 63);
+  CHECK_EQ_INT(c.weight_load, 46);
+  CHECK_EQ_INT(c.weight_load_hidden, 2);
+  CHECK_EQ_INT(c.stream, 18);
+  /* bad sizes */
+  CHECK(tpu_mxu_tile_cycles(0, 4, 1, 1, 1, TPU_WLOAD_SERIAL, &c, &d) == TPU_ERR_ARG);
+  CHECK(tpu_mxu_tile_cycles(4, 4, 1, -3, 1, TPU_WLOAD_DOUBLE, &c, &d) == TPU_ERR_ARG);
+  CHECK(tpu_mxu_tile_cycles(4, 4, 1, 1, 1, (tpu_wload)7, &c, &d) == TPU_ERR_ARG);
+}
+
+/* IEEE specials through the array: inf*0 makes NaN, written canonical; -0 and subnormals
+ * follow the reference exactly. */
+static void test_specials(void) {
+  const float inf = tpu_f32_from_bits(0x7f800000u), sub = tpu_f32_from_bits(0x00010000u);
+  const float A[2 * 3] = {inf, 1.0f, 2.0f, -0.0f, sub, tpu_f32_from_bits(0xffc10000u)};
+  const float W[3 * 2] = {0.0f, 1.0f, -0.0f, 3.0f, 0.5f, -1.0f};
+  float got[4], want[4];
+  tpu_mxu_cycles c;
+  tpu_diag d;
+  for (int mode = 0; mode < 2; mode++) {
+    CHECK(tpu_systolic_run(2, 2, 2, 3, 2, (tpu_wload)mode, A, W, got, &c, NULL, &d) == TPU_OK);
+    reference(2, 2, 3, 2, A, W, want);
+    CHECK(same_bits(got, want, 4));
+    CHECK_EQ_INT(tpu_f32_bits(got[0]), 0x7fc00000); /* inf * 0 */
+    CHECK_EQ_INT(tpu_f32_bits(got[1]), 0x7f800000); /* inf * 1 + ... */
+    CHECK_EQ_INT(tpu_f32_bits(got[2]), 0x7fc00000); /* a NaN input, sign dropped */
+  }
+  /* a subnormal product survives (no flush to zero) */
+  const float a1 = sub, w1 = 1.0f;
+  CHECK(tpu_systolic_run(1, 1, 1, 1, 1, TPU_WLOAD_SERIAL, &a1, &w1, got, &c, NULL, &d) ==
+        TPU_OK);
+  CHECK_EQ_INT(tpu_f32_bits(got[0]), 0x00010000);
+}
+
+/* A probe sees every cycle once, in order, with the grid as the contract describes. */
+typedef struct count_probe {
+  tpu_systolic_probe base;
+  int64_t cycles, next, macs_seen, stop_at;
+  int order_ok, latched;
+} count_probe;
+
+static tpu_status count_cycle(tpu_systolic_probe *self, const tpu_systolic_state *s,
+                              tpu_diag *d) {
+  count_probe *p = (count_probe *)self;
+  if (s->cycle != p->next) p->order_ok = 0;
+  p->next = s->cycle + 1;
+  p->cycles++;
+  p->latched += s->latched;
+  for (int64_t i = 0; i < s->R * s->C; i++) {
+    const tpu_systolic_pe *e = &s->pe[i];
+    if (e->wk >= 0 && e->am >= 0) {
+      p->macs_seen++;
+      /* PE (r, c) multiplies fold f's activation by W[k0(f) + r][n0(f) + c] */
+      const int64_t kt = (s->K + s->R - 1) / s->R;
+      if (e->wf != e->af || e->wk != (e->wf % kt) * s->R + i / s->C ||
+          e->wn != (e->wf / kt) * s->C + i % s->C)
+        p->order_ok = 0;
+    }
+  }
+  if (p->stop_at >= 0 && s->cycle == p->stop_at)
+    return TPU_FAIL(d, TPU_ERR_RUNTIME, tpu_noloc(), "stopped by probe");
+  return TPU_OK;
+}
+
+static void test_probe(void) {
+  enum { R = 3, C = 2, M = 4, K = 7, N = 5 };
+  float A[M * K], W[K * N], out[M * N];
+  for (int i = 0; i < M * K; i++) A[i] = bf16_value(0);
+  for (int i = 0; i < K * N; i++) W[i] = bf16_value(0);
+  for (int mode = 0; mode < 2; mode++) {
+    count_probe p = {{count_cycle, NULL}, 0, 0, 0, -1, 1, 0};
+    tpu_mxu_cycles c;
+    tpu_diag d;
+    CHECK(tpu_systolic_run(R, C, M, K, N, (tpu_wload)mode, A, W, out, &c, &p.base, &d) ==
+          TPU_OK);
+    CHECK_EQ_INT(p.cycles, c.total + 1);
+    CHECK(p.order_ok);
+    CHECK_EQ_INT(p.macs_seen, (int64_t)M * K * N);
+    CHECK_EQ_INT(p.latched, mode == TPU_WLOAD_DOUBLE ? c.folds * R * C : 0);
+    count_probe stop = {{count_cycle, NULL}, 0, 0, 0, 5, 1, 0};
+    d.msg[0] = 0;
+    CHECK(tpu_systolic_run(R, C, M, K, N, (tpu_wload)mode, A, W, out, &c, &stop.base, &d) ==
+          TPU_ERR_RUNTIME);
+    CHECK_EQ_INT(stop.cycles, 6);
+    CHECK_EQ_STR(d.msg, "stopped by probe");
+  }
+}
+
+static void test_errors_and_oom(void) {
+  float a = 1.0f, w = 2.0f, o = 0.0f;
+  tpu_mxu_cycles c;
+  tpu_diag d;
+  CHECK(tpu_systolic_run(0, 1, 1, 1, 1, TPU_WLOAD_SERIAL, &a, &w, &o, &c, NULL, &d) ==
+        TPU_ERR_ARG);
+  CHECK(tpu_systolic_run(1, 1, 1, 1, 1, TPU_WLOAD_SERIAL, NULL, &w, &o, &c, NULL, &d) ==
+        TPU_ERR_ARG);
+  CHECK(tpu_systolic_run(5000, 1, 1, 1, 1, TPU_WLOAD_SERIAL, &a, &w, &o, &c, NULL, &d) ==
+        TPU_ERR_LIMIT);
+  /* every allocation of a run failing in turn: an error, never a crash or a leak */
+  enum { R = 3, C = 3, M = 4, K = 5, N = 4 };
+  float A[M * K], W[K * N], out[M * N];
+  for (int i = 0; i < M * K; i++) A[i] = 1.0f;
+  for (int i = 0; i < K * N; i++) W[i] = 1.0f;
+  tpu_alloc_fail_after(0);
+  CHECK(tpu_systolic_run(R, C, M, K, N, TPU_WLOAD_DOUBLE, A, W, out, &c, NULL, &d) == TPU_OK);
+  long n = tpu_alloc_fail_after(0);
+  CHECK(n >= 1);
+  for (long i = 1; i <= n; i++) {
+    tpu_alloc_fail_after(i);
+    CHECK(tpu_systolic_run(R, C, M, K, N, TPU_WLOAD_DOUBLE, A, W, out, &c, NULL, &d) ==
+          TPU_ERR_NOMEM);
+  }
+  tpu_alloc_fail_after(0);
+}
+
+static long count_str(const char *hay, const char *needle) {
+  long n = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = tpu_malloc((size_t)n + 1);
+  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+    tpu_free(s);
+    s = NULL;
+  }
+  if (s) s[n] = 0;
+  fclose(f);
+  return s;
+}
+
+/* The brief's example: a 4x4 array on a 6x4 by 4x4 product, as text and as a page. */
+static void test_animation(void) {
+  enum { R = 4, C = 4, M = 6, K = 4, N = 4 };
+  float A[M * K], W[K * N];
+  for (int i = 0; i < M * K; i++) A[i] = (float)(i % 7) - 3.0f;
+  for (int i = 0; i < K * N; i++) W[i] = (float)(i % 5) * 0.5f;
+  char path[64], needle[64];
+  tpu_diag d;
+  for (int mode = 0; mode < 2; mode++) {
+    tpu_mxu_cycles c;
+    CHECK(tpu_mxu_tile_cycles(R, C, M, K, N, (tpu_wload)mode, &c, &d) == TPU_OK);
+    snprintf(path, sizeof path, "/tmp/tpu_test_systolic_%ld.html", (long)getpid());
+    CHECK(tpu_systolic_animate_html(path, R, C, M, K, N, A, W, (tpu_wload)mode, &d) == TPU_OK);
+    char *page = slurp(path);
+    CHECK(page != NULL);
+    if (page) {
+      CHECK(strlen(page) > 1000);
+      CHECK(strstr(page, "<svg") != NULL && strstr(page, "</html>") != NULL);
+      CHECK(strstr(page, "http") == strstr(page, "http://www.w3.org/2000/svg"));
+      for (int64_t t = 0; t <= c.total; t++) {
+        snprintf(needle, sizeof needle, "{t:%lld,", (long long)t);
+        CHECK_EQ_INT(count_str(page, needle), 1);
+      }
+      snprintf(needle, sizeof needle, "{t:%lld,", (long long)c.total + 1);
+      CHECK(strstr(page, needle) == NULL);
+      tpu_free(page);
+    }
+    remove(path);
+
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    if (!f) continue;
+    CHECK(tpu_systolic_animate_text(f, R, C, M, K, N, A, W, (tpu_wload)mode, &d) == TPU_OK);
+    long n = ftell(f);
+    rewind(f);
+    char *text = tpu_malloc((size_t)n + 1);
+    CHECK(text && fread(text, 1, (size_t)n, f) == (size_t)n);
+    if (text) {
+      text[n] = 0;
+      CHECK_EQ_INT(count_str(text, "== cycle "), c.total + 1);
+      snprintf(needle, sizeof needle, "== cycle %lld ==", (long long)c.total);
+      CHECK(strstr(text, needle) != NULL);
+      /* the last output, out[5][3], leaves in the last cycle */
+      CHECK(strstr(text, "o5,3=") != NULL);
+      tpu_free(text);
+    }
+    fclose(f);
+  }
+  /* too large: refused before anything is written */
+  snprintf(path, sizeof path, "/tmp/tpu_test_systolic_big_%ld.html", (long)getpid());
+  CHECK(tpu_systolic_animate_html(path, 64, 4, M, K, N, A, W, TPU_WLOAD_SERIAL, &d) ==
+        TPU_ERR_LIMIT);
+  CHECK(access(path, F_OK) != 0);
+  CHECK(tpu_systolic_animate_html("/nonexistent-dir/x.html", R, C, M, K, N, A, W,
+                                  TPU_WLOAD_SERIAL, &d) == TPU_ERR_IO);
+}
+
 int main(void) {
   test_sweep();
   test_non_square();
+  test_scalesim_totals();
+  test_hand_computed();
+  test_specials();
+  test_probe();
+  test_errors_and_oom();
+  test_animation();
   CHECK_DONE();
 }
