@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "hlo/hlo.h"
+#include "base/alloc.h"
 #include "ir/verify.h"
 #include "ref/ref.h"
 
@@ -378,6 +379,49 @@ static void test_conv_2d(void) {
   conv2d_case("batch groups, dilated", "b01f", "01io", "b01f", 4, 1, 5, 6, 4, 1, 2, all, 17);
 }
 
+/* Out of memory at every allocation of a dot + convolution run fails cleanly. */
+static void test_out_of_memory(void) {
+  const char *src = "HloModule m\nENTRY e {\n a = f32[2,3] parameter(0)\n b = f32[3,2] parameter(1)\n"
+                    " d = f32[2,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                    " x = f32[1,2,3] reshape(a)\n k = f32[2,3,1] reshape(b)\n"
+                    " c = f32[1,1,1] convolution(x, k), window={size=2}, dim_labels=b0f_0io->b0f\n"
+                    " ROOT t = (f32[2,2], f32[1,1,1]) tuple(d, c)\n}\n";
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("oom.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  if (!m) return;
+  CHECK(tpu_ir_verify(m, &d) == TPU_OK);
+  tpu_tensor args[2] = {mk(TPU_F32, 2, (int64_t[]){2, 3}, (double[]){1, 2, 3, 4, 5, 6}),
+                        mk(TPU_F32, 2, (int64_t[]){3, 2}, (double[]){7, 8, 9, 10, 11, 12})};
+  int failures = 0, done = 0;
+  for (long k = 1; k < 10000 && !done; k++) {
+    tpu_tensor out;
+    memset(&out, 0, sizeof out);
+    tpu_alloc_fail_after(k);
+    tpu_status st = tpu_ref_run(m, args, 2, &out, &d);
+    tpu_alloc_fail_after(0);
+    if (st == TPU_OK) {
+      done = 1;
+      CHECK_EQ_INT(out.ntuple, 2);
+      if (out.ntuple == 2) {
+        expect("oom dot", &out.elems[0], TPU_F32, 4, (double[]){58, 64, 139, 154});
+        /* x[s][f] = [[1 2 3] [4 5 6]], k[s][i] = [[7 8 9] [10 11 12]]. */
+        expect("oom conv", &out.elems[1], TPU_F32, 1, (double[]){7 + 16 + 27 + 40 + 55 + 72});
+      }
+    } else {
+      failures++;
+      CHECK_EQ_INT(st, TPU_ERR_NOMEM);
+      CHECK(out.data == NULL && out.elems == NULL);
+    }
+    tpu_tensor_free(&out);
+  }
+  CHECK(done);
+  CHECK(failures > 5);
+  tpu_module_free(m);
+  tpu_tensor_free(&args[0]);
+  tpu_tensor_free(&args[1]);
+}
+
 int main(void) {
   test_dot_basic();
   test_dot_general();
@@ -385,5 +429,6 @@ int main(void) {
   test_dot_integers();
   test_conv_1d();
   test_conv_2d();
+  test_out_of_memory();
   CHECK_DONE();
 }

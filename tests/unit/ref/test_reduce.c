@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "hlo/hlo.h"
+#include "base/alloc.h"
 #include "ir/verify.h"
 #include "ref/ref.h"
 
@@ -386,6 +387,64 @@ static void test_fast_compare(void) {
   }
 }
 
+/* Out of memory at every allocation of a run using each kernel (and both the fast and the
+ * generic computation paths): each fails cleanly with TPU_ERR_NOMEM and nothing leaks. */
+static void test_out_of_memory(void) {
+  const char *src =
+      "HloModule m\n" ADD_F32 SELECT_GE
+      "amax {\n v0 = f32[] parameter(0)\n i0 = s32[] parameter(1)\n v1 = f32[] parameter(2)\n i1 = s32[] parameter(3)\n"
+      " gt = pred[] compare(v0, v1), direction=GT\n v = f32[] select(gt, v0, v1)\n i = s32[] select(gt, i0, i1)\n"
+      " ROOT t = (f32[], s32[]) tuple(v, i)\n}\n"
+      "lt2 {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n c = s32[] parameter(2)\n d = s32[] parameter(3)\n"
+      " ROOT r = pred[] compare(a, b), direction=LT\n}\n"
+      "slow {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n s = f32[] subtract(a, b)\n ROOT r = f32[] add(s, a)\n}\n"
+      "ENTRY e {\n x = f32[2,4] parameter(0)\n io = s32[2,4] iota(), iota_dimension=1\n ninf = f32[] constant(-inf)\n"
+      " z = s32[] constant(0)\n zf = f32[] constant(0)\n"
+      " r = (f32[2], s32[2]) reduce(x, io, ninf, z), dimensions={1}, to_apply=amax\n"
+      " w = f32[2,3] reduce-window(x, zf), window={size=1x2}, to_apply=add_f32\n"
+      " s = (f32[2,4], s32[2,4]) sort(x, io), dimensions={1}, to_apply=lt2\n"
+      " k = (f32[2,2], s32[2,2]) topk(x), k=2, largest=true\n"
+      " ss = f32[2,4] select-and-scatter(x, w, zf), window={size=1x2}, select=ge, scatter=add_f32\n"
+      " mp = f32[2,4] map(x, x), dimensions={0,1}, to_apply=slow\n"
+      " ROOT t = ((f32[2], s32[2]), f32[2,3], (f32[2,4], s32[2,4]), (f32[2,2], s32[2,2]), f32[2,4], f32[2,4])"
+      " tuple(r, w, s, k, ss, mp)\n}\n";
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("oom.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  if (!m) return;
+  CHECK(tpu_ir_verify(m, &d) == TPU_OK);
+  tpu_tensor x = mk(TPU_F32, 2, (int64_t[]){2, 4}, (double[]){1, 7, 3, 7, -2, -1, -1, -5});
+  int failures = 0, done = 0;
+  for (long k = 1; k < 20000 && !done; k++) {
+    tpu_tensor out;
+    memset(&out, 0, sizeof out);
+    tpu_alloc_fail_after(k);
+    tpu_status st = tpu_ref_run(m, &x, 1, &out, &d);
+    tpu_alloc_fail_after(0);
+    if (st == TPU_OK) {
+      done = 1;
+      CHECK_EQ_INT(out.ntuple, 6);
+      if (out.ntuple == 6) {
+        expect("oom argmax", &out.elems[0].elems[1], TPU_S32, 2, (double[]){3, 2}); /* ties pick the later */
+        expect("oom window", &out.elems[1], TPU_F32, 6, (double[]){8, 10, 10, -3, -2, -6});
+        expect("oom sort", &out.elems[2].elems[1], TPU_S32, 8, (double[]){0, 2, 1, 3, 3, 0, 1, 2});
+        expect("oom topk", &out.elems[3].elems[1], TPU_S32, 4, (double[]){1, 3, 1, 2});
+        expect("oom s&s", &out.elems[4], TPU_F32, 8, (double[]){0, 18, 0, 10, 0, -5, -6, 0});
+        expect("oom map", &out.elems[5], TPU_F32, 8, (double[]){1, 7, 3, 7, -2, -1, -1, -5});
+      }
+    } else {
+      failures++;
+      CHECK_EQ_INT(st, TPU_ERR_NOMEM);
+      CHECK(out.data == NULL && out.elems == NULL);
+    }
+    tpu_tensor_free(&out);
+  }
+  CHECK(done);
+  CHECK(failures > 20);
+  tpu_tensor_free(&x);
+  tpu_module_free(m);
+}
+
 int main(void) {
   test_reduce_sum();
   test_reduce_order();
@@ -397,5 +456,6 @@ int main(void) {
   test_topk();
   test_map();
   test_fast_compare();
+  test_out_of_memory();
   CHECK_DONE();
 }
