@@ -2,6 +2,7 @@
 #include "chip/scalesim.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -818,10 +819,17 @@ tpu_status tpu_scalesim_report_write(const char *path, const tpu_scalesim_row *r
                                      int with_saved, tpu_diag *d) {
   tpu_loc loc = {path, 0, 0};
   size_t plen = strlen(path);
-  char *tmp = tpu_malloc(plen + 16);
+  char *tmp = tpu_malloc(plen + 48);
   if (!tmp) return TPU_FAIL(d, TPU_ERR_NOMEM, loc, "out of memory");
-  snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
+  /* A fresh name beside the report (O_EXCL), created 0666 less the umask like any file
+   * SCALE-Sim writes (mkstemp would make it 0600). */
+  static unsigned counter;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+    snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) {
     tpu_status st = TPU_FAIL(d, TPU_ERR_IO, loc, "cannot create a file next to it: %s",
                              strerror(errno));
