@@ -1,5 +1,12 @@
 /* Fast MXU kernels: blocked, vectorised, multi-threaded matmuls bit-identical to the PE-level
- * array (the accumulation contract is in mxu.h; docs/numerics.md explains it for users). */
+ * array (the accumulation contract is in mxu.h; docs/numerics.md explains it for users).
+ *
+ * Each PE step is two roundings, psum = psum + (a*w rounded to f32), as the PE-level array
+ * (systolic.c) computes it. For bf16 operands the product is exact in f32 except when it
+ * overflows (to inf) or falls below 2^-126 with more bits than a subnormal holds; there a
+ * fused multiply-add would differ, so none is used. This relies on the compiler not
+ * contracting a*b + c into an FMA: ISO C mode (-std=c11, as CMakeLists.txt sets) makes GCC
+ * default to -ffp-contract=off; tests/unit/chip/test_mxu_kernel.c catches a contraction. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -13,7 +20,7 @@
 #if defined(__GNUC__) && defined(__x86_64__)
 #define MXU_X86 1
 #include <immintrin.h>
-#define TGT_AVX2 __attribute__((target("avx2,fma")))
+#define TGT_AVX2 __attribute__((target("avx2")))
 #define ALWAYS_INLINE __attribute__((always_inline)) inline
 #else
 #define MXU_X86 0
@@ -49,14 +56,13 @@ tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p) {
 
 static int use_avx2(void) {
 #if MXU_X86
-  return g_path == TPU__MXU_PATH_AUTO && __builtin_cpu_supports("avx2") &&
-         __builtin_cpu_supports("fma");
+  return g_path == TPU__MXU_PATH_AUTO && __builtin_cpu_supports("avx2");
 #else
   return 0;
 #endif
 }
 
-const char *tpu__mxu_kernel_name(void) { return use_avx2() ? "avx2-fma" : "scalar"; }
+const char *tpu__mxu_kernel_name(void) { return use_avx2() ? "avx2" : "scalar"; }
 
 /* ---- Threads ---- */
 
@@ -158,7 +164,7 @@ static void pack_b(const tpu_bf16 *W, int64_t N, int64_t k0, int64_t kc, int64_t
 
 /* ---- Micro-kernels ----
  * One call computes psum[MR][NR] over kc k-steps of packed panels a (kc x MR) and b (kc x
- * NR), in k order, each step psum = fma(a, w, psum). psum starts at +0 (in == NULL) or at
+ * NR), in k order, each step psum = psum + a*w (product rounded, then the sum). psum starts at +0 (in == NULL) or at
  * carried values `in` (MR*NR, row-major). With `carry` non-NULL the psums are stored there;
  * otherwise they finish the K-tile into out (mr x nr valid entries, row stride ldo): stored
  * as they are for the first K-tile, added to out for later ones, NaNs made canonical. */
@@ -179,7 +185,7 @@ static void ukernel_scalar(int64_t kc, const float *a, const float *b, const flo
   for (int i = 0; i < MR * NR; i++) c[i] = in ? in[i] : 0.0f;
   for (int64_t k = 0; k < kc; k++, a += MR, b += NR)
     for (int i = 0; i < mr; i++)
-      for (int j = 0; j < nr; j++) c[i * NR + j] = fmaf(a[i], b[j], c[i * NR + j]);
+      for (int j = 0; j < nr; j++) c[i * NR + j] = c[i * NR + j] + a[i] * b[j];
   if (carry)
     memcpy(carry, c, sizeof c);
   else
@@ -195,7 +201,9 @@ TGT_AVX2 static inline void finish8(__m256 p, float *o, int first) {
 }
 
 /* The 6 x 16 AVX2 micro-kernel: two ymm accumulators per row; per k, two loads of b, six
- * broadcasts of a and twelve FMAs (vfmadd rounds once, exactly like fmaf). */
+ * broadcasts of a, twelve multiplies and twelve adds (not FMAs: see the top of the file).
+ * On AMD Zen the multiplies and adds issue to different pipes, so this keeps the FMA
+ * kernel's throughput. */
 TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, const float *in,
                                   float *carry, float *out, int64_t ldo, int mr, int nr,
                                   int first) {
@@ -211,10 +219,10 @@ TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, co
   }
   for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {
     __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), av;
-#define MXU_ROW(i)                             \
-  av = _mm256_broadcast_ss(a + (i));           \
-  c##i##a = _mm256_fmadd_ps(av, b0, c##i##a);  \
-  c##i##b = _mm256_fmadd_ps(av, b1, c##i##b);
+#define MXU_ROW(i)                                       \
+  av = _mm256_broadcast_ss(a + (i));                     \
+  c##i##a = _mm256_add_ps(c##i##a, _mm256_mul_ps(av, b0)); \
+  c##i##b = _mm256_add_ps(c##i##b, _mm256_mul_ps(av, b1));
     MXU_ROW(0) MXU_ROW(1) MXU_ROW(2) MXU_ROW(3) MXU_ROW(4) MXU_ROW(5)
   }
   if (carry || mr < MR || nr < NR) {
@@ -267,8 +275,7 @@ static void bf16_direct(const bf16_job *j, int64_t m0, int64_t m1, int64_t n0, i
         int64_t len = min64(j->R, j->K - k0);
         float psum = 0.0f;
         for (int64_t k = k0; k < k0 + len; k++)
-          psum = fmaf(tpu_bf16_to_f32(j->A[m * j->K + k]), tpu_bf16_to_f32(j->W[k * j->N + n]),
-                      psum);
+          psum = psum + tpu_bf16_to_f32(j->A[m * j->K + k]) * tpu_bf16_to_f32(j->W[k * j->N + n]);
         acc = k0 == 0 ? psum : acc + psum;
         k0 += len;
       }

@@ -5,7 +5,7 @@
 #include "base/bf16.h"
 
 /* Which micro-kernel the bf16 and s8 kernels use. AUTO picks the best the CPU supports
- * (AVX2+FMA on x86-64 when present); SCALAR forces the portable C path. Every path gives
+ * (AVX2 on x86-64 when present); SCALAR forces the portable C path. Every path gives
  * the same bits; tests force SCALAR to prove it. */
 typedef enum { TPU__MXU_PATH_AUTO = 0, TPU__MXU_PATH_SCALAR = 1 } tpu__mxu_path;
 
@@ -13,8 +13,7 @@ typedef enum { TPU__MXU_PATH_AUTO = 0, TPU__MXU_PATH_SCALAR = 1 } tpu__mxu_path;
  * returns the previous setting. */
 tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p);
 
-/* Name of the micro-kernel the current setting uses on this machine: "avx2-fma" or
- * "scalar". */
+/* Name of the micro-kernel the current setting uses on this machine: "avx2" or "scalar". */
 const char *tpu__mxu_kernel_name(void);
 
 /* Splits an f32 value into three bf16 parts, x = p[0] + p[1] + p[2] exactly for finite x

@@ -10,9 +10,10 @@
 
 /* ---- The contract, written out independently of the kernel ---- */
 
-/* out[m,n]: for each K-tile of R rows, psum starts at +0 and takes fmaf(a, w, psum) down the
- * tile in k order; the accumulator stores the first tile's psum and adds later ones; a NaN
- * result is written as 0x7fc00000. */
+/* out[m,n]: for each K-tile of R rows, psum starts at +0 and takes psum + a*w (the product
+ * rounded to f32, then the sum, as the PE-level array does) down the tile in k order; the
+ * accumulator stores the first tile's psum and adds later ones; a NaN result is written as
+ * 0x7fc00000. ISO C mode keeps a*w + psum from being contracted into an FMA. */
 static void ref_bf16(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t M, int64_t K,
                      int64_t N, int64_t R) {
   for (int64_t m = 0; m < M; m++)
@@ -22,7 +23,7 @@ static void ref_bf16(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t M
         float psum = 0.0f;
         for (int64_t r = 0; r < R && t * R + r < K; r++) {
           int64_t k = t * R + r;
-          psum = fmaf(tpu_bf16_to_f32(A[m * K + k]), tpu_bf16_to_f32(W[k * N + n]), psum);
+          psum = psum + tpu_bf16_to_f32(A[m * K + k]) * tpu_bf16_to_f32(W[k * N + n]);
         }
         acc = t == 0 ? psum : acc + psum;
       }
@@ -113,19 +114,25 @@ static void test_hand_cases(void) {
   /* psum enters as +0: (-1)*0 gives +0, not -0. */
   float m1[1] = {-1}, z[1] = {0};
   CHECK_EQ_INT(tpu_f32_bits(dot1(m1, z, 1, 1)), 0);
-  /* A product that underflows below the smallest subnormal: one rounding of -2^-200 + 0
-   * gives -0 (fmaf semantics, which the contract fixes). */
+  /* A product that underflows: -2^-200 rounds to -0, and +0 + -0 = +0 (a fused
+   * multiply-add would give -0). */
   float t1[1] = {ldexpf(1, -100)}, t2[1] = {-ldexpf(1, -100)};
-  CHECK_EQ_INT(tpu_f32_bits(dot1(t1, t2, 1, 1)), 0x80000000u);
+  CHECK_EQ_INT(tpu_f32_bits(dot1(t1, t2, 1, 1)), 0);
+  /* The product is rounded before the add: 2^-149 + (2^-150 rounded to 0) = 2^-149, where
+   * one rounding of 1.5 * 2^-149 would tie to 2^-148. */
+  float u1[2] = {ldexpf(1, -75), ldexpf(1, -75)}, u2[2] = {ldexpf(1, -74), ldexpf(1, -75)};
+  CHECK_EQ_INT(tpu_f32_bits(dot1(u1, u2, 2, 2)), 1);
   /* Subnormal products are kept, not flushed. */
   float s1[1] = {ldexpf(1, -70)}, s2[1] = {ldexpf(1.5f, -70)};
   CHECK_EQ_INT(tpu_f32_bits(dot1(s1, s2, 1, 4)), tpu_f32_bits(ldexpf(1.5f, -140)));
-  /* A product past FLT_MAX met by -max in the same psum: one rounding keeps it finite. */
+  /* A product past FLT_MAX is inf before it meets -max in the psum (one rounding would
+   * give max). */
   float bmax = tpu_bf16_to_f32((tpu_bf16){0x7f7f});
   float o1[2] = {1, bmax}, o2[2] = {-bmax, 2};
-  CHECK_EQ_INT(tpu_f32_bits(dot1(o1, o2, 2, 2)), 0x7f7f0000u);
-  /* ...but across K-tiles the overflowing psum is already inf. */
-  CHECK_EQ_INT(tpu_f32_bits(dot1(o1, o2, 2, 1)), 0x7f800000u);
+  CHECK_EQ_INT(tpu_f32_bits(dot1(o1, o2, 2, 2)), 0x7f800000u);
+  /* Signed zeros: -0 products added to a psum that starts at +0 give +0, in every tile. */
+  float z1[2] = {-1, 1}, z2[2] = {0, -0.0f};
+  CHECK_EQ_INT(tpu_f32_bits(dot1(z1, z2, 2, 1)), 0);
   /* NaN in, any sign or payload: canonical quiet NaN out; inf*0 and inf-inf likewise. */
   tpu_bf16 na[2] = {{0xffc1}, {0x3f80}}, nw[2] = {{0x3f80}, {0x3f80}};
   float out = 0;
@@ -420,6 +427,47 @@ static void test_f32_errors(void) {
   CHECK_EQ_INT(bad, 0);
 }
 
+/* ---- Against the PE-level array (src/chip/systolic.c) ---- */
+
+static void test_vs_systolic(void) {
+  static const int64_t cases[][5] = {/* R, C, M, K, N */
+                                     {1, 1, 3, 4, 5},    {3, 4, 5, 7, 9},    {8, 8, 17, 40, 19},
+                                     {4, 16, 9, 33, 50}, {16, 4, 7, 50, 13}, {32, 32, 20, 100, 40}};
+  int fails = 0;
+  for (int c = 0; c < 6; c++)
+    for (int mode = 0; mode < 3; mode++) {
+      int64_t R = cases[c][0], C = cases[c][1], M = cases[c][2], K = cases[c][3], N = cases[c][4];
+      tpu_bf16 *A = malloc(sizeof(tpu_bf16) * (size_t)(M * K));
+      tpu_bf16 *W = malloc(sizeof(tpu_bf16) * (size_t)(K * N));
+      float *Af = malloc(sizeof(float) * (size_t)(M * K)), *Wf = malloc(sizeof(float) * (size_t)(K * N));
+      float *pe = malloc(sizeof(float) * (size_t)(M * N)), *fast = malloc(sizeof(float) * (size_t)(M * N));
+      fill_bf16(A, M * K, mode);
+      fill_bf16(W, K * N, mode);
+      for (int64_t i = 0; i < M * K; i++) Af[i] = tpu_bf16_to_f32(A[i]);
+      for (int64_t i = 0; i < K * N; i++) Wf[i] = tpu_bf16_to_f32(W[i]);
+      tpu_mxu_cycles cyc;
+      tpu_diag d;
+      tpu_wload wl = (c + mode) % 2 ? TPU_WLOAD_DOUBLE : TPU_WLOAD_SERIAL;
+      tpu_status st = tpu_systolic_run(R, C, M, K, N, wl, Af, Wf, pe, &cyc, NULL, &d);
+      CHECK_EQ_INT(st, TPU_OK);
+      tpu_mxu_matmul_bf16(A, W, fast, M, K, N, R, 1 + c % 4);
+      int64_t at;
+      if (st == TPU_OK && !same_bits(pe, fast, M * N, &at)) {
+        fprintf(stderr, "vs systolic: R=%lld C=%lld M=%lld K=%lld N=%lld mode=%d at %lld: %08x vs %08x\n",
+                (long long)R, (long long)C, (long long)M, (long long)K, (long long)N, mode,
+                (long long)at, tpu_f32_bits(pe[at]), tpu_f32_bits(fast[at]));
+        fails++;
+      }
+      free(A);
+      free(W);
+      free(Af);
+      free(Wf);
+      free(pe);
+      free(fast);
+    }
+  CHECK_EQ_INT(fails, 0);
+}
+
 int main(void) {
   printf("micro-kernel: %s\n", tpu__mxu_kernel_name());
   test_hand_cases();
@@ -431,5 +479,6 @@ int main(void) {
   test_f32_passes();
   test_f32_accuracy();
   test_f32_errors();
+  test_vs_systolic();
   CHECK_DONE();
 }

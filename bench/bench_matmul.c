@@ -1,0 +1,174 @@
+/* MXU fast kernel vs OpenBLAS sgemm: GFLOP/s on the same data and thread count, the ratio,
+ * and a bit-exactness check of the kernel against the contract on sampled entries.
+ * Usage: bench_matmul [--threads T] [--R DEPTH] [--min-time SECONDS] [--quick] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/bf16.h"
+#include "chip/mxu.h"
+#include "chip/mxu_kernel_int.h"
+
+#ifdef TPU_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)(rng >> 16);
+}
+
+/* One output entry by the contract (mxu.h): psums from +0 down each K-tile, psum + a*w with
+ * the product rounded first (as the PE-level array does), the first tile stored, later tiles
+ * added, NaN canonical. */
+static float ref_entry(const tpu_bf16 *A, const tpu_bf16 *W, int64_t K, int64_t N, int64_t R,
+                       int64_t m, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t t = 0; t * R < K; t++) {
+    float psum = 0.0f;
+    for (int64_t k = t * R; k < K && k < (t + 1) * R; k++)
+      psum = psum + tpu_bf16_to_f32(A[m * K + k]) * tpu_bf16_to_f32(W[k * N + n]);
+    acc = t == 0 ? psum : acc + psum;
+  }
+  return isnan(acc) ? tpu_f32_from_bits(0x7fc00000u) : acc;
+}
+
+typedef struct shape {
+  int64_t M, K, N;
+} shape;
+
+typedef struct run_ctx {
+  const tpu_bf16 *A, *W;
+  const float *Af, *Wf;
+  float *out;
+  int64_t M, K, N, R;
+  int threads;
+} run_ctx;
+
+static void run_tpusim(const run_ctx *c) {
+  tpu_mxu_matmul_bf16(c->A, c->W, c->out, c->M, c->K, c->N, c->R, c->threads);
+}
+
+#ifdef TPU_HAVE_OPENBLAS
+static void run_openblas(const run_ctx *c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->M, (int)c->N, (int)c->K, 1.0f,
+              c->Af, (int)c->K, c->Wf, (int)c->N, 0.0f, c->out, (int)c->N);
+}
+#endif
+
+/* Best time of repeated runs (after one warm-up) until min_time has passed, at least 3. */
+static double best_time(void (*fn)(const run_ctx *), const run_ctx *c, double min_time) {
+  fn(c);
+  double best = 1e30, start = now_s();
+  for (int rep = 0; rep < 3 || now_s() - start < min_time; rep++) {
+    double t0 = now_s();
+    fn(c);
+    double t = now_s() - t0;
+    if (t < best) best = t;
+  }
+  return best;
+}
+
+int main(int argc, char **argv) {
+  int threads = 2, quick = 0;
+  int64_t R = 128;
+  double min_time = 0.5;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--R") && i + 1 < argc)
+      R = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--min-time") && i + 1 < argc)
+      min_time = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--quick"))
+      quick = 1;
+    else {
+      fprintf(stderr, "usage: %s [--threads T] [--R DEPTH] [--min-time S] [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (threads < 1 || R < 1) {
+    fprintf(stderr, "error: --threads and --R must be >= 1\n");
+    return 2;
+  }
+  static const shape all[] = {{256, 256, 256},   {512, 512, 512},   {1024, 1024, 1024},
+                              {2048, 2048, 2048}, {32, 2048, 2048},  {2048, 2048, 32},
+                              {2048, 64, 2048},   {1, 4096, 4096},   {4096, 4096, 1}};
+  int nshapes = quick ? 3 : (int)(sizeof all / sizeof all[0]);
+#ifdef TPU_HAVE_OPENBLAS
+  openblas_set_num_threads(threads);
+  printf("OpenBLAS: %s\n", openblas_get_config());
+#endif
+  printf("tpusim micro-kernel: %s, threads: %d, K-tile depth R: %lld\n", tpu__mxu_kernel_name(),
+         threads, (long long)R);
+  printf("%-18s %12s %12s %8s  %s\n", "M x K x N", "tpusim GF/s", "sgemm GF/s", "ratio",
+         "bit-exact (sampled)");
+  int all_exact = 1;
+  for (int s = 0; s < nshapes; s++) {
+    int64_t M = all[s].M, K = all[s].K, N = all[s].N;
+    tpu_bf16 *A = malloc(sizeof(tpu_bf16) * (size_t)(M * K));
+    tpu_bf16 *W = malloc(sizeof(tpu_bf16) * (size_t)(K * N));
+    float *Af = malloc(sizeof(float) * (size_t)(M * K));
+    float *Wf = malloc(sizeof(float) * (size_t)(K * N));
+    float *out = malloc(sizeof(float) * (size_t)(M * N));
+    if (!A || !W || !Af || !Wf || !out) {
+      fprintf(stderr, "error: out of memory for %lldx%lldx%lld\n", (long long)M, (long long)K,
+              (long long)N);
+      return 1;
+    }
+    /* Values in [-2, 2) rounded to bf16; OpenBLAS gets the same values as f32. */
+    for (int64_t i = 0; i < M * K; i++) {
+      A[i] = tpu_bf16_from_f32((float)((rnd() & 0xffff) / 16384.0 - 2.0));
+      Af[i] = tpu_bf16_to_f32(A[i]);
+    }
+    for (int64_t i = 0; i < K * N; i++) {
+      W[i] = tpu_bf16_from_f32((float)((rnd() & 0xffff) / 16384.0 - 2.0));
+      Wf[i] = tpu_bf16_to_f32(W[i]);
+    }
+    run_ctx c = {A, W, Af, Wf, out, M, K, N, R, threads};
+    double flops = 2.0 * (double)M * (double)K * (double)N;
+    double t_tpu = best_time(run_tpusim, &c, min_time);
+    /* out holds the kernel's result now: compare sampled entries with the contract. */
+    int samples = 64, exact = 0;
+    for (int i = 0; i < samples; i++) {
+      int64_t m = i == 0 ? M - 1 : (int64_t)(rnd() % (uint32_t)M);
+      int64_t n = i == 0 ? N - 1 : (int64_t)(rnd() % (uint32_t)N);
+      float want = ref_entry(A, W, K, N, R, m, n);
+      exact += tpu_f32_bits(out[m * N + n]) == tpu_f32_bits(want);
+    }
+    all_exact &= exact == samples;
+    char name[64];
+    snprintf(name, sizeof name, "%lldx%lldx%lld", (long long)M, (long long)K, (long long)N);
+#ifdef TPU_HAVE_OPENBLAS
+    double t_blas = best_time(run_openblas, &c, min_time);
+    printf("%-18s %12.1f %12.1f %8.2f  %s (%d/%d)\n", name, flops / t_tpu * 1e-9,
+           flops / t_blas * 1e-9, t_blas / t_tpu, exact == samples ? "yes" : "NO", exact,
+           samples);
+#else
+    printf("%-18s %12.1f %12s %8s  %s (%d/%d)\n", name, flops / t_tpu * 1e-9, "n/a", "n/a",
+           exact == samples ? "yes" : "NO", exact, samples);
+#endif
+    fflush(stdout);
+    free(A);
+    free(W);
+    free(Af);
+    free(Wf);
+    free(out);
+  }
+  if (!all_exact) {
+    fprintf(stderr, "error: the kernel differs from the contract on sampled entries\n");
+    return 1;
+  }
+  return 0;
+}
