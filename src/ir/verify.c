@@ -525,42 +525,7 @@ static tpu_status verify_instr(const tpu_instr *in, tpu_diag *d) {
 
 /* ---- Module level ---- */
 
-/* The k-th computation `in` calls: the resolved references (to_apply, condition, body,
- * select, scatter, calls, branches), then the names in a `called_computations` attribute,
- * which the parser keeps as text (custom-call). Returns 0 past the last one; sets *out to
- * NULL and sets name and len to the text for a name that is not a computation of the module. */
-static int callee_at(const tpu_module *m, const tpu_instr *in, int k, const tpu_comp **out, const char **name,
-                     size_t *len) {
-  const tpu_comp *fixed[6] = {in->to_apply, in->condition, in->body, in->select, in->scatter_comp, in->calls};
-  for (int i = 0; i < 6; i++)
-    if (fixed[i] && k-- == 0) {
-      *out = fixed[i];
-      return 1;
-    }
-  for (int i = 0; i < in->nbranches; i++)
-    if (in->branches[i] && k-- == 0) {
-      *out = in->branches[i];
-      return 1;
-    }
-  for (int i = 0; i < in->nattrs; i++) {
-    if (strcmp(in->attrs[i].name, "called_computations")) continue;
-    const char *p = in->attrs[i].value;
-    while (*p) {
-      while (*p == '{' || *p == '}' || *p == ',' || *p == '%' || isspace((unsigned char)*p)) p++;
-      const char *st = p;
-      while (*p && *p != ',' && *p != '}' && !isspace((unsigned char)*p)) p++;
-      if (p == st || k-- != 0) continue;
-      *out = NULL;
-      *name = st;
-      *len = (size_t)(p - st);
-      for (int c = 0; c < m->ncomps; c++)
-        if (strlen(m->comps[c]->name) == *len && !memcmp(m->comps[c]->name, st, *len)) *out = m->comps[c];
-      return 1;
-    }
-  }
-  return 0;
-}
-
+/* Computations by address (for an index) and by name (for called_computations text). */
 typedef struct {
   const tpu_comp *c;
   int idx;
@@ -571,25 +536,87 @@ static int key_cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+static int name_cmp(const void *a, const void *b) {
+  return strcmp(((const comp_key *)a)->c->name, ((const comp_key *)b)->c->name);
+}
+
+typedef struct {
+  const char *s;
+  size_t n;
+} name_ref;
+
+static int name_ref_cmp(const void *key, const void *elem) {
+  const name_ref *r = key;
+  const char *nm = ((const comp_key *)elem)->c->name;
+  size_t ln = strlen(nm);
+  int c = memcmp(r->s, nm, r->n < ln ? r->n : ln);
+  if (c) return c;
+  return r->n < ln ? -1 : r->n > ln;
+}
+
 static int comp_index(const comp_key *keys, int n, const tpu_comp *c) {
   comp_key k = {c, 0};
   const comp_key *r = bsearch(&k, keys, (size_t)n, sizeof k, key_cmp);
   return r ? r->idx : -1;
 }
 
+/* A depth-first frame: computation, instruction, and where in that instruction's callees
+ * the walk is: the resolved references (to_apply, condition, body, select, scatter, calls,
+ * branches), then the names in `called_computations` attributes, which the parser keeps
+ * as text (custom-call). */
+typedef struct {
+  int comp, instr;
+  int edge;        /* next resolved reference */
+  int attr;        /* next attribute to scan for called_computations */
+  const char *cur; /* position in the current called_computations text, or NULL */
+} frame;
+
+/* The next computation `in` calls, advancing f; returns 0 after the last one. A name that
+ * is no computation of the module gives *out = NULL with the name in *name, *len. */
+static int callee_next(const comp_key *byname, int n, const tpu_instr *in, frame *f, const tpu_comp **out,
+                       const char **name, size_t *len) {
+  const tpu_comp *fixed[6] = {in->to_apply, in->condition, in->body, in->select, in->scatter_comp, in->calls};
+  while (f->edge < 6 + in->nbranches) {
+    int e = f->edge++;
+    const tpu_comp *c = e < 6 ? fixed[e] : in->branches[e - 6];
+    if (c) {
+      *out = c;
+      return 1;
+    }
+  }
+  for (;;) {
+    if (!f->cur) {
+      while (f->attr < in->nattrs && strcmp(in->attrs[f->attr].name, "called_computations")) f->attr++;
+      if (f->attr >= in->nattrs) return 0;
+      f->cur = in->attrs[f->attr++].value;
+    }
+    const char *p = f->cur;
+    while (*p == '{' || *p == '}' || *p == ',' || *p == '%' || isspace((unsigned char)*p)) p++;
+    const char *st = p;
+    while (*p && *p != ',' && *p != '}' && !isspace((unsigned char)*p)) p++;
+    if (p == st) {
+      f->cur = NULL;
+      continue;
+    }
+    f->cur = p;
+    *name = st;
+    *len = (size_t)(p - st);
+    name_ref r = {st, *len};
+    const comp_key *k = bsearch(&r, byname, (size_t)n, sizeof *byname, name_ref_cmp);
+    *out = k ? k->c : NULL;
+    return 1;
+  }
+}
+
 /* Depth-first over call edges from computation `root`, appending computations to
  * order[] callees first and marking them reached. Iterative: the call graph can be deep
  * (the parser has already rejected cycles). */
-typedef struct {
-  int comp, instr, edge;
-} frame;
-
-static tpu_status dfs_calls(const tpu_module *m, const comp_key *keys, int root, unsigned char *state, int *order,
-                            int *norder, frame *stack, tpu_diag *d) {
+static tpu_status dfs_calls(const tpu_module *m, const comp_key *byaddr, const comp_key *byname, int root,
+                            unsigned char *state, int *order, int *norder, frame *stack, tpu_diag *d) {
   int sp = 0;
   if (state[root]) return TPU_OK;
   state[root] = 1;
-  stack[sp++] = (frame){root, 0, 0};
+  stack[sp++] = (frame){root, 0, 0, 0, NULL};
   while (sp) {
     frame *f = &stack[sp - 1];
     const tpu_comp *c = m->comps[f->comp];
@@ -599,19 +626,19 @@ static tpu_status dfs_calls(const tpu_module *m, const comp_key *keys, int root,
       const tpu_comp *callee;
       const char *name = NULL;
       size_t len = 0;
-      if (!callee_at(m, in, f->edge, &callee, &name, &len)) {
+      if (!callee_next(byname, m->ncomps, in, f, &callee, &name, &len)) {
         f->instr++;
-        f->edge = 0;
+        f->edge = f->attr = 0;
+        f->cur = NULL;
         continue;
       }
-      f->edge++;
       if (!callee)
         return TPU_VFAIL(d, in, "called_computations names '%.*s', which is not a computation of the module", (int)len,
                          name);
-      int j = comp_index(keys, m->ncomps, callee);
+      int j = comp_index(byaddr, m->ncomps, callee);
       if (j >= 0 && !state[j]) {
         state[j] = 1;
-        stack[sp++] = (frame){j, 0, 0};
+        stack[sp++] = (frame){j, 0, 0, 0, NULL};
         pushed = 1;
       }
     }
@@ -759,23 +786,25 @@ static tpu_status check_entry_layout(const tpu_module *m, tpu_diag *d) {
 tpu_status tpu_ir_verify(const tpu_module *m, tpu_diag *d) {
   if (!m || !m->entry || m->ncomps < 1) return TPU_FAIL(d, TPU_ERR_INVALID, tpu_noloc(), "the module has no entry computation");
   int n = m->ncomps;
-  comp_key *keys = tpu_malloc(sizeof(comp_key) * (size_t)n);
+  comp_key *keys = tpu_malloc(sizeof(comp_key) * (size_t)n), *byname = tpu_malloc(sizeof(comp_key) * (size_t)n);
   unsigned char *state = tpu_calloc((size_t)n, 1);
   int *order = tpu_malloc(sizeof(int) * (size_t)n);
   frame *stack = tpu_malloc(sizeof(frame) * (size_t)n);
   tpu_status st = TPU_OK;
-  if (!keys || !state || !order || !stack) {
+  if (!keys || !byname || !state || !order || !stack) {
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory while verifying");
     goto done;
   }
   for (int i = 0; i < n; i++) keys[i] = (comp_key){m->comps[i], i};
+  memcpy(byname, keys, sizeof(comp_key) * (size_t)n);
   qsort(keys, (size_t)n, sizeof *keys, key_cmp);
+  qsort(byname, (size_t)n, sizeof *byname, name_cmp);
   int entry = comp_index(keys, n, m->entry), norder = 0;
   if (entry < 0) {
     st = TPU_FAIL(d, TPU_ERR_INVALID, m->entry->loc, "the entry computation is not in the module");
     goto done;
   }
-  st = dfs_calls(m, keys, entry, state, order, &norder, stack, d);
+  st = dfs_calls(m, keys, byname, entry, state, order, &norder, stack, d);
   if (st != TPU_OK) goto done;
   for (int i = 0; i < n; i++)
     if (!state[i]) {
@@ -802,6 +831,7 @@ tpu_status tpu_ir_verify(const tpu_module *m, tpu_diag *d) {
   if (st == TPU_OK) st = check_entry_layout(m, d);
 done:
   tpu_free(keys);
+  tpu_free(byname);
   tpu_free(state);
   tpu_free(order);
   tpu_free(stack);
