@@ -8,12 +8,15 @@
 #include "base/alloc.h"
 #include "chip/mxu.h"
 #include "chip/scalesim.h"
+#include "chip/systolic.h"
 #include "cli.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: tpusim systolic -c CONFIG.cfg [-t TOPOLOGY.csv] [-i conv|gemm] [-p OUTDIR]\n"
           "                       [--scalesim-compat] [--pe-level] [-q]\n"
+          "       tpusim systolic --animate [--rows R] [--cols C] [-M M] [-K K] [-N N]\n"
+          "                       [--html FILE] [--scalesim-compat]\n"
           "\n"
           "Reads SCALE-Sim's configuration and topology files as they are and writes\n"
           "OUTDIR/<run_name>/COMPUTE_REPORT.csv with SCALE-Sim's columns (ws dataflow only).\n"
@@ -25,18 +28,24 @@ static void usage(FILE *f) {
           "  --scalesim-compat   weights load serially, as SCALE-Sim v2 models ws: Total Cycles\n"
           "                      and the utilisation columns equal SCALE-Sim's. Without it the\n"
           "                      TPU's double-buffered weight loading applies and the report\n"
-          "                      adds 'Weight Load Cycles Saved' (serial total minus ours).\n"
+          "                      adds 'Cycles Saved' (serial total minus ours).\n"
           "  --pe-level          run the cycle-by-cycle PE array (computing and checking real\n"
           "                      values) instead of the closed form; the cycles are the same\n"
           "  -q                  no per-layer table on stdout\n"
           "  -l FILE, -s Y|N     SCALE-Sim's layout and trace options: accepted, ignored\n"
           "\n"
+          "  --animate           show every cycle of an R x C array computing A[M,K] x W[K,N]\n"
+          "                      (default 4x4 array, M=6 K=4 N=4; small integer operands) as\n"
+          "                      text on stdout, or with --html FILE as a self-contained page;\n"
+          "                      double-buffered weights unless --scalesim-compat\n"
+          "\n"
           "Exit status: 0 ok, 1 could not write the report, 2 bad input.\n");
 }
 
 typedef struct {
-  const char *cfg, *topo, *kind, *outdir;
-  int compat, pe_level, quiet;
+  const char *cfg, *topo, *kind, *outdir, *html;
+  int compat, pe_level, quiet, animate;
+  int64_t rows, cols, M, K, N; /* --animate sizes */
 } opts;
 
 /* Small deterministic integers in [-2, 2]: exact in bf16, and every sum of products stays
@@ -237,10 +246,62 @@ out:
   return rc;
 }
 
+/* --animate: chip/systolic.h's renderers on small integer operands. */
+static int run_animate(const opts *o) {
+  tpu_diag d;
+  memset(&d, 0, sizeof d);
+  const int64_t M = o->M, K = o->K, N = o->N;
+  if (M > 4096 || K > 4096 || N > 4096) {
+    fprintf(stderr, "error: --animate takes M, K, N up to 4096\n");
+    return 2;
+  }
+  float *A = tpu_malloc((size_t)(M * K) * sizeof *A);
+  float *W = tpu_malloc((size_t)(K * N) * sizeof *W);
+  if (!A || !W) {
+    tpu_free(A);
+    tpu_free(W);
+    fprintf(stderr, "error: out of memory\n");
+    return 1;
+  }
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t k = 0; k < K; k++) A[m * K + k] = operand((uint64_t)m, (uint64_t)k, 1);
+  for (int64_t k = 0; k < K; k++)
+    for (int64_t n = 0; n < N; n++) W[k * N + n] = operand((uint64_t)k, (uint64_t)n, 2);
+  const tpu_wload mode = o->compat ? TPU_WLOAD_SERIAL : TPU_WLOAD_DOUBLE;
+  tpu_status st = o->html ? tpu_systolic_animate_html(o->html, o->rows, o->cols, M, K, N, A,
+                                                      W, mode, &d)
+                          : tpu_systolic_animate_text(stdout, o->rows, o->cols, M, K, N, A, W,
+                                                      mode, &d);
+  tpu_free(A);
+  tpu_free(W);
+  if (st != TPU_OK) {
+    int rc = tpu_cli_report(&d);
+    return d.status == TPU_ERR_IO || d.status == TPU_ERR_NOMEM ? 1 : rc;
+  }
+  if (o->html && !o->quiet) printf("wrote %s\n", o->html);
+  return 0;
+}
+
+/* A positive integer option value. */
+static int size_arg(const char *opt, const char *v, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || end == v || *end || x < 1 || x > 1000000) {
+    fprintf(stderr, "error: %s takes an integer from 1 to 1000000, got '%s'\n", opt, v);
+    return 0;
+  }
+  *out = x;
+  return 1;
+}
+
 int tpu_cli_systolic(int argc, char **argv) {
   opts o;
   memset(&o, 0, sizeof o);
   o.outdir = "./results";
+  o.rows = o.cols = 4;
+  o.M = 6;
+  o.K = o.N = 4;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -250,6 +311,23 @@ int tpu_cli_systolic(int argc, char **argv) {
     if (!strcmp(a, "--scalesim-compat")) o.compat = 1;
     else if (!strcmp(a, "--pe-level")) o.pe_level = 1;
     else if (!strcmp(a, "-q")) o.quiet = 1;
+    else if (!strcmp(a, "--animate")) o.animate = 1;
+    else if (!strcmp(a, "--rows") || !strcmp(a, "--cols") || !strcmp(a, "-M") ||
+             !strcmp(a, "-K") || !strcmp(a, "-N") || !strcmp(a, "--html")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "error: %s needs a value\n", a);
+        return 2;
+      }
+      const char *v = argv[++i];
+      int ok = 1;
+      if (!strcmp(a, "--html")) o.html = v;
+      else if (!strcmp(a, "--rows")) ok = size_arg(a, v, &o.rows);
+      else if (!strcmp(a, "--cols")) ok = size_arg(a, v, &o.cols);
+      else if (!strcmp(a, "-M")) ok = size_arg(a, v, &o.M);
+      else if (!strcmp(a, "-K")) ok = size_arg(a, v, &o.K);
+      else ok = size_arg(a, v, &o.N);
+      if (!ok) return 2;
+    }
     else if (!strcmp(a, "-c") || !strcmp(a, "-t") || !strcmp(a, "-i") || !strcmp(a, "-p") ||
              !strcmp(a, "-l") || !strcmp(a, "-s")) {
       if (i + 1 >= argc) {
@@ -267,6 +345,7 @@ int tpu_cli_systolic(int argc, char **argv) {
       return 2;
     }
   }
+  if (o.animate) return run_animate(&o);
   if (!o.cfg) {
     fprintf(stderr, "error: -c CONFIG.cfg is required\n");
     usage(stderr);

@@ -847,7 +847,7 @@ tpu_status tpu_scalesim_report_write(const char *path, const tpu_scalesim_row *r
   /* SCALE-Sim v2's header and row layout: ", " between fields, a trailing comma. */
   fprintf(f, "LayerID, Total Cycles, Stall Cycles, Overall Util %%, Mapping Efficiency %%, "
              "Compute Util %%,%s\n",
-          with_saved ? " Weight Load Cycles Saved," : "");
+          with_saved ? " Cycles Saved," : "");
   for (int64_t i = 0; i < n; i++) {
     char u[3][40];
     tpu_scalesim_format_float(rows[i].overall_util_pct, u[0], sizeof u[0]);

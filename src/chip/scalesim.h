@@ -96,7 +96,7 @@ void tpu_scalesim_topology_deinit(tpu_scalesim_topology *t);
 
 /* One row. In SCALE-Sim mode the header is SCALE-Sim v2's:
  *   LayerID, Total Cycles, Stall Cycles, Overall Util %, Mapping Efficiency %, Compute Util %,
- * and in TPU mode one more column follows: Weight Load Cycles Saved (serial total minus
+ * and in TPU mode one more column follows: Cycles Saved (serial total minus
  * double-buffered total). Utilisations are percentages with SCALE-Sim's definitions. */
 typedef struct tpu_scalesim_row {
   int64_t total_cycles;

@@ -350,7 +350,7 @@ static void test_report(void) {
   tpu_scalesim_format_float(rows[0].compute_util_pct, cu, sizeof cu);
   snprintf(want, sizeof want,
            "LayerID, Total Cycles, Stall Cycles, Overall Util %%, Mapping Efficiency %%, "
-           "Compute Util %%, Weight Load Cycles Saved,\n"
+           "Compute Util %%, Cycles Saved,\n"
            "0, 112283, 0, 91.68309650614964, 94.53125, %s, 0,\n"
            "1, 7, 0, 100.0, 94.53125, %s, 42,\n",
            cu, cu);
