@@ -162,25 +162,63 @@ static void pack_b(const tpu_bf16 *W, int64_t N, int64_t k0, int64_t kc, int64_t
   }
 }
 
+/* For C = W^T x A^T. Packs W^T rows [i0, i0+mc) (columns of W) x k [k0, k0+kc) in the
+ * layout of pack_a: panel p holds, for each k, W[k0 + k][i0 + p*MR + r]. */
+static void pack_wt(const tpu_bf16 *W, int64_t N, int64_t i0, int64_t mc, int64_t k0, int64_t kc,
+                    float *dst) {
+  for (int64_t p = 0; p < mc; p += MR) {
+    int64_t rows = min64(MR, mc - p);
+    for (int64_t k = 0; k < kc; k++) {
+      const tpu_bf16 *src = W + (k0 + k) * N + i0 + p;
+      float *o = dst + k * MR;
+      for (int64_t r = 0; r < rows; r++) o[r] = tpu_bf16_to_f32(src[r]);
+      for (int64_t r = rows; r < MR; r++) o[r] = 0.0f;
+    }
+    dst += kc * MR;
+  }
+}
+
+/* For C = W^T x A^T. Packs A^T k [k0, k0+kc) x columns [j0, j0+nc) (rows of A) in the
+ * layout of pack_b: panel p holds, for each k, A[j0 + p*NR + c][k0 + k]. */
+static void pack_at(const tpu_bf16 *A, int64_t K, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                    float *dst) {
+  for (int64_t p = 0; p < nc; p += NR) {
+    int64_t cols = min64(NR, nc - p);
+    for (int64_t c = 0; c < NR; c++) {
+      if (c < cols) {
+        const tpu_bf16 *src = A + (j0 + p + c) * K + k0;
+        for (int64_t k = 0; k < kc; k++) dst[k * NR + c] = tpu_bf16_to_f32(src[k]);
+      } else {
+        for (int64_t k = 0; k < kc; k++) dst[k * NR + c] = 0.0f;
+      }
+    }
+    dst += kc * NR;
+  }
+}
+
 /* ---- Micro-kernels ----
  * One call computes psum[MR][NR] over kc k-steps of packed panels a (kc x MR) and b (kc x
- * NR), in k order, each step psum = psum + a*w (product rounded, then the sum). psum starts at +0 (in == NULL) or at
- * carried values `in` (MR*NR, row-major). With `carry` non-NULL the psums are stored there;
- * otherwise they finish the K-tile into out (mr x nr valid entries, row stride ldo): stored
- * as they are for the first K-tile, added to out for later ones, NaNs made canonical. */
+ * NR), in k order, each step psum = psum + a*w (product rounded, then the sum). psum starts
+ * at +0 (in == NULL) or at carried values `in` (MR*NR, row-major). With `carry` non-NULL
+ * the psums are stored there; otherwise they finish the K-tile into out (mr x nr valid
+ * entries; psum (i, j) goes to out[i*ldo + j], or to out[j*ldo + i] when `trans`): stored as
+ * they are for the first K-tile, added to out for later ones, NaNs made canonical. */
 typedef void (*ukernel_fn)(int64_t kc, const float *a, const float *b, const float *in,
-                           float *carry, float *out, int64_t ldo, int mr, int nr, int first);
+                           float *carry, float *out, int64_t ldo, int mr, int nr, int first,
+                           int trans);
 
-static void finish_scalar(const float *ps, float *out, int64_t ldo, int mr, int nr, int first) {
+static void finish_scalar(const float *ps, float *out, int64_t ldo, int mr, int nr, int first,
+                          int trans) {
   for (int i = 0; i < mr; i++)
     for (int j = 0; j < nr; j++) {
-      float *o = out + i * ldo + j;
+      float *o = trans ? out + j * ldo + i : out + i * ldo + j;
       *o = canon_nan(first ? ps[i * NR + j] : *o + ps[i * NR + j]);
     }
 }
 
 static void ukernel_scalar(int64_t kc, const float *a, const float *b, const float *in,
-                           float *carry, float *out, int64_t ldo, int mr, int nr, int first) {
+                           float *carry, float *out, int64_t ldo, int mr, int nr, int first,
+                           int trans) {
   float c[MR * NR];
   for (int i = 0; i < MR * NR; i++) c[i] = in ? in[i] : 0.0f;
   for (int64_t k = 0; k < kc; k++, a += MR, b += NR)
@@ -189,7 +227,7 @@ static void ukernel_scalar(int64_t kc, const float *a, const float *b, const flo
   if (carry)
     memcpy(carry, c, sizeof c);
   else
-    finish_scalar(c, out, ldo, mr, nr, first);
+    finish_scalar(c, out, ldo, mr, nr, first, trans);
 }
 
 #if MXU_X86
@@ -206,7 +244,7 @@ TGT_AVX2 static inline void finish8(__m256 p, float *o, int first) {
  * kernel's throughput. */
 TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, const float *in,
                                   float *carry, float *out, int64_t ldo, int mr, int nr,
-                                  int first) {
+                                  int first, int trans) {
   __m256 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b;
 #define MXU_LOAD(i)                            \
   c##i##a = _mm256_loadu_ps(in + (i) * NR);    \
@@ -225,14 +263,14 @@ TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, co
   c##i##b = _mm256_add_ps(c##i##b, _mm256_mul_ps(av, b1));
     MXU_ROW(0) MXU_ROW(1) MXU_ROW(2) MXU_ROW(3) MXU_ROW(4) MXU_ROW(5)
   }
-  if (carry || mr < MR || nr < NR) {
+  if (carry || mr < MR || nr < NR || trans) {
     float tmp[MR * NR];
     float *dst = carry ? carry : tmp;
 #define MXU_STORE(i)                           \
   _mm256_storeu_ps(dst + (i) * NR, c##i##a);   \
   _mm256_storeu_ps(dst + (i) * NR + 8, c##i##b);
     MXU_STORE(0) MXU_STORE(1) MXU_STORE(2) MXU_STORE(3) MXU_STORE(4) MXU_STORE(5)
-    if (!carry) finish_scalar(tmp, out, ldo, mr, nr, first);
+    if (!carry) finish_scalar(tmp, out, ldo, mr, nr, first, trans);
     return;
   }
 #define MXU_FINISH(i)                          \
@@ -260,7 +298,11 @@ typedef struct bf16_job {
   const tpu_bf16 *A, *W;
   float *out;
   int64_t M, K, N, R;
-  int split_n; /* tasks own column ranges (1) or row ranges (0) */
+  /* The blocked loops compute C = A x W, or with `trans` C = W^T x A^T (C = out^T): the
+   * same products summed in the same order, but a narrow N becomes the vectorised side. */
+  int trans;
+  int64_t rows, cols; /* of C: M x N, or N x M when trans */
+  int split_n;        /* tasks own column ranges of C (1) or row ranges (0) */
   ukernel_fn uk;
   bf16_ws ws[MAX_THREADS];
 } bf16_job;
@@ -295,13 +337,13 @@ static float *alloc_floats(int64_t n, void **raw) {
   return (float *)p;
 }
 
-/* The output region [m0, m1) x [n0, n1) of the task owning units [lo, hi). */
+/* The region [m0, m1) x [n0, n1) of C owned by the task with units [lo, hi). */
 static void task_region(const bf16_job *j, int64_t lo, int64_t hi, int64_t *m0, int64_t *m1,
                         int64_t *n0, int64_t *n1) {
   if (j->split_n) {
-    *m0 = 0, *m1 = j->M, *n0 = lo * NR, *n1 = min64(hi * NR, j->N);
+    *m0 = 0, *m1 = j->rows, *n0 = lo * NR, *n1 = min64(hi * NR, j->cols);
   } else {
-    *m0 = lo * MR, *m1 = min64(hi * MR, j->M), *n0 = 0, *n1 = j->N;
+    *m0 = lo * MR, *m1 = min64(hi * MR, j->rows), *n0 = 0, *n1 = j->cols;
   }
 }
 
@@ -330,7 +372,10 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
   int64_t K = j->K, N = j->N, R = j->R;
   if (m0 >= m1 || n0 >= n1) return;
   if (!w->ok) {
-    bf16_direct(j, m0, m1, n0, n1);
+    if (j->trans)
+      bf16_direct(j, n0, n1, m0, m1);
+    else
+      bf16_direct(j, m0, m1, n0, n1);
     return;
   }
   int need_carry = w->carry != NULL;
@@ -342,10 +387,16 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
       int64_t nchunks = (tlen + KC_MAX - 1) / KC_MAX;
       for (int64_t c = 0; c < nchunks; c++) {
         int64_t c0 = tlen * c / nchunks, kc = tlen * (c + 1) / nchunks - c0;
-        pack_b(j->W, N, k0 + c0, kc, jc, nc, w->bpack);
+        if (j->trans)
+          pack_at(j->A, K, k0 + c0, kc, jc, nc, w->bpack);
+        else
+          pack_b(j->W, N, k0 + c0, kc, jc, nc, w->bpack);
         for (int64_t ic = m0; ic < m1; ic += MC) {
           int64_t mc = min64(MC, m1 - ic);
-          pack_a(j->A, K, ic, mc, k0 + c0, kc, w->apack);
+          if (j->trans)
+            pack_wt(j->W, N, ic, mc, k0 + c0, kc, w->apack);
+          else
+            pack_a(j->A, K, ic, mc, k0 + c0, kc, w->apack);
           for (int64_t jr = 0; jr < nc; jr += NR) {
             int nr = (int)min64(NR, nc - jr);
             for (int64_t ir = 0; ir < mc; ir += MR) {
@@ -353,9 +404,10 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
               float *cs = NULL;
               if (need_carry)
                 cs = w->carry + (((ic - m0 + ir) / MR) * (ncw / NR) + jr / NR) * (MR * NR);
+              float *o = j->trans ? j->out + (jc + jr) * N + ic + ir
+                                  : j->out + (ic + ir) * N + jc + jr;
               j->uk(kc, w->apack + ir * kc, w->bpack + jr * kc, c > 0 ? cs : NULL,
-                    c + 1 < nchunks ? cs : NULL, j->out + (ic + ir) * N + jc + jr, N, mr, nr,
-                    k0 == 0);
+                    c + 1 < nchunks ? cs : NULL, o, N, mr, nr, k0 == 0, j->trans);
             }
           }
         }
@@ -392,7 +444,11 @@ void tpu_mxu_matmul_bf16(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64
 #else
   j.uk = ukernel_scalar;
 #endif
-  int64_t units_n = (N + NR - 1) / NR, units_m = (M + MR - 1) / MR;
+  /* Fewer columns than a vector: put M on the vector side (C = out^T) to waste fewer lanes. */
+  j.trans = N < NR && M > N;
+  j.rows = j.trans ? N : M;
+  j.cols = j.trans ? M : N;
+  int64_t units_n = (j.cols + NR - 1) / NR, units_m = (j.rows + MR - 1) / MR;
   j.split_n = units_n >= units_m;
   int64_t units = j.split_n ? units_n : units_m;
   int t = plan_threads(nthreads, units, (double)M * (double)K * (double)N);

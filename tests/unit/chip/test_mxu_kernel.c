@@ -168,6 +168,8 @@ static void test_shapes(void) {
   fails += !check_case(40, 517, 70, 513, 1, 1);
   fails += !check_case(1, 300, 300, 128, 4, 1);
   fails += !check_case(300, 300, 1, 128, 4, 1);
+  fails += !check_case(200, 600, 3, 600, 2, 1); /* narrow N (C = out^T) with carried psums */
+  fails += !check_case(97, 300, 15, 8, 3, 2);
   /* Every thread count on one shape, plus the auto choice. */
   for (int t = 0; t <= 4; t++) fails += !check_case(64, 100, 130, 8, t, 1);
   /* Every bit pattern mixed: NaNs, infinities and huge products everywhere. */
@@ -183,6 +185,7 @@ static void test_scalar_path(void) {
   fails += !check_case(17, 40, 33, 3, 1, 1);
   fails += !check_case(70, 300, 50, 128, 2, 1);
   fails += !check_case(20, 600, 20, 600, 3, 2);
+  fails += !check_case(50, 300, 4, 256, 2, 1);
   CHECK_EQ_INT(fails, 0);
   tpu__mxu_set_path(old);
 }
