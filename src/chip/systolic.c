@@ -45,6 +45,7 @@ typedef struct sim {
   int64_t *colf;   /* C: the oldest fold that may still be loading each column */
 
   int64_t next_load, next_stream; /* next fold to start loading / streaming */
+  int64_t oldest;                 /* oldest fold that may still have data in the array */
   int live;                       /* work still in flight after the last cycle */
   int hazard;                     /* a PE met a weight of the wrong fold */
   int latched;                    /* PEs that latched this cycle */
@@ -162,16 +163,31 @@ static int fill_feed(sim *s, int64_t t) {
  * read neighbours that have not been updated yet this cycle, so one grid suffices. Sets
  * s->live: whether any work is still in flight (an activation that will reach another PE,
  * or a partial sum that will move down). */
-static void step_array(sim *s) {
-  const int64_t R = s->R, C = s->C;
+static void step_array(sim *s, int64_t t) {
+  const int64_t R = s->R, C = s->C, M = s->M;
   const int dbl = s->mode == TPU_WLOAD_DOUBLE;
   tpu_systolic_pe *P = s->pe;
   int64_t macs = 0;
   int live = 0, hazard = 0, latched = 0;
+  const int64_t newest = s->next_stream - 1;
+  s->latched = 0;
+  if (newest < 0) { /* nothing has entered the array yet: every PE holds a bubble */
+    s->live = 0;
+    return;
+  }
+  /* Only a band of each row can hold data: fold f's row m meets PE (r, c) at cycle
+   * S_f + m + r + c, so row r holds data in columns t - r - S_f - (M-1) .. t - r - S_f for
+   * the folds in flight. PEs outside the band hold bubbles and receive bubbles, so
+   * updating them changes nothing; the band is widened by one column at its trailing edge
+   * so the PE the data just left becomes a bubble. */
+  while (s->oldest < newest && t - (R - 1) - s->S[s->oldest] - M > C - 1) s->oldest++;
   for (int64_t r = R - 1; r >= 0; r--) {
     tpu_systolic_pe *row = &P[r * C];
     const tpu_systolic_pe *up = r > 0 ? &P[(r - 1) * C] : NULL;
-    for (int64_t c = C - 1; c >= 0; c--) {
+    int64_t lo = t - r - s->S[newest] - M, hi = t - r - s->S[s->oldest];
+    if (lo < 0) lo = 0;
+    if (hi > C - 1) hi = C - 1;
+    for (int64_t c = hi; c >= lo; c--) {
       tpu_systolic_pe *pe = &row[c];
       float ain;
       int32_t amin, afin;
@@ -381,7 +397,7 @@ tpu_status tpu_systolic_run(int64_t R, int64_t C, int64_t M, int64_t K, int64_t 
       serial_shift(&s, load_fold, t - s.L[load_fold]);
 
     const int feeding = fill_feed(&s, t);
-    step_array(&s);
+    step_array(&s, t);
     if (mode == TPU_WLOAD_DOUBLE) bus_step(&s, t);
     collect_outputs(&s);
     /* A cycle counts as an exposed weight load when weights shift into column 0 and no

@@ -11,16 +11,18 @@
  * of tpu_systolic_run (A is M x K, W is K x N); -1 marks "nothing here" (a bubble, or a
  * padding PE outside K or N). Fold tags (-1: none) say which fold a value belongs to. */
 typedef struct tpu_systolic_pe {
-  float w;          /* weight in use */
-  float w_shadow;   /* double-buffered: the next fold's weight, latched when its first
-                       activation arrives */
-  float a;          /* activation this PE used this cycle; moves right next cycle */
-  float psum;       /* partial sum this PE produced this cycle; moves down next cycle */
-  float wb;         /* double-buffered: weight passing down the column's load bus */
-  int32_t wk, wn, wf; /* w = W[wk][wn] of fold wf; wk = -1: no weight (passes psum on) */
-  int32_t sk, sn, sf; /* w_shadow = W[sk][sn] of fold sf; sf = -1: empty */
+  /* What every cycle touches first (kept together for speed). */
+  float w;            /* weight in use */
+  float a;            /* activation this PE used this cycle; moves right next cycle */
+  float psum;         /* partial sum this PE produced this cycle; moves down next cycle */
+  int32_t wk, wf;     /* w = W[wk][wn] of fold wf; wk = -1: no weight (passes psum on) */
   int32_t am, af;     /* a = A[am][k of this row] of fold af; am = -1: bubble/padding row */
   int32_t pm, pf;     /* psum belongs to output row pm of fold pf; pm = -1: bubble */
+  int32_t wn;
+  /* Double-buffered loading. */
+  float w_shadow;     /* the next fold's weight, latched when its first activation arrives */
+  float wb;           /* weight passing down the column's load bus */
+  int32_t sk, sn, sf; /* w_shadow = W[sk][sn] of fold sf; sf = -1: empty */
   int32_t bk, bn, bf, bd; /* wb = W[bk][bn] of fold bf, bound for row bd; bf = -1: empty */
 } tpu_systolic_pe;
 
