@@ -31,6 +31,9 @@ CONFIGS = {
     "ws_64x16": (64, 16, (256, 256, 128), "CALC", 10),
     "ws_128x128": (128, 128, (1024, 1024, 512), "CALC", 10),
     "ws_8x32_user": (8, 32, (64, 64, 64), "USER", 60),
+    "ws_1x8": (1, 8, (64, 64, 64), "CALC", 10),
+    "ws_8x1": (8, 1, (64, 64, 64), "CALC", 10),
+    "ws_3x5": (3, 5, (64, 64, 64), "CALC", 10),
 }
 
 CONV_HEADER = ("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
@@ -88,6 +91,9 @@ RUNS = [
     ("gemm_edge_64x16", "ws_64x16", "gemm_edge"),
     ("gemm_edge_128x128", "ws_128x128", "gemm_edge"),
     ("gemm_edge_8x32_user", "ws_8x32_user", "gemm_edge"),
+    ("gemm_edge_1x8", "ws_1x8", "gemm_edge"),
+    ("gemm_edge_8x1", "ws_8x1", "gemm_edge"),
+    ("gemm_edge_3x5", "ws_3x5", "gemm_edge"),
     ("gemm_mnk_32x32", "ws_32x32", "gemm_mnk"),
     ("gemm_mnk_16x64", "ws_16x64", "gemm_mnk"),
 ]
