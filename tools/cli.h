@@ -6,6 +6,7 @@
 
 /* Each verb returns the process exit status: 0 success, 1 failure, 2 bad input/usage. */
 int tpu_cli_run(int argc, char **argv);
+int tpu_cli_fmt(int argc, char **argv);
 int tpu_cli_chips(int argc, char **argv);
 int tpu_cli_systolic(int argc, char **argv);
 

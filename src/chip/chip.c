@@ -125,7 +125,7 @@ static int list_dir(const char *dir, tpu_chip_presets *out) {
     size_t len = strlen(e->d_name);
     if (len <= 5 || len - 5 >= sizeof out->names[0] || strcmp(e->d_name + len - 5, ".json")) continue;
     char full[1024];
-    snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+    snprintf(full, sizeof full, "%.700s/%.255s", dir, e->d_name);
     if (!is_file(full)) continue;
     memcpy(out->names[out->count], e->d_name, len - 5);
     out->names[out->count][len - 5] = 0;
@@ -133,7 +133,7 @@ static int list_dir(const char *dir, tpu_chip_presets *out) {
   }
   closedir(dp);
   qsort(out->names, (size_t)out->count, sizeof out->names[0], cmp_names);
-  snprintf(out->dir, sizeof out->dir, "%s", dir);
+  snprintf(out->dir, sizeof out->dir, "%.*s", (int)sizeof out->dir - 1, dir);
   return out->count;
 }
 
@@ -168,7 +168,7 @@ static tpu_status resolve(const char *arg, char *path, size_t n, tpu_diag *d) {
   char dirs[6][512];
   int nd = chip_dirs(dirs, 6);
   for (int i = 0; i < nd; i++) {
-    snprintf(path, n, "%s/%s.json", dirs[i], arg);
+    snprintf(path, n, "%.400s/%.100s.json", dirs[i], arg);
     if (is_file(path)) return TPU_OK;
   }
   tpu_chip_presets ps;
@@ -328,7 +328,7 @@ static tpu_status load_field(loader *L, int f, const tpu_json *obj) {
   const tpu_json *value = tpu_json_get(obj, "value"), *st = tpu_json_get(obj, "status");
   if (!value) return BAD(L, obj, "field '%s': missing \"value\"", field);
   if (!st) return BAD(L, obj, "field '%s': missing \"status\"", field);
-  int status;
+  int status = 0;
   TPU_TRY(parse_enum(L, field, st, k_prov, 5, &status));
   p->status = (tpu_chip_prov_status)status;
   char what[80];

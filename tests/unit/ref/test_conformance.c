@@ -1,0 +1,195 @@
+/* Conformance against real JAX: every program under tests/conformance/cases runs on the
+ * reference interpreter and its results match JAX's (integers and bools exactly; floats
+ * within the case's tolerance |got - want| <= atol + rtol * |want|, NaN matching NaN and
+ * infinities matching exactly). Set TPU_CONF_ONLY=name to run one case. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/npy.h"
+#include "check.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+#include "ref/ref.h"
+
+static int count_leaves(const tpu_tensor *t) {
+  if (t->dtype != TPU_TUPLE) return 1;
+  int n = 0;
+  for (int i = 0; i < t->ntuple; i++) n += count_leaves(&t->elems[i]);
+  return n;
+}
+
+static void collect(const tpu_tensor *t, const tpu_tensor **out, int *k) {
+  if (t->dtype != TPU_TUPLE) {
+    out[(*k)++] = t;
+    return;
+  }
+  for (int i = 0; i < t->ntuple; i++) collect(&t->elems[i], out, k);
+}
+
+static int file_exists(const char *p) {
+  FILE *f = fopen(p, "rb");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+static void print_diag(const char *what, const tpu_diag *d) {
+  char buf[1200];
+  tpu_diag_format(d, buf, sizeof buf);
+  fprintf(stderr, "  %s: %s\n", what, buf);
+}
+
+/* Compares one leaf; returns the number of mismatching elements (printing the first few). */
+static long compare_leaf(const char *cname, int k, const tpu_tensor *got, const tpu_tensor *want, double rtol, double atol) {
+  if (got->rank != want->rank) {
+    fprintf(stderr, "  %s out%d: rank %d, want %d\n", cname, k, got->rank, want->rank);
+    return 1;
+  }
+  for (int i = 0; i < got->rank; i++)
+    if (got->dims[i] != want->dims[i]) {
+      fprintf(stderr, "  %s out%d: dim %d is %lld, want %lld\n", cname, k, i, (long long)got->dims[i],
+              (long long)want->dims[i]);
+      return 1;
+    }
+  int is_float = tpu_dtype_is_float(got->dtype);
+  if (is_float != tpu_dtype_is_float(want->dtype)) {
+    fprintf(stderr, "  %s out%d: dtype %s, want %s\n", cname, k, tpu_dtype_name(got->dtype), tpu_dtype_name(want->dtype));
+    return 1;
+  }
+  long bad = 0;
+  double worst = 0;
+  int64_t n = tpu_tensor_numel(got);
+  for (int64_t i = 0; i < n; i++) {
+    int ok;
+    if (is_float) {
+      double g = tpu_tensor_get_f64(got, i), w = tpu_tensor_get_f64(want, i);
+      if (isnan(w) || isnan(g)) ok = isnan(w) && isnan(g);
+      else if (isinf(w) || isinf(g)) ok = g == w;
+      else {
+        double err = fabs(g - w), lim = atol + rtol * fabs(w);
+        ok = err <= lim;
+        if (err / (lim > 0 ? lim : 1) > worst) worst = err / (lim > 0 ? lim : 1);
+      }
+      if (!ok && bad < 5)
+        fprintf(stderr, "  %s out%d[%lld]: got %.9g, want %.9g\n", cname, k, (long long)i, g, w);
+    } else {
+      int64_t g = tpu_tensor_get_i64(got, i), w = tpu_tensor_get_i64(want, i);
+      ok = g == w;
+      if (!ok && bad < 5)
+        fprintf(stderr, "  %s out%d[%lld]: got %lld, want %lld\n", cname, k, (long long)i, (long long)g, (long long)w);
+    }
+    if (!ok) bad++;
+  }
+  return bad;
+}
+
+/* Runs one case; returns 1 if it passes. */
+static int run_case(const char *dir, const char *cname) {
+  char path[2048];
+  tpu_diag d;
+  int pass = 0;
+  tpu_module *m = NULL;
+  tpu_tensor *args = NULL, result;
+  memset(&result, 0, sizeof result);
+  int nargs = 0;
+  double rtol = 1e-5, atol = 1e-5;
+  tpu_json_doc meta;
+  snprintf(path, sizeof path, "%s/meta.json", dir);
+  if (tpu_json_parse_file(path, &meta, &d) == TPU_OK) {
+    const tpu_json *tol = tpu_json_get(meta.root, "tol");
+    const tpu_json *r = tol ? tpu_json_get(tol, "rtol") : NULL, *a = tol ? tpu_json_get(tol, "atol") : NULL;
+    if (r && r->kind == TPU_JSON_NUMBER) rtol = r->num;
+    if (a && a->kind == TPU_JSON_NUMBER) atol = a->num;
+    tpu_json_doc_free(&meta);
+  }
+  snprintf(path, sizeof path, "%s/prog.hlo", dir);
+  if (tpu_hlo_parse_file(path, &m, &d) != TPU_OK) {
+    print_diag("parse", &d);
+    goto out;
+  }
+  if (tpu_ir_verify(m, &d) != TPU_OK) {
+    print_diag("verify", &d);
+    goto out;
+  }
+  args = calloc((size_t)m->entry->nparams + 1, sizeof *args);
+  for (nargs = 0; nargs < m->entry->nparams; nargs++) {
+    snprintf(path, sizeof path, "%s/in%d.npy", dir, nargs);
+    if (tpu_ref_load_input(path, nargs, &m->entry->params[nargs]->shape, &args[nargs], &d) != TPU_OK) {
+      print_diag("input", &d);
+      goto out;
+    }
+  }
+  if (tpu_ref_run(m, args, nargs, &result, &d) != TPU_OK) {
+    print_diag("run", &d);
+    goto out;
+  }
+  int n = count_leaves(&result), k = 0;
+  const tpu_tensor **leaves = calloc((size_t)n, sizeof *leaves);
+  collect(&result, leaves, &k);
+  long bad = 0;
+  int nwant = 0;
+  for (k = 0;; k++) {
+    snprintf(path, sizeof path, "%s/out%d.npy", dir, k);
+    if (!file_exists(path)) break;
+    nwant++;
+    if (k >= n) continue;
+    tpu_tensor want;
+    if (tpu_npy_read(path, &want, &d) != TPU_OK) {
+      print_diag("expected output", &d);
+      bad++;
+      continue;
+    }
+    bad += compare_leaf(cname, k, leaves[k], &want, rtol, atol);
+    tpu_tensor_free(&want);
+  }
+  if (nwant != n) {
+    fprintf(stderr, "  %s: %d results, JAX gave %d\n", cname, n, nwant);
+    bad++;
+  }
+  free(leaves);
+  pass = bad == 0;
+out:
+  tpu_tensor_free(&result);
+  for (int i = 0; i < nargs; i++) tpu_tensor_free(&args[i]);
+  free(args);
+  tpu_module_free(m);
+  return pass;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int main(void) {
+  const char *only = getenv("TPU_CONF_ONLY");
+  DIR *dir = opendir("tests/conformance/cases");
+  CHECK(dir != NULL);
+  if (!dir) CHECK_DONE();
+  char *names[1024];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(dir)) && n < 1024)
+    if (e->d_name[0] != '.') names[n++] = strdup(e->d_name);
+  closedir(dir);
+  qsort(names, (size_t)n, sizeof names[0], cmp_str);
+  int passed = 0, ran = 0;
+  for (int i = 0; i < n; i++) {
+    if (only && strcmp(only, names[i])) {
+      free(names[i]);
+      continue;
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "tests/conformance/cases/%.900s", names[i]);
+    int ok = run_case(path, names[i]);
+    printf("%-34s %s\n", names[i], ok ? "ok" : "FAIL");
+    passed += ok;
+    ran++;
+    if (!ok) fprintf(stderr, "FAIL: %s\n", names[i]);
+    CHECK(ok);
+    free(names[i]);
+  }
+  printf("%d/%d conformance cases pass\n", passed, ran);
+  if (!only) CHECK(ran >= 45);
+  CHECK_DONE();
+}
