@@ -1,0 +1,42 @@
+/* The compiler: a pipeline of named passes from a verified HLO module to a TPU program.
+ *
+ *   HLO passes (mutate the module; verified after each; `--dump-after` prints HLO):
+ *     inline → simplify → fuse
+ *   Back-end passes (build the program; `--dump-after` prints the program so far):
+ *     tile → layout → buffer-assign → schedule → lower
+ *
+ * tpu_compile runs them all in this order (compile/pipeline.c). */
+#ifndef TPU_COMPILE_COMPILE_H
+#define TPU_COMPILE_COMPILE_H
+
+#include <stdio.h>
+
+#include "chip/chip.h"
+#include "chip/mxu.h"
+#include "ir/ir.h"
+
+typedef struct tpu_program tpu_program; /* chip/program.h */
+
+typedef struct tpu_compile_opts {
+  const tpu_chip *chip;       /* target; required */
+  const char *dump_after;     /* pass name, or NULL */
+  FILE *dump;                 /* where dumps go (stdout when NULL) */
+  int precision_override;     /* -1: honour each dot's operand_precision; else a tpu_precision */
+} tpu_compile_opts;
+
+/* The pass names in pipeline order, NULL-terminated (for --dump-after checks and help). */
+extern const char *const tpu_compile_pass_names[];
+
+/* Runs the HLO passes on `m` (in place). */
+tpu_status tpu_compile_hlo(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+
+/* Runs the back-end passes on a module that went through tpu_compile_hlo; *out owns the
+ * program (tpu_program_free). Fails with TPU_ERR_LIMIT naming the bytes needed and
+ * available when the program cannot fit the chip's HBM. */
+tpu_status tpu_compile_backend(const tpu_module *m, const tpu_compile_opts *o, tpu_program **out,
+                               tpu_diag *d);
+
+/* Both. */
+tpu_status tpu_compile(tpu_module *m, const tpu_compile_opts *o, tpu_program **out, tpu_diag *d);
+
+#endif
