@@ -77,13 +77,8 @@ static tpu_status parse_bool(actx *c, int *out) {
 
 static tpu_status comp_ref(actx *c, const char *name, size_t n, tpu_comp **out) {
   if (n && name[0] == '%') name++, n--;
-  for (int i = 0; i < c->m->ncomps; i++) {
-    const char *cn = c->m->comps[i]->name;
-    if (strlen(cn) == n && !memcmp(cn, name, n)) {
-      *out = c->m->comps[i];
-      return TPU_OK;
-    }
-  }
+  *out = tpu_module_find_comp_n(c->m, name, n);
+  if (*out) return TPU_OK;
   return TPU_FAIL(c->d, TPU_ERR_INVALID, c->a->loc, "unknown computation '%.*s' in attribute '%s'", (int)n, name,
                   c->a->name);
 }
@@ -416,7 +411,12 @@ tpu_status tpu__hlo_parse_attrs(tpu_module *m, tpu_instr *in, tpu_diag *d) {
       }
       /* Predicated form: branch 0 runs when the predicate is true. */
       st = parse_comp(&c, &in->branches[IS("true_computation") ? 0 : 1]);
-    } else if (IS("branch_computations")) st = parse_comp_list(&c);
+    } else if (IS("branch_computations")) {
+      if (in->branches)
+        return TPU_FAIL(d, TPU_ERR_INVALID, c.a->loc,
+                        "conditional gives both branch_computations and true_computation/false_computation");
+      st = parse_comp_list(&c);
+    }
 #undef IS
     if (st != TPU_OK) return st;
   }

@@ -583,48 +583,65 @@ static tpu_status order_comp(parser *p, tpu_comp *c) {
   return st;
 }
 
+/* The computations an instruction calls, into out[] (at most 6 + nbranches). */
+static int callees(const tpu_instr *in, tpu_comp **out) {
+  int n = 0;
+  tpu_comp *one[6] = {in->to_apply, in->condition, in->body, in->select, in->scatter_comp, in->calls};
+  for (int j = 0; j < 6; j++)
+    if (one[j]) out[n++] = one[j];
+  return n;
+}
+
+/* A computation may not call itself directly or indirectly: an iterative depth-first walk
+ * over the call graph (linear in calls), reporting the first back edge. */
 static tpu_status check_call_graph(parser *p) {
-  /* A computation may not call itself directly or indirectly: depth-first over calls. */
-  int n = p->m->ncomps;
-  unsigned char *state = tpu_calloc((size_t)(n ? n : 1), 1);
-  if (!state) return nomem(p);
+  tpu_module *m = p->m;
+  int n = m->ncomps;
+  unsigned char *state = tpu_calloc((size_t)n, 1); /* 0 new, 1 on stack, 2 done */
+  int *stack = tpu_malloc(sizeof(int) * 3 * (size_t)n); /* (comp, instr, callee) triples */
+  if (!state || !stack) {
+    tpu_free(state);
+    tpu_free(stack);
+    return nomem(p);
+  }
   tpu_status st = TPU_OK;
-  /* Simple iterative relaxation: a computation is "done" when all its callees are done. */
-  int progress = 1, done = 0;
-  while (progress && st == TPU_OK) {
-    progress = 0;
-    for (int i = 0; i < n; i++) {
-      if (state[i]) continue;
-      tpu_comp *c = p->m->comps[i];
-      int ready = 1;
-      for (int k = 0; k < c->ninstrs && ready; k++) {
-        tpu_instr *in = c->instrs[k];
-        tpu_comp *callees[6] = {in->to_apply, in->condition, in->body, in->select, in->scatter_comp, in->calls};
-        for (int j = 0; j < 6 && ready; j++)
-          if (callees[j]) {
-            for (int q = 0; q < n; q++)
-              if (p->m->comps[q] == callees[j] && !state[q]) ready = 0;
-          }
-        for (int b = 0; b < in->nbranches && ready; b++)
-          for (int q = 0; q < n; q++)
-            if (p->m->comps[q] == in->branches[b] && !state[q]) ready = 0;
+  for (int root = 0; root < n && st == TPU_OK; root++) {
+    if (state[root]) continue;
+    int sp = 0;
+    stack[sp++] = root, stack[sp++] = 0, stack[sp++] = 0;
+    state[root] = 1;
+    while (sp && st == TPU_OK) {
+      int ci = stack[sp - 3], ii = stack[sp - 2], ki = stack[sp - 1];
+      tpu_comp *c = m->comps[ci];
+      if (ii == c->ninstrs) {
+        state[ci] = 2;
+        sp -= 3;
+        continue;
       }
-      if (ready) {
-        state[i] = 1;
-        done++;
-        progress = 1;
+      tpu_instr *in = c->instrs[ii];
+      tpu_comp *cs[6];
+      int nc = callees(in, cs);
+      int total = nc + in->nbranches;
+      if (ki >= total) {
+        stack[sp - 2] = ii + 1;
+        stack[sp - 1] = 0;
+        continue;
+      }
+      stack[sp - 1] = ki + 1;
+      tpu_comp *callee = ki < nc ? cs[ki] : in->branches[ki - nc];
+      if (!callee) continue;
+      int k = callee->index;
+      if (state[k] == 1) {
+        st = TPU_FAIL(p->d, TPU_ERR_INVALID, in->loc, "computation '%s' calls itself (recursion is not allowed in HLO)",
+                      callee->name);
+      } else if (state[k] == 0) {
+        state[k] = 1;
+        stack[sp++] = k, stack[sp++] = 0, stack[sp++] = 0;
       }
     }
   }
-  if (done < n) {
-    for (int i = 0; i < n; i++)
-      if (!state[i]) {
-        st = TPU_FAIL(p->d, TPU_ERR_INVALID, p->m->comps[i]->loc, "computation '%s' calls itself (recursion is not allowed in HLO)",
-                      p->m->comps[i]->name);
-        break;
-      }
-  }
   tpu_free(state);
+  tpu_free(stack);
   return st;
 }
 
@@ -665,12 +682,6 @@ static tpu_status parse_module(parser *p) {
     tpu_comp *c = NULL;
     st = parse_comp(p, is_entry, s, n, at, &c);
     if (st != TPU_OK) break;
-    for (int i = 0; i < pv.n; i++)
-      if (!strcmp(((tpu_comp *)pv.v[i])->name, c->name)) {
-        st = TPU_FAIL(p->d, TPU_ERR_INVALID, at, "computation '%s' is defined twice", c->name);
-        break;
-      }
-    if (st != TPU_OK) break;
     if (is_entry && nentry++) {
       st = TPU_FAIL(p->d, TPU_ERR_INVALID, at, "a second ENTRY computation '%s'", c->name);
       break;
@@ -696,6 +707,12 @@ static tpu_status parse_module(parser *p) {
   if (!p->m->entry) {
     p->m->entry = p->m->comps[p->m->ncomps - 1];
     p->m->entry->is_entry = 1;
+  }
+  TPU_TRY(tpu_module_index_comps(p->m, p->d));
+  for (int i = 0; i < p->m->ncomps; i++) {
+    tpu_comp *c = p->m->comps[i];
+    if (tpu_module_find_comp(p->m, c->name) != c)
+      return TPU_FAIL(p->d, TPU_ERR_INVALID, c->loc, "computation '%s' is defined twice", c->name);
   }
   for (int i = 0; i < p->m->ncomps; i++) TPU_TRY(resolve_comp(p, p->m->comps[i]));
   for (int i = 0; i < p->m->ncomps; i++) {

@@ -162,6 +162,7 @@ struct tpu_comp {
   int nparams;
   tpu_instr *root;
   int is_entry;
+  int index;          /* position in module->comps */
   tpu_loc loc;
   tpu_module *module;
   tpu_instr **order;  /* post-order (operands before users) of the instructions the root reaches, plus unreached ones */
@@ -177,11 +178,18 @@ struct tpu_module {
   tpu_comp **comps;   /* in source order */
   int ncomps;
   tpu_comp *entry;
+  tpu_comp **comp_table; /* open-addressing hash of comps by name (size comp_mask + 1) */
+  size_t comp_mask;
   tpu_tensor **literals; /* owned constants, freed with the module */
   int nliterals, capliterals;
 };
 
 void tpu_module_free(tpu_module *m);
+/* Finds a computation by name (n bytes; need not be NUL-terminated); NULL if none. */
+tpu_comp *tpu_module_find_comp_n(const tpu_module *m, const char *name, size_t n);
 tpu_comp *tpu_module_find_comp(const tpu_module *m, const char *name);
+/* (Re)builds the name table and each computation's index; call after changing comps.
+ * Returns TPU_ERR_NOMEM on allocation failure. */
+tpu_status tpu_module_index_comps(tpu_module *m, tpu_diag *d);
 
 #endif

@@ -96,8 +96,41 @@ void tpu_module_free(tpu_module *m) {
   tpu_free(m);
 }
 
-tpu_comp *tpu_module_find_comp(const tpu_module *m, const char *name) {
-  for (int i = 0; i < m->ncomps; i++)
-    if (!strcmp(m->comps[i]->name, name)) return m->comps[i];
+static size_t hash_name(const char *s, size_t n) {
+  size_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return h;
+}
+
+tpu_status tpu_module_index_comps(tpu_module *m, tpu_diag *d) {
+  size_t cap = 16;
+  while (cap < (size_t)m->ncomps * 2) cap *= 2;
+  tpu_comp **t = tpu_arena_alloc(&m->arena, sizeof(tpu_comp *) * cap);
+  if (!t) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  for (int i = 0; i < m->ncomps; i++) {
+    tpu_comp *c = m->comps[i];
+    c->index = i;
+    size_t h = hash_name(c->name, strlen(c->name)) & (cap - 1);
+    while (t[h]) h = (h + 1) & (cap - 1);
+    t[h] = c;
+  }
+  m->comp_table = t;
+  m->comp_mask = cap - 1;
+  return TPU_OK;
+}
+
+tpu_comp *tpu_module_find_comp_n(const tpu_module *m, const char *name, size_t n) {
+  if (!m->comp_table) {
+    for (int i = 0; i < m->ncomps; i++)
+      if (strlen(m->comps[i]->name) == n && !memcmp(m->comps[i]->name, name, n)) return m->comps[i];
+    return NULL;
+  }
+  size_t h = hash_name(name, n) & m->comp_mask;
+  for (tpu_comp *c; (c = m->comp_table[h]); h = (h + 1) & m->comp_mask)
+    if (strlen(c->name) == n && !memcmp(c->name, name, n)) return c;
   return NULL;
+}
+
+tpu_comp *tpu_module_find_comp(const tpu_module *m, const char *name) {
+  return tpu_module_find_comp_n(m, name, strlen(name));
 }

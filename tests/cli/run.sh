@@ -90,6 +90,18 @@ ENTRY e {
 }'
 expect_error badconst "badconst.hlo:3:34: error: constant 300 is out of range for s8" "$BIN" run "$T/badconst.hlo" -o "$T/err"
 
+bad branches 'HloModule m
+b0 {
+  p = f32[] parameter(0)
+  ROOT n = f32[] negate(p)
+}
+ENTRY e {
+  i = s32[] parameter(0)
+  x = f32[] parameter(1)
+  ROOT c = f32[] conditional(i, x), branch_computations={b0}, false_computation=b0
+}'
+expect_error branches "branches.hlo:9:[0-9]+: error: conditional gives both" "$BIN" run "$T/branches.hlo" -o "$T/err"
+
 printf 'HloModule m\nENTRY e {\n  x = f32[4]{0} parameter(0)\n  ROOT y = f32[4]{0} negate(x)\n}\n' > "$T/neg.hlo"
 expect_error missing_file "nope.hlo: error: cannot open" "$BIN" run "$T/nope.hlo" -o "$T/err"
 expect_error input_count "takes 1 parameters; 2 inputs" "$BIN" run "$T/neg.hlo" -i examples/mlp.in0.npy -i examples/mlp.in0.npy -o "$T/err"
