@@ -403,6 +403,9 @@ tpu_status tpu__hlo_parse_attrs(tpu_module *m, tpu_instr *in, tpu_diag *d) {
     else if (IS("scatter") && in->op == TPU_OP_SELECT_AND_SCATTER) st = parse_comp(&c, &in->scatter_comp);
     else if (IS("calls") && in->op == TPU_OP_FUSION) st = parse_comp(&c, &in->calls);
     else if (IS("true_computation") || IS("false_computation")) {
+      if (in->branches && !in->pred_branches)
+        return TPU_FAIL(d, TPU_ERR_INVALID, c.a->loc,
+                        "conditional gives both branch_computations and true_computation/false_computation");
       if (!in->branches) {
         in->branches = tpu_arena_alloc(&m->arena, sizeof(tpu_comp *) * 2);
         if (!in->branches) return nomem(&c);
