@@ -10,6 +10,7 @@
 struct tpu_interp {
   int64_t while_limit;
   int depth;
+  const tpu_ref_opts *opts; /* never NULL */
 };
 
 static int64_t g_while_limit = 100000000;
@@ -166,7 +167,14 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
     case TPU_OP_TOPK:
     case TPU_OP_MAP: return tpu__ref_reduce(ip, in, args, out, d);
     case TPU_OP_DOT:
-    case TPU_OP_CONVOLUTION: return tpu__ref_dot_conv(ip, in, args, out, d);
+    case TPU_OP_CONVOLUTION:
+      if (ip->opts->dot_conv && in->noperands == 2) {
+        int handled = 0;
+        memset(out, 0, sizeof *out);
+        TPU_TRY(ip->opts->dot_conv(ip->opts->user, in, args[0], args[1], out, &handled, d));
+        if (handled) return TPU_OK;
+      }
+      return tpu__ref_dot_conv(ip, in, args, out, d);
     case TPU_OP_COMPARE:
     case TPU_OP_SELECT:
     case TPU_OP_CLAMP:
@@ -269,6 +277,12 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
 }
 
 tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, tpu_tensor *out, tpu_diag *d) {
+  return tpu_ref_run_opts(m, args, nargs, NULL, out, d);
+}
+
+tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nargs, const tpu_ref_opts *o,
+                            tpu_tensor *out, tpu_diag *d) {
+  static const tpu_ref_opts no_opts = {NULL, NULL};
   memset(out, 0, sizeof *out);
   const tpu_comp *e = m->entry;
   if (nargs != e->nparams)
@@ -282,7 +296,7 @@ tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, t
   const tpu_tensor **argv = tpu_calloc((size_t)(nargs ? nargs : 1), sizeof *argv);
   if (!argv) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   for (int i = 0; i < nargs; i++) argv[i] = &args[i];
-  tpu_interp ip = {g_while_limit, 0};
+  tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts};
   tpu_status st = tpu__ref_call(&ip, e, argv, nargs, out, d);
   tpu_free(argv);
   return st;

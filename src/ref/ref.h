@@ -11,6 +11,24 @@
 tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, tpu_tensor *out,
                        tpu_diag *d);
 
+/* A replacement kernel for dot and convolution (the chip executor puts the MXU numerics
+ * here). Called with the instruction and its two evaluated operands; it either computes the
+ * result into `out` (allocated for in->shape) and sets *handled = 1, or sets *handled = 0
+ * and leaves `out` untouched so the reference kernel runs instead. On failure it returns an
+ * error with `out` freed. */
+typedef tpu_status (*tpu_ref_dot_conv_fn)(void *user, const tpu_instr *in, const tpu_tensor *lhs,
+                                          const tpu_tensor *rhs, tpu_tensor *out, int *handled,
+                                          tpu_diag *d);
+
+typedef struct tpu_ref_opts {
+  tpu_ref_dot_conv_fn dot_conv; /* NULL: the reference kernels */
+  void *user;                   /* passed to dot_conv */
+} tpu_ref_opts;
+
+/* tpu_ref_run with options (`o` may be NULL, which is tpu_ref_run). */
+tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nargs,
+                            const tpu_ref_opts *o, tpu_tensor *out, tpu_diag *d);
+
 /* The most iterations one while loop may run before the run fails (0 = no limit). */
 void tpu_ref_set_while_limit(int64_t limit);
 

@@ -1,0 +1,362 @@
+/* Chip executor values: dot and convolution on the MXU numerics inside the reference interpreter. */
+#include "chip/exec.h"
+
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/bf16.h"
+#include "ref/ref.h"
+
+typedef struct {
+  const tpu_chip *chip;
+  int precision_override; /* -1, or a tpu_precision */
+} exec_ctx;
+
+static int is_mxu_float(tpu_dtype t) { return t == TPU_BF16 || t == TPU_F16 || t == TPU_F32; }
+
+tpu_exec_path tpu_chip_exec_path(tpu_dtype lhs, tpu_dtype rhs, tpu_dtype result) {
+  if (lhs == TPU_S8 && rhs == TPU_S8) {
+    int narrow_int = tpu_dtype_is_int(result) && result != TPU_PRED && tpu_dtype_size(result) <= 4;
+    return narrow_int ? TPU_EXEC_S8 : TPU_EXEC_REF;
+  }
+  if (!is_mxu_float(lhs) || !is_mxu_float(rhs) || !is_mxu_float(result)) return TPU_EXEC_REF;
+  if (lhs == TPU_BF16 && rhs == TPU_BF16) return TPU_EXEC_BF16;
+  return TPU_EXEC_F32;
+}
+
+/* Element i of a bf16/f16/f32/s8 array as f32 (exact for all four). */
+static float load_f32(const tpu_tensor *t, int64_t i) {
+  switch (t->dtype) {
+    case TPU_BF16: return tpu_bf16_to_f32(((const tpu_bf16 *)t->data)[i]);
+    case TPU_F16: return tpu_f16_to_f32(((const tpu_f16 *)t->data)[i]);
+    case TPU_F32: return ((const float *)t->data)[i];
+    case TPU_S8: return (float)((const int8_t *)t->data)[i];
+    default: return 0.0f;
+  }
+}
+
+/* Copies t into buf as f32, its dimensions visited in `order` (the first slowest). */
+static void pack_f32(const tpu_tensor *t, const int *order, float *buf) {
+  int rank = t->rank;
+  int64_t n = tpu_tensor_numel(t), str[TPU_MAX_RANK], pd[TPU_MAX_RANK], ps[TPU_MAX_RANK], idx[TPU_MAX_RANK] = {0};
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; i--) str[i] = s, s *= t->dims[i];
+  for (int j = 0; j < rank; j++) pd[j] = t->dims[order[j]], ps[j] = str[order[j]];
+  int64_t off = 0;
+  for (int64_t e = 0; e < n; e++) {
+    buf[e] = load_f32(t, off);
+    for (int j = rank - 1; j >= 0; j--) {
+      off += ps[j];
+      if (++idx[j] < pd[j]) break;
+      off -= ps[j] * pd[j];
+      idx[j] = 0;
+    }
+  }
+}
+
+/* out[M,N] = A[M,K] x W[K,N] on the MXU path `p` (A and W hold f32 values exact in the
+ * path's input type). F32 and BF16 write f32 sums to out_f; S8 writes s32 sums to out_i. */
+static tpu_status mxu_gemm(tpu_exec_path p, tpu_precision prec, int64_t R, const float *A, const float *W, int64_t M,
+                           int64_t K, int64_t N, float *out_f, int32_t *out_i, const tpu_instr *in, tpu_diag *d) {
+  if (M == 0 || N == 0) return TPU_OK;
+  if (K == 0) { /* an empty sum: +0 */
+    if (out_f) memset(out_f, 0, sizeof *out_f * (size_t)(M * N));
+    if (out_i) memset(out_i, 0, sizeof *out_i * (size_t)(M * N));
+    return TPU_OK;
+  }
+  if (p == TPU_EXEC_F32) {
+    tpu_diag md;
+    tpu_status st = tpu_mxu_matmul_f32(A, W, out_f, M, K, N, R, prec, 0, &md);
+    if (st != TPU_OK) return TPU_FAIL(d, st, in->loc, "'%s' on the MXU: %s", in->name, md.msg);
+    return TPU_OK;
+  }
+  size_t na = (size_t)(M * K), nw = (size_t)(K * N);
+  if (p == TPU_EXEC_BF16) {
+    tpu_bf16 *a = tpu_malloc(na * sizeof *a), *w = tpu_malloc(nw * sizeof *w);
+    if (!a || !w) {
+      tpu_free(a);
+      tpu_free(w);
+      return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
+    }
+    for (size_t i = 0; i < na; i++) a[i] = tpu_bf16_from_f32(A[i]);
+    for (size_t i = 0; i < nw; i++) w[i] = tpu_bf16_from_f32(W[i]);
+    tpu_mxu_matmul_bf16(a, w, out_f, M, K, N, R, 0);
+    tpu_free(a);
+    tpu_free(w);
+    return TPU_OK;
+  }
+  int8_t *a = tpu_malloc(na), *w = tpu_malloc(nw);
+  if (!a || !w) {
+    tpu_free(a);
+    tpu_free(w);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
+  }
+  for (size_t i = 0; i < na; i++) a[i] = (int8_t)A[i];
+  for (size_t i = 0; i < nw; i++) w[i] = (int8_t)W[i];
+  tpu_mxu_matmul_s8(a, w, out_i, M, K, N, 0);
+  tpu_free(a);
+  tpu_free(w);
+  return TPU_OK;
+}
+
+/* Stores one MXU result into element i of out: f32 sums rounded once to the float result
+ * type; s32 sums wrapped to the integer result type (at most 32 bits). */
+static void store_result(tpu_tensor *o, int64_t i, const float *sf, const int32_t *si, int64_t k) {
+  void *p = o->data;
+  if (si) {
+    uint32_t u = (uint32_t)si[k];
+    switch (o->dtype) {
+      case TPU_S8:
+      case TPU_U8: ((uint8_t *)p)[i] = (uint8_t)u; break;
+      case TPU_S16:
+      case TPU_U16: ((uint16_t *)p)[i] = (uint16_t)u; break;
+      default: memcpy((char *)p + 4 * i, &u, 4); break;
+    }
+    return;
+  }
+  float v = sf[k];
+  switch (o->dtype) {
+    case TPU_BF16: ((tpu_bf16 *)p)[i] = tpu_bf16_from_f32(v); break;
+    case TPU_F16: ((tpu_f16 *)p)[i] = tpu_f16_from_f32(v); break;
+    default: ((float *)p)[i] = v; break;
+  }
+}
+
+static tpu_precision precision_of(const exec_ctx *c, const tpu_instr *in) {
+  if (c->precision_override >= 0) return (tpu_precision)c->precision_override;
+  int p = in->precision[0] > in->precision[1] ? (int)in->precision[0] : (int)in->precision[1];
+  return p >= TPU_PREC_CFG_HIGHEST ? TPU_PREC_HIGHEST : p == TPU_PREC_CFG_HIGH ? TPU_PREC_HIGH : TPU_PREC_DEFAULT;
+}
+
+/* Buffers for one MXU call; freed together. */
+typedef struct {
+  float *a, *w, *of;
+  int32_t *oi;
+} bufs;
+
+static void bufs_free(bufs *b) {
+  tpu_free(b->a);
+  tpu_free(b->w);
+  tpu_free(b->of);
+  tpu_free(b->oi);
+  memset(b, 0, sizeof *b);
+}
+
+/* Allocates A (na), W (nw) and the result (no) for path p; 0 when memory runs out. */
+static int bufs_alloc(bufs *b, tpu_exec_path p, int64_t na, int64_t nw, int64_t no) {
+  memset(b, 0, sizeof *b);
+  b->a = tpu_malloc(sizeof(float) * (size_t)(na ? na : 1));
+  b->w = tpu_malloc(sizeof(float) * (size_t)(nw ? nw : 1));
+  if (p == TPU_EXEC_S8) b->oi = tpu_malloc(sizeof(int32_t) * (size_t)(no ? no : 1));
+  else b->of = tpu_malloc(sizeof(float) * (size_t)(no ? no : 1));
+  if (b->a && b->w && (b->oi || b->of)) return 1;
+  bufs_free(b);
+  return 0;
+}
+
+/* ---- dot ---- */
+
+static tpu_status dot_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *in, const tpu_tensor *lhs,
+                          const tpu_tensor *rhs, tpu_tensor *out, int *handled, tpu_diag *d) {
+  const tpu_dot_dims *dn = &in->dot;
+  int lr = lhs->rank, rr = rhs->rank;
+  int lused[TPU_MAX_RANK] = {0}, rused[TPU_MAX_RANK] = {0};
+  int lorder[TPU_MAX_RANK], rorder[TPU_MAX_RANK], lo = 0, ro = 0;
+  int64_t nb = 1, nm = 1, nk = 1, nn = 1;
+  /* The module is verified; anything odd goes to the reference kernel, which reports it. */
+  if (dn->lhs_batch.n != dn->rhs_batch.n || dn->lhs_contract.n != dn->rhs_contract.n) return TPU_OK;
+  for (int i = 0; i < dn->lhs_batch.n; i++) {
+    int l = (int)dn->lhs_batch.v[i], r = (int)dn->rhs_batch.v[i];
+    if (l < 0 || l >= lr || r < 0 || r >= rr || lused[l] || rused[r] || lhs->dims[l] != rhs->dims[r]) return TPU_OK;
+    lused[l] = rused[r] = 1;
+    lorder[lo++] = l, rorder[ro++] = r, nb *= lhs->dims[l];
+  }
+  for (int i = 0; i < dn->lhs_contract.n; i++) {
+    int l = (int)dn->lhs_contract.v[i], r = (int)dn->rhs_contract.v[i];
+    if (l < 0 || l >= lr || r < 0 || r >= rr || lused[l] || rused[r] || lhs->dims[l] != rhs->dims[r]) return TPU_OK;
+    lused[l] = rused[r] = 1;
+  }
+  for (int k = 0; k < lr; k++)
+    if (!lused[k]) lorder[lo++] = k, nm *= lhs->dims[k];
+  for (int i = 0; i < dn->lhs_contract.n; i++) {
+    int l = (int)dn->lhs_contract.v[i], r = (int)dn->rhs_contract.v[i];
+    lorder[lo++] = l, rorder[ro++] = r, nk *= lhs->dims[l];
+  }
+  for (int k = 0; k < rr; k++)
+    if (!rused[k]) rorder[ro++] = k, nn *= rhs->dims[k];
+  if (nb * nm * nn != tpu_shape_numel(&in->shape)) return TPU_OK;
+
+  bufs b;
+  if (!bufs_alloc(&b, p, nb * nm * nk, nb * nk * nn, nm * nn))
+    return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
+  tpu_status ast = tpu_tensor_alloc(out, in->shape.dtype, in->shape.rank, in->shape.dims, d);
+  if (ast != TPU_OK) {
+    bufs_free(&b);
+    return ast;
+  }
+  pack_f32(lhs, lorder, b.a);
+  pack_f32(rhs, rorder, b.w);
+  tpu_precision prec = precision_of(c, in);
+  for (int64_t bi = 0; bi < nb; bi++) {
+    tpu_status st = mxu_gemm(p, prec, c->chip->mxu_rows, b.a + bi * nm * nk, b.w + bi * nk * nn, nm, nk, nn, b.of, b.oi,
+                             in, d);
+    if (st != TPU_OK) {
+      bufs_free(&b);
+      tpu_tensor_free(out);
+      return st;
+    }
+    for (int64_t e = 0; e < nm * nn; e++) store_result(out, bi * nm * nn + e, b.of, b.oi, e);
+  }
+  bufs_free(&b);
+  *handled = 1;
+  return TPU_OK;
+}
+
+/* ---- convolution (im2col) ---- */
+
+/* Output features [o0, o1) share a feature group and a batch group: one matmul. */
+static tpu_status conv_run(const exec_ctx *c, tpu_exec_path p, const tpu_instr *in, const tpu_tensor *lhs,
+                           const tpu_tensor *rhs, tpu_tensor *out, int64_t o0, int64_t o1, tpu_diag *d) {
+  const tpu_conv_dims *cd = &in->conv;
+  int ns = cd->nspatial;
+  int64_t G = in->feature_group_count, BG = in->batch_group_count;
+  int64_t nin = lhs->dims[cd->in_batch], kin = rhs->dims[cd->k_in], cout = rhs->dims[cd->k_out];
+  int64_t fg = o0 / (cout / G), bg = o0 / (cout / BG), bsize = nin / BG;
+  int64_t lstr[TPU_MAX_RANK], rstr[TPU_MAX_RANK], ostr[TPU_MAX_RANK], kdims[TPU_MAX_RANK], osd[TPU_MAX_RANK];
+  int64_t s1 = 1, s2 = 1, s3 = 1;
+  for (int i = ns + 1; i >= 0; i--) {
+    lstr[i] = s1, s1 *= lhs->dims[i];
+    rstr[i] = s2, s2 *= rhs->dims[i];
+    ostr[i] = s3, s3 *= out->dims[i];
+  }
+  int64_t nkpos = 1, nsp = 1;
+  for (int s = 0; s < ns; s++) {
+    kdims[s] = rhs->dims[cd->k_spatial[s]];
+    osd[s] = out->dims[cd->out_spatial[s]];
+    nkpos *= kdims[s];
+    nsp *= osd[s];
+  }
+  int64_t nob = out->dims[cd->out_batch];
+  int64_t M = nob * nsp, K = nkpos * kin, N = o1 - o0;
+  bufs b;
+  if (!bufs_alloc(&b, p, M * K, K * N, M * N))
+    return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
+  /* Patch matrix: row m = (output batch, output position), column q*kin + z = (kernel
+   * position q row-major over spatial dims, input feature z of the group). */
+  for (int64_t m = 0; m < M; m++) {
+    int64_t ob = m / nsp, sp = m % nsp, opos[TPU_MAX_RANK];
+    for (int s = ns - 1; s >= 0; s--) opos[s] = sp % osd[s], sp /= osd[s];
+    int64_t lbase = (ob + bg * bsize) * lstr[cd->in_batch] + fg * kin * lstr[cd->in_feature];
+    int64_t ks[TPU_MAX_RANK] = {0};
+    float *row = b.a + m * K;
+    for (int64_t q = 0; q < nkpos; q++) {
+      int64_t loff = lbase;
+      int valid = 1;
+      for (int s = 0; s < ns && valid; s++) {
+        const tpu_window_dim *w = &in->window[s];
+        int64_t pos = opos[s] * w->stride - w->pad_lo + ks[s] * w->window_dilation;
+        if (w->base_dilation > 1) {
+          if (pos % w->base_dilation) valid = 0;
+          pos /= w->base_dilation;
+        }
+        if (pos < 0 || pos >= lhs->dims[cd->in_spatial[s]]) valid = 0;
+        loff += pos * lstr[cd->in_spatial[s]];
+      }
+      for (int64_t z = 0; z < kin; z++) row[q * kin + z] = valid ? load_f32(lhs, loff + z * lstr[cd->in_feature]) : 0.0f;
+      for (int s = ns - 1; s >= 0; s--) {
+        if (++ks[s] < kdims[s]) break;
+        ks[s] = 0;
+      }
+    }
+  }
+  /* Weights: row q*kin + z, column j = output feature o0 + j. */
+  int64_t ks[TPU_MAX_RANK] = {0};
+  for (int64_t q = 0; q < nkpos; q++) {
+    int64_t roff = 0;
+    for (int s = 0; s < ns; s++) {
+      int64_t k = in->window[s].reversal ? kdims[s] - 1 - ks[s] : ks[s];
+      roff += k * rstr[cd->k_spatial[s]];
+    }
+    for (int64_t z = 0; z < kin; z++)
+      for (int64_t j = 0; j < N; j++)
+        b.w[(q * kin + z) * N + j] = load_f32(rhs, roff + z * rstr[cd->k_in] + (o0 + j) * rstr[cd->k_out]);
+    for (int s = ns - 1; s >= 0; s--) {
+      if (++ks[s] < kdims[s]) break;
+      ks[s] = 0;
+    }
+  }
+  tpu_status st = mxu_gemm(p, precision_of(c, in), c->chip->mxu_rows, b.a, b.w, M, K, N, b.of, b.oi, in, d);
+  if (st == TPU_OK)
+    for (int64_t m = 0; m < M; m++) {
+      int64_t ob = m / nsp, sp = m % nsp, off = ob * ostr[cd->out_batch];
+      for (int s = ns - 1; s >= 0; s--) off += (sp % osd[s]) * ostr[cd->out_spatial[s]], sp /= osd[s];
+      for (int64_t j = 0; j < N; j++) store_result(out, off + (o0 + j) * ostr[cd->out_feature], b.of, b.oi, m * N + j);
+    }
+  bufs_free(&b);
+  return st;
+}
+
+static tpu_status conv_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *in, const tpu_tensor *lhs,
+                           const tpu_tensor *rhs, tpu_tensor *out, int *handled, tpu_diag *d) {
+  const tpu_conv_dims *cd = &in->conv;
+  int ns = cd->nspatial;
+  /* Shapes the reference kernel would reject go to it for its message. */
+  if (!in->has_conv_dims || lhs->rank != ns + 2 || rhs->rank != ns + 2 || in->nwindow != ns ||
+      in->shape.rank != ns + 2)
+    return TPU_OK;
+  int64_t G = in->feature_group_count, BG = in->batch_group_count;
+  int64_t nin = lhs->dims[cd->in_batch], cin = lhs->dims[cd->in_feature];
+  int64_t kin = rhs->dims[cd->k_in], cout = rhs->dims[cd->k_out];
+  if (G < 1 || BG < 1 || kin * G != cin || cout % G || nin % BG || cout % BG) return TPU_OK;
+  int64_t odims[TPU_MAX_RANK];
+  odims[cd->out_batch] = nin / BG;
+  odims[cd->out_feature] = cout;
+  for (int s = 0; s < ns; s++) {
+    const tpu_window_dim *w = &in->window[s];
+    int64_t kd = rhs->dims[cd->k_spatial[s]];
+    if (w->size != kd || w->stride < 1 || w->base_dilation < 1 || w->window_dilation < 1) return TPU_OK;
+    int64_t n = lhs->dims[cd->in_spatial[s]];
+    int64_t padded = (n ? (n - 1) * w->base_dilation + 1 : 0) + w->pad_lo + w->pad_hi;
+    int64_t eff = kd ? (kd - 1) * w->window_dilation + 1 : 0;
+    odims[cd->out_spatial[s]] = padded >= eff ? (padded - eff) / w->stride + 1 : 0;
+  }
+  for (int k = 0; k < ns + 2; k++)
+    if (in->shape.dims[k] != odims[k]) return TPU_OK;
+  TPU_TRY(tpu_tensor_alloc(out, in->shape.dtype, ns + 2, odims, d));
+  /* Runs of output features with one feature group and one batch group. */
+  int64_t og = cout / G, obg = cout / BG;
+  for (int64_t o0 = 0; o0 < cout;) {
+    int64_t e1 = (o0 / og + 1) * og, e2 = (o0 / obg + 1) * obg, o1 = e1 < e2 ? e1 : e2;
+    tpu_status st = conv_run(c, p, in, lhs, rhs, out, o0, o1, d);
+    if (st != TPU_OK) {
+      tpu_tensor_free(out);
+      return st;
+    }
+    o0 = o1;
+  }
+  *handled = 1;
+  return TPU_OK;
+}
+
+static tpu_status mxu_dot_conv(void *user, const tpu_instr *in, const tpu_tensor *lhs, const tpu_tensor *rhs,
+                               tpu_tensor *out, int *handled, tpu_diag *d) {
+  const exec_ctx *c = user;
+  *handled = 0;
+  tpu_exec_path p = tpu_chip_exec_path(lhs->dtype, rhs->dtype, in->shape.dtype);
+  if (p == TPU_EXEC_REF) return TPU_OK;
+  if (in->op == TPU_OP_DOT) return dot_mxu(c, p, in, lhs, rhs, out, handled, d);
+  if (in->op == TPU_OP_CONVOLUTION) return conv_mxu(c, p, in, lhs, rhs, out, handled, d);
+  return TPU_OK;
+}
+
+tpu_status tpu_chip_run_values(const tpu_module *m, const tpu_chip *chip, int precision_override,
+                               const tpu_tensor *args, int nargs, tpu_tensor *out, tpu_diag *d) {
+  memset(out, 0, sizeof *out);
+  if (!chip || chip->mxu_rows < 1)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "the chip has no MXU rows to run a matmul on");
+  if (precision_override > TPU_PREC_HIGHEST)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "unknown precision %d", precision_override);
+  exec_ctx c = {chip, precision_override < 0 ? -1 : precision_override};
+  tpu_ref_opts o = {mxu_dot_conv, &c};
+  return tpu_ref_run_opts(m, args, nargs, &o, out, d);
+}
