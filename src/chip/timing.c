@@ -1,0 +1,418 @@
+/* The unit-level timing executor: issues each instruction when its unit is free and the
+ * VMEM slots it reads (and overwrites) are ready; fills a tpu_timeline. */
+#include "chip/timing.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "chip/mxu.h"
+
+/* The mutable part of the machine, copied whole when a conditional tries its branches. */
+typedef struct {
+  int64_t unit_free[TPU_UNIT_COUNT];
+  int64_t port_free;  /* the HBM port shared by both DMA directions */
+  int64_t barrier;    /* nothing issues before this (kernel/sync/wait) */
+  int64_t horizon;    /* the latest completion so far */
+  double hbm_wait;
+  int cur_op;         /* the op whose kernel is open, -1 */
+  int64_t op_start, op_end;
+} mstate;
+
+typedef struct {
+  const tpu_program *p;
+  const tpu_chip *chip;
+  tpu_diag *d;
+  tpu_timeline *tl;
+  int record, dry;
+  mstate m;
+  int64_t *ready, *sfree; /* per VMEM slot */
+  unsigned char *by_dma;  /* per VMEM slot: was its last writer a DMA */
+  int *slot0;             /* per VMEM buffer: index of its first slot */
+  int nslots;
+  int64_t *last_end;      /* per instruction: completion of its latest run */
+  int64_t *dur;           /* per instruction: unit cycles of one run */
+  int *match;             /* loop -> end, cond -> endcond, case -> next case/endcond */
+  int64_t lat;            /* HBM latency, cycles */
+  double bpc;             /* HBM bytes per cycle */
+  int64_t cap_events;
+  int64_t issues;         /* instruction runs so far (a guard against runaway programs) */
+} tstate;
+
+#define MAX_ISSUES ((int64_t)4000000000)
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
+                                    tpu_diag *d) {
+  const int64_t R = chip->mxu_rows, C = chip->mxu_cols;
+  int64_t lanes = chip->mxus_per_core * chip->tensorcores;
+  int64_t mx = in->mxus < lanes ? in->mxus : lanes;
+  if (mx < 1) mx = 1;
+  /* Split N's column tiles across MXUs first; leftover MXUs split M (docs/timing.md). */
+  int64_t ntiles = ceil_div(in->n, C);
+  int64_t sn = mx < ntiles ? mx : ntiles;
+  int64_t sm = mx / sn;
+  if (sm > in->m) sm = in->m;
+  if (sm < 1) sm = 1;
+  int64_t m1 = ceil_div(in->m, sm), n1 = ceil_div(in->n, sn);
+  /* b independent products stream back to back through the same MXUs with weights
+   * double-buffered across them: b * ceil(n1/C) column folds of one long product. */
+  int64_t ncols = in->b * ceil_div(n1, C) * C;
+  tpu_mxu_cycles mc;
+  TPU_TRY(tpu_mxu_tile_cycles(R, C, m1, in->k, ncols, TPU_WLOAD_DOUBLE, &mc, d));
+  int64_t cyc = (mc.weight_load + mc.stream) * (in->passes > 0 ? in->passes : 1);
+  if ((in->dtype == TPU_S8 || in->dtype == TPU_U8) && chip->int8_rate > 1)
+    cyc = (int64_t)ceil((double)cyc / chip->int8_rate);
+  *out = cyc;
+  return TPU_OK;
+}
+
+static int64_t slot_of(const tstate *t, tpu_vref r, int64_t iter) {
+  const tpu_vmem_buf *b = &t->p->vmem[r.buf];
+  int64_t k = (r.div ? iter / r.div : 0) + r.off;
+  return t->slot0[r.buf] + k % b->nslots;
+}
+
+static void close_op(tstate *t) {
+  if (t->m.cur_op >= 0 && !t->dry) {
+    tpu_op_stat *s = &t->tl->ops[t->m.cur_op];
+    if (t->m.op_end > t->m.op_start) s->cycles += t->m.op_end - t->m.op_start;
+  }
+  t->m.cur_op = -1;
+}
+
+static tpu_status issue(tstate *t, int idx, int64_t iter) {
+  const tpu_insn *in = &t->p->insns[idx];
+  const int u = tpu_isa_unit(in->opc);
+  const int is_dma = u == TPU_UNIT_DMA_IN || u == TPU_UNIT_DMA_OUT;
+  int64_t t_nd = t->m.barrier > t->m.unit_free[u] ? t->m.barrier : t->m.unit_free[u];
+  int64_t t_dma = 0;
+  if (is_dma && t->m.port_free > t_nd) t_nd = t->m.port_free;
+  int64_t rs[TPU_INSN_MAX_SRC];
+  for (int s = 0; s < TPU_INSN_MAX_SRC; s++) {
+    rs[s] = -1;
+    if (in->src[s].buf < 0) continue;
+    int64_t k = rs[s] = slot_of(t, in->src[s], iter);
+    if (t->by_dma[k]) {
+      if (t->ready[k] > t_dma) t_dma = t->ready[k];
+    } else if (t->ready[k] > t_nd) {
+      t_nd = t->ready[k];
+    }
+  }
+  int64_t ws = -1;
+  if (in->dst.buf >= 0) {
+    ws = slot_of(t, in->dst, iter);
+    if (t->sfree[ws] > t_nd) t_nd = t->sfree[ws];
+    if (t->ready[ws] > t_nd) t_nd = t->ready[ws];
+  }
+  int64_t start = t_nd > t_dma ? t_nd : t_dma;
+  if (!is_dma && t_dma > t_nd) t->m.hbm_wait += (double)(t_dma - t_nd);
+  int64_t dur = t->dur[idx];
+  int64_t end = start + dur, done = end;
+  if (in->opc == TPU_ISA_DMA_IN || in->opc == TPU_ISA_DMA_HBM) done = end + t->lat;
+  t->m.unit_free[u] = end;
+  if (is_dma) t->m.port_free = end;
+  for (int s = 0; s < TPU_INSN_MAX_SRC; s++)
+    if (rs[s] >= 0 && t->sfree[rs[s]] < end) t->sfree[rs[s]] = end;
+  if (ws >= 0) {
+    t->ready[ws] = done;
+    t->by_dma[ws] = (unsigned char)is_dma;
+  }
+  t->last_end[idx] = done;
+  if (done > t->m.horizon) t->m.horizon = done;
+  if (in->op >= 0 && in->op == t->m.cur_op) {
+    if (start < t->m.op_start) t->m.op_start = start;
+    if (done > t->m.op_end) t->m.op_end = done;
+  }
+  if (t->dry) return TPU_OK;
+  tpu_timeline *tl = t->tl;
+  tl->busy[u] += dur;
+  if (in->op >= 0) {
+    tpu_op_stat *s = &tl->ops[in->op];
+    s->unit_cycles[u] += dur;
+    if (is_dma) s->hbm_bytes += (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2 : 1);
+  }
+  if (t->record && dur > 0) {
+    if (tl->nevents < t->cap_events) {
+      tpu_event *e = &tl->events[tl->nevents++];
+      e->unit = (tpu_unit)u;
+      e->lane = 0;
+      e->start = start;
+      e->end = end;
+      e->op = in->op;
+    }
+  }
+  return TPU_OK;
+}
+
+/* Snapshot of everything a branch can change, for trying each branch of a cond. */
+typedef struct {
+  mstate m;
+  int64_t *ready, *sfree, *last_end;
+  unsigned char *by_dma;
+} snap;
+
+static int snap_take(const tstate *t, snap *s) {
+  s->m = t->m;
+  size_t ns = (size_t)(t->nslots ? t->nslots : 1), ni = (size_t)(t->p->ninsns ? t->p->ninsns : 1);
+  s->ready = tpu_malloc(ns * sizeof(int64_t));
+  s->sfree = tpu_malloc(ns * sizeof(int64_t));
+  s->by_dma = tpu_malloc(ns);
+  s->last_end = tpu_malloc(ni * sizeof(int64_t));
+  if (!s->ready || !s->sfree || !s->by_dma || !s->last_end) return 0;
+  memcpy(s->ready, t->ready, (size_t)t->nslots * sizeof(int64_t));
+  memcpy(s->sfree, t->sfree, (size_t)t->nslots * sizeof(int64_t));
+  memcpy(s->by_dma, t->by_dma, (size_t)t->nslots);
+  memcpy(s->last_end, t->last_end, (size_t)t->p->ninsns * sizeof(int64_t));
+  return 1;
+}
+
+static void snap_restore(tstate *t, const snap *s) {
+  t->m = s->m;
+  memcpy(t->ready, s->ready, (size_t)t->nslots * sizeof(int64_t));
+  memcpy(t->sfree, s->sfree, (size_t)t->nslots * sizeof(int64_t));
+  memcpy(t->by_dma, s->by_dma, (size_t)t->nslots);
+  memcpy(t->last_end, s->last_end, (size_t)t->p->ninsns * sizeof(int64_t));
+}
+
+static void snap_free(snap *s) {
+  tpu_free(s->ready);
+  tpu_free(s->sfree);
+  tpu_free(s->by_dma);
+  tpu_free(s->last_end);
+}
+
+static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter);
+
+static tpu_status run_cond(tstate *t, int c) {
+  /* The costliest branch: try each from the same state, keep the latest finisher. Timing
+   * must not look at the predicate's value, so this is an upper bound (docs/timing.md). */
+  int endc = t->match[c];
+  snap s;
+  memset(&s, 0, sizeof s);
+  if (!snap_take(t, &s)) {
+    snap_free(&s);
+    return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a conditional");
+  }
+  int saved_dry = t->dry, best = -1;
+  int64_t best_end = -1;
+  t->dry = 1;
+  tpu_status st = TPU_OK;
+  for (int k = c + 1; k < endc && st == TPU_OK; k = t->match[k]) {
+    snap_restore(t, &s);
+    st = run_range(t, k + 1, t->match[k], 0);
+    if (st == TPU_OK && t->m.horizon > best_end) {
+      best_end = t->m.horizon;
+      best = k;
+    }
+  }
+  t->dry = saved_dry;
+  snap_restore(t, &s);
+  snap_free(&s);
+  if (st == TPU_OK && best >= 0) st = run_range(t, best + 1, t->match[best], 0);
+  return st;
+}
+
+static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
+  for (int i = lo; i < hi;) {
+    const tpu_insn *in = &t->p->insns[i];
+    if (in->pmod && iter % in->pmod != in->prem) {
+      i = (in->opc == TPU_ISA_LOOP || in->opc == TPU_ISA_COND) ? t->match[i] + 1 : i + 1;
+      continue;
+    }
+    switch (in->opc) {
+      case TPU_ISA_LOOP: {
+        if (in->trips < 0)
+          return TPU_FAIL(t->d, TPU_ERR_UNSUPPORTED, tpu_noloc(),
+                          "while loop '%s': trip count unknown (its condition is not an induction "
+                          "variable compared with a constant); timing needs a static count",
+                          in->what ? in->what : "?");
+        for (int64_t k = 0; k < in->trips; k++) TPU_TRY(run_range(t, i + 1, t->match[i], k));
+        i = t->match[i] + 1;
+        continue;
+      }
+      case TPU_ISA_COND:
+        TPU_TRY(run_cond(t, i));
+        i = t->match[i] + 1;
+        continue;
+      case TPU_ISA_KERNEL:
+        close_op(t);
+        t->m.barrier = t->m.horizon;
+        if (in->op >= 0) {
+          t->m.cur_op = in->op;
+          t->m.op_start = t->m.op_end = t->m.barrier;
+          if (!t->dry) t->tl->ops[in->op].count++;
+        }
+        break;
+      case TPU_ISA_SYNC:
+        t->m.barrier = t->m.horizon;
+        break;
+      case TPU_ISA_WAIT:
+        if (t->last_end[in->at] > t->m.barrier) t->m.barrier = t->last_end[in->at];
+        break;
+      case TPU_ISA_END:
+      case TPU_ISA_CASE:
+      case TPU_ISA_ENDCOND:
+        break;
+      default:
+        if (++t->issues > MAX_ISSUES)
+          return TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(),
+                          "program runs more than %lld instructions; timing stopped",
+                          (long long)MAX_ISSUES);
+        TPU_TRY(issue(t, i, iter));
+    }
+    i++;
+  }
+  return TPU_OK;
+}
+
+/* Matches loop/end and cond/case/endcond (the program was checked). */
+static void match_control(const tpu_program *p, int *match) {
+  int stack[256], depth = 0;
+  for (int i = 0; i < p->ninsns; i++) {
+    match[i] = -1;
+    switch (p->insns[i].opc) {
+      case TPU_ISA_LOOP:
+      case TPU_ISA_COND:
+        stack[depth++] = i;
+        break;
+      case TPU_ISA_CASE: {
+        int c = stack[depth - 1];
+        if (p->insns[c].opc == TPU_ISA_CASE) {
+          match[c] = i;
+          stack[depth - 1] = i;
+        } else {
+          stack[depth++] = i;
+        }
+        break;
+      }
+      case TPU_ISA_END:
+        match[stack[--depth]] = i;
+        break;
+      case TPU_ISA_ENDCOND:
+        if (p->insns[stack[depth - 1]].opc == TPU_ISA_CASE) match[stack[--depth]] = i;
+        match[stack[--depth]] = i;
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+static tpu_status durations(tstate *t) {
+  for (int i = 0; i < t->p->ninsns; i++) {
+    const tpu_insn *in = &t->p->insns[i];
+    int64_t c = 0;
+    int64_t cores = t->chip->tensorcores > 0 ? t->chip->tensorcores : 1;
+    switch (in->opc) {
+      case TPU_ISA_DMA_IN:
+      case TPU_ISA_DMA_OUT:
+        c = (int64_t)ceil((double)in->bytes / t->bpc);
+        break;
+      case TPU_ISA_DMA_HBM:
+        c = (int64_t)ceil(2.0 * (double)in->bytes / t->bpc);
+        break;
+      case TPU_ISA_MATMUL:
+        TPU_TRY(tpu_timing_matmul_cycles(in, t->chip, &c, t->d));
+        break;
+      case TPU_ISA_VPU:
+      case TPU_ISA_EUP:
+      case TPU_ISA_XLU:
+        c = ceil_div(in->vregs * in->ops, cores);
+        break;
+      default:
+        break;
+    }
+    t->dur[i] = c;
+  }
+  return TPU_OK;
+}
+
+tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record_events,
+                          tpu_timeline *out, tpu_diag *d) {
+  memset(out, 0, sizeof *out);
+  TPU_TRY(tpu_program_check(p, d));
+  if (chip->clock_hz <= 0 || chip->hbm_bw <= 0 || chip->mxu_rows <= 0 || chip->mxu_cols <= 0)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "chip '%s' lacks clock, HBM bandwidth or MXU size",
+                    chip->name);
+  tstate t;
+  memset(&t, 0, sizeof t);
+  t.p = p;
+  t.chip = chip;
+  t.d = d;
+  t.tl = out;
+  t.record = record_events;
+  t.m.cur_op = -1;
+  t.bpc = chip->hbm_bw / chip->clock_hz;
+  double lat_s = chip->hbm_latency_s > 0 ? chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+  t.lat = (int64_t)llround(lat_s * chip->clock_hz);
+  for (int v = 0; v < p->nvmem; v++) t.nslots += p->vmem[v].nslots;
+  size_t ns = (size_t)(t.nslots ? t.nslots : 1), ni = (size_t)(p->ninsns ? p->ninsns : 1);
+  t.ready = tpu_calloc(ns, sizeof(int64_t));
+  t.sfree = tpu_calloc(ns, sizeof(int64_t));
+  t.by_dma = tpu_calloc(ns, 1);
+  t.slot0 = tpu_calloc((size_t)(p->nvmem ? p->nvmem : 1), sizeof(int));
+  t.last_end = tpu_calloc(ni, sizeof(int64_t));
+  t.dur = tpu_calloc(ni, sizeof(int64_t));
+  t.match = tpu_calloc(ni, sizeof(int));
+  out->ops = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(tpu_op_stat));
+  tpu_status st = TPU_OK;
+  if (!t.ready || !t.sfree || !t.by_dma || !t.slot0 || !t.last_end || !t.dur || !t.match ||
+      !out->ops) {
+    st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory starting the timing run");
+    goto done;
+  }
+  if (record_events) {
+    /* Events: one per unit instruction run, capped. Start small and grow on demand would
+     * need reallocation inside issue(); a fixed cap keyed to the program size is enough. */
+    int64_t est = (int64_t)p->ninsns * 64;
+    t.cap_events = est < TPU_TIMING_MAX_EVENTS ? est : TPU_TIMING_MAX_EVENTS;
+    if (t.cap_events < 1024) t.cap_events = 1024;
+    out->events = tpu_malloc((size_t)t.cap_events * sizeof(tpu_event));
+    if (!out->events) {
+      st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory for timing events");
+      goto done;
+    }
+  }
+  for (int v = 0, k = 0; v < p->nvmem; v++) {
+    t.slot0[v] = k;
+    k += p->vmem[v].nslots;
+  }
+  match_control(p, t.match);
+  st = durations(&t);
+  if (st == TPU_OK) st = run_range(&t, 0, p->ninsns, 0);
+  if (st != TPU_OK) goto done;
+  close_op(&t);
+  out->clock_hz = chip->clock_hz;
+  out->total_cycles = t.m.horizon;
+  out->hbm_wait_cycles = (int64_t)t.m.hbm_wait;
+  if (out->hbm_wait_cycles > out->total_cycles) out->hbm_wait_cycles = out->total_cycles;
+  out->nops = p->nops;
+  for (int i = 0; i < p->nops; i++) {
+    tpu_op_stat *s = &out->ops[i];
+    const tpu_prog_op *o = &p->ops[i];
+    s->name = o->name;
+    s->kind = o->kind;
+    s->flops = o->flops * (double)s->count;
+    s->padded_flops = o->padded_flops * (double)s->count;
+    int64_t dma = s->unit_cycles[TPU_UNIT_DMA_IN] + s->unit_cycles[TPU_UNIT_DMA_OUT];
+    int64_t comp = 0;
+    for (int u = TPU_UNIT_MXU; u <= TPU_UNIT_XLU; u++)
+      if (s->unit_cycles[u] > comp) comp = s->unit_cycles[u];
+    s->memory_bound = dma > comp;
+    out->flops += s->flops;
+    out->padded_flops += s->padded_flops;
+    out->hbm_bytes += s->hbm_bytes;
+  }
+done:
+  tpu_free(t.ready);
+  tpu_free(t.sfree);
+  tpu_free(t.by_dma);
+  tpu_free(t.slot0);
+  tpu_free(t.last_end);
+  tpu_free(t.dur);
+  tpu_free(t.match);
+  if (st != TPU_OK) tpu_timeline_free(out);
+  return st;
+}

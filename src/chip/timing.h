@@ -1,0 +1,28 @@
+/* The unit-level timing executor: cycles of a TPU program on one chip (docs/timing.md). */
+#ifndef TPU_CHIP_TIMING_H
+#define TPU_CHIP_TIMING_H
+
+#include "chip/chip.h"
+#include "chip/program.h"
+#include "chip/timeline.h"
+
+/* HBM latency used when the chip file gives none (an assumption; docs/timing.md). */
+#define TPU_TIMING_DEFAULT_HBM_LATENCY_S 500e-9
+/* At most this many events are recorded; later ones are dropped (tpu_timeline.nevents
+ * then equals the cap while the busy totals still count everything). */
+#define TPU_TIMING_MAX_EVENTS 1000000
+
+/* Runs `p` on `chip` and fills *out (tpu_timeline_free). Timing never looks at values:
+ * the same program always gives the same cycles. Fails with TPU_ERR_UNSUPPORTED naming
+ * the loop when a loop's trip count is unknown (see tpu_program_set_loop_trips). */
+tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record_events,
+                          tpu_timeline *out, tpu_diag *d);
+
+/* Cycles one matmul instruction keeps the MXUs busy on `chip` (0 with a diagnostic on
+ * bad sizes): the tile model tpu_mxu_tile_cycles with double-buffered weights, the
+ * product split across in->mxus MXUs, times the bf16 passes, divided by the chip's int8
+ * rate for 8-bit operands. */
+tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
+                                    tpu_diag *d);
+
+#endif
