@@ -1,0 +1,206 @@
+/* The JSON report (--report FILE.json) and the all-or-nothing file helpers reports share. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/json.h"
+#include "report/report.h"
+
+tpu_status tpu__report_open(const char *path, char **tmp, FILE **f, tpu_diag *d) {
+  *tmp = NULL;
+  *f = NULL;
+  size_t n = strlen(path) + 16;
+  char *name = tpu_malloc(n);
+  if (!name) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  snprintf(name, n, "%s.tmp.XXXXXX", path);
+  int fd = mkstemp(name);
+  if (fd < 0) {
+    tpu_status st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot create: %s", strerror(errno));
+    tpu_free(name);
+    return st;
+  }
+  mode_t mask = umask(0); /* mkstemp makes 0600; give the file the usual 0666 & ~umask */
+  umask(mask);
+  if (fchmod(fd, 0666 & ~mask) != 0) { /* best effort: the content is what matters */
+  }
+  *f = fdopen(fd, "w");
+  if (!*f) {
+    tpu_status st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot write: %s", strerror(errno));
+    close(fd);
+    unlink(name);
+    tpu_free(name);
+    return st;
+  }
+  *tmp = name;
+  return TPU_OK;
+}
+
+tpu_status tpu__report_close(const char *path, char *tmp, FILE *f, int ok, tpu_diag *d) {
+  tpu_status st = TPU_OK;
+  int werr = ferror(f);
+  if (fclose(f) != 0 || werr) {
+    if (ok) st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot write: %s", strerror(errno ? errno : EIO));
+    ok = 0;
+  }
+  if (ok && rename(tmp, path) != 0) {
+    st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot write: %s", strerror(errno));
+    ok = 0;
+  }
+  if (!ok) unlink(tmp);
+  tpu_free(tmp);
+  return st;
+}
+
+static void kv_num(tpu_json_writer *w, const char *k, double v) {
+  tpu_json_key(w, k);
+  tpu_json_number(w, v); /* inf/NaN become null */
+}
+
+static void kv_int(tpu_json_writer *w, const char *k, int64_t v) {
+  tpu_json_key(w, k);
+  tpu_json_int(w, v);
+}
+
+static void kv_str(tpu_json_writer *w, const char *k, const char *v) {
+  tpu_json_key(w, k);
+  if (v) tpu_json_string(w, v);
+  else tpu_json_null(w);
+}
+
+static void write_ops(tpu_json_writer *w, const tpu_timeline *t, const tpu_profile *p) {
+  tpu_json_key(w, "ops");
+  tpu_json_begin_array(w);
+  for (int i = 0; p && i < p->nrows; i++) {
+    const tpu_profile_row *r = &p->rows[i];
+    tpu_json_begin_object(w);
+    kv_str(w, "name", r->name);
+    kv_str(w, "kind", r->kind);
+    kv_int(w, "count", r->count);
+    kv_int(w, "cycles", r->cycles);
+    kv_num(w, "seconds", r->time_s);
+    kv_num(w, "fraction_of_step", r->frac);
+    kv_num(w, "flops", r->flops);
+    kv_num(w, "padded_flops", r->padded_flops);
+    kv_num(w, "padding_waste", r->padding_waste);
+    kv_num(w, "hbm_bytes", r->hbm_bytes);
+    kv_num(w, "arithmetic_intensity", r->ai);
+    kv_num(w, "flops_per_s", r->flops_per_s);
+    kv_str(w, "bound", r->memory_bound ? "memory" : "compute");
+    tpu_json_key(w, "unit_cycles");
+    tpu_json_begin_object(w);
+    if (r->op >= 0 && r->op < t->nops)
+      for (int u = 0; u < TPU_UNIT_COUNT; u++) kv_int(w, tpu_unit_name((tpu_unit)u), t->ops[r->op].unit_cycles[u]);
+    tpu_json_end_object(w);
+    tpu_json_end_object(w);
+  }
+  tpu_json_end_array(w);
+}
+
+static void write_report(tpu_json_writer *w, const tpu_report_info *info, const tpu_chip *chip, const tpu_timeline *t,
+                         const tpu_report_metrics *r, const tpu_profile *p) {
+  tpu_json_begin_object(w);
+  kv_str(w, "tool", "tpusim");
+  kv_str(w, "version", tpu_version());
+  kv_str(w, "program", info ? info->program : NULL);
+  kv_str(w, "backend", info ? info->backend : NULL);
+  kv_str(w, "mode", info ? info->mode : NULL);
+  kv_str(w, "precision", info ? info->precision : NULL);
+
+  tpu_json_key(w, "chip");
+  tpu_json_begin_object(w);
+  kv_str(w, "name", chip->name);
+  kv_str(w, "title", chip->title);
+  kv_num(w, "clock_hz", chip->clock_hz);
+  kv_int(w, "tensorcores", chip->tensorcores);
+  kv_int(w, "mxus_per_core", chip->mxus_per_core);
+  kv_int(w, "mxu_rows", chip->mxu_rows);
+  kv_int(w, "mxu_cols", chip->mxu_cols);
+  kv_num(w, "hbm_bw", chip->hbm_bw);
+  kv_int(w, "hbm_bytes", chip->hbm_bytes);
+  kv_int(w, "vmem_bytes", chip->vmem_bytes);
+  tpu_json_end_object(w);
+
+  tpu_json_key(w, "step");
+  tpu_json_begin_object(w);
+  kv_int(w, "cycles", r->cycles);
+  kv_num(w, "clock_hz", r->clock_hz);
+  kv_num(w, "seconds", r->step_s);
+  tpu_json_end_object(w);
+
+  tpu_json_key(w, "flops");
+  tpu_json_begin_object(w);
+  kv_num(w, "useful", r->flops);
+  kv_num(w, "padded", r->padded_flops);
+  kv_num(w, "padding_waste", r->padding_waste);
+  kv_num(w, "achieved_per_s", r->flops_per_s);
+  kv_str(w, "peak_kind", tpu_peak_kind_name(r->peak_kind));
+  kv_num(w, "peak_per_s", r->peak_flops_per_s);
+  kv_num(w, "mfu", r->mfu);
+  tpu_json_end_object(w);
+
+  tpu_json_key(w, "hbm");
+  tpu_json_begin_object(w);
+  kv_num(w, "bytes", r->hbm_bytes);
+  kv_num(w, "bandwidth", r->hbm_bw);
+  kv_num(w, "used_bandwidth", r->hbm_bw_used);
+  tpu_json_end_object(w);
+
+  tpu_json_key(w, "roofline");
+  tpu_json_begin_object(w);
+  kv_num(w, "arithmetic_intensity", r->ai); /* null when the step moved no bytes */
+  kv_num(w, "ridge_point", r->ridge_ai);
+  kv_num(w, "attainable_flops_per_s", r->attainable);
+  kv_num(w, "fraction_of_attainable", r->roofline_frac);
+  kv_str(w, "bound", r->memory_bound ? "memory" : "compute");
+  tpu_json_end_object(w);
+
+  tpu_json_key(w, "breakdown");
+  tpu_json_begin_object(w);
+  kv_str(w, "source", r->bd_from_events ? "events" : "unit totals");
+  for (int b = 0; b < TPU_BD_COUNT; b++) {
+    tpu_json_key(w, tpu_bd_part_name((tpu_bd_part)b));
+    tpu_json_begin_object(w);
+    kv_int(w, "cycles", r->bd_cycles[b]);
+    kv_num(w, "fraction", r->bd_frac[b]);
+    tpu_json_end_object(w);
+  }
+  tpu_json_end_object(w);
+
+  tpu_json_key(w, "units");
+  tpu_json_begin_array(w);
+  for (int u = 0; u < TPU_UNIT_COUNT; u++) {
+    tpu_json_begin_object(w);
+    kv_str(w, "name", tpu_unit_name((tpu_unit)u));
+    kv_int(w, "busy_cycles", t->busy[u]);
+    kv_num(w, "utilization", r->unit_util[u]);
+    tpu_json_end_object(w);
+  }
+  tpu_json_end_array(w);
+  kv_int(w, "hbm_wait_cycles", t->hbm_wait_cycles);
+
+  write_ops(w, t, p);
+  tpu_json_end_object(w);
+}
+
+tpu_status tpu_report_write_json(const char *path, const tpu_report_info *info, const tpu_chip *chip,
+                                 const tpu_timeline *t, const tpu_report_metrics *r, const tpu_profile *p,
+                                 tpu_diag *d) {
+  char *tmp;
+  FILE *f;
+  TPU_TRY(tpu__report_open(path, &tmp, &f, d));
+  tpu_json_writer w;
+  tpu_json_writer_init(&w, f, 2);
+  write_report(&w, info, chip, t, r, p);
+  tpu_diag wd;
+  tpu_status st = tpu_json_writer_finish(&w, &wd);
+  if (st != TPU_OK) {
+    tpu__report_close(path, tmp, f, 0, d);
+    return TPU_FAIL(d, st, tpu_loc_at(path, 0, 0), "cannot write the report: %s", wd.msg);
+  }
+  return tpu__report_close(path, tmp, f, 1, d);
+}
