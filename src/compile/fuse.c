@@ -1,0 +1,376 @@
+/* The fuse pass: groups ops into `fusion` instructions as XLA does for a TPU.
+ *
+ *   kLoop    a chain of elementwise ops and cheap data movement (broadcast, reshape,
+ *            transpose, slice, convert, ...): one loop over the output.
+ *   kOutput  a dot or convolution with its operand producers (convert, broadcast,
+ *            transpose, reshape) and its elementwise epilogue (bias add, activation,
+ *            convert, scaling): the matmul unit's output is consumed in place.
+ *   kInput   a reduce with the elementwise ops that produce its input.
+ *
+ * Groups grow from a root (visited consumers-first) towards its operands. A producer
+ * joins a group only when every user of it is already in the group, so no work is done
+ * twice and no cycle can form; cheap producers (scalar constants, iota, broadcasts of a
+ * scalar) are instead copied into each group that uses them. Only computations that run
+ * as a sequence (the entry, while conditions and bodies, conditional branches) are
+ * fused; ops that call computations (while, conditional, reduce's reducer, ...) are
+ * never fused across, and a group holds at most one dot, convolution or reduce. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "compile/hlo_passes.h"
+#include "ir/build.h"
+
+typedef enum { K_LOOP, K_OUTPUT, K_INPUT } fusion_kind;
+static const char *const k_kind_names[] = {"kLoop", "kOutput", "kInput"};
+
+typedef enum { SIDE_EPI, SIDE_HEAVY, SIDE_UP } member_side; /* after, at, or feeding the heavy op */
+
+typedef struct {
+  int root;          /* instruction id */
+  fusion_kind kind;
+  int has_heavy;
+  int *ids;          /* members (owned or copied), in the order they joined */
+  unsigned char *dup;
+  int n, cap;
+} group;
+
+typedef struct {
+  tpu_builder *b;
+  tpu_comp *c;
+  tpu_uses uses;
+  int n;             /* instructions in c before the pass */
+  int *owner;        /* group owning each instruction, -1 for none */
+  int *mark;         /* group that holds the instruction (owned or copied), -1 for none */
+  unsigned char *side;
+  group *groups;
+  int ngroups, capgroups;
+} fuser;
+
+static tpu_status nomem(fuser *f) {
+  return TPU_FAIL(f->b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory while fusing '%s'", f->c->name);
+}
+
+static int is_heavy(const tpu_instr *in) { return in->op == TPU_OP_DOT || in->op == TPU_OP_CONVOLUTION; }
+
+/* Ops a loop fusion can hold: elementwise and cheap data movement. */
+static int loop_fusible(const tpu_instr *in) {
+  if (in->shape.dtype == TPU_TUPLE || in->shape.dtype == TPU_TOKEN) return 0;
+  switch (in->op) {
+    case TPU_OP_COMPARE:
+    case TPU_OP_SELECT:
+    case TPU_OP_CLAMP:
+    case TPU_OP_CONVERT:
+    case TPU_OP_BITCAST_CONVERT:
+    case TPU_OP_IS_FINITE:
+    case TPU_OP_BROADCAST:
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST:
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_SLICE:
+    case TPU_OP_CONCATENATE:
+    case TPU_OP_PAD:
+    case TPU_OP_REVERSE:
+    case TPU_OP_IOTA:
+    case TPU_OP_CONSTANT:
+    case TPU_OP_COPY: return 1;
+    default: break;
+  }
+  tpu_op_class k = tpu_op_class_of(in->op);
+  return k == TPU_CLS_UNARY || k == TPU_CLS_BINARY || k == TPU_CLS_TERNARY;
+}
+
+/* Producers a dot or convolution takes into its fusion (layout and type changes the MXU
+ * feed path absorbs). */
+static int operand_producer(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_CONVERT:
+    case TPU_OP_BROADCAST:
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST:
+    case TPU_OP_COPY:
+    case TPU_OP_CONSTANT:
+    case TPU_OP_IOTA: return 1;
+    default: return 0;
+  }
+}
+
+/* Cheap enough to copy into every group that uses it. */
+static int duplicable(const tpu_instr *in) {
+  if (in->op == TPU_OP_CONSTANT) return tpu_shape_numel(&in->shape) <= 1;
+  if (in->op == TPU_OP_IOTA) return 1;
+  if (in->op == TPU_OP_BROADCAST) return in->operands[0]->shape.rank == 0;
+  return 0;
+}
+
+static tpu_status push_member(fuser *f, int g, int id, int dup, member_side side) {
+  group *G = &f->groups[g];
+  if (G->n == G->cap) {
+    int cap = G->cap ? G->cap * 2 : 8;
+    int *ids = tpu_realloc(G->ids, sizeof *ids * (size_t)cap);
+    if (!ids) return nomem(f);
+    G->ids = ids;
+    unsigned char *dd = tpu_realloc(G->dup, (size_t)cap);
+    if (!dd) return nomem(f);
+    G->dup = dd;
+    G->cap = cap;
+  }
+  G->ids[G->n] = id;
+  G->dup[G->n] = (unsigned char)dup;
+  G->n++;
+  f->mark[id] = g;
+  f->side[id] = (unsigned char)side;
+  if (!dup) f->owner[id] = g;
+  return TPU_OK;
+}
+
+static int all_users_owned(const fuser *f, int id, int g) {
+  if (f->c->instrs[id] == f->c->root) return 0;
+  for (int k = 0; k < f->uses.nusers[id]; k++)
+    if (f->owner[f->uses.users[id][k]->id] != g) return 0;
+  return f->uses.nusers[id] > 0;
+}
+
+/* Whether producer p may join group g through member m, and on which side. */
+static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *p, member_side *side) {
+  const group *G = &f->groups[g];
+  member_side ms = (member_side)f->side[m->id];
+  if (ms == SIDE_HEAVY || ms == SIDE_UP) {
+    *side = SIDE_UP;
+    if (m->op == TPU_OP_REDUCE || G->kind == K_INPUT) return loop_fusible(p);
+    return operand_producer(p);
+  }
+  *side = SIDE_EPI;
+  if (loop_fusible(p)) return 1;
+  if (is_heavy(p) && !G->has_heavy && G->kind == K_LOOP) {
+    *side = SIDE_HEAVY;
+    return 1;
+  }
+  return 0;
+}
+
+static tpu_status grow(fuser *f, int g) {
+  for (int j = 0; j < f->groups[g].n; j++) {
+    const tpu_instr *m = f->c->instrs[f->groups[g].ids[j]];
+    for (int k = 0; k < m->noperands; k++) {
+      const tpu_instr *p = m->operands[k];
+      if (f->mark[p->id] == g) continue;
+      member_side side;
+      if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side)) continue;
+      if (all_users_owned(f, p->id, g)) {
+        if (side == SIDE_HEAVY) {
+          f->groups[g].has_heavy = 1;
+          f->groups[g].kind = K_OUTPUT;
+        }
+        TPU_TRY(push_member(f, g, p->id, 0, side));
+      } else if (duplicable(p)) {
+        TPU_TRY(push_member(f, g, p->id, 1, side));
+      }
+    }
+  }
+  return TPU_OK;
+}
+
+/* Members that do real work (constants and iota are only copied along). */
+static int real_members(const fuser *f, const group *G) {
+  int n = 0;
+  for (int j = 0; j < G->n; j++) {
+    tpu_opcode op = f->c->instrs[G->ids[j]]->op;
+    n += op != TPU_OP_CONSTANT && op != TPU_OP_IOTA;
+  }
+  return n;
+}
+
+static tpu_status form_groups(fuser *f) {
+  for (int i = f->n - 1; i >= 0; i--) {
+    tpu_instr *u = f->c->instrs[i];
+    if (f->owner[i] >= 0) continue;
+    int heavy = is_heavy(u), red = u->op == TPU_OP_REDUCE;
+    if (!heavy && !red && !loop_fusible(u)) continue;
+    if (f->ngroups == f->capgroups) {
+      int cap = f->capgroups ? f->capgroups * 2 : 16;
+      group *ng = tpu_realloc(f->groups, sizeof *ng * (size_t)cap);
+      if (!ng) return nomem(f);
+      f->groups = ng;
+      f->capgroups = cap;
+    }
+    int g = f->ngroups++;
+    group *G = &f->groups[g];
+    memset(G, 0, sizeof *G);
+    G->root = i;
+    G->kind = heavy ? K_OUTPUT : red ? K_INPUT : K_LOOP;
+    G->has_heavy = heavy || red;
+    TPU_TRY(push_member(f, g, i, 0, heavy || red ? SIDE_HEAVY : SIDE_EPI));
+    TPU_TRY(grow(f, g));
+    if (real_members(f, &f->groups[g]) < 2) {
+      /* Nothing to fuse: release the members so they can root their own groups. */
+      G = &f->groups[g];
+      for (int j = 0; j < G->n; j++) {
+        if (!G->dup[j]) f->owner[G->ids[j]] = -1;
+        f->mark[G->ids[j]] = -1;
+      }
+      tpu_free(G->ids);
+      tpu_free(G->dup);
+      f->ngroups--;
+    }
+  }
+  return TPU_OK;
+}
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Builds the fused computation and the fusion instruction for group g, and points the
+ * root's uses at the fusion. Scratch: clone[id] (members by id, then parameters),
+ * stamp[id] (group of the members being built, else -1), ext (outside operands). */
+static tpu_status materialize(fuser *f, int g, tpu_instr **clone, int *stamp, tpu_instr **ext) {
+  group *G = &f->groups[g];
+  tpu_builder *b = f->b;
+  tpu_comp *c = f->c, *fc;
+  tpu_instr *root = c->instrs[G->root];
+  /* Members in the computation's order (operands first). */
+  int *ids = tpu_malloc(sizeof *ids * (size_t)G->n);
+  if (!ids) return nomem(f);
+  memcpy(ids, G->ids, sizeof *ids * (size_t)G->n);
+  qsort(ids, (size_t)G->n, sizeof *ids, cmp_int);
+  for (int j = 0; j < G->n; j++) stamp[ids[j]] = g;
+  tpu_status st = tpu_build_comp(b, "fused_computation", c, &fc);
+  int next = 0, opcap = 16;
+  tpu_instr **ops = tpu_malloc(sizeof *ops * (size_t)opcap);
+  if (st == TPU_OK && !ops) st = nomem(f);
+  for (int j = 0; st == TPU_OK && j < G->n; j++) {
+    tpu_instr *m = c->instrs[ids[j]];
+    if (m->noperands > opcap) {
+      tpu_instr **nv = tpu_realloc(ops, sizeof *ops * (size_t)m->noperands);
+      if (!nv) {
+        st = nomem(f);
+        break;
+      }
+      ops = nv;
+      opcap = m->noperands;
+    }
+    for (int k = 0; st == TPU_OK && k < m->noperands; k++) {
+      tpu_instr *p = m->operands[k];
+      int pid = p->id;
+      if (pid < f->n && c->instrs[pid] == p && stamp[pid] == g) {
+        ops[k] = clone[pid];
+        continue;
+      }
+      /* An outside value: one parameter per distinct value. */
+      int q = 0;
+      while (q < next && ext[q] != p) q++;
+      if (q == next) {
+        char hint[32];
+        snprintf(hint, sizeof hint, "param_%d", next);
+        ext[next] = p;
+        st = tpu_build_param(b, fc, next, hint, &p->shape, &clone[f->n + next]);
+        next++;
+      }
+      if (st == TPU_OK) ops[k] = clone[f->n + q];
+    }
+    if (st == TPU_OK) st = tpu_build_clone_instr(b, fc, m, ops, &clone[m->id]);
+  }
+  tpu_instr *fu = NULL;
+  if (st == TPU_OK) {
+    tpu_build_set_root(fc, clone[root->id]);
+    st = tpu_build_finish(b, fc);
+  }
+  if (st == TPU_OK) st = tpu_build_instr(b, c, TPU_OP_FUSION, "fusion", &root->shape, ext, next, root->loc, &fu);
+  if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "kind", k_kind_names[G->kind]);
+  if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "calls", fc->name);
+  if (st == TPU_OK) tpu_build_replace_uses(c, root, fu);
+  for (int j = 0; j < G->n; j++) stamp[ids[j]] = -1;
+  tpu_free(ids);
+  tpu_free(ops);
+  return st;
+}
+
+static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c) {
+  fuser f;
+  memset(&f, 0, sizeof f);
+  f.b = b;
+  f.c = c;
+  f.n = c->ninstrs;
+  TPU_TRY(tpu_build_uses(b, c, &f.uses));
+  size_t n = (size_t)f.n;
+  f.owner = tpu_malloc(sizeof(int) * (n + 1));
+  f.mark = tpu_malloc(sizeof(int) * (n + 1));
+  f.side = tpu_calloc(n + 1, 1);
+  /* Scratch for materializing: clones by id, then one slot per fusion parameter. */
+  size_t maxops = 1;
+  for (int i = 0; i < f.n; i++) maxops += (size_t)c->instrs[i]->noperands;
+  tpu_instr **clone = tpu_calloc(n + maxops, sizeof *clone);
+  int *stamp = tpu_malloc(sizeof(int) * (n + 1));
+  tpu_instr **ext = tpu_calloc(maxops, sizeof *ext);
+  tpu_status st = TPU_OK;
+  if (!f.owner || !f.mark || !f.side || !clone || !stamp || !ext) st = nomem(&f);
+  if (st == TPU_OK) {
+    for (size_t i = 0; i < n; i++) f.owner[i] = f.mark[i] = stamp[i] = -1;
+    st = form_groups(&f);
+  }
+  for (int g = 0; st == TPU_OK && g < f.ngroups; g++) st = materialize(&f, g, clone, stamp, ext);
+  if (st == TPU_OK && f.ngroups && tpu_build_remove_dead(b, c) < 0) st = b->d->status;
+  for (int g = 0; g < f.ngroups; g++) {
+    tpu_free(f.groups[g].ids);
+    tpu_free(f.groups[g].dup);
+  }
+  tpu_free(f.groups);
+  tpu_free(f.owner);
+  tpu_free(f.mark);
+  tpu_free(f.side);
+  tpu_free(clone);
+  tpu_free(stamp);
+  tpu_free(ext);
+  tpu_build_uses_free(&f.uses);
+  return st;
+}
+
+/* The computations that run as a sequence of ops: the entry and, through while and
+ * conditional, their bodies, conditions and branches. */
+static tpu_status sequential_comps(tpu_builder *b, tpu_comp ***out, int *nout) {
+  tpu_module *m = b->m;
+  tpu_comp **list = tpu_malloc(sizeof *list * ((size_t)m->ncomps + 1));
+  if (!list) return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory while fusing");
+  int n = 0;
+  list[n++] = m->entry;
+  for (int i = 0; i < n; i++) {
+    tpu_comp *c = list[i];
+    for (int k = 0; k < c->ninstrs; k++) {
+      tpu_instr *in = c->instrs[k];
+      tpu_comp *cand[2 + 256];
+      int nc = 0;
+      if (in->op == TPU_OP_WHILE) {
+        cand[nc++] = in->condition;
+        cand[nc++] = in->body;
+      } else if (in->op == TPU_OP_CONDITIONAL) {
+        for (int j = 0; j < in->nbranches && j < 256; j++) cand[nc++] = in->branches[j];
+      } else if (in->op == TPU_OP_CALL) {
+        cand[nc++] = in->to_apply;
+      }
+      for (int j = 0; j < nc; j++) {
+        int seen = !cand[j];
+        for (int q = 0; q < n && !seen; q++) seen = list[q] == cand[j];
+        if (!seen && n < m->ncomps) list[n++] = cand[j];
+      }
+    }
+  }
+  *out = list;
+  *nout = n;
+  return TPU_OK;
+}
+
+tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d) {
+  tpu_builder b;
+  TPU_TRY(tpu_builder_init(&b, m, d));
+  tpu_comp **list = NULL;
+  int n = 0;
+  tpu_status st = sequential_comps(&b, &list, &n);
+  for (int i = 0; st == TPU_OK && i < n; i++) st = fuse_comp(&b, list[i]);
+  tpu_free(list);
+  tpu_builder_deinit(&b);
+  return st;
+}

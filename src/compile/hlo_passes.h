@@ -1,0 +1,20 @@
+/* Private interface of the HLO passes (compile/{inline,simplify,fuse}.c), run in this
+ * order by compile/pipeline.c. Each rewrites the module in place and leaves every
+ * computation finished (tpu_build_finish); on failure the module may be half-rewritten
+ * and is only fit to be freed. */
+#ifndef TPU_COMPILE_HLO_PASSES_H
+#define TPU_COMPILE_HLO_PASSES_H
+
+#include "compile/compile.h"
+
+/* Replaces every `call` by a copy of its callee's body; drops the callees no one else uses. */
+tpu_status tpu__pass_inline(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+/* Constant folding, exact algebraic identities, dead instructions and computations. */
+tpu_status tpu__pass_simplify(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+/* Groups ops into `fusion` instructions of kind kLoop, kOutput and kInput. */
+tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+
+/* Largest result a constant fold may produce, in bytes. */
+#define TPU_FOLD_MAX_BYTES ((size_t)64 * 1024)
+
+#endif

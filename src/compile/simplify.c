@@ -1,0 +1,228 @@
+/* The simplify pass: constant folding with the reference kernels, algebraic identities
+ * that are exact for every value (NaN and -0 included), dead instructions and
+ * computations; repeated until nothing changes. */
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "compile/hlo_passes.h"
+#include "ir/build.h"
+#include "ref/ref_int.h"
+
+#define MAX_ROUNDS 32
+
+/* ---- Constant folding ---- */
+
+/* The kernel that evaluates `op` without a call context (the kernels that call
+ * computations — reduce, sort, scatter, map, ... — need the interpreter and are not folded). */
+static tpu_ref_kernel fold_kernel(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_COMPARE:
+    case TPU_OP_SELECT:
+    case TPU_OP_CLAMP:
+    case TPU_OP_CONVERT:
+    case TPU_OP_BITCAST_CONVERT:
+    case TPU_OP_IS_FINITE: return tpu__ref_elementwise;
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST:
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_SLICE:
+    case TPU_OP_DYNAMIC_SLICE:
+    case TPU_OP_DYNAMIC_UPDATE_SLICE:
+    case TPU_OP_CONCATENATE:
+    case TPU_OP_PAD:
+    case TPU_OP_REVERSE:
+    case TPU_OP_COPY: return tpu__ref_movement;
+    case TPU_OP_BROADCAST:
+      /* A broadcast that only adds size-1 dims; real broadcasts stay cheap and fusible
+       * instead of becoming big literals (XLA's constant folding skips them too). */
+      return tpu_shape_numel(&in->shape) == tpu_shape_numel(&in->operands[0]->shape) ? tpu__ref_movement : NULL;
+    case TPU_OP_GATHER: return tpu__ref_gather_scatter;
+    case TPU_OP_DOT:
+    case TPU_OP_CONVOLUTION: return tpu__ref_dot_conv;
+    default: break;
+  }
+  switch (tpu_op_class_of(in->op)) {
+    case TPU_CLS_UNARY:
+    case TPU_CLS_BINARY:
+    case TPU_CLS_TERNARY: return tpu__ref_elementwise;
+    default: return NULL;
+  }
+}
+
+/* Folds `in` into a constant when all its operands are constants and the result is a
+ * small array. Returns 1 when folded, 0 when not, -1 on out-of-memory. */
+static int try_fold(tpu_builder *b, tpu_comp *c, tpu_instr *in) {
+  if (in->op == TPU_OP_CONSTANT || in->op == TPU_OP_PARAMETER || in->noperands == 0) return 0;
+  const tpu_shape *s = &in->shape;
+  if (s->dtype == TPU_TUPLE || s->dtype == TPU_TOKEN) return 0;
+  size_t bytes;
+  if (!tpu_mul_ok((size_t)tpu_shape_numel(s), tpu_dtype_size(s->dtype), &bytes) || bytes > TPU_FOLD_MAX_BYTES) return 0;
+  for (int k = 0; k < in->noperands; k++)
+    if (in->operands[k]->op != TPU_OP_CONSTANT) return 0;
+  tpu_ref_kernel kern = fold_kernel(in);
+  if (!kern) return 0;
+  const tpu_tensor *argv[8];
+  const tpu_tensor **args = in->noperands <= 8 ? argv : tpu_malloc(sizeof *args * (size_t)in->noperands);
+  if (!args) {
+    TPU_FAIL(b->d, TPU_ERR_NOMEM, in->loc, "out of memory folding '%s'", in->name);
+    return -1;
+  }
+  for (int k = 0; k < in->noperands; k++) args[k] = in->operands[k]->literal;
+  tpu_tensor out;
+  memset(&out, 0, sizeof out);
+  tpu_diag kd;
+  tpu_status st = kern(NULL, in, args, &out, &kd);
+  if (args != argv) tpu_free((void *)args);
+  if (st == TPU_ERR_NOMEM) {
+    *b->d = kd;
+    return -1;
+  }
+  if (st != TPU_OK) return 0; /* left for the run to report */
+  tpu_instr *k;
+  if (tpu_build_constant(b, c, "constant", &out, s, &k) != TPU_OK) return -1;
+  k->loc = in->loc;
+  tpu_build_replace_uses(c, in, k);
+  return 1;
+}
+
+/* ---- Algebraic identities ---- */
+
+/* The literal behind `in` when it is a constant or a broadcast of one. */
+static const tpu_tensor *const_behind(const tpu_instr *in) {
+  if (in->op == TPU_OP_BROADCAST) in = in->operands[0];
+  return in->op == TPU_OP_CONSTANT ? in->literal : NULL;
+}
+
+/* Every element of `in` equals v (floats: same value and sign, so -0 and +0 differ). */
+static int is_splat(const tpu_instr *in, double v) {
+  const tpu_tensor *t = const_behind(in);
+  if (!t || t->dtype == TPU_TUPLE || t->dtype == TPU_TOKEN) return 0;
+  int64_t n = tpu_tensor_numel(t);
+  if (n == 0) return 0;
+  int fl = tpu_dtype_is_float(t->dtype);
+  for (int64_t i = 0; i < n; i++) {
+    if (fl) {
+      double x = tpu_tensor_get_f64(t, i);
+      if (x != v || signbit(x) != signbit(v)) return 0;
+    } else if (tpu_tensor_get_i64(t, i) != (int64_t)v) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int same_layout(const tpu_shape *a, const tpu_shape *b) {
+  if (!a->has_layout || !b->has_layout) return 1;
+  if (a->rank != b->rank) return 0;
+  return !memcmp(a->minor_to_major, b->minor_to_major, (size_t)a->rank);
+}
+
+/* An operand that `in` can be replaced by (same shape, same value for every input), or NULL. */
+static tpu_instr *identity_of(const tpu_instr *in) {
+  tpu_instr *const *op = in->operands;
+  int fl = tpu_dtype_is_float(in->shape.dtype);
+  /* The value-preserving operand for x OP k: which operand is x. */
+  switch (in->op) {
+    case TPU_OP_ADD:
+      /* x + 0 is exact for integers; for floats only x + (-0): (-0) + (+0) is +0. */
+      if (is_splat(op[1], fl ? -0.0 : 0)) return op[0];
+      if (is_splat(op[0], fl ? -0.0 : 0)) return op[1];
+      return NULL;
+    case TPU_OP_SUBTRACT: return is_splat(op[1], 0) ? op[0] : NULL; /* x - (+0) == x, also for x = -0 */
+    case TPU_OP_MULTIPLY:
+      if (is_splat(op[1], 1)) return op[0];
+      if (is_splat(op[0], 1)) return op[1];
+      return NULL;
+    case TPU_OP_DIVIDE: return is_splat(op[1], 1) ? op[0] : NULL;
+    case TPU_OP_AND:
+      if (in->shape.dtype != TPU_PRED) return NULL;
+      if (is_splat(op[1], 1)) return op[0];
+      if (is_splat(op[0], 1)) return op[1];
+      return NULL;
+    case TPU_OP_OR:
+      if (in->shape.dtype != TPU_PRED) return NULL;
+      if (is_splat(op[1], 0)) return op[0];
+      if (is_splat(op[0], 0)) return op[1];
+      return NULL;
+    case TPU_OP_RESHAPE:
+      /* reshape(reshape(x)) back to x's dims is x. */
+      if (op[0]->op == TPU_OP_RESHAPE && tpu_shape_equal(&op[0]->operands[0]->shape, &in->shape)) return op[0]->operands[0];
+      return op[0];
+    case TPU_OP_BITCAST: return same_layout(&in->shape, &op[0]->shape) ? op[0] : NULL;
+    case TPU_OP_COPY: return same_layout(&in->shape, &op[0]->shape) ? op[0] : NULL;
+    case TPU_OP_CONVERT: return op[0]; /* same type in and out (checked by the caller) */
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_BROADCAST:
+      for (int i = 0; i < in->dimensions.n; i++)
+        if (in->dimensions.v[i] != i) return NULL;
+      return op[0];
+    case TPU_OP_SLICE:
+      for (int i = 0; i < in->nslice; i++)
+        if (in->slice[i].start != 0 || in->slice[i].stride != 1 || in->slice[i].limit != op[0]->shape.dims[i]) return NULL;
+      return op[0];
+    case TPU_OP_DYNAMIC_SLICE: return op[0]; /* a full-size slice is clamped to start 0 */
+    case TPU_OP_CONCATENATE: return in->noperands == 1 ? op[0] : NULL;
+    case TPU_OP_PAD:
+      for (int i = 0; i < in->npadding; i++)
+        if (in->padding[i].lo || in->padding[i].hi || in->padding[i].interior) return NULL;
+      return op[0];
+    case TPU_OP_REVERSE:
+      for (int i = 0; i < in->dimensions.n; i++)
+        if (op[0]->shape.dims[in->dimensions.v[i]] > 1) return NULL;
+      return op[0];
+    case TPU_OP_SELECT:
+      if (op[1] == op[2]) return op[1];
+      if (is_splat(op[0], 1)) return op[1];
+      if (is_splat(op[0], 0)) return op[2];
+      return NULL;
+    case TPU_OP_GET_TUPLE_ELEMENT:
+      return op[0]->op == TPU_OP_TUPLE ? op[0]->operands[in->index] : NULL;
+    default: return NULL;
+  }
+}
+
+/* Replaces `in` by an operand when an identity applies. Returns 1 when it did. */
+static int try_identity(tpu_comp *c, tpu_instr *in) {
+  if (in->noperands == 0) return 0;
+  tpu_instr *r = identity_of(in);
+  if (!r || r == in || !tpu_shape_equal(&r->shape, &in->shape)) return 0;
+  tpu_build_replace_uses(c, in, r);
+  return 1;
+}
+
+/* ---- The pass ---- */
+
+static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
+  int n = c->ninstrs; /* folded constants are appended; they need no visit */
+  int any = 0;
+  for (int i = 0; i < n; i++) {
+    tpu_instr *in = c->instrs[i];
+    int r = try_fold(b, c, in);
+    if (r < 0) return b->d->status;
+    if (r == 0) r = try_identity(c, in);
+    any |= r;
+  }
+  int dead = tpu_build_remove_dead(b, c);
+  if (dead < 0) return b->d->status;
+  *changed |= any || dead > 0;
+  return TPU_OK;
+}
+
+tpu_status tpu__pass_simplify(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d) {
+  tpu_builder b;
+  TPU_TRY(tpu_builder_init(&b, m, d));
+  tpu_status st = TPU_OK;
+  for (int round = 0; st == TPU_OK && round < MAX_ROUNDS; round++) {
+    int changed = 0;
+    for (int i = 0; st == TPU_OK && i < m->ncomps; i++) st = simplify_comp(&b, m->comps[i], &changed);
+    if (st == TPU_OK) {
+      int gone = tpu_build_remove_unused_comps(&b);
+      if (gone < 0) st = d->status;
+      changed |= gone > 0;
+    }
+    if (!changed) break;
+  }
+  tpu_builder_deinit(&b);
+  return st;
+}
