@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "chip/timing.h"
 #include "report/report.h"
 
 const char *tpu_peak_kind_name(tpu_peak_kind k) { return k == TPU_PEAK_INT8 ? "int8" : "bf16"; }
@@ -127,7 +128,8 @@ tpu_status tpu_report_metrics_compute(const tpu_timeline *t, const tpu_chip *chi
   out->memory_bound = out->ai < out->ridge_ai;
   out->attainable = out->memory_bound ? out->ai * chip->hbm_bw : peak;
   out->roofline_frac = out->attainable > 0 ? out->flops_per_s / out->attainable : 0;
-  if (t->events && t->nevents > 0) {
+  /* A capped event list misses the end of the step: use the totals then. */
+  if (t->events && t->nevents > 0 && t->nevents < TPU_TIMING_MAX_EVENTS) {
     TPU_TRY(breakdown_events(t, out->bd_cycles, d));
     out->bd_from_events = 1;
   } else {

@@ -25,7 +25,8 @@ tpu_peak_kind tpu_report_peak_kind(const tpu_module *m);
  *   vector busy  cycles with the vector, transcendental or transpose unit busy, MXU idle;
  *   HBM wait     cycles with only DMA engines busy (every compute unit waits on HBM);
  *   idle         cycles with no unit busy.
- * From the events when the timeline has them; otherwise estimated from the per-unit totals
+ * From the events when the timeline has all of them (fewer than TPU_TIMING_MAX_EVENTS,
+ * chip/timing.h); otherwise estimated from the per-unit totals
  * (MXU busy, then vector busy, then the timeline's hbm_wait_cycles, each capped by what is
  * left of the step) and `from_events` is 0. */
 typedef enum { TPU_BD_MXU = 0, TPU_BD_VECTOR, TPU_BD_HBM_WAIT, TPU_BD_IDLE, TPU_BD_COUNT } tpu_bd_part;
