@@ -10,6 +10,7 @@
 typedef struct {
   const tpu_chip *chip;
   int precision_override; /* -1, or a tpu_precision */
+  tpu_loop_trips *trips;  /* NULL: not recorded */
 } exec_ctx;
 
 static int is_mxu_float(tpu_dtype t) { return t == TPU_BF16 || t == TPU_F16 || t == TPU_F32; }
@@ -349,14 +350,45 @@ static tpu_status mxu_dot_conv(void *user, const tpu_instr *in, const tpu_tensor
   return TPU_OK;
 }
 
+void tpu_loop_trips_free(tpu_loop_trips *t) {
+  if (!t) return;
+  tpu_free(t->v);
+  memset(t, 0, sizeof *t);
+}
+
+static tpu_status record_while(void *user, const tpu_instr *in, int64_t iters, tpu_diag *d) {
+  tpu_loop_trips *t = ((const exec_ctx *)user)->trips;
+  for (int i = 0; i < t->n; i++)
+    if (!strcmp(t->v[i].name, in->name)) {
+      t->v[i].iters += iters;
+      t->v[i].runs++;
+      return TPU_OK;
+    }
+  if (t->n == t->cap) {
+    int cap = t->cap ? 2 * t->cap : 8;
+    tpu_loop_trip *v = tpu_realloc(t->v, sizeof *v * (size_t)cap);
+    if (!v) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory recording loop trips");
+    t->v = v;
+    t->cap = cap;
+  }
+  t->v[t->n++] = (tpu_loop_trip){in->name, iters, 1};
+  return TPU_OK;
+}
+
 tpu_status tpu_chip_run_values(const tpu_module *m, const tpu_chip *chip, int precision_override,
                                const tpu_tensor *args, int nargs, tpu_tensor *out, tpu_diag *d) {
+  return tpu_chip_run_values_trips(m, chip, precision_override, args, nargs, NULL, out, d);
+}
+
+tpu_status tpu_chip_run_values_trips(const tpu_module *m, const tpu_chip *chip, int precision_override,
+                                     const tpu_tensor *args, int nargs, tpu_loop_trips *trips, tpu_tensor *out,
+                                     tpu_diag *d) {
   memset(out, 0, sizeof *out);
   if (!chip || chip->mxu_rows < 1)
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "the chip has no MXU rows to run a matmul on");
   if (precision_override > TPU_PREC_HIGHEST)
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "unknown precision %d", precision_override);
-  exec_ctx c = {chip, precision_override < 0 ? -1 : precision_override};
-  tpu_ref_opts o = {mxu_dot_conv, &c};
+  exec_ctx c = {chip, precision_override < 0 ? -1 : precision_override, trips};
+  tpu_ref_opts o = {mxu_dot_conv, &c, trips ? record_while : NULL};
   return tpu_ref_run_opts(m, args, nargs, &o, out, d);
 }

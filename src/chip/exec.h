@@ -28,6 +28,26 @@
 tpu_status tpu_chip_run_values(const tpu_module *m, const tpu_chip *chip, int precision_override,
                                const tpu_tensor *args, int nargs, tpu_tensor *out, tpu_diag *d);
 
+/* While-loop trip counts seen while computing values: per while instruction (by name,
+ * borrowed from the module), the iterations summed over its executions. */
+typedef struct tpu_loop_trip {
+  const char *name;
+  int64_t iters, runs;
+} tpu_loop_trip;
+
+typedef struct tpu_loop_trips {
+  tpu_loop_trip *v;
+  int n, cap;
+} tpu_loop_trips;
+
+void tpu_loop_trips_free(tpu_loop_trips *t);
+
+/* tpu_chip_run_values that also records every while loop's trips into *trips (which the
+ * caller zero-initialises and frees with tpu_loop_trips_free, also on failure). */
+tpu_status tpu_chip_run_values_trips(const tpu_module *m, const tpu_chip *chip, int precision_override,
+                                     const tpu_tensor *args, int nargs, tpu_loop_trips *trips, tpu_tensor *out,
+                                     tpu_diag *d);
+
 /* Which MXU path a dot or convolution with these operand and result types takes. */
 typedef enum {
   TPU_EXEC_REF = 0, /* not on the MXU: the reference kernel */

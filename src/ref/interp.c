@@ -92,6 +92,13 @@ static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tenso
     state = next;
     iters++;
   }
+  if (ip->opts->on_while) {
+    tpu_status st = ip->opts->on_while(ip->opts->user, in, iters, d);
+    if (st != TPU_OK) {
+      tpu_tensor_free(&state);
+      return st;
+    }
+  }
   *out = state;
   return TPU_OK;
 }
@@ -282,7 +289,7 @@ tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, t
 
 tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nargs, const tpu_ref_opts *o,
                             tpu_tensor *out, tpu_diag *d) {
-  static const tpu_ref_opts no_opts = {NULL, NULL};
+  static const tpu_ref_opts no_opts = {NULL, NULL, NULL};
   memset(out, 0, sizeof *out);
   const tpu_comp *e = m->entry;
   if (nargs != e->nparams)

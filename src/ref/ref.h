@@ -20,9 +20,14 @@ typedef tpu_status (*tpu_ref_dot_conv_fn)(void *user, const tpu_instr *in, const
                                           const tpu_tensor *rhs, tpu_tensor *out, int *handled,
                                           tpu_diag *d);
 
+/* Called after each while loop finishes, with the iterations it ran (for timing loops
+ * whose trip count only the values tell). Returns a failure to stop the run. */
+typedef tpu_status (*tpu_ref_while_fn)(void *user, const tpu_instr *in, int64_t iters, tpu_diag *d);
+
 typedef struct tpu_ref_opts {
   tpu_ref_dot_conv_fn dot_conv; /* NULL: the reference kernels */
-  void *user;                   /* passed to dot_conv */
+  void *user;                   /* passed to dot_conv and on_while */
+  tpu_ref_while_fn on_while;    /* NULL: none */
 } tpu_ref_opts;
 
 /* tpu_ref_run with options (`o` may be NULL, which is tpu_ref_run). */

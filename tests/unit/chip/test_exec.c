@@ -476,6 +476,44 @@ static void test_conv_shapes(void) {
   }
 }
 
+/* While loops: trips recorded per instruction, summed over executions (an inner loop run
+ * by each of 3 outer iterations, 4 trips each). */
+static void test_loop_trips(void) {
+  tpu_module *m = parse("HloModule t\n"
+                        "icond {\n  p = s32[] parameter(0)\n  k = s32[] constant(4)\n"
+                        "  ROOT lt = pred[] compare(p, k), direction=LT\n}\n"
+                        "ibody {\n  p = s32[] parameter(0)\n  one = s32[] constant(1)\n  ROOT a = s32[] add(p, one)\n}\n"
+                        "ocond {\n  p = s32[] parameter(0)\n  k = s32[] constant(3)\n"
+                        "  ROOT lt = pred[] compare(p, k), direction=LT\n}\n"
+                        "obody {\n  p = s32[] parameter(0)\n  z = s32[] constant(0)\n"
+                        "  inner = s32[] while(z), condition=icond, body=ibody\n"
+                        "  one = s32[] constant(1)\n  ROOT a = s32[] add(p, one)\n}\n"
+                        "ENTRY e {\n  x = s32[] parameter(0)\n  ROOT outer = s32[] while(x), condition=ocond, body=obody\n}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_tensor arg, out;
+  tpu_diag d;
+  tpu_tensor_alloc(&arg, TPU_S32, 0, NULL, &d);
+  tpu_loop_trips trips = {0};
+  CHECK(tpu_chip_run_values_trips(m, &g_chip, -1, &arg, 1, &trips, &out, &d) == TPU_OK);
+  CHECK_EQ_INT(trips.n, 2);
+  for (int i = 0; i < trips.n; i++) {
+    if (!strcmp(trips.v[i].name, "inner")) {
+      CHECK_EQ_INT(trips.v[i].iters, 12);
+      CHECK_EQ_INT(trips.v[i].runs, 3);
+    } else {
+      CHECK_EQ_STR(trips.v[i].name, "outer");
+      CHECK_EQ_INT(trips.v[i].iters, 3);
+      CHECK_EQ_INT(trips.v[i].runs, 1);
+    }
+  }
+  CHECK_EQ_INT(tpu_tensor_get_i64(&out, 0), 3);
+  tpu_loop_trips_free(&trips);
+  tpu_tensor_free(&out);
+  tpu_tensor_free(&arg);
+  tpu_module_free(m);
+}
+
 int main(void) {
   tpu_diag d;
   int ok = tpu_chip_load("v5e", &g_chip, &d) == TPU_OK;
@@ -489,6 +527,7 @@ int main(void) {
   test_dot_f32_precision();
   test_dot_s8();
   test_conv_shapes();
+  test_loop_trips();
   test_conformance();
   CHECK_DONE();
 }
