@@ -225,9 +225,10 @@ static int cmp_int(const void *a, const void *b) {
 }
 
 /* Builds the fused computation and the fusion instruction for group g, and points the
- * root's uses at the fusion. Scratch: clone[id] (members by id, then parameters),
+ * root's uses at the fusion (recorded in fwd[root id], applied once for all groups).
+ * Scratch: clone[id] (members by id, then parameters),
  * stamp[id] (group of the members being built, else -1), ext (outside operands). */
-static tpu_status materialize(fuser *f, int g, tpu_instr **clone, int *stamp, tpu_instr **ext) {
+static tpu_status materialize(fuser *f, int g, tpu_instr **clone, int *stamp, tpu_instr **ext, tpu_instr **fwd) {
   group *G = &f->groups[g];
   tpu_builder *b = f->b;
   tpu_comp *c = f->c, *fc;
@@ -282,7 +283,7 @@ static tpu_status materialize(fuser *f, int g, tpu_instr **clone, int *stamp, tp
   if (st == TPU_OK) st = tpu_build_instr(b, c, TPU_OP_FUSION, "fusion", &root->shape, ext, next, root->loc, &fu);
   if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "kind", k_kind_names[G->kind]);
   if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "calls", fc->name);
-  if (st == TPU_OK) tpu_build_replace_uses(c, root, fu);
+  if (st == TPU_OK) fwd[root->id] = fu;
   for (int j = 0; j < G->n; j++) stamp[ids[j]] = -1;
   tpu_free(ids);
   tpu_free(ops);
@@ -306,13 +307,15 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c) {
   tpu_instr **clone = tpu_calloc(n + maxops, sizeof *clone);
   int *stamp = tpu_malloc(sizeof(int) * (n + 1));
   tpu_instr **ext = tpu_calloc(maxops, sizeof *ext);
+  tpu_instr **fwd = tpu_calloc(n + 1, sizeof *fwd);
   tpu_status st = TPU_OK;
-  if (!f.owner || !f.mark || !f.side || !clone || !stamp || !ext) st = nomem(&f);
+  if (!f.owner || !f.mark || !f.side || !clone || !stamp || !ext || !fwd) st = nomem(&f);
   if (st == TPU_OK) {
     for (size_t i = 0; i < n; i++) f.owner[i] = f.mark[i] = stamp[i] = -1;
     st = form_groups(&f);
   }
-  for (int g = 0; st == TPU_OK && g < f.ngroups; g++) st = materialize(&f, g, clone, stamp, ext);
+  for (int g = 0; st == TPU_OK && g < f.ngroups; g++) st = materialize(&f, g, clone, stamp, ext, fwd);
+  if (st == TPU_OK) tpu_build_forward(c, fwd, f.n);
   if (st == TPU_OK && f.ngroups && tpu_build_remove_dead(b, c) < 0) st = b->d->status;
   for (int g = 0; g < f.ngroups; g++) {
     tpu_free(f.groups[g].ids);
@@ -325,6 +328,7 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c) {
   tpu_free(clone);
   tpu_free(stamp);
   tpu_free(ext);
+  tpu_free(fwd);
   tpu_build_uses_free(&f.uses);
   return st;
 }

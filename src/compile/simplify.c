@@ -51,8 +51,9 @@ static tpu_ref_kernel fold_kernel(const tpu_instr *in) {
 }
 
 /* Folds `in` into a constant when all its operands are constants and the result is a
- * small array. Returns 1 when folded, 0 when not, -1 on out-of-memory. */
-static int try_fold(tpu_builder *b, tpu_comp *c, tpu_instr *in) {
+ * small array (*repl = the constant). Returns 1 when folded, 0 when not, -1 on
+ * out-of-memory. */
+static int try_fold(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl) {
   if (in->op == TPU_OP_CONSTANT || in->op == TPU_OP_PARAMETER || in->noperands == 0) return 0;
   const tpu_shape *s = &in->shape;
   if (s->dtype == TPU_TUPLE || s->dtype == TPU_TOKEN) return 0;
@@ -82,7 +83,7 @@ static int try_fold(tpu_builder *b, tpu_comp *c, tpu_instr *in) {
   tpu_instr *k;
   if (tpu_build_constant(b, c, "constant", &out, s, &k) != TPU_OK) return -1;
   k->loc = in->loc;
-  tpu_build_replace_uses(c, in, k);
+  *repl = k;
   return 1;
 }
 
@@ -182,13 +183,12 @@ static tpu_instr *identity_of(const tpu_instr *in) {
   }
 }
 
-/* Replaces `in` by an operand when an identity applies. Returns 1 when it did. */
-static int try_identity(tpu_comp *c, tpu_instr *in) {
-  if (in->noperands == 0) return 0;
+/* An operand that can replace `in` by an identity, or NULL. */
+static tpu_instr *try_identity(tpu_instr *in) {
+  if (in->noperands == 0) return NULL;
   tpu_instr *r = identity_of(in);
-  if (!r || r == in || !tpu_shape_equal(&r->shape, &in->shape)) return 0;
-  tpu_build_replace_uses(c, in, r);
-  return 1;
+  if (!r || r == in || !tpu_shape_equal(&r->shape, &in->shape)) return NULL;
+  return r;
 }
 
 /* ---- The pass ---- */
@@ -196,13 +196,31 @@ static int try_identity(tpu_comp *c, tpu_instr *in) {
 static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
   int n = c->ninstrs; /* folded constants are appended; they need no visit */
   int any = 0;
+  /* Replacements are recorded by id and applied to each instruction's operands as the
+   * operands-first sweep reaches it, so a rewrite costs O(1), not a scan of c. */
+  tpu_instr **fwd = tpu_calloc((size_t)n + 1, sizeof *fwd);
+  if (!fwd) return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory simplifying '%s'", c->name);
   for (int i = 0; i < n; i++) {
     tpu_instr *in = c->instrs[i];
-    int r = try_fold(b, c, in);
-    if (r < 0) return b->d->status;
-    if (r == 0) r = try_identity(c, in);
-    any |= r;
+    for (int k = 0; k < in->noperands; k++) {
+      tpu_instr *o = in->operands[k];
+      if (o->id >= 0 && o->id < n && c->instrs[o->id] == o && fwd[o->id]) in->operands[k] = fwd[o->id];
+    }
+    tpu_instr *r = NULL;
+    int f = try_fold(b, c, in, &r);
+    if (f < 0) {
+      tpu_free(fwd);
+      return b->d->status;
+    }
+    if (f == 0) r = try_identity(in);
+    if (r) {
+      /* r precedes `in`, so it has been forwarded already. */
+      fwd[i] = r;
+      any = 1;
+    }
   }
+  tpu_build_forward(c, fwd, n);
+  tpu_free(fwd);
   int dead = tpu_build_remove_dead(b, c);
   if (dead < 0) return b->d->status;
   *changed |= any || dead > 0;

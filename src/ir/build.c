@@ -348,6 +348,22 @@ int tpu_build_replace_uses(tpu_comp *c, tpu_instr *old, tpu_instr *repl) {
   return n;
 }
 
+static tpu_instr *forwarded(const tpu_comp *c, tpu_instr *const *fwd, int n, tpu_instr *x) {
+  for (int hops = 0; hops <= n; hops++) {
+    if (x->id < 0 || x->id >= n || c->instrs[x->id] != x || !fwd[x->id]) return x;
+    x = fwd[x->id];
+  }
+  return x; /* a cycle of replacements is a pass bug; finish reports what it leaves */
+}
+
+void tpu_build_forward(tpu_comp *c, tpu_instr *const *fwd, int n) {
+  for (int i = 0; i < c->ninstrs; i++) {
+    tpu_instr *in = c->instrs[i];
+    for (int k = 0; k < in->noperands; k++) in->operands[k] = forwarded(c, fwd, n, in->operands[k]);
+  }
+  c->root = forwarded(c, fwd, n, c->root);
+}
+
 void tpu_build_set_root(tpu_comp *c, tpu_instr *root) { c->root = root; }
 
 int tpu_build_callees(const tpu_instr *in, tpu_comp **out) {

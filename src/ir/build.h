@@ -79,6 +79,11 @@ tpu_status tpu_build_clone_comp(tpu_builder *b, const tpu_comp *src, const char 
  * how many uses were replaced (root included). The caller guarantees equal shapes. */
 int tpu_build_replace_uses(tpu_comp *c, tpu_instr *old, tpu_instr *repl);
 
+/* Batch form for passes that replace many instructions: fwd[id] (for the first n
+ * instructions of c, by their current id; NULL = keep) names each one's replacement;
+ * every operand slot and the root are rewritten, following chains. O(operands). */
+void tpu_build_forward(tpu_comp *c, tpu_instr *const *fwd, int n);
+
 /* Sets c's root (flags are fixed by finish). */
 void tpu_build_set_root(tpu_comp *c, tpu_instr *root);
 
