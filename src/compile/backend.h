@@ -1,0 +1,97 @@
+/* Internal: the state the back-end passes (tile, layout, buffer-assign, schedule, lower)
+ * share while building a TPU program from a module. */
+#ifndef TPU_COMPILE_BACKEND_H
+#define TPU_COMPILE_BACKEND_H
+
+#include "chip/program.h"
+#include "compile/compile.h"
+
+/* What a scheduled instruction becomes. */
+typedef enum {
+  TPU__K_NONE = 0, /* no kernel: aliases (tuple, gte, bitcast...), constants, parameters */
+  TPU__K_STREAM,   /* a tile loop streaming operands through the vector units */
+  TPU__K_MATMUL,   /* a tile loop on the MXUs (dot, convolution, fusion around one) */
+  TPU__K_COPY,     /* one HBM-to-HBM DMA */
+  TPU__K_WHILE,    /* control: loop over condition and body */
+  TPU__K_COND,     /* control: conditional */
+  TPU__K_CALL      /* control: the callee's kernels inline */
+} tpu__kkind;
+
+/* Per instruction of a scheduled computation (indexed by tpu__be_index). */
+typedef struct tpu__kinfo {
+  tpu__kkind kind;
+  int op;                  /* program op index, -1 */
+  int own;                 /* has its own HBM buffers (one per result leaf) */
+  int hbm0;                /* first of its HBM buffers (leaves are consecutive), -1 */
+  int nleaves;
+  int64_t pos, last_use;   /* liveness positions in the flattened schedule */
+  /* tile */
+  int64_t m, k, n, b;      /* matmul problem */
+  tpu_dtype mm_dtype;
+  int passes;
+  const struct tpu_instr *mm; /* the dot/convolution (itself or inside the fusion) */
+  int64_t vpu, eup, xlu;   /* vreg-operations of the whole op per unit */
+  int64_t space_vregs;     /* vector registers of its largest array */
+  const char *what;        /* op kind label for vpu/eup/xlu instructions */
+  /* layout */
+  double bytes, padded_bytes;       /* operands + results, unpadded / tiled */
+  int64_t in_bytes, out_bytes;      /* padded bytes the kernel reads / writes */
+  /* schedule */
+  int64_t tiles;           /* tile-loop iterations */
+  int64_t bm, bn, bk, bb, mb, nb, kb; /* matmul blocks */
+  int64_t trips;           /* while: static trip count, -1 unknown */
+  int vmem0, nvmem;        /* its VMEM buffers (consecutive) */
+} tpu__kinfo;
+
+typedef struct tpu__be {
+  const tpu_module *m;
+  const tpu_compile_opts *o;
+  const tpu_chip *chip;
+  tpu_program *p;
+  tpu_diag *d;
+  int ninstrs;             /* over all computations */
+  int *comp_base;          /* per module computation: first global index */
+  const tpu_comp **sorted; /* computations by address, for lookups */
+  int *sorted_idx;
+  tpu__kinfo *k;           /* per global instruction */
+  const tpu_instr **caller; /* per computation: the while/call/conditional that runs it */
+  unsigned char *scheduled; /* per computation: runs as kernels (not a fusion body etc.) */
+  int64_t npos;
+} tpu__be;
+
+int tpu__be_comp_index(const tpu__be *be, const tpu_comp *c);
+int tpu__be_index(const tpu__be *be, const tpu_instr *in);
+tpu__kinfo *tpu__be_info(const tpu__be *be, const tpu_instr *in);
+
+/* Leaves of a shape (arrays; tokens count as none), and the first leaf of element e. */
+int tpu__leaves(const tpu_shape *s);
+int tpu__leaf_offset(const tpu_shape *s, int e);
+/* The leaf-th array leaf of s (NULL if out of range). */
+const tpu_shape *tpu__leaf(const tpu_shape *s, int leaf);
+
+/* Tiled layout (layout.c): bytes of an array with its minor two dims padded to the
+ * vector-register tile ((8,128) for 32-bit, (16,128) 16-bit, (32,128) 8-bit), and the
+ * vector registers it fills. Tuples sum their leaves. */
+int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s);
+int64_t tpu__plain_bytes(const tpu_shape *s);
+int64_t tpu__vregs(const tpu__be *be, const tpu_shape *s);
+/* Padded bytes a kernel reads of operand j / writes of result leaf `leaf` (layout.c). */
+int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j);
+int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf);
+
+/* The HBM buffer holding leaf `leaf` of `in`'s value, following aliases; -1 if none. */
+int tpu__be_buffer_of(const tpu__be *be, const tpu_instr *in, int leaf);
+
+/* The passes, in order. */
+tpu_status tpu__pass_tile(tpu__be *be);
+tpu_status tpu__pass_layout(tpu__be *be);
+tpu_status tpu__pass_buffer_assign(tpu__be *be);
+tpu_status tpu__pass_schedule(tpu__be *be);
+tpu_status tpu__pass_lower(tpu__be *be);
+
+/* VMEM the kernels may use for double-buffered tiles: 3/4 of the chip's (docs/isa.md). */
+int64_t tpu__vmem_budget(const tpu_chip *chip);
+/* Target bytes one streaming tile-loop iteration moves (docs/isa.md). */
+#define TPU__TILE_TARGET ((int64_t)1 << 20)
+
+#endif

@@ -1,0 +1,128 @@
+/* Back-end pass `layout`: tiled layouts — every array's minor two dimensions padded to the
+ * vector-register tile — and each kernel's padded bytes in and out of HBM. */
+#include "compile/backend.h"
+
+static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
+
+int64_t tpu__plain_bytes(const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    int64_t n = 0;
+    for (int i = 0; i < s->ntuple; i++) n += tpu__plain_bytes(&s->elems[i]);
+    return n;
+  }
+  if (!tpu_dtype_is_array(s->dtype)) return 0;
+  return tpu_shape_numel(s) * (int64_t)tpu_dtype_size(s->dtype);
+}
+
+/* Sublanes of the tile for an element size: 32-bit values fill the (sublanes x lanes)
+ * register; narrower ones pack 4/size rows per sublane, wider ones take two registers. */
+static int64_t tile_rows(const tpu__be *be, int64_t esize) {
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  if (esize >= 4) return sub;
+  return sub * (4 / esize);
+}
+
+int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    int64_t n = 0;
+    for (int i = 0; i < s->ntuple; i++) n += tpu__padded_bytes(be, &s->elems[i]);
+    return n;
+  }
+  if (!tpu_dtype_is_array(s->dtype)) return 0;
+  int64_t es = (int64_t)tpu_dtype_size(s->dtype);
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  int64_t minor = s->rank >= 1 ? s->dims[s->rank - 1] : 1;
+  int64_t second = s->rank >= 2 ? s->dims[s->rank - 2] : 1;
+  int64_t major = 1;
+  for (int d = 0; d + 2 < s->rank; d++) major *= s->dims[d];
+  if (major == 0 || minor == 0 || second == 0) return 0;
+  return major * round_up(second, tile_rows(be, es)) * round_up(minor, lanes) * es;
+}
+
+int64_t tpu__vregs(const tpu__be *be, const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    int64_t n = 0;
+    for (int i = 0; i < s->ntuple; i++) n += tpu__vregs(be, &s->elems[i]);
+    return n;
+  }
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  int64_t reg = sub * lanes * 4; /* bytes in one vector register */
+  int64_t b = tpu__padded_bytes(be, s);
+  return (b + reg - 1) / reg;
+}
+
+/* Bytes a kernel reads of operand j (padded or not): all of it, except where it touches
+ * only part (gather, dynamic-slice) or updates in place (dynamic-update-slice, scatter,
+ * which read and write back only the updated rows). */
+static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
+  const tpu_shape *s = &in->operands[j]->shape;
+  if (j == 0 && (in->op == TPU_OP_GATHER || in->op == TPU_OP_DYNAMIC_SLICE)) s = &in->shape;
+  if (j == 0 && in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) return 0;
+  if (in->op == TPU_OP_SCATTER && j < (in->noperands - 1) / 2) {
+    /* scatter(operands[N], indices, updates[N]): only the rows the updates touch */
+    s = &in->operands[(in->noperands - 1) / 2 + 1 + j]->shape;
+  }
+  return padded ? tpu__padded_bytes(be, s) : tpu__plain_bytes(s);
+}
+
+int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j) {
+  return read_bytes(be, in, j, 1);
+}
+
+static int64_t write_bytes(const tpu__be *be, const tpu_instr *in, int leaf, int padded) {
+  const tpu_shape *s = tpu__leaf(&in->shape, leaf);
+  if (!s) return 0;
+  if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) s = &in->operands[1]->shape;
+  if (in->op == TPU_OP_SCATTER) {
+    int nupd = (in->noperands - 1) / 2;
+    s = &in->operands[in->noperands - nupd + (leaf < nupd ? leaf : 0)]->shape;
+  }
+  return padded ? tpu__padded_bytes(be, s) : tpu__plain_bytes(s);
+}
+
+int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf) {
+  return write_bytes(be, in, leaf, 1);
+}
+
+static void kernel_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
+  int64_t rin = 0, pin = 0, rout = 0, pout = 0;
+  for (int j = 0; j < in->noperands; j++) {
+    rin += read_bytes(be, in, j, 0);
+    pin += read_bytes(be, in, j, 1);
+  }
+  int nl = tpu__leaves(&in->shape);
+  for (int l = 0; l < nl; l++) {
+    rout += write_bytes(be, in, l, 0);
+    pout += write_bytes(be, in, l, 1);
+  }
+  k->bytes = (double)(rin + rout);
+  k->padded_bytes = (double)(pin + pout);
+  k->in_bytes = pin;
+  k->out_bytes = pout;
+  int64_t sv = tpu__vregs(be, &in->shape);
+  for (int i = 0; i < in->noperands; i++) {
+    int64_t v = tpu__vregs(be, &in->operands[i]->shape);
+    if (v > sv) sv = v;
+  }
+  k->space_vregs = sv > 0 ? sv : 1;
+}
+
+tpu_status tpu__pass_layout(tpu__be *be) {
+  for (int ci = 0; ci < be->m->ncomps; ci++) {
+    if (!be->scheduled[ci]) continue;
+    const tpu_comp *c = be->m->comps[ci];
+    for (int i = 0; i < c->ninstrs; i++) {
+      const tpu_instr *in = c->instrs[i];
+      tpu__kinfo *k = &be->k[be->comp_base[ci] + in->id];
+      if (k->kind == TPU__K_STREAM || k->kind == TPU__K_MATMUL || k->kind == TPU__K_COPY) {
+        kernel_bytes(be, in, k);
+        if (k->op >= 0) {
+          be->p->ops[k->op].bytes = k->bytes;
+          be->p->ops[k->op].padded_bytes = k->padded_bytes;
+        }
+      }
+    }
+  }
+  return TPU_OK;
+}

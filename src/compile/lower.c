@@ -1,0 +1,328 @@
+/* Back-end pass `lower` and the back-end driver: each kernel becomes a software-pipelined
+ * tile loop in the tpusim ISA (docs/isa.md); control flow becomes loop/cond. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile/backend.h"
+
+static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }
+
+/* A kernel as a template: loads run one iteration ahead of the body (double buffering).
+ * In templates a VMEM reference's `div` is the iteration divisor q of its slot index
+ * (the slot advances every q iterations); lowering turns it into the real reference. */
+#define MAX_TMPL 64
+typedef struct {
+  tpu_insn ins[MAX_TMPL];
+  int is_load[MAX_TMPL];
+  int n;
+} tmpl;
+
+static int emit(tpu__be *be, const tpu_insn *in) {
+  return tpu_program_add_insn(be->p, in) < 0
+             ? (TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory"), 0)
+             : 1;
+}
+
+static void tadd(tmpl *t, const tpu_insn *in, int is_load) {
+  if (t->n < MAX_TMPL) {
+    t->ins[t->n] = *in;
+    t->is_load[t->n++] = is_load;
+  }
+}
+
+/* mode 0: a single iteration or the prologue (fixed slot 0); 1: inside the loop;
+ * 2: the epilogue (iteration T-1). */
+static tpu_vref fix(const tpu__be *be, tpu_vref r, int is_load, int mode, int64_t T) {
+  if (r.buf < 0) return r;
+  int q = r.div > 0 ? r.div : 1;
+  int ns = be->p->vmem[r.buf].nslots;
+  if (mode == 0) return tpu_vref_make(r.buf, 0, 0);
+  if (mode == 1) return is_load ? tpu_vref_make(r.buf, 1, 1) : tpu_vref_make(r.buf, q, 0);
+  return tpu_vref_make(r.buf, 0, (int)(((T - 1) / q) % ns));
+}
+
+static tpu_status emit_part(tpu__be *be, const tmpl *t, int loads, int mode, int64_t T) {
+  for (int i = 0; i < t->n; i++) {
+    if (t->is_load[i] != loads) continue;
+    tpu_insn in = t->ins[i];
+    for (int s = 0; s < TPU_INSN_MAX_SRC; s++) in.src[s] = fix(be, in.src[s], loads, mode, T);
+    in.dst = fix(be, in.dst, loads, mode, T);
+    if (mode != 1) in.pmod = in.prem = 0;
+    if (!emit(be, &in)) return TPU_ERR_NOMEM;
+  }
+  return TPU_OK;
+}
+
+static tpu_status emit_kernel(tpu__be *be, const tpu__kinfo *k, const tmpl *t) {
+  tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op);
+  if (!emit(be, &kin)) return TPU_ERR_NOMEM;
+  int64_t T = k->tiles;
+  if (T <= 1) {
+    TPU_TRY(emit_part(be, t, 1, 0, T));
+    return emit_part(be, t, 0, 0, T);
+  }
+  TPU_TRY(emit_part(be, t, 1, 0, T)); /* prologue: the first tiles' loads */
+  tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, k->op);
+  lp.trips = T - 1;
+  if (!emit(be, &lp)) return TPU_ERR_NOMEM;
+  TPU_TRY(emit_part(be, t, 1, 1, T)); /* loads of tile i+1 ... */
+  TPU_TRY(emit_part(be, t, 0, 1, T)); /* ... overlap compute and stores of tile i */
+  tpu_insn en = tpu_insn_make(TPU_ISA_END, k->op);
+  if (!emit(be, &en)) return TPU_ERR_NOMEM;
+  return emit_part(be, t, 0, 2, T); /* epilogue: the last tile */
+}
+
+/* Vector work of one unit as an instruction template. */
+static void add_vec(tmpl *t, tpu_isa_op opc, const tpu__kinfo *k, int64_t total, int64_t space,
+                    int64_t iters, const tpu_vref *src, int nsrc, tpu_vref dst, int pmod, int prem) {
+  tpu_insn in = tpu_insn_make(opc, k->op);
+  for (int s = 0; s < nsrc && s < TPU_INSN_MAX_SRC; s++) in.src[s] = src[s];
+  in.dst = dst;
+  in.vregs = cdiv(space, iters);
+  in.ops = space > 0 ? cdiv(total, space) : 0;
+  in.what = k->what;
+  in.pmod = pmod;
+  in.prem = prem;
+  tadd(t, &in, 0);
+}
+
+static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  tmpl t;
+  t.n = 0;
+  int64_t T = k->tiles;
+  int nin = k->nvmem - 1, seq = 0;
+  int vout = k->vmem0 + nin;
+  for (int j = 0; j < in->noperands; j++) {
+    int64_t r = tpu__read_bytes(be, in, j);
+    if (!r) continue;
+    tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
+    d.hbm = tpu__be_buffer_of(be, in->operands[j], 0);
+    d.bytes = cdiv(r, T);
+    d.dst = tpu_vref_make(k->vmem0 + (seq < 2 ? seq : 2), 1, 0);
+    seq++;
+    tadd(&t, &d, 1);
+  }
+  tpu_vref src[3];
+  for (int j = 0; j < nin && j < 3; j++) src[j] = tpu_vref_make(k->vmem0 + j, 1, 0);
+  tpu_vref out = tpu_vref_make(vout, 1, 0);
+  int first = 1;
+  struct {
+    tpu_isa_op opc;
+    int64_t total;
+  } units[3] = {{TPU_ISA_XLU, k->xlu}, {TPU_ISA_EUP, k->eup}, {TPU_ISA_VPU, k->vpu}};
+  for (int u = 0; u < 3; u++) {
+    if (!units[u].total && !(u == 2 && first)) continue;
+    if (first) add_vec(&t, units[u].opc, k, units[u].total, k->space_vregs, T, src, nin, out, 0, 0);
+    else add_vec(&t, units[u].opc, k, units[u].total, k->space_vregs, T, &out, 1, out, 0, 0);
+    first = 0;
+  }
+  int nl = tpu__leaves(&in->shape);
+  for (int l = 0; l < nl; l++) {
+    int64_t w = tpu__write_bytes(be, in, l);
+    if (!w) continue;
+    tpu_insn d = tpu_insn_make(TPU_ISA_DMA_OUT, k->op);
+    d.src[0] = out;
+    d.hbm = k->hbm0 >= 0 ? k->hbm0 + l : -1;
+    d.bytes = cdiv(w, T);
+    tadd(&t, &d, 0);
+  }
+  return emit_kernel(be, k, &t);
+}
+
+static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  tmpl t;
+  t.n = 0;
+  int va = k->vmem0, vb = k->vmem0 + 1, vo = k->vmem0 + 2;
+  int pm = k->kb > 1 ? (int)k->kb : 0, pr = k->kb > 1 ? (int)k->kb - 1 : 0;
+  for (int j = 0; j < 2; j++) {
+    int64_t bytes = be->p->vmem[j ? vb : va].slot_bytes;
+    if (!bytes) continue;
+    tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
+    d.hbm = j < in->noperands ? tpu__be_buffer_of(be, in->operands[j], 0) : -1;
+    d.bytes = bytes;
+    d.dst = tpu_vref_make(j ? vb : va, 1, 0);
+    tadd(&t, &d, 1);
+  }
+  tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, k->op);
+  mm.src[0] = tpu_vref_make(va, 1, 0);
+  mm.src[1] = tpu_vref_make(vb, 1, 0);
+  mm.dst = tpu_vref_make(vo, (int)k->kb, 0);
+  mm.m = k->bm;
+  mm.k = k->bk;
+  mm.n = k->bn;
+  mm.b = k->bb;
+  mm.mxus = (int)(be->chip->mxus_per_core * be->chip->tensorcores);
+  mm.passes = k->passes;
+  mm.dtype = k->mm_dtype;
+  mm.what = k->mm->op == TPU_OP_DOT ? "dot" : "convolution";
+  tadd(&t, &mm, 0);
+  tpu_vref o = tpu_vref_make(vo, (int)k->kb, 0);
+  int64_t writes = k->tiles / (k->kb > 0 ? k->kb : 1);
+  int64_t ov = tpu__vregs(be, &in->shape);
+  if (k->eup) add_vec(&t, TPU_ISA_EUP, k, k->eup, ov, writes, &o, 1, o, pm, pr);
+  if (k->vpu) add_vec(&t, TPU_ISA_VPU, k, k->vpu, ov, writes, &o, 1, o, pm, pr);
+  if (k->xlu) add_vec(&t, TPU_ISA_XLU, k, k->xlu, ov, writes, &o, 1, o, pm, pr);
+  int nl = tpu__leaves(&in->shape);
+  for (int l = 0; l < nl; l++) {
+    int64_t w = tpu__write_bytes(be, in, l);
+    if (!w) continue;
+    tpu_insn d = tpu_insn_make(TPU_ISA_DMA_OUT, k->op);
+    d.src[0] = o;
+    d.hbm = k->hbm0 >= 0 ? k->hbm0 + l : -1;
+    d.bytes = cdiv(w, writes);
+    d.pmod = pm;
+    d.prem = pr;
+    tadd(&t, &d, 0);
+  }
+  return emit_kernel(be, k, &t);
+}
+
+static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
+  if (depth > 64) return TPU_FAIL(be->d, TPU_ERR_LIMIT, c->loc, "computations nested too deeply");
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    const tpu__kinfo *k = tpu__be_info(be, in);
+    switch (k->kind) {
+      case TPU__K_NONE:
+        break;
+      case TPU__K_CALL:
+        TPU_TRY(lower_comp(be, in->to_apply, depth + 1));
+        break;
+      case TPU__K_WHILE: {
+        tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, -1);
+        lp.trips = k->trips;
+        lp.what = in->name;
+        if (!emit(be, &lp)) return TPU_ERR_NOMEM;
+        TPU_TRY(lower_comp(be, in->condition, depth + 1));
+        TPU_TRY(lower_comp(be, in->body, depth + 1));
+        tpu_insn en = tpu_insn_make(TPU_ISA_END, -1);
+        if (!emit(be, &en)) return TPU_ERR_NOMEM;
+        TPU_TRY(lower_comp(be, in->condition, depth + 1)); /* the test that exits */
+        break;
+      }
+      case TPU__K_COND: {
+        tpu_insn cd = tpu_insn_make(TPU_ISA_COND, -1);
+        cd.trips = in->nbranches;
+        cd.what = in->name;
+        if (!emit(be, &cd)) return TPU_ERR_NOMEM;
+        for (int b = 0; b < in->nbranches; b++) {
+          tpu_insn cs = tpu_insn_make(TPU_ISA_CASE, -1);
+          cs.trips = b;
+          if (!emit(be, &cs)) return TPU_ERR_NOMEM;
+          TPU_TRY(lower_comp(be, in->branches[b], depth + 1));
+        }
+        tpu_insn ec = tpu_insn_make(TPU_ISA_ENDCOND, -1);
+        if (!emit(be, &ec)) return TPU_ERR_NOMEM;
+        break;
+      }
+      case TPU__K_COPY: {
+        tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op);
+        tpu_insn d = tpu_insn_make(TPU_ISA_DMA_HBM, k->op);
+        d.hbm = tpu__be_buffer_of(be, in->operands[0], 0);
+        d.hbm2 = k->hbm0;
+        d.bytes = k->out_bytes;
+        if (!emit(be, &kin) || !emit(be, &d)) return TPU_ERR_NOMEM;
+        break;
+      }
+      case TPU__K_STREAM:
+        TPU_TRY(lower_stream(be, in, k));
+        break;
+      case TPU__K_MATMUL:
+        TPU_TRY(lower_matmul(be, in, k));
+        break;
+    }
+  }
+  return TPU_OK;
+}
+
+tpu_status tpu__pass_lower(tpu__be *be) { return lower_comp(be, be->m->entry, 0); }
+
+/* ---- The driver ---- */
+
+typedef tpu_status (*pass_fn)(tpu__be *);
+static const struct {
+  const char *name;
+  pass_fn fn;
+} k_passes[] = {
+    {"tile", tpu__pass_tile},
+    {"layout", tpu__pass_layout},
+    {"buffer-assign", tpu__pass_buffer_assign},
+    {"schedule", tpu__pass_schedule},
+    {"lower", tpu__pass_lower},
+};
+
+typedef struct {
+  const tpu_comp *c;
+  int idx;
+} comp_ref;
+
+static int cmp_ref(const void *a, const void *b) {
+  const comp_ref *x = a, *y = b;
+  return x->c < y->c ? -1 : x->c > y->c;
+}
+
+tpu_status tpu_compile_backend(const tpu_module *m, const tpu_compile_opts *o, tpu_program **out,
+                               tpu_diag *d) {
+  *out = NULL;
+  if (!o || !o->chip) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "compile: no target chip");
+  if (!m || !m->entry) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "compile: no entry computation");
+  tpu__be be;
+  memset(&be, 0, sizeof be);
+  be.m = m;
+  be.o = o;
+  be.chip = o->chip;
+  be.d = d;
+  int nc = m->ncomps;
+  size_t ncs = (size_t)(nc ? nc : 1);
+  be.comp_base = tpu_calloc(ncs, sizeof(int));
+  be.sorted = tpu_calloc(ncs, sizeof(tpu_comp *));
+  be.sorted_idx = tpu_calloc(ncs, sizeof(int));
+  be.caller = tpu_calloc(ncs, sizeof(tpu_instr *));
+  be.scheduled = tpu_calloc(ncs, 1);
+  for (int i = 0; i < nc; i++) be.ninstrs += m->comps[i]->ninstrs;
+  be.k = tpu_calloc((size_t)(be.ninstrs ? be.ninstrs : 1), sizeof(tpu__kinfo));
+  be.p = tpu_program_new(o->chip->name);
+  tpu_status st = TPU_OK;
+  if (!be.comp_base || !be.sorted || !be.sorted_idx || !be.caller || !be.scheduled || !be.k || !be.p) {
+    st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    goto done;
+  }
+  be.p->module = m;
+  comp_ref *refs = tpu_calloc(ncs, sizeof *refs);
+  if (!refs) {
+    st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    goto done;
+  }
+  for (int i = 0, base = 0; i < nc; i++) {
+    be.comp_base[i] = base;
+    base += m->comps[i]->ninstrs;
+    refs[i].c = m->comps[i];
+    refs[i].idx = i;
+  }
+  qsort(refs, (size_t)nc, sizeof *refs, cmp_ref);
+  for (int i = 0; i < nc; i++) {
+    be.sorted[i] = refs[i].c;
+    be.sorted_idx[i] = refs[i].idx;
+  }
+  tpu_free(refs);
+  for (size_t i = 0; i < sizeof k_passes / sizeof k_passes[0] && st == TPU_OK; i++) {
+    st = k_passes[i].fn(&be);
+    if (st == TPU_OK && o->dump_after && !strcmp(o->dump_after, k_passes[i].name))
+      st = tpu_program_print(be.p, o->dump ? o->dump : stdout, d);
+  }
+  if (st == TPU_OK) st = tpu_program_check(be.p, d);
+done:
+  tpu_free(be.comp_base);
+  tpu_free(be.sorted);
+  tpu_free(be.sorted_idx);
+  tpu_free(be.caller);
+  tpu_free(be.scheduled);
+  tpu_free(be.k);
+  if (st != TPU_OK) {
+    tpu_program_free(be.p);
+    return st;
+  }
+  *out = be.p;
+  return TPU_OK;
+}

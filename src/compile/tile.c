@@ -1,0 +1,389 @@
+/* Back-end pass `tile`: what kernel each instruction becomes, its MXU problem (M, K, N,
+ * batch; convolutions as implicit GEMMs), its vector-unit work in (8,128) registers, and
+ * useful vs padded FLOPs. */
+#include <string.h>
+
+#include "compile/backend.h"
+
+/* ---- Lookups shared by the passes ---- */
+
+int tpu__be_comp_index(const tpu__be *be, const tpu_comp *c) {
+  int lo = 0, hi = be->m->ncomps - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (be->sorted[mid] == c) return be->sorted_idx[mid];
+    if (be->sorted[mid] < c) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
+
+int tpu__be_index(const tpu__be *be, const tpu_instr *in) {
+  int c = tpu__be_comp_index(be, in->parent);
+  return c < 0 ? -1 : be->comp_base[c] + in->id;
+}
+
+tpu__kinfo *tpu__be_info(const tpu__be *be, const tpu_instr *in) {
+  int i = tpu__be_index(be, in);
+  return i < 0 ? NULL : &be->k[i];
+}
+
+int tpu__leaves(const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    int n = 0;
+    for (int i = 0; i < s->ntuple; i++) n += tpu__leaves(&s->elems[i]);
+    return n;
+  }
+  return s->dtype == TPU_TOKEN ? 0 : 1;
+}
+
+int tpu__leaf_offset(const tpu_shape *s, int e) {
+  int n = 0;
+  for (int i = 0; i < e && i < s->ntuple; i++) n += tpu__leaves(&s->elems[i]);
+  return n;
+}
+
+const tpu_shape *tpu__leaf(const tpu_shape *s, int leaf) {
+  if (s->dtype != TPU_TUPLE) return (leaf == 0 && s->dtype != TPU_TOKEN) ? s : NULL;
+  for (int i = 0; i < s->ntuple; i++) {
+    int n = tpu__leaves(&s->elems[i]);
+    if (leaf < n) return tpu__leaf(&s->elems[i], leaf);
+    leaf -= n;
+  }
+  return NULL;
+}
+
+/* ---- Costs (docs/timing.md has the table and the reasons) ---- */
+
+/* Vector-unit and transcendental-unit operations per element of an elementwise op. */
+static void elem_cost(tpu_opcode op, tpu_dtype t, int64_t *vpu, int64_t *eup) {
+  int f = tpu_dtype_is_float(t);
+  *vpu = 1;
+  *eup = 0;
+  switch (op) {
+    case TPU_OP_DIVIDE: *vpu = f ? 2 : 20; *eup = f ? 1 : 0; break;
+    case TPU_OP_REMAINDER: *vpu = f ? 5 : 22; *eup = f ? 1 : 0; break;
+    case TPU_OP_POWER: *vpu = 3; *eup = 2; break;
+    case TPU_OP_ATAN2: *vpu = 20; *eup = 1; break;
+    case TPU_OP_SIGN: case TPU_OP_CLAMP: *vpu = 2; break;
+    case TPU_OP_EXP: case TPU_OP_LOG: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_TANH:
+      *vpu = 1; *eup = 1; break;
+    case TPU_OP_LOGISTIC: *vpu = 2; *eup = 1; break;
+    case TPU_OP_EXPM1: case TPU_OP_LOG1P: *vpu = 3; *eup = 1; break;
+    case TPU_OP_CBRT: *vpu = 3; *eup = 2; break;
+    case TPU_OP_SINE: case TPU_OP_COSINE: *vpu = 16; break;
+    case TPU_OP_TAN: *vpu = 34; *eup = 1; break;
+    case TPU_OP_ERF: *vpu = 12; *eup = 1; break;
+    case TPU_OP_REDUCE_PRECISION: *vpu = 4; break;
+    case TPU_OP_POPCNT: case TPU_OP_CLZ: *vpu = 4; break;
+    default: break;
+  }
+}
+
+static int is_elementwise(tpu_opcode op) {
+  tpu_op_class c = tpu_op_class_of(op);
+  return c == TPU_CLS_UNARY || c == TPU_CLS_BINARY || c == TPU_CLS_TERNARY ||
+         op == TPU_OP_COMPARE || op == TPU_OP_SELECT || op == TPU_OP_CLAMP ||
+         op == TPU_OP_IS_FINITE || op == TPU_OP_CONVERT;
+}
+
+static int64_t ilog2_ceil(int64_t n) {
+  int64_t r = 0;
+  while (((int64_t)1 << r) < n && r < 62) r++;
+  return r;
+}
+
+/* Elementwise operations of a scalar computation (a reducer or comparator). */
+static int64_t comp_ops(const tpu_comp *c) {
+  int64_t n = 0;
+  for (int i = 0; c && i < c->ninstrs; i++)
+    if (is_elementwise(c->instrs[i]->op)) n++;
+  return n ? n : 1;
+}
+
+typedef struct {
+  int64_t vpu, eup, xlu;
+  double flops, padded_flops;
+} cost;
+
+/* Adds the vector work of one non-matmul instruction. */
+static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
+  const tpu_shape *s = &in->shape;
+  int64_t vr = tpu__vregs(be, s);
+  double numel = s->dtype == TPU_TUPLE ? 0 : (double)tpu_shape_numel(s);
+  double padded = (double)vr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes);
+  if (is_elementwise(in->op)) {
+    int64_t v, e;
+    tpu_dtype t = in->noperands ? in->operands[in->noperands - 1]->shape.dtype : s->dtype;
+    elem_cost(in->op, t, &v, &e);
+    c->vpu += vr * v;
+    c->eup += vr * e;
+    c->flops += numel;
+    c->padded_flops += padded;
+    return;
+  }
+  switch (in->op) {
+    case TPU_OP_PARAMETER: case TPU_OP_CONSTANT: case TPU_OP_TUPLE:
+    case TPU_OP_GET_TUPLE_ELEMENT: case TPU_OP_BITCAST: case TPU_OP_BITCAST_CONVERT:
+    case TPU_OP_OPT_BARRIER: case TPU_OP_AFTER_ALL: case TPU_OP_ADD_DEPENDENCY:
+      return;
+    case TPU_OP_REDUCE: {
+      const tpu_shape *is = &in->operands[0]->shape;
+      int64_t ivr = tpu__vregs(be, is);
+      int n = in->noperands / 2;
+      int64_t ops = comp_ops(in->to_apply);
+      c->vpu += ivr * n * ops;
+      int minor = 0;
+      for (int i = 0; i < in->dimensions.n; i++)
+        if (is->rank > 0 && in->dimensions.v[i] == is->rank - 1) minor = 1;
+      if (minor) c->xlu += ivr * n;
+      c->flops += (double)tpu_shape_numel(is) * n * (double)ops;
+      c->padded_flops += (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * n * (double)ops;
+      return;
+    }
+    case TPU_OP_REDUCE_WINDOW: case TPU_OP_SELECT_AND_SCATTER: {
+      int64_t win = 1;
+      for (int i = 0; i < in->nwindow; i++) win *= in->window[i].size;
+      const tpu_shape *os = in->op == TPU_OP_REDUCE_WINDOW ? s : &in->operands[0]->shape;
+      int64_t ovr = tpu__vregs(be, os);
+      int64_t ops = in->op == TPU_OP_REDUCE_WINDOW ? comp_ops(in->to_apply) : 3;
+      c->vpu += ovr * win * ops;
+      c->flops += (double)tpu_shape_numel(os) * (double)win * (double)ops;
+      c->padded_flops += (double)ovr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)(win * ops);
+      return;
+    }
+    case TPU_OP_SORT: case TPU_OP_TOPK: {
+      const tpu_shape *is = &in->operands[0]->shape;
+      int64_t dim = in->op == TPU_OP_SORT && in->dimensions.n ? in->dimensions.v[0] : is->rank - 1;
+      int64_t len = is->rank > 0 && dim >= 0 && dim < is->rank ? is->dims[dim] : 1;
+      int64_t lg = ilog2_ceil(len);
+      int64_t stages = lg * (lg + 1) / 2;
+      if (stages < 1) stages = 1;
+      int64_t ivr = 0;
+      for (int i = 0; i < in->noperands; i++) ivr += tpu__vregs(be, &in->operands[i]->shape);
+      c->vpu += ivr * stages * 3;
+      c->xlu += ivr * stages;
+      return;
+    }
+    case TPU_OP_RNG_BIT_GENERATOR:
+      c->vpu += vr * 40;
+      return;
+    case TPU_OP_TRANSPOSE: {
+      int minor_moves = in->dimensions.n > 0 && in->dimensions.v[in->dimensions.n - 1] != in->dimensions.n - 1;
+      if (minor_moves) c->xlu += vr;
+      else c->vpu += vr;
+      return;
+    }
+    case TPU_OP_MAP:
+      c->vpu += vr * comp_ops(in->to_apply);
+      c->flops += numel * (double)comp_ops(in->to_apply);
+      c->padded_flops += padded * (double)comp_ops(in->to_apply);
+      return;
+    case TPU_OP_SCATTER: {
+      const tpu_shape *us = &in->operands[in->noperands - 1]->shape;
+      c->vpu += tpu__vregs(be, us) * (1 + comp_ops(in->to_apply));
+      return;
+    }
+    case TPU_OP_FUSION: {
+      for (int i = 0; in->calls && i < in->calls->ninstrs; i++)
+        if (in->calls->instrs[i]->op != TPU_OP_DOT && in->calls->instrs[i]->op != TPU_OP_CONVOLUTION)
+          add_cost(be, in->calls->instrs[i], c);
+      return;
+    }
+    default: /* data movement through VMEM: one vector copy per register */
+      if (s->dtype != TPU_TUPLE) c->vpu += vr;
+      return;
+  }
+}
+
+static int64_t prod_dims(const tpu_shape *s, const tpu_i64s *skip1, const tpu_i64s *skip2) {
+  int64_t p = 1;
+  for (int d = 0; d < s->rank; d++) {
+    int sk = 0;
+    for (int i = 0; skip1 && i < skip1->n; i++) sk |= skip1->v[i] == d;
+    for (int i = 0; skip2 && i < skip2->n; i++) sk |= skip2->v[i] == d;
+    if (!sk) p *= s->dims[d];
+  }
+  return p;
+}
+
+static int64_t prod_sel(const tpu_shape *s, const tpu_i64s *sel) {
+  int64_t p = 1;
+  for (int i = 0; i < sel->n; i++)
+    if (sel->v[i] >= 0 && sel->v[i] < s->rank) p *= s->dims[sel->v[i]];
+  return p;
+}
+
+static int passes_for(const tpu__be *be, const tpu_instr *mm, tpu_dtype t) {
+  if (t == TPU_BF16 || t == TPU_F16 || t == TPU_S8 || t == TPU_U8) return 1;
+  int p = be->o->precision_override;
+  if (p < 0) {
+    p = 0;
+    for (int i = 0; i < 2; i++) {
+      int q = mm->precision[i] == TPU_PREC_CFG_HIGHEST ? 2 : mm->precision[i] == TPU_PREC_CFG_HIGH ? 1 : 0;
+      if (q > p) p = q;
+    }
+  }
+  return p == TPU_PREC_HIGHEST ? 6 : p == TPU_PREC_HIGH ? 3 : 1;
+}
+
+/* The MXU problem of a dot or convolution. */
+static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
+  const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
+  if (mm->op == TPU_OP_DOT) {
+    k->b = prod_sel(ls, &mm->dot.lhs_batch);
+    k->k = prod_sel(ls, &mm->dot.lhs_contract);
+    k->m = prod_dims(ls, &mm->dot.lhs_batch, &mm->dot.lhs_contract);
+    k->n = prod_dims(rs, &mm->dot.rhs_batch, &mm->dot.rhs_contract);
+  } else {
+    const tpu_conv_dims *cd = &mm->conv;
+    int64_t g = (mm->feature_group_count > 0 ? mm->feature_group_count : 1) *
+                (mm->batch_group_count > 0 ? mm->batch_group_count : 1);
+    int64_t m = mm->shape.dims[cd->out_batch], kk = rs->dims[cd->k_in];
+    for (int i = 0; i < cd->nspatial; i++) {
+      m *= mm->shape.dims[cd->out_spatial[i]];
+      kk *= rs->dims[cd->k_spatial[i]];
+    }
+    k->b = g;
+    k->m = m;
+    k->k = kk;
+    k->n = rs->dims[cd->k_out] / g;
+  }
+  if (k->m < 1) k->m = 1;
+  if (k->k < 1) k->k = 1;
+  if (k->n < 1) k->n = 1;
+  if (k->b < 1) k->b = 1;
+  k->mm = mm;
+  k->mm_dtype = ls->dtype;
+  k->passes = passes_for(be, mm, ls->dtype);
+}
+
+static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
+
+static const tpu_instr *find_matmul(const tpu_comp *c) {
+  for (int i = 0; c && i < c->ninstrs; i++)
+    if (c->instrs[i]->op == TPU_OP_DOT || c->instrs[i]->op == TPU_OP_CONVOLUTION) return c->instrs[i];
+  return NULL;
+}
+
+static const char *fusion_kind(const tpu_instr *in) {
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, "kind")) {
+      const char *v = in->attrs[i].value;
+      if (!strcmp(v, "kLoop")) return "fusion:kLoop";
+      if (!strcmp(v, "kOutput")) return "fusion:kOutput";
+      if (!strcmp(v, "kInput")) return "fusion:kInput";
+      return "fusion";
+    }
+  return "fusion";
+}
+
+/* Classifies one instruction of a scheduled computation. */
+static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
+  tpu__kinfo *k = tpu__be_info(be, in);
+  k->op = -1;
+  k->trips = -1;
+  k->nleaves = tpu__leaves(&in->shape);
+  k->what = tpu_op_name(in->op);
+  switch (in->op) {
+    case TPU_OP_PARAMETER:
+      k->own = in->parent->is_entry;
+      return TPU_OK;
+    case TPU_OP_CONSTANT: case TPU_OP_IOTA: case TPU_OP_RNG_BIT_GENERATOR:
+      k->own = 1;
+      break;
+    case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT: case TPU_OP_BITCAST:
+    case TPU_OP_OPT_BARRIER: case TPU_OP_AFTER_ALL: case TPU_OP_ADD_DEPENDENCY:
+    case TPU_OP_PARTITION_ID: case TPU_OP_REPLICA_ID:
+    case TPU_OP_ALL_REDUCE: case TPU_OP_ALL_GATHER: case TPU_OP_REDUCE_SCATTER:
+    case TPU_OP_ALL_TO_ALL: case TPU_OP_COLLECTIVE_PERMUTE:
+      /* Collectives on one chip are the identity (the pod executor times them). */
+      k->own = in->op == TPU_OP_PARTITION_ID || in->op == TPU_OP_REPLICA_ID;
+      return TPU_OK;
+    case TPU_OP_RESHAPE: {
+      /* Free when the minor dimension is unchanged (the tiled layout keeps its bytes). */
+      const tpu_shape *a = &in->operands[0]->shape;
+      int64_t ma = a->rank ? a->dims[a->rank - 1] : 1, mb = in->shape.rank ? in->shape.dims[in->shape.rank - 1] : 1;
+      if (ma == mb || tpu_shape_numel(a) <= 1) return TPU_OK;
+      break;
+    }
+    case TPU_OP_WHILE: k->kind = TPU__K_WHILE; return TPU_OK;
+    case TPU_OP_CONDITIONAL: k->kind = TPU__K_COND; return TPU_OK;
+    case TPU_OP_CALL: k->kind = TPU__K_CALL; return TPU_OK;
+    default:
+      if (tpu_op_class_of(in->op) == TPU_CLS_PARSE_ONLY)
+        return TPU_FAIL(be->d, TPU_ERR_UNSUPPORTED, in->loc,
+                        "%s '%s': the TPU back end cannot compile this op", tpu_op_name(in->op), in->name);
+      break;
+  }
+  k->own = 1;
+  if (in->op == TPU_OP_CONSTANT) return TPU_OK; /* loaded into HBM with the program */
+  tpu_prog_op po;
+  memset(&po, 0, sizeof po);
+  po.name = in->name;
+  po.kind = in->op == TPU_OP_FUSION ? fusion_kind(in) : tpu_op_name(in->op);
+  po.instr = in;
+  const tpu_instr *mm = in->op == TPU_OP_DOT || in->op == TPU_OP_CONVOLUTION ? in
+                        : in->op == TPU_OP_FUSION ? find_matmul(in->calls) : NULL;
+  cost c = {0, 0, 0, 0, 0};
+  if (in->op != TPU_OP_DOT && in->op != TPU_OP_CONVOLUTION) add_cost(be, in, &c);
+  if (mm) {
+    k->kind = TPU__K_MATMUL;
+    matmul_dims(be, mm, k);
+    const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols;
+    po.m = k->m;
+    po.k = k->k;
+    po.n = k->n;
+    po.b = k->b;
+    po.flops = 2.0 * (double)k->b * (double)k->m * (double)k->k * (double)k->n + c.flops;
+    po.padded_flops = 2.0 * (double)k->b * (double)round_up(k->m, be->chip->vector_sublanes) *
+                          (double)round_up(k->k, R) * (double)round_up(k->n, C) + c.padded_flops;
+  } else if (in->op == TPU_OP_COPY) {
+    k->kind = TPU__K_COPY;
+  } else {
+    k->kind = TPU__K_STREAM;
+    po.flops = c.flops;
+    po.padded_flops = c.padded_flops;
+  }
+  k->vpu = c.vpu;
+  k->eup = c.eup;
+  k->xlu = c.xlu;
+  if (in->op == TPU_OP_FUSION) k->what = po.kind;
+  k->op = tpu_program_add_op(be->p, &po);
+  if (k->op < 0) return TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  return TPU_OK;
+}
+
+/* Marks the computations that run as kernels, remembering who runs each. */
+static tpu_status mark(tpu__be *be, const tpu_comp *c, const tpu_instr *caller, int depth) {
+  int ci = tpu__be_comp_index(be, c);
+  if (ci < 0) return TPU_OK;
+  if (depth > 64)
+    return TPU_FAIL(be->d, TPU_ERR_LIMIT, c->loc, "computations nested more than 64 deep");
+  if (be->scheduled[ci]) return TPU_OK;
+  be->scheduled[ci] = 1;
+  be->caller[ci] = caller;
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    if (in->op == TPU_OP_WHILE) {
+      TPU_TRY(mark(be, in->condition, in, depth + 1));
+      TPU_TRY(mark(be, in->body, in, depth + 1));
+    } else if (in->op == TPU_OP_CONDITIONAL) {
+      for (int b = 0; b < in->nbranches; b++) TPU_TRY(mark(be, in->branches[b], in, depth + 1));
+    } else if (in->op == TPU_OP_CALL) {
+      TPU_TRY(mark(be, in->to_apply, in, depth + 1));
+    }
+  }
+  return TPU_OK;
+}
+
+tpu_status tpu__pass_tile(tpu__be *be) {
+  const tpu_module *m = be->m;
+  TPU_TRY(mark(be, m->entry, NULL, 0));
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    if (!be->scheduled[ci]) continue;
+    const tpu_comp *c = m->comps[ci];
+    for (int i = 0; i < c->norder; i++) TPU_TRY(tile_instr(be, c->order[i]));
+  }
+  return TPU_OK;
+}

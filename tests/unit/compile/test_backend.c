@@ -1,0 +1,323 @@
+/* The back end: every conformance program (unfused, and after the HLO passes) lowers,
+ * its asm round-trips, and it times without error; HBM overflow fails with the message;
+ * tile/layout/buffer-assign facts on small programs. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chip/program.h"
+#include "chip/timing.h"
+#include "check.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+
+static tpu_chip g_chip;
+
+static tpu_module *parse(const char *src) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+    char buf[1200];
+    tpu_diag_format(&d, buf, sizeof buf);
+    fprintf(stderr, "parse: %s\n", buf);
+    tpu_module_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+static tpu_program *compile(tpu_module *m, const tpu_chip *chip, tpu_diag *d) {
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = chip;
+  o.precision_override = -1;
+  tpu_program *p = NULL;
+  if (tpu_compile_backend(m, &o, &p, d) != TPU_OK) return NULL;
+  return p;
+}
+
+/* disassemble(assemble(text)) == text, and the reassembled program times the same. */
+static int roundtrip(const tpu_program *p, const char *name) {
+  char *t1 = tpu_program_text(p);
+  tpu_program *q = NULL;
+  tpu_diag d;
+  int ok = t1 && tpu_program_parse(name, t1, strlen(t1), &q, &d) == TPU_OK;
+  if (!ok) {
+    char buf[1200];
+    tpu_diag_format(&d, buf, sizeof buf);
+    fprintf(stderr, "  %s: assemble failed: %s\n", name, buf);
+  }
+  char *t2 = ok ? tpu_program_text(q) : NULL;
+  if (ok && (!t2 || strcmp(t1, t2) != 0)) {
+    fprintf(stderr, "  %s: asm round trip differs\n", name);
+    ok = 0;
+  }
+  if (ok) {
+    tpu_timeline a, b;
+    tpu_diag d1, d2;
+    tpu_status s1 = tpu_timing_run(p, &g_chip, 0, &a, &d1), s2 = tpu_timing_run(q, &g_chip, 0, &b, &d2);
+    if (s1 != s2 || (s1 == TPU_OK && a.total_cycles != b.total_cycles)) {
+      fprintf(stderr, "  %s: reassembled program times differently\n", name);
+      ok = 0;
+    }
+    if (s1 == TPU_OK) tpu_timeline_free(&a);
+    if (s2 == TPU_OK) tpu_timeline_free(&b);
+  }
+  tpu_free(t1);
+  tpu_free(t2);
+  tpu_program_free(q);
+  return ok;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+    free(s);
+    s = NULL;
+  }
+  if (s) s[n] = 0;
+  fclose(f);
+  return s;
+}
+
+/* Programs whose while loops have data-dependent trip counts: timing must refuse them,
+ * naming the loop (docs/timing.md); everything else must time. */
+static int has_dynamic_loop(const tpu_program *p, const char **name) {
+  for (int i = 0; i < p->ninsns; i++)
+    if (p->insns[i].opc == TPU_ISA_LOOP && p->insns[i].trips < 0) {
+      *name = p->insns[i].what;
+      return 1;
+    }
+  return 0;
+}
+
+static void conformance(int run_hlo_passes) {
+  const char *dir = "tests/conformance/cases";
+  DIR *dd = opendir(dir);
+  CHECK(dd != NULL);
+  if (!dd) return;
+  struct dirent *e;
+  int n = 0, dyn = 0;
+  while ((e = readdir(dd))) {
+    if (e->d_name[0] == '.') continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s/prog.hlo", dir, e->d_name);
+    char *src = slurp(path);
+    if (!src) continue;
+    tpu_module *m = NULL;
+    tpu_diag d;
+    CHECK(tpu_hlo_parse(path, src, strlen(src), &m, &d) == TPU_OK && tpu_ir_verify(m, &d) == TPU_OK);
+    free(src);
+    if (!m) continue;
+    tpu_compile_opts o;
+    memset(&o, 0, sizeof o);
+    o.chip = &g_chip;
+    o.precision_override = -1;
+    tpu_program *p = NULL;
+    tpu_status st = run_hlo_passes ? tpu_compile(m, &o, &p, &d) : tpu_compile_backend(m, &o, &p, &d);
+    if (st != TPU_OK) {
+      char buf[1200];
+      tpu_diag_format(&d, buf, sizeof buf);
+      fprintf(stderr, "  %s: compile failed: %s\n", e->d_name, buf);
+      CHECK(st == TPU_OK);
+      tpu_module_free(m);
+      continue;
+    }
+    CHECK(roundtrip(p, e->d_name));
+    tpu_timeline tl;
+    const char *loop = NULL;
+    st = tpu_timing_run(p, &g_chip, 1, &tl, &d);
+    if (has_dynamic_loop(p, &loop)) {
+      dyn++;
+      CHECK(st == TPU_ERR_UNSUPPORTED);
+      CHECK(strstr(d.msg, loop) != NULL);
+      /* With the count supplied, it times. */
+      CHECK(tpu_program_set_loop_trips(p, loop, 3) >= 1);
+      st = tpu_timing_run(p, &g_chip, 1, &tl, &d);
+    }
+    if (st != TPU_OK) {
+      char buf[1200];
+      tpu_diag_format(&d, buf, sizeof buf);
+      fprintf(stderr, "  %s: timing failed: %s\n", e->d_name, buf);
+    }
+    CHECK(st == TPU_OK);
+    if (st == TPU_OK) {
+      CHECK(tl.total_cycles > 0);
+      tpu_timeline_free(&tl);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+    n++;
+  }
+  closedir(dd);
+  printf("conformance (%s): %d programs lowered and timed, %d with data-dependent loops\n",
+         run_hlo_passes ? "after HLO passes" : "unfused", n, dyn);
+  CHECK(n >= 60);
+}
+
+static void hbm_overflow(void) {
+  /* 3 x 8 GiB of f32 on a 16 GiB chip. */
+  tpu_module *m = parse(
+      "HloModule big\n"
+      "ENTRY e {\n"
+      "  a = f32[65536,32768] parameter(0)\n"
+      "  b = f32[65536,32768] parameter(1)\n"
+      "  ROOT c = f32[65536,32768] add(a, b)\n"
+      "}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, &g_chip, &d);
+  CHECK(p == NULL);
+  CHECK_EQ_INT(d.status, TPU_ERR_LIMIT);
+  char want[200];
+  snprintf(want, sizeof want, "program needs %lld bytes of HBM; v5e has %lld",
+           (long long)3 * 65536 * 32768 * 4, (long long)g_chip.hbm_bytes);
+  CHECK(strstr(d.msg, want) != NULL);
+  CHECK(strstr(d.msg, "'c'") != NULL);
+  if (!strstr(d.msg, want)) fprintf(stderr, "  got: %s\n", d.msg);
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+static void reuse_and_layout(void) {
+  /* A chain x -> a -> b -> c: a dies once b exists, so c reuses a's bytes. */
+  tpu_module *m = parse(
+      "HloModule chain\n"
+      "ENTRY e {\n"
+      "  x = f32[3,100] parameter(0)\n"
+      "  a = f32[3,100] negate(x)\n"
+      "  b = f32[3,100] exponential(a)\n"
+      "  ROOT c = f32[3,100] negate(b)\n"
+      "}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, &g_chip, &d);
+  CHECK(p != NULL);
+  if (p) {
+    /* f32[3,100] pads to (8,128): 4096 bytes. */
+    CHECK_EQ_INT(p->nhbm, 4);
+    for (int i = 0; i < p->nhbm; i++) CHECK_EQ_INT(p->hbm[i].bytes, 4096);
+    CHECK_EQ_INT(p->hbm[3].offset, p->hbm[1].offset); /* c takes a's place */
+    CHECK_EQ_INT(p->hbm_footprint, 3 * 4096);
+    CHECK_EQ_INT(p->nops, 3);
+    CHECK_NEAR(p->ops[0].flops, 300, 0);
+    CHECK_NEAR(p->ops[0].padded_flops, 1024, 0);
+    CHECK_NEAR(p->ops[0].bytes, 2400, 0);
+    CHECK_NEAR(p->ops[0].padded_bytes, 8192, 0);
+    /* exponential: one EUP push and one VPU op per register. */
+    int eup = 0;
+    for (int i = 0; i < p->ninsns; i++)
+      if (p->insns[i].opc == TPU_ISA_EUP && p->insns[i].op == 1) eup++;
+    CHECK_EQ_INT(eup, 1);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+static void dot_tiles(void) {
+  tpu_module *m = parse(
+      "HloModule d\n"
+      "ENTRY e {\n"
+      "  a = bf16[100,300] parameter(0)\n"
+      "  b = bf16[300,200] parameter(1)\n"
+      "  ROOT c = f32[100,200] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, &g_chip, &d);
+  CHECK(p != NULL);
+  if (p) {
+    CHECK_EQ_INT(p->nops, 1);
+    CHECK_EQ_INT(p->ops[0].m, 100);
+    CHECK_EQ_INT(p->ops[0].k, 300);
+    CHECK_EQ_INT(p->ops[0].n, 200);
+    CHECK_NEAR(p->ops[0].flops, 2.0 * 100 * 300 * 200, 0);
+    /* M to 8 sublanes, K to 128 rows, N to 128 columns: 104 x 384 x 256. */
+    CHECK_NEAR(p->ops[0].padded_flops, 2.0 * 104 * 384 * 256, 0);
+    int mm = 0;
+    for (int i = 0; i < p->ninsns; i++)
+      if (p->insns[i].opc == TPU_ISA_MATMUL) {
+        mm++;
+        CHECK_EQ_INT(p->insns[i].passes, 1);
+        CHECK_EQ_INT(p->insns[i].dtype, TPU_BF16);
+      }
+    CHECK_EQ_INT(mm, 1);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+static void trip_counts(void) {
+  tpu_module *m = parse(
+      "HloModule w\n"
+      "body {\n"
+      "  p = (s32[], f32[8]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(p), index=0\n"
+      "  one = s32[] constant(3)\n"
+      "  i2 = s32[] add(i, one)\n"
+      "  x = f32[8] get-tuple-element(p), index=1\n"
+      "  y = f32[8] exponential(x)\n"
+      "  ROOT t = (s32[], f32[8]) tuple(i2, y)\n"
+      "}\n"
+      "cond {\n"
+      "  p = (s32[], f32[8]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(p), index=0\n"
+      "  n = s32[] constant(20)\n"
+      "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  x = f32[8] parameter(0)\n"
+      "  z = s32[] constant(2)\n"
+      "  t = (s32[], f32[8]) tuple(z, x)\n"
+      "  ROOT w = (s32[], f32[8]) while(t), condition=cond, body=body\n"
+      "}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, &g_chip, &d);
+  CHECK(p != NULL);
+  if (p) {
+    int found = 0;
+    for (int i = 0; i < p->ninsns; i++)
+      if (p->insns[i].opc == TPU_ISA_LOOP && p->insns[i].what && !strcmp(p->insns[i].what, "w")) {
+        CHECK_EQ_INT(p->insns[i].trips, 6); /* i = 2, 5, 8, 11, 14, 17 */
+        found = 1;
+      }
+    CHECK(found);
+    tpu_timeline tl;
+    CHECK(tpu_timing_run(p, &g_chip, 0, &tl, &d) == TPU_OK);
+    int y = -1;
+    for (int i = 0; i < p->nops; i++)
+      if (!strcmp(p->ops[i].name, "y")) y = i;
+    CHECK(y >= 0);
+    if (y >= 0) CHECK_EQ_INT(tl.ops[y].count, 6);
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+int main(void) {
+  tpu_diag d;
+  if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
+    fprintf(stderr, "cannot load v5e\n");
+    return 1;
+  }
+  reuse_and_layout();
+  dot_tiles();
+  trip_counts();
+  hbm_overflow();
+  conformance(0);
+  conformance(1);
+  CHECK_DONE();
+}
