@@ -1,0 +1,275 @@
+/* The timing executor against closed forms: MXU tile model, DMA bytes/bandwidth + latency,
+ * memory-bound elementwise at HBM bandwidth, compute-bound matmul near peak, precision
+ * passes, conditionals, determinism. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "chip/mxu.h"
+#include "chip/program.h"
+#include "chip/timing.h"
+#include "check.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+
+static tpu_chip g_v5e;
+
+static tpu_program *compile_src(const char *src, const tpu_chip *chip, int prec) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+    tpu_module_free(m);
+    return NULL;
+  }
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = chip;
+  o.precision_override = prec;
+  tpu_program *p = NULL;
+  if (tpu_compile_backend(m, &o, &p, &d) != TPU_OK) {
+    char buf[1200];
+    tpu_diag_format(&d, buf, sizeof buf);
+    fprintf(stderr, "compile: %s\n", buf);
+  }
+  if (p) p->module = NULL; /* the module goes; the program does not need it for timing */
+  tpu_module_free(m);
+  return p;
+}
+
+static int64_t hbm_lat(const tpu_chip *c) {
+  double s = c->hbm_latency_s > 0 ? c->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+  return (int64_t)llround(s * c->clock_hz);
+}
+
+static void dot_matches_tile_model(void) {
+  /* One block (fits VMEM): the 8 column tiles of N split over the 4 MXUs, 256 columns each. */
+  tpu_program *p = compile_src(
+      "HloModule d\nENTRY e {\n  a = bf16[1024,1024] parameter(0)\n  b = bf16[1024,1024] parameter(1)\n"
+      "  ROOT c = f32[1024,1024] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+      &g_v5e, -1);
+  CHECK(p != NULL);
+  if (!p) return;
+  tpu_timeline tl;
+  tpu_diag d;
+  CHECK(tpu_timing_run(p, &g_v5e, 1, &tl, &d) == TPU_OK);
+  tpu_mxu_cycles mc;
+  CHECK(tpu_mxu_tile_cycles(128, 128, 1024, 1024, 1024 / 4, TPU_WLOAD_DOUBLE, &mc, &d) == TPU_OK);
+  CHECK_EQ_INT(tl.busy[TPU_UNIT_MXU], mc.weight_load + mc.stream);
+  CHECK_EQ_INT(tl.busy[TPU_UNIT_MXU], mc.total + 1);
+  /* Unpipelined (one tile): in, compute, out in sequence. */
+  double bpc = g_v5e.hbm_bw / g_v5e.clock_hz;
+  int64_t in_a = (int64_t)ceil(2.0 * 1024 * 1024 / bpc), out = (int64_t)ceil(4.0 * 1024 * 1024 / bpc);
+  CHECK_EQ_INT(tl.total_cycles, 2 * in_a + hbm_lat(&g_v5e) + mc.weight_load + mc.stream + out);
+  CHECK_NEAR(tl.flops, 2.0 * 1024 * 1024 * 1024, 0);
+  CHECK(tl.nevents > 0);
+  /* Events cover every unit's busy cycles. */
+  int64_t ev_mxu = 0;
+  for (int64_t i = 0; i < tl.nevents; i++)
+    if (tl.events[i].unit == TPU_UNIT_MXU) ev_mxu += tl.events[i].end - tl.events[i].start;
+  CHECK_EQ_INT(ev_mxu, tl.busy[TPU_UNIT_MXU]);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+}
+
+static void precision_passes(void) {
+  const char *src =
+      "HloModule d\nENTRY e {\n  a = f32[512,512] parameter(0)\n  b = f32[512,512] parameter(1)\n"
+      "  ROOT c = f32[512,512] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+  int64_t busy[3];
+  for (int prec = 0; prec < 3; prec++) {
+    tpu_program *p = compile_src(src, &g_v5e, prec);
+    CHECK(p != NULL);
+    if (!p) return;
+    tpu_timeline tl;
+    tpu_diag d;
+    CHECK(tpu_timing_run(p, &g_v5e, 0, &tl, &d) == TPU_OK);
+    busy[prec] = tl.busy[TPU_UNIT_MXU];
+    tpu_timeline_free(&tl);
+    tpu_program_free(p);
+  }
+  CHECK_EQ_INT(busy[1], 3 * busy[0]);
+  CHECK_EQ_INT(busy[2], 6 * busy[0]);
+}
+
+static void copy_closed_form(void) {
+  tpu_program *p = compile_src(
+      "HloModule c\nENTRY e {\n  a = f32[4096,4096] parameter(0)\n  ROOT c = f32[4096,4096] copy(a)\n}\n",
+      &g_v5e, -1);
+  CHECK(p != NULL);
+  if (!p) return;
+  tpu_timeline tl;
+  tpu_diag d;
+  CHECK(tpu_timing_run(p, &g_v5e, 0, &tl, &d) == TPU_OK);
+  double bytes = 2.0 * 4096 * 4096 * 4; /* read and write */
+  int64_t want = (int64_t)ceil(bytes / (g_v5e.hbm_bw / g_v5e.clock_hz)) + hbm_lat(&g_v5e);
+  CHECK_EQ_INT(tl.total_cycles, want);
+  CHECK_NEAR(tl.hbm_bytes, bytes, 0);
+  CHECK(tl.ops[0].memory_bound);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+}
+
+static void elementwise_at_hbm_bandwidth(void) {
+  tpu_program *p = compile_src(
+      "HloModule a\nENTRY e {\n  a = f32[8192,8192] parameter(0)\n  b = f32[8192,8192] parameter(1)\n"
+      "  ROOT c = f32[8192,8192] add(a, b)\n}\n",
+      &g_v5e, -1);
+  CHECK(p != NULL);
+  if (!p) return;
+  tpu_timeline tl;
+  tpu_diag d;
+  CHECK(tpu_timing_run(p, &g_v5e, 0, &tl, &d) == TPU_OK);
+  double bytes = 3.0 * 8192 * 8192 * 4;
+  double ideal = bytes / (g_v5e.hbm_bw / g_v5e.clock_hz);
+  printf("elementwise add 3 x 256 MiB: %lld cycles, bytes/bandwidth %.0f (%.3f%% over)\n",
+         (long long)tl.total_cycles, ideal, 100.0 * ((double)tl.total_cycles / ideal - 1));
+  CHECK(tl.total_cycles >= ideal);
+  CHECK(tl.total_cycles <= ideal * 1.01);
+  CHECK(tl.ops[0].memory_bound);
+  CHECK(tl.hbm_wait_cycles > 0);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+}
+
+static void matmul_near_peak(void) {
+  tpu_program *p = compile_src(
+      "HloModule m\nENTRY e {\n  a = bf16[8192,8192] parameter(0)\n  b = bf16[8192,8192] parameter(1)\n"
+      "  ROOT c = bf16[8192,8192] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+      &g_v5e, -1);
+  CHECK(p != NULL);
+  if (!p) return;
+  tpu_timeline tl;
+  tpu_diag d;
+  CHECK(tpu_timing_run(p, &g_v5e, 0, &tl, &d) == TPU_OK);
+  double peak = 2.0 * tpu_chip_macs_per_cycle(&g_v5e) * g_v5e.clock_hz;
+  double achieved = tl.flops / ((double)tl.total_cycles / g_v5e.clock_hz);
+  printf("8192^3 bf16 on v5e: %lld cycles, %.1f%% of peak\n", (long long)tl.total_cycles,
+         100.0 * achieved / peak);
+  CHECK(achieved >= 0.90 * peak);
+  CHECK(achieved <= peak);
+  CHECK(!tl.ops[0].memory_bound);
+  /* Timing never looks at values: a second run is identical. */
+  tpu_timeline t2;
+  CHECK(tpu_timing_run(p, &g_v5e, 1, &t2, &d) == TPU_OK);
+  CHECK_EQ_INT(t2.total_cycles, tl.total_cycles);
+  for (int u = 0; u < TPU_UNIT_COUNT; u++) CHECK_EQ_INT(t2.busy[u], tl.busy[u]);
+  tpu_timeline_free(&t2);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+}
+
+static tpu_program *assemble(const char *text) {
+  tpu_program *p = NULL;
+  tpu_diag d;
+  if (tpu_program_parse("t.s", text, strlen(text), &p, &d) != TPU_OK) {
+    char buf[1200];
+    tpu_diag_format(&d, buf, sizeof buf);
+    fprintf(stderr, "assemble: %s\n", buf);
+  }
+  return p;
+}
+
+static void pipeline_and_cond(void) {
+  /* A double-buffered stream loop: 10 loads of 1000 cycles each (longer than the HBM
+   * latency, so two buffers hide it) and 10 VPU steps of 30 cycles. Loads run back to back
+   * on the HBM port; each compute waits for its load plus the latency; the last compute
+   * ends the program. */
+  double bpc = g_v5e.hbm_bw / g_v5e.clock_hz;
+  int64_t bytes = (int64_t)floor(bpc * 1000);
+  int64_t tload = (int64_t)ceil((double)bytes / bpc);
+  char text[2000];
+  snprintf(text, sizeof text,
+           ".program chip=\"v5e\"\n.op name=\"x\" kind=\"add\" flops=1 padded_flops=1 bytes=0 padded_bytes=0\n"
+           ".vmem op=0 offset=0 slot_bytes=%lld slots=2\n.vmem op=0 offset=0 slot_bytes=4096 slots=2\n"
+           "kernel op=0\ndma.in dst=v0[0] bytes=%lld op=0\nloop trips=9 op=0\n"
+           "  dma.in dst=v0[i+1] bytes=%lld op=0\n  vpu src=v0[i] dst=v1[i] vregs=30 ops=1 op=0\nend\n"
+           "vpu src=v0[1] dst=v1[1] vregs=30 ops=1 op=0\n",
+           (long long)bytes, (long long)bytes, (long long)bytes);
+  tpu_program *p = assemble(text);
+  CHECK(p != NULL);
+  if (!p) return;
+  tpu_timeline tl;
+  tpu_diag d;
+  CHECK(tpu_timing_run(p, &g_v5e, 0, &tl, &d) == TPU_OK);
+  CHECK_EQ_INT(tl.total_cycles, 10 * tload + hbm_lat(&g_v5e) + 30);
+  CHECK_EQ_INT(tl.busy[TPU_UNIT_VPU], 300);
+  CHECK_EQ_INT(tl.busy[TPU_UNIT_DMA_IN], 10 * tload);
+  CHECK_EQ_INT(tl.ops[0].count, 1);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+
+  /* cond: the costlier branch counts (an upper bound). */
+  p = assemble(
+      ".program chip=\"v5e\"\n.op name=\"a\" kind=\"x\" flops=0 padded_flops=0 bytes=0 padded_bytes=0\n"
+      "cond trips=2 what=\"c\"\ncase trips=0\nkernel op=0\nvpu vregs=10 ops=1 op=0\n"
+      "case trips=1\nkernel op=0\nvpu vregs=70 ops=2 op=0\nendcond\n");
+  CHECK(p != NULL);
+  if (!p) return;
+  CHECK(tpu_timing_run(p, &g_v5e, 1, &tl, &d) == TPU_OK);
+  CHECK_EQ_INT(tl.total_cycles, 140);
+  CHECK_EQ_INT(tl.busy[TPU_UNIT_VPU], 140);
+  CHECK_EQ_INT(tl.ops[0].count, 1);
+  CHECK_EQ_INT(tl.nevents, 1);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+
+  /* An unknown trip count fails naming the loop; setting it makes the loop time. */
+  p = assemble(
+      ".program chip=\"v5e\"\n.op name=\"a\" kind=\"x\" flops=0 padded_flops=0 bytes=0 padded_bytes=0\n"
+      "loop trips=-1 what=\"while.9\"\nkernel op=0\nvpu vregs=10 ops=1 op=0\nend\n");
+  CHECK(p != NULL);
+  if (!p) return;
+  CHECK(tpu_timing_run(p, &g_v5e, 0, &tl, &d) == TPU_ERR_UNSUPPORTED);
+  CHECK(strstr(d.msg, "while.9") != NULL);
+  CHECK_EQ_INT(tpu_program_set_loop_trips(p, "while.9", 4), 1);
+  CHECK(tpu_timing_run(p, &g_v5e, 0, &tl, &d) == TPU_OK);
+  CHECK_EQ_INT(tl.total_cycles, 40);
+  CHECK_EQ_INT(tl.ops[0].count, 4);
+  CHECK_EQ_INT(tl.ops[0].cycles, 40);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+}
+
+static void megacore_and_int8(void) {
+  tpu_chip v4;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v4", &v4, &d) == TPU_OK);
+  /* v4: 2 TensorCores x 4 MXUs as one logical core of 8 MXUs. */
+  tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, -1);
+  mm.m = 1024;
+  mm.k = 1024;
+  mm.n = 1024;
+  mm.b = 1;
+  mm.mxus = 8;
+  mm.passes = 1;
+  mm.dtype = TPU_BF16;
+  int64_t c = 0;
+  CHECK(tpu_timing_matmul_cycles(&mm, &v4, &c, &d) == TPU_OK);
+  tpu_mxu_cycles mc;
+  CHECK(tpu_mxu_tile_cycles(128, 128, 1024, 1024, 128, TPU_WLOAD_DOUBLE, &mc, &d) == TPU_OK);
+  CHECK_EQ_INT(c, mc.weight_load + mc.stream);
+  mm.dtype = TPU_S8;
+  mm.mxus = 4;
+  int64_t c8 = 0, cb = 0;
+  CHECK(tpu_timing_matmul_cycles(&mm, &g_v5e, &c8, &d) == TPU_OK);
+  mm.dtype = TPU_BF16;
+  CHECK(tpu_timing_matmul_cycles(&mm, &g_v5e, &cb, &d) == TPU_OK);
+  CHECK_EQ_INT(c8, (int64_t)ceil((double)cb / g_v5e.int8_rate));
+}
+
+int main(void) {
+  tpu_diag d;
+  if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
+    fprintf(stderr, "cannot load v5e\n");
+    return 1;
+  }
+  dot_matches_tile_model();
+  precision_passes();
+  copy_closed_form();
+  elementwise_at_hbm_bandwidth();
+  matmul_near_peak();
+  pipeline_and_cond();
+  megacore_and_int8();
+  CHECK_DONE();
+}
