@@ -54,8 +54,21 @@ static void place(tpu__be *be, const tpu_comp *c, int depth) {
   for (int i = 0; i < c->norder; i++) {
     const tpu_instr *in = c->order[i];
     if (in->op == TPU_OP_WHILE) {
+      int64_t start = be->npos + 1;
       place(be, in->condition, depth + 1);
       place(be, in->body, depth + 1);
+      /* What the body returns is the next iteration's input: its buffers must not take
+       * the place of anything the body writes before it, so they live from the start of
+       * the loop's region. */
+      const tpu_instr *r = in->body->root;
+      for (int o = 0; r->op == TPU_OP_TUPLE && o < r->noperands; o++) {
+        tpu__kinfo *ko = tpu__be_info(be, r->operands[o]);
+        if (ko && ko->own && r->operands[o]->parent == in->body) ko->pos = start;
+      }
+      if (r->op != TPU_OP_TUPLE) {
+        tpu__kinfo *kr = tpu__be_info(be, r);
+        if (kr && kr->own) kr->pos = start;
+      }
     } else if (in->op == TPU_OP_CONDITIONAL) {
       for (int b = 0; b < in->nbranches; b++) place(be, in->branches[b], depth + 1);
     } else if (in->op == TPU_OP_CALL) {
@@ -129,6 +142,8 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
   bump(&tpu__be_info(be, m->entry->root)->last_use, be->npos + 1);
   for (int i = 0; i < m->entry->nparams; i++)
     bump(&tpu__be_info(be, m->entry->params[i])->last_use, be->npos + 1);
+  for (int i = 0; i < n; i++) /* constants are part of the program image */
+    if (v[i].in->op == TPU_OP_CONSTANT) bump(&be->k[v[i].idx].last_use, be->npos + 1);
   for (int i = n - 1; i >= 0; i--) {
     const tpu_instr *in = v[i].in;
     tpu__kinfo *k = &be->k[v[i].idx];

@@ -257,6 +257,19 @@ static void dot_tiles(void) {
   tpu_module_free(m);
 }
 
+/* Buffer `name` shares no byte with any other buffer of the program. */
+static int exclusive(const tpu_program *p, const char *name) {
+  int b = -1;
+  for (int i = 0; i < p->nhbm; i++)
+    if (!strcmp(p->hbm[i].name, name)) b = i;
+  if (b < 0) return 0;
+  for (int i = 0; i < p->nhbm; i++)
+    if (i != b && p->hbm[i].offset < p->hbm[b].offset + p->hbm[b].bytes &&
+        p->hbm[b].offset < p->hbm[i].offset + p->hbm[i].bytes)
+      return 0;
+  return 1;
+}
+
 static void trip_counts(void) {
   tpu_module *m = parse(
       "HloModule w\n"
@@ -294,6 +307,11 @@ static void trip_counts(void) {
         found = 1;
       }
     CHECK(found);
+    /* Constants (used on every iteration) and the input keep their bytes to the end. */
+    CHECK(exclusive(p, "one"));
+    CHECK(exclusive(p, "n"));
+    CHECK(exclusive(p, "z"));
+    CHECK(exclusive(p, "x"));
     tpu_timeline tl;
     CHECK(tpu_timing_run(p, &g_chip, 0, &tl, &d) == TPU_OK);
     int y = -1;
