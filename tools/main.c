@@ -12,6 +12,7 @@ typedef struct {
 
 static const verb k_verbs[] = {
     {"run", tpu_cli_run, "run an HLO program: values and a summary"},
+    {"compile", tpu_cli_compile, "compile an HLO program for a TPU chip: HLO after the passes, or the program"},
     {"fmt", tpu_cli_fmt, "parse, verify and print an HLO module in canonical form"},
     {"chips", tpu_cli_chips, "list the chip presets with their peak figures"},
     {"systolic", tpu_cli_systolic, "simulate a systolic array (SCALE-Sim compatible inputs)"},

@@ -1,0 +1,372 @@
+/* The HLO passes (inline, simplify, fuse) through tpu_compile_hlo:
+ *   1. every conformance program gives bit-identical results on the reference interpreter
+ *      before and after the passes;
+ *   2. golden dumps after each pass (tests/hlo/compile/NAME.hlo -> NAME.PASS.expected;
+ *      TPU_UPDATE_GOLDEN=1 rewrites them, to be reviewed by hand);
+ *   3. fusion counts on the transformer training step;
+ *   4. bad --dump-after names; out-of-memory at every allocation of a pass run;
+ *   5. the `tpusim compile` verb (TPU_BIN): --emit hlo, --dump-after, errors with exit 2. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "base/alloc.h"
+#include "check.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+#include "ref/ref.h"
+
+static tpu_chip g_chip;
+
+static void print_diag(const char *what, const tpu_diag *d) {
+  char buf[1200];
+  tpu_diag_format(d, buf, sizeof buf);
+  fprintf(stderr, "  %s: %s\n", what, buf);
+}
+
+static tpu_compile_opts opts(const char *dump_after, FILE *dump) {
+  tpu_compile_opts o = {&g_chip, dump_after, dump, -1};
+  return o;
+}
+
+/* ---- 1. Bit-identical results on the conformance corpus ---- */
+
+static int same_bits(const tpu_tensor *a, const tpu_tensor *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank || a->ntuple != b->ntuple) return 0;
+  if (a->dtype == TPU_TUPLE) {
+    for (int i = 0; i < a->ntuple; i++)
+      if (!same_bits(&a->elems[i], &b->elems[i])) return 0;
+    return 1;
+  }
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return a->nbytes == b->nbytes && (a->nbytes == 0 || !memcmp(a->data, b->data, a->nbytes));
+}
+
+static int run_case(const char *dir, const char *name) {
+  char path[2048];
+  tpu_diag d;
+  tpu_module *m0 = NULL, *m1 = NULL;
+  tpu_tensor *args = NULL, r0, r1;
+  memset(&r0, 0, sizeof r0);
+  memset(&r1, 0, sizeof r1);
+  int nargs = 0, ok = 0;
+  snprintf(path, sizeof path, "%s/prog.hlo", dir);
+  if (tpu_hlo_parse_file(path, &m0, &d) != TPU_OK || tpu_hlo_parse_file(path, &m1, &d) != TPU_OK) {
+    print_diag("parse", &d);
+    goto out;
+  }
+  tpu_compile_opts o = opts(NULL, NULL);
+  if (tpu_compile_hlo(m1, &o, &d) != TPU_OK) {
+    print_diag("compile", &d);
+    goto out;
+  }
+  args = calloc((size_t)m0->entry->nparams + 1, sizeof *args);
+  for (nargs = 0; nargs < m0->entry->nparams; nargs++) {
+    snprintf(path, sizeof path, "%s/in%d.npy", dir, nargs);
+    if (tpu_ref_load_input(path, nargs, &m0->entry->params[nargs]->shape, &args[nargs], &d) != TPU_OK) {
+      print_diag("input", &d);
+      goto out;
+    }
+  }
+  if (tpu_ref_run(m0, args, nargs, &r0, &d) != TPU_OK) {
+    print_diag("run before", &d);
+    goto out;
+  }
+  if (tpu_ref_run(m1, args, nargs, &r1, &d) != TPU_OK) {
+    print_diag("run after", &d);
+    goto out;
+  }
+  ok = same_bits(&r0, &r1);
+  if (!ok) fprintf(stderr, "  %s: results differ after the passes\n", name);
+out:
+  tpu_tensor_free(&r0);
+  tpu_tensor_free(&r1);
+  for (int i = 0; i < nargs; i++) tpu_tensor_free(&args[i]);
+  free(args);
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+  return ok;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void test_conformance(void) {
+  const char *only = getenv("TPU_CONF_ONLY");
+  DIR *dir = opendir("tests/conformance/cases");
+  CHECK(dir != NULL);
+  if (!dir) return;
+  char *names[1024];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(dir)) && n < 1024)
+    if (e->d_name[0] != '.') names[n++] = strdup(e->d_name);
+  closedir(dir);
+  qsort(names, (size_t)n, sizeof names[0], cmp_str);
+  int ran = 0, passed = 0;
+  for (int i = 0; i < n; i++) {
+    if (!only || !strcmp(only, names[i])) {
+      char path[1100];
+      snprintf(path, sizeof path, "tests/conformance/cases/%.1000s", names[i]);
+      int ok = run_case(path, names[i]);
+      if (!ok) fprintf(stderr, "FAIL: %s\n", names[i]);
+      CHECK(ok);
+      passed += ok;
+      ran++;
+    }
+    free(names[i]);
+  }
+  printf("%d/%d conformance programs bit-identical after inline, simplify, fuse\n", passed, ran);
+  if (!only) CHECK(ran >= 60);
+}
+
+/* ---- 2. Golden dumps ---- */
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+  if (s) s[n] = 0;
+  fclose(f);
+  return s;
+}
+
+static char *dump_after(const char *prog, const char *pass) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  char *buf = NULL;
+  size_t len = 0;
+  if (tpu_hlo_parse_file(prog, &m, &d) != TPU_OK) {
+    print_diag("parse", &d);
+    return NULL;
+  }
+  FILE *f = open_memstream(&buf, &len);
+  tpu_compile_opts o = opts(pass, f);
+  tpu_status st = tpu_compile_hlo(m, &o, &d);
+  fclose(f);
+  tpu_module_free(m);
+  if (st != TPU_OK) {
+    print_diag("compile", &d);
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+static void test_golden(void) {
+  static const char *progs[] = {"inline", "simplify", "mlp"};
+  static const char *passes[] = {"inline", "simplify", "fuse"};
+  int update = getenv("TPU_UPDATE_GOLDEN") != NULL;
+  for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++)
+    for (size_t p = 0; p < 3; p++) {
+      char prog[256], exp[256];
+      snprintf(prog, sizeof prog, "tests/hlo/compile/%s.hlo", progs[i]);
+      snprintf(exp, sizeof exp, "tests/hlo/compile/%s.%s.expected", progs[i], passes[p]);
+      char *got = dump_after(prog, passes[p]);
+      CHECK(got != NULL);
+      if (!got) continue;
+      if (update) {
+        FILE *f = fopen(exp, "wb");
+        if (f) {
+          fputs(got, f);
+          fclose(f);
+        }
+      }
+      char *want = read_file(exp);
+      CHECK(want != NULL);
+      if (want && strcmp(got, want)) {
+        fprintf(stderr, "golden mismatch: %s after %s\n--- got ---\n%s", progs[i], passes[p], got);
+        CHECK_EQ_STR(exp, "(matches)");
+      }
+      free(want);
+      free(got);
+    }
+}
+
+/* ---- 3. Fusion on the transformer block training step ---- */
+
+typedef struct {
+  int ops, fusions, kinds[3], dots_in_fusions;
+} stats;
+
+static void count(const tpu_comp *c, stats *s) {
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *in = c->instrs[i];
+    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT) continue;
+    s->ops++;
+    if (in->op != TPU_OP_FUSION) continue;
+    s->fusions++;
+    for (int k = 0; k < in->nattrs; k++)
+      if (!strcmp(in->attrs[k].name, "kind")) {
+        const char *v = in->attrs[k].value;
+        s->kinds[!strcmp(v, "kLoop") ? 0 : !strcmp(v, "kOutput") ? 1 : 2]++;
+      }
+    for (int k = 0; k < in->calls->ninstrs; k++) s->dots_in_fusions += in->calls->instrs[k]->op == TPU_OP_DOT;
+  }
+}
+
+static void test_transformer(void) {
+  const char *path = "tests/conformance/cases/transformer_block_train_step/prog.hlo";
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse_file(path, &m, &d) == TPU_OK);
+  if (!m) return;
+  stats before = {0}, after = {0};
+  int total_before = 0, total_after = 0, dots = 0;
+  for (int i = 0; i < m->ncomps; i++) total_before += m->comps[i]->ninstrs;
+  for (int i = 0; i < m->ncomps; i++)
+    for (int k = 0; k < m->comps[i]->ninstrs; k++) dots += m->comps[i]->instrs[k]->op == TPU_OP_DOT;
+  count(m->entry, &before);
+  tpu_compile_opts o = opts(NULL, NULL);
+  CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
+  count(m->entry, &after);
+  for (int i = 0; i < m->ncomps; i++) total_after += m->comps[i]->ninstrs;
+  printf("transformer_block_train_step: entry ops %d -> %d (fusions %d: kLoop %d, kOutput %d, kInput %d; "
+         "dots in fusions %d of %d); instructions in all computations %d -> %d, computations %d\n",
+         before.ops, after.ops, after.fusions, after.kinds[0], after.kinds[1], after.kinds[2], after.dots_in_fusions, dots,
+         total_before, total_after, m->ncomps);
+  CHECK(after.ops < before.ops / 2);
+  CHECK(after.kinds[0] > 0);
+  CHECK(after.kinds[1] > 0);
+  CHECK(after.kinds[2] > 0);
+  CHECK(after.dots_in_fusions > 0 && after.dots_in_fusions <= dots);
+  /* No fusion calls another fusion, and each fused computation holds at most one dot. */
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op != TPU_OP_FUSION) continue;
+    int nd = 0;
+    for (int k = 0; k < in->calls->ninstrs; k++) {
+      nd += in->calls->instrs[k]->op == TPU_OP_DOT || in->calls->instrs[k]->op == TPU_OP_CONVOLUTION;
+      CHECK(in->calls->instrs[k]->op != TPU_OP_FUSION);
+    }
+    CHECK(nd <= 1);
+  }
+  tpu_module_free(m);
+}
+
+/* ---- 4. Errors ---- */
+
+static void test_bad_dump_name(void) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse_file("tests/hlo/compile/mlp.hlo", &m, &d) == TPU_OK);
+  if (!m) return;
+  tpu_compile_opts o = opts("fusion", NULL);
+  CHECK_EQ_INT(tpu_compile_hlo(m, &o, &d), TPU_ERR_ARG);
+  CHECK(strstr(d.msg, "unknown pass 'fusion'") != NULL);
+  CHECK(strstr(d.msg, "inline, simplify, fuse, tile, layout, buffer-assign, schedule, lower") != NULL);
+  tpu_module_free(m);
+}
+
+static void test_oom(const char *path) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  FILE *sink = fopen("/dev/null", "w");
+  tpu_compile_opts o = opts("fuse", sink);
+  CHECK(tpu_hlo_parse_file(path, &m, &d) == TPU_OK);
+  tpu_alloc_fail_after(0);
+  CHECK(m && tpu_compile_hlo(m, &o, &d) == TPU_OK);
+  long total = tpu_alloc_fail_after(0);
+  tpu_module_free(m);
+  CHECK(total > 20);
+  int failed = 0;
+  for (long i = 1; i <= total; i++) {
+    m = NULL;
+    if (tpu_hlo_parse_file(path, &m, &d) != TPU_OK) continue;
+    tpu_alloc_fail_after(i);
+    tpu_status st = tpu_compile_hlo(m, &o, &d);
+    tpu_alloc_fail_after(0);
+    if (st != TPU_OK) {
+      failed++;
+      if (st != TPU_ERR_NOMEM) print_diag("oom", &d);
+      CHECK_EQ_INT(st, TPU_ERR_NOMEM);
+    }
+    tpu_module_free(m);
+  }
+  CHECK_EQ_INT(failed, total);
+  if (sink) fclose(sink);
+}
+
+/* ---- 5. The CLI ---- */
+
+/* Runs a shell command; returns its exit status and its stdout (caller frees). */
+static int run_cmd(const char *cmd, char **out) {
+  FILE *p = popen(cmd, "r");
+  *out = NULL;
+  if (!p) return -1;
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  size_t r;
+  while (buf && (r = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+    len += r;
+    if (cap - len < 2) {
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) break;
+      buf = nb;
+      cap *= 2;
+    }
+  }
+  if (buf) buf[len] = 0;
+  *out = buf;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli(void) {
+  const char *bin = getenv("TPU_BIN");
+  if (!bin) {
+    printf("TPU_BIN not set: CLI checks skipped\n");
+    return;
+  }
+  char cmd[2048], *out;
+  /* --emit hlo prints the module after the three HLO passes: the fuse golden. */
+  snprintf(cmd, sizeof cmd, "%s compile tests/hlo/compile/mlp.hlo --emit hlo", bin);
+  CHECK_EQ_INT(run_cmd(cmd, &out), 0);
+  char *want = read_file("tests/hlo/compile/mlp.fuse.expected");
+  CHECK(out && want && !strcmp(out, want));
+  free(out);
+  free(want);
+  snprintf(cmd, sizeof cmd, "%s compile tests/hlo/compile/inline.hlo --emit hlo --dump-after inline --chip v4", bin);
+  CHECK_EQ_INT(run_cmd(cmd, &out), 0);
+  want = read_file("tests/hlo/compile/inline.inline.expected");
+  CHECK(out && want && !strcmp(out, want));
+  free(out);
+  free(want);
+  /* Errors: one line on stderr, nothing on stdout, exit 2. */
+  snprintf(cmd, sizeof cmd, "%s compile tests/hlo/compile/mlp.hlo --dump-after fusion 2>&1", bin);
+  CHECK_EQ_INT(run_cmd(cmd, &out), 2);
+  CHECK(out && strstr(out, "error: unknown pass 'fusion' for --dump-after (passes: inline, simplify, fuse, tile"));
+  free(out);
+  snprintf(cmd, sizeof cmd, "%s compile tests/hlo/bad/add_dependency_token.hlo --emit hlo 2>/dev/null", bin);
+  CHECK_EQ_INT(run_cmd(cmd, &out), 2);
+  CHECK(out && out[0] == 0);
+  free(out);
+  snprintf(cmd, sizeof cmd, "%s compile tests/hlo/bad/add_dependency_token.hlo --emit hlo 2>&1", bin);
+  CHECK_EQ_INT(run_cmd(cmd, &out), 2);
+  CHECK(out && strstr(out, "tests/hlo/bad/add_dependency_token.hlo:6:19: error: ") == out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "%s compile tests/hlo/compile/mlp.hlo --precision exact 2>&1", bin);
+  CHECK_EQ_INT(run_cmd(cmd, &out), 2);
+  free(out);
+}
+
+int main(void) {
+  tpu_diag d;
+  CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
+  test_golden();
+  test_bad_dump_name();
+  test_transformer();
+  test_oom("tests/hlo/compile/mlp.hlo");
+  test_oom("tests/hlo/compile/inline.hlo");
+  test_oom("tests/hlo/compile/simplify.hlo");
+  test_cli();
+  if (getenv("TPU_CONF_ONLY") || !getenv("TPU_SKIP_CONF")) test_conformance();
+  CHECK_DONE();
+}
