@@ -134,6 +134,13 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
     if (is_dma) s->hbm_bytes += (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2 : 1);
   }
   if (t->record && dur > 0) {
+    if (tl->nevents == t->cap_events && t->cap_events < TPU_TIMING_MAX_EVENTS) {
+      int64_t nc = t->cap_events * 2 < TPU_TIMING_MAX_EVENTS ? t->cap_events * 2 : TPU_TIMING_MAX_EVENTS;
+      tpu_event *ne = tpu_realloc(tl->events, (size_t)nc * sizeof *ne);
+      if (!ne) return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory recording events");
+      tl->events = ne;
+      t->cap_events = nc;
+    }
     if (tl->nevents < t->cap_events) {
       tpu_event *e = &tl->events[tl->nevents++];
       e->unit = (tpu_unit)u;
@@ -364,11 +371,8 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
     goto done;
   }
   if (record_events) {
-    /* Events: one per unit instruction run, capped. Start small and grow on demand would
-     * need reallocation inside issue(); a fixed cap keyed to the program size is enough. */
-    int64_t est = (int64_t)p->ninsns * 64;
-    t.cap_events = est < TPU_TIMING_MAX_EVENTS ? est : TPU_TIMING_MAX_EVENTS;
-    if (t.cap_events < 1024) t.cap_events = 1024;
+    /* Events: one per unit instruction run; the array grows up to the cap. */
+    t.cap_events = 1024;
     out->events = tpu_malloc((size_t)t.cap_events * sizeof(tpu_event));
     if (!out->events) {
       st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory for timing events");

@@ -12,6 +12,11 @@
  * then equals the cap while the busy totals still count everything). */
 #define TPU_TIMING_MAX_EVENTS 1000000
 
+/* Whether a timeline's events stopped at TPU_TIMING_MAX_EVENTS (reports should say so). */
+static inline int tpu_timing_events_truncated(const tpu_timeline *t) {
+  return t->nevents >= TPU_TIMING_MAX_EVENTS;
+}
+
 /* Runs `p` on `chip` and fills *out (tpu_timeline_free). Timing never looks at values:
  * the same program always gives the same cycles. Fails with TPU_ERR_UNSUPPORTED naming
  * the loop when a loop's trip count is unknown (see tpu_program_set_loop_trips). */

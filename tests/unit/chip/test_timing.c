@@ -214,6 +214,20 @@ static void pipeline_and_cond(void) {
   tpu_timeline_free(&tl);
   tpu_program_free(p);
 
+  /* Events stop at the cap; the totals do not. */
+  p = assemble(
+      ".program chip=\"v5e\"\n.op name=\"a\" kind=\"x\" flops=0 padded_flops=0 bytes=0 padded_bytes=0\n"
+      "kernel op=0\nloop trips=1200000\nvpu vregs=1 ops=2 op=0\nend\n");
+  CHECK(p != NULL);
+  if (!p) return;
+  CHECK(tpu_timing_run(p, &g_v5e, 1, &tl, &d) == TPU_OK);
+  CHECK_EQ_INT(tl.nevents, TPU_TIMING_MAX_EVENTS);
+  CHECK(tpu_timing_events_truncated(&tl));
+  CHECK_EQ_INT(tl.busy[TPU_UNIT_VPU], 2400000);
+  CHECK_EQ_INT(tl.total_cycles, 2400000);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+
   /* An unknown trip count fails naming the loop; setting it makes the loop time. */
   p = assemble(
       ".program chip=\"v5e\"\n.op name=\"a\" kind=\"x\" flops=0 padded_flops=0 bytes=0 padded_bytes=0\n"
