@@ -1,4 +1,4 @@
-/* tpusim run: parse, verify and run an HLO program; inputs and results as .npy. */
+/* tpusim run: parse, verify and run an HLO program on the TPU backend (values and timing) or the reference. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,26 +10,42 @@
 
 #include "base/alloc.h"
 #include "base/npy.h"
+#include "chip/exec.h"
+#include "chip/program.h"
+#include "chip/timing.h"
 #include "cli.h"
+#include "compile/compile.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"
 #include "ref/ref.h"
+#include "report/report.h"
 
 #define MAX_INPUTS 4096
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: tpusim run PROG.hlo [-i IN.npy]... [-o DIR] [--backend ref] [--seed N] [--quiet]\n"
+          "usage: tpusim run PROG.hlo [-i IN.npy]... [-o DIR] [--backend tpu|ref] [--chip NAME|FILE]\n"
+          "                 [--precision default|high|highest] [--mode full|timing]\n"
+          "                 [--report R.json] [--trace T.json] [--top N] [--seed N] [--quiet]\n"
           "\n"
           "Runs the entry computation of an HLO module (as JAX's as_text(dialect=\"hlo\") prints it).\n"
           "  -i IN.npy      one per entry parameter, in parameter order; the dtype must match\n"
           "                 (a float32 array is accepted for a bf16 or f16 parameter and rounded\n"
           "                 to nearest even); a 0-d array gives a scalar\n"
           "  -o DIR         write each leaf of the result as DIR/0.npy, DIR/1.npy, ... (bf16 as float32)\n"
-          "  --backend ref  the reference interpreter (the semantics spec)\n"
+          "  --backend tpu  (default) compile for the chip, compute values with TPU numerics (MXU\n"
+          "                 passes for dots and convolutions) and time the program per unit\n"
+          "  --backend ref  the reference interpreter (the semantics spec); no timing\n"
+          "  --chip C       a chip preset name or chip JSON file (default v5e; see tpusim chips)\n"
+          "  --precision P  run every f32 dot/convolution at P (default: each op's operand_precision)\n"
+          "  --mode timing  cycles only: no values, no inputs, no result files (same cycles as full)\n"
+          "  --report FILE  write the metrics, breakdown and per-op profile as JSON\n"
+          "  --trace FILE   write the unit timeline in the Chrome trace format (Perfetto, chrome://tracing)\n"
+          "  --top N        ops listed in the printed profile (default 10; 0 for all)\n"
           "  --seed N       with no -i, inputs are random and reproducible from N (default 0)\n"
           "  --quiet        print nothing on success\n"
-          "Exit status: 0 success, 2 bad program or input (one line on stderr), 1 cannot write results.\n");
+          "Exit status: 0 success, 2 bad program, input or option (one line on stderr), 1 cannot\n"
+          "write results.\n");
 }
 
 /* splitmix64: a small, reproducible generator for random inputs. */
@@ -142,61 +158,187 @@ static int write_outputs(const char *dir, const tpu_tensor **leaves, int n, tpu_
   return k == n;
 }
 
-int tpu_cli_run(int argc, char **argv) {
-  const char *prog = NULL, *outdir = NULL, *backend = "ref";
-  const char **inputs = tpu_calloc(MAX_INPUTS, sizeof *inputs);
-  int ninputs = 0, quiet = 0;
-  uint64_t seed = 0;
-  int rc = 2;
-  if (!inputs) {
-    fprintf(stderr, "error: out of memory\n");
-    return 2;
-  }
+/* Options of one run. */
+typedef struct {
+  const char *prog, *outdir, *backend, *chip, *report, *trace;
+  const char **inputs;
+  int ninputs, quiet, timing, precision, top;
+  uint64_t seed;
+} run_opts;
+
+static const char *const k_precisions[] = {"default", "high", "highest"};
+
+/* Parses argv; returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, run_opts *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int has_next = i + 1 < argc;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
-      tpu_free(inputs);
       return 0;
     } else if (!strcmp(a, "-i") && has_next) {
-      if (ninputs == MAX_INPUTS) {
+      if (o->ninputs == MAX_INPUTS) {
         fprintf(stderr, "error: more than %d inputs\n", MAX_INPUTS);
-        goto done;
+        return 2;
       }
-      inputs[ninputs++] = argv[++i];
+      o->inputs[o->ninputs++] = argv[++i];
     } else if (!strcmp(a, "-o") && has_next) {
-      outdir = argv[++i];
+      o->outdir = argv[++i];
     } else if (!strcmp(a, "--backend") && has_next) {
-      backend = argv[++i];
-    } else if (!strcmp(a, "--seed") && has_next) {
+      o->backend = argv[++i];
+    } else if (!strcmp(a, "--chip") && has_next) {
+      o->chip = argv[++i];
+    } else if (!strcmp(a, "--report") && has_next) {
+      o->report = argv[++i];
+    } else if (!strcmp(a, "--trace") && has_next) {
+      o->trace = argv[++i];
+    } else if (!strcmp(a, "--precision") && has_next) {
+      const char *p = argv[++i];
+      o->precision = -2;
+      for (int k = 0; k < 3; k++)
+        if (!strcmp(p, k_precisions[k])) o->precision = k;
+      if (o->precision == -2) {
+        fprintf(stderr, "error: unknown precision '%s' (default, high or highest)\n", p);
+        return 2;
+      }
+    } else if (!strcmp(a, "--mode") && has_next) {
+      const char *m = argv[++i];
+      if (strcmp(m, "full") && strcmp(m, "timing")) {
+        fprintf(stderr, "error: unknown mode '%s' (full or timing)\n", m);
+        return 2;
+      }
+      o->timing = !strcmp(m, "timing");
+    } else if ((!strcmp(a, "--seed") || !strcmp(a, "--top")) && has_next) {
       char *end;
       errno = 0;
-      seed = strtoull(argv[++i], &end, 10);
-      if (errno || *end || argv[i][0] == '-') {
-        fprintf(stderr, "error: --seed takes a non-negative integer, not '%s'\n", argv[i]);
-        goto done;
+      unsigned long long v = strtoull(argv[++i], &end, 10);
+      if (errno || *end || argv[i][0] == '-' || !argv[i][0] || (a[2] == 't' && v > 1000000)) {
+        fprintf(stderr, "error: %s takes a non-negative integer, not '%s'\n", a, argv[i]);
+        return 2;
       }
+      if (a[2] == 's') o->seed = v;
+      else o->top = (int)v;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
-      quiet = 1;
+      o->quiet = 1;
     } else if (a[0] == '-' && a[1]) {
       fprintf(stderr, "error: unknown or incomplete option '%s' (see tpusim run --help)\n", a);
-      goto done;
-    } else if (!prog) {
-      prog = a;
+      return 2;
+    } else if (!o->prog) {
+      o->prog = a;
     } else {
-      fprintf(stderr, "error: more than one program given ('%s' and '%s')\n", prog, a);
-      goto done;
+      fprintf(stderr, "error: more than one program given ('%s' and '%s')\n", o->prog, a);
+      return 2;
     }
   }
-  if (!prog) {
+  if (!o->prog) {
     fprintf(stderr, "error: no program given (usage: tpusim run PROG.hlo [options]; see tpusim run --help)\n");
-    goto done;
+    return 2;
   }
-  if (strcmp(backend, "ref") != 0) {
-    fprintf(stderr, "error: unknown backend '%s' (available: ref)\n", backend);
-    goto done;
+  int tpu = !strcmp(o->backend, "tpu");
+  if (!tpu && strcmp(o->backend, "ref") != 0) {
+    fprintf(stderr, "error: unknown backend '%s' (available: tpu, ref)\n", o->backend);
+    return 2;
   }
+  if (!tpu && (o->timing || o->report || o->trace || o->chip || o->precision >= 0)) {
+    fprintf(stderr, "error: --mode, --chip, --precision, --report and --trace need --backend tpu\n");
+    return 2;
+  }
+  if (o->timing && (o->outdir || o->ninputs)) {
+    fprintf(stderr, "error: --mode timing computes no values: it takes no -i inputs and writes no -o results\n");
+    return 2;
+  }
+  return -1;
+}
+
+static double ms_between(const struct timespec *a, const struct timespec *b) {
+  return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
+/* Gives loops whose trip count the compiler could not find the mean trips the values ran
+ * (full mode only: timing mode fails on such loops). Returns how many loops it set. */
+static int apply_trips(tpu_program *p, const tpu_loop_trips *t) {
+  int set = 0;
+  for (int i = 0; i < p->ninsns; i++) {
+    const tpu_insn *in = &p->insns[i];
+    if (in->opc != TPU_ISA_LOOP || in->trips >= 0 || !in->what) continue;
+    for (int k = 0; k < t->n; k++)
+      if (t->v[k].runs > 0 && !strcmp(t->v[k].name, in->what)) {
+        set += tpu_program_set_loop_trips(p, in->what, (t->v[k].iters + t->v[k].runs / 2) / t->v[k].runs);
+        break;
+      }
+  }
+  return set;
+}
+
+/* The timing half of the tpu backend: compile, time, print and write the reports. Returns
+ * the exit status (0, 1 when a report file cannot be written, 2 on a program error). */
+static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, const tpu_loop_trips *trips) {
+  tpu_diag d;
+  tpu_program *prog = NULL;
+  tpu_timeline tl;
+  memset(&tl, 0, sizeof tl);
+  tpu_profile prof;
+  memset(&prof, 0, sizeof prof);
+  tpu_report_metrics r;
+  int rc = 2;
+  tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
+  tpu_compile_opts co = {chip, NULL, NULL, o->precision};
+  if (tpu_compile(m, &co, &prog, &d) != TPU_OK) {
+    tpu_cli_report(&d);
+    goto out;
+  }
+  int nset = apply_trips(prog, trips);
+  if (tpu_timing_run(prog, chip, 1, &tl, &d) != TPU_OK ||
+      tpu_report_metrics_compute(&tl, chip, pk, &r, &d) != TPU_OK ||
+      tpu_report_profile(&tl, r.clock_hz, &prof, &d) != TPU_OK) {
+    tpu_cli_report(&d);
+    goto out;
+  }
+  if (!o->quiet) {
+    if (nset) printf("loops: trip counts of %d loop(s) taken from the values\n", nset);
+    tpu_report_print_summary(stdout, &r);
+    tpu_report_print_profile(stdout, &prof, o->top);
+  }
+  rc = 0;
+  tpu_report_info info = {o->prog, "tpu", o->timing ? "timing" : "full",
+                          o->precision >= 0 ? k_precisions[o->precision] : "per-op"};
+  if (o->report && tpu_report_write_json(o->report, &info, chip, &tl, &r, &prof, &d) != TPU_OK) {
+    tpu_cli_report(&d);
+    rc = 1;
+  }
+  if (rc == 0 && o->trace) {
+    if (tpu_report_write_trace(o->trace, chip, &tl, &d) != TPU_OK) {
+      tpu_cli_report(&d);
+      rc = 1;
+    } else if (!o->quiet && tl.nevents >= TPU_TIMING_MAX_EVENTS) {
+      printf("trace: the first %lld unit events only\n", (long long)tl.nevents);
+    }
+  }
+out:
+  tpu_profile_free(&prof);
+  tpu_timeline_free(&tl);
+  tpu_program_free(prog);
+  return rc;
+}
+
+int tpu_cli_run(int argc, char **argv) {
+  run_opts o;
+  memset(&o, 0, sizeof o);
+  o.backend = "tpu";
+  o.precision = -1;
+  o.top = 10;
+  o.inputs = tpu_calloc(MAX_INPUTS, sizeof *o.inputs);
+  if (!o.inputs) {
+    fprintf(stderr, "error: out of memory\n");
+    return 2;
+  }
+  int rc = parse_args(argc, argv, &o);
+  if (rc >= 0) {
+    tpu_free(o.inputs);
+    return rc;
+  }
+  rc = 2;
+  int tpu = !strcmp(o.backend, "tpu");
 
   tpu_diag d;
   memset(&d, 0, sizeof d);
@@ -205,71 +347,100 @@ int tpu_cli_run(int argc, char **argv) {
   tpu_tensor result;
   memset(&result, 0, sizeof result);
   const tpu_tensor **leaves = NULL;
-  int nargs = 0;
+  int nargs = 0, nleaves = 0;
+  tpu_chip chip;
+  tpu_loop_trips trips;
+  memset(&trips, 0, sizeof trips);
   struct timespec t0, t1;
-  if (tpu_hlo_parse_file(prog, &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+  if (tpu_hlo_parse_file(o.prog, &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+    tpu_cli_report(&d);
+    goto cleanup;
+  }
+  if (tpu && tpu_chip_load(o.chip ? o.chip : "v5e", &chip, &d) != TPU_OK) {
     tpu_cli_report(&d);
     goto cleanup;
   }
   const tpu_comp *e = m->entry;
-  if (ninputs && ninputs != e->nparams) {
-    fprintf(stderr, "%s: error: the entry computation '%s' takes %d parameters; %d inputs were given\n", prog, e->name,
-            e->nparams, ninputs);
+  if (o.ninputs && o.ninputs != e->nparams) {
+    fprintf(stderr, "%s: error: the entry computation '%s' takes %d parameters; %d inputs were given\n", o.prog, e->name,
+            e->nparams, o.ninputs);
     goto cleanup;
   }
-  args = tpu_calloc((size_t)(e->nparams ? e->nparams : 1), sizeof *args);
-  if (!args) {
-    fprintf(stderr, "error: out of memory\n");
-    goto cleanup;
-  }
-  uint64_t rng = seed;
-  for (nargs = 0; nargs < e->nparams; nargs++) {
-    tpu_status st = ninputs ? tpu_ref_load_input(inputs[nargs], nargs, &e->params[nargs]->shape, &args[nargs], &d)
-                            : random_value(&args[nargs], &e->params[nargs]->shape, &rng, &d);
+  if (!o.quiet)
+    printf("%s: module %s, entry %s, %d computation(s), %d input(s)%s\n", o.prog, m->name, e->name, m->ncomps,
+           e->nparams, o.timing ? " (not needed: timing only)" : o.ninputs ? "" : " (random)");
+  if (!o.timing) {
+    args = tpu_calloc((size_t)(e->nparams ? e->nparams : 1), sizeof *args);
+    if (!args) {
+      fprintf(stderr, "error: out of memory\n");
+      goto cleanup;
+    }
+    uint64_t rng = o.seed;
+    for (nargs = 0; nargs < e->nparams; nargs++) {
+      tpu_status st = o.ninputs ? tpu_ref_load_input(o.inputs[nargs], nargs, &e->params[nargs]->shape, &args[nargs], &d)
+                                : random_value(&args[nargs], &e->params[nargs]->shape, &rng, &d);
+      if (st != TPU_OK) {
+        tpu_cli_report(&d);
+        goto cleanup;
+      }
+    }
+    /* Values run on the module as written (the compiler then rewrites it in place). */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tpu_status st = tpu ? tpu_chip_run_values_trips(m, &chip, o.precision, args, nargs, &trips, &result, &d)
+                        : tpu_ref_run(m, args, nargs, &result, &d);
     if (st != TPU_OK) {
       tpu_cli_report(&d);
       goto cleanup;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    nleaves = count_leaves(&result);
+    int k = 0;
+    leaves = tpu_calloc((size_t)nleaves, sizeof *leaves);
+    if (!leaves) {
+      fprintf(stderr, "error: out of memory\n");
+      goto cleanup;
+    }
+    collect_leaves(&result, leaves, &k);
+    if (!o.quiet) {
+      if (tpu)
+        printf("backend tpu: chip %s (%s), precision %s; values in %.3f ms of host time\n", chip.name, chip.title,
+               o.precision >= 0 ? k_precisions[o.precision] : "per-op", ms_between(&t0, &t1));
+      else
+        printf("backend ref: %.3f ms\n", ms_between(&t0, &t1));
+    }
+  } else if (!o.quiet) {
+    printf("backend tpu: chip %s (%s), precision %s; timing only\n", chip.name, chip.title,
+           o.precision >= 0 ? k_precisions[o.precision] : "per-op");
   }
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  if (tpu_ref_run(m, args, nargs, &result, &d) != TPU_OK) {
-    tpu_cli_report(&d);
-    goto cleanup;
+  if (tpu) {
+    int trc = run_timing(&o, m, &chip, &trips);
+    if (trc != 0) {
+      rc = trc;
+      goto cleanup;
+    }
   }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  int nleaves = count_leaves(&result), k = 0;
-  leaves = tpu_calloc((size_t)nleaves, sizeof *leaves);
-  if (!leaves) {
-    fprintf(stderr, "error: out of memory\n");
-    goto cleanup;
-  }
-  collect_leaves(&result, leaves, &k);
-  if (outdir && !write_outputs(outdir, leaves, nleaves, &d)) {
+  if (o.outdir && !write_outputs(o.outdir, leaves, nleaves, &d)) {
     tpu_cli_report(&d);
     rc = 1;
     goto cleanup;
   }
-  if (!quiet) {
-    printf("%s: module %s, entry %s, %d computation(s), %d input(s)%s\n", prog, m->name, e->name, m->ncomps, nargs,
-           ninputs ? "" : " (random)");
-    printf("backend ref: %.3f ms\n", (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+  if (!o.quiet)
     for (int i = 0; i < nleaves; i++) {
       char desc[256];
       tpu_ref_describe(leaves[i], desc, sizeof desc);
       printf("result %d: %s", i, desc);
       summary_stats(leaves[i], stdout);
-      if (outdir) printf("  -> %s/%d.npy", outdir, i);
+      if (o.outdir) printf("  -> %s/%d.npy", o.outdir, i);
       printf("\n");
     }
-  }
   rc = 0;
 cleanup:
+  tpu_loop_trips_free(&trips);
   tpu_free(leaves);
   tpu_tensor_free(&result);
   for (int i = 0; i < nargs; i++) tpu_tensor_free(&args[i]);
   tpu_free(args);
   tpu_module_free(m);
-done:
-  tpu_free(inputs);
+  tpu_free(o.inputs);
   return rc;
 }

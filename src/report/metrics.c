@@ -80,6 +80,13 @@ static tpu_status breakdown_events(const tpu_timeline *t, int64_t *bd, tpu_diag 
     if (i < ne) active[e[i].cls] += e[i].delta;
   }
   tpu_free(e);
+  /* Waiting on HBM also covers latency, when nothing is busy: take the timing model's
+   * count of cycles compute waited on DMA where it is larger, out of the cycles with no
+   * compute unit busy. */
+  int64_t no_compute = bd[TPU_BD_HBM_WAIT] + bd[TPU_BD_IDLE];
+  int64_t wait = t->hbm_wait_cycles > bd[TPU_BD_HBM_WAIT] ? t->hbm_wait_cycles : bd[TPU_BD_HBM_WAIT];
+  bd[TPU_BD_HBM_WAIT] = wait < no_compute ? wait : no_compute;
+  bd[TPU_BD_IDLE] = no_compute - bd[TPU_BD_HBM_WAIT];
   return TPU_OK;
 }
 

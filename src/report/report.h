@@ -23,12 +23,15 @@ tpu_peak_kind tpu_report_peak_kind(const tpu_module *m);
 /* Where the step's cycles went, as an exclusive split that sums to the step:
  *   MXU busy     cycles with any MXU lane busy;
  *   vector busy  cycles with the vector, transcendental or transpose unit busy, MXU idle;
- *   HBM wait     cycles with only DMA engines busy (every compute unit waits on HBM);
- *   idle         cycles with no unit busy.
+ *   HBM wait     cycles with no compute unit busy while data moves or is awaited: the
+ *                cycles with only DMA engines busy, or the timeline's hbm_wait_cycles
+ *                (compute waiting on DMA, HBM latency included) when larger, capped by
+ *                the cycles with no compute unit busy;
+ *   idle         the rest.
  * From the events when the timeline has all of them (fewer than TPU_TIMING_MAX_EVENTS,
- * chip/timing.h); otherwise estimated from the per-unit totals
- * (MXU busy, then vector busy, then the timeline's hbm_wait_cycles, each capped by what is
- * left of the step) and `from_events` is 0. */
+ * chip/timing.h); otherwise estimated from the per-unit totals (MXU busy, then vector
+ * busy, then hbm_wait_cycles, each capped by what is left of the step) and
+ * `from_events` is 0. */
 typedef enum { TPU_BD_MXU = 0, TPU_BD_VECTOR, TPU_BD_HBM_WAIT, TPU_BD_IDLE, TPU_BD_COUNT } tpu_bd_part;
 const char *tpu_bd_part_name(tpu_bd_part p); /* "mxu_busy", "vector_busy", "hbm_wait", "idle" */
 

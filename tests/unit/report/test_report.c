@@ -88,6 +88,19 @@ static void test_metrics(void) {
   CHECK_NEAR(r.bd_frac[TPU_BD_MXU], 0.5, 1e-15);
   CHECK_NEAR(r.unit_util[TPU_UNIT_VPU], 0.3, 1e-15);
 
+  /* The timing model saw compute wait on HBM longer than DMA was busy (latency): 250 of
+   * the 300 cycles without compute are waiting; beyond 300 it is capped. */
+  t.hbm_wait_cycles = 250;
+  CHECK(tpu_report_metrics_compute(&t, &c, TPU_PEAK_BF16, &r, &d) == TPU_OK);
+  CHECK_EQ_INT(r.bd_cycles[TPU_BD_HBM_WAIT], 250);
+  CHECK_EQ_INT(r.bd_cycles[TPU_BD_IDLE], 50);
+  CHECK_EQ_INT(r.bd_cycles[TPU_BD_MXU], 500);
+  t.hbm_wait_cycles = 1000;
+  CHECK(tpu_report_metrics_compute(&t, &c, TPU_PEAK_BF16, &r, &d) == TPU_OK);
+  CHECK_EQ_INT(r.bd_cycles[TPU_BD_HBM_WAIT], 300);
+  CHECK_EQ_INT(r.bd_cycles[TPU_BD_IDLE], 0);
+  t.hbm_wait_cycles = 150;
+
   /* Without events: estimated from the totals (MXU 500, vector max(300, 50) = 300, then
    * hbm_wait_cycles 150 capped by the 200 left, idle the rest). */
   t.events = NULL;

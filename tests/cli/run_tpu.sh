@@ -1,0 +1,89 @@
+#!/bin/sh
+# tpusim run on the tpu backend: summary, per-op profile, --report and --trace files,
+# --mode timing with the same cycles as a full run, values bit-identical to the reference
+# backend on a program without dots, and one-line errors with no partial files.
+set -u
+BIN="$1"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+MLP_IN="-i examples/mlp.in0.npy -i examples/mlp.in1.npy -i examples/mlp.in2.npy -i examples/mlp.in3.npy -i examples/mlp.in4.npy"
+
+# A full run (the default backend) prints values and timing and writes both files.
+# shellcheck disable=SC2086
+"$BIN" run examples/mlp.hlo $MLP_IN -o "$T/out" --report "$T/r.json" --trace "$T/t.json" > "$T/full" 2> "$T/err" ||
+  fail "mlp full run exited $?: $(cat "$T/err")"
+[ -s "$T/err" ] && fail "unexpected stderr: $(cat "$T/err")"
+for pat in "^backend tpu: chip v5e" "^step time: .* cycles at " "MFU: [0-9.]+% of .* bf16 peak" "^HBM: " \
+  "^roofline: intensity .* FLOP/B, ridge .* FLOP/B: (memory|compute)-bound" \
+  "^breakdown: MXU busy [0-9.]+%  vector busy [0-9.]+%  waiting on HBM [0-9.]+%  idle [0-9.]+%" \
+  "^top ops by time:" "^result 0: f32\[8,10\]"; do
+  grep -Eq "$pat" "$T/full" || fail "full run output lacks /$pat/"
+done
+[ -s "$T/out/0.npy" ] || fail "no result file"
+grep -q '"mfu"' "$T/r.json" || fail "report lacks mfu"
+grep -q '"breakdown"' "$T/r.json" || fail "report lacks the breakdown"
+grep -q '"ops"' "$T/r.json" || fail "report lacks the op profile"
+head -c 40 "$T/t.json" | grep -q '^{"displayTimeUnit":"ns","traceEvents":\[' || fail "trace does not start as a trace object"
+grep -q '"ph":"X"' "$T/t.json" || fail "trace has no complete events"
+grep -q '"name":"thread_name"' "$T/t.json" || fail "trace has no track names"
+ls "$T" | grep -q 'tmp' && fail "temporary files left behind"
+
+# --mode timing: no values, same cycles as the full run, same report cycles.
+"$BIN" run examples/mlp.hlo --mode timing --report "$T/rt.json" > "$T/timing" 2> "$T/err" || fail "timing run exited $?"
+grep -q "^result" "$T/timing" && fail "timing mode printed results"
+a=$(grep "^step time:" "$T/full")
+b=$(grep "^step time:" "$T/timing")
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "timing mode cycles '$b' differ from full mode '$a'"
+ca=$(grep -A1 '"step"' "$T/r.json" | grep cycles)
+cb=$(grep -A1 '"step"' "$T/rt.json" | grep cycles)
+[ -n "$ca" ] && [ "$ca" = "$cb" ] || fail "report cycles differ between modes: '$ca' vs '$cb'"
+grep -q '"mode": "timing"' "$T/rt.json" || fail "report does not say timing mode"
+
+# Precision changes f32 values, not the program's figures' format; highest stays close.
+# shellcheck disable=SC2086
+"$BIN" run examples/mlp.hlo $MLP_IN --precision highest -o "$T/hi" > /dev/null || fail "highest run"
+# shellcheck disable=SC2086
+"$BIN" run examples/mlp.hlo $MLP_IN --backend ref -o "$T/ref" > "$T/refout" || fail "ref run"
+grep -q "^step time" "$T/refout" && fail "ref backend printed timing"
+cmp -s "$T/out/0.npy" "$T/ref/0.npy" && fail "default precision gave the reference's f32 values exactly"
+
+# Another chip preset runs and is named.
+"$BIN" run examples/mlp.hlo --mode timing --chip v4 > "$T/v4" || fail "v4 run"
+grep -q "^backend tpu: chip v4" "$T/v4" || fail "v4 not named"
+
+# A program without dot/convolution: bit-identical values on both backends.
+printf 'HloModule m\nENTRY e {\n  x = f32[4,8]{1,0} parameter(0)\n  y = f32[4,8]{1,0} exponential(x)\n  c = f32[] constant(0)\n  s = f32[4]{0} reduce(y, c), dimensions={1}, to_apply=add\n  ROOT r = f32[4]{0} sqrt(s)\n}\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT t = f32[] add(a, b)\n}\n' > "$T/ew.hlo"
+"$BIN" run "$T/ew.hlo" --seed 3 -o "$T/ew_tpu" > /dev/null 2> "$T/err" || fail "elementwise tpu run: $(cat "$T/err")"
+"$BIN" run "$T/ew.hlo" --seed 3 --backend ref -o "$T/ew_ref" > /dev/null || fail "elementwise ref run"
+cmp -s "$T/ew_tpu/0.npy" "$T/ew_ref/0.npy" || fail "elementwise program differs between backends"
+
+# expect_error NAME PATTERN CMD...: exit status 2, one stderr line matching PATTERN, no files.
+expect_error() {
+  name="$1"; pat="$2"; shift 2
+  rm -rf "$T/err_dir" "$T/e.json"
+  "$@" > "$T/so" 2> "$T/se"
+  rc=$?
+  [ "$rc" = 2 ] || fail "$name: exit status $rc, want 2"
+  [ "$(wc -l < "$T/se")" = 1 ] || fail "$name: stderr has $(wc -l < "$T/se") lines: $(cat "$T/se")"
+  grep -Eq -e "$pat" "$T/se" || fail "$name: stderr '$(cat "$T/se")' does not match '$pat'"
+  [ -e "$T/err_dir" ] && fail "$name: output directory written"
+  [ -e "$T/e.json" ] && fail "$name: report written"
+}
+expect_error timing_o "takes no -i inputs and writes no -o" "$BIN" run examples/mlp.hlo --mode timing -o "$T/err_dir"
+expect_error timing_i "takes no -i inputs" "$BIN" run examples/mlp.hlo --mode timing -i examples/mlp.in0.npy
+expect_error ref_report "need --backend tpu" "$BIN" run examples/mlp.hlo --backend ref --report "$T/e.json"
+expect_error bad_precision "unknown precision 'low'" "$BIN" run examples/mlp.hlo --precision low
+expect_error bad_mode "unknown mode 'fast'" "$BIN" run examples/mlp.hlo --mode fast
+expect_error bad_chip "unknown chip 'v99'" "$BIN" run examples/mlp.hlo --chip v99 --report "$T/e.json"
+expect_error bad_top "--top takes a non-negative integer" "$BIN" run examples/mlp.hlo --top x
+
+# An unwritable report: exit 1, one line, nothing left behind.
+"$BIN" run examples/mlp.hlo --mode timing --report "$T/nodir/r.json" > /dev/null 2> "$T/se"
+rc=$?
+[ "$rc" = 1 ] || fail "unwritable report: exit $rc, want 1"
+grep -q "nodir/r.json: error: cannot create" "$T/se" || fail "unwritable report: '$(cat "$T/se")'"
+
+[ "$fails" = 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "all cli run_tpu checks passed"
