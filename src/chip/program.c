@@ -151,6 +151,12 @@ tpu_status tpu_program_check(const tpu_program *p, tpu_diag *d) {
     if (in->bytes < 0 || in->vregs < 0 || in->ops < 0 || in->m < 0 || in->k < 0 || in->n < 0 ||
         in->b < 0)
       return bad(d, i, "negative size");
+    /* Sizes past 2^40 (a terabyte, a trillion registers) are input errors, and keeping
+     * products of two below 2^62 keeps the timing arithmetic exact. */
+    const int64_t lim = (int64_t)1 << 40;
+    if (in->bytes > lim || in->vregs > lim || in->ops > ((int64_t)1 << 20) || in->m > lim ||
+        in->k > lim || in->n > lim || in->b > lim || in->passes > 64 || in->trips > lim)
+      return bad(d, i, "size out of range");
     switch (in->opc) {
       case TPU_ISA_MATMUL:
         if (in->m <= 0 || in->k <= 0 || in->n <= 0 || in->b <= 0 || in->mxus <= 0 ||

@@ -39,7 +39,7 @@ typedef struct {
   int64_t issues;         /* instruction runs so far (a guard against runaway programs) */
 } tstate;
 
-#define MAX_ISSUES ((int64_t)4000000000)
+#define MAX_ISSUES ((int64_t)2000000000)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -58,6 +58,9 @@ tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, in
   int64_t m1 = ceil_div(in->m, sm), n1 = ceil_div(in->n, sn);
   /* b independent products stream back to back through the same MXUs with weights
    * double-buffered across them: b * ceil(n1/C) column folds of one long product. */
+  if ((double)in->b * (double)ceil_div(n1, C) * (double)C > (double)((int64_t)1 << 40))
+    return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "matmul too large to time (b=%lld n=%lld)",
+                    (long long)in->b, (long long)in->n);
   int64_t ncols = in->b * ceil_div(n1, C) * C;
   tpu_mxu_cycles mc;
   TPU_TRY(tpu_mxu_tile_cycles(R, C, m1, in->k, ncols, TPU_WLOAD_DOUBLE, &mc, d));
@@ -109,6 +112,8 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   int64_t start = t_nd > t_dma ? t_nd : t_dma;
   if (!is_dma && t_dma > t_nd) t->m.hbm_wait += (double)(t_dma - t_nd);
   int64_t dur = t->dur[idx];
+  if (start > ((int64_t)1 << 62) - dur - t->lat)
+    return TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(), "program runs longer than 2^62 cycles");
   int64_t end = start + dur, done = end;
   if (in->opc == TPU_ISA_DMA_IN || in->opc == TPU_ISA_DMA_HBM) done = end + t->lat;
   t->m.unit_free[u] = end;
@@ -235,7 +240,13 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
                           "while loop '%s': trip count unknown (its condition is not an induction "
                           "variable compared with a constant); timing needs a static count",
                           in->what ? in->what : "?");
-        for (int64_t k = 0; k < in->trips; k++) TPU_TRY(run_range(t, i + 1, t->match[i], k));
+        for (int64_t k = 0; k < in->trips; k++) {
+          if (++t->issues > MAX_ISSUES)
+            return TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(),
+                            "program runs more than %lld instructions and loop iterations; "
+                            "timing stopped", (long long)MAX_ISSUES);
+          TPU_TRY(run_range(t, i + 1, t->match[i], k));
+        }
         i = t->match[i] + 1;
         continue;
       }

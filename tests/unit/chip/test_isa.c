@@ -1,9 +1,11 @@
 /* The ISA text form: disassemble(assemble(x)) == x, canonical printing, and assembler
  * errors at FILE:LINE:COL. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "chip/program.h"
+#include "chip/timing.h"
 #include "check.h"
 
 static const char *k_prog =
@@ -97,8 +99,42 @@ static void errors(void) {
   expect_error("matmul m=1 k=1 n=1 b=1 passes=1\n", "e.s", "matmul needs positive");
 }
 
+/* Every one-character mutation of a valid program either assembles (and then times or
+ * fails cleanly) or fails with a parse error: never a crash (run under ASan/UBSan). */
+static void mutations(void) {
+  tpu_chip chip;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v5e", &chip, &d) == TPU_OK);
+  size_t n = strlen(k_prog);
+  char *buf = malloc(n + 1);
+  const char subst[] = {'9', '-', 'x', ' ', '\n', '"', '0', '['};
+  int parsed = 0, failed = 0;
+  for (size_t i = 0; buf && i < n; i++)
+    for (size_t k = 0; k < sizeof subst; k++) {
+      memcpy(buf, k_prog, n + 1);
+      if (buf[i] == subst[k]) continue;
+      buf[i] = subst[k];
+      tpu_program *p = NULL;
+      tpu_status st = tpu_program_parse("m.s", buf, n, &p, &d);
+      if (st == TPU_OK) {
+        parsed++;
+        tpu_timeline tl;
+        if (tpu_timing_run(p, &chip, 1, &tl, &d) == TPU_OK) tpu_timeline_free(&tl);
+        tpu_program_free(p);
+      } else {
+        failed++;
+        CHECK(p == NULL);
+        CHECK(st == TPU_ERR_PARSE || st == TPU_ERR_NOMEM);
+      }
+    }
+  free(buf);
+  CHECK(parsed > 0);
+  CHECK(failed > 0);
+}
+
 int main(void) {
   roundtrip();
   errors();
+  mutations();
   CHECK_DONE();
 }
