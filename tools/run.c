@@ -310,7 +310,7 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
     if (tpu_report_write_trace(o->trace, chip, &tl, &d) != TPU_OK) {
       tpu_cli_report(&d);
       rc = 1;
-    } else if (!o->quiet && tl.nevents >= TPU_TIMING_MAX_EVENTS) {
+    } else if (!o->quiet && tpu_timing_events_truncated(&tl)) {
       printf("trace: the first %lld unit events only\n", (long long)tl.nevents);
     }
   }

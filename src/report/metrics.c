@@ -136,7 +136,7 @@ tpu_status tpu_report_metrics_compute(const tpu_timeline *t, const tpu_chip *chi
   out->attainable = out->memory_bound ? out->ai * chip->hbm_bw : peak;
   out->roofline_frac = out->attainable > 0 ? out->flops_per_s / out->attainable : 0;
   /* A capped event list misses the end of the step: use the totals then. */
-  if (t->events && t->nevents > 0 && t->nevents < TPU_TIMING_MAX_EVENTS) {
+  if (t->events && t->nevents > 0 && !tpu_timing_events_truncated(t)) {
     TPU_TRY(breakdown_events(t, out->bd_cycles, d));
     out->bd_from_events = 1;
   } else {

@@ -59,6 +59,26 @@ printf 'HloModule m\nENTRY e {\n  x = f32[4,8]{1,0} parameter(0)\n  y = f32[4,8]
 "$BIN" run "$T/ew.hlo" --seed 3 --backend ref -o "$T/ew_ref" > /dev/null || fail "elementwise ref run"
 cmp -s "$T/ew_tpu/0.npy" "$T/ew_ref/0.npy" || fail "elementwise program differs between backends"
 
+# Every conformance program runs on the tpu backend with its inputs, and --mode timing gives
+# the same step time; a while loop whose trip count only the values know is timed in full
+# mode (trips from the values) and refused, with the reason, in timing mode.
+ncases=0
+for dir in tests/conformance/cases/*/; do
+  c=$(basename "$dir")
+  set --
+  i=0
+  while [ -e "$dir/in$i.npy" ]; do set -- "$@" -i "$dir/in$i.npy"; i=$((i + 1)); done
+  ncases=$((ncases + 1))
+  if ! "$BIN" run "$dir/prog.hlo" "$@" > "$T/cf" 2> "$T/ce"; then fail "$c: full run: $(cat "$T/ce")"; continue; fi
+  if "$BIN" run "$dir/prog.hlo" --mode timing > "$T/ct" 2> "$T/ce"; then
+    [ "$(grep '^step time' "$T/cf")" = "$(grep '^step time' "$T/ct")" ] || fail "$c: timing mode cycles differ from full mode"
+  else
+    grep -q "trip count unknown" "$T/ce" || fail "$c: timing run: $(cat "$T/ce")"
+    grep -q "taken from the values" "$T/cf" || fail "$c: full run did not take loop trips from the values"
+  fi
+done
+[ "$ncases" -ge 62 ] || fail "only $ncases conformance cases found"
+
 # expect_error NAME PATTERN CMD...: exit status 2, one stderr line matching PATTERN, no files.
 expect_error() {
   name="$1"; pat="$2"; shift 2
