@@ -17,36 +17,20 @@
  * computations — reduce, sort, scatter, map, ... — need the interpreter and are not folded). */
 static tpu_ref_kernel fold_kernel(const tpu_instr *in) {
   switch (in->op) {
-    case TPU_OP_COMPARE:
-    case TPU_OP_SELECT:
-    case TPU_OP_CLAMP:
-    case TPU_OP_CONVERT:
-    case TPU_OP_BITCAST_CONVERT:
-    case TPU_OP_IS_FINITE: return tpu__ref_elementwise;
-    case TPU_OP_RESHAPE:
-    case TPU_OP_BITCAST:
-    case TPU_OP_TRANSPOSE:
-    case TPU_OP_SLICE:
-    case TPU_OP_DYNAMIC_SLICE:
-    case TPU_OP_DYNAMIC_UPDATE_SLICE:
-    case TPU_OP_CONCATENATE:
-    case TPU_OP_PAD:
-    case TPU_OP_REVERSE:
-    case TPU_OP_COPY: return tpu__ref_movement;
     case TPU_OP_BROADCAST:
       /* A broadcast that only adds size-1 dims; real broadcasts stay cheap and fusible
        * instead of becoming big literals (XLA's constant folding skips them too). */
       return tpu_shape_numel(&in->shape) == tpu_shape_numel(&in->operands[0]->shape) ? tpu__ref_movement : NULL;
-    case TPU_OP_GATHER: return tpu__ref_gather_scatter;
-    case TPU_OP_DOT:
-    case TPU_OP_CONVOLUTION: return tpu__ref_dot_conv;
-    default: break;
-  }
-  switch (tpu_op_class_of(in->op)) {
-    case TPU_CLS_UNARY:
-    case TPU_CLS_BINARY:
-    case TPU_CLS_TERNARY: return tpu__ref_elementwise;
-    default: return NULL;
+    case TPU_OP_IOTA:
+    case TPU_OP_SCATTER:
+    case TPU_OP_RNG_BIT_GENERATOR:
+    case TPU_OP_REDUCE:
+    case TPU_OP_REDUCE_WINDOW:
+    case TPU_OP_SELECT_AND_SCATTER:
+    case TPU_OP_SORT:
+    case TPU_OP_TOPK:
+    case TPU_OP_MAP: return NULL;
+    default: return tpu__ref_kernel_of(in->op);
   }
 }
 

@@ -139,6 +139,47 @@ static tpu_status run_collective_single(const tpu_instr *in, const tpu_tensor *c
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "'%s' across several devices needs the pod executor", tpu_op_name(in->op));
 }
 
+tpu_ref_kernel tpu__ref_kernel_of(tpu_opcode op) {
+  switch (op) {
+    case TPU_OP_BROADCAST:
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST:
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_SLICE:
+    case TPU_OP_DYNAMIC_SLICE:
+    case TPU_OP_DYNAMIC_UPDATE_SLICE:
+    case TPU_OP_CONCATENATE:
+    case TPU_OP_PAD:
+    case TPU_OP_REVERSE:
+    case TPU_OP_IOTA:
+    case TPU_OP_COPY: return tpu__ref_movement;
+    case TPU_OP_GATHER:
+    case TPU_OP_SCATTER: return tpu__ref_gather_scatter;
+    case TPU_OP_RNG_BIT_GENERATOR: return tpu__ref_rng;
+    case TPU_OP_REDUCE:
+    case TPU_OP_REDUCE_WINDOW:
+    case TPU_OP_SELECT_AND_SCATTER:
+    case TPU_OP_SORT:
+    case TPU_OP_TOPK:
+    case TPU_OP_MAP: return tpu__ref_reduce;
+    case TPU_OP_DOT:
+    case TPU_OP_CONVOLUTION: return tpu__ref_dot_conv;
+    case TPU_OP_COMPARE:
+    case TPU_OP_SELECT:
+    case TPU_OP_CLAMP:
+    case TPU_OP_CONVERT:
+    case TPU_OP_BITCAST_CONVERT:
+    case TPU_OP_IS_FINITE: return tpu__ref_elementwise;
+    default: break;
+  }
+  switch (tpu_op_class_of(op)) {
+    case TPU_CLS_UNARY:
+    case TPU_CLS_BINARY:
+    case TPU_CLS_TERNARY: return tpu__ref_elementwise;
+    default: return NULL;
+  }
+}
+
 static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
   switch (in->op) {
     case TPU_OP_TUPLE: return make_tuple(in, args, out, d);
@@ -152,27 +193,6 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
     case TPU_OP_AFTER_ALL: return tpu__ref_alloc_shape(out, &in->shape, d);
     case TPU_OP_PARTITION_ID:
     case TPU_OP_REPLICA_ID: return tpu__ref_alloc_shape(out, &in->shape, d); /* device 0 */
-    case TPU_OP_BROADCAST:
-    case TPU_OP_RESHAPE:
-    case TPU_OP_BITCAST:
-    case TPU_OP_TRANSPOSE:
-    case TPU_OP_SLICE:
-    case TPU_OP_DYNAMIC_SLICE:
-    case TPU_OP_DYNAMIC_UPDATE_SLICE:
-    case TPU_OP_CONCATENATE:
-    case TPU_OP_PAD:
-    case TPU_OP_REVERSE:
-    case TPU_OP_IOTA:
-    case TPU_OP_COPY: return tpu__ref_movement(ip, in, args, out, d);
-    case TPU_OP_GATHER:
-    case TPU_OP_SCATTER: return tpu__ref_gather_scatter(ip, in, args, out, d);
-    case TPU_OP_RNG_BIT_GENERATOR: return tpu__ref_rng(ip, in, args, out, d);
-    case TPU_OP_REDUCE:
-    case TPU_OP_REDUCE_WINDOW:
-    case TPU_OP_SELECT_AND_SCATTER:
-    case TPU_OP_SORT:
-    case TPU_OP_TOPK:
-    case TPU_OP_MAP: return tpu__ref_reduce(ip, in, args, out, d);
     case TPU_OP_DOT:
     case TPU_OP_CONVOLUTION:
       if (ip->opts->dot_conv && in->noperands == 2) {
@@ -182,21 +202,11 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
         if (handled) return TPU_OK;
       }
       return tpu__ref_dot_conv(ip, in, args, out, d);
-    case TPU_OP_COMPARE:
-    case TPU_OP_SELECT:
-    case TPU_OP_CLAMP:
-    case TPU_OP_CONVERT:
-    case TPU_OP_BITCAST_CONVERT:
-    case TPU_OP_IS_FINITE: return tpu__ref_elementwise(ip, in, args, out, d);
     default: break;
   }
-  switch (tpu_op_class_of(in->op)) {
-    case TPU_CLS_UNARY:
-    case TPU_CLS_BINARY:
-    case TPU_CLS_TERNARY: return tpu__ref_elementwise(ip, in, args, out, d);
-    case TPU_CLS_COLLECTIVE: return run_collective_single(in, args, out, d);
-    default: break;
-  }
+  if (tpu_op_class_of(in->op) == TPU_CLS_COLLECTIVE) return run_collective_single(in, args, out, d);
+  tpu_ref_kernel k = tpu__ref_kernel_of(in->op);
+  if (k) return k(ip, in, args, out, d);
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "the reference interpreter cannot run '%s'", tpu_op_name(in->op));
 }
 

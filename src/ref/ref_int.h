@@ -45,6 +45,10 @@ void tpu__ref_copy_box(void *dst, const void *src, size_t es, int rank, const in
 /* Element i of an integer array as int64 (u64 above INT64_MAX saturates), for indices. */
 int64_t tpu__ref_read_index(const tpu_tensor *t, int64_t i);
 
+/* The kernel that evaluates `op`, or NULL for the ops the interpreter core runs itself
+ * (parameters, constants, tuples, calls, control flow, collectives). */
+tpu_ref_kernel tpu__ref_kernel_of(tpu_opcode op);
+
 /* Kernels, by file (each file owns its list). */
 /* ref/elementwise.c: unary, binary, compare, select, clamp, convert, bitcast-convert,
  * is-finite, reduce-precision, map is not here. */
