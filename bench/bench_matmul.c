@@ -1,6 +1,7 @@
 /* MXU fast kernel vs OpenBLAS sgemm: GFLOP/s on the same data and thread count, the ratio,
  * and a bit-exactness check of the kernel against the contract on sampled entries.
- * Usage: bench_matmul [--threads T] [--R DEPTH] [--min-time SECONDS] [--quick] */
+ * Usage: bench_matmul [--threads T] [--R DEPTH] [--min-time SECONDS] [--quick]
+ *                     [--shape MxKxN] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +94,7 @@ static void best_times(const run_ctx *c, double min_time, double t[2]) {
 int main(int argc, char **argv) {
   int threads = 2, quick = 0;
   int64_t R = 128;
+  shape one = {0, 0, 0};
   double min_time = 0.5;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -103,8 +105,17 @@ int main(int argc, char **argv) {
       min_time = atof(argv[++i]);
     else if (!strcmp(argv[i], "--quick"))
       quick = 1;
+    else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+      long long m, k, n;
+      if (sscanf(argv[++i], "%lldx%lldx%lld", &m, &k, &n) != 3 || m < 1 || k < 1 || n < 1) {
+        fprintf(stderr, "error: --shape wants MxKxN with positive sizes\n");
+        return 2;
+      }
+      one.M = m, one.K = k, one.N = n;
+    }
     else {
-      fprintf(stderr, "usage: %s [--threads T] [--R DEPTH] [--min-time S] [--quick]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--threads T] [--R DEPTH] [--min-time S] [--quick] [--shape MxKxN]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -115,7 +126,8 @@ int main(int argc, char **argv) {
   static const shape all[] = {{256, 256, 256},   {512, 512, 512},   {1024, 1024, 1024},
                               {2048, 2048, 2048}, {32, 2048, 2048},  {2048, 2048, 32},
                               {2048, 64, 2048},   {1, 4096, 4096},   {4096, 4096, 1}};
-  int nshapes = quick ? 3 : (int)(sizeof all / sizeof all[0]);
+  const shape *shapes = one.M ? &one : all;
+  int nshapes = one.M ? 1 : quick ? 3 : (int)(sizeof all / sizeof all[0]);
 #ifdef TPU_HAVE_OPENBLAS
   openblas_set_num_threads(threads);
   printf("OpenBLAS: %s\n", openblas_get_config());
@@ -126,7 +138,7 @@ int main(int argc, char **argv) {
          "bit-exact (sampled)");
   int all_exact = 1;
   for (int s = 0; s < nshapes; s++) {
-    int64_t M = all[s].M, K = all[s].K, N = all[s].N;
+    int64_t M = shapes[s].M, K = shapes[s].K, N = shapes[s].N;
     tpu_bf16 *A = malloc(sizeof(tpu_bf16) * (size_t)(M * K));
     tpu_bf16 *W = malloc(sizeof(tpu_bf16) * (size_t)(K * N));
     float *Af = malloc(sizeof(float) * (size_t)(M * K));

@@ -250,6 +250,14 @@ TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, co
   c##i##a = _mm256_loadu_ps(in + (i) * NR);    \
   c##i##b = _mm256_loadu_ps(in + (i) * NR + 8);
 #define MXU_ZERO(i) c##i##a = c##i##b = _mm256_setzero_ps();
+  if (!carry && mr == MR && nr == NR && !trans) {
+    /* The accumulator tile was last touched a whole K-tile ago and is likely out of L1/L2:
+     * fetch it while the k-loop runs. */
+    for (int i = 0; i < MR; i++) {
+      _mm_prefetch((const char *)(out + i * ldo), _MM_HINT_T0);
+      _mm_prefetch((const char *)(out + i * ldo + NR - 1), _MM_HINT_T0);
+    }
+  }
   if (in) {
     MXU_LOAD(0) MXU_LOAD(1) MXU_LOAD(2) MXU_LOAD(3) MXU_LOAD(4) MXU_LOAD(5)
   } else {
