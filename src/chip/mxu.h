@@ -14,8 +14,10 @@
  * An R x C array computes out[M,N] = A[M,K] x W[K,N]. W is cut into K-tiles of R rows
  * (the last may be shorter) and N-tiles of C columns. For one K-tile t and one output
  * element (m, n), the partial sum enters the top PE of column n as +0.0f and each PE r
- * (top to bottom) computes psum = psum + a[m, t*R + r] * w[t*R + r, n], rounded to f32
- * (for bf16 inputs the product is exact in f32, so this equals fmaf(a, w, psum)).
+ * (top to bottom) computes p = a[m, t*R + r] * w[t*R + r, n] rounded to f32, then
+ * psum = psum + p rounded to f32: two roundings. (A bf16 x bf16 product is exact in f32
+ * unless it overflows or falls below the normal range, so for in-range products this
+ * equals fmaf(a, w, psum); at the extremes it does not, and the two roundings rule.)
  * The accumulator for (m, n) takes the first K-tile's psum as is and adds every later
  * K-tile's psum in tile order: acc = acc + psum_t, rounded to f32. Rows beyond K are
  * padding and contribute nothing. Subnormals are kept (no flush to zero). Any NaN result
@@ -36,7 +38,7 @@ typedef struct tpu_mxu_cycles {
   int64_t stream;             /* cycles streaming activations incl. fill and drain */
   int64_t mac_ops;            /* useful MACs: M*K*N */
   double mapping_efficiency;  /* mean fraction of PEs holding a real weight, per fold */
-  double compute_util;        /* mac_ops / (R*C*stream cycles) */
+  double compute_util;        /* SCALE-Sim's Compute Util (per-fold window; docs/systolic.md) */
   double overall_util;        /* mac_ops / (R*C*total) */
 } tpu_mxu_cycles;
 
