@@ -71,24 +71,31 @@ static tpu_status pe_level_layer(int64_t R, int64_t C, const tpu_scalesim_layer 
   float *A = tpu_malloc((size_t)(M * K) * sizeof *A);
   float *W = tpu_malloc((size_t)(K * N) * sizeof *W);
   float *out = tpu_malloc((size_t)(M * N) * sizeof *out);
-  int64_t *acc = tpu_calloc((size_t)N, sizeof *acc);
+  /* The exact product in int32: operands are integers in [-2, 2] and 4K < 2^24, so every
+   * partial sum fits and the loop vectorizes. */
+  int32_t *acc = tpu_calloc((size_t)N, sizeof *acc);
+  int32_t *Wi = tpu_malloc((size_t)(K * N) * sizeof *Wi);
   tpu_status st = TPU_OK;
-  if (!A || !W || !out || !acc) {
+  if (!A || !W || !out || !acc || !Wi) {
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory for layer '%s'", l->name);
     goto done;
   }
   for (int64_t m = 0; m < M; m++)
     for (int64_t k = 0; k < K; k++) A[m * K + k] = operand((uint64_t)m, (uint64_t)k, 1);
   for (int64_t k = 0; k < K; k++)
-    for (int64_t n = 0; n < N; n++) W[k * N + n] = operand((uint64_t)k, (uint64_t)n, 2);
+    for (int64_t n = 0; n < N; n++) {
+      W[k * N + n] = operand((uint64_t)k, (uint64_t)n, 2);
+      Wi[k * N + n] = (int32_t)W[k * N + n];
+    }
   st = tpu_systolic_run(R, C, M, K, N, mode, A, W, out, cyc, NULL, d);
   if (st != TPU_OK) goto done;
   for (int64_t m = 0; m < M && st == TPU_OK; m++) {
     memset(acc, 0, (size_t)N * sizeof *acc);
     for (int64_t k = 0; k < K; k++) {
-      const int64_t a = (int64_t)A[m * K + k];
+      const int32_t a = (int32_t)A[m * K + k];
       if (!a) continue;
-      for (int64_t n = 0; n < N; n++) acc[n] += a * (int64_t)W[k * N + n];
+      const int32_t *wrow = Wi + k * N;
+      for (int64_t n = 0; n < N; n++) acc[n] += a * wrow[n];
     }
     for (int64_t n = 0; n < N; n++)
       if ((double)out[m * N + n] != (double)acc[n]) {
@@ -102,6 +109,7 @@ static tpu_status pe_level_layer(int64_t R, int64_t C, const tpu_scalesim_layer 
 done:
   tpu_free(A);
   tpu_free(W);
+  tpu_free(Wi);
   tpu_free(out);
   tpu_free(acc);
   return st;
@@ -266,7 +274,10 @@ static int run_animate(const opts *o) {
   for (int64_t m = 0; m < M; m++)
     for (int64_t k = 0; k < K; k++) A[m * K + k] = operand((uint64_t)m, (uint64_t)k, 1);
   for (int64_t k = 0; k < K; k++)
-    for (int64_t n = 0; n < N; n++) W[k * N + n] = operand((uint64_t)k, (uint64_t)n, 2);
+    for (int64_t n = 0; n < N; n++) {
+      W[k * N + n] = operand((uint64_t)k, (uint64_t)n, 2);
+      Wi[k * N + n] = (int32_t)W[k * N + n];
+    }
   const tpu_wload mode = o->compat ? TPU_WLOAD_SERIAL : TPU_WLOAD_DOUBLE;
   tpu_status st = o->html ? tpu_systolic_animate_html(o->html, o->rows, o->cols, M, K, N, A,
                                                       W, mode, &d)
