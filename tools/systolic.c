@@ -58,6 +58,14 @@ static float operand(uint64_t i, uint64_t j, uint64_t salt) {
   return (float)((int)(h % 5u) - 2);
 }
 
+/* The operands both --pe-level and --animate feed the array: A is M x K, W is K x N. */
+static void fill_operands(float *A, float *W, int64_t M, int64_t K, int64_t N) {
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t k = 0; k < K; k++) A[m * K + k] = operand((uint64_t)m, (uint64_t)k, 1);
+  for (int64_t k = 0; k < K; k++)
+    for (int64_t n = 0; n < N; n++) W[k * N + n] = operand((uint64_t)k, (uint64_t)n, 2);
+}
+
 /* Runs one layer on the PE-level array with real values and checks every output against
  * an exact integer product. */
 static tpu_status pe_level_layer(int64_t R, int64_t C, const tpu_scalesim_layer *l,
@@ -80,13 +88,8 @@ static tpu_status pe_level_layer(int64_t R, int64_t C, const tpu_scalesim_layer 
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory for layer '%s'", l->name);
     goto done;
   }
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t k = 0; k < K; k++) A[m * K + k] = operand((uint64_t)m, (uint64_t)k, 1);
-  for (int64_t k = 0; k < K; k++)
-    for (int64_t n = 0; n < N; n++) {
-      W[k * N + n] = operand((uint64_t)k, (uint64_t)n, 2);
-      Wi[k * N + n] = (int32_t)W[k * N + n];
-    }
+  fill_operands(A, W, M, K, N);
+  for (int64_t i = 0; i < K * N; i++) Wi[i] = (int32_t)W[i];
   st = tpu_systolic_run(R, C, M, K, N, mode, A, W, out, cyc, NULL, d);
   if (st != TPU_OK) goto done;
   for (int64_t m = 0; m < M && st == TPU_OK; m++) {
@@ -271,13 +274,7 @@ static int run_animate(const opts *o) {
     fprintf(stderr, "error: out of memory\n");
     return 1;
   }
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t k = 0; k < K; k++) A[m * K + k] = operand((uint64_t)m, (uint64_t)k, 1);
-  for (int64_t k = 0; k < K; k++)
-    for (int64_t n = 0; n < N; n++) {
-      W[k * N + n] = operand((uint64_t)k, (uint64_t)n, 2);
-      Wi[k * N + n] = (int32_t)W[k * N + n];
-    }
+  fill_operands(A, W, M, K, N);
   const tpu_wload mode = o->compat ? TPU_WLOAD_SERIAL : TPU_WLOAD_DOUBLE;
   tpu_status st = o->html ? tpu_systolic_animate_html(o->html, o->rows, o->cols, M, K, N, A,
                                                       W, mode, &d)
