@@ -97,6 +97,15 @@ static int operand_producer(const tpu_instr *in) {
   }
 }
 
+static int narrowing_convert(const tpu_instr *in) {
+  return in->op == TPU_OP_CONVERT && tpu_dtype_size(in->shape.dtype) < tpu_dtype_size(in->operands[0]->shape.dtype);
+}
+
+/* Produced by an op a fusion could end with (rather than a parameter or constant). */
+static int computed(const tpu_instr *in) {
+  return is_heavy(in) || in->op == TPU_OP_REDUCE || (loop_fusible(in) && in->op != TPU_OP_CONSTANT);
+}
+
 /* Cheap enough to copy into every group that uses it. */
 static int duplicable(const tpu_instr *in) {
   if (in->op == TPU_OP_CONSTANT) return tpu_shape_numel(&in->shape) <= 1;
@@ -140,6 +149,10 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
   if (ms == SIDE_HEAVY || ms == SIDE_UP) {
     *side = SIDE_UP;
     if (m->op == TPU_OP_REDUCE || G->kind == K_INPUT) return loop_fusible(p);
+    /* A narrowing convert of a computed value belongs to its producer's epilogue, so the
+     * narrow value is what goes to memory; taken into this consumer instead, the wide
+     * value would be stored and read. */
+    if (narrowing_convert(p) && computed(p->operands[0])) return 0;
     return operand_producer(p);
   }
   *side = SIDE_EPI;
