@@ -69,7 +69,8 @@ def main():
              "    tpusim run examples/mlp.hlo -i examples/mlp.in0.npy -i examples/mlp.in1.npy \\",
              "        -i examples/mlp.in2.npy -i examples/mlp.in3.npy -i examples/mlp.in4.npy",
              ""]
-    for name, desc, fn, args, labels in build():
+    examples = build()
+    for name, desc, fn, args, labels in examples:
         fn.__name__ = name
         jitted = jax.jit(fn)
         hlo = jitted.lower(*args).as_text(dialect="hlo")
@@ -99,8 +100,19 @@ def main():
         print("wrote", name)
     lines += ["The functions are in `examples/gen_examples.py`; the transformer block and the "
               "input maker are shared with `tests/conformance/gen.py`.", ""]
-    with open(os.path.join(HERE, "README.md"), "w") as fh:
-        fh.write("\n".join(lines))
+    # Sections this script does not write (e.g. llama70b_shard_step.hlo, written by
+    # scripts/gen_sanity_hlo.py) are kept: everything from the first heading not ours on.
+    path = os.path.join(HERE, "README.md")
+    ours = {f"## {e[0]}.hlo" for e in examples}
+    kept = []
+    if os.path.exists(path):
+        old = open(path).read().splitlines()
+        for i, ln in enumerate(old):
+            if ln.startswith("## ") and ln not in ours:
+                kept = old[i:]
+                break
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines + kept) + ("\n" if kept else ""))
     return 0
 
 
