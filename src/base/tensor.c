@@ -80,9 +80,10 @@ void tpu_tensor_free(tpu_tensor *t) {
   memset(t, 0, sizeof *t);
 }
 
-double tpu_tensor_get_f64(const tpu_tensor *t, int64_t i) {
-  const void *p = t->data;
-  switch (t->dtype) {
+double tpu_tensor_get_f64(const tpu_tensor *t, int64_t i) { return tpu_load_f64(t->dtype, t->data, i); }
+
+double tpu_load_f64(tpu_dtype dtype, const void *p, int64_t i) {
+  switch (dtype) {
     case TPU_PRED: return ((const uint8_t *)p)[i] ? 1.0 : 0.0;
     case TPU_S8: return ((const int8_t *)p)[i];
     case TPU_S16: return ((const int16_t *)p)[i];

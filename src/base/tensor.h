@@ -38,6 +38,8 @@ int64_t tpu_dims_numel(int rank, const int64_t *dims, int *ok);
 
 /* Element access as double / int64 (any array dtype), for tests and slow paths. */
 double tpu_tensor_get_f64(const tpu_tensor *t, int64_t i);
+/* Element i of a raw array of `dtype` as double. */
+double tpu_load_f64(tpu_dtype dtype, const void *p, int64_t i);
 int64_t tpu_tensor_get_i64(const tpu_tensor *t, int64_t i);
 void tpu_tensor_set_f64(tpu_tensor *t, int64_t i, double v);
 void tpu_tensor_set_i64(tpu_tensor *t, int64_t i, int64_t v);

@@ -20,24 +20,6 @@ static acc_kind acc_of(tpu_dtype l, tpu_dtype r, tpu_dtype o) {
 
 static size_t acc_size(acc_kind k) { return k == ACC_F32 ? sizeof(float) : 8; }
 
-static double load_f64(tpu_dtype t, const void *p, int64_t i) {
-  switch (t) {
-    case TPU_PRED: return ((const uint8_t *)p)[i] ? 1.0 : 0.0;
-    case TPU_S8: return ((const int8_t *)p)[i];
-    case TPU_S16: return ((const int16_t *)p)[i];
-    case TPU_S32: return ((const int32_t *)p)[i];
-    case TPU_S64: return (double)((const int64_t *)p)[i];
-    case TPU_U8: return ((const uint8_t *)p)[i];
-    case TPU_U16: return ((const uint16_t *)p)[i];
-    case TPU_U32: return ((const uint32_t *)p)[i];
-    case TPU_U64: return (double)((const uint64_t *)p)[i];
-    case TPU_BF16: return tpu_bf16_to_f32(((const tpu_bf16 *)p)[i]);
-    case TPU_F16: return tpu_f16_to_f32(((const tpu_f16 *)p)[i]);
-    case TPU_F32: return ((const float *)p)[i];
-    case TPU_F64: return ((const double *)p)[i];
-    default: return 0;
-  }
-}
 
 /* Integers are converted straight to f32 (one rounding), floats exactly. */
 static float load_f32(tpu_dtype t, const void *p, int64_t i) {
@@ -45,7 +27,7 @@ static float load_f32(tpu_dtype t, const void *p, int64_t i) {
     case TPU_S64: return (float)((const int64_t *)p)[i];
     case TPU_U64: return (float)((const uint64_t *)p)[i];
     case TPU_F64: return (float)((const double *)p)[i];
-    default: return (float)load_f64(t, p, i);
+    default: return (float)tpu_load_f64(t, p, i);
   }
 }
 
@@ -156,7 +138,7 @@ static void *pack(const tpu_tensor *t, acc_kind k, const int *order) {
   int64_t off = 0;
   for (int64_t e = 0; e < n; e++) {
     if (k == ACC_F32) ((float *)buf)[e] = load_f32(t->dtype, t->data, off);
-    else if (k == ACC_F64) ((double *)buf)[e] = load_f64(t->dtype, t->data, off);
+    else if (k == ACC_F64) ((double *)buf)[e] = tpu_load_f64(t->dtype, t->data, off);
     else ((uint64_t *)buf)[e] = load_u64(t->dtype, t->data, off);
     for (int j = rank - 1; j >= 0; j--) {
       off += pstr[j];

@@ -420,8 +420,7 @@ static uint64_t key64(double f) {
   return (u & 0x8000000000000000ull) ? ~u : (u | 0x8000000000000000ull);
 }
 
-/* r = (a DIR b) from a three-way ordering: lt, eq (unordered when both are 0 and gt is 0). */
-static uint8_t cmp_result(tpu_cmp_dir dir, int lt, int eq, int gt) {
+uint8_t tpu__ref_cmp_result(tpu_cmp_dir dir, int lt, int eq, int gt) {
   switch (dir) {
     case TPU_CMP_EQ: return (uint8_t)eq;
     case TPU_CMP_NE: return (uint8_t)!eq;
@@ -455,10 +454,10 @@ static void run_compare(const tpu_instr *in, tpu_dtype t, uint8_t *o, const void
         for (int i = 0; i < m; i++) {
           if (total) {
             uint32_t ka = key32(x.f[i]), kb = key32(y.f[i]);
-            r[i] = cmp_result(dir, ka < kb, ka == kb, ka > kb);
+            r[i] = tpu__ref_cmp_result(dir, ka < kb, ka == kb, ka > kb);
           } else {
             float p = tpu__ew_flush32(x.f[i]), q = tpu__ew_flush32(y.f[i]);
-            r[i] = cmp_result(dir, p < q, p == q, p > q);
+            r[i] = tpu__ref_cmp_result(dir, p < q, p == q, p > q);
           }
         }
         break;
@@ -468,10 +467,10 @@ static void run_compare(const tpu_instr *in, tpu_dtype t, uint8_t *o, const void
         for (int i = 0; i < m; i++) {
           if (total) {
             uint64_t ka = key64(x.d[i]), kb = key64(y.d[i]);
-            r[i] = cmp_result(dir, ka < kb, ka == kb, ka > kb);
+            r[i] = tpu__ref_cmp_result(dir, ka < kb, ka == kb, ka > kb);
           } else {
             double p = tpu__ew_flush64(x.d[i]), q = tpu__ew_flush64(y.d[i]);
-            r[i] = cmp_result(dir, p < q, p == q, p > q);
+            r[i] = tpu__ref_cmp_result(dir, p < q, p == q, p > q);
           }
         }
         break;
@@ -481,10 +480,10 @@ static void run_compare(const tpu_instr *in, tpu_dtype t, uint8_t *o, const void
         for (int i = 0; i < m; i++) {
           if (sg) {
             int64_t p = sext(tpu__ew_u64(x.i[i]), w), q = sext(tpu__ew_u64(y.i[i]), w);
-            r[i] = cmp_result(dir, p < q, p == q, p > q);
+            r[i] = tpu__ref_cmp_result(dir, p < q, p == q, p > q);
           } else {
             uint64_t mask = width_mask(w), p = tpu__ew_u64(x.i[i]) & mask, q = tpu__ew_u64(y.i[i]) & mask;
-            r[i] = cmp_result(dir, p < q, p == q, p > q);
+            r[i] = tpu__ref_cmp_result(dir, p < q, p == q, p > q);
           }
         }
         break;

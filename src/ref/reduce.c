@@ -45,18 +45,6 @@ static int fast_supported(const tpu_instr *in) {
   }
 }
 
-static uint8_t cmp3(tpu_cmp_dir dir, int lt, int eq, int gt) {
-  switch (dir) {
-    case TPU_CMP_EQ: return (uint8_t)eq;
-    case TPU_CMP_NE: return (uint8_t)!eq;
-    case TPU_CMP_LT: return (uint8_t)lt;
-    case TPU_CMP_LE: return (uint8_t)(lt || eq);
-    case TPU_CMP_GT: return (uint8_t)gt;
-    case TPU_CMP_GE: return (uint8_t)(gt || eq);
-  }
-  return 0;
-}
-
 /* compare with the elementwise kernel's semantics: FLOAT (default for floats) compares
  * values with denormals read as zero and NaN unordered; TOTALORDER compares bit-pattern
  * keys of the values in the canonical type; integers compare SIGNED or UNSIGNED at the
@@ -72,10 +60,10 @@ static uint8_t fast_compare(const tpu_instr *in, tpu_dtype t, const void *a, con
         uint32_t kx = tpu_f32_bits(x), ky = tpu_f32_bits(y);
         kx = (kx & 0x80000000u) ? ~kx : (kx | 0x80000000u);
         ky = (ky & 0x80000000u) ? ~ky : (ky | 0x80000000u);
-        return cmp3(in->direction, kx < ky, kx == ky, kx > ky);
+        return tpu__ref_cmp_result(in->direction, kx < ky, kx == ky, kx > ky);
       }
       x = tpu__ew_flush32(x), y = tpu__ew_flush32(y);
-      return cmp3(in->direction, x < y, x == y, x > y);
+      return tpu__ref_cmp_result(in->direction, x < y, x == y, x > y);
     }
     case TPU_EW_F64: {
       double x, y;
@@ -87,10 +75,10 @@ static uint8_t fast_compare(const tpu_instr *in, tpu_dtype t, const void *a, con
         memcpy(&ky, &y, 8);
         kx = (kx & UINT64_C(0x8000000000000000)) ? ~kx : (kx | UINT64_C(0x8000000000000000));
         ky = (ky & UINT64_C(0x8000000000000000)) ? ~ky : (ky | UINT64_C(0x8000000000000000));
-        return cmp3(in->direction, kx < ky, kx == ky, kx > ky);
+        return tpu__ref_cmp_result(in->direction, kx < ky, kx == ky, kx > ky);
       }
       x = tpu__ew_flush64(x), y = tpu__ew_flush64(y);
-      return cmp3(in->direction, x < y, x == y, x > y);
+      return tpu__ref_cmp_result(in->direction, x < y, x == y, x > y);
     }
     default: {
       int64_t x, y;
@@ -105,9 +93,9 @@ static uint8_t fast_compare(const tpu_instr *in, tpu_dtype t, const void *a, con
       if (sg) {
         uint64_t sb = UINT64_C(1) << (w - 1);
         int64_t p = tpu__ew_s64((ux & sb) ? (ux | ~mask) : ux), q = tpu__ew_s64((uy & sb) ? (uy | ~mask) : uy);
-        return cmp3(in->direction, p < q, p == q, p > q);
+        return tpu__ref_cmp_result(in->direction, p < q, p == q, p > q);
       }
-      return cmp3(in->direction, ux < uy, ux == uy, ux > uy);
+      return tpu__ref_cmp_result(in->direction, ux < uy, ux == uy, ux > uy);
     }
   }
 }

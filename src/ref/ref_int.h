@@ -34,6 +34,10 @@ tpu_opcode tpu__ref_simple_reducer(const tpu_comp *c);
  * the semantics of the elementwise kernel for that op. */
 void tpu__ref_apply_binary(tpu_opcode op, tpu_dtype t, void *a, const void *b);
 
+/* (a DIR b) from a three-way ordering: lt, eq, gt (all 0 when unordered, e.g. NaN), as
+ * the compare kernel defines it (ref/elementwise.c). */
+uint8_t tpu__ref_cmp_result(tpu_cmp_dir dir, int lt, int eq, int gt);
+
 /* Row-major strides for dims. */
 void tpu__ref_strides(int rank, const int64_t *dims, int64_t *strides);
 
