@@ -86,22 +86,6 @@ static tpu_status random_value(tpu_tensor *t, const tpu_shape *s, uint64_t *rng,
   return TPU_OK;
 }
 
-/* Leaves of a result, depth-first. */
-static int count_leaves(const tpu_tensor *t) {
-  if (t->dtype != TPU_TUPLE) return 1;
-  int n = 0;
-  for (int i = 0; i < t->ntuple; i++) n += count_leaves(&t->elems[i]);
-  return n;
-}
-
-static void collect_leaves(const tpu_tensor *t, const tpu_tensor **out, int *k) {
-  if (t->dtype != TPU_TUPLE) {
-    out[(*k)++] = t;
-    return;
-  }
-  for (int i = 0; i < t->ntuple; i++) collect_leaves(&t->elems[i], out, k);
-}
-
 static void summary_stats(const tpu_tensor *t, FILE *f) {
   int64_t n = tpu_tensor_numel(t);
   if (t->dtype == TPU_TOKEN || n == 0) return;
@@ -393,14 +377,13 @@ int tpu_cli_run(int argc, char **argv) {
       goto cleanup;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    nleaves = count_leaves(&result);
-    int k = 0;
+    nleaves = tpu_tensor_count_leaves(&result);
     leaves = tpu_calloc((size_t)nleaves, sizeof *leaves);
     if (!leaves) {
       fprintf(stderr, "error: out of memory\n");
       goto cleanup;
     }
-    collect_leaves(&result, leaves, &k);
+    tpu_tensor_collect_leaves(&result, leaves);
     if (!o.quiet) {
       if (tpu)
         printf("backend tpu: chip %s (%s), precision %s; values in %.3f ms of host time\n", chip.name, chip.title,

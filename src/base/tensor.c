@@ -143,3 +143,23 @@ void tpu_tensor_set_i64(tpu_tensor *t, int64_t i, int64_t v) {
     default: tpu_tensor_set_f64(t, i, (double)v); break;
   }
 }
+
+int tpu_tensor_count_leaves(const tpu_tensor *t) {
+  if (t->dtype != TPU_TUPLE) return 1;
+  int n = 0;
+  for (int i = 0; i < t->ntuple; i++) n += tpu_tensor_count_leaves(&t->elems[i]);
+  return n;
+}
+
+static void collect_leaves(const tpu_tensor *t, const tpu_tensor **out, int *k) {
+  if (t->dtype != TPU_TUPLE) {
+    out[(*k)++] = t;
+    return;
+  }
+  for (int i = 0; i < t->ntuple; i++) collect_leaves(&t->elems[i], out, k);
+}
+
+void tpu_tensor_collect_leaves(const tpu_tensor *t, const tpu_tensor **out) {
+  int k = 0;
+  collect_leaves(t, out, &k);
+}

@@ -36,6 +36,11 @@ int64_t tpu_tensor_numel(const tpu_tensor *t);
 /* Element count of dims with overflow check; returns 0 on overflow (and sets *ok = 0). */
 int64_t tpu_dims_numel(int rank, const int64_t *dims, int *ok);
 
+/* Leaves of a value (arrays; tuples flattened depth-first, in order): the count, and
+ * pointers to them in `out` (room for the count). */
+int tpu_tensor_count_leaves(const tpu_tensor *t);
+void tpu_tensor_collect_leaves(const tpu_tensor *t, const tpu_tensor **out);
+
 /* Element access as double / int64 (any array dtype), for tests and slow paths. */
 double tpu_tensor_get_f64(const tpu_tensor *t, int64_t i);
 /* Element i of a raw array of `dtype` as double. */

@@ -31,21 +31,6 @@
 
 static tpu_chip g_chip;
 
-static int count_leaves(const tpu_tensor *t) {
-  if (t->dtype != TPU_TUPLE) return 1;
-  int n = 0;
-  for (int i = 0; i < t->ntuple; i++) n += count_leaves(&t->elems[i]);
-  return n;
-}
-
-static void collect(const tpu_tensor *t, const tpu_tensor **out, int *k) {
-  if (t->dtype != TPU_TUPLE) {
-    out[(*k)++] = t;
-    return;
-  }
-  for (int i = 0; i < t->ntuple; i++) collect(&t->elems[i], out, k);
-}
-
 static void print_diag(const char *what, const tpu_diag *d) {
   char buf[1200];
   tpu_diag_format(d, buf, sizeof buf);
@@ -121,9 +106,9 @@ static long compare_tol(const char *what, const tpu_tensor *got, const tpu_tenso
 
 static long compare_outputs(const char *dir, const char *what, const tpu_tensor *res, double rtol, double atol,
                             double *worst) {
-  int n = count_leaves(res), k = 0;
+  int n = tpu_tensor_count_leaves(res), k = 0;
   const tpu_tensor **leaves = calloc((size_t)n, sizeof *leaves);
-  collect(res, leaves, &k);
+  tpu_tensor_collect_leaves(res, leaves);
   long bad = 0;
   for (k = 0; k < n; k++) {
     char path[2048], name[300];

@@ -9,6 +9,7 @@
 #include "chip/mxu.h"
 #include "chip/systolic.h"
 #include "check.h"
+#include "util.h"
 
 /* ---- The contract's scalar reference (src/chip/mxu.h), written independently of the
  * array: per output, per K-tile of R rows, psum = +0 then psum = psum + a*w down the rows
@@ -399,22 +400,6 @@ static long count_str(const char *hay, const char *needle) {
   return n;
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = tpu_malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-    tpu_free(s);
-    s = NULL;
-  }
-  if (s) s[n] = 0;
-  fclose(f);
-  return s;
-}
-
 /* The brief's example: a 4x4 array on a 6x4 by 4x4 product, as text and as a page. */
 static void test_animation(void) {
   enum { R = 4, C = 4, M = 6, K = 4, N = 4 };
@@ -428,7 +413,7 @@ static void test_animation(void) {
     CHECK(tpu_mxu_tile_cycles(R, C, M, K, N, (tpu_wload)mode, &c, &d) == TPU_OK);
     snprintf(path, sizeof path, "/tmp/tpu_test_systolic_%ld.html", (long)getpid());
     CHECK(tpu_systolic_animate_html(path, R, C, M, K, N, A, W, (tpu_wload)mode, &d) == TPU_OK);
-    char *page = slurp(path);
+    char *page = test_read_file(path);
     CHECK(page != NULL);
     if (page) {
       CHECK(strlen(page) > 1000);

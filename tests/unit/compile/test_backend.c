@@ -9,6 +9,7 @@
 #include "chip/program.h"
 #include "chip/timing.h"
 #include "check.h"
+#include "util.h"
 #include "compile/compile.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"
@@ -71,22 +72,6 @@ static int roundtrip(const tpu_program *p, const char *name) {
   return ok;
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-    free(s);
-    s = NULL;
-  }
-  if (s) s[n] = 0;
-  fclose(f);
-  return s;
-}
-
 /* Programs whose while loops have data-dependent trip counts: timing must refuse them,
  * naming the loop (docs/timing.md); everything else must time. */
 static int has_dynamic_loop(const tpu_program *p, const char **name) {
@@ -109,7 +94,7 @@ static void conformance(int run_hlo_passes) {
     if (e->d_name[0] == '.') continue;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s/prog.hlo", dir, e->d_name);
-    char *src = slurp(path);
+    char *src = test_read_file(path);
     if (!src) continue;
     tpu_module *m = NULL;
     tpu_diag d;

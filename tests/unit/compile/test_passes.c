@@ -14,6 +14,7 @@
 
 #include "base/alloc.h"
 #include "check.h"
+#include "util.h"
 #include "compile/compile.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"
@@ -125,19 +126,6 @@ static void test_conformance(void) {
 
 /* ---- 2. Golden dumps ---- */
 
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  if (s) s[n] = 0;
-  fclose(f);
-  return s;
-}
-
 static char *dump_after(const char *prog, const char *pass) {
   tpu_module *m = NULL;
   tpu_diag d;
@@ -179,7 +167,7 @@ static void test_golden(void) {
           fclose(f);
         }
       }
-      char *want = read_file(exp);
+      char *want = test_read_file(exp);
       CHECK(want != NULL);
       if (want && strcmp(got, want)) {
         fprintf(stderr, "golden mismatch: %s after %s\n--- got ---\n%s", progs[i], passes[p], got);
@@ -329,13 +317,13 @@ static void test_cli(void) {
   /* --emit hlo prints the module after the three HLO passes: the fuse golden. */
   snprintf(cmd, sizeof cmd, "%s compile tests/hlo/compile/mlp.hlo --emit hlo", bin);
   CHECK_EQ_INT(run_cmd(cmd, &out), 0);
-  char *want = read_file("tests/hlo/compile/mlp.fuse.expected");
+  char *want = test_read_file("tests/hlo/compile/mlp.fuse.expected");
   CHECK(out && want && !strcmp(out, want));
   free(out);
   free(want);
   snprintf(cmd, sizeof cmd, "%s compile tests/hlo/compile/inline.hlo --emit hlo --dump-after inline --chip v4", bin);
   CHECK_EQ_INT(run_cmd(cmd, &out), 0);
-  want = read_file("tests/hlo/compile/inline.inline.expected");
+  want = test_read_file("tests/hlo/compile/inline.inline.expected");
   CHECK(out && want && !strcmp(out, want));
   free(out);
   free(want);

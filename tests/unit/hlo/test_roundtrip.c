@@ -8,23 +8,8 @@
 
 #include "base/alloc.h"
 #include "check.h"
+#include "util.h"
 #include "hlo/hlo.h"
-
-static char *read_all(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-    free(s);
-    s = NULL;
-  }
-  if (s) s[n] = 0;
-  fclose(f);
-  return s;
-}
 
 static int files_checked;
 
@@ -54,7 +39,7 @@ static void roundtrip(const char *path, const char *expected_path) {
     tpu_module_free(m2);
   }
   if (expected_path) {
-    char *want = read_all(expected_path);
+    char *want = test_read_file(expected_path);
     if (want) {
       if (strcmp(want, p1)) fprintf(stderr, "%s: printed text differs from %s\n", path, expected_path);
       CHECK_EQ_STR(p1, want);

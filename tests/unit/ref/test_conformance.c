@@ -15,21 +15,6 @@
 #include "ir/verify.h"
 #include "ref/ref.h"
 
-static int count_leaves(const tpu_tensor *t) {
-  if (t->dtype != TPU_TUPLE) return 1;
-  int n = 0;
-  for (int i = 0; i < t->ntuple; i++) n += count_leaves(&t->elems[i]);
-  return n;
-}
-
-static void collect(const tpu_tensor *t, const tpu_tensor **out, int *k) {
-  if (t->dtype != TPU_TUPLE) {
-    out[(*k)++] = t;
-    return;
-  }
-  for (int i = 0; i < t->ntuple; i++) collect(&t->elems[i], out, k);
-}
-
 static int file_exists(const char *p) {
   FILE *f = fopen(p, "rb");
   if (f) fclose(f);
@@ -126,9 +111,9 @@ static int run_case(const char *dir, const char *cname) {
     print_diag("run", &d);
     goto out;
   }
-  int n = count_leaves(&result), k = 0;
+  int n = tpu_tensor_count_leaves(&result), k = 0;
   const tpu_tensor **leaves = calloc((size_t)n, sizeof *leaves);
-  collect(&result, leaves, &k);
+  tpu_tensor_collect_leaves(&result, leaves);
   long bad = 0;
   int nwant = 0;
   for (k = 0;; k++) {
