@@ -30,6 +30,7 @@ typedef struct tpu__kinfo {
   tpu_dtype mm_dtype;
   int passes;
   const struct tpu_instr *mm; /* the dot/convolution (itself or inside the fusion) */
+  int mm_lhs, mm_rhs;      /* operand indices of `in` feeding the matmul's lhs / rhs, -1 */
   int64_t vpu, eup, xlu;   /* vreg-operations of the whole op per unit */
   int64_t space_vregs;     /* vector registers of its largest array */
   const char *what;        /* op kind label for vpu/eup/xlu instructions */
@@ -41,6 +42,10 @@ typedef struct tpu__kinfo {
   int64_t bm, bn, bk, bb, mb, nb, kb; /* matmul blocks */
   int64_t trips;           /* while: static trip count, -1 unknown */
   int vmem0, nvmem;        /* its VMEM buffers (consecutive) */
+  int64_t epi_bytes;       /* matmul: padded bytes of the epilogue operands (not lhs/rhs) */
+  /* memory-space assignment (vmem_assign.c) */
+  int vres;                /* its value stays in VMEM between kernels: no HBM buffer, no DMA */
+  int64_t vres_off;        /* its VMEM offset when vres */
 } tpu__kinfo;
 
 typedef struct tpu__be {

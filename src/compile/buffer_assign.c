@@ -156,6 +156,25 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
       for (int b = 0; b < in->nbranches; b++) bump(&tpu__be_info(be, in->branches[b]->root)->last_use, k->last_use);
     if (sub[0]) bump(&tpu__be_info(be, sub[0]->root)->last_use, k->last_use);
   }
+  /* A dynamic-update-slice whose operand dies with it updates that buffer in place (as
+   * XLA does when the operand's buffer can be reused): it owns none, and the operand's
+   * buffer lives as long as the result. */
+  for (int i = 0; i < n; i++) {
+    const tpu_instr *in = v[i].in;
+    tpu__kinfo *k = &be->k[v[i].idx];
+    if (in->op != TPU_OP_DYNAMIC_UPDATE_SLICE || !k->own) continue;
+    const tpu_instr *x = in->operands[0];
+    tpu__kinfo *ko = tpu__be_info(be, x);
+    for (int guard = 0; ko && !ko->own && x->op == TPU_OP_DYNAMIC_UPDATE_SLICE && guard < 1 << 20; guard++) {
+      x = x->operands[0]; /* an earlier in-place update: its owner */
+      ko = tpu__be_info(be, x);
+    }
+    if (!ko || !ko->own || ko->kind == TPU__K_WHILE || ko->nleaves != 1 || ko->pos <= 0 ||
+        ko->last_use != k->pos || x->parent != in->parent)
+      continue;
+    k->own = 0;
+    ko->last_use = k->last_use;
+  }
   /* First fit over offsets, buffers in order of definition. */
   int nact = 0;
   int64_t live_bytes = 0, peak = 0, foot = 0;

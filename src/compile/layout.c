@@ -100,9 +100,18 @@ static void kernel_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k) 
   k->padded_bytes = (double)(pin + pout);
   k->in_bytes = pin;
   k->out_bytes = pout;
-  int64_t sv = tpu__vregs(be, &in->shape);
+  /* The registers the kernel streams through: its largest array as read or written, so a
+   * dynamic-slice counts its slice, not the array it slices, and a dynamic-update-slice
+   * the update it writes in place. */
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  int64_t reg = sub * lanes * 4, sv = 0;
+  for (int l = 0; l < nl; l++) {
+    int64_t v = (write_bytes(be, in, l, 1) + reg - 1) / reg;
+    if (v > sv) sv = v;
+  }
   for (int i = 0; i < in->noperands; i++) {
-    int64_t v = tpu__vregs(be, &in->operands[i]->shape);
+    int64_t v = (read_bytes(be, in, i, 1) + reg - 1) / reg;
     if (v > sv) sv = v;
   }
   k->space_vregs = sv > 0 ? sv : 1;

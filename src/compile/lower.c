@@ -38,7 +38,9 @@ static tpu_vref fix(const tpu__be *be, tpu_vref r, int is_load, int mode, int64_
   int q = r.div > 0 ? r.div : 1;
   int ns = be->p->vmem[r.buf].nslots;
   if (mode == 0) return tpu_vref_make(r.buf, 0, 0);
-  if (mode == 1) return is_load ? tpu_vref_make(r.buf, 1, 1) : tpu_vref_make(r.buf, q, 0);
+  /* A load in iteration i fills tile i+1's slot; a load whose slot advances every q
+   * iterations runs only when (i+1) % q == 0 (its predicate), where (i+1)/q == i/q + 1. */
+  if (mode == 1) return is_load ? tpu_vref_make(r.buf, q, 1) : tpu_vref_make(r.buf, q, 0);
   return tpu_vref_make(r.buf, 0, (int)(((T - 1) / q) % ns));
 }
 
@@ -96,11 +98,13 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
   for (int j = 0; j < in->noperands; j++) {
     int64_t r = tpu__read_bytes(be, in, j);
     if (!r) continue;
+    int buf = k->vmem0 + (seq < 2 ? seq : 2);
+    seq++;
+    if (tpu__be_info(be, in->operands[j])->vres) continue; /* read in VMEM where it lives */
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
     d.hbm = tpu__be_buffer_of(be, in->operands[j], 0);
     d.bytes = cdiv(r, T);
-    d.dst = tpu_vref_make(k->vmem0 + (seq < 2 ? seq : 2), 1, 0);
-    seq++;
+    d.dst = tpu_vref_make(buf, 1, 0);
     tadd(&t, &d, 1);
   }
   tpu_vref src[3];
@@ -118,12 +122,12 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
     first = 0;
   }
   int nl = tpu__leaves(&in->shape);
-  for (int l = 0; l < nl; l++) {
+  for (int l = 0; l < nl && !k->vres; l++) {
     int64_t w = tpu__write_bytes(be, in, l);
     if (!w) continue;
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_OUT, k->op);
     d.src[0] = out;
-    d.hbm = k->hbm0 >= 0 ? k->hbm0 + l : -1;
+    d.hbm = k->hbm0 >= 0 ? k->hbm0 + l : tpu__be_buffer_of(be, in, l);
     d.bytes = cdiv(w, T);
     tadd(&t, &d, 0);
   }
@@ -133,15 +137,38 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
 static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
   tmpl t;
   t.n = 0;
-  int va = k->vmem0, vb = k->vmem0 + 1, vo = k->vmem0 + 2;
+  int va = k->vmem0, vb = k->vmem0 + 1, vo = k->vmem0 + 2, ve = k->nvmem > 3 ? k->vmem0 + 3 : -1;
   int pm = k->kb > 1 ? (int)k->kb : 0, pr = k->kb > 1 ? (int)k->kb - 1 : 0;
   for (int j = 0; j < 2; j++) {
     int64_t bytes = be->p->vmem[j ? vb : va].slot_bytes;
-    if (!bytes) continue;
+    int src = j ? k->mm_rhs : k->mm_lhs;
+    if (src < 0 && j < in->noperands) src = j; /* sources unknown: operands 0 and 1 */
+    if (!bytes || (src >= 0 && tpu__be_info(be, in->operands[src])->vres)) continue;
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
-    d.hbm = j < in->noperands ? tpu__be_buffer_of(be, in->operands[j], 0) : -1;
+    d.hbm = src >= 0 ? tpu__be_buffer_of(be, in->operands[src], 0) : -1;
     d.bytes = bytes;
     d.dst = tpu_vref_make(j ? vb : va, 1, 0);
+    tadd(&t, &d, 1);
+  }
+  /* Epilogue operands: one output block's slice each, loaded with the block's first
+   * K step (in iteration i the loads are tile i+1's: predicate (i+1) % kb == 0). */
+  int64_t oblocks = k->tiles / (k->kb > 0 ? k->kb : 1);
+  int nepi = 0;
+  for (int j = 0; ve >= 0 && j < in->noperands; j++) {
+    if (j == k->mm_lhs || j == k->mm_rhs) continue;
+    if ((k->mm_lhs < 0 || k->mm_rhs < 0) && j < 2) continue;
+    int64_t r = tpu__read_bytes(be, in, j);
+    if (!r || tpu__be_info(be, in->operands[j])->vres) continue;
+    tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
+    d.hbm = tpu__be_buffer_of(be, in->operands[j], 0);
+    d.bytes = cdiv(r, oblocks);
+    d.dst = tpu_vref_make(ve, (int)k->kb, 0);
+    d.pmod = pm;
+    d.prem = pr;
+    if (++nepi > 16) { /* keep the template bounded: fold the rest into the last load */
+      t.ins[t.n - 1].bytes += d.bytes;
+      continue;
+    }
     tadd(&t, &d, 1);
   }
   tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, k->op);
@@ -158,18 +185,20 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   mm.what = k->mm->op == TPU_OP_DOT ? "dot" : "convolution";
   tadd(&t, &mm, 0);
   tpu_vref o = tpu_vref_make(vo, (int)k->kb, 0);
-  int64_t writes = k->tiles / (k->kb > 0 ? k->kb : 1);
+  tpu_vref osrc[2] = {o, tpu_vref_make(ve, (int)k->kb, 0)};
+  int no = ve >= 0 ? 2 : 1;
+  int64_t writes = oblocks;
   int64_t ov = tpu__vregs(be, &in->shape);
-  if (k->eup) add_vec(&t, TPU_ISA_EUP, k, k->eup, ov, writes, &o, 1, o, pm, pr);
-  if (k->vpu) add_vec(&t, TPU_ISA_VPU, k, k->vpu, ov, writes, &o, 1, o, pm, pr);
-  if (k->xlu) add_vec(&t, TPU_ISA_XLU, k, k->xlu, ov, writes, &o, 1, o, pm, pr);
+  if (k->eup) add_vec(&t, TPU_ISA_EUP, k, k->eup, ov, writes, osrc, no, o, pm, pr);
+  if (k->vpu) add_vec(&t, TPU_ISA_VPU, k, k->vpu, ov, writes, osrc, no, o, pm, pr);
+  if (k->xlu) add_vec(&t, TPU_ISA_XLU, k, k->xlu, ov, writes, osrc, no, o, pm, pr);
   int nl = tpu__leaves(&in->shape);
-  for (int l = 0; l < nl; l++) {
+  for (int l = 0; l < nl && !k->vres; l++) {
     int64_t w = tpu__write_bytes(be, in, l);
     if (!w) continue;
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_OUT, k->op);
     d.src[0] = o;
-    d.hbm = k->hbm0 >= 0 ? k->hbm0 + l : -1;
+    d.hbm = k->hbm0 >= 0 ? k->hbm0 + l : tpu__be_buffer_of(be, in, l);
     d.bytes = cdiv(w, writes);
     d.pmod = pm;
     d.prem = pr;

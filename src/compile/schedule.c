@@ -101,20 +101,40 @@ static tpu_status plan_stream(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   return TPU_OK;
 }
 
-/* Matmul blocks: (bb products) x (bm x bk) by (bk x bn), chosen so that the A, B and
- * output blocks, double-buffered, fit the VMEM budget. */
+/* Bytes the matmul kernel reads of its lhs and rhs (whole operands), and of the other
+ * operands of a fusion around it: the epilogue operands (a residual add, a bias), which
+ * are read like the output, one output block's slice per block. */
+static void matmul_operand_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k, int64_t *lhs,
+                                 int64_t *rhs, int64_t *epi) {
+  *lhs = k->mm_lhs >= 0 ? tpu__read_bytes(be, in, k->mm_lhs) : tpu__padded_bytes(be, &k->mm->operands[0]->shape);
+  *rhs = k->mm_rhs >= 0 && k->mm_rhs != k->mm_lhs ? tpu__read_bytes(be, in, k->mm_rhs)
+                                                  : tpu__padded_bytes(be, &k->mm->operands[1]->shape);
+  *epi = 0;
+  for (int j = 0; j < in->noperands; j++)
+    if (j != k->mm_lhs && j != k->mm_rhs) *epi += tpu__read_bytes(be, in, j);
+  if (k->mm_lhs < 0 || k->mm_rhs < 0) { /* sources not found: whatever is left over */
+    *epi = k->in_bytes - *lhs - *rhs;
+    if (*epi < 0) *epi = 0;
+  }
+}
+
+/* Matmul blocks: (bb products) x (bm x bk) by (bk x bn), chosen so that the A, B, output
+ * and epilogue blocks, double-buffered, fit the VMEM budget. */
 static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   int64_t budget = tpu__vmem_budget(be->chip);
   int64_t ea = (int64_t)tpu_dtype_size(k->mm->operands[0]->shape.dtype);
   int64_t eb = (int64_t)tpu_dtype_size(k->mm->operands[1]->shape.dtype);
   const int64_t eo = 4; /* f32 / s32 accumulators */
+  int64_t lhs, rhs, epi;
+  matmul_operand_bytes(be, in, k, &lhs, &rhs, &epi);
+  k->epi_bytes = epi;
   int64_t mb = cdiv(k->m, 1024), nb = cdiv(k->n, 1024), kb = 1;
   int64_t bm, bn, bk;
   for (int guard = 0; guard < 200; guard++) {
     bm = cdiv(k->m, mb);
     bn = cdiv(k->n, nb);
     bk = cdiv(k->k, kb);
-    int64_t need = 2 * (bm * bk * ea + bk * bn * eb + bm * bn * eo);
+    int64_t need = 2 * (bm * bk * ea + bk * bn * eb + bm * bn * eo + cdiv(epi, k->b * mb * nb));
     if (need <= budget) break;
     if (bk > 2048) kb *= 2;
     else if (bm >= bn && bm > 8) mb *= 2;
@@ -129,7 +149,7 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   nb = cdiv(k->n, bn);
   kb = cdiv(k->k, bk);
   /* Group small products so one iteration moves about a tile's worth of bytes. */
-  int64_t blk = bm * bk * ea + bk * bn * eb + bm * bn * eo;
+  int64_t blk = bm * bk * ea + bk * bn * eb + bm * bn * eo + cdiv(epi, k->b * mb * nb);
   int64_t bb = blk > 0 ? TPU__TILE_TARGET * 4 / blk : 1;
   if (bb < 1) bb = 1;
   if (bb > k->b) bb = k->b;
@@ -143,15 +163,15 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   k->kb = kb;
   k->tiles = cdiv(k->b, bb) * mb * nb * kb;
   int slots = k->tiles > 1 ? 2 : 1;
-  int64_t lhs = tpu__padded_bytes(be, &k->mm->operands[0]->shape);
-  int64_t rest = k->in_bytes - lhs;
-  if (rest < 0) rest = 0;
+  int64_t oblocks = k->tiles / kb; /* output blocks */
   int64_t off = 0;
+  /* A is read once per column block, B once per row block, the output and the epilogue
+   * operands once. */
   TPU_TRY(add_vmem(be, k, &off, cdiv(lhs * nb, k->tiles), slots));
-  TPU_TRY(add_vmem(be, k, &off, cdiv(rest * mb, k->tiles), slots));
-  TPU_TRY(add_vmem(be, k, &off, cdiv(k->out_bytes * kb, k->tiles), slots));
+  TPU_TRY(add_vmem(be, k, &off, cdiv(rhs * mb, k->tiles), slots));
+  TPU_TRY(add_vmem(be, k, &off, cdiv(k->out_bytes, oblocks), slots));
+  if (epi > 0) TPU_TRY(add_vmem(be, k, &off, cdiv(epi, oblocks), slots));
   if (off > be->p->vmem_peak) be->p->vmem_peak = off;
-  (void)in;
   return TPU_OK;
 }
 

@@ -179,6 +179,9 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       c->flops += numel * (double)comp_ops(in->to_apply);
       c->padded_flops += padded * (double)comp_ops(in->to_apply);
       return;
+    case TPU_OP_DYNAMIC_UPDATE_SLICE: /* in place: only the update's registers move */
+      c->vpu += tpu__vregs(be, &in->operands[1]->shape);
+      return;
     case TPU_OP_SCATTER: {
       const tpu_shape *us = &in->operands[in->noperands - 1]->shape;
       c->vpu += tpu__vregs(be, us) * (1 + comp_ops(in->to_apply));
@@ -260,6 +263,18 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
 
 static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
 
+/* The operand index of fusion `f` whose value feeds `x` inside the fused computation,
+ * following layout-only and elementwise unary ops (convert, bitcast, copy...); -1 when
+ * `x` is computed from several operands. */
+static int fused_source(const tpu_instr *f, const tpu_instr *x) {
+  for (int guard = 0; x && guard < 64; guard++) {
+    if (x->op == TPU_OP_PARAMETER) return x->index < f->noperands ? (int)x->index : -1;
+    if (x->noperands != 1) return -1;
+    x = x->operands[0];
+  }
+  return -1;
+}
+
 static const tpu_instr *find_matmul(const tpu_comp *c) {
   for (int i = 0; c && i < c->ninstrs; i++)
     if (c->instrs[i]->op == TPU_OP_DOT || c->instrs[i]->op == TPU_OP_CONVOLUTION) return c->instrs[i];
@@ -283,6 +298,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   tpu__kinfo *k = tpu__be_info(be, in);
   k->op = -1;
   k->trips = -1;
+  k->mm_lhs = k->mm_rhs = -1;
   k->nleaves = tpu__leaves(&in->shape);
   k->what = tpu_op_name(in->op);
   switch (in->op) {
@@ -330,6 +346,13 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   if (mm) {
     k->kind = TPU__K_MATMUL;
     matmul_dims(be, mm, k);
+    if (mm == in) {
+      k->mm_lhs = 0;
+      k->mm_rhs = 1;
+    } else {
+      k->mm_lhs = fused_source(in, mm->operands[0]);
+      k->mm_rhs = fused_source(in, mm->operands[1]);
+    }
     const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols;
     po.m = k->m;
     po.k = k->k;

@@ -310,6 +310,117 @@ static void trip_counts(void) {
   tpu_module_free(m);
 }
 
+/* A dot with a residual add fused after it: the addend is read once, one output block's
+ * slice at a time (not whole with each weight block). */
+static void epilogue_slices(void) {
+  tpu_module *m = parse(
+      "HloModule epi\n"
+      "fused {\n"
+      "  p0 = bf16[4096,4096] parameter(0)\n"
+      "  p1 = bf16[4096,4096] parameter(1)\n"
+      "  p2 = bf16[4096,4096] parameter(2)\n"
+      "  d = bf16[4096,4096] dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  ROOT s = bf16[4096,4096] add(d, p2)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  r = bf16[4096,4096] parameter(0)\n"
+      "  a = bf16[4096,4096] parameter(1)\n"
+      "  b = bf16[4096,4096] parameter(2)\n"
+      "  ROOT f = bf16[4096,4096] fusion(a, b, r), kind=kOutput, calls=fused\n"
+      "}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, &g_chip, &d);
+  CHECK(p != NULL);
+  if (p) {
+    const int64_t whole = (int64_t)4096 * 4096 * 2;
+    int64_t bm = 0, bn = 0, r_bytes = 0, a_bytes = 0;
+    tpu_timeline tl;
+    CHECK(tpu_timing_run(p, &g_chip, 0, &tl, &d) == TPU_OK);
+    for (int i = 0; i < p->ninsns; i++)
+      if (p->insns[i].opc == TPU_ISA_MATMUL) {
+        bm = p->insns[i].m;
+        bn = p->insns[i].n;
+      }
+    CHECK(bm > 0 && bn > 0);
+    if (bm > 0 && bn > 0) {
+      int64_t mb = 4096 / bm, nb = 4096 / bn;
+      CHECK(mb * nb > 1); /* several output blocks, so a whole-addend load would show */
+      /* A once per column block, B once per row block, the addend and the result once. */
+      CHECK_NEAR(tl.hbm_bytes, (double)(whole * nb + whole * mb + 2 * whole), 0);
+    }
+    /* Bytes per execution of the loads from r and a, over the tile loop. */
+    for (int i = 0; i < p->ninsns; i++) {
+      const tpu_insn *x = &p->insns[i];
+      if (x->opc != TPU_ISA_DMA_IN || x->hbm < 0) continue;
+      if (!strcmp(p->hbm[x->hbm].name, "r")) r_bytes = x->bytes;
+      if (!strcmp(p->hbm[x->hbm].name, "a")) a_bytes = x->bytes;
+    }
+    CHECK(a_bytes > 0);
+    if (bm > 0 && bn > 0) CHECK_EQ_INT(r_bytes, bm * bn * 2); /* one output block of bf16 */
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+/* dynamic-slice costs the slice's registers; dynamic-update-slice writes its update in
+ * place into the operand's buffer when that dies with it. */
+static void dynamic_slices(void) {
+  tpu_module *m = parse(
+      "HloModule ds\n"
+      "ENTRY e {\n"
+      "  a = f32[80,1024,1024] parameter(0)\n"
+      "  u = f32[1,1024,1024] parameter(1)\n"
+      "  i = s32[] parameter(2)\n"
+      "  z = s32[] constant(0)\n"
+      "  s = f32[1,1024,1024] dynamic-slice(a, i, z, z), dynamic_slice_sizes={1,1024,1024}\n"
+      "  n = f32[80,1024,1024] negate(a)\n"
+      "  d = f32[80,1024,1024] dynamic-update-slice(n, u, i, z, z)\n"
+      "  ROOT t = (f32[1,1024,1024], f32[80,1024,1024]) tuple(s, d)\n"
+      "}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, &g_chip, &d);
+  CHECK(p != NULL);
+  if (p) {
+    tpu_timeline tl;
+    CHECK(tpu_timing_run(p, &g_chip, 0, &tl, &d) == TPU_OK);
+    int s = -1, du = -1;
+    for (int i = 0; i < p->nops; i++) {
+      if (!strcmp(p->ops[i].name, "s")) s = i;
+      if (!strcmp(p->ops[i].name, "d")) du = i;
+    }
+    CHECK(s >= 0 && du >= 0);
+    /* f32[1,1024,1024]: 1024 registers of 8 x 128 words, one copy each. */
+    if (s >= 0) { /* rounded up per tile of the loop */
+      CHECK(tl.ops[s].unit_cycles[TPU_UNIT_VPU] >= 1024);
+      CHECK(tl.ops[s].unit_cycles[TPU_UNIT_VPU] <= 1024 + p->ops[s].tiles);
+    }
+    if (du >= 0) {
+      /* the update's 1024 registers, split over the tile loop (rounded up per tile) */
+      CHECK(tl.ops[du].unit_cycles[TPU_UNIT_VPU] >= 1024);
+      CHECK(tl.ops[du].unit_cycles[TPU_UNIT_VPU] <= 1024 + p->ops[du].tiles);
+      /* update in, slice out, plus the three padded scalar indices */
+      CHECK_NEAR(tl.ops[du].hbm_bytes, 2.0 * 1024 * 1024 * 4 + 3 * 4096, 64);
+    }
+    int hn = -1, hd = -1;
+    for (int i = 0; i < p->nhbm; i++) {
+      if (!strcmp(p->hbm[i].name, "n")) hn = i;
+      if (!strcmp(p->hbm[i].name, "d")) hd = i;
+    }
+    CHECK(hn >= 0);
+    CHECK_EQ_INT(hd, -1); /* no buffer of its own */
+    for (int i = 0; hn >= 0 && i < p->ninsns; i++)
+      if (p->insns[i].opc == TPU_ISA_DMA_OUT && p->insns[i].op == du) CHECK_EQ_INT(p->insns[i].hbm, hn);
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -319,6 +430,8 @@ int main(void) {
   reuse_and_layout();
   dot_tiles();
   trip_counts();
+  epilogue_slices();
+  dynamic_slices();
   hbm_overflow();
   conformance(0);
   conformance(1);
