@@ -42,6 +42,7 @@ typedef struct tpu__kinfo {
   int64_t bm, bn, bk, bb, mb, nb, kb; /* matmul blocks */
   int64_t trips;           /* while: static trip count, -1 unknown */
   int vmem0, nvmem;        /* its VMEM buffers (consecutive) */
+  int64_t ws;              /* bytes of VMEM its tile buffers take (its working set) */
   int64_t epi_bytes;       /* matmul: padded bytes of the epilogue operands (not lhs/rhs) */
   /* memory-space assignment (vmem_assign.c) */
   int vres;                /* its value stays in VMEM between kernels: no HBM buffer, no DMA */
@@ -62,6 +63,7 @@ typedef struct tpu__be {
   const tpu_instr **caller; /* per computation: the while/call/conditional that runs it */
   unsigned char *scheduled; /* per computation: runs as kernels (not a fusion body etc.) */
   int64_t npos;
+  int dry;                 /* schedule's planners: only size the tile buffers, add none */
 } tpu__be;
 
 int tpu__be_comp_index(const tpu__be *be, const tpu_comp *c);
@@ -86,6 +88,15 @@ int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf);
 
 /* The HBM buffer holding leaf `leaf` of `in`'s value, following aliases; -1 if none. */
 int tpu__be_buffer_of(const tpu__be *be, const tpu_instr *in, int leaf);
+
+/* The VMEM working set of kernel `in` (its tile buffers, double-buffered), as the
+ * schedule pass will plan it (schedule.c). */
+int64_t tpu__kernel_vmem(tpu__be *be, const tpu_instr *in, tpu__kinfo *k);
+
+/* Memory-space assignment (vmem_assign.c, run by buffer-assign after liveness): marks the
+ * intermediate values that stay in VMEM between kernels (tpu__kinfo.vres) and adds a
+ * .vmem buffer (op -1) for each. */
+tpu_status tpu__assign_vmem(tpu__be *be);
 
 /* The passes, in order. */
 tpu_status tpu__pass_tile(tpu__be *be);

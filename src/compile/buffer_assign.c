@@ -1,5 +1,6 @@
-/* Back-end pass `buffer-assign`: liveness over the flattened schedule and HBM offsets with
- * reuse (first fit); fails when the program cannot fit the chip's HBM. */
+/* Back-end pass `buffer-assign`: liveness over the flattened schedule, memory-space
+ * assignment (which intermediate values stay in VMEM, vmem_assign.c) and HBM offsets with
+ * reuse (first fit) for the rest; fails when the program cannot fit the chip's HBM. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,13 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
     k->own = 0;
     ko->last_use = k->last_use;
   }
+  /* Memory-space assignment: the values that stay in VMEM get no HBM buffer. */
+  tpu_status vst = tpu__assign_vmem(be);
+  if (vst != TPU_OK) {
+    tpu_free(v);
+    tpu_free(act);
+    return vst;
+  }
   /* First fit over offsets, buffers in order of definition. */
   int nact = 0;
   int64_t live_bytes = 0, peak = 0, foot = 0;
@@ -183,7 +191,7 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
   for (int i = 0; i < n && st == TPU_OK; i++) {
     const tpu_instr *in = v[i].in;
     tpu__kinfo *k = &be->k[v[i].idx];
-    if (!k->own) continue;
+    if (!k->own || k->vres) continue;
     for (int a = 0; a < nact;) { /* expire */
       if (act[a].end < v[i].pos) {
         live_bytes -= act[a].size;

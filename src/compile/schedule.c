@@ -71,6 +71,10 @@ static int64_t trip_count(const tpu_instr *w) {
 /* ---- tile loops ---- */
 
 static tpu_status add_vmem(tpu__be *be, tpu__kinfo *k, int64_t *off, int64_t slot_bytes, int slots) {
+  if (be->dry) {
+    *off += (slot_bytes * slots + 511) / 512 * 512;
+    return TPU_OK;
+  }
   int v = tpu_program_add_vmem(be->p, k->op, *off, slot_bytes, slots);
   if (v < 0) return TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   if (!k->nvmem) k->vmem0 = v;
@@ -97,7 +101,8 @@ static tpu_status plan_stream(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   }
   for (int j = 0; j < nb; j++) TPU_TRY(add_vmem(be, k, &off, b[j], slots));
   TPU_TRY(add_vmem(be, k, &off, cdiv(k->out_bytes, t), slots));
-  if (off > be->p->vmem_peak) be->p->vmem_peak = off;
+  k->ws = off;
+  if (!be->dry && off > be->p->vmem_peak) be->p->vmem_peak = off;
   return TPU_OK;
 }
 
@@ -171,8 +176,18 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   TPU_TRY(add_vmem(be, k, &off, cdiv(rhs * mb, k->tiles), slots));
   TPU_TRY(add_vmem(be, k, &off, cdiv(k->out_bytes, oblocks), slots));
   if (epi > 0) TPU_TRY(add_vmem(be, k, &off, cdiv(epi, oblocks), slots));
-  if (off > be->p->vmem_peak) be->p->vmem_peak = off;
+  k->ws = off;
+  if (!be->dry && off > be->p->vmem_peak) be->p->vmem_peak = off;
   return TPU_OK;
+}
+
+int64_t tpu__kernel_vmem(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
+  be->dry = 1;
+  k->ws = 0;
+  if (k->kind == TPU__K_STREAM) (void)plan_stream(be, in, k);
+  else if (k->kind == TPU__K_MATMUL) (void)plan_matmul(be, in, k);
+  be->dry = 0;
+  return k->ws;
 }
 
 tpu_status tpu__pass_schedule(tpu__be *be) {

@@ -188,11 +188,10 @@ static void reuse_and_layout(void) {
   tpu_program *p = compile(m, &g_chip, &d);
   CHECK(p != NULL);
   if (p) {
-    /* f32[3,100] pads to (8,128): 4096 bytes. */
-    CHECK_EQ_INT(p->nhbm, 4);
+    /* f32[3,100] pads to (8,128): 4096 bytes. a and b stay in VMEM (vmem_residency). */
+    CHECK_EQ_INT(p->nhbm, 2);
     for (int i = 0; i < p->nhbm; i++) CHECK_EQ_INT(p->hbm[i].bytes, 4096);
-    CHECK_EQ_INT(p->hbm[3].offset, p->hbm[1].offset); /* c takes a's place */
-    CHECK_EQ_INT(p->hbm_footprint, 3 * 4096);
+    CHECK_EQ_INT(p->hbm_footprint, 2 * 4096);
     CHECK_EQ_INT(p->nops, 3);
     CHECK_NEAR(p->ops[0].flops, 300, 0);
     CHECK_NEAR(p->ops[0].padded_flops, 1024, 0);
@@ -203,6 +202,33 @@ static void reuse_and_layout(void) {
     for (int i = 0; i < p->ninsns; i++)
       if (p->insns[i].opc == TPU_ISA_EUP && p->insns[i].op == 1) eup++;
     CHECK_EQ_INT(eup, 1);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+/* The same chain with values larger than VMEM: they go through HBM, where c reuses a's
+ * bytes once b exists. */
+static void hbm_reuse(void) {
+  tpu_module *m = parse(
+      "HloModule chain\n"
+      "ENTRY e {\n"
+      "  x = f32[40960,1024] parameter(0)\n"
+      "  a = f32[40960,1024] negate(x)\n"
+      "  b = f32[40960,1024] exponential(a)\n"
+      "  ROOT c = f32[40960,1024] negate(b)\n"
+      "}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, &g_chip, &d);
+  CHECK(p != NULL);
+  if (p) {
+    const int64_t sz = (int64_t)40960 * 1024 * 4; /* 160 MiB each, VMEM is 128 MiB */
+    CHECK_EQ_INT(p->nhbm, 4);
+    for (int i = 0; i < p->nhbm; i++) CHECK_EQ_INT(p->hbm[i].bytes, sz);
+    CHECK_EQ_INT(p->hbm[3].offset, p->hbm[1].offset); /* c takes a's place */
+    CHECK_EQ_INT(p->hbm_footprint, 3 * sz);
   }
   tpu_program_free(p);
   tpu_module_free(m);
@@ -421,6 +447,60 @@ static void dynamic_slices(void) {
   tpu_module_free(m);
 }
 
+static int hbm_named(const tpu_program *p, const char *name) {
+  for (int i = 0; i < p->nhbm; i++)
+    if (!strcmp(p->hbm[i].name, name)) return i;
+  return -1;
+}
+
+/* Memory-space assignment: x -> a -> b with a small intermediate keeps `a` in VMEM (no HBM
+ * buffer, no DMA); with an intermediate larger than VMEM it goes through HBM. */
+static void vmem_residency(int rows) {
+  char src[400];
+  snprintf(src, sizeof src,
+           "HloModule chain\n"
+           "ENTRY e {\n"
+           "  x = f32[%d,1024] parameter(0)\n"
+           "  a = f32[%d,1024] exponential(x)\n"
+           "  ROOT b = f32[%d,1024] negate(a)\n"
+           "}\n",
+           rows, rows, rows);
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, &g_chip, &d);
+  CHECK(p != NULL);
+  if (p) {
+    const double bytes = (double)rows * 1024 * 4;
+    const int fits = bytes < (double)g_chip.vmem_bytes / 2;
+    tpu_timeline tl;
+    CHECK(tpu_timing_run(p, &g_chip, 0, &tl, &d) == TPU_OK);
+    int ha = hbm_named(p, "a");
+    int resident = 0;
+    for (int i = 0; i < p->nvmem; i++)
+      if (p->vmem[i].op == -1 && p->vmem[i].slot_bytes == (int64_t)bytes && p->vmem[i].nslots == 1) resident++;
+    if (fits) {
+      CHECK_EQ_INT(ha, -1);
+      CHECK_EQ_INT(resident, 1);
+      CHECK(p->vmem[p->nvmem - 1].offset >= 0);
+      CHECK_NEAR(tl.hbm_bytes, 2 * bytes, 0); /* x in, b out; nothing for a */
+      CHECK_EQ_INT(p->hbm_footprint, 2 * (int64_t)bytes);
+    } else {
+      CHECK(ha >= 0);
+      CHECK_EQ_INT(resident, 0);
+      CHECK_NEAR(tl.hbm_bytes, 4 * bytes, 0); /* x in, a out and back in, b out */
+    }
+    /* The same either way: every DMA names an HBM buffer. */
+    for (int i = 0; i < p->ninsns; i++)
+      if (p->insns[i].opc == TPU_ISA_DMA_IN || p->insns[i].opc == TPU_ISA_DMA_OUT) CHECK(p->insns[i].hbm >= 0);
+    CHECK(roundtrip(p, "vmem_residency"));
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -428,10 +508,13 @@ int main(void) {
     return 1;
   }
   reuse_and_layout();
+  hbm_reuse();
   dot_tiles();
   trip_counts();
   epilogue_slices();
   dynamic_slices();
+  vmem_residency(256);    /* 1 MiB */
+  vmem_residency(65536);  /* 256 MiB, more than v5e's VMEM */
   hbm_overflow();
   conformance(0);
   conformance(1);
