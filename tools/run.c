@@ -254,6 +254,16 @@ static int apply_trips(tpu_program *p, const tpu_loop_trips *t) {
   return set;
 }
 
+/* Shows the phase being worked on when standard error is a terminal (a large program
+ * takes a while to compile, run or time); `what` NULL clears it. Silent with --quiet and
+ * when standard error is a file or pipe, so error output stays one line. */
+static void progress(const run_opts *o, const char *what) {
+  if (o->quiet || !isatty(2)) return;
+  if (what) fprintf(stderr, "\r\033[Ktpusim: %s ...", what);
+  else fprintf(stderr, "\r\033[K");
+  fflush(stderr);
+}
+
 /* The timing half of the tpu backend: compile, time, print and write the reports. Returns
  * the exit status (0, 1 when a report file cannot be written, 2 on a program error). */
 static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, const tpu_loop_trips *trips) {
@@ -267,12 +277,18 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   int rc = 2;
   tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
   tpu_compile_opts co = {chip, NULL, NULL, o->precision};
-  if (tpu_compile(m, &co, &prog, &d) != TPU_OK) {
+  progress(o, "compiling");
+  tpu_status cst = tpu_compile(m, &co, &prog, &d);
+  progress(o, NULL);
+  if (cst != TPU_OK) {
     tpu_cli_report(&d);
     goto out;
   }
   int nset = apply_trips(prog, trips);
-  if (tpu_timing_run(prog, chip, 1, &tl, &d) != TPU_OK ||
+  progress(o, "timing");
+  tpu_status tst = tpu_timing_run(prog, chip, 1, &tl, &d);
+  progress(o, NULL);
+  if (tst != TPU_OK ||
       tpu_report_metrics_compute(&tl, chip, pk, &r, &d) != TPU_OK ||
       tpu_report_profile(&tl, r.clock_hz, &prof, &d) != TPU_OK) {
     tpu_cli_report(&d);
@@ -370,8 +386,10 @@ int tpu_cli_run(int argc, char **argv) {
     }
     /* Values run on the module as written (the compiler then rewrites it in place). */
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    progress(&o, "computing values");
     tpu_status st = tpu ? tpu_chip_run_values_trips(m, &chip, o.precision, args, nargs, &trips, &result, &d)
                         : tpu_ref_run(m, args, nargs, &result, &d);
+    progress(&o, NULL);
     if (st != TPU_OK) {
       tpu_cli_report(&d);
       goto cleanup;
