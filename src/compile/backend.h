@@ -40,6 +40,9 @@ typedef struct tpu__kinfo {
   /* schedule */
   int64_t tiles;           /* tile-loop iterations */
   int64_t bm, bn, bk, bb, mb, nb, kb; /* matmul blocks */
+  int n_outer;             /* matmul block order: 0 = m outer, n inner (the A row block stays
+                            * while B blocks stream past it); 1 = n outer (weight-stationary) */
+  int64_t qa, qb;          /* matmul: iterations between A / B block loads (1: every one) */
   int64_t trips;           /* while: static trip count, -1 unknown */
   int vmem0, nvmem;        /* its VMEM buffers (consecutive) */
   int64_t ws;              /* bytes of VMEM its tile buffers take (its working set) */

@@ -144,10 +144,16 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
     int src = j ? k->mm_rhs : k->mm_lhs;
     if (src < 0 && j < in->noperands) src = j; /* sources unknown: operands 0 and 1 */
     if (!bytes || (src >= 0 && tpu__be_info(be, in->operands[src])->vres)) continue;
+    /* A block that stays for q iterations loads when the next tile starts a new one. */
+    int64_t q = j ? k->qb : k->qa;
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
     d.hbm = src >= 0 ? tpu__be_buffer_of(be, in->operands[src], 0) : -1;
     d.bytes = bytes;
-    d.dst = tpu_vref_make(j ? vb : va, 1, 0);
+    d.dst = tpu_vref_make(j ? vb : va, (int)q, 0);
+    if (q > 1) {
+      d.pmod = (int)q;
+      d.prem = (int)q - 1;
+    }
     tadd(&t, &d, 1);
   }
   /* Epilogue operands: one output block's slice each, loaded with the block's first
@@ -172,8 +178,8 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
     tadd(&t, &d, 1);
   }
   tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, k->op);
-  mm.src[0] = tpu_vref_make(va, 1, 0);
-  mm.src[1] = tpu_vref_make(vb, 1, 0);
+  mm.src[0] = tpu_vref_make(va, (int)k->qa, 0);
+  mm.src[1] = tpu_vref_make(vb, (int)k->qb, 0);
   mm.dst = tpu_vref_make(vo, (int)k->kb, 0);
   mm.m = k->bm;
   mm.k = k->bk;

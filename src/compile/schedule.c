@@ -2,6 +2,7 @@
  * that fit VMEM double-buffered), its VMEM buffers, and static while-loop trip counts. */
 #include <string.h>
 
+#include "chip/timing.h"
 #include "compile/backend.h"
 
 int64_t tpu__vmem_budget(const tpu_chip *chip) {
@@ -123,59 +124,200 @@ static void matmul_operand_bytes(const tpu__be *be, const tpu_instr *in, tpu__ki
   }
 }
 
-/* Matmul blocks: (bb products) x (bm x bk) by (bk x bn), chosen so that the A, B, output
- * and epilogue blocks, double-buffered, fit the VMEM budget. */
+/* One blocking of a matmul kernel: (bb products) x (bm x bk) by (bk x bn) blocks, the
+ * block loop order, and what the cost model says of it. */
+typedef struct {
+  int64_t mb, nb, kb, bb, bm, bn, bk, tiles;
+  int n_outer;
+  int64_t qa, qb;          /* iterations between A / B loads */
+  int64_t sa, sb, so, se;  /* slot bytes: A, B, output, epilogue operands */
+  int64_t need;            /* VMEM bytes, double-buffered (f32 accumulators) */
+  double bytes;            /* HBM bytes the kernel moves */
+  double cycles;           /* estimated kernel cycles */
+} blocking;
+
+/* Load periods of the A and B blocks. Iterations run over (batch block, outer, inner, k)
+ * with k innermost. With one K step an operand whose block index depends only on the
+ * batch block and the outer loop keeps its block for `inner` iterations; with several K
+ * steps both blocks change every iteration. */
+static void load_periods(blocking *c) {
+  c->qa = c->qb = 1;
+  if (c->kb > 1) return;
+  if (!c->n_outer) {
+    c->qa = c->nb;
+    if (c->nb == 1) c->qb = c->mb;
+  } else {
+    c->qb = c->mb;
+    if (c->mb == 1) c->qa = c->nb;
+  }
+}
+
+/* HBM bytes of blocking c; an operand kept in VMEM between kernels costs none. */
+static double blocking_bytes(const blocking *c, int a_hbm, int b_hbm, int64_t out, int64_t epi) {
+  return (a_hbm ? (double)(c->tiles / c->qa) * (double)c->sa : 0) +
+         (b_hbm ? (double)(c->tiles / c->qb) * (double)c->sb : 0) + (double)out + (double)epi;
+}
+
+/* Cycles of blocking c's tile loop as lowered (lower.c) and timed (docs/timing.md): one
+ * HBM port taken by the DMAs in program order (tile i+1's loads, then tile i's store), a
+ * load's data usable `lat` cycles after its transfer, a load into a slot only after the
+ * matmul two tiles back has read it, `mxu` cycles per tile. The loop is simulated for up
+ * to SIM_TILES iterations and extended linearly from the second half of those (its
+ * steady state); vector epilogue work is left out (the same for every blocking). */
+#define SIM_TILES 2048
+static double pipeline_cycles(const blocking *c, double bpc, double lat, double mxu) {
+  int64_t T = c->tiles, n = T < SIM_TILES ? T : SIM_TILES;
+  double port = 0, ready = 0, mxu_end = 0, prev_end = 0, half = 0;
+  /* tile 0's loads */
+  port = (double)(c->sa + c->sb + c->se) / bpc;
+  ready = port + lat;
+  for (int64_t i = 0; i < n; i++) {
+    double next_ready = ready;
+    if (i + 1 < T) {
+      int64_t j = i + 1;
+      double bytes = (j % c->qa == 0 ? (double)c->sa : 0) + (j % c->qb == 0 ? (double)c->sb : 0) +
+                     (j % c->kb == 0 ? (double)c->se : 0);
+      if (bytes > 0) {
+        double st = port > prev_end ? port : prev_end; /* slot of tile i-1 read by then */
+        port = st + bytes / bpc;
+        next_ready = port + lat;
+      }
+    }
+    double st = mxu_end > ready ? mxu_end : ready;
+    prev_end = mxu_end;
+    mxu_end = st + mxu;
+    if ((i + 1) % c->kb == 0) port = (port > mxu_end ? port : mxu_end) + (double)c->so / bpc;
+    ready = next_ready;
+    if (i + 1 == n / 2) half = port > mxu_end ? port : mxu_end;
+  }
+  double end = port > mxu_end ? port : mxu_end;
+  if (n < T) end += (end - half) / (double)(n - n / 2) * (double)(T - n);
+  return end;
+}
+
+/* Fills the sizes of blocking c (mb, nb, kb, n_outer set) and its estimated cycles: the
+ * first tile's loads and the HBM latency, then the larger of the MXU time of all tiles
+ * and the DMA time of all other transfers (double buffering overlaps them), then the
+ * last output block's store. */
+static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, int64_t eb, int64_t lhs,
+                          int64_t rhs, int64_t epi, blocking *c) {
+  const int64_t eo = 4; /* f32 / s32 accumulators */
+  c->bm = cdiv(k->m, c->mb);
+  c->bn = cdiv(k->n, c->nb);
+  c->bk = cdiv(k->k, c->kb);
+  c->mb = cdiv(k->m, c->bm);
+  c->nb = cdiv(k->n, c->bn);
+  c->kb = cdiv(k->k, c->bk);
+  /* Group small products so one iteration moves about a tile's worth of bytes. */
+  int64_t blk = c->bm * c->bk * ea + c->bk * c->bn * eb + c->bm * c->bn * eo + cdiv(epi, k->b * c->mb * c->nb);
+  int64_t bb = blk > 0 ? TPU__TILE_TARGET * 4 / blk : 1;
+  int64_t budget = tpu__vmem_budget(be->chip);
+  if (bb < 1) bb = 1;
+  if (bb > k->b) bb = k->b;
+  while (bb > 1 && 2 * bb * blk > budget) bb /= 2;
+  c->bb = bb;
+  int64_t nbb = cdiv(k->b, bb);
+  c->tiles = nbb * c->mb * c->nb * c->kb;
+  int64_t oblocks = nbb * c->mb * c->nb;
+  c->sa = cdiv(lhs, nbb * c->mb * c->kb);
+  c->sb = cdiv(rhs, nbb * c->nb * c->kb);
+  c->so = cdiv(k->out_bytes, oblocks);
+  c->se = cdiv(epi, oblocks);
+  /* VMEM: the slots add_vmem will make (padded bytes, 512-aligned), and at least the
+   * double-buffered blocks with f32 accumulators. */
+  int64_t need = 0, sl[4] = {c->sa, c->sb, c->so, c->se};
+  for (int i = 0; i < 4; i++) need += (2 * sl[i] + 511) / 512 * 512;
+  c->need = need > 2 * bb * blk ? need : 2 * bb * blk;
+  load_periods(c);
+  c->bytes = blocking_bytes(c, 1, 1, k->out_bytes, epi);
+  tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, -1);
+  mm.m = c->bm;
+  mm.k = c->bk;
+  mm.n = c->bn;
+  mm.b = bb;
+  mm.mxus = (int)(be->chip->mxus_per_core * be->chip->tensorcores);
+  mm.passes = k->passes;
+  mm.dtype = k->mm_dtype;
+  int64_t cm = 0;
+  if (tpu_timing_matmul_cycles(&mm, be->chip, &cm, NULL) != TPU_OK) cm = 0;
+  double bpc = be->chip->hbm_bw > 0 && be->chip->clock_hz > 0 ? be->chip->hbm_bw / be->chip->clock_hz : 1;
+  double lat_s = be->chip->hbm_latency_s > 0 ? be->chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+  c->cycles = pipeline_cycles(c, bpc, lat_s * be->chip->clock_hz, (double)cm);
+}
+
+/* Whether candidate c beats the best so far: clearly faster (by more than 1 %), or about
+ * as fast (within 1 %) and moving fewer HBM bytes, then fewer tiles. */
+static int better(const blocking *c, const blocking *best) {
+  if (c->cycles < best->cycles * 0.99) return 1;
+  if (c->cycles > best->cycles * 1.01) return 0;
+  if (c->bytes != best->bytes) return c->bytes < best->bytes;
+  return c->tiles < best->tiles;
+}
+
+/* Matmul blocks and loop order, chosen by the cost model (docs/isa.md): every split of M,
+ * N and K into 2^i blocks (K split only down to the MXU rows, M to the sublanes, N to the
+ * MXU columns, at most 256 blocks each) in both block orders whose double-buffered A, B,
+ * output and epilogue blocks fit the VMEM budget; the estimated fastest wins. With one K
+ * step the block of the outer loop's operand stays in VMEM while the inner loop's blocks
+ * stream past it, so that operand is read once; the other once per outer block. */
 static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   int64_t budget = tpu__vmem_budget(be->chip);
   int64_t ea = (int64_t)tpu_dtype_size(k->mm->operands[0]->shape.dtype);
   int64_t eb = (int64_t)tpu_dtype_size(k->mm->operands[1]->shape.dtype);
-  const int64_t eo = 4; /* f32 / s32 accumulators */
   int64_t lhs, rhs, epi;
   matmul_operand_bytes(be, in, k, &lhs, &rhs, &epi);
   k->epi_bytes = epi;
-  int64_t mb = cdiv(k->m, 1024), nb = cdiv(k->n, 1024), kb = 1;
-  int64_t bm, bn, bk;
-  for (int guard = 0; guard < 200; guard++) {
-    bm = cdiv(k->m, mb);
-    bn = cdiv(k->n, nb);
-    bk = cdiv(k->k, kb);
-    int64_t need = 2 * (bm * bk * ea + bk * bn * eb + bm * bn * eo + cdiv(epi, k->b * mb * nb));
-    if (need <= budget) break;
-    if (bk > 2048) kb *= 2;
-    else if (bm >= bn && bm > 8) mb *= 2;
-    else if (bn > be->chip->mxu_cols) nb *= 2;
-    else if (bk > be->chip->mxu_rows) kb *= 2;
-    else break;
+  const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols, S = 8;
+  blocking best, smallest;
+  int have = 0;
+  memset(&best, 0, sizeof best);
+  memset(&smallest, 0, sizeof smallest);
+  for (int64_t kb = 1; kb <= 256 && (kb == 1 || cdiv(k->k, kb) >= R); kb *= 2)
+    for (int64_t mb = 1; mb <= 256 && (mb == 1 || cdiv(k->m, mb) >= S); mb *= 2)
+      for (int64_t nb = 1; nb <= 256 && (nb == 1 || cdiv(k->n, nb) >= C); nb *= 2)
+        for (int o = 0; o < 2; o++) {
+          if (o && kb > 1) continue; /* the order matters only with one K step */
+          blocking c;
+          memset(&c, 0, sizeof c);
+          c.mb = mb;
+          c.nb = nb;
+          c.kb = kb;
+          c.n_outer = o;
+          size_blocking(be, k, ea, eb, lhs, rhs, epi, &c);
+          if (c.mb != mb || c.nb != nb || c.kb != kb) continue; /* same blocks as a smaller split */
+          if (!smallest.tiles || c.need < smallest.need) smallest = c;
+          if (c.need > budget) continue;
+          if (!have || better(&c, &best)) best = c;
+          have = 1;
+        }
+  if (!have) best = smallest; /* nothing fits: the smallest, which schedule reports */
+  /* An operand kept in VMEM between kernels costs no HBM bytes: with one K step, take the
+   * order that moves fewer bytes given where the operands live (same blocks, same VMEM). */
+  int a_hbm = !(k->mm_lhs >= 0 && tpu__be_info(be, in->operands[k->mm_lhs])->vres);
+  int b_hbm = !(k->mm_rhs >= 0 && tpu__be_info(be, in->operands[k->mm_rhs])->vres);
+  if (best.kb == 1 && (!a_hbm || !b_hbm)) {
+    blocking alt = best;
+    alt.n_outer = !best.n_outer;
+    load_periods(&alt);
+    if (blocking_bytes(&alt, a_hbm, b_hbm, 0, 0) < blocking_bytes(&best, a_hbm, b_hbm, 0, 0)) best = alt;
   }
-  bm = cdiv(k->m, mb);
-  bn = cdiv(k->n, nb);
-  bk = cdiv(k->k, kb);
-  mb = cdiv(k->m, bm);
-  nb = cdiv(k->n, bn);
-  kb = cdiv(k->k, bk);
-  /* Group small products so one iteration moves about a tile's worth of bytes. */
-  int64_t blk = bm * bk * ea + bk * bn * eb + bm * bn * eo + cdiv(epi, k->b * mb * nb);
-  int64_t bb = blk > 0 ? TPU__TILE_TARGET * 4 / blk : 1;
-  if (bb < 1) bb = 1;
-  if (bb > k->b) bb = k->b;
-  while (bb > 1 && 2 * bb * blk > budget) bb /= 2;
-  k->bm = bm;
-  k->bn = bn;
-  k->bk = bk;
-  k->bb = bb;
-  k->mb = mb;
-  k->nb = nb;
-  k->kb = kb;
-  k->tiles = cdiv(k->b, bb) * mb * nb * kb;
+  k->bm = best.bm;
+  k->bn = best.bn;
+  k->bk = best.bk;
+  k->bb = best.bb;
+  k->mb = best.mb;
+  k->nb = best.nb;
+  k->kb = best.kb;
+  k->n_outer = best.n_outer;
+  k->qa = best.qa;
+  k->qb = best.qb;
+  k->tiles = best.tiles;
   int slots = k->tiles > 1 ? 2 : 1;
-  int64_t oblocks = k->tiles / kb; /* output blocks */
   int64_t off = 0;
-  /* A is read once per column block, B once per row block, the output and the epilogue
-   * operands once. */
-  TPU_TRY(add_vmem(be, k, &off, cdiv(lhs * nb, k->tiles), slots));
-  TPU_TRY(add_vmem(be, k, &off, cdiv(rhs * mb, k->tiles), slots));
-  TPU_TRY(add_vmem(be, k, &off, cdiv(k->out_bytes, oblocks), slots));
-  if (epi > 0) TPU_TRY(add_vmem(be, k, &off, cdiv(epi, oblocks), slots));
+  TPU_TRY(add_vmem(be, k, &off, best.sa, slots));
+  TPU_TRY(add_vmem(be, k, &off, best.sb, slots));
+  TPU_TRY(add_vmem(be, k, &off, best.so, slots));
+  if (epi > 0) TPU_TRY(add_vmem(be, k, &off, best.se, slots));
   k->ws = off;
   if (!be->dry && off > be->p->vmem_peak) be->p->vmem_peak = off;
   return TPU_OK;

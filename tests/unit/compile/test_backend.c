@@ -361,20 +361,28 @@ static void epilogue_slices(void) {
   CHECK(p != NULL);
   if (p) {
     const int64_t whole = (int64_t)4096 * 4096 * 2;
-    int64_t bm = 0, bn = 0, r_bytes = 0, a_bytes = 0;
+    int64_t bm = 0, bn = 0, bk = 0, b_div = 0, r_bytes = 0, a_bytes = 0;
     tpu_timeline tl;
     CHECK(tpu_timing_run(p, &g_chip, 0, &tl, &d) == TPU_OK);
     for (int i = 0; i < p->ninsns; i++)
       if (p->insns[i].opc == TPU_ISA_MATMUL) {
         bm = p->insns[i].m;
         bn = p->insns[i].n;
+        bk = p->insns[i].k;
+        b_div = p->insns[i].src[1].div;
       }
     CHECK(bm > 0 && bn > 0);
     if (bm > 0 && bn > 0) {
       int64_t mb = 4096 / bm, nb = 4096 / bn;
       CHECK(mb * nb > 1); /* several output blocks, so a whole-addend load would show */
-      /* A once per column block, B once per row block, the addend and the result once. */
-      CHECK_NEAR(tl.hbm_bytes, (double)(whole * nb + whole * mb + 2 * whole), 0);
+      /* With one K step the outer loop's operand is read once and the other once per outer
+       * block (weight-stationary when n is outer: B's load period is mb); with K split,
+       * A once per column block and B once per row block. Addend and result once. */
+      int64_t kb = 4096 / bk, ab = whole * nb, bbytes = whole * mb;
+      if (kb == 1 && b_div == mb && mb > 1) ab = whole * nb, bbytes = whole;
+      else if (kb == 1) ab = whole;
+      CHECK_NEAR(tl.hbm_bytes, (double)(ab + bbytes + 2 * whole), 0);
+      CHECK(tl.hbm_bytes < (double)(whole * nb + whole * mb + 2 * whole) || mb == 1 || nb == 1);
     }
     /* Bytes per execution of the loads from r and a, over the tile loop. */
     for (int i = 0; i < p->ninsns; i++) {
@@ -501,6 +509,66 @@ static void vmem_residency(int rows) {
   tpu_module_free(m);
 }
 
+/* HBM bytes of a matmul against the closed form (each operand read once, the output
+ * written once) when an operand panel fits VMEM, on chip c. Returns the bytes moved. */
+static double dot_bytes(const tpu_chip *c, const char *dt, const char *ot, int64_t M, int64_t K, int64_t N,
+                        int64_t *tiles) {
+  char src[600];
+  snprintf(src, sizeof src,
+           "HloModule mm\nENTRY e {\n  a = %s[%lld,%lld] parameter(0)\n  b = %s[%lld,%lld] parameter(1)\n"
+           "  ROOT c = %s[%lld,%lld] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+           dt, (long long)M, (long long)K, dt, (long long)K, (long long)N, ot, (long long)M, (long long)N);
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  if (!m) return -1;
+  tpu_diag d;
+  tpu_program *p = compile(m, c, &d);
+  CHECK(p != NULL);
+  double bytes = -1;
+  if (p) {
+    tpu_timeline tl;
+    CHECK(tpu_timing_run(p, c, 0, &tl, &d) == TPU_OK);
+    bytes = tl.hbm_bytes;
+    *tiles = p->ops[0].tiles;
+    CHECK(roundtrip(p, "dot_bytes"));
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return bytes;
+}
+
+static void operand_reuse(void) {
+  tpu_diag d;
+  tpu_chip v1;
+  CHECK(tpu_chip_load("v1", &v1, &d) == TPU_OK);
+  int64_t tiles = 0;
+  /* TPU v1, a CNN0-like layer (M = 8 x 19 x 19 positions, 3x3x256 -> 256): the 576 KiB
+   * weight panel stays in the Unified Buffer while the activations stream past it, so
+   * every operand is read once although M is split into several blocks. Tiled layout:
+   * the s8 lhs's 2888 rows pad to 2912 (32-row tiles), the s32 output's stay 2888. */
+  double b = dot_bytes(&v1, "s8", "s32", 2888, 2304, 256, &tiles);
+  CHECK_NEAR(b, 2912.0 * 2304 + 2304.0 * 256 + 2888.0 * 256 * 4, 0);
+  CHECK(tiles > 1);
+  /* v5e, bf16 16384 x 4096 by 4096 x 1024: 8 MiB of weights fit the VMEM budget. */
+  b = dot_bytes(&g_chip, "bf16", "bf16", 16384, 4096, 1024, &tiles);
+  CHECK_NEAR(b, 2.0 * (16384.0 * 4096 + 4096.0 * 1024 + 16384.0 * 1024), 0);
+  CHECK(tiles > 1);
+  /* 1024^3 bf16: pipelined over several tiles and still at the closed form. */
+  b = dot_bytes(&g_chip, "bf16", "bf16", 1024, 1024, 1024, &tiles);
+  CHECK_NEAR(b, 2.0 * 3 * 1024 * 1024, 0);
+  CHECK(tiles > 1);
+  /* 16384^3 bf16: no whole operand (512 MiB) fits VMEM, so a panel is re-read; the bytes
+   * exceed the closed form but stay below the square-block scheme that re-reads A per
+   * column block and B per row block (1024 blocks: 16 x each operand). */
+  b = dot_bytes(&g_chip, "bf16", "bf16", 16384, 16384, 16384, &tiles);
+  const double whole = 2.0 * 16384 * 16384;
+  CHECK(b >= 3 * whole);
+  CHECK(b < 34 * whole);
+  printf("16384^3 bf16 on v5e: %.3g bytes = %.2f x the closed form, %lld tiles\n", b, b / (3 * whole),
+         (long long)tiles);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -512,6 +580,7 @@ int main(void) {
   dot_tiles();
   trip_counts();
   epilogue_slices();
+  operand_reuse();
   dynamic_slices();
   vmem_residency(256);    /* 1 MiB */
   vmem_residency(65536);  /* 256 MiB, more than v5e's VMEM */
