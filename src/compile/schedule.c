@@ -164,7 +164,7 @@ static double blocking_bytes(const blocking *c, int a_hbm, int b_hbm, int64_t ou
  * matmul two tiles back has read it, `mxu` cycles per tile. The loop is simulated for up
  * to SIM_TILES iterations and extended linearly from the second half of those (its
  * steady state); vector epilogue work is left out (the same for every blocking). */
-#define SIM_TILES 2048
+#define SIM_TILES 512
 static double pipeline_cycles(const blocking *c, double bpc, double lat, double mxu) {
   int64_t T = c->tiles, n = T < SIM_TILES ? T : SIM_TILES;
   double port = 0, ready = 0, mxu_end = 0, prev_end = 0, half = 0;
@@ -254,9 +254,9 @@ static int better(const blocking *c, const blocking *best) {
   return c->tiles < best->tiles;
 }
 
-/* Matmul blocks and loop order, chosen by the cost model (docs/isa.md): every split of M,
- * N and K into 2^i blocks (K split only down to the MXU rows, M to the sublanes, N to the
- * MXU columns, at most 256 blocks each) in both block orders whose double-buffered A, B,
+/* Matmul blocks and loop order, chosen by the cost model (docs/isa.md): every split of M
+ * and N into 1-8, 12, 16, 24, ... 256 blocks and of K into 2^i blocks (K only down to the
+ * MXU rows, M to the sublanes, N to the MXU columns) in both block orders whose double-buffered A, B,
  * output and epilogue blocks fit the VMEM budget; the estimated fastest wins. With one K
  * step the block of the outer loop's operand stays in VMEM while the inner loop's blocks
  * stream past it, so that operand is read once; the other once per outer block. */
@@ -272,10 +272,13 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   int have = 0;
   memset(&best, 0, sizeof best);
   memset(&smallest, 0, sizeof smallest);
+  static const int64_t splits[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  const int ns = (int)(sizeof splits / sizeof splits[0]);
   for (int64_t kb = 1; kb <= 256 && (kb == 1 || cdiv(k->k, kb) >= R); kb *= 2)
-    for (int64_t mb = 1; mb <= 256 && (mb == 1 || cdiv(k->m, mb) >= S); mb *= 2)
-      for (int64_t nb = 1; nb <= 256 && (nb == 1 || cdiv(k->n, nb) >= C); nb *= 2)
+    for (int im = 0; im < ns && (im == 0 || cdiv(k->m, splits[im]) >= S); im++)
+      for (int in_ = 0; in_ < ns && (in_ == 0 || cdiv(k->n, splits[in_]) >= C); in_++)
         for (int o = 0; o < 2; o++) {
+          const int64_t mb = splits[im], nb = splits[in_];
           if (o && kb > 1) continue; /* the order matters only with one K step */
           blocking c;
           memset(&c, 0, sizeof c);
