@@ -167,7 +167,7 @@ static double blocking_bytes(const blocking *c, int a_hbm, int b_hbm, int64_t ou
 #define SIM_TILES 512
 static double pipeline_cycles(const blocking *c, double bpc, double lat, double mxu) {
   int64_t T = c->tiles, n = T < SIM_TILES ? T : SIM_TILES;
-  double port = 0, ready = 0, mxu_end = 0, prev_end = 0, half = 0;
+  double port = 0, ready = 0, mxu_end = 0, half = 0;
   /* tile 0's loads */
   port = (double)(c->sa + c->sb + c->se) / bpc;
   ready = port + lat;
@@ -178,13 +178,12 @@ static double pipeline_cycles(const blocking *c, double bpc, double lat, double 
       double bytes = (j % c->qa == 0 ? (double)c->sa : 0) + (j % c->qb == 0 ? (double)c->sb : 0) +
                      (j % c->kb == 0 ? (double)c->se : 0);
       if (bytes > 0) {
-        double st = port > prev_end ? port : prev_end; /* slot of tile i-1 read by then */
+        double st = port > mxu_end ? port : mxu_end; /* tile i-1's slot: read by then */
         port = st + bytes / bpc;
         next_ready = port + lat;
       }
     }
     double st = mxu_end > ready ? mxu_end : ready;
-    prev_end = mxu_end;
     mxu_end = st + mxu;
     if ((i + 1) % c->kb == 0) port = (port > mxu_end ? port : mxu_end) + (double)c->so / bpc;
     ready = next_ready;
