@@ -65,6 +65,7 @@ static void put_insn(tpu_strbuf *b, const tpu_insn *in, int index, int depth) {
   }
   if (in->op >= 0) tpu_strbuf_printf(b, " op=%d", in->op);
   if (in->pmod) tpu_strbuf_printf(b, " when=%d:%d", in->pmod, in->prem);
+  if (in->prefetch) tpu_strbuf_append(b, " prefetch=1", 11);
   tpu_strbuf_append(b, "\n", 1);
 }
 
@@ -417,6 +418,10 @@ static tpu_status parse_insn_line(lx *x) {
       TPU_TRY(parse_int(x, 1, &in.pmod));
       if (!eat(x, ':')) return perr(x, x->s, "expected ':' in when=MOD:REM%s", "");
       TPU_TRY(parse_int(x, 0, &in.prem));
+    } else if (!strcmp(key, "prefetch")) {
+      const char *pat = x->s;
+      TPU_TRY(parse_int(x, 0, &in.prefetch));
+      if (in.prefetch > 1) return perr(x, pat, "prefetch must be 0 or 1%s", "");
     } else {
       return perr(x, vat - strlen(key) - 1, "unknown key '%s'", key);
     }

@@ -75,6 +75,8 @@ typedef struct tpu_insn {
   int64_t trips;                   /* loop: iterations (-1: unknown); cond: branches; case: index */
   int pmod, prem;                  /* predicate: runs only when i % pmod == prem (pmod 0: always) */
   int at;                          /* wait: instruction index */
+  int prefetch;                    /* dma.in: 1 = may start before the preceding `kernel`
+                                    * barrier, while the previous kernel runs (docs/isa.md) */
   const char *what;                /* vpu/eup/xlu: op kind; loop/cond: HLO name (program-owned) */
 } tpu_insn;
 

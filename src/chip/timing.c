@@ -13,6 +13,8 @@ typedef struct {
   int64_t unit_free[TPU_UNIT_COUNT];
   int64_t port_free;  /* the HBM port shared by both DMA directions */
   int64_t barrier;    /* nothing issues before this (kernel/sync/wait) */
+  int64_t pre;        /* the barrier a prefetch dma.in obeys: the one before the last kernel */
+  int pre_op;         /* the op whose kernel runs while prefetches of the next one issue, -1 */
   int64_t horizon;    /* the latest completion so far */
   double hbm_wait;
   int cur_op;         /* the op whose kernel is open, -1 */
@@ -36,12 +38,76 @@ typedef struct {
   int64_t lat;            /* HBM latency, cycles */
   double bpc;             /* HBM bytes per cycle */
   int64_t cap_events;
+  int64_t *hbm_ready;     /* per HBM buffer: completion of its latest writer (dma.out/.hbm) */
+  int64_t *op_lo, *op_hi; /* per op: the VMEM address hull of its buffers (lo == hi: none) */
+  int64_t *pi;            /* HBM port busy intervals [pi[2j], pi[2j+1]), sorted, disjoint */
+  int npi;
+  int64_t port_floor;     /* intervals before this were dropped: treat it as busy */
   int64_t issues;         /* instruction runs so far (a guard against runaway programs) */
 } tstate;
 
 #define MAX_ISSUES ((int64_t)2000000000)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The port intervals kept for prefetches to fill gaps between; older ones are dropped
+ * (port_floor), which can only delay a prefetch, never advance it. */
+#define PORT_CAP 4096
+
+/* Records [s, e) as busy on the HBM port, merging with touching neighbours. */
+static void port_add(tstate *t, int64_t s, int64_t e) {
+  if (e <= s) return;
+  int j = t->npi;
+  while (j > 0 && t->pi[2 * (j - 1)] > s) j--; /* first interval starting after s */
+  if (j > 0 && t->pi[2 * (j - 1) + 1] == s) { /* extends the previous one */
+    t->pi[2 * (j - 1) + 1] = e;
+    if (j < t->npi && t->pi[2 * j] == e) {
+      t->pi[2 * (j - 1) + 1] = t->pi[2 * j + 1];
+      memmove(&t->pi[2 * j], &t->pi[2 * j + 2], (size_t)(t->npi - j - 1) * 2 * sizeof(int64_t));
+      t->npi--;
+    }
+    return;
+  }
+  if (j < t->npi && t->pi[2 * j] == e) { /* extends the next one backwards */
+    t->pi[2 * j] = s;
+    return;
+  }
+  if (t->npi == PORT_CAP) { /* drop the older half */
+    int h = PORT_CAP / 2;
+    t->port_floor = t->pi[2 * (h - 1) + 1];
+    memmove(t->pi, &t->pi[2 * h], (size_t)(t->npi - h) * 2 * sizeof(int64_t));
+    t->npi -= h;
+    j -= h;
+    if (j < 0) j = 0;
+    if (s < t->port_floor) return; /* only a prefetch could land there, and none does */
+  }
+  memmove(&t->pi[2 * j + 2], &t->pi[2 * j], (size_t)(t->npi - j) * 2 * sizeof(int64_t));
+  t->pi[2 * j] = s;
+  t->pi[2 * j + 1] = e;
+  t->npi++;
+}
+
+/* The earliest start >= s at which the port is idle for dur cycles. */
+static int64_t port_gap(const tstate *t, int64_t s, int64_t dur) {
+  if (s < t->port_floor) s = t->port_floor;
+  for (int j = 0; j < t->npi; j++) {
+    if (t->pi[2 * j + 1] <= s) continue;
+    if (t->pi[2 * j] >= s + dur) return s;
+    s = t->pi[2 * j + 1];
+  }
+  return s;
+}
+
+/* May prefetch dma.in `in` start early? Only while a kernel runs whose VMEM buffers it
+ * does not overlap (the compiler places them apart; an assembled program may not). */
+static int prefetch_ok(const tstate *t, const tpu_insn *in) {
+  if (!in->prefetch || in->opc != TPU_ISA_DMA_IN || t->m.pre_op < 0 || in->dst.buf < 0)
+    return 0;
+  const tpu_vmem_buf *b = &t->p->vmem[in->dst.buf];
+  int64_t lo = b->offset, hi = b->offset + b->slot_bytes * b->nslots;
+  int64_t plo = t->op_lo[t->m.pre_op], phi = t->op_hi[t->m.pre_op];
+  return plo >= phi || hi <= plo || phi <= lo;
+}
 
 tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
                                     tpu_diag *d) {
@@ -89,9 +155,14 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   const tpu_insn *in = &t->p->insns[idx];
   const int u = tpu_isa_unit(in->opc);
   const int is_dma = u == TPU_UNIT_DMA_IN || u == TPU_UNIT_DMA_OUT;
-  int64_t t_nd = t->m.barrier > t->m.unit_free[u] ? t->m.barrier : t->m.unit_free[u];
+  /* A prefetch obeys the barrier before the running kernel, its HBM source's writer and
+   * its slot; it then takes the first gap on the port (docs/timing.md). */
+  const int pf = prefetch_ok(t, in);
+  int64_t t_nd = pf ? t->m.pre
+                    : (t->m.barrier > t->m.unit_free[u] ? t->m.barrier : t->m.unit_free[u]);
   int64_t t_dma = 0;
-  if (is_dma && t->m.port_free > t_nd) t_nd = t->m.port_free;
+  if (is_dma && !pf && t->m.port_free > t_nd) t_nd = t->m.port_free;
+  if (pf && in->hbm >= 0 && t->hbm_ready[in->hbm] > t_nd) t_nd = t->hbm_ready[in->hbm];
   int64_t rs[TPU_INSN_MAX_SRC];
   for (int s = 0; s < TPU_INSN_MAX_SRC; s++) {
     rs[s] = -1;
@@ -110,14 +181,20 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
     if (t->ready[ws] > t_nd) t_nd = t->ready[ws];
   }
   int64_t start = t_nd > t_dma ? t_nd : t_dma;
+  if (pf) start = port_gap(t, start, t->dur[idx]);
   if (!is_dma && t_dma > t_nd) t->m.hbm_wait += (double)(t_dma - t_nd);
   int64_t dur = t->dur[idx];
   if (start > ((int64_t)1 << 62) - dur - t->lat)
     return TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(), "program runs longer than 2^62 cycles");
   int64_t end = start + dur, done = end;
   if (in->opc == TPU_ISA_DMA_IN || in->opc == TPU_ISA_DMA_HBM) done = end + t->lat;
-  t->m.unit_free[u] = end;
-  if (is_dma) t->m.port_free = end;
+  if (!pf || end > t->m.unit_free[u]) t->m.unit_free[u] = end;
+  if (is_dma) {
+    if (!pf || end > t->m.port_free) t->m.port_free = end;
+    port_add(t, start, end);
+  }
+  if (in->opc == TPU_ISA_DMA_OUT && in->hbm >= 0) t->hbm_ready[in->hbm] = end;
+  if (in->opc == TPU_ISA_DMA_HBM && in->hbm2 >= 0) t->hbm_ready[in->hbm2] = end;
   for (int s = 0; s < TPU_INSN_MAX_SRC; s++)
     if (rs[s] >= 0 && t->sfree[rs[s]] < end) t->sfree[rs[s]] = end;
   if (ws >= 0) {
@@ -127,7 +204,8 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   t->last_end[idx] = done;
   if (done > t->m.horizon) t->m.horizon = done;
   if (in->op >= 0 && in->op == t->m.cur_op) {
-    if (start < t->m.op_start) t->m.op_start = start;
+    /* a prefetch's cycles overlap the previous kernel: the op's window opens at its barrier */
+    if (!pf && start < t->m.op_start) t->m.op_start = start;
     if (done > t->m.op_end) t->m.op_end = done;
   }
   if (t->dry) return TPU_OK;
@@ -161,7 +239,9 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
 /* Snapshot of everything a branch can change, for trying each branch of a cond. */
 typedef struct {
   mstate m;
-  int64_t *ready, *sfree, *last_end;
+  int64_t *ready, *sfree, *last_end, *hbm_ready, *pi;
+  int npi;
+  int64_t port_floor;
   unsigned char *by_dma;
 } snap;
 
@@ -172,7 +252,13 @@ static int snap_take(const tstate *t, snap *s) {
   s->sfree = tpu_malloc(ns * sizeof(int64_t));
   s->by_dma = tpu_malloc(ns);
   s->last_end = tpu_malloc(ni * sizeof(int64_t));
-  if (!s->ready || !s->sfree || !s->by_dma || !s->last_end) return 0;
+  s->hbm_ready = tpu_malloc((size_t)(t->p->nhbm ? t->p->nhbm : 1) * sizeof(int64_t));
+  s->pi = tpu_malloc((size_t)(t->npi ? t->npi : 1) * 2 * sizeof(int64_t));
+  if (!s->ready || !s->sfree || !s->by_dma || !s->last_end || !s->hbm_ready || !s->pi) return 0;
+  memcpy(s->hbm_ready, t->hbm_ready, (size_t)t->p->nhbm * sizeof(int64_t));
+  memcpy(s->pi, t->pi, (size_t)t->npi * 2 * sizeof(int64_t));
+  s->npi = t->npi;
+  s->port_floor = t->port_floor;
   memcpy(s->ready, t->ready, (size_t)t->nslots * sizeof(int64_t));
   memcpy(s->sfree, t->sfree, (size_t)t->nslots * sizeof(int64_t));
   memcpy(s->by_dma, t->by_dma, (size_t)t->nslots);
@@ -186,6 +272,10 @@ static void snap_restore(tstate *t, const snap *s) {
   memcpy(t->sfree, s->sfree, (size_t)t->nslots * sizeof(int64_t));
   memcpy(t->by_dma, s->by_dma, (size_t)t->nslots);
   memcpy(t->last_end, s->last_end, (size_t)t->p->ninsns * sizeof(int64_t));
+  memcpy(t->hbm_ready, s->hbm_ready, (size_t)t->p->nhbm * sizeof(int64_t));
+  memcpy(t->pi, s->pi, (size_t)s->npi * 2 * sizeof(int64_t));
+  t->npi = s->npi;
+  t->port_floor = s->port_floor;
 }
 
 static void snap_free(snap *s) {
@@ -193,6 +283,8 @@ static void snap_free(snap *s) {
   tpu_free(s->sfree);
   tpu_free(s->by_dma);
   tpu_free(s->last_end);
+  tpu_free(s->hbm_ready);
+  tpu_free(s->pi);
 }
 
 static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter);
@@ -255,6 +347,8 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
         i = t->match[i] + 1;
         continue;
       case TPU_ISA_KERNEL:
+        t->m.pre = t->m.barrier;
+        t->m.pre_op = t->m.cur_op;
         close_op(t);
         t->m.barrier = t->m.horizon;
         if (in->op >= 0) {
@@ -264,10 +358,11 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
         }
         break;
       case TPU_ISA_SYNC:
-        t->m.barrier = t->m.horizon;
+        t->m.barrier = t->m.pre = t->m.horizon;
         break;
       case TPU_ISA_WAIT:
         if (t->last_end[in->at] > t->m.barrier) t->m.barrier = t->last_end[in->at];
+        if (t->last_end[in->at] > t->m.pre) t->m.pre = t->last_end[in->at];
         break;
       case TPU_ISA_END:
       case TPU_ISA_CASE:
@@ -361,7 +456,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.d = d;
   t.tl = out;
   t.record = record_events;
-  t.m.cur_op = -1;
+  t.m.cur_op = t.m.pre_op = -1;
   t.bpc = chip->hbm_bw / chip->clock_hz;
   double lat_s = chip->hbm_latency_s > 0 ? chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
   t.lat = (int64_t)llround(lat_s * chip->clock_hz);
@@ -374,10 +469,14 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.last_end = tpu_calloc(ni, sizeof(int64_t));
   t.dur = tpu_calloc(ni, sizeof(int64_t));
   t.match = tpu_calloc(ni, sizeof(int));
+  t.hbm_ready = tpu_calloc((size_t)(p->nhbm ? p->nhbm : 1), sizeof(int64_t));
+  t.op_lo = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(int64_t));
+  t.op_hi = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(int64_t));
+  t.pi = tpu_malloc((size_t)PORT_CAP * 2 * sizeof(int64_t));
   out->ops = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(tpu_op_stat));
   tpu_status st = TPU_OK;
   if (!t.ready || !t.sfree || !t.by_dma || !t.slot0 || !t.last_end || !t.dur || !t.match ||
-      !out->ops) {
+      !t.hbm_ready || !t.op_lo || !t.op_hi || !t.pi || !out->ops) {
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory starting the timing run");
     goto done;
   }
@@ -393,6 +492,17 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   for (int v = 0, k = 0; v < p->nvmem; v++) {
     t.slot0[v] = k;
     k += p->vmem[v].nslots;
+  }
+  for (int v = 0; v < p->nvmem; v++) {
+    const tpu_vmem_buf *b = &p->vmem[v];
+    int64_t lo = b->offset, hi = b->offset + b->slot_bytes * b->nslots;
+    if (b->op < 0 || hi <= lo) continue;
+    if (t.op_lo[b->op] >= t.op_hi[b->op]) {
+      t.op_lo[b->op] = lo;
+      t.op_hi[b->op] = hi;
+    }
+    if (lo < t.op_lo[b->op]) t.op_lo[b->op] = lo;
+    if (hi > t.op_hi[b->op]) t.op_hi[b->op] = hi;
   }
   match_control(p, t.match);
   st = durations(&t);
@@ -428,6 +538,10 @@ done:
   tpu_free(t.last_end);
   tpu_free(t.dur);
   tpu_free(t.match);
+  tpu_free(t.hbm_ready);
+  tpu_free(t.op_lo);
+  tpu_free(t.op_hi);
+  tpu_free(t.pi);
   if (st != TPU_OK) tpu_timeline_free(out);
   return st;
 }

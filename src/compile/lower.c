@@ -271,7 +271,91 @@ static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
   return TPU_OK;
 }
 
-tpu_status tpu__pass_lower(tpu__be *be) { return lower_comp(be, be->m->entry, 0); }
+/* Does HBM buffer h overlap any buffer the instructions in [lo, hi) write? */
+static int hbm_written(const tpu_program *p, int lo, int hi, int h) {
+  const tpu_hbm_buf *x = &p->hbm[h];
+  for (int j = lo; j < hi; j++) {
+    const tpu_insn *w = &p->insns[j];
+    int wb = w->opc == TPU_ISA_DMA_OUT ? w->hbm : w->opc == TPU_ISA_DMA_HBM ? w->hbm2 : -1;
+    if (wb < 0) continue;
+    const tpu_hbm_buf *y = &p->hbm[wb];
+    if (wb == h || (x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes)) return 1;
+  }
+  return 0;
+}
+
+/* Cross-kernel prefetch (docs/timing.md, "Prefetch"): for each kernel that directly follows
+ * another (nothing but the previous kernel's own instructions in between), the dma.in
+ * instructions opening its prologue whose HBM source the previous kernel does not write
+ * get prefetch=1, provided its VMEM buffers lie clear of the previous kernel's. When they
+ * overlap, the kernel's buffers move (once, at its first occurrence) to just above the
+ * previous kernel's, if that stays below VMEM's top and every resident value; else no
+ * prefetch. A kernel's buffers never move after a later kernel was checked against them. */
+static tpu_status mark_prefetch(tpu__be *be) {
+  tpu_program *p = be->p;
+  int64_t cores = be->chip->tensorcores > 0 ? be->chip->tensorcores : 1;
+  int64_t top = be->chip->vmem_bytes * cores;
+  size_t no = (size_t)(p->nops ? p->nops : 1);
+  int64_t *lo = tpu_calloc(no, sizeof *lo), *hi = tpu_calloc(no, sizeof *hi);
+  unsigned char *seen = tpu_calloc(no, 1);
+  tpu_status st = TPU_OK;
+  if (!lo || !hi || !seen) {
+    st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    goto done;
+  }
+  for (int v = 0; v < p->nvmem; v++) {
+    const tpu_vmem_buf *b = &p->vmem[v];
+    int64_t l = b->offset, h = b->offset + b->slot_bytes * b->nslots;
+    if (b->op < 0) { /* a resident value: the moved buffers stay below all of them */
+      if (l < top) top = l;
+      continue;
+    }
+    if (lo[b->op] >= hi[b->op]) lo[b->op] = l, hi[b->op] = h;
+    if (l < lo[b->op]) lo[b->op] = l;
+    if (h > hi[b->op]) hi[b->op] = h;
+  }
+  for (int i = 0, prev = -1; i < p->ninsns; i++) {
+    if (p->insns[i].opc != TPU_ISA_KERNEL) continue;
+    int o = p->insns[i].op, pk = prev, po = pk >= 0 ? p->insns[pk].op : -1;
+    int chain = o >= 0 && po >= 0 && o != po;
+    for (int j = pk + 1; chain && j < i; j++)
+      if (p->insns[j].op != po) chain = 0;
+    prev = o >= 0 ? i : -1;
+    if (!chain) {
+      if (o >= 0) seen[o] = 1;
+      continue;
+    }
+    int apart = hi[o] <= lo[po] || hi[po] <= lo[o];
+    if (!apart && !seen[o]) {
+      int64_t base = (hi[po] + 511) / 512 * 512, delta = base - lo[o];
+      if (base + (hi[o] - lo[o]) <= top) {
+        for (int v = 0; v < p->nvmem; v++)
+          if (p->vmem[v].op == o) p->vmem[v].offset += delta;
+        lo[o] += delta;
+        hi[o] += delta;
+        apart = 1;
+      }
+    }
+    seen[o] = 1;
+    if (!apart) continue;
+    for (int j = i + 1; j < p->ninsns; j++) {
+      tpu_insn *in = &p->insns[j];
+      if (in->opc != TPU_ISA_DMA_IN || in->op != o) break;
+      if (!in->pmod && in->hbm >= 0 && !hbm_written(p, pk + 1, i, in->hbm))
+        in->prefetch = 1;
+    }
+  }
+done:
+  tpu_free(lo);
+  tpu_free(hi);
+  tpu_free(seen);
+  return st;
+}
+
+tpu_status tpu__pass_lower(tpu__be *be) {
+  TPU_TRY(lower_comp(be, be->m->entry, 0));
+  return mark_prefetch(be);
+}
 
 /* ---- The driver ---- */
 

@@ -310,6 +310,136 @@ static void megacore_and_int8(void) {
   CHECK_EQ_INT(c8, (int64_t)ceil((double)cb / g_v5e.int8_rate));
 }
 
+/* Two kernels, assembled: kernel 0 loads (L cycles), computes 5000 VPU cycles and stores
+ * (L); kernel 1 loads a weight (h2, prefetch=1) and kernel 0's result (h1), then computes
+ * 30 cycles. The weight load takes the port gap during kernel 0's compute, starting at L;
+ * the dependent load waits for kernel 0's store, even when marked prefetch (its source's
+ * writer), and so does a prefetch whose VMEM overlaps the running kernel's. */
+static int64_t two_kernels(int pf_weight, int pf_dep, int64_t w_off, int64_t *w_start) {
+  double bpc = g_v5e.hbm_bw / g_v5e.clock_hz;
+  int64_t bytes = (int64_t)floor(bpc * 1000);
+  char text[3000];
+  snprintf(text, sizeof text,
+           ".program chip=\"v5e\"\n"
+           ".op name=\"a\" kind=\"exp\" flops=1 padded_flops=1 bytes=0 padded_bytes=0\n"
+           ".op name=\"b\" kind=\"add\" flops=1 padded_flops=1 bytes=0 padded_bytes=0\n"
+           ".hbm name=\"x\" offset=0 bytes=%lld\n.hbm name=\"y\" offset=%lld bytes=%lld\n"
+           ".hbm name=\"w\" offset=%lld bytes=%lld\n"
+           ".vmem op=0 offset=0 slot_bytes=%lld slots=1\n.vmem op=0 offset=%lld slot_bytes=%lld slots=1\n"
+           ".vmem op=1 offset=%lld slot_bytes=%lld slots=1\n"
+           ".vmem op=1 offset=%lld slot_bytes=%lld slots=1\n"
+           ".vmem op=1 offset=%lld slot_bytes=4096 slots=1\n"
+           "kernel op=0\ndma.in dst=v0[0] hbm=h0 bytes=%lld op=0\n"
+           "vpu src=v0[0] dst=v1[0] vregs=5000 ops=1 op=0\n"
+           "dma.out src=v1[0] hbm=h1 bytes=%lld op=0\n"
+           "kernel op=1\ndma.in dst=v2[0] hbm=h2 bytes=%lld op=1%s\n"
+           "dma.in dst=v3[0] hbm=h1 bytes=%lld op=1%s\n"
+           "vpu src=v2[0],v3[0] dst=v4[0] vregs=30 ops=1 op=1\n",
+           (long long)bytes, (long long)bytes, (long long)bytes, (long long)(2 * bytes),
+           (long long)bytes, (long long)bytes, (long long)bytes, (long long)bytes,
+           (long long)w_off, (long long)bytes, (long long)(w_off + bytes), (long long)bytes,
+           (long long)(w_off + 2 * bytes), (long long)bytes, (long long)bytes, (long long)bytes,
+           pf_weight ? " prefetch=1" : "", (long long)bytes, pf_dep ? " prefetch=1" : "");
+  tpu_program *p = assemble(text);
+  CHECK(p != NULL);
+  if (!p) return -1;
+  /* the flag survives the round trip */
+  char *t1 = tpu_program_text(p);
+  tpu_program *q = t1 ? assemble(t1) : NULL;
+  char *t2 = q ? tpu_program_text(q) : NULL;
+  CHECK(t1 && t2 && !strcmp(t1, t2));
+  CHECK(t1 && (strstr(t1, "prefetch=1") != NULL) == (pf_weight || pf_dep));
+  tpu_free(t1);
+  tpu_free(t2);
+  tpu_program_free(q);
+  tpu_timeline tl;
+  tpu_diag d;
+  int64_t total = -1;
+  *w_start = -1;
+  if (tpu_timing_run(p, &g_v5e, 1, &tl, &d) == TPU_OK) {
+    total = tl.total_cycles;
+    for (int64_t e = 0; e < tl.nevents; e++)
+      if (tl.events[e].unit == TPU_UNIT_DMA_IN && tl.events[e].op == 1 && *w_start < 0)
+        *w_start = tl.events[e].start;
+    tpu_timeline_free(&tl);
+  } else {
+    CHECK(0);
+  }
+  tpu_program_free(p);
+  return total;
+}
+
+static void cross_kernel_prefetch(void) {
+  double bpc = g_v5e.hbm_bw / g_v5e.clock_hz;
+  int64_t bytes = (int64_t)floor(bpc * 1000);
+  int64_t L = (int64_t)ceil((double)bytes / bpc), lat = hbm_lat(&g_v5e);
+  int64_t end0 = 2 * L + lat + 5000, ws;
+  int64_t apart = 4 * bytes; /* kernel 1's buffers lie above kernel 0's */
+  /* no prefetch: everything of kernel 1 after kernel 0's store */
+  CHECK_EQ_INT(two_kernels(0, 0, apart, &ws), end0 + 2 * L + lat + 30);
+  CHECK_EQ_INT(ws, end0);
+  /* the weight load starts at L, in the port gap while kernel 0 computes */
+  CHECK_EQ_INT(two_kernels(1, 0, apart, &ws), end0 + L + lat + 30);
+  CHECK_EQ_INT(ws, L);
+  /* a dependent load marked prefetch still waits for its source's writer */
+  CHECK_EQ_INT(two_kernels(1, 1, apart, &ws), end0 + L + lat + 30);
+  CHECK_EQ_INT(ws, L);
+  /* VMEM overlapping the running kernel's: no prefetch */
+  CHECK_EQ_INT(two_kernels(1, 0, 0, &ws), end0 + 2 * L + lat + 30);
+  CHECK_EQ_INT(ws, end0);
+
+  /* Compiled: dot(dot(x, w1), w2), both results leaving through HBM. The second kernel's
+   * weight (w2) loads are marked and start while the first kernel's MXU runs; its loads of
+   * d1 are not marked and start after the first kernel's last instruction. */
+  const char *src =
+      "HloModule t\n\nENTRY e {\n  x = f32[1024,1024]{1,0} parameter(0)\n"
+      "  w1 = f32[1024,1024]{1,0} parameter(1)\n  w2 = f32[1024,1024]{1,0} parameter(2)\n"
+      "  d1 = f32[1024,1024]{1,0} dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  d2 = f32[1024,1024]{1,0} dot(d1, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  ROOT t = (f32[1024,1024]{1,0}, f32[1024,1024]{1,0}) tuple(d1, d2)\n}\n";
+  tpu_program *p = compile_src(src, &g_v5e, -1);
+  CHECK(p != NULL);
+  if (!p) return;
+  int op2 = -1, nw = 0, nd = 0, bad = 0;
+  for (int i = 0; i < p->nops; i++)
+    if (!strcmp(p->ops[i].name, "d2")) op2 = i;
+  for (int i = 0; i < p->ninsns; i++) {
+    const tpu_insn *in = &p->insns[i];
+    if (in->opc != TPU_ISA_DMA_IN || in->op != op2) continue;
+    const char *h = p->hbm[in->hbm].name;
+    if (!strcmp(h, "w2")) nw += in->prefetch;
+    if (!strcmp(h, "d1")) {
+      nd++;
+      bad += in->prefetch;
+    }
+  }
+  CHECK(op2 >= 0);
+  CHECK(nw >= 1);
+  CHECK(nd >= 1);
+  CHECK_EQ_INT(bad, 0);
+  tpu_timeline tl;
+  tpu_diag d;
+  CHECK(tpu_timing_run(p, &g_v5e, 1, &tl, &d) == TPU_OK);
+  int64_t mxu1_end = 0, first_end = 0, d2_first_load = -1, d2_late = 0, d2_early = 0;
+  for (int64_t e = 0; e < tl.nevents; e++) {
+    const tpu_event *ev = &tl.events[e];
+    if (ev->op != op2 && ev->end > first_end) first_end = ev->end;
+    if (ev->op != op2 && ev->unit == TPU_UNIT_MXU && ev->end > mxu1_end) mxu1_end = ev->end;
+  }
+  for (int64_t e = 0; e < tl.nevents; e++) {
+    const tpu_event *ev = &tl.events[e];
+    if (ev->op != op2 || ev->unit != TPU_UNIT_DMA_IN) continue;
+    if (d2_first_load < 0 || ev->start < d2_first_load) d2_first_load = ev->start;
+    if (ev->start < first_end) d2_early++;
+    else d2_late++;
+  }
+  CHECK(d2_first_load >= 0 && d2_first_load < mxu1_end); /* overlaps the first kernel's MXU */
+  CHECK_EQ_INT(d2_early, nw);                             /* only the marked loads moved */
+  CHECK(d2_late >= nd);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
@@ -323,5 +453,6 @@ int main(void) {
   matmul_near_peak();
   pipeline_and_cond();
   megacore_and_int8();
+  cross_kernel_prefetch();
   CHECK_DONE();
 }
