@@ -1,6 +1,8 @@
 /* .npy reader (v1-v3, both byte orders, C or Fortran order) and atomic v1.0 writer. */
 #include "base/npy.h"
 
+#include "base/file.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -379,23 +381,10 @@ tpu_status tpu_npy_write(const char *path, const tpu_tensor *t, tpu_diag *d) {
   int64_t numel = tpu_dims_numel(t->rank, t->dims, &ok);
   if (!ok || (size_t)numel * tpu_dtype_size(t->dtype) > t->nbytes || (numel && !t->data))
     return TPU_FAIL(d, TPU_ERR_ARG, at, "tensor data does not match its shape");
-  size_t plen = strlen(path);
-  char *tmp = tpu_malloc(plen + 5);
-  if (!tmp) return TPU_FAIL(d, TPU_ERR_NOMEM, at, "out of memory writing .npy");
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    tpu_status s = TPU_FAIL(d, TPU_ERR_IO, at, "cannot create %s: %s", tmp, strerror(errno));
-    tpu_free(tmp);
-    return s;
-  }
+  char *tmp;
+  FILE *f;
+  TPU_TRY(tpu_file_begin(path, &tmp, &f, d));
   tpu_status s = write_file(f, t, path, d);
-  if (fclose(f) != 0 && s == TPU_OK)
-    s = TPU_FAIL(d, TPU_ERR_IO, at, "write failed: %s", strerror(errno));
-  if (s == TPU_OK && rename(tmp, path) != 0)
-    s = TPU_FAIL(d, TPU_ERR_IO, at, "cannot rename %s into place: %s", tmp, strerror(errno));
-  if (s != TPU_OK) remove(tmp);
-  tpu_free(tmp);
-  return s;
+  tpu_status c = tpu_file_commit(path, tmp, f, s == TPU_OK, d);
+  return s != TPU_OK ? s : c;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/file.h"
 
 /* ---------------------------------------------------------------- shared helpers */
 
@@ -817,33 +818,9 @@ int tpu_scalesim_format_float(double v, char *buf, size_t n) {
 
 tpu_status tpu_scalesim_report_write(const char *path, const tpu_scalesim_row *rows, int64_t n,
                                      int with_saved, tpu_diag *d) {
-  tpu_loc loc = {path, 0, 0};
-  size_t plen = strlen(path);
-  char *tmp = tpu_malloc(plen + 48);
-  if (!tmp) return TPU_FAIL(d, TPU_ERR_NOMEM, loc, "out of memory");
-  /* A fresh name beside the report (O_EXCL), created 0666 less the umask like any file
-   * SCALE-Sim writes (mkstemp would make it 0600). */
-  static unsigned counter;
-  int fd = -1;
-  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-    snprintf(tmp, plen + 48, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) {
-    tpu_status st = TPU_FAIL(d, TPU_ERR_IO, loc, "cannot create a file next to it: %s",
-                             strerror(errno));
-    tpu_free(tmp);
-    return st;
-  }
-  FILE *f = fdopen(fd, "w");
-  if (!f) {
-    tpu_status st = TPU_FAIL(d, TPU_ERR_IO, loc, "cannot write: %s", strerror(errno));
-    close(fd);
-    unlink(tmp);
-    tpu_free(tmp);
-    return st;
-  }
+  char *tmp;
+  FILE *f;
+  TPU_TRY(tpu_file_begin(path, &tmp, &f, d));
   /* SCALE-Sim v2's header and row layout: ", " between fields, a trailing comma. */
   fprintf(f, "LayerID, Total Cycles, Stall Cycles, Overall Util %%, Mapping Efficiency %%, "
              "Compute Util %%,%s\n",
@@ -858,14 +835,5 @@ tpu_status tpu_scalesim_report_write(const char *path, const tpu_scalesim_row *r
     if (with_saved) fprintf(f, " %lld,", (long long)rows[i].cycles_saved);
     fputc('\n', f);
   }
-  int bad = ferror(f);
-  if (fclose(f) != 0) bad = 1;
-  if (bad || rename(tmp, path) != 0) {
-    tpu_status st = TPU_FAIL(d, TPU_ERR_IO, loc, "cannot write: %s", strerror(errno));
-    unlink(tmp);
-    tpu_free(tmp);
-    return st;
-  }
-  tpu_free(tmp);
-  return TPU_OK;
+  return tpu_file_commit(path, tmp, f, 1, d);
 }

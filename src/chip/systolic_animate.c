@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/file.h"
 #include "chip/systolic.h"
 
 /* Shortest readable form of a value: %.4g, with nan/inf spelled out. */
@@ -316,31 +317,10 @@ static const char k_html_script[] =
     "draw(0);\n</script>\n</body></html>\n";
 
 static tpu_status write_file(const char *path, const buf *page, tpu_diag *d) {
-  size_t n = strlen(path);
-  char *tmp = tpu_malloc(n + 16);
-  if (!tmp) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
-  snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    tpu_status st = TPU_FAIL(d, TPU_ERR_IO, tpu_noloc(), "cannot create a file beside %s: %s",
-                             path, strerror(errno));
-    tpu_free(tmp);
-    return st;
-  }
-  fchmod(fd, 0644); /* mkstemp makes it private; the page is an ordinary document */
-  FILE *f = fdopen(fd, "w");
-  int ok = f != NULL;
-  if (!f) close(fd);
-  if (ok) ok = fwrite(page->p, 1, page->n, f) == page->n;
-  if (f && fclose(f) != 0) ok = 0;
-  if (ok && rename(tmp, path) != 0) ok = 0;
-  tpu_status st = TPU_OK;
-  if (!ok) {
-    st = TPU_FAIL(d, TPU_ERR_IO, tpu_noloc(), "cannot write %s: %s", path, strerror(errno));
-    unlink(tmp);
-  }
-  tpu_free(tmp);
-  return st;
+  char *tmp;
+  FILE *f;
+  TPU_TRY(tpu_file_begin(path, &tmp, &f, d));
+  return tpu_file_commit(path, tmp, f, fwrite(page->p, 1, page->n, f) == page->n, d);
 }
 
 tpu_status tpu_systolic_animate_html(const char *path, int64_t R, int64_t C, int64_t M,

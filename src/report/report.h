@@ -116,9 +116,5 @@ tpu_status tpu_report_write_json(const char *path, const tpu_report_info *info, 
  * and kind. Fails (TPU_ERR_ARG) when the timeline recorded no events. */
 tpu_status tpu_report_write_trace(const char *path, const tpu_chip *chip, const tpu_timeline *t, tpu_diag *d);
 
-/* Opens a temporary file beside `path` for writing (*tmp gets its malloc'd name) and
- * finishes it: on success renames it to `path`, otherwise removes it. */
-tpu_status tpu__report_open(const char *path, char **tmp, FILE **f, tpu_diag *d);
-tpu_status tpu__report_close(const char *path, char *tmp, FILE *f, int ok, tpu_diag *d);
 
 #endif

@@ -1,4 +1,4 @@
-/* The JSON report (--report FILE.json) and the all-or-nothing file helpers reports share. */
+/* The JSON report (--report FILE.json). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,53 +8,9 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/file.h"
 #include "base/json.h"
 #include "report/report.h"
-
-tpu_status tpu__report_open(const char *path, char **tmp, FILE **f, tpu_diag *d) {
-  *tmp = NULL;
-  *f = NULL;
-  size_t n = strlen(path) + 16;
-  char *name = tpu_malloc(n);
-  if (!name) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
-  snprintf(name, n, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(name);
-  if (fd < 0) {
-    tpu_status st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot create: %s", strerror(errno));
-    tpu_free(name);
-    return st;
-  }
-  mode_t mask = umask(0); /* mkstemp makes 0600; give the file the usual 0666 & ~umask */
-  umask(mask);
-  if (fchmod(fd, 0666 & ~mask) != 0) { /* best effort: the content is what matters */
-  }
-  *f = fdopen(fd, "w");
-  if (!*f) {
-    tpu_status st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot write: %s", strerror(errno));
-    close(fd);
-    unlink(name);
-    tpu_free(name);
-    return st;
-  }
-  *tmp = name;
-  return TPU_OK;
-}
-
-tpu_status tpu__report_close(const char *path, char *tmp, FILE *f, int ok, tpu_diag *d) {
-  tpu_status st = TPU_OK;
-  int werr = ferror(f);
-  if (fclose(f) != 0 || werr) {
-    if (ok) st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot write: %s", strerror(errno ? errno : EIO));
-    ok = 0;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot write: %s", strerror(errno));
-    ok = 0;
-  }
-  if (!ok) unlink(tmp);
-  tpu_free(tmp);
-  return st;
-}
 
 static void kv_num(tpu_json_writer *w, const char *k, double v) {
   tpu_json_key(w, k);
@@ -192,15 +148,15 @@ tpu_status tpu_report_write_json(const char *path, const tpu_report_info *info, 
                                  tpu_diag *d) {
   char *tmp;
   FILE *f;
-  TPU_TRY(tpu__report_open(path, &tmp, &f, d));
+  TPU_TRY(tpu_file_begin(path, &tmp, &f, d));
   tpu_json_writer w;
   tpu_json_writer_init(&w, f, 2);
   write_report(&w, info, chip, t, r, p);
   tpu_diag wd;
   tpu_status st = tpu_json_writer_finish(&w, &wd);
   if (st != TPU_OK) {
-    tpu__report_close(path, tmp, f, 0, d);
+    tpu_file_commit(path, tmp, f, 0, d);
     return TPU_FAIL(d, st, tpu_loc_at(path, 0, 0), "cannot write the report: %s", wd.msg);
   }
-  return tpu__report_close(path, tmp, f, 1, d);
+  return tpu_file_commit(path, tmp, f, 1, d);
 }

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/file.h"
 #include "base/json.h"
 #include "report/report.h"
 
@@ -46,7 +47,7 @@ tpu_status tpu_report_write_trace(const char *path, const tpu_chip *chip, const 
   }
   char *tmp;
   FILE *f;
-  tpu_status st = tpu__report_open(path, &tmp, &f, d);
+  tpu_status st = tpu_file_begin(path, &tmp, &f, d);
   if (st != TPU_OK) {
     tpu_free(used);
     return st;
@@ -104,8 +105,8 @@ tpu_status tpu_report_write_trace(const char *path, const tpu_chip *chip, const 
   tpu_diag wd;
   st = tpu_json_writer_finish(&w, &wd);
   if (st != TPU_OK) {
-    tpu__report_close(path, tmp, f, 0, d);
+    tpu_file_commit(path, tmp, f, 0, d);
     return TPU_FAIL(d, st, tpu_loc_at(path, 0, 0), "cannot write the trace: %s", wd.msg);
   }
-  return tpu__report_close(path, tmp, f, 1, d);
+  return tpu_file_commit(path, tmp, f, 1, d);
 }
