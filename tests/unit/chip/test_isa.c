@@ -17,7 +17,7 @@ static const char *k_prog =
     ".vmem op=0 offset=0 slot_bytes=4096 slots=2   ; v0\n"
     ".vmem op=0 offset=8192 slot_bytes=4096 slots=2   ; v1\n"
     "     0  kernel op=0\n"
-    "     1  dma.in dst=v0[0] hbm=h0 bytes=4096 op=0\n"
+    "     1  dma.in dst=v0[0] hbm=h0 bytes=4096 op=0 prefetch=1\n"
     "     2  loop trips=2 op=0\n"
     "     3    dma.in dst=v0[i+1] hbm=h0 bytes=4096 op=0\n"
     "     4    matmul src=v0[i],v0[i] dst=v1[i/3] m=8 k=16 n=8 b=1 mxus=4 passes=6 dtype=f32 what=\"dot\" op=0\n"
