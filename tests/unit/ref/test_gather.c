@@ -5,27 +5,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "ref_util.h"
 #include "hlo/hlo.h"
 #include "ref/ref.h"
-
-static int run(const char *src, const tpu_tensor *ins, int n, tpu_tensor *out) {
-  tpu_module *m = NULL;
-  tpu_diag d;
-  char buf[1200];
-  memset(out, 0, sizeof *out);
-  if (tpu_hlo_parse("g.hlo", src, strlen(src), &m, &d) != TPU_OK) {
-    tpu_diag_format(&d, buf, sizeof buf);
-    fprintf(stderr, "parse: %s\n%s\n", buf, src);
-    return 0;
-  }
-  tpu_status st = tpu_ref_run(m, ins, n, out, &d);
-  if (st != TPU_OK) {
-    tpu_diag_format(&d, buf, sizeof buf);
-    fprintf(stderr, "run: %s\n%s\n", buf, src);
-  }
-  tpu_module_free(m);
-  return st == TPU_OK;
-}
 
 /* An array of the given values (or i + base when vals is NULL). */
 static tpu_tensor arr(tpu_dtype t, int rank, const int64_t *dims, const int64_t *vals, int64_t base) {

@@ -6,29 +6,9 @@
 
 #include "base/bf16.h"
 #include "check.h"
+#include "ref_util.h"
 #include "hlo/hlo.h"
 #include "ref/ref.h"
-
-/* Parses and runs `src` on `n` inputs; returns 1 on success, printing the diagnostic
- * otherwise. */
-static int run(const char *src, const tpu_tensor *ins, int n, tpu_tensor *out) {
-  tpu_module *m = NULL;
-  tpu_diag d;
-  char buf[1200];
-  memset(out, 0, sizeof *out);
-  if (tpu_hlo_parse("mv.hlo", src, strlen(src), &m, &d) != TPU_OK) {
-    tpu_diag_format(&d, buf, sizeof buf);
-    fprintf(stderr, "parse: %s\n%s\n", buf, src);
-    return 0;
-  }
-  tpu_status st = tpu_ref_run(m, ins, n, out, &d);
-  if (st != TPU_OK) {
-    tpu_diag_format(&d, buf, sizeof buf);
-    fprintf(stderr, "run: %s\n%s\n", buf, src);
-  }
-  tpu_module_free(m);
-  return st == TPU_OK;
-}
 
 /* An array whose element i holds i + base. */
 static tpu_tensor counting(tpu_dtype t, int rank, const int64_t *dims, int64_t base) {
