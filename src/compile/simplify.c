@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "compile/hlo_passes.h"
 #include "ir/build.h"
+#include "ir/layout.h"
 #include "ref/ref_int.h"
 
 #define MAX_ROUNDS 32
@@ -97,10 +98,20 @@ static int is_splat(const tpu_instr *in, double v) {
   return 1;
 }
 
+/* Do a and b (same dims) store their elements in the same physical order? A missing layout
+ * is the default one; a layout the physical model cannot read is never the same. */
 static int same_layout(const tpu_shape *a, const tpu_shape *b) {
-  if (!a->has_layout || !b->has_layout) return 1;
   if (a->rank != b->rank) return 0;
-  return !memcmp(a->minor_to_major, b->minor_to_major, (size_t)a->rank);
+  tpu_layout la, lb;
+  tpu_diag ignored;
+  if (tpu_layout_read(a, tpu_noloc(), &la, &ignored) != TPU_OK || tpu_layout_read(b, tpu_noloc(), &lb, &ignored) != TPU_OK)
+    return 0;
+  if (tpu_layout_is_row_major(a, &la) && tpu_layout_is_row_major(b, &lb)) return 1;
+  if (memcmp(la.minor_to_major, lb.minor_to_major, sizeof la.minor_to_major) || la.ntiles != lb.ntiles) return 0;
+  for (int t = 0; t < la.ntiles; t++)
+    if (la.tile_rank[t] != lb.tile_rank[t] || memcmp(la.tile[t], lb.tile[t], sizeof la.tile[t][0] * (size_t)la.tile_rank[t]))
+      return 0;
+  return 1;
 }
 
 /* An operand that `in` can be replaced by (same shape, same value for every input), or NULL. */

@@ -2,7 +2,9 @@
  * dynamic-slice, dynamic-update-slice, concatenate, pad, reverse, iota, copy. */
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/bf16.h"
+#include "ir/layout.h"
 #include "ref/ref_int.h"
 
 /* Allocates `out` as an array of the given type and dims; a failure is reported at the
@@ -131,6 +133,61 @@ static tpu_status same_elements(const tpu_instr *in, const tpu_tensor *x, tpu_te
   size_t n = out->nbytes < x->nbytes ? out->nbytes : x->nbytes;
   if (n) memcpy(out->data, x->data, n);
   return TPU_OK;
+}
+
+/* bitcast reinterprets the operand's buffer: result element j is whatever the operand
+ * stores at j's physical position, by both shapes' layouts (minor_to_major and tiling). It
+ * is a reshape when both buffers are plain row-major; otherwise a permutation, which needs
+ * equal element sizes and never reads padding. */
+static tpu_status bitcast(const tpu_instr *in, const tpu_tensor *x, tpu_tensor *out, tpu_diag *d) {
+  const tpu_shape *rs = &in->shape, *xs = &in->operands[0]->shape;
+  tpu_layout rl, xl;
+  TPU_TRY(tpu_layout_read(rs, in->loc, &rl, d));
+  TPU_TRY(tpu_layout_read(xs, in->loc, &xl, d));
+  if (tpu_layout_is_row_major(rs, &rl) && tpu_layout_is_row_major(xs, &xl)) return same_elements(in, x, out, d);
+  size_t es = tpu_dtype_size(rs->dtype);
+  if (es != tpu_dtype_size(xs->dtype))
+    return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc,
+                    "bitcast '%s' changes the element size between non-row-major layouts; not modelled", in->name);
+  int64_t n = tpu_shape_numel(rs), xn = tpu_shape_numel(xs);
+  int64_t *roff = tpu_malloc(sizeof *roff * (size_t)(n ? n : 1));
+  int64_t *xoff = tpu_malloc(sizeof *xoff * (size_t)(xn ? xn : 1));
+  int64_t *where = NULL, rphys, xphys;
+  tpu_status st = TPU_OK;
+  if (!roff || !xoff) {
+    st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory evaluating '%s'", in->name);
+    goto out;
+  }
+  tpu_layout_offsets(rs, &rl, roff, &rphys);
+  tpu_layout_offsets(xs, &xl, xoff, &xphys);
+  if (rphys != xphys) {
+    st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc,
+                  "bitcast '%s': the result's buffer holds %lld elements in its layout but the operand's %lld",
+                  in->name, (long long)rphys, (long long)xphys);
+    goto out;
+  }
+  where = tpu_malloc(sizeof *where * (size_t)(xphys ? xphys : 1)); /* physical slot -> operand element, -1: padding */
+  if (!where) {
+    st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory evaluating '%s'", in->name);
+    goto out;
+  }
+  for (int64_t p = 0; p < xphys; p++) where[p] = -1;
+  for (int64_t i = 0; i < xn; i++) where[xoff[i]] = i;
+  st = alloc_like(out, in, d);
+  for (int64_t j = 0; st == TPU_OK && j < n; j++) {
+    int64_t i = where[roff[j]];
+    if (i < 0) {
+      tpu_tensor_free(out);
+      st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "bitcast '%s' reads padding of its operand's tiled layout", in->name);
+      break;
+    }
+    memcpy((char *)out->data + j * (int64_t)es, (const char *)x->data + i * (int64_t)es, es);
+  }
+out:
+  tpu_free(roff);
+  tpu_free(xoff);
+  tpu_free(where);
+  return st;
 }
 
 static tpu_status slice(const tpu_instr *in, const tpu_tensor *x, tpu_tensor *out, tpu_diag *d) {
@@ -310,8 +367,8 @@ tpu_status tpu__ref_movement(tpu_interp *ip, const tpu_instr *in, const tpu_tens
   switch (in->op) {
     case TPU_OP_BROADCAST: return broadcast(in, args[0], out, d);
     case TPU_OP_RESHAPE:
-    case TPU_OP_BITCAST:
-    case TPU_OP_COPY: return same_elements(in, args[0], out, d);
+    case TPU_OP_COPY: return same_elements(in, args[0], out, d); /* copy changes only the layout */
+    case TPU_OP_BITCAST: return bitcast(in, args[0], out, d);
     case TPU_OP_TRANSPOSE: return transpose(in, args[0], out, d);
     case TPU_OP_SLICE: return slice(in, args[0], out, d);
     case TPU_OP_DYNAMIC_SLICE: return dynamic_slice(in, args, out, d);

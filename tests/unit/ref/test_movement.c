@@ -287,8 +287,106 @@ static void test_iota(void) {
   tpu_tensor_free(&out);
 }
 
+/* Runs `src` expecting an error whose message contains `want`. */
+static void check_error(const char *src, const tpu_tensor *args, int nargs, const char *want) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  tpu_tensor out;
+  tpu_status st = tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d);
+  if (st == TPU_OK) st = tpu_ir_verify(m, &d);
+  if (st == TPU_OK) st = tpu_ref_run(m, args, nargs, &out, &d);
+  CHECK(st != TPU_OK);
+  if (st == TPU_OK) tpu_tensor_free(&out);
+  else if (!strstr(d.msg, want)) {
+    fprintf(stderr, "unexpected message: %s\n", d.msg);
+    CHECK(0);
+  }
+  tpu_module_free(m);
+}
+
+/* bitcast reads the operand's buffer by both layouts: a layout-changing bitcast is a
+ * transpose (XLA's optimized HLO writes transposes this way), tiles reorder elements. */
+static void test_bitcast_layouts(void) {
+  tpu_tensor out;
+  /* The equinox GRU case: f32[20,4,8]{2,0,1} bitcast(f32[4,20,8]{2,1,0}) is out[i,j,k] = x[j,i,k]. */
+  int64_t d3[3] = {4, 20, 8};
+  tpu_tensor x = counting(TPU_F32, 3, d3, 0);
+  CHECK(run("HloModule m\nENTRY e {\n p = f32[4,20,8]{2,1,0} parameter(0)\n"
+            " ROOT b = f32[20,4,8]{2,0,1} bitcast(p)\n}\n", &x, 1, &out));
+  int bad = 0;
+  for (int i = 0; i < 20; i++)
+    for (int j = 0; j < 4; j++)
+      for (int k = 0; k < 8; k++) bad += at(&out, (i * 4 + j) * 8 + k) != (j * 20 + i) * 8 + k;
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* Default layout on one side, column-major on the other: a 2-d transpose. */
+  int64_t d2[2] = {3, 5};
+  tpu_tensor y = counting(TPU_S32, 2, d2, 0);
+  CHECK(run("HloModule m\nENTRY e {\n p = s32[3,5] parameter(0)\n ROOT b = s32[5,3]{0,1} bitcast(p)\n}\n", &y, 1,
+            &out));
+  bad = 0;
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 3; j++) bad += at(&out, i * 3 + j) != (int64_t)j * 5 + i;
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* Same physical order, other dims: still a row-major reshape ({0,1} both ways). */
+  CHECK(run("HloModule m\nENTRY e {\n p = s32[3,5]{0,1} parameter(0)\n ROOT b = s32[15]{0} bitcast(p)\n}\n", &y, 1,
+            &out));
+  bad = 0; /* physical order of a column-major [3,5]: element (i,j) at j*3+i */
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 5; j++) bad += at(&out, j * 3 + i) != (int64_t)i * 5 + j;
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* Tiles: f32[8,256]{1,0:T(8,128)} stores two 8x128 tiles one after the other. */
+  int64_t dt[2] = {8, 256};
+  tpu_tensor z = counting(TPU_F32, 2, dt, 0);
+  CHECK(run("HloModule m\nENTRY e {\n p = f32[8,256]{1,0:T(8,128)} parameter(0)\n"
+            " ROOT b = f32[2048]{0} bitcast(p)\n}\n", &z, 1, &out));
+  bad = 0;
+  for (int t = 0; t < 2; t++)
+    for (int r = 0; r < 8; r++)
+      for (int c = 0; c < 128; c++) bad += at(&out, t * 1024 + r * 128 + c) != (int64_t)r * 256 + t * 128 + c;
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* A tile that spans whole rows keeps the row-major order; so does S(1). */
+  CHECK(run("HloModule m\nENTRY e {\n p = f32[8,256]{1,0:T(4,256)S(1)} parameter(0)\n"
+            " ROOT b = f32[2048]{0:T(1024)} bitcast(p)\n}\n", &z, 1, &out));
+  bad = 0;
+  for (int i = 0; i < 2048; i++) bad += at(&out, i) != i;
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* Two levels: bf16 (16,128)(2,1) pairs rows 2i and 2i+1 in each 32-bit word. */
+  int64_t db[2] = {16, 128};
+  tpu_tensor w = counting(TPU_S16, 2, db, 0);
+  CHECK(run("HloModule m\nENTRY e {\n p = s16[16,128]{1,0:T(16,128)(2,1)} parameter(0)\n"
+            " ROOT b = s16[2048]{0} bitcast(p)\n}\n", &w, 1, &out));
+  bad = 0;
+  for (int r = 0; r < 16; r++)
+    for (int c = 0; c < 128; c++) bad += at(&out, ((r / 2) * 128 + c) * 2 + r % 2) != (int64_t)r * 128 + c;
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  /* A bitcast that would read a tile's padding, a size mismatch, an unmodelled tail. */
+  int64_t dp[2] = {4, 128};
+  tpu_tensor v = counting(TPU_F32, 2, dp, 0);
+  int64_t dq[2] = {4, 256};
+  tpu_tensor q = counting(TPU_F32, 2, dq, 0);
+  check_error("HloModule m\nENTRY e {\n p = f32[4,256]{1,0:T(8,128)} parameter(0)\n"
+              " ROOT b = f32[1024]{0:T(2048)} bitcast(p)\n}\n", &q, 1, "reads padding");
+  tpu_tensor_free(&q);
+  check_error("HloModule m\nENTRY e {\n p = f32[4,128]{1,0:T(8,128)} parameter(0)\n"
+              " ROOT b = f32[512]{0:T(256)} bitcast(p)\n}\n", &v, 1, "holds 512 elements in its layout but the operand's 1024");
+  check_error("HloModule m\nENTRY e {\n p = f32[4,128]{1,0:T(8,*)} parameter(0)\n"
+              " ROOT b = f32[128,4]{0,1} bitcast(p)\n}\n", &v, 1, "'*' tiles are not modelled");
+  tpu_tensor_free(&x);
+  tpu_tensor_free(&y);
+  tpu_tensor_free(&z);
+  tpu_tensor_free(&w);
+  tpu_tensor_free(&v);
+}
+
 int main(void) {
   test_broadcast();
+  test_bitcast_layouts();
   test_transpose_reshape();
   test_slice();
   test_dynamic_slice();
