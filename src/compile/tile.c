@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "compile/backend.h"
+#include "ir/collective.h"
 
 /* ---- Lookups shared by the passes ---- */
 
@@ -313,7 +314,8 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     case TPU_OP_PARTITION_ID: case TPU_OP_REPLICA_ID:
     case TPU_OP_ALL_REDUCE: case TPU_OP_ALL_GATHER: case TPU_OP_REDUCE_SCATTER:
     case TPU_OP_ALL_TO_ALL: case TPU_OP_COLLECTIVE_PERMUTE:
-      /* Collectives on one chip are the identity (the pod executor times them). */
+      /* Collectives within one chip are the identity; others need the pod executor. */
+      if (tpu_op_class_of(in->op) == TPU_CLS_COLLECTIVE) TPU_TRY(tpu_collective_check_one_device(in, be->d));
       k->own = in->op == TPU_OP_PARTITION_ID || in->op == TPU_OP_REPLICA_ID;
       return TPU_OK;
     case TPU_OP_RESHAPE: {

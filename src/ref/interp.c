@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "ir/collective.h"
 #include "ref/ref_int.h"
 
 #define MAX_CALL_DEPTH 200
@@ -130,6 +131,7 @@ static tpu_status make_tuple(const tpu_instr *in, const tpu_tensor *const *args,
 /* Collectives on a single device: every group has one member, so each is the identity
  * where the result shape equals the operand's. The pod executor runs real groups. */
 static tpu_status run_collective_single(const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
+  TPU_TRY(tpu_collective_check_one_device(in, d));
   if (in->noperands == 1 && value_matches(args[0], &in->shape)) return tpu_tensor_clone(out, args[0], d);
   if (in->shape.dtype == TPU_TUPLE && in->shape.ntuple == in->noperands) {
     int ok = 1;

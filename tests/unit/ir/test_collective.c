@@ -1,0 +1,118 @@
+/* Collectives on one chip: groups of one device run as the identity; a collective whose
+ * group spans several devices is refused, naming the op, by the reference interpreter and
+ * by the TPU back end (never a silent identity: psum over 4 devices is not x). */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "chip/chip.h"
+#include "chip/program.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ir/collective.h"
+#include "ir/verify.h"
+#include "ref/ref.h"
+
+static tpu_chip g_chip;
+
+/* An all-reduce of an f32[4] parameter with the given header and group attribute. */
+static void all_reduce_src(char *buf, size_t n, const char *header, const char *op, const char *groups) {
+  snprintf(buf, n,
+           "HloModule m%s\n"
+           "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+           "ENTRY e {\n p = f32[4] parameter(0)\n ROOT r = f32[4] %s(p), %s, to_apply=add\n}\n",
+           header, op, groups);
+}
+
+/* Runs src on the reference interpreter and compiles it for the chip. want == NULL: both
+ * succeed and the value is the input; else both fail with a message containing want. */
+static void check(const char *src, const char *want) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  tpu_status st = tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d);
+  if (st == TPU_OK) st = tpu_ir_verify(m, &d);
+  CHECK(st == TPU_OK);
+  if (st != TPU_OK) {
+    fprintf(stderr, "%s\n%s\n", d.msg, src);
+    tpu_module_free(m);
+    return;
+  }
+  int line = 1; /* the collective's line: errors point at it */
+  for (const char *c = src; c < strstr(src, "ROOT r"); c++) line += *c == '\n';
+  tpu_tensor x, out;
+  int64_t dims[1] = {4};
+  CHECK(tpu_tensor_alloc(&x, TPU_F32, 1, dims, &d) == TPU_OK);
+  for (int i = 0; i < 4; i++) tpu_tensor_set_f64(&x, i, i + 1.5);
+  st = tpu_ref_run(m, &x, 1, &out, &d);
+  if (!want) {
+    CHECK(st == TPU_OK);
+    if (st == TPU_OK) {
+      for (int i = 0; i < 4; i++) CHECK(tpu_tensor_get_f64(&out, i) == i + 1.5);
+      tpu_tensor_free(&out);
+    }
+  } else {
+    CHECK(st != TPU_OK);
+    if (st == TPU_OK) tpu_tensor_free(&out);
+    else if (!strstr(d.msg, want) || d.line != line) {
+      fprintf(stderr, "ref: unexpected error %d:%d %s (want %s)\n", d.line, d.col, d.msg, want);
+      CHECK(0);
+    }
+  }
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &g_chip;
+  o.precision_override = -1;
+  tpu_program *p = NULL;
+  st = tpu_compile(m, &o, &p, &d);
+  CHECK((st == TPU_OK) == (want == NULL));
+  if (st != TPU_OK && want && (!strstr(d.msg, want) || d.line != line)) {
+    fprintf(stderr, "compile: unexpected error %d:%d %s (want %s)\n", d.line, d.col, d.msg, want);
+    CHECK(0);
+  }
+  tpu_program_free(p);
+  tpu_tensor_free(&x);
+  tpu_module_free(m);
+}
+
+int main(void) {
+  tpu_diag d;
+  if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
+    fprintf(stderr, "chip: %s\n", d.msg);
+    return 1;
+  }
+  char src[1024];
+  /* Groups of one: the identity, in every printed form. */
+  all_reduce_src(src, sizeof src, "", "all-reduce", "replica_groups={{0}}");
+  check(src, NULL);
+  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups={{0},{1},{2},{3}}");
+  check(src, NULL);
+  all_reduce_src(src, sizeof src, "", "all-reduce", "replica_groups={}");
+  check(src, NULL);
+  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups=[4,1]<=[4]");
+  check(src, NULL);
+  /* Groups of several devices: JAX's psum over 4 devices gives 4x, never x. */
+  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups={{0,1,2,3}}");
+  check(src, "all-reduce 'r' communicates across 4 devices");
+  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups={{0,2},{1,3}}");
+  check(src, "across 2 devices");
+  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups={}");
+  check(src, "across 4 devices");
+  all_reduce_src(src, sizeof src, ", replica_count=2, num_partitions=4", "all-reduce",
+                 "channel_id=1, replica_groups=[2,4]<=[4,2]T(1,0), use_global_device_ids=true");
+  check(src, "across 4 devices");
+  /* collective-permute: pairs onto the device itself are the identity. */
+  snprintf(src, sizeof src,
+           "HloModule m, num_partitions=2\nENTRY e {\n p = f32[4] parameter(0)\n"
+           " ROOT r = f32[4] collective-permute(p), source_target_pairs={{0,0},{1,1}}\n}\n");
+  check(src, NULL);
+  snprintf(src, sizeof src,
+           "HloModule m, num_partitions=2\nENTRY e {\n p = f32[4] parameter(0)\n"
+           " ROOT r = f32[4] collective-permute(p), source_target_pairs={{0,1},{1,0}}\n}\n");
+  check(src, "collective-permute 'r' communicates across 2 devices");
+  /* all-gather over 2 devices would change the shape: refused, not mis-shaped. */
+  snprintf(src, sizeof src,
+           "HloModule m, num_partitions=2\nENTRY e {\n p = f32[4] parameter(0)\n"
+           " ROOT r = f32[8] all-gather(p), replica_groups={{0,1}}, dimensions={0}\n}\n");
+  check(src, "all-gather 'r' communicates across 2 devices");
+  CHECK_DONE();
+}
