@@ -94,16 +94,23 @@ static tpu_status parse_comp_list(actx *c) {
   const char *s = c->a->value;
   if (*s != '{') return bad(c, "a list of computations like {%a, %b}");
   s++;
-  tpu_comp *tmp[256];
-  int n = 0;
+  tpu_comp *tmp[64];
+  tpu_comp **comps = tmp;
+  int n = 0, cap = 64;
   for (;;) {
     skip_sp(&s);
     if (*s == '}') break;
     const char *st = s;
     while (*s && *s != ',' && *s != '}' && !isspace((unsigned char)*s)) s++;
     if (s == st) return bad(c, "a list of computations like {%a, %b}");
-    if (n == 256) return TPU_FAIL(c->d, TPU_ERR_LIMIT, c->a->loc, "too many branches");
-    TPU_TRY(comp_ref(c, st, (size_t)(s - st), &tmp[n]));
+    if (n == cap) {
+      tpu_comp **nc = tpu_arena_alloc(&c->m->arena, sizeof(tpu_comp *) * (size_t)cap * 2);
+      if (!nc) return nomem(c);
+      memcpy(nc, comps, sizeof(tpu_comp *) * (size_t)n);
+      comps = nc;
+      cap *= 2;
+    }
+    TPU_TRY(comp_ref(c, st, (size_t)(s - st), &comps[n]));
     n++;
     skip_sp(&s);
     if (*s == ',') s++;
@@ -112,16 +119,16 @@ static tpu_status parse_comp_list(actx *c) {
   c->in->nbranches = n;
   c->in->branches = tpu_arena_alloc(&c->m->arena, sizeof(tpu_comp *) * (size_t)(n ? n : 1));
   if (!c->in->branches) return nomem(c);
-  memcpy(c->in->branches, tmp, sizeof(tpu_comp *) * (size_t)n);
+  memcpy(c->in->branches, comps, sizeof(tpu_comp *) * (size_t)n);
   /* Canonical text. */
   size_t len = 3;
-  for (int i = 0; i < n; i++) len += strlen(tmp[i]->name) + 2;
+  for (int i = 0; i < n; i++) len += strlen(comps[i]->name) + 2;
   char *txt = tpu_arena_alloc(&c->m->arena, len);
   if (!txt) return nomem(c);
   strcpy(txt, "{");
   for (int i = 0; i < n; i++) {
     if (i) strcat(txt, ", ");
-    strcat(txt, tmp[i]->name);
+    strcat(txt, comps[i]->name);
   }
   strcat(txt, "}");
   ((tpu_attr *)c->a)->value = txt;

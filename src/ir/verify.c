@@ -677,13 +677,24 @@ static int lshape(lreader *r, tpu_shape *sh) {
     r->s++;
     sh->dtype = TPU_TUPLE;
     tpu_shape tmp[64];
-    int n = 0;
+    tpu_shape *elems = tmp;
+    int n = 0, cap = 64;
     lskip(r);
     if (*r->s == ')') {
       r->s++;
     } else {
       for (;;) {
-        if (n == 64 || !lshape(r, &tmp[n])) return 0;
+        if (n == cap) { /* no fixed limit: training steps have hundreds of parameter leaves */
+          tpu_shape *ne = tpu_arena_alloc(r->arena, sizeof(tpu_shape) * (size_t)cap * 2);
+          if (!ne) {
+            r->oom = 1;
+            return 0;
+          }
+          memcpy(ne, elems, sizeof(tpu_shape) * (size_t)n);
+          elems = ne;
+          cap *= 2;
+        }
+        if (!lshape(r, &elems[n])) return 0;
         n++;
         lskip(r);
         if (*r->s == ',') {
@@ -701,7 +712,7 @@ static int lshape(lreader *r, tpu_shape *sh) {
       r->oom = 1;
       return 0;
     }
-    memcpy(sh->elems, tmp, sizeof(tpu_shape) * (size_t)n);
+    memcpy(sh->elems, elems, sizeof(tpu_shape) * (size_t)n);
     r->depth--;
     return 1;
   }

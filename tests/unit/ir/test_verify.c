@@ -11,6 +11,7 @@
 #include "check.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"
+#include "ref/ref.h"
 
 static int ends_with(const char *s, const char *suf) {
   size_t a = strlen(s), b = strlen(suf);
@@ -194,7 +195,66 @@ static void check_oom(const char *path) {
   tpu_module_free(m);
 }
 
+/* No fixed limit on tuple sizes: an entry with 300 parameters (entry_computation_layout
+ * lists all of them, the result is a 300-tuple) and a conditional with 300 branches parse,
+ * verify and run; branch 299 returns its own constant. */
+static void check_wide(void) {
+  enum { N = 300 };
+  size_t cap = 64 * N * 4;
+  char *src = malloc(cap);
+  size_t k = 0;
+  k += (size_t)snprintf(src + k, cap - k, "HloModule wide, entry_computation_layout={(");
+  for (int i = 0; i < N; i++) k += (size_t)snprintf(src + k, cap - k, "%sf32[2]{0}", i ? ", " : "");
+  k += (size_t)snprintf(src + k, cap - k, ", s32[])->(");
+  for (int i = 0; i < N; i++) k += (size_t)snprintf(src + k, cap - k, "%sf32[2]{0}", i ? ", " : "");
+  k += (size_t)snprintf(src + k, cap - k, ", f32[])}\n");
+  for (int i = 0; i < N; i++)
+    k += (size_t)snprintf(src + k, cap - k, "b%d {\n x = f32[] parameter(0)\n ROOT c = f32[] constant(%d)\n}\n", i, i);
+  k += (size_t)snprintf(src + k, cap - k, "ENTRY e {\n");
+  for (int i = 0; i < N; i++) k += (size_t)snprintf(src + k, cap - k, " p%d = f32[2] parameter(%d)\n", i, i);
+  k += (size_t)snprintf(src + k, cap - k, " idx = s32[] parameter(%d)\n z = f32[] constant(0)\n", N);
+  k += (size_t)snprintf(src + k, cap - k, " c = f32[] conditional(idx");
+  for (int i = 0; i < N; i++) k += (size_t)snprintf(src + k, cap - k, ", z");
+  k += (size_t)snprintf(src + k, cap - k, "), branch_computations={");
+  for (int i = 0; i < N; i++) k += (size_t)snprintf(src + k, cap - k, "%sb%d", i ? ", " : "", i);
+  k += (size_t)snprintf(src + k, cap - k, "}\n ROOT t = (");
+  for (int i = 0; i < N; i++) k += (size_t)snprintf(src + k, cap - k, "f32[2], ");
+  k += (size_t)snprintf(src + k, cap - k, "f32[]) tuple(");
+  for (int i = 0; i < N; i++) k += (size_t)snprintf(src + k, cap - k, "p%d, ", i);
+  k += (size_t)snprintf(src + k, cap - k, "c)\n}\n");
+  CHECK(k < cap);
+  tpu_module *m = NULL;
+  tpu_diag d;
+  tpu_status st = tpu_hlo_parse("wide.hlo", src, k, &m, &d);
+  if (st == TPU_OK) st = tpu_ir_verify(m, &d);
+  if (st != TPU_OK) report("wide", "wide.hlo", &d);
+  CHECK_EQ_INT(st, TPU_OK);
+  if (st == TPU_OK) {
+    tpu_tensor *args = calloc(N + 1, sizeof *args);
+    int64_t two = 2;
+    for (int i = 0; i < N; i++) {
+      CHECK(tpu_tensor_alloc(&args[i], TPU_F32, 1, &two, &d) == TPU_OK);
+      tpu_tensor_set_f64(&args[i], 1, i);
+    }
+    CHECK(tpu_tensor_alloc(&args[N], TPU_S32, 0, NULL, &d) == TPU_OK);
+    tpu_tensor_set_i64(&args[N], 0, N - 1);
+    tpu_tensor out;
+    CHECK(tpu_ref_run(m, args, N + 1, &out, &d) == TPU_OK);
+    CHECK_EQ_INT(out.ntuple, N + 1);
+    if (out.ntuple == N + 1) {
+      CHECK(tpu_tensor_get_f64(&out.elems[N - 1], 1) == N - 1);
+      CHECK(tpu_tensor_get_f64(&out.elems[N], 0) == N - 1);
+    }
+    tpu_tensor_free(&out);
+    for (int i = 0; i <= N; i++) tpu_tensor_free(&args[i]);
+    free(args);
+  }
+  tpu_module_free(m);
+  free(src);
+}
+
 int main(void) {
+  check_wide();
   struct dirent *e;
   DIR *dir = opendir("tests/hlo");
   CHECK(dir != NULL);
