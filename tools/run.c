@@ -244,10 +244,10 @@ static int apply_trips(tpu_program *p, const tpu_loop_trips *t) {
   int set = 0;
   for (int i = 0; i < p->ninsns; i++) {
     const tpu_insn *in = &p->insns[i];
-    if (in->opc != TPU_ISA_LOOP || in->trips >= 0 || !in->what) continue;
+    if (in->opc != TPU_ISA_LOOP || in->trips >= 0) continue;
     for (int k = 0; k < t->n; k++)
-      if (t->v[k].runs > 0 && !strcmp(t->v[k].name, in->what)) {
-        set += tpu_program_set_loop_trips(p, in->what, (t->v[k].iters + t->v[k].runs / 2) / t->v[k].runs);
+      if (t->v[k].runs > 0 && tpu_loc_same(t->v[k].loc, in->loc)) {
+        set += tpu_program_set_loop_trips_at(p, in->loc, (t->v[k].iters + t->v[k].runs / 2) / t->v[k].runs);
         break;
       }
   }

@@ -54,3 +54,8 @@ void tpu_diag_format(const tpu_diag *d, char *buf, size_t n) {
   else
     snprintf(buf, n, "error: %s", d->msg);
 }
+
+int tpu_loc_same(tpu_loc a, tpu_loc b) {
+  if (a.line <= 0 || a.line != b.line || a.col != b.col) return 0;
+  return a.file == b.file || (a.file && b.file && !strcmp(a.file, b.file));
+}

@@ -25,6 +25,9 @@ static inline tpu_loc tpu_noloc(void) {
   return l;
 }
 
+/* Same source position (file, line, column)? Positions without a line never match. */
+int tpu_loc_same(tpu_loc a, tpu_loc b);
+
 static inline tpu_loc tpu_loc_at(const char *file, int line, int col) {
   tpu_loc l = {file, line, col};
   return l;

@@ -359,7 +359,7 @@ void tpu_loop_trips_free(tpu_loop_trips *t) {
 static tpu_status record_while(void *user, const tpu_instr *in, int64_t iters, tpu_diag *d) {
   tpu_loop_trips *t = ((const exec_ctx *)user)->trips;
   for (int i = 0; i < t->n; i++)
-    if (!strcmp(t->v[i].name, in->name)) {
+    if (in->loc.line > 0 ? tpu_loc_same(t->v[i].loc, in->loc) : !strcmp(t->v[i].name, in->name)) {
       t->v[i].iters += iters;
       t->v[i].runs++;
       return TPU_OK;
@@ -371,7 +371,7 @@ static tpu_status record_while(void *user, const tpu_instr *in, int64_t iters, t
     t->v = v;
     t->cap = cap;
   }
-  t->v[t->n++] = (tpu_loop_trip){in->name, iters, 1};
+  t->v[t->n++] = (tpu_loop_trip){tpu_instr_user_name(in), in->loc, iters, 1};
   return TPU_OK;
 }
 

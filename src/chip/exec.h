@@ -30,8 +30,11 @@ tpu_status tpu_chip_run_values(const tpu_module *m, const tpu_chip *chip, int pr
 
 /* While-loop trip counts seen while computing values: per while instruction (by name,
  * borrowed from the module), the iterations summed over its executions. */
+/* The iterations of one while loop of the input, keyed by its source position (copies made
+ * by inlining share it), summed over its `runs`. */
 typedef struct tpu_loop_trip {
   const char *name;
+  tpu_loc loc;
   int64_t iters, runs;
 } tpu_loop_trip;
 

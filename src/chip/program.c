@@ -125,6 +125,18 @@ int tpu_program_set_loop_trips(tpu_program *p, const char *name, int64_t trips) 
   return n;
 }
 
+int tpu_program_set_loop_trips_at(tpu_program *p, tpu_loc loc, int64_t trips) {
+  int n = 0;
+  for (int i = 0; i < p->ninsns; i++) {
+    tpu_insn *in = &p->insns[i];
+    if (in->opc == TPU_ISA_LOOP && tpu_loc_same(in->loc, loc)) {
+      in->trips = trips;
+      n++;
+    }
+  }
+  return n;
+}
+
 static tpu_status bad(tpu_diag *d, int i, const char *what) {
   return TPU_FAIL(d, TPU_ERR_INVALID, tpu_noloc(), "program instruction %d: %s", i, what);
 }

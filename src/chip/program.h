@@ -77,7 +77,8 @@ typedef struct tpu_insn {
   int at;                          /* wait: instruction index */
   int prefetch;                    /* dma.in: 1 = may start before the preceding `kernel`
                                     * barrier, while the previous kernel runs (docs/isa.md) */
-  const char *what;                /* vpu/eup/xlu: op kind; loop/cond: HLO name (program-owned) */
+  const char *what;                /* vpu/eup/xlu: op kind; loop/cond: HLO name as the input wrote it (program-owned) */
+  tpu_loc loc;                     /* loop/cond: the HLO instruction's place in the input (line 0: none) */
 } tpu_insn;
 
 /* One HLO op as the program executes it (a kernel). Figures are per execution. */
@@ -124,6 +125,10 @@ typedef struct tpu_program {
   int64_t vmem_peak;            /* most VMEM one kernel uses */
   const struct tpu_module *module; /* borrowed; NULL when assembled */
 } tpu_program;
+
+/* Sets the trip count of every loop compiled from the while loop at `loc` (all the copies
+ * inlining made of it); returns how many it set. */
+int tpu_program_set_loop_trips_at(tpu_program *p, tpu_loc loc, int64_t trips);
 
 /* Allocation: NULL on out-of-memory. */
 tpu_program *tpu_program_new(const char *chip);

@@ -328,9 +328,10 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
     switch (in->opc) {
       case TPU_ISA_LOOP: {
         if (in->trips < 0)
-          return TPU_FAIL(t->d, TPU_ERR_UNSUPPORTED, tpu_noloc(),
+          return TPU_FAIL(t->d, TPU_ERR_UNSUPPORTED, in->loc,
                           "while loop '%s': trip count unknown (its condition is not an induction "
-                          "variable compared with a constant); timing needs a static count",
+                          "variable compared with a constant, and XLA gave no known_trip_count); timing "
+                          "needs a static count: run with --mode full to take it from the values",
                           in->what ? in->what : "?");
         for (int64_t k = 0; k < in->trips; k++) {
           if (++t->issues > MAX_ISSUES)

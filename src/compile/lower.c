@@ -227,7 +227,8 @@ static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
       case TPU__K_WHILE: {
         tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, -1);
         lp.trips = k->trips;
-        lp.what = in->name;
+        lp.what = tpu_instr_user_name(in);
+        lp.loc = in->loc;
         if (!emit(be, &lp)) return TPU_ERR_NOMEM;
         TPU_TRY(lower_comp(be, in->condition, depth + 1));
         TPU_TRY(lower_comp(be, in->body, depth + 1));
@@ -239,7 +240,8 @@ static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
       case TPU__K_COND: {
         tpu_insn cd = tpu_insn_make(TPU_ISA_COND, -1);
         cd.trips = in->nbranches;
-        cd.what = in->name;
+        cd.what = tpu_instr_user_name(in);
+        cd.loc = in->loc;
         if (!emit(be, &cd)) return TPU_ERR_NOMEM;
         for (int b = 0; b < in->nbranches; b++) {
           tpu_insn cs = tpu_insn_make(TPU_ISA_CASE, -1);

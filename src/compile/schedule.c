@@ -1,5 +1,6 @@
 /* Back-end pass `schedule`: each kernel's tile loop (how many iterations, matmul blocks
  * that fit VMEM double-buffered), its VMEM buffers, and static while-loop trip counts. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "chip/timing.h"
@@ -28,7 +29,26 @@ static int64_t param_elem(const tpu_instr *in) {
   return -1;
 }
 
+/* The trip count XLA's own loop analysis wrote into an optimized module's backend_config
+ * ("known_trip_count":{"n":"10"}); -1 if none. */
+static int64_t xla_known_trip_count(const tpu_instr *w) {
+  for (int i = 0; i < w->nattrs; i++) {
+    if (strcmp(w->attrs[i].name, "backend_config")) continue;
+    const char *k = strstr(w->attrs[i].value, "\"known_trip_count\"");
+    const char *n = k ? strstr(k, "\"n\"") : NULL;
+    if (!n) return -1;
+    n += 3;
+    while (*n == ':' || *n == ' ' || *n == '"') n++;
+    char *end;
+    long long v = strtoll(n, &end, 10);
+    return end != n && v >= 0 ? v : -1;
+  }
+  return -1;
+}
+
 static int64_t trip_count(const tpu_instr *w) {
+  int64_t known = xla_known_trip_count(w);
+  if (known >= 0) return known;
   const tpu_instr *cmp = w->condition->root;
   if (cmp->op != TPU_OP_COMPARE) return -1;
   int64_t k = param_elem(cmp->operands[0]), c;

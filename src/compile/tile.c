@@ -331,7 +331,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     default:
       if (tpu_op_class_of(in->op) == TPU_CLS_PARSE_ONLY)
         return TPU_FAIL(be->d, TPU_ERR_UNSUPPORTED, in->loc,
-                        "%s '%s': the TPU back end cannot compile this op", tpu_op_name(in->op), in->name);
+                        "%s '%s': the TPU back end cannot compile this op", tpu_op_name(in->op), tpu_instr_user_name(in));
       break;
   }
   k->own = 1;

@@ -262,6 +262,7 @@ tpu_status tpu_build_clone_instr(tpu_builder *b, tpu_comp *c, const tpu_instr *s
     if (!in->branches) return nomem(b);
     memcpy(in->branches, src->branches, sizeof(tpu_comp *) * (size_t)src->nbranches);
   }
+  if (!in->src_name) in->src_name = src->name;
   TPU_TRY(tpu_build_name(b, src->name, &in->name));
   TPU_TRY(comp_append(b, c, in));
   *out = in;

@@ -77,7 +77,7 @@ tpu_status tpu_collective_devices(const tpu_instr *in, int64_t *devices, tpu_dia
     int64_t largest, cross;
     if (!v) return TPU_OK;
     if (!read_groups(v, &largest, &cross))
-      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "cannot read source_target_pairs of '%s'", in->name);
+      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "cannot read source_target_pairs of '%s'", tpu_instr_user_name(in));
     *devices = cross ? 2 : 1;
     return TPU_OK;
   }
@@ -93,7 +93,7 @@ tpu_status tpu_collective_devices(const tpu_instr *in, int64_t *devices, tpu_dia
     end = (char *)skip(end);
     long long size = *end == ',' ? strtoll(end + 1, NULL, 10) : 0;
     if (g <= 0 || size <= 0)
-      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "cannot read replica_groups of '%s'", in->name);
+      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "cannot read replica_groups of '%s'", tpu_instr_user_name(in));
     *devices = size;
     return TPU_OK;
   }
@@ -103,7 +103,7 @@ tpu_status tpu_collective_devices(const tpu_instr *in, int64_t *devices, tpu_dia
   }
   int64_t largest, cross;
   if (!read_groups(v, &largest, &cross))
-    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "cannot read replica_groups of '%s'", in->name);
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "cannot read replica_groups of '%s'", tpu_instr_user_name(in));
   *devices = largest == 0 ? all : largest; /* {} is one group of every device */
   return TPU_OK;
 }
@@ -115,5 +115,5 @@ tpu_status tpu_collective_check_one_device(const tpu_instr *in, tpu_diag *d) {
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc,
                   "%s '%s' communicates across %lld devices; tpusim runs one chip and does not model "
                   "collectives yet (only groups of one device run, as the identity)",
-                  tpu_op_name(in->op), in->name, (long long)n);
+                  tpu_op_name(in->op), tpu_instr_user_name(in), (long long)n);
 }

@@ -107,6 +107,7 @@ typedef struct tpu_module tpu_module;
 typedef struct tpu_instr {
   tpu_opcode op;
   const char *name;
+  const char *src_name; /* the name in the input text when a pass cloned it under a new one; NULL: `name` */
   tpu_shape shape;
   struct tpu_instr **operands;
   int noperands;
@@ -183,6 +184,9 @@ struct tpu_module {
   tpu_tensor **literals; /* owned constants, freed with the module */
   int nliterals, capliterals;
 };
+
+/* The instruction's name as the user's input text wrote it (for messages). */
+static inline const char *tpu_instr_user_name(const tpu_instr *in) { return in->src_name ? in->src_name : in->name; }
 
 void tpu_module_free(tpu_module *m);
 /* Finds a computation by name (n bytes; need not be NUL-terminated); NULL if none. */

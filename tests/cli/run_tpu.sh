@@ -79,6 +79,50 @@ for dir in tests/conformance/cases/*/; do
 done
 [ "$ncases" -ge 62 ] || fail "only $ncases conformance cases found"
 
+# A data-dependent while loop inside a computation called twice (as a nested jax.jit is):
+# full mode takes both inlined copies' trips from the values; timing mode refuses it at the
+# user's own instruction (file:line:col, the name in the file), and takes XLA's
+# known_trip_count from backend_config when the module carries it.
+cat > "$T/wl.hlo" <<'EOF'
+HloModule loops
+cond {
+  s = (s32[], s32[]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] get-tuple-element(s), index=1
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  s = (s32[], s32[]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT t = (s32[], s32[]) tuple(j, n)
+}
+f {
+  n = s32[] parameter(0)
+  z = s32[] constant(0)
+  t = (s32[], s32[]) tuple(z, n)
+  ROOT w = (s32[], s32[]) while(t), condition=cond, body=body
+}
+ENTRY e {
+  n = s32[] constant(5)
+  c1 = (s32[], s32[]) call(n), to_apply=f
+  c2 = (s32[], s32[]) call(n), to_apply=f
+  a = s32[] get-tuple-element(c1), index=0
+  b = s32[] get-tuple-element(c2), index=0
+  ROOT r = s32[] add(a, b)
+}
+EOF
+"$BIN" run "$T/wl.hlo" > "$T/wf" 2> "$T/err" || fail "loop in call: full run: $(cat "$T/err")"
+grep -q "trip counts of 2 loop(s) taken from the values" "$T/wf" || fail "loop in call: trips not taken: $(cat "$T/wf")"
+grep -q "^result 0: s32\[\]  min 10  max 10" "$T/wf" || fail "loop in call: wrong value: $(grep result "$T/wf")"
+"$BIN" run "$T/wl.hlo" --mode timing > /dev/null 2> "$T/err" && fail "loop in call: timing mode accepted an unknown trip count"
+grep -q "wl.hlo:20:27: error: while loop 'w': trip count unknown" "$T/err" || fail "loop in call: timing error '$(cat "$T/err")'"
+sed 's/body=body$/body=body, backend_config={"known_trip_count":{"n":"5"}}/' "$T/wl.hlo" > "$T/wk.hlo"
+"$BIN" run "$T/wk.hlo" --mode timing > "$T/wt" 2> "$T/err" || fail "known_trip_count: $(cat "$T/err")"
+[ "$(grep '^step time' "$T/wt")" = "$(grep '^step time' "$T/wf")" ] || fail "known_trip_count: cycles differ from the full run"
+
 # expect_error NAME PATTERN CMD...: exit status 2, one stderr line matching PATTERN, no files.
 expect_error() {
   name="$1"; pat="$2"; shift 2
