@@ -182,13 +182,20 @@ static tpu_status scalar(lit_parser *p) {
   return st;
 }
 
+/* XLA's printer writes `{...}` for large constants unless told otherwise. */
+static tpu_status elided(lit_parser *p, tpu_loc at) {
+  return TPU_FAIL(p->d, TPU_ERR_UNSUPPORTED, at,
+                  "the constant's values are elided ('{...}'); print the module with large constants "
+                  "(HloPrintOptions print_large_constants=true; XLA dumps: --xla_dump_large_constants)");
+}
+
 static tpu_status level(lit_parser *p, int dim) {
   const tpu_shape *sh = p->shape;
   if (dim == sh->rank) return scalar(p);
   tpu_loc at = here(p);
   if (peek(p) != '{') {
     if (p->pos + 3 <= p->n && !strncmp(p->s + p->pos, "...", 3))
-      return TPU_FAIL(p->d, TPU_ERR_UNSUPPORTED, at, "the constant's values are elided ('...'); dump HLO with full constants");
+      return elided(p, at);
     return TPU_FAIL(p->d, TPU_ERR_PARSE, at, "expected '{' for dimension %d of the constant", dim);
   }
   p->pos++;
@@ -197,7 +204,7 @@ static tpu_status level(lit_parser *p, int dim) {
     p->pos++;
   } else {
     for (;;) {
-      if (peek(p) == '.' ) return TPU_FAIL(p->d, TPU_ERR_UNSUPPORTED, here(p), "the constant's values are elided ('...'); dump HLO with full constants");
+      if (peek(p) == '.') return elided(p, here(p));
       TPU_TRY(level(p, dim + 1));
       count++;
       int c = peek(p);

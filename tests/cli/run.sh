@@ -89,6 +89,10 @@ ENTRY e {
   ROOT c = s8[2]{0} constant({1, 300})
 }'
 expect_error badconst "badconst.hlo:3:34: error: constant 300 is out of range for s8" "$BIN" run "$T/badconst.hlo" -o "$T/err"
+printf 'HloModule m\nENTRY e {\n  ROOT c = f32[2,50] constant({ {...}, {1} })\n}\n' > "$T/elided.hlo"
+expect_error elided "elided.hlo:3:34: error: the constant's values are elided .*print_large_constants=true" "$BIN" run "$T/elided.hlo" -o "$T/err"
+printf 'HloModule m\nENTRY e {\n  ROOT c = f32[100] constant({...})\n}\n' > "$T/elided1.hlo"
+expect_error elided1 "elided1.hlo:3:31: error: the constant's values are elided" "$BIN" run "$T/elided1.hlo" -o "$T/err"
 
 bad branches 'HloModule m
 b0 {
