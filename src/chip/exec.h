@@ -28,8 +28,6 @@
 tpu_status tpu_chip_run_values(const tpu_module *m, const tpu_chip *chip, int precision_override,
                                const tpu_tensor *args, int nargs, tpu_tensor *out, tpu_diag *d);
 
-/* While-loop trip counts seen while computing values: per while instruction (by name,
- * borrowed from the module), the iterations summed over its executions. */
 /* The iterations of one while loop of the input, keyed by its source position (copies made
  * by inlining share it), summed over its `runs`. */
 typedef struct tpu_loop_trip {

@@ -1,5 +1,6 @@
-/* Collective groups read from their attributes (replica_groups in the explicit, iota and
- * mesh forms; source_target_pairs), and the module's device count. */
+/* Collective groups read from their attributes (replica_groups in the explicit and iota
+ * forms; source_target_pairs), the module's device grid, and which devices each device's
+ * group holds under XLA's group modes. */
 #ifndef TPU_IR_COLLECTIVE_H
 #define TPU_IR_COLLECTIVE_H
 
@@ -7,6 +8,42 @@
 
 /* replica_count x num_partitions from the module header (1 when absent). */
 int64_t tpu_module_device_count(const tpu_module *m);
+void tpu_module_device_grid(const tpu_module *m, int64_t *replicas, int64_t *partitions);
+
+/* How the ids in replica_groups name devices (XLA's CollectiveOpGroupMode): device id =
+ * replica * partitions + partition throughout tpusim. */
+typedef enum {
+  TPU_CG_CROSS_REPLICA,               /* no channel_id: replica ids, within each partition */
+  TPU_CG_CROSS_PARTITION,             /* channel_id: partition ids, within each replica */
+  TPU_CG_CROSS_REPLICA_AND_PARTITION, /* channel_id, use_global_device_ids=false: replicas x all partitions */
+  TPU_CG_FLATTENED                    /* channel_id, use_global_device_ids=true: device ids */
+} tpu_coll_mode;
+tpu_coll_mode tpu_collective_mode(const tpu_instr *in);
+
+/* Groups as read: ids[start[g] .. start[g+1]) is group g; ngroups 0 means `{}` (everyone). */
+typedef struct {
+  int64_t ngroups;
+  int64_t *start;
+  int64_t *ids;
+} tpu_groups;
+tpu_status tpu_groups_read(const tpu_instr *in, const char *attr, tpu_groups *g, tpu_diag *d);
+void tpu_groups_free(tpu_groups *g);
+
+/* The devices in device `dev`'s group for collective `in` (not collective-permute), as
+ * device ids in group order (the order reductions and concatenations follow); *self is
+ * dev's position. `members` has room for replicas * partitions ids. Errors (at in) when the
+ * groups name a device outside the grid or leave `dev` out. */
+tpu_status tpu_collective_members(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t dev,
+                                  int64_t *members, int64_t *n, int64_t *self, tpu_diag *d);
+
+/* collective-permute: the device that sends to `dev` (-1: none, so its result is zeros). */
+tpu_status tpu_collective_permute_source(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t dev,
+                                         int64_t *src, tpu_diag *d);
+
+/* Checks that the groups of `in` partition the devices of the grid (each id once, in range,
+ * all covered, groups of one size where the op needs it) and permute pairs name each
+ * source and target at most once. */
+tpu_status tpu_collective_check_groups(const tpu_instr *in, int64_t replicas, int64_t partitions, tpu_diag *d);
 
 /* How many devices the collective `in` joins in its largest group: 1 when every device
  * works alone (an identity), the module's device count for `{}`; for collective-permute, 2

@@ -95,7 +95,13 @@ int main(void) {
   check(src, "all-reduce 'r' communicates across 4 devices");
   all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups={{0,2},{1,3}}");
   check(src, "across 2 devices");
+  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "channel_id=1, replica_groups={}");
+  check(src, "across 4 devices");
+  /* Without channel_id a collective is cross-replica: one replica of four partitions is a
+   * group of one (XLA's CollectiveOpGroupMode). */
   all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups={}");
+  check(src, NULL);
+  all_reduce_src(src, sizeof src, ", replica_count=4", "all-reduce", "replica_groups={}");
   check(src, "across 4 devices");
   all_reduce_src(src, sizeof src, ", replica_count=2, num_partitions=4", "all-reduce",
                  "channel_id=1, replica_groups=[2,4]<=[4,2]T(1,0), use_global_device_ids=true");
