@@ -19,6 +19,8 @@
 #include "ir/verify.h"
 #include "ref/ref.h"
 #include "report/report.h"
+#include "ir/collective.h"
+#include "run_pod.h"
 
 #define MAX_INPUTS 4096
 
@@ -26,7 +28,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: tpusim run PROG.hlo [-i IN.npy]... [-o DIR] [--backend tpu|ref] [--chip NAME|FILE]\n"
           "                 [--precision default|high|highest] [--mode full|timing]\n"
-          "                 [--report R.json] [--trace T.json] [--top N] [--seed N] [--quiet]\n"
+          "                 [--report R.json] [--trace T.json] [--top N] [--seed N] [--per-device] [--quiet]\n"
           "\n"
           "Runs the entry computation of an HLO module (as JAX's as_text(dialect=\"hlo\") prints it).\n"
           "  -i IN.npy      one per entry parameter, in parameter order; the dtype must match\n"
@@ -43,6 +45,16 @@ static void usage(FILE *f) {
           "  --trace FILE   write the unit timeline in the Chrome trace format (Perfetto, chrome://tracing)\n"
           "  --top N        ops listed in the printed profile (default 10; 0 for all)\n"
           "  --seed N       with no -i, inputs are random and reproducible from N (default 0)\n"
+          "  --per-device   (modules of several devices) write each device's result as DIR/devD/K.npy\n"
+          "                 instead of the global arrays\n"
+          "  --out-sharding S  the sharding of the result (HLO syntax, e.g. '{devices=[2,4]<=[8]}'), once\n"
+          "                 per result leaf or once for all: XLA's compiled modules do not print it\n"
+          "                 instead of the global arrays\n"
+          "Modules with replica_count x num_partitions > 1 run every device (the pod): -i takes global\n"
+          "arrays, cut into shards by each parameter's sharding= (without one: the same array for\n"
+          "every device, or one row per device when it has an extra leading axis of that size);\n"
+          "results are assembled by --out-sharding or the ROOT's sharding= (without either: stacked,\n"
+          "one row per device).\n"
           "  --quiet        print nothing on success\n"
           "Exit status: 0 success, 2 bad program, input or option (one line on stderr), 1 cannot\n"
           "write results.\n");
@@ -142,11 +154,40 @@ static int write_outputs(const char *dir, const tpu_tensor **leaves, int n, tpu_
   return k == n;
 }
 
+/* Every device's result leaves into DIR/devD/ (DIR created when missing). */
+static int write_per_device(const char *dir, const tpu_tensor *per_dev, int64_t ndev, tpu_diag *d) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(dir, 0, 0), "cannot create the output directory: %s", strerror(errno));
+    return 0;
+  }
+  size_t plen = strlen(dir) + 32;
+  char *path = tpu_malloc(plen);
+  int ok = path != NULL;
+  if (!ok) TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  for (int64_t k = 0; ok && k < ndev; k++) {
+    int n = tpu_tensor_count_leaves(&per_dev[k]);
+    const tpu_tensor **leaves = tpu_calloc((size_t)n + 1, sizeof *leaves);
+    if (!leaves) {
+      TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+      ok = 0;
+      break;
+    }
+    tpu_tensor_collect_leaves(&per_dev[k], leaves);
+    snprintf(path, plen, "%s/dev%lld", dir, (long long)k);
+    ok = write_outputs(path, leaves, n, d);
+    tpu_free(leaves);
+  }
+  tpu_free(path);
+  return ok;
+}
+
 /* Options of one run. */
 typedef struct {
   const char *prog, *outdir, *backend, *chip, *report, *trace;
   const char **inputs;
-  int ninputs, quiet, timing, precision, top;
+  const char *out_sh[64];
+  int nout_sh;
+  int ninputs, quiet, timing, precision, top, per_device;
   uint64_t seed;
 } run_opts;
 
@@ -202,6 +243,14 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       }
       if (a[2] == 's') o->seed = v;
       else o->top = (int)v;
+    } else if (!strcmp(a, "--out-sharding") && has_next) {
+      if (o->nout_sh == 64) {
+        fprintf(stderr, "error: more than 64 --out-sharding options\n");
+        return 2;
+      }
+      o->out_sh[o->nout_sh++] = argv[++i];
+    } else if (!strcmp(a, "--per-device")) {
+      o->per_device = 1;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       o->quiet = 1;
     } else if (a[0] == '-' && a[1]) {
@@ -351,6 +400,10 @@ int tpu_cli_run(int argc, char **argv) {
   tpu_chip chip;
   tpu_loop_trips trips;
   memset(&trips, 0, sizeof trips);
+  tpu_pod_cli pod;
+  memset(&pod, 0, sizeof pod);
+  tpu_tensor *per_dev = NULL;
+  int64_t ndev = 1;
   struct timespec t0, t1;
   if (tpu_hlo_parse_file(o.prog, &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
     tpu_cli_report(&d);
@@ -361,14 +414,27 @@ int tpu_cli_run(int argc, char **argv) {
     goto cleanup;
   }
   const tpu_comp *e = m->entry;
+  ndev = tpu_module_device_count(m);
+  if (ndev > 1 && tpu_cli_pod_prepare(m, o.out_sh, o.nout_sh, &pod, &d) != TPU_OK) {
+    tpu_cli_report(&d);
+    goto cleanup;
+  }
+  if (o.per_device && ndev == 1) {
+    fprintf(stderr, "error: --per-device needs a module of several devices (replica_count or num_partitions above 1)\n");
+    goto cleanup;
+  }
   if (o.ninputs && o.ninputs != e->nparams) {
     fprintf(stderr, "%s: error: the entry computation '%s' takes %d parameters; %d inputs were given\n", o.prog, e->name,
             e->nparams, o.ninputs);
     goto cleanup;
   }
-  if (!o.quiet)
+  if (!o.quiet) {
     printf("%s: module %s, entry %s, %d computation(s), %d input(s)%s\n", o.prog, m->name, e->name, m->ncomps,
            e->nparams, o.timing ? " (not needed: timing only)" : o.ninputs ? "" : " (random)");
+    if (ndev > 1)
+      printf("pod: %lld devices (%lld replica(s) x %lld partition(s)), one SPMD program\n", (long long)ndev,
+             (long long)pod.replicas, (long long)pod.partitions);
+  }
   if (!o.timing) {
     args = tpu_calloc((size_t)(e->nparams ? e->nparams : 1), sizeof *args);
     if (!args) {
@@ -377,8 +443,16 @@ int tpu_cli_run(int argc, char **argv) {
     }
     uint64_t rng = o.seed;
     for (nargs = 0; nargs < e->nparams; nargs++) {
-      tpu_status st = o.ninputs ? tpu_ref_load_input(o.inputs[nargs], nargs, &e->params[nargs]->shape, &args[nargs], &d)
-                                : random_value(&args[nargs], &e->params[nargs]->shape, &rng, &d);
+      tpu_status st;
+      if (ndev > 1) {
+        tpu_shape g;
+        tpu_cli_pod_global_shape(&pod, m, nargs, &g);
+        st = o.ninputs ? tpu_cli_pod_load(&pod, m, nargs, o.inputs[nargs], &args[nargs], &d)
+                       : random_value(&args[nargs], &g, &rng, &d);
+      } else {
+        st = o.ninputs ? tpu_ref_load_input(o.inputs[nargs], nargs, &e->params[nargs]->shape, &args[nargs], &d)
+                       : random_value(&args[nargs], &e->params[nargs]->shape, &rng, &d);
+      }
       if (st != TPU_OK) {
         tpu_cli_report(&d);
         goto cleanup;
@@ -387,8 +461,17 @@ int tpu_cli_run(int argc, char **argv) {
     /* Values run on the module as written (the compiler then rewrites it in place). */
     clock_gettime(CLOCK_MONOTONIC, &t0);
     progress(&o, "computing values");
-    tpu_status st = tpu ? tpu_chip_run_values_trips(m, &chip, o.precision, args, nargs, &trips, &result, &d)
-                        : tpu_ref_run(m, args, nargs, &result, &d);
+    if (ndev > 1 && o.per_device) {
+      per_dev = tpu_calloc((size_t)ndev, sizeof *per_dev);
+      if (!per_dev) {
+        fprintf(stderr, "error: out of memory\n");
+        goto cleanup;
+      }
+    }
+    tpu_status st = ndev > 1 ? tpu_cli_pod_values(&pod, m, tpu ? &chip : NULL, o.precision, args, nargs, &trips,
+                                                  &result, per_dev, &d)
+                    : tpu    ? tpu_chip_run_values_trips(m, &chip, o.precision, args, nargs, &trips, &result, &d)
+                             : tpu_ref_run(m, args, nargs, &result, &d);
     progress(&o, NULL);
     if (st != TPU_OK) {
       tpu_cli_report(&d);
@@ -402,6 +485,13 @@ int tpu_cli_run(int argc, char **argv) {
       goto cleanup;
     }
     tpu_tensor_collect_leaves(&result, leaves);
+    if (!o.quiet && ndev > 1) {
+      int plain = 0;
+      for (int k = 0; k < pod.nout; k++) plain += pod.out_mode[k] == TPU_POD_IO_PLAIN;
+      if (plain)
+        printf("pod: %d result(s) have no sharding (XLA's compiled text omits it; see --out-sharding): each is "
+               "stacked, one row per device\n", plain);
+    }
     if (!o.quiet) {
       if (tpu)
         printf("backend tpu: chip %s (%s), precision %s; values in %.3f ms of host time\n", chip.name, chip.title,
@@ -420,7 +510,13 @@ int tpu_cli_run(int argc, char **argv) {
       goto cleanup;
     }
   }
-  if (o.outdir && !write_outputs(o.outdir, leaves, nleaves, &d)) {
+  if (o.outdir && per_dev) {
+    if (!write_per_device(o.outdir, per_dev, ndev, &d)) {
+      tpu_cli_report(&d);
+      rc = 1;
+      goto cleanup;
+    }
+  } else if (o.outdir && !write_outputs(o.outdir, leaves, nleaves, &d)) {
     tpu_cli_report(&d);
     rc = 1;
     goto cleanup;
@@ -431,11 +527,17 @@ int tpu_cli_run(int argc, char **argv) {
       tpu_ref_describe(leaves[i], desc, sizeof desc);
       printf("result %d: %s", i, desc);
       summary_stats(leaves[i], stdout);
-      if (o.outdir) printf("  -> %s/%d.npy", o.outdir, i);
+      if (o.outdir && !per_dev) printf("  -> %s/%d.npy", o.outdir, i);
       printf("\n");
     }
+  if (!o.quiet && o.outdir && per_dev)
+    printf("per device: %s/dev0 ... %s/dev%lld\n", o.outdir, o.outdir, (long long)(ndev - 1));
   rc = 0;
 cleanup:
+  if (per_dev)
+    for (int64_t k = 0; k < ndev; k++) tpu_tensor_free(&per_dev[k]);
+  tpu_free(per_dev);
+  tpu_cli_pod_free(&pod);
   tpu_loop_trips_free(&trips);
   tpu_free(leaves);
   tpu_tensor_free(&result);

@@ -383,12 +383,18 @@ tpu_status tpu_chip_run_values(const tpu_module *m, const tpu_chip *chip, int pr
 tpu_status tpu_chip_run_values_trips(const tpu_module *m, const tpu_chip *chip, int precision_override,
                                      const tpu_tensor *args, int nargs, tpu_loop_trips *trips, tpu_tensor *out,
                                      tpu_diag *d) {
+  return tpu_chip_run_values_dev(m, chip, precision_override, NULL, args, nargs, trips, out, d);
+}
+
+tpu_status tpu_chip_run_values_dev(const tpu_module *m, const tpu_chip *chip, int precision_override,
+                                   const tpu_ref_comm *comm, const tpu_tensor *args, int nargs, tpu_loop_trips *trips,
+                                   tpu_tensor *out, tpu_diag *d) {
   memset(out, 0, sizeof *out);
   if (!chip || chip->mxu_rows < 1)
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "the chip has no MXU rows to run a matmul on");
   if (precision_override > TPU_PREC_HIGHEST)
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "unknown precision %d", precision_override);
   exec_ctx c = {chip, precision_override < 0 ? -1 : precision_override, trips};
-  tpu_ref_opts o = {mxu_dot_conv, &c, trips ? record_while : NULL};
+  tpu_ref_opts o = {mxu_dot_conv, &c, trips ? record_while : NULL, comm};
   return tpu_ref_run_opts(m, args, nargs, &o, out, d);
 }

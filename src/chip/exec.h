@@ -6,6 +6,7 @@
 #include "chip/chip.h"
 #include "chip/mxu.h"
 #include "ir/ir.h"
+#include "ref/ref.h"
 
 /* Runs the entry computation of a verified module as the chip computes it and stores the
  * result in *out (the caller frees it with tpu_tensor_free). Every op except dot and
@@ -48,6 +49,11 @@ void tpu_loop_trips_free(tpu_loop_trips *t);
 tpu_status tpu_chip_run_values_trips(const tpu_module *m, const tpu_chip *chip, int precision_override,
                                      const tpu_tensor *args, int nargs, tpu_loop_trips *trips, tpu_tensor *out,
                                      tpu_diag *d);
+
+/* tpu_chip_run_values_trips as device comm->device of a pod (comm NULL: a pod of one). */
+tpu_status tpu_chip_run_values_dev(const tpu_module *m, const tpu_chip *chip, int precision_override,
+                                   const tpu_ref_comm *comm, const tpu_tensor *args, int nargs, tpu_loop_trips *trips,
+                                   tpu_tensor *out, tpu_diag *d);
 
 /* Which MXU path a dot or convolution with these operand and result types takes. */
 typedef enum {

@@ -124,12 +124,11 @@ static int read_dims(const char **p, int64_t *v, int max) {
   return n;
 }
 
-/* Iota form "[G,S]<=[d0,d1]T(1,0)": iota over the reshape dims, transposed, cut into G
- * groups of S. Returns 1, 0 malformed, -1 out of memory. */
-static int read_iota(const char *p, tpu_groups *g) {
-  int64_t gs[2], rd[TPU_MAX_RANK], perm[TPU_MAX_RANK];
-  if (read_dims(&p, gs, 2) != 2) return 0;
-  p = skip(p);
+int tpu_iota_read(const char **pp, int64_t **ids, int64_t *count) {
+  const char *p = skip(*pp);
+  int64_t rd[TPU_MAX_RANK], perm[TPU_MAX_RANK];
+  *ids = NULL;
+  *count = 0;
   if (p[0] != '<' || p[1] != '=') return 0;
   p += 2;
   int nr = read_dims(&p, rd, TPU_MAX_RANK);
@@ -138,11 +137,8 @@ static int read_iota(const char *p, tpu_groups *g) {
   int np = nr;
   for (int i = 0; i < nr; i++) perm[i] = i;
   if (*p == 'T') {
-    p++;
-    const char *q = skip(p);
-    if (*q != '(') return 0;
-    /* Reuse read_dims on "(...)" by reading the numbers directly. */
-    q++;
+    const char *q = skip(p + 1);
+    if (*q++ != '(') return 0;
     np = 0;
     for (;;) {
       q = skip(q);
@@ -158,33 +154,275 @@ static int read_iota(const char *p, tpu_groups *g) {
     }
     p = q + 1;
   }
-  if (*skip(p) || np != nr) return 0;
+  if (np != nr) return 0;
   int64_t total = 1;
   for (int i = 0; i < nr; i++) {
     if (rd[i] < 1 || perm[i] < 0 || perm[i] >= nr) return 0;
     total *= rd[i];
+    if (total > ((int64_t)1 << 24)) return 0;
     for (int j = 0; j < i; j++)
       if (perm[j] == perm[i]) return 0;
   }
-  if (gs[0] < 1 || gs[1] < 1 || gs[0] * gs[1] != total || total > ((int64_t)1 << 24)) return 0;
-  g->ids = tpu_malloc(sizeof *g->ids * (size_t)total);
-  g->start = tpu_malloc(sizeof *g->start * (size_t)(gs[0] + 1));
-  if (!g->ids || !g->start) return -1;
+  int64_t *v = tpu_malloc(sizeof *v * (size_t)total);
+  if (!v) return -1;
   int64_t td[TPU_MAX_RANK], c[TPU_MAX_RANK] = {0}, str[TPU_MAX_RANK];
   int64_t s = 1;
   for (int i = nr - 1; i >= 0; i--) str[i] = s, s *= rd[i];
   for (int i = 0; i < nr; i++) td[i] = rd[perm[i]];
   for (int64_t f = 0; f < total; f++) {
-    int64_t v = 0;
-    for (int i = 0; i < nr; i++) v += c[i] * str[perm[i]];
-    g->ids[f] = v;
+    int64_t x = 0;
+    for (int i = 0; i < nr; i++) x += c[i] * str[perm[i]];
+    v[f] = x;
     for (int i = nr - 1; i >= 0; i--) {
       if (++c[i] < td[i]) break;
       c[i] = 0;
     }
   }
+  *ids = v;
+  *count = total;
+  *pp = p;
+  return 1;
+}
+
+/* Iota form "[G,S]<=[d0,d1]T(1,0)": iota over the reshape dims, transposed, cut into G
+ * groups of S. Returns 1, 0 malformed, -1 out of memory. */
+static int read_iota(const char *p, tpu_groups *g) {
+  int64_t gs[2], total;
+  if (read_dims(&p, gs, 2) != 2) return 0;
+  int r = tpu_iota_read(&p, &g->ids, &total);
+  if (r != 1) return r;
+  if (*skip(p) || gs[0] < 1 || gs[1] < 1 || gs[0] * gs[1] != total) return 0;
+  g->start = tpu_malloc(sizeof *g->start * (size_t)(gs[0] + 1));
+  if (!g->start) return -1;
   g->ngroups = gs[0];
   for (int64_t k = 0; k <= gs[0]; k++) g->start[k] = k * gs[1];
+  return 1;
+}
+
+/* Reads a quoted or bare axis name at *p into buf; returns 0 if none. */
+static int read_axis_name(const char **pp, char *buf, size_t n) {
+  const char *p = skip(*pp);
+  int quoted = *p == '\'';
+  if (quoted) p++;
+  size_t k = 0;
+  while (*p && (quoted ? *p != '\'' : (isalnum((unsigned char)*p) || *p == '_'))) {
+    if (k + 1 < n) buf[k++] = *p;
+    p++;
+  }
+  buf[k] = 0;
+  if (quoted) {
+    if (*p != '\'') return 0;
+    p++;
+  }
+  *pp = p;
+  return k > 0;
+}
+
+#define MESH_MAX_AXES 16
+
+/* Mesh-axes form "mesh['x'=2,'y'=4] {'x'}" (optionally ", device_ids=(...)" after the mesh,
+ * and sub-axes 'x':(pre)size in the list): the devices of the mesh (iota unless listed),
+ * reshaped to the axes (sub-axes split an axis major-first), with the listed axes moved
+ * last in the order listed; each run of their combined size is a group. Returns 1, 0
+ * malformed, -1 out of memory. */
+static int read_mesh(const char *p, tpu_groups *g) {
+  char names[MESH_MAX_AXES][64], nm[64];
+  int64_t size[MESH_MAX_AXES];
+  int na = 0;
+  p = skip(p + 4);
+  if (*p++ != '[') return 0;
+  for (;;) {
+    p = skip(p);
+    if (*p == ']') {
+      p++;
+      break;
+    }
+    if (*p == ',') {
+      p++;
+      continue;
+    }
+    if (na == MESH_MAX_AXES || !read_axis_name(&p, names[na], sizeof names[na])) return 0;
+    p = skip(p);
+    if (*p++ != '=' || !isdigit((unsigned char)*skip(p))) return 0;
+    char *end;
+    size[na] = strtoll(skip(p), &end, 10);
+    if (size[na] < 1) return 0;
+    p = end;
+    na++;
+  }
+  if (na == 0) return 0;
+  int64_t total = 1;
+  for (int i = 0; i < na; i++) {
+    if (total > ((int64_t)1 << 24) / size[i]) return 0;
+    total *= size[i];
+  }
+  int64_t *dev = NULL;
+  p = skip(p);
+  if (*p == ',') { /* device_ids=(...) */
+    p = skip(p + 1);
+    if (strncmp(p, "device_ids=", 11)) return 0;
+    p = skip(p + 11);
+    int paren = *p == '(';
+    if (paren) p = skip(p + 1);
+    int64_t cnt = 0;
+    if (*p == '[') { /* an iota list "[dims]<=[...]T(...)" */
+      int64_t dims[TPU_MAX_RANK];
+      if (read_dims(&p, dims, TPU_MAX_RANK) < 1) return 0;
+      int r = tpu_iota_read(&p, &dev, &cnt);
+      if (r != 1) return r;
+    } else {
+      dev = tpu_malloc(sizeof *dev * (size_t)total);
+      if (!dev) return -1;
+      for (;;) {
+        p = skip(p);
+        if (*p == '{' || *p == '}' || *p == ',') {
+          p++;
+          continue;
+        }
+        if (!isdigit((unsigned char)*p) || cnt == total) break;
+        char *end;
+        dev[cnt++] = strtoll(p, &end, 10);
+        p = end;
+      }
+    }
+    p = skip(p);
+    if (paren && *p++ != ')') cnt = -1;
+    if (cnt != total) {
+      tpu_free(dev);
+      return 0;
+    }
+  }
+  /* The listed axes: mesh axis, sub-axis pre-size and size (pre 0: the whole axis). */
+  int64_t ax[MESH_MAX_AXES * 2], pre[MESH_MAX_AXES * 2], sz[MESH_MAX_AXES * 2];
+  int nref = 0, ok = 1;
+  p = skip(p);
+  if (*p++ != '{') ok = 0;
+  while (ok) {
+    p = skip(p);
+    if (*p == '}') {
+      p++;
+      break;
+    }
+    if (*p == ',') {
+      p++;
+      continue;
+    }
+    if (nref == MESH_MAX_AXES * 2 || !read_axis_name(&p, nm, sizeof nm)) {
+      ok = 0;
+      break;
+    }
+    int a = -1;
+    for (int i = 0; i < na; i++)
+      if (!strcmp(names[i], nm)) a = i;
+    if (a < 0) {
+      ok = 0;
+      break;
+    }
+    ax[nref] = a;
+    pre[nref] = 0;
+    sz[nref] = size[a];
+    p = skip(p);
+    if (*p == ':') { /* :(pre)size */
+      p = skip(p + 1);
+      char *end;
+      if (*p++ != '(') {
+        ok = 0;
+        break;
+      }
+      pre[nref] = strtoll(skip(p), &end, 10);
+      p = skip(end);
+      if (*p++ != ')') {
+        ok = 0;
+        break;
+      }
+      sz[nref] = strtoll(skip(p), &end, 10);
+      p = end;
+      if (pre[nref] < 1 || sz[nref] < 2 || size[a] % (pre[nref] * sz[nref])) {
+        ok = 0;
+        break;
+      }
+    }
+    nref++;
+  }
+  if (!ok || *skip(p)) {
+    tpu_free(dev);
+    return 0;
+  }
+  /* Split each axis into its parts, major first: [pre, size, rest] around each sub-axis. */
+  int64_t rd[TPU_MAX_RANK * 2], refdim[MESH_MAX_AXES * 2];
+  int nr = 0;
+  for (int a = 0; a < na && ok; a++) {
+    int refs[MESH_MAX_AXES * 2], nrf = 0;
+    for (int k = 0; k < nref; k++)
+      if (ax[k] == a) refs[nrf++] = k;
+    if (nrf == 1 && pre[refs[0]] == 0) {
+      refdim[refs[0]] = nr;
+      rd[nr++] = size[a];
+      continue;
+    }
+    if (nrf == 0) {
+      rd[nr++] = size[a];
+      continue;
+    }
+    for (int i = 1; i < nrf; i++) /* sort this axis's refs by pre-size */
+      for (int j = i; j > 0 && pre[refs[j]] < pre[refs[j - 1]]; j--) {
+        int t = refs[j];
+        refs[j] = refs[j - 1];
+        refs[j - 1] = t;
+      }
+    int64_t prod = 1;
+    for (int i = 0; i < nrf && ok; i++) {
+      int k = refs[i];
+      if (pre[k] == 0 || pre[k] % prod) {
+        ok = 0;
+        break;
+      }
+      if (pre[k] != prod) rd[nr++] = pre[k] / prod;
+      prod = pre[k];
+      refdim[k] = nr;
+      rd[nr++] = sz[k];
+      prod *= sz[k];
+    }
+    if (ok && prod != size[a]) {
+      if (size[a] % prod) ok = 0;
+      else rd[nr++] = size[a] / prod;
+    }
+  }
+  if (!ok || nr > TPU_MAX_RANK * 2) {
+    tpu_free(dev);
+    return 0;
+  }
+  /* Transpose: the other parts in order, then the listed ones in the order listed. */
+  int perm[TPU_MAX_RANK * 2], np = 0;
+  unsigned char listed[TPU_MAX_RANK * 2] = {0};
+  int64_t gsize = 1;
+  for (int k = 0; k < nref; k++) {
+    if (listed[refdim[k]]++) ok = 0;
+    gsize *= rd[refdim[k]];
+  }
+  for (int i = 0; i < nr; i++)
+    if (!listed[i]) perm[np++] = i;
+  for (int k = 0; k < nref; k++) perm[np++] = (int)refdim[k];
+  g->ids = tpu_malloc(sizeof *g->ids * (size_t)total);
+  g->start = tpu_malloc(sizeof *g->start * (size_t)(total / gsize + 1));
+  if (!ok || !g->ids || !g->start) {
+    tpu_free(dev);
+    return ok ? -1 : 0;
+  }
+  int64_t str[TPU_MAX_RANK * 2], c[TPU_MAX_RANK * 2] = {0}, s = 1;
+  for (int i = nr - 1; i >= 0; i--) str[i] = s, s *= rd[i];
+  for (int64_t f = 0; f < total; f++) {
+    int64_t x = 0;
+    for (int i = 0; i < nr; i++) x += c[i] * str[perm[i]];
+    g->ids[f] = dev ? dev[x] : x;
+    for (int i = nr - 1; i >= 0; i--) {
+      if (++c[i] < rd[perm[i]]) break;
+      c[i] = 0;
+    }
+  }
+  tpu_free(dev);
+  g->ngroups = total / gsize;
+  for (int64_t k = 0; k <= g->ngroups; k++) g->start[k] = k * gsize;
   return 1;
 }
 
@@ -202,10 +440,8 @@ tpu_status tpu_groups_read(const tpu_instr *in, const char *attr, tpu_groups *g,
   int r;
   if (*v == '[') {
     r = read_iota(v, g);
-  } else if (!strncmp(v, "mesh", 4)) {
-    tpu_groups_free(g);
-    return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "%s of '%s': the mesh-axes form is not read yet", attr,
-                    tpu_instr_user_name(in));
+  } else if (!strncmp(v, "mesh", 4) && (v[4] == '[' || v[4] == ' ')) {
+    r = read_mesh(v, g);
   } else {
     r = read_explicit(v, g);
   }
@@ -273,6 +509,10 @@ tpu_status tpu_collective_permute_source(const tpu_instr *in, int64_t replicas, 
   tpu_groups g;
   TPU_TRY(tpu_groups_read(in, "source_target_pairs", &g, d));
   int cross_partition = attr_text(in->attrs, in->nattrs, "channel_id") != NULL;
+  if (g.ngroups == 0 && !attr_text(in->attrs, in->nattrs, "source_target_pairs")) {
+    tpu_groups_free(&g);
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "'%s' has no source_target_pairs", tpu_instr_user_name(in));
+  }
   int64_t r = dev / partitions, p = dev % partitions;
   int64_t x = cross_partition ? p : r;
   *src = -1;
@@ -291,8 +531,22 @@ tpu_status tpu_collective_permute_source(const tpu_instr *in, int64_t replicas, 
   return TPU_OK;
 }
 
+tpu_opcode tpu_collective_base(tpu_opcode op) {
+  switch (op) {
+    case TPU_OP_ALL_REDUCE_START: return TPU_OP_ALL_REDUCE;
+    case TPU_OP_ALL_GATHER_START: return TPU_OP_ALL_GATHER;
+    case TPU_OP_COLLECTIVE_PERMUTE_START: return TPU_OP_COLLECTIVE_PERMUTE;
+    default: return op;
+  }
+}
+
+int tpu_collective_is_done(tpu_opcode op) {
+  return op == TPU_OP_ALL_REDUCE_DONE || op == TPU_OP_ALL_GATHER_DONE || op == TPU_OP_COLLECTIVE_PERMUTE_DONE;
+}
+
 tpu_status tpu_collective_check_groups(const tpu_instr *in, int64_t replicas, int64_t partitions, tpu_diag *d) {
-  int permute = in->op == TPU_OP_COLLECTIVE_PERMUTE;
+  if (tpu_collective_is_done(in->op)) return TPU_OK;
+  int permute = tpu_collective_base(in->op) == TPU_OP_COLLECTIVE_PERMUTE;
   tpu_groups g;
   TPU_TRY(tpu_groups_read(in, permute ? "source_target_pairs" : "replica_groups", &g, d));
   tpu_coll_mode mode = tpu_collective_mode(in);
@@ -309,7 +563,7 @@ tpu_status tpu_collective_check_groups(const tpu_instr *in, int64_t replicas, in
       st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "source_target_pairs of '%s' must be pairs", nm);
       break;
     }
-    if (!permute && size != g.start[1] - g.start[0] && in->op != TPU_OP_ALL_REDUCE) {
+    if (!permute && size != g.start[1] - g.start[0] && tpu_collective_base(in->op) != TPU_OP_ALL_REDUCE) {
       st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "replica_groups of '%s' differ in size (%lld and %lld)", nm,
                     (long long)(g.start[1] - g.start[0]), (long long)size);
       break;
@@ -345,8 +599,9 @@ tpu_status tpu_collective_check_groups(const tpu_instr *in, int64_t replicas, in
 tpu_status tpu_collective_devices(const tpu_instr *in, int64_t *devices, tpu_diag *d) {
   *devices = 1;
   int64_t replicas = 1, partitions = 1;
+  if (tpu_collective_is_done(in->op)) return TPU_OK; /* its -start communicates */
   if (in->parent && in->parent->module) tpu_module_device_grid(in->parent->module, &replicas, &partitions);
-  if (in->op == TPU_OP_COLLECTIVE_PERMUTE) {
+  if (tpu_collective_base(in->op) == TPU_OP_COLLECTIVE_PERMUTE) {
     tpu_groups g;
     TPU_TRY(tpu_groups_read(in, "source_target_pairs", &g, d));
     for (int64_t k = 0; k < g.ngroups; k++)
@@ -375,7 +630,19 @@ tpu_status tpu_collective_check_one_device(const tpu_instr *in, tpu_diag *d) {
   TPU_TRY(tpu_collective_devices(in, &n, d));
   if (n <= 1) return TPU_OK;
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc,
-                  "%s '%s' communicates across %lld devices; tpusim runs one chip and does not model "
-                  "collectives yet (only groups of one device run, as the identity)",
+                  "%s '%s' communicates across %lld devices, but this run is one device; the module's "
+                  "devices run together in the pod executor (tpusim run does so for modules with "
+                  "replica_count or num_partitions above 1)",
                   tpu_op_name(in->op), tpu_instr_user_name(in), (long long)n);
+}
+
+tpu_status tpu_collective_group_size(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t *size,
+                                     tpu_diag *d) {
+  TPU_TRY(tpu_collective_check_groups(in, replicas, partitions, d));
+  int64_t *members = tpu_malloc(sizeof *members * (size_t)(replicas * partitions));
+  if (!members) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  int64_t self;
+  tpu_status st = tpu_collective_members(in, replicas, partitions, 0, members, size, &self, d);
+  tpu_free(members);
+  return st;
 }

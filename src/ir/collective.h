@@ -26,6 +26,11 @@ typedef struct {
   int64_t *start;
   int64_t *ids;
 } tpu_groups;
+/* Reads an iota device list "<=[d0,d1,...]T(perm)" at *p (T optional): the ids 0..n-1
+ * reshaped to the dims, transposed by perm, flattened. Returns 1 (ids in a new array,
+ * *p past it), 0 malformed, -1 out of memory. */
+int tpu_iota_read(const char **p, int64_t **ids, int64_t *count);
+
 tpu_status tpu_groups_read(const tpu_instr *in, const char *attr, tpu_groups *g, tpu_diag *d);
 void tpu_groups_free(tpu_groups *g);
 
@@ -39,6 +44,18 @@ tpu_status tpu_collective_members(const tpu_instr *in, int64_t replicas, int64_t
 /* collective-permute: the device that sends to `dev` (-1: none, so its result is zeros). */
 tpu_status tpu_collective_permute_source(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t dev,
                                          int64_t *src, tpu_diag *d);
+
+/* The synchronous op an asynchronous -start stands for (all-reduce-start -> all-reduce);
+ * any other op maps to itself. */
+tpu_opcode tpu_collective_base(tpu_opcode op);
+/* all-reduce-done, all-gather-done, collective-permute-done: they hand over the result of
+ * their -start and communicate nothing themselves. */
+int tpu_collective_is_done(tpu_opcode op);
+
+/* The size of every group of `in` (an error at in when they differ, as all-gather,
+ * reduce-scatter and all-to-all need one size). */
+tpu_status tpu_collective_group_size(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t *size,
+                                     tpu_diag *d);
 
 /* Checks that the groups of `in` partition the devices of the grid (each id once, in range,
  * all covered, groups of one size where the op needs it) and permute pairs name each

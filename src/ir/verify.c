@@ -490,9 +490,7 @@ static tpu_status verify_instr(const tpu_instr *in, tpu_diag *d) {
     case TPU_CLS_UNARY:
     case TPU_CLS_BINARY:
     case TPU_CLS_TERNARY: return verify_elementwise(in, d);
-    case TPU_CLS_COLLECTIVE:
-      if (in->shape.dtype == TPU_TOKEN) return TPU_VFAIL(d, in, "the result must be an array or a tuple");
-      return TPU_OK;
+    case TPU_CLS_COLLECTIVE: return tpu__verify_collective(in, d);
     case TPU_CLS_PARSE_ONLY: return TPU_OK;
     case TPU_CLS_OTHER: break;
   }

@@ -61,5 +61,6 @@ int tpu__vwindow_out(int64_t n, const tpu_window_dim *w, int64_t *out);
 tpu_status tpu__verify_movement(const tpu_instr *in, tpu_diag *d);
 tpu_status tpu__verify_reduce(const tpu_instr *in, tpu_diag *d);
 tpu_status tpu__verify_contract(const tpu_instr *in, tpu_diag *d);
+tpu_status tpu__verify_collective(const tpu_instr *in, tpu_diag *d);
 
 #endif

@@ -128,18 +128,7 @@ static tpu_status make_tuple(const tpu_instr *in, const tpu_tensor *const *args,
   return TPU_OK;
 }
 
-/* Collectives on a single device: every group has one member, so each is the identity
- * where the result shape equals the operand's. The pod executor runs real groups. */
-static tpu_status run_collective_single(const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
-  TPU_TRY(tpu_collective_check_one_device(in, d));
-  if (in->noperands == 1 && value_matches(args[0], &in->shape)) return tpu_tensor_clone(out, args[0], d);
-  if (in->shape.dtype == TPU_TUPLE && in->shape.ntuple == in->noperands) {
-    int ok = 1;
-    for (int i = 0; i < in->noperands; i++) ok &= value_matches(args[i], &in->shape.elems[i]);
-    if (ok) return make_tuple(in, args, out, d);
-  }
-  return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "'%s' across several devices needs the pod executor", tpu_op_name(in->op));
-}
+const tpu_ref_comm *tpu__ref_comm(const tpu_interp *ip) { return ip->opts->comm; }
 
 tpu_ref_kernel tpu__ref_kernel_of(tpu_opcode op) {
   switch (op) {
@@ -194,7 +183,7 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
     case TPU_OP_ADD_DEPENDENCY: return tpu_tensor_clone(out, args[0], d);
     case TPU_OP_AFTER_ALL: return tpu__ref_alloc_shape(out, &in->shape, d);
     case TPU_OP_PARTITION_ID:
-    case TPU_OP_REPLICA_ID: return tpu__ref_alloc_shape(out, &in->shape, d); /* device 0 */
+    case TPU_OP_REPLICA_ID: return tpu__ref_collective(ip, in, args, out, d);
     case TPU_OP_DOT:
     case TPU_OP_CONVOLUTION:
       if (ip->opts->dot_conv && in->noperands == 2) {
@@ -206,7 +195,7 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
       return tpu__ref_dot_conv(ip, in, args, out, d);
     default: break;
   }
-  if (tpu_op_class_of(in->op) == TPU_CLS_COLLECTIVE) return run_collective_single(in, args, out, d);
+  if (tpu_op_class_of(in->op) == TPU_CLS_COLLECTIVE) return tpu__ref_collective(ip, in, args, out, d);
   tpu_ref_kernel k = tpu__ref_kernel_of(in->op);
   if (k) return k(ip, in, args, out, d);
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "the reference interpreter cannot run '%s'", tpu_op_name(in->op));
@@ -301,7 +290,7 @@ tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, t
 
 tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nargs, const tpu_ref_opts *o,
                             tpu_tensor *out, tpu_diag *d) {
-  static const tpu_ref_opts no_opts = {NULL, NULL, NULL};
+  static const tpu_ref_opts no_opts = {NULL, NULL, NULL, NULL};
   memset(out, 0, sizeof *out);
   const tpu_comp *e = m->entry;
   if (nargs != e->nparams)

@@ -24,10 +24,26 @@ typedef tpu_status (*tpu_ref_dot_conv_fn)(void *user, const tpu_instr *in, const
  * whose trip count only the values tell). Returns a failure to stop the run. */
 typedef tpu_status (*tpu_ref_while_fn)(void *user, const tpu_instr *in, int64_t iters, tpu_diag *d);
 
+/* The device a run is one of, and how it meets the others (the pod executor provides it).
+ * Device id = replica * partitions + partition, as XLA numbers them. At every collective
+ * each device of the pod calls `exchange` with its operands, in program order; exchange
+ * returns once every device has posted the same instruction, with all[dev] = device dev's
+ * operands (valid until `release`). Then each device computes its own result from its
+ * group's operands and calls `release`, which returns once every device has read. Either
+ * fails (and the run stops) when another device failed or reached a different collective. */
+typedef struct tpu_ref_comm {
+  int64_t replicas, partitions, device;
+  tpu_status (*exchange)(void *user, const tpu_instr *in, const tpu_tensor *const *mine,
+                         const tpu_tensor *const *const **all, tpu_diag *d);
+  tpu_status (*release)(void *user, const tpu_instr *in, tpu_diag *d);
+  void *user;
+} tpu_ref_comm;
+
 typedef struct tpu_ref_opts {
   tpu_ref_dot_conv_fn dot_conv; /* NULL: the reference kernels */
   void *user;                   /* passed to dot_conv and on_while */
   tpu_ref_while_fn on_while;    /* NULL: none */
+  const tpu_ref_comm *comm;     /* NULL: a pod of one (device 0; groups of one run as the identity) */
 } tpu_ref_opts;
 
 /* tpu_ref_run with options (`o` may be NULL, which is tpu_ref_run). */

@@ -71,6 +71,14 @@ tpu_status tpu__ref_rng(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *c
 /* ref/reduce.c: reduce, reduce-window, select-and-scatter, sort, topk, map. */
 tpu_status tpu__ref_reduce(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
                            tpu_tensor *out, tpu_diag *d);
+/* ref/collective.c: all-reduce, all-gather, reduce-scatter, all-to-all,
+ * collective-permute, collective-broadcast and the -start/-done pairs, partition-id and
+ * replica-id, on the run's tpu_ref_comm (or on one device without one). */
+tpu_status tpu__ref_collective(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                               tpu_tensor *out, tpu_diag *d);
+/* The run's communicator (NULL on one device). */
+const tpu_ref_comm *tpu__ref_comm(const tpu_interp *ip);
+
 /* ref/dot.c: dot, convolution. */
 tpu_status tpu__ref_dot_conv(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
                              tpu_tensor *out, tpu_diag *d);

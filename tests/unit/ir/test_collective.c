@@ -84,16 +84,16 @@ int main(void) {
   /* Groups of one: the identity, in every printed form. */
   all_reduce_src(src, sizeof src, "", "all-reduce", "replica_groups={{0}}");
   check(src, NULL);
-  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups={{0},{1},{2},{3}}");
+  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "channel_id=1, replica_groups={{0},{1},{2},{3}}");
   check(src, NULL);
   all_reduce_src(src, sizeof src, "", "all-reduce", "replica_groups={}");
   check(src, NULL);
-  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups=[4,1]<=[4]");
+  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "channel_id=1, replica_groups=[4,1]<=[4]");
   check(src, NULL);
   /* Groups of several devices: JAX's psum over 4 devices gives 4x, never x. */
-  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups={{0,1,2,3}}");
+  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "channel_id=1, replica_groups={{0,1,2,3}}");
   check(src, "all-reduce 'r' communicates across 4 devices");
-  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "replica_groups={{0,2},{1,3}}");
+  all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "channel_id=1, replica_groups={{0,2},{1,3}}");
   check(src, "across 2 devices");
   all_reduce_src(src, sizeof src, ", num_partitions=4", "all-reduce", "channel_id=1, replica_groups={}");
   check(src, "across 4 devices");
@@ -109,16 +109,16 @@ int main(void) {
   /* collective-permute: pairs onto the device itself are the identity. */
   snprintf(src, sizeof src,
            "HloModule m, num_partitions=2\nENTRY e {\n p = f32[4] parameter(0)\n"
-           " ROOT r = f32[4] collective-permute(p), source_target_pairs={{0,0},{1,1}}\n}\n");
+           " ROOT r = f32[4] collective-permute(p), channel_id=1, source_target_pairs={{0,0},{1,1}}\n}\n");
   check(src, NULL);
   snprintf(src, sizeof src,
            "HloModule m, num_partitions=2\nENTRY e {\n p = f32[4] parameter(0)\n"
-           " ROOT r = f32[4] collective-permute(p), source_target_pairs={{0,1},{1,0}}\n}\n");
+           " ROOT r = f32[4] collective-permute(p), channel_id=1, source_target_pairs={{0,1},{1,0}}\n}\n");
   check(src, "collective-permute 'r' communicates across 2 devices");
   /* all-gather over 2 devices would change the shape: refused, not mis-shaped. */
   snprintf(src, sizeof src,
            "HloModule m, num_partitions=2\nENTRY e {\n p = f32[4] parameter(0)\n"
-           " ROOT r = f32[8] all-gather(p), replica_groups={{0,1}}, dimensions={0}\n}\n");
+           " ROOT r = f32[8] all-gather(p), channel_id=1, replica_groups={{0,1}}, dimensions={0}\n}\n");
   check(src, "all-gather 'r' communicates across 2 devices");
   CHECK_DONE();
 }

@@ -1,0 +1,274 @@
+/* tpusim run on several devices: shard the global inputs, run the pod, assemble the results. */
+#include "run_pod.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/npy.h"
+#include "ir/collective.h"
+#include "pod/pod.h"
+#include "ref/ref.h"
+
+void tpu_cli_pod_free(tpu_pod_cli *pc) {
+  for (int i = 0; i < pc->nparams; i++)
+    if (pc->in_mode && pc->in_mode[i] == TPU_POD_IO_SHARDED) tpu_sharding_free(&pc->in_sh[i]);
+  for (int i = 0; i < pc->nout; i++)
+    if (pc->out_mode && pc->out_mode[i] == TPU_POD_IO_SHARDED) tpu_sharding_free(&pc->out_sh[i]);
+  tpu_free(pc->in_mode);
+  tpu_free(pc->in_sh);
+  tpu_free(pc->out_mode);
+  tpu_free(pc->out_sh);
+  tpu_free(pc->out_local);
+  memset(pc, 0, sizeof *pc);
+}
+
+/* Result leaves of shape s in order into v (room for all); returns the count. */
+static int shape_leaves(const tpu_shape *s, const tpu_shape **v, int n) {
+  if (s->dtype != TPU_TUPLE) {
+    if (v) v[n] = s;
+    return n + 1;
+  }
+  for (int i = 0; i < s->ntuple; i++) n = shape_leaves(&s->elems[i], v, n);
+  return n;
+}
+
+/* A copy of an array sharding (its own device list). */
+static tpu_status copy_sharding(const tpu_sharding *sh, tpu_sharding *out, tpu_loc loc, tpu_diag *d) {
+  *out = *sh;
+  out->devices = NULL;
+  out->elems = NULL;
+  out->nelems = 0;
+  if (!sh->ndevices) return TPU_OK;
+  out->devices = tpu_malloc(sizeof *out->devices * (size_t)sh->ndevices);
+  if (!out->devices) return TPU_FAIL(d, TPU_ERR_NOMEM, loc, "out of memory");
+  memcpy(out->devices, sh->devices, sizeof *out->devices * (size_t)sh->ndevices);
+  return TPU_OK;
+}
+
+/* The sharding of every leaf of s, in order, into out[*n...]: sh is one sharding for all
+ * leaves, a tuple matching s, or (as XLA prints nested tuples) a flat list of the leaves. */
+static tpu_status split_leaves(const tpu_sharding *sh, const tpu_shape *s, tpu_sharding *out, int *n, tpu_loc loc,
+                               tpu_diag *d) {
+  if (sh->kind == TPU_SHARD_TUPLE && (s->dtype != TPU_TUPLE || s->ntuple != sh->nelems)) {
+    int nl = shape_leaves(s, NULL, 0);
+    if (nl != sh->nelems)
+      return TPU_FAIL(d, TPU_ERR_INVALID, loc, "the result sharding has %d elements but the result has %d leaves",
+                      sh->nelems, nl);
+    for (int i = 0; i < nl; i++) TPU_TRY(copy_sharding(&sh->elems[i], &out[(*n)++], loc, d));
+    return TPU_OK;
+  }
+  if (s->dtype == TPU_TUPLE) {
+    for (int i = 0; i < s->ntuple; i++)
+      TPU_TRY(split_leaves(sh->kind == TPU_SHARD_TUPLE ? &sh->elems[i] : sh, &s->elems[i], out, n, loc, d));
+    return TPU_OK;
+  }
+  return copy_sharding(sh, &out[(*n)++], loc, d);
+}
+
+tpu_status tpu_cli_pod_prepare(const tpu_module *m, const char *const *out_sh, int n_out_sh, tpu_pod_cli *pc,
+                               tpu_diag *d) {
+  memset(pc, 0, sizeof *pc);
+  tpu_module_device_grid(m, &pc->replicas, &pc->partitions);
+  pc->ndev = pc->replicas * pc->partitions;
+  const tpu_comp *e = m->entry;
+  const tpu_instr *root = e->root;
+  pc->nparams = e->nparams;
+  pc->nout = shape_leaves(&root->shape, NULL, 0);
+  pc->in_mode = tpu_calloc((size_t)(pc->nparams + 1), sizeof *pc->in_mode);
+  pc->in_sh = tpu_calloc((size_t)(pc->nparams + 1), sizeof *pc->in_sh);
+  pc->out_mode = tpu_calloc((size_t)(pc->nout + 1), sizeof *pc->out_mode);
+  pc->out_sh = tpu_calloc((size_t)(pc->nout + 1), sizeof *pc->out_sh);
+  pc->out_local = tpu_calloc((size_t)(pc->nout + 1), sizeof *pc->out_local);
+  if (!pc->in_mode || !pc->in_sh || !pc->out_mode || !pc->out_sh || !pc->out_local) {
+    tpu_cli_pod_free(pc);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  }
+  shape_leaves(&root->shape, pc->out_local, 0);
+  tpu_status st = TPU_OK;
+  for (int i = 0; st == TPU_OK && i < e->nparams; i++) {
+    const tpu_instr *p = e->params[i];
+    int found;
+    tpu_sharding sh;
+    st = tpu_sharding_of(p, &sh, &found, d);
+    if (st != TPU_OK || !found) continue;
+    char what[64];
+    snprintf(what, sizeof what, "parameter %d", i);
+    if (sh.kind == TPU_SHARD_TUPLE || p->shape.dtype == TPU_TUPLE) {
+      tpu_sharding_free(&sh);
+      st = TPU_FAIL(d, TPU_ERR_UNSUPPORTED, p->loc, "parameter %d is a tuple; the pod takes array parameters", i);
+      break;
+    }
+    st = tpu_sharding_check(&sh, &p->shape, pc->ndev, p->loc, what, d);
+    if (st != TPU_OK) {
+      tpu_sharding_free(&sh);
+      break;
+    }
+    pc->in_mode[i] = TPU_POD_IO_SHARDED;
+    pc->in_sh[i] = sh;
+  }
+  if (st == TPU_OK && n_out_sh > 0) {
+    if (n_out_sh != 1 && n_out_sh != pc->nout) {
+      st = TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "%d --out-sharding given; the result has %d leaves (give one per leaf, or one for all)",
+                    n_out_sh, pc->nout);
+    }
+    for (int k = 0; st == TPU_OK && k < pc->nout; k++) {
+      st = tpu_sharding_parse(out_sh[n_out_sh == 1 ? 0 : k], tpu_noloc(), &pc->out_sh[k], d);
+      if (st != TPU_OK) break;
+      pc->out_mode[k] = TPU_POD_IO_SHARDED;
+      char what[64];
+      snprintf(what, sizeof what, "result %d", k);
+      st = tpu_sharding_check(&pc->out_sh[k], pc->out_local[k], pc->ndev, tpu_noloc(), what, d);
+    }
+  } else if (st == TPU_OK) {
+    int found;
+    tpu_sharding sh;
+    st = tpu_sharding_of(root, &sh, &found, d);
+    if (st == TPU_OK && found) {
+      int n = 0;
+      st = split_leaves(&sh, &root->shape, pc->out_sh, &n, root->loc, d);
+      for (int k = 0; k < n; k++) pc->out_mode[k] = TPU_POD_IO_SHARDED;
+      if (st != TPU_OK) /* free what was copied */
+        for (int k = n; k < pc->nout; k++) pc->out_mode[k] = TPU_POD_IO_PLAIN;
+      for (int k = 0; st == TPU_OK && k < n; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "result %d", k);
+        st = tpu_sharding_check(&pc->out_sh[k], pc->out_local[k], pc->ndev, root->loc, what, d);
+      }
+      tpu_sharding_free(&sh);
+    }
+  }
+  if (st != TPU_OK) tpu_cli_pod_free(pc);
+  return st;
+}
+
+void tpu_cli_pod_global_shape(const tpu_pod_cli *pc, const tpu_module *m, int i, tpu_shape *out) {
+  *out = m->entry->params[i]->shape;
+  out->has_layout = 0;
+  if (pc->in_mode[i] == TPU_POD_IO_SHARDED) tpu_sharding_global_dims(&pc->in_sh[i], &m->entry->params[i]->shape, out->dims);
+}
+
+tpu_status tpu_cli_pod_load(const tpu_pod_cli *pc, const tpu_module *m, int i, const char *path, tpu_tensor *t,
+                            tpu_diag *d) {
+  const tpu_shape *local = &m->entry->params[i]->shape;
+  tpu_shape want = *local;
+  want.has_layout = 0;
+  if (local->dtype == TPU_TUPLE || local->dtype == TPU_TOKEN) return tpu_ref_load_input(path, i, local, t, d);
+  tpu_tensor probe;
+  TPU_TRY(tpu_npy_read(path, &probe, d));
+  int rank = probe.rank;
+  int64_t dims[TPU_MAX_RANK];
+  memcpy(dims, probe.dims, sizeof dims);
+  tpu_tensor_free(&probe);
+  if (pc->in_mode[i] == TPU_POD_IO_SHARDED) {
+    const tpu_sharding *sh = &pc->in_sh[i];
+    int ok = rank == local->rank;
+    for (int k = 0; ok && k < rank; k++) {
+      int64_t tiles = sh->kind == TPU_SHARD_TILED ? sh->tile[k] : 1;
+      ok = dims[k] > (local->dims[k] - 1) * tiles && dims[k] <= local->dims[k] * tiles;
+    }
+    if (ok) memcpy(want.dims, dims, sizeof dims); /* the global shape; may be uneven */
+    else tpu_sharding_global_dims(sh, local, want.dims);
+  } else if (rank == local->rank + 1 && dims[0] == pc->ndev) { /* stacked, one per device */
+    int ok = 1;
+    for (int k = 0; ok && k < local->rank; k++) ok = dims[k + 1] == local->dims[k];
+    if (ok) {
+      want.rank = rank;
+      memcpy(want.dims, dims, sizeof dims);
+    }
+  }
+  return tpu_ref_load_input(path, i, &want, t, d);
+}
+
+typedef struct {
+  const tpu_module *m;
+  const tpu_chip *chip;
+  int precision;
+  tpu_loop_trips *trips;
+} run_ctx;
+
+static tpu_status run_device(void *user, int64_t dev, const tpu_ref_comm *comm, const tpu_tensor *args, int nargs,
+                             tpu_tensor *out, tpu_diag *d) {
+  const run_ctx *c = user;
+  if (c->chip)
+    return tpu_chip_run_values_dev(c->m, c->chip, c->precision, comm, args, nargs, dev == 0 ? c->trips : NULL, out, d);
+  tpu_ref_opts o = {NULL, NULL, NULL, comm};
+  return tpu_ref_run_opts(c->m, args, nargs, &o, out, d);
+}
+
+/* Device dev's value of parameter i from the global input g. */
+static tpu_status shard_input(const tpu_pod_cli *pc, const tpu_shape *local, int i, int64_t dev, const tpu_tensor *g,
+                              tpu_tensor *out, tpu_diag *d) {
+  if (pc->in_mode[i] == TPU_POD_IO_SHARDED) return tpu_sharding_shard(&pc->in_sh[i], dev, g, local, out, d);
+  if (g->rank == local->rank + 1 && g->dtype != TPU_TUPLE) { /* stacked: row dev */
+    TPU_TRY(tpu_tensor_alloc(out, g->dtype, local->rank, local->dims, d));
+    memcpy(out->data, (const char *)g->data + (size_t)dev * out->nbytes, out->nbytes);
+    return TPU_OK;
+  }
+  return tpu_tensor_clone(out, g, d);
+}
+
+/* The global value of result leaf k from every device's leaf. */
+static tpu_status assemble(const tpu_pod_cli *pc, int k, const tpu_tensor *const *leaves, tpu_tensor *out,
+                           tpu_diag *d) {
+  const tpu_shape *local = pc->out_local[k];
+  if (pc->out_mode[k] == TPU_POD_IO_SHARDED)
+    return tpu_sharding_assemble(&pc->out_sh[k], leaves, pc->ndev, local, out, d);
+  int64_t dims[TPU_MAX_RANK];
+  dims[0] = pc->ndev;
+  memcpy(dims + 1, local->dims, sizeof dims[0] * (size_t)local->rank);
+  if (local->rank + 1 > TPU_MAX_RANK)
+    return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "result %d has rank %d: stacking per device needs one more", k,
+                    local->rank);
+  TPU_TRY(tpu_tensor_alloc(out, local->dtype, local->rank + 1, dims, d));
+  for (int64_t dev = 0; dev < pc->ndev; dev++)
+    memcpy((char *)out->data + (size_t)dev * leaves[dev]->nbytes, leaves[dev]->data, leaves[dev]->nbytes);
+  return TPU_OK;
+}
+
+tpu_status tpu_cli_pod_values(const tpu_pod_cli *pc, const tpu_module *m, const tpu_chip *chip, int precision,
+                              const tpu_tensor *args, int nargs, tpu_loop_trips *trips, tpu_tensor *result,
+                              tpu_tensor *per_device, tpu_diag *d) {
+  memset(result, 0, sizeof *result);
+  int64_t n = pc->ndev;
+  const tpu_comp *e = m->entry;
+  tpu_tensor **dargs = tpu_calloc((size_t)n, sizeof *dargs);
+  tpu_tensor *outs = tpu_calloc((size_t)n, sizeof *outs);
+  const tpu_tensor **leaves = tpu_calloc((size_t)n * (size_t)(pc->nout + 1), sizeof *leaves);
+  tpu_status st = TPU_OK;
+  if (!dargs || !outs || !leaves) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  for (int64_t dev = 0; st == TPU_OK && dev < n; dev++) {
+    dargs[dev] = tpu_calloc((size_t)(nargs + 1), sizeof *dargs[dev]);
+    if (!dargs[dev]) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    for (int i = 0; st == TPU_OK && i < nargs; i++)
+      st = shard_input(pc, &e->params[i]->shape, i, dev, &args[i], &dargs[dev][i], d);
+  }
+  run_ctx c = {m, chip, precision, trips};
+  if (st == TPU_OK) st = tpu_pod_run(m, run_device, &c, dargs, nargs, outs, d);
+  /* Inputs are no longer needed: free them before assembling. */
+  for (int64_t dev = 0; dargs && dev < n; dev++) {
+    for (int i = 0; dargs[dev] && i < nargs; i++) tpu_tensor_free(&dargs[dev][i]);
+    tpu_free(dargs[dev]);
+  }
+  tpu_free(dargs);
+  if (st == TPU_OK) {
+    for (int64_t dev = 0; dev < n; dev++) tpu_tensor_collect_leaves(&outs[dev], leaves + dev * pc->nout);
+    int tuple = e->root->shape.dtype == TPU_TUPLE;
+    if (tuple) st = tpu_tensor_alloc_tuple(result, pc->nout, d);
+    const tpu_tensor **col = tpu_calloc((size_t)n, sizeof *col);
+    if (st == TPU_OK && !col) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    for (int k = 0; st == TPU_OK && k < pc->nout; k++) {
+      for (int64_t dev = 0; dev < n; dev++) col[dev] = leaves[dev * pc->nout + k];
+      st = assemble(pc, k, col, tuple ? &result->elems[k] : result, d);
+    }
+    tpu_free(col);
+    if (st != TPU_OK) tpu_tensor_free(result);
+  }
+  for (int64_t dev = 0; outs && dev < n; dev++) {
+    if (st == TPU_OK && per_device) per_device[dev] = outs[dev];
+    else tpu_tensor_free(&outs[dev]);
+  }
+  tpu_free(outs);
+  tpu_free(leaves);
+  return st;
+}

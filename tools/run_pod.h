@@ -1,0 +1,53 @@
+/* tpusim run on a module of several devices (replica_count x num_partitions > 1): global
+ * inputs are cut into each device's shard by the entry parameters' shardings, the devices
+ * run together (src/pod/pod.h), and results are assembled into global arrays. */
+#ifndef TPU_TOOLS_RUN_POD_H
+#define TPU_TOOLS_RUN_POD_H
+
+#include "base/tensor.h"
+#include "chip/chip.h"
+#include "chip/exec.h"
+#include "ir/ir.h"
+#include "pod/sharding.h"
+
+typedef enum {
+  TPU_POD_IO_PLAIN,  /* no sharding: inputs replicated (or stacked on a new leading axis of
+                      * one per device, as jax.pmap takes them); outputs stacked */
+  TPU_POD_IO_SHARDED /* a sharding= attribute: global array <-> shards */
+} tpu_pod_io;
+
+typedef struct tpu_pod_cli {
+  int64_t ndev, replicas, partitions;
+  int nparams;
+  tpu_pod_io *in_mode;
+  tpu_sharding *in_sh;   /* per parameter (when SHARDED) */
+  int nout;              /* result leaves */
+  tpu_pod_io *out_mode;
+  tpu_sharding *out_sh;  /* per result leaf (when SHARDED) */
+  const tpu_shape **out_local; /* per result leaf: the per-device shape */
+} tpu_pod_cli;
+
+/* Reads the module's shardings and checks them against its devices and shapes (errors at
+ * the attribute). XLA's compiled modules carry the parameters' shardings but not the
+ * result's: `out_sh` (n strings in HLO sharding syntax, one per result leaf, or one for
+ * all) gives them; else the ROOT's sharding= attribute if any; else results are stacked. */
+tpu_status tpu_cli_pod_prepare(const tpu_module *m, const char *const *out_sh, int n_out_sh, tpu_pod_cli *pc,
+                               tpu_diag *d);
+void tpu_cli_pod_free(tpu_pod_cli *pc);
+
+/* The global shape of parameter i for random inputs (local x tiles; replicated when plain). */
+void tpu_cli_pod_global_shape(const tpu_pod_cli *pc, const tpu_module *m, int i, tpu_shape *out);
+
+/* Loads the global .npy for parameter i: its dims must shard into the parameter's shape. */
+tpu_status tpu_cli_pod_load(const tpu_pod_cli *pc, const tpu_module *m, int i, const char *path, tpu_tensor *t,
+                            tpu_diag *d);
+
+/* Runs every device on its shards of the global args: the chip executor when `chip` is
+ * given (trips of device 0 recorded into *trips), else the reference interpreter. The
+ * global result goes to *result (a tuple when the module returns one); when per_device is
+ * not NULL, every device's result is also kept there (per_device[dev], freed by the caller). */
+tpu_status tpu_cli_pod_values(const tpu_pod_cli *pc, const tpu_module *m, const tpu_chip *chip, int precision,
+                              const tpu_tensor *args, int nargs, tpu_loop_trips *trips, tpu_tensor *result,
+                              tpu_tensor *per_device, tpu_diag *d);
+
+#endif
