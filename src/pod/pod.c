@@ -90,8 +90,9 @@ static tpu_status barrier(device *dv, const tpu_instr *in, const tpu_tensor *con
       tpu_diag e;
       memset(&e, 0, sizeof e);
       TPU_FAIL(&e, TPU_ERR_RUNTIME, in->loc,
-               "%lld device(s) finished the program while the others wait at %s '%s': the devices diverged",
-               (long long)p->exited, tpu_op_name(in->op), tpu_instr_user_name(in));
+               "waits at %s '%s' but %lld device(s) finished the program: the devices diverged (a "
+               "collective under a branch or loop that depends on the device)",
+               tpu_op_name(in->op), tpu_instr_user_name(in), (long long)p->exited);
       abort_locked(p, dv->dev, &e);
     } else {
       check_same_locked(p, dv->dev, phase);
@@ -136,8 +137,9 @@ static void *device_main(void *arg) {
       tpu_diag e;
       memset(&e, 0, sizeof e);
       TPU_FAIL(&e, TPU_ERR_RUNTIME, w ? w->loc : tpu_noloc(),
-               "device %lld finished the program while others wait at %s '%s': the devices diverged",
-               (long long)dv->dev, w ? tpu_op_name(w->op) : "a collective", w ? tpu_instr_user_name(w) : "?");
+               "finished the program while %lld other device(s) wait at %s '%s': the devices diverged (a "
+               "collective under a branch or loop that depends on the device)",
+               (long long)p->arrived, w ? tpu_op_name(w->op) : "a collective", w ? tpu_instr_user_name(w) : "?");
       abort_locked(p, dv->dev, &e);
     }
   }
