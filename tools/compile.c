@@ -9,6 +9,8 @@
 #include "cli.h"
 #include "compile/compile.h"
 #include "hlo/hlo.h"
+#include "ir/collective.h"
+#include "pod/cost.h"
 #include "ir/verify.h"
 
 static void usage(FILE *f) {
@@ -94,7 +96,10 @@ int tpu_cli_compile(int argc, char **argv) {
     fprintf(stderr, "error: out of memory\n");
     return 2;
   }
-  tpu_compile_opts o = {&chip, dump_after, out, precision};
+  int64_t reps, parts;
+  tpu_module_device_grid(m, &reps, &parts);
+  tpu_pod_cost_ctx pc = {&chip, reps, parts};
+  tpu_compile_opts o = {&chip, dump_after, out, precision, reps * parts > 1 ? tpu_pod_coll_cost : NULL, &pc};
   tpu_status st;
   tpu_program *p = NULL;
   int backend = !strcmp(emit, "asm") || (dump_after && !is_hlo_pass(dump_after));

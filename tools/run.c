@@ -20,6 +20,7 @@
 #include "ref/ref.h"
 #include "report/report.h"
 #include "ir/collective.h"
+#include "pod/cost.h"
 #include "run_pod.h"
 
 #define MAX_INPUTS 4096
@@ -325,7 +326,10 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   tpu_report_metrics r;
   int rc = 2;
   tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
-  tpu_compile_opts co = {chip, NULL, NULL, o->precision};
+  int64_t reps, parts;
+  tpu_module_device_grid(m, &reps, &parts);
+  tpu_pod_cost_ctx pc = {chip, reps, parts};
+  tpu_compile_opts co = {chip, NULL, NULL, o->precision, reps * parts > 1 ? tpu_pod_coll_cost : NULL, &pc};
   progress(o, "compiling");
   tpu_status cst = tpu_compile(m, &co, &prog, &d);
   progress(o, NULL);

@@ -17,7 +17,7 @@ static const int k_isa_units[] = {
 };
 _Static_assert(sizeof k_isa_names / sizeof k_isa_names[0] == TPU_ISA_COUNT, "ISA table");
 _Static_assert(TPU_UNIT_MXU == 0 && TPU_UNIT_VPU == 1 && TPU_UNIT_EUP == 2 && TPU_UNIT_XLU == 3 &&
-                   TPU_UNIT_DMA_IN == 4 && TPU_UNIT_DMA_OUT == 5,
+                   TPU_UNIT_DMA_IN == 4 && TPU_UNIT_DMA_OUT == 5 && TPU_UNIT_ICI == 6,
                "ISA unit numbers follow ORDER UNIT");
 
 const char *tpu_isa_name(tpu_isa_op op) {

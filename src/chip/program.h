@@ -31,6 +31,7 @@ struct tpu_module;
   X(VPU, "vpu", 1, "vector unit: `vregs` vector registers, `ops` vreg-ops each")           \
   X(EUP, "eup", 2, "transcendental unit: `vregs` registers, `ops` pushes each")            \
   X(XLU, "xlu", 3, "transpose/cross-lane unit: `vregs` registers, `ops` passes each")      \
+  X(ICI, "ici", 6, "inter-chip links: a collective of `cycles` sending `bytes`; only a wait at it blocks") \
   X(LOOP, "loop", -1, "repeat the body up to the matching end `trips` times")              \
   X(END, "end", -1, "end of a loop body")                                                  \
   X(COND, "cond", -1, "conditional with `trips` branches (case ... endcond)")             \
@@ -73,6 +74,7 @@ typedef struct tpu_insn {
   int64_t vregs;                   /* vpu/eup/xlu: vector registers per execution */
   int64_t ops;                     /* vpu/eup/xlu: operations per register */
   int64_t trips;                   /* loop: iterations (-1: unknown); cond: branches; case: index */
+  int64_t cycles;                  /* ici: cycles the collective takes (the link model's time) */
   int pmod, prem;                  /* predicate: runs only when i % pmod == prem (pmod 0: always) */
   int at;                          /* wait: instruction index */
   int prefetch;                    /* dma.in: 1 = may start before the preceding `kernel`

@@ -14,7 +14,8 @@
   X(EUP, "eup", "transcendental unit")                     \
   X(XLU, "xlu", "transpose/permute unit")                  \
   X(DMA_IN, "dma-in", "DMA engines, HBM to VMEM")          \
-  X(DMA_OUT, "dma-out", "DMA engines, VMEM to HBM")
+  X(DMA_OUT, "dma-out", "DMA engines, VMEM to HBM")                \
+  X(ICI, "ici", "inter-chip links (collectives with other chips)")
 
 typedef enum {
 #define X(e, name, desc) TPU_UNIT_##e,
@@ -52,6 +53,8 @@ typedef struct tpu_timeline {
   int64_t total_cycles;               /* step time in cycles */
   int64_t busy[TPU_UNIT_COUNT];       /* cycles each unit (any lane) was busy */
   int64_t hbm_wait_cycles;            /* cycles compute units sat idle waiting on DMA */
+  int64_t ici_wait_cycles;            /* cycles the chip waited for collectives to finish */
+  double ici_bytes;                   /* bytes this chip sent over ICI */
   double flops, padded_flops, hbm_bytes;
   tpu_op_stat *ops;
   int nops;

@@ -202,7 +202,8 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
     t->by_dma[ws] = (unsigned char)is_dma;
   }
   t->last_end[idx] = done;
-  if (done > t->m.horizon) t->m.horizon = done;
+  /* A collective on the links holds up nothing until a wait at it (asynchronous -start). */
+  if (u != TPU_UNIT_ICI && done > t->m.horizon) t->m.horizon = done;
   if (in->op >= 0 && in->op == t->m.cur_op) {
     /* a prefetch's cycles overlap the previous kernel: the op's window opens at its barrier */
     if (!pf && start < t->m.op_start) t->m.op_start = start;
@@ -215,6 +216,9 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
     tpu_op_stat *s = &tl->ops[in->op];
     s->unit_cycles[u] += dur;
     if (is_dma) s->hbm_bytes += (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2 : 1);
+  }
+  if (in->opc == TPU_ISA_ICI) tl->ici_bytes += (double)in->bytes;
+  if (in->op >= 0) {
   }
   if (t->record && dur > 0) {
     if (tl->nevents == t->cap_events && t->cap_events < TPU_TIMING_MAX_EVENTS) {
@@ -362,6 +366,12 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
         t->m.barrier = t->m.pre = t->m.horizon;
         break;
       case TPU_ISA_WAIT:
+        if (t->p->insns[in->at].opc == TPU_ISA_ICI && t->last_end[in->at] > t->m.horizon) {
+          /* The chip idles until the collective is done. */
+          int64_t from = t->m.horizon > t->m.barrier ? t->m.horizon : t->m.barrier;
+          if (!t->dry && t->last_end[in->at] > from) t->tl->ici_wait_cycles += t->last_end[in->at] - from;
+          t->m.horizon = t->last_end[in->at];
+        }
         if (t->last_end[in->at] > t->m.barrier) t->m.barrier = t->last_end[in->at];
         if (t->last_end[in->at] > t->m.pre) t->m.pre = t->last_end[in->at];
         break;
@@ -434,6 +444,9 @@ static tpu_status durations(tstate *t) {
       case TPU_ISA_EUP:
       case TPU_ISA_XLU:
         c = ceil_div(in->vregs * in->ops, cores);
+        break;
+      case TPU_ISA_ICI:
+        c = in->cycles;
         break;
       default:
         break;
@@ -511,7 +524,8 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   if (st != TPU_OK) goto done;
   close_op(&t);
   out->clock_hz = chip->clock_hz;
-  out->total_cycles = t.m.horizon;
+  /* A collective never waited for still ends the step. */
+  out->total_cycles = t.m.horizon > t.m.unit_free[TPU_UNIT_ICI] ? t.m.horizon : t.m.unit_free[TPU_UNIT_ICI];
   out->hbm_wait_cycles = (int64_t)t.m.hbm_wait;
   if (out->hbm_wait_cycles > out->total_cycles) out->hbm_wait_cycles = out->total_cycles;
   out->nops = p->nops;

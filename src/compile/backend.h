@@ -14,7 +14,8 @@ typedef enum {
   TPU__K_COPY,     /* one HBM-to-HBM DMA */
   TPU__K_WHILE,    /* control: loop over condition and body */
   TPU__K_COND,     /* control: conditional */
-  TPU__K_CALL      /* control: the callee's kernels inline */
+  TPU__K_CALL,     /* control: the callee's kernels inline */
+  TPU__K_ICI       /* a collective with other chips: the links for the link model's time */
 } tpu__kkind;
 
 /* Per instruction of a scheduled computation (indexed by tpu__be_index). */
@@ -44,6 +45,9 @@ typedef struct tpu__kinfo {
                             * while B blocks stream past it); 1 = n outer (weight-stationary) */
   int64_t qa, qb;          /* matmul: iterations between A / B block loads (1: every one) */
   int64_t trips;           /* while: static trip count, -1 unknown */
+  int64_t ici_cycles;      /* ici: the collective's time on the links */
+  double ici_bytes;        /* ici: bytes this chip sends */
+  int ici_insn;            /* ici: the program index of its `ici` instruction once lowered */
   int vmem0, nvmem;        /* its VMEM buffers (consecutive) */
   int64_t ws;              /* bytes of VMEM its tile buffers take (its working set) */
   int64_t epi_bytes;       /* matmul: padded bytes of the epilogue operands (not lhs/rhs) */

@@ -17,11 +17,21 @@
 
 typedef struct tpu_program tpu_program; /* chip/program.h */
 
+/* A collective's cost on the inter-chip links, from the pod's link model: seconds from
+ * its start until every chip has its result, and the bytes this chip sends. */
+typedef struct tpu_coll_cost {
+  double seconds;
+  double bytes;
+} tpu_coll_cost;
+typedef tpu_status (*tpu_coll_cost_fn)(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d);
+
 typedef struct tpu_compile_opts {
   const tpu_chip *chip;       /* target; required */
   const char *dump_after;     /* pass name, or NULL */
   FILE *dump;                 /* where dumps go (stdout when NULL) */
   int precision_override;     /* -1: honour each dot's operand_precision; else a tpu_precision */
+  tpu_coll_cost_fn coll_cost; /* NULL: one chip (collectives joining other chips are refused) */
+  void *coll_user;
 } tpu_compile_opts;
 
 /* The pass names in pipeline order, NULL-terminated (for --dump-after checks and help). */

@@ -2,9 +2,11 @@
  * tile loop in the tpusim ISA (docs/isa.md); control flow becomes loop/cond. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "compile/backend.h"
+#include "ir/collective.h"
 
 static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }
 
@@ -218,9 +220,33 @@ static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
   for (int i = 0; i < c->norder; i++) {
     const tpu_instr *in = c->order[i];
     const tpu__kinfo *k = tpu__be_info(be, in);
+    if (tpu_collective_is_done(in->op)) { /* wait for the links where the result is used */
+      const tpu__kinfo *ks = tpu__be_info(be, in->operands[0]);
+      if (ks && ks->kind == TPU__K_ICI) {
+        tpu_insn w = tpu_insn_make(TPU_ISA_WAIT, -1);
+        w.at = ks->ici_insn;
+        if (!emit(be, &w)) return TPU_ERR_NOMEM;
+      }
+      continue;
+    }
     switch (k->kind) {
       case TPU__K_NONE:
         break;
+      case TPU__K_ICI: {
+        tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op);
+        tpu_insn ic = tpu_insn_make(TPU_ISA_ICI, k->op);
+        ic.cycles = k->ici_cycles;
+        ic.bytes = (int64_t)ceil(k->ici_bytes);
+        if (!emit(be, &kin)) return TPU_ERR_NOMEM;
+        tpu__be_info(be, in)->ici_insn = be->p->ninsns;
+        if (!emit(be, &ic)) return TPU_ERR_NOMEM;
+        if (tpu_collective_base(in->op) == in->op) { /* synchronous: the chip waits */
+          tpu_insn w = tpu_insn_make(TPU_ISA_WAIT, -1);
+          w.at = be->p->ninsns - 1;
+          if (!emit(be, &w)) return TPU_ERR_NOMEM;
+        }
+        break;
+      }
       case TPU__K_CALL:
         TPU_TRY(lower_comp(be, in->to_apply, depth + 1));
         break;

@@ -1,6 +1,7 @@
 /* Back-end pass `tile`: what kernel each instruction becomes, its MXU problem (M, K, N,
  * batch; convolutions as implicit GEMMs), its vector-unit work in (8,128) registers, and
  * useful vs padded FLOPs. */
+#include <math.h>
 #include <string.h>
 
 #include "compile/backend.h"
@@ -294,6 +295,32 @@ static const char *fusion_kind(const tpu_instr *in) {
   return "fusion";
 }
 
+/* A collective: within one chip (groups of one) the identity; across chips a kernel on the
+ * links, timed by the pod's link model (compile options), with its own result buffers. */
+static tpu_status tile_collective(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
+  int64_t n;
+  TPU_TRY(tpu_collective_devices(in, &n, be->d));
+  int start = tpu_collective_base(in->op) != in->op;
+  if (n <= 1 && !start) return TPU_OK; /* an alias of its operand */
+  tpu_coll_cost c = {0, 0};
+  if (n > 1) {
+    if (!be->o->coll_cost) return tpu_collective_check_one_device(in, be->d);
+    TPU_TRY(be->o->coll_cost(be->o->coll_user, in, &c, be->d));
+  }
+  k->kind = TPU__K_ICI;
+  k->own = 1;
+  k->ici_cycles = (int64_t)ceil(c.seconds * be->chip->clock_hz);
+  k->ici_bytes = c.bytes;
+  tpu_prog_op po;
+  memset(&po, 0, sizeof po);
+  po.name = in->name;
+  po.kind = tpu_op_name(in->op);
+  po.instr = in;
+  k->op = tpu_program_add_op(be->p, &po);
+  if (k->op < 0) return TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  return TPU_OK;
+}
+
 /* Classifies one instruction of a scheduled computation. */
 static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   tpu__kinfo *k = tpu__be_info(be, in);
@@ -312,12 +339,14 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT: case TPU_OP_BITCAST:
     case TPU_OP_OPT_BARRIER: case TPU_OP_AFTER_ALL: case TPU_OP_ADD_DEPENDENCY:
     case TPU_OP_PARTITION_ID: case TPU_OP_REPLICA_ID:
-    case TPU_OP_ALL_REDUCE: case TPU_OP_ALL_GATHER: case TPU_OP_REDUCE_SCATTER:
-    case TPU_OP_ALL_TO_ALL: case TPU_OP_COLLECTIVE_PERMUTE:
-      /* Collectives within one chip are the identity; others need the pod executor. */
-      if (tpu_op_class_of(in->op) == TPU_CLS_COLLECTIVE) TPU_TRY(tpu_collective_check_one_device(in, be->d));
+    case TPU_OP_ALL_REDUCE_DONE: case TPU_OP_ALL_GATHER_DONE: case TPU_OP_COLLECTIVE_PERMUTE_DONE:
+      /* -done hands over its -start's result (lower waits for the links there). */
       k->own = in->op == TPU_OP_PARTITION_ID || in->op == TPU_OP_REPLICA_ID;
       return TPU_OK;
+    case TPU_OP_ALL_REDUCE: case TPU_OP_ALL_GATHER: case TPU_OP_REDUCE_SCATTER:
+    case TPU_OP_ALL_TO_ALL: case TPU_OP_COLLECTIVE_PERMUTE: case TPU_OP_COLLECTIVE_BROADCAST:
+    case TPU_OP_ALL_REDUCE_START: case TPU_OP_ALL_GATHER_START: case TPU_OP_COLLECTIVE_PERMUTE_START:
+      return tile_collective(be, in, k);
     case TPU_OP_RESHAPE: {
       /* Free when the minor dimension is unchanged (the tiled layout keeps its bytes). */
       const tpu_shape *a = &in->operands[0]->shape;

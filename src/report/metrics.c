@@ -10,7 +10,7 @@
 const char *tpu_peak_kind_name(tpu_peak_kind k) { return k == TPU_PEAK_INT8 ? "int8" : "bf16"; }
 
 const char *tpu_bd_part_name(tpu_bd_part p) {
-  static const char *const names[TPU_BD_COUNT] = {"mxu_busy", "vector_busy", "hbm_wait", "idle"};
+  static const char *const names[TPU_BD_COUNT] = {"mxu_busy", "vector_busy", "hbm_wait", "ici_wait", "idle"};
   return (unsigned)p < TPU_BD_COUNT ? names[p] : "?";
 }
 
@@ -27,7 +27,7 @@ tpu_peak_kind tpu_report_peak_kind(const tpu_module *m) {
 }
 
 /* Unit classes for the sweep. */
-enum { CLS_MXU, CLS_VEC, CLS_DMA, CLS_N };
+enum { CLS_MXU, CLS_VEC, CLS_DMA, CLS_ICI, CLS_N };
 
 static int class_of(tpu_unit u) {
   switch (u) {
@@ -35,6 +35,7 @@ static int class_of(tpu_unit u) {
     case TPU_UNIT_VPU:
     case TPU_UNIT_EUP:
     case TPU_UNIT_XLU: return CLS_VEC;
+    case TPU_UNIT_ICI: return CLS_ICI;
     default: return CLS_DMA;
   }
 }
@@ -73,6 +74,7 @@ static tpu_status breakdown_events(const tpu_timeline *t, int64_t *bd, tpu_diag 
       int part = active[CLS_MXU] ? TPU_BD_MXU
                  : active[CLS_VEC] ? TPU_BD_VECTOR
                  : active[CLS_DMA] ? TPU_BD_HBM_WAIT
+                 : active[CLS_ICI] ? TPU_BD_ICI_WAIT
                                    : TPU_BD_IDLE;
       bd[part] += span;
     }
@@ -104,6 +106,8 @@ static void breakdown_totals(const tpu_timeline *t, int64_t *bd) {
   left -= bd[TPU_BD_VECTOR];
   bd[TPU_BD_HBM_WAIT] = min64(t->hbm_wait_cycles > 0 ? t->hbm_wait_cycles : 0, left);
   left -= bd[TPU_BD_HBM_WAIT];
+  bd[TPU_BD_ICI_WAIT] = min64(t->ici_wait_cycles > 0 ? t->ici_wait_cycles : 0, left);
+  left -= bd[TPU_BD_ICI_WAIT];
   bd[TPU_BD_IDLE] = left;
 }
 
@@ -184,8 +188,10 @@ void tpu_report_print_summary(FILE *f, const tpu_report_metrics *r) {
             r->memory_bound ? "memory" : "compute");
   si(a, sizeof a, r->attainable, "FLOP/s");
   fprintf(f, "; attainable %s, achieved %.1f%% of it\n", a, 100 * r->roofline_frac);
-  fprintf(f, "breakdown%s: MXU busy %.1f%%  vector busy %.1f%%  waiting on HBM %.1f%%  idle %.1f%%\n",
+  fprintf(f, "breakdown%s: MXU busy %.1f%%  vector busy %.1f%%  waiting on HBM %.1f%%  ",
           r->bd_from_events ? "" : " (estimated from unit totals)", 100 * r->bd_frac[TPU_BD_MXU],
-          100 * r->bd_frac[TPU_BD_VECTOR], 100 * r->bd_frac[TPU_BD_HBM_WAIT], 100 * r->bd_frac[TPU_BD_IDLE]);
+          100 * r->bd_frac[TPU_BD_VECTOR], 100 * r->bd_frac[TPU_BD_HBM_WAIT]);
+  if (r->bd_cycles[TPU_BD_ICI_WAIT] > 0) fprintf(f, "waiting on ICI %.1f%%  ", 100 * r->bd_frac[TPU_BD_ICI_WAIT]);
+  fprintf(f, "idle %.1f%%\n", 100 * r->bd_frac[TPU_BD_IDLE]);
   if (r->padded_flops > 0) fprintf(f, "padding waste: %.1f%% of MXU FLOPs\n", 100 * r->padding_waste);
 }

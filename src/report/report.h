@@ -32,7 +32,7 @@ tpu_peak_kind tpu_report_peak_kind(const tpu_module *m);
  * chip/timing.h); otherwise estimated from the per-unit totals (MXU busy, then vector
  * busy, then hbm_wait_cycles, each capped by what is left of the step) and
  * `from_events` is 0. */
-typedef enum { TPU_BD_MXU = 0, TPU_BD_VECTOR, TPU_BD_HBM_WAIT, TPU_BD_IDLE, TPU_BD_COUNT } tpu_bd_part;
+typedef enum { TPU_BD_MXU = 0, TPU_BD_VECTOR, TPU_BD_HBM_WAIT, TPU_BD_ICI_WAIT, TPU_BD_IDLE, TPU_BD_COUNT } tpu_bd_part;
 const char *tpu_bd_part_name(tpu_bd_part p); /* "mxu_busy", "vector_busy", "hbm_wait", "idle" */
 
 typedef struct tpu_report_metrics {
