@@ -21,9 +21,11 @@
 #include "report/report.h"
 #include "ir/collective.h"
 #include "pod/cost.h"
+#include "pod/mpi.h"
 #include "run_pod.h"
 
 #define MAX_INPUTS 4096
+#define MAX_OUT_SH 4096
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -49,7 +51,8 @@ static void usage(FILE *f) {
           "  --per-device   (modules of several devices) write each device's result as DIR/devD/K.npy\n"
           "                 instead of the global arrays\n"
           "  --out-sharding S  the sharding of the result (HLO syntax, e.g. '{devices=[2,4]<=[8]}'), once\n"
-          "                 per result leaf or once for all: XLA's compiled modules do not print it\n"
+          "                 per result leaf or once for all: XLA's compiled modules do not print it;\n"
+          "                 @FILE reads one per line\n"
           "                 instead of the global arrays\n"
           "Modules with replica_count x num_partitions > 1 run every device (the pod): -i takes global\n"
           "arrays, cut into shards by each parameter's sharding= (without one: the same array for\n"
@@ -186,13 +189,51 @@ static int write_per_device(const char *dir, const tpu_tensor *per_dev, int64_t 
 typedef struct {
   const char *prog, *outdir, *backend, *chip, *report, *trace;
   const char **inputs;
-  const char *out_sh[64];
+  const char *out_sh[MAX_OUT_SH];
   int nout_sh;
+  char *sh_text; /* --out-sharding @FILE: the file's text (out_sh points into it) */
   int ninputs, quiet, timing, precision, top, per_device;
   uint64_t seed;
 } run_opts;
 
 static const char *const k_precisions[] = {"default", "high", "highest"};
+
+/* --out-sharding @FILE: each non-empty line is one result's sharding. */
+static int read_shardings(const char *path, run_opts *o) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "%s: error: cannot read the shardings file: %s\n", path, strerror(errno));
+    return 2;
+  }
+  tpu_free(o->sh_text);
+  size_t cap = 4096, n = 0;
+  o->sh_text = tpu_malloc(cap);
+  for (int c; o->sh_text && (c = fgetc(f)) != EOF;) {
+    if (n + 2 > cap) {
+      char *nt = tpu_realloc(o->sh_text, cap *= 2);
+      if (!nt) tpu_free(o->sh_text);
+      o->sh_text = nt;
+      if (!nt) break;
+    }
+    o->sh_text[n++] = (char)c;
+  }
+  fclose(f);
+  if (!o->sh_text) {
+    fprintf(stderr, "error: out of memory\n");
+    return 2;
+  }
+  o->sh_text[n] = 0;
+  for (char *line = strtok(o->sh_text, "\n"); line; line = strtok(NULL, "\n")) {
+    while (*line == ' ' || *line == '\t' || *line == '\r') line++;
+    if (!*line) continue;
+    if (o->nout_sh == MAX_OUT_SH) {
+      fprintf(stderr, "%s: error: more than %d shardings\n", path, MAX_OUT_SH);
+      return 2;
+    }
+    o->out_sh[o->nout_sh++] = line;
+  }
+  return 0;
+}
 
 /* Parses argv; returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, run_opts *o) {
@@ -245,11 +286,16 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       if (a[2] == 's') o->seed = v;
       else o->top = (int)v;
     } else if (!strcmp(a, "--out-sharding") && has_next) {
-      if (o->nout_sh == 64) {
-        fprintf(stderr, "error: more than 64 --out-sharding options\n");
+      const char *v = argv[++i];
+      if (v[0] == '@') { /* one sharding per line of a file */
+        if (read_shardings(v + 1, o) != 0) return 2;
+        continue;
+      }
+      if (o->nout_sh == MAX_OUT_SH) {
+        fprintf(stderr, "error: more than %d --out-sharding options\n", MAX_OUT_SH);
         return 2;
       }
-      o->out_sh[o->nout_sh++] = argv[++i];
+      o->out_sh[o->nout_sh++] = v;
     } else if (!strcmp(a, "--per-device")) {
       o->per_device = 1;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
@@ -388,10 +434,29 @@ int tpu_cli_run(int argc, char **argv) {
   int rc = parse_args(argc, argv, &o);
   if (rc >= 0) {
     tpu_free(o.inputs);
+    tpu_free(o.sh_text);
     return rc;
   }
   rc = 2;
   int tpu = !strcmp(o.backend, "tpu");
+  /* Under mpirun: every rank runs a block of the pod's devices; rank 0 reports. */
+  int use_mpi = tpu_mpi_launched(), mpi_rank = 0, mpi_n = 1;
+  tpu_pod_transport tr;
+  memset(&tr, 0, sizeof tr);
+  if (use_mpi) {
+    tpu_diag md;
+    memset(&md, 0, sizeof md);
+    if (tpu_mpi_init(&mpi_rank, &mpi_n, &md) != TPU_OK) {
+      tpu_cli_report(&md);
+      tpu_free(o.inputs);
+      tpu_free(o.sh_text);
+      return 2;
+    }
+    if (mpi_rank > 0) {
+      o.quiet = 1;
+      if (!freopen("/dev/null", "w", stderr)) return 2; /* rank 0 reports the (shared) errors */
+    }
+  }
 
   tpu_diag d;
   memset(&d, 0, sizeof d);
@@ -423,6 +488,13 @@ int tpu_cli_run(int argc, char **argv) {
     tpu_cli_report(&d);
     goto cleanup;
   }
+  if (use_mpi && ndev > 1 && tpu_mpi_transport_new(ndev, &tr, &d) != TPU_OK) {
+    tpu_cli_report(&d);
+    goto cleanup;
+  }
+  if (!o.quiet && use_mpi && ndev > 1)
+    printf("mpi: %d ranks, %lld device(s) each (rank 0: devices 0..%lld)\n", mpi_n, (long long)tr.count,
+           (long long)(tr.count - 1));
   if (o.per_device && ndev == 1) {
     fprintf(stderr, "error: --per-device needs a module of several devices (replica_count or num_partitions above 1)\n");
     goto cleanup;
@@ -472,8 +544,8 @@ int tpu_cli_run(int argc, char **argv) {
         goto cleanup;
       }
     }
-    tpu_status st = ndev > 1 ? tpu_cli_pod_values(&pod, m, tpu ? &chip : NULL, o.precision, args, nargs, &trips,
-                                                  &result, per_dev, &d)
+    tpu_status st = ndev > 1 ? tpu_cli_pod_values_dist(&pod, use_mpi ? &tr : NULL, m, tpu ? &chip : NULL, o.precision,
+                                                       args, nargs, &trips, &result, per_dev, &d)
                     : tpu    ? tpu_chip_run_values_trips(m, &chip, o.precision, args, nargs, &trips, &result, &d)
                              : tpu_ref_run(m, args, nargs, &result, &d);
     progress(&o, NULL);
@@ -482,6 +554,10 @@ int tpu_cli_run(int argc, char **argv) {
       goto cleanup;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (mpi_rank > 0) { /* rank 0 has the results and reports */
+      rc = 0;
+      goto cleanup;
+    }
     nleaves = tpu_tensor_count_leaves(&result);
     leaves = tpu_calloc((size_t)nleaves, sizeof *leaves);
     if (!leaves) {
@@ -507,7 +583,7 @@ int tpu_cli_run(int argc, char **argv) {
     printf("backend tpu: chip %s (%s), precision %s; timing only\n", chip.name, chip.title,
            o.precision >= 0 ? k_precisions[o.precision] : "per-op");
   }
-  if (tpu) {
+  if (tpu && mpi_rank == 0) {
     int trc = run_timing(&o, m, &chip, &trips);
     if (trc != 0) {
       rc = trc;
@@ -543,11 +619,16 @@ cleanup:
   tpu_free(per_dev);
   tpu_cli_pod_free(&pod);
   tpu_loop_trips_free(&trips);
+  if (use_mpi) {
+    tpu_mpi_transport_free(&tr);
+    tpu_mpi_finalize();
+  }
   tpu_free(leaves);
   tpu_tensor_free(&result);
   for (int i = 0; i < nargs; i++) tpu_tensor_free(&args[i]);
   tpu_free(args);
   tpu_module_free(m);
   tpu_free(o.inputs);
+  tpu_free(o.sh_text);
   return rc;
 }

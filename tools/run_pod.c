@@ -229,7 +229,15 @@ static tpu_status assemble(const tpu_pod_cli *pc, int k, const tpu_tensor *const
 tpu_status tpu_cli_pod_values(const tpu_pod_cli *pc, const tpu_module *m, const tpu_chip *chip, int precision,
                               const tpu_tensor *args, int nargs, tpu_loop_trips *trips, tpu_tensor *result,
                               tpu_tensor *per_device, tpu_diag *d) {
+  return tpu_cli_pod_values_dist(pc, NULL, m, chip, precision, args, nargs, trips, result, per_device, d);
+}
+
+tpu_status tpu_cli_pod_values_dist(const tpu_pod_cli *pc, const tpu_pod_transport *tr, const tpu_module *m,
+                                   const tpu_chip *chip, int precision, const tpu_tensor *args, int nargs,
+                                   tpu_loop_trips *trips, tpu_tensor *result, tpu_tensor *per_device, tpu_diag *d) {
   memset(result, 0, sizeof *result);
+  int64_t lo = tr ? tr->first : 0, hi = tr ? tr->first + tr->count : pc->ndev;
+  int root = !tr || tr->rank == 0;
   int64_t n = pc->ndev;
   const tpu_comp *e = m->entry;
   tpu_tensor **dargs = tpu_calloc((size_t)n, sizeof *dargs);
@@ -240,18 +248,18 @@ tpu_status tpu_cli_pod_values(const tpu_pod_cli *pc, const tpu_module *m, const 
   for (int64_t dev = 0; st == TPU_OK && dev < n; dev++) {
     dargs[dev] = tpu_calloc((size_t)(nargs + 1), sizeof *dargs[dev]);
     if (!dargs[dev]) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
-    for (int i = 0; st == TPU_OK && i < nargs; i++)
+    for (int i = 0; st == TPU_OK && dev >= lo && dev < hi && i < nargs; i++)
       st = shard_input(pc, &e->params[i]->shape, i, dev, &args[i], &dargs[dev][i], d);
   }
-  run_ctx c = {m, chip, precision, trips};
-  if (st == TPU_OK) st = tpu_pod_run(m, run_device, &c, dargs, nargs, outs, d);
+  run_ctx c = {m, chip, precision, lo == 0 ? trips : NULL};
+  if (st == TPU_OK) st = tpu_pod_run_dist(m, tr, run_device, &c, dargs, nargs, outs, d);
   /* Inputs are no longer needed: free them before assembling. */
   for (int64_t dev = 0; dargs && dev < n; dev++) {
     for (int i = 0; dargs[dev] && i < nargs; i++) tpu_tensor_free(&dargs[dev][i]);
     tpu_free(dargs[dev]);
   }
   tpu_free(dargs);
-  if (st == TPU_OK) {
+  if (st == TPU_OK && root) {
     for (int64_t dev = 0; dev < n; dev++) tpu_tensor_collect_leaves(&outs[dev], leaves + dev * pc->nout);
     int tuple = e->root->shape.dtype == TPU_TUPLE;
     if (tuple) st = tpu_tensor_alloc_tuple(result, pc->nout, d);

@@ -8,6 +8,7 @@
 #include "chip/chip.h"
 #include "chip/exec.h"
 #include "ir/ir.h"
+#include "pod/pod.h"
 #include "pod/sharding.h"
 
 typedef enum {
@@ -49,5 +50,11 @@ tpu_status tpu_cli_pod_load(const tpu_pod_cli *pc, const tpu_module *m, int i, c
 tpu_status tpu_cli_pod_values(const tpu_pod_cli *pc, const tpu_module *m, const tpu_chip *chip, int precision,
                               const tpu_tensor *args, int nargs, tpu_loop_trips *trips, tpu_tensor *result,
                               tpu_tensor *per_device, tpu_diag *d);
+
+/* The same over MPI ranks (tr from tpu_mpi_transport_new): this rank runs its block of
+ * devices; rank 0 receives the global result (other ranks' *result stays empty). */
+tpu_status tpu_cli_pod_values_dist(const tpu_pod_cli *pc, const tpu_pod_transport *tr, const tpu_module *m,
+                                   const tpu_chip *chip, int precision, const tpu_tensor *args, int nargs,
+                                   tpu_loop_trips *trips, tpu_tensor *result, tpu_tensor *per_device, tpu_diag *d);
 
 #endif

@@ -5,7 +5,12 @@
  * second barrier (the release) keeps every operand alive until all devices have read. Both
  * barriers check that every device reached the same instruction, so a program whose devices
  * diverge (a collective under a device-dependent branch or trip count) fails with both
- * places named instead of hanging; a failing device stops the others the same way. */
+ * places named instead of hanging; a failing device stops the others the same way.
+ *
+ * Several processes (MPI ranks) each run a block of the devices: when a process's devices
+ * have all posted, the last to arrive trades the operands with the other processes through
+ * the transport, which also agrees on what every process reached, so a failure or a
+ * divergence in one process stops all of them with the same error. */
 #include "pod/pod.h"
 
 #include <pthread.h>
@@ -30,14 +35,18 @@ typedef struct {
 struct pod {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int64_t n;
-  int64_t arrived, exited;   /* at the current barrier; devices that have returned */
-  uint64_t generation;       /* bumps when a barrier opens */
-  const tpu_instr **at;      /* at[dev]: the instruction each waiting device posted */
+  int64_t n;                     /* devices of the module */
+  int64_t first, count;          /* the ones this process runs */
+  int64_t arrived, exited;       /* of this process's devices: at the current barrier; returned */
+  uint64_t generation;           /* bumps when a barrier opens */
+  const tpu_instr **at;          /* at[dev]: the instruction each waiting device posted */
   const tpu_tensor *const **ops; /* ops[dev]: its operands */
   int aborted;
-  int64_t origin;            /* the device whose failure stopped the pod (-1: none yet) */
-  tpu_diag why;              /* its diagnostic */
+  int64_t origin;                /* the device whose failure stopped the pod (-1: none yet) */
+  tpu_diag why;                  /* its diagnostic */
+  int remote_held;               /* the transport holds other processes' operands */
+  int trade_failed;              /* an exchange failed: every process knows, none exchanges again */
+  const tpu_pod_transport *tr;
   tpu_pod_device_fn fn;
   void *user;
   int nargs;
@@ -57,20 +66,34 @@ static tpu_status stopped(const tpu_instr *in, tpu_diag *d) {
   return TPU_FAIL(d, TPU_ERR_RUNTIME, in->loc, "stopped: another device failed");
 }
 
-/* The barrier's check once everyone is in (mu held): the same instruction everywhere. */
+/* The barrier's check once this process's devices are in (mu held): the same instruction. */
 static void check_same_locked(pod *p, int64_t me, const char *phase) {
-  const tpu_instr *first = p->at[0];
-  for (int64_t k = 1; k < p->n; k++)
+  const tpu_instr *first = p->at[p->first];
+  for (int64_t k = p->first + 1; k < p->first + p->count; k++)
     if (p->at[k] != first) {
       tpu_diag d;
       memset(&d, 0, sizeof d);
       TPU_FAIL(&d, TPU_ERR_RUNTIME, p->at[k]->loc,
-               "devices reached different collectives (%s): device 0 is at %s '%s' (line %d), device %lld at %s '%s'",
-               phase, tpu_op_name(first->op), tpu_instr_user_name(first), first->loc.line, (long long)k,
-               tpu_op_name(p->at[k]->op), tpu_instr_user_name(p->at[k]));
+               "devices reached different collectives (%s): device %lld is at %s '%s' (line %d), device %lld at %s '%s'",
+               phase, (long long)p->first, tpu_op_name(first->op), tpu_instr_user_name(first), first->loc.line,
+               (long long)k, tpu_op_name(p->at[k]->op), tpu_instr_user_name(p->at[k]));
       abort_locked(p, me, &d);
       return;
     }
+}
+
+/* The exchange with the other processes (mu held, every local device in). */
+static void trade_locked(pod *p, int64_t me, const tpu_instr *in) {
+  tpu_diag d;
+  memset(&d, 0, sizeof d);
+  tpu_status st = p->tr->exchange(p->tr->user, TPU_POD_KEY(in), 0, NULL, p->ops, in->noperands, &d);
+  if (st != TPU_OK) {
+    p->trade_failed = 1;
+    abort_locked(p, -1, &d);
+  } else {
+    p->remote_held = 1;
+  }
+  (void)me;
 }
 
 /* A barrier of all devices at instruction `in`; `ops` are posted for the exchange. */
@@ -85,7 +108,7 @@ static tpu_status barrier(device *dv, const tpu_instr *in, const tpu_tensor *con
   p->at[dv->dev] = in;
   if (ops) p->ops[dv->dev] = ops;
   uint64_t gen = p->generation;
-  if (++p->arrived + p->exited == p->n) {
+  if (++p->arrived + p->exited == p->count) {
     if (p->exited) {
       tpu_diag e;
       memset(&e, 0, sizeof e);
@@ -96,6 +119,13 @@ static tpu_status barrier(device *dv, const tpu_instr *in, const tpu_tensor *con
       abort_locked(p, dv->dev, &e);
     } else {
       check_same_locked(p, dv->dev, phase);
+      if (p->tr && !p->aborted) {
+        if (ops) trade_locked(p, dv->dev, in);
+        else if (p->remote_held) { /* everyone has read the other processes' operands */
+          p->tr->release(p->tr->user);
+          p->remote_held = 0;
+        }
+      }
     }
     p->arrived = 0;
     p->generation++;
@@ -130,10 +160,10 @@ static void *device_main(void *arg) {
     abort_locked(p, dv->dev, &dv->d);
   } else {
     p->exited++;
-    if (p->arrived > 0 && p->arrived + p->exited == p->n) {
+    if (p->arrived > 0 && p->arrived + p->exited == p->count) {
       /* Everyone else waits at a collective this device will never reach. */
       const tpu_instr *w = NULL;
-      for (int64_t k = 0; k < p->n && !w; k++) w = p->at[k];
+      for (int64_t k = p->first; k < p->first + p->count && !w; k++) w = p->at[k];
       tpu_diag e;
       memset(&e, 0, sizeof e);
       TPU_FAIL(&e, TPU_ERR_RUNTIME, w ? w->loc : tpu_noloc(),
@@ -147,22 +177,42 @@ static void *device_main(void *arg) {
   return NULL;
 }
 
-tpu_status tpu_pod_run(const tpu_module *m, tpu_pod_device_fn fn, void *user, tpu_tensor *const *args, int nargs,
-                       tpu_tensor *outs, tpu_diag *d) {
+/* "device N: msg" into d from the pod's first failure. */
+static tpu_status report(const pod *p, tpu_diag *d) {
+  *d = p->why;
+  if (p->origin >= 0) {
+    char pre[32];
+    int np = snprintf(pre, sizeof pre, "device %lld: ", (long long)p->origin);
+    size_t keep = sizeof d->msg - (size_t)np - 1;
+    memmove(d->msg + np, p->why.msg, keep);
+    memcpy(d->msg, pre, (size_t)np);
+    d->msg[sizeof d->msg - 1] = 0;
+  }
+  return p->why.status != TPU_OK ? p->why.status : TPU_ERR_RUNTIME;
+}
+
+tpu_status tpu_pod_run_dist(const tpu_module *m, const tpu_pod_transport *tr, tpu_pod_device_fn fn, void *user,
+                            tpu_tensor *const *args, int nargs, tpu_tensor *outs, tpu_diag *d) {
   int64_t replicas, partitions;
   tpu_module_device_grid(m, &replicas, &partitions);
   int64_t n = replicas * partitions;
   pod p;
   memset(&p, 0, sizeof p);
   p.n = n;
+  p.first = tr ? tr->first : 0;
+  p.count = tr ? tr->count : n;
+  p.tr = tr;
   p.origin = -1;
   p.fn = fn;
   p.user = user;
   p.nargs = nargs;
+  if (p.first < 0 || p.count < 0 || p.first + p.count > n)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "devices %lld..%lld are not in the module's %lld", (long long)p.first,
+                    (long long)(p.first + p.count - 1), (long long)n);
   p.at = tpu_calloc((size_t)n, sizeof *p.at);
   p.ops = tpu_calloc((size_t)n, sizeof *p.ops);
-  device *devs = tpu_calloc((size_t)n, sizeof *devs);
-  pthread_t *th = tpu_calloc((size_t)n, sizeof *th);
+  device *devs = tpu_calloc((size_t)(p.count ? p.count : 1), sizeof *devs);
+  pthread_t *th = tpu_calloc((size_t)(p.count ? p.count : 1), sizeof *th);
   if (!p.at || !p.ops || !devs || !th) {
     tpu_free(p.at);
     tpu_free(p.ops);
@@ -172,39 +222,60 @@ tpu_status tpu_pod_run(const tpu_module *m, tpu_pod_device_fn fn, void *user, tp
   }
   pthread_mutex_init(&p.mu, NULL);
   pthread_cond_init(&p.cv, NULL);
-  int64_t started = 0;
-  tpu_status st = TPU_OK;
-  for (int64_t k = 0; k < n; k++) {
-    device *dv = &devs[k];
+  for (int64_t k = 0; k < n; k++) memset(&outs[k], 0, sizeof outs[k]);
+  for (int64_t i = 0; i < p.count; i++) {
+    device *dv = &devs[i];
+    int64_t k = p.first + i;
     dv->p = &p;
     dv->dev = k;
     dv->comm = (tpu_ref_comm){replicas, partitions, k, exchange, release, dv};
     dv->args = args[k];
     dv->out = &outs[k];
-    memset(&outs[k], 0, sizeof outs[k]);
   }
-  for (; started < n; started++) {
+  int64_t started = 0;
+  for (; started < p.count; started++) {
     if (pthread_create(&th[started], NULL, device_main, &devs[started]) != 0) {
       tpu_diag e;
       memset(&e, 0, sizeof e);
-      TPU_FAIL(&e, TPU_ERR_NOMEM, tpu_noloc(), "cannot start a thread for device %lld of %lld", (long long)started,
-               (long long)n);
+      TPU_FAIL(&e, TPU_ERR_NOMEM, tpu_noloc(), "cannot start a thread for device %lld of %lld",
+               (long long)(p.first + started), (long long)n);
       pthread_mutex_lock(&p.mu);
-      abort_locked(&p, started, &e);
+      abort_locked(&p, p.first + started, &e);
       pthread_mutex_unlock(&p.mu);
       break;
     }
   }
   for (int64_t k = 0; k < started; k++) pthread_join(th[k], NULL);
+  tpu_status st = TPU_OK;
+  if (tr) {
+    /* The end, agreed with the other processes (which may have failed or be waiting). */
+    if (p.remote_held) tr->release(tr->user);
+    tpu_diag e;
+    memset(&e, 0, sizeof e);
+    tpu_diag mine = p.why;
+    if (p.aborted) report(&p, &mine);
+    if (p.trade_failed) {
+      /* every process saw the failed exchange: nothing more to agree on */
+    } else if (tr->exchange(tr->user, TPU_POD_KEY_END, p.aborted, p.aborted ? &mine : NULL, p.ops, 0, &e) != TPU_OK) {
+      if (!p.aborted) {
+        p.aborted = 1;
+        p.origin = -1;
+        p.why = e;
+      } else {
+        p.origin = -1;
+        p.why = mine;
+      }
+    } else {
+      tr->release(tr->user);
+    }
+    if (!p.aborted && tr->gather(tr->user, outs, &e) != TPU_OK) {
+      p.aborted = 1;
+      p.origin = -1;
+      p.why = e;
+    }
+  }
   if (p.aborted) {
-    *d = p.why;
-    char pre[32];
-    int np = snprintf(pre, sizeof pre, "device %lld: ", (long long)p.origin);
-    size_t keep = sizeof d->msg - (size_t)np - 1;
-    memmove(d->msg + np, p.why.msg, keep);
-    memcpy(d->msg, pre, (size_t)np);
-    d->msg[sizeof d->msg - 1] = 0;
-    st = p.why.status != TPU_OK ? p.why.status : TPU_ERR_RUNTIME;
+    st = report(&p, d);
     for (int64_t k = 0; k < n; k++) tpu_tensor_free(&outs[k]);
   }
   pthread_cond_destroy(&p.cv);
@@ -214,4 +285,9 @@ tpu_status tpu_pod_run(const tpu_module *m, tpu_pod_device_fn fn, void *user, tp
   tpu_free(devs);
   tpu_free(th);
   return st;
+}
+
+tpu_status tpu_pod_run(const tpu_module *m, tpu_pod_device_fn fn, void *user, tpu_tensor *const *args, int nargs,
+                       tpu_tensor *outs, tpu_diag *d) {
+  return tpu_pod_run_dist(m, NULL, fn, user, args, nargs, outs, d);
 }

@@ -20,4 +20,29 @@ typedef tpu_status (*tpu_pod_device_fn)(void *user, int64_t dev, const tpu_ref_c
 tpu_status tpu_pod_run(const tpu_module *m, tpu_pod_device_fn fn, void *user, tpu_tensor *const *args, int nargs,
                        tpu_tensor *outs, tpu_diag *d);
 
+/* How processes that each run some of the devices meet (MPI: src/pod/mpi.c). Keys name
+ * what a process reached: a collective (TPU_POD_KEY of its instruction), or the end. */
+#define TPU_POD_KEY(in) (((int64_t)(in)->parent->index << 32) | (int64_t)(uint32_t)(in)->id)
+#define TPU_POD_KEY_END ((int64_t)-1)
+typedef struct tpu_pod_transport {
+  int rank, nranks;
+  int64_t first, count; /* the devices this process runs: [first, first + count) */
+  /* Every process calls it with the same sequence of keys. It returns an error (the same
+   * in every process) when any process posted another key or a failure (`failed` with its
+   * diagnostic in *why); otherwise ops[dev] of every other process's device points to
+   * that device's nops operands, held until `release`. */
+  tpu_status (*exchange)(void *user, int64_t key, int failed, const tpu_diag *why, const tpu_tensor *const **ops,
+                         int nops, tpu_diag *d);
+  void (*release)(void *user);
+  /* After the run: the other processes' results into outs[] of the process of rank 0. */
+  tpu_status (*gather)(void *user, tpu_tensor *outs, tpu_diag *d);
+  void *user;
+} tpu_pod_transport;
+
+/* tpu_pod_run over several processes: this one runs tr->count devices from tr->first
+ * (args and outs are indexed by global device id; only those entries are used, and rank 0
+ * receives every device's result). tr NULL is tpu_pod_run. */
+tpu_status tpu_pod_run_dist(const tpu_module *m, const tpu_pod_transport *tr, tpu_pod_device_fn fn, void *user,
+                            tpu_tensor *const *args, int nargs, tpu_tensor *outs, tpu_diag *d);
+
 #endif

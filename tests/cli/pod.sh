@@ -1,0 +1,101 @@
+#!/bin/sh
+# tpusim run on a partitioned module (examples/pod: XLA's SPMD output for 8 devices):
+# global inputs in, global results out by --out-sharding, --per-device shards, timing with
+# the ICI unit (same cycles in --mode timing), one-line errors for bad shardings and for
+# devices that diverge (no hang), and, when built with MPI, mpirun results bit-identical to
+# one process.
+set -u
+BIN="$1"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+P=examples/pod
+IN="-i $P/mlp.a.npy -i $P/mlp.w.npy"
+
+# shellcheck disable=SC2086
+"$BIN" run $P/mlp.hlo --backend ref $IN --out-sharding @$P/mlp.shardings -o "$T/ref" > "$T/out" 2> "$T/err" ||
+  fail "ref run exited $?: $(cat "$T/err")"
+for pat in "^pod: 8 devices \(1 replica\(s\) x 8 partition\(s\)\)" "^result 0: f32\[16,24\]" "^result 1: f32\[24\]" \
+  "^result 2: f32\[\] .*mean -0.0257876"; do
+  grep -Eq "$pat" "$T/out" || fail "ref run output lacks /$pat/"
+done
+[ -s "$T/ref/0.npy" ] && [ -s "$T/ref/2.npy" ] || fail "no global results"
+
+# Without the result shardings the results are stacked, one row per device, with a note.
+# shellcheck disable=SC2086
+"$BIN" run $P/mlp.hlo --backend ref $IN > "$T/out" 2>&1 || fail "run without shardings exited $?"
+grep -q "^result 0: f32\[8,8,6\]" "$T/out" || fail "results not stacked per device: $(grep result "$T/out")"
+grep -q "have no sharding" "$T/out" || fail "no note about the missing result shardings"
+
+# --per-device writes each device's shard.
+# shellcheck disable=SC2086
+"$BIN" run $P/mlp.hlo --backend ref $IN --per-device -o "$T/pd" -q || fail "--per-device exited $?"
+for k in 0 7; do [ -s "$T/pd/dev$k/0.npy" ] || fail "no dev$k/0.npy"; done
+[ -e "$T/pd/0.npy" ] && fail "--per-device also wrote global results"
+
+# The tpu backend: values, and time with the collectives on ICI; timing mode agrees.
+# shellcheck disable=SC2086
+"$BIN" run $P/mlp.hlo $IN --out-sharding @$P/mlp.shardings > "$T/full" 2> "$T/err" || fail "tpu run exited $?: $(cat "$T/err")"
+grep -q "waiting on ICI [0-9.]*%" "$T/full" || fail "no ICI share in the breakdown"
+grep -q "all-reduce" "$T/full" || fail "the all-reduce is not in the profile"
+"$BIN" run $P/mlp.hlo --mode timing > "$T/timing" 2> "$T/err" || fail "timing run exited $?: $(cat "$T/err")"
+a=$(grep "^step time:" "$T/full")
+b=$(grep "^step time:" "$T/timing")
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "timing mode '$b' differs from full mode '$a'"
+
+# Errors: one line, exit 2, no result files.
+# shellcheck disable=SC2086
+"$BIN" run $P/mlp.hlo --backend ref $IN --out-sharding '{devices=[3]<=[3]}' -o "$T/bad" > /dev/null 2> "$T/err"
+[ $? -eq 2 ] || fail "a sharding of the wrong device count did not exit 2"
+grep -q "error: .*sharding" "$T/err" || fail "bad sharding message: $(cat "$T/err")"
+[ -e "$T/bad" ] && fail "result files written after an error"
+# shellcheck disable=SC2086
+"$BIN" run $P/mlp.hlo --backend ref $IN --out-sharding '{replicated}' --out-sharding '{replicated}' > /dev/null 2> "$T/err"
+[ $? -eq 2 ] || fail "two shardings for three results did not exit 2"
+cat > "$T/div.hlo" <<'HLO'
+HloModule m, num_partitions=4
+add { a = f32[] parameter(0)
+ b = f32[] parameter(1)
+ ROOT s = f32[] add(a, b) }
+yes { x = f32[4] parameter(0)
+ ROOT r = f32[4] all-reduce(x), channel_id=1, replica_groups={{0,1,2,3}}, to_apply=add }
+no { ROOT x = f32[4] parameter(0) }
+ENTRY e {
+ p = f32[4] parameter(0)
+ i = u32[] partition-id()
+ z = u32[] constant(3)
+ c = pred[] compare(i, z), direction=LT
+ ROOT r = f32[4] conditional(c, p, p), true_computation=yes, false_computation=no
+}
+HLO
+timeout 60 "$BIN" run "$T/div.hlo" --backend ref > /dev/null 2> "$T/err"
+[ $? -eq 2 ] || fail "diverging devices did not exit 2"
+grep -q "^$T/div.hlo:6:18: error: .*diverged" "$T/err" || fail "divergence message: $(cat "$T/err")"
+
+# MPI: 2 and 3 ranks give the one-process bytes (skipped when mpirun or MPI support is missing).
+if command -v mpirun > /dev/null 2>&1; then
+  MPIRUN="mpirun --oversubscribe"
+  [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+  for n in 2 3; do
+    # shellcheck disable=SC2086
+    timeout 120 $MPIRUN -n $n "$BIN" run $P/mlp.hlo $IN --out-sharding @$P/mlp.shardings -o "$T/mpi$n" > "$T/mout" 2> "$T/err"
+    rc=$?
+    if grep -q "built without MPI" "$T/err" "$T/mout"; then
+      echo "skip: tpusim built without MPI"
+      break
+    fi
+    [ $rc -eq 0 ] || { fail "mpirun -n $n exited $rc: $(head -3 "$T/err")"; continue; }
+    grep -q "^mpi: $n ranks" "$T/mout" || fail "mpirun -n $n: no rank line"
+    # shellcheck disable=SC2086
+    "$BIN" run $P/mlp.hlo $IN --out-sharding @$P/mlp.shardings -o "$T/one" -q
+    for k in 0 1 2; do cmp -s "$T/one/$k.npy" "$T/mpi$n/$k.npy" || fail "mpirun -n $n result $k differs from one process"; done
+  done
+  timeout 60 $MPIRUN -n 2 "$BIN" run "$T/div.hlo" --backend ref > /dev/null 2> "$T/err"
+  [ $? -ne 0 ] || fail "diverging devices over MPI did not fail"
+  grep -q "diverged" "$T/err" || fail "MPI divergence message: $(head -3 "$T/err")"
+else
+  echo "skip: no mpirun"
+fi
+[ $fails -eq 0 ] && echo "pod CLI: all checks passed"
+exit $fails
