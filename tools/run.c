@@ -362,7 +362,8 @@ static void progress(const run_opts *o, const char *what) {
 
 /* The timing half of the tpu backend: compile, time, print and write the reports. Returns
  * the exit status (0, 1 when a report file cannot be written, 2 on a program error). */
-static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, const tpu_loop_trips *trips) {
+static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, const tpu_loop_trips *trips,
+                      const tpu_pod_cli *pod) {
   tpu_diag d;
   tpu_program *prog = NULL;
   tpu_timeline tl;
@@ -396,6 +397,7 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   if (!o->quiet) {
     if (nset) printf("loops: trip counts of %d loop(s) taken from the values\n", nset);
     tpu_report_print_summary(stdout, &r);
+    if (pod && pod->ndev > 1) tpu_cli_pod_print(stdout, pod, prog, &tl, chip, r.flops_per_s, o->top);
     tpu_report_print_profile(stdout, &prof, o->top);
   }
   rc = 0;
@@ -584,7 +586,7 @@ int tpu_cli_run(int argc, char **argv) {
            o.precision >= 0 ? k_precisions[o.precision] : "per-op");
   }
   if (tpu && mpi_rank == 0) {
-    int trc = run_timing(&o, m, &chip, &trips);
+    int trc = run_timing(&o, m, &chip, &trips, &pod);
     if (trc != 0) {
       rc = trc;
       goto cleanup;

@@ -6,6 +6,8 @@
 
 #include "base/alloc.h"
 #include "base/npy.h"
+#include "chip/program.h"
+#include "chip/timeline.h"
 #include "ir/collective.h"
 #include "pod/pod.h"
 #include "ref/ref.h"
@@ -279,4 +281,86 @@ tpu_status tpu_cli_pod_values_dist(const tpu_pod_cli *pc, const tpu_pod_transpor
   tpu_free(outs);
   tpu_free(leaves);
   return st;
+}
+
+/* Bytes of a shape's leaves. */
+static double shape_bytes(const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    double b = 0;
+    for (int i = 0; i < s->ntuple; i++) b += shape_bytes(&s->elems[i]);
+    return b;
+  }
+  return tpu_dtype_is_array(s->dtype) ? (double)tpu_shape_numel(s) * (double)tpu_dtype_size(s->dtype) : 0;
+}
+
+/* Bus bandwidth as NCCL defines it: the bytes a ring moves per chip over the time, so it is
+ * comparable with a link's bandwidth whatever the group size. */
+static double bus_bytes(const tpu_instr *in, int64_t n) {
+  double f = n > 0 ? (double)(n - 1) / (double)n : 0, in_b = 0;
+  for (int i = 0; i < in->noperands; i++) in_b += shape_bytes(&in->operands[i]->shape);
+  switch (tpu_collective_base(in->op)) {
+    case TPU_OP_ALL_REDUCE: return 2 * f * in_b;
+    case TPU_OP_ALL_GATHER: return f * in_b * (double)n;
+    case TPU_OP_REDUCE_SCATTER:
+    case TPU_OP_ALL_TO_ALL: return f * in_b;
+    default: return in_b;
+  }
+}
+
+static void human(char *buf, size_t n, double v, const char *unit) {
+  static const char *const pre[] = {"", "k", "M", "G", "T", "P"};
+  int k = 0;
+  while (v >= 1000 && k < 5) v /= 1000, k++;
+  snprintf(buf, n, "%.4g %s%s", v, pre[k], unit);
+}
+
+void tpu_cli_pod_print(FILE *f, const tpu_pod_cli *pc, const tpu_program *p, const tpu_timeline *tl,
+                       const tpu_chip *chip, double flops_per_s, int top) {
+  double clock = tl->clock_hz > 0 ? tl->clock_hz : chip->clock_hz, step = (double)tl->total_cycles / clock;
+  char a[32], b[32];
+  human(a, sizeof a, flops_per_s * (double)pc->ndev, "FLOP/s");
+  human(b, sizeof b, tl->ici_bytes, "B");
+  fprintf(f, "pod: %lld chips, one step %.4g us; the slice computes %s; each chip sends %s over ICI\n",
+          (long long)pc->ndev, step * 1e6, a, b);
+  double ici_busy = tl->total_cycles > 0 ? (double)tl->busy[TPU_UNIT_ICI] / (double)tl->total_cycles : 0;
+  double ici_wait = tl->total_cycles > 0 ? (double)tl->ici_wait_cycles / (double)tl->total_cycles : 0;
+  fprintf(f, "communication: ICI busy %.1f%% of the step, %.1f%% not hidden behind compute (waiting on ICI)\n",
+          100 * ici_busy, 100 * ici_wait);
+  /* Collectives by time, from the program's ici instructions. */
+  int nc = 0;
+  for (int i = 0; i < p->ninsns; i++) nc += p->insns[i].opc == TPU_ISA_ICI;
+  if (!nc) return;
+  int *idx = tpu_calloc((size_t)nc, sizeof *idx);
+  if (!idx) return;
+  nc = 0;
+  for (int i = 0; i < p->ninsns; i++)
+    if (p->insns[i].opc == TPU_ISA_ICI) idx[nc++] = i;
+  for (int i = 1; i < nc; i++) /* by time, longest first (insertion sort: few collectives) */
+    for (int j = i; j > 0; j--) {
+      const tpu_insn *x = &p->insns[idx[j]], *y = &p->insns[idx[j - 1]];
+      int64_t cx = x->cycles * (x->op >= 0 ? tl->ops[x->op].count : 1);
+      int64_t cy = y->cycles * (y->op >= 0 ? tl->ops[y->op].count : 1);
+      if (cx <= cy) break;
+      int t = idx[j];
+      idx[j] = idx[j - 1];
+      idx[j - 1] = t;
+    }
+  fprintf(f, "collectives:\n  %-28s %-20s %5s %6s %10s %10s %10s %12s\n", "op", "kind", "group", "count", "time(us)",
+          "%step", "sent B", "bus GB/s");
+  int shown = top > 0 && top < nc ? top : nc;
+  for (int r = 0; r < shown; r++) {
+    const tpu_insn *x = &p->insns[idx[r]];
+    const tpu_prog_op *po = x->op >= 0 ? &p->ops[x->op] : NULL;
+    int64_t count = x->op >= 0 ? tl->ops[x->op].count : 1;
+    double t = (double)x->cycles / clock;
+    int64_t n = 1;
+    tpu_diag d;
+    if (po && po->instr) (void)tpu_collective_devices(po->instr, &n, &d);
+    double bw = po && po->instr && t > 0 ? bus_bytes(po->instr, n) / t : 0;
+    fprintf(f, "  %-28.28s %-20.20s %5lld %6lld %10.3f %10.1f %10.4g %12.4g\n", po ? po->name : "?",
+            po ? po->kind : "ici", (long long)n, (long long)count, t * (double)count * 1e6,
+            step > 0 ? 100 * t * (double)count / step : 0, (double)x->bytes, bw / 1e9);
+  }
+  if (shown < nc) fprintf(f, "  ... %d more (--top 0 lists all)\n", nc - shown);
+  tpu_free(idx);
 }

@@ -4,6 +4,8 @@
 #ifndef TPU_TOOLS_RUN_POD_H
 #define TPU_TOOLS_RUN_POD_H
 
+#include <stdio.h>
+
 #include "base/tensor.h"
 #include "chip/chip.h"
 #include "chip/exec.h"
@@ -56,5 +58,12 @@ tpu_status tpu_cli_pod_values(const tpu_pod_cli *pc, const tpu_module *m, const 
 tpu_status tpu_cli_pod_values_dist(const tpu_pod_cli *pc, const tpu_pod_transport *tr, const tpu_module *m,
                                    const tpu_chip *chip, int precision, const tpu_tensor *args, int nargs,
                                    tpu_loop_trips *trips, tpu_tensor *result, tpu_tensor *per_device, tpu_diag *d);
+
+/* The pod's part of the timing summary: the slice's totals, the communication share and
+ * one line per collective (group size, bytes each chip sends, time, bus bandwidth). */
+struct tpu_program;
+struct tpu_timeline;
+void tpu_cli_pod_print(FILE *f, const tpu_pod_cli *pc, const struct tpu_program *p, const struct tpu_timeline *tl,
+                       const tpu_chip *chip, double flops_per_s, int top);
 
 #endif
