@@ -22,7 +22,7 @@
 #include "ir/collective.h"
 #include "pod/cost.h"
 #include "pod/mpi.h"
-#include "run_pod.h"
+#include "pod/podio.h"
 
 #define MAX_INPUTS 4096
 #define MAX_OUT_SH 4096
@@ -363,7 +363,7 @@ static void progress(const run_opts *o, const char *what) {
 /* The timing half of the tpu backend: compile, time, print and write the reports. Returns
  * the exit status (0, 1 when a report file cannot be written, 2 on a program error). */
 static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, const tpu_loop_trips *trips,
-                      const tpu_pod_cli *pod) {
+                      const tpu_podio *pod) {
   tpu_diag d;
   tpu_program *prog = NULL;
   tpu_timeline tl;
@@ -397,7 +397,7 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   if (!o->quiet) {
     if (nset) printf("loops: trip counts of %d loop(s) taken from the values\n", nset);
     tpu_report_print_summary(stdout, &r);
-    if (pod && pod->ndev > 1) tpu_cli_pod_print(stdout, pod, prog, &tl, chip, r.flops_per_s, o->top);
+    if (pod && pod->ndev > 1) tpu_podio_print(stdout, pod, prog, &tl, chip, r.flops_per_s, o->top);
     tpu_report_print_profile(stdout, &prof, o->top);
   }
   rc = 0;
@@ -471,7 +471,7 @@ int tpu_cli_run(int argc, char **argv) {
   tpu_chip chip;
   tpu_loop_trips trips;
   memset(&trips, 0, sizeof trips);
-  tpu_pod_cli pod;
+  tpu_podio pod;
   memset(&pod, 0, sizeof pod);
   tpu_tensor *per_dev = NULL;
   int64_t ndev = 1;
@@ -486,7 +486,7 @@ int tpu_cli_run(int argc, char **argv) {
   }
   const tpu_comp *e = m->entry;
   ndev = tpu_module_device_count(m);
-  if (ndev > 1 && tpu_cli_pod_prepare(m, o.out_sh, o.nout_sh, &pod, &d) != TPU_OK) {
+  if (ndev > 1 && tpu_podio_prepare(m, o.out_sh, o.nout_sh, &pod, &d) != TPU_OK) {
     tpu_cli_report(&d);
     goto cleanup;
   }
@@ -524,8 +524,8 @@ int tpu_cli_run(int argc, char **argv) {
       tpu_status st;
       if (ndev > 1) {
         tpu_shape g;
-        tpu_cli_pod_global_shape(&pod, m, nargs, &g);
-        st = o.ninputs ? tpu_cli_pod_load(&pod, m, nargs, o.inputs[nargs], &args[nargs], &d)
+        tpu_podio_global_shape(&pod, m, nargs, &g);
+        st = o.ninputs ? tpu_podio_load(&pod, m, nargs, o.inputs[nargs], &args[nargs], &d)
                        : random_value(&args[nargs], &g, &rng, &d);
       } else {
         st = o.ninputs ? tpu_ref_load_input(o.inputs[nargs], nargs, &e->params[nargs]->shape, &args[nargs], &d)
@@ -546,7 +546,7 @@ int tpu_cli_run(int argc, char **argv) {
         goto cleanup;
       }
     }
-    tpu_status st = ndev > 1 ? tpu_cli_pod_values_dist(&pod, use_mpi ? &tr : NULL, m, tpu ? &chip : NULL, o.precision,
+    tpu_status st = ndev > 1 ? tpu_podio_values_dist(&pod, use_mpi ? &tr : NULL, m, tpu ? &chip : NULL, o.precision,
                                                        args, nargs, &trips, &result, per_dev, &d)
                     : tpu    ? tpu_chip_run_values_trips(m, &chip, o.precision, args, nargs, &trips, &result, &d)
                              : tpu_ref_run(m, args, nargs, &result, &d);
@@ -619,7 +619,7 @@ cleanup:
   if (per_dev)
     for (int64_t k = 0; k < ndev; k++) tpu_tensor_free(&per_dev[k]);
   tpu_free(per_dev);
-  tpu_cli_pod_free(&pod);
+  tpu_podio_free(&pod);
   tpu_loop_trips_free(&trips);
   if (use_mpi) {
     tpu_mpi_transport_free(&tr);

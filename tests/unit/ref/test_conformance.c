@@ -11,6 +11,7 @@
 #include "base/json.h"
 #include "base/npy.h"
 #include "check.h"
+#include "compare.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"
 #include "ref/ref.h"
@@ -25,50 +26,6 @@ static void print_diag(const char *what, const tpu_diag *d) {
   char buf[1200];
   tpu_diag_format(d, buf, sizeof buf);
   fprintf(stderr, "  %s: %s\n", what, buf);
-}
-
-/* Compares one leaf; returns the number of mismatching elements (printing the first few). */
-static long compare_leaf(const char *cname, int k, const tpu_tensor *got, const tpu_tensor *want, double rtol, double atol) {
-  if (got->rank != want->rank) {
-    fprintf(stderr, "  %s out%d: rank %d, want %d\n", cname, k, got->rank, want->rank);
-    return 1;
-  }
-  for (int i = 0; i < got->rank; i++)
-    if (got->dims[i] != want->dims[i]) {
-      fprintf(stderr, "  %s out%d: dim %d is %lld, want %lld\n", cname, k, i, (long long)got->dims[i],
-              (long long)want->dims[i]);
-      return 1;
-    }
-  int is_float = tpu_dtype_is_float(got->dtype);
-  if (is_float != tpu_dtype_is_float(want->dtype)) {
-    fprintf(stderr, "  %s out%d: dtype %s, want %s\n", cname, k, tpu_dtype_name(got->dtype), tpu_dtype_name(want->dtype));
-    return 1;
-  }
-  long bad = 0;
-  double worst = 0;
-  int64_t n = tpu_tensor_numel(got);
-  for (int64_t i = 0; i < n; i++) {
-    int ok;
-    if (is_float) {
-      double g = tpu_tensor_get_f64(got, i), w = tpu_tensor_get_f64(want, i);
-      if (isnan(w) || isnan(g)) ok = isnan(w) && isnan(g);
-      else if (isinf(w) || isinf(g)) ok = g == w;
-      else {
-        double err = fabs(g - w), lim = atol + rtol * fabs(w);
-        ok = err <= lim;
-        if (err / (lim > 0 ? lim : 1) > worst) worst = err / (lim > 0 ? lim : 1);
-      }
-      if (!ok && bad < 5)
-        fprintf(stderr, "  %s out%d[%lld]: got %.9g, want %.9g\n", cname, k, (long long)i, g, w);
-    } else {
-      int64_t g = tpu_tensor_get_i64(got, i), w = tpu_tensor_get_i64(want, i);
-      ok = g == w;
-      if (!ok && bad < 5)
-        fprintf(stderr, "  %s out%d[%lld]: got %lld, want %lld\n", cname, k, (long long)i, (long long)g, (long long)w);
-    }
-    if (!ok) bad++;
-  }
-  return bad;
 }
 
 /* Runs one case; returns 1 if it passes. */
@@ -127,7 +84,7 @@ static int run_case(const char *dir, const char *cname) {
       bad++;
       continue;
     }
-    bad += compare_leaf(cname, k, leaves[k], &want, rtol, atol);
+    bad += test_compare_leaf(cname, k, leaves[k], &want, rtol, atol);
     tpu_tensor_free(&want);
   }
   if (nwant != n) {

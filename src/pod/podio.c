@@ -1,5 +1,5 @@
-/* tpusim run on several devices: shard the global inputs, run the pod, assemble the results. */
-#include "run_pod.h"
+/* Running a partitioned module from global arrays: shardings cut the inputs, the pod runs, results are assembled. */
+#include "pod/podio.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -12,7 +12,7 @@
 #include "pod/pod.h"
 #include "ref/ref.h"
 
-void tpu_cli_pod_free(tpu_pod_cli *pc) {
+void tpu_podio_free(tpu_podio *pc) {
   for (int i = 0; i < pc->nparams; i++)
     if (pc->in_mode && pc->in_mode[i] == TPU_POD_IO_SHARDED) tpu_sharding_free(&pc->in_sh[i]);
   for (int i = 0; i < pc->nout; i++)
@@ -68,7 +68,7 @@ static tpu_status split_leaves(const tpu_sharding *sh, const tpu_shape *s, tpu_s
   return copy_sharding(sh, &out[(*n)++], loc, d);
 }
 
-tpu_status tpu_cli_pod_prepare(const tpu_module *m, const char *const *out_sh, int n_out_sh, tpu_pod_cli *pc,
+tpu_status tpu_podio_prepare(const tpu_module *m, const char *const *out_sh, int n_out_sh, tpu_podio *pc,
                                tpu_diag *d) {
   memset(pc, 0, sizeof *pc);
   tpu_module_device_grid(m, &pc->replicas, &pc->partitions);
@@ -83,7 +83,7 @@ tpu_status tpu_cli_pod_prepare(const tpu_module *m, const char *const *out_sh, i
   pc->out_sh = tpu_calloc((size_t)(pc->nout + 1), sizeof *pc->out_sh);
   pc->out_local = tpu_calloc((size_t)(pc->nout + 1), sizeof *pc->out_local);
   if (!pc->in_mode || !pc->in_sh || !pc->out_mode || !pc->out_sh || !pc->out_local) {
-    tpu_cli_pod_free(pc);
+    tpu_podio_free(pc);
     return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   }
   shape_leaves(&root->shape, pc->out_local, 0);
@@ -140,17 +140,17 @@ tpu_status tpu_cli_pod_prepare(const tpu_module *m, const char *const *out_sh, i
       tpu_sharding_free(&sh);
     }
   }
-  if (st != TPU_OK) tpu_cli_pod_free(pc);
+  if (st != TPU_OK) tpu_podio_free(pc);
   return st;
 }
 
-void tpu_cli_pod_global_shape(const tpu_pod_cli *pc, const tpu_module *m, int i, tpu_shape *out) {
+void tpu_podio_global_shape(const tpu_podio *pc, const tpu_module *m, int i, tpu_shape *out) {
   *out = m->entry->params[i]->shape;
   out->has_layout = 0;
   if (pc->in_mode[i] == TPU_POD_IO_SHARDED) tpu_sharding_global_dims(&pc->in_sh[i], &m->entry->params[i]->shape, out->dims);
 }
 
-tpu_status tpu_cli_pod_load(const tpu_pod_cli *pc, const tpu_module *m, int i, const char *path, tpu_tensor *t,
+tpu_status tpu_podio_load(const tpu_podio *pc, const tpu_module *m, int i, const char *path, tpu_tensor *t,
                             tpu_diag *d) {
   const tpu_shape *local = &m->entry->params[i]->shape;
   tpu_shape want = *local;
@@ -199,7 +199,7 @@ static tpu_status run_device(void *user, int64_t dev, const tpu_ref_comm *comm, 
 }
 
 /* Device dev's value of parameter i from the global input g. */
-static tpu_status shard_input(const tpu_pod_cli *pc, const tpu_shape *local, int i, int64_t dev, const tpu_tensor *g,
+static tpu_status shard_input(const tpu_podio *pc, const tpu_shape *local, int i, int64_t dev, const tpu_tensor *g,
                               tpu_tensor *out, tpu_diag *d) {
   if (pc->in_mode[i] == TPU_POD_IO_SHARDED) return tpu_sharding_shard(&pc->in_sh[i], dev, g, local, out, d);
   if (g->rank == local->rank + 1 && g->dtype != TPU_TUPLE) { /* stacked: row dev */
@@ -211,7 +211,7 @@ static tpu_status shard_input(const tpu_pod_cli *pc, const tpu_shape *local, int
 }
 
 /* The global value of result leaf k from every device's leaf. */
-static tpu_status assemble(const tpu_pod_cli *pc, int k, const tpu_tensor *const *leaves, tpu_tensor *out,
+static tpu_status assemble(const tpu_podio *pc, int k, const tpu_tensor *const *leaves, tpu_tensor *out,
                            tpu_diag *d) {
   const tpu_shape *local = pc->out_local[k];
   if (pc->out_mode[k] == TPU_POD_IO_SHARDED)
@@ -228,13 +228,13 @@ static tpu_status assemble(const tpu_pod_cli *pc, int k, const tpu_tensor *const
   return TPU_OK;
 }
 
-tpu_status tpu_cli_pod_values(const tpu_pod_cli *pc, const tpu_module *m, const tpu_chip *chip, int precision,
+tpu_status tpu_podio_values(const tpu_podio *pc, const tpu_module *m, const tpu_chip *chip, int precision,
                               const tpu_tensor *args, int nargs, tpu_loop_trips *trips, tpu_tensor *result,
                               tpu_tensor *per_device, tpu_diag *d) {
-  return tpu_cli_pod_values_dist(pc, NULL, m, chip, precision, args, nargs, trips, result, per_device, d);
+  return tpu_podio_values_dist(pc, NULL, m, chip, precision, args, nargs, trips, result, per_device, d);
 }
 
-tpu_status tpu_cli_pod_values_dist(const tpu_pod_cli *pc, const tpu_pod_transport *tr, const tpu_module *m,
+tpu_status tpu_podio_values_dist(const tpu_podio *pc, const tpu_pod_transport *tr, const tpu_module *m,
                                    const tpu_chip *chip, int precision, const tpu_tensor *args, int nargs,
                                    tpu_loop_trips *trips, tpu_tensor *result, tpu_tensor *per_device, tpu_diag *d) {
   memset(result, 0, sizeof *result);
@@ -314,7 +314,7 @@ static void human(char *buf, size_t n, double v, const char *unit) {
   snprintf(buf, n, "%.4g %s%s", v, pre[k], unit);
 }
 
-void tpu_cli_pod_print(FILE *f, const tpu_pod_cli *pc, const tpu_program *p, const tpu_timeline *tl,
+void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const tpu_timeline *tl,
                        const tpu_chip *chip, double flops_per_s, int top) {
   double clock = tl->clock_hz > 0 ? tl->clock_hz : chip->clock_hz, step = (double)tl->total_cycles / clock;
   char a[32], b[32];

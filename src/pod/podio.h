@@ -1,8 +1,8 @@
 /* tpusim run on a module of several devices (replica_count x num_partitions > 1): global
  * inputs are cut into each device's shard by the entry parameters' shardings, the devices
  * run together (src/pod/pod.h), and results are assembled into global arrays. */
-#ifndef TPU_TOOLS_RUN_POD_H
-#define TPU_TOOLS_RUN_POD_H
+#ifndef TPU_POD_PODIO_H
+#define TPU_POD_PODIO_H
 
 #include <stdio.h>
 
@@ -19,7 +19,7 @@ typedef enum {
   TPU_POD_IO_SHARDED /* a sharding= attribute: global array <-> shards */
 } tpu_pod_io;
 
-typedef struct tpu_pod_cli {
+typedef struct tpu_podio {
   int64_t ndev, replicas, partitions;
   int nparams;
   tpu_pod_io *in_mode;
@@ -28,34 +28,34 @@ typedef struct tpu_pod_cli {
   tpu_pod_io *out_mode;
   tpu_sharding *out_sh;  /* per result leaf (when SHARDED) */
   const tpu_shape **out_local; /* per result leaf: the per-device shape */
-} tpu_pod_cli;
+} tpu_podio;
 
 /* Reads the module's shardings and checks them against its devices and shapes (errors at
  * the attribute). XLA's compiled modules carry the parameters' shardings but not the
  * result's: `out_sh` (n strings in HLO sharding syntax, one per result leaf, or one for
  * all) gives them; else the ROOT's sharding= attribute if any; else results are stacked. */
-tpu_status tpu_cli_pod_prepare(const tpu_module *m, const char *const *out_sh, int n_out_sh, tpu_pod_cli *pc,
+tpu_status tpu_podio_prepare(const tpu_module *m, const char *const *out_sh, int n_out_sh, tpu_podio *pc,
                                tpu_diag *d);
-void tpu_cli_pod_free(tpu_pod_cli *pc);
+void tpu_podio_free(tpu_podio *pc);
 
 /* The global shape of parameter i for random inputs (local x tiles; replicated when plain). */
-void tpu_cli_pod_global_shape(const tpu_pod_cli *pc, const tpu_module *m, int i, tpu_shape *out);
+void tpu_podio_global_shape(const tpu_podio *pc, const tpu_module *m, int i, tpu_shape *out);
 
 /* Loads the global .npy for parameter i: its dims must shard into the parameter's shape. */
-tpu_status tpu_cli_pod_load(const tpu_pod_cli *pc, const tpu_module *m, int i, const char *path, tpu_tensor *t,
+tpu_status tpu_podio_load(const tpu_podio *pc, const tpu_module *m, int i, const char *path, tpu_tensor *t,
                             tpu_diag *d);
 
 /* Runs every device on its shards of the global args: the chip executor when `chip` is
  * given (trips of device 0 recorded into *trips), else the reference interpreter. The
  * global result goes to *result (a tuple when the module returns one); when per_device is
  * not NULL, every device's result is also kept there (per_device[dev], freed by the caller). */
-tpu_status tpu_cli_pod_values(const tpu_pod_cli *pc, const tpu_module *m, const tpu_chip *chip, int precision,
+tpu_status tpu_podio_values(const tpu_podio *pc, const tpu_module *m, const tpu_chip *chip, int precision,
                               const tpu_tensor *args, int nargs, tpu_loop_trips *trips, tpu_tensor *result,
                               tpu_tensor *per_device, tpu_diag *d);
 
 /* The same over MPI ranks (tr from tpu_mpi_transport_new): this rank runs its block of
  * devices; rank 0 receives the global result (other ranks' *result stays empty). */
-tpu_status tpu_cli_pod_values_dist(const tpu_pod_cli *pc, const tpu_pod_transport *tr, const tpu_module *m,
+tpu_status tpu_podio_values_dist(const tpu_podio *pc, const tpu_pod_transport *tr, const tpu_module *m,
                                    const tpu_chip *chip, int precision, const tpu_tensor *args, int nargs,
                                    tpu_loop_trips *trips, tpu_tensor *result, tpu_tensor *per_device, tpu_diag *d);
 
@@ -63,7 +63,7 @@ tpu_status tpu_cli_pod_values_dist(const tpu_pod_cli *pc, const tpu_pod_transpor
  * one line per collective (group size, bytes each chip sends, time, bus bandwidth). */
 struct tpu_program;
 struct tpu_timeline;
-void tpu_cli_pod_print(FILE *f, const tpu_pod_cli *pc, const struct tpu_program *p, const struct tpu_timeline *tl,
+void tpu_podio_print(FILE *f, const tpu_podio *pc, const struct tpu_program *p, const struct tpu_timeline *tl,
                        const tpu_chip *chip, double flops_per_s, int top);
 
 #endif
