@@ -96,10 +96,8 @@ int tpu_cli_compile(int argc, char **argv) {
     fprintf(stderr, "error: out of memory\n");
     return 2;
   }
-  int64_t reps, parts;
-  tpu_module_device_grid(m, &reps, &parts);
-  tpu_pod_cost_ctx pc = {&chip, reps, parts};
-  tpu_compile_opts o = {&chip, dump_after, out, precision, reps * parts > 1 ? tpu_pod_coll_cost : NULL, &pc};
+  tpu_pod_cost_ctx pc = {&chip};
+  tpu_compile_opts o = {&chip, dump_after, out, precision, tpu_pod_coll_cost, &pc};
   tpu_status st;
   tpu_program *p = NULL;
   int backend = !strcmp(emit, "asm") || (dump_after && !is_hlo_pass(dump_after));

@@ -20,6 +20,7 @@
 #include "ref/ref.h"
 #include "report/report.h"
 #include "ir/collective.h"
+#include "compile/spmd.h"
 #include "pod/cost.h"
 #include "pod/mpi.h"
 #include "pod/podio.h"
@@ -48,6 +49,8 @@ static void usage(FILE *f) {
           "  --trace FILE   write the unit timeline in the Chrome trace format (Perfetto, chrome://tracing)\n"
           "  --top N        ops listed in the printed profile (default 10; 0 for all)\n"
           "  --seed N       with no -i, inputs are random and reproducible from N (default 0)\n"
+          "  --mesh N=S,... the device mesh for a program with sharding annotations (JAX's lowered HLO\n"
+          "                 carries its own); tpusim partitions it over the mesh's chips (docs/spmd.md)\n"
           "  --per-device   (modules of several devices) write each device's result as DIR/devD/K.npy\n"
           "                 instead of the global arrays\n"
           "  --out-sharding S  the sharding of the result (HLO syntax, e.g. '{devices=[2,4]<=[8]}'), once\n"
@@ -187,7 +190,7 @@ static int write_per_device(const char *dir, const tpu_tensor *per_dev, int64_t 
 
 /* Options of one run. */
 typedef struct {
-  const char *prog, *outdir, *backend, *chip, *report, *trace;
+  const char *prog, *outdir, *backend, *chip, *report, *trace, *mesh;
   const char **inputs;
   const char *out_sh[MAX_OUT_SH];
   int nout_sh;
@@ -296,6 +299,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         return 2;
       }
       o->out_sh[o->nout_sh++] = v;
+    } else if (!strcmp(a, "--mesh") && has_next) {
+      o->mesh = argv[++i];
     } else if (!strcmp(a, "--per-device")) {
       o->per_device = 1;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
@@ -373,10 +378,8 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   tpu_report_metrics r;
   int rc = 2;
   tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
-  int64_t reps, parts;
-  tpu_module_device_grid(m, &reps, &parts);
-  tpu_pod_cost_ctx pc = {chip, reps, parts};
-  tpu_compile_opts co = {chip, NULL, NULL, o->precision, reps * parts > 1 ? tpu_pod_coll_cost : NULL, &pc};
+  tpu_pod_cost_ctx pc = {chip};
+  tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc};
   progress(o, "compiling");
   tpu_status cst = tpu_compile(m, &co, &prog, &d);
   progress(o, NULL);
@@ -483,6 +486,25 @@ int tpu_cli_run(int argc, char **argv) {
   if (tpu && tpu_chip_load(o.chip ? o.chip : "v5e", &chip, &d) != TPU_OK) {
     tpu_cli_report(&d);
     goto cleanup;
+  }
+  if (o.mesh || tpu_spmd_needed(m)) { /* sharding annotations: partition over the mesh first */
+    tpu_mesh mesh;
+    memset(&mesh, 0, sizeof mesh);
+    int found = 0;
+    tpu_status ms = o.mesh ? tpu_mesh_parse(o.mesh, &mesh, &d) : tpu_mesh_from_module(m, &mesh, &found, &d);
+    if (ms == TPU_OK && (o.mesh || found)) {
+      if (mesh.ndev > 1) ms = tpu_spmd_partition(m, &mesh, &d);
+      if (ms == TPU_OK && !o.quiet && mesh.ndev > 1) {
+        printf("spmd-partition: %lld chips (mesh", (long long)mesh.ndev);
+        for (int k = 0; k < mesh.naxes; k++) printf(" %s=%lld", mesh.names[k], (long long)mesh.sizes[k]);
+        printf(")\n");
+      }
+    }
+    tpu_mesh_free(&mesh);
+    if (ms != TPU_OK) {
+      tpu_cli_report(&d);
+      goto cleanup;
+    }
   }
   const tpu_comp *e = m->entry;
   ndev = tpu_module_device_count(m);

@@ -5,10 +5,11 @@
 
 #include "base/alloc.h"
 #include "compile/hlo_passes.h"
+#include "compile/spmd.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"
 
-const char *const tpu_compile_pass_names[] = {"inline",        "simplify", "fuse",  "tile", "layout",
+const char *const tpu_compile_pass_names[] = {"inline", "spmd-partition", "simplify", "fuse",  "tile", "layout",
                                               "buffer-assign", "schedule", "lower", NULL};
 
 typedef struct {
@@ -16,8 +17,22 @@ typedef struct {
   tpu_status (*run)(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 } hlo_pass;
 
+/* spmd-partition: partitions a program that carries sharding annotations over the mesh
+ * it names (tpusim run does it before computing values; then this is a no-op). */
+static tpu_status tpu__pass_spmd(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d) {
+  (void)o;
+  if (!tpu_spmd_needed(m)) return TPU_OK;
+  tpu_mesh mesh;
+  int found;
+  TPU_TRY(tpu_mesh_from_module(m, &mesh, &found, d));
+  tpu_status st = found && mesh.ndev > 1 ? tpu_spmd_partition(m, &mesh, d) : TPU_OK;
+  tpu_mesh_free(&mesh);
+  return st;
+}
+
 static const hlo_pass k_hlo_passes[] = {
     {"inline", tpu__pass_inline},
+    {"spmd-partition", tpu__pass_spmd},
     {"simplify", tpu__pass_simplify},
     {"fuse", tpu__pass_fuse},
 };

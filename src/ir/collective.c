@@ -15,10 +15,28 @@ static const char *attr_text(const tpu_attr *a, int n, const char *name) {
   return NULL;
 }
 
+/* The devices of the first mesh in JAX's header annotation
+ * frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["x"=2, "y"=4]>}} (0: none). */
+static long long sdy_mesh_devices(const tpu_module *m) {
+  const char *fa = attr_text(m->attrs, m->nattrs, "frontend_attributes");
+  const char *p = fa ? strstr(fa, "#sdy.mesh<[") : NULL;
+  if (!p) return 0;
+  long long n = 1;
+  for (p += 11; *p && *p != ']'; p++)
+    if (*p == '=') {
+      long long v = strtoll(p + 1, NULL, 10);
+      if (v < 1 || v > (1 << 20) || n > (1 << 20) / v) return 0;
+      n *= v;
+    }
+  return n;
+}
+
 void tpu_module_device_grid(const tpu_module *m, int64_t *replicas, int64_t *partitions) {
   const char *r = attr_text(m->attrs, m->nattrs, "replica_count");
   const char *p = attr_text(m->attrs, m->nattrs, "num_partitions");
   long long rv = r ? strtoll(r, NULL, 10) : 1, pv = p ? strtoll(p, NULL, 10) : 1;
+  /* JAX's lowered (not yet partitioned) programs name their devices by the mesh only. */
+  if (!r && !p) pv = sdy_mesh_devices(m);
   *replicas = rv > 1 ? rv : 1;
   *partitions = pv > 1 ? pv : 1;
 }

@@ -6,7 +6,8 @@
 
 #include "ir/ir.h"
 
-/* replica_count x num_partitions from the module header (1 when absent). */
+/* replica_count x num_partitions from the module header (1 when absent; a program JAX
+ * lowered over a mesh, which names neither, has the mesh's devices as partitions). */
 int64_t tpu_module_device_count(const tpu_module *m);
 void tpu_module_device_grid(const tpu_module *m, int64_t *replicas, int64_t *partitions);
 

@@ -38,17 +38,16 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
   tpu_opcode op = tpu_collective_base(in->op);
   double vin = operands_bytes(in);
   if (op == TPU_OP_COLLECTIVE_PERMUTE) {
-    int64_t src;
     /* Every chip that sends sends its operand one hop (pairs are neighbours or routed). */
-    (void)src;
     c->bytes = vin;
     c->seconds = vin / w + hop;
     return TPU_OK;
   }
-  int64_t n = 1, self;
-  int64_t *members = tpu_malloc(sizeof *members * (size_t)(x->replicas * x->partitions));
+  int64_t n = 1, self, replicas, partitions;
+  tpu_module_device_grid(in->parent->module, &replicas, &partitions);
+  int64_t *members = tpu_malloc(sizeof *members * (size_t)(replicas * partitions));
   if (!members) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
-  tpu_status st = tpu_collective_members(in, x->replicas, x->partitions, 0, members, &n, &self, d);
+  tpu_status st = tpu_collective_members(in, replicas, partitions, 0, members, &n, &self, d);
   tpu_free(members);
   TPU_TRY(st);
   if (n <= 1) return TPU_OK;

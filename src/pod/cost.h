@@ -9,7 +9,6 @@
 
 typedef struct tpu_pod_cost_ctx {
   const tpu_chip *chip;
-  int64_t replicas, partitions;
 } tpu_pod_cost_ctx;
 
 /* A tpu_coll_cost_fn (user = tpu_pod_cost_ctx): the collective's time on the chip's ICI

@@ -1,0 +1,1120 @@
+/* Pass `spmd-partition`: sharding propagation and partitioning of the entry computation.
+ *
+ * Shardings are kept in mesh-axes form: for every dimension of an array, the mesh axes it
+ * is split over (major first); axes not named anywhere replicate it. The pass walks the
+ * entry computation once, operands before users, and for each op picks its result
+ * sharding from its operands' (elementwise ops keep the most split operand's; broadcast,
+ * transpose and reshape carry the split dimensions along; dot keeps batch and free
+ * dimensions and turns split contracting dimensions into partial sums; reduce turns split
+ * reduced dimensions into partial results), reshards the operands that do not match, and
+ * emits the op on per-chip shapes followed by the collective it needs:
+ *   - a split contracting or reduced dimension: a local dot / reduce, then an all-reduce
+ *     over the axes that split it;
+ *   - a dimension split in the value but not in the use: an all-gather over those axes;
+ *   - a dimension split in the use but not in the value: each chip slices its own block
+ *     (dynamic-slice at an offset computed from partition-id; no communication).
+ * Every other op (control flow, gather/scatter, sort, convolution, slicing, padding ...)
+ * runs replicated: its operands are gathered whole first. So values are always those of
+ * the unpartitioned program; only what is split differs from XLA's choices.
+ * shard_map regions (SPMDFullToShardShape ... SPMDShardToFullShape, `manual` shardings)
+ * are kept as written: their ops already work on one chip's block. */
+#include "compile/spmd.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/strbuf.h"
+#include "compile/hlo_passes.h"
+#include "ir/build.h"
+#include "ir/collective.h"
+#include "ir/verify.h"
+#include "pod/sharding.h"
+
+#define MAXA TPU_MESH_MAX_AXES
+
+/* ---- Meshes ---- */
+
+void tpu_mesh_free(tpu_mesh *mesh) {
+  tpu_free(mesh->ids);
+  memset(mesh, 0, sizeof *mesh);
+}
+
+static tpu_status mesh_add(tpu_mesh *mesh, const char *name, size_t n, int64_t size, tpu_diag *d) {
+  if (mesh->naxes == MAXA) return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "a mesh has at most %d axes", MAXA);
+  if (n == 0 || n >= sizeof mesh->names[0] || size < 1)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "bad mesh axis '%.*s'=%lld", (int)n, name, (long long)size);
+  for (int i = 0; i < mesh->naxes; i++)
+    if (strlen(mesh->names[i]) == n && !strncmp(mesh->names[i], name, n))
+      return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "mesh axis '%.*s' given twice", (int)n, name);
+  memcpy(mesh->names[mesh->naxes], name, n);
+  mesh->names[mesh->naxes][n] = 0;
+  mesh->sizes[mesh->naxes++] = size;
+  mesh->ndev = mesh->ndev ? mesh->ndev * size : size;
+  if (mesh->ndev > ((int64_t)1 << 20)) return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "a mesh of over 2^20 devices");
+  return TPU_OK;
+}
+
+tpu_status tpu_mesh_parse(const char *spec, tpu_mesh *mesh, tpu_diag *d) {
+  memset(mesh, 0, sizeof *mesh);
+  const char *p = spec;
+  while (*p) {
+    const char *eq = strchr(p, '=');
+    if (!eq) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "--mesh '%s': expected NAME=SIZE,...", spec);
+    char *end;
+    long long v = strtoll(eq + 1, &end, 10);
+    if (end == eq + 1 || (*end && *end != ','))
+      return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "--mesh '%s': expected NAME=SIZE,...", spec);
+    TPU_TRY(mesh_add(mesh, p, (size_t)(eq - p), v, d));
+    p = *end ? end + 1 : end;
+  }
+  if (!mesh->naxes) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "--mesh '%s' names no axis", spec);
+  return TPU_OK;
+}
+
+/* Skips spaces and the backslashes of escaped quotes in attribute text. */
+static const char *sk(const char *p) {
+  while (*p == ' ' || *p == '\\' || *p == '\n') p++;
+  return p;
+}
+
+/* A quoted axis name at *p (escaped or not) into buf; 0 if none. */
+static int quoted(const char **pp, char *buf, size_t n) {
+  const char *p = sk(*pp);
+  if (*p != '"') return 0;
+  p++;
+  size_t k = 0;
+  while (*p && *p != '"' && *p != '\\') {
+    if (k + 1 < n) buf[k++] = *p;
+    p++;
+  }
+  buf[k] = 0;
+  p = sk(p);
+  if (*p != '"') return 0;
+  *pp = p + 1;
+  return k > 0;
+}
+
+tpu_status tpu_mesh_from_module(const tpu_module *m, tpu_mesh *mesh, int *found, tpu_diag *d) {
+  memset(mesh, 0, sizeof *mesh);
+  *found = 0;
+  const char *v = NULL;
+  tpu_loc loc = tpu_noloc();
+  for (int i = 0; i < m->nattrs; i++)
+    if (!strcmp(m->attrs[i].name, "frontend_attributes")) {
+      v = strstr(m->attrs[i].value, "#sdy.mesh<");
+      loc = m->attrs[i].loc;
+    }
+  if (!v) return TPU_OK;
+  const char *p = sk(v + 10);
+  if (*p++ != '[') return TPU_FAIL(d, TPU_ERR_INVALID, loc, "cannot read the sdy mesh");
+  for (;;) {
+    p = sk(p);
+    if (*p == ']') {
+      p++;
+      break;
+    }
+    if (*p == ',') {
+      p++;
+      continue;
+    }
+    char name[32];
+    if (!quoted(&p, name, sizeof name)) return TPU_FAIL(d, TPU_ERR_INVALID, loc, "cannot read the sdy mesh");
+    p = sk(p);
+    if (*p++ != '=') return TPU_FAIL(d, TPU_ERR_INVALID, loc, "cannot read the sdy mesh");
+    char *end;
+    long long size = strtoll(sk(p), &end, 10);
+    p = end;
+    TPU_TRY(mesh_add(mesh, name, strlen(name), size, d));
+  }
+  p = sk(p);
+  if (*p == ',') { /* device_ids=[...] */
+    p = sk(p + 1);
+    if (!strncmp(p, "device_ids=[", 12)) {
+      p += 12;
+      mesh->ids = tpu_calloc((size_t)mesh->ndev, sizeof *mesh->ids);
+      if (!mesh->ids) return TPU_FAIL(d, TPU_ERR_NOMEM, loc, "out of memory");
+      for (int64_t k = 0; k < mesh->ndev; k++) {
+        char *end;
+        mesh->ids[k] = strtoll(sk(p), &end, 10);
+        p = sk(end);
+        if (*p == ',') p++;
+      }
+    }
+  }
+  *found = mesh->naxes > 0;
+  return TPU_OK;
+}
+
+/* ---- Shardings in mesh-axes form ---- */
+
+typedef struct {
+  int8_t n[TPU_MAX_RANK];
+  int8_t ax[TPU_MAX_RANK][MAXA];
+  int manual; /* a shard_map value: already one chip's block */
+} dsh;
+
+static int64_t factor(const tpu_mesh *mesh, const dsh *s, int k) {
+  int64_t f = 1;
+  for (int i = 0; i < s->n[k]; i++) f *= mesh->sizes[s->ax[k][i]];
+  return f;
+}
+
+static int is_split(const dsh *s, int rank) {
+  for (int k = 0; k < rank; k++)
+    if (s->n[k]) return 1;
+  return 0;
+}
+
+static int same_dim(const dsh *a, int ka, const dsh *b, int kb) {
+  return a->n[ka] == b->n[kb] && !memcmp(a->ax[ka], b->ax[kb], (size_t)a->n[ka]);
+}
+
+/* "[{"x"}, {}, {"y","z"}]" (sdy dimension shardings) into s for rank dims. */
+static int parse_sdy_dims(const char *p, const tpu_mesh *mesh, int rank, dsh *s) {
+  memset(s, 0, sizeof *s);
+  p = sk(p);
+  if (*p++ != '[') return 0;
+  int k = 0;
+  for (;;) {
+    p = sk(p);
+    if (*p == ']') break;
+    if (*p == ',') {
+      p++;
+      continue;
+    }
+    if (*p++ != '{' || k >= rank) return 0;
+    for (;;) {
+      p = sk(p);
+      if (*p == '}') {
+        p++;
+        break;
+      }
+      if (*p == ',' || *p == '?') {
+        p++;
+        continue;
+      }
+      char name[32];
+      if (!quoted(&p, name, sizeof name)) return 0;
+      p = sk(p);
+      if (*p == ':') return 0; /* sub-axes: not handled */
+      int a = -1;
+      for (int i = 0; i < mesh->naxes; i++)
+        if (!strcmp(mesh->names[i], name)) a = i;
+      if (a < 0 || s->n[k] == MAXA) return 0;
+      s->ax[k][s->n[k]++] = (int8_t)a;
+    }
+    k++;
+  }
+  return k == rank;
+}
+
+/* The tile assignment of s (tile dims, device list, replication) as HLO sharding text. */
+static void hlo_text(const tpu_mesh *mesh, const dsh *s, int rank, tpu_strbuf *b) {
+  if (s->manual) {
+    tpu_strbuf_printf(b, "{manual}");
+    return;
+  }
+  if (!is_split(s, rank)) {
+    tpu_strbuf_printf(b, "{replicated}");
+    return;
+  }
+  int used[MAXA] = {0};
+  int64_t tiles[TPU_MAX_RANK + 1];
+  for (int k = 0; k < rank; k++) {
+    tiles[k] = factor(mesh, s, k);
+    for (int i = 0; i < s->n[k]; i++) used[s->ax[k][i]] = 1;
+  }
+  int64_t rep = 1;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (!used[a]) rep *= mesh->sizes[a];
+  int64_t *list = tpu_calloc((size_t)mesh->ndev, sizeof *list);
+  if (!list) {
+    b->oom = 1;
+    return;
+  }
+  for (int64_t pos = 0; pos < mesh->ndev; pos++) {
+    int64_t c[MAXA], r = pos;
+    for (int a = mesh->naxes - 1; a >= 0; a--) c[a] = r % mesh->sizes[a], r /= mesh->sizes[a];
+    int64_t t = 0;
+    for (int k = 0; k < rank; k++) {
+      int64_t idx = 0;
+      for (int i = 0; i < s->n[k]; i++) idx = idx * mesh->sizes[s->ax[k][i]] + c[s->ax[k][i]];
+      t = t * tiles[k] + idx;
+    }
+    int64_t ri = 0;
+    for (int a = 0; a < mesh->naxes; a++)
+      if (!used[a]) ri = ri * mesh->sizes[a] + c[a];
+    list[t * rep + ri] = mesh->ids ? mesh->ids[pos] : pos;
+  }
+  tpu_strbuf_printf(b, "{devices=[");
+  for (int k = 0; k < rank; k++) tpu_strbuf_printf(b, "%s%lld", k ? "," : "", (long long)tiles[k]);
+  if (rep > 1) tpu_strbuf_printf(b, ",%lld", (long long)rep);
+  tpu_strbuf_printf(b, "]");
+  for (int64_t i = 0; i < mesh->ndev; i++) tpu_strbuf_printf(b, "%s%lld", i ? "," : "", (long long)list[i]);
+  tpu_strbuf_printf(b, "%s}", rep > 1 ? " last_tile_dim_replicate" : "");
+  tpu_free(list);
+}
+
+/* An HLO sharding as mesh axes: the assignment of axes to dimensions (each axis to one
+ * dimension or none, in mesh order within a dimension) whose tile assignment it is. */
+static int from_hlo(const tpu_mesh *mesh, const char *text, int rank, dsh *out) {
+  tpu_sharding hs;
+  tpu_diag d;
+  if (tpu_sharding_parse(text, tpu_noloc(), &hs, &d) != TPU_OK) return 0;
+  int ok = 0;
+  memset(out, 0, sizeof *out);
+  if (hs.kind == TPU_SHARD_REPLICATED) ok = 1;
+  else if (hs.kind == TPU_SHARD_MANUAL) ok = out->manual = 1;
+  else if (hs.kind == TPU_SHARD_TILED && hs.ntile - hs.nrep == rank) {
+    tpu_strbuf want;
+    tpu_strbuf_init(&want);
+    tpu_sharding canon; /* the parsed form printed back as an explicit list, to compare */
+    (void)canon;
+    int64_t combos = 1;
+    for (int a = 0; a < mesh->naxes; a++) combos *= rank + 1;
+    for (int64_t c = 0; c < combos && !ok; c++) {
+      dsh t;
+      memset(&t, 0, sizeof t);
+      int64_t r = c;
+      for (int a = 0; a < mesh->naxes; a++) {
+        int where = (int)(r % (rank + 1));
+        r /= rank + 1;
+        if (where < rank) t.ax[where][t.n[where]++] = (int8_t)a;
+      }
+      tpu_strbuf b;
+      tpu_strbuf_init(&b);
+      hlo_text(mesh, &t, rank, &b);
+      tpu_sharding ts;
+      if (!b.oom && b.s && tpu_sharding_parse(b.s, tpu_noloc(), &ts, &d) == TPU_OK) {
+        int same = ts.kind == TPU_SHARD_TILED && ts.ndevices == hs.ndevices && ts.ntile - ts.nrep == rank;
+        for (int k = 0; same && k < rank; k++) same = ts.tile[k] == hs.tile[k];
+        same = same && !memcmp(ts.devices, hs.devices, sizeof *ts.devices * (size_t)ts.ndevices);
+        if (same) {
+          *out = t;
+          ok = 1;
+        }
+        tpu_sharding_free(&ts);
+      } else if (!b.oom && b.s && !strcmp(b.s, "{replicated}")) {
+        /* cannot equal a tiled sharding */
+      }
+      tpu_strbuf_deinit(&b);
+    }
+    tpu_strbuf_deinit(&want);
+  }
+  tpu_sharding_free(&hs);
+  return ok;
+}
+
+/* ---- The pass ---- */
+
+typedef struct {
+  tpu_builder b;
+  tpu_diag *d;
+  tpu_module *m;
+  const tpu_mesh *mesh;
+  tpu_comp *old, *c;       /* the entry, and the partitioned one being built */
+  tpu_instr **val;         /* old id -> its per-chip value */
+  dsh *sh;                 /* old id -> its sharding */
+  tpu_instr *pos;          /* this chip's mesh position (s32[]), built on first use */
+  int channel;
+  tpu_comp *adders[16];    /* add computations by dtype, for partial sums */
+} sp;
+
+static const char *attr(const tpu_instr *in, const char *name) {
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, name)) return in->attrs[i].value;
+  return NULL;
+}
+
+static int target_is(const tpu_instr *in, const char *t) {
+  if (in->op != TPU_OP_CUSTOM_CALL) return 0;
+  const char *v = attr(in, "custom_call_target");
+  if (!v) return 0;
+  size_t n = strlen(t);
+  if (*v == '"') v++;
+  return !strncmp(v, t, n) && (v[n] == '"' || v[n] == 0);
+}
+
+/* The sharding an instruction is annotated with (sdy form first, then HLO form). */
+static int annotation(const sp *s, const tpu_instr *in, int rank, dsh *out) {
+  const char *fa = attr(in, "frontend_attributes");
+  if (fa) {
+    const char *p = strstr(fa, "#sdy.sharding<");
+    if (!p) {
+      p = strstr(fa, "#sdy.sharding_per_value<");
+      if (p) p = strstr(p, "<@");
+      if (p) p--;
+    }
+    if (p) {
+      const char *q = strchr(p, ',');
+      if (q && parse_sdy_dims(q + 1, s->mesh, rank, out)) return 1;
+    }
+  }
+  const char *h = attr(in, "sharding");
+  if (h && from_hlo(s->mesh, h, rank, out)) return 1;
+  return 0;
+}
+
+static tpu_status fail_at(sp *s, const tpu_instr *in, const char *what) {
+  return TPU_FAIL(s->d, TPU_ERR_UNSUPPORTED, in->loc, "spmd-partition: '%s' (%s): %s", tpu_instr_user_name(in),
+                  tpu_op_name(in->op), what);
+}
+
+static tpu_status instr(sp *s, tpu_opcode op, const char *hint, const tpu_shape *shape, tpu_instr *const *ops, int n,
+                        tpu_loc loc, tpu_instr **out) {
+  return tpu_build_instr(&s->b, s->c, op, hint, shape, ops, n, loc, out);
+}
+
+static tpu_shape scalar(tpu_dtype t) {
+  tpu_shape sc;
+  memset(&sc, 0, sizeof sc);
+  sc.dtype = t;
+  return sc;
+}
+
+static tpu_status const_s32(sp *s, int64_t v, tpu_instr **out) {
+  tpu_tensor t;
+  TPU_TRY(tpu_tensor_alloc(&t, TPU_S32, 0, NULL, s->d));
+  tpu_tensor_set_i64(&t, 0, v);
+  return tpu_build_constant(&s->b, s->c, "spmd.c", &t, NULL, out);
+}
+
+/* This chip's position in the mesh (s32[]): partition-id, through the mesh's device list. */
+static tpu_status position(sp *s, tpu_loc loc, tpu_instr **out) {
+  if (s->pos) {
+    *out = s->pos;
+    return TPU_OK;
+  }
+  tpu_shape u = scalar(TPU_U32), i32 = scalar(TPU_S32);
+  tpu_instr *pid, *cv;
+  TPU_TRY(instr(s, TPU_OP_PARTITION_ID, "spmd.pid", &u, NULL, 0, loc, &pid));
+  TPU_TRY(instr(s, TPU_OP_CONVERT, "spmd.pid", &i32, &pid, 1, loc, &cv));
+  if (s->mesh->ids) { /* position = inverse[device] */
+    tpu_tensor t;
+    int64_t n = s->mesh->ndev;
+    TPU_TRY(tpu_tensor_alloc(&t, TPU_S32, 1, &n, s->d));
+    for (int64_t p = 0; p < n; p++) tpu_tensor_set_i64(&t, s->mesh->ids[p], p);
+    tpu_instr *tab, *ds, *args[2];
+    TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.positions", &t, NULL, &tab));
+    tpu_shape one = i32;
+    one.rank = 1;
+    one.dims[0] = 1;
+    args[0] = tab;
+    args[1] = cv;
+    TPU_TRY(instr(s, TPU_OP_DYNAMIC_SLICE, "spmd.pos", &one, args, 2, loc, &ds));
+    TPU_TRY(tpu_build_set_attr(&s->b, ds, "dynamic_slice_sizes", "{1}"));
+    TPU_TRY(instr(s, TPU_OP_RESHAPE, "spmd.pos", &i32, &ds, 1, loc, &cv));
+  }
+  s->pos = cv;
+  *out = cv;
+  return TPU_OK;
+}
+
+/* This chip's block index along the axes of one dimension (s32[]). */
+static tpu_status block_index(sp *s, const int8_t *axes, int n, tpu_loc loc, tpu_instr **out) {
+  tpu_instr *pos, *acc = NULL;
+  TPU_TRY(position(s, loc, &pos));
+  tpu_shape i32 = scalar(TPU_S32);
+  for (int i = 0; i < n; i++) {
+    int a = axes[i];
+    int64_t stride = 1;
+    for (int b = a + 1; b < s->mesh->naxes; b++) stride *= s->mesh->sizes[b];
+    tpu_instr *cs, *cz, *q, *r, *ops[2];
+    TPU_TRY(const_s32(s, stride, &cs));
+    TPU_TRY(const_s32(s, s->mesh->sizes[a], &cz));
+    ops[0] = pos;
+    ops[1] = cs;
+    TPU_TRY(instr(s, TPU_OP_DIVIDE, "spmd.coord", &i32, ops, 2, loc, &q));
+    ops[0] = q;
+    ops[1] = cz;
+    TPU_TRY(instr(s, TPU_OP_REMAINDER, "spmd.coord", &i32, ops, 2, loc, &r));
+    if (!acc) {
+      acc = r;
+    } else {
+      tpu_instr *m, *sum;
+      ops[0] = acc;
+      ops[1] = cz;
+      TPU_TRY(instr(s, TPU_OP_MULTIPLY, "spmd.block", &i32, ops, 2, loc, &m));
+      ops[0] = m;
+      ops[1] = r;
+      TPU_TRY(instr(s, TPU_OP_ADD, "spmd.block", &i32, ops, 2, loc, &sum));
+      acc = sum;
+    }
+  }
+  if (!acc) TPU_TRY(const_s32(s, 0, &acc));
+  *out = acc;
+  return TPU_OK;
+}
+
+/* replica_groups text: the devices that differ only in the given axes, ordered by their
+ * block index along them (major first). */
+static void groups_text(const tpu_mesh *mesh, const int8_t *axes, int n, tpu_strbuf *b) {
+  int in[MAXA] = {0};
+  int64_t gsize = 1;
+  for (int i = 0; i < n; i++) in[axes[i]] = 1, gsize *= mesh->sizes[axes[i]];
+  tpu_strbuf_printf(b, "{");
+  int64_t ngroups = mesh->ndev / gsize;
+  for (int64_t g = 0; g < ngroups; g++) {
+    /* g enumerates the other axes' coordinates (mesh order). */
+    int64_t c[MAXA] = {0}, r = g;
+    for (int a = mesh->naxes - 1; a >= 0; a--)
+      if (!in[a]) c[a] = r % mesh->sizes[a], r /= mesh->sizes[a];
+    tpu_strbuf_printf(b, "%s{", g ? "," : "");
+    for (int64_t j = 0; j < gsize; j++) {
+      int64_t rj = j;
+      for (int i = n - 1; i >= 0; i--) c[axes[i]] = rj % mesh->sizes[axes[i]], rj /= mesh->sizes[axes[i]];
+      int64_t pos = 0;
+      for (int a = 0; a < mesh->naxes; a++) pos = pos * mesh->sizes[a] + c[a];
+      tpu_strbuf_printf(b, "%s%lld", j ? "," : "", (long long)(mesh->ids ? mesh->ids[pos] : pos));
+    }
+    tpu_strbuf_printf(b, "}");
+  }
+  tpu_strbuf_printf(b, "}");
+}
+
+static tpu_status set_groups(sp *s, tpu_instr *x, const int8_t *axes, int n) {
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  groups_text(s->mesh, axes, n, &b);
+  char ch[32];
+  snprintf(ch, sizeof ch, "%d", ++s->channel);
+  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory") : TPU_OK;
+  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, x, "channel_id", ch);
+  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, x, "replica_groups", b.s);
+  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, x, "use_global_device_ids", "true");
+  tpu_strbuf_deinit(&b);
+  return st;
+}
+
+/* The local shape of a global shape under a sharding. */
+static tpu_shape local_shape(const sp *s, const tpu_shape *g, const dsh *h) {
+  tpu_shape l = *g;
+  l.has_layout = 0;
+  l.layout_tail = NULL;
+  if (h->manual) return l;
+  for (int k = 0; k < g->rank; k++) l.dims[k] = g->dims[k] / factor(s->mesh, h, k);
+  return l;
+}
+
+/* all-gather of dimension k (split over the given axes) of x. */
+static tpu_status gather_dim(sp *s, tpu_instr *x, int k, const int8_t *axes, int n, tpu_loc loc, tpu_instr **out) {
+  tpu_shape r = x->shape;
+  int64_t f = 1;
+  for (int i = 0; i < n; i++) f *= s->mesh->sizes[axes[i]];
+  r.dims[k] *= f;
+  r.has_layout = 0;
+  TPU_TRY(instr(s, TPU_OP_ALL_GATHER, "spmd.all-gather", &r, &x, 1, loc, out));
+  char dims[32];
+  snprintf(dims, sizeof dims, "{%d}", k);
+  TPU_TRY(tpu_build_set_attr(&s->b, *out, "dimensions", dims));
+  return set_groups(s, *out, axes, n);
+}
+
+/* This chip's block of dimension k of x, split over the given axes (no communication). */
+static tpu_status slice_dim(sp *s, tpu_instr *x, int k, const int8_t *axes, int n, tpu_loc loc, tpu_instr **out) {
+  int64_t f = 1;
+  for (int i = 0; i < n; i++) f *= s->mesh->sizes[axes[i]];
+  int64_t len = x->shape.dims[k] / f;
+  tpu_instr *idx, *clen, *off, *zero, *ops[TPU_MAX_RANK + 1];
+  TPU_TRY(block_index(s, axes, n, loc, &idx));
+  TPU_TRY(const_s32(s, len, &clen));
+  tpu_shape i32 = scalar(TPU_S32);
+  ops[0] = idx;
+  ops[1] = clen;
+  TPU_TRY(instr(s, TPU_OP_MULTIPLY, "spmd.offset", &i32, ops, 2, loc, &off));
+  TPU_TRY(const_s32(s, 0, &zero));
+  ops[0] = x;
+  for (int i = 0; i < x->shape.rank; i++) ops[1 + i] = i == k ? off : zero;
+  tpu_shape r = x->shape;
+  r.dims[k] = len;
+  r.has_layout = 0;
+  TPU_TRY(instr(s, TPU_OP_DYNAMIC_SLICE, "spmd.slice", &r, ops, 1 + x->shape.rank, loc, out));
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  tpu_strbuf_printf(&b, "{");
+  for (int i = 0; i < r.rank; i++) tpu_strbuf_printf(&b, "%s%lld", i ? "," : "", (long long)r.dims[i]);
+  tpu_strbuf_printf(&b, "}");
+  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory")
+                        : tpu_build_set_attr(&s->b, *out, "dynamic_slice_sizes", b.s);
+  tpu_strbuf_deinit(&b);
+  return st;
+}
+
+/* x (sharded `from`) as sharded `to`. */
+static tpu_status reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out) {
+  *out = x;
+  if (!tpu_dtype_is_array(x->shape.dtype) || from->manual || to->manual) return TPU_OK;
+  int rank = x->shape.rank;
+  dsh cur = *from;
+  for (int k = 0; k < rank; k++)
+    if (cur.n[k] && !same_dim(&cur, k, to, k)) {
+      TPU_TRY(gather_dim(s, *out, k, cur.ax[k], cur.n[k], loc, out));
+      cur.n[k] = 0;
+    }
+  for (int k = 0; k < rank; k++)
+    if (to->n[k] && !cur.n[k]) TPU_TRY(slice_dim(s, *out, k, to->ax[k], to->n[k], loc, out));
+  return TPU_OK;
+}
+
+static const dsh k_repl = {{0}, {{0}}, 0};
+
+/* Operand i of old instruction `in` as sharded `to`. */
+static tpu_status operand_as(sp *s, const tpu_instr *in, int i, const dsh *to, tpu_instr **out) {
+  const tpu_instr *o = in->operands[i];
+  return reshard(s, s->val[o->id], &s->sh[o->id], to, in->loc, out);
+}
+
+/* Whether sharding h fits shape g: every split dimension divides evenly, no axis twice. */
+static int fits(const sp *s, const tpu_shape *g, const dsh *h) {
+  int seen[MAXA] = {0};
+  for (int k = 0; k < g->rank; k++) {
+    if (h->n[k] && g->dims[k] % factor(s->mesh, h, k)) return 0;
+    for (int i = 0; i < h->n[k]; i++)
+      if (seen[h->ax[k][i]]++) return 0;
+  }
+  return 1;
+}
+
+/* Emits a clone of `in` on the given per-chip operands with result sharding h. */
+static tpu_status emit_clone(sp *s, const tpu_instr *in, tpu_instr **ops, const dsh *h) {
+  tpu_instr *x;
+  TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, ops, &x));
+  if (tpu_dtype_is_array(in->shape.dtype)) x->shape = local_shape(s, &in->shape, h);
+  s->val[in->id] = x;
+  s->sh[in->id] = *h;
+  return TPU_OK;
+}
+
+/* An op run replicated: every operand gathered whole. */
+static tpu_status replicated_op(sp *s, const tpu_instr *in) {
+  tpu_instr **ops = tpu_calloc((size_t)(in->noperands + 1), sizeof *ops);
+  if (!ops) return TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  int manual = 0;
+  for (int i = 0; i < in->noperands; i++) manual |= s->sh[in->operands[i]->id].manual;
+  tpu_status st = TPU_OK;
+  for (int i = 0; st == TPU_OK && i < in->noperands; i++) st = operand_as(s, in, i, &k_repl, &ops[i]);
+  dsh h = k_repl;
+  h.manual = manual;
+  if (st == TPU_OK) st = emit_clone(s, in, ops, &h);
+  tpu_free(ops);
+  return st;
+}
+
+static int is_elementwise(const tpu_instr *in) {
+  switch (tpu_op_class_of(in->op)) {
+    case TPU_CLS_UNARY:
+    case TPU_CLS_BINARY:
+    case TPU_CLS_TERNARY: return 1;
+    default: break;
+  }
+  switch (in->op) {
+    case TPU_OP_COMPARE:
+    case TPU_OP_SELECT:
+    case TPU_OP_CLAMP:
+    case TPU_OP_CONVERT:
+    case TPU_OP_BITCAST_CONVERT:
+    case TPU_OP_IS_FINITE: return 1;
+    default: return 0;
+  }
+}
+
+static int nsplit(const dsh *h, int rank) {
+  int n = 0;
+  for (int k = 0; k < rank; k++) n += h->n[k];
+  return n;
+}
+
+static tpu_status elementwise(sp *s, const tpu_instr *in) {
+  dsh best = k_repl;
+  int bn = -1, manual = 0;
+  for (int i = 0; i < in->noperands; i++) {
+    const tpu_instr *o = in->operands[i];
+    manual |= s->sh[o->id].manual;
+    if (o->shape.rank != in->shape.rank) continue;
+    int n = nsplit(&s->sh[o->id], o->shape.rank);
+    if (n > bn && fits(s, &in->shape, &s->sh[o->id])) bn = n, best = s->sh[o->id];
+  }
+  if (manual) return replicated_op(s, in);
+  tpu_instr *ops[3];
+  for (int i = 0; i < in->noperands; i++)
+    TPU_TRY(operand_as(s, in, i, in->operands[i]->shape.rank == in->shape.rank ? &best : &k_repl, &ops[i]));
+  return emit_clone(s, in, ops, &best);
+}
+
+static tpu_status broadcast(sp *s, const tpu_instr *in) {
+  const tpu_instr *o = in->operands[0];
+  const dsh *oh = &s->sh[o->id];
+  if (oh->manual) return replicated_op(s, in);
+  dsh h = k_repl;
+  for (int i = 0; i < o->shape.rank; i++) {
+    int r = (int)in->dimensions.v[i];
+    h.n[r] = oh->n[i];
+    memcpy(h.ax[r], oh->ax[i], MAXA);
+  }
+  tpu_instr *x = s->val[o->id];
+  return emit_clone(s, in, &x, &h);
+}
+
+static tpu_status transpose(sp *s, const tpu_instr *in) {
+  const tpu_instr *o = in->operands[0];
+  const dsh *oh = &s->sh[o->id];
+  if (oh->manual) return replicated_op(s, in);
+  dsh h = k_repl;
+  for (int i = 0; i < in->shape.rank; i++) {
+    int src = (int)in->dimensions.v[i];
+    h.n[i] = oh->n[src];
+    memcpy(h.ax[i], oh->ax[src], MAXA);
+  }
+  tpu_instr *x = s->val[o->id];
+  return emit_clone(s, in, &x, &h);
+}
+
+/* reshape: a split dimension carries over when it starts where a result dimension starts
+ * and its block stays whole in it (kept, merged with minor dimensions, or split with the
+ * split part major). */
+static tpu_status reshape(sp *s, const tpu_instr *in) {
+  const tpu_instr *o = in->operands[0];
+  const dsh *oh = &s->sh[o->id];
+  if (oh->manual) return replicated_op(s, in);
+  const tpu_shape *a = &o->shape, *r = &in->shape;
+  dsh keep = *oh, h = k_repl;
+  for (int k = 0; k < a->rank; k++) {
+    if (!oh->n[k]) continue;
+    int64_t pre = 1, f = factor(s->mesh, oh, k);
+    for (int i = 0; i < k; i++) pre *= a->dims[i];
+    int64_t rp = 1;
+    int j = 0;
+    while (j < r->rank && rp < pre) rp *= r->dims[j++];
+    int ok = rp == pre && j < r->rank && r->dims[j] % f == 0 &&
+             (r->dims[j] % a->dims[k] == 0 || a->dims[k] % r->dims[j] == 0);
+    if (ok) {
+      h.n[j] = oh->n[k];
+      memcpy(h.ax[j], oh->ax[k], MAXA);
+    } else {
+      keep.n[k] = 0;
+    }
+  }
+  tpu_instr *x;
+  TPU_TRY(operand_as(s, in, 0, &keep, &x));
+  if (!fits(s, r, &h)) return replicated_op(s, in);
+  return emit_clone(s, in, &x, &h);
+}
+
+static int has_axis(const dsh *h, int rank, int a) {
+  for (int k = 0; k < rank; k++)
+    for (int i = 0; i < h->n[k]; i++)
+      if (h->ax[k][i] == a) return 1;
+  return 0;
+}
+
+/* The add computation for partial sums of dtype t. */
+static tpu_status adder(sp *s, tpu_dtype t, tpu_comp **out) {
+  if ((unsigned)t < 16 && s->adders[t]) {
+    *out = s->adders[t];
+    return TPU_OK;
+  }
+  tpu_comp *c;
+  TPU_TRY(tpu_build_comp(&s->b, "spmd.add", s->m->entry, &c));
+  tpu_shape sc = scalar(t);
+  tpu_instr *p0, *p1, *r, *ops[2];
+  TPU_TRY(tpu_build_param(&s->b, c, 0, "a", &sc, &p0));
+  TPU_TRY(tpu_build_param(&s->b, c, 1, "b", &sc, &p1));
+  ops[0] = p0;
+  ops[1] = p1;
+  TPU_TRY(tpu_build_instr(&s->b, c, TPU_OP_ADD, "sum", &sc, ops, 2, tpu_noloc(), &r));
+  tpu_build_set_root(c, r);
+  TPU_TRY(tpu_build_finish(&s->b, c));
+  if ((unsigned)t < 16) s->adders[t] = c;
+  *out = c;
+  return TPU_OK;
+}
+
+/* all-reduce of x over the given axes with computation `red`. */
+static tpu_status reduce_axes(sp *s, tpu_instr *x, const int8_t *axes, int n, tpu_comp *red, tpu_loc loc,
+                              tpu_instr **out) {
+  tpu_shape r = x->shape;
+  TPU_TRY(instr(s, TPU_OP_ALL_REDUCE, "spmd.all-reduce", &r, &x, 1, loc, out));
+  TPU_TRY(tpu_build_set_attr(&s->b, *out, "to_apply", red->name));
+  return set_groups(s, *out, axes, n);
+}
+
+static tpu_status dot(sp *s, const tpu_instr *in) {
+  const tpu_instr *lo = in->operands[0], *ro = in->operands[1];
+  const dsh *lh = &s->sh[lo->id], *rh = &s->sh[ro->id];
+  if (lh->manual || rh->manual) return replicated_op(s, in);
+  const tpu_dot_dims *dd = &in->dot;
+  int lr = lo->shape.rank, rr = ro->shape.rank;
+  dsh L = *lh, R = *rh, out = k_repl;
+  int8_t partial[MAXA];
+  int np = 0;
+  /* Batch and contracting pairs: the lhs decides (the rhs follows); else the rhs. */
+  for (int pass = 0; pass < 2; pass++) {
+    const tpu_i64s *la = pass ? &dd->lhs_contract : &dd->lhs_batch;
+    const tpu_i64s *ra = pass ? &dd->rhs_contract : &dd->rhs_batch;
+    for (int i = 0; i < la->n; i++) {
+      int kl = (int)la->v[i], kr = (int)ra->v[i];
+      if (L.n[kl]) {
+        R.n[kr] = L.n[kl];
+        memcpy(R.ax[kr], L.ax[kl], MAXA);
+      } else if (R.n[kr]) {
+        L.n[kl] = R.n[kr];
+        memcpy(L.ax[kl], R.ax[kr], MAXA);
+      }
+      if (pass)
+        for (int j = 0; j < L.n[kl]; j++) partial[np++] = L.ax[kl][j];
+    }
+  }
+  /* Result dimensions: batch, lhs free, rhs free. */
+  int rd = 0;
+  for (int i = 0; i < dd->lhs_batch.n; i++, rd++) {
+    int kl = (int)dd->lhs_batch.v[i];
+    out.n[rd] = L.n[kl];
+    memcpy(out.ax[rd], L.ax[kl], MAXA);
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    int rank = pass ? rr : lr;
+    dsh *X = pass ? &R : &L;
+    const tpu_i64s *b = pass ? &dd->rhs_batch : &dd->lhs_batch, *c = pass ? &dd->rhs_contract : &dd->lhs_contract;
+    for (int k = 0; k < rank; k++) {
+      int used = 0;
+      for (int i = 0; i < b->n; i++) used |= b->v[i] == k;
+      for (int i = 0; i < c->n; i++) used |= c->v[i] == k;
+      if (used) continue;
+      /* A free dimension's axes must not split the other operand too. */
+      const dsh *Y = pass ? &L : &R;
+      int clash = 0;
+      for (int i = 0; i < X->n[k]; i++) clash |= has_axis(Y, pass ? lr : rr, X->ax[k][i]);
+      if (clash) X->n[k] = 0;
+      out.n[rd] = X->n[k];
+      memcpy(out.ax[rd], X->ax[k], MAXA);
+      rd++;
+    }
+  }
+  int valid = fits(s, &lo->shape, &L) && fits(s, &ro->shape, &R) && fits(s, &in->shape, &out);
+  for (int i = 0; valid && i < np; i++) valid = !has_axis(&out, in->shape.rank, partial[i]);
+  if (!valid) return replicated_op(s, in);
+  tpu_instr *ops[2], *x;
+  TPU_TRY(operand_as(s, in, 0, &L, &ops[0]));
+  TPU_TRY(operand_as(s, in, 1, &R, &ops[1]));
+  TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, ops, &x));
+  x->shape = local_shape(s, &in->shape, &out);
+  if (np) {
+    tpu_comp *add;
+    TPU_TRY(adder(s, in->shape.dtype, &add));
+    TPU_TRY(reduce_axes(s, x, partial, np, add, in->loc, &x));
+  }
+  s->val[in->id] = x;
+  s->sh[in->id] = out;
+  return TPU_OK;
+}
+
+/* Whether init is the identity of the simple reducer op (so each chip may start from it). */
+static int identity_init(const tpu_instr *init, tpu_opcode op) {
+  if (init->op != TPU_OP_CONSTANT || !init->literal) return 0;
+  double v = tpu_tensor_get_f64(init->literal, 0);
+  switch (op) {
+    case TPU_OP_ADD:
+    case TPU_OP_OR:
+    case TPU_OP_XOR: return v == 0;
+    case TPU_OP_MULTIPLY:
+    case TPU_OP_AND: return v == 1 || (init->shape.dtype == TPU_PRED && v != 0);
+    case TPU_OP_MAXIMUM: return v == -__builtin_inf() || (tpu_dtype_is_int(init->shape.dtype) && v <= -2147483648.0);
+    case TPU_OP_MINIMUM: return v == __builtin_inf() || (tpu_dtype_is_int(init->shape.dtype) && v >= 2147483647.0);
+    default: return 0;
+  }
+}
+
+/* The reducer opcode of a computation `ROOT r = op(p0, p1)` (add, multiply, max, min, and,
+ * or, xor), else TPU_OP_COUNT. */
+static tpu_opcode simple_reducer(const tpu_comp *c) {
+  const tpu_instr *r = c->root;
+  if (c->nparams != 2 || r->noperands != 2 || r->operands[0]->op != TPU_OP_PARAMETER ||
+      r->operands[1]->op != TPU_OP_PARAMETER || r->operands[0] == r->operands[1])
+    return TPU_OP_COUNT;
+  switch (r->op) {
+    case TPU_OP_ADD:
+    case TPU_OP_MULTIPLY:
+    case TPU_OP_MAXIMUM:
+    case TPU_OP_MINIMUM:
+    case TPU_OP_AND:
+    case TPU_OP_OR:
+    case TPU_OP_XOR: return r->op;
+    default: return TPU_OP_COUNT;
+  }
+}
+
+static tpu_status reduce(sp *s, const tpu_instr *in) {
+  const tpu_instr *o = in->operands[0];
+  const dsh *oh = &s->sh[o->id];
+  tpu_opcode red = in->to_apply ? simple_reducer(in->to_apply) : TPU_OP_COUNT;
+  if (in->noperands != 2 || oh->manual || red == TPU_OP_COUNT || !identity_init(in->operands[1], red) ||
+      !is_split(oh, o->shape.rank))
+    return replicated_op(s, in);
+  dsh h = k_repl;
+  int8_t partial[MAXA];
+  int np = 0, rd = 0;
+  for (int k = 0; k < o->shape.rank; k++) {
+    int reduced = 0;
+    for (int i = 0; i < in->dimensions.n; i++) reduced |= in->dimensions.v[i] == k;
+    if (reduced) {
+      for (int i = 0; i < oh->n[k]; i++) partial[np++] = oh->ax[k][i];
+    } else {
+      h.n[rd] = oh->n[k];
+      memcpy(h.ax[rd], oh->ax[k], MAXA);
+      rd++;
+    }
+  }
+  tpu_instr *ops[2] = {s->val[o->id], s->val[in->operands[1]->id]}, *x;
+  TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, ops, &x));
+  x->shape = local_shape(s, &in->shape, &h);
+  if (np) TPU_TRY(reduce_axes(s, x, partial, np, in->to_apply, in->loc, &x));
+  s->val[in->id] = x;
+  s->sh[in->id] = h;
+  return TPU_OK;
+}
+
+/* One instruction of the entry computation. */
+static tpu_status partition_instr(sp *s, const tpu_instr *in) {
+  int rank = tpu_dtype_is_array(in->shape.dtype) ? in->shape.rank : 0;
+  switch (in->op) {
+    case TPU_OP_PARAMETER: {
+      dsh h = k_repl;
+      if (tpu_dtype_is_array(in->shape.dtype) && annotation(s, in, rank, &h) && !fits(s, &in->shape, &h))
+        return fail_at(s, in, "its sharding does not divide its dimensions evenly");
+      if (h.manual) return fail_at(s, in, "a manual (shard_map) parameter");
+      tpu_shape l = tpu_dtype_is_array(in->shape.dtype) ? local_shape(s, &in->shape, &h) : in->shape;
+      tpu_instr *p;
+      TPU_TRY(tpu_build_param(&s->b, s->c, in->index, in->name, &l, &p));
+      tpu_strbuf b;
+      tpu_strbuf_init(&b);
+      if (tpu_dtype_is_array(in->shape.dtype)) hlo_text(s->mesh, &h, rank, &b);
+      tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory") : TPU_OK;
+      if (st == TPU_OK && b.s) st = tpu_build_set_attr(&s->b, p, "sharding", b.s);
+      tpu_strbuf_deinit(&b);
+      p->src_name = in->src_name;
+      s->val[in->id] = p;
+      s->sh[in->id] = h;
+      return st;
+    }
+    case TPU_OP_CUSTOM_CALL:
+      if (target_is(in, "Sharding")) {
+        dsh h;
+        if (!annotation(s, in, rank, &h)) return fail_at(s, in, "cannot read its sharding");
+        if (h.manual) { /* entering or leaving a shard_map body: the value is already local */
+          s->val[in->id] = s->val[in->operands[0]->id];
+          s->sh[in->id] = h;
+          return TPU_OK;
+        }
+        if (!fits(s, &in->shape, &h)) h = k_repl;
+        tpu_instr *x;
+        TPU_TRY(operand_as(s, in, 0, &h, &x));
+        s->val[in->id] = x;
+        s->sh[in->id] = h;
+        return TPU_OK;
+      }
+      if (target_is(in, "xla.sdy.GlobalToLocalShape") || target_is(in, "xla.sdy.LocalToGlobalShape")) {
+        /* shard_map as JAX lowers it with Shardy: the body between works on blocks. */
+        const char *fa = attr(in, "frontend_attributes");
+        const char *ma = fa ? strstr(fa, "manual_axes") : NULL;
+        for (int a = 0; ma && a < s->mesh->naxes; a++) {
+          char q[40];
+          snprintf(q, sizeof q, "\\\"%s\\\"", s->mesh->names[a]);
+          if (!strstr(ma, q)) {
+            snprintf(q, sizeof q, "\"%s\"", s->mesh->names[a]);
+            if (!strstr(ma, q)) return fail_at(s, in, "a shard_map that leaves some mesh axes automatic is not supported");
+          }
+        }
+        const tpu_instr *o = in->operands[0];
+        int global = target_is(in, "xla.sdy.LocalToGlobalShape");
+        dsh h;
+        if (!annotation(s, in, global ? rank : o->shape.rank, &h) || h.manual)
+          return fail_at(s, in, "cannot read its sharding");
+        if (!global) { /* the operand as split by in_shardings; the result is one block */
+          tpu_instr *x;
+          TPU_TRY(operand_as(s, in, 0, &h, &x));
+          tpu_shape l = local_shape(s, &o->shape, &h);
+          if (!tpu_shape_equal(&l, &in->shape)) return fail_at(s, in, "its result is not one block of its operand");
+          s->val[in->id] = x;
+          s->sh[in->id] = k_repl;
+          s->sh[in->id].manual = 1;
+        } else {
+          tpu_shape l = local_shape(s, &in->shape, &h);
+          if (!tpu_shape_equal(&l, &o->shape)) return fail_at(s, in, "its operand is not one block of it");
+          s->val[in->id] = s->val[o->id];
+          s->sh[in->id] = h;
+        }
+        return TPU_OK;
+      }
+      if (target_is(in, "SPMDFullToShardShape")) {
+        const tpu_instr *o = in->operands[0];
+        tpu_shape l = local_shape(s, &o->shape, &s->sh[o->id]);
+        if (!tpu_shape_equal(&l, &in->shape)) return fail_at(s, in, "its operand's block does not have its shape");
+        s->val[in->id] = s->val[o->id];
+        s->sh[in->id] = k_repl;
+        s->sh[in->id].manual = 1;
+        return TPU_OK;
+      }
+      if (target_is(in, "SPMDShardToFullShape")) {
+        dsh h;
+        if (!annotation(s, in, rank, &h) || h.manual) return fail_at(s, in, "cannot read its sharding");
+        tpu_shape l = local_shape(s, &in->shape, &h);
+        if (!tpu_shape_equal(&l, &in->operands[0]->shape)) return fail_at(s, in, "its operand is not one block of it");
+        s->val[in->id] = s->val[in->operands[0]->id];
+        s->sh[in->id] = h;
+        return TPU_OK;
+      }
+      return replicated_op(s, in);
+    case TPU_OP_BROADCAST: return broadcast(s, in);
+    case TPU_OP_TRANSPOSE: return transpose(s, in);
+    case TPU_OP_RESHAPE: return reshape(s, in);
+    case TPU_OP_DOT: return dot(s, in);
+    case TPU_OP_REDUCE: return reduce(s, in);
+    case TPU_OP_TUPLE:
+      if (in == s->old->root) { /* results keep their shardings (written on the root) */
+        tpu_instr **ops = tpu_calloc((size_t)(in->noperands + 1), sizeof *ops);
+        if (!ops) return TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+        for (int i = 0; i < in->noperands; i++) ops[i] = s->val[in->operands[i]->id];
+        tpu_status st = tpu_build_clone_instr(&s->b, s->c, in, ops, &s->val[in->id]);
+        if (st == TPU_OK) {
+          tpu_instr *x = s->val[in->id];
+          x->shape.elems = tpu_arena_alloc(&s->m->arena, sizeof *x->shape.elems * (size_t)(in->noperands + 1));
+          if (!x->shape.elems) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+          for (int i = 0; st == TPU_OK && i < in->noperands; i++) x->shape.elems[i] = ops[i]->shape;
+        }
+        s->sh[in->id] = k_repl;
+        tpu_free(ops);
+        return st;
+      }
+      return replicated_op(s, in);
+    default: break;
+  }
+  if (is_elementwise(in) && tpu_dtype_is_array(in->shape.dtype)) return elementwise(s, in);
+  return replicated_op(s, in);
+}
+
+/* The root's sharding= text: one per result (a tuple sharding for a tuple root). */
+static tpu_status root_sharding(sp *s, tpu_instr *root) {
+  const tpu_instr *old = s->old->root;
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  if (old->op == TPU_OP_TUPLE && root->op == TPU_OP_TUPLE) {
+    tpu_strbuf_printf(&b, "{");
+    for (int i = 0; i < old->noperands; i++) {
+      const tpu_instr *o = old->operands[i];
+      if (i) tpu_strbuf_printf(&b, ", ");
+      if (tpu_dtype_is_array(o->shape.dtype)) hlo_text(s->mesh, &s->sh[o->id], o->shape.rank, &b);
+      else tpu_strbuf_printf(&b, "{replicated}");
+    }
+    tpu_strbuf_printf(&b, "}");
+  } else if (tpu_dtype_is_array(old->shape.dtype)) {
+    hlo_text(s->mesh, &s->sh[old->id], old->shape.rank, &b);
+  }
+  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory") : TPU_OK;
+  if (st == TPU_OK && b.s) st = tpu_build_set_attr(&s->b, root, "sharding", b.s);
+  tpu_strbuf_deinit(&b);
+  return st;
+}
+
+int tpu_spmd_needed(const tpu_module *m) {
+  for (int i = 0; i < m->nattrs; i++)
+    if (!strcmp(m->attrs[i].name, "num_partitions") || !strcmp(m->attrs[i].name, "replica_count")) return 0;
+  for (int i = 0; i < m->nattrs; i++) /* a mesh of JAX's: partition even without annotations */
+    if (!strcmp(m->attrs[i].name, "frontend_attributes") && strstr(m->attrs[i].value, "#sdy.mesh<")) return 1;
+  for (int c = 0; c < m->ncomps; c++)
+    for (int i = 0; i < m->comps[c]->ninstrs; i++) {
+      const tpu_instr *in = m->comps[c]->instrs[i];
+      if (target_is(in, "Sharding") || target_is(in, "SPMDFullToShardShape")) return 1;
+      if (in->op == TPU_OP_PARAMETER && m->comps[c] == m->entry && attr(in, "sharding")) {
+        const char *v = attr(in, "sharding");
+        if (!strstr(v, "replicated") && !strstr(v, "maximal")) return 1;
+      }
+    }
+  return 0;
+}
+
+/* Sets (or adds) a module header attribute. */
+static tpu_status set_header(tpu_module *m, const char *name, const char *value, tpu_diag *d) {
+  for (int i = 0; i < m->nattrs; i++)
+    if (!strcmp(m->attrs[i].name, name)) {
+      m->attrs[i].value = tpu_arena_strdup(&m->arena, value);
+      return m->attrs[i].value ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    }
+  tpu_attr *na = tpu_arena_alloc(&m->arena, sizeof *na * (size_t)(m->nattrs + 1));
+  if (!na) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  if (m->nattrs) memcpy(na, m->attrs, sizeof *na * (size_t)m->nattrs);
+  na[m->nattrs].name = tpu_arena_strdup(&m->arena, name);
+  na[m->nattrs].value = tpu_arena_strdup(&m->arena, value);
+  na[m->nattrs].loc = tpu_noloc();
+  if (!na[m->nattrs].name || !na[m->nattrs].value) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  m->attrs = na;
+  m->nattrs++;
+  return TPU_OK;
+}
+
+static void drop_header(tpu_module *m, const char *name) {
+  for (int i = 0; i < m->nattrs; i++)
+    if (!strcmp(m->attrs[i].name, name)) {
+      memmove(&m->attrs[i], &m->attrs[i + 1], sizeof *m->attrs * (size_t)(m->nattrs - i - 1));
+      m->nattrs--;
+      return;
+    }
+}
+
+tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *d) {
+  tpu_mesh own;
+  memset(&own, 0, sizeof own);
+  const tpu_mesh *mesh = mesh_in;
+  if (!mesh) {
+    int found;
+    TPU_TRY(tpu_mesh_from_module(m, &own, &found, d));
+    if (!found)
+      return TPU_FAIL(d, TPU_ERR_ARG, m->entry->loc,
+                      "the module has sharding annotations but no mesh: give one with --mesh NAME=SIZE,...");
+    mesh = &own;
+  }
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.precision_override = -1;
+  tpu_status st = tpu__pass_inline(m, &o, d);
+  sp s;
+  memset(&s, 0, sizeof s);
+  s.d = d;
+  s.m = m;
+  s.mesh = mesh;
+  s.old = m->entry;
+  if (st == TPU_OK) st = tpu_builder_init(&s.b, m, d);
+  int n = s.old->ninstrs;
+  s.val = tpu_calloc((size_t)(n + 1), sizeof *s.val);
+  s.sh = tpu_calloc((size_t)(n + 1), sizeof *s.sh);
+  if (st == TPU_OK && (!s.val || !s.sh)) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  if (st == TPU_OK) st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
+  for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_instr(&s, s.old->order[i]);
+  if (st == TPU_OK) {
+    tpu_instr *root = s.val[s.old->root->id];
+    tpu_build_set_root(s.c, root);
+    st = root_sharding(&s, root);
+  }
+  if (st == TPU_OK) {
+    s.c->is_entry = 1;
+    s.old->is_entry = 0;
+    m->entry = s.c;
+    st = tpu_build_finish(&s.b, s.c);
+  }
+  if (st == TPU_OK && tpu_build_remove_unused_comps(&s.b) < 0) st = d->status;
+  if (st == TPU_OK) {
+    char nd[32];
+    snprintf(nd, sizeof nd, "%lld", (long long)mesh->ndev);
+    st = set_header(m, "num_partitions", nd, d);
+    drop_header(m, "entry_computation_layout");
+  }
+  if (st == TPU_OK) st = tpu_build_finish_all(&s.b);
+  tpu_builder_deinit(&s.b);
+  tpu_free(s.val);
+  tpu_free(s.sh);
+  tpu_mesh_free(&own);
+  if (st == TPU_OK) st = tpu_ir_verify(m, d);
+  return st;
+}

@@ -1,0 +1,40 @@
+/* SPMD partitioning (pass `spmd-partition`): turns a program annotated with shardings over
+ * a device mesh — JAX's lowered HLO with `sharding=` on its parameters, `Sharding` custom
+ * calls (with_sharding_constraint) and shard_map's SPMDFullToShardShape /
+ * SPMDShardToFullShape — into the one program every chip runs: per-chip shapes and the
+ * collectives between chips (docs/spmd.md). */
+#ifndef TPU_COMPILE_SPMD_H
+#define TPU_COMPILE_SPMD_H
+
+#include "ir/ir.h"
+
+#define TPU_MESH_MAX_AXES 8
+
+/* A logical device mesh: named axes, major first; device at mesh position p (row-major
+ * over the axes) is ids[p], or p when ids is NULL. */
+typedef struct tpu_mesh {
+  int naxes;
+  char names[TPU_MESH_MAX_AXES][32];
+  int64_t sizes[TPU_MESH_MAX_AXES];
+  int64_t ndev;
+  int64_t *ids; /* owned (tpu_mesh_free) */
+} tpu_mesh;
+
+/* "data=16,model=4" (errors at loc). */
+tpu_status tpu_mesh_parse(const char *spec, tpu_mesh *mesh, tpu_diag *d);
+/* The mesh JAX wrote in the module header (frontend_attributes xla.sdy.meshes); *found 0
+ * when there is none. */
+tpu_status tpu_mesh_from_module(const tpu_module *m, tpu_mesh *mesh, int *found, tpu_diag *d);
+void tpu_mesh_free(tpu_mesh *mesh);
+
+/* Whether m still needs partitioning: it has sharding annotations (Sharding custom calls
+ * or parameter shardings) and is not an SPMD program already (num_partitions <= 1). */
+int tpu_spmd_needed(const tpu_module *m);
+
+/* Partitions m in place over `mesh` (NULL: the module's own mesh; an error when it has
+ * none). Inlines calls first. Afterwards m has num_partitions = the mesh's devices, its
+ * entry parameters and root carry the shardings (so global inputs and results map to
+ * chips), and it verifies. */
+tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh, tpu_diag *d);
+
+#endif
