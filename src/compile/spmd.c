@@ -876,6 +876,111 @@ static tpu_status reduce(sp *s, const tpu_instr *in) {
   return TPU_OK;
 }
 
+/* Ops that work along some dimensions independently (slice and pad where a dimension is
+ * whole, concatenate off its dimension, dynamic slices where the slice is whole, reverse
+ * off its dimensions): those dimensions keep the first operand's split, the others are
+ * gathered. Operands of the result's rank follow the same sharding; the rest (indices,
+ * padding values) are replicated. */
+static tpu_status dimwise(sp *s, const tpu_instr *in, const int *keep) {
+  const tpu_instr *o = in->operands[0];
+  if (s->sh[o->id].manual || o->shape.rank != in->shape.rank) return replicated_op(s, in);
+  dsh h = s->sh[o->id];
+  for (int k = 0; k < in->shape.rank; k++)
+    if (!keep[k]) h.n[k] = 0;
+  if (!fits(s, &in->shape, &h) || !fits(s, &o->shape, &h)) return replicated_op(s, in);
+  tpu_instr **ops = tpu_calloc((size_t)(in->noperands + 1), sizeof *ops);
+  if (!ops) return TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  tpu_status st = TPU_OK;
+  for (int i = 0; st == TPU_OK && i < in->noperands; i++) {
+    const tpu_instr *x = in->operands[i];
+    int same = tpu_dtype_is_array(x->shape.dtype) && x->shape.rank == in->shape.rank;
+    if (same && !fits(s, &x->shape, &h)) st = TPU_ERR_INVALID;
+    else st = operand_as(s, in, i, same ? &h : &k_repl, &ops[i]);
+  }
+  if (st == TPU_ERR_INVALID) {
+    tpu_free(ops);
+    return replicated_op(s, in);
+  }
+  if (st == TPU_OK) st = emit_clone(s, in, ops, &h);
+  if (st == TPU_OK && in->op == TPU_OP_DYNAMIC_SLICE) { /* its sizes are per chip now */
+    tpu_strbuf b;
+    tpu_strbuf_init(&b);
+    tpu_strbuf_printf(&b, "{");
+    const tpu_shape *l = &s->val[in->id]->shape;
+    for (int k = 0; k < l->rank; k++) tpu_strbuf_printf(&b, "%s%lld", k ? "," : "", (long long)l->dims[k]);
+    tpu_strbuf_printf(&b, "}");
+    st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory")
+               : tpu_build_set_attr(&s->b, s->val[in->id], "dynamic_slice_sizes", b.s);
+    tpu_strbuf_deinit(&b);
+  }
+  if (st == TPU_OK && in->op == TPU_OP_SLICE) { /* kept dimensions are whole: the block's bounds */
+    const tpu_shape *l = &s->val[in->id]->shape;
+    tpu_strbuf b;
+    tpu_strbuf_init(&b);
+    tpu_strbuf_printf(&b, "{");
+    for (int k = 0; k < l->rank; k++) {
+      int64_t lim = h.n[k] ? l->dims[k] : in->slice[k].limit;
+      tpu_strbuf_printf(&b, "%s[%lld:%lld", k ? ", " : "", (long long)in->slice[k].start, (long long)lim);
+      if (in->slice[k].stride != 1) tpu_strbuf_printf(&b, ":%lld", (long long)in->slice[k].stride);
+      tpu_strbuf_printf(&b, "]");
+    }
+    tpu_strbuf_printf(&b, "}");
+    st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory")
+               : tpu_build_set_attr(&s->b, s->val[in->id], "slice", b.s);
+    tpu_strbuf_deinit(&b);
+  }
+  tpu_free(ops);
+  return st;
+}
+
+static tpu_status dimwise_op(sp *s, const tpu_instr *in) {
+  int keep[TPU_MAX_RANK] = {0};
+  const tpu_shape *a = &in->operands[0]->shape;
+  for (int k = 0; k < in->shape.rank && k < a->rank; k++) {
+    switch (in->op) {
+      case TPU_OP_SLICE:
+        keep[k] = in->slice && in->slice[k].start == 0 && in->slice[k].limit == a->dims[k] && in->slice[k].stride == 1;
+        break;
+      case TPU_OP_PAD:
+        keep[k] = in->padding && !in->padding[k].lo && !in->padding[k].hi && !in->padding[k].interior;
+        break;
+      case TPU_OP_CONCATENATE: keep[k] = in->dimensions.n == 1 && in->dimensions.v[0] != k; break;
+      case TPU_OP_REVERSE: {
+        keep[k] = 1;
+        for (int i = 0; i < in->dimensions.n; i++) keep[k] &= in->dimensions.v[i] != k;
+        break;
+      }
+      case TPU_OP_DYNAMIC_SLICE:
+        keep[k] = k < in->dynamic_slice_sizes.n && in->dynamic_slice_sizes.v[k] == a->dims[k];
+        break;
+      case TPU_OP_DYNAMIC_UPDATE_SLICE: keep[k] = in->operands[1]->shape.dims[k] == a->dims[k]; break;
+      default: break;
+    }
+  }
+  return dimwise(s, in, keep);
+}
+
+/* A convolution split along its batch only (data parallelism): each chip convolves its
+ * block with the whole kernel. */
+static tpu_status convolution(sp *s, const tpu_instr *in) {
+  const tpu_instr *lo = in->operands[0];
+  const dsh *lh = &s->sh[lo->id];
+  const tpu_conv_dims *cd = &in->conv;
+  if (lh->manual || !in->has_conv_dims || in->feature_group_count != 1 || in->batch_group_count != 1 ||
+      !lh->n[cd->in_batch])
+    return replicated_op(s, in);
+  dsh L = k_repl, out = k_repl;
+  L.n[cd->in_batch] = lh->n[cd->in_batch];
+  memcpy(L.ax[cd->in_batch], lh->ax[cd->in_batch], MAXA);
+  out.n[cd->out_batch] = L.n[cd->in_batch];
+  memcpy(out.ax[cd->out_batch], L.ax[cd->in_batch], MAXA);
+  if (!fits(s, &lo->shape, &L) || !fits(s, &in->shape, &out)) return replicated_op(s, in);
+  tpu_instr *ops[2];
+  TPU_TRY(operand_as(s, in, 0, &L, &ops[0]));
+  TPU_TRY(operand_as(s, in, 1, &k_repl, &ops[1]));
+  return emit_clone(s, in, ops, &out);
+}
+
 /* One instruction of the entry computation. */
 static tpu_status partition_instr(sp *s, const tpu_instr *in) {
   int rank = tpu_dtype_is_array(in->shape.dtype) ? in->shape.rank : 0;
@@ -972,6 +1077,13 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
     case TPU_OP_RESHAPE: return reshape(s, in);
     case TPU_OP_DOT: return dot(s, in);
     case TPU_OP_REDUCE: return reduce(s, in);
+    case TPU_OP_CONVOLUTION: return convolution(s, in);
+    case TPU_OP_SLICE:
+    case TPU_OP_PAD:
+    case TPU_OP_CONCATENATE:
+    case TPU_OP_REVERSE:
+    case TPU_OP_DYNAMIC_SLICE:
+    case TPU_OP_DYNAMIC_UPDATE_SLICE: return dimwise_op(s, in);
     case TPU_OP_TUPLE:
       if (in == s->old->root) { /* results keep their shardings (written on the root) */
         tpu_instr **ops = tpu_calloc((size_t)(in->noperands + 1), sizeof *ops);

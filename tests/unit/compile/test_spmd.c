@@ -156,7 +156,16 @@ int main(void) {
            " sl = s32[2,8] slice(t), slice={[1:3], [0:8]}\n"
            " ROOT o = (s32[4], s32[], s32[2,8], s32[4,8]) tuple(m, s, sl, t)\n}\n",
            k_max, k_add);
-  check("reduce, reshape, slice", src, 2, 3, 0);
+  check("reduce, reshape, slice", src, 2, 2, 0);
+  /* A data-parallel CNN piece: convolution, pad and concatenate keep the batch split. */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n x = f32[4,6,6,2] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}, {}, {}]") "\n"
+           " k = f32[3,3,2,2] parameter(1)\n"
+           " c = f32[4,4,4,2] convolution(x, k), window={size=3x3}, dim_labels=b01f_01io->b01f\n"
+           " z = f32[] constant(0)\n"
+           " p = f32[4,6,6,2] pad(c, z), padding=0_0x1_1x1_1x0_0\n"
+           " ROOT cc = f32[4,6,6,4] concatenate(p, x), dimensions={3}\n}\n");
+  check("convolution, pad, concatenate", src, 0, 0, 0);
   /* with_sharding_constraint (a Sharding custom call) moving a value from x to y splits. */
   snprintf(src, sizeof src,
            MESH "ENTRY e {\n x = s32[8,8] parameter(0), " SDY("[{\\\"x\\\"}, {}]") "\n"
