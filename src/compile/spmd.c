@@ -318,6 +318,7 @@ typedef struct {
   tpu_comp *old, *c;       /* the entry, and the partitioned one being built */
   tpu_instr **val;         /* old id -> its per-chip value */
   dsh *sh;                 /* old id -> its sharding */
+  dsh **tsh;               /* old id -> its elements' shardings when it is a tuple of arrays (NULL: whole) */
   tpu_instr *pos;          /* this chip's mesh position (s32[]), built on first use */
   int channel;
   tpu_comp *adders[16];    /* add computations by dtype, for partial sums */
@@ -561,9 +562,48 @@ static tpu_status reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, t
 
 static const dsh k_repl = {{0}, {{0}}, 0};
 
-/* Operand i of old instruction `in` as sharded `to`. */
+/* A tuple value whose elements are split (el), rebuilt with elements as `to` (NULL: whole). */
+static tpu_status reshard_tuple(sp *s, tpu_instr *x, const dsh *el, const dsh *to, tpu_loc loc, tpu_instr **out) {
+  int n = x->shape.ntuple;
+  tpu_instr **parts = tpu_calloc((size_t)(n + 1), sizeof *parts);
+  if (!parts) return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
+  tpu_status st = TPU_OK;
+  int changed = 0;
+  for (int i = 0; st == TPU_OK && i < n; i++) {
+    const dsh *want = to ? &to[i] : &k_repl;
+    if (!tpu_dtype_is_array(x->shape.elems[i].dtype) || !memcmp(&el[i], want, sizeof *want)) continue;
+    changed = 1;
+  }
+  if (!changed) {
+    tpu_free(parts);
+    *out = x;
+    return TPU_OK;
+  }
+  for (int i = 0; st == TPU_OK && i < n; i++) {
+    st = instr(s, TPU_OP_GET_TUPLE_ELEMENT, "spmd.gte", &x->shape.elems[i], &x, 1, loc, &parts[i]);
+    if (st == TPU_OK) {
+      char ix[24];
+      snprintf(ix, sizeof ix, "%d", i);
+      st = tpu_build_set_attr(&s->b, parts[i], "index", ix);
+    }
+    if (st == TPU_OK && tpu_dtype_is_array(x->shape.elems[i].dtype))
+      st = reshard(s, parts[i], &el[i], to ? &to[i] : &k_repl, loc, &parts[i]);
+  }
+  tpu_shape ts = x->shape;
+  if (st == TPU_OK) {
+    ts.elems = tpu_arena_alloc(&s->m->arena, sizeof *ts.elems * (size_t)(n + 1));
+    if (!ts.elems) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
+    for (int i = 0; st == TPU_OK && i < n; i++) ts.elems[i] = parts[i]->shape;
+  }
+  if (st == TPU_OK) st = instr(s, TPU_OP_TUPLE, "spmd.tuple", &ts, parts, n, loc, out);
+  tpu_free(parts);
+  return st;
+}
+
+/* Operand i of old instruction `in` as sharded `to` (a tuple operand: its elements whole). */
 static tpu_status operand_as(sp *s, const tpu_instr *in, int i, const dsh *to, tpu_instr **out) {
   const tpu_instr *o = in->operands[i];
+  if (s->tsh[o->id]) return reshard_tuple(s, s->val[o->id], s->tsh[o->id], NULL, in->loc, out);
   return reshard(s, s->val[o->id], &s->sh[o->id], to, in->loc, out);
 }
 
@@ -981,6 +1021,123 @@ static tpu_status convolution(sp *s, const tpu_instr *in) {
   return emit_clone(s, in, ops, &out);
 }
 
+/* A tuple of arrays keeps its elements' splits (a while loop's state, the entry's result). */
+static tpu_status split_tuple(sp *s, const tpu_instr *in) {
+  int n = in->noperands;
+  for (int i = 0; i < n; i++)
+    if (!tpu_dtype_is_array(in->operands[i]->shape.dtype) || s->sh[in->operands[i]->id].manual)
+      return replicated_op(s, in);
+  dsh *el = tpu_arena_alloc(&s->m->arena, sizeof *el * (size_t)(n + 1));
+  tpu_instr **ops = tpu_calloc((size_t)(n + 1), sizeof *ops);
+  tpu_status st = el && ops ? TPU_OK : TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  for (int i = 0; st == TPU_OK && i < n; i++) {
+    ops[i] = s->val[in->operands[i]->id];
+    el[i] = s->sh[in->operands[i]->id];
+  }
+  if (st == TPU_OK) st = tpu_build_clone_instr(&s->b, s->c, in, ops, &s->val[in->id]);
+  if (st == TPU_OK) {
+    tpu_instr *x = s->val[in->id];
+    x->shape.elems = tpu_arena_alloc(&s->m->arena, sizeof *x->shape.elems * (size_t)(n + 1));
+    if (!x->shape.elems) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    for (int i = 0; st == TPU_OK && i < n; i++) x->shape.elems[i] = ops[i]->shape;
+  }
+  s->sh[in->id] = k_repl;
+  s->tsh[in->id] = el;
+  tpu_free(ops);
+  return st;
+}
+
+static tpu_status partition_instr(sp *s, const tpu_instr *in);
+
+/* Partitions computation `old` (a loop's condition or body) whose one parameter is the
+ * loop state with elements split as `el` (NULL: whole) into a new computation; for a body
+ * (`el_out` = el) the result's elements are resharded back to el, so every iteration sees
+ * the same splits. */
+static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int is_body, tpu_comp **out) {
+  sp saved = *s; /* the caller's frame */
+  tpu_status st = tpu_build_comp(&s->b, old->name, saved.c, out);
+  if (st != TPU_OK) return st;
+  int n = old->ninstrs;
+  s->old = (tpu_comp *)old;
+  s->c = *out;
+  s->pos = NULL;
+  s->val = tpu_calloc((size_t)(n + 1), sizeof *s->val);
+  s->sh = tpu_calloc((size_t)(n + 1), sizeof *s->sh);
+  s->tsh = tpu_calloc((size_t)(n + 1), sizeof *s->tsh);
+  if (!s->val || !s->sh || !s->tsh) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, old->loc, "out of memory");
+  const tpu_instr *p0 = old->nparams == 1 ? old->params[0] : NULL;
+  if (st == TPU_OK && !p0) st = fail_at(s, old->root, "a loop computation without exactly one parameter");
+  if (st == TPU_OK) { /* the state parameter, its elements per chip */
+    tpu_shape ps = p0->shape;
+    int nt = ps.dtype == TPU_TUPLE ? ps.ntuple : 0;
+    if (nt && el) {
+      ps.elems = tpu_arena_alloc(&s->m->arena, sizeof *ps.elems * (size_t)(nt + 1));
+      if (!ps.elems) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, old->loc, "out of memory");
+      for (int i = 0; st == TPU_OK && i < nt; i++)
+        ps.elems[i] = tpu_dtype_is_array(p0->shape.elems[i].dtype) ? local_shape(s, &p0->shape.elems[i], &el[i])
+                                                                  : p0->shape.elems[i];
+    }
+    tpu_instr *p;
+    if (st == TPU_OK) st = tpu_build_param(&s->b, s->c, 0, p0->name, &ps, &p);
+    if (st == TPU_OK) {
+      s->val[p0->id] = p;
+      s->sh[p0->id] = k_repl;
+      s->tsh[p0->id] = nt && el ? (dsh *)el : NULL;
+    }
+  }
+  for (int i = 0; st == TPU_OK && i < old->norder; i++)
+    if (old->order[i] != p0) st = partition_instr(s, old->order[i]);
+  if (st == TPU_OK) {
+    const tpu_instr *r = old->root;
+    tpu_instr *root = s->val[r->id];
+    if (is_body && r->shape.dtype == TPU_TUPLE) {
+      if (s->tsh[r->id]) {
+        st = reshard_tuple(s, root, s->tsh[r->id], el, r->loc, &root);
+      } else if (el) { /* a whole tuple: each chip takes its blocks */
+        dsh *whole = tpu_arena_alloc(&s->m->arena, sizeof *whole * (size_t)(r->shape.ntuple + 1));
+        if (!whole) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, r->loc, "out of memory");
+        for (int i = 0; st == TPU_OK && i < r->shape.ntuple; i++) whole[i] = k_repl;
+        if (st == TPU_OK) st = reshard_tuple(s, root, whole, el, r->loc, &root);
+      }
+    } else if (!is_body && tpu_dtype_is_array(r->shape.dtype)) {
+      st = reshard(s, root, &s->sh[r->id], &k_repl, r->loc, &root);
+    }
+    if (st == TPU_OK) {
+      tpu_build_set_root(s->c, root);
+      st = tpu_build_finish(&s->b, s->c);
+    }
+  }
+  tpu_free(s->val);
+  tpu_free(s->sh);
+  tpu_free(s->tsh);
+  s->old = saved.old;
+  s->c = saved.c;
+  s->val = saved.val;
+  s->sh = saved.sh;
+  s->tsh = saved.tsh;
+  s->pos = saved.pos;
+  return st;
+}
+
+/* A while loop keeps its state's splits through every iteration. */
+static tpu_status while_loop(sp *s, const tpu_instr *in) {
+  const tpu_instr *o = in->operands[0];
+  const dsh *el = s->tsh[o->id];
+  if (s->sh[o->id].manual) return replicated_op(s, in);
+  tpu_comp *cond, *body;
+  TPU_TRY(partition_comp(s, in->condition, el, 0, &cond));
+  TPU_TRY(partition_comp(s, in->body, el, 1, &body));
+  tpu_instr *x = s->val[o->id], *w;
+  TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, &x, &w));
+  w->shape = x->shape;
+  TPU_TRY(tpu_build_set_attr(&s->b, w, "condition", cond->name));
+  TPU_TRY(tpu_build_set_attr(&s->b, w, "body", body->name));
+  s->val[in->id] = w;
+  s->sh[in->id] = k_repl;
+  s->tsh[in->id] = (dsh *)el;
+  return TPU_OK;
+}
+
 /* One instruction of the entry computation. */
 static tpu_status partition_instr(sp *s, const tpu_instr *in) {
   int rank = tpu_dtype_is_array(in->shape.dtype) ? in->shape.rank : 0;
@@ -1085,7 +1242,7 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
     case TPU_OP_DYNAMIC_SLICE:
     case TPU_OP_DYNAMIC_UPDATE_SLICE: return dimwise_op(s, in);
     case TPU_OP_TUPLE:
-      if (in == s->old->root) { /* results keep their shardings (written on the root) */
+      if (in == s->old->root && s->old == s->m->entry) { /* results keep their shardings (written on the root) */
         tpu_instr **ops = tpu_calloc((size_t)(in->noperands + 1), sizeof *ops);
         if (!ops) return TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
         for (int i = 0; i < in->noperands; i++) ops[i] = s->val[in->operands[i]->id];
@@ -1100,7 +1257,17 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
         tpu_free(ops);
         return st;
       }
-      return replicated_op(s, in);
+      return split_tuple(s, in);
+    case TPU_OP_GET_TUPLE_ELEMENT: {
+      const tpu_instr *o = in->operands[0];
+      if (!s->tsh[o->id]) return replicated_op(s, in);
+      tpu_instr *x = s->val[o->id];
+      TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, &x, &s->val[in->id]));
+      s->val[in->id]->shape = x->shape.elems[in->index];
+      s->sh[in->id] = s->tsh[o->id][in->index];
+      return TPU_OK;
+    }
+    case TPU_OP_WHILE: return while_loop(s, in);
     default: break;
   }
   if (is_elementwise(in) && tpu_dtype_is_array(in->shape.dtype)) return elementwise(s, in);
@@ -1201,7 +1368,8 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
   int n = s.old->ninstrs;
   s.val = tpu_calloc((size_t)(n + 1), sizeof *s.val);
   s.sh = tpu_calloc((size_t)(n + 1), sizeof *s.sh);
-  if (st == TPU_OK && (!s.val || !s.sh)) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  s.tsh = tpu_calloc((size_t)(n + 1), sizeof *s.tsh);
+  if (st == TPU_OK && (!s.val || !s.sh || !s.tsh)) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   if (st == TPU_OK) st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
   for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_instr(&s, s.old->order[i]);
   if (st == TPU_OK) {
@@ -1226,6 +1394,7 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
   tpu_builder_deinit(&s.b);
   tpu_free(s.val);
   tpu_free(s.sh);
+  tpu_free(s.tsh);
   tpu_mesh_free(&own);
   if (st == TPU_OK) st = tpu_ir_verify(m, d);
   return st;

@@ -42,7 +42,8 @@ static void inputs(const tpu_module *m, tpu_tensor *args) {
 
 static int count_op(const tpu_module *m, tpu_opcode op) {
   int n = 0;
-  for (int i = 0; i < m->entry->ninstrs; i++) n += m->entry->instrs[i]->op == op;
+  for (int c = 0; c < m->ncomps; c++)
+    for (int i = 0; i < m->comps[c]->ninstrs; i++) n += m->comps[c]->instrs[i]->op == op;
   return n;
 }
 
@@ -209,6 +210,29 @@ int main(void) {
     }
     tpu_module_free(m);
   }
+  /* A loop (lax.scan / fori_loop) keeps its state split: the batch stays on x and y
+   * through every iteration; the per-iteration sum over the split batch is one
+   * all-reduce inside the body. */
+  snprintf(src, sizeof src,
+           MESH "%s"
+           "cond { s = (s32[], s32[8,4], s32[4,4], s32[4]) parameter(0)\n i = s32[] get-tuple-element(s), index=0\n"
+           " n = s32[] constant(3)\n ROOT c = pred[] compare(i, n), direction=LT }\n"
+           "body { s = (s32[], s32[8,4], s32[4,4], s32[4]) parameter(0)\n i = s32[] get-tuple-element(s), index=0\n"
+           " x = s32[8,4] get-tuple-element(s), index=1\n w = s32[4,4] get-tuple-element(s), index=2\n"
+           " a = s32[4] get-tuple-element(s), index=3\n"
+           " h = s32[8,4] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+           " k = s32[] constant(7)\n kb = s32[8,4] broadcast(k), dimensions={}\n x2 = s32[8,4] remainder(h, kb)\n"
+           " z = s32[] constant(0)\n r = s32[4] reduce(x2, z), dimensions={0}, to_apply=add\n"
+           " a2 = s32[4] add(a, r)\n one = s32[] constant(1)\n i2 = s32[] add(i, one)\n"
+           " ROOT t = (s32[], s32[8,4], s32[4,4], s32[4]) tuple(i2, x2, w, a2) }\n"
+           "ENTRY e {\n x = s32[8,4] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+           " w = s32[4,4] parameter(1)\n z = s32[] constant(0)\n a = s32[4] broadcast(z), dimensions={}\n"
+           " t = (s32[], s32[8,4], s32[4,4], s32[4]) tuple(z, x, w, a)\n"
+           " l = (s32[], s32[8,4], s32[4,4], s32[4]) while(t), condition=cond, body=body\n"
+           " xo = s32[8,4] get-tuple-element(l), index=1\n ao = s32[4] get-tuple-element(l), index=3\n"
+           " ROOT o = (s32[8,4], s32[4]) tuple(xo, ao)\n}\n",
+           k_add);
+  check("while loop", src, 1, 0, 0);
   /* Floats: a split contraction gives partial sums added in group order. */
   snprintf(src, sizeof src,
            MESH "ENTRY e {\n x = f32[4,8] parameter(0), " SDY("[{}, {\\\"x\\\",\\\"y\\\"}]") "\n"
