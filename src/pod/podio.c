@@ -320,12 +320,12 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
   char a[32], b[32];
   human(a, sizeof a, flops_per_s * (double)pc->ndev, "FLOP/s");
   human(b, sizeof b, tl->ici_bytes, "B");
-  char t[32];
-  if (step >= 1) snprintf(t, sizeof t, "%.4g s", step);
-  else if (step >= 1e-3) snprintf(t, sizeof t, "%.4g ms", step * 1e3);
-  else snprintf(t, sizeof t, "%.4g us", step * 1e6);
+  char ts[32];
+  if (step >= 1) snprintf(ts, sizeof ts, "%.4g s", step);
+  else if (step >= 1e-3) snprintf(ts, sizeof ts, "%.4g ms", step * 1e3);
+  else snprintf(ts, sizeof ts, "%.4g us", step * 1e6);
   fprintf(f, "pod: %lld chips, one step %s; the slice computes %s; each chip sends %s over ICI\n", (long long)pc->ndev,
-          t, a, b);
+          ts, a, b);
   double ici_busy = tl->total_cycles > 0 ? (double)tl->busy[TPU_UNIT_ICI] / (double)tl->total_cycles : 0;
   double ici_wait = tl->total_cycles > 0 ? (double)tl->ici_wait_cycles / (double)tl->total_cycles : 0;
   fprintf(f, "communication: ICI busy %.1f%% of the step, %.1f%% not hidden behind compute (waiting on ICI)\n",
