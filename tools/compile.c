@@ -32,7 +32,8 @@ static void usage(FILE *f) {
 }
 
 static int is_hlo_pass(const char *name) {
-  return !strcmp(name, "inline") || !strcmp(name, "simplify") || !strcmp(name, "fuse");
+  return !strcmp(name, "inline") || !strcmp(name, "spmd-partition") || !strcmp(name, "simplify") ||
+         !strcmp(name, "fuse");
 }
 
 int tpu_cli_compile(int argc, char **argv) {
@@ -100,7 +101,7 @@ int tpu_cli_compile(int argc, char **argv) {
   tpu_compile_opts o = {&chip, dump_after, out, precision, tpu_pod_coll_cost, &pc};
   tpu_status st;
   tpu_program *p = NULL;
-  int backend = !strcmp(emit, "asm") || (dump_after && !is_hlo_pass(dump_after));
+  int backend = dump_after ? !is_hlo_pass(dump_after) : !strcmp(emit, "asm");
   if (backend) st = tpu_compile(m, &o, &p, &d);
   else st = tpu_compile_hlo(m, &o, &d);
   if (st == TPU_OK && !dump_after) {

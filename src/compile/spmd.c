@@ -319,6 +319,7 @@ typedef struct {
   tpu_instr **val;         /* old id -> its per-chip value */
   dsh *sh;                 /* old id -> its sharding */
   dsh **tsh;               /* old id -> its elements' shardings when it is a tuple of arrays (NULL: whole) */
+  dsh **hint;              /* entry's old id of a while -> the splits its results are used with (NULL: none) */
   tpu_instr *pos;          /* this chip's mesh position (s32[]), built on first use */
   int channel;
   tpu_comp *adders[16];    /* add computations by dtype, for partial sums */
@@ -549,6 +550,13 @@ static tpu_status reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, t
   *out = x;
   if (!tpu_dtype_is_array(x->shape.dtype) || from->manual || to->manual) return TPU_OK;
   int rank = x->shape.rank;
+  if (x->op == TPU_OP_BROADCAST && x->noperands == 1 && x->operands[0]->shape.rank == 0 && !is_split(from, rank)) {
+    /* A scalar broadcast to a block: no need to build the whole array first. */
+    tpu_shape l = local_shape(s, &x->shape, to);
+    TPU_TRY(tpu_build_clone_instr(&s->b, s->c, x, x->operands, out));
+    (*out)->shape = l;
+    return TPU_OK;
+  }
   dsh cur = *from;
   for (int k = 0; k < rank; k++)
     if (cur.n[k] && !same_dim(&cur, k, to, k)) {
@@ -580,6 +588,12 @@ static tpu_status reshard_tuple(sp *s, tpu_instr *x, const dsh *el, const dsh *t
     return TPU_OK;
   }
   for (int i = 0; st == TPU_OK && i < n; i++) {
+    if (x->op == TPU_OP_TUPLE && x->noperands == n) { /* its elements directly */
+      parts[i] = x->operands[i];
+      if (tpu_dtype_is_array(x->shape.elems[i].dtype))
+        st = reshard(s, parts[i], &el[i], to ? &to[i] : &k_repl, loc, &parts[i]);
+      continue;
+    }
     st = instr(s, TPU_OP_GET_TUPLE_ELEMENT, "spmd.gte", &x->shape.elems[i], &x, 1, loc, &parts[i]);
     if (st == TPU_OK) {
       char ix[24];
@@ -728,6 +742,7 @@ static tpu_status reshape(sp *s, const tpu_instr *in) {
     int64_t rp = 1;
     int j = 0;
     while (j < r->rank && rp < pre) rp *= r->dims[j++];
+    while (j + 1 < r->rank && r->dims[j] == 1 && a->dims[k] != 1) j++; /* new unit dimensions */
     int ok = rp == pre && j < r->rank && r->dims[j] % f == 0 &&
              (r->dims[j] % a->dims[k] == 0 || a->dims[k] % r->dims[j] == 0);
     if (ok) {
@@ -781,42 +796,62 @@ static tpu_status reduce_axes(sp *s, tpu_instr *x, const int8_t *axes, int n, tp
   return set_groups(s, *out, axes, n);
 }
 
-static tpu_status dot(sp *s, const tpu_instr *in) {
+/* A way to run a dot: the operands' shardings, the result's, and the partial-sum axes. */
+typedef struct {
+  dsh L, R, out;
+  int8_t partial[MAXA];
+  int np, valid;
+  double cost; /* bytes gathered plus bytes all-reduced, per chip */
+} dot_plan;
+
+static double bytes_of(const tpu_shape *g) { return (double)tpu_shape_numel(g) * (double)tpu_dtype_size(g->dtype); }
+
+/* Bytes a chip receives to reshard an operand of global shape g from `from` to `to`: the
+ * block it ends with, when any split must be undone. */
+static double gather_cost(const sp *s, const tpu_shape *g, const dsh *from, const dsh *to) {
+  int gathers = 0;
+  double f = 1;
+  for (int k = 0; k < g->rank; k++) {
+    if (from->n[k] && !same_dim(from, k, to, k)) gathers = 1;
+    f *= (double)factor(s->mesh, to, k);
+  }
+  return gathers ? bytes_of(g) / f : 0;
+}
+
+static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh *R0, dot_plan *p) {
   const tpu_instr *lo = in->operands[0], *ro = in->operands[1];
-  const dsh *lh = &s->sh[lo->id], *rh = &s->sh[ro->id];
-  if (lh->manual || rh->manual) return replicated_op(s, in);
   const tpu_dot_dims *dd = &in->dot;
   int lr = lo->shape.rank, rr = ro->shape.rank;
-  dsh L = *lh, R = *rh, out = k_repl;
-  int8_t partial[MAXA];
-  int np = 0;
+  memset(p, 0, sizeof *p);
+  p->L = *L0;
+  p->R = *R0;
   /* Batch and contracting pairs: the lhs decides (the rhs follows); else the rhs. */
   for (int pass = 0; pass < 2; pass++) {
     const tpu_i64s *la = pass ? &dd->lhs_contract : &dd->lhs_batch;
     const tpu_i64s *ra = pass ? &dd->rhs_contract : &dd->rhs_batch;
     for (int i = 0; i < la->n; i++) {
       int kl = (int)la->v[i], kr = (int)ra->v[i];
-      if (L.n[kl]) {
-        R.n[kr] = L.n[kl];
-        memcpy(R.ax[kr], L.ax[kl], MAXA);
-      } else if (R.n[kr]) {
-        L.n[kl] = R.n[kr];
-        memcpy(L.ax[kl], R.ax[kr], MAXA);
+      if (p->L.n[kl]) {
+        p->R.n[kr] = p->L.n[kl];
+        memcpy(p->R.ax[kr], p->L.ax[kl], MAXA);
+      } else if (p->R.n[kr]) {
+        p->L.n[kl] = p->R.n[kr];
+        memcpy(p->L.ax[kl], p->R.ax[kr], MAXA);
       }
       if (pass)
-        for (int j = 0; j < L.n[kl]; j++) partial[np++] = L.ax[kl][j];
+        for (int j = 0; j < p->L.n[kl] && p->np < MAXA; j++) p->partial[p->np++] = p->L.ax[kl][j];
     }
   }
   /* Result dimensions: batch, lhs free, rhs free. */
   int rd = 0;
   for (int i = 0; i < dd->lhs_batch.n; i++, rd++) {
     int kl = (int)dd->lhs_batch.v[i];
-    out.n[rd] = L.n[kl];
-    memcpy(out.ax[rd], L.ax[kl], MAXA);
+    p->out.n[rd] = p->L.n[kl];
+    memcpy(p->out.ax[rd], p->L.ax[kl], MAXA);
   }
   for (int pass = 0; pass < 2; pass++) {
     int rank = pass ? rr : lr;
-    dsh *X = pass ? &R : &L;
+    dsh *X = pass ? &p->R : &p->L;
     const tpu_i64s *b = pass ? &dd->rhs_batch : &dd->lhs_batch, *c = pass ? &dd->rhs_contract : &dd->lhs_contract;
     for (int k = 0; k < rank; k++) {
       int used = 0;
@@ -824,30 +859,57 @@ static tpu_status dot(sp *s, const tpu_instr *in) {
       for (int i = 0; i < c->n; i++) used |= c->v[i] == k;
       if (used) continue;
       /* A free dimension's axes must not split the other operand too. */
-      const dsh *Y = pass ? &L : &R;
+      const dsh *Y = pass ? &p->L : &p->R;
       int clash = 0;
       for (int i = 0; i < X->n[k]; i++) clash |= has_axis(Y, pass ? lr : rr, X->ax[k][i]);
       if (clash) X->n[k] = 0;
-      out.n[rd] = X->n[k];
-      memcpy(out.ax[rd], X->ax[k], MAXA);
+      p->out.n[rd] = X->n[k];
+      memcpy(p->out.ax[rd], X->ax[k], MAXA);
       rd++;
     }
   }
-  int valid = fits(s, &lo->shape, &L) && fits(s, &ro->shape, &R) && fits(s, &in->shape, &out);
-  for (int i = 0; valid && i < np; i++) valid = !has_axis(&out, in->shape.rank, partial[i]);
-  if (!valid) return replicated_op(s, in);
+  p->valid = fits(s, &lo->shape, &p->L) && fits(s, &ro->shape, &p->R) && fits(s, &in->shape, &p->out);
+  for (int i = 0; p->valid && i < p->np; i++) p->valid = !has_axis(&p->out, in->shape.rank, p->partial[i]);
+  if (!p->valid) return;
+  tpu_shape lout = local_shape(s, &in->shape, &p->out);
+  p->cost = gather_cost(s, &lo->shape, L0, &p->L) + gather_cost(s, &ro->shape, R0, &p->R) +
+            (p->np ? 2 * bytes_of(&lout) : 0);
+}
+
+/* dot: of the ways to run it — keep both operands' splits (split contractions become
+ * partial sums), gather the rhs whole, gather the lhs whole, or both — the one that moves
+ * the fewest bytes per chip (FSDP: the weights are gathered, the batch stays split). */
+static tpu_status dot(sp *s, const tpu_instr *in) {
+  const tpu_instr *lo = in->operands[0], *ro = in->operands[1];
+  const dsh *lh = &s->sh[lo->id], *rh = &s->sh[ro->id];
+  if (lh->manual || rh->manual) return replicated_op(s, in);
+  const tpu_dot_dims *dd = &in->dot;
+  dot_plan best, p;
+  plan_dot(s, in, lh, rh, &best);
+  dsh lnc = *lh, rnc = *rh; /* without their contracting splits */
+  for (int i = 0; i < dd->lhs_contract.n; i++) lnc.n[dd->lhs_contract.v[i]] = 0;
+  for (int i = 0; i < dd->rhs_contract.n; i++) rnc.n[dd->rhs_contract.v[i]] = 0;
+  const dsh *cands[3][2] = {{&lnc, &k_repl}, {&k_repl, &rnc}, {&k_repl, &k_repl}};
+  for (int c = 0; c < 3; c++) {
+    plan_dot(s, in, cands[c][0], cands[c][1], &p);
+    /* The cost of a candidate counts gathering from the operands' real splits. */
+    if (p.valid)
+      p.cost += gather_cost(s, &lo->shape, lh, cands[c][0]) + gather_cost(s, &ro->shape, rh, cands[c][1]);
+    if (p.valid && (!best.valid || p.cost < best.cost)) best = p;
+  }
+  if (!best.valid) return replicated_op(s, in);
   tpu_instr *ops[2], *x;
-  TPU_TRY(operand_as(s, in, 0, &L, &ops[0]));
-  TPU_TRY(operand_as(s, in, 1, &R, &ops[1]));
+  TPU_TRY(operand_as(s, in, 0, &best.L, &ops[0]));
+  TPU_TRY(operand_as(s, in, 1, &best.R, &ops[1]));
   TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, ops, &x));
-  x->shape = local_shape(s, &in->shape, &out);
-  if (np) {
+  x->shape = local_shape(s, &in->shape, &best.out);
+  if (best.np) {
     tpu_comp *add;
     TPU_TRY(adder(s, in->shape.dtype, &add));
-    TPU_TRY(reduce_axes(s, x, partial, np, add, in->loc, &x));
+    TPU_TRY(reduce_axes(s, x, best.partial, best.np, add, in->loc, &x));
   }
   s->val[in->id] = x;
-  s->sh[in->id] = out;
+  s->sh[in->id] = best.out;
   return TPU_OK;
 }
 
@@ -924,9 +986,19 @@ static tpu_status reduce(sp *s, const tpu_instr *in) {
 static tpu_status dimwise(sp *s, const tpu_instr *in, const int *keep) {
   const tpu_instr *o = in->operands[0];
   if (s->sh[o->id].manual || o->shape.rank != in->shape.rank) return replicated_op(s, in);
-  dsh h = s->sh[o->id];
-  for (int k = 0; k < in->shape.rank; k++)
-    if (!keep[k]) h.n[k] = 0;
+  /* The most split operand of the result's rank decides (a dynamic-update-slice into a
+   * whole buffer takes its update's split). */
+  dsh h = k_repl;
+  int bn = -1;
+  for (int i = 0; i < in->noperands; i++) {
+    const tpu_instr *x = in->operands[i];
+    if (!tpu_dtype_is_array(x->shape.dtype) || x->shape.rank != in->shape.rank || s->sh[x->id].manual) continue;
+    dsh c = s->sh[x->id];
+    for (int k = 0; k < in->shape.rank; k++)
+      if (!keep[k]) c.n[k] = 0;
+    int n = nsplit(&c, in->shape.rank);
+    if (n > bn && fits(s, &in->shape, &c) && fits(s, &x->shape, &c)) bn = n, h = c;
+  }
   if (!fits(s, &in->shape, &h) || !fits(s, &o->shape, &h)) return replicated_op(s, in);
   tpu_instr **ops = tpu_calloc((size_t)(in->noperands + 1), sizeof *ops);
   if (!ops) return TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
@@ -1053,7 +1125,8 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in);
  * loop state with elements split as `el` (NULL: whole) into a new computation; for a body
  * (`el_out` = el) the result's elements are resharded back to el, so every iteration sees
  * the same splits. */
-static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int is_body, tpu_comp **out) {
+static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int is_body, dsh *root_el,
+                                 tpu_comp **out) {
   sp saved = *s; /* the caller's frame */
   tpu_status st = tpu_build_comp(&s->b, old->name, saved.c, out);
   if (st != TPU_OK) return st;
@@ -1091,6 +1164,7 @@ static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int 
     const tpu_instr *r = old->root;
     tpu_instr *root = s->val[r->id];
     if (is_body && r->shape.dtype == TPU_TUPLE) {
+      for (int i = 0; root_el && i < r->shape.ntuple; i++) root_el[i] = s->tsh[r->id] ? s->tsh[r->id][i] : k_repl;
       if (s->tsh[r->id]) {
         st = reshard_tuple(s, root, s->tsh[r->id], el, r->loc, &root);
       } else if (el) { /* a whole tuple: each chip takes its blocks */
@@ -1119,15 +1193,58 @@ static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int 
   return st;
 }
 
-/* A while loop keeps its state's splits through every iteration. */
+/* A while loop keeps its state's splits through every iteration. An element that enters
+ * whole but that the body computes split (a scan's stacked outputs, written one slice at
+ * a time) is split from the start instead: the body is partitioned again with it split,
+ * and the initial value sliced (no communication). */
 static tpu_status while_loop(sp *s, const tpu_instr *in) {
   const tpu_instr *o = in->operands[0];
-  const dsh *el = s->tsh[o->id];
-  if (s->sh[o->id].manual) return replicated_op(s, in);
+  if (s->sh[o->id].manual || o->shape.dtype != TPU_TUPLE) return replicated_op(s, in);
+  int nt = o->shape.ntuple;
+  dsh *el = tpu_arena_alloc(&s->m->arena, sizeof *el * (size_t)(nt + 1));
+  dsh *got = tpu_calloc((size_t)(nt + 1), sizeof *got);
+  if (!el || !got) {
+    tpu_free(got);
+    return TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  }
+  for (int i = 0; i < nt; i++) {
+    el[i] = s->tsh[o->id] ? s->tsh[o->id][i] : k_repl;
+    /* A whole element that the entry uses split after the loop (gradients accumulated
+     * in a scan, then applied to split parameters) starts split. */
+    const dsh *hi = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
+    if (hi && !is_split(&el[i], o->shape.elems[i].rank) && tpu_dtype_is_array(o->shape.elems[i].dtype) &&
+        fits(s, &o->shape.elems[i], &hi[i]))
+      el[i] = hi[i];
+  }
   tpu_comp *cond, *body;
-  TPU_TRY(partition_comp(s, in->condition, el, 0, &cond));
-  TPU_TRY(partition_comp(s, in->body, el, 1, &body));
+  tpu_status st = TPU_OK;
+  for (int round = 0; st == TPU_OK && round < 3; round++) {
+    st = partition_comp(s, in->body, el, 1, got, &body);
+    int changed = 0;
+    for (int i = 0; st == TPU_OK && i < nt; i++)
+      if (tpu_dtype_is_array(o->shape.elems[i].dtype) && !is_split(&el[i], o->shape.elems[i].rank) &&
+          is_split(&got[i], o->shape.elems[i].rank) && !got[i].manual && fits(s, &o->shape.elems[i], &got[i])) {
+        el[i] = got[i];
+        changed = 1;
+      }
+    if (!changed) break;
+  }
+  tpu_free(got);
+  TPU_TRY(st);
+  TPU_TRY(partition_comp(s, in->condition, el, 0, NULL, &cond));
   tpu_instr *x = s->val[o->id], *w;
+  {
+    const dsh *from = s->tsh[o->id];
+    dsh *whole = NULL;
+    if (!from) {
+      whole = tpu_calloc((size_t)(nt + 1), sizeof *whole);
+      if (!whole) return TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+      from = whole;
+    }
+    st = reshard_tuple(s, x, from, el, in->loc, &x);
+    tpu_free(whole);
+    TPU_TRY(st);
+  }
   TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, &x, &w));
   w->shape = x->shape;
   TPU_TRY(tpu_build_set_attr(&s->b, w, "condition", cond->name));
@@ -1297,6 +1414,52 @@ static tpu_status root_sharding(sp *s, tpu_instr *root) {
   return st;
 }
 
+/* After a pass over the entry: for every whole value used only... by elementwise ops of its
+ * shape, the split those uses got (followed back through chains of elementwise ops);
+ * a while loop's result elements read through get-tuple-element then give the loop its
+ * hints. Returns with s->hint NULL when no loop would change. */
+static tpu_status loop_hints(sp *s) {
+  const tpu_comp *c = s->old;
+  int n = c->ninstrs, any = 0;
+  dsh *want = tpu_calloc((size_t)(n + 1), sizeof *want);
+  if (!want) return TPU_FAIL(s->d, TPU_ERR_NOMEM, c->loc, "out of memory");
+  for (int i = c->norder - 1; i >= 0; i--) {
+    const tpu_instr *u = c->order[i];
+    if (!is_elementwise(u) || !tpu_dtype_is_array(u->shape.dtype)) continue;
+    const dsh *h = is_split(&s->sh[u->id], u->shape.rank) ? &s->sh[u->id] : &want[u->id];
+    if (!is_split(h, u->shape.rank) || h->manual) continue;
+    for (int k = 0; k < u->noperands; k++) {
+      const tpu_instr *o = u->operands[k];
+      if (o->shape.rank != u->shape.rank || is_split(&s->sh[o->id], o->shape.rank) || is_split(&want[o->id], o->shape.rank))
+        continue;
+      want[o->id] = *h;
+    }
+  }
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *g = c->order[i];
+    if (g->op != TPU_OP_GET_TUPLE_ELEMENT || g->operands[0]->op != TPU_OP_WHILE || !is_split(&want[g->id], g->shape.rank))
+      continue;
+    const tpu_instr *w = g->operands[0];
+    if (!s->hint) {
+      s->hint = tpu_calloc((size_t)(n + 1), sizeof *s->hint);
+      if (!s->hint) break;
+    }
+    if (!s->hint[w->id]) {
+      s->hint[w->id] = tpu_arena_alloc(&s->m->arena, sizeof(dsh) * (size_t)(w->shape.ntuple + 1));
+      if (!s->hint[w->id]) break;
+      memset(s->hint[w->id], 0, sizeof(dsh) * (size_t)(w->shape.ntuple + 1));
+    }
+    s->hint[w->id][g->index] = want[g->id];
+    any = 1;
+  }
+  tpu_free(want);
+  if (!any) {
+    tpu_free(s->hint);
+    s->hint = NULL;
+  }
+  return TPU_OK;
+}
+
 int tpu_spmd_needed(const tpu_module *m) {
   for (int i = 0; i < m->nattrs; i++)
     if (!strcmp(m->attrs[i].name, "num_partitions") || !strcmp(m->attrs[i].name, "replica_count")) return 0;
@@ -1370,8 +1533,20 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
   s.sh = tpu_calloc((size_t)(n + 1), sizeof *s.sh);
   s.tsh = tpu_calloc((size_t)(n + 1), sizeof *s.tsh);
   if (st == TPU_OK && (!s.val || !s.sh || !s.tsh)) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  /* A first, discarded pass shows the splits values are used with; loops whose results
+   * are used split keep them split inside (hints), then the real pass. */
   if (st == TPU_OK) st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
   for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_instr(&s, s.old->order[i]);
+  if (st == TPU_OK) st = loop_hints(&s);
+  if (st == TPU_OK && s.hint) {
+    memset(s.val, 0, sizeof *s.val * (size_t)(n + 1));
+    memset(s.sh, 0, sizeof *s.sh * (size_t)(n + 1));
+    memset(s.tsh, 0, sizeof *s.tsh * (size_t)(n + 1));
+    s.pos = NULL;
+    s.channel = 0;
+    st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
+    for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_instr(&s, s.old->order[i]);
+  }
   if (st == TPU_OK) {
     tpu_instr *root = s.val[s.old->root->id];
     tpu_build_set_root(s.c, root);
@@ -1395,6 +1570,7 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
   tpu_free(s.val);
   tpu_free(s.sh);
   tpu_free(s.tsh);
+  tpu_free(s.hint);
   tpu_mesh_free(&own);
   if (st == TPU_OK) st = tpu_ir_verify(m, d);
   return st;
