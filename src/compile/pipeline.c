@@ -25,7 +25,7 @@ static tpu_status tpu__pass_spmd(tpu_module *m, const tpu_compile_opts *o, tpu_d
   tpu_mesh mesh;
   int found;
   TPU_TRY(tpu_mesh_from_module(m, &mesh, &found, d));
-  tpu_status st = found && mesh.ndev > 1 ? tpu_spmd_partition(m, &mesh, d) : TPU_OK;
+  tpu_status st = found ? tpu_spmd_partition(m, &mesh, d) : TPU_OK;
   tpu_mesh_free(&mesh);
   return st;
 }

@@ -1,0 +1,28 @@
+#!/bin/sh
+# tpusim run on JAX's lowered (unpartitioned) sharded programs: partitioned by tpusim over
+# the module's mesh (or --mesh); a 70B-shaped two-layer step that needs 160 GB on one chip
+# fits each of 16 v5e chips with FSDP; shard_map values; one-line errors.
+set -u
+BIN="$1"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+L=examples/spmd/llama70b_2layers.hlo
+
+"$BIN" run $L --mode timing --chip v5e > "$T/out" 2> "$T/err" || fail "FSDP over 16 chips exited $?: $(cat "$T/err")"
+grep -q "^spmd-partition: 16 chips (mesh fsdp=16)" "$T/out" || fail "no partition line"
+grep -q "^pod: 16 devices" "$T/out" || fail "not run as a pod of 16"
+grep -Eq "^memory: each chip holds at most [0-9.]+ GB of its 17.18 GB HBM" "$T/out" || fail "no per-chip memory line"
+grep -q "all-gather" "$T/out" || fail "FSDP gathers no weights"
+
+"$BIN" run $L --mode timing --chip v5e --mesh fsdp=1 > /dev/null 2> "$T/err"
+[ $? -eq 2 ] || fail "one chip did not refuse the 160 GB program"
+grep -q "error: program needs [0-9]* bytes of HBM; v5e has 17179869184" "$T/err" || fail "HBM message: $(cat "$T/err")"
+
+"$BIN" run $L --mode timing --mesh fsdp=two > /dev/null 2> "$T/err"
+[ $? -eq 2 ] || fail "a bad --mesh did not exit 2"
+grep -q "error: .*--mesh" "$T/err" || fail "bad mesh message: $(cat "$T/err")"
+
+[ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
+exit $fails
