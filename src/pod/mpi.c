@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include "base/strbuf.h"
+#include "ir/collective.h"
 
 int tpu_mpi_launched(void) {
   const char *v = getenv("OMPI_COMM_WORLD_SIZE");
@@ -146,8 +147,28 @@ static tpu_status allgatherv(mpi_state *s, const char *mine, size_t n, char **re
   return TPU_OK;
 }
 
-static tpu_status exchange(void *user, int64_t key, int failed, const tpu_diag *why, const tpu_tensor *const **ops,
-                           int nops, tpu_diag *d) {
+/* need[e] = 1 for every device whose operands one of the devices [lo, hi) reads at `in`. */
+static tpu_status needs(const mpi_state *s, const tpu_instr *in, int64_t lo, int64_t hi, unsigned char *need,
+                        int64_t *members, tpu_diag *d) {
+  int64_t replicas, partitions;
+  tpu_module_device_grid(in->parent->module, &replicas, &partitions);
+  memset(need, 0, (size_t)s->ndev);
+  for (int64_t dev = lo; dev < hi; dev++) {
+    if (tpu_collective_base(in->op) == TPU_OP_COLLECTIVE_PERMUTE) {
+      int64_t src;
+      TPU_TRY(tpu_collective_permute_source(in, replicas, partitions, dev, &src, d));
+      if (src >= 0) need[src] = 1;
+      continue;
+    }
+    int64_t n, self;
+    TPU_TRY(tpu_collective_members(in, replicas, partitions, dev, members, &n, &self, d));
+    for (int64_t i = 0; i < n; i++) need[members[i]] = 1;
+  }
+  return TPU_OK;
+}
+
+static tpu_status exchange(void *user, int64_t key, const tpu_instr *in, int failed, const tpu_diag *why,
+                           const tpu_tensor *const **ops, int nops, tpu_diag *d) {
   mpi_state *s = user;
   header h;
   memset(&h, 0, sizeof h);
@@ -179,33 +200,65 @@ static tpu_status exchange(void *user, int64_t key, int failed, const tpu_diag *
                       whatr);
     }
   if (key == TPU_POD_KEY_END) return TPU_OK;
-  int64_t first = block_start(s->ndev, s->nranks, s->rank), last = block_start(s->ndev, s->nranks, s->rank + 1);
-  tpu_strbuf b;
-  tpu_strbuf_init(&b);
-  for (int64_t dev = first; dev < last; dev++)
-    for (int k = 0; k < nops; k++) put_tensor(&b, ops[dev][k]);
-  if (b.oom) {
-    tpu_strbuf_deinit(&b);
-    return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "MPI: out of memory");
+  /* Only what the other ranks' devices read: rank q gets my devices that its devices'
+   * groups (or permute sources) name; I get theirs that mine name. Both sides derive the
+   * same lists from the instruction, so the counts agree. */
+  int R = s->nranks;
+  int64_t first = block_start(s->ndev, R, s->rank), last = block_start(s->ndev, R, s->rank + 1);
+  unsigned char *mine = tpu_malloc((size_t)s->ndev), *theirs = tpu_malloc((size_t)s->ndev);
+  int64_t *members = tpu_malloc(sizeof *members * (size_t)s->ndev);
+  int *scount = tpu_calloc((size_t)R, sizeof *scount), *sdisp = tpu_calloc((size_t)R, sizeof *sdisp);
+  int *rcount = tpu_calloc((size_t)R, sizeof *rcount), *rdisp = tpu_calloc((size_t)R, sizeof *rdisp);
+  tpu_strbuf out;
+  tpu_strbuf_init(&out);
+  tpu_status st = mine && theirs && members && scount && sdisp && rcount && rdisp
+                      ? TPU_OK
+                      : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "MPI: out of memory");
+  if (st == TPU_OK) st = needs(s, in, first, last, mine, members, d);
+  /* What each rank needs of mine, serialized rank by rank. */
+  for (int q = 0; q < R; q++) {
+    sdisp[q] = (int)out.len;
+    if (st != TPU_OK || q == s->rank) continue;
+    int64_t qlo = block_start(s->ndev, R, q), qhi = block_start(s->ndev, R, q + 1);
+    st = needs(s, in, qlo, qhi, theirs, members, d);
+    for (int64_t dev = first; st == TPU_OK && dev < last; dev++)
+      if (theirs[dev])
+        for (int k = 0; k < nops; k++) put_tensor(&out, ops[dev][k]);
+    if (out.len > INT_MAX) st = TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "MPI: over 2 GiB of operands for one rank");
+    scount[q] = (int)(out.len - (size_t)sdisp[q]);
   }
-  char *recv = NULL;
-  int *counts = tpu_calloc((size_t)s->nranks, sizeof *counts), *displs = tpu_calloc((size_t)s->nranks, sizeof *displs);
-  tpu_status st = counts && displs ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "MPI: out of memory");
-  /* Every rank must take part in both calls even if it ran out of memory: it then sends
-   * nothing and reports the error after. */
-  if (st == TPU_OK) st = allgatherv(s, b.s ? b.s : "", b.len, &recv, counts, displs, d);
-  tpu_strbuf_deinit(&b);
-  int64_t nrem = (s->ndev - (last - first)) * nops;
+  if (out.oom && st == TPU_OK) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "MPI: out of memory");
+  if (st != TPU_OK) { /* take part anyway, sending nothing, so no rank hangs */
+    memset(scount, 0, sizeof *scount * (size_t)R);
+    memset(sdisp, 0, sizeof *sdisp * (size_t)R);
+  }
+  MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, MPI_COMM_WORLD);
+  int64_t total = 0;
+  for (int q = 0; q < R; q++) {
+    rdisp[q] = (int)total;
+    total += rcount[q];
+  }
+  char *recv = total <= INT_MAX ? tpu_malloc((size_t)(total ? total : 1)) : NULL;
+  if (!recv) { /* still complete the exchange (receive nothing) and report */
+    memset(rcount, 0, sizeof *rcount * (size_t)R);
+    if (st == TPU_OK) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "MPI: out of memory receiving operands");
+  }
+  MPI_Alltoallv(out.s ? out.s : "", scount, sdisp, MPI_BYTE, recv ? recv : (char *)&total, rcount, rdisp, MPI_BYTE,
+                MPI_COMM_WORLD);
+  tpu_strbuf_deinit(&out);
+  int64_t nrem = 0;
+  for (int64_t dev = 0; mine && dev < s->ndev; dev++) nrem += mine[dev] && (dev < first || dev >= last);
+  nrem *= nops;
   if (st == TPU_OK) {
     s->remote = tpu_calloc((size_t)(nrem ? nrem : 1), sizeof *s->remote);
     s->ptrs = tpu_calloc((size_t)(nrem ? nrem : 1), sizeof *s->ptrs);
     if (!s->remote || !s->ptrs) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "MPI: out of memory");
   }
-  for (int r = 0; st == TPU_OK && r < s->nranks; r++) {
-    if (r == s->rank) continue;
-    reader rd = {recv + displs[r], recv + displs[r] + counts[r]};
-    for (int64_t dev = block_start(s->ndev, s->nranks, r); st == TPU_OK && dev < block_start(s->ndev, s->nranks, r + 1);
-         dev++) {
+  for (int q = 0; st == TPU_OK && q < R; q++) {
+    if (q == s->rank) continue;
+    reader rd = {recv + rdisp[q], recv + rdisp[q] + rcount[q]};
+    for (int64_t dev = block_start(s->ndev, R, q); st == TPU_OK && dev < block_start(s->ndev, R, q + 1); dev++) {
+      if (!mine[dev]) continue;
       const tpu_tensor **arr = s->ptrs + s->nremote;
       for (int k = 0; st == TPU_OK && k < nops; k++) {
         st = get_tensor(&rd, &s->remote[s->nremote], 0, d);
@@ -214,9 +267,18 @@ static tpu_status exchange(void *user, int64_t key, int failed, const tpu_diag *
       ops[dev] = (const tpu_tensor *const *)arr;
     }
   }
+  /* Every rank must agree on the outcome (a local failure, e.g. memory, ends them all). */
+  int bad = st != TPU_OK, anybad = 0;
+  MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (anybad && st == TPU_OK) st = TPU_FAIL(d, TPU_ERR_RUNTIME, tpu_noloc(), "another rank failed trading operands");
   tpu_free(recv);
-  tpu_free(counts);
-  tpu_free(displs);
+  tpu_free(mine);
+  tpu_free(theirs);
+  tpu_free(members);
+  tpu_free(scount);
+  tpu_free(sdisp);
+  tpu_free(rcount);
+  tpu_free(rdisp);
   if (st != TPU_OK) release_remote(s);
   return st;
 }

@@ -86,7 +86,7 @@ static void check_same_locked(pod *p, int64_t me, const char *phase) {
 static void trade_locked(pod *p, int64_t me, const tpu_instr *in) {
   tpu_diag d;
   memset(&d, 0, sizeof d);
-  tpu_status st = p->tr->exchange(p->tr->user, TPU_POD_KEY(in), 0, NULL, p->ops, in->noperands, &d);
+  tpu_status st = p->tr->exchange(p->tr->user, TPU_POD_KEY(in), in, 0, NULL, p->ops, in->noperands, &d);
   if (st != TPU_OK) {
     p->trade_failed = 1;
     abort_locked(p, -1, &d);
@@ -256,7 +256,7 @@ tpu_status tpu_pod_run_dist(const tpu_module *m, const tpu_pod_transport *tr, tp
     if (p.aborted) report(&p, &mine);
     if (p.trade_failed) {
       /* every process saw the failed exchange: nothing more to agree on */
-    } else if (tr->exchange(tr->user, TPU_POD_KEY_END, p.aborted, p.aborted ? &mine : NULL, p.ops, 0, &e) != TPU_OK) {
+    } else if (tr->exchange(tr->user, TPU_POD_KEY_END, NULL, p.aborted, p.aborted ? &mine : NULL, p.ops, 0, &e) != TPU_OK) {
       if (!p.aborted) {
         p.aborted = 1;
         p.origin = -1;

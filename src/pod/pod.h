@@ -29,10 +29,11 @@ typedef struct tpu_pod_transport {
   int64_t first, count; /* the devices this process runs: [first, first + count) */
   /* Every process calls it with the same sequence of keys. It returns an error (the same
    * in every process) when any process posted another key or a failure (`failed` with its
-   * diagnostic in *why); otherwise ops[dev] of every other process's device points to
-   * that device's nops operands, held until `release`. */
-  tpu_status (*exchange)(void *user, int64_t key, int failed, const tpu_diag *why, const tpu_tensor *const **ops,
-                         int nops, tpu_diag *d);
+   * diagnostic in *why); otherwise ops[dev] of every other process's device that one of
+   * this process's devices reads at collective `in` (NULL at the end) points to that
+   * device's nops operands, held until `release`. */
+  tpu_status (*exchange)(void *user, int64_t key, const tpu_instr *in, int failed, const tpu_diag *why,
+                         const tpu_tensor *const **ops, int nops, tpu_diag *d);
   void (*release)(void *user);
   /* After the run: the other processes' results into outs[] of the process of rank 0. */
   tpu_status (*gather)(void *user, tpu_tensor *outs, tpu_diag *d);
