@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""spmd_compare.py: tpusim's partitioner against XLA's, program by program.
+
+For every case directory holding `prog.hlo` (JAX's lowered, unpartitioned program with its
+shardings) and `opt.hlo` (the same program partitioned and optimized by XLA), it times both
+with `tpusim run --mode timing --top 0` — prog.hlo partitioned by tpusim's own
+`spmd-partition`, opt.hlo as XLA partitioned it — and compares the collectives (kinds and
+counts), the bytes each chip sends over ICI, and the step time.
+
+    python3 bench/spmd_compare.py --tpusim build/tpusim tests/pod/cases [--chip v5e] [--markdown]
+
+Prints one row per case and a summary; --markdown prints the table for docs/spmd.md.
+"""
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+
+
+def timing(tpusim, path, chip):
+    r = subprocess.run([tpusim, "run", path, "--mode", "timing", "--chip", chip, "--top", "0"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
+    out = r.stdout
+    m = re.search(r"^step time: .*\((\d+) cycles at ([0-9.]+) GHz\)", out, re.M)
+    step = int(m.group(1)) / (float(m.group(2)) * 1e9) if m else float("nan")
+    kinds = collections.Counter()
+    sent = 0.0
+    in_table = False
+    for line in out.splitlines():
+        if line.startswith("collectives:"):
+            in_table = True
+            continue
+        if in_table:
+            if not line.startswith("  ") or line.strip().startswith("op "):
+                if not line.startswith("  "):
+                    in_table = False
+                continue
+            f = line.split()
+            if len(f) < 8:
+                continue
+            kind, count, sent_b = f[1], int(f[3]), float(f[6])
+            kinds[kind.replace("-start", "")] += count
+            sent += sent_b * count
+    return {"step": step, "kinds": kinds, "sent": sent}, None
+
+
+def fmt_kinds(k):
+    return ", ".join(f"{n}x {kind}" for kind, n in sorted(k.items())) or "none"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cases")
+    ap.add_argument("--tpusim", default="build/tpusim")
+    ap.add_argument("--chip", default="v5e")
+    ap.add_argument("--markdown", action="store_true")
+    a = ap.parse_args()
+    rows = []
+    for name in sorted(os.listdir(a.cases)):
+        d = os.path.join(a.cases, name)
+        prog, opt = os.path.join(d, "prog.hlo"), os.path.join(d, "opt.hlo")
+        if not (os.path.exists(prog) and os.path.exists(opt)):
+            continue
+        ours, err_o = timing(a.tpusim, prog, a.chip)
+        xla, err_x = timing(a.tpusim, opt, a.chip)
+        rows.append((name, ours, err_o, xla, err_x))
+    same_kinds = no_worse = within10 = both = 0
+    if a.markdown:
+        print("| case | XLA collectives | tpusim collectives | bytes/chip XLA | tpusim | step XLA | tpusim |")
+        print("|---|---|---|---:|---:|---:|---:|")
+    for name, ours, err_o, xla, err_x in rows:
+        if not ours or not xla:
+            msg = f"tpusim: {err_o}" if not ours else f"XLA's program: {err_x}"
+            print(f"| {name} | {msg} | | | | | |" if a.markdown else f"{name}: FAILED ({msg})")
+            continue
+        both += 1
+        sk = set(ours["kinds"]) == set(xla["kinds"])
+        nw = ours["sent"] <= xla["sent"] * 1.0001 + 1
+        w10 = abs(ours["step"] - xla["step"]) <= 0.10 * xla["step"]
+        same_kinds += sk
+        no_worse += nw
+        within10 += w10
+        if a.markdown:
+            print(f"| {name} | {fmt_kinds(xla['kinds'])} | {fmt_kinds(ours['kinds'])} | {xla['sent']:.4g} | "
+                  f"{ours['sent']:.4g} | {xla['step'] * 1e6:.4g} us | {ours['step'] * 1e6:.4g} us |")
+        else:
+            print(f"{name}: XLA {fmt_kinds(xla['kinds'])}, {xla['sent']:.4g} B/chip, {xla['step'] * 1e6:.4g} us | "
+                  f"tpusim {fmt_kinds(ours['kinds'])}, {ours['sent']:.4g} B/chip, {ours['step'] * 1e6:.4g} us"
+                  f"{'' if sk else '  [kinds differ]'}{'' if nw else '  [more bytes]'}{'' if w10 else '  [step > 10% off]'}")
+    print()
+    print(f"{both} of {len(rows)} cases timed both ways; same collective kinds {same_kinds}/{both}; "
+          f"bytes per chip no worse than XLA's {no_worse}/{both}; step time within 10 % {within10}/{both}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
