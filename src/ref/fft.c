@@ -182,8 +182,9 @@ tpu_status tpu__ref_fft(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *c
   } else {
     /* IRFFT: the half spectrum goes into the first `half` columns; inverse transforms
      * along the leading fft dims (on those columns), then each row is extended
-     * Hermitian-symmetrically (the imaginary parts of bin 0 and, for an even length, bin
-     * n/2 are ignored) and inverse transformed; the result is the real part. */
+     * Hermitian-symmetrically (bin k > n/2 = conj(bin n-k)) and inverse transformed; the
+     * result is the real part, so the imaginary parts of bin 0 and (even n) bin n/2
+     * never reach it, as in numpy's irfftn. */
     for (int64_t row = 0; row < rows; row++)
       for (int64_t k = 0; k < last; k++) {
         int64_t e = row * half + k;
@@ -192,8 +193,6 @@ tpu_status tpu__ref_fft(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *c
     ok = transform_axes(w, R, wd, R - r, R - 1, 1);
     for (int64_t row = 0; ok && row < rows; row++) {
       zc *x = w + row * last;
-      x[0] = creal(x[0]);
-      if (last % 2 == 0) x[last / 2] = creal(x[last / 2]);
       for (int64_t k = half; k < last; k++) x[k] = conj(x[last - k]);
     }
     if (ok) ok = transform_axes(w, R, wd, R - 1, R, 1);
