@@ -1,4 +1,5 @@
-/* The back end on complex programs: elementwise costs per complex element (docs/timing.md),
+/* The compiler on complex programs: the HLO passes keep complex values (no real-number
+ * identities on complex constants); elementwise costs per complex element (docs/timing.md),
  * fft as 5 N log2 N flops on the vector unit plus transpose-unit shuffles, a complex dot
  * as four real matmuls; each program lowers and times. */
 #include <math.h>
@@ -12,6 +13,7 @@
 #include "compile/compile.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"
+#include "ref/ref.h"
 
 static tpu_chip g_chip;
 
@@ -174,12 +176,50 @@ static void complex_dot(void) {
   }
 }
 
+/* x + (0, 5i), x * (1, 3i), x * (1, 0i), x - (0, 1i): simplify must keep every op (a complex
+ * constant with real part 0 or 1 is not an identity), so values match the unsimplified run. */
+static void passes_keep_values(void) {
+  const char *src = "HloModule m\nENTRY e {\n  x = c64[2] parameter(0)\n"
+                    "  a = c64[] constant((0, 5))\n  ab = c64[2] broadcast(a), dimensions={}\n  s = c64[2] add(x, ab)\n"
+                    "  b = c64[] constant((1, 3))\n  bb = c64[2] broadcast(b), dimensions={}\n  m = c64[2] multiply(s, bb)\n"
+                    "  c = c64[] constant((1, 0))\n  cb = c64[2] broadcast(c), dimensions={}\n  n = c64[2] multiply(m, cb)\n"
+                    "  d = c64[] constant((0, 1))\n  db = c64[2] broadcast(d), dimensions={}\n  ROOT r = c64[2] subtract(n, db)\n}\n";
+  tpu_module *m1 = NULL, *m2 = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m1, &d) == TPU_OK && tpu_ir_verify(m1, &d) == TPU_OK);
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m2, &d) == TPU_OK && tpu_ir_verify(m2, &d) == TPU_OK);
+  if (!m1 || !m2) return;
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &g_chip;
+  o.precision_override = -1;
+  CHECK(tpu_compile_hlo(m2, &o, &d) == TPU_OK);
+  tpu_tensor x, r1, r2;
+  int64_t dims[1] = {2};
+  CHECK(tpu_tensor_alloc(&x, TPU_C64, 1, dims, &d) == TPU_OK);
+  float v[4] = {1.5f, -2.0f, INFINITY, 0.25f}; /* inf * (1 + 0i) makes a NaN part */
+  memcpy(x.data, v, sizeof v);
+  CHECK(tpu_ref_run(m1, &x, 1, &r1, &d) == TPU_OK);
+  CHECK(tpu_ref_run(m2, &x, 1, &r2, &d) == TPU_OK);
+  /* (1.5 - 2i + 5i)(1 + 3i) = (1.5 + 3i)(1 + 3i) = -7.5 + 7.5i; then *(1+0i), - i */
+  const float *g = r1.data;
+  CHECK(g[0] == -7.5f && g[1] == 6.5f);
+  CHECK(isnan(((const float *)r1.data)[2]) || isnan(((const float *)r1.data)[3]));
+  CHECK(memcmp(r1.data, r2.data, r1.nbytes) == 0);
+  tpu_tensor_free(&x);
+  tpu_tensor_free(&r1);
+  tpu_tensor_free(&r2);
+  tpu_module_free(m1);
+  tpu_module_free(m2);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
     fprintf(stderr, "cannot load v5e\n");
     return 1;
   }
+  passes_keep_values();
   elementwise();
   fft_cost();
   complex_dot();
