@@ -322,6 +322,42 @@ static void test_movement_reduce_dot(void) {
   tpu_tensor_free(&x);
 }
 
+/* gather, scatter (complex add), dynamic-update-slice, dynamic-slice, reverse on c128; iota on c64. */
+static void test_gather_scatter(void) {
+  const char *src =
+      "HloModule m\nadd {\n  a = c128[] parameter(0)\n  b = c128[] parameter(1)\n  ROOT s = c128[] add(a, b)\n}\n"
+      "ENTRY e {\n  x = c128[4,2] parameter(0)\n  i = s32[3,1] constant({{1}, {3}, {1}})\n"
+      "  u = c128[3,2] constant({{(1, 1), (2, 2)}, {(3, 3), (4, 4)}, {(5, 5), (6, 6)}})\n"
+      "  sc = c128[4,2] scatter(x, i, u), update_window_dims={1}, inserted_window_dims={0}, "
+      "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n"
+      "  g = c128[3,2] gather(sc, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+      "index_vector_dim=1, slice_sizes={1,2}\n"
+      "  k = s32[] constant(2)\n  z = s32[] constant(0)\n  up = c128[1,2] constant({{(9, -9), (8, -8)}})\n"
+      "  dus = c128[4,2] dynamic-update-slice(x, up, k, z)\n  ds = c128[2,2] dynamic-slice(dus, k, z), dynamic_slice_sizes={2,2}\n"
+      "  rv = c128[4,2] reverse(x), dimensions={0}\n  io = c64[3] iota(), iota_dimension=0\n"
+      "  ROOT t = (c128[4,2], c128[3,2], c128[2,2], c128[4,2], c64[3]) tuple(sc, g, ds, rv, io)\n}\n";
+  int64_t dims[2] = {4, 2};
+  double v[16];
+  for (int e = 0; e < 8; e++) v[2 * e] = e, v[2 * e + 1] = 10 * e; /* x[r][c] = e + 10e i, e = 2r + c */
+  tpu_tensor x = mkz(TPU_C128, 2, dims, v), out;
+  if (run(src, &x, 1, &out)) {
+    double sr[8], si[8];
+    for (int e = 0; e < 8; e++) sr[e] = e, si[e] = 10 * e;
+    const int rows[3] = {1, 3, 1};
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 2; c++) sr[2 * rows[r] + c] += 2 * r + c + 1, si[2 * rows[r] + c] += 2 * r + c + 1;
+    for (int e = 0; e < 8; e++) expect_z("scatter", &out.elems[0], e, sr[e], si[e], 0);
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 2; c++) expect_z("gather", &out.elems[1], 2 * r + c, sr[2 * rows[r] + c], si[2 * rows[r] + c], 0);
+    expect_z("dynamic-slice", &out.elems[2], 0, 9, -9, 0);
+    expect_z("dynamic-slice", &out.elems[2], 3, 7, 70, 0);
+    for (int e = 0; e < 8; e++) expect_z("reverse", &out.elems[3], e, 2 * (3 - e / 2) + e % 2, 10 * (2 * (3 - e / 2) + e % 2), 0);
+    for (int e = 0; e < 3; e++) expect_z("iota", &out.elems[4], e, e, 0, 0);
+  }
+  tpu_tensor_free(&out);
+  tpu_tensor_free(&x);
+}
+
 /* ---- fft ---- */
 
 /* The DFT of `in` (rank dims, transform over the last r with lengths len) in long double:
@@ -564,6 +600,7 @@ int main(void) {
   test_binary();
   test_compare_select_convert();
   test_movement_reduce_dot();
+  test_gather_scatter();
   test_fft();
   test_irfft_projection();
   CHECK_DONE();
