@@ -242,7 +242,7 @@ static tpu_status verify_compare(const tpu_instr *in, tpu_diag *d) {
   int ok = 1;
   switch (in->cmp_type) {
     case TPU_CMPT_DEFAULT: break;
-    case TPU_CMPT_FLOAT:
+    case TPU_CMPT_FLOAT: ok = tpu_dtype_is_float(t) || tpu_dtype_is_complex(t); break; /* XLA's default for complex */
     case TPU_CMPT_TOTALORDER: ok = tpu_dtype_is_float(t); break;
     case TPU_CMPT_SIGNED: ok = tpu_dtype_is_signed(t); break;
     case TPU_CMPT_UNSIGNED: ok = tpu_dtype_kind(t) == 'u' || t == TPU_PRED; break;

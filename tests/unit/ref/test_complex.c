@@ -265,7 +265,7 @@ static void test_compare_select_convert(void) {
                      mk(TPU_S32, 1, dims, (double[]){7, -8, 9})},
              out;
   const char *src = "HloModule m\nENTRY e {\n  x = c128[3] parameter(0)\n  y = c128[3] parameter(1)\n  k = s32[3] parameter(2)\n"
-                    "  eq = pred[3] compare(x, y), direction=EQ\n  ne = pred[3] compare(x, y), direction=NE\n"
+                    "  eq = pred[3] compare(x, y), direction=EQ\n  ne = pred[3] compare(x, y), direction=NE, type=FLOAT\n"
                     "  s = c128[3] select(ne, x, y)\n  c = c64[3] convert(k)\n  w = c64[3] convert(x)\n  b = c128[3] convert(c)\n"
                     "  ROOT t = (pred[3], pred[3], c128[3], c64[3], c64[3], c128[3]) tuple(eq, ne, s, c, w, b)\n}\n";
   if (run(src, a, 3, &out)) {
