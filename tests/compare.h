@@ -21,6 +21,29 @@ static inline long test_compare_leaf(const char *cname, int k, const tpu_tensor 
               (long long)want->dims[i]);
       return 1;
     }
+  if (tpu_dtype_is_complex(got->dtype) || tpu_dtype_is_complex(want->dtype)) {
+    /* complex: |got - want| <= atol + rtol |want| with complex moduli; NaN parts match NaN */
+    if (got->dtype != want->dtype) {
+      fprintf(stderr, "  %s out%d: dtype %s, want %s\n", cname, k, tpu_dtype_name(got->dtype), tpu_dtype_name(want->dtype));
+      return 1;
+    }
+    tpu_tensor gp = *got, wp = *want;
+    gp.dtype = wp.dtype = tpu_dtype_complex_part(got->dtype);
+    long cbad = 0;
+    for (int64_t i = 0; i < tpu_tensor_numel(got); i++) {
+      double gr = tpu_tensor_get_f64(&gp, 2 * i), gi = tpu_tensor_get_f64(&gp, 2 * i + 1);
+      double wr = tpu_tensor_get_f64(&wp, 2 * i), wi = tpu_tensor_get_f64(&wp, 2 * i + 1);
+      int ok;
+      if (isnan(gr) || isnan(gi) || isnan(wr) || isnan(wi)) ok = (isnan(gr) || isnan(gi)) && (isnan(wr) || isnan(wi));
+      else if (isinf(gr) || isinf(gi) || isinf(wr) || isinf(wi)) ok = gr == wr && gi == wi;
+      else ok = hypot(gr - wr, gi - wi) <= atol + rtol * hypot(wr, wi);
+      if (!ok && cbad < 5)
+        fprintf(stderr, "  %s out%d[%lld]: got (%.9g, %.9g), want (%.9g, %.9g)\n", cname, k, (long long)i, gr, gi, wr,
+                wi);
+      if (!ok) cbad++;
+    }
+    return cbad;
+  }
   int is_float = tpu_dtype_is_float(got->dtype);
   if (is_float != tpu_dtype_is_float(want->dtype)) {
     fprintf(stderr, "  %s out%d: dtype %s, want %s\n", cname, k, tpu_dtype_name(got->dtype), tpu_dtype_name(want->dtype));

@@ -99,6 +99,12 @@ static tpu_status random_value(tpu_tensor *t, const tpu_shape *s, uint64_t *rng,
   for (int64_t i = 0; i < n; i++) {
     uint64_t r = next_rand(rng);
     if (tpu_dtype_is_float(s->dtype)) tpu_tensor_set_f64(t, i, (double)(r >> 11) * 0x1p-52 - 1.0);
+    else if (tpu_dtype_is_complex(s->dtype)) { /* both parts uniform in [-1, 1) */
+      tpu_tensor parts = *t;
+      parts.dtype = tpu_dtype_complex_part(s->dtype);
+      tpu_tensor_set_f64(&parts, 2 * i, (double)(r >> 11) * 0x1p-52 - 1.0);
+      tpu_tensor_set_f64(&parts, 2 * i + 1, (double)(next_rand(rng) >> 11) * 0x1p-52 - 1.0);
+    }
     else if (s->dtype == TPU_PRED) tpu_tensor_set_i64(t, i, (int64_t)(r & 1));
     else tpu_tensor_set_i64(t, i, (int64_t)(r % 16));
   }
@@ -108,6 +114,24 @@ static tpu_status random_value(tpu_tensor *t, const tpu_shape *s, uint64_t *rng,
 static void summary_stats(const tpu_tensor *t, FILE *f) {
   int64_t n = tpu_tensor_numel(t);
   if (t->dtype == TPU_TOKEN || n == 0) return;
+  if (tpu_dtype_is_complex(t->dtype)) { /* moduli */
+    tpu_tensor parts = *t;
+    parts.dtype = tpu_dtype_complex_part(t->dtype);
+    double mx = 0, sum = 0;
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; i < n; i++) {
+      double v = hypot(tpu_tensor_get_f64(&parts, 2 * i), tpu_tensor_get_f64(&parts, 2 * i + 1));
+      if (!isfinite(v)) {
+        nonfinite++;
+        continue;
+      }
+      mx = v > mx ? v : mx;
+      sum += v;
+    }
+    if (n > nonfinite) fprintf(f, "  |z| max %.6g  mean %.6g", mx, sum / (double)(n - nonfinite));
+    if (nonfinite) fprintf(f, "  non-finite %lld", (long long)nonfinite);
+    return;
+  }
   if (tpu_dtype_is_float(t->dtype)) {
     double mn = INFINITY, mx = -INFINITY, sum = 0;
     int64_t nonfinite = 0;

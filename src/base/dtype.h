@@ -5,7 +5,8 @@
 #include <stddef.h>
 
 /* X(ENUM, hlo name, byte size, npy descr, kind) — kind: 'b' pred, 's' signed int,
- * 'u' unsigned int, 'f' float, 't' tuple, 'k' token. ORDER DTYPE. */
+ * 'u' unsigned int, 'f' float, 'c' complex (two floats: real then imaginary part),
+ * 't' tuple, 'k' token. ORDER DTYPE. */
 #define TPU_DTYPE_LIST(X)            \
   X(TPU_PRED, "pred", 1, "|b1", 'b') \
   X(TPU_S8, "s8", 1, "|i1", 's')     \
@@ -20,6 +21,8 @@
   X(TPU_F16, "f16", 2, "<f2", 'f')   \
   X(TPU_F32, "f32", 4, "<f4", 'f')   \
   X(TPU_F64, "f64", 8, "<f8", 'f')   \
+  X(TPU_C64, "c64", 8, "<c8", 'c')   \
+  X(TPU_C128, "c128", 16, "<c16", 'c') \
   X(TPU_TUPLE, "tuple", 0, "", 't')  \
   X(TPU_TOKEN, "token", 0, "", 'k')
 
@@ -43,6 +46,15 @@ static inline int tpu_dtype_is_int(tpu_dtype t) {
   return k == 's' || k == 'u';
 }
 static inline int tpu_dtype_is_signed(tpu_dtype t) { return tpu_dtype_kind(t) == 's'; }
+static inline int tpu_dtype_is_complex(tpu_dtype t) { return tpu_dtype_kind(t) == 'c'; }
+/* The type of one part of a complex type (c64 -> f32, c128 -> f64); other types unchanged. */
+static inline tpu_dtype tpu_dtype_complex_part(tpu_dtype t) {
+  return t == TPU_C64 ? TPU_F32 : t == TPU_C128 ? TPU_F64 : t;
+}
+/* The complex type made of two `t` (f32 -> c64, f64 -> c128); TPU_DTYPE_COUNT if none. */
+static inline tpu_dtype tpu_dtype_complex_of(tpu_dtype t) {
+  return t == TPU_F32 ? TPU_C64 : t == TPU_F64 ? TPU_C128 : TPU_DTYPE_COUNT;
+}
 static inline int tpu_dtype_is_array(tpu_dtype t) { return t != TPU_TUPLE && t != TPU_TOKEN; }
 
 #endif

@@ -121,7 +121,7 @@ static tpu_status parse_descr(hdr *h, const char *s, tpu_dtype *dt, int *swap) {
   } map[] = {{"b1", TPU_PRED}, {"?", TPU_PRED},  {"i1", TPU_S8},  {"i2", TPU_S16},
              {"i4", TPU_S32},  {"i8", TPU_S64},  {"u1", TPU_U8},  {"u2", TPU_U16},
              {"u4", TPU_U32},  {"u8", TPU_U64},  {"f2", TPU_F16}, {"f4", TPU_F32},
-             {"f8", TPU_F64}};
+             {"f8", TPU_F64},  {"c8", TPU_C64},  {"c16", TPU_C128}};
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
     if (strcmp(t, map[i].code) != 0) continue;
     *dt = map[i].dt;
@@ -133,7 +133,8 @@ static tpu_status parse_descr(hdr *h, const char *s, tpu_dtype *dt, int *swap) {
     return TPU_OK;
   }
   return TPU_FAIL(h->d, TPU_ERR_UNSUPPORTED, l,
-                  "unsupported .npy dtype '%s' (supported: bool, int8-64, uint8-64, float16/32/64)",
+                  "unsupported .npy dtype '%s' (supported: bool, int8-64, uint8-64, float16/32/64, "
+                  "complex64/128)",
                   s);
 }
 
@@ -284,7 +285,10 @@ static tpu_status read_body(FILE *f, const char *path, tpu_tensor *out, tpu_diag
     tpu_tensor_free(&raw);
     return TPU_FAIL(d, TPU_ERR_PARSE, at, ".npy size mismatch: bytes after the data");
   }
-  if (swap) swap_bytes(raw.data, (size_t)numel, tpu_dtype_size(dt));
+  if (swap) { /* a complex element swaps as two floats */
+    size_t parts = tpu_dtype_is_complex(dt) ? 2 : 1;
+    swap_bytes(raw.data, (size_t)numel * parts, tpu_dtype_size(dt) / parts);
+  }
   if (dt == TPU_PRED)
     for (size_t i = 0; i < need; i++) ((unsigned char *)raw.data)[i] = ((unsigned char *)raw.data)[i] != 0;
   if (fortran && rank > 1 && numel > 0) {
@@ -333,7 +337,10 @@ static void convert_chunk(const tpu_tensor *t, size_t i0, size_t n, unsigned cha
   } else {
     memcpy(buf, src + i0 * fsize, n * fsize);
   }
-  if (!host_is_le()) swap_bytes(buf, n, fsize);
+  if (!host_is_le()) {
+    size_t parts = tpu_dtype_is_complex(t->dtype) ? 2 : 1;
+    swap_bytes(buf, n * parts, fsize / parts);
+  }
 }
 
 static tpu_status write_file(FILE *f, const tpu_tensor *t, const char *path, tpu_diag *d) {

@@ -97,6 +97,8 @@ double tpu_load_f64(tpu_dtype dtype, const void *p, int64_t i) {
     case TPU_F16: return tpu_f16_to_f32(((const tpu_f16 *)p)[i]);
     case TPU_F32: return ((const float *)p)[i];
     case TPU_F64: return ((const double *)p)[i];
+    case TPU_C64: return ((const float *)p)[2 * i];
+    case TPU_C128: return ((const double *)p)[2 * i];
     default: return 0;
   }
 }
@@ -124,6 +126,8 @@ void tpu_tensor_set_f64(tpu_tensor *t, int64_t i, double v) {
     case TPU_F16: ((tpu_f16 *)p)[i] = tpu_f16_from_f64(v); break;
     case TPU_F32: ((float *)p)[i] = (float)v; break;
     case TPU_F64: ((double *)p)[i] = v; break;
+    case TPU_C64: ((float *)p)[2 * i] = (float)v, ((float *)p)[2 * i + 1] = 0.0f; break;
+    case TPU_C128: ((double *)p)[2 * i] = v, ((double *)p)[2 * i + 1] = 0.0; break;
     default: tpu_tensor_set_i64(t, i, (int64_t)v); break;
   }
 }
@@ -140,7 +144,10 @@ void tpu_tensor_set_i64(tpu_tensor *t, int64_t i, int64_t v) {
     case TPU_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
     case TPU_U32: ((uint32_t *)p)[i] = (uint32_t)v; break;
     case TPU_U64: ((uint64_t *)p)[i] = (uint64_t)v; break;
-    default: tpu_tensor_set_f64(t, i, (double)v); break;
+    case TPU_BF16: case TPU_F16: case TPU_F32: case TPU_F64: case TPU_C64: case TPU_C128:
+      tpu_tensor_set_f64(t, i, (double)v);
+      break;
+    default: break;
   }
 }
 

@@ -41,7 +41,8 @@ int64_t tpu_dims_numel(int rank, const int64_t *dims, int *ok);
 int tpu_tensor_count_leaves(const tpu_tensor *t);
 void tpu_tensor_collect_leaves(const tpu_tensor *t, const tpu_tensor **out);
 
-/* Element access as double / int64 (any array dtype), for tests and slow paths. */
+/* Element access as double / int64 (any array dtype), for tests and slow paths. Complex
+ * elements read as their real part; a set writes the real part and a zero imaginary part. */
 double tpu_tensor_get_f64(const tpu_tensor *t, int64_t i);
 /* Element i of a raw array of `dtype` as double. */
 double tpu_load_f64(tpu_dtype dtype, const void *p, int64_t i);

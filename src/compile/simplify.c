@@ -84,6 +84,7 @@ static const tpu_tensor *const_behind(const tpu_instr *in) {
 static int is_splat(const tpu_instr *in, double v) {
   const tpu_tensor *t = const_behind(in);
   if (!t || t->dtype == TPU_TUPLE || t->dtype == TPU_TOKEN) return 0;
+  if (tpu_dtype_is_complex(t->dtype)) return 0; /* no identities on complex: x*(1+0i) can make NaN */
   int64_t n = tpu_tensor_numel(t);
   if (n == 0) return 0;
   int fl = tpu_dtype_is_float(t->dtype);

@@ -82,6 +82,27 @@ static void elem_cost(tpu_opcode op, tpu_dtype t, int64_t *vpu, int64_t *eup) {
   }
 }
 
+/* The same for an op on complex elements, per element (docs/timing.md): the real
+ * vector-unit operations it takes on the real and imaginary planes. */
+static void complex_elem_cost(tpu_opcode op, int64_t *vpu, int64_t *eup) {
+  *eup = 0;
+  switch (op) {
+    case TPU_OP_MULTIPLY: *vpu = 6; break;                 /* 4 multiplies, 2 adds */
+    case TPU_OP_DIVIDE: *vpu = 11; *eup = 1; break;        /* Smith: ratio, 6 mul/add, 1 reciprocal */
+    case TPU_OP_ABS: *vpu = 5; *eup = 1; break;            /* scaled hypot: a square root */
+    case TPU_OP_SIGN: *vpu = 8; *eup = 2; break;           /* abs, then two divides */
+    case TPU_OP_COMPARE: *vpu = 3; break;                  /* two compares and an and */
+    case TPU_OP_EXP: *vpu = 2 * 16 + 2; *eup = 1; break;   /* exp(re) (cos, sin)(im) */
+    case TPU_OP_EXPM1: *vpu = 2 * 16 + 6; *eup = 1; break;
+    case TPU_OP_LOG: case TPU_OP_LOG1P: *vpu = 5 + 20 + 2; *eup = 3; break; /* log|z|, atan2 */
+    case TPU_OP_SQRT: case TPU_OP_RSQRT: *vpu = 12; *eup = 3; break;
+    case TPU_OP_SINE: case TPU_OP_COSINE: *vpu = 4 * 16 + 6; *eup = 2; break; /* sin, cos, sinh, cosh */
+    case TPU_OP_TANH: case TPU_OP_TAN: case TPU_OP_LOGISTIC: *vpu = 4 * 16 + 17; *eup = 3; break;
+    case TPU_OP_POWER: *vpu = 27 + 6 + 34; *eup = 4; break; /* exp(y log x) */
+    default: *vpu = 2; break; /* add, subtract, negate, select, convert: one op per plane */
+  }
+}
+
 static int is_elementwise(tpu_opcode op) {
   tpu_op_class c = tpu_op_class_of(op);
   return c == TPU_CLS_UNARY || c == TPU_CLS_BINARY || c == TPU_CLS_TERNARY ||
@@ -117,6 +138,17 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
   if (is_elementwise(in->op)) {
     int64_t v, e;
     tpu_dtype t = in->noperands ? in->operands[in->noperands - 1]->shape.dtype : s->dtype;
+    if (tpu_dtype_is_complex(t) || tpu_dtype_is_complex(s->dtype)) {
+      /* per complex element on its two planes: the planes' registers are counted once */
+      const tpu_shape *cs = tpu_dtype_is_complex(s->dtype) ? s : &in->operands[in->noperands - 1]->shape;
+      int64_t pairs = (tpu__vregs(be, cs) + 1) / 2;
+      complex_elem_cost(in->op, &v, &e);
+      c->vpu += pairs * v;
+      c->eup += pairs * e;
+      c->flops += numel * (double)v;
+      c->padded_flops += (double)pairs * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)v;
+      return;
+    }
     elem_cost(in->op, t, &v, &e);
     c->vpu += vr * v;
     c->eup += vr * e;
@@ -170,6 +202,28 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
     case TPU_OP_RNG_BIT_GENERATOR:
       c->vpu += vr * 40;
       return;
+    case TPU_OP_FFT: {
+      /* On the vector unit as a radix-2 FFT would run (docs/timing.md): 5 N log2 N real
+       * flops per complex transform of N points (half for RFFT/IRFFT), each axis of the
+       * transform in turn; shuffles of a minor-dim transform on the transpose unit. */
+      const tpu_shape *cs = tpu_dtype_is_complex(s->dtype) ? s : &in->operands[0]->shape;
+      double lanes = (double)(be->chip->vector_sublanes * be->chip->vector_lanes);
+      const tpu_shape *full = in->fft_type == TPU_FFT_RFFT ? &in->operands[0]->shape : s; /* all N points */
+      double total = 0, lines_pts = (double)tpu_shape_numel(full);
+      int r = in->fft_length.n;
+      for (int i = 0; i < r; i++) {
+        int64_t L = in->fft_length.v[i];
+        double f = 5.0 * lines_pts * (double)ilog2_ceil(L > 1 ? L : 1);
+        if (in->fft_type == TPU_FFT_RFFT || in->fft_type == TPU_FFT_IRFFT) f *= 0.5;
+        total += f;
+        if (i == r - 1) c->xlu += tpu__vregs(be, cs) * ilog2_ceil(L > 1 ? L : 1);
+      }
+      int64_t ops = (int64_t)ceil(total / (lanes > 0 ? lanes : 1024));
+      c->vpu += ops + vr; /* the butterflies, plus writing the result */
+      c->flops += total;
+      c->padded_flops += (double)ops * lanes;
+      return;
+    }
     case TPU_OP_TRANSPOSE: {
       int minor_moves = in->dimensions.n > 0 && in->dimensions.v[in->dimensions.n - 1] != in->dimensions.n - 1;
       if (minor_moves) c->xlu += vr;
@@ -261,6 +315,8 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
   k->mm = mm;
   k->mm_dtype = ls->dtype;
   k->passes = passes_for(be, mm, ls->dtype);
+  /* A complex dot is four real ones (re re, im im, re im, im re) at f32 precision. */
+  if (tpu_dtype_is_complex(ls->dtype)) k->passes *= 4;
 }
 
 static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
@@ -389,8 +445,9 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     po.k = k->k;
     po.n = k->n;
     po.b = k->b;
-    po.flops = 2.0 * (double)k->b * (double)k->m * (double)k->k * (double)k->n + c.flops;
-    po.padded_flops = 2.0 * (double)k->b * (double)round_up(k->m, be->chip->vector_sublanes) *
+    const double cx = tpu_dtype_is_complex(k->mm_dtype) ? 4.0 : 1.0; /* real flops of a complex MAC */
+    po.flops = cx * 2.0 * (double)k->b * (double)k->m * (double)k->k * (double)k->n + c.flops;
+    po.padded_flops = cx * 2.0 * (double)k->b * (double)round_up(k->m, be->chip->vector_sublanes) *
                           (double)round_up(k->k, R) * (double)round_up(k->n, C) + c.padded_flops;
   } else if (in->op == TPU_OP_COPY) {
     k->kind = TPU__K_COPY;

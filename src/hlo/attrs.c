@@ -344,6 +344,16 @@ static tpu_status parse_rng_alg(actx *c) {
   return TPU_OK;
 }
 
+static tpu_status parse_fft_type(actx *c) {
+  static const char *names[] = {"FFT", "IFFT", "RFFT", "IRFFT"};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(c->a->value, names[i])) {
+      c->in->fft_type = (tpu_fft_type)i;
+      return TPU_OK;
+    }
+  return bad(c, "one of FFT, IFFT, RFFT, IRFFT");
+}
+
 tpu_status tpu__hlo_parse_attrs(tpu_module *m, tpu_instr *in, tpu_diag *d) {
   for (int i = 0; i < in->nattrs; i++) {
     actx c = {m, in, &in->attrs[i], d};
@@ -393,6 +403,8 @@ tpu_status tpu__hlo_parse_attrs(tpu_module *m, tpu_instr *in, tpu_diag *d) {
     else if (IS("operand_precision")) st = parse_precision(&c);
     else if (IS("algorithm") && in->op == TPU_OP_RNG_BIT_GENERATOR) st = parse_rng_alg(&c);
     else if (IS("k") && in->op == TPU_OP_TOPK) st = parse_int_attr(&c, &in->k);
+    else if (IS("fft_type")) st = parse_fft_type(&c);
+    else if (IS("fft_length")) st = parse_list(&c, &in->fft_length);
     else if (IS("largest")) st = parse_bool(&c, &in->largest);
     else if (IS("is_stable")) st = parse_bool(&c, &in->is_stable);
     else if (IS("indices_are_sorted")) st = parse_bool(&c, &in->indices_are_sorted);

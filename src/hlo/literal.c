@@ -171,8 +171,39 @@ static tpu_status set_int(lit_parser *p, const char *t, size_t len, tpu_loc at) 
   return TPU_OK;
 }
 
+/* A complex element as XLA prints it: "(re, im)", each part a float of the part type. */
+static tpu_status complex_scalar(lit_parser *p, tpu_loc at) {
+  if (peek(p) != '(') return TPU_FAIL(p->d, TPU_ERR_PARSE, at, "expected '(' starting a complex value (re, im)");
+  p->pos++;
+  tpu_shape part = *p->shape;
+  part.dtype = tpu_dtype_complex_part(p->shape->dtype);
+  tpu_tensor view = *p->out; /* the parts as a flat array of the part type */
+  view.dtype = part.dtype;
+  lit_parser q = *p;
+  q.shape = &part;
+  q.out = &view;
+  for (int k = 0; k < 2; k++) {
+    tpu_loc pat = here(&q);
+    const char *t;
+    size_t len = scalar_token(&q, &t);
+    if (len == 0) return TPU_FAIL(p->d, TPU_ERR_PARSE, pat, "expected the %s part of a complex value", k ? "imaginary" : "real");
+    q.next = 2 * p->next + k;
+    TPU_TRY(set_float(&q, t, len, pat));
+    if (peek(&q) != (k ? ')' : ','))
+      return TPU_FAIL(p->d, TPU_ERR_PARSE, here(&q), "expected '%c' in a complex value (re, im)", k ? ')' : ',');
+    q.pos++;
+  }
+  p->pos = q.pos;
+  p->next++;
+  return TPU_OK;
+}
+
 static tpu_status scalar(lit_parser *p) {
   tpu_loc at = here(p);
+  if (tpu_dtype_is_complex(p->shape->dtype)) {
+    if (p->next >= tpu_tensor_numel(p->out)) return TPU_FAIL(p->d, TPU_ERR_INVALID, at, "too many values in the constant");
+    return complex_scalar(p, at);
+  }
   const char *t;
   size_t len = scalar_token(p, &t);
   if (len == 0) return TPU_FAIL(p->d, TPU_ERR_PARSE, at, "expected a literal value");

@@ -63,7 +63,15 @@ static void put_float(tpu_strbuf *b, const tpu_tensor *t, int64_t i) {
 }
 
 static void put_elem(tpu_strbuf *b, const tpu_tensor *t, int64_t i) {
-  if (t->dtype == TPU_PRED) tpu_strbuf_printf(b, tpu_tensor_get_i64(t, i) ? "true" : "false");
+  if (tpu_dtype_is_complex(t->dtype)) { /* "(re, im)" as XLA prints it */
+    tpu_tensor parts = *t;
+    parts.dtype = tpu_dtype_complex_part(t->dtype);
+    tpu_strbuf_printf(b, "(");
+    put_float(b, &parts, 2 * i);
+    tpu_strbuf_printf(b, ", ");
+    put_float(b, &parts, 2 * i + 1);
+    tpu_strbuf_printf(b, ")");
+  } else if (t->dtype == TPU_PRED) tpu_strbuf_printf(b, tpu_tensor_get_i64(t, i) ? "true" : "false");
   else if (tpu_dtype_is_float(t->dtype)) put_float(b, t, i);
   else if (t->dtype == TPU_U64) tpu_strbuf_printf(b, "%llu", (unsigned long long)((const uint64_t *)t->data)[i]);
   else tpu_strbuf_printf(b, "%lld", (long long)tpu_tensor_get_i64(t, i));

@@ -26,7 +26,7 @@ typedef enum {
 } tpu_op_class;
 
 /* Element types an elementwise op accepts. */
-typedef enum { TPU_TY_A, TPU_TY_F, TPU_TY_I, TPU_TY_N, TPU_TY_L } tpu_op_types;
+typedef enum { TPU_TY_A, TPU_TY_F, TPU_TY_I, TPU_TY_N, TPU_TY_L, TPU_TY_R, TPU_TY_FC, TPU_TY_NC } tpu_op_types;
 
 const char *tpu_op_name(tpu_opcode op);
 int tpu_op_arity(tpu_opcode op); /* -1: variadic */
@@ -92,6 +92,7 @@ typedef enum { TPU_CMP_EQ, TPU_CMP_NE, TPU_CMP_LT, TPU_CMP_LE, TPU_CMP_GT, TPU_C
 typedef enum { TPU_CMPT_DEFAULT, TPU_CMPT_FLOAT, TPU_CMPT_TOTALORDER, TPU_CMPT_SIGNED, TPU_CMPT_UNSIGNED } tpu_cmp_type;
 typedef enum { TPU_PREC_CFG_DEFAULT, TPU_PREC_CFG_HIGH, TPU_PREC_CFG_HIGHEST } tpu_prec_cfg;
 typedef enum { TPU_RNG_DEFAULT, TPU_RNG_THREEFRY, TPU_RNG_PHILOX } tpu_rng_alg;
+typedef enum { TPU_FFT_FFT, TPU_FFT_IFFT, TPU_FFT_RFFT, TPU_FFT_IRFFT } tpu_fft_type;
 
 /* An attribute as written: kept so print(parse(x)) reproduces it. `value` is the source
  * text of the value (computation references re-printed from the resolved pointers). */
@@ -144,6 +145,8 @@ typedef struct tpu_instr {
   int is_stable, indices_are_sorted, unique_indices;
   int exponent_bits, mantissa_bits; /* reduce-precision */
   int64_t k;                      /* topk */
+  tpu_fft_type fft_type;          /* fft */
+  tpu_i64s fft_length;            /* fft: the transform's lengths, outermost first */
   int largest;                    /* topk: 1 = largest first (default) */
   tpu_comp *to_apply;             /* reduce, reduce-window, scatter, sort, map, call, all-reduce */
   tpu_comp *condition, *body;     /* while */

@@ -194,6 +194,9 @@ static int type_allowed(tpu_op_types ty, tpu_dtype t) {
     case TPU_TY_N: return tpu_dtype_is_float(t) || tpu_dtype_is_int(t);
     case TPU_TY_L: return t == TPU_PRED || tpu_dtype_is_int(t);
     case TPU_TY_A: return tpu_dtype_is_array(t);
+    case TPU_TY_R: return tpu_dtype_is_array(t) && !tpu_dtype_is_complex(t);
+    case TPU_TY_FC: return tpu_dtype_is_float(t) || tpu_dtype_is_complex(t);
+    case TPU_TY_NC: return tpu_dtype_is_float(t) || tpu_dtype_is_int(t) || tpu_dtype_is_complex(t);
   }
   return 0;
 }
@@ -205,6 +208,9 @@ static const char *types_desc(tpu_op_types ty) {
     case TPU_TY_N: return "a floating-point or integer type";
     case TPU_TY_L: return "pred or an integer type";
     case TPU_TY_A: return "an array type";
+    case TPU_TY_R: return "a non-complex array type";
+    case TPU_TY_FC: return "a floating-point or complex type";
+    case TPU_TY_NC: return "a floating-point, integer or complex type";
   }
   return "?";
 }
@@ -236,12 +242,14 @@ static tpu_status verify_compare(const tpu_instr *in, tpu_diag *d) {
   int ok = 1;
   switch (in->cmp_type) {
     case TPU_CMPT_DEFAULT: break;
-    case TPU_CMPT_FLOAT:
+    case TPU_CMPT_FLOAT: ok = tpu_dtype_is_float(t) || tpu_dtype_is_complex(t); break; /* XLA's default for complex */
     case TPU_CMPT_TOTALORDER: ok = tpu_dtype_is_float(t); break;
     case TPU_CMPT_SIGNED: ok = tpu_dtype_is_signed(t); break;
     case TPU_CMPT_UNSIGNED: ok = tpu_dtype_kind(t) == 'u' || t == TPU_PRED; break;
   }
   if (!ok) return TPU_VFAIL(d, in, "comparison type does not fit element type %s", tpu_dtype_name(t));
+  if (tpu_dtype_is_complex(t) && in->direction != TPU_CMP_EQ && in->direction != TPU_CMP_NE)
+    return TPU_VFAIL(d, in, "complex values (%s) compare only with direction EQ or NE", tpu_dtype_name(t));
   const tpu_shape *s = &in->operands[0]->shape;
   tpu_shape want = tpu__varray(TPU_PRED, s->rank, s->dims);
   return tpu__vexpect(in, &want, d);
@@ -285,6 +293,10 @@ static tpu_status verify_elementwise(const tpu_instr *in, tpu_diag *d) {
       return TPU_VFAIL(d, in, "exponent_bits is %d; it must be in [1, 64]", in->exponent_bits);
     if (in->mantissa_bits < 0 || in->mantissa_bits > 64)
       return TPU_VFAIL(d, in, "mantissa_bits is %d; it must be in [0, 64]", in->mantissa_bits);
+  }
+  if (in->op == TPU_OP_ABS && tpu_dtype_is_complex(s->dtype)) { /* |z| is real */
+    tpu_shape want = tpu__varray(tpu_dtype_complex_part(s->dtype), s->rank, s->dims);
+    return tpu__vexpect(in, &want, d);
   }
   return tpu__vexpect(in, s, d);
 }
@@ -476,6 +488,10 @@ static tpu_status verify_structure(const tpu_instr *in, tpu_diag *d) {
     }
     case TPU_OP_SELECT: return verify_select(in, d);
     case TPU_OP_CLAMP: return verify_clamp(in, d);
+    case TPU_OP_REAL:
+    case TPU_OP_IMAG:
+    case TPU_OP_COMPLEX:
+    case TPU_OP_FFT: return tpu__verify_complex(in, d);
     default: break;
   }
   return TPU_VFAIL(d, in, "has no verifier rule");

@@ -28,7 +28,11 @@ static tpu_status verify_dot(const tpu_instr *in, tpu_diag *d) {
   TPU_TRY(tpu__vneed_array(in, 1, d));
   const tpu_shape *l = &in->operands[0]->shape, *r = &in->operands[1]->shape;
   const tpu_dot_dims *dd = &in->dot;
-  if (!numeric(l->dtype) || !numeric(r->dtype) || !numeric(in->shape.dtype))
+  int nc = tpu_dtype_is_complex(l->dtype) + tpu_dtype_is_complex(r->dtype) + tpu_dtype_is_complex(in->shape.dtype);
+  if (nc && (nc != 3 || l->dtype != r->dtype || r->dtype != in->shape.dtype))
+    return TPU_VFAIL(d, in, "a complex dot needs operands and result of one complex type (%s, %s -> %s)",
+                     tpu_dtype_name(l->dtype), tpu_dtype_name(r->dtype), tpu_dtype_name(in->shape.dtype));
+  if (!nc && (!numeric(l->dtype) || !numeric(r->dtype) || !numeric(in->shape.dtype)))
     return TPU_VFAIL(d, in, "operands and result must have numeric element types");
   if (dd->lhs_batch.n != dd->rhs_batch.n)
     return TPU_VFAIL(d, in, "lhs has %d batch dimensions but rhs has %d", dd->lhs_batch.n, dd->rhs_batch.n);

@@ -229,6 +229,9 @@ tpu_status tpu__verify_movement(const tpu_instr *in, tpu_diag *d) {
     }
     case TPU_OP_CONVERT: {
       if (!tpu_dtype_is_array(in->shape.dtype)) return TPU_VFAIL(d, in, "the result must be an array");
+      if (tpu_dtype_is_complex(s->dtype) && !tpu_dtype_is_complex(in->shape.dtype)) /* as XLA: use real/imag */
+        return TPU_VFAIL(d, in, "converting complex %s to real %s is not defined (take real or imag first)",
+                         tpu_dtype_name(s->dtype), tpu_dtype_name(in->shape.dtype));
       tpu_shape want = tpu__varray(in->shape.dtype, s->rank, s->dims);
       return tpu__vexpect(in, &want, d);
     }

@@ -10,15 +10,21 @@
  * width at every step). Otherwise operands are converted to f32 and products accumulated in
  * f32 (bf16/f16 products are exact in f32), or in f64 when an operand or the result is
  * f64; the sum is rounded once to the result type at the end. */
-typedef enum { ACC_F32, ACC_F64, ACC_INT } acc_kind;
+typedef enum { ACC_F32, ACC_F64, ACC_INT, ACC_C64, ACC_C128 } acc_kind;
 
+/* Complex dots (operands and result of one complex type, as the verifier requires):
+ * c64 products are formed in f64 (exact) and rounded once per part to f32, then
+ * accumulated in f32 pairs in the same order as real dots; c128 forms and accumulates
+ * in f64. */
 static acc_kind acc_of(tpu_dtype l, tpu_dtype r, tpu_dtype o) {
+  if (l == TPU_C64) return ACC_C64;
+  if (l == TPU_C128) return ACC_C128;
   if (l == TPU_F64 || r == TPU_F64 || o == TPU_F64) return ACC_F64;
   if (tpu_dtype_is_float(l) || tpu_dtype_is_float(r) || tpu_dtype_is_float(o)) return ACC_F32;
   return ACC_INT;
 }
 
-static size_t acc_size(acc_kind k) { return k == ACC_F32 ? sizeof(float) : 8; }
+static size_t acc_size(acc_kind k) { return k == ACC_F32 ? sizeof(float) : k == ACC_C128 ? 16 : 8; }
 
 
 /* Integers are converted straight to f32 (one rounding), floats exactly. */
@@ -105,6 +111,10 @@ static void store_acc(acc_kind k, const void *acc, tpu_tensor *o, int64_t i) {
     }
     return;
   }
+  if (k == ACC_C64 || k == ACC_C128) { /* the result has the accumulator's type */
+    memcpy((char *)p + acc_size(k) * (size_t)i, (const char *)acc + acc_size(k) * (size_t)i, acc_size(k));
+    return;
+  }
   if (k == ACC_F32) {
     float v = ((const float *)acc)[i];
     switch (o->dtype) {
@@ -139,6 +149,8 @@ static void *pack(const tpu_tensor *t, acc_kind k, const int *order) {
   for (int64_t e = 0; e < n; e++) {
     if (k == ACC_F32) ((float *)buf)[e] = load_f32(t->dtype, t->data, off);
     else if (k == ACC_F64) ((double *)buf)[e] = tpu_load_f64(t->dtype, t->data, off);
+    else if (k == ACC_C64 || k == ACC_C128) memcpy((char *)buf + acc_size(k) * (size_t)e,
+                                                   (const char *)t->data + acc_size(k) * (size_t)off, acc_size(k));
     else ((uint64_t *)buf)[e] = load_u64(t->dtype, t->data, off);
     for (int j = rank - 1; j >= 0; j--) {
       off += pstr[j];
@@ -178,6 +190,28 @@ static int mark_dims(const tpu_i64s *l, int rank, int *used) {
           for (int64_t j = 0; j < nn; j++) c[j] += av * brow[j];                \
         }                                                                       \
       }                                                                         \
+  } while (0)
+
+/* GEMM on complex pairs (re, im) of T: each product's parts formed in double and rounded
+ * once to T, then added to the T accumulators in GEMM's order. */
+#define CGEMM(T)                                                                     \
+  do {                                                                               \
+    const T *A = pa, *Bm = pb;                                                       \
+    T *C = pc;                                                                       \
+    for (int64_t b = 0; b < nb; b++)                                                 \
+      for (int64_t i = 0; i < nm; i++) {                                             \
+        T *c = C + 2 * (b * nm + i) * nn;                                            \
+        const T *a = A + 2 * (b * nm + i) * nk;                                      \
+        for (int64_t p = 0; p < nk; p++) {                                           \
+          const double ar = a[2 * p], ai = a[2 * p + 1];                             \
+          const T *brow = Bm + 2 * (b * nk + p) * nn;                                \
+          for (int64_t j = 0; j < nn; j++) {                                         \
+            const double br = brow[2 * j], bi = brow[2 * j + 1];                     \
+            c[2 * j] += (T)(ar * br - ai * bi);                                      \
+            c[2 * j + 1] += (T)(ar * bi + ai * br);                                  \
+          }                                                                          \
+        }                                                                            \
+      }                                                                              \
   } while (0)
 
 /* dot_general: result dims are batch dims, then lhs free dims, then rhs free dims (each
@@ -240,6 +274,8 @@ static tpu_status dot_kernel(const tpu_instr *in, const tpu_tensor *lhs, const t
   }
   if (k == ACC_F32) GEMM(float);
   else if (k == ACC_F64) GEMM(double);
+  else if (k == ACC_C64) CGEMM(float);
+  else if (k == ACC_C128) CGEMM(double);
   else GEMM(uint64_t);
   for (int64_t e = 0; e < on; e++) store_acc(k, pc, out, e);
   tpu_free(pa);

@@ -338,6 +338,7 @@ typedef union {
 } ew_buf;
 
 static int binary_applies(tpu_opcode op, tpu_dtype t) {
+  if (tpu_dtype_is_complex(t)) return 0; /* ref/complex.c */
   switch (tpu__ew_class(t)) {
     case TPU_EW_INT: return t == TPU_PRED ? pred_binary_ok(op) : op != TPU_OP_ATAN2 && tpu_op_class_of(op) == TPU_CLS_BINARY;
     default:
@@ -509,7 +510,12 @@ static void run_select(size_t esize, void *o, const uint8_t *p, int64_t sp, cons
     case 1: SELECT_LOOP(uint8_t);
     case 2: SELECT_LOOP(uint16_t);
     case 4: SELECT_LOOP(uint32_t);
-    default: SELECT_LOOP(uint64_t);
+    case 8: SELECT_LOOP(uint64_t);
+    default: /* c128 */
+      for (int64_t i = 0; i < n; i++)
+        memcpy((char *)o + esize * (size_t)i,
+               p[i * sp] ? (const char *)a + esize * (size_t)(i * sa) : (const char *)b + esize * (size_t)(i * sb), esize);
+      break;
   }
 }
 
@@ -555,6 +561,9 @@ tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_t
   (void)ip;
   memset(out, 0, sizeof *out);
   const tpu_opcode op = in->op;
+  if (in->noperands >= 1 && tpu_dtype_is_complex(args[0]->dtype) && op != TPU_OP_CONVERT &&
+      op != TPU_OP_BITCAST_CONVERT && op != TPU_OP_SELECT)
+    return tpu__ref_complex_ew(in, args, out, d);
   if (op == TPU_OP_CONVERT || op == TPU_OP_BITCAST_CONVERT || op == TPU_OP_REDUCE_PRECISION || op == TPU_OP_IS_FINITE)
     return tpu__ref_ew_convert(in, args, out, d);
   const tpu_dtype t = in->shape.dtype;

@@ -144,6 +144,36 @@ tpu_status tpu__ref_ew_convert(const tpu_instr *in, const tpu_tensor *const *arg
     return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "%s '%s': the operand does not have the result's dimensions",
                     tpu_op_name(in->op), in->name);
   cv_buf x, y;
+  if (in->op == TPU_OP_CONVERT && (tpu_dtype_is_complex(from) || tpu_dtype_is_complex(to))) {
+    /* To complex: each part converts as a real value does (a real operand gets imaginary
+     * part 0); complex to real is not an XLA conversion (the verifier refuses it). */
+    if (!tpu_dtype_is_complex(to))
+      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "convert '%s': complex %s to real %s is not defined", in->name,
+                      tpu_dtype_name(from), tpu_dtype_name(to));
+    const int parts = tpu_dtype_is_complex(from) ? 2 : 1;
+    const tpu_dtype pf = tpu_dtype_complex_part(from), pt = tpu_dtype_complex_part(to);
+    const size_t es = tpu_dtype_size(pt);
+    const int64_t total = n * parts; /* parts of the source as a flat array of pf */
+    tpu_tensor tmp;
+    int64_t tdims[1] = {total};
+    TPU_TRY(tpu_tensor_alloc(&tmp, pt, 1, tdims, d));
+    tpu_status st = tpu__ew_alloc_out(in, out, d);
+    if (st != TPU_OK) {
+      tpu_tensor_free(&tmp);
+      return st;
+    }
+    for (int64_t s = 0; s < total; s += TPU_EW_BLOCK) {
+      int m = (int)(total - s < TPU_EW_BLOCK ? total - s : TPU_EW_BLOCK);
+      convert_block(pf, pt, a->data, tmp.data, s, m, &x, &y);
+    }
+    if (parts == 2) {
+      if (total) memcpy(out->data, tmp.data, es * (size_t)total);
+    } else {
+      for (int64_t e = 0; e < n; e++) memcpy((char *)out->data + 2 * es * (size_t)e, (char *)tmp.data + es * (size_t)e, es);
+    }
+    tpu_tensor_free(&tmp);
+    return TPU_OK;
+  }
   if (in->op == TPU_OP_CONVERT) {
     TPU_TRY(tpu__ew_alloc_out(in, out, d));
     for (int64_t s = 0; s < n; s += TPU_EW_BLOCK) {

@@ -161,6 +161,10 @@ tpu_ref_kernel tpu__ref_kernel_of(tpu_opcode op) {
     case TPU_OP_CONVERT:
     case TPU_OP_BITCAST_CONVERT:
     case TPU_OP_IS_FINITE: return tpu__ref_elementwise;
+    case TPU_OP_REAL:
+    case TPU_OP_IMAG:
+    case TPU_OP_COMPLEX: return tpu__ref_complex;
+    case TPU_OP_FFT: return tpu__ref_fft;
     default: break;
   }
   switch (tpu_op_class_of(op)) {

@@ -20,9 +20,9 @@ static int fast_supported(const tpu_instr *in) {
       if (!is_scalar(&in->operands[i]->shape)) return 0;
     return 1;
   }
-  if (!is_scalar(&in->shape) || tpu_dtype_size(t) > 8) return 0;
+  if (!is_scalar(&in->shape) || tpu_dtype_size(t) > 8 || tpu_dtype_is_complex(t)) return 0;
   for (int i = 0; i < in->noperands; i++)
-    if (!is_scalar(&in->operands[i]->shape)) return 0;
+    if (!is_scalar(&in->operands[i]->shape) || tpu_dtype_is_complex(in->operands[i]->shape.dtype)) return 0;
   switch (in->op) {
     case TPU_OP_PARAMETER: return 1;
     case TPU_OP_CONSTANT: return in->literal && in->literal->dtype == t && in->literal->nbytes == tpu_dtype_size(t);

@@ -83,4 +83,13 @@ const tpu_ref_comm *tpu__ref_comm(const tpu_interp *ip);
 tpu_status tpu__ref_dot_conv(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
                              tpu_tensor *out, tpu_diag *d);
 
+/* ref/complex.c: real, imag, complex; tpu__ref_complex_ew also runs the elementwise ops
+ * (unary, binary, compare) whose operand is complex, for ref/elementwise.c. */
+tpu_status tpu__ref_complex(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                            tpu_tensor *out, tpu_diag *d);
+tpu_status tpu__ref_complex_ew(const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d);
+/* ref/fft.c: fft (FFT, IFFT, RFFT, IRFFT over 1-3 minor dims), computed in double. */
+tpu_status tpu__ref_fft(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                        tpu_tensor *out, tpu_diag *d);
+
 #endif

@@ -42,6 +42,7 @@ NPY_DTYPE = {
     "pred": np.bool_, "s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,
     "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
     "f16": np.float16, "bf16": np.float32, "f32": np.float32, "f64": np.float64,
+    "c64": np.complex64, "c128": np.complex128,
 }
 # Tolerances (rtol, atol) by kind of computation; integers and bools compare exactly.
 TOL_ELEM = (1e-6, 1e-6)     # f32 elementwise arithmetic
@@ -51,6 +52,7 @@ TOL_MM = (1e-4, 1e-5)       # f32 matmul chains, gradients
 TOL_TRAIN = (2e-4, 2e-5)    # whole training steps, long loops
 TOL_BF16 = (1e-2, 1e-2)     # bf16 results
 TOL_F16 = (2e-3, 2e-3)      # f16 results
+TOL_FFT = (2e-6, 2e-6)      # c64 FFTs (error grows with the transform's norm and log N)
 
 CASES = []
 
@@ -772,9 +774,63 @@ def _(r):
     return f, (r.normal(3, 3), r.ints(5, lo=-5, hi=5))
 
 
+# ------------------------------------------------------------------------- complex
+
+def cnormal(r, *shape):
+    return (r.normal(*shape) + 1j * r.normal(*shape)).astype(np.complex64)
+
+
+@case("fft_c2c", "jnp.fft.fft and ifft (c64) over the last axis, lengths 8, 6, 7 and 12 "
+      "(powers of two, mixed radix, prime), and fft along axis 0", TOL_FFT)
+def _(r):
+    def f(a, b, c, d):
+        return (jnp.fft.fft(a), jnp.fft.ifft(a), jnp.fft.fft(b), jnp.fft.ifft(c),
+                jnp.fft.fft(d), jnp.fft.fft(d, axis=0))
+    return f, (cnormal(r, 3, 8), cnormal(r, 2, 6), cnormal(r, 4, 7), cnormal(r, 12, 12))
+
+
+@case("fft_real", "jnp.fft.rfft / irfft (f32 <-> c64) for even and odd lengths (8, 7, 12), "
+      "irfft with n= given, and an rfft->irfft round trip", TOL_FFT)
+def _(r):
+    def f(x, y, h, z):
+        return (jnp.fft.rfft(x), jnp.fft.rfft(y), jnp.fft.irfft(h), jnp.fft.irfft(h, n=9),
+                jnp.fft.irfft(jnp.fft.rfft(z)))
+    return f, (r.normal(2, 8), r.normal(3, 7), cnormal(r, 2, 5), r.normal(4, 12))
+
+
+@case("fft_nd", "jnp.fft.fft2, ifft2, fftn over 3 axes, rfft2 and irfft2 (c64/f32), "
+      "shapes with odd lengths", TOL_FFT)
+def _(r):
+    def f(a, b, x, h):
+        return (jnp.fft.fft2(a), jnp.fft.ifft2(a), jnp.fft.fftn(b), jnp.fft.rfft2(x),
+                jnp.fft.irfft2(h, s=(6, 6)))
+    return f, (cnormal(r, 2, 6, 5), cnormal(r, 3, 4, 5), r.normal(5, 6), cnormal(r, 6, 4))
+
+
+@case("complex_elementwise", "z = x*exp(1j*theta); abs, angle (via real/imag/atan2), conj, "
+      "z*w, z/w, z+w, z-w, -z, exp, log, sqrt, sign of c64 values; complex(re, im); "
+      "== and != on c64", TOL_TRANS)
+def _(r):
+    def f(x, th, w):
+        z = x * jnp.exp(1j * th)
+        return (jnp.abs(z), jnp.angle(z), jnp.conj(z), z * w, z / w, z + w, z - w, -z,
+                jnp.exp(z * 0.5), jnp.log(w), jnp.sqrt(w), jnp.sign(w),
+                lax.complex(x, th), z == w, z != z)
+    return f, (r.uniform(3, 5, lo=0.5, hi=2.0), r.uniform(3, 5, lo=-3.0, hi=3.0), cnormal(r, 3, 5))
+
+
+@case("complex_reduce_dot", "sum and mean of c64 (reduce with a complex add), a c64 matmul "
+      "(dot), jnp.vdot, and a real-imag split of the result", TOL_RED)
+def _(r):
+    def f(a, b):
+        return (jnp.sum(a, axis=1), jnp.mean(a), a @ b, jnp.vdot(a[0], a[1]),
+                jnp.real(a @ b) - jnp.imag(a @ b))
+    return f, (cnormal(r, 4, 6), cnormal(r, 6, 3))
+
+
 # ------------------------------------------------------------------------- driver
 
-SHAPE_RE = re.compile(r"\b(pred|[suf]\d+|bf16)\[([0-9,]*)\]")
+SHAPE_RE = re.compile(r"\b(pred|[sufc]\d+|bf16)\[([0-9,]*)\]")
 
 
 def hlo_signature(hlo):

@@ -283,8 +283,27 @@ static void test_malformed(void) {
   expect_read_error(p, TPU_ERR_PARSE, "unexpected text after the dictionary");
   write_npy(p, 1, "['descr']", four, 16);
   expect_read_error(p, TPU_ERR_PARSE, "expected '{'");
-  write_npy(p, 1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", four, 16);
-  expect_read_error(p, TPU_ERR_UNSUPPORTED, "unsupported .npy dtype '<c8'");
+  write_npy(p, 1, "{'descr': '<c32', 'fortran_order': False, 'shape': (1,), }", four, 16);
+  expect_read_error(p, TPU_ERR_UNSUPPORTED, "unsupported .npy dtype '<c32'");
+  {
+    /* complex64 as NumPy lays it out (re, im per element); big-endian swaps each part. */
+    const float z[4] = {1.5f, -2.0f, 0.25f, 3.0f};
+    unsigned char be[16];
+    for (int i = 0; i < 4; i++)
+      for (int b = 0; b < 4; b++) be[4 * i + b] = ((const unsigned char *)&z[i])[3 - b];
+    const char *dicts[2] = {"{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }",
+                            "{'descr': '>c8', 'fortran_order': False, 'shape': (2,), }"};
+    for (int k = 0; k < 2; k++) {
+      write_npy(p, 1, dicts[k], k ? (const void *)be : (const void *)z, 16);
+      tpu_tensor t;
+      tpu_diag d;
+      CHECK_EQ_INT(tpu_npy_read(p, &t, &d), TPU_OK);
+      CHECK_EQ_INT(t.dtype, TPU_C64);
+      CHECK(t.rank == 1 && t.dims[0] == 2 && t.nbytes == 16);
+      if (t.nbytes == 16) CHECK(memcmp(t.data, z, 16) == 0);
+      tpu_tensor_free(&t);
+    }
+  }
   write_npy(p, 1, "{'descr': '<V2', 'fortran_order': False, 'shape': (2,), }", four, 4);
   expect_read_error(p, TPU_ERR_UNSUPPORTED, "unsupported .npy dtype '<V2'");
   write_npy(p, 1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4,), }", four, 16);
