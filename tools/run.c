@@ -428,8 +428,10 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
     tpu_report_print_profile(stdout, &prof, o->top);
   }
   rc = 0;
+  tpu_podio_report pr = {pod, prog, &tl, chip};
   tpu_report_info info = {o->prog, "tpu", o->timing ? "timing" : "full",
-                          o->precision >= 0 ? k_precisions[o->precision] : "per-op"};
+                          o->precision >= 0 ? k_precisions[o->precision] : "per-op",
+                          pod && pod->ndev > 1 ? tpu_podio_write_json : NULL, &pr};
   if (o->report && tpu_report_write_json(o->report, &info, chip, &tl, &r, &prof, &d) != TPU_OK) {
     tpu_cli_report(&d);
     rc = 1;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/json.h"
 #include "base/npy.h"
 #include "chip/program.h"
 #include "chip/timeline.h"
@@ -314,8 +315,48 @@ static void human(char *buf, size_t n, double v, const char *unit) {
   snprintf(buf, n, "%.4g %s%s", v, pre[k], unit);
 }
 
+/* One collective of the program as the timing ran it. */
+typedef struct {
+  const char *name, *kind;
+  int64_t group, count;
+  double seconds; /* one execution */
+  double bytes;   /* sent by each chip, one execution */
+  double bus_bw;  /* bytes/s */
+} coll_row;
+
+/* The program's collectives, longest total time first; *n rows (caller frees). */
+static coll_row *collect(const tpu_program *p, const tpu_timeline *tl, double clock, int *n) {
+  int nc = 0;
+  for (int i = 0; i < p->ninsns; i++) nc += p->insns[i].opc == TPU_ISA_ICI;
+  *n = 0;
+  coll_row *rows = tpu_calloc((size_t)(nc ? nc : 1), sizeof *rows);
+  if (!rows) return NULL;
+  for (int i = 0; i < p->ninsns; i++) {
+    const tpu_insn *x = &p->insns[i];
+    if (x->opc != TPU_ISA_ICI) continue;
+    const tpu_prog_op *po = x->op >= 0 ? &p->ops[x->op] : NULL;
+    coll_row *r = &rows[(*n)++];
+    r->name = po ? po->name : "?";
+    r->kind = po ? po->kind : "ici";
+    r->count = x->op >= 0 ? tl->ops[x->op].count : 1;
+    r->seconds = (double)x->cycles / clock;
+    r->bytes = (double)x->bytes;
+    r->group = 1;
+    tpu_diag d;
+    if (po && po->instr) (void)tpu_collective_devices(po->instr, &r->group, &d);
+    r->bus_bw = po && po->instr && r->seconds > 0 ? bus_bytes(po->instr, r->group) / r->seconds : 0;
+  }
+  for (int i = 1; i < *n; i++) /* insertion sort: programs have few collectives */
+    for (int j = i; j > 0 && rows[j].seconds * (double)rows[j].count > rows[j - 1].seconds * (double)rows[j - 1].count; j--) {
+      coll_row t = rows[j];
+      rows[j] = rows[j - 1];
+      rows[j - 1] = t;
+    }
+  return rows;
+}
+
 void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const tpu_timeline *tl,
-                       const tpu_chip *chip, double flops_per_s, int top) {
+                     const tpu_chip *chip, double flops_per_s, int top) {
   double clock = tl->clock_hz > 0 ? tl->clock_hz : chip->clock_hz, step = (double)tl->total_cycles / clock;
   char a[32], b[32];
   human(a, sizeof a, flops_per_s * (double)pc->ndev, "FLOP/s");
@@ -334,41 +375,71 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
   human(b, sizeof b, (double)chip->hbm_bytes, "B");
   fprintf(f, "memory: each chip holds at most %s of its %s HBM (%.1f%%)\n", a, b,
           chip->hbm_bytes > 0 ? 100.0 * (double)p->hbm_peak / (double)chip->hbm_bytes : 0);
-  /* Collectives by time, from the program's ici instructions. */
-  int nc = 0;
-  for (int i = 0; i < p->ninsns; i++) nc += p->insns[i].opc == TPU_ISA_ICI;
-  if (!nc) return;
-  int *idx = tpu_calloc((size_t)nc, sizeof *idx);
-  if (!idx) return;
-  nc = 0;
-  for (int i = 0; i < p->ninsns; i++)
-    if (p->insns[i].opc == TPU_ISA_ICI) idx[nc++] = i;
-  for (int i = 1; i < nc; i++) /* by time, longest first (insertion sort: few collectives) */
-    for (int j = i; j > 0; j--) {
-      const tpu_insn *x = &p->insns[idx[j]], *y = &p->insns[idx[j - 1]];
-      int64_t cx = x->cycles * (x->op >= 0 ? tl->ops[x->op].count : 1);
-      int64_t cy = y->cycles * (y->op >= 0 ? tl->ops[y->op].count : 1);
-      if (cx <= cy) break;
-      int t = idx[j];
-      idx[j] = idx[j - 1];
-      idx[j - 1] = t;
-    }
+  int nc;
+  coll_row *rows = collect(p, tl, clock, &nc);
+  if (!rows || !nc) {
+    tpu_free(rows);
+    return;
+  }
   fprintf(f, "collectives:\n  %-28s %-20s %5s %6s %10s %10s %10s %12s\n", "op", "kind", "group", "count", "time(us)",
           "%step", "sent B", "bus GB/s");
   int shown = top > 0 && top < nc ? top : nc;
   for (int r = 0; r < shown; r++) {
-    const tpu_insn *x = &p->insns[idx[r]];
-    const tpu_prog_op *po = x->op >= 0 ? &p->ops[x->op] : NULL;
-    int64_t count = x->op >= 0 ? tl->ops[x->op].count : 1;
-    double t = (double)x->cycles / clock;
-    int64_t n = 1;
-    tpu_diag d;
-    if (po && po->instr) (void)tpu_collective_devices(po->instr, &n, &d);
-    double bw = po && po->instr && t > 0 ? bus_bytes(po->instr, n) / t : 0;
-    fprintf(f, "  %-28.28s %-20.20s %5lld %6lld %10.3f %10.1f %10.4g %12.4g\n", po ? po->name : "?",
-            po ? po->kind : "ici", (long long)n, (long long)count, t * (double)count * 1e6,
-            step > 0 ? 100 * t * (double)count / step : 0, (double)x->bytes, bw / 1e9);
+    const coll_row *x = &rows[r];
+    double t = x->seconds * (double)x->count;
+    fprintf(f, "  %-28.28s %-20.20s %5lld %6lld %10.3f %10.1f %10.4g %12.4g\n", x->name, x->kind, (long long)x->group,
+            (long long)x->count, t * 1e6, step > 0 ? 100 * t / step : 0, x->bytes, x->bus_bw / 1e9);
   }
   if (shown < nc) fprintf(f, "  ... %d more (--top 0 lists all)\n", nc - shown);
-  tpu_free(idx);
+  tpu_free(rows);
+}
+
+void tpu_podio_write_json(void *user, tpu_json_writer *w) {
+  const tpu_podio_report *x = user;
+  const tpu_timeline *tl = x->tl;
+  double clock = tl->clock_hz > 0 ? tl->clock_hz : x->chip->clock_hz;
+  double total = (double)tl->total_cycles;
+  tpu_json_key(w, "pod");
+  tpu_json_begin_object(w);
+  tpu_json_key(w, "chips");
+  tpu_json_int(w, x->pc->ndev);
+  tpu_json_key(w, "replicas");
+  tpu_json_int(w, x->pc->replicas);
+  tpu_json_key(w, "partitions");
+  tpu_json_int(w, x->pc->partitions);
+  tpu_json_key(w, "ici_bytes_per_chip");
+  tpu_json_number(w, tl->ici_bytes);
+  tpu_json_key(w, "ici_busy_fraction");
+  tpu_json_number(w, total > 0 ? (double)tl->busy[TPU_UNIT_ICI] / total : 0);
+  tpu_json_key(w, "ici_wait_fraction");
+  tpu_json_number(w, total > 0 ? (double)tl->ici_wait_cycles / total : 0);
+  tpu_json_key(w, "hbm_peak_bytes_per_chip");
+  tpu_json_int(w, x->p->hbm_peak);
+  tpu_json_key(w, "hbm_capacity_bytes");
+  tpu_json_int(w, x->chip->hbm_bytes);
+  tpu_json_key(w, "collectives");
+  tpu_json_begin_array(w);
+  int nc;
+  coll_row *rows = collect(x->p, tl, clock, &nc);
+  for (int i = 0; rows && i < nc; i++) {
+    tpu_json_begin_object(w);
+    tpu_json_key(w, "name");
+    tpu_json_string(w, rows[i].name);
+    tpu_json_key(w, "kind");
+    tpu_json_string(w, rows[i].kind);
+    tpu_json_key(w, "group_size");
+    tpu_json_int(w, rows[i].group);
+    tpu_json_key(w, "count");
+    tpu_json_int(w, rows[i].count);
+    tpu_json_key(w, "seconds_each");
+    tpu_json_number(w, rows[i].seconds);
+    tpu_json_key(w, "bytes_sent_per_chip");
+    tpu_json_number(w, rows[i].bytes);
+    tpu_json_key(w, "bus_bandwidth");
+    tpu_json_number(w, rows[i].bus_bw);
+    tpu_json_end_object(w);
+  }
+  tpu_free(rows);
+  tpu_json_end_array(w);
+  tpu_json_end_object(w);
 }

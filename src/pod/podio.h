@@ -66,4 +66,14 @@ struct tpu_timeline;
 void tpu_podio_print(FILE *f, const tpu_podio *pc, const struct tpu_program *p, const struct tpu_timeline *tl,
                        const tpu_chip *chip, double flops_per_s, int top);
 
+/* The report's "pod" section (a tpu_report_info extra writer; user = tpu_podio_report). */
+struct tpu_json_writer;
+typedef struct {
+  const tpu_podio *pc;
+  const struct tpu_program *p;
+  const struct tpu_timeline *tl;
+  const tpu_chip *chip;
+} tpu_podio_report;
+void tpu_podio_write_json(void *user, struct tpu_json_writer *w);
+
 #endif

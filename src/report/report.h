@@ -97,11 +97,15 @@ void tpu_report_print_profile(FILE *f, const tpu_profile *p, int top);
 /* ---- Files (report/report_json.c, report/trace.c) ---- */
 
 /* What the run was, for the report header. Any field may be NULL. */
+struct tpu_json_writer; /* base/json.h */
 typedef struct tpu_report_info {
   const char *program;   /* the HLO path */
   const char *backend;   /* "tpu" */
   const char *mode;      /* "full" or "timing" */
   const char *precision; /* "per-op", "default", "high", "highest" */
+  /* Optional: writes more members into the report's top-level object (the pod section). */
+  void (*extra)(void *user, struct tpu_json_writer *w);
+  void *extra_user;
 } tpu_report_info;
 
 /* Writes the whole report as JSON to `path` (through a temporary file renamed into place,

@@ -140,6 +140,7 @@ static void write_report(tpu_json_writer *w, const tpu_report_info *info, const 
   kv_int(w, "hbm_wait_cycles", t->hbm_wait_cycles);
 
   write_ops(w, t, p);
+  if (info->extra) info->extra(info->extra_user, w);
   tpu_json_end_object(w);
 }
 

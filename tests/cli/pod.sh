@@ -39,7 +39,10 @@ for k in 0 7; do [ -s "$T/pd/dev$k/0.npy" ] || fail "no dev$k/0.npy"; done
 "$BIN" run $P/mlp.hlo $IN --out-sharding @$P/mlp.shardings > "$T/full" 2> "$T/err" || fail "tpu run exited $?: $(cat "$T/err")"
 grep -q "waiting on ICI [0-9.]*%" "$T/full" || fail "no ICI share in the breakdown"
 grep -q "all-reduce" "$T/full" || fail "the all-reduce is not in the profile"
-"$BIN" run $P/mlp.hlo --mode timing > "$T/timing" 2> "$T/err" || fail "timing run exited $?: $(cat "$T/err")"
+"$BIN" run $P/mlp.hlo --mode timing --report "$T/r.json" > "$T/timing" 2> "$T/err" || fail "timing run exited $?: $(cat "$T/err")"
+grep -q '"pod"' "$T/r.json" || fail "the report has no pod section"
+grep -q '"kind": "all-reduce"' "$T/r.json" || fail "the report lists no all-reduce"
+grep -q '"chips": 8' "$T/r.json" || fail "the report does not give 8 chips"
 a=$(grep "^step time:" "$T/full")
 b=$(grep "^step time:" "$T/timing")
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "timing mode '$b' differs from full mode '$a'"
