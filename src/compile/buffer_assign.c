@@ -21,6 +21,9 @@ static int buffer_of(const tpu__be *be, const tpu_instr *in, int leaf, int depth
     case TPU_OP_GET_TUPLE_ELEMENT:
       return buffer_of(be, in->operands[0],
                        tpu__leaf_offset(&in->operands[0]->shape, (int)in->index) + leaf, depth + 1);
+    case TPU_OP_COPY_START: /* (copy, operand, context): both arrays are the operand's buffer */
+      return leaf <= 1 ? buffer_of(be, in->operands[0], 0, depth + 1) : -1;
+    case TPU_OP_COPY_DONE: return buffer_of(be, in->operands[0], 0, depth + 1);
     case TPU_OP_ALL_REDUCE_DONE:
     case TPU_OP_ALL_GATHER_DONE:
     case TPU_OP_COLLECTIVE_PERMUTE_DONE: /* the result part of its -start: (operands, results, ...) */

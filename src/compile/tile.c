@@ -394,6 +394,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
       break;
     case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT: case TPU_OP_BITCAST:
     case TPU_OP_OPT_BARRIER: case TPU_OP_AFTER_ALL: case TPU_OP_ADD_DEPENDENCY:
+    case TPU_OP_COPY_START: case TPU_OP_COPY_DONE: /* a prefetch XLA scheduled: its copy aliases the source */
     case TPU_OP_PARTITION_ID: case TPU_OP_REPLICA_ID:
     case TPU_OP_ALL_REDUCE_DONE: case TPU_OP_ALL_GATHER_DONE: case TPU_OP_COLLECTIVE_PERMUTE_DONE:
       /* -done hands over its -start's result (lower waits for the links there). */

@@ -462,6 +462,19 @@ static tpu_status verify_structure(const tpu_instr *in, tpu_diag *d) {
     case TPU_OP_CONDITIONAL: return verify_conditional(in, d);
     case TPU_OP_MAP: return verify_map(in, d);
     case TPU_OP_OPT_BARRIER: return tpu__vexpect(in, &in->operands[0]->shape, d);
+    case TPU_OP_COPY_START: {
+      /* (destination, source, context): XLA's asynchronous copy (e.g. a prefetch to VMEM). */
+      const tpu_shape *s = &in->operands[0]->shape, *r = &in->shape;
+      if (r->dtype != TPU_TUPLE || r->ntuple < 2 || !tpu_shape_equal(&r->elems[0], s) || !tpu_shape_equal(&r->elems[1], s))
+        return TPU_VFAIL(d, in, "the result must be (copy, operand, context) with the operand's shape %s",
+                         tpu__vshape(s, &a));
+      return TPU_OK;
+    }
+    case TPU_OP_COPY_DONE: {
+      const tpu_instr *st = in->operands[0];
+      if (st->op != TPU_OP_COPY_START) return TPU_VFAIL(d, in, "the operand must be a copy-start");
+      return tpu__vexpect(in, &st->shape.elems[0], d);
+    }
     case TPU_OP_AFTER_ALL: {
       for (int k = 0; k < in->noperands; k++)
         if (in->operands[k]->shape.dtype != TPU_TOKEN)

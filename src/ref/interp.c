@@ -185,6 +185,17 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
     case TPU_OP_CONDITIONAL: return run_conditional(ip, in, args, out, d);
     case TPU_OP_OPT_BARRIER:
     case TPU_OP_ADD_DEPENDENCY: return tpu_tensor_clone(out, args[0], d);
+    case TPU_OP_COPY_START: { /* (copy, operand, context 0) */
+      TPU_TRY(tpu__ref_alloc_shape(out, &in->shape, d));
+      tpu_status st = TPU_OK;
+      for (int e = 0; st == TPU_OK && e < 2; e++) {
+        tpu_tensor_free(&out->elems[e]);
+        st = tpu_tensor_clone(&out->elems[e], args[0], d);
+      }
+      if (st != TPU_OK) tpu_tensor_free(out);
+      return st;
+    }
+    case TPU_OP_COPY_DONE: return tpu_tensor_clone(out, &args[0]->elems[0], d);
     case TPU_OP_AFTER_ALL: return tpu__ref_alloc_shape(out, &in->shape, d);
     case TPU_OP_PARTITION_ID:
     case TPU_OP_REPLICA_ID: return tpu__ref_collective(ip, in, args, out, d);
