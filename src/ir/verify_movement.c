@@ -210,7 +210,17 @@ static tpu_status verify_bitcast_convert(const tpu_instr *in, tpu_diag *d) {
 }
 
 tpu_status tpu__verify_movement(const tpu_instr *in, tpu_diag *d) {
-  if (in->op == TPU_OP_COPY) return tpu__vexpect(in, &in->operands[0]->shape, d);
+  if (in->op == TPU_OP_COPY) {
+    /* XLA's TPU compiler also uses copy to round an f32 operand to bf16 for the MXU (a copy
+     * between floating types converts, rounding to nearest even). */
+    const tpu_shape *s = &in->operands[0]->shape;
+    if (in->shape.dtype != s->dtype && tpu_dtype_is_float(in->shape.dtype) && tpu_dtype_is_float(s->dtype)) {
+      tpu_shape want = *s;
+      want.dtype = in->shape.dtype;
+      return tpu__vexpect(in, &want, d);
+    }
+    return tpu__vexpect(in, s, d);
+  }
   if (in->op == TPU_OP_DYNAMIC_SLICE) return verify_dynamic_slice(in, d);
   if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) return verify_dynamic_update_slice(in, d);
   if (in->op == TPU_OP_CONCATENATE) return verify_concatenate(in, d);

@@ -174,7 +174,7 @@ tpu_status tpu__ref_ew_convert(const tpu_instr *in, const tpu_tensor *const *arg
     tpu_tensor_free(&tmp);
     return TPU_OK;
   }
-  if (in->op == TPU_OP_CONVERT) {
+  if (in->op == TPU_OP_CONVERT || in->op == TPU_OP_COPY) { /* copy: XLA TPU rounds f32 to bf16 with it */
     TPU_TRY(tpu__ew_alloc_out(in, out, d));
     for (int64_t s = 0; s < n; s += TPU_EW_BLOCK) {
       int m = (int)(n - s < TPU_EW_BLOCK ? n - s : TPU_EW_BLOCK);

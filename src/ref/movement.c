@@ -5,6 +5,7 @@
 #include "base/alloc.h"
 #include "base/bf16.h"
 #include "ir/layout.h"
+#include "ref/elementwise_int.h"
 #include "ref/ref_int.h"
 
 /* Allocates `out` as an array of the given type and dims; a failure is reported at the
@@ -367,7 +368,9 @@ tpu_status tpu__ref_movement(tpu_interp *ip, const tpu_instr *in, const tpu_tens
   switch (in->op) {
     case TPU_OP_BROADCAST: return broadcast(in, args[0], out, d);
     case TPU_OP_RESHAPE:
-    case TPU_OP_COPY: return same_elements(in, args[0], out, d); /* copy changes only the layout */
+    case TPU_OP_COPY: /* copy changes only the layout, or rounds between floating types */
+      if (in->shape.dtype != args[0]->dtype) return tpu__ref_ew_convert(in, args, out, d);
+      return same_elements(in, args[0], out, d);
     case TPU_OP_BITCAST: return bitcast(in, args[0], out, d);
     case TPU_OP_TRANSPOSE: return transpose(in, args[0], out, d);
     case TPU_OP_SLICE: return slice(in, args[0], out, d);
