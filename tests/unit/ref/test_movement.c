@@ -384,9 +384,41 @@ static void test_bitcast_layouts(void) {
   tpu_tensor_free(&v);
 }
 
+/* XLA TPU's forms: copy between floating types rounds to nearest even (1 + 2^-8 is a tie:
+ * it rounds to 1, 1 + 3*2^-8 up to 1 + 2^-6); copy-start/copy-done hand over a copy. */
+static void test_tpu_copies(void) {
+  const double v[3] = {1.0 + 1.0 / 256, 1.0 + 3.0 / 256, -2.5};
+  int64_t dims[1] = {3};
+  tpu_tensor x = mk(TPU_F32, 1, dims, v), out;
+  CHECK(run("HloModule m\nENTRY e {\n p = f32[3] parameter(0)\n ROOT c = bf16[3]{0:T(128)(2,1)S(1)} copy(p)\n}\n", &x, 1,
+            &out));
+  if (out.data) {
+    CHECK(out.dtype == TPU_BF16);
+    CHECK(tpu_tensor_get_f64(&out, 0) == 1.0 && tpu_tensor_get_f64(&out, 1) == 1.0 + 4.0 / 256 &&
+          tpu_tensor_get_f64(&out, 2) == -2.5);
+  }
+  tpu_tensor_free(&out);
+  CHECK(run("HloModule m\nENTRY e {\n p = f32[3] parameter(0)\n"
+            " s = (f32[3]{0:S(1)}, f32[3], u32[]{:S(2)}) copy-start(p), cross_program_prefetch_index=0\n"
+            " ROOT d = f32[3]{0:S(1)} copy-done(s)\n}\n",
+            &x, 1, &out));
+  if (out.data) CHECK(memcmp(out.data, x.data, x.nbytes) == 0);
+  tpu_tensor_free(&out);
+  /* copy does not convert integers (only floating types round). */
+  tpu_module *m = NULL;
+  tpu_diag d;
+  const char *bad = "HloModule m\nENTRY e {\n p = s32[3] parameter(0)\n ROOT c = f32[3] copy(p)\n}\n";
+  tpu_status st = tpu_hlo_parse("t.hlo", bad, strlen(bad), &m, &d);
+  if (st == TPU_OK) st = tpu_ir_verify(m, &d);
+  CHECK(st != TPU_OK);
+  tpu_module_free(m);
+  tpu_tensor_free(&x);
+}
+
 int main(void) {
   test_broadcast();
   test_bitcast_layouts();
+  test_tpu_copies();
   test_transpose_reshape();
   test_slice();
   test_dynamic_slice();
