@@ -341,13 +341,15 @@ static int target_is(const tpu_instr *in, const char *t) {
 }
 
 /* The sharding an instruction is annotated with (sdy form first, then HLO form). */
-static int annotation(const sp *s, const tpu_instr *in, int rank, dsh *out) {
+static int annotation_k(const sp *s, const tpu_instr *in, int k, int rank, dsh *out) {
   const char *fa = attr(in, "frontend_attributes");
   if (fa) {
-    const char *p = strstr(fa, "#sdy.sharding<");
-    if (!p) {
+    const char *p = k == 0 ? strstr(fa, "#sdy.sharding<") : NULL;
+    if (!p) { /* per value: the k-th "<@mesh, [...]>" */
       p = strstr(fa, "#sdy.sharding_per_value<");
-      if (p) p = strstr(p, "<@");
+      for (int i = 0; p && i <= k; i++) {
+        p = strstr(p + 1, "<@");
+      }
       if (p) p--;
     }
     if (p) {
@@ -355,10 +357,12 @@ static int annotation(const sp *s, const tpu_instr *in, int rank, dsh *out) {
       if (q && parse_sdy_dims(q + 1, s->mesh, rank, out)) return 1;
     }
   }
-  const char *h = attr(in, "sharding");
+  const char *h = k == 0 ? attr(in, "sharding") : NULL;
   if (h && from_hlo(s->mesh, h, rank, out)) return 1;
   return 0;
 }
+
+static int annotation(const sp *s, const tpu_instr *in, int rank, dsh *out) { return annotation_k(s, in, 0, rank, out); }
 
 static tpu_status fail_at(sp *s, const tpu_instr *in, const char *what) {
   return TPU_FAIL(s->d, TPU_ERR_UNSUPPORTED, in->loc, "spmd-partition: '%s' (%s): %s", tpu_instr_user_name(in),
@@ -1279,7 +1283,7 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
       return st;
     }
     case TPU_OP_CUSTOM_CALL:
-      if (target_is(in, "Sharding")) {
+      if (target_is(in, "Sharding") || target_is(in, "xla.sdy.FuncResultSharding")) {
         dsh h;
         if (!annotation(s, in, rank, &h)) return fail_at(s, in, "cannot read its sharding");
         if (h.manual) { /* entering or leaving a shard_map body: the value is already local */
@@ -1308,6 +1312,39 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
         }
         const tpu_instr *o = in->operands[0];
         int global = target_is(in, "xla.sdy.LocalToGlobalShape");
+        if (!global && in->noperands > 1) { /* several operands: a tuple of their blocks */
+          tpu_instr **parts = tpu_calloc((size_t)in->noperands + 1, sizeof *parts);
+          if (!parts) return TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+          tpu_status st = in->shape.dtype == TPU_TUPLE && in->shape.ntuple == in->noperands
+                              ? TPU_OK
+                              : fail_at(s, in, "its result is not a tuple of one block per operand");
+          tpu_shape ts = in->shape;
+          if (st == TPU_OK) {
+            ts.elems = tpu_arena_alloc(&s->m->arena, sizeof *ts.elems * (size_t)(in->noperands + 1));
+            if (!ts.elems) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+          }
+          for (int k = 0; st == TPU_OK && k < in->noperands; k++) {
+            const tpu_instr *ok = in->operands[k];
+            dsh hk;
+            if (!annotation_k(s, in, k, ok->shape.rank, &hk) || hk.manual) {
+              st = fail_at(s, in, "cannot read its sharding");
+              break;
+            }
+            st = operand_as(s, in, k, &hk, &parts[k]);
+            tpu_shape l = local_shape(s, &ok->shape, &hk);
+            if (st == TPU_OK && !tpu_shape_equal(&l, &in->shape.elems[k]))
+              st = fail_at(s, in, "its result is not one block of each operand");
+            if (st == TPU_OK) ts.elems[k] = parts[k]->shape;
+          }
+          tpu_instr *t = NULL;
+          if (st == TPU_OK) st = instr(s, TPU_OP_TUPLE, "spmd.blocks", &ts, parts, in->noperands, in->loc, &t);
+          tpu_free(parts);
+          TPU_TRY(st);
+          s->val[in->id] = t;
+          s->sh[in->id] = k_repl;
+          s->sh[in->id].manual = 1;
+          return TPU_OK;
+        }
         dsh h;
         if (!annotation(s, in, global ? rank : o->shape.rank, &h) || h.manual)
           return fail_at(s, in, "cannot read its sharding");

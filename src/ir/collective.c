@@ -4,6 +4,7 @@
 #include "ir/collective.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -283,11 +284,27 @@ static int read_mesh(const char *p, tpu_groups *g) {
     int paren = *p == '(';
     if (paren) p = skip(p + 1);
     int64_t cnt = 0;
-    if (*p == '[') { /* an iota list "[dims]<=[...]T(...)" */
+    if (*p == '[') { /* an iota list "[dims]<=[...]T(...)", or "[dims]T(...)" over those dims */
+      const char *q = p;
       int64_t dims[TPU_MAX_RANK];
-      if (read_dims(&p, dims, TPU_MAX_RANK) < 1) return 0;
-      int r = tpu_iota_read(&p, &dev, &cnt);
-      if (r != 1) return r;
+      int nd = read_dims(&p, dims, TPU_MAX_RANK);
+      if (nd < 1) return 0;
+      p = skip(p);
+      if (*p == 'T') { /* read it as "<=[dims]T(...)" */
+        char buf[256];
+        int len = snprintf(buf, sizeof buf, "<=%.*s", (int)(p - q), q);
+        const char *t = p;
+        while (*p && *p != ')') p++;
+        if (*p != ')' || len < 0 || len + (p - t) + 2 >= (int)sizeof buf) return 0;
+        snprintf(buf + len, sizeof buf - (size_t)len, "%.*s", (int)(p + 1 - t), t);
+        p++;
+        const char *b = buf;
+        int r = tpu_iota_read(&b, &dev, &cnt);
+        if (r != 1) return r;
+      } else {
+        int r = tpu_iota_read(&p, &dev, &cnt);
+        if (r != 1) return r;
+      }
     } else {
       dev = tpu_malloc(sizeof *dev * (size_t)total);
       if (!dev) return -1;
@@ -459,7 +476,19 @@ tpu_status tpu_groups_read(const tpu_instr *in, const char *attr, tpu_groups *g,
   if (*v == '[') {
     r = read_iota(v, g);
   } else if (!strncmp(v, "mesh", 4) && (v[4] == '[' || v[4] == ' ')) {
-    r = read_mesh(v, g);
+    /* "mesh[...], device_ids=(...) {axes}" reaches us as two attributes (the comma
+     * separates them): put them back together. */
+    const char *ids = attr_text(in->attrs, in->nattrs, "device_ids");
+    if (ids) {
+      size_t n = strlen(v) + strlen(ids) + 16;
+      char *both = tpu_malloc(n);
+      if (!both) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory reading %s", attr);
+      snprintf(both, n, "%s, device_ids=%s", v, ids);
+      r = read_mesh(both, g);
+      tpu_free(both);
+    } else {
+      r = read_mesh(v, g);
+    }
   } else {
     r = read_explicit(v, g);
   }
