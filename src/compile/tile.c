@@ -6,6 +6,7 @@
 
 #include "compile/backend.h"
 #include "ir/collective.h"
+#include "ir/custom_call.h"
 
 /* ---- Lookups shared by the passes ---- */
 
@@ -186,6 +187,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       c->padded_flops += (double)ovr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)(win * ops);
       return;
     }
+    case TPU_OP_CUSTOM_CALL: /* TopK */
     case TPU_OP_SORT: case TPU_OP_TOPK: {
       const tpu_shape *is = &in->operands[0]->shape;
       int64_t dim = in->op == TPU_OP_SORT && in->dimensions.n ? in->dimensions.v[0] : is->rank - 1;
@@ -392,6 +394,11 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     case TPU_OP_CONSTANT: case TPU_OP_IOTA: case TPU_OP_RNG_BIT_GENERATOR:
       k->own = 1;
       break;
+    case TPU_OP_CUSTOM_CALL:
+      if (tpu_custom_call_kind(in) == TPU_CC_IDENTITY) return TPU_OK; /* an alias of its operand */
+      if (tpu_custom_call_kind(in) != TPU_CC_TOPK) return tpu_custom_call_refuse(in, "the TPU back end", be->d);
+      k->own = 1;
+      break; /* top-k: a kernel costed as one (add_cost) */
     case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT: case TPU_OP_BITCAST:
     case TPU_OP_OPT_BARRIER: case TPU_OP_AFTER_ALL: case TPU_OP_ADD_DEPENDENCY:
     case TPU_OP_COPY_START: case TPU_OP_COPY_DONE: /* a prefetch XLA scheduled: its copy aliases the source */

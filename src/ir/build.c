@@ -544,8 +544,13 @@ int tpu_build_remove_unused_comps(tpu_builder *b) {
     tpu_comp *c = m->comps[work[--sp]];
     for (int k = 0; k < c->ninstrs; k++) {
       tpu_instr *in = c->instrs[k];
-      tpu_comp *cs[6 + 256];
-      if (in->nbranches > 256) continue; /* the parser caps branch lists at 256 */
+      tpu_comp *few[16], **cs = in->nbranches + 6 <= 16 ? few : tpu_malloc(sizeof *cs * (size_t)(in->nbranches + 6));
+      if (!cs) {
+        tpu_free(mark);
+        tpu_free(work);
+        nomem(b);
+        return -1;
+      }
       int nc = tpu_build_callees(in, cs);
       for (int j = 0; j < nc; j++)
         for (int q = 0; q < n; q++)
@@ -553,6 +558,25 @@ int tpu_build_remove_unused_comps(tpu_builder *b) {
             mark[q] = 1;
             work[sp++] = q;
           }
+      if (cs != few) tpu_free(cs);
+      /* called_computations={%a, %b} (custom calls such as TopK): kept by name. */
+      for (int a = 0; a < in->nattrs; a++) {
+        if (strcmp(in->attrs[a].name, "called_computations")) continue;
+        for (const char *p = in->attrs[a].value; *p;) {
+          if (*p == '%') p++;
+          const char *q = p;
+          while (*q && *q != ',' && *q != '}' && *q != ' ' && *q != '{') q++;
+          if (q > p) {
+            tpu_comp *cc = tpu_module_find_comp_n(m, p, (size_t)(q - p));
+            for (int r = 0; cc && r < n; r++)
+              if (m->comps[r] == cc && !mark[r]) {
+                mark[r] = 1;
+                work[sp++] = r;
+              }
+          }
+          p = *q ? q + 1 : q;
+        }
+      }
     }
   }
   int w = 0;

@@ -1,5 +1,6 @@
 /* IR verifier driver: call graph, entry layout, shared helpers, elementwise and control-flow
  * rules; the other families live in verify_movement.c, verify_reduce.c, verify_contract.c. */
+#include "ir/custom_call.h"
 #include "ir/verify.h"
 
 #include <ctype.h>
@@ -462,6 +463,7 @@ static tpu_status verify_structure(const tpu_instr *in, tpu_diag *d) {
     case TPU_OP_CONDITIONAL: return verify_conditional(in, d);
     case TPU_OP_MAP: return verify_map(in, d);
     case TPU_OP_OPT_BARRIER: return tpu__vexpect(in, &in->operands[0]->shape, d);
+    case TPU_OP_CUSTOM_CALL: return tpu_custom_call_verify(in, d);
     case TPU_OP_COPY_START: {
       /* (destination, source, context): XLA's asynchronous copy (e.g. a prefetch to VMEM). */
       const tpu_shape *s = &in->operands[0]->shape, *r = &in->shape;

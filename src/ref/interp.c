@@ -4,6 +4,7 @@
 
 #include "base/alloc.h"
 #include "ir/collective.h"
+#include "ir/custom_call.h"
 #include "ref/ref_int.h"
 
 #define MAX_CALL_DEPTH 200
@@ -196,6 +197,23 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
       return st;
     }
     case TPU_OP_COPY_DONE: return tpu_tensor_clone(out, &args[0]->elems[0], d);
+    case TPU_OP_CUSTOM_CALL:
+      switch (tpu_custom_call_kind(in)) {
+        case TPU_CC_IDENTITY:
+          if (in->noperands == 1 && value_matches(args[0], &in->shape)) return tpu_tensor_clone(out, args[0], d);
+          if (in->noperands > 1 && in->shape.dtype == TPU_TUPLE) return make_tuple(in, args, out, d);
+          return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc,
+                          "custom-call '%s' changes a shape: it needs the module partitioned over its mesh",
+                          tpu_instr_user_name(in));
+        case TPU_CC_TOPK: {
+          tpu_instr k = *in; /* top-k with k from the result */
+          k.op = TPU_OP_TOPK;
+          k.k = in->shape.elems[0].dims[in->shape.elems[0].rank - 1];
+          k.largest = 1;
+          return tpu__ref_reduce(ip, &k, args, out, d);
+        }
+        default: return tpu_custom_call_refuse(in, "the reference interpreter", d);
+      }
     case TPU_OP_AFTER_ALL: return tpu__ref_alloc_shape(out, &in->shape, d);
     case TPU_OP_PARTITION_ID:
     case TPU_OP_REPLICA_ID: return tpu__ref_collective(ip, in, args, out, d);

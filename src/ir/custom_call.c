@@ -1,0 +1,100 @@
+/* custom-call targets: which ones run, and how they are checked and refused. */
+#include "ir/custom_call.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/verify.h"
+
+static const char *const k_identity[] = {
+    "Sharding",                   /* with_sharding_constraint (GSPMD) */
+    "SPMDFullToShardShape",       /* shard_map entry/exit (GSPMD) */
+    "SPMDShardToFullShape",
+    "xla.sdy.GlobalToLocalShape", /* shard_map entry/exit (Shardy) */
+    "xla.sdy.LocalToGlobalShape",
+    "xla.sdy.FuncResultSharding", /* out_shardings (Shardy) */
+    "xla.sdy.ShardingGroup",
+    "annotate_device_placement",  /* memory kinds */
+    "MoveToHost",                 /* host offloading */
+    "MoveToDevice",
+    "AssumeGatherIndicesInBound", /* the TPU compiler's own assumption */
+    "LayoutConstraint",
+    NULL};
+
+const char *tpu_custom_call_target(const tpu_instr *in, char *buf, size_t n) {
+  const char *v = NULL;
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, "custom_call_target")) v = in->attrs[i].value;
+  if (!v) {
+    snprintf(buf, n, "?");
+    return buf;
+  }
+  if (*v == '"') v++;
+  size_t len = strlen(v);
+  if (len && v[len - 1] == '"') len--;
+  snprintf(buf, n, "%.*s", (int)len, v);
+  return buf;
+}
+
+tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in) {
+  if (in->op != TPU_OP_CUSTOM_CALL) return TPU_CC_OTHER;
+  char t[128];
+  tpu_custom_call_target(in, t, sizeof t);
+  for (int i = 0; k_identity[i]; i++)
+    if (!strcmp(t, k_identity[i])) return TPU_CC_IDENTITY;
+  if (!strcmp(t, "TopK")) return TPU_CC_TOPK;
+  return TPU_CC_OTHER;
+}
+
+tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
+  tpu__vbuf a, b;
+  char t[128];
+  tpu_custom_call_target(in, t, sizeof t);
+  switch (tpu_custom_call_kind(in)) {
+    case TPU_CC_IDENTITY:
+      if (in->noperands == 1 && tpu_shape_equal(&in->shape, &in->operands[0]->shape)) return TPU_OK;
+      if (in->noperands > 1 && in->shape.dtype == TPU_TUPLE && in->shape.ntuple == in->noperands) {
+        for (int k = 0; k < in->noperands; k++)
+          if (!tpu_shape_equal(&in->shape.elems[k], &in->operands[k]->shape)) break;
+          else if (k == in->noperands - 1) return TPU_OK;
+      }
+      /* A shape change (a shard's shape) only makes sense across several devices. */
+      {
+        int64_t p = 1;
+        for (int i = 0; in->parent && in->parent->module && i < in->parent->module->nattrs; i++)
+          if (!strcmp(in->parent->module->attrs[i].name, "frontend_attributes") &&
+              strstr(in->parent->module->attrs[i].value, "#sdy.mesh<"))
+            p = 2;
+        if (p > 1) return TPU_OK; /* spmd-partition resolves it */
+      }
+      return TPU_VFAIL(d, in, "custom-call target \"%s\" changes %s into %s on one device", t,
+                       tpu__vshape(&in->operands[0]->shape, &a), tpu__vshape(&in->shape, &b));
+    case TPU_CC_TOPK: {
+      if (in->noperands != 1) return TPU_VFAIL(d, in, "custom-call target \"TopK\" takes one operand");
+      const tpu_shape *s = &in->operands[0]->shape, *r = &in->shape;
+      int ok = s->rank >= 1 && r->dtype == TPU_TUPLE && r->ntuple == 2 && r->elems[0].dtype == s->dtype &&
+               r->elems[1].dtype == TPU_S32 && r->elems[0].rank == s->rank && r->elems[1].rank == s->rank;
+      for (int i = 0; ok && i < s->rank; i++) {
+        int64_t k = r->elems[0].dims[s->rank - 1];
+        ok = r->elems[1].dims[i] == r->elems[0].dims[i] && (i == s->rank - 1 ? k <= s->dims[i] : r->elems[0].dims[i] == s->dims[i]);
+      }
+      if (!ok)
+        return TPU_VFAIL(d, in, "custom-call target \"TopK\" must give (values, s32 indices) of the operand %s with the "
+                         "last dimension cut to k", tpu__vshape(s, &a));
+      return TPU_OK;
+    }
+    case TPU_CC_OTHER: return TPU_OK;
+  }
+  return TPU_OK;
+}
+
+tpu_status tpu_custom_call_refuse(const tpu_instr *in, const char *where, tpu_diag *d) {
+  char t[128];
+  tpu_custom_call_target(in, t, sizeof t);
+  const char *why = !strncmp(t, "lapack_", 7) || !strncmp(t, "__cpu", 5) || strstr(t, "lapack")
+                        ? " (a CPU LAPACK call: lower for a TPU, where XLA emits cholesky/triangular-solve ops)"
+                    : !strcmp(t, "tpu_custom_call") ? " (a Pallas/Mosaic kernel: its body is not HLO)"
+                                                      : "";
+  return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "custom-call '%s' with target \"%s\": %s cannot run it%s",
+                  tpu_instr_user_name(in), t, where, why);
+}

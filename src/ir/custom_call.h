@@ -1,0 +1,30 @@
+/* custom-call targets tpusim runs: the bookkeeping ones JAX and XLA emit (sharding
+ * annotations, shard_map markers, memory-space moves, the TPU compiler's assumptions) are
+ * the identity on the values; XLA CPU's "TopK" is top-k. Every other target is refused by
+ * name (CPU library calls such as LAPACK's, Pallas/Mosaic kernels). */
+#ifndef TPU_IR_CUSTOM_CALL_H
+#define TPU_IR_CUSTOM_CALL_H
+
+#include <stddef.h>
+
+#include "ir/ir.h"
+
+typedef enum {
+  TPU_CC_OTHER = 0, /* not run */
+  TPU_CC_IDENTITY,  /* the operand (several operands: the tuple of them) */
+  TPU_CC_TOPK       /* (values, s32 indices) of the k largest along the last dimension */
+} tpu_cc_kind;
+
+tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in);
+
+/* The target without quotes ("?" when missing) into buf. */
+const char *tpu_custom_call_target(const tpu_instr *in, char *buf, size_t n);
+
+/* Verifier rule: known targets get their shape checked; others pass (refused when run). */
+tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d);
+
+/* The error for a target tpusim does not run ("where": "the reference interpreter" or
+ * "the TPU back end"). */
+tpu_status tpu_custom_call_refuse(const tpu_instr *in, const char *where, tpu_diag *d);
+
+#endif
