@@ -158,8 +158,32 @@ static void summary_stats(const tpu_tensor *t, FILE *f) {
   }
 }
 
+/* mkdir -p: creates dir and any missing parents; 0 on success, else errno is set. */
+static int mkdir_p(const char *dir) {
+  char buf[4096];
+  size_t n = strlen(dir);
+  if (n == 0 || n >= sizeof buf) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(buf, dir, n + 1);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+  struct stat st;
+  if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    errno = ENOTDIR;
+    return -1;
+  }
+  return 0;
+}
+
 static int write_outputs(const char *dir, const tpu_tensor **leaves, int n, tpu_diag *d) {
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+  if (mkdir_p(dir) != 0) {
     TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(dir, 0, 0), "cannot create the output directory: %s", strerror(errno));
     return 0;
   }
@@ -187,7 +211,7 @@ static int write_outputs(const char *dir, const tpu_tensor **leaves, int n, tpu_
 
 /* Every device's result leaves into DIR/devD/ (DIR created when missing). */
 static int write_per_device(const char *dir, const tpu_tensor *per_dev, int64_t ndev, tpu_diag *d) {
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+  if (mkdir_p(dir) != 0) {
     TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(dir, 0, 0), "cannot create the output directory: %s", strerror(errno));
     return 0;
   }

@@ -103,8 +103,15 @@ static int chip_dirs(char dirs[][512], int max) {
     if (slash) *slash = 0;
     const char *ups[] = {"", "/..", "/../..", "/../../.."};
     for (int i = 0; i < 4 && n < max; i++) snprintf(dirs[n++], 512, "%s%s/chips", exe, ups[i]);
+    if (n < max) snprintf(dirs[n++], 512, "%s/../share/tpusim/chips", exe); /* an installed tree, moved */
   }
   if (n < max) snprintf(dirs[n++], 512, "chips");
+#ifdef TPU_CHIPS_INSTALL_DIR
+  if (n < max) snprintf(dirs[n++], 512, "%s", TPU_CHIPS_INSTALL_DIR); /* cmake --install */
+#endif
+#ifdef TPU_CHIPS_SOURCE_DIR
+  if (n < max) snprintf(dirs[n++], 512, "%s", TPU_CHIPS_SOURCE_DIR); /* the tree it was built from */
+#endif
   return n;
 }
 
@@ -138,8 +145,8 @@ static int list_dir(const char *dir, tpu_chip_presets *out) {
 }
 
 tpu_status tpu_chip_list_presets(tpu_chip_presets *out, tpu_diag *d) {
-  char dirs[6][512];
-  int n = chip_dirs(dirs, 6);
+  char dirs[10][512];
+  int n = chip_dirs(dirs, 10);
   memset(out, 0, sizeof *out);
   for (int i = 0; i < n; i++)
     if (list_dir(dirs[i], out) > 0) return TPU_OK;
@@ -165,8 +172,8 @@ static tpu_status resolve(const char *arg, char *path, size_t n, tpu_diag *d) {
   }
   if (!is_preset_name(arg))
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "bad chip name '%s'", arg);
-  char dirs[6][512];
-  int nd = chip_dirs(dirs, 6);
+  char dirs[10][512];
+  int nd = chip_dirs(dirs, 10);
   for (int i = 0; i < nd; i++) {
     snprintf(path, n, "%.400s/%.100s.json", dirs[i], arg);
     if (is_file(path)) return TPU_OK;
