@@ -293,3 +293,30 @@ void tpu_topology_format(const tpu_topology *t, char *buf, size_t n) {
     }
   if (off >= 0 && (size_t)off < n) snprintf(buf + off, n - (size_t)off, any ? ")" : " (no wrap)");
 }
+
+static int put_coords(const tpu_topology *t, int64_t chip, char *buf, size_t n) {
+  int64_t c[3];
+  tpu_topology_coords(t, chip * t->devices_per_chip, c);
+  int nd = t->ndims > 0 ? t->ndims : 1;
+  int off = snprintf(buf, n, "(%lld", (long long)c[0]);
+  for (int a = 1; a < nd && off >= 0 && (size_t)off < n; a++)
+    off += snprintf(buf + off, n - (size_t)off, ",%lld", (long long)c[a]);
+  if (off >= 0 && (size_t)off < n) off += snprintf(buf + off, n - (size_t)off, ")");
+  return off;
+}
+
+void tpu_topology_link_name(const tpu_topology *t, int64_t link, char *buf, size_t n) {
+  int64_t to = tpu_topology_link_dest(t, link);
+  if (to < 0) {
+    snprintf(buf, n, "-");
+    return;
+  }
+  int64_t from = link / TPU_TOPO_LINK_SLOTS, slice = from / t->chips_per_slice;
+  char a[64], b[64];
+  put_coords(t, from, a, sizeof a);
+  put_coords(t, to, b, sizeof b);
+  int axis = (int)(link % TPU_TOPO_LINK_SLOTS) / 2;
+  char pre[32] = "";
+  if (slice) snprintf(pre, sizeof pre, "s%lld:", (long long)slice);
+  snprintf(buf, n, "%s%s->%s %c%c", pre, a, b, link % 2 ? '-' : '+', "xyz"[axis]);
+}

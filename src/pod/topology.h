@@ -73,6 +73,10 @@ int64_t tpu_topology_link_dest(const tpu_topology *t, int64_t link);
 /* Existing links (both directions counted). */
 int64_t tpu_topology_count_links(const tpu_topology *t);
 
+/* A link for a report: "(0,1,0)->(1,1,0) +x" ("(1,0)->(0,0) -x" on a 2-D slice; a slice
+ * prefix "s1:" after the first slice); "-" for a slot without a link. */
+void tpu_topology_link_name(const tpu_topology *t, int64_t link, char *buf, size_t n);
+
 /* "4x4x8 (wrap x y z)" / "2x4 (no wrap)" into buf. */
 void tpu_topology_format(const tpu_topology *t, char *buf, size_t n);
 

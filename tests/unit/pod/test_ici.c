@@ -3,6 +3,7 @@
  * model's own alpha-beta forms, and where links are shared, by how much it differs. */
 #include <time.h>
 
+#include "base/alloc.h"
 #include "check.h"
 #include "pod/ici.h"
 
@@ -313,7 +314,31 @@ static void test_scale(void) {
   free(lb);
 }
 
+/* Every allocation failing in turn gives TPU_ERR_NOMEM, never a crash or a leak. */
+static void test_out_of_memory(void) {
+  tpu_topology t = topo("v5e", "4x4");
+  int64_t all[16];
+  for (int i = 0; i < 16; i++) all[i] = i;
+  for (int kind = TPU_ICI_ALL_REDUCE; kind <= TPU_ICI_BROADCAST; kind++) {
+    int64_t pairs[2] = {0, 5};
+    tpu_ici_op op = {(tpu_ici_kind)kind, all, 1, 16, pairs, 1, 4096, 0};
+    tpu_ici_result r;
+    tpu_diag d;
+    tpu_alloc_fail_after(0);
+    CHECK_EQ_INT(tpu_ici_time(&t, &op, NULL, &r, &d), TPU_OK);
+    long n = tpu_alloc_fail_after(0);
+    CHECK(n >= 2);
+    for (long i = 1; i <= n; i++) {
+      tpu_alloc_fail_after(i);
+      tpu_status st = tpu_ici_time(&t, &op, NULL, &r, &d);
+      tpu_alloc_fail_after(0);
+      CHECK_EQ_INT(st, TPU_ERR_NOMEM);
+    }
+  }
+}
+
 int main(void) {
+  test_out_of_memory();
   test_ring_one_axis();
   test_v5e_published();
   test_multi_axis();

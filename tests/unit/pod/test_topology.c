@@ -131,12 +131,19 @@ static void test_links(void) {
   CHECK_EQ_INT(tpu_topology_link_dest(&t, 1 * 6 + 2), 3);
   CHECK_EQ_INT(tpu_topology_link_dest(&t, 1 * 6 + 3), -1);
   CHECK_EQ_INT(tpu_topology_link_dest(&t, 1 * 6 + 4), -1); /* no z axis */
+  char name[64];
+  tpu_topology_link_name(&t, 1 * 6 + 2, name, sizeof name);
+  CHECK_EQ_STR(name, "(1,0)->(1,1) +y");
+  tpu_topology_link_name(&t, 1 * 6 + 0, name, sizeof name);
+  CHECK_EQ_STR(name, "-");
   tpu_chip p = chip_of("v5p");
   CHECK_EQ_INT(tpu_topology_parse("4x4x4", &p, &t, &d), TPU_OK);
   CHECK_EQ_INT(tpu_topology_count_links(&t), 64 * 6);
   /* chip 0 -x wraps to (3,0,0) = 3; -z wraps to (0,0,3) = 48. */
   CHECK_EQ_INT(tpu_topology_link_dest(&t, 1), 3);
   CHECK_EQ_INT(tpu_topology_link_dest(&t, 5), 48);
+  tpu_topology_link_name(&t, 5, name, sizeof name);
+  CHECK_EQ_STR(name, "(0,0,0)->(0,0,3) -z");
 }
 
 /* Every device of every dumped slice lands where libtpu puts it. */
