@@ -97,7 +97,9 @@ int tpu_cli_compile(int argc, char **argv) {
     fprintf(stderr, "error: out of memory\n");
     return 2;
   }
-  tpu_pod_cost_ctx pc = {&chip};
+  tpu_pod_cost_ctx pc;
+  memset(&pc, 0, sizeof pc);
+  pc.chip = &chip;
   tpu_compile_opts o = {&chip, dump_after, out, precision, tpu_pod_coll_cost, &pc};
   tpu_status st;
   tpu_program *p = NULL;
@@ -115,6 +117,7 @@ int tpu_cli_compile(int argc, char **argv) {
     }
   }
   fclose(out);
+  tpu_pod_cost_free(&pc);
   tpu_program_free(p);
   tpu_module_free(m);
   if (st != TPU_OK) {

@@ -22,6 +22,7 @@
 #include "ir/collective.h"
 #include "compile/spmd.h"
 #include "pod/cost.h"
+#include "pod/topology.h"
 #include "pod/mpi.h"
 #include "pod/podio.h"
 
@@ -49,6 +50,8 @@ static void usage(FILE *f) {
           "  --trace FILE   write the unit timeline in the Chrome trace format (Perfetto, chrome://tracing)\n"
           "  --top N        ops listed in the printed profile (default 10; 0 for all)\n"
           "  --seed N       with no -i, inputs are random and reproducible from N (default 0)\n"
+          "  --topology T   the slice the module's chips form: 4x4x8, 2x4, or a slice name (v5p-128,\n"
+          "                 v5e-256); default: the chip's usual slice for the module's devices\n"
           "  --mesh N=S,... the device mesh for a program with sharding annotations (JAX's lowered HLO\n"
           "                 carries its own); tpusim partitions it over the mesh's chips (docs/spmd.md)\n"
           "  --per-device   (modules of several devices) write each device's result as DIR/devD/K.npy\n"
@@ -238,7 +241,7 @@ static int write_per_device(const char *dir, const tpu_tensor *per_dev, int64_t 
 
 /* Options of one run. */
 typedef struct {
-  const char *prog, *outdir, *backend, *chip, *report, *trace, *mesh;
+  const char *prog, *outdir, *backend, *chip, *report, *trace, *mesh, *topology;
   const char **inputs;
   const char *out_sh[MAX_OUT_SH];
   int nout_sh;
@@ -347,6 +350,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         return 2;
       }
       o->out_sh[o->nout_sh++] = v;
+    } else if (!strcmp(a, "--topology") && has_next) {
+      o->topology = argv[++i];
     } else if (!strcmp(a, "--mesh") && has_next) {
       o->mesh = argv[++i];
     } else if (!strcmp(a, "--per-device")) {
@@ -372,8 +377,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     fprintf(stderr, "error: unknown backend '%s' (available: tpu, ref)\n", o->backend);
     return 2;
   }
-  if (!tpu && (o->timing || o->report || o->trace || o->chip || o->precision >= 0)) {
-    fprintf(stderr, "error: --mode, --chip, --precision, --report and --trace need --backend tpu\n");
+  if (!tpu && (o->timing || o->report || o->trace || o->chip || o->precision >= 0 || o->topology)) {
+    fprintf(stderr, "error: --mode, --chip, --precision, --topology, --report and --trace need --backend tpu\n");
     return 2;
   }
   if (o->timing && (o->outdir || o->ninputs)) {
@@ -426,7 +431,17 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   tpu_report_metrics r;
   int rc = 2;
   tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
-  tpu_pod_cost_ctx pc = {chip};
+  tpu_pod_cost_ctx pc;
+  memset(&pc, 0, sizeof pc);
+  pc.chip = chip;
+  tpu_topology topo;
+  if (o->topology) {
+    if (tpu_topology_parse(o->topology, chip, &topo, &d) != TPU_OK) {
+      tpu_cli_report(&d);
+      return 2;
+    }
+    pc.topo = &topo;
+  }
   tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc};
   progress(o, "compiling");
   tpu_status cst = tpu_compile(m, &co, &prog, &d);
@@ -448,11 +463,11 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   if (!o->quiet) {
     if (nset) printf("loops: trip counts of %d loop(s) taken from the values\n", nset);
     tpu_report_print_summary(stdout, &r);
-    if (pod && pod->ndev > 1) tpu_podio_print(stdout, pod, prog, &tl, chip, r.flops_per_s, o->top);
+    if (pod && pod->ndev > 1) tpu_podio_print(stdout, pod, prog, &tl, chip, r.flops_per_s, o->top, &pc);
     tpu_report_print_profile(stdout, &prof, o->top);
   }
   rc = 0;
-  tpu_podio_report pr = {pod, prog, &tl, chip};
+  tpu_podio_report pr = {pod, prog, &tl, chip, &pc};
   tpu_report_info info = {o->prog, "tpu", o->timing ? "timing" : "full",
                           o->precision >= 0 ? k_precisions[o->precision] : "per-op",
                           pod && pod->ndev > 1 ? tpu_podio_write_json : NULL, &pr};
@@ -472,6 +487,7 @@ out:
   tpu_profile_free(&prof);
   tpu_timeline_free(&tl);
   tpu_program_free(prog);
+  tpu_pod_cost_free(&pc);
   return rc;
 }
 
@@ -561,6 +577,13 @@ int tpu_cli_run(int argc, char **argv) {
   if (ndev > 1 && tpu_podio_prepare(m, o.out_sh, o.nout_sh, &pod, &d) != TPU_OK) {
     tpu_cli_report(&d);
     goto cleanup;
+  }
+  if (o.topology && tpu) { /* the slice must hold the module's devices */
+    tpu_topology topo;
+    if (tpu_topology_parse(o.topology, &chip, &topo, &d) != TPU_OK || tpu_topology_check_devices(&topo, ndev, &d) != TPU_OK) {
+      tpu_cli_report(&d);
+      goto cleanup;
+    }
   }
   if (use_mpi && ndev > 1 && tpu_mpi_transport_new(ndev, &tr, &d) != TPU_OK) {
     tpu_cli_report(&d);

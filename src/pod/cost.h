@@ -1,18 +1,36 @@
 /* What a collective costs one chip of the pod: the compiler's hook (tpu_compile_opts
- * coll_cost) into the pod's interconnect model. */
+ * coll_cost) into the ICI link model (pod/ici.h) on the slice's topology (pod/topology.h). */
 #ifndef TPU_POD_COST_H
 #define TPU_POD_COST_H
 
 #include "chip/chip.h"
 #include "compile/compile.h"
 #include "ir/ir.h"
+#include "pod/ici.h"
+#include "pod/topology.h"
+
+/* The link model's answer for one collective, kept for the reports. */
+typedef struct tpu_pod_coll_info {
+  const tpu_instr *in;
+  tpu_ici_result r;
+  double *link_bytes; /* bytes per link slot (NULL when the slice is too large to keep them) */
+} tpu_pod_coll_info;
 
 typedef struct tpu_pod_cost_ctx {
   const tpu_chip *chip;
+  const tpu_topology *topo; /* NULL: the chip's default slice for the module's devices */
+  tpu_topology own;         /* that default, made on first use */
+  int have_own;
+  tpu_pod_coll_info *info;  /* every collective costed, in order */
+  int ninfo, capinfo;
 } tpu_pod_cost_ctx;
 
-/* A tpu_coll_cost_fn (user = tpu_pod_cost_ctx): the collective's time on the chip's ICI
- * links and the bytes this chip sends. */
+/* A tpu_coll_cost_fn (user = tpu_pod_cost_ctx, zero-initialised apart from chip/topo):
+ * the collective's time on the slice's links and the bytes each chip sends. */
 tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d);
+
+/* The topology the costs used (NULL before the first collective). */
+const tpu_topology *tpu_pod_cost_topology(const tpu_pod_cost_ctx *x);
+void tpu_pod_cost_free(tpu_pod_cost_ctx *x);
 
 #endif

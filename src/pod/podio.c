@@ -10,6 +10,7 @@
 #include "chip/program.h"
 #include "chip/timeline.h"
 #include "ir/collective.h"
+#include "pod/cost.h"
 #include "pod/pod.h"
 #include "ref/ref.h"
 
@@ -322,10 +323,12 @@ typedef struct {
   double seconds; /* one execution */
   double bytes;   /* sent by each chip, one execution */
   double bus_bw;  /* bytes/s */
+  const tpu_pod_coll_info *info; /* the link model's answer (NULL: unknown) */
 } coll_row;
 
 /* The program's collectives, longest total time first; *n rows (caller frees). */
-static coll_row *collect(const tpu_program *p, const tpu_timeline *tl, double clock, int *n) {
+static coll_row *collect(const tpu_program *p, const tpu_timeline *tl, double clock, const tpu_pod_cost_ctx *costs,
+                         int *n) {
   int nc = 0;
   for (int i = 0; i < p->ninsns; i++) nc += p->insns[i].opc == TPU_ISA_ICI;
   *n = 0;
@@ -345,6 +348,8 @@ static coll_row *collect(const tpu_program *p, const tpu_timeline *tl, double cl
     tpu_diag d;
     if (po && po->instr) (void)tpu_collective_devices(po->instr, &r->group, &d);
     r->bus_bw = po && po->instr && r->seconds > 0 ? bus_bytes(po->instr, r->group) / r->seconds : 0;
+    for (int k = 0; costs && po && k < costs->ninfo; k++)
+      if (costs->info[k].in == po->instr) r->info = &costs->info[k];
   }
   for (int i = 1; i < *n; i++) /* insertion sort: programs have few collectives */
     for (int j = i; j > 0 && rows[j].seconds * (double)rows[j].count > rows[j - 1].seconds * (double)rows[j - 1].count; j--) {
@@ -356,7 +361,7 @@ static coll_row *collect(const tpu_program *p, const tpu_timeline *tl, double cl
 }
 
 void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const tpu_timeline *tl,
-                     const tpu_chip *chip, double flops_per_s, int top) {
+                     const tpu_chip *chip, double flops_per_s, int top, const tpu_pod_cost_ctx *costs) {
   double clock = tl->clock_hz > 0 ? tl->clock_hz : chip->clock_hz, step = (double)tl->total_cycles / clock;
   char a[32], b[32];
   human(a, sizeof a, flops_per_s * (double)pc->ndev, "FLOP/s");
@@ -376,21 +381,72 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
   fprintf(f, "memory: each chip holds at most %s of its %s HBM (%.1f%%)\n", a, b,
           chip->hbm_bytes > 0 ? 100.0 * (double)p->hbm_peak / (double)chip->hbm_bytes : 0);
   int nc;
-  coll_row *rows = collect(p, tl, clock, &nc);
+  const tpu_topology *topo = costs ? tpu_pod_cost_topology(costs) : NULL;
+  char tn[96];
+  if (topo) {
+    tpu_topology_format(topo, tn, sizeof tn);
+    human(a, sizeof a, topo->link_bw, "B/s");
+    fprintf(f, "slice: %s on %s, %lld links per chip at %s each way, %.3g us per hop\n", tn, chip->name,
+            (long long)topo->links_per_chip, a, topo->hop_s * 1e6);
+  }
+  coll_row *rows = collect(p, tl, clock, costs, &nc);
   if (!rows || !nc) {
     tpu_free(rows);
     return;
   }
-  fprintf(f, "collectives:\n  %-28s %-20s %5s %6s %10s %10s %10s %12s\n", "op", "kind", "group", "count", "time(us)",
-          "%step", "sent B", "bus GB/s");
+  fprintf(f, "collectives:\n  %-28s %-20s %5s %6s %10s %7s %10s %10s  %s\n", "op", "kind", "group", "count", "time(us)",
+          "%step", "sent B", "bus GB/s", "busiest link (util)");
   int shown = top > 0 && top < nc ? top : nc;
   for (int r = 0; r < shown; r++) {
     const coll_row *x = &rows[r];
     double t = x->seconds * (double)x->count;
-    fprintf(f, "  %-28.28s %-20.20s %5lld %6lld %10.3f %10.1f %10.4g %12.4g\n", x->name, x->kind, (long long)x->group,
-            (long long)x->count, t * 1e6, step > 0 ? 100 * t / step : 0, x->bytes, x->bus_bw / 1e9);
+    char ln[96] = "-";
+    if (x->info && topo && x->info->r.busiest_link >= 0) {
+      char l[80];
+      tpu_topology_link_name(topo, x->info->r.busiest_link, l, sizeof l);
+      snprintf(ln, sizeof ln, "%s (%.0f%%)", l, 100 * x->info->r.busiest_util);
+    }
+    fprintf(f, "  %-28.28s %-20.20s %5lld %6lld %10.3f %7.1f %10.4g %10.4g  %s\n", x->name, x->kind,
+            (long long)x->group, (long long)x->count, t * 1e6, step > 0 ? 100 * t / step : 0, x->bytes, x->bus_bw / 1e9,
+            ln);
   }
   if (shown < nc) fprintf(f, "  ... %d more (--top 0 lists all)\n", nc - shown);
+  /* The links over the whole step: bytes of every collective times its executions. */
+  if (topo && costs) {
+    int64_t nl = tpu_topology_nlinks(topo);
+    double *use = tpu_calloc((size_t)(nl ? nl : 1), sizeof *use);
+    int complete = use != NULL;
+    for (int r = 0; use && r < nc; r++) {
+      if (!rows[r].info) continue;
+      if (!rows[r].info->link_bytes) {
+        complete = 0;
+        continue;
+      }
+      for (int64_t l = 0; l < nl; l++) use[l] += rows[r].info->link_bytes[l] * (double)rows[r].count;
+    }
+    if (use && complete && step > 0 && topo->link_bw > 0) {
+      int64_t best = -1, busy = 0;
+      for (int64_t l = 0; l < nl; l++) {
+        if (use[l] > 0) busy++;
+        if (use[l] > 0 && (best < 0 || use[l] > use[best])) best = l;
+      }
+      if (best >= 0) {
+        char l[80];
+        tpu_topology_link_name(topo, best, l, sizeof l);
+        fprintf(f, "links: %lld of %lld carry traffic; the busiest, %s, is busy %.1f%% of the step\n", (long long)busy,
+                (long long)tpu_topology_count_links(topo), l, 100 * use[best] / topo->link_bw / step);
+      }
+    }
+    tpu_free(use);
+  }
+  /* What to try, from where the step waits. */
+  if (ici_wait > 0.3)
+    fprintf(f, "hint: %.0f%% of the step waits on ICI: the largest collective is %s over %lld chips; fewer chips in its "
+            "groups, a sharding that moves less, or overlapping it with compute (async collectives) would help\n",
+            100 * ici_wait, rows[0].name, (long long)rows[0].group);
+  else if (ici_busy > 0 && ici_wait < 0.05)
+    fprintf(f, "hint: communication is %s hidden or small (%.1f%% of the step waits on ICI): the step scales with "
+            "compute per chip\n", ici_busy > ici_wait * 2 ? "mostly" : "", 100 * ici_wait);
   tpu_free(rows);
 }
 
@@ -417,10 +473,19 @@ void tpu_podio_write_json(void *user, tpu_json_writer *w) {
   tpu_json_int(w, x->p->hbm_peak);
   tpu_json_key(w, "hbm_capacity_bytes");
   tpu_json_int(w, x->chip->hbm_bytes);
+  const tpu_topology *topo = x->costs ? tpu_pod_cost_topology(x->costs) : NULL;
+  if (topo) {
+    char tn[96];
+    tpu_topology_format(topo, tn, sizeof tn);
+    tpu_json_key(w, "topology");
+    tpu_json_string(w, tn);
+    tpu_json_key(w, "link_bandwidth");
+    tpu_json_number(w, topo->link_bw);
+  }
   tpu_json_key(w, "collectives");
   tpu_json_begin_array(w);
   int nc;
-  coll_row *rows = collect(x->p, tl, clock, &nc);
+  coll_row *rows = collect(x->p, tl, clock, x->costs, &nc);
   for (int i = 0; rows && i < nc; i++) {
     tpu_json_begin_object(w);
     tpu_json_key(w, "name");
@@ -437,6 +502,16 @@ void tpu_podio_write_json(void *user, tpu_json_writer *w) {
     tpu_json_number(w, rows[i].bytes);
     tpu_json_key(w, "bus_bandwidth");
     tpu_json_number(w, rows[i].bus_bw);
+    if (rows[i].info && topo && rows[i].info->r.busiest_link >= 0) {
+      char l[80];
+      tpu_topology_link_name(topo, rows[i].info->r.busiest_link, l, sizeof l);
+      tpu_json_key(w, "busiest_link");
+      tpu_json_string(w, l);
+      tpu_json_key(w, "busiest_link_utilization");
+      tpu_json_number(w, rows[i].info->r.busiest_util);
+      tpu_json_key(w, "hops");
+      tpu_json_int(w, rows[i].info->r.hops);
+    }
     tpu_json_end_object(w);
   }
   tpu_free(rows);

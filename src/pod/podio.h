@@ -63,8 +63,9 @@ tpu_status tpu_podio_values_dist(const tpu_podio *pc, const tpu_pod_transport *t
  * one line per collective (group size, bytes each chip sends, time, bus bandwidth). */
 struct tpu_program;
 struct tpu_timeline;
+struct tpu_pod_cost_ctx;
 void tpu_podio_print(FILE *f, const tpu_podio *pc, const struct tpu_program *p, const struct tpu_timeline *tl,
-                       const tpu_chip *chip, double flops_per_s, int top);
+                     const tpu_chip *chip, double flops_per_s, int top, const struct tpu_pod_cost_ctx *costs);
 
 /* The report's "pod" section (a tpu_report_info extra writer; user = tpu_podio_report). */
 struct tpu_json_writer;
@@ -73,6 +74,7 @@ typedef struct {
   const struct tpu_program *p;
   const struct tpu_timeline *tl;
   const tpu_chip *chip;
+  const struct tpu_pod_cost_ctx *costs;
 } tpu_podio_report;
 void tpu_podio_write_json(void *user, struct tpu_json_writer *w);
 

@@ -47,6 +47,17 @@ a=$(grep "^step time:" "$T/full")
 b=$(grep "^step time:" "$T/timing")
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "timing mode '$b' differs from full mode '$a'"
 
+# The slice: the default for 8 v5e chips, or --topology; its links in the summary.
+grep -q "^slice: 2x4 .* on v5e" "$T/full" || fail "no slice line: $(grep slice "$T/full")"
+grep -Eq "busiest link|^links: " "$T/full" || fail "no link report"
+"$BIN" run $P/mlp.hlo --mode timing --topology 4x2 > "$T/t42" 2> "$T/err" || fail "--topology 4x2 exited $?: $(cat "$T/err")"
+grep -q "^slice: 4x2" "$T/t42" || fail "--topology 4x2 not used"
+"$BIN" run $P/mlp.hlo --mode timing --topology 4x4 > /dev/null 2> "$T/err"
+[ $? -eq 2 ] || fail "a 16-chip topology for an 8-device module did not exit 2"
+grep -q "error: .*16" "$T/err" || fail "topology mismatch message: $(cat "$T/err")"
+"$BIN" run $P/mlp.hlo --mode timing --topology 4x4x4x4 > /dev/null 2> "$T/err"
+[ $? -eq 2 ] || fail "a bad topology did not exit 2"
+
 # Errors: one line, exit 2, no result files.
 # shellcheck disable=SC2086
 "$BIN" run $P/mlp.hlo --backend ref $IN --out-sharding '{devices=[3]<=[3]}' -o "$T/bad" > /dev/null 2> "$T/err"

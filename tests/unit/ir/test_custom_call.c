@@ -28,12 +28,15 @@ static tpu_status both(const char *src, const tpu_tensor *x, tpu_tensor *outs, t
   if (st == TPU_OK) st = tpu_chip_run_values(m, &g_chip, -1, x, 1, &outs[1], &d);
   if (st != TPU_OK) snprintf(cmsg, 768, "%s", d.msg);
   if (st == TPU_OK) {
-    tpu_pod_cost_ctx pc = {&g_chip};
+    tpu_pod_cost_ctx pc;
+    memset(&pc, 0, sizeof pc);
+    pc.chip = &g_chip;
     tpu_compile_opts o = {&g_chip, NULL, NULL, -1, tpu_pod_coll_cost, &pc};
     tpu_program *p = NULL;
     *cst = tpu_compile(m, &o, &p, &d);
     snprintf(cmsg, 768, "%s", *cst == TPU_OK ? "" : d.msg);
     tpu_program_free(p);
+    tpu_pod_cost_free(&pc);
   }
   tpu_module_free(m);
   return st;
