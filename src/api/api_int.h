@@ -1,0 +1,44 @@
+/* Private state behind the public simulator handles of include/tpusim/tpusim.h. */
+#ifndef TPU_API_API_INT_H
+#define TPU_API_API_INT_H
+
+#include "base/tensor.h"
+#include "chip/chip.h"
+#include "chip/timeline.h"
+#include "ir/ir.h"
+#include "report/report.h"
+#include "tpusim/tpusim.h"
+
+struct tpu_program;
+
+/* A loaded module keeps its text: every run parses its own copy, because the compiler
+ * rewrites a module in place and results borrow names from the compiled one. */
+struct tpu_sim_module {
+  char *name;     /* for diagnostics and reports */
+  char *text;     /* the HLO text, NUL-terminated */
+  size_t len;
+  tpu_module *m;  /* parsed and verified (parameter shapes, device count) */
+};
+
+/* One run's outcome. Owns everything it points to. */
+struct tpu_sim_result {
+  char *program;  /* the module's name, for the report header */
+  const char *mode, *precision; /* static strings */
+  int64_t devices;
+  tpu_tensor value;          /* the entry's result (full mode) */
+  const tpu_tensor **leaves; /* into value */
+  int nleaves;
+  int timed;
+  tpu_chip chip;
+  tpu_module *compiled;      /* the module the program came from (names are borrowed) */
+  struct tpu_program *prog;
+  tpu_timeline tl;
+  tpu_report_metrics metrics;
+  tpu_profile prof;
+};
+
+/* Public <-> internal element types; -1 / TPU_DTYPE_COUNT when there is none. */
+int tpu__api_public_dtype(tpu_dtype t);
+int tpu__api_internal_dtype(int public_dtype, tpu_dtype *out);
+
+#endif
