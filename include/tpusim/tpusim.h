@@ -52,9 +52,8 @@ const char *tpu_version(void);
  *
  * Every call returns a tpu_status and, on failure, fills the caller's tpu_diag (which may
  * be NULL). Handles are opaque; each _free accepts NULL. A call that fails leaves its
- * out-parameters NULL/empty and allocates nothing. The library keeps no global state
- * besides what the internals document; different handles may be used from different
- * threads, one handle from one thread at a time. */
+ * out-parameters NULL/empty and allocates nothing. Calls are not thread-safe (the
+ * allocator's fault-injection counter is global): make one call at a time. */
 
 /* Element types of arrays crossing the API. Values are stable. */
 typedef enum {

@@ -68,12 +68,14 @@ class Module:
         d = _lib.Diag()
         if isinstance(hlo, os.PathLike) or (isinstance(hlo, str) and _looks_like_path(hlo)):
             path = os.fspath(hlo)
-            st = L.tpu_sim_load_file(path.encode(), ctypes.byref(h), ctypes.byref(d))
+            with _lib.LOCK:
+                st = L.tpu_sim_load_file(path.encode(), ctypes.byref(h), ctypes.byref(d))
             self.name = path
         else:
             text = hlo.encode() if isinstance(hlo, str) else bytes(hlo)
             self.name = name or "<hlo>"
-            st = L.tpu_sim_load_text(self.name.encode(), text, len(text), ctypes.byref(h), ctypes.byref(d))
+            with _lib.LOCK:
+                st = L.tpu_sim_load_text(self.name.encode(), text, len(text), ctypes.byref(h), ctypes.byref(d))
         _lib.check(st, d)
         self._h = h
         self._free = L.tpu_sim_module_free
@@ -82,7 +84,9 @@ class Module:
         for i in range(L.tpu_sim_module_nparams(h)):
             a = _lib.Array()
             d = _lib.Diag()
-            if L.tpu_sim_module_param(h, i, ctypes.byref(a), ctypes.byref(d)) == 0:
+            with _lib.LOCK:
+                st = L.tpu_sim_module_param(h, i, ctypes.byref(a), ctypes.byref(d))
+            if st == 0:
                 self.params.append(Param(a.dtype, tuple(a.dims[k] for k in range(a.rank))))
             else:
                 self.params.append(None)  # a tuple or token parameter
@@ -116,7 +120,8 @@ class Module:
         arrays, keep = self._inputs(inputs if inputs is not None else [], mode)
         r = ctypes.c_void_p()
         d = _lib.Diag()
-        st = L.tpu_sim_run(self._h, ctypes.byref(o), arrays, len(keep), ctypes.byref(r), ctypes.byref(d))
+        with _lib.LOCK:
+            st = L.tpu_sim_run(self._h, ctypes.byref(o), arrays, len(keep), ctypes.byref(r), ctypes.byref(d))
         del keep
         _lib.check(st, d)
         res = _Result(r)

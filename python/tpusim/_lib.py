@@ -1,6 +1,7 @@
 """ctypes bindings to libtpusim (include/tpusim/tpusim.h): the structs, the calls, errors."""
 import ctypes
 import os
+import threading
 
 MAX_RANK = 16
 MAX_PARTS = 8
@@ -104,6 +105,10 @@ class Op(ctypes.Structure):
         ("memory_bound", ctypes.c_int),
     ]
 
+
+# libtpusim is not thread-safe (its allocation counter is global): calls that allocate
+# hold this lock; ctypes releases the GIL meanwhile.
+LOCK = threading.Lock()
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _lib = None

@@ -87,13 +87,17 @@ class Report:
     def save_json(self, path):
         """Writes the JSON report (the same as `tpusim run --report`)."""
         d = _lib.Diag()
-        _lib.check(_lib.lib().tpu_sim_result_write_json(self._result._h, os.fspath(path).encode(), ctypes.byref(d)), d)
+        with _lib.LOCK:
+            st = _lib.lib().tpu_sim_result_write_json(self._result._h, os.fspath(path).encode(), ctypes.byref(d))
+        _lib.check(st, d)
 
     def save_trace(self, path):
         """Writes the unit timeline in the Chrome trace format (open it in ui.perfetto.dev
         or chrome://tracing); the same as `tpusim run --trace`."""
         d = _lib.Diag()
-        _lib.check(_lib.lib().tpu_sim_result_write_trace(self._result._h, os.fspath(path).encode(), ctypes.byref(d)), d)
+        with _lib.LOCK:
+            st = _lib.lib().tpu_sim_result_write_trace(self._result._h, os.fspath(path).encode(), ctypes.byref(d))
+        _lib.check(st, d)
 
     # ---- display ----
 
