@@ -69,7 +69,9 @@ typedef enum {
   TPU_SIM_BF16 = 9, /* raw bfloat16 bits (the upper half of an IEEE f32) */
   TPU_SIM_F16 = 10,
   TPU_SIM_F32 = 11,
-  TPU_SIM_F64 = 12
+  TPU_SIM_F64 = 12,
+  TPU_SIM_C64 = 13, /* two f32: real, then imaginary part */
+  TPU_SIM_C128 = 14 /* two f64 */
 } tpu_sim_dtype;
 
 #define TPU_SIM_MAX_RANK 16
@@ -100,7 +102,8 @@ tpu_status tpu_sim_load_text(const char *name, const char *text, size_t len, tpu
 tpu_status tpu_sim_load_file(const char *path, tpu_sim_module **out, tpu_diag *d);
 void tpu_sim_module_free(tpu_sim_module *m);
 
-/* The module's devices (replica_count x num_partitions) and entry parameters. */
+/* The module's devices (replica_count x num_partitions; for a module still to be
+ * partitioned, its header's mesh) and entry parameters. */
 int64_t tpu_sim_module_devices(const tpu_sim_module *m);
 int tpu_sim_module_nparams(const tpu_sim_module *m);
 /* Parameter i's dtype, rank and dims in *out (data NULL, nbytes the size): the global
@@ -122,6 +125,10 @@ typedef struct tpu_sim_options {
    * ROOT's sharding= if any, else results are stacked one row per device. */
   const char *const *out_shardings;
   int n_out_shardings;
+  /* A program with sharding annotations (JAX's lowered HLO of a sharded jit) is first
+   * partitioned over a device mesh, as `tpusim run --mesh` does (docs/spmd.md): this mesh
+   * ("data=16,model=4"), or NULL for the one the module's header names. */
+  const char *mesh;
 } tpu_sim_options;
 
 void tpu_sim_options_init(tpu_sim_options *o);

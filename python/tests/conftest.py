@@ -4,6 +4,11 @@ import shutil
 
 import pytest
 
+# Before jax is imported: the CPU backend, with 8 host devices for the sharded-jit tests.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+
 np = pytest.importorskip("numpy")
 
 REPO = os.environ.get("TPU_SRC") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

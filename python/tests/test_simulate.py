@@ -60,12 +60,51 @@ def test_simulate_timing_and_ref():
     np.testing.assert_allclose(ref[0]["y"], np.asarray(jax.jit(mlp)(params, x)[0]["y"]), rtol=2e-5, atol=2e-5)
 
 
+def test_simulate_complex_fft():
+    x = np.random.default_rng(3).standard_normal(16).astype(np.float32)
+    got, _ = tpusim.simulate(jnp.fft.fft, x, backend="ref")
+    want = np.asarray(jax.jit(jnp.fft.fft)(x))
+    assert got.dtype == np.complex64 and got.shape == (16,)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_simulate_error_names_function():
-    def spectrum(x):
-        return jnp.fft.fft(x).real
+    def factor(a):
+        return jnp.linalg.cholesky(a)
 
     with pytest.raises(tpusim.TpusimError) as e:
-        tpusim.simulate(spectrum, np.ones(4, np.float32))
-    # the lowered text is named after the function; the location is in that text
-    assert str(e.value).startswith("jit(spectrum):") and e.value.line > 0 and e.value.col > 0
-    assert "error: unknown element type 'c64'" in str(e.value) and e.value.status == "TPU_ERR_PARSE"
+        tpusim.simulate(factor, np.eye(3, dtype=np.float32))
+    # the lowered text is named after the function; the location is the instruction's in it
+    assert str(e.value).startswith("jit(factor):") and e.value.line > 0 and e.value.col > 0
+    assert "error: the reference interpreter cannot run 'custom-call'" in str(e.value)
+    assert e.value.status == "TPU_ERR_UNSUPPORTED"
+
+
+def test_simulate_sharded_jit():
+    """Arguments sharded over a 2 x 4 mesh of JAX's CPU devices: the lowered text carries
+    the shardings and the mesh; tpusim partitions it over 8 simulated chips."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    if len(jax.devices()) < 8:
+        pytest.skip("needs 8 JAX devices (XLA_FLAGS=--xla_force_host_platform_device_count=8 before jax loads)")
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("x", "y"))
+
+    def f(a, w):
+        h = jnp.tanh(a @ w)
+        return h, jnp.sum(h, axis=0)
+
+    rng = np.random.default_rng(4)
+    a = jax.device_put(rng.standard_normal((16, 32)).astype(np.float32), NamedSharding(mesh, P("x", None)))
+    w = jax.device_put(rng.standard_normal((32, 24)).astype(np.float32), NamedSharding(mesh, P(None, "y")))
+    want = jax.jit(f)(a, w)
+    got, rep = tpusim.simulate(f, a, w, precision="highest")
+    for g, x in zip(got, want):
+        assert g.shape == x.shape  # global arrays, assembled from the 8 chips' shards
+        np.testing.assert_allclose(g, np.asarray(x), rtol=2e-5, atol=2e-5)
+    assert rep.devices == 8 and rep.ici_bytes > 0
+    # the same over a mesh given by hand; a mesh of the wrong size is an error
+    again, rep2 = tpusim.simulate(f, a, w, precision="highest", mesh={"x": 2, "y": 4})
+    assert np.array_equal(again[0], got[0]) and rep2.cycles == rep.cycles
+    with pytest.raises(tpusim.TpusimError) as e:
+        tpusim.simulate(f, a, w, mesh="x=3")
+    assert "error:" in str(e.value)

@@ -17,13 +17,14 @@ except ImportError:  # pragma: no cover - depends on the environment
     _BF16 = None
 
 # ORDER: tpu_sim_dtype in include/tpusim/tpusim.h.
-PRED, S8, S16, S32, S64, U8, U16, U32, U64, BF16, F16, F32, F64 = range(13)
+PRED, S8, S16, S32, S64, U8, U16, U32, U64, BF16, F16, F32, F64, C64, C128 = range(15)
 _TO_NP = {
     PRED: np.dtype(np.bool_), S8: np.dtype(np.int8), S16: np.dtype(np.int16), S32: np.dtype(np.int32),
     S64: np.dtype(np.int64), U8: np.dtype(np.uint8), U16: np.dtype(np.uint16), U32: np.dtype(np.uint32),
     U64: np.dtype(np.uint64), F16: np.dtype(np.float16), F32: np.dtype(np.float32), F64: np.dtype(np.float64),
+    C64: np.dtype(np.complex64), C128: np.dtype(np.complex128),
 }
-_NAMES = ["pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "bf16", "f16", "f32", "f64"]
+_NAMES = ["pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "bf16", "f16", "f32", "f64", "c64", "c128"]
 
 
 def _np_dtype(code):
@@ -35,7 +36,8 @@ def _np_dtype(code):
 
 
 _BY_KIND = {("b", 1): PRED, ("i", 1): S8, ("i", 2): S16, ("i", 4): S32, ("i", 8): S64, ("u", 1): U8,
-            ("u", 2): U16, ("u", 4): U32, ("u", 8): U64, ("f", 2): F16, ("f", 4): F32, ("f", 8): F64}
+            ("u", 2): U16, ("u", 4): U32, ("u", 8): U64, ("f", 2): F16, ("f", 4): F32, ("f", 8): F64,
+            ("c", 8): C64, ("c", 16): C128}
 
 
 def _code(dt):
@@ -100,7 +102,8 @@ class Module:
     def __repr__(self):
         return f"<tpusim.Module {self.name}: {len(self.params)} parameter(s), {self.devices} device(s)>"
 
-    def run(self, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full", out_shardings=None):
+    def run(self, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full", out_shardings=None,
+            mesh=None):
         """Runs the entry computation; see tpusim.run."""
         L = _lib.lib()
         o = _lib.Options()
@@ -113,6 +116,10 @@ class Module:
                 o.precision = precision.encode()
         elif precision is not None:
             raise TpusimError("error: a precision needs the tpu backend", "TPU_ERR_ARG")
+        if mesh is not None:
+            if isinstance(mesh, dict):
+                mesh = ",".join(f"{k}={v}" for k, v in mesh.items())
+            o.mesh = str(mesh).encode()
         if out_shardings is not None:
             shs = [out_shardings] if isinstance(out_shardings, str) else list(out_shardings)
             o.out_shardings = (ctypes.c_char_p * max(1, len(shs)))(*[s.encode() for s in shs])
@@ -214,7 +221,7 @@ def load(hlo, name=None):
 
 
 def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full",
-        out_shardings=None):
+        out_shardings=None, mesh=None):
     """Runs an HLO module's entry computation on tpusim.
 
     hlo_text_or_path: HLO text (as jax's lower(...).as_text(dialect="hlo") prints it), a
@@ -229,9 +236,13 @@ def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=N
     mode: "full" (values and timing) or "timing" (timing only: no inputs, outputs None).
     out_shardings: for modules of several devices, the result's sharding in HLO syntax, one
       string for all leaves or one per leaf (XLA's compiled text does not carry it).
+    mesh: a program with sharding annotations (JAX's lowered HLO of a sharded jit) is
+      partitioned over a device mesh first (docs/spmd.md): "data=2,model=4" or
+      {"data": 2, "model": 4}; None takes the mesh the module's header names.
 
     Returns (outputs, report): outputs a list of NumPy arrays, one per leaf of the result
     (None in timing mode); report a Report (None with backend="ref").
     """
     m = hlo_text_or_path if isinstance(hlo_text_or_path, Module) else Module(hlo_text_or_path)
-    return m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, out_shardings=out_shardings)
+    return m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, out_shardings=out_shardings,
+                 mesh=mesh)

@@ -4,7 +4,7 @@ import numpy as np
 from ._core import Module
 
 
-def simulate(fn, *args, chip="v5e", precision=None, mode="full", backend="tpu"):
+def simulate(fn, *args, chip="v5e", precision=None, mode="full", backend="tpu", mesh=None):
     """Runs fn(*args) on a simulated TPU.
 
     fn is lowered with jax.jit(fn, keep_unused=True).lower(*args).as_text(dialect="hlo"),
@@ -13,6 +13,11 @@ def simulate(fn, *args, chip="v5e", precision=None, mode="full", backend="tpu"):
     (outputs, report): outputs the same pytree of NumPy arrays fn returns under JAX (None in
     timing mode); bf16 leaves come back as ml_dtypes.bfloat16 (JAX installs it). report is a
     tpusim.Report (None with backend="ref").
+
+    Arguments sharded over a jax.sharding.Mesh (jax.device_put with a NamedSharding) make
+    a sharded program: tpusim partitions it over the mesh's chips (docs/spmd.md) and
+    returns global arrays; mesh ("x=2,y=4" or {"x": 2, "y": 4}) overrides the mesh the
+    lowered text names.
     """
     import jax
 
@@ -30,7 +35,7 @@ def simulate(fn, *args, chip="v5e", precision=None, mode="full", backend="tpu"):
         # As jax.jit does: each leaf in the parameter's dtype (Python numbers, float64
         # arrays without jax_enable_x64).
         inputs = [np.asarray(x, dtype=p.dtype) if p is not None else np.asarray(x) for x, p in zip(leaves, m.params)]
-    outputs, report = m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode)
+    outputs, report = m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, mesh=mesh)
     if outputs is not None:
         outputs = jax.tree_util.tree_unflatten(out_tree, outputs)
     return outputs, report

@@ -51,6 +51,7 @@ class Options(ctypes.Structure):
         ("mode", ctypes.c_char_p),
         ("out_shardings", ctypes.POINTER(ctypes.c_char_p)),
         ("n_out_shardings", ctypes.c_int),
+        ("mesh", ctypes.c_char_p),
     ]
 
 

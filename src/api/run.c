@@ -9,6 +9,7 @@
 #include "chip/program.h"
 #include "chip/timing.h"
 #include "compile/compile.h"
+#include "compile/spmd.h"
 #include "hlo/hlo.h"
 #include "ir/collective.h"
 #include "ir/verify.h"
@@ -20,9 +21,9 @@
 
 /* ORDER: the public values of tpu_sim_dtype. */
 static const tpu_dtype k_dtypes[] = {TPU_PRED, TPU_S8,  TPU_S16,  TPU_S32, TPU_S64, TPU_U8, TPU_U16,
-                                     TPU_U32,  TPU_U64, TPU_BF16, TPU_F16, TPU_F32, TPU_F64};
+                                     TPU_U32,  TPU_U64, TPU_BF16, TPU_F16, TPU_F32, TPU_F64, TPU_C64, TPU_C128};
 #define NDTYPES ((int)(sizeof k_dtypes / sizeof k_dtypes[0]))
-_Static_assert(TPU_SIM_F64 + 1 == NDTYPES, "tpu_sim_dtype and k_dtypes disagree");
+_Static_assert(TPU_SIM_C128 + 1 == NDTYPES, "tpu_sim_dtype and k_dtypes disagree");
 _Static_assert(TPU_SIM_MAX_RANK == TPU_MAX_RANK, "public and internal ranks disagree");
 
 int tpu__api_public_dtype(tpu_dtype t) {
@@ -129,7 +130,18 @@ tpu_status tpu_sim_load_file(const char *path, tpu_sim_module **out, tpu_diag *d
   return st;
 }
 
-int64_t tpu_sim_module_devices(const tpu_sim_module *sm) { return sm ? tpu_module_device_count(sm->m) : 0; }
+int64_t tpu_sim_module_devices(const tpu_sim_module *sm) {
+  if (!sm) return 0;
+  if (tpu_spmd_needed(sm->m)) { /* to be partitioned over the header's mesh */
+    tpu_mesh mesh;
+    memset(&mesh, 0, sizeof mesh);
+    int found = 0;
+    int64_t n = tpu_mesh_from_module(sm->m, &mesh, &found, NULL) == TPU_OK && found ? mesh.ndev : 1;
+    tpu_mesh_free(&mesh);
+    return n;
+  }
+  return tpu_module_device_count(sm->m);
+}
 
 int tpu_sim_module_nparams(const tpu_sim_module *sm) { return sm ? sm->m->entry->nparams : 0; }
 
@@ -143,7 +155,7 @@ tpu_status tpu_sim_module_param(const tpu_sim_module *sm, int i, tpu_sim_array *
   tpu_shape s = p->shape;
   if (!tpu_dtype_is_array(s.dtype))
     return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, p->loc, "parameter %d is a %s, not an array", i, tpu_dtype_name(s.dtype));
-  if (tpu_module_device_count(sm->m) > 1) {
+  if (!tpu_spmd_needed(sm->m) && tpu_module_device_count(sm->m) > 1) { /* else shapes are global already */
     tpu_podio pod;
     const char *any = "{replicated}"; /* the result's sharding does not matter here */
     TPU_TRY(tpu_podio_prepare(sm->m, &any, 1, &pod, d));
@@ -166,7 +178,7 @@ static const char *const k_precisions[] = {"default", "high", "highest"}; /* = t
 /* Options checked and decoded. */
 typedef struct {
   int tpu, timing, precision; /* precision: -1 per-op, else a tpu_precision */
-  const char *chip;
+  const char *chip, *mesh;
 } run_plan;
 
 static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
@@ -195,7 +207,22 @@ static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
   for (int k = 0; k < o->n_out_shardings; k++)
     if (!o->out_shardings[k]) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "out_shardings[%d] is NULL", k);
   p->chip = o->chip ? o->chip : "v5e";
+  p->mesh = o->mesh;
   return TPU_OK;
+}
+
+/* A program with sharding annotations becomes the one program every chip runs (as
+ * `tpusim run` does): over `spec`, or the module's own mesh; without either it runs as
+ * written. */
+static tpu_status partition(tpu_module *m, const char *spec, tpu_diag *d) {
+  if (!spec && !tpu_spmd_needed(m)) return TPU_OK;
+  tpu_mesh mesh;
+  memset(&mesh, 0, sizeof mesh);
+  int found = 0;
+  tpu_status st = spec ? tpu_mesh_parse(spec, &mesh, d) : tpu_mesh_from_module(m, &mesh, &found, d);
+  if (st == TPU_OK && (spec || found)) st = tpu_spmd_partition(m, &mesh, d);
+  tpu_mesh_free(&mesh);
+  return st;
 }
 
 /* Copies caller array i into a tensor checked against `want` (f32 rounded for bf16/f16). */
@@ -238,10 +265,8 @@ static void apply_trips(tpu_program *p, const tpu_loop_trips *t) {
 static tpu_status time_program(tpu_sim_result *r, const run_plan *p, const tpu_loop_trips *trips, tpu_diag *d) {
   tpu_module *m = r->compiled;
   tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
-  int64_t reps, parts;
-  tpu_module_device_grid(m, &reps, &parts);
-  tpu_pod_cost_ctx pc = {&r->chip, reps, parts};
-  tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, reps * parts > 1 ? tpu_pod_coll_cost : NULL, &pc};
+  tpu_pod_cost_ctx pc = {&r->chip};
+  tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &pc};
   TPU_TRY(tpu_compile(m, &co, &r->prog, d));
   apply_trips(r->prog, trips);
   TPU_TRY(tpu_timing_run(r->prog, &r->chip, 1, &r->tl, d));
@@ -284,6 +309,7 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
   tpu_status st = r->program ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   if (st == TPU_OK) st = parse_verified(sm->name, sm->text, sm->len, &r->compiled, d);
   if (st == TPU_OK && p.tpu) st = tpu_chip_load(p.chip, &r->chip, d);
+  if (st == TPU_OK) st = partition(r->compiled, p.mesh, d);
   tpu_module *m = r->compiled;
   if (st == TPU_OK) {
     r->devices = tpu_module_device_count(m);
