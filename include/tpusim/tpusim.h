@@ -203,6 +203,12 @@ typedef struct tpu_sim_op {
   double flops_per_s; /* achieved while it ran */
   double padding_waste;
   int memory_bound;   /* DMA time exceeded compute time */
+  /* Where it came from, from the HLO metadata (JAX writes it with as_text(debug_info=True);
+   * for a fusion: its first dot or convolution, else its root): NULL / 0 when unknown. */
+  const char *op_name;     /* "jit(step)/dot_general" */
+  const char *source_file; /* "model.py" */
+  int source_line;
+  const char *function;    /* the Python function, from the stack frame tables */
 } tpu_sim_op;
 
 int tpu_sim_result_nops(const tpu_sim_result *r);

@@ -1,4 +1,7 @@
 """tpusim.simulate on JAX functions, against JAX on CPU."""
+import inspect
+import os
+
 import numpy as np
 import pytest
 
@@ -30,6 +33,15 @@ def test_simulate_pytree_matches_jax():
         assert isinstance(g, np.ndarray) and g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_allclose(g, np.asarray(w), rtol=2e-5, atol=2e-5)
     assert rep.cycles > 0 and rep.flops >= 2 * 8 * 32 * 64 + 2 * 8 * 64 * 16
+    # Every op names its JAX op and line in this file (from the lowered text's metadata).
+    first = inspect.getsourcelines(mlp)[1]
+    dots = [r for r in rep.ops if r["op_name"] == "jit(mlp)/dot_general"]
+    assert len(dots) == 2, [(r["name"], r["op_name"]) for r in rep.ops]
+    assert sorted(r["source"].rsplit(":", 1)[1] for r in dots) == [str(first + 1), str(first + 2)]
+    for r in rep.ops:
+        # (argmax's reduce sits in a nested computation whose metadata JAX names "reduce")
+        assert r["op_name"] and r["function"] == "mlp"
+        assert os.path.basename(r["source"].rsplit(":", 1)[0]) == "test_simulate.py"
     # Default precision: dots as one bf16 pass, as a TPU does.
     lo, _ = tpusim.simulate(mlp, params, x)
     err = np.abs(lo[0]["y"] - np.asarray(want[0]["y"])).max()

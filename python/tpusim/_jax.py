@@ -7,7 +7,8 @@ from ._core import Module
 def simulate(fn, *args, chip="v5e", precision=None, mode="full", backend="tpu", mesh=None):
     """Runs fn(*args) on a simulated TPU.
 
-    fn is lowered with jax.jit(fn, keep_unused=True).lower(*args).as_text(dialect="hlo"),
+    fn is lowered with jax.jit(fn, keep_unused=True).lower(*args).as_text(dialect="hlo",
+    debug_info=True) (the metadata gives each profiled op its JAX name and source line),
     so args are what jax.jit takes: arrays (NumPy or JAX), Python numbers, and pytrees of
     them (no static arguments: close over them, e.g. with functools.partial). Returns
     (outputs, report): outputs the same pytree of NumPy arrays fn returns under JAX (None in
@@ -22,7 +23,11 @@ def simulate(fn, *args, chip="v5e", precision=None, mode="full", backend="tpu", 
     import jax
 
     jfn = jax.jit(fn, keep_unused=True)
-    text = jfn.lower(*args).as_text(dialect="hlo")
+    lowered = jfn.lower(*args)
+    try:  # with metadata: the profile names each op's JAX op and source line
+        text = lowered.as_text(dialect="hlo", debug_info=True)
+    except TypeError:  # a JAX without debug_info
+        text = lowered.as_text(dialect="hlo")
     name = getattr(fn, "__name__", "fn")
     m = Module(text, name=f"jit({name})")
     out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, *args))

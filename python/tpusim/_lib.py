@@ -104,6 +104,10 @@ class Op(ctypes.Structure):
         ("flops_per_s", ctypes.c_double),
         ("padding_waste", ctypes.c_double),
         ("memory_bound", ctypes.c_int),
+        ("op_name", ctypes.c_char_p),
+        ("source_file", ctypes.c_char_p),
+        ("source_line", ctypes.c_int),
+        ("function", ctypes.c_char_p),
     ]
 
 

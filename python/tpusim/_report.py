@@ -8,7 +8,8 @@ import tempfile
 from . import _lib
 
 _OP_FIELDS = ["name", "kind", "count", "cycles", "time_s", "frac", "flops", "padded_flops", "hbm_bytes", "ai",
-              "flops_per_s", "padding_waste", "memory_bound"]
+              "flops_per_s", "padding_waste", "memory_bound", "op_name", "source", "function"]
+_NUM_FIELDS = _OP_FIELDS[2:13]
 
 
 class Report:
@@ -22,7 +23,8 @@ class Report:
     ici_wait, idle: an exclusive split summing to 1); breakdown_cycles; unit_util: {unit:
     busy fraction} (units overlap); ops: the per-op profile, one dict per op, largest
     first (name, kind, count, cycles, time_s, frac, flops, padded_flops, hbm_bytes, ai,
-    flops_per_s, padding_waste, memory_bound).
+    flops_per_s, padding_waste, memory_bound, and where it came from: op_name ("jit(f)/
+    dot_general"), source ("model.py:42") and function, None when the HLO has no metadata).
     """
 
     def __init__(self, result, program):
@@ -62,10 +64,14 @@ class Report:
             o = _lib.Op()
             d = _lib.Diag()
             _lib.check(L.tpu_sim_result_op(result._h, i, ctypes.byref(o), ctypes.byref(d)), d)
-            row = {f: getattr(o, f) for f in _OP_FIELDS}
-            row["name"] = o.name.decode()
-            row["kind"] = o.kind.decode()
+            row = {"name": o.name.decode(), "kind": o.kind.decode()}
+            row.update({f: getattr(o, f) for f in _NUM_FIELDS})
             row["memory_bound"] = bool(o.memory_bound)
+            # where it came from (HLO metadata): "jit(step)/dot_general", "model.py:42", "step"
+            row["op_name"] = o.op_name.decode("utf-8", "replace") if o.op_name else None
+            src = o.source_file.decode("utf-8", "replace") if o.source_file else None
+            row["source"] = f"{src}:{o.source_line}" if src and o.source_line > 0 else src
+            row["function"] = o.function.decode("utf-8", "replace") if o.function else None
             self.ops.append(row)
 
     # ---- data ----
@@ -134,12 +140,13 @@ class Report:
         out.append("</table>")
         out.append(f'<div style="display:flex;height:14px;width:480px;border:1px solid #888">{bar}</div>')
         out.append(f"<div>{legend}</div>")
-        cols = ["name", "kind", "count", "time_s", "frac", "flops", "hbm_bytes", "ai", "memory_bound"]
+        cols = ["name", "kind", "count", "time_s", "frac", "flops", "hbm_bytes", "ai", "bound", "source"]
         out.append("<table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>")
         for r in self.ops[:top]:
             cells = [e(r["name"]), e(r["kind"]), str(r["count"]), f"{r['time_s'] * 1e6:.3f} us",
                      f"{r['frac'] * 100:.1f} %", f"{r['flops']:.3g}", f"{r['hbm_bytes']:.3g}", f"{r['ai']:.3g}",
-                     "memory" if r["memory_bound"] else "compute"]
+                     "memory" if r["memory_bound"] else "compute",
+                     e(" at ".join(x for x in (r["op_name"], r["source"]) if x) or "")]
             out.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         out.append("</table>")
         if len(self.ops) > top:

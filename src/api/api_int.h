@@ -20,6 +20,12 @@ struct tpu_sim_module {
   tpu_module *m;  /* parsed and verified (parameter shapes, device count) */
 };
 
+/* Where one profile row's op came from (owned strings; NULL / 0 when unknown). */
+typedef struct tpu__api_src {
+  char *op_name, *source_file, *function;
+  int source_line;
+} tpu__api_src;
+
 /* One run's outcome. Owns everything it points to. */
 struct tpu_sim_result {
   char *program;  /* the module's name, for the report header */
@@ -35,10 +41,16 @@ struct tpu_sim_result {
   tpu_timeline tl;
   tpu_report_metrics metrics;
   tpu_profile prof;
+  tpu__api_src *src;         /* per profile row */
 };
 
 /* Public <-> internal element types; -1 / TPU_DTYPE_COUNT when there is none. */
 int tpu__api_public_dtype(tpu_dtype t);
 int tpu__api_internal_dtype(int public_dtype, tpu_dtype *out);
+
+/* Fills r->src for r->prof's rows from the ops' HLO metadata and the debug tables in the
+ * module text (api/srcinfo.c); frees it. */
+tpu_status tpu__api_source_rows(tpu_sim_result *r, const char *text, size_t len, tpu_diag *d);
+void tpu__api_source_free(tpu_sim_result *r);
 
 #endif

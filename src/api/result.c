@@ -10,6 +10,7 @@ _Static_assert(TPU_UNIT_COUNT <= TPU_SIM_MAX_PARTS, "tpu_sim_metrics has too few
 
 void tpu_sim_result_free(tpu_sim_result *r) {
   if (!r) return;
+  tpu__api_source_free(r);
   tpu_profile_free(&r->prof);
   tpu_timeline_free(&r->tl);
   tpu_program_free(r->prog);
@@ -108,6 +109,10 @@ tpu_status tpu_sim_result_op(const tpu_sim_result *r, int i, tpu_sim_op *out, tp
   out->flops_per_s = w->flops_per_s;
   out->padding_waste = w->padding_waste;
   out->memory_bound = w->memory_bound;
+  out->op_name = r->src[i].op_name;
+  out->source_file = r->src[i].source_file;
+  out->source_line = r->src[i].source_line;
+  out->function = r->src[i].function;
   return TPU_OK;
 }
 

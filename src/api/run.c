@@ -262,7 +262,8 @@ static void apply_trips(tpu_program *p, const tpu_loop_trips *t) {
 }
 
 /* Compiles r->compiled for the chip, times it and fills the metrics and profile. */
-static tpu_status time_program(tpu_sim_result *r, const run_plan *p, const tpu_loop_trips *trips, tpu_diag *d) {
+static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, const run_plan *p,
+                               const tpu_loop_trips *trips, tpu_diag *d) {
   tpu_module *m = r->compiled;
   tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
   tpu_pod_cost_ctx pc = {&r->chip};
@@ -272,6 +273,7 @@ static tpu_status time_program(tpu_sim_result *r, const run_plan *p, const tpu_l
   TPU_TRY(tpu_timing_run(r->prog, &r->chip, 1, &r->tl, d));
   TPU_TRY(tpu_report_metrics_compute(&r->tl, &r->chip, pk, &r->metrics, d));
   TPU_TRY(tpu_report_profile(&r->tl, r->metrics.clock_hz, &r->prof, d));
+  TPU_TRY(tpu__api_source_rows(r, sm->text, sm->len, d));
   r->timed = 1;
   return TPU_OK;
 }
@@ -342,7 +344,7 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
       else tpu_tensor_collect_leaves(&r->value, r->leaves);
     }
   }
-  if (st == TPU_OK && p.tpu) st = time_program(r, &p, &trips, d);
+  if (st == TPU_OK && p.tpu) st = time_program(r, sm, &p, &trips, d);
   for (int i = 0; i < nargs; i++) tpu_tensor_free(&args[i]);
   tpu_free(args);
   tpu_loop_trips_free(&trips);

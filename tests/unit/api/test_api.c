@@ -123,6 +123,7 @@ static void test_mlp(void) {
       tpu_sim_op op;
       CHECK_EQ_INT(tpu_sim_result_op(r, i, &op, &d), TPU_OK);
       CHECK(op.name && op.kind && op.cycles <= prev);
+      CHECK(op.op_name == NULL && op.source_file == NULL && op.source_line == 0); /* no metadata in mlp.hlo */
       prev = op.cycles;
       flops += op.flops;
     }
@@ -267,6 +268,48 @@ static void test_pod(void) {
   }
   tpu_sim_result_free(r);
   r = NULL;
+  /* Each profiled op's source from the metadata and stack frames gen.py's JAX wrote: the
+   * dot at gen.py:25 (h = jnp.tanh(a @ w)), the all-reduce of jnp.sum at line 26. */
+  o.mode = "timing";
+  o.n_out_shardings = 0;
+  CHECK_EQ_INT(tpu_sim_run(m, &o, NULL, 0, &r, &d), TPU_OK);
+  int seen_dot = 0, seen_ar = 0;
+  for (int i = 0; r && i < tpu_sim_result_nops(r); i++) {
+    tpu_sim_op op;
+    CHECK_EQ_INT(tpu_sim_result_op(r, i, &op, &d), TPU_OK);
+    CHECK(op.op_name != NULL && op.source_file != NULL && op.function != NULL);
+    if (!op.op_name || !op.source_file || !op.function) continue;
+    const char *want = "examples/pod/gen.py";
+    size_t n = strlen(op.source_file), w = strlen(want);
+    CHECK(n >= w && !strcmp(op.source_file + n - w, want));
+    CHECK_EQ_STR(op.function, "f");
+    if (!strcmp(op.op_name, "jit(f)/dot_general")) {
+      seen_dot = 1;
+      CHECK_EQ_INT(op.source_line, 25);
+    }
+    if (!strcmp(op.kind, "all-reduce")) {
+      seen_ar = 1;
+      CHECK_EQ_STR(op.op_name, "jit(f)/reduce_sum");
+      CHECK_EQ_INT(op.source_line, 26);
+    }
+  }
+  CHECK(seen_dot && seen_ar);
+  tpu_sim_result_free(r);
+  r = NULL;
+  /* Allocation failure at every point of a timing run that reads the debug tables. */
+  int ok_seen = 0;
+  long n;
+  for (n = 1; n < 1000000 && !ok_seen; n++) {
+    tpu_alloc_fail_after(n);
+    tpu_status s = tpu_sim_run(m, &o, NULL, 0, &r, &d);
+    tpu_alloc_fail_after(0);
+    if (s == TPU_OK) ok_seen = 1;
+    else CHECK_EQ_INT(s, TPU_ERR_NOMEM);
+    tpu_sim_result_free(r);
+    r = NULL;
+  }
+  CHECK(ok_seen && n > 100);
+  o.mode = NULL;
   o.n_out_shardings = 2; /* neither one nor one per leaf */
   CHECK_EQ_INT(tpu_sim_run(m, &o, in, 2, &r, &d), TPU_ERR_ARG);
   CHECK(r == NULL);
