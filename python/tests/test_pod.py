@@ -50,3 +50,24 @@ def test_pod_timing_and_bad_sharding(pod):
     with pytest.raises(tpusim.TpusimError) as e:
         tpusim.run(os.path.join(P, "mlp.hlo"), ins, backend="ref", out_shardings="{devices=[3]<=[3]}")
     assert "error:" in str(e.value) and "sharding" in str(e.value)
+
+
+def test_pod_report_same_as_cli(pod, cli, tmp_path):
+    """The pod's JSON report (with its "pod" section) and values equal `tpusim run`'s."""
+    import json
+    import subprocess
+
+    sh, ins, _ = pod
+    hlo = os.path.join(P, "mlp.hlo")
+    subprocess.run([cli, "run", hlo, "-i", os.path.join(P, "mlp.a.npy"), "-i", os.path.join(P, "mlp.w.npy"),
+                    "--out-sharding", "@" + os.path.join(P, "mlp.shardings"), "-o", str(tmp_path / "o"),
+                    "--report", str(tmp_path / "cli.json"), "-q"], check=True)
+    outs, rep = tpusim.run(hlo, ins, out_shardings=sh)
+    for k, o in enumerate(outs):
+        assert np.array_equal(o, np.load(tmp_path / "o" / f"{k}.npy"))
+    rep.save_json(tmp_path / "api.json")
+    with open(tmp_path / "cli.json") as f:
+        cj = json.load(f)
+    with open(tmp_path / "api.json") as f:
+        aj = json.load(f)
+    assert "pod" in cj and aj == cj

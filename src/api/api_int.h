@@ -6,6 +6,7 @@
 #include "chip/chip.h"
 #include "chip/timeline.h"
 #include "ir/ir.h"
+#include "pod/podio.h"
 #include "report/report.h"
 #include "tpusim/tpusim.h"
 
@@ -42,6 +43,8 @@ struct tpu_sim_result {
   tpu_report_metrics metrics;
   tpu_profile prof;
   tpu__api_src *src;         /* per profile row */
+  tpu_podio pod;             /* a module of several devices: its inputs, results, report section */
+  int have_pod;
 };
 
 /* Public <-> internal element types; -1 / TPU_DTYPE_COUNT when there is none. */

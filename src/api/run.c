@@ -305,9 +305,6 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
   int nargs = 0;
   tpu_loop_trips trips;
   memset(&trips, 0, sizeof trips);
-  tpu_podio pod;
-  memset(&pod, 0, sizeof pod);
-  int have_pod = 0;
   tpu_status st = r->program ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   if (st == TPU_OK) st = parse_verified(sm->name, sm->text, sm->len, &r->compiled, d);
   if (st == TPU_OK && p.tpu) st = tpu_chip_load(p.chip, &r->chip, d);
@@ -316,8 +313,8 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
   if (st == TPU_OK) {
     r->devices = tpu_module_device_count(m);
     if (r->devices > 1) {
-      st = tpu_podio_prepare(m, o ? o->out_shardings : NULL, o ? o->n_out_shardings : 0, &pod, d);
-      have_pod = st == TPU_OK;
+      st = tpu_podio_prepare(m, o ? o->out_shardings : NULL, o ? o->n_out_shardings : 0, &r->pod, d);
+      r->have_pod = st == TPU_OK;
     }
   }
   if (st == TPU_OK && !p.timing) {
@@ -327,13 +324,13 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
     for (; st == TPU_OK && nargs < e->nparams; nargs++) {
       tpu_shape want = e->params[nargs]->shape;
       want.has_layout = 0;
-      if (have_pod) tpu_podio_input_shape(&pod, m, nargs, inputs[nargs].rank, inputs[nargs].dims, &want);
+      if (r->have_pod) tpu_podio_input_shape(&r->pod, m, nargs, inputs[nargs].rank, inputs[nargs].dims, &want);
       st = take_input(&inputs[nargs], nargs, &want, &args[nargs], d);
       if (st != TPU_OK) break;
     }
     /* Values run on the module as written (the compiler then rewrites it in place). */
     if (st == TPU_OK)
-      st = have_pod ? tpu_podio_values(&pod, m, p.tpu ? &r->chip : NULL, p.precision, args, nargs, &trips, &r->value,
+      st = r->have_pod ? tpu_podio_values(&r->pod, m, p.tpu ? &r->chip : NULL, p.precision, args, nargs, &trips, &r->value,
                                        NULL, d)
            : p.tpu  ? tpu_chip_run_values_trips(m, &r->chip, p.precision, args, nargs, &trips, &r->value, d)
                     : tpu_ref_run(m, args, nargs, &r->value, d);
@@ -348,7 +345,6 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
   for (int i = 0; i < nargs; i++) tpu_tensor_free(&args[i]);
   tpu_free(args);
   tpu_loop_trips_free(&trips);
-  if (have_pod) tpu_podio_free(&pod);
   if (st != TPU_OK) {
     tpu_sim_result_free(r);
     return st;
