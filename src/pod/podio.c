@@ -155,15 +155,27 @@ void tpu_podio_global_shape(const tpu_podio *pc, const tpu_module *m, int i, tpu
 tpu_status tpu_podio_load(const tpu_podio *pc, const tpu_module *m, int i, const char *path, tpu_tensor *t,
                             tpu_diag *d) {
   const tpu_shape *local = &m->entry->params[i]->shape;
-  tpu_shape want = *local;
-  want.has_layout = 0;
   if (local->dtype == TPU_TUPLE || local->dtype == TPU_TOKEN) return tpu_ref_load_input(path, i, local, t, d);
+  tpu_shape want;
   tpu_tensor probe;
   TPU_TRY(tpu_npy_read(path, &probe, d));
-  int rank = probe.rank;
-  int64_t dims[TPU_MAX_RANK];
-  memcpy(dims, probe.dims, sizeof dims);
+  tpu_podio_input_shape(pc, m, i, probe.rank, probe.dims, &want);
   tpu_tensor_free(&probe);
+  return tpu_ref_load_input(path, i, &want, t, d);
+}
+
+void tpu_podio_input_shape(const tpu_podio *pc, const tpu_module *m, int i, int rank, const int64_t *dims_in,
+                           tpu_shape *out) {
+  const tpu_shape *local = &m->entry->params[i]->shape;
+  tpu_shape want = *local;
+  want.has_layout = 0;
+  int64_t dims[TPU_MAX_RANK] = {0};
+  if (rank < 0 || rank > TPU_MAX_RANK) rank = 0;
+  memcpy(dims, dims_in, sizeof dims[0] * (size_t)rank);
+  if (local->dtype == TPU_TUPLE || local->dtype == TPU_TOKEN) {
+    *out = want;
+    return;
+  }
   if (pc->in_mode[i] == TPU_POD_IO_SHARDED) {
     const tpu_sharding *sh = &pc->in_sh[i];
     int ok = rank == local->rank;
@@ -181,7 +193,7 @@ tpu_status tpu_podio_load(const tpu_podio *pc, const tpu_module *m, int i, const
       memcpy(want.dims, dims, sizeof dims);
     }
   }
-  return tpu_ref_load_input(path, i, &want, t, d);
+  *out = want;
 }
 
 typedef struct {

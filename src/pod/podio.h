@@ -45,6 +45,13 @@ void tpu_podio_global_shape(const tpu_podio *pc, const tpu_module *m, int i, tpu
 tpu_status tpu_podio_load(const tpu_podio *pc, const tpu_module *m, int i, const char *path, tpu_tensor *t,
                             tpu_diag *d);
 
+/* The global shape parameter i is checked against for an input array of rank/dims: the
+ * array's own dims when they shard into the parameter (uneven shards allowed), or one row
+ * per device stacked on a new leading axis for a plain parameter; else the parameter's
+ * global shape (so the check names it). */
+void tpu_podio_input_shape(const tpu_podio *pc, const tpu_module *m, int i, int rank, const int64_t *dims,
+                           tpu_shape *out);
+
 /* Runs every device on its shards of the global args: the chip executor when `chip` is
  * given (trips of device 0 recorded into *trips), else the reference interpreter. The
  * global result goes to *result (a tuple when the module returns one); when per_device is

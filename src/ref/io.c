@@ -16,12 +16,23 @@ void tpu_ref_describe(const tpu_tensor *t, char *buf, size_t n) {
 
 /* Loads one input and checks it against the parameter; widens/rounds f32 -> bf16/f16. */
 tpu_status tpu_ref_load_input(const char *path, int idx, const tpu_shape *s, tpu_tensor *t, tpu_diag *d) {
-  char want[256];
-  tpu_shape_print(s, want, sizeof want);
-  if (s->dtype == TPU_TUPLE || s->dtype == TPU_TOKEN)
+  if (s->dtype == TPU_TUPLE || s->dtype == TPU_TOKEN) {
+    char want[256];
+    tpu_shape_print(s, want, sizeof want);
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_loc_at(path, 0, 0), "parameter %d has type %s, which cannot come from a .npy file",
                     idx, want);
+  }
   TPU_TRY(tpu_npy_read(path, t, d));
+  return tpu_ref_accept_input(t, idx, s, tpu_loc_at(path, 0, 0), d);
+}
+
+tpu_status tpu_ref_accept_input(tpu_tensor *t, int idx, const tpu_shape *s, tpu_loc loc, tpu_diag *d) {
+  char want[256];
+  tpu_shape_print(s, want, sizeof want);
+  if (s->dtype == TPU_TUPLE || s->dtype == TPU_TOKEN) {
+    tpu_tensor_free(t);
+    return TPU_FAIL(d, TPU_ERR_ARG, loc, "parameter %d has type %s, which cannot come from an array", idx, want);
+  }
   int dims_ok = t->rank == s->rank;
   for (int i = 0; dims_ok && i < s->rank; i++) dims_ok = t->dims[i] == s->dims[i];
   const char *why = NULL;
@@ -51,7 +62,7 @@ tpu_status tpu_ref_load_input(const char *path, int idx, const tpu_shape *s, tpu
     char got[256];
     tpu_ref_describe(t, got, sizeof got);
     tpu_tensor_free(t);
-    return TPU_FAIL(d, TPU_ERR_ARG, tpu_loc_at(path, 0, 0), "input %d is %s but parameter %d is %s (the %s differ)", idx,
+    return TPU_FAIL(d, TPU_ERR_ARG, loc, "input %d is %s but parameter %d is %s (the %s differ)", idx,
                     got, idx, want, why);
   }
   return TPU_OK;

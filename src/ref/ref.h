@@ -57,6 +57,9 @@ void tpu_ref_set_while_limit(int64_t limit);
  * shape: dims and dtype must match, except that a float32 array is accepted for a bf16 or
  * f16 parameter and rounded to nearest even. */
 tpu_status tpu_ref_load_input(const char *path, int idx, const tpu_shape *s, tpu_tensor *t, tpu_diag *d);
+/* The same check on an array already in memory: takes *t (freed on failure; on success it
+ * may be replaced by its bf16/f16 rounding). Errors name `loc` (may be tpu_noloc()). */
+tpu_status tpu_ref_accept_input(tpu_tensor *t, int idx, const tpu_shape *s, tpu_loc loc, tpu_diag *d);
 
 /* "f32[2,3]" for an array value. */
 void tpu_ref_describe(const tpu_tensor *t, char *buf, size_t n);

@@ -1,0 +1,22 @@
+"""tpusim: run JAX/XLA programs on a simulated TPU from Python.
+
+    outputs, report = tpusim.simulate(f, x, w, chip="v5e")    # a JAX function
+    outputs, report = tpusim.run("model.hlo", [x, w])         # HLO text or a path
+
+See docs/python.md in the repository.
+"""
+from ._lib import TpusimError
+from ._core import Module, Param, load, run
+from ._report import Report
+from ._jax import simulate
+
+
+def version():
+    """The C library's version."""
+    from . import _lib
+
+    return _lib.lib().tpu_version().decode()
+
+
+__version__ = "0.1.0"
+__all__ = ["TpusimError", "Module", "Param", "Report", "load", "run", "simulate", "version"]

@@ -1,0 +1,248 @@
+"""Modules and runs: NumPy arrays in, NumPy arrays and a Report out."""
+import ctypes
+import os
+
+import numpy as np
+
+from . import _lib
+from ._lib import TpusimError
+from ._report import Report
+
+try:  # bfloat16 as a NumPy dtype (JAX depends on it)
+    import ml_dtypes as _ml_dtypes
+
+    _BF16 = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - depends on the environment
+    _ml_dtypes = None
+    _BF16 = None
+
+# ORDER: tpu_sim_dtype in include/tpusim/tpusim.h.
+PRED, S8, S16, S32, S64, U8, U16, U32, U64, BF16, F16, F32, F64, C64, C128 = range(15)
+_TO_NP = {
+    PRED: np.dtype(np.bool_), S8: np.dtype(np.int8), S16: np.dtype(np.int16), S32: np.dtype(np.int32),
+    S64: np.dtype(np.int64), U8: np.dtype(np.uint8), U16: np.dtype(np.uint16), U32: np.dtype(np.uint32),
+    U64: np.dtype(np.uint64), F16: np.dtype(np.float16), F32: np.dtype(np.float32), F64: np.dtype(np.float64),
+    C64: np.dtype(np.complex64), C128: np.dtype(np.complex128),
+}
+_NAMES = ["pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "bf16", "f16", "f32", "f64", "c64", "c128"]
+
+
+def _np_dtype(code):
+    """The NumPy dtype an output of this code comes back as (bf16: ml_dtypes.bfloat16, or
+    float32 without ml_dtypes)."""
+    if code == BF16:
+        return _BF16 if _BF16 is not None else np.dtype(np.float32)
+    return _TO_NP[code]
+
+
+_BY_KIND = {("b", 1): PRED, ("i", 1): S8, ("i", 2): S16, ("i", 4): S32, ("i", 8): S64, ("u", 1): U8,
+            ("u", 2): U16, ("u", 4): U32, ("u", 8): U64, ("f", 2): F16, ("f", 4): F32, ("f", 8): F64,
+            ("c", 8): C64, ("c", 16): C128}
+
+
+def _code(dt):
+    """The tpu_sim_dtype of a native-order NumPy dtype, or None."""
+    dt = np.dtype(dt)
+    if _BF16 is not None and dt == _BF16:
+        return BF16
+    return _BY_KIND.get((dt.kind, dt.itemsize))
+
+
+class Param:
+    """An entry parameter: dtype (a NumPy dtype; bf16 as ml_dtypes.bfloat16 or float32),
+    the HLO type name and shape (global for a module of several devices)."""
+
+    def __init__(self, code, shape):
+        self.hlo_dtype = _NAMES[code]
+        self.dtype = _np_dtype(code)
+        self.shape = shape
+
+    def __repr__(self):
+        return f"Param({self.hlo_dtype}{list(self.shape)})"
+
+
+class Module:
+    """A parsed and verified HLO module (tpu_sim_module). Run it any number of times."""
+
+    def __init__(self, hlo, name=None):
+        L = _lib.lib()
+        h = ctypes.c_void_p()
+        d = _lib.Diag()
+        if isinstance(hlo, os.PathLike) or (isinstance(hlo, str) and _looks_like_path(hlo)):
+            path = os.fspath(hlo)
+            with _lib.LOCK:
+                st = L.tpu_sim_load_file(path.encode(), ctypes.byref(h), ctypes.byref(d))
+            self.name = path
+        else:
+            text = hlo.encode() if isinstance(hlo, str) else bytes(hlo)
+            self.name = name or "<hlo>"
+            with _lib.LOCK:
+                st = L.tpu_sim_load_text(self.name.encode(), text, len(text), ctypes.byref(h), ctypes.byref(d))
+        _lib.check(st, d)
+        self._h = h
+        self._free = L.tpu_sim_module_free
+        self.devices = int(L.tpu_sim_module_devices(h))
+        self.params = []
+        for i in range(L.tpu_sim_module_nparams(h)):
+            a = _lib.Array()
+            d = _lib.Diag()
+            with _lib.LOCK:
+                st = L.tpu_sim_module_param(h, i, ctypes.byref(a), ctypes.byref(d))
+            if st == 0:
+                self.params.append(Param(a.dtype, tuple(a.dims[k] for k in range(a.rank))))
+            else:
+                self.params.append(None)  # a tuple or token parameter
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            self._free(h)
+            self._h = None
+
+    def __repr__(self):
+        return f"<tpusim.Module {self.name}: {len(self.params)} parameter(s), {self.devices} device(s)>"
+
+    def run(self, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full", out_shardings=None,
+            mesh=None):
+        """Runs the entry computation; see tpusim.run."""
+        L = _lib.lib()
+        o = _lib.Options()
+        L.tpu_sim_options_init(ctypes.byref(o))
+        o.backend = backend.encode()
+        o.mode = mode.encode()
+        if backend == "tpu":
+            o.chip = _lib.resolve_chip(chip).encode()
+            if precision is not None:
+                o.precision = precision.encode()
+        elif precision is not None:
+            raise TpusimError("error: a precision needs the tpu backend", "TPU_ERR_ARG")
+        if mesh is not None:
+            if isinstance(mesh, dict):
+                mesh = ",".join(f"{k}={v}" for k, v in mesh.items())
+            o.mesh = str(mesh).encode()
+        if out_shardings is not None:
+            shs = [out_shardings] if isinstance(out_shardings, str) else list(out_shardings)
+            o.out_shardings = (ctypes.c_char_p * max(1, len(shs)))(*[s.encode() for s in shs])
+            o.n_out_shardings = len(shs)
+        arrays, keep = self._inputs(inputs if inputs is not None else [], mode)
+        r = ctypes.c_void_p()
+        d = _lib.Diag()
+        with _lib.LOCK:
+            st = L.tpu_sim_run(self._h, ctypes.byref(o), arrays, len(keep), ctypes.byref(r), ctypes.byref(d))
+        del keep
+        _lib.check(st, d)
+        res = _Result(r)
+        outputs = None if mode == "timing" else res.outputs()
+        report = Report(res, self.name) if L.tpu_sim_result_timed(r) else None
+        return outputs, report
+
+    def _inputs(self, inputs, mode):
+        """The inputs as tpu_sim_array structs (and the arrays they point into, kept alive
+        for the call). An array keeps its dtype; anything else (a list, a Python number)
+        takes the parameter's dtype."""
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
+        inputs = list(inputs)
+        keep = []
+        arrs = (_lib.Array * max(1, len(inputs)))()
+        for i, x in enumerate(inputs):
+            if not hasattr(x, "dtype"):  # a list or a Python scalar
+                p = self.params[i] if i < len(self.params) else None
+                x = np.asarray(x, dtype=p.dtype if p is not None else None)
+            a = np.asarray(x)
+            if not a.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+                a = a.copy(order="C")
+            if not a.dtype.isnative:
+                a = a.astype(a.dtype.newbyteorder("="))
+            code = _code(a.dtype)
+            if code is None:
+                raise TpusimError(f"error: input {i} has dtype {a.dtype}, which tpusim does not take", "TPU_ERR_ARG")
+            if a.ndim > _lib.MAX_RANK:
+                raise TpusimError(f"error: input {i} has rank {a.ndim} (at most {_lib.MAX_RANK})", "TPU_ERR_ARG")
+            keep.append(a)
+            arrs[i].dtype = code
+            arrs[i].rank = a.ndim
+            for k, n in enumerate(a.shape):
+                arrs[i].dims[k] = n
+            arrs[i].data = a.ctypes.data if a.nbytes else None
+            arrs[i].nbytes = a.nbytes
+        return arrs, keep
+
+
+def _looks_like_path(s):
+    return "\n" not in s and "HloModule" not in s and len(s) < 4096
+
+
+class _Result:
+    """Owns a tpu_sim_result; outputs are NumPy views of its memory (zero copy) and keep it alive."""
+
+    def __init__(self, h):
+        self._h = h
+        self._free = _lib.lib().tpu_sim_result_free
+
+    def __del__(self):
+        h = getattr(self, "_h", None)
+        if h:
+            self._free(h)
+            self._h = None
+
+    def outputs(self):
+        L = _lib.lib()
+        outs = []
+        for i in range(L.tpu_sim_result_noutputs(self._h)):
+            a = _lib.Array()
+            d = _lib.Diag()
+            _lib.check(L.tpu_sim_result_output(self._h, i, ctypes.byref(a), ctypes.byref(d)), d)
+            if a.dtype < 0:  # a token
+                outs.append(None)
+                continue
+            shape = tuple(a.dims[k] for k in range(a.rank))
+            raw_dt = np.dtype(np.uint16) if a.dtype == BF16 else _TO_NP[a.dtype]
+            if a.nbytes:
+                buf = (ctypes.c_char * a.nbytes).from_address(a.data)
+                buf._owner = self  # the view keeps the result alive
+                arr = np.frombuffer(buf, dtype=raw_dt).reshape(shape)
+            else:
+                arr = np.zeros(shape, dtype=raw_dt)
+            if a.dtype == BF16:
+                if _BF16 is not None:
+                    arr = arr.view(_BF16)
+                else:  # exact widening, as the CLI writes bf16 results
+                    arr = (arr.astype(np.uint32) << 16).view(np.float32)
+            outs.append(arr)
+        return outs
+
+
+def load(hlo, name=None):
+    """Parses and verifies an HLO module: a path (str or os.PathLike) or the text itself
+    (a str containing "HloModule" or a newline, or bytes). Raises TpusimError with the
+    "file:line:col: error: ..." message when it is bad."""
+    return Module(hlo, name)
+
+
+def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full",
+        out_shardings=None, mesh=None):
+    """Runs an HLO module's entry computation on tpusim.
+
+    hlo_text_or_path: HLO text (as jax's lower(...).as_text(dialect="hlo") prints it), a
+      path to it, or a Module from tpusim.load.
+    inputs: one array per entry parameter, in order (None or [] in timing mode). The dtype
+      must match the parameter, except that float32 is taken for bf16/f16 parameters and
+      rounded to nearest even; lists and Python numbers take the parameter's dtype. A module
+      of several devices takes global arrays (cut by each parameter's sharding=).
+    backend: "tpu" (TPU numerics, and timing) or "ref" (the reference interpreter, no report).
+    chip: a preset name ("v5e", "v5p", ...; tpusim chips lists them) or a chip JSON path.
+    precision: None (each dot's operand_precision), "default", "high" or "highest".
+    mode: "full" (values and timing) or "timing" (timing only: no inputs, outputs None).
+    out_shardings: for modules of several devices, the result's sharding in HLO syntax, one
+      string for all leaves or one per leaf (XLA's compiled text does not carry it).
+    mesh: a program with sharding annotations (JAX's lowered HLO of a sharded jit) is
+      partitioned over a device mesh first (docs/spmd.md): "data=2,model=4" or
+      {"data": 2, "model": 4}; None takes the mesh the module's header names.
+
+    Returns (outputs, report): outputs a list of NumPy arrays, one per leaf of the result
+    (None in timing mode); report a Report (None with backend="ref").
+    """
+    m = hlo_text_or_path if isinstance(hlo_text_or_path, Module) else Module(hlo_text_or_path)
+    return m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, out_shardings=out_shardings,
+                 mesh=mesh)

@@ -1,0 +1,46 @@
+"""tpusim.simulate: lower a JAX function to HLO, run it on tpusim, return JAX's pytree."""
+import numpy as np
+
+from ._core import Module
+
+
+def simulate(fn, *args, chip="v5e", precision=None, mode="full", backend="tpu", mesh=None):
+    """Runs fn(*args) on a simulated TPU.
+
+    fn is lowered with jax.jit(fn, keep_unused=True).lower(*args).as_text(dialect="hlo",
+    debug_info=True) (the metadata gives each profiled op its JAX name and source line),
+    so args are what jax.jit takes: arrays (NumPy or JAX), Python numbers, and pytrees of
+    them (no static arguments: close over them, e.g. with functools.partial). Returns
+    (outputs, report): outputs the same pytree of NumPy arrays fn returns under JAX (None in
+    timing mode); bf16 leaves come back as ml_dtypes.bfloat16 (JAX installs it). report is a
+    tpusim.Report (None with backend="ref").
+
+    Arguments sharded over a jax.sharding.Mesh (jax.device_put with a NamedSharding) make
+    a sharded program: tpusim partitions it over the mesh's chips (docs/spmd.md) and
+    returns global arrays; mesh ("x=2,y=4" or {"x": 2, "y": 4}) overrides the mesh the
+    lowered text names.
+    """
+    import jax
+
+    jfn = jax.jit(fn, keep_unused=True)
+    lowered = jfn.lower(*args)
+    try:  # with metadata: the profile names each op's JAX op and source line
+        text = lowered.as_text(dialect="hlo", debug_info=True)
+    except TypeError:  # a JAX without debug_info
+        text = lowered.as_text(dialect="hlo")
+    name = getattr(fn, "__name__", "fn")
+    m = Module(text, name=f"jit({name})")
+    out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, *args))
+    inputs = None
+    if mode != "timing":
+        leaves = jax.tree_util.tree_leaves(args)
+        if len(leaves) != len(m.params):
+            raise ValueError(f"simulate: {len(leaves)} argument leaves but the lowered module takes {len(m.params)} "
+                             "parameters")
+        # As jax.jit does: each leaf in the parameter's dtype (Python numbers, float64
+        # arrays without jax_enable_x64).
+        inputs = [np.asarray(x, dtype=p.dtype) if p is not None else np.asarray(x) for x, p in zip(leaves, m.params)]
+    outputs, report = m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, mesh=mesh)
+    if outputs is not None:
+        outputs = jax.tree_util.tree_unflatten(out_tree, outputs)
+    return outputs, report

@@ -1,0 +1,354 @@
+/* The public simulator API: load a module, run it with values or timing only (the steps of `tpusim run`). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api_int.h"
+#include "base/alloc.h"
+#include "chip/exec.h"
+#include "chip/program.h"
+#include "chip/timing.h"
+#include "compile/compile.h"
+#include "compile/spmd.h"
+#include "hlo/hlo.h"
+#include "ir/collective.h"
+#include "ir/verify.h"
+#include "pod/cost.h"
+#include "pod/podio.h"
+#include "ref/ref.h"
+
+#define MAX_TEXT_BYTES ((size_t)1 << 31) /* as the parser's file reader */
+
+/* ORDER: the public values of tpu_sim_dtype. */
+static const tpu_dtype k_dtypes[] = {TPU_PRED, TPU_S8,  TPU_S16,  TPU_S32, TPU_S64, TPU_U8, TPU_U16,
+                                     TPU_U32,  TPU_U64, TPU_BF16, TPU_F16, TPU_F32, TPU_F64, TPU_C64, TPU_C128};
+#define NDTYPES ((int)(sizeof k_dtypes / sizeof k_dtypes[0]))
+_Static_assert(TPU_SIM_C128 + 1 == NDTYPES, "tpu_sim_dtype and k_dtypes disagree");
+_Static_assert(TPU_SIM_MAX_RANK == TPU_MAX_RANK, "public and internal ranks disagree");
+
+int tpu__api_public_dtype(tpu_dtype t) {
+  for (int i = 0; i < NDTYPES; i++)
+    if (k_dtypes[i] == t) return i;
+  return -1;
+}
+
+int tpu__api_internal_dtype(int public_dtype, tpu_dtype *out) {
+  if (public_dtype < 0 || public_dtype >= NDTYPES) return 0;
+  *out = k_dtypes[public_dtype];
+  return 1;
+}
+
+size_t tpu_sim_dtype_size(int dtype) {
+  tpu_dtype t;
+  return tpu__api_internal_dtype(dtype, &t) ? tpu_dtype_size(t) : 0;
+}
+
+const char *tpu_sim_dtype_name(int dtype) {
+  tpu_dtype t;
+  return tpu__api_internal_dtype(dtype, &t) ? tpu_dtype_name(t) : NULL;
+}
+
+void tpu_sim_module_free(tpu_sim_module *sm) {
+  if (!sm) return;
+  tpu_module_free(sm->m);
+  tpu_free(sm->name);
+  tpu_free(sm->text);
+  tpu_free(sm);
+}
+
+/* Parses and verifies a fresh module from the handle's text. */
+static tpu_status parse_verified(const char *name, const char *text, size_t len, tpu_module **out, tpu_diag *d) {
+  TPU_TRY(tpu_hlo_parse(name, text, len, out, d));
+  tpu_status st = tpu_ir_verify(*out, d);
+  if (st != TPU_OK) {
+    tpu_module_free(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+tpu_status tpu_sim_load_text(const char *name, const char *text, size_t len, tpu_sim_module **out, tpu_diag *d) {
+  if (!out) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_load_text: no out-parameter");
+  *out = NULL;
+  if (!text && len) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_load_text: no text");
+  if (len >= MAX_TEXT_BYTES) return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_loc_at(name, 0, 0), "the module text is too large");
+  tpu_sim_module *sm = tpu_calloc(1, sizeof *sm);
+  if (!sm) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  sm->name = tpu_strdup(name ? name : "<hlo>");
+  sm->text = tpu_malloc(len + 1);
+  if (!sm->name || !sm->text) {
+    tpu_sim_module_free(sm);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  }
+  if (len) memcpy(sm->text, text, len);
+  sm->text[len] = 0;
+  sm->len = len;
+  tpu_status st = parse_verified(sm->name, sm->text, sm->len, &sm->m, d);
+  if (st != TPU_OK) {
+    tpu_sim_module_free(sm);
+    return st;
+  }
+  *out = sm;
+  return TPU_OK;
+}
+
+tpu_status tpu_sim_load_file(const char *path, tpu_sim_module **out, tpu_diag *d) {
+  if (!out) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_load_file: no out-parameter");
+  *out = NULL;
+  if (!path) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_load_file: no path");
+  FILE *f = fopen(path, "rb");
+  if (!f) return TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot open the file: %s", strerror(errno));
+  size_t cap = 1 << 16, len = 0;
+  char *buf = tpu_malloc(cap);
+  tpu_status st = TPU_OK;
+  while (buf) {
+    if (len == cap) {
+      if (cap >= MAX_TEXT_BYTES) {
+        st = TPU_FAIL(d, TPU_ERR_LIMIT, tpu_loc_at(path, 0, 0), "file is too large");
+        break;
+      }
+      char *nb = tpu_realloc(buf, cap * 2);
+      if (!nb) {
+        tpu_free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t r = fread(buf + len, 1, cap - len, f);
+    len += r;
+    if (r == 0) {
+      if (ferror(f)) st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot read the file");
+      break;
+    }
+  }
+  fclose(f);
+  if (st == TPU_OK && !buf) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_loc_at(path, 0, 0), "out of memory reading the file");
+  if (st == TPU_OK) st = tpu_sim_load_text(path, buf, len, out, d);
+  tpu_free(buf);
+  return st;
+}
+
+int64_t tpu_sim_module_devices(const tpu_sim_module *sm) {
+  if (!sm) return 0;
+  if (tpu_spmd_needed(sm->m)) { /* to be partitioned over the header's mesh */
+    tpu_mesh mesh;
+    memset(&mesh, 0, sizeof mesh);
+    int found = 0;
+    int64_t n = tpu_mesh_from_module(sm->m, &mesh, &found, NULL) == TPU_OK && found ? mesh.ndev : 1;
+    tpu_mesh_free(&mesh);
+    return n;
+  }
+  return tpu_module_device_count(sm->m);
+}
+
+int tpu_sim_module_nparams(const tpu_sim_module *sm) { return sm ? sm->m->entry->nparams : 0; }
+
+tpu_status tpu_sim_module_param(const tpu_sim_module *sm, int i, tpu_sim_array *out, tpu_diag *d) {
+  if (!sm || !out) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_module_param: no module or out-parameter");
+  memset(out, 0, sizeof *out);
+  const tpu_comp *e = sm->m->entry;
+  if (i < 0 || i >= e->nparams)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "parameter %d does not exist: the entry takes %d", i, e->nparams);
+  const tpu_instr *p = e->params[i];
+  tpu_shape s = p->shape;
+  if (!tpu_dtype_is_array(s.dtype))
+    return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, p->loc, "parameter %d is a %s, not an array", i, tpu_dtype_name(s.dtype));
+  if (!tpu_spmd_needed(sm->m) && tpu_module_device_count(sm->m) > 1) { /* else shapes are global already */
+    tpu_podio pod;
+    const char *any = "{replicated}"; /* the result's sharding does not matter here */
+    TPU_TRY(tpu_podio_prepare(sm->m, &any, 1, &pod, d));
+    tpu_podio_global_shape(&pod, sm->m, i, &s);
+    tpu_podio_free(&pod);
+  }
+  out->dtype = tpu__api_public_dtype(s.dtype);
+  out->rank = s.rank;
+  memcpy(out->dims, s.dims, sizeof out->dims[0] * (size_t)s.rank);
+  int ok = 1;
+  int64_t n = tpu_dims_numel(s.rank, s.dims, &ok);
+  out->nbytes = ok ? (size_t)n * tpu_dtype_size(s.dtype) : 0;
+  return TPU_OK;
+}
+
+void tpu_sim_options_init(tpu_sim_options *o) { memset(o, 0, sizeof *o); }
+
+static const char *const k_precisions[] = {"default", "high", "highest"}; /* = tpu_precision */
+
+/* Options checked and decoded. */
+typedef struct {
+  int tpu, timing, precision; /* precision: -1 per-op, else a tpu_precision */
+  const char *chip, *mesh;
+} run_plan;
+
+static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
+  tpu_sim_options def;
+  tpu_sim_options_init(&def);
+  if (!o) o = &def;
+  memset(p, 0, sizeof *p);
+  p->tpu = !o->backend || !strcmp(o->backend, "tpu");
+  if (!p->tpu && strcmp(o->backend, "ref") != 0)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "unknown backend '%s' (available: tpu, ref)", o->backend);
+  if (o->mode && strcmp(o->mode, "full") && strcmp(o->mode, "timing"))
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "unknown mode '%s' (full or timing)", o->mode);
+  p->timing = o->mode && !strcmp(o->mode, "timing");
+  p->precision = -1;
+  if (o->precision && strcmp(o->precision, "per-op")) {
+    p->precision = -2;
+    for (int k = 0; k < 3; k++)
+      if (!strcmp(o->precision, k_precisions[k])) p->precision = k;
+    if (p->precision == -2)
+      return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "unknown precision '%s' (default, high or highest)", o->precision);
+  }
+  if (!p->tpu && (p->timing || o->chip || p->precision >= 0))
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "mode timing, a chip and a precision need the tpu backend");
+  if (o->n_out_shardings < 0 || (o->n_out_shardings > 0 && !o->out_shardings))
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "out_shardings: %d given without the strings", o->n_out_shardings);
+  for (int k = 0; k < o->n_out_shardings; k++)
+    if (!o->out_shardings[k]) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "out_shardings[%d] is NULL", k);
+  p->chip = o->chip ? o->chip : "v5e";
+  p->mesh = o->mesh;
+  return TPU_OK;
+}
+
+/* A program with sharding annotations becomes the one program every chip runs (as
+ * `tpusim run` does): over `spec`, or the module's own mesh; without either it runs as
+ * written. */
+static tpu_status partition(tpu_module *m, const char *spec, tpu_diag *d) {
+  if (!spec && !tpu_spmd_needed(m)) return TPU_OK;
+  tpu_mesh mesh;
+  memset(&mesh, 0, sizeof mesh);
+  int found = 0;
+  tpu_status st = spec ? tpu_mesh_parse(spec, &mesh, d) : tpu_mesh_from_module(m, &mesh, &found, d);
+  if (st == TPU_OK && (spec || found)) st = tpu_spmd_partition(m, &mesh, d);
+  tpu_mesh_free(&mesh);
+  return st;
+}
+
+/* Copies caller array i into a tensor checked against `want` (f32 rounded for bf16/f16). */
+static tpu_status take_input(const tpu_sim_array *a, int i, const tpu_shape *want, tpu_tensor *t, tpu_diag *d) {
+  memset(t, 0, sizeof *t);
+  tpu_dtype dt;
+  if (!tpu__api_internal_dtype(a->dtype, &dt))
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d has an unknown dtype code %d", i, a->dtype);
+  if (a->rank < 0 || a->rank > TPU_MAX_RANK)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d has rank %d (0 to %d)", i, a->rank, TPU_MAX_RANK);
+  for (int k = 0; k < a->rank; k++)
+    if (a->dims[k] < 0) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d has a negative dimension", i);
+  TPU_TRY(tpu_tensor_alloc(t, dt, a->rank, a->dims, d));
+  if (a->nbytes != t->nbytes || (t->nbytes && !a->data)) {
+    size_t got = a->nbytes, need = t->nbytes;
+    tpu_tensor_free(t);
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d: %zu bytes given, its dtype and dims need %zu", i, got, need);
+  }
+  if (t->nbytes) memcpy(t->data, a->data, t->nbytes);
+  if (dt == TPU_PRED) /* as .npy reading does: any non-zero byte is true */
+    for (size_t k = 0; k < t->nbytes; k++) ((unsigned char *)t->data)[k] = ((unsigned char *)t->data)[k] != 0;
+  return tpu_ref_accept_input(t, i, want, tpu_noloc(), d);
+}
+
+/* Gives loops whose trip count the compiler could not find the mean trips the values ran
+ * (as `tpusim run` does). */
+static void apply_trips(tpu_program *p, const tpu_loop_trips *t) {
+  for (int i = 0; i < p->ninsns; i++) {
+    const tpu_insn *in = &p->insns[i];
+    if (in->opc != TPU_ISA_LOOP || in->trips >= 0) continue;
+    for (int k = 0; k < t->n; k++)
+      if (t->v[k].runs > 0 && tpu_loc_same(t->v[k].loc, in->loc)) {
+        tpu_program_set_loop_trips_at(p, in->loc, (t->v[k].iters + t->v[k].runs / 2) / t->v[k].runs);
+        break;
+      }
+  }
+}
+
+/* Compiles r->compiled for the chip, times it and fills the metrics and profile. */
+static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, const run_plan *p,
+                               const tpu_loop_trips *trips, tpu_diag *d) {
+  tpu_module *m = r->compiled;
+  tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
+  tpu_pod_cost_ctx pc = {&r->chip};
+  tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &pc};
+  TPU_TRY(tpu_compile(m, &co, &r->prog, d));
+  apply_trips(r->prog, trips);
+  TPU_TRY(tpu_timing_run(r->prog, &r->chip, 1, &r->tl, d));
+  TPU_TRY(tpu_report_metrics_compute(&r->tl, &r->chip, pk, &r->metrics, d));
+  TPU_TRY(tpu_report_profile(&r->tl, r->metrics.clock_hz, &r->prof, d));
+  TPU_TRY(tpu__api_source_rows(r, sm->text, sm->len, d));
+  r->timed = 1;
+  return TPU_OK;
+}
+
+tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const tpu_sim_array *inputs, int ninputs,
+                       tpu_sim_result **out, tpu_diag *d) {
+  if (!out) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_run: no out-parameter");
+  *out = NULL;
+  if (!sm) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_run: no module");
+  run_plan p;
+  TPU_TRY(plan_run(o, &p, d));
+  const tpu_comp *e0 = sm->m->entry;
+  if (ninputs < 0 || (ninputs > 0 && !inputs))
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_run: %d inputs without the array list", ninputs);
+  if (p.timing && ninputs)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "mode timing computes no values: it takes no inputs (%d given)",
+                    ninputs);
+  if (!p.timing && ninputs != e0->nparams)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_loc_at(sm->name, 0, 0),
+                    "the entry computation '%s' takes %d parameters; %d inputs were given", e0->name, e0->nparams,
+                    ninputs);
+
+  tpu_sim_result *r = tpu_calloc(1, sizeof *r);
+  if (!r) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  r->program = tpu_strdup(sm->name);
+  r->mode = p.timing ? "timing" : "full";
+  r->precision = p.precision >= 0 ? k_precisions[p.precision] : "per-op";
+  tpu_tensor *args = NULL;
+  int nargs = 0;
+  tpu_loop_trips trips;
+  memset(&trips, 0, sizeof trips);
+  tpu_status st = r->program ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  if (st == TPU_OK) st = parse_verified(sm->name, sm->text, sm->len, &r->compiled, d);
+  if (st == TPU_OK && p.tpu) st = tpu_chip_load(p.chip, &r->chip, d);
+  if (st == TPU_OK) st = partition(r->compiled, p.mesh, d);
+  tpu_module *m = r->compiled;
+  if (st == TPU_OK) {
+    r->devices = tpu_module_device_count(m);
+    if (r->devices > 1) {
+      st = tpu_podio_prepare(m, o ? o->out_shardings : NULL, o ? o->n_out_shardings : 0, &r->pod, d);
+      r->have_pod = st == TPU_OK;
+    }
+  }
+  if (st == TPU_OK && !p.timing) {
+    const tpu_comp *e = m->entry;
+    args = tpu_calloc((size_t)(e->nparams ? e->nparams : 1), sizeof *args);
+    if (!args) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    for (; st == TPU_OK && nargs < e->nparams; nargs++) {
+      tpu_shape want = e->params[nargs]->shape;
+      want.has_layout = 0;
+      if (r->have_pod) tpu_podio_input_shape(&r->pod, m, nargs, inputs[nargs].rank, inputs[nargs].dims, &want);
+      st = take_input(&inputs[nargs], nargs, &want, &args[nargs], d);
+      if (st != TPU_OK) break;
+    }
+    /* Values run on the module as written (the compiler then rewrites it in place). */
+    if (st == TPU_OK)
+      st = r->have_pod ? tpu_podio_values(&r->pod, m, p.tpu ? &r->chip : NULL, p.precision, args, nargs, &trips, &r->value,
+                                       NULL, d)
+           : p.tpu  ? tpu_chip_run_values_trips(m, &r->chip, p.precision, args, nargs, &trips, &r->value, d)
+                    : tpu_ref_run(m, args, nargs, &r->value, d);
+    if (st == TPU_OK) {
+      r->nleaves = tpu_tensor_count_leaves(&r->value);
+      r->leaves = tpu_calloc((size_t)r->nleaves + 1, sizeof *r->leaves);
+      if (!r->leaves) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+      else tpu_tensor_collect_leaves(&r->value, r->leaves);
+    }
+  }
+  if (st == TPU_OK && p.tpu) st = time_program(r, sm, &p, &trips, d);
+  for (int i = 0; i < nargs; i++) tpu_tensor_free(&args[i]);
+  tpu_free(args);
+  tpu_loop_trips_free(&trips);
+  if (st != TPU_OK) {
+    tpu_sim_result_free(r);
+    return st;
+  }
+  *out = r;
+  return TPU_OK;
+}
