@@ -6,6 +6,7 @@
 #include "chip/chip.h"
 #include "chip/timeline.h"
 #include "ir/ir.h"
+#include "pod/cost.h"
 #include "pod/podio.h"
 #include "report/report.h"
 #include "tpusim/tpusim.h"
@@ -44,6 +45,7 @@ struct tpu_sim_result {
   tpu_profile prof;
   tpu__api_src *src;         /* per profile row */
   tpu_podio pod;             /* a module of several devices: its inputs, results, report section */
+  tpu_pod_cost_ctx costs;    /* the link model's answers for its collectives (report section) */
   int have_pod;
 };
 

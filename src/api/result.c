@@ -18,6 +18,7 @@ void tpu_sim_result_free(tpu_sim_result *r) {
   tpu_free(r->leaves);
   tpu_tensor_free(&r->value);
   if (r->have_pod) tpu_podio_free(&r->pod);
+  tpu_pod_cost_free(&r->costs);
   tpu_free(r->program);
   tpu_free(r);
 }
@@ -120,7 +121,7 @@ tpu_status tpu_sim_result_op(const tpu_sim_result *r, int i, tpu_sim_op *out, tp
 tpu_status tpu_sim_result_write_json(const tpu_sim_result *r, const char *path, tpu_diag *d) {
   TPU_TRY(need_timing(r, d));
   if (!path) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_result_write_json: no path");
-  tpu_podio_report pr = {&r->pod, r->prog, &r->tl, &r->chip};
+  tpu_podio_report pr = {&r->pod, r->prog, &r->tl, &r->chip, &r->costs};
   tpu_report_info info = {r->program, "tpu", r->mode, r->precision,
                           r->have_pod && r->pod.ndev > 1 ? tpu_podio_write_json : NULL, &pr};
   return tpu_report_write_json(path, &info, &r->chip, &r->tl, &r->metrics, &r->prof, d);

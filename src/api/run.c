@@ -266,8 +266,9 @@ static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, cons
                                const tpu_loop_trips *trips, tpu_diag *d) {
   tpu_module *m = r->compiled;
   tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
-  tpu_pod_cost_ctx pc = {&r->chip};
-  tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &pc};
+  memset(&r->costs, 0, sizeof r->costs);
+  r->costs.chip = &r->chip;
+  tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &r->costs};
   TPU_TRY(tpu_compile(m, &co, &r->prog, d));
   apply_trips(r->prog, trips);
   TPU_TRY(tpu_timing_run(r->prog, &r->chip, 1, &r->tl, d));
