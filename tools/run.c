@@ -19,6 +19,7 @@
 #include "ir/verify.h"
 #include "ref/ref.h"
 #include "report/report.h"
+#include "report/source.h"
 #include "ir/collective.h"
 #include "compile/spmd.h"
 #include "pod/cost.h"
@@ -420,8 +421,31 @@ static void progress(const run_opts *o, const char *what) {
 
 /* The timing half of the tpu backend: compile, time, print and write the reports. Returns
  * the exit status (0, 1 when a report file cannot be written, 2 on a program error). */
+/* The whole file (NULL if it cannot be read; *len its size). */
+static char *read_text(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = tpu_malloc(cap + 1);
+  for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+    n += got;
+    if (n == cap) {
+      char *nb = tpu_realloc(buf, cap * 2 + 1);
+      if (!nb) tpu_free(buf);
+      buf = nb;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  if (buf) buf[n] = 0;
+  *len = n;
+  return buf;
+}
+
 static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, const tpu_loop_trips *trips,
                       const tpu_podio *pod) {
+  tpu_op_source *srcs = NULL;
+  int nsrcs = 0;
   tpu_diag d;
   tpu_program *prog = NULL;
   tpu_timeline tl;
@@ -454,6 +478,22 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   progress(o, "timing");
   tpu_status tst = tpu_timing_run(prog, chip, 1, &tl, &d);
   progress(o, NULL);
+  /* Where each op came from (JAX op names and source lines, from the module's metadata). */
+  if (tst == TPU_OK) {
+    srcs = tpu_calloc((size_t)(prog->nops + 1), sizeof *srcs);
+    size_t len = 0;
+    char *text = read_text(o->prog, &len);
+    tpu_sources *tab = NULL;
+    if (srcs && text && tpu_sources_read(text, len, &tab, &d) == TPU_OK) {
+      nsrcs = prog->nops;
+      for (int i = 0; i < prog->nops && i < tl.nops; i++)
+        if (tpu_sources_fill(tab, prog->ops[i].instr, &srcs[i]) &&
+            (srcs[i].op_name || srcs[i].source_file))
+          tl.ops[i].src = &srcs[i];
+    }
+    tpu_sources_free(tab);
+    tpu_free(text);
+  }
   if (tst != TPU_OK ||
       tpu_report_metrics_compute(&tl, chip, pk, &r, &d) != TPU_OK ||
       tpu_report_profile(&tl, r.clock_hz, &prof, &d) != TPU_OK) {
@@ -488,6 +528,8 @@ out:
   tpu_timeline_free(&tl);
   tpu_program_free(prog);
   tpu_pod_cost_free(&pc);
+  for (int i = 0; i < nsrcs; i++) tpu_op_source_free(&srcs[i]);
+  tpu_free(srcs);
   return rc;
 }
 

@@ -9,6 +9,7 @@
 #include "pod/cost.h"
 #include "pod/podio.h"
 #include "report/report.h"
+#include "report/source.h"
 #include "tpusim/tpusim.h"
 
 struct tpu_program;
@@ -23,10 +24,7 @@ struct tpu_sim_module {
 };
 
 /* Where one profile row's op came from (owned strings; NULL / 0 when unknown). */
-typedef struct tpu__api_src {
-  char *op_name, *source_file, *function;
-  int source_line;
-} tpu__api_src;
+typedef tpu_op_source tpu__api_src;
 
 /* One run's outcome. Owns everything it points to. */
 struct tpu_sim_result {

@@ -275,6 +275,12 @@ static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, cons
   TPU_TRY(tpu_report_metrics_compute(&r->tl, &r->chip, pk, &r->metrics, d));
   TPU_TRY(tpu_report_profile(&r->tl, r->metrics.clock_hz, &r->prof, d));
   TPU_TRY(tpu__api_source_rows(r, sm->text, sm->len, d));
+  for (int i = 0; i < r->prof.nrows; i++) { /* the report and trace show them too, as the CLI's do */
+    const tpu_op_source *src = &r->src[i];
+    if (!src->op_name && !src->source_file) continue;
+    r->prof.rows[i].src = src;
+    if (r->prof.rows[i].op >= 0 && r->prof.rows[i].op < r->tl.nops) r->tl.ops[r->prof.rows[i].op].src = src;
+  }
   r->timed = 1;
   return TPU_OK;
 }

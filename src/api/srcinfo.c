@@ -1,220 +1,26 @@
-/* Where each profiled op came from: the JAX op name and source line from HLO metadata and the module's stack-frame tables. */
-#include <ctype.h>
-#include <stdlib.h>
+/* Where each profiled op came from (report/source.h), for the API's profile rows. */
 #include <string.h>
 
 #include "api/api_int.h"
 #include "base/alloc.h"
 #include "chip/program.h"
 
-/* The debug tables XLA and JAX print before the computations (the parser skips them):
- *   FileNames      N "path"
- *   FunctionNames  N "name"
- *   FileLocations  N {file_name_id=F function_name_id=G line=L ...}
- *   StackFrames    N {file_location_id=K parent_frame_id=P}
- * Ids are 1-based; a stack frame's own location is its innermost (the user's) line. */
-typedef struct {
-  int64_t file, func, line;
-} file_loc;
-
-typedef struct {
-  char **files, **funcs; /* by id; NULL where missing */
-  int nfiles, nfuncs;
-  file_loc *locs;
-  int nlocs;
-  int64_t *frame_loc; /* frame id -> location id */
-  int nframes;
-} debug_tables;
-
-static void tables_free(debug_tables *t) {
-  for (int i = 0; i < t->nfiles; i++) tpu_free(t->files[i]);
-  for (int i = 0; i < t->nfuncs; i++) tpu_free(t->funcs[i]);
-  tpu_free(t->files);
-  tpu_free(t->funcs);
-  tpu_free(t->locs);
-  tpu_free(t->frame_loc);
-  memset(t, 0, sizeof *t);
-}
-
-/* Grows *v (elements of `size`) to hold index id; returns 0 when memory runs out. */
-static int grow(void **v, int *n, int64_t id, size_t size) {
-  if (id < *n) return 1;
-  if (id > 1000000) return 0;
-  int nn = (int)id + 1;
-  char *nv = tpu_realloc(*v, size * (size_t)nn);
-  if (!nv) return 0;
-  memset(nv + size * (size_t)*n, 0, size * (size_t)(nn - *n));
-  *v = nv;
-  *n = nn;
-  return 1;
-}
-
-/* A quoted string at s (after the opening quote) up to the closing one, unescaped. */
-static char *quoted(const char *s, const char *end, const char **after) {
-  size_t n = 0;
-  const char *p = s;
-  while (p < end && *p != '"') p += (*p == '\\' && p + 1 < end) ? 2 : 1;
-  char *out = tpu_malloc((size_t)(p - s) + 1);
-  if (!out) return NULL;
-  for (const char *q = s; q < p; q++) {
-    if (*q == '\\' && q + 1 < p) q++;
-    out[n++] = *q;
-  }
-  out[n] = 0;
-  *after = p < end ? p + 1 : p;
-  return out;
-}
-
-/* The integer value of `key=` inside [s, end), or -1. */
-static int64_t field_int(const char *s, const char *end, const char *key) {
-  size_t k = strlen(key);
-  for (const char *p = s; p + k < end; p++)
-    if ((p == s || (!isalnum((unsigned char)p[-1]) && p[-1] != '_')) && !strncmp(p, key, k) && p[k] == '=')
-      return strtoll(p + k + 1, NULL, 10);
-  return -1;
-}
-
-/* Reads the tables from the module text; returns 0 when memory runs out (tables then partial). */
-static int tables_read(const char *text, size_t len, debug_tables *t) {
-  memset(t, 0, sizeof *t);
-  const char *end = text + len;
-  int section = 0; /* 1 files, 2 functions, 3 locations, 4 frames */
-  for (const char *line = text; line < end;) {
-    const char *eol = memchr(line, '\n', (size_t)(end - line));
-    if (!eol) eol = end;
-    size_t n = (size_t)(eol - line);
-    if (n >= 5 && !strncmp(line, "ENTRY", 5)) break; /* the tables come first */
-    if (n == 9 && !strncmp(line, "FileNames", 9)) section = 1;
-    else if (n == 13 && !strncmp(line, "FunctionNames", 13)) section = 2;
-    else if (n == 13 && !strncmp(line, "FileLocations", 13)) section = 3;
-    else if (n == 11 && !strncmp(line, "StackFrames", 11)) section = 4;
-    else if (section && n && isdigit((unsigned char)line[0])) {
-      char *rest;
-      int64_t id = strtoll(line, &rest, 10);
-      while (rest < eol && *rest == ' ') rest++;
-      if (id <= 0) {
-      } else if (section <= 2 && rest < eol && *rest == '"') {
-        const char *after;
-        char *s = quoted(rest + 1, eol, &after);
-        char ***v = section == 1 ? &t->files : &t->funcs;
-        int *cnt = section == 1 ? &t->nfiles : &t->nfuncs;
-        if (!s || !grow((void **)v, cnt, id, sizeof(char *))) {
-          tpu_free(s);
-          return 0;
-        }
-        tpu_free((*v)[id]);
-        (*v)[id] = s;
-      } else if (section == 3) {
-        if (!grow((void **)&t->locs, &t->nlocs, id, sizeof *t->locs)) return 0;
-        t->locs[id].file = field_int(rest, eol, "file_name_id");
-        t->locs[id].func = field_int(rest, eol, "function_name_id");
-        t->locs[id].line = field_int(rest, eol, "line");
-      } else if (section == 4) {
-        if (!grow((void **)&t->frame_loc, &t->nframes, id, sizeof *t->frame_loc)) return 0;
-        t->frame_loc[id] = field_int(rest, eol, "file_location_id");
-      }
-    } else if (n) {
-      section = 0;
-    }
-    line = eol + 1;
-  }
-  return 1;
-}
-
-static const tpu_attr *find_attr(const tpu_instr *in, const char *name) {
-  for (int i = 0; in && i < in->nattrs; i++)
-    if (!strcmp(in->attrs[i].name, name)) return &in->attrs[i];
-  return NULL;
-}
-
-/* The instruction whose metadata names a profiled op: the op itself when it has some;
- * for a fusion, its first dot or convolution with metadata, else its root's, else the
- * last of its instructions with metadata. */
-static const tpu_instr *source_instr(const tpu_instr *in) {
-  if (!in || find_attr(in, "metadata") || !in->calls) return in;
-  const tpu_comp *c = in->calls;
-  const tpu_instr *last = NULL;
-  for (int i = 0; i < c->ninstrs; i++) {
-    const tpu_instr *x = c->instrs[i];
-    if (!find_attr(x, "metadata")) continue;
-    if (x->op == TPU_OP_DOT || x->op == TPU_OP_CONVOLUTION) return x;
-    last = x;
-  }
-  return find_attr(c->root, "metadata") ? c->root : last ? last : in;
-}
-
-/* Fills one row's source from metadata={op_name="..." source_file="..." source_line=N
- * stack_frame_id=K}. Returns 0 when memory runs out. */
-static int fill_row(tpu__api_src *row, const tpu_instr *in, const debug_tables *t) {
-  const tpu_attr *a = find_attr(source_instr(in), "metadata");
-  if (!a || !a->value) return 1;
-  const char *s = a->value, *end = s + strlen(s);
-  int64_t frame = -1;
-  while (s < end) {
-    while (s < end && !isalpha((unsigned char)*s) && *s != '_') s++;
-    const char *k = s;
-    while (s < end && (isalnum((unsigned char)*s) || *s == '_')) s++;
-    size_t kn = (size_t)(s - k);
-    if (s >= end || *s != '=') continue;
-    s++;
-    if (*s == '"') {
-      const char *after;
-      char *v = quoted(s + 1, end, &after);
-      if (!v) return 0;
-      s = after;
-      char **dst = kn == 7 && !strncmp(k, "op_name", 7) ? &row->op_name
-                 : kn == 11 && !strncmp(k, "source_file", 11) ? &row->source_file
-                 : NULL;
-      if (dst) {
-        tpu_free(*dst);
-        *dst = v;
-      } else {
-        tpu_free(v);
-      }
-    } else {
-      int64_t v = strtoll(s, NULL, 10);
-      if (kn == 11 && !strncmp(k, "source_line", 11)) row->source_line = (int)v;
-      else if (kn == 14 && !strncmp(k, "stack_frame_id", 14)) frame = v;
-      while (s < end && *s != ' ' && *s != '}') s++;
-    }
-  }
-  if (frame > 0 && frame < t->nframes) {
-    int64_t l = t->frame_loc[frame];
-    if (l > 0 && l < t->nlocs) {
-      const file_loc *fl = &t->locs[l];
-      if (!row->source_file && fl->file > 0 && fl->file < t->nfiles && t->files[fl->file]) {
-        row->source_file = tpu_strdup(t->files[fl->file]);
-        if (!row->source_file) return 0;
-        row->source_line = (int)fl->line;
-      }
-      if (fl->func > 0 && fl->func < t->nfuncs && t->funcs[fl->func]) {
-        row->function = tpu_strdup(t->funcs[fl->func]);
-        if (!row->function) return 0;
-      }
-    }
-  }
-  return 1;
-}
-
 tpu_status tpu__api_source_rows(tpu_sim_result *r, const char *text, size_t len, tpu_diag *d) {
   r->src = tpu_calloc((size_t)r->prof.nrows + 1, sizeof *r->src);
   if (!r->src) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
-  debug_tables t;
-  int ok = tables_read(text, len, &t);
+  tpu_sources *t = NULL;
+  TPU_TRY(tpu_sources_read(text, len, &t, d));
+  int ok = 1;
   for (int i = 0; ok && i < r->prof.nrows; i++) {
     int op = r->prof.rows[i].op;
-    if (op >= 0 && op < r->prog->nops) ok = fill_row(&r->src[i], r->prog->ops[op].instr, &t);
+    if (op >= 0 && op < r->prog->nops) ok = tpu_sources_fill(t, r->prog->ops[op].instr, &r->src[i]);
   }
-  tables_free(&t);
+  tpu_sources_free(t);
   return ok ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
 }
 
 void tpu__api_source_free(tpu_sim_result *r) {
-  for (int i = 0; r->src && i < r->prof.nrows; i++) {
-    tpu_free(r->src[i].op_name);
-    tpu_free(r->src[i].source_file);
-    tpu_free(r->src[i].function);
-  }
+  for (int i = 0; r->src && i < r->prof.nrows; i++) tpu_op_source_free(&r->src[i]);
   tpu_free(r->src);
   r->src = NULL;
 }

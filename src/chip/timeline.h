@@ -46,6 +46,7 @@ typedef struct tpu_op_stat {
   double padded_flops;     /* FLOPs the hardware spends including padding to tiles */
   double hbm_bytes;        /* bytes moved between HBM and VMEM */
   int memory_bound;        /* 1 if DMA time exceeds compute time */
+  const struct tpu_op_source *src; /* where the user wrote it (report/source.h); NULL: unknown (borrowed) */
 } tpu_op_stat;
 
 typedef struct tpu_timeline {

@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "report/report.h"
+#include "report/source.h"
 
 static int cmp_row(const void *a, const void *b) {
   const tpu_profile_row *x = a, *y = b;
@@ -25,6 +26,7 @@ tpu_status tpu_report_profile(const tpu_timeline *t, double clock_hz, tpu_profil
     tpu_profile_row *r = &out->rows[i];
     r->op = i;
     r->name = s->name ? s->name : "?";
+    r->src = s->src;
     r->kind = s->kind ? s->kind : "?";
     r->count = s->count;
     r->cycles = s->cycles;
@@ -59,9 +61,11 @@ static void num(char *buf, size_t n, double v) {
 void tpu_report_print_profile(FILE *f, const tpu_profile *p, int top) {
   int n = top > 0 && top < p->nrows ? top : p->nrows;
   if (n == 0) return;
+  int any_src = 0;
+  for (int i = 0; i < n; i++) any_src |= p->rows[i].src != NULL;
   fprintf(f, "top ops by time:\n");
-  fprintf(f, "  %-28s %-16s %6s %10s %6s %9s %9s %9s %-7s %6s\n", "op", "kind", "count", "time(us)", "%step", "FLOPs",
-          "HBM B", "FLOP/B", "bound", "pad%");
+  fprintf(f, "  %-28s %-16s %6s %10s %6s %9s %9s %9s %-7s %6s%s\n", "op", "kind", "count", "time(us)", "%step", "FLOPs",
+          "HBM B", "FLOP/B", "bound", "pad%", any_src ? "  from (JAX op @ source)" : "");
   for (int i = 0; i < n; i++) {
     const tpu_profile_row *r = &p->rows[i];
     char fl[16], by[16], ai[16];
@@ -69,8 +73,11 @@ void tpu_report_print_profile(FILE *f, const tpu_profile *p, int top) {
     num(by, sizeof by, r->hbm_bytes);
     if (isinf(r->ai)) snprintf(ai, sizeof ai, "-");
     else num(ai, sizeof ai, r->ai);
-    fprintf(f, "  %-28.28s %-16.16s %6lld %10.3f %6.1f %9s %9s %9s %-7s %6.1f\n", r->name, r->kind, (long long)r->count,
-            r->time_s * 1e6, 100 * r->frac, fl, by, ai, r->memory_bound ? "memory" : "compute", 100 * r->padding_waste);
+    char from[160] = "";
+    if (r->src) tpu_op_source_format(r->src, from, sizeof from);
+    fprintf(f, "  %-28.28s %-16.16s %6lld %10.3f %6.1f %9s %9s %9s %-7s %6.1f%s%.100s\n", r->name, r->kind,
+            (long long)r->count, r->time_s * 1e6, 100 * r->frac, fl, by, ai, r->memory_bound ? "memory" : "compute",
+            100 * r->padding_waste, from[0] ? "  " : "", from);
   }
   if (n < p->nrows) fprintf(f, "  ... %d more op(s) in the report\n", p->nrows - n);
 }

@@ -82,6 +82,7 @@ typedef struct tpu_profile_row {
   double flops_per_s;     /* achieved while it ran */
   double padding_waste;   /* (padded - useful) / padded, 0..1 */
   int memory_bound;       /* from the timing model: DMA time exceeded compute time */
+  const struct tpu_op_source *src; /* the JAX op name and source line (NULL: unknown) */
 } tpu_profile_row;
 
 typedef struct tpu_profile {

@@ -11,6 +11,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "report/report.h"
+#include "report/source.h"
 
 static void kv_num(tpu_json_writer *w, const char *k, double v) {
   tpu_json_key(w, k);
@@ -47,6 +48,15 @@ static void write_ops(tpu_json_writer *w, const tpu_timeline *t, const tpu_profi
     kv_num(w, "arithmetic_intensity", r->ai);
     kv_num(w, "flops_per_s", r->flops_per_s);
     kv_str(w, "bound", r->memory_bound ? "memory" : "compute");
+    if (r->src) { /* where the user wrote it */
+      if (r->src->op_name) kv_str(w, "op_name", r->src->op_name);
+      if (r->src->source_file) {
+        kv_str(w, "source_file", r->src->source_file);
+        kv_int(w, "source_line", r->src->source_line);
+      }
+      if (r->src->function) kv_str(w, "function", r->src->function);
+      if (r->src->fused) kv_str(w, "fused_ops", r->src->fused);
+    }
     tpu_json_key(w, "unit_cycles");
     tpu_json_begin_object(w);
     if (r->op >= 0 && r->op < t->nops)

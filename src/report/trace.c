@@ -5,6 +5,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "report/report.h"
+#include "report/source.h"
 
 /* Lanes beyond this share the last track (no unit has nearly as many). */
 #define MAX_LANES 1024
@@ -96,6 +97,16 @@ tpu_status tpu_report_write_trace(const char *path, const tpu_chip *chip, const 
     tpu_json_int(&w, e->start);
     tpu_json_key(&w, "cycles");
     tpu_json_int(&w, e->end - e->start);
+    if (op && op->src && op->src->op_name) {
+      tpu_json_key(&w, "op_name");
+      tpu_json_string(&w, op->src->op_name);
+    }
+    if (op && op->src && op->src->source_file) {
+      char where[600];
+      snprintf(where, sizeof where, "%s:%d", op->src->source_file, op->src->source_line);
+      tpu_json_key(&w, "source");
+      tpu_json_string(&w, where);
+    }
     tpu_json_end_object(&w);
     tpu_json_end_object(&w);
   }

@@ -43,6 +43,13 @@ grep -q "all-reduce" "$T/full" || fail "the all-reduce is not in the profile"
 grep -q '"pod"' "$T/r.json" || fail "the report has no pod section"
 grep -q '"kind": "all-reduce"' "$T/r.json" || fail "the report lists no all-reduce"
 grep -q '"chips": 8' "$T/r.json" || fail "the report does not give 8 chips"
+# Ops named as the user wrote them: JAX op names and source lines from XLA's stack frames.
+grep -q "from (JAX op @ source)" "$T/timing" || fail "the profile has no source column"
+grep -Eq "ynn_fusion .*dot_general @ gen.py:[0-9]+" "$T/timing" || fail "the dot's fusion is not traced to gen.py"
+grep -q '"op_name": "jit(f)/dot_general"' "$T/r.json" || fail "the report lacks op_name"
+grep -q '"source_file": ".*gen.py"' "$T/r.json" || fail "the report lacks source_file"
+"$BIN" run $P/mlp.hlo --mode timing --trace "$T/t.json" -q || fail "trace run exited $?"
+grep -q '"op_name":"jit(f)/tanh"' "$T/t.json" || fail "the trace lacks op names"
 a=$(grep "^step time:" "$T/full")
 b=$(grep "^step time:" "$T/timing")
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "timing mode '$b' differs from full mode '$a'"
