@@ -156,6 +156,8 @@ tpu_ref_kernel tpu__ref_kernel_of(tpu_opcode op) {
     case TPU_OP_MAP: return tpu__ref_reduce;
     case TPU_OP_DOT:
     case TPU_OP_CONVOLUTION: return tpu__ref_dot_conv;
+    case TPU_OP_CHOLESKY:
+    case TPU_OP_TRIANGULAR_SOLVE: return tpu__ref_linalg;
     case TPU_OP_COMPARE:
     case TPU_OP_SELECT:
     case TPU_OP_CLAMP:

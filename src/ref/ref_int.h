@@ -79,6 +79,10 @@ tpu_status tpu__ref_collective(tpu_interp *ip, const tpu_instr *in, const tpu_te
 /* The run's communicator (NULL on one device). */
 const tpu_ref_comm *tpu__ref_comm(const tpu_interp *ip);
 
+/* ref/linalg.c: cholesky, triangular-solve. */
+tpu_status tpu__ref_linalg(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
+                           tpu_diag *d);
+
 /* ref/dot.c: dot, convolution. */
 tpu_status tpu__ref_dot_conv(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
                              tpu_tensor *out, tpu_diag *d);
