@@ -1,0 +1,128 @@
+/* Running one fixture case (DIR/NAME/FILE with inN.npy inputs and outN.npy results) on the
+ * reference or TPU backend against its expected results, for the tests that sweep case
+ * folders (conformance opt.hlo, the real-library programs). */
+#ifndef TPU_TESTS_CASES_H
+#define TPU_TESTS_CASES_H
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/npy.h"
+#include "chip/chip.h"
+#include "chip/exec.h"
+#include "compare.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+#include "ref/ref.h"
+
+
+static inline int case_run(const tpu_chip *chip, const char *dirpath, const char *cname, const char *file, int backend,
+                           double rtol, double atol) {
+  char path[1024];
+  tpu_diag d;
+  snprintf(path, sizeof path, "%s/%s/%s", dirpath, cname, file);
+  tpu_module *m = NULL;
+  if (tpu_hlo_parse_file(path, &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+    fprintf(stderr, "  %s: %s (line %d)\n", path, d.msg, d.line);
+    tpu_module_free(m);
+    return 0;
+  }
+  int n = m->entry->nparams, ok = 1;
+  tpu_tensor *args = calloc((size_t)n + 1, sizeof *args);
+  for (int i = 0; ok && i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s/in%d.npy", dirpath, cname, i);
+    if (tpu_ref_load_input(path, i, &m->entry->params[i]->shape, &args[i], &d) != TPU_OK) {
+      fprintf(stderr, "  %s: %s\n", path, d.msg);
+      ok = 0;
+    }
+  }
+  tpu_tensor res;
+  memset(&res, 0, sizeof res);
+  if (ok && (backend ? tpu_chip_run_values(m, chip, TPU_PREC_HIGHEST, args, n, &res, &d)
+                     : tpu_ref_run(m, args, n, &res, &d)) != TPU_OK) {
+    fprintf(stderr, "  %s %s (%s): %s\n", cname, file, backend ? "tpu" : "ref", d.msg);
+    ok = 0;
+  }
+  if (ok) {
+    int nl = tpu_tensor_count_leaves(&res);
+    const tpu_tensor **leaves = calloc((size_t)nl + 1, sizeof *leaves);
+    tpu_tensor_collect_leaves(&res, leaves);
+    int k = 0;
+    for (;; k++) {
+      snprintf(path, sizeof path, "%s/%s/out%d.npy", dirpath, cname, k);
+      FILE *f = fopen(path, "rb");
+      if (!f) break;
+      fclose(f);
+      tpu_tensor want;
+      if (k >= nl || tpu_npy_read(path, &want, &d) != TPU_OK) {
+        ok = 0;
+        break;
+      }
+      char label[256];
+      snprintf(label, sizeof label, "%s %s (%s)", cname, file, backend ? "tpu" : "ref");
+      if (test_compare_leaf(label, k, leaves[k], &want, rtol, atol)) ok = 0;
+      tpu_tensor_free(&want);
+    }
+    if (k != nl) {
+      fprintf(stderr, "  %s: %d results, JAX gave %d\n", cname, nl, k);
+      ok = 0;
+    }
+    free(leaves);
+  }
+  tpu_tensor_free(&res);
+  for (int i = 0; i < n; i++) tpu_tensor_free(&args[i]);
+  free(args);
+  tpu_module_free(m);
+  return ok;
+}
+
+static inline int case_cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The case folders under dirpath, sorted (caller frees each and the array); *n the count. */
+static inline char **case_list(const char *dirpath, int *n) {
+  *n = 0;
+  DIR *dir = opendir(dirpath);
+  if (!dir) return NULL;
+  int cap = 64;
+  char **names = malloc(sizeof *names * (size_t)cap);
+  for (struct dirent *e; names && (e = readdir(dir));) {
+    if (e->d_name[0] == '.') continue;
+    if (*n == cap) {
+      char **nn = realloc(names, sizeof *names * (size_t)(cap *= 2));
+      if (!nn) break;
+      names = nn;
+    }
+    names[(*n)++] = strdup(e->d_name);
+  }
+  closedir(dir);
+  if (names) qsort(names, (size_t)*n, sizeof *names, case_cmp_str);
+  return names;
+}
+
+/* A case's tolerance from meta.json ("tol": {"rtol", "atol"}; default 1e-5). */
+static inline void case_tol(const char *dirpath, const char *cname, double *rtol, double *atol) {
+  char path[1024];
+  tpu_diag d;
+  tpu_json_doc doc;
+  *rtol = *atol = 1e-5;
+  snprintf(path, sizeof path, "%s/%s/meta.json", dirpath, cname);
+  if (tpu_json_parse_file(path, &doc, &d) != TPU_OK) return;
+  const tpu_json *tol = tpu_json_get(doc.root, "tol");
+  const tpu_json *r = tol ? tpu_json_get(tol, "rtol") : NULL, *a = tol ? tpu_json_get(tol, "atol") : NULL;
+  if (r && r->kind == TPU_JSON_NUMBER) *rtol = r->num;
+  if (a && a->kind == TPU_JSON_NUMBER) *atol = a->num;
+  tpu_json_doc_free(&doc);
+}
+
+static inline int case_has(const char *dirpath, const char *cname, const char *file) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s/%s", dirpath, cname, file);
+  FILE *f = fopen(path, "rb");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+#endif
