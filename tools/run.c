@@ -516,7 +516,8 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
     rc = 1;
   }
   if (rc == 0 && o->trace) {
-    if (tpu_report_write_trace(o->trace, chip, &tl, &d) != TPU_OK) {
+    if (tpu_report_write_trace_ex(o->trace, chip, &tl, pod && pod->ndev > 1 ? tpu_podio_trace : NULL, &pr, &d) !=
+        TPU_OK) {
       tpu_cli_report(&d);
       rc = 1;
     } else if (!o->quiet && tpu_timing_events_truncated(&tl)) {

@@ -11,6 +11,7 @@
 #include "chip/timeline.h"
 #include "ir/collective.h"
 #include "pod/cost.h"
+#include "report/report.h"
 #include "pod/pod.h"
 #include "ref/ref.h"
 
@@ -529,4 +530,69 @@ void tpu_podio_write_json(void *user, tpu_json_writer *w) {
   tpu_free(rows);
   tpu_json_end_array(w);
   tpu_json_end_object(w);
+}
+
+/* Trace tracks for the pod: one per group shape of the collectives (all-reduce over groups
+ * of 12, ...) and one per link among the busiest of each collective, each event lasting
+ * the link's bytes at the link's bandwidth from the collective's start. */
+void tpu_podio_trace(void *user, tpu_json_writer *w, double clock) {
+  const tpu_podio_report *x = user;
+  const tpu_timeline *tl = x->tl;
+  const tpu_topology *topo = x->costs ? tpu_pod_cost_topology(x->costs) : NULL;
+  int nc;
+  coll_row *rows = collect(x->p, tl, clock, x->costs, &nc);
+  if (!rows) return;
+  enum { MAXT = 64 };
+  char names[MAXT][96];
+  int nt = 0;
+  for (int64_t i = 0; i < tl->nevents; i++) {
+    const tpu_event *e = &tl->events[i];
+    if (e->unit != TPU_UNIT_ICI || e->op < 0 || e->op >= x->p->nops) continue;
+    const coll_row *r = NULL;
+    for (int k = 0; k < nc && !r; k++)
+      if (rows[k].info && rows[k].info->in == x->p->ops[e->op].instr) r = &rows[k];
+    const char *nm = x->p->ops[e->op].name;
+    double start = (double)e->start * 1e6 / clock, dur = (double)(e->end - e->start) * 1e6 / clock;
+    /* The group track: "groups of N". */
+    char track[96];
+    snprintf(track, sizeof track, "ICI groups of %lld", (long long)(r ? r->group : 0));
+    int tid = -1;
+    for (int k = 0; k < nt; k++)
+      if (!strcmp(names[k], track)) tid = 1000 + k;
+    if (tid < 0 && nt < MAXT) {
+      snprintf(names[nt], sizeof names[nt], "%s", track);
+      tpu_trace_track(w, tid = 1000 + nt, track);
+      nt++;
+    }
+    if (tid >= 0) tpu_trace_event(w, tid, nm, "collective", start, dur);
+    /* Its three busiest links. */
+    if (!r || !topo || !r->info->link_bytes || !(topo->link_bw > 0)) continue;
+    int64_t nl = tpu_topology_nlinks(topo), top[3] = {-1, -1, -1};
+    const double *lb = r->info->link_bytes;
+    for (int64_t l = 0; l < nl; l++) {
+      if (!(lb[l] > 0)) continue;
+      for (int s = 0; s < 3; s++)
+        if (top[s] < 0 || lb[l] > lb[top[s]]) {
+          for (int q = 2; q > s; q--) top[q] = top[q - 1];
+          top[s] = l;
+          break;
+        }
+    }
+    for (int s = 0; s < 3 && top[s] >= 0; s++) {
+      char ln[80];
+      tpu_topology_link_name(topo, top[s], ln, sizeof ln);
+      snprintf(track, sizeof track, "link %s", ln);
+      tid = -1;
+      for (int k = 0; k < nt; k++)
+        if (!strcmp(names[k], track)) tid = 1000 + k;
+      if (tid < 0 && nt < MAXT) {
+        snprintf(names[nt], sizeof names[nt], "%s", track);
+        tpu_trace_track(w, tid = 1000 + nt, track);
+        nt++;
+      }
+      double busy = lb[top[s]] / topo->link_bw * 1e6;
+      if (tid >= 0) tpu_trace_event(w, tid, nm, "link", start, busy < dur ? busy : dur);
+    }
+  }
+  tpu_free(rows);
 }

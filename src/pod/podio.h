@@ -84,5 +84,7 @@ typedef struct {
   const struct tpu_pod_cost_ctx *costs;
 } tpu_podio_report;
 void tpu_podio_write_json(void *user, struct tpu_json_writer *w);
+/* The trace's pod tracks (a tpu_report_write_trace_ex extra writer; user = tpu_podio_report). */
+void tpu_podio_trace(void *user, struct tpu_json_writer *w, double clock_hz);
 
 #endif

@@ -120,6 +120,14 @@ tpu_status tpu_report_write_json(const char *path, const tpu_report_info *info, 
  * lane named "UNIT LANE", "X" complete events with ts/dur in microseconds, the op's name
  * and kind. Fails (TPU_ERR_ARG) when the timeline recorded no events. */
 tpu_status tpu_report_write_trace(const char *path, const tpu_chip *chip, const tpu_timeline *t, tpu_diag *d);
+/* The same with `extra` writing more events (tracks of its own: thread ids from 1000) into
+ * traceEvents, with tpu_trace_track / tpu_trace_event. */
+tpu_status tpu_report_write_trace_ex(const char *path, const tpu_chip *chip, const tpu_timeline *t,
+                                     void (*extra)(void *user, struct tpu_json_writer *w, double clock_hz), void *user,
+                                     tpu_diag *d);
+void tpu_trace_track(struct tpu_json_writer *w, int tid, const char *name);
+void tpu_trace_event(struct tpu_json_writer *w, int tid, const char *name, const char *cat, double start_us,
+                     double dur_us);
 
 
 #endif

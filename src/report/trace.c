@@ -35,6 +35,34 @@ static void meta(tpu_json_writer *w, const char *what, int64_t tid, const char *
 }
 
 tpu_status tpu_report_write_trace(const char *path, const tpu_chip *chip, const tpu_timeline *t, tpu_diag *d) {
+  return tpu_report_write_trace_ex(path, chip, t, NULL, NULL, d);
+}
+
+void tpu_trace_track(struct tpu_json_writer *w, int tid, const char *name) { meta(w, "thread_name", tid, "name", name, 0); }
+
+void tpu_trace_event(struct tpu_json_writer *w, int tid, const char *name, const char *cat, double start_us,
+                     double dur_us) {
+  tpu_json_begin_object(w);
+  tpu_json_key(w, "name");
+  tpu_json_string(w, name);
+  tpu_json_key(w, "cat");
+  tpu_json_string(w, cat);
+  tpu_json_key(w, "ph");
+  tpu_json_string(w, "X");
+  tpu_json_key(w, "ts");
+  tpu_json_number(w, start_us);
+  tpu_json_key(w, "dur");
+  tpu_json_number(w, dur_us);
+  tpu_json_key(w, "pid");
+  tpu_json_int(w, 0);
+  tpu_json_key(w, "tid");
+  tpu_json_int(w, tid);
+  tpu_json_end_object(w);
+}
+
+tpu_status tpu_report_write_trace_ex(const char *path, const tpu_chip *chip, const tpu_timeline *t,
+                                     void (*extra)(void *user, struct tpu_json_writer *w, double clock_hz), void *user,
+                                     tpu_diag *d) {
   if (!t->events || t->nevents <= 0)
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_loc_at(path, 0, 0), "the timing run recorded no events to trace");
   double clock = t->clock_hz > 0 ? t->clock_hz : chip->clock_hz;
@@ -110,6 +138,7 @@ tpu_status tpu_report_write_trace(const char *path, const tpu_chip *chip, const 
     tpu_json_end_object(&w);
     tpu_json_end_object(&w);
   }
+  if (extra) extra(user, &w, clock);
   tpu_json_end_array(&w);
   tpu_json_end_object(&w);
   tpu_free(used);

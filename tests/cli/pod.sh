@@ -50,6 +50,8 @@ grep -q '"op_name": "jit(f)/dot_general"' "$T/r.json" || fail "the report lacks 
 grep -q '"source_file": ".*gen.py"' "$T/r.json" || fail "the report lacks source_file"
 "$BIN" run $P/mlp.hlo --mode timing --trace "$T/t.json" -q || fail "trace run exited $?"
 grep -q '"op_name":"jit(f)/tanh"' "$T/t.json" || fail "the trace lacks op names"
+grep -q '"name":"ICI groups of 2"' "$T/t.json" || fail "the trace has no collective group track"
+grep -q '"name":"link (' "$T/t.json" || fail "the trace has no link tracks"
 a=$(grep "^step time:" "$T/full")
 b=$(grep "^step time:" "$T/timing")
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "timing mode '$b' differs from full mode '$a'"
