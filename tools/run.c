@@ -53,6 +53,7 @@ static void usage(FILE *f) {
           "  --seed N       with no -i, inputs are random and reproducible from N (default 0)\n"
           "  --topology T   the slice the module's chips form: 4x4x8, 2x4, or a slice name (v5p-128,\n"
           "                 v5e-256); default: the chip's usual slice for the module's devices\n"
+          "  --slices K     K such slices joined by the data-center network (DCN bandwidth from the chip)\n"
           "  --mesh N=S,... the device mesh for a program with sharding annotations (JAX's lowered HLO\n"
           "                 carries its own); tpusim partitions it over the mesh's chips (docs/spmd.md)\n"
           "  --per-device   (modules of several devices) write each device's result as DIR/devD/K.npy\n"
@@ -244,6 +245,7 @@ static int write_per_device(const char *dir, const tpu_tensor *per_dev, int64_t 
 typedef struct {
   const char *prog, *outdir, *backend, *chip, *report, *trace, *mesh, *topology;
   const char **inputs;
+  int64_t slices;
   const char *out_sh[MAX_OUT_SH];
   int nout_sh;
   char *sh_text; /* --out-sharding @FILE: the file's text (out_sh points into it) */
@@ -353,6 +355,14 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       o->out_sh[o->nout_sh++] = v;
     } else if (!strcmp(a, "--topology") && has_next) {
       o->topology = argv[++i];
+    } else if (!strcmp(a, "--slices") && has_next) {
+      char *end;
+      long long v = strtoll(argv[++i], &end, 10);
+      if (*end || v < 1 || v > 4096) {
+        fprintf(stderr, "error: --slices takes a number of slices from 1 to 4096, not '%s'\n", argv[i]);
+        return 2;
+      }
+      o->slices = v;
     } else if (!strcmp(a, "--mesh") && has_next) {
       o->mesh = argv[++i];
     } else if (!strcmp(a, "--per-device")) {
@@ -378,7 +388,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     fprintf(stderr, "error: unknown backend '%s' (available: tpu, ref)\n", o->backend);
     return 2;
   }
-  if (!tpu && (o->timing || o->report || o->trace || o->chip || o->precision >= 0 || o->topology)) {
+  if (!tpu && (o->timing || o->report || o->trace || o->chip || o->precision >= 0 || o->topology || o->slices > 1)) {
     fprintf(stderr, "error: --mode, --chip, --precision, --topology, --report and --trace need --backend tpu\n");
     return 2;
   }
@@ -421,6 +431,24 @@ static void progress(const run_opts *o, const char *what) {
 
 /* The timing half of the tpu backend: compile, time, print and write the reports. Returns
  * the exit status (0, 1 when a report file cannot be written, 2 on a program error). */
+/* The pod's topology: --topology (or the chip's default slice for the devices), times
+ * --slices. Returns 0 when the options give none (the cost model picks the default). */
+static tpu_status pod_topology(const run_opts *o, const tpu_chip *chip, int64_t ndev, tpu_topology *t, int *set,
+                               tpu_diag *d) {
+  *set = 0;
+  int64_t k = o->slices > 1 ? o->slices : 1;
+  if (!o->topology && k == 1) return TPU_OK;
+  if (ndev % k)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "%lld devices do not split into %lld slices", (long long)ndev,
+                    (long long)k);
+  TPU_TRY(o->topology ? tpu_topology_parse(o->topology, chip, t, d) : tpu_topology_default(chip, ndev / k, t, d));
+  t->slices = k;
+  t->nchips = t->chips_per_slice * k;
+  TPU_TRY(tpu_topology_check_devices(t, ndev, d));
+  *set = 1;
+  return TPU_OK;
+}
+
 /* The whole file (NULL if it cannot be read; *len its size). */
 static char *read_text(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -459,13 +487,12 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   memset(&pc, 0, sizeof pc);
   pc.chip = chip;
   tpu_topology topo;
-  if (o->topology) {
-    if (tpu_topology_parse(o->topology, chip, &topo, &d) != TPU_OK) {
-      tpu_cli_report(&d);
-      return 2;
-    }
-    pc.topo = &topo;
+  int have_topo = 0;
+  if (pod_topology(o, chip, tpu_module_device_count(m), &topo, &have_topo, &d) != TPU_OK) {
+    tpu_cli_report(&d);
+    return 2;
   }
+  if (have_topo) pc.topo = &topo;
   tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc};
   progress(o, "compiling");
   tpu_status cst = tpu_compile(m, &co, &prog, &d);
@@ -621,9 +648,10 @@ int tpu_cli_run(int argc, char **argv) {
     tpu_cli_report(&d);
     goto cleanup;
   }
-  if (o.topology && tpu) { /* the slice must hold the module's devices */
+  if ((o.topology || o.slices > 1) && tpu) { /* the slices must hold the module's devices */
     tpu_topology topo;
-    if (tpu_topology_parse(o.topology, &chip, &topo, &d) != TPU_OK || tpu_topology_check_devices(&topo, ndev, &d) != TPU_OK) {
+    int set;
+    if (pod_topology(&o, &chip, ndev, &topo, &set, &d) != TPU_OK) {
       tpu_cli_report(&d);
       goto cleanup;
     }

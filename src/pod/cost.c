@@ -34,6 +34,104 @@ void tpu_pod_cost_free(tpu_pod_cost_ctx *x) {
   x->ninfo = x->capinfo = 0;
 }
 
+/* One step between slices over the data-center network: an assumption (no published
+ * figure; the order of a round trip inside a data center). docs/pod.md. */
+#define DCN_STEP_S 10e-6
+
+static int64_t slice_of(const tpu_topology *t, int64_t dev) {
+  int64_t chip = tpu_topology_chip(t, dev);
+  return chip < 0 ? -1 : chip / t->chips_per_slice;
+}
+
+/* Multi-slice collectives, as XLA runs them hierarchically: the part inside each slice on
+ * ICI (each group cut into its per-slice subgroups: op->groups is replaced by them, in
+ * *sub), then the exchange between the K slices a group spans over DCN, each chip moving
+ * its 1/m share (m = the group's chips per slice) at the chip's DCN bandwidth:
+ *   all-reduce 2(K-1)/K · V/m, reduce-scatter (K-1)/K · V/m, all-gather (K-1) · shard,
+ *   all-to-all (K-1)/K · V, broadcast V/m; a permute pair across slices sends V over DCN;
+ * plus a fixed time per step of the ring over slices (DCN_STEP_S). *dcn_s is that time. */
+static tpu_status split_slices(const tpu_topology *t, const tpu_instr *in, tpu_ici_op *op, tpu_coll_cost *c,
+                               double *dcn_s, int64_t **sub, tpu_diag *d) {
+  *dcn_s = 0;
+  *sub = NULL;
+  if (op->kind == TPU_ICI_PERMUTE) {
+    int64_t w = 0, cross = 0;
+    for (int64_t i = 0; i < op->npairs; i++) {
+      int64_t a = op->pairs[2 * i], b = op->pairs[2 * i + 1];
+      if (slice_of(t, a) != slice_of(t, b)) {
+        cross++;
+        continue;
+      }
+      ((int64_t *)op->pairs)[2 * w] = a; /* intra-slice pairs stay on ICI */
+      ((int64_t *)op->pairs)[2 * w + 1] = b;
+      w++;
+    }
+    op->npairs = w;
+    if (cross && !(t->dcn_bw > 0))
+      return TPU_FAIL(d, TPU_ERR_ARG, in->loc, "'%s' crosses slices but the chip has no DCN bandwidth",
+                      tpu_instr_user_name(in));
+    if (cross) *dcn_s = op->operand_bytes / t->dcn_bw + DCN_STEP_S;
+    return TPU_OK;
+  }
+  int64_t S = op->group_size, G = op->ngroups;
+  if (S <= 1 || G <= 0) return TPU_OK;
+  /* How many slices the first group spans; groups must split evenly. */
+  int64_t *cnt = tpu_calloc((size_t)t->slices + 1, sizeof *cnt);
+  int64_t *buf = tpu_malloc(sizeof *buf * (size_t)(S * G + 1));
+  if (!cnt || !buf) {
+    tpu_free(cnt);
+    tpu_free(buf);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  }
+  int64_t K = 0, m = 0, w = 0;
+  tpu_status st = TPU_OK;
+  for (int64_t g = 0; g < G && st == TPU_OK; g++) {
+    memset(cnt, 0, sizeof *cnt * (size_t)t->slices);
+    for (int64_t i = 0; i < S; i++) cnt[slice_of(t, op->groups[g * S + i])]++;
+    int64_t k = 0, mm = 0;
+    for (int64_t q = 0; q < t->slices; q++)
+      if (cnt[q]) {
+        k++;
+        if (mm && cnt[q] != mm) st = TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "'%s': a group splits unevenly over slices",
+                                          tpu_instr_user_name(in));
+        mm = cnt[q];
+      }
+    if (g == 0) K = k, m = mm;
+    else if (k != K || mm != m)
+      st = TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "'%s': groups span slices differently", tpu_instr_user_name(in));
+    /* Its per-slice subgroups, in group order. */
+    for (int64_t q = 0; st == TPU_OK && q < t->slices; q++)
+      for (int64_t i = 0; i < S; i++)
+        if (slice_of(t, op->groups[g * S + i]) == q) buf[w++] = op->groups[g * S + i];
+  }
+  tpu_free(cnt);
+  if (st != TPU_OK || K <= 1) {
+    tpu_free(buf);
+    return st;
+  }
+  if (!(t->dcn_bw > 0)) {
+    tpu_free(buf);
+    return TPU_FAIL(d, TPU_ERR_ARG, in->loc, "'%s' spans %lld slices but the chip has no DCN bandwidth",
+                    tpu_instr_user_name(in), (long long)K);
+  }
+  double V = op->operand_bytes, f = (double)(K - 1) / (double)K, bytes = 0;
+  switch (op->kind) {
+    case TPU_ICI_ALL_REDUCE: bytes = 2 * f * V / (double)m; break;
+    case TPU_ICI_REDUCE_SCATTER: bytes = f * V / (double)m; break;
+    case TPU_ICI_ALL_GATHER: bytes = (double)(K - 1) * V; break;
+    case TPU_ICI_ALL_TO_ALL: bytes = f * V; break;
+    default: bytes = V / (double)m; break;
+  }
+  /* A ring over the K slices: K-1 steps (twice for an all-reduce). */
+  *dcn_s = bytes / t->dcn_bw + (double)(op->kind == TPU_ICI_ALL_REDUCE ? 2 * (K - 1) : K - 1) * DCN_STEP_S;
+  (void)c;
+  op->groups = buf;
+  op->group_size = m;
+  op->ngroups = G * K;
+  *sub = buf;
+  return TPU_OK;
+}
+
 /* Largest number of link-byte doubles kept over all collectives (for the link report). */
 #define KEEP_LINK_BYTES ((int64_t)1 << 22)
 
@@ -110,6 +208,10 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
                : base == TPU_OP_ALL_REDUCE ? 2 * f * vin
                : base == TPU_OP_COLLECTIVE_BROADCAST ? vin : f * vin;
   }
+  /* Several slices: groups (or pairs) that span them go through the data-center network. */
+  double dcn_s = 0;
+  int64_t *sub = NULL;
+  if (st == TPU_OK && t->slices > 1) st = split_slices(t, in, &op, c, &dcn_s, &sub, d);
   tpu_ici_result r;
   memset(&r, 0, sizeof r);
   int64_t nl = tpu_topology_nlinks(t);
@@ -117,9 +219,9 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
   double *lb = keep ? tpu_calloc((size_t)nl, sizeof *lb) : NULL;
   int trivial = op.kind == TPU_ICI_PERMUTE ? op.npairs == 0 : op.group_size <= 1;
   if (st == TPU_OK && !trivial) st = tpu_ici_time(t, &op, lb, &r, d);
-  if (st == TPU_OK && trivial) c->bytes = 0;
+  if (st == TPU_OK && trivial && dcn_s == 0) c->bytes = 0;
   if (st == TPU_OK) {
-    c->seconds = r.seconds;
+    c->seconds = r.seconds + dcn_s;
     if (x->ninfo == x->capinfo) {
       int nc = x->capinfo ? 2 * x->capinfo : 16;
       tpu_pod_coll_info *ni = tpu_realloc(x->info, sizeof *ni * (size_t)nc);
@@ -132,6 +234,7 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
     }
   }
   tpu_free(lb);
+  tpu_free(sub);
   tpu_free(ids);
   tpu_free(members);
   tpu_free(seen);

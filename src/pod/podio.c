@@ -399,8 +399,13 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
   if (topo) {
     tpu_topology_format(topo, tn, sizeof tn);
     human(a, sizeof a, topo->link_bw, "B/s");
-    fprintf(f, "slice: %s on %s, %lld links per chip at %s each way, %.3g us per hop\n", tn, chip->name,
+    fprintf(f, "slice: %s on %s, %lld links per chip at %s each way, %.3g us per hop", tn, chip->name,
             (long long)topo->links_per_chip, a, topo->hop_s * 1e6);
+    if (topo->slices > 1) {
+      human(b, sizeof b, topo->dcn_bw, "B/s");
+      fprintf(f, "; %lld slices joined by DCN at %s per chip", (long long)topo->slices, b);
+    }
+    fprintf(f, "\n");
   }
   coll_row *rows = collect(p, tl, clock, costs, &nc);
   if (!rows || !nc) {
