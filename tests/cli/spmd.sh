@@ -1,7 +1,8 @@
 #!/bin/sh
 # tpusim run on JAX's lowered (unpartitioned) sharded programs: partitioned by tpusim over
 # the module's mesh (or --mesh); a 70B-shaped two-layer step that needs 160 GB on one chip
-# fits each of 16 v5e chips with FSDP; shard_map values; one-line errors.
+# fits each of 16 v5e chips with FSDP; the 3-D data x fsdp x tensor mesh on 128 chips;
+# one-line errors.
 set -u
 BIN="$1"
 T=$(mktemp -d)
@@ -23,6 +24,15 @@ grep -q "error: program needs [0-9]* bytes of HBM; v5e has 17179869184" "$T/err"
 "$BIN" run $L --mode timing --mesh fsdp=two > /dev/null 2> "$T/err"
 [ $? -eq 2 ] || fail "a bad --mesh did not exit 2"
 grep -q "error: .*--mesh" "$T/err" || fail "bad mesh message: $(cat "$T/err")"
+
+# The 3-D mesh ('data', 'fsdp', 'tensor') = 8 x 4 x 4 of the reference on a v5p-256 slice
+# (128 chips): weights gathered over groups of 4, gradients summed over data x fsdp (32).
+"$BIN" run examples/spmd/block_3d.hlo --mode timing --chip v5p --topology v5p-256 --top 0 > "$T/3d" 2> "$T/err" ||
+  fail "3-D mesh exited $?: $(cat "$T/err")"
+grep -q "^spmd-partition: 128 chips (mesh data=8 fsdp=4 tensor=4)" "$T/3d" || fail "3-D mesh not partitioned"
+grep -q "^slice: 4x4x8 (wrap x y z) on v5p" "$T/3d" || fail "3-D mesh slice: $(grep slice "$T/3d")"
+grep -Eq "all-gather +4 " "$T/3d" || fail "no all-gather over groups of 4"
+grep -Eq "all-reduce +32 " "$T/3d" || fail "no gradient all-reduce over groups of 32"
 
 [ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
 exit $fails
