@@ -323,6 +323,12 @@ typedef struct {
   tpu_instr *pos;          /* this chip's mesh position (s32[]), built on first use */
   int channel;
   tpu_comp *adders[16];    /* add computations by dtype, for partial sums */
+  struct {                 /* the all-reduces of partial sums this pass made, and their axes */
+    const tpu_instr *ar;
+    int8_t axes[MAXA];
+    int n;
+  } sums[256];
+  int nsums;
 } sp;
 
 static const char *attr(const tpu_instr *in, const char *name) {
@@ -554,6 +560,31 @@ static tpu_status reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, t
   *out = x;
   if (!tpu_dtype_is_array(x->shape.dtype) || from->manual || to->manual) return TPU_OK;
   int rank = x->shape.rank;
+  /* A sum of partial results that is wanted split along one more dimension over the same
+   * axes it was summed over: a reduce-scatter of the partial sums (half an all-reduce's
+   * bytes) instead of the all-reduce and a slice (FSDP's gradients). */
+  for (int i = 0; i < s->nsums && x->op == TPU_OP_ALL_REDUCE; i++) {
+    if (s->sums[i].ar != x) continue;
+    int k = -1, ok = 1;
+    for (int j = 0; j < rank && ok; j++) {
+      if (same_dim(from, j, to, j)) continue;
+      if (from->n[j] || k >= 0) ok = 0;
+      k = j;
+    }
+    if (!ok || k < 0 || to->n[k] != s->sums[i].n || memcmp(to->ax[k], s->sums[i].axes, (size_t)to->n[k])) break;
+    int64_t f = factor(s->mesh, to, k);
+    if (x->shape.dims[k] % f) break;
+    tpu_shape r = x->shape;
+    r.dims[k] /= f;
+    r.has_layout = 0;
+    tpu_instr *part = x->operands[0];
+    TPU_TRY(instr(s, TPU_OP_REDUCE_SCATTER, "spmd.reduce-scatter", &r, &part, 1, loc, out));
+    char dims[32];
+    snprintf(dims, sizeof dims, "{%d}", k);
+    TPU_TRY(tpu_build_set_attr(&s->b, *out, "dimensions", dims));
+    TPU_TRY(tpu_build_set_attr(&s->b, *out, "to_apply", x->to_apply->name));
+    return set_groups(s, *out, s->sums[i].axes, s->sums[i].n);
+  }
   if (x->op == TPU_OP_BROADCAST && x->noperands == 1 && x->operands[0]->shape.rank == 0 && !is_split(from, rank)) {
     /* A scalar broadcast to a block: no need to build the whole array first. */
     tpu_shape l = local_shape(s, &x->shape, to);
@@ -797,6 +828,11 @@ static tpu_status reduce_axes(sp *s, tpu_instr *x, const int8_t *axes, int n, tp
   tpu_shape r = x->shape;
   TPU_TRY(instr(s, TPU_OP_ALL_REDUCE, "spmd.all-reduce", &r, &x, 1, loc, out));
   TPU_TRY(tpu_build_set_attr(&s->b, *out, "to_apply", red->name));
+  if (s->nsums < 256) { /* remembered: a use that wants a block of it takes a reduce-scatter */
+    s->sums[s->nsums].ar = *out;
+    memcpy(s->sums[s->nsums].axes, axes, (size_t)n);
+    s->sums[s->nsums++].n = n;
+  }
   return set_groups(s, *out, axes, n);
 }
 
