@@ -190,6 +190,12 @@ struct tpu_module {
 
 /* The instruction's name as the user's input text wrote it (for messages). */
 static inline const char *tpu_instr_user_name(const tpu_instr *in) { return in->src_name ? in->src_name : in->name; }
+/* XLA's TPU compiler leaves elementwise ops whose float operands differ in type, e.g.
+ * `bf16 select(pred, bf16, f32)` (its float-type correction): such an op works in one float
+ * type, to which every operand is converted first — the result's type, or for compare the
+ * widest operand type. Returns 1 and that type when `in` is such an op with mixed float
+ * operands; 0 otherwise (all operands of one type, or not an elementwise op). */
+int tpu_instr_mixed_float(const tpu_instr *in, tpu_dtype *work);
 
 void tpu_module_free(tpu_module *m);
 /* Finds a computation by name (n bytes; need not be NUL-terminated); NULL if none. */

@@ -22,6 +22,29 @@ int tpu_op_arity(tpu_opcode op) { return k_ops[op].arity; }
 tpu_op_class tpu_op_class_of(tpu_opcode op) { return k_ops[op].cls; }
 tpu_op_types tpu_op_types_of(tpu_opcode op) { return k_ops[op].ty; }
 
+int tpu_instr_mixed_float(const tpu_instr *in, tpu_dtype *work) {
+  tpu_op_class c = tpu_op_class_of(in->op);
+  if (c != TPU_CLS_BINARY && c != TPU_CLS_TERNARY && in->op != TPU_OP_SELECT && in->op != TPU_OP_CLAMP &&
+      in->op != TPU_OP_COMPARE)
+    return 0;
+  int mixed = 0, first = in->op == TPU_OP_SELECT; /* select's predicate is not a value */
+  tpu_dtype w = TPU_PRED, seen = TPU_PRED;
+  for (int k = first; k < in->noperands; k++) {
+    tpu_dtype t = in->operands[k]->shape.dtype;
+    if (!tpu_dtype_is_float(t)) return 0;
+    if (k > first && t != seen) mixed = 1;
+    seen = t;
+    if (k == first || tpu_dtype_size(t) > tpu_dtype_size(w)) w = t;
+  }
+  if (!mixed) return 0;
+  if (in->op != TPU_OP_COMPARE) {
+    if (!tpu_dtype_is_float(in->shape.dtype)) return 0;
+    w = in->shape.dtype;
+  }
+  *work = w;
+  return 1;
+}
+
 int tpu_op_parse(const char *s, size_t n, tpu_opcode *out) {
   if (n == 20 && !memcmp(s, "optimization-barrier", 20)) {
     *out = TPU_OP_OPT_BARRIER;

@@ -221,9 +221,11 @@ static tpu_status check_same_operands(const tpu_instr *in, tpu_diag *d) {
   tpu__vbuf a, b;
   for (int k = 0; k < in->noperands; k++) TPU_TRY(tpu__vneed_array(in, k, d));
   const tpu_shape *s0 = &in->operands[0]->shape;
+  tpu_dtype w;
+  int mixed = tpu_instr_mixed_float(in, &w); /* float types may differ: see tpu_instr_mixed_float */
   for (int k = 1; k < in->noperands; k++) {
     const tpu_shape *s = &in->operands[k]->shape;
-    if (!tpu_shape_equal(s, s0))
+    if (mixed ? !tpu__vsame_dims(s, s0) : !tpu_shape_equal(s, s0))
       return TPU_VFAIL(d, in, "operand %d is %s but operand 0 is %s; elementwise operands must have the same shape", k,
                        tpu__vshape(s, &a), tpu__vshape(s0, &b));
   }
@@ -261,12 +263,18 @@ static tpu_status verify_select(const tpu_instr *in, tpu_diag *d) {
   for (int k = 0; k < 3; k++) TPU_TRY(tpu__vneed_array(in, k, d));
   const tpu_shape *p = &in->operands[0]->shape, *t = &in->operands[1]->shape, *f = &in->operands[2]->shape;
   if (p->dtype != TPU_PRED) return TPU_VFAIL(d, in, "the predicate must be pred, not %s", tpu_dtype_name(p->dtype));
-  if (!tpu_shape_equal(t, f))
+  tpu_dtype w;
+  int mixed = tpu_instr_mixed_float(in, &w); /* float types may differ: see tpu_instr_mixed_float */
+  if (mixed ? !tpu__vsame_dims(t, f) : !tpu_shape_equal(t, f))
     return TPU_VFAIL(d, in, "on_true is %s but on_false is %s; they must have the same shape", tpu__vshape(t, &a),
                      tpu__vshape(f, &b));
   if (p->rank != 0 && !tpu__vsame_dims(p, t))
     return TPU_VFAIL(d, in, "the predicate is %s; it must be a scalar or have the dims of %s", tpu__vshape(p, &a),
                      tpu__vshape(t, &b));
+  if (mixed) {
+    tpu_shape want = tpu__varray(w, t->rank, t->dims);
+    return tpu__vexpect(in, &want, d);
+  }
   return tpu__vexpect(in, t, d);
 }
 
@@ -279,9 +287,15 @@ static tpu_status verify_clamp(const tpu_instr *in, tpu_diag *d) {
                      types_desc(tpu_op_types_of(in->op)));
   for (int k = 0; k < 3; k += 2) {
     const tpu_shape *s = &in->operands[k]->shape;
-    if (s->dtype != x->dtype || (s->rank != 0 && !tpu__vsame_dims(s, x)))
+    int same_type = s->dtype == x->dtype || (tpu_dtype_is_float(s->dtype) && tpu_dtype_is_float(x->dtype));
+    if (!same_type || (s->rank != 0 && !tpu__vsame_dims(s, x)))
       return TPU_VFAIL(d, in, "bound %s is %s; it must be a scalar or the shape of the operand %s", k ? "max" : "min",
                        tpu__vshape(s, &a), tpu__vshape(x, &b));
+  }
+  tpu_dtype w;
+  if (tpu_instr_mixed_float(in, &w)) {
+    tpu_shape want = tpu__varray(w, x->rank, x->dims);
+    return tpu__vexpect(in, &want, d);
   }
   return tpu__vexpect(in, x, d);
 }
@@ -294,6 +308,11 @@ static tpu_status verify_elementwise(const tpu_instr *in, tpu_diag *d) {
       return TPU_VFAIL(d, in, "exponent_bits is %d; it must be in [1, 64]", in->exponent_bits);
     if (in->mantissa_bits < 0 || in->mantissa_bits > 64)
       return TPU_VFAIL(d, in, "mantissa_bits is %d; it must be in [0, 64]", in->mantissa_bits);
+  }
+  tpu_dtype w;
+  if (tpu_instr_mixed_float(in, &w)) {
+    tpu_shape want = tpu__varray(w, s->rank, s->dims);
+    return tpu__vexpect(in, &want, d);
   }
   if (in->op == TPU_OP_ABS && tpu_dtype_is_complex(s->dtype)) { /* |z| is real */
     tpu_shape want = tpu__varray(tpu_dtype_complex_part(s->dtype), s->rank, s->dims);

@@ -164,7 +164,8 @@ static tpu_status verify_pad(const tpu_instr *in, tpu_diag *d) {
   TPU_TRY(tpu__vneed_array(in, 0, d));
   TPU_TRY(tpu__vneed_scalar(in, 1, d));
   const tpu_shape *s = &in->operands[0]->shape, *v = &in->operands[1]->shape;
-  if (v->dtype != s->dtype)
+  /* XLA's TPU compiler pads bf16 with an f32 value (e.g. -inf); the value is converted. */
+  if (v->dtype != s->dtype && !(tpu_dtype_is_float(v->dtype) && tpu_dtype_is_float(s->dtype)))
     return TPU_VFAIL(d, in, "the padding value %s must have the operand's element type %s", tpu__vshape(v, &a),
                      tpu_dtype_name(s->dtype));
   if (in->npadding != s->rank)

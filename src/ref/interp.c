@@ -178,7 +178,39 @@ tpu_ref_kernel tpu__ref_kernel_of(tpu_opcode op) {
   }
 }
 
+static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d);
+
+/* An elementwise op with mixed float operands (tpu_instr_mixed_float) runs on copies of its
+ * operands converted to its working type, rounded to nearest even as a convert would. */
+static tpu_status eval_mixed(tpu_interp *ip, const tpu_instr *in, tpu_dtype w, const tpu_tensor *const *args,
+                             tpu_tensor *out, tpu_diag *d) {
+  const tpu_tensor *argv[3];
+  tpu_tensor conv[3];
+  memset(conv, 0, sizeof conv);
+  tpu_status st = TPU_OK;
+  int n = in->noperands;
+  for (int k = 0; st == TPU_OK && k < n; k++) {
+    argv[k] = args[k];
+    if (!tpu_dtype_is_float(args[k]->dtype) || args[k]->dtype == w) continue;
+    tpu_shape s = in->operands[k]->shape;
+    s.dtype = w;
+    st = tpu__ref_alloc_shape(&conv[k], &s, d);
+    for (int64_t i = 0, e = tpu_tensor_numel(args[k]); st == TPU_OK && i < e; i++)
+      tpu_tensor_set_f64(&conv[k], i, tpu_tensor_get_f64(args[k], i));
+    argv[k] = &conv[k];
+  }
+  if (st == TPU_OK) st = eval(ip, in, argv, out, d); /* the kernels now see one float type */
+  for (int k = 0; k < n; k++) tpu_tensor_free(&conv[k]);
+  return st;
+}
+
 static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
+  tpu_dtype w;
+  if (in->noperands <= 3 && tpu_instr_mixed_float(in, &w)) {
+    int all = 1;
+    for (int k = 0; k < in->noperands; k++) all &= !tpu_dtype_is_float(args[k]->dtype) || args[k]->dtype == w;
+    if (!all) return eval_mixed(ip, in, w, args, out, d);
+  }
   switch (in->op) {
     case TPU_OP_TUPLE: return make_tuple(in, args, out, d);
     case TPU_OP_GET_TUPLE_ELEMENT: return tpu_tensor_clone(out, &args[0]->elems[in->index], d);

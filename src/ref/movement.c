@@ -278,9 +278,11 @@ static tpu_status pad(const tpu_instr *in, const tpu_tensor *const *args, tpu_te
   size_t es = tpu_dtype_size(out->dtype);
   int64_t n = tpu_tensor_numel(out);
   if (n == 0) return TPU_OK;
-  /* Fill by doubling copies of the padding value. */
+  /* Fill by doubling copies of the padding value (converted when XLA gave another float
+   * type: exact for f32 -inf/0 into bf16, rounded to nearest even otherwise). */
   char *o = out->data;
-  memcpy(o, pv->data, es);
+  if (pv->dtype != out->dtype) tpu_tensor_set_f64(out, 0, tpu_tensor_get_f64(pv, 0));
+  else memcpy(o, pv->data, es);
   int64_t have = 1;
   while (have < n) {
     int64_t c = have < n - have ? have : n - have;

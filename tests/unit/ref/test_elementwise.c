@@ -6,6 +6,7 @@
 #include "base/bf16.h"
 #include "check.h"
 #include "hlo/hlo.h"
+#include "ir/verify.h"
 #include "ref/ref.h"
 #include "ref/ref_int.h"
 
@@ -823,6 +824,47 @@ static void test_errors(void) {
   CHECK(strstr(d.msg, "not defined on f32") != NULL);
 }
 
+/* Mixed float operands, as XLA's TPU compiler leaves them (float-type correction): each
+ * operand is converted to the op's working type first — the result type, or the widest for
+ * compare. 1.00390625 is exact in f32 and rounds to 1.0 in bf16 (ties to even). */
+static void test_mixed_float(void) {
+  const char *h1 = "HloModule t\nENTRY e {\n  p = pred[2] parameter(0)\n  a = bf16[2] parameter(1)\n"
+                   "  b = f32[2] parameter(2)\n  ROOT r = bf16[2] select(p, a, b)\n}\n";
+  const uint8_t pv[] = {1, 0};
+  const float fa[] = {2.5f, 0}, fb[] = {0, 1.00390625f};
+  tpu_tensor args[3];
+  args[0] = mk(TPU_PRED, 2, pv);
+  args[1] = mk_bf16(2, fa);
+  args[2] = mk(TPU_F32, 2, fb);
+  tpu_tensor r = run_ok(h1, args, 3);
+  CHECK(r.dtype == TPU_BF16);
+  CHECK_F64S(r, 2.5, 1.0);
+  tpu_tensor_free(&r);
+  const char *h2 = "HloModule t\nENTRY e {\n  a = bf16[2] parameter(0)\n  b = f32[2] parameter(1)\n"
+                   "  ROOT r = f32[2] add(a, b)\n}\n";
+  const float ga[] = {1, 3}, gb[] = {0.00390625f, -0.5f};
+  args[0] = mk_bf16(2, ga);
+  args[1] = mk(TPU_F32, 2, gb);
+  r = run_ok(h2, args, 2);
+  CHECK_F64S(r, 1.00390625, 2.5);
+  tpu_tensor_free(&r);
+  const char *h3 = "HloModule t\nENTRY e {\n  a = bf16[2] parameter(0)\n  b = f32[2] parameter(1)\n"
+                   "  ROOT r = pred[2] compare(a, b), direction=LT\n}\n";
+  args[0] = mk_bf16(2, ga);
+  args[1] = mk(TPU_F32, 2, (float[]){1.00390625f, 2});
+  r = run_ok(h3, args, 2); /* compared in f32: 1 < 1.00390625 holds */
+  CHECK_I64S(r, 1, 0);
+  tpu_tensor_free(&r);
+  /* An integer operand never mixes with a float one. */
+  tpu_module *m = NULL;
+  tpu_diag d;
+  const char *bad = "HloModule t\nENTRY e {\n  a = s32[2] parameter(0)\n  b = f32[2] parameter(1)\n"
+                    "  ROOT r = f32[2] add(a, b)\n}\n";
+  CHECK(tpu_hlo_parse("t.hlo", bad, strlen(bad), &m, &d) == TPU_OK);
+  CHECK(m && tpu_ir_verify(m, &d) != TPU_OK && strstr(d.msg, "same shape"));
+  tpu_module_free(m);
+}
+
 int main(void) {
   test_int_divide();
   test_int_arith();
@@ -836,6 +878,7 @@ int main(void) {
   test_denormals();
   test_compare();
   test_select_clamp();
+  test_mixed_float();
   test_convert_float_to_int();
   test_convert_to_float();
   test_bitcast_convert();

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""gen.py: programs as the real XLA TPU compiler compiles them (libtpu in compile-only mode,
+no TPU needed), beside the programs they came from.
+
+    pip install "jax[tpu]==0.10.2"     # brings libtpu (0.0.42.1 here)
+    python3 tests/tpu/gen.py
+
+Each case in tests/tpu/cases/NAME/: prog.hlo (JAX's lowered program), tpu.hlo (the TPU
+compiler's optimized program for one v5e chip: tiled layouts, S(n) memory spaces,
+copy-start/copy-done, fusions with backend_config, convolutions standing for dots, custom
+calls), in*.npy inputs and meta.json (the compiler's cost_analysis flops and the sum of
+its estimated_cycles)."""
+import json, os, re, shutil
+import jax, jax.numpy as jnp, numpy as np
+from jax.experimental import topologies
+from jax.sharding import SingleDeviceSharding
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "cases")
+topo = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2")
+dev = topo.devices[0]
+r = np.random.RandomState(0)
+
+
+def S(a):
+    return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=SingleDeviceSharding(dev))
+
+
+def case(name, f, args):
+    c = jax.jit(f).lower(*[S(a) for a in args]).compile()
+    d = os.path.join(OUT, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    txt = c.as_text()
+    if "{...}" in txt:  # large constants elided by the default printer: print them
+        import jaxlib._hlo as H
+        o = H.HloPrintOptions()
+        o.print_large_constants = True
+        full = c.runtime_executable().hlo_modules()[0].to_string(o)
+        open(os.path.join(d, "tpu.hlo"), "w").write(full)
+    else:
+        open(os.path.join(d, "tpu.hlo"), "w").write(txt)
+    open(os.path.join(d, "prog.hlo"), "w").write(jax.jit(f).lower(*args).as_text(dialect="hlo"))
+    for i, a in enumerate(args):
+        np.save(os.path.join(d, f"in{i}.npy"), a.astype(np.float32) if a.dtype.name == "bfloat16" else a)
+    entry = txt[txt.rfind("\nENTRY"):]
+    ca = c.cost_analysis()
+    ca = ca[0] if isinstance(ca, list) else ca
+    json.dump({"name": name, "chip": "v5e", "jax": jax.__version__,
+               "estimated_cycles": sum(int(x) for x in re.findall(r'"estimated_cycles":"(\d+)"', entry)),
+               "flops": ca.get("flops"), "custom_calls": sorted(set(re.findall(r'custom_call_target="([^"]+)"', txt)))},
+              open(os.path.join(d, "meta.json"), "w"), indent=1)
+    print(name)
+
+
+def f32(*shape, scale=1.0):
+    return (r.randn(*shape) * scale).astype(np.float32)
+
+
+def main():
+    case("gemm_bf16", lambda a, b: a @ b, [f32(128, 256).astype(jnp.bfloat16), f32(256, 128).astype(jnp.bfloat16)])
+    case("gemm_f32_default", lambda a, b: jnp.tanh(a @ b), [f32(128, 256), f32(256, 128, scale=0.1)])
+    conv = lambda x, w: jax.nn.relu(jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                                                  dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    case("conv", conv, [f32(2, 16, 16, 8), f32(3, 3, 8, 16, scale=0.2)])
+    case("conv_grad", jax.grad(lambda x, w: jnp.sum(conv(x, w) ** 2), argnums=1), [f32(2, 16, 16, 8), f32(3, 3, 8, 16, scale=0.2)])
+
+    def ln(x, g):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(v + 1e-5) * g
+
+    case("layernorm", ln, [f32(128, 256), f32(256)])
+
+    def adam(p, g, m, v):
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        return p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), m, v
+
+    case("adam", adam, [f32(128, 256), f32(128, 256), f32(128, 256), np.abs(f32(128, 256))])
+    case("softmax", lambda x: jax.nn.softmax(x, axis=-1), [f32(64, 500)])
+    case("embed", lambda t, e: e[t], [r.randint(0, 500, size=(128,)).astype(np.int32), f32(500, 32)])
+    case("scan_tanh", lambda x, w: jax.lax.scan(lambda c, wi: (jnp.tanh(c @ wi), None), x, w)[0],
+         [f32(64, 128), f32(4, 128, 128, scale=0.1)])
+    case("reduce_transpose", lambda x: (x.sum(0), x.T * 2, jnp.max(x, axis=1)), [f32(192, 128)])
+
+    def mlp_step(w1, w2, x, y):
+        def loss(a, b):
+            return jnp.mean((jnp.tanh(x @ a) @ b - y) ** 2)
+        g1, g2 = jax.grad(loss, argnums=(0, 1))(w1, w2)
+        return w1 - 0.1 * g1, w2 - 0.1 * g2
+
+    case("mlp_sgd_step", mlp_step, [f32(128, 256, scale=0.1), f32(256, 64, scale=0.1), f32(64, 128), f32(64, 64)])
+
+    def attn(q, k, v):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, -1), v)
+
+    bq = [f32(2, 2, 128, 64).astype(jnp.bfloat16) for _ in range(3)]
+    case("attention_bf16", attn, bq)
+
+
+if __name__ == "__main__":
+    main()
