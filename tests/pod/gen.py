@@ -18,6 +18,7 @@ Each case in tests/pod/cases/NAME/ holds
                       that only exist sharded (shard_map, pmap, replica programs), a numpy
                       reference of the collectives' semantics
     dev/D/inK.npy, dev/D/outK.npy  device D's shard of input/result K (D = device id)
+    source.hlo        (replica_* cases only) the HLO text written by gen.py that XLA compiled
     shardings         the results' HLO shardings, one per line (XLA's text omits them)
     meta.json         mesh, device order, specs and HLO shardings, tolerance, the collectives
                       and replica-group forms in opt.hlo, the XLA re-run of opt.hlo
@@ -411,6 +412,7 @@ def replica_case(name, hlo, x, ref, n, note=""):
             "rtol": 1e-5, "atol": 1e-5, "unsharded": True, "unsharded_how": "numpy reference of the collectives' semantics",
             "unsharded_max_abs_diff": diff, "xla_rerun": {"ok": True, "how": rerun[0], "max_abs_diff": rerun[1]}}
     write_case(name, meta, None, None, opt, [x], outs, unsharded, dev_ins, dev_outs, [])
+    open(os.path.join(OUT, name, "source.hlo"), "w").write(hlo)  # the HLO written here, before XLA
 
 
 def smap(f, mesh, i, o):
@@ -602,14 +604,23 @@ def main():
               note="pmap all_gather (stacked) plus axis_index over 4 devices")
 
     add = "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\n"
+    def rsum(a, groups):  # every replica gets its group's sum
+        out = np.zeros_like(a)
+        for g in groups:
+            out[g] = a[g].sum(0)
+        return out
+
     replica_case("replica_psum", "HloModule replica_psum, replica_count=8\n\n" + add +
                  "ENTRY main {\n  p = f32[4]{0} parameter(0)\n"
                  "  all = f32[4]{0} all-reduce(p), replica_groups={}, to_apply=add\n"
                  "  half = f32[4]{0} all-reduce(p), replica_groups={{0,1,2,3},{4,5,6,7}}, to_apply=add\n"
-                 "  ROOT t = (f32[4]{0}, f32[4]{0}) tuple(all, half)\n}\n", arr(8, 4),
-                 lambda a: (np.broadcast_to(a.sum(0), a.shape), np.concatenate([np.broadcast_to(a[:4].sum(0), (4, 4)),
-                                                                                 np.broadcast_to(a[4:].sum(0), (4, 4))])),
-                 8, note="cross-replica all-reduce (replica_count=8): all replicas and two groups of 4")
+                 "  pairs = f32[4]{0} all-reduce(p), replica_groups=[2,4]<=[8], to_apply=add\n"
+                 "  strided = f32[4]{0} all-reduce(p), replica_groups=[4,2]<=[2,4]T(1,0), to_apply=add\n"
+                 "  ROOT t = (f32[4]{0}, f32[4]{0}, f32[4]{0}, f32[4]{0}) tuple(all, half, pairs, strided)\n}\n", arr(8, 4),
+                 lambda a: (rsum(a, [list(range(8))]), rsum(a, [[0, 1, 2, 3], [4, 5, 6, 7]]), rsum(a, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+                            rsum(a, [[0, 4], [1, 5], [2, 6], [3, 7]])),
+                 8, note="cross-replica all-reduce (replica_count=8): all replicas ({}), explicit groups of 4, "
+                         "the same groups as iota [2,4]<=[8], and strided pairs as [4,2]<=[2,4]T(1,0)")
     replica_case("replica_all_gather", "HloModule replica_all_gather, replica_count=4\n\n"
                  "ENTRY main {\n  p = f32[2,3]{1,0} parameter(0)\n"
                  "  g = f32[8,3]{1,0} all-gather(p), replica_groups={{0,1,2,3}}, dimensions={0}\n"
