@@ -5,8 +5,9 @@
  * prog.hlo does (test_conformance). A value that depends on something tpusim ignores
  * (a layout, a custom call) fails here. Runs that fail for a known reason are listed in
  * tests/programs/known_failures.txt as "conformance/NAME opt.hlo BACKEND: why" (a listed run
- * that passes fails the test). Cases lowered for TPU only (linalg: XLA CPU would call LAPACK)
- * have no opt.hlo. */
+ * that passes fails the test). The cases lowered for TPU (linalg_*) have XLA CPU's program for
+ * the same TPU lowering (tests/conformance/gen_linalg_opt.py: cholesky and triangular-solve
+ * expanded into while loops). */
 #include "cases.h"
 #include "check.h"
 
