@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """gen.py: programs from real libraries, as JAX lowers them and as XLA optimizes them.
 
-Pinned (requirements.txt): jax 0.10.2, flax 0.12.8, optax 0.2.8, equinox 0.13.8, numpy 2.4.6.
+Pinned (requirements.txt): jax 0.10.2, jaxlib 0.10.2, flax 0.12.8, optax 0.2.8, equinox 0.13.8,
+keras 3.15.1 (JAX backend), numpy 2.4.6.
 Each case in tests/programs/cases/NAME/: prog.hlo (jax.jit(f).lower(...).as_text("hlo")),
 opt.hlo (XLA CPU's optimized program, compile().as_text(), source paths made relative),
 inputs in*.npy (the flattened argument leaves), JAX's results out*.npy (bf16 as float32),
@@ -9,8 +10,9 @@ meta.json (library, versions, tolerance, HLO shapes of inputs and outputs).
 Run by hand: python3 tests/programs/gen.py [--only NAME,...]"""
 import argparse, json, os, re, shutil, sys, zlib
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ["KERAS_BACKEND"] = "jax"
 import jax, jax.numpy as jnp, jaxlib, numpy as np
-import flax, optax, equinox as eqx
+import flax, keras, optax, equinox as eqx
 from flax import linen as nn
 from flax import nnx
 
@@ -22,7 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 OUT = os.path.join(HERE, "cases")
 VERS = {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
-        "flax": flax.__version__, "optax": optax.__version__, "equinox": eqx.__version__, "numpy": np.__version__}
+        "flax": flax.__version__, "optax": optax.__version__, "equinox": eqx.__version__, "keras": keras.__version__,
+        "numpy": np.__version__}
 KEY = jax.random.PRNGKey(0)
 MAX_CASE_BYTES = 200_000  # inputs plus outputs of one case
 CASES = []  # (name, library, builder) where builder() -> (f, args, tol)
@@ -377,6 +380,29 @@ def _():
         acc = jnp.mean(jnp.argmax(logits, -1) == lab)
         return ce, ce2, acc, jnp.argmax(logits, -1)
     return f, (Y, lab), 1e-5
+
+
+@program("keras_mlp_adam", "keras 3 (JAX backend) Sequential MLP (gelu, LayerNormalization), stateless_call + Adam "
+                          "stateless_apply training step")
+def _():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="gelu"),
+                              keras.layers.LayerNormalization(), keras.layers.Dense(4)])
+    opt = keras.optimizers.Adam(1e-2)
+    opt.build(model.trainable_variables)
+
+    def step(tv, ntv, ov, v, y):
+        def loss(tv):
+            out, ntv2 = model.stateless_call(tv, ntv, v)
+            return jnp.mean((out - y) ** 2), ntv2
+        (l, ntv2), g = jax.value_and_grad(loss, has_aux=True)(tv)
+        tv2, ov2 = opt.stateless_apply(ov, g, tv)
+        return l, tv2, ntv2, ov2
+
+    vals = lambda vs: [jnp.asarray(v.value) for v in vs]  # noqa: E731
+    # keras computes in its floatx (float32) whatever the inputs, so the float64 check would be vacuous
+    return step, (vals(model.trainable_variables), vals(model.non_trainable_variables), vals(opt.variables), X, Y), \
+        1e-4, False
 
 
 def main():
