@@ -237,7 +237,7 @@ for _name, _opt in (("optax_adamw", lambda: optax.adamw(1e-2)), ("optax_lion", l
                     ("optax_chain_clip_cosine", lambda: optax.chain(
                         optax.clip_by_global_norm(0.5),
                         optax.adam(optax.warmup_cosine_decay_schedule(0.0, 1e-2, 3, 20))))):
-    program(_name, "optax update")(lambda o=_opt: optax_case(o()))
+    program(_name, f"optax update: {_name[6:]}, state after one step")(lambda o=_opt: optax_case(o()))
 
 
 @program("random_normal_uniform", "jax.random normal, uniform, randint")
