@@ -40,6 +40,15 @@ static inline int case_run(const tpu_chip *chip, const char *dirpath, const char
       ok = 0;
     }
   }
+  /* an extra input file means the fixture and the program disagree (e.g. jit dropped an unused
+   * argument): which file feeds which parameter would be a guess */
+  snprintf(path, sizeof path, "%s/%s/in%d.npy", dirpath, cname, n);
+  FILE *extra = ok ? fopen(path, "rb") : NULL;
+  if (extra) {
+    fclose(extra);
+    fprintf(stderr, "  %s: more inputs than the %d ENTRY parameters\n", path, n);
+    ok = 0;
+  }
   tpu_tensor res;
   memset(&res, 0, sizeof res);
   if (ok && (backend ? tpu_chip_run_values(m, chip, TPU_PREC_HIGHEST, args, n, &res, &d)

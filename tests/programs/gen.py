@@ -76,11 +76,15 @@ def f64_error(f, args, outs, tol):
 
 def write_case(name, lib, f, args, tol, f64_check=True):
     leaves = jax.tree.leaves(args)
-    jf = jax.jit(f)
+    jf = jax.jit(f, keep_unused=True)  # one ENTRY parameter per leaf, used or not (e.g. sgd ignores params)
     lo = jf.lower(*args)
     prog = lo.as_text(dialect="hlo")
     if "custom-call" in prog:
         raise RuntimeError(f"{name}: prog.hlo contains a custom-call")
+    layout = re.search(r"entry_computation_layout=\{\((.*?)\)->", prog).group(1)
+    nparams = len(re.findall(r"[a-z0-9]+\[[0-9,]*\]", layout))
+    if nparams != len(leaves):
+        raise RuntimeError(f"{name}: {nparams} ENTRY parameters for {len(leaves)} argument leaves")
     opt = relative_paths(lo.compile().as_text())
     outs = jax.tree.leaves(jf(*args))
     ratio = f64_error(f, args, outs, tol) if f64_check and tol > 0 else None
