@@ -41,7 +41,7 @@ def program(name, lib):
 def hlo_shape(a):
     a = np.asarray(a)
     t = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int32": "s32", "uint32": "u32", "bool": "pred",
-         "int8": "s8", "uint8": "u8"}[a.dtype.name]
+         "int8": "s8", "uint8": "u8", "int64": "s64"}[a.dtype.name]
     return f"{t}[{','.join(map(str, a.shape))}]"
 
 
@@ -407,6 +407,161 @@ def _():
     # keras computes in its floatx (float32) whatever the inputs, so the float64 check would be vacuous
     return step, (vals(model.trainable_variables), vals(model.non_trainable_variables), vals(opt.variables), X, Y), \
         1e-4, False
+
+@program("flax_nnx_adam_step", "flax.nnx MLP + nnx.Optimizer(optax.adam) training step (split/merge around jit)")
+def _():
+    class NMLP(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(16, 32, rngs=rngs)
+            self.l2 = nnx.Linear(32, 4, rngs=rngs)
+
+        def __call__(self, v):
+            return self.l2(nnx.relu(self.l1(v)))
+
+    model = NMLP(nnx.Rngs(0))
+    opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    gdef, state = nnx.split((model, opt))
+
+    def step(state, v, y):
+        model, opt = nnx.merge(gdef, state)
+        loss, g = nnx.value_and_grad(lambda m: jnp.mean((m(v) - y) ** 2))(model)
+        opt.update(model, g)
+        return loss, nnx.state((model, opt))
+    return step, (state, X, Y), 1e-4
+
+
+@program("flax_embed_dropout_adam", "flax.linen Embed + Dense + dropout (rng as an input) + optax.adam: gather "
+                                    "and its scatter-add gradient, random bits in the step")
+def _():
+    class Tok(nn.Module):
+        @nn.compact
+        def __call__(self, ids, train):
+            h = nn.Embed(20, 8)(ids)
+            h = nn.Dropout(0.25, deterministic=not train)(nn.tanh(nn.Dense(16)(h)))
+            return nn.Dense(20)(h.mean(axis=1))
+
+    ids = (np.arange(12).reshape(3, 4) * 7 % 20).astype(np.int32)
+    tok = Tok()
+    p = tok.init(KEY, ids, False)
+    tx = optax.adam(1e-2)
+    lab = np.array([1, 5, 7], np.int32)
+
+    def step(p, st, ids, lab, k):
+        def loss(q):
+            o = tok.apply(q, ids, True, rngs={"dropout": jax.random.wrap_key_data(k)})
+            return optax.softmax_cross_entropy_with_integer_labels(o, lab).mean()
+        l, g = jax.value_and_grad(loss)(p)
+        u, st2 = tx.update(g, st, p)
+        return l, optax.apply_updates(p, u), st2
+    # no float64 check: under x64 the dropout mask is drawn from float64 uniforms, another mask
+    return step, (p, tx.init(p), ids, lab, jax.random.key_data(jax.random.PRNGKey(3))), 1e-4, False
+
+
+@program("flax_conv_variants_grad", "flax.linen depthwise (feature_group_count), dilated, strided and transposed "
+                                    "convolutions, GroupNorm; gradient")
+def _():
+    class Convs(nn.Module):
+        @nn.compact
+        def __call__(self, v):
+            v = nn.Conv(6, (3, 3), feature_group_count=3)(v)
+            v = nn.GroupNorm(num_groups=2)(v)
+            v = nn.Conv(4, (3, 3), kernel_dilation=(2, 2))(nn.silu(v))
+            v = nn.Conv(4, (3, 3), strides=(2, 2))(v)
+            return nn.ConvTranspose(2, (3, 3), strides=(2, 2))(v)
+
+    c = Convs()
+    p = c.init(KEY, IMG)
+    return jax.value_and_grad(lambda q, v: jnp.mean(c.apply(q, v) ** 2)), (p, IMG), 1e-4
+
+
+@program("equinox_cnn_attention_adam", "equinox Conv2d, GroupNorm, MultiheadAttention, LayerNorm + optax.adam "
+                                       "(eqx.filter_value_and_grad)")
+def _():
+    k1, k2, k3 = jax.random.split(KEY, 3)
+
+    class Net(eqx.Module):
+        conv: eqx.nn.Conv2d
+        gn: eqx.nn.GroupNorm
+        mha: eqx.nn.MultiheadAttention
+        ln: eqx.nn.LayerNorm
+        out: eqx.nn.Linear
+
+        def __init__(self):
+            self.conv = eqx.nn.Conv2d(3, 8, 3, padding=1, key=k1)
+            self.gn = eqx.nn.GroupNorm(2, 8)
+            self.mha = eqx.nn.MultiheadAttention(2, 8, key=k2)
+            self.ln = eqx.nn.LayerNorm(8)
+            self.out = eqx.nn.Linear(8, 3, key=k3)
+
+        def __call__(self, img):  # img: [3, H, W]
+            h = jax.nn.relu(self.gn(self.conv(img)))
+            t = h.reshape(8, -1).T  # tokens [H*W, 8]
+            t = jax.vmap(self.ln)(t + self.mha(t, t, t))
+            return self.out(t.mean(0))
+
+    net = Net()
+    params, static = eqx.partition(net, eqx.is_array)
+    tx = optax.adam(1e-2)
+    imgs = np.transpose(IMG[:, :4, :4], (0, 3, 1, 2)).copy()
+    lab = np.array([0, 2], np.int32)
+
+    def step(q, st, v, lab):
+        def loss(q):
+            o = jax.vmap(eqx.combine(q, static))(v)
+            return optax.softmax_cross_entropy_with_integer_labels(o, lab).mean()
+        l, g = jax.value_and_grad(loss)(q)
+        u, st2 = tx.update(g, st, q)
+        return l, optax.apply_updates(q, u), st2
+    return step, (params, tx.init(params), imgs, lab), 1e-4
+
+
+@program("int8_quantized_matmul", "int8 weight/activation quantization (round, clip, convert), an s8 x s8 -> s32 "
+                                  "dot (preferred_element_type), dequantization")
+def _():
+    def quant(a, axis):
+        scale = jnp.max(jnp.abs(a), axis=axis, keepdims=True) / 127.0
+        return jnp.clip(jnp.round(a / scale), -127, 127).astype(jnp.int8), scale
+
+    def f(v, w):
+        qv, sv = quant(v, 1)
+        qw, sw = quant(w, 0)
+        acc = jax.lax.dot_general(qv, qw, (((1,), (0,)), ((), ())), preferred_element_type=jnp.int32)
+        return acc, acc.astype(jnp.float32) * sv * sw
+    return f, (X, R.randn(16, 8).astype(np.float32)), 1e-5
+
+
+@program("dot_product_attention_grad", "jax.nn.dot_product_attention (implementation='xla', causal, GQA: 4 query "
+                                       "heads over 2 key/value heads) and its gradient")
+def _():
+    q = R.randn(2, 8, 4, 8).astype(np.float32)
+    k = R.randn(2, 8, 2, 8).astype(np.float32)
+    v = R.randn(2, 8, 2, 8).astype(np.float32)
+
+    def f(q, k, v):
+        return jax.value_and_grad(lambda q, k, v: jnp.sum(jax.nn.dot_product_attention(
+            q, k, v, is_causal=True, implementation="xla") ** 2), argnums=(0, 1, 2))(q, k, v)
+    return f, (q, k, v), 1e-4
+
+
+@program("jnp_misc", "jax.ops.segment_sum, jnp.searchsorted, jnp.interp, lax.associative_scan, jax.image.resize "
+                     "(bilinear), jnp.cumsum, jnp.argsort")
+def _():
+    seg = (np.arange(8) % 3).astype(np.int32)
+
+    def f(v, seg):
+        xs = jnp.sort(v[0])
+        return (jax.ops.segment_sum(v, seg, num_segments=3), jnp.searchsorted(xs, v[1]),
+                jnp.interp(v[2], xs, jnp.arange(16.0)), jax.lax.associative_scan(jnp.add, v, axis=1),
+                jax.image.resize(v[:4, :4], (6, 7), "bilinear"), jnp.cumsum(v, axis=0), jnp.argsort(v[3]))
+    return f, (X, seg), 1e-5
+
+
+@program("flax_f16_mlp", "flax.linen MLP in float16 (f16 parameters and inputs), forward and loss")
+def _():
+    m = MLP()
+    p = jax.tree.map(lambda a: a.astype(jnp.float16), m.init(KEY, X))
+    return (lambda q, v, y: (m.apply(q, v), jnp.mean((m.apply(q, v).astype(jnp.float32) - y) ** 2))), \
+        (p, X.astype(np.float16), Y), 2e-3, False  # the float64 check widens f32 only
 
 
 def main():
