@@ -17,6 +17,7 @@
 #include "hlo/hlo.h"
 #include "ir/verify.h"
 #include "ref/ref.h"
+#include "util.h"
 
 
 static inline int case_run(const tpu_chip *chip, const char *dirpath, const char *cname, const char *file, int backend,
@@ -38,6 +39,15 @@ static inline int case_run(const tpu_chip *chip, const char *dirpath, const char
       fprintf(stderr, "  %s: %s\n", path, d.msg);
       ok = 0;
     }
+  }
+  /* an extra input file means the fixture and the program disagree (e.g. jit dropped an unused
+   * argument): which file feeds which parameter would be a guess */
+  snprintf(path, sizeof path, "%s/%s/in%d.npy", dirpath, cname, n);
+  FILE *extra = ok ? fopen(path, "rb") : NULL;
+  if (extra) {
+    fclose(extra);
+    fprintf(stderr, "  %s: more inputs than the %d ENTRY parameters\n", path, n);
+    ok = 0;
   }
   tpu_tensor res;
   memset(&res, 0, sizeof res);
@@ -115,6 +125,79 @@ static inline void case_tol(const char *dirpath, const char *cname, double *rtol
   if (r && r->kind == TPU_JSON_NUMBER) *rtol = r->num;
   if (a && a->kind == TPU_JSON_NUMBER) *atol = a->num;
   tpu_json_doc_free(&doc);
+}
+
+/* The known-failures list (tests/programs/known_failures.txt): one "CASE FILE BACKEND: why"
+ * per line, '#' lines are comments; CASE is a folder of tests/programs/cases or
+ * "conformance/NAME" for tests/conformance/cases. A listed run must fail and an unlisted one
+ * must pass; an entry that no run names is an error too, so the list stays true. */
+typedef struct {
+  char *text;   /* the file, with each entry's key cut at its ':' */
+  char **keys;  /* "CASE FILE BACKEND" of each entry */
+  int *seen;
+  int n;
+} case_known;
+
+static inline void case_known_load(const char *path, case_known *k) {
+  memset(k, 0, sizeof *k);
+  k->text = test_read_file(path);
+  if (!k->text) return;
+  int cap = 1;
+  for (const char *c = k->text; *c; c++) cap += *c == '\n';
+  k->keys = calloc((size_t)cap, sizeof *k->keys);
+  k->seen = calloc((size_t)cap, sizeof *k->seen);
+  if (!k->keys || !k->seen) return;
+  for (char *line = k->text; line && *line;) {
+    char *next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    char *colon = strchr(line, ':');
+    if (line[0] != '#' && line[0] && colon) {
+      *colon = 0;
+      k->keys[k->n++] = line;
+    }
+    line = next;
+  }
+}
+
+/* Checks one run against the list: returns 1 when it is as the list says (listed and failed,
+ * or unlisted and passed), printing why not otherwise. */
+static inline int case_known_expect(case_known *k, const char *cname, const char *file, int backend, int ok) {
+  char key[512];
+  snprintf(key, sizeof key, "%s %s %s", cname, file, backend ? "tpu" : "ref");
+  for (int i = 0; i < k->n; i++)
+    if (strcmp(k->keys[i], key) == 0) {
+      k->seen[i] = 1;
+      if (ok) fprintf(stderr, "  %s passes but is listed in known_failures.txt\n", key);
+      return !ok;
+    }
+  if (!ok) fprintf(stderr, "  %s fails and is not listed in known_failures.txt\n", key);
+  return ok;
+}
+
+/* Whether an entry belongs to a sweep: "conformance/..." entries to the conformance opt.hlo
+ * test (prefix "conformance/"), the others to the programs test (prefix ""). */
+static inline int case_known_mine(const char *key, const char *prefix) {
+  return *prefix ? strncmp(key, prefix, strlen(prefix)) == 0 : strchr(key, '/') == NULL;
+}
+
+/* The sweep's entries that no run named (each printed); *listed the sweep's entry count. */
+static inline int case_known_unseen(const case_known *k, const char *prefix, int *listed) {
+  int bad = 0;
+  *listed = 0;
+  for (int i = 0; i < k->n; i++) {
+    if (!case_known_mine(k->keys[i], prefix)) continue;
+    ++*listed;
+    if (k->seen[i]) continue;
+    fprintf(stderr, "  known_failures.txt names %s, which no run is\n", k->keys[i]);
+    bad++;
+  }
+  return bad;
+}
+
+static inline void case_known_free(case_known *k) {
+  free(k->text);
+  free(k->keys);
+  free(k->seen);
 }
 
 static inline int case_has(const char *dirpath, const char *cname, const char *file) {
