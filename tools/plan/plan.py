@@ -177,11 +177,16 @@ def state_bytes_per_chip(m, F, T):
 
 
 def meshes(m, n, a):
+    """(data, fsdp, tensor) with data * fsdp * tensor = n: powers of two, or the pinned sizes."""
     out = []
-    for t in pow2_upto(min(n, a.max_tensor)):
+    for t in ([a.tensor] if a.tensor else pow2_upto(min(n, a.max_tensor))):
+        if n % t:
+            continue
         if a.tensor and t != a.tensor:
             continue
-        for f in pow2_upto(n // t):
+        for f in ([a.fsdp] if a.fsdp else ([n // (t * a.data)] if a.data else pow2_upto(n // t))):
+            if n % (t * f):
+                continue
             d = n // (t * f)
             if a.fsdp and f != a.fsdp:
                 continue
@@ -302,7 +307,8 @@ def goodput(a, r, m, chip_hours_rate):
         return g
     mtbf = 3600.0 / (a.failure_rate * r["chips"])
     tau_opt = math.sqrt(2 * delta * mtbf)
-    every = a.checkpoint_every or max(1, round(tau_opt / r["step_s"]))
+    steps = math.ceil(m["train_tokens"] / m["batch_tokens"])
+    every = min(a.checkpoint_every or max(1, round(tau_opt / r["step_s"])), steps)
     tau = every * r["step_s"]
     restart = a.restart_min * 60
     denom = 1 - (tau / 2 + restart + delta / 2) / mtbf
@@ -521,8 +527,8 @@ def main(argv):
             die(f"error: --{k.replace('_', '-')} must be at least 1")
     for k in ("slice", "data", "fsdp", "tensor", "micro", "max_tensor"):
         v = getattr(a, k)
-        if v is not None and (v < 1 or v & (v - 1)):
-            die(f"error: --{k.replace('_', '-')} must be a power of two, not {v}")
+        if v is not None and v < 1:
+            die(f"error: --{k.replace('_', '-')} must be at least 1, not {v}")
     if a.failure_rate < 0 or a.storage_bw <= 0 or a.checkpoint_every < 0 or a.restart_min < 0:
         die("error: --failure-rate, --checkpoint-every and --restart-min must be >= 0, --storage-bw > 0")
     try:
