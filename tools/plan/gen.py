@@ -4,7 +4,9 @@ The program is what a JAX/MaxText step lowers to per chip after SPMD partitionin
   - an outer loop over microbatches (gradient accumulation), and in it
   - the embedding (a gather from the vocabulary-parallel table, summed over the tensor axis),
   - a forward loop over the layers (XLA's scan) that saves each layer's activations into
-    stacked buffers [L, ...] (with rematerialisation only the layer input), FSDP all-gathers
+    stacked buffers [L, ...] (with rematerialisation only the layer input; the residual
+    stream is saved split over the tensor axis, as MaxText shards activation_embed, and
+    all-gathered over it in the backward pass), FSDP all-gathers
     of each layer's weights over the fsdp axis, Megatron all-reduces over the tensor axis,
   - the LM head (vocabulary-parallel logits, a softmax over the vocabulary with all-reduces
     of the max and the sum over the tensor axis) and its gradient,
@@ -109,6 +111,8 @@ class Step:
             return f"{m['heads']} heads do not split over tensor {T}"
         if self.D % F:
             return f"d_model {self.D} does not split over fsdp {F}"
+        if self.Tm % T:
+            return f"{self.Tm} tokens per microbatch do not split over tensor {T}"
         if self.E:
             if self.E % T:
                 return f"{self.E} experts do not split over tensor {T}"
@@ -191,11 +195,12 @@ class Step:
     def saved(self):
         """Activations the forward loop keeps per layer: name -> (shape, dtype)."""
         Tm, D, A, bm, h, S = self.Tm, self.D, self.A, self.bm, self.h, self.S
-        s = {"x": ((Tm, D), self.cd)}
+        Tr = Tm // self.T  # residuals are kept split over the tensor axis (sequence parallelism)
+        s = {"x": ((Tr, D), self.cd)}
         if self.remat:
             return s
         s.update({"qkv": ((Tm, 3 * self.A), self.cd), "mx": ((bm, h, S), self.cd), "sm": ((bm, h, S), self.cd),
-                  "ctx": ((Tm, A), self.cd), "x1": ((Tm, D), self.cd)})
+                  "ctx": ((Tm, A), self.cd), "x1": ((Tr, D), self.cd)})
         if self.E:
             n = self.Et * self.T * self.C
             s.update({"ein": ((self.Et, self.T * self.C, D), self.cd), "up": ((self.Et, self.T * self.C, self.fw), self.cd),
@@ -451,7 +456,11 @@ class Step:
         y, act = self.forward_layer(g, "xin", W)
         news = []
         for nm, (s, dt) in sv.items():
-            self.layer_put(g, f"N.{nm}", f"S.{nm}", act[nm], s, "i", dt)
+            v = act[nm]
+            if nm in ("x", "x1") and self.T > 1:  # this chip's rows of the residual
+                g.e(f"{nm}.sp = {ty(dt, s)} slice({v}), slice={{[0:{s[0]}], [0:{s[1]}]}}")
+                v = f"{nm}.sp"
+            self.layer_put(g, f"N.{nm}", f"S.{nm}", v, s, "i", dt)
             news.append(f"N.{nm}")
         g.e("one = s32[] constant(1)")
         g.e("i1 = s32[] add(i, one)")
@@ -488,6 +497,9 @@ class Step:
         for nm, (s, dt) in sv.items():
             self.layer_slice(g, f"L.{nm}", f"S.{nm}", s, "j", dt)
             a[nm] = f"L.{nm}"
+            if nm in ("x", "x1") and self.T > 1:  # the residual's rows gathered back over tensor
+                self.ag_tp(g, f"L.{nm}.g", f"L.{nm}", s, (self.Tm, self.D))
+                a[nm] = f"L.{nm}.g"
         if self.remat:
             _, act = self.forward_layer(g, a["x"], W)
             a = act

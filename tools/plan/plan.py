@@ -240,7 +240,8 @@ def run_one(a, chip, cand, tmp, idx):
     rep = os.path.join(tmp, f"c{idx}.json")
     with open(path, "w") as fh:
         fh.write(st.module())
-    r = subprocess.run([a.tpusim, "run", path, "--mode", "timing", "--chip", chip["name"], "--quiet", "--report", rep],
+    r = subprocess.run([a.tpusim, "run", path, "--mode", "timing", "--chip", chip.get("spec", chip["name"]), "--quiet",
+                        "--report", rep],
                        capture_output=True, text=True)
     try:
         if r.returncode != 0:
@@ -257,6 +258,9 @@ def run_one(a, chip, cand, tmp, idx):
     peak = pod.get("hbm_peak_bytes_per_chip")
     if peak is None:  # one chip: the report has no pod section; the program header has the peak
         peak = hbm_peak_1chip(a, chip, st)
+    if peak > chip["hbm"]:  # --ignore-hbm: timed on a copy of the chip with more HBM
+        return {"status": "no-fit", "hbm_need": peak, "why": "HBM", "step_s": j["step"]["seconds"],
+                "hw_util": j["flops"]["mfu"], "hbm_peak": peak, "ici_wait": pod.get("ici_wait_fraction", 0.0)}
     return {"status": "ok", "step_s": j["step"]["seconds"], "hw_util": j["flops"]["mfu"], "hbm_peak": peak,
             "ici_wait": pod.get("ici_wait_fraction", 0.0), "topology": pod.get("topology", "1 chip")}
 
@@ -268,7 +272,7 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
     results = []
     state = state_bytes_per_chip(a.model, f, t)
     base = {"chip": chip["name"], "chips": n, "slice": slice_name(chip, n), "data": d, "fsdp": f, "tensor": t}
-    if state > chip["hbm"]:
+    if state > chip["hbm"] and not a.ignore_hbm:
         return [dict(base, micro=None, remat=None, status="no-fit", why="weights+optimizer",
                      hbm_need=int(state))]
     mos = micro_options(a.model, d, f, a)
@@ -284,7 +288,7 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
             r = run_one(a, chip, cand, tmp, idx)
             r.update(cand)
             last = r
-            if r["status"] != "no-fit":
+            if r["status"] != "no-fit" or a.ignore_hbm:
                 break
         if last is not None:
             results.append(last)
@@ -356,6 +360,14 @@ def pareto(rows):
 def plan(a):
     m = a.model
     chips = [load_chip(a.root, c) for c in a.chips.split(",")]
+    tmp0 = tempfile.mkdtemp(prefix="tpusim-plan-chips-")
+    if a.ignore_hbm:  # time every candidate, fitting or not: the chip with 1 PiB of HBM
+        for chip in chips:
+            j = json.load(open(os.path.join(a.root, "chips", chip["name"] + ".json")))
+            j["hbm_bytes"]["value"] = 1 << 50
+            j["hbm_bytes"]["note"] = "raised by tpusim plan --ignore-hbm: timing regardless of fit"
+            chip["spec"] = os.path.join(tmp0, chip["name"] + ".json")
+            json.dump(j, open(chip["spec"], "w"))
     prices = load_prices(a.root)
     tmp = tempfile.mkdtemp(prefix="tpusim-plan-")
     t0 = time.perf_counter()
@@ -372,6 +384,10 @@ def plan(a):
     with ThreadPoolExecutor(max_workers=a.jobs) as ex:
         for res in ex.map(lambda t: search_mesh(a, t[0], t[1], t[2], tmp, counter), tasks):
             rows.extend(res)
+    for c in chips:
+        if "spec" in c:
+            os.remove(c["spec"])
+    os.rmdir(tmp0)
     if not a.keep:
         try:
             os.rmdir(tmp)
@@ -519,6 +535,8 @@ def main(argv):
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--svg")
+    ap.add_argument("--ignore-hbm", action="store_true",
+                    help="time candidates that do not fit too (listed with the HBM they need; for validation)")
     ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     a.tpusim, a.root = tpusim, root
