@@ -176,6 +176,18 @@ def state_bytes_per_chip(m, F, T):
     return gen.param_count(m) * per / (F * T)
 
 
+def saved_bytes(m, cand):
+    """The activations the forward loop keeps for the backward (one copy): every layer's
+    saved tensors, which all live when the backward loop starts."""
+    st = gen.Step(m, cand)
+    if st.check():
+        return 0
+    tot = 0
+    for shape, dt in st.saved().values():
+        tot += math.prod(shape) * st.L * (2 if dt == "bf16" else 4)
+    return tot
+
+
 def meshes(m, n, a):
     """(data, fsdp, tensor) with data * fsdp * tensor = n: powers of two, or the pinned sizes."""
     out = []
@@ -284,6 +296,12 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
         last = None
         for mb in mos:
             cand = dict(base, micro=mb, remat=remat)
+            lb = state + saved_bytes(a.model, cand)
+            if lb > chip["hbm"] and not a.ignore_hbm and mb != mos[-1]:
+                continue  # a lower bound on what tpusim would find: not worth timing
+            if lb > chip["hbm"] and not a.ignore_hbm:
+                last = dict(cand, status="no-fit", why="activations", hbm_need=int(lb))
+                break
             idx = next(counter)
             r = run_one(a, chip, cand, tmp, idx)
             r.update(cand)
@@ -427,7 +445,7 @@ def plan(a):
     out = {"model": {k: m[k] for k in m}, "params": gen.param_count(m), "model_flops_per_token": mft,
            "pricing": a.pricing, "price_table": {"date": prices.get("date"), "note": prices.get("note")},
            "failure_rate_per_chip_hour": a.failure_rate, "storage_bw_gbps_per_chip": a.storage_bw,
-           "evaluated": sum(1 for r in rows if r["status"] in ("ok", "no-fit", "error")) , "host_s": host_s,
+           "evaluated": len(rows), "timed": next(counter) - 1, "host_s": host_s,
            "candidates": keep, "over_limits": [dict(r, limit=w) for r, w in over], "not_fit": bad,
            "pareto": [{"slice": r["slice"], "mesh": mesh_s(r), "wall_s": r["wall_s"], "cost": r["cost"]} for r in front]}
     if a.svg:
@@ -453,7 +471,7 @@ def text_report(a, out, keep, over, bad, front):
     w(f"  batch {m['batch_tokens']:,} tokens, train {m['train_tokens']:.4g} tokens "
       f"({math.ceil(m['train_tokens'] / m['batch_tokens']):,} steps), {m['dtype']}, {m['optimizer']}; "
       f"{out['model_flops_per_token'] / 1e9:.4g} GFLOP per token\n")
-    w(f"  {out['evaluated']} programs timed in {out['host_s']:.1f} s; pricing {a.pricing} "
+    w(f"  {out['evaluated']} candidates, {out['timed']} programs timed by tpusim in {out['host_s']:.1f} s; pricing {a.pricing} "
       f"(chips/prices.json, read {out['price_table']['date']})\n")
     if a.failure_rate:
         w(f"  goodput: {a.failure_rate:g} failures per chip-hour, checkpoints to storage at {a.storage_bw:g} GB/s per chip, "
@@ -487,8 +505,10 @@ def text_report(a, out, keep, over, bad, front):
     w(f"{len(nf)} do not fit HBM")
     if nf:
         st = sum(1 for r in nf if r["why"] == "weights+optimizer")
-        w(f" ({st} where the weights and optimizer state alone exceed a chip's HBM; {len(nf) - st} with every "
-          f"microbatch count tried, tpusim's buffer assignment over HBM)")
+        ac = sum(1 for r in nf if r["why"] == "activations")
+        w(f" ({st} where the weights and optimizer state alone exceed a chip's HBM, {ac} where they and the saved "
+          f"activations do at the most microbatches, {len(nf) - st - ac} over HBM in tpusim's buffer assignment "
+          f"at every microbatch count)")
     w(f"; {len(inv)} meshes do not divide the model or batch")
     if over:
         w(f"; {sum(1 for _, x in over if x == 'deadline')} over the deadline, {sum(1 for _, x in over if x == 'budget')} over the budget")
