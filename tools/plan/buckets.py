@@ -161,6 +161,8 @@ def main(argv):
             k += 1
     pad, per = evaluate(hist, sizes)
     waste = 1 - real / pad
+    if a.buckets:
+        one = max(sizes)
     pad_one = one * count
     row = a.pack_len or max(sizes)
     if row < longest:
@@ -174,7 +176,8 @@ def main(argv):
            "waste": waste, "padded_tokens": pad,
            "one_bucket": {"size": one, "padded_tokens": pad_one, "waste": 1 - real / pad_one},
            "compute_saved_vs_one_bucket": 1 - pad / pad_one,
-           "packing": {"row": row, "rows": rows, "waste": pack_waste}}
+           "packing": {"row": row, "rows": rows, "waste": pack_waste},
+           "target_met": a.buckets is not None or 100 * waste <= a.max_waste}
     if a.json:
         json.dump(res, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -185,6 +188,9 @@ def main(argv):
     what = "given" if a.buckets else f"fewest for waste <= {a.max_waste:g}% (multiples of {a.align})"
     w(f"buckets ({what}): {', '.join(str(s) for s in sizes)} -> padding waste {100 * waste:.1f}%, "
       f"{len(sizes)} compiled program(s)\n")
+    if not res["target_met"]:
+        w(f"  the target of {a.max_waste:g}% cannot be met with sizes in multiples of {a.align} (one bucket per "
+          f"size already); a smaller --align or packing gets closer\n")
     w(f"  {'size':>6} {'sequences':>10} {'share':>6} {'waste':>6}\n")
     for b in res["buckets"]:
         w(f"  {b['size']:>6} {b['sequences']:>10,} {100 * b['sequences'] / count:>5.1f}% {100 * b['waste']:>5.1f}%\n")

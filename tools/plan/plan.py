@@ -485,7 +485,7 @@ def text_report(a, out, keep, over, bad, front):
     w(hdr + "\n")
     for i, r in enumerate(keep[:a.top] if a.top else keep):
         line = (f"{i + 1:>3} {r['slice']:<10} {r['chips']:>5} {mesh_s(r):<11} {r['micro']:>3} {'on' if r['remat'] else 'off':<5} "
-                f"{fmt_bytes(r['hbm_peak']):>9} {r['step_s']:>8.3f} {100 * r['mfu']:>5.1f} {100 * r['ici_wait']:>5.1f} "
+                f"{fmt_bytes(r['hbm_peak']):>9} {r['step_s']:>8.4g} {100 * r['mfu']:>5.1f} {100 * r['ici_wait']:>5.1f} "
                 f"{r['tokens_per_s']:>9.3g} {fmt_days(r['wall_s']):>8} {fmt_usd(r['cost']):>11} "
                 f"{(r['usd_per_mtok'] if r['usd_per_mtok'] is not None else float('nan')):>7.3g}")
         if a.failure_rate:
