@@ -80,6 +80,9 @@ class Step:
         self.Vt = -(-V // T)
         self.Df = D // F
         self.remat = c["remat"]
+        # Weight all-gathers pipelined across layers (XLA's collective pipelining, what
+        # MaxText's async-collective flags give): layer i+1's gather runs during layer i.
+        self.pf = c.get("overlap", True) and F > 1
         NN = self.N
         self.g_tp = f"[{NN // T},{T}]<=[{NN}]"
         self.g_fsdp = f"[{R * T},{F}]<=[{R},{F},{T}]T(0,2,1)"
@@ -168,6 +171,20 @@ class Step:
         else:
             g.e(f"{out} = {ty(self.cd, full)} all-gather({out}.c), channel_id={self.chan()}, replica_groups={self.g_fsdp}, "
                 f"dimensions={{{fd}}}, use_global_device_ids=true")
+
+    def prefetch_start(self, g, lws, idx):
+        """all-gather-start of the weights of layer idx; prefetch_done finishes them."""
+        for nm, (full, fd) in self.lw.items():
+            sh = self.shard(full, fd)
+            self.layer_slice(g, f"pf.{nm}", f"W.{nm}", lws[nm], idx, "f32")
+            g.e(f"pf.{nm}.c = {ty(self.cd, sh)} convert(pf.{nm})")
+            g.e(f"pf.{nm}.st = ({ty(self.cd, sh)}, {ty(self.cd, full)}) all-gather-start(pf.{nm}.c), "
+                f"channel_id={self.chan()}, replica_groups={self.g_fsdp}, dimensions={{{fd}}}, use_global_device_ids=true")
+
+    def prefetch_done(self, g):
+        for nm, (full, fd) in self.lw.items():
+            g.e(f"PF.{nm} = {ty(self.cd, full)} all-gather-done(pf.{nm}.st)")
+        return [f"PF.{nm}" for nm in self.lw]
 
     def scatter_g(self, g, out, src, full, fd):
         """A full weight gradient (compute dtype) -> this chip's fsdp shard in f32."""
@@ -430,8 +447,9 @@ class Step:
         sv = self.saved()
         lws = {k: self.shard(s, fd) for k, (s, fd) in self.lw.items()}
         # Forward loop state: i, x, saved stacks..., layer weight stacks (f32 shards).
+        gl = [ty(cd, full) for full, _ in self.lw.values()] if self.pf else []  # this layer's gathered weights
         fst = ["s32[]", ty(cd, (Tm, D))] + [ty(dt, (L,) + s) for s, dt in sv.values()] + \
-              [ty("f32", (L,) + s) for s in lws.values()]
+              [ty("f32", (L,) + s) for s in lws.values()] + gl
         fst_t = "(" + ", ".join(fst) + ")"
         w(self.cond("fcond", fst_t, L))
         g = Gen()
@@ -449,10 +467,21 @@ class Step:
             k += 1
         self.common_consts(g)
         W = {}
-        for nm, (full, fd) in self.lw.items():
-            self.layer_slice(g, f"ws.{nm}", f"W.{nm}", lws[nm], "i", "f32")
-            self.gather_w(g, f"wg.{nm}", f"ws.{nm}", full, fd)
-            W[nm] = f"wg.{nm}"
+        if self.pf:
+            for nm, (full, fd) in self.lw.items():
+                g.e(f"G.{nm} = {ty(cd, full)} get-tuple-element(st), index={k}")
+                W[nm] = f"G.{nm}"
+                k += 1
+            g.e("pone = s32[] constant(1)")
+            g.e("pi1 = s32[] add(i, pone)")
+            g.e(f"plast = s32[] constant({L - 1})")
+            g.e("pnx = s32[] minimum(pi1, plast)")
+            self.prefetch_start(g, lws, "pnx")
+        else:
+            for nm, (full, fd) in self.lw.items():
+                self.layer_slice(g, f"ws.{nm}", f"W.{nm}", lws[nm], "i", "f32")
+                self.gather_w(g, f"wg.{nm}", f"ws.{nm}", full, fd)
+                W[nm] = f"wg.{nm}"
         y, act = self.forward_layer(g, "xin", W)
         news = []
         for nm, (s, dt) in sv.items():
@@ -464,11 +493,12 @@ class Step:
             news.append(f"N.{nm}")
         g.e("one = s32[] constant(1)")
         g.e("i1 = s32[] add(i, one)")
-        g.e(f"ROOT r = {fst_t} tuple(i1, {y}, {', '.join(news + ['W.' + n for n in lws])})")
+        pfd = self.prefetch_done(g) if self.pf else []
+        g.e(f"ROOT r = {fst_t} tuple(i1, {y}, {', '.join(news + ['W.' + n for n in lws] + pfd)})")
         w("fbody {\n" + "\n".join(g.lines) + "\n}\n")
         # Backward loop state: i, gx, saved stacks, weight stacks, gradient accumulators (f32).
         bst = ["s32[]", ty(cd, (Tm, D))] + [ty(dt, (L,) + s) for s, dt in sv.values()] + \
-              [ty("f32", (L,) + s) for s in lws.values()] + [ty("f32", (L,) + s) for s in lws.values()]
+              [ty("f32", (L,) + s) for s in lws.values()] + [ty("f32", (L,) + s) for s in lws.values()] + gl
         bst_t = "(" + ", ".join(bst) + ")"
         w(self.cond("bcond", bst_t, L))
         g = Gen()
@@ -489,10 +519,20 @@ class Step:
         g.e(f"lm1 = s32[] constant({L - 1})")
         g.e("j = s32[] subtract(lm1, i)")
         W = {}
-        for nm, (full, fd) in self.lw.items():
-            self.layer_slice(g, f"ws.{nm}", f"W.{nm}", lws[nm], "j", "f32")
-            self.gather_w(g, f"wg.{nm}", f"ws.{nm}", full, fd)
-            W[nm] = f"wg.{nm}"
+        if self.pf:
+            for nm, (full, fd) in self.lw.items():
+                g.e(f"G.{nm} = {ty(cd, full)} get-tuple-element(st), index={k}")
+                W[nm] = f"G.{nm}"
+                k += 1
+            g.e("pone = s32[] constant(1)")
+            g.e("pj1 = s32[] subtract(j, pone)")
+            g.e("pnx = s32[] maximum(pj1, zero)")
+            self.prefetch_start(g, lws, "pnx")
+        else:
+            for nm, (full, fd) in self.lw.items():
+                self.layer_slice(g, f"ws.{nm}", f"W.{nm}", lws[nm], "j", "f32")
+                self.gather_w(g, f"wg.{nm}", f"ws.{nm}", full, fd)
+                W[nm] = f"wg.{nm}"
         a = {}
         for nm, (s, dt) in sv.items():
             self.layer_slice(g, f"L.{nm}", f"S.{nm}", s, "j", dt)
@@ -513,7 +553,8 @@ class Step:
             newa.append(f"AN.{nm}")
         g.e("one = s32[] constant(1)")
         g.e("i1 = s32[] add(i, one)")
-        g.e(f"ROOT r = {bst_t} tuple(i1, {gx}, {', '.join(['S.' + n for n in sv] + ['W.' + n for n in lws] + newa)})")
+        pfd = self.prefetch_done(g) if self.pf else []
+        g.e(f"ROOT r = {bst_t} tuple(i1, {gx}, {', '.join(['S.' + n for n in sv] + ['W.' + n for n in lws] + newa + pfd)})")
         w("bbody {\n" + "\n".join(g.lines) + "\n}\n")
         # Microbatch loop: i, ids [mb, Tm, 1], layer weights, globals, accumulators of both.
         gws = {k2: self.shard(s, fd) for k2, (s, fd) in self.gw.items()}
@@ -618,7 +659,8 @@ class Step:
             g.e(f"zc.{nm} = {dt}[] constant(0)")
             self.bcast(g, f"Z.{nm}", f"zc.{nm}", (L,) + s, (), dt=dt)
             zs.append(f"Z.{nm}")
-        g.e(f"finit = {fst_t} tuple(zero, x0, {', '.join(zs + ['P.' + n for n in lws])})")
+        g0 = self.first_gather(g, lws, "zero", "f0") if self.pf else []
+        g.e(f"finit = {fst_t} tuple(zero, x0, {', '.join(zs + ['P.' + n for n in lws] + g0)})")
         g.e(f"floop = {fst_t} while(finit), condition=fcond, body=fbody, "
             f"backend_config={{\"known_trip_count\":{{\"n\":\"{L}\"}}}}")
         g.e(f"hL = {ty(cd, (Tm, D))} get-tuple-element(floop), index=1")
@@ -648,7 +690,10 @@ class Step:
             g.e(f"zb.{nm} = f32[] constant(0)")
             self.bcast(g, f"ZB.{nm}", f"zb.{nm}", (L,) + s, (), dt="f32")
             zs.append(f"ZB.{nm}")
-        g.e(f"binit = {bst_t} tuple(zero, gh, {', '.join(list(sk.values()) + ['P.' + n for n in lws] + zs)})")
+        if self.pf:
+            g.e(f"blast = s32[] constant({L - 1})")
+        g0 = self.first_gather(g, lws, "blast", "b0") if self.pf else []
+        g.e(f"binit = {bst_t} tuple(zero, gh, {', '.join(list(sk.values()) + ['P.' + n for n in lws] + zs + g0)})")
         g.e(f"bloop = {bst_t} while(binit), condition=bcond, body=bbody, "
             f"backend_config={{\"known_trip_count\":{{\"n\":\"{L}\"}}}}")
         g.e(f"gx0 = {ty(cd, (Tm, D))} get-tuple-element(bloop), index=1")
@@ -671,6 +716,15 @@ class Step:
         g.e("i1 = s32[] add(i, one)")
         g.e(f"ROOT r = {mst_t} tuple(i1, ids, {', '.join(['P.' + n for n in names] + news)})")
         return g
+
+    def first_gather(self, g, lws, idx, tag):
+        """The first layer's weights, gathered before its loop starts."""
+        out = []
+        for nm, (full, fd) in self.lw.items():
+            self.layer_slice(g, f"{tag}.{nm}", f"P.{nm}", lws[nm], idx, "f32")
+            self.gather_w(g, f"{tag}g.{nm}", f"{tag}.{nm}", full, fd)
+            out.append(f"{tag}g.{nm}")
+        return out
 
     def common_consts(self, g):
         g.e("zero = s32[] constant(0)")
