@@ -293,23 +293,36 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
         return [dict(base, micro=None, remat=None, status="invalid",
                      why=f"global batch of {B} sequences does not split over data x fsdp = {d * f}")]
     for remat in ([a.remat == "on"] if a.remat != "both" else [False, True]):
-        last = None
-        for mb in mos:
-            cand = dict(base, micro=mb, remat=remat)
-            lb = state + saved_bytes(a.model, cand)
-            if lb > chip["hbm"] and not a.ignore_hbm and mb != mos[-1]:
-                continue  # a lower bound on what tpusim would find: not worth timing
-            if lb > chip["hbm"] and not a.ignore_hbm:
-                last = dict(cand, status="no-fit", why="activations", hbm_need=int(lb))
-                break
-            idx = next(counter)
-            r = run_one(a, chip, cand, tmp, idx)
-            r.update(cand)
-            last = r
-            if r["status"] != "no-fit" or a.ignore_hbm:
-                break
-        if last is not None:
-            results.append(last)
+        # The fewest microbatches that fit: more only shrink the activations, so the first
+        # fit is found by bisection, after skipping counts whose lower bound (state and
+        # saved activations) is already over HBM.
+        lo = 0
+        while lo < len(mos) - 1 and not a.ignore_hbm and \
+                state + saved_bytes(a.model, dict(base, micro=mos[lo], remat=remat)) > chip["hbm"]:
+            lo += 1
+        cand = dict(base, micro=mos[lo], remat=remat)
+        lb = state + saved_bytes(a.model, cand)
+        if lb > chip["hbm"] and not a.ignore_hbm:
+            results.append(dict(cand, status="no-fit", why="activations", hbm_need=int(lb)))
+            continue
+        tried = {}
+
+        def run(i):
+            if i not in tried:
+                c = dict(base, micro=mos[i], remat=remat)
+                r = run_one(a, chip, c, tmp, next(counter))
+                r.update(c)
+                tried[i] = r
+            return tried[i]
+
+        hi = len(mos) - 1 if not a.ignore_hbm else lo
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if run(mid)["status"] == "no-fit":
+                lo = mid + 1
+            else:
+                hi = mid
+        results.append(run(lo))
     return results
 
 
