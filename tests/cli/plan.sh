@@ -100,6 +100,7 @@ check_err() { # file pattern
 }
 check_err $D/badtype.json "^$D/badtype.json:3:14: error: 'd_model' must be a number"
 check_err $D/malformed.json "^$D/malformed.json:4:1: error: "
+check_err $D/unknown.json "^$D/unknown.json:2:3: error: unknown field 'width'"
 check_err $D/missing.json "^$D/missing.json:1:1: error: missing field 'layers'"
 check_err $T/none.json "^$T/none.json:1:1: error: cannot read"
 "$BIN" plan $D/tiny.json --chips v9 > "$T/out" 2> "$T/err"

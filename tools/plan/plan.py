@@ -55,12 +55,12 @@ FIELDS = {  # name: (type, required, check)
 WANT = {"dtype": "bf16 or f32", "optimizer": "adam or sgd", "mlp_kind": "gelu or swiglu"}
 
 
-def where(text, key):
-    """line:col of the value of "key" in a JSON text (1-based), or 1:1."""
+def where(text, key, at_key=False):
+    """line:col of the value of "key" (or of the key) in a JSON text (1-based), or 1:1."""
     m = re.search(r'"%s"\s*:\s*' % re.escape(key), text)
     if not m:
         return 1, 1
-    pos = m.end()
+    pos = m.start() if at_key else m.end()
     line = text.count("\n", 0, pos) + 1
     col = pos - (text.rfind("\n", 0, pos) + 1) + 1
     return line, col
@@ -79,8 +79,8 @@ def load_model(path):
         raise InputError(f"{path}:1:1: error: the model file must hold one JSON object")
     for k in m:
         if k not in FIELDS:
-            line, col = where(text, k)
-            raise InputError(f"{path}:{line}:{col - 3 - len(k)}: error: unknown field '{k}' (fields: {', '.join(FIELDS)})")
+            line, col = where(text, k, at_key=True)
+            raise InputError(f"{path}:{line}:{col}: error: unknown field '{k}' (fields: {', '.join(FIELDS)})")
     for k, (t, req, chk) in FIELDS.items():
         if k not in m:
             if req:
@@ -328,7 +328,7 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
 
 # --- goodput -------------------------------------------------------------------------------
 
-def goodput(a, r, m, chip_hours_rate):
+def goodput(a, r, m):
     """Expected wall time under failures (first order, Young/Daly): checkpoints of delta s
     every tau s, failures at rate n*lambda per hour; each costs a restart plus tau/2 of
     recomputation on average."""
@@ -437,7 +437,7 @@ def plan(a):
         r["tflops_per_chip"] = mft * m["batch_tokens"] / (r["step_s"] * r["chips"]) / 1e12
         price, pstat = price_of(prices, r["chip"], a.pricing)
         r["price_per_chip_hour"], r["price_status"] = price, pstat
-        r.update(goodput(a, r, m, price))
+        r.update(goodput(a, r, m))
         r["steps"] = math.ceil(m["train_tokens"] / m["batch_tokens"])
         r["cost"] = None if price is None else price * r["chips"] * r["wall_s"] / 3600
         r["usd_per_mtok"] = None if price is None else price * r["chips"] / 3600 / r["tokens_per_s"] * 1e6
@@ -464,11 +464,22 @@ def plan(a):
     if a.svg:
         svg.plot(a.svg, keep, front, m["name"], a.pricing)
     if a.json:
-        json.dump(out, sys.stdout, indent=1, default=lambda x: None)
+        json.dump(finite(out), sys.stdout, indent=1, default=lambda x: None)
         sys.stdout.write("\n")
     else:
         text_report(a, out, keep, over, bad, front)
     return 0 if keep else 1
+
+
+def finite(x):
+    """JSON has no infinity: a run that never finishes (failures faster than checkpoints) is null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [finite(v) for v in x]
+    return x
 
 
 def mesh_s(r):
