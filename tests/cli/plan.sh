@@ -74,6 +74,17 @@ n = json.load(open('$T/never.json'))['candidates'][0]
 assert e['lost_s'] > o['lost_s'] and n['lost_s'] > o['lost_s'], (e['lost_s'], o['lost_s'], n['lost_s'])
 " || fail "checkpointing every step does not lose more than the Young/Daly interval"
 
+# Eight microbatches timed from one- and two-iteration programs equal the whole loop timed.
+P="--chips v5p --slice 8 --fsdp 4 --tensor 2 --micro 8 --remat on --json"
+# shellcheck disable=SC2086
+"$BIN" plan $D/tiny.json $P > "$T/x.json" && "$BIN" plan $D/tiny.json $P --exact > "$T/e.json" || fail "micro 8 plans failed"
+python3 -c "
+import json
+x = json.load(open('$T/x.json'))['candidates'][0]; e = json.load(open('$T/e.json'))['candidates'][0]
+assert x['micro'] == 8 and abs(x['step_s'] - e['step_s']) <= 1e-12 * e['step_s'], (x['step_s'], e['step_s'])
+assert x['hbm_peak'] == e['hbm_peak'] and abs(x['ici_wait'] - e['ici_wait']) < 1e-9, (x, e)
+" || fail "extrapolated microbatch timing differs from the whole loop's"
+
 # Limits: a budget below every candidate leaves none (exit 1); a model too big for one v5e chip.
 "$BIN" plan $D/tiny.json --chips v5e --max-chips 4 --budget 0.0001 > "$T/out" 2>&1
 [ $? -eq 1 ] || fail "an impossible budget did not exit 1"

@@ -62,6 +62,9 @@ class Step:
         self.b = B // (R * F)
         self.mb = c["micro"]
         self.bm = self.b // self.mb
+        # The microbatch loop's trip count: the microbatches, or fewer for timing by
+        # extrapolation (every iteration is the same program on the same shapes).
+        self.trips = c.get("trips", self.mb)
         self.Tm = self.bm * S
         self.h = H // T
         self.hd = hd
@@ -563,7 +566,7 @@ class Step:
               [ty("f32", s) for s in gws.values()] + [ty("f32", (L,) + s) for s in lws.values()] + \
               [ty("f32", s) for s in gws.values()]
         mst_t = "(" + ", ".join(mst) + ")"
-        w(self.cond("mcond", mst_t, self.mb))
+        w(self.cond("mcond", mst_t, self.trips))
         w("mbody {\n" + "\n".join(self.micro_body(mst_t, lws, gws, sv, fst_t, bst_t).lines) + "\n}\n")
         # Entry: the microbatch loop, the data all-reduce, the optimizer.
         g = Gen()
@@ -588,7 +591,7 @@ class Step:
             self.bcast(g, f"Z.{nm}", "zf", full, (), dt="f32")
         g.e(f"minit = {mst_t} tuple(z, ids, {', '.join(['P.' + n for n in P] + ['Z.' + n for n in P])})")
         g.e(f"mloop = {mst_t} while(minit), condition=mcond, body=mbody, "
-            f"backend_config={{\"known_trip_count\":{{\"n\":\"{self.mb}\"}}}}")
+            f"backend_config={{\"known_trip_count\":{{\"n\":\"{self.trips}\"}}}}")
         outs = []
         for k2, (nm, full) in enumerate(P.items()):
             g.e(f"GA.{nm} = {ty('f32', full)} get-tuple-element(mloop), index={2 + len(P) + k2}")
