@@ -10,6 +10,7 @@ int tpu_cli_fmt(int argc, char **argv);
 int tpu_cli_chips(int argc, char **argv);
 int tpu_cli_systolic(int argc, char **argv);
 int tpu_cli_compile(int argc, char **argv);
+int tpu_cli_plan(int argc, char **argv);
 
 /* Prints a diagnostic as one line on stderr; returns 2. */
 int tpu_cli_report(const tpu_diag *d);

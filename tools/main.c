@@ -16,6 +16,7 @@ static const verb k_verbs[] = {
     {"fmt", tpu_cli_fmt, "parse, verify and print an HLO module in canonical form"},
     {"chips", tpu_cli_chips, "list the chip presets with their peak figures"},
     {"systolic", tpu_cli_systolic, "simulate a systolic array (SCALE-Sim compatible inputs)"},
+    {"plan", tpu_cli_plan, "rank chips, slices and shardings for training a model by time and cost"},
 };
 
 static void usage(FILE *f) {

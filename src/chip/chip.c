@@ -131,6 +131,7 @@ static int list_dir(const char *dir, tpu_chip_presets *out) {
   while ((e = readdir(dp)) && out->count < TPU_CHIP_MAX_PRESETS) {
     size_t len = strlen(e->d_name);
     if (len <= 5 || len - 5 >= sizeof out->names[0] || strcmp(e->d_name + len - 5, ".json")) continue;
+    if (!strcmp(e->d_name, "prices.json")) continue; /* the planner's price table, not a chip */
     char full[1024];
     snprintf(full, sizeof full, "%.700s/%.255s", dir, e->d_name);
     if (!is_file(full)) continue;

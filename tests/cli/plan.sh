@@ -1,0 +1,145 @@
+#!/bin/sh
+# tpusim plan: a tiny model over a few candidates (ranked table, JSON whose figures are
+# recomputed here from their definitions, the Pareto front checked for dominance, goodput's
+# Young/Daly interval, the SVG, budget and fit limits), an MoE model, one-line errors with
+# file:line:col for bad model files, and `plan buckets` (the seed's 84 % waste, the fewest
+# buckets checked against brute force). Needs python3 (skips with 77 without it).
+set -u
+BIN="$1"
+command -v python3 > /dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+D=tests/cli/plan
+
+# Text: a ranked table, the fit summary and the Pareto front.
+"$BIN" plan $D/tiny.json --chips v5e,v5p --max-chips 8 --top 3 --svg "$T/p.svg" > "$T/out" 2> "$T/err" ||
+  fail "plan exited $?: $(cat "$T/err")"
+for pat in "^model tiny: 0.0021B parameters" "^ *# slice +chips mesh dxfxt" "^  1 v5[ep]-" "do not fit HBM" \
+  "^Pareto front" "^plot: $T/p.svg"; do
+  grep -Eq "$pat" "$T/out" || fail "plan output lacks /$pat/"
+done
+head -c 400 "$T/p.svg" | grep -q "<svg" || fail "no SVG written"
+
+# JSON: every figure recomputed from its definition.
+"$BIN" plan $D/tiny.json --chips v5e,v5p --max-chips 8 --json --failure-rate 0.01 --storage-bw 0.05 \
+  > "$T/j.json" 2> "$T/err" || fail "plan --json exited $?: $(cat "$T/err")"
+python3 - "$T/j.json" chips/prices.json chips/v5e.json chips/v5p.json > "$T/chk" 2>&1 << 'PY' || fail "JSON checks: $(cat "$T/chk")"
+import json, math, sys
+j = json.load(open(sys.argv[1])); prices = json.load(open(sys.argv[2]))
+chips = {c["name"]: c for c in (json.load(open(p)) for p in sys.argv[3:])}
+m = j["model"]; c = j["candidates"]
+assert len(c) >= 8, len(c)
+costs = [r["cost"] for r in c]
+assert costs == sorted(costs), "not ranked by cost"
+steps = math.ceil(m["train_tokens"] / m["batch_tokens"])
+for r in c:
+    ch = chips[r["chip"]]
+    assert r["data"] * r["fsdp"] * r["tensor"] == r["chips"], r
+    assert 0 < r["hbm_peak"] <= ch["hbm_bytes"]["value"], r
+    assert abs(r["tokens_per_s"] - m["batch_tokens"] / r["step_s"]) < 1e-6 * r["tokens_per_s"]
+    mfu = j["model_flops_per_token"] * m["batch_tokens"] / (r["step_s"] * r["chips"] * ch["peak_bf16_flops"]["value"])
+    assert abs(r["mfu"] - mfu) < 1e-9 and 0 < mfu < 1, (r["mfu"], mfu)
+    price = prices["chips"][r["chip"]]["on-demand"]["usd_per_chip_hour"]
+    assert abs(r["cost"] - price * r["chips"] * r["wall_s"] / 3600) < 1e-9 * r["cost"]
+    # Goodput: Young/Daly tau = sqrt(2 delta MTBF); delta = checkpoint bytes / (chips x bw).
+    delta = j["params"] * 12 / (r["chips"] * 0.05e9)
+    mtbf = 3600 / (0.01 * r["chips"])
+    assert abs(r["checkpoint_s"] - delta) < 1e-9 * delta and abs(r["mtbf_s"] - mtbf) < 1e-6 * mtbf
+    assert r["optimal_every_steps"] == max(1, round(math.sqrt(2 * delta * mtbf) / r["step_s"])), r
+    assert r["wall_s"] > r["compute_s"] == steps * r["step_s"] and r["lost_s"] > 0
+# The Pareto front: no candidate is at least as fast and as cheap and better in one.
+front = [r for r in c if r.get("pareto")]
+assert front and len(front) == len(j["pareto"])
+for f in front:
+    for r in c:
+        assert not (r["wall_s"] <= f["wall_s"] and r["cost"] <= f["cost"] and (r["wall_s"], r["cost"]) != (f["wall_s"], f["cost"])), (f, r)
+for r in c:
+    if not r.get("pareto"):
+        assert any(f["wall_s"] <= r["wall_s"] and f["cost"] <= r["cost"] for f in front), r
+print("ok")
+PY
+
+# Checkpointing every step, or once at the end, loses more time than the Young/Daly interval.
+G="--chips v5p --slice 4 --tensor 1 --fsdp 4 --micro 1 --remat on --json --failure-rate 10 --storage-bw 0.001 --restart-min 0"
+# shellcheck disable=SC2086
+"$BIN" plan $D/tiny.json $G > "$T/opt.json" && "$BIN" plan $D/tiny.json $G --checkpoint-every 1 > "$T/one.json" &&
+  "$BIN" plan $D/tiny.json $G --checkpoint-every 100000000 > "$T/never.json" || fail "pinned plans failed"
+python3 -c "
+import json, sys
+o = json.load(open('$T/opt.json'))['candidates'][0]; e = json.load(open('$T/one.json'))['candidates'][0]
+assert e['every_steps'] == 1 and o['every_steps'] == o['optimal_every_steps'] > 1, (o['every_steps'], e['every_steps'])
+n = json.load(open('$T/never.json'))['candidates'][0]
+assert e['lost_s'] > o['lost_s'] and n['lost_s'] > o['lost_s'], (e['lost_s'], o['lost_s'], n['lost_s'])
+" || fail "checkpointing every step does not lose more than the Young/Daly interval"
+
+# Eight microbatches timed from one- and two-iteration programs equal the whole loop timed.
+P="--chips v5p --slice 8 --fsdp 4 --tensor 2 --micro 8 --remat on --json"
+# shellcheck disable=SC2086
+"$BIN" plan $D/tiny.json $P > "$T/x.json" && "$BIN" plan $D/tiny.json $P --exact > "$T/e.json" || fail "micro 8 plans failed"
+python3 -c "
+import json
+x = json.load(open('$T/x.json'))['candidates'][0]; e = json.load(open('$T/e.json'))['candidates'][0]
+assert x['micro'] == 8 and abs(x['step_s'] - e['step_s']) <= 1e-12 * e['step_s'], (x['step_s'], e['step_s'])
+assert x['hbm_peak'] == e['hbm_peak'] and abs(x['ici_wait'] - e['ici_wait']) < 1e-9, (x, e)
+" || fail "extrapolated microbatch timing differs from the whole loop's"
+
+# Limits: a budget below every candidate leaves none (exit 1); a model too big for one v5e chip.
+"$BIN" plan $D/tiny.json --chips v5e --max-chips 4 --budget 0.0001 > "$T/out" 2>&1
+[ $? -eq 1 ] || fail "an impossible budget did not exit 1"
+grep -q "over the budget" "$T/out" || fail "no count of candidates over the budget"
+"$BIN" plan $D/fat.json --chips v5e --max-chips 1 > "$T/out" 2>&1
+[ $? -eq 1 ] || fail "a model that fits no v5e-1 did not exit 1"
+grep -q "no candidate fits" "$T/out" && grep -Eq "^1 do not fit HBM \(1 where the weights and optimizer" "$T/out" ||
+  fail "the fat model's misfit is not explained: $(cat "$T/out")"
+
+# MoE: experts over the tensor axis (all-to-alls in the program).
+"$BIN" plan $D/moe.json --chips v5p --slice 8 --json > "$T/moe.json" 2> "$T/err" || fail "MoE plan exited $?: $(cat "$T/err")"
+python3 -c "
+import json; j = json.load(open('$T/moe.json'))
+assert j['model']['experts'] == 4 and any(r['tensor'] == 2 for r in j['candidates']), j['candidates'][:1]
+" || fail "MoE candidates missing"
+
+# Bad input: one line, file:line:col, exit 2, nothing on stdout.
+check_err() { # file pattern
+  "$BIN" plan "$1" > "$T/out" 2> "$T/err"
+  rc=$?
+  [ $rc -eq 2 ] || fail "$1: exit $rc, not 2"
+  [ -s "$T/out" ] && fail "$1: wrote output"
+  [ "$(wc -l < "$T/err")" -eq 1 ] && grep -Eq "$2" "$T/err" || fail "$1: error is '$(cat "$T/err")', not /$2/"
+}
+check_err $D/badtype.json "^$D/badtype.json:3:14: error: 'd_model' must be a number"
+check_err $D/malformed.json "^$D/malformed.json:4:1: error: "
+check_err $D/unknown.json "^$D/unknown.json:2:3: error: unknown field 'width'"
+check_err $D/missing.json "^$D/missing.json:1:1: error: missing field 'layers'"
+check_err $T/none.json "^$T/none.json:1:1: error: cannot read"
+"$BIN" plan $D/tiny.json --chips v9 > "$T/out" 2> "$T/err"
+[ $? -eq 2 ] && grep -q "unknown chip 'v9'" "$T/err" || fail "an unknown chip is not refused: $(cat "$T/err")"
+
+# Buckets: the seed's example — a 128 bucket for sequences averaging 20 wastes 84 %.
+"$BIN" plan buckets $D/mean20.txt --buckets 128 > "$T/out" 2> "$T/err" || fail "buckets exited $?"
+grep -q "mean length 20.00" "$T/out" && grep -q "128 -> padding waste 84.4%" "$T/out" ||
+  fail "the 84 % example: $(cat "$T/out")"
+"$BIN" plan buckets $D/mean20.txt --align 1 --max-waste 10 --json > "$T/b.json" || fail "buckets --json exited $?"
+python3 - "$T/b.json" > "$T/chk" 2>&1 << 'PY' || fail "bucket checks: $(cat "$T/chk")"
+import itertools, json, sys
+b = json.load(open(sys.argv[1]))
+L = list(range(5, 36)); real = sum(L)
+def waste(sizes):
+    return 1 - real / sum(min(s for s in sizes if s >= x) for x in L)
+sizes = [x["size"] for x in b["buckets"]]
+assert abs(b["waste"] - waste(sizes)) < 1e-12 and b["waste"] <= 0.10, b
+k = len(sizes)
+# Brute force: no k-1 sizes meet 10 %, and no k sizes waste less.
+assert all(waste(s + (35,)) > 0.10 for s in itertools.combinations(L[:-1], k - 2)), "fewer buckets would do"
+assert min(waste(s + (35,)) for s in itertools.combinations(L[:-1], k - 1)) >= b["waste"] - 1e-12, "not optimal"
+assert b["packing"]["rows"] * b["packing"]["row"] >= real
+print("ok")
+PY
+"$BIN" plan buckets $D/badlengths.txt > "$T/out" 2> "$T/err"
+[ $? -eq 2 ] && grep -q "^$D/badlengths.txt:3:3: error: 'x' is not a positive whole number" "$T/err" ||
+  fail "a bad lengths line: $(cat "$T/err")"
+
+[ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "plan: all checks passed"

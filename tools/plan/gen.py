@@ -1,0 +1,762 @@
+"""gen.py: one chip's training step of a transformer as HLO text, for a mesh data x fsdp x tensor.
+
+The program is what a JAX/MaxText step lowers to per chip after SPMD partitioning:
+  - an outer loop over microbatches (gradient accumulation), and in it
+  - the embedding (a gather from the vocabulary-parallel table, summed over the tensor axis),
+  - a forward loop over the layers (XLA's scan) that saves each layer's activations into
+    stacked buffers [L, ...] (with rematerialisation only the layer input; the residual
+    stream is saved split over the tensor axis, as MaxText shards activation_embed, and
+    all-gathered over it in the backward pass), FSDP all-gathers
+    of each layer's weights over the fsdp axis, Megatron all-reduces over the tensor axis,
+  - the LM head (vocabulary-parallel logits, a softmax over the vocabulary with all-reduces
+    of the max and the sum over the tensor axis) and its gradient,
+  - a backward loop over the layers in reverse: the weights gathered again, the forward
+    recomputed when remat is on, two matmuls per forward matmul, attention's backward in the
+    flash style (the probabilities recomputed from q, k and the saved max and sum), the
+    tensor all-reduces of the activation gradients and a reduce-scatter of each weight
+    gradient over fsdp, added to f32 accumulators;
+  - after the microbatches: an all-reduce of the accumulated gradients over the data axis,
+    and the optimizer (Adam: two f32 moments; SGD) on each chip's f32 parameter shards.
+Device id = (data_rank * fsdp + fsdp_rank) * tensor + tensor_rank: the tensor axis is the
+fastest, so its groups are neighbours on the slice's x axis.
+
+Not modelled: layer norms, rotary embeddings, the causal mask's saving (attention is
+computed in full, as MaxText counts its FLOPs), dropout, the loss's one-hot term.
+MoE layers (experts > 0): experts split over the tensor axis (expert parallelism); each
+chip routes its 1/tensor of the tokens with top-k copies, capacity factor 1, through two
+all-to-alls over the tensor axis, and the tokens are all-gathered back over it."""
+
+
+class Gen:
+    def __init__(self):
+        self.lines = []
+        self.n = 0
+
+    def e(self, s):
+        self.lines.append("  " + s)
+
+    def name(self, base):
+        self.n += 1
+        return f"{base}.{self.n}"
+
+
+def dims(shape):
+    return ",".join(str(x) for x in shape)
+
+
+def ty(dt, shape):
+    return f"{dt}[{dims(shape)}]"
+
+
+class Step:
+    """The per-chip program for model m (a dict, see plan.py) and candidate c."""
+
+    def __init__(self, m, c):
+        self.m, self.c = m, c
+        self.cd = "bf16" if m["dtype"] == "bf16" else "f32"  # compute dtype
+        R, F, T = c["data"], c["fsdp"], c["tensor"]
+        self.R, self.F, self.T, self.N = R, F, T, R * F * T
+        L, D, H, hd, ffn, V, S = (m["layers"], m["d_model"], m["heads"], m["head_dim"], m["mlp"], m["vocab"], m["seq"])
+        self.L, self.D, self.S = L, D, S
+        B = m["batch_tokens"] // S
+        self.b = B // (R * F)
+        self.mb = c["micro"]
+        self.bm = self.b // self.mb
+        # The microbatch loop's trip count: the microbatches, or fewer for timing by
+        # extrapolation (every iteration is the same program on the same shapes).
+        self.trips = c.get("trips", self.mb)
+        self.Tm = self.bm * S
+        self.h = H // T
+        self.hd = hd
+        self.A = self.h * hd
+        self.glu = m.get("mlp_kind", "gelu") == "swiglu"
+        self.E = m.get("experts", 0)
+        self.K = m.get("top_k", 0)
+        if self.E:
+            self.Et = self.E // T
+            self.f = ffn                     # each expert whole on its chip
+            self.Ts = self.Tm // T           # tokens this chip routes
+            self.C = self.Ts * self.K // self.E  # capacity per expert per source chip (factor 1)
+        else:
+            self.f = ffn // T
+        self.fw = 2 * self.f if self.glu else self.f
+        self.Vt = -(-V // T)
+        self.Df = D // F
+        self.remat = c["remat"]
+        # Weight all-gathers pipelined across layers (XLA's collective pipelining, what
+        # MaxText's async-collective flags give): layer i+1's gather runs during layer i.
+        self.pf = c.get("overlap", True) and F > 1
+        NN = self.N
+        self.g_tp = f"[{NN // T},{T}]<=[{NN}]"
+        self.g_fsdp = f"[{R * T},{F}]<=[{R},{F},{T}]T(0,2,1)"
+        self.g_data = f"[{F * T},{R}]<=[{R},{F},{T}]T(1,2,0)"
+        self.ch = 0
+        # Parameters: name -> (full per-layer shape after the tensor split, fsdp dim or None).
+        D_, A, fw, f = D, self.A, self.fw, self.f
+        lw = {"wqkv": ((D_, 3 * A), 0), "wo": ((A, D_), 1)}
+        if self.E:
+            lw["wr"] = ((D_, self.E), 0)
+            lw["w1"] = ((self.Et, D_, fw), 1)
+            lw["w2"] = ((self.Et, f, D_), 2)
+        else:
+            lw["w1"] = ((D_, fw), 0)
+            lw["w2"] = ((f, D_), 1)
+        self.lw = lw
+        self.gw = {"emb": ((self.Vt, D_), 1), "wout": ((D_, self.Vt), 0)}
+
+    def check(self):
+        """Why this candidate cannot be built, or None."""
+        m, c = self.m, self.c
+        R, F, T = self.R, self.F, self.T
+        B = m["batch_tokens"] // m["seq"]
+        if B % (R * F):
+            return f"global batch of {B} sequences does not split over data x fsdp = {R * F}"
+        if self.b % self.mb:
+            return f"{self.b} sequences per chip do not split into {self.mb} microbatches"
+        if m["heads"] % T:
+            return f"{m['heads']} heads do not split over tensor {T}"
+        if self.D % F:
+            return f"d_model {self.D} does not split over fsdp {F}"
+        if self.Tm % T:
+            return f"{self.Tm} tokens per microbatch do not split over tensor {T}"
+        if self.E:
+            if self.E % T:
+                return f"{self.E} experts do not split over tensor {T}"
+            if self.Tm % T or (self.Ts * self.K) % self.E:
+                return f"{self.Tm} tokens per microbatch do not route evenly to {self.E} experts"
+        elif m["mlp"] % T:
+            return f"mlp width {m['mlp']} does not split over tensor {T}"
+        return None
+
+    # --- helpers -------------------------------------------------------------------------
+    def chan(self):
+        self.ch += 1
+        return self.ch
+
+    def shard(self, shape, fd):
+        if fd is None or self.F == 1:
+            return tuple(shape)
+        s = list(shape)
+        s[fd] //= self.F
+        return tuple(s)
+
+    def dot(self, g, out, a, b, shape, lc, rc, lb=(), rb=()):
+        bd = ""
+        if lb:
+            bd = f"lhs_batch_dims={{{dims(lb)}}}, rhs_batch_dims={{{dims(rb)}}}, "
+        g.e(f"{out} = {ty(self.cd, shape)} dot({a}, {b}), {bd}lhs_contracting_dims={{{dims(lc)}}}, "
+            f"rhs_contracting_dims={{{dims(rc)}}}")
+
+    def ar(self, g, out, x, shape, groups, n, dt=None, comp=None):
+        dt = dt or self.cd
+        if n == 1:
+            g.e(f"{out} = {ty(dt, shape)} copy({x})")
+        else:
+            comp = comp or ("add_" + dt)
+            g.e(f"{out} = {ty(dt, shape)} all-reduce({x}), channel_id={self.chan()}, replica_groups={groups}, "
+                f"use_global_device_ids=true, to_apply={comp}")
+
+    def ew(self, g, out, op, shape, *args, dt=None):
+        g.e(f"{out} = {ty(dt or self.cd, shape)} {op}({', '.join(args)})")
+
+    def bcast(self, g, out, x, shape, keep, dt=None):
+        g.e(f"{out} = {ty(dt or self.cd, shape)} broadcast({x}), dimensions={{{dims(keep)}}}")
+
+    def const(self, g, out, v, dt=None):
+        g.e(f"{out} = {dt or self.cd}[] constant({v})")
+
+    def gather_w(self, g, out, src, full, fd):
+        """A weight shard (f32) -> the compute dtype, all-gathered over fsdp."""
+        sh = self.shard(full, fd)
+        g.e(f"{out}.c = {ty(self.cd, sh)} convert({src})")
+        if sh == tuple(full):
+            g.e(f"{out} = {ty(self.cd, full)} copy({out}.c)")
+        else:
+            g.e(f"{out} = {ty(self.cd, full)} all-gather({out}.c), channel_id={self.chan()}, replica_groups={self.g_fsdp}, "
+                f"dimensions={{{fd}}}, use_global_device_ids=true")
+
+    def prefetch_start(self, g, lws, idx):
+        """all-gather-start of the weights of layer idx; prefetch_done finishes them."""
+        for nm, (full, fd) in self.lw.items():
+            sh = self.shard(full, fd)
+            self.layer_slice(g, f"pf.{nm}", f"W.{nm}", lws[nm], idx, "f32")
+            g.e(f"pf.{nm}.c = {ty(self.cd, sh)} convert(pf.{nm})")
+            g.e(f"pf.{nm}.st = ({ty(self.cd, sh)}, {ty(self.cd, full)}) all-gather-start(pf.{nm}.c), "
+                f"channel_id={self.chan()}, replica_groups={self.g_fsdp}, dimensions={{{fd}}}, use_global_device_ids=true")
+
+    def prefetch_done(self, g):
+        for nm, (full, fd) in self.lw.items():
+            g.e(f"PF.{nm} = {ty(self.cd, full)} all-gather-done(pf.{nm}.st)")
+        return [f"PF.{nm}" for nm in self.lw]
+
+    def scatter_g(self, g, out, src, full, fd):
+        """A full weight gradient (compute dtype) -> this chip's fsdp shard in f32."""
+        sh = self.shard(full, fd)
+        if sh == tuple(full):
+            g.e(f"{out}.r = {ty(self.cd, sh)} copy({src})")
+        else:
+            g.e(f"{out}.r = {ty(self.cd, sh)} reduce-scatter({src}), channel_id={self.chan()}, "
+                f"replica_groups={self.g_fsdp}, dimensions={{{fd}}}, use_global_device_ids=true, to_apply=add_{self.cd}")
+        g.e(f"{out} = {ty('f32', sh)} convert({out}.r)")
+
+    def layer_slice(self, g, out, stack, shape, idx, dt):
+        """Row idx of a stacked [L, ...] buffer as shape."""
+        z = ", ".join(["zero"] * len(shape))
+        g.e(f"{out}.s = {ty(dt, (1,) + tuple(shape))} dynamic-slice({stack}, {idx}, {z}), "
+            f"dynamic_slice_sizes={{1,{dims(shape)}}}")
+        g.e(f"{out} = {ty(dt, shape)} reshape({out}.s)")
+
+    def layer_put(self, g, out, stack, val, shape, idx, dt):
+        z = ", ".join(["zero"] * len(shape))
+        g.e(f"{out}.v = {ty(dt, (1,) + tuple(shape))} reshape({val})")
+        g.e(f"{out} = {ty(dt, (self.L,) + tuple(shape))} dynamic-update-slice({stack}, {out}.v, {idx}, {z})")
+
+    # --- the layer -----------------------------------------------------------------------
+    def saved(self):
+        """Activations the forward loop keeps per layer: name -> (shape, dtype)."""
+        Tm, D, A, bm, h, S = self.Tm, self.D, self.A, self.bm, self.h, self.S
+        Tr = Tm // self.T  # residuals are kept split over the tensor axis (sequence parallelism)
+        s = {"x": ((Tr, D), self.cd)}
+        if self.remat:
+            return s
+        s.update({"qkv": ((Tm, 3 * self.A), self.cd), "mx": ((bm, h, S), self.cd), "sm": ((bm, h, S), self.cd),
+                  "ctx": ((Tm, A), self.cd), "x1": ((Tr, D), self.cd)})
+        if self.E:
+            n = self.Et * self.T * self.C
+            s.update({"ein": ((self.Et, self.T * self.C, D), self.cd), "up": ((self.Et, self.T * self.C, self.fw), self.cd),
+                      "act": ((self.Et, self.T * self.C, self.f), self.cd)})
+        else:
+            s.update({"up": ((Tm, self.fw), self.cd), "act": ((Tm, self.f), self.cd)})
+        return s
+
+    def forward_layer(self, g, x, W):
+        """Emits one layer's forward on x with gathered weights W; returns (y, activations)."""
+        cd, Tm, D, A, bm, h, S, hd = self.cd, self.Tm, self.D, self.A, self.bm, self.h, self.S, self.hd
+        act = {"x": x}
+        self.dot(g, "qkv", x, W["wqkv"], (Tm, 3 * A), (1,), (0,))
+        act["qkv"] = "qkv"
+        self.attn_fwd(g, "qkv")
+        act.update({"mx": "mx", "sm": "sm", "ctx": "ctx"})
+        self.dot(g, "o.p", "ctx", W["wo"], (Tm, D), (1,), (0,))
+        self.ar(g, "o", "o.p", (Tm, D), self.g_tp, self.T)
+        self.ew(g, "x1", "add", (Tm, D), x, "o")
+        act["x1"] = "x1"
+        if self.E:
+            self.moe_fwd(g, "x1", W)
+            act.update({"ein": "ein", "up": "up", "act": "act"})
+        else:
+            self.dot(g, "up", "x1", W["w1"], (Tm, self.fw), (1,), (0,))
+            self.mlp_act(g, "up", "act", (Tm,))
+            self.dot(g, "dn.p", "act", W["w2"], (Tm, D), (1,), (0,))
+            self.ar(g, "dn", "dn.p", (Tm, D), self.g_tp, self.T)
+            act.update({"up": "up", "act": "act"})
+        self.ew(g, "y", "add", (Tm, D), "x1", "dn")
+        return "y", act
+
+    def mlp_act(self, g, up, out, lead):
+        f = self.f
+        if self.glu:
+            n = len(lead)
+            sl = ", ".join(f"[0:{x}]" for x in lead)
+            g.e(f"{out}.a = {ty(self.cd, lead + (f,))} slice({up}), slice={{{sl}, [0:{f}]}}")
+            g.e(f"{out}.g = {ty(self.cd, lead + (f,))} slice({up}), slice={{{sl}, [{f}:{2 * f}]}}")
+            self.ew(g, f"{out}.s", "logistic", lead + (f,), f"{out}.g")
+            self.ew(g, f"{out}.sg", "multiply", lead + (f,), f"{out}.g", f"{out}.s")
+            self.ew(g, out, "multiply", lead + (f,), f"{out}.a", f"{out}.sg")
+            del n
+        else:
+            self.ew(g, out, "tanh", lead + (f,), up)
+
+    def mlp_act_bwd(self, g, gact, up, act, out, lead):
+        f = self.f
+        if self.glu:
+            sl = ", ".join(f"[0:{x}]" for x in lead)
+            g.e(f"{out}.a = {ty(self.cd, lead + (f,))} slice({up}), slice={{{sl}, [0:{f}]}}")
+            g.e(f"{out}.g = {ty(self.cd, lead + (f,))} slice({up}), slice={{{sl}, [{f}:{2 * f}]}}")
+            self.ew(g, f"{out}.s", "logistic", lead + (f,), f"{out}.g")
+            self.ew(g, f"{out}.sg", "multiply", lead + (f,), f"{out}.g", f"{out}.s")
+            self.ew(g, f"{out}.da", "multiply", lead + (f,), gact, f"{out}.sg")
+            self.ew(g, f"{out}.t", "multiply", lead + (f,), gact, f"{out}.a")
+            self.ew(g, f"{out}.dg", "multiply", lead + (f,), f"{out}.t", f"{out}.s")
+            self.ew(g, out, "concatenate", lead + (2 * f,), f"{out}.da", f"{out}.dg")
+            g.lines[-1] += f", dimensions={{{len(lead)}}}"
+        else:
+            self.ew(g, f"{out}.sq", "multiply", lead + (f,), act, act)
+            self.const(g, f"{out}.one", "1")
+            self.bcast(g, f"{out}.oneb", f"{out}.one", lead + (f,), ())
+            self.ew(g, f"{out}.d", "subtract", lead + (f,), f"{out}.oneb", f"{out}.sq")
+            self.ew(g, out, "multiply", lead + (f,), gact, f"{out}.d")
+
+    def attn_fwd(self, g, qkv):
+        """q, k, v from qkv [Tm, 3A]; scores, softmax (its max mx and sum sm kept), ctx [Tm, A]."""
+        Tm, A, bm, h, S, hd = self.Tm, self.A, self.bm, self.h, self.S, self.hd
+        for k, nm in enumerate(("q", "k", "v")):
+            g.e(f"{nm} = {ty(self.cd, (Tm, A))} slice({qkv}), slice={{[0:{Tm}], [{k * A}:{(k + 1) * A}]}}")
+            g.e(f"{nm}4 = {ty(self.cd, (bm, S, h, hd))} reshape({nm})")
+        self.scores(g)
+        g.e(f"mx = {ty(self.cd, (bm, h, S))} reduce(sc, ninf), dimensions={{3}}, to_apply=max_{self.cd}")
+        self.probs(g, "mx", None)
+        g.e(f"sm = {ty(self.cd, (bm, h, S))} reduce(ex, zerof), dimensions={{3}}, to_apply=add_{self.cd}")
+        self.probs(g, None, "sm")
+        self.dot(g, "ctx4", "p", "v4", (bm, h, S, hd), (3,), (1,), (0, 1), (0, 2))
+        g.e(f"ctxt = {ty(self.cd, (bm, S, h, hd))} transpose(ctx4), dimensions={{0,2,1,3}}")
+        g.e(f"ctx = {ty(self.cd, (Tm, A))} reshape(ctxt)")
+
+    def scores(self, g):
+        bm, h, S = self.bm, self.h, self.S
+        self.dot(g, "sc", "q4", "k4", (bm, h, S, S), (3,), (3,), (0, 2), (0, 2))
+
+    def probs(self, g, mx, sm):
+        bm, h, S = self.bm, self.h, self.S
+        sh = (bm, h, S, S)
+        if mx:
+            self.bcast(g, "mxb", mx, sh, (0, 1, 2))
+            self.ew(g, "sh", "subtract", sh, "sc", "mxb")
+            self.ew(g, "ex", "exponential", sh, "sh")
+        if sm:
+            self.bcast(g, "smb", sm, sh, (0, 1, 2))
+            self.ew(g, "p", "divide", sh, "ex", "smb")
+
+    def moe_fwd(self, g, x1, W):
+        """Experts over the tensor axis: route 1/T of the tokens, top-k copies, all-to-all."""
+        cd, Tm, D, T, Et, C, K, Ts = self.cd, self.Tm, self.D, self.T, self.Et, self.C, self.K, self.Ts
+        n = Et * T * C
+        self.dot(g, "rl", x1, W["wr"], (Tm, self.E), (1,), (0,))  # router logits
+        g.e(f"rmx = {ty(cd, (Tm,))} reduce(rl, ninf), dimensions={{1}}, to_apply=max_{cd}")
+        g.e(f"xs = {ty(cd, (Ts, D))} slice({x1}), slice={{[0:{Ts}], [0:{D}]}}")
+        g.e(f"xk = {ty(cd, (K * Ts, D))} concatenate({', '.join(['xs'] * K)}), dimensions={{0}}")
+        g.e(f"xd = {ty(cd, (T, Et * C, D))} reshape(xk)")
+        self.a2a(g, "xr", "xd", (T, Et * C, D))
+        g.e(f"xr4 = {ty(cd, (T, Et, C, D))} reshape(xr)")
+        g.e(f"xrt = {ty(cd, (Et, T, C, D))} transpose(xr4), dimensions={{1,0,2,3}}")
+        g.e(f"ein = {ty(cd, (Et, T * C, D))} reshape(xrt)")
+        self.dot(g, "up", "ein", W["w1"], (Et, T * C, self.fw), (2,), (1,), (0,), (0,))
+        self.mlp_act(g, "up", "act", (Et, T * C))
+        self.dot(g, "eo", "act", W["w2"], (Et, T * C, D), (2,), (1,), (0,), (0,))
+        g.e(f"eo4 = {ty(cd, (Et, T, C, D))} reshape(eo)")
+        g.e(f"eot = {ty(cd, (T, Et, C, D))} transpose(eo4), dimensions={{1,0,2,3}}")
+        g.e(f"eo3 = {ty(cd, (T, Et * C, D))} reshape(eot)")
+        self.a2a(g, "yb", "eo3", (T, Et * C, D))
+        g.e(f"yk = {ty(cd, (K, Ts, D))} reshape(yb)")
+        g.e(f"ys = {ty(cd, (Ts, D))} reduce(yk, zerof), dimensions={{0}}, to_apply=add_{cd}")
+        self.ag_tp(g, "dn", "ys", (Ts, D), (Tm, D))
+        del n
+
+    def a2a(self, g, out, x, shape):
+        if self.T == 1:
+            g.e(f"{out} = {ty(self.cd, shape)} copy({x})")
+        else:
+            g.e(f"{out} = {ty(self.cd, shape)} all-to-all({x}), channel_id={self.chan()}, replica_groups={self.g_tp}, "
+                f"dimensions={{0}}, use_global_device_ids=true")
+
+    def ag_tp(self, g, out, x, sh, full):
+        if self.T == 1:
+            g.e(f"{out} = {ty(self.cd, full)} copy({x})")
+        else:
+            g.e(f"{out} = {ty(self.cd, full)} all-gather({x}), channel_id={self.chan()}, replica_groups={self.g_tp}, "
+                f"dimensions={{0}}, use_global_device_ids=true")
+
+    def rs_tp(self, g, out, x, full, sh):
+        if self.T == 1:
+            g.e(f"{out} = {ty(self.cd, sh)} copy({x})")
+        else:
+            g.e(f"{out} = {ty(self.cd, sh)} reduce-scatter({x}), channel_id={self.chan()}, replica_groups={self.g_tp}, "
+                f"dimensions={{0}}, use_global_device_ids=true, to_apply=add_{self.cd}")
+
+    def backward_layer(self, g, gy, a, W):
+        """Gradients of one layer: returns (gx, {weight: full gradient})."""
+        cd, Tm, D, A, bm, h, S, hd = self.cd, self.Tm, self.D, self.A, self.bm, self.h, self.S, self.hd
+        G = {}
+        if self.E:
+            T, Et, C, K, Ts = self.T, self.Et, self.C, self.K, self.Ts
+            n = T * C
+            # d(all-gather over tp) = this chip's rows of gy.
+            g.e(f"gys = {ty(cd, (Ts, D))} slice({gy}), slice={{[0:{Ts}], [0:{D}]}}")
+            g.e(f"gyk = {ty(cd, (K * Ts, D))} concatenate({', '.join(['gys'] * K)}), dimensions={{0}}")
+            g.e(f"gyd = {ty(cd, (T, Et * C, D))} reshape(gyk)")
+            self.a2a(g, "gyr", "gyd", (T, Et * C, D))
+            g.e(f"gyr4 = {ty(cd, (T, Et, C, D))} reshape(gyr)")
+            g.e(f"gyt = {ty(cd, (Et, T, C, D))} transpose(gyr4), dimensions={{1,0,2,3}}")
+            g.e(f"geo = {ty(cd, (Et, n, D))} reshape(gyt)")
+            self.dot(g, "g.act", "geo", W["w2"], (Et, n, self.f), (2,), (2,), (0,), (0,))
+            self.dot(g, "g.w2", a["act"], "geo", (Et, self.f, D), (1,), (1,), (0,), (0,))
+            self.mlp_act_bwd(g, "g.act", a["up"], a["act"], "g.up", (Et, n))
+            self.dot(g, "g.ein", "g.up", W["w1"], (Et, n, D), (2,), (2,), (0,), (0,))
+            self.dot(g, "g.w1", a["ein"], "g.up", (Et, D, self.fw), (1,), (1,), (0,), (0,))
+            g.e(f"gei4 = {ty(cd, (Et, T, C, D))} reshape(g.ein)")
+            g.e(f"geit = {ty(cd, (T, Et, C, D))} transpose(gei4), dimensions={{1,0,2,3}}")
+            g.e(f"gei3 = {ty(cd, (T, Et * C, D))} reshape(geit)")
+            self.a2a(g, "gxb", "gei3", (T, Et * C, D))
+            g.e(f"gxk = {ty(cd, (K, Ts, D))} reshape(gxb)")
+            g.e(f"gxs = {ty(cd, (Ts, D))} reduce(gxk, zerof), dimensions={{0}}, to_apply=add_{cd}")
+            self.ag_tp(g, "g.x1m", "gxs", (Ts, D), (Tm, D))
+            # Router: its gradient from the logits (the gate's share, small).
+            self.dot(g, "rlg", a["x1"], W["wr"], (Tm, self.E), (1,), (0,))  # stands in for d loss / d logits
+            self.dot(g, "g.wr", a["x1"], "rlg", (D, self.E), (0,), (0,))
+            self.ew(g, "g.x1", "add", (Tm, D), gy, "g.x1m")
+            G.update({"w1": "g.w1", "w2": "g.w2", "wr": "g.wr"})
+        else:
+            self.dot(g, "g.act", gy, W["w2"], (Tm, self.f), (1,), (1,))
+            self.dot(g, "g.w2", a["act"], gy, (self.f, D), (0,), (0,))
+            self.mlp_act_bwd(g, "g.act", a["up"], a["act"], "g.up", (Tm,))
+            self.dot(g, "g.x1p", "g.up", W["w1"], (Tm, D), (1,), (1,))
+            self.ar(g, "g.x1a", "g.x1p", (Tm, D), self.g_tp, self.T)
+            self.ew(g, "g.x1", "add", (Tm, D), gy, "g.x1a")
+            self.dot(g, "g.w1", a["x1"], "g.up", (D, self.fw), (0,), (0,))
+            G.update({"w1": "g.w1", "w2": "g.w2"})
+        self.dot(g, "g.ctx", "g.x1", W["wo"], (Tm, A), (1,), (1,))
+        self.dot(g, "g.wo", a["ctx"], "g.x1", (A, D), (0,), (0,))
+        # Attention backward (flash style: p recomputed from q, k, the saved max and sum).
+        qkv = a["qkv"]
+        for k, nm in enumerate(("q", "k", "v")):
+            g.e(f"b{nm} = {ty(cd, (Tm, A))} slice({qkv}), slice={{[0:{Tm}], [{k * A}:{(k + 1) * A}]}}")
+            g.e(f"b{nm}4 = {ty(cd, (bm, S, h, hd))} reshape(b{nm})")
+        sh = (bm, h, S, S)
+        self.dot(g, "bsc", "bq4", "bk4", sh, (3,), (3,), (0, 2), (0, 2))
+        self.bcast(g, "bmxb", a["mx"], sh, (0, 1, 2))
+        self.ew(g, "bsh", "subtract", sh, "bsc", "bmxb")
+        self.ew(g, "bex", "exponential", sh, "bsh")
+        self.bcast(g, "bsmb", a["sm"], sh, (0, 1, 2))
+        self.ew(g, "bp", "divide", sh, "bex", "bsmb")
+        g.e(f"g.ctx4 = {ty(cd, (bm, S, h, hd))} reshape(g.ctx)")
+        self.dot(g, "g.v4", "bp", "g.ctx4", (bm, h, S, hd), (2,), (1,), (0, 1), (0, 2))
+        self.dot(g, "g.p", "g.ctx4", "bv4", sh, (3,), (3,), (0, 2), (0, 2))
+        self.ew(g, "g.pp", "multiply", sh, "g.p", "bp")
+        g.e(f"g.ps = {ty(cd, (bm, h, S))} reduce(g.pp, zerof), dimensions={{3}}, to_apply=add_{cd}")
+        self.bcast(g, "g.psb", "g.ps", sh, (0, 1, 2))
+        self.ew(g, "g.pd", "subtract", sh, "g.p", "g.psb")
+        self.ew(g, "g.sc", "multiply", sh, "bp", "g.pd")
+        self.dot(g, "g.q4", "g.sc", "bk4", (bm, h, S, hd), (3,), (1,), (0, 1), (0, 2))
+        self.dot(g, "g.k4", "g.sc", "bq4", (bm, h, S, hd), (2,), (1,), (0, 1), (0, 2))
+        for nm in ("q", "k", "v"):
+            g.e(f"g.{nm}t = {ty(cd, (bm, S, h, hd))} transpose(g.{nm}4), dimensions={{0,2,1,3}}")
+            g.e(f"g.{nm} = {ty(cd, (Tm, A))} reshape(g.{nm}t)")
+        g.e(f"g.qkv = {ty(cd, (Tm, 3 * A))} concatenate(g.q, g.k, g.v), dimensions={{1}}")
+        self.dot(g, "g.xp", "g.qkv", W["wqkv"], (Tm, D), (1,), (1,))
+        self.ar(g, "g.xa", "g.xp", (Tm, D), self.g_tp, self.T)
+        self.ew(g, "g.x", "add", (Tm, D), "g.x1", "g.xa")
+        self.dot(g, "g.wqkv", a["x"], "g.qkv", (D, 3 * A), (0,), (0,))
+        G.update({"wqkv": "g.wqkv", "wo": "g.wo"})
+        return "g.x", G
+
+    # --- the module ----------------------------------------------------------------------
+    def module(self):
+        cd, L, Tm, D = self.cd, self.L, self.Tm, self.D
+        out = []
+        w = out.append
+        w(f"HloModule plan_step, num_partitions={self.N}")
+        w("")
+        red_at = len(out)  # the reducers go here once the uses are known
+        sv = self.saved()
+        lws = {k: self.shard(s, fd) for k, (s, fd) in self.lw.items()}
+        # Forward loop state: i, x, saved stacks..., layer weight stacks (f32 shards).
+        gl = [ty(cd, full) for full, _ in self.lw.values()] if self.pf else []  # this layer's gathered weights
+        fst = ["s32[]", ty(cd, (Tm, D))] + [ty(dt, (L,) + s) for s, dt in sv.values()] + \
+              [ty("f32", (L,) + s) for s in lws.values()] + gl
+        fst_t = "(" + ", ".join(fst) + ")"
+        w(self.cond("fcond", fst_t, L))
+        g = Gen()
+        g.e(f"st = {fst_t} parameter(0)")
+        g.e("i = s32[] get-tuple-element(st), index=0")
+        g.e(f"xin = {ty(cd, (Tm, D))} get-tuple-element(st), index=1")
+        k = 2
+        svn = {}
+        for nm, (s, dt) in sv.items():
+            g.e(f"S.{nm} = {ty(dt, (L,) + s)} get-tuple-element(st), index={k}")
+            svn[nm] = k
+            k += 1
+        for nm, s in lws.items():
+            g.e(f"W.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
+            k += 1
+        self.common_consts(g)
+        W = {}
+        if self.pf:
+            for nm, (full, fd) in self.lw.items():
+                g.e(f"G.{nm} = {ty(cd, full)} get-tuple-element(st), index={k}")
+                W[nm] = f"G.{nm}"
+                k += 1
+            g.e("pone = s32[] constant(1)")
+            g.e("pi1 = s32[] add(i, pone)")
+            g.e(f"plast = s32[] constant({L - 1})")
+            g.e("pnx = s32[] minimum(pi1, plast)")
+            self.prefetch_start(g, lws, "pnx")
+        else:
+            for nm, (full, fd) in self.lw.items():
+                self.layer_slice(g, f"ws.{nm}", f"W.{nm}", lws[nm], "i", "f32")
+                self.gather_w(g, f"wg.{nm}", f"ws.{nm}", full, fd)
+                W[nm] = f"wg.{nm}"
+        y, act = self.forward_layer(g, "xin", W)
+        news = []
+        for nm, (s, dt) in sv.items():
+            v = act[nm]
+            if nm in ("x", "x1") and self.T > 1:  # this chip's rows of the residual
+                g.e(f"{nm}.sp = {ty(dt, s)} slice({v}), slice={{[0:{s[0]}], [0:{s[1]}]}}")
+                v = f"{nm}.sp"
+            self.layer_put(g, f"N.{nm}", f"S.{nm}", v, s, "i", dt)
+            news.append(f"N.{nm}")
+        g.e("one = s32[] constant(1)")
+        g.e("i1 = s32[] add(i, one)")
+        pfd = self.prefetch_done(g) if self.pf else []
+        g.e(f"ROOT r = {fst_t} tuple(i1, {y}, {', '.join(news + ['W.' + n for n in lws] + pfd)})")
+        w("fbody {\n" + "\n".join(g.lines) + "\n}\n")
+        # Backward loop state: i, gx, saved stacks, weight stacks, gradient accumulators (f32).
+        bst = ["s32[]", ty(cd, (Tm, D))] + [ty(dt, (L,) + s) for s, dt in sv.values()] + \
+              [ty("f32", (L,) + s) for s in lws.values()] + [ty("f32", (L,) + s) for s in lws.values()] + gl
+        bst_t = "(" + ", ".join(bst) + ")"
+        w(self.cond("bcond", bst_t, L))
+        g = Gen()
+        g.e(f"st = {bst_t} parameter(0)")
+        g.e("i = s32[] get-tuple-element(st), index=0")
+        g.e(f"gy = {ty(cd, (Tm, D))} get-tuple-element(st), index=1")
+        k = 2
+        for nm, (s, dt) in sv.items():
+            g.e(f"S.{nm} = {ty(dt, (L,) + s)} get-tuple-element(st), index={k}")
+            k += 1
+        for nm, s in lws.items():
+            g.e(f"W.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
+            k += 1
+        for nm, s in lws.items():
+            g.e(f"A.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
+            k += 1
+        self.common_consts(g)
+        g.e(f"lm1 = s32[] constant({L - 1})")
+        g.e("j = s32[] subtract(lm1, i)")
+        W = {}
+        if self.pf:
+            for nm, (full, fd) in self.lw.items():
+                g.e(f"G.{nm} = {ty(cd, full)} get-tuple-element(st), index={k}")
+                W[nm] = f"G.{nm}"
+                k += 1
+            g.e("pone = s32[] constant(1)")
+            g.e("pj1 = s32[] subtract(j, pone)")
+            g.e("pnx = s32[] maximum(pj1, zero)")
+            self.prefetch_start(g, lws, "pnx")
+        else:
+            for nm, (full, fd) in self.lw.items():
+                self.layer_slice(g, f"ws.{nm}", f"W.{nm}", lws[nm], "j", "f32")
+                self.gather_w(g, f"wg.{nm}", f"ws.{nm}", full, fd)
+                W[nm] = f"wg.{nm}"
+        a = {}
+        for nm, (s, dt) in sv.items():
+            self.layer_slice(g, f"L.{nm}", f"S.{nm}", s, "j", dt)
+            a[nm] = f"L.{nm}"
+            if nm in ("x", "x1") and self.T > 1:  # the residual's rows gathered back over tensor
+                self.ag_tp(g, f"L.{nm}.g", f"L.{nm}", s, (self.Tm, self.D))
+                a[nm] = f"L.{nm}.g"
+        if self.remat:
+            _, act = self.forward_layer(g, a["x"], W)
+            a = act
+        gx, G = self.backward_layer(g, "gy", a, W)
+        newa = []
+        for nm, (full, fd) in self.lw.items():
+            self.scatter_g(g, f"gs.{nm}", G[nm], full, fd)
+            self.layer_slice(g, f"ao.{nm}", f"A.{nm}", lws[nm], "j", "f32")
+            self.ew(g, f"an.{nm}", "add", lws[nm], f"ao.{nm}", f"gs.{nm}", dt="f32")
+            self.layer_put(g, f"AN.{nm}", f"A.{nm}", f"an.{nm}", lws[nm], "j", "f32")
+            newa.append(f"AN.{nm}")
+        g.e("one = s32[] constant(1)")
+        g.e("i1 = s32[] add(i, one)")
+        pfd = self.prefetch_done(g) if self.pf else []
+        g.e(f"ROOT r = {bst_t} tuple(i1, {gx}, {', '.join(['S.' + n for n in sv] + ['W.' + n for n in lws] + newa + pfd)})")
+        w("bbody {\n" + "\n".join(g.lines) + "\n}\n")
+        # Microbatch loop: i, ids [mb, Tm, 1], layer weights, globals, accumulators of both.
+        gws = {k2: self.shard(s, fd) for k2, (s, fd) in self.gw.items()}
+        allp = list(lws.items()) + list(gws.items())
+        mst = ["s32[]", ty("s32", (self.mb, Tm, 1))] + [ty("f32", (L,) + s) for s in lws.values()] + \
+              [ty("f32", s) for s in gws.values()] + [ty("f32", (L,) + s) for s in lws.values()] + \
+              [ty("f32", s) for s in gws.values()]
+        mst_t = "(" + ", ".join(mst) + ")"
+        w(self.cond("mcond", mst_t, self.trips))
+        w("mbody {\n" + "\n".join(self.micro_body(mst_t, lws, gws, sv, fst_t, bst_t).lines) + "\n}\n")
+        # Entry: the microbatch loop, the data all-reduce, the optimizer.
+        g = Gen()
+        g.e(f"ids = {ty('s32', (self.mb, Tm, 1))} parameter(0)")
+        pi = 1
+        P = {}
+        for nm, s in allp:
+            full = (L,) + s if nm in lws else s
+            g.e(f"P.{nm} = {ty('f32', full)} parameter({pi})")
+            pi += 1
+            P[nm] = full
+        mom = {}
+        if self.m["optimizer"] == "adam":
+            for nm, full in P.items():
+                g.e(f"M.{nm} = {ty('f32', full)} parameter({pi})")
+                g.e(f"V.{nm} = {ty('f32', full)} parameter({pi + 1})")
+                pi += 2
+                mom[nm] = full
+        g.e("z = s32[] constant(0)")
+        g.e("zf = f32[] constant(0)")
+        for nm, full in P.items():
+            self.bcast(g, f"Z.{nm}", "zf", full, (), dt="f32")
+        g.e(f"minit = {mst_t} tuple(z, ids, {', '.join(['P.' + n for n in P] + ['Z.' + n for n in P])})")
+        g.e(f"mloop = {mst_t} while(minit), condition=mcond, body=mbody, "
+            f"backend_config={{\"known_trip_count\":{{\"n\":\"{self.trips}\"}}}}")
+        outs = []
+        for k2, (nm, full) in enumerate(P.items()):
+            g.e(f"GA.{nm} = {ty('f32', full)} get-tuple-element(mloop), index={2 + len(P) + k2}")
+            self.ar(g, f"GR.{nm}", f"GA.{nm}", full, self.g_data, self.R, dt="f32")
+            self.optimizer(g, nm, full, outs)
+        g.e(f"ROOT out = ({', '.join(t for t, _ in outs)}) tuple({', '.join(n for _, n in outs)})")
+        w("ENTRY step {\n" + "\n".join(g.lines) + "\n}")
+        text = "\n".join(out)
+        reds = []
+        for dt in sorted({cd, "f32"}):
+            for op, hlo in (("add", "add"), ("max", "maximum")):
+                if f"to_apply={op}_{dt}" in text:
+                    reds.append(f"{op}_{dt} {{\n  a = {dt}[] parameter(0)\n  b = {dt}[] parameter(1)\n"
+                                f"  ROOT r = {dt}[] {hlo}(a, b)\n}}\n")
+        out[red_at:red_at] = reds
+        return "\n".join(out) + "\n"
+
+    def optimizer(self, g, nm, full, outs):
+        t = ty("f32", full)
+        if self.m["optimizer"] == "adam":
+            for c, v in (("b1", "0.9"), ("c1", "0.1"), ("b2", "0.999"), ("c2", "0.001"), ("eps", "1e-08"), ("lr", "0.0003")):
+                g.e(f"{c}.{nm} = f32[] constant({v})")
+                self.bcast(g, f"{c}b.{nm}", f"{c}.{nm}", full, (), dt="f32")
+            e = lambda o, op, *x: g.e(f"{o} = {t} {op}({', '.join(x)})")  # noqa: E731
+            e(f"m1.{nm}", "multiply", f"b1b.{nm}", f"M.{nm}")
+            e(f"m2.{nm}", "multiply", f"c1b.{nm}", f"GR.{nm}")
+            e(f"mn.{nm}", "add", f"m1.{nm}", f"m2.{nm}")
+            e(f"gg.{nm}", "multiply", f"GR.{nm}", f"GR.{nm}")
+            e(f"v1.{nm}", "multiply", f"b2b.{nm}", f"V.{nm}")
+            e(f"v2.{nm}", "multiply", f"c2b.{nm}", f"gg.{nm}")
+            e(f"vn.{nm}", "add", f"v1.{nm}", f"v2.{nm}")
+            e(f"sq.{nm}", "sqrt", f"vn.{nm}")
+            e(f"de.{nm}", "add", f"sq.{nm}", f"epsb.{nm}")
+            e(f"ra.{nm}", "divide", f"mn.{nm}", f"de.{nm}")
+            e(f"st.{nm}", "multiply", f"lrb.{nm}", f"ra.{nm}")
+            e(f"pn.{nm}", "subtract", f"P.{nm}", f"st.{nm}")
+            outs += [(t, f"pn.{nm}"), (t, f"mn.{nm}"), (t, f"vn.{nm}")]
+        else:
+            g.e(f"lr.{nm} = f32[] constant(0.01)")
+            self.bcast(g, f"lrb.{nm}", f"lr.{nm}", full, (), dt="f32")
+            g.e(f"st.{nm} = {t} multiply(lrb.{nm}, GR.{nm})")
+            g.e(f"pn.{nm} = {t} subtract(P.{nm}, st.{nm})")
+            outs.append((t, f"pn.{nm}"))
+
+    def micro_body(self, mst_t, lws, gws, sv, fst_t, bst_t):
+        cd, L, Tm, D, Vt = self.cd, self.L, self.Tm, self.D, self.Vt
+        g = Gen()
+        g.e(f"st = {mst_t} parameter(0)")
+        g.e("i = s32[] get-tuple-element(st), index=0")
+        g.e(f"ids = {ty('s32', (self.mb, Tm, 1))} get-tuple-element(st), index=1")
+        names = list(lws) + list(gws)
+        shapes = {**{n: (L,) + s for n, s in lws.items()}, **gws}
+        for k, nm in enumerate(names):
+            g.e(f"P.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + k}")
+        for k, nm in enumerate(names):
+            g.e(f"A.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + len(names) + k}")
+        self.common_consts(g)
+        g.e(f"idm = {ty('s32', (1, Tm, 1))} dynamic-slice(ids, i, zero, zero), dynamic_slice_sizes={{1,{Tm},1}}")
+        g.e(f"id = {ty('s32', (Tm, 1))} reshape(idm)")
+        # Embedding: vocabulary-parallel gather, partial sums over the tensor axis.
+        self.gather_w(g, "emb", "P.emb", *self.gw["emb"])
+        g.e(f"x0p = {ty(cd, (Tm, D))} gather(emb, id), offset_dims={{1}}, collapsed_slice_dims={{0}}, "
+            f"start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{D}}}")
+        self.ar(g, "x0", "x0p", (Tm, D), self.g_tp, self.T)
+        # Forward loop.
+        zs = []
+        for nm, (s, dt) in sv.items():
+            g.e(f"zc.{nm} = {dt}[] constant(0)")
+            self.bcast(g, f"Z.{nm}", f"zc.{nm}", (L,) + s, (), dt=dt)
+            zs.append(f"Z.{nm}")
+        g0 = self.first_gather(g, lws, "zero", "f0") if self.pf else []
+        g.e(f"finit = {fst_t} tuple(zero, x0, {', '.join(zs + ['P.' + n for n in lws] + g0)})")
+        g.e(f"floop = {fst_t} while(finit), condition=fcond, body=fbody, "
+            f"backend_config={{\"known_trip_count\":{{\"n\":\"{L}\"}}}}")
+        g.e(f"hL = {ty(cd, (Tm, D))} get-tuple-element(floop), index=1")
+        sk = {}
+        for k, nm in enumerate(sv):
+            g.e(f"SV.{nm} = {ty(sv[nm][1], (L,) + sv[nm][0])} get-tuple-element(floop), index={2 + k}")
+            sk[nm] = f"SV.{nm}"
+        # LM head: logits over this chip's vocabulary slice, softmax with all-reduces over tensor.
+        self.gather_w(g, "wout", "P.wout", *self.gw["wout"])
+        self.dot(g, "lg", "hL", "wout", (Tm, Vt), (1,), (0,))
+        g.e(f"lmx = {ty(cd, (Tm,))} reduce(lg, ninf), dimensions={{1}}, to_apply=max_{cd}")
+        self.ar(g, "gmx", "lmx", (Tm,), self.g_tp, self.T, comp=f"max_{cd}")
+        self.bcast(g, "gmxb", "gmx", (Tm, Vt), (0,))
+        self.ew(g, "lsh", "subtract", (Tm, Vt), "lg", "gmxb")
+        self.ew(g, "lex", "exponential", (Tm, Vt), "lsh")
+        g.e(f"lsm = {ty(cd, (Tm,))} reduce(lex, zerof), dimensions={{1}}, to_apply=add_{cd}")
+        self.ar(g, "gsm", "lsm", (Tm,), self.g_tp, self.T)
+        self.bcast(g, "gsmb", "gsm", (Tm, Vt), (0,))
+        self.ew(g, "glg", "divide", (Tm, Vt), "lex", "gsmb")  # d loss / d logits (less the one-hot)
+        self.dot(g, "ghp", "glg", "wout", (Tm, D), (1,), (1,))
+        self.ar(g, "gh", "ghp", (Tm, D), self.g_tp, self.T)
+        self.dot(g, "gwout", "hL", "glg", (D, Vt), (0,), (0,))
+        self.scatter_g(g, "gsw", "gwout", *self.gw["wout"])
+        # Backward loop.
+        zs = []
+        for nm, s in lws.items():
+            g.e(f"zb.{nm} = f32[] constant(0)")
+            self.bcast(g, f"ZB.{nm}", f"zb.{nm}", (L,) + s, (), dt="f32")
+            zs.append(f"ZB.{nm}")
+        if self.pf:
+            g.e(f"blast = s32[] constant({L - 1})")
+        g0 = self.first_gather(g, lws, "blast", "b0") if self.pf else []
+        g.e(f"binit = {bst_t} tuple(zero, gh, {', '.join(list(sk.values()) + ['P.' + n for n in lws] + zs + g0)})")
+        g.e(f"bloop = {bst_t} while(binit), condition=bcond, body=bbody, "
+            f"backend_config={{\"known_trip_count\":{{\"n\":\"{L}\"}}}}")
+        g.e(f"gx0 = {ty(cd, (Tm, D))} get-tuple-element(bloop), index=1")
+        # Embedding gradient: scatter-add of the token gradients into this chip's rows.
+        g.e(f"ze = {cd}[] constant(0)")
+        self.bcast(g, "zemb", "ze", self.gw["emb"][0], ())
+        g.e(f"gembf = {ty(cd, self.gw['emb'][0])} scatter(zemb, id, gx0), update_window_dims={{1}}, "
+            f"inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=add_{cd}")
+        self.scatter_g(g, "gse", "gembf", *self.gw["emb"])
+        news = []
+        base = 2 + len(sv) + len(lws)
+        for k, nm in enumerate(lws):
+            g.e(f"gl.{nm} = {ty('f32', shapes[nm])} get-tuple-element(bloop), index={base + k}")
+            self.ew(g, f"AN.{nm}", "add", shapes[nm], f"A.{nm}", f"gl.{nm}", dt="f32")
+            news.append(f"AN.{nm}")
+        self.ew(g, "AN.emb", "add", shapes["emb"], "A.emb", "gse", dt="f32")
+        self.ew(g, "AN.wout", "add", shapes["wout"], "A.wout", "gsw", dt="f32")
+        news += ["AN.emb", "AN.wout"]
+        g.e("one = s32[] constant(1)")
+        g.e("i1 = s32[] add(i, one)")
+        g.e(f"ROOT r = {mst_t} tuple(i1, ids, {', '.join(['P.' + n for n in names] + news)})")
+        return g
+
+    def first_gather(self, g, lws, idx, tag):
+        """The first layer's weights, gathered before its loop starts."""
+        out = []
+        for nm, (full, fd) in self.lw.items():
+            self.layer_slice(g, f"{tag}.{nm}", f"P.{nm}", lws[nm], idx, "f32")
+            self.gather_w(g, f"{tag}g.{nm}", f"{tag}.{nm}", full, fd)
+            out.append(f"{tag}g.{nm}")
+        return out
+
+    def common_consts(self, g):
+        g.e("zero = s32[] constant(0)")
+        g.e(f"ninf = {self.cd}[] constant(-inf)")
+        g.e(f"zerof = {self.cd}[] constant(0)")
+
+    @staticmethod
+    def cond(name, st, n):
+        return (f"{name} {{\n  s = {st} parameter(0)\n  i = s32[] get-tuple-element(s), index=0\n"
+                f"  n = s32[] constant({n})\n  ROOT c = pred[] compare(i, n), direction=LT\n}}\n")
+
+
+def model_flops_per_token(m):
+    """Training FLOPs per token as MaxText counts them: 6 x the matmul parameters (embedding
+    lookup excluded, LM head included) + 12 x seq x heads x head_dim per layer (attention,
+    not halved for the causal mask); MoE counts the top-k experts' MLPs."""
+    D, H, hd, ffn, V, L, S = m["d_model"], m["heads"], m["head_dim"], m["mlp"], m["vocab"], m["layers"], m["seq"]
+    glu = m.get("mlp_kind", "gelu") == "swiglu"
+    mlp = (3 if glu else 2) * D * ffn
+    if m.get("experts"):
+        mlp = mlp * m["top_k"] + D * m["experts"]
+    per_layer = D * 3 * H * hd + H * hd * D + mlp
+    return 6 * (L * per_layer + D * V) + 12 * S * H * hd * L
+
+
+def param_count(m):
+    D, H, hd, ffn, V, L = m["d_model"], m["heads"], m["head_dim"], m["mlp"], m["vocab"], m["layers"]
+    glu = m.get("mlp_kind", "gelu") == "swiglu"
+    mlp = (3 if glu else 2) * D * ffn
+    if m.get("experts"):
+        mlp = mlp * m["experts"] + D * m["experts"]
+    return L * (4 * D * H * hd + mlp) + 2 * D * V

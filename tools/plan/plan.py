@@ -1,0 +1,639 @@
+#!/usr/bin/env python3
+"""plan.py: `tpusim plan` — which chip, slice and sharding trains a transformer fastest or
+cheapest. For every chip, slice size and mesh it writes the per-chip training-step program
+(gen.py), times it with `tpusim run --mode timing` (two processes at a time), and ranks the
+candidates that fit HBM by cost, with the Pareto front of cost against time, goodput under
+failures and checkpoints, and `plan buckets` for padding waste. Standard library only
+(matplotlib draws the SVG when present)."""
+import argparse
+import itertools
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gen  # noqa: E402
+import buckets  # noqa: E402
+import svg  # noqa: E402
+
+
+class InputError(Exception):
+    pass
+
+
+def die(msg):
+    sys.stderr.write(msg + "\n")
+    sys.exit(2)
+
+
+# --- the model file ------------------------------------------------------------------------
+
+FIELDS = {  # name: (type, required, check)
+    "name": (str, False, None),
+    "layers": (int, True, lambda v: v >= 1),
+    "d_model": (int, True, lambda v: v >= 1),
+    "heads": (int, True, lambda v: v >= 1),
+    "head_dim": (int, True, lambda v: v >= 1),
+    "mlp": (int, True, lambda v: v >= 1),
+    "vocab": (int, True, lambda v: v >= 1),
+    "seq": (int, True, lambda v: v >= 1),
+    "batch_tokens": (int, True, lambda v: v >= 1),
+    "train_tokens": ((int, float), True, lambda v: v > 0),
+    "dtype": (str, False, lambda v: v in ("bf16", "f32")),
+    "optimizer": (str, False, lambda v: v in ("adam", "sgd")),
+    "mlp_kind": (str, False, lambda v: v in ("gelu", "swiglu")),
+    "experts": (int, False, lambda v: v >= 0),
+    "top_k": (int, False, lambda v: v >= 1),
+}
+WANT = {"dtype": "bf16 or f32", "optimizer": "adam or sgd", "mlp_kind": "gelu or swiglu"}
+
+
+def where(text, key, at_key=False):
+    """line:col of the value of "key" (or of the key) in a JSON text (1-based), or 1:1."""
+    m = re.search(r'"%s"\s*:\s*' % re.escape(key), text)
+    if not m:
+        return 1, 1
+    pos = m.start() if at_key else m.end()
+    line = text.count("\n", 0, pos) + 1
+    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return line, col
+
+
+def load_model(path):
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as e:
+        raise InputError(f"{path}:1:1: error: cannot read the model file: {e.strerror}")
+    try:
+        m = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}:{e.lineno}:{e.colno}: error: {e.msg}")
+    if not isinstance(m, dict):
+        raise InputError(f"{path}:1:1: error: the model file must hold one JSON object")
+    for k in m:
+        if k not in FIELDS:
+            line, col = where(text, k, at_key=True)
+            raise InputError(f"{path}:{line}:{col}: error: unknown field '{k}' (fields: {', '.join(FIELDS)})")
+    for k, (t, req, chk) in FIELDS.items():
+        if k not in m:
+            if req:
+                raise InputError(f"{path}:1:1: error: missing field '{k}'")
+            continue
+        v = m[k]
+        line, col = where(text, k)
+        if isinstance(v, bool) or not isinstance(v, t):
+            raise InputError(f"{path}:{line}:{col}: error: '{k}' must be {'a string' if t is str else 'a number'}")
+        if isinstance(v, float) and t is int:
+            raise InputError(f"{path}:{line}:{col}: error: '{k}' must be a whole number")
+        if chk and not chk(v):
+            raise InputError(f"{path}:{line}:{col}: error: '{k}' is {v!r}; it must be "
+                             f"{WANT.get(k, 'at least 1' if t is int else 'positive')}")
+    m.setdefault("name", os.path.splitext(os.path.basename(path))[0])
+    m.setdefault("dtype", "bf16")
+    m.setdefault("optimizer", "adam")
+    m.setdefault("mlp_kind", "gelu")
+    m.setdefault("experts", 0)
+    if m["experts"]:
+        if "top_k" not in m:
+            raise InputError(f"{path}:1:1: error: an MoE model (experts > 0) needs 'top_k'")
+        if m["top_k"] > m["experts"]:
+            line, col = where(text, "top_k")
+            raise InputError(f"{path}:{line}:{col}: error: top_k {m['top_k']} exceeds experts {m['experts']}")
+    if m["batch_tokens"] % m["seq"]:
+        line, col = where(text, "batch_tokens")
+        raise InputError(f"{path}:{line}:{col}: error: batch_tokens {m['batch_tokens']} is not a whole number of "
+                         f"sequences of {m['seq']}")
+    return m
+
+
+# --- chips, slices, prices -----------------------------------------------------------------
+
+SLICES_2D = [1, 4, 8, 16, 32, 64, 128, 256]  # Cloud's v5e / v6e slice sizes (chips)
+
+
+def load_chip(root, name):
+    p = os.path.join(root, "chips", name + ".json")
+    try:
+        j = json.load(open(p))
+    except OSError:
+        raise InputError(f"error: unknown chip '{name}' (no {p})")
+    v = {k: (x["value"] if isinstance(x, dict) and "value" in x else x) for k, x in j.items()}
+    return {"name": name, "hbm": v["hbm_bytes"], "peak": v["peak_bf16_flops"], "max_chips": v.get("max_chips") or 1,
+            "topology": v.get("topology"), "cores": v.get("tensorcores") or 1}
+
+
+def slice_sizes(chip, max_chips):
+    top = min(chip["max_chips"], max_chips)
+    if chip["topology"] == "2d-torus":
+        return [n for n in SLICES_2D if n <= top]
+    out, n = [], 4  # 3-D tori: whole hosts of 2x2x1 upwards
+    while n <= top:
+        out.append(n)
+        n *= 2
+    return out
+
+
+def slice_name(chip, n):
+    return f"{chip['name']}-{n * chip['cores']}"
+
+
+def load_prices(root):
+    p = os.path.join(root, "chips", "prices.json")
+    try:
+        return json.load(open(p))
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"{p}:1:1: error: cannot read the price table: {e}")
+
+
+def price_of(prices, chip, kind):
+    e = prices.get("chips", {}).get(chip, {}).get(kind)
+    if not e or e.get("usd_per_chip_hour") is None:
+        return None, "none"
+    return e["usd_per_chip_hour"], e.get("status", "uncertain")
+
+
+# --- candidates ----------------------------------------------------------------------------
+
+def pow2_upto(n):
+    out, k = [], 1
+    while k <= n:
+        out.append(k)
+        k *= 2
+    return out
+
+
+def state_bytes_per_chip(m, F, T):
+    """Parameters (f32) and optimizer moments per chip: exact for the generated program's
+    sharding up to rounding (every weight split over fsdp x tensor)."""
+    per = 4 + (8 if m["optimizer"] == "adam" else 0) + 4  # param, moments, gradient accumulator
+    return gen.param_count(m) * per / (F * T)
+
+
+def saved_bytes(m, cand):
+    """The activations the forward loop keeps for the backward (one copy): every layer's
+    saved tensors, which all live when the backward loop starts."""
+    st = gen.Step(m, cand)
+    if st.check():
+        return 0
+    tot = 0
+    for shape, dt in st.saved().values():
+        tot += math.prod(shape) * st.L * (2 if dt == "bf16" else 4)
+    return tot
+
+
+def meshes(m, n, a):
+    """(data, fsdp, tensor) with data * fsdp * tensor = n: powers of two, or the pinned sizes."""
+    out = []
+    for t in ([a.tensor] if a.tensor else pow2_upto(min(n, a.max_tensor))):
+        if n % t:
+            continue
+        if a.tensor and t != a.tensor:
+            continue
+        for f in ([a.fsdp] if a.fsdp else ([n // (t * a.data)] if a.data else pow2_upto(n // t))):
+            if n % (t * f):
+                continue
+            d = n // (t * f)
+            if a.fsdp and f != a.fsdp:
+                continue
+            if a.data and d != a.data:
+                continue
+            out.append((d, f, t))
+    return out
+
+
+def micro_options(m, d, f, a):
+    B = m["batch_tokens"] // m["seq"]
+    if B % (d * f):
+        return []
+    b = B // (d * f)
+    if a.micro:
+        return [a.micro] if b % a.micro == 0 else []
+    return [k for k in pow2_upto(b) if b % k == 0]
+
+
+# --- running tpusim ------------------------------------------------------------------------
+
+def hbm_peak_1chip(a, chip, st):
+    """hbm_peak from `tpusim compile --emit asm`'s .program line (read, then the rest dropped)."""
+    fd, path = tempfile.mkstemp(suffix=".hlo")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(st.module())
+    try:
+        p = subprocess.Popen([a.tpusim, "compile", path, "--chip", chip["name"], "--emit", "asm"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        peak = 0
+        for _ in range(4):
+            line = p.stdout.readline()
+            mm = re.search(r"hbm_peak=(\d+)", line)
+            if mm:
+                peak = int(mm.group(1))
+                break
+        p.stdout.close()
+        p.kill()
+        p.wait()
+        return peak
+    finally:
+        os.remove(path)
+
+
+def time_program(a, chip, st, tmp, tag):
+    """tpusim's verdict on one program: ("ok", report) or ("no-fit", bytes) or ("error", msg)."""
+    path = os.path.join(tmp, f"c{tag}.hlo")
+    rep = os.path.join(tmp, f"c{tag}.json")
+    with open(path, "w") as fh:
+        fh.write(st.module())
+    r = subprocess.run([a.tpusim, "run", path, "--mode", "timing", "--chip", chip.get("spec", chip["name"]), "--quiet",
+                        "--report", rep], capture_output=True, text=True)
+    try:
+        if r.returncode != 0:
+            mm = re.search(r"program needs (\d+) bytes of HBM", r.stderr)
+            if r.returncode == 2 and mm:
+                return "no-fit", int(mm.group(1))
+            return "error", r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
+        return "ok", json.load(open(rep))
+    finally:
+        for p in (path, rep):
+            if not a.keep and os.path.exists(p):
+                os.remove(p)
+
+
+def run_one(a, chip, cand, tmp, idx):
+    """Times one candidate. tpusim simulates every iteration of the microbatch loop, and they
+    are identical (same program, same shapes), so with more than two microbatches the step is
+    t(1) + (m - 1) (t(2) - t(1)) from programs with one and two iterations (--exact times the
+    whole loop; tests/cli/plan.sh checks both agree)."""
+    st = gen.Step(a.model, cand)
+    why = st.check()
+    if why:
+        return {"status": "invalid", "why": why}
+    m = cand["micro"]
+    if m <= 2 or a.exact:
+        kind, j = time_program(a, chip, st, tmp, idx)
+        if kind != "ok":
+            return {"status": kind, "why": "HBM" if kind == "no-fit" else j, **({"hbm_need": j} if kind == "no-fit" else {})}
+        step_s, hw = j["step"]["seconds"], j["flops"]["mfu"]
+    else:
+        k1, j1 = time_program(a, chip, gen.Step(a.model, dict(cand, trips=1)), tmp, f"{idx}a")
+        if k1 != "ok":
+            return {"status": k1, "why": "HBM" if k1 == "no-fit" else j1, **({"hbm_need": j1} if k1 == "no-fit" else {})}
+        k2, j2 = time_program(a, chip, gen.Step(a.model, dict(cand, trips=2)), tmp, f"{idx}b")
+        if k2 != "ok":
+            return {"status": k2, "why": "HBM" if k2 == "no-fit" else j2, **({"hbm_need": j2} if k2 == "no-fit" else {})}
+        c1, c2 = j1["step"]["cycles"], j2["step"]["cycles"]
+        step_s = (c1 + (m - 1) * (c2 - c1)) / j1["step"]["clock_hz"]
+        # The hardware-FLOP utilisation scales the same way (FLOPs per iteration are equal).
+        f1 = j1["flops"]["mfu"] * c1
+        f2 = j2["flops"]["mfu"] * c2
+        hw = (f1 + (m - 1) * (f2 - f1)) / (c1 + (m - 1) * (c2 - c1))
+        j = j2
+        ici = [jj.get("pod", {}).get("ici_wait_fraction", 0.0) * jj["step"]["cycles"] for jj in (j1, j2)]
+        j.setdefault("pod", {})
+        if j1.get("pod"):
+            j["pod"]["ici_wait_fraction"] = (ici[0] + (m - 1) * (ici[1] - ici[0])) / (c1 + (m - 1) * (c2 - c1))
+    pod = j.get("pod", {})
+    peak = pod.get("hbm_peak_bytes_per_chip")
+    if peak is None:  # one chip: the report has no pod section; the program header has the peak
+        peak = hbm_peak_1chip(a, chip, st)
+    if peak > chip["hbm"]:  # --ignore-hbm: timed on a copy of the chip with more HBM
+        return {"status": "no-fit", "hbm_need": peak, "why": "HBM", "step_s": step_s,
+                "hw_util": hw, "hbm_peak": peak, "ici_wait": pod.get("ici_wait_fraction", 0.0)}
+    return {"status": "ok", "step_s": step_s, "hw_util": hw, "hbm_peak": peak,
+            "ici_wait": pod.get("ici_wait_fraction", 0.0), "topology": pod.get("topology", "1 chip")}
+
+
+def search_mesh(a, chip, n, mesh, tmp, counter):
+    """The fastest fitting configs of one mesh: for remat off and on, microbatch counts from
+    the fewest up to the first that fits (more microbatches only shrink the activations)."""
+    d, f, t = mesh
+    results = []
+    state = state_bytes_per_chip(a.model, f, t)
+    base = {"chip": chip["name"], "chips": n, "slice": slice_name(chip, n), "data": d, "fsdp": f, "tensor": t}
+    if state > chip["hbm"] and not a.ignore_hbm:
+        return [dict(base, micro=None, remat=None, status="no-fit", why="weights+optimizer",
+                     hbm_need=int(state))]
+    mos = micro_options(a.model, d, f, a)
+    if not mos:
+        B = a.model["batch_tokens"] // a.model["seq"]
+        return [dict(base, micro=None, remat=None, status="invalid",
+                     why=f"global batch of {B} sequences does not split over data x fsdp = {d * f}")]
+    for remat in ([a.remat == "on"] if a.remat != "both" else [False, True]):
+        # The fewest microbatches that fit: more only shrink the activations, so the first
+        # fit is found by bisection, after skipping counts whose lower bound (state and
+        # saved activations) is already over HBM.
+        lo = 0
+        while lo < len(mos) - 1 and not a.ignore_hbm and \
+                state + saved_bytes(a.model, dict(base, micro=mos[lo], remat=remat)) > chip["hbm"]:
+            lo += 1
+        cand = dict(base, micro=mos[lo], remat=remat)
+        lb = state + saved_bytes(a.model, cand)
+        if lb > chip["hbm"] and not a.ignore_hbm:
+            results.append(dict(cand, status="no-fit", why="activations", hbm_need=int(lb)))
+            continue
+        tried = {}
+
+        def run(i):
+            if i not in tried:
+                c = dict(base, micro=mos[i], remat=remat)
+                r = run_one(a, chip, c, tmp, next(counter))
+                r.update(c)
+                tried[i] = r
+            return tried[i]
+
+        hi = len(mos) - 1 if not a.ignore_hbm else lo
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if run(mid)["status"] == "no-fit":
+                lo = mid + 1
+            else:
+                hi = mid
+        results.append(run(lo))
+    return results
+
+
+# --- goodput -------------------------------------------------------------------------------
+
+def goodput(a, r, m):
+    """Expected wall time under failures (first order, Young/Daly): checkpoints of delta s
+    every tau s, failures at rate n*lambda per hour; each costs a restart plus tau/2 of
+    recomputation on average."""
+    steps = math.ceil(m["train_tokens"] / m["batch_tokens"])
+    T = steps * r["step_s"]
+    ck_bytes = gen.param_count(m) * (12 if m["optimizer"] == "adam" else 4)
+    delta = ck_bytes / (r["chips"] * a.storage_bw * 1e9)
+    g = {"checkpoint_bytes": ck_bytes, "checkpoint_s": delta, "compute_s": T}
+    if not a.failure_rate:
+        g.update({"wall_s": T, "lost_s": 0.0})
+        return g
+    mtbf = 3600.0 / (a.failure_rate * r["chips"])
+    tau_opt = math.sqrt(2 * delta * mtbf)
+    steps = math.ceil(m["train_tokens"] / m["batch_tokens"])
+    every = min(a.checkpoint_every or max(1, round(tau_opt / r["step_s"])), steps)
+    tau = every * r["step_s"]
+    restart = a.restart_min * 60
+    denom = 1 - (tau / 2 + restart + delta / 2) / mtbf
+    wall = float("inf") if denom <= 0 else T * (1 + delta / tau) / denom
+    g.update({"mtbf_s": mtbf, "optimal_every_steps": max(1, round(tau_opt / r["step_s"])), "optimal_interval_s": tau_opt,
+              "every_steps": every, "interval_s": tau, "wall_s": wall, "lost_s": wall - T,
+              "failures": wall / mtbf if wall != float("inf") else float("inf")})
+    return g
+
+
+# --- the report ----------------------------------------------------------------------------
+
+def fmt_bytes(b):
+    for u, s in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if b >= u:
+            return f"{b / u:.3g} {s}"
+    return f"{b:.0f} B"
+
+
+def fmt_days(s):
+    if s == float("inf"):
+        return "never"
+    d = s / 86400
+    return f"{d:.3g} d" if d >= 1 else f"{s / 3600:.3g} h"
+
+
+def fmt_usd(x):
+    if x is None:
+        return "n/a"
+    if x == float("inf"):
+        return "inf"
+    return f"${x:,.0f}" if x >= 100 else f"${x:,.2f}"
+
+
+def pareto(rows):
+    pts = sorted((r for r in rows if r.get("cost") is not None), key=lambda r: (r["wall_s"], r["cost"]))
+    front, best = [], float("inf")
+    for r in pts:
+        if r["cost"] < best:
+            front.append(r)
+            best = r["cost"]
+    return front
+
+
+def plan(a):
+    m = a.model
+    chips = [load_chip(a.root, c) for c in a.chips.split(",")]
+    tmp0 = tempfile.mkdtemp(prefix="tpusim-plan-chips-")
+    if a.ignore_hbm:  # time every candidate, fitting or not: the chip with 1 PiB of HBM
+        for chip in chips:
+            j = json.load(open(os.path.join(a.root, "chips", chip["name"] + ".json")))
+            j["hbm_bytes"]["value"] = 1 << 50
+            j["hbm_bytes"]["note"] = "raised by tpusim plan --ignore-hbm: timing regardless of fit"
+            chip["spec"] = os.path.join(tmp0, chip["name"] + ".json")
+            json.dump(j, open(chip["spec"], "w"))
+    prices = load_prices(a.root)
+    tmp = tempfile.mkdtemp(prefix="tpusim-plan-")
+    t0 = time.perf_counter()
+    tasks = []
+    for chip in chips:
+        sizes = slice_sizes(chip, a.max_chips)
+        if a.slice:
+            sizes = [n for n in sizes if n == a.slice] or ([a.slice] if a.slice <= chip["max_chips"] else [])
+        for n in sizes:
+            for mesh in meshes(m, n, a):
+                tasks.append((chip, n, mesh))
+    counter = itertools.count(1)  # thread-safe in CPython
+    rows = []
+    with ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        for res in ex.map(lambda t: search_mesh(a, t[0], t[1], t[2], tmp, counter), tasks):
+            rows.extend(res)
+    for c in chips:
+        if "spec" in c:
+            os.remove(c["spec"])
+    os.rmdir(tmp0)
+    if not a.keep:
+        try:
+            os.rmdir(tmp)
+        except OSError:
+            pass
+    host_s = time.perf_counter() - t0
+    mft = gen.model_flops_per_token(m)
+    ok, bad = [], []
+    for r in rows:
+        if r["status"] != "ok":
+            bad.append(r)
+            continue
+        chip = next(c for c in chips if c["name"] == r["chip"])
+        r["tokens_per_s"] = m["batch_tokens"] / r["step_s"]
+        r["mfu"] = mft * m["batch_tokens"] / (r["step_s"] * r["chips"] * chip["peak"])
+        r["tflops_per_chip"] = mft * m["batch_tokens"] / (r["step_s"] * r["chips"]) / 1e12
+        price, pstat = price_of(prices, r["chip"], a.pricing)
+        r["price_per_chip_hour"], r["price_status"] = price, pstat
+        r.update(goodput(a, r, m))
+        r["steps"] = math.ceil(m["train_tokens"] / m["batch_tokens"])
+        r["cost"] = None if price is None else price * r["chips"] * r["wall_s"] / 3600
+        r["usd_per_mtok"] = None if price is None else price * r["chips"] / 3600 / r["tokens_per_s"] * 1e6
+        ok.append(r)
+    over = []
+    keep = []
+    for r in ok:
+        if a.deadline and r["wall_s"] > a.deadline * 86400:
+            over.append((r, "deadline"))
+        elif a.budget and r["cost"] is not None and r["cost"] > a.budget:
+            over.append((r, "budget"))
+        else:
+            keep.append(r)
+    keep.sort(key=lambda r: (r["cost"] if r["cost"] is not None else float("inf"), r["wall_s"]))
+    front = pareto(keep)
+    for r in front:
+        r["pareto"] = True
+    out = {"model": {k: m[k] for k in m}, "params": gen.param_count(m), "model_flops_per_token": mft,
+           "pricing": a.pricing, "price_table": {"date": prices.get("date"), "note": prices.get("note")},
+           "failure_rate_per_chip_hour": a.failure_rate, "storage_bw_gbps_per_chip": a.storage_bw,
+           "evaluated": len(rows), "timed": next(counter) - 1, "host_s": host_s,
+           "candidates": keep, "over_limits": [dict(r, limit=w) for r, w in over], "not_fit": bad,
+           "pareto": [{"slice": r["slice"], "mesh": mesh_s(r), "wall_s": r["wall_s"], "cost": r["cost"]} for r in front]}
+    if a.svg:
+        svg.plot(a.svg, keep, front, m["name"], a.pricing)
+    if a.json:
+        json.dump(finite(out), sys.stdout, indent=1, default=lambda x: None)
+        sys.stdout.write("\n")
+    else:
+        text_report(a, out, keep, over, bad, front)
+    return 0 if keep else 1
+
+
+def finite(x):
+    """JSON has no infinity: a run that never finishes (failures faster than checkpoints) is null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [finite(v) for v in x]
+    return x
+
+
+def mesh_s(r):
+    return f"{r['data']}x{r['fsdp']}x{r['tensor']}"
+
+
+def text_report(a, out, keep, over, bad, front):
+    m = a.model
+    w = sys.stdout.write
+    w(f"model {m['name']}: {out['params'] / 1e9:.3g}B parameters, {m['layers']} layers, d_model {m['d_model']}, "
+      f"{m['heads']}x{m['head_dim']} heads, mlp {m['mlp']} ({m['mlp_kind']}), vocab {m['vocab']}, seq {m['seq']}"
+      + (f", MoE {m['experts']} experts top-{m['top_k']}" if m["experts"] else "") + "\n")
+    w(f"  batch {m['batch_tokens']:,} tokens, train {m['train_tokens']:.4g} tokens "
+      f"({math.ceil(m['train_tokens'] / m['batch_tokens']):,} steps), {m['dtype']}, {m['optimizer']}; "
+      f"{out['model_flops_per_token'] / 1e9:.4g} GFLOP per token\n")
+    w(f"  {out['evaluated']} candidates, {out['timed']} programs timed by tpusim in {out['host_s']:.1f} s; pricing {a.pricing} "
+      f"(chips/prices.json, read {out['price_table']['date']})\n")
+    if a.failure_rate:
+        w(f"  goodput: {a.failure_rate:g} failures per chip-hour, checkpoints to storage at {a.storage_bw:g} GB/s per chip, "
+          f"{a.restart_min:g} min per restart, checkpoint every "
+          f"{a.checkpoint_every if a.checkpoint_every else 'optimal (Young/Daly)'} steps\n")
+    w("\n")
+    hdr = (f"{'#':>3} {'slice':<10} {'chips':>5} {'mesh dxfxt':<11} {'mb':>3} {'remat':<5} {'HBM/chip':>9} "
+           f"{'step s':>8} {'MFU%':>5} {'ICI%':>5} {'tok/s':>9} {'time':>8} {'cost':>11} {'$/Mtok':>7}")
+    if a.failure_rate:
+        hdr += f" {'ckpt every':>10} {'lost':>7}"
+    w(hdr + "\n")
+    for i, r in enumerate(keep[:a.top] if a.top else keep):
+        line = (f"{i + 1:>3} {r['slice']:<10} {r['chips']:>5} {mesh_s(r):<11} {r['micro']:>3} {'on' if r['remat'] else 'off':<5} "
+                f"{fmt_bytes(r['hbm_peak']):>9} {r['step_s']:>8.4g} {100 * r['mfu']:>5.1f} {100 * r['ici_wait']:>5.1f} "
+                f"{r['tokens_per_s']:>9.3g} {fmt_days(r['wall_s']):>8} {fmt_usd(r['cost']):>11} "
+                f"{(r['usd_per_mtok'] if r['usd_per_mtok'] is not None else float('nan')):>7.3g}")
+        if a.failure_rate:
+            line += f" {r['every_steps']:>10} {fmt_days(r['lost_s']):>7}"
+        w(line + ("  *" if r.get("pareto") else "") + "\n")
+    if a.top and len(keep) > a.top:
+        w(f"  ... {len(keep) - a.top} more (--top 0 lists all)\n")
+    if not keep:
+        w("  (no candidate fits)\n")
+    unc = sorted({r["chip"] for r in keep if r["price_status"] != "published"})
+    if unc:
+        w(f"  prices for {', '.join(unc)} ({a.pricing}) are not confirmed list prices: see chips/prices.json\n")
+    w("\n")
+    nf = [r for r in bad if r["status"] == "no-fit"]
+    inv = [r for r in bad if r["status"] == "invalid"]
+    err = [r for r in bad if r["status"] == "error"]
+    w(f"{len(nf)} do not fit HBM")
+    if nf:
+        st = sum(1 for r in nf if r["why"] == "weights+optimizer")
+        ac = sum(1 for r in nf if r["why"] == "activations")
+        w(f" ({st} where the weights and optimizer state alone exceed a chip's HBM, {ac} where they and the saved "
+          f"activations do at the most microbatches, {len(nf) - st - ac} over HBM in tpusim's buffer assignment "
+          f"at every microbatch count)")
+    w(f"; {len(inv)} meshes do not divide the model or batch")
+    if over:
+        w(f"; {sum(1 for _, x in over if x == 'deadline')} over the deadline, {sum(1 for _, x in over if x == 'budget')} over the budget")
+    w("\n")
+    for r in err[:5]:
+        w(f"  tpusim failed on {r['slice']} {mesh_s(r)} mb {r['micro']}: {r['why']}\n")
+    if front:
+        w("\nPareto front (cost against time to train; * above):\n")
+        for r in front:
+            w(f"  {r['slice']:<10} {mesh_s(r):<11} mb {r['micro']:<3} remat {'on' if r['remat'] else 'off':<3} "
+              f"{fmt_days(r['wall_s']):>8}  {fmt_usd(r['cost'])}\n")
+    if a.svg:
+        w(f"plot: {a.svg}\n")
+
+
+def main(argv):
+    if len(argv) > 0 and argv[0] == "--tpusim":
+        tpusim, argv = argv[1], argv[2:]
+    else:
+        tpusim = os.environ.get("TPUSIM", "tpusim")
+    root = os.path.dirname(os.path.dirname(HERE))
+    if argv and argv[0] == "buckets":
+        return buckets.main(argv[1:])
+    ap = argparse.ArgumentParser(prog="tpusim plan", description="Rank chips, slices and shardings for training a "
+                                 "transformer by time and cost, from tpusim's timing of each candidate's step.")
+    ap.add_argument("model", help="MODEL.json (see docs/plan.md)")
+    ap.add_argument("--chips", default="v4,v5e,v5p,v6e")
+    ap.add_argument("--max-chips", type=int, default=256)
+    ap.add_argument("--slice", type=int, help="only this many chips")
+    ap.add_argument("--data", type=int, help="only meshes with this data-parallel size")
+    ap.add_argument("--fsdp", type=int)
+    ap.add_argument("--tensor", type=int)
+    ap.add_argument("--max-tensor", type=int, default=16)
+    ap.add_argument("--micro", type=int, help="only this many microbatches")
+    ap.add_argument("--remat", choices=["off", "on", "both"], default="both")
+    ap.add_argument("--budget", type=float, help="USD")
+    ap.add_argument("--deadline", type=float, help="days")
+    ap.add_argument("--pricing", choices=["on-demand", "spot", "1y", "3y"], default="on-demand")
+    ap.add_argument("--failure-rate", type=float, default=0.0, help="failures per chip-hour")
+    ap.add_argument("--checkpoint-every", type=int, default=0, help="steps (default: Young/Daly optimum)")
+    ap.add_argument("--storage-bw", type=float, default=0.2, help="checkpoint write GB/s per chip")
+    ap.add_argument("--restart-min", type=float, default=10.0, help="minutes lost per restart")
+    ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--svg")
+    ap.add_argument("--ignore-hbm", action="store_true",
+                    help="time candidates that do not fit too (listed with the HBM they need; for validation)")
+    ap.add_argument("--exact", action="store_true",
+                    help="time every microbatch iteration instead of extrapolating from one and two")
+    ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    a.tpusim, a.root = tpusim, root
+    for k in ("max_chips", "jobs"):
+        if getattr(a, k) < 1:
+            die(f"error: --{k.replace('_', '-')} must be at least 1")
+    for k in ("slice", "data", "fsdp", "tensor", "micro", "max_tensor"):
+        v = getattr(a, k)
+        if v is not None and v < 1:
+            die(f"error: --{k.replace('_', '-')} must be at least 1, not {v}")
+    if a.failure_rate < 0 or a.storage_bw <= 0 or a.checkpoint_every < 0 or a.restart_min < 0:
+        die("error: --failure-rate, --checkpoint-every and --restart-min must be >= 0, --storage-bw > 0")
+    try:
+        a.model = load_model(a.model)
+        for c in a.chips.split(","):
+            load_chip(root, c)
+        return plan(a)
+    except InputError as e:
+        die(str(e))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
