@@ -1381,6 +1381,38 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
           s->sh[in->id].manual = 1;
           return TPU_OK;
         }
+        if (global && in->noperands > 1) { /* several results: a tuple of values, each split its own way */
+          if (in->shape.dtype != TPU_TUPLE || in->shape.ntuple != in->noperands)
+            return fail_at(s, in, "its result is not a tuple of one value per operand");
+          int n = in->noperands;
+          dsh *el = tpu_arena_alloc(&s->m->arena, sizeof *el * (size_t)(n + 1));
+          tpu_instr **parts = tpu_calloc((size_t)n + 1, sizeof *parts);
+          tpu_shape ts = in->shape;
+          ts.elems = tpu_arena_alloc(&s->m->arena, sizeof *ts.elems * (size_t)(n + 1));
+          tpu_status st = el && parts && ts.elems ? TPU_OK : TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+          for (int k = 0; st == TPU_OK && k < n; k++) {
+            const tpu_shape *g = &in->shape.elems[k];
+            if (!tpu_dtype_is_array(g->dtype) || !annotation_k(s, in, k, g->rank, &el[k]) || el[k].manual) {
+              st = fail_at(s, in, "cannot read its sharding");
+              break;
+            }
+            tpu_shape l = local_shape(s, g, &el[k]);
+            if (!tpu_shape_equal(&l, &in->operands[k]->shape)) {
+              st = fail_at(s, in, "an operand is not one block of its result");
+              break;
+            }
+            parts[k] = s->val[in->operands[k]->id];
+            ts.elems[k] = parts[k]->shape;
+          }
+          tpu_instr *t = NULL;
+          if (st == TPU_OK) st = instr(s, TPU_OP_TUPLE, "spmd.results", &ts, parts, n, in->loc, &t);
+          tpu_free(parts);
+          TPU_TRY(st);
+          s->val[in->id] = t;
+          s->sh[in->id] = k_repl;
+          s->tsh[in->id] = el;
+          return TPU_OK;
+        }
         dsh h;
         if (!annotation(s, in, global ? rank : o->shape.rank, &h) || h.manual)
           return fail_at(s, in, "cannot read its sharding");
