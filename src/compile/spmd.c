@@ -97,6 +97,8 @@ static int quoted(const char **pp, char *buf, size_t n) {
   return k > 0;
 }
 
+static tpu_status mesh_from_shardings(const tpu_module *m, tpu_mesh *mesh, int *found, tpu_diag *d);
+
 tpu_status tpu_mesh_from_module(const tpu_module *m, tpu_mesh *mesh, int *found, tpu_diag *d) {
   memset(mesh, 0, sizeof *mesh);
   *found = 0;
@@ -107,7 +109,7 @@ tpu_status tpu_mesh_from_module(const tpu_module *m, tpu_mesh *mesh, int *found,
       v = strstr(m->attrs[i].value, "#sdy.mesh<");
       loc = m->attrs[i].loc;
     }
-  if (!v) return TPU_OK;
+  if (!v) return mesh_from_shardings(m, mesh, found, d);
   const char *p = sk(v + 10);
   if (*p++ != '[') return TPU_FAIL(d, TPU_ERR_INVALID, loc, "cannot read the sdy mesh");
   for (;;) {
@@ -369,6 +371,101 @@ static int annotation_k(const sp *s, const tpu_instr *in, int k, int rank, dsh *
 }
 
 static int annotation(const sp *s, const tpu_instr *in, int rank, dsh *out) { return annotation_k(s, in, 0, rank, out); }
+
+/* ---- A mesh for GSPMD-form programs ----
+ * JAX's GSPMD-form programs name no mesh: their shardings give tile counts over device
+ * lists (sharding={devices=[2,4]<=[8]}). The mesh is inferred: candidates are each
+ * sharding's tile counts (ones dropped), then the prime factors of the device count; the
+ * first whose axes express every sharding in the module wins. */
+
+static int tiled_counts(const char *text, int64_t *sizes, int *n) {
+  const char *p = strstr(text, "devices=[");
+  if (!p) return 0;
+  *n = 0;
+  for (p += 9; *p && *p != ']';) {
+    char *e;
+    long long t = strtoll(p, &e, 10);
+    if (e == p) return 0;
+    if (t > 1) {
+      if (*n == MAXA) return 0;
+      sizes[(*n)++] = t;
+    }
+    p = *e == ',' ? e + 1 : e;
+  }
+  return *n > 0;
+}
+
+/* Whether every array sharding in m reads on `mesh`. */
+static int mesh_fits(const tpu_module *m, const tpu_mesh *mesh) {
+  for (int c = 0; c < m->ncomps; c++)
+    for (int i = 0; i < m->comps[c]->ninstrs; i++) {
+      const tpu_instr *in = m->comps[c]->instrs[i];
+      const char *v = attr(in, "sharding");
+      if (!v || !strstr(v, "devices=[") || !tpu_dtype_is_array(in->shape.dtype)) continue;
+      dsh h;
+      if (!from_hlo(mesh, v, in->shape.rank, &h)) return 0;
+    }
+  return 1;
+}
+
+static tpu_status mesh_try(const tpu_module *m, const int64_t *sizes, int n, tpu_mesh *mesh, int *found, tpu_diag *d) {
+  memset(mesh, 0, sizeof *mesh);
+  for (int a = 0; a < n; a++) {
+    char name[16];
+    snprintf(name, sizeof name, "d%d", a);
+    TPU_TRY(mesh_add(mesh, name, strlen(name), sizes[a], d));
+  }
+  *found = mesh_fits(m, mesh);
+  if (!*found) memset(mesh, 0, sizeof *mesh);
+  return TPU_OK;
+}
+
+static tpu_status mesh_from_shardings(const tpu_module *m, tpu_mesh *mesh, int *found, tpu_diag *d) {
+  int64_t ndev = 1, sizes[MAXA];
+  int n;
+  tpu_loc where = tpu_noloc();
+  for (int c = 0; c < m->ncomps; c++) /* the device count: the largest tiling */
+    for (int i = 0; i < m->comps[c]->ninstrs; i++) {
+      const char *v = attr(m->comps[c]->instrs[i], "sharding");
+      int64_t t = 1;
+      if (!v || !tiled_counts(v, sizes, &n)) continue;
+      for (int a = 0; a < n; a++) t *= sizes[a];
+      if (t > ndev) {
+        ndev = t;
+        where = m->comps[c]->instrs[i]->loc;
+      }
+    }
+  if (ndev == 1) return TPU_OK;
+  for (int c = 0; c < m->ncomps; c++)
+    for (int i = 0; i < m->comps[c]->ninstrs; i++) {
+      const char *v = attr(m->comps[c]->instrs[i], "sharding");
+      int64_t t = 1;
+      if (!v || !tiled_counts(v, sizes, &n)) continue;
+      for (int a = 0; a < n; a++) t *= sizes[a];
+      if (t == ndev) TPU_TRY(mesh_try(m, sizes, n, mesh, found, d));
+      if (*found) return TPU_OK;
+    }
+  n = 0; /* prime factors, largest first */
+  int64_t r = ndev;
+  for (int64_t f = 2; r > 1 && n < MAXA; f++)
+    while (r % f == 0 && n < MAXA) {
+      sizes[n++] = f;
+      r /= f;
+    }
+  if (r == 1) {
+    for (int a = 0; a < n / 2; a++) {
+      int64_t t = sizes[a];
+      sizes[a] = sizes[n - 1 - a];
+      sizes[n - 1 - a] = t;
+    }
+    TPU_TRY(mesh_try(m, sizes, n, mesh, found, d));
+    if (*found) return TPU_OK;
+  }
+  return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, where,
+                  "the module's shardings name %lld devices but no mesh that expresses them all was found; "
+                  "give one with --mesh NAME=SIZE,...",
+                  (long long)ndev);
+}
 
 static tpu_status fail_at(sp *s, const tpu_instr *in, const char *what) {
   return TPU_FAIL(s->d, TPU_ERR_UNSUPPORTED, in->loc, "spmd-partition: '%s' (%s): %s", tpu_instr_user_name(in),

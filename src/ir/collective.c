@@ -32,12 +32,38 @@ static long long sdy_mesh_devices(const tpu_module *m) {
   return n;
 }
 
+/* The most devices a GSPMD sharding in the module names, as in sharding={devices=[2,4]<=[8]}
+ * (tile counts multiplied; 0: none). JAX's GSPMD-form programs carry no device count of
+ * their own in the header: the compile options give it, and the shardings imply it. */
+static long long hlo_sharding_devices(const tpu_module *m) {
+  long long best = 0;
+  for (int c = 0; c < m->ncomps; c++)
+    for (int i = 0; i < m->comps[c]->ninstrs; i++) {
+      const tpu_instr *in = m->comps[c]->instrs[i];
+      const char *v = attr_text(in->attrs, in->nattrs, "sharding");
+      for (const char *p = v; p && (p = strstr(p, "devices=[")) != NULL;) {
+        long long n = 1;
+        for (p += 9; *p && *p != ']'; p++) {
+          if (!isdigit((unsigned char)*p)) continue;
+          char *e;
+          long long t = strtoll(p, &e, 10);
+          if (t < 1 || t > (1 << 20) || n > (1 << 20) / t) return 0;
+          n *= t;
+          p = e - 1;
+        }
+        if (n > best) best = n;
+      }
+    }
+  return best;
+}
+
 void tpu_module_device_grid(const tpu_module *m, int64_t *replicas, int64_t *partitions) {
   const char *r = attr_text(m->attrs, m->nattrs, "replica_count");
   const char *p = attr_text(m->attrs, m->nattrs, "num_partitions");
   long long rv = r ? strtoll(r, NULL, 10) : 1, pv = p ? strtoll(p, NULL, 10) : 1;
   /* JAX's lowered (not yet partitioned) programs name their devices by the mesh only. */
   if (!r && !p) pv = sdy_mesh_devices(m);
+  if (!r && !p && pv < 1) pv = hlo_sharding_devices(m);
   *replicas = rv > 1 ? rv : 1;
   *partitions = pv > 1 ? pv : 1;
 }

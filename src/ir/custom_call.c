@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ir/collective.h"
 #include "ir/verify.h"
 
 static const char *const k_identity[] = {
@@ -59,14 +60,8 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
           else if (k == in->noperands - 1) return TPU_OK;
       }
       /* A shape change (a shard's shape) only makes sense across several devices. */
-      {
-        int64_t p = 1;
-        for (int i = 0; in->parent && in->parent->module && i < in->parent->module->nattrs; i++)
-          if (!strcmp(in->parent->module->attrs[i].name, "frontend_attributes") &&
-              strstr(in->parent->module->attrs[i].value, "#sdy.mesh<"))
-            p = 2;
-        if (p > 1) return TPU_OK; /* spmd-partition resolves it */
-      }
+      if (in->parent && in->parent->module && tpu_module_device_count(in->parent->module) > 1)
+        return TPU_OK; /* spmd-partition resolves it (a mesh, or shardings naming several devices) */
       return TPU_VFAIL(d, in, "custom-call target \"%s\" changes %s into %s on one device", t,
                        tpu__vshape(&in->operands[0]->shape, &a), tpu__vshape(&in->shape, &b));
     case TPU_CC_TOPK: {

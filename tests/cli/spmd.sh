@@ -34,5 +34,23 @@ grep -q "^slice: 4x4x8 (wrap x y z) on v5p" "$T/3d" || fail "3-D mesh slice: $(g
 grep -Eq "all-gather +4 " "$T/3d" || fail "no all-gather over groups of 4"
 grep -Eq "all-reduce +32 " "$T/3d" || fail "no gradient all-reduce over groups of 32"
 
+# GSPMD form (no mesh in the module): the mesh is inferred from the shardings; shardings
+# that no one mesh expresses are refused with the instruction's location.
+cat > "$T/g.hlo" <<'EOF'
+HloModule g
+
+ENTRY e {
+  a = f32[8,16] parameter(0), sharding={devices=[2,4]<=[8]}
+  b = f32[8,16] custom-call(a), custom_call_target="Sharding", sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  ROOT r = f32[8,16] add(b, b)
+}
+EOF
+"$BIN" run "$T/g.hlo" --mode timing > "$T/gout" 2> "$T/err" || fail "GSPMD form exited $?: $(cat "$T/err")"
+grep -q "^spmd-partition: 8 chips (mesh d0=2 d1=4)" "$T/gout" || fail "GSPMD mesh: $(head -1 "$T/gout")"
+sed 's/devices=\[2,1,4\]<=\[8\] last_tile_dim_replicate/devices=[3,1]<=[3]/' "$T/g.hlo" > "$T/g3.hlo"
+"$BIN" run "$T/g3.hlo" --mode timing > /dev/null 2> "$T/err"
+[ $? -eq 2 ] || fail "shardings of 8 and 3 devices did not exit 2"
+grep -q "g3.hlo:4:.*error: the module's shardings name 8 devices but no mesh" "$T/err" || fail "mesh message: $(cat "$T/err")"
+
 [ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
 exit $fails
