@@ -11,6 +11,8 @@
 tpu_status tpu__pass_inline(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 /* Constant folding, exact algebraic identities, dead instructions and computations. */
 tpu_status tpu__pass_simplify(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+/* Independent all-reduces / all-gathers / reduce-scatters over the same groups become one. */
+tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 /* Groups ops into `fusion` instructions of kind kLoop, kOutput and kInput. */
 tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 

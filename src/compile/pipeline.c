@@ -9,8 +9,9 @@
 #include "hlo/hlo.h"
 #include "ir/verify.h"
 
-const char *const tpu_compile_pass_names[] = {"inline", "spmd-partition", "simplify", "fuse",  "tile", "layout",
-                                              "buffer-assign", "schedule", "lower", NULL};
+const char *const tpu_compile_pass_names[] = {"inline", "spmd-partition", "simplify", "combine-collectives",
+                                              "fuse",   "tile",           "layout",   "buffer-assign",
+                                              "schedule", "lower",        NULL};
 
 typedef struct {
   const char *name;
@@ -34,6 +35,7 @@ static const hlo_pass k_hlo_passes[] = {
     {"inline", tpu__pass_inline},
     {"spmd-partition", tpu__pass_spmd},
     {"simplify", tpu__pass_simplify},
+    {"combine-collectives", tpu__pass_combine},
     {"fuse", tpu__pass_fuse},
 };
 

@@ -149,11 +149,12 @@ static char *dump_after(const char *prog, const char *pass) {
 }
 
 static void test_golden(void) {
-  static const char *progs[] = {"inline", "simplify", "mlp"};
-  static const char *passes[] = {"inline", "simplify", "fuse"};
+  static const char *progs[] = {"inline", "simplify", "mlp", "combine"};
+  static const char *passes[] = {"inline", "simplify", "fuse", "combine-collectives"};
   int update = getenv("TPU_UPDATE_GOLDEN") != NULL;
   for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++)
-    for (size_t p = 0; p < 3; p++) {
+    for (size_t p = 0; p < 4; p++) {
+      if ((i == 3) != (p == 3)) continue; /* combine.hlo: after combine-collectives only */
       char prog[256], exp[256];
       snprintf(prog, sizeof prog, "tests/hlo/compile/%s.hlo", progs[i]);
       snprintf(exp, sizeof exp, "tests/hlo/compile/%s.%s.expected", progs[i], passes[p]);
@@ -249,7 +250,7 @@ static void test_bad_dump_name(void) {
   tpu_compile_opts o = opts("fusion", NULL);
   CHECK_EQ_INT(tpu_compile_hlo(m, &o, &d), TPU_ERR_ARG);
   CHECK(strstr(d.msg, "unknown pass 'fusion'") != NULL);
-  CHECK(strstr(d.msg, "inline, spmd-partition, simplify, fuse, tile, layout, buffer-assign, schedule, lower") != NULL);
+  CHECK(strstr(d.msg, "inline, spmd-partition, simplify, combine-collectives, fuse, tile, layout, buffer-assign, schedule, lower") != NULL);
   tpu_module_free(m);
 }
 
@@ -330,7 +331,7 @@ static void test_cli(void) {
   /* Errors: one line on stderr, nothing on stdout, exit 2. */
   snprintf(cmd, sizeof cmd, "%s compile tests/hlo/compile/mlp.hlo --dump-after fusion 2>&1", bin);
   CHECK_EQ_INT(run_cmd(cmd, &out), 2);
-  CHECK(out && strstr(out, "error: unknown pass 'fusion' for --dump-after (passes: inline, spmd-partition, simplify, fuse, tile"));
+  CHECK(out && strstr(out, "error: unknown pass 'fusion' for --dump-after (passes: inline, spmd-partition, simplify, combine-collectives, fuse, tile"));
   free(out);
   snprintf(cmd, sizeof cmd, "%s compile tests/hlo/bad/add_dependency_token.hlo --emit hlo 2>/dev/null", bin);
   CHECK_EQ_INT(run_cmd(cmd, &out), 2);
