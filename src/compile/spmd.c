@@ -1203,10 +1203,130 @@ static tpu_status dimwise_op(sp *s, const tpu_instr *in) {
         keep[k] = k < in->dynamic_slice_sizes.n && in->dynamic_slice_sizes.v[k] == a->dims[k];
         break;
       case TPU_OP_DYNAMIC_UPDATE_SLICE: keep[k] = in->operands[1]->shape.dims[k] == a->dims[k]; break;
+      case TPU_OP_REDUCE_WINDOW: { /* a dimension the window does not cross (pooling's batch, features) */
+        const tpu_window_dim *w = k < in->nwindow ? &in->window[k] : NULL;
+        keep[k] = w && w->size == 1 && w->stride == 1 && !w->pad_lo && !w->pad_hi && w->base_dilation == 1 &&
+                  w->window_dilation == 1;
+        break;
+      }
       default: break;
     }
   }
   return dimwise(s, in, keep);
+}
+
+/* The result dimension of a gather that indices dimension `d` becomes (-1: none). */
+static int gather_out_dim(const tpu_instr *in, int d) {
+  const tpu_gather_dims *g = &in->gather;
+  if (d == g->index_vector_dim) return -1;
+  int want = d - (g->index_vector_dim < d), seen = 0; /* the want-th batch dimension of the result */
+  for (int k = 0; k < in->shape.rank; k++) {
+    int off = 0;
+    for (int i = 0; i < g->offset_dims.n; i++) off |= g->offset_dims.v[i] == k;
+    if (off) continue;
+    if (seen++ == want) return k;
+  }
+  return -1;
+}
+
+/* The updates dimension of a scatter that indices dimension `d` feeds (-1: none). */
+static int scatter_upd_dim(const tpu_instr *in, int d) {
+  const tpu_scatter_dims *g = &in->scatter;
+  if (d == g->index_vector_dim) return -1;
+  const tpu_shape *u = &in->operands[2]->shape;
+  int want = d - (g->index_vector_dim < d), seen = 0;
+  for (int k = 0; k < u->rank; k++) {
+    int win = 0;
+    for (int i = 0; i < g->update_window_dims.n; i++) win |= g->update_window_dims.v[i] == k;
+    if (win) continue;
+    if (seen++ == want) return k;
+  }
+  return -1;
+}
+
+/* A gather that takes whole operand dimensions (slice size = the dimension, no index into
+ * it): those keep their split, as the matching offset dimensions of the result; each chip
+ * gathers from its block with the indices whole. */
+static tpu_status passthrough_gather(sp *s, const tpu_instr *in) {
+  const tpu_gather_dims *g = &in->gather;
+  const tpu_instr *o = in->operands[0];
+  const dsh *oh = &s->sh[o->id];
+  dsh O = k_repl, out = k_repl;
+  int any = 0, off = 0;
+  for (int d = 0; d < o->shape.rank; d++) {
+    int collapsed = 0, indexed = 0;
+    for (int i = 0; i < g->collapsed_slice_dims.n; i++) collapsed |= g->collapsed_slice_dims.v[i] == d;
+    for (int i = 0; i < g->start_index_map.n; i++) indexed |= g->start_index_map.v[i] == d;
+    if (collapsed) continue;
+    int rd = off < g->offset_dims.n ? (int)g->offset_dims.v[off] : -1; /* offset dims follow the operand's order */
+    off++;
+    if (!oh->n[d] || indexed || d >= g->slice_sizes.n || g->slice_sizes.v[d] != o->shape.dims[d] || rd < 0) continue;
+    O.n[d] = out.n[rd] = oh->n[d];
+    memcpy(O.ax[d], oh->ax[d], MAXA);
+    memcpy(out.ax[rd], oh->ax[d], MAXA);
+    any = 1;
+  }
+  if (!any || !fits(s, &o->shape, &O) || !fits(s, &in->shape, &out)) return replicated_op(s, in);
+  tpu_instr *ops[2];
+  TPU_TRY(operand_as(s, in, 0, &O, &ops[0]));
+  TPU_TRY(operand_as(s, in, 1, &k_repl, &ops[1]));
+  TPU_TRY(emit_clone(s, in, ops, &out));
+  tpu_shape l = local_shape(s, &o->shape, &O); /* slice sizes per chip */
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  tpu_strbuf_printf(&b, "{");
+  for (int d = 0; d < g->slice_sizes.n; d++)
+    tpu_strbuf_printf(&b, "%s%lld", d ? "," : "", (long long)(O.n[d] ? l.dims[d] : g->slice_sizes.v[d]));
+  tpu_strbuf_printf(&b, "}");
+  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory")
+                        : tpu_build_set_attr(&s->b, s->val[in->id], "slice_sizes", b.s);
+  tpu_strbuf_deinit(&b);
+  return st;
+}
+
+/* gather and scatter split along their batching dimensions (a per-example lookup with a
+ * split batch: operand_batching_dims / input_batching_dims): each chip gathers from, or
+ * scatters into, its own examples; no communication. Anything else runs replicated. */
+static tpu_status batched_index_op(sp *s, const tpu_instr *in) {
+  int scatter = in->op == TPU_OP_SCATTER;
+  if (scatter && in->noperands != 3) return replicated_op(s, in);
+  const tpu_i64s *ob = scatter ? &in->scatter.input_batching_dims : &in->gather.operand_batching_dims;
+  const tpu_i64s *ib = scatter ? &in->scatter.scatter_indices_batching_dims : &in->gather.start_indices_batching_dims;
+  const tpu_instr *o = in->operands[0], *ix = in->operands[1];
+  const dsh *oh = &s->sh[o->id], *ih = &s->sh[ix->id];
+  if (oh->manual || ih->manual || (scatter && s->sh[in->operands[2]->id].manual)) return replicated_op(s, in);
+  if (!scatter && !ob->n) return passthrough_gather(s, in);
+  if (!ob->n) return replicated_op(s, in);
+  dsh O = k_repl, I = k_repl, U = k_repl, out = k_repl;
+  int any = 0;
+  for (int i = 0; i < ob->n; i++) {
+    int od = (int)ob->v[i], id = (int)ib->v[i];
+    const dsh *from = oh->n[od] ? oh : ih;
+    int fd = oh->n[od] ? od : id;
+    if (!from->n[fd]) continue;
+    int rd = scatter ? scatter_upd_dim(in, id) : gather_out_dim(in, id);
+    if (rd < 0) return replicated_op(s, in);
+    O.n[od] = I.n[id] = from->n[fd];
+    memcpy(O.ax[od], from->ax[fd], MAXA);
+    memcpy(I.ax[id], from->ax[fd], MAXA);
+    if (scatter) {
+      U.n[rd] = from->n[fd];
+      memcpy(U.ax[rd], from->ax[fd], MAXA);
+      out = O;
+    } else {
+      out.n[rd] = from->n[fd];
+      memcpy(out.ax[rd], from->ax[fd], MAXA);
+    }
+    any = 1;
+  }
+  if (!any || !fits(s, &o->shape, &O) || !fits(s, &ix->shape, &I) || !fits(s, &in->shape, &out) ||
+      (scatter && !fits(s, &in->operands[2]->shape, &U)))
+    return replicated_op(s, in);
+  tpu_instr *ops[3];
+  TPU_TRY(operand_as(s, in, 0, &O, &ops[0]));
+  TPU_TRY(operand_as(s, in, 1, &I, &ops[1]));
+  if (scatter) TPU_TRY(operand_as(s, in, 2, &U, &ops[2]));
+  return emit_clone(s, in, ops, &out);
 }
 
 /* A convolution split along its batch only (data parallelism): each chip convolves its
@@ -1215,9 +1335,29 @@ static tpu_status convolution(sp *s, const tpu_instr *in) {
   const tpu_instr *lo = in->operands[0];
   const dsh *lh = &s->sh[lo->id];
   const tpu_conv_dims *cd = &in->conv;
-  if (lh->manual || !in->has_conv_dims || in->feature_group_count != 1 || in->batch_group_count != 1 ||
-      !lh->n[cd->in_batch])
+  if (lh->manual || !in->has_conv_dims || in->feature_group_count != 1 || in->batch_group_count != 1)
     return replicated_op(s, in);
+  const dsh *rh = &s->sh[in->operands[1]->id];
+  if (!lh->n[cd->in_batch] && lh->n[cd->in_feature] && !rh->manual) {
+    /* The input feature split (a kernel's gradient: the batch is the contracted feature):
+     * each chip convolves its part of the contraction and the partial sums are added. */
+    dsh L = k_repl, R = k_repl;
+    L.n[cd->in_feature] = R.n[cd->k_in] = lh->n[cd->in_feature];
+    memcpy(L.ax[cd->in_feature], lh->ax[cd->in_feature], MAXA);
+    memcpy(R.ax[cd->k_in], lh->ax[cd->in_feature], MAXA);
+    if (!fits(s, &lo->shape, &L) || !fits(s, &in->operands[1]->shape, &R)) return replicated_op(s, in);
+    tpu_instr *ops[2], *x;
+    TPU_TRY(operand_as(s, in, 0, &L, &ops[0]));
+    TPU_TRY(operand_as(s, in, 1, &R, &ops[1]));
+    TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, ops, &x));
+    tpu_comp *add;
+    TPU_TRY(adder(s, in->shape.dtype, &add));
+    TPU_TRY(reduce_axes(s, x, L.ax[cd->in_feature], L.n[cd->in_feature], add, in->loc, &x));
+    s->val[in->id] = x;
+    s->sh[in->id] = k_repl;
+    return TPU_OK;
+  }
+  if (!lh->n[cd->in_batch]) return replicated_op(s, in);
   dsh L = k_repl, out = k_repl;
   L.n[cd->in_batch] = lh->n[cd->in_batch];
   memcpy(L.ax[cd->in_batch], lh->ax[cd->in_batch], MAXA);
@@ -1560,6 +1700,11 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
     case TPU_OP_REVERSE:
     case TPU_OP_DYNAMIC_SLICE:
     case TPU_OP_DYNAMIC_UPDATE_SLICE: return dimwise_op(s, in);
+    case TPU_OP_REDUCE_WINDOW:
+      if (in->noperands == 2 && tpu_dtype_is_array(in->shape.dtype)) return dimwise_op(s, in);
+      return replicated_op(s, in);
+    case TPU_OP_GATHER:
+    case TPU_OP_SCATTER: return batched_index_op(s, in);
     case TPU_OP_TUPLE:
       if (in == s->old->root && s->old == s->m->entry) { /* results keep their shardings (written on the root) */
         tpu_instr **ops = tpu_calloc((size_t)(in->noperands + 1), sizeof *ops);
