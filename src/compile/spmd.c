@@ -653,6 +653,132 @@ static tpu_status slice_dim(sp *s, tpu_instr *x, int k, const int8_t *axes, int 
 }
 
 /* x (sharded `from`) as sharded `to`. */
+/* Moves x's split from dimension i to dimension j over the same axes with one all-to-all
+ * (each chip sends every other chip the part of its block that chip keeps): dimension j is
+ * cut into (f, n_j/f), the all-to-all exchanges along the f pieces, and the pieces, which
+ * arrive in block order of dimension i, are moved in front of it and merged. */
+static tpu_status all_to_all_move(sp *s, tpu_instr *x, int i, int j, const int8_t *axes, int n, tpu_loc loc,
+                                  tpu_instr **out) {
+  int64_t f = 1;
+  for (int a = 0; a < n; a++) f *= s->mesh->sizes[axes[a]];
+  int rank = x->shape.rank;
+  tpu_shape r = x->shape; /* [.., f, n_j/f, ..] */
+  r.has_layout = 0;
+  r.rank = rank + 1;
+  for (int k = 0, d = 0; k < rank; k++) {
+    if (k == j) {
+      r.dims[d++] = f;
+      r.dims[d++] = x->shape.dims[j] / f;
+    } else {
+      r.dims[d++] = x->shape.dims[k];
+    }
+  }
+  tpu_instr *y, *z, *t;
+  TPU_TRY(instr(s, TPU_OP_RESHAPE, "spmd.reshape", &r, &x, 1, loc, &y));
+  TPU_TRY(instr(s, TPU_OP_ALL_TO_ALL, "spmd.all-to-all", &r, &y, 1, loc, &z));
+  char dims[32];
+  snprintf(dims, sizeof dims, "{%d}", j);
+  TPU_TRY(tpu_build_set_attr(&s->b, z, "dimensions", dims));
+  TPU_TRY(set_groups(s, z, axes, n));
+  /* Transpose the piece index (at j) to just before dimension i (at i' in r). */
+  int ip = i < j ? i : i + 1, perm[TPU_MAX_RANK], np = 0;
+  for (int k = 0; k < r.rank; k++) {
+    if (k == j) continue;
+    if (k == ip) perm[np++] = j;
+    perm[np++] = k;
+  }
+  tpu_shape ts = r;
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  tpu_strbuf_printf(&b, "{");
+  for (int k = 0; k < r.rank; k++) {
+    ts.dims[k] = r.dims[perm[k]];
+    tpu_strbuf_printf(&b, "%s%d", k ? "," : "", perm[k]);
+  }
+  tpu_strbuf_printf(&b, "}");
+  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory")
+                        : instr(s, TPU_OP_TRANSPOSE, "spmd.transpose", &ts, &z, 1, loc, &t);
+  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, t, "dimensions", b.s);
+  tpu_strbuf_deinit(&b);
+  TPU_TRY(st);
+  tpu_shape m = x->shape; /* dimension i whole, j split */
+  m.has_layout = 0;
+  m.dims[i] *= f;
+  m.dims[j] /= f;
+  return instr(s, TPU_OP_RESHAPE, "spmd.reshape", &m, &t, 1, loc, out);
+}
+
+/* Block index along dimension k of mesh position p under sharding h (its axes, major first). */
+static int64_t block_at(const tpu_mesh *mesh, const dsh *h, int k, int64_t p) {
+  int64_t b = 0;
+  for (int i = 0; i < h->n[k]; i++) {
+    int a = h->ax[k][i];
+    int64_t stride = 1;
+    for (int j = a + 1; j < mesh->naxes; j++) stride *= mesh->sizes[j];
+    b = b * mesh->sizes[a] + (p / stride) % mesh->sizes[a];
+  }
+  return b;
+}
+
+/* Blocks of the same sizes held by other chips (P(x,y) -> P(y,x)): one collective-permute,
+ * each chip receiving the block it needs from a chip that holds it. Returns 1 in *done when
+ * it applies (every chip finds a distinct source). */
+static tpu_status permute_blocks(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out,
+                                 int *done) {
+  *done = 0;
+  int rank = x->shape.rank;
+  for (int k = 0; k < rank; k++)
+    if (factor(s->mesh, from, k) != factor(s->mesh, to, k)) return TPU_OK;
+  int64_t n = s->mesh->ndev;
+  if (n > 4096) return TPU_OK;
+  int64_t *src = tpu_calloc((size_t)n, sizeof *src);
+  char *used = tpu_calloc((size_t)n, 1);
+  if (!src || !used) {
+    tpu_free(src);
+    tpu_free(used);
+    return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
+  }
+  int ok = 1;
+  for (int64_t q = 0; q < n && ok; q++) {
+    src[q] = -1;
+    for (int64_t t = 0; t < n && src[q] < 0; t++) {
+      int64_t p = (q + t) % n; /* itself first */
+      if (used[p]) continue;
+      int same = 1;
+      for (int k = 0; k < rank && same; k++) same = block_at(s->mesh, from, k, p) == block_at(s->mesh, to, k, q);
+      if (same) src[q] = p, used[p] = 1;
+    }
+    ok = src[q] >= 0;
+  }
+  int moves = 0;
+  for (int64_t q = 0; ok && q < n; q++) moves |= src[q] != q;
+  ok = ok && moves;
+  tpu_status st = TPU_OK;
+  if (ok) {
+    tpu_strbuf b;
+    tpu_strbuf_init(&b);
+    tpu_strbuf_printf(&b, "{");
+    for (int64_t q = 0; q < n; q++) {
+      int64_t a = s->mesh->ids ? s->mesh->ids[src[q]] : src[q], c = s->mesh->ids ? s->mesh->ids[q] : q;
+      tpu_strbuf_printf(&b, "%s{%lld,%lld}", q ? "," : "", (long long)a, (long long)c);
+    }
+    tpu_strbuf_printf(&b, "}");
+    tpu_shape l = x->shape;
+    l.has_layout = 0;
+    char ch[32];
+    snprintf(ch, sizeof ch, "%d", ++s->channel);
+    st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory")
+               : instr(s, TPU_OP_COLLECTIVE_PERMUTE, "spmd.collective-permute", &l, &x, 1, loc, out);
+    if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "channel_id", ch);
+    if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "source_target_pairs", b.s);
+    tpu_strbuf_deinit(&b);
+    *done = st == TPU_OK;
+  }
+  tpu_free(src);
+  tpu_free(used);
+  return st;
+}
+
 static tpu_status reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out) {
   *out = x;
   if (!tpu_dtype_is_array(x->shape.dtype) || from->manual || to->manual) return TPU_OK;
@@ -689,7 +815,39 @@ static tpu_status reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, t
     (*out)->shape = l;
     return TPU_OK;
   }
+  int ai = -1, aj = -1, other = 0; /* a split moving from dimension ai to aj on the same axes */
+  for (int k = 0; k < rank; k++) {
+    if (same_dim(from, k, to, k)) continue;
+    if (from->n[k] && !to->n[k] && ai < 0) ai = k;
+    else if (!from->n[k] && to->n[k] && aj < 0) aj = k;
+    else other = 1;
+  }
+  if (!other && ai >= 0 && aj >= 0 && from->n[ai] == to->n[aj] && !memcmp(from->ax[ai], to->ax[aj], (size_t)to->n[aj]) &&
+      rank < TPU_MAX_RANK && x->shape.dims[aj] % factor(s->mesh, to, aj) == 0)
+    return all_to_all_move(s, x, ai, aj, to->ax[aj], to->n[aj], loc, out);
+  int same = 1;
+  for (int k = 0; k < rank; k++) same &= same_dim(from, k, to, k);
+  if (same) return TPU_OK;
+  if (is_split(from, rank) && is_split(to, rank)) {
+    int done;
+    TPU_TRY(permute_blocks(s, x, from, to, loc, out, &done));
+    if (done) return TPU_OK;
+  }
   dsh cur = *from;
+  /* Slices first where the axes are free (less to gather), then gathers, then the rest. */
+  int busy[MAXA] = {0};
+  for (int k = 0; k < rank; k++)
+    for (int i = 0; i < cur.n[k]; i++) busy[cur.ax[k][i]] = 1;
+  for (int k = 0; k < rank; k++) {
+    if (!to->n[k] || cur.n[k]) continue;
+    int free_axes = 1;
+    for (int i = 0; i < to->n[k]; i++) free_axes &= !busy[to->ax[k][i]];
+    if (!free_axes) continue;
+    TPU_TRY(slice_dim(s, *out, k, to->ax[k], to->n[k], loc, out));
+    cur.n[k] = to->n[k];
+    memcpy(cur.ax[k], to->ax[k], MAXA);
+    for (int i = 0; i < to->n[k]; i++) busy[to->ax[k][i]] = 1;
+  }
   for (int k = 0; k < rank; k++)
     if (cur.n[k] && !same_dim(&cur, k, to, k)) {
       TPU_TRY(gather_dim(s, *out, k, cur.ax[k], cur.n[k], loc, out));
