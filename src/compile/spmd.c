@@ -1103,14 +1103,19 @@ static double bytes_of(const tpu_shape *g) { return (double)tpu_shape_numel(g) *
 
 /* Bytes a chip receives to reshard an operand of global shape g from `from` to `to`: the
  * block it ends with, when any split must be undone. */
+/* Plans are compared by the time the pod model gives them, in bytes: a collective of a
+ * ring of g chips takes g - 1 steps (an all-reduce twice that), each paying the per-hop
+ * latency, worth STEP_BYTES at the link's bandwidth — v5e's 1 us x 45 GB/s (chips/v5e.json),
+ * the default chip; the partitioner does not know the chip the program will run on. */
+#define STEP_BYTES 45e3
+
 static double gather_cost(const sp *s, const tpu_shape *g, const dsh *from, const dsh *to) {
-  int gathers = 0;
-  double f = 1;
+  double f = 1, steps = 0;
   for (int k = 0; k < g->rank; k++) {
-    if (from->n[k] && !same_dim(from, k, to, k)) gathers = 1;
+    if (from->n[k] && !same_dim(from, k, to, k)) steps += (double)factor(s->mesh, from, k) - 1;
     f *= (double)factor(s->mesh, to, k);
   }
-  return gathers ? bytes_of(g) / f : 0;
+  return steps ? bytes_of(g) / f + STEP_BYTES * steps : 0;
 }
 
 static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh *R0, dot_plan *p) {
@@ -1167,8 +1172,10 @@ static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh 
   for (int i = 0; p->valid && i < p->np; i++) p->valid = !has_axis(&p->out, in->shape.rank, p->partial[i]);
   if (!p->valid) return;
   tpu_shape lout = local_shape(s, &in->shape, &p->out);
+  double g = 1;
+  for (int i = 0; i < p->np; i++) g *= (double)s->mesh->sizes[p->partial[i]];
   p->cost = gather_cost(s, &lo->shape, L0, &p->L) + gather_cost(s, &ro->shape, R0, &p->R) +
-            (p->np ? 2 * bytes_of(&lout) : 0);
+            (p->np ? 2 * bytes_of(&lout) + 2 * STEP_BYTES * (g - 1) : 0);
 }
 
 /* dot: of the ways to run it — keep both operands' splits (split contractions become
