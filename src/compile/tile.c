@@ -394,6 +394,50 @@ static tpu_status tile_collective(tpu__be *be, const tpu_instr *in, tpu__kinfo *
   return TPU_OK;
 }
 
+/* A fusion the TPU compiler built around a collective (kCustom "all-reduce-scatter": an
+ * all-reduce whose result is cut by a dynamic-slice — its reduce-scatter; or a collective
+ * fused with elementwise work) is timed as that collective on ICI: as a reduce-scatter of
+ * the fusion's result when its root slices the all-reduce, else as the collective itself.
+ * The fused elementwise work (a few vector ops per element) is not added. */
+static const tpu_instr *fused_collective(const tpu_instr *in) {
+  const tpu_comp *c = in->calls;
+  const tpu_instr *coll = NULL;
+  for (int i = 0; c && i < c->ninstrs; i++)
+    if (tpu_op_class_of(c->instrs[i]->op) == TPU_CLS_COLLECTIVE && c->instrs[i]->op != TPU_OP_PARTITION_ID &&
+        c->instrs[i]->op != TPU_OP_REPLICA_ID) {
+      if (coll) return NULL; /* several: not a shape the compiler makes */
+      coll = c->instrs[i];
+    }
+  return coll;
+}
+
+static tpu_status tile_fused_collective(tpu__be *be, const tpu_instr *in, const tpu_instr *coll, tpu__kinfo *k) {
+  const tpu_instr *r = in->calls->root;
+  while (r && (r->op == TPU_OP_BITCAST || r->op == TPU_OP_COPY) && r->noperands == 1) r = r->operands[0];
+  /* The collective as the fusion performs it, kept with the program (the reports read its
+   * groups), named as the fusion and carrying the fusion's metadata. */
+  tpu_instr *as = tpu_arena_alloc(&be->p->arena, sizeof *as);
+  if (!as) return TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  *as = *coll;
+  as->name = in->name;
+  as->src_name = in->src_name;
+  as->loc = in->loc;
+  if (r && r->op == TPU_OP_DYNAMIC_SLICE && r->operands[0] == coll && coll->op == TPU_OP_ALL_REDUCE) {
+    as->op = TPU_OP_REDUCE_SCATTER;
+    as->shape = in->shape;
+  }
+  tpu_attr *at = tpu_arena_alloc(&be->p->arena, sizeof *at * (size_t)(coll->nattrs + in->nattrs + 1));
+  if (!at) return TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  int na = 0; /* the collective's attributes, the fusion's metadata */
+  for (int i = 0; i < coll->nattrs; i++)
+    if (strcmp(coll->attrs[i].name, "metadata")) at[na++] = coll->attrs[i];
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, "metadata")) at[na++] = in->attrs[i];
+  as->attrs = at;
+  as->nattrs = na;
+  return tile_collective(be, as, k);
+}
+
 /* Classifies one instruction of a scheduled computation. */
 static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   tpu__kinfo *k = tpu__be_info(be, in);
@@ -403,6 +447,11 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   k->nleaves = tpu__leaves(&in->shape);
   k->what = tpu_op_name(in->op);
   switch (in->op) {
+    case TPU_OP_FUSION: {
+      const tpu_instr *coll = fused_collective(in);
+      if (coll) return tile_fused_collective(be, in, coll, k);
+      break;
+    }
     case TPU_OP_PARAMETER:
       k->own = in->parent->is_entry;
       return TPU_OK;
