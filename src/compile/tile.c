@@ -402,12 +402,22 @@ static tpu_status tile_collective(tpu__be *be, const tpu_instr *in, tpu__kinfo *
 static const tpu_instr *fused_collective(const tpu_instr *in) {
   const tpu_comp *c = in->calls;
   const tpu_instr *coll = NULL;
+  /* An async collective fusion pair: the start is timed as the collective (its overlap with
+   * the continuation is not credited); the continuation and the done repeat the collective
+   * for the compiler's bookkeeping and are timed as their other work. */
+  tpu_cc_kind root = c && c->root ? tpu_custom_call_kind(c->root) : TPU_CC_OTHER;
+  if (root == TPU_CC_ASYNC_DONE) return NULL;
   for (int i = 0; c && i < c->ninstrs; i++)
     if (tpu_op_class_of(c->instrs[i]->op) == TPU_CLS_COLLECTIVE && c->instrs[i]->op != TPU_OP_PARTITION_ID &&
         c->instrs[i]->op != TPU_OP_REPLICA_ID) {
       if (coll) return NULL; /* several: not a shape the compiler makes */
       coll = c->instrs[i];
     }
+  if (coll && root != TPU_CC_ASYNC_START) {
+    for (int i = 0; i < coll->nattrs; i++)
+      if (!strcmp(coll->attrs[i].name, "frontend_attributes") && strstr(coll->attrs[i].value, "chain_id"))
+        return NULL; /* a continuation */
+  }
   return coll;
 }
 

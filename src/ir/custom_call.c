@@ -44,6 +44,8 @@ tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in) {
   for (int i = 0; k_identity[i]; i++)
     if (!strcmp(t, k_identity[i])) return TPU_CC_IDENTITY;
   if (!strcmp(t, "TopK")) return TPU_CC_TOPK;
+  if (!strcmp(t, "AsyncCollectiveStart")) return TPU_CC_ASYNC_START;
+  if (!strcmp(t, "AsyncCollectiveDone")) return TPU_CC_ASYNC_DONE;
   return TPU_CC_OTHER;
 }
 
@@ -64,6 +66,23 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
         return TPU_OK; /* spmd-partition resolves it (a mesh, or shardings naming several devices) */
       return TPU_VFAIL(d, in, "custom-call target \"%s\" changes %s into %s on one device", t,
                        tpu__vshape(&in->operands[0]->shape, &a), tpu__vshape(&in->shape, &b));
+    case TPU_CC_ASYNC_START: {
+      const tpu_instr *c = in->noperands == 1 ? in->operands[0] : NULL;
+      int ok = c && tpu_op_class_of(c->op) == TPU_CLS_COLLECTIVE && c->noperands >= 1 && in->shape.dtype == TPU_TUPLE &&
+               in->shape.ntuple >= 2 && tpu_shape_equal(&in->shape.elems[0], &c->operands[0]->shape) &&
+               tpu_shape_equal(&in->shape.elems[1], &c->shape);
+      if (!ok)
+        return TPU_VFAIL(d, in, "custom-call target \"AsyncCollectiveStart\" takes one collective and gives (its "
+                                "operand, its result, ...)");
+      return TPU_OK;
+    }
+    case TPU_CC_ASYNC_DONE:
+      for (int k = 0; k < in->noperands; k++)
+        if (tpu_op_class_of(in->operands[k]->op) == TPU_CLS_COLLECTIVE &&
+            tpu_shape_equal(&in->operands[k]->shape, &in->shape))
+          return TPU_OK;
+      return TPU_VFAIL(d, in, "custom-call target \"AsyncCollectiveDone\" needs a collective operand of its result's "
+                              "shape");
     case TPU_CC_TOPK: {
       if (in->noperands != 1) return TPU_VFAIL(d, in, "custom-call target \"TopK\" takes one operand");
       const tpu_shape *s = &in->operands[0]->shape, *r = &in->shape;

@@ -12,7 +12,12 @@
 typedef enum {
   TPU_CC_OTHER = 0, /* not run */
   TPU_CC_IDENTITY,  /* the operand (several operands: the tuple of them) */
-  TPU_CC_TOPK       /* (values, s32 indices) of the k largest along the last dimension */
+  TPU_CC_TOPK,      /* (values, s32 indices) of the k largest along the last dimension */
+  /* The TPU compiler's async collective fusions: "AsyncCollectiveStart" takes a collective
+   * and gives (its operand, its result, synchronisation state...); "AsyncCollectiveDone"
+   * takes the buffers and the collective again and gives the collective's result. */
+  TPU_CC_ASYNC_START,
+  TPU_CC_ASYNC_DONE
 } tpu_cc_kind;
 
 tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in);

@@ -45,6 +45,17 @@ int tpu_instr_mixed_float(const tpu_instr *in, tpu_dtype *work) {
   return 1;
 }
 
+int tpu_instr_moves_and_converts(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_BROADCAST: case TPU_OP_RESHAPE: case TPU_OP_TRANSPOSE: case TPU_OP_SLICE:
+    case TPU_OP_DYNAMIC_SLICE: case TPU_OP_REVERSE: break;
+    default: return 0;
+  }
+  if (in->noperands < 1) return 0;
+  tpu_dtype a = in->operands[0]->shape.dtype, r = in->shape.dtype;
+  return a != r && tpu_dtype_is_float(a) && tpu_dtype_is_float(r);
+}
+
 int tpu_op_parse(const char *s, size_t n, tpu_opcode *out) {
   if (n == 20 && !memcmp(s, "optimization-barrier", 20)) {
     *out = TPU_OP_OPT_BARRIER;

@@ -211,6 +211,11 @@ static tpu_status verify_bitcast_convert(const tpu_instr *in, tpu_diag *d) {
 }
 
 tpu_status tpu__verify_movement(const tpu_instr *in, tpu_diag *d) {
+  if (tpu_instr_moves_and_converts(in)) { /* checked as the move, in the operand's type */
+    tpu_instr as = *in;
+    as.shape.dtype = in->operands[0]->shape.dtype;
+    return tpu__verify_movement(&as, d);
+  }
   if (in->op == TPU_OP_COPY) {
     /* XLA's TPU compiler also uses copy to round an f32 operand to bf16 for the MXU (a copy
      * between floating types converts, rounding to nearest even). */

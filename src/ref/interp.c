@@ -246,6 +246,11 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
           k.largest = 1;
           return tpu__ref_reduce(ip, &k, args, out, d);
         }
+        case TPU_CC_ASYNC_DONE: /* the collective's result */
+          for (int k = 0; k < in->noperands; k++)
+            if (tpu_op_class_of(in->operands[k]->op) == TPU_CLS_COLLECTIVE && value_matches(args[k], &in->shape))
+              return tpu_tensor_clone(out, args[k], d);
+          return tpu_custom_call_refuse(in, "the reference interpreter", d);
         default: return tpu_custom_call_refuse(in, "the reference interpreter", d);
       }
     case TPU_OP_AFTER_ALL: return tpu__ref_alloc_shape(out, &in->shape, d);
@@ -266,6 +271,19 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
   tpu_ref_kernel k = tpu__ref_kernel_of(in->op);
   if (k) return k(ip, in, args, out, d);
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "the reference interpreter cannot run '%s'", tpu_op_name(in->op));
+}
+
+/* AsyncCollectiveStart: the tuple (the collective's operand, its result, zeroed state). */
+static tpu_status async_start(const tpu_instr *in, const tpu_tensor *operand, const tpu_tensor *result, tpu_tensor *out,
+                              tpu_diag *d) {
+  TPU_TRY(tpu__ref_alloc_shape(out, &in->shape, d));
+  tpu_status st = TPU_OK;
+  for (int e = 0; st == TPU_OK && e < 2; e++) {
+    tpu_tensor_free(&out->elems[e]);
+    st = tpu_tensor_clone(&out->elems[e], e ? result : operand, d);
+  }
+  if (st != TPU_OK) tpu_tensor_free(out);
+  return st;
 }
 
 /* Per-call evaluation state: each instruction's value is either borrowed (a parameter's
@@ -296,6 +314,7 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
   for (int i = 0; st == TPU_OK && i < c->norder; i++) {
     const tpu_instr *in = c->order[i];
     for (int k = 0; k < in->noperands; k++) f.uses[in->operands[k]->id]++;
+    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) f.uses[in->operands[0]->operands[0]->id]++; /* read too */
   }
   ip->depth++;
   for (int i = 0; st == TPU_OK && i < c->norder; i++) {
@@ -324,11 +343,18 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       opcap = in->noperands;
     }
     for (int k = 0; k < in->noperands; k++) opv[k] = f.val[in->operands[k]->id];
-    st = eval(ip, in, opv, &f.own[id], d);
+    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) /* (the collective's operand, its result, state 0) */
+      st = async_start(in, f.val[in->operands[0]->operands[0]->id], opv[0], &f.own[id], d);
+    else
+      st = eval(ip, in, opv, &f.own[id], d);
     if (st != TPU_OK) break;
     f.val[id] = &f.own[id];
     for (int k = 0; k < in->noperands; k++) {
       const tpu_instr *o = in->operands[k];
+      if (--f.uses[o->id] == 0 && o != c->root) tpu_tensor_free(&f.own[o->id]);
+    }
+    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) {
+      const tpu_instr *o = in->operands[0]->operands[0];
       if (--f.uses[o->id] == 0 && o != c->root) tpu_tensor_free(&f.own[o->id]);
     }
   }

@@ -365,8 +365,20 @@ static tpu_status iota(const tpu_instr *in, tpu_tensor *out, tpu_diag *d) {
 
 tpu_status tpu__ref_movement(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                              tpu_diag *d) {
-  (void)ip;
   memset(out, 0, sizeof *out);
+  if (tpu_instr_moves_and_converts(in)) { /* move in the operand's type, then convert */
+    tpu_instr as = *in;
+    as.shape.dtype = args[0]->dtype;
+    tpu_tensor moved;
+    TPU_TRY(tpu__ref_movement(ip, &as, args, &moved, d));
+    const tpu_tensor *m = &moved;
+    tpu_instr cv = *in; /* then a convert of the moved elements */
+    cv.op = TPU_OP_CONVERT;
+    cv.noperands = 1;
+    tpu_status st = tpu__ref_ew_convert(&cv, &m, out, d);
+    tpu_tensor_free(&moved);
+    return st;
+  }
   switch (in->op) {
     case TPU_OP_BROADCAST: return broadcast(in, args[0], out, d);
     case TPU_OP_RESHAPE:

@@ -53,6 +53,54 @@ def case(name, f, args):
     print(name)
 
 
+POD = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x4")
+
+
+def pod_case(name, f, args, specs, axes=("data", "model"), shape=(2, 4)):
+    """A program sharded over 8 v5e chips: the TPU compiler's partitioned program (tpu.hlo,
+    its collectives, its fused reduce-scatters), JAX's lowered sharded program (prog.hlo, for
+    tpusim's own partitioner), global inputs, and the result shardings the compiled text
+    omits (meta.json "out_shardings", HLO syntax)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(np.array(POD.devices).reshape(shape), axes)
+    sds = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, P(*sp))) for a, sp in zip(args, specs)]
+    c = jax.jit(f).lower(*sds).compile()
+    d = os.path.join(OUT, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    open(os.path.join(d, "tpu.hlo"), "w").write(c.as_text())
+    open(os.path.join(d, "prog.hlo"), "w").write(jax.jit(f).lower(*sds).as_text(dialect="hlo"))
+    for i, a in enumerate(args):
+        np.save(os.path.join(d, f"in{i}.npy"), a)
+    outs = c.output_shardings
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    shapes = jax.tree_util.tree_leaves(jax.eval_shape(f, *args))
+    entry = c.as_text()[c.as_text().rfind("\nENTRY"):]
+    json.dump({"name": name, "chip": "v5e", "topology": "v5e:2x4", "devices": 8, "jax": jax.__version__,
+               "out_shardings": [str(o._to_xla_hlo_sharding(len(sh.shape))) for o, sh in zip(outs, shapes)],
+               "estimated_cycles": sum(int(x) for x in re.findall(r'"estimated_cycles":"(\d+)"', entry)),
+               "collectives": sorted(set(re.findall(r" (all-reduce|all-gather|reduce-scatter|all-to-all|"
+                                                    r"collective-permute)(?:-start)?\(", c.as_text())))},
+              open(os.path.join(d, "meta.json"), "w"), indent=1)
+    print(name)
+
+
+def pod_cases():
+    def mlp_step(w1, w2, x, y):
+        def loss(a, b):
+            return jnp.mean((jnp.tanh(x @ a) @ b - y) ** 2)
+        g1, g2 = jax.grad(loss, argnums=(0, 1))(w1, w2)
+        return w1 - 0.1 * g1, w2 - 0.1 * g2
+
+    args = [f32(128, 256, scale=0.05), f32(256, 64, scale=0.05), f32(64, 128), f32(64, 64)]
+    pod_case("pod_dp_mlp", mlp_step, args, [(None, None), (None, None), ("data", None), ("data", None)])
+    pod_case("pod_fsdp_mlp", mlp_step, args, [("model", None), ("model", None), ("data", None), ("data", None)])
+    pod_case("pod_megatron", lambda x, a, b: jnp.tanh(x @ a) @ b, [f32(32, 128), f32(128, 256, scale=0.05),
+                                                                   f32(256, 128, scale=0.05)],
+             [("data", None), (None, "model"), ("model", None)])
+    pod_case("pod_rowsum", lambda x: (x.sum(1), x * 2), [f32(64, 256)], [("data", "model")])
+
+
 def f32(*shape, scale=1.0):
     return (r.randn(*shape) * scale).astype(np.float32)
 
@@ -101,4 +149,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    if "--pod-only" not in sys.argv:
+        main()
+    pod_cases()

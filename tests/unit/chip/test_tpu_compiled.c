@@ -51,6 +51,10 @@ int main(void) {
   int same = 0, close = 0, refused = 0, timed = 0;
   for (int i = 0; names && i < n; i++) {
     const char *name = names[i];
+    if (!strncmp(name, "pod_", 4)) { /* several chips: tests/cli/tpu_pod.sh runs them */
+      free(names[i]);
+      continue;
+    }
     tpu_module *src = NULL, *tpu = NULL;
     CHECK(load(name, "prog.hlo", &src, &d) == TPU_OK);
     tpu_status st = load(name, "tpu.hlo", &tpu, &d);

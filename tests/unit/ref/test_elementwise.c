@@ -855,6 +855,14 @@ static void test_mixed_float(void) {
   r = run_ok(h3, args, 2); /* compared in f32: 1 < 1.00390625 holds */
   CHECK_I64S(r, 1, 0);
   tpu_tensor_free(&r);
+  /* A data-movement op that changes the float type moves, then rounds (nearest even). */
+  const char *h4 = "HloModule t\nENTRY e {\n  a = f32[4] parameter(0)\n"
+                   "  ROOT r = bf16[2] slice(a), slice={[1:3]}\n}\n";
+  args[0] = mk(TPU_F32, 4, (float[]){0, 1.00390625f, 3.0f, 7});
+  r = run_ok(h4, args, 1);
+  CHECK(r.dtype == TPU_BF16);
+  CHECK_F64S(r, 1.0, 3.0);
+  tpu_tensor_free(&r);
   /* An integer operand never mixes with a float one. */
   tpu_module *m = NULL;
   tpu_diag d;
