@@ -435,18 +435,7 @@ static void progress(const run_opts *o, const char *what) {
  * --slices. Returns 0 when the options give none (the cost model picks the default). */
 static tpu_status pod_topology(const run_opts *o, const tpu_chip *chip, int64_t ndev, tpu_topology *t, int *set,
                                tpu_diag *d) {
-  *set = 0;
-  int64_t k = o->slices > 1 ? o->slices : 1;
-  if (!o->topology && k == 1) return TPU_OK;
-  if (ndev % k)
-    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "%lld devices do not split into %lld slices", (long long)ndev,
-                    (long long)k);
-  TPU_TRY(o->topology ? tpu_topology_parse(o->topology, chip, t, d) : tpu_topology_default(chip, ndev / k, t, d));
-  t->slices = k;
-  t->nchips = t->chips_per_slice * k;
-  TPU_TRY(tpu_topology_check_devices(t, ndev, d));
-  *set = 1;
-  return TPU_OK;
+  return tpu_topology_for_run(o->topology, o->slices, chip, ndev, t, set, d);
 }
 
 /* The whole file (NULL if it cannot be read; *len its size). */

@@ -129,6 +129,11 @@ typedef struct tpu_sim_options {
    * partitioned over a device mesh, as `tpusim run --mesh` does (docs/spmd.md): this mesh
    * ("data=16,model=4"), or NULL for the one the module's header names. */
   const char *mesh;
+  /* Modules of several devices: the slice their collectives are timed on, as `tpusim run
+   * --topology` takes it ("v5p-256", "4x4x8", "2x4"; NULL: the chip's default slice for the
+   * devices), and how many such slices DCN joins (`--slices`; 0 or 1: one). */
+  const char *topology;
+  int slices;
 } tpu_sim_options;
 
 void tpu_sim_options_init(tpu_sim_options *o);

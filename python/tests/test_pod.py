@@ -71,3 +71,26 @@ def test_pod_report_same_as_cli(pod, cli, tmp_path):
     with open(tmp_path / "api.json") as f:
         aj = json.load(f)
     assert "pod" in cj and aj == cj
+
+
+def test_pod_topology_and_slices(pod, cli):
+    """topology/slices time the collectives on that slice, as `tpusim run --topology` does:
+    two slices of 4 chips joined by DCN are slower than one 2x4 slice; a topology that does not
+    hold the devices is an error."""
+    import json
+    import subprocess
+
+    path = os.path.join(P, "mlp.hlo")
+    _, one = tpusim.run(path, mode="timing", topology="2x4")
+    _, two = tpusim.run(path, mode="timing", topology="2x2", slices=2)
+    assert two.cycles > one.cycles
+    import tempfile
+    with tempfile.TemporaryDirectory() as t:
+        subprocess.run([cli, "run", path, "--mode", "timing", "--topology", "2x2", "--slices", "2", "-q",
+                        "--report", os.path.join(t, "r.json")], check=True)
+        two.save_json(os.path.join(t, "api.json"))
+        with open(os.path.join(t, "r.json")) as f, open(os.path.join(t, "api.json")) as g:
+            assert json.load(f) == json.load(g)
+    with pytest.raises(tpusim.TpusimError) as e:
+        tpusim.run(path, mode="timing", topology="4x4")
+    assert "has 16 devices but the program runs on 8" in str(e.value)

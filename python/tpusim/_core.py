@@ -103,7 +103,7 @@ class Module:
         return f"<tpusim.Module {self.name}: {len(self.params)} parameter(s), {self.devices} device(s)>"
 
     def run(self, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full", out_shardings=None,
-            mesh=None):
+            mesh=None, topology=None, slices=None):
         """Runs the entry computation; see tpusim.run."""
         L = _lib.lib()
         o = _lib.Options()
@@ -120,6 +120,10 @@ class Module:
             if isinstance(mesh, dict):
                 mesh = ",".join(f"{k}={v}" for k, v in mesh.items())
             o.mesh = str(mesh).encode()
+        if topology is not None:
+            o.topology = str(topology).encode()
+        if slices is not None:
+            o.slices = int(slices)
         if out_shardings is not None:
             shs = [out_shardings] if isinstance(out_shardings, str) else list(out_shardings)
             o.out_shardings = (ctypes.c_char_p * max(1, len(shs)))(*[s.encode() for s in shs])
@@ -221,7 +225,7 @@ def load(hlo, name=None):
 
 
 def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full",
-        out_shardings=None, mesh=None):
+        out_shardings=None, mesh=None, topology=None, slices=None):
     """Runs an HLO module's entry computation on tpusim.
 
     hlo_text_or_path: HLO text (as jax's lower(...).as_text(dialect="hlo") prints it), a
@@ -239,10 +243,13 @@ def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=N
     mesh: a program with sharding annotations (JAX's lowered HLO of a sharded jit) is
       partitioned over a device mesh first (docs/spmd.md): "data=2,model=4" or
       {"data": 2, "model": 4}; None takes the mesh the module's header names.
+    topology: for modules of several devices, the slice the collectives are timed on, as
+      `tpusim run --topology` takes it ("v5p-256", "4x4x8"); None: the chip's default slice.
+    slices: how many such slices DCN joins (`--slices`); None: one.
 
     Returns (outputs, report): outputs a list of NumPy arrays, one per leaf of the result
     (None in timing mode); report a Report (None with backend="ref").
     """
     m = hlo_text_or_path if isinstance(hlo_text_or_path, Module) else Module(hlo_text_or_path)
     return m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, out_shardings=out_shardings,
-                 mesh=mesh)
+                 mesh=mesh, topology=topology, slices=slices)

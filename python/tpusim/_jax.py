@@ -4,7 +4,7 @@ import numpy as np
 from ._core import Module
 
 
-def simulate(fn, *args, chip="v5e", precision=None, mode="full", backend="tpu", mesh=None):
+def simulate(fn, *args, chip="v5e", topology=None, mesh=None, precision=None, mode="full", backend="tpu", slices=None):
     """Runs fn(*args) on a simulated TPU.
 
     fn is lowered with jax.jit(fn, keep_unused=True).lower(*args).as_text(dialect="hlo",
@@ -18,7 +18,8 @@ def simulate(fn, *args, chip="v5e", precision=None, mode="full", backend="tpu", 
     Arguments sharded over a jax.sharding.Mesh (jax.device_put with a NamedSharding) make
     a sharded program: tpusim partitions it over the mesh's chips (docs/spmd.md) and
     returns global arrays; mesh ("x=2,y=4" or {"x": 2, "y": 4}) overrides the mesh the
-    lowered text names.
+    lowered text names. topology ("v5p-256", "4x4x8") and slices time the collectives on
+    that slice (see tpusim.run).
     """
     import jax
 
@@ -40,7 +41,8 @@ def simulate(fn, *args, chip="v5e", precision=None, mode="full", backend="tpu", 
         # As jax.jit does: each leaf in the parameter's dtype (Python numbers, float64
         # arrays without jax_enable_x64).
         inputs = [np.asarray(x, dtype=p.dtype) if p is not None else np.asarray(x) for x, p in zip(leaves, m.params)]
-    outputs, report = m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, mesh=mesh)
+    outputs, report = m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, mesh=mesh,
+                            topology=topology, slices=slices)
     if outputs is not None:
         outputs = jax.tree_util.tree_unflatten(out_tree, outputs)
     return outputs, report

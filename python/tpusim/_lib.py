@@ -52,6 +52,8 @@ class Options(ctypes.Structure):
         ("out_shardings", ctypes.POINTER(ctypes.c_char_p)),
         ("n_out_shardings", ctypes.c_int),
         ("mesh", ctypes.c_char_p),
+        ("topology", ctypes.c_char_p),
+        ("slices", ctypes.c_int),
     ]
 
 

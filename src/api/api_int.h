@@ -44,6 +44,7 @@ struct tpu_sim_result {
   tpu__api_src *src;         /* per profile row */
   tpu_podio pod;             /* a module of several devices: its inputs, results, report section */
   tpu_pod_cost_ctx costs;    /* the link model's answers for its collectives (report section) */
+  tpu_topology topo;         /* the slice given by the options (costs.topo points here when set) */
   int have_pod;
 };
 

@@ -178,7 +178,8 @@ static const char *const k_precisions[] = {"default", "high", "highest"}; /* = t
 /* Options checked and decoded. */
 typedef struct {
   int tpu, timing, precision; /* precision: -1 per-op, else a tpu_precision */
-  const char *chip, *mesh;
+  const char *chip, *mesh, *topology;
+  int slices;
 } run_plan;
 
 static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
@@ -208,6 +209,11 @@ static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
     if (!o->out_shardings[k]) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "out_shardings[%d] is NULL", k);
   p->chip = o->chip ? o->chip : "v5e";
   p->mesh = o->mesh;
+  p->topology = o->topology;
+  p->slices = o->slices;
+  if (o->slices < 0) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "slices is %d; it must be 1 or more", o->slices);
+  if (!p->tpu && (o->topology || o->slices > 1))
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "a topology and slices need the tpu backend");
   return TPU_OK;
 }
 
@@ -268,6 +274,9 @@ static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, cons
   tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
   memset(&r->costs, 0, sizeof r->costs);
   r->costs.chip = &r->chip;
+  int set;
+  TPU_TRY(tpu_topology_for_run(p->topology, p->slices, &r->chip, r->devices, &r->topo, &set, d));
+  if (set) r->costs.topo = &r->topo;
   tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &r->costs};
   TPU_TRY(tpu_compile(m, &co, &r->prog, d));
   apply_trips(r->prog, trips);

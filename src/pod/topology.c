@@ -320,3 +320,19 @@ void tpu_topology_link_name(const tpu_topology *t, int64_t link, char *buf, size
   if (slice) snprintf(pre, sizeof pre, "s%lld:", (long long)slice);
   snprintf(buf, n, "%s%s->%s %c%c", pre, a, b, link % 2 ? '-' : '+', "xyz"[axis]);
 }
+
+tpu_status tpu_topology_for_run(const char *text, int64_t slices, const tpu_chip *chip, int64_t ndevices,
+                                tpu_topology *out, int *set, tpu_diag *d) {
+  *set = 0;
+  int64_t k = slices > 1 ? slices : 1;
+  if (!text && k == 1) return TPU_OK;
+  if (ndevices % k)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "%lld devices do not split into %lld slices", (long long)ndevices,
+                    (long long)k);
+  TPU_TRY(text ? tpu_topology_parse(text, chip, out, d) : tpu_topology_default(chip, ndevices / k, out, d));
+  out->slices = k;
+  out->nchips = out->chips_per_slice * k;
+  TPU_TRY(tpu_topology_check_devices(out, ndevices, d));
+  *set = 1;
+  return TPU_OK;
+}

@@ -54,6 +54,13 @@ tpu_status tpu_topology_default(const tpu_chip *chip, int64_t nchips, tpu_topolo
  * topology 4x4 has 16 chips but the program runs on 8 devices". */
 tpu_status tpu_topology_check_devices(const tpu_topology *t, int64_t ndevices, tpu_diag *d);
 
+/* The slice(s) a run of `ndevices` devices uses, as `tpusim run --topology T --slices K`
+ * gives them: K slices (K <= 1: one) of topology `text` (NULL: the chip's default slice for
+ * ndevices / K chips), checked to hold the devices. *set is 0 (nothing to do: no text and
+ * one slice) or 1 (*out filled). */
+tpu_status tpu_topology_for_run(const char *text, int64_t slices, const tpu_chip *chip, int64_t ndevices,
+                                tpu_topology *out, int *set, tpu_diag *d);
+
 /* Device id -> chip coordinates (x, y, z; unused axes 0) as JAX assigns them; returns the
  * TensorCore on the chip (core_on_chip, 0 unless devices_per_chip > 1), -1 for an id out
  * of range. The slice index (multi-slice) is id / (chips_per_slice * devices_per_chip). */
