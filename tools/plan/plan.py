@@ -323,10 +323,16 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
         B = a.model["batch_tokens"] // a.model["seq"]
         return [dict(base, micro=None, remat=None, status="invalid",
                      why=f"global batch of {B} sequences does not split over data x fsdp = {d * f}")]
+    fit_off = None  # the microbatch count at which remat off fits
     for remat in ([a.remat == "on"] if a.remat != "both" else [False, True]):
         # The fewest microbatches that fit: more only shrink the activations, so the first
         # fit is found by bisection, after skipping counts whose lower bound (state and
         # saved activations) is already over HBM.
+        if remat and fit_off is not None and not a.ignore_hbm:
+            # Remat only adds compute: it can win only with fewer microbatches than remat off needs.
+            mos = [x for x in mos if x < fit_off]
+            if not mos:
+                break
         lo = 0
         while lo < len(mos) - 1 and not a.ignore_hbm and \
                 state + saved_bytes(a.model, dict(base, micro=mos[lo], remat=remat)) > chip["hbm"]:
@@ -354,6 +360,8 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
             else:
                 hi = mid
         results.append(run(lo))
+        if not remat and results[-1]["status"] == "ok":
+            fit_off = mos[lo]
     return results
 
 
