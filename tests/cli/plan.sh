@@ -21,6 +21,15 @@ for pat in "^model tiny: 0.0021B parameters" "^ *# slice +chips mesh dxfxt" "^  
   grep -Eq "$pat" "$T/out" || fail "plan output lacks /$pat/"
 done
 head -c 400 "$T/p.svg" | grep -q "<svg" || fail "no SVG written"
+# The hand-written SVG (no matplotlib): one circle per fitting candidate, the front as a line.
+TPUSIM_PLAN_SVG=hand "$BIN" plan $D/tiny.json --chips v5p --max-chips 8 --json --svg "$T/h.svg" > "$T/h.json" ||
+  fail "plan --svg (hand) exited $?"
+python3 -c "
+import json, xml.dom.minidom as x
+d = x.parse('$T/h.svg'); n = len(json.load(open('$T/h.json'))['candidates'])
+c = [e for e in d.getElementsByTagName('circle') if e.getElementsByTagName('title')]
+assert len(c) == n and len(d.getElementsByTagName('polyline')) == 1, (len(c), n)
+" || fail "hand-written SVG"
 
 # JSON: every figure recomputed from its definition.
 "$BIN" plan $D/tiny.json --chips v5e,v5p --max-chips 8 --json --failure-rate 0.01 --storage-bw 0.05 \
