@@ -21,6 +21,15 @@ for pat in "^model tiny: 0.0021B parameters" "^ *# slice +chips mesh dxfxt" "^  
   grep -Eq "$pat" "$T/out" || fail "plan output lacks /$pat/"
 done
 head -c 400 "$T/p.svg" | grep -q "<svg" || fail "no SVG written"
+# The hand-written SVG (no matplotlib): one circle per fitting candidate, the front as a line.
+TPUSIM_PLAN_SVG=hand "$BIN" plan $D/tiny.json --chips v5p --max-chips 8 --json --svg "$T/h.svg" > "$T/h.json" ||
+  fail "plan --svg (hand) exited $?"
+python3 -c "
+import json, xml.dom.minidom as x
+d = x.parse('$T/h.svg'); n = len(json.load(open('$T/h.json'))['candidates'])
+c = [e for e in d.getElementsByTagName('circle') if e.getElementsByTagName('title')]
+assert len(c) == n and len(d.getElementsByTagName('polyline')) == 1, (len(c), n)
+" || fail "hand-written SVG"
 
 # JSON: every figure recomputed from its definition.
 "$BIN" plan $D/tiny.json --chips v5e,v5p --max-chips 8 --json --failure-rate 0.01 --storage-bw 0.05 \
@@ -60,6 +69,17 @@ for r in c:
         assert any(f["wall_s"] <= r["wall_s"] and f["cost"] <= r["cost"] for f in front), r
 print("ok")
 PY
+# The lower bound used to skip microbatch counts never exceeds tpusim's peak.
+python3 -c "
+import json, sys
+sys.path.insert(0, 'tools/plan')
+import plan
+j = json.load(open('$T/j.json'))
+for r in j['candidates']:
+    c = {k: r[k] for k in ('data', 'fsdp', 'tensor', 'micro', 'remat')}
+    lb = plan.state_bytes_per_chip(j['model'], r['fsdp'], r['tensor']) + plan.saved_bytes(j['model'], c)
+    assert 0 < lb <= r['hbm_peak'], (r['slice'], c, lb, r['hbm_peak'])
+" || fail "the HBM lower bound exceeds a fitting candidate's peak"
 
 # Checkpointing every step, or once at the end, loses more time than the Young/Daly interval.
 G="--chips v5p --slice 4 --tensor 1 --fsdp 4 --micro 1 --remat on --json --failure-rate 10 --storage-bw 0.001 --restart-min 0"

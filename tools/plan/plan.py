@@ -177,14 +177,19 @@ def state_bytes_per_chip(m, F, T):
 
 
 def saved_bytes(m, cand):
-    """The activations the forward loop keeps for the backward (one copy): every layer's
-    saved tensors, which all live when the backward loop starts."""
+    """What the backward loop must hold at once besides the parameter state, in any buffer
+    assignment: every layer's saved activations (one copy), and the layer's gathered weights
+    in the loop state plus, when gathers are pipelined, the next layer's arriving beside
+    them. A lower bound on tpusim's peak (which adds temporaries and holds loop state twice)."""
     st = gen.Step(m, cand)
     if st.check():
         return 0
     tot = 0
     for shape, dt in st.saved().values():
         tot += math.prod(shape) * st.L * (2 if dt == "bf16" else 4)
+    if st.F > 1:
+        w = sum(math.prod(full) for full, _ in st.lw.values()) * (2 if st.cd == "bf16" else 4)
+        tot += w * (2 if st.pf else 1)
     return tot
 
 
@@ -323,15 +328,24 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
         B = a.model["batch_tokens"] // a.model["seq"]
         return [dict(base, micro=None, remat=None, status="invalid",
                      why=f"global batch of {B} sequences does not split over data x fsdp = {d * f}")]
-    for remat in ([a.remat == "on"] if a.remat != "both" else [False, True]):
+    # Remat on first: it holds less than remat off at any microbatch count, so remat off
+    # needs at least the count remat on fits at, and cannot fit where remat on does not.
+    fit_on = None
+    for remat in ([a.remat == "on"] if a.remat != "both" else [True, False]):
+        opts = mos
+        if not remat and a.remat == "both" and not a.ignore_hbm:
+            if fit_on is None:
+                results.append(dict(base, micro=mos[-1], remat=False, status="no-fit",
+                                    why="remat on does not fit either"))
+                continue
+            opts = [x for x in mos if x >= fit_on]
         # The fewest microbatches that fit: more only shrink the activations, so the first
-        # fit is found by bisection, after skipping counts whose lower bound (state and
-        # saved activations) is already over HBM.
+        # fit is found by bisection, after skipping counts whose lower bound is over HBM.
         lo = 0
-        while lo < len(mos) - 1 and not a.ignore_hbm and \
-                state + saved_bytes(a.model, dict(base, micro=mos[lo], remat=remat)) > chip["hbm"]:
+        while lo < len(opts) - 1 and not a.ignore_hbm and \
+                state + saved_bytes(a.model, dict(base, micro=opts[lo], remat=remat)) > chip["hbm"]:
             lo += 1
-        cand = dict(base, micro=mos[lo], remat=remat)
+        cand = dict(base, micro=opts[lo], remat=remat)
         lb = state + saved_bytes(a.model, cand)
         if lb > chip["hbm"] and not a.ignore_hbm:
             results.append(dict(cand, status="no-fit", why="activations", hbm_need=int(lb)))
@@ -340,13 +354,13 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
 
         def run(i):
             if i not in tried:
-                c = dict(base, micro=mos[i], remat=remat)
+                c = dict(base, micro=opts[i], remat=remat)
                 r = run_one(a, chip, c, tmp, next(counter))
                 r.update(c)
                 tried[i] = r
             return tried[i]
 
-        hi = len(mos) - 1 if not a.ignore_hbm else lo
+        hi = len(opts) - 1 if not a.ignore_hbm else lo
         while lo < hi:
             mid = (lo + hi) // 2
             if run(mid)["status"] == "no-fit":
@@ -354,6 +368,8 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
             else:
                 hi = mid
         results.append(run(lo))
+        if remat and results[-1]["status"] == "ok":
+            fit_on = opts[lo]
     return results
 
 
@@ -561,9 +577,10 @@ def text_report(a, out, keep, over, bad, front):
     if nf:
         st = sum(1 for r in nf if r["why"] == "weights+optimizer")
         ac = sum(1 for r in nf if r["why"] == "activations")
+        ro = sum(1 for r in nf if r["why"] == "remat on does not fit either")
         w(f" ({st} where the weights and optimizer state alone exceed a chip's HBM, {ac} where they and the saved "
-          f"activations do at the most microbatches, {len(nf) - st - ac} over HBM in tpusim's buffer assignment "
-          f"at every microbatch count)")
+          f"activations do at the most microbatches, {len(nf) - st - ac - ro} over HBM in tpusim's buffer "
+          f"assignment at every microbatch count, {ro} without remat where even remat does not fit)")
     w(f"; {len(inv)} meshes do not divide the model or batch")
     if over:
         w(f"; {sum(1 for _, x in over if x == 'deadline')} over the deadline, {sum(1 for _, x in over if x == 'budget')} over the budget")

@@ -1,12 +1,16 @@
 """svg.py: the plan's cost-against-time plot: matplotlib when present, else a small SVG
-written by hand (same content: every fitting candidate, the Pareto front joined)."""
+written by hand (same content: every fitting candidate, the Pareto front joined;
+TPUSIM_PLAN_SVG=hand forces it)."""
 import math
+import os
 
 COLORS = {"v4": "#1f77b4", "v5e": "#2ca02c", "v5p": "#d62728", "v6e": "#9467bd", "v7": "#8c564b"}
 
 
 def plot(path, rows, front, title, pricing):
     rows = [r for r in rows if r.get("cost") is not None and math.isfinite(r["wall_s"])]
+    if os.environ.get("TPUSIM_PLAN_SVG") == "hand":  # the fallback, on request (tests)
+        return hand(path, rows, front, title, pricing)
     try:
         import matplotlib
         matplotlib.use("Agg")
