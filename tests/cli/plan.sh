@@ -161,5 +161,31 @@ PY
 [ $? -eq 2 ] && grep -q "^$D/badlengths.txt:3:3: error: 'x' is not a positive whole number" "$T/err" ||
   fail "a bad lengths line: $(cat "$T/err")"
 
+# An HLO program of the user's own (JAX's lowered sharded step): every assignment of sizes to
+# its mesh axes on each slice, partitioned and timed by tpusim; figures recomputed; errors.
+H=examples/spmd/block_3d.hlo
+"$BIN" plan $H --chips v5e,v5p --slice 8 --tokens-per-step 65536 --train-tokens 1e9 --json > "$T/hp.json" 2> "$T/err" ||
+  fail "plan PROGRAM.hlo exited $?: $(cat "$T/err")"
+python3 - "$T/hp.json" chips/prices.json <<'EOF' || fail "plan PROGRAM.hlo JSON"
+import json, math, sys
+d = json.load(open(sys.argv[1])); pr = json.load(open(sys.argv[2]))
+assert d["axes"] == ["data", "fsdp", "tensor"], d["axes"]
+c = d["candidates"]
+assert len(c) >= 6 and d["evaluated"] == len(c) + len(d["left_out"]), (len(c), d["evaluated"])
+assert d["steps"] == math.ceil(1e9 / 65536)
+for r in c:
+    assert math.prod(r["sizes"]) == r["chips"] == 8
+    assert abs(r["tokens_per_s"] - 65536 / r["step_s"]) < 1e-6 * r["tokens_per_s"]
+    assert abs(r["wall_s"] - d["steps"] * r["step_s"]) < 1e-9 * r["wall_s"]
+    p = pr["chips"][r["chip"]]["on-demand"]["usd_per_chip_hour"]
+    assert abs(r["cost"] - p * 8 * r["wall_s"] / 3600) < 1e-9 * r["cost"]
+assert [r["cost"] for r in c] == sorted(r["cost"] for r in c)
+assert all(r["status"] in ("invalid", "no-fit") for r in d["left_out"])
+EOF
+"$BIN" plan $H --chips v5p --slice 8 > /dev/null 2> "$T/err"
+[ $? -eq 2 ] && grep -q "error: planning an HLO program needs --tokens-per-step" "$T/err" || fail "no tokens: $(cat "$T/err")"
+"$BIN" plan examples/mlp.hlo --chips v5p --slice 8 --tokens-per-step 8 --train-tokens 80 > /dev/null 2> "$T/err"
+[ $? -eq 2 ] && grep -q "^examples/mlp.hlo:1:1: error: the program names no mesh" "$T/err" || fail "no mesh: $(cat "$T/err")"
+
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "plan: all checks passed"

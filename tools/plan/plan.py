@@ -22,6 +22,7 @@ sys.path.insert(0, HERE)
 import gen  # noqa: E402
 import buckets  # noqa: E402
 import svg  # noqa: E402
+import hloplan  # noqa: E402
 
 
 class InputError(Exception):
@@ -606,7 +607,7 @@ def main(argv):
         return buckets.main(argv[1:])
     ap = argparse.ArgumentParser(prog="tpusim plan", description="Rank chips, slices and shardings for training a "
                                  "transformer by time and cost, from tpusim's timing of each candidate's step.")
-    ap.add_argument("model", help="MODEL.json (see docs/plan.md)")
+    ap.add_argument("model", help="MODEL.json (see docs/plan.md), or PROGRAM.hlo: JAX's lowered sharded step")
     ap.add_argument("--chips", default="v4,v5e,v5p,v6e")
     ap.add_argument("--max-chips", type=int, default=256)
     ap.add_argument("--slice", type=int, help="only this many chips")
@@ -632,6 +633,10 @@ def main(argv):
     ap.add_argument("--exact", action="store_true",
                     help="time every microbatch iteration instead of extrapolating from one and two")
     ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--tokens-per-step", type=int, help="PROGRAM.hlo: the tokens one step consumes")
+    ap.add_argument("--train-tokens", type=float, help="PROGRAM.hlo: the tokens to train on")
+    ap.add_argument("--axes", help="PROGRAM.hlo: its mesh axis names (default: the module header's mesh)")
+    ap.add_argument("--pin", help="PROGRAM.hlo: AXIS=SIZE,... fixed axis sizes")
     a = ap.parse_args(argv)
     a.tpusim, a.root = tpusim, root
     for k in ("max_chips", "jobs"):
@@ -643,6 +648,13 @@ def main(argv):
             die(f"error: --{k.replace('_', '-')} must be at least 1, not {v}")
     if a.failure_rate < 0 or a.storage_bw <= 0 or a.checkpoint_every < 0 or a.restart_min < 0:
         die("error: --failure-rate, --checkpoint-every and --restart-min must be >= 0, --storage-bw > 0")
+    if a.model.endswith(".hlo"):
+        try:
+            for c in a.chips.split(","):
+                load_chip(root, c)
+            return hloplan.plan_hlo(a, sys.modules[__name__])
+        except (InputError, hloplan.PlanError) as e:
+            die(str(e))
     try:
         a.model = load_model(a.model)
         for c in a.chips.split(","):
