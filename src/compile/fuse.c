@@ -85,6 +85,8 @@ static int loop_fusible(const tpu_instr *in) {
  * feed path absorbs). */
 static int operand_producer(const tpu_instr *in) {
   switch (in->op) {
+    case TPU_OP_DYNAMIC_SLICE: /* a layer's weights from a stacked buffer: read in place */
+    case TPU_OP_SLICE:
     case TPU_OP_CONVERT:
     case TPU_OP_BROADCAST:
     case TPU_OP_TRANSPOSE:

@@ -55,8 +55,33 @@ int64_t tpu__vregs(const tpu__be *be, const tpu_shape *s) {
 /* Bytes a kernel reads of operand j (padded or not): all of it, except where it touches
  * only part (gather, dynamic-slice) or updates in place (dynamic-update-slice, scatter,
  * which read and write back only the updated rows). */
+/* A fusion operand its fused computation only slices (dynamic-slice, slice, gather as their
+ * operand 0: a layer's weights taken from a stacked [L, ...] buffer): the bytes of the slices,
+ * or -1 when it is used whole. */
+static int64_t fused_slice_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
+  const tpu_comp *c = in->calls;
+  if (!c || j >= c->nparams) return -1;
+  const tpu_instr *p = c->params[j];
+  int64_t b = 0;
+  int users = 0;
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    for (int k = 0; k < u->noperands; k++) {
+      if (u->operands[k] != p) continue;
+      if (k != 0 || (u->op != TPU_OP_DYNAMIC_SLICE && u->op != TPU_OP_SLICE && u->op != TPU_OP_GATHER)) return -1;
+      b += padded ? tpu__padded_bytes(be, &u->shape) : tpu__plain_bytes(&u->shape);
+      users++;
+    }
+  }
+  return users && c->root != p ? b : -1;
+}
+
 static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
   const tpu_shape *s = &in->operands[j]->shape;
+  if (in->op == TPU_OP_FUSION) {
+    int64_t b = fused_slice_bytes(be, in, j, padded);
+    if (b >= 0) return b;
+  }
   if (j == 0 && (in->op == TPU_OP_GATHER || in->op == TPU_OP_DYNAMIC_SLICE)) s = &in->shape;
   if (j == 0 && in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) return 0;
   if (in->op == TPU_OP_SCATTER && j < (in->noperands - 1) / 2) {

@@ -187,5 +187,37 @@ EOF
 "$BIN" plan examples/mlp.hlo --chips v5p --slice 8 --tokens-per-step 8 --train-tokens 80 > /dev/null 2> "$T/err"
 [ $? -eq 2 ] && grep -q "^examples/mlp.hlo:1:1: error: the program names no mesh" "$T/err" || fail "no mesh: $(cat "$T/err")"
 
+# plan serve: decode steps ranked by $ per token within the latency target (JSON figures
+# recomputed); the step reads each layer's weights and KV cache in place from their stacked
+# buffers — tpusim's HBM bytes equal the chip's share of the weights and cache within 3 %.
+"$BIN" plan serve $D/tiny.json --chips v5e,v5p --batches 1,8 --context 256 --max-tensor 2 --json > "$T/sv.json" 2> "$T/err" ||
+  fail "plan serve exited $?: $(cat "$T/err")"
+python3 - "$T/sv.json" chips/prices.json <<'EOF' || fail "plan serve JSON"
+import json, sys
+d = json.load(open(sys.argv[1])); pr = json.load(open(sys.argv[2]))
+c = d["candidates"]
+assert len(c) >= 4, len(c)
+for r in c:
+    assert abs(r["tokens_per_s"] - r["batch"] / r["step_s"]) < 1e-9 * r["tokens_per_s"]
+    p = pr["chips"][r["chip"]]["on-demand"]["usd_per_chip_hour"]
+    assert abs(r["usd_per_mtok"] - p * r["chips"] / 3600 / r["tokens_per_s"] * 1e6) < 1e-9 * r["usd_per_mtok"]
+    assert r["step_s"] * 1e3 <= d["max_latency_ms"]
+assert [r["usd_per_mtok"] for r in c] == sorted(r["usd_per_mtok"] for r in c)
+EOF
+python3 - "$BIN" "$T" <<'EOF' || fail "decode step HBM bytes"
+import json, subprocess, sys
+sys.path.insert(0, "tools/plan")
+import serve
+m = {"name": "s", "layers": 4, "d_model": 1024, "heads": 8, "kv_heads": 2, "head_dim": 128, "mlp": 4096,
+     "mlp_kind": "swiglu", "vocab": 8192}
+B, C, T = 8, 1024, 2
+open(sys.argv[2] + "/dec.hlo", "w").write(serve.decode_step(m, B, C, T))
+subprocess.run([sys.argv[1], "run", sys.argv[2] + "/dec.hlo", "--mode", "timing", "--chip", "v5e", "-q", "--report",
+                sys.argv[2] + "/dec.json"], check=True)
+got = json.load(open(sys.argv[2] + "/dec.json"))["hbm"]["bytes"]
+want = serve.step_bytes(m, B, C, T)
+assert abs(got - want) < 0.03 * want, (got, want)
+EOF
+
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "plan: all checks passed"

@@ -23,6 +23,7 @@ import gen  # noqa: E402
 import buckets  # noqa: E402
 import svg  # noqa: E402
 import hloplan  # noqa: E402
+import serve  # noqa: E402
 
 
 class InputError(Exception):
@@ -52,6 +53,7 @@ FIELDS = {  # name: (type, required, check)
     "mlp_kind": (str, False, lambda v: v in ("gelu", "swiglu")),
     "experts": (int, False, lambda v: v >= 0),
     "top_k": (int, False, lambda v: v >= 1),
+    "kv_heads": (int, False, lambda v: v >= 1),  # plan serve: grouped-query attention (training ignores it)
 }
 WANT = {"dtype": "bf16 or f32", "optimizer": "adam or sgd", "mlp_kind": "gelu or swiglu"}
 
@@ -605,6 +607,8 @@ def main(argv):
     root = os.path.dirname(os.path.dirname(HERE))
     if argv and argv[0] == "buckets":
         return buckets.main(argv[1:])
+    if argv and argv[0] == "serve":
+        return serve.main(argv[1:], sys.modules[__name__], tpusim, root)
     ap = argparse.ArgumentParser(prog="tpusim plan", description="Rank chips, slices and shardings for training a "
                                  "transformer by time and cost, from tpusim's timing of each candidate's step.")
     ap.add_argument("model", help="MODEL.json (see docs/plan.md), or PROGRAM.hlo: JAX's lowered sharded step")
