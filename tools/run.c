@@ -429,8 +429,28 @@ static void progress(const run_opts *o, const char *what) {
   fflush(stderr);
 }
 
-/* The timing half of the tpu backend: compile, time, print and write the reports. Returns
- * the exit status (0, 1 when a report file cannot be written, 2 on a program error). */
+/* While values are computed: which entry instruction (and loop iteration) the run is at,
+ * with the time so far, refreshed at most ten times a second on a terminal. */
+typedef struct {
+  struct timespec t0, last;
+} value_progress;
+
+static double secs_between(const struct timespec *a, const struct timespec *b) {
+  return (double)(b->tv_sec - a->tv_sec) + 1e-9 * (double)(b->tv_nsec - a->tv_nsec);
+}
+
+static void on_value_progress(void *user, int64_t step, int64_t nsteps, int64_t iteration) {
+  value_progress *vp = user;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (secs_between(&vp->last, &now) < 0.1) return;
+  vp->last = now;
+  fprintf(stderr, "\r\033[Ktpusim: computing values: instruction %lld of %lld", (long long)step, (long long)nsteps);
+  if (iteration > 0) fprintf(stderr, ", loop iteration %lld", (long long)iteration);
+  fprintf(stderr, " (%.1f s)", secs_between(&vp->t0, &now));
+  fflush(stderr);
+}
+
 /* The pod's topology: --topology (or the chip's default slice for the devices), times
  * --slices. Returns 0 when the options give none (the cost model picks the default). */
 static tpu_status pod_topology(const run_opts *o, const tpu_chip *chip, int64_t ndev, tpu_topology *t, int *set,
@@ -694,6 +714,10 @@ int tpu_cli_run(int argc, char **argv) {
     /* Values run on the module as written (the compiler then rewrites it in place). */
     clock_gettime(CLOCK_MONOTONIC, &t0);
     progress(&o, "computing values");
+    value_progress vp;
+    clock_gettime(CLOCK_MONOTONIC, &vp.t0);
+    vp.last = vp.t0;
+    if (!o.quiet && isatty(2)) tpu_ref_set_progress(on_value_progress, &vp);
     if (ndev > 1 && o.per_device) {
       per_dev = tpu_calloc((size_t)ndev, sizeof *per_dev);
       if (!per_dev) {
@@ -705,6 +729,7 @@ int tpu_cli_run(int argc, char **argv) {
                                                        args, nargs, &trips, &result, per_dev, &d)
                     : tpu    ? tpu_chip_run_values_trips(m, &chip, o.precision, args, nargs, &trips, &result, &d)
                              : tpu_ref_run(m, args, nargs, &result, &d);
+    tpu_ref_set_progress(NULL, NULL);
     progress(&o, NULL);
     if (st != TPU_OK) {
       tpu_cli_report(&d);

@@ -147,6 +147,13 @@ typedef struct tpu_sim_result tpu_sim_result;
  * module of several devices: the global array, cut into shards by each parameter's
  * sharding=; a parameter without one takes the same array on every device, or one row per
  * device on an extra leading axis). The module handle is not changed: it may be run again. */
+/* Progress of value runs, for long ones: fn(user, step, nsteps, iteration) is called on the
+ * running thread after each instruction of the entry computation (step of nsteps) and after
+ * each iteration of a while loop the entry runs (iteration >= 1; 0 otherwise); in a pod only
+ * device 0 reports. One hook for the process; NULL removes it. */
+typedef void (*tpu_sim_progress_fn)(void *user, int64_t step, int64_t nsteps, int64_t iteration);
+void tpu_sim_set_progress(tpu_sim_progress_fn fn, void *user);
+
 tpu_status tpu_sim_run(const tpu_sim_module *m, const tpu_sim_options *o, const tpu_sim_array *inputs, int ninputs,
                        tpu_sim_result **out, tpu_diag *d);
 void tpu_sim_result_free(tpu_sim_result *r);

@@ -184,3 +184,25 @@ def test_errors(mlp_inputs):
     assert "takes no inputs" in str(e)
     e = _error(lambda: tpusim.run(MLP, [x.astype(np.longdouble) for x in mlp_inputs]))
     assert str(e) == f"error: input 0 has dtype {np.dtype(np.longdouble)}, which tpusim does not take"
+
+
+def test_progress_callback():
+    """progress= gets (step, nsteps, loop iteration) from the run: every entry instruction once,
+    in order, ending at nsteps; the loop of a scan reports its iterations."""
+    import jax
+    import jax.numpy as jnp
+
+    def f(x):
+        return jax.lax.fori_loop(0, 5, lambda i, c: jnp.tanh(c) + 1.0, x)
+
+    seen = []
+    out, _ = tpusim.simulate(f, np.ones((4, 4), np.float32), backend="ref", progress=lambda *a: seen.append(a))
+    want = np.asarray(jax.jit(f)(np.ones((4, 4), np.float32)))
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+    steps = [s for s, n, it in seen if it == 0]
+    n = seen[0][1]
+    assert steps == sorted(steps) and steps[-1] == n
+    assert [it for _, _, it in seen if it > 0] == [1, 2, 3, 4, 5]
+    seen.clear()
+    tpusim.simulate(f, np.ones((4, 4), np.float32), backend="ref", progress=False)
+    assert seen == []

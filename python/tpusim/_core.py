@@ -103,7 +103,7 @@ class Module:
         return f"<tpusim.Module {self.name}: {len(self.params)} parameter(s), {self.devices} device(s)>"
 
     def run(self, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full", out_shardings=None,
-            mesh=None, topology=None, slices=None):
+            mesh=None, topology=None, slices=None, progress=None):
         """Runs the entry computation; see tpusim.run."""
         L = _lib.lib()
         o = _lib.Options()
@@ -131,8 +131,16 @@ class Module:
         arrays, keep = self._inputs(inputs if inputs is not None else [], mode)
         r = ctypes.c_void_p()
         d = _lib.Diag()
+        bar = _Progress(progress, self.name) if mode != "timing" else None
         with _lib.LOCK:
-            st = L.tpu_sim_run(self._h, ctypes.byref(o), arrays, len(keep), ctypes.byref(r), ctypes.byref(d))
+            if bar is not None and bar.active:
+                L.tpu_sim_set_progress(bar.fn, None)
+            try:
+                st = L.tpu_sim_run(self._h, ctypes.byref(o), arrays, len(keep), ctypes.byref(r), ctypes.byref(d))
+            finally:
+                if bar is not None and bar.active:
+                    L.tpu_sim_set_progress(_lib.PROGRESS_FN(), None)
+                    bar.close()
         del keep
         _lib.check(st, d)
         res = _Result(r)
@@ -171,6 +179,51 @@ class Module:
             arrs[i].data = a.ctypes.data if a.nbytes else None
             arrs[i].nbytes = a.nbytes
         return arrs, keep
+
+
+class _Progress:
+    """A tqdm bar over the entry computation's instructions while values are computed (the
+    loop iteration in its postfix), shown once a run has taken a second. progress: None (a
+    bar when tqdm is installed), True (a bar; tqdm required), False (none), or a callable
+    taking (step, nsteps, iteration)."""
+
+    def __init__(self, progress, name):
+        self.active = False
+        self.bar = None
+        self.user = None
+        if progress is False:
+            return
+        if callable(progress):
+            self.user = progress
+        else:
+            try:
+                import tqdm  # noqa: F401
+            except ImportError:
+                if progress:
+                    raise TpusimError("error: progress=True needs tqdm (pip install tqdm)", "TPU_ERR_ARG")
+                return
+        self.name = name
+        self.active = True
+        self.fn = _lib.PROGRESS_FN(self._on)  # kept alive while the run lasts
+
+    def _on(self, user, step, nsteps, iteration):
+        try:
+            if self.user is not None:
+                self.user(int(step), int(nsteps), int(iteration))
+                return
+            if self.bar is None:
+                from tqdm.auto import tqdm
+                self.bar = tqdm(total=int(nsteps), desc=f"tpusim {self.name}", unit="op", delay=1.0, leave=False)
+            if step != self.bar.n:
+                self.bar.update(int(step) - self.bar.n)
+            if iteration:
+                self.bar.set_postfix_str(f"loop iteration {int(iteration)}", refresh=False)
+        except Exception:  # a display problem must not break the run
+            pass
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _looks_like_path(s):
@@ -225,7 +278,7 @@ def load(hlo, name=None):
 
 
 def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full",
-        out_shardings=None, mesh=None, topology=None, slices=None):
+        out_shardings=None, mesh=None, topology=None, slices=None, progress=None):
     """Runs an HLO module's entry computation on tpusim.
 
     hlo_text_or_path: HLO text (as jax's lower(...).as_text(dialect="hlo") prints it), a
@@ -246,10 +299,13 @@ def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=N
     topology: for modules of several devices, the slice the collectives are timed on, as
       `tpusim run --topology` takes it ("v5p-256", "4x4x8"); None: the chip's default slice.
     slices: how many such slices DCN joins (`--slices`); None: one.
+    progress: while values are computed, a tqdm bar over the entry's instructions once a run
+      has taken a second (None: when tqdm is installed; True: required; False: none), or a
+      callable taking (step, nsteps, loop_iteration).
 
     Returns (outputs, report): outputs a list of NumPy arrays, one per leaf of the result
     (None in timing mode); report a Report (None with backend="ref").
     """
     m = hlo_text_or_path if isinstance(hlo_text_or_path, Module) else Module(hlo_text_or_path)
     return m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, out_shardings=out_shardings,
-                 mesh=mesh, topology=topology, slices=slices)
+                 mesh=mesh, topology=topology, slices=slices, progress=progress)

@@ -4,7 +4,8 @@ import numpy as np
 from ._core import Module
 
 
-def simulate(fn, *args, chip="v5e", topology=None, mesh=None, precision=None, mode="full", backend="tpu", slices=None):
+def simulate(fn, *args, chip="v5e", topology=None, mesh=None, precision=None, mode="full", backend="tpu", slices=None,
+             progress=None):
     """Runs fn(*args) on a simulated TPU.
 
     fn is lowered with jax.jit(fn, keep_unused=True).lower(*args).as_text(dialect="hlo",
@@ -42,7 +43,7 @@ def simulate(fn, *args, chip="v5e", topology=None, mesh=None, precision=None, mo
         # arrays without jax_enable_x64).
         inputs = [np.asarray(x, dtype=p.dtype) if p is not None else np.asarray(x) for x, p in zip(leaves, m.params)]
     outputs, report = m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, mesh=mesh,
-                            topology=topology, slices=slices)
+                            topology=topology, slices=slices, progress=progress)
     if outputs is not None:
         outputs = jax.tree_util.tree_unflatten(out_tree, outputs)
     return outputs, report

@@ -43,6 +43,9 @@ class Array(ctypes.Structure):
     ]
 
 
+PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+
+
 class Options(ctypes.Structure):
     _fields_ = [
         ("backend", ctypes.c_char_p),
@@ -145,6 +148,7 @@ def _declare(lib):
         "tpu_sim_module_nparams": (ctypes.c_int, [vp]),
         "tpu_sim_module_param": (ctypes.c_int, [vp, ctypes.c_int, P(Array), P(Diag)]),
         "tpu_sim_options_init": (None, [P(Options)]),
+        "tpu_sim_set_progress": (None, [PROGRESS_FN, vp]),
         "tpu_sim_run": (ctypes.c_int, [vp, P(Options), P(Array), ctypes.c_int, P(vp), P(Diag)]),
         "tpu_sim_result_free": (None, [vp]),
         "tpu_sim_result_noutputs": (ctypes.c_int, [vp]),

@@ -173,6 +173,8 @@ tpu_status tpu_sim_module_param(const tpu_sim_module *sm, int i, tpu_sim_array *
 
 void tpu_sim_options_init(tpu_sim_options *o) { memset(o, 0, sizeof *o); }
 
+void tpu_sim_set_progress(tpu_sim_progress_fn fn, void *user) { tpu_ref_set_progress(fn, user); }
+
 static const char *const k_precisions[] = {"default", "high", "highest"}; /* = tpu_precision */
 
 /* Options checked and decoded. */

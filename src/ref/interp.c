@@ -13,11 +13,25 @@ struct tpu_interp {
   int64_t while_limit;
   int depth;
   const tpu_ref_opts *opts; /* never NULL */
+  int64_t step, nsteps;     /* the entry instruction running, for progress */
 };
 
 static int64_t g_while_limit = 100000000;
 
 void tpu_ref_set_while_limit(int64_t limit) { g_while_limit = limit; }
+
+static tpu_ref_progress_fn g_progress;
+static void *g_progress_user;
+
+void tpu_ref_set_progress(tpu_ref_progress_fn fn, void *user) {
+  g_progress = fn;
+  g_progress_user = user;
+}
+
+/* Whether this run reports progress: the entry level, on device 0 of a pod. */
+static int reports(const tpu_interp *ip) {
+  return g_progress && ip->depth == 1 && (!ip->opts->comm || ip->opts->comm->device == 0);
+}
 
 void tpu__ref_strides(int rank, const int64_t *dims, int64_t *strides) {
   int64_t s = 1;
@@ -93,6 +107,7 @@ static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tenso
     if (st != TPU_OK) return st;
     state = next;
     iters++;
+    if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, iters);
   }
   if (ip->opts->on_while) {
     tpu_status st = ip->opts->on_while(ip->opts->user, in, iters, d);
@@ -343,11 +358,13 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       opcap = in->noperands;
     }
     for (int k = 0; k < in->noperands; k++) opv[k] = f.val[in->operands[k]->id];
+    if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
     if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) /* (the collective's operand, its result, state 0) */
       st = async_start(in, f.val[in->operands[0]->operands[0]->id], opv[0], &f.own[id], d);
     else
       st = eval(ip, in, opv, &f.own[id], d);
     if (st != TPU_OK) break;
+    if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
     f.val[id] = &f.own[id];
     for (int k = 0; k < in->noperands; k++) {
       const tpu_instr *o = in->operands[k];
@@ -397,7 +414,7 @@ tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nar
   const tpu_tensor **argv = tpu_calloc((size_t)(nargs ? nargs : 1), sizeof *argv);
   if (!argv) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   for (int i = 0; i < nargs; i++) argv[i] = &args[i];
-  tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts};
+  tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts, 0, 0};
   tpu_status st = tpu__ref_call(&ip, e, argv, nargs, out, d);
   tpu_free(argv);
   return st;

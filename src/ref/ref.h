@@ -50,6 +50,13 @@ typedef struct tpu_ref_opts {
 tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nargs,
                             const tpu_ref_opts *o, tpu_tensor *out, tpu_diag *d);
 
+/* Progress of value runs, for long ones: called on the run's own thread after each
+ * instruction of the entry computation (step of nsteps) and after each iteration of a while
+ * loop the entry runs (iteration >= 1; 0 otherwise). In a pod only device 0 reports. One hook
+ * for the process (NULL: none); set it before the run. */
+typedef void (*tpu_ref_progress_fn)(void *user, int64_t step, int64_t nsteps, int64_t iteration);
+void tpu_ref_set_progress(tpu_ref_progress_fn fn, void *user);
+
 /* The most iterations one while loop may run before the run fails (0 = no limit). */
 void tpu_ref_set_while_limit(int64_t limit);
 
