@@ -157,10 +157,15 @@ static void plan_of(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k,
   int64_t mats = p.mats > 0 ? p.mats : 1;
   int64_t per = cdiv(k->in_bytes + k->out_bytes, mats);
   if (2 * per <= budget) { /* resident: groups of matrices, double-buffered */
-    pl->bb = per > 0 ? budget / (2 * per) : mats;
-    if (pl->bb > mats) pl->bb = mats;
-    if (pl->bb < 1) pl->bb = 1;
-    pl->groups = cdiv(mats, pl->bb);
+    int64_t most = per > 0 ? budget / (2 * per) : mats;
+    if (most > mats) most = mats;
+    if (most < 1) most = 1;
+    /* Equal groups: the fewest that divide the batch (so every matrix is timed once). */
+    int64_t g = cdiv(mats, most);
+    for (int64_t tries = 0; mats % g && tries < 4096; tries++) g++;
+    if (mats % g) g = cdiv(mats, most); /* no divisor near: the last group is timed full */
+    pl->groups = g;
+    pl->bb = cdiv(mats, g);
     pl->slot_in = cdiv(k->in_bytes, pl->groups);
     pl->slot_out = cdiv(k->out_bytes, pl->groups);
     return;
