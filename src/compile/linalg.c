@@ -234,7 +234,7 @@ tpu_status tpu__linalg_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo 
     x.dst = vin;
     if (x.bytes && !put(be, &x)) return TPU_ERR_NOMEM;
   }
-  int64_t ng = p.panels < MAX_GROUPS ? p.panels : MAX_GROUPS;
+  int64_t ng = p.mats == 0 ? 0 : p.panels < MAX_GROUPS ? p.panels : MAX_GROUPS; /* an empty batch: nothing */
   const int mxus = (int)(be->chip->mxus_per_core * be->chip->tensorcores);
   const tpu_dtype dt = in->operands[0]->shape.dtype;
   for (int64_t g = 0; g < ng; g++) {
