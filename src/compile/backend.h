@@ -15,7 +15,8 @@ typedef enum {
   TPU__K_WHILE,    /* control: loop over condition and body */
   TPU__K_COND,     /* control: conditional */
   TPU__K_CALL,     /* control: the callee's kernels inline */
-  TPU__K_ICI       /* a collective with other chips: the links for the link model's time */
+  TPU__K_ICI,      /* a collective with other chips: the links for the link model's time */
+  TPU__K_LINALG    /* cholesky / triangular-solve: blocked panels, vector unit and MXU (linalg.c) */
 } tpu__kkind;
 
 /* Per instruction of a scheduled computation (indexed by tpu__be_index). */
@@ -104,6 +105,12 @@ int64_t tpu__kernel_vmem(tpu__be *be, const tpu_instr *in, tpu__kinfo *k);
  * intermediate values that stay in VMEM between kernels (tpu__kinfo.vres) and adds a
  * .vmem buffer (op -1) for each. */
 tpu_status tpu__assign_vmem(tpu__be *be);
+
+/* cholesky and triangular-solve kernels (linalg.c): useful and padded flops (tile), VMEM
+ * buffers and groups (schedule; be->dry: only k->ws), instructions (lower). */
+void tpu__linalg_flops(const tpu__be *be, const tpu_instr *in, double *flops, double *padded);
+tpu_status tpu__linalg_plan(tpu__be *be, const tpu_instr *in, tpu__kinfo *k);
+tpu_status tpu__linalg_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k);
 
 /* The passes, in order. */
 tpu_status tpu__pass_tile(tpu__be *be);

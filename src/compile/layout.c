@@ -149,7 +149,8 @@ tpu_status tpu__pass_layout(tpu__be *be) {
     for (int i = 0; i < c->ninstrs; i++) {
       const tpu_instr *in = c->instrs[i];
       tpu__kinfo *k = &be->k[be->comp_base[ci] + in->id];
-      if (k->kind == TPU__K_STREAM || k->kind == TPU__K_MATMUL || k->kind == TPU__K_COPY) {
+      if (k->kind == TPU__K_STREAM || k->kind == TPU__K_MATMUL || k->kind == TPU__K_COPY ||
+          k->kind == TPU__K_LINALG) {
         kernel_bytes(be, in, k);
         if (k->op >= 0) {
           be->p->ops[k->op].bytes = k->bytes;

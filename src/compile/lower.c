@@ -294,6 +294,9 @@ static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
       case TPU__K_MATMUL:
         TPU_TRY(lower_matmul(be, in, k));
         break;
+      case TPU__K_LINALG:
+        TPU_TRY(tpu__linalg_lower(be, in, k));
+        break;
     }
   }
   return TPU_OK;

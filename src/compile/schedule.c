@@ -350,6 +350,7 @@ int64_t tpu__kernel_vmem(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   k->ws = 0;
   if (k->kind == TPU__K_STREAM) (void)plan_stream(be, in, k);
   else if (k->kind == TPU__K_MATMUL) (void)plan_matmul(be, in, k);
+  else if (k->kind == TPU__K_LINALG) (void)tpu__linalg_plan(be, in, k);
   be->dry = 0;
   return k->ws;
 }
@@ -363,6 +364,7 @@ tpu_status tpu__pass_schedule(tpu__be *be) {
       tpu__kinfo *k = tpu__be_info(be, in);
       if (k->kind == TPU__K_STREAM) TPU_TRY(plan_stream(be, in, k));
       else if (k->kind == TPU__K_MATMUL) TPU_TRY(plan_matmul(be, in, k));
+      else if (k->kind == TPU__K_LINALG) TPU_TRY(tpu__linalg_plan(be, in, k));
       else if (k->kind == TPU__K_WHILE) k->trips = trip_count(in);
       else if (k->kind == TPU__K_COPY) k->tiles = 1;
       if (k->op >= 0) be->p->ops[k->op].tiles = k->tiles;

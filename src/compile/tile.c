@@ -187,19 +187,11 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       c->padded_flops += (double)ovr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)(win * ops);
       return;
     }
-    case TPU_OP_CHOLESKY: case TPU_OP_TRIANGULAR_SOLVE: {
-      /* n^3/3 flops per Cholesky factor, k^2 m per triangular solve with m right-hand
-       * sides, on the vector unit (docs/timing.md: an assumption; XLA's blocked TPU
-       * algorithms give the trailing updates to the MXU, so this is an upper bound). */
-      const tpu_shape *a = &in->operands[0]->shape;
-      double k = (double)a->dims[a->rank - 1], mats = k > 0 ? (double)tpu_shape_numel(a) / (k * k) : 0;
-      double rhs = in->op == TPU_OP_CHOLESKY ? 0 : (double)tpu_shape_numel(&in->operands[1]->shape) / (mats > 0 ? mats : 1) / k;
-      double fl = mats * (in->op == TPU_OP_CHOLESKY ? k * k * k / 3 : k * k * rhs);
-      double lanes = (double)(be->chip->vector_sublanes * be->chip->vector_lanes);
-      int64_t ops = (int64_t)(fl / lanes) + 1;
-      c->vpu += ops + vr;
-      c->flops += fl;
-      c->padded_flops += (double)ops * lanes;
+    case TPU_OP_CHOLESKY: case TPU_OP_TRIANGULAR_SOLVE: { /* blocked kernels: linalg.c */
+      double f, pf;
+      tpu__linalg_flops(be, in, &f, &pf);
+      c->flops += f;
+      c->padded_flops += pf;
       return;
     }
     case TPU_OP_CUSTOM_CALL: /* TopK */
@@ -533,6 +525,10 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
                           (double)round_up(k->k, R) * (double)round_up(k->n, C) + c.padded_flops;
   } else if (in->op == TPU_OP_COPY) {
     k->kind = TPU__K_COPY;
+  } else if (in->op == TPU_OP_CHOLESKY || in->op == TPU_OP_TRIANGULAR_SOLVE) {
+    k->kind = TPU__K_LINALG;
+    po.flops = c.flops;
+    po.padded_flops = c.padded_flops;
   } else {
     k->kind = TPU__K_STREAM;
     po.flops = c.flops;

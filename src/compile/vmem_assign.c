@@ -52,7 +52,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
     for (int i = 0; i < cc->ninstrs; i++) {
       const tpu_instr *u = cc->instrs[i];
       tpu__kinfo *ku = &be->k[be->comp_base[ci] + u->id];
-      if (is_kernel(ku) && ku->pos > 0 && ku->pos < np) {
+      if ((is_kernel(ku) || ku->kind == TPU__K_LINALG) && ku->pos > 0 && ku->pos < np) {
         int64_t w = tpu__kernel_vmem(be, u, ku);
         if (w > ws[ku->pos]) ws[ku->pos] = w;
       }

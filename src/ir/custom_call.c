@@ -53,6 +53,9 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
   tpu__vbuf a, b;
   char t[128];
   tpu_custom_call_target(in, t, sizeof t);
+  int named = 0;
+  for (int i = 0; i < in->nattrs; i++) named |= !strcmp(in->attrs[i].name, "custom_call_target");
+  if (!named) return TPU_VFAIL(d, in, "custom-call without a custom_call_target");
   switch (tpu_custom_call_kind(in)) {
     case TPU_CC_IDENTITY:
       if (in->noperands == 1 && tpu_shape_equal(&in->shape, &in->operands[0]->shape)) return TPU_OK;
@@ -105,8 +108,9 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
 tpu_status tpu_custom_call_refuse(const tpu_instr *in, const char *where, tpu_diag *d) {
   char t[128];
   tpu_custom_call_target(in, t, sizeof t);
-  const char *why = !strncmp(t, "lapack_", 7) || !strncmp(t, "__cpu", 5) || strstr(t, "lapack")
+  const char *why = strstr(t, "lapack") || strstr(t, "LAPACK")
                         ? " (a CPU LAPACK call: lower for a TPU, where XLA emits cholesky/triangular-solve ops)"
+                    : !strncmp(t, "__cpu", 5) ? " (an XLA CPU runtime call, not HLO: lower the program for a TPU)"
                     : !strcmp(t, "tpu_custom_call") ? " (a Pallas/Mosaic kernel: its body is not HLO)"
                                                       : "";
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "custom-call '%s' with target \"%s\": %s cannot run it%s",

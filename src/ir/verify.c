@@ -483,29 +483,8 @@ static tpu_status verify_structure(const tpu_instr *in, tpu_diag *d) {
     case TPU_OP_MAP: return verify_map(in, d);
     case TPU_OP_OPT_BARRIER: return tpu__vexpect(in, &in->operands[0]->shape, d);
     case TPU_OP_CUSTOM_CALL: return tpu_custom_call_verify(in, d);
-    case TPU_OP_CHOLESKY: {
-      const tpu_shape *s = &in->operands[0]->shape;
-      if (!tpu_dtype_is_float(s->dtype) || s->rank < 2 || s->dims[s->rank - 1] != s->dims[s->rank - 2])
-        return TPU_VFAIL(d, in, "the operand %s must be floating point with square minor dimensions", tpu__vshape(s, &a));
-      return tpu__vexpect(in, s, d);
-    }
-    case TPU_OP_TRIANGULAR_SOLVE: {
-      const tpu_shape *am = &in->operands[0]->shape, *bm = &in->operands[1]->shape;
-      int left = 0;
-      for (int i = 0; i < in->nattrs; i++)
-        if (!strcmp(in->attrs[i].name, "left_side")) left = !strcmp(in->attrs[i].value, "true");
-      if (!tpu_dtype_is_float(am->dtype) || am->dtype != bm->dtype || am->rank < 2 || am->rank != bm->rank ||
-          am->dims[am->rank - 1] != am->dims[am->rank - 2])
-        return TPU_VFAIL(d, in, "a %s must be square in its minor dimensions and b %s of the same type and rank",
-                         tpu__vshape(am, &a), tpu__vshape(bm, &a));
-      for (int i = 0; i < am->rank - 2; i++)
-        if (am->dims[i] != bm->dims[i]) return TPU_VFAIL(d, in, "a and b differ in batch dimension %d", i);
-      int64_t k = am->dims[am->rank - 1], need = bm->dims[bm->rank - (left ? 2 : 1)];
-      if (k != need)
-        return TPU_VFAIL(d, in, "a is %lldx%lld but b's %s dimension is %lld", (long long)k, (long long)k,
-                         left ? "row" : "column", (long long)need);
-      return tpu__vexpect(in, bm, d);
-    }
+    case TPU_OP_CHOLESKY:
+    case TPU_OP_TRIANGULAR_SOLVE: return tpu__verify_linalg(in, d);
     case TPU_OP_COPY_START: {
       /* (destination, source, context): XLA's asynchronous copy (e.g. a prefetch to VMEM). */
       const tpu_shape *s = &in->operands[0]->shape, *r = &in->shape;

@@ -63,5 +63,6 @@ tpu_status tpu__verify_reduce(const tpu_instr *in, tpu_diag *d);
 tpu_status tpu__verify_contract(const tpu_instr *in, tpu_diag *d);
 tpu_status tpu__verify_collective(const tpu_instr *in, tpu_diag *d);
 tpu_status tpu__verify_complex(const tpu_instr *in, tpu_diag *d);
+tpu_status tpu__verify_linalg(const tpu_instr *in, tpu_diag *d);
 
 #endif

@@ -18,6 +18,10 @@ struct tpu_interp {
 
 static int64_t g_while_limit = 100000000;
 
+const char *tpu__ref_who(const tpu_interp *ip) {
+  return ip && ip->opts->who ? ip->opts->who : "the reference interpreter";
+}
+
 void tpu_ref_set_while_limit(int64_t limit) { g_while_limit = limit; }
 
 static tpu_ref_progress_fn g_progress;
@@ -265,8 +269,8 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
           for (int k = 0; k < in->noperands; k++)
             if (tpu_op_class_of(in->operands[k]->op) == TPU_CLS_COLLECTIVE && value_matches(args[k], &in->shape))
               return tpu_tensor_clone(out, args[k], d);
-          return tpu_custom_call_refuse(in, "the reference interpreter", d);
-        default: return tpu_custom_call_refuse(in, "the reference interpreter", d);
+          return tpu_custom_call_refuse(in, tpu__ref_who(ip), d);
+        default: return tpu_custom_call_refuse(in, tpu__ref_who(ip), d);
       }
     case TPU_OP_AFTER_ALL: return tpu__ref_alloc_shape(out, &in->shape, d);
     case TPU_OP_PARTITION_ID:
@@ -285,7 +289,7 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
   if (tpu_op_class_of(in->op) == TPU_CLS_COLLECTIVE) return tpu__ref_collective(ip, in, args, out, d);
   tpu_ref_kernel k = tpu__ref_kernel_of(in->op);
   if (k) return k(ip, in, args, out, d);
-  return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "the reference interpreter cannot run '%s'", tpu_op_name(in->op));
+  return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "%s cannot run '%s'", tpu__ref_who(ip), tpu_op_name(in->op));
 }
 
 /* AsyncCollectiveStart: the tuple (the collective's operand, its result, zeroed state). */
@@ -400,7 +404,7 @@ tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, t
 
 tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nargs, const tpu_ref_opts *o,
                             tpu_tensor *out, tpu_diag *d) {
-  static const tpu_ref_opts no_opts = {NULL, NULL, NULL, NULL};
+  static const tpu_ref_opts no_opts = {NULL, NULL, NULL, NULL, NULL};
   memset(out, 0, sizeof *out);
   const tpu_comp *e = m->entry;
   if (nargs != e->nparams)

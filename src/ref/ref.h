@@ -44,6 +44,7 @@ typedef struct tpu_ref_opts {
   void *user;                   /* passed to dot_conv and on_while */
   tpu_ref_while_fn on_while;    /* NULL: none */
   const tpu_ref_comm *comm;     /* NULL: a pod of one (device 0; groups of one run as the identity) */
+  const char *who;              /* names the backend in refusals; NULL: "the reference interpreter" */
 } tpu_ref_opts;
 
 /* tpu_ref_run with options (`o` may be NULL, which is tpu_ref_run). */

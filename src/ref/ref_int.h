@@ -15,6 +15,9 @@
 
 typedef struct tpu_interp tpu_interp;
 
+/* The backend's name for refusals: "the reference interpreter" or the caller's (ref.h `who`). */
+const char *tpu__ref_who(const tpu_interp *ip);
+
 typedef tpu_status (*tpu_ref_kernel)(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
                                      tpu_tensor *out, tpu_diag *d);
 
