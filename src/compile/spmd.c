@@ -1103,19 +1103,14 @@ static double bytes_of(const tpu_shape *g) { return (double)tpu_shape_numel(g) *
 
 /* Bytes a chip receives to reshard an operand of global shape g from `from` to `to`: the
  * block it ends with, when any split must be undone. */
-/* Plans are compared by the time the pod model gives them, in bytes: a collective of a
- * ring of g chips takes g - 1 steps (an all-reduce twice that), each paying the per-hop
- * latency, worth STEP_BYTES at the link's bandwidth — v5e's 1 us x 45 GB/s (chips/v5e.json),
- * the default chip; the partitioner does not know the chip the program will run on. */
-#define STEP_BYTES 45e3
-
 static double gather_cost(const sp *s, const tpu_shape *g, const dsh *from, const dsh *to) {
-  double f = 1, steps = 0;
+  int gathers = 0;
+  double f = 1;
   for (int k = 0; k < g->rank; k++) {
-    if (from->n[k] && !same_dim(from, k, to, k)) steps += (double)factor(s->mesh, from, k) - 1;
+    if (from->n[k] && !same_dim(from, k, to, k)) gathers = 1;
     f *= (double)factor(s->mesh, to, k);
   }
-  return steps ? bytes_of(g) / f + STEP_BYTES * steps : 0;
+  return gathers ? bytes_of(g) / f : 0;
 }
 
 static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh *R0, dot_plan *p) {
@@ -1158,10 +1153,21 @@ static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh 
       for (int i = 0; i < b->n; i++) used |= b->v[i] == k;
       for (int i = 0; i < c->n; i++) used |= c->v[i] == k;
       if (used) continue;
-      /* A free dimension's axes must not split the other operand too. */
-      const dsh *Y = pass ? &p->L : &p->R;
+      /* A free dimension's axes must not split the other operand too. When both operands'
+       * free dimensions use an axis, the lhs keeps it and the rhs's is gathered (attention
+       * split along the query sequence gathers K and V). */
+      dsh Y = pass ? p->L : p->R;
+      if (!pass) { /* the rhs's free dimensions give way */
+        const tpu_i64s *yb = &dd->rhs_batch, *yc = &dd->rhs_contract;
+        for (int j = 0; j < rr; j++) {
+          int yused = 0;
+          for (int i = 0; i < yb->n; i++) yused |= yb->v[i] == j;
+          for (int i = 0; i < yc->n; i++) yused |= yc->v[i] == j;
+          if (!yused) Y.n[j] = 0;
+        }
+      }
       int clash = 0;
-      for (int i = 0; i < X->n[k]; i++) clash |= has_axis(Y, pass ? lr : rr, X->ax[k][i]);
+      for (int i = 0; i < X->n[k]; i++) clash |= has_axis(&Y, pass ? lr : rr, X->ax[k][i]);
       if (clash) X->n[k] = 0;
       p->out.n[rd] = X->n[k];
       memcpy(p->out.ax[rd], X->ax[k], MAXA);
@@ -1172,10 +1178,8 @@ static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh 
   for (int i = 0; p->valid && i < p->np; i++) p->valid = !has_axis(&p->out, in->shape.rank, p->partial[i]);
   if (!p->valid) return;
   tpu_shape lout = local_shape(s, &in->shape, &p->out);
-  double g = 1;
-  for (int i = 0; i < p->np; i++) g *= (double)s->mesh->sizes[p->partial[i]];
   p->cost = gather_cost(s, &lo->shape, L0, &p->L) + gather_cost(s, &ro->shape, R0, &p->R) +
-            (p->np ? 2 * bytes_of(&lout) + 2 * STEP_BYTES * (g - 1) : 0);
+            (p->np ? 2 * bytes_of(&lout) : 0);
 }
 
 /* dot: of the ways to run it — keep both operands' splits (split contractions become
@@ -1191,8 +1195,18 @@ static tpu_status dot(sp *s, const tpu_instr *in) {
   dsh lnc = *lh, rnc = *rh; /* without their contracting splits */
   for (int i = 0; i < dd->lhs_contract.n; i++) lnc.n[dd->lhs_contract.v[i]] = 0;
   for (int i = 0; i < dd->rhs_contract.n; i++) rnc.n[dd->rhs_contract.v[i]] = 0;
-  const dsh *cands[3][2] = {{&lnc, &k_repl}, {&k_repl, &rnc}, {&k_repl, &k_repl}};
-  for (int c = 0; c < 3; c++) {
+  dsh lb = k_repl, rb = k_repl; /* only their batch splits (attention's K and V gathered along
+                                 * the sequence but kept split along the batch) */
+  for (int i = 0; i < dd->lhs_batch.n; i++) {
+    int kl = (int)dd->lhs_batch.v[i], kr = (int)dd->rhs_batch.v[i];
+    lb.n[kl] = lh->n[kl];
+    memcpy(lb.ax[kl], lh->ax[kl], MAXA);
+    rb.n[kr] = rh->n[kr];
+    memcpy(rb.ax[kr], rh->ax[kr], MAXA);
+  }
+  const dsh *cands[6][2] = {{&lnc, &k_repl}, {&k_repl, &rnc}, {&k_repl, &k_repl},
+                            {&lnc, &rb},     {&lb, &rnc},     {&lb, &rb}};
+  for (int c = 0; c < 6; c++) {
     plan_dot(s, in, cands[c][0], cands[c][1], &p);
     /* The cost of a candidate counts gathering from the operands' real splits. */
     if (p.valid)

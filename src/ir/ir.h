@@ -197,7 +197,7 @@ static inline const char *tpu_instr_user_name(const tpu_instr *in) { return in->
  * operands; 0 otherwise (all operands of one type, or not an elementwise op). */
 int tpu_instr_mixed_float(const tpu_instr *in, tpu_dtype *work);
 /* The same compiler also lets a data-movement op (broadcast, reshape, transpose, slice,
- * dynamic-slice, reverse) change the float type of what it moves, e.g. `bf16[32,32]
+ * dynamic-slice, reverse, pad) change the float type of what it moves, e.g. `bf16[32,32]
  * dynamic-slice(f32[32,128] ...)`: the elements are moved, then converted (rounded to nearest
  * even). 1 when `in` is such an op. */
 int tpu_instr_moves_and_converts(const tpu_instr *in);

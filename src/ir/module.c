@@ -48,7 +48,7 @@ int tpu_instr_mixed_float(const tpu_instr *in, tpu_dtype *work) {
 int tpu_instr_moves_and_converts(const tpu_instr *in) {
   switch (in->op) {
     case TPU_OP_BROADCAST: case TPU_OP_RESHAPE: case TPU_OP_TRANSPOSE: case TPU_OP_SLICE:
-    case TPU_OP_DYNAMIC_SLICE: case TPU_OP_REVERSE: break;
+    case TPU_OP_DYNAMIC_SLICE: case TPU_OP_REVERSE: case TPU_OP_PAD: break;
     default: return 0;
   }
   if (in->noperands < 1) return 0;

@@ -26,20 +26,24 @@ def S(a):
     return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=SingleDeviceSharding(dev))
 
 
+def full_text(c):
+    """The compiled program's text, large constants included (the default printer elides them)."""
+    txt = c.as_text()
+    if "{...}" not in txt:
+        return txt
+    import jaxlib._hlo as H
+    o = H.HloPrintOptions()
+    o.print_large_constants = True
+    return c.runtime_executable().hlo_modules()[0].to_string(o)
+
+
 def case(name, f, args):
     c = jax.jit(f).lower(*[S(a) for a in args]).compile()
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     txt = c.as_text()
-    if "{...}" in txt:  # large constants elided by the default printer: print them
-        import jaxlib._hlo as H
-        o = H.HloPrintOptions()
-        o.print_large_constants = True
-        full = c.runtime_executable().hlo_modules()[0].to_string(o)
-        open(os.path.join(d, "tpu.hlo"), "w").write(full)
-    else:
-        open(os.path.join(d, "tpu.hlo"), "w").write(txt)
+    open(os.path.join(d, "tpu.hlo"), "w").write(full_text(c))
     open(os.path.join(d, "prog.hlo"), "w").write(jax.jit(f).lower(*args).as_text(dialect="hlo"))
     for i, a in enumerate(args):
         np.save(os.path.join(d, f"in{i}.npy"), a.astype(np.float32) if a.dtype.name == "bfloat16" else a)
@@ -68,7 +72,7 @@ def pod_case(name, f, args, specs, axes=("data", "model"), shape=(2, 4)):
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    open(os.path.join(d, "tpu.hlo"), "w").write(c.as_text())
+    open(os.path.join(d, "tpu.hlo"), "w").write(full_text(c))
     open(os.path.join(d, "prog.hlo"), "w").write(jax.jit(f).lower(*sds).as_text(dialect="hlo"))
     for i, a in enumerate(args):
         np.save(os.path.join(d, f"in{i}.npy"), a)
@@ -99,6 +103,46 @@ def pod_cases():
                                                                    f32(256, 128, scale=0.05)],
              [("data", None), (None, "model"), ("model", None)])
     pod_case("pod_rowsum", lambda x: (x.sum(1), x * 2), [f32(64, 256)], [("data", "model")])
+
+    def attn(q, k, v):
+        s = jnp.einsum("bqd,bkd->bqk", q, k) / 8.0
+        return jnp.einsum("bqk,bkd->bqd", jax.nn.softmax(s, -1), v)
+
+    qkv = [f32(4, 64, 32) for _ in range(3)]
+    pod_case("pod_seq_attention", attn, qkv, [("data", "model", None)] * 3)  # sequence parallel
+
+    def moe(x, w):  # tokens dispatched per expert, experts split over "model"
+        return jnp.tanh(jnp.einsum("ecd,edf->ecf", x, w))
+
+    pod_case("pod_moe", moe, [f32(8, 16, 32), f32(8, 32, 64, scale=0.2)], [(None, "data", None), ("model", None, None)])
+    pod_case("pod_embed", lambda t, e: e[t] * 2.0, [r.randint(0, 64, size=(16, 8)).astype(np.int32), f32(64, 32)],
+             [("data", None), ("model", None)])
+    conv = lambda x, w: jax.nn.relu(jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                                                  dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    pod_case("pod_conv_spatial", conv, [f32(2, 32, 16, 4), f32(3, 3, 4, 8, scale=0.3)],
+             [("data", "model", None, None), (None, None, None, None)])
+
+    def ln(x, g):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(v + 1e-5) * g
+
+    pod_case("pod_layernorm_tp", ln, [f32(32, 256), f32(256)], [("data", "model"), ("model",)])
+
+    def scan_layers(x, ws):
+        return jax.lax.scan(lambda c, w: (jnp.tanh(c @ w), None), x, ws)[0]
+
+    pod_case("pod_scan_fsdp", scan_layers, [f32(32, 64), f32(4, 64, 64, scale=0.1)],
+             [("data", None), (None, "model", None)])
+
+    def block(x, wq, w1, w2):  # a residual MLP block on a 3-D mesh
+        h = x + jnp.tanh(x @ wq)
+        return h + jnp.tanh(h @ w1) @ w2
+
+    pod_case("pod_block_3d", block, [f32(16, 64), f32(64, 64, scale=0.1), f32(64, 128, scale=0.1),
+                                     f32(128, 64, scale=0.1)],
+             [(("data", "fsdp"), None), ("fsdp", "tensor"), ("fsdp", "tensor"), ("tensor", "fsdp")],
+             axes=("data", "fsdp", "tensor"), shape=(2, 2, 2))
 
 
 def f32(*shape, scale=1.0):
