@@ -638,7 +638,8 @@ int tpu_cli_run(int argc, char **argv) {
     int found = 0;
     tpu_status ms = o.mesh ? tpu_mesh_parse(o.mesh, &mesh, &d) : tpu_mesh_from_module(m, &mesh, &found, &d);
     if (ms == TPU_OK && (o.mesh || found)) {
-      ms = tpu_spmd_partition(m, &mesh, &d); /* one device: the annotations are dropped */
+      tpu_mesh_price_for(&mesh, tpu ? &chip : NULL); /* collectives priced for the chip */
+      ms = tpu_spmd_partition(m, &mesh, &d);         /* one device: the annotations are dropped */
       if (ms == TPU_OK && !o.quiet) {
         printf("spmd-partition: %lld chips (mesh", (long long)mesh.ndev);
         for (int k = 0; k < mesh.naxes; k++) printf(" %s=%lld", mesh.names[k], (long long)mesh.sizes[k]);

@@ -21,11 +21,11 @@ typedef struct {
 /* spmd-partition: partitions a program that carries sharding annotations over the mesh
  * it names (tpusim run does it before computing values; then this is a no-op). */
 static tpu_status tpu__pass_spmd(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d) {
-  (void)o;
   if (!tpu_spmd_needed(m)) return TPU_OK;
   tpu_mesh mesh;
   int found;
   TPU_TRY(tpu_mesh_from_module(m, &mesh, &found, d));
+  if (found) tpu_mesh_price_for(&mesh, o->chip);
   tpu_status st = found ? tpu_spmd_partition(m, &mesh, d) : TPU_OK;
   tpu_mesh_free(&mesh);
   return st;

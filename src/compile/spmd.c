@@ -21,12 +21,14 @@
 #include "compile/spmd.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/strbuf.h"
+#include "chip/chip.h"
 #include "compile/hlo_passes.h"
 #include "ir/build.h"
 #include "ir/collective.h"
@@ -36,6 +38,10 @@
 #define MAXA TPU_MESH_MAX_AXES
 
 /* ---- Meshes ---- */
+
+void tpu_mesh_price_for(tpu_mesh *mesh, const tpu_chip *chip) {
+  mesh->step_bytes = chip ? chip->ici_bw_per_link * chip->ici_latency_s : 45e9 * 1e-6;
+}
 
 void tpu_mesh_free(tpu_mesh *mesh) {
   tpu_free(mesh->ids);
@@ -49,6 +55,7 @@ static tpu_status mesh_add(tpu_mesh *mesh, const char *name, size_t n, int64_t s
   for (int i = 0; i < mesh->naxes; i++)
     if (strlen(mesh->names[i]) == n && !strncmp(mesh->names[i], name, n))
       return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "mesh axis '%.*s' given twice", (int)n, name);
+  if (!mesh->naxes) tpu_mesh_price_for(mesh, NULL); /* callers that know the chip reprice */
   memcpy(mesh->names[mesh->naxes], name, n);
   mesh->names[mesh->naxes][n] = 0;
   mesh->sizes[mesh->naxes++] = size;
@@ -331,6 +338,15 @@ typedef struct {
     int n;
   } sums[256];
   int nsums;
+  /* The entry's collectives emitted so far (the first 64), by kind and mesh axes (a bit per
+   * axis); dep[old id]: which of them an entry value depends on (a bit per collective);
+   * cur_bits: those emitted while partitioning the current entry instruction. */
+  struct {
+    tpu_opcode op;
+    unsigned axes;
+  } emitted[64];
+  int nemitted;
+  uint64_t *dep, cur_bits;
 } sp;
 
 static const char *attr(const tpu_instr *in, const char *name) {
@@ -584,7 +600,29 @@ static void groups_text(const tpu_mesh *mesh, const int8_t *axes, int n, tpu_str
   tpu_strbuf_printf(b, "}");
 }
 
+static unsigned axes_mask(const int8_t *axes, int n) {
+  unsigned m = 0;
+  for (int i = 0; i < n; i++) m |= 1u << axes[i];
+  return m;
+}
+
+static int in_entry(const sp *s) { return s->dep && s->old == s->m->entry; }
+
+/* Whether an entry collective of kind op over `axes` whose input depends on the collectives
+ * in `deps` could join one emitted before (combine-collectives merges independent ones). */
+static int joins_emitted(const sp *s, tpu_opcode op, unsigned axes, uint64_t deps) {
+  if (!in_entry(s)) return 0;
+  for (int i = 0; i < s->nemitted; i++)
+    if (s->emitted[i].op == op && s->emitted[i].axes == axes && !(deps >> i & 1)) return 1;
+  return 0;
+}
+
 static tpu_status set_groups(sp *s, tpu_instr *x, const int8_t *axes, int n) {
+  if (in_entry(s) && s->nemitted < 64) {
+    s->emitted[s->nemitted].op = x->op;
+    s->emitted[s->nemitted].axes = axes_mask(axes, n);
+    s->cur_bits |= (uint64_t)1 << s->nemitted++;
+  }
   tpu_strbuf b;
   tpu_strbuf_init(&b);
   groups_text(s->mesh, axes, n, &b);
@@ -808,9 +846,19 @@ static tpu_status reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, t
     TPU_TRY(tpu_build_set_attr(&s->b, *out, "to_apply", x->to_apply->name));
     return set_groups(s, *out, s->sums[i].axes, s->sums[i].n);
   }
-  if (x->op == TPU_OP_BROADCAST && x->noperands == 1 && x->operands[0]->shape.rank == 0 && !is_split(from, rank)) {
-    /* A scalar broadcast to a block: no need to build the whole array first. */
-    tpu_shape l = local_shape(s, &x->shape, to);
+  int bcast_only = x->op == TPU_OP_BROADCAST && x->noperands == 1;
+  for (int k = 0; bcast_only && k < rank; k++) {
+    int mapped = 0;
+    for (int j = 0; j < x->dimensions.n; j++) mapped |= x->dimensions.v[j] == k;
+    bcast_only = mapped ? same_dim(from, k, to, k) : !from->n[k];
+  }
+  if (bcast_only) {
+    /* A broadcast split only along the dimensions it adds (a scalar's, a row's copies): each
+     * chip broadcasts to its block, no need to build the whole array first. */
+    tpu_shape l = x->shape; /* x's block under `from`, split further along added dimensions */
+    l.has_layout = 0;
+    l.layout_tail = NULL;
+    for (int k = 0; k < rank; k++) l.dims[k] /= factor(s->mesh, to, k) / factor(s->mesh, from, k);
     TPU_TRY(tpu_build_clone_instr(&s->b, s->c, x, x->operands, out));
     (*out)->shape = l;
     return TPU_OK;
@@ -1101,16 +1149,34 @@ typedef struct {
 
 static double bytes_of(const tpu_shape *g) { return (double)tpu_shape_numel(g) * (double)tpu_dtype_size(g->dtype); }
 
-/* Bytes a chip receives to reshard an operand of global shape g from `from` to `to`: the
- * block it ends with, when any split must be undone. */
-static double gather_cost(const sp *s, const tpu_shape *g, const dsh *from, const dsh *to) {
-  int gathers = 0;
-  double f = 1;
+/* The entry collectives an old value depends on (none inside loops). */
+static uint64_t deps_of(const sp *s, const tpu_instr *x) { return in_entry(s) ? s->dep[x->id] : 0; }
+
+/* The latency of a collective over n chips, as bytes (tpu_mesh step_bytes): a ring over n
+ * chips takes about n/2 hops each way (docs/pod.md); an all-reduce twice that. Nothing when
+ * it could join a collective of its kind over the same axes emitted before, independent of
+ * it: combine-collectives merges those (a training step's gradient all-reduces become one,
+ * as XLA's combiners make them), so only the first pays the latency. */
+static double steps_cost(const sp *s, double n, unsigned axes, uint64_t deps, int all_reduce) {
+  if (n <= 1 || joins_emitted(s, all_reduce ? TPU_OP_ALL_REDUCE : TPU_OP_ALL_GATHER, axes, deps)) return 0;
+  return s->mesh->step_bytes * ceil(n / 2) * (all_reduce ? 2 : 1);
+}
+
+/* Bytes a chip receives to reshard an operand of global shape g from `from` to `to` (the
+ * block it ends with, when any split must be undone), plus the collective's latency over
+ * the chips of the undone splits. */
+static double gather_cost(const sp *s, const tpu_instr *x, const dsh *from, const dsh *to) {
+  const tpu_shape *g = &x->shape;
+  double f = 1, group = 1;
+  unsigned axes = 0;
   for (int k = 0; k < g->rank; k++) {
-    if (from->n[k] && !same_dim(from, k, to, k)) gathers = 1;
+    if (from->n[k] && !same_dim(from, k, to, k)) {
+      group *= (double)factor(s->mesh, from, k);
+      axes |= axes_mask(from->ax[k], from->n[k]);
+    }
     f *= (double)factor(s->mesh, to, k);
   }
-  return gathers ? bytes_of(g) / f : 0;
+  return group > 1 ? bytes_of(g) / f + steps_cost(s, group, axes, deps_of(s, x), 0) : 0;
 }
 
 static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh *R0, dot_plan *p) {
@@ -1178,8 +1244,12 @@ static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh 
   for (int i = 0; p->valid && i < p->np; i++) p->valid = !has_axis(&p->out, in->shape.rank, p->partial[i]);
   if (!p->valid) return;
   tpu_shape lout = local_shape(s, &in->shape, &p->out);
-  p->cost = gather_cost(s, &lo->shape, L0, &p->L) + gather_cost(s, &ro->shape, R0, &p->R) +
-            (p->np ? 2 * bytes_of(&lout) : 0);
+  double group = 1;
+  for (int i = 0; i < p->np; i++) group *= (double)s->mesh->sizes[p->partial[i]];
+  p->cost = gather_cost(s, lo, L0, &p->L) + gather_cost(s, ro, R0, &p->R) +
+            (p->np ? 2 * bytes_of(&lout) +
+                         steps_cost(s, group, axes_mask(p->partial, p->np), deps_of(s, lo) | deps_of(s, ro), 1)
+                   : 0);
 }
 
 /* dot: of the ways to run it — keep both operands' splits (split contractions become
@@ -1210,7 +1280,7 @@ static tpu_status dot(sp *s, const tpu_instr *in) {
     plan_dot(s, in, cands[c][0], cands[c][1], &p);
     /* The cost of a candidate counts gathering from the operands' real splits. */
     if (p.valid)
-      p.cost += gather_cost(s, &lo->shape, lh, cands[c][0]) + gather_cost(s, &ro->shape, rh, cands[c][1]);
+      p.cost += gather_cost(s, lo, lh, cands[c][0]) + gather_cost(s, ro, rh, cands[c][1]);
     if (p.valid && (!best.valid || p.cost < best.cost)) best = p;
   }
   if (!best.valid) return replicated_op(s, in);
@@ -1880,6 +1950,18 @@ static tpu_status while_loop(sp *s, const tpu_instr *in) {
 }
 
 /* One instruction of the entry computation. */
+static tpu_status partition_instr(sp *s, const tpu_instr *in);
+
+/* An entry instruction, and which collectives its value depends on. */
+static tpu_status partition_entry_instr(sp *s, const tpu_instr *in) {
+  s->cur_bits = 0;
+  tpu_status st = partition_instr(s, in);
+  uint64_t m = s->cur_bits;
+  for (int i = 0; i < in->noperands; i++) m |= s->dep[in->operands[i]->id];
+  s->dep[in->id] = m;
+  return st;
+}
+
 static tpu_status partition_instr(sp *s, const tpu_instr *in) {
   int rank = tpu_dtype_is_array(in->shape.dtype) ? in->shape.rank : 0;
   switch (in->op) {
@@ -2229,8 +2311,10 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
   if (st == TPU_OK && (!s.val || !s.sh || !s.tsh)) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   /* A first, discarded pass shows the splits values are used with; loops whose results
    * are used split keep them split inside (hints), then the real pass. */
+  s.dep = tpu_calloc((size_t)(n + 1), sizeof *s.dep);
+  if (st == TPU_OK && !s.dep) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   if (st == TPU_OK) st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
-  for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_instr(&s, s.old->order[i]);
+  for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_entry_instr(&s, s.old->order[i]);
   if (st == TPU_OK) st = loop_hints(&s);
   if (st == TPU_OK && s.hint) {
     memset(s.val, 0, sizeof *s.val * (size_t)(n + 1));
@@ -2238,8 +2322,10 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
     memset(s.tsh, 0, sizeof *s.tsh * (size_t)(n + 1));
     s.pos = NULL;
     s.channel = 0;
+    s.nemitted = 0;
+    memset(s.dep, 0, sizeof *s.dep * (size_t)(n + 1));
     st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
-    for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_instr(&s, s.old->order[i]);
+    for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_entry_instr(&s, s.old->order[i]);
   }
   if (st == TPU_OK) {
     tpu_instr *root = s.val[s.old->root->id];
@@ -2262,6 +2348,7 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
   if (st == TPU_OK) st = tpu_build_finish_all(&s.b);
   tpu_builder_deinit(&s.b);
   tpu_free(s.val);
+  tpu_free(s.dep);
   tpu_free(s.sh);
   tpu_free(s.tsh);
   tpu_free(s.hint);

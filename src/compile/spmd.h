@@ -18,7 +18,17 @@ typedef struct tpu_mesh {
   int64_t sizes[TPU_MESH_MAX_AXES];
   int64_t ndev;
   int64_t *ids; /* owned (tpu_mesh_free) */
+  /* What one more collective step costs, in bytes: what a link carries during one hop's
+   * latency (the chip's ici_bw_per_link x ici_latency_s; tpu_mesh_price_for sets it). The
+   * partitioner picks each dot's plan by bytes per chip plus this for every step of every
+   * collective, so tiny programs prefer fewer collectives and large ones fewer bytes.
+   * 0: by bytes alone. */
+  double step_bytes;
 } tpu_mesh;
+
+struct tpu_chip;
+/* Prices collectives for `chip` (NULL: the v5e preset's figures, 45 GB/s x 1 us). */
+void tpu_mesh_price_for(tpu_mesh *mesh, const struct tpu_chip *chip);
 
 /* "data=16,model=4" (errors at loc). */
 tpu_status tpu_mesh_parse(const char *spec, tpu_mesh *mesh, tpu_diag *d);

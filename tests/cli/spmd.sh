@@ -74,5 +74,16 @@ EOF
   cmp -s "$T/h4/0.npy" "$T/h1/0.npy" || fail "halo ($sh): values differ from one chip"
 done
 
+# Plans priced with each collective's latency (docs/spmd.md): a data-parallel step's weight
+# gradient is summed by an all-reduce that joins the loss's (one collective, as XLA's
+# combiner makes it), not by gathering activations; FSDP gathers the weights it uses
+# (one combined all-gather) instead of moving activations by all-to-all.
+"$BIN" compile tests/pod/cases/dp_sgd_step/prog.hlo --dump-after combine-collectives > "$T/dp" 2> "$T/err" || fail "dp: $(cat "$T/err")"
+[ "$(grep -c ' all-reduce(' "$T/dp")" -eq 1 ] || fail "dp step: not one all-reduce"
+grep -q " all-gather(" "$T/dp" && fail "dp step: gathers activations"
+"$BIN" compile tests/pod/cases/fsdp_step/prog.hlo --dump-after combine-collectives > "$T/fsdp" 2> "$T/err" || fail "fsdp: $(cat "$T/err")"
+grep -Eq "all-gather\(p_0_[.0-9]*, p_1_" "$T/fsdp" || fail "fsdp step: weights not gathered together"
+grep -q " all-to-all(" "$T/fsdp" && fail "fsdp step: moves activations by all-to-all"
+
 [ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
 exit $fails
