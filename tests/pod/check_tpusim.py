@@ -5,6 +5,8 @@
 For every case in tests/pod/cases:
   per-device  `tpusim run opt.hlo -i in*.npy --backend ref --per-device`: device p's results
               (partition / replica p, on device device_assignment[p]) against dev/D/out*.npy
+  xla-part    the same for xla_part.hlo (XLA's program right after its SPMD partitioner,
+              bench/spmd_partdump.py), where the case has one
   gspmd       `tpusim run prog_gspmd.hlo -i in*.npy --backend ref` (tpusim partitions the
               GSPMD-form program) against out*.npy
 each within the case's tolerance (0: bit-identical). Prints one line per case and a total."""
@@ -29,7 +31,7 @@ def main():
     root = os.path.join(HERE, "cases")
     names = a.cases or sorted(os.listdir(root))
     tmp = tempfile.mkdtemp()
-    total = {"per-device": [0, 0], "gspmd": [0, 0]}
+    total = {"per-device": [0, 0], "xla-part": [0, 0], "gspmd": [0, 0]}
     for name in names:
         d = os.path.join(root, name)
         meta = json.load(open(os.path.join(d, "meta.json")))
@@ -38,17 +40,20 @@ def main():
         nout = len([f for f in os.listdir(d) if f.startswith("out") and f.endswith(".npy")])
         args = sum([["-i", os.path.join(d, f"in{i}.npy")] for i in range(nin)], [])
         row = {}
-        o = os.path.join(tmp, name + "_pd")
-        r = subprocess.run([a.tpusim, "run", os.path.join(d, "opt.hlo"), *args, "--backend", "ref", "--per-device",
-                            "-o", o, "--quiet"], capture_output=True, text=True)
-        ok, worst = r.returncode == 0, 0.0
-        for p, dv in enumerate(meta["device_assignment"] if ok else []):
-            for k in range(nout):
-                want = np.load(os.path.join(d, "dev", str(dv), f"out{k}.npy")).astype(np.float64)
-                got = np.load(os.path.join(o, f"dev{p}", f"{k}.npy")).astype(np.float64).reshape(want.shape)
-                good, diff = close(got, want, tol)
-                ok, worst = ok and good, max(worst, diff)
-        row["per-device"] = (ok, f"max diff {worst:.3g}" if r.returncode == 0 else r.stderr.strip().splitlines()[-1])
+        for key, f in (("per-device", "opt.hlo"), ("xla-part", "xla_part.hlo")):
+            if not os.path.exists(os.path.join(d, f)):
+                continue
+            o = os.path.join(tmp, name + "_" + key)
+            r = subprocess.run([a.tpusim, "run", os.path.join(d, f), *args, "--backend", "ref", "--per-device",
+                                "-o", o, "--quiet"], capture_output=True, text=True)
+            ok, worst = r.returncode == 0, 0.0
+            for p, dv in enumerate(meta["device_assignment"] if ok else []):
+                for k in range(nout):
+                    want = np.load(os.path.join(d, "dev", str(dv), f"out{k}.npy")).astype(np.float64)
+                    got = np.load(os.path.join(o, f"dev{p}", f"{k}.npy")).astype(np.float64).reshape(want.shape)
+                    good, diff = close(got, want, tol)
+                    ok, worst = ok and good, max(worst, diff)
+            row[key] = (ok, f"max diff {worst:.3g}" if r.returncode == 0 else r.stderr.strip().splitlines()[-1])
         pg = os.path.join(d, "prog_gspmd.hlo")
         if os.path.exists(pg):
             o = os.path.join(tmp, name + "_gs")
