@@ -634,6 +634,32 @@ def main():
                  arr(8, 5), lambda a: (np.stack([a[3], a[0], a[1], a[2], a[6], 0 * a[5], a[4], 0 * a[7]]),), 8,
                  note="cross-replica collective-permute: a 4-cycle, a swap, two replicas receive nothing (zeros)")
 
+    # ---- expert parallelism from jax.jit (GShard's pattern, no shard_map) ----
+    def moe_jit(xx, disp, w_in, w_out):
+        # xx [G, S, D]: token groups split over d; disp [G, S, E, C]: each token's expert and
+        # slot (one-hot); w_in/w_out [E, ...]: experts split over d. Moving the dispatched
+        # tokens from a group split to an expert split (and back) is an all-to-all.
+        xe = jnp.einsum("gsec,gsd->gecd", disp, xx)
+        xe = jax.lax.with_sharding_constraint(xe, NS(M4, P(None, "d")))
+        h = jnp.einsum("gecf,efd->gecd", jax.nn.relu(jnp.einsum("gecd,edf->gecf", xe, w_in)), w_out)
+        h = jax.lax.with_sharding_constraint(h, NS(M4, P("d")))
+        return jnp.einsum("gsec,gecd->gsd", disp, h)
+
+    G, S, E, C, D, F = 4, 8, 4, 4, 8, 16
+    route = rng.randint(0, E, size=(G, S))
+    disp = np.zeros((G, S, E, C), np.float32)
+    for g in range(G):
+        seen = [0] * E
+        for t in range(S):
+            e = route[g, t]
+            if seen[e] < C:  # tokens past an expert's capacity are dropped, as in GShard
+                disp[g, t, e, seen[e]] = 1
+                seen[e] += 1
+    case("moe_jit", moe_jit, (arr(G, S, D), disp, arr(E, D, F, scale=0.3), arr(E, F, D, scale=0.3)),
+         [P("d"), P("d"), P("d"), P("d")], M4, tol=1e-5, out_specs=P("d"),
+         note="MoE from jax.jit (GShard): tokens dispatched by einsum, sharding constraints move them "
+              "between a group split and an expert split (all-to-all), experts computed locally")
+
     total = sum(s for _, _, s in SUMMARY)
     print(f"{len(SUMMARY)} cases, {total} bytes")
 
