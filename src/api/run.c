@@ -222,7 +222,7 @@ static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
 /* A program with sharding annotations becomes the one program every chip runs (as
  * `tpusim run` does): over `spec`, or the module's own mesh; without either it runs as
  * written. */
-static tpu_status partition(tpu_module *m, const char *spec, const tpu_chip *chip, tpu_diag *d) {
+static tpu_status partition(tpu_module *m, const char *spec, const tpu_chip *chip, int precision, tpu_diag *d) {
   if (!spec && !tpu_spmd_needed(m)) return TPU_OK;
   tpu_mesh mesh;
   memset(&mesh, 0, sizeof mesh);
@@ -230,6 +230,7 @@ static tpu_status partition(tpu_module *m, const char *spec, const tpu_chip *chi
   tpu_status st = spec ? tpu_mesh_parse(spec, &mesh, d) : tpu_mesh_from_module(m, &mesh, &found, d);
   if (st == TPU_OK && (spec || found)) {
     tpu_mesh_price_for(&mesh, chip); /* the reference backend: the default chip's prices */
+    mesh.bf16_dot_gathers = chip && precision <= 0;
     st = tpu_spmd_partition(m, &mesh, d);
   }
   tpu_mesh_free(&mesh);
@@ -329,7 +330,7 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
   tpu_status st = r->program ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   if (st == TPU_OK) st = parse_verified(sm->name, sm->text, sm->len, &r->compiled, d);
   if (st == TPU_OK && p.tpu) st = tpu_chip_load(p.chip, &r->chip, d);
-  if (st == TPU_OK) st = partition(r->compiled, p.mesh, p.tpu ? &r->chip : NULL, d);
+  if (st == TPU_OK) st = partition(r->compiled, p.mesh, p.tpu ? &r->chip : NULL, p.precision, d);
   tpu_module *m = r->compiled;
   if (st == TPU_OK) {
     r->devices = tpu_module_device_count(m);

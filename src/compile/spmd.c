@@ -347,6 +347,13 @@ typedef struct {
   } emitted[64];
   int nemitted;
   uint64_t *dep, cur_bits;
+  struct { /* dot operands gathered as bf16 (dot_operand_bf16), reused by later dots */
+    const tpu_comp *c;
+    const tpu_instr *v; /* the operand's per-chip value */
+    dsh to;
+    tpu_instr *out;
+  } bf16s[32];
+  int nbf16s;
 } sp;
 
 static const char *attr(const tpu_instr *in, const char *name) {
@@ -1165,6 +1172,12 @@ static double steps_cost(const sp *s, double n, unsigned axes, uint64_t deps, in
 /* Bytes a chip receives to reshard an operand of global shape g from `from` to `to` (the
  * block it ends with, when any split must be undone), plus the collective's latency over
  * the chips of the undone splits. */
+/* Whether dot `in`'s f32 operands are gathered as bf16 (tpu_mesh bf16_dot_gathers). */
+static int bf16_gathers(const sp *s, const tpu_instr *in) {
+  return s->mesh->bf16_dot_gathers && in->op == TPU_OP_DOT && in->precision[0] == TPU_PREC_CFG_DEFAULT &&
+         in->precision[1] == TPU_PREC_CFG_DEFAULT;
+}
+
 static double gather_cost(const sp *s, const tpu_instr *x, const dsh *from, const dsh *to) {
   const tpu_shape *g = &x->shape;
   double f = 1, group = 1;
@@ -1252,6 +1265,39 @@ static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh 
                    : 0);
 }
 
+/* Operand i of a default-precision dot as `to` wants it (operand_as), an f32 operand that
+ * must be gathered moving as bf16: converted before the collectives, back to f32 after
+ * (exact: the MXU's one bf16 pass rounds it the same way). */
+static tpu_status dot_operand_bf16(sp *s, const tpu_instr *in, int i, const dsh *to, tpu_instr **out) {
+  const tpu_instr *o = in->operands[i];
+  tpu_instr *x = s->val[o->id];
+  const dsh *from = &s->sh[o->id];
+  if (s->tsh[o->id] || x->shape.dtype != TPU_F32 || from->manual || gather_cost(s, o, from, to) == 0)
+    return operand_as(s, in, i, to, out);
+  for (int k = 0; k < s->nbf16s; k++)
+    if (s->bf16s[k].c == s->c && s->bf16s[k].v == x && !memcmp(&s->bf16s[k].to, to, sizeof *to)) {
+      *out = s->bf16s[k].out;
+      return TPU_OK;
+    }
+  tpu_shape b = x->shape, f;
+  b.dtype = TPU_BF16;
+  b.has_layout = 0;
+  b.layout_tail = NULL;
+  tpu_instr *xb, *y;
+  TPU_TRY(instr(s, TPU_OP_CONVERT, "spmd.to_bf16", &b, &x, 1, in->loc, &xb));
+  TPU_TRY(reshard(s, xb, from, to, in->loc, &y));
+  f = y->shape;
+  f.dtype = TPU_F32;
+  TPU_TRY(instr(s, TPU_OP_CONVERT, "spmd.from_bf16", &f, &y, 1, in->loc, out));
+  if (s->nbf16s < (int)(sizeof s->bf16s / sizeof s->bf16s[0])) {
+    s->bf16s[s->nbf16s].c = s->c;
+    s->bf16s[s->nbf16s].v = x;
+    s->bf16s[s->nbf16s].to = *to;
+    s->bf16s[s->nbf16s++].out = *out;
+  }
+  return TPU_OK;
+}
+
 /* dot: of the ways to run it — keep both operands' splits (split contractions become
  * partial sums), gather the rhs whole, gather the lhs whole, or both — the one that moves
  * the fewest bytes per chip (FSDP: the weights are gathered, the batch stays split). */
@@ -1261,7 +1307,6 @@ static tpu_status dot(sp *s, const tpu_instr *in) {
   if (lh->manual || rh->manual) return replicated_op(s, in);
   const tpu_dot_dims *dd = &in->dot;
   dot_plan best, p;
-  plan_dot(s, in, lh, rh, &best);
   dsh lnc = *lh, rnc = *rh; /* without their contracting splits */
   for (int i = 0; i < dd->lhs_contract.n; i++) lnc.n[dd->lhs_contract.v[i]] = 0;
   for (int i = 0; i < dd->rhs_contract.n; i++) rnc.n[dd->rhs_contract.v[i]] = 0;
@@ -1274,6 +1319,7 @@ static tpu_status dot(sp *s, const tpu_instr *in) {
     rb.n[kr] = rh->n[kr];
     memcpy(rb.ax[kr], rh->ax[kr], MAXA);
   }
+  plan_dot(s, in, lh, rh, &best);
   const dsh *cands[6][2] = {{&lnc, &k_repl}, {&k_repl, &rnc}, {&k_repl, &k_repl},
                             {&lnc, &rb},     {&lb, &rnc},     {&lb, &rb}};
   for (int c = 0; c < 6; c++) {
@@ -1283,10 +1329,13 @@ static tpu_status dot(sp *s, const tpu_instr *in) {
       p.cost += gather_cost(s, lo, lh, cands[c][0]) + gather_cost(s, ro, rh, cands[c][1]);
     if (p.valid && (!best.valid || p.cost < best.cost)) best = p;
   }
+  /* Plans are chosen on f32 bytes (bf16 transport halves every gather alike; choosing on
+   * it would trade a tensor-parallel block's one all-reduce for gathers). */
+  int halve = bf16_gathers(s, in);
   if (!best.valid) return replicated_op(s, in);
   tpu_instr *ops[2], *x;
-  TPU_TRY(operand_as(s, in, 0, &best.L, &ops[0]));
-  TPU_TRY(operand_as(s, in, 1, &best.R, &ops[1]));
+  TPU_TRY(halve ? dot_operand_bf16(s, in, 0, &best.L, &ops[0]) : operand_as(s, in, 0, &best.L, &ops[0]));
+  TPU_TRY(halve ? dot_operand_bf16(s, in, 1, &best.R, &ops[1]) : operand_as(s, in, 1, &best.R, &ops[1]));
   TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, ops, &x));
   x->shape = local_shape(s, &in->shape, &best.out);
   if (best.np) {
@@ -2323,6 +2372,7 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
     s.pos = NULL;
     s.channel = 0;
     s.nemitted = 0;
+    s.nbf16s = 0;
     memset(s.dep, 0, sizeof *s.dep * (size_t)(n + 1));
     st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
     for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_entry_instr(&s, s.old->order[i]);

@@ -24,6 +24,12 @@ typedef struct tpu_mesh {
    * collective, so tiny programs prefer fewer collectives and large ones fewer bytes.
    * 0: by bytes alone. */
   double step_bytes;
+  /* Gather the f32 operands of default-precision dots as bf16 (converted before the
+   * collective, back to f32 after it): the tpu backend computes such a dot as one bf16 pass,
+   * so its values are the same and the collective moves half the bytes, as the XLA TPU
+   * compiler does. Only for programs run on the tpu backend at per-op precision (the
+   * reference backend computes the f32 dot exactly). */
+  int bf16_dot_gathers;
 } tpu_mesh;
 
 struct tpu_chip;

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "chip/chip.h"
+#include "chip/exec.h"
 #include "compile/spmd.h"
 #include "hlo/hlo.h"
 #include "ir/collective.h"
@@ -127,6 +129,51 @@ static void check(const char *name, const char *src, int all_reduce, int all_gat
 static const char *k_add = "add { a = s32[] parameter(0)\n b = s32[] parameter(1)\n ROOT r = s32[] add(a, b) }\n";
 static const char *k_max = "mx { a = s32[] parameter(0)\n b = s32[] parameter(1)\n ROOT r = s32[] maximum(a, b) }\n";
 
+/* FSDP's gathered f32 weights of a default-precision dot move as bf16 on the tpu backend
+ * (bf16_dot_gathers): converted before the all-gather, back after, and the chip's values
+ * are bit-identical to its unpartitioned run (the MXU's one bf16 pass rounds the same). */
+static void check_bf16_gathers(void) {
+  const char *src = MESH "ENTRY e {\n x = f32[8,16] parameter(0), " SDY("[{\\\"x\\\"}, {}]") "\n"
+                         " w = f32[16,8] parameter(1), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+                         " ROOT h = f32[8,8] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+  tpu_module *ref = parse(src), *m = parse(src);
+  tpu_chip chip;
+  tpu_diag d;
+  CHECK(ref && m && tpu_chip_load("v5e", &chip, &d) == TPU_OK);
+  if (!ref || !m) goto done;
+  tpu_tensor args[2], want, got;
+  for (int i = 0; i < 2; i++) {
+    const tpu_shape *s = &ref->entry->params[i]->shape;
+    tpu_tensor_alloc(&args[i], s->dtype, s->rank, s->dims, &d);
+    for (int64_t k = 0; k < tpu_tensor_numel(&args[i]); k++) /* not exact in bf16 */
+      tpu_tensor_set_f64(&args[i], k, ((k * 37 + i * 11) % 101) / 7.3 - 6.1);
+  }
+  tpu_mesh mesh;
+  int found;
+  CHECK(tpu_mesh_from_module(m, &mesh, &found, &d) == TPU_OK && found);
+  mesh.bf16_dot_gathers = 1;
+  CHECK(tpu_spmd_partition(m, &mesh, &d) == TPU_OK);
+  tpu_mesh_free(&mesh);
+  int to_bf16 = 0;
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_ALL_GATHER) to_bf16 += in->operands[0]->op == TPU_OP_CONVERT && in->shape.dtype == TPU_BF16;
+  }
+  CHECK(to_bf16 == 1);
+  CHECK(tpu_chip_run_values(ref, &chip, -1, args, 2, &want, &d) == TPU_OK);
+  tpu_podio pc;
+  CHECK(tpu_podio_prepare(m, NULL, 0, &pc, &d) == TPU_OK);
+  CHECK(tpu_podio_values(&pc, m, &chip, -1, args, 2, NULL, &got, NULL, &d) == TPU_OK);
+  CHECK(got.nbytes == want.nbytes && !memcmp(got.data, want.data, want.nbytes));
+  tpu_tensor_free(&got);
+  tpu_tensor_free(&want);
+  tpu_podio_free(&pc);
+  for (int i = 0; i < 2; i++) tpu_tensor_free(&args[i]);
+done:
+  tpu_module_free(ref);
+  tpu_module_free(m);
+}
+
 int main(void) {
   char src[4096];
   /* Data parallel: the batch split over x and y, weights replicated: no communication. */
@@ -239,5 +286,6 @@ int main(void) {
            " w = f32[8,3] parameter(1), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
            " ROOT h = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n");
   check("split contraction", src, 1, 0, 1e-6);
+  check_bf16_gathers();
   CHECK_DONE();
 }
