@@ -1513,6 +1513,48 @@ static tpu_status dimwise_op(sp *s, const tpu_instr *in) {
   return dimwise(s, in, keep);
 }
 
+/* sort along one dimension (values, or keys with payloads: argsort): every other dimension
+ * keeps its split, the operands all take the most split one's; the sorted dimension is
+ * gathered. */
+static tpu_status sort_op(sp *s, const tpu_instr *in) {
+  const tpu_instr *o = in->operands[0];
+  int rank = o->shape.rank, n = in->noperands;
+  if (in->dimensions.n != 1 || !tpu_dtype_is_array(o->shape.dtype)) return replicated_op(s, in);
+  int sd = (int)in->dimensions.v[0];
+  dsh h = k_repl;
+  int bn = -1;
+  for (int i = 0; i < n; i++) {
+    const tpu_instr *x = in->operands[i];
+    if (s->sh[x->id].manual || x->shape.rank != rank) return replicated_op(s, in);
+    dsh c = s->sh[x->id];
+    c.n[sd] = 0;
+    if (nsplit(&c, rank) > bn && fits(s, &o->shape, &c)) bn = nsplit(&c, rank), h = c;
+  }
+  tpu_instr **ops = tpu_calloc((size_t)(n + 1), sizeof *ops);
+  dsh *el = n > 1 || in->shape.dtype == TPU_TUPLE ? tpu_arena_alloc(&s->m->arena, sizeof *el * (size_t)(n + 1)) : NULL;
+  tpu_status st = ops && (el || (n == 1 && in->shape.dtype != TPU_TUPLE)) ? TPU_OK
+                                                                           : TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  for (int i = 0; st == TPU_OK && i < n; i++) st = operand_as(s, in, i, &h, &ops[i]);
+  if (st == TPU_OK && !el) {
+    st = emit_clone(s, in, ops, &h);
+  } else if (st == TPU_OK) {
+    st = tpu_build_clone_instr(&s->b, s->c, in, ops, &s->val[in->id]);
+    tpu_instr *x = st == TPU_OK ? s->val[in->id] : NULL;
+    if (x) {
+      x->shape.elems = tpu_arena_alloc(&s->m->arena, sizeof *x->shape.elems * (size_t)(n + 1));
+      if (!x->shape.elems) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+      for (int i = 0; st == TPU_OK && i < n; i++) {
+        x->shape.elems[i] = local_shape(s, &in->shape.elems[i], &h);
+        el[i] = h;
+      }
+    }
+    s->sh[in->id] = k_repl;
+    s->tsh[in->id] = el;
+  }
+  tpu_free(ops);
+  return st;
+}
+
 /* The result dimension of a gather that indices dimension `d` becomes (-1: none). */
 static int gather_out_dim(const tpu_instr *in, int d) {
   const tpu_gather_dims *g = &in->gather;
@@ -2178,6 +2220,7 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
     case TPU_OP_REVERSE:
     case TPU_OP_DYNAMIC_SLICE:
     case TPU_OP_DYNAMIC_UPDATE_SLICE: return dimwise_op(s, in);
+    case TPU_OP_SORT: return sort_op(s, in);
     case TPU_OP_REDUCE_WINDOW:
       if (in->noperands == 2 && tpu_dtype_is_array(in->shape.dtype)) return dimwise_op(s, in);
       return replicated_op(s, in);

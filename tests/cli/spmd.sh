@@ -86,5 +86,41 @@ grep -Eq "\(bf16\[64,32\], bf16\[32,8\]\) all-gather\(" "$T/fsdp" ||
   fail "fsdp step: weights not gathered together (as bf16)"
 grep -q " all-to-all(" "$T/fsdp" && fail "fsdp step: moves activations by all-to-all"
 
+# sort (values, and keys with an iota payload: argsort) along an unsplit dimension keeps the
+# batch split: no collective, the same values as one chip.
+cat > "$T/sort.hlo" <<'EOF'
+HloModule sort
+
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+
+lt2 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  i = s32[] parameter(2)
+  j = s32[] parameter(3)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+
+ENTRY e {
+  x = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  s = f32[8,16] sort(x), dimensions={1}, to_apply=lt
+  io = s32[8,16] iota(), iota_dimension=1
+  a = (f32[8,16], s32[8,16]) sort(x, io), dimensions={1}, to_apply=lt2
+  ai = s32[8,16] get-tuple-element(a), index=1
+  ROOT r = (f32[8,16], s32[8,16]) tuple(s, ai)
+}
+EOF
+"$BIN" compile "$T/sort.hlo" --dump-after spmd-partition > "$T/sort.dump" 2> "$T/err" || fail "sort: $(cat "$T/err")"
+[ "$(grep -c 'f32\[2,16\].* sort(' "$T/sort.dump")" -eq 2 ] || fail "sort: not sorted per block"
+grep -q "all-gather" "$T/sort.dump" && fail "sort: gathers"
+python3 -c "import numpy as np; np.save('$T/sx.npy', np.random.RandomState(3).randn(8,16).astype(np.float32))"
+"$BIN" run "$T/sort.hlo" -i "$T/sx.npy" --backend ref -q -o "$T/s4" 2> "$T/err" || fail "sort run: $(cat "$T/err")"
+"$BIN" run "$T/sort.hlo" -i "$T/sx.npy" --backend ref -q --mesh d0=1 -o "$T/s1" 2> "$T/err" || fail "sort 1: $(cat "$T/err")"
+cmp -s "$T/s4/0.npy" "$T/s1/0.npy" && cmp -s "$T/s4/1.npy" "$T/s1/1.npy" || fail "sort: values differ from one chip"
+
 [ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
 exit $fails
