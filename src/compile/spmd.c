@@ -824,6 +824,94 @@ static tpu_status permute_blocks(sp *s, tpu_instr *x, const dsh *from, const dsh
   return st;
 }
 
+/* The dimension of a movement op's operand that result dimension k comes from (-1: none
+ * that keeps it whole): transposes permute, reshapes that only add or drop size-1
+ * dimensions keep the order of the others, copies and converts keep every dimension. */
+static int movement_dim(const tpu_instr *y, int k) {
+  const tpu_shape *r = &y->shape, *o = &y->operands[0]->shape;
+  switch (y->op) {
+    case TPU_OP_TRANSPOSE: return k < y->dimensions.n ? (int)y->dimensions.v[k] : -1;
+    case TPU_OP_COPY:
+    case TPU_OP_CONVERT: return k;
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST: {
+      if (r->dims[k] == 1) return -1;
+      int want = 0, j = 0, i = 0; /* k is the want-th dimension larger than 1 */
+      for (int t = 0; t < k; t++) want += r->dims[t] != 1;
+      for (int t = 0; t < r->rank; t++) i += r->dims[t] != 1;
+      for (int t = 0; t < o->rank; t++) j += o->dims[t] != 1;
+      if (i != j) return -1;
+      for (int t = 0, seen = 0; t < o->rank; t++) {
+        if (o->dims[t] == 1) continue;
+        if (seen++ == want) return o->dims[t] == r->dims[k] ? t : -1;
+      }
+      return -1;
+    }
+    default: return -1;
+  }
+}
+
+/* A sum wanted split after data movement (the transposes and reshapes between a weight
+ * gradient's dot and the update that takes its block, a gradient passed through a call's
+ * tuple): the partial sums are reduce-scattered along the dimension the split comes from,
+ * and the movement is applied to the block. *done 0 when x is not such a value. */
+static tpu_status moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc,
+                                    tpu_instr **out, int *done) {
+  *done = 0;
+  int rank = x->shape.rank, k = -1;
+  for (int j = 0; j < rank; j++) {
+    if (same_dim(from, j, to, j)) continue;
+    if (from->n[j] || k >= 0) return TPU_OK;
+    k = j;
+  }
+  if (k < 0) return TPU_OK;
+  tpu_instr *chain[8], *y = x;
+  int kk[8], nc = 0, kd = k;
+  while (y->op != TPU_OP_ALL_REDUCE) {
+    if (nc == 8) return TPU_OK;
+    if (y->op == TPU_OP_GET_TUPLE_ELEMENT && y->operands[0]->op == TPU_OP_TUPLE) {
+      y = y->operands[0]->operands[y->index];
+      continue;
+    }
+    if (y->noperands != 1 || !tpu_dtype_is_array(y->shape.dtype)) return TPU_OK;
+    int prev = movement_dim(y, kd);
+    if (prev < 0) return TPU_OK;
+    chain[nc] = y;
+    kk[nc++] = kd;
+    kd = prev;
+    y = y->operands[0];
+  }
+  if (!nc) return TPU_OK; /* the all-reduce itself: reshard's own case */
+  int i = 0;
+  while (i < s->nsums && s->sums[i].ar != y) i++;
+  if (i == s->nsums || to->n[k] != s->sums[i].n || memcmp(to->ax[k], s->sums[i].axes, (size_t)to->n[k]))
+    return TPU_OK;
+  int64_t f = factor(s->mesh, to, k);
+  if (y->shape.dims[kd] % f) return TPU_OK;
+  tpu_shape r = y->shape;
+  r.dims[kd] /= f;
+  r.has_layout = 0;
+  r.layout_tail = NULL;
+  tpu_instr *part = y->operands[0], *z;
+  TPU_TRY(instr(s, TPU_OP_REDUCE_SCATTER, "spmd.reduce-scatter", &r, &part, 1, loc, &z));
+  char dims[32];
+  snprintf(dims, sizeof dims, "{%d}", kd);
+  TPU_TRY(tpu_build_set_attr(&s->b, z, "dimensions", dims));
+  TPU_TRY(tpu_build_set_attr(&s->b, z, "to_apply", y->to_apply->name));
+  TPU_TRY(set_groups(s, z, s->sums[i].axes, s->sums[i].n));
+  for (int c = nc - 1; c >= 0; c--) { /* the movement, on the block */
+    tpu_instr *m;
+    TPU_TRY(tpu_build_clone_instr(&s->b, s->c, chain[c], &z, &m));
+    m->shape.has_layout = 0;
+    m->shape.layout_tail = NULL;
+    m->shape.dims[kk[c]] /= f;
+    z = m;
+  }
+  *out = z;
+  *done = 1;
+  return TPU_OK;
+}
+
 static tpu_status reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out) {
   *out = x;
   if (!tpu_dtype_is_array(x->shape.dtype) || from->manual || to->manual) return TPU_OK;
@@ -853,6 +941,9 @@ static tpu_status reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, t
     TPU_TRY(tpu_build_set_attr(&s->b, *out, "to_apply", x->to_apply->name));
     return set_groups(s, *out, s->sums[i].axes, s->sums[i].n);
   }
+  int moved;
+  TPU_TRY(moved_sum_scatter(s, x, from, to, loc, out, &moved));
+  if (moved) return TPU_OK;
   int bcast_only = x->op == TPU_OP_BROADCAST && x->noperands == 1;
   for (int k = 0; bcast_only && k < rank; k++) {
     int mapped = 0;
@@ -2424,6 +2515,8 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
     tpu_instr *root = s.val[s.old->root->id];
     tpu_build_set_root(s.c, root);
     st = root_sharding(&s, root);
+    /* values a later choice replaced (an all-reduce whose block a reduce-scatter gives) */
+    if (st == TPU_OK && tpu_build_remove_dead(&s.b, s.c) < 0) st = d->status;
   }
   if (st == TPU_OK) {
     s.c->is_entry = 1;

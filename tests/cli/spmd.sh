@@ -16,6 +16,7 @@ grep -q "^spmd-partition: 16 chips (mesh fsdp=16)" "$T/out" || fail "no partitio
 grep -q "^pod: 16 devices" "$T/out" || fail "not run as a pod of 16"
 grep -Eq "^memory: each chip holds at most [0-9.]+ GB of its 17.18 GB HBM" "$T/out" || fail "no per-chip memory line"
 grep -q "all-gather" "$T/out" || fail "FSDP gathers no weights"
+grep -q "reduce-scatter" "$T/out" || fail "FSDP does not reduce-scatter its gradients"
 
 "$BIN" run $L --mode timing --chip v5e --mesh fsdp=1 > /dev/null 2> "$T/err"
 [ $? -eq 2 ] || fail "one chip did not refuse the 160 GB program"

@@ -286,6 +286,22 @@ int main(void) {
            " w = f32[8,3] parameter(1), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
            " ROOT h = f32[4,3] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n");
   check("split contraction", src, 1, 0, 1e-6);
+  /* A weight gradient (partial sums over the split batch) transposed and reshaped before the
+   * update takes its block: one reduce-scatter, no all-reduce, no gather. */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n x = s32[8,6] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+           " g = s32[8,4] parameter(1), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+           " w = s32[1,4,6] parameter(2), " SDY("[{}, {\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+           " d = s32[6,4] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+           " t = s32[4,6] transpose(d), dimensions={1,0}\n r = s32[1,4,6] reshape(t)\n"
+           " ROOT o = s32[1,4,6] subtract(w, r), " SDY("[{}, {\\\"x\\\",\\\"y\\\"}, {}]") "\n}\n");
+  check("gradient moved before its block", src, 0, 0, 0);
+  {
+    tpu_module *m = parse(src);
+    tpu_diag d;
+    CHECK(m && tpu_spmd_partition(m, NULL, &d) == TPU_OK && count_op(m, TPU_OP_REDUCE_SCATTER) == 1);
+    tpu_module_free(m);
+  }
   check_bf16_gathers();
   CHECK_DONE();
 }
