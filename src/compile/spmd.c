@@ -2015,10 +2015,11 @@ static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int 
   s->tsh = tpu_calloc((size_t)(n + 1), sizeof *s->tsh);
   if (!s->val || !s->sh || !s->tsh) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, old->loc, "out of memory");
   const tpu_instr *p0 = old->nparams == 1 ? old->params[0] : NULL;
-  if (st == TPU_OK && !p0) st = fail_at(s, old->root, "a loop computation without exactly one parameter");
+  if (st == TPU_OK && !p0) st = fail_at(s, old->root, "a loop or branch computation without exactly one parameter");
   if (st == TPU_OK) { /* the state parameter, its elements per chip */
     tpu_shape ps = p0->shape;
     int nt = ps.dtype == TPU_TUPLE ? ps.ntuple : 0;
+    if (!nt && el && tpu_dtype_is_array(ps.dtype)) ps = local_shape(s, &p0->shape, el); /* a branch's array */
     if (nt && el) {
       ps.elems = tpu_arena_alloc(&s->m->arena, sizeof *ps.elems * (size_t)(nt + 1));
       if (!ps.elems) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, old->loc, "out of memory");
@@ -2030,7 +2031,7 @@ static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int 
     if (st == TPU_OK) st = tpu_build_param(&s->b, s->c, 0, p0->name, &ps, &p);
     if (st == TPU_OK) {
       s->val[p0->id] = p;
-      s->sh[p0->id] = k_repl;
+      s->sh[p0->id] = !nt && el ? el[0] : k_repl;
       s->tsh[p0->id] = nt && el ? (dsh *)el : NULL;
     }
   }
@@ -2039,7 +2040,7 @@ static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int 
   if (st == TPU_OK) {
     const tpu_instr *r = old->root;
     tpu_instr *root = s->val[r->id];
-    if (is_body && r->shape.dtype == TPU_TUPLE) {
+    if (is_body == 1 && r->shape.dtype == TPU_TUPLE) {
       for (int i = 0; root_el && i < r->shape.ntuple; i++) root_el[i] = s->tsh[r->id] ? s->tsh[r->id][i] : k_repl;
       if (s->tsh[r->id]) {
         st = reshard_tuple(s, root, s->tsh[r->id], el, r->loc, &root);
@@ -2049,8 +2050,17 @@ static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int 
         for (int i = 0; st == TPU_OK && i < r->shape.ntuple; i++) whole[i] = k_repl;
         if (st == TPU_OK) st = reshard_tuple(s, root, whole, el, r->loc, &root);
       }
-    } else if (!is_body && tpu_dtype_is_array(r->shape.dtype)) {
+    } else if ((!is_body || is_body == 2) && tpu_dtype_is_array(r->shape.dtype)) {
       st = reshard(s, root, &s->sh[r->id], &k_repl, r->loc, &root);
+    } else if (is_body == 3) { /* a branch as it comes: its result's splits */
+      if (tpu_dtype_is_array(r->shape.dtype)) root_el[0] = s->sh[r->id];
+      for (int i = 0; r->shape.dtype == TPU_TUPLE && i < r->shape.ntuple; i++)
+        root_el[i] = s->tsh[r->id] ? s->tsh[r->id][i] : k_repl;
+    } else if (is_body == 2 && r->shape.dtype == TPU_TUPLE && s->tsh[r->id]) { /* a branch: whole results */
+      dsh *whole = tpu_arena_alloc(&s->m->arena, sizeof *whole * (size_t)(r->shape.ntuple + 1));
+      if (!whole) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, r->loc, "out of memory");
+      for (int i = 0; st == TPU_OK && i < r->shape.ntuple; i++) whole[i] = k_repl;
+      if (st == TPU_OK) st = reshard_tuple(s, root, s->tsh[r->id], whole, r->loc, &root);
     }
     if (st == TPU_OK) {
       tpu_build_set_root(s->c, root);
@@ -2129,6 +2139,75 @@ static tpu_status while_loop(sp *s, const tpu_instr *in) {
   s->sh[in->id] = k_repl;
   s->tsh[in->id] = (dsh *)el;
   return TPU_OK;
+}
+
+/* A conditional (lax.cond, lax.switch): each branch is partitioned with its operand's
+ * splits (the branch index is whole) and returns whole results, so every branch gives each
+ * chip the same shapes. */
+static tpu_status conditional_op(sp *s, const tpu_instr *in) {
+  int nb = in->nbranches;
+  if (in->noperands != nb + 1) return replicated_op(s, in);
+  for (int b = 0; b < nb; b++) {
+    const tpu_instr *o = in->operands[1 + b];
+    if (s->sh[o->id].manual || in->branches[b]->nparams != 1) return replicated_op(s, in);
+  }
+  tpu_instr **ops = tpu_calloc((size_t)(nb + 2), sizeof *ops);
+  tpu_comp **nbr = tpu_calloc((size_t)(nb + 1), sizeof *nbr);
+  tpu_status st = ops && nbr ? TPU_OK : TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  if (st == TPU_OK) st = operand_as(s, in, 0, &k_repl, &ops[0]);
+  /* Branches that all give their results the same splits keep them; else results are whole. */
+  int nr = in->shape.dtype == TPU_TUPLE ? in->shape.ntuple : 1, agree = 1;
+  dsh *res = tpu_arena_alloc(&s->m->arena, sizeof *res * (size_t)(nr + 1));
+  dsh *got = tpu_calloc((size_t)(nr + 1), sizeof *got);
+  if (st == TPU_OK && (!res || !got)) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  for (int pass = 0; pass < 2 && st == TPU_OK; pass++) {
+    for (int b = 0; st == TPU_OK && b < nb; b++) {
+      const tpu_instr *o = in->operands[1 + b];
+      const dsh *el = tpu_dtype_is_array(o->shape.dtype) ? &s->sh[o->id] : s->tsh[o->id];
+      ops[1 + b] = s->val[o->id];
+      st = partition_comp(s, in->branches[b], el, agree ? 3 : 2, got, &nbr[b]);
+      if (st == TPU_OK && agree && !b) memcpy(res, got, sizeof *res * (size_t)nr);
+      if (st == TPU_OK && agree && b) agree = !memcmp(res, got, sizeof *res * (size_t)nr);
+    }
+    if (agree) break;
+  }
+  tpu_free(got);
+  tpu_instr *w = NULL;
+  if (st == TPU_OK) st = tpu_build_clone_instr(&s->b, s->c, in, ops, &w);
+  if (st == TPU_OK && in->pred_branches) {
+    st = tpu_build_set_attr(&s->b, w, "true_computation", nbr[0]->name);
+    if (st == TPU_OK) st = tpu_build_set_attr(&s->b, w, "false_computation", nbr[1]->name);
+  } else if (st == TPU_OK) {
+    tpu_strbuf b;
+    tpu_strbuf_init(&b);
+    tpu_strbuf_printf(&b, "{");
+    for (int i = 0; i < nb; i++) tpu_strbuf_printf(&b, "%s%s", i ? ", " : "", nbr[i]->name);
+    tpu_strbuf_printf(&b, "}");
+    w->branches = NULL; /* the attribute gives them again */
+    w->nbranches = 0;
+    st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory")
+               : tpu_build_set_attr(&s->b, w, "branch_computations", b.s);
+    tpu_strbuf_deinit(&b);
+  }
+  if (st == TPU_OK && agree) { /* per-chip result shapes */
+    if (in->shape.dtype == TPU_TUPLE) {
+      w->shape.elems = tpu_arena_alloc(&s->m->arena, sizeof *w->shape.elems * (size_t)(nr + 1));
+      if (!w->shape.elems) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+      for (int i = 0; st == TPU_OK && i < nr; i++)
+        w->shape.elems[i] = tpu_dtype_is_array(in->shape.elems[i].dtype) ? local_shape(s, &in->shape.elems[i], &res[i])
+                                                                         : in->shape.elems[i];
+    } else if (tpu_dtype_is_array(in->shape.dtype)) {
+      w->shape = local_shape(s, &in->shape, &res[0]);
+    }
+  }
+  if (st == TPU_OK) {
+    s->val[in->id] = w;
+    s->sh[in->id] = agree && in->shape.dtype != TPU_TUPLE ? res[0] : k_repl;
+    s->tsh[in->id] = agree && in->shape.dtype == TPU_TUPLE ? res : NULL;
+  }
+  tpu_free(ops);
+  tpu_free(nbr);
+  return st;
 }
 
 /* One instruction of the entry computation. */
@@ -2344,6 +2423,7 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
       return TPU_OK;
     }
     case TPU_OP_WHILE: return while_loop(s, in);
+    case TPU_OP_CONDITIONAL: return conditional_op(s, in);
     default: break;
   }
   if (is_elementwise(in) && tpu_dtype_is_array(in->shape.dtype)) return elementwise(s, in);

@@ -123,5 +123,40 @@ python3 -c "import numpy as np; np.save('$T/sx.npy', np.random.RandomState(3).ra
 "$BIN" run "$T/sort.hlo" -i "$T/sx.npy" --backend ref -q --mesh d0=1 -o "$T/s1" 2> "$T/err" || fail "sort 1: $(cat "$T/err")"
 cmp -s "$T/s4/0.npy" "$T/s1/0.npy" && cmp -s "$T/s4/1.npy" "$T/s1/1.npy" || fail "sort: values differ from one chip"
 
+# lax.cond / lax.switch: branches partitioned with their operands' splits; results keep a
+# split every branch agrees on (no collective), else they are gathered in each branch.
+cat > "$T/cond.hlo" <<'EOF'
+HloModule c
+
+tb {
+  p = f32[8,16] parameter(0)
+  ROOT r = f32[8,16] multiply(p, p)
+}
+
+fb {
+  p = f32[8,16] parameter(0)
+  ROOT r = f32[8,16] negate(p)
+}
+
+ENTRY e {
+  x = f32[8,16] parameter(0), sharding={devices=[4,1]<=[4]}
+  i = s32[] parameter(1), sharding={replicated}
+  c = f32[8,16] conditional(i, x, x), branch_computations={tb, fb}
+  ROOT o = f32[8,16] add(c, x)
+}
+EOF
+sed 's/ROOT r = f32\[8,16\] negate(p)/ROOT r = f32[8,16] reverse(p), dimensions={0}/' "$T/cond.hlo" > "$T/cond2.hlo"
+python3 -c "import numpy as np; np.save('$T/cx.npy', np.random.RandomState(3).randn(8,16).astype(np.float32)); np.save('$T/c0.npy', np.int32(0)); np.save('$T/c1.npy', np.int32(1))"
+"$BIN" compile "$T/cond.hlo" --dump-after spmd-partition > "$T/cond.dump" 2> "$T/err" || fail "cond: $(cat "$T/err")"
+grep -q "f32\[2,16\] conditional(" "$T/cond.dump" || fail "cond: branches agreeing on a split do not keep it"
+grep -q "all-gather" "$T/cond.dump" && fail "cond: gathers although the branches agree"
+"$BIN" compile "$T/cond2.hlo" --dump-after spmd-partition > "$T/cond2.dump" 2> "$T/err" || fail "cond2: $(cat "$T/err")"
+grep -q "f32\[8,16\] conditional(" "$T/cond2.dump" || fail "cond2: branches that disagree do not give whole results"
+for f in cond cond2; do for i in 0 1; do
+  "$BIN" run "$T/$f.hlo" -i "$T/cx.npy" -i "$T/c$i.npy" --backend ref -q -o "$T/${f}4" 2> "$T/err" || fail "$f run: $(cat "$T/err")"
+  "$BIN" run "$T/$f.hlo" -i "$T/cx.npy" -i "$T/c$i.npy" --backend ref -q --mesh d0=1 -o "$T/${f}1" 2> "$T/err" || fail "$f 1: $(cat "$T/err")"
+  cmp -s "$T/${f}4/0.npy" "$T/${f}1/0.npy" || fail "$f branch $i: values differ from one chip"
+done; done
+
 [ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
 exit $fails
