@@ -19,6 +19,7 @@
 #include "base/alloc.h"
 #include "compile/hlo_passes.h"
 #include "ir/build.h"
+#include "ir/collective.h"
 
 #define TPU_COMBINE_MAX_BYTES ((int64_t)30 * 1024 * 1024)
 
@@ -40,10 +41,31 @@ static int combinable_op(const tpu_instr *in) {
   return 1;
 }
 
+/* Whether a and b name the same device groups, however written (XLA writes one mesh axis
+ * as mesh['axis_0'=8] {'axis_0'} or with the other axes of size 1 listed too). */
+static int same_groups(const tpu_instr *a, const tpu_instr *b) {
+  const char *ta = attr_of(a, "replica_groups"), *tb = attr_of(b, "replica_groups");
+  if (same_text(ta, tb)) return 1;
+  if (!ta || !tb) return 0;
+  tpu_groups ga, gb;
+  tpu_diag d;
+  memset(&ga, 0, sizeof ga);
+  memset(&gb, 0, sizeof gb);
+  int same = tpu_groups_read(a, "replica_groups", &ga, &d) == TPU_OK &&
+             tpu_groups_read(b, "replica_groups", &gb, &d) == TPU_OK && ga.ngroups == gb.ngroups;
+  int64_t n = same && ga.ngroups ? ga.start[ga.ngroups] : 0;
+  if (same && ga.ngroups) same = gb.start[gb.ngroups] == n &&
+                                 !memcmp(ga.start, gb.start, sizeof *ga.start * (size_t)(ga.ngroups + 1)) &&
+                                 !memcmp(ga.ids, gb.ids, sizeof *ga.ids * (size_t)n);
+  tpu_groups_free(&ga);
+  tpu_groups_free(&gb);
+  return same;
+}
+
 /* Whether a and b may be one collective (the dependence test is separate). */
 static int same_kind(const tpu_instr *a, const tpu_instr *b) {
-  if (a->op != b->op || a->shape.dtype != b->shape.dtype) return 0;
-  static const char *const keys[] = {"replica_groups", "use_global_device_ids", "dimensions", "constrain_layout"};
+  if (a->op != b->op || a->shape.dtype != b->shape.dtype || !same_groups(a, b)) return 0;
+  static const char *const keys[] = {"use_global_device_ids", "dimensions", "constrain_layout"};
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
     if (!same_text(attr_of(a, keys[k]), attr_of(b, keys[k]))) return 0;
   if ((attr_of(a, "channel_id") == NULL) != (attr_of(b, "channel_id") == NULL)) return 0;
