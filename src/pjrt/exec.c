@@ -11,15 +11,10 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "pjrt/pjrt_hooks.h"
 #include "pjrt/pjrt_int.h"
 
 /* ---- the converter (Python) ---- */
-
-/* Called for every compile: code/format as PJRT_Program gives them, options the serialized
- * CompileOptionsProto. It answers through tpusim_pjrt_compile_result or
- * tpusim_pjrt_compile_error with `job`, then returns. */
-typedef void (*tpu_pjrt_compiler_fn)(void *job, const void *code, size_t code_size, const char *format,
-                                     const void *options, size_t options_size);
 
 static tpu_pjrt_compiler_fn compiler;
 
@@ -30,10 +25,6 @@ typedef struct compile_job {
 
 TPU_PJRT_EXPORT void tpusim_pjrt_set_compiler(tpu_pjrt_compiler_fn fn) { compiler = fn; }
 
-/* The converter's answer: HLO text, the signature description (see parse_info), and a
- * the program as StableHLO with its parameters' and results' shardings (returned by
- * PJRT_Executable_OptimizedProgram, format "mlir").
- * Copies all three. Returns 0, or -1 when out of memory. */
 TPU_PJRT_EXPORT int tpusim_pjrt_compile_result(void *job, const char *hlo, const char *info, const void *proto,
                                                size_t proto_size) {
   compile_job *j = job;
