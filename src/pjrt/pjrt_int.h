@@ -47,7 +47,7 @@ struct PJRT_Client {
   PJRT_Device *devices;
   PJRT_Device **device_ptrs;
   PJRT_Memory **memory_ptrs;
-  char chip[128];      /* preset name or JSON path */
+  char chip[1024];     /* preset name or JSON path */
   char topology[64];   /* "2x2", "v5e-8" or "" */
   char backend[8];     /* "tpu" or "ref" */
   char precision[16];  /* "" (per op), "default", "high", "highest" */

@@ -172,13 +172,15 @@ static PJRT_Error *client_create(PJRT_Client_Create_Args *a) {
     return &oom_error;
   }
   const char *chip = strrchr(c->chip, '/') ? strrchr(c->chip, '/') + 1 : c->chip;
+  int chiplen = (int)strlen(chip);
+  if (chiplen > 5 && !strcmp(chip + chiplen - 5, ".json")) chiplen -= 5; /* "v5e.json": v5e */
   for (int i = 0; i < c->ndevices; i++) {
     PJRT_Device *d = &c->devices[i];
     d->client = c;
     d->desc.id = i;
-    snprintf(d->desc.kind, sizeof d->desc.kind, "tpusim %.48s", chip);
+    snprintf(d->desc.kind, sizeof d->desc.kind, "tpusim %.*s", chiplen < 48 ? chiplen : 48, chip);
     snprintf(d->desc.str, sizeof d->desc.str, "TpusimDevice(id=%d)", i);
-    snprintf(d->desc.debug, sizeof d->desc.debug, "tpusim:%d (simulated %.64s)", i, chip);
+    snprintf(d->desc.debug, sizeof d->desc.debug, "tpusim:%d (simulated %.*s)", i, chiplen < 64 ? chiplen : 64, chip);
     d->memory.id = i;
     d->memory.device = d;
     snprintf(d->memory.str, sizeof d->memory.str, "TpusimMemory(device=%d, kind=device)", i);
@@ -353,6 +355,10 @@ static PJRT_Error *memory_devices(PJRT_Memory_AddressableByDevices_Args *a) {
   }
 PJRT_API_SLOTS(X)
 #undef X
+
+/* Version 0.94 has 129 slots after the 40-byte head: a slot lost or added in the list
+ * would shift every later one. */
+_Static_assert(sizeof(PJRT_Api) == 40 + 129 * sizeof(pjrt_fn), "PJRT_API_SLOTS is not the 0.94 list");
 
 static PJRT_Api api;
 

@@ -69,12 +69,26 @@ def devices_of_topology(topology):
     return int(m.group(1)) if m else None
 
 
+def chip_path(chip):
+    """A bare preset name as the JSON file beside the plugin (an installed package's chips/ or
+    the repository's), so that an installed plugin finds it; unchanged when $TPUSIM_CHIPS is
+    set (the library reads it), for a path, or when no such file exists."""
+    if "/" in chip or chip.endswith(".json") or os.environ.get("TPUSIM_CHIPS"):
+        return chip
+    libdir = os.path.dirname(os.path.abspath(library_path()))
+    for d in (os.path.join(libdir, "chips"), os.path.join(os.path.dirname(libdir), "chips")):
+        f = os.path.join(d, chip + ".json")
+        if os.path.exists(f):
+            return f
+    return chip
+
+
 def client_options():
     """The options the plugin's client is created with, from the TPUSIM_* variables."""
     topology = os.environ.get("TPUSIM_TOPOLOGY", "")
     n = os.environ.get("TPUSIM_DEVICES")
     n = int(n) if n else (devices_of_topology(topology) or 1)
-    opts = {"chip": os.environ.get("TPUSIM_CHIP", "v5e"), "num_devices": n}
+    opts = {"chip": chip_path(os.environ.get("TPUSIM_CHIP", "v5e")), "num_devices": n}
     if topology:
         opts["topology"] = topology
     for key, env in (("backend", "TPUSIM_BACKEND"), ("precision", "TPUSIM_PRECISION")):
