@@ -47,6 +47,27 @@ def cpu_results(tmp_path_factory):
     }
 
 
+def test_many_program_kinds(tmp_path):
+    # random, control flow, vmap, bf16, integers, convolution, FFT, empty arrays, eager ops,
+    # device_put, explicit and open shardings, sharding constraints, shard_map, pmap
+    case = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pjrt_cases.py")
+    outs = {}
+    for platform in ("cpu", "tpusim"):
+        e = dict(os.environ, JAX_PLATFORMS=platform, TPUSIM_TOPOLOGY="2x2", TPUSIM_PRECISION="highest",
+                 XLA_FLAGS="--xla_force_host_platform_device_count=4")
+        e["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + e.get("PYTHONPATH", "")
+        p = subprocess.run([sys.executable, case, str(tmp_path / (platform + ".npz"))], env=e,
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stdout + p.stderr
+        outs[platform] = dict(np.load(tmp_path / (platform + ".npz")))
+    assert set(outs["tpusim"]) == set(outs["cpu"])
+    for k, want in outs["cpu"].items():
+        got = outs["tpusim"][k]
+        assert got.dtype == want.dtype and got.shape == want.shape, k
+        if want.size:
+            assert np.allclose(got, want, rtol=1e-5, atol=1e-5), (k, np.abs(got - want).max())
+
+
 def test_jit_train_step_default_precision(tmp_path, cpu_results):
     # f32 dots at DEFAULT precision are one bf16 pass on a TPU: agreement to bf16 rounding.
     got, out = run_script("train_jit.py", tmp_path / "o.npz", "tpusim")

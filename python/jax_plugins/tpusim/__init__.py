@@ -290,15 +290,16 @@ def convert(code, fmt, options):
     lines += [_array_info(s, sh, ndev) for s, sh in zip(results, rsh)]
     program = code
     if ndev > 1:
-        program = _with_spmd_shardings(code, xc, psh, rsh, result)
+        program = _with_spmd_shardings(comp, xc, psh, rsh, result)
     return text, "\n".join(lines) + "\n", program
 
 
-def _with_spmd_shardings(code, xc, psh, rsh, result):
-    """The StableHLO module with mhlo.spmd_parameters_shardings / mhlo.spmd_output_sharding
-    set to where the plugin leaves each array (None: replicated, as the plugin treats it).
-    PJRT_Executable_OptimizedProgram returns it (format "mlir"): that is how JAX learns the
-    shardings of a program's arguments and results it left unspecified."""
+def _with_spmd_shardings(comp, xc, psh, rsh, result):
+    """The program as StableHLO (converted back from its HLO, so without Shardy ops) with
+    mhlo.spmd_parameters_shardings / mhlo.spmd_output_sharding set to where the plugin leaves
+    each array (None: replicated, as the plugin treats it). PJRT_Executable_OptimizedProgram
+    returns it (format "mlir"): that is how JAX learns the shardings of the arguments and
+    results it left unspecified."""
     from jax._src.interpreters import mlir as jmlir
     from jax._src.lib import _jax
     from jax._src.lib.mlir import ir
@@ -307,10 +308,7 @@ def _with_spmd_shardings(code, xc, psh, rsh, result):
     rs = [s or rep for s in rsh]
     out = xc.HloSharding.tuple_sharding(result, rs) if result.is_tuple() else rs[0]
     with jmlir.make_ir_context():
-        try:
-            m = ir.Module.parse(code)
-        except Exception:
-            m = ir.Module.parse(_jax.mlir.deserialize_portable_artifact(code))
+        m = ir.Module.parse(_jax.mlir.hlo_to_stablehlo(comp.as_serialized_hlo_module_proto()))
         attrs = m.operation.attributes
         attrs["mhlo.spmd_parameters_shardings"] = ir.ArrayAttr.get(
             [ir.StringAttr.get(str(s or rep)) for s in psh])
