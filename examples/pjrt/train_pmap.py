@@ -4,8 +4,9 @@ tutorial, run unchanged on a simulated slice with
     JAX_PLATFORMS=tpusim TPUSIM_TOPOLOGY=2x2 python3 examples/pjrt/train_pmap.py [OUT.npz]
 
 or on 4 CPU devices (JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=4).
-The one change from the tutorial: jax.device_put_replicated is gone in JAX 0.10, so
-`replicate` stacks the values itself."""
+Two changes from the tutorial, both needed by JAX 0.10 on any platform: jax.device_put_replicated
+is gone, so `replicate` stacks the values itself, and the learning rate is passed one per
+device (a 0-d array cannot be mapped over axis 0)."""
 import sys
 from functools import partial
 import jax

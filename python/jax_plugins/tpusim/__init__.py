@@ -327,9 +327,27 @@ def _compile(job, code, code_size, fmt, options, options_size):
         lib.tpusim_pjrt_compile_error(job, ("%s: %s" % (type(e).__name__, e)).encode())
 
 
+def requested():
+    """Whether this process asked for tpusim: "tpusim" in JAX_PLATFORMS (or jax_platforms), or
+    TPUSIM_PJRT=1. Otherwise the plugin stays out of the way: an installed tpusim must not
+    take over every JAX program on the machine."""
+    plats = os.environ.get("JAX_PLATFORMS", "")
+    try:
+        from jax._src import config
+
+        plats = config.jax_platforms.value or plats
+    except Exception:  # noqa: BLE001 - an older or newer JAX: the variable is enough
+        pass
+    return "tpusim" in [p.strip() for p in plats.split(",")] or os.environ.get("TPUSIM_PJRT") == "1"
+
+
 def initialize():
-    """Registers the plugin with JAX (JAX calls this for every jax_plugins module)."""
+    """Registers the plugin with JAX when this process asked for it (JAX calls this for every
+    jax_plugins module). Below CPU in priority: with JAX_PLATFORMS=tpusim it is the only
+    platform; with TPUSIM_PJRT=1, jax.devices("tpusim") lists the simulated chips."""
     global _callback
+    if not requested():
+        return
     path = library_path()
     if not os.path.exists(path):
         raise RuntimeError("tpusim PJRT plugin not found at %s: build it (cmake --build build) or set "
@@ -339,4 +357,4 @@ def initialize():
     lib.tpusim_pjrt_set_compiler(_callback)
     from jax._src import xla_bridge
 
-    xla_bridge.register_plugin("tpusim", library_path=path, options=client_options())
+    xla_bridge.register_plugin("tpusim", priority=-100, library_path=path, options=client_options())
