@@ -44,6 +44,7 @@ def cpu_results(tmp_path_factory):
         "jit": run_script("train_jit.py", d / "jit.npz", "cpu")[0],
         "pmap": run_script("train_pmap.py", d / "pmap.npz", "cpu", devices=4)[0],
         "sharded": run_script("sharded.py", d / "sharded.npz", "cpu", devices=4)[0],
+        "transformer": run_script("transformer_step.py", d / "transformer.npz", "cpu")[0],
     }
 
 
@@ -101,6 +102,11 @@ def test_sharded_jit_over_a_mesh(tmp_path, cpu_results):
                           TPUSIM_PRECISION="highest")
     assert "TpusimDevice(id=3)" in out
     assert max_rel(got, cpu_results["sharded"]) < 1e-5
+
+
+def test_transformer_block_step(tmp_path, cpu_results):
+    got, _ = run_script("transformer_step.py", tmp_path / "o.npz", "tpusim", TPUSIM_PRECISION="highest")
+    assert max_rel(got, cpu_results["transformer"]) < 1e-5
 
 
 REPORT = """
