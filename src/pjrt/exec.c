@@ -215,6 +215,11 @@ static PJRT_Error *client_compile(PJRT_Client_Compile_Args *a) {
     err = tpu__pjrt_error_diag(&d);
     goto done;
   }
+  if (tpu_sim_module_devices(p->module) != p->ndevices) {
+    err = tpu__pjrt_error(PJRT_Error_Code_INTERNAL, "%s: the HLO is for %lld devices, the compile options for %d",
+                          p->name, (long long)tpu_sim_module_devices(p->module), p->ndevices);
+    goto done;
+  }
   if (tpu_sim_module_nparams(p->module) != p->nparams) {
     err = tpu__pjrt_error(PJRT_Error_Code_INTERNAL, "%s: the HLO has %d parameters, the signature %d", p->name,
                           tpu_sim_module_nparams(p->module), p->nparams);
