@@ -34,6 +34,7 @@ PJRT_Buffer *tpu__pjrt_buffer_new(PJRT_Device *dev, int type, int rank, const in
   b->type = type;
   b->rank = rank;
   memcpy(b->dims, dims, (size_t)rank * sizeof *dims);
+  for (int i = 0; i < rank; i++) b->minor_to_major[i] = rank - 1 - i;
   b->nbytes = n;
   if (n && !(b->data = tpu_malloc(n))) {
     tpu_free(b);
@@ -141,6 +142,16 @@ static PJRT_Error *buffer_dynamic_dims(PJRT_Buffer_DynamicDimensionIndices_Args 
   return NULL;
 }
 
+static PJRT_Error *buffer_layout(PJRT_Buffer_GetMemoryLayout_Args *a) {
+  memset(&a->layout, 0, sizeof a->layout);
+  a->layout.struct_size = sizeof a->layout;
+  a->layout.type = 0; /* tiled, without tiles: dense, major to minor */
+  a->layout.tiled.struct_size = sizeof a->layout.tiled;
+  a->layout.tiled.minor_to_major = a->buffer->minor_to_major;
+  a->layout.tiled.minor_to_major_size = (size_t)a->buffer->rank;
+  return NULL;
+}
+
 static PJRT_Error *buffer_size(PJRT_Buffer_OnDeviceSizeInBytes_Args *a) {
   a->on_device_size_in_bytes = a->buffer->nbytes;
   return NULL;
@@ -238,6 +249,7 @@ void tpu__pjrt_install_buffer(PJRT_Api *api) {
   SET(PJRT_Buffer_UnpaddedDimensions, buffer_dims);
   SET(PJRT_Buffer_DynamicDimensionIndices, buffer_dynamic_dims);
   SET(PJRT_Buffer_OnDeviceSizeInBytes, buffer_size);
+  SET(PJRT_Buffer_GetMemoryLayout, buffer_layout);
   SET(PJRT_Buffer_Device, buffer_device);
   SET(PJRT_Buffer_Memory, buffer_memory);
   SET(PJRT_Buffer_ReadyEvent, buffer_ready);

@@ -242,6 +242,7 @@ typedef struct {
 } PJRT_Buffer_ToHostBuffer_Args;
 typedef struct { PJRT_HEAD; PJRT_Buffer *buffer; PJRT_Event *event; } PJRT_Buffer_ReadyEvent_Args;
 typedef struct { PJRT_HEAD; PJRT_Buffer *buffer; uintptr_t buffer_pointer; } PJRT_Buffer_UnsafePointer_Args;
+typedef struct { PJRT_HEAD; PJRT_Buffer *buffer; PJRT_Buffer_MemoryLayout layout; } PJRT_Buffer_GetMemoryLayout_Args;
 typedef struct { PJRT_HEAD; PJRT_Buffer *buffer; void *device_memory_ptr; } PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args;
 typedef struct { PJRT_HEAD; PJRT_Buffer *buffer; void *dst; int64_t offset, transfer_size; PJRT_Event *event; } PJRT_Buffer_CopyRawToHost_Args;
 

@@ -60,6 +60,7 @@ struct PJRT_Buffer {
   int type; /* PJRT_T_* */
   int rank;
   int64_t dims[TPU_SIM_MAX_RANK];
+  int64_t minor_to_major[TPU_SIM_MAX_RANK]; /* rank-1 .. 0: dense row-major */
   void *data; /* NULL once deleted (or for an empty array) */
   size_t nbytes;
   int deleted;

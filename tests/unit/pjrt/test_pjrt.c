@@ -241,6 +241,11 @@ static void test_buffers(PJRT_Client *c, PJRT_Device *const *devs) {
   bd.buffer = b;
   OK(CALL(PJRT_Buffer_Device, &bd));
   CHECK(bd.device == devs[1]);
+  ARGS(PJRT_Buffer_GetMemoryLayout_Args, ml);
+  ml.buffer = b;
+  OK(CALL(PJRT_Buffer_GetMemoryLayout, &ml));
+  CHECK(ml.layout.type == 0 && ml.layout.tiled.num_tiles == 0 && ml.layout.tiled.minor_to_major_size == 2);
+  CHECK(ml.layout.tiled.minor_to_major[0] == 1 && ml.layout.tiled.minor_to_major[1] == 0);
   ARGS(PJRT_Buffer_CopyToDevice_Args, cp);
   cp.buffer = b;
   cp.dst_device = devs[2];
