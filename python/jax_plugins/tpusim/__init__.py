@@ -1,0 +1,360 @@
+"""JAX plugin for tpusim: `JAX_PLATFORMS=tpusim python train.py` runs an unchanged JAX
+script on a simulated TPU slice (docs/pjrt.md).
+
+JAX finds this module in the `jax_plugins` namespace package and calls `initialize()`,
+which registers libtpusim_pjrt.so (a PJRT C-API plugin) as the platform "tpusim". The
+plugin hands every program JAX compiles back to `_convert` below, which turns JAX's
+StableHLO into HLO text with JAX's own MLIR bindings and describes the program's
+signature (which block of each global array every device holds); the plugin then runs it
+with libtpusim.
+
+Settings (environment):
+  TPUSIM_CHIP       chip preset or chip JSON (default v5e)
+  TPUSIM_TOPOLOGY   the slice: "2x2", "2x2x1", "v5e-8" (its chips are the devices)
+  TPUSIM_DEVICES    number of devices when no topology is given (default 1)
+  TPUSIM_BACKEND    "tpu" (default: TPU numerics and timing) or "ref" (reference interpreter)
+  TPUSIM_PRECISION  "default", "high" or "highest" for every f32 dot (default: per op)
+  TPUSIM_PJRT_LIBRARY  the plugin library (default: beside the installed tpusim package,
+                    else the repository's build/)
+"""
+import ctypes
+import importlib.util
+import os
+import re
+
+import numpy as np
+
+_lib = None
+_callback = None
+
+_DTYPES = {
+    "bool": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "uint8": 5, "uint16": 6,
+    "uint32": 7, "uint64": 8, "bfloat16": 9, "float16": 10, "float32": 11, "float64": 12,
+    "complex64": 13, "complex128": 14,
+}
+
+_COMPILER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+
+
+def library_path():
+    """The plugin library: $TPUSIM_PJRT_LIBRARY, the installed package's, or the build tree's."""
+    env = os.environ.get("TPUSIM_PJRT_LIBRARY")
+    if env:
+        return env
+    candidates = []
+    spec = importlib.util.find_spec("tpusim")
+    if spec is not None and spec.submodule_search_locations:
+        candidates += [os.path.join(d, "libtpusim_pjrt.so") for d in spec.submodule_search_locations]
+    if os.environ.get("TPUSIM_LIBRARY"):
+        candidates.append(os.path.join(os.path.dirname(os.environ["TPUSIM_LIBRARY"]), "libtpusim_pjrt.so"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates.append(os.path.join(here, "..", "..", "..", "build", "libtpusim_pjrt.so"))
+    for c in candidates:
+        if os.path.exists(c):
+            return os.path.normpath(c)
+    return os.path.normpath(candidates[-1])
+
+
+def devices_of_topology(topology):
+    """Devices of a slice written as "AxBxC" or "NAME-CHIPS" ("v5e-8"); None if neither."""
+    if not topology:
+        return None
+    if re.fullmatch(r"\d+(x\d+)*", topology):
+        n = 1
+        for part in topology.split("x"):
+            n *= int(part)
+        return n
+    m = re.fullmatch(r"[A-Za-z0-9]+-(\d+)", topology)
+    return int(m.group(1)) if m else None
+
+
+def chip_path(chip):
+    """A bare preset name as the JSON file beside the plugin (an installed package's chips/ or
+    the repository's), so that an installed plugin finds it; unchanged when $TPUSIM_CHIPS is
+    set (the library reads it), for a path, or when no such file exists."""
+    if "/" in chip or chip.endswith(".json") or os.environ.get("TPUSIM_CHIPS"):
+        return chip
+    libdir = os.path.dirname(os.path.abspath(library_path()))
+    for d in (os.path.join(libdir, "chips"), os.path.join(os.path.dirname(libdir), "chips")):
+        f = os.path.join(d, chip + ".json")
+        if os.path.exists(f):
+            return f
+    return chip
+
+
+def client_options():
+    """The options the plugin's client is created with, from the TPUSIM_* variables."""
+    topology = os.environ.get("TPUSIM_TOPOLOGY", "")
+    n = os.environ.get("TPUSIM_DEVICES")
+    n = int(n) if n else (devices_of_topology(topology) or 1)
+    opts = {"chip": chip_path(os.environ.get("TPUSIM_CHIP", "v5e")), "num_devices": n}
+    if topology:
+        opts["topology"] = topology
+    for key, env in (("backend", "TPUSIM_BACKEND"), ("precision", "TPUSIM_PRECISION")):
+        if os.environ.get(env):
+            opts[key] = os.environ[env]
+    return opts
+
+
+def load_library():
+    """The plugin library, loaded once (the same handle JAX's dlopen gets)."""
+    global _lib
+    if _lib is None:
+        lib = ctypes.CDLL(library_path())
+        lib.tpusim_pjrt_set_compiler.argtypes = [_COMPILER_FN]
+        lib.tpusim_pjrt_set_compiler.restype = None
+        lib.tpusim_pjrt_compile_result.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                                   ctypes.c_char_p, ctypes.c_size_t]
+        lib.tpusim_pjrt_compile_result.restype = ctypes.c_int
+        lib.tpusim_pjrt_compile_error.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.tpusim_pjrt_compile_error.restype = ctypes.c_int
+        lib.tpusim_pjrt_last_run.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.tpusim_pjrt_last_run.restype = ctypes.c_int64
+        lib.tpusim_pjrt_last_write.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.tpusim_pjrt_last_write.restype = ctypes.c_int
+        _lib = lib
+    return _lib
+
+
+# ---- StableHLO -> HLO text and the signature ----
+
+def _varint(b, i):
+    v = s = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << s
+        s += 7
+        if c < 0x80:
+            return v, i
+
+
+def _proto_fields(b):
+    """(field, wire type, value) of a serialized protobuf message (varint and length-delimited)."""
+    i = 0
+    while i < len(b):
+        key, i = _varint(b, i)
+        f, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(b, i)
+        elif wt == 2:
+            n, i = _varint(b, i)
+            v, i = b[i:i + n], i + n
+        elif wt == 1:
+            v, i = b[i:i + 8], i + 8
+        elif wt == 5:
+            v, i = b[i:i + 4], i + 4
+        else:
+            raise ValueError("unsupported protobuf wire type %d" % wt)
+        yield f, wt, v
+
+
+def _device_assignment(serialized, nrep, npart):
+    """Logical device (replica-major) -> device id, from a DeviceAssignmentProto
+    (computation_devices[partition].replica_device_ids[replica])."""
+    cols = []
+    for f, wt, v in _proto_fields(serialized):
+        if f == 3 and wt == 2:
+            ids = []
+            for g, gwt, gv in _proto_fields(v):
+                if g == 1 and gwt == 2:
+                    j = 0
+                    while j < len(gv):
+                        x, j = _varint(gv, j)
+                        ids.append(x)
+                elif g == 1:
+                    ids.append(gv)
+            cols.append(ids)
+    if len(cols) != npart or any(len(c) != nrep for c in cols):
+        return list(range(nrep * npart))
+    return [cols[p][r] for r in range(nrep) for p in range(npart)]
+
+
+def _braced(text, i):
+    """The {...} group starting at text[i] == '{'."""
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j + 1]
+    raise ValueError("unbalanced braces in HLO text")
+
+
+def _entry_shardings(hlo_text, nparams):
+    """HLO sharding strings of the entry parameters and of the ROOT (None where absent)."""
+    m = re.search(r"^ENTRY [^\n]*\{\n(.*?)^\}", hlo_text, re.S | re.M)
+    if not m:
+        raise ValueError("no ENTRY computation in the converted HLO")
+    params, root = [None] * nparams, None
+    for line in m.group(1).split("\n"):
+        k = line.find("sharding=")
+        s = _braced(line, k + len("sharding=")) if k >= 0 else None
+        pm = re.search(r"\bparameter\((\d+)\)", line)
+        if pm and int(pm.group(1)) < nparams:
+            params[int(pm.group(1))] = s
+        if line.lstrip().startswith("ROOT "):
+            root = s
+    return params, root
+
+
+def _blocks(sharding, dims, ndev):
+    """(local dims, per-device starts) of an array of global `dims` under an HLO sharding
+    (an xla_client.HloSharding or None = replicated) over `ndev` logical devices."""
+    rank = len(dims)
+    if sharding is None or sharding.is_replicated() or sharding.is_maximal() or not sharding.is_tiled():
+        return list(dims), [[0] * rank for _ in range(ndev)]
+    tiles = list(sharding.tile_assignment_dimensions())
+    devs = list(sharding.tile_assignment_devices())
+    local = []
+    for k in range(rank):
+        if dims[k] % tiles[k]:
+            raise NotImplementedError(
+                "dimension %d of size %d does not divide over %d devices (uneven shards)" % (k, dims[k], tiles[k]))
+        local.append(dims[k] // tiles[k])
+    starts = [None] * ndev
+    for flat, dev in enumerate(devs):
+        idx = np.unravel_index(flat, tiles)
+        starts[dev] = [int(idx[k]) * local[k] for k in range(rank)]
+    if any(s is None for s in starts):
+        raise NotImplementedError("a sharding that leaves some of the program's devices without a block")
+    return local, starts
+
+
+def _array_info(shape, sharding, ndev):
+    if shape.is_tuple():
+        raise NotImplementedError("tuple parameters or results")
+    dt = np.dtype(shape.numpy_dtype()).name
+    if dt not in _DTYPES:
+        raise NotImplementedError("element type %s" % dt)
+    dims = list(shape.dimensions())
+    local, starts = _blocks(sharding, dims, ndev)
+    toks = [_DTYPES[dt], len(dims)] + dims + local + [x for s in starts for x in s]
+    return " ".join(str(t) for t in toks)
+
+
+def convert(code, fmt, options):
+    """(HLO text, signature, serialized HloModuleProto) for a program JAX compiles."""
+    from jax._src.lib import _jax, hlo as hlo_lib, xla_client as xc
+
+    if fmt != "mlir":
+        raise NotImplementedError("program format %r (tpusim takes JAX's StableHLO, format 'mlir')" % fmt)
+    opts = xc.CompileOptions.ParseFromString(options)
+    if opts.parameter_is_tupled_arguments:
+        raise NotImplementedError("tupled arguments")
+    build = opts.executable_build_options
+    nrep, npart = max(build.num_replicas, 1), max(build.num_partitions, 1)
+    if nrep > 1 and npart > 1:
+        raise NotImplementedError("%d replicas x %d partitions (one or the other)" % (nrep, npart))
+    ndev = nrep * npart
+    try:
+        comp = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False)
+    except Exception:
+        comp = _jax.mlir.mlir_module_to_xla_computation(
+            _jax.mlir.deserialize_portable_artifact(code), use_tuple_args=False)
+    module = comp.as_hlo_module()
+    print_opts = hlo_lib.HloPrintOptions.short_parsable()
+    print_opts.print_metadata = True
+    text = module.to_string(print_opts)
+    assign = list(range(ndev))
+    if build.device_assignment is not None:
+        assign = _device_assignment(build.device_assignment.serialize(), nrep, npart)
+    pshape = comp.program_shape()
+    params = pshape.parameter_shapes()
+    result = pshape.result_shape()
+    results = result.tuple_shapes() if result.is_tuple() else [result]
+    if ndev > 1 and nrep > 1:
+        raise NotImplementedError("replicated (pmap-style) programs of %d replicas: JAX's pmap lowers to "
+                                  "partitions since 0.7, which tpusim runs" % nrep)
+    psh, rsh = _entry_shardings(text, len(params)) if ndev > 1 else ([None] * len(params), None)
+    psh = [xc.HloSharding.from_string(s) if s else None for s in psh]
+    if rsh:
+        r = xc.HloSharding.from_string(rsh)
+        if r.tuple_elements():
+            rsh = list(r.tuple_elements())
+        else:
+            rsh = [r] * len(results)
+    else:
+        rsh = [None] * len(results)
+    if len(rsh) != len(results):
+        raise ValueError("%d result shardings for %d results" % (len(rsh), len(results)))
+    lines = ["name %s" % re.sub(r"\s", "_", comp.name() or "program"),
+             "replicas %d partitions %d" % (nrep, npart),
+             "assign " + " ".join(str(a) for a in assign),
+             "params %d" % len(params)]
+    lines += [_array_info(s, sh, ndev) for s, sh in zip(params, psh)]
+    lines.append("outputs %d" % len(results))
+    lines += [_array_info(s, sh, ndev) for s, sh in zip(results, rsh)]
+    program = code
+    if ndev > 1:
+        program = _with_spmd_shardings(comp, xc, psh, rsh, result)
+    return text, "\n".join(lines) + "\n", program
+
+
+def _with_spmd_shardings(comp, xc, psh, rsh, result):
+    """The program as StableHLO (converted back from its HLO, so without Shardy ops) with
+    mhlo.spmd_parameters_shardings / mhlo.spmd_output_sharding set to where the plugin leaves
+    each array (None: replicated, as the plugin treats it). PJRT_Executable_OptimizedProgram
+    returns it (format "mlir"): that is how JAX learns the shardings of the arguments and
+    results it left unspecified."""
+    from jax._src.interpreters import mlir as jmlir
+    from jax._src.lib import _jax
+    from jax._src.lib.mlir import ir
+
+    rep = xc.HloSharding.replicate()
+    rs = [s or rep for s in rsh]
+    out = xc.HloSharding.tuple_sharding(result, rs) if result.is_tuple() else rs[0]
+    with jmlir.make_ir_context():
+        m = ir.Module.parse(_jax.mlir.hlo_to_stablehlo(comp.as_serialized_hlo_module_proto()))
+        attrs = m.operation.attributes
+        attrs["mhlo.spmd_parameters_shardings"] = ir.ArrayAttr.get(
+            [ir.StringAttr.get(str(s or rep)) for s in psh])
+        attrs["mhlo.spmd_output_sharding"] = ir.StringAttr.get(str(out))
+        return jmlir.module_to_bytecode(m)
+
+
+def _compile(job, code, code_size, fmt, options, options_size):
+    lib = load_library()
+    try:
+        text, info, proto = convert(ctypes.string_at(code, code_size), fmt.decode(),
+                                    ctypes.string_at(options, options_size))
+        if lib.tpusim_pjrt_compile_result(job, text.encode(), info.encode(), proto, len(proto)):
+            lib.tpusim_pjrt_compile_error(job, b"out of memory")
+    except BaseException as e:  # noqa: BLE001 - every failure goes back to JAX as a compile error
+        lib.tpusim_pjrt_compile_error(job, ("%s: %s" % (type(e).__name__, e)).encode())
+
+
+def requested():
+    """Whether this process asked for tpusim: "tpusim" in JAX_PLATFORMS (or jax_platforms), or
+    TPUSIM_PJRT=1. Otherwise the plugin stays out of the way: an installed tpusim must not
+    take over every JAX program on the machine."""
+    plats = os.environ.get("JAX_PLATFORMS", "")
+    try:
+        from jax._src import config
+
+        plats = config.jax_platforms.value or plats
+    except Exception:  # noqa: BLE001 - an older or newer JAX: the variable is enough
+        pass
+    return "tpusim" in [p.strip() for p in plats.split(",")] or os.environ.get("TPUSIM_PJRT") == "1"
+
+
+def initialize():
+    """Registers the plugin with JAX when this process asked for it (JAX calls this for every
+    jax_plugins module). Below CPU in priority: with JAX_PLATFORMS=tpusim it is the only
+    platform; with TPUSIM_PJRT=1, jax.devices("tpusim") lists the simulated chips."""
+    global _callback
+    if not requested():
+        return
+    path = library_path()
+    if not os.path.exists(path):
+        raise RuntimeError("tpusim PJRT plugin not found at %s: build it (cmake --build build) or set "
+                           "TPUSIM_PJRT_LIBRARY" % path)
+    lib = load_library()
+    _callback = _COMPILER_FN(_compile)
+    lib.tpusim_pjrt_set_compiler(_callback)
+    from jax._src import xla_bridge
+
+    xla_bridge.register_plugin("tpusim", priority=-100, library_path=path, options=client_options())
