@@ -639,6 +639,7 @@ int tpu_cli_run(int argc, char **argv) {
     tpu_status ms = o.mesh ? tpu_mesh_parse(o.mesh, &mesh, &d) : tpu_mesh_from_module(m, &mesh, &found, &d);
     if (ms == TPU_OK && (o.mesh || found)) {
       tpu_mesh_price_for(&mesh, tpu ? &chip : NULL); /* collectives priced for the chip */
+      mesh.bf16_dot_gathers = tpu && o.precision <= 0;
       ms = tpu_spmd_partition(m, &mesh, &d);         /* one device: the annotations are dropped */
       if (ms == TPU_OK && !o.quiet) {
         printf("spmd-partition: %lld chips (mesh", (long long)mesh.ndev);
