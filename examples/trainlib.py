@@ -92,6 +92,9 @@ def summary(runs, jax_run, target, k=10):
     rows.append(row)
     print(f"{row['run']:<12} {row['final']:>10.4f} {str(hit if hit is not None else '-'):>9} {'':>15} {'':>11} "
           f"{'':>6} {row['wall_per_step_s']:>8.3f} s {row['cpu_per_step_s']:>7.3f} s")
+    for chip, r in runs.items():
+        gap = np.abs(r["losses"] - jax_run["losses"][:len(r["losses"])])
+        print(f"tpusim {chip} - JAX CPU, per-step loss: largest |difference| {gap.max():.2e}, mean {gap.mean():.2e}")
     return rows
 
 
