@@ -8,7 +8,7 @@ donate_argnums=0), and the same loop with jax.jit on JAX's CPU backend.
 Prints the loss curves, the held-out loss, a sample of generated text, the simulated time to
 reach a target loss on v5e and v5p, and plots both (examples/train_lm.png).
 
-    python3 examples/train_lm.py [--steps 200] [--target 2.5] [--plot PATH|--no-plot]
+    python3 examples/train_lm.py [--steps 200] [--target 2.5] [--compute-dtype bfloat16] [--plot PATH|--no-plot]
 
 Needs: jax, matplotlib (for the plot), and the tpusim package.
 """
@@ -46,7 +46,9 @@ def rms_norm(x, g):
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-5) * g
 
 
-def model_forward(params, tokens, n_heads):
+def model_forward(params, tokens, n_heads, dtype=jnp.float32):
+    # dtype: the compute type (bfloat16: params and activations cast, f32 master params).
+    params = jax.tree_util.tree_map(lambda p: p.astype(dtype), params)
     b, t = tokens.shape
     d = params["embed"].shape[1]
     x = params["embed"][tokens] + params["pos"][:t]
@@ -59,12 +61,12 @@ def model_forward(params, tokens, n_heads):
         att = (jax.nn.softmax(scores, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
         x = x + att @ layer["out"]
         x = x + jax.nn.gelu(rms_norm(x, layer["norm2"]) @ layer["up"]) @ layer["down"]
-    return rms_norm(x, params["norm"]) @ params["embed"].T  # tied output embedding
+    return (rms_norm(x, params["norm"]) @ params["embed"].T).astype(jnp.float32)  # tied output embedding
 
 
-def make_train_step(n_heads, lr, b1=0.9, b2=0.99, eps=1e-8):
+def make_train_step(n_heads, lr, dtype=jnp.float32, b1=0.9, b2=0.99, eps=1e-8):
     def loss_fn(params, tokens, targets):
-        logp = jax.nn.log_softmax(model_forward(params, tokens, n_heads), axis=-1)
+        logp = jax.nn.log_softmax(model_forward(params, tokens, n_heads, dtype), axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
 
     def train_step(state, tokens, targets):
@@ -90,6 +92,8 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--target", type=float, default=2.5, help="target training loss (10-step running mean), nats")
     ap.add_argument("--chips", default="v5e,v5p")
+    ap.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="float32: f32 dots (one bf16 MXU pass on a TPU); bfloat16: params and activations in bf16")
     ap.add_argument("--text", default=os.path.join(HERE, "data", "coriolanus.txt"))
     ap.add_argument("--plot", default=os.path.join(HERE, "train_lm.png"))
     ap.add_argument("--no-plot", action="store_true")
@@ -111,11 +115,12 @@ def main(argv=None):
     params = init_params(jax.random.PRNGKey(0), len(chars), args.d_model, args.layers, args.context)
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     state = {"params": params, "m": zeros, "v": zeros, "count": jnp.zeros((), jnp.float32)}
-    train_step, loss_fn = make_train_step(args.heads, args.lr)
+    train_step, loss_fn = make_train_step(args.heads, args.lr, jnp.dtype(args.compute_dtype))
     nparams = sum(x.size for x in jax.tree_util.tree_leaves(params))
     print(f"{os.path.basename(args.text)}: {len(text)} characters, vocabulary {len(chars)}; transformer "
           f"{args.layers} layers, d_model {args.d_model}, {args.heads} heads, context {args.context}, "
-          f"{nparams} parameters; batch {args.batch}, Adam lr {args.lr}, {args.steps} steps")
+          f"{nparams} parameters; batch {args.batch}, Adam lr {args.lr}, {args.steps} steps, compute in "
+          f"{args.compute_dtype}")
     log = max(1, args.steps // 5)
     runs = {}
     for chip in args.chips.split(","):
@@ -144,7 +149,7 @@ def main(argv=None):
     if t.get("tpusim v5e") and t.get("tpusim v5p"):
         print(f"v5e / v5p simulated time to loss {args.target}: {t['tpusim v5e'] / t['tpusim v5p']:.2f}x")
     if not args.no_plot:
-        trainlib.plot(args.plot, "char transformer LM", runs, jx, args.target)
+        trainlib.plot(args.plot, f"char transformer LM ({args.compute_dtype})", runs, jx, args.target)
     return rows
 
 

@@ -86,7 +86,7 @@ def summary(runs, jax_run, target, k=10):
               f"{rep.step_time_s * 1e6:>8.1f} us {rep.mfu * 100:>5.1f}% {row['wall_per_step_s']:>8.3f} s "
               f"{row['cpu_per_step_s']:>7.3f} s")
     hit = first_below(jax_run["losses"], target, k)
-    row = {"run": "JAX CPU f32", "final": float(np.mean(jax_run["losses"][-k:])), "steps_to_target": hit,
+    row = {"run": "JAX CPU", "final": float(np.mean(jax_run["losses"][-k:])), "steps_to_target": hit,
            "wall_per_step_s": jax_run["wall_s"] / len(jax_run["losses"]),
            "cpu_per_step_s": jax_run["cpu_s"] / len(jax_run["losses"])}
     rows.append(row)
@@ -109,7 +109,7 @@ def plot(path, title, runs, jax_run, target, k=10):
     fig, (a, c, b) = plt.subplots(1, 3, figsize=(16, 4))
     steps = np.arange(len(jax_run["losses"]))
     a.plot(steps, jax_run["losses"], color="0.75", lw=0.8, label="JAX CPU, each step")
-    a.plot(steps, smooth(jax_run["losses"], k), color="k", label="JAX CPU (f32 dots)")
+    a.plot(steps, smooth(jax_run["losses"], k), color="k", label="JAX CPU (XLA CPU numerics)")
     colors = {"v5e": "tab:blue", "v5p": "tab:red"}
     for chip, r in runs.items():
         a.plot(steps[:len(r["losses"])], smooth(r["losses"], k), color=colors.get(chip), ls="--",
@@ -129,7 +129,7 @@ def plot(path, title, runs, jax_run, target, k=10):
     c.axhline(0, color="0.5", lw=0.8)
     c.set_xlabel("step")
     c.set_ylabel("loss difference (per step)")
-    c.set_title("tpusim (bf16 MXU) minus JAX CPU (f32)")
+    c.set_title("tpusim (bf16 MXU) minus JAX CPU")
     c.legend()
     b.set_xlabel("simulated time on the chip (ms)")
     b.set_title(f"time to loss {target} (dot: first reached)")

@@ -251,9 +251,9 @@ void tpu_sim_buffer_free(tpu_sim_buffer *b);
  * f16). The same buffer may be several inputs. `donate` is NULL or holds one flag per
  * input: a nonzero flag donates that buffer, as jax.jit's donate_argnums does: the caller
  * gives it up (the updated value comes back as an output), and when the run succeeds its
- * memory is released as soon as the values are computed, before the program is timed, and
- * the buffer is marked donated. A donated buffer may not be another input of the same run;
- * a run that fails donates nothing. Timing mode takes no inputs, as in tpu_sim_run. */
+ * memory is released and the buffer is marked donated (only tpu_sim_buffer_free is left
+ * to call). A donated buffer may not be another input of the same run; a run that fails
+ * donates nothing. Timing mode takes no inputs, as in tpu_sim_run. */
 tpu_status tpu_sim_run_buffers(const tpu_sim_module *m, const tpu_sim_options *o, tpu_sim_buffer *const *inputs,
                                int ninputs, const int *donate, tpu_sim_result **out, tpu_diag *d);
 
