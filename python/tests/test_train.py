@@ -191,3 +191,14 @@ def test_jit_shared_clock_numpy_arguments_and_retrace():
     assert logits.shape == (64, 5) and clock.steps == 3 and not p["w1"].is_deleted()
     clock.reset()
     assert clock.seconds == 0 and clock.steps == 0
+
+
+def test_jit_reference_backend_and_pytree_outputs():
+    jax, train_step, params, x, y = _mlp_step()
+    step = tpusim.jit(train_step, backend="ref")
+    p, loss = step(tpusim.device_put(params), x, y, 0.5)
+    assert step.last_report is None and step.clock.steps == 0  # the reference backend times nothing
+    want_p, want_loss = jax.jit(train_step)(params, x, y, 0.5)
+    np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-5)
+    for k in params:
+        np.testing.assert_allclose(np.asarray(p[k]), np.asarray(want_p[k]), rtol=1e-4, atol=1e-5)
