@@ -226,6 +226,37 @@ typedef struct tpu_sim_op {
 int tpu_sim_result_nops(const tpu_sim_result *r);
 tpu_status tpu_sim_result_op(const tpu_sim_result *r, int i, tpu_sim_op *out, tpu_diag *d);
 
+/* ---- Buffers: arrays kept inside the library between runs ----
+ *
+ * A buffer holds one array in the library's memory, so that one run's outputs feed the next
+ * run's inputs without a copy through the caller, as device-resident arrays do in JAX (a
+ * training loop keeps its parameters in tpusim from step to step). */
+typedef struct tpu_sim_buffer tpu_sim_buffer;
+
+/* A buffer holding a copy of `a` (dtype, rank and nbytes checked as a run's input is). */
+tpu_status tpu_sim_buffer_new(const tpu_sim_array *a, tpu_sim_buffer **out, tpu_diag *d);
+/* Moves output i of r into a new buffer, without a copy. The result then no longer holds
+ * it: tpu_sim_result_output(r, i) and a second take fail with TPU_ERR_ARG. Fails for a
+ * token leaf. */
+tpu_status tpu_sim_result_take_output(tpu_sim_result *r, int i, tpu_sim_buffer **out, tpu_diag *d);
+/* The buffer's array in *out; out->data belongs to the buffer and stays valid until the
+ * buffer is freed or donated. Fails with TPU_ERR_ARG once it was donated. */
+tpu_status tpu_sim_buffer_array(const tpu_sim_buffer *b, tpu_sim_array *out, tpu_diag *d);
+/* 1 once the buffer was donated to a run (its memory is released; only _free is left). */
+int tpu_sim_buffer_donated(const tpu_sim_buffer *b);
+void tpu_sim_buffer_free(tpu_sim_buffer *b);
+
+/* tpu_sim_run with inputs held in buffers, read in place (no copy; a buffer whose dtype
+ * differs from its parameter's is converted as tpu_sim_run converts arrays: f32 for bf16 or
+ * f16). The same buffer may be several inputs. `donate` is NULL or holds one flag per
+ * input: a nonzero flag donates that buffer, as jax.jit's donate_argnums does: the caller
+ * gives it up (the updated value comes back as an output), and when the run succeeds its
+ * memory is released and the buffer is marked donated (only tpu_sim_buffer_free is left
+ * to call). A donated buffer may not be another input of the same run; a run that fails
+ * donates nothing. Timing mode takes no inputs, as in tpu_sim_run. */
+tpu_status tpu_sim_run_buffers(const tpu_sim_module *m, const tpu_sim_options *o, tpu_sim_buffer *const *inputs,
+                               int ninputs, const int *donate, tpu_sim_result **out, tpu_diag *d);
+
 /* The JSON report (`tpusim run --report`) and the Chrome trace (`--trace`). Each file is
  * written whole or not at all. */
 tpu_status tpu_sim_result_write_json(const tpu_sim_result *r, const char *path, tpu_diag *d);

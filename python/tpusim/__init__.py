@@ -2,6 +2,7 @@
 
     outputs, report = tpusim.simulate(f, x, w, chip="v5e")    # a JAX function
     outputs, report = tpusim.run("model.hlo", [x, w])         # HLO text or a path
+    step = tpusim.jit(train_step, chip="v5e", donate_argnums=0)  # arrays stay in tpusim
 
 See docs/python.md in the repository.
 """
@@ -9,6 +10,8 @@ from ._lib import TpusimError
 from ._core import Module, Param, load, run
 from ._report import Report
 from ._jax import simulate
+from ._buffer import Array, device_put
+from ._jit import Clock, jit
 
 
 def version():
@@ -19,4 +22,5 @@ def version():
 
 
 __version__ = "0.1.0"
-__all__ = ["TpusimError", "Module", "Param", "Report", "load", "run", "simulate", "version"]
+__all__ = ["Array", "Clock", "TpusimError", "Module", "Param", "Report", "device_put", "jit", "load", "run",
+           "simulate", "version"]

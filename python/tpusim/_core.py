@@ -106,6 +106,45 @@ class Module:
             mesh=None, topology=None, slices=None, progress=None):
         """Runs the entry computation; see tpusim.run."""
         L = _lib.lib()
+        o, keep_opts = self._options(backend, chip, precision, mode, out_shardings, mesh, topology, slices)
+        arrays, keep = self._inputs(inputs if inputs is not None else [], mode)
+        r = ctypes.c_void_p()
+        d = _lib.Diag()
+        bar = _Progress(progress, self.name) if mode != "timing" else None
+        with _lib.LOCK:
+            if bar is not None and bar.active:
+                L.tpu_sim_set_progress(bar.fn, None)
+            try:
+                st = L.tpu_sim_run(self._h, ctypes.byref(o), arrays, len(keep), ctypes.byref(r), ctypes.byref(d))
+            finally:
+                if bar is not None and bar.active:
+                    L.tpu_sim_set_progress(_lib.PROGRESS_FN(), None)
+                    bar.close()
+        del keep, keep_opts
+        _lib.check(st, d)
+        res = _Result(r)
+        outputs = None if mode == "timing" else res.outputs()
+        report = Report(res, self.name) if L.tpu_sim_result_timed(r) else None
+        return outputs, report
+
+    def call(self, inputs, *, donate=None, backend="tpu", chip="v5e", precision=None, out_shardings=None, mesh=None,
+             topology=None, slices=None, progress=None):
+        """Runs the entry computation on inputs kept in tpusim and returns its outputs kept
+        there too: (outputs, report), outputs a list of tpusim.Array (None for a token).
+        inputs: tpusim.Array (read in place) or anything tpusim.run takes (copied in).
+        donate: indices of inputs given up to the run (as jax.jit's donate_argnums): each
+        such Array is deleted once the run succeeds. See docs/python.md."""
+        from ._buffer import call_module
+
+        o, keep_opts = self._options(backend, chip, precision, "full", out_shardings, mesh, topology, slices)
+        try:
+            return call_module(self, o, inputs, donate, progress)
+        finally:
+            del keep_opts
+
+    def _options(self, backend, chip, precision, mode, out_shardings, mesh, topology, slices):
+        """A tpu_sim_options struct, and what its strings point into (kept alive by the caller)."""
+        L = _lib.lib()
         o = _lib.Options()
         L.tpu_sim_options_init(ctypes.byref(o))
         o.backend = backend.encode()
@@ -126,27 +165,11 @@ class Module:
             o.slices = int(slices)
         if out_shardings is not None:
             shs = [out_shardings] if isinstance(out_shardings, str) else list(out_shardings)
-            o.out_shardings = (ctypes.c_char_p * max(1, len(shs)))(*[s.encode() for s in shs])
+            keep = (ctypes.c_char_p * max(1, len(shs)))(*[s.encode() for s in shs])
+            o.out_shardings = keep
             o.n_out_shardings = len(shs)
-        arrays, keep = self._inputs(inputs if inputs is not None else [], mode)
-        r = ctypes.c_void_p()
-        d = _lib.Diag()
-        bar = _Progress(progress, self.name) if mode != "timing" else None
-        with _lib.LOCK:
-            if bar is not None and bar.active:
-                L.tpu_sim_set_progress(bar.fn, None)
-            try:
-                st = L.tpu_sim_run(self._h, ctypes.byref(o), arrays, len(keep), ctypes.byref(r), ctypes.byref(d))
-            finally:
-                if bar is not None and bar.active:
-                    L.tpu_sim_set_progress(_lib.PROGRESS_FN(), None)
-                    bar.close()
-        del keep
-        _lib.check(st, d)
-        res = _Result(r)
-        outputs = None if mode == "timing" else res.outputs()
-        report = Report(res, self.name) if L.tpu_sim_result_timed(r) else None
-        return outputs, report
+            return o, keep
+        return o, None
 
     def _inputs(self, inputs, mode):
         """The inputs as tpu_sim_array structs (and the arrays they point into, kept alive
@@ -158,27 +181,53 @@ class Module:
         keep = []
         arrs = (_lib.Array * max(1, len(inputs)))()
         for i, x in enumerate(inputs):
-            if not hasattr(x, "dtype"):  # a list or a Python scalar
-                p = self.params[i] if i < len(self.params) else None
-                x = np.asarray(x, dtype=p.dtype if p is not None else None)
-            a = np.asarray(x)
-            if not a.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
-                a = a.copy(order="C")
-            if not a.dtype.isnative:
-                a = a.astype(a.dtype.newbyteorder("="))
-            code = _code(a.dtype)
-            if code is None:
-                raise TpusimError(f"error: input {i} has dtype {a.dtype}, which tpusim does not take", "TPU_ERR_ARG")
-            if a.ndim > _lib.MAX_RANK:
-                raise TpusimError(f"error: input {i} has rank {a.ndim} (at most {_lib.MAX_RANK})", "TPU_ERR_ARG")
-            keep.append(a)
-            arrs[i].dtype = code
-            arrs[i].rank = a.ndim
-            for k, n in enumerate(a.shape):
-                arrs[i].dims[k] = n
-            arrs[i].data = a.ctypes.data if a.nbytes else None
-            arrs[i].nbytes = a.nbytes
+            keep.append(_fill_array(arrs[i], x, i, self.params[i] if i < len(self.params) else None))
         return arrs, keep
+
+
+def _fill_array(s, x, i, param):
+    """Fills the tpu_sim_array s from x (input i; `param` gives the dtype of a list or a
+    Python number) and returns the NumPy array s points into (keep it alive)."""
+    if not hasattr(x, "dtype"):  # a list or a Python scalar
+        x = np.asarray(x, dtype=param.dtype if param is not None else None)
+    a = np.asarray(x)
+    if not a.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+        a = a.copy(order="C")
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    code = _code(a.dtype)
+    if code is None:
+        raise TpusimError(f"error: input {i} has dtype {a.dtype}, which tpusim does not take", "TPU_ERR_ARG")
+    if a.ndim > _lib.MAX_RANK:
+        raise TpusimError(f"error: input {i} has rank {a.ndim} (at most {_lib.MAX_RANK})", "TPU_ERR_ARG")
+    s.dtype = code
+    s.rank = a.ndim
+    for k, n in enumerate(a.shape):
+        s.dims[k] = n
+    s.data = a.ctypes.data if a.nbytes else None
+    s.nbytes = a.nbytes
+    return a
+
+
+def _to_numpy(a, owner, copy=False):
+    """The NumPy array of a filled tpu_sim_array: a view of its memory that keeps `owner`
+    alive, or a copy. bf16 as ml_dtypes.bfloat16 (float32 without ml_dtypes)."""
+    shape = tuple(a.dims[k] for k in range(a.rank))
+    raw_dt = np.dtype(np.uint16) if a.dtype == BF16 else _TO_NP[a.dtype]
+    if a.nbytes:
+        buf = (ctypes.c_char * a.nbytes).from_address(a.data)
+        buf._owner = owner  # the view keeps the owner alive
+        arr = np.frombuffer(buf, dtype=raw_dt).reshape(shape)
+        if copy:
+            arr = arr.copy()
+    else:
+        arr = np.zeros(shape, dtype=raw_dt)
+    if a.dtype == BF16:
+        if _BF16 is not None:
+            arr = arr.view(_BF16)
+        else:  # exact widening, as the CLI writes bf16 results
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+    return arr
 
 
 class _Progress:
@@ -253,20 +302,7 @@ class _Result:
             if a.dtype < 0:  # a token
                 outs.append(None)
                 continue
-            shape = tuple(a.dims[k] for k in range(a.rank))
-            raw_dt = np.dtype(np.uint16) if a.dtype == BF16 else _TO_NP[a.dtype]
-            if a.nbytes:
-                buf = (ctypes.c_char * a.nbytes).from_address(a.data)
-                buf._owner = self  # the view keeps the result alive
-                arr = np.frombuffer(buf, dtype=raw_dt).reshape(shape)
-            else:
-                arr = np.zeros(shape, dtype=raw_dt)
-            if a.dtype == BF16:
-                if _BF16 is not None:
-                    arr = arr.view(_BF16)
-                else:  # exact widening, as the CLI writes bf16 results
-                    arr = (arr.astype(np.uint32) << 16).view(np.float32)
-            outs.append(arr)
+            outs.append(_to_numpy(a, self))
         return outs
 
 

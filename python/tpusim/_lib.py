@@ -159,6 +159,12 @@ def _declare(lib):
         "tpu_sim_result_op": (ctypes.c_int, [vp, ctypes.c_int, P(Op), P(Diag)]),
         "tpu_sim_result_write_json": (ctypes.c_int, [vp, ctypes.c_char_p, P(Diag)]),
         "tpu_sim_result_write_trace": (ctypes.c_int, [vp, ctypes.c_char_p, P(Diag)]),
+        "tpu_sim_buffer_new": (ctypes.c_int, [P(Array), P(vp), P(Diag)]),
+        "tpu_sim_result_take_output": (ctypes.c_int, [vp, ctypes.c_int, P(vp), P(Diag)]),
+        "tpu_sim_buffer_array": (ctypes.c_int, [vp, P(Array), P(Diag)]),
+        "tpu_sim_buffer_donated": (ctypes.c_int, [vp]),
+        "tpu_sim_buffer_free": (None, [vp]),
+        "tpu_sim_run_buffers": (ctypes.c_int, [vp, P(Options), P(vp), ctypes.c_int, P(ctypes.c_int), P(vp), P(Diag)]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)

@@ -33,6 +33,7 @@ struct tpu_sim_result {
   int64_t devices;
   tpu_tensor value;          /* the entry's result (full mode) */
   const tpu_tensor **leaves; /* into value */
+  unsigned char *taken;      /* per leaf: moved into a buffer (tpu_sim_result_take_output) */
   int nleaves;
   int timed;
   tpu_chip chip;
@@ -46,6 +47,12 @@ struct tpu_sim_result {
   tpu_pod_cost_ctx costs;    /* the link model's answers for its collectives (report section) */
   tpu_topology topo;         /* the slice given by the options (costs.topo points here when set) */
   int have_pod;
+};
+
+/* An array kept in the library between runs (api/buffer.c). */
+struct tpu_sim_buffer {
+  tpu_tensor t; /* the array; its data is owned (empty once donated) */
+  int donated;
 };
 
 /* Public <-> internal element types; -1 / TPU_DTYPE_COUNT when there is none. */

@@ -16,6 +16,7 @@ void tpu_sim_result_free(tpu_sim_result *r) {
   tpu_program_free(r->prog);
   tpu_module_free(r->compiled);
   tpu_free(r->leaves);
+  tpu_free(r->taken);
   tpu_tensor_free(&r->value);
   if (r->have_pod) tpu_podio_free(&r->pod);
   tpu_pod_cost_free(&r->costs);
@@ -30,6 +31,7 @@ tpu_status tpu_sim_result_output(const tpu_sim_result *r, int i, tpu_sim_array *
   memset(out, 0, sizeof *out);
   if (i < 0 || i >= r->nleaves)
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "output %d does not exist: the run has %d", i, r->nleaves);
+  if (r->taken[i]) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "output %d was moved into a buffer", i);
   const tpu_tensor *t = r->leaves[i];
   out->dtype = tpu__api_public_dtype(t->dtype); /* -1 for a token */
   if (t->dtype == TPU_TOKEN) return TPU_OK;

@@ -300,15 +300,45 @@ static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, cons
   return TPU_OK;
 }
 
-tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const tpu_sim_array *inputs, int ninputs,
-                       tpu_sim_result **out, tpu_diag *d) {
+/* A buffer as input i: read in place when it has the parameter's type and dims
+ * (*borrowed = 1: t shares the buffer's data), else a converted copy (as take_input). */
+static tpu_status take_buffer(const tpu_sim_buffer *b, int i, const tpu_shape *want, tpu_tensor *t, int *borrowed,
+                              tpu_diag *d) {
+  memset(t, 0, sizeof *t);
+  *borrowed = 0;
+  if (!b) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d: no buffer", i);
+  if (b->donated)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d: the buffer was donated to an earlier run", i);
+  int same = b->t.dtype == want->dtype && b->t.rank == want->rank;
+  for (int k = 0; same && k < want->rank; k++) same = b->t.dims[k] == want->dims[k];
+  if (same) {
+    *t = b->t;
+    *borrowed = 1;
+    return TPU_OK;
+  }
+  TPU_TRY(tpu_tensor_clone(t, &b->t, d));
+  return tpu_ref_accept_input(t, i, want, tpu_noloc(), d);
+}
+
+/* Where a run's inputs come from: caller arrays (copied), or buffers (read in place). */
+typedef struct {
+  const tpu_sim_array *arrays;
+  tpu_sim_buffer *const *bufs;
+  const int *donate;
+  int n;
+} run_inputs;
+
+static tpu_status run_impl(const tpu_sim_module *sm, const tpu_sim_options *o, const run_inputs *in,
+                           tpu_sim_result **out, tpu_diag *d) {
+  int ninputs = in->n;
+  const tpu_sim_array *inputs = in->arrays;
   if (!out) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_run: no out-parameter");
   *out = NULL;
   if (!sm) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_run: no module");
   run_plan p;
   TPU_TRY(plan_run(o, &p, d));
   const tpu_comp *e0 = sm->m->entry;
-  if (ninputs < 0 || (ninputs > 0 && !inputs))
+  if (ninputs < 0 || (ninputs > 0 && !inputs && !in->bufs))
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_run: %d inputs without the array list", ninputs);
   if (p.timing && ninputs)
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "mode timing computes no values: it takes no inputs (%d given)",
@@ -324,6 +354,7 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
   r->mode = p.timing ? "timing" : "full";
   r->precision = p.precision >= 0 ? k_precisions[p.precision] : "per-op";
   tpu_tensor *args = NULL;
+  int *borrowed = NULL; /* per arg: shares a buffer's data (not freed here) */
   int nargs = 0;
   tpu_loop_trips trips;
   memset(&trips, 0, sizeof trips);
@@ -342,12 +373,19 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
   if (st == TPU_OK && !p.timing) {
     const tpu_comp *e = m->entry;
     args = tpu_calloc((size_t)(e->nparams ? e->nparams : 1), sizeof *args);
-    if (!args) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    borrowed = tpu_calloc((size_t)(e->nparams ? e->nparams : 1), sizeof *borrowed);
+    if (!args || !borrowed) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
     for (; st == TPU_OK && nargs < e->nparams; nargs++) {
       tpu_shape want = e->params[nargs]->shape;
       want.has_layout = 0;
-      if (r->have_pod) tpu_podio_input_shape(&r->pod, m, nargs, inputs[nargs].rank, inputs[nargs].dims, &want);
-      st = take_input(&inputs[nargs], nargs, &want, &args[nargs], d);
+      const tpu_sim_buffer *b = in->bufs ? in->bufs[nargs] : NULL;
+      if (r->have_pod && (b || !in->bufs)) {
+        int rank = b ? b->t.rank : inputs[nargs].rank;
+        const int64_t *dims = b ? b->t.dims : inputs[nargs].dims;
+        tpu_podio_input_shape(&r->pod, m, nargs, rank, dims, &want);
+      }
+      st = in->bufs ? take_buffer(b, nargs, &want, &args[nargs], &borrowed[nargs], d)
+                    : take_input(&inputs[nargs], nargs, &want, &args[nargs], d);
       if (st != TPU_OK) break;
     }
     /* Values run on the module as written (the compiler then rewrites it in place). */
@@ -359,18 +397,50 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
     if (st == TPU_OK) {
       r->nleaves = tpu_tensor_count_leaves(&r->value);
       r->leaves = tpu_calloc((size_t)r->nleaves + 1, sizeof *r->leaves);
-      if (!r->leaves) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+      r->taken = tpu_calloc((size_t)r->nleaves + 1, 1);
+      if (!r->leaves || !r->taken) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
       else tpu_tensor_collect_leaves(&r->value, r->leaves);
     }
   }
   if (st == TPU_OK && p.tpu) st = time_program(r, sm, &p, &trips, d);
-  for (int i = 0; i < nargs; i++) tpu_tensor_free(&args[i]);
+  for (int i = 0; i < nargs; i++)
+    if (!borrowed[i]) tpu_tensor_free(&args[i]);
   tpu_free(args);
+  tpu_free(borrowed);
   tpu_loop_trips_free(&trips);
   if (st != TPU_OK) {
     tpu_sim_result_free(r);
     return st;
   }
+  if (in->bufs && in->donate && !p.timing) /* the run succeeded: donated buffers give up their memory */
+    for (int i = 0; i < ninputs; i++)
+      if (in->donate[i]) {
+        tpu_tensor_free(&in->bufs[i]->t);
+        in->bufs[i]->donated = 1;
+      }
   *out = r;
   return TPU_OK;
+}
+
+tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const tpu_sim_array *inputs, int ninputs,
+                       tpu_sim_result **out, tpu_diag *d) {
+  run_inputs in = {inputs, NULL, NULL, ninputs};
+  return run_impl(sm, o, &in, out, d);
+}
+
+tpu_status tpu_sim_run_buffers(const tpu_sim_module *sm, const tpu_sim_options *o, tpu_sim_buffer *const *inputs,
+                               int ninputs, const int *donate, tpu_sim_result **out, tpu_diag *d) {
+  if (out) *out = NULL;
+  if (ninputs > 0 && !inputs)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_run_buffers: %d inputs without the buffer list", ninputs);
+  for (int i = 0; donate && i < ninputs; i++) {
+    if (!donate[i]) continue;
+    if (!inputs[i]) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d: no buffer", i);
+    for (int j = 0; j < ninputs; j++)
+      if (j != i && inputs[j] == inputs[i])
+        return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d is donated but the same buffer is also input %d", i,
+                        j);
+  }
+  run_inputs in = {NULL, inputs, donate, ninputs};
+  return run_impl(sm, o, &in, out, d);
 }
