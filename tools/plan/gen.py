@@ -342,26 +342,22 @@ class Step:
         self.ag_tp(g, "dn", "ys", (Ts, D), (Tm, D))
         del n
 
-    def a2a(self, g, out, x, shape):
+    def tp_coll(self, g, out, x, shape, op, extra=""):
+        """A collective over the tensor-parallel group on dimension 0 (a copy when T = 1)."""
         if self.T == 1:
             g.e(f"{out} = {ty(self.cd, shape)} copy({x})")
         else:
-            g.e(f"{out} = {ty(self.cd, shape)} all-to-all({x}), channel_id={self.chan()}, replica_groups={self.g_tp}, "
-                f"dimensions={{0}}, use_global_device_ids=true")
+            g.e(f"{out} = {ty(self.cd, shape)} {op}({x}), channel_id={self.chan()}, replica_groups={self.g_tp}, "
+                f"dimensions={{0}}, use_global_device_ids=true{extra}")
+
+    def a2a(self, g, out, x, shape):
+        self.tp_coll(g, out, x, shape, "all-to-all")
 
     def ag_tp(self, g, out, x, sh, full):
-        if self.T == 1:
-            g.e(f"{out} = {ty(self.cd, full)} copy({x})")
-        else:
-            g.e(f"{out} = {ty(self.cd, full)} all-gather({x}), channel_id={self.chan()}, replica_groups={self.g_tp}, "
-                f"dimensions={{0}}, use_global_device_ids=true")
+        self.tp_coll(g, out, x, full, "all-gather")
 
     def rs_tp(self, g, out, x, full, sh):
-        if self.T == 1:
-            g.e(f"{out} = {ty(self.cd, sh)} copy({x})")
-        else:
-            g.e(f"{out} = {ty(self.cd, sh)} reduce-scatter({x}), channel_id={self.chan()}, replica_groups={self.g_tp}, "
-                f"dimensions={{0}}, use_global_device_ids=true, to_apply=add_{self.cd}")
+        self.tp_coll(g, out, x, sh, "reduce-scatter", f", to_apply=add_{self.cd}")
 
     def backward_layer(self, g, gy, a, W):
         """Gradients of one layer: returns (gx, {weight: full gradient})."""
