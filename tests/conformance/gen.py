@@ -892,6 +892,12 @@ def generate(name, desc, tol, builder):
     check_leaves("in", ins, psig)
     check_leaves("out", outs, rsig)
 
+    write_case(name, desc, tol, prog, opt, ins, outs, psig, rsig)
+
+
+def write_case(name, desc, tol, prog, opt, ins, outs, psig, rsig, **extra_meta):
+    """Writes cases/NAME: prog.hlo, opt.hlo, in*/out*.npy (read back and checked against the
+    HLO signature) and meta.json (extra_meta added to it)."""
     d = os.path.join(CASES_DIR, name)
     if os.path.isdir(d):
         shutil.rmtree(d)
@@ -911,7 +917,7 @@ def generate(name, desc, tol, builder):
     fmt = lambda s: [f"{t}[{','.join(map(str, dims))}]" for t, dims in s]  # noqa: E731
     meta = {"name": name, "description": desc, "dtypes": dtypes,
             "tol": {"rtol": tol[0], "atol": tol[1]},
-            "inputs": fmt(psig), "outputs": fmt(rsig), "jax_version": jax.__version__}
+            "inputs": fmt(psig), "outputs": fmt(rsig), "jax_version": jax.__version__, **extra_meta}
     with open(os.path.join(d, "meta.json"), "w") as fh:
         json.dump(meta, fh, indent=2)
         fh.write("\n")

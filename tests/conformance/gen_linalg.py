@@ -12,9 +12,7 @@ tolerance. Inputs, meta.json and the file layout are gen.py's (README.md). Pinne
     python3 tests/conformance/gen_linalg.py [--only NAME,...]
 """
 import argparse
-import json
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -124,25 +122,7 @@ def generate(name, desc, tol, builder):
     for i, (g, w) in enumerate(zip(got, outs)):
         if not np.allclose(np.asarray(g), np.asarray(w), rtol=tol[0], atol=tol[1], equal_nan=True):
             raise RuntimeError(f"{name}: XLA CPU's out{i} is not within the case's tolerance")
-    d = os.path.join(gen.CASES_DIR, name)
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    os.makedirs(d)
-    with open(os.path.join(d, "prog.hlo"), "w") as fh:
-        fh.write(prog)
-    with open(os.path.join(d, "opt.hlo"), "w") as fh:
-        fh.write(opt)
-    for prefix, leaves, sig in (("in", ins, psig), ("out", outs, rsig)):
-        for i, (a, (t, dims)) in enumerate(zip(leaves, sig)):
-            np.save(os.path.join(d, f"{prefix}{i}.npy"), gen.to_npy(a, t), allow_pickle=False)
-    dtypes = sorted(set(t for t, _ in gen.SHAPE_RE.findall(prog)))
-    fmt = lambda s: [f"{t}[{','.join(map(str, dims))}]" for t, dims in s]  # noqa: E731
-    meta = {"name": name, "description": desc, "dtypes": dtypes, "tol": {"rtol": tol[0], "atol": tol[1]},
-            "inputs": fmt(psig), "outputs": fmt(rsig), "jax_version": jax.__version__,
-            "lowered_for": "tpu"}
-    with open(os.path.join(d, "meta.json"), "w") as fh:
-        json.dump(meta, fh, indent=2)
-        fh.write("\n")
+    gen.write_case(name, desc, tol, prog, opt, ins, outs, psig, rsig, lowered_for="tpu")
 
 
 def main():
