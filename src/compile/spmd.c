@@ -1263,10 +1263,10 @@ static double steps_cost(const sp *s, double n, unsigned axes, uint64_t deps, in
 /* Bytes a chip receives to reshard an operand of global shape g from `from` to `to` (the
  * block it ends with, when any split must be undone), plus the collective's latency over
  * the chips of the undone splits. */
-/* Whether dot `in`'s f32 operands are gathered as bf16 (tpu_mesh bf16_dot_gathers). */
+/* Whether dot or convolution `in`'s f32 operands travel as bf16 (tpu_mesh bf16_dot_gathers). */
 static int bf16_gathers(const sp *s, const tpu_instr *in) {
-  return s->mesh->bf16_dot_gathers && in->op == TPU_OP_DOT && in->precision[0] == TPU_PREC_CFG_DEFAULT &&
-         in->precision[1] == TPU_PREC_CFG_DEFAULT;
+  return s->mesh->bf16_dot_gathers && (in->op == TPU_OP_DOT || in->op == TPU_OP_CONVOLUTION) &&
+         in->precision[0] == TPU_PREC_CFG_DEFAULT && in->precision[1] == TPU_PREC_CFG_DEFAULT;
 }
 
 static double gather_cost(const sp *s, const tpu_instr *x, const dsh *from, const dsh *to) {
@@ -1836,6 +1836,23 @@ static tpu_status to_neighbour(sp *s, tpu_instr *x, const dsh *h, int k, int dir
  * them unpadded in that dimension, and keeps its block of the output. Chips at the edges
  * receive zeros, which are the zero padding. Needs stride 1, no dilation there, and padding
  * that keeps the size (pad_lo + pad_hi = size - 1) no wider than a block. */
+/* A halo's rows sent to the neighbour `dir` (to_neighbour), as bf16 when the convolution
+ * reads them as bf16 anyway (bf16_gathers): converted before, back to f32 after. */
+static tpu_status halo_send(sp *s, const tpu_instr *in, tpu_instr *edge, const dsh *L, int d, int dir,
+                            tpu_instr **out) {
+  if (!bf16_gathers(s, in) || edge->shape.dtype != TPU_F32) return to_neighbour(s, edge, L, d, dir, in->loc, out);
+  tpu_shape b = edge->shape, f;
+  b.dtype = TPU_BF16;
+  b.has_layout = 0;
+  b.layout_tail = NULL;
+  tpu_instr *eb, *y;
+  TPU_TRY(instr(s, TPU_OP_CONVERT, "spmd.to_bf16", &b, &edge, 1, in->loc, &eb));
+  TPU_TRY(to_neighbour(s, eb, L, d, dir, in->loc, &y));
+  f = y->shape;
+  f.dtype = TPU_F32;
+  return instr(s, TPU_OP_CONVERT, "spmd.from_bf16", &f, &y, 1, in->loc, out);
+}
+
 static tpu_status spatial_conv(sp *s, const tpu_instr *in, int sd) {
   const tpu_instr *lo = in->operands[0];
   const dsh *lh = &s->sh[lo->id];
@@ -1863,13 +1880,13 @@ static tpu_status spatial_conv(sp *s, const tpu_instr *in, int sd) {
   if (w->pad_lo) { /* the previous block's last rows */
     tpu_instr *edge;
     TPU_TRY(rows(s, x, d, blk - w->pad_lo, blk, in->loc, &edge));
-    TPU_TRY(to_neighbour(s, edge, &L, d, +1, in->loc, &parts[np++]));
+    TPU_TRY(halo_send(s, in, edge, &L, d, +1, &parts[np++]));
   }
   parts[np++] = x;
   if (w->pad_hi) { /* the next block's first rows */
     tpu_instr *edge;
     TPU_TRY(rows(s, x, d, 0, w->pad_hi, in->loc, &edge));
-    TPU_TRY(to_neighbour(s, edge, &L, d, -1, in->loc, &parts[np++]));
+    TPU_TRY(halo_send(s, in, edge, &L, d, -1, &parts[np++]));
   }
   tpu_instr *cat = x;
   if (np > 1) {

@@ -73,6 +73,13 @@ EOF
   "$BIN" run "$T/halo.hlo" -i "$T/hx.npy" -i "$T/hk.npy" --backend ref -q -o "$T/h4" 2> "$T/err" || fail "halo run: $(cat "$T/err")"
   "$BIN" run "$T/halo.hlo" -i "$T/hx.npy" -i "$T/hk.npy" --backend ref -q --mesh d0=1 -o "$T/h1" 2> "$T/err" || fail "halo one chip: $(cat "$T/err")"
   cmp -s "$T/h4/0.npy" "$T/h1/0.npy" || fail "halo ($sh): values differ from one chip"
+  # tpu backend: the halo travels as bf16 (the convolution's one bf16 pass reads it so), values
+  # still bit-identical to one chip
+  "$BIN" compile "$T/halo.hlo" --dump-after spmd-partition | grep -q "bf16.* collective-permute(" ||
+    fail "halo ($sh): not sent as bf16"
+  "$BIN" run "$T/halo.hlo" -i "$T/hx.npy" -i "$T/hk.npy" -q -o "$T/t4" 2> "$T/err" || fail "halo tpu: $(cat "$T/err")"
+  "$BIN" run "$T/halo.hlo" -i "$T/hx.npy" -i "$T/hk.npy" -q --mesh d0=1 -o "$T/t1" 2> "$T/err" || fail "halo tpu 1: $(cat "$T/err")"
+  cmp -s "$T/t4/0.npy" "$T/t1/0.npy" || fail "halo ($sh) tpu: values differ from one chip"
 done
 
 # Plans priced with each collective's latency (docs/spmd.md): a data-parallel step's weight
