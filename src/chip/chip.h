@@ -123,7 +123,10 @@ typedef struct tpu_chip {
  * with a '/' or ending in ".json" is a path. The file is validated: unknown or missing
  * fields, wrong types, non-positive sizes, sources not listed, and a listed peak that
  * disagrees with 2 * MACs * clock beyond TPU_CHIP_PEAK_TOL without a "mismatch" text all
- * fail with TPU_ERR_INVALID (TPU_ERR_PARSE for bad JSON) naming the field at FILE:LINE:COL. */
+ * fail with TPU_ERR_INVALID (TPU_ERR_PARSE for bad JSON) naming the field at FILE:LINE:COL.
+ * A name or path followed by ":core" ("v4:core") gives one TensorCore of that chip (the
+ * compile-only device XLA targets on chips without megacore): tensorcores 1, HBM capacity,
+ * bandwidth and listed peaks divided by the chip's TensorCores, marked derived. */
 tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d);
 
 /* Preset names found in the first chips folder of the search above, sorted. */
