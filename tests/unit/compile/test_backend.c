@@ -437,8 +437,9 @@ static void dynamic_slices(void) {
       /* the update's 1024 registers, split over the tile loop (rounded up per tile) */
       CHECK(tl.ops[du].unit_cycles[TPU_UNIT_VPU] >= 1024);
       CHECK(tl.ops[du].unit_cycles[TPU_UNIT_VPU] <= 1024 + p->ops[du].tiles);
-      /* update in, slice out, plus the three padded scalar indices */
-      CHECK_NEAR(tl.ops[du].hbm_bytes, 2.0 * 1024 * 1024 * 4 + 3 * 4096, 64);
+      /* update in, slice out, plus the three scalar indices, each padded to one row of
+       * 128 lanes (512 bytes; rank <= 1 arrays are not padded to a full 8 x 128 tile) */
+      CHECK_NEAR(tl.ops[du].hbm_bytes, 2.0 * 1024 * 1024 * 4 + 3 * 512, 64);
     }
     int hn = -1, hd = -1;
     for (int i = 0; i < p->nhbm; i++) {
