@@ -64,6 +64,10 @@ double tpu_chip_macs_per_cycle(const tpu_chip *c) {
          (double)c->mxu_cols;
 }
 
+double tpu_chip_hbm_stream_bw(const tpu_chip *c) {
+  return c->hbm_efficiency > 0 ? c->hbm_bw * c->hbm_efficiency : c->hbm_bw;
+}
+
 double tpu_chip_derived_peak(const tpu_chip *c) { return 2.0 * tpu_chip_macs_per_cycle(c) * c->clock_hz; }
 
 double tpu_chip_peak_bf16(const tpu_chip *c) {
@@ -407,6 +411,10 @@ static tpu_status check_consistency(loader *L) {
     snprintf(how8, sizeof how8, "%s * int8_rate %g", how, c->int8_rate);
     TPU_TRY(check_peak(L, TPU_CHIP_PEAK_INT8_OPS, derived * c->int8_rate, how8));
   }
+  if (tpu_chip_known(c, TPU_CHIP_HBM_EFFICIENCY) && c->hbm_efficiency > 1)
+    return BAD(L, value_node(L, TPU_CHIP_HBM_EFFICIENCY),
+               "field 'hbm_efficiency': %g is not a fraction of the bandwidth (0 < x <= 1)",
+               c->hbm_efficiency);
   int want_links = c->topology == TPU_TOPO_TORUS_2D ? 4 : c->topology == TPU_TOPO_TORUS_3D ? 6 : 0;
   if (c->topology == TPU_TOPO_NONE) {
     if (tpu_chip_known(c, TPU_CHIP_ICI_LINKS))

@@ -55,6 +55,8 @@ typedef enum {
   X(HBM_BYTES, hbm_bytes, 'i', 1, "B", "off-chip memory capacity per chip")                  \
   X(HBM_BW, hbm_bw, 'f', 1, "B/s", "off-chip memory bandwidth per chip")                     \
   X(HBM_LATENCY_S, hbm_latency_s, 'f', 0, "s", "off-chip memory access latency")             \
+  X(HBM_EFFICIENCY, hbm_efficiency, 'f', 0, "", "fraction of hbm_bw a streaming DMA sustains")  \
+  X(KERNEL_OVERHEAD_S, kernel_overhead_s, 'f', 0, "s", "fixed cost of starting each kernel")   \
   X(ICI_LINKS, ici_links, 'i', 0, "", "inter-chip links per chip")                           \
   X(ICI_BW_PER_LINK, ici_bw_per_link, 'f', 0, "B/s", "bandwidth per ICI link, one way")      \
   X(ICI_LATENCY_S, ici_latency_s, 'f', 0, "s", "ICI latency per hop")                        \
@@ -101,6 +103,8 @@ typedef struct tpu_chip {
   int64_t vector_lanes, vector_sublanes;
   int64_t vmem_bytes, cmem_bytes, acc_bytes, hbm_bytes;
   double hbm_bw, hbm_latency_s;
+  double hbm_efficiency; /* 0 when unknown: DMAs stream at hbm_bw */
+  double kernel_overhead_s; /* 0 when unknown: kernels start at the barrier */
   int64_t ici_links;
   double ici_bw_per_link, ici_latency_s;
   tpu_topology_kind topology;
@@ -150,6 +154,10 @@ const char *tpu_chip_wrap_name(tpu_wrap_rule w);
 int tpu_chip_known(const tpu_chip *c, tpu_chip_field f);
 /* Field f as a double (dtype/enum fields give their enum value; max_dims gives the product). */
 double tpu_chip_value(const tpu_chip *c, tpu_chip_field f);
+
+/* Bytes per second one streaming DMA moves: hbm_bw x hbm_efficiency (hbm_bw when the
+ * efficiency is unknown). The timing model's HBM rate; reports' peaks keep hbm_bw. */
+double tpu_chip_hbm_stream_bw(const tpu_chip *c);
 
 /* MACs per cycle of the whole chip: tensorcores * mxus_per_core * mxu_rows * mxu_cols. */
 double tpu_chip_macs_per_cycle(const tpu_chip *c);
