@@ -445,7 +445,13 @@ static tpu_status durations(tstate *t) {
       case TPU_ISA_MATMUL:
         TPU_TRY(tpu_timing_matmul_cycles(in, t->chip, &c, t->d));
         break;
-      case TPU_ISA_VPU:
+      case TPU_ISA_VPU: {
+        /* the VPU issues vector_ops_per_cycle register-wide operations per cycle (its ALU
+         * slots; 1 when the preset does not say) */
+        double r = t->chip->vector_ops_per_cycle > 0 ? t->chip->vector_ops_per_cycle : 1;
+        c = (int64_t)ceil((double)in->vregs * (double)in->ops / ((double)cores * r));
+        break;
+      }
       case TPU_ISA_EUP:
       case TPU_ISA_XLU:
         c = ceil_div(in->vregs * in->ops, cores);

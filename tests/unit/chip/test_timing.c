@@ -287,7 +287,7 @@ static void megacore_and_int8(void) {
   tpu_chip v4;
   tpu_diag d;
   CHECK(tpu_chip_load("v4", &v4, &d) == TPU_OK);
-  v4.hbm_efficiency = v4.kernel_overhead_s = 0;
+  v4.hbm_efficiency = v4.kernel_overhead_s = v4.vector_ops_per_cycle = 0;
   /* v4: 2 TensorCores x 4 MXUs as one logical core of 8 MXUs. */
   tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, -1);
   mm.m = 1024;
@@ -442,7 +442,8 @@ static void cross_kernel_prefetch(void) {
 }
 
 /* hbm_efficiency scales the DMA rate; kernel_overhead_s delays each kernel's first
- * instruction and counts in its window (closed forms on the preset's own values). */
+ * instruction and counts in its window; vector_ops_per_cycle divides VPU work (closed
+ * forms on the preset's own values). */
 static void calibration_fields(void) {
   tpu_chip c = g_v5e;
   CHECK(c.hbm_efficiency > 0 && c.hbm_efficiency <= 1 && c.kernel_overhead_s > 0);
@@ -456,10 +457,14 @@ static void calibration_fields(void) {
   CHECK(p != NULL);
   if (!p) return;
   int64_t kov = (int64_t)llround(c.kernel_overhead_s * c.clock_hz);
+  /* the VPU issues vector_ops_per_cycle register operations per cycle */
+  CHECK(c.vector_ops_per_cycle >= 1);
+  int64_t v10 = (int64_t)ceil(10 / c.vector_ops_per_cycle), v20 = (int64_t)ceil(20 / c.vector_ops_per_cycle);
   CHECK(tpu_timing_run(p, &c, 1, &tl, &d) == TPU_OK);
-  CHECK_EQ_INT(tl.total_cycles, 2 * kov + 30);
-  CHECK_EQ_INT(tl.ops[0].cycles, kov + 10);
-  CHECK_EQ_INT(tl.ops[1].cycles, kov + 20);
+  CHECK_EQ_INT(tl.total_cycles, 2 * kov + v10 + v20);
+  CHECK_EQ_INT(tl.ops[0].cycles, kov + v10);
+  CHECK_EQ_INT(tl.ops[1].cycles, kov + v20);
+  CHECK_EQ_INT(tl.busy[TPU_UNIT_VPU], v10 + v20);
   tpu_timeline_free(&tl);
   tpu_program_free(p);
   /* a 64 MiB copy: 2 x bytes at the streaming rate + latency, after the kernel's start */
@@ -488,6 +493,7 @@ int main(void) {
    * hbm_efficiency and kernel_overhead_s, is checked above). */
   g_v5e.hbm_efficiency = 0;
   g_v5e.kernel_overhead_s = 0;
+  g_v5e.vector_ops_per_cycle = 0;
   dot_matches_tile_model();
   precision_passes();
   copy_closed_form();
