@@ -104,6 +104,7 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--worst", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--markdown", action="store_true", help="also print the per-generation table as Markdown")
     a = ap.parse_args()
     chips = a.chips.split(",")
     only = [w for w in a.only.split(",") if w] or [""]
@@ -201,6 +202,27 @@ def main():
         print("\nfailed runs:")
         for c, n, e in failures:
             print(f"  {c} {n}: {e}")
+    if a.markdown:
+        print("\n| generation (tpusim preset) | n | median abs err | p90 abs err | signed median | within 10 % | within 25 % "
+              "| credible n | median | p90 | fusion keys matched | median | p90 | HBM footprint: median abs diff |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for c, x in summary.items():
+            print(f"| {c} ({PRESET.get(c, c)}) | {x['n']} | {100 * x['median_abs_err']:.1f} % | {100 * x['p90_abs_err']:.1f} % "
+                  f"| {100 * x['median_err']:+.1f} % | {x['within_10pct']} | {x['within_25pct']} | {x['n_without_xprefetch']} "
+                  f"| {100 * x['median_abs_err_without_xprefetch']:.1f} % | {100 * x['p90_abs_err_without_xprefetch']:.1f} % "
+                  f"| {x['fusions_matched']} | {100 * x['fusion_median_abs_err']:.1f} % | {100 * x['fusion_p90_abs_err']:.1f} % "
+                  f"| {100 * x['mem_median_abs_err']:.1f} % |")
+        cats = sorted(set(r["category"] for r in rows))
+        print("\n| category | " + " | ".join(f"{c} median abs (signed)" for c in summary) + " |")
+        print("|---|" + "---|" * len(summary))
+        for cat in cats:
+            cells = []
+            for c in summary:
+                cr = [r for r in rows if r["chip"] == c and r["category"] == cat]
+                cells.append(f"{100 * pct([abs(r['err']) for r in cr], 0.5):.0f} % ({100 * pct([r['err'] for r in cr], 0.5):+.0f} %)"
+                             if cr else "-")
+            n = len([r for r in rows if r["chip"] == next(iter(summary)) and r["category"] == cat])
+            print(f"| {cat} ({n}) | " + " | ".join(cells) + " |")
     if a.json:
         json.dump({"summary": summary, "rows": rows, "failures": failures}, open(a.json, "w"), indent=1)
     print("\nsummary: " + "  ".join(f"{c}: median {100 * s['median_abs_err']:.1f}% p90 {100 * s['p90_abs_err']:.1f}% "
