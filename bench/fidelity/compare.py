@@ -36,7 +36,10 @@ def stream_bw(chip):
     preset gets its TensorCore's share), to judge whether a cross-program prefetch that the
     compiler's sum leaves out matters."""
     base, core = chip.split(":")[0], chip.endswith(":core")
-    d = json.load(open(os.path.join(ROOT, "chips", base + ".json")))
+    path = base if base.endswith(".json") else os.path.join(ROOT, "chips", base + ".json")
+    if not os.path.exists(path):
+        return float("inf")  # unknown preset file: no prefetch judged to matter
+    d = json.load(open(path))
     bw = d["hbm_bw"]["value"] / (d["tensorcores"]["value"] if core else 1)
     eff = (d.get("hbm_efficiency") or {}).get("value") or 1.0
     return bw * eff
@@ -105,8 +108,13 @@ def main():
     ap.add_argument("--worst", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--markdown", action="store_true", help="also print the per-generation table as Markdown")
+    ap.add_argument("--preset", action="append", default=[], metavar="GEN=CHIP",
+                    help="run generation GEN on tpusim chip CHIP (default v4=v4:core, others by name)")
     a = ap.parse_args()
     chips = a.chips.split(",")
+    for kv in a.preset:
+        g, _, chip = kv.partition("=")
+        PRESET[g] = chip
     only = [w for w in a.only.split(",") if w] or [""]
     names = sorted(f[:-5] for f in os.listdir(a.corpus) if f.endswith(".json") and f != "probes.json"
                    and os.path.exists(os.path.join(a.corpus, f[:-5] + ".hlo")) and any(w in f for w in only))
