@@ -58,6 +58,7 @@ typedef enum {
   X(HBM_LATENCY_S, hbm_latency_s, 'f', 0, "s", "off-chip memory access latency")             \
   X(HBM_EFFICIENCY, hbm_efficiency, 'f', 0, "", "fraction of hbm_bw a streaming DMA sustains")  \
   X(KERNEL_OVERHEAD_S, kernel_overhead_s, 'f', 0, "s", "fixed cost of starting each kernel")   \
+  X(MATMUL_OVERHEAD_S, matmul_overhead_s, 'f', 0, "s", "extra start cost of a matmul kernel")  \
   X(ICI_LINKS, ici_links, 'i', 0, "", "inter-chip links per chip")                           \
   X(ICI_BW_PER_LINK, ici_bw_per_link, 'f', 0, "B/s", "bandwidth per ICI link, one way")      \
   X(ICI_LATENCY_S, ici_latency_s, 'f', 0, "s", "ICI latency per hop")                        \
@@ -107,6 +108,7 @@ typedef struct tpu_chip {
   double hbm_bw, hbm_latency_s;
   double hbm_efficiency; /* 0 when unknown: DMAs stream at hbm_bw */
   double kernel_overhead_s; /* 0 when unknown: kernels start at the barrier */
+  double matmul_overhead_s; /* 0 when unknown: added to kernel_overhead_s for MXU kernels */
   int64_t ici_links;
   double ici_bw_per_link, ici_latency_s;
   tpu_topology_kind topology;

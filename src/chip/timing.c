@@ -37,6 +37,7 @@ typedef struct {
   int *match;             /* loop -> end, cond -> endcond, case -> next case/endcond */
   int64_t lat;            /* HBM latency, cycles */
   int64_t kov;            /* fixed start cost of each kernel, cycles */
+  int64_t mov;            /* extra start cost of a matmul/convolution kernel, cycles */
   double bpc;             /* HBM bytes per cycle */
   int64_t cap_events;
   int64_t *hbm_ready;     /* per HBM buffer: completion of its latest writer (dma.out/.hbm) */
@@ -359,7 +360,8 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
         /* The kernel's fixed start cost (chip kernel_overhead_s: the XLA TPU cost model's
          * per-op cost of the smallest ops) delays its first instruction and counts in its
          * window. */
-        t->m.barrier = t->m.horizon + t->kov;
+        t->m.barrier = t->m.horizon + t->kov +
+                       (in->op >= 0 && t->p->ops[in->op].m > 0 ? t->mov : 0); /* + a matmul's own */
         if (in->op >= 0) {
           t->m.cur_op = in->op;
           t->m.op_start = t->m.horizon;
@@ -486,6 +488,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   double lat_s = chip->hbm_latency_s > 0 ? chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
   t.lat = (int64_t)llround(lat_s * chip->clock_hz);
   t.kov = chip->kernel_overhead_s > 0 ? (int64_t)llround(chip->kernel_overhead_s * chip->clock_hz) : 0;
+  t.mov = chip->matmul_overhead_s > 0 ? (int64_t)llround(chip->matmul_overhead_s * chip->clock_hz) : 0;
   for (int v = 0; v < p->nvmem; v++) t.nslots += p->vmem[v].nslots;
   size_t ns = (size_t)(t.nslots ? t.nslots : 1), ni = (size_t)(p->ninsns ? p->ninsns : 1);
   t.ready = tpu_calloc(ns, sizeof(int64_t));

@@ -287,7 +287,7 @@ static void megacore_and_int8(void) {
   tpu_chip v4;
   tpu_diag d;
   CHECK(tpu_chip_load("v4", &v4, &d) == TPU_OK);
-  v4.hbm_efficiency = v4.kernel_overhead_s = v4.vector_ops_per_cycle = 0;
+  v4.hbm_efficiency = v4.kernel_overhead_s = v4.vector_ops_per_cycle = v4.matmul_overhead_s = 0;
   /* v4: 2 TensorCores x 4 MXUs as one logical core of 8 MXUs. */
   tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, -1);
   mm.m = 1024;
@@ -467,6 +467,17 @@ static void calibration_fields(void) {
   CHECK_EQ_INT(tl.busy[TPU_UNIT_VPU], v10 + v20);
   tpu_timeline_free(&tl);
   tpu_program_free(p);
+  /* a matmul kernel (its op has an MXU problem) also pays matmul_overhead_s */
+  p = assemble(".program chip=\"v5e\"\n.op name=\"d\" kind=\"dot\" flops=0 padded_flops=0 bytes=0 padded_bytes=0 "
+               "m=8 k=8 n=8 b=1 tiles=1\nkernel op=0\nvpu vregs=10 ops=1 op=0\n");
+  CHECK(p != NULL);
+  if (!p) return;
+  int64_t mov = (int64_t)llround(c.matmul_overhead_s * c.clock_hz);
+  CHECK(mov > 0);
+  CHECK(tpu_timing_run(p, &c, 1, &tl, &d) == TPU_OK);
+  CHECK_EQ_INT(tl.total_cycles, kov + mov + v10);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
   /* a 64 MiB copy: 2 x bytes at the streaming rate + latency, after the kernel's start */
   p = compile_src("HloModule m\nENTRY e {\n  a = f32[4096,4096] parameter(0)\n"
                   "  ROOT c = f32[4096,4096] copy(a)\n}\n", &c, -1);
@@ -493,6 +504,7 @@ int main(void) {
    * hbm_efficiency and kernel_overhead_s, is checked above). */
   g_v5e.hbm_efficiency = 0;
   g_v5e.kernel_overhead_s = 0;
+  g_v5e.matmul_overhead_s = 0;
   g_v5e.vector_ops_per_cycle = 0;
   dot_matches_tile_model();
   precision_passes();
