@@ -276,7 +276,10 @@ int tpu_cli_chips(int argc, char **argv) {
     if (tpu_json_writer_finish(&w, &d) != TPU_OK) return tpu_cli_report(&d);
   } else {
     printf("\n? uncertain, * derived from 2 x MACs x clock (not listed by a source). "
-           "'tpusim chips NAME' shows every number with its source.\n");
+           "'tpusim chips NAME' shows every number with its source.\n"
+           "A preset is one whole chip: with cores > 1 its TensorCores run as one device "
+           "(megacore). NAME:core\n(e.g. v4:core) is one TensorCore, the device XLA compiles "
+           "for on v2, v3 and v4 without megacore.\n");
   }
   return 0;
 }

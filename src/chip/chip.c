@@ -64,6 +64,10 @@ double tpu_chip_macs_per_cycle(const tpu_chip *c) {
          (double)c->mxu_cols;
 }
 
+double tpu_chip_hbm_stream_bw(const tpu_chip *c) {
+  return c->hbm_efficiency > 0 ? c->hbm_bw * c->hbm_efficiency : c->hbm_bw;
+}
+
 double tpu_chip_derived_peak(const tpu_chip *c) { return 2.0 * tpu_chip_macs_per_cycle(c) * c->clock_hz; }
 
 double tpu_chip_peak_bf16(const tpu_chip *c) {
@@ -407,6 +411,10 @@ static tpu_status check_consistency(loader *L) {
     snprintf(how8, sizeof how8, "%s * int8_rate %g", how, c->int8_rate);
     TPU_TRY(check_peak(L, TPU_CHIP_PEAK_INT8_OPS, derived * c->int8_rate, how8));
   }
+  if (tpu_chip_known(c, TPU_CHIP_HBM_EFFICIENCY) && c->hbm_efficiency > 1)
+    return BAD(L, value_node(L, TPU_CHIP_HBM_EFFICIENCY),
+               "field 'hbm_efficiency': %g is not a fraction of the bandwidth (0 < x <= 1)",
+               c->hbm_efficiency);
   int want_links = c->topology == TPU_TOPO_TORUS_2D ? 4 : c->topology == TPU_TOPO_TORUS_3D ? 6 : 0;
   if (c->topology == TPU_TOPO_NONE) {
     if (tpu_chip_known(c, TPU_CHIP_ICI_LINKS))
@@ -508,9 +516,47 @@ static tpu_status load_doc(loader *L) {
   return check_consistency(L);
 }
 
+/* "NAME:core": one TensorCore of a megacore chip, the device the XLA TPU compiler targets
+ * on v2, v3 and v4 without megacore (docs/fidelity.md). Per-chip throughputs and capacities
+ * that the TensorCores share are divided among them; per-core numbers (MXUs, VMEM, clock)
+ * stay. ICI and host links stay the chip's: a pod of such devices is not modelled apart. */
+static void derive_core(tpu_chip *c) {
+  int64_t n = c->tensorcores > 0 ? c->tensorcores : 1;
+  char note[400];
+  snprintf(note, sizeof note, "one TensorCore of %lld: the chip's value / %lld (chip preset %s)",
+           (long long)n, (long long)n, c->name);
+  size_t len = strlen(c->name);
+  snprintf(c->name + len, sizeof c->name - len, ":core");
+  len = strlen(c->title);
+  snprintf(c->title + len, sizeof c->title - len, ", one TensorCore");
+  if (n == 1) return;
+  static const tpu_chip_field split[] = {TPU_CHIP_HBM_BYTES, TPU_CHIP_HBM_BW, TPU_CHIP_PEAK_BF16_FLOPS,
+                                         TPU_CHIP_PEAK_INT8_OPS, TPU_CHIP_PEAK_FP8_OPS};
+  c->tensorcores = 1;
+  c->hbm_bytes /= n;
+  c->hbm_bw /= (double)n;
+  c->peak_bf16_flops /= (double)n;
+  c->peak_int8_ops /= (double)n;
+  c->peak_fp8_ops /= (double)n;
+  for (size_t i = 0; i < sizeof split / sizeof split[0]; i++) {
+    if (!tpu_chip_known(c, split[i])) continue;
+    c->prov[split[i]].status = TPU_PROV_DERIVED;
+    snprintf(c->prov[split[i]].note, sizeof c->prov[split[i]].note, "%s", note);
+  }
+  c->prov[TPU_CHIP_TENSORCORES].status = TPU_PROV_DERIVED;
+  snprintf(c->prov[TPU_CHIP_TENSORCORES].note, sizeof c->prov[TPU_CHIP_TENSORCORES].note,
+           "one TensorCore of %lld, as one compile-only XLA device without megacore", (long long)n);
+}
+
 tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d) {
   memset(out, 0, sizeof *out);
-  char path[600];
+  char path[600], base[600];
+  size_t alen = strlen(path_or_name);
+  int core = alen > 5 && !strcmp(path_or_name + alen - 5, ":core");
+  if (core) {
+    snprintf(base, sizeof base, "%.*s", (int)(alen - 5), path_or_name);
+    path_or_name = base;
+  }
   TPU_TRY(resolve(path_or_name, path, sizeof path, d));
   loader *L = tpu_calloc(1, sizeof *L);
   if (!L) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory loading a chip");
@@ -527,5 +573,6 @@ tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d) {
     return s;
   }
   snprintf(out->path, sizeof out->path, "%s", path);
+  if (core) derive_core(out);
   return TPU_OK;
 }

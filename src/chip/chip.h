@@ -49,12 +49,16 @@ typedef enum {
   X(INT8_RATE, int8_rate, 'f', 0, "x", "int8 MACs per PE per cycle (vs one native MAC)")     \
   X(VECTOR_LANES, vector_lanes, 'i', 0, "", "vector unit lanes")                             \
   X(VECTOR_SUBLANES, vector_sublanes, 'i', 0, "", "vector unit sublanes")                    \
+  X(VECTOR_OPS_PER_CYCLE, vector_ops_per_cycle, 'f', 0, "", "register-wide VPU ops per cycle per core") \
   X(VMEM_BYTES, vmem_bytes, 'i', 1, "B", "on-chip vector memory per TensorCore")             \
   X(CMEM_BYTES, cmem_bytes, 'i', 0, "B", "on-chip common memory per chip")                   \
   X(ACC_BYTES, acc_bytes, 'i', 0, "B", "separate MXU accumulator memory per chip")           \
   X(HBM_BYTES, hbm_bytes, 'i', 1, "B", "off-chip memory capacity per chip")                  \
   X(HBM_BW, hbm_bw, 'f', 1, "B/s", "off-chip memory bandwidth per chip")                     \
   X(HBM_LATENCY_S, hbm_latency_s, 'f', 0, "s", "off-chip memory access latency")             \
+  X(HBM_EFFICIENCY, hbm_efficiency, 'f', 0, "", "fraction of hbm_bw a streaming DMA sustains")  \
+  X(KERNEL_OVERHEAD_S, kernel_overhead_s, 'f', 0, "s", "fixed cost of starting each kernel")   \
+  X(MATMUL_OVERHEAD_S, matmul_overhead_s, 'f', 0, "s", "extra start cost of a matmul kernel")  \
   X(ICI_LINKS, ici_links, 'i', 0, "", "inter-chip links per chip")                           \
   X(ICI_BW_PER_LINK, ici_bw_per_link, 'f', 0, "B/s", "bandwidth per ICI link, one way")      \
   X(ICI_LATENCY_S, ici_latency_s, 'f', 0, "s", "ICI latency per hop")                        \
@@ -99,8 +103,12 @@ typedef struct tpu_chip {
   tpu_dtype mac_input, mac_accum; /* TPU_BF16 + TPU_F32, or TPU_S8 + TPU_S32 (v1) */
   double int8_rate;
   int64_t vector_lanes, vector_sublanes;
+  double vector_ops_per_cycle; /* 0 when unknown: one register-wide VPU op per cycle */
   int64_t vmem_bytes, cmem_bytes, acc_bytes, hbm_bytes;
   double hbm_bw, hbm_latency_s;
+  double hbm_efficiency; /* 0 when unknown: DMAs stream at hbm_bw */
+  double kernel_overhead_s; /* 0 when unknown: kernels start at the barrier */
+  double matmul_overhead_s; /* 0 when unknown: added to kernel_overhead_s for MXU kernels */
   int64_t ici_links;
   double ici_bw_per_link, ici_latency_s;
   tpu_topology_kind topology;
@@ -123,7 +131,10 @@ typedef struct tpu_chip {
  * with a '/' or ending in ".json" is a path. The file is validated: unknown or missing
  * fields, wrong types, non-positive sizes, sources not listed, and a listed peak that
  * disagrees with 2 * MACs * clock beyond TPU_CHIP_PEAK_TOL without a "mismatch" text all
- * fail with TPU_ERR_INVALID (TPU_ERR_PARSE for bad JSON) naming the field at FILE:LINE:COL. */
+ * fail with TPU_ERR_INVALID (TPU_ERR_PARSE for bad JSON) naming the field at FILE:LINE:COL.
+ * A name or path followed by ":core" ("v4:core") gives one TensorCore of that chip (the
+ * compile-only device XLA targets on chips without megacore): tensorcores 1, HBM capacity,
+ * bandwidth and listed peaks divided by the chip's TensorCores, marked derived. */
 tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d);
 
 /* Preset names found in the first chips folder of the search above, sorted. */
@@ -147,6 +158,10 @@ const char *tpu_chip_wrap_name(tpu_wrap_rule w);
 int tpu_chip_known(const tpu_chip *c, tpu_chip_field f);
 /* Field f as a double (dtype/enum fields give their enum value; max_dims gives the product). */
 double tpu_chip_value(const tpu_chip *c, tpu_chip_field f);
+
+/* Bytes per second one streaming DMA moves: hbm_bw x hbm_efficiency (hbm_bw when the
+ * efficiency is unknown). The timing model's HBM rate; reports' peaks keep hbm_bw. */
+double tpu_chip_hbm_stream_bw(const tpu_chip *c);
 
 /* MACs per cycle of the whole chip: tensorcores * mxus_per_core * mxu_rows * mxu_cols. */
 double tpu_chip_macs_per_cycle(const tpu_chip *c);

@@ -36,6 +36,8 @@ typedef struct {
   int64_t *dur;           /* per instruction: unit cycles of one run */
   int *match;             /* loop -> end, cond -> endcond, case -> next case/endcond */
   int64_t lat;            /* HBM latency, cycles */
+  int64_t kov;            /* fixed start cost of each kernel, cycles */
+  int64_t mov;            /* extra start cost of a matmul/convolution kernel, cycles */
   double bpc;             /* HBM bytes per cycle */
   int64_t cap_events;
   int64_t *hbm_ready;     /* per HBM buffer: completion of its latest writer (dma.out/.hbm) */
@@ -355,10 +357,15 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
         t->m.pre = t->m.barrier;
         t->m.pre_op = t->m.cur_op;
         close_op(t);
-        t->m.barrier = t->m.horizon;
+        /* The kernel's fixed start cost (chip kernel_overhead_s: the XLA TPU cost model's
+         * per-op cost of the smallest ops) delays its first instruction and counts in its
+         * window. */
+        t->m.barrier = t->m.horizon + t->kov +
+                       (in->op >= 0 && t->p->ops[in->op].m > 0 ? t->mov : 0); /* + a matmul's own */
         if (in->op >= 0) {
           t->m.cur_op = in->op;
-          t->m.op_start = t->m.op_end = t->m.barrier;
+          t->m.op_start = t->m.horizon;
+          t->m.op_end = t->m.barrier;
           if (!t->dry) t->tl->ops[in->op].count++;
         }
         break;
@@ -440,7 +447,13 @@ static tpu_status durations(tstate *t) {
       case TPU_ISA_MATMUL:
         TPU_TRY(tpu_timing_matmul_cycles(in, t->chip, &c, t->d));
         break;
-      case TPU_ISA_VPU:
+      case TPU_ISA_VPU: {
+        /* the VPU issues vector_ops_per_cycle register-wide operations per cycle (its ALU
+         * slots; 1 when the preset does not say) */
+        double r = t->chip->vector_ops_per_cycle > 0 ? t->chip->vector_ops_per_cycle : 1;
+        c = (int64_t)ceil((double)in->vregs * (double)in->ops / ((double)cores * r));
+        break;
+      }
       case TPU_ISA_EUP:
       case TPU_ISA_XLU:
         c = ceil_div(in->vregs * in->ops, cores);
@@ -471,9 +484,11 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.tl = out;
   t.record = record_events;
   t.m.cur_op = t.m.pre_op = -1;
-  t.bpc = chip->hbm_bw / chip->clock_hz;
+  t.bpc = tpu_chip_hbm_stream_bw(chip) / chip->clock_hz;
   double lat_s = chip->hbm_latency_s > 0 ? chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
   t.lat = (int64_t)llround(lat_s * chip->clock_hz);
+  t.kov = chip->kernel_overhead_s > 0 ? (int64_t)llround(chip->kernel_overhead_s * chip->clock_hz) : 0;
+  t.mov = chip->matmul_overhead_s > 0 ? (int64_t)llround(chip->matmul_overhead_s * chip->clock_hz) : 0;
   for (int v = 0; v < p->nvmem; v++) t.nslots += p->vmem[v].nslots;
   size_t ns = (size_t)(t.nslots ? t.nslots : 1), ni = (size_t)(p->ninsns ? p->ninsns : 1);
   t.ready = tpu_calloc(ns, sizeof(int64_t));

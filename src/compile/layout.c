@@ -31,8 +31,17 @@ int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
   if (!tpu_dtype_is_array(s->dtype)) return 0;
   int64_t es = (int64_t)tpu_dtype_size(s->dtype);
   int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
-  int64_t minor = s->rank >= 1 ? s->dims[s->rank - 1] : 1;
-  int64_t second = s->rank >= 2 ? s->dims[s->rank - 2] : 1;
+  if (s->rank <= 1) {
+    /* A vector is laid out as consecutive elements in whole lanes: XLA's TPU layout for
+     * rank 1 is T(1024) (T(n) for n < 1024 rounded to the lanes), e.g. f32[4096]{0:T(1024)}
+     * and bf16[512]{0:T(512)(128)(2,1)} in its compiled programs — not one row padded to
+     * a full (sublanes x lanes) tile, which would move 8x the bytes. */
+    int64_t n = tpu_shape_numel(s);
+    int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+    return round_up(n, n <= sub * lanes ? lanes : sub * lanes) * es;
+  }
+  int64_t minor = s->dims[s->rank - 1];
+  int64_t second = s->dims[s->rank - 2];
   int64_t major = 1;
   for (int d = 0; d + 2 < s->rank; d++) major *= s->dims[d];
   if (major == 0 || minor == 0 || second == 0) return 0;

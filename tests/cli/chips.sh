@@ -41,7 +41,7 @@ grep -q '^mine ' "$T/mine" || fail "own chip listed"
 sed 's/"clock_hz":        {"value": 1.5e9,/"clock_hz":        {"value": -1.5e9,/' chips/v5e.json >"$T/bad.json"
 "$BIN" chips "$T/bad.json" >"$T/out" 2>"$T/err"
 [ $? -eq 2 ] || fail "bad file should exit 2"
-grep -q "^$T/bad.json:9:32: error: field 'clock_hz': 'value' must be a positive number" "$T/err" || fail "bad file message: $(cat "$T/err")"
+grep -q "^$T/bad.json:10:32: error: field 'clock_hz': 'value' must be a positive number" "$T/err" || fail "bad file message: $(cat "$T/err")"
 [ ! -s "$T/out" ] || fail "output written for a bad file"
 
 # Unknown names and options.

@@ -51,7 +51,9 @@ gemm 8 8192 8192 bf16 f32 "$T/skinny.hlo"
 run skinny v5p "$T/skinny.hlo"
 [ "$BOUND" = memory ] || fail "8x8192x8192 on v5p is $BOUND-bound, expected memory"
 lt "$MFU" 0.1 || fail "8x8192x8192 on v5p: MFU $MFU, expected < 0.1"
-lt 0.7 "$ATT" || fail "8x8192x8192 on v5p: $ATT of the bandwidth roof, expected > 0.7"
+# (the roof is the published bandwidth; v5p's DMAs stream at its hbm_efficiency, 0.711 of it,
+# the XLA TPU cost model's rate: chips/v5p.json)
+lt 0.6 "$ATT" || fail "8x8192x8192 on v5p: $ATT of the bandwidth roof, expected > 0.6"
 
 # TPU v1: one int8 FC layer at batch 200 (MLP0's batch) streams its weights from DDR3.
 gemm 200 2048 2048 s8 s32 "$T/v1fc.hlo"

@@ -66,6 +66,15 @@ static void test_presets(void) {
   CHECK(tpu_chip_peak_int8(&c) == 275e12);
   CHECK_EQ_STR(c.prov[TPU_CHIP_CLOCK_HZ].source, "ISCA23");
   CHECK_EQ_INT(c.prov[TPU_CHIP_HBM_LATENCY_S].status, TPU_PROV_UNKNOWN);
+  /* NAME:core: one TensorCore of a megacore chip (the XLA compile-only device on v4) */
+  CHECK_EQ_INT(tpu_chip_load("v4:core", &c, &d), TPU_OK);
+  CHECK_EQ_STR(c.name, "v4:core");
+  CHECK(c.tensorcores == 1 && c.mxus_per_core == 4 && c.clock_hz == 1.05e9);
+  CHECK(c.hbm_bw == 600e9 && c.hbm_bytes == (int64_t)16 << 30 && c.peak_bf16_flops == 137.5e12);
+  CHECK_EQ_INT(c.prov[TPU_CHIP_HBM_BW].status, TPU_PROV_DERIVED);
+  CHECK_EQ_INT(tpu_chip_load("chips/v5e.json:core", &c, &d), TPU_OK); /* one core already */
+  CHECK(c.tensorcores == 1 && c.hbm_bw == 819e9);
+  CHECK_EQ_INT(tpu_chip_load("v99:core", &c, &d), TPU_ERR_ARG);
   CHECK_EQ_INT(tpu_chip_load("v5e", &c, &d), TPU_OK);
   CHECK(tpu_chip_axis_wraps(&c, 0, 16) && !tpu_chip_axis_wraps(&c, 0, 8));
   CHECK(c.max_dims[2] == 1 && c.chips_per_host == 8);

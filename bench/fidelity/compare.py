@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""compare.py: tpusim's timing against the XLA TPU compiler's own cost model, program by
+program and generation by generation, on the corpus bench/fidelity/gen.py wrote (committed:
+no libtpu needed here).
+
+    python3 bench/fidelity/compare.py [--tpusim build/tpusim] [--corpus DIR] [--chips v4,v5e,v5p,v6e]
+                                      [--only SUBSTR] [--json OUT.json] [--worst N] [--jobs N]
+
+For every program and generation: `tpusim run PROG.hlo --mode timing --chip CHIP --report R`
+(step cycles and seconds, per-op rows with their JAX op_name) and `tpusim compile PROG.hlo
+--chip CHIP` (the program header's hbm_peak), against the compiler's figures in NAME.json:
+the sum of estimated_cycles over the compiled entry computation's top-level ops, converted
+to seconds at the clock in COMPILER_CLOCK (docs/fidelity.md says where each comes from), and
+memory_analysis (argument + output + temp - alias bytes).
+
+Prints per generation: n, median and 90th-percentile |error| of the program time, the signed
+median, the worst programs; per category; per fusion matched by JAX op_name (see match_ops);
+and the HBM footprint comparison. Error = tpusim / compiler - 1. Nothing here is tuned: it
+reports."""
+import argparse, concurrent.futures as cf, json, math, os, re, subprocess, sys, tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+# The compiler's cycles are TensorCore cycles of one compile-only device. Clocks (Hz) at which
+# they are read as seconds: v4 1.05 GHz, v5e 1.5 GHz (published); v5p and v6e 1.75 GHz (v5p
+# published; v6e derived from the compiler's own figures: its 918 TFLOP/s roofline peak over
+# the per-cycle MXU throughput its GEMM estimates need). docs/fidelity.md, "Clocks".
+COMPILER_CLOCK = {"v4": 1.05e9, "v5e": 1.5e9, "v5p": 1.75e9, "v6e": 1.75e9}
+# The tpusim preset that models the compiler's device: a v4 compile-only device is one
+# TensorCore (no megacore), the others are whole chips.
+PRESET = {"v4": "v4:core", "v5e": "v5e", "v5p": "v5p", "v6e": "v6e"}
+
+
+def stream_bw(chip):
+    """Bytes/s a streaming DMA sustains on the preset (hbm_bw x hbm_efficiency; a ':core'
+    preset gets its TensorCore's share), to judge whether a cross-program prefetch that the
+    compiler's sum leaves out matters."""
+    base, core = chip.split(":")[0], chip.endswith(":core")
+    path = base if base.endswith(".json") else os.path.join(ROOT, "chips", base + ".json")
+    if not os.path.exists(path):
+        return float("inf")  # unknown preset file: no prefetch judged to matter
+    d = json.load(open(path))
+    bw = d["hbm_bw"]["value"] / (d["tensorcores"]["value"] if core else 1)
+    eff = (d.get("hbm_efficiency") or {}).get("value") or 1.0
+    return bw * eff
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def run_tpusim(tpusim, hlo, chip):
+    with tempfile.TemporaryDirectory() as td:
+        rep = os.path.join(td, "r.json")
+        p = subprocess.run([tpusim, "run", hlo, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            return {"error": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]}
+        r = json.load(open(rep))
+    out = {"cycles": r["step"]["cycles"], "seconds": r["step"]["seconds"], "clock_hz": r["step"]["clock_hz"],
+           "hbm_bytes": r["hbm"]["bytes"], "flops": r["flops"]["useful"],
+           "ops": [(o["name"], o.get("kind", ""), o.get("op_name", ""), o["seconds"]) for o in r["ops"]]}
+    p = subprocess.run([tpusim, "compile", hlo, "--chip", chip], capture_output=True, text=True)
+    m = re.search(r"hbm_peak=(\d+)", p.stdout[:4096]) if p.returncode == 0 else None
+    out["hbm_peak"] = int(m.group(1)) if m else None
+    return out
+
+
+def op_key(op_name):
+    """The JAX-level key a fusion is matched on: its metadata op_name without the jit(...)
+    wrapper and transform prefixes, e.g. 'jit(f)/jvp(attention)/dot_general' -> 'dot_general'
+    plus the enclosing named scopes. Both tools print the same op_name for ops that come
+    from the same JAX equation."""
+    if not op_name:
+        return ""
+    parts = [p for p in op_name.split("/") if not p.startswith("jit(")]
+    return "/".join(parts)
+
+
+def match_ops(comp_ops, sim_ops, clock):
+    """Pairs the compiler's top-level ops with tpusim's by op_name key: both sides are grouped
+    by key and summed (a key that several fusions share on one side is compared as a group);
+    only keys present on both sides are compared. Returns [(key, compiler_s, tpusim_s)]."""
+    a, b = {}, {}
+    for name, opc, kind, on, cyc in comp_ops:
+        k = op_key(on)
+        if k:
+            a[k] = a.get(k, 0.0) + cyc / clock
+    for name, kind, on, sec in sim_ops:
+        k = op_key(on)
+        if k:
+            b[k] = b.get(k, 0.0) + sec
+    return [(k, a[k], b[k]) for k in a if k in b]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tpusim", default=os.path.join(ROOT, "build", "tpusim"))
+    ap.add_argument("--corpus", default=os.path.join(HERE, "corpus"))
+    ap.add_argument("--chips", default="v4,v5e,v5p,v6e")
+    ap.add_argument("--only", default="", help="comma-separated name substrings")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--worst", type=int, default=5)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--markdown", action="store_true", help="also print the per-generation table as Markdown")
+    ap.add_argument("--preset", action="append", default=[], metavar="GEN=CHIP",
+                    help="run generation GEN on tpusim chip CHIP (default v4=v4:core, others by name)")
+    a = ap.parse_args()
+    chips = a.chips.split(",")
+    for kv in a.preset:
+        g, _, chip = kv.partition("=")
+        PRESET[g] = chip
+    only = [w for w in a.only.split(",") if w] or [""]
+    names = sorted(f[:-5] for f in os.listdir(a.corpus) if f.endswith(".json") and f != "probes.json"
+                   and os.path.exists(os.path.join(a.corpus, f[:-5] + ".hlo")) and any(w in f for w in only))
+    if not names:
+        sys.exit("no programs in %s" % a.corpus)
+    recs = {n: json.load(open(os.path.join(a.corpus, n + ".json"))) for n in names}
+    jobs = [(n, c) for n in names for c in chips if c in recs[n]["chips"]]
+    with cf.ThreadPoolExecutor(max(1, a.jobs)) as ex:
+        sims = dict(zip(jobs, ex.map(lambda j: run_tpusim(a.tpusim, os.path.join(a.corpus, j[0] + ".hlo"),
+                                                          PRESET.get(j[1], j[1])), jobs)))
+    rows, failures = [], []
+    for (n, c), s in sims.items():
+        comp = recs[n]["chips"][c]
+        if "error" in s:
+            failures.append((c, n, s["error"]))
+            continue
+        cs = comp["estimated_cycles"] / COMPILER_CLOCK[c]
+        m = comp["memory"]
+        cmem = m["argument"] + m["output"] + m["temp"] - m["alias"]
+        xpf = sum(b for _, b, x in comp.get("async_copies", []) if x)
+        # the prefetch matters when moving it would take > 10 % of the compiler's program time
+        xpf = xpf if xpf / stream_bw(PRESET.get(c, c)) > 0.1 * cs else 0
+        rows.append({"chip": c, "name": n, "category": recs[n]["category"], "compiler_s": cs,
+                     "cross_program_prefetch_bytes": xpf, "compiler_ops": len(comp["ops"]),
+                     # the compiler's estimate below half of its own roofline lower bound
+                     # (cost_analysis optimal_seconds, where positive): work it leaves out
+                     "below_own_roofline": bool(comp.get("optimal_seconds") and comp["optimal_seconds"] > 0
+                                                and cs < 0.5 * comp["optimal_seconds"]),
+                     "tpusim_ops": len(s["ops"]),
+                     "tpusim_s": s["seconds"], "err": s["seconds"] / cs - 1 if cs > 0 else float("nan"),
+                     "compiler_cycles": comp["estimated_cycles"], "tpusim_cycles": s["cycles"],
+                     "tpusim_clock": s["clock_hz"], "compiler_mem": cmem, "tpusim_mem": s["hbm_peak"],
+                     "fusions": match_ops(comp["ops"], s["ops"], COMPILER_CLOCK[c])})
+    print(f"tpusim against the XLA TPU compiler's cost model: {len(names)} programs, {len(rows)} runs "
+          f"({len(failures)} failed); error = tpusim / compiler - 1 of the program time")
+    summary = {}
+    for c in chips:
+        rs = [r for r in rows if r["chip"] == c and r["compiler_s"] > 0]
+        if not rs:
+            continue
+        ae = [abs(r["err"]) for r in rs]
+        fz = [(k, cs, ts) for r in rs for (k, cs, ts) in r["fusions"] if cs > 0]
+        fe = [abs(ts / cs - 1) for k, cs, ts in fz]
+        mem = [r["tpusim_mem"] / r["compiler_mem"] - 1 for r in rs if r["tpusim_mem"] and r["compiler_mem"] > 0]
+        full = [r for r in rs if not r["cross_program_prefetch_bytes"] and not r["below_own_roofline"]]
+        fe_ = [abs(r["err"]) for r in full]
+        summary[c] = {"n": len(rs), "median_abs_err": pct(ae, 0.5), "p90_abs_err": pct(ae, 0.9),
+                      "n_without_xprefetch": len(full), "median_abs_err_without_xprefetch": pct(fe_, 0.5),
+                      "p90_abs_err_without_xprefetch": pct(fe_, 0.9),
+                      "ops_ratio_median": pct([r["tpusim_ops"] / max(1, r["compiler_ops"]) for r in rs], 0.5),
+                      "median_err": pct([r["err"] for r in rs], 0.5), "within_10pct": sum(e <= 0.10 for e in ae),
+                      "within_25pct": sum(e <= 0.25 for e in ae), "fusions_matched": len(fz),
+                      "fusion_median_abs_err": pct(fe, 0.5), "fusion_p90_abs_err": pct(fe, 0.9),
+                      "mem_n": len(mem), "mem_median_abs_err": pct([abs(x) for x in mem], 0.5),
+                      "mem_median_err": pct(mem, 0.5)}
+        s = summary[c]
+        print(f"\n== {c} (tpusim --chip {PRESET.get(c, c)}; compiler {recs[rs[0]['name']]['chips'][c]['topology']} "
+              f"device, cycles at {COMPILER_CLOCK[c] / 1e9:.2f} GHz)")
+        print(f"  programs n={s['n']}: median |err| {100 * s['median_abs_err']:.1f}%  p90 |err| "
+              f"{100 * s['p90_abs_err']:.1f}%  signed median {100 * s['median_err']:+.1f}%  "
+              f"within 10%: {s['within_10pct']}  within 25%: {s['within_25pct']}")
+        print(f"  credible compiler estimates only, without the {s['n'] - s['n_without_xprefetch']} programs whose "
+              f"estimate leaves work out (a cross-program prefetch: a parameter copied into VMEM by an async copy "
+              f"outside the per-op sum, taking > 10% of its time at the preset's streaming rate; or a sum below "
+              f"half of the compiler's own optimal_seconds): "
+              f"n={s['n_without_xprefetch']} median |err| {100 * s['median_abs_err_without_xprefetch']:.1f}%  "
+              f"p90 |err| {100 * s['p90_abs_err_without_xprefetch']:.1f}%")
+        same = [abs(r["err"]) for r in rs if r["tpusim_ops"] <= r["compiler_ops"]]
+        more = [abs(r["err"]) for r in rs if r["tpusim_ops"] > r["compiler_ops"]]
+        s.update({"n_same_ops": len(same), "median_abs_err_same_ops": pct(same, 0.5), "p90_abs_err_same_ops": pct(same, 0.9),
+                  "n_more_ops": len(more), "median_abs_err_more_ops": pct(more, 0.5)})
+        print(f"  top-level ops: tpusim / compiler, median {s['ops_ratio_median']:.2f}; where tpusim runs no more "
+              f"kernels than the compiler has fusions n={len(same)} median |err| {100 * pct(same, 0.5):.1f}% p90 "
+              f"{100 * pct(same, 0.9):.1f}%, where it runs more (the compiler's multi-output fusions) n={len(more)} "
+              f"median |err| {100 * pct(more, 0.5):.1f}%")
+        cats = sorted(set(r["category"] for r in rs))
+        for cat in cats:
+            cr = [r for r in rs if r["category"] == cat]
+            print(f"    {cat:13s} n={len(cr):3d}  median |err| {100 * pct([abs(r['err']) for r in cr], 0.5):6.1f}%  "
+                  f"signed median {100 * pct([r['err'] for r in cr], 0.5):+7.1f}%")
+        print(f"  fusions matched by op_name: {s['fusions_matched']}  median |err| "
+              f"{100 * s['fusion_median_abs_err']:.1f}%  p90 {100 * s['fusion_p90_abs_err']:.1f}%")
+        print(f"  HBM footprint (tpusim hbm_peak vs argument+output+temp-alias) n={s['mem_n']}: "
+              f"median |diff| {100 * s['mem_median_abs_err']:.1f}%  signed median {100 * s['mem_median_err']:+.1f}%")
+        print(f"  worst programs:")
+        for r in sorted(rs, key=lambda r: -abs(r["err"]))[:a.worst]:
+            print(f"    {r['name']:44s} tpusim {1e6 * r['tpusim_s']:10.1f} us  compiler {1e6 * r['compiler_s']:10.1f} us"
+                  f"  {100 * r['err']:+7.1f}%  ops {r['tpusim_ops']}/{r['compiler_ops']}"
+                  + ("  (x-prefetch %.0f MB)" % (r["cross_program_prefetch_bytes"] / 1e6)
+                     if r["cross_program_prefetch_bytes"] else "")
+                  + ("  (below its own roofline)" if r["below_own_roofline"] else ""))
+    if failures:
+        print("\nfailed runs:")
+        for c, n, e in failures:
+            print(f"  {c} {n}: {e}")
+    if a.markdown:
+        print("\n| generation (tpusim preset) | n | median abs err | p90 abs err | signed median | within 10 % | within 25 % "
+              "| credible n | median | p90 | fusion keys matched | median | p90 | HBM footprint: median abs diff |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for c, x in summary.items():
+            print(f"| {c} ({PRESET.get(c, c)}) | {x['n']} | {100 * x['median_abs_err']:.1f} % | {100 * x['p90_abs_err']:.1f} % "
+                  f"| {100 * x['median_err']:+.1f} % | {x['within_10pct']} | {x['within_25pct']} | {x['n_without_xprefetch']} "
+                  f"| {100 * x['median_abs_err_without_xprefetch']:.1f} % | {100 * x['p90_abs_err_without_xprefetch']:.1f} % "
+                  f"| {x['fusions_matched']} | {100 * x['fusion_median_abs_err']:.1f} % | {100 * x['fusion_p90_abs_err']:.1f} % "
+                  f"| {100 * x['mem_median_abs_err']:.1f} % |")
+        cats = sorted(set(r["category"] for r in rows))
+        print("\n| category | " + " | ".join(f"{c} median abs (signed)" for c in summary) + " |")
+        print("|---|" + "---|" * len(summary))
+        for cat in cats:
+            cells = []
+            for c in summary:
+                cr = [r for r in rows if r["chip"] == c and r["category"] == cat]
+                cells.append(f"{100 * pct([abs(r['err']) for r in cr], 0.5):.0f} % ({100 * pct([r['err'] for r in cr], 0.5):+.0f} %)"
+                             if cr else "-")
+            n = len([r for r in rows if r["chip"] == next(iter(summary)) and r["category"] == cat])
+            print(f"| {cat} ({n}) | " + " | ".join(cells) + " |")
+    if a.json:
+        json.dump({"summary": summary, "rows": rows, "failures": failures}, open(a.json, "w"), indent=1)
+    print("\nsummary: " + "  ".join(f"{c}: median {100 * s['median_abs_err']:.1f}% p90 {100 * s['p90_abs_err']:.1f}% "
+                                    f"(n={s['n']})" for c, s in summary.items()))
+    print("credible compiler estimates: " + "  ".join(
+        f"{c}: median {100 * s['median_abs_err_without_xprefetch']:.1f}% p90 {100 * s['p90_abs_err_without_xprefetch']:.1f}% "
+        f"(n={s['n_without_xprefetch']})" for c, s in summary.items()))
+    return 0 if rows and not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
