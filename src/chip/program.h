@@ -94,6 +94,7 @@ typedef struct tpu_prog_op {
   double padded_bytes;          /* HBM bytes in the tiled layout */
   int64_t m, k, n, b;           /* matmul/conv problem (implicit GEMM), 0 otherwise */
   int64_t tiles;                /* tile-loop iterations of its kernel */
+  int scalar;                   /* scalars in and out: the scalar unit's work, no kernel start cost */
 } tpu_prog_op;
 
 /* A logical HBM buffer: one array value (an HLO instruction's result leaf). */

@@ -360,7 +360,7 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
         /* The kernel's fixed start cost (chip kernel_overhead_s: the XLA TPU cost model's
          * per-op cost of the smallest ops) delays its first instruction and counts in its
          * window. */
-        t->m.barrier = t->m.horizon + t->kov +
+        t->m.barrier = t->m.horizon + (in->op >= 0 && t->p->ops[in->op].scalar ? 0 : t->kov) +
                        (in->op >= 0 && t->p->ops[in->op].m > 0 ? t->mov : 0); /* + a matmul's own */
         if (in->op >= 0) {
           t->m.cur_op = in->op;

@@ -500,6 +500,10 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   po.name = in->name;
   po.kind = in->op == TPU_OP_FUSION ? fusion_kind(in) : tpu_op_name(in->op);
   po.instr = in;
+  /* A loop counter's compare, a slice offset from partition-id: the scalar unit's work. */
+  po.scalar = tpu_dtype_is_array(in->shape.dtype) && in->shape.rank == 0;
+  for (int i = 0; po.scalar && i < in->noperands; i++)
+    po.scalar = tpu_dtype_is_array(in->operands[i]->shape.dtype) && in->operands[i]->shape.rank == 0;
   const tpu_instr *mm = in->op == TPU_OP_DOT || in->op == TPU_OP_CONVOLUTION ? in
                         : in->op == TPU_OP_FUSION ? find_matmul(in->calls) : NULL;
   cost c = {0, 0, 0, 0, 0};
