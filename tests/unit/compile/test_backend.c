@@ -570,6 +570,39 @@ static void operand_reuse(void) {
          (long long)tiles);
 }
 
+/* Scalar-only ops (offsets, loop counters) are the scalar unit's work: no kernel start cost.
+ * A program of scalars times the same with and without kernel_overhead_s; one with an array
+ * op pays it. */
+static int64_t cycles_with_overhead(const char *src, double kov) {
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  if (!m) return -1;
+  tpu_chip chip = g_chip;
+  chip.kernel_overhead_s = kov;
+  tpu_diag d;
+  tpu_program *p = compile(m, &chip, &d);
+  int64_t c = -1;
+  tpu_timeline tl;
+  if (p && tpu_timing_run(p, &chip, 0, &tl, &d) == TPU_OK) {
+    c = tl.total_cycles;
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return c;
+}
+
+static void scalar_ops(void) {
+  const char *sc = "HloModule s\nENTRY e {\n  a = s32[] parameter(0)\n  b = s32[] parameter(1)\n"
+                   "  c = s32[] add(a, b)\n  ROOT d = s32[] multiply(c, a)\n}\n";
+  const char *ar = "HloModule s\nENTRY e {\n  a = f32[8] parameter(0)\n  b = f32[8] parameter(1)\n"
+                   "  c = f32[8] add(a, b)\n  ROOT d = f32[8] multiply(c, a)\n}\n";
+  int64_t s0 = cycles_with_overhead(sc, 0), s1 = cycles_with_overhead(sc, 1e-6);
+  int64_t a0 = cycles_with_overhead(ar, 0), a1 = cycles_with_overhead(ar, 1e-6);
+  CHECK(s0 > 0 && s1 == s0);
+  CHECK(a0 > 0 && a1 >= a0 + (int64_t)(1e-6 * g_chip.clock_hz) - 1);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -589,6 +622,7 @@ int main(void) {
   vmem_residency(256);    /* 1 MiB */
   vmem_residency(65536);  /* 256 MiB, more than v5e's VMEM */
   hbm_overflow();
+  scalar_ops();
   conformance(0);
   conformance(1);
   CHECK_DONE();
