@@ -156,6 +156,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="tpusim runs per program (best taken)")
     ap.add_argument("--xla-reps", type=int, default=20, help="XLA runs per program (best taken)")
     ap.add_argument("--only", nargs="*", help="program names to run")
+    ap.add_argument("--backends", nargs="*", default=["tpu", "ref"], help="tpusim backends to time")
+    ap.add_argument("--dump", help="also write each program as DIR/NAME.hlo and DIR/NAME.inK.npy (for `tpusim run`)")
     ap.add_argument("--save", help="write tpusim's outputs to this .npz")
     ap.add_argument("--compare", help="compare tpusim's outputs bit for bit with this .npz")
     a = ap.parse_args()
@@ -181,6 +183,12 @@ def main():
             continue
         hlo = jax.jit(fn).lower(*args).as_text(dialect="hlo")
         leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
+        if a.dump:
+            os.makedirs(a.dump, exist_ok=True)
+            with open(os.path.join(a.dump, name + ".hlo"), "w") as f:
+                f.write(hlo)
+            for k, x in enumerate(leaves):
+                np.save(os.path.join(a.dump, f"{name}.in{k}.npy"), x)
         compiled = jax.jit(fn).lower(*args).compile()
         dev_args = jax.device_put(args)
         jax.block_until_ready(compiled(*dev_args))
@@ -189,6 +197,9 @@ def main():
         row = f"{name:<22} {t_xla * 1e3:>10.2f}"
         same = []
         for backend in ("tpu", "ref"):
+            if backend not in a.backends:
+                row += f" {'-':>10} {'-':>8}"
+                continue
             t, (outs, _) = best(lambda: mod.run(leaves, backend=backend, progress=False), a.reps)
             r = t / t_xla
             worst = max(worst, r)

@@ -23,4 +23,9 @@ const char *tpu__mxu_kernel_name(void);
  * p[1] = p[2] = +0. */
 void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]);
 
+/* tpu_mxu_matmul_bf16 on nb matrix products stored back to back (A: nb x M x K, W:
+ * nb x K x N, out: nb x M x N); threads take whole products when nb > 1. */
+void tpu__mxu_matmul_bf16_batch(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t nb, int64_t M,
+                                int64_t K, int64_t N, int64_t R, int nthreads);
+
 #endif
