@@ -267,7 +267,7 @@ typedef struct bf16_ws {
 
 typedef struct bf16_job {
   const void *A, *W; /* tpu_bf16, or float when f32 */
-  int f32;           /* f32 sources (the reference's sequential-sum GEMM) */
+  int f32;           /* f32 sources (bf16 values held as f32, or the reference's f32 GEMM) */
   int canon;         /* NaN results written as the canonical quiet NaN (the MXU) */
   float *out;
   int64_t M, K, N, R;
@@ -534,7 +534,8 @@ void tpu_mxu_matmul_s8(const int8_t *A, const int8_t *W, int32_t *out, int64_t M
 
 /* ---- f32 operands: bf16 passes per the precision config ---- */
 
-void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]) {
+/* tpu__mxu_split_f32, inlined into the splitting loops. */
+static inline void split_f32(float x, tpu_bf16 parts[3]) {
   tpu_bf16 zero = {0};
   uint32_t u = tpu_f32_bits(x);
   parts[1] = parts[2] = zero;
@@ -552,8 +553,42 @@ void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]) {
   parts[2] = tpu_bf16_from_f32(r2);
 }
 
+void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]) { split_f32(x, parts); }
+
+/* The first nparts parts of n values, as f32 (exact): part q of x[i] at out[q * n + i]. */
+static void split_all(const float *x, size_t n, int nparts, float *out) {
+  if (nparts == 1) {
+    /* Part 0 alone, branch-free so it vectorizes: bf16(x) rounded to nearest even (NaN:
+     * quieted, its top bits kept), a finite x that overflows to inf truncated instead;
+     * the same bits as split_f32's part 0. */
+    for (size_t i = 0; i < n; i++) {
+      uint32_t u, a, r, o;
+      memcpy(&u, &x[i], 4);
+      a = u & 0x7fffffffu;
+      r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+      r = (a < 0x7f800000u && (r & 0x7fffffffu) == 0x7f800000u) ? (u & 0xffff0000u) : r;
+      o = a > 0x7f800000u ? ((u & 0xffff0000u) | 0x00400000u) : r;
+      memcpy(&out[i], &o, 4);
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    tpu_bf16 s[3];
+    split_f32(x[i], s);
+    for (int q = 0; q < nparts; q++) out[q * n + i] = tpu_bf16_to_f32(s[q]);
+  }
+}
+
 tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_t M, int64_t K,
                               int64_t N, int64_t R, tpu_precision p, int nthreads, tpu_diag *d) {
+  return tpu__mxu_matmul_f32_batch(A, W, out, 1, M, K, N, R, p, nthreads, d);
+}
+
+tpu_status tpu__mxu_matmul_f32_batch(const float *A, const float *W, float *out, int64_t nb, int64_t M,
+                                     int64_t K, int64_t N, int64_t R, tpu_precision p, int nthreads,
+                                     tpu_diag *d) {
+  if (nb < 1)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: %lld matrices", (long long)nb);
   if (M < 0 || K < 0 || N < 0)
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: negative size %lldx%lldx%lld",
                     (long long)M, (long long)K, (long long)N);
@@ -564,7 +599,8 @@ tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: unknown precision %d", (int)p);
   size_t mk, kn, mn, bytes;
   if (!tpu_mul_ok((size_t)M, (size_t)K, &mk) || !tpu_mul_ok((size_t)K, (size_t)N, &kn) ||
-      !tpu_mul_ok((size_t)M, (size_t)N, &mn) || mk > SIZE_MAX - kn ||
+      !tpu_mul_ok((size_t)M, (size_t)N, &mn) || !tpu_mul_ok(mk, (size_t)nb, &mk) ||
+      !tpu_mul_ok(kn, (size_t)nb, &kn) || !tpu_mul_ok(mn, (size_t)nb, &mn) || mk > SIZE_MAX - kn ||
       !tpu_mul_ok(mk + kn, 3 * sizeof(tpu_bf16), &bytes) ||
       !tpu_mul_ok(mn, sizeof(float), &bytes))
     return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "matmul: %lldx%lldx%lld is too large",
@@ -573,8 +609,8 @@ tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: NULL operand");
   if (mn == 0) return TPU_OK;
   int nparts = p == TPU_PREC_DEFAULT ? 1 : p == TPU_PREC_HIGH ? 2 : 3;
-  tpu_bf16 *ap = tpu_malloc((mk ? mk : 1) * nparts * sizeof(tpu_bf16));
-  tpu_bf16 *wp = tpu_malloc((kn ? kn : 1) * nparts * sizeof(tpu_bf16));
+  float *ap = tpu_malloc((mk ? mk : 1) * nparts * sizeof(float));
+  float *wp = tpu_malloc((kn ? kn : 1) * nparts * sizeof(float));
   float *tmp = nparts > 1 ? tpu_malloc(mn * sizeof(float)) : NULL;
   if (!ap || !wp || (nparts > 1 && !tmp)) {
     tpu_free(ap);
@@ -582,19 +618,11 @@ tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_
     tpu_free(tmp);
     return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "matmul: out of memory for bf16 parts");
   }
-  /* Part q of A lives at ap + q*mk, part q of W at wp + q*kn. */
-  for (size_t i = 0; i < mk; i++) {
-    tpu_bf16 s[3];
-    tpu__mxu_split_f32(A[i], s);
-    for (int q = 0; q < nparts; q++) ap[q * mk + i] = s[q];
-  }
-  for (size_t i = 0; i < kn; i++) {
-    tpu_bf16 s[3];
-    tpu__mxu_split_f32(W[i], s);
-    for (int q = 0; q < nparts; q++) wp[q * kn + i] = s[q];
-  }
+  /* Part q of A lives at ap + q*mk, part q of W at wp + q*kn (mk, kn, mn: all nb matrices). */
+  split_all(A, mk, nparts, ap);
+  split_all(W, kn, nparts, wp);
   if (nparts == 1) {
-    tpu_mxu_matmul_bf16(ap, wp, out, M, K, N, R, nthreads);
+    run_job(ap, wp, 1, 1, out, nb, M, K, N, R, nthreads);
   } else {
     /* The low passes, smallest terms first (pairs are {A part, W part}); then NaNs in their
      * sum become +0 (infinities stay) and the high pass A1 x W1 is added last. */
@@ -603,14 +631,14 @@ tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_
     const int(*passes)[2] = nparts == 2 ? high_passes : highest_passes;
     int npasses = nparts == 2 ? 2 : 5;
     for (int s = 0; s < npasses; s++) {
-      const tpu_bf16 *pa = ap + passes[s][0] * mk, *pw = wp + passes[s][1] * kn;
-      tpu_mxu_matmul_bf16(pa, pw, s == 0 ? out : tmp, M, K, N, R, nthreads);
+      const float *pa = ap + passes[s][0] * mk, *pw = wp + passes[s][1] * kn;
+      run_job(pa, pw, 1, 1, s == 0 ? out : tmp, nb, M, K, N, R, nthreads);
       if (s > 0)
         for (size_t i = 0; i < mn; i++) out[i] = out[i] + tmp[i];
     }
     for (size_t i = 0; i < mn; i++)
       if (isnan(out[i])) out[i] = 0.0f;
-    tpu_mxu_matmul_bf16(ap, wp, tmp, M, K, N, R, nthreads);
+    run_job(ap, wp, 1, 1, tmp, nb, M, K, N, R, nthreads);
     for (size_t i = 0; i < mn; i++) out[i] = canon_nan(out[i] + tmp[i]);
   }
   tpu_free(ap);

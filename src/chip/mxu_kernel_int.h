@@ -3,6 +3,7 @@
 #define TPU_CHIP_MXU_KERNEL_INT_H
 
 #include "base/bf16.h"
+#include "chip/mxu.h"
 
 /* Which micro-kernel the bf16 and s8 kernels use. AUTO picks the best the CPU supports
  * (AVX2 on x86-64 when present); SCALAR forces the portable C path. Every path gives
@@ -27,5 +28,10 @@ void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]);
  * nb x K x N, out: nb x M x N); threads take whole products when nb > 1. */
 void tpu__mxu_matmul_bf16_batch(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t nb, int64_t M,
                                 int64_t K, int64_t N, int64_t R, int nthreads);
+
+/* tpu_mxu_matmul_f32 on nb matrix products stored back to back (as above). */
+tpu_status tpu__mxu_matmul_f32_batch(const float *A, const float *W, float *out, int64_t nb, int64_t M,
+                                     int64_t K, int64_t N, int64_t R, tpu_precision p, int nthreads,
+                                     tpu_diag *d);
 
 #endif
