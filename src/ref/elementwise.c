@@ -643,3 +643,8 @@ void tpu__ref_apply_binary(tpu_opcode op, tpu_dtype t, void *a, const void *b) {
   if (!binary_applies(op, t)) return;
   run_binary(op, t, a, a, 1, b, 1, 1);
 }
+
+/* ---- Block kernels for fused evaluation (ref/fused.c) ---- */
+
+int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n) { return fbin_f32(op, a, b, n); }
+int tpu__ew_f32_unary(tpu_opcode op, float *a, int n) { return fun_f32(op, a, n); }

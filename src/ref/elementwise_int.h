@@ -45,6 +45,13 @@ void tpu__ew_store_f32(void *p, tpu_dtype t, int64_t i0, int n, const float *v);
 void tpu__ew_store_f64(void *p, int64_t i0, int n, const double *v);
 void tpu__ew_store_int(void *p, tpu_dtype t, int64_t i0, int n, const int64_t *v);
 
+/* The f32 block kernels of the binary and unary ops: a[i] = a[i] OP b[i] (both buffers
+ * are scratch), a[i] = OP a[i]; each returns 0 (computing nothing) for an op it does not
+ * define, so n = 0 asks whether it does. Element by element exactly what the unfused
+ * kernels compute. */
+int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n);
+int tpu__ew_f32_unary(tpu_opcode op, float *a, int n);
+
 /* Allocates `out` for in->shape, failing at the instruction's location. */
 tpu_status tpu__ew_alloc_out(const tpu_instr *in, tpu_tensor *out, tpu_diag *d);
 
