@@ -648,3 +648,28 @@ void tpu__ref_apply_binary(tpu_opcode op, tpu_dtype t, void *a, const void *b) {
 
 int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n) { return fbin_f32(op, a, b, n); }
 int tpu__ew_f32_unary(tpu_opcode op, float *a, int n) { return fun_f32(op, a, n); }
+
+void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n) {
+  float a = *acc;
+  switch (op) { /* each step is fbin_f32 on one element: flush both, apply, flush */
+    case TPU_OP_ADD:
+      for (int64_t i = 0; i < n; i++) a = tpu__ew_flush32(tpu__ew_flush32(a) + tpu__ew_flush32(x[i]));
+      break;
+    case TPU_OP_MULTIPLY:
+      for (int64_t i = 0; i < n; i++) a = tpu__ew_flush32(tpu__ew_flush32(a) * tpu__ew_flush32(x[i]));
+      break;
+    case TPU_OP_MAXIMUM:
+      for (int64_t i = 0; i < n; i++) a = tpu__ew_flush32(fmax_f32(tpu__ew_flush32(a), tpu__ew_flush32(x[i])));
+      break;
+    case TPU_OP_MINIMUM:
+      for (int64_t i = 0; i < n; i++) a = tpu__ew_flush32(fmin_f32(tpu__ew_flush32(a), tpu__ew_flush32(x[i])));
+      break;
+    default:
+      for (int64_t i = 0; i < n; i++) {
+        float b = x[i];
+        fbin_f32(op, &a, &b, 1);
+      }
+      break;
+  }
+  *acc = a;
+}

@@ -51,6 +51,9 @@ void tpu__ew_store_int(void *p, tpu_dtype t, int64_t i0, int n, const int64_t *v
  * kernels compute. */
 int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n);
 int tpu__ew_f32_unary(tpu_opcode op, float *a, int n);
+/* *acc = *acc OP x[i] for i = 0..n-1 in order, each step what tpu__ew_f32_binary computes
+ * (op: a binary op it defines). */
+void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n);
 
 /* Allocates `out` for in->shape, failing at the instruction's location. */
 tpu_status tpu__ew_alloc_out(const tpu_instr *in, tpu_tensor *out, tpu_diag *d);
