@@ -233,9 +233,14 @@ static tpu_status partition(tpu_module *m, const char *spec, tpu_diag *d) {
   return st;
 }
 
-/* Copies caller array i into a tensor checked against `want` (f32 rounded for bf16/f16). */
-static tpu_status take_input(const tpu_sim_array *a, int i, const tpu_shape *want, tpu_tensor *t, tpu_diag *d) {
+/* Copies caller array i into a tensor checked against `want` (f32 rounded for bf16/f16).
+ * An array that needs no change (its dtype and dims are the parameter's; not pred) is
+ * borrowed instead: *borrowed = 1, t->data is the caller's (the interpreter never writes a
+ * parameter's value), and the tensor must be released with put_input. */
+static tpu_status take_input(const tpu_sim_array *a, int i, const tpu_shape *want, tpu_tensor *t, uint8_t *borrowed,
+                             tpu_diag *d) {
   memset(t, 0, sizeof *t);
+  *borrowed = 0;
   tpu_dtype dt;
   if (!tpu__api_internal_dtype(a->dtype, &dt))
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d has an unknown dtype code %d", i, a->dtype);
@@ -243,6 +248,17 @@ static tpu_status take_input(const tpu_sim_array *a, int i, const tpu_shape *wan
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d has rank %d (0 to %d)", i, a->rank, TPU_MAX_RANK);
   for (int k = 0; k < a->rank; k++)
     if (a->dims[k] < 0) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d has a negative dimension", i);
+  int same = dt == want->dtype && dt != TPU_PRED && a->rank == want->rank && a->data;
+  for (int k = 0; same && k < a->rank; k++) same = a->dims[k] == want->dims[k];
+  if (same && a->nbytes == (size_t)tpu_shape_numel(want) * tpu_dtype_size(dt) && a->nbytes) {
+    t->dtype = dt;
+    t->rank = a->rank;
+    if (a->rank) memcpy(t->dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
+    t->nbytes = a->nbytes;
+    t->data = (void *)(uintptr_t)a->data;
+    *borrowed = 1;
+    return TPU_OK;
+  }
   TPU_TRY(tpu_tensor_alloc(t, dt, a->rank, a->dims, d));
   if (a->nbytes != t->nbytes || (t->nbytes && !a->data)) {
     size_t got = a->nbytes, need = t->nbytes;
@@ -320,6 +336,7 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
   r->mode = p.timing ? "timing" : "full";
   r->precision = p.precision >= 0 ? k_precisions[p.precision] : "per-op";
   tpu_tensor *args = NULL;
+  uint8_t *borrowed = NULL;
   int nargs = 0;
   tpu_loop_trips trips;
   memset(&trips, 0, sizeof trips);
@@ -338,12 +355,13 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
   if (st == TPU_OK && !p.timing) {
     const tpu_comp *e = m->entry;
     args = tpu_calloc((size_t)(e->nparams ? e->nparams : 1), sizeof *args);
-    if (!args) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    borrowed = tpu_calloc((size_t)(e->nparams ? e->nparams : 1), 1);
+    if (!args || !borrowed) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
     for (; st == TPU_OK && nargs < e->nparams; nargs++) {
       tpu_shape want = e->params[nargs]->shape;
       want.has_layout = 0;
       if (r->have_pod) tpu_podio_input_shape(&r->pod, m, nargs, inputs[nargs].rank, inputs[nargs].dims, &want);
-      st = take_input(&inputs[nargs], nargs, &want, &args[nargs], d);
+      st = take_input(&inputs[nargs], nargs, &want, &args[nargs], &borrowed[nargs], d);
       if (st != TPU_OK) break;
     }
     /* Values run on the module as written (the compiler then rewrites it in place). */
@@ -360,8 +378,11 @@ tpu_status tpu_sim_run(const tpu_sim_module *sm, const tpu_sim_options *o, const
     }
   }
   if (st == TPU_OK && p.tpu) st = time_program(r, sm, &p, &trips, d);
-  for (int i = 0; i < nargs; i++) tpu_tensor_free(&args[i]);
+  for (int i = 0; i < nargs; i++)
+    if (borrowed[i]) memset(&args[i], 0, sizeof args[i]); /* the caller's memory */
+    else tpu_tensor_free(&args[i]);
   tpu_free(args);
+  tpu_free(borrowed);
   tpu_loop_trips_free(&trips);
   if (st != TPU_OK) {
     tpu_sim_result_free(r);

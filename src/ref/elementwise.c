@@ -673,3 +673,37 @@ void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n) {
   }
   *acc = a;
 }
+
+/* dst[i] = a[i] OP b[i] with fbin_f32's arithmetic (inputs flushed, result flushed) in one
+ * pass; dst may alias a or b. Built for AVX2 too where the CPU has it: the same IEEE
+ * operations, only wider (no FMA: nothing here is a multiply-add). */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define EW_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define EW_CLONES
+#endif
+#define EW_LOOP(EXPR)                                                                                   \
+  for (int i = 0; i < n; i++) {                                                                         \
+    float x = tpu__ew_flush32(a[i]), y = tpu__ew_flush32(b[i]);                                         \
+    dst[i] = tpu__ew_flush32(EXPR);                                                                     \
+  }                                                                                                     \
+  return
+EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, const float *b, int n) {
+  switch (op) {
+    case TPU_OP_ADD: EW_LOOP(x + y);
+    case TPU_OP_SUBTRACT: EW_LOOP(x - y);
+    case TPU_OP_MULTIPLY: EW_LOOP(x * y);
+    case TPU_OP_DIVIDE: EW_LOOP(x / y);
+    case TPU_OP_MAXIMUM: EW_LOOP(fmax_f32(x, y));
+    case TPU_OP_MINIMUM: EW_LOOP(fmin_f32(x, y));
+    default: {
+      float ta[TPU_EW_BLOCK], tb[TPU_EW_BLOCK];
+      memcpy(ta, a, sizeof(float) * (size_t)n);
+      memcpy(tb, b, sizeof(float) * (size_t)n);
+      fbin_f32(op, ta, tb, n);
+      memcpy(dst, ta, sizeof(float) * (size_t)n);
+      return;
+    }
+  }
+}
+#undef EW_LOOP

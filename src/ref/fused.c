@@ -110,7 +110,7 @@ static int build(ftree *t, const tpu_instr *x, const uint8_t *inl, const tpu_ten
 /* Blocks [lo, hi) of TPU_EW_BLOCK elements. */
 static void run_blocks(void *ctx, int task, int64_t lo, int64_t hi) {
   const ftree *t = ctx;
-  float buf[2 * MAX_NODES][TPU_EW_BLOCK];
+  float buf[MAX_NODES][TPU_EW_BLOCK];
   float *res[MAX_NODES];
   (void)task;
   for (int64_t blk = lo; blk < hi; blk++) {
@@ -120,29 +120,25 @@ static void run_blocks(void *ctx, int task, int64_t lo, int64_t hi) {
       const fnode *nd = &t->node[i];
       float *a;
       if (nd->bcast) {
-        a = buf[2 * i];
+        a = buf[i];
         for (int e = 0; e < m; e++) a[e] = nd->leaf[0][0];
-      } else if (nd->child[0] >= 0) {
-        a = res[nd->child[0]];
+      } else if (nd->nops == 2) {
+        const float *x = nd->child[0] >= 0 ? res[nd->child[0]] : nd->leaf[0] + s;
+        const float *y = nd->child[1] >= 0 ? res[nd->child[1]] : nd->leaf[1] + s;
+        a = i == t->n - 1 ? t->out + s : buf[i]; /* the root writes the result in place */
+        tpu__ew_f32_binary_to(nd->op, a, x, y, m);
       } else {
-        a = buf[2 * i];
-        memcpy(a, nd->leaf[0] + s, sizeof(float) * (size_t)m);
-      }
-      if (!nd->bcast && nd->nops == 2) {
-        float *b;
-        if (nd->child[1] >= 0) {
-          b = res[nd->child[1]];
+        if (nd->child[0] >= 0) {
+          a = res[nd->child[0]];
         } else {
-          b = buf[2 * i + 1];
-          memcpy(b, nd->leaf[1] + s, sizeof(float) * (size_t)m);
+          a = buf[i];
+          memcpy(a, nd->leaf[0] + s, sizeof(float) * (size_t)m);
         }
-        tpu__ew_f32_binary(nd->op, a, b, m);
-      } else if (!nd->bcast) {
         tpu__ew_f32_unary(nd->op, a, m);
       }
       res[i] = a;
     }
-    memcpy(t->out + s, res[t->n - 1], sizeof(float) * (size_t)m);
+    if (res[t->n - 1] != t->out + s) memcpy(t->out + s, res[t->n - 1], sizeof(float) * (size_t)m);
   }
 }
 
