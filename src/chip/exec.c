@@ -78,15 +78,25 @@ static void pack_f32(const tpu_tensor *t, const int *order, float *buf) {
   }
 }
 
-/* out[M,N] = A[M,K] x W[K,N] on the MXU path `p` (A and W hold f32 values exact in the
- * path's input type). F32 and BF16 write f32 sums to out_f; S8 writes s32 sums to out_i. */
-static tpu_status mxu_gemm(tpu_exec_path p, tpu_precision prec, int64_t R, const float *A, const float *W, int64_t nb,
+/* out[M,N] = A[M,K] x W[K,N] (nb of them, back to back) on the MXU path `p` (A and W hold
+ * f32 values exact in the path's input type). F32 and BF16 write f32 sums to out_f; S8
+ * writes s32 sums to out_i. F32 at DEFAULT precision rounds A and W to bf16 in place (one
+ * pass, the array's input) unless `rounded` says they already are. */
+static tpu_status mxu_gemm(tpu_exec_path p, tpu_precision prec, int64_t R, float *A, float *W, int rounded, int64_t nb,
                            int64_t M, int64_t K, int64_t N, float *out_f, int32_t *out_i, const tpu_instr *in,
                            tpu_diag *d) {
   if (nb == 0 || M == 0 || N == 0) return TPU_OK;
   if (K == 0) { /* an empty sum: +0 */
     if (out_f) memset(out_f, 0, sizeof *out_f * (size_t)(nb * M * N));
     if (out_i) memset(out_i, 0, sizeof *out_i * (size_t)(nb * M * N));
+    return TPU_OK;
+  }
+  if ((p == TPU_EXEC_F32 && prec == TPU_PREC_DEFAULT) || p == TPU_EXEC_BF16) {
+    if (p == TPU_EXEC_F32 && !rounded) {
+      tpu__mxu_round_bf16(A, (size_t)(nb * M * K), A);
+      tpu__mxu_round_bf16(W, (size_t)(nb * K * N), W);
+    }
+    tpu__mxu_matmul_bf16f(A, W, out_f, nb, M, K, N, R, 0);
     return TPU_OK;
   }
   if (p == TPU_EXEC_F32) {
@@ -96,20 +106,6 @@ static tpu_status mxu_gemm(tpu_exec_path p, tpu_precision prec, int64_t R, const
     return TPU_OK;
   }
   size_t na = (size_t)(nb * M * K), nw = (size_t)(nb * K * N);
-  if (p == TPU_EXEC_BF16) {
-    tpu_bf16 *a = tpu_malloc(na * sizeof *a), *w = tpu_malloc(nw * sizeof *w);
-    if (!a || !w) {
-      tpu_free(a);
-      tpu_free(w);
-      return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
-    }
-    for (size_t i = 0; i < na; i++) a[i] = tpu_bf16_from_f32(A[i]);
-    for (size_t i = 0; i < nw; i++) w[i] = tpu_bf16_from_f32(W[i]);
-    tpu__mxu_matmul_bf16_batch(a, w, out_f, nb, M, K, N, R, 0);
-    tpu_free(a);
-    tpu_free(w);
-    return TPU_OK;
-  }
   int8_t *a = tpu_malloc(na), *w = tpu_malloc(nw);
   if (!a || !w) {
     tpu_free(a);
@@ -222,7 +218,7 @@ static tpu_status dot_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *i
   pack_f32(lhs, lorder, b.a);
   pack_f32(rhs, rorder, b.w);
   tpu_precision prec = precision_of(c, in);
-  tpu_status st = mxu_gemm(p, prec, c->chip->mxu_rows, b.a, b.w, nb, nm, nk, nn, b.of, b.oi, in, d);
+  tpu_status st = mxu_gemm(p, prec, c->chip->mxu_rows, b.a, b.w, 0, nb, nm, nk, nn, b.of, b.oi, in, d);
   if (st != TPU_OK) {
     bufs_free(&b);
     tpu_tensor_free(out);
@@ -272,13 +268,19 @@ static tpu_status conv_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *
     pack_f32(rhs, rorder, pr);
     tpu_conv_out_offsets(in, &g, off, &fs);
     tpu_precision prec = precision_of(c, in);
+    /* DEFAULT rounds each value to bf16: do it once on the operands, not on the patches. */
+    int rounded = p == TPU_EXEC_F32 && prec == TPU_PREC_DEFAULT;
+    if (rounded) {
+      tpu__mxu_round_bf16(pl, (size_t)tpu_tensor_numel(lhs), pl);
+      tpu__mxu_round_bf16(pr, (size_t)tpu_tensor_numel(rhs), pr);
+    }
     for (int64_t o0 = 0; st == TPU_OK && o0 < g.cout;) {
       int64_t o1 = tpu_conv_run_end(&g, o0), N = o1 - o0;
       tpu_conv_kernel_matrix(in, &g, pr, o0, o1, b.w);
       for (int64_t m0 = 0; st == TPU_OK && m0 < M; m0 += mb) {
         int64_t m1 = m0 + mb < M ? m0 + mb : M;
         tpu_conv_patches(in, &g, pl, o0, m0, m1, b.a);
-        st = mxu_gemm(p, prec, c->chip->mxu_rows, b.a, b.w, 1, m1 - m0, K, N, b.of, b.oi, in, d);
+        st = mxu_gemm(p, prec, c->chip->mxu_rows, b.a, b.w, rounded, 1, m1 - m0, K, N, b.of, b.oi, in, d);
         for (int64_t m = m0; st == TPU_OK && m < m1; m++)
           for (int64_t j = 0; j < N; j++) store_result(out, off[m] + (o0 + j) * fs, b.of, b.oi, (m - m0) * N + j);
       }

@@ -87,12 +87,22 @@ static int plan_threads(int n, int64_t units, double macs) {
     const T *A = Av;                                                                         \
     for (int64_t p = 0; p < mc; p += MR) {                                                   \
       int64_t rows = min64(MR, mc - p);                                                      \
-      for (int64_t r = 0; r < MR; r++) {                                                     \
-        if (r < rows) {                                                                      \
-          const T *src = A + (i0 + p + r) * K + k0;                                          \
-          for (int64_t k = 0; k < kc; k++) dst[k * MR + r] = CONV(src[k]);                   \
-        } else {                                                                             \
-          for (int64_t k = 0; k < kc; k++) dst[k * MR + r] = 0.0f;                           \
+      if (rows == MR) { /* six read streams, contiguous writes */                            \
+        const T *s0 = A + (i0 + p) * K + k0, *s1 = s0 + K, *s2 = s1 + K, *s3 = s2 + K;       \
+        const T *s4 = s3 + K, *s5 = s4 + K;                                                  \
+        for (int64_t k = 0; k < kc; k++) {                                                   \
+          float *o = dst + k * MR;                                                           \
+          o[0] = CONV(s0[k]), o[1] = CONV(s1[k]), o[2] = CONV(s2[k]);                        \
+          o[3] = CONV(s3[k]), o[4] = CONV(s4[k]), o[5] = CONV(s5[k]);                        \
+        }                                                                                    \
+      } else {                                                                               \
+        for (int64_t r = 0; r < MR; r++) {                                                   \
+          if (r < rows) {                                                                    \
+            const T *src = A + (i0 + p + r) * K + k0;                                        \
+            for (int64_t k = 0; k < kc; k++) dst[k * MR + r] = CONV(src[k]);                 \
+          } else {                                                                           \
+            for (int64_t k = 0; k < kc; k++) dst[k * MR + r] = 0.0f;                         \
+          }                                                                                  \
         }                                                                                    \
       }                                                                                      \
       dst += kc * MR;                                                                        \
@@ -577,6 +587,12 @@ static void split_all(const float *x, size_t n, int nparts, float *out) {
     split_f32(x[i], s);
     for (int q = 0; q < nparts; q++) out[q * n + i] = tpu_bf16_to_f32(s[q]);
   }
+}
+void tpu__mxu_round_bf16(const float *x, size_t n, float *out) { split_all(x, n, 1, out); }
+
+void tpu__mxu_matmul_bf16f(const float *A, const float *W, float *out, int64_t nb, int64_t M, int64_t K, int64_t N,
+                           int64_t R, int nthreads) {
+  run_job(A, W, 1, 1, out, nb, M, K, N, R, nthreads);
 }
 
 tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_t M, int64_t K,

@@ -29,6 +29,14 @@ void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]);
 void tpu__mxu_matmul_bf16_batch(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t nb, int64_t M,
                                 int64_t K, int64_t N, int64_t R, int nthreads);
 
+/* Part 0 of tpu__mxu_split_f32 for n values, as f32: what DEFAULT precision feeds the
+ * array (out may be x). */
+void tpu__mxu_round_bf16(const float *x, size_t n, float *out);
+
+/* tpu__mxu_matmul_bf16_batch on operands held as f32 (every value exactly a bf16). */
+void tpu__mxu_matmul_bf16f(const float *A, const float *W, float *out, int64_t nb, int64_t M, int64_t K, int64_t N,
+                           int64_t R, int nthreads);
+
 /* tpu_mxu_matmul_f32 on nb matrix products stored back to back (as above). */
 tpu_status tpu__mxu_matmul_f32_batch(const float *A, const float *W, float *out, int64_t nb, int64_t M,
                                      int64_t K, int64_t N, int64_t R, tpu_precision p, int nthreads,
