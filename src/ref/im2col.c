@@ -106,7 +106,11 @@ static void patch_rows(void *ctx, int task, int64_t m0, int64_t m1) {
 }
 
 int64_t tpu_conv_row_block(const tpu_conv_geom *g) {
-  int64_t K = g->nkpos * g->kin, M = g->nob * g->nsp, b = K > 0 ? ((int64_t)4 << 20) / K : M;
+  /* Patches for about 512 KiB, which stay in a core's L2 while the product reads them; when
+   * that is under 96 rows (a long K: the kernel matrix would be repacked too often), for
+   * about 16 MiB. */
+  int64_t K = g->nkpos * g->kin, M = g->nob * g->nsp, b = K > 0 ? ((int64_t)128 << 10) / K : M;
+  if (b < 96) b = K > 0 ? ((int64_t)4 << 20) / K : M;
   if (b > M) b = M;
   return b < 1 ? 1 : b;
 }

@@ -39,7 +39,7 @@ int64_t tpu_conv_run_end(const tpu_conv_geom *g, int64_t o0);
 void tpu_conv_patches(const tpu_instr *in, const tpu_conv_geom *g, const float *pl, int64_t o0, int64_t m0,
                       int64_t m1, float *A);
 
-/* Rows of patches to build at once (about 16 MiB of them, at least one row); and n as an
+/* Rows of patches to build at once (about 512 KiB of them, or 16 MiB for a long K); and n as an
  * allocation count (at least 1). */
 int64_t tpu_conv_row_block(const tpu_conv_geom *g);
 static inline size_t tpu_conv_count(int64_t n) { return (size_t)(n > 0 ? n : 1); }
