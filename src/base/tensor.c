@@ -24,8 +24,8 @@ int64_t tpu_tensor_numel(const tpu_tensor *t) {
   return tpu_dims_numel(t->rank, t->dims, &ok);
 }
 
-tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims,
-                            tpu_diag *d) {
+static tpu_status alloc_array(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims, int zero,
+                              tpu_diag *d) {
   memset(t, 0, sizeof *t);
   if (rank < 0 || rank > TPU_MAX_RANK)
     return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "rank %d exceeds the limit of %d", rank,
@@ -39,9 +39,18 @@ tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int6
   t->rank = rank;
   if (rank) memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
   t->nbytes = bytes;
-  t->data = tpu_calloc(1, bytes ? bytes : 1);
+  t->data = zero ? tpu_calloc(1, bytes ? bytes : 1) : tpu_malloc(bytes ? bytes : 1);
   if (!t->data) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory allocating %zu bytes", bytes);
   return TPU_OK;
+}
+
+tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims,
+                            tpu_diag *d) {
+  return alloc_array(t, dtype, rank, dims, 1, d);
+}
+
+tpu_status tpu_tensor_alloc_uninit(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims, tpu_diag *d) {
+  return alloc_array(t, dtype, rank, dims, 0, d);
 }
 
 tpu_status tpu_tensor_alloc_tuple(tpu_tensor *t, int n, tpu_diag *d) {

@@ -27,6 +27,8 @@ typedef struct tpu_tensor {
  * TPU_ERR_NOMEM when memory runs out. */
 tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims,
                             tpu_diag *d);
+/* tpu_tensor_alloc without the zero fill, for kernels that write every element. */
+tpu_status tpu_tensor_alloc_uninit(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims, tpu_diag *d);
 /* Allocates a tuple of `n` empty elements (each to be filled by the caller). */
 tpu_status tpu_tensor_alloc_tuple(tpu_tensor *t, int n, tpu_diag *d);
 /* Deep copy. */

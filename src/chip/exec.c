@@ -210,7 +210,7 @@ static tpu_status dot_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *i
   bufs b;
   if (!bufs_alloc(&b, p, nb * nm * nk, nb * nk * nn, nb * nm * nn))
     return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
-  tpu_status ast = tpu_tensor_alloc(out, in->shape.dtype, in->shape.rank, in->shape.dims, d);
+  tpu_status ast = tpu_tensor_alloc_uninit(out, in->shape.dtype, in->shape.rank, in->shape.dims, d);
   if (ast != TPU_OK) {
     bufs_free(&b);
     return ast;
@@ -262,7 +262,7 @@ static tpu_status conv_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *
     if (ok) bufs_free(&b);
     return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
   }
-  tpu_status st = tpu_tensor_alloc(out, in->shape.dtype, ns + 2, g.odims, d);
+  tpu_status st = tpu_tensor_alloc_uninit(out, in->shape.dtype, ns + 2, g.odims, d);
   if (st == TPU_OK) {
     pack_f32(lhs, lorder, pl);
     pack_f32(rhs, rorder, pr);

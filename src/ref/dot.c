@@ -296,7 +296,7 @@ static tpu_status dot_kernel(const tpu_instr *in, const tpu_tensor *lhs, const t
   int same = tpu_dtype_is_array(in->shape.dtype) && in->shape.rank == orank;
   for (int k = 0; same && k < orank; k++) same = in->shape.dims[k] == odims[k];
   if (!same) return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "dot result shape does not match its operands");
-  TPU_TRY(tpu_tensor_alloc(out, in->shape.dtype, orank, odims, d));
+  TPU_TRY(tpu_tensor_alloc_uninit(out, in->shape.dtype, orank, odims, d));
 
   acc_kind k = acc_of(lhs->dtype, rhs->dtype, out->dtype);
   int64_t on = nb * nm * nn;
@@ -446,7 +446,7 @@ static tpu_status conv_kernel(const tpu_instr *in, const tpu_tensor *lhs, const 
     if (in->shape.dims[k] != odims[k])
       return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "convolution result dimension %d is %lld, expected %lld", k,
                       (long long)in->shape.dims[k], (long long)odims[k]);
-  TPU_TRY(tpu_tensor_alloc(out, in->shape.dtype, ns + 2, odims, d));
+  TPU_TRY(tpu_tensor_alloc_uninit(out, in->shape.dtype, ns + 2, odims, d));
 
   acc_kind k = acc_of(lhs->dtype, rhs->dtype, out->dtype);
   if (k == ACC_F32) {

@@ -87,12 +87,19 @@ void tpu__ew_store_int(void *p, tpu_dtype t, int64_t i0, int n, const int64_t *v
   }
 }
 
-tpu_status tpu__ew_alloc_out(const tpu_instr *in, tpu_tensor *out, tpu_diag *d) {
+static tpu_status alloc_out(const tpu_instr *in, int zero, tpu_tensor *out, tpu_diag *d) {
   tpu_diag tmp;
   memset(&tmp, 0, sizeof tmp);
-  tpu_status st = tpu_tensor_alloc(out, in->shape.dtype, in->shape.rank, in->shape.dims, &tmp);
+  tpu_status st = zero ? tpu_tensor_alloc(out, in->shape.dtype, in->shape.rank, in->shape.dims, &tmp)
+                       : tpu_tensor_alloc_uninit(out, in->shape.dtype, in->shape.rank, in->shape.dims, &tmp);
   if (st != TPU_OK) return TPU_FAIL(d, st, in->loc, "'%s': %s", in->name, tmp.msg);
   return TPU_OK;
+}
+
+tpu_status tpu__ew_alloc_out(const tpu_instr *in, tpu_tensor *out, tpu_diag *d) { return alloc_out(in, 1, out, d); }
+
+tpu_status tpu__ew_alloc_out_uninit(const tpu_instr *in, tpu_tensor *out, tpu_diag *d) {
+  return alloc_out(in, 0, out, d);
 }
 
 /* ---- Float kernels (one body for float and double via <tgmath.h>) ---- */
@@ -574,7 +581,7 @@ tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_t
     if (t != TPU_PRED) return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "compare '%s': the result must be pred", in->name);
     TPU_TRY(check_operand(in, args, 0, ta, 1, &s0, d));
     TPU_TRY(check_operand(in, args, 1, ta, 1, &s1, d));
-    TPU_TRY(tpu__ew_alloc_out(in, out, d));
+    TPU_TRY(tpu__ew_alloc_out_uninit(in, out, d));
     run_compare(in, ta, out->data, args[0]->data, s0, args[1]->data, s1, tpu_tensor_numel(out));
     return TPU_OK;
   }
@@ -583,7 +590,7 @@ tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_t
     TPU_TRY(check_operand(in, args, 0, TPU_PRED, 1, &s0, d));
     TPU_TRY(check_operand(in, args, 1, t, 0, &s1, d));
     TPU_TRY(check_operand(in, args, 2, t, 0, &s2, d));
-    TPU_TRY(tpu__ew_alloc_out(in, out, d));
+    TPU_TRY(tpu__ew_alloc_out_uninit(in, out, d));
     run_select(tpu_dtype_size(t), out->data, args[0]->data, s0, args[1]->data, s1, args[2]->data, s2,
                tpu_tensor_numel(out));
     return TPU_OK;
@@ -594,7 +601,7 @@ tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_t
     TPU_TRY(check_operand(in, args, 1, t, 0, &s1, d));
     TPU_TRY(check_operand(in, args, 2, t, 1, &s2, d));
     if (!binary_applies(TPU_OP_MAXIMUM, t) || t == TPU_PRED) return not_for_type(in, t, d);
-    TPU_TRY(tpu__ew_alloc_out(in, out, d));
+    TPU_TRY(tpu__ew_alloc_out_uninit(in, out, d));
     run_clamp(t, out->data, args[0]->data, s0, args[1]->data, args[2]->data, s2, tpu_tensor_numel(out));
     return TPU_OK;
   }
@@ -604,14 +611,14 @@ tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_t
       TPU_TRY(check_operand(in, args, 0, t, 1, &s0, d));
       TPU_TRY(check_operand(in, args, 1, t, 1, &s1, d));
       if (!binary_applies(op, t)) return not_for_type(in, t, d);
-      TPU_TRY(tpu__ew_alloc_out(in, out, d));
+      TPU_TRY(tpu__ew_alloc_out_uninit(in, out, d));
       run_binary(op, t, out->data, args[0]->data, s0, args[1]->data, s1, tpu_tensor_numel(out));
       return TPU_OK;
     case TPU_CLS_UNARY:
       TPU_TRY(check_arity(in, 1, d));
       TPU_TRY(check_operand(in, args, 0, t, 0, &s0, d));
       if (!unary_applies(op, t)) return not_for_type(in, t, d);
-      TPU_TRY(tpu__ew_alloc_out(in, out, d));
+      TPU_TRY(tpu__ew_alloc_out_uninit(in, out, d));
       run_unary(op, t, out->data, args[0]->data, tpu_tensor_numel(out));
       return TPU_OK;
     default: break;

@@ -58,8 +58,10 @@ void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, const floa
  * (op: a binary op it defines). */
 void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n);
 
-/* Allocates `out` for in->shape, failing at the instruction's location. */
+/* Allocates `out` for in->shape, zero-filled, failing at the instruction's location; the
+ * _uninit form leaves it unfilled, for kernels that write every element. */
 tpu_status tpu__ew_alloc_out(const tpu_instr *in, tpu_tensor *out, tpu_diag *d);
+tpu_status tpu__ew_alloc_out_uninit(const tpu_instr *in, tpu_tensor *out, tpu_diag *d);
 
 /* elementwise_convert.c: convert, bitcast-convert, reduce-precision, is-finite. */
 tpu_status tpu__ref_ew_convert(const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d);

@@ -151,7 +151,7 @@ tpu_status tpu__ref_fused_eval(const tpu_instr *root, const uint8_t *inl, const 
   if (build(&t, root, inl, val, numel) < 0)
     return TPU_FAIL(d, TPU_ERR_INVALID, root->loc, "%s '%s': an operand does not have the result's type",
                     tpu_op_name(root->op), root->name);
-  TPU_TRY(tpu__ew_alloc_out(root, out, d));
+  TPU_TRY(tpu__ew_alloc_out_uninit(root, out, d));
   t.out = out->data;
   t.numel = numel;
   int64_t nblocks = (numel + TPU_EW_BLOCK - 1) / TPU_EW_BLOCK;
