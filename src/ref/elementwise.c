@@ -714,3 +714,7 @@ EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, 
   }
 }
 #undef EW_LOOP
+
+void tpu__ew_f32_compare(const tpu_instr *in, uint8_t *o, const float *a, const float *b, int n) {
+  run_compare(in, TPU_F32, o, a, 1, b, 1, n);
+}

@@ -54,6 +54,8 @@ int tpu__ew_f32_unary(tpu_opcode op, float *a, int n);
 /* dst[i] = a[i] OP b[i], what tpu__ew_f32_binary computes, in one pass (n <= TPU_EW_BLOCK;
  * dst may alias a or b; the inputs are not modified). */
 void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, const float *b, int n);
+/* o[i] = compare(a[i], b[i]) for the f32 compare `in` (its direction and type), n elements. */
+void tpu__ew_f32_compare(const tpu_instr *in, uint8_t *o, const float *a, const float *b, int n);
 /* *acc = *acc OP x[i] for i = 0..n-1 in order, each step what tpu__ew_f32_binary computes
  * (op: a binary op it defines). */
 void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n);

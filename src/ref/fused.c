@@ -17,10 +17,25 @@ static int same_dims(const tpu_shape *a, const tpu_shape *b) {
   return 1;
 }
 
+/* A compare of two f32 arrays of its dimensions: a node that can only be inlined, into the
+ * predicate of a select (trees produce f32). */
+static int is_pred_node(const tpu_instr *in) {
+  return in->op == TPU_OP_COMPARE && in->shape.dtype == TPU_PRED && in->shape.rank > 0 && in->noperands == 2 &&
+         is_f32_array(&in->operands[0]->shape) && is_f32_array(&in->operands[1]->shape) &&
+         same_dims(&in->operands[0]->shape, &in->shape) && same_dims(&in->operands[1]->shape, &in->shape);
+}
+
 int tpu__ref_fusible(const tpu_instr *in) {
   if (!is_f32_array(&in->shape) || in->shape.rank == 0) return 0;
   if (in->op == TPU_OP_BROADCAST)
     return in->noperands == 1 && is_f32_array(&in->operands[0]->shape) && in->operands[0]->shape.rank == 0;
+  if (in->op == TPU_OP_SELECT) { /* a pred of the result's dims or a scalar; two f32 arrays */
+    if (in->noperands != 3) return 0;
+    const tpu_shape *p = &in->operands[0]->shape;
+    if (p->dtype != TPU_PRED || (p->rank != 0 && !same_dims(p, &in->shape))) return 0;
+    return is_f32_array(&in->operands[1]->shape) && same_dims(&in->operands[1]->shape, &in->shape) &&
+           is_f32_array(&in->operands[2]->shape) && same_dims(&in->operands[2]->shape, &in->shape);
+  }
   tpu_op_class c = tpu_op_class_of(in->op);
   if (c == TPU_CLS_BINARY) {
     if (in->noperands != 2 || !tpu__ew_f32_binary(in->op, NULL, NULL, 0)) return 0;
@@ -43,7 +58,8 @@ void tpu__ref_fuse_plan(const tpu_comp *c, const int *uses, uint8_t *inl, int *s
     if (!tpu__ref_fusible(in) || in->op == TPU_OP_BROADCAST) continue;
     for (int k = 0; k < in->noperands; k++) {
       const tpu_instr *o = in->operands[k];
-      if (o == c->root || uses[o->id] != 1 || !tpu__ref_fusible(o)) continue;
+      int pred = in->op == TPU_OP_SELECT && k == 0;
+      if (o == c->root || uses[o->id] != 1 || !(pred ? is_pred_node(o) : tpu__ref_fusible(o))) continue;
       if (size[in->id] + size[o->id] > MAX_NODES) continue;
       inl[o->id] = 1;
       size[in->id] += size[o->id];
@@ -52,7 +68,7 @@ void tpu__ref_fuse_plan(const tpu_comp *c, const int *uses, uint8_t *inl, int *s
 }
 
 int tpu__ref_fused_leaves(const tpu_instr *root, const uint8_t *inl, const tpu_instr **leaves) {
-  int n = 0;
+  int n = 0; /* at most 2 per node but select's 3: under 3 * MAX_NODES */
   const tpu_instr *stack[MAX_NODES];
   int sp = 0;
   stack[sp++] = root;
@@ -69,11 +85,14 @@ int tpu__ref_fused_leaves(const tpu_instr *root, const uint8_t *inl, const tpu_i
 
 /* A tree in post order: node i's operands are earlier nodes (child >= 0) or leaf values. */
 typedef struct {
+  const tpu_instr *in;
   tpu_opcode op;
   int bcast; /* a broadcast scalar: operand 0 is the scalar leaf */
   int nops;
-  int child[2];
-  const float *leaf[2];
+  int child[3];
+  const float *leaf[3];
+  const uint8_t *pleaf; /* a select's predicate leaf */
+  int pscalar;          /* ... a scalar */
 } fnode;
 
 typedef struct {
@@ -86,9 +105,11 @@ typedef struct {
 static int build(ftree *t, const tpu_instr *x, const uint8_t *inl, const tpu_tensor *const *val, int64_t numel) {
   fnode nd;
   memset(&nd, 0, sizeof nd);
+  nd.in = x;
   nd.op = x->op;
   nd.bcast = x->op == TPU_OP_BROADCAST;
   nd.nops = x->noperands;
+  if (nd.nops > 3) return -1;
   for (int k = 0; k < x->noperands; k++) {
     const tpu_instr *o = x->operands[k];
     nd.child[k] = -1;
@@ -96,6 +117,12 @@ static int build(ftree *t, const tpu_instr *x, const uint8_t *inl, const tpu_ten
       int c = build(t, o, inl, val, numel);
       if (c < 0) return -1;
       nd.child[k] = c;
+    } else if (x->op == TPU_OP_SELECT && k == 0) {
+      const tpu_tensor *v = val[o->id];
+      int64_t vn = v ? tpu_tensor_numel(v) : -1;
+      if (!v || v->dtype != TPU_PRED || (v->rank != 0 && vn != numel) || (v->rank == 0 && vn != 1)) return -1;
+      nd.pleaf = v->data;
+      nd.pscalar = v->rank == 0;
     } else {
       const tpu_tensor *v = val[o->id];
       if (!v || v->dtype != TPU_F32 || tpu_tensor_numel(v) != (nd.bcast ? 1 : numel)) return -1;
@@ -111,7 +138,9 @@ static int build(ftree *t, const tpu_instr *x, const uint8_t *inl, const tpu_ten
 static void run_blocks(void *ctx, int task, int64_t lo, int64_t hi) {
   const ftree *t = ctx;
   float buf[MAX_NODES][TPU_EW_BLOCK];
+  uint8_t pbuf[MAX_NODES][TPU_EW_BLOCK];
   float *res[MAX_NODES];
+  uint8_t *pres[MAX_NODES];
   (void)task;
   for (int64_t blk = lo; blk < hi; blk++) {
     int64_t s = blk * TPU_EW_BLOCK;
@@ -122,6 +151,22 @@ static void run_blocks(void *ctx, int task, int64_t lo, int64_t hi) {
       if (nd->bcast) {
         a = buf[i];
         for (int e = 0; e < m; e++) a[e] = nd->leaf[0][0];
+      } else if (nd->op == TPU_OP_COMPARE) {
+        const float *x = nd->child[0] >= 0 ? res[nd->child[0]] : nd->leaf[0] + s;
+        const float *y = nd->child[1] >= 0 ? res[nd->child[1]] : nd->leaf[1] + s;
+        tpu__ew_f32_compare(nd->in, pbuf[i], x, y, m);
+        pres[i] = pbuf[i];
+        res[i] = NULL;
+        continue;
+      } else if (nd->op == TPU_OP_SELECT) { /* element bits copied, as the select kernel does */
+        const uint8_t *p = nd->child[0] >= 0 ? pres[nd->child[0]] : nd->pscalar ? NULL : nd->pleaf + s;
+        const float *x = nd->child[1] >= 0 ? res[nd->child[1]] : nd->leaf[1] + s;
+        const float *y = nd->child[2] >= 0 ? res[nd->child[2]] : nd->leaf[2] + s;
+        a = i == t->n - 1 ? t->out + s : buf[i];
+        if (p)
+          for (int e = 0; e < m; e++) a[e] = p[e] ? x[e] : y[e];
+        else
+          memcpy(a, nd->pleaf[0] ? x : y, sizeof(float) * (size_t)m);
       } else if (nd->nops == 2) {
         const float *x = nd->child[0] >= 0 ? res[nd->child[0]] : nd->leaf[0] + s;
         const float *y = nd->child[1] >= 0 ? res[nd->child[1]] : nd->leaf[1] + s;

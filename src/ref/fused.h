@@ -1,7 +1,9 @@
 /* Fused evaluation of f32 elementwise trees in the reference interpreter (ref/fused.c).
  *
  * A node is an f32 binary or unary op (one the elementwise kernels define on f32) whose
- * operands have its dimensions, or a broadcast of an f32 scalar. A node used once, by
+ * operands have its dimensions, a broadcast of an f32 scalar, or a select of f32 arrays
+ * (its predicate of the same dimensions or a scalar); a compare of f32 arrays is a node
+ * inlined only into a select's predicate. A node used once, by
  * another node of the same computation, and not the root, is inlined into that user: the
  * tree runs block by block (TPU_EW_BLOCK elements, threads over blocks), each node with
  * the same block kernel the unfused op runs, so every element has the same bits as when
@@ -20,7 +22,7 @@ int tpu__ref_fusible(const tpu_instr *in);
 void tpu__ref_fuse_plan(const tpu_comp *c, const int *uses, uint8_t *inl, int *size);
 
 /* The operand slots of the tree rooted at `root` that read values (not inlined nodes), into
- * leaves (at most 64); returns how many. */
+ * leaves (at most 96); returns how many. */
 int tpu__ref_fused_leaves(const tpu_instr *root, const uint8_t *inl, const tpu_instr **leaves);
 
 /* Evaluates the tree rooted at `root` (a node, not inlined) into *out; val[id] holds the

@@ -393,7 +393,7 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       if (st != TPU_OK) break;
       if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
       f.val[id] = &f.own[id];
-      const tpu_instr *leaves[64];
+      const tpu_instr *leaves[96];
       int nl = tpu__ref_fused_leaves(in, f.inl, leaves);
       for (int k = 0; k < nl; k++) release(&f, c, leaves[k]);
       continue;
