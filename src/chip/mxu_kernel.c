@@ -34,8 +34,8 @@
  * (KC_MAX x NR f32 = 16 KiB) in L1, packed B (KC_MAX x NC f32 = 2 MiB) in L3. */
 enum { MR = 6, NR = 16, KC_MAX = 256, MC = 144, NC = 2048, MAX_THREADS = TPU_MAX_THREADS };
 
-/* Threads are not worth starting below this many multiply-adds (M*K*N). */
-#define PAR_MIN_MACS 32768.0
+/* Multiply-adds (M*K*N) a thread must get for threads to be started: about a millisecond. */
+#define PAR_MIN_MACS 4e6
 
 #define CANON_NAN_BITS 0x7fc00000u
 
@@ -65,13 +65,15 @@ const char *tpu__mxu_kernel_name(void) { return use_avx2() ? "avx2" : "scalar"; 
 
 /* ---- Threads ---- */
 
-/* How many threads to use for `units` independent pieces of M*K*N multiply-adds. */
+/* How many threads to use for `units` independent pieces of M*K*N multiply-adds: `n` when
+ * the caller gives it (tests), else tpu_threads() as long as each thread gets at least
+ * PAR_MIN_MACS (a thread costs its start and, on a busy machine, a wait to be scheduled at
+ * the join; small products run faster on one). */
 static int plan_threads(int n, int64_t units, double macs) {
-  if (n <= 0) n = tpu_threads();
+  if (n <= 0) return tpu_par_threads(units, macs, PAR_MIN_MACS);
   if (n > MAX_THREADS) n = MAX_THREADS;
   if (n > units) n = (int)units;
-  if (macs < PAR_MIN_MACS || n < 1) n = 1;
-  return n;
+  return n < 1 ? 1 : n;
 }
 
 /* ---- Packing: operands widened (exactly) to f32 panels ----

@@ -6,7 +6,7 @@
 #include "base/par.h"
 #include "ref/elementwise_int.h"
 
-enum { MAX_NODES = 32, MIN_PAR_WORK = 1 << 18 }; /* work: elements x nodes */
+enum { MAX_NODES = 32, MIN_PAR_WORK = 1 << 22 }; /* work per thread: elements x nodes */
 
 static int is_f32_array(const tpu_shape *s) { return s->dtype == TPU_F32; }
 

@@ -126,7 +126,7 @@ void tpu_conv_patches(const tpu_instr *in, const tpu_conv_geom *g, const float *
   int64_t fg = o0 / (g->cout / g->G), bg = o0 / (g->cout / g->BG);
   patch_job j = {in, g, pl, bg * g->nob, fg * g->kin, m0, A};
   int64_t rows = m1 - m0;
-  int t = tpu_par_threads(rows, (double)rows * (double)g->nkpos * (double)g->kin, 1 << 16);
+  int t = tpu_par_threads(rows, (double)rows * (double)g->nkpos * (double)g->kin, 1 << 20);
   tpu_par_run(patch_range, &j, rows, t);
 }
 
