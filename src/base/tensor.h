@@ -27,6 +27,15 @@ typedef struct tpu_tensor {
  * TPU_ERR_NOMEM when memory runs out. */
 tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims,
                             tpu_diag *d);
+/* Brackets a run that allocates and frees many arrays: between them (nested and from any
+ * thread) freed array buffers are kept and reused for arrays of the same byte size; the
+ * outermost end frees what is kept. A tensor's data must then be a block of exactly
+ * nbytes (or more) from the allocation hook, as every tensor here has. */
+void tpu_tensor_pool_begin(void);
+void tpu_tensor_pool_end(void);
+/* Scratch buffers through the same pool: n bytes (not zeroed), given back with the same n. */
+void *tpu_pool_alloc(size_t n);
+void tpu_pool_free(void *p, size_t n);
 /* tpu_tensor_alloc without the zero fill, for kernels that write every element. */
 tpu_status tpu_tensor_alloc_uninit(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims, tpu_diag *d);
 /* Allocates a tuple of `n` empty elements (each to be filled by the caller). */

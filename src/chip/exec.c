@@ -149,27 +149,31 @@ static tpu_precision precision_of(const exec_ctx *c, const tpu_instr *in) {
   return p >= TPU_PREC_CFG_HIGHEST ? TPU_PREC_HIGHEST : p == TPU_PREC_CFG_HIGH ? TPU_PREC_HIGH : TPU_PREC_DEFAULT;
 }
 
-/* Buffers for one MXU call; freed together. */
+/* Buffers for one MXU call (through the tensor pool); freed together. */
 typedef struct {
   float *a, *w, *of;
   int32_t *oi;
+  size_t na, nw, no; /* bytes */
 } bufs;
 
 static void bufs_free(bufs *b) {
-  tpu_free(b->a);
-  tpu_free(b->w);
-  tpu_free(b->of);
-  tpu_free(b->oi);
+  if (b->a) tpu_pool_free(b->a, b->na);
+  if (b->w) tpu_pool_free(b->w, b->nw);
+  if (b->of) tpu_pool_free(b->of, b->no);
+  if (b->oi) tpu_pool_free(b->oi, b->no);
   memset(b, 0, sizeof *b);
 }
 
 /* Allocates A (na), W (nw) and the result (no) for path p; 0 when memory runs out. */
 static int bufs_alloc(bufs *b, tpu_exec_path p, int64_t na, int64_t nw, int64_t no) {
   memset(b, 0, sizeof *b);
-  b->a = tpu_malloc(sizeof(float) * (size_t)(na ? na : 1));
-  b->w = tpu_malloc(sizeof(float) * (size_t)(nw ? nw : 1));
-  if (p == TPU_EXEC_S8) b->oi = tpu_malloc(sizeof(int32_t) * (size_t)(no ? no : 1));
-  else b->of = tpu_malloc(sizeof(float) * (size_t)(no ? no : 1));
+  b->na = sizeof(float) * (size_t)(na ? na : 1);
+  b->nw = sizeof(float) * (size_t)(nw ? nw : 1);
+  b->no = (p == TPU_EXEC_S8 ? sizeof(int32_t) : sizeof(float)) * (size_t)(no ? no : 1);
+  b->a = tpu_pool_alloc(b->na);
+  b->w = tpu_pool_alloc(b->nw);
+  if (p == TPU_EXEC_S8) b->oi = tpu_pool_alloc(b->no);
+  else b->of = tpu_pool_alloc(b->no);
   if (b->a && b->w && (b->oi || b->of)) return 1;
   bufs_free(b);
   return 0;

@@ -13,6 +13,7 @@
 
 #include "base/alloc.h"
 #include "base/par.h"
+#include "base/tensor.h"
 #include "chip/mxu.h"
 #include "chip/mxu_kernel_int.h"
 
@@ -274,6 +275,7 @@ TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, co
 typedef struct bf16_ws {
   float *apack, *bpack, *carry;
   void *raw[3];
+  size_t rawn[3]; /* their sizes, for the pool */
   int ok; /* all needed buffers present; else the task takes the direct path */
 } bf16_ws;
 
@@ -318,13 +320,16 @@ static void bf16_direct(const bf16_job *j, int64_t m0, int64_t m1, int64_t n0, i
     }
 }
 
-/* A float buffer of n entries aligned to 64 bytes; *raw gets the pointer to free. */
-static float *alloc_floats(int64_t n, void **raw) {
+/* A float buffer of n entries aligned to 64 bytes; *raw gets the pointer to free and *rawn
+ * its size (tpu_pool_free). */
+static float *alloc_floats(int64_t n, void **raw, size_t *rawn) {
   size_t bytes;
   *raw = NULL;
+  *rawn = 0;
   if (n < 1 || !tpu_mul_ok((size_t)n, sizeof(float), &bytes) || bytes > SIZE_MAX - 64)
     return NULL;
-  *raw = tpu_malloc(bytes + 64);
+  *rawn = bytes + 64;
+  *raw = tpu_pool_alloc(bytes + 64);
   if (!*raw) return NULL;
   uintptr_t p = ((uintptr_t)*raw + 63) & ~(uintptr_t)63;
   return (float *)p;
@@ -347,16 +352,17 @@ static void ws_alloc(const bf16_job *j, int64_t m0, int64_t m1, int64_t n0, int6
   int64_t kcw = min64(KC_MAX, tile_max);
   int64_t ncw = min64(NC, (n1 - n0 + NR - 1) / NR * NR);
   int64_t rows_up = (m1 - m0 + MR - 1) / MR * MR;
-  w->apack = alloc_floats(MC * kcw, &w->raw[0]);
-  w->bpack = w->apack ? alloc_floats(kcw * ncw, &w->raw[1]) : (w->raw[1] = NULL, NULL);
+  w->raw[1] = w->raw[2] = NULL;
+  w->apack = alloc_floats(MC * kcw, &w->raw[0], &w->rawn[0]);
+  w->bpack = w->apack ? alloc_floats(kcw * ncw, &w->raw[1], &w->rawn[1]) : NULL;
   w->carry = NULL;
-  w->raw[2] = NULL;
-  if (need_carry && w->bpack) w->carry = alloc_floats(rows_up * ncw, &w->raw[2]);
+  if (need_carry && w->bpack) w->carry = alloc_floats(rows_up * ncw, &w->raw[2], &w->rawn[2]);
   w->ok = w->apack && w->bpack && (!need_carry || w->carry);
 }
 
 static void ws_free(bf16_ws *w) {
-  for (int i = 0; i < 3; i++) tpu_free(w->raw[i]);
+  for (int i = 0; i < 3; i++)
+    if (w->raw[i]) tpu_pool_free(w->raw[i], w->rawn[i]);
 }
 
 /* Computes out[m0:m1, n0:n1] with packed panels and the micro-kernel. */

@@ -654,7 +654,24 @@ void tpu__ref_apply_binary(tpu_opcode op, tpu_dtype t, void *a, const void *b) {
 /* ---- Block kernels for fused evaluation (ref/fused.c) ---- */
 
 int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n) { return fbin_f32(op, a, b, n); }
-int tpu__ew_f32_unary(tpu_opcode op, float *a, int n) { return fun_f32(op, a, n); }
+/* The unary ops that are plain IEEE operations get an AVX2 clone (sqrt and division are
+ * correctly rounded at any width); the rest are fun_f32 (libm calls). */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+int tpu__ew_f32_unary(tpu_opcode op, float *a, int n) {
+  switch (op) { /* as fun_f32: negate and abs move bits; others flush, apply, flush */
+    case TPU_OP_NEGATE: for (int i = 0; i < n; i++) a[i] = -a[i]; return 1;
+    case TPU_OP_ABS: for (int i = 0; i < n; i++) a[i] = fabsf(a[i]); return 1;
+    case TPU_OP_SQRT:
+      for (int i = 0; i < n; i++) a[i] = tpu__ew_flush32(sqrtf(tpu__ew_flush32(a[i])));
+      return 1;
+    case TPU_OP_RSQRT:
+      for (int i = 0; i < n; i++) a[i] = tpu__ew_flush32(1.0f / sqrtf(tpu__ew_flush32(a[i])));
+      return 1;
+    default: return fun_f32(op, a, n);
+  }
+}
 
 void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n) {
   float a = *acc;

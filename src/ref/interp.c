@@ -461,7 +461,9 @@ tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nar
   if (!argv) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   for (int i = 0; i < nargs; i++) argv[i] = &args[i];
   tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts, 0, 0};
+  tpu_tensor_pool_begin();
   tpu_status st = tpu__ref_call(&ip, e, argv, nargs, out, d);
+  tpu_tensor_pool_end();
   tpu_free(argv);
   return st;
 }
