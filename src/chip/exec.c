@@ -254,15 +254,16 @@ static tpu_status conv_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *
   tpu_conv_pack_orders(in, lorder, rorder);
   int64_t M = g.nob * g.nsp, K = g.nkpos * g.kin, mb = tpu_conv_row_block(&g), fs;
   int64_t maxn = g.cout / (g.G > g.BG ? g.G : g.BG);
-  float *pl = tpu_malloc(sizeof(float) * tpu_conv_count(tpu_tensor_numel(lhs)));
-  float *pr = tpu_malloc(sizeof(float) * tpu_conv_count(tpu_tensor_numel(rhs)));
-  int64_t *off = tpu_malloc(sizeof *off * tpu_conv_count(M));
+  size_t npl = sizeof(float) * tpu_conv_count(tpu_tensor_numel(lhs));
+  size_t npr = sizeof(float) * tpu_conv_count(tpu_tensor_numel(rhs)), noff = sizeof(int64_t) * tpu_conv_count(M);
+  float *pl = tpu_pool_alloc(npl), *pr = tpu_pool_alloc(npr);
+  int64_t *off = tpu_pool_alloc(noff);
   bufs b;
   int ok = bufs_alloc(&b, p, mb * K, K * maxn, mb * maxn);
   if (!pl || !pr || !off || !ok) {
-    tpu_free(pl);
-    tpu_free(pr);
-    tpu_free(off);
+    tpu_pool_free(pl, npl);
+    tpu_pool_free(pr, npr);
+    tpu_pool_free(off, noff);
     if (ok) bufs_free(&b);
     return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
   }
@@ -292,9 +293,9 @@ static tpu_status conv_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *
     }
     if (st != TPU_OK) tpu_tensor_free(out);
   }
-  tpu_free(pl);
-  tpu_free(pr);
-  tpu_free(off);
+  tpu_pool_free(pl, npl);
+  tpu_pool_free(pr, npr);
+  tpu_pool_free(off, noff);
   bufs_free(&b);
   if (st == TPU_OK) *handled = 1;
   return st;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/bf16.h"
+#include "base/tensor.h"
 #include "chip/mxu.h"
 #include "ref/im2col.h"
 #include "ref/ref_int.h"
@@ -159,12 +160,21 @@ static void store_all(acc_kind k, const void *acc, tpu_tensor *o, int64_t n) {
   for (int64_t e = 0; e < n; e++) store_acc(k, acc, o, e);
 }
 
-/* Copies t into a new contiguous buffer of accumulator values, its dimensions visited in
- * `order` (a permutation of 0..rank-1; the first is slowest). NULL when memory runs out. */
+static size_t pack_bytes(const tpu_tensor *t, acc_kind k) {
+  int64_t n = tpu_tensor_numel(t);
+  return acc_size(k) * (size_t)(n ? n : 1);
+}
+
+/* Gives back a pack() buffer. */
+static void pack_free(void *buf, const tpu_tensor *t, acc_kind k) { tpu_pool_free(buf, pack_bytes(t, k)); }
+
+/* Copies t into a new contiguous buffer of accumulator values (pack_free gives it back), its
+ * dimensions visited in `order` (a permutation of 0..rank-1; the first is slowest). NULL
+ * when memory runs out. */
 static void *pack(const tpu_tensor *t, acc_kind k, const int *order) {
   int rank = t->rank;
   int64_t n = tpu_tensor_numel(t), str[TPU_MAX_RANK], pdims[TPU_MAX_RANK], pstr[TPU_MAX_RANK], idx[TPU_MAX_RANK] = {0};
-  void *buf = tpu_malloc(acc_size(k) * (size_t)(n ? n : 1));
+  void *buf = tpu_pool_alloc(pack_bytes(t, k));
   if (!buf) return NULL;
   tpu__ref_strides(rank, t->dims, str);
   for (int j = 0; j < rank; j++) pdims[j] = t->dims[order[j]], pstr[j] = str[order[j]];
@@ -303,8 +313,8 @@ static tpu_status dot_kernel(const tpu_instr *in, const tpu_tensor *lhs, const t
   void *pa = pack(lhs, k, lorder), *pb = pack(rhs, k, rorder);
   void *pc = tpu_calloc((size_t)(on ? on : 1), acc_size(k));
   if (!pa || !pb || !pc) {
-    tpu_free(pa);
-    tpu_free(pb);
+    pack_free(pa, lhs, k);
+    pack_free(pb, rhs, k);
     tpu_free(pc);
     tpu_tensor_free(out);
     return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
@@ -315,8 +325,8 @@ static tpu_status dot_kernel(const tpu_instr *in, const tpu_tensor *lhs, const t
   else if (k == ACC_C128) CGEMM(double);
   else GEMM(uint64_t);
   store_all(k, pc, out, on);
-  tpu_free(pa);
-  tpu_free(pb);
+  pack_free(pa, lhs, k);
+  pack_free(pb, rhs, k);
   tpu_free(pc);
   return TPU_OK;
 }
@@ -398,8 +408,8 @@ static tpu_status conv_gemm(const tpu_instr *in, const tpu_tensor *lhs, const tp
     store_all(ACC_F32, pc, out, on);
     *done = 1;
   }
-  tpu_free(pl);
-  tpu_free(pr);
+  pack_free(pl, lhs, ACC_F32);
+  pack_free(pr, rhs, ACC_F32);
   tpu_free(pc);
   tpu_free(off);
   tpu_free(A);
@@ -463,8 +473,8 @@ static tpu_status conv_kernel(const tpu_instr *in, const tpu_tensor *lhs, const 
   void *pl = pack(lhs, k, ident), *pr = pack(rhs, k, ident);
   void *pc = tpu_calloc((size_t)(on ? on : 1), acc_size(k));
   if (!pl || !pr || !pc) {
-    tpu_free(pl);
-    tpu_free(pr);
+    pack_free(pl, lhs, k);
+    pack_free(pr, rhs, k);
     tpu_free(pc);
     tpu_tensor_free(out);
     return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
@@ -490,8 +500,8 @@ static tpu_status conv_kernel(const tpu_instr *in, const tpu_tensor *lhs, const 
     }
   }
   for (int64_t e = 0; e < on; e++) store_acc(k, pc, out, e);
-  tpu_free(pl);
-  tpu_free(pr);
+  pack_free(pl, lhs, k);
+  pack_free(pr, rhs, k);
   tpu_free(pc);
   return TPU_OK;
 }

@@ -732,6 +732,19 @@ EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, 
 }
 #undef EW_LOOP
 
+#define CMP_LOOP(OP)                                                                                    \
+  for (int i = 0; i < n; i++) o[i] = (uint8_t)(tpu__ew_flush32(a[i]) OP tpu__ew_flush32(b[i]));        \
+  return
 void tpu__ew_f32_compare(const tpu_instr *in, uint8_t *o, const float *a, const float *b, int n) {
+  if (in->cmp_type != TPU_CMPT_TOTALORDER)
+    switch (in->direction) { /* run_compare's FLOAT results (NaN: all false but NE) in one pass */
+      case TPU_CMP_EQ: CMP_LOOP(==);
+      case TPU_CMP_NE: CMP_LOOP(!=);
+      case TPU_CMP_LT: CMP_LOOP(<);
+      case TPU_CMP_LE: CMP_LOOP(<=);
+      case TPU_CMP_GT: CMP_LOOP(>);
+      case TPU_CMP_GE: CMP_LOOP(>=);
+    }
   run_compare(in, TPU_F32, o, a, 1, b, 1, n);
 }
+#undef CMP_LOOP
