@@ -7,12 +7,13 @@
 #include "base/alloc.h"
 #include "base/bf16.h"
 
-/* ---- A pool of freed array buffers, while a run is active ----
- * An interpreter run frees and allocates arrays of the same few sizes over and over; fresh
- * large blocks come from the kernel page by page (faults, zeroing). While a run is active
- * (tpu_tensor_pool_begin/end), freed buffers of POOL_MIN_BYTES or more are kept (up to
- * POOL_SLOTS, POOL_MAX_BYTES in all) and handed out again for the same byte count; the
- * last end frees them. Off under AddressSanitizer, so that it still sees every free. */
+/* ---- A pool of freed array buffers ----
+ * An interpreter run frees and allocates arrays of the same few sizes over and over, and
+ * runs of one program repeat them; fresh large blocks come from the kernel page by page
+ * (faults, zeroing). Freed buffers of POOL_MIN_BYTES or more are kept (up to POOL_SLOTS,
+ * POOL_MAX_BYTES in all while a run is active, POOL_IDLE_BYTES between runs: the last
+ * tpu_tensor_pool_end trims to that) and handed out again for the same byte count. Off
+ * under AddressSanitizer, so that it still sees every free. */
 #if defined(__SANITIZE_ADDRESS__)
 #define POOL_ON 0
 #else
@@ -21,6 +22,7 @@
 enum { POOL_SLOTS = 32 };
 #define POOL_MIN_BYTES ((size_t)64 << 10)
 #define POOL_MAX_BYTES ((size_t)256 << 20)
+#define POOL_IDLE_BYTES ((size_t)64 << 20)
 
 static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -38,14 +40,14 @@ void tpu_tensor_pool_begin(void) {
 
 void tpu_tensor_pool_end(void) {
   pthread_mutex_lock(&g_pool_mu);
-  if (--g_pool_depth == 0) {
-    for (int i = 0; i < POOL_SLOTS; i++) {
-      tpu_free(g_pool[i].p);
-      g_pool[i].p = NULL;
-      g_pool[i].n = 0;
-    }
-    g_pool_bytes = 0;
-  }
+  if (--g_pool_depth == 0)
+    for (int i = 0; i < POOL_SLOTS && g_pool_bytes > POOL_IDLE_BYTES; i++)
+      if (g_pool[i].p) {
+        tpu_free(g_pool[i].p);
+        g_pool_bytes -= g_pool[i].n;
+        g_pool[i].p = NULL;
+        g_pool[i].n = 0;
+      }
   pthread_mutex_unlock(&g_pool_mu);
 }
 
@@ -68,7 +70,7 @@ static void pool_put(void *p, size_t n) {
   int kept = 0;
   if (POOL_ON && p && n >= POOL_MIN_BYTES) {
     pthread_mutex_lock(&g_pool_mu);
-    if (g_pool_depth > 0 && g_pool_bytes + n <= POOL_MAX_BYTES)
+    if (g_pool_bytes + n <= (g_pool_depth > 0 ? POOL_MAX_BYTES : POOL_IDLE_BYTES))
       for (int i = 0; i < POOL_SLOTS && !kept; i++)
         if (!g_pool[i].p) {
           g_pool[i].p = p;

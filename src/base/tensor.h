@@ -27,10 +27,10 @@ typedef struct tpu_tensor {
  * TPU_ERR_NOMEM when memory runs out. */
 tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims,
                             tpu_diag *d);
-/* Brackets a run that allocates and frees many arrays: between them (nested and from any
- * thread) freed array buffers are kept and reused for arrays of the same byte size; the
- * outermost end frees what is kept. A tensor's data must then be a block of exactly
- * nbytes (or more) from the allocation hook, as every tensor here has. */
+/* Freed array buffers of 64 KiB or more are kept and reused for arrays of the same byte
+ * size: up to 256 MiB while a run is active (between begin and end, nested and from any
+ * thread), 64 MiB between runs (the outermost end trims to that). A tensor's data must be a
+ * block of at least nbytes from the allocation hook, as every tensor here has. */
 void tpu_tensor_pool_begin(void);
 void tpu_tensor_pool_end(void);
 /* Scratch buffers through the same pool: n bytes (not zeroed), given back with the same n. */

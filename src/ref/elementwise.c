@@ -698,21 +698,40 @@ void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n) {
   *acc = a;
 }
 
-/* dst[i] = a[i] OP b[i] with fbin_f32's arithmetic (inputs flushed, result flushed) in one
- * pass; dst may alias a or b. Built for AVX2 too where the CPU has it: the same IEEE
+/* dst[i] = a[i*sa] OP b[i*sb] (strides 1, or 0 for a scalar) with fbin_f32's arithmetic
+ * (inputs flushed, result flushed) in one pass; dst may alias a or b. Built for AVX2 too where the CPU has it: the same IEEE
  * operations, only wider (no FMA: nothing here is a multiply-add). */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #define EW_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define EW_CLONES
 #endif
+/* One loop per operand shape (both dense, a scalar on either side) so each vectorizes. */
 #define EW_LOOP(EXPR)                                                                                   \
-  for (int i = 0; i < n; i++) {                                                                         \
-    float x = tpu__ew_flush32(a[i]), y = tpu__ew_flush32(b[i]);                                         \
-    dst[i] = tpu__ew_flush32(EXPR);                                                                     \
+  if (sa && sb) {                                                                                       \
+    for (int i = 0; i < n; i++) {                                                                       \
+      float x = tpu__ew_flush32(a[i]), y = tpu__ew_flush32(b[i]);                                       \
+      dst[i] = tpu__ew_flush32(EXPR);                                                                   \
+    }                                                                                                   \
+  } else if (sa) {                                                                                      \
+    const float y = tpu__ew_flush32(b[0]);                                                              \
+    for (int i = 0; i < n; i++) {                                                                       \
+      float x = tpu__ew_flush32(a[i]);                                                                  \
+      dst[i] = tpu__ew_flush32(EXPR);                                                                   \
+    }                                                                                                   \
+  } else if (sb) {                                                                                      \
+    const float x = tpu__ew_flush32(a[0]);                                                              \
+    for (int i = 0; i < n; i++) {                                                                       \
+      float y = tpu__ew_flush32(b[i]);                                                                  \
+      dst[i] = tpu__ew_flush32(EXPR);                                                                   \
+    }                                                                                                   \
+  } else {                                                                                              \
+    const float x = tpu__ew_flush32(a[0]), y = tpu__ew_flush32(b[0]), r = tpu__ew_flush32(EXPR);        \
+    for (int i = 0; i < n; i++) dst[i] = r;                                                             \
   }                                                                                                     \
   return
-EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, const float *b, int n) {
+EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa, const float *b, int sb,
+                                     int n) {
   switch (op) {
     case TPU_OP_ADD: EW_LOOP(x + y);
     case TPU_OP_SUBTRACT: EW_LOOP(x - y);
@@ -722,8 +741,8 @@ EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, 
     case TPU_OP_MINIMUM: EW_LOOP(fmin_f32(x, y));
     default: {
       float ta[TPU_EW_BLOCK], tb[TPU_EW_BLOCK];
-      memcpy(ta, a, sizeof(float) * (size_t)n);
-      memcpy(tb, b, sizeof(float) * (size_t)n);
+      tpu__ew_load_f32(a, TPU_F32, 0, sa, n, ta);
+      tpu__ew_load_f32(b, TPU_F32, 0, sb, n, tb);
       fbin_f32(op, ta, tb, n);
       memcpy(dst, ta, sizeof(float) * (size_t)n);
       return;

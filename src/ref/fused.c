@@ -91,6 +91,7 @@ typedef struct {
   int nops;
   int child[3];
   const float *leaf[3];
+  int step[3];          /* a binary node's leaf: 1 dense, 0 a scalar (an inlined broadcast) */
   const uint8_t *pleaf; /* a select's predicate leaf */
   int pscalar;          /* ... a scalar */
 } fnode;
@@ -113,7 +114,14 @@ static int build(ftree *t, const tpu_instr *x, const uint8_t *inl, const tpu_ten
   for (int k = 0; k < x->noperands; k++) {
     const tpu_instr *o = x->operands[k];
     nd.child[k] = -1;
-    if (inl[o->id]) {
+    nd.step[k] = 1;
+    if (inl[o->id] && o->op == TPU_OP_BROADCAST && nd.nops == 2 && !nd.bcast && x->op != TPU_OP_COMPARE) {
+      /* a broadcast scalar read in place (stride 0) instead of filled into a block */
+      const tpu_tensor *v = val[o->operands[0]->id];
+      if (!v || v->dtype != TPU_F32 || tpu_tensor_numel(v) != 1) return -1;
+      nd.leaf[k] = v->data;
+      nd.step[k] = 0;
+    } else if (inl[o->id]) {
       int c = build(t, o, inl, val, numel);
       if (c < 0) return -1;
       nd.child[k] = c;
@@ -168,10 +176,11 @@ static void run_blocks(void *ctx, int task, int64_t lo, int64_t hi) {
         else
           memcpy(a, nd->pleaf[0] ? x : y, sizeof(float) * (size_t)m);
       } else if (nd->nops == 2) {
-        const float *x = nd->child[0] >= 0 ? res[nd->child[0]] : nd->leaf[0] + s;
-        const float *y = nd->child[1] >= 0 ? res[nd->child[1]] : nd->leaf[1] + s;
+        const float *x = nd->child[0] >= 0 ? res[nd->child[0]] : nd->leaf[0] + s * nd->step[0];
+        const float *y = nd->child[1] >= 0 ? res[nd->child[1]] : nd->leaf[1] + s * nd->step[1];
+        int sx = nd->child[0] >= 0 || nd->step[0], sy = nd->child[1] >= 0 || nd->step[1];
         a = i == t->n - 1 ? t->out + s : buf[i]; /* the root writes the result in place */
-        tpu__ew_f32_binary_to(nd->op, a, x, y, m);
+        tpu__ew_f32_binary_to(nd->op, a, x, sx, y, sy, m);
       } else {
         if (nd->child[0] >= 0) {
           a = res[nd->child[0]];
