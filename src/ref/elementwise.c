@@ -660,17 +660,25 @@ int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n) { return fbin_f
 __attribute__((target_clones("avx2", "default")))
 #endif
 int tpu__ew_f32_unary(tpu_opcode op, float *a, int n) {
+#define FL(x) (fabsf(x) < FLT_MIN ? copysignf(0.0f, (x)) : (x))
   switch (op) { /* as fun_f32: negate and abs move bits; others flush, apply, flush */
     case TPU_OP_NEGATE: for (int i = 0; i < n; i++) a[i] = -a[i]; return 1;
     case TPU_OP_ABS: for (int i = 0; i < n; i++) a[i] = fabsf(a[i]); return 1;
     case TPU_OP_SQRT:
-      for (int i = 0; i < n; i++) a[i] = tpu__ew_flush32(sqrtf(tpu__ew_flush32(a[i])));
+      for (int i = 0; i < n; i++) {
+        float x = FL(a[i]), r = sqrtf(x);
+        a[i] = FL(r);
+      }
       return 1;
     case TPU_OP_RSQRT:
-      for (int i = 0; i < n; i++) a[i] = tpu__ew_flush32(1.0f / sqrtf(tpu__ew_flush32(a[i])));
+      for (int i = 0; i < n; i++) {
+        float x = FL(a[i]), r = 1.0f / sqrtf(x);
+        a[i] = FL(r);
+      }
       return 1;
     default: return fun_f32(op, a, n);
   }
+#undef FL
 }
 
 void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n) {
