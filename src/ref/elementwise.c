@@ -707,39 +707,54 @@ void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n) {
 }
 
 /* dst[i] = a[i*sa] OP b[i*sb] (strides 1, or 0 for a scalar) with fbin_f32's arithmetic
- * (inputs flushed, result flushed) in one pass; dst may alias a or b. Built for AVX2 too where the CPU has it: the same IEEE
+ * (inputs flushed, result flushed) in one pass; dst may alias a or b. fa = 0 (fb = 0) says a
+ * dense a (b) holds flushed values already. Built for AVX2 too where the CPU has it: the same IEEE
  * operations, only wider (no FMA: nothing here is a multiply-add). */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #define EW_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define EW_CLONES
 #endif
-/* One loop per operand shape (both dense, a scalar on either side) so each vectorizes. */
+/* One loop per operand shape (both dense, a scalar on either side) and per input that needs
+ * its flush (flushing an already flushed value changes nothing), so each vectorizes. */
+#define EW_FL(x) tpu__ew_flush32(x)
+#define EW_AS(x) (x)
+#define EW_DD(EXPR, FA, FB)                                                                             \
+  for (int i = 0; i < n; i++) {                                                                         \
+    float x = FA(a[i]), y = FB(b[i]);                                                                   \
+    dst[i] = tpu__ew_flush32(EXPR);                                                                     \
+  }
+#define EW_DS(EXPR, FA)                                                                                 \
+  for (int i = 0; i < n; i++) {                                                                         \
+    float x = FA(a[i]);                                                                                 \
+    dst[i] = tpu__ew_flush32(EXPR);                                                                     \
+  }
+#define EW_SD(EXPR, FB)                                                                                 \
+  for (int i = 0; i < n; i++) {                                                                         \
+    float y = FB(b[i]);                                                                                 \
+    dst[i] = tpu__ew_flush32(EXPR);                                                                     \
+  }
 #define EW_LOOP(EXPR)                                                                                   \
   if (sa && sb) {                                                                                       \
-    for (int i = 0; i < n; i++) {                                                                       \
-      float x = tpu__ew_flush32(a[i]), y = tpu__ew_flush32(b[i]);                                       \
-      dst[i] = tpu__ew_flush32(EXPR);                                                                   \
-    }                                                                                                   \
+    if (fa && fb) { EW_DD(EXPR, EW_FL, EW_FL) }                                                         \
+    else if (fa) { EW_DD(EXPR, EW_FL, EW_AS) }                                                          \
+    else if (fb) { EW_DD(EXPR, EW_AS, EW_FL) }                                                          \
+    else { EW_DD(EXPR, EW_AS, EW_AS) }                                                                  \
   } else if (sa) {                                                                                      \
     const float y = tpu__ew_flush32(b[0]);                                                              \
-    for (int i = 0; i < n; i++) {                                                                       \
-      float x = tpu__ew_flush32(a[i]);                                                                  \
-      dst[i] = tpu__ew_flush32(EXPR);                                                                   \
-    }                                                                                                   \
+    if (fa) { EW_DS(EXPR, EW_FL) }                                                                      \
+    else { EW_DS(EXPR, EW_AS) }                                                                         \
   } else if (sb) {                                                                                      \
     const float x = tpu__ew_flush32(a[0]);                                                              \
-    for (int i = 0; i < n; i++) {                                                                       \
-      float y = tpu__ew_flush32(b[i]);                                                                  \
-      dst[i] = tpu__ew_flush32(EXPR);                                                                   \
-    }                                                                                                   \
+    if (fb) { EW_SD(EXPR, EW_FL) }                                                                      \
+    else { EW_SD(EXPR, EW_AS) }                                                                         \
   } else {                                                                                              \
     const float x = tpu__ew_flush32(a[0]), y = tpu__ew_flush32(b[0]), r = tpu__ew_flush32(EXPR);        \
     for (int i = 0; i < n; i++) dst[i] = r;                                                             \
   }                                                                                                     \
   return
-EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa, const float *b, int sb,
-                                     int n) {
+EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa, int fa, const float *b,
+                                     int sb, int fb, int n) {
   switch (op) {
     case TPU_OP_ADD: EW_LOOP(x + y);
     case TPU_OP_SUBTRACT: EW_LOOP(x - y);
@@ -758,6 +773,11 @@ EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, 
   }
 }
 #undef EW_LOOP
+#undef EW_DD
+#undef EW_DS
+#undef EW_SD
+#undef EW_FL
+#undef EW_AS
 
 #define CMP_LOOP(OP)                                                                                    \
   for (int i = 0; i < n; i++) o[i] = (uint8_t)(tpu__ew_flush32(a[i]) OP tpu__ew_flush32(b[i]));        \

@@ -52,8 +52,11 @@ void tpu__ew_store_int(void *p, tpu_dtype t, int64_t i0, int n, const int64_t *v
 int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n);
 int tpu__ew_f32_unary(tpu_opcode op, float *a, int n);
 /* dst[i] = a[i*sa] OP b[i*sb] (sa, sb: 1, or 0 for a scalar), what tpu__ew_f32_binary
- * computes, in one pass (n <= TPU_EW_BLOCK; dst may alias a or b; inputs not modified). */
-void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa, const float *b, int sb, int n);
+ * computes, in one pass (n <= TPU_EW_BLOCK; dst may alias a or b; inputs not modified).
+ * fa = 0 (fb = 0) promises a dense a (b) is flushed already (tpu__ew_flush32(x) == x), so
+ * its flush is skipped; 1 is always right. */
+void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa, int fa, const float *b, int sb,
+                           int fb, int n);
 /* o[i] = compare(a[i], b[i]) for the f32 compare `in` (its direction and type), n elements. */
 void tpu__ew_f32_compare(const tpu_instr *in, uint8_t *o, const float *a, const float *b, int n);
 /* *acc = *acc OP x[i] for i = 0..n-1 in order, each step what tpu__ew_f32_binary computes

@@ -92,6 +92,7 @@ typedef struct {
   int child[3];
   const float *leaf[3];
   int step[3];          /* a binary node's leaf: 1 dense, 0 a scalar (an inlined broadcast) */
+  int flushed;          /* every value it produces has denormals flushed already */
   const uint8_t *pleaf; /* a select's predicate leaf */
   int pscalar;          /* ... a scalar */
 } fnode;
@@ -137,6 +138,14 @@ static int build(ftree *t, const tpu_instr *x, const uint8_t *inl, const tpu_ten
       nd.leaf[k] = v->data;
     }
   }
+  /* Binary ops and unary ops but negate/abs end with a flush; negate/abs keep their
+   * operand's; a select, both of its values'; broadcasts and compares: no. */
+  if (nd.op == TPU_OP_NEGATE || nd.op == TPU_OP_ABS)
+    nd.flushed = nd.child[0] >= 0 && t->node[nd.child[0]].flushed;
+  else if (nd.op == TPU_OP_SELECT)
+    nd.flushed = nd.child[1] >= 0 && t->node[nd.child[1]].flushed && nd.child[2] >= 0 && t->node[nd.child[2]].flushed;
+  else
+    nd.flushed = !nd.bcast && nd.op != TPU_OP_COMPARE;
   if (t->n >= MAX_NODES) return -1;
   t->node[t->n] = nd;
   return t->n++;
@@ -179,8 +188,10 @@ static void run_blocks(void *ctx, int task, int64_t lo, int64_t hi) {
         const float *x = nd->child[0] >= 0 ? res[nd->child[0]] : nd->leaf[0] + s * nd->step[0];
         const float *y = nd->child[1] >= 0 ? res[nd->child[1]] : nd->leaf[1] + s * nd->step[1];
         int sx = nd->child[0] >= 0 || nd->step[0], sy = nd->child[1] >= 0 || nd->step[1];
+        int fx = !(nd->child[0] >= 0 && t->node[nd->child[0]].flushed);
+        int fy = !(nd->child[1] >= 0 && t->node[nd->child[1]].flushed);
         a = i == t->n - 1 ? t->out + s : buf[i]; /* the root writes the result in place */
-        tpu__ew_f32_binary_to(nd->op, a, x, sx, y, sy, m);
+        tpu__ew_f32_binary_to(nd->op, a, x, sx, fx, y, sy, fy, m);
       } else {
         if (nd->child[0] >= 0) {
           a = res[nd->child[0]];
