@@ -286,8 +286,14 @@ static tpu_status conv_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *
         int64_t m1 = m0 + mb < M ? m0 + mb : M;
         tpu_conv_patches(in, &g, pl, o0, m0, m1, b.a);
         st = mxu_gemm(p, prec, c->chip->mxu_rows, b.a, b.w, rounded, 1, m1 - m0, K, N, b.of, b.oi, in, d);
-        for (int64_t m = m0; st == TPU_OK && m < m1; m++)
-          for (int64_t j = 0; j < N; j++) store_result(out, off[m] + (o0 + j) * fs, b.of, b.oi, (m - m0) * N + j);
+        if (st == TPU_OK && out->dtype == TPU_F32 && b.of) {
+          float *o = out->data;
+          for (int64_t m = m0; m < m1; m++)
+            for (int64_t j = 0; j < N; j++) o[off[m] + (o0 + j) * fs] = b.of[(m - m0) * N + j];
+        } else {
+          for (int64_t m = m0; st == TPU_OK && m < m1; m++)
+            for (int64_t j = 0; j < N; j++) store_result(out, off[m] + (o0 + j) * fs, b.of, b.oi, (m - m0) * N + j);
+        }
       }
       o0 = o1;
     }

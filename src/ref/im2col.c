@@ -63,21 +63,73 @@ typedef struct {
   float *A;
 } patch_job;
 
+/* dst[0..n) = src[0..n), or +0s when src is NULL: short runs inline (no call per run). */
+static inline void put_run(float *dst, const float *src, int64_t n) {
+  if (n > 64) {
+    if (src)
+      memcpy(dst, src, sizeof *dst * (size_t)n);
+    else
+      memset(dst, 0, sizeof *dst * (size_t)n);
+  } else if (src) {
+    for (int64_t z = 0; z < n; z++) dst[z] = src[z];
+  } else {
+    for (int64_t z = 0; z < n; z++) dst[z] = 0.0f;
+  }
+}
+
 static void patch_rows(void *ctx, int task, int64_t m0, int64_t m1) {
   const patch_job *j = ctx;
   const tpu_conv_geom *g = j->g;
   int ns = g->ns;
-  int64_t K = g->nkpos * g->kin, lstr[TPU_MAX_RANK + 1];
+  int64_t K = g->nkpos * g->kin, kin = g->kin, lstr[TPU_MAX_RANK + 1];
   /* Strides of the packed lhs [batch, spatial..., feature]: lstr[0] the batch's, lstr[1 + s]
    * spatial dimension s's. */
   lstr[ns + 1] = 1;
   lstr[ns] = g->cin;
   for (int s = ns - 1; s >= 0; s--) lstr[s] = lstr[s + 1] * g->lsp[s];
+  /* Along the last spatial dimension, kernel positions with no dilation read consecutive
+   * input positions; with all the input features (one group) their features are one
+   * contiguous run in both the input and the row: copied at once. */
+  const tpu_window_dim *wl = ns ? &j->in->window[ns - 1] : NULL;
+  int runs = ns && wl->window_dilation == 1 && wl->base_dilation == 1 && kin == g->cin;
+  int64_t kw = ns ? g->ksp[ns - 1] : 1, nl = ns ? g->lsp[ns - 1] : 1;
   for (int64_t m = m0; m < m1; m++) {
     int64_t ob = m / g->nsp, sp = m % g->nsp, opos[TPU_MAX_RANK], ks[TPU_MAX_RANK] = {0};
     for (int s = ns - 1; s >= 0; s--) opos[s] = sp % g->osp[s], sp /= g->osp[s];
     const float *base = j->pl + (j->b0 + ob) * lstr[0] + j->f0;
     float *row = j->A + (m - j->m0) * K;
+    if (runs) {
+      int64_t p0 = opos[ns - 1] * wl->stride - wl->pad_lo; /* input position of kernel column 0 */
+      int64_t lo = p0 < 0 ? -p0 : 0, hi = nl - p0 < kw ? nl - p0 : kw;
+      if (hi < lo) hi = lo;
+      for (int64_t q = 0; q < g->nkpos; q += kw) { /* the outer kernel positions */
+        int64_t loff = 0;
+        int valid = 1;
+        for (int s = 0; s < ns - 1 && valid; s++) {
+          const tpu_window_dim *w = &j->in->window[s];
+          int64_t pos = opos[s] * w->stride - w->pad_lo + ks[s] * w->window_dilation;
+          if (w->base_dilation > 1) {
+            if (pos % w->base_dilation) valid = 0;
+            pos /= w->base_dilation;
+          }
+          if (pos < 0 || pos >= g->lsp[s]) valid = 0;
+          loff += pos * lstr[s + 1];
+        }
+        float *dst = row + q * kin;
+        if (!valid || lo >= hi) {
+          put_run(dst, NULL, kw * kin);
+        } else {
+          put_run(dst, NULL, lo * kin);
+          put_run(dst + lo * kin, base + loff + (p0 + lo) * lstr[ns], (hi - lo) * kin);
+          put_run(dst + hi * kin, NULL, (kw - hi) * kin);
+        }
+        for (int s = ns - 2; s >= 0; s--) {
+          if (++ks[s] < g->ksp[s]) break;
+          ks[s] = 0;
+        }
+      }
+      continue;
+    }
     for (int64_t q = 0; q < g->nkpos; q++) {
       int64_t loff = 0;
       int valid = 1;
@@ -91,11 +143,7 @@ static void patch_rows(void *ctx, int task, int64_t m0, int64_t m1) {
         if (pos < 0 || pos >= g->lsp[s]) valid = 0;
         loff += pos * lstr[s + 1];
       }
-      float *dst = row + q * g->kin;
-      if (valid)
-        memcpy(dst, base + loff, sizeof *dst * (size_t)g->kin);
-      else
-        memset(dst, 0, sizeof *dst * (size_t)g->kin);
+      put_run(row + q * kin, valid ? base + loff : NULL, kin);
       for (int s = ns - 1; s >= 0; s--) {
         if (++ks[s] < g->ksp[s]) break;
         ks[s] = 0;
