@@ -2,20 +2,23 @@
 """Values-path speed: training-step programs on tpusim (full values) against XLA on CPU.
 
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2
-    python3 bench/values_speed.py [--lib build/libtpusim.so] [--reps N] [--only NAME ...]
-                                  [--save OUT.npz] [--compare REF.npz]
+    python3 bench/values_speed.py [--lib build/libtpusim.so] [--reps N] [--only NAME ...] [--backends tpu ref]
+                                  [--save OUT.npz] [--compare REF.npz] [--dump DIR]
 
 Each program is a JAX function lowered to HLO text (`jax.jit(f).lower(*args)
 .as_text(dialect="hlo")`, the text tpusim takes). In the same run it times
 
-  - XLA on CPU: the compiled executable on the same inputs (best of --reps after a warm-up);
+  - XLA on CPU: the compiled executable on the same inputs (best of --xla-reps, default 20,
+    after a warm-up);
   - tpusim, backend "tpu", mode "full": `tpusim.load(hlo).run(inputs, backend="tpu")`, the
     call the Python API makes (values with TPU numerics, then compile and timing model);
   - tpusim, backend "ref": the reference interpreter (`backend="ref"`).
 
-and prints each time (best of --reps) and the ratio tpusim / XLA. `--save` writes every
+and prints each time (tpusim: best of --reps, default 10) and the ratio tpusim / XLA. `--save` writes every
 tpusim output (both backends) to an .npz; `--compare` checks them bit for bit against such a
 file written by another build (the values must not change when the code gets faster).
+`--lib` picks the libtpusim.so to time (another build's, for a before/after in one session).
+TPUSIM_THREADS sets tpusim's thread count (default: the CPUs).
 Needs jax and numpy (`pip install jax numpy`). Not a test: timings depend on the machine.
 """
 import argparse
@@ -153,7 +156,7 @@ def best(fn, reps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", default=os.path.join(HERE, "..", "build", "libtpusim.so"))
-    ap.add_argument("--reps", type=int, default=3, help="tpusim runs per program (best taken)")
+    ap.add_argument("--reps", type=int, default=10, help="tpusim runs per program (best taken)")
     ap.add_argument("--xla-reps", type=int, default=20, help="XLA runs per program (best taken)")
     ap.add_argument("--only", nargs="*", help="program names to run")
     ap.add_argument("--backends", nargs="*", default=["tpu", "ref"], help="tpusim backends to time")

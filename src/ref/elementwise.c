@@ -656,10 +656,43 @@ void tpu__ref_apply_binary(tpu_opcode op, tpu_dtype t, void *a, const void *b) {
 int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n) { return fbin_f32(op, a, b, n); }
 /* The unary ops that are plain IEEE operations get an AVX2 clone (sqrt and division are
  * correctly rounded at any width); the rest are fun_f32 (libm calls). */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+/* sqrt (rsqrt: 1/sqrt) of n flushed values, flushed: 8 at a time. vsqrtps and vdivps are
+ * correctly rounded and give the default NaN for a negative input, as sqrtss does. */
+__attribute__((target("avx2"))) static void sqrt_avx2(float *a, int n, int recip) {
+  const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 sgnm = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+  const __m256 tiny = _mm256_set1_ps(FLT_MIN), one = _mm256_set1_ps(1.0f);
+#define FL8(v) _mm256_blendv_ps((v), _mm256_and_ps((v), sgnm), _mm256_cmp_ps(_mm256_and_ps((v), absm), tiny, _CMP_LT_OQ))
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_loadu_ps(a + i);
+    x = FL8(x);
+    __m256 r = _mm256_sqrt_ps(x);
+    if (recip) r = _mm256_div_ps(one, r);
+    _mm256_storeu_ps(a + i, FL8(r));
+  }
+#undef FL8
+  for (; i < n; i++) {
+    float x = tpu__ew_flush32(a[i]), r = sqrtf(x);
+    a[i] = tpu__ew_flush32(recip ? 1.0f / r : r);
+  }
+}
+static int have_avx2(void) { return __builtin_cpu_supports("avx2"); }
+#else
+static void sqrt_avx2(float *a, int n, int recip) { (void)a, (void)n, (void)recip; }
+static int have_avx2(void) { return 0; }
+#endif
+
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 int tpu__ew_f32_unary(tpu_opcode op, float *a, int n) {
+  if ((op == TPU_OP_SQRT || op == TPU_OP_RSQRT) && have_avx2()) {
+    sqrt_avx2(a, n, op == TPU_OP_RSQRT);
+    return 1;
+  }
 #define FL(x) (fabsf(x) < FLT_MIN ? copysignf(0.0f, (x)) : (x))
   switch (op) { /* as fun_f32: negate and abs move bits; others flush, apply, flush */
     case TPU_OP_NEGATE: for (int i = 0; i < n; i++) a[i] = -a[i]; return 1;
