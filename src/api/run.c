@@ -237,9 +237,14 @@ static tpu_status partition(tpu_module *m, const char *spec, const tpu_chip *chi
   return st;
 }
 
-/* Copies caller array i into a tensor checked against `want` (f32 rounded for bf16/f16). */
-static tpu_status take_input(const tpu_sim_array *a, int i, const tpu_shape *want, tpu_tensor *t, tpu_diag *d) {
+/* Copies caller array i into a tensor checked against `want` (f32 rounded for bf16/f16).
+ * An array that needs no change (its dtype and dims are the parameter's; not pred) is
+ * borrowed instead: *borrowed = 1, t->data is the caller's (the interpreter never writes a
+ * parameter's value), and the tensor must be released with put_input. */
+static tpu_status take_input(const tpu_sim_array *a, int i, const tpu_shape *want, tpu_tensor *t, int *borrowed,
+                             tpu_diag *d) {
   memset(t, 0, sizeof *t);
+  *borrowed = 0;
   tpu_dtype dt;
   if (!tpu__api_internal_dtype(a->dtype, &dt))
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d has an unknown dtype code %d", i, a->dtype);
@@ -247,6 +252,17 @@ static tpu_status take_input(const tpu_sim_array *a, int i, const tpu_shape *wan
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d has rank %d (0 to %d)", i, a->rank, TPU_MAX_RANK);
   for (int k = 0; k < a->rank; k++)
     if (a->dims[k] < 0) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "input %d has a negative dimension", i);
+  int same = dt == want->dtype && dt != TPU_PRED && a->rank == want->rank && a->data;
+  for (int k = 0; same && k < a->rank; k++) same = a->dims[k] == want->dims[k];
+  if (same && a->nbytes == (size_t)tpu_shape_numel(want) * tpu_dtype_size(dt) && a->nbytes) {
+    t->dtype = dt;
+    t->rank = a->rank;
+    if (a->rank) memcpy(t->dims, a->dims, sizeof(int64_t) * (size_t)a->rank);
+    t->nbytes = a->nbytes;
+    t->data = (void *)(uintptr_t)a->data;
+    *borrowed = 1;
+    return TPU_OK;
+  }
   TPU_TRY(tpu_tensor_alloc(t, dt, a->rank, a->dims, d));
   if (a->nbytes != t->nbytes || (t->nbytes && !a->data)) {
     size_t got = a->nbytes, need = t->nbytes;
@@ -385,7 +401,7 @@ static tpu_status run_impl(const tpu_sim_module *sm, const tpu_sim_options *o, c
         tpu_podio_input_shape(&r->pod, m, nargs, rank, dims, &want);
       }
       st = in->bufs ? take_buffer(b, nargs, &want, &args[nargs], &borrowed[nargs], d)
-                    : take_input(&inputs[nargs], nargs, &want, &args[nargs], d);
+                    : take_input(&inputs[nargs], nargs, &want, &args[nargs], &borrowed[nargs], d);
       if (st != TPU_OK) break;
     }
     /* Values run on the module as written (the compiler then rewrites it in place). */
@@ -404,7 +420,8 @@ static tpu_status run_impl(const tpu_sim_module *sm, const tpu_sim_options *o, c
   }
   if (st == TPU_OK && p.tpu) st = time_program(r, sm, &p, &trips, d);
   for (int i = 0; i < nargs; i++)
-    if (!borrowed[i]) tpu_tensor_free(&args[i]);
+    if (borrowed[i]) memset(&args[i], 0, sizeof args[i]); /* the caller's memory */
+    else tpu_tensor_free(&args[i]);
   tpu_free(args);
   tpu_free(borrowed);
   tpu_loop_trips_free(&trips);

@@ -1,10 +1,94 @@
 /* Host tensor allocation and element access. */
 #include "base/tensor.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/bf16.h"
+
+/* ---- A pool of freed array buffers ----
+ * An interpreter run frees and allocates arrays of the same few sizes over and over, and
+ * runs of one program repeat them; fresh large blocks come from the kernel page by page
+ * (faults, zeroing). Freed buffers of POOL_MIN_BYTES or more are kept (up to POOL_SLOTS,
+ * POOL_MAX_BYTES in all while a run is active, POOL_IDLE_BYTES between runs: the last
+ * tpu_tensor_pool_end trims to that) and handed out again for the same byte count. Off
+ * under AddressSanitizer, so that it still sees every free. */
+#if defined(__SANITIZE_ADDRESS__)
+#define POOL_ON 0
+#else
+#define POOL_ON 1
+#endif
+enum { POOL_SLOTS = 32 };
+#define POOL_MIN_BYTES ((size_t)64 << 10)
+#define POOL_MAX_BYTES ((size_t)256 << 20)
+#define POOL_IDLE_BYTES ((size_t)64 << 20)
+
+static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  void *p;
+  size_t n;
+} g_pool[POOL_SLOTS];
+static size_t g_pool_bytes;
+static int g_pool_depth;
+
+void tpu_tensor_pool_begin(void) {
+  pthread_mutex_lock(&g_pool_mu);
+  g_pool_depth++;
+  pthread_mutex_unlock(&g_pool_mu);
+}
+
+void tpu_tensor_pool_end(void) {
+  pthread_mutex_lock(&g_pool_mu);
+  if (--g_pool_depth == 0)
+    for (int i = 0; i < POOL_SLOTS && g_pool_bytes > POOL_IDLE_BYTES; i++)
+      if (g_pool[i].p) {
+        tpu_free(g_pool[i].p);
+        g_pool_bytes -= g_pool[i].n;
+        g_pool[i].p = NULL;
+        g_pool[i].n = 0;
+      }
+  pthread_mutex_unlock(&g_pool_mu);
+}
+
+static void *pool_get(size_t n) {
+  void *p = NULL;
+  if (!POOL_ON || n < POOL_MIN_BYTES) return NULL;
+  pthread_mutex_lock(&g_pool_mu);
+  for (int i = 0; i < POOL_SLOTS && !p; i++)
+    if (g_pool[i].p && g_pool[i].n == n) {
+      p = g_pool[i].p;
+      g_pool[i].p = NULL;
+      g_pool_bytes -= n;
+    }
+  pthread_mutex_unlock(&g_pool_mu);
+  return p;
+}
+
+/* Keeps p (n bytes) for reuse, or frees it. */
+static void pool_put(void *p, size_t n) {
+  int kept = 0;
+  if (POOL_ON && p && n >= POOL_MIN_BYTES) {
+    pthread_mutex_lock(&g_pool_mu);
+    if (g_pool_bytes + n <= (g_pool_depth > 0 ? POOL_MAX_BYTES : POOL_IDLE_BYTES))
+      for (int i = 0; i < POOL_SLOTS && !kept; i++)
+        if (!g_pool[i].p) {
+          g_pool[i].p = p;
+          g_pool[i].n = n;
+          g_pool_bytes += n;
+          kept = 1;
+        }
+    pthread_mutex_unlock(&g_pool_mu);
+  }
+  if (!kept) tpu_free(p);
+}
+
+void *tpu_pool_alloc(size_t n) {
+  void *p = pool_get(n);
+  return p ? p : tpu_malloc(n ? n : 1);
+}
+
+void tpu_pool_free(void *p, size_t n) { pool_put(p, n); }
 
 int64_t tpu_dims_numel(int rank, const int64_t *dims, int *ok) {
   int64_t n = 1;
@@ -24,8 +108,8 @@ int64_t tpu_tensor_numel(const tpu_tensor *t) {
   return tpu_dims_numel(t->rank, t->dims, &ok);
 }
 
-tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims,
-                            tpu_diag *d) {
+static tpu_status alloc_array(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims, int zero,
+                              tpu_diag *d) {
   memset(t, 0, sizeof *t);
   if (rank < 0 || rank > TPU_MAX_RANK)
     return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "rank %d exceeds the limit of %d", rank,
@@ -39,9 +123,20 @@ tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int6
   t->rank = rank;
   if (rank) memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
   t->nbytes = bytes;
-  t->data = tpu_calloc(1, bytes ? bytes : 1);
+  t->data = pool_get(bytes);
+  if (t->data && zero) memset(t->data, 0, bytes);
+  if (!t->data) t->data = zero ? tpu_calloc(1, bytes ? bytes : 1) : tpu_malloc(bytes ? bytes : 1);
   if (!t->data) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory allocating %zu bytes", bytes);
   return TPU_OK;
+}
+
+tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims,
+                            tpu_diag *d) {
+  return alloc_array(t, dtype, rank, dims, 1, d);
+}
+
+tpu_status tpu_tensor_alloc_uninit(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims, tpu_diag *d) {
+  return alloc_array(t, dtype, rank, dims, 0, d);
 }
 
 tpu_status tpu_tensor_alloc_tuple(tpu_tensor *t, int n, tpu_diag *d) {
@@ -76,7 +171,7 @@ void tpu_tensor_free(tpu_tensor *t) {
     for (int i = 0; i < t->ntuple; i++) tpu_tensor_free(&t->elems[i]);
     tpu_free(t->elems);
   }
-  tpu_free(t->data);
+  pool_put(t->data, t->nbytes);
   memset(t, 0, sizeof *t);
 }
 

@@ -27,6 +27,17 @@ typedef struct tpu_tensor {
  * TPU_ERR_NOMEM when memory runs out. */
 tpu_status tpu_tensor_alloc(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims,
                             tpu_diag *d);
+/* Freed array buffers of 64 KiB or more are kept and reused for arrays of the same byte
+ * size: up to 256 MiB while a run is active (between begin and end, nested and from any
+ * thread), 64 MiB between runs (the outermost end trims to that). A tensor's data must be a
+ * block of at least nbytes from the allocation hook, as every tensor here has. */
+void tpu_tensor_pool_begin(void);
+void tpu_tensor_pool_end(void);
+/* Scratch buffers through the same pool: n bytes (not zeroed), given back with the same n. */
+void *tpu_pool_alloc(size_t n);
+void tpu_pool_free(void *p, size_t n);
+/* tpu_tensor_alloc without the zero fill, for kernels that write every element. */
+tpu_status tpu_tensor_alloc_uninit(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims, tpu_diag *d);
 /* Allocates a tuple of `n` empty elements (each to be filled by the caller). */
 tpu_status tpu_tensor_alloc_tuple(tpu_tensor *t, int n, tpu_diag *d);
 /* Deep copy. */

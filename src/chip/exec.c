@@ -5,6 +5,8 @@
 
 #include "base/alloc.h"
 #include "base/bf16.h"
+#include "chip/mxu_kernel_int.h"
+#include "ref/im2col.h"
 #include "ref/ref.h"
 
 typedef struct {
@@ -43,10 +45,31 @@ static void pack_f32(const tpu_tensor *t, const int *order, float *buf) {
   int64_t s = 1;
   for (int i = rank - 1; i >= 0; i--) str[i] = s, s *= t->dims[i];
   for (int j = 0; j < rank; j++) pd[j] = t->dims[order[j]], ps[j] = str[order[j]];
-  int64_t off = 0;
-  for (int64_t e = 0; e < n; e++) {
-    buf[e] = load_f32(t, off);
-    for (int j = rank - 1; j >= 0; j--) {
+  if (rank == 0) {
+    if (n) buf[0] = load_f32(t, 0);
+    return;
+  }
+  /* Runs along the fastest visited dimension, typed. */
+  int64_t off = 0, len = pd[rank - 1], st = ps[rank - 1];
+  for (int64_t e = 0; e < n; e += len) {
+    float *o = buf + e;
+    switch (t->dtype) {
+      case TPU_F32: {
+        const float *p = (const float *)t->data + off;
+        if (st == 1) memcpy(o, p, sizeof *o * (size_t)len);
+        else for (int64_t i = 0; i < len; i++) o[i] = p[i * st];
+        break;
+      }
+      case TPU_BF16: {
+        const tpu_bf16 *p = (const tpu_bf16 *)t->data + off;
+        for (int64_t i = 0; i < len; i++) o[i] = tpu_bf16_to_f32(p[i * st]);
+        break;
+      }
+      default:
+        for (int64_t i = 0; i < len; i++) o[i] = load_f32(t, off + i * st);
+        break;
+    }
+    for (int j = rank - 2; j >= 0; j--) {
       off += ps[j];
       if (++idx[j] < pd[j]) break;
       off -= ps[j] * pd[j];
@@ -55,37 +78,34 @@ static void pack_f32(const tpu_tensor *t, const int *order, float *buf) {
   }
 }
 
-/* out[M,N] = A[M,K] x W[K,N] on the MXU path `p` (A and W hold f32 values exact in the
- * path's input type). F32 and BF16 write f32 sums to out_f; S8 writes s32 sums to out_i. */
-static tpu_status mxu_gemm(tpu_exec_path p, tpu_precision prec, int64_t R, const float *A, const float *W, int64_t M,
-                           int64_t K, int64_t N, float *out_f, int32_t *out_i, const tpu_instr *in, tpu_diag *d) {
-  if (M == 0 || N == 0) return TPU_OK;
+/* out[M,N] = A[M,K] x W[K,N] (nb of them, back to back) on the MXU path `p` (A and W hold
+ * f32 values exact in the path's input type). F32 and BF16 write f32 sums to out_f; S8
+ * writes s32 sums to out_i. F32 at DEFAULT precision rounds A and W to bf16 in place (one
+ * pass, the array's input) unless `rounded` says they already are. */
+static tpu_status mxu_gemm(tpu_exec_path p, tpu_precision prec, int64_t R, float *A, float *W, int rounded, int64_t nb,
+                           int64_t M, int64_t K, int64_t N, float *out_f, int32_t *out_i, const tpu_instr *in,
+                           tpu_diag *d) {
+  if (nb == 0 || M == 0 || N == 0) return TPU_OK;
   if (K == 0) { /* an empty sum: +0 */
-    if (out_f) memset(out_f, 0, sizeof *out_f * (size_t)(M * N));
-    if (out_i) memset(out_i, 0, sizeof *out_i * (size_t)(M * N));
+    if (out_f) memset(out_f, 0, sizeof *out_f * (size_t)(nb * M * N));
+    if (out_i) memset(out_i, 0, sizeof *out_i * (size_t)(nb * M * N));
+    return TPU_OK;
+  }
+  if ((p == TPU_EXEC_F32 && prec == TPU_PREC_DEFAULT) || p == TPU_EXEC_BF16) {
+    if (p == TPU_EXEC_F32 && !rounded) {
+      tpu__mxu_round_bf16(A, (size_t)(nb * M * K), A);
+      tpu__mxu_round_bf16(W, (size_t)(nb * K * N), W);
+    }
+    tpu__mxu_matmul_bf16f(A, W, out_f, nb, M, K, N, R, 0);
     return TPU_OK;
   }
   if (p == TPU_EXEC_F32) {
     tpu_diag md;
-    tpu_status st = tpu_mxu_matmul_f32(A, W, out_f, M, K, N, R, prec, 0, &md);
+    tpu_status st = tpu__mxu_matmul_f32_batch(A, W, out_f, nb, M, K, N, R, prec, 0, &md);
     if (st != TPU_OK) return TPU_FAIL(d, st, in->loc, "'%s' on the MXU: %s", in->name, md.msg);
     return TPU_OK;
   }
-  size_t na = (size_t)(M * K), nw = (size_t)(K * N);
-  if (p == TPU_EXEC_BF16) {
-    tpu_bf16 *a = tpu_malloc(na * sizeof *a), *w = tpu_malloc(nw * sizeof *w);
-    if (!a || !w) {
-      tpu_free(a);
-      tpu_free(w);
-      return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
-    }
-    for (size_t i = 0; i < na; i++) a[i] = tpu_bf16_from_f32(A[i]);
-    for (size_t i = 0; i < nw; i++) w[i] = tpu_bf16_from_f32(W[i]);
-    tpu_mxu_matmul_bf16(a, w, out_f, M, K, N, R, 0);
-    tpu_free(a);
-    tpu_free(w);
-    return TPU_OK;
-  }
+  size_t na = (size_t)(nb * M * K), nw = (size_t)(nb * K * N);
   int8_t *a = tpu_malloc(na), *w = tpu_malloc(nw);
   if (!a || !w) {
     tpu_free(a);
@@ -94,7 +114,7 @@ static tpu_status mxu_gemm(tpu_exec_path p, tpu_precision prec, int64_t R, const
   }
   for (size_t i = 0; i < na; i++) a[i] = (int8_t)A[i];
   for (size_t i = 0; i < nw; i++) w[i] = (int8_t)W[i];
-  tpu_mxu_matmul_s8(a, w, out_i, M, K, N, 0);
+  for (int64_t b = 0; b < nb; b++) tpu_mxu_matmul_s8(a + b * M * K, w + b * K * N, out_i + b * M * N, M, K, N, 0);
   tpu_free(a);
   tpu_free(w);
   return TPU_OK;
@@ -129,27 +149,31 @@ static tpu_precision precision_of(const exec_ctx *c, const tpu_instr *in) {
   return p >= TPU_PREC_CFG_HIGHEST ? TPU_PREC_HIGHEST : p == TPU_PREC_CFG_HIGH ? TPU_PREC_HIGH : TPU_PREC_DEFAULT;
 }
 
-/* Buffers for one MXU call; freed together. */
+/* Buffers for one MXU call (through the tensor pool); freed together. */
 typedef struct {
   float *a, *w, *of;
   int32_t *oi;
+  size_t na, nw, no; /* bytes */
 } bufs;
 
 static void bufs_free(bufs *b) {
-  tpu_free(b->a);
-  tpu_free(b->w);
-  tpu_free(b->of);
-  tpu_free(b->oi);
+  if (b->a) tpu_pool_free(b->a, b->na);
+  if (b->w) tpu_pool_free(b->w, b->nw);
+  if (b->of) tpu_pool_free(b->of, b->no);
+  if (b->oi) tpu_pool_free(b->oi, b->no);
   memset(b, 0, sizeof *b);
 }
 
 /* Allocates A (na), W (nw) and the result (no) for path p; 0 when memory runs out. */
 static int bufs_alloc(bufs *b, tpu_exec_path p, int64_t na, int64_t nw, int64_t no) {
   memset(b, 0, sizeof *b);
-  b->a = tpu_malloc(sizeof(float) * (size_t)(na ? na : 1));
-  b->w = tpu_malloc(sizeof(float) * (size_t)(nw ? nw : 1));
-  if (p == TPU_EXEC_S8) b->oi = tpu_malloc(sizeof(int32_t) * (size_t)(no ? no : 1));
-  else b->of = tpu_malloc(sizeof(float) * (size_t)(no ? no : 1));
+  b->na = sizeof(float) * (size_t)(na ? na : 1);
+  b->nw = sizeof(float) * (size_t)(nw ? nw : 1);
+  b->no = (p == TPU_EXEC_S8 ? sizeof(int32_t) : sizeof(float)) * (size_t)(no ? no : 1);
+  b->a = tpu_pool_alloc(b->na);
+  b->w = tpu_pool_alloc(b->nw);
+  if (p == TPU_EXEC_S8) b->oi = tpu_pool_alloc(b->no);
+  else b->of = tpu_pool_alloc(b->no);
   if (b->a && b->w && (b->oi || b->of)) return 1;
   bufs_free(b);
   return 0;
@@ -188,9 +212,9 @@ static tpu_status dot_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *i
   if (nb * nm * nn != tpu_shape_numel(&in->shape)) return TPU_OK;
 
   bufs b;
-  if (!bufs_alloc(&b, p, nb * nm * nk, nb * nk * nn, nm * nn))
+  if (!bufs_alloc(&b, p, nb * nm * nk, nb * nk * nn, nb * nm * nn))
     return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
-  tpu_status ast = tpu_tensor_alloc(out, in->shape.dtype, in->shape.rank, in->shape.dims, d);
+  tpu_status ast = tpu_tensor_alloc_uninit(out, in->shape.dtype, in->shape.rank, in->shape.dims, d);
   if (ast != TPU_OK) {
     bufs_free(&b);
     return ast;
@@ -198,16 +222,16 @@ static tpu_status dot_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *i
   pack_f32(lhs, lorder, b.a);
   pack_f32(rhs, rorder, b.w);
   tpu_precision prec = precision_of(c, in);
-  for (int64_t bi = 0; bi < nb; bi++) {
-    tpu_status st = mxu_gemm(p, prec, c->chip->mxu_rows, b.a + bi * nm * nk, b.w + bi * nk * nn, nm, nk, nn, b.of, b.oi,
-                             in, d);
-    if (st != TPU_OK) {
-      bufs_free(&b);
-      tpu_tensor_free(out);
-      return st;
-    }
-    for (int64_t e = 0; e < nm * nn; e++) store_result(out, bi * nm * nn + e, b.of, b.oi, e);
+  tpu_status st = mxu_gemm(p, prec, c->chip->mxu_rows, b.a, b.w, 0, nb, nm, nk, nn, b.of, b.oi, in, d);
+  if (st != TPU_OK) {
+    bufs_free(&b);
+    tpu_tensor_free(out);
+    return st;
   }
+  if (out->dtype == TPU_F32 && b.of)
+    memcpy(out->data, b.of, sizeof(float) * (size_t)(nb * nm * nn));
+  else
+    for (int64_t e = 0; e < nb * nm * nn; e++) store_result(out, e, b.of, b.oi, e);
   bufs_free(&b);
   *handled = 1;
   return TPU_OK;
@@ -215,128 +239,72 @@ static tpu_status dot_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *i
 
 /* ---- convolution (im2col) ---- */
 
-/* Output features [o0, o1) share a feature group and a batch group: one matmul. */
-static tpu_status conv_run(const exec_ctx *c, tpu_exec_path p, const tpu_instr *in, const tpu_tensor *lhs,
-                           const tpu_tensor *rhs, tpu_tensor *out, int64_t o0, int64_t o1, tpu_diag *d) {
-  const tpu_conv_dims *cd = &in->conv;
-  int ns = cd->nspatial;
-  int64_t G = in->feature_group_count, BG = in->batch_group_count;
-  int64_t nin = lhs->dims[cd->in_batch], kin = rhs->dims[cd->k_in], cout = rhs->dims[cd->k_out];
-  int64_t fg = o0 / (cout / G), bg = o0 / (cout / BG), bsize = nin / BG;
-  int64_t lstr[TPU_MAX_RANK], rstr[TPU_MAX_RANK], ostr[TPU_MAX_RANK], kdims[TPU_MAX_RANK], osd[TPU_MAX_RANK];
-  int64_t s1 = 1, s2 = 1, s3 = 1;
-  for (int i = ns + 1; i >= 0; i--) {
-    lstr[i] = s1, s1 *= lhs->dims[i];
-    rstr[i] = s2, s2 *= rhs->dims[i];
-    ostr[i] = s3, s3 *= out->dims[i];
-  }
-  int64_t nkpos = 1, nsp = 1;
-  for (int s = 0; s < ns; s++) {
-    kdims[s] = rhs->dims[cd->k_spatial[s]];
-    osd[s] = out->dims[cd->out_spatial[s]];
-    nkpos *= kdims[s];
-    nsp *= osd[s];
-  }
-  int64_t nob = out->dims[cd->out_batch];
-  int64_t M = nob * nsp, K = nkpos * kin, N = o1 - o0;
-  bufs b;
-  if (!bufs_alloc(&b, p, M * K, K * N, M * N))
-    return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
-  /* Patch matrix: row m = (output batch, output position), column q*kin + z = (kernel
-   * position q row-major over spatial dims, input feature z of the group). */
-  for (int64_t m = 0; m < M; m++) {
-    int64_t ob = m / nsp, sp = m % nsp, opos[TPU_MAX_RANK];
-    for (int s = ns - 1; s >= 0; s--) opos[s] = sp % osd[s], sp /= osd[s];
-    int64_t lbase = (ob + bg * bsize) * lstr[cd->in_batch] + fg * kin * lstr[cd->in_feature];
-    int64_t ks[TPU_MAX_RANK] = {0};
-    float *row = b.a + m * K;
-    for (int64_t q = 0; q < nkpos; q++) {
-      int64_t loff = lbase;
-      int valid = 1;
-      for (int s = 0; s < ns && valid; s++) {
-        const tpu_window_dim *w = &in->window[s];
-        int64_t pos = opos[s] * w->stride - w->pad_lo + ks[s] * w->window_dilation;
-        if (w->base_dilation > 1) {
-          if (pos % w->base_dilation) valid = 0;
-          pos /= w->base_dilation;
-        }
-        if (pos < 0 || pos >= lhs->dims[cd->in_spatial[s]]) valid = 0;
-        loff += pos * lstr[cd->in_spatial[s]];
-      }
-      for (int64_t z = 0; z < kin; z++) row[q * kin + z] = valid ? load_f32(lhs, loff + z * lstr[cd->in_feature]) : 0.0f;
-      for (int s = ns - 1; s >= 0; s--) {
-        if (++ks[s] < kdims[s]) break;
-        ks[s] = 0;
-      }
-    }
-  }
-  /* Weights: row q*kin + z, column j = output feature o0 + j. */
-  int64_t ks[TPU_MAX_RANK] = {0};
-  for (int64_t q = 0; q < nkpos; q++) {
-    int64_t roff = 0;
-    for (int s = 0; s < ns; s++) {
-      int64_t k = in->window[s].reversal ? kdims[s] - 1 - ks[s] : ks[s];
-      roff += k * rstr[cd->k_spatial[s]];
-    }
-    for (int64_t z = 0; z < kin; z++)
-      for (int64_t j = 0; j < N; j++)
-        b.w[(q * kin + z) * N + j] = load_f32(rhs, roff + z * rstr[cd->k_in] + (o0 + j) * rstr[cd->k_out]);
-    for (int s = ns - 1; s >= 0; s--) {
-      if (++ks[s] < kdims[s]) break;
-      ks[s] = 0;
-    }
-  }
-  tpu_status st = mxu_gemm(p, precision_of(c, in), c->chip->mxu_rows, b.a, b.w, M, K, N, b.of, b.oi, in, d);
-  if (st == TPU_OK)
-    for (int64_t m = 0; m < M; m++) {
-      int64_t ob = m / nsp, sp = m % nsp, off = ob * ostr[cd->out_batch];
-      for (int s = ns - 1; s >= 0; s--) off += (sp % osd[s]) * ostr[cd->out_spatial[s]], sp /= osd[s];
-      for (int64_t j = 0; j < N; j++) store_result(out, off + (o0 + j) * ostr[cd->out_feature], b.of, b.oi, m * N + j);
-    }
-  bufs_free(&b);
-  return st;
-}
-
+/* Convolution as patches x kernel (ref/im2col.h) on the MXU path: positions on padding or
+ * lhs-dilation holes feed +0 into the array, as a TPU's padded input does. Rows are built
+ * and multiplied in blocks; each output element is the same whatever the block. */
 static tpu_status conv_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *in, const tpu_tensor *lhs,
                            const tpu_tensor *rhs, tpu_tensor *out, int *handled, tpu_diag *d) {
   const tpu_conv_dims *cd = &in->conv;
   int ns = cd->nspatial;
+  tpu_conv_geom g;
   /* Shapes the reference kernel would reject go to it for its message. */
-  if (!in->has_conv_dims || lhs->rank != ns + 2 || rhs->rank != ns + 2 || in->nwindow != ns ||
-      in->shape.rank != ns + 2)
+  if (!in->has_conv_dims || lhs->rank != ns + 2 || rhs->rank != ns + 2 || !tpu_conv_geom_init(in, lhs->dims, rhs->dims, &g))
     return TPU_OK;
-  int64_t G = in->feature_group_count, BG = in->batch_group_count;
-  int64_t nin = lhs->dims[cd->in_batch], cin = lhs->dims[cd->in_feature];
-  int64_t kin = rhs->dims[cd->k_in], cout = rhs->dims[cd->k_out];
-  if (G < 1 || BG < 1 || kin * G != cin || cout % G || nin % BG || cout % BG) return TPU_OK;
-  int64_t odims[TPU_MAX_RANK];
-  odims[cd->out_batch] = nin / BG;
-  odims[cd->out_feature] = cout;
-  for (int s = 0; s < ns; s++) {
-    const tpu_window_dim *w = &in->window[s];
-    int64_t kd = rhs->dims[cd->k_spatial[s]];
-    if (w->size != kd || w->stride < 1 || w->base_dilation < 1 || w->window_dilation < 1) return TPU_OK;
-    int64_t n = lhs->dims[cd->in_spatial[s]];
-    int64_t padded = (n ? (n - 1) * w->base_dilation + 1 : 0) + w->pad_lo + w->pad_hi;
-    int64_t eff = kd ? (kd - 1) * w->window_dilation + 1 : 0;
-    odims[cd->out_spatial[s]] = padded >= eff ? (padded - eff) / w->stride + 1 : 0;
+  int lorder[TPU_MAX_RANK], rorder[TPU_MAX_RANK];
+  tpu_conv_pack_orders(in, lorder, rorder);
+  int64_t M = g.nob * g.nsp, K = g.nkpos * g.kin, mb = tpu_conv_row_block(&g), fs;
+  int64_t maxn = g.cout / (g.G > g.BG ? g.G : g.BG);
+  size_t npl = sizeof(float) * tpu_conv_count(tpu_tensor_numel(lhs));
+  size_t npr = sizeof(float) * tpu_conv_count(tpu_tensor_numel(rhs)), noff = sizeof(int64_t) * tpu_conv_count(M);
+  float *pl = tpu_pool_alloc(npl), *pr = tpu_pool_alloc(npr);
+  int64_t *off = tpu_pool_alloc(noff);
+  bufs b;
+  int ok = bufs_alloc(&b, p, mb * K, K * maxn, mb * maxn);
+  if (!pl || !pr || !off || !ok) {
+    tpu_pool_free(pl, npl);
+    tpu_pool_free(pr, npr);
+    tpu_pool_free(off, noff);
+    if (ok) bufs_free(&b);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory running '%s' on the MXU", in->name);
   }
-  for (int k = 0; k < ns + 2; k++)
-    if (in->shape.dims[k] != odims[k]) return TPU_OK;
-  TPU_TRY(tpu_tensor_alloc(out, in->shape.dtype, ns + 2, odims, d));
-  /* Runs of output features with one feature group and one batch group. */
-  int64_t og = cout / G, obg = cout / BG;
-  for (int64_t o0 = 0; o0 < cout;) {
-    int64_t e1 = (o0 / og + 1) * og, e2 = (o0 / obg + 1) * obg, o1 = e1 < e2 ? e1 : e2;
-    tpu_status st = conv_run(c, p, in, lhs, rhs, out, o0, o1, d);
-    if (st != TPU_OK) {
-      tpu_tensor_free(out);
-      return st;
+  tpu_status st = tpu_tensor_alloc_uninit(out, in->shape.dtype, ns + 2, g.odims, d);
+  if (st == TPU_OK) {
+    pack_f32(lhs, lorder, pl);
+    pack_f32(rhs, rorder, pr);
+    tpu_conv_out_offsets(in, &g, off, &fs);
+    tpu_precision prec = precision_of(c, in);
+    /* DEFAULT rounds each value to bf16: do it once on the operands, not on the patches. */
+    int rounded = p == TPU_EXEC_F32 && prec == TPU_PREC_DEFAULT;
+    if (rounded) {
+      tpu__mxu_round_bf16(pl, (size_t)tpu_tensor_numel(lhs), pl);
+      tpu__mxu_round_bf16(pr, (size_t)tpu_tensor_numel(rhs), pr);
     }
-    o0 = o1;
+    for (int64_t o0 = 0; st == TPU_OK && o0 < g.cout;) {
+      int64_t o1 = tpu_conv_run_end(&g, o0), N = o1 - o0;
+      tpu_conv_kernel_matrix(in, &g, pr, o0, o1, b.w);
+      for (int64_t m0 = 0; st == TPU_OK && m0 < M; m0 += mb) {
+        int64_t m1 = m0 + mb < M ? m0 + mb : M;
+        tpu_conv_patches(in, &g, pl, o0, m0, m1, b.a);
+        st = mxu_gemm(p, prec, c->chip->mxu_rows, b.a, b.w, rounded, 1, m1 - m0, K, N, b.of, b.oi, in, d);
+        if (st == TPU_OK && out->dtype == TPU_F32 && b.of) {
+          float *o = out->data;
+          for (int64_t m = m0; m < m1; m++)
+            for (int64_t j = 0; j < N; j++) o[off[m] + (o0 + j) * fs] = b.of[(m - m0) * N + j];
+        } else {
+          for (int64_t m = m0; st == TPU_OK && m < m1; m++)
+            for (int64_t j = 0; j < N; j++) store_result(out, off[m] + (o0 + j) * fs, b.of, b.oi, (m - m0) * N + j);
+        }
+      }
+      o0 = o1;
+    }
+    if (st != TPU_OK) tpu_tensor_free(out);
   }
-  *handled = 1;
-  return TPU_OK;
+  tpu_pool_free(pl, npl);
+  tpu_pool_free(pr, npr);
+  tpu_pool_free(off, noff);
+  bufs_free(&b);
+  if (st == TPU_OK) *handled = 1;
+  return st;
 }
 
 static tpu_status mxu_dot_conv(void *user, const tpu_instr *in, const tpu_tensor *lhs, const tpu_tensor *rhs,

@@ -64,6 +64,13 @@ void tpu_mxu_matmul_bf16(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64
 void tpu_mxu_matmul_s8(const int8_t *A, const int8_t *W, int32_t *out, int64_t M, int64_t K,
                        int64_t N, int nthreads);
 
+/* nb products (matrices back to back) out[M,N] = A[M,K] x W[K,N] in f32 with each element's products added in increasing k
+ * from +0, each step sum = sum + a*w (product rounded, then the sum; no FMA), NaNs as the
+ * arithmetic gives them: the reference interpreter's dot order (ref/dot.c), on this file's
+ * blocked, threaded kernels. `nthreads` <= 0 picks tpu_threads(). */
+void tpu_gemm_f32_seq(const float *A, const float *W, float *out, int64_t nb, int64_t M, int64_t K, int64_t N,
+                      int nthreads);
+
 /* f32 operands as XLA's precision config gives them on a TPU: DEFAULT = one bf16 pass,
  * HIGH = 3 passes (bf16x3), HIGHEST = 6 passes (bf16x6). The split and pass order are
  * documented in docs/numerics.md. */

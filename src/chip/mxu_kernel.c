@@ -8,12 +8,12 @@
  * contracting a*b + c into an FMA: ISO C mode (-std=c11, as CMakeLists.txt sets) makes GCC
  * default to -ffp-contract=off; tests/unit/chip/test_mxu_kernel.c catches a contraction. */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/par.h"
+#include "base/tensor.h"
 #include "chip/mxu.h"
 #include "chip/mxu_kernel_int.h"
 
@@ -33,10 +33,10 @@
  * is cut into chunks whose psums are carried through memory (an exact store and reload).
  * Packed A (MC x KC_MAX f32 = 144 KiB) is meant to stay in L2, a packed B micro-panel
  * (KC_MAX x NR f32 = 16 KiB) in L1, packed B (KC_MAX x NC f32 = 2 MiB) in L3. */
-enum { MR = 6, NR = 16, KC_MAX = 256, MC = 144, NC = 2048, MAX_THREADS = 64 };
+enum { MR = 6, NR = 16, KC_MAX = 256, MC = 144, NC = 2048, MAX_THREADS = TPU_MAX_THREADS };
 
-/* Threads are not worth starting below this many multiply-adds (M*K*N). */
-#define PAR_MIN_MACS 32768.0
+/* Multiply-adds (M*K*N) a thread must get for threads to be started: about a millisecond. */
+#define PAR_MIN_MACS 4e6
 
 #define CANON_NAN_BITS 0x7fc00000u
 
@@ -66,135 +66,106 @@ const char *tpu__mxu_kernel_name(void) { return use_avx2() ? "avx2" : "scalar"; 
 
 /* ---- Threads ---- */
 
-typedef void (*range_fn)(void *ctx, int task, int64_t lo, int64_t hi);
-typedef struct range_task {
-  range_fn fn;
-  void *ctx;
-  int task;
-  int64_t lo, hi;
-} range_task;
-
-static void *range_entry(void *p) {
-  range_task *t = p;
-  t->fn(t->ctx, t->task, t->lo, t->hi);
-  return NULL;
-}
-
-/* How many threads to use for `units` independent pieces of M*K*N multiply-adds. */
+/* How many threads to use for `units` independent pieces of M*K*N multiply-adds: `n` when
+ * the caller gives it (tests), else tpu_threads() as long as each thread gets at least
+ * PAR_MIN_MACS (a thread costs its start and, on a busy machine, a wait to be scheduled at
+ * the join; small products run faster on one). */
 static int plan_threads(int n, int64_t units, double macs) {
-  if (n <= 0) {
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    n = c < 1 ? 1 : (c > MAX_THREADS ? MAX_THREADS : (int)c);
-  }
+  if (n <= 0) return tpu_par_threads(units, macs, PAR_MIN_MACS);
   if (n > MAX_THREADS) n = MAX_THREADS;
   if (n > units) n = (int)units;
-  if (macs < PAR_MIN_MACS || n < 1) n = 1;
-  return n;
+  return n < 1 ? 1 : n;
 }
 
-/* Task i of t owns units [lo, hi). */
-static void task_range(int64_t units, int t, int i, int64_t *lo, int64_t *hi) {
-  *lo = units * i / t;
-  *hi = units * (i + 1) / t;
-}
+/* ---- Packing: operands widened (exactly) to f32 panels ----
+ * Each packer exists for bf16 sources (_bf16) and f32 sources (_f32, copied as they are). */
 
-/* Runs fn over [0, units) cut into t contiguous ranges (task_range), one per thread; the
- * caller runs the first. A thread that cannot be created has its range run by the caller,
- * and each output element is computed the same way whatever range holds it, so the result
- * never depends on the thread count. Workspaces are allocated by the caller beforehand, so
- * the allocation hook is never entered from two threads at once. */
-static void par_run(range_fn fn, void *ctx, int64_t units, int t) {
-  if (units <= 0) return;
-  range_task tasks[MAX_THREADS];
-  pthread_t tids[MAX_THREADS];
-  int started[MAX_THREADS];
-  for (int i = 0; i < t; i++) {
-    tasks[i].fn = fn;
-    tasks[i].ctx = ctx;
-    tasks[i].task = i;
-    task_range(units, t, i, &tasks[i].lo, &tasks[i].hi);
-    started[i] = 0;
+#define AS_F32(x) (x)
+#define DEFINE_PACKERS(SUF, T, CONV)                                                           \
+  /* Packs A rows [i0, i0+mc) x columns [k0, k0+kc) as MR-row panels: panel p holds, for    \
+   * each k, the MR values A[i0 + p*MR + r][k0 + k]; rows past mc are +0 (their outputs are  \
+   * never stored). */                                                                       \
+  static void pack_a_##SUF(const void *Av, int64_t K, int64_t i0, int64_t mc, int64_t k0,   \
+                           int64_t kc, float *dst) {                                         \
+    const T *A = Av;                                                                         \
+    for (int64_t p = 0; p < mc; p += MR) {                                                   \
+      int64_t rows = min64(MR, mc - p);                                                      \
+      if (rows == MR) { /* six read streams, contiguous writes */                            \
+        const T *s0 = A + (i0 + p) * K + k0, *s1 = s0 + K, *s2 = s1 + K, *s3 = s2 + K;       \
+        const T *s4 = s3 + K, *s5 = s4 + K;                                                  \
+        for (int64_t k = 0; k < kc; k++) {                                                   \
+          float *o = dst + k * MR;                                                           \
+          o[0] = CONV(s0[k]), o[1] = CONV(s1[k]), o[2] = CONV(s2[k]);                        \
+          o[3] = CONV(s3[k]), o[4] = CONV(s4[k]), o[5] = CONV(s5[k]);                        \
+        }                                                                                    \
+      } else {                                                                               \
+        for (int64_t r = 0; r < MR; r++) {                                                   \
+          if (r < rows) {                                                                    \
+            const T *src = A + (i0 + p + r) * K + k0;                                        \
+            for (int64_t k = 0; k < kc; k++) dst[k * MR + r] = CONV(src[k]);                 \
+          } else {                                                                           \
+            for (int64_t k = 0; k < kc; k++) dst[k * MR + r] = 0.0f;                         \
+          }                                                                                  \
+        }                                                                                    \
+      }                                                                                      \
+      dst += kc * MR;                                                                        \
+    }                                                                                        \
+  }                                                                                          \
+  /* Packs W rows [k0, k0+kc) x columns [j0, j0+nc) as NR-column panels: panel p holds, for \
+   * each k, the NR values W[k0 + k][j0 + p*NR + c]; columns past nc are +0. */             \
+  static void pack_b_##SUF(const void *Wv, int64_t N, int64_t k0, int64_t kc, int64_t j0,   \
+                           int64_t nc, float *dst) {                                         \
+    const T *W = Wv;                                                                         \
+    for (int64_t p = 0; p < nc; p += NR) {                                                   \
+      int64_t cols = min64(NR, nc - p);                                                      \
+      for (int64_t k = 0; k < kc; k++) {                                                     \
+        const T *src = W + (k0 + k) * N + j0 + p;                                            \
+        float *o = dst + k * NR;                                                             \
+        for (int64_t c = 0; c < cols; c++) o[c] = CONV(src[c]);                              \
+        for (int64_t c = cols; c < NR; c++) o[c] = 0.0f;                                     \
+      }                                                                                      \
+      dst += kc * NR;                                                                        \
+    }                                                                                        \
+  }                                                                                          \
+  /* For C = W^T x A^T. Packs W^T rows [i0, i0+mc) (columns of W) x k [k0, k0+kc) in the   \
+   * layout of pack_a: panel p holds, for each k, W[k0 + k][i0 + p*MR + r]. */               \
+  static void pack_wt_##SUF(const void *Wv, int64_t N, int64_t i0, int64_t mc, int64_t k0,  \
+                            int64_t kc, float *dst) {                                        \
+    const T *W = Wv;                                                                         \
+    for (int64_t p = 0; p < mc; p += MR) {                                                   \
+      int64_t rows = min64(MR, mc - p);                                                      \
+      for (int64_t k = 0; k < kc; k++) {                                                     \
+        const T *src = W + (k0 + k) * N + i0 + p;                                            \
+        float *o = dst + k * MR;                                                             \
+        for (int64_t r = 0; r < rows; r++) o[r] = CONV(src[r]);                              \
+        for (int64_t r = rows; r < MR; r++) o[r] = 0.0f;                                     \
+      }                                                                                      \
+      dst += kc * MR;                                                                        \
+    }                                                                                        \
+  }                                                                                          \
+  /* For C = W^T x A^T. Packs A^T k [k0, k0+kc) x columns [j0, j0+nc) (rows of A) in the   \
+   * layout of pack_b: panel p holds, for each k, A[j0 + p*NR + c][k0 + k]. */               \
+  static void pack_at_##SUF(const void *Av, int64_t K, int64_t k0, int64_t kc, int64_t j0,  \
+                            int64_t nc, float *dst) {                                        \
+    const T *A = Av;                                                                         \
+    for (int64_t p = 0; p < nc; p += NR) {                                                   \
+      int64_t cols = min64(NR, nc - p);                                                      \
+      for (int64_t c = 0; c < NR; c++) {                                                     \
+        if (c < cols) {                                                                      \
+          const T *src = A + (j0 + p + c) * K + k0;                                          \
+          for (int64_t k = 0; k < kc; k++) dst[k * NR + c] = CONV(src[k]);                   \
+        } else {                                                                             \
+          for (int64_t k = 0; k < kc; k++) dst[k * NR + c] = 0.0f;                           \
+        }                                                                                    \
+      }                                                                                      \
+      dst += kc * NR;                                                                        \
+    }                                                                                        \
   }
-  for (int i = 1; i < t; i++) started[i] = pthread_create(&tids[i], NULL, range_entry, &tasks[i]) == 0;
-  fn(ctx, 0, tasks[0].lo, tasks[0].hi);
-  for (int i = 1; i < t; i++) {
-    if (started[i])
-      pthread_join(tids[i], NULL);
-    else
-      fn(ctx, i, tasks[i].lo, tasks[i].hi);
-  }
-}
 
-/* ---- Packing: bf16 operands widened (exactly) to f32 panels ---- */
+DEFINE_PACKERS(bf16, tpu_bf16, tpu_bf16_to_f32)
+DEFINE_PACKERS(f32, float, AS_F32)
 
-/* Packs A rows [i0, i0+mc) x columns [k0, k0+kc) as MR-row panels: panel p holds, for each
- * k, the MR values A[i0 + p*MR + r][k0 + k]; rows past mc are +0 (their outputs are never
- * stored). */
-static void pack_a(const tpu_bf16 *A, int64_t K, int64_t i0, int64_t mc, int64_t k0, int64_t kc,
-                   float *dst) {
-  for (int64_t p = 0; p < mc; p += MR) {
-    int64_t rows = min64(MR, mc - p);
-    for (int64_t r = 0; r < MR; r++) {
-      if (r < rows) {
-        const tpu_bf16 *src = A + (i0 + p + r) * K + k0;
-        for (int64_t k = 0; k < kc; k++) dst[k * MR + r] = tpu_bf16_to_f32(src[k]);
-      } else {
-        for (int64_t k = 0; k < kc; k++) dst[k * MR + r] = 0.0f;
-      }
-    }
-    dst += kc * MR;
-  }
-}
-
-/* Packs W rows [k0, k0+kc) x columns [j0, j0+nc) as NR-column panels: panel p holds, for
- * each k, the NR values W[k0 + k][j0 + p*NR + c]; columns past nc are +0. */
-static void pack_b(const tpu_bf16 *W, int64_t N, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                   float *dst) {
-  for (int64_t p = 0; p < nc; p += NR) {
-    int64_t cols = min64(NR, nc - p);
-    for (int64_t k = 0; k < kc; k++) {
-      const tpu_bf16 *src = W + (k0 + k) * N + j0 + p;
-      float *o = dst + k * NR;
-      for (int64_t c = 0; c < cols; c++) o[c] = tpu_bf16_to_f32(src[c]);
-      for (int64_t c = cols; c < NR; c++) o[c] = 0.0f;
-    }
-    dst += kc * NR;
-  }
-}
-
-/* For C = W^T x A^T. Packs W^T rows [i0, i0+mc) (columns of W) x k [k0, k0+kc) in the
- * layout of pack_a: panel p holds, for each k, W[k0 + k][i0 + p*MR + r]. */
-static void pack_wt(const tpu_bf16 *W, int64_t N, int64_t i0, int64_t mc, int64_t k0, int64_t kc,
-                    float *dst) {
-  for (int64_t p = 0; p < mc; p += MR) {
-    int64_t rows = min64(MR, mc - p);
-    for (int64_t k = 0; k < kc; k++) {
-      const tpu_bf16 *src = W + (k0 + k) * N + i0 + p;
-      float *o = dst + k * MR;
-      for (int64_t r = 0; r < rows; r++) o[r] = tpu_bf16_to_f32(src[r]);
-      for (int64_t r = rows; r < MR; r++) o[r] = 0.0f;
-    }
-    dst += kc * MR;
-  }
-}
-
-/* For C = W^T x A^T. Packs A^T k [k0, k0+kc) x columns [j0, j0+nc) (rows of A) in the
- * layout of pack_b: panel p holds, for each k, A[j0 + p*NR + c][k0 + k]. */
-static void pack_at(const tpu_bf16 *A, int64_t K, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                    float *dst) {
-  for (int64_t p = 0; p < nc; p += NR) {
-    int64_t cols = min64(NR, nc - p);
-    for (int64_t c = 0; c < NR; c++) {
-      if (c < cols) {
-        const tpu_bf16 *src = A + (j0 + p + c) * K + k0;
-        for (int64_t k = 0; k < kc; k++) dst[k * NR + c] = tpu_bf16_to_f32(src[k]);
-      } else {
-        for (int64_t k = 0; k < kc; k++) dst[k * NR + c] = 0.0f;
-      }
-    }
-    dst += kc * NR;
-  }
-}
+typedef void (*pack_fn)(const void *src, int64_t ld, int64_t i0, int64_t n0, int64_t k0, int64_t kn, float *dst);
 
 /* ---- Micro-kernels ----
  * One call computes psum[MR][NR] over kc k-steps of packed panels a (kc x MR) and b (kc x
@@ -205,20 +176,21 @@ static void pack_at(const tpu_bf16 *A, int64_t K, int64_t k0, int64_t kc, int64_
  * they are for the first K-tile, added to out for later ones, NaNs made canonical. */
 typedef void (*ukernel_fn)(int64_t kc, const float *a, const float *b, const float *in,
                            float *carry, float *out, int64_t ldo, int mr, int nr, int first,
-                           int trans);
+                           int trans, int canon);
 
 static void finish_scalar(const float *ps, float *out, int64_t ldo, int mr, int nr, int first,
-                          int trans) {
+                          int trans, int canon) {
   for (int i = 0; i < mr; i++)
     for (int j = 0; j < nr; j++) {
       float *o = trans ? out + j * ldo + i : out + i * ldo + j;
-      *o = canon_nan(first ? ps[i * NR + j] : *o + ps[i * NR + j]);
+      float v = first ? ps[i * NR + j] : *o + ps[i * NR + j];
+      *o = canon ? canon_nan(v) : v;
     }
 }
 
 static void ukernel_scalar(int64_t kc, const float *a, const float *b, const float *in,
                            float *carry, float *out, int64_t ldo, int mr, int nr, int first,
-                           int trans) {
+                           int trans, int canon) {
   float c[MR * NR];
   for (int i = 0; i < MR * NR; i++) c[i] = in ? in[i] : 0.0f;
   for (int64_t k = 0; k < kc; k++, a += MR, b += NR)
@@ -227,12 +199,16 @@ static void ukernel_scalar(int64_t kc, const float *a, const float *b, const flo
   if (carry)
     memcpy(carry, c, sizeof c);
   else
-    finish_scalar(c, out, ldo, mr, nr, first, trans);
+    finish_scalar(c, out, ldo, mr, nr, first, trans, canon);
 }
 
 #if MXU_X86
-TGT_AVX2 static inline void finish8(__m256 p, float *o, int first) {
+TGT_AVX2 static inline void finish8(__m256 p, float *o, int first, int canon) {
   __m256 v = first ? p : _mm256_add_ps(_mm256_loadu_ps(o), p);
+  if (!canon) {
+    _mm256_storeu_ps(o, v);
+    return;
+  }
   __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
   v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32((int)CANON_NAN_BITS)), nan);
   _mm256_storeu_ps(o, v);
@@ -244,7 +220,7 @@ TGT_AVX2 static inline void finish8(__m256 p, float *o, int first) {
  * kernel's throughput. */
 TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, const float *in,
                                   float *carry, float *out, int64_t ldo, int mr, int nr,
-                                  int first, int trans) {
+                                  int first, int trans, int canon) {
   __m256 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b;
 #define MXU_LOAD(i)                            \
   c##i##a = _mm256_loadu_ps(in + (i) * NR);    \
@@ -278,12 +254,12 @@ TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, co
   _mm256_storeu_ps(dst + (i) * NR, c##i##a);   \
   _mm256_storeu_ps(dst + (i) * NR + 8, c##i##b);
     MXU_STORE(0) MXU_STORE(1) MXU_STORE(2) MXU_STORE(3) MXU_STORE(4) MXU_STORE(5)
-    if (!carry) finish_scalar(tmp, out, ldo, mr, nr, first, trans);
+    if (!carry) finish_scalar(tmp, out, ldo, mr, nr, first, trans, canon);
     return;
   }
 #define MXU_FINISH(i)                          \
-  finish8(c##i##a, out + (i) * ldo, first);    \
-  finish8(c##i##b, out + (i) * ldo + 8, first);
+  finish8(c##i##a, out + (i) * ldo, first, canon);    \
+  finish8(c##i##b, out + (i) * ldo + 8, first, canon);
   MXU_FINISH(0) MXU_FINISH(1) MXU_FINISH(2) MXU_FINISH(3) MXU_FINISH(4) MXU_FINISH(5)
 #undef MXU_LOAD
 #undef MXU_ZERO
@@ -299,11 +275,14 @@ TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, co
 typedef struct bf16_ws {
   float *apack, *bpack, *carry;
   void *raw[3];
+  size_t rawn[3]; /* their sizes, for the pool */
   int ok; /* all needed buffers present; else the task takes the direct path */
 } bf16_ws;
 
 typedef struct bf16_job {
-  const tpu_bf16 *A, *W;
+  const void *A, *W; /* tpu_bf16, or float when f32 */
+  int f32;           /* f32 sources (bf16 values held as f32, or the reference's f32 GEMM) */
+  int canon;         /* NaN results written as the canonical quiet NaN (the MXU) */
   float *out;
   int64_t M, K, N, R;
   /* The blocked loops compute C = A x W, or with `trans` C = W^T x A^T (C = out^T): the
@@ -311,9 +290,18 @@ typedef struct bf16_job {
   int trans;
   int64_t rows, cols; /* of C: M x N, or N x M when trans */
   int split_n;        /* tasks own column ranges of C (1) or row ranges (0) */
+  int64_t nb;         /* matrices: A, W and out hold nb of them back to back */
+  int by_batch;       /* tasks own whole matrices (units are matrices) */
   ukernel_fn uk;
   bf16_ws ws[MAX_THREADS];
 } bf16_job;
+
+static float job_a(const bf16_job *j, int64_t i) {
+  return j->f32 ? ((const float *)j->A)[i] : tpu_bf16_to_f32(((const tpu_bf16 *)j->A)[i]);
+}
+static float job_w(const bf16_job *j, int64_t i) {
+  return j->f32 ? ((const float *)j->W)[i] : tpu_bf16_to_f32(((const tpu_bf16 *)j->W)[i]);
+}
 
 /* The contract evaluated element by element with no workspace: the path taken when the
  * packing buffers cannot be allocated (the void API has no way to report failure). */
@@ -324,22 +312,24 @@ static void bf16_direct(const bf16_job *j, int64_t m0, int64_t m1, int64_t n0, i
       for (int64_t k0 = 0; k0 < j->K;) {
         int64_t len = min64(j->R, j->K - k0);
         float psum = 0.0f;
-        for (int64_t k = k0; k < k0 + len; k++)
-          psum = psum + tpu_bf16_to_f32(j->A[m * j->K + k]) * tpu_bf16_to_f32(j->W[k * j->N + n]);
+        for (int64_t k = k0; k < k0 + len; k++) psum = psum + job_a(j, m * j->K + k) * job_w(j, k * j->N + n);
         acc = k0 == 0 ? psum : acc + psum;
         k0 += len;
       }
-      j->out[m * j->N + n] = canon_nan(acc);
+      j->out[m * j->N + n] = j->canon ? canon_nan(acc) : acc;
     }
 }
 
-/* A float buffer of n entries aligned to 64 bytes; *raw gets the pointer to free. */
-static float *alloc_floats(int64_t n, void **raw) {
+/* A float buffer of n entries aligned to 64 bytes; *raw gets the pointer to free and *rawn
+ * its size (tpu_pool_free). */
+static float *alloc_floats(int64_t n, void **raw, size_t *rawn) {
   size_t bytes;
   *raw = NULL;
+  *rawn = 0;
   if (n < 1 || !tpu_mul_ok((size_t)n, sizeof(float), &bytes) || bytes > SIZE_MAX - 64)
     return NULL;
-  *raw = tpu_malloc(bytes + 64);
+  *rawn = bytes + 64;
+  *raw = tpu_pool_alloc(bytes + 64);
   if (!*raw) return NULL;
   uintptr_t p = ((uintptr_t)*raw + 63) & ~(uintptr_t)63;
   return (float *)p;
@@ -362,16 +352,17 @@ static void ws_alloc(const bf16_job *j, int64_t m0, int64_t m1, int64_t n0, int6
   int64_t kcw = min64(KC_MAX, tile_max);
   int64_t ncw = min64(NC, (n1 - n0 + NR - 1) / NR * NR);
   int64_t rows_up = (m1 - m0 + MR - 1) / MR * MR;
-  w->apack = alloc_floats(MC * kcw, &w->raw[0]);
-  w->bpack = w->apack ? alloc_floats(kcw * ncw, &w->raw[1]) : (w->raw[1] = NULL, NULL);
+  w->raw[1] = w->raw[2] = NULL;
+  w->apack = alloc_floats(MC * kcw, &w->raw[0], &w->rawn[0]);
+  w->bpack = w->apack ? alloc_floats(kcw * ncw, &w->raw[1], &w->rawn[1]) : NULL;
   w->carry = NULL;
-  w->raw[2] = NULL;
-  if (need_carry && w->bpack) w->carry = alloc_floats(rows_up * ncw, &w->raw[2]);
+  if (need_carry && w->bpack) w->carry = alloc_floats(rows_up * ncw, &w->raw[2], &w->rawn[2]);
   w->ok = w->apack && w->bpack && (!need_carry || w->carry);
 }
 
 static void ws_free(bf16_ws *w) {
-  for (int i = 0; i < 3; i++) tpu_free(w->raw[i]);
+  for (int i = 0; i < 3; i++)
+    if (w->raw[i]) tpu_pool_free(w->raw[i], w->rawn[i]);
 }
 
 /* Computes out[m0:m1, n0:n1] with packed panels and the micro-kernel. */
@@ -387,6 +378,8 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
     return;
   }
   int need_carry = w->carry != NULL;
+  pack_fn pk_at = j->f32 ? pack_at_f32 : pack_at_bf16, pk_b = j->f32 ? pack_b_f32 : pack_b_bf16;
+  pack_fn pk_wt = j->f32 ? pack_wt_f32 : pack_wt_bf16, pk_a = j->f32 ? pack_a_f32 : pack_a_bf16;
   int64_t ncw = min64(NC, (n1 - n0 + NR - 1) / NR * NR);
   for (int64_t jc = n0; jc < n1; jc += NC) {
     int64_t nc = min64(NC, n1 - jc);
@@ -396,15 +389,15 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
       for (int64_t c = 0; c < nchunks; c++) {
         int64_t c0 = tlen * c / nchunks, kc = tlen * (c + 1) / nchunks - c0;
         if (j->trans)
-          pack_at(j->A, K, k0 + c0, kc, jc, nc, w->bpack);
+          pk_at(j->A, K, k0 + c0, kc, jc, nc, w->bpack);
         else
-          pack_b(j->W, N, k0 + c0, kc, jc, nc, w->bpack);
+          pk_b(j->W, N, k0 + c0, kc, jc, nc, w->bpack);
         for (int64_t ic = m0; ic < m1; ic += MC) {
           int64_t mc = min64(MC, m1 - ic);
           if (j->trans)
-            pack_wt(j->W, N, ic, mc, k0 + c0, kc, w->apack);
+            pk_wt(j->W, N, ic, mc, k0 + c0, kc, w->apack);
           else
-            pack_a(j->A, K, ic, mc, k0 + c0, kc, w->apack);
+            pk_a(j->A, K, ic, mc, k0 + c0, kc, w->apack);
           for (int64_t jr = 0; jr < nc; jr += NR) {
             int nr = (int)min64(NR, nc - jr);
             for (int64_t ir = 0; ir < mc; ir += MR) {
@@ -415,7 +408,7 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
               float *o = j->trans ? j->out + (jc + jr) * N + ic + ir
                                   : j->out + (ic + ir) * N + jc + jr;
               j->uk(kc, w->apack + ir * kc, w->bpack + jr * kc, c > 0 ? cs : NULL,
-                    c + 1 < nchunks ? cs : NULL, o, N, mr, nr, k0 == 0, j->trans);
+                    c + 1 < nchunks ? cs : NULL, o, N, mr, nr, k0 == 0, j->trans, j->canon);
             }
           }
         }
@@ -428,18 +421,32 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
 static void bf16_range(void *ctx, int task, int64_t lo, int64_t hi) {
   const bf16_job *j = ctx;
   int64_t m0, m1, n0, n1;
+  if (j->by_batch) {
+    size_t es = j->f32 ? sizeof(float) : sizeof(tpu_bf16);
+    for (int64_t b = lo; b < hi; b++) {
+      bf16_job jb = *j;
+      jb.A = (const char *)j->A + (size_t)(b * j->M * j->K) * es;
+      jb.W = (const char *)j->W + (size_t)(b * j->K * j->N) * es;
+      jb.out = j->out + b * j->M * j->N;
+      bf16_region(&jb, &j->ws[task], 0, j->rows, 0, j->cols);
+    }
+    return;
+  }
   task_region(j, lo, hi, &m0, &m1, &n0, &n1);
   bf16_region(j, &j->ws[task], m0, m1, n0, n1);
 }
 
-void tpu_mxu_matmul_bf16(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t M, int64_t K,
-                         int64_t N, int64_t R, int nthreads) {
-  if (M <= 0 || N <= 0 || K < 0) return;
+/* nb matrix products out_b = A_b x W_b (matrices stored back to back). */
+static void run_job(const void *A, const void *W, int f32, int canon, float *out, int64_t nb, int64_t M,
+                    int64_t K, int64_t N, int64_t R, int nthreads) {
+  if (nb <= 0 || M <= 0 || N <= 0 || K < 0) return;
   if (K == 0) { /* no K-tiles: the accumulator is never written past its +0 */
-    for (int64_t i = 0; i < M * N; i++) out[i] = 0.0f;
+    for (int64_t i = 0; i < nb * M * N; i++) out[i] = 0.0f;
     return;
   }
   bf16_job j;
+  j.f32 = f32;
+  j.canon = canon;
   j.A = A;
   j.W = W;
   j.out = out;
@@ -458,16 +465,33 @@ void tpu_mxu_matmul_bf16(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64
   j.cols = j.trans ? M : N;
   int64_t units_n = (j.cols + NR - 1) / NR, units_m = (j.rows + MR - 1) / MR;
   j.split_n = units_n >= units_m;
-  int64_t units = j.split_n ? units_n : units_m;
-  int t = plan_threads(nthreads, units, (double)M * (double)K * (double)N);
+  j.nb = nb;
+  j.by_batch = nb > 1;
+  int64_t units = j.by_batch ? nb : j.split_n ? units_n : units_m;
+  int t = plan_threads(nthreads, units, (double)nb * (double)M * (double)K * (double)N);
   for (int i = 0; i < t; i++) {
-    int64_t lo, hi, m0, m1, n0, n1;
-    task_range(units, t, i, &lo, &hi);
-    task_region(&j, lo, hi, &m0, &m1, &n0, &n1);
+    int64_t lo, hi, m0 = 0, m1 = j.rows, n0 = 0, n1 = j.cols;
+    tpu_task_range(units, t, i, &lo, &hi);
+    if (!j.by_batch) task_region(&j, lo, hi, &m0, &m1, &n0, &n1);
     ws_alloc(&j, m0, m1, n0, n1, &j.ws[i]);
   }
-  par_run(bf16_range, &j, units, t);
+  tpu_par_run(bf16_range, &j, units, t);
   for (int i = 0; i < t; i++) ws_free(&j.ws[i]);
+}
+
+void tpu_mxu_matmul_bf16(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t M, int64_t K,
+                         int64_t N, int64_t R, int nthreads) {
+  run_job(A, W, 0, 1, out, 1, M, K, N, R, nthreads);
+}
+
+void tpu__mxu_matmul_bf16_batch(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t nb, int64_t M,
+                                int64_t K, int64_t N, int64_t R, int nthreads) {
+  run_job(A, W, 0, 1, out, nb, M, K, N, R, nthreads);
+}
+
+void tpu_gemm_f32_seq(const float *A, const float *W, float *out, int64_t nb, int64_t M, int64_t K, int64_t N,
+                      int nthreads) {
+  run_job(A, W, 1, 0, out, nb, M, K, N, K, nthreads);
 }
 
 /* ---- int8 ---- */
@@ -523,12 +547,13 @@ void tpu_mxu_matmul_s8(const int8_t *A, const int8_t *W, int32_t *out, int64_t M
                        int64_t N, int nthreads) {
   if (M <= 0 || N <= 0 || K < 0) return;
   s8_job j = {A, W, out, M, K, N, use_avx2()};
-  par_run(s8_range, &j, M, plan_threads(nthreads, M, (double)M * (double)K * (double)N));
+  tpu_par_run(s8_range, &j, M, plan_threads(nthreads, M, (double)M * (double)K * (double)N));
 }
 
 /* ---- f32 operands: bf16 passes per the precision config ---- */
 
-void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]) {
+/* tpu__mxu_split_f32, inlined into the splitting loops. */
+static inline void split_f32(float x, tpu_bf16 parts[3]) {
   tpu_bf16 zero = {0};
   uint32_t u = tpu_f32_bits(x);
   parts[1] = parts[2] = zero;
@@ -546,8 +571,48 @@ void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]) {
   parts[2] = tpu_bf16_from_f32(r2);
 }
 
+void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]) { split_f32(x, parts); }
+
+/* The first nparts parts of n values, as f32 (exact): part q of x[i] at out[q * n + i]. */
+static void split_all(const float *x, size_t n, int nparts, float *out) {
+  if (nparts == 1) {
+    /* Part 0 alone, branch-free so it vectorizes: bf16(x) rounded to nearest even (NaN:
+     * quieted, its top bits kept), a finite x that overflows to inf truncated instead;
+     * the same bits as split_f32's part 0. */
+    for (size_t i = 0; i < n; i++) {
+      uint32_t u, a, r, o;
+      memcpy(&u, &x[i], 4);
+      a = u & 0x7fffffffu;
+      r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+      r = (a < 0x7f800000u && (r & 0x7fffffffu) == 0x7f800000u) ? (u & 0xffff0000u) : r;
+      o = a > 0x7f800000u ? ((u & 0xffff0000u) | 0x00400000u) : r;
+      memcpy(&out[i], &o, 4);
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    tpu_bf16 s[3];
+    split_f32(x[i], s);
+    for (int q = 0; q < nparts; q++) out[q * n + i] = tpu_bf16_to_f32(s[q]);
+  }
+}
+void tpu__mxu_round_bf16(const float *x, size_t n, float *out) { split_all(x, n, 1, out); }
+
+void tpu__mxu_matmul_bf16f(const float *A, const float *W, float *out, int64_t nb, int64_t M, int64_t K, int64_t N,
+                           int64_t R, int nthreads) {
+  run_job(A, W, 1, 1, out, nb, M, K, N, R, nthreads);
+}
+
 tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_t M, int64_t K,
                               int64_t N, int64_t R, tpu_precision p, int nthreads, tpu_diag *d) {
+  return tpu__mxu_matmul_f32_batch(A, W, out, 1, M, K, N, R, p, nthreads, d);
+}
+
+tpu_status tpu__mxu_matmul_f32_batch(const float *A, const float *W, float *out, int64_t nb, int64_t M,
+                                     int64_t K, int64_t N, int64_t R, tpu_precision p, int nthreads,
+                                     tpu_diag *d) {
+  if (nb < 1)
+    return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: %lld matrices", (long long)nb);
   if (M < 0 || K < 0 || N < 0)
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: negative size %lldx%lldx%lld",
                     (long long)M, (long long)K, (long long)N);
@@ -558,7 +623,8 @@ tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: unknown precision %d", (int)p);
   size_t mk, kn, mn, bytes;
   if (!tpu_mul_ok((size_t)M, (size_t)K, &mk) || !tpu_mul_ok((size_t)K, (size_t)N, &kn) ||
-      !tpu_mul_ok((size_t)M, (size_t)N, &mn) || mk > SIZE_MAX - kn ||
+      !tpu_mul_ok((size_t)M, (size_t)N, &mn) || !tpu_mul_ok(mk, (size_t)nb, &mk) ||
+      !tpu_mul_ok(kn, (size_t)nb, &kn) || !tpu_mul_ok(mn, (size_t)nb, &mn) || mk > SIZE_MAX - kn ||
       !tpu_mul_ok(mk + kn, 3 * sizeof(tpu_bf16), &bytes) ||
       !tpu_mul_ok(mn, sizeof(float), &bytes))
     return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "matmul: %lldx%lldx%lld is too large",
@@ -567,8 +633,8 @@ tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "matmul: NULL operand");
   if (mn == 0) return TPU_OK;
   int nparts = p == TPU_PREC_DEFAULT ? 1 : p == TPU_PREC_HIGH ? 2 : 3;
-  tpu_bf16 *ap = tpu_malloc((mk ? mk : 1) * nparts * sizeof(tpu_bf16));
-  tpu_bf16 *wp = tpu_malloc((kn ? kn : 1) * nparts * sizeof(tpu_bf16));
+  float *ap = tpu_malloc((mk ? mk : 1) * nparts * sizeof(float));
+  float *wp = tpu_malloc((kn ? kn : 1) * nparts * sizeof(float));
   float *tmp = nparts > 1 ? tpu_malloc(mn * sizeof(float)) : NULL;
   if (!ap || !wp || (nparts > 1 && !tmp)) {
     tpu_free(ap);
@@ -576,19 +642,11 @@ tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_
     tpu_free(tmp);
     return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "matmul: out of memory for bf16 parts");
   }
-  /* Part q of A lives at ap + q*mk, part q of W at wp + q*kn. */
-  for (size_t i = 0; i < mk; i++) {
-    tpu_bf16 s[3];
-    tpu__mxu_split_f32(A[i], s);
-    for (int q = 0; q < nparts; q++) ap[q * mk + i] = s[q];
-  }
-  for (size_t i = 0; i < kn; i++) {
-    tpu_bf16 s[3];
-    tpu__mxu_split_f32(W[i], s);
-    for (int q = 0; q < nparts; q++) wp[q * kn + i] = s[q];
-  }
+  /* Part q of A lives at ap + q*mk, part q of W at wp + q*kn (mk, kn, mn: all nb matrices). */
+  split_all(A, mk, nparts, ap);
+  split_all(W, kn, nparts, wp);
   if (nparts == 1) {
-    tpu_mxu_matmul_bf16(ap, wp, out, M, K, N, R, nthreads);
+    run_job(ap, wp, 1, 1, out, nb, M, K, N, R, nthreads);
   } else {
     /* The low passes, smallest terms first (pairs are {A part, W part}); then NaNs in their
      * sum become +0 (infinities stay) and the high pass A1 x W1 is added last. */
@@ -597,14 +655,14 @@ tpu_status tpu_mxu_matmul_f32(const float *A, const float *W, float *out, int64_
     const int(*passes)[2] = nparts == 2 ? high_passes : highest_passes;
     int npasses = nparts == 2 ? 2 : 5;
     for (int s = 0; s < npasses; s++) {
-      const tpu_bf16 *pa = ap + passes[s][0] * mk, *pw = wp + passes[s][1] * kn;
-      tpu_mxu_matmul_bf16(pa, pw, s == 0 ? out : tmp, M, K, N, R, nthreads);
+      const float *pa = ap + passes[s][0] * mk, *pw = wp + passes[s][1] * kn;
+      run_job(pa, pw, 1, 1, s == 0 ? out : tmp, nb, M, K, N, R, nthreads);
       if (s > 0)
         for (size_t i = 0; i < mn; i++) out[i] = out[i] + tmp[i];
     }
     for (size_t i = 0; i < mn; i++)
       if (isnan(out[i])) out[i] = 0.0f;
-    tpu_mxu_matmul_bf16(ap, wp, tmp, M, K, N, R, nthreads);
+    run_job(ap, wp, 1, 1, tmp, nb, M, K, N, R, nthreads);
     for (size_t i = 0; i < mn; i++) out[i] = canon_nan(out[i] + tmp[i]);
   }
   tpu_free(ap);

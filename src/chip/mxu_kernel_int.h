@@ -3,6 +3,7 @@
 #define TPU_CHIP_MXU_KERNEL_INT_H
 
 #include "base/bf16.h"
+#include "chip/mxu.h"
 
 /* Which micro-kernel the bf16 and s8 kernels use. AUTO picks the best the CPU supports
  * (AVX2 on x86-64 when present); SCALAR forces the portable C path. Every path gives
@@ -22,5 +23,23 @@ const char *tpu__mxu_kernel_name(void);
  * p[1] = bf16(x - p[0]), p[2] = bf16(x - p[0] - p[1]). Non-finite x: p[0] = bf16(x),
  * p[1] = p[2] = +0. */
 void tpu__mxu_split_f32(float x, tpu_bf16 parts[3]);
+
+/* tpu_mxu_matmul_bf16 on nb matrix products stored back to back (A: nb x M x K, W:
+ * nb x K x N, out: nb x M x N); threads take whole products when nb > 1. */
+void tpu__mxu_matmul_bf16_batch(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t nb, int64_t M,
+                                int64_t K, int64_t N, int64_t R, int nthreads);
+
+/* Part 0 of tpu__mxu_split_f32 for n values, as f32: what DEFAULT precision feeds the
+ * array (out may be x). */
+void tpu__mxu_round_bf16(const float *x, size_t n, float *out);
+
+/* tpu__mxu_matmul_bf16_batch on operands held as f32 (every value exactly a bf16). */
+void tpu__mxu_matmul_bf16f(const float *A, const float *W, float *out, int64_t nb, int64_t M, int64_t K, int64_t N,
+                           int64_t R, int nthreads);
+
+/* tpu_mxu_matmul_f32 on nb matrix products stored back to back (as above). */
+tpu_status tpu__mxu_matmul_f32_batch(const float *A, const float *W, float *out, int64_t nb, int64_t M,
+                                     int64_t K, int64_t N, int64_t R, tpu_precision p, int nthreads,
+                                     tpu_diag *d);
 
 #endif

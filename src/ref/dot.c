@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "base/bf16.h"
+#include "base/tensor.h"
+#include "chip/mxu.h"
+#include "ref/im2col.h"
 #include "ref/ref_int.h"
 
 /* Accumulation domain (the spec): integer operands with an integer result accumulate in
@@ -136,15 +139,59 @@ static void store_acc(acc_kind k, const void *acc, tpu_tensor *o, int64_t i) {
   }
 }
 
-/* Copies t into a new contiguous buffer of accumulator values, its dimensions visited in
- * `order` (a permutation of 0..rank-1; the first is slowest). NULL when memory runs out. */
+/* f32 accumulator values of a f32 or bf16 tensor, one run of n elements with stride s. */
+static void pack_run_f32(const tpu_tensor *t, int64_t off, int64_t s, int64_t n, float *o) {
+  if (t->dtype == TPU_F32) {
+    const float *p = (const float *)t->data + off;
+    if (s == 1) memcpy(o, p, sizeof *o * (size_t)n);
+    else for (int64_t i = 0; i < n; i++) o[i] = p[i * s];
+  } else {
+    const tpu_bf16 *p = (const tpu_bf16 *)t->data + off;
+    for (int64_t i = 0; i < n; i++) o[i] = tpu_bf16_to_f32(p[i * s]);
+  }
+}
+
+/* store_acc for elements 0..n-1. */
+static void store_all(acc_kind k, const void *acc, tpu_tensor *o, int64_t n) {
+  if (k == ACC_F32 && o->dtype == TPU_F32) {
+    memcpy(o->data, acc, sizeof(float) * (size_t)n);
+    return;
+  }
+  for (int64_t e = 0; e < n; e++) store_acc(k, acc, o, e);
+}
+
+static size_t pack_bytes(const tpu_tensor *t, acc_kind k) {
+  int64_t n = tpu_tensor_numel(t);
+  return acc_size(k) * (size_t)(n ? n : 1);
+}
+
+/* Gives back a pack() buffer. */
+static void pack_free(void *buf, const tpu_tensor *t, acc_kind k) { tpu_pool_free(buf, pack_bytes(t, k)); }
+
+/* Copies t into a new contiguous buffer of accumulator values (pack_free gives it back), its
+ * dimensions visited in `order` (a permutation of 0..rank-1; the first is slowest). NULL
+ * when memory runs out. */
 static void *pack(const tpu_tensor *t, acc_kind k, const int *order) {
   int rank = t->rank;
   int64_t n = tpu_tensor_numel(t), str[TPU_MAX_RANK], pdims[TPU_MAX_RANK], pstr[TPU_MAX_RANK], idx[TPU_MAX_RANK] = {0};
-  void *buf = tpu_malloc(acc_size(k) * (size_t)(n ? n : 1));
+  void *buf = tpu_pool_alloc(pack_bytes(t, k));
   if (!buf) return NULL;
   tpu__ref_strides(rank, t->dims, str);
   for (int j = 0; j < rank; j++) pdims[j] = t->dims[order[j]], pstr[j] = str[order[j]];
+  if (k == ACC_F32 && (t->dtype == TPU_F32 || t->dtype == TPU_BF16) && rank > 0 && n > 0) {
+    /* Runs along the fastest visited dimension. */
+    int64_t len = pdims[rank - 1], off = 0;
+    for (int64_t e = 0; e < n; e += len) {
+      pack_run_f32(t, off, pstr[rank - 1], len, (float *)buf + e);
+      for (int j = rank - 2; j >= 0; j--) {
+        off += pstr[j];
+        if (++idx[j] < pdims[j]) break;
+        off -= pstr[j] * pdims[j];
+        idx[j] = 0;
+      }
+    }
+    return buf;
+  }
   int64_t off = 0;
   for (int64_t e = 0; e < n; e++) {
     if (k == ACC_F32) ((float *)buf)[e] = load_f32(t->dtype, t->data, off);
@@ -259,27 +306,27 @@ static tpu_status dot_kernel(const tpu_instr *in, const tpu_tensor *lhs, const t
   int same = tpu_dtype_is_array(in->shape.dtype) && in->shape.rank == orank;
   for (int k = 0; same && k < orank; k++) same = in->shape.dims[k] == odims[k];
   if (!same) return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "dot result shape does not match its operands");
-  TPU_TRY(tpu_tensor_alloc(out, in->shape.dtype, orank, odims, d));
+  TPU_TRY(tpu_tensor_alloc_uninit(out, in->shape.dtype, orank, odims, d));
 
   acc_kind k = acc_of(lhs->dtype, rhs->dtype, out->dtype);
   int64_t on = nb * nm * nn;
   void *pa = pack(lhs, k, lorder), *pb = pack(rhs, k, rorder);
   void *pc = tpu_calloc((size_t)(on ? on : 1), acc_size(k));
   if (!pa || !pb || !pc) {
-    tpu_free(pa);
-    tpu_free(pb);
+    pack_free(pa, lhs, k);
+    pack_free(pb, rhs, k);
     tpu_free(pc);
     tpu_tensor_free(out);
     return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
   }
-  if (k == ACC_F32) GEMM(float);
+  if (k == ACC_F32) tpu_gemm_f32_seq(pa, pb, pc, nb, nm, nk, nn, 0); /* GEMM(float)'s order */
   else if (k == ACC_F64) GEMM(double);
   else if (k == ACC_C64) CGEMM(float);
   else if (k == ACC_C128) CGEMM(double);
   else GEMM(uint64_t);
-  for (int64_t e = 0; e < on; e++) store_acc(k, pc, out, e);
-  tpu_free(pa);
-  tpu_free(pb);
+  store_all(k, pc, out, on);
+  pack_free(pa, lhs, k);
+  pack_free(pb, rhs, k);
   tpu_free(pc);
   return TPU_OK;
 }
@@ -319,6 +366,58 @@ static tpu_status dot_kernel(const tpu_instr *in, const tpu_tensor *lhs, const t
     ((T *)pc)[e] = acc;                                                                  \
   } while (0)
 
+/* An f32-accumulated convolution as patches x kernel on the sequential-sum GEMM: each
+ * output element gets the same products in the same order as CONV_SUM (kernel position,
+ * then input feature), except that a position on padding or a dilation hole adds the
+ * product +0 x w instead of nothing. That changes nothing when w is finite (the sum is never
+ * -0, so adding a zero leaves it as it is), so it runs only when every kernel value is
+ * finite; *done = 0 leaves the convolution to the direct loop. */
+static tpu_status conv_gemm(const tpu_instr *in, const tpu_tensor *lhs, const tpu_tensor *rhs, tpu_tensor *out,
+                            int *done, tpu_diag *d) {
+  tpu_conv_geom g;
+  *done = 0;
+  if (!tpu_conv_geom_init(in, lhs->dims, rhs->dims, &g)) return TPU_OK;
+  int lorder[TPU_MAX_RANK], rorder[TPU_MAX_RANK];
+  tpu_conv_pack_orders(in, lorder, rorder);
+  int64_t M = g.nob * g.nsp, K = g.nkpos * g.kin, on = tpu_tensor_numel(out), rn = tpu_tensor_numel(rhs);
+  float *pl = pack(lhs, ACC_F32, lorder), *pr = pack(rhs, ACC_F32, rorder);
+  float *pc = tpu_calloc((size_t)(on ? on : 1), sizeof *pc);
+  int64_t *off = tpu_malloc(sizeof *off * tpu_conv_count(M));
+  int64_t fs, maxn = g.cout / (g.G > g.BG ? g.G : g.BG), mb = tpu_conv_row_block(&g);
+  float *A = tpu_malloc(sizeof *A * tpu_conv_count(mb * K));
+  float *W = tpu_malloc(sizeof *W * tpu_conv_count(K * maxn));
+  float *C = tpu_malloc(sizeof *C * tpu_conv_count(mb * maxn));
+  tpu_status st = TPU_OK;
+  if (!pl || !pr || !pc || !off || !A || !W || !C) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  int finite = 1;
+  for (int64_t i = 0; st == TPU_OK && i < rn; i++) finite &= isfinite(pr[i]) != 0;
+  if (st == TPU_OK && finite) {
+    tpu_conv_out_offsets(in, &g, off, &fs);
+    for (int64_t o0 = 0; o0 < g.cout;) {
+      int64_t o1 = tpu_conv_run_end(&g, o0), N = o1 - o0;
+      tpu_conv_kernel_matrix(in, &g, pr, o0, o1, W);
+      for (int64_t m0 = 0; m0 < M; m0 += mb) {
+        int64_t m1 = m0 + mb < M ? m0 + mb : M;
+        tpu_conv_patches(in, &g, pl, o0, m0, m1, A);
+        tpu_gemm_f32_seq(A, W, C, 1, m1 - m0, K, N, 0);
+        for (int64_t m = m0; m < m1; m++)
+          for (int64_t j = 0; j < N; j++) pc[off[m] + (o0 + j) * fs] = C[(m - m0) * N + j];
+      }
+      o0 = o1;
+    }
+    store_all(ACC_F32, pc, out, on);
+    *done = 1;
+  }
+  pack_free(pl, lhs, ACC_F32);
+  pack_free(pr, rhs, ACC_F32);
+  tpu_free(pc);
+  tpu_free(off);
+  tpu_free(A);
+  tpu_free(W);
+  tpu_free(C);
+  return st;
+}
+
 /* Convolution as XLA defines it (ConvGeneralDilated): the lhs is dilated by
  * base_dilation (lhs_dilate) and padded by pad_lo/pad_hi (negative = cropped), the kernel
  * is dilated by window_dilation (rhs_dilate) and optionally reversed, and slides by stride.
@@ -357,17 +456,25 @@ static tpu_status conv_kernel(const tpu_instr *in, const tpu_tensor *lhs, const 
     if (in->shape.dims[k] != odims[k])
       return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "convolution result dimension %d is %lld, expected %lld", k,
                       (long long)in->shape.dims[k], (long long)odims[k]);
-  TPU_TRY(tpu_tensor_alloc(out, in->shape.dtype, ns + 2, odims, d));
+  TPU_TRY(tpu_tensor_alloc_uninit(out, in->shape.dtype, ns + 2, odims, d));
 
   acc_kind k = acc_of(lhs->dtype, rhs->dtype, out->dtype);
+  if (k == ACC_F32) {
+    int done = 0;
+    tpu_status st = conv_gemm(in, lhs, rhs, out, &done, d);
+    if (st != TPU_OK || done) {
+      if (st != TPU_OK) tpu_tensor_free(out);
+      return st;
+    }
+  }
   int ident[TPU_MAX_RANK];
   for (int i = 0; i < TPU_MAX_RANK; i++) ident[i] = i;
   int64_t on = tpu_tensor_numel(out);
   void *pl = pack(lhs, k, ident), *pr = pack(rhs, k, ident);
   void *pc = tpu_calloc((size_t)(on ? on : 1), acc_size(k));
   if (!pl || !pr || !pc) {
-    tpu_free(pl);
-    tpu_free(pr);
+    pack_free(pl, lhs, k);
+    pack_free(pr, rhs, k);
     tpu_free(pc);
     tpu_tensor_free(out);
     return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
@@ -393,8 +500,8 @@ static tpu_status conv_kernel(const tpu_instr *in, const tpu_tensor *lhs, const 
     }
   }
   for (int64_t e = 0; e < on; e++) store_acc(k, pc, out, e);
-  tpu_free(pl);
-  tpu_free(pr);
+  pack_free(pl, lhs, k);
+  pack_free(pr, rhs, k);
   tpu_free(pc);
   return TPU_OK;
 }

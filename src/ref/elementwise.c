@@ -87,12 +87,19 @@ void tpu__ew_store_int(void *p, tpu_dtype t, int64_t i0, int n, const int64_t *v
   }
 }
 
-tpu_status tpu__ew_alloc_out(const tpu_instr *in, tpu_tensor *out, tpu_diag *d) {
+static tpu_status alloc_out(const tpu_instr *in, int zero, tpu_tensor *out, tpu_diag *d) {
   tpu_diag tmp;
   memset(&tmp, 0, sizeof tmp);
-  tpu_status st = tpu_tensor_alloc(out, in->shape.dtype, in->shape.rank, in->shape.dims, &tmp);
+  tpu_status st = zero ? tpu_tensor_alloc(out, in->shape.dtype, in->shape.rank, in->shape.dims, &tmp)
+                       : tpu_tensor_alloc_uninit(out, in->shape.dtype, in->shape.rank, in->shape.dims, &tmp);
   if (st != TPU_OK) return TPU_FAIL(d, st, in->loc, "'%s': %s", in->name, tmp.msg);
   return TPU_OK;
+}
+
+tpu_status tpu__ew_alloc_out(const tpu_instr *in, tpu_tensor *out, tpu_diag *d) { return alloc_out(in, 1, out, d); }
+
+tpu_status tpu__ew_alloc_out_uninit(const tpu_instr *in, tpu_tensor *out, tpu_diag *d) {
+  return alloc_out(in, 0, out, d);
 }
 
 /* ---- Float kernels (one body for float and double via <tgmath.h>) ---- */
@@ -574,7 +581,7 @@ tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_t
     if (t != TPU_PRED) return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "compare '%s': the result must be pred", in->name);
     TPU_TRY(check_operand(in, args, 0, ta, 1, &s0, d));
     TPU_TRY(check_operand(in, args, 1, ta, 1, &s1, d));
-    TPU_TRY(tpu__ew_alloc_out(in, out, d));
+    TPU_TRY(tpu__ew_alloc_out_uninit(in, out, d));
     run_compare(in, ta, out->data, args[0]->data, s0, args[1]->data, s1, tpu_tensor_numel(out));
     return TPU_OK;
   }
@@ -583,7 +590,7 @@ tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_t
     TPU_TRY(check_operand(in, args, 0, TPU_PRED, 1, &s0, d));
     TPU_TRY(check_operand(in, args, 1, t, 0, &s1, d));
     TPU_TRY(check_operand(in, args, 2, t, 0, &s2, d));
-    TPU_TRY(tpu__ew_alloc_out(in, out, d));
+    TPU_TRY(tpu__ew_alloc_out_uninit(in, out, d));
     run_select(tpu_dtype_size(t), out->data, args[0]->data, s0, args[1]->data, s1, args[2]->data, s2,
                tpu_tensor_numel(out));
     return TPU_OK;
@@ -594,7 +601,7 @@ tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_t
     TPU_TRY(check_operand(in, args, 1, t, 0, &s1, d));
     TPU_TRY(check_operand(in, args, 2, t, 1, &s2, d));
     if (!binary_applies(TPU_OP_MAXIMUM, t) || t == TPU_PRED) return not_for_type(in, t, d);
-    TPU_TRY(tpu__ew_alloc_out(in, out, d));
+    TPU_TRY(tpu__ew_alloc_out_uninit(in, out, d));
     run_clamp(t, out->data, args[0]->data, s0, args[1]->data, args[2]->data, s2, tpu_tensor_numel(out));
     return TPU_OK;
   }
@@ -604,14 +611,14 @@ tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_t
       TPU_TRY(check_operand(in, args, 0, t, 1, &s0, d));
       TPU_TRY(check_operand(in, args, 1, t, 1, &s1, d));
       if (!binary_applies(op, t)) return not_for_type(in, t, d);
-      TPU_TRY(tpu__ew_alloc_out(in, out, d));
+      TPU_TRY(tpu__ew_alloc_out_uninit(in, out, d));
       run_binary(op, t, out->data, args[0]->data, s0, args[1]->data, s1, tpu_tensor_numel(out));
       return TPU_OK;
     case TPU_CLS_UNARY:
       TPU_TRY(check_arity(in, 1, d));
       TPU_TRY(check_operand(in, args, 0, t, 0, &s0, d));
       if (!unary_applies(op, t)) return not_for_type(in, t, d);
-      TPU_TRY(tpu__ew_alloc_out(in, out, d));
+      TPU_TRY(tpu__ew_alloc_out_uninit(in, out, d));
       run_unary(op, t, out->data, args[0]->data, tpu_tensor_numel(out));
       return TPU_OK;
     default: break;
@@ -643,3 +650,181 @@ void tpu__ref_apply_binary(tpu_opcode op, tpu_dtype t, void *a, const void *b) {
   if (!binary_applies(op, t)) return;
   run_binary(op, t, a, a, 1, b, 1, 1);
 }
+
+/* ---- Block kernels for fused evaluation (ref/fused.c) ---- */
+
+int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n) { return fbin_f32(op, a, b, n); }
+/* The unary ops that are plain IEEE operations get an AVX2 clone (sqrt and division are
+ * correctly rounded at any width); the rest are fun_f32 (libm calls). */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+/* sqrt (rsqrt: 1/sqrt) of n flushed values, flushed: 8 at a time. vsqrtps and vdivps are
+ * correctly rounded and give the default NaN for a negative input, as sqrtss does. */
+__attribute__((target("avx2"))) static void sqrt_avx2(float *a, int n, int recip) {
+  const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 sgnm = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+  const __m256 tiny = _mm256_set1_ps(FLT_MIN), one = _mm256_set1_ps(1.0f);
+#define FL8(v) _mm256_blendv_ps((v), _mm256_and_ps((v), sgnm), _mm256_cmp_ps(_mm256_and_ps((v), absm), tiny, _CMP_LT_OQ))
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_loadu_ps(a + i);
+    x = FL8(x);
+    __m256 r = _mm256_sqrt_ps(x);
+    if (recip) r = _mm256_div_ps(one, r);
+    _mm256_storeu_ps(a + i, FL8(r));
+  }
+#undef FL8
+  for (; i < n; i++) {
+    float x = tpu__ew_flush32(a[i]), r = sqrtf(x);
+    a[i] = tpu__ew_flush32(recip ? 1.0f / r : r);
+  }
+}
+static int have_avx2(void) { return __builtin_cpu_supports("avx2"); }
+#else
+static void sqrt_avx2(float *a, int n, int recip) { (void)a, (void)n, (void)recip; }
+static int have_avx2(void) { return 0; }
+#endif
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+int tpu__ew_f32_unary(tpu_opcode op, float *a, int n) {
+  if ((op == TPU_OP_SQRT || op == TPU_OP_RSQRT) && have_avx2()) {
+    sqrt_avx2(a, n, op == TPU_OP_RSQRT);
+    return 1;
+  }
+#define FL(x) (fabsf(x) < FLT_MIN ? copysignf(0.0f, (x)) : (x))
+  switch (op) { /* as fun_f32: negate and abs move bits; others flush, apply, flush */
+    case TPU_OP_NEGATE: for (int i = 0; i < n; i++) a[i] = -a[i]; return 1;
+    case TPU_OP_ABS: for (int i = 0; i < n; i++) a[i] = fabsf(a[i]); return 1;
+    case TPU_OP_SQRT:
+      for (int i = 0; i < n; i++) {
+        float x = FL(a[i]), r = sqrtf(x);
+        a[i] = FL(r);
+      }
+      return 1;
+    case TPU_OP_RSQRT:
+      for (int i = 0; i < n; i++) {
+        float x = FL(a[i]), r = 1.0f / sqrtf(x);
+        a[i] = FL(r);
+      }
+      return 1;
+    default: return fun_f32(op, a, n);
+  }
+#undef FL
+}
+
+void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n) {
+  float a = *acc;
+  switch (op) { /* each step is fbin_f32 on one element: flush both, apply, flush */
+    case TPU_OP_ADD:
+      for (int64_t i = 0; i < n; i++) a = tpu__ew_flush32(tpu__ew_flush32(a) + tpu__ew_flush32(x[i]));
+      break;
+    case TPU_OP_MULTIPLY:
+      for (int64_t i = 0; i < n; i++) a = tpu__ew_flush32(tpu__ew_flush32(a) * tpu__ew_flush32(x[i]));
+      break;
+    case TPU_OP_MAXIMUM:
+      for (int64_t i = 0; i < n; i++) a = tpu__ew_flush32(fmax_f32(tpu__ew_flush32(a), tpu__ew_flush32(x[i])));
+      break;
+    case TPU_OP_MINIMUM:
+      for (int64_t i = 0; i < n; i++) a = tpu__ew_flush32(fmin_f32(tpu__ew_flush32(a), tpu__ew_flush32(x[i])));
+      break;
+    default:
+      for (int64_t i = 0; i < n; i++) {
+        float b = x[i];
+        fbin_f32(op, &a, &b, 1);
+      }
+      break;
+  }
+  *acc = a;
+}
+
+/* dst[i] = a[i*sa] OP b[i*sb] (strides 1, or 0 for a scalar) with fbin_f32's arithmetic
+ * (inputs flushed, result flushed) in one pass; dst may alias a or b. fa = 0 (fb = 0) says a
+ * dense a (b) holds flushed values already. Built for AVX2 too where the CPU has it: the same IEEE
+ * operations, only wider (no FMA: nothing here is a multiply-add). */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define EW_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define EW_CLONES
+#endif
+/* One loop per operand shape (both dense, a scalar on either side) and per input that needs
+ * its flush (flushing an already flushed value changes nothing), so each vectorizes. */
+#define EW_FL(x) tpu__ew_flush32(x)
+#define EW_AS(x) (x)
+#define EW_DD(EXPR, FA, FB)                                                                             \
+  for (int i = 0; i < n; i++) {                                                                         \
+    float x = FA(a[i]), y = FB(b[i]);                                                                   \
+    dst[i] = tpu__ew_flush32(EXPR);                                                                     \
+  }
+#define EW_DS(EXPR, FA)                                                                                 \
+  for (int i = 0; i < n; i++) {                                                                         \
+    float x = FA(a[i]);                                                                                 \
+    dst[i] = tpu__ew_flush32(EXPR);                                                                     \
+  }
+#define EW_SD(EXPR, FB)                                                                                 \
+  for (int i = 0; i < n; i++) {                                                                         \
+    float y = FB(b[i]);                                                                                 \
+    dst[i] = tpu__ew_flush32(EXPR);                                                                     \
+  }
+#define EW_LOOP(EXPR)                                                                                   \
+  if (sa && sb) {                                                                                       \
+    if (fa && fb) { EW_DD(EXPR, EW_FL, EW_FL) }                                                         \
+    else if (fa) { EW_DD(EXPR, EW_FL, EW_AS) }                                                          \
+    else if (fb) { EW_DD(EXPR, EW_AS, EW_FL) }                                                          \
+    else { EW_DD(EXPR, EW_AS, EW_AS) }                                                                  \
+  } else if (sa) {                                                                                      \
+    const float y = tpu__ew_flush32(b[0]);                                                              \
+    if (fa) { EW_DS(EXPR, EW_FL) }                                                                      \
+    else { EW_DS(EXPR, EW_AS) }                                                                         \
+  } else if (sb) {                                                                                      \
+    const float x = tpu__ew_flush32(a[0]);                                                              \
+    if (fb) { EW_SD(EXPR, EW_FL) }                                                                      \
+    else { EW_SD(EXPR, EW_AS) }                                                                         \
+  } else {                                                                                              \
+    const float x = tpu__ew_flush32(a[0]), y = tpu__ew_flush32(b[0]), r = tpu__ew_flush32(EXPR);        \
+    for (int i = 0; i < n; i++) dst[i] = r;                                                             \
+  }                                                                                                     \
+  return
+EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa, int fa, const float *b,
+                                     int sb, int fb, int n) {
+  switch (op) {
+    case TPU_OP_ADD: EW_LOOP(x + y);
+    case TPU_OP_SUBTRACT: EW_LOOP(x - y);
+    case TPU_OP_MULTIPLY: EW_LOOP(x * y);
+    case TPU_OP_DIVIDE: EW_LOOP(x / y);
+    case TPU_OP_MAXIMUM: EW_LOOP(fmax_f32(x, y));
+    case TPU_OP_MINIMUM: EW_LOOP(fmin_f32(x, y));
+    default: {
+      float ta[TPU_EW_BLOCK], tb[TPU_EW_BLOCK];
+      tpu__ew_load_f32(a, TPU_F32, 0, sa, n, ta);
+      tpu__ew_load_f32(b, TPU_F32, 0, sb, n, tb);
+      fbin_f32(op, ta, tb, n);
+      memcpy(dst, ta, sizeof(float) * (size_t)n);
+      return;
+    }
+  }
+}
+#undef EW_LOOP
+#undef EW_DD
+#undef EW_DS
+#undef EW_SD
+#undef EW_FL
+#undef EW_AS
+
+#define CMP_LOOP(OP)                                                                                    \
+  for (int i = 0; i < n; i++) o[i] = (uint8_t)(tpu__ew_flush32(a[i]) OP tpu__ew_flush32(b[i]));        \
+  return
+void tpu__ew_f32_compare(const tpu_instr *in, uint8_t *o, const float *a, const float *b, int n) {
+  if (in->cmp_type != TPU_CMPT_TOTALORDER)
+    switch (in->direction) { /* run_compare's FLOAT results (NaN: all false but NE) in one pass */
+      case TPU_CMP_EQ: CMP_LOOP(==);
+      case TPU_CMP_NE: CMP_LOOP(!=);
+      case TPU_CMP_LT: CMP_LOOP(<);
+      case TPU_CMP_LE: CMP_LOOP(<=);
+      case TPU_CMP_GT: CMP_LOOP(>);
+      case TPU_CMP_GE: CMP_LOOP(>=);
+    }
+  run_compare(in, TPU_F32, o, a, 1, b, 1, n);
+}
+#undef CMP_LOOP

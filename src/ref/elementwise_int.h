@@ -45,8 +45,28 @@ void tpu__ew_store_f32(void *p, tpu_dtype t, int64_t i0, int n, const float *v);
 void tpu__ew_store_f64(void *p, int64_t i0, int n, const double *v);
 void tpu__ew_store_int(void *p, tpu_dtype t, int64_t i0, int n, const int64_t *v);
 
-/* Allocates `out` for in->shape, failing at the instruction's location. */
+/* The f32 block kernels of the binary and unary ops: a[i] = a[i] OP b[i] (both buffers
+ * are scratch), a[i] = OP a[i]; each returns 0 (computing nothing) for an op it does not
+ * define, so n = 0 asks whether it does. Element by element exactly what the unfused
+ * kernels compute. */
+int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n);
+int tpu__ew_f32_unary(tpu_opcode op, float *a, int n);
+/* dst[i] = a[i*sa] OP b[i*sb] (sa, sb: 1, or 0 for a scalar), what tpu__ew_f32_binary
+ * computes, in one pass (n <= TPU_EW_BLOCK; dst may alias a or b; inputs not modified).
+ * fa = 0 (fb = 0) promises a dense a (b) is flushed already (tpu__ew_flush32(x) == x), so
+ * its flush is skipped; 1 is always right. */
+void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa, int fa, const float *b, int sb,
+                           int fb, int n);
+/* o[i] = compare(a[i], b[i]) for the f32 compare `in` (its direction and type), n elements. */
+void tpu__ew_f32_compare(const tpu_instr *in, uint8_t *o, const float *a, const float *b, int n);
+/* *acc = *acc OP x[i] for i = 0..n-1 in order, each step what tpu__ew_f32_binary computes
+ * (op: a binary op it defines). */
+void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n);
+
+/* Allocates `out` for in->shape, zero-filled, failing at the instruction's location; the
+ * _uninit form leaves it unfilled, for kernels that write every element. */
 tpu_status tpu__ew_alloc_out(const tpu_instr *in, tpu_tensor *out, tpu_diag *d);
+tpu_status tpu__ew_alloc_out_uninit(const tpu_instr *in, tpu_tensor *out, tpu_diag *d);
 
 /* elementwise_convert.c: convert, bitcast-convert, reduce-precision, is-finite. */
 tpu_status tpu__ref_ew_convert(const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d);

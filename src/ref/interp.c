@@ -5,6 +5,7 @@
 #include "base/alloc.h"
 #include "ir/collective.h"
 #include "ir/custom_call.h"
+#include "ref/fused.h"
 #include "ref/ref_int.h"
 
 #define MAX_CALL_DEPTH 200
@@ -311,7 +312,14 @@ typedef struct {
   const tpu_tensor **val;
   tpu_tensor *own;
   int *uses;
+  uint8_t *inl; /* inlined into a fused elementwise tree (ref/fused.h) */
+  int *scratch;
 } frame;
+
+/* One use of operand o is done: its value is freed after its last. */
+static void release(frame *f, const tpu_comp *c, const tpu_instr *o) {
+  if (--f->uses[o->id] == 0 && o != c->root) tpu_tensor_free(&f->own[o->id]);
+}
 
 tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, int nargs, tpu_tensor *out,
                          tpu_diag *d) {
@@ -326,15 +334,19 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
   f.val = tpu_calloc((size_t)n, sizeof *f.val);
   f.own = tpu_calloc((size_t)n, sizeof *f.own);
   f.uses = tpu_calloc((size_t)n, sizeof *f.uses);
+  f.inl = tpu_calloc((size_t)n, sizeof *f.inl);
+  f.scratch = tpu_calloc((size_t)n, sizeof *f.scratch);
   const tpu_tensor **opv = tpu_calloc(1, sizeof *opv);
   int opcap = 1;
   tpu_status st = TPU_OK;
-  if (!f.val || !f.own || !f.uses || !opv) st = TPU_FAIL(d, TPU_ERR_NOMEM, c->loc, "out of memory");
+  if (!f.val || !f.own || !f.uses || !f.inl || !f.scratch || !opv)
+    st = TPU_FAIL(d, TPU_ERR_NOMEM, c->loc, "out of memory");
   for (int i = 0; st == TPU_OK && i < c->norder; i++) {
     const tpu_instr *in = c->order[i];
     for (int k = 0; k < in->noperands; k++) f.uses[in->operands[k]->id]++;
     if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) f.uses[in->operands[0]->operands[0]->id]++; /* read too */
   }
+  if (st == TPU_OK) tpu__ref_fuse_plan(c, f.uses, f.inl, f.scratch);
   ip->depth++;
   for (int i = 0; st == TPU_OK && i < c->norder; i++) {
     const tpu_instr *in = c->order[i];
@@ -350,6 +362,40 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
     }
     if (in->op == TPU_OP_CONSTANT) {
       f.val[id] = in->literal;
+      continue;
+    }
+    if (f.inl[id]) continue; /* evaluated inside its user's tree */
+    if (in->op == TPU_OP_TUPLE) {
+      /* Operands read here for the last time move into the tuple instead of being copied. */
+      if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
+      st = tpu_tensor_alloc_tuple(&f.own[id], in->noperands, d);
+      for (int k = 0; st == TPU_OK && k < in->noperands; k++) {
+        const tpu_instr *o = in->operands[k];
+        if (f.val[o->id] == &f.own[o->id] && f.uses[o->id] == 1 && o != c->root) {
+          f.own[id].elems[k] = f.own[o->id];
+          memset(&f.own[o->id], 0, sizeof f.own[o->id]);
+        } else {
+          st = tpu_tensor_clone(&f.own[id].elems[k], f.val[o->id], d);
+        }
+        release(&f, c, o);
+      }
+      if (st != TPU_OK) {
+        tpu_tensor_free(&f.own[id]);
+        break;
+      }
+      if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
+      f.val[id] = &f.own[id];
+      continue;
+    }
+    if (tpu__ref_fusible(in)) {
+      if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
+      st = tpu__ref_fused_eval(in, f.inl, f.val, &f.own[id], d);
+      if (st != TPU_OK) break;
+      if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
+      f.val[id] = &f.own[id];
+      const tpu_instr *leaves[96];
+      int nl = tpu__ref_fused_leaves(in, f.inl, leaves);
+      for (int k = 0; k < nl; k++) release(&f, c, leaves[k]);
       continue;
     }
     if (in->noperands > opcap) {
@@ -370,14 +416,8 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
     if (st != TPU_OK) break;
     if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
     f.val[id] = &f.own[id];
-    for (int k = 0; k < in->noperands; k++) {
-      const tpu_instr *o = in->operands[k];
-      if (--f.uses[o->id] == 0 && o != c->root) tpu_tensor_free(&f.own[o->id]);
-    }
-    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) {
-      const tpu_instr *o = in->operands[0]->operands[0];
-      if (--f.uses[o->id] == 0 && o != c->root) tpu_tensor_free(&f.own[o->id]);
-    }
+    for (int k = 0; k < in->noperands; k++) release(&f, c, in->operands[k]);
+    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) release(&f, c, in->operands[0]->operands[0]);
   }
   ip->depth--;
   if (st == TPU_OK) {
@@ -394,6 +434,8 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
   tpu_free(f.val);
   tpu_free(f.own);
   tpu_free(f.uses);
+  tpu_free(f.inl);
+  tpu_free(f.scratch);
   tpu_free(opv);
   return st;
 }
@@ -419,7 +461,9 @@ tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nar
   if (!argv) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   for (int i = 0; i < nargs; i++) argv[i] = &args[i];
   tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts, 0, 0};
+  tpu_tensor_pool_begin();
   tpu_status st = tpu__ref_call(&ip, e, argv, nargs, out, d);
+  tpu_tensor_pool_end();
   tpu_free(argv);
   return st;
 }

@@ -268,6 +268,36 @@ static tpu_tensor *result_elem(tpu_tensor *out, int i) { return out->dtype == TP
  * operand elements that reduce into it one at a time, acc = f(acc, x), in row-major order
  * of the operand. Walking the operand once in row-major order gives exactly that order for
  * every output element at the same time. */
+/* A simple f32 reduce, the input visited in row-major order as the generic loop visits it:
+ * runs along the last dimension either fold into one output element (the dimension is
+ * reduced) or update a run of outputs elementwise; each output element sees its inputs in
+ * the same order, with the same arithmetic. */
+static void reduce_f32(tpu_opcode op, const tpu_tensor *a, const int64_t *ostr, float *out) {
+  int rank = a->rank;
+  int64_t len = a->dims[rank - 1], n = tpu_tensor_numel(a), idx[TPU_MAX_RANK] = {0}, o = 0;
+  const float *x = a->data;
+  float bo[TPU_EW_BLOCK], bx[TPU_EW_BLOCK];
+  for (int64_t e = 0; e < n; e += len) {
+    if (ostr[rank - 1] == 0) {
+      tpu__ew_f32_fold(op, out + o, x + e, len);
+    } else {
+      for (int64_t s = 0; s < len; s += TPU_EW_BLOCK) {
+        int m = (int)(len - s < TPU_EW_BLOCK ? len - s : TPU_EW_BLOCK);
+        memcpy(bo, out + o + s, sizeof(float) * (size_t)m);
+        memcpy(bx, x + e + s, sizeof(float) * (size_t)m);
+        tpu__ew_f32_binary(op, bo, bx, m);
+        memcpy(out + o + s, bo, sizeof(float) * (size_t)m);
+      }
+    }
+    for (int k = rank - 2; k >= 0; k--) {
+      o += ostr[k];
+      if (++idx[k] < a->dims[k]) break;
+      o -= ostr[k] * a->dims[k];
+      idx[k] = 0;
+    }
+  }
+}
+
 static tpu_status reduce_kernel(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                                 tpu_diag *d) {
   int nops = in->noperands / 2;
@@ -316,6 +346,10 @@ static tpu_status reduce_kernel(tpu_interp *ip, const tpu_instr *in, const tpu_t
   if (n == 0) return TPU_OK;
 
   tpu_opcode simple = nops == 1 ? tpu__ref_simple_reducer(in->to_apply) : TPU_OP_COUNT;
+  if (simple != TPU_OP_COUNT && a0->dtype == TPU_F32 && rank > 0) {
+    reduce_f32(simple, a0, ostr, out->data);
+    return TPU_OK;
+  }
   tpu__scall sc;
   memset(&sc, 0, sizeof sc);
   void **dst = NULL;

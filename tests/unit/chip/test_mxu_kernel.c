@@ -471,8 +471,112 @@ static void test_vs_systolic(void) {
   CHECK_EQ_INT(fails, 0);
 }
 
+/* The reference interpreter's f32 dot order: each element sums a*w from +0 in k order (two
+ * roundings per step), NaNs as they come. */
+static void ref_seq(const float *A, const float *W, float *out, int64_t M, int64_t K, int64_t N) {
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; k++) acc = acc + A[m * K + k] * W[k * N + n];
+      out[m * N + n] = acc;
+    }
+}
+
+/* f32 values: normal range, or with specials (NaN payloads, infinities, signed zeros,
+ * subnormals, huge values) one time in eight. */
+static void fill_f32(float *x, int64_t n, int specials_too) {
+  static const uint32_t sp[] = {0x7fc00000u, 0xffc12345u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x80000000u,
+                                0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x00800000u, 0x3f800000u};
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t r = rnd();
+    x[i] = specials_too && (r & 7) == 0 ? tpu_f32_from_bits(sp[(r >> 3) % (sizeof sp / sizeof sp[0])])
+                                        : rnd_unit() * 3.0f;
+  }
+}
+
+/* Same bits, except that any NaN matches any NaN: which NaN payload survives when two meet
+ * in a sum depends on the operand order the compiler picks for a commutative add, in the
+ * scalar reference as in the kernel (docs/numerics.md: payloads are not modelled). */
+static int same_bits_nan(const float *a, const float *b, int64_t n, int64_t *where) {
+  for (int64_t i = 0; i < n; i++)
+    if (tpu_f32_bits(a[i]) != tpu_f32_bits(b[i]) && !(isnan(a[i]) && isnan(b[i]))) {
+      *where = i;
+      return 0;
+    }
+  return 1;
+}
+
+/* tpu_gemm_f32_seq: the reference order on the blocked kernel, for batches of products,
+ * long K (chunks carried through memory), narrow N, any thread count. */
+static void test_gemm_seq(void) {
+  static const int64_t shapes[][4] = {{1, 1, 1, 1}, {7, 300, 5, 1}, {13, 17, 40, 3}, {3, 600, 33, 2},
+                                      {50, 9, 2, 4}, {1, 1000, 1, 1}, {6, 256, 16, 5}};
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+    int64_t M = shapes[c][0], K = shapes[c][1], N = shapes[c][2], nb = shapes[c][3];
+    for (int sp = 0; sp < 2; sp++) {
+      float *A = malloc(sizeof(float) * (size_t)(nb * M * K)), *W = malloc(sizeof(float) * (size_t)(nb * K * N));
+      float *want = malloc(sizeof(float) * (size_t)(nb * M * N)), *got = malloc(sizeof(float) * (size_t)(nb * M * N));
+      fill_f32(A, nb * M * K, sp);
+      fill_f32(W, nb * K * N, sp);
+      for (int64_t b = 0; b < nb; b++) ref_seq(A + b * M * K, W + b * K * N, want + b * M * N, M, K, N);
+      for (int t = 1; t <= 3; t++) {
+        tpu_gemm_f32_seq(A, W, got, nb, M, K, N, t);
+        int64_t at = -1;
+        if (!same_bits_nan(got, want, nb * M * N, &at)) {
+          fprintf(stderr, "gemm_seq M=%lld K=%lld N=%lld nb=%lld threads=%d at %lld: %08x vs %08x\n", (long long)M,
+                  (long long)K, (long long)N, (long long)nb, t, (long long)at, tpu_f32_bits(got[at]),
+                  tpu_f32_bits(want[at]));
+          CHECK(0);
+        }
+      }
+      free(A);
+      free(W);
+      free(want);
+      free(got);
+    }
+  }
+}
+
+/* Batched products and bf16 values held as f32 give each product's tpu_mxu_matmul_bf16 bits,
+ * for any thread count; tpu__mxu_round_bf16 is part 0 of the split. */
+static void test_batch_and_bf16f(void) {
+  enum { NB = 3, M = 9, K = 140, N = 20, R = 64, NA = NB * M * K, NW = NB * K * N, NO = NB * M * N };
+  tpu_bf16 *A = malloc(sizeof(tpu_bf16) * NA), *W = malloc(sizeof(tpu_bf16) * NW);
+  float *Af = malloc(sizeof(float) * NA), *Wf = malloc(sizeof(float) * NW);
+  float *want = malloc(sizeof(float) * NO), *got = malloc(sizeof(float) * NO);
+  fill_bf16(A, NA, 1);
+  fill_bf16(W, NW, 1);
+  for (int i = 0; i < NA; i++) Af[i] = tpu_bf16_to_f32(A[i]);
+  for (int i = 0; i < NW; i++) Wf[i] = tpu_bf16_to_f32(W[i]);
+  for (int b = 0; b < NB; b++) tpu_mxu_matmul_bf16(A + b * M * K, W + b * K * N, want + b * M * N, M, K, N, R, 1);
+  for (int t = 1; t <= 3; t++) {
+    int64_t at;
+    tpu__mxu_matmul_bf16_batch(A, W, got, NB, M, K, N, R, t);
+    CHECK(same_bits(got, want, NO, &at));
+    tpu__mxu_matmul_bf16f(Af, Wf, got, NB, M, K, N, R, t);
+    CHECK(same_bits(got, want, NO, &at));
+  }
+  float x[64], r[64];
+  fill_f32(x, 64, 1);
+  x[0] = tpu_f32_from_bits(0x7f7fffffu); /* rounds to inf: truncated */
+  tpu__mxu_round_bf16(x, 64, r);
+  for (int i = 0; i < 64; i++) {
+    tpu_bf16 parts[3];
+    tpu__mxu_split_f32(x[i], parts);
+    CHECK_EQ_INT(tpu_f32_bits(r[i]), tpu_f32_bits(tpu_bf16_to_f32(parts[0])));
+  }
+  free(A);
+  free(W);
+  free(Af);
+  free(Wf);
+  free(want);
+  free(got);
+}
+
 int main(void) {
   printf("micro-kernel: %s\n", tpu__mxu_kernel_name());
+  test_gemm_seq();
+  test_batch_and_bf16f();
   test_hand_cases();
   test_shapes();
   test_scalar_path();

@@ -354,6 +354,28 @@ static void test_conv_2d(void) {
 }
 
 /* Out of memory at every allocation of a dot + convolution run fails cleanly. */
+/* A convolution runs as patches x kernel only when every kernel value is finite: a padded
+ * position skips its product, and +0 x inf would be NaN. Kernel (inf, 1, 1) over
+ * [pad 1 2 pad]: position 0 skips the inf (1 + 2 = 3), position 1 takes it (inf). A NaN
+ * kernel value on padding likewise leaves position 0 alone. */
+static void test_conv_nonfinite_kernel(void) {
+  const char *src = "HloModule m\nENTRY e {\n x = f32[1,2,1] parameter(0)\n k = f32[3,1,1] parameter(1)\n"
+                    " ROOT c = f32[1,2,1] convolution(x, k), window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f\n}\n";
+  tpu_tensor args[2] = {mk(TPU_F32, 3, (int64_t[]){1, 2, 1}, (double[]){1, 2}),
+                        mk(TPU_F32, 3, (int64_t[]){3, 1, 1}, (double[]){INFINITY, 1, 1})},
+             out;
+  if (run(src, args, 2, &out)) expect("inf kernel", &out, TPU_F32, 2, (double[]){3, INFINITY});
+  tpu_tensor_free(&out);
+  ((float *)args[1].data)[0] = NAN;
+  if (run(src, args, 2, &out)) {
+    CHECK(((const float *)out.data)[0] == 3.0f);
+    CHECK(isnan(((const float *)out.data)[1]));
+  }
+  tpu_tensor_free(&out);
+  tpu_tensor_free(&args[0]);
+  tpu_tensor_free(&args[1]);
+}
+
 static void test_out_of_memory(void) {
   const char *src = "HloModule m\nENTRY e {\n a = f32[2,3] parameter(0)\n b = f32[3,2] parameter(1)\n"
                     " d = f32[2,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
@@ -403,6 +425,7 @@ int main(void) {
   test_dot_integers();
   test_conv_1d();
   test_conv_2d();
+  test_conv_nonfinite_kernel();
   test_out_of_memory();
   CHECK_DONE();
 }
