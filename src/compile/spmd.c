@@ -624,6 +624,13 @@ static int joins_emitted(const sp *s, tpu_opcode op, unsigned axes, uint64_t dep
   return 0;
 }
 
+/* Sets attribute `name` of x to the text built in b (then freed). */
+static tpu_status set_attr_text(sp *s, tpu_instr *x, const char *name, tpu_strbuf *b, tpu_loc loc) {
+  tpu_status st = b->oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory") : tpu_build_set_attr(&s->b, x, name, b->s);
+  tpu_strbuf_deinit(b);
+  return st;
+}
+
 static tpu_status set_groups(sp *s, tpu_instr *x, const int8_t *axes, int n) {
   if (in_entry(s) && s->nemitted < 64) {
     s->emitted[s->nemitted].op = x->op;
@@ -691,9 +698,7 @@ static tpu_status slice_dim(sp *s, tpu_instr *x, int k, const int8_t *axes, int 
   tpu_strbuf_printf(&b, "{");
   for (int i = 0; i < r.rank; i++) tpu_strbuf_printf(&b, "%s%lld", i ? "," : "", (long long)r.dims[i]);
   tpu_strbuf_printf(&b, "}");
-  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory")
-                        : tpu_build_set_attr(&s->b, *out, "dynamic_slice_sizes", b.s);
-  tpu_strbuf_deinit(&b);
+  tpu_status st = set_attr_text(s, *out, "dynamic_slice_sizes", &b, loc);
   return st;
 }
 
@@ -1547,9 +1552,7 @@ static tpu_status dimwise(sp *s, const tpu_instr *in, const int *keep) {
     const tpu_shape *l = &s->val[in->id]->shape;
     for (int k = 0; k < l->rank; k++) tpu_strbuf_printf(&b, "%s%lld", k ? "," : "", (long long)l->dims[k]);
     tpu_strbuf_printf(&b, "}");
-    st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory")
-               : tpu_build_set_attr(&s->b, s->val[in->id], "dynamic_slice_sizes", b.s);
-    tpu_strbuf_deinit(&b);
+    st = set_attr_text(s, s->val[in->id], "dynamic_slice_sizes", &b, in->loc);
   }
   if (st == TPU_OK && in->op == TPU_OP_SLICE) { /* kept dimensions are whole: the block's bounds */
     const tpu_shape *l = &s->val[in->id]->shape;
@@ -1563,9 +1566,7 @@ static tpu_status dimwise(sp *s, const tpu_instr *in, const int *keep) {
       tpu_strbuf_printf(&b, "]");
     }
     tpu_strbuf_printf(&b, "}");
-    st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory")
-               : tpu_build_set_attr(&s->b, s->val[in->id], "slice", b.s);
-    tpu_strbuf_deinit(&b);
+    st = set_attr_text(s, s->val[in->id], "slice", &b, in->loc);
   }
   tpu_free(ops);
   return st;
@@ -1709,9 +1710,7 @@ static tpu_status passthrough_gather(sp *s, const tpu_instr *in) {
   for (int d = 0; d < g->slice_sizes.n; d++)
     tpu_strbuf_printf(&b, "%s%lld", d ? "," : "", (long long)(O.n[d] ? l.dims[d] : g->slice_sizes.v[d]));
   tpu_strbuf_printf(&b, "}");
-  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory")
-                        : tpu_build_set_attr(&s->b, s->val[in->id], "slice_sizes", b.s);
-  tpu_strbuf_deinit(&b);
+  tpu_status st = set_attr_text(s, s->val[in->id], "slice_sizes", &b, in->loc);
   return st;
 }
 
@@ -1795,9 +1794,7 @@ static tpu_status rows(sp *s, tpu_instr *x, int d, int64_t lo, int64_t hi, tpu_l
     tpu_strbuf_printf(&b, "%s[%lld:%lld]", k ? ", " : "", (long long)(k == d ? lo : 0),
                       (long long)(k == d ? hi : x->shape.dims[k]));
   tpu_strbuf_printf(&b, "}");
-  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory") : tpu_build_set_attr(&s->b, *out, "slice", b.s);
-  tpu_strbuf_deinit(&b);
-  return st;
+  return set_attr_text(s, *out, "slice", &b, loc);
 }
 
 /* x sent to each chip's neighbour in direction dir along the split (chips at the edge get
@@ -1935,9 +1932,7 @@ static tpu_status spatial_conv(sp *s, const tpu_instr *in, int sd) {
     for (int i = 0; i < in->nwindow; i++) tpu_strbuf_printf(&b, "%s%d", i ? "x" : "", in->window[i].reversal ? 1 : 0);
   }
   tpu_strbuf_printf(&b, "}");
-  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory")
-                        : tpu_build_set_attr(&s->b, s->val[in->id], "window", b.s);
-  tpu_strbuf_deinit(&b);
+  tpu_status st = set_attr_text(s, s->val[in->id], "window", &b, in->loc);
   return st;
 }
 
@@ -2202,9 +2197,7 @@ static tpu_status conditional_op(sp *s, const tpu_instr *in) {
     tpu_strbuf_printf(&b, "}");
     w->branches = NULL; /* the attribute gives them again */
     w->nbranches = 0;
-    st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory")
-               : tpu_build_set_attr(&s->b, w, "branch_computations", b.s);
-    tpu_strbuf_deinit(&b);
+    st = set_attr_text(s, w, "branch_computations", &b, in->loc);
   }
   if (st == TPU_OK && agree) { /* per-chip result shapes */
     if (in->shape.dtype == TPU_TUPLE) {
