@@ -77,6 +77,25 @@ static inline void put_run(float *dst, const float *src, int64_t n) {
   }
 }
 
+/* The packed lhs offset of kernel position ks seen from output position opos, over the
+ * first n spatial dimensions; *valid 0 when it falls on padding or a dilation hole. */
+static int64_t lhs_offset(const patch_job *j, const int64_t *opos, const int64_t *ks, int n, const int64_t *lstr,
+                          int *valid) {
+  int64_t loff = 0;
+  *valid = 1;
+  for (int s = 0; s < n && *valid; s++) {
+    const tpu_window_dim *w = &j->in->window[s];
+    int64_t pos = opos[s] * w->stride - w->pad_lo + ks[s] * w->window_dilation;
+    if (w->base_dilation > 1) {
+      if (pos % w->base_dilation) *valid = 0;
+      pos /= w->base_dilation;
+    }
+    if (pos < 0 || pos >= j->g->lsp[s]) *valid = 0;
+    loff += pos * lstr[s + 1];
+  }
+  return loff;
+}
+
 static void patch_rows(void *ctx, int task, int64_t m0, int64_t m1) {
   const patch_job *j = ctx;
   const tpu_conv_geom *g = j->g;
@@ -103,18 +122,8 @@ static void patch_rows(void *ctx, int task, int64_t m0, int64_t m1) {
       int64_t lo = p0 < 0 ? -p0 : 0, hi = nl - p0 < kw ? nl - p0 : kw;
       if (hi < lo) hi = lo;
       for (int64_t q = 0; q < g->nkpos; q += kw) { /* the outer kernel positions */
-        int64_t loff = 0;
-        int valid = 1;
-        for (int s = 0; s < ns - 1 && valid; s++) {
-          const tpu_window_dim *w = &j->in->window[s];
-          int64_t pos = opos[s] * w->stride - w->pad_lo + ks[s] * w->window_dilation;
-          if (w->base_dilation > 1) {
-            if (pos % w->base_dilation) valid = 0;
-            pos /= w->base_dilation;
-          }
-          if (pos < 0 || pos >= g->lsp[s]) valid = 0;
-          loff += pos * lstr[s + 1];
-        }
+        int valid;
+        int64_t loff = lhs_offset(j, opos, ks, ns - 1, lstr, &valid);
         float *dst = row + q * kin;
         if (!valid || lo >= hi) {
           put_run(dst, NULL, kw * kin);
@@ -131,18 +140,8 @@ static void patch_rows(void *ctx, int task, int64_t m0, int64_t m1) {
       continue;
     }
     for (int64_t q = 0; q < g->nkpos; q++) {
-      int64_t loff = 0;
-      int valid = 1;
-      for (int s = 0; s < ns && valid; s++) {
-        const tpu_window_dim *w = &j->in->window[s];
-        int64_t pos = opos[s] * w->stride - w->pad_lo + ks[s] * w->window_dilation;
-        if (w->base_dilation > 1) {
-          if (pos % w->base_dilation) valid = 0;
-          pos /= w->base_dilation;
-        }
-        if (pos < 0 || pos >= g->lsp[s]) valid = 0;
-        loff += pos * lstr[s + 1];
-      }
+      int valid;
+      int64_t loff = lhs_offset(j, opos, ks, ns, lstr, &valid);
       put_run(row + q * kin, valid ? base + loff : NULL, kin);
       for (int s = ns - 1; s >= 0; s--) {
         if (++ks[s] < g->ksp[s]) break;
