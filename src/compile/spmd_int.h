@@ -1,0 +1,128 @@
+/* spmd-partition's internals shared by its files: shardings in mesh-axes form (spmd_mesh.c
+ * reads and writes them; spmd.c partitions with them). */
+#ifndef TPU_COMPILE_SPMD_INT_H
+#define TPU_COMPILE_SPMD_INT_H
+
+#include <string.h>
+
+#include "base/strbuf.h"
+#include "compile/spmd.h"
+#include "ir/build.h"
+#include "ir/ir.h"
+
+#define MAXA TPU_MESH_MAX_AXES
+
+/* A sharding in mesh-axes form: for every dimension, the mesh axes that split it (major
+ * first); axes named nowhere replicate the array. */
+typedef struct {
+  int8_t n[TPU_MAX_RANK];
+  int8_t ax[TPU_MAX_RANK][MAXA];
+  int manual; /* a shard_map value: already one chip's block */
+} dsh;
+
+static inline int64_t factor(const tpu_mesh *mesh, const dsh *s, int k) {
+  int64_t f = 1;
+  for (int i = 0; i < s->n[k]; i++) f *= mesh->sizes[s->ax[k][i]];
+  return f;
+}
+
+static inline int is_split(const dsh *s, int rank) {
+  for (int k = 0; k < rank; k++)
+    if (s->n[k]) return 1;
+  return 0;
+}
+
+static inline int same_dim(const dsh *a, int ka, const dsh *b, int kb) {
+  return a->n[ka] == b->n[kb] && !memcmp(a->ax[ka], b->ax[kb], (size_t)a->n[ka]);
+}
+
+/* Whole on every chip. */
+static const dsh k_repl = {{0}, {{0}}, 0};
+
+/* The value of attribute `name` as written, or NULL. */
+const char *tpu__spmd_attr(const tpu_instr *in, const char *name);
+/* "[{"x"}, {}, {"y","z"}]" (sdy dimension shardings) into s for rank dims; 0 when it does
+ * not read on mesh. */
+int tpu__spmd_parse_sdy(const char *p, const tpu_mesh *mesh, int rank, dsh *s);
+/* An HLO sharding as mesh axes (0 when no assignment of the axes gives it). */
+int tpu__spmd_from_hlo(const tpu_mesh *mesh, const char *text, int rank, dsh *out);
+/* The tile assignment of s as HLO sharding text. */
+void tpu__spmd_hlo_text(const tpu_mesh *mesh, const dsh *s, int rank, tpu_strbuf *b);
+
+/* ---- The pass's state and its resharding machinery (spmd_reshard.c) ---- */
+
+/* One partitioning: the computation being built and every old value's per-chip value and
+ * sharding. */
+typedef struct {
+  tpu_builder b;
+  tpu_diag *d;
+  tpu_module *m;
+  const tpu_mesh *mesh;
+  tpu_comp *old, *c;       /* the entry, and the partitioned one being built */
+  tpu_instr **val;         /* old id -> its per-chip value */
+  dsh *sh;                 /* old id -> its sharding */
+  dsh **tsh;               /* old id -> its elements' shardings when it is a tuple of arrays (NULL: whole) */
+  dsh **hint;              /* entry's old id of a while -> the splits its results are used with (NULL: none) */
+  tpu_instr *pos;          /* this chip's mesh position (s32[]), built on first use */
+  int channel;
+  tpu_comp *adders[16];    /* add computations by dtype, for partial sums */
+  struct {                 /* the all-reduces of partial sums this pass made, and their axes */
+    const tpu_instr *ar;
+    int8_t axes[MAXA];
+    int n;
+  } sums[256];
+  int nsums;
+  /* The entry's collectives emitted so far (the first 64), by kind and mesh axes (a bit per
+   * axis); dep[old id]: which of them an entry value depends on (a bit per collective);
+   * cur_bits: those emitted while partitioning the current entry instruction. */
+  struct {
+    tpu_opcode op;
+    unsigned axes;
+  } emitted[64];
+  int nemitted;
+  uint64_t *dep, cur_bits;
+  struct { /* dot operands gathered as bf16 (dot_operand_bf16), reused by later dots */
+    const tpu_comp *c;
+    const tpu_instr *v; /* the operand's per-chip value */
+    dsh to;
+    tpu_instr *out;
+  } bf16s[32];
+  int nbf16s;
+} sp;
+
+/* Emitting collectives and resharding values (spmd_reshard.c). */
+tpu_status tpu__spmd_fail_at(sp *s, const tpu_instr *in, const char *what);
+tpu_status tpu__spmd_instr(sp *s, tpu_opcode op, const char *hint, const tpu_shape *shape, tpu_instr *const *ops, int n,
+                           tpu_loc loc, tpu_instr **out);
+tpu_shape tpu__spmd_scalar(tpu_dtype t);
+unsigned tpu__spmd_axes_mask(const int8_t *axes, int n);
+int tpu__spmd_in_entry(const sp *s);
+int tpu__spmd_joins_emitted(const sp *s, tpu_opcode op, unsigned axes, uint64_t deps);
+tpu_status tpu__spmd_set_attr_text(sp *s, tpu_instr *x, const char *name, tpu_strbuf *b, tpu_loc loc);
+tpu_status tpu__spmd_set_groups(sp *s, tpu_instr *x, const int8_t *axes, int n);
+tpu_shape tpu__spmd_local_shape(const sp *s, const tpu_shape *g, const dsh *h);
+int64_t tpu__spmd_block_at(const tpu_mesh *mesh, const dsh *h, int k, int64_t p);
+tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out);
+tpu_status tpu__spmd_reshard_tuple(sp *s, tpu_instr *x, const dsh *el, const dsh *to, tpu_loc loc, tpu_instr **out);
+tpu_status tpu__spmd_operand_as(sp *s, const tpu_instr *in, int i, const dsh *to, tpu_instr **out);
+int tpu__spmd_fits(const sp *s, const tpu_shape *g, const dsh *h);
+tpu_status tpu__spmd_emit_clone(sp *s, const tpu_instr *in, tpu_instr **ops, const dsh *h);
+tpu_status tpu__spmd_replicated_op(sp *s, const tpu_instr *in);
+
+/* Dots (spmd_dot.c) and what they share with the other rules (spmd.c). */
+int tpu__spmd_bf16_gathers(const sp *s, const tpu_instr *in);
+tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in);
+int tpu__spmd_has_axis(const dsh *h, int rank, int a);
+tpu_status tpu__spmd_adder(sp *s, tpu_dtype t, tpu_comp **out);
+tpu_status tpu__spmd_reduce_axes(sp *s, tpu_instr *x, const int8_t *axes, int n, tpu_comp *red, tpu_loc loc,
+                                 tpu_instr **out);
+
+/* Control flow (spmd_control.c) and the per-instruction rule it recurses into (spmd.c). */
+tpu_status tpu__spmd_while_loop(sp *s, const tpu_instr *in);
+tpu_status tpu__spmd_conditional_op(sp *s, const tpu_instr *in);
+tpu_status tpu__spmd_partition_instr(sp *s, const tpu_instr *in);
+
+/* Convolutions (spmd_conv.c). */
+tpu_status tpu__spmd_convolution(sp *s, const tpu_instr *in);
+
+#endif
