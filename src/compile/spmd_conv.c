@@ -87,16 +87,10 @@ static tpu_status to_neighbour(sp *s, tpu_instr *x, const dsh *h, int k, int dir
 static tpu_status halo_send(sp *s, const tpu_instr *in, tpu_instr *edge, const dsh *L, int d, int dir,
                             tpu_instr **out) {
   if (!tpu__spmd_bf16_gathers(s, in) || edge->shape.dtype != TPU_F32) return to_neighbour(s, edge, L, d, dir, in->loc, out);
-  tpu_shape b = edge->shape, f;
-  b.dtype = TPU_BF16;
-  b.has_layout = 0;
-  b.layout_tail = NULL;
   tpu_instr *eb, *y;
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_CONVERT, "spmd.to_bf16", &b, &edge, 1, in->loc, &eb));
+  TPU_TRY(tpu__spmd_convert(s, edge, TPU_BF16, in->loc, &eb));
   TPU_TRY(to_neighbour(s, eb, L, d, dir, in->loc, &y));
-  f = y->shape;
-  f.dtype = TPU_F32;
-  return tpu__spmd_instr(s, TPU_OP_CONVERT, "spmd.from_bf16", &f, &y, 1, in->loc, out);
+  return tpu__spmd_convert(s, y, TPU_F32, in->loc, out);
 }
 
 static tpu_status spatial_conv(sp *s, const tpu_instr *in, int sd) {

@@ -140,16 +140,10 @@ static tpu_status dot_operand_bf16(sp *s, const tpu_instr *in, int i, const dsh 
       *out = s->bf16s[k].out;
       return TPU_OK;
     }
-  tpu_shape b = x->shape, f;
-  b.dtype = TPU_BF16;
-  b.has_layout = 0;
-  b.layout_tail = NULL;
   tpu_instr *xb, *y;
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_CONVERT, "spmd.to_bf16", &b, &x, 1, in->loc, &xb));
+  TPU_TRY(tpu__spmd_convert(s, x, TPU_BF16, in->loc, &xb));
   TPU_TRY(tpu__spmd_reshard(s, xb, from, to, in->loc, &y));
-  f = y->shape;
-  f.dtype = TPU_F32;
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_CONVERT, "spmd.from_bf16", &f, &y, 1, in->loc, out));
+  TPU_TRY(tpu__spmd_convert(s, y, TPU_F32, in->loc, out));
   if (s->nbf16s < (int)(sizeof s->bf16s / sizeof s->bf16s[0])) {
     s->bf16s[s->nbf16s].c = s->c;
     s->bf16s[s->nbf16s].v = x;

@@ -21,6 +21,15 @@ tpu_status tpu__spmd_instr(sp *s, tpu_opcode op, const char *hint, const tpu_sha
   return tpu_build_instr(&s->b, s->c, op, hint, shape, ops, n, loc, out);
 }
 
+/* convert(x) to dtype t on x's per-chip shape. */
+tpu_status tpu__spmd_convert(sp *s, tpu_instr *x, tpu_dtype t, tpu_loc loc, tpu_instr **out) {
+  tpu_shape c = x->shape;
+  c.dtype = t;
+  c.has_layout = 0;
+  c.layout_tail = NULL;
+  return tpu__spmd_instr(s, TPU_OP_CONVERT, t == TPU_BF16 ? "spmd.to_bf16" : "spmd.from_bf16", &c, &x, 1, loc, out);
+}
+
 tpu_shape tpu__spmd_scalar(tpu_dtype t) {
   tpu_shape sc;
   memset(&sc, 0, sizeof sc);
@@ -407,7 +416,6 @@ static tpu_status moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, const 
     kd = prev;
     y = y->operands[0];
   }
-  if (!nc) return TPU_OK; /* the all-reduce itself: reshard's own case */
   int i = 0;
   while (i < s->nsums && s->sums[i].ar != y) i++;
   if (i == s->nsums || to->n[k] != s->sums[i].n || memcmp(to->ax[k], s->sums[i].axes, (size_t)to->n[k]))
@@ -443,30 +451,9 @@ tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to
   if (!tpu_dtype_is_array(x->shape.dtype) || from->manual || to->manual) return TPU_OK;
   int rank = x->shape.rank;
   /* A sum of partial results that is wanted split along one more dimension over the same
-   * axes it was summed over: a reduce-scatter of the partial sums (half an all-reduce's
-   * bytes) instead of the all-reduce and a slice (FSDP's gradients). */
-  for (int i = 0; i < s->nsums && x->op == TPU_OP_ALL_REDUCE; i++) {
-    if (s->sums[i].ar != x) continue;
-    int k = -1, ok = 1;
-    for (int j = 0; j < rank && ok; j++) {
-      if (same_dim(from, j, to, j)) continue;
-      if (from->n[j] || k >= 0) ok = 0;
-      k = j;
-    }
-    if (!ok || k < 0 || to->n[k] != s->sums[i].n || memcmp(to->ax[k], s->sums[i].axes, (size_t)to->n[k])) break;
-    int64_t f = factor(s->mesh, to, k);
-    if (x->shape.dims[k] % f) break;
-    tpu_shape r = x->shape;
-    r.dims[k] /= f;
-    r.has_layout = 0;
-    tpu_instr *part = x->operands[0];
-    TPU_TRY(tpu__spmd_instr(s, TPU_OP_REDUCE_SCATTER, "spmd.reduce-scatter", &r, &part, 1, loc, out));
-    char dims[32];
-    snprintf(dims, sizeof dims, "{%d}", k);
-    TPU_TRY(tpu_build_set_attr(&s->b, *out, "dimensions", dims));
-    TPU_TRY(tpu_build_set_attr(&s->b, *out, "to_apply", x->to_apply->name));
-    return tpu__spmd_set_groups(s, *out, s->sums[i].axes, s->sums[i].n);
-  }
+   * axes it was summed over, directly or after movement: a reduce-scatter of the partial
+   * sums (half an all-reduce's bytes) instead of the all-reduce and a slice (FSDP's
+   * gradients). */
   int moved;
   TPU_TRY(moved_sum_scatter(s, x, from, to, loc, out, &moved));
   if (moved) return TPU_OK;
