@@ -374,7 +374,15 @@ def probes():
                           ("convert_f32_bf16_8192x8192", lambda a: a.astype(BF), [((8192, 8192), F32)]),
                           ("neg_f32_128x128", lambda a: -a, [((128, 128), F32)]),
                           ("neg_f32_256x256", lambda a: -a, [((256, 256), F32)]),
-                          ("fma100_f32_4096x4096", fma100, [((4096, 4096), F32)])]:
+                          ("fma100_f32_4096x4096", fma100, [((4096, 4096), F32)]),
+                          # per-element stream costs (chip stream_pass_bytes, lone_op_bytes,
+                          # lone_op_min_bytes, transpose_bytes; docs/fidelity.md)
+                          ("add5_f32_8192x8192", lambda a, b, c, d, e: a * b + c * d + e, [((8192, 8192), F32)] * 5),
+                          ("scale_bf16_8192x8192", lambda a: a * 2 + 1, [((8192, 8192), BF)]),
+                          ("sumsq0_f32_8192x8192", lambda a: (a * a).sum(0), [((8192, 8192), F32)]),
+                          ("sum1_f32_8192x8192", lambda a: a.sum(1), [((8192, 8192), F32)]),
+                          ("transpose_f32_8192x8192", lambda a: a.T, [((8192, 8192), F32)])] + [
+                          (f"neg_f32_{r}x1024", lambda a: -a, [((r, 1024), F32)]) for r in (256, 512, 768, 1024, 1536, 2048, 4096)]:
             c = jax.jit(f).lower(*[sds(s, d, dev) for s, d in a]).compile()
             ca = c.cost_analysis()
             ca = ca[0] if isinstance(ca, list) else ca
@@ -387,6 +395,19 @@ def probes():
         r["stream_bytes_per_cycle"] = {k: r[k]["bytes_accessed"] / r[k]["estimated_cycles"] for k in
                                        ("add_f32_8192x8192", "copy_f32_8192x8192", "neg_f32_8192x8192",
                                         "scale_f32_8192x8192", "convert_f32_bf16_8192x8192")}
+        # The per-element stream costs, in bytes at the streaming rate B of a wide fused
+        # elementwise op (five f32 operands and a result: 24 bytes per element):
+        n = 8192 * 8192
+        B = 24 * n / r["add5_f32_8192x8192"]["estimated_cycles"]
+        per = lambda k, elems=n: r[k]["estimated_cycles"] / elems * B  # bytes-equivalent per element
+        r["stream_rate_B_per_cycle"] = B
+        r["stream_pass_bytes"] = {"scale_bf16 (4 B moved)": per("scale_bf16_8192x8192") - 4,
+                                  "sumsq0_f32 fused reduce (4 B moved)": per("sumsq0_f32_8192x8192") - 4}
+        r["lone_op_bytes"] = {"neg_f32 8192x8192 (8 B moved)": per("neg_f32_8192x8192") - 8,
+                              "sum1_f32 lone reduce (4 B moved, one stream pass)":
+                                  per("sum1_f32_8192x8192") - 4 - r["stream_pass_bytes"]["sumsq0_f32 fused reduce (4 B moved)"]}
+        r["lone_op_by_rows"] = {rows: per(f"neg_f32_{rows}x1024", rows * 1024) - 8 for rows in (256, 512, 768, 1024, 1536, 2048, 4096)}
+        r["transpose_bytes"] = per("transpose_f32_8192x8192") - 8
         r["device_kind"], r["cores_per_device"] = dev.device_kind, getattr(dev, "num_cores", 1)
         res[chip] = r
         print(chip, json.dumps(r))

@@ -59,6 +59,10 @@ typedef enum {
   X(HBM_EFFICIENCY, hbm_efficiency, 'f', 0, "", "fraction of hbm_bw a streaming DMA sustains")  \
   X(KERNEL_OVERHEAD_S, kernel_overhead_s, 'f', 0, "s", "fixed cost of starting each kernel")   \
   X(MATMUL_OVERHEAD_S, matmul_overhead_s, 'f', 0, "s", "extra start cost of a matmul kernel")  \
+  X(STREAM_PASS_BYTES, stream_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a vector kernel that reduces or writes 16-bit values") \
+  X(LONE_OP_BYTES, lone_op_bytes, 'f', 0, "B/elem", "HBM-port cost of an unfused elementwise op or reduce") \
+  X(LONE_OP_MIN_BYTES, lone_op_min_bytes, 'i', 0, "B", "smallest unfused op (bytes in and out) that pays lone_op_bytes") \
+  X(TRANSPOSE_BYTES, transpose_bytes, 'f', 0, "B/elem", "HBM-port cost of a transpose that moves the minor dimension") \
   X(ICI_LINKS, ici_links, 'i', 0, "", "inter-chip links per chip")                           \
   X(ICI_BW_PER_LINK, ici_bw_per_link, 'f', 0, "B/s", "bandwidth per ICI link, one way")      \
   X(ICI_LATENCY_S, ici_latency_s, 'f', 0, "s", "ICI latency per hop")                        \
@@ -109,6 +113,12 @@ typedef struct tpu_chip {
   double hbm_efficiency; /* 0 when unknown: DMAs stream at hbm_bw */
   double kernel_overhead_s; /* 0 when unknown: kernels start at the barrier */
   double matmul_overhead_s; /* 0 when unknown: added to kernel_overhead_s for MXU kernels */
+  /* Per-element costs on the HBM port, in bytes at the streaming rate, that the XLA TPU
+   * compiler's cost model charges vector kernels beyond their transfers (0 when unknown:
+   * none; docs/timing.md, docs/fidelity.md). */
+  double stream_pass_bytes, lone_op_bytes;
+  int64_t lone_op_min_bytes;
+  double transpose_bytes;
   int64_t ici_links;
   double ici_bw_per_link, ici_latency_s;
   tpu_topology_kind topology;

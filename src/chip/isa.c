@@ -90,6 +90,7 @@ char *tpu_program_text(const tpu_program *p) {
       tpu_strbuf_printf(&b, " m=%lld k=%lld n=%lld b=%lld", (long long)o->m, (long long)o->k,
                         (long long)o->n, (long long)o->b);
     if (o->tiles) tpu_strbuf_printf(&b, " tiles=%lld", (long long)o->tiles);
+    if (o->xbytes > 0) tpu_strbuf_printf(&b, " xbytes=%.17g", o->xbytes);
     tpu_strbuf_printf(&b, "   ; op %d\n", i);
   }
   for (int i = 0; i < p->nhbm; i++) {
@@ -311,6 +312,7 @@ static tpu_status parse_op_line(lx *x) {
     else if (!strcmp(key, "n")) TPU_TRY(parse_i64(x, 0, &o.n));
     else if (!strcmp(key, "b")) TPU_TRY(parse_i64(x, 0, &o.b));
     else if (!strcmp(key, "tiles")) TPU_TRY(parse_i64(x, 0, &o.tiles));
+    else if (!strcmp(key, "xbytes")) TPU_TRY(parse_f64(x, &o.xbytes));
     else return perr(x, at - strlen(key) - 1, "unknown key '%s'", key);
   }
   o.name = name;

@@ -95,6 +95,8 @@ typedef struct tpu_prog_op {
   int64_t m, k, n, b;           /* matmul/conv problem (implicit GEMM), 0 otherwise */
   int64_t tiles;                /* tile-loop iterations of its kernel */
   int scalar;                   /* scalars in and out: the scalar unit's work, no kernel start cost */
+  double xbytes;                /* bytes-equivalent the kernel's transfers pay on the HBM port
+                                 * beyond padded_bytes (the chip's per-element stream costs) */
 } tpu_prog_op;
 
 /* A logical HBM buffer: one array value (an HLO instruction's result leaf). */

@@ -439,11 +439,14 @@ static tpu_status durations(tstate *t) {
     switch (in->opc) {
       case TPU_ISA_DMA_IN:
       case TPU_ISA_DMA_OUT:
-        c = (int64_t)ceil((double)in->bytes / t->bpc);
+      case TPU_ISA_DMA_HBM: {
+        /* an op's per-element stream costs (xbytes) spread over its transfers */
+        double b = (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2.0 : 1.0);
+        const tpu_prog_op *o = in->op >= 0 ? &t->p->ops[in->op] : NULL;
+        if (o && o->xbytes > 0 && o->padded_bytes > 0) b *= 1.0 + o->xbytes / o->padded_bytes;
+        c = (int64_t)ceil(b / t->bpc);
         break;
-      case TPU_ISA_DMA_HBM:
-        c = (int64_t)ceil(2.0 * (double)in->bytes / t->bpc);
-        break;
+      }
       case TPU_ISA_MATMUL:
         TPU_TRY(tpu_timing_matmul_cycles(in, t->chip, &c, t->d));
         break;

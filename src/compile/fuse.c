@@ -10,7 +10,9 @@
  * Groups grow from a root (visited consumers-first) towards its operands. A producer
  * joins a group only when every user of it is already in the group, so no work is done
  * twice and no cycle can form; cheap producers (scalar constants, iota, broadcasts of a
- * scalar) are instead copied into each group that uses them. Only computations that run
+ * scalar, and an elementwise op, convert, broadcast or reshape of a few vector operations
+ * whose every user can take it, as XLA's instruction fusion duplicates) are instead copied
+ * into each group that uses them. Only computations that run
  * as a sequence (the entry, while conditions and bodies, conditional branches) are
  * fused; ops that call computations (while, conditional, reduce's reducer, ...) are
  * never fused across, and a group holds at most one dot, convolution or reduce. */
@@ -44,6 +46,8 @@ typedef struct {
   int *owner;        /* group owning each instruction, -1 for none */
   int *mark;         /* group that holds the instruction (owned or copied), -1 for none */
   unsigned char *side;
+  unsigned char *need; /* an instruction's value is read outside the groups that hold it */
+  unsigned char *gone; /* copied into every group that uses it: no kernel of its own */
   group *groups;
   int ngroups, capgroups;
 } fuser;
@@ -116,6 +120,37 @@ static int duplicable(const tpu_instr *in) {
   return 0;
 }
 
+/* Work the vector unit does in a few operations per element (no transcendental unit, no
+ * division), on the values in place (no transpose, concatenation or padding). */
+static int cheap(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_DIVIDE: case TPU_OP_REMAINDER: case TPU_OP_POWER: case TPU_OP_ATAN2:
+    case TPU_OP_EXP: case TPU_OP_LOG: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_TANH:
+    case TPU_OP_LOGISTIC: case TPU_OP_EXPM1: case TPU_OP_LOG1P: case TPU_OP_CBRT: case TPU_OP_SINE:
+    case TPU_OP_COSINE: case TPU_OP_TAN: case TPU_OP_ERF:
+    case TPU_OP_TRANSPOSE: case TPU_OP_CONCATENATE: case TPU_OP_PAD: case TPU_OP_REVERSE:
+      return 0;
+    default:
+      return loop_fusible(in) && !tpu_dtype_is_complex(in->shape.dtype);
+  }
+}
+
+/* Could user u take producer p into its fusion? */
+static int takes(const tpu_instr *u, const tpu_instr *p) {
+  if (is_heavy(u)) return operand_producer(p) && !(narrowing_convert(p) && computed(p->operands[0]));
+  return u->op == TPU_OP_REDUCE || loop_fusible(u);
+}
+
+/* A cheap producer with several users is recomputed in each user's fusion, as XLA's
+ * instruction fusion duplicates it, when every user can take it: its result then never
+ * goes to memory. */
+static int shared_cheap(const fuser *f, const tpu_instr *p) {
+  if (!cheap(p) || p == f->c->root || f->uses.nusers[p->id] < 2) return 0;
+  for (int k = 0; k < f->uses.nusers[p->id]; k++)
+    if (!takes(f->uses.users[p->id][k], p)) return 0;
+  return 1;
+}
+
 static tpu_status push_member(fuser *f, int g, int id, int dup, member_side side) {
   group *G = &f->groups[g];
   if (G->n == G->cap) {
@@ -173,15 +208,20 @@ static tpu_status grow(fuser *f, int g) {
       const tpu_instr *p = m->operands[k];
       if (f->mark[p->id] == g) continue;
       member_side side;
-      if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side)) continue;
+      if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side)) {
+        f->need[p->id] = 1;
+        continue;
+      }
       if (all_users_owned(f, p->id, g)) {
         if (side == SIDE_HEAVY) {
           f->groups[g].has_heavy = 1;
           f->groups[g].kind = K_OUTPUT;
         }
         TPU_TRY(push_member(f, g, p->id, 0, side));
-      } else if (duplicable(p)) {
+      } else if (duplicable(p) || shared_cheap(f, p)) {
         TPU_TRY(push_member(f, g, p->id, 1, side));
+      } else {
+        f->need[p->id] = 1;
       }
     }
   }
@@ -202,8 +242,23 @@ static tpu_status form_groups(fuser *f) {
   for (int i = f->n - 1; i >= 0; i--) {
     tpu_instr *u = f->c->instrs[i];
     if (f->owner[i] >= 0) continue;
+    if (f->mark[i] >= 0 && !f->need[i] && u != f->c->root) {
+      /* copied into groups; no kernel unless a user outside them reads it */
+      int standalone_user = 0;
+      for (int k = 0; k < f->uses.nusers[i] && !standalone_user; k++) {
+        int v = f->uses.users[i][k]->id;
+        standalone_user = f->owner[v] < 0 && !f->gone[v];
+      }
+      if (!standalone_user) {
+        f->gone[i] = 1;
+        continue;
+      }
+    }
     int heavy = is_heavy(u), red = u->op == TPU_OP_REDUCE;
-    if (!heavy && !red && !loop_fusible(u)) continue;
+    if (!heavy && !red && !loop_fusible(u)) {
+      for (int k = 0; k < u->noperands; k++) f->need[u->operands[k]->id] = 1;
+      continue;
+    }
     if (f->ngroups == f->capgroups) {
       int cap = f->capgroups ? f->capgroups * 2 : 16;
       group *ng = tpu_realloc(f->groups, sizeof *ng * (size_t)cap);
@@ -229,6 +284,7 @@ static tpu_status form_groups(fuser *f) {
       tpu_free(G->ids);
       tpu_free(G->dup);
       f->ngroups--;
+      for (int k = 0; k < u->noperands; k++) f->need[u->operands[k]->id] = 1;
     }
   }
   return TPU_OK;
@@ -316,6 +372,8 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c) {
   f.owner = tpu_malloc(sizeof(int) * (n + 1));
   f.mark = tpu_malloc(sizeof(int) * (n + 1));
   f.side = tpu_calloc(n + 1, 1);
+  f.need = tpu_calloc(n + 1, 1);
+  f.gone = tpu_calloc(n + 1, 1);
   /* Scratch for materializing: clones by id, then one slot per fusion parameter. */
   size_t maxops = 1;
   for (int i = 0; i < f.n; i++) maxops += (size_t)c->instrs[i]->noperands;
@@ -324,7 +382,7 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c) {
   tpu_instr **ext = tpu_calloc(maxops, sizeof *ext);
   tpu_instr **fwd = tpu_calloc(n + 1, sizeof *fwd);
   tpu_status st = TPU_OK;
-  if (!f.owner || !f.mark || !f.side || !clone || !stamp || !ext || !fwd) st = nomem(&f);
+  if (!f.owner || !f.mark || !f.side || !f.need || !f.gone || !clone || !stamp || !ext || !fwd) st = nomem(&f);
   if (st == TPU_OK) {
     for (size_t i = 0; i < n; i++) f.owner[i] = f.mark[i] = stamp[i] = -1;
     st = form_groups(&f);
@@ -340,6 +398,8 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c) {
   tpu_free(f.owner);
   tpu_free(f.mark);
   tpu_free(f.side);
+  tpu_free(f.need);
+  tpu_free(f.gone);
   tpu_free(clone);
   tpu_free(stamp);
   tpu_free(ext);

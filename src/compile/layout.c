@@ -151,6 +151,63 @@ static void kernel_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k) 
   k->space_vregs = sv > 0 ? sv : 1;
 }
 
+/* What one instruction adds to stream_costs' scan: whether it reduces, moves the minor
+ * dimension (a transpose) and the elements it iterates over. */
+static void scan_one(const tpu_instr *x, int *reduces, int64_t *moved, int64_t *n) {
+  if (x->op == TPU_OP_REDUCE && x->noperands > 0) {
+    *reduces = 1;
+    int64_t e = tpu_shape_numel(&x->operands[0]->shape);
+    if (e > *n) *n = e;
+  }
+  if (x->op == TPU_OP_TRANSPOSE && x->shape.rank >= 2 && x->dimensions.n == x->shape.rank &&
+      x->dimensions.v[x->shape.rank - 1] != x->shape.rank - 1)
+    *moved += tpu_shape_numel(&x->shape);
+}
+
+/* The per-element costs the XLA TPU compiler's cost model charges a vector kernel on the
+ * HBM port beyond its transfers, in bytes at the streaming rate (docs/timing.md; each
+ * chip field's note gives the compiler probe it comes from):
+ * - stream_pass_bytes per element it iterates over when it reduces or writes a 16-bit
+ *   result (once per kernel, however many reductions or 16-bit results it has);
+ * - lone_op_bytes per element for an unfused elementwise op, convert or reduce whose bytes
+ *   in and out reach lone_op_min_bytes (the compiler leaves a single op unfused and times
+ *   it slower than the same op in a fusion);
+ * - transpose_bytes per element of each transpose that moves the minor dimension. */
+static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  const tpu_chip *ch = be->chip;
+  if (ch->stream_pass_bytes <= 0 && ch->lone_op_bytes <= 0 && ch->transpose_bytes <= 0) return 0;
+  int reduces = 0, narrow = 0;
+  int64_t n = 0, moved = 0;
+  int nl = tpu__leaves(&in->shape);
+  for (int l = 0; l < nl; l++) {
+    const tpu_shape *s = tpu__leaf(&in->shape, l);
+    if (!s || !tpu_dtype_is_array(s->dtype)) continue;
+    if (tpu_dtype_size(s->dtype) == 2) narrow = 1;
+    if (tpu_shape_numel(s) > n) n = tpu_shape_numel(s);
+  }
+  if (in->op == TPU_OP_FUSION && in->calls) {
+    for (int i = 0; i < in->calls->ninstrs; i++) scan_one(in->calls->instrs[i], &reduces, &moved, &n);
+  } else {
+    scan_one(in, &reduces, &moved, &n);
+  }
+  double x = 0;
+  if (reduces || narrow) x += ch->stream_pass_bytes * (double)n;
+  tpu_op_class cls = tpu_op_class_of(in->op);
+  int lone = in->op == TPU_OP_CONVERT || in->op == TPU_OP_REDUCE || cls == TPU_CLS_UNARY ||
+             cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY;
+  /* Only where the compiler too has nothing to fuse it with: every array operand a
+   * parameter or a constant (tpusim leaves ops unfused that the compiler puts in a
+   * multi-output fusion; those are not lone there). */
+  for (int j = 0; lone && j < in->noperands; j++) {
+    const tpu_instr *o = in->operands[j];
+    while (o->op == TPU_OP_BITCAST && o->noperands == 1) o = o->operands[0];
+    lone = o->op == TPU_OP_PARAMETER || o->op == TPU_OP_CONSTANT || o->shape.rank == 0;
+  }
+  if (lone && k->padded_bytes >= (double)ch->lone_op_min_bytes) x += ch->lone_op_bytes * (double)n;
+  x += ch->transpose_bytes * (double)moved;
+  return x;
+}
+
 tpu_status tpu__pass_layout(tpu__be *be) {
   for (int ci = 0; ci < be->m->ncomps; ci++) {
     if (!be->scheduled[ci]) continue;
@@ -164,6 +221,8 @@ tpu_status tpu__pass_layout(tpu__be *be) {
         if (k->op >= 0) {
           be->p->ops[k->op].bytes = k->bytes;
           be->p->ops[k->op].padded_bytes = k->padded_bytes;
+          if (k->kind != TPU__K_MATMUL && !be->p->ops[k->op].scalar)
+            be->p->ops[k->op].xbytes = stream_costs(be, in, k);
         }
       }
     }

@@ -240,6 +240,56 @@ static void test_transformer(void) {
   tpu_module_free(m);
 }
 
+/* A cheap producer read by several fusions is recomputed in each (as XLA's instruction
+ * fusion duplicates it): RMSNorm's convert of x feeds both the sum of squares and the
+ * scaling, and no kernel writes the f32 copy of x. An expensive one (exp) keeps its own
+ * kernel and is read by both. */
+static int shared_producer_kernels(const char *src, int *converts_in_fusions) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  if (!m) return -1;
+  tpu_compile_opts o = opts(NULL, NULL);
+  CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
+  int kernels = 0;
+  *converts_in_fusions = 0;
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT) continue;
+    kernels++;
+    if (in->op == TPU_OP_FUSION)
+      for (int k = 0; k < in->calls->ninstrs; k++) *converts_in_fusions += in->calls->instrs[k]->op == TPU_OP_CONVERT;
+  }
+  tpu_module_free(m);
+  return kernels;
+}
+
+static void test_shared_producer(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[64,128] parameter(0)\n c = f32[64,128] %s(x)\n"
+      " sq = f32[64,128] multiply(c, c)\n z = f32[] constant(0)\n"
+      " r = f32[64] reduce(sq, z), dimensions={1}, to_apply=add\n"
+      " rb = f32[64,128] broadcast(r), dimensions={0}\n y = f32[64,128] multiply(c, rb)\n"
+      " ROOT o = bf16[64,128] convert(y)\n}\n";
+  char src[1024];
+  int conv = 0;
+  snprintf(src, sizeof src, fmt, "convert");
+  int k = shared_producer_kernels(src, &conv);
+  printf("shared convert: %d kernels, converts in fusions %d\n", k, conv);
+  CHECK(k == 2);      /* the reduce fusion and the scaling fusion, no convert of its own */
+  CHECK(conv >= 3);   /* x's convert in both, and the output's */
+  /* exp is not duplicated: it runs once, as its own kernel or with one user */
+  const char *fmt2 =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[64,128] parameter(0)\n c = f32[64,128] exponential(x)\n"
+      " z = f32[] constant(0)\n r = f32[64] reduce(c, z), dimensions={1}, to_apply=add\n"
+      " rb = f32[64,128] broadcast(r), dimensions={0}\n ROOT y = f32[64,128] divide(c, rb)\n}\n";
+  k = shared_producer_kernels(fmt2, &conv);
+  printf("shared exp: %d kernels\n", k);
+  CHECK(k == 3);
+}
+
 /* ---- 4. Errors ---- */
 
 static void test_bad_dump_name(void) {
@@ -347,6 +397,7 @@ static void test_cli(void) {
 }
 
 int main(void) {
+  test_shared_producer();
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
