@@ -141,11 +141,11 @@ static int takes(const tpu_instr *u, const tpu_instr *p) {
   return u->op == TPU_OP_REDUCE || loop_fusible(u);
 }
 
-/* A cheap producer with several users is recomputed in each user's fusion, as XLA's
- * instruction fusion duplicates it, when every user can take it: its result then never
- * goes to memory. */
+/* A cheap producer with several users (or one user that is itself copied) is recomputed
+ * in each user's fusion, as XLA's instruction fusion duplicates it, when every user can
+ * take it: its result then never goes to memory. */
 static int shared_cheap(const fuser *f, const tpu_instr *p) {
-  if (!cheap(p) || p == f->c->root || f->uses.nusers[p->id] < 2) return 0;
+  if (!cheap(p) || p == f->c->root || f->uses.nusers[p->id] < 1) return 0;
   for (int k = 0; k < f->uses.nusers[p->id]; k++)
     if (!takes(f->uses.users[p->id][k], p)) return 0;
   return 1;
