@@ -29,6 +29,31 @@ static const char *const k_kind_names[] = {"kLoop", "kOutput", "kInput"};
 
 typedef enum { SIDE_EPI, SIDE_HEAVY, SIDE_UP } member_side; /* after, at, or feeding the heavy op */
 
+/* The fused computations this pass made (only those merge into multi-output fusions; an
+ * input's own fusions are left as they are). */
+typedef struct {
+  const tpu_comp **v;
+  int n, cap;
+} made_set;
+
+static int made_add(made_set *s, const tpu_comp *c) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 64;
+    const tpu_comp **v = tpu_realloc(s->v, sizeof *v * (size_t)cap);
+    if (!v) return 0;
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = c;
+  return 1;
+}
+
+static int made_has(const made_set *s, const tpu_comp *c) {
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i] == c) return 1;
+  return 0;
+}
+
 typedef struct {
   int root;          /* instruction id */
   fusion_kind kind;
@@ -50,6 +75,7 @@ typedef struct {
   unsigned char *gone; /* copied into every group that uses it: no kernel of its own */
   group *groups;
   int ngroups, capgroups;
+  made_set *made;
 } fuser;
 
 static tpu_status nomem(fuser *f) {
@@ -354,6 +380,7 @@ static tpu_status materialize(fuser *f, int g, tpu_instr **clone, int *stamp, tp
   if (st == TPU_OK) st = tpu_build_instr(b, c, TPU_OP_FUSION, "fusion", &root->shape, ext, next, root->loc, &fu);
   if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "kind", k_kind_names[G->kind]);
   if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "calls", fc->name);
+  if (st == TPU_OK && !made_add(f->made, fc)) st = nomem(f);
   if (st == TPU_OK) fwd[root->id] = fu;
   for (int j = 0; j < G->n; j++) stamp[ids[j]] = -1;
   tpu_free(ids);
@@ -361,9 +388,10 @@ static tpu_status materialize(fuser *f, int g, tpu_instr **clone, int *stamp, tp
   return st;
 }
 
-static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c) {
+static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, made_set *made) {
   fuser f;
   memset(&f, 0, sizeof f);
+  f.made = made;
   f.b = b;
   f.c = c;
   f.n = c->ninstrs;
@@ -408,6 +436,280 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c) {
   return st;
 }
 
+/* ---- Multi-output (sibling) fusion ----
+ * Two fusions of the same iteration space that read one large array and do not depend on
+ * each other become one fusion with a tuple of their results (XLA's sibling multi-output
+ * fusion): the array is read once, as an optimizer step's parameter, moments and gradient
+ * are read once for all three updates. Only elementwise (kLoop) and reduction (kInput)
+ * fusions merge; a merged one may merge again. */
+
+static int same_dims(const tpu_shape *a, const tpu_shape *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+static const char *attr_value(const tpu_instr *in, const char *name) {
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, name)) return in->attrs[i].value;
+  return NULL;
+}
+
+/* The shape a fusion iterates over (its reduce's input, else its first result), or NULL
+ * when it may not merge. */
+static const tpu_shape *sibling_space(const made_set *made, const tpu_comp *c, const tpu_instr *in) {
+  if (in->op != TPU_OP_FUSION || !in->calls || !made_has(made, in->calls)) return NULL;
+  const char *k = attr_value(in, "kind");
+  if (!k || (strcmp(k, "kLoop") && strcmp(k, "kInput"))) return NULL;
+  const tpu_shape *sp = NULL;
+  for (int i = 0; i < in->calls->ninstrs; i++) {
+    const tpu_instr *x = in->calls->instrs[i];
+    if (is_heavy(x) || tpu_op_class_of(x->op) == TPU_CLS_COLLECTIVE || x->op == TPU_OP_CUSTOM_CALL) return NULL;
+    if (x->op == TPU_OP_REDUCE && x->noperands == 2) {
+      if (sp && !same_dims(sp, &x->operands[0]->shape)) return NULL;
+      sp = &x->operands[0]->shape;
+    }
+  }
+  if (in->shape.dtype == TPU_TUPLE) {
+    /* one this step made: its users are get-tuple-elements */
+    if (in->calls->root->op != TPU_OP_TUPLE || in == c->root) return NULL;
+    if (!sp && in->shape.ntuple > 0) sp = &in->shape.elems[0];
+  } else if (!sp) {
+    sp = &in->shape;
+  }
+  return sp && sp->dtype != TPU_TUPLE && sp->rank > 0 ? sp : NULL;
+}
+
+static int users_all_gte(const tpu_uses *u, const tpu_instr *in) {
+  for (int k = 0; k < u->nusers[in->id]; k++)
+    if (u->users[in->id][k]->op != TPU_OP_GET_TUPLE_ELEMENT) return 0;
+  return 1;
+}
+
+/* Does `from` reach `to` through operands? */
+static int reaches(const tpu_instr *from, const tpu_instr *to, int *seen, int stamp, const tpu_instr **stack) {
+  int top = 0;
+  stack[top++] = from;
+  while (top) {
+    const tpu_instr *y = stack[--top];
+    if (y == to) return 1;
+    for (int k = 0; k < y->noperands; k++)
+      if (seen[y->operands[k]->id] != stamp) {
+        seen[y->operands[k]->id] = stamp;
+        stack[top++] = y->operands[k];
+      }
+  }
+  return 0;
+}
+
+/* The results a fusion's computation returns, in order: its root's operands when the
+ * root is a tuple. */
+static int fusion_outputs(const tpu_instr *in, tpu_instr **out) {
+  tpu_instr *r = in->calls->root;
+  if (in->shape.dtype == TPU_TUPLE) {
+    for (int i = 0; i < r->noperands; i++) out[i] = r->operands[i];
+    return r->noperands;
+  }
+  out[0] = r;
+  return 1;
+}
+
+/* Replaces fusions x and y by one returning both's results; their users read them through
+ * get-tuple-elements. */
+static tpu_status merge_pair(tpu_builder *b, tpu_comp *c, tpu_instr *x, tpu_instr *y, const tpu_uses *u,
+                             made_set *made) {
+  tpu_instr *pair[2] = {x, y};
+  int nops = 0, nout = 0, cap = x->noperands + y->noperands + 1;
+  int ocap = (x->shape.dtype == TPU_TUPLE ? x->shape.ntuple : 1) + (y->shape.dtype == TPU_TUPLE ? y->shape.ntuple : 1);
+  tpu_instr **ops = tpu_calloc((size_t)cap, sizeof *ops), **outs = tpu_calloc((size_t)ocap, sizeof *outs);
+  tpu_instr **map = NULL, **cops = NULL;
+  tpu_comp *fc = NULL;
+  tpu_status st = ops && outs ? TPU_OK : TPU_FAIL(b->d, TPU_ERR_NOMEM, x->loc, "out of memory fusing");
+  if (st == TPU_OK) st = tpu_build_comp(b, "fused_computation", x->calls, &fc);
+  int base[2] = {0, 0};
+  for (int w = 0; st == TPU_OK && w < 2; w++) {
+    const tpu_instr *f = pair[w];
+    const tpu_comp *fcomp = f->calls;
+    tpu_free(map);
+    map = tpu_calloc((size_t)fcomp->ninstrs + 1, sizeof *map);
+    int ccap = 1;
+    for (int i = 0; i < fcomp->ninstrs; i++)
+      if (fcomp->instrs[i]->noperands > ccap) ccap = fcomp->instrs[i]->noperands;
+    tpu_free(cops);
+    cops = tpu_calloc((size_t)ccap, sizeof *cops);
+    if (!map || !cops) {
+      st = TPU_FAIL(b->d, TPU_ERR_NOMEM, x->loc, "out of memory fusing");
+      break;
+    }
+    for (int j = 0; st == TPU_OK && j < f->noperands; j++) {
+      const tpu_instr *o = f->operands[j];
+      if (w == 1 && (o == x || (o->op == TPU_OP_GET_TUPLE_ELEMENT && o->operands[0] == x))) {
+        /* y consumes x: the value x computes in the merged fusion */
+        map[fcomp->params[j]->id] = outs[base[0] + (o == x ? 0 : (int)o->index)];
+        continue;
+      }
+      int q = 0;
+      while (q < nops && ops[q] != f->operands[j]) q++;
+      if (q == nops) {
+        char hint[32];
+        snprintf(hint, sizeof hint, "param_%d", nops);
+        ops[nops] = f->operands[j];
+        tpu_instr *prm;
+        st = tpu_build_param(b, fc, nops, hint, &f->operands[j]->shape, &prm);
+        map[fcomp->params[j]->id] = prm;
+        nops++;
+      } else {
+        /* the same outside value: the parameter made for it */
+        for (int i = 0; i < fc->ninstrs; i++)
+          if (fc->instrs[i]->op == TPU_OP_PARAMETER && fc->instrs[i]->index == q) map[fcomp->params[j]->id] = fc->instrs[i];
+      }
+    }
+    for (int i = 0; st == TPU_OK && i < fcomp->norder; i++) {
+      tpu_instr *m = fcomp->order[i];
+      if (m->op == TPU_OP_PARAMETER) continue;
+      if (m == fcomp->root && m->op == TPU_OP_TUPLE && f->shape.dtype == TPU_TUPLE) continue;
+      for (int k = 0; k < m->noperands; k++) cops[k] = map[m->operands[k]->id];
+      st = tpu_build_clone_instr(b, fc, m, cops, &map[m->id]);
+    }
+    if (st != TPU_OK) break;
+    tpu_instr *fo[256];
+    int n = fusion_outputs(f, fo);
+    base[w] = nout;
+    for (int i = 0; i < n; i++) outs[nout++] = map[fo[i]->id];
+  }
+  tpu_instr *fu = NULL;
+  tpu_shape ts;
+  memset(&ts, 0, sizeof ts);
+  if (st == TPU_OK) {
+    ts.dtype = TPU_TUPLE;
+    ts.ntuple = nout;
+    ts.elems = tpu_arena_alloc(&b->m->arena, sizeof *ts.elems * (size_t)nout);
+    if (!ts.elems) st = TPU_FAIL(b->d, TPU_ERR_NOMEM, x->loc, "out of memory fusing");
+    for (int i = 0; st == TPU_OK && i < nout; i++) ts.elems[i] = outs[i]->shape;
+  }
+  tpu_instr *root = NULL;
+  if (st == TPU_OK) st = tpu_build_instr(b, fc, TPU_OP_TUPLE, "tuple", &ts, outs, nout, x->loc, &root);
+  /* the fusion is known by the first result's source (reports name it so) */
+  const char *md = attr_value(outs[0], "metadata");
+  if (st == TPU_OK && md) st = tpu_build_set_attr(b, root, "metadata", md);
+  if (st == TPU_OK) {
+    tpu_build_set_root(fc, root);
+    st = tpu_build_finish(b, fc);
+  }
+  if (st == TPU_OK) st = tpu_build_instr(b, c, TPU_OP_FUSION, "fusion", &ts, ops, nops, x->loc, &fu);
+  int red = 0;
+  for (int i = 0; fc && i < fc->ninstrs; i++) red |= fc->instrs[i]->op == TPU_OP_REDUCE;
+  if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "kind", red ? "kInput" : "kLoop");
+  if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "calls", fc->name);
+  if (st == TPU_OK && !made_add(made, fc)) st = TPU_FAIL(b->d, TPU_ERR_NOMEM, x->loc, "out of memory fusing");
+  for (int w = 0; st == TPU_OK && w < 2; w++) {
+    tpu_instr *f = pair[w];
+    if (f->shape.dtype == TPU_TUPLE) {
+      /* its users are get-tuple-elements: they read the merged fusion, shifted */
+      for (int k = 0; k < u->nusers[f->id]; k++) {
+        tpu_instr *g = u->users[f->id][k];
+        g->operands[0] = fu;
+        g->index += base[w];
+        char idx[24];
+        snprintf(idx, sizeof idx, "%lld", (long long)g->index);
+        st = tpu_build_set_attr(b, g, "index", idx);
+      }
+    } else {
+      tpu_instr *g;
+      st = tpu_build_instr(b, c, TPU_OP_GET_TUPLE_ELEMENT, f->name, &f->shape, &fu, 1, f->loc, &g);
+      if (st != TPU_OK) break;
+      g->index = base[w];
+      char idx[24];
+      snprintf(idx, sizeof idx, "%d", base[w]);
+      st = tpu_build_set_attr(b, g, "index", idx);
+      tpu_build_replace_uses(c, f, g);
+    }
+  }
+  tpu_free(ops);
+  tpu_free(outs);
+  tpu_free(map);
+  tpu_free(cops);
+  return st;
+}
+
+/* Does consumer y reach producer x other than through its direct uses of x (x itself or
+ * a get-tuple-element of it)? Merging them would then make a cycle. */
+static int reaches_around(const tpu_instr *y, const tpu_instr *x, int *seen, int stamp, const tpu_instr **stack) {
+  for (int k = 0; k < y->noperands; k++) {
+    const tpu_instr *o = y->operands[k];
+    if (o == x || (o->op == TPU_OP_GET_TUPLE_ELEMENT && o->operands[0] == x)) continue;
+    if (reaches(o, x, seen, stamp, stack)) return 1;
+  }
+  return 0;
+}
+
+/* Producer x of consumer y (directly or through a get-tuple-element), if y reads one. */
+static tpu_instr *producer_fusion(const tpu_instr *y, int k) {
+  tpu_instr *o = y->operands[k];
+  if (o->op == TPU_OP_GET_TUPLE_ELEMENT) o = o->operands[0];
+  return o->op == TPU_OP_FUSION ? o : NULL;
+}
+
+/* Finds one pair of sibling fusions to merge and merges it; *found says whether. */
+static tpu_status merge_one(tpu_builder *b, tpu_comp *c, made_set *made, int *found) {
+  *found = 0;
+  tpu_uses u;
+  TPU_TRY(tpu_build_uses(b, c, &u));
+  int n = c->ninstrs;
+  int64_t nedges = 1;
+  for (int i = 0; i < n; i++) nedges += c->instrs[i]->noperands;
+  int *seen = tpu_calloc((size_t)n + 1, sizeof *seen);
+  const tpu_instr **stack = tpu_calloc((size_t)nedges + 1, sizeof *stack);
+  tpu_status st = seen && stack ? TPU_OK : TPU_FAIL(b->d, TPU_ERR_NOMEM, c->loc, "out of memory fusing");
+  int stamp = 0;
+  for (int i = 0; st == TPU_OK && !*found && i < n; i++) {
+    const tpu_instr *a = c->instrs[i]; /* a large array two fusions read */
+    if (a->shape.dtype == TPU_TUPLE || u.nusers[i] < 2) continue;
+    for (int p = 0; p < u.nusers[i] && !*found; p++) {
+      tpu_instr *x = u.users[i][p];
+      const tpu_shape *sx = sibling_space(made, c, x);
+      if (!sx || tpu_shape_numel(&a->shape) < tpu_shape_numel(sx) || (x->shape.dtype == TPU_TUPLE && !users_all_gte(&u, x)))
+        continue;
+      for (int q = p + 1; q < u.nusers[i] && !*found; q++) {
+        tpu_instr *y = u.users[i][q];
+        const tpu_shape *sy = sibling_space(made, c, y);
+        if (y == x || !sy || !same_dims(sx, sy) || (y->shape.dtype == TPU_TUPLE && !users_all_gte(&u, y)))
+          continue;
+        if ((x->shape.dtype == TPU_TUPLE ? x->shape.ntuple : 1) + (y->shape.dtype == TPU_TUPLE ? y->shape.ntuple : 1) > 16)
+          continue;
+        if (reaches(x, y, seen, ++stamp, stack) || reaches(y, x, seen, ++stamp, stack)) continue;
+        st = merge_pair(b, c, x, y, &u, made);
+        *found = 1;
+      }
+    }
+  }
+  /* Producer and consumer (XLA's producer-consumer multi-output fusion): a fusion whose
+   * result a same-shaped consumer fusion reads and something else reads too (so it goes
+   * to memory anyway) — the consumer then takes it from the producer's registers. */
+  for (int i = 0; st == TPU_OK && !*found && i < n; i++) {
+    tpu_instr *y = c->instrs[i];
+    const tpu_shape *sy = sibling_space(made, c, y);
+    if (!sy || (y->shape.dtype == TPU_TUPLE && !users_all_gte(&u, y))) continue;
+    for (int k = 0; k < y->noperands && !*found; k++) {
+      tpu_instr *x = producer_fusion(y, k);
+      const tpu_shape *sx = x ? sibling_space(made, c, x) : NULL;
+      if (!sx || x == y || !same_dims(sx, sy) || (x->shape.dtype == TPU_TUPLE && !users_all_gte(&u, x))) continue;
+      if ((x->shape.dtype == TPU_TUPLE ? x->shape.ntuple : 1) + (y->shape.dtype == TPU_TUPLE ? y->shape.ntuple : 1) > 16)
+        continue;
+      if (x->shape.dtype != TPU_TUPLE && u.nusers[x->id] < 2) continue;
+      if (reaches_around(y, x, seen, ++stamp, stack)) continue;
+      st = merge_pair(b, c, x, y, &u, made);
+      *found = 1;
+    }
+  }
+  tpu_free(seen);
+  tpu_free(stack);
+  tpu_build_uses_free(&u);
+  if (st == TPU_OK && *found && tpu_build_remove_dead(b, c) < 0) st = b->d->status;
+  return st;
+}
+
 /* The computations that run as a sequence of ops: the entry and, through while and
  * conditional, their bodies, conditions and branches. */
 static tpu_status sequential_comps(tpu_builder *b, tpu_comp ***out, int *nout) {
@@ -448,7 +750,16 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
   tpu_comp **list = NULL;
   int n = 0;
   tpu_status st = sequential_comps(&b, &list, &n);
-  for (int i = 0; st == TPU_OK && i < n; i++) st = fuse_comp(&b, list[i]);
+  made_set made = {NULL, 0, 0};
+  for (int i = 0; st == TPU_OK && i < n; i++) st = fuse_comp(&b, list[i], &made);
+  int merged = 0;
+  for (int i = 0; st == TPU_OK && i < n; i++)
+    for (int found = 1, k = 0; st == TPU_OK && found && k < 4096; k++) {
+      st = merge_one(&b, list[i], &made, &found);
+      merged |= found;
+    }
+  if (st == TPU_OK && merged && tpu_build_remove_unused_comps(&b) < 0) st = d->status;
+  tpu_free(made.v);
   tpu_free(list);
   tpu_builder_deinit(&b);
   return st;
