@@ -177,10 +177,12 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
     }
   }
   int64_t ws = -1;
+  int part = 0; /* another part of a slot a DMA is filling and nothing has read yet */
   if (in->dst.buf >= 0) {
     ws = slot_of(t, in->dst, iter);
     if (t->sfree[ws] > t_nd) t_nd = t->sfree[ws];
-    if (t->ready[ws] > t_nd) t_nd = t->ready[ws];
+    part = is_dma && t->by_dma[ws] && t->ready[ws] > t->sfree[ws];
+    if (!part && t->ready[ws] > t_nd) t_nd = t->ready[ws];
   }
   int64_t start = t_nd > t_dma ? t_nd : t_dma;
   if (pf) start = port_gap(t, start, t->dur[idx]);
@@ -200,7 +202,7 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   for (int s = 0; s < TPU_INSN_MAX_SRC; s++)
     if (rs[s] >= 0 && t->sfree[rs[s]] < end) t->sfree[rs[s]] = end;
   if (ws >= 0) {
-    t->ready[ws] = done;
+    if (!part || done > t->ready[ws]) t->ready[ws] = done;
     t->by_dma[ws] = (unsigned char)is_dma;
   }
   t->last_end[idx] = done;
