@@ -183,7 +183,10 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
     const tpu_shape *s = tpu__leaf(&in->shape, l);
     if (!s || !tpu_dtype_is_array(s->dtype)) continue;
     if (tpu_dtype_size(s->dtype) == 2) narrow = 1;
-    if (tpu_shape_numel(s) > n) n = tpu_shape_numel(s);
+    /* the elements it writes: an in-place update (dynamic-update-slice, scatter) writes its
+     * update, not the whole buffer */
+    int64_t e = write_bytes(be, in, l, 0) / (int64_t)tpu_dtype_size(s->dtype);
+    if (e > n) n = e;
   }
   if (in->op == TPU_OP_FUSION && in->calls) {
     for (int i = 0; i < in->calls->ninstrs; i++) scan_one(in->calls->instrs[i], &reduces, &moved, &n);
