@@ -550,6 +550,18 @@ static void stream_costs(void) {
     CHECK(nk == 1);
     CHECK(fabs(t / want - 1) < 0.01);
   }
+  /* an in-place update of 16-bit values pays the pass for the elements it writes */
+  tpu_program *p = compile_src("HloModule m\nENTRY e {\n a = bf16[8,1024,1024] parameter(0)\n"
+                               " u = bf16[1,1024,1024] parameter(1)\n i = s32[] parameter(2)\n z = s32[] constant(0)\n"
+                               " ROOT r = bf16[8,1024,1024] dynamic-update-slice(a, u, i, z, z)\n}\n", &c, -1);
+  CHECK(p != NULL);
+  if (p) {
+    double xb = -1;
+    for (int i = 0; i < p->nops; i++)
+      if (p->ops[i].kind && !strcmp(p->ops[i].kind, "dynamic-update-slice")) xb = p->ops[i].xbytes;
+    CHECK_NEAR(xb, c.stream_pass_bytes * 1024 * 1024, 1);
+    tpu_program_free(p);
+  }
   /* below lone_op_min_bytes an unfused op pays no lone-op cost */
   const char *small = "HloModule m\nENTRY e {\n a = f32[256,1024] parameter(0)\n"
                       " ROOT r = f32[256,1024] negate(a)\n}\n";
