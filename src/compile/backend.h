@@ -77,6 +77,8 @@ typedef struct tpu__be {
 int tpu__be_comp_index(const tpu__be *be, const tpu_comp *c);
 int tpu__be_index(const tpu__be *be, const tpu_instr *in);
 tpu__kinfo *tpu__be_info(const tpu__be *be, const tpu_instr *in);
+/* Does value v (a kernel's result, or one result of a multi-output kernel) stay in VMEM? */
+int tpu__be_resident(const tpu__be *be, const tpu_instr *v);
 
 /* Leaves of a shape (arrays; tokens count as none), and the first leaf of element e. */
 int tpu__leaves(const tpu_shape *s);

@@ -16,6 +16,11 @@ tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag 
 /* Groups ops into `fusion` instructions of kind kLoop, kOutput and kInput. */
 tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 
+/* The parameter of a fused computation that value v streams from: up single-operand ops
+ * and dynamic-slices, and up the operand of an elementwise op that has v's size (not a
+ * broadcast row statistic); -1 when none. */
+int tpu__fused_source(const tpu_instr *v);
+
 /* Largest result a constant fold may produce, in bytes. */
 #define TPU_FOLD_MAX_BYTES ((size_t)64 * 1024)
 

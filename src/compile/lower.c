@@ -102,7 +102,7 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
     if (!r) continue;
     int buf = k->vmem0 + (seq < 2 ? seq : 2);
     seq++;
-    if (tpu__be_info(be, in->operands[j])->vres) continue; /* read in VMEM where it lives */
+    if (tpu__be_resident(be, in->operands[j])) continue; /* read in VMEM where it lives */
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
     d.hbm = tpu__be_buffer_of(be, in->operands[j], 0);
     d.bytes = cdiv(r, T);
@@ -143,7 +143,7 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
     int64_t bytes = be->p->vmem[j ? vb : va].slot_bytes;
     int src = j ? k->mm_rhs : k->mm_lhs;
     if (src < 0 && j < in->noperands) src = j; /* sources unknown: operands 0 and 1 */
-    if (!bytes || (src >= 0 && tpu__be_info(be, in->operands[src])->vres)) continue;
+    if (!bytes || (src >= 0 && tpu__be_resident(be, in->operands[src]))) continue;
     /* A block that stays for q iterations loads when the next tile starts a new one. */
     int64_t q = j ? k->qb : k->qa;
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
@@ -164,7 +164,7 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
     if (j == k->mm_lhs || j == k->mm_rhs) continue;
     if ((k->mm_lhs < 0 || k->mm_rhs < 0) && j < 2) continue;
     int64_t r = tpu__read_bytes(be, in, j);
-    if (!r || tpu__be_info(be, in->operands[j])->vres) continue;
+    if (!r || tpu__be_resident(be, in->operands[j])) continue;
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
     d.hbm = tpu__be_buffer_of(be, in->operands[j], 0);
     d.bytes = cdiv(r, oblocks);

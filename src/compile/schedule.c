@@ -315,8 +315,8 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   if (!have) best = smallest; /* nothing fits: the smallest, which schedule reports */
   /* An operand kept in VMEM between kernels costs no HBM bytes: with one K step, take the
    * order that moves fewer bytes given where the operands live (same blocks, same VMEM). */
-  int a_hbm = !(k->mm_lhs >= 0 && tpu__be_info(be, in->operands[k->mm_lhs])->vres);
-  int b_hbm = !(k->mm_rhs >= 0 && tpu__be_info(be, in->operands[k->mm_rhs])->vres);
+  int a_hbm = !(k->mm_lhs >= 0 && tpu__be_resident(be, in->operands[k->mm_lhs]));
+  int b_hbm = !(k->mm_rhs >= 0 && tpu__be_resident(be, in->operands[k->mm_rhs]));
   if (best.kb == 1 && (!a_hbm || !b_hbm)) {
     blocking alt = best;
     alt.n_outer = !best.n_outer;

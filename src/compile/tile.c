@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "compile/backend.h"
+#include "compile/hlo_passes.h"
 #include "ir/collective.h"
 #include "ir/custom_call.h"
 
@@ -334,12 +335,8 @@ static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m *
  * following layout-only and elementwise unary ops (convert, bitcast, copy...); -1 when
  * `x` is computed from several operands. */
 static int fused_source(const tpu_instr *f, const tpu_instr *x) {
-  for (int guard = 0; x && guard < 64; guard++) {
-    if (x->op == TPU_OP_PARAMETER) return x->index < f->noperands ? (int)x->index : -1;
-    if (x->noperands != 1) return -1;
-    x = x->operands[0];
-  }
-  return -1;
+  int k = tpu__fused_source(x);
+  return k < f->noperands ? k : -1;
 }
 
 static const tpu_instr *find_matmul(const tpu_comp *c) {

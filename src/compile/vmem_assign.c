@@ -26,6 +26,16 @@ static int cmp_benefit(const void *a, const void *b) {
 
 static int is_kernel(const tpu__kinfo *k) { return k->kind == TPU__K_STREAM || k->kind == TPU__K_MATMUL; }
 
+/* The instruction whose result v reads: a multi-output kernel's for its get-tuple-element. */
+static const tpu_instr *result_of(const tpu_instr *v) {
+  return v->op == TPU_OP_GET_TUPLE_ELEMENT && v->operands[0]->op == TPU_OP_FUSION ? v->operands[0] : v;
+}
+
+int tpu__be_resident(const tpu__be *be, const tpu_instr *v) {
+  const tpu__kinfo *k = tpu__be_info(be, result_of(v));
+  return k && k->vres;
+}
+
 tpu_status tpu__assign_vmem(tpu__be *be) {
   const tpu_module *m = be->m;
   int64_t cores = be->chip->tensorcores > 0 ? be->chip->tensorcores : 1;
@@ -48,7 +58,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
   for (int ci = 0; ci < m->ncomps; ci++) {
     if (!be->scheduled[ci]) continue;
     const tpu_comp *cc = m->comps[ci];
-    bad[be->comp_base[ci] + cc->root->id] = 1; /* results leave through HBM or the caller */
+    bad[be->comp_base[ci] + result_of(cc->root)->id] = 1; /* results leave through HBM or the caller */
     for (int i = 0; i < cc->ninstrs; i++) {
       const tpu_instr *u = cc->instrs[i];
       tpu__kinfo *ku = &be->k[be->comp_base[ci] + u->id];
@@ -56,8 +66,9 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
         int64_t w = tpu__kernel_vmem(be, u, ku);
         if (w > ws[ku->pos]) ws[ku->pos] = w;
       }
+      if (result_of(u) != u) continue; /* a result of a multi-output kernel: its readers count */
       for (int o = 0; o < u->noperands; o++) {
-        int oi = tpu__be_index(be, u->operands[o]);
+        int oi = tpu__be_index(be, result_of(u->operands[o]));
         if (oi < 0) continue;
         nuse[oi]++;
         if (!is_kernel(ku) || !ku->own || u->operands[o]->parent != u->parent) bad[oi] = 1;
@@ -72,7 +83,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       const tpu_instr *in = cc->instrs[i];
       int gi = be->comp_base[ci] + in->id;
       tpu__kinfo *k = &be->k[gi];
-      if (!is_kernel(k) || !k->own || k->nleaves != 1 || bad[gi] || !nuse[gi] || k->pos <= 0 ||
+      if (!is_kernel(k) || !k->own || k->nleaves < 1 || bad[gi] || !nuse[gi] || k->pos <= 0 ||
           k->last_use < k->pos || k->last_use >= np)
         continue;
       int64_t size = (tpu__padded_bytes(be, &in->shape) + 511) / 512 * 512;
