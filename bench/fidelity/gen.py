@@ -357,6 +357,28 @@ def fma100(x):
     return y
 
 
+def vmem_bytes(dev):
+    """The VMEM the compiler allocates from on this device: a Pallas kernel asking for a 1 GiB
+    VMEM scratch buffer is refused with "would exceed memory (size=N)"."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    def kern(x_ref, o_ref, s_ref):
+        s_ref[0:8, :] = x_ref[...]
+        o_ref[...] = s_ref[0:8, :] * 2
+
+    f = pl.pallas_call(kern, out_shape=jax.ShapeDtypeStruct((8, 128), F32),
+                       scratch_shapes=[pltpu.VMEM(((1 << 30) // 512, 128), F32)],
+                       compiler_params=pltpu.CompilerParams(vmem_limit_bytes=1 << 31))
+    try:
+        jax.jit(f).lower(sds((8, 128), F32, dev)).compile()
+    except Exception as e:
+        m = re.search(r"would exceed memory \(size=(\d+)\)", str(e))
+        if m:
+            return int(m.group(1))
+    return None
+
+
 def probes():
     """The compiler's roofline peak and HBM bandwidth per generation: cost_analysis's
     optimal_seconds of a compute-bound GEMM (8192^3 bf16) and of a memory-bound add
@@ -408,6 +430,7 @@ def probes():
                                   per("sum1_f32_8192x8192") - 4 - r["stream_pass_bytes"]["sumsq0_f32 fused reduce (4 B moved)"]}
         r["lone_op_by_rows"] = {rows: per(f"neg_f32_{rows}x1024", rows * 1024) - 8 for rows in (256, 512, 768, 1024, 1536, 2048, 4096)}
         r["transpose_bytes"] = per("transpose_f32_8192x8192") - 8
+        r["vmem_bytes"] = vmem_bytes(dev)
         r["device_kind"], r["cores_per_device"] = dev.device_kind, getattr(dev, "num_cores", 1)
         res[chip] = r
         print(chip, json.dumps(r))
