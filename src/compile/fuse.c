@@ -725,8 +725,9 @@ static tpu_instr *producer_fusion(const tpu_instr *y, int k) {
  * the Q, K and V projections, the softmax's division in attention's second matmul); a
  * reduction of the matmul's result over its minor dimension is taken from the result
  * tiles (the sum of squares of the next norm, a softmax's max and sum); and an elementwise
- * consumer of the result and of such a row statistic joins when a row is at most
- * MATMUL_ROW_MAX elements (attention's softmax; longer rows go to their own kernel). */
+ * consumer of the result and of its row maximum joins when a row is at most
+ * MATMUL_ROW_MAX elements (attention's softmax exponent; longer rows go to their own
+ * kernel; a softmax gradient, which needs a row sum, is not joined either). */
 #define MATMUL_ROW_MAX 2048
 
 /* The dot or convolution a kernel runs: a bare one, or the one in a fusion this pass made. */
@@ -806,7 +807,8 @@ static tpu_instr *producer_of(const tpu_instr *y, int k, int *index) {
 static int results(const tpu_instr *in) { return in->shape.dtype == TPU_TUPLE ? in->shape.ntuple : 1; }
 
 /* An elementwise kernel this pass made (or one bare elementwise op) that only matmuls read,
- * each as an operand of its matmul: the first one takes a copy (the rest follow). */
+ * each as an operand of its matmul: the first one takes a copy (the rest follow). With
+ * several readers it must stream a single array. */
 static int prologue_pair(const made_set *made, const tpu_comp *c, const tpu_uses *u, tpu_instr *x, tpu_instr **y) {
   if (x == c->root || x->shape.dtype == TPU_TUPLE || u->nusers[x->id] < 1) return 0;
   if (x->op == TPU_OP_FUSION) {
@@ -816,6 +818,13 @@ static int prologue_pair(const made_set *made, const tpu_comp *c, const tpu_uses
   } else if (!loop_fusible(x) || x->op == TPU_OP_CONSTANT || x->op == TPU_OP_IOTA || x->op == TPU_OP_BROADCAST ||
              x->op == TPU_OP_RESHAPE || x->op == TPU_OP_BITCAST || x->op == TPU_OP_COPY) {
     return 0; /* data movement alone stays with its own rules */
+  }
+  if (u->nusers[x->id] > 1) {
+    /* recomputed in each matmul only when it streams one array (and row statistics):
+     * a softmax gradient reading several is stored once, as the compiler does */
+    int large = 0;
+    for (int k = 0; k < x->noperands; k++) large += tpu_shape_numel(&x->operands[k]->shape) >= tpu_shape_numel(&x->shape);
+    if (large > 1) return 0;
   }
   for (int j = 0; j < u->nusers[x->id]; j++) {
     const tpu_instr *m = u->users[x->id][j];
@@ -827,9 +836,18 @@ static int prologue_pair(const made_set *made, const tpu_comp *c, const tpu_uses
   return 1;
 }
 
-/* Does kernel y read at least two results of x, one a row statistic (rank below the
- * other's) — a softmax's or norm's elementwise step on the matmul's result? */
-static int reads_row_stat(const tpu_instr *y, const tpu_instr *x, int64_t *row) {
+/* Is result i of fusion x a maximum reduction (a softmax's row maximum)? */
+static int row_max(const tpu_instr *x, int i) {
+  tpu_instr *fo[256];
+  if (!x->calls || i >= fusion_outputs(x, fo)) return 0;
+  const tpu_instr *r = fo[i];
+  return r->op == TPU_OP_REDUCE && r->to_apply && r->to_apply->root && r->to_apply->root->op == TPU_OP_MAXIMUM;
+}
+
+/* Does kernel y read the matmul result x computes and x's row maximum of it — a
+ * softmax's exponent step, which the compiler keeps in the matmul's epilogue (it takes the
+ * row's maximum as a reduce-window over the row)? */
+static int reads_row_max(const tpu_instr *y, const tpu_instr *x, int64_t *row) {
   int big = 0, stat = 0;
   for (int k = 0; k < y->noperands; k++) {
     int i;
@@ -838,25 +856,31 @@ static int reads_row_stat(const tpu_instr *y, const tpu_instr *x, int64_t *row) 
     if (same_dims(s, y->shape.dtype == TPU_TUPLE ? &y->shape.elems[0] : &y->shape)) {
       big = 1;
       *row = s->rank ? s->dims[s->rank - 1] : 1;
-    } else if (s->rank >= 1) {
+    } else if (s->rank >= 1 && row_max(x, i)) {
       stat = 1;
     }
   }
   return big && stat;
 }
 
-/* Finds one kernel to fuse around a matmul and fuses it; *found says whether. */
-static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, made_set *made, const tpu_uses *u, int *seen,
-                                   const tpu_instr **stack, int *found) {
-  int stamp = 1 << 20;
-  /* operand producers first: a softmax's division goes into the next matmul, as the
-   * compiler does, rather than into the previous one's epilogue */
+/* Copies one matmul operand producer into its matmul; *found says whether. This comes
+ * before every other merge: a producer only matmuls read goes into them (a softmax's
+ * division into the next matmul rather than the previous one's epilogue, a norm's scaling
+ * into each projection rather than into its statistics' kernel). */
+static tpu_status merge_prologue_one(tpu_builder *b, tpu_comp *c, made_set *made, const tpu_uses *u, int *found) {
   for (int i = 0; !*found && i < c->ninstrs; i++) {
     tpu_instr *x = c->instrs[i], *y;
     if (!prologue_pair(made, c, u, x, &y) || results(y) > 16) continue;
     *found = 1;
     return merge_pair(b, c, x, y, u, made, MERGE_COPY);
   }
+  return TPU_OK;
+}
+
+/* Finds one reduction or softmax step to fuse into a matmul's kernel and fuses it. */
+static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, made_set *made, const tpu_uses *u, int *seen,
+                                   const tpu_instr **stack, int *found) {
+  int stamp = 1 << 20;
   for (int i = 0; !*found && i < c->ninstrs; i++) {
     tpu_instr *y = c->instrs[i], *x;
     if (y->shape.dtype == TPU_TUPLE && !users_all_gte(u, y)) continue;
@@ -870,7 +894,7 @@ static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, made_set *made, 
       if (!(matmul_of(made, x) || (xk && !strcmp(xk, "kLoop"))) || tpu_shape_numel(&y->operands[k]->shape) != tpu_shape_numel(&r->operands[0]->shape))
         continue;
     } else {
-      /* an elementwise step on the matmul's result and a row statistic of it */
+      /* an elementwise step on the matmul's result and its row maximum */
       if (y->op != TPU_OP_FUSION || !y->calls || !made_has(made, y->calls)) continue;
       const char *kd = attr_value(y, "kind");
       if (!kd || strcmp(kd, "kLoop")) continue;
@@ -879,7 +903,7 @@ static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, made_set *made, 
       x = NULL;
       for (int q = 0; q < y->noperands && !x; q++) {
         tpu_instr *p = producer_of(y, q, &idx);
-        if (matmul_of(made, p) && p->shape.dtype == TPU_TUPLE && reads_row_stat(y, p, &row)) x = p;
+        if (matmul_of(made, p) && p->shape.dtype == TPU_TUPLE && reads_row_max(y, p, &row)) x = p;
       }
       if (!x || row > MATMUL_ROW_MAX) continue;
     }
@@ -903,6 +927,7 @@ static tpu_status merge_one(tpu_builder *b, tpu_comp *c, made_set *made, int *fo
   const tpu_instr **stack = tpu_calloc((size_t)nedges + 1, sizeof *stack);
   tpu_status st = seen && stack ? TPU_OK : TPU_FAIL(b->d, TPU_ERR_NOMEM, c->loc, "out of memory fusing");
   int stamp = 0;
+  if (st == TPU_OK) st = merge_prologue_one(b, c, made, &u, found);
   for (int i = 0; st == TPU_OK && !*found && i < n; i++) {
     const tpu_instr *a = c->instrs[i]; /* a large array two fusions read */
     if (a->shape.dtype == TPU_TUPLE || u.nusers[i] < 2) continue;

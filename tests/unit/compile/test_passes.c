@@ -290,6 +290,101 @@ static void test_shared_producer(void) {
   CHECK(k == 3);
 }
 
+/* Fusion around the matrix unit (docs/compiler.md): the kernels of a compiled entry, and per
+ * kernel the dots, reduces and divides it holds. */
+typedef struct {
+  int kernels, dots[8], reduces[8], divides[8], multiplies[8];
+} kernel_census;
+
+static kernel_census census(const char *src) {
+  kernel_census kc;
+  memset(&kc, 0, sizeof kc);
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  if (!m) return kc;
+  tpu_compile_opts o = opts(NULL, NULL);
+  CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT || in->op == TPU_OP_GET_TUPLE_ELEMENT ||
+        in->op == TPU_OP_TUPLE)
+      continue;
+    int k = kc.kernels++;
+    if (k >= 8) continue;
+    const tpu_comp *c = in->op == TPU_OP_FUSION ? in->calls : NULL;
+    int n = c ? c->ninstrs : 1;
+    for (int j = 0; j < n; j++) {
+      tpu_opcode op = c ? c->instrs[j]->op : in->op;
+      kc.dots[k] += op == TPU_OP_DOT;
+      kc.reduces[k] += op == TPU_OP_REDUCE;
+      kc.divides[k] += op == TPU_OP_DIVIDE;
+      kc.multiplies[k] += op == TPU_OP_MULTIPLY;
+    }
+  }
+  tpu_module_free(m);
+  return kc;
+}
+
+static void test_matmul_fusion(void) {
+  /* attention: softmax(q k^T / 8) v over rows of S */
+  const char *attn =
+      "HloModule m\nmx { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] maximum(a, b) }\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n q = bf16[2,4,%d,64] parameter(0)\n k = bf16[2,4,%d,64] parameter(1)\n"
+      " v = bf16[2,4,%d,64] parameter(2)\n"
+      " s = bf16[2,4,%d,%d] dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={3}\n"
+      " sf = f32[2,4,%d,%d] convert(s)\n c8 = f32[] constant(8)\n b8 = f32[2,4,%d,%d] broadcast(c8), dimensions={}\n"
+      " sc = f32[2,4,%d,%d] divide(sf, b8)\n ninf = f32[] constant(-inf)\n"
+      " m = f32[2,4,%d] reduce(sc, ninf), dimensions={3}, to_apply=mx\n"
+      " mb = f32[2,4,%d,%d] broadcast(m), dimensions={0,1,2}\n d = f32[2,4,%d,%d] subtract(sc, mb)\n"
+      " ex = f32[2,4,%d,%d] exponential(d)\n z = f32[] constant(0)\n"
+      " sm = f32[2,4,%d] reduce(ex, z), dimensions={3}, to_apply=add\n"
+      " smb = f32[2,4,%d,%d] broadcast(sm), dimensions={0,1,2}\n p = f32[2,4,%d,%d] divide(ex, smb)\n"
+      " pb = bf16[2,4,%d,%d] convert(p)\n"
+      " ROOT o = bf16[2,4,%d,64] dot(pb, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n}\n";
+  char src[4096];
+  int rows[2] = {256, 4096};
+  for (int t = 0; t < 2; t++) {
+    int r = rows[t];
+    snprintf(src, sizeof src, attn, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r);
+    kernel_census kc = census(src);
+    printf("attention, rows of %d: %d kernels\n", r, kc.kernels);
+    if (t == 0) {
+      /* q k^T with the max, exp and sum in its epilogue; the division fed into p v */
+      CHECK_EQ_INT(kc.kernels, 2);
+      CHECK(kc.dots[0] == 1 && kc.reduces[0] == 2 && kc.divides[0] == 1);
+      CHECK(kc.dots[1] == 1 && kc.reduces[1] == 0 && kc.divides[1] == 1);
+    } else {
+      /* rows over MATMUL_ROW_MAX: the exponent step is its own kernel (with the sum) */
+      CHECK_EQ_INT(kc.kernels, 3);
+      CHECK(kc.dots[0] == 1 && kc.reduces[0] == 1);
+      CHECK(kc.dots[1] == 0 && kc.reduces[1] == 1);
+      CHECK(kc.dots[2] == 1 && kc.divides[2] == 1);
+    }
+  }
+  /* RMSNorm feeding three projections: its scaling is computed in each matmul's operand */
+  const char *norm =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[64,256] parameter(0)\n g = f32[256] parameter(1)\n"
+      " wq = bf16[256,256] parameter(2)\n wk = bf16[256,256] parameter(3)\n wv = bf16[256,256] parameter(4)\n"
+      " xf = f32[64,256] convert(x)\n sq = f32[64,256] multiply(xf, xf)\n z = f32[] constant(0)\n"
+      " ss = f32[64] reduce(sq, z), dimensions={1}, to_apply=add\n"
+      " rs = f32[64] rsqrt(ss)\n rb = f32[64,256] broadcast(rs), dimensions={0}\n"
+      " gb = f32[64,256] broadcast(g), dimensions={1}\n n0 = f32[64,256] multiply(xf, rb)\n"
+      " n1 = f32[64,256] multiply(n0, gb)\n nb = bf16[64,256] convert(n1)\n"
+      " yq = bf16[64,256] dot(nb, wq), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " yk = bf16[64,256] dot(nb, wk), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " yv = bf16[64,256] dot(nb, wv), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " ROOT t = (bf16[64,256], bf16[64,256], bf16[64,256]) tuple(yq, yk, yv)\n}\n";
+  kernel_census kc = census(norm);
+  printf("RMSNorm into three projections: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 4); /* the sum of squares, then three matmuls */
+  int scaled = 0;
+  for (int k = 0; k < 4 && k < kc.kernels; k++) scaled += kc.dots[k] == 1 && kc.multiplies[k] >= 2;
+  CHECK_EQ_INT(scaled, 3);
+}
+
 /* ---- 4. Errors ---- */
 
 static void test_bad_dump_name(void) {
@@ -398,6 +493,7 @@ static void test_cli(void) {
 
 int main(void) {
   test_shared_producer();
+  test_matmul_fusion();
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
