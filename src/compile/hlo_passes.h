@@ -11,6 +11,10 @@
 tpu_status tpu__pass_inline(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 /* Constant folding, exact algebraic identities, dead instructions and computations. */
 tpu_status tpu__pass_simplify(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+/* Part of simplify: dots with a vector operand become multiply + reduce (compile/dot_reduce.c);
+ * *changed = 1 when one did. */
+struct tpu_builder;
+tpu_status tpu__dot_strength_reduce(struct tpu_builder *b, tpu_module *m, int *changed);
 /* Independent all-reduces / all-gathers / reduce-scatters over the same groups become one. */
 tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 /* Groups ops into `fusion` instructions of kind kLoop, kOutput and kInput. */

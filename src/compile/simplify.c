@@ -1,6 +1,7 @@
-/* The simplify pass: constant folding with the reference kernels, algebraic identities
- * that are exact for every value (NaN and -0 included), dead instructions and
- * computations; repeated until nothing changes. */
+/* The simplify pass: dots with a vector operand as multiply + reduce (dot_reduce.c), then
+ * constant folding with the reference kernels, algebraic identities that are exact for
+ * every value (NaN and -0 included), dead instructions and computations; repeated until
+ * nothing changes. */
 #include <math.h>
 #include <string.h>
 
@@ -226,7 +227,8 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
 tpu_status tpu__pass_simplify(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d) {
   tpu_builder b;
   TPU_TRY(tpu_builder_init(&b, m, d));
-  tpu_status st = TPU_OK;
+  int reduced = 0; /* before the identities, which then clean up around the new ops */
+  tpu_status st = tpu__dot_strength_reduce(&b, m, &reduced);
   for (int round = 0; st == TPU_OK && round < MAX_ROUNDS; round++) {
     int changed = 0;
     for (int i = 0; st == TPU_OK && i < m->ncomps; i++) st = simplify_comp(&b, m->comps[i], &changed);

@@ -201,6 +201,13 @@ int tpu_instr_mixed_float(const tpu_instr *in, tpu_dtype *work);
  * dynamic-slice(f32[32,128] ...)`: the elements are moved, then converted (rounded to nearest
  * even). 1 when `in` is such an op. */
 int tpu_instr_moves_and_converts(const tpu_instr *in);
+/* A float dot that the XLA TPU compiler runs on the vector unit as multiply + reduce: one
+ * operand is a vector (its dimensions all batch, contracting or of size 1). Returns 1 and
+ * which operand is the matrix (0 lhs, 1 rhs; the larger when both are vectors) when it is,
+ * and its contracting dimensions are listed in ascending order (so a reduce sums in the
+ * dot's order); 0 otherwise. compile/dot_reduce.c rewrites these; the chip executor
+ * computes them at f32, not as MXU passes. */
+int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix);
 
 void tpu_module_free(tpu_module *m);
 /* Finds a computation by name (n bytes; need not be NUL-terminated); NULL if none. */

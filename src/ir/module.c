@@ -56,6 +56,39 @@ int tpu_instr_moves_and_converts(const tpu_instr *in) {
   return a != r && tpu_dtype_is_float(a) && tpu_dtype_is_float(r);
 }
 
+static int dot_float(tpu_dtype t) { return t == TPU_F32 || t == TPU_BF16 || t == TPU_F16; }
+
+static int dim_listed(const tpu_i64s *v, int64_t d) {
+  for (int i = 0; i < v->n; i++)
+    if (v->v[i] == d) return 1;
+  return 0;
+}
+
+/* Elements of x's free dimensions (neither batch nor contracting). */
+static int64_t dot_free_elems(const tpu_instr *x, const tpu_i64s *batch, const tpu_i64s *con) {
+  int64_t n = 1;
+  for (int d = 0; d < x->shape.rank; d++)
+    if (!dim_listed(batch, d) && !dim_listed(con, d)) n *= x->shape.dims[d];
+  return n;
+}
+
+int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix) {
+  if (dot->op != TPU_OP_DOT || dot->noperands != 2) return 0;
+  const tpu_instr *lhs = dot->operands[0], *rhs = dot->operands[1];
+  const tpu_dot_dims *dn = &dot->dot;
+  if (!dot_float(lhs->shape.dtype) || !dot_float(rhs->shape.dtype) || !dot_float(dot->shape.dtype)) return 0;
+  int64_t lf = dot_free_elems(lhs, &dn->lhs_batch, &dn->lhs_contract);
+  int64_t rf = dot_free_elems(rhs, &dn->rhs_batch, &dn->rhs_contract);
+  if (lf != 1 && rf != 1) return 0;
+  int m = rf == 1 && (lf != 1 || tpu_shape_numel(&lhs->shape) > tpu_shape_numel(&rhs->shape)) ? 0 : 1;
+  const tpu_i64s *mc = m == 0 ? &dn->lhs_contract : &dn->rhs_contract;
+  if (mc->n == 0 || tpu_shape_numel(&(m == 0 ? lhs : rhs)->shape) == 0) return 0;
+  for (int i = 1; i < mc->n; i++)
+    if (mc->v[i] <= mc->v[i - 1]) return 0;
+  if (matrix) *matrix = m;
+  return 1;
+}
+
 int tpu_op_parse(const char *s, size_t n, tpu_opcode *out) {
   if (n == 20 && !memcmp(s, "optimization-barrier", 20)) {
     *out = TPU_OP_OPT_BARRIER;

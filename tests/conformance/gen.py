@@ -276,6 +276,22 @@ def _(r):
     return f, (r.normal(16, 64, dtype=BF16), r.normal(64, 24, dtype=BF16))
 
 
+@case("vector_dots", "dots with a vector operand (a decode step with one token, bf16 and f32; "
+      "matrix times vector; attention scores and context for one query over a KV cache; a dot "
+      "product; two contracting dimensions, ascending and descending): tpusim's compiler runs "
+      "them as multiply + reduce on the vector unit, as the XLA TPU compiler does", TOL_BF16)
+def _(r):
+    def f(x, w, wf, xf, q, k, v, a3, b3):
+        p = jax.nn.softmax(jnp.einsum("bhqd,bhkd->bhqk", q, k).astype(jnp.float32), axis=-1)
+        ctx = jnp.einsum("bhqk,bhkd->bhqd", p.astype(BF16), v)
+        return (x @ w, wf @ xf, jnp.dot(xf, xf), ctx,
+                jnp.einsum("ij,kij->k", a3, b3), jnp.einsum("ji,kij->k", a3.T, b3),
+                (x[0] @ w).astype(jnp.float32))
+    return f, (r.normal(1, 64, dtype=BF16), r.normal(64, 48, dtype=BF16), r.normal(40, 96),
+               r.normal(96), r.normal(2, 3, 1, 16, dtype=BF16), r.normal(2, 3, 24, 16, dtype=BF16),
+               r.normal(2, 3, 24, 16, dtype=BF16), r.normal(6, 5), r.normal(7, 6, 5))
+
+
 @case("bf16_conv2d", "bf16 2-D convolution NHWC/HWIO, stride 1, SAME padding", TOL_BF16)
 def _(r):
     def f(x, w):

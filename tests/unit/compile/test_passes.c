@@ -385,6 +385,35 @@ static void test_matmul_fusion(void) {
   CHECK_EQ_INT(scaled, 3);
 }
 
+/* Dot strength reduction (compile/dot_reduce.c): a dot with a vector operand runs as one
+ * multiply + reduce kernel; a dot with rows on both sides, or whose matrix operand lists its
+ * contracting dimensions out of order, stays a dot. */
+static void test_dot_strength_reduction(void) {
+  const char *fmt =
+      "HloModule m\nENTRY e {\n x = bf16[%d,512] parameter(0)\n w = bf16[512,256] parameter(1)\n"
+      " ROOT y = bf16[%d,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+  char src[512];
+  snprintf(src, sizeof src, fmt, 1, 1);
+  kernel_census kc = census(src);
+  int dots = 0, reduces = 0, mults = 0;
+  for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k], reduces += kc.reduces[k], mults += kc.multiplies[k];
+  printf("decode step with one token: %d kernels, %d dots, %d reduces\n", kc.kernels, dots, reduces);
+  CHECK(dots == 0 && reduces == 1 && mults == 1);
+  CHECK(kc.reduces[0] == 1 && kc.multiplies[0] == 1); /* one kernel reads w and sums */
+  snprintf(src, sizeof src, fmt, 8, 8);
+  kc = census(src);
+  dots = 0;
+  for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+  CHECK_EQ_INT(dots, 1);
+  /* the matrix lists its contracting dimensions descending: reducing would sum in another
+   * order than the dot does */
+  kc = census("HloModule m\nENTRY e {\n a = f32[6,5] parameter(0)\n b = f32[7,5,6] parameter(1)\n"
+              " ROOT y = f32[7] dot(a, b), lhs_contracting_dims={0,1}, rhs_contracting_dims={2,1}\n}\n");
+  dots = 0;
+  for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+  CHECK_EQ_INT(dots, 1);
+}
+
 /* ---- 4. Errors ---- */
 
 static void test_bad_dump_name(void) {
@@ -494,6 +523,7 @@ static void test_cli(void) {
 int main(void) {
   test_shared_producer();
   test_matmul_fusion();
+  test_dot_strength_reduction();
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
