@@ -15,6 +15,13 @@ tpu_status tpu__pass_simplify(tpu_module *m, const tpu_compile_opts *o, tpu_diag
  * *changed = 1 when one did. */
 struct tpu_builder;
 tpu_status tpu__dot_strength_reduce(struct tpu_builder *b, tpu_module *m, int *changed);
+/* Part of simplify: common subexpressions (compile/cse.c). A table for a computation of n
+ * instructions, visited operands first: find_or_add returns an earlier instruction equal to
+ * `in` (whose operands are already the replacements), or NULL after remembering `in`. */
+typedef struct tpu__cse tpu__cse;
+tpu__cse *tpu__cse_new(int n);
+void tpu__cse_free(tpu__cse *t);
+tpu_instr *tpu__cse_find_or_add(tpu__cse *t, tpu_instr *in);
 /* Independent all-reduces / all-gathers / reduce-scatters over the same groups become one. */
 tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 /* Groups ops into `fusion` instructions of kind kLoop, kOutput and kInput. */

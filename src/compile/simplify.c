@@ -1,7 +1,7 @@
 /* The simplify pass: dots with a vector operand as multiply + reduce (dot_reduce.c), then
  * constant folding with the reference kernels, algebraic identities that are exact for
- * every value (NaN and -0 included), dead instructions and computations; repeated until
- * nothing changes. */
+ * every value (NaN and -0 included), common subexpressions (cse.c), dead instructions and
+ * computations; repeated until nothing changes. */
 #include <math.h>
 #include <string.h>
 
@@ -196,7 +196,12 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
   /* Replacements are recorded by id and applied to each instruction's operands as the
    * operands-first sweep reaches it, so a rewrite costs O(1), not a scan of c. */
   tpu_instr **fwd = tpu_calloc((size_t)n + 1, sizeof *fwd);
-  if (!fwd) return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory simplifying '%s'", c->name);
+  tpu__cse *cse = tpu__cse_new(n);
+  if (!fwd || !cse) {
+    tpu_free(fwd);
+    tpu__cse_free(cse);
+    return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory simplifying '%s'", c->name);
+  }
   for (int i = 0; i < n; i++) {
     tpu_instr *in = c->instrs[i];
     for (int k = 0; k < in->noperands; k++) {
@@ -207,9 +212,11 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
     int f = try_fold(b, c, in, &r);
     if (f < 0) {
       tpu_free(fwd);
+      tpu__cse_free(cse);
       return b->d->status;
     }
     if (f == 0) r = try_identity(in);
+    if (f == 0 && !r) r = tpu__cse_find_or_add(cse, in);
     if (r) {
       /* r precedes `in`, so it has been forwarded already. */
       fwd[i] = r;
@@ -218,6 +225,7 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
   }
   tpu_build_forward(c, fwd, n);
   tpu_free(fwd);
+  tpu__cse_free(cse);
   int dead = tpu_build_remove_dead(b, c);
   if (dead < 0) return b->d->status;
   *changed |= any || dead > 0;

@@ -414,6 +414,50 @@ static void test_dot_strength_reduction(void) {
   CHECK_EQ_INT(dots, 1);
 }
 
+/* Common subexpressions (compile/cse.c): equal instructions merge, even when JAX gave each
+ * its own copy of the reducer and other metadata; different attributes, operands and
+ * ops with effects do not. Counted after simplify in the dump. */
+static int count_in(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)); p++) n++;
+  return n;
+}
+
+static void test_cse(void) {
+  const char *src =
+      "HloModule m\nadd0 { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "add1 { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "mul { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] multiply(a, b) }\n"
+      "ENTRY e {\n x = f32[64,32] parameter(0)\n z = f32[] constant(0)\n z1 = f32[] constant(0)\n"
+      " r0 = f32[32] reduce(x, z), dimensions={0}, to_apply=add0, metadata={op_name=\"mean\"}\n"
+      " r1 = f32[32] reduce(x, z1), dimensions={0}, to_apply=add1, metadata={op_name=\"var/mean\"}\n"
+      " r2 = f32[32] reduce(x, z), dimensions={0}, to_apply=mul\n"
+      " r3 = f32[64] reduce(x, z), dimensions={1}, to_apply=add0\n"
+      " e0 = f32[64,32] exponential(x)\n e1 = f32[64,32] exponential(x)\n"
+      " k = u64[2] parameter(1)\n"
+      " g0 = (u64[2], u32[8]) rng-bit-generator(k), algorithm=rng_default\n"
+      " g1 = (u64[2], u32[8]) rng-bit-generator(k), algorithm=rng_default\n"
+      " ROOT t = (f32[32], f32[32], f32[32], f32[64], f32[64,32], f32[64,32], (u64[2], u32[8]), (u64[2], u32[8])) "
+      "tuple(r0, r1, r2, r3, e0, e1, g0, g1)\n}\n";
+  FILE *f = fopen("cse_test.hlo", "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs(src, f);
+  fclose(f);
+  char *out = dump_after("cse_test.hlo", "simplify");
+  remove("cse_test.hlo");
+  CHECK(out != NULL);
+  if (!out) return;
+  /* r0 and r1 one reduce; the product and the other axis stay: 3. One exponential; both
+   * generators (their state is consumed twice). */
+  printf("cse: %d reduces, %d exponentials, %d rng-bit-generators after simplify\n", count_in(out, " reduce("),
+         count_in(out, " exponential("), count_in(out, " rng-bit-generator("));
+  CHECK_EQ_INT(count_in(out, " reduce("), 3);
+  CHECK_EQ_INT(count_in(out, " exponential("), 1);
+  CHECK_EQ_INT(count_in(out, " rng-bit-generator("), 2);
+  free(out);
+}
+
 /* ---- 4. Errors ---- */
 
 static void test_bad_dump_name(void) {
@@ -527,6 +571,7 @@ int main(void) {
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
+  test_cse();
   test_bad_dump_name();
   test_transformer();
   test_oom("tests/hlo/compile/mlp.hlo");
