@@ -530,6 +530,15 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
       if (results(x) + results(y) > 16)
         continue;
       if (x->shape.dtype != TPU_TUPLE && u.nusers[x->id] < 2) continue;
+      /* y must read a result of x element for element: a reduction's result read back
+       * across its rows alone (a softmax's max in its exponent step) needs the whole
+       * reduction first, and the compiler keeps the two kernels apart */
+      int in_place = 0;
+      for (int j = 0; j < y->noperands && !in_place; j++) {
+        int xj;
+        in_place = producer_of(y, j, &xj) == x && same_dims(&y->operands[j]->shape, sy);
+      }
+      if (!in_place) continue;
       if (reaches_around(y, x, seen, ++stamp, stack)) continue;
       st = merge_pair(b, c, x, y, &u, made, MERGE_KEEP);
       *found = 1;

@@ -1,7 +1,8 @@
 /* The simplify pass: dots with a vector operand as multiply + reduce (dot_reduce.c), then
  * constant folding with the reference kernels, algebraic identities that are exact for
- * every value (NaN and -0 included), common subexpressions (cse.c), dead instructions and
- * computations; repeated until nothing changes. */
+ * every value (NaN and -0 included), a widening convert out of a max/min reduction, common
+ * subexpressions (cse.c), dead instructions and computations; repeated until nothing
+ * changes. */
 #include <math.h>
 #include <string.h>
 
@@ -188,6 +189,69 @@ static tpu_instr *try_identity(tpu_instr *in) {
   return r;
 }
 
+/* ---- A widening convert sinks out of a max or min reduction ----
+ * reduce(convert(x: bf16 -> f32), init) with maximum or minimum as the reducer is
+ * convert(reduce(x, init)) in x's type: widening keeps order, signed zeros and NaN, so the
+ * largest widened element is the widened largest — exact. The XLA TPU compiler's log-softmax
+ * over bf16 logits takes its row maximum on the bf16 array this way, a reduction of a
+ * parameter (its own kernel, timed as one), rather than inside the exponent step's kernel. */
+
+/* The reducer's op when `c` is (a, b) -> maximum(a, b) or minimum(a, b); else 0. */
+static tpu_opcode max_min_of(const tpu_comp *c) {
+  if (!c || c->ninstrs != 3 || c->nparams != 2 || !c->root) return (tpu_opcode)0;
+  const tpu_instr *r = c->root;
+  if ((r->op != TPU_OP_MAXIMUM && r->op != TPU_OP_MINIMUM) || r->noperands != 2) return (tpu_opcode)0;
+  if (r->operands[0]->op != TPU_OP_PARAMETER || r->operands[1]->op != TPU_OP_PARAMETER ||
+      r->operands[0] == r->operands[1])
+    return (tpu_opcode)0;
+  return r->op;
+}
+
+static tpu_status sink_convert(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl) {
+  *repl = NULL;
+  if (in->op != TPU_OP_REDUCE || in->noperands != 2 || in->shape.dtype != TPU_F32) return TPU_OK;
+  tpu_instr *cv = in->operands[0], *init = in->operands[1];
+  if (cv->op != TPU_OP_CONVERT || cv->shape.dtype != TPU_F32 || init->op != TPU_OP_CONSTANT || !init->literal) return TPU_OK;
+  tpu_instr *x = cv->operands[0];
+  tpu_dtype nt = x->shape.dtype;
+  tpu_opcode op = max_min_of(in->to_apply);
+  if ((nt != TPU_BF16 && nt != TPU_F16) || !op) return TPU_OK;
+  double v = tpu_load_f64(TPU_F32, init->literal->data, 0);
+  tpu_tensor t;
+  TPU_TRY(tpu_tensor_alloc(&t, nt, 0, NULL, b->d));
+  tpu_tensor_set_f64(&t, 0, v);
+  double back = tpu_load_f64(nt, t.data, 0);
+  if (!(back == v || (v != v && back != back))) { /* the init is not a value of x's type */
+    tpu_tensor_free(&t);
+    return TPU_OK;
+  }
+  tpu_instr *ninit, *p[2], *m, *red, *ops[2];
+  TPU_TRY(tpu_build_constant(b, c, init->name, &t, NULL, &ninit));
+  tpu_comp *rc;
+  TPU_TRY(tpu_build_comp(b, in->to_apply->name, in->to_apply, &rc));
+  tpu_shape sc;
+  memset(&sc, 0, sizeof sc);
+  sc.dtype = nt;
+  TPU_TRY(tpu_build_param(b, rc, 0, "a", &sc, &p[0]));
+  TPU_TRY(tpu_build_param(b, rc, 1, "b", &sc, &p[1]));
+  TPU_TRY(tpu_build_instr(b, rc, op, "m", &sc, p, 2, tpu_noloc(), &m));
+  tpu_build_set_root(rc, m);
+  TPU_TRY(tpu_build_finish(b, rc));
+  tpu_shape rs = in->shape;
+  rs.dtype = nt;
+  rs.layout_tail = NULL;
+  ops[0] = x;
+  ops[1] = ninit;
+  TPU_TRY(tpu_build_instr(b, c, TPU_OP_REDUCE, in->name, &rs, ops, 2, in->loc, &red));
+  for (int i = 0; i < in->nattrs; i++)
+    if (strcmp(in->attrs[i].name, "to_apply")) TPU_TRY(tpu_build_set_attr(b, red, in->attrs[i].name, in->attrs[i].value));
+  TPU_TRY(tpu_build_set_attr(b, red, "to_apply", rc->name));
+  TPU_TRY(tpu_build_instr(b, c, TPU_OP_CONVERT, in->name, &in->shape, &red, 1, in->loc, repl));
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, "metadata")) TPU_TRY(tpu_build_set_attr(b, *repl, "metadata", in->attrs[i].value));
+  return TPU_OK;
+}
+
 /* ---- The pass ---- */
 
 static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
@@ -216,6 +280,11 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
       return b->d->status;
     }
     if (f == 0) r = try_identity(in);
+    if (f == 0 && !r && sink_convert(b, c, in, &r) != TPU_OK) {
+      tpu_free(fwd);
+      tpu__cse_free(cse);
+      return b->d->status;
+    }
     if (f == 0 && !r) r = tpu__cse_find_or_add(cse, in);
     if (r) {
       /* r precedes `in`, so it has been forwarded already. */

@@ -456,6 +456,26 @@ static void test_cse(void) {
   CHECK_EQ_INT(count_in(out, " exponential("), 1);
   CHECK_EQ_INT(count_in(out, " rng-bit-generator("), 2);
   free(out);
+  /* a widening convert sinks out of a max reduction (exact), not out of a sum */
+  const char *sink =
+      "HloModule m\nmx { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] maximum(a, b) }\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[64,32] parameter(0)\n xf = f32[64,32] convert(x)\n ninf = f32[] constant(-inf)\n"
+      " z = f32[] constant(0)\n m = f32[64] reduce(xf, ninf), dimensions={1}, to_apply=mx\n"
+      " s = f32[64] reduce(xf, z), dimensions={1}, to_apply=add\n ROOT t = (f32[64], f32[64]) tuple(m, s)\n}\n";
+  f = fopen("sink_test.hlo", "w");
+  CHECK(f != NULL);
+  if (!f) return;
+  fputs(sink, f);
+  fclose(f);
+  out = dump_after("sink_test.hlo", "simplify");
+  remove("sink_test.hlo");
+  CHECK(out != NULL);
+  if (!out) return;
+  CHECK(strstr(out, "bf16[64]{0} reduce(x, ") != NULL || strstr(out, "bf16[64] reduce(x, ") != NULL);
+  CHECK_EQ_INT(count_in(out, "f32[64]{0} reduce(") + count_in(out, "f32[64] reduce("), 1);
+  if (!strstr(out, "bf16[64]")) fputs(out, stderr);
+  free(out);
 }
 
 /* ---- 4. Errors ---- */
