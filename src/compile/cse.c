@@ -20,17 +20,8 @@ struct tpu__cse {
 };
 
 static int mergeable(const tpu_instr *in) {
-  switch (in->op) {
-    case TPU_OP_PARAMETER:
-    case TPU_OP_CUSTOM_CALL:
-    case TPU_OP_INFEED:
-    case TPU_OP_OUTFEED:
-    case TPU_OP_COPY_START:
-    case TPU_OP_COPY_DONE:
-    case TPU_OP_RNG:
-    case TPU_OP_RNG_BIT_GENERATOR: return 0;
-    default: return tpu_op_class_of(in->op) != TPU_CLS_COLLECTIVE && in->shape.dtype != TPU_TOKEN;
-  }
+  return !tpu_build_has_effects(in) && in->op != TPU_OP_RNG && in->op != TPU_OP_RNG_BIT_GENERATOR &&
+         tpu_op_class_of(in->op) != TPU_CLS_COLLECTIVE && in->shape.dtype != TPU_TOKEN;
 }
 
 static int same_shape(const tpu_shape *a, const tpu_shape *b) {

@@ -483,7 +483,7 @@ tpu_status tpu_build_finish_all(tpu_builder *b) {
 
 /* ---- Dead code ---- */
 
-static int has_effects(const tpu_instr *in) {
+int tpu_build_has_effects(const tpu_instr *in) {
   switch (in->op) {
     case TPU_OP_PARAMETER:
     case TPU_OP_CUSTOM_CALL:
@@ -508,7 +508,7 @@ int tpu_build_remove_dead(tpu_builder *b, tpu_comp *c) {
   live[c->root->id] = 1;
   for (int i = n - 1; i >= 0; i--) {
     tpu_instr *in = c->instrs[i];
-    if (has_effects(in)) live[i] = 1;
+    if (tpu_build_has_effects(in)) live[i] = 1;
     if (!live[i]) continue;
     for (int k = 0; k < in->noperands; k++) live[in->operands[k]->id] = 1;
   }

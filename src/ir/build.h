@@ -87,6 +87,10 @@ void tpu_build_forward(tpu_comp *c, tpu_instr *const *fwd, int n);
 /* Sets c's root (flags are fixed by finish). */
 void tpu_build_set_root(tpu_comp *c, tpu_instr *root);
 
+/* Kept even when nothing reads it: parameters and ops with effects beyond their value
+ * (custom-call, infeed, outfeed, copy-start/copy-done). */
+int tpu_build_has_effects(const tpu_instr *in);
+
 /* Removes instructions the root does not reach, except parameters and ops with effects
  * beyond their value (custom-call, infeed, outfeed, ...). Returns how many were removed;
  * -1 on out-of-memory (reported in b->d). Finishes c. */
