@@ -143,13 +143,23 @@ static int duplicable(const tpu_instr *in) {
   return 0;
 }
 
-/* Work the vector unit does in a few operations per element (no transcendental unit, no
- * division), on the values in place (no transpose, concatenation or padding). */
+/* Work the compiler recomputes in each user's kernel rather than store: elementwise ops on
+ * the values in place (no transpose, concatenation or padding), including the transcendental
+ * unit's exp, log, tanh, sqrt, rsqrt, expm1, log1p, logistic and power, but not division,
+ * sine, cosine, tangent, erf, cbrt, remainder or atan2. Read from its compiled programs:
+ * f(x) feeding a row sum and a product with that sum is two kernels, each computing f,
+ * for the first group, and f computed once for the second (bench/fidelity, docs/compiler.md). */
+int tpu__fuse_transcendental(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_EXP: case TPU_OP_LOG: case TPU_OP_TANH: case TPU_OP_SQRT: case TPU_OP_RSQRT:
+    case TPU_OP_EXPM1: case TPU_OP_LOG1P: case TPU_OP_LOGISTIC: case TPU_OP_POWER: return 1;
+    default: return 0;
+  }
+}
+
 static int cheap(const tpu_instr *in) {
   switch (in->op) {
-    case TPU_OP_DIVIDE: case TPU_OP_REMAINDER: case TPU_OP_POWER: case TPU_OP_ATAN2:
-    case TPU_OP_EXP: case TPU_OP_LOG: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_TANH:
-    case TPU_OP_LOGISTIC: case TPU_OP_EXPM1: case TPU_OP_LOG1P: case TPU_OP_CBRT: case TPU_OP_SINE:
+    case TPU_OP_DIVIDE: case TPU_OP_REMAINDER: case TPU_OP_ATAN2: case TPU_OP_CBRT: case TPU_OP_SINE:
     case TPU_OP_COSINE: case TPU_OP_TAN: case TPU_OP_ERF:
     case TPU_OP_TRANSPOSE: case TPU_OP_CONCATENATE: case TPU_OP_PAD: case TPU_OP_REVERSE:
       return 0;
@@ -167,10 +177,28 @@ static int takes(const tpu_instr *u, const tpu_instr *p) {
 /* A cheap producer with several users (or one user that is itself copied) is recomputed
  * in each user's fusion, as XLA's instruction fusion duplicates it, when every user can
  * take it: its result then never goes to memory. */
+/* Does x compute, through elementwise steps only, on a dot's or convolution's result? Then
+ * it is that matmul's epilogue work, done once there (attention's exponent), not recomputed. */
+static int near_matmul(const tpu_instr *x, int depth) {
+  for (int k = 0; k < x->noperands; k++) {
+    const tpu_instr *o = x->operands[k];
+    if (tpu__fuse_heavy(o)) return 1;
+    if (depth > 0 && tpu__fuse_loop_fusible(o) && near_matmul(o, depth - 1)) return 1;
+  }
+  return 0;
+}
+
 static int shared_cheap(const fuser *f, const tpu_instr *p) {
   if (!cheap(p) || p == f->c->root || f->uses.nusers[p->id] < 1) return 0;
-  for (int k = 0; k < f->uses.nusers[p->id]; k++)
-    if (!takes(f->uses.users[p->id][k], p)) return 0;
+  /* the transcendental unit's work is recomputed for vector kernels only: a matmul's
+   * operand that needs it is its own kernel's result (attention's exponent for rows too
+   * long to stay with QK^T, fusion around the matrix unit in fuse_merge.c) */
+  int eup = tpu__fuse_transcendental(p);
+  if (eup && near_matmul(p, 8)) return 0;
+  for (int k = 0; k < f->uses.nusers[p->id]; k++) {
+    const tpu_instr *u = f->uses.users[p->id][k];
+    if (!takes(u, p) || (eup && tpu__fuse_heavy(u))) return 0;
+  }
   return 1;
 }
 

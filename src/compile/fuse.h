@@ -17,6 +17,9 @@ int tpu__made_add(tpu__made_set *s, const tpu_comp *c); /* 0: out of memory */
 int tpu__made_has(const tpu__made_set *s, const tpu_comp *c);
 
 /* A dot or convolution. */
+/* exp, log, tanh, sqrt, rsqrt, expm1, log1p, logistic, power: the transcendental unit's
+ * work that the compiler recomputes in each vector kernel that reads it (fuse.c cheap). */
+int tpu__fuse_transcendental(const tpu_instr *in);
 int tpu__fuse_heavy(const tpu_instr *in);
 /* Ops a loop fusion can hold: elementwise and cheap data movement. */
 int tpu__fuse_loop_fusible(const tpu_instr *in);

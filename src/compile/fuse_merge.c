@@ -381,6 +381,15 @@ static int prologue_pair(const tpu__made_set *made, const tpu_comp *c, const tpu
     if (!x->calls || !tpu__made_has(made, x->calls)) return 0;
     const char *kd = attr_value(x, "kind");
     if (!kd || strcmp(kd, "kLoop")) return 0;
+    /* the transcendental unit's work over the whole operand (attention's exponent when the
+     * rows are too long for QK^T's epilogue) stays in its own kernel, as the compiler keeps
+     * it; over row statistics (an RMSNorm's rsqrt) it streams in with the rest */
+    for (int i = 0; i < x->calls->ninstrs; i++)
+      if (tpu__fuse_transcendental(x->calls->instrs[i]) &&
+          tpu_shape_numel(&x->calls->instrs[i]->shape) >= tpu_shape_numel(&x->shape))
+        return 0;
+  } else if (tpu__fuse_transcendental(x)) {
+    return 0;
   } else if (!tpu__fuse_loop_fusible(x) || x->op == TPU_OP_CONSTANT || x->op == TPU_OP_IOTA || x->op == TPU_OP_BROADCAST ||
              x->op == TPU_OP_RESHAPE || x->op == TPU_OP_BITCAST || x->op == TPU_OP_COPY) {
     return 0; /* data movement alone stays with its own rules */

@@ -242,8 +242,8 @@ static void test_transformer(void) {
 
 /* A cheap producer read by several fusions is recomputed in each (as XLA's instruction
  * fusion duplicates it): RMSNorm's convert of x feeds both the sum of squares and the
- * scaling, and no kernel writes the f32 copy of x. An expensive one (exp) keeps its own
- * kernel and is read by both. */
+ * scaling, and no kernel writes the f32 copy of x. So is the transcendental unit's work
+ * (exp, power, ...); a division keeps its own kernel and is read by both. */
 static int shared_producer_kernels(const char *src, int *converts_in_fusions) {
   tpu_module *m = NULL;
   tpu_diag d;
@@ -279,14 +279,22 @@ static void test_shared_producer(void) {
   printf("shared convert: %d kernels, converts in fusions %d\n", k, conv);
   CHECK(k == 2);      /* the reduce fusion and the scaling fusion, no convert of its own */
   CHECK(conv >= 3);   /* x's convert in both, and the output's */
-  /* exp is not duplicated: it runs once, as its own kernel or with one user */
+  /* exp (the transcendental unit's work) is recomputed too: the sum's kernel and the
+   * division's each compute it, as the XLA TPU compiler's exponential_reduce_fusion and
+   * exponential_divide_fusion do; a division is not recomputed (tpusim: its own kernel,
+   * read by both; the compiler makes it one multi-output kernel with the sum, 2 in all) */
   const char *fmt2 =
       "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
-      "ENTRY e {\n x = f32[64,128] parameter(0)\n c = f32[64,128] exponential(x)\n"
+      "ENTRY e {\n x = f32[64,128] parameter(0)\n c = f32[64,128] %s(x, x)\n"
       " z = f32[] constant(0)\n r = f32[64] reduce(c, z), dimensions={1}, to_apply=add\n"
       " rb = f32[64,128] broadcast(r), dimensions={0}\n ROOT y = f32[64,128] divide(c, rb)\n}\n";
-  k = shared_producer_kernels(fmt2, &conv);
-  printf("shared exp: %d kernels\n", k);
+  snprintf(src, sizeof src, fmt2, "power");
+  k = shared_producer_kernels(src, &conv);
+  printf("shared power: %d kernels\n", k);
+  CHECK(k == 2);
+  snprintf(src, sizeof src, fmt2, "divide");
+  k = shared_producer_kernels(src, &conv);
+  printf("shared divide: %d kernels\n", k);
   CHECK(k == 3);
 }
 
