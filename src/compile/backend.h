@@ -28,7 +28,9 @@ typedef struct tpu__kinfo {
   int nleaves;
   int64_t pos, last_use;   /* liveness positions in the flattened schedule */
   /* tile */
-  int64_t m, k, n, b;      /* matmul problem */
+  int64_t m, k, n, b;      /* matmul problem (k as the MXU runs it: see k_flops) */
+  int64_t k_flops;         /* the contraction's true length; k is longer for a convolution
+                            * whose input features fill part of the MXU rows at each tap */
   tpu_dtype mm_dtype;
   int passes;
   const struct tpu_instr *mm; /* the dot/convolution (itself or inside the fusion) */

@@ -296,6 +296,8 @@ static int passes_for(const tpu__be *be, const tpu_instr *mm, tpu_dtype t) {
   return p == TPU_PREC_HIGHEST ? 6 : p == TPU_PREC_HIGH ? 3 : 1;
 }
 
+static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
+
 /* The MXU problem of a dot or convolution. */
 static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
   const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
@@ -308,18 +310,31 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
     const tpu_conv_dims *cd = &mm->conv;
     int64_t g = (mm->feature_group_count > 0 ? mm->feature_group_count : 1) *
                 (mm->batch_group_count > 0 ? mm->batch_group_count : 1);
-    int64_t m = mm->shape.dims[cd->out_batch], kk = rs->dims[cd->k_in];
+    int64_t m = mm->shape.dims[cd->out_batch], taps = 1;
     for (int i = 0; i < cd->nspatial; i++) {
       m *= mm->shape.dims[cd->out_spatial[i]];
-      kk *= rs->dims[cd->k_spatial[i]];
+      taps *= rs->dims[cd->k_spatial[i]];
     }
     k->b = g;
     k->m = m;
-    k->k = kk;
+    k->k = rs->dims[cd->k_in] * taps;
     k->n = rs->dims[cd->k_out] / g;
+    /* The XLA TPU compiler runs a filter (a window of at most 7 taps a side, unit stride,
+     * no input dilation) tap by tap, each tap's input features as the contraction: features
+     * fill the 128 lanes of their tile, so fewer than 128 are padded at every tap (probed on
+     * v5e and v5p: a 3x3 convolution over 16, 32 or 64 features costs what one over 128
+     * does; docs/fidelity.md). Weight gradients, whose window is the image, are one GEMM. */
+    int filter = taps > 1;
+    for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++)
+      filter &= mm->window[i].size <= 7 && mm->window[i].stride == 1 && mm->window[i].base_dilation <= 1;
+    int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+    if (filter) k->k = round_up(rs->dims[cd->k_in], lanes) * taps;
+    k->k_flops = rs->dims[cd->k_in] * taps;
   }
+  if (mm->op == TPU_OP_DOT) k->k_flops = k->k;
   if (k->m < 1) k->m = 1;
   if (k->k < 1) k->k = 1;
+  if (k->k_flops < 1) k->k_flops = 1;
   if (k->n < 1) k->n = 1;
   if (k->b < 1) k->b = 1;
   k->mm = mm;
@@ -329,7 +344,6 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
   if (tpu_dtype_is_complex(ls->dtype)) k->passes *= 4;
 }
 
-static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
 
 /* The operand index of fusion `f` whose value feeds `x` inside the fused computation,
  * following layout-only and elementwise unary ops (convert, bitcast, copy...); -1 when
@@ -517,11 +531,11 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     }
     const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols;
     po.m = k->m;
-    po.k = k->k;
+    po.k = k->k_flops;
     po.n = k->n;
     po.b = k->b;
     const double cx = tpu_dtype_is_complex(k->mm_dtype) ? 4.0 : 1.0; /* real flops of a complex MAC */
-    po.flops = cx * 2.0 * (double)k->b * (double)k->m * (double)k->k * (double)k->n + c.flops;
+    po.flops = cx * 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n + c.flops;
     po.padded_flops = cx * 2.0 * (double)k->b * (double)round_up(k->m, be->chip->vector_sublanes) *
                           (double)round_up(k->k, R) * (double)round_up(k->n, C) + c.padded_flops;
   } else if (in->op == TPU_OP_COPY) {
