@@ -8,6 +8,8 @@ for one device of v4, v5e, v5p and v6e (libtpu in compile-only mode: no TPU need
     FIDELITY_HLO_ONLY=1 python3 bench/fidelity/gen.py      # rewrite the .hlo files only (seconds)
     FIDELITY_KEEP=1 ... skips programs whose .json exists; FIDELITY_REVERSE=1 runs the list
     backwards (a second worker from the other end). About 10-20 s per program on 2 cores.
+    python3 bench/fidelity/gen.py compiled=v5e NAME...   # the compiler's compiled programs
+                                                         # (bench/fidelity/compiled/)
 
 Writes bench/fidelity/corpus/NAME.hlo (jax.jit(f).lower(...).as_text(dialect="hlo")) and
 NAME.json: for each generation the topology compiled for, the device kind and TensorCores per
@@ -437,10 +439,34 @@ def probes():
     json.dump(res, open(os.path.join(OUT, "probes.json"), "w"), indent=1)
 
 
+def compiled(names, chip):
+    """The compiler's own compiled program for `chip` of each named corpus program, as it
+    would run (large constants printed): bench/fidelity/compiled/NAME.CHIP.hlo. tpusim times
+    these as they are (tests/cli/compiled_timing.sh): the input-fidelity check of issue 10
+    section 1, against the same estimated_cycles as NAME.json."""
+    import jaxlib._hlo as H
+    out = os.path.join(HERE, "compiled")
+    os.makedirs(out, exist_ok=True)
+    leaf = lambda a: isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], tuple)
+    for name, cat, f, args in PROGS:
+        if name not in names:
+            continue
+        dev = device(chip)
+        spec = jax.tree_util.tree_map(lambda sd: sds(sd[0], sd[1], dev), args, is_leaf=leaf)
+        c = jax.jit(f).lower(*spec).compile()
+        o = H.HloPrintOptions()
+        o.print_large_constants = True
+        open(os.path.join(out, f"{name}.{chip}.hlo"), "w").write(c.runtime_executable().hlo_modules()[0].to_string(o))
+        print("wrote", name, chip)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     build()
     want = sys.argv[1:]
+    if want and want[0].startswith("compiled="):  # compiled=CHIP NAME...: the compiled programs only
+        compiled(want[1:], want[0].split("=", 1)[1])
+        sys.exit(0)
     if (not want and not os.environ.get("FIDELITY_REVERSE") and not os.environ.get("FIDELITY_HLO_ONLY") and not (os.environ.get("FIDELITY_KEEP") and
             os.path.exists(os.path.join(OUT, "probes.json")))) or "probes" in want:
         probes()

@@ -24,6 +24,9 @@ static int buffer_of(const tpu__be *be, const tpu_instr *in, int leaf, int depth
     case TPU_OP_COPY_START: /* (copy, operand, context): both arrays are the operand's buffer */
       return leaf <= 1 ? buffer_of(be, in->operands[0], 0, depth + 1) : -1;
     case TPU_OP_COPY_DONE: return buffer_of(be, in->operands[0], 0, depth + 1);
+    case TPU_OP_SLICE_START: /* ((operand), slice, context): the slice lies in the operand's buffer */
+      return leaf <= 1 ? buffer_of(be, in->operands[0], 0, depth + 1) : -1;
+    case TPU_OP_SLICE_DONE: return buffer_of(be, in->operands[0], 1, depth + 1);
     case TPU_OP_ALL_REDUCE_DONE:
     case TPU_OP_ALL_GATHER_DONE:
     case TPU_OP_COLLECTIVE_PERMUTE_DONE: /* the result part of its -start: (operands, results, ...) */

@@ -132,6 +132,22 @@ typedef struct {
 } cost;
 
 /* Adds the vector work of one non-matmul instruction. */
+/* Is every window dimension of reduce-window `in` either of size 1 or wide enough that each
+ * output position covers the whole operand dimension (unit stride, no dilation)? */
+static int whole_windows(const tpu_instr *in) {
+  if (in->noperands != 2 || in->nwindow != in->operands[0]->shape.rank) return 0;
+  int any = 0;
+  for (int i = 0; i < in->nwindow; i++) {
+    const tpu_window_dim *w = &in->window[i];
+    int64_t dim = in->operands[0]->shape.dims[i], out = in->shape.dims[i];
+    if (w->size == 1 && w->base_dilation <= 1 && w->window_dilation <= 1) continue;
+    if (w->stride != 1 || w->base_dilation > 1 || w->window_dilation > 1) return 0;
+    if (w->pad_lo < out - 1 || w->size < dim + w->pad_lo) return 0;
+    any = 1;
+  }
+  return any;
+}
+
 static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
   const tpu_shape *s = &in->shape;
   int64_t vr = tpu__vregs(be, s);
@@ -180,6 +196,18 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
     case TPU_OP_REDUCE_WINDOW: case TPU_OP_SELECT_AND_SCATTER: {
       int64_t win = 1;
       for (int i = 0; i < in->nwindow; i++) win *= in->window[i].size;
+      if (in->op == TPU_OP_REDUCE_WINDOW && whole_windows(in)) {
+        /* every output sees its whole row (the TPU compiler's row maximum as a
+         * reduce-window of size 2n-1): one reduction of the input, then a broadcast */
+        const tpu_shape *is = &in->operands[0]->shape;
+        int64_t ivr = tpu__vregs(be, is), ovr = tpu__vregs(be, s);
+        int64_t ops = comp_ops(in->to_apply);
+        c->vpu += ivr * ops + ovr;
+        c->xlu += ivr;
+        c->flops += (double)tpu_shape_numel(is) * (double)ops;
+        c->padded_flops += (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)ops;
+        return;
+      }
       const tpu_shape *os = in->op == TPU_OP_REDUCE_WINDOW ? s : &in->operands[0]->shape;
       int64_t ovr = tpu__vregs(be, os);
       int64_t ops = in->op == TPU_OP_REDUCE_WINDOW ? comp_ops(in->to_apply) : 3;
@@ -296,6 +324,23 @@ static int passes_for(const tpu__be *be, const tpu_instr *mm, tpu_dtype t) {
   return p == TPU_PREC_HIGHEST ? 6 : p == TPU_PREC_HIGH ? 3 : 1;
 }
 
+/* Does every output position of window dimension w, over an input of n elements dilated by
+ * w->base_dilation (> 1), meet at most one input element? */
+static int dilated_single_tap(const tpu_window_dim *w, int64_t n, int64_t out) {
+  int64_t d = w->base_dilation, wd = w->window_dilation > 0 ? w->window_dilation : 1;
+  if (d <= 1 || n < 1 || out < 1 || w->stride < 1 || out * w->size > 1000000) return 0;
+  int64_t last = (n - 1) * d; /* the dilated input's last element */
+  for (int64_t o = 0; o < out; o++) {
+    int hits = 0;
+    for (int64_t t = 0; t < w->size && hits < 2; t++) {
+      int64_t x = o * w->stride + t * wd - w->pad_lo;
+      hits += x >= 0 && x <= last && x % d == 0;
+    }
+    if (hits > 1) return 0;
+  }
+  return 1;
+}
+
 static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
 
 /* The MXU problem of a dot or convolution. */
@@ -313,7 +358,16 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
     int64_t m = mm->shape.dims[cd->out_batch], taps = 1;
     for (int i = 0; i < cd->nspatial; i++) {
       m *= mm->shape.dims[cd->out_spatial[i]];
-      taps *= rs->dims[cd->k_spatial[i]];
+      /* Over a dilated input where every output meets at most one input element, only that
+       * tap is work: the XLA TPU compiler writes a batched dot as such a convolution (its
+       * batch dimensions spatial, e.g. size=2x32 lhs_dilate=2x32, or size=4 stride=4 pad=3_3
+       * lhs_dilate=3). Windows that meet several (a transposed convolution's gradient) are
+       * counted whole, as the compiler counts them. */
+      int64_t t = rs->dims[cd->k_spatial[i]];
+      if (i < mm->nwindow && dilated_single_tap(&mm->window[i], ls->dims[cd->in_spatial[i]],
+                                                mm->shape.dims[cd->out_spatial[i]]))
+        t = 1;
+      taps *= t;
     }
     k->b = g;
     k->m = m;
@@ -348,15 +402,36 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
 /* The operand index of fusion `f` whose value feeds `x` inside the fused computation,
  * following layout-only and elementwise unary ops (convert, bitcast, copy...); -1 when
  * `x` is computed from several operands. */
-static int fused_source(const tpu_instr *f, const tpu_instr *x) {
-  int k = tpu__fused_source(x);
-  return k < f->noperands ? k : -1;
-}
+#define NEST_MAX 4
 
-static const tpu_instr *find_matmul(const tpu_comp *c) {
+/* The dot or convolution fused computation c runs, also inside the fusions it nests (the
+ * TPU compiler's programs nest a kOutput fusion in another); path[0..*depth) gets those
+ * nested fusion instructions, outermost first. */
+static const tpu_instr *find_matmul(const tpu_comp *c, const tpu_instr **path, int *depth) {
   for (int i = 0; c && i < c->ninstrs; i++)
     if (c->instrs[i]->op == TPU_OP_DOT || c->instrs[i]->op == TPU_OP_CONVOLUTION) return c->instrs[i];
+  for (int i = 0; c && *depth < NEST_MAX && i < c->ninstrs; i++) {
+    const tpu_instr *f = c->instrs[i];
+    if (f->op != TPU_OP_FUSION || !f->calls) continue;
+    path[(*depth)++] = f;
+    const tpu_instr *mm = find_matmul(f->calls, path, depth);
+    if (mm) return mm;
+    (*depth)--;
+  }
   return NULL;
+}
+
+/* The operand index of fusion `f` whose value feeds `x` inside the fused computation (and
+ * the fusions path[0..depth) nested in it, x in the innermost), following layout-only and
+ * elementwise unary ops (convert, bitcast, copy...); -1 when `x` is computed from several
+ * operands. */
+static int fused_source(const tpu_instr *f, const tpu_instr *const *path, int depth, const tpu_instr *x) {
+  int k = tpu__fused_source(x);
+  for (int d = depth - 1; d >= 0 && k >= 0; d--) {
+    if (k >= path[d]->noperands) return -1;
+    k = tpu__fused_source(path[d]->operands[k]);
+  }
+  return k < f->noperands ? k : -1;
 }
 
 static const char *fusion_kind(const tpu_instr *in) {
@@ -472,13 +547,15 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
       k->own = 1;
       break;
     case TPU_OP_CUSTOM_CALL:
-      if (tpu_custom_call_kind(in) == TPU_CC_IDENTITY) return TPU_OK; /* an alias of its operand */
+      if (tpu_custom_call_kind(in) == TPU_CC_IDENTITY || tpu_custom_call_kind(in) == TPU_CC_CONCAT_BITCAST)
+        return TPU_OK; /* an alias of its operand (ConcatBitcast: its slices already side by side) */
       if (tpu_custom_call_kind(in) != TPU_CC_TOPK) return tpu_custom_call_refuse(in, "the TPU back end", be->d);
       k->own = 1;
       break; /* top-k: a kernel costed as one (add_cost) */
     case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT: case TPU_OP_BITCAST:
     case TPU_OP_OPT_BARRIER: case TPU_OP_AFTER_ALL: case TPU_OP_ADD_DEPENDENCY:
     case TPU_OP_COPY_START: case TPU_OP_COPY_DONE: /* a prefetch XLA scheduled: its copy aliases the source */
+    case TPU_OP_SLICE_START: case TPU_OP_SLICE_DONE: /* so does its slice */
     case TPU_OP_PARTITION_ID: case TPU_OP_REPLICA_ID:
     case TPU_OP_ALL_REDUCE_DONE: case TPU_OP_ALL_GATHER_DONE: case TPU_OP_COLLECTIVE_PERMUTE_DONE:
       /* -done hands over its -start's result (lower waits for the links there). */
@@ -515,8 +592,10 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   po.scalar = tpu_dtype_is_array(in->shape.dtype) && in->shape.rank == 0;
   for (int i = 0; po.scalar && i < in->noperands; i++)
     po.scalar = tpu_dtype_is_array(in->operands[i]->shape.dtype) && in->operands[i]->shape.rank == 0;
+  const tpu_instr *path[NEST_MAX];
+  int depth = 0;
   const tpu_instr *mm = in->op == TPU_OP_DOT || in->op == TPU_OP_CONVOLUTION ? in
-                        : in->op == TPU_OP_FUSION ? find_matmul(in->calls) : NULL;
+                        : in->op == TPU_OP_FUSION ? find_matmul(in->calls, path, &depth) : NULL;
   cost c = {0, 0, 0, 0, 0};
   if (in->op != TPU_OP_DOT && in->op != TPU_OP_CONVOLUTION) add_cost(be, in, &c);
   if (mm) {
@@ -526,8 +605,8 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
       k->mm_lhs = 0;
       k->mm_rhs = 1;
     } else {
-      k->mm_lhs = fused_source(in, mm->operands[0]);
-      k->mm_rhs = fused_source(in, mm->operands[1]);
+      k->mm_lhs = fused_source(in, path, depth, mm->operands[0]);
+      k->mm_rhs = fused_source(in, path, depth, mm->operands[1]);
     }
     const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols;
     po.m = k->m;

@@ -490,7 +490,9 @@ int tpu_build_has_effects(const tpu_instr *in) {
     case TPU_OP_INFEED:
     case TPU_OP_OUTFEED:
     case TPU_OP_COPY_START:
-    case TPU_OP_COPY_DONE: return 1;
+    case TPU_OP_COPY_DONE:
+    case TPU_OP_SLICE_START:
+    case TPU_OP_SLICE_DONE: return 1;
     default: return 0; /* collectives too: every chip runs the same program, so an unused
                         * collective is dropped on every chip alike */
   }

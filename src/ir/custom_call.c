@@ -46,6 +46,7 @@ tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in) {
   if (!strcmp(t, "TopK")) return TPU_CC_TOPK;
   if (!strcmp(t, "AsyncCollectiveStart")) return TPU_CC_ASYNC_START;
   if (!strcmp(t, "AsyncCollectiveDone")) return TPU_CC_ASYNC_DONE;
+  if (!strcmp(t, "ConcatBitcast")) return TPU_CC_CONCAT_BITCAST;
   return TPU_CC_OTHER;
 }
 
@@ -98,6 +99,21 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
       if (!ok)
         return TPU_VFAIL(d, in, "custom-call target \"TopK\" must give (values, s32 indices) of the operand %s with the "
                          "last dimension cut to k", tpu__vshape(s, &a));
+      return TPU_OK;
+    }
+    case TPU_CC_CONCAT_BITCAST: {
+      const tpu_shape *r = &in->shape;
+      int ok = in->noperands >= 1 && tpu_dtype_is_array(r->dtype) && r->rank >= 1;
+      int64_t rows = 0;
+      for (int k = 0; ok && k < in->noperands; k++) {
+        const tpu_shape *s = &in->operands[k]->shape;
+        ok = s->dtype == r->dtype && s->rank == r->rank;
+        for (int i = 1; ok && i < r->rank; i++) ok = s->dims[i] == r->dims[i];
+        rows += ok ? s->dims[0] : 0;
+      }
+      if (!ok || rows != r->dims[0])
+        return TPU_VFAIL(d, in, "custom-call target \"ConcatBitcast\" must join its operands along dimension 0 "
+                                "into %s", tpu__vshape(r, &a));
       return TPU_OK;
     }
     case TPU_CC_OTHER: return TPU_OK;

@@ -17,7 +17,10 @@ typedef enum {
    * and gives (its operand, its result, synchronisation state...); "AsyncCollectiveDone"
    * takes the buffers and the collective again and gives the collective's result. */
   TPU_CC_ASYNC_START,
-  TPU_CC_ASYNC_DONE
+  TPU_CC_ASYNC_DONE,
+  /* "ConcatBitcast": its operands (slices a slice-start put side by side in VMEM) joined
+   * along dimension 0, as one buffer: no work */
+  TPU_CC_CONCAT_BITCAST
 } tpu_cc_kind;
 
 tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in);

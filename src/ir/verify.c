@@ -498,6 +498,24 @@ static tpu_status verify_structure(const tpu_instr *in, tpu_diag *d) {
       if (st->op != TPU_OP_COPY_START) return TPU_VFAIL(d, in, "the operand must be a copy-start");
       return tpu__vexpect(in, &st->shape.elems[0], d);
     }
+    case TPU_OP_SLICE_START: {
+      /* ((operand), slice, context): the TPU compiler's asynchronous slice (a weight's rows
+       * prefetched into VMEM in pieces); slice= as for slice */
+      const tpu_shape *s = &in->operands[0]->shape, *r = &in->shape;
+      if (r->dtype != TPU_TUPLE || r->ntuple < 2 || r->elems[0].dtype != TPU_TUPLE || r->elems[0].ntuple != 1 ||
+          !tpu_shape_equal(&r->elems[0].elems[0], s))
+        return TPU_VFAIL(d, in, "the result must be ((operand), slice, context) with the operand's shape %s",
+                         tpu__vshape(s, &a));
+      tpu_instr sl = *in;
+      sl.op = TPU_OP_SLICE;
+      sl.shape = r->elems[1];
+      return tpu__verify_movement(&sl, d);
+    }
+    case TPU_OP_SLICE_DONE: {
+      const tpu_instr *st = in->operands[0];
+      if (st->op != TPU_OP_SLICE_START) return TPU_VFAIL(d, in, "the operand must be a slice-start");
+      return tpu__vexpect(in, &st->shape.elems[1], d);
+    }
     case TPU_OP_AFTER_ALL: {
       for (int k = 0; k < in->noperands; k++)
         if (in->operands[k]->shape.dtype != TPU_TOKEN)

@@ -251,6 +251,19 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
       return st;
     }
     case TPU_OP_COPY_DONE: return tpu_tensor_clone(out, &args[0]->elems[0], d);
+    case TPU_OP_SLICE_START: { /* ((operand), slice, context 0) */
+      TPU_TRY(tpu__ref_alloc_shape(out, &in->shape, d));
+      tpu_instr sl = *in;
+      sl.op = TPU_OP_SLICE;
+      sl.shape = in->shape.elems[1];
+      tpu_tensor_free(&out->elems[0].elems[0]);
+      tpu_tensor_free(&out->elems[1]);
+      tpu_status st = tpu_tensor_clone(&out->elems[0].elems[0], args[0], d);
+      if (st == TPU_OK) st = tpu__ref_movement(ip, &sl, args, &out->elems[1], d);
+      if (st != TPU_OK) tpu_tensor_free(out);
+      return st;
+    }
+    case TPU_OP_SLICE_DONE: return tpu_tensor_clone(out, &args[0]->elems[1], d);
     case TPU_OP_CUSTOM_CALL:
       switch (tpu_custom_call_kind(in)) {
         case TPU_CC_IDENTITY:
@@ -259,6 +272,14 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
           return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc,
                           "custom-call '%s' changes a shape: it needs the module partitioned over its mesh",
                           tpu_instr_user_name(in));
+        case TPU_CC_CONCAT_BITCAST: {
+          tpu_instr cat = *in;
+          int64_t zero = 0;
+          cat.op = TPU_OP_CONCATENATE;
+          cat.dimensions.v = &zero;
+          cat.dimensions.n = 1;
+          return tpu__ref_movement(ip, &cat, args, out, d);
+        }
         case TPU_CC_TOPK: {
           tpu_instr k = *in; /* top-k with k from the result */
           k.op = TPU_OP_TOPK;
