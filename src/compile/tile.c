@@ -324,11 +324,11 @@ static int passes_for(const tpu__be *be, const tpu_instr *mm, tpu_dtype t) {
   return p == TPU_PREC_HIGHEST ? 6 : p == TPU_PREC_HIGH ? 3 : 1;
 }
 
-/* Does every output position of window dimension w, over an input of n elements dilated by
- * w->base_dilation (> 1), meet at most one input element? */
-static int dilated_single_tap(const tpu_window_dim *w, int64_t n, int64_t out) {
-  int64_t d = w->base_dilation, wd = w->window_dilation > 0 ? w->window_dilation : 1;
-  if (d <= 1 || n < 1 || out < 1 || w->stride < 1 || out * w->size > 1000000) return 0;
+/* Does every output position of window dimension w, over an input of n elements (dilated by
+ * w->base_dilation, padded), meet at most one input element? */
+static int single_tap(const tpu_window_dim *w, int64_t n, int64_t out) {
+  int64_t d = w->base_dilation > 0 ? w->base_dilation : 1, wd = w->window_dilation > 0 ? w->window_dilation : 1;
+  if (w->size <= 1 || n < 1 || out < 1 || w->stride < 1 || out * w->size > 1000000) return 0;
   int64_t last = (n - 1) * d; /* the dilated input's last element */
   for (int64_t o = 0; o < out; o++) {
     int hits = 0;
@@ -358,14 +358,14 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
     int64_t m = mm->shape.dims[cd->out_batch], taps = 1;
     for (int i = 0; i < cd->nspatial; i++) {
       m *= mm->shape.dims[cd->out_spatial[i]];
-      /* Over a dilated input where every output meets at most one input element, only that
-       * tap is work: the XLA TPU compiler writes a batched dot as such a convolution (its
-       * batch dimensions spatial, e.g. size=2x32 lhs_dilate=2x32, or size=4 stride=4 pad=3_3
-       * lhs_dilate=3). Windows that meet several (a transposed convolution's gradient) are
-       * counted whole, as the compiler counts them. */
+      /* Where every output meets at most one input element (the rest of its window is
+       * padding or the holes of a dilated input), only that tap is work: the XLA TPU
+       * compiler writes a batched dot as such a convolution (its batch dimensions spatial,
+       * e.g. size=2x32 lhs_dilate=2x32, size=4 stride=4 pad=3_3 lhs_dilate=3, or size=32
+       * pad=31_31 over one element). Windows that meet several (a transposed convolution's
+       * gradient) are counted whole, as the compiler counts them. */
       int64_t t = rs->dims[cd->k_spatial[i]];
-      if (i < mm->nwindow && dilated_single_tap(&mm->window[i], ls->dims[cd->in_spatial[i]],
-                                                mm->shape.dims[cd->out_spatial[i]]))
+      if (i < mm->nwindow && single_tap(&mm->window[i], ls->dims[cd->in_spatial[i]], mm->shape.dims[cd->out_spatial[i]]))
         t = 1;
       taps *= t;
     }

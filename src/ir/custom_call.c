@@ -37,6 +37,17 @@ const char *tpu_custom_call_target(const tpu_instr *in, char *buf, size_t n) {
   return buf;
 }
 
+int tpu_concat_bitcast_dim(const tpu_instr *in) {
+  const tpu_shape *r = &in->shape;
+  for (int k = 0; k < in->noperands; k++) {
+    const tpu_shape *s = &in->operands[k]->shape;
+    for (int i = 0; i < r->rank && i < s->rank; i++)
+      if (s->dims[i] != r->dims[i]) return i;
+  }
+  /* every operand the result's shape (one operand): its physically major dimension */
+  return r->has_layout && r->rank > 0 ? r->minor_to_major[r->rank - 1] : 0;
+}
+
 tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in) {
   if (in->op != TPU_OP_CUSTOM_CALL) return TPU_CC_OTHER;
   char t[128];
@@ -103,16 +114,17 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
     }
     case TPU_CC_CONCAT_BITCAST: {
       const tpu_shape *r = &in->shape;
+      int cd = tpu_concat_bitcast_dim(in);
       int ok = in->noperands >= 1 && tpu_dtype_is_array(r->dtype) && r->rank >= 1;
       int64_t rows = 0;
       for (int k = 0; ok && k < in->noperands; k++) {
         const tpu_shape *s = &in->operands[k]->shape;
         ok = s->dtype == r->dtype && s->rank == r->rank;
-        for (int i = 1; ok && i < r->rank; i++) ok = s->dims[i] == r->dims[i];
-        rows += ok ? s->dims[0] : 0;
+        for (int i = 0; ok && i < r->rank; i++) ok = i == cd || s->dims[i] == r->dims[i];
+        rows += ok ? s->dims[cd] : 0;
       }
-      if (!ok || rows != r->dims[0])
-        return TPU_VFAIL(d, in, "custom-call target \"ConcatBitcast\" must join its operands along dimension 0 "
+      if (!ok || rows != r->dims[cd])
+        return TPU_VFAIL(d, in, "custom-call target \"ConcatBitcast\" must join its operands along one dimension "
                                 "into %s", tpu__vshape(r, &a));
       return TPU_OK;
     }

@@ -19,9 +19,13 @@ typedef enum {
   TPU_CC_ASYNC_START,
   TPU_CC_ASYNC_DONE,
   /* "ConcatBitcast": its operands (slices a slice-start put side by side in VMEM) joined
-   * along dimension 0, as one buffer: no work */
+   * along one dimension (the one where they differ from the result: the physically major
+   * one), as one buffer: no work */
   TPU_CC_CONCAT_BITCAST
 } tpu_cc_kind;
+
+/* The dimension a ConcatBitcast custom call joins its operands along. */
+int tpu_concat_bitcast_dim(const tpu_instr *in);
 
 tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in);
 

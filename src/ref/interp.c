@@ -274,9 +274,9 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
                           tpu_instr_user_name(in));
         case TPU_CC_CONCAT_BITCAST: {
           tpu_instr cat = *in;
-          int64_t zero = 0;
+          int64_t dim = tpu_concat_bitcast_dim(in);
           cat.op = TPU_OP_CONCATENATE;
-          cat.dimensions.v = &zero;
+          cat.dimensions.v = &dim;
           cat.dimensions.n = 1;
           return tpu__ref_movement(ip, &cat, args, out, d);
         }

@@ -1,8 +1,8 @@
 #!/bin/sh
 # The XLA TPU compiler's own compiled programs (bench/fidelity/compiled/NAME.CHIP.hlo, written
 # by `bench/fidelity/gen.py compiled=CHIP NAME...` with libtpu, committed) timed by tpusim as
-# they are — their fusions (nested ones too), layouts, memory spaces, asynchronous copies and
-# slices, dots written as input-dilated convolutions, whole-row reduce-windows — against the
+# they are — their fusions (nested ones too), layouts, asynchronous copies and slices, dots
+# written as input-dilated or padded convolutions, whole-row reduce-windows — against the
 # compiler's own estimated_cycles for the same program (bench/fidelity/corpus/NAME.json).
 # Each must come within a factor of 2 (the table is printed); before the nested-fusion,
 # whole-row reduce-window and single-tap dilated-convolution rules, the compiled attention
