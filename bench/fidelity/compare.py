@@ -108,6 +108,9 @@ def main():
     ap.add_argument("--worst", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--markdown", action="store_true", help="also print the per-generation table as Markdown")
+    ap.add_argument("--compiled", action="store_true",
+                    help="time the compiler's own compiled programs (bench/fidelity/compiled/NAME.GEN.hlo, "
+                         "gen.py compiled=GEN) instead of tpusim's compilation of NAME.hlo")
     ap.add_argument("--preset", action="append", default=[], metavar="GEN=CHIP",
                     help="run generation GEN on tpusim chip CHIP (default v4=v4:core, others by name)")
     a = ap.parse_args()
@@ -121,10 +124,12 @@ def main():
     if not names:
         sys.exit("no programs in %s" % a.corpus)
     recs = {n: json.load(open(os.path.join(a.corpus, n + ".json"))) for n in names}
-    jobs = [(n, c) for n in names for c in chips if c in recs[n]["chips"]]
+    compiled_dir = os.path.join(HERE, "compiled")
+    src = (lambda n, c: os.path.join(compiled_dir, f"{n}.{c}.hlo")) if a.compiled else \
+        (lambda n, c: os.path.join(a.corpus, n + ".hlo"))
+    jobs = [(n, c) for n in names for c in chips if c in recs[n]["chips"] and os.path.exists(src(n, c))]
     with cf.ThreadPoolExecutor(max(1, a.jobs)) as ex:
-        sims = dict(zip(jobs, ex.map(lambda j: run_tpusim(a.tpusim, os.path.join(a.corpus, j[0] + ".hlo"),
-                                                          PRESET.get(j[1], j[1])), jobs)))
+        sims = dict(zip(jobs, ex.map(lambda j: run_tpusim(a.tpusim, src(*j), PRESET.get(j[1], j[1])), jobs)))
     rows, failures = [], []
     for (n, c), s in sims.items():
         comp = recs[n]["chips"][c]

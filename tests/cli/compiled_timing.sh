@@ -15,9 +15,15 @@ trap 'rm -rf "$T"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 command -v python3 > /dev/null && python3 -c "import numpy" 2> /dev/null || { echo "skip: no python3 with numpy"; exit 77; }
+# The programs that carry each construct (the directory holds the whole v5e corpus; its
+# statistics: python3 bench/fidelity/compare.py --compiled --chips v5e, docs/fidelity.md)
+CHECKED="adam_f32_16777216 attn_fwd_b2h32s2048d128_causal attn_fwd_b4h16s1024d128_causal conv_fwd_c3x3_28_128_bf16
+cross_entropy_8192x32000_bf16 decode_bf16_1x4096x4096 gemm_bf16_4096x4096x4096 layer_fwd_b4s1024d1024
+layer_bwd_b4s1024d1024 layernorm_fwd_8192x4096_bfloat16 softmax_4096x4096_float32"
 n=0
-for f in bench/fidelity/compiled/*.hlo; do
-  [ -f "$f" ] || continue
+for prog in $CHECKED; do
+  f=bench/fidelity/compiled/$prog.v5e.hlo
+  [ -f "$f" ] || { fail "$f missing"; continue; }
   base=$(basename "$f" .hlo)
   name=${base%.*}
   chip=${base##*.}
@@ -35,7 +41,7 @@ print(f"  {base:45s} tpusim {cyc / (ghz * 1e3):10.1f} us  compiler {comp / clock
 sys.exit(0 if 0.5 <= ratio <= 2.0 else 1)
 EOF
 done
-[ "$n" -ge 10 ] || fail "only $n compiled programs found"
+[ "$n" -ge 11 ] || fail "only $n compiled programs timed"
 
 # slice-start / slice-done / ConcatBitcast: four slices of x, joined again, are x
 cat > "$T/sl.hlo" <<'EOF'
