@@ -373,6 +373,16 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
     k->m = m;
     k->k = rs->dims[cd->k_in] * taps;
     k->n = rs->dims[cd->k_out] / g;
+    /* Fewer output features than the 128 lanes and a larger batch: the XLA TPU compiler lays
+     * the batch across the lanes (its output layout puts the batch minor, {0,3,2,1} for
+     * NHWC), so the batch is the MXU's column dimension and the features join the rows
+     * (a 7x7 stem's input gradient has 3 features and a batch of 32). Not for a dot written
+     * as a convolution (one tap), whose "batch" is a dot dimension. */
+    int64_t batch = mm->shape.dims[cd->out_batch], lanes128 = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+    if (g == 1 && taps > 1 && k->n < lanes128 && batch > k->n && batch > 0) {
+      k->m = m / batch * k->n;
+      k->n = batch;
+    }
     /* The XLA TPU compiler runs a filter (a window of at most 7 taps a side, unit stride,
      * no input dilation) tap by tap, each tap's input features as the contraction: features
      * fill the 128 lanes of their tile, so fewer than 128 are padded at every tap (probed on
