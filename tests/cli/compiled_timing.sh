@@ -8,12 +8,7 @@
 # whole-row reduce-window and single-tap dilated-convolution rules, the compiled attention
 # forward timed 47x the compiler's estimate and a transformer layer did not parse.
 # Also: slice-start / slice-done and the ConcatBitcast custom call give the values they mean.
-set -u
-BIN="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. tests/cli/lib/preamble.sh
 command -v python3 > /dev/null && python3 -c "import numpy" 2> /dev/null || { echo "skip: no python3 with numpy"; exit 77; }
 # The programs that carry each construct (the directory holds the whole v5e corpus; its
 # statistics: python3 bench/fidelity/compare.py --compiled --chips v5e, docs/fidelity.md)

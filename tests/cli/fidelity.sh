@@ -2,13 +2,8 @@
 # bench/fidelity/compare.py still runs against the built CLI on a few committed corpus
 # programs (the XLA TPU compiler's figures are committed; no libtpu needed) and tpusim's
 # numbers are produced for every generation. Checks that it runs, never what it finds.
-set -u
-BIN="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+. tests/cli/lib/preamble.sh
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 python3 bench/fidelity/compare.py --tpusim "$BIN" --only gemm_bf16_1024x1024x1024,layernorm_fwd_4096x1024_bf,adam_f32_1048576 \
   --json "$T/r.json" > "$T/out" 2> "$T/err" || fail "compare.py exited $?: $(cat "$T/err") $(tail -5 "$T/out")"
 grep -q "^summary: v4: median" "$T/out" || fail "no summary line: $(tail -3 "$T/out")"

@@ -1,12 +1,7 @@
 #!/bin/sh
 # Out of the box: `cmake --install` puts the binary and the chip presets under a prefix,
 # and the installed binary finds them from any directory; -o creates missing parents.
-set -u
-BIN="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. tests/cli/lib/preamble.sh
 BUILD=$(dirname "$BIN")
 
 cmake --install "$BUILD" --prefix "$T/inst" > "$T/log" 2>&1 || fail "cmake --install exited $?: $(tail -2 "$T/log")"

@@ -4,12 +4,7 @@
 # bad shapes and attributes, refused custom-call targets and missing targets are one line
 # FILE:LINE:COL: error: ..., exit 2, no result files; under --backend tpu a refusal names
 # the TPU back end, never the reference interpreter.
-set -u
-BIN="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. tests/cli/lib/preamble.sh
 C=tests/conformance/cases
 
 # cho_factor + cho_solve (cholesky, two triangular solves) on both backends: same bits.

@@ -4,13 +4,8 @@
 # Young/Daly interval, the SVG, budget and fit limits), an MoE model, one-line errors with
 # file:line:col for bad model files, and `plan buckets` (the seed's 84 % waste, the fewest
 # buckets checked against brute force). Needs python3 (skips with 77 without it).
-set -u
-BIN="$1"
+. tests/cli/lib/preamble.sh
 command -v python3 > /dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 D=tests/cli/plan
 
 # Text: a ranked table, the fit summary and the Pareto front.

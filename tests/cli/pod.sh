@@ -4,12 +4,7 @@
 # the ICI unit (same cycles in --mode timing), one-line errors for bad shardings and for
 # devices that diverge (no hang), and, when built with MPI, mpirun results bit-identical to
 # one process.
-set -u
-BIN="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. tests/cli/lib/preamble.sh
 P=examples/pod
 IN="-i $P/mlp.a.npy -i $P/mlp.w.npy"
 

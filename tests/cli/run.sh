@@ -1,12 +1,7 @@
 #!/bin/sh
 # tpusim run: results and summary on a good program; one-line file:line:col errors, exit
 # status 2 and no output files on bad programs and inputs.
-set -u
-BIN="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. tests/cli/lib/preamble.sh
 
 # A good run with given inputs writes one .npy per result leaf and a summary.
 "$BIN" run examples/mlp.hlo -i examples/mlp.in0.npy -i examples/mlp.in1.npy -i examples/mlp.in2.npy \

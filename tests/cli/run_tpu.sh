@@ -2,12 +2,7 @@
 # tpusim run on the tpu backend: summary, per-op profile, --report and --trace files,
 # --mode timing with the same cycles as a full run, values bit-identical to the reference
 # backend on a program without dots, and one-line errors with no partial files.
-set -u
-BIN="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. tests/cli/lib/preamble.sh
 MLP_IN="-i examples/mlp.in0.npy -i examples/mlp.in1.npy -i examples/mlp.in2.npy -i examples/mlp.in3.npy -i examples/mlp.in4.npy"
 
 # A full run (the default backend) prints values and timing and writes both files.

@@ -4,12 +4,7 @@
 # one sits on the bandwidth roof, an int8 FC layer at batch 200 on TPU v1 is deep in the
 # memory-bound region, and the Llama-2-70B-shaped per-chip training step times in
 # --mode timing on v5p (and fails on v5e with the HBM capacity error).
-set -u
-BIN="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. tests/cli/lib/preamble.sh
 
 # gemm M N K IN_TYPE OUT_TYPE FILE: a plain dot, A[M,K] x B[K,N].
 gemm() {

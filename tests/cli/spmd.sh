@@ -3,12 +3,7 @@
 # the module's mesh (or --mesh); a 70B-shaped two-layer step that needs 160 GB on one chip
 # fits each of 16 v5e chips with FSDP; the 3-D data x fsdp x tensor mesh on 128 chips;
 # one-line errors.
-set -u
-BIN="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. tests/cli/lib/preamble.sh
 L=examples/spmd/llama70b_2layers.hlo
 
 "$BIN" run $L --mode timing --chip v5e > "$T/out" 2> "$T/err" || fail "FSDP over 16 chips exited $?: $(cat "$T/err")"

@@ -4,12 +4,7 @@
 # collectives, layouts and fusions kept — and gives the values of its source program (JAX's
 # lowered sharded HLO, partitioned by tpusim itself), within 1e-5 of the largest output (the
 # compiler reorders f32 sums); each is also timed, beside the compiler's own estimate.
-set -u
-BIN="$1"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. tests/cli/lib/preamble.sh
 command -v python3 > /dev/null && python3 -c "import numpy" 2> /dev/null || { echo "skip: no python3 with numpy"; exit 77; }
 n=0
 for d in tests/tpu/cases/pod_*; do
