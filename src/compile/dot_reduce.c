@@ -21,12 +21,6 @@ typedef struct {
   tpu_comp *add; /* f32 (a, b) -> a + b, made on first use */
 } dr;
 
-static int listed(const tpu_i64s *v, int64_t d) {
-  for (int i = 0; i < v->n; i++)
-    if (v->v[i] == d) return i;
-  return -1;
-}
-
 static tpu_shape plain(tpu_dtype t, int rank, const int64_t *dims) {
   tpu_shape s;
   memset(&s, 0, sizeof s);
@@ -37,18 +31,7 @@ static tpu_shape plain(tpu_dtype t, int rank, const int64_t *dims) {
 }
 
 static tpu_status adder(dr *r, tpu_comp **out) {
-  if (!r->add) {
-    tpu_comp *c;
-    TPU_TRY(tpu_build_comp(r->b, "dot.add", r->b->m->entry, &c));
-    tpu_shape sc = plain(TPU_F32, 0, NULL);
-    tpu_instr *p[2], *s;
-    TPU_TRY(tpu_build_param(r->b, c, 0, "a", &sc, &p[0]));
-    TPU_TRY(tpu_build_param(r->b, c, 1, "b", &sc, &p[1]));
-    TPU_TRY(tpu_build_instr(r->b, c, TPU_OP_ADD, "sum", &sc, p, 2, tpu_noloc(), &s));
-    tpu_build_set_root(c, s);
-    TPU_TRY(tpu_build_finish(r->b, c));
-    r->add = c;
-  }
+  if (!r->add) TPU_TRY(tpu_build_scalar_comp(r->b, "dot.add", TPU_OP_ADD, TPU_F32, r->b->m->entry, &r->add));
   *out = r->add;
   return TPU_OK;
 }
@@ -96,7 +79,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   int64_t vdims[TPU_MAX_RANK], to_m[TPU_MAX_RANK];
   int vk = 0;
   for (int d = 0; d < V->shape.rank; d++) {
-    int i = listed(vb, d), j = listed(vc, d);
+    int i = tpu_i64s_find(vb, d), j = tpu_i64s_find(vc, d);
     if (i < 0 && j < 0) continue;
     vdims[vk] = V->shape.dims[d];
     to_m[vk++] = i >= 0 ? mb->v[i] : mc->v[j];
@@ -142,7 +125,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   int64_t kept[TPU_MAX_RANK], kdims[TPU_MAX_RANK];
   int nk = 0;
   for (int d = 0; d < M->shape.rank; d++)
-    if (listed(mc, d) < 0) {
+    if (tpu_i64s_find(mc, d) < 0) {
       kept[nk] = d;
       kdims[nk++] = M->shape.dims[d];
     }
@@ -158,7 +141,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   moved = 0;
   for (int i = 0; i < mb->n; i++) order[no++] = mb->v[i];
   for (int d = 0; d < M->shape.rank; d++)
-    if (listed(mb, d) < 0 && listed(mc, d) < 0) order[no++] = d;
+    if (tpu_i64s_find(mb, d) < 0 && tpu_i64s_find(mc, d) < 0) order[no++] = d;
   for (int i = 0; i < no; i++) { /* as positions in the sum's dimensions */
     int at = 0;
     while (kept[at] != order[i]) at++;

@@ -231,11 +231,6 @@ static int all_users_owned(const fuser *f, int id, int g) {
 }
 
 /* Whether producer p may join group g through member m, and on which side. */
-static int moves_minor(const tpu_instr *p) {
-  return p->op == TPU_OP_TRANSPOSE && p->shape.rank >= 2 && p->dimensions.n == p->shape.rank &&
-         p->dimensions.v[p->shape.rank - 1] != p->shape.rank - 1;
-}
-
 static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *p, member_side *side) {
   const group *G = &f->groups[g];
   member_side ms = (member_side)f->side[m->id];
@@ -253,7 +248,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * read by its users in place, as the compiler runs it (transpose then scale: a `copy` and
    * a `multiply_bitcast_fusion`); not in a vector kernel's loop. (A matmul's result
    * transposed is written in the new layout by the matmul itself.) */
-  if (!G->has_heavy && moves_minor(p) && !tpu__fuse_heavy(p->operands[0])) return 0;
+  if (!G->has_heavy && tpu_instr_moves_minor(p) && !tpu__fuse_heavy(p->operands[0])) return 0;
   if (tpu__fuse_loop_fusible(p)) return 1;
   if (tpu__fuse_heavy(p) && !G->has_heavy && G->kind == K_LOOP) {
     *side = SIDE_HEAVY;

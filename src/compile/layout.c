@@ -159,9 +159,7 @@ static void scan_one(const tpu_instr *x, int *reduces, int64_t *moved, int64_t *
     int64_t e = tpu_shape_numel(&x->operands[0]->shape);
     if (e > *n) *n = e;
   }
-  if (x->op == TPU_OP_TRANSPOSE && x->shape.rank >= 2 && x->dimensions.n == x->shape.rank &&
-      x->dimensions.v[x->shape.rank - 1] != x->shape.rank - 1)
-    *moved += tpu_shape_numel(&x->shape);
+  if (tpu_instr_moves_minor(x)) *moved += tpu_shape_numel(&x->shape);
 }
 
 /* The per-element costs the XLA TPU compiler's cost model charges a vector kernel on the

@@ -225,18 +225,10 @@ static tpu_status sink_convert(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_i
     tpu_tensor_free(&t);
     return TPU_OK;
   }
-  tpu_instr *ninit, *p[2], *m, *red, *ops[2];
+  tpu_instr *ninit, *red, *ops[2];
   TPU_TRY(tpu_build_constant(b, c, init->name, &t, NULL, &ninit));
   tpu_comp *rc;
-  TPU_TRY(tpu_build_comp(b, in->to_apply->name, in->to_apply, &rc));
-  tpu_shape sc;
-  memset(&sc, 0, sizeof sc);
-  sc.dtype = nt;
-  TPU_TRY(tpu_build_param(b, rc, 0, "a", &sc, &p[0]));
-  TPU_TRY(tpu_build_param(b, rc, 1, "b", &sc, &p[1]));
-  TPU_TRY(tpu_build_instr(b, rc, op, "m", &sc, p, 2, tpu_noloc(), &m));
-  tpu_build_set_root(rc, m);
-  TPU_TRY(tpu_build_finish(b, rc));
+  TPU_TRY(tpu_build_scalar_comp(b, in->to_apply->name, op, nt, in->to_apply, &rc));
   tpu_shape rs = in->shape;
   rs.dtype = nt;
   rs.layout_tail = NULL;

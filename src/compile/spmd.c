@@ -188,16 +188,7 @@ tpu_status tpu__spmd_adder(sp *s, tpu_dtype t, tpu_comp **out) {
     return TPU_OK;
   }
   tpu_comp *c;
-  TPU_TRY(tpu_build_comp(&s->b, "spmd.add", s->m->entry, &c));
-  tpu_shape sc = tpu__spmd_scalar(t);
-  tpu_instr *p0, *p1, *r, *ops[2];
-  TPU_TRY(tpu_build_param(&s->b, c, 0, "a", &sc, &p0));
-  TPU_TRY(tpu_build_param(&s->b, c, 1, "b", &sc, &p1));
-  ops[0] = p0;
-  ops[1] = p1;
-  TPU_TRY(tpu_build_instr(&s->b, c, TPU_OP_ADD, "sum", &sc, ops, 2, tpu_noloc(), &r));
-  tpu_build_set_root(c, r);
-  TPU_TRY(tpu_build_finish(&s->b, c));
+  TPU_TRY(tpu_build_scalar_comp(&s->b, "spmd.add", TPU_OP_ADD, t, s->m->entry, &c));
   if ((unsigned)t < 16) s->adders[t] = c;
   *out = c;
   return TPU_OK;

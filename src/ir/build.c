@@ -298,6 +298,23 @@ tpu_status tpu_build_comp(tpu_builder *b, const char *hint, const tpu_comp *befo
   return TPU_OK;
 }
 
+tpu_status tpu_build_scalar_comp(tpu_builder *b, const char *hint, tpu_opcode op, tpu_dtype t, const tpu_comp *before,
+                                 tpu_comp **out) {
+  tpu_comp *c;
+  TPU_TRY(tpu_build_comp(b, hint, before, &c));
+  tpu_shape sc;
+  memset(&sc, 0, sizeof sc);
+  sc.dtype = t;
+  tpu_instr *p[2], *r;
+  TPU_TRY(tpu_build_param(b, c, 0, "a", &sc, &p[0]));
+  TPU_TRY(tpu_build_param(b, c, 1, "b", &sc, &p[1]));
+  TPU_TRY(tpu_build_instr(b, c, op, "r", &sc, p, 2, tpu_noloc(), &r));
+  tpu_build_set_root(c, r);
+  TPU_TRY(tpu_build_finish(b, c));
+  *out = c;
+  return TPU_OK;
+}
+
 tpu_status tpu_build_clone_comp(tpu_builder *b, const tpu_comp *src, const char *hint, const tpu_comp *before,
                                 tpu_comp **out) {
   tpu_comp *c;

@@ -70,6 +70,11 @@ tpu_status tpu_build_clone_instr(tpu_builder *b, tpu_comp *c, const tpu_instr *s
  * `before` (at the end when NULL). It must get instructions and a root before finish. */
 tpu_status tpu_build_comp(tpu_builder *b, const char *hint, const tpu_comp *before, tpu_comp **out);
 
+/* A finished computation (a, b) -> op(a, b) on scalars of type t (a reducer: add, maximum,
+ * ...), named from `hint`, inserted before `before`. */
+tpu_status tpu_build_scalar_comp(tpu_builder *b, const char *hint, tpu_opcode op, tpu_dtype t, const tpu_comp *before,
+                                 tpu_comp **out);
+
 /* A copy of `src` (all instructions, called computations shared) inserted before
  * `before`; finished. */
 tpu_status tpu_build_clone_comp(tpu_builder *b, const tpu_comp *src, const char *hint, const tpu_comp *before,

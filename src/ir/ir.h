@@ -56,6 +56,8 @@ void tpu__shape_put(struct tpu_strbuf *b, const tpu_shape *s);
 
 /* ---- Typed attributes ---- */
 typedef struct { int64_t *v; int n; } tpu_i64s;
+/* The position of x in the list v (a dimension list), or -1. */
+int tpu_i64s_find(const tpu_i64s *v, int64_t x);
 typedef struct { int64_t start, limit, stride; } tpu_slice_dim;
 typedef struct { int64_t lo, hi, interior; } tpu_pad_dim;
 typedef struct {
@@ -201,6 +203,9 @@ int tpu_instr_mixed_float(const tpu_instr *in, tpu_dtype *work);
  * dynamic-slice(f32[32,128] ...)`: the elements are moved, then converted (rounded to nearest
  * even). 1 when `in` is such an op. */
 int tpu_instr_moves_and_converts(const tpu_instr *in);
+/* A transpose whose result's minor dimension is not its operand's: a copy into another
+ * layout, not a renaming of the elements in place. */
+int tpu_instr_moves_minor(const tpu_instr *in);
 /* A float dot that the XLA TPU compiler runs on the vector unit as multiply + reduce: one
  * operand is a vector (its dimensions all batch, contracting or of size 1). Returns 1 and
  * which operand is the matrix (0 lhs, 1 rhs; the larger when both are vectors) when it is,

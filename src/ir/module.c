@@ -58,17 +58,22 @@ int tpu_instr_moves_and_converts(const tpu_instr *in) {
 
 static int dot_float(tpu_dtype t) { return t == TPU_F32 || t == TPU_BF16 || t == TPU_F16; }
 
-static int dim_listed(const tpu_i64s *v, int64_t d) {
+int tpu_instr_moves_minor(const tpu_instr *in) {
+  return in->op == TPU_OP_TRANSPOSE && in->shape.rank >= 2 && in->dimensions.n == in->shape.rank &&
+         in->dimensions.v[in->shape.rank - 1] != in->shape.rank - 1;
+}
+
+int tpu_i64s_find(const tpu_i64s *v, int64_t x) {
   for (int i = 0; i < v->n; i++)
-    if (v->v[i] == d) return 1;
-  return 0;
+    if (v->v[i] == x) return i;
+  return -1;
 }
 
 /* Elements of x's free dimensions (neither batch nor contracting). */
 static int64_t dot_free_elems(const tpu_instr *x, const tpu_i64s *batch, const tpu_i64s *con) {
   int64_t n = 1;
   for (int d = 0; d < x->shape.rank; d++)
-    if (!dim_listed(batch, d) && !dim_listed(con, d)) n *= x->shape.dims[d];
+    if (tpu_i64s_find(batch, d) < 0 && tpu_i64s_find(con, d) < 0) n *= x->shape.dims[d];
   return n;
 }
 

@@ -9,12 +9,6 @@ static tpu_status alloc_fail_at(const tpu_instr *in, tpu_status st, const tpu_di
   return TPU_FAIL(d, st, in->loc, "%s", inner->msg);
 }
 
-static int contains(const tpu_i64s *l, int64_t v) {
-  for (int i = 0; i < l->n; i++)
-    if (l->v[i] == v) return 1;
-  return 0;
-}
-
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* The "batch" walk shared by gather and scatter: the index array's dims other than
@@ -102,7 +96,7 @@ static tpu_status gather(const tpu_instr *in, const tpu_tensor *const *args, tpu
   int64_t bdims[TPU_MAX_RANK], bdstr[TPU_MAX_RANK], bsstr[TPU_MAX_RANK];
   int nw = 0;
   for (int dd = 0; dd < x->rank && nw < g->offset_dims.n; dd++) {
-    if (contains(&g->collapsed_slice_dims, dd) || contains(&g->operand_batching_dims, dd)) continue;
+    if (tpu_i64s_find(&g->collapsed_slice_dims, dd) >= 0 || tpu_i64s_find(&g->operand_batching_dims, dd) >= 0) continue;
     bdims[nw] = g->slice_sizes.v[dd];
     bdstr[nw] = os[g->offset_dims.v[nw]];
     bsstr[nw] = xs[dd];
@@ -205,7 +199,7 @@ static tpu_status scatter(tpu_interp *ip, const tpu_instr *in, const tpu_tensor 
   for (int k = 0; k < x->rank; k++) wsize[k] = 1;
   int nw = 0;
   for (int dd = 0; dd < x->rank && nw < s->update_window_dims.n; dd++) {
-    if (contains(&s->inserted_window_dims, dd) || contains(&s->input_batching_dims, dd)) continue;
+    if (tpu_i64s_find(&s->inserted_window_dims, dd) >= 0 || tpu_i64s_find(&s->input_batching_dims, dd) >= 0) continue;
     int64_t ud = s->update_window_dims.v[nw];
     wsize[dd] = u0->dims[ud];
     bdims[nw] = u0->dims[ud];
