@@ -53,6 +53,13 @@ static const tpu_shape *sibling_space(const tpu__made_set *made, const tpu_comp 
   return sp && sp->dtype != TPU_TUPLE && sp->rank > 0 ? sp : NULL;
 }
 
+/* Does a fusion reduce? */
+static int reduces(const tpu_instr *in) {
+  for (int i = 0; i < in->calls->ninstrs; i++)
+    if (in->calls->instrs[i]->op == TPU_OP_REDUCE) return 1;
+  return 0;
+}
+
 static int users_all_gte(const tpu_uses *u, const tpu_instr *in) {
   for (int k = 0; k < u->nusers[in->id]; k++)
     if (u->users[in->id][k]->op != TPU_OP_GET_TUPLE_ELEMENT) return 0;
@@ -515,7 +522,10 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
         const tpu_shape *sy = sibling_space(made, c, y);
         if (y == x || !sy || !same_dims(sx, sy) || (y->shape.dtype == TPU_TUPLE && !users_all_gte(&u, y)))
           continue;
-        if (results(x) + results(y) > 16)
+        /* a reduction and a fusion that only maps elements stay apart (probed: the
+         * compiler merges two reductions over one array, or two elementwise fusions, but
+         * not a column sum with an independent scaling of the same array) */
+        if (results(x) + results(y) > 16 || reduces(x) != reduces(y))
           continue;
         if (reaches(x, y, seen, ++stamp, stack) || reaches(y, x, seen, ++stamp, stack)) continue;
         st = merge_pair(b, c, x, y, &u, made, MERGE_KEEP);

@@ -393,6 +393,33 @@ static void test_matmul_fusion(void) {
   CHECK_EQ_INT(scaled, 3);
 }
 
+/* Sibling multi-output fusion (compile/fuse_merge.c): two reductions over one array become
+ * one kernel (a column sum and a row sum), two scalings of it one kernel, but a reduction
+ * and an independent scaling stay two (the XLA TPU compiler's choice, probed on v5e). */
+static void test_sibling_fusion(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n xb = bf16[256,512] parameter(0)\n x = f32[256,512] convert(xb)\n z = f32[] constant(0)\n"
+      " two = f32[] constant(2)\n tb = f32[256,512] broadcast(two), dimensions={}\n"
+      " col = f32[512] reduce(x, z), dimensions={0}, to_apply=add\n"
+      " sq = f32[256,512] multiply(x, x)\n row = f32[256] reduce(sq, z), dimensions={1}, to_apply=add\n"
+      " s2 = f32[256,512] multiply(x, tb)\n s3 = f32[256,512] add(x, tb)\n"
+      " ROOT t = %s tuple(%s)\n}\n";
+  char src[1024];
+  snprintf(src, sizeof src, fmt, "(f32[512], f32[256])", "col, row");
+  kernel_census kc = census(src);
+  printf("column sum + row sum: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 1);
+  snprintf(src, sizeof src, fmt, "(f32[256,512], f32[256,512])", "s2, s3");
+  kc = census(src);
+  printf("two scalings: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 1);
+  snprintf(src, sizeof src, fmt, "(f32[512], f32[256,512])", "col, s2");
+  kc = census(src);
+  printf("column sum + scaling: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 2);
+}
+
 /* Dot strength reduction (compile/dot_reduce.c): a dot with a vector operand runs as one
  * multiply + reduce kernel; a dot with rows on both sides, or whose matrix operand lists its
  * contracting dimensions out of order, stays a dot. */
@@ -596,6 +623,7 @@ int main(void) {
   test_shared_producer();
   test_matmul_fusion();
   test_dot_strength_reduction();
+  test_sibling_fusion();
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
