@@ -36,14 +36,6 @@ static tpu_status adder(dr *r, tpu_comp **out) {
   return TPU_OK;
 }
 
-/* "{a,b,c}" into buf. */
-static const char *dims_text(char *buf, size_t n, const int64_t *v, int k) {
-  size_t at = (size_t)snprintf(buf, n, "{");
-  for (int i = 0; i < k && at < n; i++) at += (size_t)snprintf(buf + at, n - at, i ? ",%lld" : "%lld", (long long)v[i]);
-  if (at < n) snprintf(buf + at, n - at, "}");
-  return buf;
-}
-
 /* A new instruction of `dot`'s computation carrying its location and metadata (so the
  * profile names the kernel after the dot). */
 static tpu_status emit(dr *r, tpu_instr *dot, tpu_opcode op, const char *hint, const tpu_shape *s, tpu_instr *const *ops,
@@ -109,12 +101,12 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   }
   if (moved) {
     tpu_shape s = plain(V->shape.dtype, vk, pdims);
-    TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.vector", &s, &v, 1, dims_text(buf, sizeof buf, pd, vk), &v));
+    TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.vector", &s, &v, 1, tpu_dims_text(buf, sizeof buf, pd, vk), &v));
   }
   TPU_TRY(widen(r, dot, v, &v));
   tpu_shape ms = plain(TPU_F32, M->shape.rank, M->shape.dims);
   tpu_instr *mf, *vbc, *prod, *zero, *sum;
-  TPU_TRY(emit(r, dot, TPU_OP_BROADCAST, "dot.vector", &ms, &v, 1, dims_text(buf, sizeof buf, bdims, vk), &vbc));
+  TPU_TRY(emit(r, dot, TPU_OP_BROADCAST, "dot.vector", &ms, &v, 1, tpu_dims_text(buf, sizeof buf, bdims, vk), &vbc));
   TPU_TRY(widen(r, dot, M, &mf));
   tpu_instr *pair[2] = {m_is_lhs ? mf : vbc, m_is_lhs ? vbc : mf};
   TPU_TRY(emit(r, dot, TPU_OP_MULTIPLY, "dot.product", &ms, pair, 2, NULL, &prod));
@@ -133,7 +125,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   tpu_comp *add;
   TPU_TRY(adder(r, &add));
   tpu_instr *red_ops[2] = {prod, zero};
-  TPU_TRY(emit(r, dot, TPU_OP_REDUCE, "dot.sum", &ss, red_ops, 2, dims_text(buf, sizeof buf, mc->v, mc->n), &sum));
+  TPU_TRY(emit(r, dot, TPU_OP_REDUCE, "dot.sum", &ss, red_ops, 2, tpu_dims_text(buf, sizeof buf, mc->v, mc->n), &sum));
   TPU_TRY(tpu_build_set_attr(r->b, sum, "to_apply", add->name));
   /* the dot's order: batch dimensions as listed, then M's free dimensions (V's are 1) */
   int64_t order[TPU_MAX_RANK], odims[TPU_MAX_RANK];
@@ -152,7 +144,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   tpu_instr *x = sum;
   if (moved) {
     tpu_shape s = plain(TPU_F32, no, odims);
-    TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.order", &s, &x, 1, dims_text(buf, sizeof buf, order, no), &x));
+    TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.order", &s, &x, 1, tpu_dims_text(buf, sizeof buf, order, no), &x));
   }
   tpu_shape out = dot->shape;
   out.dtype = TPU_F32;

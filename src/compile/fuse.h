@@ -4,6 +4,7 @@
 #ifndef TPU_COMPILE_FUSE_H
 #define TPU_COMPILE_FUSE_H
 
+#include "chip/chip.h"
 #include "ir/build.h"
 
 /* The fused computations the pass made (only those merge further; an input's own fusions
@@ -28,5 +29,9 @@ int tpu__fuse_operand_producer(const tpu_instr *in);
 
 /* Finds one pair of fusions to merge in computation c and merges it; *found says whether. */
 tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, int *found);
+
+/* A convolution kernel's result that leaves the entry computation in another layout than
+ * the convolution's own is relaid out by a transpose kernel of its own (relayout.c). */
+tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip);
 
 #endif

@@ -32,6 +32,13 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
  * broadcast row statistic); -1 when none. */
 int tpu__fused_source(const tpu_instr *v);
 
+/* Bytes of s in the chip's tiled layout with dimension `minor` in the lanes and `second`
+ * in the sublanes, padded to the (sublanes x lanes) tile (compile/layout.c). */
+int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
+/* Bytes of s (rank >= 2) in the layout that pads least to the tile — the layout the XLA TPU
+ * compiler gives a program's parameters and results; row-major on a tie. *second and
+ * *minor: the dimensions in the sublanes and lanes. */
+int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor);
 /* Largest result a constant fold may produce, in bytes. */
 #define TPU_FOLD_MAX_BYTES ((size_t)64 * 1024)
 

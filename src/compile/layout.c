@@ -1,6 +1,7 @@
 /* Back-end pass `layout`: tiled layouts — every array's minor two dimensions padded to the
  * vector-register tile — and each kernel's padded bytes in and out of HBM. */
 #include "compile/backend.h"
+#include "compile/hlo_passes.h"
 
 static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
 
@@ -14,12 +15,21 @@ int64_t tpu__plain_bytes(const tpu_shape *s) {
   return tpu_shape_numel(s) * (int64_t)tpu_dtype_size(s->dtype);
 }
 
-/* Sublanes of the tile for an element size: 32-bit values fill the (sublanes x lanes)
- * register; narrower ones pack 4/size rows per sublane, wider ones take two registers. */
-static int64_t tile_rows(const tpu__be *be, int64_t esize) {
-  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
-  if (esize >= 4) return sub;
-  return sub * (4 / esize);
+/* Rows of the memory tile: the XLA TPU compiler tiles every type (8 x 128), narrower
+ * types packing 4/size rows into each 32-bit word within it (bf16 T(8,128)(2,1)), and
+ * an array of fewer rows takes the smallest power-of-two tile that holds them, at least
+ * one 32-bit word of rows (f32[2,2048] T(2,128), f32[1,8192] T(1,128), bf16[1,4096]
+ * T(2,128), bf16[7,7,3,64] T(4,128) in its compiled programs). */
+static int64_t tile_rows(const tpu_chip *chip, int64_t esize, int64_t rows) {
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  int64_t t = esize < 4 ? 4 / esize : 1;
+  while (t < sub && t < rows) t *= 2;
+  return t;
+}
+
+static int64_t tiled_bytes(const tpu_chip *chip, int64_t esize, int64_t major, int64_t second, int64_t minor) {
+  int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+  return major * round_up(second, tile_rows(chip, esize, second)) * round_up(minor, lanes) * esize;
 }
 
 int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
@@ -40,12 +50,31 @@ int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
     int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
     return round_up(n, n <= sub * lanes ? lanes : sub * lanes) * es;
   }
-  int64_t minor = s->dims[s->rank - 1];
-  int64_t second = s->dims[s->rank - 2];
+  return tpu__tiled_as(be->chip, s, s->rank - 2, s->rank - 1);
+}
+
+int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
   int64_t major = 1;
-  for (int d = 0; d + 2 < s->rank; d++) major *= s->dims[d];
-  if (major == 0 || minor == 0 || second == 0) return 0;
-  return major * round_up(second, tile_rows(be, es)) * round_up(minor, lanes) * es;
+  for (int d = 0; d < s->rank; d++)
+    if (d != second && d != minor) major *= s->dims[d];
+  return tiled_bytes(chip, (int64_t)tpu_dtype_size(s->dtype), major, s->dims[second], s->dims[minor]);
+}
+
+int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor) {
+  int r = s->rank;
+  *second = r - 2;
+  *minor = r - 1;
+  int64_t least = tpu__tiled_as(chip, s, r - 2, r - 1);
+  for (int m = 0; m < r; m++)
+    for (int q = 0; q < r; q++) {
+      int64_t b = m != q ? tpu__tiled_as(chip, s, q, m) : least;
+      if (b < least) {
+        least = b;
+        *second = q;
+        *minor = m;
+      }
+    }
+  return least;
 }
 
 int64_t tpu__vregs(const tpu__be *be, const tpu_shape *s) {

@@ -349,6 +349,13 @@ tpu_status tpu_build_clone_comp(tpu_builder *b, const tpu_comp *src, const char 
   return st;
 }
 
+const char *tpu_dims_text(char *buf, size_t n, const int64_t *v, int k) {
+  size_t at = (size_t)snprintf(buf, n, "{");
+  for (int i = 0; i < k && at < n; i++) at += (size_t)snprintf(buf + at, n - at, i ? ",%lld" : "%lld", (long long)v[i]);
+  if (at < n) snprintf(buf + at, n - at, "}");
+  return buf;
+}
+
 int tpu_build_replace_uses(tpu_comp *c, tpu_instr *old, tpu_instr *repl) {
   int n = 0;
   for (int i = 0; i < c->ninstrs; i++) {

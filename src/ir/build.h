@@ -60,6 +60,9 @@ tpu_status tpu_build_constant(tpu_builder *b, tpu_comp *c, const char *name_hint
  * tpu_build_set_attr(b, f, "calls", comp->name) also sets f->calls. */
 tpu_status tpu_build_set_attr(tpu_builder *b, tpu_instr *in, const char *name, const char *value);
 
+/* A dimension list as attribute text, "{a,b,c}", written into buf (n bytes); returns buf. */
+const char *tpu_dims_text(char *buf, size_t n, const int64_t *v, int k);
+
 /* Copies `src` (op, shape, attributes, typed fields, literal, called computations) into
  * computation c with the given operands (noperands must equal src's), named from src's
  * name. */

@@ -300,6 +300,15 @@ def _(r):
     return f, (r.normal(2, 8, 8, 4, dtype=BF16), r.normal(3, 3, 4, 8, scale=0.3, dtype=BF16))
 
 
+@case("conv2d_relayout", "bf16 conv + ReLU over a batch of 16: the TPU backend writes the conv's own "
+      "layout (batch in the sublanes) and relays it out by a transpose kernel (compile/relayout.c)", TOL_BF16)
+def _(r):
+    def f(x, w):
+        return jax.nn.relu(lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                                    dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    return f, (r.normal(16, 8, 8, 32, dtype=BF16), r.normal(3, 3, 32, 64, scale=0.2, dtype=BF16))
+
+
 # ------------------------------------------------------------------------ control flow
 
 @case("scan_rnn", "lax.scan of a tanh RNN over 6 steps; returns final state and all "

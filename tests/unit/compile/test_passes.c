@@ -420,6 +420,40 @@ static void test_sibling_fusion(void) {
   CHECK_EQ_INT(kc.kernels, 2);
 }
 
+/* Convolution layouts at the program's edge (compile/relayout.c): bf16[32,56,56,64] pads
+ * alike row-major and in the convolution's layout, so the program returns it row-major
+ * through a relayout kernel (the XLA TPU compiler's `copy`); bf16[32,14,14,256] pads its
+ * 14 rows to 16 row-major, so it leaves in the convolution's layout, one kernel. */
+static void test_conv_relayout(void) {
+  const char *fmt =
+      "HloModule m\nENTRY e {\n x = bf16[32,%d,%d,%d] parameter(0)\n w = bf16[3,3,%d,%d] parameter(1)\n"
+      " c = bf16[32,%d,%d,%d] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n"
+      " z = bf16[] constant(0)\n zb = bf16[32,%d,%d,%d] broadcast(z), dimensions={}\n"
+      " ROOT r = bf16[32,%d,%d,%d] maximum(c, zb)\n}\n";
+  char src[1024];
+  int hw[2] = {56, 14}, f[2] = {64, 256}, want[2] = {2, 1};
+  for (int i = 0; i < 2; i++) {
+    int h = hw[i], c = f[i];
+    snprintf(src, sizeof src, fmt, h, h, c, c, c, h, h, c, h, h, c, h, h, c);
+    tpu_module *m = NULL;
+    tpu_diag d;
+    CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+    if (!m) continue;
+    tpu_compile_opts o = opts(NULL, NULL);
+    CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
+    const tpu_instr *root = m->entry->root;
+    int kernels = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++)
+      kernels += m->entry->instrs[j]->op == TPU_OP_FUSION || m->entry->instrs[j]->op == TPU_OP_TRANSPOSE;
+    printf("conv to bf16[32,%d,%d,%d]: %d kernels, root %s\n", h, h, c, kernels, tpu_op_name(root->op));
+    CHECK_EQ_INT(kernels, want[i]);
+    CHECK(root->op == (want[i] == 2 ? TPU_OP_TRANSPOSE : TPU_OP_FUSION));
+    /* the kernel writes the convolution's layout: spatial dimensions, batch, features */
+    if (want[i] == 2) CHECK(root->operands[0]->shape.dims[2] == 32 && root->operands[0]->shape.dims[3] == c);
+    tpu_module_free(m);
+  }
+}
+
 /* Dot strength reduction (compile/dot_reduce.c): a dot with a vector operand runs as one
  * multiply + reduce kernel; a dot with rows on both sides, or whose matrix operand lists its
  * contracting dimensions out of order, stays a dot. */
@@ -624,6 +658,7 @@ int main(void) {
   test_matmul_fusion();
   test_dot_strength_reduction();
   test_sibling_fusion();
+  test_conv_relayout();
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();

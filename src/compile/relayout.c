@@ -1,0 +1,115 @@
+/* Convolution layouts at the program's edge (the last step of the fuse pass).
+ *
+ * The XLA TPU compiler lays a convolution's activations out with the batch in the
+ * sublanes and the features in the lanes, the spatial dimensions major ({3,0,2,1} for
+ * NHWC), and gives a program's results the layout that pads least to the (sublanes x
+ * lanes) tile, the row-major one when it pads no more. Where the two differ, the
+ * convolution kernel writes its own layout and a `copy` relays it out (read from its
+ * compiled programs, docs/fidelity.md: bf16[32,56,56,64] pads alike both ways and leaves
+ * through a copy; bf16[32,14,14,256] pads 14 rows to 16 row-major, so the program returns
+ * the convolution's layout and there is no copy).
+ *
+ * tpusim's arrays are row-major, so the copy is made explicit: the kernel's fused
+ * computation returns its result transposed to the convolution's layout (spatial
+ * dimensions, batch, feature) and a transpose back is a kernel of its own. Values are
+ * unchanged. Only fusions this pass made are touched (a compiled program keeps its own). */
+#include <string.h>
+
+#include "compile/fuse.h"
+#include "compile/hlo_passes.h"
+
+/* Does the fused computation's root come from convolution `cv` through elementwise ops
+ * of the convolution's shape? Returns the convolution or NULL. */
+static const tpu_instr *conv_of(const tpu_instr *root) {
+  const tpu_instr *x = root;
+  for (int depth = 0; depth < 64; depth++) {
+    if (x->op == TPU_OP_CONVOLUTION) return x->has_conv_dims ? x : NULL;
+    tpu_op_class k = tpu_op_class_of(x->op);
+    if (k != TPU_CLS_UNARY && k != TPU_CLS_BINARY && k != TPU_CLS_TERNARY && x->op != TPU_OP_CONVERT) return NULL;
+    /* follow the operand of the result's shape that is not a parameter or broadcast */
+    const tpu_instr *next = NULL;
+    for (int i = 0; i < x->noperands && !next; i++) {
+      const tpu_instr *o = x->operands[i];
+      if (o->op == TPU_OP_PARAMETER || o->op == TPU_OP_BROADCAST || o->op == TPU_OP_CONSTANT) continue;
+      if (o->shape.rank == root->shape.rank && !memcmp(o->shape.dims, root->shape.dims, sizeof o->shape.dims[0] * (size_t)o->shape.rank))
+        next = o;
+    }
+    if (!next) return NULL;
+    x = next;
+  }
+  return NULL;
+}
+
+/* Must a result of shape s that the convolution writes with dimension `second` in the
+ * sublanes and `minor` in the lanes be relaid out to leave the program? It keeps the
+ * convolution's layout only when that pads strictly less than row-major and no layout pads
+ * less. */
+static int needs_relayout(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
+  int r = s->rank, ls, lm;
+  if (second == r - 2 && minor == r - 1) return 0; /* the convolution's layout is row-major */
+  int64_t conv = tpu__tiled_as(chip, s, second, minor), least = tpu__least_tiled_bytes(chip, s, &ls, &lm);
+  return !(conv == least && conv < tpu__tiled_as(chip, s, r - 2, r - 1));
+}
+
+static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
+  *done = 0;
+  tpu_comp *fc = f->calls;
+  const tpu_instr *cv = conv_of(fc->root);
+  if (!cv || f->shape.rank < 3 || f->shape.rank != cv->shape.rank) return TPU_OK;
+  const tpu_conv_dims *cd = &cv->conv;
+  int rank = f->shape.rank, batch = (int)cd->out_batch, feature = (int)cd->out_feature;
+  /* batch in the sublanes, features in the lanes; with fewer features than the lanes and a
+   * larger batch (tile.c: the batch on the MXU's columns) the batch in the lanes */
+  int64_t taps = 1, lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+  for (int i = 0; i < cd->nspatial; i++) taps *= cv->operands[1]->shape.dims[cd->k_spatial[i]];
+  int64_t nb = f->shape.dims[batch], nf = f->shape.dims[feature];
+  int few = cv->feature_group_count == 1 && taps > 1 && nf < lanes && nb > nf;
+  int second = few ? feature : batch, minor = few ? batch : feature;
+  /* the batch must fill its tile for the compiler to lay it there */
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  if (nb % (few ? lanes : sub) || !needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
+  /* perm: the convolution's layout (spatial dimensions in order, then second, minor) */
+  int64_t perm[TPU_MAX_RANK], inv[TPU_MAX_RANK];
+  int n = 0;
+  for (int d = 0; d < rank; d++)
+    if (d != batch && d != feature) perm[n++] = d;
+  perm[n++] = second;
+  perm[n++] = minor;
+  for (int i = 0; i < rank; i++) inv[perm[i]] = i;
+  tpu_shape conv_shape = f->shape;
+  conv_shape.layout_tail = NULL;
+  for (int i = 0; i < rank; i++) conv_shape.dims[i] = f->shape.dims[perm[i]];
+  char buf[TPU_MAX_RANK * 24 + 4];
+  /* inside the kernel: the result in the convolution's layout */
+  tpu_instr *old_root = fc->root, *t_in, *t_out;
+  TPU_TRY(tpu_build_instr(b, fc, TPU_OP_TRANSPOSE, "relayout", &conv_shape, &old_root, 1, old_root->loc, &t_in));
+  TPU_TRY(tpu_build_set_attr(b, t_in, "dimensions", tpu_dims_text(buf, sizeof buf, perm, rank)));
+  tpu_build_set_root(fc, t_in);
+  TPU_TRY(tpu_build_finish(b, fc));
+  tpu_shape out_shape = f->shape;
+  f->shape = conv_shape;
+  /* the relayout copy: a transpose back, named and located after the kernel */
+  TPU_TRY(tpu_build_instr(b, entry, TPU_OP_TRANSPOSE, "copy.relayout", &out_shape, &f, 1, f->loc, &t_out));
+  TPU_TRY(tpu_build_set_attr(b, t_out, "dimensions", tpu_dims_text(buf, sizeof buf, inv, rank)));
+  for (int i = 0; i < f->nattrs; i++)
+    if (!strcmp(f->attrs[i].name, "metadata")) TPU_TRY(tpu_build_set_attr(b, t_out, "metadata", f->attrs[i].value));
+  tpu_build_replace_uses(entry, f, t_out);
+  t_out->operands[0] = f; /* replace_uses rewired the new transpose's own operand too */
+  *done = 1;
+  return TPU_OK;
+}
+
+tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip) {
+  tpu_instr *root = entry->root;
+  int n = root->op == TPU_OP_TUPLE ? root->noperands : 1;
+  int changed = 0;
+  for (int i = 0; i < n; i++) {
+    tpu_instr *v = root->op == TPU_OP_TUPLE ? root->operands[i] : root;
+    if (v->op != TPU_OP_FUSION || !v->calls || !tpu__made_has(made, v->calls) || v->shape.dtype == TPU_TUPLE) continue;
+    int done;
+    TPU_TRY(relayout_one(b, entry, v, chip, &done));
+    changed |= done;
+    root = entry->root; /* the root itself may have been replaced */
+  }
+  return changed ? tpu_build_finish(b, entry) : TPU_OK;
+}
