@@ -91,6 +91,7 @@ char *tpu_program_text(const tpu_program *p) {
                         (long long)o->n, (long long)o->b);
     if (o->tiles) tpu_strbuf_printf(&b, " tiles=%lld", (long long)o->tiles);
     if (o->xbytes > 0) tpu_strbuf_printf(&b, " xbytes=%.17g", o->xbytes);
+    if (o->out_scale > 1) tpu_strbuf_printf(&b, " out_scale=%.17g", o->out_scale);
     tpu_strbuf_printf(&b, "   ; op %d\n", i);
   }
   for (int i = 0; i < p->nhbm; i++) {
@@ -313,6 +314,7 @@ static tpu_status parse_op_line(lx *x) {
     else if (!strcmp(key, "b")) TPU_TRY(parse_i64(x, 0, &o.b));
     else if (!strcmp(key, "tiles")) TPU_TRY(parse_i64(x, 0, &o.tiles));
     else if (!strcmp(key, "xbytes")) TPU_TRY(parse_f64(x, &o.xbytes));
+    else if (!strcmp(key, "out_scale")) TPU_TRY(parse_f64(x, &o.out_scale));
     else return perr(x, at - strlen(key) - 1, "unknown key '%s'", key);
   }
   o.name = name;

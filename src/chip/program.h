@@ -97,6 +97,8 @@ typedef struct tpu_prog_op {
   int scalar;                   /* scalars in and out: the scalar unit's work, no kernel start cost */
   double xbytes;                /* bytes-equivalent the kernel's transfers pay on the HBM port
                                  * beyond padded_bytes (the chip's per-element stream costs) */
+  double out_scale;             /* > 1: a matmul kernel's result transfers pay this multiple of
+                                 * their bytes (the per-element pass of a 16-bit result) */
 } tpu_prog_op;
 
 /* A logical HBM buffer: one array value (an HLO instruction's result leaf). */

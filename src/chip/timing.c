@@ -34,6 +34,7 @@ typedef struct {
   int nslots;
   int64_t *last_end;      /* per instruction: completion of its latest run */
   int64_t *dur;           /* per instruction: unit cycles of one run */
+  int64_t *pdur;          /* per DMA instruction: cycles of one run on the HBM port (<= dur) */
   int *match;             /* loop -> end, cond -> endcond, case -> next case/endcond */
   int64_t lat;            /* HBM latency, cycles */
   int64_t kov;            /* fixed start cost of each kernel, cycles */
@@ -194,8 +195,9 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   if (in->opc == TPU_ISA_DMA_IN || in->opc == TPU_ISA_DMA_HBM) done = end + t->lat;
   if (!pf || end > t->m.unit_free[u]) t->m.unit_free[u] = end;
   if (is_dma) {
-    if (!pf || end > t->m.port_free) t->m.port_free = end;
-    port_add(t, start, end);
+    int64_t pend = start + (t->pdur[idx] < dur ? t->pdur[idx] : dur);
+    if (!pf || pend > t->m.port_free) t->m.port_free = pend;
+    port_add(t, start, pend);
   }
   if (in->opc == TPU_ISA_DMA_OUT && in->hbm >= 0) t->hbm_ready[in->hbm] = end;
   if (in->opc == TPU_ISA_DMA_HBM && in->hbm2 >= 0) t->hbm_ready[in->hbm2] = end;
@@ -447,6 +449,9 @@ static tpu_status durations(tstate *t) {
         const tpu_prog_op *o = in->op >= 0 ? &t->p->ops[in->op] : NULL;
         if (o && o->xbytes > 0 && o->padded_bytes > 0) b *= 1.0 + o->xbytes / o->padded_bytes;
         c = (int64_t)ceil(b / t->bpc);
+        t->pdur[i] = c;
+        /* a matmul's 16-bit results: their pass holds the transfer, not the port */
+        if (o && in->opc == TPU_ISA_DMA_OUT && o->out_scale > 1) c = (int64_t)ceil(b * o->out_scale / t->bpc);
         break;
       }
       case TPU_ISA_MATMUL:
@@ -502,6 +507,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.slot0 = tpu_calloc((size_t)(p->nvmem ? p->nvmem : 1), sizeof(int));
   t.last_end = tpu_calloc(ni, sizeof(int64_t));
   t.dur = tpu_calloc(ni, sizeof(int64_t));
+  t.pdur = tpu_calloc(ni, sizeof(int64_t));
   t.match = tpu_calloc(ni, sizeof(int));
   t.hbm_ready = tpu_calloc((size_t)(p->nhbm ? p->nhbm : 1), sizeof(int64_t));
   t.op_lo = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(int64_t));
@@ -509,7 +515,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.pi = tpu_malloc((size_t)PORT_CAP * 2 * sizeof(int64_t));
   out->ops = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(tpu_op_stat));
   tpu_status st = TPU_OK;
-  if (!t.ready || !t.sfree || !t.by_dma || !t.slot0 || !t.last_end || !t.dur || !t.match ||
+  if (!t.ready || !t.sfree || !t.by_dma || !t.slot0 || !t.last_end || !t.dur || !t.pdur || !t.match ||
       !t.hbm_ready || !t.op_lo || !t.op_hi || !t.pi || !out->ops) {
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory starting the timing run");
     goto done;
@@ -572,6 +578,7 @@ done:
   tpu_free(t.slot0);
   tpu_free(t.last_end);
   tpu_free(t.dur);
+  tpu_free(t.pdur);
   tpu_free(t.match);
   tpu_free(t.hbm_ready);
   tpu_free(t.op_lo);
