@@ -539,6 +539,13 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   if (!o->quiet) {
     if (nset) printf("loops: trip counts of %d loop(s) taken from the values\n", nset);
     tpu_report_print_summary(stdout, &r);
+    if (prog->xprefetch_bytes > 0) {
+      char sz[48];
+      tpu_report_si(sz, sizeof sz, (double)prog->xprefetch_bytes, "B");
+      printf("cross-program prefetch: %s (%s) read from %s; the previous step loads it, as XLA's TPU compiler "
+             "does (a first step pays it)\n",
+             prog->hbm[prog->xprefetch_hbm].name, sz, prog->xprefetch_cmem ? "CMEM" : "VMEM");
+    }
     if (pod && pod->ndev > 1) tpu_podio_print(stdout, pod, prog, &tl, chip, r.flops_per_s, o->top, &pc);
     tpu_report_print_profile(stdout, &prof, o->top);
   }
@@ -546,7 +553,8 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   tpu_podio_report pr = {pod, prog, &tl, chip, &pc};
   tpu_report_info info = {o->prog, "tpu", o->timing ? "timing" : "full",
                           o->precision >= 0 ? k_precisions[o->precision] : "per-op",
-                          pod && pod->ndev > 1 ? tpu_podio_write_json : NULL, &pr};
+                          pod && pod->ndev > 1 ? tpu_podio_write_json : NULL, &pr, NULL, NULL, 0};
+  tpu_report_info_prefetch(&info, prog);
   if (o->report && tpu_report_write_json(o->report, &info, chip, &tl, &r, &prof, &d) != TPU_OK) {
     tpu_cli_report(&d);
     rc = 1;

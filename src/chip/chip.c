@@ -531,9 +531,10 @@ static void derive_core(tpu_chip *c) {
   snprintf(c->title + len, sizeof c->title - len, ", one TensorCore");
   if (n == 1) return;
   static const tpu_chip_field split[] = {TPU_CHIP_HBM_BYTES, TPU_CHIP_HBM_BW, TPU_CHIP_PEAK_BF16_FLOPS,
-                                         TPU_CHIP_PEAK_INT8_OPS, TPU_CHIP_PEAK_FP8_OPS};
+                                         TPU_CHIP_PEAK_INT8_OPS, TPU_CHIP_PEAK_FP8_OPS, TPU_CHIP_CMEM_BYTES};
   c->tensorcores = 1;
   c->hbm_bytes /= n;
+  c->cmem_bytes /= n;
   c->hbm_bw /= (double)n;
   c->peak_bf16_flops /= (double)n;
   c->peak_int8_ops /= (double)n;

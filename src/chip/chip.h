@@ -44,6 +44,7 @@ typedef enum {
   X(MXUS_PER_CORE, mxus_per_core, 'i', 1, "", "matrix units per TensorCore")                 \
   X(MXU_ROWS, mxu_rows, 'i', 1, "PEs", "systolic array rows (K-tile depth)")                 \
   X(MXU_COLS, mxu_cols, 'i', 1, "PEs", "systolic array columns (N-tile width)")              \
+  X(MXU_WEIGHT_LOAD_CYCLES, mxu_weight_load_cycles, 'i', 0, "cycles", "time to load one weight tile (default: mxu_rows, a row per cycle)") \
   X(MAC_INPUT, mac_input, 't', 1, "", "MXU multiplier input type")                           \
   X(MAC_ACCUM, mac_accum, 't', 1, "", "MXU accumulator type")                                \
   X(INT8_RATE, int8_rate, 'f', 0, "x", "int8 MACs per PE per cycle (vs one native MAC)")     \
@@ -63,6 +64,7 @@ typedef enum {
   X(LONE_OP_BYTES, lone_op_bytes, 'f', 0, "B/elem", "HBM-port cost of an unfused elementwise op or reduce") \
   X(LONE_OP_MIN_BYTES, lone_op_min_bytes, 'i', 0, "B", "smallest unfused op (bytes in and out) that pays lone_op_bytes") \
   X(TRANSPOSE_BYTES, transpose_bytes, 'f', 0, "B/elem", "HBM-port cost of a transpose that moves the minor dimension") \
+  X(XPREFETCH_MAX_BYTES, xprefetch_max_bytes, 'i', 0, "B", "largest parameter prefetched into VMEM across steps (default: what fits)") \
   X(ICI_LINKS, ici_links, 'i', 0, "", "inter-chip links per chip")                           \
   X(ICI_BW_PER_LINK, ici_bw_per_link, 'f', 0, "B/s", "bandwidth per ICI link, one way")      \
   X(ICI_LATENCY_S, ici_latency_s, 'f', 0, "s", "ICI latency per hop")                        \
@@ -104,6 +106,7 @@ typedef struct tpu_chip {
   char path[600];  /* the file it was loaded from */
   double clock_hz;
   int64_t tensorcores, mxus_per_core, mxu_rows, mxu_cols;
+  int64_t mxu_weight_load_cycles; /* 0: mxu_rows (one row per cycle) */
   tpu_dtype mac_input, mac_accum; /* TPU_BF16 + TPU_F32, or TPU_S8 + TPU_S32 (v1) */
   double int8_rate;
   int64_t vector_lanes, vector_sublanes;
@@ -119,6 +122,7 @@ typedef struct tpu_chip {
   double stream_pass_bytes, lone_op_bytes;
   int64_t lone_op_min_bytes;
   double transpose_bytes;
+  int64_t xprefetch_max_bytes; /* 0: the largest parameter that fits VMEM (vmem_assign.c) */
   int64_t ici_links;
   double ici_bw_per_link, ici_latency_s;
   tpu_topology_kind topology;

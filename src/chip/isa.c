@@ -75,9 +75,12 @@ char *tpu_program_text(const tpu_program *p) {
   tpu_strbuf_init(&b);
   tpu_strbuf_printf(&b, "; tpusim program (text form: docs/isa.md)\n.program chip=");
   put_str(&b, p->chip);
-  tpu_strbuf_printf(&b, " hbm_footprint=%lld hbm_peak=%lld vmem_peak=%lld\n",
-                    (long long)p->hbm_footprint, (long long)p->hbm_peak,
-                    (long long)p->vmem_peak);
+  tpu_strbuf_printf(&b, " hbm_footprint=%lld hbm_peak=%lld vmem_peak=%lld", (long long)p->hbm_footprint,
+                    (long long)p->hbm_peak, (long long)p->vmem_peak);
+  if (p->xprefetch_bytes > 0)
+    tpu_strbuf_printf(&b, " xprefetch_hbm=%d xprefetch_bytes=%lld xprefetch_cmem=%d", p->xprefetch_hbm,
+                      (long long)p->xprefetch_bytes, p->xprefetch_cmem);
+  tpu_strbuf_printf(&b, "\n");
   for (int i = 0; i < p->nops; i++) {
     const tpu_prog_op *o = &p->ops[i];
     tpu_strbuf_printf(&b, ".op name=");
@@ -282,6 +285,17 @@ static tpu_status parse_program_line(lx *x) {
       TPU_TRY(parse_i64(x, 0, &x->p->hbm_peak));
     } else if (!strcmp(key, "vmem_peak")) {
       TPU_TRY(parse_i64(x, 0, &x->p->vmem_peak));
+    } else if (!strcmp(key, "xprefetch_bytes")) {
+      TPU_TRY(parse_i64(x, 0, &x->p->xprefetch_bytes));
+    } else if (!strcmp(key, "xprefetch_hbm")) {
+      int64_t h;
+      TPU_TRY(parse_i64(x, 0, &h));
+      if (h > INT32_MAX) return perr(x, at, "xprefetch_hbm out of range%s", "");
+      x->p->xprefetch_hbm = (int)h;
+    } else if (!strcmp(key, "xprefetch_cmem")) {
+      int64_t c;
+      TPU_TRY(parse_i64(x, 0, &c));
+      x->p->xprefetch_cmem = c != 0;
     } else {
       return perr(x, at - strlen(key) - 1, "unknown key '%s'", key);
     }

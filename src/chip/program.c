@@ -146,6 +146,8 @@ static int vref_ok(const tpu_program *p, tpu_vref r) {
 }
 
 tpu_status tpu_program_check(const tpu_program *p, tpu_diag *d) {
+  if (p->xprefetch_bytes < 0 || (p->xprefetch_bytes > 0 && (p->xprefetch_hbm < 0 || p->xprefetch_hbm >= p->nhbm)))
+    return TPU_FAIL(d, TPU_ERR_INVALID, tpu_noloc(), "program: cross-program prefetch of an HBM buffer out of range");
   /* Control stack: 'l' loop, 'c' cond before its first case, 'k' inside a case. */
   char stack[256];
   int depth = 0;

@@ -130,6 +130,9 @@ typedef struct tpu_program {
   int64_t hbm_footprint;        /* bytes of HBM the buffer assignment uses (max offset+size) */
   int64_t hbm_peak;             /* most bytes live at once */
   int64_t vmem_peak;            /* most VMEM one kernel uses */
+  int64_t xprefetch_bytes;      /* > 0: hbm[xprefetch_hbm], an entry parameter, was prefetched
+                                 * on chip by the previous step (into CMEM when xprefetch_cmem) */
+  int xprefetch_hbm, xprefetch_cmem;
   const struct tpu_module *module; /* borrowed; NULL when assembled */
 } tpu_program;
 

@@ -133,6 +133,13 @@ tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, in
   int64_t ncols = in->b * ceil_div(n1, C) * C;
   tpu_mxu_cycles mc;
   TPU_TRY(tpu_mxu_tile_cycles(R, C, m1, in->k, ncols, TPU_WLOAD_DOUBLE, &mc, d));
+  /* A chip that loads a weight tile in W < R cycles exposes W - T per fold, not R - T
+   * (the systolic model of tpu_mxu_tile_cycles shifts one row per cycle). */
+  int64_t W = chip->mxu_weight_load_cycles;
+  if (W > 0 && W < R) {
+    int64_t T = m1, F = mc.folds;
+    mc.weight_load = W + (F - 1) * (W > T ? W - T : 0);
+  }
   int64_t cyc = (mc.weight_load + mc.stream) * (in->passes > 0 ? in->passes : 1);
   if ((in->dtype == TPU_S8 || in->dtype == TPU_U8) && chip->int8_rate > 1)
     cyc = (int64_t)ceil((double)cyc / chip->int8_rate);

@@ -57,6 +57,9 @@ typedef struct tpu__kinfo {
   /* memory-space assignment (vmem_assign.c) */
   int vres;                /* its value stays in VMEM between kernels: no HBM buffer, no DMA */
   int64_t vres_off;        /* its VMEM offset when vres */
+  int xpf;                 /* an entry parameter the previous step prefetched on chip: 1 into
+                            * VMEM (at vres_off), 2 into CMEM; kernels read it there, its HBM
+                            * buffer stays */
 } tpu__kinfo;
 
 typedef struct tpu__be {

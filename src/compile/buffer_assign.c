@@ -253,6 +253,13 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
   if (st != TPU_OK) return st;
   be->p->hbm_footprint = foot;
   be->p->hbm_peak = peak;
+  for (int i = 0; i < m->entry->nparams; i++) {
+    const tpu__kinfo *kp = tpu__be_info(be, m->entry->params[i]);
+    if (!kp || !kp->xpf || kp->hbm0 < 0) continue;
+    be->p->xprefetch_bytes = tpu__padded_bytes(be, &m->entry->params[i]->shape);
+    be->p->xprefetch_hbm = kp->hbm0;
+    be->p->xprefetch_cmem = kp->xpf == 2;
+  }
   if (foot > be->chip->hbm_bytes)
     return TPU_FAIL(be->d, TPU_ERR_LIMIT, foot_at ? foot_at->loc : tpu_noloc(),
                     "program needs %lld bytes of HBM; %s has %lld (peak at '%s')", (long long)foot,

@@ -33,7 +33,70 @@ static const tpu_instr *result_of(const tpu_instr *v) {
 
 int tpu__be_resident(const tpu__be *be, const tpu_instr *v) {
   const tpu__kinfo *k = tpu__be_info(be, result_of(v));
-  return k && k->vres;
+  return k && (k->vres || k->xpf);
+}
+
+/* Cross-program prefetch (XLA's memory-space assignment on TPU): of the entry parameters a
+ * matmul kernel reads, the largest that fits is copied on chip while the previous step
+ * runs, so a step in a loop of steps reads it there: into the VMEM its readers leave free
+ * (of one TensorCore: each core of a megacore chip reads all of it), or else into the CMEM
+ * of a chip that has one (v4: its share per TensorCore). Read from the compiler's programs:
+ * nearly all with a dot or convolution carry one such copy-start
+ * (cross_program_prefetch_index=0), e.g. the 32 MiB weight of a bf16 [8,4096] x
+ * [4096,4096] decode step on every generation, and their estimated_cycles leave the copy
+ * out; on v4 it took 64 MiB but not 86 MiB (CMEM 128 MiB per two cores). Returns how many
+ * VMEM placements it made in pl (0 or 1), -1 when out of memory. */
+static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, placed *pl) {
+  const tpu_comp *e = be->m->entry;
+  const tpu_chip *ch = be->chip;
+  int ci = -1;
+  for (int i = 0; i < be->m->ncomps; i++)
+    if (be->m->comps[i] == e) ci = i;
+  /* a chip whose weights never sit on chip between steps (v1: from DDR3 through its weight
+   * FIFO) marks the field absent */
+  if (ci < 0 || !be->scheduled[ci] || ch->prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status == TPU_PROV_ABSENT) return 0;
+  int best = -1, in_vmem = 0;
+  int64_t best_size = 0, best_lo = 0, best_hi = 0;
+  for (int pi = 0; pi < e->nparams; pi++) {
+    const tpu_instr *p = e->params[pi];
+    if (!tpu_dtype_is_array(p->shape.dtype)) continue;
+    int64_t lo = -1, hi = -1;
+    int matmul = 0, other = 0;
+    for (int i = 0; i < e->ninstrs && !other; i++) {
+      const tpu_instr *u = e->instrs[i];
+      const tpu__kinfo *ku = &be->k[be->comp_base[ci] + u->id];
+      for (int o = 0; o < u->noperands; o++) {
+        if (u->operands[o] != p) continue;
+        if (!is_kernel(ku) || ku->pos <= 0 || ku->pos >= np) other = 1; /* read otherwise: not a candidate */
+        if (lo < 0 || ku->pos < lo) lo = ku->pos;
+        if (ku->pos > hi) hi = ku->pos;
+        matmul |= ku->kind == TPU__K_MATMUL && (o == ku->mm_lhs || o == ku->mm_rhs);
+      }
+    }
+    if (!matmul || other || lo < 0) continue;
+    int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512, top = 0;
+    if (size <= best_size || (ch->xprefetch_max_bytes > 0 && size > ch->xprefetch_max_bytes)) continue;
+    for (int64_t q = lo; q <= hi; q++)
+      if (ws[q] > top) top = ws[q];
+    int fits_vmem = size <= ch->vmem_bytes - top;
+    if (!fits_vmem && size > ch->cmem_bytes) continue;
+    best = pi;
+    in_vmem = fits_vmem;
+    best_size = size;
+    best_lo = lo;
+    best_hi = hi;
+  }
+  if (best < 0) return 0;
+  tpu__kinfo *k = &be->k[be->comp_base[ci] + e->params[best]->id];
+  k->xpf = in_vmem ? 1 : 2;
+  if (!in_vmem) return 0; /* in CMEM, outside the kernels' VMEM */
+  int64_t cap = ch->vmem_bytes * (ch->tensorcores > 0 ? ch->tensorcores : 1);
+  k->vres_off = cap - best_size;
+  pl[0].lo = best_lo;
+  pl[0].hi = best_hi;
+  pl[0].addr = 0;
+  pl[0].size = best_size;
+  return tpu_program_add_vmem(be->p, -1, k->vres_off, best_size, 1) < 0 ? -1 : 1;
 }
 
 tpu_status tpu__assign_vmem(tpu__be *be) {
@@ -104,7 +167,11 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
   /* Largest benefit first; each takes the lowest free address counted down from the top
    * of VMEM among the values live at the same time, and must stay clear of the tile
    * buffers (which start at offset 0) of every kernel that runs while it lives. */
-  int npl = 0;
+  int npl = cross_program_prefetch(be, ws, np, pl);
+  if (npl < 0) {
+    st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    goto done;
+  }
   for (int i = 0; i < nc; i++) {
     int64_t top = 0;
     for (int64_t p = c[i].lo; p <= c[i].hi; p++)

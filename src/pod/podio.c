@@ -12,6 +12,7 @@
 #include "ir/collective.h"
 #include "pod/cost.h"
 #include "report/report.h"
+#include "report/report.h"
 #include "pod/pod.h"
 #include "ref/ref.h"
 
@@ -322,13 +323,6 @@ static double bus_bytes(const tpu_instr *in, int64_t n) {
   }
 }
 
-static void human(char *buf, size_t n, double v, const char *unit) {
-  static const char *const pre[] = {"", "k", "M", "G", "T", "P"};
-  int k = 0;
-  while (v >= 1000 && k < 5) v /= 1000, k++;
-  snprintf(buf, n, "%.4g %s%s", v, pre[k], unit);
-}
-
 /* One collective of the program as the timing ran it. */
 typedef struct {
   const char *name, *kind;
@@ -377,8 +371,8 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
                      const tpu_chip *chip, double flops_per_s, int top, const tpu_pod_cost_ctx *costs) {
   double clock = tl->clock_hz > 0 ? tl->clock_hz : chip->clock_hz, step = (double)tl->total_cycles / clock;
   char a[32], b[32];
-  human(a, sizeof a, flops_per_s * (double)pc->ndev, "FLOP/s");
-  human(b, sizeof b, tl->ici_bytes, "B");
+  tpu_report_si(a, sizeof a, flops_per_s * (double)pc->ndev, "FLOP/s");
+  tpu_report_si(b, sizeof b, tl->ici_bytes, "B");
   char ts[32];
   if (step >= 1) snprintf(ts, sizeof ts, "%.4g s", step);
   else if (step >= 1e-3) snprintf(ts, sizeof ts, "%.4g ms", step * 1e3);
@@ -389,8 +383,8 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
   double ici_wait = tl->total_cycles > 0 ? (double)tl->ici_wait_cycles / (double)tl->total_cycles : 0;
   fprintf(f, "communication: ICI busy %.1f%% of the step, %.1f%% not hidden behind compute (waiting on ICI)\n",
           100 * ici_busy, 100 * ici_wait);
-  human(a, sizeof a, (double)p->hbm_peak, "B");
-  human(b, sizeof b, (double)chip->hbm_bytes, "B");
+  tpu_report_si(a, sizeof a, (double)p->hbm_peak, "B");
+  tpu_report_si(b, sizeof b, (double)chip->hbm_bytes, "B");
   fprintf(f, "memory: each chip holds at most %s of its %s HBM (%.1f%%)\n", a, b,
           chip->hbm_bytes > 0 ? 100.0 * (double)p->hbm_peak / (double)chip->hbm_bytes : 0);
   int nc;
@@ -398,11 +392,11 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
   char tn[96];
   if (topo) {
     tpu_topology_format(topo, tn, sizeof tn);
-    human(a, sizeof a, topo->link_bw, "B/s");
+    tpu_report_si(a, sizeof a, topo->link_bw, "B/s");
     fprintf(f, "slice: %s on %s, %lld links per chip at %s each way, %.3g us per hop", tn, chip->name,
             (long long)topo->links_per_chip, a, topo->hop_s * 1e6);
     if (topo->slices > 1) {
-      human(b, sizeof b, topo->dcn_bw, "B/s");
+      tpu_report_si(b, sizeof b, topo->dcn_bw, "B/s");
       fprintf(f, "; %lld slices joined by DCN at %s per chip", (long long)topo->slices, b);
     }
     fprintf(f, "\n");

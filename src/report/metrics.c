@@ -153,8 +153,7 @@ tpu_status tpu_report_metrics_compute(const tpu_timeline *t, const tpu_chip *chi
   return TPU_OK;
 }
 
-/* 1234567 -> "1.23 M" style with a unit. */
-static void si(char *buf, size_t n, double v, const char *unit) {
+void tpu_report_si(char *buf, size_t n, double v, const char *unit) {
   static const char *const pre[] = {"", "k", "M", "G", "T", "P", "E"};
   int k = 0;
   double a = fabs(v);
@@ -173,20 +172,20 @@ void tpu_report_print_summary(FILE *f, const tpu_report_metrics *r) {
   char a[48], b[48], c[48];
   time_str(a, sizeof a, r->step_s);
   fprintf(f, "step time: %s (%lld cycles at %.4g GHz)\n", a, (long long)r->cycles, r->clock_hz / 1e9);
-  si(a, sizeof a, r->flops, "FLOP");
-  si(b, sizeof b, r->flops_per_s, "FLOP/s");
-  si(c, sizeof c, r->peak_flops_per_s, "FLOP/s");
+  tpu_report_si(a, sizeof a, r->flops, "FLOP");
+  tpu_report_si(b, sizeof b, r->flops_per_s, "FLOP/s");
+  tpu_report_si(c, sizeof c, r->peak_flops_per_s, "FLOP/s");
   fprintf(f, "FLOPs: %s  achieved: %s  MFU: %.2f%% of %s %s peak\n", a, b, 100 * r->mfu, c,
           tpu_peak_kind_name(r->peak_kind));
-  si(a, sizeof a, r->hbm_bytes, "B");
-  si(b, sizeof b, r->hbm_bw_used, "B/s");
-  si(c, sizeof c, r->hbm_bw, "B/s");
+  tpu_report_si(a, sizeof a, r->hbm_bytes, "B");
+  tpu_report_si(b, sizeof b, r->hbm_bw_used, "B/s");
+  tpu_report_si(c, sizeof c, r->hbm_bw, "B/s");
   fprintf(f, "HBM: %s moved  %s of %s\n", a, b, c);
   if (isinf(r->ai)) fprintf(f, "roofline: no HBM traffic; compute-bound (ridge %.4g FLOP/B)", r->ridge_ai);
   else
     fprintf(f, "roofline: intensity %.4g FLOP/B, ridge %.4g FLOP/B: %s-bound", r->ai, r->ridge_ai,
             r->memory_bound ? "memory" : "compute");
-  si(a, sizeof a, r->attainable, "FLOP/s");
+  tpu_report_si(a, sizeof a, r->attainable, "FLOP/s");
   fprintf(f, "; attainable %s, achieved %.1f%% of it\n", a, 100 * r->roofline_frac);
   fprintf(f, "breakdown%s: MXU busy %.1f%%  vector busy %.1f%%  waiting on HBM %.1f%%  ",
           r->bd_from_events ? "" : " (estimated from unit totals)", 100 * r->bd_frac[TPU_BD_MXU],

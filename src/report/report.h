@@ -68,6 +68,8 @@ tpu_status tpu_report_metrics_compute(const tpu_timeline *t, const tpu_chip *chi
 
 /* The human summary `tpusim run` prints (several lines). */
 void tpu_report_print_summary(FILE *f, const tpu_report_metrics *r);
+/* 1234567 -> "1.235 M" plus unit, into buf (n bytes). */
+void tpu_report_si(char *buf, size_t n, double v, const char *unit);
 
 /* ---- Per-op profile (report/profile.c) ---- */
 
@@ -107,7 +109,14 @@ typedef struct tpu_report_info {
   /* Optional: writes more members into the report's top-level object (the pod section). */
   void (*extra)(void *user, struct tpu_json_writer *w);
   void *extra_user;
+  /* The entry parameter the previous step prefetched on chip (xprefetch_bytes 0: none). */
+  const char *xprefetch_name, *xprefetch_memory;
+  double xprefetch_bytes;
 } tpu_report_info;
+
+/* Sets info's cross-program prefetch from the compiled program (none when p is NULL). */
+struct tpu_program;
+void tpu_report_info_prefetch(tpu_report_info *info, const struct tpu_program *p);
 
 /* Writes the whole report as JSON to `path` (through a temporary file renamed into place,
  * so a failure leaves no partial file). */

@@ -11,6 +11,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "report/report.h"
+#include "chip/program.h"
 #include "report/source.h"
 
 static void kv_num(tpu_json_writer *w, const char *k, double v) {
@@ -114,6 +115,15 @@ static void write_report(tpu_json_writer *w, const tpu_report_info *info, const 
   kv_num(w, "bytes", r->hbm_bytes);
   kv_num(w, "bandwidth", r->hbm_bw);
   kv_num(w, "used_bandwidth", r->hbm_bw_used);
+  if (info && info->xprefetch_bytes > 0) {
+    /* read on chip, not in `bytes`: loaded while the previous step ran */
+    tpu_json_key(w, "cross_program_prefetch");
+    tpu_json_begin_object(w);
+    kv_str(w, "buffer", info->xprefetch_name);
+    kv_num(w, "bytes", info->xprefetch_bytes);
+    kv_str(w, "memory", info->xprefetch_memory);
+    tpu_json_end_object(w);
+  }
   tpu_json_end_object(w);
 
   tpu_json_key(w, "roofline");
@@ -152,6 +162,13 @@ static void write_report(tpu_json_writer *w, const tpu_report_info *info, const 
   write_ops(w, t, p);
   if (info->extra) info->extra(info->extra_user, w);
   tpu_json_end_object(w);
+}
+
+void tpu_report_info_prefetch(tpu_report_info *info, const tpu_program *p) {
+  int on = p && p->xprefetch_bytes > 0 && p->xprefetch_hbm >= 0 && p->xprefetch_hbm < p->nhbm;
+  info->xprefetch_name = on ? p->hbm[p->xprefetch_hbm].name : NULL;
+  info->xprefetch_memory = on && p->xprefetch_cmem ? "CMEM" : "VMEM";
+  info->xprefetch_bytes = on ? (double)p->xprefetch_bytes : 0;
 }
 
 tpu_status tpu_report_write_json(const char *path, const tpu_report_info *info, const tpu_chip *chip,

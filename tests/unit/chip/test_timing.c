@@ -301,6 +301,20 @@ static void megacore_and_int8(void) {
   CHECK(tpu_timing_matmul_cycles(&mm, &v4, &c, &d) == TPU_OK);
   tpu_mxu_cycles mc;
   CHECK(tpu_mxu_tile_cycles(128, 128, 1024, 1024, 128, TPU_WLOAD_DOUBLE, &mc, &d) == TPU_OK);
+  /* v4 loads a weight tile in mxu_weight_load_cycles (32), not 128: only the first load,
+   * W, is exposed when each fold streams 1024 rows */
+  CHECK(v4.mxu_weight_load_cycles == 32);
+  CHECK_EQ_INT(c, mc.weight_load - 128 + 32 + mc.stream);
+  /* a fold of 8 rows exposes W - 8 of each later load, not 128 - 8 */
+  mm.m = 8 * 2; /* two M halves would split across MXUs only when N runs out of tiles */
+  int64_t c_small = 0;
+  CHECK(tpu_timing_matmul_cycles(&mm, &v4, &c_small, &d) == TPU_OK);
+  tpu_mxu_cycles ms;
+  CHECK(tpu_mxu_tile_cycles(128, 128, 16, 1024, 128, TPU_WLOAD_DOUBLE, &ms, &d) == TPU_OK);
+  CHECK_EQ_INT(c_small, 32 + (ms.folds - 1) * (32 - 16) + ms.stream);
+  v4.mxu_weight_load_cycles = 0;
+  mm.m = 1024;
+  CHECK(tpu_timing_matmul_cycles(&mm, &v4, &c, &d) == TPU_OK);
   CHECK_EQ_INT(c, mc.weight_load + mc.stream);
   mm.dtype = TPU_S8;
   mm.mxus = 4;
@@ -687,6 +701,9 @@ int main(void) {
   g_v5e.matmul_overhead_s = 0;
   g_v5e.vector_ops_per_cycle = 0;
   g_v5e.stream_pass_bytes = g_v5e.lone_op_bytes = g_v5e.transpose_bytes = 0;
+  /* and on the systolic array's own weight loading (a row per cycle), every operand from HBM */
+  g_v5e.mxu_weight_load_cycles = 0;
+  g_v5e.prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status = TPU_PROV_ABSENT;
   dot_matches_tile_model();
   precision_passes();
   copy_closed_form();

@@ -196,7 +196,7 @@ static void test_json_report(const char *dir) {
   CHECK(tpu_report_profile(&t, 1e9, &p, &d) == TPU_OK);
   char path[600];
   snprintf(path, sizeof path, "%s/r.json", dir);
-  tpu_report_info info = {"prog.hlo", "tpu", "full", "default", NULL, NULL};
+  tpu_report_info info = {"prog.hlo", "tpu", "full", "default", NULL, NULL, "w.1", "VMEM", 4096};
   CHECK(tpu_report_write_json(path, &info, &c, &t, &r, &p, &d) == TPU_OK);
   tpu_json_doc doc;
   int ok = tpu_json_parse_file(path, &doc, &d) == TPU_OK;
@@ -212,6 +212,12 @@ static void test_json_report(const char *dir) {
     CHECK_NEAR(num_at(tpu_json_get(root, "breakdown"), "vector_busy", "cycles"), 200, 0);
     CHECK_NEAR(num_at(tpu_json_get(root, "breakdown"), "idle", "fraction"), 0.1, 1e-15);
     CHECK_EQ_STR(tpu_json_get(root, "program")->str, "prog.hlo");
+    const tpu_json *xpf = tpu_json_get(tpu_json_get(root, "hbm"), "cross_program_prefetch");
+    CHECK(xpf != NULL);
+    if (xpf) {
+      CHECK_EQ_STR(tpu_json_get(xpf, "buffer")->str, "w.1");
+      CHECK_NEAR(tpu_json_get(xpf, "bytes")->num, 4096, 0);
+    }
     const tpu_json *ops = tpu_json_get(root, "ops");
     CHECK(ops && ops->count == 2);
     CHECK_EQ_STR(tpu_json_get(item(ops, 0), "name")->str, "dot.1");
