@@ -152,6 +152,10 @@ def main():
                      # (cost_analysis optimal_seconds, where positive): work it leaves out
                      "below_own_roofline": bool(comp.get("optimal_seconds") and comp["optimal_seconds"] > 0
                                                 and cs < 0.5 * comp["optimal_seconds"]),
+                     # an op that does work but carries no estimated_cycles (a scatter's kCustom
+                     # fusion, a sort, a reduce-window; gen.py unestimated) with a result of 1 MiB
+                     # or more: the compiler's sum leaves it out
+                     "unestimated": [u[0] for u in comp.get("unestimated", []) if u[2] >= 1 << 20],
                      "tpusim_ops": len(s["ops"]),
                      "tpusim_s": s["seconds"], "err": s["seconds"] / cs - 1 if cs > 0 else float("nan"),
                      "compiler_cycles": comp["estimated_cycles"], "tpusim_cycles": s["cycles"],
@@ -168,7 +172,8 @@ def main():
         fz = [(k, cs, ts) for r in rs for (k, cs, ts) in r["fusions"] if cs > 0]
         fe = [abs(ts / cs - 1) for k, cs, ts in fz]
         mem = [r["tpusim_mem"] / r["compiler_mem"] - 1 for r in rs if r["tpusim_mem"] and r["compiler_mem"] > 0]
-        full = [r for r in rs if not r["cross_program_prefetch_bytes"] and not r["below_own_roofline"]]
+        full = [r for r in rs if not r["cross_program_prefetch_bytes"] and not r["below_own_roofline"]
+                and not r["unestimated"]]
         fe_ = [abs(r["err"]) for r in full]
         summary[c] = {"n": len(rs), "median_abs_err": pct(ae, 0.5), "p90_abs_err": pct(ae, 0.9),
                       "n_without_xprefetch": len(full), "median_abs_err_without_xprefetch": pct(fe_, 0.5),
@@ -188,7 +193,7 @@ def main():
         print(f"  credible compiler estimates only, without the {s['n'] - s['n_without_xprefetch']} programs whose "
               f"estimate leaves work out (a cross-program prefetch: a parameter copied into VMEM by an async copy "
               f"outside the per-op sum, taking > 10% of its time at the preset's streaming rate, that tpusim does "
-              f"not prefetch as well; or a sum below "
+              f"not prefetch as well; an op of 1 MiB or more without an estimate; or a sum below "
               f"half of the compiler's own optimal_seconds): "
               f"n={s['n_without_xprefetch']} median |err| {100 * s['median_abs_err_without_xprefetch']:.1f}%  "
               f"p90 |err| {100 * s['p90_abs_err_without_xprefetch']:.1f}%")
@@ -215,7 +220,8 @@ def main():
                   f"  {100 * r['err']:+7.1f}%  ops {r['tpusim_ops']}/{r['compiler_ops']}"
                   + ("  (x-prefetch %.0f MB)" % (r["cross_program_prefetch_bytes"] / 1e6)
                      if r["cross_program_prefetch_bytes"] else "")
-                  + ("  (below its own roofline)" if r["below_own_roofline"] else ""))
+                  + ("  (below its own roofline)" if r["below_own_roofline"] else "")
+                  + ("  (no estimate for %s)" % ", ".join(r["unestimated"]) if r["unestimated"] else ""))
     if failures:
         print("\nfailed runs:")
         for c, n, e in failures:

@@ -82,6 +82,39 @@ def entry_ops(txt):
     return ops
 
 
+# Top-level ops that only move bookkeeping (no work of their own to estimate).
+BOOKKEEPING = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "copy-start", "copy-done",
+               "slice-start", "slice-done", "after-all", "add-dependency", "opt-barrier", "partition-id",
+               "replica-id"}
+
+
+DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
+               "f64": 8, "s64": 8, "u64": 8}
+
+
+def unestimated_ops(txt):
+    """Top-level ops of the compiled entry computation that do work but carry no
+    estimated_cycles (a kCustom scatter fusion, a sort, a reduce-window): the compiler's sum
+    leaves them out. [name, opcode, bytes of its first result]; ConcatBitcast custom calls
+    (a bitcast) are bookkeeping."""
+    entry = txt[txt.rfind("\nENTRY"):]
+    out = []
+    for line in entry.splitlines():
+        om = OP_RE.match(line)
+        if not om or '"estimated_cycles"' in line or om.group(2) in BOOKKEEPING:
+            continue
+        if om.group(2).endswith("-start") or om.group(2).endswith("-done") or "ConcatBitcast" in line:
+            continue
+        sm = re.search(r" = \(?([a-z0-9]+)\[([0-9,]*)\]", line)
+        n = 0
+        if sm and sm.group(1) in DTYPE_BYTES:
+            n = DTYPE_BYTES[sm.group(1)]
+            for d in filter(None, sm.group(2).split(",")):
+                n *= int(d)
+        out.append([om.group(1), om.group(2), n])
+    return out
+
+
 # ---------------------------------------------------------------------------- programs
 PROGS = []
 
@@ -341,6 +374,7 @@ def one(name, cat, f, args):
             "topology": TOPOLOGIES[chip], "device_kind": dev.device_kind,
             "cores_per_device": getattr(dev, "num_cores", 1),
             "estimated_cycles": sum(o[4] for o in ops), "ops": ops, "async_copies": async_copies(txt),
+            "unestimated": unestimated_ops(txt),
             "flops": ca.get("flops"), "bytes_accessed": ca.get("bytes accessed"),
             "transcendentals": ca.get("transcendentals"), "optimal_seconds": ca.get("optimal_seconds"),
             "memory": {"argument": ms.argument_size_in_bytes, "output": ms.output_size_in_bytes,
