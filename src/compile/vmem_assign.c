@@ -32,8 +32,23 @@ static const tpu_instr *result_of(const tpu_instr *v) {
 }
 
 int tpu__be_resident(const tpu__be *be, const tpu_instr *v) {
+  /* a compiled program reads a prefetched parameter through its copy-start / copy-done */
+  for (int hops = 0; hops < 4 && (v->op == TPU_OP_COPY_DONE || v->op == TPU_OP_COPY_START) && v->noperands; hops++)
+    v = v->operands[0];
   const tpu__kinfo *k = tpu__be_info(be, result_of(v));
   return k && (k->vres || k->xpf);
+}
+
+/* The parameter an input program (compiled by XLA) prefetches across steps: the operand of
+ * its copy-start marked cross_program_prefetch_index; NULL when none. */
+static const tpu_instr *compiled_prefetch(const tpu_comp *e) {
+  for (int i = 0; i < e->ninstrs; i++) {
+    const tpu_instr *in = e->instrs[i];
+    if (in->op != TPU_OP_COPY_START || in->noperands < 1 || in->operands[0]->op != TPU_OP_PARAMETER) continue;
+    for (int a = 0; a < in->nattrs; a++)
+      if (!strcmp(in->attrs[a].name, "cross_program_prefetch_index")) return in->operands[0];
+  }
+  return NULL;
 }
 
 /* Cross-program prefetch (XLA's memory-space assignment on TPU): of the entry parameters a
@@ -57,7 +72,21 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
   if (ci < 0 || !be->scheduled[ci] || ch->prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status == TPU_PROV_ABSENT) return 0;
   int best = -1, in_vmem = 0;
   int64_t best_size = 0, best_lo = 0, best_hi = 0;
-  for (int pi = 0; pi < e->nparams; pi++) {
+  const tpu_instr *given = compiled_prefetch(e);
+  if (given) { /* the compiler chose it: on chip for the whole step (in VMEM if it fits
+                  * beside every kernel's tile buffers, else read as if from CMEM) */
+    for (int pi = 0; pi < e->nparams; pi++)
+      if (e->params[pi] == given) best = pi;
+    best_size = (tpu__padded_bytes(be, &given->shape) + 511) / 512 * 512;
+    best_lo = 1;
+    best_hi = np - 1;
+    int64_t top = 0;
+    for (int64_t q = best_lo; q <= best_hi; q++)
+      if (ws[q] > top) top = ws[q];
+    in_vmem = best_size <= ch->vmem_bytes - top;
+    if (best < 0) return 0;
+  }
+  for (int pi = 0; pi < e->nparams && !given; pi++) {
     const tpu_instr *p = e->params[pi];
     if (!tpu_dtype_is_array(p->shape.dtype)) continue;
     int64_t lo = -1, hi = -1;

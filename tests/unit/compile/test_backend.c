@@ -650,6 +650,31 @@ static void cross_program_prefetch(void) {
     }
     tpu_module_free(m);
   }
+  /* A program the XLA TPU compiler compiled names its choice (copy-start with
+   * cross_program_prefetch_index): tpusim keeps it, here x rather than the larger w, and the
+   * kernel reads it through copy-done from VMEM. */
+  tpu_chip c;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v5e", &c, &d) == TPU_OK);
+  tpu_module *m = parse("HloModule m\nENTRY e {\n x = bf16[8,4096] parameter(0)\n w = bf16[4096,4096] parameter(1)\n"
+                        " cs = (bf16[8,4096], bf16[8,4096], u32[]) copy-start(x), cross_program_prefetch_index=0\n"
+                        " cd = bf16[8,4096] copy-done(cs)\n"
+                        " ROOT y = bf16[8,4096] dot(cd, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n");
+  CHECK(m != NULL);
+  if (m) {
+    tpu_program *p = compile(m, &c, &d);
+    CHECK(p != NULL);
+    if (p) {
+      CHECK_EQ_INT(p->xprefetch_bytes, 8 * 4096 * 2);
+      tpu_timeline tl;
+      if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
+        CHECK_NEAR(tl.hbm_bytes, 4096.0 * 4096 * 2 + 8.0 * 4096 * 2, 0); /* w and y, not x */
+        tpu_timeline_free(&tl);
+      }
+      tpu_program_free(p);
+    }
+    tpu_module_free(m);
+  }
 }
 
 int main(void) {
