@@ -39,6 +39,10 @@ int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int 
  * compiler gives a program's parameters and results; row-major on a tie. *second and
  * *minor: the dimensions in the sublanes and lanes. */
 int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor);
+/* Does an array of shape s that a convolution lays out with dimension `second` in the
+ * sublanes and `minor` in the lanes need relaying out to or from the program's own layout
+ * (the one that pads least, row-major on a tie; compile/relayout.c)? */
+int tpu__needs_relayout(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
 /* Largest result a constant fold may produce, in bytes. */
 #define TPU_FOLD_MAX_BYTES ((size_t)64 * 1024)
 

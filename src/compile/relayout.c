@@ -44,7 +44,7 @@ static const tpu_instr *conv_of(const tpu_instr *root) {
  * sublanes and `minor` in the lanes be relaid out to leave the program? It keeps the
  * convolution's layout only when that pads strictly less than row-major and no layout pads
  * less. */
-static int needs_relayout(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
+int tpu__needs_relayout(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
   int r = s->rank, ls, lm;
   if (second == r - 2 && minor == r - 1) return 0; /* the convolution's layout is row-major */
   int64_t conv = tpu__tiled_as(chip, s, second, minor), least = tpu__least_tiled_bytes(chip, s, &ls, &lm);
@@ -67,7 +67,7 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
   int second = few ? feature : batch, minor = few ? batch : feature;
   /* the batch must fill its tile for the compiler to lay it there */
   int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
-  if (nb % (few ? lanes : sub) || !needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
+  if (nb % (few ? lanes : sub) || !tpu__needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
   /* perm: the convolution's layout (spatial dimensions in order, then second, minor) */
   int64_t perm[TPU_MAX_RANK], inv[TPU_MAX_RANK];
   int n = 0;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "compile/backend.h"
+#include "compile/hlo_passes.h"
 
 typedef struct {
   int idx;          /* global instruction index */
@@ -100,6 +101,13 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
         if (lo < 0 || ku->pos < lo) lo = ku->pos;
         if (ku->pos > hi) hi = ku->pos;
         matmul |= ku->kind == TPU__K_MATMUL && (o == ku->mm_lhs || o == ku->mm_rhs);
+        /* a convolution's input that must be relaid out on its way in is read by that
+         * relayout, not by the matrix unit: the compiler prefetches the filter instead (its
+         * ResNet convolutions over 64 features), the input where it needs no relayout */
+        if (ku->kind == TPU__K_MATMUL && o == ku->mm_lhs && ku->mm && ku->mm->op == TPU_OP_CONVOLUTION &&
+            ku->mm->has_conv_dims && p->shape.rank == ku->mm->operands[0]->shape.rank &&
+            tpu__needs_relayout(ch, &p->shape, (int)ku->mm->conv.in_batch, (int)ku->mm->conv.in_feature))
+          other = 1;
       }
     }
     if (!matmul || other || lo < 0) continue;

@@ -650,6 +650,31 @@ static void cross_program_prefetch(void) {
     }
     tpu_module_free(m);
   }
+  /* A convolution's input that needs relaying out into the convolution's layout is not a
+   * candidate (the compiler prefetches the filter of a 64-feature ResNet convolution, the
+   * input of a 128-feature one) */
+  const char *convf = "HloModule m\nENTRY e {\n x = bf16[32,%d,%d,%d] parameter(0)\n w = bf16[3,3,%d,%d] parameter(1)\n"
+                      " ROOT y = bf16[32,%d,%d,%d] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
+  int hw[2] = {56, 28}, fe[2] = {64, 128};
+  for (int i = 0; i < 2; i++) {
+    tpu_chip c;
+    tpu_diag d;
+    CHECK(tpu_chip_load("v5e", &c, &d) == TPU_OK);
+    char src[512];
+    snprintf(src, sizeof src, convf, hw[i], hw[i], fe[i], fe[i], fe[i], hw[i], hw[i], fe[i]);
+    tpu_module *m = parse(src);
+    CHECK(m != NULL);
+    if (!m) continue;
+    tpu_program *p = compile(m, &c, &d);
+    CHECK(p != NULL);
+    if (p) {
+      const char *who = p->xprefetch_bytes ? p->hbm[p->xprefetch_hbm].name : "-";
+      printf("conv over %d features: prefetched %s\n", fe[i], who);
+      CHECK_EQ_STR(who, i == 0 ? "w" : "x");
+      tpu_program_free(p);
+    }
+    tpu_module_free(m);
+  }
   /* A program the XLA TPU compiler compiled names its choice (copy-start with
    * cross_program_prefetch_index): tpusim keeps it, here x rather than the larger w, and the
    * kernel reads it through copy-done from VMEM. */
