@@ -203,6 +203,12 @@ def _(r):
     return f, (r.normal(16, 10, scale=3.0), r.ints(16, hi=10))
 
 
+@case("cross_entropy_grad", "gradient of the mean softmax cross-entropy through take_along_axis: a "
+      "scatter-add of one value per row, which tpusim's simplify turns into compare-select", TOL_RED)
+def _(r):
+    return jax.grad(xent), (r.normal(16, 40, scale=3.0), r.ints(16, hi=40))
+
+
 @case("layer_norm", "layer norm over the last axis with scale and bias, eps 1e-5", TOL_RED)
 def _(r):
     return layer_norm, (r.normal(8, 64, scale=2.0) + 1.0, 1 + r.normal(64, scale=0.1),

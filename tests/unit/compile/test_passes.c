@@ -492,6 +492,41 @@ static int count_in(const char *text, const char *needle) {
   return n;
 }
 
+/* One-hot scatter as a select (compile/scatter_select.c): one update per row into a
+ * broadcast zero becomes compare-select; two updates per row (they might collide) and a
+ * scatter that overwrites stay scatters. Values: conformance case cross_entropy_grad. */
+static void test_scatter_select(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] %s }\n"
+      "ENTRY e {\n z = f32[] constant(0)\n o = f32[16,40] broadcast(z), dimensions={}\n"
+      " i = s32[16,%d,1] parameter(0)\n u = f32[16,%d] parameter(1)\n"
+      " ROOT s = f32[16,40] scatter(o, i, u), update_window_dims={}, inserted_window_dims={1},"
+      " scatter_dims_to_operand_dims={1}, input_batching_dims={0}, scatter_indices_batching_dims={0},"
+      " index_vector_dim=2, to_apply=add\n}\n";
+  struct {
+    const char *root;
+    int per_row, want_scatters;
+  } cases[] = {{"add(a, b)", 1, 0}, {"add(a, b)", 2, 1}, {"add(b, b)", 1, 1}};
+  for (int i = 0; i < 3; i++) {
+    char src[1024];
+    snprintf(src, sizeof src, fmt, cases[i].root, cases[i].per_row, cases[i].per_row);
+    FILE *f = fopen("scatter_select_test.hlo", "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(src, f);
+    fclose(f);
+    char *out = dump_after("scatter_select_test.hlo", "simplify");
+    remove("scatter_select_test.hlo");
+    CHECK(out != NULL);
+    if (!out) return;
+    printf("scatter, %d per row, combiner %s: %d scatters, %d selects after simplify\n", cases[i].per_row,
+           cases[i].root, count_in(out, " scatter("), count_in(out, " select("));
+    CHECK_EQ_INT(count_in(out, " scatter("), cases[i].want_scatters);
+    CHECK_EQ_INT(count_in(out, " select("), 1 - cases[i].want_scatters);
+    free(out);
+  }
+}
+
 static void test_cse(void) {
   const char *src =
       "HloModule m\nadd0 { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
@@ -663,6 +698,7 @@ int main(void) {
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
   test_cse();
+  test_scatter_select();
   test_bad_dump_name();
   test_transformer();
   test_oom("tests/hlo/compile/mlp.hlo");
