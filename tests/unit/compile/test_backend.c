@@ -605,6 +605,19 @@ static void scalar_ops(void) {
   CHECK(a0 > 0 && a1 >= a0 + (int64_t)(1e-6 * g_chip.clock_hz) - 1);
 }
 
+/* `src` compiled for chip preset `name` (loaded into *c); NULL on any failure (checked).
+ * The module (*m, which the program borrows) is the caller's to free after the program. */
+static tpu_program *compile_for(const char *name, const char *src, tpu_chip *c, tpu_module **m) {
+  tpu_diag d;
+  CHECK(tpu_chip_load(name, c, &d) == TPU_OK);
+  *m = parse(src);
+  CHECK(*m != NULL);
+  if (!*m) return NULL;
+  tpu_program *p = compile(*m, c, &d);
+  CHECK(p != NULL);
+  return p;
+}
+
 /* Cross-program prefetch (compile/vmem_assign.c): a decode step's weight, the largest
  * parameter a matmul reads, is on chip when the step starts — VMEM on v5e (the compiler's
  * copy-start with cross_program_prefetch_index), CMEM on one v4 TensorCore when VMEM is too
@@ -623,14 +636,10 @@ static void cross_program_prefetch(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     tpu_chip c;
     tpu_diag d;
-    CHECK(tpu_chip_load(cases[i].chip, &c, &d) == TPU_OK);
     char src[512];
     snprintf(src, sizeof src, fmt, cases[i].k, cases[i].k);
-    tpu_module *m = parse(src);
-    CHECK(m != NULL);
-    if (!m) continue;
-    tpu_program *p = compile(m, &c, &d);
-    CHECK(p != NULL);
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for(cases[i].chip, src, &c, &m);
     if (p) {
       printf("%s: k=%d prefetched %lld bytes (%s)\n", cases[i].chip, cases[i].k, (long long)p->xprefetch_bytes,
              p->xprefetch_bytes ? p->hbm[p->xprefetch_hbm].name : "-");
@@ -658,15 +667,10 @@ static void cross_program_prefetch(void) {
   int hw[2] = {56, 28}, fe[2] = {64, 128};
   for (int i = 0; i < 2; i++) {
     tpu_chip c;
-    tpu_diag d;
-    CHECK(tpu_chip_load("v5e", &c, &d) == TPU_OK);
     char src[512];
     snprintf(src, sizeof src, convf, hw[i], hw[i], fe[i], fe[i], fe[i], hw[i], hw[i], fe[i]);
-    tpu_module *m = parse(src);
-    CHECK(m != NULL);
-    if (!m) continue;
-    tpu_program *p = compile(m, &c, &d);
-    CHECK(p != NULL);
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for("v5e", src, &c, &m);
     if (p) {
       const char *who = p->xprefetch_bytes ? p->hbm[p->xprefetch_hbm].name : "-";
       printf("conv over %d features: prefetched %s\n", fe[i], who);
@@ -680,26 +684,23 @@ static void cross_program_prefetch(void) {
    * kernel reads it through copy-done from VMEM. */
   tpu_chip c;
   tpu_diag d;
-  CHECK(tpu_chip_load("v5e", &c, &d) == TPU_OK);
-  tpu_module *m = parse("HloModule m\nENTRY e {\n x = bf16[8,4096] parameter(0)\n w = bf16[4096,4096] parameter(1)\n"
-                        " cs = (bf16[8,4096], bf16[8,4096], u32[]) copy-start(x), cross_program_prefetch_index=0\n"
-                        " cd = bf16[8,4096] copy-done(cs)\n"
-                        " ROOT y = bf16[8,4096] dot(cd, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n");
-  CHECK(m != NULL);
-  if (m) {
-    tpu_program *p = compile(m, &c, &d);
-    CHECK(p != NULL);
-    if (p) {
-      CHECK_EQ_INT(p->xprefetch_bytes, 8 * 4096 * 2);
-      tpu_timeline tl;
-      if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
-        CHECK_NEAR(tl.hbm_bytes, 4096.0 * 4096 * 2 + 8.0 * 4096 * 2, 0); /* w and y, not x */
-        tpu_timeline_free(&tl);
-      }
-      tpu_program_free(p);
+  tpu_module *m = NULL;
+  tpu_program *p = compile_for("v5e",
+                               "HloModule m\nENTRY e {\n x = bf16[8,4096] parameter(0)\n w = bf16[4096,4096] parameter(1)\n"
+                               " cs = (bf16[8,4096], bf16[8,4096], u32[]) copy-start(x), cross_program_prefetch_index=0\n"
+                               " cd = bf16[8,4096] copy-done(cs)\n"
+                               " ROOT y = bf16[8,4096] dot(cd, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+                               &c, &m);
+  if (p) {
+    CHECK_EQ_INT(p->xprefetch_bytes, 8 * 4096 * 2);
+    tpu_timeline tl;
+    if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
+      CHECK_NEAR(tl.hbm_bytes, 4096.0 * 4096 * 2 + 8.0 * 4096 * 2, 0); /* w and y, not x */
+      tpu_timeline_free(&tl);
     }
-    tpu_module_free(m);
+    tpu_program_free(p);
   }
+  tpu_module_free(m);
 }
 
 int main(void) {
