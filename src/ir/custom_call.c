@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ir/collective.h"
+#include "ir/layout.h"
 #include "ir/verify.h"
 
 static const char *const k_identity[] = {
@@ -35,6 +36,17 @@ const char *tpu_custom_call_target(const tpu_instr *in, char *buf, size_t n) {
   if (len && v[len - 1] == '"') len--;
   snprintf(buf, n, "%.*s", (int)len, v);
   return buf;
+}
+
+int tpu_concat_bitcast_bytes(const tpu_instr *in) {
+  if (in->noperands < 1 || !tpu_dtype_is_array(in->shape.dtype)) return 0;
+  int64_t n = 0;
+  for (int k = 0; k < in->noperands; k++) {
+    const tpu_shape *s = &in->operands[k]->shape;
+    if (s->rank != 1 || tpu_dtype_size(s->dtype) != 1 || !tpu_dtype_is_array(s->dtype)) return 0;
+    n += tpu_shape_physical_bytes(s);
+  }
+  return n == tpu_shape_physical_bytes(&in->shape);
 }
 
 int tpu_concat_bitcast_dim(const tpu_instr *in) {
@@ -114,6 +126,7 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
     }
     case TPU_CC_CONCAT_BITCAST: {
       const tpu_shape *r = &in->shape;
+      if (tpu_concat_bitcast_bytes(in)) return TPU_OK;
       int cd = tpu_concat_bitcast_dim(in);
       int ok = in->noperands >= 1 && tpu_dtype_is_array(r->dtype) && r->rank >= 1;
       int64_t rows = 0;

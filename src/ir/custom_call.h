@@ -26,6 +26,9 @@ typedef enum {
 
 /* The dimension a ConcatBitcast custom call joins its operands along. */
 int tpu_concat_bitcast_dim(const tpu_instr *in);
+/* Is ConcatBitcast `in` one of byte pieces (1-D, 1-byte types) whose bytes are the result's
+ * bytes in memory (the XLA TPU compiler's v6e programs)? Its values are not modelled. */
+int tpu_concat_bitcast_bytes(const tpu_instr *in);
 
 tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in);
 

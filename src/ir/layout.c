@@ -132,6 +132,18 @@ int tpu_layout_is_row_major(const tpu_shape *s, const tpu_layout *l) {
   return 1;
 }
 
+int64_t tpu_shape_physical_bytes(const tpu_shape *s) {
+  if (!tpu_dtype_is_array(s->dtype)) return 0;
+  int64_t logical = tpu_shape_numel(s) * (int64_t)tpu_dtype_size(s->dtype);
+  tpu_layout l;
+  tpu_diag d;
+  if (!s->has_layout || tpu_layout_read(s, tpu_noloc(), &l, &d) != TPU_OK) return logical;
+  int64_t pd[TPU__LAYOUT_DIMS], n = 1;
+  int pm = phys_dims(s, &l, pd);
+  for (int j = 0; j < pm; j++) n *= pd[j];
+  return n * (int64_t)tpu_dtype_size(s->dtype);
+}
+
 void tpu_layout_offsets(const tpu_shape *s, const tpu_layout *l, int64_t *off, int64_t *phys) {
   int64_t pd[TPU__LAYOUT_DIMS];
   int pm = phys_dims(s, l, pd);

@@ -30,6 +30,10 @@ int tpu_layout_is_row_major(const tpu_shape *s, const tpu_layout *l);
 
 /* off[i] = physical position (in elements) of logical row-major element i of an array of
  * s's dims; *phys = elements the buffer holds, padding included. off has numel entries. */
+/* Bytes of s in memory: its elements in their tiled layout, padding included (the logical
+ * bytes without a layout or with one that is not modelled). */
+int64_t tpu_shape_physical_bytes(const tpu_shape *s);
+
 void tpu_layout_offsets(const tpu_shape *s, const tpu_layout *l, int64_t *off, int64_t *phys);
 
 #endif

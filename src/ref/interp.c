@@ -273,6 +273,11 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
                           "custom-call '%s' changes a shape: it needs the module partitioned over its mesh",
                           tpu_instr_user_name(in));
         case TPU_CC_CONCAT_BITCAST: {
+          if (tpu_concat_bitcast_bytes(in))
+            return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc,
+                            "custom-call '%s' joins byte pieces of a tiled layout into %s; its values are not "
+                            "modelled (time the program with --mode timing)",
+                            tpu_instr_user_name(in), "an array");
           tpu_instr cat = *in;
           int64_t dim = tpu_concat_bitcast_dim(in);
           cat.op = TPU_OP_CONCATENATE;

@@ -149,7 +149,9 @@ static tpu_status bitcast(const tpu_instr *in, const tpu_tensor *x, tpu_tensor *
   size_t es = tpu_dtype_size(rs->dtype);
   if (es != tpu_dtype_size(xs->dtype))
     return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc,
-                    "bitcast '%s' changes the element size between non-row-major layouts; not modelled", in->name);
+                    "bitcast '%s' changes the element size between non-row-major layouts (a tiled array's bytes "
+                    "viewed as another type); its values are not modelled (time the program with --mode timing)",
+                    in->name);
   int64_t n = tpu_shape_numel(rs), xn = tpu_shape_numel(xs);
   int64_t *roff = tpu_malloc(sizeof *roff * (size_t)(n ? n : 1));
   int64_t *xoff = tpu_malloc(sizeof *xoff * (size_t)(xn ? xn : 1));
