@@ -125,8 +125,10 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
   }
   if (best < 0) return 0;
   tpu__kinfo *k = &be->k[be->comp_base[ci] + e->params[best]->id];
-  k->xpf = in_vmem ? 1 : 2;
-  if (!in_vmem) return 0; /* in CMEM, outside the kernels' VMEM */
+  /* in CMEM, outside the kernels' VMEM, when it does not fit there (a compiled program's
+   * own choice on a chip without CMEM: VMEM as the compiler says, not placed) */
+  k->xpf = in_vmem || ch->cmem_bytes <= 0 ? 1 : 2;
+  if (!in_vmem) return 0;
   int64_t cap = ch->vmem_bytes * (ch->tensorcores > 0 ? ch->tensorcores : 1);
   k->vres_off = cap - best_size;
   pl[0].lo = best_lo;
