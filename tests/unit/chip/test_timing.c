@@ -594,7 +594,8 @@ static void stream_costs(void) {
 /* A matmul writing 16-bit results pays the stream pass on them, holding its output
  * transfers but not the HBM port: bf16[8192,64] x bf16[64,512] with a bf16 result is bound
  * by that pass (the XLA TPU compiler: 62,609 cycles on v5e, 45,549 with an f32 result);
- * a compute-bound GEMM is slowed only by the pass of its last result blocks. */
+ * a compute-bound GEMM is slowed only by the pass of its last result blocks; a memory-bound
+ * one lasts at least its input and result transfers end to end (timing.c port_floor_op). */
 static void matmul_result_pass(void) {
   const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,%d] parameter(0)\n w = bf16[%d,%d] parameter(1)\n"
                     " ROOT y = %s[%d,%d] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
@@ -619,6 +620,16 @@ static void matmul_result_pass(void) {
   double big = stream_time(src, &g_v5e, &nk), big_off = stream_time(src, &off, &nk);
   printf("bf16 4096^3: %.0f cycles, without the pass %.0f\n", big, big_off);
   CHECK(big < 1.05 * big_off);
+  /* memory-bound: the kernel lasts at least its transfers end to end, the input's and the
+   * result's with the pass (the compiler's [65536,2048] x [2048,128]: 806,163 cycles on
+   * v5e, its 612K of input plus 115K of result pass and the rest exposed MXU work) */
+  snprintf(src, sizeof src, fmt, 65536, 2048, 2048, 128, "bf16", 65536, 128);
+  double mem = stream_time(src, &g_v5e, &nk), mem_off = stream_time(src, &off, &nk);
+  double ends = (65536.0 * 2048 * 2 + 65536.0 * 128 * (2 + g_v5e.stream_pass_bytes)) / bpc;
+  printf("bf16 [65536,2048] x [2048,128]: %.0f cycles, transfers end to end %.0f, without the pass %.0f\n", mem, ends,
+         mem_off);
+  CHECK(mem >= ends && mem < 1.05 * ends);
+  CHECK(mem > mem_off);
 }
 
 /* A filter convolution runs tap by tap with its input features as the contraction, padded
