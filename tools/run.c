@@ -47,6 +47,8 @@ static void usage(FILE *f) {
           "  --chip C       a chip preset name or chip JSON file (default v5e; see tpusim chips)\n"
           "  --precision P  run every f32 dot/convolution at P (default: each op's operand_precision)\n"
           "  --mode timing  cycles only: no values, no inputs, no result files (same cycles as full)\n"
+          "  --first-step   time a first step: no parameter prefetched on chip by a previous step (by\n"
+          "                 default a step is one of a loop, its largest matmul parameter prefetched)\n"
           "  --report FILE  write the metrics, breakdown and per-op profile as JSON\n"
           "  --trace FILE   write the unit timeline in the Chrome trace format (Perfetto, chrome://tracing)\n"
           "  --top N        ops listed in the printed profile (default 10; 0 for all)\n"
@@ -249,7 +251,7 @@ typedef struct {
   const char *out_sh[MAX_OUT_SH];
   int nout_sh;
   char *sh_text; /* --out-sharding @FILE: the file's text (out_sh points into it) */
-  int ninputs, quiet, timing, precision, top, per_device;
+  int ninputs, quiet, timing, precision, top, per_device, first_step;
   uint64_t seed;
 } run_opts;
 
@@ -367,6 +369,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       o->mesh = argv[++i];
     } else if (!strcmp(a, "--per-device")) {
       o->per_device = 1;
+    } else if (!strcmp(a, "--first-step")) {
+      o->first_step = 1;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       o->quiet = 1;
     } else if (a[0] == '-' && a[1]) {
@@ -388,8 +392,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     fprintf(stderr, "error: unknown backend '%s' (available: tpu, ref)\n", o->backend);
     return 2;
   }
-  if (!tpu && (o->timing || o->report || o->trace || o->chip || o->precision >= 0 || o->topology || o->slices > 1)) {
-    fprintf(stderr, "error: --mode, --chip, --precision, --topology, --report and --trace need --backend tpu\n");
+  if (!tpu && (o->timing || o->report || o->trace || o->chip || o->precision >= 0 || o->topology || o->slices > 1 ||
+               o->first_step)) {
+    fprintf(stderr, "error: --mode, --chip, --precision, --topology, --first-step, --report and --trace need --backend "
+                    "tpu\n");
     return 2;
   }
   if (o->timing && (o->outdir || o->ninputs)) {
@@ -543,7 +549,7 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
       char sz[48];
       tpu_report_si(sz, sizeof sz, (double)prog->xprefetch_bytes, "B");
       printf("cross-program prefetch: %s (%s) read from %s; the previous step loads it, as XLA's TPU compiler "
-             "does (a first step pays it)\n",
+             "does (a first step pays it: --first-step)\n",
              prog->hbm[prog->xprefetch_hbm].name, sz, prog->xprefetch_cmem ? "CMEM" : "VMEM");
     }
     if (pod && pod->ndev > 1) tpu_podio_print(stdout, pod, prog, &tl, chip, r.flops_per_s, o->top, &pc);
@@ -640,6 +646,7 @@ int tpu_cli_run(int argc, char **argv) {
     tpu_cli_report(&d);
     goto cleanup;
   }
+  if (tpu && o.first_step) chip.prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status = TPU_PROV_ABSENT; /* docs/timing.md */
   if (o.mesh || tpu_spmd_needed(m)) { /* sharding annotations: partition over the mesh first */
     tpu_mesh mesh;
     memset(&mesh, 0, sizeof mesh);
