@@ -148,6 +148,19 @@ static char *dump_after(const char *prog, const char *pass) {
   return buf;
 }
 
+/* dump_after for HLO text: written to `file` (removed after), NULL on any failure (checked). */
+static char *dump_src_after(const char *src, const char *file, const char *pass) {
+  FILE *f = fopen(file, "w");
+  CHECK(f != NULL);
+  if (!f) return NULL;
+  fputs(src, f);
+  fclose(f);
+  char *out = dump_after(file, pass);
+  remove(file);
+  CHECK(out != NULL);
+  return out;
+}
+
 static void test_golden(void) {
   static const char *progs[] = {"inline", "simplify", "mlp", "combine"};
   static const char *passes[] = {"inline", "simplify", "fuse", "combine-collectives"};
@@ -510,14 +523,7 @@ static void test_scatter_select(void) {
   for (int i = 0; i < 3; i++) {
     char src[1024];
     snprintf(src, sizeof src, fmt, cases[i].root, cases[i].per_row, cases[i].per_row);
-    FILE *f = fopen("scatter_select_test.hlo", "w");
-    CHECK(f != NULL);
-    if (!f) return;
-    fputs(src, f);
-    fclose(f);
-    char *out = dump_after("scatter_select_test.hlo", "simplify");
-    remove("scatter_select_test.hlo");
-    CHECK(out != NULL);
+    char *out = dump_src_after(src, "scatter_select_test.hlo", "simplify");
     if (!out) return;
     printf("scatter, %d per row, combiner %s: %d scatters, %d selects after simplify\n", cases[i].per_row,
            cases[i].root, count_in(out, " scatter("), count_in(out, " select("));
@@ -543,14 +549,7 @@ static void test_cse(void) {
       " g1 = (u64[2], u32[8]) rng-bit-generator(k), algorithm=rng_default\n"
       " ROOT t = (f32[32], f32[32], f32[32], f32[64], f32[64,32], f32[64,32], (u64[2], u32[8]), (u64[2], u32[8])) "
       "tuple(r0, r1, r2, r3, e0, e1, g0, g1)\n}\n";
-  FILE *f = fopen("cse_test.hlo", "w");
-  CHECK(f != NULL);
-  if (!f) return;
-  fputs(src, f);
-  fclose(f);
-  char *out = dump_after("cse_test.hlo", "simplify");
-  remove("cse_test.hlo");
-  CHECK(out != NULL);
+  char *out = dump_src_after(src, "cse_test.hlo", "simplify");
   if (!out) return;
   /* r0 and r1 one reduce; the product and the other axis stay: 3. One exponential; both
    * generators (their state is consumed twice). */
@@ -567,14 +566,7 @@ static void test_cse(void) {
       "ENTRY e {\n x = bf16[64,32] parameter(0)\n xf = f32[64,32] convert(x)\n ninf = f32[] constant(-inf)\n"
       " z = f32[] constant(0)\n m = f32[64] reduce(xf, ninf), dimensions={1}, to_apply=mx\n"
       " s = f32[64] reduce(xf, z), dimensions={1}, to_apply=add\n ROOT t = (f32[64], f32[64]) tuple(m, s)\n}\n";
-  f = fopen("sink_test.hlo", "w");
-  CHECK(f != NULL);
-  if (!f) return;
-  fputs(sink, f);
-  fclose(f);
-  out = dump_after("sink_test.hlo", "simplify");
-  remove("sink_test.hlo");
-  CHECK(out != NULL);
+  out = dump_src_after(sink, "sink_test.hlo", "simplify");
   if (!out) return;
   CHECK(strstr(out, "bf16[64]{0} reduce(x, ") != NULL || strstr(out, "bf16[64] reduce(x, ") != NULL);
   CHECK_EQ_INT(count_in(out, "f32[64]{0} reduce(") + count_in(out, "f32[64] reduce("), 1);
