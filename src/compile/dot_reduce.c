@@ -40,11 +40,8 @@ static tpu_status adder(dr *r, tpu_comp **out) {
  * profile names the kernel after the dot). */
 static tpu_status emit(dr *r, tpu_instr *dot, tpu_opcode op, const char *hint, const tpu_shape *s, tpu_instr *const *ops,
                        int n, const char *dims, tpu_instr **out) {
-  TPU_TRY(tpu_build_instr(r->b, dot->parent, op, hint, s, ops, n, dot->loc, out));
-  if (dims) TPU_TRY(tpu_build_set_attr(r->b, *out, "dimensions", dims));
-  for (int i = 0; i < dot->nattrs; i++)
-    if (!strcmp(dot->attrs[i].name, "metadata")) TPU_TRY(tpu_build_set_attr(r->b, *out, "metadata", dot->attrs[i].value));
-  return TPU_OK;
+  TPU_TRY(tpu_build_instr_like(r->b, dot->parent, dot, op, hint, s, ops, n, out));
+  return dims ? tpu_build_set_attr(r->b, *out, "dimensions", dims) : TPU_OK;
 }
 
 static tpu_status widen(dr *r, tpu_instr *dot, tpu_instr *x, tpu_instr **out) {

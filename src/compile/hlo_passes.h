@@ -39,13 +39,16 @@ int tpu__fused_source(const tpu_instr *v);
  * in the sublanes, padded to the (sublanes x lanes) tile (compile/layout.c). */
 int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
 /* Bytes of s (rank >= 2) in the layout that pads least to the tile — the layout the XLA TPU
- * compiler gives a program's parameters and results; row-major on a tie. *second and
- * *minor: the dimensions in the sublanes and lanes. */
-int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor);
+ * compiler gives a program's parameters and results. */
+int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s);
 /* Does an array of shape s that a convolution lays out with dimension `second` in the
  * sublanes and `minor` in the lanes need relaying out to or from the program's own layout
  * (the one that pads least, row-major on a tie; compile/relayout.c)? */
 int tpu__needs_relayout(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
+/* Does the XLA TPU compiler lay a convolution's batch across the lanes (and the MXU's
+ * columns)? A filter (taps > 1, one group) with fewer output features than the lanes and a
+ * larger batch: its batch-minor layout ({0,3,2,1} for NHWC; tile.c, relayout.c). */
+int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int64_t batch, int64_t lanes);
 /* Largest result a constant fold may produce, in bytes. */
 #define TPU_FOLD_MAX_BYTES ((size_t)64 * 1024)
 

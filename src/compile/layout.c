@@ -60,20 +60,12 @@ int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int 
   return tiled_bytes(chip, (int64_t)tpu_dtype_size(s->dtype), major, s->dims[second], s->dims[minor]);
 }
 
-int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor) {
+int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s) {
   int r = s->rank;
-  *second = r - 2;
-  *minor = r - 1;
   int64_t least = tpu__tiled_as(chip, s, r - 2, r - 1);
   for (int m = 0; m < r; m++)
-    for (int q = 0; q < r; q++) {
-      int64_t b = m != q ? tpu__tiled_as(chip, s, q, m) : least;
-      if (b < least) {
-        least = b;
-        *second = q;
-        *minor = m;
-      }
-    }
+    for (int q = 0; q < r; q++)
+      if (m != q && tpu__tiled_as(chip, s, q, m) < least) least = tpu__tiled_as(chip, s, q, m);
   return least;
 }
 

@@ -45,10 +45,14 @@ static const tpu_instr *conv_of(const tpu_instr *root) {
  * convolution's layout only when that pads strictly less than row-major and no layout pads
  * less. */
 int tpu__needs_relayout(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
-  int r = s->rank, ls, lm;
+  int r = s->rank;
   if (second == r - 2 && minor == r - 1) return 0; /* the convolution's layout is row-major */
-  int64_t conv = tpu__tiled_as(chip, s, second, minor), least = tpu__least_tiled_bytes(chip, s, &ls, &lm);
+  int64_t conv = tpu__tiled_as(chip, s, second, minor), least = tpu__least_tiled_bytes(chip, s);
   return !(conv == least && conv < tpu__tiled_as(chip, s, r - 2, r - 1));
+}
+
+int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int64_t batch, int64_t lanes) {
+  return groups == 1 && taps > 1 && features < lanes && batch > features && batch > 0;
 }
 
 static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
@@ -63,7 +67,7 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
   int64_t taps = 1, lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
   for (int i = 0; i < cd->nspatial; i++) taps *= cv->operands[1]->shape.dims[cd->k_spatial[i]];
   int64_t nb = f->shape.dims[batch], nf = f->shape.dims[feature];
-  int few = cv->feature_group_count == 1 && taps > 1 && nf < lanes && nb > nf;
+  int few = tpu__conv_batch_in_lanes(cv->feature_group_count, taps, nf, nb, lanes);
   int second = few ? feature : batch, minor = few ? batch : feature;
   /* the batch must fill its tile for the compiler to lay it there */
   int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
@@ -89,10 +93,8 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
   tpu_shape out_shape = f->shape;
   f->shape = conv_shape;
   /* the relayout copy: a transpose back, named and located after the kernel */
-  TPU_TRY(tpu_build_instr(b, entry, TPU_OP_TRANSPOSE, "copy.relayout", &out_shape, &f, 1, f->loc, &t_out));
+  TPU_TRY(tpu_build_instr_like(b, entry, f, TPU_OP_TRANSPOSE, "copy.relayout", &out_shape, &f, 1, &t_out));
   TPU_TRY(tpu_build_set_attr(b, t_out, "dimensions", tpu_dims_text(buf, sizeof buf, inv, rank)));
-  for (int i = 0; i < f->nattrs; i++)
-    if (!strcmp(f->attrs[i].name, "metadata")) TPU_TRY(tpu_build_set_attr(b, t_out, "metadata", f->attrs[i].value));
   tpu_build_replace_uses(entry, f, t_out);
   t_out->operands[0] = f; /* replace_uses rewired the new transpose's own operand too */
   *done = 1;

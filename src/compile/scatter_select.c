@@ -35,11 +35,8 @@ static int ascending(const tpu_i64s *v) {
 /* One new instruction carrying `at`'s location and metadata. */
 static tpu_status emit(tpu_builder *b, tpu_comp *c, const tpu_instr *at, tpu_opcode op, const tpu_shape *s,
                        tpu_instr *const *ops, int n, const char *attr, const char *value, tpu_instr **out) {
-  TPU_TRY(tpu_build_instr(b, c, op, "onehot", s, ops, n, at->loc, out));
-  if (attr) TPU_TRY(tpu_build_set_attr(b, *out, attr, value));
-  for (int i = 0; i < at->nattrs; i++)
-    if (!strcmp(at->attrs[i].name, "metadata")) TPU_TRY(tpu_build_set_attr(b, *out, "metadata", at->attrs[i].value));
-  return TPU_OK;
+  TPU_TRY(tpu_build_instr_like(b, c, at, op, "onehot", s, ops, n, out));
+  return attr ? tpu_build_set_attr(b, *out, attr, value) : TPU_OK;
 }
 
 tpu_status tpu__scatter_to_select(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl) {

@@ -238,10 +238,7 @@ static tpu_status sink_convert(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_i
   for (int i = 0; i < in->nattrs; i++)
     if (strcmp(in->attrs[i].name, "to_apply")) TPU_TRY(tpu_build_set_attr(b, red, in->attrs[i].name, in->attrs[i].value));
   TPU_TRY(tpu_build_set_attr(b, red, "to_apply", rc->name));
-  TPU_TRY(tpu_build_instr(b, c, TPU_OP_CONVERT, in->name, &in->shape, &red, 1, in->loc, repl));
-  for (int i = 0; i < in->nattrs; i++)
-    if (!strcmp(in->attrs[i].name, "metadata")) TPU_TRY(tpu_build_set_attr(b, *repl, "metadata", in->attrs[i].value));
-  return TPU_OK;
+  return tpu_build_instr_like(b, c, in, TPU_OP_CONVERT, in->name, &in->shape, &red, 1, repl);
 }
 
 /* ---- The pass ---- */

@@ -379,7 +379,7 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
      * (a 7x7 stem's input gradient has 3 features and a batch of 32). Not for a dot written
      * as a convolution (one tap), whose "batch" is a dot dimension. */
     int64_t batch = mm->shape.dims[cd->out_batch], lanes128 = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
-    if (g == 1 && taps > 1 && k->n < lanes128 && batch > k->n && batch > 0) {
+    if (tpu__conv_batch_in_lanes(g, taps, k->n, batch, lanes128)) {
       k->m = m / batch * k->n;
       k->n = batch;
     }

@@ -40,6 +40,14 @@ int tpu__be_resident(const tpu__be *be, const tpu_instr *v) {
   return k && (k->vres || k->xpf);
 }
 
+/* The most VMEM the kernels at positions lo..hi take for their tile buffers. */
+static int64_t tiles_top(const int64_t *ws, int64_t lo, int64_t hi) {
+  int64_t top = 0;
+  for (int64_t q = lo; q <= hi; q++)
+    if (ws[q] > top) top = ws[q];
+  return top;
+}
+
 /* The parameter an input program (compiled by XLA) prefetches across steps: the operand of
  * its copy-start marked cross_program_prefetch_index; NULL when none. */
 static const tpu_instr *compiled_prefetch(const tpu_comp *e) {
@@ -81,10 +89,7 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
     best_size = (tpu__padded_bytes(be, &given->shape) + 511) / 512 * 512;
     best_lo = 1;
     best_hi = np - 1;
-    int64_t top = 0;
-    for (int64_t q = best_lo; q <= best_hi; q++)
-      if (ws[q] > top) top = ws[q];
-    in_vmem = best_size <= ch->vmem_bytes - top;
+    in_vmem = best_size <= ch->vmem_bytes - tiles_top(ws, best_lo, best_hi);
     if (best < 0) return 0;
   }
   for (int pi = 0; pi < e->nparams && !given; pi++) {
@@ -111,11 +116,9 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
       }
     }
     if (!matmul || other || lo < 0) continue;
-    int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512, top = 0;
+    int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512;
     if (size <= best_size || (ch->xprefetch_max_bytes > 0 && size > ch->xprefetch_max_bytes)) continue;
-    for (int64_t q = lo; q <= hi; q++)
-      if (ws[q] > top) top = ws[q];
-    int fits_vmem = size <= ch->vmem_bytes - top;
+    int fits_vmem = size <= ch->vmem_bytes - tiles_top(ws, lo, hi);
     if (!fits_vmem && size > ch->cmem_bytes) continue;
     best = pi;
     in_vmem = fits_vmem;
@@ -212,10 +215,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
     goto done;
   }
   for (int i = 0; i < nc; i++) {
-    int64_t top = 0;
-    for (int64_t p = c[i].lo; p <= c[i].hi; p++)
-      if (ws[p] > top) top = ws[p];
-    int64_t room = cap - top;
+    int64_t room = cap - tiles_top(ws, c[i].lo, c[i].hi);
     if (c[i].size > room) continue;
     int64_t addr = 0;
     for (int moved = 1; moved;) { /* first fit: bump past every overlapping placement */

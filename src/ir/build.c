@@ -349,6 +349,14 @@ tpu_status tpu_build_clone_comp(tpu_builder *b, const tpu_comp *src, const char 
   return st;
 }
 
+tpu_status tpu_build_instr_like(tpu_builder *b, tpu_comp *c, const tpu_instr *like, tpu_opcode op, const char *name_hint,
+                                const tpu_shape *shape, tpu_instr *const *operands, int noperands, tpu_instr **out) {
+  TPU_TRY(tpu_build_instr(b, c, op, name_hint, shape, operands, noperands, like->loc, out));
+  for (int i = 0; i < like->nattrs; i++)
+    if (!strcmp(like->attrs[i].name, "metadata")) TPU_TRY(tpu_build_set_attr(b, *out, "metadata", like->attrs[i].value));
+  return TPU_OK;
+}
+
 const char *tpu_dims_text(char *buf, size_t n, const int64_t *v, int k) {
   size_t at = (size_t)snprintf(buf, n, "{");
   for (int i = 0; i < k && at < n; i++) at += (size_t)snprintf(buf + at, n - at, i ? ",%lld" : "%lld", (long long)v[i]);

@@ -46,6 +46,11 @@ tpu_status tpu_build_name(tpu_builder *b, const char *hint, const char **out);
 tpu_status tpu_build_instr(tpu_builder *b, tpu_comp *c, tpu_opcode op, const char *name_hint, const tpu_shape *shape,
                            tpu_instr *const *operands, int noperands, tpu_loc loc, tpu_instr **out);
 
+/* tpu_build_instr at `like`'s location, with `like`'s metadata (a rewrite's new
+ * instructions keep the JAX op name and source line the profile reports). */
+tpu_status tpu_build_instr_like(tpu_builder *b, tpu_comp *c, const tpu_instr *like, tpu_opcode op, const char *name_hint,
+                                const tpu_shape *shape, tpu_instr *const *operands, int noperands, tpu_instr **out);
+
 /* Appends parameter `index` of `shape` to c (c->params is rebuilt by finish). */
 tpu_status tpu_build_param(tpu_builder *b, tpu_comp *c, int64_t index, const char *name_hint, const tpu_shape *shape,
                            tpu_instr **out);
