@@ -8,12 +8,13 @@ pod_* cases) — it times both with `tpusim run --mode timing --top 0` (prog.hlo
 tpusim's own `spmd-partition`, the other as the compiler partitioned it) and compares the
 collectives (kinds and counts), the bytes each chip sends over ICI, and the step time.
 
-    python3 bench/spmd_compare.py --tpusim build/tpusim tests/pod/cases tests/tpu/cases [--chip v5e] [--markdown]
+    python3 bench/spmd_compare.py --tpusim build/tpusim tests/pod/cases tests/tpu/cases bench/spmd/cases [--markdown]
 
 Prints one row per case and a summary; --markdown prints the table for docs/spmd.md.
 """
 import argparse
 import collections
+import json
 import os
 import re
 import subprocess
@@ -62,7 +63,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cases", nargs="+")
     ap.add_argument("--tpusim", default="build/tpusim")
-    ap.add_argument("--chip", default="v5e")
+    ap.add_argument("--chip", help="time every case on this chip (default: the case's meta.json chip, else v5e)")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
     rows = []
@@ -74,13 +75,15 @@ def main():
                           if os.path.exists(os.path.join(d, f))), None)
             if not os.path.exists(prog) or not judge:
                 continue
-            if judge[0] == "tpu.hlo" and not name.startswith("pod_"):
+            meta = json.load(open(os.path.join(d, "meta.json"))) if os.path.exists(os.path.join(d, "meta.json")) else {}
+            if judge[0] == "tpu.hlo" and meta.get("devices", 1) <= 1:
                 continue  # one-chip programs: nothing to partition
-            ours, err_o = timing(a.tpusim, prog, a.chip)
-            xla, err_x = timing(a.tpusim, os.path.join(d, judge[0]), a.chip)
+            chip = a.chip or meta.get("chip", "v5e")
+            ours, err_o = timing(a.tpusim, prog, chip)
+            xla, err_x = timing(a.tpusim, os.path.join(d, judge[0]), chip)
             # the judge's partitioning alone (bench/spmd_partdump.py), compiled by tpusim
             part_f = os.path.join(d, "xla_part.hlo" if judge[0] == "opt.hlo" else "tpu_part.hlo")
-            part = timing(a.tpusim, part_f, a.chip)[0] if os.path.exists(part_f) else None
+            part = timing(a.tpusim, part_f, chip)[0] if os.path.exists(part_f) else None
             rows.append((name, judge[1], ours, err_o, xla, err_x, part))
     # judge -> rows, timed, kinds, bytes, step within 10 % of the judge's final program,
     # cases with the judge's partitioning alone, step within 10 % of it

@@ -83,7 +83,7 @@ def main():
     for case in sorted(glob.glob(os.path.join(a.cases, "*", ""))):
         case = case.rstrip("/")
         name = os.path.basename(case)
-        if not os.path.exists(os.path.join(case, "prog.hlo")) or (a.tpu and not name.startswith("pod_")):
+        if not os.path.exists(os.path.join(case, "prog.hlo")) or not os.path.exists(os.path.join(case, "meta.json")):
             continue
         meta = json.load(open(os.path.join(case, "meta.json")))
         if (meta.get("num_partitions") or meta.get("devices", 1)) <= 1 or meta.get("num_replicas", 1) > 1:

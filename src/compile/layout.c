@@ -50,6 +50,9 @@ int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
     int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
     return round_up(n, n <= sub * lanes ? lanes : sub * lanes) * es;
   }
+  /* tiled along the two minor-most dimensions of its layout (the given one: a compiled
+   * program's bf16[4,1024,2048,1,1]{2,1,0,4,3} tiles 1024 x 2048, not 1 x 1) */
+  if (s->has_layout) return tpu__tiled_as(be->chip, s, s->minor_to_major[1], s->minor_to_major[0]);
   return tpu__tiled_as(be->chip, s, s->rank - 2, s->rank - 1);
 }
 

@@ -922,7 +922,7 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
     s.pos = NULL;
     s.channel = 0;
     s.nemitted = 0;
-    s.nbf16s = 0;
+    s.nreshards = 0;
     memset(s.dep, 0, sizeof *s.dep * (size_t)(n + 1));
     st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
     for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_entry_instr(&s, s.old->order[i]);

@@ -24,6 +24,13 @@ typedef struct tpu_mesh {
    * collective, so tiny programs prefer fewer collectives and large ones fewer bytes.
    * 0: by bytes alone. */
   double step_bytes;
+  /* What one FLOP of a chip's matmul work costs, in the same bytes: the bytes a chip's ring
+   * collectives move (two links, one each way: 2 x ici_bw_per_link) in the time its MXUs
+   * do one FLOP (1 / peak_bf16_flops). A plan that computes a dot whole on every chip pays
+   * for the work it repeats, so a sum over a split contraction (one all-reduce) beats
+   * gathering its operands when the saved compute outweighs the extra bytes, as in XLA.
+   * 0: by bytes alone. */
+  double flop_bytes;
   /* Gather the f32 operands of default-precision dots as bf16 (converted before the
    * collective, back to f32 after it): the tpu backend computes such a dot as one bf16 pass,
    * so its values are the same and the collective moves half the bytes, as the XLA TPU

@@ -120,7 +120,12 @@ static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh 
   tpu_shape lout = tpu__spmd_local_shape(s, &in->shape, &p->out);
   double group = 1;
   for (int i = 0; i < p->np; i++) group *= (double)s->mesh->sizes[p->partial[i]];
-  p->cost = gather_cost(s, lo, L0, &p->L) + gather_cost(s, ro, R0, &p->R) +
+  /* the chip's share of the dot's multiply-adds: its output block times its slice of the
+   * contraction */
+  double contract = 1;
+  for (int i = 0; i < in->dot.lhs_contract.n; i++) contract *= (double)lo->shape.dims[in->dot.lhs_contract.v[i]];
+  double flops = 2 * (double)tpu_shape_numel(&lout) * contract / group;
+  p->cost = gather_cost(s, lo, L0, &p->L) + gather_cost(s, ro, R0, &p->R) + flops * s->mesh->flop_bytes +
             (p->np ? 2 * bytes_of(&lout) +
                          steps_cost(s, group, tpu__spmd_axes_mask(p->partial, p->np), deps_of(s, lo) | deps_of(s, ro), 1)
                    : 0);
@@ -135,21 +140,12 @@ static tpu_status dot_operand_bf16(sp *s, const tpu_instr *in, int i, const dsh 
   const dsh *from = &s->sh[o->id];
   if (s->tsh[o->id] || x->shape.dtype != TPU_F32 || from->manual || gather_cost(s, o, from, to) == 0)
     return tpu__spmd_operand_as(s, in, i, to, out);
-  for (int k = 0; k < s->nbf16s; k++)
-    if (s->bf16s[k].c == s->c && s->bf16s[k].v == x && !memcmp(&s->bf16s[k].to, to, sizeof *to)) {
-      *out = s->bf16s[k].out;
-      return TPU_OK;
-    }
+  if ((*out = tpu__spmd_resharded(s, x, from, to, 1))) return TPU_OK;
   tpu_instr *xb, *y;
   TPU_TRY(tpu__spmd_convert(s, x, TPU_BF16, in->loc, &xb));
   TPU_TRY(tpu__spmd_reshard(s, xb, from, to, in->loc, &y));
   TPU_TRY(tpu__spmd_convert(s, y, TPU_F32, in->loc, out));
-  if (s->nbf16s < (int)(sizeof s->bf16s / sizeof s->bf16s[0])) {
-    s->bf16s[s->nbf16s].c = s->c;
-    s->bf16s[s->nbf16s].v = x;
-    s->bf16s[s->nbf16s].to = *to;
-    s->bf16s[s->nbf16s++].out = *out;
-  }
+  tpu__spmd_remember(s, x, from, to, 1, *out);
   return TPU_OK;
 }
 

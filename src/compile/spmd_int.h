@@ -81,13 +81,17 @@ typedef struct {
   } emitted[64];
   int nemitted;
   uint64_t *dep, cur_bits;
-  struct { /* dot operands gathered as bf16 (dot_operand_bf16), reused by later dots */
+  /* Operands resharded so far, reused by later uses that want the same (XLA's partitioner
+   * keeps such a cache too: a weight gathered for the forward dot serves the backward one);
+   * bf16: gathered as bf16 for a dot (dot_operand_bf16). */
+  struct {
     const tpu_comp *c;
     const tpu_instr *v; /* the operand's per-chip value */
-    dsh to;
+    dsh from, to;
+    int bf16;
     tpu_instr *out;
-  } bf16s[32];
-  int nbf16s;
+  } reshards[128];
+  int nreshards;
 } sp;
 
 /* Emitting collectives and resharding values (spmd_reshard.c). */
@@ -106,6 +110,10 @@ int64_t tpu__spmd_block_at(const tpu_mesh *mesh, const dsh *h, int k, int64_t p)
 tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out);
 tpu_status tpu__spmd_reshard_tuple(sp *s, tpu_instr *x, const dsh *el, const dsh *to, tpu_loc loc, tpu_instr **out);
 tpu_status tpu__spmd_operand_as(sp *s, const tpu_instr *in, int i, const dsh *to, tpu_instr **out);
+/* A reshard of per-chip value v made before in this computation (NULL: none), and
+ * remembering one. */
+tpu_instr *tpu__spmd_resharded(const sp *s, const tpu_instr *v, const dsh *from, const dsh *to, int bf16);
+void tpu__spmd_remember(sp *s, const tpu_instr *v, const dsh *from, const dsh *to, int bf16, tpu_instr *out);
 int tpu__spmd_fits(const sp *s, const tpu_shape *g, const dsh *h);
 tpu_status tpu__spmd_emit_clone(sp *s, const tpu_instr *in, tpu_instr **ops, const dsh *h);
 tpu_status tpu__spmd_replicated_op(sp *s, const tpu_instr *in);

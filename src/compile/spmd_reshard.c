@@ -386,6 +386,32 @@ static int movement_dim(const tpu_instr *y, int k) {
   }
 }
 
+/* For an elementwise op whose other operands are all broadcast scalars (a gradient scaled by
+ * the learning rate), the operand that carries the array; else -1. */
+static int scaled_operand(const tpu_instr *y) {
+  tpu_op_class c = tpu_op_class_of(y->op);
+  if ((c != TPU_CLS_UNARY && c != TPU_CLS_BINARY && c != TPU_CLS_TERNARY) || y->noperands > 3 ||
+      y->op == TPU_OP_CONVERT || y->noperands < 2)
+    return -1;
+  int v = -1;
+  for (int j = 0; j < y->noperands; j++) {
+    const tpu_instr *o = y->operands[j];
+    if (o->op == TPU_OP_BROADCAST && o->noperands == 1 && o->operands[0]->shape.rank == 0) continue;
+    if (v >= 0 || o->shape.dtype != y->shape.dtype) return -1;
+    v = j;
+  }
+  return v;
+}
+
+/* shape `sh` with dimension k cut f ways, without a layout */
+static tpu_shape block_of(const tpu_shape *sh, int k, int64_t f) {
+  tpu_shape r = *sh;
+  r.has_layout = 0;
+  r.layout_tail = NULL;
+  r.dims[k] /= f;
+  return r;
+}
+
 /* A sum wanted split after data movement (the transposes and reshapes between a weight
  * gradient's dot and the update that takes its block, a gradient passed through a call's
  * tuple): the partial sums are reduce-scattered along the dimension the split comes from,
@@ -401,25 +427,33 @@ static tpu_status moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, const 
   }
   if (k < 0) return TPU_OK;
   tpu_instr *chain[8], *y = x;
-  int kk[8], nc = 0, kd = k;
+  int kk[8], via[8], nc = 0, kd = k;
   while (y->op != TPU_OP_ALL_REDUCE) {
     if (nc == 8) return TPU_OK;
     if (y->op == TPU_OP_GET_TUPLE_ELEMENT && y->operands[0]->op == TPU_OP_TUPLE) {
       y = y->operands[0]->operands[y->index];
       continue;
     }
-    if (y->noperands != 1 || !tpu_dtype_is_array(y->shape.dtype)) return TPU_OK;
-    int prev = movement_dim(y, kd);
+    if (!tpu_dtype_is_array(y->shape.dtype)) return TPU_OK;
+    int v = scaled_operand(y), prev = v >= 0 ? kd : y->noperands == 1 ? movement_dim(y, kd) : -1;
     if (prev < 0) return TPU_OK;
     chain[nc] = y;
+    via[nc] = v < 0 ? 0 : v;
     kk[nc++] = kd;
     kd = prev;
-    y = y->operands[0];
+    y = y->operands[via[nc - 1]];
   }
   int i = 0;
   while (i < s->nsums && s->sums[i].ar != y) i++;
-  if (i == s->nsums || to->n[k] != s->sums[i].n || memcmp(to->ax[k], s->sums[i].axes, (size_t)to->n[k]))
-    return TPU_OK;
+  if (i == s->nsums) return TPU_OK;
+  /* The block's axes must be summed ones; the others summed over stay an all-reduce, of the
+   * block (FSDP within data parallelism: reduce-scatter over fsdp, all-reduce over data). */
+  int8_t rest[MAXA];
+  int nrest = 0;
+  for (int j = 0; j < to->n[k]; j++)
+    if (!memchr(s->sums[i].axes, to->ax[k][j], (size_t)s->sums[i].n)) return TPU_OK;
+  for (int j = 0; j < s->sums[i].n; j++)
+    if (!memchr(to->ax[k], s->sums[i].axes[j], (size_t)to->n[k])) rest[nrest++] = s->sums[i].axes[j];
   int64_t f = factor(s->mesh, to, k);
   if (y->shape.dims[kd] % f) return TPU_OK;
   tpu_shape r = y->shape;
@@ -432,13 +466,19 @@ static tpu_status moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, const 
   snprintf(dims, sizeof dims, "{%d}", kd);
   TPU_TRY(tpu_build_set_attr(&s->b, z, "dimensions", dims));
   TPU_TRY(tpu_build_set_attr(&s->b, z, "to_apply", y->to_apply->name));
-  TPU_TRY(tpu__spmd_set_groups(s, z, s->sums[i].axes, s->sums[i].n));
-  for (int c = nc - 1; c >= 0; c--) { /* the movement, on the block */
-    tpu_instr *m;
-    TPU_TRY(tpu_build_clone_instr(&s->b, s->c, chain[c], &z, &m));
-    m->shape.has_layout = 0;
-    m->shape.layout_tail = NULL;
-    m->shape.dims[kk[c]] /= f;
+  TPU_TRY(tpu__spmd_set_groups(s, z, to->ax[k], to->n[k]));
+  if (nrest) TPU_TRY(tpu__spmd_reduce_axes(s, z, rest, nrest, y->to_apply, loc, &z));
+  for (int c = nc - 1; c >= 0; c--) { /* the movement and scaling, on the block */
+    tpu_instr *m, *ops[3];
+    for (int j = 0; j < chain[c]->noperands; j++) {
+      ops[j] = z;
+      if (j == via[c]) continue;
+      /* a broadcast scalar: broadcast to the block */
+      TPU_TRY(tpu_build_clone_instr(&s->b, s->c, chain[c]->operands[j], chain[c]->operands[j]->operands, &ops[j]));
+      ops[j]->shape = block_of(&ops[j]->shape, kk[c], f);
+    }
+    TPU_TRY(tpu_build_clone_instr(&s->b, s->c, chain[c], ops, &m));
+    m->shape = block_of(&m->shape, kk[c], f);
     z = m;
   }
   *out = z;
@@ -563,10 +603,33 @@ tpu_status tpu__spmd_reshard_tuple(sp *s, tpu_instr *x, const dsh *el, const dsh
 }
 
 /* Operand i of old instruction `in` as sharded `to` (a tuple operand: its elements whole). */
+tpu_instr *tpu__spmd_resharded(const sp *s, const tpu_instr *v, const dsh *from, const dsh *to, int bf16) {
+  for (int k = 0; k < s->nreshards; k++)
+    if (s->reshards[k].c == s->c && s->reshards[k].v == v && s->reshards[k].bf16 == bf16 &&
+        !memcmp(&s->reshards[k].from, from, sizeof *from) && !memcmp(&s->reshards[k].to, to, sizeof *to))
+      return s->reshards[k].out;
+  return NULL;
+}
+
+void tpu__spmd_remember(sp *s, const tpu_instr *v, const dsh *from, const dsh *to, int bf16, tpu_instr *out) {
+  if (s->nreshards == (int)(sizeof s->reshards / sizeof s->reshards[0])) return;
+  s->reshards[s->nreshards].c = s->c;
+  s->reshards[s->nreshards].v = v;
+  s->reshards[s->nreshards].from = *from;
+  s->reshards[s->nreshards].to = *to;
+  s->reshards[s->nreshards].bf16 = bf16;
+  s->reshards[s->nreshards++].out = out;
+}
+
 tpu_status tpu__spmd_operand_as(sp *s, const tpu_instr *in, int i, const dsh *to, tpu_instr **out) {
   const tpu_instr *o = in->operands[i];
   if (s->tsh[o->id]) return tpu__spmd_reshard_tuple(s, s->val[o->id], s->tsh[o->id], NULL, in->loc, out);
-  return tpu__spmd_reshard(s, s->val[o->id], &s->sh[o->id], to, in->loc, out);
+  tpu_instr *v = s->val[o->id];
+  const dsh *from = &s->sh[o->id];
+  if ((*out = tpu__spmd_resharded(s, v, from, to, 0))) return TPU_OK;
+  TPU_TRY(tpu__spmd_reshard(s, v, from, to, in->loc, out));
+  if (*out != v) tpu__spmd_remember(s, v, from, to, 0, *out);
+  return TPU_OK;
 }
 
 /* Whether sharding h fits shape g: every split dimension divides evenly, no axis twice. */

@@ -70,6 +70,7 @@ tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in) {
   if (!strcmp(t, "AsyncCollectiveStart")) return TPU_CC_ASYNC_START;
   if (!strcmp(t, "AsyncCollectiveDone")) return TPU_CC_ASYNC_DONE;
   if (!strcmp(t, "ConcatBitcast")) return TPU_CC_CONCAT_BITCAST;
+  if (!strcmp(t, "AllocateBuffer")) return TPU_CC_ALLOCATE;
   return TPU_CC_OTHER;
 }
 
@@ -141,6 +142,10 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
                                 "into %s", tpu__vshape(r, &a));
       return TPU_OK;
     }
+    case TPU_CC_ALLOCATE:
+      if (in->noperands || !tpu_dtype_is_array(in->shape.dtype))
+        return TPU_VFAIL(d, in, "custom-call target \"AllocateBuffer\" takes no operands and gives one array");
+      return TPU_OK;
     case TPU_CC_OTHER: return TPU_OK;
   }
   return TPU_OK;

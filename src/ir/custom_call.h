@@ -21,7 +21,11 @@ typedef enum {
   /* "ConcatBitcast": its operands (slices a slice-start put side by side in VMEM) joined
    * along one dimension (the one where they differ from the result: the physically major
    * one), as one buffer: no work */
-  TPU_CC_CONCAT_BITCAST
+  TPU_CC_CONCAT_BITCAST,
+  /* "AllocateBuffer": a buffer the TPU compiler reserves (no operands), whose contents
+   * later ops write (async slices, a windowed collective matmul's loop): no work; its
+   * value before that is undefined, and the reference gives zeros */
+  TPU_CC_ALLOCATE
 } tpu_cc_kind;
 
 /* The dimension a ConcatBitcast custom call joins its operands along. */
