@@ -171,9 +171,12 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
     memcpy(rb.ax[kr], rh->ax[kr], MAXA);
   }
   plan_dot(s, in, lh, rh, &best);
-  const dsh *cands[6][2] = {{&lnc, &k_repl}, {&k_repl, &rnc}, {&k_repl, &k_repl},
-                            {&lnc, &rb},     {&lb, &rnc},     {&lb, &rb}};
-  for (int c = 0; c < 6; c++) {
+  /* Each operand as it is, without its contracting splits (its free splits kept: a weight
+   * split over fsdp and tensor gathered over fsdp only), with only its batch splits, or
+   * whole. */
+  const dsh *cands[][2] = {{&lnc, &rnc}, {lh, &rnc},      {&lnc, rh}, {&lnc, &k_repl}, {&k_repl, &rnc},
+                           {&k_repl, &k_repl}, {&lnc, &rb}, {&lb, &rnc}, {&lb, &rb}};
+  for (int c = 0; c < (int)(sizeof cands / sizeof cands[0]); c++) {
     plan_dot(s, in, cands[c][0], cands[c][1], &p);
     /* The cost of a candidate counts gathering from the operands' real splits. */
     if (p.valid)

@@ -99,6 +99,9 @@ tpu_status tpu__spmd_fail_at(sp *s, const tpu_instr *in, const char *what);
 tpu_status tpu__spmd_instr(sp *s, tpu_opcode op, const char *hint, const tpu_shape *shape, tpu_instr *const *ops, int n,
                            tpu_loc loc, tpu_instr **out);
 tpu_shape tpu__spmd_scalar(tpu_dtype t);
+/* Where this chip's block starts along a dimension split over `axes` in blocks of len
+ * (s32[]: block index x len, from partition-id). */
+tpu_status tpu__spmd_block_offset(sp *s, const int8_t *axes, int n, int64_t len, tpu_loc loc, tpu_instr **out);
 tpu_status tpu__spmd_convert(sp *s, tpu_instr *x, tpu_dtype t, tpu_loc loc, tpu_instr **out);
 unsigned tpu__spmd_axes_mask(const int8_t *axes, int n);
 int tpu__spmd_in_entry(const sp *s);

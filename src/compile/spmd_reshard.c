@@ -204,18 +204,23 @@ static tpu_status gather_dim(sp *s, tpu_instr *x, int k, const int8_t *axes, int
   return tpu__spmd_set_groups(s, *out, axes, n);
 }
 
-/* This chip's block of dimension k of x, split over the given axes (no communication). */
-static tpu_status slice_dim(sp *s, tpu_instr *x, int k, const int8_t *axes, int n, tpu_loc loc, tpu_instr **out) {
-  int64_t f = 1;
-  for (int i = 0; i < n; i++) f *= s->mesh->sizes[axes[i]];
-  int64_t len = x->shape.dims[k] / f;
-  tpu_instr *idx, *clen, *off, *zero, *ops[TPU_MAX_RANK + 1];
+tpu_status tpu__spmd_block_offset(sp *s, const int8_t *axes, int n, int64_t len, tpu_loc loc, tpu_instr **out) {
+  tpu_instr *idx, *clen, *ops[2];
   TPU_TRY(block_index(s, axes, n, loc, &idx));
   TPU_TRY(const_s32(s, len, &clen));
   tpu_shape i32 = tpu__spmd_scalar(TPU_S32);
   ops[0] = idx;
   ops[1] = clen;
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_MULTIPLY, "spmd.offset", &i32, ops, 2, loc, &off));
+  return tpu__spmd_instr(s, TPU_OP_MULTIPLY, "spmd.offset", &i32, ops, 2, loc, out);
+}
+
+/* This chip's block of dimension k of x, split over the given axes (no communication). */
+static tpu_status slice_dim(sp *s, tpu_instr *x, int k, const int8_t *axes, int n, tpu_loc loc, tpu_instr **out) {
+  int64_t f = 1;
+  for (int i = 0; i < n; i++) f *= s->mesh->sizes[axes[i]];
+  int64_t len = x->shape.dims[k] / f;
+  tpu_instr *off, *zero, *ops[TPU_MAX_RANK + 1];
+  TPU_TRY(tpu__spmd_block_offset(s, axes, n, len, loc, &off));
   TPU_TRY(const_s32(s, 0, &zero));
   ops[0] = x;
   for (int i = 0; i < x->shape.rank; i++) ops[1 + i] = i == k ? off : zero;
