@@ -46,6 +46,30 @@ static int64_t xla_known_trip_count(const tpu_instr *w) {
   return -1;
 }
 
+/* Whether x is element k of the loop state plus constants (i + 1, or XLA's unrolled
+ * windowed-einsum loops' (i + 1) + 1, also inside the fusion the counter's update became):
+ * *s the sum of them. fused: the fusion whose computation x is in (NULL: the body). */
+static int induction_step(const tpu_instr *x, int64_t k, const tpu_instr *fused, int depth, int64_t *s) {
+  int64_t c;
+  if (fused ? x->op == TPU_OP_PARAMETER && x->index < fused->noperands && param_elem(fused->operands[x->index]) == k
+            : param_elem(x) == k) {
+    *s = 0;
+    return 1;
+  }
+  if (depth > 8) return 0;
+  if (!fused && x->op == TPU_OP_FUSION && x->calls) return induction_step(x->calls->root, k, x, depth + 1, s);
+  if (x->op != TPU_OP_ADD && x->op != TPU_OP_SUBTRACT) return 0;
+  if (const_int(x->operands[1], &c) && induction_step(x->operands[0], k, fused, depth + 1, s)) {
+    *s += x->op == TPU_OP_ADD ? c : -c;
+    return 1;
+  }
+  if (x->op == TPU_OP_ADD && const_int(x->operands[0], &c) && induction_step(x->operands[1], k, fused, depth + 1, s)) {
+    *s += c;
+    return 1;
+  }
+  return 0;
+}
+
 static int64_t trip_count(const tpu_instr *w) {
   int64_t known = xla_known_trip_count(w);
   if (known >= 0) return known;
@@ -62,16 +86,8 @@ static int64_t trip_count(const tpu_instr *w) {
   }
   const tpu_instr *root = w->body->root;
   if (root->op != TPU_OP_TUPLE || k >= root->noperands) return -1;
-  const tpu_instr *upd = root->operands[k];
   int64_t s;
-  if (upd->op == TPU_OP_ADD && param_elem(upd->operands[0]) == k && const_int(upd->operands[1], &s)) {
-  } else if (upd->op == TPU_OP_ADD && param_elem(upd->operands[1]) == k && const_int(upd->operands[0], &s)) {
-  } else if (upd->op == TPU_OP_SUBTRACT && param_elem(upd->operands[0]) == k &&
-             const_int(upd->operands[1], &s)) {
-    s = -s;
-  } else {
-    return -1;
-  }
+  if (!induction_step(root->operands[k], k, NULL, 0, &s)) return -1;
   const tpu_instr *init = w->operands[0];
   int64_t i0;
   if (init->op != TPU_OP_TUPLE || k >= init->noperands || !const_int(init->operands[k], &i0)) return -1;

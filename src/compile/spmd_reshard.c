@@ -494,6 +494,11 @@ static tpu_status moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, const 
 tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out) {
   *out = x;
   if (!tpu_dtype_is_array(x->shape.dtype) || from->manual || to->manual) return TPU_OK;
+  /* an element of a tuple built here is that value (a mask passed through a call's tuple is
+   * still the broadcast it was) */
+  while (x->op == TPU_OP_GET_TUPLE_ELEMENT && x->operands[0]->op == TPU_OP_TUPLE &&
+         x->index < x->operands[0]->noperands && tpu_shape_equal(&x->shape, &x->operands[0]->operands[x->index]->shape))
+    x = x->operands[0]->operands[x->index];
   int rank = x->shape.rank;
   /* A sum of partial results that is wanted split along one more dimension over the same
    * axes it was summed over, directly or after movement: a reduce-scatter of the partial
