@@ -49,6 +49,9 @@ static void usage(FILE *f) {
           "  --mode timing  cycles only: no values, no inputs, no result files (same cycles as full)\n"
           "  --first-step   time a first step: no parameter prefetched on chip by a previous step (by\n"
           "                 default a step is one of a loop, its largest matmul parameter prefetched)\n"
+          "  --sync-collectives  each chip waits at every collective where the program places it (by\n"
+          "                 default a collective starts once its operands are ready and overlaps the\n"
+          "                 compute up to the first use of its result, as XLA's TPU scheduler arranges)\n"
           "  --report FILE  write the metrics, breakdown and per-op profile as JSON\n"
           "  --trace FILE   write the unit timeline in the Chrome trace format (Perfetto, chrome://tracing)\n"
           "  --top N        ops listed in the printed profile (default 10; 0 for all)\n"
@@ -251,7 +254,7 @@ typedef struct {
   const char *out_sh[MAX_OUT_SH];
   int nout_sh;
   char *sh_text; /* --out-sharding @FILE: the file's text (out_sh points into it) */
-  int ninputs, quiet, timing, precision, top, per_device, first_step;
+  int ninputs, quiet, timing, precision, top, per_device, first_step, sync_collectives;
   uint64_t seed;
 } run_opts;
 
@@ -371,6 +374,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       o->per_device = 1;
     } else if (!strcmp(a, "--first-step")) {
       o->first_step = 1;
+    } else if (!strcmp(a, "--sync-collectives")) {
+      o->sync_collectives = 1;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       o->quiet = 1;
     } else if (a[0] == '-' && a[1]) {
@@ -393,9 +398,9 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     return 2;
   }
   if (!tpu && (o->timing || o->report || o->trace || o->chip || o->precision >= 0 || o->topology || o->slices > 1 ||
-               o->first_step)) {
-    fprintf(stderr, "error: --mode, --chip, --precision, --topology, --first-step, --report and --trace need --backend "
-                    "tpu\n");
+               o->first_step || o->sync_collectives)) {
+    fprintf(stderr, "error: --mode, --chip, --precision, --topology, --first-step, --sync-collectives, --report and "
+                    "--trace need --backend tpu\n");
     return 2;
   }
   if (o->timing && (o->outdir || o->ninputs)) {
@@ -508,7 +513,7 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
     return 2;
   }
   if (have_topo) pc.topo = &topo;
-  tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc};
+  tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc, o->sync_collectives};
   progress(o, "compiling");
   tpu_status cst = tpu_compile(m, &co, &prog, &d);
   progress(o, NULL);

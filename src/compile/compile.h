@@ -32,6 +32,9 @@ typedef struct tpu_compile_opts {
   int precision_override;     /* -1: honour each dot's operand_precision; else a tpu_precision */
   tpu_coll_cost_fn coll_cost; /* NULL: one chip (collectives joining other chips are refused) */
   void *coll_user;
+  int sync_collectives;       /* 1: the chip waits at each synchronous collective where it
+                               * stands (0: it starts after its operands and is waited for
+                               * where first used, as XLA's latency-hiding scheduler does) */
 } tpu_compile_opts;
 
 /* The pass names in pipeline order, NULL-terminated (for --dump-after checks and help). */

@@ -213,10 +213,133 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   return emit_kernel(be, k, &t);
 }
 
+/* Whether `in` is a synchronous collective lowered as links work of its own. */
+static int sync_collective(tpu__be *be, const tpu_instr *in) {
+  const tpu__kinfo *k = tpu__be_info(be, in);
+  return k && k->kind == TPU__K_ICI && tpu_collective_base(in->op) == in->op && in->op != TPU_OP_FUSION;
+}
+
+/* The order c's instructions are lowered in. As XLA's TPU compiler makes collectives
+ * asynchronous and its latency-hiding scheduler starts them early (docs/timing.md,
+ * "Collectives overlap compute"), a synchronous collective starts right after the last
+ * of its operands is computed and the chip waits for it only where its result is first
+ * used (lower_comp); with o->sync_collectives, program order and waits as written.
+ * Returns a tpu_malloc'd array of c->norder instructions (NULL: out of memory). */
+static const tpu_instr **overlap_order(tpu__be *be, const tpu_comp *c) {
+  int n = c->norder;
+  const tpu_instr **out = tpu_malloc(sizeof *out * (size_t)(n ? n : 1));
+  int *anchor = tpu_malloc(sizeof *anchor * (size_t)(n ? n : 1)), *pos = NULL;
+  int maxid = 0;
+  for (int i = 0; i < n; i++)
+    if (c->order[i]->id > maxid) maxid = c->order[i]->id;
+  pos = tpu_malloc(sizeof *pos * (size_t)((maxid > n ? maxid : n) + 1));
+  if (!out || !anchor || !pos) {
+    tpu_free(out);
+    tpu_free(anchor);
+    tpu_free(pos);
+    return NULL;
+  }
+  for (int i = 0; i <= maxid; i++) pos[i] = -1;
+  for (int i = 0; i < n; i++) pos[c->order[i]->id] = i;
+  int hoist = !be->o->sync_collectives;
+  for (int i = 0; i < n; i++) {
+    const tpu_instr *in = c->order[i];
+    anchor[i] = i; /* lowered in place */
+    if (!hoist || !sync_collective(be, in)) continue;
+    int a = -1;
+    for (int j = 0; j < in->noperands; j++) {
+      const tpu_instr *o = in->operands[j];
+      /* parameters and constants are there from the start */
+      int p = o->id <= maxid && o->parent == c && o->op != TPU_OP_PARAMETER && o->op != TPU_OP_CONSTANT ? pos[o->id] : -1;
+      if (p > a) a = p;
+    }
+    anchor[i] = a; /* right after its last operand (-1: first) */
+  }
+  /* Each instruction in place, each hoisted collective after its anchor (and after the
+   * collectives hoisted behind it): a depth-first walk of the anchor lists. pos[] now
+   * holds the lists: first[a + 1] the first instruction anchored at a, next[j] the one
+   * after j. */
+  int *first = pos, *next = tpu_malloc(sizeof *next * (size_t)(n ? n : 1)), *stack = tpu_malloc(sizeof *stack * (size_t)(n + 1));
+  if (!next || !stack) {
+    tpu_free(next);
+    tpu_free(stack);
+    tpu_free(anchor);
+    tpu_free(pos);
+    tpu_free(out);
+    return NULL;
+  }
+  for (int i = 0; i <= n; i++) first[i] = -1;
+  for (int j = n - 1; j >= 0; j--)
+    if (anchor[j] != j) {
+      next[j] = first[anchor[j] + 1];
+      first[anchor[j] + 1] = j;
+    }
+  int m = 0, sp = 0;
+  for (int i = -1; i < n; i++) {
+    if (i >= 0 && anchor[i] != i) continue;
+    if (i >= 0) out[m++] = c->order[i];
+    stack[sp++] = first[i + 1];
+    while (sp) {
+      int j = stack[--sp];
+      if (j < 0) continue;
+      out[m++] = c->order[j];
+      stack[sp++] = next[j];      /* its siblings after ... */
+      stack[sp++] = first[j + 1]; /* ... what hangs behind it */
+    }
+  }
+  tpu_free(next);
+  tpu_free(stack);
+  tpu_free(anchor);
+  tpu_free(pos);
+  return out;
+}
+
+/* Waits for the collectives in pend[0..*np) that `in` reads (all of them when in is NULL:
+ * the computation's end). */
+static tpu_status wait_pending(tpu__be *be, const tpu_instr *in, const tpu_instr **pend, int *np) {
+  for (int q = 0; q < *np;) {
+    int used = !in;
+    for (int j = 0; in && j < in->noperands; j++) used |= in->operands[j] == pend[q];
+    if (!used) {
+      q++;
+      continue;
+    }
+    tpu_insn w = tpu_insn_make(TPU_ISA_WAIT, -1);
+    w.at = tpu__be_info(be, pend[q])->ici_insn;
+    if (!emit(be, &w)) return TPU_ERR_NOMEM;
+    pend[q] = pend[--*np];
+  }
+  return TPU_OK;
+}
+
+static tpu_status lower_instr(tpu__be *be, const tpu_instr *in, int depth, int defer);
+
 static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
   if (depth > 64) return TPU_FAIL(be->d, TPU_ERR_LIMIT, c->loc, "computations nested too deeply");
-  for (int i = 0; i < c->norder; i++) {
-    const tpu_instr *in = c->order[i];
+  const tpu_instr **ord = overlap_order(be, c), **pend = tpu_malloc(sizeof *pend * (size_t)(c->norder + 1));
+  if (!ord || !pend) {
+    tpu_free(ord);
+    tpu_free(pend);
+    return TPU_FAIL(be->d, TPU_ERR_NOMEM, c->loc, "out of memory");
+  }
+  int np = 0, defer = !be->o->sync_collectives;
+  tpu_status st = TPU_OK;
+  for (int i = 0; st == TPU_OK && i < c->norder; i++) {
+    const tpu_instr *in = ord[i];
+    if (np) st = wait_pending(be, in, pend, &np);
+    if (st == TPU_OK) st = lower_instr(be, in, depth, defer);
+    if (st == TPU_OK && defer && sync_collective(be, in)) pend[np++] = in;
+  }
+  if (st == TPU_OK && np) st = wait_pending(be, NULL, pend, &np);
+  tpu_free(ord);
+  tpu_free(pend);
+  return st;
+}
+
+/* Lowers one instruction of a computation; defer: a synchronous collective's wait is left
+ * to lower_comp (where its result is first used). */
+static tpu_status lower_instr(tpu__be *be, const tpu_instr *in, int depth, int defer) {
+  {
     const tpu__kinfo *k = tpu__be_info(be, in);
     if (tpu_collective_is_done(in->op)) { /* wait for the links where the result is used */
       const tpu__kinfo *ks = tpu__be_info(be, in->operands[0]);
@@ -225,7 +348,7 @@ static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
         w.at = ks->ici_insn;
         if (!emit(be, &w)) return TPU_ERR_NOMEM;
       }
-      continue;
+      return TPU_OK;
     }
     switch (k->kind) {
       case TPU__K_NONE:
@@ -238,7 +361,7 @@ static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
         if (!emit(be, &kin)) return TPU_ERR_NOMEM;
         tpu__be_info(be, in)->ici_insn = be->p->ninsns;
         if (!emit(be, &ic)) return TPU_ERR_NOMEM;
-        if (tpu_collective_base(in->op) == in->op) { /* synchronous: the chip waits */
+        if (tpu_collective_base(in->op) == in->op && !defer) { /* synchronous: the chip waits */
           tpu_insn w = tpu_insn_make(TPU_ISA_WAIT, -1);
           w.at = be->p->ninsns - 1;
           if (!emit(be, &w)) return TPU_ERR_NOMEM;
