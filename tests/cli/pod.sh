@@ -160,5 +160,22 @@ for d in range(4):
     assert np.array_equal(got, 4 * x[16 * d:16 * (d + 1)]), d
 EOF
 
+# Collectives overlap independent compute (XLA's latency-hiding schedule): the step of a
+# permute beside a matmul is the longer of the two, not their sum (--sync-collectives).
+cyc() { sed -n 's/^step time: .*(\([0-9]*\) cycles.*/\1/p' "$1"; }
+"$BIN" run tests/hlo/pod_overlap.hlo --mode timing --top 0 > "$T/ov" 2> "$T/err" || fail "overlap run exited $?: $(cat "$T/err")"
+"$BIN" run tests/hlo/pod_overlap.hlo --mode timing --top 0 --sync-collectives > "$T/sync" 2> "$T/err" ||
+  fail "--sync-collectives run exited $?: $(cat "$T/err")"
+perm=$(sed -n 's/^  cp  *collective-permute  *[0-9]*  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/ov")
+mm=$(sed -n 's/^  d  *dot  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/sync")
+python3 - "$(cyc "$T/ov")" "$(cyc "$T/sync")" "$perm" "$mm" <<'PY' || fail "overlap: step $(cyc "$T/ov") vs sync $(cyc "$T/sync") cycles (permute $perm us, matmul $mm us)"
+import sys
+ov, sync, perm, mm = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+us = ov / 1.5e3  # v5e clock
+assert mm > 50 and perm > 5 * mm, (perm, mm)            # a long permute, a matmul beside it
+assert abs(us - perm) < 0.02 * perm, (us, perm)         # overlapped: the permute alone
+assert sync > ov * (1 + 0.8 * mm / perm), (sync, ov)    # in order: both
+PY
+
 [ $fails -eq 0 ] && echo "pod CLI: all checks passed"
 exit $fails
