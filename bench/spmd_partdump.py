@@ -59,7 +59,8 @@ eb = opts.executable_build_options
 eb.num_partitions, eb.num_replicas = n, 1
 eb.use_spmd_partitioning = True
 if tpu:  # libtpu takes no dump flags from its environment: per-compile debug options
-    opts.env_option_overrides = [("xla_dump_to", dump), ("xla_dump_hlo_pass_re", "spmd-partitioning")]
+    opts.env_option_overrides = [("xla_dump_to", dump), ("xla_dump_hlo_pass_re", "spmd-partitioning"),
+                                 ("xla_dump_large_constants", True)]
 eb.device_assignment = xc.DeviceAssignment.create(np.array([devs[i].id for i in order]).reshape(1, n))
 shlo = xc._xla.mlir.hlo_to_stablehlo(proto)
 if tpu:
