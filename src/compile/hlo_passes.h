@@ -49,6 +49,11 @@ int tpu__needs_relayout(const tpu_chip *chip, const tpu_shape *s, int second, in
  * columns)? A filter (taps > 1, one group) with fewer output features than the lanes and a
  * larger batch: its batch-minor layout ({0,3,2,1} for NHWC; tile.c, relayout.c). */
 int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int64_t batch, int64_t lanes);
+/* combine-collectives' first step (compile/rs_create.c): each all-reduce of c whose only use
+ * is every device's dynamic-slice of its own block becomes a reduce-scatter; *changed set
+ * when any did. */
+struct tpu_builder;
+tpu_status tpu__make_reduce_scatters(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
 /* Largest result a constant fold may produce, in bytes. */
 #define TPU_FOLD_MAX_BYTES ((size_t)64 * 1024)
 

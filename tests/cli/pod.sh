@@ -177,5 +177,28 @@ assert abs(us - perm) < 0.02 * perm, (us, perm)         # overlapped: the permut
 assert sync > ov * (1 + 0.8 * mm / perm), (sync, ov)    # in order: both
 PY
 
+# An all-reduce whose only use is each device's own block becomes a reduce-scatter (XLA's
+# reduce-scatter creator), one whose slice is another device's block stays; values equal
+# the reference interpreter's run of the program as written.
+"$BIN" compile tests/hlo/pod_ar_slice.hlo --dump-after combine-collectives > "$T/ars" 2> "$T/err" ||
+  fail "compile pod_ar_slice exited $?: $(cat "$T/err")"
+[ "$(grep -c ' reduce-scatter(x)' "$T/ars")" = 1 ] && [ "$(grep -c ' all-reduce(x)' "$T/ars")" = 1 ] ||
+  fail "pod_ar_slice: not one reduce-scatter and one all-reduce: $(grep -E 'reduce' "$T/ars")"
+python3 -c "import numpy as np; np.save('$T/x.npy', (np.arange(128).reshape(16, 8) * 7 - 300).astype(np.int32))"
+"$BIN" run tests/hlo/pod_ar_slice.hlo --backend ref -i "$T/x.npy" -o "$T/ars_ref" -q 2> "$T/err" || fail "ref run exited $?: $(cat "$T/err")"
+"$BIN" run tests/hlo/pod_ar_slice.hlo -i "$T/x.npy" -o "$T/ars_tpu" -q 2> "$T/err" || fail "tpu run exited $?: $(cat "$T/err")"
+python3 - "$T" <<'PY' || fail "pod_ar_slice: tpu values differ from the reference"
+import sys
+import numpy as np
+t = sys.argv[1]
+x = np.arange(128).reshape(16, 8) * 7 - 300
+for f, shift in (("0", 0), ("1", 1)):
+    a, b = np.load(f"{t}/ars_ref/{f}.npy"), np.load(f"{t}/ars_tpu/{f}.npy")
+    assert np.array_equal(a, b), f
+    for d in range(4):  # device d holds block (d + shift) % 4 of the sum 4x
+        k = (d + shift) % 4
+        assert np.array_equal(b[d], 4 * x[4 * k:4 * k + 4]), (f, d)
+PY
+
 [ $fails -eq 0 ] && echo "pod CLI: all checks passed"
 exit $fails
