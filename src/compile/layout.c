@@ -1,6 +1,7 @@
 /* Back-end pass `layout`: tiled layouts — every array's minor two dimensions padded to the
  * vector-register tile — and each kernel's padded bytes in and out of HBM. */
 #include "compile/backend.h"
+#include "ir/custom_call.h"
 #include "compile/hlo_passes.h"
 
 static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
@@ -109,9 +110,57 @@ static int64_t fused_slice_bytes(const tpu__be *be, const tpu_instr *in, int j, 
   return users && c->root != p ? b : -1;
 }
 
+/* Whether fused computation c carries a collective (the TPU compiler's async collective
+ * fusions: a matmul with the next all-gather in flight beside it). */
+static int carries_collective(const tpu_comp *c) {
+  for (int i = 0; c && i < c->ninstrs; i++) {
+    tpu_opcode op = c->instrs[i]->op;
+    if (tpu_op_class_of(op) == TPU_CLS_COLLECTIVE && op != TPU_OP_PARTITION_ID && op != TPU_OP_REPLICA_ID) return 1;
+  }
+  return 0;
+}
+
+/* In a fusion carrying a collective, an operand used only by that collective or handed to
+ * the result tuple as it is, and a result element that is a parameter or the collective's
+ * result: buffers the links fill or that pass through (output_to_operand_aliasing), which
+ * the kernel neither reads nor writes through HBM. */
+/* An op of such a fusion that hands buffers on: the collective, the async start/done marker
+ * at its root, or its root tuple. */
+static int carrier(const tpu_comp *c, const tpu_instr *u) {
+  tpu_cc_kind k = tpu_custom_call_kind(u);
+  return tpu_op_class_of(u->op) == TPU_CLS_COLLECTIVE ||
+         (u == c->root && (u->op == TPU_OP_TUPLE || k == TPU_CC_ASYNC_START || k == TPU_CC_ASYNC_DONE));
+}
+
+static int carried_operand(const tpu_instr *in, int j) {
+  const tpu_comp *c = in->calls;
+  if (!c || j >= c->nparams || !carries_collective(c)) return 0;
+  const tpu_instr *p = c->params[j];
+  int users = 0;
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    for (int k = 0; k < u->noperands; k++) {
+      if (u->operands[k] != p) continue;
+      if (!carrier(c, u)) return 0;
+      users++;
+    }
+  }
+  return users > 0;
+}
+
+static int carried_leaf(const tpu_instr *in, int leaf) {
+  const tpu_comp *c = in->calls;
+  if (in->op != TPU_OP_FUSION || !c || !c->root || !carries_collective(c)) return 0;
+  if (c->root->op != TPU_OP_TUPLE) return carrier(c, c->root) && leaf == 0; /* the done's result */
+  if (leaf >= c->root->noperands) return 0;
+  const tpu_instr *e = c->root->operands[leaf];
+  return e->op == TPU_OP_PARAMETER || tpu_op_class_of(e->op) == TPU_CLS_COLLECTIVE;
+}
+
 static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
   const tpu_shape *s = &in->operands[j]->shape;
   if (in->op == TPU_OP_FUSION) {
+    if (carried_operand(in, j)) return 0;
     int64_t b = fused_slice_bytes(be, in, j, padded);
     if (b >= 0) return b;
   }
@@ -130,7 +179,7 @@ int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j) {
 
 static int64_t write_bytes(const tpu__be *be, const tpu_instr *in, int leaf, int padded) {
   const tpu_shape *s = tpu__leaf(&in->shape, leaf);
-  if (!s) return 0;
+  if (!s || carried_leaf(in, leaf)) return 0;
   if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) s = &in->operands[1]->shape;
   if (in->op == TPU_OP_SCATTER) {
     int nupd = (in->noperands - 1) / 2;
