@@ -213,12 +213,18 @@ static void kernel_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k) 
   int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
   int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
   int64_t reg = sub * lanes * 4, sv = 0;
+  /* (buffers a fusion only carries for its collective span their whole arrays here: the
+   * vector work of its fused ops is spread over them) */
   for (int l = 0; l < nl; l++) {
-    int64_t v = (write_bytes(be, in, l, 1) + reg - 1) / reg;
+    const tpu_shape *ls = tpu__leaf(&in->shape, l);
+    int64_t w = carried_leaf(in, l) && ls ? tpu__padded_bytes(be, ls) : write_bytes(be, in, l, 1);
+    int64_t v = (w + reg - 1) / reg;
     if (v > sv) sv = v;
   }
   for (int i = 0; i < in->noperands; i++) {
-    int64_t v = (read_bytes(be, in, i, 1) + reg - 1) / reg;
+    int64_t r = in->op == TPU_OP_FUSION && carried_operand(in, i) ? tpu__padded_bytes(be, &in->operands[i]->shape)
+                                                                  : read_bytes(be, in, i, 1);
+    int64_t v = (r + reg - 1) / reg;
     if (v > sv) sv = v;
   }
   k->space_vregs = sv > 0 ? sv : 1;
