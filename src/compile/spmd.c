@@ -465,11 +465,10 @@ static tpu_status ew(sp *s, tpu_opcode op, tpu_dtype t, tpu_instr *a, tpu_instr 
  * block of `len` rows (shift_indices: *local, and *inr, which of them it holds), gathers
  * from its block, zeroes the rows another chip holds, and the pieces are summed over the
  * axes (sum_lookup: one all-reduce of the result, as XLA partitions such a lookup). */
-static tpu_status shift_indices(sp *s, const tpu_instr *in, tpu_instr *ix, const int8_t *axes, int n, int64_t len,
-                                tpu_instr **local, tpu_instr **inr) {
-  const tpu_gather_dims *g = &in->gather;
-  tpu_instr *off, *offb, *zero, *lim, *ge, *lt;
-  tpu_loc loc = in->loc;
+/* indices ix less the start of this chip's block of len rows along `axes` (*local) */
+static tpu_status local_indices(sp *s, tpu_instr *ix, const int8_t *axes, int n, int64_t len, tpu_loc loc,
+                                tpu_instr **local) {
+  tpu_instr *off, *offb;
   tpu_dtype it = ix->shape.dtype;
   TPU_TRY(tpu__spmd_block_offset(s, axes, n, len, loc, &off));
   if (it != TPU_S32) {
@@ -477,15 +476,33 @@ static tpu_status shift_indices(sp *s, const tpu_instr *in, tpu_instr *ix, const
     TPU_TRY(tpu__spmd_instr(s, TPU_OP_CONVERT, "spmd.offset", &c, &off, 1, loc, &off));
   }
   TPU_TRY(bcast_to(s, off, &ix->shape, "{}", loc, &offb));
-  TPU_TRY(ew(s, TPU_OP_SUBTRACT, it, ix, offb, loc, local));
-  tpu_tensor t0, tl;
-  TPU_TRY(tpu_tensor_alloc(&t0, it, 0, NULL, s->d));
-  TPU_TRY(tpu_tensor_alloc(&tl, it, 0, NULL, s->d));
-  tpu_tensor_set_i64(&tl, 0, len);
-  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.c", &t0, NULL, &zero));
-  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.c", &tl, NULL, &lim));
-  TPU_TRY(bcast_to(s, zero, &ix->shape, "{}", loc, &zero));
-  TPU_TRY(bcast_to(s, lim, &ix->shape, "{}", loc, &lim));
+  return ew(s, TPU_OP_SUBTRACT, it, ix, offb, loc, local);
+}
+
+/* A scalar constant v of dtype t broadcast to shape sh. */
+static tpu_status const_like(sp *s, tpu_dtype t, int64_t v, const tpu_shape *sh, tpu_loc loc, tpu_instr **out) {
+  tpu_tensor c;
+  tpu_instr *k;
+  TPU_TRY(tpu_tensor_alloc(&c, t, 0, NULL, s->d));
+  tpu_tensor_set_i64(&c, 0, v);
+  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.c", &c, NULL, &k));
+  return bcast_to(s, k, sh, "{}", loc, out);
+}
+
+/* rows: the indexed dimension's whole size (the indices are clamped into it first, as
+ * gather clamps them); len: the rows of one chip's block. */
+static tpu_status shift_indices(sp *s, const tpu_instr *in, tpu_instr *ix, const int8_t *axes, int n, int64_t rows,
+                                int64_t len, tpu_instr **local, tpu_instr **inr) {
+  const tpu_gather_dims *g = &in->gather;
+  tpu_instr *zero, *lim, *last, *ge, *lt, *cl;
+  tpu_loc loc = in->loc;
+  tpu_dtype it = ix->shape.dtype;
+  TPU_TRY(const_like(s, it, 0, &ix->shape, loc, &zero));
+  TPU_TRY(const_like(s, it, rows - 1, &ix->shape, loc, &last));
+  TPU_TRY(ew(s, TPU_OP_MAXIMUM, it, ix, zero, loc, &cl));
+  TPU_TRY(ew(s, TPU_OP_MINIMUM, it, cl, last, loc, &cl));
+  TPU_TRY(local_indices(s, cl, axes, n, len, loc, local));
+  TPU_TRY(const_like(s, it, len, &ix->shape, loc, &lim));
   TPU_TRY(ew(s, TPU_OP_COMPARE, TPU_PRED, *local, zero, loc, &ge));
   TPU_TRY(tpu_build_set_attr(&s->b, ge, "direction", "GE"));
   TPU_TRY(ew(s, TPU_OP_COMPARE, TPU_PRED, *local, lim, loc, &lt));
@@ -577,7 +594,7 @@ static tpu_status split_gather(sp *s, const tpu_instr *in) {
   TPU_TRY(tpu__spmd_operand_as(s, in, 1, &I, &ops[1]));
   tpu_instr *inr = NULL;
   tpu_shape l = tpu__spmd_local_shape(s, &o->shape, &O); /* slice sizes per chip */
-  if (sd >= 0) TPU_TRY(shift_indices(s, in, ops[1], O.ax[sd], O.n[sd], l.dims[sd], &ops[1], &inr));
+  if (sd >= 0) TPU_TRY(shift_indices(s, in, ops[1], O.ax[sd], O.n[sd], o->shape.dims[sd], l.dims[sd], &ops[1], &inr));
   TPU_TRY(tpu__spmd_emit_clone(s, in, ops, &out));
   tpu_instr *gx = s->val[in->id];
   tpu_strbuf b;
@@ -588,6 +605,47 @@ static tpu_status split_gather(sp *s, const tpu_instr *in) {
   tpu_strbuf_printf(&b, "}");
   TPU_TRY(tpu__spmd_set_attr_text(s, gx, "slice_sizes", &b, in->loc));
   return sd < 0 ? TPU_OK : sum_lookup(s, in, gx, inr, O.ax[sd], O.n[sd]);
+}
+
+/* A scatter into a broadcast that its uses want split along the dimension it indexes too
+ * (hint from the first pass: the gradient of take_along_axis beside vocabulary-split
+ * logits): each chip scatters into its block with the indices shifted to it; updates that
+ * land on another chip's rows fall outside the block and are skipped, as XLA's scatter
+ * skips out-of-bounds windows. *done 0 when the scatter is not of that form. */
+static tpu_status hinted_scatter(sp *s, const tpu_instr *in, int *done) {
+  *done = 0;
+  const tpu_scatter_dims *g = &in->scatter;
+  const dsh *h = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
+  if (!h || in->noperands != 3 || g->scatter_dims_to_operand_dims.n != 1) return TPU_OK;
+  int d = (int)g->scatter_dims_to_operand_dims.v[0], inserted = 0;
+  for (int i = 0; i < g->inserted_window_dims.n; i++) inserted |= g->inserted_window_dims.v[i] == d;
+  const tpu_instr *ix = in->operands[1];
+  if (!inserted || !h->n[d] || !tpu_dtype_is_int(ix->shape.dtype) || s->sh[ix->id].manual ||
+      s->sh[in->operands[2]->id].manual)
+    return TPU_OK;
+  dsh O = *h, I = k_repl, U = k_repl;
+  for (int k = 0; k < in->shape.rank; k++) {
+    if (!O.n[k] || k == d) continue;
+    int b = -1; /* only batching dimensions besides d */
+    for (int i = 0; i < g->input_batching_dims.n; i++)
+      if (g->input_batching_dims.v[i] == k) b = i;
+    if (b < 0) return TPU_OK;
+    int id = (int)g->scatter_indices_batching_dims.v[b], ud = scatter_upd_dim(in, id);
+    if (ud < 0) return TPU_OK;
+    I.n[id] = U.n[ud] = O.n[k];
+    memcpy(I.ax[id], O.ax[k], MAXA);
+    memcpy(U.ax[ud], O.ax[k], MAXA);
+  }
+  if (!tpu__spmd_fits(s, &in->shape, &O) || !tpu__spmd_fits(s, &ix->shape, &I) ||
+      !tpu__spmd_fits(s, &in->operands[2]->shape, &U))
+    return TPU_OK;
+  tpu_instr *ops[3];
+  TPU_TRY(tpu__spmd_operand_as(s, in, 0, &O, &ops[0]));
+  TPU_TRY(tpu__spmd_operand_as(s, in, 1, &I, &ops[1]));
+  TPU_TRY(tpu__spmd_operand_as(s, in, 2, &U, &ops[2]));
+  TPU_TRY(local_indices(s, ops[1], O.ax[d], O.n[d], in->shape.dims[d] / factor(s->mesh, &O, d), in->loc, &ops[1]));
+  *done = 1;
+  return tpu__spmd_emit_clone(s, in, ops, &O);
 }
 
 /* gather and scatter split along their batching dimensions (a per-example lookup with a
@@ -602,6 +660,11 @@ static tpu_status batched_index_op(sp *s, const tpu_instr *in) {
   const dsh *oh = &s->sh[o->id], *ih = &s->sh[ix->id];
   if (oh->manual || ih->manual || (scatter && s->sh[in->operands[2]->id].manual)) return tpu__spmd_replicated_op(s, in);
   if (!scatter && !ob->n) return split_gather(s, in);
+  if (scatter) {
+    int done;
+    TPU_TRY(hinted_scatter(s, in, &done));
+    if (done) return TPU_OK;
+  }
   if (!ob->n) return tpu__spmd_replicated_op(s, in);
   dsh O = k_repl, I = k_repl, U = k_repl, out = k_repl;
   int any = 0;
@@ -901,6 +964,26 @@ static tpu_status root_sharding(sp *s, tpu_instr *root) {
   return st;
 }
 
+/* Whether h splits every dimension at least as g does (g's axes a prefix of h's) and some
+ * dimension more. */
+static int refines(const dsh *h, const dsh *g, int rank) {
+  int more = 0;
+  for (int k = 0; k < rank; k++) {
+    if (g->n[k] > h->n[k] || memcmp(g->ax[k], h->ax[k], (size_t)g->n[k])) return 0;
+    more |= h->n[k] > g->n[k];
+  }
+  return more && !h->manual && !g->manual;
+}
+
+/* s->hint[x] = h (one sharding: x is not a tuple). */
+static tpu_status set_hint(sp *s, const tpu_instr *x, const dsh *h) {
+  if (!s->hint) s->hint = tpu_calloc((size_t)(s->old->ninstrs + 1), sizeof *s->hint);
+  if (s->hint && !s->hint[x->id]) s->hint[x->id] = tpu_arena_alloc(&s->m->arena, sizeof(dsh));
+  if (!s->hint || !s->hint[x->id]) return TPU_FAIL(s->d, TPU_ERR_NOMEM, x->loc, "out of memory");
+  *s->hint[x->id] = *h;
+  return TPU_OK;
+}
+
 /* After a pass over the entry: for every whole value used only... by elementwise ops of its
  * shape, the split those uses got (followed back through chains of elementwise ops);
  * a while loop's result elements read through get-tuple-element then give the loop its
@@ -917,6 +1000,17 @@ static tpu_status loop_hints(sp *s) {
     if (!is_split(h, u->shape.rank) || h->manual) continue;
     for (int k = 0; k < u->noperands; k++) {
       const tpu_instr *o = u->operands[k];
+      /* a scatter into a broadcast that an elementwise use wants split further (the
+       * gradient of take_along_axis beside vocabulary-split logits): its hint */
+      if (o->op == TPU_OP_SCATTER && o->shape.rank == u->shape.rank && refines(h, &s->sh[o->id], o->shape.rank) &&
+          o->operands[0]->op == TPU_OP_BROADCAST && o->operands[0]->operands[0]->shape.rank == 0) {
+        tpu_status st = set_hint(s, o, h);
+        if (st != TPU_OK) {
+          tpu_free(want);
+          return st;
+        }
+        any = 1;
+      }
       if (o->shape.rank != u->shape.rank || is_split(&s->sh[o->id], o->shape.rank) || is_split(&want[o->id], o->shape.rank))
         continue;
       want[o->id] = *h;

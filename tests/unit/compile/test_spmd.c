@@ -302,6 +302,55 @@ int main(void) {
     CHECK(m && tpu_spmd_partition(m, NULL, &d) == TPU_OK && count_op(m, TPU_OP_REDUCE_SCATTER) == 1);
     tpu_module_free(m);
   }
+  /* A weight gradient scaled by the learning rate, summed over both axes and wanted split
+   * over one: a reduce-scatter over that axis, then an all-reduce of the block over the
+   * other (FSDP inside data parallelism). */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n x = s32[8,6] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+           " g = s32[8,4] parameter(1), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+           " w = s32[6,4] parameter(2), " SDY("[{\\\"y\\\"}, {}]") "\n"
+           " d = s32[6,4] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+           " c = s32[] constant(3)\n cb = s32[6,4] broadcast(c), dimensions={}\n"
+           " sd = s32[6,4] multiply(d, cb)\n"
+           " ROOT o = s32[6,4] subtract(w, sd), " SDY("[{\\\"y\\\"}, {}]") "\n}\n");
+  check("scaled gradient over part of its axes", src, 1, 0, 0);
+  {
+    tpu_module *m = parse(src);
+    tpu_diag d;
+    CHECK(m && tpu_spmd_partition(m, NULL, &d) == TPU_OK && count_op(m, TPU_OP_REDUCE_SCATTER) == 1);
+    tpu_module_free(m);
+  }
+  /* An embedding table split along its rows: each chip looks up the rows it holds (indices
+   * shifted to its block, the others zeroed) and one all-reduce sums them; the indices keep
+   * their batch split. Out-of-range and negative indices clamp as XLA's gather does. */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n t = s32[8,6] parameter(0), " SDY("[{\\\"y\\\"}, {}]") "\n"
+           " i = s32[4,1] parameter(1), " SDY("[{\\\"x\\\"}, {}]") "\n"
+           " c = s32[] constant(6)\n cb = s32[4,1] broadcast(c), dimensions={}\n ip = s32[4,1] add(i, cb)\n"
+           " ROOT r = s32[4,6] gather(t, ip), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0},"
+           " index_vector_dim=1, slice_sizes={1,6}\n}\n");
+  check("vocabulary-split lookup", src, 1, 0, 0);
+  /* take_along_axis's gradient (a one-hot scatter into zeros) beside logits split over both
+   * axes: the first pass's use gives the scatter a hint, and each chip scatters into its own
+   * block of the vocabulary (updates for other chips' rows are skipped) — no slice. */
+  snprintf(src, sizeof src,
+           MESH "%sENTRY e {\n lg = s32[8,16] parameter(0), " SDY("[{\\\"x\\\"}, {\\\"y\\\"}]") "\n"
+           " i = s32[8,1,1] parameter(1), " SDY("[{\\\"x\\\"}, {}, {}]") "\n"
+           " u = s32[8,1] parameter(2), " SDY("[{\\\"x\\\"}, {}]") "\n"
+           " z = s32[] constant(0)\n o = s32[8,16] broadcast(z), dimensions={}\n"
+           " sc = s32[8,16] scatter(o, i, u), update_window_dims={}, inserted_window_dims={1},"
+           " scatter_dims_to_operand_dims={1}, input_batching_dims={0}, scatter_indices_batching_dims={0},"
+           " index_vector_dim=2, to_apply=add\n"
+           " ROOT r = s32[8,16] add(sc, lg)\n}\n",
+           k_add);
+  check("one-hot scatter split by its use", src, 0, 0, 0);
+  {
+    tpu_module *m = parse(src);
+    tpu_diag d;
+    CHECK(m && tpu_spmd_partition(m, NULL, &d) == TPU_OK && count_op(m, TPU_OP_DYNAMIC_SLICE) == 0 &&
+          count_op(m, TPU_OP_SCATTER) == 1);
+    tpu_module_free(m);
+  }
   check_bf16_gathers();
   CHECK_DONE();
 }
