@@ -491,6 +491,31 @@ static tpu_status moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, const 
   return TPU_OK;
 }
 
+/* Whether `to` differs from `from` by one axis leaving dimension *i (where other axes stay,
+ * in their order) for the minor end of dimension *j (its other axes kept before it): *a. */
+static int one_axis_moves(const dsh *from, const dsh *to, int rank, int *i, int *j, int8_t *a) {
+  *i = *j = -1;
+  for (int k = 0; k < rank; k++) {
+    if (same_dim(from, k, to, k)) continue;
+    if (from->n[k] == to->n[k] + 1 && *i < 0) {
+      *i = k;
+    } else if (to->n[k] == from->n[k] + 1 && *j < 0 && !memcmp(from->ax[k], to->ax[k], (size_t)from->n[k])) {
+      *j = k;
+    } else {
+      return 0;
+    }
+  }
+  if (*i < 0 || *j < 0) return 0;
+  *a = to->ax[*j][to->n[*j] - 1];
+  int w = 0; /* from's dimension i without a, in order, is to's */
+  for (int t = 0; t < from->n[*i]; t++) {
+    if (from->ax[*i][t] == *a) continue;
+    if (w >= to->n[*i] || to->ax[*i][w] != from->ax[*i][t]) return 0;
+    w++;
+  }
+  return w == to->n[*i] && to->n[*i] > 0;
+}
+
 tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out) {
   *out = x;
   if (!tpu_dtype_is_array(x->shape.dtype) || from->manual || to->manual) return TPU_OK;
@@ -537,6 +562,27 @@ tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to
   int same = 1;
   for (int k = 0; k < rank; k++) same &= same_dim(from, k, to, k);
   if (same) return TPU_OK;
+  /* One axis moving from a dimension that keeps other axes to the minor end of another's
+   * (an expert dispatch: [(data, model), ..] to [model, data, ..]): a collective-permute
+   * that makes it the first dimension's minor axis if it is not, then one all-to-all over
+   * that axis alone. */
+  int mi, mj;
+  int8_t ma;
+  if (rank < TPU_MAX_RANK && one_axis_moves(from, to, rank, &mi, &mj, &ma) &&
+      x->shape.dims[mj] % (factor(s->mesh, to, mj) / factor(s->mesh, from, mj) * 1) == 0) {
+    dsh mid = *from; /* dimension mi with the moving axis last */
+    int w = 0;
+    for (int t = 0; t < from->n[mi]; t++)
+      if (from->ax[mi][t] != ma) mid.ax[mi][w++] = from->ax[mi][t];
+    mid.ax[mi][w] = ma;
+    tpu_instr *y = x;
+    if (memcmp(mid.ax[mi], from->ax[mi], (size_t)from->n[mi])) {
+      int done;
+      TPU_TRY(permute_blocks(s, x, from, &mid, loc, &y, &done));
+      if (!done) y = NULL;
+    }
+    if (y) return all_to_all_move(s, y, mi, mj, &ma, 1, loc, out);
+  }
   if (is_split(from, rank) && is_split(to, rank)) {
     int done;
     TPU_TRY(permute_blocks(s, x, from, to, loc, out, &done));

@@ -351,6 +351,24 @@ int main(void) {
           count_op(m, TPU_OP_SCATTER) == 1);
     tpu_module_free(m);
   }
+  /* One axis moving from a dimension that keeps another to a second dimension (an expert
+   * dispatch): [(x, y), -] to [y, x]: a collective-permute puts x last in dimension 0, then
+   * one all-to-all over x moves it; no gather. */
+  {
+    const char *body = " x = s32[8,4] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n";
+    snprintf(src, sizeof src,
+             MESH "ENTRY e {\n%s c = s32[8,4] custom-call(x), custom_call_target=\"Sharding\","
+                  " sharding={devices=[2,2]<=[2,2]T(1,0)}\n ROOT n = s32[8,4] multiply(c, c)\n}\n",
+             body);
+    char ref[2048];
+    snprintf(ref, sizeof ref, MESH "ENTRY e {\n%s c = s32[8,4] copy(x)\n ROOT n = s32[8,4] multiply(c, c)\n}\n", body);
+    check_ref("one axis to another dimension", src, ref, 0, 0, 0);
+    tpu_module *m = parse(src);
+    tpu_diag d;
+    CHECK(m && tpu_spmd_partition(m, NULL, &d) == TPU_OK && count_op(m, TPU_OP_ALL_TO_ALL) == 1 &&
+          count_op(m, TPU_OP_COLLECTIVE_PERMUTE) == 1);
+    tpu_module_free(m);
+  }
   check_bf16_gathers();
   CHECK_DONE();
 }
