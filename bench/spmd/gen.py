@@ -39,15 +39,16 @@ def mesh(topology, shape, axes):
     return Mesh(np.array(_topo[topology].devices).reshape(shape), axes)
 
 
-def full_text(c):
-    """The compiled program's text, large constants included (the default printer elides them)."""
-    txt = c.as_text()
-    if "{...}" not in txt:
-        return txt
-    import jaxlib._hlo as H
-    o = H.HloPrintOptions()
-    o.print_large_constants = True
-    return c.runtime_executable().hlo_modules()[0].to_string(o)
+def _tpu_gen():
+    """tests/tpu/gen.py, for its full_text (the compiled text with large constants)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tpu_case_gen", os.path.join(HERE, "..", "..", "tests", "tpu", "gen.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+full_text = _tpu_gen().full_text
 
 
 CASES = []

@@ -122,9 +122,24 @@ static void check_ref(const char *name, const char *src, const char *ref_src, in
   tpu_module_free(m);
 }
 
+/* How many `op` instructions src has once partitioned (-1: it does not partition). */
+static int count_after(const char *src, tpu_opcode op) {
+  tpu_module *m = parse(src);
+  tpu_diag d;
+  int n = m && tpu_spmd_partition(m, NULL, &d) == TPU_OK ? count_op(m, op) : -1;
+  tpu_module_free(m);
+  return n;
+}
+
 static void check(const char *name, const char *src, int all_reduce, int all_gather, double tol) {
   check_ref(name, src, src, all_reduce, all_gather, tol);
 }
+
+/* A weight gradient's operands split over both axes of the batch, and its dot. */
+#define GRAD_XG                                                                                   \
+  MESH "ENTRY e {\n x = s32[8,6] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n" \
+       " g = s32[8,4] parameter(1), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+#define GRAD_DOT " d = s32[6,4] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
 
 static const char *k_add = "add { a = s32[] parameter(0)\n b = s32[] parameter(1)\n ROOT r = s32[] add(a, b) }\n";
 static const char *k_max = "mx { a = s32[] parameter(0)\n b = s32[] parameter(1)\n ROOT r = s32[] maximum(a, b) }\n";
@@ -289,37 +304,21 @@ int main(void) {
   /* A weight gradient (partial sums over the split batch) transposed and reshaped before the
    * update takes its block: one reduce-scatter, no all-reduce, no gather. */
   snprintf(src, sizeof src,
-           MESH "ENTRY e {\n x = s32[8,6] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
-           " g = s32[8,4] parameter(1), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
-           " w = s32[1,4,6] parameter(2), " SDY("[{}, {\\\"x\\\",\\\"y\\\"}, {}]") "\n"
-           " d = s32[6,4] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+           GRAD_XG " w = s32[1,4,6] parameter(2), " SDY("[{}, {\\\"x\\\",\\\"y\\\"}, {}]") "\n" GRAD_DOT
            " t = s32[4,6] transpose(d), dimensions={1,0}\n r = s32[1,4,6] reshape(t)\n"
            " ROOT o = s32[1,4,6] subtract(w, r), " SDY("[{}, {\\\"x\\\",\\\"y\\\"}, {}]") "\n}\n");
   check("gradient moved before its block", src, 0, 0, 0);
-  {
-    tpu_module *m = parse(src);
-    tpu_diag d;
-    CHECK(m && tpu_spmd_partition(m, NULL, &d) == TPU_OK && count_op(m, TPU_OP_REDUCE_SCATTER) == 1);
-    tpu_module_free(m);
-  }
+  CHECK_EQ_INT(count_after(src, TPU_OP_REDUCE_SCATTER), 1);
   /* A weight gradient scaled by the learning rate, summed over both axes and wanted split
    * over one: a reduce-scatter over that axis, then an all-reduce of the block over the
    * other (FSDP inside data parallelism). */
   snprintf(src, sizeof src,
-           MESH "ENTRY e {\n x = s32[8,6] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
-           " g = s32[8,4] parameter(1), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
-           " w = s32[6,4] parameter(2), " SDY("[{\\\"y\\\"}, {}]") "\n"
-           " d = s32[6,4] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+           GRAD_XG " w = s32[6,4] parameter(2), " SDY("[{\\\"y\\\"}, {}]") "\n" GRAD_DOT
            " c = s32[] constant(3)\n cb = s32[6,4] broadcast(c), dimensions={}\n"
            " sd = s32[6,4] multiply(d, cb)\n"
            " ROOT o = s32[6,4] subtract(w, sd), " SDY("[{\\\"y\\\"}, {}]") "\n}\n");
   check("scaled gradient over part of its axes", src, 1, 0, 0);
-  {
-    tpu_module *m = parse(src);
-    tpu_diag d;
-    CHECK(m && tpu_spmd_partition(m, NULL, &d) == TPU_OK && count_op(m, TPU_OP_REDUCE_SCATTER) == 1);
-    tpu_module_free(m);
-  }
+  CHECK_EQ_INT(count_after(src, TPU_OP_REDUCE_SCATTER), 1);
   /* An embedding table split along its rows: each chip looks up the rows it holds (indices
    * shifted to its block, the others zeroed) and one all-reduce sums them; the indices keep
    * their batch split. Out-of-range and negative indices clamp as XLA's gather does. */
@@ -344,13 +343,8 @@ int main(void) {
            " ROOT r = s32[8,16] add(sc, lg)\n}\n",
            k_add);
   check("one-hot scatter split by its use", src, 0, 0, 0);
-  {
-    tpu_module *m = parse(src);
-    tpu_diag d;
-    CHECK(m && tpu_spmd_partition(m, NULL, &d) == TPU_OK && count_op(m, TPU_OP_DYNAMIC_SLICE) == 0 &&
-          count_op(m, TPU_OP_SCATTER) == 1);
-    tpu_module_free(m);
-  }
+  CHECK_EQ_INT(count_after(src, TPU_OP_DYNAMIC_SLICE), 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_SCATTER), 1);
   /* One axis moving from a dimension that keeps another to a second dimension (an expert
    * dispatch): [(x, y), -] to [y, x]: a collective-permute puts x last in dimension 0, then
    * one all-to-all over x moves it; no gather. */
@@ -363,11 +357,8 @@ int main(void) {
     char ref[2048];
     snprintf(ref, sizeof ref, MESH "ENTRY e {\n%s c = s32[8,4] copy(x)\n ROOT n = s32[8,4] multiply(c, c)\n}\n", body);
     check_ref("one axis to another dimension", src, ref, 0, 0, 0);
-    tpu_module *m = parse(src);
-    tpu_diag d;
-    CHECK(m && tpu_spmd_partition(m, NULL, &d) == TPU_OK && count_op(m, TPU_OP_ALL_TO_ALL) == 1 &&
-          count_op(m, TPU_OP_COLLECTIVE_PERMUTE) == 1);
-    tpu_module_free(m);
+    CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
+    CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 1);
   }
   check_bf16_gathers();
   CHECK_DONE();
