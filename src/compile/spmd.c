@@ -734,7 +734,17 @@ static tpu_status partition_entry_instr(sp *s, const tpu_instr *in) {
   return st;
 }
 
+static tpu_status partition_instr(sp *s, const tpu_instr *in);
+
 tpu_status tpu__spmd_partition_instr(sp *s, const tpu_instr *in) {
+  const tpu_instr *outer = s->cur; /* (a loop body's instructions nest inside the loop's) */
+  s->cur = in;
+  tpu_status st = partition_instr(s, in);
+  s->cur = outer;
+  return st;
+}
+
+static tpu_status partition_instr(sp *s, const tpu_instr *in) {
   int rank = tpu_dtype_is_array(in->shape.dtype) ? in->shape.rank : 0;
   switch (in->op) {
     case TPU_OP_PARAMETER: {

@@ -64,6 +64,8 @@ typedef struct {
   dsh **tsh;               /* old id -> its elements' shardings when it is a tuple of arrays (NULL: whole) */
   dsh **hint;              /* entry's old id of a while -> the splits its results are used with (NULL: none) */
   tpu_instr *pos;          /* this chip's mesh position (s32[]), built on first use */
+  const tpu_instr *cur;    /* the old instruction being partitioned: what the ops made for
+                            * it are named after it and carry its metadata */
   int channel;
   tpu_comp *adders[16];    /* add computations by dtype, for partial sums */
   struct {                 /* the all-reduces of partial sums this pass made, and their axes */

@@ -18,7 +18,18 @@ tpu_status tpu__spmd_fail_at(sp *s, const tpu_instr *in, const char *what) {
 
 tpu_status tpu__spmd_instr(sp *s, tpu_opcode op, const char *hint, const tpu_shape *shape, tpu_instr *const *ops, int n,
                            tpu_loc loc, tpu_instr **out) {
-  return tpu_build_instr(&s->b, s->c, op, hint, shape, ops, n, loc, out);
+  /* Named after the instruction it serves ("dot_general.9.all-reduce" for "spmd.all-reduce")
+   * and carrying its metadata (JAX op and source line), so reports say which op of the
+   * program a collective or a slice is for. */
+  char name[192];
+  if (s->cur && !strncmp(hint, "spmd.", 5)) {
+    snprintf(name, sizeof name, "%s.%s", tpu_instr_user_name(s->cur), hint + 5);
+    hint = name;
+  }
+  TPU_TRY(tpu_build_instr(&s->b, s->c, op, hint, shape, ops, n, loc, out));
+  for (int i = 0; s->cur && i < s->cur->nattrs; i++)
+    if (!strcmp(s->cur->attrs[i].name, "metadata")) TPU_TRY(tpu_build_set_attr(&s->b, *out, "metadata", s->cur->attrs[i].value));
+  return TPU_OK;
 }
 
 /* convert(x) to dtype t on x's per-chip shape. */

@@ -29,6 +29,8 @@ grep -q "^spmd-partition: 128 chips (mesh data=8 fsdp=4 tensor=4)" "$T/3d" || fa
 grep -q "^slice: 4x4x8 (wrap x y z) on v5p" "$T/3d" || fail "3-D mesh slice: $(grep slice "$T/3d")"
 grep -Eq "all-gather +4 " "$T/3d" || fail "no all-gather over groups of 4"
 grep -Eq "all-reduce +32 " "$T/3d" || fail "no gradient all-reduce over groups of 32"
+# each collective is named after the op of the program it serves
+grep -Eq "^  dot_general\.[0-9]+\.all-(gather|reduce)" "$T/3d" || fail "collectives not named after their dots: $(grep -A3 '^collectives:' "$T/3d")"
 
 # GSPMD form (no mesh in the module): the mesh is inferred from the shardings; shardings
 # that no one mesh expresses are refused with the instruction's location.
