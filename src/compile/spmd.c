@@ -267,7 +267,18 @@ static tpu_status reduce(sp *s, const tpu_instr *in) {
   tpu_instr *ops[2] = {s->val[o->id], s->val[in->operands[1]->id]}, *x;
   TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, ops, &x));
   x->shape = tpu__spmd_local_shape(s, &in->shape, &h);
-  if (np) TPU_TRY(tpu__spmd_reduce_axes(s, x, partial, np, in->to_apply, in->loc, &x));
+  if (np && (red == TPU_OP_MAXIMUM || red == TPU_OP_MINIMUM) && in->shape.dtype == TPU_F32 &&
+      o->op == TPU_OP_CONVERT && o->operands[0]->shape.dtype == TPU_BF16) {
+    /* The largest (smallest) of bf16 values widened to f32 is one of them: the partial
+     * results travel as bf16, exactly, as the TPU compiler sends a softmax's row maxima */
+    tpu_comp *r;
+    TPU_TRY(tpu_build_scalar_comp(&s->b, red == TPU_OP_MAXIMUM ? "spmd.max" : "spmd.min", red, TPU_BF16, s->m->entry, &r));
+    TPU_TRY(tpu__spmd_convert(s, x, TPU_BF16, in->loc, &x));
+    TPU_TRY(tpu__spmd_reduce_axes(s, x, partial, np, r, in->loc, &x));
+    TPU_TRY(tpu__spmd_convert(s, x, TPU_F32, in->loc, &x));
+  } else if (np) {
+    TPU_TRY(tpu__spmd_reduce_axes(s, x, partial, np, in->to_apply, in->loc, &x));
+  }
   s->val[in->id] = x;
   s->sh[in->id] = h;
   return TPU_OK;

@@ -360,6 +360,15 @@ int main(void) {
     CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
     CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 1);
   }
+  /* A softmax's row maxima over a split vocabulary of bf16 logits widened to f32: the
+   * partial maxima travel as bf16 (exact: each is one of the bf16 values). */
+  snprintf(src, sizeof src,
+           MESH "mx { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT r = f32[] maximum(a, b) }\n"
+                "ENTRY e {\n x = bf16[4,16] parameter(0), " SDY("[{}, {\\\"x\\\",\\\"y\\\"}]") "\n"
+                " c = f32[4,16] convert(x)\n i = f32[] constant(-inf)\n"
+                " ROOT m = f32[4] reduce(c, i), dimensions={1}, to_apply=mx\n}\n");
+  check("bf16 maxima", src, 1, 0, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_CONVERT), 3); /* the widening, to bf16, back to f32 */
   check_bf16_gathers();
   CHECK_DONE();
 }
