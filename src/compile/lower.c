@@ -7,6 +7,7 @@
 
 #include "compile/backend.h"
 #include "ir/collective.h"
+#include "ir/custom_call.h"
 
 static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }
 
@@ -219,6 +220,29 @@ static int sync_collective(tpu__be *be, const tpu_instr *in) {
   return k && k->kind == TPU__K_ICI && tpu_collective_base(in->op) == in->op && in->op != TPU_OP_FUSION;
 }
 
+/* The fused computation's root custom call kind of a fusion (the TPU compiler's async
+ * collective fusions: AsyncCollectiveStart ... AsyncCollectiveDone), else TPU_CC_OTHER. */
+static tpu_cc_kind fusion_root_kind(const tpu_instr *in) {
+  return in->op == TPU_OP_FUSION && in->calls && in->calls->root ? tpu_custom_call_kind(in->calls->root) : TPU_CC_OTHER;
+}
+
+/* A collective the chip need not wait for where it is lowered: a synchronous one (waited
+ * for at its first use), or the start of the TPU compiler's async collective fusion pair
+ * (waited for at its done). */
+static int deferred_collective(tpu__be *be, const tpu_instr *in) {
+  const tpu__kinfo *k = tpu__be_info(be, in);
+  return sync_collective(be, in) ||
+         (k && k->kind == TPU__K_ICI && fusion_root_kind(in) == TPU_CC_ASYNC_START);
+}
+
+/* Whether x reaches `target` through at most `depth` operand steps. */
+static int reaches(const tpu_instr *x, const tpu_instr *target, int depth) {
+  if (x == target) return 1;
+  for (int j = 0; depth > 0 && j < x->noperands; j++)
+    if (reaches(x->operands[j], target, depth - 1)) return 1;
+  return 0;
+}
+
 /* The order c's instructions are lowered in. As XLA's TPU compiler makes collectives
  * asynchronous and its latency-hiding scheduler starts them early (docs/timing.md,
  * "Collectives overlap compute"), a synchronous collective starts right after the last
@@ -299,7 +323,10 @@ static const tpu_instr **overlap_order(tpu__be *be, const tpu_comp *c) {
 static tpu_status wait_pending(tpu__be *be, const tpu_instr *in, const tpu_instr **pend, int *np) {
   for (int q = 0; q < *np;) {
     int used = !in;
-    for (int j = 0; in && j < in->noperands; j++) used |= in->operands[j] == pend[q];
+    if (in && fusion_root_kind(pend[q]) == TPU_CC_ASYNC_START) /* its done, through the buffers */
+      used = fusion_root_kind(in) == TPU_CC_ASYNC_DONE && reaches(in, pend[q], 6);
+    else
+      for (int j = 0; in && j < in->noperands; j++) used |= in->operands[j] == pend[q];
     if (!used) {
       q++;
       continue;
@@ -328,7 +355,7 @@ static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
     const tpu_instr *in = ord[i];
     if (np) st = wait_pending(be, in, pend, &np);
     if (st == TPU_OK) st = lower_instr(be, in, depth, defer);
-    if (st == TPU_OK && defer && sync_collective(be, in)) pend[np++] = in;
+    if (st == TPU_OK && defer && deferred_collective(be, in)) pend[np++] = in;
   }
   if (st == TPU_OK && np) st = wait_pending(be, NULL, pend, &np);
   tpu_free(ord);
