@@ -265,12 +265,19 @@ static const tpu_instr **overlap_order(tpu__be *be, const tpu_comp *c) {
   }
   for (int i = 0; i <= maxid; i++) pos[i] = -1;
   for (int i = 0; i < n; i++) pos[c->order[i]->id] = i;
-  int hoist = !be->o->sync_collectives;
+  int hoist = !be->o->sync_collectives, prev = -1; /* the anchor of the last collective so far */
   for (int i = 0; i < n; i++) {
     const tpu_instr *in = c->order[i];
     anchor[i] = i; /* lowered in place */
-    if (!hoist || !sync_collective(be, in)) continue;
-    int a = -1;
+    const tpu__kinfo *ki = tpu__be_info(be, in);
+    int coll = ki && ki->kind == TPU__K_ICI;
+    if (!hoist || !sync_collective(be, in)) {
+      if (coll) prev = i;
+      continue;
+    }
+    /* the links take collectives in the order they are issued: none moves ahead of one the
+     * program issues before it */
+    int a = prev;
     for (int j = 0; j < in->noperands; j++) {
       const tpu_instr *o = in->operands[j];
       /* parameters and constants are there from the start */
@@ -278,6 +285,7 @@ static const tpu_instr **overlap_order(tpu__be *be, const tpu_comp *c) {
       if (p > a) a = p;
     }
     anchor[i] = a; /* right after its last operand (-1: first) */
+    prev = a;
   }
   /* Each instruction in place, each hoisted collective after its anchor (and after the
    * collectives hoisted behind it): a depth-first walk of the anchor lists. pos[] now
