@@ -56,6 +56,7 @@ static void put_insn(tpu_strbuf *b, const tpu_insn *in, int index, int depth) {
   }
   if (in->vregs) tpu_strbuf_printf(b, " vregs=%lld", (long long)in->vregs);
   if (in->opc == TPU_ISA_ICI) tpu_strbuf_printf(b, " cycles=%lld", (long long)in->cycles);
+  if (in->opc == TPU_ISA_ICI && in->lane) tpu_strbuf_printf(b, " links=%d", in->lane);
   if (in->ops) tpu_strbuf_printf(b, " ops=%lld", (long long)in->ops);
   if (in->opc == TPU_ISA_LOOP || in->opc == TPU_ISA_COND || in->opc == TPU_ISA_CASE)
     tpu_strbuf_printf(b, " trips=%lld", (long long)in->trips);
@@ -427,6 +428,7 @@ static tpu_status parse_insn_line(lx *x) {
     } else if (!strcmp(key, "vregs")) TPU_TRY(parse_i64(x, 0, &in.vregs));
     else if (!strcmp(key, "ops")) TPU_TRY(parse_i64(x, 0, &in.ops));
     else if (!strcmp(key, "cycles")) TPU_TRY(parse_i64(x, 0, &in.cycles));
+    else if (!strcmp(key, "links")) TPU_TRY(parse_int(x, 0, &in.lane));
     else if (!strcmp(key, "trips")) TPU_TRY(parse_i64(x, -1, &in.trips));
     else if (!strcmp(key, "at")) TPU_TRY(parse_int(x, 0, &in.at));
     else if (!strcmp(key, "op")) TPU_TRY(parse_int(x, 0, &in.op));

@@ -75,6 +75,9 @@ typedef struct tpu_insn {
   int64_t ops;                     /* vpu/eup/xlu: operations per register */
   int64_t trips;                   /* loop: iterations (-1: unknown); cond: branches; case: index */
   int64_t cycles;                  /* ici: cycles the collective takes (the link model's time) */
+  int lane;                        /* ici: the kinds of link it loads, bit axis * 2 + dir
+                                    * (+x -x +y -y +z -z); collectives on disjoint kinds run
+                                    * side by side; 0: all of them */
   int pmod, prem;                  /* predicate: runs only when i % pmod == prem (pmod 0: always) */
   int at;                          /* wait: instruction index */
   int prefetch;                    /* dma.in: 1 = may start before the preceding `kernel`

@@ -21,6 +21,8 @@ typedef struct {
   int64_t op_start, op_end;
   int64_t op_first;   /* the open kernel's barrier: its first instruction may issue */
   int64_t op_dma;     /* the open kernel's transfer cycles so far, each at its full length */
+  int64_t lane_free[6]; /* ici: when each kind of link (+x -x +y -y +z -z) is free */
+  int64_t ici_busy_to;  /* ici: the end of the links' busy time counted so far */
 } mstate;
 
 typedef struct {
@@ -184,8 +186,15 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   /* A prefetch obeys the barrier before the running kernel, its HBM source's writer and
    * its slot; it then takes the first gap on the port (docs/timing.md). */
   const int pf = prefetch_ok(t, in);
-  int64_t t_nd = pf ? t->m.pre
-                    : (t->m.barrier > t->m.unit_free[u] ? t->m.barrier : t->m.unit_free[u]);
+  /* ICI: a collective waits for the kinds of link it loads (tpu_insn lane; all when 0) */
+  int64_t ufree = t->m.unit_free[u];
+  unsigned lanes = u == TPU_UNIT_ICI ? (in->lane ? (unsigned)in->lane : 63u) : 0;
+  if (u == TPU_UNIT_ICI) {
+    ufree = 0;
+    for (int l = 0; l < 6; l++)
+      if (lanes >> l & 1 && t->m.lane_free[l] > ufree) ufree = t->m.lane_free[l];
+  }
+  int64_t t_nd = pf ? t->m.pre : (t->m.barrier > ufree ? t->m.barrier : ufree);
   int64_t t_dma = 0;
   if (is_dma && !pf && t->m.port_free > t_nd) t_nd = t->m.port_free;
   if (pf && in->hbm >= 0 && t->hbm_ready[in->hbm] > t_nd) t_nd = t->hbm_ready[in->hbm];
@@ -217,6 +226,19 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   int64_t end = start + dur, done = end;
   if (in->opc == TPU_ISA_DMA_IN || in->opc == TPU_ISA_DMA_HBM) done = end + t->lat;
   if (!pf || end > t->m.unit_free[u]) t->m.unit_free[u] = end;
+  int64_t busy = dur;
+  if (u == TPU_UNIT_ICI) {
+    int64_t lf = 0;
+    for (int l = 0; l < 6; l++) {
+      if (lanes >> l & 1) t->m.lane_free[l] = end;
+      if (t->m.lane_free[l] > lf) lf = t->m.lane_free[l];
+    }
+    t->m.unit_free[u] = lf; /* the links are all free then */
+    /* the links' busy time: the union of the collectives' spans */
+    int64_t from = start > t->m.ici_busy_to ? start : t->m.ici_busy_to;
+    busy = end > from ? end - from : 0;
+    if (end > t->m.ici_busy_to) t->m.ici_busy_to = end;
+  }
   if (is_dma) {
     int64_t pend = start + (t->pdur[idx] < dur ? t->pdur[idx] : dur);
     if (!pf || pend > t->m.port_free) t->m.port_free = pend;
@@ -241,7 +263,7 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   }
   if (t->dry) return TPU_OK;
   tpu_timeline *tl = t->tl;
-  tl->busy[u] += dur;
+  tl->busy[u] += busy;
   if (in->op >= 0) {
     tpu_op_stat *s = &tl->ops[in->op];
     s->unit_cycles[u] += dur;

@@ -50,6 +50,7 @@ typedef struct tpu__kinfo {
   int64_t trips;           /* while: static trip count, -1 unknown */
   int64_t ici_cycles;      /* ici: the collective's time on the links */
   double ici_bytes;        /* ici: bytes this chip sends */
+  unsigned ici_lanes;      /* ici: the kinds of link it loads (tpu_coll_cost lanes) */
   int ici_insn;            /* ici: the program index of its `ici` instruction once lowered */
   int vmem0, nvmem;        /* its VMEM buffers (consecutive) */
   int64_t ws;              /* bytes of VMEM its tile buffers take (its working set) */

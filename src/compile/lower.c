@@ -393,6 +393,7 @@ static tpu_status lower_instr(tpu__be *be, const tpu_instr *in, int depth, int d
         tpu_insn ic = tpu_insn_make(TPU_ISA_ICI, k->op);
         ic.cycles = k->ici_cycles;
         ic.bytes = (int64_t)ceil(k->ici_bytes);
+        ic.lane = (int)k->ici_lanes;
         if (!emit(be, &kin)) return TPU_ERR_NOMEM;
         tpu__be_info(be, in)->ici_insn = be->p->ninsns;
         if (!emit(be, &ic)) return TPU_ERR_NOMEM;

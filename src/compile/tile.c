@@ -463,7 +463,7 @@ static tpu_status tile_collective(tpu__be *be, const tpu_instr *in, tpu__kinfo *
   TPU_TRY(tpu_collective_devices(in, &n, be->d));
   int start = tpu_collective_base(in->op) != in->op;
   if (n <= 1 && !start) return TPU_OK; /* an alias of its operand */
-  tpu_coll_cost c = {0, 0};
+  tpu_coll_cost c = {0, 0, 0};
   if (n > 1) {
     if (!be->o->coll_cost) return tpu_collective_check_one_device(in, be->d);
     TPU_TRY(be->o->coll_cost(be->o->coll_user, in, &c, be->d));
@@ -472,6 +472,7 @@ static tpu_status tile_collective(tpu__be *be, const tpu_instr *in, tpu__kinfo *
   k->own = 1;
   k->ici_cycles = (int64_t)ceil(c.seconds * be->chip->clock_hz);
   k->ici_bytes = c.bytes;
+  k->ici_lanes = c.lanes;
   tpu_prog_op po;
   memset(&po, 0, sizeof po);
   po.name = in->name;

@@ -216,9 +216,16 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
   memset(&r, 0, sizeof r);
   int64_t nl = tpu_topology_nlinks(t);
   int keep = st == TPU_OK && (int64_t)(x->ninfo + 1) * nl <= KEEP_LINK_BYTES;
-  double *lb = keep ? tpu_calloc((size_t)nl, sizeof *lb) : NULL;
+  double *lb = st == TPU_OK ? tpu_calloc((size_t)nl, sizeof *lb) : NULL;
+  if (st == TPU_OK && !lb) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
   int trivial = op.kind == TPU_ICI_PERMUTE ? op.npairs == 0 : op.group_size <= 1;
   if (st == TPU_OK && !trivial) st = tpu_ici_time(t, &op, lb, &r, d);
+  for (int64_t l = 0; st == TPU_OK && !trivial && l < nl; l++) /* the kinds of link it loads */
+    if (lb[l] > 0) c->lanes |= 1u << (l % TPU_TOPO_LINK_SLOTS);
+  if (!keep) {
+    tpu_free(lb);
+    lb = NULL;
+  }
   if (st == TPU_OK && trivial && dcn_s == 0) c->bytes = 0;
   if (st == TPU_OK) {
     c->seconds = r.seconds + dcn_s;

@@ -200,5 +200,20 @@ for f, shift in (("0", 0), ("1", 1)):
         assert np.array_equal(b[d], 4 * x[4 * k:4 * k + 4]), (f, d)
 PY
 
+# Collectives on disjoint kinds of link (x and y of a 2x4 slice) run side by side.
+"$BIN" run tests/hlo/pod_lanes.hlo --mode timing --top 0 > "$T/lanes" 2> "$T/err" || fail "pod_lanes exited $?: $(cat "$T/err")"
+rx=$(sed -n 's/^  rx  *all-reduce  *[0-9]*  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/lanes" | head -1)
+ry=$(sed -n 's/^  ry  *all-reduce  *[0-9]*  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/lanes" | head -1)
+python3 - "$(cyc "$T/lanes")" "$rx" "$ry" <<'PY' || fail "pod_lanes: step $(cyc "$T/lanes") cycles, all-reduces $rx and $ry us"
+import sys
+cyc, rx, ry = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+us = cyc / 1.5e3
+assert rx > 100 and ry > 100, (rx, ry)
+assert abs(us - max(rx, ry)) < 0.02 * max(rx, ry), (us, rx, ry)  # side by side, not rx + ry
+PY
+"$BIN" compile tests/hlo/pod_lanes.hlo > "$T/lanes.asm" 2> "$T/err" || fail "compile pod_lanes exited $?"
+grep -q "ici .* links=3 " "$T/lanes.asm" && grep -q "ici .* links=12 " "$T/lanes.asm" ||
+  fail "pod_lanes: the all-reduces do not name their links (x: 3, y: 12): $(grep ici "$T/lanes.asm")"
+
 [ $fails -eq 0 ] && echo "pod CLI: all checks passed"
 exit $fails
