@@ -115,6 +115,8 @@ int64_t tpu__spmd_block_at(const tpu_mesh *mesh, const dsh *h, int k, int64_t p)
 tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out);
 tpu_status tpu__spmd_reshard_tuple(sp *s, tpu_instr *x, const dsh *el, const dsh *to, tpu_loc loc, tpu_instr **out);
 tpu_status tpu__spmd_operand_as(sp *s, const tpu_instr *in, int i, const dsh *to, tpu_instr **out);
+/* gather and scatter (spmd_index.c). */
+tpu_status tpu__spmd_index_op(sp *s, const tpu_instr *in);
 /* A reshard of per-chip value v made before in this computation (NULL: none), and
  * remembering one. */
 tpu_instr *tpu__spmd_resharded(const sp *s, const tpu_instr *v, const dsh *from, const dsh *to, int bf16);
