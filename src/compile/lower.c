@@ -374,87 +374,85 @@ static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
 /* Lowers one instruction of a computation; defer: a synchronous collective's wait is left
  * to lower_comp (where its result is first used). */
 static tpu_status lower_instr(tpu__be *be, const tpu_instr *in, int depth, int defer) {
-  {
-    const tpu__kinfo *k = tpu__be_info(be, in);
-    if (tpu_collective_is_done(in->op)) { /* wait for the links where the result is used */
-      const tpu__kinfo *ks = tpu__be_info(be, in->operands[0]);
-      if (ks && ks->kind == TPU__K_ICI) {
+  const tpu__kinfo *k = tpu__be_info(be, in);
+  if (tpu_collective_is_done(in->op)) { /* wait for the links where the result is used */
+    const tpu__kinfo *ks = tpu__be_info(be, in->operands[0]);
+    if (ks && ks->kind == TPU__K_ICI) {
+      tpu_insn w = tpu_insn_make(TPU_ISA_WAIT, -1);
+      w.at = ks->ici_insn;
+      if (!emit(be, &w)) return TPU_ERR_NOMEM;
+    }
+    return TPU_OK;
+  }
+  switch (k->kind) {
+    case TPU__K_NONE:
+      break;
+    case TPU__K_ICI: {
+      tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op);
+      tpu_insn ic = tpu_insn_make(TPU_ISA_ICI, k->op);
+      ic.cycles = k->ici_cycles;
+      ic.bytes = (int64_t)ceil(k->ici_bytes);
+      ic.lane = (int)k->ici_lanes;
+      if (!emit(be, &kin)) return TPU_ERR_NOMEM;
+      tpu__be_info(be, in)->ici_insn = be->p->ninsns;
+      if (!emit(be, &ic)) return TPU_ERR_NOMEM;
+      if (tpu_collective_base(in->op) == in->op && !defer) { /* synchronous: the chip waits */
         tpu_insn w = tpu_insn_make(TPU_ISA_WAIT, -1);
-        w.at = ks->ici_insn;
+        w.at = be->p->ninsns - 1;
         if (!emit(be, &w)) return TPU_ERR_NOMEM;
       }
-      return TPU_OK;
+      break;
     }
-    switch (k->kind) {
-      case TPU__K_NONE:
-        break;
-      case TPU__K_ICI: {
-        tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op);
-        tpu_insn ic = tpu_insn_make(TPU_ISA_ICI, k->op);
-        ic.cycles = k->ici_cycles;
-        ic.bytes = (int64_t)ceil(k->ici_bytes);
-        ic.lane = (int)k->ici_lanes;
-        if (!emit(be, &kin)) return TPU_ERR_NOMEM;
-        tpu__be_info(be, in)->ici_insn = be->p->ninsns;
-        if (!emit(be, &ic)) return TPU_ERR_NOMEM;
-        if (tpu_collective_base(in->op) == in->op && !defer) { /* synchronous: the chip waits */
-          tpu_insn w = tpu_insn_make(TPU_ISA_WAIT, -1);
-          w.at = be->p->ninsns - 1;
-          if (!emit(be, &w)) return TPU_ERR_NOMEM;
-        }
-        break;
-      }
-      case TPU__K_CALL:
-        TPU_TRY(lower_comp(be, in->to_apply, depth + 1));
-        break;
-      case TPU__K_WHILE: {
-        tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, -1);
-        lp.trips = k->trips;
-        lp.what = tpu_instr_user_name(in);
-        lp.loc = in->loc;
-        if (!emit(be, &lp)) return TPU_ERR_NOMEM;
-        TPU_TRY(lower_comp(be, in->condition, depth + 1));
-        TPU_TRY(lower_comp(be, in->body, depth + 1));
-        tpu_insn en = tpu_insn_make(TPU_ISA_END, -1);
-        if (!emit(be, &en)) return TPU_ERR_NOMEM;
-        TPU_TRY(lower_comp(be, in->condition, depth + 1)); /* the test that exits */
-        break;
-      }
-      case TPU__K_COND: {
-        tpu_insn cd = tpu_insn_make(TPU_ISA_COND, -1);
-        cd.trips = in->nbranches;
-        cd.what = tpu_instr_user_name(in);
-        cd.loc = in->loc;
-        if (!emit(be, &cd)) return TPU_ERR_NOMEM;
-        for (int b = 0; b < in->nbranches; b++) {
-          tpu_insn cs = tpu_insn_make(TPU_ISA_CASE, -1);
-          cs.trips = b;
-          if (!emit(be, &cs)) return TPU_ERR_NOMEM;
-          TPU_TRY(lower_comp(be, in->branches[b], depth + 1));
-        }
-        tpu_insn ec = tpu_insn_make(TPU_ISA_ENDCOND, -1);
-        if (!emit(be, &ec)) return TPU_ERR_NOMEM;
-        break;
-      }
-      case TPU__K_COPY: {
-        tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op);
-        tpu_insn d = tpu_insn_make(TPU_ISA_DMA_HBM, k->op);
-        d.hbm = tpu__be_buffer_of(be, in->operands[0], 0);
-        d.hbm2 = k->hbm0;
-        d.bytes = k->out_bytes;
-        if (!emit(be, &kin) || !emit(be, &d)) return TPU_ERR_NOMEM;
-        break;
-      }
-      case TPU__K_STREAM:
-        TPU_TRY(lower_stream(be, in, k));
-        break;
-      case TPU__K_MATMUL:
-        TPU_TRY(lower_matmul(be, in, k));
-        break;
-      case TPU__K_LINALG:
-        TPU_TRY(tpu__linalg_lower(be, in, k));
-        break;
+    case TPU__K_CALL:
+      TPU_TRY(lower_comp(be, in->to_apply, depth + 1));
+      break;
+    case TPU__K_WHILE: {
+      tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, -1);
+      lp.trips = k->trips;
+      lp.what = tpu_instr_user_name(in);
+      lp.loc = in->loc;
+      if (!emit(be, &lp)) return TPU_ERR_NOMEM;
+      TPU_TRY(lower_comp(be, in->condition, depth + 1));
+      TPU_TRY(lower_comp(be, in->body, depth + 1));
+      tpu_insn en = tpu_insn_make(TPU_ISA_END, -1);
+      if (!emit(be, &en)) return TPU_ERR_NOMEM;
+      TPU_TRY(lower_comp(be, in->condition, depth + 1)); /* the test that exits */
+      break;
     }
+    case TPU__K_COND: {
+      tpu_insn cd = tpu_insn_make(TPU_ISA_COND, -1);
+      cd.trips = in->nbranches;
+      cd.what = tpu_instr_user_name(in);
+      cd.loc = in->loc;
+      if (!emit(be, &cd)) return TPU_ERR_NOMEM;
+      for (int b = 0; b < in->nbranches; b++) {
+        tpu_insn cs = tpu_insn_make(TPU_ISA_CASE, -1);
+        cs.trips = b;
+        if (!emit(be, &cs)) return TPU_ERR_NOMEM;
+        TPU_TRY(lower_comp(be, in->branches[b], depth + 1));
+      }
+      tpu_insn ec = tpu_insn_make(TPU_ISA_ENDCOND, -1);
+      if (!emit(be, &ec)) return TPU_ERR_NOMEM;
+      break;
+    }
+    case TPU__K_COPY: {
+      tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op);
+      tpu_insn d = tpu_insn_make(TPU_ISA_DMA_HBM, k->op);
+      d.hbm = tpu__be_buffer_of(be, in->operands[0], 0);
+      d.hbm2 = k->hbm0;
+      d.bytes = k->out_bytes;
+      if (!emit(be, &kin) || !emit(be, &d)) return TPU_ERR_NOMEM;
+      break;
+    }
+    case TPU__K_STREAM:
+      TPU_TRY(lower_stream(be, in, k));
+      break;
+    case TPU__K_MATMUL:
+      TPU_TRY(lower_matmul(be, in, k));
+      break;
+    case TPU__K_LINALG:
+      TPU_TRY(tpu__linalg_lower(be, in, k));
+      break;
   }
   return TPU_OK;
 }

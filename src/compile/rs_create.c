@@ -57,7 +57,7 @@ static int eval(const tpu_instr *x, int64_t dev, int64_t partitions, int depth, 
 
 /* Whether dynamic-slice u of all-reduce ar takes, on every device, that device's block k of
  * the sum (*k the dimension). */
-static int own_block(const tpu_module *m, const tpu_instr *ar, const tpu_instr *u, int *k, tpu_diag *d) {
+static int own_block(const tpu_module *m, const tpu_instr *ar, const tpu_instr *u, int *k) {
   const tpu_shape *s = &ar->shape;
   int cut = -1;
   for (int j = 0; j < s->rank; j++)
@@ -74,7 +74,6 @@ static int own_block(const tpu_module *m, const tpu_instr *ar, const tpu_instr *
   int ok = 1;
   tpu_diag quiet; /* a malformed group is the verifier's to report: here it only says no */
   memset(&quiet, 0, sizeof quiet);
-  (void)d;
   for (int64_t dev = 0; ok && dev < ndev; dev++) {
     ok = tpu_collective_members(ar, replicas, partitions, dev, members, &n, &self, &quiet) == TPU_OK &&
          n * u->shape.dims[cut] == s->dims[cut];
@@ -109,7 +108,7 @@ tpu_status tpu__make_reduce_scatters(tpu_builder *b, tpu_comp *c, int *changed, 
         uses[ar->id] != 1 || u->op != TPU_OP_DYNAMIC_SLICE || u->operands[0] != ar || ar->is_root)
       continue;
     int k;
-    if (!own_block(b->m, ar, u, &k, d)) continue;
+    if (!own_block(b->m, ar, u, &k)) continue;
     tpu_shape r = u->shape;
     r.has_layout = 0;
     r.layout_tail = NULL;

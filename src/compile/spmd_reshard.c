@@ -26,10 +26,8 @@ tpu_status tpu__spmd_instr(sp *s, tpu_opcode op, const char *hint, const tpu_sha
     snprintf(name, sizeof name, "%s.%s", tpu_instr_user_name(s->cur), hint + 5);
     hint = name;
   }
-  TPU_TRY(tpu_build_instr(&s->b, s->c, op, hint, shape, ops, n, loc, out));
-  for (int i = 0; s->cur && i < s->cur->nattrs; i++)
-    if (!strcmp(s->cur->attrs[i].name, "metadata")) TPU_TRY(tpu_build_set_attr(&s->b, *out, "metadata", s->cur->attrs[i].value));
-  return TPU_OK;
+  return s->cur ? tpu_build_instr_like(&s->b, s->c, s->cur, op, hint, shape, ops, n, out)
+                : tpu_build_instr(&s->b, s->c, op, hint, shape, ops, n, loc, out);
 }
 
 /* convert(x) to dtype t on x's per-chip shape. */
@@ -580,7 +578,7 @@ tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to
   int mi, mj;
   int8_t ma;
   if (rank < TPU_MAX_RANK && one_axis_moves(from, to, rank, &mi, &mj, &ma) &&
-      x->shape.dims[mj] % (factor(s->mesh, to, mj) / factor(s->mesh, from, mj) * 1) == 0) {
+      x->shape.dims[mj] % s->mesh->sizes[ma] == 0) {
     dsh mid = *from; /* dimension mi with the moving axis last */
     int w = 0;
     for (int t = 0; t < from->n[mi]; t++)
