@@ -55,6 +55,7 @@ typedef struct {
   group *groups;
   int ngroups, capgroups;
   tpu__made_set *made;
+  const tpu_chip *chip;
 } fuser;
 
 int tpu__made_add(tpu__made_set *s, const tpu_comp *c) {
@@ -248,7 +249,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * read by its users in place, as the compiler runs it (transpose then scale: a `copy` and
    * a `multiply_bitcast_fusion`); not in a vector kernel's loop. (A matmul's result
    * transposed is written in the new layout by the matmul itself.) */
-  if (!G->has_heavy && tpu_instr_moves_minor(p) && !tpu__fuse_heavy(p->operands[0])) return 0;
+  if (!G->has_heavy && tpu__moves_minor(f->chip, p) && !tpu__fuse_heavy(p->operands[0])) return 0;
   if (tpu__fuse_loop_fusible(p)) return 1;
   if (tpu__fuse_heavy(p) && !G->has_heavy && G->kind == K_LOOP) {
     *side = SIDE_HEAVY;
@@ -418,10 +419,11 @@ static tpu_status materialize(fuser *f, int g, tpu_instr **clone, int *stamp, tp
   return st;
 }
 
-static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made) {
+static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_chip *chip) {
   fuser f;
   memset(&f, 0, sizeof f);
   f.made = made;
+  f.chip = chip;
   f.b = b;
   f.c = c;
   f.n = c->ninstrs;
@@ -507,7 +509,7 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
   int n = 0;
   tpu_status st = sequential_comps(&b, &list, &n);
   tpu__made_set made = {NULL, 0, 0};
-  for (int i = 0; st == TPU_OK && i < n; i++) st = fuse_comp(&b, list[i], &made);
+  for (int i = 0; st == TPU_OK && i < n; i++) st = fuse_comp(&b, list[i], &made, o->chip);
   int merged = 0;
   for (int i = 0; st == TPU_OK && i < n; i++)
     for (int found = 1, k = 0; st == TPU_OK && found && k < 4096; k++) {

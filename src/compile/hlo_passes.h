@@ -38,6 +38,7 @@ int tpu__fused_source(const tpu_instr *v);
 /* Bytes of s in the chip's tiled layout with dimension `minor` in the lanes and `second`
  * in the sublanes, padded to the (sublanes x lanes) tile (compile/layout.c). */
 int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
+int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in);
 /* Bytes of s (rank >= 2) in the layout that pads least to the tile — the layout the XLA TPU
  * compiler gives a program's parameters and results. */
 int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s);

@@ -263,8 +263,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       return;
     }
     case TPU_OP_TRANSPOSE: {
-      int minor_moves = in->dimensions.n > 0 && in->dimensions.v[in->dimensions.n - 1] != in->dimensions.n - 1;
-      if (minor_moves) c->xlu += vr;
+      if (tpu__moves_minor(be->chip, in)) c->xlu += vr;
       else c->vpu += vr;
       return;
     }
