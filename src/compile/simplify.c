@@ -269,7 +269,8 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
       return b->d->status;
     }
     if (f == 0) r = try_identity(in);
-    if (f == 0 && !r && (sink_convert(b, c, in, &r) != TPU_OK || (!r && tpu__scatter_to_select(b, c, in, &r) != TPU_OK))) {
+    if (f == 0 && !r && (sink_convert(b, c, in, &r) != TPU_OK || (!r && tpu__scatter_to_select(b, c, in, &r) != TPU_OK) ||
+                        (!r && tpu__reduce_of_broadcast(b, c, in, &r) != TPU_OK))) {
       tpu_free(fwd);
       tpu__cse_free(cse);
       return b->d->status;

@@ -533,6 +533,66 @@ static void test_scatter_select(void) {
   }
 }
 
+/* A sum over a broadcast's new dimensions as a multiply (compile/reduce_bcast.c): over the
+ * added rows through two converts it becomes x * 8 (no reduce left, the value exact: 8 is a
+ * power of two); over x's own dimension it stays a reduce. */
+static void test_reduce_of_broadcast(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[40] parameter(0)\n z = f32[] constant(0)\n"
+      " b = f32[8,40] broadcast(x), dimensions={1}\n h = bf16[8,40] convert(b)\n w = f32[8,40] convert(h)\n"
+      " ROOT r = f32[%s] reduce(w, z), dimensions={%d}, to_apply=add\n}\n";
+  struct {
+    const char *shape;
+    int dim, want_reduces;
+  } cases[] = {{"40", 0, 0}, {"8", 1, 1}};
+  for (int i = 0; i < 2; i++) {
+    char src[1024];
+    snprintf(src, sizeof src, fmt, cases[i].shape, cases[i].dim);
+    char *out = dump_src_after(src, "reduce_bcast_test.hlo", "simplify");
+    if (!out) return;
+    printf("sum of a broadcast over dimension %d: %d reduces, %d multiplies after simplify\n", cases[i].dim,
+           count_in(out, " reduce("), count_in(out, " multiply("));
+    CHECK_EQ_INT(count_in(out, " reduce("), cases[i].want_reduces);
+    CHECK_EQ_INT(count_in(out, " multiply("), 1 - cases[i].want_reduces);
+    free(out);
+  }
+  /* values: the rewritten program computes 8 * bf16(x) */
+  char src[1024];
+  snprintf(src, sizeof src, fmt, "40", 0);
+  tpu_module *m0 = NULL, *m1 = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("reduce_bcast_test.hlo", src, strlen(src), &m0, &d) == TPU_OK);
+  CHECK(tpu_hlo_parse("reduce_bcast_test.hlo", src, strlen(src), &m1, &d) == TPU_OK);
+  if (!m0 || !m1) return;
+  tpu_compile_opts o = opts(NULL, NULL);
+  CHECK(tpu_compile_hlo(m1, &o, &d) == TPU_OK);
+  tpu_tensor x, r0, r1;
+  memset(&r0, 0, sizeof r0);
+  memset(&r1, 0, sizeof r1);
+  int64_t n = 40;
+  CHECK(tpu_tensor_alloc(&x, TPU_F32, 1, &n, &d) == TPU_OK);
+  for (int i = 0; i < 40; i++) tpu_tensor_set_f64(&x, i, 0.1 * (i - 20));
+  CHECK(tpu_ref_run(m0, &x, 1, &r0, &d) == TPU_OK);
+  CHECK(tpu_ref_run(m1, &x, 1, &r1, &d) == TPU_OK);
+  int same = 1;
+  for (int i = 0; i < 40; i++) {
+    float hx = (float)tpu_tensor_get_f64(&x, i); /* through bf16: round to 8 bits of mantissa */
+    tpu_tensor t;
+    CHECK(tpu_tensor_alloc(&t, TPU_BF16, 0, NULL, &d) == TPU_OK);
+    tpu_tensor_set_f64(&t, 0, hx);
+    double want = 8.0 * tpu_tensor_get_f64(&t, 0);
+    tpu_tensor_free(&t);
+    same &= tpu_tensor_get_f64(&r1, i) == want && tpu_tensor_get_f64(&r0, i) == want;
+  }
+  CHECK(same);
+  tpu_tensor_free(&x);
+  tpu_tensor_free(&r0);
+  tpu_tensor_free(&r1);
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+}
+
 static void test_cse(void) {
   const char *src =
       "HloModule m\nadd0 { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
@@ -691,6 +751,7 @@ int main(void) {
   test_golden();
   test_cse();
   test_scatter_select();
+  test_reduce_of_broadcast();
   test_bad_dump_name();
   test_transformer();
   test_oom("tests/hlo/compile/mlp.hlo");
