@@ -21,13 +21,6 @@
 #include "compile/hlo_passes.h"
 #include "ir/build.h"
 
-static int is_add_comp(const tpu_comp *c) {
-  if (!c || c->nparams != 2 || !c->root) return 0;
-  const tpu_instr *r = c->root;
-  return r->op == TPU_OP_ADD && r->noperands == 2 && r->operands[0]->op == TPU_OP_PARAMETER &&
-         r->operands[1]->op == TPU_OP_PARAMETER && r->operands[0] != r->operands[1];
-}
-
 static int zero_init(const tpu_instr *init) {
   if (init->op != TPU_OP_CONSTANT || !init->literal || tpu_tensor_numel(init->literal) != 1) return 0;
   if (tpu_dtype_is_float(init->shape.dtype)) {
@@ -39,7 +32,7 @@ static int zero_init(const tpu_instr *init) {
 
 tpu_status tpu__reduce_of_broadcast(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl) {
   *repl = NULL;
-  if (in->op != TPU_OP_REDUCE || in->noperands != 2 || !is_add_comp(in->to_apply) || !zero_init(in->operands[1]))
+  if (in->op != TPU_OP_REDUCE || in->noperands != 2 || !tpu__is_adder(in->to_apply) || !zero_init(in->operands[1]))
     return TPU_OK;
   tpu_dtype t = in->shape.dtype;
   if (t != TPU_F32 && t != TPU_F64 && !tpu_dtype_is_int(t)) return TPU_OK;

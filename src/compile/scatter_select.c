@@ -18,8 +18,8 @@
 #include "compile/hlo_passes.h"
 #include "ir/build.h"
 
-/* Is `c` (a, b) -> add(a, b)? */
-static int is_adder(const tpu_comp *c) {
+/* Is `c` (a, b) -> add(a, b)? (also compile/reduce_bcast.c) */
+int tpu__is_adder(const tpu_comp *c) {
   if (!c || c->nparams != 2 || !c->root) return 0;
   const tpu_instr *r = c->root;
   return r->op == TPU_OP_ADD && r->noperands == 2 && r->operands[0]->op == TPU_OP_PARAMETER &&
@@ -41,7 +41,7 @@ static tpu_status emit(tpu_builder *b, tpu_comp *c, const tpu_instr *at, tpu_opc
 
 tpu_status tpu__scatter_to_select(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl) {
   *repl = NULL;
-  if (in->op != TPU_OP_SCATTER || in->noperands != 3 || !is_adder(in->to_apply)) return TPU_OK;
+  if (in->op != TPU_OP_SCATTER || in->noperands != 3 || !tpu__is_adder(in->to_apply)) return TPU_OK;
   tpu_instr *o = in->operands[0], *ix = in->operands[1], *u = in->operands[2];
   const tpu_scatter_dims *sd = &in->scatter;
   int r = o->shape.rank, ri = ix->shape.rank;
