@@ -180,8 +180,14 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       }
     }
   }
+  /* A megacore chip (two TensorCores as one device, v5p, v4) keeps no values between
+   * kernels: its cores split a producer and its consumer along different dimensions, so
+   * neither core's VMEM holds what the other will read. Measured over the compiled programs
+   * of bench/fidelity (results of 1 MiB or more in memory space S(1)): 513 on v5e, 538 on
+   * v6e (one TensorCore each), 16 on v5p, the largest 16 MiB, where tpusim kept up to 96 MB
+   * (docs/fidelity.md). */
   int nc = 0;
-  for (int ci = 0; ci < m->ncomps; ci++) {
+  for (int ci = 0; cores == 1 && ci < m->ncomps; ci++) {
     if (!be->scheduled[ci]) continue;
     const tpu_comp *cc = m->comps[ci];
     for (int i = 0; i < cc->ninstrs; i++) {
@@ -214,13 +220,6 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
     st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
     goto done;
   }
-  /* A megacore chip (two TensorCores as one device, v5p, v4) keeps no values between
-   * kernels: its cores split a producer and its consumer along different dimensions, so
-   * neither core's VMEM holds what the other will read. Measured over the compiled programs
-   * of bench/fidelity (results of 1 MiB or more in memory space S(1)): 513 on v5e, 538 on
-   * v6e (one TensorCore each), 16 on v5p, the largest 16 MiB, where tpusim kept up to 96 MB
-   * (docs/fidelity.md). */
-  if (cores > 1) nc = 0;
   for (int i = 0; i < nc; i++) {
     int64_t room = cap - tiles_top(ws, c[i].lo, c[i].hi);
     if (c[i].size > room) continue;
