@@ -439,7 +439,12 @@ def probes():
                           ("scale_bf16_8192x8192", lambda a: a * 2 + 1, [((8192, 8192), BF)]),
                           ("sumsq0_f32_8192x8192", lambda a: (a * a).sum(0), [((8192, 8192), F32)]),
                           ("sum1_f32_8192x8192", lambda a: a.sum(1), [((8192, 8192), F32)]),
-                          ("transpose_f32_8192x8192", lambda a: a.T, [((8192, 8192), F32)])] + [
+                          ("transpose_f32_8192x8192", lambda a: a.T, [((8192, 8192), F32)]),
+                          # a matmul's result pass (chip result_pass_bytes): K = 128, the
+                          # result dominates; 16-bit vs 32-bit result
+                          ("gemm_bf16out_8192x128x8192", lambda a, b: a @ b, [((8192, 128), BF), ((128, 8192), BF)]),
+                          ("gemm_f32out_8192x128x8192", lambda a, b: jnp.dot(a, b, preferred_element_type=F32),
+                           [((8192, 128), BF), ((128, 8192), BF)])] + [
                           (f"neg_f32_{r}x1024", lambda a: -a, [((r, 1024), F32)]) for r in (256, 512, 768, 1024, 1536, 2048, 4096)]:
             c = jax.jit(f).lower(*[sds(s, d, dev) for s, d in a]).compile()
             ca = c.cost_analysis()
@@ -466,6 +471,9 @@ def probes():
                                   per("sum1_f32_8192x8192") - 4 - r["stream_pass_bytes"]["sumsq0_f32 fused reduce (4 B moved)"]}
         r["lone_op_by_rows"] = {rows: per(f"neg_f32_{rows}x1024", rows * 1024) - 8 for rows in (256, 512, 768, 1024, 1536, 2048, 4096)}
         r["transpose_bytes"] = per("transpose_f32_8192x8192") - 8
+        # a 16-bit result costs its 2 bytes and the pass; the f32 result of the same matmul
+        # its 4 bytes (the 4 MiB of inputs are in both)
+        r["result_pass_bytes"] = per("gemm_bf16out_8192x128x8192") - per("gemm_f32out_8192x128x8192") + 2
         r["vmem_bytes"] = vmem_bytes(dev)
         r["device_kind"], r["cores_per_device"] = dev.device_kind, getattr(dev, "num_cores", 1)
         res[chip] = r

@@ -68,6 +68,10 @@ double tpu_chip_hbm_stream_bw(const tpu_chip *c) {
   return c->hbm_efficiency > 0 ? c->hbm_bw * c->hbm_efficiency : c->hbm_bw;
 }
 
+double tpu_chip_result_pass(const tpu_chip *c) {
+  return c->result_pass_bytes > 0 ? c->result_pass_bytes : c->stream_pass_bytes;
+}
+
 double tpu_chip_derived_peak(const tpu_chip *c) { return 2.0 * tpu_chip_macs_per_cycle(c) * c->clock_hz; }
 
 double tpu_chip_peak_bf16(const tpu_chip *c) {

@@ -61,6 +61,7 @@ typedef enum {
   X(KERNEL_OVERHEAD_S, kernel_overhead_s, 'f', 0, "s", "fixed cost of starting each kernel")   \
   X(MATMUL_OVERHEAD_S, matmul_overhead_s, 'f', 0, "s", "extra start cost of a matmul kernel")  \
   X(STREAM_PASS_BYTES, stream_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a vector kernel that reduces or writes 16-bit values") \
+  X(RESULT_PASS_BYTES, result_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a matmul kernel's 16-bit result (default: stream_pass_bytes)") \
   X(LONE_OP_BYTES, lone_op_bytes, 'f', 0, "B/elem", "HBM-port cost of an unfused elementwise op or reduce") \
   X(LONE_OP_MIN_BYTES, lone_op_min_bytes, 'i', 0, "B", "smallest unfused op (bytes in and out) that pays lone_op_bytes") \
   X(TRANSPOSE_BYTES, transpose_bytes, 'f', 0, "B/elem", "HBM-port cost of a transpose that moves the minor dimension") \
@@ -120,6 +121,7 @@ typedef struct tpu_chip {
    * compiler's cost model charges vector kernels beyond their transfers (0 when unknown:
    * none; docs/timing.md, docs/fidelity.md). */
   double stream_pass_bytes, lone_op_bytes;
+  double result_pass_bytes; /* 0: stream_pass_bytes (use tpu_chip_result_pass) */
   int64_t lone_op_min_bytes;
   double transpose_bytes;
   int64_t xprefetch_max_bytes; /* 0: the largest parameter that fits VMEM (vmem_assign.c) */
@@ -176,6 +178,9 @@ double tpu_chip_value(const tpu_chip *c, tpu_chip_field f);
 /* Bytes per second one streaming DMA moves: hbm_bw x hbm_efficiency (hbm_bw when the
  * efficiency is unknown). The timing model's HBM rate; reports' peaks keep hbm_bw. */
 double tpu_chip_hbm_stream_bw(const tpu_chip *c);
+/* Bytes-equivalent per element a matmul kernel's 16-bit result pays beyond its 2 bytes:
+ * result_pass_bytes, or stream_pass_bytes where that is not given. */
+double tpu_chip_result_pass(const tpu_chip *c);
 
 /* MACs per cycle of the whole chip: tensorcores * mxus_per_core * mxu_rows * mxu_cols. */
 double tpu_chip_macs_per_cycle(const tpu_chip *c);

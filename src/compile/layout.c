@@ -310,14 +310,15 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
  * bf16[64,512] takes 62,609 cycles on v5e, its 8 MiB result at 134 B/cycle, and a batch of
  * 16 [512,64] x [64,512] 64,608, where the MXU needs about 4,000); the factor on their bytes. */
 static double result_pass(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
-  if (be->chip->stream_pass_bytes <= 0 || k->out_bytes <= 0) return 0;
+  const double pass = tpu_chip_result_pass(be->chip);
+  if (pass <= 0 || k->out_bytes <= 0) return 0;
   double n = 0;
   int nl = tpu__leaves(&in->shape);
   for (int l = 0; l < nl; l++) {
     const tpu_shape *s = tpu__leaf(&in->shape, l);
     if (s && tpu_dtype_is_array(s->dtype) && tpu_dtype_size(s->dtype) == 2) n += (double)tpu_shape_numel(s);
   }
-  return n > 0 ? 1.0 + be->chip->stream_pass_bytes * n / (double)k->out_bytes : 0;
+  return n > 0 ? 1.0 + pass * n / (double)k->out_bytes : 0;
 }
 
 tpu_status tpu__pass_layout(tpu__be *be) {
