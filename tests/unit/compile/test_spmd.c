@@ -49,6 +49,8 @@ static int count_op(const tpu_module *m, tpu_opcode op) {
   return n;
 }
 
+static int g_devices = 4; /* chips of the mesh check_ref partitions for (MESH: 2x2) */
+
 /* Partitions src, checks the collective counts, runs it on every chip from the same global
  * inputs as the unpartitioned run and compares (exactly, or within tol). */
 static void check_ref(const char *name, const char *src, const char *ref_src, int all_reduce, int all_gather,
@@ -78,7 +80,7 @@ static void check_ref(const char *name, const char *src, const char *ref_src, in
               all_reduce, count_op(m, TPU_OP_ALL_GATHER), all_gather);
       CHECK(0);
     }
-    CHECK(tpu_module_device_count(m) == 4);
+    CHECK(tpu_module_device_count(m) == g_devices);
     tpu_podio pc;
     st = tpu_podio_prepare(m, NULL, 0, &pc, &d);
     CHECK(st == TPU_OK);
@@ -359,6 +361,35 @@ int main(void) {
     check_ref("one axis to another dimension", src, ref, 0, 0, 0);
     CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
     CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 1);
+  }
+  /* The same on a 2x4 mesh, [(x, y), -] to [y, x] (ep_dispatch's): as XLA's partitioner runs
+   * it, one all-to-all among the chips holding consecutive rows ({0,1},{2,3},..: neighbours
+   * when chips are numbered along the mesh), then one collective-permute to `to`'s chips;
+   * the values equal the unpartitioned run's. */
+  {
+    const char *mesh24 = "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"x\"=2, \"y\"=4]>}}\n";
+    const char *body = " x = s32[16,4] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n";
+    snprintf(src, sizeof src,
+             "%sENTRY e {\n%s c = s32[16,4] custom-call(x), custom_call_target=\"Sharding\","
+             " sharding={devices=[4,2]<=[2,4]T(1,0)}\n ROOT n = s32[16,4] multiply(c, c)\n}\n",
+             mesh24, body);
+    char ref[2048];
+    snprintf(ref, sizeof ref, "%sENTRY e {\n%s c = s32[16,4] copy(x)\n ROOT n = s32[16,4] multiply(c, c)\n}\n", mesh24, body);
+    g_devices = 8;
+    check_ref("one axis to another dimension, 2x4", src, ref, 0, 0, 0);
+    g_devices = 4;
+    CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
+    CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 1);
+    tpu_module *m = parse(src);
+    tpu_diag d;
+    const char *groups = NULL;
+    if (m && tpu_spmd_partition(m, NULL, &d) == TPU_OK)
+      for (int i = 0; i < m->entry->ninstrs; i++)
+        if (m->entry->instrs[i]->op == TPU_OP_ALL_TO_ALL)
+          for (int a = 0; a < m->entry->instrs[i]->nattrs; a++)
+            if (!strcmp(m->entry->instrs[i]->attrs[a].name, "replica_groups")) groups = m->entry->instrs[i]->attrs[a].value;
+    CHECK(groups && !strcmp(groups, "{{0,1},{2,3},{4,5},{6,7}}"));
+    tpu_module_free(m);
   }
   /* A softmax's row maxima over a split vocabulary of bf16 logits widened to f32: the
    * partial maxima travel as bf16 (exact: each is one of the bf16 values). */
