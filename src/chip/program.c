@@ -164,6 +164,9 @@ tpu_status tpu_program_check(const tpu_program *p, tpu_diag *d) {
       return bad(d, i, "bad predicate");
     if (in->prefetch && (in->opc != TPU_ISA_DMA_IN || in->prefetch != 1))
       return bad(d, i, "only dma.in may carry prefetch=1");
+    if (in->onchip && ((in->opc != TPU_ISA_DMA_IN && in->opc != TPU_ISA_DMA_OUT) || in->onchip != 1 || in->hbm >= 0 ||
+                       in->prefetch))
+      return bad(d, i, "onchip=1: only on dma.in or dma.out, without hbm or prefetch");
     if (in->lane && (in->opc != TPU_ISA_ICI || in->lane < 0 || in->lane > 63))
       return bad(d, i, "only ici may carry links, a mask of 6 link kinds (1-63)");
     if (in->bytes < 0 || in->vregs < 0 || in->ops < 0 || in->m < 0 || in->k < 0 || in->n < 0 ||

@@ -82,6 +82,9 @@ typedef struct tpu_insn {
   int at;                          /* wait: instruction index */
   int prefetch;                    /* dma.in: 1 = may start before the preceding `kernel`
                                     * barrier, while the previous kernel runs (docs/isa.md) */
+  int onchip;                      /* dma.in/dma.out: 1 = the data stays in VMEM (a resident
+                                    * operand, a result kept there): no HBM bytes, no `hbm`;
+                                    * it costs only its op's per-element stream costs */
   const char *what;                /* vpu/eup/xlu: op kind; loop/cond: HLO name as the input wrote it (program-owned) */
   tpu_loc loc;                     /* loop/cond: the HLO instruction's place in the input (line 0: none) */
 } tpu_insn;

@@ -224,7 +224,7 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   if (start > ((int64_t)1 << 62) - dur - t->lat)
     return TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(), "program runs longer than 2^62 cycles");
   int64_t end = start + dur, done = end;
-  if (in->opc == TPU_ISA_DMA_IN || in->opc == TPU_ISA_DMA_HBM) done = end + t->lat;
+  if ((in->opc == TPU_ISA_DMA_IN && !in->onchip) || in->opc == TPU_ISA_DMA_HBM) done = end + t->lat;
   if (!pf || end > t->m.unit_free[u]) t->m.unit_free[u] = end;
   int64_t busy = dur;
   if (u == TPU_UNIT_ICI) {
@@ -267,7 +267,7 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   if (in->op >= 0) {
     tpu_op_stat *s = &tl->ops[in->op];
     s->unit_cycles[u] += dur;
-    if (is_dma) s->hbm_bytes += (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2 : 1);
+    if (is_dma && !in->onchip) s->hbm_bytes += (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2 : 1);
   }
   if (in->opc == TPU_ISA_ICI) tl->ici_bytes += (double)in->bytes;
   if (in->op >= 0) {
@@ -497,10 +497,18 @@ static tpu_status durations(tstate *t) {
         double b = (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2.0 : 1.0);
         const tpu_prog_op *o = in->op >= 0 ? &t->p->ops[in->op] : NULL;
         if (o && o->xbytes > 0 && o->padded_bytes > 0) b *= 1.0 + o->xbytes / o->padded_bytes;
+        /* a matmul's 16-bit results: their pass holds the transfer, not the port */
+        const double pass = o && in->opc == TPU_ISA_DMA_OUT && o->out_scale > 1 ? o->out_scale : 1.0;
+        if (in->onchip) {
+          /* data that stays in VMEM: the stream costs without the transfer (docs/isa.md) */
+          double x = b * pass - (double)in->bytes;
+          c = x > 0 ? (int64_t)ceil(x / t->bpc) : 0;
+          t->pdur[i] = pass > 1 ? 0 : c;
+          break;
+        }
         c = (int64_t)ceil(b / t->bpc);
         t->pdur[i] = c;
-        /* a matmul's 16-bit results: their pass holds the transfer, not the port */
-        if (o && in->opc == TPU_ISA_DMA_OUT && o->out_scale > 1) c = (int64_t)ceil(b * o->out_scale / t->bpc);
+        if (pass > 1) c = (int64_t)ceil(b * pass / t->bpc);
         break;
       }
       case TPU_ISA_MATMUL:

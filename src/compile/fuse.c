@@ -52,6 +52,7 @@ typedef struct {
   unsigned char *side;
   unsigned char *need; /* an instruction's value is read outside the groups that hold it */
   unsigned char *gone; /* copied into every group that uses it: no kernel of its own */
+  int *tried;          /* g + 1: decided while growing group g */
   group *groups;
   int ngroups, capgroups;
   tpu__made_set *made;
@@ -258,31 +259,44 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
   return 0;
 }
 
+/* Grows group g towards its operands, consumers first as XLA's instruction fusion visits
+ * them: of the producers its members read, the latest in the computation is decided next,
+ * so a producer several members read is decided once all of them have joined (a bias add
+ * that a GELU reads five times is owned by the group, and the dot under it joins as the
+ * group's matmul). */
 static tpu_status grow(fuser *f, int g) {
-  for (int j = 0; j < f->groups[g].n; j++) {
-    const tpu_instr *m = f->c->instrs[f->groups[g].ids[j]];
-    for (int k = 0; k < m->noperands; k++) {
-      const tpu_instr *p = m->operands[k];
-      if (f->mark[p->id] == g) continue;
-      member_side side;
-      if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side)) {
-        f->need[p->id] = 1;
-        continue;
-      }
-      if (all_users_owned(f, p->id, g)) {
-        if (side == SIDE_HEAVY) {
-          f->groups[g].has_heavy = 1;
-          f->groups[g].kind = K_OUTPUT;
-        }
-        TPU_TRY(push_member(f, g, p->id, 0, side));
-      } else if (duplicable(p) || shared_cheap(f, p)) {
-        TPU_TRY(push_member(f, g, p->id, 1, side));
-      } else {
-        f->need[p->id] = 1;
+  for (;;) {
+    int best = -1;
+    const tpu_instr *m = NULL;
+    for (int j = 0; j < f->groups[g].n; j++) {
+      const tpu_instr *x = f->c->instrs[f->groups[g].ids[j]];
+      for (int k = 0; k < x->noperands; k++) {
+        const tpu_instr *q = x->operands[k];
+        if (f->mark[q->id] == g || f->tried[q->id] == g + 1 || q->id <= best) continue;
+        best = q->id;
+        m = x;
       }
     }
+    if (best < 0) return TPU_OK;
+    const tpu_instr *p = f->c->instrs[best];
+    f->tried[best] = g + 1;
+    member_side side;
+    if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side)) {
+      f->need[p->id] = 1;
+      continue;
+    }
+    if (all_users_owned(f, p->id, g)) {
+      if (side == SIDE_HEAVY) {
+        f->groups[g].has_heavy = 1;
+        f->groups[g].kind = K_OUTPUT;
+      }
+      TPU_TRY(push_member(f, g, p->id, 0, side));
+    } else if (duplicable(p) || shared_cheap(f, p)) {
+      TPU_TRY(push_member(f, g, p->id, 1, side));
+    } else {
+      f->need[p->id] = 1;
+    }
   }
-  return TPU_OK;
 }
 
 /* Members that do real work (constants and iota are only copied along). */
@@ -434,6 +448,7 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made, co
   f.side = tpu_calloc(n + 1, 1);
   f.need = tpu_calloc(n + 1, 1);
   f.gone = tpu_calloc(n + 1, 1);
+  f.tried = tpu_calloc(n + 1, sizeof *f.tried);
   /* Scratch for materializing: clones by id, then one slot per fusion parameter. */
   size_t maxops = 1;
   for (int i = 0; i < f.n; i++) maxops += (size_t)c->instrs[i]->noperands;
@@ -442,7 +457,7 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made, co
   tpu_instr **ext = tpu_calloc(maxops, sizeof *ext);
   tpu_instr **fwd = tpu_calloc(n + 1, sizeof *fwd);
   tpu_status st = TPU_OK;
-  if (!f.owner || !f.mark || !f.side || !f.need || !f.gone || !clone || !stamp || !ext || !fwd) st = nomem(&f);
+  if (!f.owner || !f.mark || !f.side || !f.need || !f.gone || !f.tried || !clone || !stamp || !ext || !fwd) st = nomem(&f);
   if (st == TPU_OK) {
     for (size_t i = 0; i < n; i++) f.owner[i] = f.mark[i] = stamp[i] = -1;
     st = form_groups(&f);
@@ -460,6 +475,7 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made, co
   tpu_free(f.side);
   tpu_free(f.need);
   tpu_free(f.gone);
+  tpu_free(f.tried);
   tpu_free(clone);
   tpu_free(stamp);
   tpu_free(ext);

@@ -202,10 +202,9 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       c[nc].idx = gi;
       c[nc].in = in;
       c[nc].size = size;
+      /* the transfers saved: the write and each read (a 16-bit result's pass is charged
+       * on chip too: lower.c carry_stream_costs) */
       c[nc].benefit = (double)size * (1.0 + nuse[gi]);
-      /* a matmul's 16-bit result kept on chip also saves its stream pass (layout.c) */
-      if (k->kind == TPU__K_MATMUL && tpu_dtype_is_array(in->shape.dtype) && tpu_dtype_size(in->shape.dtype) == 2)
-        c[nc].benefit += tpu_chip_result_pass(be->chip) * (double)tpu_shape_numel(&in->shape);
       c[nc].lo = k->pos;
       c[nc].hi = k->last_use;
       nc++;

@@ -22,17 +22,18 @@ static const char *k_prog =
     "     3    dma.in dst=v0[i+1] hbm=h0 bytes=4096 op=0\n"
     "     4    matmul src=v0[i],v0[i] dst=v1[i/3] m=8 k=16 n=8 b=1 mxus=4 passes=6 dtype=f32 what=\"dot\" op=0\n"
     "     5    dma.out src=v1[i/3+1] hbm=h1 bytes=4096 op=0 when=3:2\n"
-    "     6  end op=0\n"
-    "     7  cond trips=2 what=\"c\"\n"
-    "     8  case trips=0\n"
-    "     9    sync\n"
-    "    10  case trips=1\n"
-    "    11    wait at=4\n"
-    "    12    dma.hbm hbm=h0 hbm2=h1 bytes=4096\n"
-    "    13  endcond\n"
-    "    14  xlu vregs=4 ops=2 what=\"transpose\"\n"
-    "    15  eup vregs=4 ops=1 what=\"exponential\"\n"
-    "    16  vpu vregs=4 ops=3 what=\"add\"\n";
+    "     6    dma.out src=v1[i/3+1] bytes=4096 op=0 when=3:2 onchip=1\n"
+    "     7  end op=0\n"
+    "     8  cond trips=2 what=\"c\"\n"
+    "     9  case trips=0\n"
+    "    10    sync\n"
+    "    11  case trips=1\n"
+    "    12    wait at=4\n"
+    "    13    dma.hbm hbm=h0 hbm2=h1 bytes=4096\n"
+    "    14  endcond\n"
+    "    15  xlu vregs=4 ops=2 what=\"transpose\"\n"
+    "    16  eup vregs=4 ops=1 what=\"exponential\"\n"
+    "    17  vpu vregs=4 ops=3 what=\"add\"\n";
 
 static void roundtrip(void) {
   tpu_program *p = NULL;
@@ -41,7 +42,8 @@ static void roundtrip(void) {
   if (!p) return;
   char *t = tpu_program_text(p);
   CHECK_EQ_STR(t, k_prog);
-  CHECK_EQ_INT(p->ninsns, 17);
+  CHECK_EQ_INT(p->ninsns, 18);
+  CHECK(p->insns[6].onchip == 1 && p->insns[6].hbm < 0 && !p->insns[5].onchip);
   CHECK_EQ_INT(p->insns[4].passes, 6);
   CHECK_EQ_INT(p->insns[4].dst.div, 3);
   CHECK_EQ_INT(p->insns[5].src[0].off, 1);
@@ -97,6 +99,7 @@ static void errors(void) {
   expect_error("     5  sync\n", "e.s:1:6:", "index does not match");
   expect_error(".op name=\"a\n", "e.s:1:10:", "unterminated string");
   expect_error("matmul m=1 k=1 n=1 b=1 passes=1\n", "e.s", "matmul needs positive");
+  expect_error("vpu vregs=1 ops=1 onchip=1\n", "e.s", "onchip=1: only on dma.in or dma.out");
 }
 
 /* Every one-character mutation of a valid program either assembles (and then times or
