@@ -444,13 +444,21 @@ def probes():
                           # result dominates; 16-bit vs 32-bit result
                           ("gemm_bf16out_8192x128x8192", lambda a, b: a @ b, [((8192, 128), BF), ((128, 8192), BF)]),
                           ("gemm_f32out_8192x128x8192", lambda a, b: jnp.dot(a, b, preferred_element_type=F32),
-                           [((8192, 128), BF), ((128, 8192), BF)])] + [
+                           [((8192, 128), BF), ((128, 8192), BF)]),
+                          # a matmul's bf16 result kept in VMEM still pays its pass (timing.md
+                          # "Memory spaces"): the same kernel writing HBM, and read twice
+                          ("gemm_relu_hbm_8192x512x2048", lambda a, b: jax.nn.relu(a @ b), [((8192, 512), BF), ((512, 2048), BF)]),
+                          ("gemm_relu_vmem_8192x512x2048", lambda a, b: (lambda y: (y, y.T))(jax.nn.relu(a @ b)),
+                           [((8192, 512), BF), ((512, 2048), BF)])] + [
                           (f"neg_f32_{r}x1024", lambda a: -a, [((r, 1024), F32)]) for r in (256, 512, 768, 1024, 1536, 2048, 4096)]:
             c = jax.jit(f).lower(*[sds(s, d, dev) for s, d in a]).compile()
             ca = c.cost_analysis()
             ca = ca[0] if isinstance(ca, list) else ca
-            r[tag] = {"estimated_cycles": sum(o[4] for o in entry_ops(c.as_text())), "flops": ca.get("flops"),
+            ops = entry_ops(c.as_text())
+            r[tag] = {"estimated_cycles": sum(o[4] for o in ops), "flops": ca.get("flops"),
                       "bytes_accessed": ca.get("bytes accessed"), "optimal_seconds": ca.get("optimal_seconds")}
+            if tag.startswith("gemm_relu_"):
+                r[tag]["ops"] = [(o[0], o[4]) for o in ops]
         g, m = r["gemm_bf16_8192"], r["add_f32_8192x8192"]
         r["roofline_peak_flops"] = g["flops"] / g["optimal_seconds"]
         r["roofline_hbm_bw"] = m["bytes_accessed"] / m["optimal_seconds"]
