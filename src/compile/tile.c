@@ -324,19 +324,29 @@ static int passes_for(const tpu__be *be, const tpu_instr *mm, tpu_dtype t) {
 }
 
 /* Does every output position of window dimension w, over an input of n elements (dilated by
- * w->base_dilation, padded), meet at most one input element? */
-static int single_tap(const tpu_window_dim *w, int64_t n, int64_t out) {
+ * w->base_dilation, padded), meet at most one input element? Then *taps and *inputs get how
+ * many distinct taps and input elements the outputs meet (a dot's batch dimension written as
+ * this window meets a new one of each at every output). */
+static int single_tap(const tpu_window_dim *w, int64_t n, int64_t out, int64_t *taps, int64_t *inputs) {
   int64_t d = w->base_dilation > 0 ? w->base_dilation : 1, wd = w->window_dilation > 0 ? w->window_dilation : 1;
   if (w->size <= 1 || n < 1 || out < 1 || w->stride < 1 || out * w->size > 1000000) return 0;
   int64_t last = (n - 1) * d; /* the dilated input's last element */
+  int64_t nt = 0, ni = 0, prev_t = -1, prev_x = -1;
   for (int64_t o = 0; o < out; o++) {
     int hits = 0;
     for (int64_t t = 0; t < w->size && hits < 2; t++) {
       int64_t x = o * w->stride + t * wd - w->pad_lo;
-      hits += x >= 0 && x <= last && x % d == 0;
+      if (x >= 0 && x <= last && x % d == 0) {
+        hits++;
+        /* outputs meet taps and inputs in order: count the changes */
+        if (t != prev_t) nt++, prev_t = t;
+        if (x != prev_x) ni++, prev_x = x;
+      }
     }
     if (hits > 1) return 0;
   }
+  *taps = nt;
+  *inputs = ni;
   return 1;
 }
 
@@ -354,7 +364,7 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
     const tpu_conv_dims *cd = &mm->conv;
     int64_t g = (mm->feature_group_count > 0 ? mm->feature_group_count : 1) *
                 (mm->batch_group_count > 0 ? mm->batch_group_count : 1);
-    int64_t m = mm->shape.dims[cd->out_batch], taps = 1;
+    int64_t m = mm->shape.dims[cd->out_batch], taps = 1, bat = 1;
     for (int i = 0; i < cd->nspatial; i++) {
       m *= mm->shape.dims[cd->out_spatial[i]];
       /* Where every output meets at most one input element (the rest of its window is
@@ -363,12 +373,19 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
        * e.g. size=2x32 lhs_dilate=2x32, size=4 stride=4 pad=3_3 lhs_dilate=3, or size=32
        * pad=31_31 over one element). Windows that meet several (a transposed convolution's
        * gradient) are counted whole, as the compiler counts them. */
-      int64_t t = rs->dims[cd->k_spatial[i]];
-      if (i < mm->nwindow && single_tap(&mm->window[i], ls->dims[cd->in_spatial[i]], mm->shape.dims[cd->out_spatial[i]]))
+      int64_t t = rs->dims[cd->k_spatial[i]], out = mm->shape.dims[cd->out_spatial[i]], nt = 0, ni = 0;
+      if (i < mm->nwindow && single_tap(&mm->window[i], ls->dims[cd->in_spatial[i]], out, &nt, &ni)) {
         t = 1;
+        /* a new tap and a new input element at every output: a batch dimension of the dot
+         * (each position multiplies its own blocks), not rows sharing one weight */
+        if (nt == out && ni == out && out > 1) {
+          m /= out;
+          bat *= out;
+        }
+      }
       taps *= t;
     }
-    k->b = g;
+    k->b = g * bat;
     k->m = m;
     k->k = rs->dims[cd->k_in] * taps;
     k->n = rs->dims[cd->k_out] / g;
