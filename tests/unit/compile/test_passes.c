@@ -347,6 +347,29 @@ static kernel_census census(const char *src) {
   return kc;
 }
 
+/* A dot's epilogue whose first step several later steps read (GELU over a bias add: the
+ * sum is read five times): fusion decides producers consumers-first, so the bias add is
+ * owned by the group and the dot joins it: one kOutput kernel, as the XLA TPU compiler
+ * compiles gemm + bias + GELU (bench/fidelity gemm_bias_gelu). */
+static void test_dot_gelu_one_kernel(void) {
+  const char *src =
+      "HloModule m\nENTRY e {\n x = bf16[256,512] parameter(0)\n w = bf16[512,256] parameter(1)\n"
+      " b = bf16[256] parameter(2)\n d = bf16[256,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " bb = bf16[256,256] broadcast(b), dimensions={1}\n h = bf16[256,256] add(d, bb)\n"
+      " h2 = bf16[256,256] multiply(h, h)\n h3 = bf16[256,256] multiply(h2, h)\n"
+      " c1 = bf16[] constant(0.0447)\n c1b = bf16[256,256] broadcast(c1), dimensions={}\n"
+      " t1 = bf16[256,256] multiply(h3, c1b)\n t2 = bf16[256,256] add(h, t1)\n"
+      " c2 = bf16[] constant(0.797)\n c2b = bf16[256,256] broadcast(c2), dimensions={}\n"
+      " t3 = bf16[256,256] multiply(t2, c2b)\n th = bf16[256,256] tanh(t3)\n"
+      " one = bf16[] constant(1)\n oneb = bf16[256,256] broadcast(one), dimensions={}\n"
+      " t4 = bf16[256,256] add(th, oneb)\n half = bf16[] constant(0.5)\n halfb = bf16[256,256] broadcast(half), dimensions={}\n"
+      " t5 = bf16[256,256] multiply(t4, halfb)\n ROOT y = bf16[256,256] multiply(h, t5)\n}\n";
+  kernel_census kc = census(src);
+  printf("dot + bias + GELU: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 1);
+  CHECK_EQ_INT(kc.dots[0], 1);
+}
+
 static void test_matmul_fusion(void) {
   /* attention: softmax(q k^T / 8) v over rows of S */
   const char *attn =
@@ -743,6 +766,7 @@ static void test_cli(void) {
 int main(void) {
   test_shared_producer();
   test_matmul_fusion();
+  test_dot_gelu_one_kernel();
   test_dot_strength_reduction();
   test_sibling_fusion();
   test_conv_relayout();
