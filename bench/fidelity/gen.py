@@ -449,7 +449,13 @@ def probes():
                           # "Memory spaces"): the same kernel writing HBM, and read twice
                           ("gemm_relu_hbm_8192x512x2048", lambda a, b: jax.nn.relu(a @ b), [((8192, 512), BF), ((512, 2048), BF)]),
                           ("gemm_relu_vmem_8192x512x2048", lambda a, b: (lambda y: (y, y.T))(jax.nn.relu(a @ b)),
-                           [((8192, 512), BF), ((512, 2048), BF)])] + [
+                           [((8192, 512), BF), ((512, 2048), BF)]),
+                          # a vector kernel reading its operand from VMEM (chip vmem_read_cost):
+                          # x.T * 2 (a transposing copy into VMEM, then the scale) against x * 2
+                          ("vmem_read_T_f32_4096x4096", lambda a: a.T * 2, [((4096, 4096), F32)]),
+                          ("vmem_read_plain_f32_4096x4096", lambda a: a * 2, [((4096, 4096), F32)]),
+                          ("vmem_read_T_bf16_8192x2048", lambda a: a.T * 2, [((8192, 2048), BF)]),
+                          ("vmem_read_plain_bf16_8192x2048", lambda a: a * 2, [((8192, 2048), BF)])] + [
                           (f"neg_f32_{r}x1024", lambda a: -a, [((r, 1024), F32)]) for r in (256, 512, 768, 1024, 1536, 2048, 4096)]:
             c = jax.jit(f).lower(*[sds(s, d, dev) for s, d in a]).compile()
             ca = c.cost_analysis()
@@ -457,7 +463,7 @@ def probes():
             ops = entry_ops(c.as_text())
             r[tag] = {"estimated_cycles": sum(o[4] for o in ops), "flops": ca.get("flops"),
                       "bytes_accessed": ca.get("bytes accessed"), "optimal_seconds": ca.get("optimal_seconds")}
-            if tag.startswith("gemm_relu_"):
+            if tag.startswith("gemm_relu_") or tag.startswith("vmem_read_"):
                 r[tag]["ops"] = [(o[0], o[4]) for o in ops]
         g, m = r["gemm_bf16_8192"], r["add_f32_8192x8192"]
         r["roofline_peak_flops"] = g["flops"] / g["optimal_seconds"]
@@ -482,6 +488,15 @@ def probes():
         # a 16-bit result costs its 2 bytes and the pass; the f32 result of the same matmul
         # its 4 bytes (the 4 MiB of inputs are in both)
         r["result_pass_bytes"] = per("gemm_bf16out_8192x128x8192") - per("gemm_f32out_8192x128x8192") + 2
+        # what the scale saves when its operand is in VMEM (x.T * 2: the copy puts x.T in
+        # S(1) on v5e and v6e; on v4 and v5p it stays in HBM, so there both read HBM), as a
+        # share of the read's bytes at the streaming rate B: chip vmem_read_cost = 1 - share
+        r["vmem_read"] = {}
+        for dt, n, eb in (("f32_4096x4096", 4096 * 4096, 4), ("bf16_8192x2048", 8192 * 2048, 2)):
+            kern = lambda t: [c for name, c in r[t]["ops"] if "multiply" in name][-1]
+            saved = (kern("vmem_read_plain_" + dt) - kern("vmem_read_T_" + dt)) * B / (n * eb)
+            r["vmem_read"][dt] = {"plain": kern("vmem_read_plain_" + dt), "from_vmem": kern("vmem_read_T_" + dt),
+                                  "share_of_read_saved": saved}
         r["vmem_bytes"] = vmem_bytes(dev)
         r["device_kind"], r["cores_per_device"] = dev.device_kind, getattr(dev, "num_cores", 1)
         res[chip] = r

@@ -502,6 +502,9 @@ static tpu_status durations(tstate *t) {
         if (in->onchip) {
           /* data that stays in VMEM: the stream costs without the transfer (docs/isa.md) */
           double x = b * pass - (double)in->bytes;
+          /* a vector kernel's read of a value kept in VMEM: the part of an HBM read's cost
+           * the chip's compiler charges for it (chip vmem_read_cost) */
+          if (in->opc == TPU_ISA_DMA_IN) x += t->chip->vmem_read_cost * (double)in->bytes;
           c = x > 0 ? (int64_t)ceil(x / t->bpc) : 0;
           t->pdur[i] = pass > 1 ? 0 : c;
           break;

@@ -126,7 +126,7 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
     int buf = k->vmem0 + (seq < 2 ? seq : 2);
     seq++;
     if (tpu__be_resident(be, in->operands[j])) { /* read in VMEM where it lives */
-      if (!k->vres && k->op >= 0 && be->p->ops[k->op].xbytes > 0) add_onchip(&t, TPU_ISA_DMA_IN, k, cdiv(r, T), tpu_vref_make(buf, 1, 0), 0, 0);
+      if (!k->vres && k->op >= 0 && (be->p->ops[k->op].xbytes > 0 || be->chip->vmem_read_cost > 0)) add_onchip(&t, TPU_ISA_DMA_IN, k, cdiv(r, T), tpu_vref_make(buf, 1, 0), 0, 0);
       continue;
     }
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);

@@ -2,6 +2,7 @@
  * its asm round-trips, and it times without error; HBM overflow fails with the message;
  * tile/layout/buffer-assign facts on small programs. */
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -564,6 +565,42 @@ static void matmul_result_on_chip(void) {
   CHECK(hbm >= in && hbm < in + 1e6); /* its inputs, not its 33.5 MB result */
 }
 
+/* A vector kernel reading an operand kept in VMEM (a transpose's result, copied there) pays
+ * the chip's vmem_read_cost of an HBM read for it (v5e: all of it, as the XLA TPU compiler
+ * times x.T * 2 and x * 2 alike), and moves no HBM bytes for it (-x.T here). */
+static void vmem_read_cost(void) {
+  const char *src = "HloModule m\nENTRY e {\n x = f32[2048,2048] parameter(0)\n"
+                    " t = f32[2048,2048] transpose(x), dimensions={1,0}\n ROOT y = f32[2048,2048] negate(t)\n}\n";
+  tpu_chip free_read = g_chip;
+  free_read.vmem_read_cost = 0;
+  double cyc[2] = {0, 0}, hbm[2] = {0, 0};
+  for (int v = 0; v < 2; v++) {
+    tpu_module *m = parse(src);
+    CHECK(m != NULL);
+    if (!m) return;
+    tpu_diag d;
+    const tpu_chip *c = v ? &free_read : &g_chip;
+    tpu_program *p = compile(m, c, &d);
+    CHECK(p != NULL);
+    if (p) {
+      CHECK(hbm_named(p, "t") < 0); /* kept in VMEM */
+      tpu_timeline tl;
+      CHECK(tpu_timing_run(p, c, 0, &tl, &d) == TPU_OK);
+      cyc[v] = (double)tl.ops[p->nops - 1].cycles;
+      hbm[v] = tl.ops[p->nops - 1].hbm_bytes;
+      tpu_timeline_free(&tl);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+  const double bpc = tpu_chip_hbm_stream_bw(&g_chip) / g_chip.clock_hz, read = 2048.0 * 2048 * 4 / bpc;
+  printf("-x.T reading VMEM: %.0f cycles with vmem_read_cost %.2f, %.0f without (a read: %.0f)\n", cyc[0],
+         g_chip.vmem_read_cost, cyc[1], read);
+  CHECK(g_chip.vmem_read_cost > 0);
+  CHECK(fabs((cyc[0] - cyc[1]) - g_chip.vmem_read_cost * read) < 0.05 * read);
+  CHECK(hbm[0] == hbm[1] && hbm[0] == 2048.0 * 2048 * 4); /* the write only */
+}
+
 /* HBM bytes of a matmul against the closed form (each operand read once, the output
  * written once) when an operand panel fits VMEM, on chip c. Returns the bytes moved. */
 static double dot_bytes(const tpu_chip *c, const char *dt, const char *ot, int64_t M, int64_t K, int64_t N,
@@ -779,6 +816,7 @@ int main(void) {
   vmem_residency(256);    /* 1 MiB */
   vmem_residency(65536);  /* 256 MiB, more than v5e's VMEM */
   matmul_result_on_chip();
+  vmem_read_cost();
   hbm_overflow();
   scalar_ops();
   conformance(0);
