@@ -820,6 +820,68 @@ static void drop_header(tpu_module *m, const char *name) {
     }
 }
 
+/* dims as HLO attribute text "{a,b}" into buf */
+static void dims_text(const tpu_i64s *v, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "{");
+  for (int i = 0; i < v->n && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)v->v[i]);
+  if (k < n) snprintf(buf + k, n - k, "}");
+}
+
+/* transpose(dot(a, b)) that only swaps the dot's two groups of free dimensions is
+ * dot(b, a) (the same products, summed in the same order: values unchanged), as XLA's
+ * simplifier folds it before its partitioner runs: the partitioned program then has no
+ * transpose to copy after the dot's collective (a data-parallel step's weight gradient,
+ * transposed by JAX and summed over the batch: XLA's partitioning computes it transposed
+ * and all-reduces that). Only where the dot has no other user and no sharding of its own. */
+static tpu_status fold_transposed_dots(tpu_builder *b, tpu_comp *c) {
+  tpu_uses u;
+  TPU_TRY(tpu_build_uses(b, c, &u));
+  int n = c->ninstrs, folded = 0;
+  tpu_status st = TPU_OK;
+  for (int i = 0; st == TPU_OK && i < n; i++) {
+    tpu_instr *t = c->instrs[i];
+    if (t->op != TPU_OP_TRANSPOSE || t->noperands != 1) continue;
+    tpu_instr *dt = t->operands[0];
+    if (dt->op != TPU_OP_DOT || dt->noperands != 2 || u.nusers[dt->id] != 1 || tpu__spmd_attr(dt, "sharding") ||
+        tpu__spmd_attr(dt, "frontend_attributes"))
+      continue;
+    const tpu_dot_dims *dd = &dt->dot;
+    int nb = dd->lhs_batch.n, lf = dt->operands[0]->shape.rank - nb - dd->lhs_contract.n;
+    int rf = dt->operands[1]->shape.rank - nb - dd->rhs_contract.n;
+    if (lf < 1 || rf < 1 || t->dimensions.n != nb + lf + rf) continue;
+    int ok = 1;
+    for (int k = 0; k < nb; k++) ok &= t->dimensions.v[k] == k;
+    for (int j = 0; j < rf; j++) ok &= t->dimensions.v[nb + j] == nb + lf + j;
+    for (int j = 0; j < lf; j++) ok &= t->dimensions.v[nb + rf + j] == nb + j;
+    if (!ok) continue;
+    tpu_instr *ops[2] = {dt->operands[1], dt->operands[0]}, *nd;
+    char lb[128], rb[128], lc[128], rc[128];
+    dims_text(&dd->rhs_batch, lb, sizeof lb);
+    dims_text(&dd->lhs_batch, rb, sizeof rb);
+    dims_text(&dd->rhs_contract, lc, sizeof lc);
+    dims_text(&dd->lhs_contract, rc, sizeof rc);
+    st = tpu_build_clone_instr(b, c, dt, ops, &nd);
+    if (st == TPU_OK) st = tpu_build_set_attr(b, nd, "lhs_batch_dims", lb);
+    if (st == TPU_OK) st = tpu_build_set_attr(b, nd, "rhs_batch_dims", rb);
+    if (st == TPU_OK) st = tpu_build_set_attr(b, nd, "lhs_contracting_dims", lc);
+    if (st == TPU_OK) st = tpu_build_set_attr(b, nd, "rhs_contracting_dims", rc);
+    for (int a = 0; st == TPU_OK && a < t->nattrs; a++) /* the transpose's sharding is the new dot's */
+      if (!strcmp(t->attrs[a].name, "sharding") || !strcmp(t->attrs[a].name, "frontend_attributes"))
+        st = tpu_build_set_attr(b, nd, t->attrs[a].name, t->attrs[a].value);
+    if (st != TPU_OK) break;
+    nd->shape = t->shape;
+    nd->shape.has_layout = 0;
+    nd->shape.layout_tail = NULL;
+    tpu_build_replace_uses(c, t, nd);
+    if (c->root == t) tpu_build_set_root(c, nd);
+    folded++;
+  }
+  tpu_build_uses_free(&u);
+  if (st != TPU_OK || !folded) return st;
+  if (tpu_build_remove_dead(b, c) < 0) return b->d->status;
+  return tpu_build_finish(b, c);
+}
+
 tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *d) {
   tpu_mesh own;
   memset(&own, 0, sizeof own);
@@ -843,6 +905,7 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
   s.mesh = mesh;
   s.old = m->entry;
   if (st == TPU_OK) st = tpu_builder_init(&s.b, m, d);
+  if (st == TPU_OK) st = fold_transposed_dots(&s.b, s.old);
   int n = s.old->ninstrs;
   s.val = tpu_calloc((size_t)(n + 1), sizeof *s.val);
   s.sh = tpu_calloc((size_t)(n + 1), sizeof *s.sh);

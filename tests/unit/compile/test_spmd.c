@@ -391,6 +391,16 @@ int main(void) {
     CHECK(groups && !strcmp(groups, "{{0,1},{2,3},{4,5},{6,7}}"));
     tpu_module_free(m);
   }
+  /* A weight gradient JAX transposes after the dot (data parallelism: summed over the split
+   * batch): folded into the dot as XLA's simplifier does, so the partial sums are computed
+   * transposed and all-reduced, with no transpose left to copy; values exact. */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n x = s32[8,6] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+                " g = s32[8,4] parameter(1), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+                " d = s32[6,4] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+                " ROOT t = s32[4,6] transpose(d), dimensions={1,0}\n}\n");
+  check("transposed weight gradient", src, 1, 0, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_TRANSPOSE), 0);
   /* A softmax's row maxima over a split vocabulary of bf16 logits widened to f32: the
    * partial maxima travel as bf16 (exact: each is one of the bf16 values). */
   snprintf(src, sizeof src,
