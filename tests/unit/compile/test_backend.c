@@ -513,6 +513,39 @@ static void vmem_residency(int rows) {
   tpu_module_free(m);
 }
 
+/* Compiles src on chip c, checks that value `resident` has no HBM buffer (kept in VMEM),
+ * and times it: op `name`'s cycles and HBM bytes, and its `onchip` dma.out count; with
+ * `rt`, also that the program prints and parses back. */
+static void time_resident_op(const char *src, const tpu_chip *c, const char *resident, const char *name, int rt,
+                             double *cycles, double *hbm, int *onchip) {
+  *cycles = *hbm = -1;
+  *onchip = 0;
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, c, &d);
+  CHECK(p != NULL);
+  if (p) {
+    int op = -1;
+    for (int i = 0; i < p->nops; i++)
+      if (!strcmp(p->ops[i].name, name)) op = i;
+    CHECK(op >= 0 && hbm_named(p, resident) < 0); /* kept in VMEM */
+    for (int i = 0; i < p->ninsns; i++)
+      if (p->insns[i].onchip && p->insns[i].op == op && p->insns[i].opc == TPU_ISA_DMA_OUT) ++*onchip;
+    tpu_timeline tl;
+    CHECK(tpu_timing_run(p, c, 0, &tl, &d) == TPU_OK);
+    if (op >= 0) {
+      *cycles = (double)tl.ops[op].cycles;
+      *hbm = tl.ops[op].hbm_bytes;
+    }
+    if (rt) CHECK(roundtrip(p, name));
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 /* A matmul's bf16 result kept in VMEM (two consumers, neither fused with it) moves no HBM
  * bytes but still pays the 16-bit pass, as the XLA TPU compiler charges it (its
  * bf16[8192,512] x [512,2048] with relu: 245,115 cycles on v5e writing the result to HBM,
@@ -527,42 +560,18 @@ static void matmul_result_on_chip(void) {
                     " ROOT r = (bf16[2048,8192], f32[2048]) tuple(t, s)\n}\n";
   tpu_chip nopass = g_chip;
   nopass.stream_pass_bytes = 0;
-  double cyc[2] = {0, 0}, hbm = -1;
-  for (int v = 0; v < 2; v++) {
-    tpu_module *m = parse(src);
-    CHECK(m != NULL);
-    if (!m) return;
-    tpu_diag d;
-    const tpu_chip *c = v ? &nopass : &g_chip;
-    tpu_program *p = compile(m, c, &d);
-    CHECK(p != NULL);
-    if (p) {
-      int op = -1, onchip = 0;
-      for (int i = 0; i < p->nops; i++)
-        if (!strcmp(p->ops[i].name, "d")) op = i;
-      CHECK(op >= 0 && hbm_named(p, "d") < 0); /* kept in VMEM */
-      for (int i = 0; i < p->ninsns; i++)
-        if (p->insns[i].onchip && p->insns[i].op == op && p->insns[i].opc == TPU_ISA_DMA_OUT) onchip++;
-      CHECK_EQ_INT(onchip > 0, v == 0);
-      tpu_timeline tl;
-      CHECK(tpu_timing_run(p, c, 0, &tl, &d) == TPU_OK);
-      if (op >= 0) {
-        cyc[v] = (double)tl.ops[op].cycles;
-        if (!v) hbm = tl.ops[op].hbm_bytes;
-      }
-      if (!v) CHECK(roundtrip(p, "matmul_result_on_chip"));
-      tpu_timeline_free(&tl);
-    }
-    tpu_program_free(p);
-    tpu_module_free(m);
-  }
+  double cyc[2], hbm[2];
+  int onchip[2];
+  time_resident_op(src, &g_chip, "d", "d", 1, &cyc[0], &hbm[0], &onchip[0]);
+  time_resident_op(src, &nopass, "d", "d", 0, &cyc[1], &hbm[1], &onchip[1]);
+  CHECK(onchip[0] > 0 && onchip[1] == 0);
   const double bpc = tpu_chip_hbm_stream_bw(&g_chip) / g_chip.clock_hz;
   const double pass = 8192.0 * 2048 * g_chip.stream_pass_bytes / bpc, in = (8192.0 * 128 + 128.0 * 2048) * 2;
   printf("bf16 result in VMEM: %.0f cycles (pass %.0f), without the pass %.0f; %.0f HBM bytes\n", cyc[0], pass, cyc[1],
-         hbm);
+         hbm[0]);
   /* at least its reads and the pass end to end (timing.c port_floor_op), not much more */
   CHECK(cyc[0] >= pass + in / bpc && cyc[0] < 1.2 * (pass + in / bpc) && cyc[0] - cyc[1] > 0.5 * pass);
-  CHECK(hbm >= in && hbm < in + 1e6); /* its inputs, not its 33.5 MB result */
+  CHECK(hbm[0] >= in && hbm[0] < in + 1e6); /* its inputs, not its 33.5 MB result */
 }
 
 /* A vector kernel reading an operand kept in VMEM (a transpose's result, copied there) pays
@@ -573,26 +582,10 @@ static void vmem_read_cost(void) {
                     " t = f32[2048,2048] transpose(x), dimensions={1,0}\n ROOT y = f32[2048,2048] negate(t)\n}\n";
   tpu_chip free_read = g_chip;
   free_read.vmem_read_cost = 0;
-  double cyc[2] = {0, 0}, hbm[2] = {0, 0};
-  for (int v = 0; v < 2; v++) {
-    tpu_module *m = parse(src);
-    CHECK(m != NULL);
-    if (!m) return;
-    tpu_diag d;
-    const tpu_chip *c = v ? &free_read : &g_chip;
-    tpu_program *p = compile(m, c, &d);
-    CHECK(p != NULL);
-    if (p) {
-      CHECK(hbm_named(p, "t") < 0); /* kept in VMEM */
-      tpu_timeline tl;
-      CHECK(tpu_timing_run(p, c, 0, &tl, &d) == TPU_OK);
-      cyc[v] = (double)tl.ops[p->nops - 1].cycles;
-      hbm[v] = tl.ops[p->nops - 1].hbm_bytes;
-      tpu_timeline_free(&tl);
-    }
-    tpu_program_free(p);
-    tpu_module_free(m);
-  }
+  double cyc[2], hbm[2];
+  int onchip;
+  time_resident_op(src, &g_chip, "t", "y", 0, &cyc[0], &hbm[0], &onchip);
+  time_resident_op(src, &free_read, "t", "y", 0, &cyc[1], &hbm[1], &onchip);
   const double bpc = tpu_chip_hbm_stream_bw(&g_chip) / g_chip.clock_hz, read = 2048.0 * 2048 * 4 / bpc;
   printf("-x.T reading VMEM: %.0f cycles with vmem_read_cost %.2f, %.0f without (a read: %.0f)\n", cyc[0],
          g_chip.vmem_read_cost, cyc[1], read);
