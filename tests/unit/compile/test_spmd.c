@@ -391,6 +391,24 @@ int main(void) {
     CHECK(groups && !strcmp(groups, "{{0,1},{2,3},{4,5},{6,7}}"));
     tpu_module_free(m);
   }
+  /* The same with a third mesh axis replicating the value (2x2x2, z unused): each group of
+   * the all-to-all stays within one z plane; values exact. */
+  {
+    const char *mesh222 =
+        "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"x\"=2, \"y\"=2, \"z\"=2]>}}\n";
+    const char *body = " x = s32[16,4] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n";
+    snprintf(src, sizeof src,
+             "%sENTRY e {\n%s c = s32[16,4] custom-call(x), custom_call_target=\"Sharding\","
+             " frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, [{\\\"y\\\"}, {\\\"x\\\"}]>\"}\n"
+             " ROOT n = s32[16,4] multiply(c, c)\n}\n",
+             mesh222, body);
+    char ref[2048];
+    snprintf(ref, sizeof ref, "%sENTRY e {\n%s c = s32[16,4] copy(x)\n ROOT n = s32[16,4] multiply(c, c)\n}\n", mesh222, body);
+    g_devices = 8;
+    check_ref("one axis to another dimension, a replicating axis", src, ref, 0, 0, 0);
+    g_devices = 4;
+    CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
+  }
   /* A weight gradient JAX transposes after the dot (data parallelism: summed over the split
    * batch): folded into the dot as XLA's simplifier does, so the partial sums are computed
    * transposed and all-reduced, with no transpose left to copy; values exact. */
