@@ -456,6 +456,10 @@ def probes():
                           ("vmem_read_plain_f32_4096x4096", lambda a: a * 2, [((4096, 4096), F32)]),
                           ("vmem_read_T_bf16_8192x2048", lambda a: a.T * 2, [((8192, 2048), BF)]),
                           ("vmem_read_plain_bf16_8192x2048", lambda a: a * 2, [((8192, 2048), BF)])] + [
+                          # a matmul streaming its weight from HBM (chip matmul_stream_efficiency):
+                          # few rows, weights of 128 MiB and more (no cross-program prefetch)
+                          (f"mm_stream_{m}x{k}x{n}", lambda a, b: a @ b, [((m, k), BF), ((k, n), BF)])
+                          for m, k, n in ((16, 8192, 8192), (16, 8192, 16384), (8, 16384, 8192), (32, 8192, 12288))] + [
                           (f"neg_f32_{r}x1024", lambda a: -a, [((r, 1024), F32)]) for r in (256, 512, 768, 1024, 1536, 2048, 4096)]:
             c = jax.jit(f).lower(*[sds(s, d, dev) for s, d in a]).compile()
             ca = c.cost_analysis()
@@ -491,6 +495,11 @@ def probes():
         # what the scale saves when its operand is in VMEM (x.T * 2: the copy puts x.T in
         # S(1) on v5e and v6e; on v4 and v5p it stays in HBM, so there both read HBM), as a
         # share of the read's bytes at the streaming rate B: chip vmem_read_cost = 1 - share
+        # the rate a matmul streams its weight at, against the streaming rate B of the wide
+        # elementwise op: its weight's bytes per cycle over B (median of the four shapes)
+        ms = sorted((k_ * n_ * 2 / r[f"mm_stream_{m_}x{k_}x{n_}"]["estimated_cycles"]) / B
+                    for m_, k_, n_ in ((16, 8192, 8192), (16, 8192, 16384), (8, 16384, 8192), (32, 8192, 12288)))
+        r["matmul_stream_efficiency"] = {"shapes": ms, "median": (ms[1] + ms[2]) / 2}
         r["vmem_read"] = {}
         for dt, n, eb in (("f32_4096x4096", 4096 * 4096, 4), ("bf16_8192x2048", 8192 * 2048, 2)):
             kern = lambda t: [c for name, c in r[t]["ops"] if "multiply" in name][-1]

@@ -497,6 +497,10 @@ static tpu_status durations(tstate *t) {
         double b = (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2.0 : 1.0);
         const tpu_prog_op *o = in->op >= 0 ? &t->p->ops[in->op] : NULL;
         if (o && o->xbytes > 0 && o->padded_bytes > 0) b *= 1.0 + o->xbytes / o->padded_bytes;
+        /* a matmul kernel's reads stream slower than a vector kernel's on some chips (chip
+         * matmul_stream_efficiency: the XLA TPU compiler's decode-shaped matmuls) */
+        if (o && o->m > 0 && in->opc == TPU_ISA_DMA_IN && !in->onchip && t->chip->matmul_stream_efficiency > 0)
+          b /= t->chip->matmul_stream_efficiency;
         /* a matmul's 16-bit results: their pass holds the transfer, not the port */
         const double pass = o && in->opc == TPU_ISA_DMA_OUT && o->out_scale > 1 ? o->out_scale : 1.0;
         if (in->onchip) {

@@ -47,8 +47,10 @@ run skinny v5p "$T/skinny.hlo"
 [ "$BOUND" = memory ] || fail "8x8192x8192 on v5p is $BOUND-bound, expected memory"
 lt "$MFU" 0.1 || fail "8x8192x8192 on v5p: MFU $MFU, expected < 0.1"
 # (the roof is the published bandwidth; v5p's DMAs stream at its hbm_efficiency, 0.711 of it,
-# the XLA TPU cost model's rate: chips/v5p.json)
-lt 0.6 "$ATT" || fail "8x8192x8192 on v5p: $ATT of the bandwidth roof, expected > 0.6"
+# and a matmul's reads at matmul_stream_efficiency, 0.862, of that: 0.613 of the roof, the
+# XLA TPU cost model's rates: chips/v5p.json)
+lt 0.55 "$ATT" || fail "8x8192x8192 on v5p: $ATT of the bandwidth roof, expected > 0.55"
+lt "$ATT" 0.62 || fail "8x8192x8192 on v5p: $ATT of the bandwidth roof, expected < 0.62 (0.711 x 0.862)"
 
 # TPU v1: one int8 FC layer at batch 200 (MLP0's batch) streams its weights from DDR3.
 gemm 200 2048 2048 s8 s32 "$T/v1fc.hlo"

@@ -636,7 +636,9 @@ static void matmul_result_pass(void) {
    * v5e, its 612K of input plus 115K of result pass and the rest exposed MXU work) */
   snprintf(src, sizeof src, fmt, 65536, 2048, 2048, 128, "bf16", 65536, 128);
   double mem = stream_time(src, &g_v5e, &nk), mem_off = stream_time(src, &off, &nk);
-  double ends = (65536.0 * 2048 * 2 + 65536.0 * 128 * (2 + g_v5e.stream_pass_bytes)) / bpc;
+  /* (the input at the matmul streaming rate, matmul_stream_efficiency of the vector one) */
+  const double eff = g_v5e.matmul_stream_efficiency > 0 ? g_v5e.matmul_stream_efficiency : 1;
+  double ends = (65536.0 * 2048 * 2 / eff + 65536.0 * 128 * (2 + g_v5e.stream_pass_bytes)) / bpc;
   printf("bf16 [65536,2048] x [2048,128]: %.0f cycles, transfers end to end %.0f, without the pass %.0f\n", mem, ends,
          mem_off);
   CHECK(mem >= ends && mem < 1.05 * ends);
@@ -704,6 +706,24 @@ static void slot_filled_in_parts(void) {
   tpu_program_free(p);
 }
 
+/* A matmul streaming a weight that no prefetch holds (decode: 16 rows, a 128 MiB weight)
+ * is bound by its reads, which stream at the chip's matmul_stream_efficiency of a vector
+ * kernel's rate (v5e: 0.907, probed); without it, at the vector rate. */
+static void matmul_stream_rate(void) {
+  const char *src = "HloModule m\nENTRY e {\n x = bf16[16,8192] parameter(0)\n w = bf16[8192,8192] parameter(1)\n"
+                    " ROOT y = bf16[16,8192] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+  tpu_chip plain = g_v5e;
+  plain.matmul_stream_efficiency = 0;
+  int nk = 0;
+  double t = stream_time(src, &g_v5e, &nk), t0 = stream_time(src, &plain, &nk);
+  const double bpc = tpu_chip_hbm_stream_bw(&g_v5e) / g_v5e.clock_hz, w = 8192.0 * 8192 * 2;
+  printf("decode [16,8192] x [8192,8192] on v5e: %.0f cycles (weight at the vector rate: %.0f), %.0f without "
+         "matmul_stream_efficiency %.3f\n", t, w / bpc, t0, g_v5e.matmul_stream_efficiency);
+  CHECK(g_v5e.matmul_stream_efficiency > 0 && g_v5e.matmul_stream_efficiency < 1);
+  CHECK(t0 >= w / bpc && t0 < 1.05 * w / bpc);
+  CHECK(fabs(t / t0 - 1 / g_v5e.matmul_stream_efficiency) < 0.02);
+}
+
 /* A batched dot as the XLA TPU compiler writes it (attention's P x V for 8 queries), a
  * convolution whose spatial dimensions are the batch (input-dilated so that every output meets one input element and one tap of
  * its own): timed as the batched dot it is, and planned as one (each batch its own weight
@@ -738,6 +758,7 @@ int main(void) {
   stream_costs();
   conv_taps_padded();
   batched_dot_as_conv();
+  matmul_stream_rate();
   matmul_result_pass();
   slot_filled_in_parts();
   /* The closed forms below are checked on the published figures alone: DMAs at hbm_bw,
