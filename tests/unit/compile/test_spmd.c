@@ -137,6 +137,36 @@ static void check(const char *name, const char *src, int all_reduce, int all_gat
   check_ref(name, src, src, all_reduce, all_gather, tol);
 }
 
+/* An expert dispatch, s32[16,4] split [(x, y), -] moved to `to` (a sharding attribute
+ * text) on the 8-chip mesh `axes`: values equal the unpartitioned run's, one all-to-all over
+ * the replica groups `groups`, then one collective-permute. */
+static void check_dispatch(const char *axes, const char *to, const char *groups) {
+  char mesh[256], src[2048], ref[2048];
+  snprintf(mesh, sizeof mesh, "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[%s]>}}\n", axes);
+  const char *body = " x = s32[16,4] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n";
+  snprintf(src, sizeof src,
+           "%sENTRY e {\n%s c = s32[16,4] custom-call(x), custom_call_target=\"Sharding\",%s\n"
+           " ROOT n = s32[16,4] multiply(c, c)\n}\n",
+           mesh, body, to);
+  snprintf(ref, sizeof ref, "%sENTRY e {\n%s c = s32[16,4] copy(x)\n ROOT n = s32[16,4] multiply(c, c)\n}\n", mesh, body);
+  g_devices = 8;
+  check_ref(axes, src, ref, 0, 0, 0);
+  g_devices = 4;
+  CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
+  CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 1);
+  tpu_module *m = parse(src);
+  tpu_diag d;
+  const char *got = NULL;
+  if (m && tpu_spmd_partition(m, NULL, &d) == TPU_OK)
+    for (int i = 0; i < m->entry->ninstrs; i++)
+      if (m->entry->instrs[i]->op == TPU_OP_ALL_TO_ALL)
+        for (int a = 0; a < m->entry->instrs[i]->nattrs; a++)
+          if (!strcmp(m->entry->instrs[i]->attrs[a].name, "replica_groups")) got = m->entry->instrs[i]->attrs[a].value;
+  if (!got || strcmp(got, groups)) fprintf(stderr, "%s: all-to-all groups %s, want %s\n", axes, got ? got : "-", groups);
+  CHECK(got && !strcmp(got, groups));
+  tpu_module_free(m);
+}
+
 /* A weight gradient's operands split over both axes of the batch, and its dot. */
 #define GRAD_XG                                                                                   \
   MESH "ENTRY e {\n x = s32[8,6] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n" \
@@ -365,50 +395,12 @@ int main(void) {
   /* The same on a 2x4 mesh, [(x, y), -] to [y, x] (ep_dispatch's): as XLA's partitioner runs
    * it, one all-to-all among the chips holding consecutive rows ({0,1},{2,3},..: neighbours
    * when chips are numbered along the mesh), then one collective-permute to `to`'s chips;
-   * the values equal the unpartitioned run's. */
-  {
-    const char *mesh24 = "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"x\"=2, \"y\"=4]>}}\n";
-    const char *body = " x = s32[16,4] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n";
-    snprintf(src, sizeof src,
-             "%sENTRY e {\n%s c = s32[16,4] custom-call(x), custom_call_target=\"Sharding\","
-             " sharding={devices=[4,2]<=[2,4]T(1,0)}\n ROOT n = s32[16,4] multiply(c, c)\n}\n",
-             mesh24, body);
-    char ref[2048];
-    snprintf(ref, sizeof ref, "%sENTRY e {\n%s c = s32[16,4] copy(x)\n ROOT n = s32[16,4] multiply(c, c)\n}\n", mesh24, body);
-    g_devices = 8;
-    check_ref("one axis to another dimension, 2x4", src, ref, 0, 0, 0);
-    g_devices = 4;
-    CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
-    CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 1);
-    tpu_module *m = parse(src);
-    tpu_diag d;
-    const char *groups = NULL;
-    if (m && tpu_spmd_partition(m, NULL, &d) == TPU_OK)
-      for (int i = 0; i < m->entry->ninstrs; i++)
-        if (m->entry->instrs[i]->op == TPU_OP_ALL_TO_ALL)
-          for (int a = 0; a < m->entry->instrs[i]->nattrs; a++)
-            if (!strcmp(m->entry->instrs[i]->attrs[a].name, "replica_groups")) groups = m->entry->instrs[i]->attrs[a].value;
-    CHECK(groups && !strcmp(groups, "{{0,1},{2,3},{4,5},{6,7}}"));
-    tpu_module_free(m);
-  }
-  /* The same with a third mesh axis replicating the value (2x2x2, z unused): each group of
-   * the all-to-all stays within one z plane; values exact. */
-  {
-    const char *mesh222 =
-        "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"x\"=2, \"y\"=2, \"z\"=2]>}}\n";
-    const char *body = " x = s32[16,4] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n";
-    snprintf(src, sizeof src,
-             "%sENTRY e {\n%s c = s32[16,4] custom-call(x), custom_call_target=\"Sharding\","
-             " frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, [{\\\"y\\\"}, {\\\"x\\\"}]>\"}\n"
-             " ROOT n = s32[16,4] multiply(c, c)\n}\n",
-             mesh222, body);
-    char ref[2048];
-    snprintf(ref, sizeof ref, "%sENTRY e {\n%s c = s32[16,4] copy(x)\n ROOT n = s32[16,4] multiply(c, c)\n}\n", mesh222, body);
-    g_devices = 8;
-    check_ref("one axis to another dimension, a replicating axis", src, ref, 0, 0, 0);
-    g_devices = 4;
-    CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
-  }
+   * the values equal the unpartitioned run's. And with a third mesh axis replicating the
+   * value (2x2x2, z unused): each group stays within one z plane. */
+  check_dispatch("\"x\"=2, \"y\"=4", " sharding={devices=[4,2]<=[2,4]T(1,0)}", "{{0,1},{2,3},{4,5},{6,7}}");
+  check_dispatch("\"x\"=2, \"y\"=2, \"z\"=2",
+                 " frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, [{\\\"y\\\"}, {\\\"x\\\"}]>\"}",
+                 "{{0,2},{1,3},{4,6},{5,7}}");
   /* A weight gradient JAX transposes after the dot (data parallelism: summed over the split
    * batch): folded into the dot as XLA's simplifier does, so the partial sums are computed
    * transposed and all-reduced, with no transpose left to copy; values exact. */
