@@ -53,6 +53,8 @@ typedef struct {
   unsigned char *need; /* an instruction's value is read outside the groups that hold it */
   unsigned char *gone; /* copied into every group that uses it: no kernel of its own */
   int *tried;          /* g + 1: decided while growing group g */
+  int *heap_id, *heap_mem; /* grow's candidates (heap_push) */
+  int nheap, capheap;
   group *groups;
   int ngroups, capgroups;
   tpu__made_set *made;
@@ -264,21 +266,72 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
  * so a producer several members read is decided once all of them have joined (a bias add
  * that a GELU reads five times is owned by the group, and the dot under it joins as the
  * group's matmul). */
+/* The heap of producers a growing group's members read: (id, the member's index in the
+ * group), the largest id first and, among equal ids, the member that joined first. */
+static int heap_before(const fuser *f, int a, int b) {
+  return f->heap_id[a] != f->heap_id[b] ? f->heap_id[a] > f->heap_id[b] : f->heap_mem[a] < f->heap_mem[b];
+}
+
+static void heap_swap(fuser *f, int a, int b) {
+  int i = f->heap_id[a], m = f->heap_mem[a];
+  f->heap_id[a] = f->heap_id[b];
+  f->heap_mem[a] = f->heap_mem[b];
+  f->heap_id[b] = i;
+  f->heap_mem[b] = m;
+}
+
+static tpu_status heap_push(fuser *f, int id, int mem) {
+  if (f->nheap == f->capheap) {
+    int cap = f->capheap ? f->capheap * 2 : 64;
+    int *ni = tpu_realloc(f->heap_id, sizeof *ni * (size_t)cap);
+    if (!ni) return nomem(f);
+    f->heap_id = ni;
+    int *nm = tpu_realloc(f->heap_mem, sizeof *nm * (size_t)cap);
+    if (!nm) return nomem(f);
+    f->heap_mem = nm;
+    f->capheap = cap;
+  }
+  int k = f->nheap++;
+  f->heap_id[k] = id;
+  f->heap_mem[k] = mem;
+  while (k > 0 && heap_before(f, k, (k - 1) / 2)) {
+    heap_swap(f, k, (k - 1) / 2);
+    k = (k - 1) / 2;
+  }
+  return TPU_OK;
+}
+
+static void heap_pop(fuser *f, int *id, int *mem) {
+  *id = f->heap_id[0];
+  *mem = f->heap_mem[0];
+  f->heap_id[0] = f->heap_id[--f->nheap];
+  f->heap_mem[0] = f->heap_mem[f->nheap];
+  for (int k = 0;;) {
+    int l = 2 * k + 1, r = l + 1, top = k;
+    if (l < f->nheap && heap_before(f, l, top)) top = l;
+    if (r < f->nheap && heap_before(f, r, top)) top = r;
+    if (top == k) break;
+    heap_swap(f, k, top);
+    k = top;
+  }
+}
+
+/* The operands of member j of group g, onto the heap. */
+static tpu_status push_operands(fuser *f, int g, int j) {
+  const tpu_instr *x = f->c->instrs[f->groups[g].ids[j]];
+  for (int k = 0; k < x->noperands; k++)
+    if (f->mark[x->operands[k]->id] != g) TPU_TRY(heap_push(f, x->operands[k]->id, j));
+  return TPU_OK;
+}
+
 static tpu_status grow(fuser *f, int g) {
-  for (;;) {
-    int best = -1;
-    const tpu_instr *m = NULL;
-    for (int j = 0; j < f->groups[g].n; j++) {
-      const tpu_instr *x = f->c->instrs[f->groups[g].ids[j]];
-      for (int k = 0; k < x->noperands; k++) {
-        const tpu_instr *q = x->operands[k];
-        if (f->mark[q->id] == g || f->tried[q->id] == g + 1 || q->id <= best) continue;
-        best = q->id;
-        m = x;
-      }
-    }
-    if (best < 0) return TPU_OK;
-    const tpu_instr *p = f->c->instrs[best];
+  f->nheap = 0;
+  for (int j = 0; j < f->groups[g].n; j++) TPU_TRY(push_operands(f, g, j));
+  while (f->nheap > 0) {
+    int best, mj;
+    heap_pop(f, &best, &mj);
+    if (f->mark[best] == g || f->tried[best] == g + 1) continue;
+    const tpu_instr *p = f->c->instrs[best], *m = f->c->instrs[f->groups[g].ids[mj]];
     f->tried[best] = g + 1;
     member_side side;
     if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side)) {
@@ -295,8 +348,11 @@ static tpu_status grow(fuser *f, int g) {
       TPU_TRY(push_member(f, g, p->id, 1, side));
     } else {
       f->need[p->id] = 1;
+      continue;
     }
+    TPU_TRY(push_operands(f, g, f->groups[g].n - 1));
   }
+  return TPU_OK;
 }
 
 /* Members that do real work (constants and iota are only copied along). */
@@ -476,6 +532,8 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made, co
   tpu_free(f.need);
   tpu_free(f.gone);
   tpu_free(f.tried);
+  tpu_free(f.heap_id);
+  tpu_free(f.heap_mem);
   tpu_free(clone);
   tpu_free(stamp);
   tpu_free(ext);
