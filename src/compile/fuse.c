@@ -53,7 +53,7 @@ typedef struct {
   unsigned char *need; /* an instruction's value is read outside the groups that hold it */
   unsigned char *gone; /* copied into every group that uses it: no kernel of its own */
   int *tried;          /* g + 1: decided while growing group g */
-  int *heap_id, *heap_mem; /* grow's candidates (heap_push) */
+  struct cand { int id, mem; } *heap; /* grow's candidates (heap_push) */
   int nheap, capheap;
   group *groups;
   int ngroups, capgroups;
@@ -269,43 +269,35 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
 /* The heap of producers a growing group's members read: (id, the member's index in the
  * group), the largest id first and, among equal ids, the member that joined first. */
 static int heap_before(const fuser *f, int a, int b) {
-  return f->heap_id[a] != f->heap_id[b] ? f->heap_id[a] > f->heap_id[b] : f->heap_mem[a] < f->heap_mem[b];
+  const struct cand *x = &f->heap[a], *y = &f->heap[b];
+  return x->id != y->id ? x->id > y->id : x->mem < y->mem;
 }
 
 static void heap_swap(fuser *f, int a, int b) {
-  int i = f->heap_id[a], m = f->heap_mem[a];
-  f->heap_id[a] = f->heap_id[b];
-  f->heap_mem[a] = f->heap_mem[b];
-  f->heap_id[b] = i;
-  f->heap_mem[b] = m;
+  struct cand t = f->heap[a];
+  f->heap[a] = f->heap[b];
+  f->heap[b] = t;
 }
 
 static tpu_status heap_push(fuser *f, int id, int mem) {
   if (f->nheap == f->capheap) {
     int cap = f->capheap ? f->capheap * 2 : 64;
-    int *ni = tpu_realloc(f->heap_id, sizeof *ni * (size_t)cap);
-    if (!ni) return nomem(f);
-    f->heap_id = ni;
-    int *nm = tpu_realloc(f->heap_mem, sizeof *nm * (size_t)cap);
-    if (!nm) return nomem(f);
-    f->heap_mem = nm;
+    struct cand *nh = tpu_realloc(f->heap, sizeof *nh * (size_t)cap);
+    if (!nh) return nomem(f);
+    f->heap = nh;
     f->capheap = cap;
   }
   int k = f->nheap++;
-  f->heap_id[k] = id;
-  f->heap_mem[k] = mem;
-  while (k > 0 && heap_before(f, k, (k - 1) / 2)) {
-    heap_swap(f, k, (k - 1) / 2);
-    k = (k - 1) / 2;
-  }
+  f->heap[k].id = id;
+  f->heap[k].mem = mem;
+  for (; k > 0 && heap_before(f, k, (k - 1) / 2); k = (k - 1) / 2) heap_swap(f, k, (k - 1) / 2);
   return TPU_OK;
 }
 
 static void heap_pop(fuser *f, int *id, int *mem) {
-  *id = f->heap_id[0];
-  *mem = f->heap_mem[0];
-  f->heap_id[0] = f->heap_id[--f->nheap];
-  f->heap_mem[0] = f->heap_mem[f->nheap];
+  *id = f->heap[0].id;
+  *mem = f->heap[0].mem;
+  f->heap[0] = f->heap[--f->nheap];
   for (int k = 0;;) {
     int l = 2 * k + 1, r = l + 1, top = k;
     if (l < f->nheap && heap_before(f, l, top)) top = l;
@@ -532,8 +524,7 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made, co
   tpu_free(f.need);
   tpu_free(f.gone);
   tpu_free(f.tried);
-  tpu_free(f.heap_id);
-  tpu_free(f.heap_mem);
+  tpu_free(f.heap);
   tpu_free(clone);
   tpu_free(stamp);
   tpu_free(ext);
