@@ -225,9 +225,15 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   if (k->vpu) add_vec(&t, TPU_ISA_VPU, k, k->vpu, ov, writes, osrc, no, o, pm, pr);
   if (k->xlu) add_vec(&t, TPU_ISA_XLU, k, k->xlu, ov, writes, osrc, no, o, pm, pr);
   int nl = tpu__leaves(&in->shape);
-  for (int l = 0; l < nl && !k->vres; l++) {
+  /* a result kept in VMEM moves nothing; a 16-bit one still pays its pass (add_onchip) */
+  int pass_on_chip = k->vres && k->op >= 0 && be->p->ops[k->op].out_scale > 1;
+  for (int l = 0; l < nl && (!k->vres || pass_on_chip); l++) {
     int64_t w = tpu__write_bytes(be, in, l);
     if (!w) continue;
+    if (k->vres) {
+      add_onchip(&t, TPU_ISA_DMA_OUT, k, cdiv(w, writes), o, pm, pr);
+      continue;
+    }
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_OUT, k->op);
     d.src[0] = o;
     d.hbm = k->hbm0 >= 0 ? k->hbm0 + l : tpu__be_buffer_of(be, in, l);
@@ -236,11 +242,6 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
     d.prem = pr;
     tadd(&t, &d, 0);
   }
-  if (k->vres && k->op >= 0 && be->p->ops[k->op].out_scale > 1) /* a 16-bit result kept in VMEM: its pass */
-    for (int l = 0; l < nl; l++) {
-      int64_t w = tpu__write_bytes(be, in, l);
-      if (w) add_onchip(&t, TPU_ISA_DMA_OUT, k, cdiv(w, writes), o, pm, pr);
-    }
   return emit_kernel(be, k, &t);
 }
 
