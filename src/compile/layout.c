@@ -85,8 +85,10 @@ int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s) {
   int r = s->rank;
   int64_t least = tpu__tiled_as(chip, s, r - 2, r - 1);
   for (int m = 0; m < r; m++)
-    for (int q = 0; q < r; q++)
-      if (m != q && tpu__tiled_as(chip, s, q, m) < least) least = tpu__tiled_as(chip, s, q, m);
+    for (int q = 0; q < r; q++) {
+      int64_t b = m != q ? tpu__tiled_as(chip, s, q, m) : least;
+      if (b < least) least = b;
+    }
   return least;
 }
 
@@ -137,18 +139,18 @@ static int carries_collective(const tpu_comp *c) {
   return 0;
 }
 
-/* In a fusion carrying a collective, an operand used only by that collective or handed to
- * the result tuple as it is, and a result element that is a parameter or the collective's
- * result: buffers the links fill or that pass through (output_to_operand_aliasing), which
- * the kernel neither reads nor writes through HBM. */
-/* An op of such a fusion that hands buffers on: the collective, the async start/done marker
- * at its root, or its root tuple. */
+/* An op of a fusion carrying a collective that hands buffers on: the collective, the async
+ * start/done marker at its root, or its root tuple. */
 static int carrier(const tpu_comp *c, const tpu_instr *u) {
   tpu_cc_kind k = tpu_custom_call_kind(u);
   return tpu_op_class_of(u->op) == TPU_CLS_COLLECTIVE ||
          (u == c->root && (u->op == TPU_OP_TUPLE || k == TPU_CC_ASYNC_START || k == TPU_CC_ASYNC_DONE));
 }
 
+/* In a fusion carrying a collective, an operand used only by that collective or handed to
+ * the result tuple as it is (carried_operand), and a result element that is a parameter or
+ * the collective's result (carried_leaf): buffers the links fill or that pass through
+ * (output_to_operand_aliasing), which the kernel neither reads nor writes through HBM. */
 static int carried_operand(const tpu_instr *in, int j) {
   const tpu_comp *c = in->calls;
   if (!c || j >= c->nparams || !carries_collective(c)) return 0;

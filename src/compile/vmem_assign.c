@@ -203,7 +203,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       c[nc].in = in;
       c[nc].size = size;
       /* the transfers saved: the write and each read (a 16-bit result's pass is charged
-       * on chip too: lower.c carry_stream_costs) */
+       * on chip too: lower.c add_onchip) */
       c[nc].benefit = (double)size * (1.0 + nuse[gi]);
       c[nc].lo = k->pos;
       c[nc].hi = k->last_use;
