@@ -402,6 +402,15 @@ static tpu_status lower_comp(tpu__be *be, const tpu_comp *c, int depth) {
   return st;
 }
 
+/* A loop or conditional's opening instruction, named and placed after HLO instruction `in`. */
+static int emit_control(tpu__be *be, tpu_isa_op opc, int64_t trips, const tpu_instr *in) {
+  tpu_insn x = tpu_insn_make(opc, -1);
+  x.trips = trips;
+  x.what = tpu_instr_user_name(in);
+  x.loc = in->loc;
+  return emit(be, &x);
+}
+
 /* Lowers one instruction of a computation; defer: a synchronous collective's wait is left
  * to lower_comp (where its result is first used). */
 static tpu_status lower_instr(tpu__be *be, const tpu_instr *in, int depth, int defer) {
@@ -438,11 +447,7 @@ static tpu_status lower_instr(tpu__be *be, const tpu_instr *in, int depth, int d
       TPU_TRY(lower_comp(be, in->to_apply, depth + 1));
       break;
     case TPU__K_WHILE: {
-      tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, -1);
-      lp.trips = k->trips;
-      lp.what = tpu_instr_user_name(in);
-      lp.loc = in->loc;
-      if (!emit(be, &lp)) return TPU_ERR_NOMEM;
+      if (!emit_control(be, TPU_ISA_LOOP, k->trips, in)) return TPU_ERR_NOMEM;
       TPU_TRY(lower_comp(be, in->condition, depth + 1));
       TPU_TRY(lower_comp(be, in->body, depth + 1));
       tpu_insn en = tpu_insn_make(TPU_ISA_END, -1);
@@ -451,11 +456,7 @@ static tpu_status lower_instr(tpu__be *be, const tpu_instr *in, int depth, int d
       break;
     }
     case TPU__K_COND: {
-      tpu_insn cd = tpu_insn_make(TPU_ISA_COND, -1);
-      cd.trips = in->nbranches;
-      cd.what = tpu_instr_user_name(in);
-      cd.loc = in->loc;
-      if (!emit(be, &cd)) return TPU_ERR_NOMEM;
+      if (!emit_control(be, TPU_ISA_COND, in->nbranches, in)) return TPU_ERR_NOMEM;
       for (int b = 0; b < in->nbranches; b++) {
         tpu_insn cs = tpu_insn_make(TPU_ISA_CASE, -1);
         cs.trips = b;
