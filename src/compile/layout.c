@@ -176,6 +176,37 @@ static int carried_leaf(const tpu_instr *in, int leaf) {
   return e->op == TPU_OP_PARAMETER || tpu_op_class_of(e->op) == TPU_CLS_COLLECTIVE;
 }
 
+/* The XLA TPU compiler's layout assignment gives a value computed inside the program the
+ * tiling that pads least when its given layout would pad the lanes: an attention head's
+ * bf16[8,12,512,64] is {2,3,1,0} in its compiled programs (512 in the lanes, no padding;
+ * row-major would pad 64 to 128, 2.7x with the 12 heads padded to 16 sublanes). Of the
+ * rank >= 3 results in bench/fidelity/compiled that some layout pads less than row-major,
+ * 157 take the least padded one. Parameters and the program's results keep the layout
+ * given (the caller's), convolution results the convolution's (batch in the sublanes,
+ * features in the lanes: relayout.c), and a compiled program's tiled layouts their own.
+ * (Rank-2 values such as a norm's f32[8192,1] statistics are laid out {0,1} too, but
+ * counting them so moves their kernels' per-element stream costs onto the on-chip reads
+ * they share a kernel with, which the compiler does not charge: not applied;
+ * docs/fidelity.md.) */
+static int free_layout(const tpu__be *be, const tpu_instr *v, const tpu_shape *s) {
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  if (s->rank < 3 || s->layout_tail || !tpu_dtype_is_array(s->dtype)) return 0;
+  if (s->dims[s->has_layout ? s->minor_to_major[0] : s->rank - 1] % lanes == 0) return 0;
+  while (v->op == TPU_OP_GET_TUPLE_ELEMENT && v->noperands) v = v->operands[0];
+  if (v->op == TPU_OP_PARAMETER || v->op == TPU_OP_CONSTANT) return 0;
+  const tpu_comp *e = be->m->entry;
+  if (v == e->root) return 0;
+  for (int i = 0; e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++)
+    if (e->root->operands[i] == v) return 0;
+  const tpu__kinfo *k = tpu__be_info(be, v);
+  return !(k && k->mm && k->mm->op == TPU_OP_CONVOLUTION);
+}
+
+/* The padded bytes of value v (of shape s, or a leaf of it) as laid out in HBM or VMEM. */
+int64_t tpu__value_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape *s) {
+  return free_layout(be, v, s) ? tpu__least_tiled_bytes(be->chip, s) : tpu__padded_bytes(be, s);
+}
+
 static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
   const tpu_shape *s = &in->operands[j]->shape;
   if (in->op == TPU_OP_FUSION) {
@@ -189,6 +220,7 @@ static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int pad
     /* scatter(operands[N], indices, updates[N]): only the rows the updates touch */
     s = &in->operands[(in->noperands - 1) / 2 + 1 + j]->shape;
   }
+  if (padded && s == &in->operands[j]->shape) return tpu__value_bytes(be, in->operands[j], s);
   return padded ? tpu__padded_bytes(be, s) : tpu__plain_bytes(s);
 }
 
@@ -204,6 +236,7 @@ static int64_t write_bytes(const tpu__be *be, const tpu_instr *in, int leaf, int
     int nupd = (in->noperands - 1) / 2;
     s = &in->operands[in->noperands - nupd + (leaf < nupd ? leaf : 0)]->shape;
   }
+  if (padded && in->op != TPU_OP_DYNAMIC_UPDATE_SLICE && in->op != TPU_OP_SCATTER) return tpu__value_bytes(be, in, s);
   return padded ? tpu__padded_bytes(be, s) : tpu__plain_bytes(s);
 }
 

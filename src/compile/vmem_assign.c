@@ -197,7 +197,12 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       if (!is_kernel(k) || !k->own || k->nleaves < 1 || bad[gi] || !nuse[gi] || k->pos <= 0 ||
           k->last_use < k->pos || k->last_use >= np)
         continue;
-      int64_t size = (tpu__padded_bytes(be, &in->shape) + 511) / 512 * 512;
+      int64_t size = 0;
+      for (int l = 0; l < k->nleaves; l++) {
+        const tpu_shape *ls = tpu__leaf(&in->shape, l);
+        if (ls) size += tpu__value_bytes(be, in, ls);
+      }
+      size = (size + 511) / 512 * 512;
       if (size <= 0 || size > cap) continue;
       c[nc].idx = gi;
       c[nc].in = in;

@@ -786,6 +786,43 @@ static void cross_program_prefetch(void) {
   tpu_module_free(m);
 }
 
+/* Layout assignment: a value computed inside the program whose given layout would pad the
+ * lanes takes the tiling that pads least, as XLA's TPU compiler lays an attention head's
+ * bf16[8,12,512,64] out {2,3,1,0}; parameters and results keep the given layout. */
+static int op_named(const tpu_program *p, const char *name) {
+  for (int i = 0; i < p->nops; i++)
+    if (p->ops[i].name && !strcmp(p->ops[i].name, name)) return i;
+  return -1;
+}
+
+static void free_intermediate_layout(void) {
+  tpu_module *m = parse(
+      "HloModule heads\n"
+      "ENTRY e {\n"
+      "  p = bf16[8,12,512,512]{3,2,1,0} parameter(0)\n"
+      "  v = bf16[8,12,512,64]{3,2,1,0} parameter(1)\n"
+      "  w = bf16[64,64]{1,0} parameter(2)\n"
+      "  o = bf16[8,12,512,64]{3,2,1,0} dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, "
+      "rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n"
+      "  ROOT r = bf16[8,12,512,64]{3,2,1,0} dot(o, w), lhs_contracting_dims={3}, rhs_contracting_dims={0}\n"
+      "}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, &g_chip, &d);
+  CHECK(p != NULL);
+  if (p) {
+    int o = op_named(p, "o"), r = op_named(p, "r");
+    CHECK(o >= 0 && r >= 0);
+    const double heads = 8.0 * 12 * 512 * 64 * 2;  /* o unpadded: 512 in the lanes */
+    const double v_pad = 8.0 * 12 * 512 * 128 * 2; /* the parameter: 64 padded to 128 lanes */
+    if (o >= 0) CHECK_NEAR(p->ops[o].padded_bytes, 8.0 * 12 * 512 * 512 * 2 + v_pad + heads, 0);
+    if (r >= 0) CHECK_NEAR(p->ops[r].padded_bytes, heads + 64.0 * 128 * 2 + v_pad, 0);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -799,6 +836,7 @@ int main(void) {
   g_chip.mxu_weight_load_cycles = 0;
   g_chip.prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status = TPU_PROV_ABSENT;
   reuse_and_layout();
+  free_intermediate_layout();
   hbm_reuse();
   dot_tiles();
   trip_counts();
