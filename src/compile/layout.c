@@ -332,7 +332,8 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
    * multi-output fusion; those are not lone there). */
   for (int j = 0; lone && j < in->noperands; j++) {
     const tpu_instr *o = in->operands[j];
-    while (o->op == TPU_OP_BITCAST && o->noperands == 1) o = o->operands[0];
+    while ((o->op == TPU_OP_BITCAST || o->op == TPU_OP_COPY_DONE || o->op == TPU_OP_COPY_START) && o->noperands == 1)
+      o = o->operands[0];
     lone = o->op == TPU_OP_PARAMETER || o->op == TPU_OP_CONSTANT || o->shape.rank == 0;
   }
   if (lone && k->padded_bytes >= (double)ch->lone_op_min_bytes) x += ch->lone_op_bytes * (double)n;
