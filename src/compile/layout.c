@@ -1,5 +1,7 @@
 /* Back-end pass `layout`: tiled layouts — every array's minor two dimensions padded to the
  * vector-register tile — and each kernel's padded bytes in and out of HBM. */
+#include <string.h>
+
 #include "compile/backend.h"
 #include "ir/custom_call.h"
 #include "compile/hlo_passes.h"
@@ -70,8 +72,19 @@ int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int 
  * row-major one would (bf16[16,64,64,256] to [16,256,64,64]{1,3,2,0}: no copy, the scale
  * reading it one kernel, 300,048 cycles on v5e as an elementwise op of that size), and
  * otherwise lays the result out row-major and copies (bf16[4096,4096] transposed with
- * {0,1}: a `copy` of 224,312 cycles). Without layouts: whether the last dimension moves. */
+ * {0,1}: a `copy` of 224,312 cycles). Without layouts: whether the last dimension moves.
+ * A `copy` (in a compiled program) moves it where its layout changes the minor dimension. */
 int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in) {
+  if (in->op == TPU_OP_COPY && in->noperands == 1) {
+    /* a compiled program's layout-changing copy: a transpose when the minor dimension
+     * changes (f32[8192,8192] {1,0} -> {0,1}: 1,348,160 cycles on v6e, what the compiler
+     * charges transposing it). Not one into VMEM (memory space S(1)), which tpusim's copy
+     * kernel does not model: it writes HBM (the compiler's bf16[4096,4096] copy into VMEM
+     * costs half as much per element as the f32 one through HBM). */
+    const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+    return r->has_layout && o->has_layout && r->rank >= 2 && r->rank == o->rank &&
+           r->minor_to_major[0] != o->minor_to_major[0] && !(r->layout_tail && strstr(r->layout_tail, "S(1)"));
+  }
   if (!tpu_instr_moves_minor(in)) return 0;
   const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
   if (!chip || !r->has_layout || !o->has_layout || r->rank != o->rank) return 1;

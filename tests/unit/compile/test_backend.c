@@ -827,7 +827,8 @@ static void free_intermediate_layout(void) {
  * prefetch has nothing to fuse with either: it pays the chip's lone-op stream cost as it
  * does reading the parameter itself (the XLA TPU compiler's prefetched f32[4096,4096]
  * reduce: 350,752 cycles on v6e, its cost reading HBM). */
-static double reduce_xbytes(const char *src) {
+/* The per-element stream costs (xbytes) of the op named r in program src. */
+static double r_xbytes(const char *src) {
   tpu_module *m = parse(src);
   CHECK(m != NULL);
   if (!m) return -1;
@@ -844,7 +845,7 @@ static double reduce_xbytes(const char *src) {
 }
 
 static void lone_through_prefetch(void) {
-  double plain = reduce_xbytes(
+  double plain = r_xbytes(
       "HloModule plain\n"
       "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
       "ENTRY e {\n"
@@ -852,7 +853,7 @@ static void lone_through_prefetch(void) {
       "  z = f32[] constant(0)\n"
       "  ROOT r = f32[] reduce(x, z), dimensions={0,1}, to_apply=add\n"
       "}\n");
-  double pref = reduce_xbytes(
+  double pref = r_xbytes(
       "HloModule pref\n"
       "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
       "ENTRY e {\n"
@@ -865,6 +866,29 @@ static void lone_through_prefetch(void) {
   const double n = 4096.0 * 4096;
   CHECK_NEAR(plain, (g_chip.stream_pass_bytes + g_chip.lone_op_bytes) * n, 1);
   CHECK_NEAR(pref, plain, 1);
+}
+
+/* A compiled program's copy that changes the minor dimension is a transpose: it pays the
+ * chip's transpose stream cost per element (XLA's f32[8192,8192] {1,0} -> {0,1} copy costs
+ * on v6e what its transpose does); one into VMEM (S(1)) or keeping the minor dimension
+ * does not. */
+static double copy_xbytes(const char *result_layout) {
+  char src[600];
+  snprintf(src, sizeof src,
+           "HloModule cp, is_scheduled=true\n"
+           "ENTRY e {\n"
+           "  x = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
+           "  r = f32[1024,1024]{%s} copy(x)\n"
+           "  ROOT n = f32[1024,1024]{1,0:T(8,128)} negate(r)\n"
+           "}\n", result_layout);
+  return r_xbytes(src);
+}
+
+static void layout_copy_transposes(void) {
+  const double n = 1024.0 * 1024;
+  CHECK_NEAR(copy_xbytes("0,1:T(8,128)"), g_chip.transpose_bytes * n, 1);
+  CHECK_NEAR(copy_xbytes("0,1:T(8,128)S(1)"), 0, 0);
+  CHECK_NEAR(copy_xbytes("1,0:T(8,128)"), 0, 0);
 }
 
 int main(void) {
@@ -882,6 +906,7 @@ int main(void) {
   reuse_and_layout();
   free_intermediate_layout();
   lone_through_prefetch();
+  layout_copy_transposes();
   hbm_reuse();
   dot_tiles();
   trip_counts();
