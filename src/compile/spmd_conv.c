@@ -1,5 +1,6 @@
 /* spmd-partition's convolutions: split along the batch (data parallelism), along the input
- * feature (a kernel gradient's partial sums), or along one spatial dimension with halo
+ * feature (a kernel gradient's partial sums), along the filters' output features (tensor
+ * parallelism, with the batch split kept), or along one spatial dimension with halo
  * exchange between neighbours. */
 #include <stdio.h>
 #include <string.h>
@@ -181,6 +182,33 @@ static tpu_status spatial_conv(sp *s, const tpu_instr *in, int sd) {
 
 /* A convolution split along its batch only (data parallelism): each chip convolves its
  * block with the whole kernel. */
+/* The output feature split (filters split along their output features: a tensor-parallel
+ * convolution, as XLA partitions one): each chip convolves its input — whole, or its batch
+ * block where the batch is split over other axes — with its own filters, and its result is
+ * its block of the output features. No collective for the convolution itself. */
+static tpu_status out_feature_conv(sp *s, const tpu_instr *in) {
+  const tpu_conv_dims *cd = &in->conv;
+  const dsh *lh = &s->sh[in->operands[0]->id], *rh = &s->sh[in->operands[1]->id];
+  dsh L = k_repl, R = k_repl, out = k_repl;
+  R.n[cd->k_out] = out.n[cd->out_feature] = rh->n[cd->k_out];
+  memcpy(R.ax[cd->k_out], rh->ax[cd->k_out], MAXA);
+  memcpy(out.ax[cd->out_feature], rh->ax[cd->k_out], MAXA);
+  int clash = 0; /* the batch keeps its split unless it uses the features' axes */
+  for (int i = 0; i < lh->n[cd->in_batch]; i++) clash |= tpu__spmd_has_axis(&R, in->operands[1]->shape.rank, lh->ax[cd->in_batch][i]);
+  if (!clash) {
+    L.n[cd->in_batch] = out.n[cd->out_batch] = lh->n[cd->in_batch];
+    memcpy(L.ax[cd->in_batch], lh->ax[cd->in_batch], MAXA);
+    memcpy(out.ax[cd->out_batch], lh->ax[cd->in_batch], MAXA);
+  }
+  if (!tpu__spmd_fits(s, &in->operands[0]->shape, &L) || !tpu__spmd_fits(s, &in->operands[1]->shape, &R) ||
+      !tpu__spmd_fits(s, &in->shape, &out))
+    return tpu__spmd_replicated_op(s, in);
+  tpu_instr *ops[2];
+  TPU_TRY(tpu__spmd_operand_as(s, in, 0, &L, &ops[0]));
+  TPU_TRY(tpu__spmd_operand_as(s, in, 1, &R, &ops[1]));
+  return tpu__spmd_emit_clone(s, in, ops, &out);
+}
+
 tpu_status tpu__spmd_convolution(sp *s, const tpu_instr *in) {
   const tpu_instr *lo = in->operands[0];
   const dsh *lh = &s->sh[lo->id];
@@ -211,6 +239,7 @@ tpu_status tpu__spmd_convolution(sp *s, const tpu_instr *in) {
   for (int i = 0; i < cd->nspatial; i++)
     if (lh->n[cd->in_spatial[i]]) sd = i, nsplit_sp++;
   if (nsplit_sp == 1 && !lh->n[cd->in_feature] && !rh->manual) return spatial_conv(s, in, sd);
+  if (rh->n[cd->k_out] && !rh->manual && !nsplit_sp) return out_feature_conv(s, in);
   if (!lh->n[cd->in_batch]) return tpu__spmd_replicated_op(s, in);
   dsh L = k_repl, out = k_repl;
   L.n[cd->in_batch] = lh->n[cd->in_batch];

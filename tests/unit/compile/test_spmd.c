@@ -261,6 +261,14 @@ int main(void) {
            " p = f32[4,6,6,2] pad(c, z), padding=0_0x1_1x1_1x0_0\n"
            " ROOT cc = f32[4,6,6,4] concatenate(p, x), dimensions={3}\n}\n");
   check("convolution, pad, concatenate", src, 0, 0, 0);
+  /* A tensor-parallel convolution: filters split along their output features over y, the
+   * batch over x; each chip convolves its batch block with its filters, no collective. */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n x = f32[4,6,6,2] parameter(0), " SDY("[{\\\"x\\\"}, {}, {}, {}]") "\n"
+           " k = f32[3,3,2,4] parameter(1), " SDY("[{}, {}, {}, {\\\"y\\\"}]") "\n"
+           " ROOT c = f32[4,4,4,4] convolution(x, k), window={size=3x3}, dim_labels=b01f_01io->b01f\n}\n");
+  check("convolution over output features", src, 0, 0, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE) + count_after(src, TPU_OP_ALL_TO_ALL), 0);
   /* with_sharding_constraint (a Sharding custom call) moving a value from x to y splits. */
   snprintf(src, sizeof src,
            MESH "ENTRY e {\n x = s32[8,8] parameter(0), " SDY("[{\\\"x\\\"}, {}]") "\n"
