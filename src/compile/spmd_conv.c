@@ -216,23 +216,35 @@ tpu_status tpu__spmd_convolution(sp *s, const tpu_instr *in) {
   if (lh->manual || !in->has_conv_dims || in->feature_group_count != 1 || in->batch_group_count != 1)
     return tpu__spmd_replicated_op(s, in);
   const dsh *rh = &s->sh[in->operands[1]->id];
-  if (!lh->n[cd->in_batch] && lh->n[cd->in_feature] && !rh->manual) {
-    /* The input feature split (a kernel's gradient: the batch is the contracted feature):
-     * each chip convolves its part of the contraction and the partial sums are added. */
-    dsh L = k_repl, R = k_repl;
+  if (lh->n[cd->in_feature] && !rh->manual) {
+    /* The input feature split (a kernel's gradient, where the batch is the contracted
+     * feature; the second of two tensor-parallel convolutions): each chip convolves its part
+     * of the contraction — its batch block where the batch splits over other axes — and the
+     * partial sums are added over the features' axes. */
+    dsh L = k_repl, R = k_repl, out = k_repl;
     L.n[cd->in_feature] = R.n[cd->k_in] = lh->n[cd->in_feature];
     memcpy(L.ax[cd->in_feature], lh->ax[cd->in_feature], MAXA);
     memcpy(R.ax[cd->k_in], lh->ax[cd->in_feature], MAXA);
-    if (!tpu__spmd_fits(s, &lo->shape, &L) || !tpu__spmd_fits(s, &in->operands[1]->shape, &R)) return tpu__spmd_replicated_op(s, in);
+    int clash = 0;
+    for (int i = 0; i < lh->n[cd->in_batch]; i++) clash |= tpu__spmd_has_axis(&L, lo->shape.rank, lh->ax[cd->in_batch][i]);
+    if (!clash && lh->n[cd->in_batch]) {
+      L.n[cd->in_batch] = out.n[cd->out_batch] = lh->n[cd->in_batch];
+      memcpy(L.ax[cd->in_batch], lh->ax[cd->in_batch], MAXA);
+      memcpy(out.ax[cd->out_batch], lh->ax[cd->in_batch], MAXA);
+    }
+    if (!tpu__spmd_fits(s, &lo->shape, &L) || !tpu__spmd_fits(s, &in->operands[1]->shape, &R) ||
+        !tpu__spmd_fits(s, &in->shape, &out))
+      return tpu__spmd_replicated_op(s, in);
     tpu_instr *ops[2], *x;
     TPU_TRY(tpu__spmd_operand_as(s, in, 0, &L, &ops[0]));
     TPU_TRY(tpu__spmd_operand_as(s, in, 1, &R, &ops[1]));
     TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, ops, &x));
+    x->shape = tpu__spmd_local_shape(s, &in->shape, &out);
     tpu_comp *add;
     TPU_TRY(tpu__spmd_adder(s, in->shape.dtype, &add));
     TPU_TRY(tpu__spmd_reduce_axes(s, x, L.ax[cd->in_feature], L.n[cd->in_feature], add, in->loc, &x));
     s->val[in->id] = x;
-    s->sh[in->id] = k_repl;
+    s->sh[in->id] = out;
     return TPU_OK;
   }
   int sd = -1, nsplit_sp = 0; /* a spatial dimension split: halo exchange */

@@ -660,6 +660,17 @@ def main():
          note="MoE from jax.jit (GShard): tokens dispatched by einsum, sharding constraints move them "
               "between a group split and an expert split (all-to-all), experts computed locally")
 
+    # ---- a tensor-parallel convolution: filters split along their output features ----
+    def tp_conv(im, k1, k2):
+        dn = ("NHWC", "HWIO", "NHWC")
+        h = jax.nn.relu(jax.lax.conv_general_dilated(im, k1, (1, 1), "SAME", dimension_numbers=dn))
+        return jax.lax.conv_general_dilated(h, k2, (1, 1), "SAME", dimension_numbers=dn).sum(axis=(1, 2))
+
+    case("tp_conv", tp_conv, (arr(8, 6, 6, 4), arr(3, 3, 4, 8, scale=0.3), arr(1, 1, 8, 4, scale=0.3)),
+         [P("x"), P(None, None, None, "y"), P(None, None, "y", None)], M24, tol=1e-4,
+         note="tensor-parallel convolutions on a 2x4 mesh: batch over x, the first conv's filters split along "
+              "their output features over y, the second's along their input features (one all-reduce)")
+
     total = sum(s for _, _, s in SUMMARY)
     print(f"{len(SUMMARY)} cases, {total} bytes")
 
