@@ -61,6 +61,9 @@ static void usage(FILE *f) {
           "  --slices K     K such slices joined by the data-center network (DCN bandwidth from the chip)\n"
           "  --mesh N=S,... the device mesh for a program with sharding annotations (JAX's lowered HLO\n"
           "                 carries its own); tpusim partitions it over the mesh's chips (docs/spmd.md)\n"
+          "  --no-windowed-einsum  gather and reduce-scatter over every chip where the chip's XLA\n"
+          "                 compiler passes a dot's operand or partial sums round a ring (v4, v5e, v5p\n"
+          "                 slices of 8 chips or more; docs/spmd.md)\n"
           "  --per-device   (modules of several devices) write each device's result as DIR/devD/K.npy\n"
           "                 instead of the global arrays\n"
           "  --out-sharding S  the sharding of the result (HLO syntax, e.g. '{devices=[2,4]<=[8]}'), once\n"
@@ -254,7 +257,7 @@ typedef struct {
   const char *out_sh[MAX_OUT_SH];
   int nout_sh;
   char *sh_text; /* --out-sharding @FILE: the file's text (out_sh points into it) */
-  int ninputs, quiet, timing, precision, top, per_device, first_step, sync_collectives;
+  int ninputs, quiet, timing, precision, top, per_device, first_step, sync_collectives, no_window;
   uint64_t seed;
 } run_opts;
 
@@ -376,6 +379,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       o->first_step = 1;
     } else if (!strcmp(a, "--sync-collectives")) {
       o->sync_collectives = 1;
+    } else if (!strcmp(a, "--no-windowed-einsum")) {
+      o->no_window = 1;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       o->quiet = 1;
     } else if (a[0] == '-' && a[1]) {
@@ -513,7 +518,7 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
     return 2;
   }
   if (have_topo) pc.topo = &topo;
-  tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc, o->sync_collectives};
+  tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc, o->sync_collectives, o->no_window};
   progress(o, "compiling");
   tpu_status cst = tpu_compile(m, &co, &prog, &d);
   progress(o, NULL);
@@ -660,6 +665,7 @@ int tpu_cli_run(int argc, char **argv) {
     if (ms == TPU_OK && (o.mesh || found)) {
       tpu_mesh_price_for(&mesh, tpu ? &chip : NULL); /* collectives priced for the chip */
       mesh.bf16_dot_gathers = tpu && o.precision <= 0;
+      if (o.no_window) mesh.windowed_min_devices = 0;
       ms = tpu_spmd_partition(m, &mesh, &d);         /* one device: the annotations are dropped */
       if (ms == TPU_OK && !o.quiet) {
         printf("spmd-partition: %lld chips (mesh", (long long)mesh.ndev);

@@ -134,6 +134,9 @@ typedef struct tpu_sim_options {
    * devices), and how many such slices DCN joins (`--slices`; 0 or 1: one). */
   const char *topology;
   int slices;
+  /* 1: partition with all-gathers and reduce-scatters where the chip's XLA compiler would pass
+   * a dot's operand or partial sums round a ring (its windowed einsum; `--no-windowed-einsum`) */
+  int no_windowed_einsum;
 } tpu_sim_options;
 
 void tpu_sim_options_init(tpu_sim_options *o);

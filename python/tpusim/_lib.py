@@ -57,6 +57,7 @@ class Options(ctypes.Structure):
         ("mesh", ctypes.c_char_p),
         ("topology", ctypes.c_char_p),
         ("slices", ctypes.c_int),
+        ("no_windowed_einsum", ctypes.c_int),
     ]
 
 

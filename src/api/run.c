@@ -222,7 +222,8 @@ static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
 /* A program with sharding annotations becomes the one program every chip runs (as
  * `tpusim run` does): over `spec`, or the module's own mesh; without either it runs as
  * written. */
-static tpu_status partition(tpu_module *m, const char *spec, const tpu_chip *chip, int precision, tpu_diag *d) {
+static tpu_status partition(tpu_module *m, const char *spec, const tpu_chip *chip, int precision, int no_window,
+                            tpu_diag *d) {
   if (!spec && !tpu_spmd_needed(m)) return TPU_OK;
   tpu_mesh mesh;
   memset(&mesh, 0, sizeof mesh);
@@ -231,6 +232,7 @@ static tpu_status partition(tpu_module *m, const char *spec, const tpu_chip *chi
   if (st == TPU_OK && (spec || found)) {
     tpu_mesh_price_for(&mesh, chip); /* the reference backend: the default chip's prices */
     mesh.bf16_dot_gathers = chip && precision <= 0;
+    if (no_window) mesh.windowed_min_devices = 0;
     st = tpu_spmd_partition(m, &mesh, d);
   }
   tpu_mesh_free(&mesh);
@@ -299,7 +301,7 @@ static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, cons
   int set;
   TPU_TRY(tpu_topology_for_run(p->topology, p->slices, &r->chip, r->devices, &r->topo, &set, d));
   if (set) r->costs.topo = &r->topo;
-  tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &r->costs, 0};
+  tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &r->costs, 0, 0};
   TPU_TRY(tpu_compile(m, &co, &r->prog, d));
   apply_trips(r->prog, trips);
   TPU_TRY(tpu_timing_run(r->prog, &r->chip, 1, &r->tl, d));
@@ -377,7 +379,8 @@ static tpu_status run_impl(const tpu_sim_module *sm, const tpu_sim_options *o, c
   tpu_status st = r->program ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   if (st == TPU_OK) st = parse_verified(sm->name, sm->text, sm->len, &r->compiled, d);
   if (st == TPU_OK && p.tpu) st = tpu_chip_load(p.chip, &r->chip, d);
-  if (st == TPU_OK) st = partition(r->compiled, p.mesh, p.tpu ? &r->chip : NULL, p.precision, d);
+  if (st == TPU_OK)
+    st = partition(r->compiled, p.mesh, p.tpu ? &r->chip : NULL, p.precision, o ? o->no_windowed_einsum : 0, d);
   tpu_module *m = r->compiled;
   if (st == TPU_OK) {
     r->devices = tpu_module_device_count(m);

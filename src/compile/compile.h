@@ -37,6 +37,8 @@ typedef struct tpu_compile_opts {
   int sync_collectives;       /* 1: the chip waits at each synchronous collective where it
                                * stands (0: it starts after its operands and is waited for
                                * where first used, as XLA's latency-hiding scheduler does) */
+  int no_windowed_einsum;     /* 1: spmd-partition gathers and reduce-scatters where the chip's
+                               * compiler would run a windowed einsum (docs/spmd.md) */
 } tpu_compile_opts;
 
 /* The pass names in pipeline order, NULL-terminated (for --dump-after checks and help). */

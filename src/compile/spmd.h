@@ -37,6 +37,10 @@ typedef struct tpu_mesh {
    * compiler does. Only for programs run on the tpu backend at per-op precision (the
    * reference backend computes the f32 dot exactly). */
   int bf16_dot_gathers;
+  /* Run a dot whose operand is gathered over every device as the XLA TPU compiler's
+   * windowed-einsum loop (spmd_window.c) when the mesh has at least this many devices (the
+   * chip's windowed_einsum_min_chips; 0: never). */
+  int64_t windowed_min_devices;
 } tpu_mesh;
 
 struct tpu_chip;

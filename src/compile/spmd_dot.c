@@ -188,6 +188,21 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
   int halve = tpu__spmd_bf16_gathers(s, in);
   if (!best.valid) return tpu__spmd_replicated_op(s, in);
   tpu_instr *ops[2], *x;
+  /* an operand gathered over every device: the XLA TPU compiler's windowed einsum */
+  for (int side = 0; side < 2 && !best.np; side++) {
+    const dsh *from = side ? rh : lh, *to = side ? &best.R : &best.L;
+    const tpu_instr *xo = in->operands[side];
+    int rd;
+    if (s->tsh[xo->id] || (halve && xo->shape.dtype == TPU_F32) || !tpu__spmd_window_gather(s, in, side, from, to, &rd))
+      continue;
+    const dsh *oto = side ? &best.L : &best.R;
+    TPU_TRY(halve ? dot_operand_bf16(s, in, 1 - side, oto, &ops[1 - side]) : tpu__spmd_operand_as(s, in, 1 - side, oto, &ops[1 - side]));
+    tpu_shape os = tpu__spmd_local_shape(s, &in->shape, &best.out);
+    TPU_TRY(tpu__spmd_window_dot(s, in, side, rd, from, ops[1 - side], s->val[xo->id], &os, &x));
+    s->val[in->id] = x;
+    s->sh[in->id] = best.out;
+    return TPU_OK;
+  }
   TPU_TRY(halve ? dot_operand_bf16(s, in, 0, &best.L, &ops[0]) : tpu__spmd_operand_as(s, in, 0, &best.L, &ops[0]));
   TPU_TRY(halve ? dot_operand_bf16(s, in, 1, &best.R, &ops[1]) : tpu__spmd_operand_as(s, in, 1, &best.R, &ops[1]));
   TPU_TRY(tpu_build_clone_instr(&s->b, s->c, in, ops, &x));

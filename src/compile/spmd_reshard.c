@@ -512,13 +512,17 @@ static tpu_status moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, const 
   r.has_layout = 0;
   r.layout_tail = NULL;
   tpu_instr *part = y->operands[0], *z;
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_REDUCE_SCATTER, "spmd.reduce-scatter", &r, &part, 1, loc, &z));
-  char dims[32];
-  snprintf(dims, sizeof dims, "{%d}", kd);
-  TPU_TRY(tpu_build_set_attr(&s->b, z, "dimensions", dims));
-  TPU_TRY(tpu_build_set_attr(&s->b, z, "to_apply", y->to_apply->name));
-  TPU_TRY(tpu__spmd_set_groups(s, z, to->ax[k], to->n[k]));
-  if (nrest) TPU_TRY(tpu__spmd_reduce_axes(s, z, rest, nrest, y->to_apply, loc, &z));
+  int win = 0; /* a dot's partial sums over every device: the XLA TPU compiler's windowed einsum */
+  if (!nrest && tpu__spmd_adds(y->to_apply)) TPU_TRY(tpu__spmd_window_sum(s, part, kd, to, k, loc, &z, &win));
+  if (!win) {
+    TPU_TRY(tpu__spmd_instr(s, TPU_OP_REDUCE_SCATTER, "spmd.reduce-scatter", &r, &part, 1, loc, &z));
+    char dims[32];
+    snprintf(dims, sizeof dims, "{%d}", kd);
+    TPU_TRY(tpu_build_set_attr(&s->b, z, "dimensions", dims));
+    TPU_TRY(tpu_build_set_attr(&s->b, z, "to_apply", y->to_apply->name));
+    TPU_TRY(tpu__spmd_set_groups(s, z, to->ax[k], to->n[k]));
+    if (nrest) TPU_TRY(tpu__spmd_reduce_axes(s, z, rest, nrest, y->to_apply, loc, &z));
+  }
   for (int c = nc - 1; c >= 0; c--) { /* the movement and scaling, on the block */
     tpu_instr *m, *ops[3];
     for (int j = 0; j < chain[c]->noperands; j++) {

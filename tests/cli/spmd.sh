@@ -10,8 +10,14 @@ L=examples/spmd/llama70b_2layers.hlo
 grep -q "^spmd-partition: 16 chips (mesh fsdp=16)" "$T/out" || fail "no partition line"
 grep -q "^pod: 16 devices" "$T/out" || fail "not run as a pod of 16"
 grep -Eq "^memory: each chip holds at most [0-9.]+ GB of its 17.18 GB HBM" "$T/out" || fail "no per-chip memory line"
-grep -q "all-gather" "$T/out" || fail "FSDP gathers no weights"
-grep -q "reduce-scatter" "$T/out" || fail "FSDP does not reduce-scatter its gradients"
+# over all 16 v5e chips, as the XLA TPU compiler does: the weights and the gradients' partial
+# sums pass round the ring (windowed einsum), no chip gathers a whole weight
+grep -q "window.permut.*collective-permute" "$T/out" || fail "FSDP over every chip runs no windowed einsum"
+grep -q "all-gather" "$T/out" && fail "FSDP over every chip still gathers a weight whole"
+"$BIN" run $L --mode timing --chip v5e --no-windowed-einsum > "$T/out2" 2> "$T/err" || fail "--no-windowed-einsum: $(cat "$T/err")"
+grep -q "all-gather" "$T/out2" || fail "FSDP gathers no weights"
+grep -q "reduce-scatter" "$T/out2" || fail "FSDP does not reduce-scatter its gradients"
+grep -q "collective-permute" "$T/out2" && fail "--no-windowed-einsum still passes weights round the ring"
 
 "$BIN" run $L --mode timing --chip v5e --mesh fsdp=1 > /dev/null 2> "$T/err"
 [ $? -eq 2 ] || fail "one chip did not refuse the 160 GB program"

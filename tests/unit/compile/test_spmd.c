@@ -50,6 +50,20 @@ static int count_op(const tpu_module *m, tpu_opcode op) {
 }
 
 static int g_devices = 4; /* chips of the mesh check_ref partitions for (MESH: 2x2) */
+static int64_t g_window = 0; /* the mesh's windowed_min_devices (0: no windowed einsum) */
+
+/* Partitions m over its own mesh, with windowed einsums from g_window devices. */
+static tpu_status partition(tpu_module *m, tpu_diag *d) {
+  if (!g_window) return tpu_spmd_partition(m, NULL, d);
+  tpu_mesh mesh;
+  int found = 0;
+  TPU_TRY(tpu_mesh_from_module(m, &mesh, &found, d));
+  if (!found) return tpu_spmd_partition(m, NULL, d);
+  mesh.windowed_min_devices = g_window;
+  tpu_status st = tpu_spmd_partition(m, &mesh, d);
+  tpu_mesh_free(&mesh);
+  return st;
+}
 
 /* Partitions src, checks the collective counts, runs it on every chip from the same global
  * inputs as the unpartitioned run and compares (exactly, or within tol). */
@@ -71,7 +85,7 @@ static void check_ref(const char *name, const char *src, const char *ref_src, in
   CHECK(st == TPU_OK);
   if (st != TPU_OK) fprintf(stderr, "%s: unpartitioned: %s\n", name, d.msg);
   CHECK(tpu_spmd_needed(m));
-  st = tpu_spmd_partition(m, NULL, &d);
+  st = partition(m, &d);
   CHECK(st == TPU_OK);
   if (st != TPU_OK) fprintf(stderr, "%s: %s\n", name, d.msg);
   if (st == TPU_OK) {
@@ -128,7 +142,7 @@ static void check_ref(const char *name, const char *src, const char *ref_src, in
 static int count_after(const char *src, tpu_opcode op) {
   tpu_module *m = parse(src);
   tpu_diag d;
-  int n = m && tpu_spmd_partition(m, NULL, &d) == TPU_OK ? count_op(m, op) : -1;
+  int n = m && partition(m, &d) == TPU_OK ? count_op(m, op) : -1;
   tpu_module_free(m);
   return n;
 }
@@ -221,6 +235,61 @@ done:
   tpu_module_free(m);
 }
 
+/* Windowed einsum: on a mesh of 8 devices (at the threshold) a weight split over all of them
+ * along its contraction (FSDP) or its output features, gathered for one dot, is passed round
+ * the ring instead: a loop of collective-permutes (one before it, four in its body: two steps
+ * each way per iteration, as in XLA's compiled programs), no all-gather, values equal (s32:
+ * exact whatever the order of the partial sums). Below the threshold, or with the weight read
+ * by a second dot, it is gathered. */
+static void check_windowed(void) {
+  char src[2048];
+  const char *mesh8 = "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"f\"=8]>}}\n";
+  const char *wk = "[{\\\"f\\\"}, {}]", *wn = "[{}, {\\\"f\\\"}]";
+  for (int k = 0; k < 2; k++) {
+    snprintf(src, sizeof src,
+             "%sENTRY e {\n x = s32[16,8] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+             "[{\\\"f\\\"}, {}]>\"}\n w = s32[8,16] parameter(1), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, %s>\"}\n"
+             " h = s32[16,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n ROOT r = s32[16,16] negate(h)\n}\n",
+             mesh8, k ? wn : wk);
+    g_devices = 8;
+    g_window = 8;
+    check_ref(k ? "windowed einsum over output features" : "windowed einsum over the contraction", src, src, 0, 0, 0);
+    CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 5);
+    CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 1);
+    g_window = 16; /* below the threshold: gathered */
+    CHECK_EQ_INT(count_after(src, TPU_OP_ALL_GATHER), 1);
+    CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 0);
+  }
+  /* a weight gradient (the batch contracted) that the update takes split like the weight:
+   * its partial sums pass round the ring both ways, each chip adding its product for the
+   * block the sum is travelling to (two permutes each way per iteration, one after the
+   * loop), not a reduce-scatter */
+  snprintf(src, sizeof src,
+           "%sENTRY e {\n x = s32[16,8] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+           "[{\\\"f\\\"}, {}]>\"}\n dy = s32[16,16] parameter(1), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+           "[{\\\"f\\\"}, {}]>\"}\n w = s32[8,16] parameter(2), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, %s>\"}\n"
+           " g = s32[8,16] dot(x, dy), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n ROOT r = s32[8,16] subtract(w, g)\n}\n",
+           mesh8, wk);
+  g_window = 8;
+  check_ref("windowed reduce-scatter", src, src, 0, 0, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 5);
+  CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 1);
+  CHECK_EQ_INT(count_after(src, TPU_OP_REDUCE_SCATTER), 0);
+  g_window = 0;
+  CHECK_EQ_INT(count_after(src, TPU_OP_REDUCE_SCATTER), 1);
+  /* the weight read by two dots: gathered once for both */
+  snprintf(src, sizeof src,
+           "%sENTRY e {\n x = s32[16,8] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+           "[{\\\"f\\\"}, {}]>\"}\n w = s32[8,16] parameter(1), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, %s>\"}\n"
+           " h = s32[16,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+           " g = s32[16,8] dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={1}\n ROOT r = s32[16,8] negate(g)\n}\n",
+           mesh8, wk);
+  g_window = 8;
+  CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 0);
+  g_window = 0;
+  g_devices = 4;
+}
+
 int main(void) {
   char src[4096];
   /* Data parallel: the batch split over x and y, weights replicated: no communication. */
@@ -261,6 +330,7 @@ int main(void) {
            " p = f32[4,6,6,2] pad(c, z), padding=0_0x1_1x1_1x0_0\n"
            " ROOT cc = f32[4,6,6,4] concatenate(p, x), dimensions={3}\n}\n");
   check("convolution, pad, concatenate", src, 0, 0, 0);
+  check_windowed();
   /* A tensor-parallel convolution: filters split along their output features over y, the
    * batch over x; each chip convolves its batch block with its filters, no collective. */
   snprintf(src, sizeof src,

@@ -1,0 +1,460 @@
+/* spmd-partition's windowed einsums: a dot whose operand must be gathered over every device
+ * of the program runs, as the XLA TPU compiler runs it on v4, v5e and v5p slices of 8 chips
+ * or more, as a loop over the operand's blocks passed around a ring of collective-permutes:
+ * each iteration multiplies the two blocks a chip holds (one arriving each way round) while
+ * the next two travel, so no chip ever holds the whole operand (docs/spmd.md, "Windowed
+ * einsum"). The loop's values equal the gathered dot's up to the order of the partial sums
+ * (a split contraction adds one block's product at a time). */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/strbuf.h"
+#include "compile/spmd_int.h"
+
+/* s32 scalar constant in the computation being built. */
+static tpu_status s32c(sp *s, int64_t v, tpu_instr **out) {
+  tpu_tensor t;
+  TPU_TRY(tpu_tensor_alloc(&t, TPU_S32, 0, NULL, s->d));
+  tpu_tensor_set_i64(&t, 0, v);
+  return tpu_build_constant(&s->b, s->c, "spmd.window.c", &t, NULL, out);
+}
+
+static tpu_status s32op(sp *s, tpu_opcode op, tpu_instr *a, tpu_instr *b, tpu_loc loc, tpu_instr **out) {
+  tpu_shape i32 = tpu__spmd_scalar(TPU_S32);
+  tpu_instr *ops[2] = {a, b};
+  return tpu__spmd_instr(s, op, "spmd.window.i", &i32, ops, 2, loc, out);
+}
+
+/* Every chip receives the block of dimension k (split as h over all devices) that the chip
+ * `dir` blocks on (+1 or -1, round the ring) holds. */
+static tpu_status ring_shift(sp *s, tpu_instr *x, const dsh *h, int k, int dir, tpu_loc loc, tpu_instr **out) {
+  int64_t n = s->mesh->ndev, *dev_of = tpu_calloc((size_t)n, sizeof *dev_of);
+  if (!dev_of) return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
+  for (int64_t p = 0; p < n; p++) dev_of[tpu__spmd_block_at(s->mesh, h, k, p)] = p;
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  tpu_strbuf_printf(&b, "{");
+  for (int64_t q = 0; q < n; q++) {
+    int64_t src = dev_of[(tpu__spmd_block_at(s->mesh, h, k, q) + dir + n) % n];
+    int64_t a = s->mesh->ids ? s->mesh->ids[src] : src, c = s->mesh->ids ? s->mesh->ids[q] : q;
+    tpu_strbuf_printf(&b, "%s{%lld,%lld}", q ? "," : "", (long long)a, (long long)c);
+  }
+  tpu_strbuf_printf(&b, "}");
+  tpu_free(dev_of);
+  tpu_shape l = x->shape;
+  l.has_layout = 0;
+  char ch[32];
+  snprintf(ch, sizeof ch, "%d", ++s->channel);
+  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory")
+                        : tpu__spmd_instr(s, TPU_OP_COLLECTIVE_PERMUTE, "spmd.window.permute", &l, &x, 1, loc, out);
+  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "channel_id", ch);
+  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "source_target_pairs", b.s);
+  tpu_strbuf_deinit(&b);
+  return st;
+}
+
+static tpu_status gte(sp *s, tpu_instr *t, int i, tpu_loc loc, tpu_instr **out) {
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_GET_TUPLE_ELEMENT, "spmd.window.gte", &t->shape.elems[i], &t, 1, loc, out));
+  char ix[16];
+  snprintf(ix, sizeof ix, "%d", i);
+  return tpu_build_set_attr(&s->b, *out, "index", ix);
+}
+
+static tpu_status tuple_of(sp *s, tpu_instr **parts, int n, tpu_loc loc, tpu_instr **out) {
+  tpu_shape ts;
+  memset(&ts, 0, sizeof ts);
+  ts.dtype = TPU_TUPLE;
+  ts.ntuple = n;
+  ts.elems = tpu_arena_alloc(&s->m->arena, sizeof *ts.elems * (size_t)(n + 1));
+  if (!ts.elems) return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
+  for (int i = 0; i < n; i++) ts.elems[i] = parts[i]->shape;
+  return tpu__spmd_instr(s, TPU_OP_TUPLE, "spmd.window.state", &ts, parts, n, loc, out);
+}
+
+/* x's dimension k from s32 offset `off`, `len` long (dynamic-slice; the other starts 0). */
+static tpu_status slice_at(sp *s, tpu_instr *x, int k, tpu_instr *off, int64_t len, tpu_loc loc, tpu_instr **out) {
+  tpu_instr *zero, *ops[TPU_MAX_RANK + 1];
+  TPU_TRY(s32c(s, 0, &zero));
+  ops[0] = x;
+  for (int i = 0; i < x->shape.rank; i++) ops[1 + i] = i == k ? off : zero;
+  tpu_shape r = x->shape;
+  r.dims[k] = len;
+  r.has_layout = 0;
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_DYNAMIC_SLICE, "spmd.window.slice", &r, ops, 1 + x->shape.rank, loc, out));
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  tpu_strbuf_printf(&b, "{");
+  for (int i = 0; i < r.rank; i++) tpu_strbuf_printf(&b, "%s%lld", i ? "," : "", (long long)r.dims[i]);
+  tpu_strbuf_printf(&b, "}");
+  return tpu__spmd_set_attr_text(s, *out, "dynamic_slice_sizes", &b, loc);
+}
+
+/* acc with `blk` written at s32 offset `off` of dimension k (dynamic-update-slice). */
+static tpu_status update_at(sp *s, tpu_instr *acc, tpu_instr *blk, int k, tpu_instr *off, tpu_loc loc, tpu_instr **out) {
+  tpu_instr *zero, *ops[TPU_MAX_RANK + 2];
+  TPU_TRY(s32c(s, 0, &zero));
+  ops[0] = acc;
+  ops[1] = blk;
+  for (int i = 0; i < acc->shape.rank; i++) ops[2 + i] = i == k ? off : zero;
+  return tpu__spmd_instr(s, TPU_OP_DYNAMIC_UPDATE_SLICE, "spmd.window.update", &acc->shape, ops, 2 + acc->shape.rank,
+                         loc, out);
+}
+
+static int uses_axis(const dsh *h, int rank, const int8_t *axes, int n) {
+  for (int i = 0; i < n; i++)
+    if (tpu__spmd_has_axis(h, rank, axes[i])) return 1;
+  return 0;
+}
+
+/* Dots of the computation being partitioned that read x (directly or through converts). */
+static int dot_readers(const sp *s, const tpu_instr *x) {
+  int n = 0;
+  for (int i = 0; i < s->old->ninstrs; i++) {
+    const tpu_instr *u = s->old->instrs[i];
+    if (u->op != TPU_OP_DOT) continue;
+    for (int j = 0; j < u->noperands; j++) {
+      const tpu_instr *o = u->operands[j];
+      while (o->op == TPU_OP_CONVERT && o->noperands == 1) o = o->operands[0];
+      n += o == x;
+    }
+  }
+  return n;
+}
+
+int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const dsh *from, const dsh *to, int *dim) {
+  const tpu_mesh *mesh = s->mesh;
+  if (mesh->windowed_min_devices <= 0 || mesh->ndev < mesh->windowed_min_devices || mesh->ndev % 4) return 0;
+  const tpu_instr *x = in->operands[side];
+  int rank = x->shape.rank, rd = -1;
+  if (from->manual || !tpu_dtype_is_array(x->shape.dtype)) return 0;
+  for (int k = 0; k < rank; k++) {
+    if (same_dim(from, k, to, k)) continue;
+    if (rd >= 0 || to->n[k] || !from->n[k]) return 0; /* one dimension, gathered whole */
+    rd = k;
+  }
+  if (rd < 0 || factor(mesh, from, rd) != mesh->ndev || x->shape.dims[rd] % mesh->ndev) return 0;
+  if (uses_axis(to, rank, from->ax[rd], from->n[rd])) return 0;
+  /* an operand another dot reads too is gathered once for both (XLA's partitioner reuses the
+   * gathered weight of a forward dot in the backward one) */
+  const tpu_instr *src = x;
+  while (src->op == TPU_OP_CONVERT && src->noperands == 1) src = src->operands[0];
+  if (dot_readers(s, src) > 1) return 0;
+  /* batch dimensions stay whole along the ring */
+  const tpu_i64s *b = side ? &in->dot.rhs_batch : &in->dot.lhs_batch;
+  for (int i = 0; i < b->n; i++)
+    if (b->v[i] == rd) return 0;
+  *dim = rd;
+  return 1;
+}
+
+/* Where dimension rd of operand `side` lands in the dot's result (a free dimension), or -1
+ * for a contracting one; *other_dim: the paired dimension of the other operand (contracting). */
+static int result_dim(const tpu_instr *in, int side, int rd, int *other_dim) {
+  const tpu_dot_dims *dd = &in->dot;
+  const tpu_i64s *c = side ? &dd->rhs_contract : &dd->lhs_contract, *oc = side ? &dd->lhs_contract : &dd->rhs_contract;
+  *other_dim = -1;
+  for (int i = 0; i < c->n; i++)
+    if (c->v[i] == rd) {
+      *other_dim = (int)oc->v[i];
+      return -1;
+    }
+  int od = dd->lhs_batch.n;
+  if (side) { /* after the lhs's free dimensions */
+    const tpu_instr *l = in->operands[0];
+    for (int k = 0; k < l->shape.rank; k++)
+      if (tpu_i64s_find(&dd->lhs_batch, k) < 0 && tpu_i64s_find(&dd->lhs_contract, k) < 0) od++;
+  }
+  const tpu_i64s *bb = side ? &dd->rhs_batch : &dd->lhs_batch;
+  for (int k = 0; k < rd; k++)
+    if (tpu_i64s_find(bb, k) < 0 && tpu_i64s_find(c, k) < 0) od++;
+  return od;
+}
+
+tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, const dsh *from, tpu_instr *other,
+                                tpu_instr *shard, const tpu_shape *out_shape, tpu_instr **out) {
+  const tpu_loc loc = in->loc;
+  const int64_t n = s->mesh->ndev;
+  int oc, od = result_dim(in, side, rd, &oc);
+  const int64_t len = shard->shape.dims[rd]; /* one block of the gathered dimension */
+  /* the loop state: (other operand, block arriving forward, result, block arriving back, i) */
+  tpu_instr *zero, *acc0, *back0, *i0, *init;
+  tpu_tensor z;
+  TPU_TRY(tpu_tensor_alloc(&z, out_shape->dtype, 0, NULL, s->d));
+  tpu_tensor_set_f64(&z, 0, 0.0);
+  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.window.zero", &z, NULL, &zero));
+  tpu_shape os = *out_shape;
+  os.has_layout = 0;
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_BROADCAST, "spmd.window.acc", &os, &zero, 1, loc, &acc0));
+  TPU_TRY(tpu_build_set_attr(&s->b, acc0, "dimensions", "{}"));
+  TPU_TRY(ring_shift(s, shard, from, rd, -1, loc, &back0));
+  TPU_TRY(s32c(s, 0, &i0));
+  tpu_instr *parts[5] = {other, shard, acc0, back0, i0};
+  TPU_TRY(tuple_of(s, parts, 5, loc, &init));
+  /* condition and body, built with the pass's frame switched to them */
+  tpu_comp *entry_c = s->c, *cond, *body;
+  tpu_instr *entry_pos = s->pos;
+  char name[160];
+  snprintf(name, sizeof name, "%s.window_body", tpu_instr_user_name(in));
+  TPU_TRY(tpu_build_comp(&s->b, name, entry_c, &body));
+  snprintf(name, sizeof name, "%s.window_cond", tpu_instr_user_name(in));
+  TPU_TRY(tpu_build_comp(&s->b, name, entry_c, &cond));
+  tpu_status st = TPU_OK;
+  s->c = cond;
+  s->pos = NULL;
+  {
+    tpu_instr *p, *i, *lim, *lt;
+    tpu_shape pr = tpu__spmd_scalar(TPU_PRED);
+    st = tpu_build_param(&s->b, cond, 0, "state", &init->shape, &p);
+    if (st == TPU_OK) st = gte(s, p, 4, loc, &i);
+    if (st == TPU_OK) st = s32c(s, n / 2, &lim);
+    tpu_instr *ops[2] = {NULL, NULL};
+    if (st == TPU_OK) {
+      ops[0] = i;
+      ops[1] = lim;
+      st = tpu__spmd_instr(s, TPU_OP_COMPARE, "spmd.window.more", &pr, ops, 2, loc, &lt);
+    }
+    if (st == TPU_OK) st = tpu_build_set_attr(&s->b, lt, "direction", "LT");
+    if (st == TPU_OK) {
+      tpu_build_set_root(cond, lt);
+      st = tpu_build_finish(&s->b, cond);
+    }
+  }
+  s->c = body;
+  s->pos = NULL;
+  if (st == TPU_OK) {
+    tpu_instr *p, *o, *fw, *acc, *bw, *i, *b, *one, *cn, *t, *j[2], *res = NULL;
+    st = tpu_build_param(&s->b, body, 0, "state", &init->shape, &p);
+    if (st == TPU_OK) st = gte(s, p, 0, loc, &o);
+    if (st == TPU_OK) st = gte(s, p, 1, loc, &fw);
+    if (st == TPU_OK) st = gte(s, p, 2, loc, &acc);
+    if (st == TPU_OK) st = gte(s, p, 3, loc, &bw);
+    if (st == TPU_OK) st = gte(s, p, 4, loc, &i);
+    /* Two steps per iteration, as XLA's loop takes them: the second step's products wait
+     * for the first step's transfers. At step i the blocks held are j0 = (b + i) mod n
+     * (arrived forward) and j1 = (b - 1 - i) mod n (arrived back). */
+    if (st == TPU_OK) st = tpu__spmd_block_offset(s, from->ax[rd], from->n[rd], 1, loc, &b);
+    if (st == TPU_OK) st = s32c(s, n, &cn);
+    res = acc;
+    tpu_instr *blocks[2] = {fw, bw}, *step = i;
+    for (int u = 0; st == TPU_OK && u < 2; u++) {
+      if (u) {
+        tpu_instr *c1;
+        st = s32c(s, 1, &c1);
+        if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, i, c1, loc, &step);
+      }
+      if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, b, step, loc, &t);
+      if (st == TPU_OK) st = s32op(s, TPU_OP_REMAINDER, t, cn, loc, &j[0]);
+      if (st == TPU_OK) st = s32c(s, n - 1, &one);
+      if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, b, one, loc, &t);
+      if (st == TPU_OK) st = s32op(s, TPU_OP_SUBTRACT, t, step, loc, &t);
+      if (st == TPU_OK) st = s32op(s, TPU_OP_REMAINDER, t, cn, loc, &j[1]);
+      for (int h = 0; st == TPU_OK && h < 2; h++) {
+        tpu_instr *clen, *off, *lhs = o, *d, *ops[2];
+        st = s32c(s, len, &clen);
+        if (st == TPU_OK) st = s32op(s, TPU_OP_MULTIPLY, j[h], clen, loc, &off);
+        if (st == TPU_OK && od < 0) st = slice_at(s, o, oc, off, len, loc, &lhs); /* its part of the contraction */
+        if (st != TPU_OK) break;
+        ops[side] = blocks[h];
+        ops[1 - side] = lhs;
+        st = tpu_build_clone_instr(&s->b, body, in, ops, &d);
+        if (st != TPU_OK) break;
+        d->shape = os;
+        if (od >= 0) { /* its block of the result */
+          d->shape.dims[od] = len;
+          st = update_at(s, res, d, od, off, loc, &res);
+        } else { /* its share of the sum */
+          ops[0] = res;
+          ops[1] = d;
+          st = tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &os, ops, 2, loc, &res);
+        }
+      }
+      /* the next blocks: from the chip one on (forward) and one back */
+      if (st == TPU_OK) st = ring_shift(s, blocks[0], from, rd, +1, loc, &blocks[0]);
+      if (st == TPU_OK) st = ring_shift(s, blocks[1], from, rd, -1, loc, &blocks[1]);
+    }
+    tpu_instr *fw2 = blocks[0], *bw2 = blocks[1], *i2 = NULL, *c2, *root;
+    if (st == TPU_OK) st = s32c(s, 2, &c2);
+    if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, i, c2, loc, &i2);
+    if (st == TPU_OK) {
+      tpu_instr *next[5] = {o, fw2, res, bw2, i2};
+      st = tuple_of(s, next, 5, loc, &root);
+    }
+    if (st == TPU_OK) {
+      tpu_build_set_root(body, root);
+      st = tpu_build_finish(&s->b, body);
+    }
+  }
+  s->c = entry_c;
+  s->pos = entry_pos;
+  TPU_TRY(st);
+  tpu_instr *w;
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_WHILE, "spmd.window.loop", &init->shape, &init, 1, loc, &w));
+  TPU_TRY(tpu_build_set_attr(&s->b, w, "condition", cond->name));
+  TPU_TRY(tpu_build_set_attr(&s->b, w, "body", body->name));
+  char trip[96];
+  snprintf(trip, sizeof trip, "{\"known_trip_count\":{\"n\":\"%lld\"}}", (long long)(n / 4));
+  TPU_TRY(tpu_build_set_attr(&s->b, w, "backend_config", trip));
+  return gte(s, w, 2, loc, out);
+}
+
+int tpu__spmd_adds(const tpu_comp *c) {
+  const tpu_instr *r = c ? c->root : NULL;
+  return r && r->op == TPU_OP_ADD && c->nparams == 2 && r->noperands == 2 && r->operands[0]->op == TPU_OP_PARAMETER &&
+         r->operands[1]->op == TPU_OP_PARAMETER && r->operands[0] != r->operands[1];
+}
+
+/* Which operand's free dimension dimension od of dot d's result is (*side, *dim); 0 for a
+ * batch dimension. */
+static int operand_dim(const tpu_instr *d, int od, int *side, int *dim) {
+  const tpu_dot_dims *dd = &d->dot;
+  if (od < dd->lhs_batch.n) return 0;
+  int r = (int)dd->lhs_batch.n;
+  for (int t = 0; t < 2; t++) {
+    const tpu_instr *x = d->operands[t];
+    const tpu_i64s *b = t ? &dd->rhs_batch : &dd->lhs_batch, *c = t ? &dd->rhs_contract : &dd->lhs_contract;
+    for (int k = 0; k < x->shape.rank; k++) {
+      if (tpu_i64s_find(b, k) >= 0 || tpu_i64s_find(c, k) >= 0) continue;
+      if (r++ == od) {
+        *side = t;
+        *dim = k;
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, int k, tpu_loc loc, tpu_instr **out,
+                                int *done) {
+  *done = 0;
+  const tpu_mesh *mesh = s->mesh;
+  const int64_t n = mesh->ndev;
+  int side, fd;
+  if (mesh->windowed_min_devices <= 0 || n < mesh->windowed_min_devices || n % 4 || factor(mesh, to, k) != n ||
+      part->op != TPU_OP_DOT || part->noperands != 2 || !operand_dim(part, kd, &side, &fd) ||
+      part->shape.dims[kd] % n || part->operands[side]->shape.dims[fd] != part->shape.dims[kd])
+    return TPU_OK;
+  const int64_t len = part->shape.dims[kd] / n;
+  tpu_shape bs = part->shape; /* one block of the result */
+  bs.dims[kd] = len;
+  bs.has_layout = 0;
+  bs.layout_tail = NULL;
+  /* state: (the operand sliced, the other, sum travelling forward, sum travelling back, i) */
+  tpu_instr *zero, *acc0, *i0, *init;
+  tpu_tensor z;
+  TPU_TRY(tpu_tensor_alloc(&z, bs.dtype, 0, NULL, s->d));
+  tpu_tensor_set_f64(&z, 0, 0.0);
+  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.window.zero", &z, NULL, &zero));
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_BROADCAST, "spmd.window.acc", &bs, &zero, 1, loc, &acc0));
+  TPU_TRY(tpu_build_set_attr(&s->b, acc0, "dimensions", "{}"));
+  TPU_TRY(s32c(s, 0, &i0));
+  tpu_instr *parts[5] = {part->operands[side], part->operands[1 - side], acc0, acc0, i0};
+  TPU_TRY(tuple_of(s, parts, 5, loc, &init));
+  tpu_comp *entry_c = s->c, *cond, *body;
+  tpu_instr *entry_pos = s->pos;
+  char name[160];
+  snprintf(name, sizeof name, "%s.window_body", s->cur ? tpu_instr_user_name(s->cur) : "dot");
+  TPU_TRY(tpu_build_comp(&s->b, name, entry_c, &body));
+  snprintf(name, sizeof name, "%s.window_cond", s->cur ? tpu_instr_user_name(s->cur) : "dot");
+  TPU_TRY(tpu_build_comp(&s->b, name, entry_c, &cond));
+  tpu_status st = TPU_OK;
+  s->c = cond;
+  s->pos = NULL;
+  {
+    tpu_instr *p, *i, *lim, *lt, *ops[2];
+    tpu_shape pr = tpu__spmd_scalar(TPU_PRED);
+    st = tpu_build_param(&s->b, cond, 0, "state", &init->shape, &p);
+    if (st == TPU_OK) st = gte(s, p, 4, loc, &i);
+    if (st == TPU_OK) st = s32c(s, n / 2, &lim);
+    if (st == TPU_OK) {
+      ops[0] = i;
+      ops[1] = lim;
+      st = tpu__spmd_instr(s, TPU_OP_COMPARE, "spmd.window.more", &pr, ops, 2, loc, &lt);
+    }
+    if (st == TPU_OK) st = tpu_build_set_attr(&s->b, lt, "direction", "LT");
+    if (st == TPU_OK) {
+      tpu_build_set_root(cond, lt);
+      st = tpu_build_finish(&s->b, cond);
+    }
+  }
+  s->c = body;
+  s->pos = NULL;
+  if (st == TPU_OK) {
+    tpu_instr *p, *a, *o, *acc[2], *i, *b, *cn, *t, *j[2];
+    st = tpu_build_param(&s->b, body, 0, "state", &init->shape, &p);
+    if (st == TPU_OK) st = gte(s, p, 0, loc, &a);
+    if (st == TPU_OK) st = gte(s, p, 1, loc, &o);
+    if (st == TPU_OK) st = gte(s, p, 2, loc, &acc[0]);
+    if (st == TPU_OK) st = gte(s, p, 3, loc, &acc[1]);
+    if (st == TPU_OK) st = gte(s, p, 4, loc, &i);
+    /* Two steps per iteration, as XLA's loop takes them. At step i the sum travelling forward
+     * is added to n/2 - 1 - i more times before it stops at the chip whose block it is: this
+     * chip adds its product for block (b + n/2 - 1 - i) mod n; the one travelling back moves
+     * once more after the loop: block (b + n/2 + i) mod n. */
+    if (st == TPU_OK) st = tpu__spmd_block_offset(s, to->ax[k], to->n[k], 1, loc, &b);
+    if (st == TPU_OK) st = s32c(s, n, &cn);
+    tpu_instr *next[2] = {acc[0], acc[1]}, *step = i;
+    for (int u = 0; st == TPU_OK && u < 2; u++) {
+      tpu_instr *c;
+      if (u) {
+        st = s32c(s, 1, &c);
+        if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, i, c, loc, &step);
+      }
+      if (st == TPU_OK) st = s32c(s, n / 2 - 1, &c);
+      if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, b, c, loc, &t);
+      if (st == TPU_OK) st = s32op(s, TPU_OP_SUBTRACT, t, step, loc, &t);
+      if (st == TPU_OK) st = s32op(s, TPU_OP_REMAINDER, t, cn, loc, &j[0]);
+      if (st == TPU_OK) st = s32c(s, n / 2, &c);
+      if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, b, c, loc, &t);
+      if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, t, step, loc, &t);
+      if (st == TPU_OK) st = s32op(s, TPU_OP_REMAINDER, t, cn, loc, &j[1]);
+      for (int h = 0; st == TPU_OK && h < 2; h++) {
+        tpu_instr *clen, *off, *sl, *d, *moved, *ops[2];
+        st = s32c(s, len, &clen);
+        if (st == TPU_OK) st = s32op(s, TPU_OP_MULTIPLY, j[h], clen, loc, &off);
+        if (st == TPU_OK) st = slice_at(s, a, fd, off, len, loc, &sl);
+        if (st != TPU_OK) break;
+        ops[side] = sl;
+        ops[1 - side] = o;
+        st = tpu_build_clone_instr(&s->b, body, part, ops, &d);
+        if (st != TPU_OK) break;
+        d->shape = bs;
+        st = ring_shift(s, next[h], to, k, h ? +1 : -1, loc, &moved);
+        if (st != TPU_OK) break;
+        ops[0] = moved;
+        ops[1] = d;
+        st = tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &bs, ops, 2, loc, &next[h]);
+      }
+    }
+    tpu_instr *i2 = NULL, *c2, *root;
+    if (st == TPU_OK) st = s32c(s, 2, &c2);
+    if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, i, c2, loc, &i2);
+    if (st == TPU_OK) {
+      tpu_instr *nx[5] = {a, o, next[0], next[1], i2};
+      st = tuple_of(s, nx, 5, loc, &root);
+    }
+    if (st == TPU_OK) {
+      tpu_build_set_root(body, root);
+      st = tpu_build_finish(&s->b, body);
+    }
+  }
+  s->c = entry_c;
+  s->pos = entry_pos;
+  TPU_TRY(st);
+  tpu_instr *w, *fw, *bw, *last, *ops[2];
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_WHILE, "spmd.window.loop", &init->shape, &init, 1, loc, &w));
+  TPU_TRY(tpu_build_set_attr(&s->b, w, "condition", cond->name));
+  TPU_TRY(tpu_build_set_attr(&s->b, w, "body", body->name));
+  char trip[96];
+  snprintf(trip, sizeof trip, "{\"known_trip_count\":{\"n\":\"%lld\"}}", (long long)(n / 4));
+  TPU_TRY(tpu_build_set_attr(&s->b, w, "backend_config", trip));
+  TPU_TRY(gte(s, w, 2, loc, &fw));
+  TPU_TRY(gte(s, w, 3, loc, &bw));
+  TPU_TRY(ring_shift(s, bw, to, k, +1, loc, &last));
+  ops[0] = fw;
+  ops[1] = last;
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &bs, ops, 2, loc, out));
+  *done = 1;
+  return TPU_OK;
+}
