@@ -109,3 +109,23 @@ def test_pod_call_on_arrays_equals_run(pod):
     for g, w in zip(got, want):
         assert np.asarray(g).tobytes() == w.tobytes()
     assert rep_b.cycles == rep_n.cycles and rep_b.devices == 8
+
+
+def test_windowed_einsum_switch(cli):
+    """FSDP over every chip of a v5e 2x4 slice (bench/spmd fsdp_mlp_step): by default the
+    weights pass round the ring as the XLA TPU compiler's windowed einsums (collective-permutes,
+    no gather of the first weight); windowed_einsum=False gathers and reduce-scatters. Step
+    times equal `tpusim run`'s with and without --no-windowed-einsum."""
+    import re
+    import subprocess
+
+    hlo = os.path.join(os.path.dirname(EX), "bench", "spmd", "cases", "fsdp_mlp_step", "prog.hlo")
+    kinds = {}
+    for on in (True, False):
+        _, rep = tpusim.run(hlo, mode="timing", chip="v5e", windowed_einsum=on)
+        kinds[on] = {o["kind"] for o in rep.ops}
+        cmd = [cli, "run", hlo, "--mode", "timing", "--chip", "v5e"] + ([] if on else ["--no-windowed-einsum"])
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        assert int(re.search(r"\((\d+) cycles", out).group(1)) == rep.cycles
+    assert "collective-permute" in kinds[True] and "reduce-scatter" not in kinds[True]
+    assert "collective-permute" not in kinds[False] and "reduce-scatter" in kinds[False]

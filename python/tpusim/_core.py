@@ -103,10 +103,11 @@ class Module:
         return f"<tpusim.Module {self.name}: {len(self.params)} parameter(s), {self.devices} device(s)>"
 
     def run(self, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full", out_shardings=None,
-            mesh=None, topology=None, slices=None, progress=None):
+            mesh=None, topology=None, slices=None, progress=None, windowed_einsum=True):
         """Runs the entry computation; see tpusim.run."""
         L = _lib.lib()
-        o, keep_opts = self._options(backend, chip, precision, mode, out_shardings, mesh, topology, slices)
+        o, keep_opts = self._options(backend, chip, precision, mode, out_shardings, mesh, topology, slices,
+                                     windowed_einsum)
         arrays, keep = self._inputs(inputs if inputs is not None else [], mode)
         r = ctypes.c_void_p()
         d = _lib.Diag()
@@ -128,7 +129,7 @@ class Module:
         return outputs, report
 
     def call(self, inputs, *, donate=None, backend="tpu", chip="v5e", precision=None, out_shardings=None, mesh=None,
-             topology=None, slices=None, progress=None):
+             topology=None, slices=None, progress=None, windowed_einsum=True):
         """Runs the entry computation on inputs kept in tpusim and returns its outputs kept
         there too: (outputs, report), outputs a list of tpusim.Array (None for a token).
         inputs: tpusim.Array (read in place) or anything tpusim.run takes (copied in).
@@ -136,13 +137,14 @@ class Module:
         such Array is deleted once the run succeeds. See docs/python.md."""
         from ._buffer import call_module
 
-        o, keep_opts = self._options(backend, chip, precision, "full", out_shardings, mesh, topology, slices)
+        o, keep_opts = self._options(backend, chip, precision, "full", out_shardings, mesh, topology, slices,
+                                     windowed_einsum)
         try:
             return call_module(self, o, inputs, donate, progress)
         finally:
             del keep_opts
 
-    def _options(self, backend, chip, precision, mode, out_shardings, mesh, topology, slices):
+    def _options(self, backend, chip, precision, mode, out_shardings, mesh, topology, slices, windowed_einsum=True):
         """A tpu_sim_options struct, and what its strings point into (kept alive by the caller)."""
         L = _lib.lib()
         o = _lib.Options()
@@ -163,6 +165,8 @@ class Module:
             o.topology = str(topology).encode()
         if slices is not None:
             o.slices = int(slices)
+        # False: gather and reduce-scatter where the chip's XLA compiler runs a windowed einsum
+        o.no_windowed_einsum = 0 if windowed_einsum else 1
         if out_shardings is not None:
             shs = [out_shardings] if isinstance(out_shardings, str) else list(out_shardings)
             keep = (ctypes.c_char_p * max(1, len(shs)))(*[s.encode() for s in shs])
@@ -314,7 +318,7 @@ def load(hlo, name=None):
 
 
 def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=None, mode="full",
-        out_shardings=None, mesh=None, topology=None, slices=None, progress=None):
+        out_shardings=None, mesh=None, topology=None, slices=None, progress=None, windowed_einsum=True):
     """Runs an HLO module's entry computation on tpusim.
 
     hlo_text_or_path: HLO text (as jax's lower(...).as_text(dialect="hlo") prints it), a
@@ -335,6 +339,8 @@ def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=N
     topology: for modules of several devices, the slice the collectives are timed on, as
       `tpusim run --topology` takes it ("v5p-256", "4x4x8"); None: the chip's default slice.
     slices: how many such slices DCN joins (`--slices`); None: one.
+    windowed_einsum: False partitions with all-gathers and reduce-scatters where the chip's
+      XLA compiler passes a dot's operand or partial sums round a ring (`--no-windowed-einsum`).
     progress: while values are computed, a tqdm bar over the entry's instructions once a run
       has taken a second (None: when tqdm is installed; True: required; False: none), or a
       callable taking (step, nsteps, loop_iteration).
@@ -344,4 +350,4 @@ def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=N
     """
     m = hlo_text_or_path if isinstance(hlo_text_or_path, Module) else Module(hlo_text_or_path)
     return m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, out_shardings=out_shardings,
-                 mesh=mesh, topology=topology, slices=slices, progress=progress)
+                 mesh=mesh, topology=topology, slices=slices, progress=progress, windowed_einsum=windowed_einsum)
