@@ -63,7 +63,7 @@ static void usage(FILE *f) {
           "                 carries its own); tpusim partitions it over the mesh's chips (docs/spmd.md)\n"
           "  --no-windowed-einsum  gather and reduce-scatter over every chip where the chip's XLA\n"
           "                 compiler passes a dot's operand or partial sums round a ring (v4, v5e, v5p\n"
-          "                 slices of 8 chips or more; docs/spmd.md)\n"
+          "                 slices of 8 to 16 or 32 chips; docs/spmd.md)\n"
           "  --per-device   (modules of several devices) write each device's result as DIR/devD/K.npy\n"
           "                 instead of the global arrays\n"
           "  --out-sharding S  the sharding of the result (HLO syntax, e.g. '{devices=[2,4]<=[8]}'), once\n"

@@ -72,6 +72,7 @@ typedef enum {
   X(ICI_BW_PER_LINK, ici_bw_per_link, 'f', 0, "B/s", "bandwidth per ICI link, one way")      \
   X(ICI_LATENCY_S, ici_latency_s, 'f', 0, "s", "ICI latency per hop")                        \
   X(WINDOWED_EINSUM_MIN_CHIPS, windowed_einsum_min_chips, 'i', 0, "chips", "smallest program over which the XLA TPU compiler runs a dot's all-gather or reduce-scatter over every chip as a windowed-einsum loop (absent: never)") \
+  X(WINDOWED_EINSUM_MAX_CHIPS, windowed_einsum_max_chips, 'i', 0, "chips", "largest such program (absent: no bound)") \
   X(TOPOLOGY, topology, 'o', 1, "", "interconnect topology")                                 \
   X(MAX_DIMS, max_dims, 'm', 0, "chips", "largest ICI slice shape")                          \
   X(MAX_CHIPS, max_chips, 'i', 1, "chips", "largest ICI-connected slice")                    \
@@ -133,6 +134,7 @@ typedef struct tpu_chip {
   int64_t ici_links;
   double ici_bw_per_link, ici_latency_s;
   int64_t windowed_einsum_min_chips; /* 0 when absent: no windowed einsum (spmd_window.c) */
+  int64_t windowed_einsum_max_chips; /* 0 when absent: no upper bound */
   tpu_topology_kind topology;
   int64_t max_dims[3]; /* unused axes are 1 */
   int64_t max_chips, pod_chips;

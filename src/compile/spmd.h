@@ -39,8 +39,8 @@ typedef struct tpu_mesh {
   int bf16_dot_gathers;
   /* Run a dot whose operand is gathered over every device as the XLA TPU compiler's
    * windowed-einsum loop (spmd_window.c) when the mesh has at least this many devices (the
-   * chip's windowed_einsum_min_chips; 0: never). */
-  int64_t windowed_min_devices;
+   * chip's windowed_einsum_min_chips; 0: never) and at most windowed_max_devices (0: any). */
+  int64_t windowed_min_devices, windowed_max_devices;
 } tpu_mesh;
 
 struct tpu_chip;

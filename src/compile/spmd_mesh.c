@@ -22,6 +22,7 @@ const char *tpu__spmd_attr(const tpu_instr *in, const char *name) {
 void tpu_mesh_price_for(tpu_mesh *mesh, const tpu_chip *chip) {
   mesh->step_bytes = chip ? chip->ici_bw_per_link * chip->ici_latency_s : 45e9 * 1e-6;
   mesh->windowed_min_devices = chip ? chip->windowed_einsum_min_chips : 0;
+  mesh->windowed_max_devices = chip ? chip->windowed_einsum_max_chips : 0;
   mesh->flop_bytes = chip && chip->peak_bf16_flops > 0 ? 2 * chip->ici_bw_per_link / chip->peak_bf16_flops
                                                        : 2 * 45e9 / 197e12; /* v5e's */
 }

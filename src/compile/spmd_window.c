@@ -107,6 +107,13 @@ static int uses_axis(const dsh *h, int rank, const int8_t *axes, int n) {
   return 0;
 }
 
+/* Whether the compiler makes windowed einsums over all of this mesh's devices (the loop takes
+ * two ring steps per iteration: a multiple of 4 devices). */
+static int windowed_mesh(const tpu_mesh *mesh) {
+  return mesh->windowed_min_devices > 0 && mesh->ndev >= mesh->windowed_min_devices &&
+         (mesh->windowed_max_devices <= 0 || mesh->ndev <= mesh->windowed_max_devices) && mesh->ndev % 4 == 0;
+}
+
 /* Dots of the computation being partitioned that read x (directly or through converts). */
 static int dot_readers(const sp *s, const tpu_instr *x) {
   int n = 0;
@@ -124,7 +131,7 @@ static int dot_readers(const sp *s, const tpu_instr *x) {
 
 int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const dsh *from, const dsh *to, int *dim) {
   const tpu_mesh *mesh = s->mesh;
-  if (mesh->windowed_min_devices <= 0 || mesh->ndev < mesh->windowed_min_devices || mesh->ndev % 4) return 0;
+  if (!windowed_mesh(mesh)) return 0;
   const tpu_instr *x = in->operands[side];
   int rank = x->shape.rank, rd = -1;
   if (from->manual || !tpu_dtype_is_array(x->shape.dtype)) return 0;
@@ -331,7 +338,7 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
   const tpu_mesh *mesh = s->mesh;
   const int64_t n = mesh->ndev;
   int side, fd;
-  if (mesh->windowed_min_devices <= 0 || n < mesh->windowed_min_devices || n % 4 || factor(mesh, to, k) != n ||
+  if (!windowed_mesh(mesh) || factor(mesh, to, k) != n ||
       part->op != TPU_OP_DOT || part->noperands != 2 || !operand_dim(part, kd, &side, &fd) ||
       part->shape.dims[kd] % n || part->operands[side]->shape.dims[fd] != part->shape.dims[kd])
     return TPU_OK;

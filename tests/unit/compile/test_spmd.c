@@ -51,6 +51,7 @@ static int count_op(const tpu_module *m, tpu_opcode op) {
 
 static int g_devices = 4; /* chips of the mesh check_ref partitions for (MESH: 2x2) */
 static int64_t g_window = 0; /* the mesh's windowed_min_devices (0: no windowed einsum) */
+static int64_t g_window_max = 0; /* and its windowed_max_devices (0: no bound) */
 
 /* Partitions m over its own mesh, with windowed einsums from g_window devices. */
 static tpu_status partition(tpu_module *m, tpu_diag *d) {
@@ -60,6 +61,7 @@ static tpu_status partition(tpu_module *m, tpu_diag *d) {
   TPU_TRY(tpu_mesh_from_module(m, &mesh, &found, d));
   if (!found) return tpu_spmd_partition(m, NULL, d);
   mesh.windowed_min_devices = g_window;
+  mesh.windowed_max_devices = g_window_max;
   tpu_status st = tpu_spmd_partition(m, &mesh, d);
   tpu_mesh_free(&mesh);
   return st;
@@ -259,6 +261,11 @@ static void check_windowed(void) {
     g_window = 16; /* below the threshold: gathered */
     CHECK_EQ_INT(count_after(src, TPU_OP_ALL_GATHER), 1);
     CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 0);
+    g_window = g_window_max = 4; /* above the largest slice that makes them: gathered */
+    CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 0);
+    g_window_max = 8;
+    CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 1);
+    g_window_max = 0;
   }
   /* a weight gradient (the batch contracted) that the update takes split like the weight:
    * its partial sums pass round the ring both ways, each chip adding its product for the
