@@ -50,30 +50,19 @@ static tpu_status rows(sp *s, tpu_instr *x, int d, int64_t lo, int64_t hi, tpu_l
 /* x sent to each chip's neighbour in direction dir along the split (chips at the edge get
  * zeros: the convolution's zero padding). */
 static tpu_status to_neighbour(sp *s, tpu_instr *x, const dsh *h, int k, int dir, tpu_loc loc, tpu_instr **out) {
-  int64_t n = s->mesh->ndev, *nb = tpu_calloc((size_t)n, sizeof *nb);
-  if (!nb) return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
-  neighbours(s->mesh, h, k, dir, nb);
-  tpu_strbuf b;
-  tpu_strbuf_init(&b);
-  tpu_strbuf_printf(&b, "{");
-  int first = 1;
-  for (int64_t p = 0; p < n; p++) {
-    if (nb[p] < 0) continue;
-    int64_t a = s->mesh->ids ? s->mesh->ids[p] : p, c = s->mesh->ids ? s->mesh->ids[nb[p]] : nb[p];
-    tpu_strbuf_printf(&b, "%s{%lld,%lld}", first ? "" : ",", (long long)a, (long long)c);
-    first = 0;
+  int64_t n = s->mesh->ndev, *nb = tpu_calloc((size_t)n, sizeof *nb), *src = tpu_calloc((size_t)n, sizeof *src);
+  if (!nb || !src) {
+    tpu_free(nb);
+    tpu_free(src);
+    return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
   }
-  tpu_strbuf_printf(&b, "}");
+  neighbours(s->mesh, h, k, dir, nb);
+  for (int64_t p = 0; p < n; p++) src[p] = -1;
+  for (int64_t p = 0; p < n; p++)
+    if (nb[p] >= 0) src[nb[p]] = p;
+  tpu_status st = tpu__spmd_permute(s, x, src, "spmd.halo-exchange", loc, out);
   tpu_free(nb);
-  tpu_shape l = x->shape;
-  l.has_layout = 0;
-  char ch[32];
-  snprintf(ch, sizeof ch, "%d", ++s->channel);
-  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory")
-                        : tpu__spmd_instr(s, TPU_OP_COLLECTIVE_PERMUTE, "spmd.halo-exchange", &l, &x, 1, loc, out);
-  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "channel_id", ch);
-  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "source_target_pairs", b.s);
-  tpu_strbuf_deinit(&b);
+  tpu_free(src);
   return st;
 }
 

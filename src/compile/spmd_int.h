@@ -115,6 +115,12 @@ int64_t tpu__spmd_block_at(const tpu_mesh *mesh, const dsh *h, int k, int64_t p)
 tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out);
 tpu_status tpu__spmd_reshard_tuple(sp *s, tpu_instr *x, const dsh *el, const dsh *to, tpu_loc loc, tpu_instr **out);
 tpu_status tpu__spmd_operand_as(sp *s, const tpu_instr *in, int i, const dsh *to, tpu_instr **out);
+/* x's dimension k from s32 offset `off`, `len` long (a dynamic-slice named after hint). */
+tpu_status tpu__spmd_slice_at(sp *s, tpu_instr *x, int k, tpu_instr *off, int64_t len, const char *hint, tpu_loc loc,
+                              tpu_instr **out);
+/* The collective-permute by which each mesh position q receives x from position src[q]
+ * (-1: from none, zeros). */
+tpu_status tpu__spmd_permute(sp *s, tpu_instr *x, const int64_t *src, const char *hint, tpu_loc loc, tpu_instr **out);
 /* gather and scatter (spmd_index.c). */
 tpu_status tpu__spmd_index_op(sp *s, const tpu_instr *in);
 /* A reshard of per-chip value v made before in this computation (NULL: none), and

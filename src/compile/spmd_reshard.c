@@ -224,25 +224,55 @@ tpu_status tpu__spmd_block_offset(sp *s, const int8_t *axes, int n, int64_t len,
 }
 
 /* This chip's block of dimension k of x, split over the given axes (no communication). */
-static tpu_status slice_dim(sp *s, tpu_instr *x, int k, const int8_t *axes, int n, tpu_loc loc, tpu_instr **out) {
-  int64_t f = 1;
-  for (int i = 0; i < n; i++) f *= s->mesh->sizes[axes[i]];
-  int64_t len = x->shape.dims[k] / f;
-  tpu_instr *off, *zero, *ops[TPU_MAX_RANK + 1];
-  TPU_TRY(tpu__spmd_block_offset(s, axes, n, len, loc, &off));
+tpu_status tpu__spmd_slice_at(sp *s, tpu_instr *x, int k, tpu_instr *off, int64_t len, const char *hint, tpu_loc loc,
+                              tpu_instr **out) {
+  tpu_instr *zero, *ops[TPU_MAX_RANK + 1];
   TPU_TRY(const_s32(s, 0, &zero));
   ops[0] = x;
   for (int i = 0; i < x->shape.rank; i++) ops[1 + i] = i == k ? off : zero;
   tpu_shape r = x->shape;
   r.dims[k] = len;
   r.has_layout = 0;
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_DYNAMIC_SLICE, "spmd.slice", &r, ops, 1 + x->shape.rank, loc, out));
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_DYNAMIC_SLICE, hint, &r, ops, 1 + x->shape.rank, loc, out));
   tpu_strbuf b;
   tpu_strbuf_init(&b);
   tpu_strbuf_printf(&b, "{");
   for (int i = 0; i < r.rank; i++) tpu_strbuf_printf(&b, "%s%lld", i ? "," : "", (long long)r.dims[i]);
   tpu_strbuf_printf(&b, "}");
-  tpu_status st = tpu__spmd_set_attr_text(s, *out, "dynamic_slice_sizes", &b, loc);
+  return tpu__spmd_set_attr_text(s, *out, "dynamic_slice_sizes", &b, loc);
+}
+
+static tpu_status slice_dim(sp *s, tpu_instr *x, int k, const int8_t *axes, int n, tpu_loc loc, tpu_instr **out) {
+  int64_t f = 1;
+  for (int i = 0; i < n; i++) f *= s->mesh->sizes[axes[i]];
+  int64_t len = x->shape.dims[k] / f;
+  tpu_instr *off;
+  TPU_TRY(tpu__spmd_block_offset(s, axes, n, len, loc, &off));
+  return tpu__spmd_slice_at(s, x, k, off, len, "spmd.slice", loc, out);
+}
+
+tpu_status tpu__spmd_permute(sp *s, tpu_instr *x, const int64_t *src, const char *hint, tpu_loc loc, tpu_instr **out) {
+  const int64_t *ids = s->mesh->ids;
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  tpu_strbuf_printf(&b, "{");
+  int first = 1;
+  for (int64_t q = 0; q < s->mesh->ndev; q++) {
+    if (src[q] < 0) continue;
+    tpu_strbuf_printf(&b, "%s{%lld,%lld}", first ? "" : ",", (long long)(ids ? ids[src[q]] : src[q]),
+                      (long long)(ids ? ids[q] : q));
+    first = 0;
+  }
+  tpu_strbuf_printf(&b, "}");
+  tpu_shape l = x->shape;
+  l.has_layout = 0;
+  char ch[32];
+  snprintf(ch, sizeof ch, "%d", ++s->channel);
+  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory")
+                        : tpu__spmd_instr(s, TPU_OP_COLLECTIVE_PERMUTE, hint, &l, &x, 1, loc, out);
+  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "channel_id", ch);
+  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "source_target_pairs", b.s);
+  tpu_strbuf_deinit(&b);
   return st;
 }
 
@@ -386,23 +416,7 @@ static tpu_status permute_have(sp *s, tpu_instr *x, const int64_t *have, const d
   ok = ok && moves;
   tpu_status st = TPU_OK;
   if (ok) {
-    tpu_strbuf b;
-    tpu_strbuf_init(&b);
-    tpu_strbuf_printf(&b, "{");
-    for (int64_t q = 0; q < n; q++) {
-      int64_t a = s->mesh->ids ? s->mesh->ids[src[q]] : src[q], c = s->mesh->ids ? s->mesh->ids[q] : q;
-      tpu_strbuf_printf(&b, "%s{%lld,%lld}", q ? "," : "", (long long)a, (long long)c);
-    }
-    tpu_strbuf_printf(&b, "}");
-    tpu_shape l = x->shape;
-    l.has_layout = 0;
-    char ch[32];
-    snprintf(ch, sizeof ch, "%d", ++s->channel);
-    st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory")
-               : tpu__spmd_instr(s, TPU_OP_COLLECTIVE_PERMUTE, "spmd.collective-permute", &l, &x, 1, loc, out);
-    if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "channel_id", ch);
-    if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "source_target_pairs", b.s);
-    tpu_strbuf_deinit(&b);
+    st = tpu__spmd_permute(s, x, src, "spmd.collective-permute", loc, out);
     *done = st == TPU_OK;
   }
   tpu_free(src);

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/strbuf.h"
 #include "compile/spmd_int.h"
 
 /* s32 scalar constant in the computation being built. */
@@ -29,28 +28,17 @@ static tpu_status s32op(sp *s, tpu_opcode op, tpu_instr *a, tpu_instr *b, tpu_lo
 /* Every chip receives the block of dimension k (split as h over all devices) that the chip
  * `dir` blocks on (+1 or -1, round the ring) holds. */
 static tpu_status ring_shift(sp *s, tpu_instr *x, const dsh *h, int k, int dir, tpu_loc loc, tpu_instr **out) {
-  int64_t n = s->mesh->ndev, *dev_of = tpu_calloc((size_t)n, sizeof *dev_of);
-  if (!dev_of) return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
-  for (int64_t p = 0; p < n; p++) dev_of[tpu__spmd_block_at(s->mesh, h, k, p)] = p;
-  tpu_strbuf b;
-  tpu_strbuf_init(&b);
-  tpu_strbuf_printf(&b, "{");
-  for (int64_t q = 0; q < n; q++) {
-    int64_t src = dev_of[(tpu__spmd_block_at(s->mesh, h, k, q) + dir + n) % n];
-    int64_t a = s->mesh->ids ? s->mesh->ids[src] : src, c = s->mesh->ids ? s->mesh->ids[q] : q;
-    tpu_strbuf_printf(&b, "%s{%lld,%lld}", q ? "," : "", (long long)a, (long long)c);
+  int64_t n = s->mesh->ndev, *dev_of = tpu_calloc((size_t)n, sizeof *dev_of), *src = tpu_calloc((size_t)n, sizeof *src);
+  if (!dev_of || !src) {
+    tpu_free(dev_of);
+    tpu_free(src);
+    return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
   }
-  tpu_strbuf_printf(&b, "}");
+  for (int64_t p = 0; p < n; p++) dev_of[tpu__spmd_block_at(s->mesh, h, k, p)] = p;
+  for (int64_t q = 0; q < n; q++) src[q] = dev_of[(tpu__spmd_block_at(s->mesh, h, k, q) + dir + n) % n];
+  tpu_status st = tpu__spmd_permute(s, x, src, "spmd.window.permute", loc, out);
   tpu_free(dev_of);
-  tpu_shape l = x->shape;
-  l.has_layout = 0;
-  char ch[32];
-  snprintf(ch, sizeof ch, "%d", ++s->channel);
-  tpu_status st = b.oom ? TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory")
-                        : tpu__spmd_instr(s, TPU_OP_COLLECTIVE_PERMUTE, "spmd.window.permute", &l, &x, 1, loc, out);
-  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "channel_id", ch);
-  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "source_target_pairs", b.s);
-  tpu_strbuf_deinit(&b);
+  tpu_free(src);
   return st;
 }
 
@@ -72,23 +60,90 @@ static tpu_status tuple_of(sp *s, tpu_instr **parts, int n, tpu_loc loc, tpu_ins
   return tpu__spmd_instr(s, TPU_OP_TUPLE, "spmd.window.state", &ts, parts, n, loc, out);
 }
 
-/* x's dimension k from s32 offset `off`, `len` long (dynamic-slice; the other starts 0). */
-static tpu_status slice_at(sp *s, tpu_instr *x, int k, tpu_instr *off, int64_t len, tpu_loc loc, tpu_instr **out) {
-  tpu_instr *zero, *ops[TPU_MAX_RANK + 1];
-  TPU_TRY(s32c(s, 0, &zero));
-  ops[0] = x;
-  for (int i = 0; i < x->shape.rank; i++) ops[1 + i] = i == k ? off : zero;
-  tpu_shape r = x->shape;
-  r.dims[k] = len;
-  r.has_layout = 0;
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_DYNAMIC_SLICE, "spmd.window.slice", &r, ops, 1 + x->shape.rank, loc, out));
-  tpu_strbuf b;
-  tpu_strbuf_init(&b);
-  tpu_strbuf_printf(&b, "{");
-  for (int i = 0; i < r.rank; i++) tpu_strbuf_printf(&b, "%s%lld", i ? "," : "", (long long)r.dims[i]);
-  tpu_strbuf_printf(&b, "}");
-  return tpu__spmd_set_attr_text(s, *out, "dynamic_slice_sizes", &b, loc);
+/* zeros of shape sh (a broadcast constant): a sum's start. */
+static tpu_status zeros(sp *s, const tpu_shape *sh, tpu_loc loc, tpu_instr **out) {
+  tpu_instr *zero;
+  tpu_tensor z;
+  TPU_TRY(tpu_tensor_alloc(&z, sh->dtype, 0, NULL, s->d));
+  tpu_tensor_set_f64(&z, 0, 0.0);
+  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.window.zero", &z, NULL, &zero));
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_BROADCAST, "spmd.window.acc", sh, &zero, 1, loc, out));
+  return tpu_build_set_attr(&s->b, *out, "dimensions", "{}");
 }
+
+/* A loop over the ring being built: its state is a 5-tuple whose last element counts the
+ * steps (two per iteration, n/2 in all); the pass builds into its body between open_loop
+ * and close_loop. */
+typedef struct {
+  tpu_comp *entry, *cond, *body;
+  tpu_instr *entry_pos, *state, *i;
+} ring_loop;
+
+static tpu_status open_loop(sp *s, const char *base, tpu_instr *init, tpu_loc loc, ring_loop *l) {
+  memset(l, 0, sizeof *l);
+  l->entry = s->c;
+  l->entry_pos = s->pos;
+  char name[160];
+  snprintf(name, sizeof name, "%s.window_body", base);
+  TPU_TRY(tpu_build_comp(&s->b, name, l->entry, &l->body));
+  snprintf(name, sizeof name, "%s.window_cond", base);
+  TPU_TRY(tpu_build_comp(&s->b, name, l->entry, &l->cond));
+  /* the condition: i < n/2 */
+  s->c = l->cond;
+  s->pos = NULL;
+  tpu_instr *p, *i, *lim, *lt, *ops[2];
+  tpu_shape pr = tpu__spmd_scalar(TPU_PRED);
+  tpu_status st = tpu_build_param(&s->b, l->cond, 0, "state", &init->shape, &p);
+  if (st == TPU_OK) st = gte(s, p, 4, loc, &i);
+  if (st == TPU_OK) st = s32c(s, s->mesh->ndev / 2, &lim);
+  if (st == TPU_OK) {
+    ops[0] = i;
+    ops[1] = lim;
+    st = tpu__spmd_instr(s, TPU_OP_COMPARE, "spmd.window.more", &pr, ops, 2, loc, &lt);
+  }
+  if (st == TPU_OK) st = tpu_build_set_attr(&s->b, lt, "direction", "LT");
+  if (st == TPU_OK) {
+    tpu_build_set_root(l->cond, lt);
+    st = tpu_build_finish(&s->b, l->cond);
+  }
+  /* the body's parameter and step count */
+  s->c = l->body;
+  s->pos = NULL;
+  if (st == TPU_OK) st = tpu_build_param(&s->b, l->body, 0, "state", &init->shape, &l->state);
+  if (st == TPU_OK) st = gte(s, l->state, 4, loc, &l->i);
+  if (st != TPU_OK) {
+    s->c = l->entry;
+    s->pos = l->entry_pos;
+  }
+  return st;
+}
+
+/* Ends the body with the state's next four elements (the count advances by two), returns to
+ * the entry and makes the while loop there from `init` (st: how the body went). */
+static tpu_status close_loop(sp *s, ring_loop *l, tpu_status st, tpu_instr *const *next, tpu_instr *init, tpu_loc loc,
+                             tpu_instr **out) {
+  tpu_instr *c2, *i2 = NULL, *root;
+  if (st == TPU_OK) st = s32c(s, 2, &c2);
+  if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, l->i, c2, loc, &i2);
+  if (st == TPU_OK) {
+    tpu_instr *nx[5] = {next[0], next[1], next[2], next[3], i2};
+    st = tuple_of(s, nx, 5, loc, &root);
+  }
+  if (st == TPU_OK) {
+    tpu_build_set_root(l->body, root);
+    st = tpu_build_finish(&s->b, l->body);
+  }
+  s->c = l->entry;
+  s->pos = l->entry_pos;
+  TPU_TRY(st);
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_WHILE, "spmd.window.loop", &init->shape, &init, 1, loc, out));
+  TPU_TRY(tpu_build_set_attr(&s->b, *out, "condition", l->cond->name));
+  TPU_TRY(tpu_build_set_attr(&s->b, *out, "body", l->body->name));
+  char trip[96];
+  snprintf(trip, sizeof trip, "{\"known_trip_count\":{\"n\":\"%lld\"}}", (long long)(s->mesh->ndev / 4));
+  return tpu_build_set_attr(&s->b, *out, "backend_config", trip);
+}
+
 
 /* acc with `blk` written at s32 offset `off` of dimension k (dynamic-update-slice). */
 static tpu_status update_at(sp *s, tpu_instr *acc, tpu_instr *blk, int k, tpu_instr *off, tpu_loc loc, tpu_instr **out) {
@@ -99,6 +154,20 @@ static tpu_status update_at(sp *s, tpu_instr *acc, tpu_instr *blk, int k, tpu_in
   for (int i = 0; i < acc->shape.rank; i++) ops[2 + i] = i == k ? off : zero;
   return tpu__spmd_instr(s, TPU_OP_DYNAMIC_UPDATE_SLICE, "spmd.window.update", &acc->shape, ops, 2 + acc->shape.rank,
                          loc, out);
+}
+
+/* The block a ring step works on: (b + c + sign * (i + u)) mod n, and where it starts
+ * (x len), as s32 scalars. */
+static tpu_status ring_block(sp *s, tpu_instr *b, int64_t c, int sign, tpu_instr *i, int u, int64_t len, tpu_loc loc,
+                            tpu_instr **j, tpu_instr **off) {
+  tpu_instr *cc, *t, *cn, *cl;
+  TPU_TRY(s32c(s, c + sign * u, &cc));
+  TPU_TRY(s32op(s, TPU_OP_ADD, b, cc, loc, &t));
+  TPU_TRY(s32op(s, sign > 0 ? TPU_OP_ADD : TPU_OP_SUBTRACT, t, i, loc, &t));
+  TPU_TRY(s32c(s, s->mesh->ndev, &cn));
+  TPU_TRY(s32op(s, TPU_OP_REMAINDER, t, cn, loc, j));
+  TPU_TRY(s32c(s, len, &cl));
+  return s32op(s, TPU_OP_MULTIPLY, *j, cl, loc, off);
 }
 
 static int uses_axis(const dsh *h, int rank, const int8_t *axes, int n) {
@@ -185,123 +254,51 @@ tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, co
   int oc, od = result_dim(in, side, rd, &oc);
   const int64_t len = shard->shape.dims[rd]; /* one block of the gathered dimension */
   /* the loop state: (other operand, block arriving forward, result, block arriving back, i) */
-  tpu_instr *zero, *acc0, *back0, *i0, *init;
-  tpu_tensor z;
-  TPU_TRY(tpu_tensor_alloc(&z, out_shape->dtype, 0, NULL, s->d));
-  tpu_tensor_set_f64(&z, 0, 0.0);
-  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.window.zero", &z, NULL, &zero));
+  tpu_instr *acc0, *back0, *i0, *init;
   tpu_shape os = *out_shape;
   os.has_layout = 0;
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_BROADCAST, "spmd.window.acc", &os, &zero, 1, loc, &acc0));
-  TPU_TRY(tpu_build_set_attr(&s->b, acc0, "dimensions", "{}"));
+  TPU_TRY(zeros(s, &os, loc, &acc0));
   TPU_TRY(ring_shift(s, shard, from, rd, -1, loc, &back0));
   TPU_TRY(s32c(s, 0, &i0));
   tpu_instr *parts[5] = {other, shard, acc0, back0, i0};
   TPU_TRY(tuple_of(s, parts, 5, loc, &init));
-  /* condition and body, built with the pass's frame switched to them */
-  tpu_comp *entry_c = s->c, *cond, *body;
-  tpu_instr *entry_pos = s->pos;
-  char name[160];
-  snprintf(name, sizeof name, "%s.window_body", tpu_instr_user_name(in));
-  TPU_TRY(tpu_build_comp(&s->b, name, entry_c, &body));
-  snprintf(name, sizeof name, "%s.window_cond", tpu_instr_user_name(in));
-  TPU_TRY(tpu_build_comp(&s->b, name, entry_c, &cond));
-  tpu_status st = TPU_OK;
-  s->c = cond;
-  s->pos = NULL;
-  {
-    tpu_instr *p, *i, *lim, *lt;
-    tpu_shape pr = tpu__spmd_scalar(TPU_PRED);
-    st = tpu_build_param(&s->b, cond, 0, "state", &init->shape, &p);
-    if (st == TPU_OK) st = gte(s, p, 4, loc, &i);
-    if (st == TPU_OK) st = s32c(s, n / 2, &lim);
-    tpu_instr *ops[2] = {NULL, NULL};
-    if (st == TPU_OK) {
-      ops[0] = i;
-      ops[1] = lim;
-      st = tpu__spmd_instr(s, TPU_OP_COMPARE, "spmd.window.more", &pr, ops, 2, loc, &lt);
-    }
-    if (st == TPU_OK) st = tpu_build_set_attr(&s->b, lt, "direction", "LT");
-    if (st == TPU_OK) {
-      tpu_build_set_root(cond, lt);
-      st = tpu_build_finish(&s->b, cond);
-    }
-  }
-  s->c = body;
-  s->pos = NULL;
-  if (st == TPU_OK) {
-    tpu_instr *p, *o, *fw, *acc, *bw, *i, *b, *one, *cn, *t, *j[2], *res = NULL;
-    st = tpu_build_param(&s->b, body, 0, "state", &init->shape, &p);
-    if (st == TPU_OK) st = gte(s, p, 0, loc, &o);
-    if (st == TPU_OK) st = gte(s, p, 1, loc, &fw);
-    if (st == TPU_OK) st = gte(s, p, 2, loc, &acc);
-    if (st == TPU_OK) st = gte(s, p, 3, loc, &bw);
-    if (st == TPU_OK) st = gte(s, p, 4, loc, &i);
-    /* Two steps per iteration, as XLA's loop takes them: the second step's products wait
-     * for the first step's transfers. At step i the blocks held are j0 = (b + i) mod n
-     * (arrived forward) and j1 = (b - 1 - i) mod n (arrived back). */
-    if (st == TPU_OK) st = tpu__spmd_block_offset(s, from->ax[rd], from->n[rd], 1, loc, &b);
-    if (st == TPU_OK) st = s32c(s, n, &cn);
-    res = acc;
-    tpu_instr *blocks[2] = {fw, bw}, *step = i;
-    for (int u = 0; st == TPU_OK && u < 2; u++) {
-      if (u) {
-        tpu_instr *c1;
-        st = s32c(s, 1, &c1);
-        if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, i, c1, loc, &step);
+  ring_loop l;
+  TPU_TRY(open_loop(s, tpu_instr_user_name(in), init, loc, &l));
+  /* Two steps per iteration, as XLA's loop takes them: the second step's products wait for
+   * the first step's transfers. At step i the blocks held are (b + i) mod n (arrived
+   * forward) and (b - 1 - i) mod n (arrived back). */
+  tpu_instr *o = NULL, *blocks[2] = {NULL, NULL}, *res = NULL, *b = NULL;
+  tpu_status st = gte(s, l.state, 0, loc, &o);
+  if (st == TPU_OK) st = gte(s, l.state, 1, loc, &blocks[0]);
+  if (st == TPU_OK) st = gte(s, l.state, 2, loc, &res);
+  if (st == TPU_OK) st = gte(s, l.state, 3, loc, &blocks[1]);
+  if (st == TPU_OK) st = tpu__spmd_block_offset(s, from->ax[rd], from->n[rd], 1, loc, &b);
+  for (int u = 0; st == TPU_OK && u < 2; u++) {
+    for (int h = 0; st == TPU_OK && h < 2; h++) {
+      tpu_instr *j, *off, *lhs = o, *d, *ops[2];
+      st = ring_block(s, b, h ? n - 1 : 0, h ? -1 : 1, l.i, u, len, loc, &j, &off);
+      if (st == TPU_OK && od < 0) st = tpu__spmd_slice_at(s, o, oc, off, len, "spmd.window.slice", loc, &lhs); /* its part of the contraction */
+      if (st != TPU_OK) break;
+      ops[side] = blocks[h];
+      ops[1 - side] = lhs;
+      st = tpu_build_clone_instr(&s->b, l.body, in, ops, &d);
+      if (st != TPU_OK) break;
+      d->shape = os;
+      if (od >= 0) { /* its block of the result */
+        d->shape.dims[od] = len;
+        st = update_at(s, res, d, od, off, loc, &res);
+      } else { /* its share of the sum */
+        ops[0] = res;
+        ops[1] = d;
+        st = tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &os, ops, 2, loc, &res);
       }
-      if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, b, step, loc, &t);
-      if (st == TPU_OK) st = s32op(s, TPU_OP_REMAINDER, t, cn, loc, &j[0]);
-      if (st == TPU_OK) st = s32c(s, n - 1, &one);
-      if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, b, one, loc, &t);
-      if (st == TPU_OK) st = s32op(s, TPU_OP_SUBTRACT, t, step, loc, &t);
-      if (st == TPU_OK) st = s32op(s, TPU_OP_REMAINDER, t, cn, loc, &j[1]);
-      for (int h = 0; st == TPU_OK && h < 2; h++) {
-        tpu_instr *clen, *off, *lhs = o, *d, *ops[2];
-        st = s32c(s, len, &clen);
-        if (st == TPU_OK) st = s32op(s, TPU_OP_MULTIPLY, j[h], clen, loc, &off);
-        if (st == TPU_OK && od < 0) st = slice_at(s, o, oc, off, len, loc, &lhs); /* its part of the contraction */
-        if (st != TPU_OK) break;
-        ops[side] = blocks[h];
-        ops[1 - side] = lhs;
-        st = tpu_build_clone_instr(&s->b, body, in, ops, &d);
-        if (st != TPU_OK) break;
-        d->shape = os;
-        if (od >= 0) { /* its block of the result */
-          d->shape.dims[od] = len;
-          st = update_at(s, res, d, od, off, loc, &res);
-        } else { /* its share of the sum */
-          ops[0] = res;
-          ops[1] = d;
-          st = tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &os, ops, 2, loc, &res);
-        }
-      }
-      /* the next blocks: from the chip one on (forward) and one back */
-      if (st == TPU_OK) st = ring_shift(s, blocks[0], from, rd, +1, loc, &blocks[0]);
-      if (st == TPU_OK) st = ring_shift(s, blocks[1], from, rd, -1, loc, &blocks[1]);
     }
-    tpu_instr *fw2 = blocks[0], *bw2 = blocks[1], *i2 = NULL, *c2, *root;
-    if (st == TPU_OK) st = s32c(s, 2, &c2);
-    if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, i, c2, loc, &i2);
-    if (st == TPU_OK) {
-      tpu_instr *next[5] = {o, fw2, res, bw2, i2};
-      st = tuple_of(s, next, 5, loc, &root);
-    }
-    if (st == TPU_OK) {
-      tpu_build_set_root(body, root);
-      st = tpu_build_finish(&s->b, body);
-    }
+    /* the next blocks: from the chip one on (forward) and one back */
+    if (st == TPU_OK) st = ring_shift(s, blocks[0], from, rd, +1, loc, &blocks[0]);
+    if (st == TPU_OK) st = ring_shift(s, blocks[1], from, rd, -1, loc, &blocks[1]);
   }
-  s->c = entry_c;
-  s->pos = entry_pos;
-  TPU_TRY(st);
-  tpu_instr *w;
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_WHILE, "spmd.window.loop", &init->shape, &init, 1, loc, &w));
-  TPU_TRY(tpu_build_set_attr(&s->b, w, "condition", cond->name));
-  TPU_TRY(tpu_build_set_attr(&s->b, w, "body", body->name));
-  char trip[96];
-  snprintf(trip, sizeof trip, "{\"known_trip_count\":{\"n\":\"%lld\"}}", (long long)(n / 4));
-  TPU_TRY(tpu_build_set_attr(&s->b, w, "backend_config", trip));
+  tpu_instr *next[4] = {o, blocks[0], res, blocks[1]}, *w;
+  TPU_TRY(close_loop(s, &l, st, next, init, loc, &w));
   return gte(s, w, 2, loc, out);
 }
 
@@ -338,9 +335,9 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
   const tpu_mesh *mesh = s->mesh;
   const int64_t n = mesh->ndev;
   int side, fd;
-  if (!windowed_mesh(mesh) || factor(mesh, to, k) != n ||
-      part->op != TPU_OP_DOT || part->noperands != 2 || !operand_dim(part, kd, &side, &fd) ||
-      part->shape.dims[kd] % n || part->operands[side]->shape.dims[fd] != part->shape.dims[kd])
+  if (!windowed_mesh(mesh) || factor(mesh, to, k) != n || part->op != TPU_OP_DOT || part->noperands != 2 ||
+      !operand_dim(part, kd, &side, &fd) || part->shape.dims[kd] % n ||
+      part->operands[side]->shape.dims[fd] != part->shape.dims[kd])
     return TPU_OK;
   const int64_t len = part->shape.dims[kd] / n;
   tpu_shape bs = part->shape; /* one block of the result */
@@ -348,114 +345,42 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
   bs.has_layout = 0;
   bs.layout_tail = NULL;
   /* state: (the operand sliced, the other, sum travelling forward, sum travelling back, i) */
-  tpu_instr *zero, *acc0, *i0, *init;
-  tpu_tensor z;
-  TPU_TRY(tpu_tensor_alloc(&z, bs.dtype, 0, NULL, s->d));
-  tpu_tensor_set_f64(&z, 0, 0.0);
-  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.window.zero", &z, NULL, &zero));
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_BROADCAST, "spmd.window.acc", &bs, &zero, 1, loc, &acc0));
-  TPU_TRY(tpu_build_set_attr(&s->b, acc0, "dimensions", "{}"));
+  tpu_instr *acc0, *i0, *init;
+  TPU_TRY(zeros(s, &bs, loc, &acc0));
   TPU_TRY(s32c(s, 0, &i0));
   tpu_instr *parts[5] = {part->operands[side], part->operands[1 - side], acc0, acc0, i0};
   TPU_TRY(tuple_of(s, parts, 5, loc, &init));
-  tpu_comp *entry_c = s->c, *cond, *body;
-  tpu_instr *entry_pos = s->pos;
-  char name[160];
-  snprintf(name, sizeof name, "%s.window_body", s->cur ? tpu_instr_user_name(s->cur) : "dot");
-  TPU_TRY(tpu_build_comp(&s->b, name, entry_c, &body));
-  snprintf(name, sizeof name, "%s.window_cond", s->cur ? tpu_instr_user_name(s->cur) : "dot");
-  TPU_TRY(tpu_build_comp(&s->b, name, entry_c, &cond));
-  tpu_status st = TPU_OK;
-  s->c = cond;
-  s->pos = NULL;
-  {
-    tpu_instr *p, *i, *lim, *lt, *ops[2];
-    tpu_shape pr = tpu__spmd_scalar(TPU_PRED);
-    st = tpu_build_param(&s->b, cond, 0, "state", &init->shape, &p);
-    if (st == TPU_OK) st = gte(s, p, 4, loc, &i);
-    if (st == TPU_OK) st = s32c(s, n / 2, &lim);
-    if (st == TPU_OK) {
-      ops[0] = i;
-      ops[1] = lim;
-      st = tpu__spmd_instr(s, TPU_OP_COMPARE, "spmd.window.more", &pr, ops, 2, loc, &lt);
+  ring_loop l;
+  TPU_TRY(open_loop(s, s->cur ? tpu_instr_user_name(s->cur) : "dot", init, loc, &l));
+  /* Two steps per iteration, as XLA's loop takes them. At step i the sum travelling forward
+   * is added to n/2 - 1 - i more times before it stops at the chip whose block it is: this
+   * chip adds its product for block (b + n/2 - 1 - i) mod n; the one travelling back moves
+   * once more after the loop: block (b + n/2 + i) mod n. */
+  tpu_instr *a = NULL, *o = NULL, *sums[2] = {NULL, NULL}, *b = NULL;
+  tpu_status st = gte(s, l.state, 0, loc, &a);
+  if (st == TPU_OK) st = gte(s, l.state, 1, loc, &o);
+  if (st == TPU_OK) st = gte(s, l.state, 2, loc, &sums[0]);
+  if (st == TPU_OK) st = gte(s, l.state, 3, loc, &sums[1]);
+  if (st == TPU_OK) st = tpu__spmd_block_offset(s, to->ax[k], to->n[k], 1, loc, &b);
+  for (int u = 0; st == TPU_OK && u < 2; u++)
+    for (int h = 0; st == TPU_OK && h < 2; h++) {
+      tpu_instr *j, *off, *sl, *d, *moved, *ops[2];
+      st = ring_block(s, b, h ? n / 2 : n / 2 - 1, h ? 1 : -1, l.i, u, len, loc, &j, &off);
+      if (st == TPU_OK) st = tpu__spmd_slice_at(s, a, fd, off, len, "spmd.window.slice", loc, &sl);
+      if (st != TPU_OK) break;
+      ops[side] = sl;
+      ops[1 - side] = o;
+      st = tpu_build_clone_instr(&s->b, l.body, part, ops, &d);
+      if (st != TPU_OK) break;
+      d->shape = bs;
+      st = ring_shift(s, sums[h], to, k, h ? +1 : -1, loc, &moved);
+      if (st != TPU_OK) break;
+      ops[0] = moved;
+      ops[1] = d;
+      st = tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &bs, ops, 2, loc, &sums[h]);
     }
-    if (st == TPU_OK) st = tpu_build_set_attr(&s->b, lt, "direction", "LT");
-    if (st == TPU_OK) {
-      tpu_build_set_root(cond, lt);
-      st = tpu_build_finish(&s->b, cond);
-    }
-  }
-  s->c = body;
-  s->pos = NULL;
-  if (st == TPU_OK) {
-    tpu_instr *p, *a, *o, *acc[2], *i, *b, *cn, *t, *j[2];
-    st = tpu_build_param(&s->b, body, 0, "state", &init->shape, &p);
-    if (st == TPU_OK) st = gte(s, p, 0, loc, &a);
-    if (st == TPU_OK) st = gte(s, p, 1, loc, &o);
-    if (st == TPU_OK) st = gte(s, p, 2, loc, &acc[0]);
-    if (st == TPU_OK) st = gte(s, p, 3, loc, &acc[1]);
-    if (st == TPU_OK) st = gte(s, p, 4, loc, &i);
-    /* Two steps per iteration, as XLA's loop takes them. At step i the sum travelling forward
-     * is added to n/2 - 1 - i more times before it stops at the chip whose block it is: this
-     * chip adds its product for block (b + n/2 - 1 - i) mod n; the one travelling back moves
-     * once more after the loop: block (b + n/2 + i) mod n. */
-    if (st == TPU_OK) st = tpu__spmd_block_offset(s, to->ax[k], to->n[k], 1, loc, &b);
-    if (st == TPU_OK) st = s32c(s, n, &cn);
-    tpu_instr *next[2] = {acc[0], acc[1]}, *step = i;
-    for (int u = 0; st == TPU_OK && u < 2; u++) {
-      tpu_instr *c;
-      if (u) {
-        st = s32c(s, 1, &c);
-        if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, i, c, loc, &step);
-      }
-      if (st == TPU_OK) st = s32c(s, n / 2 - 1, &c);
-      if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, b, c, loc, &t);
-      if (st == TPU_OK) st = s32op(s, TPU_OP_SUBTRACT, t, step, loc, &t);
-      if (st == TPU_OK) st = s32op(s, TPU_OP_REMAINDER, t, cn, loc, &j[0]);
-      if (st == TPU_OK) st = s32c(s, n / 2, &c);
-      if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, b, c, loc, &t);
-      if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, t, step, loc, &t);
-      if (st == TPU_OK) st = s32op(s, TPU_OP_REMAINDER, t, cn, loc, &j[1]);
-      for (int h = 0; st == TPU_OK && h < 2; h++) {
-        tpu_instr *clen, *off, *sl, *d, *moved, *ops[2];
-        st = s32c(s, len, &clen);
-        if (st == TPU_OK) st = s32op(s, TPU_OP_MULTIPLY, j[h], clen, loc, &off);
-        if (st == TPU_OK) st = slice_at(s, a, fd, off, len, loc, &sl);
-        if (st != TPU_OK) break;
-        ops[side] = sl;
-        ops[1 - side] = o;
-        st = tpu_build_clone_instr(&s->b, body, part, ops, &d);
-        if (st != TPU_OK) break;
-        d->shape = bs;
-        st = ring_shift(s, next[h], to, k, h ? +1 : -1, loc, &moved);
-        if (st != TPU_OK) break;
-        ops[0] = moved;
-        ops[1] = d;
-        st = tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &bs, ops, 2, loc, &next[h]);
-      }
-    }
-    tpu_instr *i2 = NULL, *c2, *root;
-    if (st == TPU_OK) st = s32c(s, 2, &c2);
-    if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, i, c2, loc, &i2);
-    if (st == TPU_OK) {
-      tpu_instr *nx[5] = {a, o, next[0], next[1], i2};
-      st = tuple_of(s, nx, 5, loc, &root);
-    }
-    if (st == TPU_OK) {
-      tpu_build_set_root(body, root);
-      st = tpu_build_finish(&s->b, body);
-    }
-  }
-  s->c = entry_c;
-  s->pos = entry_pos;
-  TPU_TRY(st);
-  tpu_instr *w, *fw, *bw, *last, *ops[2];
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_WHILE, "spmd.window.loop", &init->shape, &init, 1, loc, &w));
-  TPU_TRY(tpu_build_set_attr(&s->b, w, "condition", cond->name));
-  TPU_TRY(tpu_build_set_attr(&s->b, w, "body", body->name));
-  char trip[96];
-  snprintf(trip, sizeof trip, "{\"known_trip_count\":{\"n\":\"%lld\"}}", (long long)(n / 4));
-  TPU_TRY(tpu_build_set_attr(&s->b, w, "backend_config", trip));
+  tpu_instr *next[4] = {a, o, sums[0], sums[1]}, *w, *fw, *bw, *last, *ops[2];
+  TPU_TRY(close_loop(s, &l, st, next, init, loc, &w));
   TPU_TRY(gte(s, w, 2, loc, &fw));
   TPU_TRY(gte(s, w, 3, loc, &bw));
   TPU_TRY(ring_shift(s, bw, to, k, +1, loc, &last));

@@ -795,8 +795,20 @@ static int op_named(const tpu_program *p, const char *name) {
   return -1;
 }
 
+/* src parsed and compiled for g_chip (NULL when either fails, which is checked); *m to free. */
+static tpu_program *compile_src(const char *src, tpu_module **m) {
+  *m = parse(src);
+  CHECK(*m != NULL);
+  if (!*m) return NULL;
+  tpu_diag d;
+  tpu_program *p = compile(*m, &g_chip, &d);
+  CHECK(p != NULL);
+  return p;
+}
+
 static void free_intermediate_layout(void) {
-  tpu_module *m = parse(
+  tpu_module *m;
+  tpu_program *p = compile_src(
       "HloModule heads\n"
       "ENTRY e {\n"
       "  p = bf16[8,12,512,512]{3,2,1,0} parameter(0)\n"
@@ -805,12 +817,8 @@ static void free_intermediate_layout(void) {
       "  o = bf16[8,12,512,64]{3,2,1,0} dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, "
       "rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n"
       "  ROOT r = bf16[8,12,512,64]{3,2,1,0} dot(o, w), lhs_contracting_dims={3}, rhs_contracting_dims={0}\n"
-      "}\n");
-  CHECK(m != NULL);
-  if (!m) return;
-  tpu_diag d;
-  tpu_program *p = compile(m, &g_chip, &d);
-  CHECK(p != NULL);
+      "}\n",
+      &m);
   if (p) {
     int o = op_named(p, "o"), r = op_named(p, "r");
     CHECK(o >= 0 && r >= 0);
@@ -829,12 +837,8 @@ static void free_intermediate_layout(void) {
  * reduce: 350,752 cycles on v6e, its cost reading HBM). */
 /* The per-element stream costs (xbytes) of the op named r in program src. */
 static double r_xbytes(const char *src) {
-  tpu_module *m = parse(src);
-  CHECK(m != NULL);
-  if (!m) return -1;
-  tpu_diag d;
-  tpu_program *p = compile(m, &g_chip, &d);
-  CHECK(p != NULL);
+  tpu_module *m;
+  tpu_program *p = compile_src(src, &m);
   double x = -1;
   int r = p ? op_named(p, "r") : -1;
   CHECK(r >= 0);
