@@ -670,7 +670,18 @@ int tpu_cli_run(int argc, char **argv) {
       if (ms == TPU_OK && !o.quiet) {
         printf("spmd-partition: %lld chips (mesh", (long long)mesh.ndev);
         for (int k = 0; k < mesh.naxes; k++) printf(" %s=%lld", mesh.names[k], (long long)mesh.sizes[k]);
-        printf(")\n");
+        int loops = 0; /* the windowed einsums it made (spmd_window.c names them) */
+        for (int c = 0; c < m->ncomps; c++)
+          for (int i = 0; i < m->comps[c]->ninstrs; i++) {
+            const tpu_instr *x = m->comps[c]->instrs[i];
+            loops += x->op == TPU_OP_WHILE && strstr(x->name, ".window.loop") != NULL;
+          }
+        if (loops)
+          printf("); %d gather(s) or reduce-scatter(s) over every chip run as windowed einsums, as XLA's TPU compiler "
+                 "does (--no-windowed-einsum: as collectives)\n",
+                 loops);
+        else
+          printf(")\n");
       }
     }
     tpu_mesh_free(&mesh);
