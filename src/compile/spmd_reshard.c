@@ -823,12 +823,45 @@ void tpu__spmd_remember(sp *s, const tpu_instr *v, const dsh *from, const dsh *t
   s->reshards[s->nreshards++].out = out;
 }
 
+/* A broadcast wanted split otherwise: its operand resharded (the smaller array: a norm's
+ * scale vector, 8 KB, rather than the activation-sized broadcast of it) and broadcast again
+ * on each chip, as XLA's partitioner does. 0 when o is not such a broadcast. */
+static tpu_status rebroadcast(sp *s, const tpu_instr *o, const dsh *to, tpu_loc loc, tpu_instr **out, int *done) {
+  *done = 0;
+  if (o->op != TPU_OP_BROADCAST || o->noperands != 1 || !tpu_dtype_is_array(o->shape.dtype)) return TPU_OK;
+  const tpu_instr *src = o->operands[0];
+  if (s->tsh[src->id] || s->sh[src->id].manual || s->sh[o->id].manual || !s->val[src->id] ||
+      tpu_shape_numel(&src->shape) >= tpu_shape_numel(&o->shape))
+    return TPU_OK;
+  dsh want = k_repl;
+  for (int i = 0; i < src->shape.rank; i++) {
+    int r = (int)o->dimensions.v[i];
+    want.n[i] = to->n[r];
+    memcpy(want.ax[i], to->ax[r], MAXA);
+  }
+  if (!tpu__spmd_fits(s, &src->shape, &want)) return TPU_OK;
+  tpu_instr *x;
+  TPU_TRY(tpu__spmd_reshard(s, s->val[src->id], &s->sh[src->id], &want, loc, &x));
+  TPU_TRY(tpu_build_clone_instr(&s->b, s->c, o, &x, out));
+  (*out)->shape = tpu__spmd_local_shape(s, &o->shape, to);
+  *done = 1;
+  return TPU_OK;
+}
+
 tpu_status tpu__spmd_operand_as(sp *s, const tpu_instr *in, int i, const dsh *to, tpu_instr **out) {
   const tpu_instr *o = in->operands[i];
   if (s->tsh[o->id]) return tpu__spmd_reshard_tuple(s, s->val[o->id], s->tsh[o->id], NULL, in->loc, out);
   tpu_instr *v = s->val[o->id];
   const dsh *from = &s->sh[o->id];
   if ((*out = tpu__spmd_resharded(s, v, from, to, 0))) return TPU_OK;
+  int done = 0;
+  int same = 1;
+  for (int k = 0; k < o->shape.rank && same; k++) same = same_dim(from, k, to, k);
+  if (!same) TPU_TRY(rebroadcast(s, o, to, in->loc, out, &done));
+  if (done) {
+    tpu__spmd_remember(s, v, from, to, 0, *out);
+    return TPU_OK;
+  }
   TPU_TRY(tpu__spmd_reshard(s, v, from, to, in->loc, out));
   if (*out != v) tpu__spmd_remember(s, v, from, to, 0, *out);
   return TPU_OK;

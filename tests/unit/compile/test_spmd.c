@@ -338,6 +338,23 @@ int main(void) {
            " ROOT cc = f32[4,6,6,4] concatenate(p, x), dimensions={3}\n}\n");
   check("convolution, pad, concatenate", src, 0, 0, 0);
   check_windowed();
+  {
+    /* A broadcast of a split vector (a norm's scale) used with a batch-split activation:
+     * the vector is gathered (4 elements) and broadcast on each chip, not the broadcast
+     * moved by all-to-all. */
+    const char *b4 = "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"f\"=4]>}}\n"
+                     "ENTRY e {\n x = s32[8,4] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+                     "[{\\\"f\\\"}, {}]>\"}\n v = s32[4] parameter(1), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+                     "[{\\\"f\\\"}]>\"}\n b = s32[8,4] broadcast(v), dimensions={1}\n ROOT r = s32[8,4] multiply(x, b)\n}\n";
+    check("broadcast resharded through its operand", b4, 0, 1, 0);
+    CHECK_EQ_INT(count_after(b4, TPU_OP_ALL_TO_ALL), 0);
+    tpu_module *m = parse(b4);
+    tpu_diag d;
+    if (m && partition(m, &d) == TPU_OK)
+      for (int i = 0; i < m->entry->ninstrs; i++)
+        if (m->entry->instrs[i]->op == TPU_OP_ALL_GATHER) CHECK_EQ_INT(m->entry->instrs[i]->shape.rank, 1);
+    tpu_module_free(m);
+  }
   /* A tensor-parallel convolution: filters split along their output features over y, the
    * batch over x; each chip convolves its batch block with its filters, no collective. */
   snprintf(src, sizeof src,
