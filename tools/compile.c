@@ -16,7 +16,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: tpusim compile PROG.hlo [--chip NAME|FILE] [--emit hlo|asm] [--dump-after PASS]\n"
-          "                      [--precision default|high|highest]\n"
+          "                      [--precision default|high|highest] [--no-windowed-einsum]\n"
           "\n"
           "Compiles an HLO module for a TPU chip and prints the result on stdout.\n"
           "  --chip C         a preset name (tpusim chips lists them) or a chip JSON file (default v5e)\n"
@@ -28,6 +28,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "\n"
           "  --precision P    compile every f32 dot/convolution at P (default: each op's operand_precision)\n"
+          "  --no-windowed-einsum  spmd-partition gathers and reduce-scatters where the chip's XLA\n"
+          "                   compiler would run a windowed einsum (docs/spmd.md)\n"
           "Exit status: 0 success, 2 bad program or option (one line on stderr, nothing on stdout).\n");
 }
 
@@ -39,7 +41,7 @@ static int is_hlo_pass(const char *name) {
 int tpu_cli_compile(int argc, char **argv) {
   static const char *const precisions[] = {"default", "high", "highest"};
   const char *prog = NULL, *chip_name = "v5e", *emit = "asm", *dump_after = NULL;
-  int precision = -1;
+  int precision = -1, no_window = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int has_next = i + 1 < argc;
@@ -56,6 +58,8 @@ int tpu_cli_compile(int argc, char **argv) {
       }
     } else if (!strcmp(a, "--dump-after") && has_next) {
       dump_after = argv[++i];
+    } else if (!strcmp(a, "--no-windowed-einsum")) {
+      no_window = 1;
     } else if (!strcmp(a, "--precision") && has_next) {
       const char *p = argv[++i];
       precision = -2;
@@ -100,7 +104,7 @@ int tpu_cli_compile(int argc, char **argv) {
   tpu_pod_cost_ctx pc;
   memset(&pc, 0, sizeof pc);
   pc.chip = &chip;
-  tpu_compile_opts o = {&chip, dump_after, out, precision, tpu_pod_coll_cost, &pc, 0, 0};
+  tpu_compile_opts o = {&chip, dump_after, out, precision, tpu_pod_coll_cost, &pc, 0, no_window};
   tpu_status st;
   tpu_program *p = NULL;
   int backend = dump_after ? !is_hlo_pass(dump_after) : !strcmp(emit, "asm");

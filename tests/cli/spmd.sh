@@ -18,6 +18,11 @@ grep -q "all-gather" "$T/out" && fail "FSDP over every chip still gathers a weig
 grep -q "all-gather" "$T/out2" || fail "FSDP gathers no weights"
 grep -q "reduce-scatter" "$T/out2" || fail "FSDP does not reduce-scatter its gradients"
 grep -q "collective-permute" "$T/out2" && fail "--no-windowed-einsum still passes weights round the ring"
+F=bench/spmd/cases/fsdp_mlp_step/prog.hlo # tpusim compile: the same choice in its spmd-partition pass
+"$BIN" compile $F --chip v5e --dump-after spmd-partition | grep -q "window.permute.* collective-permute(" ||
+  fail "compile: no windowed einsum over every chip"
+"$BIN" compile $F --chip v5e --dump-after spmd-partition --no-windowed-einsum | grep -q "collective-permute(" &&
+  fail "compile --no-windowed-einsum: still a ring of permutes"
 
 "$BIN" run $L --mode timing --chip v5e --mesh fsdp=1 > /dev/null 2> "$T/err"
 [ $? -eq 2 ] || fail "one chip did not refuse the 160 GB program"
