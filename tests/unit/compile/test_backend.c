@@ -895,6 +895,27 @@ static void layout_copy_transposes(void) {
   CHECK_NEAR(copy_xbytes("1,0:T(8,128)"), 0, 0);
 }
 
+/* A compiled program (tiled layouts) keeps in VMEM only what its compiler put in memory space
+ * S(1): the same chain of two kernels keeps `a` on chip with S(1) and in HBM without it. */
+static void compiled_memory_space(void) {
+  for (int s1 = 0; s1 < 2; s1++) {
+    char src[600];
+    snprintf(src, sizeof src,
+             "HloModule chain, is_scheduled=true\n"
+             "ENTRY e {\n"
+             "  x = f32[256,1024]{1,0:T(8,128)} parameter(0)\n"
+             "  a = f32[256,1024]{1,0:T(8,128)%s} exponential(x)\n"
+             "  ROOT b = f32[256,1024]{1,0:T(8,128)} negate(a)\n"
+             "}\n",
+             s1 ? "S(1)" : "");
+    tpu_module *m;
+    tpu_program *p = compile_src(src, &m);
+    if (p) CHECK_EQ_INT(hbm_named(p, "a") < 0, s1);
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -919,6 +940,7 @@ int main(void) {
   dynamic_slices();
   cross_program_prefetch();
   vmem_residency(256);    /* 1 MiB */
+  compiled_memory_space();
   vmem_residency(65536);  /* 256 MiB, more than v5e's VMEM */
   matmul_result_on_chip();
   vmem_read_cost();
