@@ -169,8 +169,6 @@ static tpu_status spatial_conv(sp *s, const tpu_instr *in, int sd) {
   return st;
 }
 
-/* A convolution split along its batch only (data parallelism): each chip convolves its
- * block with the whole kernel. */
 /* The output feature split (filters split along their output features: a tensor-parallel
  * convolution, as XLA partitions one): each chip convolves its input — whole, or its batch
  * block where the batch is split over other axes — with its own filters, and its result is
@@ -198,6 +196,8 @@ static tpu_status out_feature_conv(sp *s, const tpu_instr *in) {
   return tpu__spmd_emit_clone(s, in, ops, &out);
 }
 
+/* A convolution by the splits above, else split along its batch only (data parallelism):
+ * each chip convolves its block with the whole kernel. */
 tpu_status tpu__spmd_convolution(sp *s, const tpu_instr *in) {
   const tpu_instr *lo = in->operands[0];
   const dsh *lh = &s->sh[lo->id];
