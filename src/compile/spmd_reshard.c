@@ -825,7 +825,7 @@ void tpu__spmd_remember(sp *s, const tpu_instr *v, const dsh *from, const dsh *t
 
 /* A broadcast wanted split otherwise: its operand resharded (the smaller array: a norm's
  * scale vector, 8 KB, rather than the activation-sized broadcast of it) and broadcast again
- * on each chip, as XLA's partitioner does. 0 when o is not such a broadcast. */
+ * on each chip, as XLA's partitioner does (*done 0 when o is not such a broadcast). */
 static tpu_status rebroadcast(sp *s, const tpu_instr *o, const dsh *to, tpu_loc loc, tpu_instr **out, int *done) {
   *done = 0;
   if (o->op != TPU_OP_BROADCAST || o->noperands != 1 || !tpu_dtype_is_array(o->shape.dtype)) return TPU_OK;
