@@ -548,6 +548,18 @@ static void derive_core(tpu_chip *c) {
     c->prov[split[i]].status = TPU_PROV_DERIVED;
     snprintf(c->prov[split[i]].note, sizeof c->prov[split[i]].note, "%s", note);
   }
+  /* the windowed-einsum range is in chips; a program of these devices counts TensorCores */
+  static const tpu_chip_field per_chip[] = {TPU_CHIP_WINDOWED_EINSUM_MIN_CHIPS, TPU_CHIP_WINDOWED_EINSUM_MAX_CHIPS};
+  c->windowed_einsum_min_chips *= n;
+  c->windowed_einsum_max_chips *= n;
+  for (size_t i = 0; i < sizeof per_chip / sizeof per_chip[0]; i++) {
+    if (!tpu_chip_known(c, per_chip[i])) continue;
+    c->prov[per_chip[i]].status = TPU_PROV_DERIVED;
+    snprintf(c->prov[per_chip[i]].note, sizeof c->prov[per_chip[i]].note,
+             "the chip's value x %lld: devices of one TensorCore each (the XLA TPU compiler's v4 "
+             "2x2x2 is 16 such devices)",
+             (long long)n);
+  }
   c->prov[TPU_CHIP_TENSORCORES].status = TPU_PROV_DERIVED;
   snprintf(c->prov[TPU_CHIP_TENSORCORES].note, sizeof c->prov[TPU_CHIP_TENSORCORES].note,
            "one TensorCore of %lld, as one compile-only XLA device without megacore", (long long)n);

@@ -72,6 +72,8 @@ static void test_presets(void) {
   CHECK(c.tensorcores == 1 && c.mxus_per_core == 4 && c.clock_hz == 1.05e9);
   CHECK(c.hbm_bw == 600e9 && c.hbm_bytes == (int64_t)16 << 30 && c.peak_bf16_flops == 137.5e12);
   CHECK_EQ_INT(c.prov[TPU_CHIP_HBM_BW].status, TPU_PROV_DERIVED);
+  /* the windowed-einsum range (8-16 chips) counted in its devices, TensorCores */
+  CHECK(c.windowed_einsum_min_chips == 16 && c.windowed_einsum_max_chips == 32);
   CHECK_EQ_INT(tpu_chip_load("chips/v5e.json:core", &c, &d), TPU_OK); /* one core already */
   CHECK(c.tensorcores == 1 && c.hbm_bw == 819e9);
   CHECK_EQ_INT(tpu_chip_load("v99:core", &c, &d), TPU_ERR_ARG);
