@@ -53,11 +53,33 @@ static tpu_status widen(dr *r, tpu_instr *dot, tpu_instr *x, tpu_instr **out) {
   return emit(r, dot, TPU_OP_CONVERT, "dot.widen", &s, &x, 1, NULL, out);
 }
 
-/* Rewrites one dot when it qualifies; *done = 1 then. */
+/* Whether x's value reaches a reduce through converts and elementwise ops of its computation
+ * (attention's scores, q . k per head, on their way to the softmax's maximum). */
+static int feeds_reduce(const tpu_instr *x, int depth) {
+  const tpu_comp *c = x->parent;
+  for (int i = 0; c && depth > 0 && i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    int reads = 0;
+    for (int j = 0; j < u->noperands; j++) reads |= u->operands[j] == x;
+    if (!reads) continue;
+    if (u->op == TPU_OP_REDUCE) return 1;
+    tpu_op_class k = tpu_op_class_of(u->op);
+    if ((u->op == TPU_OP_CONVERT || k == TPU_CLS_UNARY || k == TPU_CLS_BINARY || u->op == TPU_OP_RESHAPE) &&
+        feeds_reduce(u, depth - 1))
+      return 1;
+  }
+  return 0;
+}
+
+/* Rewrites one dot when it qualifies; *done = 1 then. A batch of vector products runs on the
+ * MXU (tpu_dot_on_vector_unit) unless a reduction reads its result: the XLA TPU compiler then
+ * computes it in the reduction's vector loop (decode attention's q . k, one multiply_reduce
+ * kLoop fusion with the softmax's maximum, where p . v beside it is a kOutput fusion). */
 static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   *done = 0;
   int mi;
-  if (!tpu_dot_on_vector_unit(dot, &mi)) return TPU_OK;
+  if (!tpu_dot_on_vector_unit(dot, &mi) && !(tpu_dot_vector_shaped(dot, &mi) && feeds_reduce(dot, 4)))
+    return TPU_OK;
   const tpu_dot_dims *dn = &dot->dot;
   int m_is_lhs = mi == 0;
   tpu_instr *M = dot->operands[mi], *V = dot->operands[1 - mi];

@@ -207,12 +207,16 @@ int tpu_instr_moves_and_converts(const tpu_instr *in);
  * layout, not a renaming of the elements in place. */
 int tpu_instr_moves_minor(const tpu_instr *in);
 /* A float dot that the XLA TPU compiler runs on the vector unit as multiply + reduce: one
- * operand is a vector (its dimensions all batch, contracting or of size 1). Returns 1 and
+ * operand is a vector (its dimensions all batch, contracting or of size 1), and it has no
+ * batch dimension or one of size 1 (a batch of such products runs on the MXU). Returns 1 and
  * which operand is the matrix (0 lhs, 1 rhs; the larger when both are vectors) when it is,
  * and its contracting dimensions are listed in ascending order (so a reduce sums in the
  * dot's order); 0 otherwise. compile/dot_reduce.c rewrites these; the chip executor
  * computes them at f32, not as MXU passes. */
 int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix);
+/* Whether one operand of the dot is a vector (the shape test of tpu_dot_on_vector_unit,
+ * without its batch rule): *matrix as there. */
+int tpu_dot_vector_shaped(const tpu_instr *dot, int *matrix);
 
 void tpu_module_free(tpu_module *m);
 /* Finds a computation by name (n bytes; need not be NUL-terminated); NULL if none. */

@@ -77,7 +77,7 @@ static int64_t dot_free_elems(const tpu_instr *x, const tpu_i64s *batch, const t
   return n;
 }
 
-int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix) {
+int tpu_dot_vector_shaped(const tpu_instr *dot, int *matrix) {
   if (dot->op != TPU_OP_DOT || dot->noperands != 2) return 0;
   const tpu_instr *lhs = dot->operands[0], *rhs = dot->operands[1];
   const tpu_dot_dims *dn = &dot->dot;
@@ -92,6 +92,17 @@ int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix) {
     if (mc->v[i] <= mc->v[i - 1]) return 0;
   if (matrix) *matrix = m;
   return 1;
+}
+
+int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix) {
+  if (!tpu_dot_vector_shaped(dot, matrix)) return 0;
+  /* with batch dimensions, none of size 1, the matrix unit (the XLA TPU compiler's programs on
+   * v4, v5e, v5p and v6e: einsum('bhk,bhkd->bhd') and ('bhd,bhkd->bhk') over 8 x 32 heads and
+   * ('hk,hkd->hd') are kOutput fusions, where b = 1 or h = 1, or no batch, are kLoop) */
+  const tpu_i64s *lb = &dot->dot.lhs_batch;
+  int unit = 0;
+  for (int i = 0; i < lb->n; i++) unit |= dot->operands[0]->shape.dims[lb->v[i]] == 1;
+  return lb->n == 0 || unit;
 }
 
 int tpu_op_parse(const char *s, size_t n, tpu_opcode *out) {

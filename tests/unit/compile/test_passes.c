@@ -517,6 +517,27 @@ static void test_dot_strength_reduction(void) {
   dots = 0;
   for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
   CHECK_EQ_INT(dots, 1);
+  /* A batch of vector products (decode attention's p . v over b x h heads): the MXU when no
+   * batch dimension is 1, multiply + reduce when one is, or when a reduction reads the result
+   * (q . k feeding the softmax's maximum). */
+  const char *pv =
+      "HloModule m\nmx { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT m = f32[] maximum(a, b) }\n"
+      "ENTRY e {\n p = bf16[%d,4,256] parameter(0)\n v = bf16[%d,4,256,128] parameter(1)\n"
+      " y = bf16[%d,4,128] dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={2}, rhs_batch_dims={0,1}, "
+      "rhs_contracting_dims={2}\n c = f32[%d,4,128] convert(y)\n z = f32[] constant(-inf)\n"
+      " ROOT r = %s\n}\n";
+  struct {
+    int b;
+    const char *root;
+    int want_dots;
+  } bc[] = {{8, "f32[8,4,128] negate(c)", 1}, {1, "f32[1,4,128] negate(c)", 0}, {8, "f32[8,4] reduce(c, z), dimensions={2}, to_apply=mx", 0}};
+  for (int i = 0; i < 3; i++) {
+    snprintf(src, sizeof src, pv, bc[i].b, bc[i].b, bc[i].b, bc[i].b, bc[i].root);
+    kc = census(src);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    CHECK_EQ_INT(dots, bc[i].want_dots);
+  }
 }
 
 /* Common subexpressions (compile/cse.c): equal instructions merge, even when JAX gave each
