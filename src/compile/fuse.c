@@ -261,11 +261,6 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
   return 0;
 }
 
-/* Grows group g towards its operands, consumers first as XLA's instruction fusion visits
- * them: of the producers its members read, the latest in the computation is decided next,
- * so a producer several members read is decided once all of them have joined (a bias add
- * that a GELU reads five times is owned by the group, and the dot under it joins as the
- * group's matmul). */
 /* The heap of producers a growing group's members read: (id, the member's index in the
  * group), the largest id first and, among equal ids, the member that joined first. */
 static int heap_before(const fuser *f, int a, int b) {
@@ -316,6 +311,11 @@ static tpu_status push_operands(fuser *f, int g, int j) {
   return TPU_OK;
 }
 
+/* Grows group g towards its operands, consumers first as XLA's instruction fusion visits
+ * them: of the producers its members read, the latest in the computation is decided next,
+ * so a producer several members read is decided once all of them have joined (a bias add
+ * that a GELU reads five times is owned by the group, and the dot under it joins as the
+ * group's matmul). */
 static tpu_status grow(fuser *f, int g) {
   f->nheap = 0;
   for (int j = 0; j < f->groups[g].n; j++) TPU_TRY(push_operands(f, g, j));

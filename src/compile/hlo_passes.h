@@ -18,7 +18,11 @@ tpu_status tpu__dot_strength_reduce(struct tpu_builder *b, tpu_module *m, int *c
 /* Part of simplify: a scatter-add of one element per operand row into a broadcast scalar
  * becomes compare-select (compile/scatter_select.c); *repl the replacement, else NULL. */
 tpu_status tpu__scatter_to_select(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);
+/* Whether c is (a, b) -> add(a, b) (compile/scatter_select.c). */
 int tpu__is_adder(const tpu_comp *c);
+/* Whether every element of `in` (a constant, maybe broadcast) equals v (floats: same value
+ * and sign, so -0 and +0 differ; compile/simplify.c). */
+int tpu__is_splat(const tpu_instr *in, double v);
 tpu_status tpu__reduce_of_broadcast(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);
 /* Part of simplify: common subexpressions (compile/cse.c). A table for a computation of n
  * instructions, visited operands first: find_or_add returns an earlier instruction equal to

@@ -13,7 +13,6 @@
  *   - every reduced dimension is one the broadcast added,
  * for f32, f64 and integer sums (whose count is exact in the type up to 2^24 elements for
  * f32). Values: x * N rounded once, as XLA computes it, where the sum rounded N times. */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,18 +20,10 @@
 #include "compile/hlo_passes.h"
 #include "ir/build.h"
 
-static int zero_init(const tpu_instr *init) {
-  if (init->op != TPU_OP_CONSTANT || !init->literal || tpu_tensor_numel(init->literal) != 1) return 0;
-  if (tpu_dtype_is_float(init->shape.dtype)) {
-    double v = tpu_tensor_get_f64(init->literal, 0);
-    return v == 0 && !signbit(v);
-  }
-  return tpu_tensor_get_i64(init->literal, 0) == 0;
-}
-
 tpu_status tpu__reduce_of_broadcast(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl) {
   *repl = NULL;
-  if (in->op != TPU_OP_REDUCE || in->noperands != 2 || !tpu__is_adder(in->to_apply) || !zero_init(in->operands[1]))
+  if (in->op != TPU_OP_REDUCE || in->noperands != 2 || !tpu__is_adder(in->to_apply) ||
+      !tpu__is_splat(in->operands[1], 0))
     return TPU_OK;
   tpu_dtype t = in->shape.dtype;
   if (t != TPU_F32 && t != TPU_F64 && !tpu_dtype_is_int(t)) return TPU_OK;

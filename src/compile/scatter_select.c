@@ -18,7 +18,7 @@
 #include "compile/hlo_passes.h"
 #include "ir/build.h"
 
-/* Is `c` (a, b) -> add(a, b)? (also compile/reduce_bcast.c) */
+/* Is `c` (a, b) -> add(a, b)? (hlo_passes.h) */
 int tpu__is_adder(const tpu_comp *c) {
   if (!c || c->nparams != 2 || !c->root) return 0;
   const tpu_instr *r = c->root;

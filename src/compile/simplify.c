@@ -82,8 +82,7 @@ static const tpu_tensor *const_behind(const tpu_instr *in) {
   return in->op == TPU_OP_CONSTANT ? in->literal : NULL;
 }
 
-/* Every element of `in` equals v (floats: same value and sign, so -0 and +0 differ). */
-static int is_splat(const tpu_instr *in, double v) {
+int tpu__is_splat(const tpu_instr *in, double v) {
   const tpu_tensor *t = const_behind(in);
   if (!t || t->dtype == TPU_TUPLE || t->dtype == TPU_TOKEN) return 0;
   if (tpu_dtype_is_complex(t->dtype)) return 0; /* no identities on complex: x*(1+0i) can make NaN */
@@ -125,24 +124,24 @@ static tpu_instr *identity_of(const tpu_instr *in) {
   switch (in->op) {
     case TPU_OP_ADD:
       /* x + 0 is exact for integers; for floats only x + (-0): (-0) + (+0) is +0. */
-      if (is_splat(op[1], fl ? -0.0 : 0)) return op[0];
-      if (is_splat(op[0], fl ? -0.0 : 0)) return op[1];
+      if (tpu__is_splat(op[1], fl ? -0.0 : 0)) return op[0];
+      if (tpu__is_splat(op[0], fl ? -0.0 : 0)) return op[1];
       return NULL;
-    case TPU_OP_SUBTRACT: return is_splat(op[1], 0) ? op[0] : NULL; /* x - (+0) == x, also for x = -0 */
+    case TPU_OP_SUBTRACT: return tpu__is_splat(op[1], 0) ? op[0] : NULL; /* x - (+0) == x, also for x = -0 */
     case TPU_OP_MULTIPLY:
-      if (is_splat(op[1], 1)) return op[0];
-      if (is_splat(op[0], 1)) return op[1];
+      if (tpu__is_splat(op[1], 1)) return op[0];
+      if (tpu__is_splat(op[0], 1)) return op[1];
       return NULL;
-    case TPU_OP_DIVIDE: return is_splat(op[1], 1) ? op[0] : NULL;
+    case TPU_OP_DIVIDE: return tpu__is_splat(op[1], 1) ? op[0] : NULL;
     case TPU_OP_AND:
       if (in->shape.dtype != TPU_PRED) return NULL;
-      if (is_splat(op[1], 1)) return op[0];
-      if (is_splat(op[0], 1)) return op[1];
+      if (tpu__is_splat(op[1], 1)) return op[0];
+      if (tpu__is_splat(op[0], 1)) return op[1];
       return NULL;
     case TPU_OP_OR:
       if (in->shape.dtype != TPU_PRED) return NULL;
-      if (is_splat(op[1], 0)) return op[0];
-      if (is_splat(op[0], 0)) return op[1];
+      if (tpu__is_splat(op[1], 0)) return op[0];
+      if (tpu__is_splat(op[0], 0)) return op[1];
       return NULL;
     case TPU_OP_RESHAPE:
       /* reshape(reshape(x)) back to x's dims is x. */
@@ -172,8 +171,8 @@ static tpu_instr *identity_of(const tpu_instr *in) {
       return op[0];
     case TPU_OP_SELECT:
       if (op[1] == op[2]) return op[1];
-      if (is_splat(op[0], 1)) return op[1];
-      if (is_splat(op[0], 0)) return op[2];
+      if (tpu__is_splat(op[0], 1)) return op[1];
+      if (tpu__is_splat(op[0], 0)) return op[2];
       return NULL;
     case TPU_OP_GET_TUPLE_ELEMENT:
       return op[0]->op == TPU_OP_TUPLE ? op[0]->operands[in->index] : NULL;

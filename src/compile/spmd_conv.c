@@ -5,31 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/alloc.h"
 #include "base/strbuf.h"
 #include "compile/spmd_int.h"
-
-/* Positions (mesh order) of each chip's neighbour one block along axes `ax` (dir +1 or -1;
- * -1 where there is none) into nb. */
-static void neighbours(const tpu_mesh *mesh, const dsh *h, int k, int dir, int64_t *nb) {
-  int in_ax[MAXA] = {0};
-  for (int i = 0; i < h->n[k]; i++) in_ax[h->ax[k][i]] = 1;
-  for (int64_t p = 0; p < mesh->ndev; p++) {
-    nb[p] = -1;
-    int64_t want = tpu__spmd_block_at(mesh, h, k, p) + dir;
-    for (int64_t q = 0; q < mesh->ndev && nb[p] < 0; q++) {
-      if (tpu__spmd_block_at(mesh, h, k, q) != want) continue;
-      int same = 1; /* the other axes' coordinates agree */
-      for (int a = 0; a < mesh->naxes && same; a++) {
-        if (in_ax[a]) continue;
-        int64_t stride = 1;
-        for (int b = a + 1; b < mesh->naxes; b++) stride *= mesh->sizes[b];
-        same = (p / stride) % mesh->sizes[a] == (q / stride) % mesh->sizes[a];
-      }
-      if (same) nb[p] = q;
-    }
-  }
-}
 
 /* Rows [lo, hi) of dimension d of x (a static slice). */
 static tpu_status rows(sp *s, tpu_instr *x, int d, int64_t lo, int64_t hi, tpu_loc loc, tpu_instr **out) {
@@ -47,23 +24,17 @@ static tpu_status rows(sp *s, tpu_instr *x, int d, int64_t lo, int64_t hi, tpu_l
   return tpu__spmd_set_attr_text(s, *out, "slice", &b, loc);
 }
 
-/* x sent to each chip's neighbour in direction dir along the split (chips at the edge get
- * zeros: the convolution's zero padding). */
-static tpu_status to_neighbour(sp *s, tpu_instr *x, const dsh *h, int k, int dir, tpu_loc loc, tpu_instr **out) {
-  int64_t n = s->mesh->ndev, *nb = tpu_calloc((size_t)n, sizeof *nb), *src = tpu_calloc((size_t)n, sizeof *src);
-  if (!nb || !src) {
-    tpu_free(nb);
-    tpu_free(src);
-    return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
-  }
-  neighbours(s->mesh, h, k, dir, nb);
-  for (int64_t p = 0; p < n; p++) src[p] = -1;
-  for (int64_t p = 0; p < n; p++)
-    if (nb[p] >= 0) src[nb[p]] = p;
-  tpu_status st = tpu__spmd_permute(s, x, src, "spmd.halo-exchange", loc, out);
-  tpu_free(nb);
-  tpu_free(src);
-  return st;
+/* A halo's rows sent to the neighbour `dir` blocks on (chips at the edge receive zeros: the
+ * convolution's zero padding), as bf16 when the convolution reads them as bf16 anyway
+ * (bf16_gathers): converted before, back to f32 after. */
+static tpu_status halo_send(sp *s, const tpu_instr *in, tpu_instr *edge, const dsh *L, int d, int dir,
+                            tpu_instr **out) {
+  if (!tpu__spmd_bf16_gathers(s, in) || edge->shape.dtype != TPU_F32)
+    return tpu__spmd_shift(s, edge, L, d, -dir, 0, "spmd.halo-exchange", in->loc, out);
+  tpu_instr *eb, *y;
+  TPU_TRY(tpu__spmd_convert(s, edge, TPU_BF16, in->loc, &eb));
+  TPU_TRY(tpu__spmd_shift(s, eb, L, d, -dir, 0, "spmd.halo-exchange", in->loc, &y));
+  return tpu__spmd_convert(s, y, TPU_F32, in->loc, out);
 }
 
 /* A convolution whose input is split along one spatial dimension (a large image or a long
@@ -72,17 +43,6 @@ static tpu_status to_neighbour(sp *s, tpu_instr *x, const dsh *h, int k, int dir
  * them unpadded in that dimension, and keeps its block of the output. Chips at the edges
  * receive zeros, which are the zero padding. Needs stride 1, no dilation there, and padding
  * that keeps the size (pad_lo + pad_hi = size - 1) no wider than a block. */
-/* A halo's rows sent to the neighbour `dir` (to_neighbour), as bf16 when the convolution
- * reads them as bf16 anyway (bf16_gathers): converted before, back to f32 after. */
-static tpu_status halo_send(sp *s, const tpu_instr *in, tpu_instr *edge, const dsh *L, int d, int dir,
-                            tpu_instr **out) {
-  if (!tpu__spmd_bf16_gathers(s, in) || edge->shape.dtype != TPU_F32) return to_neighbour(s, edge, L, d, dir, in->loc, out);
-  tpu_instr *eb, *y;
-  TPU_TRY(tpu__spmd_convert(s, edge, TPU_BF16, in->loc, &eb));
-  TPU_TRY(to_neighbour(s, eb, L, d, dir, in->loc, &y));
-  return tpu__spmd_convert(s, y, TPU_F32, in->loc, out);
-}
-
 static tpu_status spatial_conv(sp *s, const tpu_instr *in, int sd) {
   const tpu_instr *lo = in->operands[0];
   const dsh *lh = &s->sh[lo->id];

@@ -77,16 +77,6 @@ static tpu_status local_indices(sp *s, tpu_instr *ix, const int8_t *axes, int n,
   return ew(s, TPU_OP_SUBTRACT, it, ix, offb, loc, local);
 }
 
-/* A scalar constant v of dtype t broadcast to shape sh. */
-static tpu_status const_like(sp *s, tpu_dtype t, int64_t v, const tpu_shape *sh, tpu_loc loc, tpu_instr **out) {
-  tpu_tensor c;
-  tpu_instr *k;
-  TPU_TRY(tpu_tensor_alloc(&c, t, 0, NULL, s->d));
-  tpu_tensor_set_i64(&c, 0, v);
-  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.c", &c, NULL, &k));
-  return bcast_to(s, k, sh, "{}", loc, out);
-}
-
 /* rows: the indexed dimension's whole size (the indices are clamped into it first, as
  * gather clamps them); len: the rows of one chip's block. */
 static tpu_status shift_indices(sp *s, const tpu_instr *in, tpu_instr *ix, const int8_t *axes, int n, int64_t rows,
@@ -95,12 +85,12 @@ static tpu_status shift_indices(sp *s, const tpu_instr *in, tpu_instr *ix, const
   tpu_instr *zero, *lim, *last, *ge, *lt, *cl;
   tpu_loc loc = in->loc;
   tpu_dtype it = ix->shape.dtype;
-  TPU_TRY(const_like(s, it, 0, &ix->shape, loc, &zero));
-  TPU_TRY(const_like(s, it, rows - 1, &ix->shape, loc, &last));
+  TPU_TRY(tpu__spmd_const(s, it, 0, &ix->shape, loc, &zero));
+  TPU_TRY(tpu__spmd_const(s, it, rows - 1, &ix->shape, loc, &last));
   TPU_TRY(ew(s, TPU_OP_MAXIMUM, it, ix, zero, loc, &cl));
   TPU_TRY(ew(s, TPU_OP_MINIMUM, it, cl, last, loc, &cl));
   TPU_TRY(local_indices(s, cl, axes, n, len, loc, local));
-  TPU_TRY(const_like(s, it, len, &ix->shape, loc, &lim));
+  TPU_TRY(tpu__spmd_const(s, it, len, &ix->shape, loc, &lim));
   TPU_TRY(ew(s, TPU_OP_COMPARE, TPU_PRED, *local, zero, loc, &ge));
   TPU_TRY(tpu_build_set_attr(&s->b, ge, "direction", "GE"));
   TPU_TRY(ew(s, TPU_OP_COMPARE, TPU_PRED, *local, lim, loc, &lt));
@@ -128,10 +118,7 @@ static tpu_status sum_lookup(sp *s, const tpu_instr *in, tpu_instr *gather, tpu_
     if (k != g->index_vector_dim) dims[nd++] = gather_out_dim(in, k);
   char txt[128];
   TPU_TRY(bcast_to(s, inr, &gather->shape, tpu_dims_text(txt, sizeof txt, dims, nd), loc, &mask));
-  tpu_tensor tz;
-  TPU_TRY(tpu_tensor_alloc(&tz, gather->shape.dtype, 0, NULL, s->d));
-  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.c", &tz, NULL, &zr));
-  TPU_TRY(bcast_to(s, zr, &gather->shape, "{}", loc, &zr));
+  TPU_TRY(tpu__spmd_const(s, gather->shape.dtype, 0, &gather->shape, loc, &zr));
   tpu_shape r = gather->shape;
   r.has_layout = 0;
   r.layout_tail = NULL;

@@ -36,6 +36,13 @@ static inline int same_dim(const dsh *a, int ka, const dsh *b, int kb) {
   return a->n[ka] == b->n[kb] && !memcmp(a->ax[ka], b->ax[kb], (size_t)a->n[ka]);
 }
 
+/* Whether a and b split every one of rank dimensions alike. */
+static inline int same_sharding(const dsh *a, const dsh *b, int rank) {
+  for (int k = 0; k < rank; k++)
+    if (!same_dim(a, k, b, k)) return 0;
+  return 1;
+}
+
 /* Whole on every chip. */
 static const dsh k_repl = {{0}, {{0}}, 0};
 
@@ -101,6 +108,11 @@ tpu_status tpu__spmd_fail_at(sp *s, const tpu_instr *in, const char *what);
 tpu_status tpu__spmd_instr(sp *s, tpu_opcode op, const char *hint, const tpu_shape *shape, tpu_instr *const *ops, int n,
                            tpu_loc loc, tpu_instr **out);
 tpu_shape tpu__spmd_scalar(tpu_dtype t);
+/* A scalar constant v of dtype t, broadcast to shape sh (NULL: the scalar itself). */
+tpu_status tpu__spmd_const(sp *s, tpu_dtype t, int64_t v, const tpu_shape *sh, tpu_loc loc, tpu_instr **out);
+/* Element i of tuple t, and the tuple of n values. */
+tpu_status tpu__spmd_gte(sp *s, tpu_instr *t, int i, tpu_loc loc, tpu_instr **out);
+tpu_status tpu__spmd_tuple(sp *s, tpu_instr *const *parts, int n, tpu_loc loc, tpu_instr **out);
 /* Where this chip's block starts along a dimension split over `axes` in blocks of len
  * (s32[]: block index x len, from partition-id). */
 tpu_status tpu__spmd_block_offset(sp *s, const int8_t *axes, int n, int64_t len, tpu_loc loc, tpu_instr **out);
@@ -121,6 +133,11 @@ tpu_status tpu__spmd_slice_at(sp *s, tpu_instr *x, int k, tpu_instr *off, int64_
 /* The collective-permute by which each mesh position q receives x from position src[q]
  * (-1: from none, zeros). */
 tpu_status tpu__spmd_permute(sp *s, tpu_instr *x, const int64_t *src, const char *hint, tpu_loc loc, tpu_instr **out);
+/* x as each chip receives it from the chip `dir` blocks on along dimension k (split as h)
+ * whose coordinates on the other axes are its own: round the ring where wrap, else chips
+ * at the edge receive zeros. */
+tpu_status tpu__spmd_shift(sp *s, tpu_instr *x, const dsh *h, int k, int dir, int wrap, const char *hint, tpu_loc loc,
+                           tpu_instr **out);
 /* gather and scatter (spmd_index.c). */
 tpu_status tpu__spmd_index_op(sp *s, const tpu_instr *in);
 /* A reshard of per-chip value v made before in this computation (NULL: none), and
@@ -157,8 +174,6 @@ tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, co
  * the blocks span every device: *done 0 when it does not apply. */
 tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, int k, tpu_loc loc, tpu_instr **out,
                                 int *done);
-/* Whether computation c is (a, b) -> a + b. */
-int tpu__spmd_adds(const tpu_comp *c);
 
 /* Convolutions (spmd_conv.c). */
 tpu_status tpu__spmd_convolution(sp *s, const tpu_instr *in);

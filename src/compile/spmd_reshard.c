@@ -8,6 +8,7 @@
 
 #include "base/alloc.h"
 #include "base/strbuf.h"
+#include "compile/hlo_passes.h"
 #include "compile/spmd_int.h"
 #include "ir/build.h"
 
@@ -46,11 +47,40 @@ tpu_shape tpu__spmd_scalar(tpu_dtype t) {
   return sc;
 }
 
+tpu_status tpu__spmd_const(sp *s, tpu_dtype t, int64_t v, const tpu_shape *sh, tpu_loc loc, tpu_instr **out) {
+  tpu_tensor c;
+  TPU_TRY(tpu_tensor_alloc(&c, t, 0, NULL, s->d));
+  tpu_tensor_set_i64(&c, 0, v);
+  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.c", &c, NULL, out));
+  if (!sh) return TPU_OK;
+  tpu_shape r = *sh;
+  r.dtype = t;
+  r.has_layout = 0;
+  r.layout_tail = NULL;
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_BROADCAST, "spmd.bcast", &r, out, 1, loc, out));
+  return tpu_build_set_attr(&s->b, *out, "dimensions", "{}");
+}
+
 static tpu_status const_s32(sp *s, int64_t v, tpu_instr **out) {
-  tpu_tensor t;
-  TPU_TRY(tpu_tensor_alloc(&t, TPU_S32, 0, NULL, s->d));
-  tpu_tensor_set_i64(&t, 0, v);
-  return tpu_build_constant(&s->b, s->c, "spmd.c", &t, NULL, out);
+  return tpu__spmd_const(s, TPU_S32, v, NULL, tpu_noloc(), out);
+}
+
+tpu_status tpu__spmd_gte(sp *s, tpu_instr *t, int i, tpu_loc loc, tpu_instr **out) {
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_GET_TUPLE_ELEMENT, "spmd.gte", &t->shape.elems[i], &t, 1, loc, out));
+  char ix[24];
+  snprintf(ix, sizeof ix, "%d", i);
+  return tpu_build_set_attr(&s->b, *out, "index", ix);
+}
+
+tpu_status tpu__spmd_tuple(sp *s, tpu_instr *const *parts, int n, tpu_loc loc, tpu_instr **out) {
+  tpu_shape ts;
+  memset(&ts, 0, sizeof ts);
+  ts.dtype = TPU_TUPLE;
+  ts.ntuple = n;
+  ts.elems = tpu_arena_alloc(&s->m->arena, sizeof *ts.elems * (size_t)(n + 1));
+  if (!ts.elems) return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
+  for (int i = 0; i < n; i++) ts.elems[i] = parts[i]->shape;
+  return tpu__spmd_instr(s, TPU_OP_TUPLE, "spmd.tuple", &ts, parts, n, loc, out);
 }
 
 /* This chip's position in the mesh (s32[]): partition-id, through the mesh's device list. */
@@ -273,6 +303,33 @@ tpu_status tpu__spmd_permute(sp *s, tpu_instr *x, const int64_t *src, const char
   if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "channel_id", ch);
   if (st == TPU_OK) st = tpu_build_set_attr(&s->b, *out, "source_target_pairs", b.s);
   tpu_strbuf_deinit(&b);
+  return st;
+}
+
+tpu_status tpu__spmd_shift(sp *s, tpu_instr *x, const dsh *h, int k, int dir, int wrap, const char *hint, tpu_loc loc,
+                           tpu_instr **out) {
+  const tpu_mesh *mesh = s->mesh;
+  int64_t n = mesh->ndev, f = factor(mesh, h, k), *src = tpu_calloc((size_t)n + 1, sizeof *src);
+  if (!src) return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
+  int in_ax[MAXA] = {0};
+  for (int i = 0; i < h->n[k]; i++) in_ax[h->ax[k][i]] = 1;
+  for (int64_t q = 0; q < n; q++) {
+    src[q] = -1;
+    int64_t want = tpu__spmd_block_at(mesh, h, k, q) + dir;
+    if (wrap) want = (want % f + f) % f;
+    for (int64_t p = 0; p < n && src[q] < 0; p++) {
+      if (tpu__spmd_block_at(mesh, h, k, p) != want) continue;
+      int same = 1; /* the other axes' coordinates agree */
+      int64_t stride = 1;
+      for (int a = mesh->naxes - 1; a >= 0 && same; a--) {
+        if (!in_ax[a]) same = (p / stride) % mesh->sizes[a] == (q / stride) % mesh->sizes[a];
+        stride *= mesh->sizes[a];
+      }
+      if (same) src[q] = p;
+    }
+  }
+  tpu_status st = tpu__spmd_permute(s, x, src, hint, loc, out);
+  tpu_free(src);
   return st;
 }
 
@@ -527,7 +584,7 @@ static tpu_status moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, const 
   r.layout_tail = NULL;
   tpu_instr *part = y->operands[0], *z;
   int win = 0; /* a dot's partial sums over every device: the XLA TPU compiler's windowed einsum */
-  if (!nrest && tpu__spmd_adds(y->to_apply)) TPU_TRY(tpu__spmd_window_sum(s, part, kd, to, k, loc, &z, &win));
+  if (!nrest && tpu__is_adder(y->to_apply)) TPU_TRY(tpu__spmd_window_sum(s, part, kd, to, k, loc, &z, &win));
   if (!win) {
     TPU_TRY(tpu__spmd_instr(s, TPU_OP_REDUCE_SCATTER, "spmd.reduce-scatter", &r, &part, 1, loc, &z));
     char dims[32];
@@ -703,9 +760,7 @@ tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to
   if (!other && ai >= 0 && aj >= 0 && from->n[ai] == to->n[aj] && !memcmp(from->ax[ai], to->ax[aj], (size_t)to->n[aj]) &&
       rank < TPU_MAX_RANK && x->shape.dims[aj] % factor(s->mesh, to, aj) == 0)
     return all_to_all_move(s, x, ai, aj, to->ax[aj], to->n[aj], loc, out);
-  int same = 1;
-  for (int k = 0; k < rank; k++) same &= same_dim(from, k, to, k);
-  if (same) return TPU_OK;
+  if (same_sharding(from, to, rank)) return TPU_OK;
   /* One axis moving from a dimension that keeps other axes to the minor end of another's
    * (an expert dispatch: [(data, model), ..] to [model, data, ..]): a collective-permute
    * that makes it the first dimension's minor axis if it is not, then one all-to-all over
@@ -784,22 +839,11 @@ tpu_status tpu__spmd_reshard_tuple(sp *s, tpu_instr *x, const dsh *el, const dsh
         st = tpu__spmd_reshard(s, parts[i], &el[i], to ? &to[i] : &k_repl, loc, &parts[i]);
       continue;
     }
-    st = tpu__spmd_instr(s, TPU_OP_GET_TUPLE_ELEMENT, "spmd.gte", &x->shape.elems[i], &x, 1, loc, &parts[i]);
-    if (st == TPU_OK) {
-      char ix[24];
-      snprintf(ix, sizeof ix, "%d", i);
-      st = tpu_build_set_attr(&s->b, parts[i], "index", ix);
-    }
+    st = tpu__spmd_gte(s, x, i, loc, &parts[i]);
     if (st == TPU_OK && tpu_dtype_is_array(x->shape.elems[i].dtype))
       st = tpu__spmd_reshard(s, parts[i], &el[i], to ? &to[i] : &k_repl, loc, &parts[i]);
   }
-  tpu_shape ts = x->shape;
-  if (st == TPU_OK) {
-    ts.elems = tpu_arena_alloc(&s->m->arena, sizeof *ts.elems * (size_t)(n + 1));
-    if (!ts.elems) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
-    for (int i = 0; st == TPU_OK && i < n; i++) ts.elems[i] = parts[i]->shape;
-  }
-  if (st == TPU_OK) st = tpu__spmd_instr(s, TPU_OP_TUPLE, "spmd.tuple", &ts, parts, n, loc, out);
+  if (st == TPU_OK) st = tpu__spmd_tuple(s, parts, n, loc, out);
   tpu_free(parts);
   return st;
 }
@@ -855,9 +899,7 @@ tpu_status tpu__spmd_operand_as(sp *s, const tpu_instr *in, int i, const dsh *to
   const dsh *from = &s->sh[o->id];
   if ((*out = tpu__spmd_resharded(s, v, from, to, 0))) return TPU_OK;
   int done = 0;
-  int same = 1;
-  for (int k = 0; k < o->shape.rank && same; k++) same = same_dim(from, k, to, k);
-  if (!same) TPU_TRY(rebroadcast(s, o, to, in->loc, out, &done));
+  if (!same_sharding(from, to, o->shape.rank)) TPU_TRY(rebroadcast(s, o, to, in->loc, out, &done));
   if (done) {
     tpu__spmd_remember(s, v, from, to, 0, *out);
     return TPU_OK;

@@ -8,67 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/alloc.h"
 #include "compile/spmd_int.h"
-
-/* s32 scalar constant in the computation being built. */
-static tpu_status s32c(sp *s, int64_t v, tpu_instr **out) {
-  tpu_tensor t;
-  TPU_TRY(tpu_tensor_alloc(&t, TPU_S32, 0, NULL, s->d));
-  tpu_tensor_set_i64(&t, 0, v);
-  return tpu_build_constant(&s->b, s->c, "spmd.window.c", &t, NULL, out);
-}
 
 static tpu_status s32op(sp *s, tpu_opcode op, tpu_instr *a, tpu_instr *b, tpu_loc loc, tpu_instr **out) {
   tpu_shape i32 = tpu__spmd_scalar(TPU_S32);
   tpu_instr *ops[2] = {a, b};
   return tpu__spmd_instr(s, op, "spmd.window.i", &i32, ops, 2, loc, out);
-}
-
-/* Every chip receives the block of dimension k (split as h over all devices) that the chip
- * `dir` blocks on (+1 or -1, round the ring) holds. */
-static tpu_status ring_shift(sp *s, tpu_instr *x, const dsh *h, int k, int dir, tpu_loc loc, tpu_instr **out) {
-  int64_t n = s->mesh->ndev, *dev_of = tpu_calloc((size_t)n, sizeof *dev_of), *src = tpu_calloc((size_t)n, sizeof *src);
-  if (!dev_of || !src) {
-    tpu_free(dev_of);
-    tpu_free(src);
-    return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
-  }
-  for (int64_t p = 0; p < n; p++) dev_of[tpu__spmd_block_at(s->mesh, h, k, p)] = p;
-  for (int64_t q = 0; q < n; q++) src[q] = dev_of[(tpu__spmd_block_at(s->mesh, h, k, q) + dir + n) % n];
-  tpu_status st = tpu__spmd_permute(s, x, src, "spmd.window.permute", loc, out);
-  tpu_free(dev_of);
-  tpu_free(src);
-  return st;
-}
-
-static tpu_status gte(sp *s, tpu_instr *t, int i, tpu_loc loc, tpu_instr **out) {
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_GET_TUPLE_ELEMENT, "spmd.window.gte", &t->shape.elems[i], &t, 1, loc, out));
-  char ix[16];
-  snprintf(ix, sizeof ix, "%d", i);
-  return tpu_build_set_attr(&s->b, *out, "index", ix);
-}
-
-static tpu_status tuple_of(sp *s, tpu_instr **parts, int n, tpu_loc loc, tpu_instr **out) {
-  tpu_shape ts;
-  memset(&ts, 0, sizeof ts);
-  ts.dtype = TPU_TUPLE;
-  ts.ntuple = n;
-  ts.elems = tpu_arena_alloc(&s->m->arena, sizeof *ts.elems * (size_t)(n + 1));
-  if (!ts.elems) return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
-  for (int i = 0; i < n; i++) ts.elems[i] = parts[i]->shape;
-  return tpu__spmd_instr(s, TPU_OP_TUPLE, "spmd.window.state", &ts, parts, n, loc, out);
-}
-
-/* zeros of shape sh (a broadcast constant): a sum's start. */
-static tpu_status zeros(sp *s, const tpu_shape *sh, tpu_loc loc, tpu_instr **out) {
-  tpu_instr *zero;
-  tpu_tensor z;
-  TPU_TRY(tpu_tensor_alloc(&z, sh->dtype, 0, NULL, s->d));
-  tpu_tensor_set_f64(&z, 0, 0.0);
-  TPU_TRY(tpu_build_constant(&s->b, s->c, "spmd.window.zero", &z, NULL, &zero));
-  TPU_TRY(tpu__spmd_instr(s, TPU_OP_BROADCAST, "spmd.window.acc", sh, &zero, 1, loc, out));
-  return tpu_build_set_attr(&s->b, *out, "dimensions", "{}");
 }
 
 /* A loop over the ring being built: its state is a 5-tuple whose last element counts the
@@ -94,8 +39,8 @@ static tpu_status open_loop(sp *s, const char *base, tpu_instr *init, tpu_loc lo
   tpu_instr *p, *i, *lim, *lt, *ops[2];
   tpu_shape pr = tpu__spmd_scalar(TPU_PRED);
   tpu_status st = tpu_build_param(&s->b, l->cond, 0, "state", &init->shape, &p);
-  if (st == TPU_OK) st = gte(s, p, 4, loc, &i);
-  if (st == TPU_OK) st = s32c(s, s->mesh->ndev / 2, &lim);
+  if (st == TPU_OK) st = tpu__spmd_gte(s, p, 4, loc, &i);
+  if (st == TPU_OK) st = tpu__spmd_const(s, TPU_S32, s->mesh->ndev / 2, NULL, loc, &lim);
   if (st == TPU_OK) {
     ops[0] = i;
     ops[1] = lim;
@@ -110,7 +55,7 @@ static tpu_status open_loop(sp *s, const char *base, tpu_instr *init, tpu_loc lo
   s->c = l->body;
   s->pos = NULL;
   if (st == TPU_OK) st = tpu_build_param(&s->b, l->body, 0, "state", &init->shape, &l->state);
-  if (st == TPU_OK) st = gte(s, l->state, 4, loc, &l->i);
+  if (st == TPU_OK) st = tpu__spmd_gte(s, l->state, 4, loc, &l->i);
   if (st != TPU_OK) {
     s->c = l->entry;
     s->pos = l->entry_pos;
@@ -123,11 +68,11 @@ static tpu_status open_loop(sp *s, const char *base, tpu_instr *init, tpu_loc lo
 static tpu_status close_loop(sp *s, ring_loop *l, tpu_status st, tpu_instr *const *next, tpu_instr *init, tpu_loc loc,
                              tpu_instr **out) {
   tpu_instr *c2, *i2 = NULL, *root;
-  if (st == TPU_OK) st = s32c(s, 2, &c2);
+  if (st == TPU_OK) st = tpu__spmd_const(s, TPU_S32, 2, NULL, loc, &c2);
   if (st == TPU_OK) st = s32op(s, TPU_OP_ADD, l->i, c2, loc, &i2);
   if (st == TPU_OK) {
     tpu_instr *nx[5] = {next[0], next[1], next[2], next[3], i2};
-    st = tuple_of(s, nx, 5, loc, &root);
+    st = tpu__spmd_tuple(s, nx, 5, loc, &root);
   }
   if (st == TPU_OK) {
     tpu_build_set_root(l->body, root);
@@ -148,7 +93,7 @@ static tpu_status close_loop(sp *s, ring_loop *l, tpu_status st, tpu_instr *cons
 /* acc with `blk` written at s32 offset `off` of dimension k (dynamic-update-slice). */
 static tpu_status update_at(sp *s, tpu_instr *acc, tpu_instr *blk, int k, tpu_instr *off, tpu_loc loc, tpu_instr **out) {
   tpu_instr *zero, *ops[TPU_MAX_RANK + 2];
-  TPU_TRY(s32c(s, 0, &zero));
+  TPU_TRY(tpu__spmd_const(s, TPU_S32, 0, NULL, loc, &zero));
   ops[0] = acc;
   ops[1] = blk;
   for (int i = 0; i < acc->shape.rank; i++) ops[2 + i] = i == k ? off : zero;
@@ -161,12 +106,12 @@ static tpu_status update_at(sp *s, tpu_instr *acc, tpu_instr *blk, int k, tpu_in
 static tpu_status ring_block(sp *s, tpu_instr *b, int64_t c, int sign, tpu_instr *i, int u, int64_t len, tpu_loc loc,
                             tpu_instr **j, tpu_instr **off) {
   tpu_instr *cc, *t, *cn, *cl;
-  TPU_TRY(s32c(s, c + sign * u, &cc));
+  TPU_TRY(tpu__spmd_const(s, TPU_S32, c + sign * u, NULL, loc, &cc));
   TPU_TRY(s32op(s, TPU_OP_ADD, b, cc, loc, &t));
   TPU_TRY(s32op(s, sign > 0 ? TPU_OP_ADD : TPU_OP_SUBTRACT, t, i, loc, &t));
-  TPU_TRY(s32c(s, s->mesh->ndev, &cn));
+  TPU_TRY(tpu__spmd_const(s, TPU_S32, s->mesh->ndev, NULL, loc, &cn));
   TPU_TRY(s32op(s, TPU_OP_REMAINDER, t, cn, loc, j));
-  TPU_TRY(s32c(s, len, &cl));
+  TPU_TRY(tpu__spmd_const(s, TPU_S32, len, NULL, loc, &cl));
   return s32op(s, TPU_OP_MULTIPLY, *j, cl, loc, off);
 }
 
@@ -257,21 +202,21 @@ tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, co
   tpu_instr *acc0, *back0, *i0, *init;
   tpu_shape os = *out_shape;
   os.has_layout = 0;
-  TPU_TRY(zeros(s, &os, loc, &acc0));
-  TPU_TRY(ring_shift(s, shard, from, rd, -1, loc, &back0));
-  TPU_TRY(s32c(s, 0, &i0));
+  TPU_TRY(tpu__spmd_const(s, os.dtype, 0, &os, loc, &acc0));
+  TPU_TRY(tpu__spmd_shift(s, shard, from, rd, -1, 1, "spmd.window.permute", loc, &back0));
+  TPU_TRY(tpu__spmd_const(s, TPU_S32, 0, NULL, loc, &i0));
   tpu_instr *parts[5] = {other, shard, acc0, back0, i0};
-  TPU_TRY(tuple_of(s, parts, 5, loc, &init));
+  TPU_TRY(tpu__spmd_tuple(s, parts, 5, loc, &init));
   ring_loop l;
   TPU_TRY(open_loop(s, tpu_instr_user_name(in), init, loc, &l));
   /* Two steps per iteration, as XLA's loop takes them: the second step's products wait for
    * the first step's transfers. At step i the blocks held are (b + i) mod n (arrived
    * forward) and (b - 1 - i) mod n (arrived back). */
   tpu_instr *o = NULL, *blocks[2] = {NULL, NULL}, *res = NULL, *b = NULL;
-  tpu_status st = gte(s, l.state, 0, loc, &o);
-  if (st == TPU_OK) st = gte(s, l.state, 1, loc, &blocks[0]);
-  if (st == TPU_OK) st = gte(s, l.state, 2, loc, &res);
-  if (st == TPU_OK) st = gte(s, l.state, 3, loc, &blocks[1]);
+  tpu_status st = tpu__spmd_gte(s, l.state, 0, loc, &o);
+  if (st == TPU_OK) st = tpu__spmd_gte(s, l.state, 1, loc, &blocks[0]);
+  if (st == TPU_OK) st = tpu__spmd_gte(s, l.state, 2, loc, &res);
+  if (st == TPU_OK) st = tpu__spmd_gte(s, l.state, 3, loc, &blocks[1]);
   if (st == TPU_OK) st = tpu__spmd_block_offset(s, from->ax[rd], from->n[rd], 1, loc, &b);
   for (int u = 0; st == TPU_OK && u < 2; u++) {
     for (int h = 0; st == TPU_OK && h < 2; h++) {
@@ -294,18 +239,12 @@ tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, co
       }
     }
     /* the next blocks: from the chip one on (forward) and one back */
-    if (st == TPU_OK) st = ring_shift(s, blocks[0], from, rd, +1, loc, &blocks[0]);
-    if (st == TPU_OK) st = ring_shift(s, blocks[1], from, rd, -1, loc, &blocks[1]);
+    if (st == TPU_OK) st = tpu__spmd_shift(s, blocks[0], from, rd, +1, 1, "spmd.window.permute", loc, &blocks[0]);
+    if (st == TPU_OK) st = tpu__spmd_shift(s, blocks[1], from, rd, -1, 1, "spmd.window.permute", loc, &blocks[1]);
   }
   tpu_instr *next[4] = {o, blocks[0], res, blocks[1]}, *w;
   TPU_TRY(close_loop(s, &l, st, next, init, loc, &w));
-  return gte(s, w, 2, loc, out);
-}
-
-int tpu__spmd_adds(const tpu_comp *c) {
-  const tpu_instr *r = c ? c->root : NULL;
-  return r && r->op == TPU_OP_ADD && c->nparams == 2 && r->noperands == 2 && r->operands[0]->op == TPU_OP_PARAMETER &&
-         r->operands[1]->op == TPU_OP_PARAMETER && r->operands[0] != r->operands[1];
+  return tpu__spmd_gte(s, w, 2, loc, out);
 }
 
 /* Which operand's free dimension dimension od of dot d's result is (*side, *dim); 0 for a
@@ -346,10 +285,10 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
   bs.layout_tail = NULL;
   /* state: (the operand sliced, the other, sum travelling forward, sum travelling back, i) */
   tpu_instr *acc0, *i0, *init;
-  TPU_TRY(zeros(s, &bs, loc, &acc0));
-  TPU_TRY(s32c(s, 0, &i0));
+  TPU_TRY(tpu__spmd_const(s, bs.dtype, 0, &bs, loc, &acc0));
+  TPU_TRY(tpu__spmd_const(s, TPU_S32, 0, NULL, loc, &i0));
   tpu_instr *parts[5] = {part->operands[side], part->operands[1 - side], acc0, acc0, i0};
-  TPU_TRY(tuple_of(s, parts, 5, loc, &init));
+  TPU_TRY(tpu__spmd_tuple(s, parts, 5, loc, &init));
   ring_loop l;
   TPU_TRY(open_loop(s, s->cur ? tpu_instr_user_name(s->cur) : "dot", init, loc, &l));
   /* Two steps per iteration, as XLA's loop takes them. At step i the sum travelling forward
@@ -357,10 +296,10 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
    * chip adds its product for block (b + n/2 - 1 - i) mod n; the one travelling back moves
    * once more after the loop: block (b + n/2 + i) mod n. */
   tpu_instr *a = NULL, *o = NULL, *sums[2] = {NULL, NULL}, *b = NULL;
-  tpu_status st = gte(s, l.state, 0, loc, &a);
-  if (st == TPU_OK) st = gte(s, l.state, 1, loc, &o);
-  if (st == TPU_OK) st = gte(s, l.state, 2, loc, &sums[0]);
-  if (st == TPU_OK) st = gte(s, l.state, 3, loc, &sums[1]);
+  tpu_status st = tpu__spmd_gte(s, l.state, 0, loc, &a);
+  if (st == TPU_OK) st = tpu__spmd_gte(s, l.state, 1, loc, &o);
+  if (st == TPU_OK) st = tpu__spmd_gte(s, l.state, 2, loc, &sums[0]);
+  if (st == TPU_OK) st = tpu__spmd_gte(s, l.state, 3, loc, &sums[1]);
   if (st == TPU_OK) st = tpu__spmd_block_offset(s, to->ax[k], to->n[k], 1, loc, &b);
   for (int u = 0; st == TPU_OK && u < 2; u++)
     for (int h = 0; st == TPU_OK && h < 2; h++) {
@@ -373,7 +312,7 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
       st = tpu_build_clone_instr(&s->b, l.body, part, ops, &d);
       if (st != TPU_OK) break;
       d->shape = bs;
-      st = ring_shift(s, sums[h], to, k, h ? +1 : -1, loc, &moved);
+      st = tpu__spmd_shift(s, sums[h], to, k, h ? +1 : -1, 1, "spmd.window.permute", loc, &moved);
       if (st != TPU_OK) break;
       ops[0] = moved;
       ops[1] = d;
@@ -381,9 +320,9 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
     }
   tpu_instr *next[4] = {a, o, sums[0], sums[1]}, *w, *fw, *bw, *last, *ops[2];
   TPU_TRY(close_loop(s, &l, st, next, init, loc, &w));
-  TPU_TRY(gte(s, w, 2, loc, &fw));
-  TPU_TRY(gte(s, w, 3, loc, &bw));
-  TPU_TRY(ring_shift(s, bw, to, k, +1, loc, &last));
+  TPU_TRY(tpu__spmd_gte(s, w, 2, loc, &fw));
+  TPU_TRY(tpu__spmd_gte(s, w, 3, loc, &bw));
+  TPU_TRY(tpu__spmd_shift(s, bw, to, k, +1, 1, "spmd.window.permute", loc, &last));
   ops[0] = fw;
   ops[1] = last;
   TPU_TRY(tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &bs, ops, 2, loc, out));
