@@ -6,9 +6,14 @@
 #include "chip/timing.h"
 #include "compile/backend.h"
 
+/* The VMEM one kernel's tile buffers may take, over all of the device's TensorCores: the
+ * chip's scoped limit where the XLA TPU compiler shows one (chip field scoped_vmem_bytes),
+ * else three quarters of VMEM. */
 int64_t tpu__vmem_budget(const tpu_chip *chip) {
   int64_t cores = chip->tensorcores > 0 ? chip->tensorcores : 1;
-  return chip->vmem_bytes * cores / 4 * 3;
+  int64_t per_core = chip->vmem_bytes / 4 * 3;
+  if (chip->scoped_vmem_bytes > 0 && chip->scoped_vmem_bytes <= chip->vmem_bytes) per_core = chip->scoped_vmem_bytes;
+  return per_core * cores;
 }
 
 static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }
@@ -168,6 +173,7 @@ typedef struct {
   int64_t qa, qb;          /* iterations between A / B loads */
   int64_t sa, sb, so, se;  /* slot bytes: A, B, output, epilogue operands */
   int64_t need;            /* VMEM bytes, double-buffered (f32 accumulators) */
+  int64_t alloc;           /* VMEM bytes of the slots plan_matmul makes */
   double bytes;            /* HBM bytes the kernel moves */
   double cycles;           /* estimated kernel cycles */
 } blocking;
@@ -235,7 +241,7 @@ static double pipeline_cycles(const blocking *c, double bpc, double lat, double 
  * and the DMA time of all other transfers (double buffering overlaps them), then the
  * last output block's store. */
 static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, int64_t eb, int64_t lhs,
-                          int64_t rhs, int64_t epi, blocking *c) {
+                          int64_t rhs, int64_t epi, int a_hbm, int b_hbm, blocking *c) {
   const int64_t eo = 4; /* f32 / s32 accumulators */
   c->bm = cdiv(k->m, c->mb);
   c->bn = cdiv(k->n, c->nb);
@@ -254,15 +260,21 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   int64_t nbb = cdiv(k->b, bb);
   c->tiles = nbb * c->mb * c->nb * c->kb;
   int64_t oblocks = nbb * c->mb * c->nb;
-  c->sa = cdiv(lhs, nbb * c->mb * c->kb);
-  c->sb = cdiv(rhs, nbb * c->nb * c->kb);
+  /* an operand kept in VMEM (between kernels, or prefetched across steps) is read where it
+   * lives: no slot, no transfer (the compiler's f32 2048^3 GEMM on v5e reads its prefetched
+   * lhs whole beside 4 MiB of rhs and output panels: used_scoped_memory_configs) */
+  c->sa = a_hbm ? cdiv(lhs, nbb * c->mb * c->kb) : 0;
+  c->sb = b_hbm ? cdiv(rhs, nbb * c->nb * c->kb) : 0;
   c->so = cdiv(k->out_bytes, oblocks);
   c->se = cdiv(epi, oblocks);
   /* VMEM: the slots add_vmem will make (padded bytes, 512-aligned), and at least the
    * double-buffered blocks with f32 accumulators. */
   int64_t need = 0, sl[4] = {c->sa, c->sb, c->so, c->se};
   for (int i = 0; i < 4; i++) need += (2 * sl[i] + 511) / 512 * 512;
-  c->need = need > 2 * bb * blk ? need : 2 * bb * blk;
+  c->alloc = 0;
+  for (int i = 0; i < 4; i++) c->alloc += (sl[i] * (c->tiles > 1 ? 2 : 1) + 511) / 512 * 512;
+  int64_t held = 2 * bb * ((a_hbm ? c->bm * c->bk * ea : 0) + (b_hbm ? c->bk * c->bn * eb : 0) + c->bm * c->bn * eo);
+  c->need = need > held ? need : held;
   load_periods(c);
   c->bytes = blocking_bytes(c, 1, 1, k->out_bytes, epi);
   tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, -1);
@@ -302,6 +314,12 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   int64_t lhs, rhs, epi;
   matmul_operand_bytes(be, in, k, &lhs, &rhs, &epi);
   k->epi_bytes = epi;
+  /* Operands kept in VMEM (known once buffer-assign placed them; its trial plans, made
+   * before, count every operand's slots) take no tile buffers; the plan then stays within
+   * the VMEM the trial plan took, which buffer-assign kept clear of resident values. */
+  int a_hbm = !(k->mm_lhs >= 0 && tpu__be_resident(be, in->operands[k->mm_lhs]));
+  int b_hbm = !(k->mm_rhs >= 0 && tpu__be_resident(be, in->operands[k->mm_rhs]));
+  int64_t trial = !a_hbm || !b_hbm ? k->ws : 0;
   const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols, S = 8;
   blocking best, smallest;
   int have = 0;
@@ -321,18 +339,16 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
           c.nb = nb;
           c.kb = kb;
           c.n_outer = o;
-          size_blocking(be, k, ea, eb, lhs, rhs, epi, &c);
+          size_blocking(be, k, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, &c);
           if (c.mb != mb || c.nb != nb || c.kb != kb) continue; /* same blocks as a smaller split */
           if (!smallest.tiles || c.need < smallest.need) smallest = c;
-          if (c.need > budget) continue;
+          if (c.need > budget || (trial > 0 && c.alloc > trial)) continue;
           if (!have || better(&c, &best)) best = c;
           have = 1;
         }
   if (!have) best = smallest; /* nothing fits: the smallest, which schedule reports */
   /* An operand kept in VMEM between kernels costs no HBM bytes: with one K step, take the
    * order that moves fewer bytes given where the operands live (same blocks, same VMEM). */
-  int a_hbm = !(k->mm_lhs >= 0 && tpu__be_resident(be, in->operands[k->mm_lhs]));
-  int b_hbm = !(k->mm_rhs >= 0 && tpu__be_resident(be, in->operands[k->mm_rhs]));
   if (best.kb == 1 && (!a_hbm || !b_hbm)) {
     blocking alt = best;
     alt.n_outer = !best.n_outer;

@@ -301,17 +301,17 @@ static void megacore_and_int8(void) {
   CHECK(tpu_timing_matmul_cycles(&mm, &v4, &c, &d) == TPU_OK);
   tpu_mxu_cycles mc;
   CHECK(tpu_mxu_tile_cycles(128, 128, 1024, 1024, 128, TPU_WLOAD_DOUBLE, &mc, &d) == TPU_OK);
-  /* v4 loads a weight tile in mxu_weight_load_cycles (32), not 128: only the first load,
+  /* v4 loads a weight tile in mxu_weight_load_cycles (64), not 128: only the first load,
    * W, is exposed when each fold streams 1024 rows */
-  CHECK(v4.mxu_weight_load_cycles == 32);
-  CHECK_EQ_INT(c, mc.weight_load - 128 + 32 + mc.stream);
-  /* a fold of 8 rows exposes W - 8 of each later load, not 128 - 8 */
+  CHECK(v4.mxu_weight_load_cycles == 64);
+  CHECK_EQ_INT(c, mc.weight_load - 128 + 64 + mc.stream);
+  /* a fold of 16 rows exposes W - 16 of each later load, not 128 - 16 */
   mm.m = 8 * 2; /* two M halves would split across MXUs only when N runs out of tiles */
   int64_t c_small = 0;
   CHECK(tpu_timing_matmul_cycles(&mm, &v4, &c_small, &d) == TPU_OK);
   tpu_mxu_cycles ms;
   CHECK(tpu_mxu_tile_cycles(128, 128, 16, 1024, 128, TPU_WLOAD_DOUBLE, &ms, &d) == TPU_OK);
-  CHECK_EQ_INT(c_small, 32 + (ms.folds - 1) * (32 - 16) + ms.stream);
+  CHECK_EQ_INT(c_small, 64 + (ms.folds - 1) * (64 - 16) + ms.stream);
   v4.mxu_weight_load_cycles = 0;
   mm.m = 1024;
   CHECK(tpu_timing_matmul_cycles(&mm, &v4, &c, &d) == TPU_OK);
