@@ -481,17 +481,30 @@ static void calibration_fields(void) {
   CHECK_EQ_INT(tl.busy[TPU_UNIT_VPU], v10 + v20);
   tpu_timeline_free(&tl);
   tpu_program_free(p);
-  /* a matmul kernel (its op has an MXU problem) also pays matmul_overhead_s */
-  p = assemble(".program chip=\"v5e\"\n.op name=\"d\" kind=\"dot\" flops=0 padded_flops=0 bytes=0 padded_bytes=0 "
-               "m=8 k=8 n=8 b=1 tiles=1\nkernel op=0\nvpu vregs=10 ops=1 op=0\n");
-  CHECK(p != NULL);
-  if (!p) return;
+  /* a matmul kernel (its op has an MXU problem) that moves data to or from HBM also pays
+   * matmul_overhead_s; one that stays in VMEM does not */
   int64_t mov = (int64_t)llround(c.matmul_overhead_s * c.clock_hz);
   CHECK(mov > 0);
-  CHECK(tpu_timing_run(p, &c, 1, &tl, &d) == TPU_OK);
-  CHECK_EQ_INT(tl.total_cycles, kov + mov + v10);
-  tpu_timeline_free(&tl);
-  tpu_program_free(p);
+  int64_t with_dma[2] = {0, 0};
+  c.matmul_stream_efficiency = 0; /* the load at the same rate in both */
+  for (int mm = 0; mm < 2; mm++)
+    for (int dma = 0; dma < 2; dma++) {
+      char src[700];
+      snprintf(src, sizeof src,
+               ".program chip=\"v5e\"\n.op name=\"d\" kind=\"dot\" flops=0 padded_flops=0 bytes=0 padded_bytes=0%s\n"
+               ".hbm name=\"x\" offset=0 bytes=4096\n.vmem op=0 offset=0 slot_bytes=4096 slots=1\n"
+               "kernel op=0\n%svpu vregs=10 ops=1 op=0\n",
+               mm ? " m=8 k=8 n=8 b=1 tiles=1" : "", dma ? "dma.in dst=v0[0] hbm=h0 bytes=4096 op=0\n" : "");
+      p = assemble(src);
+      CHECK(p != NULL);
+      if (!p) return;
+      CHECK(tpu_timing_run(p, &c, 1, &tl, &d) == TPU_OK);
+      if (!dma) CHECK_EQ_INT(tl.total_cycles, kov + v10); /* on chip: no matmul start cost */
+      else with_dma[mm] = tl.total_cycles;
+      tpu_timeline_free(&tl);
+      tpu_program_free(p);
+    }
+  CHECK_EQ_INT(with_dma[1] - with_dma[0], mov);
   /* a 64 MiB copy: 2 x bytes at the streaming rate + latency, after the kernel's start */
   p = compile_src("HloModule m\nENTRY e {\n  a = f32[4096,4096] parameter(0)\n"
                   "  ROOT c = f32[4096,4096] copy(a)\n}\n", &c, -1);
