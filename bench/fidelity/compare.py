@@ -45,6 +45,61 @@ def stream_bw(chip):
     return bw * eff
 
 
+def peak_bw(chip):
+    """The preset's published HBM bandwidth per device in B/s (a ':core' preset: its
+    TensorCore's share)."""
+    base, core = chip.split(":")[0], chip.endswith(":core")
+    path = base if base.endswith(".json") else os.path.join(ROOT, "chips", base + ".json")
+    if not os.path.exists(path):
+        return float("inf")
+    d = json.load(open(path))
+    return d["hbm_bw"]["value"] / (d["tensorcores"]["value"] if core else 1)
+
+
+ELEM_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2, "s16": 2,
+              "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8, "c128": 16}
+
+
+def hbm_array_bytes(shape_text):
+    """Bytes of the arrays in an HLO shape (a tuple's leaves) that live in HBM: those whose
+    layout names no other memory space (S(1) VMEM, S(3) CMEM); element bytes, no padding."""
+    total = 0
+    for m in re.finditer(r"(\w+)\[([\d,]*)\](\{[^}]*\})?", shape_text):
+        if m.group(1) not in ELEM_BYTES or (m.group(3) and re.search(r"S\([1-9]\)", m.group(3))):
+            continue
+        n = 1
+        for d in m.group(2).split(","):
+            if d:
+                n *= int(d)
+        total += n * ELEM_BYTES[m.group(1)]
+    return total
+
+
+def below_bandwidth(compiled_hlo, bw, clock):
+    """The entry ops of a compiled program whose estimated_cycles are below the time their
+    HBM bytes (operands and results of 1 MiB or more, outside VMEM/CMEM) take at the
+    published bandwidth bw: estimates no chip could meet, which leave work out."""
+    if not os.path.exists(compiled_hlo):
+        return []
+    text = open(compiled_hlo).read()
+    entry = text[text.rfind("\nENTRY"):]
+    shapes, out = {}, []
+    for line in entry.split("\n"):
+        m = re.match(r"\s*(?:ROOT )?%(\S+) = (\(.*?\)|\S+) ", line)
+        if m:
+            shapes[m.group(1)] = m.group(2)
+    for line in entry.split("\n"):
+        m = re.match(r"\s*(?:ROOT )?%(\S+) = (\(.*?\)|\S+) [\w-]+\(([^)]*)\)", line)
+        c = re.search(r'"estimated_cycles":"(\d+)"', line)
+        if not m or not c:
+            continue
+        operands = [re.sub(r"/\*.*?\*/", "", o).strip().lstrip("%") for o in m.group(3).split(",")]
+        b = hbm_array_bytes(m.group(2)) + sum(hbm_array_bytes(shapes.get(o, "")) for o in operands)
+        if b >= 1 << 20 and int(c.group(1)) / clock < b / bw:
+            out.append(m.group(1))
+    return out
+
+
 def pct(xs, q):
     xs = sorted(xs)
     if not xs:
@@ -156,6 +211,10 @@ def main():
                      # fusion, a sort, a reduce-window; gen.py unestimated) with a result of 1 MiB
                      # or more: the compiler's sum leaves it out
                      "unestimated": [u[0] for u in comp.get("unestimated", []) if u[2] >= 1 << 20],
+                     # an op estimated below the time its HBM bytes take at the published
+                     # bandwidth (the compiled program's own memory spaces): leaves work out
+                     "below_bandwidth": below_bandwidth(os.path.join(compiled_dir, f"{n}.{c}.hlo"),
+                                                        peak_bw(PRESET.get(c, c)), COMPILER_CLOCK[c]),
                      "tpusim_ops": len(s["ops"]),
                      "tpusim_s": s["seconds"], "err": s["seconds"] / cs - 1 if cs > 0 else float("nan"),
                      "compiler_cycles": comp["estimated_cycles"], "tpusim_cycles": s["cycles"],
@@ -173,7 +232,7 @@ def main():
         fe = [abs(ts / cs - 1) for k, cs, ts in fz]
         mem = [r["tpusim_mem"] / r["compiler_mem"] - 1 for r in rs if r["tpusim_mem"] and r["compiler_mem"] > 0]
         full = [r for r in rs if not r["cross_program_prefetch_bytes"] and not r["below_own_roofline"]
-                and not r["unestimated"]]
+                and not r["unestimated"] and not r["below_bandwidth"]]
         fe_ = [abs(r["err"]) for r in full]
         summary[c] = {"n": len(rs), "median_abs_err": pct(ae, 0.5), "p90_abs_err": pct(ae, 0.9),
                       "n_without_xprefetch": len(full), "median_abs_err_without_xprefetch": pct(fe_, 0.5),
@@ -193,7 +252,8 @@ def main():
         print(f"  credible compiler estimates only, without the {s['n'] - s['n_without_xprefetch']} programs whose "
               f"estimate leaves work out (a cross-program prefetch: a parameter copied into VMEM by an async copy "
               f"outside the per-op sum, taking > 10% of its time at the preset's streaming rate, that tpusim does "
-              f"not prefetch as well; an op of 1 MiB or more without an estimate; or a sum below "
+              f"not prefetch as well; an op of 1 MiB or more without an estimate; an op estimated below the "
+              f"time its HBM bytes take at the published bandwidth; or a sum below "
               f"half of the compiler's own optimal_seconds): "
               f"n={s['n_without_xprefetch']} median |err| {100 * s['median_abs_err_without_xprefetch']:.1f}%  "
               f"p90 |err| {100 * s['p90_abs_err_without_xprefetch']:.1f}%")
@@ -221,7 +281,8 @@ def main():
                   + ("  (x-prefetch %.0f MB)" % (r["cross_program_prefetch_bytes"] / 1e6)
                      if r["cross_program_prefetch_bytes"] else "")
                   + ("  (below its own roofline)" if r["below_own_roofline"] else "")
-                  + ("  (no estimate for %s)" % ", ".join(r["unestimated"]) if r["unestimated"] else ""))
+                  + ("  (no estimate for %s)" % ", ".join(r["unestimated"]) if r["unestimated"] else "")
+                  + ("  (below HBM bandwidth: %s)" % ", ".join(r["below_bandwidth"][:3]) if r["below_bandwidth"] else ""))
     if failures:
         print("\nfailed runs:")
         for c, n, e in failures:
