@@ -27,14 +27,22 @@ static int cmp_benefit(const void *a, const void *b) {
 
 static int is_kernel(const tpu__kinfo *k) { return k->kind == TPU__K_STREAM || k->kind == TPU__K_MATMUL; }
 
-/* The instruction whose result v reads: a multi-output kernel's for its get-tuple-element. */
+/* The instruction whose result v reads: a multi-output kernel's for its get-tuple-element;
+ * through bitcasts (a view of the same bytes: the compiler's programs pass VMEM values to
+ * their kernels so), the value they view. */
 static const tpu_instr *result_of(const tpu_instr *v) {
+  for (int hops = 0; hops < 8 && v->op == TPU_OP_BITCAST && v->noperands == 1 && v->operands[0]->parent == v->parent; hops++)
+    v = v->operands[0];
   return v->op == TPU_OP_GET_TUPLE_ELEMENT && v->operands[0]->op == TPU_OP_FUSION ? v->operands[0] : v;
+}
+
+static int is_view(const tpu_instr *u) {
+  return u->op == TPU_OP_BITCAST && u->noperands == 1 && u->operands[0]->parent == u->parent;
 }
 
 int tpu__be_resident(const tpu__be *be, const tpu_instr *v) {
   /* a compiled program reads a prefetched parameter through its copy-start / copy-done */
-  for (int hops = 0; hops < 4 && (v->op == TPU_OP_COPY_DONE || v->op == TPU_OP_COPY_START) && v->noperands; hops++)
+  for (int hops = 0; hops < 4 && (v->op == TPU_OP_COPY_DONE || v->op == TPU_OP_COPY_START || is_view(v)) && v->noperands; hops++)
     v = v->operands[0];
   const tpu__kinfo *k = tpu__be_info(be, result_of(v));
   return k && (k->vres || k->xpf);
@@ -171,7 +179,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
         int64_t w = tpu__kernel_vmem(be, u, ku);
         if (w > ws[ku->pos]) ws[ku->pos] = w;
       }
-      if (result_of(u) != u) continue; /* a result of a multi-output kernel: its readers count */
+      if (result_of(u) != u) continue; /* a result of a multi-output kernel, or a view: its readers count */
       for (int o = 0; o < u->noperands; o++) {
         int oi = tpu__be_index(be, result_of(u->operands[o]));
         if (oi < 0) continue;
