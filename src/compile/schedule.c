@@ -241,7 +241,7 @@ static double pipeline_cycles(const blocking *c, double bpc, double lat, double 
  * and the DMA time of all other transfers (double buffering overlaps them), then the
  * last output block's store. */
 static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, int64_t eb, int64_t lhs,
-                          int64_t rhs, int64_t epi, int a_hbm, int b_hbm, blocking *c) {
+                          int64_t rhs, int64_t epi, int a_hbm, int b_hbm, int64_t budget, int64_t trial, blocking *c) {
   const int64_t eo = 4; /* f32 / s32 accumulators */
   c->bm = cdiv(k->m, c->mb);
   c->bn = cdiv(k->n, c->nb);
@@ -252,7 +252,6 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   /* Group small products so one iteration moves about a tile's worth of bytes. */
   int64_t blk = c->bm * c->bk * ea + c->bk * c->bn * eb + c->bm * c->bn * eo + cdiv(epi, k->b * c->mb * c->nb);
   int64_t bb = blk > 0 ? TPU__TILE_TARGET * 4 / blk : 1;
-  int64_t budget = tpu__vmem_budget(be->chip);
   if (bb < 1) bb = 1;
   if (bb > k->b) bb = k->b;
   while (bb > 1 && 2 * bb * blk > budget) bb /= 2;
@@ -277,6 +276,7 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   c->need = need > held ? need : held;
   load_periods(c);
   c->bytes = blocking_bytes(c, 1, 1, k->out_bytes, epi);
+  if (c->need > budget || (trial > 0 && c->alloc > trial)) return; /* will not be taken: no estimate */
   tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, -1);
   mm.m = c->bm;
   mm.k = c->bk;
@@ -301,6 +301,17 @@ static int better(const blocking *c, const blocking *best) {
   return c->tiles < best->tiles;
 }
 
+/* The VMEM slots of matmul kernel k's plan (its blocks double-buffered when it loops). */
+static tpu_status add_matmul_slots(tpu__be *be, tpu__kinfo *k, int64_t epi) {
+  int slots = k->tiles > 1 ? 2 : 1;
+  int64_t off = 0;
+  for (int i = 0; i < 4; i++)
+    if (i < 3 || epi > 0) TPU_TRY(add_vmem(be, k, &off, k->mm_slot[i], slots));
+  k->ws = off;
+  if (!be->dry && off > be->p->vmem_peak) be->p->vmem_peak = off;
+  return TPU_OK;
+}
+
 /* Matmul blocks and loop order, chosen by the cost model (docs/isa.md): every split of M
  * and N into 1-8, 12, 16, 24, ... 256 blocks and of K into 2^i blocks (K only down to the
  * MXU rows, M to the sublanes, N to the MXU columns) in both block orders whose double-buffered A, B,
@@ -320,6 +331,8 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   int a_hbm = !(k->mm_lhs >= 0 && tpu__be_resident(be, in->operands[k->mm_lhs]));
   int b_hbm = !(k->mm_rhs >= 0 && tpu__be_resident(be, in->operands[k->mm_rhs]));
   int64_t trial = !a_hbm || !b_hbm ? k->ws : 0;
+  if (a_hbm && b_hbm && k->mm_planned) /* the trial plan, made with the same inputs */
+    return add_matmul_slots(be, k, epi);
   const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols, S = 8;
   blocking best, smallest;
   int have = 0;
@@ -339,7 +352,7 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
           c.nb = nb;
           c.kb = kb;
           c.n_outer = o;
-          size_blocking(be, k, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, &c);
+          size_blocking(be, k, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, budget, trial, &c);
           if (c.mb != mb || c.nb != nb || c.kb != kb) continue; /* same blocks as a smaller split */
           if (!smallest.tiles || c.need < smallest.need) smallest = c;
           if (c.need > budget || (trial > 0 && c.alloc > trial)) continue;
@@ -366,15 +379,12 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   k->qa = best.qa;
   k->qb = best.qb;
   k->tiles = best.tiles;
-  int slots = k->tiles > 1 ? 2 : 1;
-  int64_t off = 0;
-  TPU_TRY(add_vmem(be, k, &off, best.sa, slots));
-  TPU_TRY(add_vmem(be, k, &off, best.sb, slots));
-  TPU_TRY(add_vmem(be, k, &off, best.so, slots));
-  if (epi > 0) TPU_TRY(add_vmem(be, k, &off, best.se, slots));
-  k->ws = off;
-  if (!be->dry && off > be->p->vmem_peak) be->p->vmem_peak = off;
-  return TPU_OK;
+  k->mm_slot[0] = best.sa;
+  k->mm_slot[1] = best.sb;
+  k->mm_slot[2] = best.so;
+  k->mm_slot[3] = best.se;
+  k->mm_planned = be->dry && a_hbm && b_hbm;
+  return add_matmul_slots(be, k, epi);
 }
 
 int64_t tpu__kernel_vmem(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
