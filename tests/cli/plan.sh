@@ -220,5 +220,51 @@ want = serve.step_bytes(m, B, C, T) - xpf
 assert abs(got - want) < 0.03 * want, (got, want)
 EOF
 
+# Windowed einsums: FSDP over all 8 chips of a v5e slice runs its weight gathers and gradient
+# reduce-scatters as rings of collective-permutes (the XLA TPU compiler's rule, docs/spmd.md);
+# no other mesh does, and --no-windowed-einsum turns it off. The ring program computes what
+# the gathering one does (reference backend, f32; a ring with a wrong block index does not).
+"$BIN" plan $D/tiny.json --chips v5e --slice 8 --json > "$T/w.json" || fail "plan (windowed) exited $?"
+"$BIN" plan $D/tiny.json --chips v5e --slice 8 --json --no-windowed-einsum > "$T/nw.json" || fail "plan --no-windowed-einsum exited $?"
+python3 - "$T/w.json" "$T/nw.json" <<'EOF' || fail "windowed candidates"
+import json, sys
+w, nw = (json.load(open(p))["candidates"] for p in sys.argv[1:3])
+for r in w:
+    assert r["windowed"] == (r["data"] == 1 and r["tensor"] == 1 and r["fsdp"] == 8), r
+assert not any(r["windowed"] for r in nw)
+key = lambda r: (r["data"], r["fsdp"], r["tensor"], r["micro"], r["remat"])
+a, b = {key(r): r["step_s"] for r in w}, {key(r): r["step_s"] for r in nw}
+ring = [k for k in a if k[:3] == (1, 8, 1) and k in b]
+assert ring and all(a[k] != b[k] for k in ring), ring
+assert all(a[k] == b[k] for k in a if k[:3] != (1, 8, 1) and k in b)
+EOF
+if python3 -c "import numpy" 2> /dev/null; then
+  python3 - "$BIN" "$T" <<'EOF' || fail "windowed ring values"
+import glob, subprocess, sys
+import numpy as np
+sys.path.insert(0, "tools/plan")
+import gen
+b, t = sys.argv[1:3]
+m = {"name": "t", "layers": 2, "d_model": 64, "heads": 4, "head_dim": 16, "mlp": 128, "mlp_kind": "swiglu",
+     "vocab": 256, "seq": 16, "batch_tokens": 128, "train_tokens": 1e6, "dtype": "f32", "optimizer": "sgd", "experts": 0}
+def run(tag, remat, w, edit=None):
+    text = gen.Step(m, {"data": 1, "fsdp": 8, "tensor": 1, "micro": 1, "remat": remat, "windowed": w}).module()
+    assert ("collective-permute" in text) == w
+    if edit:
+        text = text.replace(*edit)
+    open(f"{t}/{tag}.hlo", "w").write(text)
+    subprocess.run([b, "run", f"{t}/{tag}.hlo", "--backend", "ref", "--seed", "3", "-o", f"{t}/{tag}", "--quiet"], check=True)
+    return [np.load(f) for f in sorted(glob.glob(f"{t}/{tag}/*.npy"))]
+def rel(x, y):
+    return max(float(np.max(np.abs(a - c)) / np.max(np.abs(a))) for a, c in zip(x, y))
+g = {}
+for remat in (False, True):
+    g[remat], w = run(f"g{remat:d}", remat, False), run(f"w{remat:d}", remat, True)
+    assert len(g[remat]) == len(w) > 0 and rel(g[remat], w) < 1e-4, rel(g[remat], w)
+bad = run("bad", False, True, ("ib1 = s32[] add(ib0, one)", "ib1 = s32[] add(ib0, zero)"))
+assert rel(g[False], bad) > 1e-2, rel(g[False], bad)
+EOF
+fi
+
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "plan: all checks passed"

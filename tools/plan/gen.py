@@ -83,9 +83,17 @@ class Step:
         self.Vt = -(-V // T)
         self.Df = D // F
         self.remat = c["remat"]
+        # Windowed einsums (docs/spmd.md): with the weights split over every chip (FSDP
+        # alone) on a slice where the XLA TPU compiler runs them (plan.py: the chip's
+        # windowed_einsum_min/max_chips), a dense layer's dots pass the weight blocks round a
+        # ring of collective-permutes instead of gathering them, and its weight gradients
+        # are summed round it instead of reduce-scattered.
+        self.we = bool(c.get("windowed")) and R == 1 and T == 1 and F > 1 and F % 2 == 0 and not m.get("experts")
+        self.win_w = self.win_g = False  # what the layer being emitted windows
+        self.extra = []  # the loops' computations
         # Weight all-gathers pipelined across layers (XLA's collective pipelining, what
         # MaxText's async-collective flags give): layer i+1's gather runs during layer i.
-        self.pf = c.get("overlap", True) and F > 1
+        self.pf = c.get("overlap", True) and F > 1 and not self.we
         NN = self.N
         self.g_tp = f"[{NN // T},{T}]<=[{NN}]"
         self.g_fsdp = f"[{R * T},{F}]<=[{R},{F},{T}]T(0,2,1)"
@@ -165,6 +173,142 @@ class Step:
     def const(self, g, out, v, dt=None):
         g.e(f"{out} = {dt or self.cd}[] constant({v})")
 
+    def ring_pairs(self, d):
+        n = self.F
+        return "{" + ",".join("{%d,%d}" % (j, (j + d) % n) for j in range(n)) + "}"
+
+    def permute(self, g, out, x, shape, d):
+        g.e(f"{out} = {ty(self.cd, shape)} collective-permute({x}), channel_id={self.chan()}, "
+            f"source_target_pairs={self.ring_pairs(d)}")
+
+    def ring_loop(self, g, out, init, state, steps, body):
+        """A while loop of `steps` iterations over the tuple `init` of types `state` whose body
+        (lines after the state's get-tuple-elements) `body` emits; returns nothing: out is
+        the loop."""
+        self.wn = getattr(self, "wn", 0) + 1
+        nm = f"ring{self.wn}"
+        st = "(" + ", ".join(state) + ")"
+        self.extra.append(self.cond(nm + "_cond", st, steps))
+        b = Gen()
+        b.e(f"p = {st} parameter(0)")
+        for k, t in enumerate(state):
+            b.e(f"s{k} = {t} get-tuple-element(p), index={k}")
+        b.e("pid = u32[] partition-id()")
+        b.e("me = s32[] convert(pid)")
+        b.e(f"nn = s32[] constant({self.F})")
+        b.e("one = s32[] constant(1)")
+        b.e("zero = s32[] constant(0)")
+        root = body(b)
+        b.e("i1 = s32[] add(s0, one)")
+        b.e(f"ROOT r = {st} tuple(i1, {', '.join(root)})")
+        self.extra.append(f"{nm}_body {{\n" + "\n".join(b.lines) + "\n}\n")
+        g.e(f"{out} = {st} while({init}), condition={nm}_cond, body={nm}_body, "
+            f"backend_config={{\"known_trip_count\":{{\"n\":\"{steps}\"}}}}")
+
+    def wdot(self, g, out, x, W, nm, shape, lc, rc):
+        """out = x . W[nm] (a 2-D dot contracting x's dim 1): with the gathered weight, or
+        when the layer windows its weights, round the ring from the chip's block W[nm] (docs/spmd.md,
+        "Windowed einsum"): n/2 steps, each multiplying the block that arrived forward and the
+        one that arrived back while both travel on (n + 1 block transfers in all)."""
+        if not self.win_w:
+            self.dot(g, out, x, W, shape, lc, rc)
+            return
+        cd, n = self.cd, self.F
+        full, fd = self.lw[nm]
+        sh = self.shard(full, fd)
+        xs = (shape[0], full[rc[0]])
+        blk = full[fd] // n
+        split_k = fd == rc[0]
+        self.permute(g, f"{out}.b0", W, sh, -1)
+        self.const(g, f"{out}.z", "0")
+        self.bcast(g, f"{out}.acc", f"{out}.z", shape, ())
+        g.e(f"{out}.zi = s32[] constant(0)")
+        state = ["s32[]", ty(cd, sh), ty(cd, sh), ty(cd, shape), ty(cd, xs)]
+        init = f"{out}.in"
+        g.e(f"{init} = ({', '.join(state)}) tuple({out}.zi, {W}, {out}.b0, {out}.acc, {x})")
+
+        def body(b):
+            b.e("ia0 = s32[] subtract(me, s0)")
+            b.e("ia1 = s32[] add(ia0, nn)")
+            b.e("ia = s32[] remainder(ia1, nn)")
+            b.e("ib0 = s32[] add(me, s0)")
+            b.e("ib1 = s32[] add(ib0, one)")
+            b.e("ib = s32[] remainder(ib1, nn)")
+            b.e(f"bl = s32[] constant({blk})")
+            b.e("oa = s32[] multiply(ia, bl)")
+            b.e("ob = s32[] multiply(ib, bl)")
+            if split_k:  # the contraction split: add each block's product
+                for t, o, w in (("a", "oa", "s1"), ("b", "ob", "s2")):
+                    b.e(f"x{t} = {ty(cd, (shape[0], blk))} dynamic-slice(s4, zero, {o}), "
+                        f"dynamic_slice_sizes={{{shape[0]},{blk}}}")
+                    b.e(f"p{t} = {ty(cd, shape)} dot(x{t}, {w}), lhs_contracting_dims={{1}}, "
+                        f"rhs_contracting_dims={{{rc[0]}}}")
+                b.e(f"c1 = {ty(cd, shape)} add(s3, pa)")
+                b.e(f"c2 = {ty(cd, shape)} add(c1, pb)")
+            else:  # an output split: each block's product is its columns of the result
+                for t, w in (("a", "s1"), ("b", "s2")):
+                    b.e(f"p{t} = {ty(cd, (shape[0], blk))} dot(s4, {w}), lhs_contracting_dims={{1}}, "
+                        f"rhs_contracting_dims={{{rc[0]}}}")
+                b.e(f"c1 = {ty(cd, shape)} dynamic-update-slice(s3, pa, zero, oa)")
+                b.e(f"c2 = {ty(cd, shape)} dynamic-update-slice(c1, pb, zero, ob)")
+            self.permute(b, "na", "s1", sh, 1)
+            self.permute(b, "nb", "s2", sh, -1)
+            return ["na", "nb", "c2", "s4"]
+
+        self.ring_loop(g, f"{out}.loop", init, state, n // 2, body)
+        g.e(f"{out} = {ty(cd, shape)} get-tuple-element({out}.loop), index=3")
+
+    def wgrad(self, g, out, p, ps, q, qs, nm, full=None, fd=None):
+        """The gradient of weight nm, dot(p, q) contracting dim 0 of both: whole (its fsdp
+        reduce-scatter follows, scatter_g), or when the layer windows its gradients this chip's
+        block, summed round the ring: two sums travel, one each way, each chip adding its
+        product for the block a sum is bound for; after n/2 steps the backward one moves once
+        more (n + 1 block transfers)."""
+        cd, n = self.cd, self.F
+        if full is None:
+            full, fd = self.lw[nm]
+        if not self.win_g:
+            self.dot(g, out, p, q, full, (0,), (0,))
+            return
+        sh = self.shard(full, fd)
+        blk = full[fd] // n
+        self.const(g, f"{out}.z", "0")
+        self.bcast(g, f"{out}.s", f"{out}.z", sh, ())
+        g.e(f"{out}.zi = s32[] constant(0)")
+        state = ["s32[]", ty(cd, sh), ty(cd, sh), ty(cd, ps), ty(cd, qs)]
+        g.e(f"{out}.in = ({', '.join(state)}) tuple({out}.zi, {out}.s, {out}.s, {p}, {q})")
+
+        def body(b):
+            b.e("ja0 = s32[] add(me, s0)")
+            b.e("ja1 = s32[] add(ja0, one)")
+            b.e("ja = s32[] remainder(ja1, nn)")
+            b.e("jb0 = s32[] subtract(me, s0)")
+            b.e("jb1 = s32[] add(jb0, nn)")
+            b.e("jb2 = s32[] subtract(jb1, one)")
+            b.e("jb = s32[] remainder(jb2, nn)")
+            b.e(f"bl = s32[] constant({blk})")
+            for t, j in (("a", "ja"), ("b", "jb")):
+                b.e(f"o{t} = s32[] multiply({j}, bl)")
+                if fd == 0:
+                    b.e(f"x{t} = {ty(cd, (ps[0], blk))} dynamic-slice(s3, zero, o{t}), "
+                        f"dynamic_slice_sizes={{{ps[0]},{blk}}}")
+                    b.e(f"p{t} = {ty(cd, sh)} dot(x{t}, s4), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}")
+                else:
+                    b.e(f"x{t} = {ty(cd, (qs[0], blk))} dynamic-slice(s4, zero, o{t}), "
+                        f"dynamic_slice_sizes={{{qs[0]},{blk}}}")
+                    b.e(f"p{t} = {ty(cd, sh)} dot(s3, x{t}), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}")
+            b.e(f"ca = {ty(cd, sh)} add(s1, pa)")
+            b.e(f"cb = {ty(cd, sh)} add(s2, pb)")
+            self.permute(b, "na", "ca", sh, 1)
+            self.permute(b, "nb", "cb", sh, -1)
+            return ["na", "nb", "s3", "s4"]
+
+        self.ring_loop(g, f"{out}.loop", f"{out}.in", state, n // 2, body)
+        g.e(f"{out}.f = {ty(cd, sh)} get-tuple-element({out}.loop), index=1")
+        g.e(f"{out}.bk = {ty(cd, sh)} get-tuple-element({out}.loop), index=2")
+        self.permute(g, f"{out}.b", f"{out}.bk", sh, -1)
+        g.e(f"{out} = {ty(cd, sh)} add({out}.f, {out}.b)")
+
     def gather_w(self, g, out, src, full, fd):
         """A weight shard (f32) -> the compute dtype, all-gathered over fsdp."""
         sh = self.shard(full, fd)
@@ -189,10 +333,13 @@ class Step:
             g.e(f"PF.{nm} = {ty(self.cd, full)} all-gather-done(pf.{nm}.st)")
         return [f"PF.{nm}" for nm in self.lw]
 
-    def scatter_g(self, g, out, src, full, fd):
-        """A full weight gradient (compute dtype) -> this chip's fsdp shard in f32."""
+    def scatter_g(self, g, out, src, full, fd, windowed=False):
+        """A full weight gradient (compute dtype) -> this chip's fsdp shard in f32 (windowed:
+        src is already this chip's block, summed round the ring by wgrad)."""
         sh = self.shard(full, fd)
-        if sh == tuple(full):
+        if windowed:
+            g.e(f"{out}.r = {ty(self.cd, sh)} copy({src})")
+        elif sh == tuple(full):
             g.e(f"{out}.r = {ty(self.cd, sh)} copy({src})")
         else:
             g.e(f"{out}.r = {ty(self.cd, sh)} reduce-scatter({src}), channel_id={self.chan()}, "
@@ -233,11 +380,11 @@ class Step:
         """Emits one layer's forward on x with gathered weights W; returns (y, activations)."""
         cd, Tm, D, A, bm, h, S, hd = self.cd, self.Tm, self.D, self.A, self.bm, self.h, self.S, self.hd
         act = {"x": x}
-        self.dot(g, "qkv", x, W["wqkv"], (Tm, 3 * A), (1,), (0,))
+        self.wdot(g, "qkv", x, W["wqkv"], "wqkv", (Tm, 3 * A), (1,), (0,))
         act["qkv"] = "qkv"
         self.attn_fwd(g, "qkv")
         act.update({"mx": "mx", "sm": "sm", "ctx": "ctx"})
-        self.dot(g, "o.p", "ctx", W["wo"], (Tm, D), (1,), (0,))
+        self.wdot(g, "o.p", "ctx", W["wo"], "wo", (Tm, D), (1,), (0,))
         self.ar(g, "o", "o.p", (Tm, D), self.g_tp, self.T)
         self.ew(g, "x1", "add", (Tm, D), x, "o")
         act["x1"] = "x1"
@@ -245,9 +392,9 @@ class Step:
             self.moe_fwd(g, "x1", W)
             act.update({"ein": "ein", "up": "up", "act": "act"})
         else:
-            self.dot(g, "up", "x1", W["w1"], (Tm, self.fw), (1,), (0,))
+            self.wdot(g, "up", "x1", W["w1"], "w1", (Tm, self.fw), (1,), (0,))
             self.mlp_act(g, "up", "act", (Tm,))
-            self.dot(g, "dn.p", "act", W["w2"], (Tm, D), (1,), (0,))
+            self.wdot(g, "dn.p", "act", W["w2"], "w2", (Tm, D), (1,), (0,))
             self.ar(g, "dn", "dn.p", (Tm, D), self.g_tp, self.T)
             act.update({"up": "up", "act": "act"})
         self.ew(g, "y", "add", (Tm, D), "x1", "dn")
@@ -392,16 +539,16 @@ class Step:
             self.ew(g, "g.x1", "add", (Tm, D), gy, "g.x1m")
             G.update({"w1": "g.w1", "w2": "g.w2", "wr": "g.wr"})
         else:
-            self.dot(g, "g.act", gy, W["w2"], (Tm, self.f), (1,), (1,))
-            self.dot(g, "g.w2", a["act"], gy, (self.f, D), (0,), (0,))
+            self.wdot(g, "g.act", gy, W["w2"], "w2", (Tm, self.f), (1,), (1,))
+            self.wgrad(g, "g.w2", a["act"], (Tm, self.f), gy, (Tm, D), "w2")
             self.mlp_act_bwd(g, "g.act", a["up"], a["act"], "g.up", (Tm,))
-            self.dot(g, "g.x1p", "g.up", W["w1"], (Tm, D), (1,), (1,))
+            self.wdot(g, "g.x1p", "g.up", W["w1"], "w1", (Tm, D), (1,), (1,))
             self.ar(g, "g.x1a", "g.x1p", (Tm, D), self.g_tp, self.T)
             self.ew(g, "g.x1", "add", (Tm, D), gy, "g.x1a")
-            self.dot(g, "g.w1", a["x1"], "g.up", (D, self.fw), (0,), (0,))
+            self.wgrad(g, "g.w1", a["x1"], (Tm, D), "g.up", (Tm, self.fw), "w1")
             G.update({"w1": "g.w1", "w2": "g.w2"})
-        self.dot(g, "g.ctx", "g.x1", W["wo"], (Tm, A), (1,), (1,))
-        self.dot(g, "g.wo", a["ctx"], "g.x1", (A, D), (0,), (0,))
+        self.wdot(g, "g.ctx", "g.x1", W["wo"], "wo", (Tm, A), (1,), (1,))
+        self.wgrad(g, "g.wo", a["ctx"], (Tm, A), "g.x1", (Tm, D), "wo")
         # Attention backward (flash style: p recomputed from q, k, the saved max and sum).
         qkv = a["qkv"]
         for k, nm in enumerate(("q", "k", "v")):
@@ -428,16 +575,17 @@ class Step:
             g.e(f"g.{nm}t = {ty(cd, (bm, S, h, hd))} transpose(g.{nm}4), dimensions={{0,2,1,3}}")
             g.e(f"g.{nm} = {ty(cd, (Tm, A))} reshape(g.{nm}t)")
         g.e(f"g.qkv = {ty(cd, (Tm, 3 * A))} concatenate(g.q, g.k, g.v), dimensions={{1}}")
-        self.dot(g, "g.xp", "g.qkv", W["wqkv"], (Tm, D), (1,), (1,))
+        self.wdot(g, "g.xp", "g.qkv", W["wqkv"], "wqkv", (Tm, D), (1,), (1,))
         self.ar(g, "g.xa", "g.xp", (Tm, D), self.g_tp, self.T)
         self.ew(g, "g.x", "add", (Tm, D), "g.x1", "g.xa")
-        self.dot(g, "g.wqkv", a["x"], "g.qkv", (D, 3 * A), (0,), (0,))
+        self.wgrad(g, "g.wqkv", a["x"], (Tm, D), "g.qkv", (Tm, 3 * A), "wqkv")
         G.update({"wqkv": "g.wqkv", "wo": "g.wo"})
         return "g.x", G
 
     # --- the module ----------------------------------------------------------------------
     def module(self):
         cd, L, Tm, D = self.cd, self.L, self.Tm, self.D
+        self.extra = []
         out = []
         w = out.append
         w(f"HloModule plan_step, num_partitions={self.N}")
@@ -479,9 +627,14 @@ class Step:
         else:
             for nm, (full, fd) in self.lw.items():
                 self.layer_slice(g, f"ws.{nm}", f"W.{nm}", lws[nm], "i", "f32")
-                self.gather_w(g, f"wg.{nm}", f"ws.{nm}", full, fd)
+                if self.we:  # this chip's block, passed round the ring by each dot
+                    g.e(f"wg.{nm} = {ty(cd, lws[nm])} convert(ws.{nm})")
+                else:
+                    self.gather_w(g, f"wg.{nm}", f"ws.{nm}", full, fd)
                 W[nm] = f"wg.{nm}"
+        self.win_w = self.we
         y, act = self.forward_layer(g, "xin", W)
+        self.win_w = False
         news = []
         for nm, (s, dt) in sv.items():
             v = act[nm]
@@ -530,7 +683,10 @@ class Step:
         else:
             for nm, (full, fd) in self.lw.items():
                 self.layer_slice(g, f"ws.{nm}", f"W.{nm}", lws[nm], "j", "f32")
-                self.gather_w(g, f"wg.{nm}", f"ws.{nm}", full, fd)
+                if self.we and not self.remat:  # read by one dot each: windowed
+                    g.e(f"wg.{nm} = {ty(cd, lws[nm])} convert(ws.{nm})")
+                else:  # with remat the forward reads it again: XLA gathers it once for both
+                    self.gather_w(g, f"wg.{nm}", f"ws.{nm}", full, fd)
                 W[nm] = f"wg.{nm}"
         a = {}
         for nm, (s, dt) in sv.items():
@@ -542,10 +698,12 @@ class Step:
         if self.remat:
             _, act = self.forward_layer(g, a["x"], W)
             a = act
+        self.win_w, self.win_g = self.we and not self.remat, self.we
         gx, G = self.backward_layer(g, "gy", a, W)
+        self.win_w = self.win_g = False
         newa = []
         for nm, (full, fd) in self.lw.items():
-            self.scatter_g(g, f"gs.{nm}", G[nm], full, fd)
+            self.scatter_g(g, f"gs.{nm}", G[nm], full, fd, windowed=self.we)
             self.layer_slice(g, f"ao.{nm}", f"A.{nm}", lws[nm], "j", "f32")
             self.ew(g, f"an.{nm}", "add", lws[nm], f"ao.{nm}", f"gs.{nm}", dt="f32")
             self.layer_put(g, f"AN.{nm}", f"A.{nm}", f"an.{nm}", lws[nm], "j", "f32")
@@ -602,7 +760,7 @@ class Step:
                 if f"to_apply={op}_{dt}" in text:
                     reds.append(f"{op}_{dt} {{\n  a = {dt}[] parameter(0)\n  b = {dt}[] parameter(1)\n"
                                 f"  ROOT r = {dt}[] {hlo}(a, b)\n}}\n")
-        out[red_at:red_at] = reds
+        out[red_at:red_at] = reds + self.extra
         return "\n".join(out) + "\n"
 
     def optimizer(self, g, nm, full, outs):
@@ -681,8 +839,10 @@ class Step:
         self.ew(g, "glg", "divide", (Tm, Vt), "lex", "gsmb")  # d loss / d logits (less the one-hot)
         self.dot(g, "ghp", "glg", "wout", (Tm, D), (1,), (1,))
         self.ar(g, "gh", "ghp", (Tm, D), self.g_tp, self.T)
-        self.dot(g, "gwout", "hL", "glg", (D, Vt), (0,), (0,))
-        self.scatter_g(g, "gsw", "gwout", *self.gw["wout"])
+        self.win_g = self.we  # wout is read by two dots (gathered once), its gradient summed round the ring
+        self.wgrad(g, "gwout", "hL", (Tm, D), "glg", (Tm, Vt), "wout", *self.gw["wout"])
+        self.win_g = False
+        self.scatter_g(g, "gsw", "gwout", *self.gw["wout"], windowed=self.we)
         # Backward loop.
         zs = []
         for nm, s in lws.items():

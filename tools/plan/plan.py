@@ -129,7 +129,16 @@ def load_chip(root, name):
         raise InputError(f"error: unknown chip '{name}' (no {p})")
     v = {k: (x["value"] if isinstance(x, dict) and "value" in x else x) for k, x in j.items()}
     return {"name": name, "hbm": v["hbm_bytes"], "peak": v["peak_bf16_flops"], "max_chips": v.get("max_chips") or 1,
-            "topology": v.get("topology"), "cores": v.get("tensorcores") or 1}
+            "topology": v.get("topology"), "cores": v.get("tensorcores") or 1,
+            "we_min": v.get("windowed_einsum_min_chips"), "we_max": v.get("windowed_einsum_max_chips")}
+
+
+def windowed(chip, n, d, f, t):
+    """Whether the XLA TPU compiler runs the FSDP gathers and reduce-scatters of this mesh as
+    windowed einsums: weights split over every chip, on a slice within the chip's range
+    (docs/spmd.md, "Windowed einsum")."""
+    lo, hi = chip.get("we_min"), chip.get("we_max")
+    return bool(lo) and d == 1 and t == 1 and f == n and lo <= n <= (hi or n)
 
 
 def slice_sizes(chip, max_chips):
@@ -322,7 +331,8 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
     d, f, t = mesh
     results = []
     state = state_bytes_per_chip(a.model, f, t)
-    base = {"chip": chip["name"], "chips": n, "slice": slice_name(chip, n), "data": d, "fsdp": f, "tensor": t}
+    base = {"chip": chip["name"], "chips": n, "slice": slice_name(chip, n), "data": d, "fsdp": f, "tensor": t,
+            "windowed": windowed(chip, n, d, f, t) and not a.no_windowed_einsum}
     if state > chip["hbm"] and not a.ignore_hbm:
         return [dict(base, micro=None, remat=None, status="no-fit", why="weights+optimizer",
                      hbm_need=int(state))]
@@ -532,8 +542,8 @@ def finite(x):
     return x
 
 
-def mesh_s(r):
-    return f"{r['data']}x{r['fsdp']}x{r['tensor']}"
+def mesh_s(r, mark=False):
+    return f"{r['data']}x{r['fsdp']}x{r['tensor']}" + (" w" if mark and r.get("windowed") else "")
 
 
 def text_report(a, out, keep, over, bad, front):
@@ -558,7 +568,7 @@ def text_report(a, out, keep, over, bad, front):
         hdr += f" {'ckpt every':>10} {'lost':>7}"
     w(hdr + "\n")
     for i, r in enumerate(keep[:a.top] if a.top else keep):
-        line = (f"{i + 1:>3} {r['slice']:<10} {r['chips']:>5} {mesh_s(r):<11} {r['micro']:>3} {'on' if r['remat'] else 'off':<5} "
+        line = (f"{i + 1:>3} {r['slice']:<10} {r['chips']:>5} {mesh_s(r, True):<11} {r['micro']:>3} {'on' if r['remat'] else 'off':<5} "
                 f"{fmt_bytes(r['hbm_peak']):>9} {r['step_s']:>8.4g} {100 * r['mfu']:>5.1f} {100 * r['ici_wait']:>5.1f} "
                 f"{r['tokens_per_s']:>9.3g} {fmt_days(r['wall_s']):>8} {fmt_usd(r['cost']):>11} "
                 f"{(r['usd_per_mtok'] if r['usd_per_mtok'] is not None else float('nan')):>7.3g}")
@@ -567,6 +577,9 @@ def text_report(a, out, keep, over, bad, front):
         w(line + ("  *" if r.get("pareto") else "") + "\n")
     if a.top and len(keep) > a.top:
         w(f"  ... {len(keep) - a.top} more (--top 0 lists all)\n")
+    if any(r.get("windowed") for r in keep):
+        w("  w: FSDP over every chip of a slice the XLA TPU compiler runs windowed einsums on: the weights pass "
+          "round a ring of collective-permutes instead of all-gathers (docs/spmd.md; --no-windowed-einsum)\n")
     if not keep:
         w("  (no candidate fits)\n")
     unc = sorted({r["chip"] for r in keep if r["price_status"] != "published"})
@@ -634,6 +647,9 @@ def main(argv):
     ap.add_argument("--svg")
     ap.add_argument("--ignore-hbm", action="store_true",
                     help="time candidates that do not fit too (listed with the HBM they need; for validation)")
+    ap.add_argument("--no-windowed-einsum", action="store_true",
+                    help="gather and reduce-scatter FSDP weights where the chip's XLA compiler would pass them "
+                         "round a ring (docs/spmd.md)")
     ap.add_argument("--exact", action="store_true",
                     help="time every microbatch iteration instead of extrapolating from one and two")
     ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
