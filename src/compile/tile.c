@@ -148,11 +148,12 @@ static int whole_windows(const tpu_instr *in) {
   return any;
 }
 
-/* A compiled program's copy into VMEM (memory space S(1)): the compiler relays a value out
- * into VMEM, from HBM or from VMEM (bf16[2,2048,2048] {2,1,0} -> {1,2,0}, both in VMEM: 2,400
- * cycles on v5e and v6e, against 122,352 and 93,120 from HBM), so it is a vector kernel whose
- * result stays on chip, not an HBM-to-HBM DMA. */
-static int copy_into_vmem(const tpu_instr *in) {
+/* A compiled program's copy into or out of VMEM (memory space S(1) on either side): the
+ * compiler relays values out into VMEM, within it and back to HBM (bf16[2,2048,2048]
+ * {2,1,0} -> {1,2,0}, both in VMEM: 2,400 cycles on v5e and v6e, against 122,352 and 93,120
+ * from HBM), so it is a vector kernel that reads an S(1) operand on chip and whose S(1)
+ * result stays there, not an HBM-to-HBM DMA. */
+static int vmem_copy(const tpu_instr *in) {
   const char *r = in->shape.layout_tail, *o = in->noperands == 1 ? in->operands[0]->shape.layout_tail : NULL;
   return in->op == TPU_OP_COPY && ((o && strstr(o, "S(1)")) || (r && strstr(r, "S(1)")));
 }
@@ -657,7 +658,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     po.flops = cx * 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n + c.flops;
     po.padded_flops = cx * 2.0 * (double)k->b * (double)round_up(k->m, be->chip->vector_sublanes) *
                           (double)round_up(k->k, R) * (double)round_up(k->n, C) + c.padded_flops;
-  } else if (in->op == TPU_OP_COPY && !copy_into_vmem(in)) {
+  } else if (in->op == TPU_OP_COPY && !vmem_copy(in)) {
     k->kind = TPU__K_COPY;
   } else if (in->op == TPU_OP_CHOLESKY || in->op == TPU_OP_TRIANGULAR_SOLVE) {
     k->kind = TPU__K_LINALG;
