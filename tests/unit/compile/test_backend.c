@@ -746,55 +746,44 @@ static void scoped_vmem(void) {
   }
 }
 
-/* A compiled program's value in VMEM (S(1)) read through a bitcast, a view of the same
- * bytes, is read there: the XLA TPU compiler passes its VMEM values to kernels so. */
-static void vmem_through_bitcast(void) {
-  const char *src = "HloModule m\nENTRY e {\n a = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
-                    " f = f32[1024,1024]{1,0:T(8,128)S(1)} negate(a)\n"
-                    " b = f32[1024,1024]{1,0:T(8,128)S(1)} bitcast(f)\n"
-                    " ROOT g = f32[1024,1024]{1,0:T(8,128)} exponential(b)\n}\n";
+/* The HBM bytes program src moves on v5e, -1 when it does not compile or time. */
+static double hbm_bytes_v5e(const char *src) {
   tpu_chip c;
   tpu_diag d;
   tpu_module *m = NULL;
+  double b = -1;
   tpu_program *p = compile_for("v5e", src, &c, &m);
-  CHECK(p != NULL);
-  if (p) {
-    tpu_timeline tl;
-    if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
-      printf("S(1) value through a bitcast: %.0f HBM bytes\n", tl.hbm_bytes);
-      CHECK_NEAR(tl.hbm_bytes, 2.0 * 1024 * 1024 * 4, 0); /* a in, g out; f stays in VMEM */
-      tpu_timeline_free(&tl);
-    } else {
-      CHECK(0);
-    }
-    tpu_program_free(p);
+  tpu_timeline tl;
+  if (p && tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
+    b = tl.hbm_bytes;
+    tpu_timeline_free(&tl);
   }
+  tpu_program_free(p);
   tpu_module_free(m);
+  return b;
+}
+
+/* A compiled program's value in VMEM (S(1)) read through a bitcast, a view of the same
+ * bytes, is read there: the XLA TPU compiler passes its VMEM values to kernels so (a in,
+ * g out; f stays in VMEM). */
+static void vmem_through_bitcast(void) {
+  double b = hbm_bytes_v5e("HloModule m\nENTRY e {\n a = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
+                           " f = f32[1024,1024]{1,0:T(8,128)S(1)} negate(a)\n"
+                           " b = f32[1024,1024]{1,0:T(8,128)S(1)} bitcast(f)\n"
+                           " ROOT g = f32[1024,1024]{1,0:T(8,128)} exponential(b)\n}\n");
+  printf("S(1) value through a bitcast: %.0f HBM bytes\n", b);
+  CHECK_NEAR(b, 2.0 * 1024 * 1024 * 4, 0);
 }
 
 /* A compiled program's copy into VMEM (S(1)) is a vector kernel whose result stays there:
- * its reader reads it on chip (HBM: x in, y out and back in, n out). */
+ * its reader reads it on chip (HBM: a in, y out and back in, n out). */
 static void copy_into_vmem(void) {
-  const char *src = "HloModule m, is_scheduled=true\nENTRY e {\n a = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
-                    " y = f32[1024,1024]{1,0:T(8,128)} negate(a)\n"
-                    " r = f32[1024,1024]{0,1:T(8,128)S(1)} copy(y)\n"
-                    " ROOT n = f32[1024,1024]{1,0:T(8,128)} exponential(r)\n}\n";
-  tpu_chip c;
-  tpu_diag d;
-  tpu_module *m = NULL;
-  tpu_program *p = compile_for("v5e", src, &c, &m);
-  CHECK(p != NULL);
-  if (p) {
-    tpu_timeline tl;
-    if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
-      CHECK_NEAR(tl.hbm_bytes, 4.0 * 1024 * 1024 * 4, 0);
-      tpu_timeline_free(&tl);
-    } else {
-      CHECK(0);
-    }
-    tpu_program_free(p);
-  }
-  tpu_module_free(m);
+  double b = hbm_bytes_v5e("HloModule m, is_scheduled=true\nENTRY e {\n a = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
+                           " y = f32[1024,1024]{1,0:T(8,128)} negate(a)\n"
+                           " r = f32[1024,1024]{0,1:T(8,128)S(1)} copy(y)\n"
+                           " ROOT n = f32[1024,1024]{1,0:T(8,128)} exponential(r)\n}\n");
+  printf("copy into S(1): %.0f HBM bytes\n", b);
+  CHECK_NEAR(b, 4.0 * 1024 * 1024 * 4, 0);
 }
 
 static void cross_program_prefetch(void) {
