@@ -663,9 +663,7 @@ int tpu_cli_run(int argc, char **argv) {
     int found = 0;
     tpu_status ms = o.mesh ? tpu_mesh_parse(o.mesh, &mesh, &d) : tpu_mesh_from_module(m, &mesh, &found, &d);
     if (ms == TPU_OK && (o.mesh || found)) {
-      tpu_mesh_price_for(&mesh, tpu ? &chip : NULL); /* collectives priced for the chip */
-      mesh.bf16_dot_gathers = tpu && o.precision <= 0;
-      if (o.no_window) mesh.windowed_min_devices = 0;
+      tpu_mesh_configure(&mesh, tpu ? &chip : NULL, o.precision, o.no_window); /* priced for the chip */
       ms = tpu_spmd_partition(m, &mesh, &d);         /* one device: the annotations are dropped */
       if (ms == TPU_OK && !o.quiet) {
         printf("spmd-partition: %lld chips (mesh", (long long)mesh.ndev);

@@ -230,9 +230,7 @@ static tpu_status partition(tpu_module *m, const char *spec, const tpu_chip *chi
   int found = 0;
   tpu_status st = spec ? tpu_mesh_parse(spec, &mesh, d) : tpu_mesh_from_module(m, &mesh, &found, d);
   if (st == TPU_OK && (spec || found)) {
-    tpu_mesh_price_for(&mesh, chip); /* the reference backend: the default chip's prices */
-    mesh.bf16_dot_gathers = chip && precision <= 0;
-    if (no_window) mesh.windowed_min_devices = 0;
+    tpu_mesh_configure(&mesh, chip, precision, no_window); /* reference backend: the default chip's prices */
     st = tpu_spmd_partition(m, &mesh, d);
   }
   tpu_mesh_free(&mesh);

@@ -25,9 +25,7 @@ static tpu_status tpu__pass_spmd(tpu_module *m, const tpu_compile_opts *o, tpu_d
   tpu_mesh mesh;
   int found;
   TPU_TRY(tpu_mesh_from_module(m, &mesh, &found, d));
-  if (found) tpu_mesh_price_for(&mesh, o->chip);
-  mesh.bf16_dot_gathers = o->precision_override <= 0;
-  if (o->no_windowed_einsum) mesh.windowed_min_devices = 0;
+  if (found) tpu_mesh_configure(&mesh, o->chip, o->precision_override, o->no_windowed_einsum);
   tpu_status st = found ? tpu_spmd_partition(m, &mesh, d) : TPU_OK;
   tpu_mesh_free(&mesh);
   return st;

@@ -526,11 +526,6 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
           tpu_status st = in->shape.dtype == TPU_TUPLE && in->shape.ntuple == in->noperands
                               ? TPU_OK
                               : tpu__spmd_fail_at(s, in, "its result is not a tuple of one block per operand");
-          tpu_shape ts = in->shape;
-          if (st == TPU_OK) {
-            ts.elems = tpu_arena_alloc(&s->m->arena, sizeof *ts.elems * (size_t)(in->noperands + 1));
-            if (!ts.elems) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
-          }
           for (int k = 0; st == TPU_OK && k < in->noperands; k++) {
             const tpu_instr *ok = in->operands[k];
             dsh hk;
@@ -542,10 +537,9 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
             tpu_shape l = tpu__spmd_local_shape(s, &ok->shape, &hk);
             if (st == TPU_OK && !tpu_shape_equal(&l, &in->shape.elems[k]))
               st = tpu__spmd_fail_at(s, in, "its result is not one block of each operand");
-            if (st == TPU_OK) ts.elems[k] = parts[k]->shape;
           }
           tpu_instr *t = NULL;
-          if (st == TPU_OK) st = tpu__spmd_instr(s, TPU_OP_TUPLE, "spmd.blocks", &ts, parts, in->noperands, in->loc, &t);
+          if (st == TPU_OK) st = tpu__spmd_tuple(s, parts, in->noperands, in->loc, &t);
           tpu_free(parts);
           TPU_TRY(st);
           s->val[in->id] = t;
@@ -559,9 +553,7 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
           int n = in->noperands;
           dsh *el = tpu_arena_alloc(&s->m->arena, sizeof *el * (size_t)(n + 1));
           tpu_instr **parts = tpu_calloc((size_t)n + 1, sizeof *parts);
-          tpu_shape ts = in->shape;
-          ts.elems = tpu_arena_alloc(&s->m->arena, sizeof *ts.elems * (size_t)(n + 1));
-          tpu_status st = el && parts && ts.elems ? TPU_OK : TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+          tpu_status st = el && parts ? TPU_OK : TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
           for (int k = 0; st == TPU_OK && k < n; k++) {
             const tpu_shape *g = &in->shape.elems[k];
             if (!tpu_dtype_is_array(g->dtype) || !annotation_k(s, in, k, g->rank, &el[k]) || el[k].manual) {
@@ -574,10 +566,9 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
               break;
             }
             parts[k] = s->val[in->operands[k]->id];
-            ts.elems[k] = parts[k]->shape;
           }
           tpu_instr *t = NULL;
-          if (st == TPU_OK) st = tpu__spmd_instr(s, TPU_OP_TUPLE, "spmd.results", &ts, parts, n, in->loc, &t);
+          if (st == TPU_OK) st = tpu__spmd_tuple(s, parts, n, in->loc, &t);
           tpu_free(parts);
           TPU_TRY(st);
           s->val[in->id] = t;

@@ -46,6 +46,10 @@ typedef struct tpu_mesh {
 struct tpu_chip;
 /* Prices collectives for `chip` (NULL: the v5e preset's figures, 45 GB/s x 1 us). */
 void tpu_mesh_price_for(tpu_mesh *mesh, const struct tpu_chip *chip);
+/* What every caller that partitions a program sets: the prices for `chip` (NULL: the
+ * reference backend), f32 operands of default-precision dots gathered as bf16 on the tpu
+ * backend at per-op precision (precision <= 0), and no windowed einsums when asked. */
+void tpu_mesh_configure(tpu_mesh *mesh, const struct tpu_chip *chip, int precision, int no_windowed_einsum);
 
 /* "data=16,model=4" (errors at loc). */
 tpu_status tpu_mesh_parse(const char *spec, tpu_mesh *mesh, tpu_diag *d);

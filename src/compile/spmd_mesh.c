@@ -27,6 +27,12 @@ void tpu_mesh_price_for(tpu_mesh *mesh, const tpu_chip *chip) {
                                                        : 2 * 45e9 / 197e12; /* v5e's */
 }
 
+void tpu_mesh_configure(tpu_mesh *mesh, const tpu_chip *chip, int precision, int no_windowed_einsum) {
+  tpu_mesh_price_for(mesh, chip);
+  mesh->bf16_dot_gathers = chip && precision <= 0;
+  if (no_windowed_einsum) mesh->windowed_min_devices = 0;
+}
+
 void tpu_mesh_free(tpu_mesh *mesh) {
   tpu_free(mesh->ids);
   memset(mesh, 0, sizeof *mesh);
