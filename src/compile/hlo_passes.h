@@ -45,6 +45,8 @@ int tpu__fused_source(const tpu_instr *v);
  * in the sublanes, padded to the (sublanes x lanes) tile (compile/layout.c). */
 int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
 int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in);
+/* Whether a compiled program laid shape s out in VMEM (memory space S(1) in its layout). */
+int tpu__in_vmem(const tpu_shape *s);
 /* Bytes of s (rank >= 2) in the layout that pads least to the tile — the layout the XLA TPU
  * compiler gives a program's parameters and results. */
 int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s);

@@ -74,6 +74,8 @@ int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int 
  * otherwise lays the result out row-major and copies (bf16[4096,4096] transposed with
  * {0,1}: a `copy` of 224,312 cycles). Without layouts: whether the last dimension moves.
  * A `copy` (in a compiled program) moves it where its layout changes the minor dimension. */
+int tpu__in_vmem(const tpu_shape *s) { return s->layout_tail && strstr(s->layout_tail, "S(1)") != NULL; }
+
 int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in) {
   if (in->op == TPU_OP_COPY && in->noperands == 1) {
     /* a compiled program's layout-changing copy: a transpose when the minor dimension
@@ -82,9 +84,8 @@ int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in) {
      * VMEM and back: 93,120 cycles each on v6e); not one within VMEM (memory space S(1) on
      * both sides: 2,400 cycles). */
     const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
-    int in_vmem = r->layout_tail && strstr(r->layout_tail, "S(1)") && o->layout_tail && strstr(o->layout_tail, "S(1)");
     return r->has_layout && o->has_layout && r->rank >= 2 && r->rank == o->rank &&
-           r->minor_to_major[0] != o->minor_to_major[0] && !in_vmem;
+           r->minor_to_major[0] != o->minor_to_major[0] && !(tpu__in_vmem(r) && tpu__in_vmem(o));
   }
   if (!tpu_instr_moves_minor(in)) return 0;
   const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;

@@ -154,8 +154,7 @@ static int whole_windows(const tpu_instr *in) {
  * from HBM), so it is a vector kernel that reads an S(1) operand on chip and whose S(1)
  * result stays there, not an HBM-to-HBM DMA. */
 static int vmem_copy(const tpu_instr *in) {
-  const char *r = in->shape.layout_tail, *o = in->noperands == 1 ? in->operands[0]->shape.layout_tail : NULL;
-  return in->op == TPU_OP_COPY && ((o && strstr(o, "S(1)")) || (r && strstr(r, "S(1)")));
+  return in->op == TPU_OP_COPY && in->noperands == 1 && (tpu__in_vmem(&in->shape) || tpu__in_vmem(&in->operands[0]->shape));
 }
 
 static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {

@@ -27,17 +27,17 @@ static int cmp_benefit(const void *a, const void *b) {
 
 static int is_kernel(const tpu__kinfo *k) { return k->kind == TPU__K_STREAM || k->kind == TPU__K_MATMUL; }
 
-/* The instruction whose result v reads: a multi-output kernel's for its get-tuple-element;
- * through bitcasts (a view of the same bytes: the compiler's programs pass VMEM values to
- * their kernels so), the value they view. */
-static const tpu_instr *result_of(const tpu_instr *v) {
-  for (int hops = 0; hops < 8 && v->op == TPU_OP_BITCAST && v->noperands == 1 && v->operands[0]->parent == v->parent; hops++)
-    v = v->operands[0];
-  return v->op == TPU_OP_GET_TUPLE_ELEMENT && v->operands[0]->op == TPU_OP_FUSION ? v->operands[0] : v;
-}
-
+/* A bitcast: a view of the same bytes (the compiler's programs pass VMEM values to their
+ * kernels so). */
 static int is_view(const tpu_instr *u) {
   return u->op == TPU_OP_BITCAST && u->noperands == 1 && u->operands[0]->parent == u->parent;
+}
+
+/* The instruction whose result v reads: a multi-output kernel's for its get-tuple-element;
+ * through views, the value they view. */
+static const tpu_instr *result_of(const tpu_instr *v) {
+  for (int hops = 0; hops < 8 && is_view(v); hops++) v = v->operands[0];
+  return v->op == TPU_OP_GET_TUPLE_ELEMENT && v->operands[0]->op == TPU_OP_FUSION ? v->operands[0] : v;
 }
 
 int tpu__be_resident(const tpu__be *be, const tpu_instr *v) {
@@ -210,7 +210,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       for (int l = 0; l < k->nleaves; l++) {
         const tpu_shape *ls = tpu__leaf(&in->shape, l);
         if (ls) size += tpu__value_bytes(be, in, ls);
-        if (ls && ls->layout_tail) tiled = 1, s1 |= strstr(ls->layout_tail, "S(1)") != NULL;
+        if (ls && ls->layout_tail) tiled = 1, s1 |= tpu__in_vmem(ls);
       }
       /* a compiled program (tiled layouts) keeps a value in VMEM only where its compiler did
        * (memory space S(1)): its other values stay in HBM (compiled v4 programs: p90 31.7 ->
