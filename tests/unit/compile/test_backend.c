@@ -1,77 +1,19 @@
 /* The back end: every conformance program (unfused, and after the HLO passes) lowers,
  * its asm round-trips, and it times without error; HBM overflow fails with the message;
- * tile/layout/buffer-assign facts on small programs. */
+ * tile/layout/buffer-assign facts on small programs (memory spaces: test_vmem.c). */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "chip/program.h"
-#include "chip/timing.h"
-#include "check.h"
 #include "util.h"
-#include "compile/compile.h"
-#include "hlo/hlo.h"
-#include "ir/verify.h"
+#include "unit/compile/backend_util.h"
 
 static tpu_chip g_chip;
 
-static tpu_module *parse(const char *src) {
-  tpu_module *m = NULL;
-  tpu_diag d;
-  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
-    char buf[1200];
-    tpu_diag_format(&d, buf, sizeof buf);
-    fprintf(stderr, "parse: %s\n", buf);
-    tpu_module_free(m);
-    return NULL;
-  }
-  return m;
-}
-
-static tpu_program *compile(tpu_module *m, const tpu_chip *chip, tpu_diag *d) {
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = chip;
-  o.precision_override = -1;
-  tpu_program *p = NULL;
-  if (tpu_compile_backend(m, &o, &p, d) != TPU_OK) return NULL;
-  return p;
-}
-
-/* disassemble(assemble(text)) == text, and the reassembled program times the same. */
-static int roundtrip(const tpu_program *p, const char *name) {
-  char *t1 = tpu_program_text(p);
-  tpu_program *q = NULL;
-  tpu_diag d;
-  int ok = t1 && tpu_program_parse(name, t1, strlen(t1), &q, &d) == TPU_OK;
-  if (!ok) {
-    char buf[1200];
-    tpu_diag_format(&d, buf, sizeof buf);
-    fprintf(stderr, "  %s: assemble failed: %s\n", name, buf);
-  }
-  char *t2 = ok ? tpu_program_text(q) : NULL;
-  if (ok && (!t2 || strcmp(t1, t2) != 0)) {
-    fprintf(stderr, "  %s: asm round trip differs\n", name);
-    ok = 0;
-  }
-  if (ok) {
-    tpu_timeline a, b;
-    tpu_diag d1, d2;
-    tpu_status s1 = tpu_timing_run(p, &g_chip, 0, &a, &d1), s2 = tpu_timing_run(q, &g_chip, 0, &b, &d2);
-    if (s1 != s2 || (s1 == TPU_OK && a.total_cycles != b.total_cycles)) {
-      fprintf(stderr, "  %s: reassembled program times differently\n", name);
-      ok = 0;
-    }
-    if (s1 == TPU_OK) tpu_timeline_free(&a);
-    if (s2 == TPU_OK) tpu_timeline_free(&b);
-  }
-  tpu_free(t1);
-  tpu_free(t2);
-  tpu_program_free(q);
-  return ok;
-}
+static int roundtrip(const tpu_program *p, const char *name) { return program_roundtrip(p, name, &g_chip); }
+static tpu_program *compile_src(const char *src, tpu_module **m) { return compile_src_on(src, &g_chip, m); }
 
 /* Programs whose while loops have data-dependent trip counts: timing must refuse them,
  * naming the loop (docs/timing.md); everything else must time. */
@@ -458,142 +400,6 @@ static void dynamic_slices(void) {
   tpu_module_free(m);
 }
 
-static int hbm_named(const tpu_program *p, const char *name) {
-  for (int i = 0; i < p->nhbm; i++)
-    if (!strcmp(p->hbm[i].name, name)) return i;
-  return -1;
-}
-
-/* Memory-space assignment: x -> a -> b with a small intermediate keeps `a` in VMEM (no HBM
- * buffer, no DMA); with an intermediate larger than VMEM it goes through HBM. */
-static void vmem_residency(int rows) {
-  char src[400];
-  snprintf(src, sizeof src,
-           "HloModule chain\n"
-           "ENTRY e {\n"
-           "  x = f32[%d,1024] parameter(0)\n"
-           "  a = f32[%d,1024] exponential(x)\n"
-           "  ROOT b = f32[%d,1024] negate(a)\n"
-           "}\n",
-           rows, rows, rows);
-  tpu_module *m = parse(src);
-  CHECK(m != NULL);
-  if (!m) return;
-  tpu_diag d;
-  tpu_program *p = compile(m, &g_chip, &d);
-  CHECK(p != NULL);
-  if (p) {
-    const double bytes = (double)rows * 1024 * 4;
-    const int fits = bytes < (double)g_chip.vmem_bytes / 2;
-    tpu_timeline tl;
-    CHECK(tpu_timing_run(p, &g_chip, 0, &tl, &d) == TPU_OK);
-    int ha = hbm_named(p, "a");
-    int resident = 0;
-    for (int i = 0; i < p->nvmem; i++)
-      if (p->vmem[i].op == -1 && p->vmem[i].slot_bytes == (int64_t)bytes && p->vmem[i].nslots == 1) resident++;
-    if (fits) {
-      CHECK_EQ_INT(ha, -1);
-      CHECK_EQ_INT(resident, 1);
-      CHECK(p->vmem[p->nvmem - 1].offset >= 0);
-      CHECK_NEAR(tl.hbm_bytes, 2 * bytes, 0); /* x in, b out; nothing for a */
-      CHECK_EQ_INT(p->hbm_footprint, 2 * (int64_t)bytes);
-    } else {
-      CHECK(ha >= 0);
-      CHECK_EQ_INT(resident, 0);
-      CHECK_NEAR(tl.hbm_bytes, 4 * bytes, 0); /* x in, a out and back in, b out */
-    }
-    /* The same either way: every DMA but an on-chip one names an HBM buffer. */
-    for (int i = 0; i < p->ninsns; i++)
-      if (p->insns[i].opc == TPU_ISA_DMA_IN || p->insns[i].opc == TPU_ISA_DMA_OUT)
-        CHECK(p->insns[i].hbm >= 0 || p->insns[i].onchip);
-    CHECK(roundtrip(p, "vmem_residency"));
-    tpu_timeline_free(&tl);
-  }
-  tpu_program_free(p);
-  tpu_module_free(m);
-}
-
-/* Compiles src on chip c, checks that value `resident` has no HBM buffer (kept in VMEM),
- * and times it: op `name`'s cycles and HBM bytes, and its `onchip` dma.out count; with
- * `rt`, also that the program prints and parses back. */
-static void time_resident_op(const char *src, const tpu_chip *c, const char *resident, const char *name, int rt,
-                             double *cycles, double *hbm, int *onchip) {
-  *cycles = *hbm = -1;
-  *onchip = 0;
-  tpu_module *m = parse(src);
-  CHECK(m != NULL);
-  if (!m) return;
-  tpu_diag d;
-  tpu_program *p = compile(m, c, &d);
-  CHECK(p != NULL);
-  if (p) {
-    int op = -1;
-    for (int i = 0; i < p->nops; i++)
-      if (!strcmp(p->ops[i].name, name)) op = i;
-    CHECK(op >= 0 && hbm_named(p, resident) < 0); /* kept in VMEM */
-    for (int i = 0; i < p->ninsns; i++)
-      if (p->insns[i].onchip && p->insns[i].op == op && p->insns[i].opc == TPU_ISA_DMA_OUT) ++*onchip;
-    tpu_timeline tl;
-    CHECK(tpu_timing_run(p, c, 0, &tl, &d) == TPU_OK);
-    if (op >= 0) {
-      *cycles = (double)tl.ops[op].cycles;
-      *hbm = tl.ops[op].hbm_bytes;
-    }
-    if (rt) CHECK(roundtrip(p, name));
-    tpu_timeline_free(&tl);
-  }
-  tpu_program_free(p);
-  tpu_module_free(m);
-}
-
-/* A matmul's bf16 result kept in VMEM (two consumers, neither fused with it) moves no HBM
- * bytes but still pays the 16-bit pass, as the XLA TPU compiler charges it (its
- * bf16[8192,512] x [512,2048] with relu: 245,115 cycles on v5e writing the result to HBM,
- * 176,448 keeping it in VMEM): an `onchip` dma.out carries the pass; the program prints
- * and parses back with it (K = 128 here: the pass, not the MXU, bounds the kernel). */
-static void matmul_result_on_chip(void) {
-  const char *src = "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT c = f32[] add(a, b) }\n"
-                    "ENTRY e {\n x = bf16[8192,128] parameter(0)\n w = bf16[128,2048] parameter(1)\n"
-                    " d = bf16[8192,2048] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
-                    " t = bf16[2048,8192] transpose(d), dimensions={1,0}\n c = f32[8192,2048] convert(d)\n"
-                    " z = f32[] constant(0)\n s = f32[2048] reduce(c, z), dimensions={0}, to_apply=add\n"
-                    " ROOT r = (bf16[2048,8192], f32[2048]) tuple(t, s)\n}\n";
-  tpu_chip nopass = g_chip;
-  nopass.stream_pass_bytes = 0;
-  double cyc[2], hbm[2];
-  int onchip[2];
-  time_resident_op(src, &g_chip, "d", "d", 1, &cyc[0], &hbm[0], &onchip[0]);
-  time_resident_op(src, &nopass, "d", "d", 0, &cyc[1], &hbm[1], &onchip[1]);
-  CHECK(onchip[0] > 0 && onchip[1] == 0);
-  const double bpc = tpu_chip_hbm_stream_bw(&g_chip) / g_chip.clock_hz;
-  const double pass = 8192.0 * 2048 * g_chip.stream_pass_bytes / bpc, in = (8192.0 * 128 + 128.0 * 2048) * 2;
-  printf("bf16 result in VMEM: %.0f cycles (pass %.0f), without the pass %.0f; %.0f HBM bytes\n", cyc[0], pass, cyc[1],
-         hbm[0]);
-  /* at least its reads and the pass end to end (timing.c port_floor_op), not much more */
-  CHECK(cyc[0] >= pass + in / bpc && cyc[0] < 1.2 * (pass + in / bpc) && cyc[0] - cyc[1] > 0.5 * pass);
-  CHECK(hbm[0] >= in && hbm[0] < in + 1e6); /* its inputs, not its 33.5 MB result */
-}
-
-/* A vector kernel reading an operand kept in VMEM (a transpose's result, copied there) pays
- * the chip's vmem_read_cost of an HBM read for it (v5e: all of it, as the XLA TPU compiler
- * times x.T * 2 and x * 2 alike), and moves no HBM bytes for it (-x.T here). */
-static void vmem_read_cost(void) {
-  const char *src = "HloModule m\nENTRY e {\n x = f32[2048,2048] parameter(0)\n"
-                    " t = f32[2048,2048] transpose(x), dimensions={1,0}\n ROOT y = f32[2048,2048] negate(t)\n}\n";
-  tpu_chip free_read = g_chip;
-  free_read.vmem_read_cost = 0;
-  double cyc[2], hbm[2];
-  int onchip;
-  time_resident_op(src, &g_chip, "t", "y", 0, &cyc[0], &hbm[0], &onchip);
-  time_resident_op(src, &free_read, "t", "y", 0, &cyc[1], &hbm[1], &onchip);
-  const double bpc = tpu_chip_hbm_stream_bw(&g_chip) / g_chip.clock_hz, read = 2048.0 * 2048 * 4 / bpc;
-  printf("-x.T reading VMEM: %.0f cycles with vmem_read_cost %.2f, %.0f without (a read: %.0f)\n", cyc[0],
-         g_chip.vmem_read_cost, cyc[1], read);
-  CHECK(g_chip.vmem_read_cost > 0);
-  CHECK(fabs((cyc[0] - cyc[1]) - g_chip.vmem_read_cost * read) < 0.05 * read);
-  CHECK(hbm[0] == hbm[1] && hbm[0] == 2048.0 * 2048 * 4); /* the write only */
-}
-
 /* HBM bytes of a matmul against the closed form (each operand read once, the output
  * written once) when an operand panel fits VMEM, on chip c. Returns the bytes moved. */
 static double dot_bytes(const tpu_chip *c, const char *dt, const char *ot, int64_t M, int64_t K, int64_t N,
@@ -659,21 +465,12 @@ static void operand_reuse(void) {
  * A program of scalars times the same with and without kernel_overhead_s; one with an array
  * op pays it. */
 static int64_t cycles_with_overhead(const char *src, double kov) {
-  tpu_module *m = parse(src);
-  CHECK(m != NULL);
-  if (!m) return -1;
   tpu_chip chip = g_chip;
   chip.kernel_overhead_s = kov;
-  tpu_diag d;
-  tpu_program *p = compile(m, &chip, &d);
-  int64_t c = -1;
   tpu_timeline tl;
-  if (p && tpu_timing_run(p, &chip, 0, &tl, &d) == TPU_OK) {
-    c = tl.total_cycles;
-    tpu_timeline_free(&tl);
-  }
-  tpu_program_free(p);
-  tpu_module_free(m);
+  if (!time_src(src, &chip, &tl)) return -1;
+  int64_t c = tl.total_cycles;
+  tpu_timeline_free(&tl);
   return c;
 }
 
@@ -688,205 +485,9 @@ static void scalar_ops(void) {
   CHECK(a0 > 0 && a1 >= a0 + (int64_t)(1e-6 * g_chip.clock_hz) - 1);
 }
 
-/* `src` compiled for chip preset `name` (loaded into *c); NULL on any failure (checked).
- * The module (*m, which the program borrows) is the caller's to free after the program. */
-static tpu_program *compile_for(const char *name, const char *src, tpu_chip *c, tpu_module **m) {
-  tpu_diag d;
-  CHECK(tpu_chip_load(name, c, &d) == TPU_OK);
-  *m = parse(src);
-  CHECK(*m != NULL);
-  if (!*m) return NULL;
-  tpu_program *p = compile(*m, c, &d);
-  CHECK(p != NULL);
-  return p;
-}
-
-/* Cross-program prefetch (compile/vmem_assign.c): a decode step's weight, the largest
- * parameter a matmul reads, is on chip when the step starts — VMEM on v5e (the compiler's
- * copy-start with cross_program_prefetch_index), CMEM on one v4 TensorCore when VMEM is too
- * small, none past v6e's xprefetch_max_bytes — and only the rest moves over HBM. */
-/* VMEM one kernel's tiles take: within the chip's scoped limit (the XLA TPU compiler's
- * kernels on v5e use at most 16 MiB, on v6e 32 MiB: used_scoped_memory_configs), and an
- * operand on chip (here the lhs, prefetched across steps) takes no slot and is read where it
- * lives, so the rhs streams past it once: the compiler's f32 2048^3 GEMM on v5e reads its
- * prefetched lhs whole beside 4 MiB of rhs and output panels. */
-static void scoped_vmem(void) {
-  const char *src = "HloModule m\nENTRY e {\n a = f32[2048,2048] parameter(0)\n b = f32[2048,2048] parameter(1)\n"
-                    " ROOT y = f32[2048,2048] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
-  const char *chips[2] = {"v5e", "v6e"};
-  for (int i = 0; i < 2; i++) {
-    tpu_chip c;
-    tpu_diag d;
-    tpu_module *m = NULL;
-    tpu_program *p = compile_for(chips[i], src, &c, &m);
-    CHECK(p != NULL);
-    if (!p) continue;
-    CHECK(c.scoped_vmem_bytes == (i ? 32 : 16) * ((int64_t)1 << 20));
-    int64_t tiles = 0, lhs_slot = -1;
-    for (int v = 0; v < p->nvmem; v++)
-      if (p->vmem[v].op >= 0) {
-        tiles += p->vmem[v].slot_bytes * p->vmem[v].nslots;
-        if (lhs_slot < 0) lhs_slot = p->vmem[v].slot_bytes; /* the first: the lhs blocks */
-      }
-    printf("%s: f32 2048^3 with a prefetched: tile buffers %lld bytes, lhs slot %lld, %lld prefetched\n",
-           chips[i], (long long)tiles, (long long)lhs_slot, (long long)p->xprefetch_bytes);
-    CHECK_EQ_INT(p->xprefetch_bytes, 2048LL * 2048 * 4);
-    CHECK(tiles > 0 && tiles <= c.scoped_vmem_bytes);
-    CHECK_EQ_INT(lhs_slot, 0);
-    tpu_timeline tl;
-    if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
-      CHECK_NEAR(tl.hbm_bytes, 2.0 * 2048 * 2048 * 4, 0); /* b once, y once */
-      tpu_timeline_free(&tl);
-    } else {
-      CHECK(0);
-    }
-    CHECK(roundtrip(p, "scoped"));
-    tpu_program_free(p);
-    tpu_module_free(m);
-  }
-}
-
-/* The HBM bytes program src moves on v5e, -1 when it does not compile or time. */
-static double hbm_bytes_v5e(const char *src) {
-  tpu_chip c;
-  tpu_diag d;
-  tpu_module *m = NULL;
-  double b = -1;
-  tpu_program *p = compile_for("v5e", src, &c, &m);
-  tpu_timeline tl;
-  if (p && tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
-    b = tl.hbm_bytes;
-    tpu_timeline_free(&tl);
-  }
-  tpu_program_free(p);
-  tpu_module_free(m);
-  return b;
-}
-
-/* A compiled program's value in VMEM (S(1)) read through a bitcast, a view of the same
- * bytes, is read there: the XLA TPU compiler passes its VMEM values to kernels so (a in,
- * g out; f stays in VMEM). */
-static void vmem_through_bitcast(void) {
-  double b = hbm_bytes_v5e("HloModule m\nENTRY e {\n a = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
-                           " f = f32[1024,1024]{1,0:T(8,128)S(1)} negate(a)\n"
-                           " b = f32[1024,1024]{1,0:T(8,128)S(1)} bitcast(f)\n"
-                           " ROOT g = f32[1024,1024]{1,0:T(8,128)} exponential(b)\n}\n");
-  printf("S(1) value through a bitcast: %.0f HBM bytes\n", b);
-  CHECK_NEAR(b, 2.0 * 1024 * 1024 * 4, 0);
-}
-
-/* A compiled program's copy into VMEM (S(1)) is a vector kernel whose result stays there:
- * its reader reads it on chip (HBM: a in, y out and back in, n out). */
-static void copy_into_vmem(void) {
-  double b = hbm_bytes_v5e("HloModule m, is_scheduled=true\nENTRY e {\n a = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
-                           " y = f32[1024,1024]{1,0:T(8,128)} negate(a)\n"
-                           " r = f32[1024,1024]{0,1:T(8,128)S(1)} copy(y)\n"
-                           " ROOT n = f32[1024,1024]{1,0:T(8,128)} exponential(r)\n}\n");
-  printf("copy into S(1): %.0f HBM bytes\n", b);
-  CHECK_NEAR(b, 4.0 * 1024 * 1024 * 4, 0);
-}
-
-static void cross_program_prefetch(void) {
-  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[8,%d] parameter(0)\n w = bf16[%d,4096] parameter(1)\n"
-                    " ROOT y = bf16[8,4096] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
-  struct {
-    const char *chip;
-    int k;
-    int64_t want; /* prefetched bytes */
-    int cmem;
-  } cases[] = {{"v5e", 4096, 4096LL * 4096 * 2, 0},
-               {"v4:core", 8192, 8192LL * 4096 * 2, 1},    /* 64 MiB: over its 16 MiB VMEM, in its CMEM share */
-               {"v6e", 14336, 8LL * 14336 * 2, 0}};       /* the 112 MiB weight: only x */
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    tpu_chip c;
-    tpu_diag d;
-    char src[512];
-    snprintf(src, sizeof src, fmt, cases[i].k, cases[i].k);
-    tpu_module *m = NULL;
-    tpu_program *p = compile_for(cases[i].chip, src, &c, &m);
-    if (p) {
-      printf("%s: k=%d prefetched %lld bytes (%s)\n", cases[i].chip, cases[i].k, (long long)p->xprefetch_bytes,
-             p->xprefetch_bytes ? p->hbm[p->xprefetch_hbm].name : "-");
-      CHECK_EQ_INT(p->xprefetch_bytes, cases[i].want);
-      CHECK_EQ_INT(p->xprefetch_cmem, cases[i].cmem);
-      tpu_timeline tl;
-      if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
-        /* the step moves x (or w) and y, not the prefetched operand */
-        double all = 2.0 * (8.0 * cases[i].k + (double)cases[i].k * 4096 + 8.0 * 4096);
-        CHECK(tl.hbm_bytes <= all - (double)cases[i].want + 1);
-        tpu_timeline_free(&tl);
-      } else {
-        CHECK(0);
-      }
-      CHECK(roundtrip(p, "xprefetch"));
-      tpu_program_free(p);
-    }
-    tpu_module_free(m);
-  }
-  /* A convolution's input that needs relaying out into the convolution's layout is not a
-   * candidate (the compiler prefetches the filter of a 64-feature ResNet convolution, the
-   * input of a 128-feature one) */
-  const char *convf = "HloModule m\nENTRY e {\n x = bf16[32,%d,%d,%d] parameter(0)\n w = bf16[3,3,%d,%d] parameter(1)\n"
-                      " ROOT y = bf16[32,%d,%d,%d] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
-  int hw[2] = {56, 28}, fe[2] = {64, 128};
-  for (int i = 0; i < 2; i++) {
-    tpu_chip c;
-    char src[512];
-    snprintf(src, sizeof src, convf, hw[i], hw[i], fe[i], fe[i], fe[i], hw[i], hw[i], fe[i]);
-    tpu_module *m = NULL;
-    tpu_program *p = compile_for("v5e", src, &c, &m);
-    if (p) {
-      const char *who = p->xprefetch_bytes ? p->hbm[p->xprefetch_hbm].name : "-";
-      printf("conv over %d features: prefetched %s\n", fe[i], who);
-      CHECK_EQ_STR(who, i == 0 ? "w" : "x");
-      tpu_program_free(p);
-    }
-    tpu_module_free(m);
-  }
-  /* A program the XLA TPU compiler compiled names its choice (copy-start with
-   * cross_program_prefetch_index): tpusim keeps it, here x rather than the larger w, and the
-   * kernel reads it through copy-done from VMEM. */
-  tpu_chip c;
-  tpu_diag d;
-  tpu_module *m = NULL;
-  tpu_program *p = compile_for("v5e",
-                               "HloModule m\nENTRY e {\n x = bf16[8,4096] parameter(0)\n w = bf16[4096,4096] parameter(1)\n"
-                               " cs = (bf16[8,4096], bf16[8,4096], u32[]) copy-start(x), cross_program_prefetch_index=0\n"
-                               " cd = bf16[8,4096] copy-done(cs)\n"
-                               " ROOT y = bf16[8,4096] dot(cd, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
-                               &c, &m);
-  if (p) {
-    CHECK_EQ_INT(p->xprefetch_bytes, 8 * 4096 * 2);
-    tpu_timeline tl;
-    if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
-      CHECK_NEAR(tl.hbm_bytes, 4096.0 * 4096 * 2 + 8.0 * 4096 * 2, 0); /* w and y, not x */
-      tpu_timeline_free(&tl);
-    }
-    tpu_program_free(p);
-  }
-  tpu_module_free(m);
-}
-
 /* Layout assignment: a value computed inside the program whose given layout would pad the
  * lanes takes the tiling that pads least, as XLA's TPU compiler lays an attention head's
  * bf16[8,12,512,64] out {2,3,1,0}; parameters and results keep the given layout. */
-static int op_named(const tpu_program *p, const char *name) {
-  for (int i = 0; i < p->nops; i++)
-    if (p->ops[i].name && !strcmp(p->ops[i].name, name)) return i;
-  return -1;
-}
-
-/* src parsed and compiled for g_chip (NULL when either fails, which is checked); *m to free. */
-static tpu_program *compile_src(const char *src, tpu_module **m) {
-  *m = parse(src);
-  CHECK(*m != NULL);
-  if (!*m) return NULL;
-  tpu_diag d;
-  tpu_program *p = compile(*m, &g_chip, &d);
-  CHECK(p != NULL);
-  return p;
-}
-
 static void free_intermediate_layout(void) {
   tpu_module *m;
   tpu_program *p = compile_src(
@@ -912,10 +513,6 @@ static void free_intermediate_layout(void) {
   tpu_module_free(m);
 }
 
-/* An op reading a parameter through the copy-start / copy-done of a compiled program's
- * prefetch has nothing to fuse with either: it pays the chip's lone-op stream cost as it
- * does reading the parameter itself (the XLA TPU compiler's prefetched f32[4096,4096]
- * reduce: 350,752 cycles on v6e, its cost reading HBM). */
 /* The per-element stream costs (xbytes) of the op named r in program src. */
 static double r_xbytes(const char *src) {
   tpu_module *m;
@@ -929,6 +526,10 @@ static double r_xbytes(const char *src) {
   return x;
 }
 
+/* An op reading a parameter through the copy-start / copy-done of a compiled program's
+ * prefetch has nothing to fuse with either: it pays the chip's lone-op stream cost as it
+ * does reading the parameter itself (the XLA TPU compiler's prefetched f32[4096,4096]
+ * reduce: 350,752 cycles on v6e, its cost reading HBM). */
 static void lone_through_prefetch(void) {
   double plain = r_xbytes(
       "HloModule plain\n"
@@ -979,41 +580,8 @@ static void layout_copy_transposes(void) {
   CHECK_NEAR(copy_xbytes("1,0:T(8,128)", "1,0:T(8,128)"), 0, 0);
 }
 
-/* A compiled program (tiled layouts) keeps in VMEM only what its compiler put in memory space
- * S(1): the same chain of two kernels keeps `a` on chip with S(1) and in HBM without it. */
-static void compiled_memory_space(void) {
-  for (int s1 = 0; s1 < 2; s1++) {
-    char src[600];
-    snprintf(src, sizeof src,
-             "HloModule chain, is_scheduled=true\n"
-             "ENTRY e {\n"
-             "  x = f32[256,1024]{1,0:T(8,128)} parameter(0)\n"
-             "  a = f32[256,1024]{1,0:T(8,128)%s} exponential(x)\n"
-             "  ROOT b = f32[256,1024]{1,0:T(8,128)} negate(a)\n"
-             "}\n",
-             s1 ? "S(1)" : "");
-    tpu_module *m;
-    tpu_program *p = compile_src(src, &m);
-    if (p) CHECK_EQ_INT(hbm_named(p, "a") < 0, s1);
-    tpu_program_free(p);
-    tpu_module_free(m);
-  }
-}
-
 int main(void) {
-  tpu_diag d;
-  if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
-    fprintf(stderr, "cannot load v5e\n");
-    return 1;
-  }
-  /* closed forms on the published figures: DMAs at hbm_bw, no per-kernel start cost, weights
-   * loaded a row per cycle, every operand read from HBM (no cross-program prefetch), tiles
-   * in 3/4 of the published VMEM (no scoped limit) */
-  g_chip.hbm_efficiency = g_chip.kernel_overhead_s = g_chip.vector_ops_per_cycle = 0;
-  g_chip.matmul_overhead_s = 0;
-  g_chip.mxu_weight_load_cycles = 0;
-  g_chip.scoped_vmem_bytes = 0;
-  g_chip.prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status = TPU_PROV_ABSENT;
+  if (!closed_form_v5e(&g_chip)) return 1;
   reuse_and_layout();
   free_intermediate_layout();
   lone_through_prefetch();
@@ -1024,15 +592,6 @@ int main(void) {
   epilogue_slices();
   operand_reuse();
   dynamic_slices();
-  cross_program_prefetch();
-  scoped_vmem();
-  vmem_through_bitcast();
-  copy_into_vmem();
-  vmem_residency(256);    /* 1 MiB */
-  compiled_memory_space();
-  vmem_residency(65536);  /* 256 MiB, more than v5e's VMEM */
-  matmul_result_on_chip();
-  vmem_read_cost();
   hbm_overflow();
   scalar_ops();
   conformance(0);

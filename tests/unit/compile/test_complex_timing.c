@@ -7,43 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chip/program.h"
-#include "chip/timing.h"
-#include "check.h"
-#include "compile/compile.h"
-#include "hlo/hlo.h"
-#include "ir/verify.h"
 #include "ref/ref.h"
+#include "unit/compile/backend_util.h"
 
 static tpu_chip g_chip;
 
-/* Compiles `src` (one entry computation) for v5e; NULL on failure. */
-static tpu_program *compile_text(const char *src, tpu_module **mod) {
-  tpu_module *m = NULL;
-  tpu_diag d;
-  tpu_program *p = NULL;
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = &g_chip;
-  o.precision_override = -1;
-  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK ||
-      tpu_compile_backend(m, &o, &p, &d) != TPU_OK) {
-    char buf[1200];
-    tpu_diag_format(&d, buf, sizeof buf);
-    fprintf(stderr, "compile: %s\n%s\n", buf, src);
-    tpu_module_free(m);
-    return NULL;
-  }
-  *mod = m;
-  return p;
-}
-
-/* The program op named `name`, -1 if none. */
-static int op_index(const tpu_program *p, const char *name) {
-  for (int i = 0; i < p->nops; i++)
-    if (!strcmp(p->ops[i].name, name)) return i;
-  return -1;
-}
 
 /* Register-operations of op `op` on unit `u` (a single-tile kernel: each insn runs once). */
 static int64_t unit_ops(const tpu_program *p, int op, tpu_isa_op u) {
@@ -84,10 +52,10 @@ static void elementwise(void) {
                "  ROOT r = %s[8,128] %s(a, b)\n}\n",
                cases[i].res, cases[i].op);
     tpu_module *m = NULL;
-    tpu_program *p = compile_text(src, &m);
+    tpu_program *p = compile_src_on(src, &g_chip, &m);
     CHECK(p != NULL);
     if (!p) continue;
-    int k = op_index(p, "r");
+    int k = op_named(p, "r");
     CHECK(k >= 0);
     if (k >= 0) {
       /* the ISA runs ops per register of the kernel's largest array (2 here), rounded up */
@@ -105,12 +73,11 @@ static void elementwise(void) {
  * butterflies + 2 to write the result; the minor-dim shuffles: 7 stages x 2 registers. */
 static void fft_cost(void) {
   tpu_module *m = NULL;
-  tpu_program *p = compile_text("HloModule m\nENTRY e {\n  a = c64[8,128] parameter(0)\n"
-                                "  ROOT r = c64[8,128] fft(a), fft_type=FFT, fft_length={128}\n}\n",
-                                &m);
+  tpu_program *p = compile_src_on("HloModule m\nENTRY e {\n  a = c64[8,128] parameter(0)\n"
+                                "  ROOT r = c64[8,128] fft(a), fft_type=FFT, fft_length={128}\n}\n", &g_chip, &m);
   CHECK(p != NULL);
   if (p) {
-    int k = op_index(p, "r");
+    int k = op_named(p, "r");
     CHECK_NEAR(p->ops[k].flops, 5.0 * 1024 * 7, 0);
     CHECK_EQ_INT(unit_ops(p, k, TPU_ISA_VPU), 2 * cdiv(35 + 2, 2));
     CHECK_EQ_INT(unit_ops(p, k, TPU_ISA_XLU), 2 * 7);
@@ -120,12 +87,11 @@ static void fft_cost(void) {
   tpu_module_free(m);
   /* RFFT f32[8,128] -> c64[8,65]: half the flops (17920 -> 18 ops) + 2 result registers
    * (c64[8,65] pads to one (8,128) tile per plane). */
-  p = compile_text("HloModule m\nENTRY e {\n  a = f32[8,128] parameter(0)\n"
-                   "  ROOT r = c64[8,65] fft(a), fft_type=RFFT, fft_length={128}\n}\n",
-                   &m);
+  p = compile_src_on("HloModule m\nENTRY e {\n  a = f32[8,128] parameter(0)\n"
+                   "  ROOT r = c64[8,65] fft(a), fft_type=RFFT, fft_length={128}\n}\n", &g_chip, &m);
   CHECK(p != NULL);
   if (p) {
-    int k = op_index(p, "r");
+    int k = op_named(p, "r");
     CHECK_NEAR(p->ops[k].flops, 0.5 * 5.0 * 1024 * 7, 0);
     CHECK_EQ_INT(unit_ops(p, k, TPU_ISA_VPU), 2 * cdiv(18 + 2, 2));
     CHECK(times(p) > 0);
@@ -133,11 +99,10 @@ static void fft_cost(void) {
   tpu_program_free(p);
   tpu_module_free(m);
   /* A 2-D FFT costs both axes: 5 N (log2 8 + log2 128) with N = 8 * 128 * 4. */
-  p = compile_text("HloModule m\nENTRY e {\n  a = c64[4,8,128] parameter(0)\n"
-                   "  ROOT r = c64[4,8,128] fft(a), fft_type=IFFT, fft_length={8,128}\n}\n",
-                   &m);
+  p = compile_src_on("HloModule m\nENTRY e {\n  a = c64[4,8,128] parameter(0)\n"
+                   "  ROOT r = c64[4,8,128] fft(a), fft_type=IFFT, fft_length={8,128}\n}\n", &g_chip, &m);
   CHECK(p != NULL);
-  if (p) CHECK_NEAR(p->ops[op_index(p, "r")].flops, 5.0 * 4096 * (3 + 7), 0);
+  if (p) CHECK_NEAR(p->ops[op_named(p, "r")].flops, 5.0 * 4096 * (3 + 7), 0);
   tpu_program_free(p);
   tpu_module_free(m);
 }
@@ -152,7 +117,7 @@ static void complex_dot(void) {
     snprintf(sc, sizeof sc, fmt, "c64", "c64", "c64", prec[q]);
     snprintf(sr, sizeof sr, fmt, "f32", "f32", "f32", prec[q]);
     tpu_module *mc = NULL, *mr = NULL;
-    tpu_program *pc = compile_text(sc, &mc), *pr = compile_text(sr, &mr);
+    tpu_program *pc = compile_src_on(sc, &g_chip, &mc), *pr = compile_src_on(sr, &g_chip, &mr);
     CHECK(pc && pr);
     if (pc && pr) {
       int passes_c = 0, passes_r = 0;
@@ -162,7 +127,7 @@ static void complex_dot(void) {
         if (pr->insns[i].opc == TPU_ISA_MATMUL) passes_r = pr->insns[i].passes;
       CHECK_EQ_INT(passes_r, q ? 6 : 1);
       CHECK_EQ_INT(passes_c, 4 * passes_r);
-      CHECK_NEAR(pc->ops[op_index(pc, "r")].flops, 8.0 * 1024 * 1024 * 1024, 0);
+      CHECK_NEAR(pc->ops[op_named(pc, "r")].flops, 8.0 * 1024 * 1024 * 1024, 0);
       int64_t bc = 0, br = 0, tc = times_mxu(pc, &bc), tr = times_mxu(pr, &br);
       CHECK(tc > 0 && tr > 0);
       /* four times the MXU busy cycles of the real dot of the same shape (at this size both
@@ -214,19 +179,7 @@ static void passes_keep_values(void) {
 }
 
 int main(void) {
-  tpu_diag d;
-  if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
-    fprintf(stderr, "cannot load v5e\n");
-    return 1;
-  }
-  /* closed forms on the published figures: DMAs at hbm_bw, no per-kernel start cost, weights
-   * loaded a row per cycle, every operand read from HBM (no cross-program prefetch), tiles
-   * in 3/4 of the published VMEM (no scoped limit) */
-  g_chip.hbm_efficiency = g_chip.kernel_overhead_s = g_chip.vector_ops_per_cycle = 0;
-  g_chip.matmul_overhead_s = 0;
-  g_chip.mxu_weight_load_cycles = 0;
-  g_chip.scoped_vmem_bytes = 0;
-  g_chip.prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status = TPU_PROV_ABSENT;
+  if (!closed_form_v5e(&g_chip)) return 1;
   passes_keep_values();
   elementwise();
   fft_cost();

@@ -1,0 +1,337 @@
+/* Memory spaces in the back end: values kept in VMEM between kernels, what reading and
+ * writing them there costs, the cross-program prefetch, a kernel's scoped VMEM, and a
+ * compiled program's own memory spaces (S(1) values, views of them, copies into VMEM). */
+#include <math.h>
+#include <stdio.h>
+
+#include "unit/compile/backend_util.h"
+
+static tpu_chip g_chip;
+
+static int roundtrip(const tpu_program *p, const char *name) { return program_roundtrip(p, name, &g_chip); }
+static tpu_program *compile_src(const char *src, tpu_module **m) { return compile_src_on(src, &g_chip, m); }
+
+/* Memory-space assignment: x -> a -> b with a small intermediate keeps `a` in VMEM (no HBM
+ * buffer, no DMA); with an intermediate larger than VMEM it goes through HBM. */
+static void vmem_residency(int rows) {
+  char src[400];
+  snprintf(src, sizeof src,
+           "HloModule chain\n"
+           "ENTRY e {\n"
+           "  x = f32[%d,1024] parameter(0)\n"
+           "  a = f32[%d,1024] exponential(x)\n"
+           "  ROOT b = f32[%d,1024] negate(a)\n"
+           "}\n",
+           rows, rows, rows);
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, &g_chip, &d);
+  CHECK(p != NULL);
+  if (p) {
+    const double bytes = (double)rows * 1024 * 4;
+    const int fits = bytes < (double)g_chip.vmem_bytes / 2;
+    tpu_timeline tl;
+    CHECK(tpu_timing_run(p, &g_chip, 0, &tl, &d) == TPU_OK);
+    int ha = hbm_named(p, "a");
+    int resident = 0;
+    for (int i = 0; i < p->nvmem; i++)
+      if (p->vmem[i].op == -1 && p->vmem[i].slot_bytes == (int64_t)bytes && p->vmem[i].nslots == 1) resident++;
+    if (fits) {
+      CHECK_EQ_INT(ha, -1);
+      CHECK_EQ_INT(resident, 1);
+      CHECK(p->vmem[p->nvmem - 1].offset >= 0);
+      CHECK_NEAR(tl.hbm_bytes, 2 * bytes, 0); /* x in, b out; nothing for a */
+      CHECK_EQ_INT(p->hbm_footprint, 2 * (int64_t)bytes);
+    } else {
+      CHECK(ha >= 0);
+      CHECK_EQ_INT(resident, 0);
+      CHECK_NEAR(tl.hbm_bytes, 4 * bytes, 0); /* x in, a out and back in, b out */
+    }
+    /* The same either way: every DMA but an on-chip one names an HBM buffer. */
+    for (int i = 0; i < p->ninsns; i++)
+      if (p->insns[i].opc == TPU_ISA_DMA_IN || p->insns[i].opc == TPU_ISA_DMA_OUT)
+        CHECK(p->insns[i].hbm >= 0 || p->insns[i].onchip);
+    CHECK(roundtrip(p, "vmem_residency"));
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+/* Compiles src on chip c, checks that value `resident` has no HBM buffer (kept in VMEM),
+ * and times it: op `name`'s cycles and HBM bytes, and its `onchip` dma.out count; with
+ * `rt`, also that the program prints and parses back. */
+static void time_resident_op(const char *src, const tpu_chip *c, const char *resident, const char *name, int rt,
+                             double *cycles, double *hbm, int *onchip) {
+  *cycles = *hbm = -1;
+  *onchip = 0;
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  if (!m) return;
+  tpu_diag d;
+  tpu_program *p = compile(m, c, &d);
+  CHECK(p != NULL);
+  if (p) {
+    int op = -1;
+    for (int i = 0; i < p->nops; i++)
+      if (!strcmp(p->ops[i].name, name)) op = i;
+    CHECK(op >= 0 && hbm_named(p, resident) < 0); /* kept in VMEM */
+    for (int i = 0; i < p->ninsns; i++)
+      if (p->insns[i].onchip && p->insns[i].op == op && p->insns[i].opc == TPU_ISA_DMA_OUT) ++*onchip;
+    tpu_timeline tl;
+    CHECK(tpu_timing_run(p, c, 0, &tl, &d) == TPU_OK);
+    if (op >= 0) {
+      *cycles = (double)tl.ops[op].cycles;
+      *hbm = tl.ops[op].hbm_bytes;
+    }
+    if (rt) CHECK(roundtrip(p, name));
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+/* A matmul's bf16 result kept in VMEM (two consumers, neither fused with it) moves no HBM
+ * bytes but still pays the 16-bit pass, as the XLA TPU compiler charges it (its
+ * bf16[8192,512] x [512,2048] with relu: 245,115 cycles on v5e writing the result to HBM,
+ * 176,448 keeping it in VMEM): an `onchip` dma.out carries the pass; the program prints
+ * and parses back with it (K = 128 here: the pass, not the MXU, bounds the kernel). */
+static void matmul_result_on_chip(void) {
+  const char *src = "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT c = f32[] add(a, b) }\n"
+                    "ENTRY e {\n x = bf16[8192,128] parameter(0)\n w = bf16[128,2048] parameter(1)\n"
+                    " d = bf16[8192,2048] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                    " t = bf16[2048,8192] transpose(d), dimensions={1,0}\n c = f32[8192,2048] convert(d)\n"
+                    " z = f32[] constant(0)\n s = f32[2048] reduce(c, z), dimensions={0}, to_apply=add\n"
+                    " ROOT r = (bf16[2048,8192], f32[2048]) tuple(t, s)\n}\n";
+  tpu_chip nopass = g_chip;
+  nopass.stream_pass_bytes = 0;
+  double cyc[2], hbm[2];
+  int onchip[2];
+  time_resident_op(src, &g_chip, "d", "d", 1, &cyc[0], &hbm[0], &onchip[0]);
+  time_resident_op(src, &nopass, "d", "d", 0, &cyc[1], &hbm[1], &onchip[1]);
+  CHECK(onchip[0] > 0 && onchip[1] == 0);
+  const double bpc = tpu_chip_hbm_stream_bw(&g_chip) / g_chip.clock_hz;
+  const double pass = 8192.0 * 2048 * g_chip.stream_pass_bytes / bpc, in = (8192.0 * 128 + 128.0 * 2048) * 2;
+  printf("bf16 result in VMEM: %.0f cycles (pass %.0f), without the pass %.0f; %.0f HBM bytes\n", cyc[0], pass, cyc[1],
+         hbm[0]);
+  /* at least its reads and the pass end to end (timing.c port_floor_op), not much more */
+  CHECK(cyc[0] >= pass + in / bpc && cyc[0] < 1.2 * (pass + in / bpc) && cyc[0] - cyc[1] > 0.5 * pass);
+  CHECK(hbm[0] >= in && hbm[0] < in + 1e6); /* its inputs, not its 33.5 MB result */
+}
+
+/* A vector kernel reading an operand kept in VMEM (a transpose's result, copied there) pays
+ * the chip's vmem_read_cost of an HBM read for it (v5e: all of it, as the XLA TPU compiler
+ * times x.T * 2 and x * 2 alike), and moves no HBM bytes for it (-x.T here). */
+static void vmem_read_cost(void) {
+  const char *src = "HloModule m\nENTRY e {\n x = f32[2048,2048] parameter(0)\n"
+                    " t = f32[2048,2048] transpose(x), dimensions={1,0}\n ROOT y = f32[2048,2048] negate(t)\n}\n";
+  tpu_chip free_read = g_chip;
+  free_read.vmem_read_cost = 0;
+  double cyc[2], hbm[2];
+  int onchip;
+  time_resident_op(src, &g_chip, "t", "y", 0, &cyc[0], &hbm[0], &onchip);
+  time_resident_op(src, &free_read, "t", "y", 0, &cyc[1], &hbm[1], &onchip);
+  const double bpc = tpu_chip_hbm_stream_bw(&g_chip) / g_chip.clock_hz, read = 2048.0 * 2048 * 4 / bpc;
+  printf("-x.T reading VMEM: %.0f cycles with vmem_read_cost %.2f, %.0f without (a read: %.0f)\n", cyc[0],
+         g_chip.vmem_read_cost, cyc[1], read);
+  CHECK(g_chip.vmem_read_cost > 0);
+  CHECK(fabs((cyc[0] - cyc[1]) - g_chip.vmem_read_cost * read) < 0.05 * read);
+  CHECK(hbm[0] == hbm[1] && hbm[0] == 2048.0 * 2048 * 4); /* the write only */
+}
+
+/* Cross-program prefetch (compile/vmem_assign.c): a decode step's weight, the largest
+ * parameter a matmul reads, is on chip when the step starts — VMEM on v5e (the compiler's
+ * copy-start with cross_program_prefetch_index), CMEM on one v4 TensorCore when VMEM is too
+ * small, none past v6e's xprefetch_max_bytes — and only the rest moves over HBM. */
+static void cross_program_prefetch(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[8,%d] parameter(0)\n w = bf16[%d,4096] parameter(1)\n"
+                    " ROOT y = bf16[8,4096] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+  struct {
+    const char *chip;
+    int k;
+    int64_t want; /* prefetched bytes */
+    int cmem;
+  } cases[] = {{"v5e", 4096, 4096LL * 4096 * 2, 0},
+               {"v4:core", 8192, 8192LL * 4096 * 2, 1},    /* 64 MiB: over its 16 MiB VMEM, in its CMEM share */
+               {"v6e", 14336, 8LL * 14336 * 2, 0}};       /* the 112 MiB weight: only x */
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    tpu_chip c;
+    tpu_diag d;
+    char src[512];
+    snprintf(src, sizeof src, fmt, cases[i].k, cases[i].k);
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for(cases[i].chip, src, &c, &m);
+    if (p) {
+      printf("%s: k=%d prefetched %lld bytes (%s)\n", cases[i].chip, cases[i].k, (long long)p->xprefetch_bytes,
+             p->xprefetch_bytes ? p->hbm[p->xprefetch_hbm].name : "-");
+      CHECK_EQ_INT(p->xprefetch_bytes, cases[i].want);
+      CHECK_EQ_INT(p->xprefetch_cmem, cases[i].cmem);
+      tpu_timeline tl;
+      if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
+        /* the step moves x (or w) and y, not the prefetched operand */
+        double all = 2.0 * (8.0 * cases[i].k + (double)cases[i].k * 4096 + 8.0 * 4096);
+        CHECK(tl.hbm_bytes <= all - (double)cases[i].want + 1);
+        tpu_timeline_free(&tl);
+      } else {
+        CHECK(0);
+      }
+      CHECK(roundtrip(p, "xprefetch"));
+      tpu_program_free(p);
+    }
+    tpu_module_free(m);
+  }
+  /* A convolution's input that needs relaying out into the convolution's layout is not a
+   * candidate (the compiler prefetches the filter of a 64-feature ResNet convolution, the
+   * input of a 128-feature one) */
+  const char *convf = "HloModule m\nENTRY e {\n x = bf16[32,%d,%d,%d] parameter(0)\n w = bf16[3,3,%d,%d] parameter(1)\n"
+                      " ROOT y = bf16[32,%d,%d,%d] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
+  int hw[2] = {56, 28}, fe[2] = {64, 128};
+  for (int i = 0; i < 2; i++) {
+    tpu_chip c;
+    char src[512];
+    snprintf(src, sizeof src, convf, hw[i], hw[i], fe[i], fe[i], fe[i], hw[i], hw[i], fe[i]);
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for("v5e", src, &c, &m);
+    if (p) {
+      const char *who = p->xprefetch_bytes ? p->hbm[p->xprefetch_hbm].name : "-";
+      printf("conv over %d features: prefetched %s\n", fe[i], who);
+      CHECK_EQ_STR(who, i == 0 ? "w" : "x");
+      tpu_program_free(p);
+    }
+    tpu_module_free(m);
+  }
+  /* A program the XLA TPU compiler compiled names its choice (copy-start with
+   * cross_program_prefetch_index): tpusim keeps it, here x rather than the larger w, and the
+   * kernel reads it through copy-done from VMEM. */
+  tpu_chip c;
+  tpu_diag d;
+  tpu_module *m = NULL;
+  tpu_program *p = compile_for("v5e",
+                               "HloModule m\nENTRY e {\n x = bf16[8,4096] parameter(0)\n w = bf16[4096,4096] parameter(1)\n"
+                               " cs = (bf16[8,4096], bf16[8,4096], u32[]) copy-start(x), cross_program_prefetch_index=0\n"
+                               " cd = bf16[8,4096] copy-done(cs)\n"
+                               " ROOT y = bf16[8,4096] dot(cd, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+                               &c, &m);
+  if (p) {
+    CHECK_EQ_INT(p->xprefetch_bytes, 8 * 4096 * 2);
+    tpu_timeline tl;
+    if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
+      CHECK_NEAR(tl.hbm_bytes, 4096.0 * 4096 * 2 + 8.0 * 4096 * 2, 0); /* w and y, not x */
+      tpu_timeline_free(&tl);
+    }
+    tpu_program_free(p);
+  }
+  tpu_module_free(m);
+}
+
+/* VMEM one kernel's tiles take: within the chip's scoped limit (the XLA TPU compiler's
+ * kernels on v5e use at most 16 MiB, on v6e 32 MiB: used_scoped_memory_configs), and an
+ * operand on chip (here the lhs, prefetched across steps) takes no slot and is read where it
+ * lives, so the rhs streams past it once: the compiler's f32 2048^3 GEMM on v5e reads its
+ * prefetched lhs whole beside 4 MiB of rhs and output panels. */
+static void scoped_vmem(void) {
+  const char *src = "HloModule m\nENTRY e {\n a = f32[2048,2048] parameter(0)\n b = f32[2048,2048] parameter(1)\n"
+                    " ROOT y = f32[2048,2048] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+  const char *chips[2] = {"v5e", "v6e"};
+  for (int i = 0; i < 2; i++) {
+    tpu_chip c;
+    tpu_diag d;
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for(chips[i], src, &c, &m);
+    CHECK(p != NULL);
+    if (!p) continue;
+    CHECK(c.scoped_vmem_bytes == (i ? 32 : 16) * ((int64_t)1 << 20));
+    int64_t tiles = 0, lhs_slot = -1;
+    for (int v = 0; v < p->nvmem; v++)
+      if (p->vmem[v].op >= 0) {
+        tiles += p->vmem[v].slot_bytes * p->vmem[v].nslots;
+        if (lhs_slot < 0) lhs_slot = p->vmem[v].slot_bytes; /* the first: the lhs blocks */
+      }
+    printf("%s: f32 2048^3 with a prefetched: tile buffers %lld bytes, lhs slot %lld, %lld prefetched\n",
+           chips[i], (long long)tiles, (long long)lhs_slot, (long long)p->xprefetch_bytes);
+    CHECK_EQ_INT(p->xprefetch_bytes, 2048LL * 2048 * 4);
+    CHECK(tiles > 0 && tiles <= c.scoped_vmem_bytes);
+    CHECK_EQ_INT(lhs_slot, 0);
+    tpu_timeline tl;
+    if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
+      CHECK_NEAR(tl.hbm_bytes, 2.0 * 2048 * 2048 * 4, 0); /* b once, y once */
+      tpu_timeline_free(&tl);
+    } else {
+      CHECK(0);
+    }
+    CHECK(roundtrip(p, "scoped"));
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
+/* The HBM bytes program src moves on v5e, -1 when it does not compile or time. */
+static double hbm_bytes_v5e(const char *src) {
+  tpu_chip c;
+  tpu_diag d;
+  tpu_timeline tl;
+  if (tpu_chip_load("v5e", &c, &d) != TPU_OK || !time_src(src, &c, &tl)) return -1;
+  double b = tl.hbm_bytes;
+  tpu_timeline_free(&tl);
+  return b;
+}
+
+/* A compiled program's value in VMEM (S(1)) read through a bitcast, a view of the same
+ * bytes, is read there: the XLA TPU compiler passes its VMEM values to kernels so (a in,
+ * g out; f stays in VMEM). */
+static void vmem_through_bitcast(void) {
+  double b = hbm_bytes_v5e("HloModule m\nENTRY e {\n a = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
+                           " f = f32[1024,1024]{1,0:T(8,128)S(1)} negate(a)\n"
+                           " b = f32[1024,1024]{1,0:T(8,128)S(1)} bitcast(f)\n"
+                           " ROOT g = f32[1024,1024]{1,0:T(8,128)} exponential(b)\n}\n");
+  printf("S(1) value through a bitcast: %.0f HBM bytes\n", b);
+  CHECK_NEAR(b, 2.0 * 1024 * 1024 * 4, 0);
+}
+
+/* A compiled program's copy into VMEM (S(1)) is a vector kernel whose result stays there:
+ * its reader reads it on chip (HBM: a in, y out and back in, n out). */
+static void copy_into_vmem(void) {
+  double b = hbm_bytes_v5e("HloModule m, is_scheduled=true\nENTRY e {\n a = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
+                           " y = f32[1024,1024]{1,0:T(8,128)} negate(a)\n"
+                           " r = f32[1024,1024]{0,1:T(8,128)S(1)} copy(y)\n"
+                           " ROOT n = f32[1024,1024]{1,0:T(8,128)} exponential(r)\n}\n");
+  printf("copy into S(1): %.0f HBM bytes\n", b);
+  CHECK_NEAR(b, 4.0 * 1024 * 1024 * 4, 0);
+}
+
+/* A compiled program (tiled layouts) keeps in VMEM only what its compiler put in memory space
+ * S(1): the same chain of two kernels keeps `a` on chip with S(1) and in HBM without it. */
+static void compiled_memory_space(void) {
+  for (int s1 = 0; s1 < 2; s1++) {
+    char src[600];
+    snprintf(src, sizeof src,
+             "HloModule chain, is_scheduled=true\n"
+             "ENTRY e {\n"
+             "  x = f32[256,1024]{1,0:T(8,128)} parameter(0)\n"
+             "  a = f32[256,1024]{1,0:T(8,128)%s} exponential(x)\n"
+             "  ROOT b = f32[256,1024]{1,0:T(8,128)} negate(a)\n"
+             "}\n",
+             s1 ? "S(1)" : "");
+    tpu_module *m;
+    tpu_program *p = compile_src(src, &m);
+    if (p) CHECK_EQ_INT(hbm_named(p, "a") < 0, s1);
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
+int main(void) {
+  if (!closed_form_v5e(&g_chip)) return 1;
+  cross_program_prefetch();
+  scoped_vmem();
+  vmem_through_bitcast();
+  copy_into_vmem();
+  vmem_residency(256);    /* 1 MiB */
+  compiled_memory_space();
+  vmem_residency(65536);  /* 256 MiB, more than v5e's VMEM */
+  matmul_result_on_chip();
+  vmem_read_cost();
+  CHECK_DONE();
+}
