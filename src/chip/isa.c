@@ -67,7 +67,7 @@ static void put_insn(tpu_strbuf *b, const tpu_insn *in, int index, int depth) {
   }
   if (in->op >= 0) tpu_strbuf_printf(b, " op=%d", in->op);
   if (in->pmod) tpu_strbuf_printf(b, " when=%d:%d", in->pmod, in->prem);
-  if (in->prefetch) tpu_strbuf_append(b, " prefetch=1", 11);
+  if (in->prefetch) tpu_strbuf_printf(b, " prefetch=%d", in->prefetch);
   if (in->onchip) tpu_strbuf_append(b, " onchip=1", 9);
   tpu_strbuf_append(b, "\n", 1);
 }
@@ -444,7 +444,7 @@ static tpu_status parse_insn_line(lx *x) {
     } else if (!strcmp(key, "prefetch")) {
       const char *pat = x->s;
       TPU_TRY(parse_int(x, 0, &in.prefetch));
-      if (in.prefetch > 1) return perr(x, pat, "prefetch must be 0 or 1%s", "");
+      if (in.prefetch > 2) return perr(x, pat, "prefetch must be 0, 1 or 2%s", "");
     } else if (!strcmp(key, "onchip")) {
       const char *pat = x->s;
       TPU_TRY(parse_int(x, 0, &in.onchip));

@@ -162,8 +162,10 @@ tpu_status tpu_program_check(const tpu_program *p, tpu_diag *d) {
       return bad(d, i, "HBM buffer out of range");
     if (in->pmod < 0 || (in->pmod > 0 && (in->prem < 0 || in->prem >= in->pmod)))
       return bad(d, i, "bad predicate");
-    if (in->prefetch && (in->opc != TPU_ISA_DMA_IN || in->prefetch != 1))
-      return bad(d, i, "only dma.in may carry prefetch=1");
+    if (in->prefetch && (in->opc != TPU_ISA_DMA_IN || in->prefetch > 2 || in->prefetch < 0))
+      return bad(d, i, "only dma.in may carry prefetch=1 or 2");
+    if (in->prefetch == 2 && (in->hbm < 0 || in->dst.buf < 0 || in->pmod))
+      return bad(d, i, "prefetch=2 needs an HBM source and a VMEM destination, unpredicated");
     if (in->onchip && ((in->opc != TPU_ISA_DMA_IN && in->opc != TPU_ISA_DMA_OUT) || in->onchip != 1 || in->hbm >= 0 ||
                        in->prefetch))
       return bad(d, i, "onchip=1: only on dma.in or dma.out, without hbm or prefetch");

@@ -109,6 +109,7 @@ static int64_t port_gap(const tstate *t, int64_t s, int64_t dur) {
 /* May prefetch dma.in `in` start early? Only while a kernel runs whose VMEM buffers it
  * does not overlap (the compiler places them apart; an assembled program may not). */
 static int prefetch_ok(const tstate *t, const tpu_insn *in) {
+  if (in->prefetch == 2) return in->opc == TPU_ISA_DMA_IN && in->dst.buf >= 0; /* in-step copy: VMEM reserved for it */
   if (!in->prefetch || in->opc != TPU_ISA_DMA_IN || t->m.pre_op < 0 || in->dst.buf < 0)
     return 0;
   const tpu_vmem_buf *b = &t->p->vmem[in->dst.buf];
@@ -195,7 +196,8 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
     for (int l = 0; l < 6; l++)
       if (lanes >> l & 1 && t->m.lane_free[l] > ufree) ufree = t->m.lane_free[l];
   }
-  int64_t t_nd = pf ? t->m.pre : (t->m.barrier > ufree ? t->m.barrier : ufree);
+  /* an in-step copy (prefetch=2) may start from the step's start */
+  int64_t t_nd = pf ? (in->prefetch == 2 ? 0 : t->m.pre) : (t->m.barrier > ufree ? t->m.barrier : ufree);
   int64_t t_dma = 0;
   if (is_dma && !pf && t->m.port_free > t_nd) t_nd = t->m.port_free;
   if (pf && in->hbm >= 0 && t->hbm_ready[in->hbm] > t_nd) t_nd = t->hbm_ready[in->hbm];
@@ -271,8 +273,6 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
     if (is_dma && !in->onchip) s->hbm_bytes += (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2 : 1);
   }
   if (in->opc == TPU_ISA_ICI) tl->ici_bytes += (double)in->bytes;
-  if (in->op >= 0) {
-  }
   if (t->record && dur > 0) {
     if (tl->nevents == t->cap_events && t->cap_events < TPU_TIMING_MAX_EVENTS) {
       int64_t nc = t->cap_events * 2 < TPU_TIMING_MAX_EVENTS ? t->cap_events * 2 : TPU_TIMING_MAX_EVENTS;
@@ -430,10 +430,14 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
         t->m.barrier = t->m.pre = t->m.horizon;
         break;
       case TPU_ISA_WAIT:
-        if (t->p->insns[in->at].opc == TPU_ISA_ICI && t->last_end[in->at] > t->m.horizon) {
-          /* The chip idles until the collective is done. */
+        if ((t->p->insns[in->at].opc == TPU_ISA_ICI || t->p->insns[in->at].prefetch == 2) &&
+            t->last_end[in->at] > t->m.horizon) {
+          /* The chip idles until the collective (or the in-step copy) is done. */
           int64_t from = t->m.horizon > t->m.barrier ? t->m.horizon : t->m.barrier;
-          if (!t->dry && t->last_end[in->at] > from) t->tl->ici_wait_cycles += t->last_end[in->at] - from;
+          if (t->last_end[in->at] > from) {
+            if (t->p->insns[in->at].opc != TPU_ISA_ICI) t->m.hbm_wait += (double)(t->last_end[in->at] - from);
+            else if (!t->dry) t->tl->ici_wait_cycles += t->last_end[in->at] - from;
+          }
           t->m.horizon = t->last_end[in->at];
         }
         if (t->last_end[in->at] > t->m.barrier) t->m.barrier = t->last_end[in->at];
@@ -499,7 +503,9 @@ static tpu_status durations(tstate *t) {
       case TPU_ISA_DMA_HBM: {
         /* an op's per-element stream costs (xbytes) spread over its transfers */
         double b = (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2.0 : 1.0);
-        const tpu_prog_op *o = in->op >= 0 ? &t->p->ops[in->op] : NULL;
+        /* an in-step copy of a whole parameter (prefetch=2) is a plain transfer: none of
+         * its reader's stream costs */
+        const tpu_prog_op *o = in->op >= 0 && in->prefetch != 2 ? &t->p->ops[in->op] : NULL;
         if (o && o->xbytes > 0 && o->padded_bytes > 0) b *= 1.0 + o->xbytes / o->padded_bytes;
         /* a matmul kernel's reads stream slower than a vector kernel's on some chips (chip
          * matmul_stream_efficiency: the XLA TPU compiler's decode-shaped matmuls) */
@@ -583,7 +589,8 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.op_hbm = tpu_calloc((size_t)(p->nops ? p->nops : 1), 1);
   for (int i = 0; t.op_hbm && i < p->ninsns; i++) {
     const tpu_insn *q = &p->insns[i];
-    if ((q->opc == TPU_ISA_DMA_IN || q->opc == TPU_ISA_DMA_OUT) && q->op >= 0 && q->op < p->nops && !q->onchip && q->hbm >= 0)
+    if ((q->opc == TPU_ISA_DMA_IN || q->opc == TPU_ISA_DMA_OUT) && q->op >= 0 && q->op < p->nops && !q->onchip &&
+        q->hbm >= 0 && q->prefetch != 2)
       t.op_hbm[q->op] = 1;
   }
   t.pi = tpu_malloc((size_t)PORT_CAP * 2 * sizeof(int64_t));

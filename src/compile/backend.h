@@ -63,6 +63,11 @@ typedef struct tpu__kinfo {
   int xpf;                 /* an entry parameter the previous step prefetched on chip: 1 into
                             * VMEM (at vres_off), 2 into CMEM; kernels read it there, its HBM
                             * buffer stays */
+  int spf;                 /* an entry parameter copied into VMEM (at vres_off) within the step,
+                            * in the HBM port's gaps while the kernels before its first reader
+                            * run: kernels read it there, its HBM buffer stays */
+  int spf_reader;          /* spf: global index of its first reader */
+  int spf_buf;             /* spf: its VMEM buffer (the copy's destination) */
 } tpu__kinfo;
 
 typedef struct tpu__be {

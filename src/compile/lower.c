@@ -59,9 +59,42 @@ static tpu_status emit_part(tpu__be *be, const tmpl *t, int loads, int mode, int
   return TPU_OK;
 }
 
-static tpu_status emit_kernel(tpu__be *be, const tpu__kinfo *k, const tmpl *t) {
+/* The in-step copies into VMEM of the parameters kernel `in` is the first to read
+ * (tpu__kinfo.spf): whole-parameter transfers marked prefetch=2, which take the HBM port's
+ * gaps from the step's start, in pieces so they fit between the transfers of the kernels
+ * before; then the kernel waits for the last piece (the compiler's copy-done). */
+#define SPF_PIECE ((int64_t)256 << 10)
+static tpu_status emit_step_prefetch(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  int gi = tpu__be_index(be, in);
+  for (int j = 0; j < in->noperands; j++) {
+    const tpu__kinfo *kp = tpu__be_info(be, in->operands[j]);
+    if (!kp || !kp->spf || kp->spf_reader != gi) continue;
+    int dup = 0;
+    for (int o = 0; o < j; o++) dup |= in->operands[o] == in->operands[j];
+    if (dup) continue;
+    int64_t size = tpu__padded_bytes(be, &in->operands[j]->shape);
+    int64_t pieces = cdiv(size, SPF_PIECE);
+    if (pieces > 256) pieces = 256;
+    int64_t per = cdiv(size, pieces);
+    for (int64_t q = 0; q < pieces; q++) {
+      tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
+      d.hbm = tpu__be_buffer_of(be, in->operands[j], 0);
+      d.bytes = q + 1 < pieces ? per : size - per * (pieces - 1);
+      d.dst = tpu_vref_make(kp->spf_buf, 1, 0);
+      d.prefetch = 2;
+      if (!emit(be, &d)) return TPU_ERR_NOMEM;
+    }
+    tpu_insn w = tpu_insn_make(TPU_ISA_WAIT, -1);
+    w.at = be->p->ninsns - 1;
+    if (!emit(be, &w)) return TPU_ERR_NOMEM;
+  }
+  return TPU_OK;
+}
+
+static tpu_status emit_kernel(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k, const tmpl *t) {
   tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op);
   if (!emit(be, &kin)) return TPU_ERR_NOMEM;
+  TPU_TRY(emit_step_prefetch(be, in, k));
   int64_t T = k->tiles;
   if (T <= 1) {
     TPU_TRY(emit_part(be, t, 1, 0, T));
@@ -157,7 +190,7 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
     d.bytes = cdiv(w, T);
     tadd(&t, &d, 0);
   }
-  return emit_kernel(be, k, &t);
+  return emit_kernel(be, in, k, &t);
 }
 
 static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
@@ -242,7 +275,7 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
     d.prem = pr;
     tadd(&t, &d, 0);
   }
-  return emit_kernel(be, k, &t);
+  return emit_kernel(be, in, k, &t);
 }
 
 /* Whether `in` is a synchronous collective lowered as links work of its own. */
@@ -558,6 +591,7 @@ static tpu_status mark_prefetch(tpu__be *be) {
     if (!apart) continue;
     for (int j = i + 1; j < p->ninsns; j++) {
       tpu_insn *in = &p->insns[j];
+      if (in->opc == TPU_ISA_WAIT || (in->opc == TPU_ISA_DMA_IN && in->prefetch == 2)) continue; /* in-step copies */
       if (in->opc != TPU_ISA_DMA_IN || in->op != o) break;
       if (!in->pmod && in->hbm >= 0 && !hbm_written(p, pk + 1, i, in->hbm))
         in->prefetch = 1;

@@ -12,6 +12,7 @@ typedef struct {
   int64_t size;     /* bytes (tiled layout, 512-aligned) */
   double benefit;   /* HBM bytes it would save: written once, read once per use */
   int64_t lo, hi;   /* live positions, inclusive */
+  int reader;       /* an entry parameter copied in within the step: its first reader; else -1 */
 } cand;
 
 typedef struct {
@@ -45,7 +46,7 @@ int tpu__be_resident(const tpu__be *be, const tpu_instr *v) {
   for (int hops = 0; hops < 4 && (v->op == TPU_OP_COPY_DONE || v->op == TPU_OP_COPY_START || is_view(v)) && v->noperands; hops++)
     v = v->operands[0];
   const tpu__kinfo *k = tpu__be_info(be, result_of(v));
-  return k && (k->vres || k->xpf);
+  return k && (k->vres || k->xpf || k->spf);
 }
 
 /* The most VMEM the kernels at positions lo..hi take for their tile buffers. */
@@ -149,6 +150,58 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
   return tpu_program_add_vmem(be->p, -1, k->vres_off, best_size, 1) < 0 ? -1 : 1;
 }
 
+/* In-step prefetch (XLA's memory-space assignment on TPU): an entry parameter that a matmul
+ * kernel reads, and only kernels read, is copied into VMEM while the kernels before its
+ * first reader run, and read there (the compiler's programs: 41-44 per generation copy
+ * weights in with copy-start / copy-done; layer_bwd_b1s512d512 on v6e copies six of its nine
+ * weights so and runs every projection from VMEM). Not for a parameter the first kernel
+ * reads: nothing runs before it to hide the copy. Each is a candidate beside the values
+ * (benefit: the reads it saves), live from the step's first kernel to its last reader;
+ * each TensorCore of a megacore chip holds a copy (v5p: layer and convolution backward
+ * passes 1-11 points nearer the compiler, docs/fidelity.md).
+ * Returns the new count of candidates. */
+static int step_prefetch_cands(tpu__be *be, int64_t np, cand *c, int nc, int64_t cores) {
+  const tpu_comp *e = be->m->entry;
+  int ci = tpu__be_comp_index(be, e);
+  if (ci < 0 || !be->scheduled[ci]) return nc;
+  int64_t first = -1; /* the step's first kernel */
+  for (int i = 0; i < e->ninstrs; i++) {
+    const tpu__kinfo *ku = &be->k[be->comp_base[ci] + e->instrs[i]->id];
+    if (is_kernel(ku) && ku->pos > 0 && ku->pos < np && (first < 0 || ku->pos < first)) first = ku->pos;
+  }
+  for (int pi = 0; first > 0 && pi < e->nparams; pi++) {
+    const tpu_instr *p = e->params[pi];
+    tpu__kinfo *kp = &be->k[be->comp_base[ci] + p->id];
+    if (kp->xpf || !tpu_dtype_is_array(p->shape.dtype)) continue;
+    int64_t lo = -1, hi = -1;
+    int matmul = 0, other = 0, reader = -1, nuse = 0;
+    for (int i = 0; i < e->ninstrs && !other; i++) {
+      const tpu_instr *u = e->instrs[i];
+      const tpu__kinfo *ku = &be->k[be->comp_base[ci] + u->id];
+      for (int o = 0; o < u->noperands; o++) {
+        if (u->operands[o] != p) continue;
+        if (!is_kernel(ku) || ku->pos <= 0 || ku->pos >= np) other = 1;
+        if (lo < 0 || ku->pos < lo) lo = ku->pos, reader = be->comp_base[ci] + u->id;
+        if (ku->pos > hi) hi = ku->pos;
+        matmul |= ku->kind == TPU__K_MATMUL && (o == ku->mm_lhs || o == ku->mm_rhs);
+        nuse++;
+      }
+    }
+    if (!matmul || other || lo <= first) continue;
+    int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512;
+    if (size <= 0) continue;
+    c[nc].idx = be->comp_base[ci] + p->id;
+    c[nc].in = p;
+    c[nc].size = size * cores; /* each core of a megacore chip copies all of it */
+    c[nc].benefit = (double)size * nuse;
+    c[nc].lo = first;
+    c[nc].hi = hi;
+    c[nc].reader = reader;
+    nc++;
+  }
+  return nc;
+}
+
 tpu_status tpu__assign_vmem(tpu__be *be) {
   const tpu_module *m = be->m;
   int64_t cores = be->chip->tensorcores > 0 ? be->chip->tensorcores : 1;
@@ -226,18 +279,23 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       c[nc].benefit = (double)size * (1.0 + nuse[gi]);
       c[nc].lo = k->pos;
       c[nc].hi = k->last_use;
+      c[nc].reader = -1;
       nc++;
     }
   }
-  qsort(c, (size_t)nc, sizeof *c, cmp_benefit);
-  /* Largest benefit first; each takes the lowest free address counted down from the top
-   * of VMEM among the values live at the same time, and must stay clear of the tile
-   * buffers (which start at offset 0) of every kernel that runs while it lives. */
+  /* the parameter the previous step prefetches first (it needs no copy in the step) */
   int npl = cross_program_prefetch(be, ws, np, pl);
   if (npl < 0) {
     st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
     goto done;
   }
+  /* (a chip whose weights never sit on chip, v1, marks its prefetch field absent) */
+  if (be->chip->prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status != TPU_PROV_ABSENT)
+    nc = step_prefetch_cands(be, np, c, nc, cores);
+  /* Largest benefit first; each takes the lowest free address counted down from the top
+   * of VMEM among the values live at the same time, and must stay clear of the tile
+   * buffers (which start at offset 0) of every kernel that runs while it lives. */
+  qsort(c, (size_t)nc, sizeof *c, cmp_benefit);
   for (int i = 0; i < nc; i++) {
     int64_t room = cap - tiles_top(ws, c[i].lo, c[i].hi);
     if (c[i].size > room) continue;
@@ -258,11 +316,18 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
     pl[npl].size = c[i].size;
     npl++;
     tpu__kinfo *k = &be->k[c[i].idx];
-    k->vres = 1;
     k->vres_off = cap - addr - c[i].size;
-    if (tpu_program_add_vmem(be->p, -1, k->vres_off, c[i].size, 1) < 0) {
+    int buf = tpu_program_add_vmem(be->p, -1, k->vres_off, c[i].size, 1);
+    if (buf < 0) {
       st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
       break;
+    }
+    if (c[i].reader >= 0) {
+      k->spf = 1;
+      k->spf_reader = c[i].reader;
+      k->spf_buf = buf;
+    } else {
+      k->vres = 1;
     }
   }
 done:

@@ -384,6 +384,71 @@ static int64_t two_kernels(int pf_weight, int pf_dep, int64_t w_off, int64_t *w_
   return total;
 }
 
+/* An in-step copy (prefetch=2): kernel 0 loads (L cycles), computes `vregs` VPU cycles and
+ * stores (L); kernel 1 copies a whole parameter of `mult` L into its own VMEM buffer and
+ * waits for it (the compiler's copy-start / copy-done), then computes 30 cycles. The copy
+ * takes the first port gap long enough from the step's start. */
+static int64_t in_step_copy(int mult, int vregs, int flag) {
+  double bpc = g_v5e.hbm_bw / g_v5e.clock_hz;
+  int64_t bytes = (int64_t)floor(bpc * 1000), w = bytes * mult;
+  char text[3000];
+  snprintf(text, sizeof text,
+           ".program chip=\"v5e\"\n"
+           ".op name=\"a\" kind=\"exp\" flops=1 padded_flops=1 bytes=0 padded_bytes=0\n"
+           ".op name=\"b\" kind=\"dot\" flops=1 padded_flops=1 bytes=0 padded_bytes=0\n"
+           ".hbm name=\"x\" offset=0 bytes=%lld\n.hbm name=\"y\" offset=%lld bytes=%lld\n"
+           ".hbm name=\"w\" offset=%lld bytes=%lld\n"
+           ".vmem op=0 offset=0 slot_bytes=%lld slots=1\n.vmem op=0 offset=%lld slot_bytes=%lld slots=1\n"
+           ".vmem op=-1 offset=%lld slot_bytes=%lld slots=1\n.vmem op=1 offset=%lld slot_bytes=4096 slots=1\n"
+           "kernel op=0\ndma.in dst=v0[0] hbm=h0 bytes=%lld op=0\n"
+           "vpu src=v0[0] dst=v1[0] vregs=%d ops=1 op=0\n"
+           "dma.out src=v1[0] hbm=h1 bytes=%lld op=0\n"
+           "kernel op=1\ndma.in dst=v2[0] hbm=h2 bytes=%lld op=1%s\nwait at=5\n"
+           "vpu dst=v3[0] vregs=30 ops=1 op=1\n",
+           (long long)bytes, (long long)bytes, (long long)bytes, (long long)(2 * bytes), (long long)w,
+           (long long)bytes, (long long)bytes, (long long)bytes, (long long)(2 * bytes), (long long)w,
+           (long long)(2 * bytes + w), (long long)bytes, vregs, (long long)bytes, (long long)w,
+           flag ? " prefetch=2" : "");
+  tpu_program *p = assemble(text);
+  CHECK(p != NULL);
+  if (!p) return -1;
+  char *t1 = tpu_program_text(p);
+  CHECK(t1 && (strstr(t1, "prefetch=2") != NULL) == flag);
+  tpu_free(t1);
+  tpu_timeline tl;
+  tpu_diag d;
+  int64_t total = -1;
+  if (tpu_timing_run(p, &g_v5e, 0, &tl, &d) == TPU_OK) {
+    total = tl.total_cycles;
+    tpu_timeline_free(&tl);
+  } else {
+    CHECK(0);
+  }
+  tpu_program_free(p);
+  return total;
+}
+
+static void in_step_copies(void) {
+  double bpc = g_v5e.hbm_bw / g_v5e.clock_hz;
+  int64_t L = (int64_t)ceil(floor(bpc * 1000) / bpc), lat = hbm_lat(&g_v5e);
+  int64_t end0 = 2 * L + lat + 5000;
+  /* hidden in the gap while kernel 0 computes: kernel 1 only computes */
+  CHECK_EQ_INT(in_step_copy(1, 5000, 1), end0 + 30);
+  /* not marked: the copy runs after kernel 0, and kernel 1 waits for it */
+  CHECK_EQ_INT(in_step_copy(1, 5000, 0), end0 + L + lat + 30);
+  /* longer than the gap: it takes the port after kernel 0's store, as if not marked */
+  CHECK_EQ_INT(in_step_copy(8, 5000, 1), end0 + 8 * L + lat + 30);
+  CHECK_EQ_INT(in_step_copy(8, 5000, 0), end0 + 8 * L + lat + 30);
+  /* a prefetch=2 needs an HBM source and a VMEM destination */
+  const char *bad = ".program chip=\"v5e\"\n.op name=\"a\" kind=\"exp\" flops=1 padded_flops=1 bytes=0 padded_bytes=0\n"
+                    ".vmem op=0 offset=0 slot_bytes=4096 slots=1\nkernel op=0\ndma.in dst=v0[0] bytes=64 op=0 prefetch=2\n";
+  tpu_program *p = NULL;
+  tpu_diag d;
+  CHECK(tpu_program_parse("t.s", bad, strlen(bad), &p, &d) != TPU_OK);
+  CHECK(p == NULL);
+  tpu_program_free(p);
+}
+
 static void cross_kernel_prefetch(void) {
   double bpc = g_v5e.hbm_bw / g_v5e.clock_hz;
   int64_t bytes = (int64_t)floor(bpc * 1000);
@@ -793,5 +858,6 @@ int main(void) {
   pipeline_and_cond();
   megacore_and_int8();
   cross_kernel_prefetch();
+  in_step_copies();
   CHECK_DONE();
 }
