@@ -69,7 +69,6 @@ static void usage(FILE *f) {
           "  --out-sharding S  the sharding of the result (HLO syntax, e.g. '{devices=[2,4]<=[8]}'), once\n"
           "                 per result leaf or once for all: XLA's compiled modules do not print it;\n"
           "                 @FILE reads one per line\n"
-          "                 instead of the global arrays\n"
           "Modules with replica_count x num_partitions > 1 run every device (the pod): -i takes global\n"
           "arrays, cut into shards by each parameter's sharding= (without one: the same array for\n"
           "every device, or one row per device when it has an extra leading axis of that size);\n"

@@ -172,7 +172,8 @@ static int step_prefetch_cands(tpu__be *be, int64_t np, cand *c, int nc, int64_t
   for (int pi = 0; first > 0 && pi < e->nparams; pi++) {
     const tpu_instr *p = e->params[pi];
     tpu__kinfo *kp = &be->k[be->comp_base[ci] + p->id];
-    if (kp->xpf || !tpu_dtype_is_array(p->shape.dtype)) continue;
+    /* a compiled program (tiled layouts) copies in what its compiler chose, itself */
+    if (kp->xpf || !tpu_dtype_is_array(p->shape.dtype) || p->shape.layout_tail) continue;
     int64_t lo = -1, hi = -1;
     int matmul = 0, other = 0, reader = -1, nuse = 0;
     for (int i = 0; i < e->ninstrs && !other; i++) {
