@@ -561,6 +561,17 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
              "does (a first step pays it: --first-step)\n",
              prog->hbm[prog->xprefetch_hbm].name, sz, prog->xprefetch_cmem ? "CMEM" : "VMEM");
     }
+    double spf_bytes;
+    int spf_big, nspf = tpu_report_step_prefetch(prog, &spf_bytes, &spf_big);
+    if (nspf > 0) {
+      char sz[48], wt[48];
+      tpu_report_si(sz, sizeof sz, spf_bytes, "B");
+      tpu_report_si(wt, sizeof wt, (double)tl.spf_wait_cycles / r.clock_hz, "s");
+      printf("in-step prefetch: %d parameter(s), %s, copied into VMEM while earlier kernels run (largest: %s), "
+             "as XLA's copy-start / copy-done do; %s%s\n", nspf, sz, prog->hbm[spf_big].name,
+             tl.spf_wait_cycles > 0 ? "their readers waited " : "their readers did not wait for them",
+             tl.spf_wait_cycles > 0 ? wt : "");
+    }
     if (pod && pod->ndev > 1) tpu_podio_print(stdout, pod, prog, &tl, chip, r.flops_per_s, o->top, &pc);
     tpu_report_print_profile(stdout, &prof, o->top);
   }
@@ -568,7 +579,7 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
   tpu_podio_report pr = {pod, prog, &tl, chip, &pc};
   tpu_report_info info = {o->prog, "tpu", o->timing ? "timing" : "full",
                           o->precision >= 0 ? k_precisions[o->precision] : "per-op",
-                          pod && pod->ndev > 1 ? tpu_podio_write_json : NULL, &pr, NULL, NULL, 0};
+                          pod && pod->ndev > 1 ? tpu_podio_write_json : NULL, &pr, NULL, NULL, 0, NULL};
   tpu_report_info_prefetch(&info, prog);
   if (o->report && tpu_report_write_json(o->report, &info, chip, &tl, &r, &prof, &d) != TPU_OK) {
     tpu_cli_report(&d);

@@ -125,7 +125,7 @@ tpu_status tpu_sim_result_write_json(const tpu_sim_result *r, const char *path, 
   if (!path) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_result_write_json: no path");
   tpu_podio_report pr = {&r->pod, r->prog, &r->tl, &r->chip, &r->costs};
   tpu_report_info info = {r->program, "tpu", r->mode, r->precision,
-                          r->have_pod && r->pod.ndev > 1 ? tpu_podio_write_json : NULL, &pr, NULL, NULL, 0};
+                          r->have_pod && r->pod.ndev > 1 ? tpu_podio_write_json : NULL, &pr, NULL, NULL, 0, NULL};
   tpu_report_info_prefetch(&info, r->prog);
   return tpu_report_write_json(path, &info, &r->chip, &r->tl, &r->metrics, &r->prof, d);
 }

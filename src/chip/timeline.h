@@ -55,6 +55,8 @@ typedef struct tpu_timeline {
   int64_t busy[TPU_UNIT_COUNT];       /* cycles each unit (any lane) was busy */
   int64_t hbm_wait_cycles;            /* cycles compute units sat idle waiting on DMA */
   int64_t ici_wait_cycles;            /* cycles the chip waited for collectives to finish */
+  int64_t spf_wait_cycles;            /* of hbm_wait_cycles: kernels waiting for in-step copies
+                                       * of parameters into VMEM (dma.in prefetch=2) */
   double ici_bytes;                   /* bytes this chip sent over ICI */
   double flops, padded_flops, hbm_bytes;
   tpu_op_stat *ops;

@@ -435,7 +435,10 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
           /* The chip idles until the collective (or the in-step copy) is done. */
           int64_t from = t->m.horizon > t->m.barrier ? t->m.horizon : t->m.barrier;
           if (t->last_end[in->at] > from) {
-            if (t->p->insns[in->at].opc != TPU_ISA_ICI) t->m.hbm_wait += (double)(t->last_end[in->at] - from);
+            if (t->p->insns[in->at].opc != TPU_ISA_ICI) {
+              t->m.hbm_wait += (double)(t->last_end[in->at] - from);
+              if (!t->dry) t->tl->spf_wait_cycles += t->last_end[in->at] - from;
+            }
             else if (!t->dry) t->tl->ici_wait_cycles += t->last_end[in->at] - from;
           }
           t->m.horizon = t->last_end[in->at];

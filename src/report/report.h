@@ -112,7 +112,13 @@ typedef struct tpu_report_info {
   /* The entry parameter the previous step prefetched on chip (xprefetch_bytes 0: none). */
   const char *xprefetch_name, *xprefetch_memory;
   double xprefetch_bytes;
+  /* The compiled program, for the parameters it copies into VMEM within the step (NULL: none). */
+  const struct tpu_program *prog;
 } tpu_report_info;
+
+/* The parameters program p copies into VMEM within the step (dma.in prefetch=2): how many,
+ * their bytes, and the largest one's HBM buffer index (-1 when none). */
+int tpu_report_step_prefetch(const struct tpu_program *p, double *bytes, int *largest);
 
 /* Sets info's cross-program prefetch from the compiled program (none when p is NULL). */
 struct tpu_program;

@@ -124,6 +124,30 @@ static void write_report(tpu_json_writer *w, const tpu_report_info *info, const 
     kv_str(w, "memory", info->xprefetch_memory);
     tpu_json_end_object(w);
   }
+  double spf_bytes = 0;
+  int spf_largest = -1;
+  if (info && info->prog && tpu_report_step_prefetch(info->prog, &spf_bytes, &spf_largest) > 0) {
+    /* copied into VMEM while earlier kernels run: in `bytes`, and what readers waited for them */
+    const tpu_program *pg = info->prog;
+    tpu_json_key(w, "in_step_prefetch");
+    tpu_json_begin_object(w);
+    tpu_json_key(w, "buffers");
+    tpu_json_begin_array(w);
+    for (int h = 0; h < pg->nhbm; h++) {
+      double b = 0;
+      for (int i = 0; i < pg->ninsns; i++)
+        if (pg->insns[i].prefetch == 2 && pg->insns[i].hbm == h) b += (double)pg->insns[i].bytes;
+      if (b <= 0) continue;
+      tpu_json_begin_object(w);
+      kv_str(w, "buffer", pg->hbm[h].name);
+      kv_num(w, "bytes", b);
+      tpu_json_end_object(w);
+    }
+    tpu_json_end_array(w);
+    kv_num(w, "bytes", spf_bytes);
+    kv_int(w, "wait_cycles", t->spf_wait_cycles);
+    tpu_json_end_object(w);
+  }
   tpu_json_end_object(w);
 
   tpu_json_key(w, "roofline");
@@ -164,7 +188,26 @@ static void write_report(tpu_json_writer *w, const tpu_report_info *info, const 
   tpu_json_end_object(w);
 }
 
+int tpu_report_step_prefetch(const tpu_program *p, double *bytes, int *largest) {
+  *bytes = 0;
+  *largest = -1;
+  if (!p) return 0;
+  int n = 0;
+  double best = 0;
+  for (int h = 0; h < p->nhbm; h++) {
+    double b = 0;
+    for (int i = 0; i < p->ninsns; i++)
+      if (p->insns[i].prefetch == 2 && p->insns[i].hbm == h) b += (double)p->insns[i].bytes;
+    if (b <= 0) continue;
+    n++;
+    *bytes += b;
+    if (b > best) best = b, *largest = h;
+  }
+  return n;
+}
+
 void tpu_report_info_prefetch(tpu_report_info *info, const tpu_program *p) {
+  info->prog = p;
   int on = p && p->xprefetch_bytes > 0 && p->xprefetch_hbm >= 0 && p->xprefetch_hbm < p->nhbm;
   info->xprefetch_name = on ? p->hbm[p->xprefetch_hbm].name : NULL;
   info->xprefetch_memory = on && p->xprefetch_cmem ? "CMEM" : "VMEM";

@@ -165,6 +165,30 @@ assert b["step"]["cycles"] >= a["step"]["cycles"]
 assert b["hbm"]["bytes"] == a["hbm"]["bytes"] + x["bytes"], (a["hbm"]["bytes"], b["hbm"]["bytes"], x)
 PY
 
+# In-step prefetch: w2, read by the second dot, is copied into VMEM while the first runs;
+# the summary names it and the report lists it under hbm.in_step_prefetch.
+cat > "$T/spf.hlo" <<'HLO'
+HloModule spf
+ENTRY e {
+  x = bf16[2048,512] parameter(0)
+  w1 = bf16[512,512] parameter(1)
+  w2 = bf16[512,512] parameter(2)
+  h = bf16[2048,512] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  y = bf16[2048,512] dot(h, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT z = bf16[2048,512] tanh(y)
+}
+HLO
+"$BIN" run "$T/spf.hlo" --chip v6e --mode timing --report "$T/spf.json" > "$T/spf" 2> "$T/se" || fail "in-step prefetch run: $(cat "$T/se")"
+grep -q "^in-step prefetch: 1 parameter(s), 524.3 kB, copied into VMEM while earlier kernels run (largest: w2)" "$T/spf" ||
+  fail "no in-step prefetch line: $(cat "$T/spf")"
+python3 - "$T/spf.json" <<'PY' || fail "report lacks the in-step prefetch"
+import json, sys
+h = json.load(open(sys.argv[1]))["hbm"]
+s = h["in_step_prefetch"]
+assert s["buffers"] == [{"buffer": "w2", "bytes": 524288}] and s["bytes"] == 524288, s
+assert s["wait_cycles"] >= 0
+PY
+
 # An unwritable report: exit 1, one line, nothing left behind.
 "$BIN" run examples/mlp.hlo --mode timing --report "$T/nodir/r.json" > /dev/null 2> "$T/se"
 rc=$?

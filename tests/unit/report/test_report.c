@@ -196,7 +196,7 @@ static void test_json_report(const char *dir) {
   CHECK(tpu_report_profile(&t, 1e9, &p, &d) == TPU_OK);
   char path[600];
   snprintf(path, sizeof path, "%s/r.json", dir);
-  tpu_report_info info = {"prog.hlo", "tpu", "full", "default", NULL, NULL, "w.1", "VMEM", 4096};
+  tpu_report_info info = {"prog.hlo", "tpu", "full", "default", NULL, NULL, "w.1", "VMEM", 4096, NULL};
   CHECK(tpu_report_write_json(path, &info, &c, &t, &r, &p, &d) == TPU_OK);
   tpu_json_doc doc;
   int ok = tpu_json_parse_file(path, &doc, &d) == TPU_OK;
