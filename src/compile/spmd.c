@@ -736,6 +736,18 @@ static tpu_status loop_hints(sp *s) {
         }
         any = 1;
       }
+      /* a dot whose sum an elementwise use wants split along more axes (a block's output
+       * projection added to a residual split over tensor): its plan prices the partial
+       * sums as the reduce-scatter they become (spmd_dot.c) */
+      if (o->op == TPU_OP_DOT && o->shape.rank == u->shape.rank && refines(h, &s->sh[o->id], o->shape.rank) &&
+          !(s->hint && s->hint[o->id])) {
+        tpu_status st = set_hint(s, o, h);
+        if (st != TPU_OK) {
+          tpu_free(want);
+          return st;
+        }
+        any = 1;
+      }
       if (o->shape.rank != u->shape.rank || is_split(&s->sh[o->id], o->shape.rank) || is_split(&want[o->id], o->shape.rank))
         continue;
       want[o->id] = *h;

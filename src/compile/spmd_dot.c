@@ -53,6 +53,23 @@ static double gather_cost(const sp *s, const tpu_instr *x, const dsh *from, cons
   return group > 1 ? bytes_of(g) / f + steps_cost(s, group, axes, deps_of(s, x), 0) : 0;
 }
 
+/* Whether the first pass saw dot `in`'s result used split as plan p's output plus exactly
+ * its partial-sum axes (each added after p's own axes of some dimension). */
+static int sum_wanted_split(const sp *s, const tpu_instr *in, const dot_plan *p) {
+  const dsh *h = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
+  if (!h || h->manual) return 0;
+  int8_t extra[MAXA * 8];
+  int ne = 0;
+  for (int k = 0; k < in->shape.rank; k++) {
+    if (p->out.n[k] > h->n[k] || memcmp(p->out.ax[k], h->ax[k], (size_t)p->out.n[k])) return 0;
+    for (int j = p->out.n[k]; j < h->n[k] && ne < (int)sizeof extra; j++) extra[ne++] = h->ax[k][j];
+  }
+  if (ne != p->np) return 0;
+  for (int i = 0; i < p->np; i++)
+    if (!memchr(extra, p->partial[i], (size_t)ne)) return 0;
+  return 1;
+}
+
 static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh *R0, dot_plan *p) {
   const tpu_instr *lo = in->operands[0], *ro = in->operands[1];
   const tpu_dot_dims *dd = &in->dot;
@@ -125,10 +142,18 @@ static void plan_dot(const sp *s, const tpu_instr *in, const dsh *L0, const dsh 
   double contract = 1;
   for (int i = 0; i < in->dot.lhs_contract.n; i++) contract *= (double)lo->shape.dims[in->dot.lhs_contract.v[i]];
   double flops = 2 * (double)tpu_shape_numel(&lout) * contract / group;
-  p->cost = gather_cost(s, lo, L0, &p->L) + gather_cost(s, ro, R0, &p->R) + flops * s->mesh->flop_bytes +
-            (p->np ? 2 * bytes_of(&lout) +
-                         steps_cost(s, group, tpu__spmd_axes_mask(p->partial, p->np), deps_of(s, lo) | deps_of(s, ro), 1)
-                   : 0);
+  /* partial sums: an all-reduce, or a reduce-scatter where the first pass saw a use want
+   * the result split along exactly the summed axes (s->hint) */
+  double sum = 0;
+  if (p->np) {
+    unsigned axes = tpu__spmd_axes_mask(p->partial, p->np);
+    uint64_t deps = deps_of(s, lo) | deps_of(s, ro);
+    sum = 2 * bytes_of(&lout) + steps_cost(s, group, axes, deps, 1);
+    /* (the all-reduce's price stays where it is lower: one that joins an earlier
+     * all-reduce pays no latency) */
+    if (sum_wanted_split(s, in, p)) sum = fmin(sum, bytes_of(&lout) + steps_cost(s, group, axes, deps, 0));
+  }
+  p->cost = gather_cost(s, lo, L0, &p->L) + gather_cost(s, ro, R0, &p->R) + flops * s->mesh->flop_bytes + sum;
 }
 
 /* Operand i of a default-precision dot as `to` wants it (operand_as), an f32 operand that

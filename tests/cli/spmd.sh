@@ -173,5 +173,28 @@ for f in cond cond2; do for i in 0 1; do
   cmp -s "$T/${f}4/0.npy" "$T/${f}1/0.npy" || fail "$f branch $i: values differ from one chip"
 done; done
 
+# A dot whose partial sums a use wants split over the same axes is priced as the
+# reduce-scatter it becomes: pod_block_3d's last projection, added to a residual split over
+# tensor, reduce-scatters over tensor instead of gathering its operands (11,008 bytes per
+# chip in all, the TPU compiler's program 11,520).
+P=tests/tpu/cases/pod_block_3d/prog.hlo
+"$BIN" run $P --mode timing --chip v5e --top 0 > "$T/b3" 2> "$T/err" || fail "pod_block_3d: $(cat "$T/err")"
+python3 - "$T/b3" <<'PY' || fail "pod_block_3d: $(sed -n '/^collectives:/,/^links/p' "$T/b3")"
+import sys
+rows, on = [], False
+for line in open(sys.argv[1]):
+    if line.startswith("collectives:"):
+        on = True
+        continue
+    if on and not line.startswith("  "):
+        break
+    if on and not line.strip().startswith("op "):
+        f = line.split()
+        rows.append((f[1], int(f[3]) * float(f[7])))
+kinds = sorted(k for k, _ in rows)
+assert kinds.count("reduce-scatter") == 1 and kinds.count("all-gather") == 3, kinds
+assert sum(b for _, b in rows) <= 11520, rows
+PY
+
 [ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
 exit $fails
