@@ -127,7 +127,13 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
     if (!matmul || other || lo < 0) continue;
     int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512;
     if (size <= best_size || (ch->xprefetch_max_bytes > 0 && size > ch->xprefetch_max_bytes)) continue;
-    int fits_vmem = size <= ch->vmem_bytes - tiles_top(ws, lo, hi);
+    /* beside the kernels' whole scoped VMEM (scoped_vmem_bytes), not only the tiles they
+     * take: the compiler's largest VMEM prefetches are 112 MiB on v5e (128 - 16), 86 MiB on
+     * v6e (128 - 32; not 112 MiB), 32 MiB on v5p (64 - 16; not its 50 MiB decode weight, nor
+     * 86 or 112 MiB ones), and on v4 (16 - 16) every one goes to CMEM (S(3)), 69 programs */
+    int64_t tiles = tiles_top(ws, lo, hi);
+    if (ch->scoped_vmem_bytes > tiles) tiles = ch->scoped_vmem_bytes;
+    int fits_vmem = size <= ch->vmem_bytes - tiles;
     if (!fits_vmem && size > ch->cmem_bytes) continue;
     best = pi;
     in_vmem = fits_vmem;

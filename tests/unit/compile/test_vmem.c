@@ -155,7 +155,9 @@ static void cross_program_prefetch(void) {
     int cmem;
   } cases[] = {{"v5e", 4096, 4096LL * 4096 * 2, 0},
                {"v4:core", 8192, 8192LL * 4096 * 2, 1},    /* 64 MiB: over its 16 MiB VMEM, in its CMEM share */
-               {"v6e", 14336, 8LL * 14336 * 2, 0}};       /* the 112 MiB weight: only x */
+               {"v6e", 14336, 8LL * 14336 * 2, 0},        /* the 112 MiB weight: only x */
+               {"v5p", 4096, 4096LL * 4096 * 2, 0},       /* 32 MiB beside its 16 MiB scoped limit */
+               {"v5p", 6400, 8LL * 6400 * 2, 0}};         /* 50 MiB over 64 - 16 MiB: only x */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     tpu_chip c;
     tpu_diag d;
