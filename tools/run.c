@@ -562,7 +562,7 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
              prog->hbm[prog->xprefetch_hbm].name, sz, prog->xprefetch_cmem ? "CMEM" : "VMEM");
     }
     double spf_bytes;
-    int spf_big, nspf = tpu_report_step_prefetch(prog, &spf_bytes, &spf_big);
+    int spf_big, nspf = tpu_report_step_prefetch(prog, NULL, &spf_bytes, &spf_big);
     if (nspf > 0) {
       char sz[48], wt[48];
       tpu_report_si(sz, sizeof sz, spf_bytes, "B");

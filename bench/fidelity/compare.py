@@ -17,7 +17,7 @@ Prints per generation: n, median and 90th-percentile |error| of the program time
 median, the worst programs; per category; per fusion matched by JAX op_name (see match_ops);
 and the HBM footprint comparison. Error = tpusim / compiler - 1. Nothing here is tuned: it
 reports."""
-import argparse, concurrent.futures as cf, json, math, os, re, subprocess, sys, tempfile
+import argparse, concurrent.futures as cf, functools, json, math, os, re, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -31,29 +31,32 @@ COMPILER_CLOCK = {"v4": 1.05e9, "v5e": 1.5e9, "v5p": 1.75e9, "v6e": 1.75e9}
 PRESET = {"v4": "v4:core", "v5e": "v5e", "v5p": "v5p", "v6e": "v6e"}
 
 
-def stream_bw(chip):
-    """Bytes/s a streaming DMA sustains on the preset (hbm_bw x hbm_efficiency; a ':core'
-    preset gets its TensorCore's share), to judge whether a cross-program prefetch that the
-    compiler's sum leaves out matters."""
+@functools.lru_cache(maxsize=None)
+def preset(chip):
+    """The preset's JSON (chips/NAME.json, or a file) and whether it is one TensorCore's
+    share (':core'); None for an unknown preset file."""
     base, core = chip.split(":")[0], chip.endswith(":core")
     path = base if base.endswith(".json") else os.path.join(ROOT, "chips", base + ".json")
-    if not os.path.exists(path):
-        return float("inf")  # unknown preset file: no prefetch judged to matter
-    d = json.load(open(path))
-    bw = d["hbm_bw"]["value"] / (d["tensorcores"]["value"] if core else 1)
-    eff = (d.get("hbm_efficiency") or {}).get("value") or 1.0
-    return bw * eff
+    return (json.load(open(path)), core) if os.path.exists(path) else None
 
 
 def peak_bw(chip):
     """The preset's published HBM bandwidth per device in B/s (a ':core' preset: its
-    TensorCore's share)."""
-    base, core = chip.split(":")[0], chip.endswith(":core")
-    path = base if base.endswith(".json") else os.path.join(ROOT, "chips", base + ".json")
-    if not os.path.exists(path):
+    TensorCore's share); unknown preset file: infinite."""
+    p = preset(chip)
+    if p is None:
         return float("inf")
-    d = json.load(open(path))
+    d, core = p
     return d["hbm_bw"]["value"] / (d["tensorcores"]["value"] if core else 1)
+
+
+def stream_bw(chip):
+    """Bytes/s a streaming DMA sustains on the preset (peak_bw x hbm_efficiency), to judge
+    whether a cross-program prefetch that the compiler's sum leaves out matters (unknown
+    preset file: infinite, no prefetch judged to matter)."""
+    p = preset(chip)
+    eff = ((p[0].get("hbm_efficiency") or {}).get("value") if p else None) or 1.0
+    return peak_bw(chip) * eff
 
 
 ELEM_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2, "s16": 2,

@@ -434,12 +434,12 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
             t->last_end[in->at] > t->m.horizon) {
           /* The chip idles until the collective (or the in-step copy) is done. */
           int64_t from = t->m.horizon > t->m.barrier ? t->m.horizon : t->m.barrier;
-          if (t->last_end[in->at] > from) {
-            if (t->p->insns[in->at].opc != TPU_ISA_ICI) {
-              t->m.hbm_wait += (double)(t->last_end[in->at] - from);
-              if (!t->dry) t->tl->spf_wait_cycles += t->last_end[in->at] - from;
-            }
-            else if (!t->dry) t->tl->ici_wait_cycles += t->last_end[in->at] - from;
+          int64_t idle = t->last_end[in->at] - from;
+          if (idle > 0 && t->p->insns[in->at].opc == TPU_ISA_ICI) {
+            if (!t->dry) t->tl->ici_wait_cycles += idle;
+          } else if (idle > 0) { /* an in-step copy: the chip waits on HBM */
+            t->m.hbm_wait += (double)idle;
+            if (!t->dry) t->tl->spf_wait_cycles += idle;
           }
           t->m.horizon = t->last_end[in->at];
         }

@@ -76,9 +76,10 @@ static tpu_status emit_step_prefetch(tpu__be *be, const tpu_instr *in, const tpu
     int64_t pieces = cdiv(size, SPF_PIECE);
     if (pieces > 256) pieces = 256;
     int64_t per = cdiv(size, pieces);
+    int hbm = tpu__be_buffer_of(be, in->operands[j], 0);
     for (int64_t q = 0; q < pieces; q++) {
       tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
-      d.hbm = tpu__be_buffer_of(be, in->operands[j], 0);
+      d.hbm = hbm;
       d.bytes = q + 1 < pieces ? per : size - per * (pieces - 1);
       d.dst = tpu_vref_make(kp->spf_buf, 1, 0);
       d.prefetch = 2;

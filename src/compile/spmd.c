@@ -712,7 +712,8 @@ static tpu_status set_hint(sp *s, const tpu_instr *x, const dsh *h) {
 /* After a pass over the entry: for every whole value used only... by elementwise ops of its
  * shape, the split those uses got (followed back through chains of elementwise ops);
  * a while loop's result elements read through get-tuple-element then give the loop its
- * hints. Returns with s->hint NULL when no loop would change. */
+ * hints, and so do a scatter into a broadcast and a dot whose uses want them split
+ * further. Returns with s->hint NULL when no hint was made (no second pass). */
 static tpu_status loop_hints(sp *s) {
   const tpu_comp *c = s->old;
   int n = c->ninstrs, any = 0;

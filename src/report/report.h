@@ -101,6 +101,7 @@ void tpu_report_print_profile(FILE *f, const tpu_profile *p, int top);
 
 /* What the run was, for the report header. Any field may be NULL. */
 struct tpu_json_writer; /* base/json.h */
+struct tpu_program;     /* chip/program.h */
 typedef struct tpu_report_info {
   const char *program;   /* the HLO path */
   const char *backend;   /* "tpu" */
@@ -117,11 +118,11 @@ typedef struct tpu_report_info {
 } tpu_report_info;
 
 /* The parameters program p copies into VMEM within the step (dma.in prefetch=2): how many,
- * their bytes, and the largest one's HBM buffer index (-1 when none). */
-int tpu_report_step_prefetch(const struct tpu_program *p, double *bytes, int *largest);
+ * their bytes, the largest one's HBM buffer index (-1 when none) and, when by_buffer is not
+ * NULL (p->nhbm entries), each HBM buffer's copied bytes. */
+int tpu_report_step_prefetch(const struct tpu_program *p, double *by_buffer, double *bytes, int *largest);
 
 /* Sets info's cross-program prefetch from the compiled program (none when p is NULL). */
-struct tpu_program;
 void tpu_report_info_prefetch(tpu_report_info *info, const struct tpu_program *p);
 
 /* Writes the whole report as JSON to `path` (through a temporary file renamed into place,

@@ -124,23 +124,21 @@ static void write_report(tpu_json_writer *w, const tpu_report_info *info, const 
     kv_str(w, "memory", info->xprefetch_memory);
     tpu_json_end_object(w);
   }
+  const tpu_program *pg = info ? info->prog : NULL;
+  double *spf = pg && pg->nhbm > 0 ? tpu_calloc((size_t)pg->nhbm, sizeof *spf) : NULL;
   double spf_bytes = 0;
   int spf_largest = -1;
-  if (info && info->prog && tpu_report_step_prefetch(info->prog, &spf_bytes, &spf_largest) > 0) {
+  if (spf && tpu_report_step_prefetch(pg, spf, &spf_bytes, &spf_largest) > 0) {
     /* copied into VMEM while earlier kernels run: in `bytes`, and what readers waited for them */
-    const tpu_program *pg = info->prog;
     tpu_json_key(w, "in_step_prefetch");
     tpu_json_begin_object(w);
     tpu_json_key(w, "buffers");
     tpu_json_begin_array(w);
     for (int h = 0; h < pg->nhbm; h++) {
-      double b = 0;
-      for (int i = 0; i < pg->ninsns; i++)
-        if (pg->insns[i].prefetch == 2 && pg->insns[i].hbm == h) b += (double)pg->insns[i].bytes;
-      if (b <= 0) continue;
+      if (spf[h] <= 0) continue;
       tpu_json_begin_object(w);
       kv_str(w, "buffer", pg->hbm[h].name);
-      kv_num(w, "bytes", b);
+      kv_num(w, "bytes", spf[h]);
       tpu_json_end_object(w);
     }
     tpu_json_end_array(w);
@@ -148,6 +146,7 @@ static void write_report(tpu_json_writer *w, const tpu_report_info *info, const 
     kv_int(w, "wait_cycles", t->spf_wait_cycles);
     tpu_json_end_object(w);
   }
+  tpu_free(spf);
   tpu_json_end_object(w);
 
   tpu_json_key(w, "roofline");
@@ -188,21 +187,24 @@ static void write_report(tpu_json_writer *w, const tpu_report_info *info, const 
   tpu_json_end_object(w);
 }
 
-int tpu_report_step_prefetch(const tpu_program *p, double *bytes, int *largest) {
+int tpu_report_step_prefetch(const tpu_program *p, double *by_buffer, double *bytes, int *largest) {
   *bytes = 0;
   *largest = -1;
-  if (!p) return 0;
+  if (!p || p->nhbm <= 0) return 0;
+  double *b = by_buffer ? by_buffer : tpu_calloc((size_t)p->nhbm, sizeof *b);
+  if (!b) return 0;
+  if (by_buffer) memset(b, 0, (size_t)p->nhbm * sizeof *b);
+  for (int i = 0; i < p->ninsns; i++) /* one pass: the copies' pieces, by their HBM source */
+    if (p->insns[i].prefetch == 2 && p->insns[i].hbm >= 0 && p->insns[i].hbm < p->nhbm)
+      b[p->insns[i].hbm] += (double)p->insns[i].bytes;
   int n = 0;
-  double best = 0;
   for (int h = 0; h < p->nhbm; h++) {
-    double b = 0;
-    for (int i = 0; i < p->ninsns; i++)
-      if (p->insns[i].prefetch == 2 && p->insns[i].hbm == h) b += (double)p->insns[i].bytes;
-    if (b <= 0) continue;
+    if (b[h] <= 0) continue;
     n++;
-    *bytes += b;
-    if (b > best) best = b, *largest = h;
+    *bytes += b[h];
+    if (*largest < 0 || b[h] > b[*largest]) *largest = h;
   }
+  if (!by_buffer) tpu_free(b);
   return n;
 }
 

@@ -23,12 +23,9 @@ static void vmem_residency(int rows) {
            "  ROOT b = f32[%d,1024] negate(a)\n"
            "}\n",
            rows, rows, rows);
-  tpu_module *m = parse(src);
-  CHECK(m != NULL);
-  if (!m) return;
+  tpu_module *m = NULL;
   tpu_diag d;
-  tpu_program *p = compile(m, &g_chip, &d);
-  CHECK(p != NULL);
+  tpu_program *p = compile_src(src, &m);
   if (p) {
     const double bytes = (double)rows * 1024 * 4;
     const int fits = bytes < (double)g_chip.vmem_bytes / 2;
@@ -67,16 +64,11 @@ static void time_resident_op(const char *src, const tpu_chip *c, const char *res
                              double *cycles, double *hbm, int *onchip) {
   *cycles = *hbm = -1;
   *onchip = 0;
-  tpu_module *m = parse(src);
-  CHECK(m != NULL);
-  if (!m) return;
+  tpu_module *m = NULL;
   tpu_diag d;
-  tpu_program *p = compile(m, c, &d);
-  CHECK(p != NULL);
+  tpu_program *p = compile_src_on(src, c, &m);
   if (p) {
-    int op = -1;
-    for (int i = 0; i < p->nops; i++)
-      if (!strcmp(p->ops[i].name, name)) op = i;
+    int op = op_named(p, name);
     CHECK(op >= 0 && hbm_named(p, resident) < 0); /* kept in VMEM */
     for (int i = 0; i < p->ninsns; i++)
       if (p->insns[i].onchip && p->insns[i].op == op && p->insns[i].opc == TPU_ISA_DMA_OUT) ++*onchip;
