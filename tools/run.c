@@ -566,8 +566,8 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
     if (nspf > 0) {
       char sz[48], wt[48];
       tpu_report_si(sz, sizeof sz, spf_bytes, "B");
-      tpu_report_si(wt, sizeof wt, (double)tl.spf_wait_cycles / r.clock_hz, "s");
-      printf("in-step prefetch: %d parameter(s), %s, copied into VMEM while earlier kernels run (largest: %s), "
+      tpu_report_time(wt, sizeof wt, (double)tl.spf_wait_cycles / r.clock_hz);
+      printf("in-step prefetch: %d parameter(s), %s, copied into VMEM while other kernels run (largest: %s), "
              "as XLA's copy-start / copy-done do; %s%s\n", nspf, sz, prog->hbm[spf_big].name,
              tl.spf_wait_cycles > 0 ? "their readers waited " : "their readers did not wait for them",
              tl.spf_wait_cycles > 0 ? wt : "");

@@ -39,6 +39,9 @@ typedef struct {
   int64_t *last_end;      /* per instruction: completion of its latest run */
   int64_t *dur;           /* per instruction: unit cycles of one run */
   int64_t *pdur;          /* per DMA instruction: cycles of one run on the HBM port (<= dur) */
+  int64_t *gdur;          /* per DMA instruction: of pdur, the cycles it moves bytes; the rest
+                           * (a vector kernel's stream costs) holds the port for its kernel's
+                           * transfers but leaves it to prefetches (<= pdur) */
   int *match;             /* loop -> end, cond -> endcond, case -> next case/endcond */
   int64_t lat;            /* HBM latency, cycles */
   int64_t kov;            /* fixed start cost of each kernel, cycles */
@@ -245,7 +248,7 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   if (is_dma) {
     int64_t pend = start + (t->pdur[idx] < dur ? t->pdur[idx] : dur);
     if (!pf || pend > t->m.port_free) t->m.port_free = pend;
-    port_add(t, start, pend);
+    port_add(t, start, start + (t->gdur[idx] < pend - start ? t->gdur[idx] : pend - start));
   }
   if (in->opc == TPU_ISA_DMA_OUT && in->hbm >= 0) t->hbm_ready[in->hbm] = end;
   if (in->opc == TPU_ISA_DMA_HBM && in->hbm2 >= 0) t->hbm_ready[in->hbm2] = end;
@@ -256,12 +259,14 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
     t->by_dma[ws] = (unsigned char)is_dma;
   }
   t->last_end[idx] = done;
-  /* A collective on the links holds up nothing until a wait at it (asynchronous -start). */
-  if (u != TPU_UNIT_ICI && done > t->m.horizon) t->m.horizon = done;
+  /* A collective on the links holds up nothing until a wait at it (asynchronous -start), nor
+   * does an in-step copy (its reader's wait: the chip's time spent waiting on it). */
+  const int async = u == TPU_UNIT_ICI || in->prefetch == 2;
+  if (!async && done > t->m.horizon) t->m.horizon = done;
   if (in->op >= 0 && in->op == t->m.cur_op) {
     /* a prefetch's cycles overlap the previous kernel: the op's window opens at its barrier */
     if (!pf && start < t->m.op_start) t->m.op_start = start;
-    if (done > t->m.op_end) t->m.op_end = done;
+    if (in->prefetch != 2 && done > t->m.op_end) t->m.op_end = done;
     if (is_dma && !pf) t->m.op_dma += dur;
   }
   if (t->dry) return TPU_OK;
@@ -506,6 +511,7 @@ static tpu_status durations(tstate *t) {
       case TPU_ISA_DMA_HBM: {
         /* an op's per-element stream costs (xbytes) spread over its transfers */
         double b = (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2.0 : 1.0);
+        const double moved = b;
         /* an in-step copy of a whole parameter (prefetch=2) is a plain transfer: none of
          * its reader's stream costs */
         const tpu_prog_op *o = in->op >= 0 && in->prefetch != 2 ? &t->p->ops[in->op] : NULL;
@@ -524,10 +530,16 @@ static tpu_status durations(tstate *t) {
           if (in->opc == TPU_ISA_DMA_IN) x += t->chip->vmem_read_cost * (double)in->bytes;
           c = x > 0 ? (int64_t)ceil(x / t->bpc) : 0;
           t->pdur[i] = pass > 1 ? 0 : c;
+          t->gdur[i] = 0;
           break;
         }
         c = (int64_t)ceil(b / t->bpc);
         t->pdur[i] = c;
+        /* the stream costs (xbytes) beyond the bytes: the kernel's transfers wait for them,
+         * a prefetch may take the port meanwhile (the bytes move at the port's rate; a
+         * 16-bit element's pass is the vector unit's and the transfer's, not HBM's) */
+        t->gdur[i] = (int64_t)ceil(moved / t->bpc);
+        if (t->gdur[i] > c) t->gdur[i] = c;
         if (pass > 1) c = (int64_t)ceil(b * pass / t->bpc);
         break;
       }
@@ -585,6 +597,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.last_end = tpu_calloc(ni, sizeof(int64_t));
   t.dur = tpu_calloc(ni, sizeof(int64_t));
   t.pdur = tpu_calloc(ni, sizeof(int64_t));
+  t.gdur = tpu_calloc(ni, sizeof(int64_t));
   t.match = tpu_calloc(ni, sizeof(int));
   t.hbm_ready = tpu_calloc((size_t)(p->nhbm ? p->nhbm : 1), sizeof(int64_t));
   t.op_lo = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(int64_t));
@@ -599,7 +612,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.pi = tpu_malloc((size_t)PORT_CAP * 2 * sizeof(int64_t));
   out->ops = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(tpu_op_stat));
   tpu_status st = TPU_OK;
-  if (!t.ready || !t.sfree || !t.by_dma || !t.slot0 || !t.last_end || !t.dur || !t.pdur || !t.match ||
+  if (!t.ready || !t.sfree || !t.by_dma || !t.slot0 || !t.last_end || !t.dur || !t.pdur || !t.gdur || !t.match ||
       !t.hbm_ready || !t.op_lo || !t.op_hi || !t.op_hbm || !t.pi || !out->ops) {
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory starting the timing run");
     goto done;
@@ -664,6 +677,7 @@ done:
   tpu_free(t.last_end);
   tpu_free(t.dur);
   tpu_free(t.pdur);
+  tpu_free(t.gdur);
   tpu_free(t.match);
   tpu_free(t.hbm_ready);
   tpu_free(t.op_lo);

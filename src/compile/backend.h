@@ -68,6 +68,10 @@ typedef struct tpu__kinfo {
                             * run: kernels read it there, its HBM buffer stays */
   int spf_reader;          /* spf: global index of its first reader */
   int spf_buf;             /* spf: its VMEM buffer (the copy's destination) */
+  int spf_beside;          /* spf: its first reader reads HBM while the copy runs beside it;
+                            * only the readers after it read VMEM (they wait for the copy) */
+  int spf_last;            /* spf_beside: program index of the copy's last piece once lowered,
+                            * else -1 */
 } tpu__kinfo;
 
 typedef struct tpu__be {
@@ -92,6 +96,10 @@ int tpu__be_index(const tpu__be *be, const tpu_instr *in);
 tpu__kinfo *tpu__be_info(const tpu__be *be, const tpu_instr *in);
 /* Does value v (a kernel's result, or one result of a multi-output kernel) stay in VMEM? */
 int tpu__be_resident(const tpu__be *be, const tpu_instr *v);
+/* tpu__be_resident, for the reads of kernel `reader` (an in-step copy's first reader may
+ * read HBM beside the copy: spf_beside): 0 from HBM, 1 a value kept in VMEM, 2 an entry
+ * parameter copied on chip (xpf, spf) */
+int tpu__be_reads_vmem(const tpu__be *be, const tpu_instr *v, const tpu_instr *reader);
 
 /* Leaves of a shape (arrays; tokens count as none), and the first leaf of element e. */
 int tpu__leaves(const tpu_shape *s);

@@ -61,32 +61,44 @@ static tpu_status emit_part(tpu__be *be, const tmpl *t, int loads, int mode, int
 
 /* The in-step copies into VMEM of the parameters kernel `in` is the first to read
  * (tpu__kinfo.spf): whole-parameter transfers marked prefetch=2, which take the HBM port's
- * gaps from the step's start, in pieces so they fit between the transfers of the kernels
- * before; then the kernel waits for the last piece (the compiler's copy-done). */
+ * gaps from the step's start, in pieces so they fit between other transfers; then the
+ * kernel waits for the last piece (the compiler's copy-done). A copy beside its first
+ * reader (spf_beside) is emitted after that reader's transfers (`after`), so it takes the
+ * gaps they leave; the next reader waits for it. */
 #define SPF_PIECE ((int64_t)256 << 10)
-static tpu_status emit_step_prefetch(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+static tpu_status emit_step_prefetch(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k, int after) {
   int gi = tpu__be_index(be, in);
   for (int j = 0; j < in->noperands; j++) {
-    const tpu__kinfo *kp = tpu__be_info(be, in->operands[j]);
-    if (!kp || !kp->spf || kp->spf_reader != gi) continue;
+    tpu__kinfo *kp = tpu__be_info(be, in->operands[j]);
+    if (!kp || !kp->spf) continue;
     int dup = 0;
     for (int o = 0; o < j; o++) dup |= in->operands[o] == in->operands[j];
     if (dup) continue;
-    int64_t size = tpu__padded_bytes(be, &in->operands[j]->shape);
-    int64_t pieces = cdiv(size, SPF_PIECE);
-    if (pieces > 256) pieces = 256;
-    int64_t per = cdiv(size, pieces);
-    int hbm = tpu__be_buffer_of(be, in->operands[j], 0);
-    for (int64_t q = 0; q < pieces; q++) {
-      tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
-      d.hbm = hbm;
-      d.bytes = q + 1 < pieces ? per : size - per * (pieces - 1);
-      d.dst = tpu_vref_make(kp->spf_buf, 1, 0);
-      d.prefetch = 2;
-      if (!emit(be, &d)) return TPU_ERR_NOMEM;
+    int first = kp->spf_reader == gi;
+    int copy = first && kp->spf_beside == after;
+    int64_t at = -1;
+    if (copy) {
+      int64_t size = tpu__padded_bytes(be, &in->operands[j]->shape);
+      int64_t pieces = cdiv(size, SPF_PIECE);
+      if (pieces > 256) pieces = 256;
+      int64_t per = cdiv(size, pieces);
+      int hbm = tpu__be_buffer_of(be, in->operands[j], 0);
+      for (int64_t q = 0; q < pieces; q++) {
+        tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
+        d.hbm = hbm;
+        d.bytes = q + 1 < pieces ? per : size - per * (pieces - 1);
+        d.dst = tpu_vref_make(kp->spf_buf, 1, 0);
+        d.prefetch = 2;
+        if (!emit(be, &d)) return TPU_ERR_NOMEM;
+      }
+      if (kp->spf_beside) kp->spf_last = be->p->ninsns - 1;
+      else at = be->p->ninsns - 1;
+    } else if (!first && !after && kp->spf_beside && kp->spf_last >= 0) {
+      at = kp->spf_last;
     }
+    if (at < 0) continue;
     tpu_insn w = tpu_insn_make(TPU_ISA_WAIT, -1);
-    w.at = be->p->ninsns - 1;
+    w.at = at;
     if (!emit(be, &w)) return TPU_ERR_NOMEM;
   }
   return TPU_OK;
@@ -95,11 +107,12 @@ static tpu_status emit_step_prefetch(tpu__be *be, const tpu_instr *in, const tpu
 static tpu_status emit_kernel(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k, const tmpl *t) {
   tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op);
   if (!emit(be, &kin)) return TPU_ERR_NOMEM;
-  TPU_TRY(emit_step_prefetch(be, in, k));
+  TPU_TRY(emit_step_prefetch(be, in, k, 0));
   int64_t T = k->tiles;
   if (T <= 1) {
     TPU_TRY(emit_part(be, t, 1, 0, T));
-    return emit_part(be, t, 0, 0, T);
+    TPU_TRY(emit_part(be, t, 0, 0, T));
+    return emit_step_prefetch(be, in, k, 1);
   }
   TPU_TRY(emit_part(be, t, 1, 0, T)); /* prologue: the first tiles' loads */
   tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, k->op);
@@ -109,7 +122,8 @@ static tpu_status emit_kernel(tpu__be *be, const tpu_instr *in, const tpu__kinfo
   TPU_TRY(emit_part(be, t, 0, 1, T)); /* ... overlap compute and stores of tile i */
   tpu_insn en = tpu_insn_make(TPU_ISA_END, k->op);
   if (!emit(be, &en)) return TPU_ERR_NOMEM;
-  return emit_part(be, t, 0, 2, T); /* epilogue: the last tile */
+  TPU_TRY(emit_part(be, t, 0, 2, T)); /* epilogue: the last tile */
+  return emit_step_prefetch(be, in, k, 1);
 }
 
 /* Vector work of one unit as an instruction template. */
@@ -159,8 +173,11 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
     if (!r) continue;
     int buf = k->vmem0 + (seq < 2 ? seq : 2);
     seq++;
-    if (tpu__be_resident(be, in->operands[j])) { /* read in VMEM where it lives */
-      if (!k->vres && k->op >= 0 && (be->p->ops[k->op].xbytes > 0 || be->chip->vmem_read_cost > 0)) add_onchip(&t, TPU_ISA_DMA_IN, k, cdiv(r, T), tpu_vref_make(buf, 1, 0), 0, 0);
+    int where = tpu__be_reads_vmem(be, in->operands[j], in);
+    if (where) { /* read in VMEM where it lives (a kernel whose result stays there too pays
+                  * for the parameters copied in, not for the values kept) */
+      if ((!k->vres || where == 2) && k->op >= 0 && (be->p->ops[k->op].xbytes > 0 || be->chip->vmem_read_cost > 0))
+        add_onchip(&t, TPU_ISA_DMA_IN, k, cdiv(r, T), tpu_vref_make(buf, 1, 0), 0, 0);
       continue;
     }
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
@@ -203,7 +220,7 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
     int64_t bytes = be->p->vmem[j ? vb : va].slot_bytes;
     int src = j ? k->mm_rhs : k->mm_lhs;
     if (src < 0 && j < in->noperands) src = j; /* sources unknown: operands 0 and 1 */
-    if (!bytes || (src >= 0 && tpu__be_resident(be, in->operands[src]))) continue;
+    if (!bytes || (src >= 0 && tpu__be_reads_vmem(be, in->operands[src], in))) continue;
     /* A block that stays for q iterations loads when the next tile starts a new one. */
     int64_t q = j ? k->qb : k->qa;
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
@@ -224,7 +241,7 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
     if (j == k->mm_lhs || j == k->mm_rhs) continue;
     if ((k->mm_lhs < 0 || k->mm_rhs < 0) && j < 2) continue;
     int64_t r = tpu__read_bytes(be, in, j);
-    if (!r || tpu__be_resident(be, in->operands[j])) continue;
+    if (!r || tpu__be_reads_vmem(be, in->operands[j], in)) continue;
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
     d.hbm = tpu__be_buffer_of(be, in->operands[j], 0);
     d.bytes = cdiv(r, oblocks);

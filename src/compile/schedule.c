@@ -328,8 +328,8 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   /* Operands kept in VMEM (known once buffer-assign placed them; its trial plans, made
    * before, count every operand's slots) take no tile buffers; the plan then stays within
    * the VMEM the trial plan took, which buffer-assign kept clear of resident values. */
-  int a_hbm = !(k->mm_lhs >= 0 && tpu__be_resident(be, in->operands[k->mm_lhs]));
-  int b_hbm = !(k->mm_rhs >= 0 && tpu__be_resident(be, in->operands[k->mm_rhs]));
+  int a_hbm = !(k->mm_lhs >= 0 && tpu__be_reads_vmem(be, in->operands[k->mm_lhs], in));
+  int b_hbm = !(k->mm_rhs >= 0 && tpu__be_reads_vmem(be, in->operands[k->mm_rhs], in));
   int64_t trial = !a_hbm || !b_hbm ? k->ws : 0;
   if (a_hbm && b_hbm && k->mm_planned) /* the trial plan, made with the same inputs */
     return add_matmul_slots(be, k, epi);

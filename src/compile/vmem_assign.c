@@ -13,6 +13,7 @@ typedef struct {
   double benefit;   /* HBM bytes it would save: written once, read once per use */
   int64_t lo, hi;   /* live positions, inclusive */
   int reader;       /* an entry parameter copied in within the step: its first reader; else -1 */
+  int beside;       /* reader >= 0: the copy runs beside its first reader (tpu__kinfo.spf_beside) */
 } cand;
 
 typedef struct {
@@ -41,12 +42,20 @@ static const tpu_instr *result_of(const tpu_instr *v) {
   return v->op == TPU_OP_GET_TUPLE_ELEMENT && v->operands[0]->op == TPU_OP_FUSION ? v->operands[0] : v;
 }
 
-int tpu__be_resident(const tpu__be *be, const tpu_instr *v) {
+static const tpu__kinfo *resident_info(const tpu__be *be, const tpu_instr *v) {
   /* a compiled program reads a prefetched parameter through its copy-start / copy-done */
   for (int hops = 0; hops < 4 && (v->op == TPU_OP_COPY_DONE || v->op == TPU_OP_COPY_START || is_view(v)) && v->noperands; hops++)
     v = v->operands[0];
   const tpu__kinfo *k = tpu__be_info(be, result_of(v));
-  return k && (k->vres || k->xpf || k->spf);
+  return k && (k->vres || k->xpf || k->spf) ? k : NULL;
+}
+
+int tpu__be_resident(const tpu__be *be, const tpu_instr *v) { return resident_info(be, v) != NULL; }
+
+int tpu__be_reads_vmem(const tpu__be *be, const tpu_instr *v, const tpu_instr *reader) {
+  const tpu__kinfo *k = resident_info(be, v);
+  if (!k || (k->spf && k->spf_beside && k->spf_reader == tpu__be_index(be, reader))) return 0;
+  return k->vres ? 1 : 2;
 }
 
 /* The most VMEM the kernels at positions lo..hi take for their tile buffers. */
@@ -67,12 +76,13 @@ static int64_t tiles_top(const int64_t *ws, int64_t lo, int64_t hi) {
 typedef struct {
   int64_t lo, hi;
   int reader, nuse, matmul, other;
+  int64_t mm_hi; /* the last position of a matmul kernel reading it as lhs or rhs; -1: none */
 } param_use;
 
 static void param_uses(const tpu__be *be, int ci, const tpu_instr *p, int64_t np, int relayout, param_use *r) {
   const tpu_comp *e = be->m->entry;
   memset(r, 0, sizeof *r);
-  r->lo = r->hi = -1;
+  r->lo = r->hi = r->mm_hi = -1;
   r->reader = -1;
   for (int i = 0; i < e->ninstrs && !r->other; i++) {
     const tpu_instr *u = e->instrs[i];
@@ -82,7 +92,10 @@ static void param_uses(const tpu__be *be, int ci, const tpu_instr *p, int64_t np
       if (!is_kernel(ku) || ku->pos <= 0 || ku->pos >= np) r->other = 1;
       if (r->lo < 0 || ku->pos < r->lo) r->lo = ku->pos, r->reader = be->comp_base[ci] + u->id;
       if (ku->pos > r->hi) r->hi = ku->pos;
-      r->matmul |= ku->kind == TPU__K_MATMUL && (o == ku->mm_lhs || o == ku->mm_rhs);
+      if (ku->kind == TPU__K_MATMUL && (o == ku->mm_lhs || o == ku->mm_rhs)) {
+        r->matmul = 1;
+        if (ku->pos > r->mm_hi) r->mm_hi = ku->pos;
+      }
       r->nuse++;
       if (relayout && ku->kind == TPU__K_MATMUL && o == ku->mm_lhs && ku->mm && ku->mm->op == TPU_OP_CONVOLUTION &&
           ku->mm->has_conv_dims && p->shape.rank == ku->mm->operands[0]->shape.rank &&
@@ -200,13 +213,20 @@ static int step_prefetch_cands(tpu__be *be, int64_t np, cand *c, int nc, int64_t
     if (kp->xpf || !tpu_dtype_is_array(p->shape.dtype) || p->shape.layout_tail) continue;
     param_use pu;
     param_uses(be, ci, p, np, 0, &pu);
-    if (!pu.matmul || pu.other || pu.lo <= first) continue;
+    if (pu.other || pu.lo < first) continue;
+    /* before its first reader (a matmul reads it, and some kernel runs before), or beside
+     * it: read again later by a matmul, or by vector kernels on a chip whose compiler
+     * charges VMEM reads less than HBM's (vmem_read_cost) */
+    int before = pu.matmul && pu.lo > first;
+    int beside = !before && pu.hi > pu.lo && (pu.mm_hi > pu.lo || be->chip->vmem_read_cost < 1);
+    if (!before && !beside) continue;
     int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512;
     if (size <= 0) continue;
     c[nc].idx = be->comp_base[ci] + p->id;
     c[nc].in = p;
     c[nc].size = size * cores; /* each core of a megacore chip copies all of it */
-    c[nc].benefit = (double)size * pu.nuse;
+    c[nc].benefit = (double)size * (pu.nuse - beside);
+    c[nc].beside = beside;
     c[nc].lo = first;
     c[nc].hi = pu.hi;
     c[nc].reader = pu.reader;
@@ -293,6 +313,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       c[nc].lo = k->pos;
       c[nc].hi = k->last_use;
       c[nc].reader = -1;
+      c[nc].beside = 0;
       nc++;
     }
   }
@@ -339,6 +360,8 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       k->spf = 1;
       k->spf_reader = c[i].reader;
       k->spf_buf = buf;
+      k->spf_beside = c[i].beside;
+      k->spf_last = -1;
     } else {
       k->vres = 1;
     }

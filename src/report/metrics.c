@@ -161,7 +161,7 @@ void tpu_report_si(char *buf, size_t n, double v, const char *unit) {
   snprintf(buf, n, "%.4g %s%s", v, pre[k], unit);
 }
 
-static void time_str(char *buf, size_t n, double s) {
+void tpu_report_time(char *buf, size_t n, double s) {
   if (s >= 1) snprintf(buf, n, "%.4g s", s);
   else if (s >= 1e-3) snprintf(buf, n, "%.4g ms", s * 1e3);
   else if (s >= 1e-6) snprintf(buf, n, "%.4g us", s * 1e6);
@@ -170,7 +170,7 @@ static void time_str(char *buf, size_t n, double s) {
 
 void tpu_report_print_summary(FILE *f, const tpu_report_metrics *r) {
   char a[48], b[48], c[48];
-  time_str(a, sizeof a, r->step_s);
+  tpu_report_time(a, sizeof a, r->step_s);
   fprintf(f, "step time: %s (%lld cycles at %.4g GHz)\n", a, (long long)r->cycles, r->clock_hz / 1e9);
   tpu_report_si(a, sizeof a, r->flops, "FLOP");
   tpu_report_si(b, sizeof b, r->flops_per_s, "FLOP/s");

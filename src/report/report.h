@@ -70,6 +70,8 @@ tpu_status tpu_report_metrics_compute(const tpu_timeline *t, const tpu_chip *chi
 void tpu_report_print_summary(FILE *f, const tpu_report_metrics *r);
 /* 1234567 -> "1.235 M" plus unit, into buf (n bytes). */
 void tpu_report_si(char *buf, size_t n, double v, const char *unit);
+/* s seconds as "12.3 ms", "456 us" (4 significant digits) */
+void tpu_report_time(char *buf, size_t n, double s);
 
 /* ---- Per-op profile (report/profile.c) ---- */
 

@@ -129,7 +129,7 @@ static void write_report(tpu_json_writer *w, const tpu_report_info *info, const 
   double spf_bytes = 0;
   int spf_largest = -1;
   if (spf && tpu_report_step_prefetch(pg, spf, &spf_bytes, &spf_largest) > 0) {
-    /* copied into VMEM while earlier kernels run: in `bytes`, and what readers waited for them */
+    /* copied into VMEM while other kernels run: in `bytes`, and what readers waited for them */
     tpu_json_key(w, "in_step_prefetch");
     tpu_json_begin_object(w);
     tpu_json_key(w, "buffers");

@@ -179,7 +179,7 @@ ENTRY e {
 }
 HLO
 "$BIN" run "$T/spf.hlo" --chip v6e --mode timing --report "$T/spf.json" > "$T/spf" 2> "$T/se" || fail "in-step prefetch run: $(cat "$T/se")"
-grep -q "^in-step prefetch: 1 parameter(s), 524.3 kB, copied into VMEM while earlier kernels run (largest: w2)" "$T/spf" ||
+grep -q "^in-step prefetch: 1 parameter(s), 524.3 kB, copied into VMEM while other kernels run (largest: w2)" "$T/spf" ||
   fail "no in-step prefetch line: $(cat "$T/spf")"
 python3 - "$T/spf.json" <<'PY' || fail "report lacks the in-step prefetch"
 import json, sys
