@@ -94,12 +94,35 @@ static inline tpu_program *compile_src_on(const char *src, const tpu_chip *c, tp
   return p;
 }
 
-/* `src` compiled for chip preset `name` (loaded into *c); NULL on any failure (checked). */
-static inline tpu_program *compile_for(const char *name, const char *src, tpu_chip *c, tpu_module **m) {
+/* `src` compiled for chip preset `name` (loaded into *c); NULL on any failure (checked).
+ * With `passes`, through the HLO passes first (inline, simplify, fuse), as `tpusim compile`. */
+static inline tpu_program *compile_for_with(const char *name, const char *src, int passes, tpu_chip *c, tpu_module **m) {
   tpu_diag d;
   *m = NULL;
   CHECK(tpu_chip_load(name, c, &d) == TPU_OK);
-  return compile_src_on(src, c, m);
+  if (!passes) return compile_src_on(src, c, m);
+  *m = parse(src);
+  CHECK(*m != NULL);
+  if (!*m) return NULL;
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = c;
+  o.precision_override = -1;
+  tpu_program *p = NULL;
+  CHECK(tpu_compile(*m, &o, &p, &d) == TPU_OK);
+  return p;
+}
+
+static inline tpu_program *compile_for(const char *name, const char *src, tpu_chip *c, tpu_module **m) {
+  return compile_for_with(name, src, 0, c, m);
+}
+
+/* Program p timed on chip c into *tl (the caller frees it): 1, or 0 when timing fails (checked). */
+static inline int time_program(const tpu_program *p, const tpu_chip *c, tpu_timeline *tl) {
+  tpu_diag d;
+  int ok = tpu_timing_run(p, c, 0, tl, &d) == TPU_OK;
+  CHECK(ok);
+  return ok;
 }
 
 /* src compiled for chip c and timed: 1 with *tl filled (the caller frees it), 0 when either

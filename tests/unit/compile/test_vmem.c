@@ -332,7 +332,6 @@ static int64_t step_prefetch_case(int returned, int *copied, int *tiles_w2) {
            " ROOT t = %s tuple(z%s)\n}\n",
            returned ? "(bf16[2048,512], bf16[512,512])" : "(bf16[2048,512])", returned ? ", w2" : "");
   tpu_chip c;
-  tpu_diag d;
   tpu_module *m = NULL;
   int64_t cyc = -1;
   *copied = *tiles_w2 = 0;
@@ -351,11 +350,9 @@ static int64_t step_prefetch_case(int returned, int *copied, int *tiles_w2) {
       CHECK_EQ_INT(p->insns[last].op, oy);
     }
     tpu_timeline tl;
-    if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
+    if (time_program(p, &c, &tl)) {
       cyc = oy >= 0 ? tl.ops[oy].cycles : -1;
       tpu_timeline_free(&tl);
-    } else {
-      CHECK(0);
     }
     CHECK(roundtrip(p, "step_prefetch"));
     tpu_program_free(p);
@@ -395,21 +392,11 @@ static int64_t copy_beside_case(const char *chip, int returned, int64_t *copied,
            " r = bf16[4096,1024] convert(y)\n ROOT t = %s tuple(r%s)\n}\n",
            returned ? "(bf16[4096,1024], bf16[4096,1024])" : "(bf16[4096,1024])", returned ? ", x" : "");
   tpu_chip c;
-  tpu_diag d;
   tpu_module *m = NULL;
   int64_t cyc = -1;
   *copied = 0;
   *wait = -1;
-  tpu_program *p = NULL;
-  CHECK(tpu_chip_load(chip, &c, &d) == TPU_OK);
-  m = parse(src);
-  if (m) { /* with the HLO passes: the fusions read x */
-    tpu_compile_opts o;
-    memset(&o, 0, sizeof o);
-    o.chip = &c;
-    o.precision_override = -1;
-    CHECK(tpu_compile(m, &o, &p, &d) == TPU_OK);
-  }
+  tpu_program *p = compile_for_with(chip, src, 1, &c, &m); /* fused: two kernels read x */
   if (p) {
     int hx = hbm_named(p, "x"), first = -1, last = -1, opa = -1, opb = -1;
     for (int i = 0; i < p->ninsns; i++) {
@@ -435,12 +422,10 @@ static int64_t copy_beside_case(const char *chip, int returned, int64_t *copied,
       CHECK(onchip > 0);
     }
     tpu_timeline tl;
-    if (tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK) {
+    if (time_program(p, &c, &tl)) {
       cyc = tl.total_cycles;
       *wait = tl.spf_wait_cycles;
       tpu_timeline_free(&tl);
-    } else {
-      CHECK(0);
     }
     CHECK(roundtrip(p, "copy_beside"));
     tpu_program_free(p);
