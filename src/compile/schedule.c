@@ -227,7 +227,10 @@ static double pipeline_cycles(const blocking *c, double bpc, double lat, double 
     }
     double st = mxu_end > ready ? mxu_end : ready;
     mxu_end = st + mxu;
-    if ((i + 1) % c->kb == 0) port = (port > mxu_end ? port : mxu_end) + (double)c->so / bpc;
+    if ((i + 1) % c->kb == 0) {
+      port = (port > mxu_end ? port : mxu_end) + (double)c->so / bpc;
+      if (c->kb > 1) mxu_end = port; /* one accumulator: the next block's first step waits for its store */
+    }
     ready = next_ready;
     if (i + 1 == n / 2) half = port > mxu_end ? port : mxu_end;
   }
@@ -271,8 +274,9 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   int64_t need = 0, sl[4] = {c->sa, c->sb, c->so, c->se};
   for (int i = 0; i < 4; i++) need += (2 * sl[i] + 511) / 512 * 512;
   c->alloc = 0;
-  for (int i = 0; i < 4; i++) c->alloc += (sl[i] * (c->tiles > 1 ? 2 : 1) + 511) / 512 * 512;
-  int64_t held = 2 * bb * ((a_hbm ? c->bm * c->bk * ea : 0) + (b_hbm ? c->bk * c->bn * eb : 0) + c->bm * c->bn * eo);
+  for (int i = 0; i < 4; i++) c->alloc += (sl[i] * (c->tiles > 1 && !(i == 2 && c->kb > 1) ? 2 : 1) + 511) / 512 * 512;
+  int64_t held = 2 * bb * ((a_hbm ? c->bm * c->bk * ea : 0) + (b_hbm ? c->bk * c->bn * eb : 0)) +
+                 (c->kb > 1 ? 1 : 2) * bb * c->bm * c->bn * eo;
   c->need = need > held ? need : held;
   load_periods(c);
   c->bytes = blocking_bytes(c, 1, 1, k->out_bytes, epi);
@@ -306,7 +310,7 @@ static tpu_status add_matmul_slots(tpu__be *be, tpu__kinfo *k, int64_t epi) {
   int slots = k->tiles > 1 ? 2 : 1;
   int64_t off = 0;
   for (int i = 0; i < 4; i++)
-    if (i < 3 || epi > 0) TPU_TRY(add_vmem(be, k, &off, k->mm_slot[i], slots));
+    if (i < 3 || epi > 0) TPU_TRY(add_vmem(be, k, &off, k->mm_slot[i], i == 2 && k->kb > 1 ? 1 : slots));
   k->ws = off;
   if (!be->dry && off > be->p->vmem_peak) be->p->vmem_peak = off;
   return TPU_OK;
