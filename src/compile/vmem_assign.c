@@ -191,9 +191,13 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
  * kernel reads, and only kernels read, is copied into VMEM while the kernels before its
  * first reader run, and read there (the compiler's programs: 41-44 per generation copy
  * weights in with copy-start / copy-done; layer_bwd_b1s512d512 on v6e copies six of its nine
- * weights so and runs every projection from VMEM). Not for a parameter the first kernel
- * reads: nothing runs before it to hide the copy. Each is a candidate beside the values
- * (benefit: the reads it saves), live from the step's first kernel to its last reader;
+ * weights so and runs every projection from VMEM). A parameter the first kernel reads has
+ * nothing before it to hide the copy; when a later kernel reads it again (a matmul, or a
+ * vector kernel on a chip whose VMEM reads cost less than HBM's: v6e), it is copied beside
+ * its first reader instead, which reads HBM (the compiler's norm and softmax programs, every
+ * generation: the reduction reads x, the normalize its copy-done). Each is a candidate
+ * beside the values (benefit: the reads it saves), live from the step's first kernel to its
+ * last reader;
  * each TensorCore of a megacore chip holds a copy (v5p: layer and convolution backward
  * passes 1-11 points nearer the compiler, docs/fidelity.md).
  * Returns the new count of candidates. */
