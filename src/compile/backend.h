@@ -94,11 +94,9 @@ typedef struct tpu__be {
 int tpu__be_comp_index(const tpu__be *be, const tpu_comp *c);
 int tpu__be_index(const tpu__be *be, const tpu_instr *in);
 tpu__kinfo *tpu__be_info(const tpu__be *be, const tpu_instr *in);
-/* Does value v (a kernel's result, or one result of a multi-output kernel) stay in VMEM? */
-int tpu__be_resident(const tpu__be *be, const tpu_instr *v);
-/* tpu__be_resident, for the reads of kernel `reader` (an in-step copy's first reader may
- * read HBM beside the copy: spf_beside): 0 from HBM, 1 a value kept in VMEM, 2 an entry
- * parameter copied on chip (xpf, spf) */
+/* Where kernel `reader` reads value v (a kernel's result, one result of a multi-output
+ * kernel, or an entry parameter): 0 from HBM, 1 a value kept in VMEM, 2 an entry parameter
+ * on chip (xpf, spf; an in-step copy's first reader may read HBM beside it: spf_beside). */
 int tpu__be_reads_vmem(const tpu__be *be, const tpu_instr *v, const tpu_instr *reader);
 
 /* Leaves of a shape (arrays; tokens count as none), and the first leaf of element e. */

@@ -50,8 +50,6 @@ static const tpu__kinfo *resident_info(const tpu__be *be, const tpu_instr *v) {
   return k && (k->vres || k->xpf || k->spf) ? k : NULL;
 }
 
-int tpu__be_resident(const tpu__be *be, const tpu_instr *v) { return resident_info(be, v) != NULL; }
-
 int tpu__be_reads_vmem(const tpu__be *be, const tpu_instr *v, const tpu_instr *reader) {
   const tpu__kinfo *k = resident_info(be, v);
   if (!k || (k->spf && k->spf_beside && k->spf_reader == tpu__be_index(be, reader))) return 0;
@@ -197,9 +195,8 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
  * its first reader instead, which reads HBM (the compiler's norm and softmax programs, every
  * generation: the reduction reads x, the normalize its copy-done). Each is a candidate
  * beside the values (benefit: the reads it saves), live from the step's first kernel to its
- * last reader;
- * each TensorCore of a megacore chip holds a copy (v5p: layer and convolution backward
- * passes 1-11 points nearer the compiler, docs/fidelity.md).
+ * last reader; each TensorCore of a megacore chip holds a copy (v5p: layer and convolution
+ * backward passes 1-11 points nearer the compiler, docs/fidelity.md).
  * Returns the new count of candidates. */
 static int step_prefetch_cands(tpu__be *be, int64_t np, cand *c, int nc, int64_t cores) {
   const tpu_comp *e = be->m->entry;
