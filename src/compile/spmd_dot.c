@@ -174,9 +174,41 @@ static tpu_status dot_operand_bf16(sp *s, const tpu_instr *in, int i, const dsh 
   return TPU_OK;
 }
 
+/* The operands lh, rh with their whole free dimensions split as the hint of dot `in` splits
+ * the result dimension each becomes (axes the operand already uses are left out). 1 when
+ * any split was added. */
+static int hinted_operands(const sp *s, const tpu_instr *in, dsh *lh, dsh *rh) {
+  const dsh *h = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
+  if (!h || h->manual || lh->manual || rh->manual) return 0;
+  const tpu_dot_dims *dd = &in->dot;
+  int rd = dd->lhs_batch.n, added = 0;
+  for (int side = 0; side < 2; side++) {
+    const tpu_instr *x = in->operands[side];
+    dsh *X = side ? rh : lh;
+    const tpu_i64s *b = side ? &dd->rhs_batch : &dd->lhs_batch, *c = side ? &dd->rhs_contract : &dd->lhs_contract;
+    for (int k = 0; k < x->shape.rank; k++) {
+      if (tpu_i64s_find(b, k) >= 0 || tpu_i64s_find(c, k) >= 0) continue;
+      int o = rd++;
+      if (X->n[k] || !h->n[o]) continue;
+      int64_t f = 1, clash = 0;
+      for (int j = 0; j < h->n[o]; j++) {
+        clash |= tpu__spmd_has_axis(X, x->shape.rank, h->ax[o][j]);
+        f *= s->mesh->sizes[h->ax[o][j]];
+      }
+      if (clash || x->shape.dims[k] % f) continue;
+      X->n[k] = h->n[o];
+      memcpy(X->ax[k], h->ax[o], MAXA);
+      added = 1;
+    }
+  }
+  return added;
+}
+
 /* dot: of the ways to run it — keep both operands' splits (split contractions become
- * partial sums), gather the rhs whole, gather the lhs whole, or both — the one that moves
- * the fewest bytes per chip (FSDP: the weights are gathered, the batch stays split). */
+ * partial sums), gather the rhs whole, gather the lhs whole, or both, or slice the operands
+ * to the split a use wants — the one that moves the fewest bytes per chip (FSDP: the
+ * weights are gathered, the batch stays split); a contraction split alike in both operands
+ * is always kept. */
 tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
   const tpu_instr *lo = in->operands[0], *ro = in->operands[1];
   const dsh *lh = &s->sh[lo->id], *rh = &s->sh[ro->id];
@@ -201,11 +233,29 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
    * whole. */
   const dsh *cands[][2] = {{&lnc, &rnc}, {lh, &rnc},      {&lnc, rh}, {&lnc, &k_repl}, {&k_repl, &rnc},
                            {&k_repl, &k_repl}, {&lnc, &rb}, {&lb, &rnc}, {&lb, &rb}};
-  for (int c = 0; c < (int)(sizeof cands / sizeof cands[0]); c++) {
-    plan_dot(s, in, cands[c][0], cands[c][1], &p);
+  /* Both operands split alike along every contracted dimension, nothing to gather (a
+   * data-parallel weight gradient: activations and output gradient split along the batch it
+   * sums): the partial sums stay and are all-reduced, as XLA's partitioner does, even where
+   * gathering the batch would move fewer bytes (small batches); a use's wanted split
+   * (below) may still slice it. */
+  int keep = best.valid && best.np && gather_cost(s, lo, lh, &best.L) == 0 && gather_cost(s, ro, rh, &best.R) == 0;
+  for (int i = 0; keep && i < dd->lhs_contract.n; i++) {
+    int kl = (int)dd->lhs_contract.v[i], kr = (int)dd->rhs_contract.v[i];
+    keep = same_dim(lh, kl, rh, kr);
+  }
+  /* A use that wants the result split further (s->hint): the operands' free dimensions take
+   * those splits where they are whole and the operand does not use the axis, a slice of
+   * each chip's own block (XLA's partitioner slices the operands to the output's sharding:
+   * a weight gradient summed over the batch only for the chip's block of the weight). */
+  dsh lh2 = *lh, rh2 = *rh;
+  int hinted = hinted_operands(s, in, &lh2, &rh2);
+  int nc = (int)(sizeof cands / sizeof cands[0]);
+  for (int c = keep ? nc : 0; c < nc + hinted; c++) {
+    const dsh *const *cand = c < nc ? cands[c] : (const dsh *const[]){&lh2, &rh2};
+    plan_dot(s, in, cand[0], cand[1], &p);
     /* The cost of a candidate counts gathering from the operands' real splits. */
     if (p.valid)
-      p.cost += gather_cost(s, lo, lh, cands[c][0]) + gather_cost(s, ro, rh, cands[c][1]);
+      p.cost += gather_cost(s, lo, lh, cand[0]) + gather_cost(s, ro, rh, cand[1]);
     if (p.valid && (!best.valid || p.cost < best.cost)) best = p;
   }
   /* Plans are chosen on f32 bytes (bf16 transport halves every gather alike; choosing on

@@ -315,6 +315,29 @@ int main(void) {
            " a = s32[4,8] abs(h)\n"
            " ROOT o = s32[4,6] dot(a, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n");
   check("tensor parallel", src, 1, 0, 0);
+  {
+    /* A data-parallel weight gradient for a weight split over y (FSDP-style update): both
+     * operands split along the contracted batch over x, so the chip sums its partial
+     * products over x (all-reduce) as XLA's partitioner does, rather than gathering the
+     * batch, though the batch is the smaller array here; and since the update takes the
+     * chip's block of the weight, the dot computes only that block (the activation's free
+     * dimension sliced over y): the all-reduce carries [4,6], not [8,6]. */
+    const char *g = MESH "ENTRY e {\n a = s32[4,8] parameter(0), " SDY("[{\\\"x\\\"}, {}]") "\n"
+                    " g = s32[4,6] parameter(1), " SDY("[{\\\"x\\\"}, {}]") "\n"
+                    " w = s32[8,6] parameter(2), " SDY("[{\\\"y\\\"}, {}]") "\n"
+                    " d = s32[8,6] dot(a, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+                    " ROOT u = s32[8,6] subtract(w, d)\n}\n";
+    check("data-parallel gradient of a split weight", g, 1, 0, 0);
+    tpu_module *m = parse(g);
+    tpu_diag d;
+    if (m && partition(m, &d) == TPU_OK)
+      for (int i = 0; i < m->entry->ninstrs; i++)
+        if (m->entry->instrs[i]->op == TPU_OP_ALL_REDUCE) {
+          CHECK_EQ_INT(m->entry->instrs[i]->shape.dims[0], 4);
+          CHECK_EQ_INT(m->entry->instrs[i]->shape.dims[1], 6);
+        }
+    tpu_module_free(m);
+  }
   /* A split reduction (max over a split dimension) and a split value used whole. */
   snprintf(src, sizeof src,
            MESH "%s%sENTRY e {\n x = s32[8,4] parameter(0), " SDY("[{\\\"x\\\"}, {\\\"y\\\"}]") "\n"
