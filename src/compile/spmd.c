@@ -700,6 +700,24 @@ static int refines(const dsh *h, const dsh *g, int rank) {
   return more && !h->manual && !g->manual;
 }
 
+/* The dot whose value x is, through elementwise ops of its shape whose other operands are
+ * broadcasts or constants (NULL: none). */
+static const tpu_instr *producer_dot(const tpu_instr *x) {
+  for (int depth = 0; depth < 8 && x; depth++) {
+    if (x->op == TPU_OP_DOT) return x;
+    if (!is_elementwise(x)) return NULL;
+    const tpu_instr *next = NULL;
+    for (int k = 0; k < x->noperands; k++) {
+      const tpu_instr *o = x->operands[k];
+      if (o->op == TPU_OP_BROADCAST || o->op == TPU_OP_CONSTANT) continue;
+      if (next || o->shape.rank != x->shape.rank) return NULL;
+      next = o;
+    }
+    x = next;
+  }
+  return NULL;
+}
+
 /* s->hint[x] = h (one sharding: x is not a tuple). */
 static tpu_status set_hint(sp *s, const tpu_instr *x, const dsh *h) {
   if (!s->hint) s->hint = tpu_calloc((size_t)(s->old->ninstrs + 1), sizeof *s->hint);
@@ -749,9 +767,64 @@ static tpu_status loop_hints(sp *s) {
         }
         any = 1;
       }
+      /* a dot reached through elementwise ops whose other operands are broadcasts, which
+       * this use wants split otherwise (a weight gradient scaled by the learning rate
+       * and subtracted from a weight split along its other dimension) */
+      if (o->op != TPU_OP_DOT && o->shape.rank == u->shape.rank) {
+        const tpu_instr *p = producer_dot(o);
+        if (p && p->shape.rank == u->shape.rank && !same_sharding(h, &s->sh[p->id], p->shape.rank) &&
+            !s->sh[p->id].manual && !(s->hint && s->hint[p->id]) && tpu__spmd_fits(s, &p->shape, h)) {
+          tpu_status st = set_hint(s, p, h);
+          if (st != TPU_OK) {
+            tpu_free(want);
+            return st;
+          }
+          any = 1;
+        }
+      }
       if (o->shape.rank != u->shape.rank || is_split(&s->sh[o->id], o->shape.rank) || is_split(&want[o->id], o->shape.rank))
         continue;
       want[o->id] = *h;
+    }
+  }
+  /* A dot one of whose operands is whole along a contracted dimension that the other splits
+   * (an MLP's hidden activation against a weight split along its rows): the activation's
+   * producer, a dot reached through unary elementwise ops, is hinted to make it split so,
+   * when no dimension of it uses the axis yet (XLA's propagation carries the weight's split
+   * onto the activation: the first matmul's weight moves to its columns, the second's
+   * partial sums are all-reduced). */
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *u = c->order[i];
+    if (u->op != TPU_OP_DOT || u->noperands != 2) continue;
+    for (int side = 0; side < 2; side++) {
+      const tpu_instr *o = u->operands[side], *q = u->operands[1 - side];
+      const tpu_i64s *oc = side ? &u->dot.rhs_contract : &u->dot.lhs_contract;
+      const tpu_i64s *qc = side ? &u->dot.lhs_contract : &u->dot.rhs_contract;
+      dsh h = s->sh[o->id];
+      int more = 0;
+      for (int j = 0; j < oc->n; j++) {
+        int ko = (int)oc->v[j], kq = (int)qc->v[j];
+        const dsh *qh = &s->sh[q->id];
+        if (h.n[ko] || !qh->n[kq] || qh->manual) continue;
+        int clash = 0;
+        for (int a = 0; a < qh->n[kq]; a++) clash |= tpu__spmd_has_axis(&h, o->shape.rank, qh->ax[kq][a]);
+        if (clash || o->shape.dims[ko] % factor(s->mesh, qh, kq)) continue;
+        h.n[ko] = qh->n[kq];
+        memcpy(h.ax[ko], qh->ax[kq], MAXA);
+        more = 1;
+      }
+      while (more && o->op != TPU_OP_DOT && is_elementwise(o) && o->noperands == 1 &&
+             o->operands[0]->shape.rank == o->shape.rank && same_sharding(&s->sh[o->operands[0]->id], &s->sh[o->id], o->shape.rank))
+        o = o->operands[0];
+      if (!more || o->op != TPU_OP_DOT || h.manual || !refines(&h, &s->sh[o->id], o->shape.rank) ||
+          (s->hint && s->hint[o->id]))
+        continue;
+      tpu_status st = set_hint(s, o, &h);
+      if (st != TPU_OK) {
+        tpu_free(want);
+        return st;
+      }
+      any = 1;
     }
   }
   for (int i = 0; i < c->norder; i++) {

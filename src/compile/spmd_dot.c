@@ -174,9 +174,10 @@ static tpu_status dot_operand_bf16(sp *s, const tpu_instr *in, int i, const dsh 
   return TPU_OK;
 }
 
-/* The operands lh, rh with their whole free dimensions split as the hint of dot `in` splits
- * the result dimension each becomes (axes the operand already uses are left out). 1 when
- * any split was added. */
+/* The operands lh, rh split as the hint of dot `in` splits the result dimension each free
+ * dimension becomes: a whole free dimension takes the hint's split (moved from a
+ * contracted dimension split the same way, or a slice of the chip's block), one split
+ * otherwise is gathered. 1 when anything changed. */
 static int hinted_operands(const sp *s, const tpu_instr *in, dsh *lh, dsh *rh) {
   const dsh *h = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
   if (!h || h->manual || lh->manual || rh->manual) return 0;
@@ -189,13 +190,25 @@ static int hinted_operands(const sp *s, const tpu_instr *in, dsh *lh, dsh *rh) {
     for (int k = 0; k < x->shape.rank; k++) {
       if (tpu_i64s_find(b, k) >= 0 || tpu_i64s_find(c, k) >= 0) continue;
       int o = rd++;
+      if (X->n[k] && !same_dim(X, k, h, o) && !(X->n[k] < h->n[o] && !memcmp(X->ax[k], h->ax[o], (size_t)X->n[k]))) {
+        X->n[k] = 0; /* the use wants this dimension split otherwise: gathered */
+        added = 1;
+      }
       if (X->n[k] || !h->n[o]) continue;
+      /* a contracted dimension split exactly so gives its split up (one all-to-all moves
+       * it: the weight of the first of two matmuls, split along its rows, to its columns) */
+      dsh Y = *X;
+      for (int j = 0; j < c->n; j++) {
+        int kc = (int)c->v[j];
+        if (Y.n[kc] == h->n[o] && !memcmp(Y.ax[kc], h->ax[o], (size_t)h->n[o])) Y.n[kc] = 0;
+      }
       int64_t f = 1, clash = 0;
       for (int j = 0; j < h->n[o]; j++) {
-        clash |= tpu__spmd_has_axis(X, x->shape.rank, h->ax[o][j]);
+        clash |= tpu__spmd_has_axis(&Y, x->shape.rank, h->ax[o][j]);
         f *= s->mesh->sizes[h->ax[o][j]];
       }
       if (clash || x->shape.dims[k] % f) continue;
+      *X = Y;
       X->n[k] = h->n[o];
       memcpy(X->ax[k], h->ax[o], MAXA);
       added = 1;
@@ -247,7 +260,9 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
    * those splits where they are whole and the operand does not use the axis, a slice of
    * each chip's own block (XLA's partitioner slices the operands to the output's sharding:
    * a weight gradient summed over the batch only for the chip's block of the weight). */
+  const dsh *hint = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
   dsh lh2 = *lh, rh2 = *rh;
+  if (best.valid && hint && !hint->manual) best.cost += gather_cost(s, in, &best.out, hint);
   int hinted = hinted_operands(s, in, &lh2, &rh2);
   int nc = (int)(sizeof cands / sizeof cands[0]);
   for (int c = keep ? nc : 0; c < nc + hinted; c++) {
@@ -256,7 +271,10 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
     /* The cost of a candidate counts gathering from the operands' real splits. */
     if (p.valid)
       p.cost += gather_cost(s, lo, lh, cand[0]) + gather_cost(s, ro, rh, cand[1]);
-    if (p.valid && (!best.valid || p.cost < best.cost)) best = p;
+    /* and moving its result to the split a use wants */
+    if (p.valid && hint && !hint->manual) p.cost += gather_cost(s, in, &p.out, hint);
+    /* (the hinted plan, last, wins a tie: it gives the use the split it wants) */
+    if (p.valid && (!best.valid || p.cost < best.cost || (c >= nc && p.cost <= best.cost))) best = p;
   }
   /* Plans are chosen on f32 bytes (bf16 transport halves every gather alike; choosing on
    * it would trade a tensor-parallel block's one all-reduce for gathers). */

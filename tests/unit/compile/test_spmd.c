@@ -338,6 +338,37 @@ int main(void) {
         }
     tpu_module_free(m);
   }
+  /* An MLP with the batch split over x and both weights split along their rows over y (the
+   * first matmul contracts the first weight's split rows): the second matmul's weight split
+   * passes to the hidden activation, as XLA's propagation carries it, so the first weight
+   * moves to its columns by one all-to-all, the hidden layer stays split over y, and the
+   * second matmul's partial sums over y are one all-reduce — no weight is gathered (the
+   * batch of 16 rows makes moving the first weight cheaper than summing its products). */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n x = s32[16,8] parameter(0), " SDY("[{\\\"x\\\"}, {}]") "\n"
+           " w1 = s32[8,8] parameter(1), " SDY("[{\\\"y\\\"}, {}]") "\n"
+           " w2 = s32[8,6] parameter(2), " SDY("[{\\\"y\\\"}, {}]") "\n"
+           " h = s32[16,8] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+           " a = s32[16,8] abs(h)\n"
+           " ROOT o = s32[16,6] dot(a, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n");
+  check("weights split along their rows on a 2-D mesh", src, 1, 0, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
+  /* A weight gradient whose output gradient is split along the weight's columns (y) while
+   * the update, scaled by a learning rate, takes the weight's row block: the use's split is
+   * carried back to the dot (through the scaling), which gathers the output gradient over y
+   * and sums only the chip's row block, as XLA's partitioner does, instead of summing the
+   * column block and moving it to rows by all-to-all (the batch of 4 is smaller than the
+   * weight's 16 rows: the gather moves fewer bytes than the all-to-all would). */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n a = s32[4,16] parameter(0), " SDY("[{\\\"x\\\"}, {}]") "\n"
+           " g = s32[4,8] parameter(1), " SDY("[{\\\"x\\\"}, {\\\"y\\\"}]") "\n"
+           " w = s32[16,8] parameter(2), " SDY("[{\\\"y\\\"}, {}]") "\n"
+           " d = s32[16,8] dot(a, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+           " k = s32[] constant(3)\n kb = s32[16,8] broadcast(k), dimensions={}\n"
+           " ds = s32[16,8] multiply(d, kb)\n"
+           " ROOT u = s32[16,8] subtract(w, ds)\n}\n");
+  check("weight gradient summed for the update's block", src, 1, 1, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 0);
   /* A split reduction (max over a split dimension) and a split value used whole. */
   snprintf(src, sizeof src,
            MESH "%s%sENTRY e {\n x = s32[8,4] parameter(0), " SDY("[{\\\"x\\\"}, {\\\"y\\\"}]") "\n"
