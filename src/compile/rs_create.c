@@ -1,6 +1,7 @@
 /* combine-collectives, first step: an all-reduce whose only use is each device taking its
  * own block of the sum (a dynamic-slice along one dimension at the device's position in
- * its group) becomes a reduce-scatter, as XLA's reduce-scatter creator does in the TPU
+ * its group, directly or after unary elementwise ops, which then run on the block) becomes
+ * a reduce-scatter, as XLA's reduce-scatter creator does in the TPU
  * pipeline (the partitioner writes all-reduce + dynamic-slice; the TPU compiler's final
  * programs reduce-scatter). The slice's offset is an expression of partition-id; it is
  * evaluated for every device and the rewrite happens only when it names exactly that
@@ -105,8 +106,21 @@ tpu_status tpu__make_reduce_scatters(tpu_builder *b, tpu_comp *c, int *changed, 
   for (int i = 0; st == TPU_OK && i < n; i++) {
     tpu_instr *ar = c->instrs[i], *u = ar->id >= 0 && ar->id <= n ? user[ar->id] : NULL;
     if (ar->op != TPU_OP_ALL_REDUCE || ar->noperands != 1 || !tpu_dtype_is_array(ar->shape.dtype) || !u ||
-        uses[ar->id] != 1 || u->op != TPU_OP_DYNAMIC_SLICE || u->operands[0] != ar || ar->is_root)
+        uses[ar->id] != 1 || ar->is_root)
       continue;
+    /* unary elementwise ops between the sum and the slice (a loop body's tanh of the sum
+     * whose state keeps a block) run on the block after the reduce-scatter instead */
+    tpu_instr *chain[8];
+    int nchain = 0;
+    const tpu_instr *last = ar;
+    while (u && nchain < 8 && u->noperands == 1 && !u->is_root && u->id >= 0 && u->id <= n && uses[u->id] == 1 &&
+           (tpu_op_class_of(u->op) == TPU_CLS_UNARY || u->op == TPU_OP_CONVERT) && u->shape.rank == ar->shape.rank &&
+           !memcmp(u->shape.dims, ar->shape.dims, sizeof ar->shape.dims[0] * (size_t)ar->shape.rank)) {
+      chain[nchain++] = u;
+      last = u;
+      u = user[u->id];
+    }
+    if (!u || u->op != TPU_OP_DYNAMIC_SLICE || u->operands[0] != last) continue;
     int k;
     if (!own_block(b->m, ar, u, &k)) continue;
     tpu_shape r = u->shape;
@@ -120,7 +134,20 @@ tpu_status tpu__make_reduce_scatters(tpu_builder *b, tpu_comp *c, int *changed, 
     if (st == TPU_OK) st = tpu_build_set_attr(b, rs, "dimensions", tpu_dims_text(dims, sizeof dims, (int64_t[]){k}, 1));
     if (st != TPU_OK) break;
     rs->src_name = ar->src_name;
-    tpu_build_replace_uses(c, u, rs);
+    tpu_instr *x = rs;
+    for (int j = 0; st == TPU_OK && j < nchain; j++) {
+      tpu_instr *e;
+      st = tpu_build_clone_instr(b, c, chain[j], &x, &e);
+      if (st == TPU_OK) {
+        e->shape.rank = r.rank;
+        memcpy(e->shape.dims, r.dims, sizeof r.dims);
+        e->shape.has_layout = 0;
+        e->shape.layout_tail = NULL;
+        x = e;
+      }
+    }
+    if (st != TPU_OK) break;
+    tpu_build_replace_uses(c, u, x);
     *changed = 1;
   }
   tpu_free(uses);

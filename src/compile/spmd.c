@@ -700,6 +700,35 @@ static int refines(const dsh *h, const dsh *g, int rank) {
   return more && !h->manual && !g->manual;
 }
 
+int tpu__spmd_dot_wants(const sp *s, const tpu_instr *u, int side, dsh *h) {
+  if (u->op != TPU_OP_DOT || u->noperands != 2) return 0;
+  const tpu_instr *o = u->operands[side], *q = u->operands[1 - side];
+  const tpu_i64s *oc = side ? &u->dot.rhs_contract : &u->dot.lhs_contract;
+  const tpu_i64s *qc = side ? &u->dot.lhs_contract : &u->dot.rhs_contract;
+  const dsh *qh = &s->sh[q->id];
+  *h = s->sh[o->id];
+  if (h->manual || qh->manual || !tpu_dtype_is_array(o->shape.dtype)) return 0;
+  int more = 0;
+  for (int j = 0; j < oc->n; j++) {
+    int ko = (int)oc->v[j], kq = (int)qc->v[j];
+    if (h->n[ko] || !qh->n[kq]) continue;
+    int clash = 0;
+    for (int a = 0; a < qh->n[kq]; a++) clash |= tpu__spmd_has_axis(h, o->shape.rank, qh->ax[kq][a]);
+    if (clash || o->shape.dims[ko] % factor(s->mesh, qh, kq)) continue;
+    h->n[ko] = qh->n[kq];
+    memcpy(h->ax[ko], qh->ax[kq], MAXA);
+    more = 1;
+  }
+  return more;
+}
+
+const tpu_instr *tpu__spmd_through_unary(const sp *s, const tpu_instr *o) {
+  while (o->op != TPU_OP_DOT && is_elementwise(o) && o->noperands == 1 && o->operands[0]->shape.rank == o->shape.rank &&
+         same_sharding(&s->sh[o->operands[0]->id], &s->sh[o->id], o->shape.rank))
+    o = o->operands[0];
+  return o;
+}
+
 /* The dot whose value x is, through elementwise ops of its shape whose other operands are
  * broadcasts or constants (NULL: none). */
 static const tpu_instr *producer_dot(const tpu_instr *x) {
@@ -789,36 +818,17 @@ static tpu_status loop_hints(sp *s) {
   }
   /* A dot one of whose operands is whole along a contracted dimension that the other splits
    * (an MLP's hidden activation against a weight split along its rows): the activation's
-   * producer, a dot reached through unary elementwise ops, is hinted to make it split so,
-   * when no dimension of it uses the axis yet (XLA's propagation carries the weight's split
-   * onto the activation: the first matmul's weight moves to its columns, the second's
-   * partial sums are all-reduced). */
+   * producer, a dot reached through unary elementwise ops, is hinted to make it split so
+   * (tpu__spmd_dot_wants: XLA's propagation carries the weight's split onto the
+   * activation; the first matmul's weight moves to its columns, the second's partial sums
+   * are all-reduced). */
   for (int i = 0; i < c->norder; i++) {
     const tpu_instr *u = c->order[i];
-    if (u->op != TPU_OP_DOT || u->noperands != 2) continue;
     for (int side = 0; side < 2; side++) {
-      const tpu_instr *o = u->operands[side], *q = u->operands[1 - side];
-      const tpu_i64s *oc = side ? &u->dot.rhs_contract : &u->dot.lhs_contract;
-      const tpu_i64s *qc = side ? &u->dot.lhs_contract : &u->dot.rhs_contract;
-      dsh h = s->sh[o->id];
-      int more = 0;
-      for (int j = 0; j < oc->n; j++) {
-        int ko = (int)oc->v[j], kq = (int)qc->v[j];
-        const dsh *qh = &s->sh[q->id];
-        if (h.n[ko] || !qh->n[kq] || qh->manual) continue;
-        int clash = 0;
-        for (int a = 0; a < qh->n[kq]; a++) clash |= tpu__spmd_has_axis(&h, o->shape.rank, qh->ax[kq][a]);
-        if (clash || o->shape.dims[ko] % factor(s->mesh, qh, kq)) continue;
-        h.n[ko] = qh->n[kq];
-        memcpy(h.ax[ko], qh->ax[kq], MAXA);
-        more = 1;
-      }
-      while (more && o->op != TPU_OP_DOT && is_elementwise(o) && o->noperands == 1 &&
-             o->operands[0]->shape.rank == o->shape.rank && same_sharding(&s->sh[o->operands[0]->id], &s->sh[o->id], o->shape.rank))
-        o = o->operands[0];
-      if (!more || o->op != TPU_OP_DOT || h.manual || !refines(&h, &s->sh[o->id], o->shape.rank) ||
-          (s->hint && s->hint[o->id]))
-        continue;
+      dsh h;
+      if (!tpu__spmd_dot_wants(s, u, side, &h)) continue;
+      const tpu_instr *o = tpu__spmd_through_unary(s, u->operands[side]);
+      if (o->op != TPU_OP_DOT || !refines(&h, &s->sh[o->id], o->shape.rank) || (s->hint && s->hint[o->id])) continue;
       tpu_status st = set_hint(s, o, &h);
       if (st != TPU_OK) {
         tpu_free(want);

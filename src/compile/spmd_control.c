@@ -13,7 +13,7 @@
  * (`el_out` = el) the result's elements are resharded back to el, so every iteration sees
  * the same splits. */
 static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int is_body, dsh *root_el,
-                                 tpu_comp **out) {
+                                 dsh *want_el, tpu_comp **out) {
   sp saved = *s; /* the caller's frame */
   tpu_status st = tpu_build_comp(&s->b, old->name, saved.c, out);
   if (st != TPU_OK) return st;
@@ -48,6 +48,16 @@ static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int 
   }
   for (int i = 0; st == TPU_OK && i < old->norder; i++)
     if (old->order[i] != p0) st = tpu__spmd_partition_instr(s, old->order[i]);
+  /* The state elements a dot of the body wants split further (tpu__spmd_dot_wants: the
+   * layer input of a scan over layers, against a weight split along its rows). */
+  for (int i = 0; st == TPU_OK && want_el && p0 && i < old->norder; i++)
+    for (int side = 0; side < 2; side++) {
+      dsh h;
+      if (!tpu__spmd_dot_wants(s, old->order[i], side, &h)) continue;
+      const tpu_instr *g = tpu__spmd_through_unary(s, old->order[i]->operands[side]);
+      if (g->op == TPU_OP_GET_TUPLE_ELEMENT && g->operands[0] == p0 && g->index >= 0 && g->index < p0->shape.ntuple)
+        want_el[g->index] = h;
+    }
   if (st == TPU_OK) {
     const tpu_instr *r = old->root;
     tpu_instr *root = s->val[r->id];
@@ -99,9 +109,10 @@ tpu_status tpu__spmd_while_loop(sp *s, const tpu_instr *in) {
   if (s->sh[o->id].manual || o->shape.dtype != TPU_TUPLE) return tpu__spmd_replicated_op(s, in);
   int nt = o->shape.ntuple;
   dsh *el = tpu_arena_alloc(&s->m->arena, sizeof *el * (size_t)(nt + 1));
-  dsh *got = tpu_calloc((size_t)(nt + 1), sizeof *got);
-  if (!el || !got) {
+  dsh *got = tpu_calloc((size_t)(nt + 1), sizeof *got), *wants = tpu_calloc((size_t)(nt + 1), sizeof *wants);
+  if (!el || !got || !wants) {
     tpu_free(got);
+    tpu_free(wants);
     return TPU_FAIL(s->d, TPU_ERR_NOMEM, in->loc, "out of memory");
   }
   for (int i = 0; i < nt; i++) {
@@ -116,19 +127,30 @@ tpu_status tpu__spmd_while_loop(sp *s, const tpu_instr *in) {
   tpu_comp *cond, *body;
   tpu_status st = TPU_OK;
   for (int round = 0; st == TPU_OK && round < 3; round++) {
-    st = partition_comp(s, in->body, el, 1, got, &body);
+    memset(wants, 0, sizeof *wants * (size_t)(nt + 1));
+    st = partition_comp(s, in->body, el, 1, got, wants, &body);
     int changed = 0;
-    for (int i = 0; st == TPU_OK && i < nt; i++)
-      if (tpu_dtype_is_array(o->shape.elems[i].dtype) && !is_split(&el[i], o->shape.elems[i].rank) &&
-          is_split(&got[i], o->shape.elems[i].rank) && !got[i].manual && tpu__spmd_fits(s, &o->shape.elems[i], &got[i])) {
+    for (int i = 0; st == TPU_OK && i < nt; i++) {
+      int rank = o->shape.elems[i].rank;
+      if (!tpu_dtype_is_array(o->shape.elems[i].dtype)) continue;
+      if (!is_split(&el[i], rank) && is_split(&got[i], rank) && !got[i].manual &&
+          tpu__spmd_fits(s, &o->shape.elems[i], &got[i])) {
         el[i] = got[i];
         changed = 1;
+      } else if (is_split(&wants[i], rank) && !wants[i].manual && !same_sharding(&wants[i], &el[i], rank) &&
+                 tpu__spmd_fits(s, &o->shape.elems[i], &wants[i])) {
+        /* a state element a dot of the body wants split along its contraction as the
+         * weight is (XLA's propagation carries the split into the loop's state) */
+        el[i] = wants[i];
+        changed = 1;
       }
+    }
     if (!changed) break;
   }
   tpu_free(got);
+  tpu_free(wants);
   TPU_TRY(st);
-  TPU_TRY(partition_comp(s, in->condition, el, 0, NULL, &cond));
+  TPU_TRY(partition_comp(s, in->condition, el, 0, NULL, NULL, &cond));
   tpu_instr *x = s->val[o->id], *w;
   {
     const dsh *from = s->tsh[o->id];
@@ -176,7 +198,7 @@ tpu_status tpu__spmd_conditional_op(sp *s, const tpu_instr *in) {
       const tpu_instr *o = in->operands[1 + b];
       const dsh *el = tpu_dtype_is_array(o->shape.dtype) ? &s->sh[o->id] : s->tsh[o->id];
       ops[1 + b] = s->val[o->id];
-      st = partition_comp(s, in->branches[b], el, agree ? 3 : 2, got, &nbr[b]);
+      st = partition_comp(s, in->branches[b], el, agree ? 3 : 2, got, NULL, &nbr[b]);
       if (st == TPU_OK && agree && !b) memcpy(res, got, sizeof *res * (size_t)nr);
       if (st == TPU_OK && agree && b) agree = !memcmp(res, got, sizeof *res * (size_t)nr);
     }

@@ -145,6 +145,12 @@ tpu_status tpu__spmd_index_op(sp *s, const tpu_instr *in);
 tpu_instr *tpu__spmd_resharded(const sp *s, const tpu_instr *v, const dsh *from, const dsh *to, int bf16);
 void tpu__spmd_remember(sp *s, const tpu_instr *v, const dsh *from, const dsh *to, int bf16, tpu_instr *out);
 int tpu__spmd_fits(const sp *s, const tpu_shape *g, const dsh *h);
+/* Whether operand `side` of dot u, as split now, is whole along a contracted dimension that
+ * the other operand splits (an axis it does not use yet, dividing it): *h = its split with
+ * those added (the split XLA's propagation gives it). */
+int tpu__spmd_dot_wants(const sp *s, const tpu_instr *u, int side, dsh *h);
+/* o, or the value o is through unary elementwise ops that keep its split. */
+const tpu_instr *tpu__spmd_through_unary(const sp *s, const tpu_instr *o);
 tpu_status tpu__spmd_emit_clone(sp *s, const tpu_instr *in, tpu_instr **ops, const dsh *h);
 tpu_status tpu__spmd_replicated_op(sp *s, const tpu_instr *in);
 

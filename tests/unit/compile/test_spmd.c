@@ -483,6 +483,27 @@ int main(void) {
            " ROOT o = (s32[8,4], s32[4]) tuple(xo, ao)\n}\n",
            k_add);
   check("while loop", src, 1, 0, 0);
+  /* A scan over layers whose stacked weights are split along their rows over y, the state
+   * along the batch over x: the state takes the weights' split along its features too (as
+   * XLA's propagation carries it into the loop), so each layer's matmul sums its partial
+   * products over y (one all-reduce in the body, of which each chip keeps its block) where
+   * tpusim had gathered each layer's weight. */
+  snprintf(src, sizeof src,
+           MESH
+           "cond { s = (s32[], s32[8,4], s32[3,4,4]) parameter(0)\n i = s32[] get-tuple-element(s), index=0\n"
+           " n = s32[] constant(3)\n ROOT c = pred[] compare(i, n), direction=LT }\n"
+           "body { s = (s32[], s32[8,4], s32[3,4,4]) parameter(0)\n i = s32[] get-tuple-element(s), index=0\n"
+           " x = s32[8,4] get-tuple-element(s), index=1\n ws = s32[3,4,4] get-tuple-element(s), index=2\n"
+           " z = s32[] constant(0)\n d = s32[1,4,4] dynamic-slice(ws, i, z, z), dynamic_slice_sizes={1,4,4}\n"
+           " w = s32[4,4] reshape(d)\n h = s32[8,4] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+           " a = s32[8,4] abs(h)\n one = s32[] constant(1)\n i2 = s32[] add(i, one)\n"
+           " ROOT t = (s32[], s32[8,4], s32[3,4,4]) tuple(i2, a, ws) }\n"
+           "ENTRY e {\n x = s32[8,4] parameter(0), " SDY("[{\\\"x\\\"}, {}]") "\n"
+           " ws = s32[3,4,4] parameter(1), " SDY("[{}, {\\\"y\\\"}, {}]") "\n z = s32[] constant(0)\n"
+           " t = (s32[], s32[8,4], s32[3,4,4]) tuple(z, x, ws)\n"
+           " l = (s32[], s32[8,4], s32[3,4,4]) while(t), condition=cond, body=body\n"
+           " ROOT xo = s32[8,4] get-tuple-element(l), index=1\n}\n");
+  check("scan over row-split weights", src, 1, 0, 0);
   /* Floats: a split contraction gives partial sums added in group order. */
   snprintf(src, sizeof src,
            MESH "ENTRY e {\n x = f32[4,8] parameter(0), " SDY("[{}, {\\\"x\\\",\\\"y\\\"}]") "\n"
