@@ -15,8 +15,10 @@ Prints one row per case and a summary; --markdown prints the table for docs/spmd
 import argparse
 import collections
 import json
+import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -90,6 +92,7 @@ def main():
     # judge -> rows, timed, kinds, bytes, step within 10 % of the judge's final program,
     # cases with the judge's partitioning alone, step within 10 % of it
     tally = collections.defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0, 0])
+    ratios = collections.defaultdict(list)  # judge -> tpusim step / its partitioning's
     if a.markdown:
         print("| case | judge | its collectives | tpusim collectives | bytes/chip judge | tpusim | step judge "
               "| judge's partitioning | tpusim |")
@@ -112,6 +115,8 @@ def main():
         t[5] += part is not None
         t[6] += p10
         t[7] += part is not None and ours["step"] < 0.90 * part["step"]
+        if part is not None:
+            ratios[who].append(ours["step"] / part["step"])
         pstep = f"{part['step'] * 1e6:.4g} us" if part else "-"
         if a.markdown:
             print(f"| {name} | {who} | {fmt_kinds(xla['kinds'])} | {fmt_kinds(ours['kinds'])} | {xla['sent']:.4g} | "
@@ -128,6 +133,12 @@ def main():
               f"bytes per chip no worse {nw}/{both}; step time within 10 % of its final program {w10}/{both}, "
               f"of its partitioning compiled by tpusim {p10}/{np_} (and over 10 % faster {fast}, "
               f"over 10 % slower {np_ - p10 - fast})")
+        r = ratios[who]
+        if r:  # the corpus as a whole against the judge's partitioning
+            dev = sorted(abs(x - 1) for x in r)
+            print(f"  over the corpus: tpusim's step / its partitioning's: median |difference| "
+                  f"{100 * statistics.median(dev):.1f} %, geometric mean {math.exp(sum(map(math.log, r)) / len(r)):.3f}, "
+                  f"largest |difference| {100 * dev[-1]:.1f} %")
 
 
 if __name__ == "__main__":
