@@ -5,6 +5,7 @@ for one device of v4, v5e, v5p and v6e (libtpu in compile-only mode: no TPU need
 
     pip install "jax[tpu]==0.10.2"            # jax 0.10.2 + libtpu 0.0.42.1 here
     ALLOW_MULTIPLE_LIBTPU_LOAD=1 python3 bench/fidelity/gen.py [NAME_SUBSTRING...|probes]
+    python3 bench/fidelity/gen.py vector_dots            # corpus/vector_dots.json
     FIDELITY_HLO_ONLY=1 python3 bench/fidelity/gen.py      # rewrite the .hlo files only (seconds)
     FIDELITY_KEEP=1 ... skips programs whose .json exists; FIDELITY_REVERSE=1 runs the list
     backwards (a second worker from the other end). About 10-20 s per program on 2 cores.
@@ -534,10 +535,52 @@ def compiled(names, chip):
         print("wrote", name, chip)
 
 
+def vector_dots():
+    """Where the compiler runs a batched dot with a vector operand (one-query attention's
+    p . v): per generation, the compiled entry ops (name, fusion kind, cycles) of
+    einsum('bhqk,bhkd->bhqd') with q = 1 and p a parameter, p * 2, exp(p), p / sum(p), a
+    bf16 -> f32 -> bf16 round trip, a scaled v, softmax(p); of 'bhk,bhkd->bhd' (no q
+    dimension) with p a parameter and with softmax(p); and of whole decode attention (the
+    corpus's attention(), q = 1) at 10 shapes. Writes corpus/vector_dots.json (chip
+    vpu_batched_vector_dots; docs/fidelity.md)."""
+    e4, e3 = "bhqk,bhkd->bhqd", "bhk,bhkd->bhd"
+    sm = lambda p: jax.nn.softmax(p.astype(F32), -1).astype(BF)
+    forms = {"q1_param": (lambda p, v: jnp.einsum(e4, p, v), 4),
+             "q1_mul2": (lambda p, v: jnp.einsum(e4, p * 2, v), 4),
+             "q1_exp": (lambda p, v: jnp.einsum(e4, jnp.exp(p), v), 4),
+             "q1_sum_div": (lambda p, v: jnp.einsum(e4, p / p.sum(-1, keepdims=True), v), 4),
+             "q1_f32_round_trip": (lambda p, v: jnp.einsum(e4, (p.astype(F32) * 2).astype(BF), v), 4),
+             "q1_scaled_v": (lambda p, v: jnp.einsum(e4, p, v * 2), 4),
+             "q1_softmax": (lambda p, v: jnp.einsum(e4, sm(p), v), 4),
+             "noq_param": (lambda p, v: jnp.einsum(e3, p, v), 3),
+             "noq_softmax": (lambda p, v: jnp.einsum(e3, sm(p), v), 3)}
+    res = {}
+    for chip in TOPOLOGIES:
+        dev = device(chip)
+        r = {}
+        b, h, k, d = 8, 32, 2048, 128
+        for tag, (f, rank) in forms.items():
+            ps = (b, h, 1, k) if rank == 4 else (b, h, k)
+            c = jax.jit(f).lower(sds(ps, BF, dev), sds((b, h, k, d), BF, dev)).compile()
+            r[tag] = [[o[0], o[2], o[4]] for o in entry_ops(c.as_text())]
+        for b, h, k, d in ((8, 32, 2048, 128), (4, 32, 2048, 128), (2, 32, 2048, 128), (8, 8, 2048, 128),
+                           (8, 32, 1024, 128), (8, 32, 4096, 128), (8, 32, 2048, 64), (16, 32, 2048, 128),
+                           (32, 32, 512, 128), (8, 32, 512, 128)):
+            c = jax.jit(lambda q, kk, v: attention(q, kk, v, False)).lower(
+                sds((b, h, 1, d), BF, dev), sds((b, h, k, d), BF, dev), sds((b, h, k, d), BF, dev)).compile()
+            r[f"attention_b{b}h{h}kv{k}d{d}"] = [[o[0], o[2], o[4]] for o in entry_ops(c.as_text())]
+        res[chip] = r
+        print(chip, json.dumps(r), flush=True)
+    json.dump(res, open(os.path.join(OUT, "vector_dots.json"), "w"), indent=1)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     build()
     want = sys.argv[1:]
+    if want == ["vector_dots"]:
+        vector_dots()
+        sys.exit(0)
     if want and want[0].startswith("compiled="):  # compiled=CHIP NAME...: the compiled programs only
         compiled(want[1:], want[0].split("=", 1)[1])
         sys.exit(0)

@@ -13,12 +13,14 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "chip/chip.h"
 #include "compile/hlo_passes.h"
 #include "ir/build.h"
 
 typedef struct {
   tpu_builder *b;
-  tpu_comp *add; /* f32 (a, b) -> a + b, made on first use */
+  const tpu_chip *chip; /* NULL: no chip's rules */
+  tpu_comp *add;        /* f32 (a, b) -> a + b, made on first use */
 } dr;
 
 static tpu_shape plain(tpu_dtype t, int rank, const int64_t *dims) {
@@ -75,10 +77,23 @@ static int feeds_reduce(const tpu_instr *x, int depth) {
  * MXU (tpu_dot_on_vector_unit) unless a reduction reads its result: the XLA TPU compiler then
  * computes it in the reduction's vector loop (decode attention's q . k, one multiply_reduce
  * kLoop fusion with the softmax's maximum, where p . v beside it is a kOutput fusion). */
+/* Whether dot's vector operand (the one other than matrix operand mi) keeps a free
+ * dimension of size 1 (one-query attention's p in einsum('bhqk,bhkd->bhqd'), q = 1). */
+static int vector_keeps_unit_dim(const tpu_instr *dot, int mi) {
+  const tpu_instr *v = dot->operands[1 - mi];
+  const tpu_i64s *b = mi ? &dot->dot.lhs_batch : &dot->dot.rhs_batch, *c = mi ? &dot->dot.lhs_contract : &dot->dot.rhs_contract;
+  for (int d = 0; d < v->shape.rank; d++)
+    if (tpu_i64s_find(b, d) < 0 && tpu_i64s_find(c, d) < 0 && v->shape.dims[d] == 1) return 1;
+  return 0;
+}
+
 static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   *done = 0;
   int mi;
-  if (!tpu_dot_on_vector_unit(dot, &mi) && !(tpu_dot_vector_shaped(dot, &mi) && feeds_reduce(dot, 4)))
+  /* (a chip with vpu_batched_vector_dots: every batched one whose vector keeps a size-1
+   * free dimension, as the XLA TPU compiler does on v6e) */
+  if (!tpu_dot_on_vector_unit(dot, &mi) && !(tpu_dot_vector_shaped(dot, &mi) && feeds_reduce(dot, 4)) &&
+      !(r->chip && r->chip->vpu_batched_vector_dots && tpu_dot_vector_shaped(dot, &mi) && vector_keeps_unit_dim(dot, mi)))
     return TPU_OK;
   const tpu_dot_dims *dn = &dot->dot;
   int m_is_lhs = mi == 0;
@@ -175,8 +190,8 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   return TPU_OK;
 }
 
-tpu_status tpu__dot_strength_reduce(tpu_builder *b, tpu_module *m, int *changed) {
-  dr r = {b, NULL};
+tpu_status tpu__dot_strength_reduce(tpu_builder *b, tpu_module *m, const tpu_chip *chip, int *changed) {
+  dr r = {b, chip, NULL};
   /* The computations as they stand (the adder is inserted among them); fused computations
    * keep what they hold: a fusion made by the TPU compiler is its choice. */
   int nc = m->ncomps;

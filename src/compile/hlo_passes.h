@@ -11,10 +11,11 @@
 tpu_status tpu__pass_inline(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 /* Constant folding, exact algebraic identities, dead instructions and computations. */
 tpu_status tpu__pass_simplify(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
-/* Part of simplify: dots with a vector operand become multiply + reduce (compile/dot_reduce.c);
- * *changed = 1 when one did. */
+/* Part of simplify: dots with a vector operand become multiply + reduce (compile/dot_reduce.c),
+ * by the rules of `chip` (NULL: the rules every chip shares); *changed = 1 when one did. */
 struct tpu_builder;
-tpu_status tpu__dot_strength_reduce(struct tpu_builder *b, tpu_module *m, int *changed);
+struct tpu_chip;
+tpu_status tpu__dot_strength_reduce(struct tpu_builder *b, tpu_module *m, const struct tpu_chip *chip, int *changed);
 /* Part of simplify: a scatter-add of one element per operand row into a broadcast scalar
  * becomes compare-select (compile/scatter_select.c); *repl the replacement, else NULL. */
 tpu_status tpu__scatter_to_select(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);

@@ -538,6 +538,27 @@ static void test_dot_strength_reduction(void) {
     for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
     CHECK_EQ_INT(dots, bc[i].want_dots);
   }
+  /* A chip with vpu_batched_vector_dots (v6e, as its XLA compiler does): a batched p . v
+   * whose p keeps its size-1 query dimension runs on the vector unit; without that
+   * dimension (as above) it stays on the MXU; on other chips both stay dots. */
+  const char *pvq =
+      "HloModule m\nENTRY e {\n p = bf16[8,4,1,256] parameter(0)\n v = bf16[8,4,256,128] parameter(1)\n"
+      " y = bf16[8,4,1,128] dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, "
+      "rhs_contracting_dims={2}\n ROOT r = bf16[8,4,1,128] negate(y)\n}\n";
+  snprintf(src, sizeof src, pv, 8, 8, 8, 8, bc[0].root);
+  for (int flag = 0; flag < 2; flag++) {
+    g_chip.vpu_batched_vector_dots = flag;
+    int want_q = flag ? 0 : 1;
+    kc = census(pvq);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    CHECK_EQ_INT(dots, want_q);
+    kc = census(src);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    CHECK_EQ_INT(dots, 1);
+  }
+  g_chip.vpu_batched_vector_dots = 0;
 }
 
 /* Common subexpressions (compile/cse.c): equal instructions merge, even when JAX gave each
