@@ -667,6 +667,47 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
 }
 
 /* The root's sharding= text: one per result (a tuple sharding for a tuple root). */
+/* The entry root's own `sharding=` (GSPMD form: the program's output shardings, a tuple's
+ * per element): each result is resharded to it, as XLA's partitioner makes the outputs
+ * what the program asks for. Results whose sharding cannot be read stay as computed. */
+static tpu_status root_annotation(sp *s, tpu_instr **root) {
+  const tpu_instr *old = s->old->root;
+  const char *text = tpu__spmd_attr(old, "sharding");
+  if (!text) return TPU_OK;
+  tpu_sharding hs;
+  tpu_diag quiet;
+  if (tpu_sharding_parse(text, old->loc, &hs, &quiet) != TPU_OK) return TPU_OK;
+  tpu_status st = TPU_OK;
+  if (old->op == TPU_OP_TUPLE && (*root)->op == TPU_OP_TUPLE && hs.kind == TPU_SHARD_TUPLE &&
+      hs.nelems == old->noperands) {
+    int n = old->noperands, moved = 0;
+    tpu_instr **parts = tpu_calloc((size_t)n + 1, sizeof *parts);
+    if (!parts) st = TPU_FAIL(s->d, TPU_ERR_NOMEM, old->loc, "out of memory");
+    for (int i = 0; st == TPU_OK && i < n; i++) {
+      const tpu_instr *o = old->operands[i];
+      dsh h;
+      parts[i] = (*root)->operands[i];
+      if (!tpu_dtype_is_array(o->shape.dtype) || s->tsh[o->id] || !tpu__spmd_from_parsed(s->mesh, &hs.elems[i], o->shape.rank, &h) ||
+          h.manual || s->sh[o->id].manual || !tpu__spmd_fits(s, &o->shape, &h) || same_sharding(&h, &s->sh[o->id], o->shape.rank))
+        continue;
+      st = tpu__spmd_reshard(s, parts[i], &s->sh[o->id], &h, old->loc, &parts[i]);
+      s->sh[o->id] = h; /* (root_sharding writes each element's from here) */
+      moved = 1;
+    }
+    if (st == TPU_OK && moved) st = tpu__spmd_tuple(s, parts, n, old->loc, root);
+    tpu_free(parts);
+  } else if (tpu_dtype_is_array(old->shape.dtype) && hs.kind != TPU_SHARD_TUPLE) {
+    dsh h;
+    if (tpu__spmd_from_parsed(s->mesh, &hs, old->shape.rank, &h) && !h.manual && !s->sh[old->id].manual &&
+        tpu__spmd_fits(s, &old->shape, &h) && !same_sharding(&h, &s->sh[old->id], old->shape.rank)) {
+      st = tpu__spmd_reshard(s, *root, &s->sh[old->id], &h, old->loc, root);
+      s->sh[old->id] = h;
+    }
+  }
+  tpu_sharding_free(&hs);
+  return st;
+}
+
 static tpu_status root_sharding(sp *s, tpu_instr *root) {
   const tpu_instr *old = s->old->root;
   tpu_strbuf b;
@@ -1019,8 +1060,11 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
   }
   if (st == TPU_OK) {
     tpu_instr *root = s.val[s.old->root->id];
-    tpu_build_set_root(s.c, root);
-    st = root_sharding(&s, root);
+    st = root_annotation(&s, &root);
+    if (st == TPU_OK) {
+      tpu_build_set_root(s.c, root);
+      st = root_sharding(&s, root);
+    }
     /* values a later choice replaced (an all-reduce whose block a reduce-scatter gives) */
     if (st == TPU_OK && tpu_build_remove_dead(&s.b, s.c) < 0) st = d->status;
   }

@@ -53,6 +53,9 @@ const char *tpu__spmd_attr(const tpu_instr *in, const char *name);
 int tpu__spmd_parse_sdy(const char *p, const tpu_mesh *mesh, int rank, dsh *s);
 /* An HLO sharding as mesh axes (0 when no assignment of the axes gives it). */
 int tpu__spmd_from_hlo(const tpu_mesh *mesh, const char *text, int rank, dsh *out);
+/* The same for a parsed sharding (pod/sharding.h). */
+struct tpu_sharding;
+int tpu__spmd_from_parsed(const tpu_mesh *mesh, const struct tpu_sharding *hs, int rank, dsh *out);
 /* The tile assignment of s as HLO sharding text. */
 void tpu__spmd_hlo_text(const tpu_mesh *mesh, const dsh *s, int rank, tpu_strbuf *b);
 

@@ -241,6 +241,14 @@ int tpu__spmd_from_hlo(const tpu_mesh *mesh, const char *text, int rank, dsh *ou
   tpu_sharding hs;
   tpu_diag d;
   if (tpu_sharding_parse(text, tpu_noloc(), &hs, &d) != TPU_OK) return 0;
+  int ok = tpu__spmd_from_parsed(mesh, &hs, rank, out);
+  tpu_sharding_free(&hs);
+  return ok;
+}
+
+int tpu__spmd_from_parsed(const tpu_mesh *mesh, const tpu_sharding *sh, int rank, dsh *out) {
+  const tpu_sharding hs = *sh;
+  tpu_diag d;
   int ok = 0;
   memset(out, 0, sizeof *out);
   if (hs.kind == TPU_SHARD_REPLICATED) ok = 1;
@@ -274,7 +282,6 @@ int tpu__spmd_from_hlo(const tpu_mesh *mesh, const char *text, int rank, dsh *ou
       tpu_strbuf_deinit(&b);
     }
   }
-  tpu_sharding_free(&hs);
   return ok;
 }
 

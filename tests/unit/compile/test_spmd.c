@@ -369,6 +369,24 @@ int main(void) {
            " ROOT u = s32[16,8] subtract(w, ds)\n}\n");
   check("weight gradient summed for the update's block", src, 1, 1, 0);
   CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 0);
+  {
+    /* GSPMD form: the program's output shardings written on its root (a tuple's per
+     * element) are what each chip returns — a further split sliced on each chip, a whole
+     * result gathered. */
+    const char *t1 = "HloModule m\nENTRY e {\n x = s32[8,4] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}\n"
+                     " z = s32[8,4] add(x, x)\n ROOT t = (s32[8,4]) tuple(z), sharding={{devices=[2,2]<=[4]}}\n}\n";
+    check("output sharding on the root tuple", t1, 0, 0, 0);
+    tpu_module *m = parse(t1);
+    tpu_diag d;
+    if (m && partition(m, &d) == TPU_OK) {
+      const tpu_shape *r = &m->entry->root->shape;
+      CHECK(r->dtype == TPU_TUPLE && r->ntuple == 1 && r->elems[0].dims[0] == 4 && r->elems[0].dims[1] == 2);
+    }
+    tpu_module_free(m);
+    const char *t2 = "HloModule m\nENTRY e {\n x = s32[8,4] parameter(0), sharding={devices=[2,1,2]<=[4] last_tile_dim_replicate}\n"
+                     " ROOT z = s32[8,4] negate(x), sharding={replicated}\n}\n";
+    check("whole output on the root", t2, 0, 1, 0);
+  }
   /* A split reduction (max over a split dimension) and a split value used whole. */
   snprintf(src, sizeof src,
            MESH "%s%sENTRY e {\n x = s32[8,4] parameter(0), " SDY("[{\\\"x\\\"}, {\\\"y\\\"}]") "\n"
