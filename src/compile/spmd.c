@@ -49,6 +49,16 @@ static int target_is(const tpu_instr *in, const char *t) {
   return !strncmp(v, t, n) && (v[n] == '"' || v[n] == 0);
 }
 
+/* h with only the splits over the mesh axes in `mask` (bit a: axis a). */
+static void keep_axes(dsh *h, int rank, unsigned mask) {
+  for (int k = 0; k < rank; k++) {
+    int n = 0;
+    for (int i = 0; i < h->n[k]; i++)
+      if (mask >> h->ax[k][i] & 1) h->ax[k][n++] = h->ax[k][i];
+    h->n[k] = (int8_t)n;
+  }
+}
+
 /* The sharding an instruction is annotated with (sdy form first, then HLO form). */
 static int annotation_k(const sp *s, const tpu_instr *in, int k, int rank, dsh *out) {
   const char *fa = tpu__spmd_attr(in, "frontend_attributes");
@@ -494,9 +504,11 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
       if (target_is(in, "Sharding") || target_is(in, "xla.sdy.FuncResultSharding")) {
         dsh h;
         if (!annotation(s, in, rank, &h)) return tpu__spmd_fail_at(s, in, "cannot read its sharding");
-        if (h.manual) { /* entering or leaving a shard_map body: the value is already local */
+        if (h.manual || s->sh[in->operands[0]->id].manual) {
+          /* entering or leaving a shard_map body: the value is already local (a constraint
+           * over the automatic axes inside a partly manual body leaves it whole there) */
           s->val[in->id] = s->val[in->operands[0]->id];
-          s->sh[in->id] = h;
+          s->sh[in->id] = h.manual ? h : s->sh[in->operands[0]->id];
           return TPU_OK;
         }
         if (!tpu__spmd_fits(s, &in->shape, &h)) h = k_repl;
@@ -508,15 +520,21 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
       }
       if (target_is(in, "xla.sdy.GlobalToLocalShape") || target_is(in, "xla.sdy.LocalToGlobalShape")) {
         /* shard_map as JAX lowers it with Shardy: the body between works on blocks. */
+        /* A shard_map manual over only some mesh axes: the body works on blocks split over
+         * those; along the automatic ones every chip holds the whole block (the body runs
+         * replicated over them, correct though XLA may split it further). Only the
+         * manual axes of in_shardings / out_shardings are kept. */
         const char *fa = tpu__spmd_attr(in, "frontend_attributes");
         const char *ma = fa ? strstr(fa, "manual_axes") : NULL;
-        for (int a = 0; ma && a < s->mesh->naxes; a++) {
+        unsigned manual = 0, all = 0;
+        for (int a = 0; a < s->mesh->naxes; a++) {
           char q[40];
+          all |= 1u << a;
           snprintf(q, sizeof q, "\\\"%s\\\"", s->mesh->names[a]);
-          if (!strstr(ma, q)) {
-            snprintf(q, sizeof q, "\"%s\"", s->mesh->names[a]);
-            if (!strstr(ma, q)) return tpu__spmd_fail_at(s, in, "a shard_map that leaves some mesh axes automatic is not supported");
-          }
+          int in_m = ma && strstr(ma, q);
+          snprintf(q, sizeof q, "\"%s\"", s->mesh->names[a]);
+          in_m = in_m || (ma && strstr(ma, q));
+          if (in_m || !ma) manual |= 1u << a;
         }
         const tpu_instr *o = in->operands[0];
         int global = target_is(in, "xla.sdy.LocalToGlobalShape");
@@ -533,6 +551,7 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
               st = tpu__spmd_fail_at(s, in, "cannot read its sharding");
               break;
             }
+            if (manual != all) keep_axes(&hk, ok->shape.rank, manual);
             st = tpu__spmd_operand_as(s, in, k, &hk, &parts[k]);
             tpu_shape l = tpu__spmd_local_shape(s, &ok->shape, &hk);
             if (st == TPU_OK && !tpu_shape_equal(&l, &in->shape.elems[k]))
@@ -560,6 +579,7 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
               st = tpu__spmd_fail_at(s, in, "cannot read its sharding");
               break;
             }
+            if (manual != all) keep_axes(&el[k], g->rank, manual);
             tpu_shape l = tpu__spmd_local_shape(s, g, &el[k]);
             if (!tpu_shape_equal(&l, &in->operands[k]->shape)) {
               st = tpu__spmd_fail_at(s, in, "an operand is not one block of its result");
@@ -579,6 +599,7 @@ static tpu_status partition_instr(sp *s, const tpu_instr *in) {
         dsh h;
         if (!annotation(s, in, global ? rank : o->shape.rank, &h) || h.manual)
           return tpu__spmd_fail_at(s, in, "cannot read its sharding");
+        if (manual != all) keep_axes(&h, global ? rank : o->shape.rank, manual);
         if (!global) { /* the operand as split by in_shardings; the result is one block */
           tpu_instr *x;
           TPU_TRY(tpu__spmd_operand_as(s, in, 0, &h, &x));

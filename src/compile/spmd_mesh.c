@@ -240,7 +240,7 @@ void tpu__spmd_hlo_text(const tpu_mesh *mesh, const dsh *s, int rank, tpu_strbuf
 int tpu__spmd_from_hlo(const tpu_mesh *mesh, const char *text, int rank, dsh *out) {
   tpu_sharding hs;
   tpu_diag d;
-  if (tpu_sharding_parse(text, tpu_noloc(), &hs, &d) != TPU_OK) return 0;
+  if (tpu_sharding_parse_partial(text, tpu_noloc(), &hs, &d) != TPU_OK) return 0;
   int ok = tpu__spmd_from_parsed(mesh, &hs, rank, out);
   tpu_sharding_free(&hs);
   return ok;
@@ -252,7 +252,7 @@ int tpu__spmd_from_parsed(const tpu_mesh *mesh, const tpu_sharding *sh, int rank
   int ok = 0;
   memset(out, 0, sizeof *out);
   if (hs.kind == TPU_SHARD_REPLICATED) ok = 1;
-  else if (hs.kind == TPU_SHARD_MANUAL) ok = out->manual = 1;
+  else if (hs.kind == TPU_SHARD_MANUAL || (hs.kind == TPU_SHARD_TILED && hs.nmanual)) ok = out->manual = 1;
   else if (hs.kind == TPU_SHARD_TILED && hs.ntile - hs.nrep == rank) {
     int64_t combos = 1;
     for (int a = 0; a < mesh->naxes; a++) combos *= rank + 1;

@@ -130,7 +130,12 @@ static int parse_one(const char **pp, tpu_sharding *s) {
           q++;
           continue;
         }
-        if (word(q, "manual")) return 0; /* manual subgroups: no global view */
+        if (word(q, "manual")) { /* a manual subgroup (a partly manual shard_map) */
+          s->nrep++;
+          s->nmanual++;
+          q += 6;
+          continue;
+        }
         if (!word(q, "replicated")) return 0;
         s->nrep++;
         q += 10;
@@ -145,12 +150,25 @@ static int parse_one(const char **pp, tpu_sharding *s) {
       return 0;
     }
   }
-  if (s->kind == TPU_SHARD_TILED && s->nrep >= s->ntile) return 0;
+  if (s->kind == TPU_SHARD_TILED && s->nrep > s->ntile) return 0; /* (all subgroups: a scalar's) */
   *pp = end;
   return 1;
 }
 
+static int has_manual_subgroups(const tpu_sharding *s) {
+  int n = s->nmanual;
+  for (int i = 0; i < s->nelems; i++) n += has_manual_subgroups(&s->elems[i]);
+  return n;
+}
+
 tpu_status tpu_sharding_parse(const char *text, tpu_loc loc, tpu_sharding *s, tpu_diag *d) {
+  TPU_TRY(tpu_sharding_parse_partial(text, loc, s, d));
+  if (!has_manual_subgroups(s)) return TPU_OK;
+  tpu_sharding_free(s); /* manual subgroups: no global view */
+  return TPU_FAIL(d, TPU_ERR_INVALID, loc, "cannot read the sharding '%s': it has manual subgroups (a partly manual shard_map)", text);
+}
+
+tpu_status tpu_sharding_parse_partial(const char *text, tpu_loc loc, tpu_sharding *s, tpu_diag *d) {
   memset(s, 0, sizeof *s);
   const char *p = skip(text);
   int r = 0;

@@ -23,6 +23,7 @@ typedef struct tpu_sharding {
   int64_t *devices;                 /* the tile assignment, row-major over tile[] */
   int64_t ndevices;
   int64_t maximal;                  /* MAXIMAL: the device */
+  int nmanual;                      /* of the nrep trailing dims, those that are manual subgroups */
   int nelems;                       /* TUPLE */
   struct tpu_sharding *elems;
 } tpu_sharding;
@@ -31,6 +32,9 @@ typedef struct tpu_sharding {
  * "{replicated}", "{{...}, {...}}", explicit device lists, iota lists with T(perm)); errors
  * at `loc`. */
 tpu_status tpu_sharding_parse(const char *text, tpu_loc loc, tpu_sharding *s, tpu_diag *d);
+/* The same, also accepting manual subgroups (`last_tile_dims={manual, ...}`: inside a shard_map
+ * manual over only some mesh axes), which tpu_sharding_parse refuses. */
+tpu_status tpu_sharding_parse_partial(const char *text, tpu_loc loc, tpu_sharding *s, tpu_diag *d);
 void tpu_sharding_free(tpu_sharding *s);
 
 /* The sharding written on `in` (*found = 0 and s untouched when it has none). */

@@ -419,6 +419,11 @@ def smap(f, mesh, i, o):
     return shard_map(f, mesh=mesh, in_specs=i, out_specs=o, check_vma=False)
 
 
+def smap_part(f, mesh, i, o, manual):
+    """shard_map manual over the axes `manual` only; the others stay automatic."""
+    return shard_map(f, mesh=mesh, in_specs=i, out_specs=o, axis_names=set(manual), check_vma=False)
+
+
 def blocks(a, n, axis=0):
     return np.split(a, n, axis=axis)
 
@@ -670,6 +675,15 @@ def main():
          [P("x"), P(None, None, None, "y"), P(None, None, "y", None)], M24, tol=1e-4,
          note="tensor-parallel convolutions on a 2x4 mesh: batch over x, the first conv's filters split along "
               "their output features over y, the second's along their input features (one all-reduce)")
+    # shard_map manual over one axis of two (partially manual: last_tile_dims={manual, ...})
+    case("smap_part_x", smap_part(lambda a, w: jax.lax.psum(a @ w, "x"), M24, (P("x", None), P()), P(None, None), "x"),
+         (arr(16, 16), arr(16, 8, scale=0.3)), [P("x", "y"), P()], M24,
+         ref=lambda a, w: a[:8] @ w + a[8:] @ w, note="shard_map manual over x only (y automatic): a matmul per x block, psum over x")
+    case("smap_part_y", smap_part(lambda a: jnp.tanh(a) * 2 + jax.lax.psum(a, "y").sum(0, keepdims=True), M24,
+                                  P(None, "y"), P(None, "y"), "y"),
+         (arr(8, 16),), [P("x", "y")], M24,
+         ref=lambda a: np.tanh(a) * 2 + np.tile(a.reshape(8, 4, 4).sum(1).sum(0, keepdims=True), (1, 4)),
+         note="shard_map manual over y only (x automatic): elementwise, a psum over y and a sum")
 
     total = sum(s for _, _, s in SUMMARY)
     print(f"{len(SUMMARY)} cases, {total} bytes")

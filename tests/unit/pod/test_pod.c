@@ -236,6 +236,19 @@ static void test_sharding(void) {
   tpu_sharding_free(&s);
   CHECK(tpu_sharding_parse("{devices=[2,2]0,1,2}", tpu_noloc(), &s, &d) != TPU_OK);
   CHECK(tpu_sharding_parse("{devices=[2]<=[2] bogus}", tpu_noloc(), &s, &d) != TPU_OK);
+  /* manual subgroups (a shard_map manual over part of the mesh): no global view, so the
+   * plain parser refuses them; the partial one reads them (a scalar's too: every tile
+   * dimension a subgroup) */
+  const char *pm = "{devices=[1,1,2,4]<=[8] last_tile_dims={manual, replicated}}";
+  CHECK(tpu_sharding_parse(pm, tpu_noloc(), &s, &d) != TPU_OK);
+  CHECK(strstr(d.msg, "manual subgroups") != NULL);
+  CHECK(tpu_sharding_parse_partial(pm, tpu_noloc(), &s, &d) == TPU_OK);
+  CHECK(s.kind == TPU_SHARD_TILED && s.ntile == 4 && s.nrep == 2 && s.nmanual == 1 && s.ndevices == 8);
+  tpu_sharding_free(&s);
+  CHECK(tpu_sharding_parse_partial("{devices=[2,4]<=[8] last_tile_dims={manual, replicated}}", tpu_noloc(), &s, &d) ==
+        TPU_OK);
+  CHECK(s.ntile == 2 && s.nrep == 2 && s.nmanual == 1);
+  tpu_sharding_free(&s);
 }
 
 int main(void) {
