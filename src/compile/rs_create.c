@@ -123,7 +123,8 @@ tpu_status tpu__make_reduce_scatters(tpu_builder *b, tpu_comp *c, int *changed, 
     if (!u || u->op != TPU_OP_DYNAMIC_SLICE || u->operands[0] != last) continue;
     int k;
     if (!own_block(b->m, ar, u, &k)) continue;
-    tpu_shape r = u->shape;
+    tpu_shape r = u->shape; /* the block; of the sum's type (a convert in the chain comes after) */
+    r.dtype = ar->shape.dtype;
     r.has_layout = 0;
     r.layout_tail = NULL;
     tpu_instr *rs;

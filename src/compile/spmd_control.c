@@ -11,7 +11,8 @@
 /* Partitions computation `old` (a loop's condition or body) whose one parameter is the
  * loop state with elements split as `el` (NULL: whole) into a new computation; for a body
  * (`el_out` = el) the result's elements are resharded back to el, so every iteration sees
- * the same splits. */
+ * the same splits; a body's `want_el` (NULL: not wanted) gets the splits its dots want for
+ * state elements they read whole along a contraction (tpu__spmd_dot_wants). */
 static tpu_status partition_comp(sp *s, const tpu_comp *old, const dsh *el, int is_body, dsh *root_el,
                                  dsh *want_el, tpu_comp **out) {
   sp saved = *s; /* the caller's frame */

@@ -182,10 +182,11 @@ PY
 # the reference interpreter's run of the program as written.
 "$BIN" compile tests/hlo/pod_ar_slice.hlo --dump-after combine-collectives > "$T/ars" 2> "$T/err" ||
   fail "compile pod_ar_slice exited $?: $(cat "$T/err")"
-# (the two reduce-scatters of x are then combined into one)
-[ "$(grep -c ' reduce-scatter(x, x)' "$T/ars")" = 1 ] && [ "$(grep -c ' all-reduce(x)' "$T/ars")" = 1 ] &&
-  [ "$(grep -c 's32\[4,8\] negate(' "$T/ars")" = 1 ] ||
-  fail "pod_ar_slice: not two reduce-scatters (one negated on its block) and one all-reduce: $(grep -E 'reduce|negate' "$T/ars")"
+# (the three reduce-scatters of x, all s32, are then combined into one)
+[ "$(grep -c '(s32\[4,8\], s32\[4,8\], s32\[4,8\]) reduce-scatter(x, x, x)' "$T/ars")" = 1 ] &&
+  [ "$(grep -c ' all-reduce(x)' "$T/ars")" = 1 ] &&
+  [ "$(grep -c 's32\[4,8\] negate(' "$T/ars")" = 1 ] && [ "$(grep -c 'f32\[4,8\] convert(' "$T/ars")" = 1 ] ||
+  fail "pod_ar_slice: not three s32 reduce-scatters (one negated, one converted on its block) and one all-reduce: $(grep -E 'reduce|negate|convert' "$T/ars")"
 python3 -c "import numpy as np; np.save('$T/x.npy', (np.arange(128).reshape(16, 8) * 7 - 300).astype(np.int32))"
 "$BIN" run tests/hlo/pod_ar_slice.hlo --backend ref -i "$T/x.npy" -o "$T/ars_ref" -q 2> "$T/err" || fail "ref run exited $?: $(cat "$T/err")"
 "$BIN" run tests/hlo/pod_ar_slice.hlo -i "$T/x.npy" -o "$T/ars_tpu" -q 2> "$T/err" || fail "tpu run exited $?: $(cat "$T/err")"
@@ -194,7 +195,7 @@ import sys
 import numpy as np
 t = sys.argv[1]
 x = np.arange(128).reshape(16, 8) * 7 - 300
-for f, shift, sign in (("0", 0, 1), ("1", 1, 1), ("2", 0, -1)):
+for f, shift, sign in (("0", 0, 1), ("1", 1, 1), ("2", 0, -1), ("3", 0, 1)):
     a, b = np.load(f"{t}/ars_ref/{f}.npy"), np.load(f"{t}/ars_tpu/{f}.npy")
     assert np.array_equal(a, b), f
     for d in range(4):  # device d holds block (d + shift) % 4 of the sum 4x (negated)
