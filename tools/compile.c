@@ -16,7 +16,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: tpusim compile PROG.hlo [--chip NAME|FILE] [--emit hlo|asm] [--dump-after PASS]\n"
-          "                      [--precision default|high|highest] [--no-windowed-einsum]\n"
+          "                      [--precision default|high|highest] [--no-windowed-einsum] [--mesh N=S,...]\n"
           "\n"
           "Compiles an HLO module for a TPU chip and prints the result on stdout.\n"
           "  --chip C         a preset name (tpusim chips lists them) or a chip JSON file (default v5e)\n"
@@ -30,6 +30,8 @@ static void usage(FILE *f) {
           "  --precision P    compile every f32 dot/convolution at P (default: each op's operand_precision)\n"
           "  --no-windowed-einsum  spmd-partition gathers and reduce-scatters where the chip's XLA\n"
           "                   compiler would run a windowed einsum (docs/spmd.md)\n"
+          "  --mesh N=S,...   the device mesh spmd-partition partitions over (JAX's lowered HLO\n"
+          "                   carries its own; a GSPMD-form program's is inferred when it can be)\n"
           "Exit status: 0 success, 2 bad program or option (one line on stderr, nothing on stdout).\n");
 }
 
@@ -40,7 +42,7 @@ static int is_hlo_pass(const char *name) {
 
 int tpu_cli_compile(int argc, char **argv) {
   static const char *const precisions[] = {"default", "high", "highest"};
-  const char *prog = NULL, *chip_name = "v5e", *emit = "asm", *dump_after = NULL;
+  const char *prog = NULL, *chip_name = "v5e", *emit = "asm", *dump_after = NULL, *mesh = NULL;
   int precision = -1, no_window = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -60,6 +62,8 @@ int tpu_cli_compile(int argc, char **argv) {
       dump_after = argv[++i];
     } else if (!strcmp(a, "--no-windowed-einsum")) {
       no_window = 1;
+    } else if (!strcmp(a, "--mesh") && has_next) {
+      mesh = argv[++i];
     } else if (!strcmp(a, "--precision") && has_next) {
       const char *p = argv[++i];
       precision = -2;
@@ -104,7 +108,7 @@ int tpu_cli_compile(int argc, char **argv) {
   tpu_pod_cost_ctx pc;
   memset(&pc, 0, sizeof pc);
   pc.chip = &chip;
-  tpu_compile_opts o = {&chip, dump_after, out, precision, tpu_pod_coll_cost, &pc, 0, no_window};
+  tpu_compile_opts o = {&chip, dump_after, out, precision, tpu_pod_coll_cost, &pc, 0, no_window, mesh};
   tpu_status st;
   tpu_program *p = NULL;
   int backend = dump_after ? !is_hlo_pass(dump_after) : !strcmp(emit, "asm");

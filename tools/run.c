@@ -517,7 +517,7 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
     return 2;
   }
   if (have_topo) pc.topo = &topo;
-  tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc, o->sync_collectives, o->no_window};
+  tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc, o->sync_collectives, o->no_window, NULL};
   progress(o, "compiling");
   tpu_status cst = tpu_compile(m, &co, &prog, &d);
   progress(o, NULL);

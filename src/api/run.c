@@ -299,7 +299,7 @@ static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, cons
   int set;
   TPU_TRY(tpu_topology_for_run(p->topology, p->slices, &r->chip, r->devices, &r->topo, &set, d));
   if (set) r->costs.topo = &r->topo;
-  tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &r->costs, 0, 0};
+  tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &r->costs, 0, 0, NULL};
   TPU_TRY(tpu_compile(m, &co, &r->prog, d));
   apply_trips(r->prog, trips);
   TPU_TRY(tpu_timing_run(r->prog, &r->chip, 1, &r->tl, d));

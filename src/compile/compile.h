@@ -39,6 +39,7 @@ typedef struct tpu_compile_opts {
                                * where first used, as XLA's latency-hiding scheduler does) */
   int no_windowed_einsum;     /* 1: spmd-partition gathers and reduce-scatters where the chip's
                                * compiler would run a windowed einsum (docs/spmd.md) */
+  const char *mesh;           /* "NAME=SIZE,...": spmd-partition's mesh (NULL: the module's own) */
 } tpu_compile_opts;
 
 /* The pass names in pipeline order, NULL-terminated (for --dump-after checks and help). */

@@ -21,10 +21,11 @@ typedef struct {
 /* spmd-partition: partitions a program that carries sharding annotations over the mesh
  * it names (tpusim run does it before computing values; then this is a no-op). */
 static tpu_status tpu__pass_spmd(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d) {
-  if (!tpu_spmd_needed(m)) return TPU_OK;
+  if (!o->mesh && !tpu_spmd_needed(m)) return TPU_OK;
   tpu_mesh mesh;
-  int found;
-  TPU_TRY(tpu_mesh_from_module(m, &mesh, &found, d));
+  int found = 1;
+  if (o->mesh) TPU_TRY(tpu_mesh_parse(o->mesh, &mesh, d));
+  else TPU_TRY(tpu_mesh_from_module(m, &mesh, &found, d));
   if (found) tpu_mesh_configure(&mesh, o->chip, o->precision_override, o->no_windowed_einsum);
   tpu_status st = found ? tpu_spmd_partition(m, &mesh, d) : TPU_OK;
   tpu_mesh_free(&mesh);

@@ -196,5 +196,13 @@ assert kinds.count("reduce-scatter") == 1 and kinds.count("all-gather") == 3, ki
 assert sum(b for _, b in rows) <= 11520, rows
 PY
 
+# tpusim compile --mesh: the mesh spmd-partition uses for a program that names none (a GSPMD-
+# form shard_map manual over y only, as `tpusim run --mesh` would); a bad mesh is one line, 2
+G=tests/pod/cases/smap_part_y/prog_gspmd.hlo
+"$BIN" compile $G --mesh x=2,y=4 --dump-after spmd-partition > "$T/mesh" 2> "$T/err" || fail "compile --mesh exited $?: $(cat "$T/err")"
+grep -q "num_partitions=8" "$T/mesh" || fail "compile --mesh: not partitioned over 8 chips"
+"$BIN" compile $G --mesh x=2,y=q --dump-after spmd-partition > "$T/mesh" 2> "$T/err"
+[ $? -eq 2 ] && [ ! -s "$T/mesh" ] && grep -q "^error: --mesh 'x=2,y=q'" "$T/err" || fail "bad --mesh: $(cat "$T/err")"
+
 [ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
 exit $fails
