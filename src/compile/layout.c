@@ -313,7 +313,7 @@ static void scan_one(const tpu_chip *chip, const tpu_instr *x, int *reduces, int
  * chip field's note gives the compiler probe it comes from):
  * - stream_pass_bytes per element it iterates over when it reduces or writes a 16-bit
  *   result (once per kernel, however many reductions or 16-bit results it has);
- * - lone_op_bytes per element for an unfused elementwise op, convert or reduce whose bytes
+ * - lone_op_bytes per element for an unfused elementwise op, convert, reduce or broadcast whose bytes
  *   in and out reach lone_op_min_bytes (the compiler leaves a single op unfused and times
  *   it slower than the same op in a fusion);
  * - transpose_bytes per element of each transpose that moves the minor dimension. */
@@ -340,7 +340,7 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
   double x = 0;
   if (reduces || narrow) x += ch->stream_pass_bytes * (double)n;
   tpu_op_class cls = tpu_op_class_of(in->op);
-  int lone = in->op == TPU_OP_CONVERT || in->op == TPU_OP_REDUCE || cls == TPU_CLS_UNARY ||
+  int lone = in->op == TPU_OP_CONVERT || in->op == TPU_OP_REDUCE || in->op == TPU_OP_BROADCAST || cls == TPU_CLS_UNARY ||
              cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY;
   /* Only where the compiler too has nothing to fuse it with: every array operand a
    * parameter or a constant (tpusim leaves ops unfused that the compiler puts in a

@@ -631,6 +631,10 @@ static void stream_costs(void) {
        "ENTRY e {\n a = f32[8192,8192] parameter(0)\n z = f32[] constant(0)\n"
        " ROOT r = f32[8192] reduce(a, z), dimensions={1}, to_apply=add\n}\n",
        4 + 4.0 / 8192, c.stream_pass_bytes + c.lone_op_bytes},
+      {"lone f32 broadcast of a constant: the lone-op cost (the XLA TPU compiler's v6e long causal attention "
+       "times its two f32[32,4096,4096] ones so)",
+       "HloModule m\nENTRY e {\n t = f32[] constant(2)\n"
+       " ROOT r = f32[8192,8192] broadcast(t), dimensions={}\n}\n", 4, c.lone_op_bytes},
       {"lone transpose moving the minor dimension",
        "HloModule m\nENTRY e {\n a = f32[8192,8192] parameter(0)\n"
        " ROOT r = f32[8192,8192] transpose(a), dimensions={1,0}\n}\n", 8, c.transpose_bytes},
