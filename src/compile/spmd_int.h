@@ -152,6 +152,11 @@ int tpu__spmd_fits(const sp *s, const tpu_shape *g, const dsh *h);
  * the other operand splits (an axis it does not use yet, dividing it): *h = its split with
  * those added (the split XLA's propagation gives it). */
 int tpu__spmd_dot_wants(const sp *s, const tpu_instr *u, int side, dsh *h);
+/* Whether `in` is an elementwise op (unary, binary, ternary, compare, select, clamp, convert). */
+int tpu__spmd_is_elementwise(const tpu_instr *in);
+/* After a first walk over the entry: s->hint, the splits values are used with (spmd_hint.c);
+ * left NULL when there is none (no second walk). */
+tpu_status tpu__spmd_hints(sp *s);
 /* o, or the value o is through unary elementwise ops that keep its split. */
 const tpu_instr *tpu__spmd_through_unary(const sp *s, const tpu_instr *o);
 tpu_status tpu__spmd_emit_clone(sp *s, const tpu_instr *in, tpu_instr **ops, const dsh *h);
