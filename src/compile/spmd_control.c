@@ -120,7 +120,7 @@ tpu_status tpu__spmd_while_loop(sp *s, const tpu_instr *in) {
     el[i] = s->tsh[o->id] ? s->tsh[o->id][i] : k_repl;
     /* A whole element that the entry uses split after the loop (gradients accumulated
      * in a scan, then applied to split parameters) starts split. */
-    const dsh *hi = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
+    const dsh *hi = tpu__spmd_hint_of(s, in);
     if (hi && !is_split(&el[i], o->shape.elems[i].rank) && tpu_dtype_is_array(o->shape.elems[i].dtype) &&
         tpu__spmd_fits(s, &o->shape.elems[i], &hi[i]))
       el[i] = hi[i];

@@ -56,7 +56,7 @@ static double gather_cost(const sp *s, const tpu_instr *x, const dsh *from, cons
 /* Whether the first pass saw dot `in`'s result used split as plan p's output plus exactly
  * its partial-sum axes (each added after p's own axes of some dimension). */
 static int sum_wanted_split(const sp *s, const tpu_instr *in, const dot_plan *p) {
-  const dsh *h = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
+  const dsh *h = tpu__spmd_hint_of(s, in);
   if (!h || h->manual) return 0;
   int8_t extra[MAXA * 8];
   int ne = 0;
@@ -174,12 +174,11 @@ static tpu_status dot_operand_bf16(sp *s, const tpu_instr *in, int i, const dsh 
   return TPU_OK;
 }
 
-/* The operands lh, rh split as the hint of dot `in` splits the result dimension each free
+/* The operands lh, rh split as hint h of dot `in` splits the result dimension each free
  * dimension becomes: a whole free dimension takes the hint's split (moved from a
  * contracted dimension split the same way, or a slice of the chip's block), one split
  * otherwise is gathered. 1 when anything changed. */
-static int hinted_operands(const sp *s, const tpu_instr *in, dsh *lh, dsh *rh) {
-  const dsh *h = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
+static int hinted_operands(const sp *s, const tpu_instr *in, const dsh *h, dsh *lh, dsh *rh) {
   if (!h || h->manual || lh->manual || rh->manual) return 0;
   const tpu_dot_dims *dd = &in->dot;
   int rd = dd->lhs_batch.n, added = 0;
@@ -260,10 +259,11 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
    * those splits where they are whole and the operand does not use the axis, a slice of
    * each chip's own block (XLA's partitioner slices the operands to the output's sharding:
    * a weight gradient summed over the batch only for the chip's block of the weight). */
-  const dsh *hint = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
+  const dsh *hint = tpu__spmd_hint_of(s, in);
+  if (hint && hint->manual) hint = NULL;
   dsh lh2 = *lh, rh2 = *rh;
-  if (best.valid && hint && !hint->manual) best.cost += gather_cost(s, in, &best.out, hint);
-  int hinted = hinted_operands(s, in, &lh2, &rh2);
+  if (best.valid && hint) best.cost += gather_cost(s, in, &best.out, hint);
+  int hinted = hinted_operands(s, in, hint, &lh2, &rh2);
   int nc = (int)(sizeof cands / sizeof cands[0]);
   for (int c = keep ? nc : 0; c < nc + hinted; c++) {
     const dsh *const *cand = c < nc ? cands[c] : (const dsh *const[]){&lh2, &rh2};
@@ -272,7 +272,7 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
     if (p.valid)
       p.cost += gather_cost(s, lo, lh, cand[0]) + gather_cost(s, ro, rh, cand[1]);
     /* and moving its result to the split a use wants */
-    if (p.valid && hint && !hint->manual) p.cost += gather_cost(s, in, &p.out, hint);
+    if (p.valid && hint) p.cost += gather_cost(s, in, &p.out, hint);
     /* (the hinted plan, last, wins a tie: it gives the use the split it wants) */
     if (p.valid && (!best.valid || p.cost < best.cost || (c >= nc && p.cost <= best.cost))) best = p;
   }

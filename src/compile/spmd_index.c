@@ -200,7 +200,7 @@ static tpu_status split_gather(sp *s, const tpu_instr *in) {
 static tpu_status hinted_scatter(sp *s, const tpu_instr *in, int *done) {
   *done = 0;
   const tpu_scatter_dims *g = &in->scatter;
-  const dsh *h = s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
+  const dsh *h = tpu__spmd_hint_of(s, in);
   if (!h || in->noperands != 3 || g->scatter_dims_to_operand_dims.n != 1) return TPU_OK;
   int d = (int)g->scatter_dims_to_operand_dims.v[0], inserted = 0;
   for (int i = 0; i < g->inserted_window_dims.n; i++) inserted |= g->inserted_window_dims.v[i] == d;

@@ -148,6 +148,11 @@ tpu_status tpu__spmd_index_op(sp *s, const tpu_instr *in);
 tpu_instr *tpu__spmd_resharded(const sp *s, const tpu_instr *v, const dsh *from, const dsh *to, int bf16);
 void tpu__spmd_remember(sp *s, const tpu_instr *v, const dsh *from, const dsh *to, int bf16, tpu_instr *out);
 int tpu__spmd_fits(const sp *s, const tpu_shape *g, const dsh *h);
+/* The first pass's hint for entry instruction `in` (a while's: one per state element), NULL
+ * when there is none or `in` is not in the entry (spmd_hint.c). */
+static inline const dsh *tpu__spmd_hint_of(const sp *s, const tpu_instr *in) {
+  return s->hint && s->old == s->m->entry ? s->hint[in->id] : NULL;
+}
 /* Whether operand `side` of dot u, as split now, is whole along a contracted dimension that
  * the other operand splits (an axis it does not use yet, dividing it): *h = its split with
  * those added (the split XLA's propagation gives it). */

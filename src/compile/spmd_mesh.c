@@ -246,14 +246,13 @@ int tpu__spmd_from_hlo(const tpu_mesh *mesh, const char *text, int rank, dsh *ou
   return ok;
 }
 
-int tpu__spmd_from_parsed(const tpu_mesh *mesh, const tpu_sharding *sh, int rank, dsh *out) {
-  const tpu_sharding hs = *sh;
+int tpu__spmd_from_parsed(const tpu_mesh *mesh, const tpu_sharding *hs, int rank, dsh *out) {
   tpu_diag d;
   int ok = 0;
   memset(out, 0, sizeof *out);
-  if (hs.kind == TPU_SHARD_REPLICATED) ok = 1;
-  else if (hs.kind == TPU_SHARD_MANUAL || (hs.kind == TPU_SHARD_TILED && hs.nmanual)) ok = out->manual = 1;
-  else if (hs.kind == TPU_SHARD_TILED && hs.ntile - hs.nrep == rank) {
+  if (hs->kind == TPU_SHARD_REPLICATED) ok = 1;
+  else if (hs->kind == TPU_SHARD_MANUAL || (hs->kind == TPU_SHARD_TILED && hs->nmanual)) ok = out->manual = 1;
+  else if (hs->kind == TPU_SHARD_TILED && hs->ntile - hs->nrep == rank) {
     int64_t combos = 1;
     for (int a = 0; a < mesh->naxes; a++) combos *= rank + 1;
     for (int64_t c = 0; c < combos && !ok; c++) {
@@ -270,9 +269,9 @@ int tpu__spmd_from_parsed(const tpu_mesh *mesh, const tpu_sharding *sh, int rank
       tpu__spmd_hlo_text(mesh, &t, rank, &b);
       tpu_sharding ts;
       if (!b.oom && b.s && tpu_sharding_parse(b.s, tpu_noloc(), &ts, &d) == TPU_OK) {
-        int same = ts.kind == TPU_SHARD_TILED && ts.ndevices == hs.ndevices && ts.ntile - ts.nrep == rank;
-        for (int k = 0; same && k < rank; k++) same = ts.tile[k] == hs.tile[k];
-        same = same && !memcmp(ts.devices, hs.devices, sizeof *ts.devices * (size_t)ts.ndevices);
+        int same = ts.kind == TPU_SHARD_TILED && ts.ndevices == hs->ndevices && ts.ntile - ts.nrep == rank;
+        for (int k = 0; same && k < rank; k++) same = ts.tile[k] == hs->tile[k];
+        same = same && !memcmp(ts.devices, hs->devices, sizeof *ts.devices * (size_t)ts.ndevices);
         if (same) {
           *out = t;
           ok = 1;
