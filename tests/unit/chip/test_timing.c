@@ -330,6 +330,25 @@ static void megacore_and_int8(void) {
  * 30 cycles. The weight load takes the port gap during kernel 0's compute, starting at L;
  * the dependent load waits for kernel 0's store, even when marked prefetch (its source's
  * writer), and so does a prefetch whose VMEM overlaps the running kernel's. */
+/* Times program p (freed here) on v5e: its total cycles (-1 and a failed check if it does
+ * not run); *dma_start, when given, the start of kernel 1's first load. */
+static int64_t timed_total(tpu_program *p, int sync, int64_t *dma_start) {
+  tpu_timeline tl;
+  tpu_diag d;
+  int64_t total = -1;
+  if (dma_start) *dma_start = -1;
+  if (tpu_timing_run(p, &g_v5e, sync, &tl, &d) == TPU_OK) {
+    total = tl.total_cycles;
+    for (int64_t e = 0; dma_start && e < tl.nevents; e++)
+      if (tl.events[e].unit == TPU_UNIT_DMA_IN && tl.events[e].op == 1 && *dma_start < 0) *dma_start = tl.events[e].start;
+    tpu_timeline_free(&tl);
+  } else {
+    CHECK(0);
+  }
+  tpu_program_free(p);
+  return total;
+}
+
 static int64_t two_kernels(int pf_weight, int pf_dep, int64_t w_off, int64_t *w_start) {
   double bpc = g_v5e.hbm_bw / g_v5e.clock_hz;
   int64_t bytes = (int64_t)floor(bpc * 1000);
@@ -367,21 +386,7 @@ static int64_t two_kernels(int pf_weight, int pf_dep, int64_t w_off, int64_t *w_
   tpu_free(t1);
   tpu_free(t2);
   tpu_program_free(q);
-  tpu_timeline tl;
-  tpu_diag d;
-  int64_t total = -1;
-  *w_start = -1;
-  if (tpu_timing_run(p, &g_v5e, 1, &tl, &d) == TPU_OK) {
-    total = tl.total_cycles;
-    for (int64_t e = 0; e < tl.nevents; e++)
-      if (tl.events[e].unit == TPU_UNIT_DMA_IN && tl.events[e].op == 1 && *w_start < 0)
-        *w_start = tl.events[e].start;
-    tpu_timeline_free(&tl);
-  } else {
-    CHECK(0);
-  }
-  tpu_program_free(p);
-  return total;
+  return timed_total(p, 1, w_start);
 }
 
 /* An in-step copy (prefetch=2): kernel 0 loads (L cycles), computes `vregs` VPU cycles and
@@ -415,17 +420,7 @@ static int64_t in_step_copy(int mult, int vregs, int flag) {
   char *t1 = tpu_program_text(p);
   CHECK(t1 && (strstr(t1, "prefetch=2") != NULL) == flag);
   tpu_free(t1);
-  tpu_timeline tl;
-  tpu_diag d;
-  int64_t total = -1;
-  if (tpu_timing_run(p, &g_v5e, 0, &tl, &d) == TPU_OK) {
-    total = tl.total_cycles;
-    tpu_timeline_free(&tl);
-  } else {
-    CHECK(0);
-  }
-  tpu_program_free(p);
-  return total;
+  return timed_total(p, 0, NULL);
 }
 
 static void in_step_copies(void) {
