@@ -74,6 +74,7 @@ static int64_t tiles_top(const int64_t *ws, int64_t lo, int64_t hi) {
 typedef struct {
   int64_t lo, hi;
   int reader, nuse, matmul, other;
+  int lone_reduce; /* reads by unfused reduces */
   int64_t mm_hi; /* the last position of a matmul kernel reading it as lhs or rhs; -1: none */
 } param_use;
 
@@ -94,6 +95,7 @@ static void param_uses(const tpu__be *be, int ci, const tpu_instr *p, int64_t np
         r->matmul = 1;
         if (ku->pos > r->mm_hi) r->mm_hi = ku->pos;
       }
+      if (u->op == TPU_OP_REDUCE) r->lone_reduce++;
       r->nuse++;
       if (relayout && ku->kind == TPU__K_MATMUL && o == ku->mm_lhs && ku->mm && ku->mm->op == TPU_OP_CONVOLUTION &&
           ku->mm->has_conv_dims && p->shape.rank == ku->mm->operands[0]->shape.rank &&
@@ -119,7 +121,12 @@ static const tpu_instr *compiled_prefetch(const tpu_comp *e) {
  * matmul kernel reads, the largest that fits is copied on chip while the previous step
  * runs, so a step in a loop of steps reads it there: into the VMEM its readers leave free
  * (of one TensorCore: each core of a megacore chip reads all of it), or else into the CMEM
- * of a chip that has one (v4: its share per TensorCore). Read from the compiler's programs:
+ * of a chip that has one (v4: its share per TensorCore). A parameter only unfused reduces
+ * read is prefetched so too, not a fused one's nor an elementwise op's (the compiler's sums and
+ * maxima over any axes of f32[1024..4096, 1024..8192] and bf16[4096,4096] on all four
+ * generations: v5p only up to its 32 MiB, v4 into CMEM; (x * x).sum() and x * 2 of the
+ * same arrays none; nor softmax's x, which its normalize reads too:
+ * bench/fidelity/corpus/xprefetch.json). Read from the compiler's programs:
  * nearly all with a dot or convolution carry one such copy-start
  * (cross_program_prefetch_index=0), e.g. the 32 MiB weight of a bf16 [8,4096] x
  * [4096,4096] decode step on every generation, and their estimated_cycles leave the copy
@@ -153,7 +160,7 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
     param_use pu;
     param_uses(be, ci, p, np, 1, &pu);
     int64_t lo = pu.lo, hi = pu.hi;
-    if (!pu.matmul || pu.other || lo < 0) continue;
+    if (!(pu.matmul || (pu.lone_reduce && pu.lone_reduce == pu.nuse)) || pu.other || lo < 0) continue;
     int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512;
     if (size <= best_size || (ch->xprefetch_max_bytes > 0 && size > ch->xprefetch_max_bytes)) continue;
     /* beside the kernels' whole scoped VMEM (scoped_vmem_bytes), not only the tiles they

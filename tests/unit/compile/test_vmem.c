@@ -196,6 +196,38 @@ static void cross_program_prefetch(void) {
     }
     tpu_module_free(m);
   }
+  /* A parameter only an unfused reduce reads is prefetched too (the compiler's x.sum() of
+   * f32[2048,2048], every generation); not when an elementwise kernel reads it as well
+   * (softmax: x - max), nor 64 MiB on v5p (over its 32 MiB) */
+  const char *redf = "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+                     "ENTRY e {\n x = f32[%d,2048] parameter(0)\n z = f32[] constant(0)\n"
+                     " r = f32[%d] reduce(x, z), dimensions={1}, to_apply=add\n%s}\n";
+  struct {
+    const char *chip;
+    int rows, other;
+    int64_t want;
+  } rc[] = {{"v6e", 2048, 0, 2048LL * 2048 * 4}, {"v5e", 2048, 0, 2048LL * 2048 * 4}, {"v6e", 2048, 1, 0},
+            {"v5p", 8192, 0, 0}, {"v5p", 2048, 0, 2048LL * 2048 * 4}};
+  for (size_t i = 0; i < sizeof rc / sizeof rc[0]; i++) {
+    tpu_chip c;
+    char tail[200], src[800];
+    if (rc[i].other)
+      snprintf(tail, sizeof tail, " b = f32[%d,2048] broadcast(r), dimensions={0}\n ROOT y = f32[%d,2048] subtract(x, b)\n",
+               rc[i].rows, rc[i].rows);
+    else
+      snprintf(tail, sizeof tail, " ROOT y = f32[%d] negate(r)\n", rc[i].rows);
+    snprintf(src, sizeof src, redf, rc[i].rows, rc[i].rows, tail);
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for(rc[i].chip, src, &c, &m);
+    CHECK(p != NULL);
+    if (p) {
+      printf("%s: reduce of f32[%d,2048]%s: prefetched %lld bytes\n", rc[i].chip, rc[i].rows,
+             rc[i].other ? " read again" : "", (long long)p->xprefetch_bytes);
+      CHECK_EQ_INT(p->xprefetch_bytes, rc[i].want);
+      tpu_program_free(p);
+    }
+    tpu_module_free(m);
+  }
   /* A program the XLA TPU compiler compiled names its choice (copy-start with
    * cross_program_prefetch_index): tpusim keeps it, here x rather than the larger w, and the
    * kernel reads it through copy-done from VMEM. */
