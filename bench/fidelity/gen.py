@@ -574,12 +574,79 @@ def vector_dots():
     json.dump(res, open(os.path.join(OUT, "vector_dots.json"), "w"), indent=1)
 
 
+def eup():
+    """The transcendental unit in the compiler's cost model: per generation, the cycles of k
+    chained transcendentals over [4096,4096] in f32 and bf16 (compute-bound at k = 64; k = 1
+    is the memory floor), bare (y = f(y)) and with a multiply (y = f(y) * 0.5) or an add
+    (y = f(y + 2) * 0.5). Writes corpus/eup.json (chip eup_pushes_per_cycle, the EUP and VPU
+    costs of tile.c; docs/fidelity.md)."""
+    fns = {"exp": jnp.exp, "tanh": jnp.tanh, "rsqrt": jax.lax.rsqrt, "sqrt": jnp.sqrt, "log": jnp.log,
+           "logistic": jax.nn.sigmoid}
+
+    def chain(fn, k, form):
+        def f(x):
+            y = x
+            for _ in range(k):
+                y = fn(y) if form == "bare" else fn(y) * 0.5 if form == "mul" else fn(y + 2.0) * 0.5
+            return y
+        return f
+    cases = [(n, "bare", 64) for n in fns] + [("exp", "mul", 64), ("exp", "mul", 1), ("rsqrt", "add_mul", 64),
+                                              ("log", "add_mul", 64)]
+    res = {}
+    for chip in TOPOLOGIES:
+        dev = device(chip)
+        r = {}
+        for n, form, k in cases:
+            for dt in (F32, BF):
+                c = jax.jit(chain(fns[n], k, form)).lower(sds((4096, 4096), dt, dev)).compile()
+                r[f"{n} {form} k={k} {jnp.dtype(dt).name}"] = sum(o[4] for o in entry_ops(c.as_text()))
+        res[chip] = {"cores_per_device": getattr(dev, "num_cores", 1), "cycles": r}
+        print(chip, json.dumps(res[chip]), flush=True)
+    json.dump(res, open(os.path.join(OUT, "eup.json"), "w"), indent=1)
+
+
+def xprefetch():
+    """Which parameters the compiler prefetches across steps when no matmul reads them: per
+    generation, the entry ops (name, opcode, cycles) and asynchronous copies of an unfused
+    sum or max over every axis, axis 0 or axis 1 of f32 arrays of 4 to 64 MiB (and of
+    bf16[4096,4096]), against a fused (x * x).sum() and an elementwise x * 2 of the same
+    arrays. Writes corpus/xprefetch.json (vmem_assign.c cross_program_prefetch)."""
+    cases = [("sum_all_4096x4096_f32", lambda x: x.sum(), (4096, 4096), F32),
+             ("sum_ax1_4096x4096_f32", lambda x: x.sum(1), (4096, 4096), F32),
+             ("sum_ax0_4096x4096_f32", lambda x: x.sum(0), (4096, 4096), F32),
+             ("sum_all_2048x2048_f32", lambda x: x.sum(), (2048, 2048), F32),
+             ("sum_ax1_2048x2048_f32", lambda x: x.sum(1), (2048, 2048), F32),
+             ("max_all_4096x4096_f32", lambda x: x.max(), (4096, 4096), F32),
+             ("sum_all_4096x4096_bf16", lambda x: x.sum(), (4096, 4096), BF),
+             ("sumsq_all_4096x4096_f32", lambda x: (x * x).sum(), (4096, 4096), F32),
+             ("scale_4096x4096_f32", lambda x: x * 2, (4096, 4096), F32),
+             ("sum_all_1024x1024_f32", lambda x: x.sum(), (1024, 1024), F32),
+             ("sum_ax1_1024x1024_f32", lambda x: x.sum(1), (1024, 1024), F32),
+             ("scale_1024x1024_f32", lambda x: x * 2, (1024, 1024), F32),
+             ("sum_ax1_8192x2048_f32", lambda x: x.sum(1), (8192, 2048), F32),
+             ("sum_all_8192x2048_f32", lambda x: x.sum(), (8192, 2048), F32)]
+    res = {}
+    for chip in ("v5e", "v6e", "v4", "v5p"):
+        dev = device(chip)
+        for n, f, shape, dt in cases:
+            t = jax.jit(f).lower(sds(shape, dt, dev)).compile().as_text()
+            res[f"{chip} {n}"] = {"ops": [(o[0], o[1], o[4]) for o in entry_ops(t)], "copies": async_copies(t)}
+            print(chip, n, res[f"{chip} {n}"], flush=True)
+    json.dump(res, open(os.path.join(OUT, "xprefetch.json"), "w"), indent=1)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     build()
     want = sys.argv[1:]
     if want == ["vector_dots"]:
         vector_dots()
+        sys.exit(0)
+    if want == ["eup"]:
+        eup()
+        sys.exit(0)
+    if want == ["xprefetch"]:
+        xprefetch()
         sys.exit(0)
     if want and want[0].startswith("compiled="):  # compiled=CHIP NAME...: the compiled programs only
         compiled(want[1:], want[0].split("=", 1)[1])

@@ -193,6 +193,12 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   const int pf = prefetch_ok(t, in);
   /* ICI: a collective waits for the kinds of link it loads (tpu_insn lane; all when 0) */
   int64_t ufree = t->m.unit_free[u];
+  /* The EUP's pushes take the vector unit's issue slots too: a kernel's transcendental and
+   * VPU work add up, as in the XLA TPU compiler's cost model (64 chained exp(y) * 0.5 over
+   * f32[4096,4096]: 800,604 cycles on v5e, the 524,288 of the exps alone plus the 262,144
+   * of the multiplies; bench/fidelity/corpus/eup.json). */
+  const int eup_serial = in->opc == TPU_ISA_EUP;
+  if (eup_serial && t->m.unit_free[TPU_UNIT_VPU] > ufree) ufree = t->m.unit_free[TPU_UNIT_VPU];
   unsigned lanes = u == TPU_UNIT_ICI ? (in->lane ? (unsigned)in->lane : 63u) : 0;
   if (u == TPU_UNIT_ICI) {
     ufree = 0;
@@ -232,6 +238,7 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   int64_t end = start + dur, done = end;
   if ((in->opc == TPU_ISA_DMA_IN && !in->onchip) || in->opc == TPU_ISA_DMA_HBM) done = end + t->lat;
   if (!pf || end > t->m.unit_free[u]) t->m.unit_free[u] = end;
+  if (eup_serial && end > t->m.unit_free[TPU_UNIT_VPU]) t->m.unit_free[TPU_UNIT_VPU] = end;
   int64_t busy = dur;
   if (u == TPU_UNIT_ICI) {
     int64_t lf = 0;
@@ -553,7 +560,12 @@ static tpu_status durations(tstate *t) {
         c = (int64_t)ceil((double)in->vregs * (double)in->ops / ((double)cores * r));
         break;
       }
-      case TPU_ISA_EUP:
+      case TPU_ISA_EUP: {
+        /* eup_pushes_per_cycle 32-bit registers per cycle (1 when the preset does not say) */
+        double r = t->chip->eup_pushes_per_cycle > 0 ? t->chip->eup_pushes_per_cycle : 1;
+        c = (int64_t)ceil((double)in->vregs * (double)in->ops / ((double)cores * r));
+        break;
+      }
       case TPU_ISA_XLU:
         c = ceil_div(in->vregs * in->ops, cores);
         break;

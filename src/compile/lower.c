@@ -189,11 +189,11 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
   tpu_vref src[3];
   for (int j = 0; j < nin && j < 3; j++) src[j] = tpu_vref_make(k->vmem0 + j, 1, 0);
   tpu_vref out = tpu_vref_make(vout, 1, 0);
-  /* The tile's cross-lane (XLU) and transcendental (EUP) work issue beside its VPU work, as
-   * the slots of the core's VLIW bundles do: each reads the tile's inputs and none waits
-   * for another; the VPU instruction writes the result the store waits for. (XLA's cost
-   * model overlaps them: 16 chained exps per element of f32[4096,4096] on v5e take it
-   * 317,544 cycles, below the 262,144 EUP + 135,168 VPU cycles run one after the other.) */
+  /* The tile's cross-lane (XLU) and transcendental (EUP) work read the tile's inputs and
+   * none waits for another's result; the VPU instruction writes the result the store waits
+   * for. The XLU works beside the VPU; the EUP's pushes take the VPU's issue slots, so the
+   * timing adds their cycles (chip/timing.c; XLA's cost model: 64 chained exp(y) * 0.5 of
+   * f32[4096,4096] on v5e, 800,604 cycles, the exps' 524,288 and the multiplies' 262,144). */
   tpu_vref none = tpu_vref_make(-1, 1, 0);
   if (k->xlu) add_vec(&t, TPU_ISA_XLU, k, k->xlu, k->space_vregs, T, src, nin, none, 0, 0);
   if (k->eup) add_vec(&t, TPU_ISA_EUP, k, k->eup, k->space_vregs, T, src, nin, none, 0, 0);

@@ -70,9 +70,14 @@ static void elem_cost(tpu_opcode op, tpu_dtype t, int64_t *vpu, int64_t *eup) {
     case TPU_OP_POWER: *vpu = 3; *eup = 2; break;
     case TPU_OP_ATAN2: *vpu = 20; *eup = 1; break;
     case TPU_OP_SIGN: case TPU_OP_CLAMP: *vpu = 2; break;
-    case TPU_OP_EXP: case TPU_OP_LOG: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_TANH:
-      *vpu = 1; *eup = 1; break;
-    case TPU_OP_LOGISTIC: *vpu = 2; *eup = 1; break;
+    /* one EUP push and no VPU operation: 64 chained exps, tanhs, rsqrts of f32[4096,4096]
+     * take the XLA TPU compiler's cost model 538,460 cycles on v5e, 1,048,576 pushes at
+     * its 2 per cycle; logs 800,604 (a VPU operation more), logistics 1,587,036
+     * (two pushes: exp and reciprocal; bench/fidelity/corpus/eup.json) */
+    case TPU_OP_EXP: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_TANH:
+      *vpu = 0; *eup = 1; break;
+    case TPU_OP_LOG: *vpu = 1; *eup = 1; break;
+    case TPU_OP_LOGISTIC: *vpu = 2; *eup = 2; break;
     case TPU_OP_EXPM1: case TPU_OP_LOG1P: *vpu = 3; *eup = 1; break;
     case TPU_OP_CBRT: *vpu = 3; *eup = 2; break;
     case TPU_OP_SINE: case TPU_OP_COSINE: *vpu = 16; break;
@@ -157,6 +162,15 @@ static int vmem_copy(const tpu_instr *in) {
   return in->op == TPU_OP_COPY && in->noperands == 1 && (tpu__in_vmem(&in->shape) || tpu__in_vmem(&in->operands[0]->shape));
 }
 
+/* The registers a transcendental op pushes through the EUP: 32-bit ones, a 16-bit value
+ * widened first (the XLA TPU compiler's cost model gives 64 chained exps of bf16[4096,4096]
+ * the cycles of f32[4096,4096]'s, 542,556 against 538,460 on v5e, on all four generations:
+ * bench/fidelity/corpus/eup.json). */
+static int64_t eup_vregs(const tpu_shape *s, int64_t vr) {
+  size_t b = s->dtype == TPU_TUPLE ? 4 : tpu_dtype_size(s->dtype);
+  return b > 0 && b < 4 ? vr * (int64_t)(4 / b) : vr;
+}
+
 static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
   const tpu_shape *s = &in->shape;
   int64_t vr = tpu__vregs(be, s);
@@ -178,7 +192,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
     }
     elem_cost(in->op, t, &v, &e);
     c->vpu += vr * v;
-    c->eup += vr * e;
+    c->eup += eup_vregs(s, vr) * e;
     c->flops += numel;
     c->padded_flops += padded;
     return;

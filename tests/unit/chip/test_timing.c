@@ -287,7 +287,7 @@ static void megacore_and_int8(void) {
   tpu_chip v4;
   tpu_diag d;
   CHECK(tpu_chip_load("v4", &v4, &d) == TPU_OK);
-  v4.hbm_efficiency = v4.kernel_overhead_s = v4.vector_ops_per_cycle = v4.matmul_overhead_s = 0;
+  v4.hbm_efficiency = v4.kernel_overhead_s = v4.vector_ops_per_cycle = v4.matmul_overhead_s = v4.eup_pushes_per_cycle = 0;
   /* v4: 2 TensorCores x 4 MXUs as one logical core of 8 MXUs. */
   tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, -1);
   mm.m = 1024;
@@ -539,6 +539,18 @@ static void calibration_fields(void) {
   CHECK_EQ_INT(tl.ops[0].cycles, kov + v10);
   CHECK_EQ_INT(tl.ops[1].cycles, kov + v20);
   CHECK_EQ_INT(tl.busy[TPU_UNIT_VPU], v10 + v20);
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+  /* the EUP takes eup_pushes_per_cycle pushes per cycle, and its pushes and the VPU's
+   * operations add up (they share the issue slots), though neither reads the other's result */
+  CHECK(c.eup_pushes_per_cycle == 2);
+  p = assemble(".program chip=\"v5e\"\n.op name=\"a\" kind=\"x\" flops=0 padded_flops=0 bytes=0 padded_bytes=0\n"
+               "kernel op=0\neup vregs=30 ops=1 op=0\nvpu vregs=20 ops=1 op=0\neup vregs=10 ops=1 op=0\n");
+  CHECK(p != NULL);
+  if (!p) return;
+  CHECK(tpu_timing_run(p, &c, 1, &tl, &d) == TPU_OK);
+  CHECK_EQ_INT(tl.busy[TPU_UNIT_EUP], 15 + 5);
+  CHECK_EQ_INT(tl.total_cycles, kov + 15 + v20 + 5);
   tpu_timeline_free(&tl);
   tpu_program_free(p);
   /* a matmul kernel (its op has an MXU problem) that moves data to or from HBM also pays
@@ -844,7 +856,7 @@ int main(void) {
   g_v5e.hbm_efficiency = 0;
   g_v5e.kernel_overhead_s = 0;
   g_v5e.matmul_overhead_s = 0;
-  g_v5e.vector_ops_per_cycle = 0;
+  g_v5e.vector_ops_per_cycle = g_v5e.eup_pushes_per_cycle = 0;
   g_v5e.stream_pass_bytes = g_v5e.lone_op_bytes = g_v5e.transpose_bytes = 0;
   /* and on the systolic array's own weight loading (a row per cycle), every operand from HBM */
   g_v5e.mxu_weight_load_cycles = 0;

@@ -141,7 +141,7 @@ static void reuse_and_layout(void) {
     CHECK_NEAR(p->ops[0].padded_flops, 1024, 0);
     CHECK_NEAR(p->ops[0].bytes, 2400, 0);
     CHECK_NEAR(p->ops[0].padded_bytes, 4096, 0);
-    /* exponential: one EUP push and one VPU op per register. */
+    /* exponential: one EUP push per register. */
     int eup = 0;
     for (int i = 0; i < p->ninsns; i++)
       if (p->insns[i].opc == TPU_ISA_EUP && p->insns[i].op == 1) eup++;
@@ -615,6 +615,34 @@ static void k_split_accumulator(void) {
   tpu_module_free(m);
 }
 
+/* A transcendental's EUP pushes are counted on 32-bit registers: exp of bf16[256,1024]
+ * pushes as many as exp of f32[256,1024] (256), and exp itself adds no VPU operation. */
+static void eup_width(void) {
+  int64_t busy[2][2];
+  for (int bf = 0; bf < 2; bf++) {
+    char src[300];
+    snprintf(src, sizeof src,
+             "HloModule e\nENTRY e {\n  x = %s[256,1024] parameter(0)\n  ROOT y = %s[256,1024] exponential(x)\n}\n",
+             bf ? "bf16" : "f32", bf ? "bf16" : "f32");
+    tpu_module *m = NULL;
+    tpu_program *p = compile_src(src, &m);
+    CHECK(p != NULL);
+    busy[bf][0] = busy[bf][1] = -1;
+    tpu_timeline tl;
+    if (p && time_program(p, &g_chip, &tl)) {
+      busy[bf][0] = tl.busy[TPU_UNIT_EUP];
+      busy[bf][1] = tl.busy[TPU_UNIT_VPU];
+      tpu_timeline_free(&tl);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+  CHECK_EQ_INT(busy[0][0], 256); /* closed form: one push per cycle */
+  CHECK_EQ_INT(busy[1][0], 256);
+  CHECK_EQ_INT(busy[0][1], 0);
+  CHECK_EQ_INT(busy[1][1], 0);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   reuse_and_layout();
@@ -622,6 +650,7 @@ int main(void) {
   lone_through_prefetch();
   layout_copy_transposes();
   hbm_reuse();
+  eup_width();
   dot_tiles();
   k_split_accumulator();
   trip_counts();
