@@ -14,8 +14,9 @@ to seconds at the clock in COMPILER_CLOCK (docs/fidelity.md says where each come
 memory_analysis (argument + output + temp - alias bytes).
 
 Prints per generation: n, median and 90th-percentile |error| of the program time, the signed
-median, the worst programs; per category; per fusion matched by JAX op_name (see match_ops);
-and the HBM footprint comparison. Error = tpusim / compiler - 1. Nothing here is tuned: it
+median, the worst programs; per category; per fusion matched by JAX op_name (with --compiled:
+each op of the compiled program paired with the op of its name; see match_ops); and the HBM
+footprint comparison. Error = tpusim / compiler - 1. Nothing here is tuned: it
 reports."""
 import argparse, concurrent.futures as cf, functools, json, math, os, re, subprocess, sys, tempfile
 
@@ -142,17 +143,19 @@ def op_key(op_name):
     return "/".join(parts)
 
 
-def match_ops(comp_ops, sim_ops, clock):
+def match_ops(comp_ops, sim_ops, clock, by_name=False):
     """Pairs the compiler's top-level ops with tpusim's by op_name key: both sides are grouped
     by key and summed (a key that several fusions share on one side is compared as a group);
-    only keys present on both sides are compared. Returns [(key, compiler_s, tpusim_s)]."""
+    only keys present on both sides are compared. With by_name (a compiled program, whose
+    ops tpusim runs under the compiler's own names), each op is paired with the op of its
+    name instead, one to one. Returns [(key, compiler_s, tpusim_s)]."""
     a, b = {}, {}
     for name, opc, kind, on, cyc in comp_ops:
-        k = op_key(on)
+        k = name if by_name else op_key(on)
         if k:
             a[k] = a.get(k, 0.0) + cyc / clock
     for name, kind, on, sec in sim_ops:
-        k = op_key(on)
+        k = name if by_name else op_key(on)
         if k:
             b[k] = b.get(k, 0.0) + sec
     return [(k, a[k], b[k]) for k in a if k in b]
@@ -222,7 +225,7 @@ def main():
                      "tpusim_s": s["seconds"], "err": s["seconds"] / cs - 1 if cs > 0 else float("nan"),
                      "compiler_cycles": comp["estimated_cycles"], "tpusim_cycles": s["cycles"],
                      "tpusim_clock": s["clock_hz"], "compiler_mem": cmem, "tpusim_mem": s["hbm_peak"],
-                     "fusions": match_ops(comp["ops"], s["ops"], COMPILER_CLOCK[c])})
+                     "fusions": match_ops(comp["ops"], s["ops"], COMPILER_CLOCK[c], by_name=a.compiled)})
     print(f"tpusim against the XLA TPU compiler's cost model: {len(names)} programs, {len(rows)} runs "
           f"({len(failures)} failed); error = tpusim / compiler - 1 of the program time")
     summary = {}
@@ -280,7 +283,7 @@ def main():
             cr = [r for r in rs if r["category"] == cat]
             print(f"    {cat:13s} n={len(cr):3d}  median |err| {100 * pct([abs(r['err']) for r in cr], 0.5):6.1f}%  "
                   f"signed median {100 * pct([r['err'] for r in cr], 0.5):+7.1f}%")
-        print(f"  fusions matched by op_name: {s['fusions_matched']}  median |err| "
+        print(f"  {'ops matched by name' if a.compiled else 'fusions matched by op_name'}: {s['fusions_matched']}  median |err| "
               f"{100 * s['fusion_median_abs_err']:.1f}%  p90 {100 * s['fusion_p90_abs_err']:.1f}%")
         print(f"  HBM footprint (tpusim hbm_peak vs argument+output+temp-alias) n={s['mem_n']}: "
               f"median |diff| {100 * s['mem_median_abs_err']:.1f}%  signed median {100 * s['mem_median_err']:+.1f}%")
@@ -300,7 +303,8 @@ def main():
     if a.markdown:
         print("\n| generation (tpusim preset) | n | median abs err | p90 abs err | signed median | within 10 % | within 25 % "
               "| every op estimated n | median | p90 "
-              "| credible n | median | p90 | fusion keys matched | median | p90 | HBM footprint: median abs diff |")
+              "| credible n | median | p90 | " + ("ops matched by name" if a.compiled else "fusion keys matched")
+              + " | median | p90 | HBM footprint: median abs diff |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for c, x in summary.items():
             print(f"| {c} ({PRESET.get(c, c)}) | {x['n']} | {100 * x['median_abs_err']:.1f} % | {100 * x['p90_abs_err']:.1f} % "

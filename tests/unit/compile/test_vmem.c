@@ -348,6 +348,39 @@ static void compiled_memory_space(void) {
   }
 }
 
+/* A compiled multi-output kernel's results stay together: in VMEM when most of their bytes
+ * are in S(1) there, in HBM when the large one is not (the compiler's attention writes its
+ * row sums to S(1) beside the score matrix in HBM; tpusim had kept both on chip). */
+static void compiled_tuple_memory_space(void) {
+  for (int big_s1 = 0; big_s1 < 2; big_s1++) {
+    const char *sm = big_s1 ? "" : "S(1)", *bg = big_s1 ? "S(1)" : "";
+    char src[1200];
+    snprintf(src, sizeof src,
+             "HloModule m, is_scheduled=true\n"
+             "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+             "fc { p = f32[1024,1024] parameter(0)\n n = f32[1024,1024] negate(p)\n z = f32[] constant(0)\n"
+             " r = f32[1024] reduce(n, z), dimensions={1}, to_apply=add\n"
+             " ROOT t = (f32[1024]{0:T(1024)%s}, f32[1024,1024]{1,0:T(8,128)%s}) tuple(r, n) }\n"
+             "ENTRY e {\n x = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
+             " f = (f32[1024]{0:T(1024)%s}, f32[1024,1024]{1,0:T(8,128)%s}) fusion(x), kind=kLoop, calls=fc\n"
+             " g0 = f32[1024]{0:T(1024)%s} get-tuple-element(f), index=0\n"
+             " g1 = f32[1024,1024]{1,0:T(8,128)%s} get-tuple-element(f), index=1\n"
+             " b = f32[1024,1024]{1,0:T(8,128)} broadcast(g0), dimensions={0}\n"
+             " ROOT y = f32[1024,1024]{1,0:T(8,128)} add(g1, b)\n}\n",
+             sm, bg, sm, bg, sm, bg);
+    tpu_module *m;
+    tpu_program *p = compile_src(src, &m);
+    CHECK(p != NULL);
+    if (p) {
+      printf("multi-output kernel, %s result in S(1): its results %s\n", big_s1 ? "large" : "small",
+             hbm_named(p, "f#1") < 0 ? "in VMEM" : "in HBM");
+      CHECK_EQ_INT(hbm_named(p, "f#1") < 0, big_s1);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 /* In-step prefetch: a parameter a matmul reads after the step's first kernel is copied into
  * VMEM whole (prefetch=2 transfers, then a wait) while the kernels before run, and read
  * there: the reader (here reading and writing VMEM only) loads no tiles of it and pays no
@@ -490,6 +523,7 @@ int main(void) {
   copy_into_vmem();
   vmem_residency(256);    /* 1 MiB */
   compiled_memory_space();
+  compiled_tuple_memory_space();
   vmem_residency(65536);  /* 256 MiB, more than v5e's VMEM */
   matmul_result_on_chip();
   vmem_read_cost();
