@@ -167,7 +167,7 @@ static int vmem_copy(const tpu_instr *in) {
  * the cycles of f32[4096,4096]'s, 542,556 against 538,460 on v5e, on all four generations:
  * bench/fidelity/corpus/eup.json). */
 static int64_t eup_vregs(const tpu_shape *s, int64_t vr) {
-  size_t b = s->dtype == TPU_TUPLE ? 4 : tpu_dtype_size(s->dtype);
+  size_t b = tpu_dtype_size(s->dtype); /* 0 for a tuple: counted as is */
   return b > 0 && b < 4 ? vr * (int64_t)(4 / b) : vr;
 }
 
