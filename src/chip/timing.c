@@ -45,7 +45,7 @@ typedef struct {
   int *match;             /* loop -> end, cond -> endcond, case -> next case/endcond */
   int64_t lat;            /* HBM latency, cycles */
   int64_t kov;            /* fixed start cost of each kernel, cycles */
-  unsigned char *op_hbm;  /* per op: whether it moves data to or from HBM */
+  unsigned char *op_hbm;  /* per op: OP_HBM_MOVES | OP_HBM_READS | OP_VECTOR */
   int64_t mov;            /* extra start cost of a matmul/convolution kernel, cycles */
   double bpc;             /* HBM bytes per cycle */
   int64_t cap_events;
@@ -356,6 +356,28 @@ static void snap_free(snap *s) {
   tpu_free(s->pi);
 }
 
+/* Per-op flags of tstate.op_hbm. */
+enum { OP_HBM_MOVES = 1, OP_HBM_READS = 2, OP_VECTOR = 4 };
+
+/* The cycles between a kernel barrier and the kernel's first instruction: the chip's fixed
+ * per-op cost (kernel_overhead_s; none for an op of scalars); a matmul kernel that moves data
+ * to or from HBM adds matmul_overhead_s. One that reads and writes only VMEM does not: the
+ * compiler's v6e kernels of that kind cost their MXU work plus about 1,024 cycles (512^3:
+ * 1,536; 512x512x1536: 2,560), against 4,496 for a 128^3 dot between HBM arrays
+ * (docs/timing.md). A vector kernel that reads nothing from HBM still waits the HBM
+ * latency's worth before it starts, as one that does waits for its first block: the
+ * compiler times its smallest vector kernels alike wherever their operands live (v6e:
+ * 2,116-2,164 cycles for 2-64 KiB, every operand and the result in VMEM or not; v5e
+ * 1,824-1,888, v5p 2,122-2,169; docs/fidelity.md). A chip without kernel_overhead_s
+ * pays neither. */
+static int64_t kernel_start(const tstate *t, int op) {
+  if (op < 0) return t->kov;
+  const tpu_prog_op *o = &t->p->ops[op];
+  if (o->scalar) return 0;
+  if (o->m > 0) return t->kov + ((t->op_hbm[op] & OP_HBM_MOVES) ? t->mov : 0);
+  return t->kov + (t->kov > 0 && (t->op_hbm[op] & (OP_VECTOR | OP_HBM_READS)) == OP_VECTOR ? t->lat : 0);
+}
+
 static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter);
 
 static tpu_status run_cond(tstate *t, int c) {
@@ -421,14 +443,9 @@ static tpu_status run_range(tstate *t, int lo, int hi, int64_t iter) {
         t->m.pre = t->m.barrier;
         t->m.pre_op = t->m.cur_op;
         close_op(t);
-        /* The kernel's fixed start cost (chip kernel_overhead_s: the XLA TPU cost model's
-         * per-op cost of the smallest ops) delays its first instruction and counts in its
-         * window; a matmul kernel that moves data to or from HBM adds matmul_overhead_s.
-         * One that reads and writes only VMEM does not: the compiler's v6e kernels of that
-         * kind cost their MXU work plus about 1,024 cycles (512^3: 1,536; 512x512x1536:
-         * 2,560), against 4,496 for a 128^3 dot between HBM arrays (docs/timing.md). */
-        t->m.barrier = t->m.horizon + (in->op >= 0 && t->p->ops[in->op].scalar ? 0 : t->kov) +
-                       (in->op >= 0 && t->p->ops[in->op].m > 0 && t->op_hbm[in->op] ? t->mov : 0);
+        /* The kernel's fixed start cost delays its first instruction and counts in its
+         * window (kernel_start). */
+        t->m.barrier = t->m.horizon + kernel_start(t, in->op);
         if (in->op >= 0) {
           t->m.cur_op = in->op;
           t->m.op_start = t->m.horizon;
@@ -617,9 +634,12 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.op_hbm = tpu_calloc((size_t)(p->nops ? p->nops : 1), 1);
   for (int i = 0; t.op_hbm && i < p->ninsns; i++) {
     const tpu_insn *q = &p->insns[i];
-    if ((q->opc == TPU_ISA_DMA_IN || q->opc == TPU_ISA_DMA_OUT) && q->op >= 0 && q->op < p->nops && !q->onchip &&
-        q->hbm >= 0 && q->prefetch != 2)
-      t.op_hbm[q->op] = 1;
+    if (q->op < 0 || q->op >= p->nops) continue;
+    if ((q->opc == TPU_ISA_DMA_IN || q->opc == TPU_ISA_DMA_OUT) && !q->onchip && q->hbm >= 0 && q->prefetch != 2)
+      t.op_hbm[q->op] |= OP_HBM_MOVES;
+    if ((q->opc == TPU_ISA_DMA_IN && !q->onchip && q->prefetch != 2) || q->opc == TPU_ISA_DMA_HBM)
+      t.op_hbm[q->op] |= OP_HBM_READS; /* the transfers that wait the HBM latency (issue) */
+    if (q->opc == TPU_ISA_VPU || q->opc == TPU_ISA_EUP || q->opc == TPU_ISA_XLU) t.op_hbm[q->op] |= OP_VECTOR;
   }
   t.pi = tpu_malloc((size_t)PORT_CAP * 2 * sizeof(int64_t));
   out->ops = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(tpu_op_stat));

@@ -516,8 +516,10 @@ static void cross_kernel_prefetch(void) {
 }
 
 /* hbm_efficiency scales the DMA rate; kernel_overhead_s delays each kernel's first
- * instruction and counts in its window; vector_ops_per_cycle divides VPU work (closed
- * forms on the preset's own values). */
+ * instruction and counts in its window, and a vector kernel that reads nothing from HBM
+ * waits the HBM latency too (the compiler times its smallest vector kernels alike wherever
+ * their operands live); vector_ops_per_cycle divides VPU work (closed forms on the
+ * preset's own values). */
 static void calibration_fields(void) {
   tpu_chip c = g_v5e;
   CHECK(c.hbm_efficiency > 0 && c.hbm_efficiency <= 1 && c.kernel_overhead_s > 0);
@@ -530,14 +532,15 @@ static void calibration_fields(void) {
       "kernel op=0\nvpu vregs=10 ops=1 op=0\nkernel op=1\nvpu vregs=20 ops=1 op=1\n");
   CHECK(p != NULL);
   if (!p) return;
-  int64_t kov = (int64_t)llround(c.kernel_overhead_s * c.clock_hz);
+  int64_t kov = (int64_t)llround(c.kernel_overhead_s * c.clock_hz), lat = hbm_lat(&c);
+  CHECK(lat > 0);
   /* the VPU issues vector_ops_per_cycle register operations per cycle */
   CHECK(c.vector_ops_per_cycle >= 1);
   int64_t v10 = (int64_t)ceil(10 / c.vector_ops_per_cycle), v20 = (int64_t)ceil(20 / c.vector_ops_per_cycle);
   CHECK(tpu_timing_run(p, &c, 1, &tl, &d) == TPU_OK);
-  CHECK_EQ_INT(tl.total_cycles, 2 * kov + v10 + v20);
-  CHECK_EQ_INT(tl.ops[0].cycles, kov + v10);
-  CHECK_EQ_INT(tl.ops[1].cycles, kov + v20);
+  CHECK_EQ_INT(tl.total_cycles, 2 * (kov + lat) + v10 + v20);
+  CHECK_EQ_INT(tl.ops[0].cycles, kov + lat + v10);
+  CHECK_EQ_INT(tl.ops[1].cycles, kov + lat + v20);
   CHECK_EQ_INT(tl.busy[TPU_UNIT_VPU], v10 + v20);
   tpu_timeline_free(&tl);
   tpu_program_free(p);
@@ -550,11 +553,12 @@ static void calibration_fields(void) {
   if (!p) return;
   CHECK(tpu_timing_run(p, &c, 1, &tl, &d) == TPU_OK);
   CHECK_EQ_INT(tl.busy[TPU_UNIT_EUP], 15 + 5);
-  CHECK_EQ_INT(tl.total_cycles, kov + 15 + v20 + 5);
+  CHECK_EQ_INT(tl.total_cycles, kov + lat + 15 + v20 + 5);
   tpu_timeline_free(&tl);
   tpu_program_free(p);
   /* a matmul kernel (its op has an MXU problem) that moves data to or from HBM also pays
-   * matmul_overhead_s; one that stays in VMEM does not */
+   * matmul_overhead_s; one that stays in VMEM does not, nor does it wait the latency a
+   * vector kernel on chip waits; a vector kernel that reads HBM waits it once, for its data */
   int64_t mov = (int64_t)llround(c.matmul_overhead_s * c.clock_hz);
   CHECK(mov > 0);
   int64_t with_dma[2] = {0, 0};
@@ -571,8 +575,10 @@ static void calibration_fields(void) {
       CHECK(p != NULL);
       if (!p) return;
       CHECK(tpu_timing_run(p, &c, 1, &tl, &d) == TPU_OK);
-      if (!dma) CHECK_EQ_INT(tl.total_cycles, kov + v10); /* on chip: no matmul start cost */
+      if (!dma) CHECK_EQ_INT(tl.total_cycles, kov + (mm ? 0 : lat) + v10); /* on chip */
       else with_dma[mm] = tl.total_cycles;
+      if (dma && !mm) /* the latency once: its load, then the VPU */
+        CHECK(tl.total_cycles > kov + lat + v10 && tl.total_cycles <= kov + lat + v10 + tl.busy[TPU_UNIT_DMA_IN]);
       tpu_timeline_free(&tl);
       tpu_program_free(p);
     }
