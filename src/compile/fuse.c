@@ -572,7 +572,8 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
   TPU_TRY(tpu_builder_init(&b, m, d));
   tpu_comp **list = NULL;
   int n = 0;
-  tpu_status st = sequential_comps(&b, &list, &n);
+  tpu_status st = m->entry && o->chip ? tpu__fuse_param_layouts(&b, m->entry, o->chip) : TPU_OK;
+  if (st == TPU_OK) st = sequential_comps(&b, &list, &n);
   tpu__made_set made = {NULL, 0, 0};
   for (int i = 0; st == TPU_OK && i < n; i++) st = fuse_comp(&b, list[i], &made, o->chip);
   int merged = 0;

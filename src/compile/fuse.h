@@ -34,4 +34,8 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
  * the convolution's own is relaid out by a transpose kernel of its own (relayout.c). */
 tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip);
 
+/* Entry parameters take the least padded layout; a reduce-window sliding along its tile
+ * reads one through a copy into row-major (relayout.c). */
+tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);
+
 #endif

@@ -196,9 +196,10 @@ static int carried_leaf(const tpu_instr *in, int leaf) {
  * bf16[8,12,512,64] is {2,3,1,0} in its compiled programs (512 in the lanes, no padding;
  * row-major would pad 64 to 128, 2.7x with the 12 heads padded to 16 sublanes). Of the
  * rank >= 3 results in bench/fidelity/compiled that some layout pads less than row-major,
- * 157 take the least padded one. Parameters and the program's results keep the layout
- * given (the caller's), convolution results the convolution's (batch in the sublanes,
- * features in the lanes: relayout.c), and a compiled program's tiled layouts their own.
+ * 157 take the least padded one. Entry parameters carry theirs in their shape (relayout.c
+ * gives them the least padded one), the program's results keep the layout given (the
+ * caller's), convolution results the convolution's (batch in the sublanes, features in
+ * the lanes: relayout.c), and a compiled program's tiled layouts their own.
  * (Rank-2 values such as a norm's f32[8192,1] statistics are laid out {0,1} too, but
  * counting them so moves their kernels' per-element stream costs onto the on-chip reads
  * they share a kernel with, which the compiler does not charge: not applied;

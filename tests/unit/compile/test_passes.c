@@ -490,6 +490,61 @@ static void test_conv_relayout(void) {
   }
 }
 
+/* Entry parameters take the least padded layout (relayout.c tpu__fuse_param_layouts): a
+ * max-pool's bf16[32,112,112,64] is {2,3,1,0} (112 in the lanes, where row-major pads 64 to
+ * 128) and its reduce-window reads it through one copy into row-major, as in the XLA TPU
+ * compiler's programs; an elementwise reader reads it in place; an array that row-major
+ * pads least, and a convolution's input, keep the layout given. Values are unchanged (the
+ * conformance corpus's max-pool takes the copy too). */
+static void test_param_layouts(void) {
+  const char *pool = "window={size=1x3x3x1 stride=1x2x2x1 pad=0_0x0_1x0_1x0_0}, to_apply=mx";
+  char src[1024];
+  struct { int hw, c; const char *root; int minor, copies; } cs[] = {
+      {112, 64, "pool", 2, 1}, {112, 64, "max", 2, 0}, {56, 128, "pool", 3, 0}, {112, 64, "conv", 3, 0}};
+  for (int i = 0; i < 4; i++) {
+    int h = cs[i].hw, c = cs[i].c, oh = h / 2;
+    if (!strcmp(cs[i].root, "pool"))
+      snprintf(src, sizeof src,
+               "HloModule m\nmx {\n a = bf16[] parameter(0)\n b = bf16[] parameter(1)\n ROOT m = bf16[] maximum(a, b)\n}\n"
+               "ENTRY e {\n x = bf16[32,%d,%d,%d]{3,2,1,0} parameter(0)\n z = bf16[] constant(-inf)\n"
+               " ROOT r = bf16[32,%d,%d,%d]{3,2,1,0} reduce-window(x, z), %s\n}\n", h, h, c, oh, oh, c, pool);
+    else if (!strcmp(cs[i].root, "max"))
+      snprintf(src, sizeof src,
+               "HloModule m\nENTRY e {\n x = bf16[32,%d,%d,%d]{3,2,1,0} parameter(0)\n z = bf16[] constant(0)\n"
+               " zb = bf16[32,%d,%d,%d]{3,2,1,0} broadcast(z), dimensions={}\n"
+               " ROOT r = bf16[32,%d,%d,%d]{3,2,1,0} maximum(x, zb)\n}\n", h, h, c, h, h, c, h, h, c);
+    else
+      snprintf(src, sizeof src,
+               "HloModule m\nENTRY e {\n x = bf16[32,%d,%d,%d]{3,2,1,0} parameter(0)\n w = bf16[3,3,%d,%d] parameter(1)\n"
+               " ROOT r = bf16[32,%d,%d,%d] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n",
+               h, h, c, c, c, h, h, c);
+    tpu_module *m = NULL;
+    tpu_diag d;
+    CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+    if (!m) continue;
+    tpu_compile_opts o = opts(NULL, NULL);
+    CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
+    const tpu_instr *x = NULL;
+    int copies = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op == TPU_OP_PARAMETER && in->index == 0) x = in;
+      if (in->op == TPU_OP_COPY && in->operands[0]->op == TPU_OP_PARAMETER) {
+        copies++;
+        CHECK(in->shape.minor_to_major[0] == 3 && in->shape.minor_to_major[1] == 2); /* row-major */
+      }
+    }
+    CHECK(x != NULL);
+    if (!x) continue;
+    printf("bf16[32,%d,%d,%d] read by %s: minor dimension %d, %d relayout copies\n", h, h, c, cs[i].root,
+           x->shape.minor_to_major[0], copies);
+    CHECK_EQ_INT(x->shape.minor_to_major[0], cs[i].minor);
+    if (cs[i].minor == 2) CHECK_EQ_INT(x->shape.minor_to_major[1], 3); /* the 64 features in the sublanes */
+    CHECK_EQ_INT(copies, cs[i].copies);
+    tpu_module_free(m);
+  }
+}
+
 /* Dot strength reduction (compile/dot_reduce.c): a dot with a vector operand runs as one
  * multiply + reduce kernel; a dot with rows on both sides, or whose matrix operand lists its
  * contracting dimensions out of order, stays a dot. */
@@ -815,6 +870,7 @@ int main(void) {
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
+  test_param_layouts();
   test_cse();
   test_scatter_select();
   test_reduce_of_broadcast();
