@@ -311,6 +311,17 @@ static void test_shared_producer(void) {
   CHECK(k == 3);
 }
 
+/* src parsed and compiled for g_chip (checked); NULL when it does not parse. */
+static tpu_module *compile_src(const char *src) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  if (!m) return NULL;
+  tpu_compile_opts o = opts(NULL, NULL);
+  CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
+  return m;
+}
+
 /* Fusion around the matrix unit (docs/compiler.md): the kernels of a compiled entry, and per
  * kernel the dots, reduces and divides it holds. */
 typedef struct {
@@ -320,12 +331,8 @@ typedef struct {
 static kernel_census census(const char *src) {
   kernel_census kc;
   memset(&kc, 0, sizeof kc);
-  tpu_module *m = NULL;
-  tpu_diag d;
-  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  tpu_module *m = compile_src(src);
   if (!m) return kc;
-  tpu_compile_opts o = opts(NULL, NULL);
-  CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
   for (int i = 0; i < m->entry->ninstrs; i++) {
     const tpu_instr *in = m->entry->instrs[i];
     if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT || in->op == TPU_OP_GET_TUPLE_ELEMENT ||
@@ -471,12 +478,8 @@ static void test_conv_relayout(void) {
   for (int i = 0; i < 2; i++) {
     int h = hw[i], c = f[i];
     snprintf(src, sizeof src, fmt, h, h, c, c, c, h, h, c, h, h, c, h, h, c);
-    tpu_module *m = NULL;
-    tpu_diag d;
-    CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+    tpu_module *m = compile_src(src);
     if (!m) continue;
-    tpu_compile_opts o = opts(NULL, NULL);
-    CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
     const tpu_instr *root = m->entry->root;
     int kernels = 0;
     for (int j = 0; j < m->entry->ninstrs; j++)
@@ -518,12 +521,8 @@ static void test_param_layouts(void) {
                "HloModule m\nENTRY e {\n x = bf16[32,%d,%d,%d]{3,2,1,0} parameter(0)\n w = bf16[3,3,%d,%d] parameter(1)\n"
                " ROOT r = bf16[32,%d,%d,%d] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n",
                h, h, c, c, c, h, h, c);
-    tpu_module *m = NULL;
-    tpu_diag d;
-    CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+    tpu_module *m = compile_src(src);
     if (!m) continue;
-    tpu_compile_opts o = opts(NULL, NULL);
-    CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
     const tpu_instr *x = NULL;
     int copies = 0;
     for (int j = 0; j < m->entry->ninstrs; j++) {
