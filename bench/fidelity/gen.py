@@ -6,6 +6,7 @@ for one device of v4, v5e, v5p and v6e (libtpu in compile-only mode: no TPU need
     pip install "jax[tpu]==0.10.2"            # jax 0.10.2 + libtpu 0.0.42.1 here
     ALLOW_MULTIPLE_LIBTPU_LOAD=1 python3 bench/fidelity/gen.py [NAME_SUBSTRING...|probes]
     python3 bench/fidelity/gen.py vector_dots            # corpus/vector_dots.json
+    python3 bench/fidelity/gen.py row_broadcast          # corpus/row_broadcast.json
     FIDELITY_HLO_ONLY=1 python3 bench/fidelity/gen.py      # rewrite the .hlo files only (seconds)
     FIDELITY_KEEP=1 ... skips programs whose .json exists; FIDELITY_REVERSE=1 runs the list
     backwards (a second worker from the other end). About 10-20 s per program on 2 cores.
@@ -635,6 +636,35 @@ def xprefetch():
     json.dump(res, open(os.path.join(OUT, "xprefetch.json"), "w"), indent=1)
 
 
+def row_broadcast():
+    """A per-row statistic broadcast along the rows of an f32 [R, C] array (R * C = 2^23), as
+    norms and softmax do: per generation, the cycles of x * 2 (the floor), x * s[:, None] and
+    x * t[None, :] (a column statistic, for contrast), (x - s[:, None]) * t[:, None] and
+    ((x - s[:, None]) * t[:, None]) + u[:, None], at C = 128 ... 2048. Writes
+    corpus/row_broadcast.json (chip row_broadcast_cycles, layout.c stream_costs;
+    docs/fidelity.md)."""
+    n = 1 << 23
+    forms = {"scale": lambda x, s, t, u: x * 2.0,  # the unused statistics are unused parameters
+             "row1": lambda x, s, t, u: x * s[:, None],
+             "col1": lambda x, s, t, u: x * t[None, :],
+             "row2": lambda x, s, t, u: (x - s[:, None]) * t[:, None],
+             "row3": lambda x, s, t, u: (x - s[:, None]) * t[:, None] + u[:, None]}
+    res = {}
+    for chip in TOPOLOGIES:
+        dev = device(chip)
+        r = {}
+        for c in (128, 256, 512, 1024, 2048):
+            rows = n // c
+            for name, f in forms.items():
+                shapes = [((rows, c), F32), ((rows,), F32), ((c,) if name == "col1" else (rows,), F32), ((rows,), F32)]
+                args = [sds(sh, dt, dev) for sh, dt in shapes]
+                comp = jax.jit(f).lower(*args).compile()
+                r[f"{name} C={c}"] = sum(o[4] for o in entry_ops(comp.as_text()))
+        res[chip] = {"cores_per_device": getattr(dev, "num_cores", 1), "cycles": r}
+        print(chip, json.dumps(res[chip]), flush=True)
+    json.dump(res, open(os.path.join(OUT, "row_broadcast.json"), "w"), indent=1)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     build()
@@ -647,6 +677,9 @@ if __name__ == "__main__":
         sys.exit(0)
     if want == ["xprefetch"]:
         xprefetch()
+        sys.exit(0)
+    if want == ["row_broadcast"]:
+        row_broadcast()
         sys.exit(0)
     if want and want[0].startswith("compiled="):  # compiled=CHIP NAME...: the compiled programs only
         compiled(want[1:], want[0].split("=", 1)[1])

@@ -298,9 +298,22 @@ static void kernel_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k) 
   k->space_vregs = sv > 0 ? sv : 1;
 }
 
+/* The rows of a broadcast along the lanes: a value over the rows (rank >= 1) spread along the
+ * result's minor dimension (a norm's or softmax's per-row statistic); 0 for other ops. */
+static int64_t lane_broadcast_rows(const tpu_instr *x) {
+  if (x->op != TPU_OP_BROADCAST || x->noperands != 1 || x->operands[0]->shape.rank < 1 || x->shape.rank < 2)
+    return 0;
+  int minor = x->shape.has_layout ? x->shape.minor_to_major[0] : x->shape.rank - 1;
+  if (x->shape.dims[minor] <= 1 || tpu_i64s_find(&x->dimensions, minor) >= 0) return 0;
+  return tpu_shape_numel(&x->shape) / x->shape.dims[minor];
+}
+
 /* What one instruction adds to stream_costs' scan: whether it reduces, moves the minor
- * dimension (a transpose) and the elements it iterates over. */
-static void scan_one(const tpu_chip *chip, const tpu_instr *x, int *reduces, int64_t *moved, int64_t *n) {
+ * dimension (a transpose), the elements it iterates over and the rows it broadcasts along
+ * the lanes. */
+static void scan_one(const tpu_chip *chip, const tpu_instr *x, int *reduces, int64_t *moved, int64_t *n,
+                     int64_t *rows) {
+  *rows += lane_broadcast_rows(x);
   if (x->op == TPU_OP_REDUCE && x->noperands > 0) {
     *reduces = 1;
     int64_t e = tpu_shape_numel(&x->operands[0]->shape);
@@ -317,12 +330,16 @@ static void scan_one(const tpu_chip *chip, const tpu_instr *x, int *reduces, int
  * - lone_op_bytes per element for an unfused elementwise op, convert, reduce or broadcast whose bytes
  *   in and out reach lone_op_min_bytes (the compiler leaves a single op unfused and times
  *   it slower than the same op in a fusion);
- * - transpose_bytes per element of each transpose that moves the minor dimension. */
+ * - transpose_bytes per element of each transpose that moves the minor dimension;
+ * - row_broadcast_cycles per row of each broadcast along the lanes, split over the chip's
+ *   TensorCores (x * s[:, None] over f32 [65536,128] costs 8,192 cycles more than x * 2 on
+ *   v6e, 1/8 cycle per row at every width from 128 to 2,048; gen.py row_broadcast). */
 static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
   const tpu_chip *ch = be->chip;
-  if (ch->stream_pass_bytes <= 0 && ch->lone_op_bytes <= 0 && ch->transpose_bytes <= 0) return 0;
+  if (ch->stream_pass_bytes <= 0 && ch->lone_op_bytes <= 0 && ch->transpose_bytes <= 0 && ch->row_broadcast_cycles <= 0)
+    return 0;
   int reduces = 0, narrow = 0;
-  int64_t n = 0, moved = 0;
+  int64_t n = 0, moved = 0, rows = 0;
   int nl = tpu__leaves(&in->shape);
   for (int l = 0; l < nl; l++) {
     const tpu_shape *s = tpu__leaf(&in->shape, l);
@@ -334,9 +351,9 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
     if (e > n) n = e;
   }
   if (in->op == TPU_OP_FUSION && in->calls) {
-    for (int i = 0; i < in->calls->ninstrs; i++) scan_one(ch, in->calls->instrs[i], &reduces, &moved, &n);
+    for (int i = 0; i < in->calls->ninstrs; i++) scan_one(ch, in->calls->instrs[i], &reduces, &moved, &n, &rows);
   } else {
-    scan_one(ch, in, &reduces, &moved, &n);
+    scan_one(ch, in, &reduces, &moved, &n, &rows);
   }
   double x = 0;
   if (reduces || narrow) x += ch->stream_pass_bytes * (double)n;
@@ -354,6 +371,9 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
   }
   if (lone && k->padded_bytes >= (double)ch->lone_op_min_bytes) x += ch->lone_op_bytes * (double)n;
   x += ch->transpose_bytes * (double)moved;
+  if (ch->row_broadcast_cycles > 0 && rows > 0)
+    x += ch->row_broadcast_cycles * (double)rows / (double)(ch->tensorcores > 0 ? ch->tensorcores : 1) *
+         tpu_chip_hbm_stream_bw(ch) / ch->clock_hz;
   return x;
 }
 

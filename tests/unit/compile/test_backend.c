@@ -643,6 +643,65 @@ static void eup_width(void) {
   CHECK_EQ_INT(busy[1][1], 0);
 }
 
+/* A vector kernel's broadcast along the lanes (a per-row statistic spread over its row)
+ * costs the chip's row_broadcast_cycles per row on the HBM port, split over its
+ * TensorCores: v6e times x * s[:, None] over f32 [65536,128] 8,192 cycles (1/8 per row)
+ * above x * 2 and over [8192,1024] 1,024 (gen.py row_broadcast); a column statistic
+ * (x * t[None, :]) adds nothing of the kind, nor does a chip without the field. */
+static void row_broadcasts(void) {
+  tpu_chip v6e;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v6e", &v6e, &d) == TPU_OK);
+  CHECK_NEAR(v6e.row_broadcast_cycles, 0.125, 1e-12);
+  const char *fmt =
+      "HloModule r\nENTRY e {\n  x = f32[%d,%d] parameter(0)\n  s = f32[%d] parameter(1)\n"
+      "  b = f32[%d,%d] broadcast(s), dimensions={%d}\n  ROOT y = f32[%d,%d] multiply(x, b)\n}\n";
+  int widths[2] = {128, 1024};
+  for (int with = 1; with >= 0; with--) {
+    if (!with) v6e.row_broadcast_cycles = 0;
+    for (int w = 0; w < 2; w++) {
+      int c = widths[w], r = (1 << 23) / c;
+      int64_t cyc[3] = {0, 0, 0}; /* x * s[None, :] with s of one element (the floor), rows, columns */
+      for (int k = 0; k < 3; k++) {
+        char src[512];
+        int n = k == 0 ? 1 : k == 1 ? r : c;
+        snprintf(src, sizeof src, fmt, r, c, n, r, c, k == 1 ? 0 : 1, r, c);
+        if (k == 0) /* a one-element statistic: x times a constant-like column */
+          snprintf(src, sizeof src,
+                   "HloModule r\nENTRY e {\n  x = f32[%d,%d] parameter(0)\n  s = f32[] parameter(1)\n"
+                   "  b = f32[%d,%d] broadcast(s), dimensions={}\n  ROOT y = f32[%d,%d] multiply(x, b)\n}\n",
+                   r, c, r, c, r, c);
+        /* through the HLO passes, as `tpusim run`: the broadcast fuses into the multiply */
+        tpu_module *m = parse(src);
+        CHECK(m != NULL);
+        tpu_compile_opts o;
+        memset(&o, 0, sizeof o);
+        o.chip = &v6e;
+        o.precision_override = -1;
+        tpu_program *p = NULL;
+        CHECK(m && tpu_compile(m, &o, &p, &d) == TPU_OK);
+        tpu_timeline tl;
+        if (p && time_program(p, &v6e, &tl)) {
+          CHECK_EQ_INT(p->nops, 1);
+          cyc[k] = tl.total_cycles;
+          tpu_timeline_free(&tl);
+        }
+        tpu_program_free(p);
+        tpu_module_free(m);
+      }
+      /* the statistic's own read: its bytes at the streaming rate, and a little slack */
+      double bpc = tpu_chip_hbm_stream_bw(&v6e) / v6e.clock_hz;
+      int64_t rd_rows = (int64_t)ceil(4.0 * r / bpc) + 64, rd_cols = (int64_t)ceil(4.0 * c / bpc) + 64;
+      int64_t want = with ? r / 8 : 0;
+      printf("v6e f32[%d,%d]%s: x * 2 %lld, x * s[:, None] %lld (+%lld), x * t[None, :] %lld\n", r, c,
+             with ? "" : " (no row_broadcast_cycles)", (long long)cyc[0], (long long)cyc[1],
+             (long long)(cyc[1] - cyc[0]), (long long)cyc[2]);
+      CHECK(cyc[1] - cyc[0] >= want && cyc[1] - cyc[0] <= want + rd_rows);
+      CHECK(cyc[2] - cyc[0] >= 0 && cyc[2] - cyc[0] <= rd_cols);
+    }
+  }
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   reuse_and_layout();
@@ -651,6 +710,7 @@ int main(void) {
   layout_copy_transposes();
   hbm_reuse();
   eup_width();
+  row_broadcasts();
   dot_tiles();
   k_split_accumulator();
   trip_counts();
