@@ -252,6 +252,10 @@ def main():
                       "median_err": pct([r["err"] for r in rs], 0.5), "within_10pct": sum(e <= 0.10 for e in ae),
                       "within_25pct": sum(e <= 0.25 for e in ae), "fusions_matched": len(fz),
                       "fusion_median_abs_err": pct(fe, 0.5), "fusion_p90_abs_err": pct(fe, 0.9),
+                      # each matched fusion's |error| weighted by the compiler's time for it:
+                      # the share of the matched time tpusim misplaces (small kernels weigh little)
+                      "fusion_time_weighted_abs_err": (sum(abs(ts - cs) for _, cs, ts in fz) / sum(cs for _, cs, _ in fz)
+                                                       if fz else float("nan")),
                       "mem_n": len(mem), "mem_median_abs_err": pct([abs(x) for x in mem], 0.5),
                       "mem_median_err": pct(mem, 0.5)}
         s = summary[c]
@@ -284,7 +288,8 @@ def main():
             print(f"    {cat:13s} n={len(cr):3d}  median |err| {100 * pct([abs(r['err']) for r in cr], 0.5):6.1f}%  "
                   f"signed median {100 * pct([r['err'] for r in cr], 0.5):+7.1f}%")
         print(f"  {'ops matched by name' if a.compiled else 'fusions matched by op_name'}: {s['fusions_matched']}  median |err| "
-              f"{100 * s['fusion_median_abs_err']:.1f}%  p90 {100 * s['fusion_p90_abs_err']:.1f}%")
+              f"{100 * s['fusion_median_abs_err']:.1f}%  p90 {100 * s['fusion_p90_abs_err']:.1f}%  "
+              f"weighted by the compiler's time {100 * s['fusion_time_weighted_abs_err']:.1f}%")
         print(f"  HBM footprint (tpusim hbm_peak vs argument+output+temp-alias) n={s['mem_n']}: "
               f"median |diff| {100 * s['mem_median_abs_err']:.1f}%  signed median {100 * s['mem_median_err']:+.1f}%")
         print(f"  worst programs:")
