@@ -669,17 +669,10 @@ if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     build()
     want = sys.argv[1:]
-    if want == ["vector_dots"]:
-        vector_dots()
-        sys.exit(0)
-    if want == ["eup"]:
-        eup()
-        sys.exit(0)
-    if want == ["xprefetch"]:
-        xprefetch()
-        sys.exit(0)
-    if want == ["row_broadcast"]:
-        row_broadcast()
+    # the probe families, each one JSON file of corpus/
+    families = {"vector_dots": vector_dots, "eup": eup, "xprefetch": xprefetch, "row_broadcast": row_broadcast}
+    if len(want) == 1 and want[0] in families:
+        families[want[0]]()
         sys.exit(0)
     if want and want[0].startswith("compiled="):  # compiled=CHIP NAME...: the compiled programs only
         compiled(want[1:], want[0].split("=", 1)[1])

@@ -570,16 +570,13 @@ static tpu_status durations(tstate *t) {
       case TPU_ISA_MATMUL:
         TPU_TRY(tpu_timing_matmul_cycles(in, t->chip, &c, t->d));
         break;
-      case TPU_ISA_VPU: {
-        /* the VPU issues vector_ops_per_cycle register-wide operations per cycle (its ALU
-         * slots; 1 when the preset does not say) */
-        double r = t->chip->vector_ops_per_cycle > 0 ? t->chip->vector_ops_per_cycle : 1;
-        c = (int64_t)ceil((double)in->vregs * (double)in->ops / ((double)cores * r));
-        break;
-      }
+      case TPU_ISA_VPU:
       case TPU_ISA_EUP: {
-        /* eup_pushes_per_cycle 32-bit registers per cycle (1 when the preset does not say) */
-        double r = t->chip->eup_pushes_per_cycle > 0 ? t->chip->eup_pushes_per_cycle : 1;
+        /* the VPU issues vector_ops_per_cycle register-wide operations per cycle (its ALU
+         * slots), the EUP eup_pushes_per_cycle 32-bit registers (1 when the preset does not
+         * say) */
+        double r = in->opc == TPU_ISA_VPU ? t->chip->vector_ops_per_cycle : t->chip->eup_pushes_per_cycle;
+        if (r <= 0) r = 1;
         c = (int64_t)ceil((double)in->vregs * (double)in->ops / ((double)cores * r));
         break;
       }

@@ -51,6 +51,9 @@ int tpu__in_vmem(const tpu_shape *s);
 /* Bytes of s (rank >= 2) in the layout that pads least to the tile — the layout the XLA TPU
  * compiler gives a program's parameters and results. */
 int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s);
+/* The same, with that layout's tile dimensions (second in the sublanes, minor in the
+ * lanes): row-major's when no layout pads strictly less. */
+int64_t tpu__least_tiling(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor);
 /* Does an array of shape s that a convolution lays out with dimension `second` in the
  * sublanes and `minor` in the lanes need relaying out to or from the program's own layout
  * (the one that pads least, row-major on a tie; compile/relayout.c)? */

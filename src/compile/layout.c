@@ -96,15 +96,23 @@ int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in) {
          tpu__tiled_as(chip, r, r->rank - 2, r->rank - 1);
 }
 
-int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s) {
+int64_t tpu__least_tiling(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor) {
   int r = s->rank;
   int64_t least = tpu__tiled_as(chip, s, r - 2, r - 1);
-  for (int m = 0; m < r; m++)
-    for (int q = 0; q < r; q++) {
-      int64_t b = m != q ? tpu__tiled_as(chip, s, q, m) : least;
-      if (b < least) least = b;
+  *second = r - 2, *minor = r - 1;
+  /* the most minor dimensions first: of layouts that pad alike, the one nearest row-major */
+  for (int m = r - 1; m >= 0; m--)
+    for (int q = r - 1; q >= 0; q--) {
+      if (q == m) continue;
+      int64_t b = tpu__tiled_as(chip, s, q, m);
+      if (b < least) least = b, *second = q, *minor = m;
     }
   return least;
+}
+
+int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s) {
+  int second, minor;
+  return tpu__least_tiling(chip, s, &second, &minor);
 }
 
 int64_t tpu__vregs(const tpu__be *be, const tpu_shape *s) {

@@ -126,21 +126,6 @@ tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_s
   return changed ? tpu_build_finish(b, entry) : TPU_OK;
 }
 
-/* The layout (second, minor: the tile's dimensions) that pads s least, when it pads
- * strictly less than row-major; 0 when row-major is least. */
-static int least_layout(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor) {
-  int r = s->rank;
-  int64_t best = tpu__tiled_as(chip, s, r - 2, r - 1);
-  int found = 0;
-  for (int m = r - 1; m >= 0; m--)
-    for (int q = r - 1; q >= 0; q--) {
-      if (q == m) continue;
-      int64_t b = tpu__tiled_as(chip, s, q, m);
-      if (b < best) best = b, *second = q, *minor = m, found = 1;
-    }
-  return found;
-}
-
 static int row_major(const tpu_shape *s) {
   if (!s->has_layout) return 1;
   for (int i = 0; i < s->rank; i++)
@@ -153,6 +138,11 @@ static int slides_along(const tpu_instr *w, int d) {
   return d < w->nwindow && (w->window[d].size > 1 || w->window[d].stride > 1 || w->window[d].base_dilation > 1);
 }
 
+/* Is r a reduce-window over p that slides along the tile (second, minor) p is laid out in? */
+static int pools_across_tile(const tpu_instr *r, const tpu_instr *p, int second, int minor) {
+  return r->op == TPU_OP_REDUCE_WINDOW && r->operands[0] == p && (slides_along(r, second) || slides_along(r, minor));
+}
+
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip) {
   tpu_uses u;
   TPU_TRY(tpu_build_uses(b, entry, &u));
@@ -163,7 +153,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
     tpu_shape *s = &p->shape;
     int second = -1, minor = -1;
     if (p->op != TPU_OP_PARAMETER || !tpu_dtype_is_array(s->dtype) || s->rank < 3 || s->layout_tail ||
-        !row_major(s) || !least_layout(chip, s, &second, &minor))
+        !row_major(s) || tpu__least_tiling(chip, s, &second, &minor) >= tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1))
       continue;
     int keep = 0, relay = 0;
     for (int k = 0; k < u.nusers[p->id]; k++) {
@@ -171,8 +161,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
       if (r->op == TPU_OP_CONVOLUTION || r->op == TPU_OP_BITCAST || r->op == TPU_OP_TUPLE || r->op == TPU_OP_CALL ||
           r->op == TPU_OP_WHILE || r->op == TPU_OP_CONDITIONAL || r->op == TPU_OP_CUSTOM_CALL || r->op == TPU_OP_FUSION)
         keep = 1;
-      if (r->op == TPU_OP_REDUCE_WINDOW && r->operands[0] == p && (slides_along(r, second) || slides_along(r, minor)))
-        relay = 1;
+      relay |= pools_across_tile(r, p, second, minor);
     }
     if (keep) continue;
     tpu_shape given = *s;
@@ -190,8 +179,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
     st = tpu_build_instr_like(b, entry, p, TPU_OP_COPY, "copy.relayout", &given, &p, 1, &c);
     for (int k = 0; st == TPU_OK && k < u.nusers[p->id]; k++) {
       tpu_instr *r = u.users[p->id][k];
-      if (r->op == TPU_OP_REDUCE_WINDOW && r->operands[0] == p && (slides_along(r, second) || slides_along(r, minor)))
-        r->operands[0] = c;
+      if (pools_across_tile(r, p, second, minor)) r->operands[0] = c;
     }
     changed = 1;
   }
