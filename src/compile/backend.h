@@ -29,6 +29,8 @@ typedef struct tpu__kinfo {
   int64_t pos, last_use;   /* liveness positions in the flattened schedule */
   /* tile */
   int64_t m, k, n, b;      /* matmul problem (k as the MXU runs it: see k_flops) */
+  double mm_flops;         /* the matmul's true flops where b*m*k_flops*n overstates them (a
+                            * depthwise convolution's lane blocks); 0: that product */
   int64_t k_flops;         /* the contraction's true length; k is longer for a convolution
                             * whose input features fill part of the MXU rows at each tap */
   tpu_dtype mm_dtype;

@@ -393,7 +393,9 @@ static tpu_status form_groups(fuser *f) {
     G->has_heavy = heavy || red;
     TPU_TRY(push_member(f, g, i, 0, heavy || red ? SIDE_HEAVY : SIDE_EPI));
     TPU_TRY(grow(f, g));
-    if (real_members(f, &f->groups[g]) < 2) {
+    /* A convolution keeps its kernel even alone, as the XLA TPU compiler wraps every one in
+     * a kOutput fusion: relayout.c then gives it the layouts at the program's edge. */
+    if (real_members(f, &f->groups[g]) < 2 && u->op != TPU_OP_CONVOLUTION) {
       /* Nothing to fuse: release the members so they can root their own groups. */
       G = &f->groups[g];
       for (int j = 0; j < G->n; j++) {

@@ -171,6 +171,22 @@ static int64_t eup_vregs(const tpu_shape *s, int64_t vr) {
   return b > 0 && b < 4 ? vr * (int64_t)(4 / b) : vr;
 }
 
+/* A depthwise convolution's filter gradient: batch_group_count groups of one output feature
+ * each (JAX's gradient of a feature_group_count = C convolution with respect to its filter).
+ * The XLA TPU compiler runs it on the vector unit, not the MXU: for every filter tap one
+ * multiply-add of the input against the shifted output gradient over the whole input
+ * (bench/fidelity probes dw3_bwd: 9,439 cycles on v5e for an [8,28,28,256] input and a 3x3
+ * filter, the 2 x 9 x 1,568 f32 registers' operations at 4 per cycle plus the kernel start). */
+static int conv_on_vpu(const tpu_instr *cv) {
+  if (cv->op != TPU_OP_CONVOLUTION || cv->batch_group_count <= 1) return 0;
+  const tpu_shape *rs = &cv->operands[1]->shape;
+  return rs->dims[cv->conv.k_out] == cv->batch_group_count;
+}
+
+static int is_mxu_op(const tpu_instr *in) {
+  return in->op == TPU_OP_DOT || (in->op == TPU_OP_CONVOLUTION && !conv_on_vpu(in));
+}
+
 static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
   const tpu_shape *s = &in->shape;
   int64_t vr = tpu__vregs(be, s);
@@ -305,8 +321,20 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
     }
     case TPU_OP_FUSION: {
       for (int i = 0; in->calls && i < in->calls->ninstrs; i++)
-        if (in->calls->instrs[i]->op != TPU_OP_DOT && in->calls->instrs[i]->op != TPU_OP_CONVOLUTION)
-          add_cost(be, in->calls->instrs[i], c);
+        if (!is_mxu_op(in->calls->instrs[i])) add_cost(be, in->calls->instrs[i], c);
+      return;
+    }
+    case TPU_OP_CONVOLUTION: {
+      if (!conv_on_vpu(in)) return; /* MXU work: matmul_dims */
+      /* one multiply-add per filter tap (the output's spatial positions) over the input's
+       * 32-bit registers (16-bit inputs widened, as the EUP widens them) */
+      const tpu_shape *is = &in->operands[0]->shape;
+      int64_t taps = 1;
+      for (int i = 0; i < in->conv.nspatial; i++) taps *= s->dims[in->conv.out_spatial[i]];
+      int64_t ivr = eup_vregs(is, tpu__vregs(be, is));
+      c->vpu += ivr * taps * 2;
+      c->flops += 2.0 * (double)tpu_shape_numel(is) * (double)taps;
+      c->padded_flops += 2.0 * (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)taps;
       return;
     }
     default: /* data movement through VMEM: one vector copy per register */
@@ -388,6 +416,7 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
     int64_t g = (mm->feature_group_count > 0 ? mm->feature_group_count : 1) *
                 (mm->batch_group_count > 0 ? mm->batch_group_count : 1);
     int64_t m = mm->shape.dims[cd->out_batch], taps = 1, bat = 1;
+    int depthwise = 0;
     for (int i = 0; i < cd->nspatial; i++) {
       m *= mm->shape.dims[cd->out_spatial[i]];
       /* Where every output meets at most one input element (the rest of its window is
@@ -412,6 +441,22 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
     k->m = m;
     k->k = rs->dims[cd->k_in] * taps;
     k->n = rs->dims[cd->k_out] / g;
+    /* A depthwise convolution (feature_group_count groups of one input feature each, any
+     * channel multiplier): the XLA TPU compiler packs the groups along the diagonal of the
+     * MXU's weight tile, so each filter tap multiplies [rows, features] by a diagonal block:
+     * one K tile per tap, each block of 128 features (a vector register's lanes) its own pass
+     * of the array, also on v6e's 256-wide MXUs (bench/fidelity probes dw*: a 3x3
+     * over [8,28,28,256] bf16 takes 37,569 cycles on v5e, the 9 x 2 x 6,272 rows' pushes on
+     * 4 MXUs plus the transfers, where one 128-wide tile per group would take 128 times that). */
+    if (mm->feature_group_count > 1 && rs->dims[cd->k_in] == 1 && mm->batch_group_count <= 1) {
+      int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+      k->b = bat * ((rs->dims[cd->k_out] + lanes - 1) / lanes);
+      k->n = lanes;
+      k->k = taps * (be->chip->mxu_rows > 0 ? be->chip->mxu_rows : 128);
+      k->k_flops = taps;
+      k->mm_flops = 2.0 * (double)bat * (double)m * (double)taps * (double)rs->dims[cd->k_out];
+      depthwise = 1;
+    }
     /* Fewer output features than the 128 lanes and a larger batch: the XLA TPU compiler lays
      * the batch across the lanes (its output layout puts the batch minor, {0,3,2,1} for
      * NHWC), so the batch is the MXU's column dimension and the features join the rows
@@ -427,12 +472,12 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
      * fill the 128 lanes of their tile, so fewer than 128 are padded at every tap (probed on
      * v5e and v5p: a 3x3 convolution over 16, 32 or 64 features costs what one over 128
      * does; docs/fidelity.md). Weight gradients, whose window is the image, are one GEMM. */
-    int filter = taps > 1;
+    int filter = taps > 1 && !depthwise;
     for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++)
       filter &= mm->window[i].size <= 7 && mm->window[i].stride == 1 && mm->window[i].base_dilation <= 1;
     int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
     if (filter) k->k = round_up(rs->dims[cd->k_in], lanes) * taps;
-    k->k_flops = rs->dims[cd->k_in] * taps;
+    if (!depthwise) k->k_flops = rs->dims[cd->k_in] * taps;
   }
   if (mm->op == TPU_OP_DOT) k->k_flops = k->k;
   if (k->m < 1) k->m = 1;
@@ -458,7 +503,7 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
  * nested fusion instructions, outermost first. */
 static const tpu_instr *find_matmul(const tpu_comp *c, const tpu_instr **path, int *depth) {
   for (int i = 0; c && i < c->ninstrs; i++)
-    if (c->instrs[i]->op == TPU_OP_DOT || c->instrs[i]->op == TPU_OP_CONVOLUTION) return c->instrs[i];
+    if (is_mxu_op(c->instrs[i])) return c->instrs[i];
   for (int i = 0; c && *depth < NEST_MAX && i < c->ninstrs; i++) {
     const tpu_instr *f = c->instrs[i];
     if (f->op != TPU_OP_FUSION || !f->calls) continue;
@@ -648,10 +693,9 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     po.scalar = tpu_dtype_is_array(in->operands[i]->shape.dtype) && in->operands[i]->shape.rank == 0;
   const tpu_instr *path[NEST_MAX];
   int depth = 0;
-  const tpu_instr *mm = in->op == TPU_OP_DOT || in->op == TPU_OP_CONVOLUTION ? in
-                        : in->op == TPU_OP_FUSION ? find_matmul(in->calls, path, &depth) : NULL;
+  const tpu_instr *mm = is_mxu_op(in) ? in : in->op == TPU_OP_FUSION ? find_matmul(in->calls, path, &depth) : NULL;
   cost c = {0, 0, 0, 0, 0};
-  if (in->op != TPU_OP_DOT && in->op != TPU_OP_CONVOLUTION) add_cost(be, in, &c);
+  if (!is_mxu_op(in)) add_cost(be, in, &c);
   if (mm) {
     k->kind = TPU__K_MATMUL;
     matmul_dims(be, mm, k);
@@ -668,7 +712,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     po.n = k->n;
     po.b = k->b;
     const double cx = tpu_dtype_is_complex(k->mm_dtype) ? 4.0 : 1.0; /* real flops of a complex MAC */
-    po.flops = cx * 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n + c.flops;
+    po.flops = (k->mm_flops > 0 ? k->mm_flops : cx * 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n) + c.flops;
     po.padded_flops = cx * 2.0 * (double)k->b * (double)round_up(k->m, be->chip->vector_sublanes) *
                           (double)round_up(k->k, R) * (double)round_up(k->n, C) + c.padded_flops;
   } else if (in->op == TPU_OP_COPY && !vmem_copy(in)) {

@@ -702,6 +702,60 @@ static void row_broadcasts(void) {
   }
 }
 
+/* Depthwise convolutions as the XLA TPU compiler runs them (bench/fidelity/probes/depthwise:
+ * its estimates for a 3x3 depthwise convolution over bf16[8,28,28,256], forward and filter
+ * gradient). The forward packs the 256 one-feature groups along the diagonal of the MXU's
+ * weight tile, 128 features (a register's lanes) to a block: 9 taps x 2 blocks x 6,272 rows
+ * of pushes over the MXUs, not 256 groups of 128-wide tiles. The filter gradient (batch_group
+ * _count = 256, one output feature per group) is vector work: 2 x 9 x 1,568 f32 registers. */
+static void depthwise_convs(void) {
+  static const char *fwd =
+      "HloModule dw\nENTRY e {\n  x = bf16[8,28,28,256] parameter(0)\n  w = bf16[3,3,1,256] parameter(1)\n"
+      "  ROOT c = bf16[8,28,28,256] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, "
+      "feature_group_count=256\n}\n";
+  static const char *wgrad =
+      "HloModule dwg\nENTRY e {\n  x = bf16[8,28,28,256] parameter(0)\n  g = bf16[8,28,28,256] parameter(1)\n"
+      "  ROOT c = bf16[3,3,1,256] convolution(x, g), window={size=28x28 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf, "
+      "batch_group_count=256\n}\n";
+  /* the compiler's estimated_cycles (its fusion; clocks as the presets') and the band each
+   * generation holds today */
+  static const struct { const char *chip; int64_t fwd, wgrad; double band; } gens[] = {
+      {"v4:core", 36746, 25044, 0.10}, {"v5e", 37569, 9439, 0.10}, {"v5p", 21308, 6170, 0.10}, {"v6e", 33704, 5312, 0.20}};
+  /* (wgrad: the compiler's figure inside its backward program, operands already on chip) */
+  for (size_t i = 0; i < sizeof gens / sizeof gens[0]; i++) {
+    tpu_chip c;
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for_with(gens[i].chip, fwd, 1, &c, &m);
+    tpu_timeline tl;
+    if (p && time_program(p, &c, &tl)) {
+      int64_t mxus = (int64_t)c.mxus_per_core * (c.tensorcores > 0 ? c.tensorcores : 1);
+      int64_t pushes = 9 * 2 * 8 * 28 * 28 / mxus; /* taps x lane blocks x rows, over the MXUs */
+      printf("depthwise fwd %s: %lld cycles (compiler %lld), MXU busy %lld (diagonal blocks %lld)\n", gens[i].chip,
+             (long long)tl.total_cycles, (long long)gens[i].fwd, (long long)tl.busy[TPU_UNIT_MXU], (long long)pushes);
+      CHECK(fabs((double)tl.total_cycles / (double)gens[i].fwd - 1) <= gens[i].band);
+      CHECK(tl.busy[TPU_UNIT_MXU] >= pushes && tl.busy[TPU_UNIT_MXU] <= pushes * 11 / 10 + 256);
+      tpu_timeline_free(&tl);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+    p = compile_for_with(gens[i].chip, wgrad, 1, &c, &m);
+    if (p && time_program(p, &c, &tl)) {
+      printf("depthwise filter gradient %s: %lld cycles (compiler %lld), MXU busy %lld, VPU busy %lld\n", gens[i].chip,
+             (long long)tl.total_cycles, (long long)gens[i].wgrad, (long long)tl.busy[TPU_UNIT_MXU],
+             (long long)tl.busy[TPU_UNIT_VPU]);
+      /* standalone it also reads its two operands from HBM, which the compiler's backward
+       * program had prefetched: its vector work is checked against the closed form */
+      double vops = c.vector_ops_per_cycle > 0 ? c.vector_ops_per_cycle : 1;
+      int64_t vwork = (int64_t)(2.0 * 9 * 1568 / (vops * (c.tensorcores > 0 ? c.tensorcores : 1)));
+      CHECK(tl.busy[TPU_UNIT_VPU] >= vwork && tl.busy[TPU_UNIT_VPU] <= vwork * 6 / 5);
+      CHECK_EQ_INT(tl.busy[TPU_UNIT_MXU], 0);
+      tpu_timeline_free(&tl);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   reuse_and_layout();
@@ -711,6 +765,7 @@ int main(void) {
   hbm_reuse();
   eup_width();
   row_broadcasts();
+  depthwise_convs();
   dot_tiles();
   k_split_accumulator();
   trip_counts();
