@@ -4,7 +4,25 @@ program and generation by generation, on the corpus bench/fidelity/gen.py wrote 
 no libtpu needed here).
 
     python3 bench/fidelity/compare.py [--tpusim build/tpusim] [--corpus DIR] [--chips v4,v5e,v5p,v6e]
-                                      [--only SUBSTR] [--json OUT.json] [--worst N] [--jobs N]
+                                      [--only SUBSTR] [--json OUT.json [--compact]] [--worst N] [--jobs N]
+                                      [--compiled] [--check BASELINE.json] [--no-mem] [--split test|tune]
+    python3 bench/fidelity/compare.py --corpus bench/fidelity/families            # the held-out corpus
+    python3 bench/fidelity/compare.py --corpus bench/fidelity/families --compiled \
+        --check bench/fidelity/baseline/families.compiled.json                    # exit 1 if worse
+
+The corpus directory holds NAME.hlo and NAME.json; the compiler's compiled programs are
+DIR/compiled/NAME.GEN.hlo or .hlo.gz (for the default corpus, bench/fidelity/compiled/).
+Each program is in the "test" or "tune" split: its JSON's "split", else the generators' rule
+(split_of: sha1 of the name, test when the first 8 hex digits mod 10 < 3); its family is its
+JSON's "family", else its "category". The split report comes first: per split (test, tune,
+all), per generation the programs judged, refused (tpusim exited non-zero: a failure, listed
+with its error line and counted per message class) and not judged (the compiler's figure is 0:
+a program that is only a while loop, whose body the figure leaves out), median and p90
+|error|; then per family. --check BASELINE.json exits 1 when, on the test split of any
+generation, the median or p90 |error| is worse than the baseline's by more than
+max(1 percentage point, 2 % of the baseline value), or fewer programs are accepted; the
+baseline is an earlier --json file of the same corpus and mode (--compact leaves the per-op
+rows out).
 
 For every program and generation: `tpusim run PROG.hlo --mode timing --chip CHIP --report R`
 (step cycles and seconds, per-op rows with their JAX op_name) and `tpusim compile PROG.hlo
@@ -18,7 +36,7 @@ median, the worst programs; per category; per fusion matched by JAX op_name (wit
 each op of the compiled program paired with the op of its name; see match_ops); and the HBM
 footprint comparison. Error = tpusim / compiler - 1. Nothing here is tuned: it
 reports."""
-import argparse, concurrent.futures as cf, functools, json, math, os, re, subprocess, sys, tempfile
+import argparse, concurrent.futures as cf, functools, gzip, hashlib, json, math, os, re, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -83,9 +101,12 @@ def below_bandwidth(compiled_hlo, bw, clock):
     """The entry ops of a compiled program whose estimated_cycles are below the time their
     HBM bytes (operands and results of 1 MiB or more, outside VMEM/CMEM) take at the
     published bandwidth bw: estimates no chip could meet, which leave work out."""
-    if not os.path.exists(compiled_hlo):
+    if os.path.exists(compiled_hlo):
+        text = open(compiled_hlo).read()
+    elif os.path.exists(compiled_hlo + ".gz"):
+        text = gzip.open(compiled_hlo + ".gz", "rt").read()
+    else:
         return []
-    text = open(compiled_hlo).read()
     entry = text[text.rfind("\nENTRY"):]
     shapes, out = {}, []
     for line in entry.split("\n"):
@@ -113,8 +134,13 @@ def pct(xs, q):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def run_tpusim(tpusim, hlo, chip):
+def run_tpusim(tpusim, hlo, chip, mem=True):
     with tempfile.TemporaryDirectory() as td:
+        if hlo.endswith(".gz"):
+            plain = os.path.join(td, os.path.basename(hlo)[:-3])
+            with gzip.open(hlo, "rt") as fi, open(plain, "w") as fo:
+                fo.write(fi.read())
+            return run_tpusim(tpusim, plain, chip, mem)
         rep = os.path.join(td, "r.json")
         p = subprocess.run([tpusim, "run", hlo, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
                            capture_output=True, text=True)
@@ -124,6 +150,9 @@ def run_tpusim(tpusim, hlo, chip):
     out = {"cycles": r["step"]["cycles"], "seconds": r["step"]["seconds"], "clock_hz": r["step"]["clock_hz"],
            "hbm_bytes": r["hbm"]["bytes"], "flops": r["flops"]["useful"],
            "ops": [(o["name"], o.get("kind", ""), o.get("op_name", ""), o["seconds"]) for o in r["ops"]]}
+    if not mem:
+        out["hbm_peak"], out["xprefetch"] = None, 0
+        return out
     p = subprocess.run([tpusim, "compile", hlo, "--chip", chip], capture_output=True, text=True)
     m = re.search(r"hbm_peak=(\d+)", p.stdout[:4096]) if p.returncode == 0 else None
     out["hbm_peak"] = int(m.group(1)) if m else None
@@ -161,6 +190,127 @@ def match_ops(comp_ops, sim_ops, clock, by_name=False):
     return [(k, a[k], b[k]) for k in a if k in b]
 
 
+def split_of(name):
+    """The split rule of the generators (gen_families.py): test when the first 8 hex digits of
+    sha1(name) mod 10 < 3 (about 30 %), else tune."""
+    return "test" if int(hashlib.sha1(name.encode()).hexdigest()[:8], 16) % 10 < 3 else "tune"
+
+
+def refusal_class(err):
+    """A refusal's message without its location and with names and numbers made generic, so
+    that refusals of one kind count together."""
+    m = re.sub(r"^.*?: error: ", "", err)
+    m = re.sub(r"%[\w.\-]+", "%X", m)
+    return re.sub(r"\d+", "N", m)
+
+
+SPLITS = ("test", "tune", "all")
+
+
+def stats(rs):
+    ae = [abs(r["err"]) for r in rs]
+    return {"n": len(rs), "median_abs_err": pct(ae, 0.5), "p90_abs_err": pct(ae, 0.9),
+            "median_err": pct([r["err"] for r in rs], 0.5), "within_10pct": sum(e <= 0.10 for e in ae),
+            "within_25pct": sum(e <= 0.25 for e in ae)}
+
+
+def split_summary(rows, failures, split, family, chips):
+    """{split: {chip: counts and figures}}, {split: {family: {chip: figures}}}, refusal classes
+    {chip: {class: [count, an example program, its message]}}."""
+    out, fams = {}, {}
+    for sp in SPLITS:
+        out[sp], fams[sp] = {}, {}
+        insp = lambda n: sp == "all" or split[n] == sp
+        for c in chips:
+            rs = [r for r in rows if r["chip"] == c and insp(r["name"])]
+            fl = [f for f in failures if f[0] == c and insp(f[1])]
+            if not rs and not fl:
+                continue
+            judged = [r for r in rs if r["compiler_s"] > 0]
+            out[sp][c] = dict(stats(judged), programs=len(rs) + len(fl), accepted=len(rs), refused=len(fl),
+                              not_judged=len(rs) - len(judged))
+            for fam in sorted(set(family[r["name"]] for r in rs) | set(family[f[1]] for f in fl)):
+                fj = [r for r in judged if family[r["name"]] == fam]
+                fams[sp].setdefault(fam, {})[c] = dict(stats(fj), refused=sum(family[f[1]] == fam for f in fl),
+                                                       not_judged=sum(family[r["name"]] == fam and r["compiler_s"] <= 0
+                                                                      for r in rs))
+    ref = {}
+    for c, n, e in failures:
+        k = refusal_class(e)
+        x = ref.setdefault(c, {}).setdefault(k, [0, n, e])
+        x[0] += 1
+    return out, fams, ref
+
+
+def print_split_report(out, fams, ref, chips, markdown):
+    f1 = lambda x: "-" if x != x else f"{100 * x:.1f}%"
+    for sp in SPLITS:
+        if not out.get(sp):
+            continue
+        nprog = max(v["programs"] for v in out[sp].values())
+        print(f"\n=== split {sp.upper()} ({nprog} programs): per generation")
+        print(f"  {'gen':4s} {'programs':>8s} {'accepted':>8s} {'refused':>7s} {'no-figure':>9s} {'judged':>6s} "
+              f"{'median|err|':>11s} {'p90|err|':>9s} {'signed med':>10s} {'<=10%':>5s} {'<=25%':>5s}")
+        for c, v in out[sp].items():
+            print(f"  {c:4s} {v['programs']:8d} {v['accepted']:8d} {v['refused']:7d} {v['not_judged']:9d} {v['n']:6d} "
+                  f"{f1(v['median_abs_err']):>11s} {f1(v['p90_abs_err']):>9s} {f1(v['median_err']):>10s} "
+                  f"{v['within_10pct']:5d} {v['within_25pct']:5d}")
+        print(f"=== split {sp.upper()}: per family, median |err| (p90) per generation; refused programs in brackets; "
+              f"worst first")
+        key = lambda fam: -max((x["median_abs_err"] for x in fams[sp][fam].values() if x["n"]), default=float("inf"))
+        for fam in sorted(fams[sp], key=key):
+            cells = []
+            for c in chips:
+                x = fams[sp][fam].get(c)
+                cells.append("-" if not x else f"{f1(x['median_abs_err'])} ({f1(x['p90_abs_err'])})"
+                             + (f" [{x['refused']}]" if x["refused"] else ""))
+            n = max(x["n"] + x["refused"] + x["not_judged"] for x in fams[sp][fam].values())
+            print(f"  {fam:22s} n={n:3d}  " + "  ".join(f"{c} {cell:22s}" for c, cell in zip(chips, cells)))
+        if markdown:
+            print(f"\n| {sp} split | programs | refused | median abs err | p90 abs err | signed median |")
+            print("|---|---|---|---|---|---|")
+            for c, v in out[sp].items():
+                print(f"| {c} | {v['programs']} | {v['refused']} | {f1(v['median_abs_err'])} | {f1(v['p90_abs_err'])} "
+                      f"| {f1(v['median_err'])} |")
+    if ref:
+        print("\n=== refusals by message class (count per generation; an example)")
+        classes = sorted(set(k for c in ref for k in ref[c]), key=lambda k: -sum(ref[c].get(k, [0])[0] for c in ref))
+        for k in classes:
+            ex = next(ref[c][k] for c in ref if k in ref[c])
+            print(f"  {' '.join(f'{c}:{ref[c][k][0]}' if k in ref[c] else f'{c}:0' for c in chips)}  {k[:160]}\n"
+                  f"      e.g. {ex[1]}: {ex[2][:200]}")
+
+
+def check(baseline, out, mode):
+    """Test split, every generation of the baseline: median and p90 |error| no worse than the
+    baseline's by more than max(1 point, 2 % of it); accepted programs no fewer."""
+    b = json.load(open(baseline))
+    bad = []
+    if b.get("mode") and b["mode"] != mode:
+        bad.append(f"baseline mode {b['mode']} != {mode}")
+    for c, bv in b["splits"]["test"].items():
+        v = out["test"].get(c)
+        if v is None:
+            bad.append(f"{c}: no test programs run")
+            continue
+        for k in ("median_abs_err", "p90_abs_err"):
+            if bv[k] != bv[k]:
+                continue
+            tol = max(0.01, 0.02 * bv[k])
+            ok = v[k] <= bv[k] + tol
+            print(f"check {c} test {k}: {100 * v[k]:.2f}% against baseline {100 * bv[k]:.2f}% "
+                  f"(tolerance {100 * tol:.2f} points): {'ok' if ok else 'WORSE'}")
+            if not ok:
+                bad.append(f"{c} test {k} {100 * v[k]:.2f}% > {100 * bv[k]:.2f}% + {100 * tol:.2f}")
+        ok = v["accepted"] >= bv["accepted"]
+        print(f"check {c} test accepted: {v['accepted']} against baseline {bv['accepted']}: {'ok' if ok else 'FEWER'}")
+        if not ok:
+            bad.append(f"{c} test accepted {v['accepted']} < {bv['accepted']}")
+    for x in bad:
+        print("check failed:", x)
+    return not bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tpusim", default=os.path.join(ROOT, "build", "tpusim"))
@@ -174,6 +324,11 @@ def main():
     ap.add_argument("--compiled", action="store_true",
                     help="time the compiler's own compiled programs (bench/fidelity/compiled/NAME.GEN.hlo, "
                          "gen.py compiled=GEN) instead of tpusim's compilation of NAME.hlo")
+    ap.add_argument("--check", default="", metavar="BASELINE.json",
+                    help="exit 1 if the test split is worse than this earlier --json summary (see the header)")
+    ap.add_argument("--split", default="", choices=["", "test", "tune"], help="run only this split's programs")
+    ap.add_argument("--compact", action="store_true", help="--json without the per-op rows (a baseline)")
+    ap.add_argument("--no-mem", action="store_true", help="skip tpusim compile's HBM footprint (half the runs)")
     ap.add_argument("--preset", action="append", default=[], metavar="GEN=CHIP",
                     help="run generation GEN on tpusim chip CHIP (default v4=v4:core, others by name)")
     a = ap.parse_args()
@@ -187,12 +342,22 @@ def main():
     if not names:
         sys.exit("no programs in %s" % a.corpus)
     recs = {n: json.load(open(os.path.join(a.corpus, n + ".json"))) for n in names}
-    compiled_dir = os.path.join(HERE, "compiled")
-    src = (lambda n, c: os.path.join(compiled_dir, f"{n}.{c}.hlo")) if a.compiled else \
-        (lambda n, c: os.path.join(a.corpus, n + ".hlo"))
+    compiled_dir = os.path.join(a.corpus, "compiled")
+    if not os.path.isdir(compiled_dir):
+        compiled_dir = os.path.join(HERE, "compiled")
+
+    def src(n, c):
+        if not a.compiled:
+            return os.path.join(a.corpus, n + ".hlo")
+        f = os.path.join(compiled_dir, f"{n}.{c}.hlo")
+        return f if os.path.exists(f) or not os.path.exists(f + ".gz") else f + ".gz"
+    split = {n: recs[n].get("split") or split_of(n) for n in names}
+    if a.split:
+        names = [n for n in names if split[n] == a.split]
+    family = {n: recs[n].get("family") or recs[n]["category"] for n in names}
     jobs = [(n, c) for n in names for c in chips if c in recs[n]["chips"] and os.path.exists(src(n, c))]
     with cf.ThreadPoolExecutor(max(1, a.jobs)) as ex:
-        sims = dict(zip(jobs, ex.map(lambda j: run_tpusim(a.tpusim, src(*j), PRESET.get(j[1], j[1])), jobs)))
+        sims = dict(zip(jobs, ex.map(lambda j: run_tpusim(a.tpusim, src(*j), PRESET.get(j[1], j[1]), not a.no_mem), jobs)))
     rows, failures = [], []
     for (n, c), s in sims.items():
         comp = recs[n]["chips"][c]
@@ -207,7 +372,8 @@ def main():
         xpf = xpf if xpf / stream_bw(PRESET.get(c, c)) > 0.1 * cs else 0
         # ... and tpusim did not prefetch the same parameter (its size, padded alike or not, within 25 %)
         xpf = xpf if abs(s["xprefetch"] - xpf) > 0.25 * xpf else 0
-        rows.append({"chip": c, "name": n, "category": recs[n]["category"], "compiler_s": cs,
+        rows.append({"chip": c, "name": n, "category": recs[n]["category"], "family": family[n], "split": split[n],
+                     "kind": recs[n].get("kind", ""), "compiler_s": cs,
                      "cross_program_prefetch_bytes": xpf, "compiler_ops": len(comp["ops"]),
                      # the compiler's estimate below half of its own roofline lower bound
                      # (cost_analysis optimal_seconds, where positive): work it leaves out
@@ -227,7 +393,11 @@ def main():
                      "tpusim_clock": s["clock_hz"], "compiler_mem": cmem, "tpusim_mem": s["hbm_peak"],
                      "fusions": match_ops(comp["ops"], s["ops"], COMPILER_CLOCK[c], by_name=a.compiled)})
     print(f"tpusim against the XLA TPU compiler's cost model: {len(names)} programs, {len(rows)} runs "
-          f"({len(failures)} failed); error = tpusim / compiler - 1 of the program time")
+          f"({len(failures)} failed); error = tpusim / compiler - 1 of the program time"
+          + (" (the compiler's compiled programs)" if a.compiled else " (tpusim's own compilation)"))
+    sp_out, sp_fams, sp_ref = split_summary(rows, failures, split, family, chips)
+    print_split_report(sp_out, sp_fams, sp_ref, chips, a.markdown)
+    print("\n=== all programs, in detail")
     summary = {}
     for c in chips:
         rs = [r for r in rows if r["chip"] == c and r["compiler_s"] > 0]
@@ -300,7 +470,8 @@ def main():
                      if r["cross_program_prefetch_bytes"] else "")
                   + ("  (below its own roofline)" if r["below_own_roofline"] else "")
                   + ("  (no estimate for %s)" % ", ".join(r["unestimated"]) if r["unestimated"] else "")
-                  + ("  (below HBM bandwidth: %s)" % ", ".join(r["below_bandwidth"][:3]) if r["below_bandwidth"] else ""))
+                  + ("  (below HBM bandwidth: %s)" % ", ".join(r["below_bandwidth"][:3]) if r["below_bandwidth"] else "")
+                  + f"  [{r['split']}]")
     if failures:
         print("\nfailed runs:")
         for c, n, e in failures:
@@ -330,8 +501,17 @@ def main():
                              if cr else "-")
             n = len([r for r in rows if r["chip"] == next(iter(summary)) and r["category"] == cat])
             print(f"| {cat} ({n}) | " + " | ".join(cells) + " |")
+    mode = "compiled" if a.compiled else "own"
     if a.json:
-        json.dump({"summary": summary, "rows": rows, "failures": failures}, open(a.json, "w"), indent=1)
+        doc = {"corpus": os.path.basename(os.path.normpath(a.corpus)), "mode": mode, "chips": chips,
+               "tolerance": "test split: median and p90 |error| may grow by max(1 point, 2 % of the value); "
+                            "accepted programs may not drop",
+               "splits": sp_out, "families": sp_fams, "refusals": sp_ref, "summary": summary, "failures": failures,
+               "programs": {f"{r['name']} {r['chip']}": [r["split"], r["tpusim_s"], r["compiler_s"]] for r in rows}}
+        if not a.compact:
+            doc["rows"] = rows
+        json.dump(doc, open(a.json, "w"), indent=None if a.compact else 1, sort_keys=a.compact,
+                  separators=(",", ":") if a.compact else None)
     print("\nsummary: " + "  ".join(f"{c}: median {100 * s['median_abs_err']:.1f}% p90 {100 * s['p90_abs_err']:.1f}% "
                                     f"(n={s['n']})" for c, s in summary.items()))
     print("every op estimated: " + "  ".join(
@@ -340,6 +520,8 @@ def main():
     print("credible compiler estimates: " + "  ".join(
         f"{c}: median {100 * s['median_abs_err_without_xprefetch']:.1f}% p90 {100 * s['p90_abs_err_without_xprefetch']:.1f}% "
         f"(n={s['n_without_xprefetch']})" for c, s in summary.items()))
+    if a.check:
+        return 0 if check(a.check, sp_out, mode) else 1
     return 0 if rows and not failures else 1
 
 
