@@ -1127,27 +1127,33 @@ def supervise(a):
     args = [sys.executable, os.path.abspath(__file__), "--worker", "--keep"] + \
         (["--only", a.only] if a.only else []) + (["--deadline", a.deadline] if a.deadline else []) + \
         (["--retry-failed"] if a.retry_failed else [])
+    kind = {q[0]: f for f in FAM for q in FAM[f]}
     while True:
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, bufsize=1)
-        cur, t0, killed = None, time.time(), False
+        p = subprocess.Popen(args, stdout=subprocess.PIPE)
+        cur, t0, killed, buf = None, time.time(), False, b""
         while True:
             rd, _, _ = select.select([p.stdout], [], [], 5)
             if rd:
-                line = p.stdout.readline()
-                if not line:
+                chunk = os.read(p.stdout.fileno(), 65536)
+                if not chunk:
                     break
-                print(line, end="", flush=True)
-                if line.startswith("START "):
-                    cur, t0 = line.split()[1], time.time()
-                elif cur and line.startswith(tuple(f"{f} {cur}:" for f in FAM)) or " written;" in line:
-                    cur = None
-            if cur and time.time() - t0 > a.timeout:
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    line = line.decode(errors="replace")
+                    print(line, flush=True)
+                    if line.startswith("START "):
+                        cur, t0 = line.split()[1], time.time()
+                    elif cur and line.startswith(f"{kind.get(cur, '?')} {cur}:"):
+                        cur = None
+            limit = a.model_timeout if cur and kind.get(cur, "").startswith("m_") else a.timeout
+            if cur and time.time() - t0 > limit:
                 p.kill()
                 p.wait()
-                fam = next((f for f in FAM for q in FAM[f] if q[0] == cur), "?")
-                print(f"{fam} {cur}: FAILED timeout after {a.timeout:.0f} s", flush=True)
+                fam = kind.get(cur, "?")
+                print(f"{fam} {cur}: FAILED timeout after {limit:.0f} s", flush=True)
                 with open(os.path.join(OUT, "_failed.txt"), "a") as fh:
-                    fh.write(f"{cur}\t{fam}\ttimeout: the compiler took more than {a.timeout:.0f} s\n")
+                    fh.write(f"{cur}\t{fam}\ttimeout: the compiler took more than {limit:.0f} s (4 generations)\n")
                 killed = True
                 break
         p.wait()
@@ -1162,9 +1168,10 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated name substrings")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--deadline", default="", help="HH:MM UTC: start no program after it")
-    ap.add_argument("--timeout", type=float, default=90,
+    ap.add_argument("--timeout", type=float, default=60,
                     help="seconds a program may take (all generations); beyond, the worker is killed, the program "
                          "listed as failed (timeout) and a new worker started; 0: no supervisor")
+    ap.add_argument("--model-timeout", type=float, default=240, help="the same for the model families")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     build()
