@@ -10,6 +10,7 @@ compile-only mode, no TPU needed) and the compiler's compiled program per genera
     python3 bench/fidelity/gen_families.py --list              # the programs, family and split
     python3 bench/fidelity/gen_families.py --keep --only lstm  # a subset (name substrings)
     python3 bench/fidelity/gen_families.py --keep --deadline 04:20   # stop starting programs then (UTC)
+    python3 bench/fidelity/gen_families.py --keep --out /tmp/fam   # elsewhere (copy finished ones in)
 
 Writes, for each program NAME (bench/fidelity/families/):
   NAME.hlo           jax.jit(f, donate_argnums=...).lower(specs on a TPU device).as_text(
@@ -1124,7 +1125,7 @@ def supervise(a):
     than a.timeout seconds on (a compile that long is listed in _failed.txt as a timeout)."""
     import subprocess, select
     os.makedirs(OUT, exist_ok=True)
-    args = [sys.executable, os.path.abspath(__file__), "--worker", "--keep"] + \
+    args = [sys.executable, os.path.abspath(__file__), "--worker", "--keep", "--out", OUT] + \
         (["--only", a.only] if a.only else []) + (["--deadline", a.deadline] if a.deadline else []) + \
         (["--retry-failed"] if a.retry_failed else [])
     kind = {q[0]: f for f in FAM for q in FAM[f]}
@@ -1162,6 +1163,7 @@ def supervise(a):
 
 
 def main():
+    global OUT
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keep", action="store_true", help="skip programs already written (and those listed as failed)")
     ap.add_argument("--retry-failed", action="store_true")
@@ -1171,9 +1173,11 @@ def main():
     ap.add_argument("--timeout", type=float, default=60,
                     help="seconds a program may take (all generations); beyond, the worker is killed, the program "
                          "listed as failed (timeout) and a new worker started; 0: no supervisor")
+    ap.add_argument("--out", default=OUT, help="the corpus directory (default bench/fidelity/families)")
     ap.add_argument("--model-timeout", type=float, default=240, help="the same for the model families")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    OUT = os.path.abspath(a.out)
     build()
     if a.timeout and not a.worker and not a.list:
         return supervise(a)
