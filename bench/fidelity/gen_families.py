@@ -36,9 +36,9 @@ scan family (lstm, gru, mamba, and the scan form of cumulative ops) also has its
 lowered alone as a program of kind "loop-body" (NAME_step), and short scans fully unrolled
 (lax.scan(unroll=True)), whose figures the compiler gives whole.
 
-Programs are built op families first (fast), then model families, each group in a round-robin
-over its families (the first program of every family, then the second, ...), so a run cut
-short still covers every family."""
+Programs are built in an order that covers every family early (ordered(): round-robins over
+the op families and over the model families, forward passes before training steps, three op
+programs to one model program), so a run cut short still covers every family."""
 import argparse, gzip, hashlib, json, math, os, random, sys, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -1064,15 +1064,23 @@ def build():
 
 
 def ordered():
-    """The op families (quick to compile, about 1 s a program), then the model families (10-60
-    s), each group in a round-robin over its families: the first program of each, then the
-    second, ..."""
-    out = []
-    for fams in (sorted(f for f in FAM if not f.startswith("m_")), sorted(f for f in FAM if f.startswith("m_"))):
-        i = 0
-        while any(i < len(FAM[f]) for f in fams):
-            out += [(f,) + FAM[f][i] for f in fams if i < len(FAM[f])]
+    """The order of generation, so that a run cut short covers every family: the op families
+    (about 1-10 s a program) in a round-robin over their families (the first program of each,
+    then the second, ...), and the model families' programs (10-60 s) likewise, forward passes
+    and loop bodies before training steps, one model program after every three op programs."""
+    def rr(groups):
+        out, i = [], 0
+        while any(i < len(g) for g in groups):
+            out += [g[i] for g in groups if i < len(g)]
             i += 1
+        return out
+    ops = rr([[(f,) + q for q in FAM[f]] for f in sorted(FAM) if not f.startswith("m_")])
+    models = rr([[(f,) + q for q in FAM[f] if "_train" not in q[0]] for f in sorted(FAM) if f.startswith("m_")]) + \
+        rr([[(f,) + q for q in FAM[f] if "_train" in q[0]] for f in sorted(FAM) if f.startswith("m_")])
+    out = []
+    while ops or models:
+        out += ops[:3] + models[:1]
+        ops, models = ops[3:], models[1:]
     return out
 
 

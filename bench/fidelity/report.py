@@ -21,7 +21,7 @@ def section(doc, title, worst):
         s = doc["splits"].get(sp, {})
         if not s:
             continue
-        out += [f"### {sp} split", "", "| generation | programs | accepted | refused | compiler figure 0 (loop) | judged | "
+        out += [f"### {sp} split", "", "| generation | programs | accepted | refused | no compiler figure | judged | "
                 "median abs err | p90 abs err | signed median | within 10 % | within 25 % |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in chips:
             v = s.get(c)
