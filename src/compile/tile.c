@@ -153,6 +153,23 @@ static int whole_windows(const tpu_instr *in) {
   return any;
 }
 
+/* The dimension a reduce-window scans (a forward scan: a window of the whole dimension,
+ * padded by its length less one below and not above, unit stride, no dilation; every other
+ * dimension a window of one), or -1. */
+static int scan_dim(const tpu_instr *in) {
+  if (in->noperands != 2 || in->nwindow != in->operands[0]->shape.rank) return -1;
+  int found = -1;
+  for (int i = 0; i < in->nwindow; i++) {
+    const tpu_window_dim *w = &in->window[i];
+    int64_t n = in->operands[0]->shape.dims[i];
+    if (w->stride != 1 || w->base_dilation > 1 || w->window_dilation > 1) return -1;
+    if (w->size == 1 && w->pad_lo == 0 && w->pad_hi == 0) continue;
+    if (found >= 0 || n < 2 || w->size != n || w->pad_lo != n - 1 || w->pad_hi != 0) return -1;
+    found = i;
+  }
+  return found;
+}
+
 /* A compiled program's copy into or out of VMEM (memory space S(1) on either side): the
  * compiler relays values out into VMEM, within it and back to HBM (bf16[2,2048,2048]
  * {2,1,0} -> {1,2,0}, both in VMEM: 2,400 cycles on v5e and v6e, against 122,352 and 93,120
@@ -245,6 +262,21 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
         c->xlu += ivr;
         c->flops += (double)tpu_shape_numel(is) * (double)ops;
         c->padded_flops += (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)ops;
+        return;
+      }
+      int sd = in->op == TPU_OP_REDUCE_WINDOW ? scan_dim(in) : -1;
+      if (sd >= 0) {
+        /* A scan (cumsum, cummax: a window of the whole dimension padded below) as the XLA
+         * TPU compiler rewrites it: blocks of 128 laid out along a major dimension, each
+         * block's running sum one op per register there, the blocks' carries added back
+         * (one op more), and where the scan runs along a tiled dimension a relayout in and
+         * one out (bench/fidelity/probes cumsum: its reduce-windows of 128 and carries).
+         * Not a window's worth of ops per element. */
+        int64_t ovr = tpu__vregs(be, s), ops = comp_ops(in->to_apply);
+        c->vpu += ovr * ops * 2;
+        if (sd >= s->rank - 2) c->xlu += 2 * ovr;
+        c->flops += 2.0 * (double)tpu_shape_numel(s) * (double)ops;
+        c->padded_flops += 2.0 * (double)ovr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)ops;
         return;
       }
       const tpu_shape *os = in->op == TPU_OP_REDUCE_WINDOW ? s : &in->operands[0]->shape;

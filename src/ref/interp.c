@@ -150,6 +150,7 @@ static tpu_status make_tuple(const tpu_instr *in, const tpu_tensor *const *args,
 }
 
 const tpu_ref_comm *tpu__ref_comm(const tpu_interp *ip) { return ip->opts->comm; }
+int64_t tpu__ref_scan_block(const tpu_interp *ip) { return ip->opts->scan_block; }
 
 tpu_ref_kernel tpu__ref_kernel_of(tpu_opcode op) {
   switch (op) {
@@ -473,7 +474,7 @@ tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, t
 
 tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nargs, const tpu_ref_opts *o,
                             tpu_tensor *out, tpu_diag *d) {
-  static const tpu_ref_opts no_opts = {NULL, NULL, NULL, NULL, NULL};
+  static const tpu_ref_opts no_opts = {NULL, NULL, NULL, NULL, NULL, 0};
   memset(out, 0, sizeof *out);
   const tpu_comp *e = m->entry;
   if (nargs != e->nparams)

@@ -45,6 +45,9 @@ typedef struct tpu_ref_opts {
   tpu_ref_while_fn on_while;    /* NULL: none */
   const tpu_ref_comm *comm;     /* NULL: a pod of one (device 0; groups of one run as the identity) */
   const char *who;              /* names the backend in refusals; NULL: "the reference interpreter" */
+  int64_t scan_block;           /* > 0: a forward scan (cumsum) longer than this runs in blocks of
+                                 * it, as the XLA TPU compiler rewrites it (ref/window.c); 0: in
+                                 * window order */
 } tpu_ref_opts;
 
 /* tpu_ref_run with options (`o` may be NULL, which is tpu_ref_run). */

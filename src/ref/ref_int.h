@@ -32,6 +32,8 @@ tpu_status tpu__ref_alloc_shape(tpu_tensor *out, const tpu_shape *s, tpu_diag *d
  * multiply, maximum, minimum, and, or, xor, returns that opcode (so kernels can skip the
  * generic call); otherwise returns TPU_OP_COUNT. */
 tpu_opcode tpu__ref_simple_reducer(const tpu_comp *c);
+/* The backend's scan block (tpu_ref_opts.scan_block). */
+int64_t tpu__ref_scan_block(const tpu_interp *ip);
 
 /* Applies a simple reducer opcode to two scalars of dtype `t` (a = a OP b), with exactly
  * the semantics of the elementwise kernel for that op. */

@@ -51,6 +51,78 @@ static int64_t window_offset(const wdim *wd, int rank, const int64_t *strides, c
   return off;
 }
 
+/* Is this reduce-window a forward scan (jnp.cumsum / cummax as JAX lowers them for a TPU):
+ * one dimension whose window is the whole dimension, padded N-1 below and not above, unit
+ * stride and no dilation, every other dimension a window of one? *dim gets that dimension.
+ * Then output i's window is N-1-i init values followed by x[0..i]: applied in window order
+ * that is a running f(out[i-1], x[i]) once f(init, init) is init, in linear time and with
+ * the same bits. */
+static int forward_scan(const wdim *wd, int rank, int *dim) {
+  int found = -1;
+  for (int k = 0; k < rank; k++) {
+    const tpu_window_dim *w = &wd[k].w;
+    if (w->stride != 1 || w->base_dilation != 1 || w->window_dilation != 1) return 0;
+    if (w->size == 1 && w->pad_lo == 0 && w->pad_hi == 0) continue;
+    if (found >= 0 || wd[k].n < 2 || w->size != wd[k].n || w->pad_lo != wd[k].n - 1 || w->pad_hi != 0) return 0;
+    found = k;
+  }
+  *dim = found;
+  return found >= 0;
+}
+
+/* One line of a forward scan: y[i*st] = f(y[(i-1)*st], x[i*st]) from init, in window order;
+ * with block > 0 and n > block, in the XLA TPU compiler's order instead (its reduce-window
+ * rewriter, base length 128): the line padded with init to whole blocks, each block scanned
+ * on its own, the blocks' last values scanned the same way (recursively), and each block
+ * then offset by the scan of the blocks before it: y = inner + carry, block 0's carry init. */
+static void scan_line(tpu_opcode f, tpu_dtype t, size_t es, const char *init, const char *x, char *y, int64_t n,
+                      int64_t st, int64_t block, char *tmp) {
+  char acc[16];
+  if (block <= 0 || n <= block) {
+    memcpy(acc, init, es);
+    for (int64_t i = 0; i < n; i++) {
+      tpu__ref_apply_binary(f, t, acc, x + (size_t)(i * st) * es);
+      memcpy(y + (size_t)(i * st) * es, acc, es);
+    }
+    return;
+  }
+  int64_t nb = (n + block - 1) / block;
+  char *tot = tmp, *carry = tmp + (size_t)nb * es, *rest = tmp + 2 * (size_t)nb * es;
+  for (int64_t b = 0; b < nb; b++) {
+    memcpy(acc, init, es);
+    for (int64_t j = 0; j < block; j++) {
+      int64_t i = b * block + j;
+      tpu__ref_apply_binary(f, t, acc, i < n ? x + (size_t)(i * st) * es : init);
+      if (i < n) memcpy(y + (size_t)(i * st) * es, acc, es);
+    }
+    memcpy(tot + (size_t)b * es, acc, es);
+  }
+  scan_line(f, t, es, init, tot, carry, nb, 1, block, rest);
+  for (int64_t b = 0; b < nb; b++) {
+    const char *c = b ? carry + (size_t)(b - 1) * es : init;
+    for (int64_t j = 0; j < block && b * block + j < n; j++) {
+      char *yi = y + (size_t)((b * block + j) * st) * es;
+      memcpy(acc, yi, es);
+      tpu__ref_apply_binary(f, t, acc, c);
+      memcpy(yi, acc, es);
+    }
+  }
+}
+
+/* The forward scan of forward_scan() along `dim`, every line of it; tmp holds 3n elements. */
+static void run_forward_scan(tpu_opcode f, const tpu_tensor *a, const tpu_tensor *init, tpu_tensor *o, int dim,
+                             int64_t block, char *tmp) {
+  size_t es = tpu_dtype_size(a->dtype);
+  int64_t inner = 1, outer = 1, n = a->dims[dim];
+  for (int k = dim + 1; k < a->rank; k++) inner *= a->dims[k];
+  for (int k = 0; k < dim; k++) outer *= a->dims[k];
+  for (int64_t q = 0; q < outer; q++)
+    for (int64_t r = 0; r < inner; r++) {
+      size_t off = ((size_t)(q * n) * (size_t)inner + (size_t)r) * es;
+      scan_line(f, a->dtype, es, init->data, (const char *)a->data + off, (char *)o->data + off, n, inner, block, tmp);
+    }
+}
+
 /* ---- reduce-window ----
  * Each output element starts at its init value and takes the window's elements in
  * row-major window order, acc = f(acc, x). Elements on padding or on base-dilation holes
@@ -91,6 +163,24 @@ tpu_status tpu__ref_reduce_window(tpu_interp *ip, const tpu_instr *in, const tpu
   if (on == 0) return TPU_OK;
 
   tpu_opcode simple = nops == 1 ? tpu__ref_simple_reducer(in->to_apply) : TPU_OP_COUNT;
+  int scan_dim;
+  if (simple != TPU_OP_COUNT && tpu_dtype_size(a0->dtype) <= 16 && forward_scan(wd, rank, &scan_dim)) {
+    char twice[16];
+    size_t es = tpu_dtype_size(a0->dtype);
+    memcpy(twice, args[1]->data, es);
+    tpu__ref_apply_binary(simple, a0->dtype, twice, args[1]->data);
+    char *tmp = tpu_malloc(3 * ((size_t)a0->dims[scan_dim] + 1) * es);
+    if (!tmp) {
+      tpu_tensor_free(out);
+      return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    }
+    if (!memcmp(twice, args[1]->data, es)) {
+      run_forward_scan(simple, a0, args[1], out, scan_dim, tpu__ref_scan_block(ip), tmp);
+      tpu_free(tmp);
+      return TPU_OK;
+    }
+    tpu_free(tmp);
+  }
   tpu__scall sc;
   memset(&sc, 0, sizeof sc);
   void **dst = tpu_calloc((size_t)nops, sizeof(void *));
