@@ -30,4 +30,9 @@ struct tpu_strbuf;
 /* Internal: prints a tensor as an HLO literal ("{{1, 2}, {3, 4}}", or "5" for a scalar). */
 void tpu__literal_put(struct tpu_strbuf *b, const tpu_tensor *t);
 
+/* Splits an op whose float result type differs from its operands' (the XLA TPU compiler's
+ * mixed-precision form) into the op at its operands' type and a convert (hlo/mixed.c). Run
+ * by tpu_hlo_parse. */
+tpu_status tpu__hlo_split_mixed_precision(tpu_module *m, tpu_diag *d);
+
 #endif

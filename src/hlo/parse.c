@@ -744,6 +744,7 @@ tpu_status tpu_hlo_parse(const char *file, const char *src, size_t len, tpu_modu
       return TPU_FAIL(d, TPU_ERR_PARSE, tpu_noloc(), "input contains a NUL byte at offset %zu", i);
     }
   tpu_status st = parse_module(&p);
+  if (st == TPU_OK) st = tpu__hlo_split_mixed_precision(m, d);
   if (st != TPU_OK) {
     if (d && d->file[0] == 0 && file) snprintf(d->file, sizeof d->file, "%s", file);
     tpu_module_free(m);

@@ -826,6 +826,34 @@ static void test_errors(void) {
   CHECK(strstr(d.msg, "not defined on f32") != NULL);
 }
 
+/* The XLA TPU compiler's mixed-precision results (hlo/mixed.c): a reduce of f32 values with a
+ * bf16 result sums in f32 and rounds once; a select of two f32 values with a bf16 result
+ * rounds the chosen value. 1 + 2^-8 + 2^-8 = 1.0078125 is exact in f32 and in bf16; summed in
+ * bf16 each 1 + 2^-8 would round back to 1 (ties to even) and give 1.0. */
+static void test_mixed_result(void) {
+  const char *h1 = "HloModule t\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+                   "ENTRY e {\n  a = f32[3] parameter(0)\n  z = f32[] constant(0)\n"
+                   "  ROOT r = bf16[] reduce(a, z), dimensions={0}, to_apply=add\n}\n";
+  const float fa[] = {1.0f, 0.00390625f, 0.00390625f};
+  tpu_tensor args[3];
+  args[0] = mk(TPU_F32, 3, fa);
+  tpu_tensor r = run_ok(h1, args, 1);
+  CHECK(r.dtype == TPU_BF16);
+  CHECK(tpu_tensor_get_f64(&r, 0) == 1.0078125);
+  tpu_tensor_free(&r);
+  const char *h2 = "HloModule t\nENTRY e {\n  p = pred[2] parameter(0)\n  a = f32[2] parameter(1)\n"
+                   "  b = f32[2] parameter(2)\n  ROOT r = bf16[2] select(p, a, b)\n}\n";
+  const uint8_t pv[] = {1, 0};
+  const float sa[] = {1.00390625f, 0}, sb[] = {0, 1.01171875f};
+  args[0] = mk(TPU_PRED, 2, pv);
+  args[1] = mk(TPU_F32, 2, sa);
+  args[2] = mk(TPU_F32, 2, sb);
+  r = run_ok(h2, args, 3);
+  CHECK(r.dtype == TPU_BF16);
+  CHECK_F64S(r, 1.0, 1.015625);
+  tpu_tensor_free(&r);
+}
+
 /* Mixed float operands, as XLA's TPU compiler leaves them (float-type correction): each
  * operand is converted to the op's working type first — the result type, or the widest for
  * compare. 1.00390625 is exact in f32 and rounds to 1.0 in bf16 (ties to even). */
@@ -938,6 +966,7 @@ int main(void) {
   test_compare();
   test_select_clamp();
   test_mixed_float();
+  test_mixed_result();
   test_convert_float_to_int();
   test_convert_to_float();
   test_bitcast_convert();

@@ -1,0 +1,75 @@
+/* Mixed precision in compiled programs.
+ *
+ * The XLA TPU compiler's optimized programs (verified there with mixed precision allowed)
+ * fold a narrowing convert into the op before it: a fusion computes
+ *   reduce_max.0 = bf16[4096] reduce(f32[1000,4096] x, f32[] -inf), dimensions={0}
+ * or a select of two f32 values with a bf16 result. The op runs at its operands' precision
+ * (the reducer is f32)
+ * and its result is then rounded to the declared type. tpusim's IR keeps one type per op,
+ * so right after parsing such an op takes its operands' float type and a `convert` to the
+ * declared type follows it (same name stem, same metadata): values are those of the op
+ * followed by a round to nearest even, and every pass and backend sees ordinary HLO.
+ * Only float-to-float differences are split; anything else is left to the verifier. */
+#include <string.h>
+
+#include "hlo/hlo.h"
+#include "ir/build.h"
+
+/* The float type the op computes in, or TPU_TUPLE when it needs no split: a reduce or
+ * reduce-window computes in its init value's type (its reducer's); an elementwise op, select
+ * or clamp whose value operands all have one float type computes in that type. Elementwise
+ * ops whose operands' float types differ among themselves convert them to the result type
+ * instead (tpu_instr_mixed_float, XLA's float type correction): those are left alone. */
+static tpu_dtype computes_in(const tpu_instr *in) {
+  if (in->shape.dtype == TPU_TUPLE || in->noperands < 1) return TPU_TUPLE;
+  if (in->op == TPU_OP_REDUCE || in->op == TPU_OP_REDUCE_WINDOW)
+    return in->noperands == 2 ? in->operands[1]->shape.dtype : TPU_TUPLE;
+  tpu_op_class k = tpu_op_class_of(in->op);
+  if (k != TPU_CLS_UNARY && k != TPU_CLS_BINARY && k != TPU_CLS_TERNARY && in->op != TPU_OP_SELECT &&
+      in->op != TPU_OP_CLAMP)
+    return TPU_TUPLE;
+  int first = in->op == TPU_OP_SELECT; /* the predicate is not a value */
+  tpu_dtype t = in->operands[first]->shape.dtype;
+  for (int i = first + 1; i < in->noperands; i++)
+    if (in->operands[i]->shape.dtype != t) return TPU_TUPLE;
+  return t;
+}
+
+tpu_status tpu__hlo_split_mixed_precision(tpu_module *m, tpu_diag *d) {
+  tpu_builder b;
+  int inited = 0;
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    tpu_comp *c = m->comps[ci];
+    int changed = 0, n = c->ninstrs;
+    for (int i = 0; i < n; i++) {
+      tpu_instr *in = c->instrs[i];
+      tpu_dtype want = computes_in(in), have = in->shape.dtype;
+      if (want == TPU_TUPLE || want == have || !tpu_dtype_is_float(want) || !tpu_dtype_is_float(have)) continue;
+      if (!inited) {
+        TPU_TRY(tpu_builder_init(&b, m, d));
+        inited = 1;
+      }
+      tpu_shape declared = in->shape;
+      in->shape.dtype = want;
+      in->shape.layout_tail = NULL; /* the declared tiling is the narrow type's */
+      tpu_instr *cv = NULL;
+      tpu_status st = tpu_build_instr_like(&b, c, in, TPU_OP_CONVERT, in->name, &declared, &in, 1, &cv);
+      if (st != TPU_OK) {
+        tpu_builder_deinit(&b);
+        return st;
+      }
+      tpu_build_replace_uses(c, in, cv);
+      cv->operands[0] = in; /* replace_uses rewired the convert's own operand too */
+      changed = 1;
+    }
+    if (changed) {
+      tpu_status st = tpu_build_finish(&b, c);
+      if (st != TPU_OK) {
+        tpu_builder_deinit(&b);
+        return st;
+      }
+    }
+  }
+  if (inited) tpu_builder_deinit(&b);
+  return TPU_OK;
+}
