@@ -2,6 +2,7 @@
 import numpy as np
 
 from ._core import Module
+from ._hlotext import drop_empty_meshes
 
 
 def simulate(fn, *args, chip="v5e", topology=None, mesh=None, precision=None, mode="full", backend="tpu", slices=None,
@@ -30,6 +31,7 @@ def simulate(fn, *args, chip="v5e", topology=None, mesh=None, precision=None, mo
         text = lowered.as_text(dialect="hlo", debug_info=True)
     except TypeError:  # a JAX without debug_info
         text = lowered.as_text(dialect="hlo")
+    text = drop_empty_meshes(text)
     name = getattr(fn, "__name__", "fn")
     m = Module(text, name=f"jit({name})")
     out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, *args))

@@ -4,6 +4,7 @@ import numpy as np
 
 from ._buffer import Array
 from ._core import Module
+from ._hlotext import drop_empty_meshes
 
 
 class Clock:
@@ -76,6 +77,7 @@ class jit:
                 text = lowered.as_text(dialect="hlo", debug_info=True)
             except TypeError:  # a JAX without debug_info
                 text = lowered.as_text(dialect="hlo")
+            text = drop_empty_meshes(text)
             module = Module(text, name=f"jit({self.__name__})")
             if len(module.params) != len(leaves):
                 raise ValueError(f"tpusim.jit: {len(leaves)} argument leaves but the lowered module takes "

@@ -31,8 +31,17 @@ static tpu_loc here(const lit_parser *p) {
   return l;
 }
 
+/* Skips white space and the index comments XLA's printer writes inside constants of rank
+ * >= 4 (an `i0=0` between slash-star and star-slash before each block). An unclosed comment
+ * runs to the end of the text (then the parse fails there). */
 static void skip_ws(lit_parser *p) {
-  while (p->pos < p->n && isspace((unsigned char)p->s[p->pos])) p->pos++;
+  for (;;) {
+    while (p->pos < p->n && isspace((unsigned char)p->s[p->pos])) p->pos++;
+    if (!(p->pos + 1 < p->n && p->s[p->pos] == '/' && p->s[p->pos + 1] == '*')) return;
+    size_t k = p->pos + 2;
+    while (k + 1 < p->n && !(p->s[k] == '*' && p->s[k + 1] == '/')) k++;
+    p->pos = k + 1 < p->n ? k + 2 : p->n;
+  }
 }
 
 static int peek(lit_parser *p) {

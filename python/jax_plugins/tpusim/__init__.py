@@ -24,6 +24,8 @@ import re
 
 import numpy as np
 
+from tpusim._hlotext import drop_empty_meshes
+
 _lib = None
 _callback = None
 
@@ -172,16 +174,31 @@ def _device_assignment(serialized, nrep, npart):
 
 
 def _braced(text, i):
-    """The {...} group starting at text[i] == '{'."""
-    depth = 0
-    for j in range(i, len(text)):
-        if text[j] == "{":
+    """The {...} group starting at text[i] == '{' (braces inside "..." strings do not count)."""
+    depth, quoted = 0, False
+    j = i
+    while j < len(text):
+        c = text[j]
+        if quoted:
+            if c == "\\":
+                j += 1
+            elif c == '"':
+                quoted = False
+        elif c == '"':
+            quoted = True
+        elif c == "{":
             depth += 1
-        elif text[j] == "}":
+        elif c == "}":
             depth -= 1
             if depth == 0:
                 return text[i:j + 1]
+        j += 1
     raise ValueError("unbalanced braces in HLO text")
+
+
+# An instruction's HLO sharding attribute, `sharding={...}`; not Shardy's
+# `xla.sdy.sharding="..."` inside frontend_attributes.
+_SHARDING_ATTR = re.compile(r"(?<![\w.])sharding=\{")
 
 
 def _entry_shardings(hlo_text, nparams):
@@ -191,8 +208,8 @@ def _entry_shardings(hlo_text, nparams):
         raise ValueError("no ENTRY computation in the converted HLO")
     params, root = [None] * nparams, None
     for line in m.group(1).split("\n"):
-        k = line.find("sharding=")
-        s = _braced(line, k + len("sharding=")) if k >= 0 else None
+        k = _SHARDING_ATTR.search(line)
+        s = _braced(line, k.end() - 1) if k else None
         pm = re.search(r"\bparameter\((\d+)\)", line)
         if pm and int(pm.group(1)) < nparams:
             params[int(pm.group(1))] = s
@@ -258,7 +275,7 @@ def convert(code, fmt, options):
     module = comp.as_hlo_module()
     print_opts = hlo_lib.HloPrintOptions.short_parsable()
     print_opts.print_metadata = True
-    text = module.to_string(print_opts)
+    text = drop_empty_meshes(module.to_string(print_opts))
     assign = list(range(ndev))
     if build.device_assignment is not None:
         assign = _device_assignment(build.device_assignment.serialize(), nrep, npart)
@@ -271,7 +288,11 @@ def convert(code, fmt, options):
                                   "partitions since 0.7, which tpusim runs" % nrep)
     psh, rsh = _entry_shardings(text, len(params)) if ndev > 1 else ([None] * len(params), None)
     psh = [xc.HloSharding.from_string(s) if s else None for s in psh]
-    if rsh:
+    xla = _xla_shardings(code, options, assign, len(params), len(results)) if ndev > 1 else None
+    if xla is not None:
+        psh, rsh = xla
+        text = _with_root_sharding(text, xc, result, rsh)
+    elif rsh:
         r = xc.HloSharding.from_string(rsh)
         if r.tuple_elements():
             rsh = list(r.tuple_elements())
@@ -292,6 +313,62 @@ def convert(code, fmt, options):
     if ndev > 1:
         program = _with_spmd_shardings(comp, xc, psh, rsh, result)
     return text, "\n".join(lines) + "\n", program
+
+
+_cpu_clients = {}
+
+
+def _xla_shardings(code, options, assign, nparams, nresults):
+    """The shardings XLA gives the program's parameters and results: those the program names
+    (in_shardings / out_shardings, sharding constraints, Shardy or GSPMD attributes) and those
+    its sharding propagation chooses for the ones JAX left open, as JAX on a TPU would get them
+    back from the compiled executable. Found by compiling the same module with the same
+    options for XLA:CPU (a private client with as many devices, used for nothing else); None
+    when XLA:CPU cannot compile it (a custom call only a TPU has), and the caller falls back on
+    the shardings written in the HLO."""
+    from jax._src.interpreters import mlir as jmlir
+    from jax._src.lib import _jax, xla_client as xc
+    from jax._src.lib.mlir import ir
+
+    n = max(assign) + 1
+    try:
+        client = _cpu_clients.get(n)
+        if client is None:
+            client = _cpu_clients[n] = xc.make_cpu_client(num_devices=n)
+        devs = client.devices()
+        with jmlir.make_ir_context():
+            try:  # a portable artifact (VHLO), as JAX sends plugins, or plain StableHLO
+                module = _jax.mlir.deserialize_portable_artifact(code)
+            except Exception:  # noqa: BLE001
+                module = ir.Module.parse(code)
+            exe = client.compile_and_load(module, executable_devices=xc.DeviceList(tuple(devs[a] for a in assign)),
+                                          compile_options=xc.CompileOptions.ParseFromString(options))
+        ps, rs = exe.get_parameter_shardings(), exe.get_output_shardings()
+    except Exception:  # noqa: BLE001 - XLA:CPU refuses it: the HLO's own shardings then
+        return None
+    if ps is None or rs is None or len(ps) != nparams or len(rs) != nresults:
+        return None
+    return [xc.HloSharding.from_proto(s) for s in ps], [xc.HloSharding.from_proto(s) for s in rs]
+
+
+def _with_root_sharding(text, xc, result, rsh):
+    """The HLO text with the ENTRY ROOT's sharding= set to the results' shardings, so that
+    tpusim's partitioner leaves each result where XLA does (and times that layout)."""
+    s = str(xc.HloSharding.tuple_sharding(result, list(rsh)) if result.is_tuple() else rsh[0])
+    m = re.search(r"^ENTRY [^\n]*\{\n", text, re.M)
+    i = text.find("\n  ROOT ", m.end() - 1) if m else -1
+    if i < 0:
+        return text
+    j = text.find("\n", i + 1)
+    j = len(text) if j < 0 else j
+    line = text[i:j]
+    k = _SHARDING_ATTR.search(line)
+    if k:
+        old = _braced(line, k.end() - 1)
+        line = line[:k.end() - 1] + s + line[k.end() - 1 + len(old):]
+    else:
+        line += ", sharding=" + s
+    return text[:i] + line + text[j:]
 
 
 def _with_spmd_shardings(comp, xc, psh, rsh, result):
