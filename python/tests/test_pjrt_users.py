@@ -70,3 +70,25 @@ def test_license_named_in_the_package():
     meta = open(os.path.join(ROOT, "python", "pyproject.toml")).read()
     assert 'license = { text = "Apache-2.0" }' in meta
     assert open(os.path.join(ROOT, "python", "LICENSE")).read() == text  # shipped in the wheel
+
+
+DONATION = r"""
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+f = jax.jit(lambda a, b: (a * 2 + b, b.sum()), donate_argnums=0)
+x, y = jnp.ones((4, 4)), jnp.arange(4.0)
+out, s = f(x, y)
+mem = f.lower(jnp.ones((4, 4)), y).compile().memory_analysis()
+mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
+w = jax.device_put(np.ones((8, 4), np.float32), NamedSharding(mesh, P("x", None)))
+w2 = jax.jit(lambda v: v - 1, donate_argnums=0)(w)
+print(x.is_deleted(), y.is_deleted(), float(out[0, 0]), float(s), mem.alias_size_in_bytes, w.is_deleted(),
+      float(w2.sum()))
+"""
+
+
+def test_donation_honoured():
+    # as on CPU: the donated array is deleted, the other kept; the executable aliases 64 bytes
+    want = "True False 2.0 6.0 64 True 0.0"
+    assert run(DONATION, "cpu", code=True).split() == want.split()
+    assert run(DONATION, "tpusim", code=True).split()[-7:] == want.split()

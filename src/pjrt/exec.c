@@ -6,6 +6,7 @@
  * module with tpu_sim_run (every chip of the pod for a multi-device program), cuts the
  * results back into per-device buffers and keeps the run's result for the report
  * (tpusim_pjrt_last_*). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,8 @@ static void program_free(tpu_pjrt_program *p) {
   tpu_free(p->out_ranks);
   tpu_free(p->out_kinds);
   tpu_free(p->out_kind_sizes);
+  tpu_free(p->alias_out);
+  tpu_free(p->alias_param);
   tpu_free(p->proto);
   tpu_free(p->options);
   tpu_free(p);
@@ -119,6 +122,7 @@ static int read_arrays(reader *r, int n, int ndev, tpu_pjrt_array **out) {
  *   name NAME  replicas R  partitions P  assign A_0 .. A_{R*P-1}
  *   params K  then per parameter: DTYPE RANK GLOBAL_DIMS LOCAL_DIMS STARTS (R*P x RANK)
  *   outputs M  then per result the same.
+ *   [aliases N  then N pairs RESULT PARAMETER: the HLO's input_output_alias (donation)]
  * DTYPE is a tpu_sim_dtype; device d (logical, replica-major) holds the LOCAL_DIMS block
  * at STARTS[d] of the global array. */
 static PJRT_Error *parse_info(const char *info, tpu_pjrt_program *p) {
@@ -145,6 +149,22 @@ static PJRT_Error *parse_info(const char *info, tpu_pjrt_program *p) {
   p->noutputs = (int)next_int(&r);
   if (r.bad || p->noutputs < 0 || p->noutputs > 100000 || read_arrays(&r, p->noutputs, p->ndevices, &p->outputs))
     return tpu__pjrt_error(PJRT_Error_Code_INTERNAL, "bad results in the converter's signature");
+  next_word(&r, word, sizeof word);
+  if (!r.bad && !strcmp(word, "aliases")) {
+    p->naliases = (int)next_int(&r);
+    if (r.bad || p->naliases < 0 || p->naliases > p->noutputs)
+      return tpu__pjrt_error(PJRT_Error_Code_INTERNAL, "bad aliases in the converter's signature");
+    p->alias_out = tpu_calloc(p->naliases ? (size_t)p->naliases : 1, sizeof *p->alias_out);
+    p->alias_param = tpu_calloc(p->naliases ? (size_t)p->naliases : 1, sizeof *p->alias_param);
+    if (!p->alias_out || !p->alias_param) return tpu__pjrt_error(PJRT_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
+    for (int k = 0; k < p->naliases; k++) {
+      p->alias_out[k] = (int)next_int(&r);
+      p->alias_param[k] = (int)next_int(&r);
+      if (r.bad || p->alias_out[k] < 0 || p->alias_out[k] >= p->noutputs || p->alias_param[k] < 0 ||
+          p->alias_param[k] >= p->nparams)
+        return tpu__pjrt_error(PJRT_Error_Code_INTERNAL, "bad aliases in the converter's signature");
+    }
+  }
   size_t n = p->noutputs ? (size_t)p->noutputs : 1, ndims = 1;
   for (int i = 0; i < p->noutputs; i++) ndims += (size_t)p->outputs[i].rank;
   p->out_types = tpu_calloc(n, sizeof *p->out_types);
@@ -447,12 +467,19 @@ static PJRT_Error *exe_memory_stats(PJRT_Executable_GetCompiledMemoryStats_Args 
   a->generated_code_size_in_bytes = 0;
   a->argument_size_in_bytes = in;
   a->output_size_in_bytes = out;
-  a->alias_size_in_bytes = 0;
+  int64_t alias = 0;
+  for (int k = 0; k < p->naliases; k++) {
+    const tpu_pjrt_array *o = &p->outputs[p->alias_out[k]];
+    int64_t n = (int64_t)tpu_sim_dtype_size(o->dtype);
+    for (int j = 0; j < o->rank; j++) n *= o->local[j];
+    alias += n;
+  }
+  a->alias_size_in_bytes = alias;
   a->temp_size_in_bytes = 0;
   a->host_generated_code_size_in_bytes = a->host_argument_size_in_bytes = 0;
   a->host_output_size_in_bytes = a->host_alias_size_in_bytes = a->host_temp_size_in_bytes = 0;
-  a->peak_memory_in_bytes = in + out;
-  a->total_size_in_bytes = in + out;
+  a->peak_memory_in_bytes = in + out - alias;
+  a->total_size_in_bytes = in + out - alias;
   return NULL;
 }
 
@@ -499,6 +526,27 @@ static int same_dims(const int64_t *a, const int64_t *b, int rank) {
   for (int k = 0; k < rank; k++)
     if (a[k] != b[k]) return 0;
   return 1;
+}
+
+/* Donation, as XLA honours it: each parameter the program aliases to a result (JAX's
+ * donate_argnums, input_output_alias in the HLO) gives up its buffers once the run has
+ * succeeded, unless the caller listed it as not donatable (an array passed twice); JAX then
+ * sees the donated arrays deleted. */
+static void donate(const tpu_pjrt_program *p, PJRT_LoadedExecutable_Execute_Args *a, int nd) {
+  const PJRT_ExecuteOptions *o = a->options;
+  int have_list = o && o->struct_size >= offsetof(PJRT_ExecuteOptions, num_non_donatable_input_indices) + sizeof(size_t);
+  for (int k = 0; k < p->naliases; k++) {
+    int param = p->alias_param[k], keep = 0;
+    for (size_t j = 0; have_list && j < o->num_non_donatable_input_indices; j++)
+      if (o->non_donatable_input_indices[j] == param) keep = 1;
+    if (keep) continue;
+    for (int d = 0; d < nd; d++) {
+      PJRT_Buffer *b = a->argument_lists[d][param];
+      tpu_free(b->data);
+      b->data = NULL;
+      b->deleted = 1;
+    }
+  }
 }
 
 /* Runs one execution with the lock held. */
@@ -603,6 +651,7 @@ static PJRT_Error *execute_locked(PJRT_LoadedExecutable *le, PJRT_LoadedExecutab
                       tpu_sim_dtype_size(oa->dtype), 0);
     }
   }
+  donate(p, a, nd);
   tpu_sim_result_free(last_result);
   last_result = r;
   r = NULL;

@@ -209,10 +209,22 @@ typedef struct {
   void *serialized_compile_options;
   void (*serialized_compile_options_deleter)(void *options);
 } PJRT_Executable_GetCompileOptions_Args;
+/* The fields up to the donation list (all versions since 0.40 have them). */
+typedef struct {
+  PJRT_HEAD;
+  void *send_callbacks;
+  void *recv_callbacks;
+  size_t num_send_ops;
+  size_t num_recv_ops;
+  int launch_id;
+  const int64_t *non_donatable_input_indices;
+  size_t num_non_donatable_input_indices;
+} PJRT_ExecuteOptions;
+
 typedef struct {
   PJRT_HEAD;
   PJRT_LoadedExecutable *executable;
-  void *options; /* PJRT_ExecuteOptions: nothing in it is used */
+  PJRT_ExecuteOptions *options; /* only the donation list is used */
   PJRT_Buffer *const *const *argument_lists;
   size_t num_devices;
   size_t num_args;

@@ -91,6 +91,8 @@ typedef struct tpu_pjrt_program {
   size_t *out_ranks;
   const char **out_kinds;
   size_t *out_kind_sizes;
+  int naliases; /* donation: result alias_out[k] may reuse parameter alias_param[k]'s buffers */
+  int *alias_out, *alias_param;
   char *proto; /* StableHLO with mhlo.spmd_* shardings (format "mlir") */
   size_t proto_size;
   char *options; /* serialized CompileOptionsProto as given */

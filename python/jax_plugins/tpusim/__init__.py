@@ -218,6 +218,38 @@ def _entry_shardings(hlo_text, nparams):
     return params, root
 
 
+def _aliases(hlo_text, tupled, pinfo, rinfo):
+    """(result, parameter) pairs of the donation JAX asks for (donate_argnums), from the
+    HloModule line: `input_output_alias={ {0}: (0, {}, may-alias), ... }` names them;
+    `buffer_donor={ (0, {}), ... }` (sharded programs) leaves the pairing to the compiler, which
+    gives each donor the first result not yet paired with the same type, shape and blocks on
+    every device (pinfo/rinfo: the signature lines of the parameters and results)."""
+    head = hlo_text.split("\n", 1)[0]
+    pairs = []
+    k = head.find("buffer_donor=")
+    if k >= 0:
+        for param, pidx in re.findall(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)",
+                                      _braced(head, k + len("buffer_donor="))):
+            param = int(param)
+            if pidx.strip() or param >= len(pinfo):
+                continue
+            taken = {o for o, _ in pairs}
+            for o, info in enumerate(rinfo):
+                if o not in taken and info == pinfo[param]:
+                    pairs.append((o, param))
+                    break
+    k = head.find("input_output_alias=")
+    if k < 0:
+        return pairs
+    body = _braced(head, k + len("input_output_alias="))
+    for out, param, pidx in re.findall(r"\{\s*([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}", body):
+        out = [int(v) for v in out.replace(",", " ").split()]
+        if pidx.strip() or len(out) != (1 if tupled else 0):
+            continue  # an alias into a tuple parameter or a nested result: not JAX's form
+        pairs.append((out[0] if tupled else 0, int(param)))
+    return pairs
+
+
 def _blocks(sharding, dims, ndev):
     """(local dims, per-device starts) of an array of global `dims` under an HLO sharding
     (an xla_client.HloSharding or None = replicated) over `ndev` logical devices."""
@@ -306,9 +338,13 @@ def convert(code, fmt, options):
              "replicas %d partitions %d" % (nrep, npart),
              "assign " + " ".join(str(a) for a in assign),
              "params %d" % len(params)]
-    lines += [_array_info(s, sh, ndev) for s, sh in zip(params, psh)]
+    pinfo = [_array_info(s, sh, ndev) for s, sh in zip(params, psh)]
+    lines += pinfo
     lines.append("outputs %d" % len(results))
-    lines += [_array_info(s, sh, ndev) for s, sh in zip(results, rsh)]
+    rinfo = [_array_info(s, sh, ndev) for s, sh in zip(results, rsh)]
+    lines += rinfo
+    aliases = _aliases(text, result.is_tuple(), pinfo, rinfo)
+    lines.append("aliases %d %s" % (len(aliases), " ".join("%d %d" % a for a in aliases)))
     program = code
     if ndev > 1:
         program = _with_spmd_shardings(comp, xc, psh, rsh, result)
@@ -433,5 +469,10 @@ def initialize():
     _callback = _COMPILER_FN(_compile)
     lib.tpusim_pjrt_set_compiler(_callback)
     from jax._src import xla_bridge
+    from jax._src.interpreters import mlir as jmlir
 
+    # Donation (donate_argnums): JAX keeps the input_output_alias only for platforms it
+    # lists; the plugin gives the donated buffers up (docs/pjrt.md).
+    if "tpusim" not in jmlir._platforms_with_donation:
+        jmlir._platforms_with_donation.append("tpusim")
     xla_bridge.register_plugin("tpusim", priority=-100, library_path=path, options=client_options())
