@@ -32,11 +32,19 @@ def run(script_or_code, platform, *args, devices=4, code=False, **env):
     return p.stdout
 
 
-def test_user_programs_values_and_shardings(tmp_path):
-    outs = {}
-    for platform in ("cpu", "tpusim"):
-        run("pjrt_user_cases.py", platform, tmp_path / (platform + ".npz"))
-        outs[platform] = dict(np.load(tmp_path / (platform + ".npz")))
+@pytest.fixture(scope="module")
+def cpu_cases(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cpu") / "cpu.npz"
+    run("pjrt_user_cases.py", "cpu", out)
+    return dict(np.load(out))
+
+
+# TPUSIM_BACKEND=ref: the reference interpreter runs every program too (values only)
+@pytest.mark.parametrize("backend", ["tpu", "ref"])
+def test_user_programs_values_and_shardings(tmp_path, cpu_cases, backend):
+    outs = {"cpu": dict(cpu_cases)}
+    run("pjrt_user_cases.py", "tpusim", tmp_path / "tpusim.npz", TPUSIM_BACKEND=backend)
+    outs["tpusim"] = dict(np.load(tmp_path / "tpusim.npz"))
     got_sh = json.loads(str(outs["tpusim"].pop("__shardings__")))
     want_sh = json.loads(str(outs["cpu"].pop("__shardings__")))
     assert set(outs["tpusim"]) == set(outs["cpu"])
@@ -92,3 +100,18 @@ def test_donation_honoured():
     want = "True False 2.0 6.0 64 True 0.0"
     assert run(DONATION, "cpu", code=True).split() == want.split()
     assert run(DONATION, "tpusim", code=True).split()[-7:] == want.split()
+
+
+def test_simulate_finds_its_library_as_the_plugin_does():
+    # no TPUSIM_LIBRARY: the libtpusim.so beside the plugin library (or the package's, or build/)
+    lib = os.environ.get("TPUSIM_LIBRARY") or os.path.join(ROOT, "build", "libtpusim.so")
+    e = {k: v for k, v in os.environ.items() if k != "TPUSIM_LIBRARY"}
+    e["TPUSIM_PJRT_LIBRARY"] = os.path.join(os.path.dirname(lib), "libtpusim_pjrt.so")
+    e["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + e.get("PYTHONPATH", "")
+    code = ("import numpy as np, tpusim, tpusim._lib as L\n"
+            "out, rep = tpusim.simulate(lambda a: a * 2, np.arange(3.0, dtype=np.float32))\n"
+            "print(L._lib_path, out.tolist(), rep.cycles > 0)")
+    p = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    path, rest = p.stdout.split(" ", 1)
+    assert os.path.samefile(path, lib) and rest.split() == ["[0.0,", "2.0,", "4.0]", "True"]

@@ -127,11 +127,20 @@ _lib_path = None
 
 
 def library_path():
-    """The libtpusim.so this package uses: $TPUSIM_LIBRARY, else the one installed in the package."""
+    """The libtpusim.so this package uses, found as the PJRT plugin finds its own: $TPUSIM_LIBRARY,
+    else the one installed in the package, else the one beside $TPUSIM_PJRT_LIBRARY, else the
+    repository's build/ (a development checkout on PYTHONPATH)."""
     env = os.environ.get("TPUSIM_LIBRARY")
     if env:
         return env
-    return os.path.join(_here, "libtpusim.so")
+    candidates = [os.path.join(_here, "libtpusim.so")]
+    if os.environ.get("TPUSIM_PJRT_LIBRARY"):
+        candidates.append(os.path.join(os.path.dirname(os.path.abspath(os.environ["TPUSIM_PJRT_LIBRARY"])), "libtpusim.so"))
+    candidates.append(os.path.normpath(os.path.join(_here, "..", "..", "build", "libtpusim.so")))
+    for c in candidates:
+        if os.path.exists(c):
+            return c
+    return candidates[0]
 
 
 def _declare(lib):

@@ -606,10 +606,12 @@ static PJRT_Error *execute_locked(PJRT_LoadedExecutable *le, PJRT_LoadedExecutab
   tpu_sim_options o;
   tpu_sim_options_init(&o);
   PJRT_Client *c = le->client;
-  o.chip = c->chip;
   o.backend = c->backend;
-  if (c->precision[0]) o.precision = c->precision;
-  if (c->topology[0] && nd == c->ndevices) o.topology = c->topology;
+  if (strcmp(c->backend, "ref")) { /* the reference interpreter has no chip, precision or slice */
+    o.chip = c->chip;
+    if (c->precision[0]) o.precision = c->precision;
+    if (c->topology[0] && nd == c->ndevices) o.topology = c->topology;
+  }
   tpu_diag diag;
   if (tpu_sim_run(p->module, &o, in, p->nparams, &r, &diag) != TPU_OK) {
     err = tpu__pjrt_error_diag(&diag);
