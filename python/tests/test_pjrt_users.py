@@ -115,3 +115,18 @@ def test_simulate_finds_its_library_as_the_plugin_does():
     assert p.returncode == 0, p.stderr
     path, rest = p.stdout.split(" ", 1)
     assert os.path.samefile(path, lib) and rest.split() == ["[0.0,", "2.0,", "4.0]", "True"]
+
+
+def test_linalg_lowered_as_for_a_tpu(tmp_path):
+    # eigh, svd, norm(ord=2), lstsq, pinv, qr: JAX's TPU rules, with the "Qr", "Eigh" and
+    # householder-product custom calls expanded in HLO (jax_plugins/tpusim/lowering.py)
+    outs = {}
+    for platform in ("cpu", "tpusim"):
+        run("pjrt_linalg_cases.py", platform, tmp_path / (platform + ".npz"), devices=1,
+            TPUSIM_TOPOLOGY="")
+        outs[platform] = dict(np.load(tmp_path / (platform + ".npz")))
+    assert set(outs["tpusim"]) == set(outs["cpu"])
+    for k, want in outs["cpu"].items():
+        got = outs["tpusim"][k]
+        assert got.shape == want.shape and got.dtype == want.dtype, k
+        assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max(), (k, np.abs(got - want).max())

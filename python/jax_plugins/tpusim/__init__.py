@@ -286,11 +286,14 @@ def _array_info(shape, sharding, ndev):
 
 
 def convert(code, fmt, options):
-    """(HLO text, signature, serialized HloModuleProto) for a program JAX compiles."""
+    """(HLO text, signature, the program for PJRT_Executable_OptimizedProgram as StableHLO) for
+    a program JAX (format "mlir": StableHLO, as a portable artifact or plain bytecode) or
+    PyTorch/XLA (format "hlo": a serialized HloModuleProto) compiles."""
     from jax._src.lib import _jax, hlo as hlo_lib, xla_client as xc
 
-    if fmt != "mlir":
-        raise NotImplementedError("program format %r (tpusim takes JAX's StableHLO, format 'mlir')" % fmt)
+    if fmt not in ("mlir", "hlo"):
+        raise NotImplementedError("program format %r (tpusim takes StableHLO, format 'mlir', or an HloModuleProto, "
+                                  "format 'hlo')" % fmt)
     opts = xc.CompileOptions.ParseFromString(options)
     if opts.parameter_is_tupled_arguments:
         raise NotImplementedError("tupled arguments")
@@ -299,11 +302,15 @@ def convert(code, fmt, options):
     if nrep > 1 and npart > 1:
         raise NotImplementedError("%d replicas x %d partitions (one or the other)" % (nrep, npart))
     ndev = nrep * npart
-    try:
-        comp = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False)
-    except Exception:
-        comp = _jax.mlir.mlir_module_to_xla_computation(
-            _jax.mlir.deserialize_portable_artifact(code), use_tuple_args=False)
+    if fmt == "hlo":
+        comp = xc.XlaComputation(code)
+        code = _jax.mlir.hlo_to_stablehlo(code)  # what XLA:CPU (shardings) and OptimizedProgram take
+    else:
+        try:
+            comp = _jax.mlir.mlir_module_to_xla_computation(code, use_tuple_args=False)
+        except Exception:
+            comp = _jax.mlir.mlir_module_to_xla_computation(
+                _jax.mlir.deserialize_portable_artifact(code), use_tuple_args=False)
     module = comp.as_hlo_module()
     print_opts = hlo_lib.HloPrintOptions.short_parsable()
     print_opts.print_metadata = True
@@ -440,6 +447,15 @@ def _compile(job, code, code_size, fmt, options, options_size):
         lib.tpusim_pjrt_compile_error(job, ("%s: %s" % (type(e).__name__, e)).encode())
 
 
+def register_converter():
+    """Loads the plugin library and registers the program converter (once)."""
+    global _callback
+    if _callback is None:
+        lib = load_library()
+        _callback = _COMPILER_FN(_compile)
+        lib.tpusim_pjrt_set_compiler(_callback)
+
+
 def requested():
     """Whether this process asked for tpusim: "tpusim" in JAX_PLATFORMS (or jax_platforms), or
     TPUSIM_PJRT=1. Otherwise the plugin stays out of the way: an installed tpusim must not
@@ -458,16 +474,13 @@ def initialize():
     """Registers the plugin with JAX when this process asked for it (JAX calls this for every
     jax_plugins module). Below CPU in priority: with JAX_PLATFORMS=tpusim it is the only
     platform; with TPUSIM_PJRT=1, jax.devices("tpusim") lists the simulated chips."""
-    global _callback
     if not requested():
         return
     path = library_path()
     if not os.path.exists(path):
         raise RuntimeError("tpusim PJRT plugin not found at %s: build it (cmake --build build) or set "
                            "TPUSIM_PJRT_LIBRARY" % path)
-    lib = load_library()
-    _callback = _COMPILER_FN(_compile)
-    lib.tpusim_pjrt_set_compiler(_callback)
+    register_converter()
     from jax._src import xla_bridge
     from jax._src.interpreters import mlir as jmlir
 
@@ -476,3 +489,6 @@ def initialize():
     if "tpusim" not in jmlir._platforms_with_donation:
         jmlir._platforms_with_donation.append("tpusim")
     xla_bridge.register_plugin("tpusim", priority=-100, library_path=path, options=client_options())
+    from . import lowering
+
+    lowering.register()  # lower as for a TPU (lowering.py), once JAX knows the platform

@@ -1,0 +1,31 @@
+"""PyTorch/XLA on tpusim: `PJRT_DEVICE=TPUSIM python train.py` runs an unchanged PyTorch/XLA
+script on a simulated TPU (docs/pytorch.md).
+
+torch_xla loads every class registered under the `torch_xla.plugins` entry point group (the
+package registers `tpusim = tpusim.torch_xla_plugin:TpusimPlugin`) when it is imported, and
+PJRT_DEVICE=TPUSIM selects this one. It hands torch_xla the PJRT plugin library
+(libtpusim_pjrt.so, as JAX gets it) with the client options of the TPUSIM_* variables, and
+registers the program converter: torch_xla compiles HloModuleProtos (PJRT program format
+"hlo"), which the converter turns into HLO text with jaxlib's XLA bindings (jax must be
+installed). tpusim.pjrt.last_report() then gives the last step's report, as from JAX.
+"""
+import torch_xla.experimental.plugins as plugins
+
+from jax_plugins import tpusim as _pjrt
+
+
+class TpusimPlugin(plugins.DevicePlugin):
+    """The simulated TPU as a torch_xla device plugin (`PJRT_DEVICE=TPUSIM`)."""
+
+    def library_path(self):
+        _pjrt.register_converter()
+        return _pjrt.library_path()
+
+    def client_create_options(self):
+        return _pjrt.client_options()
+
+    def physical_chip_count(self):
+        return 1  # one process drives every simulated chip
+
+    def configure_single_process(self):
+        pass
