@@ -17,7 +17,9 @@ Each program is in the "test" or "tune" split: its JSON's "split", else the gene
 JSON's "family", else its "category". The split report comes first: per split (test, tune,
 all), per generation the programs judged, refused (tpusim exited non-zero: a failure, listed
 with its error line and counted per message class) and not judged (no compiler figure), median
-and p90 |error|; then per family. Loops: the compiler's entry sum leaves while-loop bodies
+and p90 |error|, and the same over the credible ones (leaving out programs whose compiler
+figure omits work, as below: an unestimated op of 1 MiB or more, an op estimated below its HBM
+bytes' time, a sum below its own roofline, a cross-program prefetch); then per family. Loops: the compiler's entry sum leaves while-loop bodies
 out; for a program with while loops the compiler's figure here is that sum plus, per loop, its
 trip count times the estimated_cycles of its body's ops, read from the compiled program
 (loop_cycles); where a trip count cannot be read the program is not judged. --check BASELINE.json exits 1 when, on the test split of any
@@ -282,7 +284,7 @@ def refusal_class(err):
     that refusals of one kind count together."""
     m = re.sub(r"^.*?: error: ", "", err)
     m = re.sub(r"%[\w.\-]+", "%X", m)
-    return re.sub(r"\d+", "N", m)
+    return re.sub(r"(?<![A-Za-z_])\d+", "N", m)
 
 
 SPLITS = ("test", "tune", "all")
@@ -308,7 +310,12 @@ def split_summary(rows, failures, split, family, chips):
             if not rs and not fl:
                 continue
             judged = [r for r in rs if r["compiler_s"] > 0]
+            cred = [r for r in judged if not r["cross_program_prefetch_bytes"] and not r["below_own_roofline"]
+                    and not r["unestimated"] and not r["below_bandwidth"]]
+            cs_ = stats(cred)
             out[sp][c] = dict(stats(judged), programs=len(rs) + len(fl), accepted=len(rs), refused=len(fl),
+                              n_credible=len(cred), median_abs_err_credible=cs_["median_abs_err"],
+                              p90_abs_err_credible=cs_["p90_abs_err"],
                               not_judged=len(rs) - len(judged),
                               loops_judged=sum(1 for r in judged if r.get("while_loops")))
             for fam in sorted(set(family[r["name"]] for r in rs) | set(family[f[1]] for f in fl)):
@@ -332,11 +339,13 @@ def print_split_report(out, fams, ref, chips, markdown):
         nprog = max(v["programs"] for v in out[sp].values())
         print(f"\n=== split {sp.upper()} ({nprog} programs): per generation")
         print(f"  {'gen':4s} {'programs':>8s} {'accepted':>8s} {'refused':>7s} {'no-figure':>9s} {'judged':>6s} "
-              f"{'median|err|':>11s} {'p90|err|':>9s} {'signed med':>10s} {'<=10%':>5s} {'<=25%':>5s} {'loops':>5s}")
+              f"{'median|err|':>11s} {'p90|err|':>9s} {'signed med':>10s} {'<=10%':>5s} {'<=25%':>5s} {'loops':>5s} "
+              f"{'credible':>8s} {'median':>7s} {'p90':>7s}")
         for c, v in out[sp].items():
             print(f"  {c:4s} {v['programs']:8d} {v['accepted']:8d} {v['refused']:7d} {v['not_judged']:9d} {v['n']:6d} "
                   f"{f1(v['median_abs_err']):>11s} {f1(v['p90_abs_err']):>9s} {f1(v['median_err']):>10s} "
-                  f"{v['within_10pct']:5d} {v['within_25pct']:5d} {v['loops_judged']:5d}")
+                  f"{v['within_10pct']:5d} {v['within_25pct']:5d} {v['loops_judged']:5d} {v['n_credible']:8d} "
+                  f"{f1(v['median_abs_err_credible']):>7s} {f1(v['p90_abs_err_credible']):>7s}")
         print(f"=== split {sp.upper()}: per family, median |err| (p90) per generation; refused programs in brackets; "
               f"worst first")
         key = lambda fam: -max((x["median_abs_err"] for x in fams[sp][fam].values() if x["n"]), default=float("inf"))

@@ -37,7 +37,7 @@ lowered alone as a program of kind "loop-body" (NAME_step), and short scans full
 (lax.scan(unroll=True)), whose figures the compiler gives whole.
 
 Programs are built in an order that covers every family early (ordered(): round-robins over
-the op families and over the model families, forward passes before training steps, three op
+the op families and over the model families, forward passes before training steps, six op
 programs to one model program), so a run cut short still covers every family."""
 import argparse, gzip, hashlib, json, math, os, random, sys, time
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -1063,11 +1063,15 @@ def build():
     ops_math()
 
 
+RATIO = 6
+
+
 def ordered():
     """The order of generation, so that a run cut short covers every family: the op families
-    (about 1-10 s a program) in a round-robin over their families (the first program of each,
+    (about 1-20 s a program) in a round-robin over their families (the first program of each,
     then the second, ...), and the model families' programs (10-60 s) likewise, forward passes
-    and loop bodies before training steps, one model program after every three op programs."""
+    before training steps (loop bodies first), one model program after every RATIO op programs
+    (a model program takes 10-40 times an op program's compile time)."""
     def rr(groups):
         out, i = [], 0
         while any(i < len(g) for g in groups):
@@ -1075,12 +1079,13 @@ def ordered():
             i += 1
         return out
     ops = rr([[(f,) + q for q in FAM[f]] for f in sorted(FAM) if not f.startswith("m_")])
-    models = rr([[(f,) + q for q in FAM[f] if "_train" not in q[0]] for f in sorted(FAM) if f.startswith("m_")]) + \
+    models = [(f,) + q for f in sorted(FAM) if f.startswith("m_") for q in FAM[f] if q[1] == "loop-body"] + \
+        rr([[(f,) + q for q in FAM[f] if "_train" not in q[0] and q[1] != "loop-body"] for f in sorted(FAM) if f.startswith("m_")]) + \
         rr([[(f,) + q for q in FAM[f] if "_train" in q[0]] for f in sorted(FAM) if f.startswith("m_")])
     out = []
     while ops or models:
-        out += ops[:3] + models[:1]
-        ops, models = ops[3:], models[1:]
+        out += ops[:RATIO] + models[:1]
+        ops, models = ops[RATIO:], models[1:]
     return out
 
 
@@ -1178,11 +1183,11 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated name substrings")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--deadline", default="", help="HH:MM UTC: start no program after it")
-    ap.add_argument("--timeout", type=float, default=60,
+    ap.add_argument("--timeout", type=float, default=45,
                     help="seconds a program may take (all generations); beyond, the worker is killed, the program "
                          "listed as failed (timeout) and a new worker started; 0: no supervisor")
     ap.add_argument("--out", default=OUT, help="the corpus directory (default bench/fidelity/families)")
-    ap.add_argument("--model-timeout", type=float, default=240, help="the same for the model families")
+    ap.add_argument("--model-timeout", type=float, default=150, help="the same for the model families")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     OUT = os.path.abspath(a.out)
