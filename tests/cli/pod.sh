@@ -2,8 +2,7 @@
 # tpusim run on a partitioned module (examples/pod: XLA's SPMD output for 8 devices):
 # global inputs in, global results out by --out-sharding, --per-device shards, timing with
 # the ICI unit (same cycles in --mode timing), one-line errors for bad shardings and for
-# devices that diverge (no hang), and, when built with MPI, mpirun results bit-identical to
-# one process.
+# devices that diverge (no hang). mpirun results: tests/cli/pod_mpi.sh.
 . tests/cli/lib/preamble.sh
 P=examples/pod
 IN="-i $P/mlp.a.npy -i $P/mlp.w.npy"
@@ -91,34 +90,6 @@ timeout 60 "$BIN" run "$T/div.hlo" --backend ref > /dev/null 2> "$T/err"
 [ $? -eq 2 ] || fail "diverging devices did not exit 2"
 grep -q "^$T/div.hlo:6:18: error: .*diverged" "$T/err" || fail "divergence message: $(cat "$T/err")"
 
-# MPI: 2 and 3 ranks give the one-process bytes (skipped when mpirun or MPI support is missing).
-if command -v mpirun > /dev/null 2>&1; then
-  # Open MPI's plugins leave allocations LeakSanitizer reports from unloaded modules: leak
-  # checks stay on for every one-process run above, off for the mpirun ones.
-  ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-  export ASAN_OPTIONS
-  MPIRUN="mpirun --oversubscribe"
-  [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
-  for n in 2 3; do
-    # shellcheck disable=SC2086
-    timeout 120 $MPIRUN -n $n "$BIN" run $P/mlp.hlo $IN --out-sharding @$P/mlp.shardings -o "$T/mpi$n" > "$T/mout" 2> "$T/err"
-    rc=$?
-    if grep -q "built without MPI" "$T/err" "$T/mout"; then
-      echo "skip: tpusim built without MPI"
-      break
-    fi
-    [ $rc -eq 0 ] || { fail "mpirun -n $n exited $rc: $(head -3 "$T/err")"; continue; }
-    grep -q "^mpi: $n ranks" "$T/mout" || fail "mpirun -n $n: no rank line"
-    # shellcheck disable=SC2086
-    "$BIN" run $P/mlp.hlo $IN --out-sharding @$P/mlp.shardings -o "$T/one" -q
-    for k in 0 1 2; do cmp -s "$T/one/$k.npy" "$T/mpi$n/$k.npy" || fail "mpirun -n $n result $k differs from one process"; done
-  done
-  timeout 60 $MPIRUN -n 2 "$BIN" run "$T/div.hlo" --backend ref > /dev/null 2> "$T/err"
-  [ $? -ne 0 ] || fail "diverging devices over MPI did not fail"
-  grep -q "diverged" "$T/err" || fail "MPI divergence message: $(head -3 "$T/err")"
-else
-  echo "skip: no mpirun"
-fi
 # The TPU compiler's reduce-scatter: a kCustom fusion of an all-reduce whose result is cut by
 # a dynamic-slice. Timed as a reduce-scatter on ICI (each chip sends 3/4 of 4 KiB), values as
 # computed (each chip its summed quarter).

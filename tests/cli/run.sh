@@ -9,7 +9,7 @@
 [ -s "$T/out/0.npy" ] || fail "mlp: no 0.npy"
 grep -q "result 0: f32\[8,10\]" "$T/stdout" || fail "mlp: summary lacks the result shape"
 [ -s "$T/stderr" ] && fail "mlp: unexpected stderr: $(cat "$T/stderr")"
-cmp -s "$T/out/0.npy" examples/mlp.out0.npy 2>/dev/null || true  # values are checked by test_conformance
+# (the values against JAX's, examples/mlp.out0.npy: test_api test_mlp)
 
 # Random inputs are reproducible from --seed and differ between seeds.
 "$BIN" run examples/mlp.hlo --seed 7 -o "$T/s7a" > /dev/null || fail "seed run"
