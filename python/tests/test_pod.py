@@ -20,7 +20,13 @@ def pod():
     return sh, ins, want
 
 
-@pytest.mark.parametrize("backend,precision,tol", [("ref", None, 1e-5), ("tpu", "highest", 1e-5), ("tpu", None, 5e-2)])
+# Per output (the layer's tanh, peaking at 1.0; its gradient, 5.45; the mean, 0.0258), a few
+# times the error measured against JAX's f32 results: f32 arithmetic 0.9e-6 / 1.1e-6 / 0 (the
+# reference and --precision highest); default precision, one bf16 MXU pass, 0.024 / 0.024 / 0
+# (the mean does not go through the MXU).
+@pytest.mark.parametrize("backend,precision,tol", [("ref", None, [3e-6, 3e-6, 1e-6]),
+                                                   ("tpu", "highest", [3e-6, 3e-6, 1e-6]),
+                                                   ("tpu", None, [5e-2, 5e-2, 1e-6])])
 def test_pod_matches_jax(pod, backend, precision, tol):
     sh, ins, want = pod
     m = tpusim.load(os.path.join(P, "mlp.hlo"))
@@ -28,8 +34,8 @@ def test_pod_matches_jax(pod, backend, precision, tol):
     assert [p.shape for p in m.params] == [(16, 32), (32, 24)]  # global shapes from the shardings
     outs, rep = m.run(ins, backend=backend, precision=precision, out_shardings=sh)
     assert [o.shape for o in outs] == [w.shape for w in want]
-    for o, w in zip(outs, want):
-        np.testing.assert_allclose(o, w, rtol=tol, atol=tol)
+    for o, w, t in zip(outs, want, tol):
+        np.testing.assert_allclose(o, w, rtol=0, atol=t)
     if backend == "tpu":
         assert rep.devices == 8 and rep.ici_bytes > 0 and rep.breakdown["ici_wait"] > 0
         assert any(o["kind"] == "all-reduce" or "all-reduce" in o["name"] for o in rep.ops)
