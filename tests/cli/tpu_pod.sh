@@ -3,9 +3,28 @@
 # on a v5e 2x4 slice, committed): each runs on 8 simulated chips as compiled — its
 # collectives, layouts and fusions kept — and gives the values of its source program (JAX's
 # lowered sharded HLO, partitioned by tpusim itself), within 1e-5 of the largest output (the
-# compiler reorders f32 sums); each is also timed, beside the compiler's own estimate.
+# compiler reorders f32 sums) and JAX's values (outK.npy: XLA CPU on prog.hlo, within jax.json's
+# atol per output); its step time is held within 5 % of the ratio to the compiler's own
+# estimate measured before.
 . tests/cli/lib/preamble.sh
 command -v python3 > /dev/null && python3 -c "import numpy" 2> /dev/null || { echo "skip: no python3 with numpy"; exit 77; }
+# tpusim's step cycles over the compiler's estimated_cycles (both v5e cycles), as measured when
+# the band was set: a change of 5 % either way fails. The compiler's figure is its sum of
+# per-op estimates for one chip of the 2x4 slice; tpusim times 1.2x (pod_moe) to 10x
+# (pod_scan_fsdp) above it: known gaps, not yet explained (docs/testing.md).
+cat > "$T/bands" <<'EOF'
+pod_block_3d 1.489
+pod_conv_spatial 1.870
+pod_dp_mlp 3.696
+pod_embed 2.102
+pod_fsdp_mlp 4.139
+pod_layernorm_tp 2.276
+pod_megatron 4.486
+pod_moe 1.220
+pod_rowsum 4.650
+pod_scan_fsdp 9.953
+pod_seq_attention 2.475
+EOF
 n=0
 for d in tests/tpu/cases/pod_*; do
   [ -d "$d" ] || continue
@@ -32,9 +51,23 @@ for f in files:
     err = float(np.abs(x.astype(np.float64) - y).max())
     assert err <= 1e-5 * big, (f, err, big)
 EOF
+  python3 - "$T/$name.tpu" "$d" "$name" <<'EOF' || fail "$name: values differ from JAX's"
+import json, os, sys
+import numpy as np
+a, d, name = sys.argv[1:]
+outs = json.load(open(os.path.join(d, "jax.json")))["outputs"]
+assert len(outs) == len(os.listdir(a)), (len(outs), os.listdir(a))
+for k, o in enumerate(outs):
+    got, want = np.load(os.path.join(a, f"{k}.npy")), np.load(os.path.join(d, f"out{k}.npy"))
+    assert got.shape == want.shape, (k, got.shape, want.shape)
+    err = float(np.abs(got.astype(np.float64) - want).max()) if want.size else 0.0
+    assert err <= o["atol"], (name, k, err, o["atol"])
+EOF
   est=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['estimated_cycles'])" "$d/meta.json")
-  got=$(grep -o "^step time: .*" "$T/$name.log")
-  echo "  $name: tpusim $got; the compiler's estimate $est cycles"
+  cyc=$(sed -n 's/^step time: .*(\([0-9]*\) cycles at 1.5 GHz).*/\1/p' "$T/$name.log")
+  want=$(sed -n "s/^$name //p" "$T/bands")
+  python3 -c "import sys; n, c, e, w = sys.argv[1], *map(float, sys.argv[2:]); r = c / e; print('  %s: tpusim %d cycles, the compiler %d: ratio %.3f (measured %.3f)' % (n, c, e, r, w)); sys.exit(abs(r / w - 1) > 0.05)" \
+    "$name" "${cyc:-0}" "$est" "${want:-0}" || fail "$name: step time outside 5 % of the ratio to the compiler's estimate measured before (${want:-none})"
 done
 [ $n -ge 4 ] || fail "only $n pod cases"
 [ $fails -eq 0 ] && echo "TPU-compiled pod programs: $n of $n match their source on 8 chips"

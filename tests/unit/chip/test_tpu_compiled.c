@@ -4,7 +4,9 @@
  * TPU backend equal those of the program it came from (prog.hlo, same backend), bit for bit
  * where the compiler kept the arithmetic and within 1e-5 relative where it rewrote it.
  * Pallas kernels (tpu_custom_call: their body is not HLO) are refused by name; the test
- * checks that too. Prints tpusim's cycles beside the compiler's estimated_cycles. */
+ * checks that too. The compiled program's values are also checked against JAX's (outK.npy:
+ * XLA CPU on prog.hlo, per output within jax.json's atol), and its cycles against the compiler's
+ * estimated_cycles within 5 % of the ratio measured before (measured_ratio). */
 #include <math.h>
 
 #include "cases.h"
@@ -41,6 +43,54 @@ static tpu_status values(const tpu_module *m, const tpu_chip *chip, const char *
   return st;
 }
 
+/* tpusim's cycles over the compiler's estimated_cycles for each compiled program (both v5e
+ * cycles), as measured when the band was set: a change of 5 % either way fails. The known
+ * gaps, not yet explained (docs/testing.md): scan_tanh 6.7x, mlp_sgd_step 1.52x, conv and
+ * conv_grad 1.29x / 1.30x, layernorm 0.77x, softmax 0.64x. */
+static double measured_ratio(const char *name) {
+  static const struct {
+    const char *name;
+    double ratio;
+  } k[] = {{"adam", 1.032},          {"conv", 1.287},     {"conv_grad", 1.303},        {"embed", 1.091},
+           {"gemm_bf16", 1.000},     {"gemm_f32_default", 1.008}, {"layernorm", 0.769}, {"mlp_sgd_step", 1.521},
+           {"reduce_transpose", 1.064}, {"scan_tanh", 6.693}, {"softmax", 0.644}};
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+    if (!strcmp(k[i].name, name)) return k[i].ratio;
+  fprintf(stderr, "  %s: no measured ratio to the compiler's estimate (add its band)\n", name);
+  return -1;
+}
+
+/* tpusim's values of the compiled program (`b`, the TPU backend at each op's precision) against
+ * JAX's on XLA's CPU backend (outK.npy, tests/tpu/jax_outputs.py), output by output within
+ * jax.json's atol (3x the error measured when the outputs were stored). 1 when checked. */
+static int against_jax(const char *name, const tpu_tensor *const *got, int n) {
+  char path[512];
+  tpu_diag d;
+  tpu_json_doc doc;
+  snprintf(path, sizeof path, CASES "/%s/jax.json", name);
+  CHECK(tpu_json_parse_file(path, &doc, &d) == TPU_OK);
+  if (!doc.root) return 0;
+  const tpu_json *outs = tpu_json_get(doc.root, "outputs");
+  CHECK(outs && outs->kind == TPU_JSON_ARRAY && (int)outs->count == n);
+  int ok = outs && (int)outs->count == n;
+  for (int k = 0; ok && k < n; k++) {
+    const tpu_json *atol = tpu_json_get(outs->items[k], "atol");
+    tpu_tensor want;
+    snprintf(path, sizeof path, CASES "/%s/out%d.npy", name, k);
+    CHECK(atol && atol->kind == TPU_JSON_NUMBER && tpu_npy_read(path, &want, &d) == TPU_OK);
+    if (!atol || atol->kind != TPU_JSON_NUMBER || tpu_npy_read(path, &want, &d) != TPU_OK) {
+      ok = 0;
+      break;
+    }
+    char label[300];
+    snprintf(label, sizeof label, "%s tpu.hlo vs JAX", name);
+    CHECK(test_compare_leaf(label, k, got[k], &want, 0, atol->num) == 0);
+    tpu_tensor_free(&want);
+  }
+  tpu_json_doc_free(&doc);
+  return ok;
+}
+
 int main(void) {
   tpu_diag d;
   tpu_chip chip;
@@ -48,7 +98,7 @@ int main(void) {
   int n;
   char **names = case_list(CASES, &n);
   CHECK(names && n >= 10);
-  int same = 0, close = 0, refused = 0, timed = 0;
+  int same = 0, close = 0, refused = 0, timed = 0, jax_checked = 0;
   for (int i = 0; names && i < n; i++) {
     const char *name = names[i];
     if (!strncmp(name, "pod_", 4)) { /* several chips: tests/cli/tpu_pod.sh runs them */
@@ -98,6 +148,7 @@ int main(void) {
           }
           same += bits;
           close += !bits;
+          jax_checked += against_jax(name, lb, nb);
         }
       }
       /* It also times as compiled (the compiler's own decisions kept). */
@@ -114,10 +165,14 @@ int main(void) {
       } else {
         CHECK(cs == TPU_OK && tpu_timing_run(p, &chip, 0, &tl, &d) == TPU_OK);
         if (cs == TPU_OK) {
-          timed++;
           const char *e = meta ? strstr(meta, "\"estimated_cycles\":") : NULL;
-          printf("  %-18s tpusim %9lld cycles; the compiler's estimate %9lld\n", name, (long long)tl.total_cycles,
-                 e ? strtoll(e + 19, NULL, 10) : -1LL);
+          long long est = e ? strtoll(e + 19, NULL, 10) : -1LL;
+          double want = measured_ratio(name), r = est > 0 ? (double)tl.total_cycles / (double)est : NAN;
+          int ok = want > 0 && fabs(r / want - 1) <= 0.05;
+          printf("  %-18s tpusim %9lld cycles; the compiler's estimate %9lld: ratio %.3f (measured %.3f)%s\n", name,
+                 (long long)tl.total_cycles, est, r, want, ok ? "" : "  <- outside 5 %");
+          CHECK(ok);
+          timed += ok;
         }
       }
       tpu_timeline_free(&tl);
@@ -133,7 +188,9 @@ int main(void) {
   }
   free(names);
   printf("TPU-compiled programs: %d bit-identical to their source, %d within 1e-6 of the largest output, %d Pallas kernels "
-         "refused; %d timed\n",
-         same, close, refused, timed);
+         "refused; %d within their tolerances of JAX's values; %d timed within 5 %% of the ratio to the compiler's estimate "
+         "measured before\n",
+         same, close, refused, jax_checked, timed);
+  CHECK(jax_checked >= 10 && timed >= 10);
   CHECK_DONE();
 }

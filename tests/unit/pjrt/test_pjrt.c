@@ -1,7 +1,8 @@
 /* The PJRT plugin through its C API table, without JAX: the version and table, the client
  * and its devices, buffers in and out (dense and strided), events, compile through a
  * converter that answers with HLO text, execute on one chip and on a 4-chip pod (blocks
- * assembled and cut back), the report of the last run, and the errors of stubs, a failed
+ * assembled and cut back: a replicated result, and a sharded one whose every device gets
+ * its own block), the report of the last run, and the errors of stubs, a failed
  * compile and a bad execute. */
 #include <stdio.h>
 #include <string.h>
@@ -78,6 +79,17 @@ static const char *POD_INFO =
     "params 1\n11 1 8 2 0 2 4 6\n"
     "outputs 1\n11 1 2 2 0 0 0 0\n";
 
+/* The same shards squared, the result sharded as the operand: device d gets its own block
+ * (2d)^2, (2d+1)^2 of the global f32[8] the run assembles. */
+static const char *PODS_HLO =
+    "HloModule pods, num_partitions=4\n\n"
+    "ENTRY main {\n  p = f32[2]{0} parameter(0), sharding={devices=[4]<=[4]}\n"
+    "  ROOT m = f32[2]{0} multiply(p, p), sharding={devices=[4]<=[4]}\n}\n";
+static const char *PODS_INFO =
+    "name pods replicas 1 partitions 4 assign 0 1 2 3\n"
+    "params 1\n11 1 8 2 0 2 4 6\n"
+    "outputs 1\n11 1 8 2 0 2 4 6\n";
+
 static int compiles;
 
 static void converter(void *job, const void *code, size_t n, const char *format, const void *options,
@@ -89,6 +101,8 @@ static void converter(void *job, const void *code, size_t n, const char *format,
     tpusim_pjrt_compile_result(job, ADD_HLO, ADD_INFO, "prog", 4);
   } else if (n == 3 && !memcmp(code, "pod", 3)) {
     tpusim_pjrt_compile_result(job, POD_HLO, POD_INFO, "", 0);
+  } else if (n == 4 && !memcmp(code, "pods", 4)) {
+    tpusim_pjrt_compile_result(job, PODS_HLO, PODS_INFO, "", 0);
   } else if (n == 3 && !memcmp(code, "bad", 3)) {
     tpusim_pjrt_compile_result(job, "HloModule bad\n\nENTRY main {\n  ROOT x = f32[] nonsense()\n}\n",
                                "name bad replicas 1 partitions 1 assign 0 params 0 outputs 1 11 0\n", "", 0);
@@ -412,6 +426,47 @@ static void test_pod(PJRT_Client *c, PJRT_Device *const *devs) {
   execute_free(le);
 }
 
+/* A sharded result: each device's buffer holds its own block of the global result. */
+static void test_pod_sharded(PJRT_Client *c, PJRT_Device *const *devs) {
+  PJRT_Error *e;
+  PJRT_LoadedExecutable *le = compile(c, "pods", &e);
+  if (!OK(e)) return;
+  float shard[4][2];
+  PJRT_Buffer *in[4][1];
+  PJRT_Buffer *const *args[4];
+  PJRT_Buffer *outs[4][1];
+  PJRT_Buffer **outlists[4];
+  int64_t dims[1] = {2};
+  for (int d = 0; d < 4; d++) {
+    shard[d][0] = (float)(2 * d);
+    shard[d][1] = (float)(2 * d + 1);
+    in[d][0] = from_host(c, devs[d], shard[d], 1, dims, NULL);
+    args[d] = in[d];
+    outlists[d] = outs[d];
+  }
+  ARGS(PJRT_LoadedExecutable_Execute_Args, ex);
+  ex.executable = le;
+  ex.argument_lists = args;
+  ex.num_devices = 4;
+  ex.num_args = 1;
+  ex.output_lists = outlists;
+  if (OK(CALL(PJRT_LoadedExecutable_Execute, &ex))) {
+    for (int d = 0; d < 4; d++) {
+      float r[2] = {-1, -1};
+      ARGS(PJRT_Buffer_Dimensions_Args, bdims);
+      bdims.buffer = outs[d][0];
+      OK(CALL(PJRT_Buffer_Dimensions, &bdims));
+      CHECK(bdims.num_dims == 1 && bdims.dims[0] == 2);
+      to_host(outs[d][0], r, sizeof r);
+      CHECK_NEAR(r[0], (2.0 * d) * (2.0 * d), 0);
+      CHECK_NEAR(r[1], (2.0 * d + 1) * (2.0 * d + 1), 0);
+      buffer_free(outs[d][0]);
+    }
+  }
+  for (int d = 0; d < 4; d++) buffer_free(in[d][0]);
+  execute_free(le);
+}
+
 static void test_compile_errors(PJRT_Client *c) {
   char buf[1024];
   PJRT_Error *e;
@@ -436,8 +491,9 @@ int main(void) {
   test_buffers(c, dv.devices);
   test_one_chip(c, dv.devices);
   test_pod(c, dv.devices);
+  test_pod_sharded(c, dv.devices);
   test_compile_errors(c);
-  CHECK_EQ_INT(compiles, 4);
+  CHECK_EQ_INT(compiles, 5);
   ARGS(PJRT_Client_Destroy_Args, cd);
   cd.client = c;
   OK(CALL(PJRT_Client_Destroy, &cd));
