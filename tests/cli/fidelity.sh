@@ -1,7 +1,9 @@
 #!/bin/sh
 # bench/fidelity/compare.py still runs against the built CLI on a few committed corpus
 # programs (the XLA TPU compiler's figures are committed; no libtpu needed) and tpusim's
-# numbers are produced for every generation. Checks that it runs, never what it finds.
+# numbers are produced for every generation; each program's time over the compiler's is held
+# within 5 % of the ratio measured when the band was set (a 10 % change in what dominates it
+# fails; the per-rule probes are in test_rules).
 . tests/cli/lib/preamble.sh
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
 python3 bench/fidelity/compare.py --tpusim "$BIN" --only gemm_bf16_1024x1024x1024,layernorm_fwd_4096x1024_bf,adam_f32_1048576 \
@@ -16,6 +18,18 @@ for x in rows:
     assert x["tpusim_s"] > 0 and x["tpusim_cycles"] > 0 and x["compiler_cycles"] > 0, x["name"]
     assert x["tpusim_mem"] and x["tpusim_mem"] > 0, x["name"]
 assert set(r["summary"]) == {"v4", "v5e", "v5p", "v6e"}
+# tpusim / compiler as measured (v4, v5e, v5p, v6e)
+want = {"adam_f32_1048576": (0.953, 0.997, 1.073, 0.978),
+        "gemm_bf16_1024x1024x1024": (0.862, 0.862, 0.910, 0.854),
+        "layernorm_fwd_4096x1024_bfloat16": (0.937, 0.956, 1.027, 0.950)}
+bad = 0
+for x in rows:
+    w = want[x["name"]][("v4", "v5e", "v5p", "v6e").index(x["chip"])]
+    got = x["tpusim_s"] / x["compiler_s"]
+    if abs(got / w - 1) > 0.05:
+        print("FAIL: %s on %s: tpusim / compiler %.3f, measured %.3f" % (x["name"], x["chip"], got, w))
+        bad += 1
+sys.exit(1 if bad else 0)
 PY
 [ $fails -eq 0 ] && echo "fidelity: ok"
 exit $fails
