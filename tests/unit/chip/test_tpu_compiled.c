@@ -77,8 +77,9 @@ static int against_jax(const char *name, const tpu_tensor *const *got, int n) {
     const tpu_json *atol = tpu_json_get(outs->items[k], "atol");
     tpu_tensor want;
     snprintf(path, sizeof path, CASES "/%s/out%d.npy", name, k);
-    CHECK(atol && atol->kind == TPU_JSON_NUMBER && tpu_npy_read(path, &want, &d) == TPU_OK);
-    if (!atol || atol->kind != TPU_JSON_NUMBER || tpu_npy_read(path, &want, &d) != TPU_OK) {
+    int read = atol && atol->kind == TPU_JSON_NUMBER && tpu_npy_read(path, &want, &d) == TPU_OK;
+    CHECK(read);
+    if (!read) {
       ok = 0;
       break;
     }
