@@ -118,6 +118,29 @@ static char *probe(const char *tag) {
     return text("HloModule p\nENTRY e {\n  a = " F8 " parameter(0)\n  two = f32[] constant(2)\n  tb = " F8
                 " broadcast(two), dimensions={}\n  m = " F8 " multiply(a, tb)\n  one = f32[] constant(1)\n  ob = " F8
                 " broadcast(one), dimensions={}\n  ROOT r = " F8 " add(m, ob)\n}\n");
+  if (!strcmp(tag, "scale_bf16_8192x8192"))
+    return text("HloModule p\nENTRY e {\n  a = bf16[8192,8192] parameter(0)\n  two = bf16[] constant(2)\n"
+                "  tb = bf16[8192,8192] broadcast(two), dimensions={}\n  m = bf16[8192,8192] multiply(a, tb)\n"
+                "  one = bf16[] constant(1)\n  ob = bf16[8192,8192] broadcast(one), dimensions={}\n"
+                "  ROOT r = bf16[8192,8192] add(m, ob)\n}\n");
+  if (!strcmp(tag, "sumsq0_f32_8192x8192")) {
+    snprintf(buf, sizeof buf,
+             "HloModule p\n%sENTRY e {\n  a = " F8 " parameter(0)\n  sq = " F8 " multiply(a, a)\n"
+             "  z = f32[] constant(0)\n  ROOT s = f32[8192] reduce(sq, z), dimensions={0}, to_apply=add\n}\n",
+             k_add_reducer);
+    return text(buf);
+  }
+  int tr, tc;
+  char tdt[8];
+  if (sscanf(tag, "vmem_read_T_%4[bf1632]_%dx%d", tdt, &tr, &tc) == 3) { /* x.T * 2 */
+    const char *t = !strcmp(tdt, "f32") ? "f32" : "bf16";
+    snprintf(buf, sizeof buf,
+             "HloModule p\nENTRY e {\n  a = %s[%d,%d] parameter(0)\n  t = %s[%d,%d] transpose(a), dimensions={1,0}\n"
+             "  two = %s[] constant(2)\n  tb = %s[%d,%d] broadcast(two), dimensions={}\n"
+             "  ROOT r = %s[%d,%d] multiply(t, tb)\n}\n",
+             t, tr, tc, t, tc, tr, t, t, tc, tr, t, tc, tr);
+    return text(buf);
+  }
   if (!strcmp(tag, "convert_f32_bf16_8192x8192"))
     return text("HloModule p\nENTRY e {\n  a = " F8 " parameter(0)\n  ROOT c = bf16[8192,8192] convert(a)\n}\n");
   if (!strcmp(tag, "transpose_f32_8192x8192"))
@@ -247,6 +270,12 @@ static const rule_case k_cases[] = {
     {"HBM convert", FIG_PROBE, "convert_f32_bf16_8192x8192", NULL, NULL, NULL, {1.013, 1.023, 1.034, 1.045}},
     {"HBM transpose", FIG_PROBE, "transpose_f32_8192x8192", NULL, NULL, NULL, {1.006, 1.011, 1.017, 1.001}},
     {"HBM lone reduce", FIG_PROBE, "sum1_f32_8192x8192", NULL, NULL, NULL, {1.008, 1.010, 1.018, 1.038}},
+    {"HBM stream pass bf16", FIG_PROBE, "scale_bf16_8192x8192", NULL, NULL, NULL, {1.005, 1.015, 1.023, 1.001}},
+    {"HBM stream pass reduce", FIG_PROBE, "sumsq0_f32_8192x8192", NULL, NULL, NULL, {1.007, 1.016, 1.026, 1.003}},
+    {"VMEM read f32", FIG_PROBE, "vmem_read_T_f32_4096x4096", NULL, NULL, NULL, {1.142, 1.007, 1.019, 0.946}},
+    {"VMEM read bf16", FIG_PROBE, "vmem_read_T_bf16_8192x2048", NULL, NULL, NULL, {1.142, 1.014, 1.022, 1.035}},
+    {"lone op 512 rows", FIG_PROBE, "neg_f32_512x1024", NULL, NULL, NULL, {1.089, 0.995, 1.074, 0.983}},
+    {"lone op 2048 rows", FIG_PROBE, "neg_f32_2048x1024", NULL, NULL, NULL, {1.003, 1.023, 1.054, 1.019}},
     /* a kernel's start (kernel_overhead_s, the HBM latency) */
     {"kernel start 128x128", FIG_PROBE, "neg_f32_128x128", NULL, NULL, NULL, {1.075, 0.965, 0.982, 0.961}},
     {"kernel start 256x256", FIG_PROBE, "neg_f32_256x256", NULL, NULL, NULL, {1.128, 1.004, 1.004, 0.983}},
@@ -267,6 +296,22 @@ static const rule_case k_cases[] = {
     {"conv 3x3 28x28x128 f32", FIG_CORPUS, "conv_fwd_c3x3_28_128_f32", NULL, NULL, NULL, {0.998, 1.029, 1.009, 0.990}},
     {"conv 1x1 14x14 1024->256", FIG_CORPUS, "conv_fwd_c1x1_14_1024_256_bf16", NULL, NULL, NULL, {0.946, 1.027, 1.027, 0.935}},
     {"conv 3x3 14x14x256 bf16", FIG_CORPUS, "conv_fwd_c3x3_14_256_bf16", NULL, NULL, NULL, {1.005, 1.041, 1.055, 1.031}},
+    {"conv backward 3x3", FIG_CORPUS, "conv_bwd_c3x3_14_256_bf16", NULL, NULL, NULL, {1.037, 1.085, 1.098, 1.132}},
+    /* whole ops of the corpus, each the mix of rules its kind needs */
+    {"MXU few rows (weight load)", FIG_CORPUS, "decode_bf16_8x4096x4096", NULL, NULL, NULL, {0.949, 0.964, 0.970, 0.918}},
+    {"vector dots (decode attention)", FIG_CORPUS, "attn_decode_b8h32kv2048d128", NULL, NULL, NULL, {0.993, 0.979, 0.974, 0.989}},
+    {"argmax", FIG_CORPUS, "argmax_8192x32000_bf16", NULL, NULL, NULL, {0.985, 0.970, 0.963, 0.956}},
+    {"reduce-window (max pool)", FIG_CORPUS, "maxpool3x3s2_32x112x112x64_bf16", NULL, NULL, NULL, {0.985, 2.159, 0.878, 0.848}},
+    {"softmax", FIG_CORPUS, "softmax_8192x32000_bfloat16", NULL, NULL, NULL, {1.001, 0.995, 0.998, 1.009}},
+    {"layer norm", FIG_CORPUS, "layernorm_fwd_8192x4096_bfloat16", NULL, NULL, NULL, {0.991, 0.989, 1.015, 0.980}},
+    {"cross entropy", FIG_CORPUS, "cross_entropy_8192x32000_bf16", NULL, NULL, NULL, {0.998, 0.986, 1.000, 0.979}},
+    {"transpose 0213", FIG_CORPUS, "transpose_32x1024x16x128_p0213_bfloat16", NULL, NULL, NULL, {1.003, 1.015, 1.022, 1.001}},
+    {"reduce over two axes", FIG_CORPUS, "reduce_sum_64x1024x1024_ax12_bfloat16", NULL, NULL, NULL, {0.997, 0.985, 0.980, 0.973}},
+    {"silu * x", FIG_CORPUS, "silu_mul_16x1024x11008_bf16", NULL, NULL, NULL, {1.001, 1.015, 1.028, 1.022}},
+    {"Adam", FIG_CORPUS, "adam_f32_16777216", NULL, NULL, NULL, {1.003, 1.012, 1.068, 1.006}},
+    {"GEMM + bias + gelu", FIG_CORPUS, "gemm_bias_gelu_bf16_2048x4096x4096", NULL, NULL, NULL, {0.960, 1.007, 1.029, 0.979}},
+    {"attention forward", FIG_CORPUS, "attn_fwd_b4h16s1024d128_causal", NULL, NULL, NULL, {1.040, 0.885, 0.777, 1.001}},
+    {"transformer layer forward", FIG_CORPUS, "layer_fwd_b4s1024d1024", NULL, NULL, NULL, {1.124, 0.979, 0.863, 1.109}},
 };
 
 static void against_compiler(void) {
