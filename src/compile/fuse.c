@@ -585,6 +585,7 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
       merged |= found;
     }
   if (st == TPU_OK && m->entry) st = tpu__fuse_relayout(&b, m->entry, &made, o->chip);
+  if (st == TPU_OK && m->entry) st = tpu__fuse_param_copies(&b, m);
   if (st == TPU_OK && merged && tpu_build_remove_unused_comps(&b) < 0) st = d->status;
   tpu_free(made.v);
   tpu_free(list);

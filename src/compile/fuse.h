@@ -33,6 +33,9 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
 /* A convolution kernel's result that leaves the entry computation in another layout than
  * the convolution's own is relaid out by a transpose kernel of its own (relayout.c). */
 tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip);
+/* A parameter the program updates in place without its donation is copied first
+ * (compile/param_copy.c). */
+tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m);
 
 /* Entry parameters take the least padded layout; a reduce-window sliding along its tile
  * reads one through a copy into row-major (relayout.c). */

@@ -859,6 +859,30 @@ static void test_cli(void) {
   free(out);
 }
 
+/* A parameter updated in place (dynamic-update-slice, scatter) that the caller did not donate
+ * is copied first, as the XLA TPU compiler copies it (compile/param_copy.c); a donated one
+ * (input_output_alias) is updated where it lies. */
+static void test_param_copies(void) {
+  static const char *fmt =
+      "HloModule m%s\nENTRY e {\n c = bf16[16,512,16,64] parameter(0)\n u = bf16[16,16,16,64] parameter(1)\n"
+      " p = s32[] parameter(2)\n z = s32[] constant(0)\n"
+      " ROOT r = bf16[16,512,16,64] dynamic-update-slice(c, u, z, p, z, z)\n}\n";
+  for (int don = 0; don < 2; don++) {
+    char src[512];
+    snprintf(src, sizeof src, fmt, don ? ", input_output_alias={ {}: (0, {}, may-alias) }" : "");
+    tpu_module *m = compile_src(src);
+    if (!m) continue;
+    int copies = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op == TPU_OP_COPY && in->operands[0]->op == TPU_OP_PARAMETER && in->operands[0]->index == 0) copies++;
+    }
+    printf("dynamic-update-slice into a parameter%s: %d copies of it\n", don ? " (donated)" : "", copies);
+    CHECK_EQ_INT(copies, don ? 0 : 1);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   test_shared_producer();
   test_matmul_fusion();
@@ -870,6 +894,7 @@ int main(void) {
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
   test_param_layouts();
+  test_param_copies();
   test_cse();
   test_scatter_select();
   test_reduce_of_broadcast();
