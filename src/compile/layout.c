@@ -231,10 +231,22 @@ int64_t tpu__value_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape 
   return free_layout(be, v, s) ? tpu__least_tiled_bytes(be->chip, s) : tpu__padded_bytes(be, s);
 }
 
+/* The fusion operand a fusion whose root is a dynamic-update-slice updates in place (the
+ * root's operand 0 is that fused parameter): the XLA TPU compiler's
+ * constant_dynamic-update-slice fusions write only the update into the operand's buffer,
+ * as a lone dynamic-update-slice does. -1 when none. */
+static int fused_update_target(const tpu_instr *in) {
+  if (in->op != TPU_OP_FUSION || !in->calls || !in->calls->root) return -1;
+  const tpu_instr *r = in->calls->root;
+  if (r->op != TPU_OP_DYNAMIC_UPDATE_SLICE || r->noperands < 2 || r->operands[0]->op != TPU_OP_PARAMETER) return -1;
+  int k = (int)r->operands[0]->index;
+  return k >= 0 && k < in->noperands ? k : -1;
+}
+
 static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
   const tpu_shape *s = &in->operands[j]->shape;
   if (in->op == TPU_OP_FUSION) {
-    if (carried_operand(in, j)) return 0;
+    if (carried_operand(in, j) || fused_update_target(in) == j) return 0;
     int64_t b = fused_slice_bytes(be, in, j, padded);
     if (b >= 0) return b;
   }
@@ -255,12 +267,14 @@ int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j) {
 static int64_t write_bytes(const tpu__be *be, const tpu_instr *in, int leaf, int padded) {
   const tpu_shape *s = tpu__leaf(&in->shape, leaf);
   if (!s || carried_leaf(in, leaf)) return 0;
+  int upd = in->op == TPU_OP_DYNAMIC_UPDATE_SLICE || fused_update_target(in) >= 0;
   if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) s = &in->operands[1]->shape;
+  else if (upd) s = &in->calls->root->operands[1]->shape;
   if (in->op == TPU_OP_SCATTER) {
     int nupd = (in->noperands - 1) / 2;
     s = &in->operands[in->noperands - nupd + (leaf < nupd ? leaf : 0)]->shape;
   }
-  if (padded && in->op != TPU_OP_DYNAMIC_UPDATE_SLICE && in->op != TPU_OP_SCATTER) return tpu__value_bytes(be, in, s);
+  if (padded && !upd && in->op != TPU_OP_SCATTER) return tpu__value_bytes(be, in, s);
   return padded ? tpu__padded_bytes(be, s) : tpu__plain_bytes(s);
 }
 
