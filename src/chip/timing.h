@@ -23,6 +23,11 @@ static inline int tpu_timing_events_truncated(const tpu_timeline *t) {
 tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record_events,
                           tpu_timeline *out, tpu_diag *d);
 
+/* 1: time every loop iteration by iteration; 0 (the default): in closed form once an
+ * iteration's timing repeats (src/chip/timing.c, docs/timing.md). The same cycles either
+ * way; the switch is for tests and measurements. Process-wide. */
+void tpu_timing_set_loops_stepwise(int on);
+
 /* Cycles one matmul instruction keeps the MXUs busy on `chip` (0 with a diagnostic on
  * bad sizes): the tile model tpu_mxu_tile_cycles with double-buffered weights, the
  * product split across in->mxus MXUs, times the bf16 passes, divided by the chip's int8
