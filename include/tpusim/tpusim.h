@@ -260,6 +260,20 @@ void tpu_sim_buffer_free(tpu_sim_buffer *b);
 tpu_status tpu_sim_run_buffers(const tpu_sim_module *m, const tpu_sim_options *o, tpu_sim_buffer *const *inputs,
                                int ninputs, const int *donate, tpu_sim_result **out, tpu_diag *d);
 
+/* ---- The cache of compiled programs ----
+ *
+ * A run parses its module's text, partitions it, compiles it for the chip and times it; the
+ * library keeps what it built (the last 16 settings by default; TPUSIM_CACHE_ENTRIES sets
+ * the starting size, 0 turns it off), keyed by the module's name and text and every option
+ * that changes the outcome (backend, the chip as its file reads, precision, mesh, topology,
+ * slices, windowed einsum), so the next run of the same text with the same options (a
+ * Module run again, a new Module of the same text, each PJRT step) computes only its values.
+ * The outputs, cycles and report are those of a fresh run. A result holds what it borrows
+ * from the cache until it is freed. */
+void tpu_sim_cache_configure(int max_entries); /* entries kept (0: none; frees the rest) */
+void tpu_sim_cache_clear(void);                /* frees every entry no result holds; stats to 0 */
+void tpu_sim_cache_stats(int64_t *hits, int64_t *misses, int *entries);
+
 /* The JSON report (`tpusim run --report`) and the Chrome trace (`--trace`). Each file is
  * written whole or not at all. */
 tpu_status tpu_sim_result_write_json(const tpu_sim_result *r, const char *path, tpu_diag *d);

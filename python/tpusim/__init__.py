@@ -7,7 +7,7 @@
 See docs/python.md in the repository.
 """
 from ._lib import TpusimError
-from ._core import Module, Param, load, run
+from ._core import Module, Param, cache_clear, cache_info, load, run, set_cache_size
 from ._report import Report
 from ._jax import simulate
 from ._buffer import Array, device_put
@@ -22,5 +22,5 @@ def version():
 
 
 __version__ = "0.1.0"
-__all__ = ["Array", "Clock", "TpusimError", "Module", "Param", "Report", "device_put", "jit", "load", "run",
-           "simulate", "version"]
+__all__ = ["Array", "Clock", "TpusimError", "Module", "Param", "Report", "cache_clear", "cache_info", "device_put",
+           "jit", "load", "run", "set_cache_size", "simulate", "version"]

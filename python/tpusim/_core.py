@@ -351,3 +351,27 @@ def run(hlo_text_or_path, inputs=None, *, backend="tpu", chip="v5e", precision=N
     m = hlo_text_or_path if isinstance(hlo_text_or_path, Module) else Module(hlo_text_or_path)
     return m.run(inputs, backend=backend, chip=chip, precision=precision, mode=mode, out_shardings=out_shardings,
                  mesh=mesh, topology=topology, slices=slices, progress=progress, windowed_einsum=windowed_einsum)
+
+
+def cache_info():
+    """The cache of compiled programs (docs/python.md): {"hits", "misses", "entries"} since
+    the last cache_clear. A run of a module text already run with the same options (chip,
+    precision, mesh, topology, ...) reuses its compiled program and timing."""
+    L = _lib.lib()
+    h, m, e = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int()
+    with _lib.LOCK:
+        L.tpu_sim_cache_stats(ctypes.byref(h), ctypes.byref(m), ctypes.byref(e))
+    return {"hits": h.value, "misses": m.value, "entries": e.value}
+
+
+def cache_clear():
+    """Empties the cache of compiled programs (results still held stay valid)."""
+    with _lib.LOCK:
+        _lib.lib().tpu_sim_cache_clear()
+
+
+def set_cache_size(entries):
+    """Keeps at most `entries` compiled programs (0: no cache; default 16, or
+    $TPUSIM_CACHE_ENTRIES)."""
+    with _lib.LOCK:
+        _lib.lib().tpu_sim_cache_configure(int(entries))

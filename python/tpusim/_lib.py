@@ -175,6 +175,9 @@ def _declare(lib):
         "tpu_sim_buffer_donated": (ctypes.c_int, [vp]),
         "tpu_sim_buffer_free": (None, [vp]),
         "tpu_sim_run_buffers": (ctypes.c_int, [vp, P(Options), P(vp), ctypes.c_int, P(ctypes.c_int), P(vp), P(Diag)]),
+        "tpu_sim_cache_configure": (None, [ctypes.c_int]),
+        "tpu_sim_cache_clear": (None, []),
+        "tpu_sim_cache_stats": (None, [P(ctypes.c_int64), P(ctypes.c_int64), P(ctypes.c_int)]),
     }
     for name, (res, args) in sig.items():
         f = getattr(lib, name)

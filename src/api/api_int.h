@@ -26,7 +26,46 @@ struct tpu_sim_module {
 /* Where one profile row's op came from (owned strings; NULL / 0 when unknown). */
 typedef tpu_op_source tpu__api_src;
 
-/* One run's outcome. Owns everything it points to. */
+/* A module text compiled with one set of settings (api/cache.c): shared by the runs that
+ * find it in the cache and by their results, which hold a reference. Nothing in it changes
+ * once built, except `prog` and what goes with it, filled once under the build lock. */
+typedef struct tpu__compiled {
+  int refs;                  /* under the cache lock */
+  uint64_t hash;
+  unsigned char *key;        /* the text and every setting that changes the result (run.c make_key) */
+  size_t keylen;
+  struct tpu__compiled *next;
+  tpu_chip chip;             /* (tpu backend) */
+  tpu_module *vm;            /* parsed, verified and partitioned: the values run on it */
+  int64_t devices;
+  /* Compiled on first use (tpu backend): */
+  tpu_module *cm;            /* the module the compiler rewrote (the program's op names point in it) */
+  struct tpu_program *prog;
+  tpu_peak_kind pk;
+  tpu_pod_cost_ctx costs;    /* the link model's answers for its collectives */
+  tpu_topology topo;         /* the slice of the options (costs.topo points here when set) */
+  int dyn_trips;             /* a loop's trip count comes from each run's values */
+  /* The timing, when it is the same for every run (!dyn_trips): */
+  int timed;
+  tpu_timeline tl;
+  tpu_report_metrics metrics;
+  tpu_profile prof;
+  tpu_op_source *src;        /* per profile row */
+} tpu__compiled;
+
+/* The cache (api/cache.c). find: the entry for key with a new reference, or NULL. new: an
+ * entry with one reference (the caller's), not yet in the cache; insert adds the cache's
+ * own. release drops a reference (freed at the last). */
+tpu__compiled *tpu__cache_find(const unsigned char *key, size_t keylen);
+tpu_status tpu__cache_new(const unsigned char *key, size_t keylen, tpu__compiled **out, tpu_diag *d);
+void tpu__cache_insert(tpu__compiled *c);
+void tpu__cache_release(tpu__compiled *c);
+void tpu__cache_build_lock(void);
+void tpu__cache_build_unlock(void);
+
+/* One run's outcome. Owns everything it points to, except `cc` (a reference) and what it
+ * borrows from cc: compiled, prog, chip, costs, topo, and the timing (tl, metrics, prof,
+ * src) unless own_timing. */
 struct tpu_sim_result {
   char *program;  /* the module's name, for the report header */
   const char *mode, *precision; /* static strings */
@@ -36,6 +75,7 @@ struct tpu_sim_result {
   unsigned char *taken;      /* per leaf: moved into a buffer (tpu_sim_result_take_output) */
   int nleaves;
   int timed;
+  tpu__compiled *cc;
   tpu_chip chip;
   tpu_module *compiled;      /* the module the program came from (names are borrowed) */
   struct tpu_program *prog;
@@ -43,6 +83,7 @@ struct tpu_sim_result {
   tpu_report_metrics metrics;
   tpu_profile prof;
   tpu__api_src *src;         /* per profile row */
+  int own_timing;            /* tl, prof and src are this run's (trip counts from its values) */
   tpu_podio pod;             /* a module of several devices: its inputs, results, report section */
   tpu_pod_cost_ctx costs;    /* the link model's answers for its collectives (report section) */
   tpu_topology topo;         /* the slice given by the options (costs.topo points here when set) */
@@ -59,9 +100,10 @@ struct tpu_sim_buffer {
 int tpu__api_public_dtype(tpu_dtype t);
 int tpu__api_internal_dtype(int public_dtype, tpu_dtype *out);
 
-/* Fills r->src for r->prof's rows from the ops' HLO metadata and the debug tables in the
- * module text (api/srcinfo.c); frees it. */
-tpu_status tpu__api_source_rows(tpu_sim_result *r, const char *text, size_t len, tpu_diag *d);
-void tpu__api_source_free(tpu_sim_result *r);
+/* The source rows of a profile's rows (api/srcinfo.c): *out gets one per row, from the ops'
+ * HLO metadata and the debug tables in the module text; free with tpu__api_source_free_rows. */
+tpu_status tpu__api_source_rows(const struct tpu_program *prog, const tpu_profile *prof, const char *text, size_t len,
+                                tpu_op_source **out, tpu_diag *d);
+void tpu__api_source_free_rows(tpu_op_source *src, int nrows);
 
 #endif

@@ -10,16 +10,16 @@ _Static_assert(TPU_UNIT_COUNT <= TPU_SIM_MAX_PARTS, "tpu_sim_metrics has too few
 
 void tpu_sim_result_free(tpu_sim_result *r) {
   if (!r) return;
-  tpu__api_source_free(r);
-  tpu_profile_free(&r->prof);
-  tpu_timeline_free(&r->tl);
-  tpu_program_free(r->prog);
-  tpu_module_free(r->compiled);
+  if (r->own_timing) {
+    tpu__api_source_free_rows(r->src, r->prof.nrows);
+    tpu_profile_free(&r->prof);
+    tpu_timeline_free(&r->tl);
+  }
+  tpu__cache_release(r->cc);
   tpu_free(r->leaves);
   tpu_free(r->taken);
   tpu_tensor_free(&r->value);
   if (r->have_pod) tpu_podio_free(&r->pod);
-  tpu_pod_cost_free(&r->costs);
   tpu_free(r->program);
   tpu_free(r);
 }

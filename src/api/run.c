@@ -182,6 +182,7 @@ typedef struct {
   int tpu, timing, precision; /* precision: -1 per-op, else a tpu_precision */
   const char *chip, *mesh, *topology;
   int slices;
+  int no_window; /* no_windowed_einsum */
 } run_plan;
 
 static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
@@ -213,6 +214,7 @@ static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
   p->mesh = o->mesh;
   p->topology = o->topology;
   p->slices = o->slices;
+  p->no_window = o->no_windowed_einsum;
   if (o->slices < 0) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "slices is %d; it must be 1 or more", o->slices);
   if (!p->tpu && (o->topology || o->slices > 1))
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "a topology and slices need the tpu backend");
@@ -289,31 +291,152 @@ static void apply_trips(tpu_program *p, const tpu_loop_trips *t) {
   }
 }
 
-/* Compiles r->compiled for the chip, times it and fills the metrics and profile. */
+/* Times `prog` on the chip into tl, metrics, prof and src (src rows linked into prof and tl,
+ * as the CLI's report and trace show them). */
+static tpu_status time_into(const tpu_program *prog, const tpu_chip *chip, tpu_peak_kind pk, const tpu_sim_module *sm,
+                            tpu_timeline *tl, tpu_report_metrics *metrics, tpu_profile *prof, tpu_op_source **src,
+                            tpu_diag *d) {
+  TPU_TRY(tpu_timing_run(prog, chip, 1, tl, d));
+  TPU_TRY(tpu_report_metrics_compute(tl, chip, pk, metrics, d));
+  TPU_TRY(tpu_report_profile(tl, metrics->clock_hz, prof, d));
+  TPU_TRY(tpu__api_source_rows(prog, prof, sm->text, sm->len, src, d));
+  for (int i = 0; i < prof->nrows; i++) {
+    const tpu_op_source *s = &(*src)[i];
+    if (!s->op_name && !s->source_file) continue;
+    prof->rows[i].src = s;
+    if (prof->rows[i].op >= 0 && prof->rows[i].op < tl->nops) tl->ops[prof->rows[i].op].src = s;
+  }
+  return TPU_OK;
+}
+
+/* Compiles the entry's program for its chip (once: under the build lock, the first run that
+ * times it) and, when no loop's trip count waits for the values, times it. */
+static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, const run_plan *p, tpu_diag *d) {
+  if (c->prog) return TPU_OK;
+  tpu_status st = parse_verified(sm->name, sm->text, sm->len, &c->cm, d);
+  if (st == TPU_OK) st = partition(c->cm, p->mesh, &c->chip, p->precision, p->no_window, d);
+  if (st == TPU_OK) {
+    c->pk = tpu_report_peak_kind(c->cm); /* before fusion hides the dots */
+    memset(&c->costs, 0, sizeof c->costs);
+    c->costs.chip = &c->chip;
+    int set;
+    st = tpu_topology_for_run(p->topology, p->slices, &c->chip, c->devices, &c->topo, &set, d);
+    if (set) c->costs.topo = &c->topo;
+  }
+  if (st == TPU_OK) {
+    tpu_compile_opts co = {&c->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &c->costs, 0, 0, NULL};
+    st = tpu_compile(c->cm, &co, &c->prog, d);
+  }
+  for (int i = 0; st == TPU_OK && i < c->prog->ninsns; i++)
+    c->dyn_trips |= c->prog->insns[i].opc == TPU_ISA_LOOP && c->prog->insns[i].trips < 0;
+  if (st == TPU_OK && !c->dyn_trips) {
+    st = time_into(c->prog, &c->chip, c->pk, sm, &c->tl, &c->metrics, &c->prof, &c->src, d);
+    c->timed = st == TPU_OK;
+  }
+  if (st != TPU_OK) { /* a later run starts again */
+    tpu__api_source_free_rows(c->src, c->prof.nrows);
+    c->src = NULL;
+    tpu_profile_free(&c->prof);
+    tpu_timeline_free(&c->tl);
+    tpu_program_free(c->prog);
+    c->prog = NULL;
+    tpu_module_free(c->cm);
+    c->cm = NULL;
+    tpu_pod_cost_free(&c->costs);
+    c->dyn_trips = c->timed = 0;
+  }
+  return st;
+}
+
+/* The timing of the run: the entry's, or this run's own when trip counts come from its values. */
 static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, const run_plan *p,
                                const tpu_loop_trips *trips, tpu_diag *d) {
-  tpu_module *m = r->compiled;
-  tpu_peak_kind pk = tpu_report_peak_kind(m); /* before fusion hides the dots */
-  memset(&r->costs, 0, sizeof r->costs);
-  r->costs.chip = &r->chip;
-  int set;
-  TPU_TRY(tpu_topology_for_run(p->topology, p->slices, &r->chip, r->devices, &r->topo, &set, d));
-  if (set) r->costs.topo = &r->topo;
-  tpu_compile_opts co = {&r->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &r->costs, 0, 0, NULL};
-  TPU_TRY(tpu_compile(m, &co, &r->prog, d));
-  apply_trips(r->prog, trips);
-  TPU_TRY(tpu_timing_run(r->prog, &r->chip, 1, &r->tl, d));
-  TPU_TRY(tpu_report_metrics_compute(&r->tl, &r->chip, pk, &r->metrics, d));
-  TPU_TRY(tpu_report_profile(&r->tl, r->metrics.clock_hz, &r->prof, d));
-  TPU_TRY(tpu__api_source_rows(r, sm->text, sm->len, d));
-  for (int i = 0; i < r->prof.nrows; i++) { /* the report and trace show them too, as the CLI's do */
-    const tpu_op_source *src = &r->src[i];
-    if (!src->op_name && !src->source_file) continue;
-    r->prof.rows[i].src = src;
-    if (r->prof.rows[i].op >= 0 && r->prof.rows[i].op < r->tl.nops) r->tl.ops[r->prof.rows[i].op].src = src;
+  tpu__compiled *c = r->cc;
+  tpu__cache_build_lock();
+  tpu_status st = build_program(c, sm, p, d);
+  tpu__cache_build_unlock();
+  TPU_TRY(st);
+  r->compiled = c->cm;
+  r->prog = c->prog;
+  r->costs = c->costs;
+  r->topo = c->topo;
+  if (!c->dyn_trips) {
+    r->tl = c->tl;
+    r->metrics = c->metrics;
+    r->prof = c->prof;
+    r->src = c->src;
+    r->timed = 1;
+    return TPU_OK;
   }
-  r->timed = 1;
-  return TPU_OK;
+  /* the entry's program with this run's trip counts */
+  tpu_program own = *c->prog;
+  own.insns = tpu_malloc((size_t)(own.ninsns ? own.ninsns : 1) * sizeof *own.insns);
+  if (!own.insns) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  memcpy(own.insns, c->prog->insns, (size_t)own.ninsns * sizeof *own.insns);
+  apply_trips(&own, trips);
+  r->own_timing = 1;
+  st = time_into(&own, &c->chip, c->pk, sm, &r->tl, &r->metrics, &r->prof, &r->src, d);
+  tpu_free(own.insns);
+  if (st == TPU_OK) r->timed = 1;
+  return st;
+}
+
+/* The cache key of a run: the module's name and text, then every option that changes the
+ * compiled program, its timing or the values (the chip as loaded: its file's numbers, not its
+ * name). Inputs, mode and out_shardings are not in it: they change the run, not the program. */
+static unsigned char *make_key(const tpu_sim_module *sm, const run_plan *p, const tpu_chip *chip, size_t *len) {
+  const char *mesh = p->mesh ? p->mesh : "", *topo = p->topology ? p->topology : "";
+  size_t nn = strlen(sm->name), nm = strlen(mesh), nt = strlen(topo);
+  size_t n = 16 + nn + 1 + sm->len + 1 + nm + 1 + nt + 1 + 4 * sizeof(int) + (chip ? sizeof *chip : 0);
+  unsigned char *k = tpu_malloc(n), *q = k;
+  if (!k) return NULL;
+  memcpy(q, "tpusim-cache-1\0\0", 16);
+  q += 16;
+  memcpy(q, sm->name, nn + 1);
+  q += nn + 1;
+  memcpy(q, sm->text, sm->len);
+  q += sm->len;
+  *q++ = 0;
+  memcpy(q, mesh, nm + 1);
+  q += nm + 1;
+  memcpy(q, topo, nt + 1);
+  q += nt + 1;
+  int ints[4] = {p->tpu, p->precision, p->slices, p->no_window};
+  memcpy(q, ints, sizeof ints);
+  q += sizeof ints;
+  if (chip) memcpy(q, chip, sizeof *chip);
+  *len = n;
+  return k;
+}
+
+/* The compiled entry of the run: from the cache, or parsed and partitioned now (and cached). */
+static tpu_status find_compiled(const tpu_sim_module *sm, const run_plan *p, tpu__compiled **out, tpu_diag *d) {
+  *out = NULL;
+  tpu_chip chip;
+  if (p->tpu) TPU_TRY(tpu_chip_load(p->chip, &chip, d));
+  size_t klen = 0;
+  unsigned char *key = make_key(sm, p, p->tpu ? &chip : NULL, &klen);
+  if (!key) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  tpu__compiled *c = tpu__cache_find(key, klen);
+  tpu_status st = TPU_OK;
+  if (!c) {
+    st = tpu__cache_new(key, klen, &c, d);
+    if (st == TPU_OK) {
+      if (p->tpu) c->chip = chip;
+      st = parse_verified(sm->name, sm->text, sm->len, &c->vm, d);
+      if (st == TPU_OK) st = partition(c->vm, p->mesh, p->tpu ? &c->chip : NULL, p->precision, p->no_window, d);
+      if (st == TPU_OK) {
+        c->devices = tpu_module_device_count(c->vm);
+        tpu__cache_insert(c);
+      } else {
+        tpu__cache_release(c);
+        c = NULL;
+      }
+    }
+  }
+  tpu_free(key);
+  *out = c;
+  return st;
 }
 
 /* A buffer as input i: read in place when it has the parameter's type and dims
@@ -375,13 +498,11 @@ static tpu_status run_impl(const tpu_sim_module *sm, const tpu_sim_options *o, c
   tpu_loop_trips trips;
   memset(&trips, 0, sizeof trips);
   tpu_status st = r->program ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
-  if (st == TPU_OK) st = parse_verified(sm->name, sm->text, sm->len, &r->compiled, d);
-  if (st == TPU_OK && p.tpu) st = tpu_chip_load(p.chip, &r->chip, d);
-  if (st == TPU_OK)
-    st = partition(r->compiled, p.mesh, p.tpu ? &r->chip : NULL, p.precision, o ? o->no_windowed_einsum : 0, d);
-  tpu_module *m = r->compiled;
+  if (st == TPU_OK) st = find_compiled(sm, &p, &r->cc, d);
+  if (st == TPU_OK) r->chip = r->cc->chip;
+  const tpu_module *m = r->cc ? r->cc->vm : NULL;
   if (st == TPU_OK) {
-    r->devices = tpu_module_device_count(m);
+    r->devices = r->cc->devices;
     if (r->devices > 1) {
       st = tpu_podio_prepare(m, o ? o->out_shardings : NULL, o ? o->n_out_shardings : 0, &r->pod, d);
       r->have_pod = st == TPU_OK;
@@ -405,7 +526,7 @@ static tpu_status run_impl(const tpu_sim_module *sm, const tpu_sim_options *o, c
                     : take_input(&inputs[nargs], nargs, &want, &args[nargs], &borrowed[nargs], d);
       if (st != TPU_OK) break;
     }
-    /* Values run on the module as written (the compiler then rewrites it in place). */
+    /* Values run on the partitioned module as written (the compiler rewrites its own copy). */
     if (st == TPU_OK)
       st = r->have_pod ? tpu_podio_values(&r->pod, m, p.tpu ? &r->chip : NULL, p.precision, args, nargs, &trips, &r->value,
                                        NULL, d)

@@ -210,6 +210,7 @@ static void test_mlp(void) {
   int ok_seen = 0;
   long n;
   for (n = 1; n < 1000000 && !ok_seen; n++) {
+    tpu_sim_cache_clear(); /* cold: every step of the pipeline runs */
     tpu_alloc_fail_after(n);
     tpu_status s = tpu_sim_run(m, &o, in, 5, &r, &d);
     tpu_alloc_fail_after(0);
@@ -300,6 +301,7 @@ static void test_pod(void) {
   int ok_seen = 0;
   long n;
   for (n = 1; n < 1000000 && !ok_seen; n++) {
+    tpu_sim_cache_clear(); /* cold: every step of the pipeline runs */
     tpu_alloc_fail_after(n);
     tpu_status s = tpu_sim_run(m, &o, NULL, 0, &r, &d);
     tpu_alloc_fail_after(0);

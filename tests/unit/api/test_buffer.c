@@ -134,6 +134,7 @@ static void test_loop(void) {
   int ok_seen = 0;
   long n;
   for (n = 1; n < 1000000 && !ok_seen; n++) {
+    tpu_sim_cache_clear(); /* cold: every step of the pipeline runs */
     tpu_alloc_fail_after(n);
     tpu_status s = tpu_sim_run_buffers(m, &o, in, 2, NULL, &r, &d);
     tpu_sim_buffer *t = NULL;

@@ -140,20 +140,18 @@ static char *slurp(const char *path, size_t *len) {
 }
 
 /* The program `text` compiles to for one chip (NULL when it does not: a program of several
- * devices, say). */
-static tpu_program *compile_text(const char *name, const char *text, size_t len) {
-  tpu_module *m = NULL;
+ * devices, say). *m gets the module (its loops' places point into it; tpu_module_free). */
+static tpu_program *compile_text(const char *name, const char *text, size_t len, tpu_module **m) {
   tpu_diag d;
   tpu_program *p = NULL;
-  if (tpu_hlo_parse(name, text, len, &m, &d) == TPU_OK && tpu_ir_verify(m, &d) == TPU_OK) {
+  *m = NULL;
+  if (tpu_hlo_parse(name, text, len, m, &d) == TPU_OK && tpu_ir_verify(*m, &d) == TPU_OK) {
     tpu_compile_opts o;
     memset(&o, 0, sizeof o);
     o.chip = &g_chip;
     o.precision_override = -1;
-    if (tpu_compile(m, &o, &p, &d) != TPU_OK) p = NULL;
+    if (tpu_compile(*m, &o, &p, &d) != TPU_OK) p = NULL;
   }
-  if (p) p->module = NULL;
-  tpu_module_free(m);
   return p;
 }
 
@@ -177,9 +175,13 @@ static void compiled_programs(void) {
       size_t len;
       char *text = slurp(path, &len);
       if (!text) continue;
-      tpu_program *p = compile_text(path, text, len);
+      tpu_module *m;
+      tpu_program *p = compile_text(path, text, len, &m);
       free(text);
-      if (!p) continue;
+      if (!p) {
+        tpu_module_free(m);
+        continue;
+      }
       nprog++;
       same_both_ways(p, path);
       int has_while = 0;
@@ -195,6 +197,7 @@ static void compiled_programs(void) {
         same_both_ways(p, what);
       }
       tpu_program_free(p);
+      tpu_module_free(m);
     }
   }
   closedir(dd);
@@ -227,9 +230,10 @@ static void loop_of_2_31(void) {
   char *n100 = with_bound(text, k, "constant.7 = s32[] constant(100)");
   char *n101 = with_bound(text, k, "constant.7 = s32[] constant(101)");
   CHECK(big && n100 && n101);
-  tpu_program *pb = big ? compile_text("big.hlo", big, strlen(big)) : NULL;
-  tpu_program *p0 = n100 ? compile_text("n100.hlo", n100, strlen(n100)) : NULL;
-  tpu_program *p1 = n101 ? compile_text("n101.hlo", n101, strlen(n101)) : NULL;
+  tpu_module *mb = NULL, *m0 = NULL, *m1 = NULL, *mn = NULL;
+  tpu_program *pb = big ? compile_text("big.hlo", big, strlen(big), &mb) : NULL;
+  tpu_program *p0 = n100 ? compile_text("n100.hlo", n100, strlen(n100), &m0) : NULL;
+  tpu_program *p1 = n101 ? compile_text("n101.hlo", n101, strlen(n101), &m1) : NULL;
   CHECK(pb && p0 && p1);
   if (pb && p0 && p1) {
     tpu_timeline tb, t0, t1;
@@ -250,7 +254,7 @@ static void loop_of_2_31(void) {
   /* A loop that never ends (its bound cannot be reached) is refused at its place. */
   char *never = text ? with_bound(text, "direction=LT", "direction=NE") : NULL;
   char *never2 = never ? with_bound(never, k, "constant.7 = s32[] constant(-1)") : NULL;
-  tpu_program *pn = never2 ? compile_text("never.hlo", never2, strlen(never2)) : NULL;
+  tpu_program *pn = never2 ? compile_text("never.hlo", never2, strlen(never2), &mn) : NULL;
   CHECK(pn != NULL);
   if (pn) {
     tpu_timeline tn;
@@ -264,6 +268,10 @@ static void loop_of_2_31(void) {
   tpu_program_free(p0);
   tpu_program_free(p1);
   tpu_program_free(pn);
+  tpu_module_free(mb);
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+  tpu_module_free(mn);
   free(big);
   free(n100);
   free(n101);
