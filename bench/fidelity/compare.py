@@ -282,7 +282,7 @@ def split_of(name):
 def refusal_class(err):
     """A refusal's message without its location and with names and numbers made generic, so
     that refusals of one kind count together."""
-    m = re.sub(r"^.*?: error: ", "", err)
+    m = re.sub(r"^(.*?: )?error: ", "", err)
     m = re.sub(r"%[\w.\-]+", "%X", m)
     return re.sub(r"(?<![A-Za-z_])\d+", "N", m)
 

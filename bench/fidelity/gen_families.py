@@ -37,7 +37,7 @@ lowered alone as a program of kind "loop-body" (NAME_step), and short scans full
 (lax.scan(unroll=True)), whose figures the compiler gives whole.
 
 Programs are built in an order that covers every family early (ordered(): round-robins over
-the op families and over the model families, forward passes before training steps, six op
+the op families and over the model families, forward passes before training steps, eight op
 programs to one model program), so a run cut short still covers every family."""
 import argparse, gzip, hashlib, json, math, os, random, sys, time
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -1063,14 +1063,14 @@ def build():
     ops_math()
 
 
-RATIO = 6
+RATIO = 8
 
 
 def ordered():
     """The order of generation, so that a run cut short covers every family: the op families
     (about 1-20 s a program) in a round-robin over their families (the first program of each,
     then the second, ...), and the model families' programs (10-60 s) likewise, forward passes
-    before training steps (loop bodies first), one model program after every RATIO op programs
+    before training steps (loop bodies first, then the smallest of each family first), one model program after every RATIO op programs
     (a model program takes 10-40 times an op program's compile time)."""
     def rr(groups):
         out, i = [], 0
@@ -1079,9 +1079,12 @@ def ordered():
             i += 1
         return out
     ops = rr([[(f,) + q for q in FAM[f]] for f in sorted(FAM) if not f.startswith("m_")])
+    def size(q):
+        return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(q[3], is_leaf=is_sp))
     models = [(f,) + q for f in sorted(FAM) if f.startswith("m_") for q in FAM[f] if q[1] == "loop-body"] + \
-        rr([[(f,) + q for q in FAM[f] if "_train" not in q[0] and q[1] != "loop-body"] for f in sorted(FAM) if f.startswith("m_")]) + \
-        rr([[(f,) + q for q in FAM[f] if "_train" in q[0]] for f in sorted(FAM) if f.startswith("m_")])
+        rr([[(f,) + q for q in sorted(FAM[f], key=size) if "_train" not in q[0] and q[1] != "loop-body"]
+            for f in sorted(FAM) if f.startswith("m_")]) + \
+        rr([[(f,) + q for q in sorted(FAM[f], key=size) if "_train" in q[0]] for f in sorted(FAM) if f.startswith("m_")])
     out = []
     while ops or models:
         out += ops[:RATIO] + models[:1]
@@ -1187,7 +1190,7 @@ def main():
                     help="seconds a program may take (all generations); beyond, the worker is killed, the program "
                          "listed as failed (timeout) and a new worker started; 0: no supervisor")
     ap.add_argument("--out", default=OUT, help="the corpus directory (default bench/fidelity/families)")
-    ap.add_argument("--model-timeout", type=float, default=150, help="the same for the model families")
+    ap.add_argument("--model-timeout", type=float, default=300, help="the same for the model families")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     OUT = os.path.abspath(a.out)
