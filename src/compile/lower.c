@@ -271,7 +271,18 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   tpu_vref osrc[2] = {o, tpu_vref_make(ve, (int)k->kb, 0)};
   int no = ve >= 0 ? 2 : 1;
   int64_t writes = oblocks;
-  int64_t ov = tpu__vregs(be, &in->shape);
+  /* the result's registers as laid out (a value computed here in the tiling that pads least:
+   * layout.c tpu__value_bytes) */
+  int64_t ov = 0;
+  {
+    int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+    int64_t reg = sub * (be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128) * 4;
+    for (int l = 0; l < tpu__leaves(&in->shape); l++) {
+      const tpu_shape *ls = tpu__leaf(&in->shape, l);
+      if (ls) ov += cdiv(tpu__value_bytes(be, in, ls), reg);
+    }
+    if (ov < 1) ov = 1;
+  }
   if (k->eup) add_vec(&t, TPU_ISA_EUP, k, k->eup, ov, writes, osrc, no, o, pm, pr);
   if (k->vpu) add_vec(&t, TPU_ISA_VPU, k, k->vpu, ov, writes, osrc, no, o, pm, pr);
   if (k->xlu) add_vec(&t, TPU_ISA_XLU, k, k->xlu, ov, writes, osrc, no, o, pm, pr);

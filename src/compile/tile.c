@@ -204,9 +204,24 @@ static int is_mxu_op(const tpu_instr *in) {
   return in->op == TPU_OP_DOT || (in->op == TPU_OP_CONVOLUTION && !conv_on_vpu(in));
 }
 
+/* The vector registers value `in` fills. A value inside a fused computation of rank >= 3
+ * (its layout JAX's default one, not a compiled program's tiling) lives in the tiling that
+ * pads least, as the XLA TPU compiler's layout assignment lays out every value it computes
+ * (layout.c free_layout): a grouped-query attention's scores bf16[4,8,512,512,2] (kv heads,
+ * keys, queries, the 2 heads of a group) are not 64 times their size with the 2 in the lanes. */
+static int64_t value_vregs(const tpu__be *be, const tpu_instr *in) {
+  const tpu_shape *s = &in->shape;
+  if (s->dtype == TPU_TUPLE || s->layout_tail || s->rank < 3 || !in->parent || in->parent == be->m->entry)
+    return tpu__vregs(be, s); /* a compiled program's tiled layouts are its own */
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  int64_t reg = sub * lanes * 4, b = tpu__least_tiled_bytes(be->chip, s);
+  return (b + reg - 1) / reg;
+}
+
 static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
   const tpu_shape *s = &in->shape;
-  int64_t vr = tpu__vregs(be, s);
+  int64_t vr = value_vregs(be, in);
   double numel = s->dtype == TPU_TUPLE ? 0 : (double)tpu_shape_numel(s);
   double padded = (double)vr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes);
   if (is_elementwise(in->op)) {
@@ -237,7 +252,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       return;
     case TPU_OP_REDUCE: {
       const tpu_shape *is = &in->operands[0]->shape;
-      int64_t ivr = tpu__vregs(be, is);
+      int64_t ivr = value_vregs(be, in->operands[0]);
       int n = in->noperands / 2;
       int64_t ops = comp_ops(in->to_apply);
       c->vpu += ivr * n * ops;
