@@ -25,16 +25,19 @@ Writes, for each program NAME (bench/fidelity/families/):
                      cycles are not in estimated_cycles)};
   compiled/NAME.GEN.hlo.gz  the compiler's compiled program for GEN, large constants printed
                      (compare.py --compiled reads it).
-A program the compiler refuses is logged and listed in families/_failed.txt (--keep skips it
-on a rerun too, --retry-failed retries it).
+A program the compiler (or JAX) refuses, or whose four compiles take longer than --timeout
+(45 s; --model-timeout 300 s for the model families: the run is a supervisor restarting a
+worker process without it), is logged and listed in families/_failed.txt with the reason
+(--keep skips it on a rerun too, --retry-failed retries it).
 
 Split: a program is in "test" when int(sha1(NAME).hexdigest()[:8], 16) % 10 < 3, else "tune"
 (about 30/70, fixed by the name alone). Calibrate tpusim against "tune" only.
 
-Loops (the compiler's figure for a program with a while loop leaves the loop body out): each
-scan family (lstm, gru, mamba, and the scan form of cumulative ops) also has its step function
-lowered alone as a program of kind "loop-body" (NAME_step), and short scans fully unrolled
-(lax.scan(unroll=True)), whose figures the compiler gives whole.
+Loops (the compiler's entry sum leaves while-loop bodies out; compare.py adds trip count x
+body cycles read from the compiled program, loop_cycles): each scan family (lstm, gru, mamba,
+and the scan form of cumulative ops) also has its step function lowered alone as a program of
+kind "loop-body" (NAME_step), and short scans fully unrolled (lax.scan(unroll=True)), whose
+figures the compiler gives whole.
 
 Programs are built in an order that covers every family early (ordered(): round-robins over
 the op families and over the model families, forward passes before training steps, eight op
