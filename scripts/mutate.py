@@ -111,6 +111,26 @@ MUTATIONS = [
      "case TPU_OP_DIVIDE: *vpu = f ? 2 : 20; *eup = f ? 1 : 0; break;",
      "case TPU_OP_DIVIDE: *vpu = f ? 4 : 20; *eup = f ? 1 : 0; break;",
      "a floating-point divide takes four vector ops per register instead of two"),
+    ("mxu-f32-passes", "timing", "src/compile/tile.c",
+     "return p == TPU_PREC_HIGHEST ? 6 : p == TPU_PREC_HIGH ? 3 : 1;",
+     "return p == TPU_PREC_HIGHEST ? 4 : p == TPU_PREC_HIGH ? 3 : 1;",
+     "an f32 matmul at HIGHEST precision takes 4 bf16 passes instead of 6"),
+    ("int8-rate", "timing", "src/chip/timing.c",
+     "cyc = (int64_t)ceil((double)cyc / chip->int8_rate);",
+     "cyc = (int64_t)ceil((double)cyc / (1.5 * chip->int8_rate));",
+     "int8 matmuls run 1.5 times the preset's int8 rate"),
+    ("rng-cost", "timing", "src/compile/tile.c",
+     "c->vpu += vr * 40;",
+     "c->vpu += vr * 50;",
+     "the random bit generator takes 50 vector ops per register instead of 40"),
+    ("sort-cost", "timing", "src/compile/tile.c",
+     "c->vpu += ivr * stages * 3;",
+     "c->vpu += ivr * stages * 4;",
+     "each stage of a sort takes 4 vector ops per register instead of 3"),
+    ("scatter-cost", "timing", "src/compile/tile.c",
+     "c->vpu += tpu__vregs(be, us) * (1 + comp_ops(in->to_apply));",
+     "c->vpu += tpu__vregs(be, us) * (2 + comp_ops(in->to_apply));",
+     "a scatter takes one more vector op per update register"),
     # ---- collectives ----
     ("ici-all-reduce-bytes", "collectives", "src/pod/ici.c",
      "        h = 2 * group_gather(&x, &g, s, slice_base, op->operand_bytes / sd);\n"
@@ -141,6 +161,10 @@ MUTATIONS = [
      "r->latency_seconds = (double)hops * t->hop_s;",
      "r->latency_seconds = (double)hops * 2 * t->hop_s;",
      "each ICI hop waits twice the preset's latency"),
+    ("ici-reduce-scatter-bytes", "collectives", "src/pod/ici.c",
+     "op->result_bytes > 0 ? op->result_bytes : op->operand_bytes / sd);",
+     "op->result_bytes > 0 ? 0.8 * op->result_bytes : op->operand_bytes / sd);",
+     "a reduce-scatter loads the links with 80 % of its bytes"),
     # ---- the SPMD partitioner ----
     ("spmd-dot-choice", "partitioner", "src/compile/spmd_dot.c",
      "p.cost < best.cost ||",
@@ -159,6 +183,10 @@ MUTATIONS = [
      "block_copy(owned[i], pa->global, a->argument_lists[d][i]->data",
      "block_copy(owned[i], pa->global, a->argument_lists[0][i]->data",
      "every device's block of a sharded argument is taken from device 0's buffer"),
+    ("pjrt-stacked-row-0", "plugin", "src/pjrt/exec.c",
+     "if (stacked) memcpy(b->data, (const char *)out.data + (size_t)d * lbytes, lbytes);",
+     "if (stacked) memcpy(b->data, (const char *)out.data + (size_t)0 * lbytes, lbytes);",
+     "every device's buffer of a result without a sharding gets device 0's row"),
 ]
 
 

@@ -2,7 +2,7 @@
  * and its devices, buffers in and out (dense and strided), events, compile through a
  * converter that answers with HLO text, execute on one chip and on a 4-chip pod (blocks
  * assembled and cut back: a replicated result, and a sharded one whose every device gets
- * its own block), the report of the last run, and the errors of stubs, a failed
+ * its own block, cut from the global result or from the rows of a stacked one), the report of the last run, and the errors of stubs, a failed
  * compile and a bad execute. */
 #include <stdio.h>
 #include <string.h>
@@ -90,6 +90,17 @@ static const char *PODS_INFO =
     "params 1\n11 1 8 2 0 2 4 6\n"
     "outputs 1\n11 1 8 2 0 2 4 6\n";
 
+/* The same without the result's sharding: the run stacks the devices' results one row per
+ * device, and device d's buffer gets row d. */
+static const char *PODR_HLO =
+    "HloModule podr, num_partitions=4\n\n"
+    "ENTRY main {\n  p = f32[2]{0} parameter(0), sharding={devices=[4]<=[4]}\n"
+    "  ROOT m = f32[2]{0} multiply(p, p)\n}\n";
+static const char *PODR_INFO =
+    "name podr replicas 1 partitions 4 assign 0 1 2 3\n"
+    "params 1\n11 1 8 2 0 2 4 6\n"
+    "outputs 1\n11 1 8 2 0 2 4 6\n";
+
 static int compiles;
 
 static void converter(void *job, const void *code, size_t n, const char *format, const void *options,
@@ -103,6 +114,8 @@ static void converter(void *job, const void *code, size_t n, const char *format,
     tpusim_pjrt_compile_result(job, POD_HLO, POD_INFO, "", 0);
   } else if (n == 4 && !memcmp(code, "pods", 4)) {
     tpusim_pjrt_compile_result(job, PODS_HLO, PODS_INFO, "", 0);
+  } else if (n == 4 && !memcmp(code, "podr", 4)) {
+    tpusim_pjrt_compile_result(job, PODR_HLO, PODR_INFO, "", 0);
   } else if (n == 3 && !memcmp(code, "bad", 3)) {
     tpusim_pjrt_compile_result(job, "HloModule bad\n\nENTRY main {\n  ROOT x = f32[] nonsense()\n}\n",
                                "name bad replicas 1 partitions 1 assign 0 params 0 outputs 1 11 0\n", "", 0);
@@ -426,10 +439,11 @@ static void test_pod(PJRT_Client *c, PJRT_Device *const *devs) {
   execute_free(le);
 }
 
-/* A sharded result: each device's buffer holds its own block of the global result. */
-static void test_pod_sharded(PJRT_Client *c, PJRT_Device *const *devs) {
+/* A sharded result ("pods") and one stacked per device ("podr"): each device's buffer holds
+ * its own block. */
+static void test_pod_sharded(PJRT_Client *c, PJRT_Device *const *devs, const char *prog) {
   PJRT_Error *e;
-  PJRT_LoadedExecutable *le = compile(c, "pods", &e);
+  PJRT_LoadedExecutable *le = compile(c, prog, &e);
   if (!OK(e)) return;
   float shard[4][2];
   PJRT_Buffer *in[4][1];
@@ -491,9 +505,10 @@ int main(void) {
   test_buffers(c, dv.devices);
   test_one_chip(c, dv.devices);
   test_pod(c, dv.devices);
-  test_pod_sharded(c, dv.devices);
+  test_pod_sharded(c, dv.devices, "pods");
+  test_pod_sharded(c, dv.devices, "podr");
   test_compile_errors(c);
-  CHECK_EQ_INT(compiles, 5);
+  CHECK_EQ_INT(compiles, 6);
   ARGS(PJRT_Client_Destroy_Args, cd);
   cd.client = c;
   OK(CALL(PJRT_Client_Destroy, &cd));
