@@ -371,6 +371,78 @@ static void against_compiler(void) {
   tpu_json_doc_free(&g_probes);
 }
 
+/* ---- per-op vector costs with no compiler figure (the model's own table, pinned) ----
+ *
+ * The ops the probes above do not reach, each alone over f32[4096,4096] (16,384 registers)
+ * on v5e (4 vector ops and 2 EUP pushes per cycle): its VPU and EUP busy cycles are its
+ * registers times its ops per register (tile.c elem_cost, docs/timing.md) over the rates, and
+ * under 4 % more (each tile's instruction rounds up its cycles). These are regression pins, not independent figures: a change to the table must
+ * change the expected ops here, in the same commit, with its reason. */
+static void op_costs(void) {
+  static const struct {
+    const char *op;
+    int arity, vpu, eup;
+  } k[] = {{"divide", 2, 2, 1},   {"remainder", 2, 5, 1}, {"power", 2, 3, 2},       {"atan2", 2, 20, 1},
+           {"sign", 1, 2, 0},     {"log", 1, 1, 1},       {"logistic", 1, 2, 2},    {"exponential-minus-one", 1, 3, 1},
+           {"log-plus-one", 1, 3, 1}, {"cbrt", 1, 3, 2},  {"sine", 1, 16, 0},       {"cosine", 1, 16, 0},
+           {"tan", 1, 34, 1},     {"erf", 1, 12, 1},      {"add", 2, 1, 0},         {"multiply", 2, 1, 0},
+           {"exponential", 1, 0, 1}, {"tanh", 1, 0, 1},   {"rsqrt", 1, 0, 1},       {"sqrt", 1, 0, 1}};
+  const int64_t regs = 4096 * 4096 / 1024;
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    char src[512];
+    snprintf(src, sizeof src,
+             "HloModule o\nENTRY e {\n  a = f32[4096,4096] parameter(0)\n%s  ROOT r = f32[4096,4096] %s(a%s)\n}\n",
+             k[i].arity == 2 ? "  b = f32[4096,4096] parameter(1)\n" : "", k[i].op, k[i].arity == 2 ? ", b" : "");
+    tpu_chip c;
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for("v5e", src, &c, &m);
+    tpu_timeline tl;
+    if (p && time_program(p, &c, &tl)) {
+      int64_t vpu = regs * k[i].vpu / (int64_t)c.vector_ops_per_cycle, eup = regs * k[i].eup / (int64_t)c.eup_pushes_per_cycle;
+      int ok = tl.busy[TPU_UNIT_VPU] >= vpu && tl.busy[TPU_UNIT_VPU] <= vpu + vpu / 25 &&
+               tl.busy[TPU_UNIT_EUP] >= eup && tl.busy[TPU_UNIT_EUP] <= eup + eup / 25;
+      if (!ok)
+        fprintf(stderr, "%s: VPU %lld EUP %lld cycles, want %lld %lld (%d vector ops, %d pushes per register)\n",
+                k[i].op, (long long)tl.busy[TPU_UNIT_VPU], (long long)tl.busy[TPU_UNIT_EUP], (long long)vpu,
+                (long long)eup, k[i].vpu, k[i].eup);
+      CHECK(ok);
+      tpu_timeline_free(&tl);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+  /* a sum over rows: one vector op per input register; the random bit generator: 40 per
+   * output register; a scatter-add: two per update register (the update and the add; its
+   * f32[4096,1024] updates are 4,096 registers) */
+  const char *more[3] = {
+      "HloModule r\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+      "ENTRY e {\n  a = f32[4096,4096] parameter(0)\n  z = f32[] constant(0)\n"
+      "  ROOT s = f32[4096] reduce(a, z), dimensions={0}, to_apply=add\n}\n",
+      "HloModule g\nENTRY e {\n  s = u64[2] parameter(0)\n"
+      "  ROOT r = (u64[2], u32[4096,4096]) rng-bit-generator(s), algorithm=rng_default\n}\n",
+      "HloModule s\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+      "ENTRY e {\n  o = f32[8192,1024] parameter(0)\n  i = s32[4096,1] parameter(1)\n  u = f32[4096,1024] parameter(2)\n"
+      "  ROOT s = f32[8192,1024] scatter(o, i, u), update_window_dims={1}, inserted_window_dims={0},"
+      " scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n}\n"};
+  const int64_t want_ops[3] = {1, 40, 2}, nregs[3] = {regs, regs, regs / 4};
+  const char *what[3] = {"sum over rows", "rng-bit-generator", "scatter-add"};
+  for (int i = 0; i < 3; i++) {
+    tpu_chip c;
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for("v5e", more[i], &c, &m);
+    tpu_timeline tl;
+    if (p && time_program(p, &c, &tl)) {
+      int64_t vpu = nregs[i] * want_ops[i] / (int64_t)c.vector_ops_per_cycle;
+      printf("%s: VPU busy %lld cycles (%lld ops per register: %lld)\n", what[i], (long long)tl.busy[TPU_UNIT_VPU],
+             (long long)want_ops[i], (long long)vpu);
+      CHECK(tl.busy[TPU_UNIT_VPU] >= vpu && tl.busy[TPU_UNIT_VPU] <= vpu + vpu / 25);
+      tpu_timeline_free(&tl);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 /* ---- the cross-lane unit (closed form) ---- */
 
 /* One 8x128 register per cycle per TensorCore through the cross-lane unit: a sum over the
@@ -473,6 +545,7 @@ static void collectives(void) {
 
 int main(void) {
   against_compiler();
+  op_costs();
   cross_lane();
   collectives();
   CHECK_DONE();
