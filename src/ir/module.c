@@ -102,7 +102,14 @@ int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix) {
   const tpu_i64s *lb = &dot->dot.lhs_batch;
   int unit = 0;
   for (int i = 0; i < lb->n; i++) unit |= dot->operands[0]->shape.dims[lb->v[i]] == 1;
-  return lb->n == 0 || unit;
+  /* A contraction shorter than 64 (half a vector register's 128 lanes) runs on the vector
+   * unit whatever the batch: the compiler's 'bdn,bn->bd' over b = 4 and 'bhkd,bhd->bhk' over
+   * 8 x 32 heads are kLoop multiply_reduce fusions for n = 16, 32, 48 and kOutput (MXU)
+   * fusions for n = 64, 128, 256, on v5e and v6e alike (a Mamba step's state . C is one). */
+  const tpu_i64s *lc = &dot->dot.lhs_contract;
+  int64_t klen = 1;
+  for (int i = 0; i < lc->n; i++) klen *= dot->operands[0]->shape.dims[lc->v[i]];
+  return lb->n == 0 || unit || klen < 64;
 }
 
 int tpu_op_parse(const char *s, size_t n, tpu_opcode *out) {

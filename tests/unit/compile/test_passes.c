@@ -571,6 +571,21 @@ static void test_dot_strength_reduction(void) {
   dots = 0;
   for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
   CHECK_EQ_INT(dots, 1);
+  /* A batch of vector products with a contraction shorter than 64 (a Mamba step's state . C,
+   * 'bdn,bn->bd'): multiply + reduce whatever the batch, as the XLA TPU compiler's kLoop
+   * multiply_reduce fusions for n = 16, 32, 48; n = 64 stays on the MXU. */
+  const char *mb = "HloModule m\nENTRY e {\n h = f32[4,2048,%d] parameter(0)\n c = f32[4,%d] parameter(1)\n"
+                   " ROOT y = f32[4,2048] dot(h, c), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+                   "rhs_contracting_dims={1}\n}\n";
+  int ns[4] = {16, 32, 48, 64};
+  for (int i = 0; i < 4; i++) {
+    snprintf(src, sizeof src, mb, ns[i], ns[i]);
+    kc = census(src);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    printf("'bdn,bn->bd' with n = %d: %d dots\n", ns[i], dots);
+    CHECK_EQ_INT(dots, ns[i] < 64 ? 0 : 1);
+  }
   /* A batch of vector products (decode attention's p . v over b x h heads): the MXU when no
    * batch dimension is 1, multiply + reduce when one is, or when a reduction reads the result
    * (q . k feeding the softmax's maximum). */
