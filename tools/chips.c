@@ -220,20 +220,19 @@ static void json_chip(tpu_json_writer *w, const tpu_chip *c) {
 int tpu_cli_chips(int argc, char **argv) {
   int json = 0;
   const char *which = NULL;
+  int which_i = -1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
     else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
     } else if (argv[i][0] == '-' && argv[i][1]) {
-      fprintf(stderr, "error: unknown option '%s'\n", argv[i]);
-      usage(stderr);
-      return 2;
+      return tpu_cli_arg_error(i, 1, "unknown option '%s' (see tpusim chips --help)", argv[i]);
     } else if (which) {
-      fprintf(stderr, "error: give one chip name or file\n");
-      return 2;
+      return tpu_cli_arg_error(i, 1, "give one chip name or file ('%s' and '%s')", which, argv[i]);
     } else {
       which = argv[i];
+      which_i = i;
     }
   }
   tpu_diag d;
@@ -241,7 +240,7 @@ int tpu_cli_chips(int argc, char **argv) {
   tpu_json_writer_init(&w, stdout, 2);
   if (which) {
     tpu_chip c;
-    if (tpu_chip_load(which, &c, &d) != TPU_OK) return tpu_cli_report(&d);
+    if (tpu_chip_load(which, &c, &d) != TPU_OK) return tpu_cli_report_arg(&d, which_i);
     if (json) {
       json_chip(&w, &c);
       if (tpu_json_writer_finish(&w, &d) != TPU_OK) return tpu_cli_report(&d);

@@ -12,6 +12,7 @@
 #include "ir/collective.h"
 #include "pod/cost.h"
 #include "ir/verify.h"
+#include "compile/spmd.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -43,7 +44,7 @@ static int is_hlo_pass(const char *name) {
 int tpu_cli_compile(int argc, char **argv) {
   static const char *const precisions[] = {"default", "high", "highest"};
   const char *prog = NULL, *chip_name = "v5e", *emit = "asm", *dump_after = NULL, *mesh = NULL;
-  int precision = -1, no_window = 0;
+  int precision = -1, no_window = 0, chip_i = -1, mesh_i = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int has_next = i + 1 < argc;
@@ -52,49 +53,54 @@ int tpu_cli_compile(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--chip") && has_next) {
       chip_name = argv[++i];
+      chip_i = i;
     } else if (!strcmp(a, "--emit") && has_next) {
       emit = argv[++i];
-      if (strcmp(emit, "hlo") && strcmp(emit, "asm")) {
-        fprintf(stderr, "error: unknown --emit '%s' (hlo or asm)\n", emit);
-        return 2;
-      }
+      if (strcmp(emit, "hlo") && strcmp(emit, "asm"))
+        return tpu_cli_arg_error(i, 1, "unknown --emit '%s' (hlo or asm)", emit);
     } else if (!strcmp(a, "--dump-after") && has_next) {
       dump_after = argv[++i];
+      int known = 0;
+      for (int k = 0; tpu_compile_pass_names[k]; k++) known |= !strcmp(dump_after, tpu_compile_pass_names[k]);
+      if (!known) return tpu_cli_arg_error(i, 1, "unknown pass '%s' (see tpusim compile --help)", dump_after);
     } else if (!strcmp(a, "--no-windowed-einsum")) {
       no_window = 1;
     } else if (!strcmp(a, "--mesh") && has_next) {
       mesh = argv[++i];
+      mesh_i = i;
     } else if (!strcmp(a, "--precision") && has_next) {
       const char *p = argv[++i];
       precision = -2;
       for (int k = 0; k < 3; k++)
         if (!strcmp(p, precisions[k])) precision = k;
-      if (precision == -2) {
-        fprintf(stderr, "error: unknown precision '%s' (default, high or highest)\n", p);
-        return 2;
-      }
+      if (precision == -2) return tpu_cli_arg_error(i, 1, "unknown precision '%s' (default, high or highest)", p);
     } else if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "error: unknown option or missing value '%s' (see tpusim compile --help)\n", a);
-      return 2;
+      static const char *const valued[] = {"--chip", "--emit", "--dump-after", "--mesh", "--precision"};
+      for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+        if (!strcmp(a, valued[k])) return tpu_cli_arg_error(i, 1, "%s needs a value (see tpusim compile --help)", a);
+      return tpu_cli_arg_error(i, 1, "unknown option '%s' (see tpusim compile --help)", a);
     } else if (!prog) {
       prog = a;
     } else {
-      fprintf(stderr, "error: more than one program given\n");
-      return 2;
+      return tpu_cli_arg_error(i, 1, "more than one program given ('%s' and '%s')", prog, a);
     }
   }
-  if (!prog) {
-    usage(stderr);
-    return 2;
-  }
+  if (!prog) return tpu_cli_arg_error(-1, 0, "no program given (usage: tpusim compile PROG.hlo [options])");
   tpu_diag d;
   tpu_chip chip;
-  if (tpu_chip_load(chip_name, &chip, &d) != TPU_OK) return tpu_cli_report(&d);
+  if (tpu_chip_load(chip_name, &chip, &d) != TPU_OK) return chip_i < 0 ? tpu_cli_report(&d) : tpu_cli_report_arg(&d, chip_i);
+  if (mesh) { /* checked here, so that its errors name the argument */
+    tpu_mesh ms;
+    memset(&ms, 0, sizeof ms);
+    tpu_status mst = tpu_mesh_parse(mesh, &ms, &d);
+    tpu_mesh_free(&ms);
+    if (mst != TPU_OK) return tpu_cli_report_arg(&d, mesh_i);
+  }
   tpu_module *m = NULL;
-  if (tpu_hlo_parse_file(prog, &m, &d) != TPU_OK) return tpu_cli_report(&d);
+  if (tpu_hlo_parse_file(prog, &m, &d) != TPU_OK) return tpu_cli_report_file(&d, prog);
   if (tpu_ir_verify(m, &d) != TPU_OK) {
     tpu_module_free(m);
-    return tpu_cli_report(&d);
+    return tpu_cli_report_file(&d, prog);
   }
   /* Everything goes to a buffer first, so a failure prints nothing on stdout. */
   char *buf = NULL;
@@ -102,8 +108,7 @@ int tpu_cli_compile(int argc, char **argv) {
   FILE *out = open_memstream(&buf, &len);
   if (!out) {
     tpu_module_free(m);
-    fprintf(stderr, "error: out of memory\n");
-    return 2;
+    return tpu_cli_file_error(prog, 0, 0, "out of memory");
   }
   tpu_pod_cost_ctx pc;
   memset(&pc, 0, sizeof pc);
@@ -130,7 +135,7 @@ int tpu_cli_compile(int argc, char **argv) {
   tpu_module_free(m);
   if (st != TPU_OK) {
     free(buf);
-    return tpu_cli_report(&d);
+    return tpu_cli_report_file(&d, prog);
   }
   fwrite(buf, 1, len, stdout);
   free(buf);

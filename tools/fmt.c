@@ -20,32 +20,24 @@ int tpu_cli_fmt(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--no-verify")) {
       verify = 0;
     } else if (argv[i][0] == '-' && argv[i][1]) {
-      fprintf(stderr, "error: unknown option '%s' (see tpusim fmt --help)\n", argv[i]);
-      return 2;
+      return tpu_cli_arg_error(i, 1, "unknown option '%s' (see tpusim fmt --help)", argv[i]);
     } else if (!prog) {
       prog = argv[i];
     } else {
-      fprintf(stderr, "error: more than one program given\n");
-      return 2;
+      return tpu_cli_arg_error(i, 1, "more than one program given ('%s' and '%s')", prog, argv[i]);
     }
   }
-  if (!prog) {
-    fprintf(stderr, "usage: tpusim fmt PROG.hlo [--no-verify]\n");
-    return 2;
-  }
+  if (!prog) return tpu_cli_arg_error(-1, 0, "no program given (usage: tpusim fmt PROG.hlo [--no-verify])");
   tpu_diag d;
   tpu_module *m;
-  if (tpu_hlo_parse_file(prog, &m, &d) != TPU_OK) return tpu_cli_report(&d);
+  if (tpu_hlo_parse_file(prog, &m, &d) != TPU_OK) return tpu_cli_report_file(&d, prog);
   if (verify && tpu_ir_verify(m, &d) != TPU_OK) {
     tpu_module_free(m);
-    return tpu_cli_report(&d);
+    return tpu_cli_report_file(&d, prog);
   }
   char *text = tpu_hlo_print(m);
   tpu_module_free(m);
-  if (!text) {
-    fprintf(stderr, "error: out of memory\n");
-    return 2;
-  }
+  if (!text) return tpu_cli_file_error(prog, 0, 0, "out of memory printing the module");
   fputs(text, stdout);
   tpu_free(text);
   return 0;

@@ -1,4 +1,5 @@
 /* tpusim CLI entry: dispatches to one verb. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,17 +27,73 @@ static void usage(FILE *f) {
   fprintf(f, "\n'tpusim <verb> --help' describes a verb. tpusim %s\n", tpu_version());
 }
 
-int tpu_cli_report(const tpu_diag *d) {
-  char buf[1200];
+#define CMDLINE "<command line>"
+
+static int print_diag(const tpu_diag *d) {
+  char buf[4096];
   tpu_diag_format(d, buf, sizeof buf);
+  fflush(stdout); /* what the verb printed before stays before the error */
   fprintf(stderr, "%s\n", buf);
   return 2;
 }
 
+int tpu_cli_report(const tpu_diag *d) {
+  if (d->file[0]) return print_diag(d);
+  tpu_diag c = *d;
+  snprintf(c.file, sizeof c.file, "%s", CMDLINE);
+  c.line = c.col = 0;
+  return print_diag(&c);
+}
+
+int tpu_cli_report_arg(const tpu_diag *d, int argi) {
+  if (d->file[0]) return print_diag(d);
+  tpu_diag c = *d;
+  snprintf(c.file, sizeof c.file, "%s", CMDLINE);
+  c.line = argi + 1;
+  c.col = d->col > 0 ? d->col : 1;
+  return print_diag(&c);
+}
+
+int tpu_cli_report_file(const tpu_diag *d, const char *file) {
+  if (d->file[0] || !file) return tpu_cli_report(d);
+  tpu_diag c = *d;
+  snprintf(c.file, sizeof c.file, "%s", file);
+  c.line = c.col = 0;
+  return print_diag(&c);
+}
+
+static int vfail(const char *file, int line, int col, const char *fmt, va_list ap) {
+  tpu_diag d;
+  memset(&d, 0, sizeof d);
+  snprintf(d.file, sizeof d.file, "%s", file);
+  d.line = line;
+  d.col = col;
+  vsnprintf(d.msg, sizeof d.msg, fmt, ap);
+  return print_diag(&d);
+}
+
+int tpu_cli_arg_error(int argi, int col, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (argi < 0) vfail(CMDLINE, 0, 0, fmt, ap); /* the command as a whole */
+  else vfail(CMDLINE, argi + 1, col > 0 ? col : 1, fmt, ap);
+  va_end(ap);
+  return 2;
+}
+
+int tpu_cli_file_error(const char *file, int line, int col, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfail(file, line, col, fmt, ap);
+  va_end(ap);
+  return 2;
+}
+
+tpu_loc tpu_cli_arg_loc(int argi, int col) { return tpu_loc_at(CMDLINE, argi + 1, col > 0 ? col : 1); }
+
 int main(int argc, char **argv) {
   if (argc < 2) {
-    usage(stderr);
-    return 2;
+    return tpu_cli_arg_error(-1, 0, "no verb given (run, compile, fmt, chips, systolic, plan)");
   }
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     usage(stdout);
@@ -48,7 +105,6 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof k_verbs / sizeof k_verbs[0]; i++)
     if (!strcmp(argv[1], k_verbs[i].name)) return k_verbs[i].fn(argc - 1, argv + 1);
-  fprintf(stderr, "error: unknown verb '%s'\n", argv[1]);
-  usage(stderr);
-  return 2;
+  return tpu_cli_arg_error(0, 1, "unknown verb '%s' (run, compile, fmt, chips, systolic, plan; tpusim --help)",
+                           argv[1]);
 }

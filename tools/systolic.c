@@ -46,6 +46,7 @@ typedef struct {
   const char *cfg, *topo, *kind, *outdir, *html;
   int compat, pe_level, quiet, animate;
   int64_t rows, cols, M, K, N; /* --animate sizes */
+  int kind_i, mkn_i;           /* argument positions of -i and of the largest of -M, -K, -N */
 } opts;
 
 /* Small deterministic integers in [-2, 2]: exact in bf16, and every sum of products stays
@@ -159,28 +160,25 @@ static int run_report(const opts *o) {
   tpu_scalesim_input kind = TPU_SCALESIM_CONV;
   if (o->kind && !strcmp(o->kind, "gemm")) kind = TPU_SCALESIM_GEMM;
   else if (o->kind && strcmp(o->kind, "conv")) {
-    fprintf(stderr, "error: -i takes conv or gemm, got '%s'\n", o->kind);
-    return 2;
+    return tpu_cli_arg_error(o->kind_i, 1, "-i takes conv or gemm, not '%s'", o->kind);
   }
-  if (tpu_scalesim_config_load(o->cfg, &cfg, &d) != TPU_OK) return tpu_cli_report(&d);
+  if (tpu_scalesim_config_load(o->cfg, &cfg, &d) != TPU_OK) return tpu_cli_report_file(&d, o->cfg);
   if (tpu_scalesim_config_require_ws(&cfg, &d) != TPU_OK) {
     rc = tpu_cli_report(&d);
     goto out;
   }
   const char *topo_path = o->topo ? o->topo : cfg.topology_path;
   if (!topo_path) {
-    fprintf(stderr, "%s: error: no topology: give -t FILE or [network_presets] TopologyCsvLoc\n",
-            o->cfg);
-    rc = 2;
+    rc = tpu_cli_file_error(o->cfg, 0, 0, "no topology: give -t FILE or [network_presets] TopologyCsvLoc");
     goto out;
   }
   if (tpu_scalesim_topology_load(topo_path, kind, &topo, &d) != TPU_OK) {
-    rc = tpu_cli_report(&d);
+    rc = tpu_cli_report_file(&d, topo_path);
     goto out;
   }
-  rows = tpu_calloc((size_t)topo.n, sizeof *rows);
+  rows = tpu_calloc((size_t)topo.n + 1, sizeof *rows);
   if (!rows) {
-    fprintf(stderr, "error: out of memory\n");
+    tpu_cli_file_error(topo_path, 0, 0, "out of memory for %lld layers", (long long)topo.n);
     rc = 1;
     goto out;
   }
@@ -225,20 +223,19 @@ static int run_report(const opts *o) {
   dir = tpu_malloc(n1);
   report = tpu_malloc(n1 + 20);
   if (!dir || !report) {
-    fprintf(stderr, "error: out of memory\n");
+    tpu_cli_file_error(o->outdir, 0, 0, "out of memory");
     rc = 1;
     goto out;
   }
   snprintf(dir, n1, "%s/%s", o->outdir, cfg.run_name);
   snprintf(report, n1 + 20, "%s/COMPUTE_REPORT.csv", dir);
   if (ensure_dir(o->outdir) != 0) {
-    fprintf(stderr, "%s: error: cannot create the output folder: %s\n", o->outdir,
-            strerror(errno));
+    tpu_cli_file_error(o->outdir, 0, 0, "cannot create the output folder: %s", strerror(errno));
     rc = 1;
     goto out;
   }
   if (ensure_dir(dir) != 0) {
-    fprintf(stderr, "%s: error: cannot create the run folder: %s\n", dir, strerror(errno));
+    tpu_cli_file_error(dir, 0, 0, "cannot create the run folder: %s", strerror(errno));
     rc = 1;
     goto out;
   }
@@ -262,16 +259,14 @@ static int run_animate(const opts *o) {
   tpu_diag d;
   memset(&d, 0, sizeof d);
   const int64_t M = o->M, K = o->K, N = o->N;
-  if (M > 4096 || K > 4096 || N > 4096) {
-    fprintf(stderr, "error: --animate takes M, K, N up to 4096\n");
-    return 2;
-  }
+  if (M > 4096 || K > 4096 || N > 4096)
+    return tpu_cli_arg_error(o->mkn_i, 1, "--animate takes M, K, N up to 4096");
   float *A = tpu_malloc((size_t)(M * K) * sizeof *A);
   float *W = tpu_malloc((size_t)(K * N) * sizeof *W);
   if (!A || !W) {
     tpu_free(A);
     tpu_free(W);
-    fprintf(stderr, "error: out of memory\n");
+    tpu_cli_arg_error(o->mkn_i, 1, "out of memory for the operands");
     return 1;
   }
   fill_operands(A, W, M, K, N);
@@ -291,12 +286,12 @@ static int run_animate(const opts *o) {
 }
 
 /* A positive integer option value. */
-static int size_arg(const char *opt, const char *v, int64_t *out) {
+static int size_arg(const char *opt, const char *v, int argi, int64_t *out) {
   char *end;
   errno = 0;
   long long x = strtoll(v, &end, 10);
   if (errno || end == v || *end || x < 1 || x > 1000000) {
-    fprintf(stderr, "error: %s takes an integer from 1 to 1000000, got '%s'\n", opt, v);
+    tpu_cli_arg_error(argi, 1, "%s takes a whole number from 1 to 1000000, not '%s'", opt, v);
     return 0;
   }
   *out = x;
@@ -322,42 +317,31 @@ int tpu_cli_systolic(int argc, char **argv) {
     else if (!strcmp(a, "--animate")) o.animate = 1;
     else if (!strcmp(a, "--rows") || !strcmp(a, "--cols") || !strcmp(a, "-M") ||
              !strcmp(a, "-K") || !strcmp(a, "-N") || !strcmp(a, "--html")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "error: %s needs a value\n", a);
-        return 2;
-      }
+      if (i + 1 >= argc) return tpu_cli_arg_error(i, 1, "%s needs a value", a);
       const char *v = argv[++i];
       int ok = 1;
       if (!strcmp(a, "--html")) o.html = v;
-      else if (!strcmp(a, "--rows")) ok = size_arg(a, v, &o.rows);
-      else if (!strcmp(a, "--cols")) ok = size_arg(a, v, &o.cols);
-      else if (!strcmp(a, "-M")) ok = size_arg(a, v, &o.M);
-      else if (!strcmp(a, "-K")) ok = size_arg(a, v, &o.K);
-      else ok = size_arg(a, v, &o.N);
+      else if (!strcmp(a, "--rows")) ok = size_arg(a, v, i, &o.rows);
+      else if (!strcmp(a, "--cols")) ok = size_arg(a, v, i, &o.cols);
+      else if (!strcmp(a, "-M")) ok = size_arg(a, v, i, &o.M);
+      else if (!strcmp(a, "-K")) ok = size_arg(a, v, i, &o.K);
+      else ok = size_arg(a, v, i, &o.N);
       if (!ok) return 2;
+      if (a[0] == '-' && a[1] != '-' && (o.M > 4096 || o.K > 4096 || o.N > 4096) && !o.mkn_i) o.mkn_i = i;
     }
     else if (!strcmp(a, "-c") || !strcmp(a, "-t") || !strcmp(a, "-i") || !strcmp(a, "-p") ||
              !strcmp(a, "-l") || !strcmp(a, "-s")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "error: %s needs a value\n", a);
-        return 2;
-      }
+      if (i + 1 >= argc) return tpu_cli_arg_error(i, 1, "%s needs a value", a);
       const char *v = argv[++i];
       if (a[1] == 'c') o.cfg = v;
       else if (a[1] == 't') o.topo = v;
-      else if (a[1] == 'i') o.kind = v;
+      else if (a[1] == 'i') o.kind = v, o.kind_i = i;
       else if (a[1] == 'p') o.outdir = v;
     } else {
-      fprintf(stderr, "error: unknown option '%s'\n", a);
-      usage(stderr);
-      return 2;
+      return tpu_cli_arg_error(i, 1, "unknown option '%s' (see tpusim systolic --help)", a);
     }
   }
   if (o.animate) return run_animate(&o);
-  if (!o.cfg) {
-    fprintf(stderr, "error: -c CONFIG.cfg is required\n");
-    usage(stderr);
-    return 2;
-  }
+  if (!o.cfg) return tpu_cli_arg_error(-1, 0, "-c CONFIG.cfg is required (see tpusim systolic --help)");
   return run_report(&o);
 }

@@ -43,7 +43,11 @@ typedef struct tpu_diag {
   char msg[768];
 } tpu_diag;
 
-/* Writes "file:line:col: error: msg" (or "error: msg" without a location) into buf. */
+/* Writes one line "FILE:LINE:COL: error: MSG" into buf: LINE and COL 1-based in a text
+ * file; LINE 0 for a binary file, COL then the byte offset (0:0 also stands for the file as
+ * a whole); "error: MSG" when the diagnostic names no file. Control bytes and invalid UTF-8
+ * are written as \xHH, so the line never breaks and echoed input never reaches a terminal
+ * raw. docs/errors.md. */
 void tpu_diag_format(const tpu_diag *d, char *buf, size_t n);
 
 const char *tpu_version(void);

@@ -165,7 +165,7 @@ def test_errors(mlp_inputs):
     e = _error(lambda: tpusim.load(ill))
     assert str(e).startswith("<hlo>:4:") and e.status == "TPU_ERR_INVALID"
     e = _error(lambda: tpusim.load("/nonexistent/x.hlo"))
-    assert str(e).startswith("/nonexistent/x.hlo: error: cannot open the file") and e.status == "TPU_ERR_IO"
+    assert str(e).startswith("/nonexistent/x.hlo:0:0: error: cannot open the file") and e.status == "TPU_ERR_IO"
     e = _error(lambda: tpusim.run(MLP, mlp_inputs[:4]))
     assert "takes 5 parameters; 4 inputs were given" in str(e)
     wrong = list(mlp_inputs)

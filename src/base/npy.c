@@ -4,6 +4,7 @@
 #include "base/file.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,14 +32,58 @@ static void swap_bytes(unsigned char *p, size_t count, size_t size) {
     }
 }
 
+/* ---- the bytes: a file or a buffer, read in order, with the offset of the next byte
+ * (errors are located as FILE:0:BYTE) */
+
+typedef struct {
+  FILE *f;                  /* or */
+  const unsigned char *mem; /* with len bytes */
+  size_t len, pos;
+  const char *path;
+} npy_src;
+
+static size_t src_read(npy_src *s, void *buf, size_t n) {
+  size_t got;
+  if (s->f) {
+    got = fread(buf, 1, n, s->f);
+  } else {
+    got = s->len - s->pos < n ? s->len - s->pos : n;
+    memcpy(buf, s->mem + s->pos, got);
+  }
+  s->pos += got;
+  return got;
+}
+
+/* Bytes left, if known (a regular file or a buffer): 1 and *left, else 0. */
+static int src_left(npy_src *s, uint64_t *left) {
+  if (!s->f) {
+    *left = s->len - s->pos;
+    return 1;
+  }
+  struct stat st;
+  if (fstat(fileno(s->f), &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < s->pos) return 0;
+  *left = (uint64_t)st.st_size - s->pos;
+  return 1;
+}
+
+static int src_at_end(npy_src *s) { return s->f ? fgetc(s->f) == EOF : s->pos == s->len; }
+
+static tpu_loc at_byte(const npy_src *s, size_t byte) {
+  tpu_loc l = {s->path, 0, byte > (size_t)INT32_MAX ? INT32_MAX : (int)byte};
+  return l;
+}
+
 /* ---- header: a Python dict literal such as
  * {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } */
 
 typedef struct {
-  const char *p, *end;
-  const char *path;
+  const char *p, *start, *end;
+  const npy_src *s;
+  size_t base; /* file offset of start */
   tpu_diag *d;
 } hdr;
+
+static tpu_loc hloc(const hdr *h, const char *at) { return at_byte(h->s, h->base + (size_t)(at - h->start)); }
 
 static void hskip(hdr *h) {
   while (h->p < h->end && (*h->p == ' ' || *h->p == '\t' || *h->p == '\n' || *h->p == '\r'))
@@ -46,8 +91,7 @@ static void hskip(hdr *h) {
 }
 
 static tpu_status hbad(hdr *h, const char *what) {
-  tpu_loc l = {h->path, 0, 0};
-  return TPU_FAIL(h->d, TPU_ERR_PARSE, l, "bad .npy header: %s", what);
+  return TPU_FAIL(h->d, TPU_ERR_PARSE, hloc(h, h->p), "bad .npy header: %s", what);
 }
 
 /* A quoted string (single or double quotes, no escapes needed in valid headers). */
@@ -72,6 +116,8 @@ static int hword(hdr *h, const char *w) {
   return 1;
 }
 
+/* A tuple of non-negative decimal integers as Python 3's repr writes them: "(2, 3)", "(5,)"
+ * or "()". (Python 2's "2L" is refused: NumPy on Python 3 never writes it.) */
 static tpu_status hshape(hdr *h, int *rank, int64_t *dims) {
   if (h->p >= h->end || *h->p != '(') return hbad(h, "'shape' must be a tuple");
   h->p++;
@@ -84,20 +130,16 @@ static tpu_status hshape(hdr *h, int *rank, int64_t *dims) {
     }
     if (h->p >= h->end || *h->p < '0' || *h->p > '9')
       return hbad(h, "'shape' must hold non-negative integers");
+    const char *num = h->p;
     int64_t v = 0;
     while (h->p < h->end && *h->p >= '0' && *h->p <= '9') {
       int dig = *h->p++ - '0';
-      if (v > (INT64_MAX - dig) / 10) {
-        tpu_loc l = {h->path, 0, 0};
-        return TPU_FAIL(h->d, TPU_ERR_LIMIT, l, "bad .npy header: a dimension overflows int64");
-      }
+      if (v > (INT64_MAX - dig) / 10)
+        return TPU_FAIL(h->d, TPU_ERR_LIMIT, hloc(h, num), "bad .npy header: a dimension overflows int64");
       v = v * 10 + dig;
     }
-    if (h->p < h->end && *h->p == 'L') h->p++; /* Python 2 long suffix */
-    if (*rank >= TPU_MAX_RANK) {
-      tpu_loc l = {h->path, 0, 0};
-      return TPU_FAIL(h->d, TPU_ERR_LIMIT, l, "array rank exceeds the limit of %d", TPU_MAX_RANK);
-    }
+    if (*rank >= TPU_MAX_RANK)
+      return TPU_FAIL(h->d, TPU_ERR_LIMIT, hloc(h, num), "array rank exceeds the limit of %d", TPU_MAX_RANK);
     dims[(*rank)++] = v;
     hskip(h);
     if (h->p < h->end && *h->p == ',') {
@@ -110,8 +152,8 @@ static tpu_status hshape(hdr *h, int *rank, int64_t *dims) {
 }
 
 /* Maps a descriptor like "<f4" to a dtype; *swap is set when the data needs byte swapping. */
-static tpu_status parse_descr(hdr *h, const char *s, tpu_dtype *dt, int *swap) {
-  tpu_loc l = {h->path, 0, 0};
+static tpu_status parse_descr(hdr *h, const char *s, const char *at, tpu_dtype *dt, int *swap) {
+  tpu_loc l = hloc(h, at);
   char order = '=';
   const char *t = s;
   if (*t == '<' || *t == '>' || *t == '|' || *t == '=') order = *t++;
@@ -151,18 +193,18 @@ static tpu_status parse_header(hdr *h, tpu_dtype *dt, int *swap, int *fortran, i
       break;
     }
     char key[32], val[64];
+    const char *key_at = h->p;
     TPU_TRY(hstring(h, key, sizeof key));
     hskip(h);
     if (h->p >= h->end || *h->p != ':') return hbad(h, "expected ':' after a key");
     h->p++;
     hskip(h);
     if (!strcmp(key, "descr") && !have_descr) {
-      if (h->p < h->end && *h->p == '[') {
-        tpu_loc l = {h->path, 0, 0};
-        return TPU_FAIL(h->d, TPU_ERR_UNSUPPORTED, l, "structured .npy dtypes are not supported");
-      }
+      if (h->p < h->end && *h->p == '[')
+        return TPU_FAIL(h->d, TPU_ERR_UNSUPPORTED, hloc(h, h->p), "structured .npy dtypes are not supported");
+      const char *val_at = h->p;
       TPU_TRY(hstring(h, val, sizeof val));
-      TPU_TRY(parse_descr(h, val, dt, swap));
+      TPU_TRY(parse_descr(h, val, val_at, dt, swap));
       have_descr = 1;
     } else if (!strcmp(key, "fortran_order") && !have_fortran) {
       if (hword(h, "True")) *fortran = 1;
@@ -173,9 +215,7 @@ static tpu_status parse_header(hdr *h, tpu_dtype *dt, int *swap, int *fortran, i
       TPU_TRY(hshape(h, rank, dims));
       have_shape = 1;
     } else {
-      char what[80];
-      snprintf(what, sizeof what, "unexpected or repeated key '%s'", key);
-      return hbad(h, what);
+      return TPU_FAIL(h->d, TPU_ERR_PARSE, hloc(h, key_at), "bad .npy header: unexpected or repeated key '%s'", key);
     }
     hskip(h);
     if (h->p < h->end && *h->p == ',') {
@@ -187,6 +227,7 @@ static tpu_status parse_header(hdr *h, tpu_dtype *dt, int *swap, int *fortran, i
   }
   hskip(h);
   if (h->p != h->end) return hbad(h, "unexpected text after the dictionary");
+  h->p = h->start;
   if (!have_descr) return hbad(h, "missing key 'descr'");
   if (!have_fortran) return hbad(h, "missing key 'fortran_order'");
   if (!have_shape) return hbad(h, "missing key 'shape'");
@@ -194,7 +235,7 @@ static tpu_status parse_header(hdr *h, tpu_dtype *dt, int *swap, int *fortran, i
 }
 
 /* Copies src (laid out in Fortran order with dims `dims`) into dst (C order, same dims). */
-static void fortran_to_c(const unsigned char *src, unsigned char *dst, int rank,
+static void fortran_to_c(const unsigned char *from, unsigned char *dst, int rank,
                          const int64_t *dims, size_t size, int64_t numel) {
   int64_t idx[TPU_MAX_RANK] = {0}, fstride[TPU_MAX_RANK];
   int64_t s = 1;
@@ -204,7 +245,7 @@ static void fortran_to_c(const unsigned char *src, unsigned char *dst, int rank,
   }
   int64_t off = 0; /* Fortran offset of the current C-order index */
   for (int64_t i = 0; i < numel; i++) {
-    memcpy(dst + (size_t)i * size, src + (size_t)off * size, size);
+    memcpy(dst + (size_t)i * size, from + (size_t)off * size, size);
     for (int k = rank - 1; k >= 0; k--) { /* C order: the last index moves fastest */
       idx[k]++;
       off += fstride[k];
@@ -219,36 +260,38 @@ static uint32_t le32(const unsigned char *b) {
   return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
-static tpu_status read_body(FILE *f, const char *path, tpu_tensor *out, tpu_diag *d) {
-  tpu_loc at = {path, 0, 0};
+static tpu_status read_body(npy_src *in, tpu_tensor *out, tpu_diag *d) {
   unsigned char pre[12];
-  size_t got = fread(pre, 1, 8, f);
+  size_t got = src_read(in, pre, 8);
   if (got < 6 || memcmp(pre, "\x93NUMPY", 6) != 0)
-    return TPU_FAIL(d, TPU_ERR_PARSE, at, "not a .npy file (bad magic)");
-  if (got < 8) return TPU_FAIL(d, TPU_ERR_PARSE, at, "truncated .npy file (no version)");
+    return TPU_FAIL(d, TPU_ERR_PARSE, at_byte(in, 0), "not a .npy file (bad magic)");
+  if (got < 8) return TPU_FAIL(d, TPU_ERR_PARSE, at_byte(in, got), "truncated .npy file (no version)");
   int major = pre[6], minor = pre[7];
   if (major < 1 || major > 3 || minor != 0)
-    return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, at, "unsupported .npy format version %d.%d", major,
-                    minor);
+    return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, at_byte(in, 6), "unsupported .npy format version %d.%d", major, minor);
   size_t lenbytes = major == 1 ? 2 : 4;
-  if (fread(pre + 8, 1, lenbytes, f) != lenbytes)
-    return TPU_FAIL(d, TPU_ERR_PARSE, at, "truncated .npy file (no header length)");
+  if (src_read(in, pre + 8, lenbytes) != lenbytes)
+    return TPU_FAIL(d, TPU_ERR_PARSE, at_byte(in, in->pos), "truncated .npy file (no header length)");
   uint32_t hlen = major == 1 ? (uint32_t)(pre[8] | pre[9] << 8) : le32(pre + 8);
   if (hlen > NPY_MAX_HEADER)
-    return TPU_FAIL(d, TPU_ERR_LIMIT, at, ".npy header of %u bytes exceeds the limit of %u",
+    return TPU_FAIL(d, TPU_ERR_LIMIT, at_byte(in, 8), ".npy header of %u bytes exceeds the limit of %u",
                     (unsigned)hlen, NPY_MAX_HEADER);
   char *text = tpu_malloc(hlen + 1);
-  if (!text) return TPU_FAIL(d, TPU_ERR_NOMEM, at, "out of memory reading the .npy header");
-  if (fread(text, 1, hlen, f) != hlen) {
+  if (!text) return TPU_FAIL(d, TPU_ERR_NOMEM, at_byte(in, in->pos), "out of memory reading the .npy header");
+  size_t base = in->pos;
+  if (src_read(in, text, hlen) != hlen) {
     tpu_free(text);
-    return TPU_FAIL(d, TPU_ERR_PARSE, at, "truncated .npy file (header cut short)");
+    return TPU_FAIL(d, TPU_ERR_PARSE, at_byte(in, in->pos),
+                    "truncated .npy file (the header of %u bytes is cut short)", (unsigned)hlen);
   }
   text[hlen] = 0;
-  if (memchr(text, 0, hlen)) {
+  const char *nul = memchr(text, 0, hlen);
+  if (nul) {
+    size_t off = base + (size_t)(nul - text);
     tpu_free(text);
-    return TPU_FAIL(d, TPU_ERR_PARSE, at, "bad .npy header: contains a NUL byte");
+    return TPU_FAIL(d, TPU_ERR_PARSE, at_byte(in, off), "bad .npy header: contains a NUL byte");
   }
-  hdr h = {text, text + hlen, path, d};
+  hdr h = {text, text, text + hlen, in, base, d};
   tpu_dtype dt = TPU_F32;
   int swap = 0, fortran = 0, rank = 0;
   int64_t dims[TPU_MAX_RANK];
@@ -257,33 +300,38 @@ static tpu_status read_body(FILE *f, const char *path, tpu_tensor *out, tpu_diag
   if (s != TPU_OK) return s;
 
   /* Check the size against the file before allocating anything that large. */
+  size_t data_at = in->pos;
   int ok;
   int64_t numel = tpu_dims_numel(rank, dims, &ok);
   size_t need;
-  if (!ok || !tpu_mul_ok((size_t)numel, tpu_dtype_size(dt), &need))
-    return TPU_FAIL(d, TPU_ERR_LIMIT, at, "array size overflows");
-  long pos = ftell(f);
-  struct stat st;
-  if (pos >= 0 && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) {
-    uint64_t have = (uint64_t)st.st_size - (uint64_t)pos;
+  if (!ok || !tpu_mul_ok((size_t)numel, tpu_dtype_size(dt), &need) || need > (size_t)INT64_MAX)
+    return TPU_FAIL(d, TPU_ERR_LIMIT, at_byte(in, base), "bad .npy header: the array's size overflows");
+  uint64_t have;
+  if (src_left(in, &have)) {
     if (have < need)
-      return TPU_FAIL(d, TPU_ERR_PARSE, at,
-                      "truncated .npy file: shape needs %zu data bytes, file has %llu", need,
+      return TPU_FAIL(d, TPU_ERR_PARSE, at_byte(in, data_at + have),
+                      "truncated .npy file: the shape needs %zu data bytes, the file has %llu", need,
                       (unsigned long long)have);
     if (have > need)
-      return TPU_FAIL(d, TPU_ERR_PARSE, at,
-                      ".npy size mismatch: shape needs %zu data bytes, file has %llu", need,
+      return TPU_FAIL(d, TPU_ERR_PARSE, at_byte(in, data_at + need),
+                      ".npy size mismatch: the shape needs %zu data bytes, the file has %llu", need,
                       (unsigned long long)have);
   }
   tpu_tensor raw;
-  TPU_TRY(tpu_tensor_alloc(&raw, dt, rank, dims, d));
-  if (fread(raw.data, 1, need, f) != need) {
-    tpu_tensor_free(&raw);
-    return TPU_FAIL(d, TPU_ERR_PARSE, at, "truncated .npy file: data cut short");
+  s = tpu_tensor_alloc_uninit(&raw, dt, rank, dims, d);
+  if (s != TPU_OK) {
+    char why[200] = "";
+    if (d) snprintf(why, sizeof why, "%.150s", d->msg);
+    return TPU_FAIL(d, s, at_byte(in, data_at), "%s (the array needs %zu bytes)",
+                    s == TPU_ERR_NOMEM ? "the host has not the memory for this array" : why, need);
   }
-  if (fgetc(f) != EOF) {
+  if (src_read(in, raw.data, need) != need) {
     tpu_tensor_free(&raw);
-    return TPU_FAIL(d, TPU_ERR_PARSE, at, ".npy size mismatch: bytes after the data");
+    return TPU_FAIL(d, TPU_ERR_PARSE, at_byte(in, in->pos), "truncated .npy file: data cut short");
+  }
+  if (!src_at_end(in)) {
+    tpu_tensor_free(&raw);
+    return TPU_FAIL(d, TPU_ERR_PARSE, at_byte(in, in->pos), ".npy size mismatch: bytes after the data");
   }
   if (swap) { /* a complex element swaps as two floats */
     size_t parts = tpu_dtype_is_complex(dt) ? 2 : 1;
@@ -293,10 +341,11 @@ static tpu_status read_body(FILE *f, const char *path, tpu_tensor *out, tpu_diag
     for (size_t i = 0; i < need; i++) ((unsigned char *)raw.data)[i] = ((unsigned char *)raw.data)[i] != 0;
   if (fortran && rank > 1 && numel > 0) {
     tpu_tensor c;
-    s = tpu_tensor_alloc(&c, dt, rank, dims, d);
+    s = tpu_tensor_alloc_uninit(&c, dt, rank, dims, d);
     if (s != TPU_OK) {
       tpu_tensor_free(&raw);
-      return s;
+      return TPU_FAIL(d, s, at_byte(in, data_at), "the host has not the memory to reorder this Fortran-order array "
+                      "(%zu bytes)", need);
     }
     fortran_to_c(raw.data, c.data, rank, dims, tpu_dtype_size(dt), numel);
     tpu_tensor_free(&raw);
@@ -308,13 +357,26 @@ static tpu_status read_body(FILE *f, const char *path, tpu_tensor *out, tpu_diag
 
 tpu_status tpu_npy_read(const char *path, tpu_tensor *out, tpu_diag *d) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    tpu_loc at = {path, 0, 0};
-    return TPU_FAIL(d, TPU_ERR_IO, at, "cannot open: %s", strerror(errno));
+  npy_src in = {NULL, NULL, 0, 0, path};
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    return TPU_FAIL(d, TPU_ERR_IO, at_byte(&in, 0), "cannot read: it is a directory");
+  in.f = fopen(path, "rb");
+  if (!in.f) return TPU_FAIL(d, TPU_ERR_IO, at_byte(&in, 0), "cannot open: %s", strerror(errno));
+  tpu_status s = read_body(&in, out, d);
+  if (s == TPU_OK && ferror(in.f)) s = TPU_FAIL(d, TPU_ERR_IO, at_byte(&in, in.pos), "cannot read: %s", strerror(errno));
+  fclose(in.f);
+  if (s != TPU_OK) {
+    tpu_tensor_free(out);
+    memset(out, 0, sizeof *out);
   }
-  tpu_status s = read_body(f, path, out, d);
-  fclose(f);
+  return s;
+}
+
+tpu_status tpu_npy_read_mem(const char *name, const void *data, size_t len, tpu_tensor *out, tpu_diag *d) {
+  memset(out, 0, sizeof *out);
+  npy_src in = {NULL, data, len, 0, name};
+  tpu_status s = read_body(&in, out, d);
   if (s != TPU_OK) memset(out, 0, sizeof *out);
   return s;
 }

@@ -10,9 +10,14 @@
  * either byte order (big-endian data is converted). fortran_order True is accepted and the
  * data transposed into the row-major order tpu_tensor uses. A 0-d array gives rank 0. Bool
  * bytes other than 0 read as 1. The data must fill the file exactly. Every failure (bad
- * magic or header, unsupported dtype, truncation, trailing bytes, size overflow) returns an
- * error naming the file and leaves `out` empty (safe to tpu_tensor_free). */
+ * magic or header, unsupported dtype, truncation, trailing bytes, size overflow, an array
+ * the host has not the memory for) returns an error at FILE:0:BYTE, the byte offset where
+ * the file goes wrong (0: the file as a whole), and leaves `out` empty (safe to
+ * tpu_tensor_free). */
 tpu_status tpu_npy_read(const char *path, tpu_tensor *out, tpu_diag *d);
+
+/* The same from `len` bytes in memory; `name` stands for the file in errors. */
+tpu_status tpu_npy_read_mem(const char *name, const void *data, size_t len, tpu_tensor *out, tpu_diag *d);
 
 /* Writes format 1.0, C order, little-endian. TPU_BF16 is written as <f4 (exact widening);
  * other array dtypes as their own descriptor. The bytes go to "PATH.tmp", which is renamed

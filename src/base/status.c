@@ -46,13 +46,55 @@ tpu_status tpu__fail(tpu_diag *d, tpu_status st, tpu_loc loc, const char *cfile,
   return st;
 }
 
+/* Length of the valid UTF-8 sequence at s (n bytes left) for a printable character, or 0:
+ * C1 controls (U+0080-U+009F), overlong forms, surrogates and stray bytes are not. */
+static size_t utf8_printable(const unsigned char *s, size_t n) {
+  size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+  if (!len || s[0] > 0xf4 || len > n) return 0;
+  for (size_t i = 1; i < len; i++)
+    if ((s[i] & 0xc0) != 0x80) return 0;
+  if (len == 2 && s[0] == 0xc2 && s[1] < 0xa0) return 0;        /* C1 controls */
+  if (len == 3 && s[0] == 0xe0 && s[1] < 0xa0) return 0;        /* overlong */
+  if (len == 3 && s[0] == 0xed && s[1] >= 0xa0) return 0;       /* surrogates */
+  if (len == 4 && s[0] == 0xf0 && s[1] < 0x90) return 0;        /* overlong */
+  if (len == 4 && s[0] == 0xf4 && s[1] >= 0x90) return 0;       /* beyond U+10FFFF */
+  return len;
+}
+
+/* Appends `s` to buf[*k..n) with control bytes and invalid UTF-8 written as \xHH, so that
+ * echoed input can neither break the line nor reach the terminal as a command. */
+static void put_escaped(char *buf, size_t n, size_t *k, const char *s) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t len = strlen(s);
+  for (size_t i = 0; i < len && *k + 1 < n;) {
+    size_t w = u[i] >= 0x80 ? utf8_printable(u + i, len - i) : (u[i] >= 0x20 && u[i] != 0x7f);
+    if (w) {
+      if (*k + w >= n) break;
+      memcpy(buf + *k, u + i, w);
+      *k += w;
+      i += w;
+    } else {
+      if (*k + 4 >= n) break;
+      snprintf(buf + *k, 5, "\\x%02x", u[i]);
+      *k += 4;
+      i++;
+    }
+  }
+  buf[*k] = 0;
+}
+
 void tpu_diag_format(const tpu_diag *d, char *buf, size_t n) {
-  if (d->file[0] && d->line > 0)
-    snprintf(buf, n, "%s:%d:%d: error: %s", d->file, d->line, d->col, d->msg);
-  else if (d->file[0])
-    snprintf(buf, n, "%s: error: %s", d->file, d->msg);
-  else
-    snprintf(buf, n, "error: %s", d->msg);
+  if (!n) return;
+  size_t k = 0;
+  buf[0] = 0;
+  if (d->file[0]) {
+    put_escaped(buf, n, &k, d->file);
+    char pos[48];
+    snprintf(pos, sizeof pos, ":%d:%d: ", d->line > 0 ? d->line : 0, d->col > 0 ? d->col : 0);
+    put_escaped(buf, n, &k, pos);
+  }
+  put_escaped(buf, n, &k, "error: ");
+  put_escaped(buf, n, &k, d->msg);
 }
 
 int tpu_loc_same(tpu_loc a, tpu_loc b) {

@@ -27,6 +27,86 @@ static const struct {
 };
 _Static_assert(sizeof k_fields / sizeof k_fields[0] == TPU_CHIP_NFIELDS, "chip field table");
 
+/* Physical ranges, checked on every value before anything computes with it, so that no
+ * product or conversion in the compiler or the timing model can overflow (chips/README.md
+ * "Ranges"). Generous: an order of magnitude or more around every chip built. A field not
+ * listed takes its kind's bound (TPU_CHIP_MAX_INT, TPU_CHIP_MAX_REAL). */
+#define KIB 1024.0
+#define MIB (1024.0 * KIB)
+#define GIB (1024.0 * MIB)
+#define TIB (1024.0 * GIB)
+#define TPU_CHIP_MAX_INT ((double)((int64_t)1 << 50))
+#define TPU_CHIP_MAX_REAL 1e18
+static const struct {
+  double lo, hi;
+} k_range[TPU_CHIP_NFIELDS] = {
+    [TPU_CHIP_CLOCK_HZ] = {1e6, 1e11},
+    [TPU_CHIP_TENSORCORES] = {1, 64},
+    [TPU_CHIP_MXUS_PER_CORE] = {1, 64},
+    [TPU_CHIP_MXU_ROWS] = {1, 4096},
+    [TPU_CHIP_MXU_COLS] = {1, 4096},
+    [TPU_CHIP_MXU_WEIGHT_LOAD_CYCLES] = {1, 1 << 20},
+    [TPU_CHIP_INT8_RATE] = {1e-3, 64},
+    [TPU_CHIP_VECTOR_LANES] = {1, 4096},
+    [TPU_CHIP_VECTOR_SUBLANES] = {1, 4096},
+    [TPU_CHIP_VECTOR_OPS_PER_CYCLE] = {1e-3, 1024},
+    [TPU_CHIP_EUP_PUSHES_PER_CYCLE] = {1e-3, 1024},
+    [TPU_CHIP_VMEM_BYTES] = {KIB, TIB},
+    [TPU_CHIP_CMEM_BYTES] = {KIB, TIB},
+    [TPU_CHIP_ACC_BYTES] = {KIB, TIB},
+    [TPU_CHIP_HBM_BYTES] = {MIB, 1024 * TIB},
+    [TPU_CHIP_HBM_BW] = {1e6, 1e15},
+    [TPU_CHIP_HBM_LATENCY_S] = {1e-12, 1e-2},
+    [TPU_CHIP_HBM_EFFICIENCY] = {1e-3, 1},
+    [TPU_CHIP_KERNEL_OVERHEAD_S] = {1e-12, 1e-2},
+    [TPU_CHIP_MATMUL_OVERHEAD_S] = {1e-12, 1e-2},
+    [TPU_CHIP_STREAM_PASS_BYTES] = {1e-6, 1024},
+    [TPU_CHIP_RESULT_PASS_BYTES] = {1e-6, 1024},
+    [TPU_CHIP_VMEM_READ_COST] = {1e-6, 1024},
+    [TPU_CHIP_MATMUL_STREAM_EFFICIENCY] = {1e-3, 1024},
+    [TPU_CHIP_LONE_OP_BYTES] = {1e-6, 1024},
+    [TPU_CHIP_LONE_OP_MIN_BYTES] = {1, 1024 * TIB},
+    [TPU_CHIP_TRANSPOSE_BYTES] = {1e-6, 1024},
+    [TPU_CHIP_ROW_BROADCAST_CYCLES] = {1e-6, 1e6},
+    [TPU_CHIP_VPU_BATCHED_VECTOR_DOTS] = {1, 1},
+    [TPU_CHIP_SCOPED_VMEM_BYTES] = {KIB, TIB},
+    [TPU_CHIP_XPREFETCH_MAX_BYTES] = {1, TIB},
+    [TPU_CHIP_ICI_LINKS] = {1, 64},
+    [TPU_CHIP_ICI_BW_PER_LINK] = {1e6, 1e15},
+    [TPU_CHIP_ICI_LATENCY_S] = {1e-12, 1e-2},
+    [TPU_CHIP_WINDOWED_EINSUM_MIN_CHIPS] = {1, 1 << 20},
+    [TPU_CHIP_WINDOWED_EINSUM_MAX_CHIPS] = {1, 1 << 20},
+    [TPU_CHIP_MAX_CHIPS] = {1, 1 << 20},
+    [TPU_CHIP_POD_CHIPS] = {1, 1 << 24},
+    [TPU_CHIP_WRAP_MULTIPLE] = {1, 1 << 20},
+    [TPU_CHIP_CHIPS_PER_HOST] = {1, 1024},
+    [TPU_CHIP_PCIE_BW] = {1e6, 1e15},
+    [TPU_CHIP_DCN_BW] = {1e6, 1e15},
+    [TPU_CHIP_PEAK_BF16_FLOPS] = {1e6, 1e18},
+    [TPU_CHIP_PEAK_INT8_OPS] = {1e6, 1e18},
+    [TPU_CHIP_PEAK_FP8_OPS] = {1e6, 1e18},
+};
+
+/* The range of a numeric field ('f' or 'i'). */
+static void field_range(int f, double *lo, double *hi) {
+  *lo = k_range[f].lo;
+  *hi = k_range[f].hi;
+  if (*hi == 0) { /* not listed: the kind's bound */
+    *lo = k_fields[f].kind == 'i' ? 1 : 1e-12;
+    *hi = k_fields[f].kind == 'i' ? TPU_CHIP_MAX_INT : TPU_CHIP_MAX_REAL;
+  }
+}
+
+void tpu_chip_field_range(tpu_chip_field f, double *lo, double *hi) { field_range((int)f, lo, hi); }
+
+void tpu_chip_set_value(tpu_chip *c, tpu_chip_field f, double v) {
+  char *p = (char *)c + k_fields[f].off;
+  if (k_fields[f].kind == 'f') *(double *)p = v;
+  else if (k_fields[f].kind == 'i') *(int64_t *)p = (int64_t)v;
+  else return;
+  c->prov[f].status = TPU_PROV_PUBLISHED;
+}
+
 static const char *const k_prov[] = {"published", "derived", "uncertain", "unknown", "absent"};
 static const char *const k_topo[] = {"none", "2d-torus", "3d-torus"};
 static const char *const k_wrap[] = {"none", "full-axis", "multiple"};
@@ -267,6 +347,18 @@ static tpu_status parse_enum(loader *L, const char *field, const tpu_json *v,
   return BAD(L, v, "field '%s': 'value' must be one of %s", field, list);
 }
 
+static tpu_status check_range(loader *L, int f, const tpu_json *v, double x) {
+  double lo, hi;
+  field_range(f, &lo, &hi);
+  if (x >= lo && x <= hi) return TPU_OK;
+  const char *u = k_fields[f].unit;
+  char val[40];
+  if (k_fields[f].kind == 'i') snprintf(val, sizeof val, "%lld", (long long)v->ival);
+  else snprintf(val, sizeof val, "%.15g", x);
+  return BAD(L, v, "field '%s': %s%s%s is outside the range this simulator takes, %g to %g%s%s (chips/README.md)",
+             k_fields[f].key, val, *u ? " " : "", u, lo, hi, *u ? " " : "", u);
+}
+
 static tpu_status parse_value(loader *L, int f, const tpu_json *v) {
   const char *field = k_fields[f].key;
   char *p = (char *)L->c + k_fields[f].off;
@@ -276,6 +368,7 @@ static tpu_status parse_value(loader *L, int f, const tpu_json *v) {
         return BAD(L, v, "field '%s': 'value' must be a positive number (%s), found %s", field,
                    k_fields[f].unit[0] ? k_fields[f].unit : "no unit",
                    v->kind == TPU_JSON_NUMBER ? "a non-positive one" : tpu_json_kind_name(v->kind));
+      TPU_TRY(check_range(L, f, v, v->num));
       *(double *)p = v->num;
       return TPU_OK;
     case 'i':
@@ -283,6 +376,7 @@ static tpu_status parse_value(loader *L, int f, const tpu_json *v) {
         return BAD(L, v, "field '%s': 'value' must be a positive integer, found %s", field,
                    v->kind == TPU_JSON_NUMBER ? (v->is_int ? "a non-positive one" : "a fraction")
                                               : tpu_json_kind_name(v->kind));
+      TPU_TRY(check_range(L, f, v, (double)v->ival));
       *(int64_t *)p = v->ival;
       return TPU_OK;
     case 't': {
@@ -565,6 +659,31 @@ static void derive_core(tpu_chip *c) {
            "one TensorCore of %lld, as one compile-only XLA device without megacore", (long long)n);
 }
 
+/* Loads a parsed document into out (the path names it in messages and in out->path). */
+static tpu_status load_json(tpu_status parsed, loader *L, const char *path, tpu_chip *out) {
+  tpu_status s = parsed;
+  if (s == TPU_OK) {
+    s = load_doc(L);
+    tpu_json_doc_free(&L->doc);
+  }
+  tpu_free(L);
+  if (s != TPU_OK) {
+    memset(out, 0, sizeof *out);
+    return s;
+  }
+  snprintf(out->path, sizeof out->path, "%s", path);
+  return TPU_OK;
+}
+
+tpu_status tpu_chip_load_text(const char *name, const char *text, size_t len, tpu_chip *out, tpu_diag *d) {
+  memset(out, 0, sizeof *out);
+  loader *L = tpu_calloc(1, sizeof *L);
+  if (!L) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_loc_at(name, 0, 0), "out of memory loading a chip");
+  L->c = out;
+  L->d = d;
+  return load_json(tpu_json_parse(text, len, name, &L->doc, d), L, name, out);
+}
+
 tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d) {
   memset(out, 0, sizeof *out);
   char path[600], base[600];
@@ -579,17 +698,7 @@ tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d) {
   if (!L) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory loading a chip");
   L->c = out;
   L->d = d;
-  tpu_status s = tpu_json_parse_file(path, &L->doc, d);
-  if (s == TPU_OK) {
-    s = load_doc(L);
-    tpu_json_doc_free(&L->doc);
-  }
-  tpu_free(L);
-  if (s != TPU_OK) {
-    memset(out, 0, sizeof *out);
-    return s;
-  }
-  snprintf(out->path, sizeof out->path, "%s", path);
+  TPU_TRY(load_json(tpu_json_parse_file(path, &L->doc, d), L, path, out));
   if (core) derive_core(out);
   return TPU_OK;
 }

@@ -168,6 +168,13 @@ typedef struct tpu_chip {
  * compile-only device XLA targets on chips without megacore): tensorcores 1, HBM capacity,
  * bandwidth and listed peaks divided by the chip's TensorCores, marked derived. */
 tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d);
+/* The range a numeric field's value must lie in (chips/README.md "Ranges"). */
+void tpu_chip_field_range(tpu_chip_field f, double *lo, double *hi);
+/* Sets a numeric field ('f' or 'i') and marks it published, without the loader's checks
+ * (tests: every field at the ends of its range). */
+void tpu_chip_set_value(tpu_chip *c, tpu_chip_field f, double v);
+/* The same checks on `len` bytes of a chip file's text; `name` stands for the file. */
+tpu_status tpu_chip_load_text(const char *name, const char *text, size_t len, tpu_chip *out, tpu_diag *d);
 
 /* Preset names found in the first chips folder of the search above, sorted. */
 #define TPU_CHIP_MAX_PRESETS 64

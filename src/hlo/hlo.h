@@ -12,6 +12,10 @@
  * resolved (names bound, typed attributes parsed) but not verified: see tpu_ir_verify. */
 tpu_status tpu_hlo_parse(const char *file, const char *src, size_t len, tpu_module **out,
                          tpu_diag *d);
+/* The most devices a module's header may name (replica_count, num_partitions and their
+ * product; the SPMD partitioner's mesh has the same bound). */
+#define TPU_HLO_MAX_DEVICES (1 << 20)
+
 /* Reads and parses a file. */
 tpu_status tpu_hlo_parse_file(const char *path, tpu_module **out, tpu_diag *d);
 

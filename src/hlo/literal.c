@@ -16,19 +16,24 @@ typedef struct {
   tpu_tensor *out;
   int64_t next; /* next element index, row-major */
   tpu_diag *d;
+  size_t mark;   /* a position whose location is known: here() counts on from it, */
+  tpu_loc at;    /* so locating each element costs its own bytes, not the prefix's */
 } lit_parser;
 
-static tpu_loc here(const lit_parser *p) {
-  tpu_loc l = p->base;
-  for (size_t i = 0; i < p->pos; i++) {
-    if (p->s[i] == '\n') {
-      l.line++;
-      l.col = 1;
+static tpu_loc here(lit_parser *p) {
+  if (p->mark > p->pos) {
+    p->mark = 0;
+    p->at = p->base;
+  }
+  for (; p->mark < p->pos; p->mark++) {
+    if (p->s[p->mark] == '\n') {
+      p->at.line++;
+      p->at.col = 1;
     } else {
-      l.col++;
+      p->at.col++;
     }
   }
-  return l;
+  return p->at;
 }
 
 /* Skips white space and the index comments XLA's printer writes inside constants of rank
@@ -203,6 +208,8 @@ static tpu_status complex_scalar(lit_parser *p, tpu_loc at) {
     q.pos++;
   }
   p->pos = q.pos;
+  p->mark = q.mark;
+  p->at = q.at;
   p->next++;
   return TPU_OK;
 }
@@ -270,7 +277,7 @@ tpu_status tpu__hlo_parse_literal(const char *text, size_t n, tpu_loc loc, const
   if (!tpu_dtype_is_array(shape->dtype))
     return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, loc, "tuple and token constants are not supported");
   TPU_TRY(tpu_tensor_alloc(out, shape->dtype, shape->rank, shape->dims, d));
-  lit_parser p = {text, n, 0, loc, shape, out, 0, d};
+  lit_parser p = {text, n, 0, loc, shape, out, 0, d, 0, loc};
   tpu_status st = level(&p, 0);
   if (st == TPU_OK && peek(&p) != -1) st = TPU_FAIL(d, TPU_ERR_PARSE, here(&p), "unexpected text after the constant");
   if (st == TPU_OK && p.next != tpu_tensor_numel(out))

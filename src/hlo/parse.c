@@ -1,4 +1,5 @@
 /* HLO text parser: module header, computations, instructions, shapes; name resolution. */
+#include <errno.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,6 +61,47 @@ static int ident_is(const char *s, size_t n, const char *w) { return strlen(w) =
 
 static tpu_status parse_shape(parser *p, tpu_shape *sh, int depth);
 
+/* A layout tail's tiles, "T(8,128)(2,1)": each size a positive whole number or '*' (XLA's
+ * combined dimension), refused where it stands (the tail is otherwise kept as text). */
+static tpu_status check_tiles(parser *p, const char *t, size_t n, tpu_loc at) {
+  int in_tile = 0; /* 1 after 'T' and inside/between its tuples */
+  for (size_t i = 0; i < n; i++) {
+    char c = t[i];
+    if (c == 'T') {
+      in_tile = 1;
+      continue;
+    }
+    if (c != '(') {
+      if (c != ' ') in_tile = 0;
+      continue;
+    }
+    if (!in_tile) continue;
+    for (i++; i < n && t[i] != ')'; i++) {
+      while (i < n && t[i] == ' ') i++;
+      size_t b = i;
+      if (i < n && t[i] == '*') {
+        i++;
+      } else {
+        long long v = 0;
+        while (i < n && t[i] >= '0' && t[i] <= '9' && v <= (1ll << 40)) v = v * 10 + (t[i++] - '0');
+        if (i == b || v < 1 || v > (1ll << 40)) {
+          tpu_loc l = at;
+          l.col += (int)b;
+          return TPU_FAIL(p->d, TPU_ERR_INVALID, l, "a layout tile's sizes must be positive whole numbers (or '*')");
+        }
+      }
+      while (i < n && t[i] == ' ') i++;
+      if (i < n && t[i] != ',' && t[i] != ')') {
+        tpu_loc l = at;
+        l.col += (int)i;
+        return TPU_FAIL(p->d, TPU_ERR_INVALID, l, "expected ',' or ')' in a layout tile");
+      }
+      if (i < n && t[i] == ')') break;
+    }
+  }
+  return TPU_OK;
+}
+
 static tpu_status parse_layout(parser *p, tpu_shape *sh) {
   /* '{' already consumed. minor_to_major ints, then an optional ':' tail kept as text. */
   tpu_lex *lx = &p->lx;
@@ -87,7 +129,9 @@ static tpu_status parse_layout(parser *p, tpu_shape *sh) {
     const char *s;
     size_t len;
     size_t start = lx->pos;
+    tpu_loc tail_at = tpu_lex_loc(lx);
     TPU_TRY(tpu_lex_balanced(lx, '{', '}', &s, &len, p->d));
+    TPU_TRY(check_tiles(p, p->lx.src + start, lx->pos - 1 - start, tail_at));
     sh->layout_tail = tpu_arena_strndup(&p->m->arena, p->lx.src + start, lx->pos - 1 - start);
     if (!sh->layout_tail) return nomem(p);
     return TPU_OK;
@@ -645,6 +689,33 @@ static tpu_status check_call_graph(parser *p) {
   return st;
 }
 
+/* replica_count and num_partitions: whole numbers from 1 to TPU_HLO_MAX_DEVICES, their
+ * product too, refused at the attribute before anything is built for the devices. */
+static tpu_status check_device_counts(parser *p) {
+  static const char *const names[] = {"replica_count", "num_partitions"};
+  long long product = 1;
+  for (int i = 0; i < p->m->nattrs; i++) {
+    const tpu_attr *a = &p->m->attrs[i];
+    int k = !strcmp(a->name, names[0]) ? 0 : !strcmp(a->name, names[1]) ? 1 : -1;
+    if (k < 0) continue;
+    const char *v = a->value;
+    long long x = 0;
+    int digits = 0;
+    for (; *v >= '0' && *v <= '9'; v++, digits++)
+      if ((x = x * 10 + (*v - '0')) > TPU_HLO_MAX_DEVICES) break;
+    if (!digits || (*v && x <= TPU_HLO_MAX_DEVICES))
+      return TPU_FAIL(p->d, TPU_ERR_PARSE, a->loc, "%s must be a whole number of devices, not '%s'", names[k], a->value);
+    if (x < 1 || x > TPU_HLO_MAX_DEVICES)
+      return TPU_FAIL(p->d, TPU_ERR_LIMIT, a->loc, "%s is %s; it must be from 1 to %d", names[k], a->value,
+                      TPU_HLO_MAX_DEVICES);
+    product *= x;
+    if (product > TPU_HLO_MAX_DEVICES)
+      return TPU_FAIL(p->d, TPU_ERR_LIMIT, a->loc, "replica_count x num_partitions is %lld; at most %d devices", product,
+                      TPU_HLO_MAX_DEVICES);
+  }
+  return TPU_OK;
+}
+
 static tpu_status parse_module(parser *p) {
   tpu_lex *lx = &p->lx;
   const char *s;
@@ -658,6 +729,7 @@ static tpu_status parse_module(parser *p) {
   p->m->name = tpu_arena_strndup(&p->m->arena, s, n);
   if (!p->m->name) return nomem(p);
   TPU_TRY(parse_attrs(p, &p->m->attrs, &p->m->nattrs, 1));
+  TPU_TRY(check_device_counts(p));
   ptrvec pv = {0};
   tpu_status st = TPU_OK;
   int nentry = 0;
@@ -726,23 +798,34 @@ static tpu_status parse_module(parser *p) {
 
 tpu_status tpu_hlo_parse(const char *file, const char *src, size_t len, tpu_module **out, tpu_diag *d) {
   *out = NULL;
+  tpu_loc whole = tpu_loc_at(file ? file : "<input>", 0, 0);
   if (len > MAX_INPUT_BYTES)
-    return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "input of %zu bytes is too large", len);
+    return TPU_FAIL(d, TPU_ERR_LIMIT, whole, "input of %zu bytes is too large (the limit is %zu)", len,
+                    MAX_INPUT_BYTES);
+  /* A NUL byte is never HLO: refused where it stands, before anything reads the text. */
+  const char *nul = memchr(src, 0, len);
+  if (nul) {
+    tpu_loc at = tpu_loc_at(whole.file, 1, 1);
+    for (const char *c = src; c < nul; c++) {
+      if (*c == '\n') {
+        at.line++;
+        at.col = 1;
+      } else {
+        at.col++;
+      }
+    }
+    return TPU_FAIL(d, TPU_ERR_PARSE, at, "a NUL byte (byte offset %zu): HLO is text", (size_t)(nul - src));
+  }
   tpu_module *m = tpu_calloc(1, sizeof *m);
-  if (!m) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  if (!m) return TPU_FAIL(d, TPU_ERR_NOMEM, whole, "out of memory");
   tpu_arena_init(&m->arena);
   m->file = tpu_arena_strdup(&m->arena, file ? file : "<input>");
   if (!m->file) {
     tpu_module_free(m);
-    return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    return TPU_FAIL(d, TPU_ERR_NOMEM, whole, "out of memory");
   }
   parser p = {m, {0}, d};
   tpu_lex_init(&p.lx, m->file, src, len);
-  for (size_t i = 0; i < len; i++)
-    if (src[i] == 0) {
-      tpu_module_free(m);
-      return TPU_FAIL(d, TPU_ERR_PARSE, tpu_noloc(), "input contains a NUL byte at offset %zu", i);
-    }
   tpu_status st = parse_module(&p);
   if (st == TPU_OK) st = tpu__hlo_split_mixed_precision(m, d);
   if (st != TPU_OK) {
@@ -757,7 +840,7 @@ tpu_status tpu_hlo_parse(const char *file, const char *src, size_t len, tpu_modu
 tpu_status tpu_hlo_parse_file(const char *path, tpu_module **out, tpu_diag *d) {
   *out = NULL;
   FILE *f = fopen(path, "rb");
-  if (!f) return TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot open the file");
+  if (!f) return TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot open the file: %s", strerror(errno));
   size_t cap = 1 << 16, len = 0;
   char *buf = tpu_malloc(cap);
   tpu_status st = TPU_OK;
@@ -775,7 +858,7 @@ tpu_status tpu_hlo_parse_file(const char *path, tpu_module **out, tpu_diag *d) {
     size_t r = fread(buf + len, 1, cap - len, f);
     len += r;
     if (r == 0) {
-      if (ferror(f)) st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot read the file");
+      if (ferror(f)) st = TPU_FAIL(d, TPU_ERR_IO, tpu_loc_at(path, 0, 0), "cannot read the file: %s", strerror(errno));
       break;
     }
   }

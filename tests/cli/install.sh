@@ -21,7 +21,7 @@ cp -r "$T/inst" "$T/moved"
 touch "$T/file"
 "$BIN" run examples/mlp.hlo -o "$T/file/x" -q 2> "$T/err"
 [ $? -eq 1 ] || fail "-o under a file did not exit 1"
-grep -q "error: cannot create the output directory" "$T/err" || fail "message: $(cat "$T/err")"
+grep -q "^$T/file/x:0:0: error: cannot create the output folder" "$T/err" || fail "message: $(cat "$T/err")"
 
 [ $fails -eq 0 ] && echo "install CLI: all checks passed"
 exit $fails

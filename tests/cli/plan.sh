@@ -128,7 +128,7 @@ check_err $D/badtype.json "^$D/badtype.json:3:14: error: 'd_model' must be a num
 check_err $D/malformed.json "^$D/malformed.json:4:1: error: "
 check_err $D/unknown.json "^$D/unknown.json:2:3: error: unknown field 'width'"
 check_err $D/missing.json "^$D/missing.json:1:1: error: missing field 'layers'"
-check_err $T/none.json "^$T/none.json:1:1: error: cannot read"
+check_err $T/none.json "^$T/none.json:0:0: error: cannot read"
 "$BIN" plan $D/tiny.json --chips v9 > "$T/out" 2> "$T/err"
 [ $? -eq 2 ] && grep -q "unknown chip 'v9'" "$T/err" || fail "an unknown chip is not refused: $(cat "$T/err")"
 

@@ -102,12 +102,12 @@ ENTRY e {
 expect_error branches "branches.hlo:9:[0-9]+: error: conditional gives both" "$BIN" run "$T/branches.hlo" -o "$T/err"
 
 printf 'HloModule m\nENTRY e {\n  x = f32[4]{0} parameter(0)\n  ROOT y = f32[4]{0} negate(x)\n}\n' > "$T/neg.hlo"
-expect_error missing_file "nope.hlo: error: cannot open" "$BIN" run "$T/nope.hlo" -o "$T/err"
+expect_error missing_file "nope.hlo:0:0: error: cannot open" "$BIN" run "$T/nope.hlo" -o "$T/err"
 expect_error input_count "takes 1 parameters; 2 inputs" "$BIN" run "$T/neg.hlo" -i examples/mlp.in0.npy -i examples/mlp.in0.npy -o "$T/err"
-expect_error input_shape "mlp.in0.npy: error: input 0 is f32\[8,64\] but parameter 0 is f32\[4\]\{0\}" "$BIN" run "$T/neg.hlo" -i examples/mlp.in0.npy -o "$T/err"
+expect_error input_shape "mlp.in0.npy:0:0: error: input 0 is f32\[8,64\] but parameter 0 is f32\[4\]\{0\}" "$BIN" run "$T/neg.hlo" -i examples/mlp.in0.npy -o "$T/err"
 printf 'not a numpy file at all' > "$T/junk.npy"
 expect_error bad_npy "junk.npy.*error: " "$BIN" run "$T/neg.hlo" -i "$T/junk.npy" -o "$T/err"
-expect_error bad_option "unknown or incomplete option '--frob'" "$BIN" run "$T/neg.hlo" --frob
+expect_error bad_option "^<command line>:3:1: error: unknown option '--frob'" "$BIN" run "$T/neg.hlo" --frob
 expect_error bad_backend "unknown backend 'gpu'" "$BIN" run "$T/neg.hlo" --backend gpu
 expect_error no_program "error: no program given" "$BIN" run
 

@@ -144,7 +144,7 @@ expect_error ref_report "need --backend tpu" "$BIN" run examples/mlp.hlo --backe
 expect_error bad_precision "unknown precision 'low'" "$BIN" run examples/mlp.hlo --precision low
 expect_error bad_mode "unknown mode 'fast'" "$BIN" run examples/mlp.hlo --mode fast
 expect_error bad_chip "unknown chip 'v99'" "$BIN" run examples/mlp.hlo --chip v99 --report "$T/e.json"
-expect_error bad_top "--top takes a non-negative integer" "$BIN" run examples/mlp.hlo --top x
+expect_error bad_top "^<command line>:4:1: error: --top takes a whole number from 0 to 1000000" "$BIN" run examples/mlp.hlo --top x
 expect_error ref_first_step "need --backend tpu" "$BIN" run examples/mlp.hlo --backend ref --first-step
 
 # Cross-program prefetch: a step of a loop reads its largest matmul parameter (w2.1) from
@@ -193,7 +193,7 @@ PY
 "$BIN" run examples/mlp.hlo --mode timing --report "$T/nodir/r.json" > /dev/null 2> "$T/se"
 rc=$?
 [ "$rc" = 1 ] || fail "unwritable report: exit $rc, want 1"
-grep -q "nodir/r.json: error: cannot create" "$T/se" || fail "unwritable report: '$(cat "$T/se")'"
+grep -q "nodir/r.json:0:0: error: cannot create" "$T/se" || fail "unwritable report: '$(cat "$T/se")'"
 
 [ "$fails" = 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all cli run_tpu checks passed"

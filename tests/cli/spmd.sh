@@ -202,7 +202,7 @@ G=tests/pod/cases/smap_part_y/prog_gspmd.hlo
 "$BIN" compile $G --mesh x=2,y=4 --dump-after spmd-partition > "$T/mesh" 2> "$T/err" || fail "compile --mesh exited $?: $(cat "$T/err")"
 grep -q "num_partitions=8" "$T/mesh" || fail "compile --mesh: not partitioned over 8 chips"
 "$BIN" compile $G --mesh x=2,y=q --dump-after spmd-partition > "$T/mesh" 2> "$T/err"
-[ $? -eq 2 ] && [ ! -s "$T/mesh" ] && grep -q "^error: --mesh 'x=2,y=q'" "$T/err" || fail "bad --mesh: $(cat "$T/err")"
+[ $? -eq 2 ] && [ ! -s "$T/mesh" ] && grep -q "^<command line>:4:1: error: --mesh 'x=2,y=q'" "$T/err" || fail "bad --mesh: $(cat "$T/err")"
 
 [ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
 exit $fails

@@ -158,7 +158,7 @@ expect_bad notint 2 "^$TMP/notint.csv:2:8: error: N must be an integer" -c "$C8"
 expect_bad bigfilter 2 "^$TMP/bigfilter.csv:2:10: error: Filter height" -c "$C8" -t "$TMP/bigfilter.csv"
 expect_bad os 2 "^$TMP/os.cfg:[0-9]+:[0-9]+: error: .*only ws" -c "$TMP/os.cfg" -t "$TMP/notint.csv" -i gemm
 expect_bad negative 2 "^$TMP/neg.cfg:5:[0-9]+: error: ArrayHeight" -c "$TMP/neg.cfg" -t "$TMP/notint.csv"
-expect_bad nofile 2 "no_such.csv: error: cannot open" -c "$C8" -t "$TMP/no_such.csv"
+expect_bad nofile 2 "no_such.csv:0:0: error: cannot open" -c "$C8" -t "$TMP/no_such.csv"
 expect_bad kind 2 "conv or gemm" -c "$C8" -t "$TMP/notint.csv" -i matrix
 expect_bad noconfig 2 "-c CONFIG.cfg is required" -t "$TMP/notint.csv"
 expect_bad option 2 "unknown option" -c "$C8" --frobnicate

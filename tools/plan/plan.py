@@ -24,6 +24,7 @@ import buckets  # noqa: E402
 import svg  # noqa: E402
 import hloplan  # noqa: E402
 import serve  # noqa: E402
+import cmdline  # noqa: E402
 
 
 class InputError(Exception):
@@ -31,7 +32,9 @@ class InputError(Exception):
 
 
 def die(msg):
-    sys.stderr.write(msg + "\n")
+    """Exits 2 with one error line, already located (FILE:LINE:COL: error: ...)."""
+    sys.stdout.flush()
+    sys.stderr.write(cmdline.escape(msg) + "\n")
     sys.exit(2)
 
 
@@ -56,6 +59,11 @@ FIELDS = {  # name: (type, required, check)
     "kv_heads": (int, False, lambda v: v >= 1),  # plan serve: grouped-query attention (training ignores it)
 }
 WANT = {"dtype": "bf16 or f32", "optimizer": "adam or sgd", "mlp_kind": "gelu or swiglu"}
+# Upper bounds, checked before any program is written: far beyond any model trained, and
+# small enough that the generated programs' shapes and the planner's sums stay exact.
+LIMITS = {"layers": 1 << 14, "d_model": 1 << 20, "heads": 1 << 16, "head_dim": 1 << 16, "mlp": 1 << 22,
+          "vocab": 1 << 24, "seq": 1 << 24, "batch_tokens": 1 << 40, "train_tokens": 1e18, "experts": 1 << 16,
+          "top_k": 1 << 16, "kv_heads": 1 << 16}
 
 
 def where(text, key, at_key=False):
@@ -69,15 +77,26 @@ def where(text, key, at_key=False):
     return line, col
 
 
-def load_model(path):
+def load_model(path, text=None):
+    """The model file at `path` (or its `text`), checked; InputError (one located line) if bad."""
+    if text is None:
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read()
+        except OSError as e:
+            raise InputError(f"{path}:0:0: error: cannot read the model file: {e.strerror}")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = raw.count(b"\n", 0, e.start) + 1
+            col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+            raise InputError(f"{path}:{line}:{col}: error: the model file is not UTF-8 text")
     try:
-        text = open(path, encoding="utf-8").read()
-    except OSError as e:
-        raise InputError(f"{path}:1:1: error: cannot read the model file: {e.strerror}")
-    try:
-        m = json.loads(text)
+        m = json.loads(text, parse_constant=lambda c: float(c))
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}:{e.colno}: error: {e.msg}")
+    except RecursionError:
+        raise InputError(f"{path}:1:1: error: the model file nests too deeply")
     if not isinstance(m, dict):
         raise InputError(f"{path}:1:1: error: the model file must hold one JSON object")
     for k in m:
@@ -95,9 +114,13 @@ def load_model(path):
             raise InputError(f"{path}:{line}:{col}: error: '{k}' must be {'a string' if t is str else 'a number'}")
         if isinstance(v, float) and t is int:
             raise InputError(f"{path}:{line}:{col}: error: '{k}' must be a whole number")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise InputError(f"{path}:{line}:{col}: error: '{k}' must be a finite number")
         if chk and not chk(v):
             raise InputError(f"{path}:{line}:{col}: error: '{k}' is {v!r}; it must be "
                              f"{WANT.get(k, 'at least 1' if t is int else 'positive')}")
+        if k in LIMITS and v > LIMITS[k]:
+            raise InputError(f"{path}:{line}:{col}: error: '{k}' is {v!r}; the planner takes at most {LIMITS[k]:g}")
     m.setdefault("name", os.path.splitext(os.path.basename(path))[0])
     m.setdefault("dtype", "bf16")
     m.setdefault("optimizer", "adam")
@@ -622,7 +645,7 @@ def main(argv):
         return buckets.main(argv[1:])
     if argv and argv[0] == "serve":
         return serve.main(argv[1:], sys.modules[__name__], tpusim, root)
-    ap = argparse.ArgumentParser(prog="tpusim plan", description="Rank chips, slices and shardings for training a "
+    ap = cmdline.Parser(argv=argv, base=2, prog="tpusim plan", description="Rank chips, slices and shardings for training a "
                                  "transformer by time and cost, from tpusim's timing of each candidate's step.")
     ap.add_argument("model", help="MODEL.json (see docs/plan.md), or PROGRAM.hlo: JAX's lowered sharded step")
     ap.add_argument("--chips", default="v4,v5e,v5p,v6e")
@@ -659,26 +682,43 @@ def main(argv):
     ap.add_argument("--pin", help="PROGRAM.hlo: AXIS=SIZE,... fixed axis sizes")
     a = ap.parse_args(argv)
     a.tpusim, a.root = tpusim, root
-    for k in ("max_chips", "jobs"):
-        if getattr(a, k) < 1:
-            die(f"error: --{k.replace('_', '-')} must be at least 1")
-    for k in ("slice", "data", "fsdp", "tensor", "micro", "max_tensor"):
+    def bad(k, msg):
+        cmdline.arg_fail(argv, 2, "--" + k.replace("_", "-"), msg)
+    for k in ("max_chips", "jobs", "slice", "data", "fsdp", "tensor", "micro", "max_tensor"):
         v = getattr(a, k)
         if v is not None and v < 1:
-            die(f"error: --{k.replace('_', '-')} must be at least 1, not {v}")
-    if a.failure_rate < 0 or a.storage_bw <= 0 or a.checkpoint_every < 0 or a.restart_min < 0:
-        die("error: --failure-rate, --checkpoint-every and --restart-min must be >= 0, --storage-bw > 0")
+            bad(k, f"--{k.replace('_', '-')} must be at least 1, not {v}")
+    if a.jobs > 64:
+        bad("jobs", f"--jobs must be at most 64, not {a.jobs}")
+    if a.top < 0:
+        bad("top", f"--top must be at least 0, not {a.top}")
+    for k in ("budget", "deadline", "storage_bw", "train_tokens"):  # positive, finite amounts
+        v = getattr(a, k)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            bad(k, f"--{k.replace('_', '-')} must be a positive number, not {v}")
+    for k in ("failure_rate", "restart_min"):
+        v = getattr(a, k)
+        if not (math.isfinite(v) and v >= 0):
+            bad(k, f"--{k.replace('_', '-')} must be a number of at least 0, not {v}")
+    if a.checkpoint_every < 0:
+        bad("checkpoint_every", f"--checkpoint-every must be at least 0, not {a.checkpoint_every}")
+    if a.tokens_per_step is not None and a.tokens_per_step < 1:
+        bad("tokens_per_step", f"--tokens-per-step must be at least 1, not {a.tokens_per_step}")
+    for c in a.chips.split(","):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+(:core)?", c):
+            bad("chips", f"--chips takes chip names separated by commas (v4,v5e,...), not '{a.chips}'")
+    for c in a.chips.split(","):
+        try:
+            load_chip(root, c)
+        except InputError as e:
+            bad("chips", str(e).replace("error: ", "", 1))
     if a.model.endswith(".hlo"):
         try:
-            for c in a.chips.split(","):
-                load_chip(root, c)
             return hloplan.plan_hlo(a, sys.modules[__name__])
         except (InputError, hloplan.PlanError) as e:
             die(str(e))
     try:
         a.model = load_model(a.model)
-        for c in a.chips.split(","):
-            load_chip(root, c)
         return plan(a)
     except InputError as e:
         die(str(e))

@@ -185,7 +185,7 @@ static void test_mlp(void) {
   tpu_sim_options_init(&o);
   CHECK_EQ_INT(tpu_sim_run(m, &o, in, 4, &r, &d), TPU_ERR_ARG);
   tpu_diag_format(&d, buf, sizeof buf);
-  CHECK_EQ_STR(buf, "examples/mlp.hlo: error: the entry computation 'main.2' takes 5 parameters; 4 inputs were given");
+  CHECK_EQ_STR(buf, "examples/mlp.hlo:0:0: error: the entry computation 'main.2' takes 5 parameters; 4 inputs were given");
   tpu_sim_array bad = in[1];
   bad.nbytes -= 4;
   tpu_sim_array in2[5];
