@@ -62,7 +62,13 @@ int tpu_cli_compile(int argc, char **argv) {
       dump_after = argv[++i];
       int known = 0;
       for (int k = 0; tpu_compile_pass_names[k]; k++) known |= !strcmp(dump_after, tpu_compile_pass_names[k]);
-      if (!known) return tpu_cli_arg_error(i, 1, "unknown pass '%s' (see tpusim compile --help)", dump_after);
+      if (!known) {
+        char list[400] = "";
+        size_t n = 0;
+        for (int k = 0; tpu_compile_pass_names[k] && n < sizeof list; k++)
+          n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", k ? ", " : "", tpu_compile_pass_names[k]);
+        return tpu_cli_arg_error(i, 1, "unknown pass '%s' for --dump-after (passes: %s)", dump_after, list);
+      }
     } else if (!strcmp(a, "--no-windowed-einsum")) {
       no_window = 1;
     } else if (!strcmp(a, "--mesh") && has_next) {

@@ -33,10 +33,7 @@ static void usage(FILE *f) {
 }
 
 int tpu_cli_plan(int argc, char **argv) {
-  if (argc < 2) {
-    usage(stderr);
-    return 2;
-  }
+  if (argc < 2) return tpu_cli_arg_error(-1, 0, "no model given (usage: tpusim plan MODEL.json [options]; see tpusim plan --help)");
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(stdout);
     return 0;
@@ -45,21 +42,18 @@ int tpu_cli_plan(int argc, char **argv) {
   if (!script || !*script) script = TPU_PLAN_SCRIPT;
   struct stat st;
   if (stat(script, &st) != 0 || !S_ISREG(st.st_mode)) {
-    fprintf(stderr, "error: the planner script %s is missing (set TPUSIM_PLAN to tools/plan/plan.py of a tpusim tree)\n",
-            script);
-    return 2;
+    return tpu_cli_arg_error(0, 1, "the planner script %s is missing (set TPUSIM_PLAN to tools/plan/plan.py of a tpusim "
+                             "tree)", script);
   }
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
-    fprintf(stderr, "error: cannot find this tpusim binary's path (/proc/self/exe)\n");
-    return 2;
+    return tpu_cli_arg_error(0, 1, "cannot find this tpusim binary's path (/proc/self/exe)");
   }
   self[n] = 0;
   char **args = calloc((size_t)argc + 5, sizeof *args);
   if (!args) {
-    fprintf(stderr, "error: out of memory\n");
-    return 2;
+    return tpu_cli_arg_error(0, 1, "out of memory");
   }
   int k = 0;
   args[k++] = "python3";
@@ -71,27 +65,25 @@ int tpu_cli_plan(int argc, char **argv) {
   fflush(stdout);
   pid_t pid = fork();
   if (pid < 0) {
-    fprintf(stderr, "error: cannot start python3: %s\n", strerror(errno));
     free(args);
-    return 2;
+    return tpu_cli_arg_error(0, 1, "cannot start python3: %s", strerror(errno));
   }
   if (pid == 0) {
     execvp("python3", args);
     if (errno == ENOENT)
-      fprintf(stderr, "error: tpusim plan needs python3, which is not on PATH (install python3, e.g. "
-                      "apt-get install python3)\n");
+      tpu_cli_arg_error(0, 1, "tpusim plan needs python3, which is not on PATH (install python3, e.g. apt-get install "
+                        "python3)");
     else
-      fprintf(stderr, "error: cannot run python3: %s\n", strerror(errno));
+      tpu_cli_arg_error(0, 1, "cannot run python3: %s", strerror(errno));
     _exit(2);
   }
   free(args);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) {
-      fprintf(stderr, "error: lost the planner process: %s\n", strerror(errno));
-      return 2;
+      return tpu_cli_arg_error(0, 1, "lost the planner process: %s", strerror(errno));
     }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
-  fprintf(stderr, "error: the planner was killed by signal %d\n", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  tpu_cli_arg_error(0, 1, "the planner was killed by signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   return 1;
 }

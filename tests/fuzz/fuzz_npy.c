@@ -1,5 +1,6 @@
 /* libFuzzer target for the .npy reader (src/base/npy.c): any bytes must end in a clean
- * error located at NAME:0:BYTE within the input, or an array whose size matches its shape
+ * error located at NAME:0:BYTE within the input, printed as one line without a raw control
+ * byte, or an array whose size matches its shape
  * and which writes back and reads back to the same bytes. Built by scripts/fuzz (CMake
  * option TPU_FUZZ). */
 #include <stdint.h>
@@ -25,7 +26,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (tpu_npy_read_mem("fuzz.npy", data, size, &t, &d) != TPU_OK) {
     if (strcmp(d.file, "fuzz.npy") || d.line != 0 || d.col < 0 || (size_t)d.col > size)
       die("an error not located at a byte of the input", &d);
-    if (!d.msg[0] || strchr(d.msg, '\n')) die("an empty or multi-line message", &d);
+    char line[2048];
+    tpu_diag_format(&d, line, sizeof line);
+    if (!d.msg[0]) die("an empty message", &d);
+    for (const char *c = line; *c; c++) /* echoed bytes are escaped: one printable line */
+      if ((unsigned char)*c < 0x20 || *c == 0x7f) die("a raw control byte in the error line", &d);
     if (t.data || t.nbytes) die("a failed read left data", &d);
     return 0;
   }

@@ -1,8 +1,8 @@
 /* libFuzzer target for SCALE-Sim inputs (src/chip/scalesim.c): the input is read as a .cfg
  * file and as a conv and a gemm topology CSV; each must end in a clean error located at a
- * line of the input, or parse, and every parsed layer then runs through the closed-form
- * MXU model on the config's array (or 128 x 128) as `tpusim systolic` does. Built by
- * scripts/fuzz (CMake option TPU_FUZZ). */
+ * line of the input (or 0:0, the file as a whole), or parse, and every parsed layer then
+ * runs through the closed-form MXU model on the config's array (or 128 x 128) as
+ * `tpusim systolic` does. Built by scripts/fuzz (CMake option TPU_FUZZ). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +19,9 @@ static void die(const char *what, const tpu_diag *d) {
 }
 
 static void check_error(const tpu_diag *d, const char *name) {
-  if (strcmp(d->file, name) || d->line < 1 || d->col < 0) die("an error without a line", d);
+  /* a line, or 0:0 for the file as a whole (a missing section) */
+  if (strcmp(d->file, name) || d->line < 0 || d->col < 0 || (d->line == 0 && d->col != 0))
+    die("an error without a location", d);
   if (!d->msg[0]) die("an empty message", d);
 }
 

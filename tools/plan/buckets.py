@@ -20,7 +20,7 @@ def read_lengths(path):
     try:
         lines = open(path, encoding="utf-8").read().split("\n")
     except OSError as e:
-        raise Bad(f"{path}:1:1: error: cannot read: {e.strerror}")
+        raise Bad(f"{path}:0:0: error: cannot read: {e.strerror}")
     hist = {}
     for ln, line in enumerate(lines, 1):
         body = line.split("#", 1)[0]
@@ -116,7 +116,8 @@ def pack(hist, row):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(prog="tpusim plan buckets", description=__doc__.split("\n\n")[0])
+    import cmdline
+    ap = cmdline.Parser(argv=argv, base=3, prog="tpusim plan buckets", description=__doc__.split("\n\n")[0])
     ap.add_argument("lengths", help="LENGTHS.txt: one sequence length per line, or 'LENGTH COUNT'")
     ap.add_argument("--max-waste", type=float, default=10.0, help="target padding waste, percent (default 10)")
     ap.add_argument("--align", type=int, default=8, help="bucket sizes are multiples of this (default 8)")
@@ -125,16 +126,13 @@ def main(argv):
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if not 0 <= a.max_waste < 100:
-        sys.stderr.write("error: --max-waste is a percentage in [0, 100)\n")
-        return 2
+        cmdline.arg_fail(argv, 3, "--max-waste", f"--max-waste is a percentage in [0, 100), not {a.max_waste}")
     if a.align < 1:
-        sys.stderr.write("error: --align must be at least 1\n")
-        return 2
+        cmdline.arg_fail(argv, 3, "--align", f"--align must be at least 1, not {a.align}")
     try:
         hist = read_lengths(a.lengths)
     except Bad as e:
-        sys.stderr.write(str(e) + "\n")
-        return 2
+        cmdline.fail(*str(e).split(": error: ", 1)) if ": error: " in str(e) else cmdline.fail("<command line>:0:0", str(e))
     real = sum(ln * c for ln, c in hist.items())
     count = sum(hist.values())
     longest = max(hist)
@@ -143,14 +141,12 @@ def main(argv):
         try:
             sizes = sorted({int(x) for x in a.buckets.split(",")})
         except ValueError:
-            sys.stderr.write(f"error: --buckets takes sizes like 64,128,256, not '{a.buckets}'\n")
-            return 2
+            cmdline.arg_fail(argv, 3, "--buckets", f"--buckets takes sizes like 64,128,256, not '{a.buckets}'")
         if sizes[0] < 1:
-            sys.stderr.write("error: bucket sizes must be positive\n")
-            return 2
+            cmdline.arg_fail(argv, 3, "--buckets", "bucket sizes must be positive")
         if sizes[-1] < longest:
-            sys.stderr.write(f"error: the longest sequence ({longest}) does not fit the largest bucket ({sizes[-1]})\n")
-            return 2
+            cmdline.arg_fail(argv, 3, "--buckets", f"the longest sequence ({longest}) does not fit the largest bucket "
+                             f"({sizes[-1]})")
     else:
         k = 1
         while True:
@@ -166,8 +162,7 @@ def main(argv):
     pad_one = one * count
     row = a.pack_len or max(sizes)
     if row < longest:
-        sys.stderr.write(f"error: --pack-len {row} is shorter than the longest sequence ({longest})\n")
-        return 2
+        cmdline.arg_fail(argv, 3, "--pack-len", f"--pack-len {row} is shorter than the longest sequence ({longest})")
     rows = pack(hist, row)
     pack_waste = 1 - real / (rows * row)
     res = {"sequences": count, "tokens": real, "mean_length": real / count, "longest": longest,

@@ -151,8 +151,8 @@ def step_bytes(m, B, C, T):
 
 
 def main(argv, P, tpusim, root):
-    import argparse
-    ap = argparse.ArgumentParser(prog="tpusim plan serve",
+    import cmdline
+    ap = cmdline.Parser(argv=argv, base=3, prog="tpusim plan serve",
                                  description="Rank chips, slices and batch sizes for serving a dense transformer's "
                                              "decode by cost per token within a latency target.")
     ap.add_argument("model", help="MODEL.json (docs/plan.md; kv_heads optional, for grouped-query attention)")
@@ -172,9 +172,19 @@ def main(argv, P, tpusim, root):
         if any(b < 1 for b in batches):
             raise ValueError
     except ValueError:
-        P.die(f"error: --batches '{a.batches}': expected positive whole numbers, comma-separated")
-    if a.context < 1 or a.max_latency_ms <= 0:
-        P.die("error: --context must be at least 1 and --max-latency-ms above 0")
+        cmdline.arg_fail(argv, 3, "--batches", f"--batches '{a.batches}': expected positive whole numbers, comma-separated")
+    if a.context < 1:
+        cmdline.arg_fail(argv, 3, "--context", f"--context must be at least 1, not {a.context}")
+    if not (a.max_latency_ms > 0 and a.max_latency_ms < float("inf")):
+        cmdline.arg_fail(argv, 3, "--max-latency-ms", f"--max-latency-ms must be a positive number, not {a.max_latency_ms}")
+    for k in ("max_tensor", "jobs"):
+        if getattr(a, k) < 1:
+            cmdline.arg_fail(argv, 3, "--" + k.replace("_", "-"), f"--{k.replace('_', '-')} must be at least 1")
+    for c in a.chips.split(","):
+        try:
+            P.load_chip(a.root, c)
+        except P.InputError as e:
+            cmdline.arg_fail(argv, 3, "--chips", str(e).replace("error: ", "", 1))
     try:
         m = P.load_model(a.model)
         chips = [P.load_chip(a.root, c) for c in a.chips.split(",")]

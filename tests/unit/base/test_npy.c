@@ -256,7 +256,7 @@ static void test_malformed(void) {
   write_raw(p, "\x93NUMPY\x04\x00\x10\x00\x00\x00", 12);
   expect_read_error(p, TPU_ERR_UNSUPPORTED, "unsupported .npy format version 4.0");
   write_raw(p, "\x93NUMPY\x01\x00\x40\x00{'descr'", 17);
-  expect_read_error(p, TPU_ERR_PARSE, "truncated .npy file (header cut short)");
+  expect_read_error(p, TPU_ERR_PARSE, "truncated .npy file (the header of 64 bytes is cut short)");
   write_raw(p, "\x93NUMPY\x02\x00\xff\xff\xff\x7f", 12);
   expect_read_error(p, TPU_ERR_LIMIT, "exceeds the limit");
 
@@ -311,12 +311,12 @@ static void test_malformed(void) {
   write_npy(p, 1, "{'descr': '|f4', 'fortran_order': False, 'shape': (4,), }", four, 16);
   expect_read_error(p, TPU_ERR_PARSE, "descr '|f4' lacks a byte order");
   write_npy(p, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", four, 8);
-  expect_read_error(p, TPU_ERR_PARSE, "truncated .npy file: shape needs 16 data bytes, file has 8");
+  expect_read_error(p, TPU_ERR_PARSE, "truncated .npy file: the shape needs 16 data bytes, the file has 8");
   write_npy(p, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", four, 16);
-  expect_read_error(p, TPU_ERR_PARSE, ".npy size mismatch: shape needs 12 data bytes, file has 16");
+  expect_read_error(p, TPU_ERR_PARSE, ".npy size mismatch: the shape needs 12 data bytes, the file has 16");
   write_npy(p, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }",
             four, 16);
-  expect_read_error(p, TPU_ERR_LIMIT, "array size overflows");
+  expect_read_error(p, TPU_ERR_LIMIT, "the array's size overflows");
   write_npy(p, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }",
             four, 16);
   expect_read_error(p, TPU_ERR_LIMIT, "a dimension overflows int64");
@@ -332,9 +332,13 @@ static void test_malformed(void) {
   expect_read_error("/nonexistent/dir/x.npy", TPU_ERR_IO, "cannot open");
   remove(p);
 
-  /* A header written by hand in another valid style (double quotes, no trailing comma,
-   * Python 2 'L' suffix) still reads. */
-  write_npy(p, 1, "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (2L, 2L)}", four, 16);
+  /* Python 2's 'L' suffix is refused at the byte it stands on (NumPy on Python 3 never
+   * writes it); the error names the file, line 0, the byte offset. */
+  write_npy(p, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2L), }", four, 16);
+  expect_read_error(p, TPU_ERR_PARSE, ":0:65: error: bad .npy header: expected ',' or ')' in 'shape'");
+  /* A header written by hand in another valid style (double quotes, no trailing comma)
+   * still reads. */
+  write_npy(p, 1, "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (2, 2)}", four, 16);
   tpu_tensor t;
   if (read_ok(p, &t) == TPU_OK) {
     CHECK(t.rank == 2 && t.dims[0] == 2 && tpu_tensor_get_f64(&t, 3) == 4.0);
