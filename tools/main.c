@@ -1,4 +1,5 @@
 /* tpusim CLI entry: dispatches to one verb. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -104,7 +105,16 @@ int main(int argc, char **argv) {
     return 0;
   }
   for (size_t i = 0; i < sizeof k_verbs / sizeof k_verbs[0]; i++)
-    if (!strcmp(argv[1], k_verbs[i].name)) return k_verbs[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], k_verbs[i].name)) {
+      int rc = k_verbs[i].fn(argc - 1, argv + 1);
+      /* what the verb printed must have reached its destination (a full disk, a closed pipe) */
+      if (fflush(stdout) != 0 || ferror(stdout)) {
+        int e = errno;
+        rc = rc ? rc : 1;
+        tpu_cli_file_error("<standard output>", 0, 0, "cannot write: %s", strerror(e));
+      }
+      return rc;
+    }
   return tpu_cli_arg_error(0, 1, "unknown verb '%s' (run, compile, fmt, chips, systolic, plan; tpusim --help)",
                            argv[1]);
 }

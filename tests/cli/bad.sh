@@ -39,6 +39,14 @@ done < $D/cases.txt
 [ $ncases -ge 85 ] || fail "only $ncases cases ran"
 echo "bad inputs: $ncases cases refused as they should be ($skipped skipped: no python3)"
 
+# Standard output that cannot be written (a full disk): exit 1 and one located line.
+if [ -w /dev/full ]; then
+  "$BIN" fmt $D/ok.hlo > /dev/full 2> "$T/se"
+  rc=$?
+  [ $rc = 1 ] && [ "$(wc -l < "$T/se")" = 1 ] && grep -q '^<standard output>:0:0: error: cannot write' "$T/se" ||
+    fail "fmt > /dev/full: exit $rc, '$(cat "$T/se")'"
+fi
+
 # Large constants: the parser locates each element from the previous one, not from the
 # start of the text (which was quadratic: 200,000 elements took 47 s). 1,000,000 elements
 # (4 MB) must parse within the timeout even on the sanitizer build.
