@@ -148,6 +148,9 @@ static char *make_temp(const char *dir) {
     errno = e;
     return NULL;
   }
+  mode_t mask = umask(0); /* a result folder gets mkdir's usual mode, not mkdtemp's 0700 */
+  umask(mask);
+  chmod(tmp, 0777 & ~mask);
   return tmp;
 }
 

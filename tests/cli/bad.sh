@@ -65,6 +65,8 @@ echo "large constant: 1,000,000 elements parsed and printed in about $((s1 - s0)
 O="$T/res"
 "$BIN" run $D/two_params.hlo -q -o "$O" || fail "results: the first run failed"
 [ -f "$O/0.npy" ] || fail "results: no $O/0.npy"
+mkdir "$T/m"
+[ "$(stat -c %a "$O")" = "$(stat -c %a "$T/m")" ] || fail "results: folder mode $(stat -c %a "$O"), mkdir gives $(stat -c %a "$T/m")"
 "$BIN" run $D/two_params.hlo -q -i $D/ok.npy -i $D/truncated.npy -o "$O" 2> /dev/null
 [ $? = 2 ] || fail "results: the failing run did not exit 2"
 [ ! -e "$O" ] || fail "results: a failed run left $(ls -A "$O" | tr '\n' ' ') in $O"
