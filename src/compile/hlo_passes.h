@@ -34,6 +34,10 @@ void tpu__cse_free(tpu__cse *t);
 tpu_instr *tpu__cse_find_or_add(tpu__cse *t, tpu_instr *in);
 /* Independent all-reduces / all-gathers / reduce-scatters over the same groups become one. */
 tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+/* Forward scans (cumsum, cumprod, cummax) longer than 128 in the XLA TPU compiler's blocks of
+ * 128 (compile/scan_rewrite.c); *changed = 1 when any was rewritten. */
+struct tpu_builder;
+tpu_status tpu__scan_rewrite(struct tpu_builder *b, tpu_module *m, int *changed);
 /* Groups ops into `fusion` instructions of kind kLoop, kOutput and kInput. */
 tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 

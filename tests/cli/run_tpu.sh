@@ -195,5 +195,25 @@ rc=$?
 [ "$rc" = 1 ] || fail "unwritable report: exit $rc, want 1"
 grep -q "nodir/r.json:0:0: error: cannot create" "$T/se" || fail "unwritable report: '$(cat "$T/se")'"
 
+# A 20,000-element cumsum (JAX's TPU lowering: a reduce-window over the whole prefix) runs in
+# linear time on both backends; the tpu backend sums in the XLA TPU compiler's blocks of 128
+# (compile/scan_rewrite.c), within 0.005 of float64 on values up to ~10,000 (JAX on CPU:
+# 0.0017; the reference's plain left-to-right window order: 0.028, allowed 0.05).
+python3 -c "import numpy as np; np.save('$T/cs.npy', np.random.RandomState(0).rand(20000).astype(np.float32))" ||
+  fail "numpy for the cumsum input"
+"$BIN" run tests/hlo/compile/cumsum_20000.hlo -i "$T/cs.npy" -o "$T/cs_tpu" --quiet 2> "$T/se" || fail "cumsum tpu: $(cat "$T/se")"
+"$BIN" run tests/hlo/compile/cumsum_20000.hlo -i "$T/cs.npy" -o "$T/cs_ref" --backend ref --quiet 2> "$T/se" ||
+  fail "cumsum ref: $(cat "$T/se")"
+python3 - "$T" <<'PY' || fail "cumsum values"
+import sys, numpy as np
+t = sys.argv[1]
+x = np.load(t + "/cs.npy").astype(np.float64)
+want = np.cumsum(x)
+tpu, ref = np.load(t + "/cs_tpu/0.npy"), np.load(t + "/cs_ref/0.npy")
+et, er = np.abs(tpu - want).max(), np.abs(ref - want).max()
+print("cumsum of 20,000: tpu error %.2g, ref error %.2g" % (et, er))
+sys.exit(0 if et < 0.005 and er < 0.05 and et < er else 1)
+PY
+
 [ "$fails" = 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all cli run_tpu checks passed"

@@ -898,6 +898,32 @@ static void test_param_copies(void) {
   }
 }
 
+/* A scan longer than 128 (jnp.cumsum as JAX lowers it for a TPU) is rewritten into the XLA
+ * TPU compiler's blocks (compile/scan_rewrite.c): no reduce-window wider than 128 is left,
+ * and each of the 157 blocks of 128 of a 20,000-element scan is a window of 128. */
+static void test_scan_rewrite(void) {
+  static const char *src =
+      "HloModule m\nadd {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
+      "ENTRY e {\n x = f32[20000] parameter(0)\n z = f32[] constant(0)\n"
+      " ROOT c = f32[20000] reduce-window(x, z), window={size=20000 pad=19999_0}, to_apply=add\n}\n";
+  tpu_module *m = compile_src(src);
+  if (!m) return;
+  int wide = 0, blocks = 0, found157 = 0;
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    const tpu_comp *c = m->comps[ci];
+    for (int i = 0; i < c->ninstrs; i++) {
+      const tpu_instr *in = c->instrs[i];
+      if (in->op != TPU_OP_REDUCE_WINDOW) continue;
+      for (int k = 0; k < in->nwindow; k++) wide |= in->window[k].size > 128;
+      blocks++;
+      found157 |= in->shape.rank == 2 && in->shape.dims[0] == 157 && in->shape.dims[1] == 128;
+    }
+  }
+  printf("cumsum of 20,000: %d reduce-windows after the passes, none wider than 128: %s\n", blocks, wide ? "no" : "yes");
+  CHECK(!wide && blocks == 3 && found157);
+  tpu_module_free(m);
+}
+
 int main(void) {
   test_shared_producer();
   test_matmul_fusion();
@@ -910,6 +936,7 @@ int main(void) {
   test_golden();
   test_param_layouts();
   test_param_copies();
+  test_scan_rewrite();
   test_cse();
   test_scatter_select();
   test_reduce_of_broadcast();
