@@ -23,15 +23,6 @@ typedef struct {
   tpu_comp *add;        /* f32 (a, b) -> a + b, made on first use */
 } dr;
 
-static tpu_shape plain(tpu_dtype t, int rank, const int64_t *dims) {
-  tpu_shape s;
-  memset(&s, 0, sizeof s);
-  s.dtype = t;
-  s.rank = rank;
-  for (int i = 0; i < rank; i++) s.dims[i] = dims[i];
-  return s;
-}
-
 static tpu_status adder(dr *r, tpu_comp **out) {
   if (!r->add) TPU_TRY(tpu_build_scalar_comp(r->b, "dot.add", TPU_OP_ADD, TPU_F32, r->b->m->entry, &r->add));
   *out = r->add;
@@ -51,7 +42,7 @@ static tpu_status widen(dr *r, tpu_instr *dot, tpu_instr *x, tpu_instr **out) {
     *out = x;
     return TPU_OK;
   }
-  tpu_shape s = plain(TPU_F32, x->shape.rank, x->shape.dims);
+  tpu_shape s = tpu_build_shape(TPU_F32, x->shape.rank, x->shape.dims);
   return emit(r, dot, TPU_OP_CONVERT, "dot.widen", &s, &x, 1, NULL, out);
 }
 
@@ -122,7 +113,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   char buf[4 * TPU_MAX_RANK * 24];
   tpu_instr *v = V;
   if (vk != V->shape.rank) {
-    tpu_shape s = plain(V->shape.dtype, vk, vdims);
+    tpu_shape s = tpu_build_shape(V->shape.dtype, vk, vdims);
     TPU_TRY(emit(r, dot, TPU_OP_RESHAPE, "dot.vector", &s, &v, 1, NULL, &v));
   }
   int moved = 0;
@@ -134,11 +125,11 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
     bdims[i] = to_m[perm[i]];
   }
   if (moved) {
-    tpu_shape s = plain(V->shape.dtype, vk, pdims);
+    tpu_shape s = tpu_build_shape(V->shape.dtype, vk, pdims);
     TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.vector", &s, &v, 1, tpu_dims_text(buf, sizeof buf, pd, vk), &v));
   }
   TPU_TRY(widen(r, dot, v, &v));
-  tpu_shape ms = plain(TPU_F32, M->shape.rank, M->shape.dims);
+  tpu_shape ms = tpu_build_shape(TPU_F32, M->shape.rank, M->shape.dims);
   tpu_instr *mf, *vbc, *prod, *zero, *sum;
   TPU_TRY(emit(r, dot, TPU_OP_BROADCAST, "dot.vector", &ms, &v, 1, tpu_dims_text(buf, sizeof buf, bdims, vk), &vbc));
   TPU_TRY(widen(r, dot, M, &mf));
@@ -155,7 +146,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
       kept[nk] = d;
       kdims[nk++] = M->shape.dims[d];
     }
-  tpu_shape ss = plain(TPU_F32, nk, kdims);
+  tpu_shape ss = tpu_build_shape(TPU_F32, nk, kdims);
   tpu_comp *add;
   TPU_TRY(adder(r, &add));
   tpu_instr *red_ops[2] = {prod, zero};
@@ -177,7 +168,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   }
   tpu_instr *x = sum;
   if (moved) {
-    tpu_shape s = plain(TPU_F32, no, odims);
+    tpu_shape s = tpu_build_shape(TPU_F32, no, odims);
     TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.order", &s, &x, 1, tpu_dims_text(buf, sizeof buf, order, no), &x));
   }
   tpu_shape out = dot->shape;

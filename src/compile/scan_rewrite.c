@@ -52,15 +52,6 @@ static tpu_opcode reducer_op(const tpu_comp *c) {
   return r->op;
 }
 
-static tpu_shape shape_of(tpu_dtype t, int rank, const int64_t *dims) {
-  tpu_shape s;
-  memset(&s, 0, sizeof s);
-  s.dtype = t;
-  s.rank = rank;
-  for (int i = 0; i < rank; i++) s.dims[i] = dims[i];
-  return s;
-}
-
 typedef struct {
   tpu_builder *b;
   tpu_comp *c;
@@ -125,7 +116,7 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   tpu_instr *p = v;
   if (k != n) { /* pad with the init value to whole blocks */
     d[r - 1] = k;
-    tpu_shape ps = shape_of(s->dtype, r, d);
+    tpu_shape ps = tpu_build_shape(s->dtype, r, d);
     tpu_instr *ops[2] = {v, init};
     TPU_TRY(mk(x, TPU_OP_PAD, "scan.pad", &ps, ops, 2, &p));
     TPU_TRY(tpu_build_set_attr(x->b, p, "padding", pad_text(buf, sizeof buf, r, 0, k - n)));
@@ -133,23 +124,23 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   /* [..., K] -> [..., K/128, 128] */
   d[r - 1] = nb;
   d[r] = SCAN_BASE;
-  tpu_shape bs = shape_of(s->dtype, r + 1, d);
+  tpu_shape bs = tpu_build_shape(s->dtype, r + 1, d);
   tpu_instr *blocks, *inner;
   TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.blocks", &bs, &p, 1, &blocks));
   TPU_TRY(scan_last(x, blocks, init, red, f, &inner));
   /* each block's last value, [..., K/128] */
   d[r] = 1;
-  tpu_shape ls1 = shape_of(s->dtype, r + 1, d);
+  tpu_shape ls1 = tpu_build_shape(s->dtype, r + 1, d);
   tpu_instr *last1, *last;
   TPU_TRY(mk(x, TPU_OP_SLICE, "scan.last", &ls1, &inner, 1, &last1));
   TPU_TRY(tpu_build_set_attr(x->b, last1, "slice", slice_text(buf, sizeof buf, &bs, SCAN_BASE - 1, SCAN_BASE)));
-  tpu_shape ls = shape_of(s->dtype, r, d);
+  tpu_shape ls = tpu_build_shape(s->dtype, r, d);
   TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.last", &ls, &last1, 1, &last));
   /* their scan, shifted by one: block b adds the blocks before it */
   tpu_instr *tot, *shifted, *carry;
   TPU_TRY(scan_last(x, last, init, red, f, &tot));
   d[r - 1] = nb + 1;
-  tpu_shape ss = shape_of(s->dtype, r, d);
+  tpu_shape ss = tpu_build_shape(s->dtype, r, d);
   tpu_instr *pops[2] = {tot, init};
   TPU_TRY(mk(x, TPU_OP_PAD, "scan.carry", &ss, pops, 2, &shifted));
   TPU_TRY(tpu_build_set_attr(x->b, shifted, "padding", pad_text(buf, sizeof buf, r, 1, 0)));
@@ -163,7 +154,7 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   tpu_instr *aops[2] = {inner, bc};
   TPU_TRY(mk(x, f, "scan.sum", &bs, aops, 2, &sum));
   d[r - 1] = k;
-  tpu_shape fs = shape_of(s->dtype, r, d);
+  tpu_shape fs = tpu_build_shape(s->dtype, r, d);
   TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.sum", &fs, &sum, 1, &flat));
   if (k == n) {
     *out = flat;
@@ -185,14 +176,14 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int di
   if (dim != r - 1) { /* the scanned dimension last */
     int64_t d[TPU_MAX_RANK];
     for (int i = 0; i < r; i++) d[i] = v->shape.dims[perm[i]];
-    tpu_shape ts = shape_of(v->shape.dtype, r, d);
+    tpu_shape ts = tpu_build_shape(v->shape.dtype, r, d);
     TPU_TRY(mk(&x, TPU_OP_TRANSPOSE, "scan.transpose", &ts, &v, 1, &v));
     TPU_TRY(tpu_build_set_attr(b, v, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r)));
   }
   tpu_instr *res;
   TPU_TRY(scan_last(&x, v, init, rw->to_apply, f, &res));
   if (dim != r - 1) {
-    tpu_shape os = shape_of(rw->shape.dtype, r, rw->shape.dims);
+    tpu_shape os = tpu_build_shape(rw->shape.dtype, r, rw->shape.dims);
     TPU_TRY(mk(&x, TPU_OP_TRANSPOSE, "scan.transpose", &os, &res, 1, &res));
     TPU_TRY(tpu_build_set_attr(b, res, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r)));
   }

@@ -357,6 +357,15 @@ tpu_status tpu_build_instr_like(tpu_builder *b, tpu_comp *c, const tpu_instr *li
   return TPU_OK;
 }
 
+tpu_shape tpu_build_shape(tpu_dtype t, int rank, const int64_t *dims) {
+  tpu_shape s;
+  memset(&s, 0, sizeof s);
+  s.dtype = t;
+  s.rank = rank;
+  for (int i = 0; i < rank; i++) s.dims[i] = dims[i];
+  return s;
+}
+
 const char *tpu_dims_text(char *buf, size_t n, const int64_t *v, int k) {
   size_t at = (size_t)snprintf(buf, n, "{");
   for (int i = 0; i < k && at < n; i++) at += (size_t)snprintf(buf + at, n - at, i ? ",%lld" : "%lld", (long long)v[i]);

@@ -65,6 +65,9 @@ tpu_status tpu_build_constant(tpu_builder *b, tpu_comp *c, const char *name_hint
  * tpu_build_set_attr(b, f, "calls", comp->name) also sets f->calls. */
 tpu_status tpu_build_set_attr(tpu_builder *b, tpu_instr *in, const char *name, const char *value);
 
+/* A shape of element type t and the given dims, no layout. */
+tpu_shape tpu_build_shape(tpu_dtype t, int rank, const int64_t *dims);
+
 /* A dimension list as attribute text, "{a,b,c}", written into buf (n bytes); returns buf. */
 const char *tpu_dims_text(char *buf, size_t n, const int64_t *v, int k);
 
