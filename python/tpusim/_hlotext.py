@@ -41,3 +41,110 @@ def drop_empty_meshes(text):
     if not kept or len(kept) == len(entries):
         return text
     return text[:start] + ", ".join(kept) + text[j - 1:]
+
+
+# ---- batch-norm-training / -inference / -grad, expanded as XLA's BatchNormExpander does ----
+
+_BN = re.compile(r"^(\s*)(ROOT\s+)?(\S+)\s*=\s*(.*?)\s+(batch-norm-training|batch-norm-inference|batch-norm-grad)"
+                 r"\(([^()]*)\)(.*)$")
+_ARRAY = re.compile(r"([a-z0-9]+)\[([\d,\s]*)\]")
+
+
+def _bn_lines(kind, name, root, ind, dt, dims, f, eps, args, meta):
+    """The instructions that compute one batch-norm op, the last named `name`."""
+    r = len(dims)
+    c = dims[f]
+    n = 1
+    for k, d in enumerate(dims):
+        if k != f:
+            n *= d
+    D = "%s[%s]" % (dt, ",".join(str(d) for d in dims))
+    C = "%s[%d]" % (dt, c)
+    S = "%s[]" % dt
+    red = "dimensions={%s}, to_apply=tpusim_bn_add_%s" % (",".join(str(k) for k in range(r) if k != f), dt)
+    fdim = "dimensions={%d}" % f
+    p = name + ".bn."
+    out = []
+
+    def emit(local, typ, expr):
+        out.append("%s%s%s = %s %s%s" % (ind, "", p + local, typ, expr, meta))
+        return p + local
+
+    zero = emit("zero", S, "constant(0)")
+    epsb = emit("epsb", C, "broadcast(%s), dimensions={}" % emit("eps", S, "constant(%r)" % eps))
+    x = args[0]
+    if kind == "batch-norm-training":
+        _, scale, offset = args
+        nb = emit("nb", C, "broadcast(%s), dimensions={}" % emit("n", S, "constant(%d)" % n))
+        mean = emit("mean", C, "divide(%s, %s)" % (emit("sum", C, "reduce(%s, %s), %s" % (x, zero, red)), nb))
+        sq = emit("sq", D, "multiply(%s, %s)" % (x, x))
+        meansq = emit("meansq", C, "divide(%s, %s)" % (emit("sumsq", C, "reduce(%s, %s), %s" % (sq, zero, red)), nb))
+        var = emit("var", C, "subtract(%s, %s)" % (meansq, emit("mean2", C, "multiply(%s, %s)" % (mean, mean))))
+    elif kind == "batch-norm-inference":
+        _, scale, offset, mean, var = args
+    else:
+        _, scale, mean, var, dy = args
+    rs = emit("rs", C, "rsqrt(%s)" % emit("vpe", C, "add(%s, %s)" % (var, epsb)))
+    xc = emit("xc", D, "subtract(%s, %s)" % (x, emit("meanb", D, "broadcast(%s), %s" % (mean, fdim))))
+    if kind != "batch-norm-grad":
+        sr = emit("srb", D, "broadcast(%s), %s" % (emit("sr", C, "multiply(%s, %s)" % (scale, rs)), fdim))
+        y0 = emit("y0", D, "multiply(%s, %s)" % (xc, sr))
+        y = emit("y", D, "add(%s, %s)" % (y0, emit("offb", D, "broadcast(%s), %s" % (offset, fdim))))
+        last = ("(%s, %s, %s) tuple(%s, %s, %s)" % (D, C, C, y, mean, var) if kind == "batch-norm-training"
+                else "%s copy(%s)" % (D, y))
+    else:
+        # dx = scale·rs/N · (N·dy - Σdy - (x-μ)·rs²·Σ(dy·(x-μ))), dscale = rs·Σ(dy·(x-μ)), doffset = Σdy
+        dbeta = emit("dbeta", C, "reduce(%s, %s), %s" % (dy, zero, red))
+        sdxm = emit("sdxm", C, "reduce(%s, %s), %s" % (emit("dyxc", D, "multiply(%s, %s)" % (dy, xc)), zero, red))
+        dgamma = emit("dgamma", C, "multiply(%s, %s)" % (sdxm, rs))
+        nb = emit("nb", C, "broadcast(%s), dimensions={}" % emit("n", S, "constant(%d)" % n))
+        rs2 = emit("rs2", C, "multiply(%s, %s)" % (rs, rs))
+        t1 = emit("ndy", D, "multiply(%s, %s)" % (dy, emit("nbd", D, "broadcast(%s), %s" % (nb, fdim))))
+        t2 = emit("t2", D, "subtract(%s, %s)" % (t1, emit("dbetab", D, "broadcast(%s), %s" % (dbeta, fdim))))
+        k3 = emit("k3", C, "multiply(%s, %s)" % (rs2, sdxm))
+        t3 = emit("t3", D, "multiply(%s, %s)" % (xc, emit("k3b", D, "broadcast(%s), %s" % (k3, fdim))))
+        t4 = emit("t4", D, "subtract(%s, %s)" % (t2, t3))
+        coef = emit("coef", C, "divide(%s, %s)" % (emit("srs", C, "multiply(%s, %s)" % (scale, rs)), nb))
+        dx = emit("dx", D, "multiply(%s, %s)" % (t4, emit("coefb", D, "broadcast(%s), %s" % (coef, fdim))))
+        last = "(%s, %s, %s) tuple(%s, %s, %s)" % (D, C, C, dx, dgamma, dbeta)
+    out.append("%s%s%s = %s%s" % (ind, root or "", name, last, meta))
+    return out
+
+
+def expand_batch_norm(text):
+    """The HLO text with every batch-norm-training, batch-norm-inference and batch-norm-grad
+    (PyTorch/XLA's batch norm and layer norm) written as the reductions and elementwise ops
+    XLA's BatchNormExpander turns them into before a TPU runs them: mean = Σx/N, var =
+    Σx²/N - mean² over every dimension but feature_index, y = (x - mean)·scale·rsqrt(var + ε)
+    + offset, and the gradient formula above. Unchanged when there is none."""
+    if "batch-norm-" not in text:
+        return text
+    lines = text.split("\n")
+    out, types = [], set()
+    for line in lines:
+        m = _BN.match(line)
+        if not m:
+            out.append(line)
+            continue
+        ind, root, name, typ, kind, args, rest = m.groups()
+        attrs = dict(re.findall(r"(epsilon|feature_index)=([^,\s]+)", rest))
+        arrays = _ARRAY.findall(typ)
+        if not arrays or "feature_index" not in attrs:
+            out.append(line)
+            continue
+        dt = arrays[0][0]
+        dims = [int(d) for d in arrays[0][1].replace(" ", "").split(",") if d]
+        meta = re.search(r",\s*metadata=\{[^{}]*\}", rest)
+        types.add(dt)
+        out += _bn_lines(kind, name, root, ind, dt, dims, int(attrs["feature_index"]),
+                         float(attrs.get("epsilon", "0")), [a.strip() for a in args.split(",")],
+                         meta.group(0) if meta else "")
+    adds = []
+    for dt in sorted(types):
+        adds += ["tpusim_bn_add_%s {" % dt, "  x = %s[] parameter(0)" % dt, "  y = %s[] parameter(1)" % dt,
+                 "  ROOT s = %s[] add(x, y)" % dt, "}", ""]
+    # before the first computation (after the header and any metadata tables)
+    for i, line in enumerate(out):
+        if re.match(r"^(ENTRY\s+)?[^\s{}]+\s.*\{\s*$|^[^\s{}]+\s*\{\s*$", line) and not line.startswith("HloModule"):
+            return "\n".join(out[:i] + adds + out[i:])
+    return "\n".join(out)

@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 
-from tpusim._hlotext import drop_empty_meshes
+from tpusim._hlotext import drop_empty_meshes, expand_batch_norm
 
 _lib = None
 _callback = None
@@ -314,7 +314,7 @@ def convert(code, fmt, options):
     module = comp.as_hlo_module()
     print_opts = hlo_lib.HloPrintOptions.short_parsable()
     print_opts.print_metadata = True
-    text = drop_empty_meshes(module.to_string(print_opts))
+    text = expand_batch_norm(drop_empty_meshes(module.to_string(print_opts)))
     assign = list(range(ndev))
     if build.device_assignment is not None:
         assign = _device_assignment(build.device_assignment.serialize(), nrep, npart)
