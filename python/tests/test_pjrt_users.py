@@ -130,3 +130,20 @@ def test_linalg_lowered_as_for_a_tpu(tmp_path):
         got = outs["tpusim"][k]
         assert got.shape == want.shape and got.dtype == want.dtype, k
         assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max(), (k, np.abs(got - want).max())
+
+
+@pytest.mark.parametrize("backend", ["tpu", "ref"])
+def test_float8_as_ml_dtypes(tmp_path, backend):
+    # f8e4m3fn and f8e5m2: computed as f32 with each f8 result rounded to the f8 grid; every
+    # result equals JAX on CPU bit for bit, and the quantization equals ml_dtypes'
+    outs = {}
+    for platform in ("cpu", "tpusim"):
+        run("pjrt_f8_cases.py", platform, tmp_path / (platform + ".npz"), devices=1, TPUSIM_TOPOLOGY="",
+            TPUSIM_BACKEND=backend)
+        outs[platform] = dict(np.load(tmp_path / (platform + ".npz")))
+    for k, want in outs["cpu"].items():
+        got = outs["tpusim"][k]
+        assert got.dtype == want.dtype and got.shape == want.shape, k
+        assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), (k, got, want)
+    for n in ("float8_e4m3fn", "float8_e5m2"):
+        assert np.array_equal(outs["tpusim"][n + ".quant"], outs["tpusim"][n + ".ml_dtypes"])

@@ -148,3 +148,77 @@ def expand_batch_norm(text):
         if re.match(r"^(ENTRY\s+)?[^\s{}]+\s.*\{\s*$|^[^\s{}]+\s*\{\s*$", line) and not line.startswith("HloModule"):
             return "\n".join(out[:i] + adds + out[i:])
     return "\n".join(out)
+
+
+# ---- float8 ----
+
+# (mantissa bits, exponent bias, largest finite value) of each float8 type tpusim runs.
+F8_TYPES = {"f8e4m3fn": (3, 7, 448.0), "f8e5m2": (2, 15, 57344.0)}
+_F8_RE = re.compile(r"\b(f8e4m3fn|f8e5m2)\[")
+_INSTR = re.compile(r"^(\s*)(ROOT\s+)?([^\s=]+)\s*=\s*((?:f8e4m3fn|f8e5m2)\[[^\]]*\](?:\{[^}]*\})?)\s+([\w-]+)\((.*)$")
+# Ops whose results are values of their f8 operands: nothing to round.
+_MOVES = {"parameter", "constant", "get-tuple-element", "tuple", "reshape", "transpose", "broadcast", "copy", "slice",
+          "dynamic-slice", "dynamic-update-slice", "concatenate", "reverse", "pad", "select", "gather", "bitcast",
+          "all-gather", "all-to-all", "collective-permute", "copy-start", "copy-done"}
+
+
+def _f8_round(ind, root, name, dims, kind, meta):
+    """Lines rounding the f32 value `name.f8` to the float8 grid of `kind`, as ml_dtypes does
+    (nearest even; subnormals; F8E4M3FN's overflow and infinities to NaN, F8E5M2's overflow to
+    infinity), the last one named `name`."""
+    mb, bias, top = F8_TYPES[kind]
+    k = bias - 1 + mb  # subnormals are multiples of 2^-k
+    T, P, S = "f32[%s]" % dims, "pred[%s]" % dims, "f32[]"
+    x, p = name + ".f8", name + ".f8"
+    out = []
+
+    def emit(local, typ, expr):
+        out.append("%s%s = %s %s%s" % (ind, p + local, typ, expr, meta))
+        return p + local
+
+    def const(local, v):
+        return emit(local, T, "broadcast(%s), dimensions={}" % emit(local + "c", S, "constant(%s)" % v))
+
+    ax = emit("abs", T, "abs(%s)" % x)
+    normal = emit("rp", T, "reduce-precision(%s), exponent_bits=8, mantissa_bits=%d" % (x, mb))
+    scaled = emit("up", T, "multiply(%s, %s)" % (x, const("k", repr(float(2 ** k)))))
+    sub = emit("sub", T, "multiply(%s, %s)" % (emit("rne", T, "round-nearest-even(%s)" % scaled),
+                                               const("ik", repr(float(2.0 ** -k)))))
+    tiny = emit("tiny", P, "compare(%s, %s), direction=LT" % (ax, const("min", repr(float(2.0 ** (1 - bias))))))
+    r = emit("r", T, "select(%s, %s, %s)" % (tiny, sub, normal))
+    big = emit("big", P, "compare(%s, %s), direction=GT" % (emit("ra", T, "abs(%s)" % r), const("max", repr(top))))
+    if kind == "f8e4m3fn":  # NaN with the sign of the value, as ml_dtypes gives it
+        nan = const("nan", "nan")
+        neg = emit("neg", P, "compare(%s, %s), direction=LT" % (r, const("zero", "0")))
+        over = emit("snan", T, "select(%s, %s, %s)" % (neg, emit("nnan", T, "negate(%s)" % nan), nan))
+    else:
+        over = emit("inf", T, "multiply(%s, %s)" % (emit("sg", T, "sign(%s)" % r), const("infb", "inf")))
+    out.append("%s%s%s = %s select(%s, %s, %s)%s" % (ind, root or "", name, T, big, over, r, meta))
+    return out
+
+
+def f8_as_f32(text):
+    """The HLO text with its float8 arrays (f8e4m3fn, f8e5m2) computed as f32: every f8 type
+    becomes f32, and each instruction that computes new f8 values (a convert, arithmetic, a
+    reduction's combiner) is followed by its rounding to the f8 grid, so the values are those of
+    ml_dtypes and XLA (which computes f8 arithmetic in f32 and rounds each result). The PJRT
+    plugin widens and narrows the buffers. Unchanged without float8."""
+    if not _F8_RE.search(text):
+        return text
+    out = []
+    for line in text.split("\n"):
+        m = _INSTR.match(line)
+        if m and "bitcast-convert" == m.group(5):
+            raise NotImplementedError("bitcast-convert to or from a float8 type")
+        if m and m.group(5) not in _MOVES:
+            ind, root, name, typ, op, rest = m.groups()
+            kind = typ.split("[")[0]
+            dims = typ[typ.index("[") + 1:typ.index("]")]
+            meta = re.search(r",\s*metadata=\{[^{}]*\}", rest)
+            out.append("%s%s.f8 = %s %s(%s" % (ind, name, typ, op, rest))
+            out += _f8_round(ind, root, name, dims, kind, meta.group(0) if meta else "")
+        else:
+            if "bitcast-convert" in line and _F8_RE.search(line):
+                raise NotImplementedError("bitcast-convert to or from a float8 type")
+            out.append(line)
+    return _F8_RE.sub("f32[", "\n".join(out))

@@ -1,5 +1,6 @@
 /* The tpusim PJRT plugin's buffers: dense row-major arrays in host memory, one per device
  * (the simulated chip's HBM is the host's). Copies in and out complete inside the call. */
+#include <math.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -9,10 +10,63 @@
 static const int to_dtype[] = {
     -1,            TPU_SIM_PRED, TPU_SIM_S8,  TPU_SIM_S16, TPU_SIM_S32, TPU_SIM_S64,
     TPU_SIM_U8,    TPU_SIM_U16,  TPU_SIM_U32, TPU_SIM_U64, TPU_SIM_F16, TPU_SIM_F32,
-    TPU_SIM_F64,   TPU_SIM_BF16, TPU_SIM_C64, TPU_SIM_C128};
+    TPU_SIM_F64,   TPU_SIM_BF16, TPU_SIM_C64, TPU_SIM_C128,
+    TPU_SIM_F32,   TPU_SIM_F32}; /* F8E5M2, F8E4M3FN: run as f32 */
 
 int tpu__pjrt_to_dtype(int t) {
   return t > 0 && t < (int)(sizeof to_dtype / sizeof *to_dtype) ? to_dtype[t] : -1;
+}
+
+int tpu__pjrt_is_f8(int t) { return t == PJRT_T_F8E5M2 || t == PJRT_T_F8E4M3FN; }
+
+size_t tpu__pjrt_type_size(int t) {
+  if (tpu__pjrt_is_f8(t)) return 1;
+  int dt = tpu__pjrt_to_dtype(t);
+  return dt < 0 ? 0 : tpu_sim_dtype_size(dt);
+}
+
+/* Format of a float8 type: mantissa bits and exponent bias. */
+static void f8_format(int t, int *mbits, int *bias) {
+  *mbits = t == PJRT_T_F8E4M3FN ? 3 : 2;
+  *bias = t == PJRT_T_F8E4M3FN ? 7 : 15;
+}
+
+float tpu__pjrt_f8_to_f32(int t, unsigned char v) {
+  int mb, bias;
+  f8_format(t, &mb, &bias);
+  int e = (v & 0x7F) >> mb, m = v & ((1 << mb) - 1);
+  float sign = v & 0x80 ? -1.0f : 1.0f;
+  if (t == PJRT_T_F8E4M3FN && (v & 0x7F) == 0x7F) return NAN;
+  if (t == PJRT_T_F8E5M2 && e == 31) return m ? NAN : sign * INFINITY;
+  if (e == 0) return sign * ldexpf((float)m, 1 - bias - mb);
+  return sign * ldexpf((float)((1 << mb) + m), e - bias - mb);
+}
+
+unsigned char tpu__pjrt_f8_from_f32(int t, float x) {
+  int mb, bias;
+  f8_format(t, &mb, &bias);
+  int e4 = t == PJRT_T_F8E4M3FN;
+  unsigned char sign = signbit(x) ? 0x80 : 0;
+  unsigned char nan = e4 ? 0x7F : 0x7E, inf = e4 ? 0x7F : 0x7C; /* e4m3fn: no infinity */
+  if (isnan(x)) return sign | nan;
+  float a = fabsf(x);
+  if (isinf(a)) return sign | inf;
+  int e;
+  frexpf(a, &e); /* a = f * 2^e, f in [0.5, 1) */
+  int exp = e - 1 + bias; /* the biased exponent of 1.m form */
+  if (a == 0.0f) return sign;
+  if (exp < 1) { /* subnormal: a multiple of 2^(1 - bias - mb), rounded to nearest even */
+    int q = (int)rintf(ldexpf(a, bias - 1 + mb));
+    return (unsigned char)(sign | q); /* q == 2^mb carries into the smallest normal */
+  }
+  int q = (int)rintf(ldexpf(a, mb - (e - 1))) - (1 << mb); /* mantissa, rounded */
+  if (q == (1 << mb)) {
+    q = 0;
+    exp++;
+  }
+  int code = (exp << mb) | q;
+  if (e4 ? code > 0x7E : exp >= 31) return sign | inf;
+  return (unsigned char)(sign | code);
 }
 
 int tpu__pjrt_from_dtype(int dtype) {
@@ -22,9 +76,8 @@ int tpu__pjrt_from_dtype(int dtype) {
 }
 
 PJRT_Buffer *tpu__pjrt_buffer_new(PJRT_Device *dev, int type, int rank, const int64_t *dims) {
-  int dt = tpu__pjrt_to_dtype(type);
-  if (dt < 0 || rank < 0 || rank > TPU_SIM_MAX_RANK) return NULL;
-  size_t n = tpu_sim_dtype_size(dt);
+  size_t n = tpu__pjrt_type_size(type);
+  if (!n || rank < 0 || rank > TPU_SIM_MAX_RANK) return NULL;
   for (int i = 0; i < rank; i++) {
     if (dims[i] < 0 || !tpu_mul_ok(n, (size_t)dims[i], &n)) return NULL;
   }
@@ -82,7 +135,7 @@ static PJRT_Error *from_host(PJRT_Client_BufferFromHostBuffer_Args *a) {
     return tpu__pjrt_error(PJRT_Error_Code_UNIMPLEMENTED, "BufferFromHostBuffer: only dense device layouts");
   PJRT_Buffer *b = tpu__pjrt_buffer_new(dev, a->type, (int)a->num_dims, a->dims);
   if (!b) return no_buffer("BufferFromHostBuffer", a->type, (int)a->num_dims);
-  size_t esize = tpu_sim_dtype_size(tpu__pjrt_to_dtype(a->type));
+  size_t esize = tpu__pjrt_type_size(a->type);
   int dense = 1;
   if (a->num_byte_strides && b->nbytes) {
     int64_t expect = (int64_t)esize;

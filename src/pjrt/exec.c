@@ -102,6 +102,11 @@ static int read_arrays(reader *r, int n, int ndev, tpu_pjrt_array **out) {
   *out = a;
   for (int i = 0; i < n && !r->bad; i++) {
     a[i].dtype = (int)next_int(r);
+    if (*r->s == '/') { /* DTYPE/HOST: the devices' buffers are of PJRT type HOST (float8) */
+      r->s++;
+      a[i].host_type = (int)next_int(r);
+      if (!tpu__pjrt_is_f8(a[i].host_type) || a[i].dtype != TPU_SIM_F32) return r->bad = 1, -1;
+    }
     a[i].rank = (int)next_int(r);
     if (a[i].rank < 0 || a[i].rank > TPU_SIM_MAX_RANK || !tpu_sim_dtype_size(a[i].dtype)) return r->bad = 1, -1;
     for (int k = 0; k < a[i].rank; k++) a[i].global[k] = next_int(r);
@@ -123,7 +128,8 @@ static int read_arrays(reader *r, int n, int ndev, tpu_pjrt_array **out) {
  *   params K  then per parameter: DTYPE RANK GLOBAL_DIMS LOCAL_DIMS STARTS (R*P x RANK)
  *   outputs M  then per result the same.
  *   [aliases N  then N pairs RESULT PARAMETER: the HLO's input_output_alias (donation)]
- * DTYPE is a tpu_sim_dtype; device d (logical, replica-major) holds the LOCAL_DIMS block
+ * DTYPE is a tpu_sim_dtype, or F32/HOST for a float8 array (HOST its PJRT_Buffer_Type: tpusim
+ * computes it as f32, the buffers hold float8); device d (logical, replica-major) holds the LOCAL_DIMS block
  * at STARTS[d] of the global array. */
 static PJRT_Error *parse_info(const char *info, tpu_pjrt_program *p) {
   reader r = {info, 0};
@@ -176,7 +182,7 @@ static PJRT_Error *parse_info(const char *info, tpu_pjrt_program *p) {
     return tpu__pjrt_error(PJRT_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
   size_t k = 0;
   for (int i = 0; i < p->noutputs; i++) {
-    p->out_types[i] = tpu__pjrt_from_dtype(p->outputs[i].dtype);
+    p->out_types[i] = p->outputs[i].host_type ? p->outputs[i].host_type : tpu__pjrt_from_dtype(p->outputs[i].dtype);
     p->out_ranks[i] = (size_t)p->outputs[i].rank;
     for (int j = 0; j < p->outputs[i].rank; j++) p->out_dims[k++] = p->outputs[i].local[j];
     p->out_kinds[i] = "device";
@@ -451,16 +457,21 @@ static PJRT_Error *exe_compile_options(PJRT_Executable_GetCompileOptions_Args *a
   return NULL;
 }
 
+/* Bytes per element of an array's device buffers. */
+static size_t host_size(const tpu_pjrt_array *a) {
+  return a->host_type ? tpu__pjrt_type_size(a->host_type) : tpu_sim_dtype_size(a->dtype);
+}
+
 static PJRT_Error *exe_memory_stats(PJRT_Executable_GetCompiledMemoryStats_Args *a) {
   tpu_pjrt_program *p = a->executable->prog;
   int64_t in = 0, out = 0;
   for (int i = 0; i < p->nparams; i++) {
-    int64_t n = (int64_t)tpu_sim_dtype_size(p->params[i].dtype);
+    int64_t n = (int64_t)host_size(&p->params[i]);
     for (int k = 0; k < p->params[i].rank; k++) n *= p->params[i].local[k];
     in += n;
   }
   for (int i = 0; i < p->noutputs; i++) {
-    int64_t n = (int64_t)tpu_sim_dtype_size(p->outputs[i].dtype);
+    int64_t n = (int64_t)host_size(&p->outputs[i]);
     for (int k = 0; k < p->outputs[i].rank; k++) n *= p->outputs[i].local[k];
     out += n;
   }
@@ -470,7 +481,7 @@ static PJRT_Error *exe_memory_stats(PJRT_Executable_GetCompiledMemoryStats_Args 
   int64_t alias = 0;
   for (int k = 0; k < p->naliases; k++) {
     const tpu_pjrt_array *o = &p->outputs[p->alias_out[k]];
-    int64_t n = (int64_t)tpu_sim_dtype_size(o->dtype);
+    int64_t n = (int64_t)host_size(o);
     for (int j = 0; j < o->rank; j++) n *= o->local[j];
     alias += n;
   }
@@ -578,7 +589,8 @@ static PJRT_Error *execute_locked(PJRT_LoadedExecutable *le, PJRT_LoadedExecutab
         err = tpu__pjrt_error(PJRT_Error_Code_INVALID_ARGUMENT, "%s: argument %d on device %d was deleted", p->name, i, d);
         goto done;
       }
-      if (tpu__pjrt_to_dtype(b->type) != pa->dtype || b->rank != pa->rank || !same_dims(b->dims, pa->local, pa->rank)) {
+      int want = pa->host_type ? pa->host_type : tpu__pjrt_from_dtype(pa->dtype);
+      if (b->type != want || b->rank != pa->rank || !same_dims(b->dims, pa->local, pa->rank)) {
         err = tpu__pjrt_error(PJRT_Error_Code_INVALID_ARGUMENT,
                               "%s: argument %d on device %d has the wrong type or shape (%s, rank %d)", p->name, i, d,
                               tpu_sim_dtype_name(tpu__pjrt_to_dtype(b->type)) ? tpu_sim_dtype_name(tpu__pjrt_to_dtype(b->type)) : "?",
@@ -590,7 +602,7 @@ static PJRT_Error *execute_locked(PJRT_LoadedExecutable *le, PJRT_LoadedExecutab
     in[i].rank = pa->rank;
     memcpy(in[i].dims, pa->global, sizeof pa->global);
     in[i].nbytes = array_bytes(pa, pa->global);
-    if (nd == 1) {
+    if (nd == 1 && !pa->host_type) {
       in[i].data = a->argument_lists[0][i]->data;
       continue;
     }
@@ -598,9 +610,22 @@ static PJRT_Error *execute_locked(PJRT_LoadedExecutable *le, PJRT_LoadedExecutab
       err = tpu__pjrt_error(PJRT_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
       goto done;
     }
-    for (int d = 0; d < nd; d++)
-      block_copy(owned[i], pa->global, a->argument_lists[d][i]->data, pa->local, pa->starts + d * pa->rank, pa->rank,
+    for (int d = 0; d < nd; d++) {
+      void *block = a->argument_lists[d][i]->data;
+      float *wide = NULL;
+      if (pa->host_type) { /* float8 buffers, widened to the f32 tpusim computes with */
+        size_t n = array_bytes(pa, pa->local) / sizeof(float);
+        if (!(wide = tpu_malloc(n ? n * sizeof(float) : 1))) {
+          err = tpu__pjrt_error(PJRT_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
+          goto done;
+        }
+        for (size_t k = 0; k < n; k++) wide[k] = tpu__pjrt_f8_to_f32(pa->host_type, ((const unsigned char *)block)[k]);
+        block = wide;
+      }
+      block_copy(owned[i], pa->global, block, pa->local, pa->starts + d * pa->rank, pa->rank,
                  tpu_sim_dtype_size(pa->dtype), 1);
+      tpu_free(wide);
+    }
     in[i].data = owned[i];
   }
   tpu_sim_options o;
@@ -640,18 +665,29 @@ static PJRT_Error *execute_locked(PJRT_LoadedExecutable *le, PJRT_LoadedExecutab
       goto done;
     }
     size_t lbytes = array_bytes(oa, oa->local);
+    float *wide = NULL;
+    if (oa->host_type && lbytes && !(wide = tpu_malloc(lbytes))) {
+      err = tpu__pjrt_error(PJRT_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
+      goto done;
+    }
     for (int d = 0; d < nd; d++) {
-      PJRT_Buffer *b = tpu__pjrt_buffer_new(devs[d], tpu__pjrt_from_dtype(oa->dtype), oa->rank, oa->local);
+      PJRT_Buffer *b = tpu__pjrt_buffer_new(devs[d], p->out_types[i], oa->rank, oa->local);
       if (!b) {
+        tpu_free(wide);
         err = tpu__pjrt_error(PJRT_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
         goto done;
       }
       a->output_lists[d][i] = b;
       if (!lbytes) continue;
-      if (stacked) memcpy(b->data, (const char *)out.data + (size_t)d * lbytes, lbytes);
-      else block_copy((char *)out.data, oa->global, b->data, oa->local, oa->starts + d * oa->rank, oa->rank,
+      char *dst = wide ? (char *)wide : b->data;
+      if (stacked) memcpy(dst, (const char *)out.data + (size_t)d * lbytes, lbytes);
+      else block_copy((char *)out.data, oa->global, dst, oa->local, oa->starts + d * oa->rank, oa->rank,
                       tpu_sim_dtype_size(oa->dtype), 0);
+      if (wide) /* narrowed to the float8 buffers (the program left f8-representable values) */
+        for (size_t k = 0; k < lbytes / sizeof(float); k++)
+          ((unsigned char *)b->data)[k] = tpu__pjrt_f8_from_f32(oa->host_type, wide[k]);
     }
+    tpu_free(wide);
   }
   donate(p, a, nd);
   tpu_sim_result_free(last_result);

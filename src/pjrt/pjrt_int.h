@@ -69,7 +69,8 @@ struct PJRT_Buffer {
 /* One array of a program's signature: its global shape and, per device of the program, the
  * block of it that device holds (every device's block has the same local shape). */
 typedef struct tpu_pjrt_array {
-  int dtype; /* tpu_sim_dtype */
+  int dtype;     /* tpu_sim_dtype, as tpusim computes it */
+  int host_type; /* PJRT_T_* of the devices' buffers when it differs (float8, held as f32), or 0 */
   int rank;
   int64_t global[TPU_SIM_MAX_RANK];
   int64_t local[TPU_SIM_MAX_RANK];
@@ -119,9 +120,19 @@ PJRT_Error *tpu__pjrt_error_diag(const tpu_diag *d);
 /* A completed event; code OK for success. NULL when out of memory. */
 PJRT_Event *tpu__pjrt_event(PJRT_Error_Code code, const char *msg);
 
-/* PJRT_Buffer_Type <-> tpu_sim_dtype; -1 when tpusim has no such type. */
+/* PJRT_Buffer_Type <-> tpu_sim_dtype; -1 when tpusim has no such type. The float8 types
+ * (F8E5M2, F8E4M3FN) map to f32: tpusim runs them as f32 with every f8 result rounded to
+ * the f8 grid (the converter writes the rounding into the program), and the plugin widens
+ * and narrows at the buffers. */
 int tpu__pjrt_to_dtype(int pjrt_type);
 int tpu__pjrt_from_dtype(int dtype);
+/* Bytes per element of a PJRT type's buffers (1 for float8); 0 when unknown. */
+size_t tpu__pjrt_type_size(int pjrt_type);
+int tpu__pjrt_is_f8(int pjrt_type);
+/* float8 <-> f32 (values as ml_dtypes: round to nearest even; F8E4M3FN has no infinity, its
+ * overflow and infinities become NaN; F8E5M2 overflows to infinity). */
+float tpu__pjrt_f8_to_f32(int pjrt_type, unsigned char v);
+unsigned char tpu__pjrt_f8_from_f32(int pjrt_type, float x);
 PJRT_Buffer *tpu__pjrt_buffer_new(PJRT_Device *dev, int type, int rank, const int64_t *dims);
 void tpu__pjrt_program_unref(tpu_pjrt_program *p);
 

@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 
-from tpusim._hlotext import drop_empty_meshes, expand_batch_norm
+from tpusim._hlotext import drop_empty_meshes, expand_batch_norm, f8_as_f32
 
 _lib = None
 _callback = None
@@ -34,6 +34,10 @@ _DTYPES = {
     "uint32": 7, "uint64": 8, "bfloat16": 9, "float16": 10, "float32": 11, "float64": 12,
     "complex64": 13, "complex128": 14,
 }
+
+# float8 arrays: tpusim computes them as f32 (tpusim._hlotext.f8_as_f32); their buffers hold
+# the PJRT type (F8E5M2 16, F8E4M3FN 17).
+_F8 = {"float8_e5m2": 16, "float8_e4m3fn": 17}
 
 _COMPILER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                 ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
@@ -277,11 +281,12 @@ def _array_info(shape, sharding, ndev):
     if shape.is_tuple():
         raise NotImplementedError("tuple parameters or results")
     dt = np.dtype(shape.numpy_dtype()).name
-    if dt not in _DTYPES:
+    if dt not in _DTYPES and dt not in _F8:
         raise NotImplementedError("element type %s" % dt)
     dims = list(shape.dimensions())
     local, starts = _blocks(sharding, dims, ndev)
-    toks = [_DTYPES[dt], len(dims)] + dims + local + [x for s in starts for x in s]
+    code = _DTYPES[dt] if dt in _DTYPES else "%d/%d" % (_DTYPES["float32"], _F8[dt])  # f8: run as f32
+    toks = [code, len(dims)] + dims + local + [x for s in starts for x in s]
     return " ".join(str(t) for t in toks)
 
 
@@ -314,7 +319,7 @@ def convert(code, fmt, options):
     module = comp.as_hlo_module()
     print_opts = hlo_lib.HloPrintOptions.short_parsable()
     print_opts.print_metadata = True
-    text = expand_batch_norm(drop_empty_meshes(module.to_string(print_opts)))
+    text = f8_as_f32(expand_batch_norm(drop_empty_meshes(module.to_string(print_opts))))
     assign = list(range(ndev))
     if build.device_assignment is not None:
         assign = _device_assignment(build.device_assignment.serialize(), nrep, npart)
