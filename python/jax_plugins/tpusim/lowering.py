@@ -7,8 +7,10 @@ Copied from the "tpu" rules: eigh (QDWH, pure JAX), dot_general, the all-gathers
 (memory kinds). Kept at JAX's default instead, because the TPU rule emits a custom call that
 only XLA's TPU compiler expands and tpusim has no expansion for: lu ("LuDecomposition"; the
 default is the same blocked algorithm in JAX), approx_top_k ("ApproxTopK"; the default is the
-exact sort-based top-k), empty ("AllocateBuffer"; the default is a zero broadcast), and the
-host callbacks (send/recv on a TPU).
+exact sort-based top-k), empty ("AllocateBuffer"; the default is a zero broadcast). Host
+callbacks (send/recv on a TPU) cannot run in tpusim: jax.debug.print and jax.debug.callback
+are left out of the program with a warning, pure_callback and io_callback are refused with a
+message.
 
 Expanded here: eigh's Jacobi variant (custom call "Eigh", what the TPU rule emits for
 matrices up to 256 wide), geqrf (custom call "Qr") and householder_product
@@ -181,6 +183,31 @@ def _real_only(name, fn, multiple_results):
     return rule
 
 
+_warned = set()
+
+
+def _debug_dropped(ctx, *args, **params):
+    """jax.debug.print / jax.debug.callback inside a compiled program: tpusim's executors cannot
+    call back into Python mid-run, so the callback is left out of the program, with a warning
+    (once per kind); the program's values are unaffected."""
+    import warnings
+
+    name = ctx.name_stack if hasattr(ctx, "name_stack") else ""
+    kind = "jax.debug.print" if "fmt" in params else "jax.debug.callback"
+    if kind not in _warned:
+        _warned.add(kind)
+        warnings.warn("tpusim: %s inside a jitted function is not run (tpusim has no host callbacks; the "
+                      "program's values are unaffected) %s" % (kind, name), RuntimeWarning, stacklevel=2)
+    ctx.set_tokens_out(ctx.tokens_in)
+    return []
+
+
+def _no_host_callback(ctx, *args, **params):
+    raise NotImplementedError("tpusim: pure_callback and io_callback (host callbacks that hand values back to the "
+                              "program) are not supported: tpusim's executors cannot call back into Python during "
+                              "a run; compute the value outside the jitted function")
+
+
 def register():
     """Registers the rules above for the tpusim platform (once)."""
     global _done
@@ -205,6 +232,12 @@ def register():
                               subset_by_index=kw.get("subset_by_index"))
             return eigh_rule.rule(ctx, operand, algorithm=algorithm, **kw)
         mlir.register_lowering(lax_linalg.eigh_p, eigh, platform=PLATFORM)
+    from jax._src import callback, debugging
+
+    mlir.register_lowering(debugging.debug_callback_p, _debug_dropped, platform=PLATFORM, cacheable=False)
+    mlir.register_lowering(debugging.debug_print_p, _debug_dropped, platform=PLATFORM, cacheable=False)
+    mlir.register_lowering(callback.pure_callback_p, _no_host_callback, platform=PLATFORM)
+    mlir.register_lowering(callback.io_callback_p, _no_host_callback, platform=PLATFORM)
     mlir.register_lowering(lax_linalg.geqrf_p, _real_only("qr", _geqrf_impl, True), platform=PLATFORM)
     mlir.register_lowering(lax_linalg.householder_product_p,
                            _real_only("householder_product", _householder_product_impl, False), platform=PLATFORM)
