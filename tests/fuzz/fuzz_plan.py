@@ -1,7 +1,8 @@
 """Fuzz target for the planner's model files (tools/plan/plan.py load_model), with atheris
 (a coverage-guided Python fuzzer on libFuzzer; pip install atheris). Any bytes must give a
 model within the documented limits or an InputError of one located line
-`fuzz.json:LINE:COL: error: ...`; any other exception is a bug. Built and run by
+`fuzz.json:LINE:COL: error: ...` as the planner prints it (escaped), an unknown field
+located at its key; any other exception is a bug. Built and run by
 scripts/fuzz like the C targets (libFuzzer flags: -max_total_time=N, a corpus folder)."""
 import os
 import re
@@ -24,8 +25,11 @@ def one(data):
     try:
         m = plan.load_model("fuzz.json", text)
     except plan.InputError as e:
-        if not LINE.match(str(e)):
-            raise AssertionError(f"not one located line: {str(e)!r}")
+        line = plan.cmdline.escape(str(e))  # as the planner prints it
+        if not LINE.match(line):
+            raise AssertionError(f"not one located line: {line!r}")
+        if line.startswith("fuzz.json:1:1: error: unknown field"):
+            raise AssertionError(f"an unknown field not located at its key: {line!r}")
         return
     for k, lim in plan.LIMITS.items():
         if k in m and not (0 <= m[k] <= lim):

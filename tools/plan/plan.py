@@ -67,8 +67,11 @@ LIMITS = {"layers": 1 << 14, "d_model": 1 << 20, "heads": 1 << 16, "head_dim": 1
 
 
 def where(text, key, at_key=False):
-    """line:col of the value of "key" (or of the key) in a JSON text (1-based), or 1:1."""
-    m = re.search(r'"%s"\s*:\s*' % re.escape(key), text)
+    """line:col of the value of "key" (or of the key) in a JSON text (1-based), or 1:1. The
+    key is looked for as written and as JSON escapes it ("a\\nb" for a key holding a newline)."""
+    m = None
+    for form in (key, json.dumps(key)[1:-1], json.dumps(key, ensure_ascii=False)[1:-1]):
+        m = m or re.search(r'"%s"\s*:\s*' % re.escape(form), text)
     if not m:
         return 1, 1
     pos = m.start() if at_key else m.end()
