@@ -67,17 +67,31 @@ LIMITS = {"layers": 1 << 14, "d_model": 1 << 20, "heads": 1 << 16, "head_dim": 1
 
 
 def where(text, key, at_key=False):
-    """line:col of the value of "key" (or of the key) in a JSON text (1-based), or 1:1. The
-    key is looked for as written and as JSON escapes it ("a\\nb" for a key holding a newline)."""
-    m = None
-    for form in (key, json.dumps(key)[1:-1], json.dumps(key, ensure_ascii=False)[1:-1]):
-        m = m or re.search(r'"%s"\s*:\s*' % re.escape(form), text)
-    if not m:
-        return 1, 1
-    pos = m.start() if at_key else m.end()
-    line = text.count("\n", 0, pos) + 1
-    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
-    return line, col
+    """line:col of the value of "key" (or of the key) in a JSON text (1-based), or 1:1. Each
+    string of the text is decoded in turn (so a key written with escapes, "a\\/b" or
+    "a\\nb", is found) until one equal to `key` is followed by ':'."""
+    i, n = 0, len(text)
+    while True:
+        i = text.find('"', i)
+        if i < 0:
+            return 1, 1
+        try:
+            s, end = json.decoder.scanstring(text, i + 1)
+        except ValueError:
+            return 1, 1
+        k = end
+        while k < n and text[k] in " \t\r\n":
+            k += 1
+        if s == key and k < n and text[k] == ":":
+            pos = i
+            if not at_key:
+                pos = k + 1
+                while pos < n and text[pos] in " \t\r\n":
+                    pos += 1
+            line = text.count("\n", 0, pos) + 1
+            col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+            return line, col
+        i = end
 
 
 def load_model(path, text=None):
