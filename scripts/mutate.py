@@ -163,8 +163,9 @@ MUTATIONS = [
      "each ICI hop waits twice the preset's latency"),
     ("ici-reduce-scatter-bytes", "collectives", "src/pod/ici.c",
      "op->result_bytes > 0 ? op->result_bytes : op->operand_bytes / sd);",
-     "op->result_bytes > 0 ? 0.8 * op->result_bytes : op->operand_bytes / sd);",
-     "a reduce-scatter loads the links with 80 % of its bytes"),
+     "op->result_bytes > 0 ? op->result_bytes : 0.8 * op->operand_bytes / sd);",
+     "a reduce-scatter loads the links with 80 % of its bytes (the pod's collectives give the "
+     "operand, not result_bytes: the branch every program takes)"),
     # ---- the SPMD partitioner ----
     ("spmd-dot-choice", "partitioner", "src/compile/spmd_dot.c",
      "p.cost < best.cost ||",
