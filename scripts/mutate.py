@@ -181,12 +181,12 @@ MUTATIONS = [
      "oa->starts + 0 * oa->rank",
      "every device's buffer of a sharded result gets shard 0's block"),
     ("pjrt-argument-shard-0", "plugin", "src/pjrt/exec.c",
-     "block_copy(owned[i], pa->global, a->argument_lists[d][i]->data",
-     "block_copy(owned[i], pa->global, a->argument_lists[0][i]->data",
+     "void *block = a->argument_lists[d][i]->data;",
+     "void *block = a->argument_lists[0][i]->data;",
      "every device's block of a sharded argument is taken from device 0's buffer"),
     ("pjrt-stacked-row-0", "plugin", "src/pjrt/exec.c",
-     "if (stacked) memcpy(b->data, (const char *)out.data + (size_t)d * lbytes, lbytes);",
-     "if (stacked) memcpy(b->data, (const char *)out.data + (size_t)0 * lbytes, lbytes);",
+     "if (stacked) memcpy(dst, (const char *)out.data + (size_t)d * lbytes, lbytes);",
+     "if (stacked) memcpy(dst, (const char *)out.data + (size_t)0 * lbytes, lbytes);",
      "every device's buffer of a result without a sharding gets device 0's row"),
 ]
 
