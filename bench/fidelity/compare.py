@@ -284,7 +284,7 @@ def refusal_class(err):
     that refusals of one kind count together."""
     m = re.sub(r"^(.*?: )?error: ", "", err)
     m = re.sub(r"%[\w.\-]+", "%X", m)
-    return re.sub(r"(?<![A-Za-z_])\d+", "N", m)
+    return re.sub(r"(?<![A-Za-z_\d])\d+", "N", m)
 
 
 SPLITS = ("test", "tune", "all")
