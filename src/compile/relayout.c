@@ -163,7 +163,32 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
         keep = 1;
       relay |= pools_across_tile(r, p, second, minor);
     }
-    if (keep) continue;
+    if (keep) {
+      /* Read only as convolutions' input activations: the convolution's layout (batch in the
+       * sublanes, features in the lanes) where that pads less than row-major, as the XLA TPU
+       * compiler's entry layouts give an NCHW input ({1,0,3,2}: bf16[16,128,28,28] is not
+       * padded 28 -> 128 in the lanes). */
+      int fd = -1, bd = -1, conv_only = u.nusers[p->id] > 0;
+      for (int k = 0; conv_only && k < u.nusers[p->id]; k++) {
+        const tpu_instr *r = u.users[p->id][k];
+        conv_only = r->op == TPU_OP_CONVOLUTION && r->has_conv_dims && r->noperands == 2 && r->operands[0] == p &&
+                    r->operands[1] != p && (fd < 0 || (fd == r->conv.in_feature && bd == r->conv.in_batch));
+        if (conv_only) fd = (int)r->conv.in_feature, bd = (int)r->conv.in_batch;
+      }
+      int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+      /* (only where the features fill the lanes: a weight gradient's "features" are the batch) */
+      if (conv_only && fd != bd && s->dims[fd] % lanes == 0 &&
+          tpu__tiled_as(chip, s, bd, fd) < tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1)) {
+        int j = 0;
+        s->has_layout = 1;
+        s->minor_to_major[j++] = (int8_t)fd;
+        s->minor_to_major[j++] = (int8_t)bd;
+        for (int d = s->rank - 1; d >= 0; d--)
+          if (d != fd && d != bd) s->minor_to_major[j++] = (int8_t)d;
+        changed = 1;
+      }
+      continue;
+    }
     tpu_shape given = *s;
     given.has_layout = 1;
     for (int d = 0; d < s->rank; d++) given.minor_to_major[d] = (int8_t)(s->rank - 1 - d);

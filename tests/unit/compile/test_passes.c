@@ -924,6 +924,33 @@ static void test_scan_rewrite(void) {
   tpu_module_free(m);
 }
 
+/* An NCHW input read only by a convolution takes the convolution's layout (features in the
+ * lanes, batch in the sublanes) where its features fill the lanes, as the XLA TPU compiler's
+ * entry layout {1,0,3,2} for bf16[16,128,28,28] (compile/relayout.c); a weight gradient's
+ * input (its "features" the batch of 16) keeps row-major. */
+static void test_nchw_param_layout(void) {
+  static const char *fmt =
+      "HloModule m\nENTRY e {\n x = bf16[16,%d,28,28] parameter(0)\n w = bf16[128,%d,3,3] parameter(1)\n"
+      " ROOT c = bf16[16,128,28,28] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01\n}\n";
+  int cs[2] = {128, 96};
+  for (int i = 0; i < 2; i++) {
+    char src[512];
+    snprintf(src, sizeof src, fmt, cs[i], cs[i]);
+    tpu_module *m = compile_src(src);
+    if (!m) continue;
+    const tpu_instr *x = NULL;
+    for (int j = 0; j < m->entry->ninstrs; j++)
+      if (m->entry->instrs[j]->op == TPU_OP_PARAMETER && m->entry->instrs[j]->index == 0) x = m->entry->instrs[j];
+    CHECK(x != NULL);
+    if (x) {
+      printf("NCHW input with %d features: minor dimension %d\n", cs[i], x->shape.minor_to_major[0]);
+      if (cs[i] == 128) CHECK(x->shape.has_layout && x->shape.minor_to_major[0] == 1 && x->shape.minor_to_major[1] == 0);
+      else CHECK(!x->shape.has_layout || x->shape.minor_to_major[0] == 3);
+    }
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   test_shared_producer();
   test_matmul_fusion();
@@ -937,6 +964,7 @@ int main(void) {
   test_param_layouts();
   test_param_copies();
   test_scan_rewrite();
+  test_nchw_param_layout();
   test_cse();
   test_scatter_select();
   test_reduce_of_broadcast();
