@@ -9,6 +9,8 @@
  * so right after parsing such an op takes its operands' float type and a `convert` to the
  * declared type follows it (same name stem, same metadata): values are those of the op
  * followed by a round to nearest even, and every pass and backend sees ordinary HLO.
+ * A reduce or reduce-window whose input's float type differs from its init value's (a bf16
+ * input summed with an f32 init) reads its input converted to the init's type first.
  * Only float-to-float differences are split; anything else is left to the verifier. */
 #include <string.h>
 
@@ -43,6 +45,27 @@ tpu_status tpu__hlo_split_mixed_precision(tpu_module *m, tpu_diag *d) {
     int changed = 0, n = c->ninstrs;
     for (int i = 0; i < n; i++) {
       tpu_instr *in = c->instrs[i];
+      if ((in->op == TPU_OP_REDUCE || in->op == TPU_OP_REDUCE_WINDOW) && in->noperands == 2 &&
+          in->operands[0]->shape.dtype != in->operands[1]->shape.dtype && tpu_dtype_is_float(in->operands[0]->shape.dtype) &&
+          tpu_dtype_is_float(in->operands[1]->shape.dtype)) {
+        /* a bf16 input with an f32 init value (the compiler's avg-pool sums): the input widened
+         * to the reducer's type first */
+        if (!inited) {
+          TPU_TRY(tpu_builder_init(&b, m, d));
+          inited = 1;
+        }
+        tpu_shape ws = in->operands[0]->shape;
+        ws.dtype = in->operands[1]->shape.dtype;
+        ws.layout_tail = NULL;
+        tpu_instr *x = in->operands[0], *wide = NULL;
+        tpu_status st = tpu_build_instr_like(&b, c, in, TPU_OP_CONVERT, "widen", &ws, &x, 1, &wide);
+        if (st != TPU_OK) {
+          tpu_builder_deinit(&b);
+          return st;
+        }
+        in->operands[0] = wide;
+        changed = 1;
+      }
       tpu_dtype want = computes_in(in), have = in->shape.dtype;
       if (want == TPU_TUPLE || want == have || !tpu_dtype_is_float(want) || !tpu_dtype_is_float(have)) continue;
       if (!inited) {

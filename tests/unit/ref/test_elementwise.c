@@ -852,6 +852,16 @@ static void test_mixed_result(void) {
   CHECK(r.dtype == TPU_BF16);
   CHECK_F64S(r, 1.0, 1.015625);
   tpu_tensor_free(&r);
+  /* a bf16 input summed with an f32 init (the compiler's avg-pool): widened, summed in f32 */
+  const char *h3 = "HloModule t\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+                   "ENTRY e {\n  a = bf16[3] parameter(0)\n  z = f32[] constant(0)\n"
+                   "  ROOT r = f32[] reduce(a, z), dimensions={0}, to_apply=add\n}\n";
+  const float ba[] = {1.0f, 0.00390625f, 0.00390625f};
+  args[0] = mk_bf16(3, ba);
+  r = run_ok(h3, args, 1);
+  CHECK(r.dtype == TPU_F32);
+  CHECK(tpu_tensor_get_f64(&r, 0) == 1.0078125);
+  tpu_tensor_free(&r);
 }
 
 /* Mixed float operands, as XLA's TPU compiler leaves them (float-type correction): each
