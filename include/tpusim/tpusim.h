@@ -172,6 +172,8 @@ tpu_status tpu_sim_result_output(const tpu_sim_result *r, int i, tpu_sim_array *
 
 /* Whether the run was timed (the tpu backend). The calls below fail with TPU_ERR_ARG when not. */
 int tpu_sim_result_timed(const tpu_sim_result *r);
+/* Bytes of HBM the compiled program holds at its peak, on one chip (0 when not timed). */
+int64_t tpu_sim_result_hbm_peak(const tpu_sim_result *r);
 
 #define TPU_SIM_MAX_PARTS 8
 

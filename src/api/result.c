@@ -44,6 +44,8 @@ tpu_status tpu_sim_result_output(const tpu_sim_result *r, int i, tpu_sim_array *
 
 int tpu_sim_result_timed(const tpu_sim_result *r) { return r ? r->timed : 0; }
 
+int64_t tpu_sim_result_hbm_peak(const tpu_sim_result *r) { return r && r->timed && r->prog ? r->prog->hbm_peak : 0; }
+
 static tpu_status need_timing(const tpu_sim_result *r, tpu_diag *d) {
   if (!r) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "no result");
   if (!r->timed) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "the run was not timed (the ref backend computes values only)");

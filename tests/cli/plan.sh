@@ -100,6 +100,17 @@ assert x['micro'] == 8 and abs(x['step_s'] - e['step_s']) <= 1e-12 * e['step_s']
 assert x['hbm_peak'] == e['hbm_peak'] and abs(x['ici_wait'] - e['ici_wait']) < 1e-9, (x, e)
 " || fail "extrapolated microbatch timing differs from the whole loop's"
 
+# In-process (libtpusim beside the binary): the same candidates, figure for figure.
+if [ -f "$(dirname "$BIN")/libtpusim.so" ]; then
+  "$BIN" plan $D/tiny.json --chips v5e --max-chips 4 --json --in-process > "$T/ip.json" &&
+    "$BIN" plan $D/tiny.json --chips v5e --max-chips 4 --json > "$T/pp.json" || fail "in-process plan failed"
+  python3 -c "
+import json
+a, b = json.load(open('$T/ip.json')), json.load(open('$T/pp.json'))
+assert a['timed'] == b['timed'] > 0 and a['candidates'] == b['candidates'] and a['not_fit'] == b['not_fit']
+" || fail "plan --in-process differs from plan with processes"
+fi
+
 # Limits: a budget below every candidate leaves none (exit 1); a model too big for one v5e chip.
 "$BIN" plan $D/tiny.json --chips v5e --max-chips 4 --budget 0.0001 > "$T/out" 2>&1
 [ $? -eq 1 ] || fail "an impossible budget did not exit 1"

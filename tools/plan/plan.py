@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """plan.py: `tpusim plan` — which chip, slice and sharding trains a transformer fastest or
 cheapest. For every chip, slice size and mesh it writes the per-chip training-step program
-(gen.py), times it with `tpusim run --mode timing` (two processes at a time), and ranks the
+(gen.py), times it with `tpusim run --mode timing` (two processes at a time; --in-process:
+through libtpusim in this process, inproc.py), and ranks the
 candidates that fit HBM by cost, with the Pareto front of cost against time, goodput under
 failures and checkpoints, and `plan buckets` for padding waste. Standard library only
 (matplotlib draws the SVG when present)."""
@@ -23,6 +24,7 @@ import gen  # noqa: E402
 import buckets  # noqa: E402
 import svg  # noqa: E402
 import hloplan  # noqa: E402
+import inproc  # noqa: E402
 import serve  # noqa: E402
 import cmdline  # noqa: E402
 
@@ -302,6 +304,12 @@ def hbm_peak_1chip(a, chip, st):
 
 def time_program(a, chip, st, tmp, tag):
     """tpusim's verdict on one program: ("ok", report) or ("no-fit", bytes) or ("error", msg)."""
+    if a.lib is not None:  # in this process, through libtpusim (inproc.py)
+        try:
+            return "ok", a.lib.time(st.module(), chip.get("spec", chip["name"]), f"c{tag}.hlo")
+        except inproc.Failure as e:
+            mm = re.search(r"program needs (\d+) bytes of HBM", str(e))
+            return ("no-fit", int(mm.group(1))) if mm else ("error", str(e))
     path = os.path.join(tmp, f"c{tag}.hlo")
     rep = os.path.join(tmp, f"c{tag}.json")
     with open(path, "w") as fh:
@@ -356,6 +364,8 @@ def run_one(a, chip, cand, tmp, idx):
             j["pod"]["ici_wait_fraction"] = (ici[0] + (m - 1) * (ici[1] - ici[0])) / (c1 + (m - 1) * (c2 - c1))
     pod = j.get("pod", {})
     peak = pod.get("hbm_peak_bytes_per_chip")
+    if peak is None and "hbm_peak_bytes" in j and (m <= 2 or a.exact):  # st timed in-process: the library says it
+        peak = j["hbm_peak_bytes"]
     if peak is None:  # one chip: the report has no pod section; the program header has the peak
         peak = hbm_peak_1chip(a, chip, st)
     if peak > chip["hbm"]:  # --ignore-hbm: timed on a copy of the chip with more HBM
@@ -500,6 +510,13 @@ def plan(a):
             chip["spec"] = os.path.join(tmp0, chip["name"] + ".json")
             json.dump(j, open(chip["spec"], "w"))
     prices = load_prices(a.root)
+    a.lib = None
+    lib_path = inproc.find(a.tpusim) if a.in_process else None
+    if lib_path:
+        try:
+            a.lib = inproc.Lib(lib_path)
+        except OSError:  # not loadable here: processes, as before
+            a.lib = None
     tmp = tempfile.mkdtemp(prefix="tpusim-plan-")
     t0 = time.perf_counter()
     tasks = []
@@ -515,6 +532,8 @@ def plan(a):
     with ThreadPoolExecutor(max_workers=a.jobs) as ex:
         for res in ex.map(lambda t: search_mesh(a, t[0], t[1], t[2], tmp, counter), tasks):
             rows.extend(res)
+    if a.lib is not None:
+        a.lib.close()
     for c in chips:
         if "spec" in c:
             os.remove(c["spec"])
@@ -692,6 +711,9 @@ def main(argv):
                          "round a ring (docs/spmd.md)")
     ap.add_argument("--exact", action="store_true",
                     help="time every microbatch iteration instead of extrapolating from one and two")
+    ap.add_argument("--in-process", action="store_true",
+                    help="time the candidates in this process through libtpusim (found beside tpusim or at "
+                         "$TPUSIM_LIBRARY; one at a time) instead of `tpusim run` processes, two at a time")
     ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tokens-per-step", type=int, help="PROGRAM.hlo: the tokens one step consumes")
     ap.add_argument("--train-tokens", type=float, help="PROGRAM.hlo: the tokens to train on")
