@@ -1,0 +1,6 @@
+import jax, jax.numpy as jnp
+BF, F32 = jnp.bfloat16, jnp.float32
+CASES = []
+for n in (32, 48):
+    CASES.append((f"p_vdot_b4d2048n{n}_f32", lambda h, c: jnp.einsum("bdn,bn->bd", h, c), [((4, 2048, n), F32), ((4, n), F32)]))
+CASES.append((f"p_vdot_b8h32n32_bf16", lambda k, q: jnp.einsum("bhkd,bhd->bhk", k, q), [((8, 32, 1024, 32), BF), ((8, 32, 32), BF)]))
