@@ -143,6 +143,16 @@ static int pools_across_tile(const tpu_instr *r, const tpu_instr *p, int second,
   return r->op == TPU_OP_REDUCE_WINDOW && r->operands[0] == p && (slides_along(r, second) || slides_along(r, minor));
 }
 
+/* s laid out with dimension `minor` in the lanes, `second` in the sublanes, the rest major in order. */
+static void tile_layout(tpu_shape *s, int minor, int second) {
+  int j = 0;
+  s->has_layout = 1;
+  s->minor_to_major[j++] = (int8_t)minor;
+  s->minor_to_major[j++] = (int8_t)second;
+  for (int d = s->rank - 1; d >= 0; d--)
+    if (d != minor && d != second) s->minor_to_major[j++] = (int8_t)d;
+}
+
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip) {
   tpu_uses u;
   TPU_TRY(tpu_build_uses(b, entry, &u));
@@ -179,12 +189,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
       /* (only where the features fill the lanes: a weight gradient's "features" are the batch) */
       if (conv_only && fd != bd && s->dims[fd] % lanes == 0 &&
           tpu__tiled_as(chip, s, bd, fd) < tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1)) {
-        int j = 0;
-        s->has_layout = 1;
-        s->minor_to_major[j++] = (int8_t)fd;
-        s->minor_to_major[j++] = (int8_t)bd;
-        for (int d = s->rank - 1; d >= 0; d--)
-          if (d != fd && d != bd) s->minor_to_major[j++] = (int8_t)d;
+        tile_layout(s, fd, bd);
         changed = 1;
       }
       continue;
@@ -192,12 +197,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
     tpu_shape given = *s;
     given.has_layout = 1;
     for (int d = 0; d < s->rank; d++) given.minor_to_major[d] = (int8_t)(s->rank - 1 - d);
-    int j = 0;
-    s->has_layout = 1;
-    s->minor_to_major[j++] = (int8_t)minor;
-    s->minor_to_major[j++] = (int8_t)second;
-    for (int d = s->rank - 1; d >= 0; d--)
-      if (d != minor && d != second) s->minor_to_major[j++] = (int8_t)d;
+    tile_layout(s, minor, second);
     if (!relay) continue;
     /* one copy into row-major, read by every reduce-window that slides along the tile */
     tpu_instr *c = NULL;
