@@ -102,7 +102,13 @@ assert x['hbm_peak'] == e['hbm_peak'] and abs(x['ici_wait'] - e['ici_wait']) < 1
 
 # In-process (libtpusim beside the binary): the same candidates, figure for figure.
 if [ -f "$(dirname "$BIN")/libtpusim.so" ]; then
-  "$BIN" plan $D/tiny.json --chips v5e --max-chips 4 --json --in-process > "$T/ip.json" &&
+  # a sanitizer build's library needs its runtimes loaded first in python3 (as tests/python/pytest.sh)
+  PRE=""
+  if ldd "$(dirname "$BIN")/libtpusim.so" 2>/dev/null | grep -q libasan; then
+    PRE="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)"
+  fi
+  LD_PRELOAD="$PRE" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
+    "$BIN" plan $D/tiny.json --chips v5e --max-chips 4 --json --in-process > "$T/ip.json" &&
     "$BIN" plan $D/tiny.json --chips v5e --max-chips 4 --json > "$T/pp.json" || fail "in-process plan failed"
   python3 -c "
 import json
