@@ -775,7 +775,7 @@ static void least_padded_values(void) {
   if (p && time_program(p, &c, &tl)) {
     printf("exp over f32[4,8,512,512,2] in a kernel: EUP busy %lld cycles (least padded 8192), total %lld\n",
            (long long)tl.busy[TPU_UNIT_EUP], (long long)tl.total_cycles);
-    CHECK(tl.busy[TPU_UNIT_EUP] >= 8192 && tl.busy[TPU_UNIT_EUP] <= 2 * 8192);
+    CHECK(tl.busy[TPU_UNIT_EUP] >= 8192 && tl.busy[TPU_UNIT_EUP] <= 8192 * 11 / 10);
     tpu_timeline_free(&tl);
   }
   tpu_program_free(p);
