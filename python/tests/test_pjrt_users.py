@@ -149,26 +149,3 @@ def test_float8_as_ml_dtypes(tmp_path, backend):
         assert np.array_equal(outs["tpusim"][n + ".quant"], outs["tpusim"][n + ".ml_dtypes"])
 
 
-CALLBACKS = r"""
-import warnings
-import jax, jax.numpy as jnp, numpy as np
-def f(x):
-    jax.debug.print("x = {}", x)
-    jax.debug.callback(lambda v: None, x * 2)
-    return (x * 2).sum()
-with warnings.catch_warnings(record=True) as w:
-    warnings.simplefilter("always")
-    print("value", float(jax.jit(f)(jnp.arange(3.0))))
-print("warned", sum("tpusim: jax.debug" in str(x.message) for x in w))
-try:
-    jax.jit(lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct((3,), jnp.float32), x))(jnp.arange(3.0))
-except Exception as e:
-    print("refused", "pure_callback and io_callback" in str(e))
-"""
-
-
-def test_host_callbacks_warn_or_refuse():
-    # no host callbacks in tpusim: debug prints and callbacks are left out with a warning (the
-    # values are unaffected); callbacks that return values are refused with a message
-    out = run(CALLBACKS, "tpusim", code=True, devices=1, TPUSIM_TOPOLOGY="")
-    assert out.split("\n")[:3] == ["value 6.0", "warned 2", "refused True"], out

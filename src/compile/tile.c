@@ -691,6 +691,12 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     case TPU_OP_CUSTOM_CALL:
       if (tpu_custom_call_kind(in) == TPU_CC_IDENTITY || tpu_custom_call_kind(in) == TPU_CC_CONCAT_BITCAST)
         return TPU_OK; /* an alias of its operand (ConcatBitcast: its slices already side by side) */
+      if (tpu_custom_call_kind(in) == TPU_CC_HOST_CALLBACK) {
+        /* A host callback: the host's time is not modelled (docs/pjrt.md); its result is a
+         * buffer of its own, written over the host link. */
+        k->own = 1;
+        return TPU_OK;
+      }
       if (tpu_custom_call_kind(in) == TPU_CC_ALLOCATE) {
         k->own = 1; /* a buffer of its own that later ops fill: no work */
         return TPU_OK;

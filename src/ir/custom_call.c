@@ -2,6 +2,7 @@
 #include "ir/custom_call.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir/collective.h"
@@ -71,6 +72,7 @@ tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in) {
   if (!strcmp(t, "AsyncCollectiveDone")) return TPU_CC_ASYNC_DONE;
   if (!strcmp(t, "ConcatBitcast")) return TPU_CC_CONCAT_BITCAST;
   if (!strcmp(t, "AllocateBuffer")) return TPU_CC_ALLOCATE;
+  if (!strcmp(t, "xla_ffi_python_cpu_callback")) return TPU_CC_HOST_CALLBACK;
   return TPU_CC_OTHER;
 }
 
@@ -146,9 +148,38 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
       if (in->noperands || !tpu_dtype_is_array(in->shape.dtype))
         return TPU_VFAIL(d, in, "custom-call target \"AllocateBuffer\" takes no operands and gives one array");
       return TPU_OK;
+    case TPU_CC_HOST_CALLBACK:
+      if (tpu_host_callback_id(in) < 0)
+        return TPU_VFAIL(d, in, "custom-call target \"xla_ffi_python_cpu_callback\" needs its callback's number "
+                                "as backend_config={index = N : ui64}");
+      return TPU_OK;
     case TPU_CC_OTHER: return TPU_OK;
   }
   return TPU_OK;
+}
+
+int64_t tpu_host_callback_id(const tpu_instr *in) {
+  for (int i = 0; i < in->nattrs; i++) {
+    if (strcmp(in->attrs[i].name, "backend_config")) continue;
+    /* {index = 7 : ui64} */
+    const char *p = in->attrs[i].value;
+    if (*p != '{') return -1;
+    p++;
+    while (*p == ' ') p++;
+    if (strncmp(p, "index", 5)) return -1;
+    p += 5;
+    while (*p == ' ') p++;
+    if (*p++ != '=') return -1;
+    while (*p == ' ') p++;
+    if (*p < '0' || *p > '9') return -1;
+    char *e;
+    long long v = strtoll(p, &e, 10);
+    while (*e == ' ') e++;
+    if (!strncmp(e, ": ui64", 6)) e += 6;
+    while (*e == ' ') e++;
+    return *e != '}' || e[1] || v < 0 ? -1 : v;
+  }
+  return -1;
 }
 
 tpu_status tpu_custom_call_refuse(const tpu_instr *in, const char *where, tpu_diag *d) {

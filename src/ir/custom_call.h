@@ -25,7 +25,12 @@ typedef enum {
   /* "AllocateBuffer": a buffer the TPU compiler reserves (no operands), whose contents
    * later ops write (async slices, a windowed collective matmul's loop): no work; its
    * value before that is undefined, and the reference gives zeros */
-  TPU_CC_ALLOCATE
+  TPU_CC_ALLOCATE,
+  /* "xla_ffi_python_cpu_callback": a host callback the PJRT plugin lowered (jax.debug.print,
+   * pure_callback, io_callback); backend_config={index = N : ui64} numbers it in the process that lowered
+   * it, whose hook (ref.h) runs it. Operands: (token,) arrays...; result: its arrays (and a
+   * token), a tuple of several. */
+  TPU_CC_HOST_CALLBACK
 } tpu_cc_kind;
 
 /* The dimension a ConcatBitcast custom call joins its operands along. */
@@ -35,6 +40,9 @@ int tpu_concat_bitcast_dim(const tpu_instr *in);
 int tpu_concat_bitcast_bytes(const tpu_instr *in);
 
 tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in);
+
+/* A host callback's number (its backend_config), -1 when it has none. */
+int64_t tpu_host_callback_id(const tpu_instr *in);
 
 /* The target without quotes ("?" when missing) into buf. */
 const char *tpu_custom_call_target(const tpu_instr *in, char *buf, size_t n);

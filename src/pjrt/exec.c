@@ -14,6 +14,7 @@
 #include "base/alloc.h"
 #include "pjrt/pjrt_hooks.h"
 #include "pjrt/pjrt_int.h"
+#include "ref/ref.h"
 
 /* ---- the converter (Python) ---- */
 
@@ -25,6 +26,8 @@ typedef struct compile_job {
 } compile_job;
 
 TPU_PJRT_EXPORT void tpusim_pjrt_set_compiler(tpu_pjrt_compiler_fn fn) { compiler = fn; }
+
+TPU_PJRT_EXPORT void tpusim_pjrt_set_host_callback(tpu_pjrt_host_callback_fn fn) { tpu_ref_set_host_callback(fn); }
 
 TPU_PJRT_EXPORT int tpusim_pjrt_compile_result(void *job, const char *hlo, const char *info, const void *proto,
                                                size_t proto_size) {

@@ -20,6 +20,14 @@ int tpusim_pjrt_compile_result(void *job, const char *hlo, const char *info, con
                                size_t program_size);
 int tpusim_pjrt_compile_error(void *job, const char *msg);
 
+/* Host callbacks (custom-call "xla_ffi_python_cpu_callback", see src/ref/ref.h for the hook's
+ * contract): the function that runs callback number `id` on the operands' bytes and fills
+ * the results' bytes. */
+typedef int (*tpu_pjrt_host_callback_fn)(uint64_t id, int64_t device, int nin, void *const *in,
+                                         const int64_t *in_bytes, int nout, void *const *out,
+                                         const int64_t *out_bytes, char *err, int errlen);
+void tpusim_pjrt_set_host_callback(tpu_pjrt_host_callback_fn fn);
+
 /* Executions completed so far; the last one's program name into name (n bytes). */
 int64_t tpusim_pjrt_last_run(char *name, size_t n);
 /* The last execution's JSON report (what 0) or Chrome trace (what 1) to path; 0, or -1

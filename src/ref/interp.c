@@ -294,6 +294,7 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
           return tpu__ref_reduce(ip, &k, args, out, d);
         }
         case TPU_CC_ALLOCATE: return tpu__ref_alloc_shape(out, &in->shape, d); /* zeros */
+        case TPU_CC_HOST_CALLBACK: return tpu__ref_host_callback(ip, in, args, out, d);
         case TPU_CC_ASYNC_DONE: /* the collective's result */
           for (int k = 0; k < in->noperands; k++)
             if (tpu_op_class_of(in->operands[k]->op) == TPU_CLS_COLLECTIVE && value_matches(args[k], &in->shape))

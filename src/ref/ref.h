@@ -75,4 +75,15 @@ tpu_status tpu_ref_accept_input(tpu_tensor *t, int idx, const tpu_shape *s, tpu_
 /* "f32[2,3]" for an array value. */
 void tpu_ref_describe(const tpu_tensor *t, char *buf, size_t n);
 
+/* Host callbacks: custom-call "xla_ffi_python_cpu_callback" (what the PJRT plugin lowers
+ * jax.debug.print, jax.debug.callback, pure_callback and io_callback to; its
+ * backend_config is the callback's number in the registering process). The hook gets the
+ * number, the device that runs it, the operands' array leaves (tokens left out: raw bytes in
+ * the tensors' row-major order) and room for the result's array leaves, which it fills. It
+ * returns 0, or non-zero with a message in err (a NUL-terminated line). One hook for the
+ * process (NULL: such programs are refused); set it before the run. */
+typedef int (*tpu_host_callback_fn)(uint64_t id, int64_t device, int nin, void *const *in, const int64_t *in_bytes,
+                                    int nout, void *const *out, const int64_t *out_bytes, char *err, int errlen);
+void tpu_ref_set_host_callback(tpu_host_callback_fn fn);
+
 #endif

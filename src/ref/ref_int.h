@@ -25,6 +25,10 @@ typedef tpu_status (*tpu_ref_kernel)(tpu_interp *ip, const tpu_instr *in, const 
 tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, int nargs,
                          tpu_tensor *out, tpu_diag *d);
 
+/* custom-call "xla_ffi_python_cpu_callback": the process's host-callback hook (host_callback.c). */
+tpu_status tpu__ref_host_callback(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                                  tpu_tensor *out, tpu_diag *d);
+
 /* Allocates a value for a shape (arrays zero-filled; tuples recursively). */
 tpu_status tpu__ref_alloc_shape(tpu_tensor *out, const tpu_shape *s, tpu_diag *d);
 

@@ -277,7 +277,53 @@ def _blocks(sharding, dims, ndev):
     return local, starts
 
 
+def _is_token(shape):
+    return not shape.is_tuple() and str(shape).startswith("token")
+
+
+def tokens_as_pred(text):
+    """The entry computation's token parameters and results (JAX's ordered effects: io_callback
+    with ordered=True, ordered debug prints) as pred[0] arrays, which is what JAX hands the
+    runtime for them: each token parameter becomes a pred[0] parameter beside an after-all
+    that takes its place; each token in the root tuple becomes an empty pred[0] constant."""
+    lines = text.split("\n")
+    try:
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("ENTRY "))
+    except StopIteration:
+        return text
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("}")), len(lines))
+    renames = {}
+    body = []
+    for ln in lines[start + 1:end]:
+        m = re.match(r"^(\s*)(ROOT )?(%?[\w.\-]+) = token\[\] parameter\((\d+)\)(.*)$", ln)
+        if m:
+            ind, name = m.group(1), m.group(3)
+            renames[name] = name + ".tokenarg"
+            body.append("%s%s = pred[0]{0} parameter(%s)%s" % (ind, renames[name], m.group(4), m.group(5)))
+            body.append("%s%s = token[] after-all()" % (ind, name))
+            continue
+        m = re.match(r"^(\s*)ROOT (%?[\w.\-]+) = \((.*?)\) tuple\((.*?)\)(.*)$", ln)
+        if m and "token[]" in m.group(3):
+            ind = m.group(1)
+            types = [t.strip() for t in re.split(r",(?![^{\[]*[}\]])", m.group(3))]
+            ops = [o.strip() for o in m.group(4).split(",")]
+            if len(types) == len(ops):
+                for k, t in enumerate(types):
+                    if t == "token[]":
+                        body.append("%stoken.result.%d = pred[0]{0} constant({})" % (ind, k))
+                        types[k], ops[k] = "pred[0]{0}", "token.result.%d" % k
+                ln = "%sROOT %s = (%s) tuple(%s)%s" % (ind, m.group(2), ", ".join(types), ", ".join(ops), m.group(5))
+        body.append(ln)
+    if not renames and body == lines[start + 1:end]:
+        return text
+    head = [re.sub(r"token\[\]", "pred[0]{0}", ln) if ln.startswith("HloModule") else ln for ln in lines[:start]]
+    entry = re.sub(r"token\[\]", "pred[0]", lines[start])
+    return "\n".join(head + [entry] + body + lines[end:])
+
+
 def _array_info(shape, sharding, ndev):
+    if _is_token(shape):  # an ordered effect's token: JAX passes an empty pred array for it
+        return " ".join(str(t) for t in [_DTYPES["bool"], 1, 0, 0] + [0] * ndev)
     if shape.is_tuple():
         raise NotImplementedError("tuple parameters or results")
     dt = np.dtype(shape.numpy_dtype()).name
@@ -319,7 +365,7 @@ def convert(code, fmt, options):
     module = comp.as_hlo_module()
     print_opts = hlo_lib.HloPrintOptions.short_parsable()
     print_opts.print_metadata = True
-    text = f8_as_f32(expand_batch_norm(drop_empty_meshes(module.to_string(print_opts))))
+    text = tokens_as_pred(f8_as_f32(expand_batch_norm(drop_empty_meshes(module.to_string(print_opts)))))
     assign = list(range(ndev))
     if build.device_assignment is not None:
         assign = _device_assignment(build.device_assignment.serialize(), nrep, npart)
@@ -459,6 +505,8 @@ def register_converter():
         lib = load_library()
         _callback = _COMPILER_FN(_compile)
         lib.tpusim_pjrt_set_compiler(_callback)
+        from . import host_callbacks
+        host_callbacks.install(lib)
 
 
 def requested():

@@ -8,9 +8,10 @@ Copied from the "tpu" rules: eigh (QDWH, pure JAX), dot_general, the all-gathers
 only XLA's TPU compiler expands and tpusim has no expansion for: lu ("LuDecomposition"; the
 default is the same blocked algorithm in JAX), approx_top_k ("ApproxTopK"; the default is the
 exact sort-based top-k), empty ("AllocateBuffer"; the default is a zero broadcast). Host
-callbacks (send/recv on a TPU) cannot run in tpusim: jax.debug.print and jax.debug.callback
-are left out of the program with a warning, pure_callback and io_callback are refused with a
-message.
+callbacks (jax.debug.print, jax.debug.callback, pure_callback, io_callback; send/recv on a
+TPU) become the custom call JAX emits for them on a CPU ("xla_ffi_python_cpu_callback"), whose
+index numbers the callback in this process (host_callbacks.py); the executors hand it the
+operands and take its results.
 
 Expanded here: eigh's Jacobi variant (custom call "Eigh", what the TPU rule emits for
 matrices up to 256 wide), geqrf (custom call "Qr") and householder_product
@@ -183,29 +184,60 @@ def _real_only(name, fn, multiple_results):
     return rule
 
 
-_warned = set()
+def _host_callback_rule(prim):
+    """The lowering of a host-callback primitive for tpusim: a side-effecting custom call
+    "xla_ffi_python_cpu_callback" numbered by host_callbacks.register (ordered effects thread their
+    token through it, as JAX's own lowering does)."""
+    from jax._src import callback, debugging, effects
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import hlo
 
+    from . import host_callbacks
 
-def _debug_dropped(ctx, *args, **params):
-    """jax.debug.print / jax.debug.callback inside a compiled program: tpusim's executors cannot
-    call back into Python mid-run, so the callback is left out of the program, with a warning
-    (once per kind); the program's values are unaffected."""
-    import warnings
+    def rule(ctx, *args, **params):
+        if params.get("partitioned"):
+            raise NotImplementedError("tpusim: a partitioned jax.debug.callback (called on each shard) is not "
+                                      "supported; drop partitioned=True")
+        effect = None
+        if prim is callback.io_callback_p and params.get("ordered"):
+            effect = callback._OrderedIOEffect
+        elif prim is debugging.debug_callback_p and effects.ordered_effects.contains(params["effect"]):
+            effect = params["effect"]
+        elif prim is debugging.debug_print_p and params.get("ordered"):
+            effect = debugging.ordered_debug_effect
+        token = ctx.tokens_in.get(effect) if effect is not None else None
+        number = host_callbacks.register(prim, params, ctx.avals_in, ctx.avals_out)
+        types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
+        operands = list(args)
+        # Where it runs, as JAX places callbacks: once, on device 0 (or the device a pure_callback's
+        # sharding names), in an automatically partitioned program; on every device in shard_map.
+        placed = callback._callback_op_sharding(ctx.module_context.axis_context, params.get("sharding"),
+                                                ctx.avals_out)
+        sdy = getattr(placed, "shardings", None)  # Shardy: one per result (at least one)
+        if token is not None or (not types and sdy):  # no results: a token carries the placement
+            types = [hlo.TokenType.get()] + types
+            if token is not None:
+                operands = [token] + operands
+            if sdy is not None and len(sdy) < len(types):
+                placed = type(placed)((type(sdy[0])(mesh_shape=(), dim_shardings=(),
+                                                     logical_device_ids=sdy[0].logical_device_ids),) + tuple(sdy))
+        side = prim is not callback.pure_callback_p
+        # JAX's own form of a CPU callback (XLA keeps its placement through sharding
+        # propagation); the index is this process's number for it (host_callbacks.py).
+        index = ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), number)
+        op = mlir.custom_call("xla_ffi_python_cpu_callback", result_types=types, operands=operands,
+                              backend_config={"index": index}, has_side_effect=side, api_version=4)
+        if placed is not None:
+            mlir.set_sharding(ctx.module_context, op, placed)
+        results = list(op.results)
+        if len(results) > len(ctx.avals_out):
+            first, *results = results
+            if token is not None:
+                ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({effect: first})))
+        return results
 
-    name = ctx.name_stack if hasattr(ctx, "name_stack") else ""
-    kind = "jax.debug.print" if "fmt" in params else "jax.debug.callback"
-    if kind not in _warned:
-        _warned.add(kind)
-        warnings.warn("tpusim: %s inside a jitted function is not run (tpusim has no host callbacks; the "
-                      "program's values are unaffected) %s" % (kind, name), RuntimeWarning, stacklevel=2)
-    ctx.set_tokens_out(ctx.tokens_in)
-    return []
-
-
-def _no_host_callback(ctx, *args, **params):
-    raise NotImplementedError("tpusim: pure_callback and io_callback (host callbacks that hand values back to the "
-                              "program) are not supported: tpusim's executors cannot call back into Python during "
-                              "a run; compute the value outside the jitted function")
+    return rule
 
 
 def register():
@@ -234,10 +266,8 @@ def register():
         mlir.register_lowering(lax_linalg.eigh_p, eigh, platform=PLATFORM)
     from jax._src import callback, debugging
 
-    mlir.register_lowering(debugging.debug_callback_p, _debug_dropped, platform=PLATFORM, cacheable=False)
-    mlir.register_lowering(debugging.debug_print_p, _debug_dropped, platform=PLATFORM, cacheable=False)
-    mlir.register_lowering(callback.pure_callback_p, _no_host_callback, platform=PLATFORM)
-    mlir.register_lowering(callback.io_callback_p, _no_host_callback, platform=PLATFORM)
+    for prim in (debugging.debug_callback_p, debugging.debug_print_p, callback.pure_callback_p, callback.io_callback_p):
+        mlir.register_lowering(prim, _host_callback_rule(prim), platform=PLATFORM, cacheable=False)
     mlir.register_lowering(lax_linalg.geqrf_p, _real_only("qr", _geqrf_impl, True), platform=PLATFORM)
     mlir.register_lowering(lax_linalg.householder_product_p,
                            _real_only("householder_product", _householder_product_impl, False), platform=PLATFORM)
