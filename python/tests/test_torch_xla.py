@@ -54,14 +54,20 @@ def run(entry_point, args, **env):
     return p.stdout
 
 
-# Seed 000's snippet as written, but for its first test: torch_xla 2.9 has no
-# xm.xla_available (an AttributeError on every platform), so the device is taken at once.
+# Seed 000's snippet as written (torch_xla 2.9 lacks its xm.xla_available(); the plugin
+# supplies it under PJRT_DEVICE=TPUSIM), with a matmul to run on the device.
 SEED = r"""
 import torch
 import torch_xla
 import torch_xla.core.xla_model as xm
-device = xm.xla_device()
-print(f"Using XLA device: {device}")
+# Check if XLA devices (TPUs) are available
+if xm.xla_available():
+    # Acquire the XLA device (e.g., the first TPU core)
+    device = xm.xla_device()
+    print(f"Using XLA device: {device}")
+else:
+    print("XLA device not found. Using CPU/GPU instead.")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 x = torch.randn(4, 3).to(device)
 print((x @ x.T).sum().item() > 0, torch_xla.device())
 """
