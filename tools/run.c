@@ -842,6 +842,10 @@ int tpu_cli_run(int argc, char **argv) {
                        e->nparams, o.ninputs);
     goto cleanup;
   }
+  if (!o.timing && ndev > 1 && tpu_pod_check_local(m, use_mpi ? tr.count : ndev, &d) != TPU_OK) {
+    tpu_cli_report_file(&d, o.prog);
+    goto cleanup;
+  }
   if (!o.timing && check_host_memory(m, ndev, &d) != TPU_OK) {
     tpu_cli_report_file(&d, o.prog);
     goto cleanup;

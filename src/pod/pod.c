@@ -15,6 +15,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -191,6 +192,24 @@ static tpu_status report(const pod *p, tpu_diag *d) {
   return p->why.status != TPU_OK ? p->why.status : TPU_ERR_RUNTIME;
 }
 
+tpu_status tpu_pod_check_local(const tpu_module *m, int64_t count, tpu_diag *d) {
+  if (count <= TPU_POD_MAX_LOCAL_DEVICES) return TPU_OK;
+  tpu_loc at = m->entry ? m->entry->loc : tpu_noloc();
+  int64_t largest = 0;
+  for (int i = 0; i < m->nattrs; i++) /* the larger of replica_count and num_partitions */
+    if (!strcmp(m->attrs[i].name, "replica_count") || !strcmp(m->attrs[i].name, "num_partitions")) {
+      long long v = strtoll(m->attrs[i].value, NULL, 10);
+      if (v > largest) {
+        largest = v;
+        at = m->attrs[i].loc;
+      }
+    }
+  return TPU_FAIL(d, TPU_ERR_LIMIT, at,
+                  "the values of %lld devices in one process: at most %d (one thread each); spread them over MPI "
+                  "ranks (mpirun -n K, docs/pod.md) or time the program alone (--mode timing)",
+                  (long long)count, TPU_POD_MAX_LOCAL_DEVICES);
+}
+
 tpu_status tpu_pod_run_dist(const tpu_module *m, const tpu_pod_transport *tr, tpu_pod_device_fn fn, void *user,
                             tpu_tensor *const *args, int nargs, tpu_tensor *outs, tpu_diag *d) {
   int64_t replicas, partitions;
@@ -201,6 +220,7 @@ tpu_status tpu_pod_run_dist(const tpu_module *m, const tpu_pod_transport *tr, tp
   p.n = n;
   p.first = tr ? tr->first : 0;
   p.count = tr ? tr->count : n;
+  TPU_TRY(tpu_pod_check_local(m, p.count, d));
   p.tr = tr;
   p.origin = -1;
   p.fn = fn;

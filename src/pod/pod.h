@@ -40,6 +40,11 @@ typedef struct tpu_pod_transport {
   void *user;
 } tpu_pod_transport;
 
+/* The most devices one process runs the values of (one thread each); more are refused
+ * before any work, at the module's device-count attribute: spread them over MPI ranks. */
+#define TPU_POD_MAX_LOCAL_DEVICES 4096
+tpu_status tpu_pod_check_local(const tpu_module *m, int64_t count, tpu_diag *d);
+
 /* tpu_pod_run over several processes: this one runs tr->count devices from tr->first
  * (args and outs are indexed by global device id; only those entries are used, and rank 0
  * receives every device's result). tr NULL is tpu_pod_run. */
