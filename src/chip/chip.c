@@ -82,6 +82,8 @@ static const struct {
     [TPU_CHIP_CHIPS_PER_HOST] = {1, 1024},
     [TPU_CHIP_PCIE_BW] = {1e6, 1e15},
     [TPU_CHIP_DCN_BW] = {1e6, 1e15},
+    [TPU_CHIP_DCN_HOST_BW] = {1e6, 1e16},
+    [TPU_CHIP_DCN_LATENCY_S] = {1e-9, 1},
     [TPU_CHIP_PEAK_BF16_FLOPS] = {1e6, 1e18},
     [TPU_CHIP_PEAK_INT8_OPS] = {1e6, 1e18},
     [TPU_CHIP_PEAK_FP8_OPS] = {1e6, 1e18},

@@ -86,6 +86,8 @@ typedef enum {
   X(CHIPS_PER_HOST, chips_per_host, 'i', 1, "", "chips attached to one host")                \
   X(PCIE_BW, pcie_bw, 'f', 0, "B/s", "host link bandwidth per chip, one way")                \
   X(DCN_BW, dcn_bw, 'f', 0, "B/s", "data-center network bandwidth per chip")                 \
+  X(DCN_HOST_BW, dcn_host_bw, 'f', 0, "B/s", "data-center network bandwidth out of one host (its NICs), shared by its chips") \
+  X(DCN_LATENCY_S, dcn_latency_s, 'f', 0, "s", "latency of one dependent transfer between slices over DCN") \
   X(PEAK_BF16_FLOPS, peak_bf16_flops, 'f', 0, "FLOP/s", "listed peak bf16 per chip")         \
   X(PEAK_INT8_OPS, peak_int8_ops, 'f', 0, "OP/s", "listed peak int8 per chip")               \
   X(PEAK_FP8_OPS, peak_fp8_ops, 'f', 0, "FLOP/s", "listed peak fp8 per chip")
@@ -148,7 +150,7 @@ typedef struct tpu_chip {
   int64_t max_chips, pod_chips;
   tpu_wrap_rule wraparound;
   int64_t wrap_multiple, chips_per_host;
-  double pcie_bw, dcn_bw;
+  double pcie_bw, dcn_bw, dcn_host_bw, dcn_latency_s;
   double peak_bf16_flops, peak_int8_ops, peak_fp8_ops;
   tpu_chip_prov prov[TPU_CHIP_NFIELDS];
   int nsources;

@@ -2,10 +2,12 @@
  * every device of the module, routed on the slice's torus (docs/pod.md). */
 #include "pod/cost.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "ir/collective.h"
+#include "pod/dcn.h"
 
 static double leaves_bytes(const tpu_shape *s) {
   if (s->dtype == TPU_TUPLE) {
@@ -34,31 +36,34 @@ void tpu_pod_cost_free(tpu_pod_cost_ctx *x) {
   x->ninfo = x->capinfo = 0;
 }
 
-/* One step between slices over the data-center network: an assumption (no published
- * figure; the order of a round trip inside a data center). docs/pod.md. */
-#define DCN_STEP_S 10e-6
-
 static int64_t slice_of(const tpu_topology *t, int64_t dev) {
   int64_t chip = tpu_topology_chip(t, dev);
   return chip < 0 ? -1 : chip / t->chips_per_slice;
 }
 
-/* Multi-slice collectives, as XLA runs them hierarchically: the part inside each slice on
- * ICI (each group cut into its per-slice subgroups: op->groups is replaced by them, in
- * *sub), then the exchange between the K slices a group spans over DCN, each chip moving
- * its 1/m share (m = the group's chips per slice) at the chip's DCN bandwidth:
- *   all-reduce 2(K-1)/K · V/m, reduce-scatter (K-1)/K · V/m, all-gather (K-1) · shard,
- *   all-to-all (K-1)/K · V, broadcast V/m; a permute pair across slices sends V over DCN;
- * plus a fixed time per step of the ring over slices (DCN_STEP_S). *dcn_s is that time. */
-static tpu_status split_slices(const tpu_topology *t, const tpu_instr *in, tpu_ici_op *op, tpu_coll_cost *c,
-                               double *dcn_s, int64_t **sub, tpu_diag *d) {
-  *dcn_s = 0;
+/* Multi-slice collectives, as XLA runs them hierarchically (the TPU compiler's own
+ * multi-slice programs: an in-slice reduce-scatter, an all-reduce between slices by the
+ * megascale runtime over DCN, an in-slice all-gather; an all-gather exchanges between
+ * slices first, then gathers in the slice): each group is cut into its per-slice subgroups
+ * (op->groups is replaced by them, in *sub) for the ICI part, and the exchange between the
+ * K slices a group spans is timed on the DCN model (pod/dcn.h) with every member sending
+ * its share (tpu_dcn_share). A permute pair across slices sends its operand over DCN.
+ * *dcn receives the DCN phase's time. */
+static tpu_status split_slices(const tpu_topology *t, const tpu_instr *in, tpu_ici_op *op, tpu_pod_coll_info *dcn,
+                               int64_t **sub, tpu_diag *d) {
   *sub = NULL;
+  int64_t *senders = NULL, ns = 0;
+  double bytes = 0;
+  int64_t steps = 0;
+  tpu_status st = TPU_OK;
   if (op->kind == TPU_ICI_PERMUTE) {
     int64_t w = 0, cross = 0;
+    senders = tpu_malloc(sizeof *senders * (size_t)(op->npairs + 1));
+    if (!senders) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
     for (int64_t i = 0; i < op->npairs; i++) {
       int64_t a = op->pairs[2 * i], b = op->pairs[2 * i + 1];
       if (slice_of(t, a) != slice_of(t, b)) {
+        senders[ns++] = tpu_topology_chip(t, a);
         cross++;
         continue;
       }
@@ -67,69 +72,85 @@ static tpu_status split_slices(const tpu_topology *t, const tpu_instr *in, tpu_i
       w++;
     }
     op->npairs = w;
-    if (cross && !(t->dcn_bw > 0))
-      return TPU_FAIL(d, TPU_ERR_ARG, in->loc, "'%s' crosses slices but the chip has no DCN bandwidth",
-                      tpu_instr_user_name(in));
-    if (cross) *dcn_s = op->operand_bytes / t->dcn_bw + DCN_STEP_S;
-    return TPU_OK;
-  }
-  int64_t S = op->group_size, G = op->ngroups;
-  if (S <= 1 || G <= 0) return TPU_OK;
-  /* How many slices the first group spans; groups must split evenly. */
-  int64_t *cnt = tpu_calloc((size_t)t->slices + 1, sizeof *cnt);
-  int64_t *buf = tpu_malloc(sizeof *buf * (size_t)(S * G + 1));
-  if (!cnt || !buf) {
+    if (cross) {
+      tpu_dcn_share(op->kind, 2, 1, op->operand_bytes, &bytes, &steps);
+      dcn->dcn_slices = 2;
+    }
+  } else {
+    int64_t S = op->group_size, G = op->ngroups;
+    if (S <= 1 || G <= 0) return TPU_OK;
+    /* How many slices each group spans (all alike, evenly). */
+    int64_t *cnt = tpu_calloc((size_t)t->slices + 1, sizeof *cnt);
+    int64_t *buf = tpu_malloc(sizeof *buf * (size_t)(S * G + 1));
+    if (!cnt || !buf) {
+      tpu_free(cnt);
+      tpu_free(buf);
+      return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    }
+    int64_t K = 0, m = 0, w = 0;
+    for (int64_t g = 0; g < G && st == TPU_OK; g++) {
+      memset(cnt, 0, sizeof *cnt * (size_t)t->slices);
+      for (int64_t i = 0; i < S; i++) cnt[slice_of(t, op->groups[g * S + i])]++;
+      int64_t k = 0, mm = 0;
+      for (int64_t q = 0; q < t->slices; q++)
+        if (cnt[q]) {
+          k++;
+          if (mm && cnt[q] != mm)
+            st = TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "'%s': a group splits unevenly over slices",
+                          tpu_instr_user_name(in));
+          mm = cnt[q];
+        }
+      if (g == 0) K = k, m = mm;
+      else if (k != K || mm != m)
+        st = TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "'%s': groups span slices differently", tpu_instr_user_name(in));
+      /* Its per-slice subgroups, in group order. */
+      for (int64_t q = 0; st == TPU_OK && q < t->slices; q++)
+        for (int64_t i = 0; i < S; i++)
+          if (slice_of(t, op->groups[g * S + i]) == q) buf[w++] = op->groups[g * S + i];
+    }
     tpu_free(cnt);
-    tpu_free(buf);
-    return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    if (st != TPU_OK || K <= 1) {
+      tpu_free(buf);
+      return st;
+    }
+    /* Every member sends over DCN: the chips of the groups (a device per chip here). */
+    senders = tpu_malloc(sizeof *senders * (size_t)(S * G + 1));
+    if (!senders) {
+      tpu_free(buf);
+      return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    }
+    for (int64_t i = 0; i < S * G; i++) senders[ns++] = tpu_topology_chip(t, op->groups[i]);
+    tpu_dcn_share(op->kind, K, m, op->operand_bytes, &bytes, &steps);
+    dcn->dcn_slices = K;
+    /* The in-slice part: an all-gather gathers the K shards each member got over DCN; an
+     * all-to-all moves only the blocks that stay in the slice. */
+    if (op->kind == TPU_ICI_ALL_GATHER) op->operand_bytes *= (double)K;
+    if (op->kind == TPU_ICI_ALL_TO_ALL) op->operand_bytes /= (double)K;
+    op->groups = buf;
+    op->group_size = m;
+    op->ngroups = G * K;
+    *sub = buf;
   }
-  int64_t K = 0, m = 0, w = 0;
-  tpu_status st = TPU_OK;
-  for (int64_t g = 0; g < G && st == TPU_OK; g++) {
-    memset(cnt, 0, sizeof *cnt * (size_t)t->slices);
-    for (int64_t i = 0; i < S; i++) cnt[slice_of(t, op->groups[g * S + i])]++;
-    int64_t k = 0, mm = 0;
-    for (int64_t q = 0; q < t->slices; q++)
-      if (cnt[q]) {
-        k++;
-        if (mm && cnt[q] != mm) st = TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "'%s': a group splits unevenly over slices",
-                                          tpu_instr_user_name(in));
-        mm = cnt[q];
-      }
-    if (g == 0) K = k, m = mm;
-    else if (k != K || mm != m)
-      st = TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "'%s': groups span slices differently", tpu_instr_user_name(in));
-    /* Its per-slice subgroups, in group order. */
-    for (int64_t q = 0; st == TPU_OK && q < t->slices; q++)
-      for (int64_t i = 0; i < S; i++)
-        if (slice_of(t, op->groups[g * S + i]) == q) buf[w++] = op->groups[g * S + i];
+  if (ns) {
+    tpu_dcn_phase ph = {senders, ns, bytes, steps};
+    tpu_dcn_result r;
+    st = tpu_dcn_time(t, &ph, &r, d);
+    if (st != TPU_OK) {
+      char why[sizeof d->msg];
+      snprintf(why, sizeof why, "%s", d->msg);
+      st = TPU_FAIL(d, st, in->loc, "'%s' spans slices but %s", tpu_instr_user_name(in), why);
+    }
+    dcn->dcn_seconds = r.seconds;
+    dcn->dcn_bytes = bytes;
+    dcn->dcn_rate = r.rate;
+    dcn->dcn_per_host = r.max_per_host;
   }
-  tpu_free(cnt);
-  if (st != TPU_OK || K <= 1) {
-    tpu_free(buf);
-    return st;
+  tpu_free(senders);
+  if (st != TPU_OK) {
+    tpu_free(*sub);
+    *sub = NULL;
   }
-  if (!(t->dcn_bw > 0)) {
-    tpu_free(buf);
-    return TPU_FAIL(d, TPU_ERR_ARG, in->loc, "'%s' spans %lld slices but the chip has no DCN bandwidth",
-                    tpu_instr_user_name(in), (long long)K);
-  }
-  double V = op->operand_bytes, f = (double)(K - 1) / (double)K, bytes = 0;
-  switch (op->kind) {
-    case TPU_ICI_ALL_REDUCE: bytes = 2 * f * V / (double)m; break;
-    case TPU_ICI_REDUCE_SCATTER: bytes = f * V / (double)m; break;
-    case TPU_ICI_ALL_GATHER: bytes = (double)(K - 1) * V; break;
-    case TPU_ICI_ALL_TO_ALL: bytes = f * V; break;
-    default: bytes = V / (double)m; break;
-  }
-  /* A ring over the K slices: K-1 steps (twice for an all-reduce). */
-  *dcn_s = bytes / t->dcn_bw + (double)(op->kind == TPU_ICI_ALL_REDUCE ? 2 * (K - 1) : K - 1) * DCN_STEP_S;
-  (void)c;
-  op->groups = buf;
-  op->group_size = m;
-  op->ngroups = G * K;
-  *sub = buf;
-  return TPU_OK;
+  return st;
 }
 
 /* Largest number of link-byte doubles kept over all collectives (for the link report). */
@@ -209,9 +230,11 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
                : base == TPU_OP_COLLECTIVE_BROADCAST ? vin : f * vin;
   }
   /* Several slices: groups (or pairs) that span them go through the data-center network. */
-  double dcn_s = 0;
+  tpu_pod_coll_info dcn;
+  memset(&dcn, 0, sizeof dcn);
   int64_t *sub = NULL;
-  if (st == TPU_OK && t->slices > 1) st = split_slices(t, in, &op, c, &dcn_s, &sub, d);
+  if (st == TPU_OK && t->slices > 1) st = split_slices(t, in, &op, &dcn, &sub, d);
+  double dcn_s = dcn.dcn_seconds;
   tpu_ici_result r;
   memset(&r, 0, sizeof r);
   int64_t nl = tpu_topology_nlinks(t);
@@ -236,7 +259,10 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
       else x->info = ni, x->capinfo = nc;
     }
     if (st == TPU_OK) {
-      x->info[x->ninfo++] = (tpu_pod_coll_info){in, r, lb};
+      dcn.in = in;
+      dcn.r = r;
+      dcn.link_bytes = lb;
+      x->info[x->ninfo++] = dcn;
       lb = NULL;
     }
   }

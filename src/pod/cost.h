@@ -14,6 +14,12 @@ typedef struct tpu_pod_coll_info {
   const tpu_instr *in;
   tpu_ici_result r;
   double *link_bytes; /* bytes per link slot (NULL when the slice is too large to keep them) */
+  /* Its exchange between slices over DCN (all 0 inside one slice; pod/dcn.h): */
+  double dcn_seconds; /* included in the collective's time, after/between its ICI parts */
+  double dcn_bytes;   /* sent over DCN by each chip that sends */
+  double dcn_rate;    /* bytes/s each sender got (its host's NICs shared) */
+  int64_t dcn_per_host; /* most chips of one host sending at once */
+  int64_t dcn_slices;   /* slices each group spans */
 } tpu_pod_coll_info;
 
 typedef struct tpu_pod_cost_ctx {

@@ -367,6 +367,21 @@ static coll_row *collect(const tpu_program *p, const tpu_timeline *tl, double cl
   return rows;
 }
 
+/* Over the step: the DCN phases' time and bytes per chip, and every collective's time
+ * (each times its executions); returns how many collectives span slices. */
+static int dcn_totals(const coll_row *rows, int nc, double *dcn_s, double *dcn_b, double *coll_s) {
+  int n = 0;
+  *dcn_s = *dcn_b = *coll_s = 0;
+  for (int r = 0; r < nc; r++) {
+    *coll_s += rows[r].seconds * (double)rows[r].count;
+    if (!rows[r].info || rows[r].info->dcn_slices < 2) continue;
+    n++;
+    *dcn_s += rows[r].info->dcn_seconds * (double)rows[r].count;
+    *dcn_b += rows[r].info->dcn_bytes * (double)rows[r].count;
+  }
+  return n;
+}
+
 void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const tpu_timeline *tl,
                      const tpu_chip *chip, double flops_per_s, int top, const tpu_pod_cost_ctx *costs) {
   double clock = tl->clock_hz > 0 ? tl->clock_hz : chip->clock_hz, step = (double)tl->total_cycles / clock;
@@ -396,8 +411,9 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
     fprintf(f, "slice: %s on %s, %lld links per chip at %s each way, %.3g us per hop", tn, chip->name,
             (long long)topo->links_per_chip, a, topo->hop_s * 1e6);
     if (topo->slices > 1) {
-      tpu_report_si(b, sizeof b, topo->dcn_bw, "B/s");
-      fprintf(f, "; %lld slices joined by DCN at %s per chip", (long long)topo->slices, b);
+      tpu_report_si(b, sizeof b, topo->dcn_host_bw, "B/s");
+      fprintf(f, "; %lld slices joined by DCN: %s out of each host's NICs, shared by its %lld chips, %.3g us per step",
+              (long long)topo->slices, b, (long long)topo->chips_per_host, topo->dcn_latency_s * 1e6);
     }
     fprintf(f, "\n");
   }
@@ -412,17 +428,31 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
   for (int r = 0; r < shown; r++) {
     const coll_row *x = &rows[r];
     double t = x->seconds * (double)x->count;
-    char ln[96] = "-";
+    char ln[160] = "-";
     if (x->info && topo && x->info->r.busiest_link >= 0) {
       char l[80];
       tpu_topology_link_name(topo, x->info->r.busiest_link, l, sizeof l);
       snprintf(ln, sizeof ln, "%s (%.0f%%)", l, 100 * x->info->r.busiest_util);
+    }
+    if (x->info && x->info->dcn_slices > 1) {
+      char dl[160];
+      snprintf(dl, sizeof dl, "DCN %.3f us over %lld slices, %.4g B per chip; ICI %s", x->info->dcn_seconds * 1e6,
+               (long long)x->info->dcn_slices, x->info->dcn_bytes, ln);
+      snprintf(ln, sizeof ln, "%s", dl);
     }
     fprintf(f, "  %-28.28s %-20.20s %5lld %6lld %10.3f %7.1f %10.4g %10.4g  %s\n", x->name, x->kind,
             (long long)x->group, (long long)x->count, t * 1e6, step > 0 ? 100 * t / step : 0, x->bytes, x->bus_bw / 1e9,
             ln);
   }
   if (shown < nc) fprintf(f, "  ... %d more (--top 0 lists all)\n", nc - shown);
+  if (topo && topo->slices > 1) {
+    double dcn_t, dcn_b, coll_t;
+    int nd = dcn_totals(rows, nc, &dcn_t, &dcn_b, &coll_t);
+    tpu_report_si(a, sizeof a, dcn_b, "B");
+    fprintf(f, "DCN: %d collective%s span slices; each chip sends %s over DCN per step, %.4g us (%.1f%% of the step) "
+            "beside %.4g us on ICI\n", nd, nd == 1 ? "" : "s", a, dcn_t * 1e6, step > 0 ? 100 * dcn_t / step : 0,
+            (coll_t - dcn_t) * 1e6);
+  }
   /* The links over the whole step: bytes of every collective times its executions. */
   if (topo && costs) {
     int64_t nl = tpu_topology_nlinks(topo);
@@ -494,10 +524,26 @@ void tpu_podio_write_json(void *user, tpu_json_writer *w) {
     tpu_json_key(w, "link_bandwidth");
     tpu_json_number(w, topo->link_bw);
   }
-  tpu_json_key(w, "collectives");
-  tpu_json_begin_array(w);
   int nc;
   coll_row *rows = collect(x->p, tl, clock, x->costs, &nc);
+  if (topo && topo->slices > 1) {
+    double dcn_t, dcn_b, coll_t;
+    (void)dcn_totals(rows, rows ? nc : 0, &dcn_t, &dcn_b, &coll_t);
+    tpu_json_key(w, "slices");
+    tpu_json_int(w, topo->slices);
+    tpu_json_key(w, "dcn_host_bandwidth");
+    tpu_json_number(w, topo->dcn_host_bw);
+    tpu_json_key(w, "dcn_latency");
+    tpu_json_number(w, topo->dcn_latency_s);
+    tpu_json_key(w, "dcn_seconds");
+    tpu_json_number(w, dcn_t);
+    tpu_json_key(w, "dcn_bytes_per_chip");
+    tpu_json_number(w, dcn_b);
+    tpu_json_key(w, "ici_seconds");
+    tpu_json_number(w, coll_t - dcn_t);
+  }
+  tpu_json_key(w, "collectives");
+  tpu_json_begin_array(w);
   for (int i = 0; rows && i < nc; i++) {
     tpu_json_begin_object(w);
     tpu_json_key(w, "name");
@@ -523,6 +569,18 @@ void tpu_podio_write_json(void *user, tpu_json_writer *w) {
       tpu_json_number(w, rows[i].info->r.busiest_util);
       tpu_json_key(w, "hops");
       tpu_json_int(w, rows[i].info->r.hops);
+    }
+    if (rows[i].info && rows[i].info->dcn_slices > 1) {
+      tpu_json_key(w, "dcn_slices");
+      tpu_json_int(w, rows[i].info->dcn_slices);
+      tpu_json_key(w, "dcn_seconds_each");
+      tpu_json_number(w, rows[i].info->dcn_seconds);
+      tpu_json_key(w, "dcn_bytes_per_chip");
+      tpu_json_number(w, rows[i].info->dcn_bytes);
+      tpu_json_key(w, "dcn_rate");
+      tpu_json_number(w, rows[i].info->dcn_rate);
+      tpu_json_key(w, "dcn_chips_per_host");
+      tpu_json_int(w, rows[i].info->dcn_per_host);
     }
     tpu_json_end_object(w);
   }
@@ -564,6 +622,25 @@ void tpu_podio_trace(void *user, tpu_json_writer *w, double clock) {
       nt++;
     }
     if (tid >= 0) tpu_trace_event(w, tid, nm, "collective", start, dur);
+    /* Its exchange between slices, where the hierarchical collective runs it: an
+     * all-gather first, a reduce-scatter last, an all-reduce between its two ICI halves. */
+    if (r && r->info->dcn_slices > 1) {
+      double ds = r->info->dcn_seconds * 1e6, at = start;
+      if (ds > dur) ds = dur;
+      tpu_opcode b = tpu_collective_base(r->info->in->op);
+      if (b == TPU_OP_REDUCE_SCATTER) at = start + dur - ds;
+      else if (b == TPU_OP_ALL_REDUCE) at = start + (dur - ds) / 2;
+      snprintf(track, sizeof track, "DCN between slices");
+      tid = -1;
+      for (int k = 0; k < nt; k++)
+        if (!strcmp(names[k], track)) tid = 1000 + k;
+      if (tid < 0 && nt < MAXT) {
+        snprintf(names[nt], sizeof names[nt], "%s", track);
+        tpu_trace_track(w, tid = 1000 + nt, track);
+        nt++;
+      }
+      if (tid >= 0) tpu_trace_event(w, tid, nm, "dcn", at, ds);
+    }
     /* Its three busiest links. */
     if (!r || !topo || !r->info->link_bytes || !(topo->link_bw > 0)) continue;
     int64_t nl = tpu_topology_nlinks(topo), top[3] = {-1, -1, -1};

@@ -94,6 +94,10 @@ static tpu_status finish(const tpu_chip *chip, const char *text, tpu_topology *t
   t->link_bw = chip->ici_bw_per_link;
   t->hop_s = chip->ici_latency_s;
   t->dcn_bw = chip->dcn_bw;
+  t->dcn_host_bw = tpu_chip_known(chip, TPU_CHIP_DCN_HOST_BW) ? chip->dcn_host_bw
+                                                               : chip->dcn_bw * (double)chip->chips_per_host;
+  t->dcn_latency_s = chip->dcn_latency_s;
+  t->pcie_bw = chip->pcie_bw;
   return TPU_OK;
 }
 

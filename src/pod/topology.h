@@ -27,7 +27,10 @@ typedef struct tpu_topology {
   int64_t links_per_chip; /* the chip's ICI ports (4 on a 2-D torus, 6 on a 3-D one) */
   double link_bw;         /* bytes/s per link, one direction */
   double hop_s;           /* seconds per hop */
-  double dcn_bw;          /* bytes/s per chip between slices */
+  double dcn_bw;          /* bytes/s per chip between slices (all chips of a host sending) */
+  double dcn_host_bw;     /* bytes/s out of one host's NICs, shared by its chips (pod/dcn.h) */
+  double dcn_latency_s;   /* seconds per dependent step between slices */
+  double pcie_bw;         /* bytes/s between a chip and its host, one way (0: unknown) */
 } tpu_topology;
 
 /* Parses a --topology string for `chip`: "4x4x8", "2x4", "16" (axes in chips, x first),

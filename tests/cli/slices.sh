@@ -1,0 +1,74 @@
+#!/bin/sh
+# tpusim run --slices: a data-parallel step over two slices (examples/pod/dp2s, XLA's SPMD
+# output for 8 devices, its gradient all-reduce spanning both): JAX's values, the DCN time
+# in the summary, report and trace, one-line errors; the same bytes under mpirun.
+. tests/cli/lib/preamble.sh
+P=examples/pod
+IN=$(sed "s|^|-i $P/|" $P/dp2s.inputs | tr '\n' ' ')
+check_values() { # DIR: the three results against JAX's (XLA CPU) within 1e-5 of the largest
+  for k in 0 1 2; do
+    python3 - "$1/$k.npy" "$P/dp2s.out$k.npy" <<'PY' || fail "result $k of $1 differs from JAX's"
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+sys.exit(0 if a.shape == b.shape and np.abs(a - b).max() <= 1e-5 * max(np.abs(b).max(), 1e-30) else 1)
+PY
+  done
+}
+# shellcheck disable=SC2086
+"$BIN" run $P/dp2s.hlo --backend ref $IN --out-sharding @$P/dp2s.shardings -o "$T/ref" -q 2> "$T/err" ||
+  fail "ref run exited $?: $(cat "$T/err")"
+check_values "$T/ref"
+
+# Two slices of 2x2 v5e chips: the all-reduce over "data" (4 chips, 2 per slice) runs
+# hierarchically, its exchange between slices on DCN; the one over "model" stays on ICI.
+# shellcheck disable=SC2086
+"$BIN" run $P/dp2s.hlo $IN --out-sharding @$P/dp2s.shardings --chip v5e --topology 2x2 --slices 2 -o "$T/tpu" \
+  --report "$T/r.json" --trace "$T/t.json" > "$T/out" 2> "$T/err" || fail "--slices 2 run exited $?: $(cat "$T/err")"
+grep -q "^slice: 2x2 .*; 2 slices joined by DCN: 25 GB/s out of each host's NICs" "$T/out" ||
+  fail "no DCN in the slice line: $(grep '^slice' "$T/out")"
+grep -Eq "^  all-reduce.4 +all-reduce +4 .*DCN [0-9.]+ us over 2 slices" "$T/out" || fail "the data all-reduce shows no DCN part"
+grep -Eq "^  all-reduce +all-reduce +2 .* \(0,0\)->" "$T/out" || fail "the model all-reduce is not on ICI alone"
+grep -Eq "^DCN: 1 collective span slices; each chip sends 12.29 kB over DCN per step, 23.93 us" "$T/out" ||
+  fail "DCN totals: $(grep '^DCN' "$T/out")"
+python3 - "$T/r.json" <<'PY' || fail "the report's DCN figures"
+import json, sys
+p = json.load(open(sys.argv[1]))["pod"]
+ar = [c for c in p["collectives"] if c.get("dcn_slices")]
+assert p["slices"] == 2 and len(ar) == 1 and abs(p["dcn_seconds"] - ar[0]["dcn_seconds_each"]) < 1e-12, p
+# 2(K-1)/K of the (4 + 16384 + 8192)-byte operand over its 2 chips per slice, 4 chips of a
+# host sharing half a host's 25 GB/s, two ring steps of 10 us.
+assert abs(ar[0]["dcn_bytes_per_chip"] - 24580 / 2) < 1e-6 and ar[0]["dcn_chips_per_host"] == 4, ar
+assert abs(p["dcn_seconds"] - (12290 / 3.125e9 + 2e-5)) < 1e-12 and p["ici_seconds"] > 0, p
+PY
+grep -q '"name":"DCN between slices"' "$T/t.json" || fail "the trace has no DCN track"
+# One slice of 8 chips: no DCN line.
+"$BIN" run $P/dp2s.hlo --mode timing --chip v5e > "$T/one" 2> "$T/err" || fail "one-slice run exited $?"
+grep -q "^DCN" "$T/one" && fail "a one-slice run reports DCN"
+# Errors: slices that do not divide the devices; slices without the tpu backend.
+"$BIN" run $P/dp2s.hlo --mode timing --slices 3 > /dev/null 2> "$T/err"
+[ $? -eq 2 ] && grep -q "error: 8 devices do not split into 3 slices" "$T/err" || fail "--slices 3: $(cat "$T/err")"
+# shellcheck disable=SC2086
+"$BIN" run $P/dp2s.hlo --backend ref $IN --slices 2 > /dev/null 2> "$T/err"
+[ $? -eq 2 ] || fail "--slices with the ref backend did not exit 2"
+
+# mpirun: 2 ranks (one per slice) give the one-process bytes.
+if command -v mpirun > /dev/null 2>&1; then
+  ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+  export ASAN_OPTIONS
+  MPIRUN="mpirun --oversubscribe"
+  [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+  # shellcheck disable=SC2086
+  timeout 120 $MPIRUN -n 2 "$BIN" run $P/dp2s.hlo $IN --out-sharding @$P/dp2s.shardings --chip v5e --topology 2x2 \
+    --slices 2 -o "$T/mpi" > "$T/mout" 2> "$T/err"
+  rc=$?
+  if grep -q "built without MPI" "$T/err" "$T/mout"; then
+    echo "mpirun: tpusim built without MPI"
+  elif [ $rc -ne 0 ]; then
+    fail "mpirun -n 2 exited $rc: $(tail -3 "$T/err")"
+  else
+    for k in 0 1 2; do cmp -s "$T/mpi/$k.npy" "$T/tpu/$k.npy" || fail "mpirun result $k differs from one process"; done
+    grep -q "^DCN: 1 collective span slices" "$T/mout" || fail "mpirun run lacks the DCN line"
+  fi
+fi
+[ "$fails" = 0 ] || exit 1
+echo "slices: JAX's values over 2 slices; DCN time reported; mpirun bytes identical"
