@@ -11,6 +11,7 @@
 #include "chip/timeline.h"
 #include "ir/collective.h"
 #include "pod/cost.h"
+#include "pod/pipeline.h"
 #include "report/report.h"
 #include "report/report.h"
 #include "pod/pod.h"
@@ -481,6 +482,17 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
     }
     tpu_free(use);
   }
+  /* Pipeline loops: the bubble each stage spends on padding. */
+  tpu_pod_pipeline pls[8];
+  int npl = tpu_pod_find_pipelines(p, tl, pls, 8);
+  for (int k = 0; k < npl; k++) {
+    const tpu_pod_pipeline *pl = &pls[k];
+    double ls = pl->loop_cycles / clock;
+    fprintf(f, "pipeline: %s passes activations round %lld stages (%s) in %lld iterations: each stage computes on "
+            "padding in %lld of them, the bubble: %.1f%% of the loop's %.4g us, %.4g us per stage\n", pl->loop,
+            (long long)pl->stages, pl->permute, (long long)pl->trips, (long long)(pl->stages - 1),
+            100.0 * (double)(pl->stages - 1) / (double)pl->trips, ls * 1e6, pl->bubble_cycles / clock * 1e6);
+  }
   /* What to try, from where the step waits. */
   if (ici_wait > 0.3)
     fprintf(f, "hint: %.0f%% of the step waits on ICI: the largest collective is %s over %lld chips; fewer chips in its "
@@ -541,6 +553,31 @@ void tpu_podio_write_json(void *user, tpu_json_writer *w) {
     tpu_json_number(w, dcn_b);
     tpu_json_key(w, "ici_seconds");
     tpu_json_number(w, coll_t - dcn_t);
+  }
+  tpu_pod_pipeline pls[8];
+  int npl = tpu_pod_find_pipelines(x->p, tl, pls, 8);
+  if (npl) {
+    tpu_json_key(w, "pipelines");
+    tpu_json_begin_array(w);
+    for (int k = 0; k < npl; k++) {
+      tpu_json_begin_object(w);
+      tpu_json_key(w, "loop");
+      tpu_json_string(w, pls[k].loop);
+      tpu_json_key(w, "permute");
+      tpu_json_string(w, pls[k].permute);
+      tpu_json_key(w, "stages");
+      tpu_json_int(w, pls[k].stages);
+      tpu_json_key(w, "iterations");
+      tpu_json_int(w, pls[k].trips);
+      tpu_json_key(w, "bubble_fraction");
+      tpu_json_number(w, (double)(pls[k].stages - 1) / (double)pls[k].trips);
+      tpu_json_key(w, "loop_seconds");
+      tpu_json_number(w, pls[k].loop_cycles / clock);
+      tpu_json_key(w, "bubble_seconds_per_stage");
+      tpu_json_number(w, pls[k].bubble_cycles / clock);
+      tpu_json_end_object(w);
+    }
+    tpu_json_end_array(w);
   }
   tpu_json_key(w, "collectives");
   tpu_json_begin_array(w);
@@ -671,4 +708,27 @@ void tpu_podio_trace(void *user, tpu_json_writer *w, double clock) {
     }
   }
   tpu_free(rows);
+  /* Pipeline loops: a track per stage (the first 16) with the iterations it spends on
+   * padding, stage s idle in iterations [0, s) and [T - (P-1-s), T) of each run. */
+  tpu_pod_pipeline pls[4];
+  int npl = tpu_pod_find_pipelines(x->p, tl, pls, 4);
+  for (int k = 0; k < npl; k++) {
+    const tpu_pod_pipeline *pl = &pls[k];
+    int64_t max = pl->trips * pl->runs, *ends = tpu_malloc(sizeof *ends * (size_t)(max + 1));
+    if (!ends) continue;
+    int64_t ne = tpu_pod_pipeline_marks(tl, pl, ends, max);
+    for (int64_t s = 0; s < pl->stages && s < 16 && ne >= 2; s++) {
+      char track[96];
+      snprintf(track, sizeof track, "stage %lld bubble (%s)", (long long)s, pl->loop);
+      int tid = 2000 + 16 * k + (int)s;
+      tpu_trace_track(w, tid, track);
+      for (int64_t it = 0; it < ne; it++) {
+        int64_t i = it % pl->trips;
+        if (i >= s && i < pl->trips - (pl->stages - 1 - s)) continue;
+        double b = (double)(it ? ends[it - 1] : ends[0] - (ends[1] - ends[0])), e = (double)ends[it];
+        tpu_trace_event(w, tid, "bubble", "pipeline", b * 1e6 / clock, (e - b) * 1e6 / clock);
+      }
+    }
+    tpu_free(ends);
+  }
 }
