@@ -54,7 +54,10 @@ class Step:
     def __init__(self, m, c):
         self.m, self.c = m, c
         self.cd = "bf16" if m["dtype"] == "bf16" else "f32"  # compute dtype
-        R, F, T = c["data"], c["fsdp"], c["tensor"]
+        # Slices (multi-slice data parallelism, MaxText's dcn_data_parallelism): the data
+        # axis runs over every slice, slice-major (device = slice * chips per slice + ...),
+        # so its gradient all-reduce spans the slices and goes over DCN (docs/pod.md).
+        R, F, T = c["data"] * c.get("slices", 1), c["fsdp"], c["tensor"]
         self.R, self.F, self.T, self.N = R, F, T, R * F * T
         L, D, H, hd, ffn, V, S = (m["layers"], m["d_model"], m["heads"], m["head_dim"], m["mlp"], m["vocab"], m["seq"])
         self.L, self.D, self.S = L, D, S

@@ -86,8 +86,9 @@ class Lib:
         self.L.tpu_diag_format(ctypes.byref(d), buf, len(buf))
         return Failure(st, buf.value.decode(errors="replace"))
 
-    def time(self, text, chip, name="candidate.hlo"):
-        """The timing-mode report of HLO `text` on `chip` (a preset name or chip JSON path)."""
+    def time(self, text, chip, name="candidate.hlo", slices=1):
+        """The timing-mode report of HLO `text` on `chip` (a preset name or chip JSON path),
+        over `slices` slices joined by DCN."""
         L = self.L
         data = text.encode()
         with self.lock:
@@ -100,6 +101,7 @@ class Lib:
                 L.tpu_sim_options_init(ctypes.byref(o))
                 o.mode = b"timing"
                 o.chip = chip.encode()
+                o.slices = slices
                 st = L.tpu_sim_run(m, ctypes.byref(o), None, 0, ctypes.byref(r), ctypes.byref(d))
                 if st != 0:
                     raise self._fail(st, d)

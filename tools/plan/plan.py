@@ -269,6 +269,7 @@ def meshes(m, n, a):
 
 def micro_options(m, d, f, a):
     B = m["batch_tokens"] // m["seq"]
+    d *= a.slices  # the data axis runs over every slice
     if B % (d * f):
         return []
     b = B // (d * f)
@@ -306,7 +307,7 @@ def time_program(a, chip, st, tmp, tag):
     """tpusim's verdict on one program: ("ok", report) or ("no-fit", bytes) or ("error", msg)."""
     if a.lib is not None:  # in this process, through libtpusim (inproc.py)
         try:
-            return "ok", a.lib.time(st.module(), chip.get("spec", chip["name"]), f"c{tag}.hlo")
+            return "ok", a.lib.time(st.module(), chip.get("spec", chip["name"]), f"c{tag}.hlo", slices=a.slices)
         except inproc.Failure as e:
             mm = re.search(r"program needs (\d+) bytes of HBM", str(e))
             return ("no-fit", int(mm.group(1))) if mm else ("error", str(e))
@@ -315,7 +316,8 @@ def time_program(a, chip, st, tmp, tag):
     with open(path, "w") as fh:
         fh.write(st.module())
     r = subprocess.run([a.tpusim, "run", path, "--mode", "timing", "--chip", chip.get("spec", chip["name"]), "--quiet",
-                        "--report", rep], capture_output=True, text=True)
+                        "--report", rep] + (["--slices", str(a.slices)] if a.slices > 1 else []),
+                       capture_output=True, text=True)
     try:
         if r.returncode != 0:
             mm = re.search(r"program needs (\d+) bytes of HBM", r.stderr)
@@ -344,6 +346,7 @@ def run_one(a, chip, cand, tmp, idx):
         if kind != "ok":
             return {"status": kind, "why": "HBM" if kind == "no-fit" else j, **({"hbm_need": j} if kind == "no-fit" else {})}
         step_s, hw = j["step"]["seconds"], j["flops"]["mfu"]
+        comm = [j.get("pod", {}).get(k, 0.0) for k in ("dcn_seconds", "ici_seconds")]
     else:
         k1, j1 = time_program(a, chip, gen.Step(a.model, dict(cand, trips=1)), tmp, f"{idx}a")
         if k1 != "ok":
@@ -358,6 +361,9 @@ def run_one(a, chip, cand, tmp, idx):
         f2 = j2["flops"]["mfu"] * c2
         hw = (f1 + (m - 1) * (f2 - f1)) / (c1 + (m - 1) * (c2 - c1))
         j = j2
+        # Collective time over DCN and ICI per step, extrapolated the same way.
+        comm = [p1 + (m - 1) * (p2 - p1) for p1, p2 in
+                ((j1.get("pod", {}).get(k, 0.0), j2.get("pod", {}).get(k, 0.0)) for k in ("dcn_seconds", "ici_seconds"))]
         ici = [jj.get("pod", {}).get("ici_wait_fraction", 0.0) * jj["step"]["cycles"] for jj in (j1, j2)]
         j.setdefault("pod", {})
         if j1.get("pod"):
@@ -371,8 +377,11 @@ def run_one(a, chip, cand, tmp, idx):
     if peak > chip["hbm"]:  # --ignore-hbm: timed on a copy of the chip with more HBM
         return {"status": "no-fit", "hbm_need": peak, "why": "HBM", "step_s": step_s,
                 "hw_util": hw, "hbm_peak": peak, "ici_wait": pod.get("ici_wait_fraction", 0.0)}
-    return {"status": "ok", "step_s": step_s, "hw_util": hw, "hbm_peak": peak,
-            "ici_wait": pod.get("ici_wait_fraction", 0.0), "topology": pod.get("topology", "1 chip")}
+    out = {"status": "ok", "step_s": step_s, "hw_util": hw, "hbm_peak": peak,
+           "ici_wait": pod.get("ici_wait_fraction", 0.0), "topology": pod.get("topology", "1 chip")}
+    if a.slices > 1:  # the collectives' time over the data-center network beside ICI's
+        out.update(dcn_s=comm[0], ici_s=comm[1])
+    return out
 
 
 def search_mesh(a, chip, n, mesh, tmp, counter):
@@ -381,7 +390,8 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
     d, f, t = mesh
     results = []
     state = state_bytes_per_chip(a.model, f, t)
-    base = {"chip": chip["name"], "chips": n, "slice": slice_name(chip, n), "data": d, "fsdp": f, "tensor": t,
+    base = {"chip": chip["name"], "chips": n * a.slices, "data": d, "fsdp": f, "tensor": t,
+            "slice": slice_name(chip, n) + (f" x{a.slices}" if a.slices > 1 else ""), "slices": a.slices,
             "windowed": windowed(chip, n, d, f, t) and not a.no_windowed_einsum}
     if state > chip["hbm"] and not a.ignore_hbm:
         return [dict(base, micro=None, remat=None, status="no-fit", why="weights+optimizer",
@@ -636,6 +646,10 @@ def text_report(a, out, keep, over, bad, front):
         w(line + ("  *" if r.get("pareto") else "") + "\n")
     if a.top and len(keep) > a.top:
         w(f"  ... {len(keep) - a.top} more (--top 0 lists all)\n")
+    if keep and "dcn_s" in keep[0]:
+        r = keep[0]
+        w(f"  #1 over {r['slices']} slices: its collectives take {r['dcn_s']:.4g} s per step over DCN (the data-parallel "
+          f"gradient sums between slices) beside {r['ici_s']:.4g} s on ICI (docs/pod.md)\n")
     if any(r.get("windowed") for r in keep):
         w("  w: FSDP over every chip of a slice the XLA TPU compiler runs windowed einsums on: the weights pass "
           "round a ring of collective-permutes instead of all-gathers (docs/spmd.md; --no-windowed-einsum)\n")
@@ -686,7 +700,9 @@ def main(argv):
     ap.add_argument("model", help="MODEL.json (see docs/plan.md), or PROGRAM.hlo: JAX's lowered sharded step")
     ap.add_argument("--chips", default="v4,v5e,v5p,v6e")
     ap.add_argument("--max-chips", type=int, default=256)
-    ap.add_argument("--slice", type=int, help="only this many chips")
+    ap.add_argument("--slice", type=int, help="only this many chips (per slice)")
+    ap.add_argument("--slices", type=int, default=1,
+                    help="K slices joined by the data-center network, data parallel across them (docs/pod.md)")
     ap.add_argument("--data", type=int, help="only meshes with this data-parallel size")
     ap.add_argument("--fsdp", type=int)
     ap.add_argument("--tensor", type=int)
@@ -723,7 +739,7 @@ def main(argv):
     a.tpusim, a.root = tpusim, root
     def bad(k, msg):
         cmdline.arg_fail(argv, 2, "--" + k.replace("_", "-"), msg)
-    for k in ("max_chips", "jobs", "slice", "data", "fsdp", "tensor", "micro", "max_tensor"):
+    for k in ("max_chips", "jobs", "slice", "slices", "data", "fsdp", "tensor", "micro", "max_tensor"):
         v = getattr(a, k)
         if v is not None and v < 1:
             bad(k, f"--{k.replace('_', '-')} must be at least 1, not {v}")

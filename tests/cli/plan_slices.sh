@@ -1,0 +1,37 @@
+#!/bin/sh
+# tpusim plan --slices K: the data axis runs over K slices joined by DCN (the generated
+# step's gradient all-reduce spans them); candidates count K x the slice's chips, report
+# their DCN time beside ICI's, and the figures are what `tpusim run --slices K` gives the
+# same program.
+. tests/cli/lib/preamble.sh
+D=tests/cli/plan
+"$BIN" plan $D/tiny.json --chips v5p --slice 4 --slices 2 --data 1 --fsdp 4 --micro 1 --remat on --json > "$T/p.json" \
+  2> "$T/err" || fail "plan --slices 2 exited $?: $(cat "$T/err")"
+"$BIN" plan $D/tiny.json --chips v5p --slice 4 --slices 2 --data 1 --fsdp 4 --micro 1 --remat on > "$T/p.txt" \
+  2> "$T/err" || fail "plan --slices 2 (text) exited $?"
+grep -Eq "^  1 v5p-8 x2 +8 1x4x1 " "$T/p.txt" || fail "the table lacks the 2-slice candidate: $(sed -n 6p "$T/p.txt")"
+grep -q "^  #1 over 2 slices: its collectives take .* s per step over DCN" "$T/p.txt" || fail "no DCN line"
+python3 - "$T/p.json" "$BIN" "$T" <<'PY' || fail "the 2-slice candidate's figures"
+import json, os, subprocess, sys
+sys.path.insert(0, "tools/plan")
+import gen
+c = json.load(open(sys.argv[1]))["candidates"]
+assert len(c) == 1, c
+c = c[0]
+assert c["chips"] == 8 and c["slices"] == 2 and c["slice"] == "v5p-8 x2" and c["dcn_s"] > 0 and c["ici_s"] > 0, c
+m = json.load(open("tests/cli/plan/tiny.json"))
+m.update(dtype="bf16", optimizer="adam", experts=0)
+st = gen.Step(m, {"data": 1, "fsdp": 4, "tensor": 1, "micro": 1, "remat": True, "slices": 2, "windowed": False})
+assert st.N == 8 and st.b == 32 // 8, (st.N, st.b)  # 32 sequences over data (2 slices x 1) x fsdp 4
+hlo, rep = os.path.join(sys.argv[3], "s.hlo"), os.path.join(sys.argv[3], "s.json")
+open(hlo, "w").write(st.module())
+subprocess.run([sys.argv[2], "run", hlo, "--mode", "timing", "--chip", "v5p", "--slices", "2", "-q", "--report", rep],
+               check=True)
+p = json.load(open(rep))["pod"]
+assert abs(p["dcn_seconds"] - c["dcn_s"]) < 1e-12 and abs(p["ici_seconds"] - c["ici_s"]) < 1e-12, (p, c)
+assert abs(json.load(open(rep))["step"]["seconds"] - c["step_s"]) < 1e-12
+PY
+"$BIN" plan $D/tiny.json --slices 0 > /dev/null 2> "$T/err"
+[ $? -eq 2 ] && grep -q "error: --slices must be at least 1, not 0" "$T/err" || fail "--slices 0: $(cat "$T/err")"
+[ "$fails" = 0 ] || exit 1
+echo "plan --slices: 2 slices of 4 v5p chips, DCN beside ICI as tpusim run gives them"
