@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "compile/compile.h"
 #include "hlo/hlo.h"
+#include "pallas.h"
 #include "ir/verify.h"
 #include "ref/ref.h"
 #include "report/report.h"
@@ -761,7 +762,7 @@ int tpu_cli_run(int argc, char **argv) {
     }
     tpu_sharding_free(&sh);
   }
-  if (tpu_hlo_parse_file(o.prog, &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+  if (tpu_cli_parse_program(o.prog, &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
     tpu_cli_report_file(&d, o.prog);
     goto cleanup;
   }

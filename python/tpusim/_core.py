@@ -70,11 +70,20 @@ class Module:
         d = _lib.Diag()
         if isinstance(hlo, os.PathLike) or (isinstance(hlo, str) and _looks_like_path(hlo)):
             path = os.fspath(hlo)
+            with open(path, "rb") as f:
+                head = f.read()
+            if b'"tpu_custom_call"' in head and head.count(b'"body":') > head.count(b'"tpusim_mosaic":'):
+                hlo, name = head.decode(), path  # Pallas kernels: decoded below (python/tpusim/pallas_decode.py)
+        if isinstance(hlo, os.PathLike) or (isinstance(hlo, str) and _looks_like_path(hlo)):
+            path = os.fspath(hlo)
             with _lib.LOCK:
                 st = L.tpu_sim_load_file(path.encode(), ctypes.byref(h), ctypes.byref(d))
             self.name = path
         else:
             text = hlo.encode() if isinstance(hlo, str) else bytes(hlo)
+            if b'"tpu_custom_call"' in text and text.count(b'"body":') > text.count(b'"tpusim_mosaic":'):
+                from . import pallas_decode  # needs jax (jaxlib reads the kernels' Mosaic bytecode)
+                text = pallas_decode.decode_hlo(text.decode()).encode()
             self.name = name or "<hlo>"
             with _lib.LOCK:
                 st = L.tpu_sim_load_text(self.name.encode(), text, len(text), ctypes.byref(h), ctypes.byref(d))

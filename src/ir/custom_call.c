@@ -73,6 +73,7 @@ tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in) {
   if (!strcmp(t, "ConcatBitcast")) return TPU_CC_CONCAT_BITCAST;
   if (!strcmp(t, "AllocateBuffer")) return TPU_CC_ALLOCATE;
   if (!strcmp(t, "xla_ffi_python_cpu_callback")) return TPU_CC_HOST_CALLBACK;
+  if (!strcmp(t, "tpu_custom_call")) return TPU_CC_MOSAIC;
   return TPU_CC_OTHER;
 }
 
@@ -153,6 +154,7 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
         return TPU_VFAIL(d, in, "custom-call target \"xla_ffi_python_cpu_callback\" needs its callback's number "
                                 "as backend_config={index = N : ui64}");
       return TPU_OK;
+    case TPU_CC_MOSAIC: /* the kernel checks its operands against its windows when it runs */
     case TPU_CC_OTHER: return TPU_OK;
   }
   return TPU_OK;
@@ -188,7 +190,8 @@ tpu_status tpu_custom_call_refuse(const tpu_instr *in, const char *where, tpu_di
   const char *why = strstr(t, "lapack") || strstr(t, "LAPACK")
                         ? " (a CPU LAPACK call: lower for a TPU, where XLA emits cholesky/triangular-solve ops)"
                     : !strncmp(t, "__cpu", 5) ? " (an XLA CPU runtime call, not HLO: lower the program for a TPU)"
-                    : !strcmp(t, "tpu_custom_call") ? " (a Pallas/Mosaic kernel: its body is not HLO)"
+                    : !strcmp(t, "tpu_custom_call") ? " (a Pallas/Mosaic kernel: its values run with --backend ref; "
+                                                      "its timing is not modelled yet)"
                                                       : "";
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "custom-call '%s' with target \"%s\": %s cannot run it%s",
                   tpu_instr_user_name(in), t, where, why);

@@ -30,7 +30,10 @@ typedef enum {
    * pure_callback, io_callback); backend_config={index = N : ui64} numbers it in the process that lowered
    * it, whose hook (ref.h) runs it. Operands: (token,) arrays...; result: its arrays (and a
    * token), a tuple of several. */
-  TPU_CC_HOST_CALLBACK
+  TPU_CC_HOST_CALLBACK,
+  /* "tpu_custom_call": a Pallas/Mosaic kernel (src/mosaic/), run from the kernel text
+   * python/tpusim/pallas_decode.py adds to its backend_config */
+  TPU_CC_MOSAIC
 } tpu_cc_kind;
 
 /* The dimension a ConcatBitcast custom call joins its operands along. */

@@ -19,6 +19,8 @@ struct tpu_interp {
 
 static int64_t g_while_limit = 100000000;
 
+const tpu_ref_opts *tpu__ref_opts(const tpu_interp *ip) { return ip->opts; }
+
 const char *tpu__ref_who(const tpu_interp *ip) {
   return ip && ip->opts->who ? ip->opts->who : "the reference interpreter";
 }
@@ -295,6 +297,7 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
         }
         case TPU_CC_ALLOCATE: return tpu__ref_alloc_shape(out, &in->shape, d); /* zeros */
         case TPU_CC_HOST_CALLBACK: return tpu__ref_host_callback(ip, in, args, out, d);
+        case TPU_CC_MOSAIC: return tpu__ref_mosaic(ip, in, args, out, d); /* src/mosaic/call.c */
         case TPU_CC_ASYNC_DONE: /* the collective's result */
           for (int k = 0; k < in->noperands; k++)
             if (tpu_op_class_of(in->operands[k]->op) == TPU_CLS_COLLECTIVE && value_matches(args[k], &in->shape))

@@ -17,6 +17,11 @@ typedef struct tpu_interp tpu_interp;
 
 /* The backend's name for refusals: "the reference interpreter" or the caller's (ref.h `who`). */
 const char *tpu__ref_who(const tpu_interp *ip);
+/* The run's options (never NULL). */
+const tpu_ref_opts *tpu__ref_opts(const tpu_interp *ip);
+/* A Pallas/Mosaic kernel (tpu_custom_call): src/mosaic/call.c. */
+tpu_status tpu__ref_mosaic(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
+                           tpu_diag *d);
 
 typedef tpu_status (*tpu_ref_kernel)(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
                                      tpu_tensor *out, tpu_diag *d);

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""gen.py: the Pallas kernel corpus — Pallas TPU kernels lowered for a TPU (no TPU needed),
+decoded for tpusim, with their inputs, Pallas's interpret-mode outputs (values on CPU) and a
+plain jnp reference, as fixtures the C suite runs (tests/unit/mosaic/test_mosaic_corpus.c).
+
+    pip install jax numpy                    # jax 0.10.2 here
+    python3 bench/pallas/gen.py [NAME_SUBSTRING...]
+
+Writes bench/pallas/corpus/NAME/: prog.hlo (jax.jit(f).lower(...) for a v5e device, each
+tpu_custom_call's kernel decoded by python/tpusim/pallas_decode.py), in0.npy..., interp.npy
+(pallas_call(..., interpret=True) on CPU: the values Pallas itself defines) and ref.npy (the
+same computation in jnp). Each case seeds NumPy from the CRC-32 of its name. Cases are split
+tune/test by the first byte of sha1(name): even = tune, odd = test (docs/pallas.md)."""
+import hashlib
+import os
+import sys
+import zlib
+
+os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tpusim"))
+import pallas_decode  # noqa: E402
+
+OUT = os.path.join(HERE, "corpus")
+_dev = None
+
+
+def tpu_device():
+    global _dev
+    if _dev is None:
+        from jax.experimental import topologies
+        _dev = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices[0]
+    return _dev
+
+
+def split(name):
+    return "test" if hashlib.sha1(name.encode()).digest()[0] % 2 else "tune"
+
+
+# ---- kernels (each builder returns f(*args, interpret=False)) ----
+
+def matmul(bm, bk, bn, out_dtype=None):
+    def kernel(x_ref, y_ref, o_ref, acc_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+        def _():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    def f(x, y, interpret=False):
+        m, k = x.shape
+        n = y.shape[1]
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((m, n), out_dtype or x.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=0, grid=(m // bm, n // bn, k // bk),
+                in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+                          pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
+                out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+                scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)]),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+            interpret=interpret)(x, y)
+    return f
+
+
+def elementwise(block):
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = jnp.exp(x_ref[...]) * y_ref[...] + 1.0
+
+    def f(x, y, interpret=False):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // block[0],),
+                              in_specs=[pl.BlockSpec(block, lambda i: (i, 0))] * 2,
+                              out_specs=pl.BlockSpec(block, lambda i: (i, 0)), interpret=interpret)(x, y)
+    return f
+
+
+def softmax_rows(block_rows):
+    def kernel(x_ref, o_ref):
+        x = x_ref[...]
+        m = jnp.max(x, axis=-1, keepdims=True)
+        e = jnp.exp(x - m)
+        o_ref[...] = e / jnp.sum(e, axis=-1, keepdims=True)
+
+    def f(x, interpret=False):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // block_rows,),
+                              in_specs=[pl.BlockSpec((block_rows, x.shape[1]), lambda i: (i, 0))],
+                              out_specs=pl.BlockSpec((block_rows, x.shape[1]), lambda i: (i, 0)),
+                              interpret=interpret)(x)
+    return f
+
+
+def gather_rows(block_rows):
+    """Scalar prefetch: the row blocks to copy come from an index array in SMEM."""
+    def kernel(idx_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    def f(idx, x, interpret=False):
+        nb = idx.shape[0]
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((nb * block_rows, x.shape[1]), x.dtype),
+            grid_spec=pltpu.PrefetchScalarGridSpec(
+                num_scalar_prefetch=1, grid=(nb,),
+                in_specs=[pl.BlockSpec((block_rows, x.shape[1]), lambda i, idx: (idx[i], 0))],
+                out_specs=pl.BlockSpec((block_rows, x.shape[1]), lambda i, idx: (i, 0))),
+            interpret=interpret)(idx, x)
+    return f
+
+
+def manual_dma(chunk):
+    """memory_space=ANY and a double-buffered make_async_copy loop with semaphores."""
+    def kernel(x_hbm, o_ref, buf, sem):
+        n = x_hbm.shape[0] // chunk
+
+        def copy(i, slot):
+            return pltpu.make_async_copy(x_hbm.at[pl.ds(i * chunk, chunk)], buf.at[slot], sem.at[slot])
+        copy(0, 0).start()
+
+        def body(i, acc):
+            slot = i % 2
+
+            @pl.when(i + 1 < n)
+            def _():
+                copy(i + 1, 1 - slot).start()
+            copy(i, slot).wait()
+            return acc + buf[slot]
+        o_ref[...] = jax.lax.fori_loop(0, n, body, jnp.zeros((chunk, x_hbm.shape[1]), jnp.float32))
+
+    def f(x, interpret=False):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((chunk, x.shape[1]), jnp.float32),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+            scratch_shapes=[pltpu.VMEM((2, chunk, x.shape[1]), jnp.float32), pltpu.SemaphoreType.DMA((2,))],
+            interpret=interpret)(x)
+    return f
+
+
+def rng(name):
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def bf16(a):
+    return jnp.asarray(a, jnp.bfloat16)
+
+
+CASES = []
+
+
+def case(name, fn, make_args, reference):
+    CASES.append((name, fn, make_args, reference))
+
+
+case("matmul_bf16_64x256x128_b32x128x128", matmul(32, 128, 128),
+     lambda r: [bf16(r.standard_normal((64, 256))), bf16(r.standard_normal((256, 128)))],
+     lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32).astype(x.dtype))
+case("matmul_bf16_f32out_32x128x256_b32x128x128", matmul(32, 128, 128, jnp.float32),
+     lambda r: [bf16(r.standard_normal((32, 128))), bf16(r.standard_normal((128, 256)))],
+     lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
+case("matmul_f32_32x256x128_b32x128x128", matmul(32, 128, 128),
+     lambda r: [jnp.asarray(r.standard_normal((32, 256)), jnp.float32), jnp.asarray(r.standard_normal((256, 128)), jnp.float32)],
+     lambda x, y: jnp.dot(x, y, precision="highest"))
+case("elementwise_exp_mul_f32_64x256", elementwise((16, 256)),
+     lambda r: [jnp.asarray(r.standard_normal((64, 256)), jnp.float32), jnp.asarray(r.standard_normal((64, 256)), jnp.float32)],
+     lambda x, y: jnp.exp(x) * y + 1.0)
+case("softmax_rows_f32_32x256", softmax_rows(8),
+     lambda r: [jnp.asarray(r.standard_normal((32, 256)) * 3, jnp.float32)],
+     lambda x: jax.nn.softmax(x, axis=-1))
+case("gather_rows_prefetch_f32", gather_rows(8),
+     lambda r: [jnp.asarray([3, 0, 2, 2], jnp.int32), jnp.asarray(r.standard_normal((32, 128)), jnp.float32)],
+     lambda idx, x: jnp.concatenate([x[8 * int(i):8 * int(i) + 8] for i in idx]) * 2.0)
+case("manual_dma_sum_f32_64x128", manual_dma(8),
+     lambda r: [jnp.asarray(r.standard_normal((64, 128)), jnp.float32)],
+     lambda x: x.reshape(8, 8, 128).sum(0))
+
+
+def write(name, fn, make_args, reference):
+    args = make_args(rng(name))
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    from jax.sharding import SingleDeviceSharding
+    dev = tpu_device()
+    sds = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=SingleDeviceSharding(dev)) for a in args]
+    text = jax.jit(fn).lower(*sds).as_text(dialect="hlo")
+    text = pallas_decode.decode_hlo(text)
+    with open(os.path.join(d, "prog.hlo"), "w") as f:
+        f.write(text)
+    for i, a in enumerate(args):
+        np.save(os.path.join(d, "in%d.npy" % i), np.asarray(a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a))
+    interp = jax.jit(lambda *a: fn(*a, interpret=True))(*args)
+    ref = reference(*args)
+    np.save(os.path.join(d, "interp.npy"), np.asarray(interp, np.float32))
+    np.save(os.path.join(d, "ref.npy"), np.asarray(ref, np.float32))
+    print("%-40s %-4s interp vs jnp max |diff| %.3g" % (name, split(name),
+          float(np.max(np.abs(np.asarray(interp, np.float32) - np.asarray(ref, np.float32))))))
+
+
+def main(argv):
+    for name, fn, make_args, reference in CASES:
+        if argv and not any(s in name for s in argv):
+            continue
+        write(name, fn, make_args, reference)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,146 @@
+/* Pallas/Mosaic TPU kernels (tpu_custom_call): the kernel IR, its parser, values and timing.
+ *
+ * JAX lowers a pallas_call for a TPU to a custom call whose backend_config carries the kernel
+ * as Mosaic MLIR bytecode. python/tpusim/pallas_decode.py (jaxlib) adds the kernel in a line
+ * form under the key "tpusim_mosaic" (docs/pallas.md); this module reads that form, runs the
+ * kernel's grid with the values a TPU computes (interp.c) and prices each grid step (cost.c). */
+#ifndef TPU_MOSAIC_MOSAIC_H
+#define TPU_MOSAIC_MOSAIC_H
+
+#include <stdint.h>
+
+#include "base/alloc.h"
+#include "base/dtype.h"
+#include "base/status.h"
+#include "base/tensor.h"
+#include "ir/ir.h"
+
+#define TPU_MO_MAX_RANK 8
+
+/* A value's type: a scalar (rank 0, not a vector), a vector, a memref or a semaphore. */
+typedef enum { TPU_MO_SCALAR, TPU_MO_VECTOR, TPU_MO_MEMREF, TPU_MO_SEM } tpu_mo_kind;
+/* Memory spaces of a memref. ANY: wherever the operand lives (HBM), moved by manual DMAs. */
+typedef enum { TPU_MO_ANY, TPU_MO_VMEM, TPU_MO_SMEM, TPU_MO_SEMMEM, TPU_MO_HBM } tpu_mo_space;
+
+typedef struct tpu_mo_type {
+  tpu_mo_kind kind;
+  tpu_dtype dt;     /* element type (index: s64; i1: pred); semaphores and their memrefs: s32 */
+  int is_index;     /* the MLIR index type */
+  int sem;          /* a semaphore or a memref of them */
+  int rank;
+  int64_t dims[TPU_MO_MAX_RANK]; /* -1: dynamic */
+  tpu_mo_space space;
+} tpu_mo_type;
+
+typedef struct tpu_mo_op tpu_mo_op;
+
+typedef struct tpu_mo_block {
+  int nargs;
+  int *args;          /* value ids */
+  tpu_mo_type *argt;
+  int nops;
+  tpu_mo_op **ops;
+} tpu_mo_block;
+
+/* Operation codes the interpreter runs (ORDER MO: mosaic_ops.def). */
+typedef enum {
+#define X(e, name) TPU_MO_##e,
+#include "mosaic/mosaic_ops.def"
+#undef X
+  TPU_MO_COUNT
+} tpu_mo_code;
+
+struct tpu_mo_op {
+  const char *name;   /* "arith.addf" */
+  tpu_mo_code code;   /* TPU_MO_COUNT: not modelled */
+  int nres;
+  int *res;           /* value ids */
+  tpu_mo_type *rest;
+  int nopd;
+  int *opd;
+  int nattr;
+  const char **akey, **aval; /* attribute names and values as the line form writes them */
+  int nreg;
+  tpu_mo_block *reg;
+  int line;           /* line in the kernel text */
+  const char *src;    /* "file.py:12" of the user's source, or NULL */
+};
+
+/* A window (BlockSpec) of one operand of the kernel: the block the kernel sees at each step. */
+typedef struct tpu_mo_window {
+  int has_map;        /* 0: the whole operand, not pipelined (memory_space=ANY / SMEM) */
+  const tpu_mo_op *map; /* transform_indices: grid indices (+ prefetch refs) -> block indices */
+  int rank;
+  int64_t bounds[TPU_MO_MAX_RANK]; /* window_bounds (1 for a squeezed dimension) */
+  int squeezed[TPU_MO_MAX_RANK];   /* the kernel's memref drops this dimension */
+} tpu_mo_window;
+
+typedef struct tpu_mosaic {
+  tpu_arena arena;
+  const char *file;   /* names errors: the HLO file */
+  tpu_loc loc;        /* the custom call's place in the HLO */
+  int nvalues;        /* value ids run 0 .. nvalues-1 */
+  tpu_mo_op **funcs;
+  int nfuncs;
+  const tpu_mo_op *main; /* the kernel (the func with window_params / iteration_bounds) */
+  const char *name;
+  int ngrid;
+  int64_t grid[TPU_MO_MAX_RANK];
+  int parallel[TPU_MO_MAX_RANK]; /* dimension_semantics: parallel (may split over cores) */
+  int nprefetch, nscratch;
+  int nwindows;
+  tpu_mo_window *win;  /* one per operand after the prefetch ones (inputs, then outputs) */
+} tpu_mosaic;
+
+/* Parses the line form (docs/pallas.md). Errors name `loc` (the custom call) and the line of
+ * the kernel text. *out is owned by the caller (tpu_mosaic_free). */
+tpu_status tpu_mosaic_parse(const char *text, size_t n, tpu_loc loc, tpu_mosaic **out, tpu_diag *d);
+void tpu_mosaic_free(tpu_mosaic *k);
+
+/* The kernel of a tpu_custom_call instruction: parses backend_config's "tpusim_mosaic". A
+ * kernel not decoded yet (only the bytecode body) fails with what to run. */
+tpu_status tpu_mosaic_of_instr(const tpu_instr *in, tpu_mosaic **out, tpu_diag *d);
+/* Does this custom call carry a decoded kernel? */
+int tpu_mosaic_is_decoded(const tpu_instr *in);
+
+/* An attribute of an op by name, or NULL. */
+const char *tpu_mo_attr(const tpu_mo_op *op, const char *key);
+/* "i:5" -> 5; returns 0 when absent or not an integer (then *v unchanged). */
+int tpu_mo_attr_int(const tpu_mo_op *op, const char *key, int64_t *v);
+/* "a:1,2,3" / "D:1,2" -> up to max integers; returns the count, -1 if absent. */
+int tpu_mo_attr_ints(const tpu_mo_op *op, const char *key, int64_t *v, int max);
+
+/* Matmul hook: out[nb][M][N] = A[nb][M][K] x W[nb][K][N] with TPU numerics (operands hold
+ * values of `dt`; f32 operands at `passes` bf16 passes). NULL: plain f64 sums. */
+typedef tpu_status (*tpu_mo_matmul_fn)(void *user, tpu_dtype dt, int passes, const float *A, const float *W,
+                                       float *out, int64_t nb, int64_t M, int64_t K, int64_t N, tpu_diag *d);
+
+/* Work one grid step does (the timing prices it: cost.c). */
+typedef struct tpu_mosaic_work {
+  double mxu_flops;     /* 2*M*N*K*passes summed over tpu.matmul */
+  double mxu_pad_flops; /* the same on the MXU's tiles (rows to 8, K and N to 128) */
+  int64_t mm_m, mm_k, mm_n, mm_b; /* the step's largest matmul */
+  tpu_dtype mm_dt;
+  int mm_passes;
+  int64_t vpu_vregs;    /* vector-register operations on the VPU (loads/stores included) */
+  int64_t eup_vregs;    /* pushes to the transcendental unit */
+  int64_t xlu_vregs;    /* cross-lane work: reductions, transposes */
+  int64_t scalar_ops;   /* scalar-unit operations */
+  double dma_bytes;     /* manual DMAs started (bytes) */
+  int64_t ndma;
+} tpu_mosaic_work;
+
+typedef struct tpu_mosaic_opts {
+  tpu_mo_matmul_fn matmul;
+  void *user;
+  int device_id;      /* for tpu.device_id */
+  /* NULL, or called after each grid step (row-major order) with the work it did */
+  void (*on_step)(void *user, int64_t step, const tpu_mosaic_work *w);
+} tpu_mosaic_opts;
+
+/* Runs the kernel of custom call `in` on its operands (args, in operand order) and fills
+ * `out` with the call's result (an array, or a tuple for several outputs). */
+tpu_status tpu_mosaic_run(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int nargs,
+                          const tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d);
+
+#endif

@@ -1,0 +1,185 @@
+/* Pallas/Mosaic kernels (src/mosaic/): the corpus of bench/pallas/corpus runs on the reference
+ * interpreter and on the TPU back end's values (tpu.matmul through the MXU kernels) within
+ * tolerance of Pallas's interpret mode; the line form's parser refuses malformed kernels with
+ * the kernel line; a kernel still in bytecode is refused with what to run; an operation the
+ * interpreter does not know is named. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/npy.h"
+#include "chip/chip.h"
+#include "chip/exec.h"
+#include "check.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+#include "mosaic/mosaic.h"
+#include "ref/ref.h"
+
+static const char *const k_cases[] = {
+    "matmul_bf16_64x256x128_b32x128x128", "matmul_bf16_f32out_32x128x256_b32x128x128",
+    "matmul_f32_32x256x128_b32x128x128", "elementwise_exp_mul_f32_64x256", "softmax_rows_f32_32x256",
+    "gather_rows_prefetch_f32", "manual_dma_sum_f32_64x128", NULL};
+
+static char g_src[1024];
+
+static void path(char *buf, size_t n, const char *c, const char *file) {
+  snprintf(buf, n, "%s/bench/pallas/corpus/%s/%s", g_src, c, file);
+}
+
+/* Runs one case on a backend (0: reference, 1: TPU values on v5e); compares with interp.npy. */
+static void run_case(const char *c, int tpu, const tpu_chip *chip) {
+  char p[1400];
+  tpu_diag d;
+  tpu_module *m = NULL;
+  path(p, sizeof p, c, "prog.hlo");
+  if (tpu_hlo_parse_file(p, &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+    char b[1200];
+    tpu_diag_format(&d, b, sizeof b);
+    fprintf(stderr, "%s: %s\n", c, b);
+    CHECK(0);
+    return;
+  }
+  const tpu_comp *e = m->entry;
+  tpu_tensor args[8];
+  int n = e->nparams;
+  CHECK(n <= 8);
+  for (int i = 0; i < n && i < 8; i++) {
+    char f[32];
+    snprintf(f, sizeof f, "in%d.npy", i);
+    path(p, sizeof p, c, f);
+    CHECK_EQ_INT(tpu_ref_load_input(p, i, &e->params[i]->shape, &args[i], &d), TPU_OK);
+  }
+  tpu_tensor out, want;
+  tpu_status st = tpu ? tpu_chip_run_values(m, chip, -1, args, n, &out, &d) : tpu_ref_run(m, args, n, &out, &d);
+  if (st != TPU_OK) {
+    char b[1200];
+    tpu_diag_format(&d, b, sizeof b);
+    fprintf(stderr, "%s (%s): %s\n", c, tpu ? "tpu" : "ref", b);
+  }
+  CHECK_EQ_INT(st, TPU_OK);
+  path(p, sizeof p, c, "interp.npy");
+  CHECK_EQ_INT(tpu_npy_read(p, &want, &d), TPU_OK);
+  if (st == TPU_OK) {
+    const tpu_tensor *o = out.dtype == TPU_TUPLE ? &out.elems[0] : &out;
+    CHECK_EQ_INT((int)tpu_tensor_numel(o), (int)tpu_tensor_numel(&want));
+    double amax = 0, worst = 0;
+    for (int64_t i = 0; i < tpu_tensor_numel(&want); i++) amax = fmax(amax, fabs(tpu_tensor_get_f64(&want, i)));
+    /* bf16 results: half an ulp of bf16 (the rounding of an f32 sum that may differ in its
+     * last bits); f32: the sums' order (MXU K-tiles vs XLA CPU's) at 2^-20 of the largest value */
+    double tol = o->dtype == TPU_BF16 ? 0 : 1.0 / (1 << 20);
+    for (int64_t i = 0; i < tpu_tensor_numel(&want) && i < tpu_tensor_numel(o); i++) {
+      double w = tpu_tensor_get_f64(&want, i), g = tpu_tensor_get_f64(o, i);
+      double lim = o->dtype == TPU_BF16 ? fabs(w) / 256.0 + 1e-6 : tol * amax + 1e-6;
+      double err = fabs(g - w);
+      if (err / (lim > 0 ? lim : 1) > worst) worst = err / (lim > 0 ? lim : 1);
+    }
+    if (worst > 1) fprintf(stderr, "%s (%s): worst error %.3g of the tolerance\n", c, tpu ? "tpu" : "ref", worst);
+    CHECK(worst <= 1);
+    tpu_tensor_free(&out);
+  }
+  tpu_tensor_free(&want);
+  for (int i = 0; i < n && i < 8; i++) tpu_tensor_free(&args[i]);
+  tpu_module_free(m);
+}
+
+static tpu_status parse_text(const char *k, char *msg, size_t n) {
+  tpu_mosaic *mo = NULL;
+  tpu_diag d;
+  tpu_status st = tpu_mosaic_parse(k, strlen(k), tpu_loc_at("t.hlo", 3, 5), &mo, &d);
+  if (st != TPU_OK) tpu_diag_format(&d, msg, n);
+  tpu_mosaic_free(mo);
+  return st;
+}
+
+static void test_parse_errors(void) {
+  char msg[600];
+  CHECK_EQ_INT(parse_text("hello\n", msg, sizeof msg), TPU_ERR_PARSE);
+  CHECK(strstr(msg, "t.hlo:3:5") && strstr(msg, "tpusim-mosaic 1"));
+  /* an operation line with a wrong result count */
+  const char *bad = "tpusim-mosaic 1\nop func.func 0 0 1 sym_name=s:k 1\n block 0\n  op arith.constant x\n end\n";
+  CHECK_EQ_INT(parse_text(bad, msg, sizeof msg), TPU_ERR_PARSE);
+  CHECK(strstr(msg, "Pallas kernel line 4") != NULL);
+  /* an unknown type */
+  bad = "tpusim-mosaic 1\nop func.func 0 0 1 sym_name=s:k 1\n block 1 0 q7\n end\n";
+  CHECK_EQ_INT(parse_text(bad, msg, sizeof msg), TPU_ERR_PARSE);
+  CHECK(strstr(msg, "unknown type 'q7'") != NULL);
+  /* a block never closed */
+  bad = "tpusim-mosaic 1\nop func.func 0 0 1 sym_name=s:k 1\n block 0\n";
+  CHECK_EQ_INT(parse_text(bad, msg, sizeof msg), TPU_ERR_PARSE);
+  CHECK(strstr(msg, "without 'end'") != NULL);
+  /* a well-formed kernel: grid, windows */
+  const char *ok =
+      "tpusim-mosaic 1\n"
+      "op func.func 0 0 5 iteration_bounds=a:4 scalar_prefetch=i:0 scratch_operands=i:0 sym_name=s:k "
+      "window_params=[{transform_indices=@t;window_bounds=a:8,128};{transform_indices=@t;window_bounds=a:8,128}] 1\n"
+      " block 3 0 i32 1 m:8x128:f32:vmem 2 m:8x128:f32:vmem\n"
+      "  op func.return 0 0 0 0\n"
+      " end\n"
+      "op func.func 0 0 1 sym_name=s:t 1\n"
+      " block 1 3 i32\n"
+      "  op arith.constant 1 4 i32 0 1 value=i:0 0\n"
+      "  op func.return 0 2 3 4 0 0\n"
+      " end\n";
+  tpu_mosaic *mo = NULL;
+  tpu_diag d;
+  CHECK_EQ_INT(tpu_mosaic_parse(ok, strlen(ok), tpu_noloc(), &mo, &d), TPU_OK);
+  if (mo) {
+    CHECK_EQ_STR(mo->name, "k");
+    CHECK_EQ_INT(mo->ngrid, 1);
+    CHECK_EQ_INT((int)mo->grid[0], 4);
+    CHECK_EQ_INT(mo->nwindows, 2);
+    CHECK(mo->win[1].has_map && mo->win[1].bounds[1] == 128);
+  }
+  tpu_mosaic_free(mo);
+}
+
+/* A custom call whose kernel is still bytecode, and one with an op the interpreter lacks. */
+static void test_refusals(void) {
+  const char *hlo =
+      "HloModule m\n\nENTRY e {\n  x = f32[8,128]{1,0} parameter(0)\n"
+      "  ROOT k = f32[8,128]{1,0} custom-call(x), custom_call_target=\"tpu_custom_call\", "
+      "backend_config={\"custom_call_config\": {\"body\": \"TUzvUgFNTElS\"}}\n}\n";
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK_EQ_INT(tpu_hlo_parse("t.hlo", hlo, strlen(hlo), &m, &d), TPU_OK);
+  CHECK_EQ_INT(tpu_ir_verify(m, &d), TPU_OK);
+  tpu_tensor x, out;
+  int64_t dims[2] = {8, 128};
+  CHECK_EQ_INT(tpu_tensor_alloc(&x, TPU_F32, 2, dims, &d), TPU_OK);
+  CHECK_EQ_INT(tpu_ref_run(m, &x, 1, &out, &d), TPU_ERR_UNSUPPORTED);
+  char msg[600];
+  tpu_diag_format(&d, msg, sizeof msg);
+  CHECK(strstr(msg, "t.hlo:5:") && strstr(msg, "pallas_decode.py") && strstr(msg, "pip install jax"));
+  tpu_module_free(m);
+  /* decoded, but with an operation not modelled */
+  const char *hlo2 =
+      "HloModule m\n\nENTRY e {\n  x = f32[8,128]{1,0} parameter(0)\n"
+      "  ROOT k = f32[8,128]{1,0} custom-call(x), custom_call_target=\"tpu_custom_call\", "
+      "backend_config={\"tpusim_mosaic\": \"tpusim-mosaic 1\\nop func.func 0 0 5 iteration_bounds=a:1 "
+      "scalar_prefetch=i:0 scratch_operands=i:0 sym_name=s:kern window_params=[{};{}] 1\\n block 3 0 i32 1 m:8x128:f32:any "
+      "2 m:8x128:f32:any\\n  op tpu.frobnicate 0 1 1 1 _loc=s:user.py:7 0\\n  op func.return 0 0 0 0\\n end\\n\"}\n}\n";
+  CHECK_EQ_INT(tpu_hlo_parse("t.hlo", hlo2, strlen(hlo2), &m, &d), TPU_OK);
+  CHECK_EQ_INT(tpu_ref_run(m, &x, 1, &out, &d), TPU_ERR_UNSUPPORTED);
+  tpu_diag_format(&d, msg, sizeof msg);
+  if (!strstr(msg, "frobnicate")) fprintf(stderr, "%s\n", msg);
+  CHECK(strstr(msg, "'tpu.frobnicate' is not modelled") && strstr(msg, "Pallas kernel 'kern'") && strstr(msg, "user.py:7"));
+  tpu_module_free(m);
+  tpu_tensor_free(&x);
+}
+
+int main(void) {
+  const char *s = getenv("TPU_SRC");
+  snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
+  tpu_chip chip;
+  tpu_diag d;
+  CHECK_EQ_INT(tpu_chip_load("v5e", &chip, &d), TPU_OK);
+  for (int i = 0; k_cases[i]; i++) {
+    run_case(k_cases[i], 0, &chip);
+    run_case(k_cases[i], 1, &chip);
+  }
+  test_parse_errors();
+  test_refusals();
+  CHECK_DONE();
+}
