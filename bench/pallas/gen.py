@@ -145,6 +145,18 @@ def manual_dma(chunk):
     return f
 
 
+def flash_attention_causal(block):
+    """jax.experimental.pallas.ops.tpu.flash_attention (forward, causal)."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    def f(q, k, v, interpret=False):
+        bs = fa.BlockSizes(block_q=block, block_k_major=block, block_k=block, block_b=1)
+        if interpret:  # the library kernel has no interpret switch: the reference it documents
+            return fa.mha_reference(q, k, v, None, causal=True, sm_scale=1.0)
+        return fa.flash_attention(q, k, v, causal=True, block_sizes=bs)
+    return f
+
+
 def rng(name):
     return np.random.default_rng(zlib.crc32(name.encode()))
 
@@ -181,6 +193,10 @@ case("gather_rows_prefetch_f32", gather_rows(8),
 case("manual_dma_sum_f32_64x128", manual_dma(8),
      lambda r: [jnp.asarray(r.standard_normal((64, 128)), jnp.float32)],
      lambda x: x.reshape(8, 8, 128).sum(0))
+case("flash_attention_causal_f32_1x1x256x64_b128", flash_attention_causal(128),
+     lambda r: [jnp.asarray(r.standard_normal((1, 1, 256, 64)), jnp.float32) for _ in range(3)],
+     lambda q, k, v: jax.nn.dot_product_attention(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
+                                                  is_causal=True, scale=1.0).transpose(0, 2, 1, 3))
 
 
 def write(name, fn, make_args, reference):

@@ -181,41 +181,34 @@ def print_body(body_b64):
         ctx.__exit__(None, None, None)
 
 
-_CFG = re.compile(r'backend_config=(\{"custom_call_config".*?\})(?=(, [a-z_]+=|\s*$))', re.M)
-
-
-def _configs(line):
-    """The backend_config JSON of a tpu_custom_call instruction line: (start, end, dict)."""
-    if 'custom_call_target="tpu_custom_call"' not in line:
-        return None
-    i = line.find('backend_config={')
-    if i < 0:
-        return None
-    start = i + len("backend_config=")
-    dec = json.JSONDecoder()
-    obj, end = dec.raw_decode(line, start)
-    return start, end, obj
-
-
 def decode_hlo(text, print_only=False):
-    """HLO text with "tpusim_mosaic" added to each tpu_custom_call's backend_config."""
-    out, shown = [], []
-    for line in text.split("\n"):
-        c = _configs(line)
-        if c is None:
-            out.append(line)
-            continue
-        start, end, obj = c
-        cc = obj.get("custom_call_config", {})
-        if "tpusim_mosaic" in obj or "body" not in cc:
-            out.append(line)
+    """HLO text with "tpusim_mosaic" added to each tpu_custom_call's backend_config. The
+    config may span lines (JAX prints cost_estimate over several): the rewritten config keeps
+    as many line breaks, so every later line keeps its number."""
+    shown, pos = [], 0
+    dec = json.JSONDecoder()
+    while True:
+        t = text.find('custom_call_target="tpu_custom_call"', pos)
+        if t < 0:
+            break
+        b = text.find("backend_config={", t)
+        if b < 0:
+            break
+        start = b + len("backend_config=")
+        obj, end = dec.raw_decode(text, start)
+        pos = end
+        cc = obj.get("custom_call_config", {}) if isinstance(obj, dict) else {}
+        if not isinstance(obj, dict) or "tpusim_mosaic" in obj or "body" not in cc:
             continue
         if print_only:
             shown.append(print_body(cc["body"]))
             continue
         obj["tpusim_mosaic"] = decode_body(cc["body"])
-        out.append(line[:start] + json.dumps(obj, separators=(",", ":")) + line[end:])
-    return "\n".join(shown) if print_only else "\n".join(out)
+        js = json.dumps(obj, separators=(",", ":"))
+        js = js[:-1] + "\n" * text.count("\n", start, end) + "}"
+        text = text[:start] + js + text[end:]
+        pos = start + len(js)
+    return "\n".join(shown) if print_only else text
 
 
 def main(argv):
