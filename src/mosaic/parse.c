@@ -428,7 +428,8 @@ tpu_status tpu_mosaic_of_instr(const tpu_instr *in, tpu_mosaic **out, tpu_diag *
   const char *b = backend_config(in);
   if (!b || !strstr(b, "\"tpusim_mosaic\""))
     return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc,
-                    "custom-call '%s' is a Pallas kernel still in Mosaic bytecode: decode it first (tpusim run does "
+                    "custom-call '%s' (target \"tpu_custom_call\") is a Pallas kernel still in Mosaic bytecode: decode it "
+                    "first (tpusim run does "
                     "this with python3 and jax: pip install jax; or python3 python/tpusim/pallas_decode.py IN.hlo OUT.hlo)",
                     tpu_instr_user_name(in));
   tpu_json_doc doc;
