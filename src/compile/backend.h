@@ -16,7 +16,8 @@ typedef enum {
   TPU__K_COND,     /* control: conditional */
   TPU__K_CALL,     /* control: the callee's kernels inline */
   TPU__K_ICI,      /* a collective with other chips: the links for the link model's time */
-  TPU__K_LINALG    /* cholesky / triangular-solve: blocked panels, vector unit and MXU (linalg.c) */
+  TPU__K_LINALG,   /* cholesky / triangular-solve: blocked panels, vector unit and MXU (linalg.c) */
+  TPU__K_MOSAIC    /* a Pallas kernel (tpu_custom_call): its grid as Pallas pipelines it (src/mosaic/backend.c) */
 } tpu__kkind;
 
 /* Per instruction of a scheduled computation (indexed by tpu__be_index). */
@@ -74,6 +75,7 @@ typedef struct tpu__kinfo {
                             * only the readers after it read VMEM (they wait for the copy) */
   int spf_last;            /* spf_beside: program index of the copy's last piece once lowered,
                             * else -1 */
+  const struct mplan *mosaic; /* TPU__K_MOSAIC: the kernel's counted grid (program arena) */
 } tpu__kinfo;
 
 typedef struct tpu__be {
@@ -136,6 +138,12 @@ tpu_status tpu__assign_vmem(tpu__be *be);
 void tpu__linalg_flops(const tpu__be *be, const tpu_instr *in, double *flops, double *padded);
 tpu_status tpu__linalg_plan(tpu__be *be, const tpu_instr *in, tpu__kinfo *k);
 tpu_status tpu__linalg_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k);
+
+/* Pallas kernels (src/mosaic/backend.c): counted and costed (tile), VMEM slots (schedule;
+ * be->dry: only k->ws), instructions (lower). */
+tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k);
+tpu_status tpu__mosaic_plan(tpu__be *be, const tpu_instr *in, tpu__kinfo *k);
+tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k);
 
 /* The passes, in order. */
 tpu_status tpu__pass_tile(tpu__be *be);

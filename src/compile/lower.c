@@ -547,6 +547,9 @@ static tpu_status lower_instr(tpu__be *be, const tpu_instr *in, int depth, int d
     case TPU__K_LINALG:
       TPU_TRY(tpu__linalg_lower(be, in, k));
       break;
+    case TPU__K_MOSAIC:
+      TPU_TRY(tpu__mosaic_lower(be, in, k));
+      break;
   }
   return TPU_OK;
 }

@@ -404,6 +404,7 @@ int64_t tpu__kernel_vmem(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   if (k->kind == TPU__K_STREAM) (void)plan_stream(be, in, k);
   else if (k->kind == TPU__K_MATMUL) (void)plan_matmul(be, in, k);
   else if (k->kind == TPU__K_LINALG) (void)tpu__linalg_plan(be, in, k);
+  else if (k->kind == TPU__K_MOSAIC) (void)tpu__mosaic_plan(be, in, k);
   be->dry = 0;
   return k->ws;
 }
@@ -418,6 +419,7 @@ tpu_status tpu__pass_schedule(tpu__be *be) {
       if (k->kind == TPU__K_STREAM) TPU_TRY(plan_stream(be, in, k));
       else if (k->kind == TPU__K_MATMUL) TPU_TRY(plan_matmul(be, in, k));
       else if (k->kind == TPU__K_LINALG) TPU_TRY(tpu__linalg_plan(be, in, k));
+      else if (k->kind == TPU__K_MOSAIC) TPU_TRY(tpu__mosaic_plan(be, in, k));
       else if (k->kind == TPU__K_WHILE) k->trips = trip_count(in);
       else if (k->kind == TPU__K_COPY) k->tiles = 1;
       if (k->op >= 0) be->p->ops[k->op].tiles = k->tiles;

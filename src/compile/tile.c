@@ -697,6 +697,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
         k->own = 1;
         return TPU_OK;
       }
+      if (tpu_custom_call_kind(in) == TPU_CC_MOSAIC) return tpu__mosaic_tile(be, in, k); /* src/mosaic/backend.c */
       if (tpu_custom_call_kind(in) == TPU_CC_ALLOCATE) {
         k->own = 1; /* a buffer of its own that later ops fill: no work */
         return TPU_OK;

@@ -190,8 +190,9 @@ tpu_status tpu_custom_call_refuse(const tpu_instr *in, const char *where, tpu_di
   const char *why = strstr(t, "lapack") || strstr(t, "LAPACK")
                         ? " (a CPU LAPACK call: lower for a TPU, where XLA emits cholesky/triangular-solve ops)"
                     : !strncmp(t, "__cpu", 5) ? " (an XLA CPU runtime call, not HLO: lower the program for a TPU)"
-                    : !strcmp(t, "tpu_custom_call") ? " (a Pallas/Mosaic kernel: its values run with --backend ref; "
-                                                      "its timing is not modelled yet)"
+                    : !strcmp(t, "tpu_custom_call") ? " (a Pallas/Mosaic kernel still in Mosaic bytecode: decode it "
+                                                      "with python/tpusim/pallas_decode.py, as tpusim run does with "
+                                                      "python3 and jax)"
                                                       : "";
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "custom-call '%s' with target \"%s\": %s cannot run it%s",
                   tpu_instr_user_name(in), t, where, why);

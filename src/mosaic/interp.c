@@ -47,6 +47,16 @@ double *tpu__mo_def(mo_ctx *c, int id, const tpu_mo_type *t, tpu_status *st) {
   return v->v;
 }
 
+void tpu__mo_def_nodata(mo_ctx *c, int id, const tpu_mo_type *t) {
+  mo_val *v = &c->vals[id];
+  val_clear(v);
+  v->set = 1;
+  v->kind = TPU_MO_VECTOR;
+  v->dt = t->dt;
+  v->rank = t->rank;
+  memcpy(v->dims, t->dims, sizeof v->dims);
+}
+
 static tpu_status set_scalar(mo_ctx *c, int id, const tpu_mo_type *t, double x) {
   tpu_status st = TPU_OK;
   double *p = tpu__mo_def(c, id, t, &st);
@@ -190,6 +200,10 @@ static tpu_status load_store(mo_ctx *c, const tpu_mo_op *op) {
   int64_t add = 0;
   if (op->code == TPU_MO_TVSTORE) tpu_mo_attr_int(op, "add", &add);
   if (op->code == TPU_MO_MLOAD || op->code == TPU_MO_MSTORE) { /* a scalar */
+    if (!m->base) { /* count mode: an operand in HBM has no data */
+      c->work.scalar_ops++;
+      return store ? TPU_OK : set_scalar(c, op->res[0], &op->rest[0], 0);
+    }
     int64_t o = elem_off(m, idx, m->rank);
     if (o < 0) return tpu__mo_fail(c, op, TPU_ERR_RUNTIME, "scalar access out of bounds");
     c->work.scalar_ops++;
@@ -199,16 +213,19 @@ static tpu_status load_store(mo_ctx *c, const tpu_mo_op *op) {
     }
     return set_scalar(c, op->res[0], &op->rest[0], m->base[o]);
   }
+  /* Vector loads and stores issue in the load/store slots, beside the VALU's: not priced. */
+  if (c->count) {
+    if (!store) tpu__mo_def_nodata(c, op->res[0], &op->rest[0]);
+    return TPU_OK;
+  }
   if (store) {
     const mo_val *v = &c->vals[op->opd[0]];
-    c->work.vpu_vregs += tpu__mo_vregs(c, v->rank, v->dims, v->dt);
     return xfer(c, op, m, idx, v->rank, v->dims, v->v, 1, (int)add, mask, sp);
   }
   tpu_status st = TPU_OK;
   const tpu_mo_type *t = &op->rest[0];
   double *r = tpu__mo_def(c, op->res[0], t, &st);
   if (!r) return st;
-  c->work.vpu_vregs += tpu__mo_vregs(c, t->rank, t->dims, t->dt);
   return xfer(c, op, m, idx, t->rank, t->dims, r, 0, 0, NULL, sp);
 }
 
@@ -295,7 +312,7 @@ static tpu_status dma(mo_ctx *c, const tpu_mo_op *op) {
                         (long long)sval(c, op->opd[p]));
   if (tpu__mo_numel(src->rank, src->dims) != tpu__mo_numel(dst->rank, dst->dims) || src->rank != dst->rank)
     return tpu__mo_fail(c, op, TPU_ERR_INVALID, "a DMA between refs of different shapes");
-  copy_view(src, dst);
+  if (src->base && dst->base) copy_view(src, dst); /* count mode: HBM has no data */
   /* The copy is done at once; the semaphores count the DMA so its wait can check it. */
   if (ssem) *sem_cell(ssem) += 1;
   *sem_cell(tsem) += 1;
@@ -654,16 +671,16 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   }
   /* Scalar prefetch operands: in SMEM, whole. */
   for (int i = 0; i < k->nprefetch && st == TPU_OK; i++) {
-    const tpu_tensor *t = args[i];
-    int64_t n = tpu_tensor_numel(t), str[TPU_MO_MAX_RANK];
+    const tpu_shape *sh = &in->operands[i]->shape;
+    int64_t n = tpu__mo_numel(sh->rank, sh->dims), str[TPU_MO_MAX_RANK];
     double *p = own(c, n);
     if (!p) {
       st = tpu__mo_fail(c, NULL, TPU_ERR_NOMEM, "out of memory");
       break;
     }
-    for (int64_t e = 0; e < n; e++) p[e] = tpu_tensor_get_f64(t, e);
-    row_major(t->rank, t->dims, str);
-    set_view(&pf[i], p, 0, t->rank, t->dims, str, t->dtype, TPU_MO_SMEM, 0);
+    for (int64_t e = 0; args && e < n; e++) p[e] = tpu_tensor_get_f64(args[i], e); /* count mode: zeros */
+    row_major(sh->rank, sh->dims, str);
+    set_view(&pf[i], p, 0, sh->rank, sh->dims, str, sh->dtype, TPU_MO_SMEM, 0);
     pf[i].v = NULL;
   }
   /* Operands and results in HBM; window buffers in VMEM. */
@@ -676,12 +693,12 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
     s->dt = sh->dtype;
     memcpy(s->dims, sh->dims, sizeof(int64_t) * (size_t)sh->rank);
     int64_t n = tpu__mo_numel(s->rank, s->dims);
-    s->hbm = own(c, n);
-    if (!s->hbm) {
+    s->hbm = c->count ? NULL : own(c, n);
+    if (!s->hbm && !c->count) {
       st = tpu__mo_fail(c, NULL, TPU_ERR_NOMEM, "out of memory");
       break;
     }
-    if (!s->is_out)
+    if (!s->is_out && !c->count)
       for (int64_t e = 0; e < n; e++) s->hbm[e] = tpu_tensor_get_f64(args[k->nprefetch + w], e);
     const tpu_mo_window *wi = &k->win[w];
     if (wi->has_map) {
@@ -702,7 +719,7 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
       long long o = 0, a = -1;
       if (sscanf(p, "{%lld}: (%lld", &o, &a) == 2 || (sscanf(p, "{}: (%lld", &a) == 1 && ((o = 0), 1))) {
         int wo = nin + (int)o, wa = (int)a - k->nprefetch;
-        if (wo < k->nwindows && wa >= 0 && wa < nin)
+        if (wo < k->nwindows && wa >= 0 && wa < nin && ws[wo].hbm && ws[wa].hbm)
           memcpy(ws[wo].hbm, ws[wa].hbm, sizeof(double) * (size_t)tpu__mo_numel(ws[wo].rank, ws[wo].dims));
       }
       p++;
@@ -717,6 +734,8 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   mo_val *args_v = tpu_calloc((size_t)body->nargs + 1, sizeof *args_v);
   double gvals[TPU_MO_MAX_RANK];
   if (!args_v && st == TPU_OK) st = tpu__mo_fail(c, NULL, TPU_ERR_NOMEM, "out of memory");
+  if (k->nwindows > 64 && st == TPU_OK) st = tpu__mo_fail(c, NULL, TPU_ERR_UNSUPPORTED, "a kernel of more than 64 operands");
+  memset(&c->work, 0, sizeof c->work);
   for (int64_t step = 0; step < steps && st == TPU_OK; step++) {
     int64_t r = step;
     for (int i = k->ngrid - 1; i >= 0; i--) {
@@ -733,10 +752,14 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
       if (same) continue;
       /* The pipeline writes an output block back when the next step moves to another one;
        * it fetches an input block when its index changes. */
-      if (s->is_out && s->have) move_block(s, wi, 0);
+      if (s->is_out && s->have) {
+        if (s->hbm) move_block(s, wi, 0);
+        c->work.flushed |= (uint64_t)1 << w;
+      }
+      if (!s->is_out) c->work.fetched |= (uint64_t)1 << w;
       memcpy(s->cur, bi, sizeof s->cur);
       s->have = 1;
-      if (!s->is_out) move_block(s, wi, 1);
+      if (!s->is_out && s->hbm) move_block(s, wi, 1);
     }
     if (st != TPU_OK) break;
     /* The body's arguments: grid indices, prefetch refs, windows, scratch. */
@@ -774,7 +797,18 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
     memset(&c->work, 0, sizeof c->work);
   }
   for (int w = 0; w < k->nwindows && st == TPU_OK; w++)
-    if (ws[w].is_out && ws[w].have) move_block(&ws[w], &k->win[w], 0);
+    if (ws[w].is_out && ws[w].have) {
+      if (ws[w].hbm) move_block(&ws[w], &k->win[w], 0);
+      c->work.flushed |= (uint64_t)1 << w;
+    }
+  /* The epilogue: the last output blocks written back (a step past the last). */
+  if (st == TPU_OK && c->o && c->o->on_step) c->o->on_step(c->o->user, steps, &c->work);
+  if (c->count) { /* no values */
+    tpu_free(args_v);
+    tpu_free(ws);
+    tpu_free(pf);
+    return st;
+  }
   /* The call's result. */
   if (st == TPU_OK) {
     if (in->shape.dtype == TPU_TUPLE) st = tpu_tensor_alloc_tuple(out, nout, c->d);
@@ -794,7 +828,20 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   return st;
 }
 
+static tpu_status run_any(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int nargs,
+                          const tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d);
+
+tpu_status tpu_mosaic_count(const tpu_mosaic *k, const tpu_instr *in, const tpu_mosaic_opts *o, tpu_diag *d) {
+  tpu_tensor none;
+  return run_any(k, in, NULL, in->noperands, o, &none, d);
+}
+
 tpu_status tpu_mosaic_run(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int nargs,
+                          const tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d) {
+  return run_any(k, in, args, nargs, o, out, d);
+}
+
+static tpu_status run_any(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int nargs,
                           const tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d) {
   memset(out, 0, sizeof *out);
   static const tpu_mosaic_opts none = {0};
@@ -805,6 +852,7 @@ tpu_status tpu_mosaic_run(const tpu_mosaic *k, const tpu_instr *in, const tpu_te
   c.d = d;
   c.sublanes = 8;
   c.lanes = 128;
+  c.count = args == NULL;
   c.vals = tpu_calloc((size_t)k->nvalues + 1, sizeof *c.vals);
   if (!c.vals) return TPU_FAIL(d, TPU_ERR_NOMEM, k->loc, "out of memory");
   tpu_status st = run_grid(&c, in, args, nargs, out);

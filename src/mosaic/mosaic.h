@@ -128,6 +128,9 @@ typedef struct tpu_mosaic_work {
   int64_t scalar_ops;   /* scalar-unit operations */
   double dma_bytes;     /* manual DMAs started (bytes) */
   int64_t ndma;
+  /* The pipeline at this step (bit w: window w): input blocks fetched for it (their index
+   * changed), and output blocks of the previous step written back before it. */
+  uint64_t fetched, flushed;
 } tpu_mosaic_work;
 
 typedef struct tpu_mosaic_opts {
@@ -137,6 +140,11 @@ typedef struct tpu_mosaic_opts {
   /* NULL, or called after each grid step (row-major order) with the work it did */
   void (*on_step)(void *user, int64_t step, const tpu_mosaic_work *w);
 } tpu_mosaic_opts;
+
+/* Counts the kernel's work without values (timing): the grid, index maps and scalar code run
+ * (scalar prefetch operands read as zeros); vectors and DMAs are only priced. o->on_step gets
+ * each step's work. */
+tpu_status tpu_mosaic_count(const tpu_mosaic *k, const tpu_instr *in, const tpu_mosaic_opts *o, tpu_diag *d);
 
 /* Runs the kernel of custom call `in` on its operands (args, in operand order) and fills
  * `out` with the call's result (an array, or a tuple for several outputs). */

@@ -30,6 +30,7 @@ typedef struct mo_ctx {
   const tpu_mo_op *yield; /* the terminator the last block ran */
   mo_work work;           /* accumulated since the caller reset it */
   int sublanes, lanes;    /* the vector register's shape (8 x 128) */
+  int count;              /* tpu_mosaic_count: vectors carry no data */
   double **owned;         /* storage the run allocated (freed at the end) */
   int nowned, capowned;
 } mo_ctx;
@@ -39,6 +40,8 @@ int64_t tpu__mo_numel(int rank, const int64_t *dims);
 double tpu__mo_round(tpu_dtype dt, double x);
 /* Sets value `id` to a fresh array of the type (contents zero); returns its data or NULL. */
 double *tpu__mo_def(mo_ctx *c, int id, const tpu_mo_type *t, tpu_status *st);
+/* Sets value `id` to a vector of type t without data (count mode). */
+void tpu__mo_def_nodata(mo_ctx *c, int id, const tpu_mo_type *t);
 /* Errors name the kernel, the op and its source line. */
 tpu_status tpu__mo_fail(mo_ctx *c, const tpu_mo_op *op, tpu_status st, const char *fmt, ...) TPU_PRINTF(4, 5);
 /* The vector/arith/math ops (vec.c): TPU_ERR_UNSUPPORTED with *handled = 0 when not one. */

@@ -240,6 +240,24 @@ static void rstrides(int rank, const int64_t *dims, int64_t *s) {
   }
 }
 
+/* The MXU work of one product: 2*M*N*K*passes flops, on the array's tiles (rows in
+ * sublanes of 8, K and N in 128s). */
+static void price_mm(mo_ctx *c, int64_t B, int64_t M, int64_t K, int64_t N, tpu_dtype dt, int passes) {
+  double fl = 2.0 * (double)B * (double)M * (double)N * (double)K;
+  c->work.mxu_flops += fl * passes;
+  double pm = (double)((M + 7) / 8 * 8), pk = (double)((K + 127) / 128 * 128), pn = (double)((N + 127) / 128 * 128);
+  c->work.mxu_pad_flops += 2.0 * (double)B * pm * pk * pn * passes;
+  if ((double)M * (double)N * (double)K * (double)B >
+      (double)c->work.mm_m * (double)c->work.mm_n * (double)c->work.mm_k * (double)(c->work.mm_b ? c->work.mm_b : 1)) {
+    c->work.mm_m = M;
+    c->work.mm_n = N;
+    c->work.mm_k = K;
+    c->work.mm_b = B;
+    c->work.mm_dt = dt;
+    c->work.mm_passes = passes;
+  }
+}
+
 static tpu_status matmul(mo_ctx *c, const tpu_mo_op *op) {
   const mo_val *L = in(c, op, 0), *R = in(c, op, 1), *A = op->nopd > 2 ? in(c, op, 2) : NULL;
   /* #tpu.dot_dimension_numbers<lhs_contract, rhs_contract, lhs_noncontract, rhs_noncontract,
@@ -278,6 +296,15 @@ static tpu_status matmul(mo_ctx *c, const tpu_mo_op *op) {
   int64_t lb = ng[5] ? g[5][0] : -1, rbd = ng[6] ? g[6][0] : -1;
   int64_t M = lm >= 0 ? L->dims[lm] : 1, K = L->dims[lk], N = rn >= 0 ? R->dims[rn] : 1, B = lb >= 0 ? L->dims[lb] : 1;
   if (R->dims[rk] != K) return tpu__mo_fail(c, op, TPU_ERR_INVALID, "tpu.matmul contracts %lld with %lld", (long long)K, (long long)R->dims[rk]);
+  tpu_dtype dt = L->dt;
+  int passes = 1;
+  const char *pr = tpu_mo_attr(op, "precision");
+  if (dt == TPU_F32) passes = pr && strstr(pr, "bf16") ? 1 : 6; /* Mosaic's f32 default: full f32 */
+  if (c->count) {
+    price_mm(c, B, M, K, N, dt, passes);
+    tpu__mo_def_nodata(c, op->res[0], &op->rest[0]);
+    return TPU_OK;
+  }
   int64_t ls[TPU_MO_MAX_RANK], rs[TPU_MO_MAX_RANK];
   rstrides(L->rank, L->dims, ls);
   rstrides(R->rank, R->dims, rs);
@@ -296,10 +323,6 @@ static tpu_status matmul(mo_ctx *c, const tpu_mo_op *op) {
     for (int64_t k = 0; k < K; k++)
       for (int64_t j = 0; j < N; j++)
         w[(b * K + k) * N + j] = (float)R->v[(rbd >= 0 ? b * rs[rbd] : 0) + k * rs[rk] + (rn >= 0 ? j * rs[rn] : 0)];
-  tpu_dtype dt = L->dt;
-  int passes = 1;
-  const char *pr = tpu_mo_attr(op, "precision");
-  if (dt == TPU_F32) passes = pr && strstr(pr, "bf16") ? 1 : 6; /* Mosaic's f32 default: full f32 */
   int64_t acc_int = tpu_dtype_is_int(dt);
   if (acc_int) { /* s8/s32 products are exact integers: sums in f64 exact to 2^53 */
     for (int64_t b = 0; b < B; b++)
@@ -337,15 +360,7 @@ static tpu_status matmul(mo_ctx *c, const tpu_mo_op *op) {
       double x = acc_int ? (double)o[e] + acc : (double)o[e] + acc;
       r[e] = tpu__mo_round(t->dt, x);
     }
-    double fl = 2.0 * (double)B * (double)M * (double)N * (double)K;
-    c->work.mxu_flops += fl * passes;
-    int64_t rows = 128, cols = 128;
-    double pm = (double)((M + 7) / 8 * 8), pk = (double)((K + rows - 1) / rows * rows), pn = (double)((N + cols - 1) / cols * cols);
-    c->work.mxu_pad_flops += 2.0 * (double)B * pm * pk * pn * passes;
-    if ((double)M * (double)N * (double)K * (double)B > (double)c->work.mm_m * (double)c->work.mm_n * (double)c->work.mm_k * (double)(c->work.mm_b ? c->work.mm_b : 1)) {
-      c->work.mm_m = M; c->work.mm_n = N; c->work.mm_k = K; c->work.mm_b = B;
-      c->work.mm_dt = dt; c->work.mm_passes = passes;
-    }
+    price_mm(c, B, M, K, N, dt, passes);
   }
 out:
   tpu_free(a);
@@ -618,10 +633,55 @@ static tpu_status bitcast(mo_ctx *c, const tpu_mo_op *op) {
   return r ? TPU_OK : st;
 }
 
+/* Count mode: an op on vectors is priced, its vector results carry no data and its scalar
+ * results read 0 (a kernel whose control flow reads vector data is timed on that). */
+static tpu_status count_op(mo_ctx *c, const tpu_mo_op *op) {
+  tpu_mo_code k = op->code;
+  if (k == TPU_MO_MATMUL) return matmul(c, op);
+  const mo_val *s = op->nopd ? in(c, op, 0) : NULL;
+  if (k == TPU_MO_MULTI_REDUCTION && s) {
+    int64_t rd[TPU_MO_MAX_RANK];
+    int nr = tpu_mo_attr_ints(op, "reduction_dims", rd, TPU_MO_MAX_RANK);
+    int64_t vr = tpu__mo_vregs(c, s->rank, s->dims, s->dt);
+    c->work.vpu_vregs += vr;
+    for (int i = 0; i < nr && i < TPU_MO_MAX_RANK; i++)
+      if (rd[i] >= s->rank - 2) { /* across lanes or sublanes: the cross-lane unit */
+        c->work.xlu_vregs += vr;
+        break;
+      }
+  } else if ((k == TPU_MO_TRANSPOSE || k == TPU_MO_TTRANSPOSE) && op->nres) {
+    c->work.xlu_vregs += tpu__mo_vregs(c, op->rest[0].rank, op->rest[0].dims, op->rest[0].dt);
+  } else if (k == TPU_MO_VEXTRACT) {
+    c->work.scalar_ops++;
+  } else if (k == TPU_MO_SHAPE_CAST) {
+    /* a reshape within the tiled layout: no work */
+  } else {
+    charge(c, op, 1);
+  }
+  tpu_status st = TPU_OK;
+  for (int r = 0; r < op->nres; r++) {
+    if (op->rest[r].kind == TPU_MO_VECTOR) tpu__mo_def_nodata(c, op->res[r], &op->rest[r]);
+    else if (!tpu__mo_def(c, op->res[r], &op->rest[r], &st)) return st;
+  }
+  return TPU_OK;
+}
+
 tpu_status tpu__mo_vec_op(mo_ctx *c, const tpu_mo_op *op, int *handled) {
   *handled = 1;
   tpu_status st = TPU_OK;
   tpu_mo_code k = op->code;
+  if (c->count) {
+    int vec = 0;
+    for (int r = 0; r < op->nres; r++) vec |= op->rest[r].kind == TPU_MO_VECTOR;
+    for (int i = 0; i < op->nopd; i++) vec |= c->vals[op->opd[i]].kind == TPU_MO_VECTOR;
+    if (vec && (k == TPU_MO_MATMUL || k == TPU_MO_MULTI_REDUCTION || k == TPU_MO_BROADCAST || k == TPU_MO_VSPLAT ||
+                k == TPU_MO_SHAPE_CAST || k == TPU_MO_EXTRACT_STRIDED || k == TPU_MO_INSERT_STRIDED ||
+                k == TPU_MO_TRANSPOSE || k == TPU_MO_TTRANSPOSE || k == TPU_MO_IOTA || k == TPU_MO_CONCATENATE ||
+                k == TPU_MO_REPEAT || k == TPU_MO_BITCAST || k == TPU_MO_TBITCAST || k == TPU_MO_VEXTRACT ||
+                k == TPU_MO_SELECT || is_unary(k) || (k >= TPU_MO_ADDF && k <= TPU_MO_CMPI) || k == TPU_MO_POWF ||
+                k == TPU_MO_ATAN2 || k == TPU_MO_COPYSIGN || k == TPU_MO_IPOWI))
+      return count_op(c, op);
+  }
   if (k == TPU_MO_MATMUL) return matmul(c, op);
   if (k == TPU_MO_MULTI_REDUCTION) return reduction(c, op);
   if (k == TPU_MO_BROADCAST || k == TPU_MO_VSPLAT) return broadcast(c, op);

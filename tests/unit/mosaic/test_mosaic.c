@@ -11,6 +11,9 @@
 #include "base/npy.h"
 #include "chip/chip.h"
 #include "chip/exec.h"
+#include "chip/program.h"
+#include "chip/timing.h"
+#include "compile/compile.h"
 #include "check.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"
@@ -173,6 +176,67 @@ static void test_refusals(void) {
   tpu_tensor_free(&x);
 }
 
+/* The TPU back end times the matmul fixture's grid as Pallas pipelines it: grid (2,1,2) with
+ * blocks x 32x128, y 128x128, o 32x128 (bf16). Its transfers, closed form: x and y fetched at
+ * each of the 4 steps (their block changes every step), o written back twice (each i); the
+ * kernel's flops 2*64*256*128; the program repeats the (i) pattern as a loop; the step time
+ * is at least each unit's busy time and the roofline's. */
+static void test_timing(const tpu_chip *chip) {
+  char p[1400];
+  tpu_diag d;
+  tpu_module *m = NULL;
+  path(p, sizeof p, "matmul_bf16_64x256x128_b32x128x128", "prog.hlo");
+  CHECK_EQ_INT(tpu_hlo_parse_file(p, &m, &d), TPU_OK);
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = chip;
+  o.precision_override = -1;
+  tpu_program *prog = NULL;
+  tpu_status st = m ? tpu_compile(m, &o, &prog, &d) : TPU_ERR_INVALID;
+  if (st != TPU_OK) {
+    char b[1200];
+    tpu_diag_format(&d, b, sizeof b);
+    fprintf(stderr, "compile: %s\n", b);
+  }
+  CHECK_EQ_INT(st, TPU_OK);
+  if (st == TPU_OK) {
+    int op = -1;
+    for (int i = 0; i < prog->nops; i++)
+      if (!strncmp(prog->ops[i].kind, "pallas:", 7)) op = i;
+    CHECK(op >= 0);
+    if (op >= 0) {
+      const tpu_prog_op *po = &prog->ops[op];
+      CHECK_EQ_STR(po->kind, "pallas:kernel");
+      CHECK_EQ_INT((int)po->tiles, 4);
+      CHECK_NEAR(po->flops, 2.0 * 64 * 256 * 128, 0.5);
+      /* bf16 tiles of 16 rows: x 32x128 = 8 KiB, y 128x128 = 32 KiB, o 32x128 = 8 KiB */
+      CHECK_NEAR(po->bytes, 4 * 8192.0 + 4 * 32768.0 + 2 * 8192.0, 0.5);
+      /* the transfers in the program: the prologue's two, one pair inside the (k) loop body
+       * and the last step's, write-backs after each i */
+      int64_t in_b = 0, out_b = 0, mm = 0, loops = 0;
+      for (int i = 0; i < prog->ninsns; i++) {
+        const tpu_insn *x = &prog->insns[i];
+        if (x->op != op) continue;
+        in_b += x->opc == TPU_ISA_DMA_IN ? x->bytes : 0;
+        out_b += x->opc == TPU_ISA_DMA_OUT ? x->bytes : 0;
+        mm += x->opc == TPU_ISA_MATMUL && x->m == 32 && x->k == 128 && x->n == 128 && x->b == 1;
+        loops += x->opc == TPU_ISA_LOOP;
+      }
+      CHECK(mm >= 1 && in_b > 0 && out_b == 8192 * (loops ? 1 : 2));
+      tpu_timeline tl;
+      memset(&tl, 0, sizeof tl);
+      CHECK_EQ_INT(tpu_timing_run(prog, chip, 0, &tl, &d), TPU_OK);
+      double bw = chip->hbm_bw / chip->clock_hz; /* bytes a cycle at the full bandwidth */
+      double peak = 2.0 * (double)(chip->mxus_per_core * chip->mxu_rows * chip->mxu_cols);
+      CHECK((double)tl.total_cycles >= po->bytes / bw);
+      CHECK((double)tl.total_cycles >= po->flops / peak);
+      tpu_timeline_free(&tl);
+    }
+  }
+  tpu_program_free(prog);
+  tpu_module_free(m);
+}
+
 int main(void) {
   const char *s = getenv("TPU_SRC");
   snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
@@ -183,6 +247,7 @@ int main(void) {
     run_case(k_cases[i], 0, &chip);
     run_case(k_cases[i], 1, &chip);
   }
+  test_timing(&chip);
   test_parse_errors();
   test_refusals();
   CHECK_DONE();

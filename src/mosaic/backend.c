@@ -1,0 +1,387 @@
+/* A Pallas kernel on the TPU back end: its grid counted step by step (tpu_mosaic_count) and
+ * lowered as Pallas's TPU pipeline runs it — each step's input blocks fetched while the step
+ * before computes (two VMEM slots a window), the step's MXU, vector and transcendental work,
+ * its output blocks written back when the grid moves to another block (docs/pallas.md). */
+#include <math.h>
+#include <string.h>
+
+#include "compile/backend.h"
+#include "ir/custom_call.h"
+#include "mosaic/mosaic.h"
+
+#define MAX_WIN 64
+/* Steps of one kernel the program spells out at most (identical steps run as loops). */
+#define MAX_GROUPS 256
+
+typedef struct {
+  tpu_mosaic_work w; /* the step's work; fetched: the NEXT step's input blocks, flushed: this
+                      * step's output blocks written back after it */
+  int64_t n;         /* consecutive identical steps */
+} mgroup;
+
+typedef struct mplan {
+  const char *name;
+  int nwin, nin;
+  int has_map[MAX_WIN];
+  int64_t blk[MAX_WIN];      /* padded bytes of a window's block */
+  int64_t scratch;           /* padded bytes of the scratch operands */
+  int64_t steps;
+  uint64_t pro_fetch;        /* inputs fetched for step 0 */
+  mgroup *g;
+  int ng, capg;
+  int64_t scale;             /* vector work multiplier: the chip's cores when one core runs the grid */
+  int mxus;
+  double flops, pad_flops, bytes;
+} mplan;
+
+/* Bytes of a VMEM block of these dims in the (8,128) tiled layout (16-bit: 16 rows a tile,
+ * 8-bit: 32). */
+static int64_t tiled_bytes(int rank, const int64_t *dims, tpu_dtype dt) {
+  int64_t es = (int64_t)tpu_dtype_size(dt), rows = es == 2 ? 16 : es == 1 ? 32 : 8;
+  if (rank == 0) return 4;
+  int64_t lanes = (dims[rank - 1] + 127) / 128 * 128, sub = rank >= 2 ? (dims[rank - 2] + rows - 1) / rows * rows : rows;
+  int64_t outer = 1;
+  for (int i = 0; i < rank - 2; i++) outer *= dims[i];
+  return outer * sub * lanes * (es < 1 ? 1 : es);
+}
+
+typedef struct {
+  mplan *pl;
+  tpu_mosaic_work prev;
+  int have;
+  tpu_status st;
+  tpu_arena *arena;
+} collect;
+
+static int same_work(const tpu_mosaic_work *a, const tpu_mosaic_work *b) { return !memcmp(a, b, sizeof *a); }
+
+static void push(collect *c, const tpu_mosaic_work *w) {
+  mplan *p = c->pl;
+  if (p->ng && same_work(&p->g[p->ng - 1].w, w)) {
+    p->g[p->ng - 1].n++;
+    return;
+  }
+  if (p->ng == p->capg) {
+    int cap = p->capg ? 2 * p->capg : 64;
+    mgroup *g = tpu_arena_alloc(c->arena, sizeof *g * (size_t)cap);
+    if (!g) {
+      c->st = TPU_ERR_NOMEM;
+      return;
+    }
+    if (p->ng) memcpy(g, p->g, sizeof *g * (size_t)p->ng);
+    p->g = g;
+    p->capg = cap;
+  }
+  p->g[p->ng].w = *w;
+  p->g[p->ng].n = 1;
+  p->ng++;
+}
+
+/* Step s's work arrives with its own fetches and the flushes before it; a group keys on the
+ * step's work with the next step's fetches and flushes (what the pipeline does around it). */
+static void on_step(void *user, int64_t step, const tpu_mosaic_work *w) {
+  collect *c = user;
+  if (c->st != TPU_OK) return;
+  mplan *p = c->pl;
+  p->flops += w->mxu_flops / (w->mm_passes > 0 ? w->mm_passes : 1);
+  p->pad_flops += w->mxu_pad_flops;
+  if (step == 0) p->pro_fetch = w->fetched;
+  if (c->have) {
+    tpu_mosaic_work s = c->prev;
+    s.fetched = w->fetched;
+    s.flushed = w->flushed;
+    push(c, &s);
+  }
+  c->prev = *w;
+  c->have = step < p->steps;
+}
+
+tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
+  tpu_mosaic *mo = NULL;
+  if (!tpu_mosaic_is_decoded(in)) return tpu_custom_call_refuse(in, "the TPU back end", be->d);
+  TPU_TRY(tpu_mosaic_of_instr(in, &mo, be->d));
+  mplan *p = tpu_arena_alloc(&be->p->arena, sizeof *p);
+  tpu_status st = TPU_OK;
+  if (!p) {
+    tpu_mosaic_free(mo);
+    return TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  }
+  memset(p, 0, sizeof *p);
+  p->name = tpu_program_str(be->p, mo->name);
+  p->nwin = mo->nwindows;
+  p->nin = in->noperands - mo->nprefetch;
+  p->steps = 1;
+  for (int i = 0; i < mo->ngrid; i++) p->steps *= mo->grid[i];
+  if (p->nwin > MAX_WIN || p->steps > ((int64_t)1 << 22)) {
+    st = TPU_FAIL(be->d, TPU_ERR_UNSUPPORTED, in->loc, "Pallas kernel '%s': %s", mo->name,
+                  p->nwin > MAX_WIN ? "more than 64 operands" : "a grid of more than 2^22 steps is not timed");
+    goto done;
+  }
+  const tpu_mo_block *body = &mo->main->reg[0];
+  for (int w = 0; w < p->nwin; w++) {
+    const tpu_mo_type *t = &body->argt[mo->ngrid + mo->nprefetch + w];
+    p->has_map[w] = mo->win[w].has_map;
+    p->blk[w] = tiled_bytes(t->rank, t->dims, t->dt);
+  }
+  for (int i = 0; i < mo->nscratch; i++) {
+    const tpu_mo_type *t = &body->argt[mo->ngrid + mo->nprefetch + mo->nwindows + i];
+    if (t->kind == TPU_MO_MEMREF && t->space == TPU_MO_VMEM) p->scratch += tiled_bytes(t->rank, t->dims, t->dt);
+  }
+  /* "parallel" grid dimensions split over a megacore chip's TensorCores (the timing model
+   * divides vector work by the cores and gives matmuls every core's MXUs); a grid without
+   * one runs on one core. */
+  int par = 0;
+  for (int i = 0; i < mo->ngrid; i++) par |= mo->parallel[i] && mo->grid[i] > 1;
+  int64_t cores = be->chip->tensorcores > 0 ? be->chip->tensorcores : 1;
+  p->scale = par ? 1 : cores;
+  p->mxus = (int)(be->chip->mxus_per_core * (par ? cores : 1));
+  collect c;
+  memset(&c, 0, sizeof c);
+  c.pl = p;
+  c.st = TPU_OK;
+  c.arena = &be->p->arena;
+  tpu_mosaic_opts o;
+  memset(&o, 0, sizeof o);
+  o.on_step = on_step;
+  o.user = &c;
+  st = tpu_mosaic_count(mo, in, &o, be->d);
+  if (st == TPU_OK && c.st != TPU_OK) st = TPU_FAIL(be->d, c.st, in->loc, "out of memory");
+  if (st != TPU_OK) goto done;
+  k->kind = TPU__K_MOSAIC;
+  k->own = 1;
+  k->mosaic = p;
+  k->tiles = p->steps;
+  /* bytes the pipeline moves: each fetch and write-back of a block */
+  double moved = 0;
+  for (int w = 0; w < p->nwin; w++)
+    if (p->has_map[w] && (p->pro_fetch >> w & 1)) moved += (double)p->blk[w];
+  for (int g = 0; g < p->ng; g++)
+    for (int w = 0; w < p->nwin; w++)
+      if (p->has_map[w] && ((p->g[g].w.fetched | p->g[g].w.flushed) >> w & 1)) moved += (double)p->blk[w] * (double)p->g[g].n;
+  for (int g = 0; g < p->ng; g++) moved += p->g[g].w.dma_bytes * (double)p->g[g].n;
+  p->bytes = moved;
+  tpu_prog_op po;
+  memset(&po, 0, sizeof po);
+  po.name = in->name;
+  char kind[160];
+  snprintf(kind, sizeof kind, "pallas:%s", mo->name);
+  po.kind = tpu_program_str(be->p, kind);
+  po.instr = in;
+  po.flops = p->flops;
+  po.padded_flops = p->pad_flops;
+  po.bytes = moved;
+  po.padded_bytes = moved;
+  po.tiles = p->steps;
+  k->what = po.kind;
+  k->op = tpu_program_add_op(be->p, &po);
+  if (k->op < 0 || !po.kind) st = TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+done:
+  tpu_mosaic_free(mo);
+  return st;
+}
+
+tpu_status tpu__mosaic_plan(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
+  (void)in;
+  const mplan *p = k->mosaic;
+  if (!p) return TPU_OK;
+  int64_t off = 0;
+  k->nvmem = 0;
+  for (int w = 0; w <= p->nwin; w++) {
+    /* a window's two slots (a block fetched while the other computes); then the scratch */
+    int64_t slot = w < p->nwin ? (p->has_map[w] ? p->blk[w] : 0) : p->scratch;
+    int slots = w < p->nwin ? 2 : 1;
+    if (!be->dry) {
+      int v = tpu_program_add_vmem(be->p, k->op, off, slot > 0 ? slot : 1, slots);
+      if (v < 0) return TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+      if (!k->nvmem) k->vmem0 = v;
+      k->nvmem++;
+    }
+    off += (slot * slots + 511) / 512 * 512;
+  }
+  k->ws = off;
+  if (!be->dry && off > be->p->vmem_peak) be->p->vmem_peak = off;
+  return TPU_OK;
+}
+
+static int put(tpu__be *be, const tpu_insn *x) {
+  if (tpu_program_add_insn(be->p, x) >= 0) return 1;
+  TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  return 0;
+}
+
+typedef struct {
+  tpu__be *be;
+  const tpu_instr *in;
+  const tpu__kinfo *k;
+  const mplan *p;
+  int hbm[MAX_WIN];  /* HBM buffer of each window's operand / result, -1: none */
+} lctx;
+
+static tpu_vref slot(const lctx *l, int w, int div, int par) { return tpu_vref_make(l->k->vmem0 + w, div, par); }
+
+static int fetch(const lctx *l, int w, tpu_vref dst) {
+  tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, l->k->op);
+  d.hbm = l->hbm[w];
+  d.onchip = l->hbm[w] < 0;
+  d.bytes = l->p->blk[w];
+  d.dst = dst;
+  return put(l->be, &d);
+}
+
+/* One grid step: the next step's fetches, this step's work on its slots, its write-backs.
+ * div/par: the slot of this step is (i/div + par) mod 2 (div 0: fixed). */
+static int emit_step(const lctx *l, const tpu_mosaic_work *w, int div, int par) {
+  const mplan *p = l->p;
+  for (int j = 0; j < p->nin && j < p->nwin; j++)
+    if (p->has_map[j] && (w->fetched >> j & 1) && !fetch(l, j, slot(l, j, div, par + 1))) return 0;
+  if (w->dma_bytes > 0) { /* manual copies (memory_space=ANY) into scratch */
+    tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, l->k->op);
+    int src = -1;
+    for (int j = 0; j < p->nin && j < p->nwin && src < 0; j++)
+      if (!p->has_map[j]) src = j;
+    d.hbm = src >= 0 ? l->hbm[src] : -1;
+    d.onchip = d.hbm < 0;
+    d.bytes = (int64_t)ceil(w->dma_bytes);
+    d.dst = tpu_vref_make(l->k->vmem0 + p->nwin, 0, 0);
+    if (!put(l->be, &d)) return 0;
+  }
+  tpu_vref src[TPU_INSN_MAX_SRC], none = tpu_vref_make(-1, 0, 0), out = none;
+  int ns = 0;
+  for (int j = 0; j < p->nin && j < p->nwin && ns < TPU_INSN_MAX_SRC; j++)
+    if (p->has_map[j]) src[ns++] = slot(l, j, div, par);
+  for (int j = p->nin; j < p->nwin && out.buf < 0; j++)
+    if (p->has_map[j]) out = slot(l, j, div, par);
+  if (w->mxu_flops > 0 && w->mm_m > 0) {
+    tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, l->k->op);
+    for (int s = 0; s < ns && s < 2; s++) mm.src[s] = src[s];
+    mm.dst = out;
+    mm.m = w->mm_m;
+    mm.k = w->mm_k;
+    mm.n = w->mm_n;
+    mm.passes = w->mm_passes > 0 ? w->mm_passes : 1;
+    double one = 2.0 * (double)w->mm_m * (double)w->mm_k * (double)w->mm_n * mm.passes;
+    mm.b = (int64_t)llround(w->mxu_flops / one); /* the step's products as copies of its largest */
+    if (mm.b < 1) mm.b = 1;
+    mm.mxus = p->mxus;
+    mm.dtype = w->mm_dt;
+    mm.what = l->k->what;
+    if (!put(l->be, &mm)) return 0;
+  }
+  const struct { tpu_isa_op opc; int64_t v; } vec[3] = {
+      {TPU_ISA_XLU, w->xlu_vregs}, {TPU_ISA_EUP, w->eup_vregs}, {TPU_ISA_VPU, w->vpu_vregs}};
+  for (int u = 0; u < 3; u++) {
+    if (vec[u].v <= 0) continue;
+    tpu_insn x = tpu_insn_make(vec[u].opc, l->k->op);
+    for (int s = 0; s < ns; s++) x.src[s] = src[s];
+    x.dst = vec[u].opc == TPU_ISA_VPU ? out : none;
+    x.vregs = vec[u].v * p->scale;
+    x.ops = 1;
+    x.what = l->k->what;
+    if (!put(l->be, &x)) return 0;
+  }
+  for (int j = p->nin; j < p->nwin; j++) {
+    if (!p->has_map[j] || !(w->flushed >> j & 1)) continue;
+    tpu_insn d = tpu_insn_make(TPU_ISA_DMA_OUT, l->k->op);
+    d.src[0] = slot(l, j, div, par);
+    d.hbm = l->hbm[j];
+    d.onchip = l->hbm[j] < 0;
+    d.bytes = p->blk[j];
+    if (!put(l->be, &d)) return 0;
+  }
+  return 1;
+}
+
+/* Groups [a, b): each a step, or a loop of identical steps; *par: the slot parity of the
+ * next step (advanced). */
+static int emit_groups(const lctx *l, int a, int b, int *par) {
+  for (int g = a; g < b; g++) {
+    const mgroup *x = &l->p->g[g];
+    if (x->n == 1) {
+      if (!emit_step(l, &x->w, 0, *par)) return 0;
+    } else {
+      tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, l->k->op);
+      lp.trips = x->n;
+      if (!put(l->be, &lp) || !emit_step(l, &x->w, 1, *par)) return 0;
+      tpu_insn en = tpu_insn_make(TPU_ISA_END, l->k->op);
+      if (!put(l->be, &en)) return 0;
+    }
+    *par = (int)((*par + x->n) % 2);
+  }
+  return 1;
+}
+
+static int same_group(const mgroup *a, const mgroup *b) { return a->n == b->n && same_work(&a->w, &b->w); }
+
+tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  const mplan *p = k->mosaic;
+  if (!p) return TPU_OK;
+  lctx l;
+  memset(&l, 0, sizeof l);
+  l.be = be;
+  l.in = in;
+  l.k = k;
+  l.p = p;
+  for (int w = 0; w < p->nwin; w++) {
+    if (w < p->nin) {
+      const tpu_instr *op = in->operands[in->noperands - p->nin + w];
+      l.hbm[w] = tpu__be_buffer_of(be, op, 0);
+    } else {
+      l.hbm[w] = k->hbm0 >= 0 ? k->hbm0 + (w - p->nin) : tpu__be_buffer_of(be, in, w - p->nin);
+    }
+  }
+  tpu_insn x = tpu_insn_make(TPU_ISA_KERNEL, k->op);
+  if (!put(be, &x)) return TPU_ERR_NOMEM;
+  /* the prologue: step 0's blocks */
+  for (int j = 0; j < p->nin && j < p->nwin; j++)
+    if (p->has_map[j] && (p->pro_fetch >> j & 1) && !fetch(&l, j, slot(&l, j, 0, 0))) return TPU_ERR_NOMEM;
+  /* A repeating pattern of groups (the inner grid dimensions) as one loop: the smallest
+   * period q from group `off` on, with an even number of steps a period (so each position
+   * keeps its slot). */
+  int best_off = 0, best_q = 0;
+  int64_t best_reps = 0, best_size = p->ng;
+  for (int off = 0; off <= 1 && off < p->ng; off++)
+    for (int q = 1; 2 * q <= p->ng - off; q++) {
+      int64_t reps = 1;
+      while (off + (reps + 1) * q <= p->ng) {
+        int ok = 1;
+        for (int i = 0; i < q && ok; i++) ok = same_group(&p->g[off + reps * q + i], &p->g[off + i]);
+        if (!ok) break;
+        reps++;
+      }
+      int64_t st = 0;
+      for (int i = 0; i < q; i++) st += p->g[off + i].n;
+      if (st % 2) reps -= reps % 2; /* an odd period: loop over two of them (below) */
+      if (reps < 2) continue;
+      int64_t size = off + (st % 2 ? 2 * q : q) + (p->ng - off - reps * q);
+      if (size < best_size) {
+        best_size = size;
+        best_off = off;
+        best_q = q;
+        best_reps = reps;
+      }
+    }
+  if (best_size > MAX_GROUPS)
+    return TPU_FAIL(be->d, TPU_ERR_UNSUPPORTED, in->loc,
+                    "Pallas kernel '%s': its %lld grid steps do not repeat in a pattern of at most %d kinds",
+                    p->name, (long long)p->steps, MAX_GROUPS);
+  int par = 0;
+  if (!best_q) {
+    if (!emit_groups(&l, 0, p->ng, &par)) return TPU_ERR_NOMEM;
+    return TPU_OK;
+  }
+  int64_t st = 0;
+  for (int i = 0; i < best_q; i++) st += p->g[best_off + i].n;
+  int q = st % 2 ? 2 * best_q : best_q;
+  int64_t trips = st % 2 ? best_reps / 2 : best_reps;
+  if (!emit_groups(&l, 0, best_off, &par)) return TPU_ERR_NOMEM;
+  tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, k->op);
+  lp.trips = trips;
+  if (!put(be, &lp)) return TPU_ERR_NOMEM;
+  int p0 = par;
+  if (!emit_groups(&l, best_off, best_off + q, &par)) return TPU_ERR_NOMEM;
+  par = p0; /* an even number of steps a period */
+  tpu_insn en = tpu_insn_make(TPU_ISA_END, k->op);
+  if (!put(be, &en)) return TPU_ERR_NOMEM;
+  if (!emit_groups(&l, best_off + (int)(best_reps * best_q), p->ng, &par)) return TPU_ERR_NOMEM;
+  return TPU_OK;
+}
