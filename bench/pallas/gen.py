@@ -8,8 +8,10 @@ plain jnp reference, as fixtures the C suite runs (tests/unit/mosaic/test_mosaic
 
 Writes bench/pallas/corpus/NAME/: prog.hlo (jax.jit(f).lower(...) for a v5e device, each
 tpu_custom_call's kernel decoded by python/tpusim/pallas_decode.py), in0.npy..., interp.npy
-(pallas_call(..., interpret=True) on CPU: the values Pallas itself defines) and ref.npy (the
-same computation in jnp). Each case seeds NumPy from the CRC-32 of its name. Cases are split
+(pallas_call(..., interpret=True) on CPU: the values Pallas itself defines; the library
+kernels of pallas.ops.tpu, which have no interpret switch, run with every pallas_call forced
+into the TPU interpret mode, pltpu.InterpretParams) and ref.npy (the same computation in jnp);
+interpN.npy / refN.npy for a program of several results. Each case seeds NumPy from the CRC-32 of its name. Cases are split
 tune/test by the first byte of sha1(name): even = tune, odd = test (docs/pallas.md)."""
 import hashlib
 import os
@@ -145,16 +147,66 @@ def manual_dma(chunk):
     return f
 
 
+class interpreting:
+    """The library kernels (pallas.ops.tpu) have no interpret switch: within this context every
+    pallas_call runs in Pallas's TPU interpret mode (pltpu.InterpretParams: DMAs, semaphores
+    and SMEM as a TPU has them), on CPU."""
+
+    def __enter__(self):
+        jax.clear_caches()  # the library's inner jits would reuse their TPU traces
+        self.orig = pl.pallas_call
+
+        def forced(*a, **k):
+            k["interpret"] = pltpu.InterpretParams()
+            return self.orig(*a, **k)
+        pl.pallas_call = forced
+
+    def __exit__(self, *exc):
+        pl.pallas_call = self.orig
+        jax.clear_caches()
+
+
+def library(call):
+    """f(*args, interpret) for a library kernel `call(*args)`."""
+    def f(*args, interpret=False):
+        if interpret:
+            with interpreting():
+                return call(*args)
+        return call(*args)
+    return f
+
+
 def flash_attention_causal(block):
     """jax.experimental.pallas.ops.tpu.flash_attention (forward, causal)."""
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
+    bs = fa.BlockSizes(block_q=block, block_k_major=block, block_k=block, block_b=1)
+    return library(lambda q, k, v: fa.flash_attention(q, k, v, causal=True, block_sizes=bs))
 
-    def f(q, k, v, interpret=False):
-        bs = fa.BlockSizes(block_q=block, block_k_major=block, block_k=block, block_b=1)
-        if interpret:  # the library kernel has no interpret switch: the reference it documents
-            return fa.mha_reference(q, k, v, None, causal=True, sm_scale=1.0)
-        return fa.flash_attention(q, k, v, causal=True, block_sizes=bs)
-    return f
+
+def flash_attention_bwd(block):
+    """flash_attention's backward kernels (dq; dk and dv) through jax.grad."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+    bs = fa.BlockSizes(block_q=block, block_k_major=block, block_k=block, block_b=1, block_q_major_dkv=block,
+                       block_k_major_dkv=block, block_k_dkv=block, block_q_dkv=block, block_k_major_dq=block,
+                       block_k_dq=block, block_q_dq=block)
+    return library(lambda q, k, v: jax.grad(
+        lambda q, k, v: fa.flash_attention(q, k, v, causal=True, block_sizes=bs).sum(), argnums=(0, 1, 2))(q, k, v))
+
+
+def splash_causal(heads, seq, block):
+    """splash_attention (multi-head, causal mask)."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+    mask = sm.MultiHeadMask([sm.CausalMask((seq, seq)) for _ in range(heads)])
+    k = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1,
+                           block_sizes=sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block))
+    return library(lambda q, kk, v: k(q, kk, v))
+
+
+def paged(pages_per_block):
+    """paged_attention (decode: scalar-prefetched lengths and page tables, manual page DMAs)."""
+    from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as pa
+    return library(lambda q, k, v, lens, pages: pa(q, k, v, lens, pages, pages_per_compute_block=pages_per_block))
 
 
 def rng(name):
@@ -199,6 +251,23 @@ case("flash_attention_causal_f32_1x1x256x64_b128", flash_attention_causal(128),
                                                   is_causal=True, scale=1.0).transpose(0, 2, 1, 3))
 
 
+case("flash_attention_bwd_f32_1x1x256x64_b128", flash_attention_bwd(128),
+     lambda r: [jnp.asarray(r.standard_normal((1, 1, 256, 64)), jnp.float32) for _ in range(3)],
+     lambda q, k, v: jax.grad(lambda q, k, v: jax.nn.dot_product_attention(
+         q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), is_causal=True,
+         scale=1.0).transpose(0, 2, 1, 3).sum(), argnums=(0, 1, 2))(q, k, v))
+case("splash_causal_f32_1x256x64_b128", splash_causal(1, 256, 128),
+     lambda r: [jnp.asarray(r.standard_normal((1, 256, 64)), jnp.float32) for _ in range(3)],
+     lambda q, k, v: jax.nn.dot_product_attention(q.transpose(1, 0, 2)[None], k.transpose(1, 0, 2)[None],
+                                                  v.transpose(1, 0, 2)[None], is_causal=True,
+                                                  scale=1.0)[0].transpose(1, 0, 2))
+case("paged_attention_f32_b2_h1_p8x16_d128", paged(4),
+     lambda r: [jnp.asarray(r.standard_normal((2, 1, 128)), jnp.float32),
+                jnp.asarray(r.standard_normal((1, 8, 16, 128)), jnp.float32),
+                jnp.asarray(r.standard_normal((1, 8, 16, 128)), jnp.float32),
+                jnp.asarray([60, 23], jnp.int32), jnp.asarray([[3, 0, 7, 1], [6, 2, 4, 5]], jnp.int32)],
+     None)  # no independent jnp reference: interpret mode is the only one
+
 def write(name, fn, make_args, reference):
     args = make_args(rng(name))
     d = os.path.join(OUT, name)
@@ -212,12 +281,16 @@ def write(name, fn, make_args, reference):
         f.write(text)
     for i, a in enumerate(args):
         np.save(os.path.join(d, "in%d.npy" % i), np.asarray(a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a))
-    interp = jax.jit(lambda *a: fn(*a, interpret=True))(*args)
-    ref = reference(*args)
-    np.save(os.path.join(d, "interp.npy"), np.asarray(interp, np.float32))
-    np.save(os.path.join(d, "ref.npy"), np.asarray(ref, np.float32))
-    print("%-40s %-4s interp vs jnp max |diff| %.3g" % (name, split(name),
-          float(np.max(np.abs(np.asarray(interp, np.float32) - np.asarray(ref, np.float32))))))
+    interp = jax.tree_util.tree_leaves(jax.jit(lambda *a: fn(*a, interpret=True))(*args))
+    ref = jax.tree_util.tree_leaves(reference(*args)) if reference else [None] * len(interp)
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(interp, ref)):  # interp0.npy ... for several results
+        sfx = "" if len(interp) == 1 else str(i)
+        np.save(os.path.join(d, "interp%s.npy" % sfx), np.asarray(a, np.float32))
+        if b is not None:
+            np.save(os.path.join(d, "ref%s.npy" % sfx), np.asarray(b, np.float32))
+            worst = max(worst, float(np.max(np.abs(np.asarray(a, np.float32) - np.asarray(b, np.float32)))))
+    print("%-40s %-4s interp vs jnp max |diff| %.3g" % (name, split(name), worst))
 
 
 def main(argv):
