@@ -9,8 +9,15 @@ tpusim's own `spmd-partition`, the other as the compiler partitioned it) and com
 collectives (kinds and counts), the bytes each chip sends over ICI, and the step time.
 
     python3 bench/spmd_compare.py --tpusim build/tpusim tests/pod/cases tests/tpu/cases bench/spmd/cases [--markdown]
+    python3 bench/spmd_compare.py bench/spmd/corpus --split test     # the held-out-style corpus
 
-Prints one row per case and a summary; --markdown prints the table for docs/spmd.md.
+Prints one row per case and a summary; --markdown prints the table for docs/spmd.md. Cases
+whose meta.json names a split (bench/spmd/corpus: sha1 of the name, bench/spmd/gen_corpus.py)
+are also summed per split, test first: collective kinds equal to the compiler's final
+program's, bytes per chip within +-10 % of it, step within 10 % of the compiler's
+partitioning compiled by tpusim and of the compiler's own estimate (the estimated_cycles of
+its final program's entry, while loops as trip count x body), and every program of the
+compiler's accepted. The compiler's programs may be stored gzipped (NAME.hlo.gz).
 """
 import argparse
 import collections
@@ -19,8 +26,41 @@ import math
 import os
 import re
 import statistics
+import gzip
 import subprocess
 import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fidelity"))
+from compare import loop_cycles, preset  # noqa: E402  (bench/fidelity/compare.py)
+
+_TMP = tempfile.mkdtemp(prefix="spmd_compare.")
+
+
+def plain(path):
+    """path, or its .gz decompressed into a temporary file; None when neither exists."""
+    if os.path.exists(path):
+        return path
+    if not os.path.exists(path + ".gz"):
+        return None
+    out = os.path.join(_TMP, path.replace(os.sep, "_"))
+    with gzip.open(path + ".gz", "rt") as fi, open(out, "w") as fo:
+        fo.write(fi.read())
+    return out
+
+
+def compiler_estimate(path, chip):
+    """The compiler's own step estimate in seconds: the estimated_cycles of its final
+    program's entry plus its while loops (trip count x body), at the preset's clock; None
+    when a loop's trip count cannot be read."""
+    text = open(path).read()
+    entry = text[text.rfind("\nENTRY"):]
+    top = sum(int(x) for x in re.findall(r'"estimated_cycles":"(\d+)"', entry.split("\n}")[0]))
+    _, loops = loop_cycles(text)
+    p = preset(chip)
+    if loops is None or p is None or top + loops == 0:
+        return None
+    return (top + loops) / p[0]["clock_hz"]["value"]
 
 
 def timing(tpusim, path, chip, extra=()):
@@ -67,28 +107,36 @@ def main():
     ap.add_argument("--tpusim", default="build/tpusim")
     ap.add_argument("--chip", help="time every case on this chip (default: the case's meta.json chip, else v5e)")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--split", choices=("test", "tune"), help="only the cases of this split")
+    ap.add_argument("--json", help="write every case's figures here")
     a = ap.parse_args()
     rows = []
+    extra = {}  # name -> (split, family, the compiler's estimate in s, error running its partitioning)
     for cases in a.cases:
         for name in sorted(os.listdir(cases)):
             d = os.path.join(cases, name)
             prog = os.path.join(d, "prog.hlo")
             judge = next(((f, who) for f, who in (("opt.hlo", "XLA CPU"), ("tpu.hlo", "TPU compiler"))
-                          if os.path.exists(os.path.join(d, f))), None)
+                          if plain(os.path.join(d, f))), None)
             if not os.path.exists(prog) or not judge:
                 continue
             meta = json.load(open(os.path.join(d, "meta.json"))) if os.path.exists(os.path.join(d, "meta.json")) else {}
+            if a.split and meta.get("split") != a.split:
+                continue
             if judge[0] == "tpu.hlo" and meta.get("devices", 1) <= 1:
                 continue  # one-chip programs: nothing to partition
             chip = a.chip or meta.get("chip", "v5e")
             # XLA CPU's partitioner makes no windowed einsums (the XLA TPU compiler's loops of
             # collective-permutes): judged by it, tpusim gathers and reduce-scatters too
             ours, err_o = timing(a.tpusim, prog, chip, ("--no-windowed-einsum",) if judge[0] == "opt.hlo" else ())
-            xla, err_x = timing(a.tpusim, os.path.join(d, judge[0]), chip)
+            judge_f = plain(os.path.join(d, judge[0]))
+            xla, err_x = timing(a.tpusim, judge_f, chip)
             # the judge's partitioning alone (bench/spmd_partdump.py), compiled by tpusim
-            part_f = os.path.join(d, "xla_part.hlo" if judge[0] == "opt.hlo" else "tpu_part.hlo")
-            part = timing(a.tpusim, part_f, chip)[0] if os.path.exists(part_f) else None
+            part_f = plain(os.path.join(d, "xla_part.hlo" if judge[0] == "opt.hlo" else "tpu_part.hlo"))
+            part, err_p = timing(a.tpusim, part_f, chip) if part_f else (None, None)
+            est = compiler_estimate(judge_f, chip) if judge[0] == "tpu.hlo" else None
             rows.append((name, judge[1], ours, err_o, xla, err_x, part))
+            extra[name] = (meta.get("split"), meta.get("family"), est, err_p)
     # judge -> rows, timed, kinds, bytes, step within 10 % of the judge's final program,
     # cases with the judge's partitioning alone, step within 10 % of it
     tally = collections.defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0, 0])
@@ -139,6 +187,56 @@ def main():
             print(f"  over the corpus: tpusim's step / its partitioning's: median |difference| "
                   f"{100 * statistics.median(dev):.1f} %, geometric mean {math.exp(sum(map(math.log, r)) / len(r)):.3f}, "
                   f"largest |difference| {100 * dev[-1]:.1f} %")
+    split_summary(rows, extra, a.json)
+
+
+def split_summary(rows, extra, json_out):
+    """The corpus cases (meta.json with a split), per split, test first."""
+    table = []
+    for name, who, ours, err_o, xla, err_x, part in rows:
+        if name not in extra or extra[name][0] is None:
+            continue
+        split, family, est, err_p = extra[name]
+        r = {"name": name, "split": split, "family": family, "error": None}
+        if not ours or not xla or err_p:
+            r["error"] = f"tpusim: {err_o}" if not ours else f"compiler's program: {err_x}" if not xla else \
+                f"compiler's partitioning: {err_p}"
+        else:
+            r.update(kinds_ok=set(ours["kinds"]) == set(xla["kinds"]),
+                     bytes_ok=abs(ours["sent"] - xla["sent"]) <= 0.10 * xla["sent"] + 1,
+                     step=ours["step"], part_step=part["step"] if part else None, est=est,
+                     sent=ours["sent"], judge_sent=xla["sent"],
+                     kinds={k: v for k, v in ours["kinds"].items()}, judge_kinds=dict(xla["kinds"]))
+            r["part_ok"] = part is not None and abs(ours["step"] - part["step"]) <= 0.10 * part["step"]
+            r["est_ok"] = est is not None and abs(ours["step"] - est) <= 0.10 * est
+        table.append(r)
+    if not table:
+        return
+    for split in ("test", "tune"):
+        rs = [r for r in table if r["split"] == split]
+        if not rs:
+            continue
+        ok = [r for r in rs if not r["error"]]
+        n = len(rs)
+        c = lambda k: sum(1 for r in ok if r.get(k))
+        ests = [r for r in ok if r["est"]]
+        print(f"split {split}: {n} cases; every program accepted {len(ok)}/{n}; collective kinds match {c('kinds_ok')}/{n}; "
+              f"bytes per chip within 10 % {c('bytes_ok')}/{n}; step within 10 % of the compiler's partitioning "
+              f"timed by tpusim {c('part_ok')}/{n}, of the compiler's estimate {c('est_ok')}/{len(ests)}")
+        if ok:
+            dev = sorted(abs(r["step"] / r["part_step"] - 1) for r in ok if r["part_step"])
+            dev_e = sorted(abs(r["step"] / r["est"] - 1) for r in ests)
+            print(f"  |step / partitioning's - 1| median {100 * statistics.median(dev):.1f} %; "
+                  f"|step / estimate - 1| median {100 * statistics.median(dev_e) if dev_e else float('nan'):.1f} %")
+        fams = sorted(set(r["family"] for r in rs))
+        for fam in fams:
+            fr = [r for r in rs if r["family"] == fam]
+            fo = [r for r in fr if not r["error"]]
+            print(f"  {fam}: {len(fr)} cases, kinds {sum(1 for r in fo if r['kinds_ok'])}, bytes "
+                  f"{sum(1 for r in fo if r['bytes_ok'])}, step vs partitioning {sum(1 for r in fo if r['part_ok'])}, "
+                  f"vs estimate {sum(1 for r in fo if r['est_ok'])}" + (f", {len(fr) - len(fo)} failed" if len(fr) > len(fo) else ""))
+    if json_out:
+        json.dump(table, open(json_out, "w"), indent=1)
 
 
 if __name__ == "__main__":

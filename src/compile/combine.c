@@ -192,6 +192,12 @@ tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag 
   int changed = 0;
   for (int c = 0; st == TPU_OK && c < ncomps; c++) {
     int made = 0;
+    st = tpu__sink_loop_all_reduces(&b, m->comps[c], &made, d);
+    changed |= made;
+  }
+  ncomps = m->ncomps; /* the sunk all-reduces may have made reducers */
+  for (int c = 0; st == TPU_OK && c < ncomps; c++) {
+    int made = 0;
     st = tpu__make_reduce_scatters(&b, m->comps[c], &made, d);
     changed |= made;
   }

@@ -71,6 +71,9 @@ int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int
  * when any did. */
 struct tpu_builder;
 tpu_status tpu__make_reduce_scatters(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
+/* combine-collectives, step zero (ar_motion.c): all-reduces that only accumulate into a while
+ * loop's state are sunk after the loop, as XLA's WhileLoopAllReduceCodeMotion. */
+tpu_status tpu__sink_loop_all_reduces(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
 /* Largest result a constant fold may produce, in bytes. */
 #define TPU_FOLD_MAX_BYTES ((size_t)64 * 1024)
 

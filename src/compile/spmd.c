@@ -881,7 +881,9 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
   s.mesh = mesh;
   s.old = m->entry;
   if (st == TPU_OK) st = tpu_builder_init(&s.b, m, d);
-  if (st == TPU_OK) st = fold_transposed_dots(&s.b, s.old);
+  /* every computation: a loop body's weight gradient too (a gradient-accumulation loop's,
+   * whose all-reduce then feeds the accumulation directly and is sunk after the loop) */
+  for (int c = 0, nc = m->ncomps; st == TPU_OK && c < nc; c++) st = fold_transposed_dots(&s.b, m->comps[c]);
   int n = s.old->ninstrs;
   s.val = tpu_calloc((size_t)(n + 1), sizeof *s.val);
   s.sh = tpu_calloc((size_t)(n + 1), sizeof *s.sh);

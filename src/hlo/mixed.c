@@ -11,9 +11,14 @@
  * followed by a round to nearest even, and every pass and backend sees ordinary HLO.
  * A reduce or reduce-window whose input's float type differs from its init value's (a bf16
  * input summed with an f32 init) reads its input converted to the init's type first.
+ * A variadic reduce (an argmax's max and index) whose tuple result declares a narrower float
+ * element than its init value's (f32 maxima returned as bf16) computes each element in its
+ * init's type and converts that element (get-tuple-element, convert, tuple).
  * Only float-to-float differences are split; anything else is left to the verifier. */
+#include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "hlo/hlo.h"
 #include "ir/build.h"
 
@@ -35,6 +40,56 @@ static tpu_dtype computes_in(const tpu_instr *in) {
   for (int i = first + 1; i < in->noperands; i++)
     if (in->operands[i]->shape.dtype != t) return TPU_TUPLE;
   return t;
+}
+
+/* Splits variadic reduce `in` (its tuple elements declared narrower than their init values'
+ * float types) into the reduce at the inits' types, a convert of each such element and a
+ * tuple; *changed when it did. */
+static tpu_status split_variadic(tpu_builder *b, tpu_comp *c, tpu_instr *in, int *changed) {
+  int k = in->shape.ntuple;
+  if (in->op != TPU_OP_REDUCE || in->shape.dtype != TPU_TUPLE || k < 2 || in->noperands != 2 * k) return TPU_OK;
+  int any = 0;
+  for (int j = 0; j < k; j++) {
+    tpu_dtype want = in->operands[k + j]->shape.dtype, have = in->shape.elems[j].dtype;
+    any |= want != have && tpu_dtype_is_float(want) && tpu_dtype_is_float(have);
+  }
+  if (!any) return TPU_OK;
+  if (k > 8) return TPU_OK;
+  /* the declared elements stay with the new tuple; the reduce gets its own list */
+  tpu_shape *declared = in->shape.elems, *wide = tpu_arena_alloc(&b->m->arena, sizeof *wide * (size_t)k);
+  if (!wide) return TPU_ERR_NOMEM;
+  for (int j = 0; j < k; j++) {
+    tpu_dtype want = in->operands[k + j]->shape.dtype;
+    wide[j] = declared[j];
+    if (tpu_dtype_is_float(want) && tpu_dtype_is_float(declared[j].dtype) && want != declared[j].dtype) {
+      wide[j].dtype = want;
+      wide[j].layout_tail = NULL;
+    }
+  }
+  in->shape.elems = wide;
+  tpu_instr *parts[8];
+  for (int j = 0; j < k; j++) {
+    tpu_instr *g;
+    tpu_shape gs = in->shape.elems[j];
+    TPU_TRY(tpu_build_instr_like(b, c, in, TPU_OP_GET_TUPLE_ELEMENT, in->name, &gs, &in, 1, &g));
+    g->index = j;
+    char idx[24];
+    snprintf(idx, sizeof idx, "%d", j);
+    TPU_TRY(tpu_build_set_attr(b, g, "index", idx));
+    parts[j] = g;
+    if (gs.dtype != declared[j].dtype)
+      TPU_TRY(tpu_build_instr_like(b, c, in, TPU_OP_CONVERT, in->name, &declared[j], &g, 1, &parts[j]));
+  }
+  tpu_shape ts = in->shape;
+  ts.elems = declared;
+  tpu_instr *t;
+  TPU_TRY(tpu_build_instr_like(b, c, in, TPU_OP_TUPLE, in->name, &ts, parts, k, &t));
+  tpu_build_replace_uses(c, in, t);
+  for (int j = 0; j < k; j++) /* replace_uses rewired the new elements' own operand too */
+    if (parts[j]->op == TPU_OP_CONVERT) parts[j]->operands[0]->operands[0] = in;
+    else parts[j]->operands[0] = in;
+  *changed = 1;
+  return TPU_OK;
 }
 
 tpu_status tpu__hlo_split_mixed_precision(tpu_module *m, tpu_diag *d) {
@@ -65,6 +120,18 @@ tpu_status tpu__hlo_split_mixed_precision(tpu_module *m, tpu_diag *d) {
         }
         in->operands[0] = wide;
         changed = 1;
+      }
+      if (in->op == TPU_OP_REDUCE && in->shape.dtype == TPU_TUPLE) {
+        if (!inited) {
+          TPU_TRY(tpu_builder_init(&b, m, d));
+          inited = 1;
+        }
+        tpu_status st = split_variadic(&b, c, in, &changed);
+        if (st != TPU_OK) {
+          tpu_builder_deinit(&b);
+          return st;
+        }
+        continue;
       }
       tpu_dtype want = computes_in(in), have = in->shape.dtype;
       if (want == TPU_TUPLE || want == have || !tpu_dtype_is_float(want) || !tpu_dtype_is_float(have)) continue;

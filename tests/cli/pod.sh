@@ -174,6 +174,35 @@ for f, shift, sign in (("0", 0, 1), ("1", 1, 1), ("2", 0, -1), ("3", 0, 1)):
         assert np.array_equal(b[d], sign * 4 * x[4 * k:4 * k + 4]), (f, d)
 PY
 
+# All-reduces that only accumulate into a loop's state are sunk after the loop (XLA's
+# WhileLoopAllReduceCodeMotion: a gradient-accumulation loop all-reduces once); one whose sum
+# the body reads stays. Values equal the reference's and the closed form.
+"$BIN" compile tests/hlo/pod_ar_loop.hlo --dump-after combine-collectives > "$T/arl" 2> "$T/err" ||
+  fail "compile pod_ar_loop exited $?: $(cat "$T/err")"
+body=$(sed -n '/^body {/,/^}/p' "$T/arl")
+[ "$(echo "$body" | grep -c ' all-reduce(')" = 1 ] && echo "$body" | grep -q 'ar3 = .* all-reduce(v2)' &&
+  grep -q 'f32\[4,8\] all-reduce(r1)' "$T/arl" && grep -q 'f32\[4,8\] all-reduce(r2)' "$T/arl" ||
+  fail "pod_ar_loop: not one all-reduce left in the body (ar3) and two after the loop: $(grep -E 'all-reduce' "$T/arl")"
+python3 -c "import numpy as np; np.save('$T/a.npy', (np.arange(32).reshape(4, 8) % 5).astype(np.float32)); \
+np.save('$T/x.npy', (np.arange(32).reshape(4, 8) % 7 - 3).astype(np.float32))"
+"$BIN" run tests/hlo/pod_ar_loop.hlo --backend ref -i "$T/a.npy" -i "$T/x.npy" -o "$T/arl_ref" -q 2> "$T/err" ||
+  fail "ref run exited $?: $(cat "$T/err")"
+"$BIN" run tests/hlo/pod_ar_loop.hlo -i "$T/a.npy" -i "$T/x.npy" -o "$T/arl_tpu" -q 2> "$T/err" || fail "tpu run exited $?: $(cat "$T/err")"
+python3 - "$T" <<'PY' || fail "pod_ar_loop: tpu values differ from the reference or the closed form"
+import sys
+import numpy as np
+t = sys.argv[1]
+a0, x = np.load(f"{t}/a.npy").astype(np.float64), np.load(f"{t}/x.npy").astype(np.float64)
+v = lambda i, p: x * (i + 1) + p
+full = sum(v(i, p) for i in range(3) for p in range(4))
+pair = [sum(v(i, p) for i in range(3) for p in g) for g in ((0, 1), (2, 3))]
+for f, want in (("0", lambda d: a0 + full), ("1", lambda d: pair[d // 2]), ("2", lambda d: full)):
+    a, b = np.load(f"{t}/arl_ref/{f}.npy"), np.load(f"{t}/arl_tpu/{f}.npy")
+    assert np.array_equal(a, b), f
+    for d in range(4):
+        assert np.array_equal(b[d], want(d)), (f, d)
+PY
+
 # Collectives on disjoint kinds of link (x and y of a 2x4 slice) run side by side.
 "$BIN" run tests/hlo/pod_lanes.hlo --mode timing --top 0 > "$T/lanes" 2> "$T/err" || fail "pod_lanes exited $?: $(cat "$T/err")"
 rx=$(sed -n 's/^  rx  *all-reduce  *[0-9]*  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/lanes" | head -1)

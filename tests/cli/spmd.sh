@@ -204,5 +204,29 @@ grep -q "num_partitions=8" "$T/mesh" || fail "compile --mesh: not partitioned ov
 "$BIN" compile $G --mesh x=2,y=q --dump-after spmd-partition > "$T/mesh" 2> "$T/err"
 [ $? -eq 2 ] && [ ! -s "$T/mesh" ] && grep -q "^<command line>:4:1: error: --mesh 'x=2,y=q'" "$T/err" || fail "bad --mesh: $(cat "$T/err")"
 
+# Gradient accumulation under data parallelism: the gradients' all-reduces leave the loop
+# (XLA's WhileLoopAllReduceCodeMotion; one combined all-reduce after it, none in the body),
+# values as the reference's run of the unpartitioned program.
+GA=examples/spmd/grad_accum.hlo
+"$BIN" compile $GA --dump-after combine-collectives > "$T/ga" 2> "$T/err" || fail "compile $GA exited $?: $(cat "$T/err")"
+inloop=$(awk '/^ENTRY/ {e = 1} /^}/ {e = 0} !e && / all-reduce\(/' "$T/ga" | wc -l)
+after=$(awk '/^ENTRY/ {e = 1} /^}/ {e = 0} e && / all-reduce\(/' "$T/ga" | wc -l)
+[ "$inloop" = 0 ] && [ "$after" = 1 ] || fail "$GA: $inloop all-reduces in the loop, $after after it (want 0 and 1)"
+python3 -c "
+import numpy as np
+r = np.random.RandomState(0)
+np.save('$T/ga0.npy', (r.randint(-3, 4, (8, 16)) / 8).astype(np.float32))
+np.save('$T/ga1.npy', (r.randint(-3, 4, (16, 8)) / 8).astype(np.float32))
+np.save('$T/ga2.npy', (r.randint(-3, 4, (4, 32, 8)) / 4).astype(np.float32))"
+"$BIN" run $GA -i "$T/ga0.npy" -i "$T/ga1.npy" -i "$T/ga2.npy" -o "$T/ga_tpu" -q 2> "$T/err" || fail "run $GA exited $?: $(cat "$T/err")"
+"$BIN" run $GA --backend ref --mesh data=1 -i "$T/ga0.npy" -i "$T/ga1.npy" -i "$T/ga2.npy" -o "$T/ga_ref" -q 2> "$T/err" ||
+  fail "ref run of $GA exited $?: $(cat "$T/err")"
+python3 -c "
+import numpy as np
+for i in range(2):
+    a, b = np.load('$T/ga_tpu/%d.npy' % i), np.load('$T/ga_ref/%d.npy' % i)
+    assert a.shape == b.shape and np.abs(a - b).max() <= 1e-3 * max(1, np.abs(b).max()), (i, np.abs(a - b).max())
+" || fail "$GA: partitioned values differ from the reference's"
+
 [ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
 exit $fails

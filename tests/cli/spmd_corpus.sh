@@ -50,5 +50,34 @@ for who in ("TPU compiler", "XLA CPU"):
     check(abs(gm - b["geomean"]) <= 0.01, f"{who}: geometric mean {gm}, baseline {b['geomean']}")
 sys.exit(1 if bad else 0)
 PY
+# The held-out-style corpus (bench/spmd/corpus, bench/spmd/gen_corpus.py): per split, every
+# compiled program accepted, and the counts (kinds, bytes within 10 %, step within 10 % of the
+# compiler's partitioning) may not fall below the baseline's "corpus" entry.
+python3 bench/spmd_compare.py --tpusim "$BIN" bench/spmd/corpus > "$T/corpus" 2> "$T/err" ||
+  fail "spmd_compare on bench/spmd/corpus exited $?: $(tail -3 "$T/err")"
+python3 - "$T/corpus" tests/cli/spmd_corpus.baseline.json <<'PY' || fail "bench/spmd/corpus: worse than its baseline (above)"
+import json, re, sys
+out = open(sys.argv[1]).read()
+base = json.load(open(sys.argv[2]))["corpus"]
+bad = 0
+for split, b in base.items():
+    m = re.search(r"^split %s: (\d+) cases; every program accepted (\d+)/\d+; collective kinds match (\d+)/\d+; "
+                  r"bytes per chip within 10 %% (\d+)/\d+; step within 10 %% of the compiler's partitioning timed by "
+                  r"tpusim (\d+)/\d+" % split, out, re.M)
+    if not m:
+        print(f"FAIL: no summary for split {split}")
+        bad += 1
+        continue
+    got = dict(zip(("cases", "accepted", "kinds", "bytes", "step"), map(int, m.groups())))
+    print(f"corpus {split}: {got}")
+    if got["cases"] != b["cases"] or got["accepted"] != got["cases"]:
+        print(f"FAIL: {split}: {got['cases']} cases ({got['accepted']} accepted); the baseline has {b['cases']}")
+        bad += 1
+    for k in ("kinds", "bytes", "step"):
+        if got[k] < b[k]:
+            print(f"FAIL: {split}: {k} {got[k]}, baseline {b[k]}")
+            bad += 1
+sys.exit(1 if bad else 0)
+PY
 [ $fails -eq 0 ] && echo "SPMD corpus: all cases partitioned and timed, summaries within the baseline"
 exit $fails

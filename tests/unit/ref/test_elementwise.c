@@ -862,6 +862,25 @@ static void test_mixed_result(void) {
   CHECK(r.dtype == TPU_F32);
   CHECK(tpu_tensor_get_f64(&r, 0) == 1.0078125);
   tpu_tensor_free(&r);
+  /* a variadic reduce (max and argmax) of f32 values declaring a bf16 maximum (the TPU
+   * compiler's fused argmax): compared in f32, so 1.00390625 wins over 1.0 (equal in bf16,
+   * where the first index would), then rounded to bf16 */
+  for (int el = 0; el < 2; el++) {
+    char h4[1024];
+    snprintf(h4, sizeof h4,
+             "HloModule t\nam {\n  a = f32[] parameter(0)\n  i = s32[] parameter(1)\n  b = f32[] parameter(2)\n"
+             "  j = s32[] parameter(3)\n  g = pred[] compare(a, b), direction=GE\n  m = f32[] select(g, a, b)\n"
+             "  k = s32[] select(g, i, j)\n  ROOT t = (f32[], s32[]) tuple(m, k)\n}\n"
+             "ENTRY e {\n  a = f32[3] parameter(0)\n  i = s32[3] iota(), iota_dimension=0\n  n = f32[] constant(-inf)\n"
+             "  z = s32[] constant(0)\n  r = (bf16[], s32[]) reduce(a, i, n, z), dimensions={0}, to_apply=am\n"
+             "  ROOT o = %s[] get-tuple-element(r), index=%d\n}\n", el ? "s32" : "bf16", el);
+    const float va[] = {1.0f, 1.00390625f, 0.5f};
+    args[0] = mk(TPU_F32, 3, va);
+    r = run_ok(h4, args, 1);
+    CHECK(r.dtype == (el ? TPU_S32 : TPU_BF16));
+    CHECK(tpu_tensor_get_f64(&r, 0) == 1.0);
+    tpu_tensor_free(&r);
+  }
 }
 
 /* Mixed float operands, as XLA's TPU compiler leaves them (float-type correction): each
