@@ -13,7 +13,8 @@
  * input summed with an f32 init) reads its input converted to the init's type first.
  * A variadic reduce (an argmax's max and index) whose tuple result declares a narrower float
  * element than its init value's (f32 maxima returned as bf16) computes each element in its
- * init's type and converts that element (get-tuple-element, convert, tuple).
+ * init's type and converts that element (get-tuple-element, convert, tuple); an all-reduce
+ * (one operand or several) declaring bf16 sums of f32 operands sums in f32 likewise.
  * Only float-to-float differences are split; anything else is left to the verifier. */
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +32,7 @@ static tpu_dtype computes_in(const tpu_instr *in) {
   if (in->shape.dtype == TPU_TUPLE || in->noperands < 1) return TPU_TUPLE;
   if (in->op == TPU_OP_REDUCE || in->op == TPU_OP_REDUCE_WINDOW)
     return in->noperands == 2 ? in->operands[1]->shape.dtype : TPU_TUPLE;
+  if (in->op == TPU_OP_ALL_REDUCE) return in->noperands == 1 ? in->operands[0]->shape.dtype : TPU_TUPLE;
   tpu_op_class k = tpu_op_class_of(in->op);
   if (k != TPU_CLS_UNARY && k != TPU_CLS_BINARY && k != TPU_CLS_TERNARY && in->op != TPU_OP_SELECT &&
       in->op != TPU_OP_CLAMP)
@@ -47,10 +49,14 @@ static tpu_dtype computes_in(const tpu_instr *in) {
  * tuple; *changed when it did. */
 static tpu_status split_variadic(tpu_builder *b, tpu_comp *c, tpu_instr *in, int *changed) {
   int k = in->shape.ntuple;
-  if (in->op != TPU_OP_REDUCE || in->shape.dtype != TPU_TUPLE || k < 2 || in->noperands != 2 * k) return TPU_OK;
+  /* element j computes in its init value's type (reduce) or its operand's (all-reduce) */
+  int off = in->op == TPU_OP_REDUCE ? k : 0;
+  if (in->shape.dtype != TPU_TUPLE || k < 1 || in->noperands != off + k ||
+      (in->op != TPU_OP_REDUCE && in->op != TPU_OP_ALL_REDUCE) || (in->op == TPU_OP_REDUCE && k < 2))
+    return TPU_OK;
   int any = 0;
   for (int j = 0; j < k; j++) {
-    tpu_dtype want = in->operands[k + j]->shape.dtype, have = in->shape.elems[j].dtype;
+    tpu_dtype want = in->operands[off + j]->shape.dtype, have = in->shape.elems[j].dtype;
     any |= want != have && tpu_dtype_is_float(want) && tpu_dtype_is_float(have);
   }
   if (!any) return TPU_OK;
@@ -59,7 +65,7 @@ static tpu_status split_variadic(tpu_builder *b, tpu_comp *c, tpu_instr *in, int
   tpu_shape *declared = in->shape.elems, *wide = tpu_arena_alloc(&b->m->arena, sizeof *wide * (size_t)k);
   if (!wide) return TPU_ERR_NOMEM;
   for (int j = 0; j < k; j++) {
-    tpu_dtype want = in->operands[k + j]->shape.dtype;
+    tpu_dtype want = in->operands[off + j]->shape.dtype;
     wide[j] = declared[j];
     if (tpu_dtype_is_float(want) && tpu_dtype_is_float(declared[j].dtype) && want != declared[j].dtype) {
       wide[j].dtype = want;
@@ -121,7 +127,7 @@ tpu_status tpu__hlo_split_mixed_precision(tpu_module *m, tpu_diag *d) {
         in->operands[0] = wide;
         changed = 1;
       }
-      if (in->op == TPU_OP_REDUCE && in->shape.dtype == TPU_TUPLE) {
+      if ((in->op == TPU_OP_REDUCE || in->op == TPU_OP_ALL_REDUCE) && in->shape.dtype == TPU_TUPLE) {
         if (!inited) {
           TPU_TRY(tpu_builder_init(&b, m, d));
           inited = 1;

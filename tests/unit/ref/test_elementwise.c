@@ -881,6 +881,23 @@ static void test_mixed_result(void) {
     CHECK(tpu_tensor_get_f64(&r, 0) == 1.0);
     tpu_tensor_free(&r);
   }
+  /* an all-reduce declaring bf16 sums of f32 operands (the compiler's combined gradient
+   * all-reduce with the convert folded in), alone and in a tuple: summed in f32, rounded */
+  for (int tup = 0; tup < 2; tup++) {
+    const char *h5 = tup ? "HloModule t\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+                           "ENTRY e {\n  a = f32[2] parameter(0)\n"
+                           "  r = (bf16[2], bf16[2]) all-reduce(a, a), replica_groups={{0}}, to_apply=add\n"
+                           "  ROOT o = bf16[2] get-tuple-element(r), index=1\n}\n"
+                         : "HloModule t\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+                           "ENTRY e {\n  a = f32[2] parameter(0)\n"
+                           "  ROOT r = bf16[2] all-reduce(a), replica_groups={{0}}, to_apply=add\n}\n";
+    const float va[] = {1.00390625f, 1.01171875f};
+    args[0] = mk(TPU_F32, 2, va);
+    r = run_ok(h5, args, 1);
+    CHECK(r.dtype == TPU_BF16);
+    CHECK_F64S(r, 1.0, 1.015625);
+    tpu_tensor_free(&r);
+  }
 }
 
 /* Mixed float operands, as XLA's TPU compiler leaves them (float-type correction): each
