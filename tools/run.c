@@ -8,8 +8,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/diskcache.h"
 #include "base/alloc.h"
+#include "base/file.h"
 #include "base/npy.h"
+#include "base/strbuf.h"
 #include "chip/exec.h"
 #include "chip/program.h"
 #include "chip/timing.h"
@@ -77,6 +80,11 @@ static void usage(FILE *f) {
           "every device, or one row per device when it has an extra leading axis of that size);\n"
           "results are assembled by --out-sharding or the ROOT's sharding= (without either: stacked,\n"
           "one row per device).\n"
+          "  --cache-dir D  keep what compiling and timing produced in folder D (default\n"
+          "                 $TPUSIM_CACHE_DIR, else $XDG_CACHE_HOME/tpusim or ~/.cache/tpusim; bound\n"
+          "                 $TPUSIM_CACHE_MAX_MB, default 1024): a later run of the same program with\n"
+          "                 the same settings and build reuses it, with identical output\n"
+          "  --no-cache     neither read nor write that cache (also: TPUSIM_CACHE=0)\n"
           "  --quiet        print nothing on success\n"
           "Exit status: 0 success, 2 bad program, input or option (one line on stderr), 1 cannot\n"
           "write results.\n");
@@ -250,6 +258,8 @@ static int write_per_device(const char *dir, const tpu_tensor *per_dev, int64_t 
 /* Options of one run. */
 typedef struct {
   const char *prog, *outdir, *backend, *chip, *report, *trace, *mesh, *topology;
+  const char *cache_dir; /* --cache-dir (NULL: the default folder) */
+  int no_cache;
   const char **inputs;
   int64_t slices;
   const char *out_sh[MAX_OUT_SH];
@@ -312,7 +322,8 @@ static int read_shardings(const char *path, run_opts *o) {
 /* Options that take a value (so that one given last reads as missing its value). */
 static int takes_value(const char *a) {
   static const char *const k[] = {"-i", "-o", "--backend", "--chip", "--report", "--trace", "--precision", "--mode",
-                                  "--seed", "--top", "--out-sharding", "--topology", "--slices", "--mesh"};
+                                  "--seed", "--top", "--out-sharding", "--topology", "--slices", "--mesh",
+                                  "--cache-dir"};
   for (size_t j = 0; j < sizeof k / sizeof k[0]; j++)
     if (!strcmp(a, k[j])) return 1;
   return 0;
@@ -397,6 +408,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       o->sync_collectives = 1;
     } else if (!strcmp(a, "--no-windowed-einsum")) {
       o->no_window = 1;
+    } else if (!strcmp(a, "--cache-dir") && has_next) {
+      o->cache_dir = argv[++i];
+    } else if (!strcmp(a, "--no-cache")) {
+      o->no_cache = 1;
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
       o->quiet = 1;
     } else if (a[0] == '-' && a[1]) {
@@ -506,8 +521,9 @@ static char *read_text(const char *path, size_t *len) {
   return buf;
 }
 
-static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, const tpu_loop_trips *trips,
-                      const tpu_podio *pod) {
+/* Compiles and times the program; what it prints goes to `out`. */
+static int time_program(const run_opts *o, tpu_module *m, const tpu_chip *chip, const tpu_loop_trips *trips,
+                        const tpu_podio *pod, FILE *out) {
   tpu_op_source *srcs = NULL;
   int nsrcs = 0;
   tpu_diag d;
@@ -562,14 +578,14 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
     goto out;
   }
   if (!o->quiet) {
-    if (nset) printf("loops: trip counts of %d loop(s) taken from the values\n", nset);
-    tpu_report_print_summary(stdout, &r);
+    if (nset) fprintf(out, "loops: trip counts of %d loop(s) taken from the values\n", nset);
+    tpu_report_print_summary(out, &r);
     if (prog->xprefetch_bytes > 0) {
       char sz[48];
       tpu_report_si(sz, sizeof sz, (double)prog->xprefetch_bytes, "B");
-      printf("cross-program prefetch: %s (%s) read from %s; the previous step loads it, as XLA's TPU compiler "
-             "does (a first step pays it: --first-step)\n",
-             prog->hbm[prog->xprefetch_hbm].name, sz, prog->xprefetch_cmem ? "CMEM" : "VMEM");
+      fprintf(out, "cross-program prefetch: %s (%s) read from %s; the previous step loads it, as XLA's TPU compiler "
+              "does (a first step pays it: --first-step)\n",
+              prog->hbm[prog->xprefetch_hbm].name, sz, prog->xprefetch_cmem ? "CMEM" : "VMEM");
     }
     double spf_bytes;
     int spf_big, nspf = tpu_report_step_prefetch(prog, NULL, &spf_bytes, &spf_big);
@@ -577,13 +593,13 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
       char sz[48], wt[48];
       tpu_report_si(sz, sizeof sz, spf_bytes, "B");
       tpu_report_time(wt, sizeof wt, (double)tl.spf_wait_cycles / r.clock_hz);
-      printf("in-step prefetch: %d parameter(s), %s, copied into VMEM while other kernels run (largest: %s), "
-             "as XLA's copy-start / copy-done do; %s%s\n", nspf, sz, prog->hbm[spf_big].name,
-             tl.spf_wait_cycles > 0 ? "their readers waited " : "their readers did not wait for them",
-             tl.spf_wait_cycles > 0 ? wt : "");
+      fprintf(out, "in-step prefetch: %d parameter(s), %s, copied into VMEM while other kernels run (largest: %s), "
+              "as XLA's copy-start / copy-done do; %s%s\n", nspf, sz, prog->hbm[spf_big].name,
+              tl.spf_wait_cycles > 0 ? "their readers waited " : "their readers did not wait for them",
+              tl.spf_wait_cycles > 0 ? wt : "");
     }
-    if (pod && pod->ndev > 1) tpu_podio_print(stdout, pod, prog, &tl, chip, r.flops_per_s, o->top, &pc);
-    tpu_report_print_profile(stdout, &prof, o->top);
+    if (pod && pod->ndev > 1) tpu_podio_print(out, pod, prog, &tl, chip, r.flops_per_s, o->top, &pc);
+    tpu_report_print_profile(out, &prof, o->top);
   }
   rc = 0;
   tpu_podio_report pr = {pod, prog, &tl, chip, &pc};
@@ -601,7 +617,7 @@ static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, co
       tpu_cli_report_file(&d, o->prog);
       rc = 1;
     } else if (!o->quiet && tpu_timing_events_truncated(&tl)) {
-      printf("trace: the first %lld unit events only\n", (long long)tl.nevents);
+      fprintf(out, "trace: the first %lld unit events only\n", (long long)tl.nevents);
     }
   }
 out:
@@ -611,6 +627,101 @@ out:
   tpu_pod_cost_free(&pc);
   for (int i = 0; i < nsrcs; i++) tpu_op_source_free(&srcs[i]);
   tpu_free(srcs);
+  return rc;
+}
+
+/* The cache key of a timing run (api/diskcache.h): the build, the program's path and text,
+ * the chip as loaded, every option that changes what time_program prints or writes, and
+ * the loop trip counts the values gave. Fields are length-prefixed. NULL on out of memory. */
+static void key_field(tpu_strbuf *k, const void *p, size_t n) {
+  uint64_t len = p ? n : UINT64_MAX;
+  tpu_strbuf_append(k, (const char *)&len, sizeof len);
+  if (p && n) tpu_strbuf_append(k, p, n);
+}
+
+static void key_str(tpu_strbuf *k, const char *s) { key_field(k, s, s ? strlen(s) : 0); }
+
+static void key_int(tpu_strbuf *k, int64_t v) { key_field(k, &v, sizeof v); }
+
+static char *timing_key(const run_opts *o, const tpu_chip *chip, const tpu_loop_trips *trips, size_t *len) {
+  size_t tlen = 0;
+  char *text = read_text(o->prog, &tlen);
+  if (!text) return NULL;
+  tpu_strbuf k;
+  tpu_strbuf_init(&k);
+  key_str(&k, "tpusim run: timing");
+  key_str(&k, tpu_dcache_build_id());
+  key_str(&k, o->prog);
+  key_field(&k, text, tlen);
+  tpu_free(text);
+  key_field(&k, chip, sizeof *chip);
+  int64_t ints[] = {o->precision, o->timing, o->first_step, o->sync_collectives, o->no_window, o->quiet, o->top,
+                    o->report != NULL, o->trace != NULL, o->slices, o->per_device, o->nout_sh};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) key_int(&k, ints[i]);
+  key_str(&k, o->topology);
+  key_str(&k, o->mesh);
+  for (int i = 0; i < o->nout_sh; i++) key_str(&k, o->out_sh[i]);
+  key_int(&k, trips->n);
+  for (int i = 0; i < trips->n; i++) {
+    const tpu_loop_trip *t = &trips->v[i];
+    key_str(&k, t->name);
+    key_str(&k, t->loc.file);
+    int64_t v[] = {t->loc.line, t->loc.col, t->iters, t->runs};
+    for (size_t j = 0; j < 4; j++) key_int(&k, v[j]);
+  }
+  *len = k.len;
+  return tpu_strbuf_take(&k);
+}
+
+/* Writes a cached file's bytes to path (whole or not at all). */
+static int put_file(const run_opts *o, const char *path, const tpu_dcache_part *part) {
+  char *tmp;
+  FILE *f;
+  tpu_diag d;
+  tpu_status st = tpu_file_begin(path, &tmp, &f, &d);
+  if (st == TPU_OK) st = tpu_file_commit(path, tmp, f, fwrite(part->data, 1, part->len, f) == part->len, &d);
+  if (st != TPU_OK) tpu_cli_report_file(&d, o->prog);
+  return st == TPU_OK;
+}
+
+/* Compiles and times the program, or replays what a run with the same key printed and
+ * wrote (the disk cache: stdout, report, trace). Only complete, successful runs are stored. */
+static int run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, const tpu_loop_trips *trips,
+                      const tpu_podio *pod) {
+  tpu_dcache dc;
+  tpu_dcache_open(&dc, o->cache_dir, o->no_cache || tpu_mpi_launched());
+  size_t klen = 0;
+  char *key = dc.dir ? timing_key(o, chip, trips, &klen) : NULL;
+  tpu_dcache_part parts[3];
+  if (key && tpu_dcache_get(&dc, key, klen, 3, parts)) {
+    int rc = (!o->report || put_file(o, o->report, &parts[1])) && (!o->trace || put_file(o, o->trace, &parts[2])) ? 0 : 1;
+    if (rc == 0) fwrite(parts[0].data, 1, parts[0].len, stdout);
+    for (int i = 0; i < 3; i++) tpu_free(parts[i].data);
+    tpu_free(key);
+    tpu_dcache_close(&dc);
+    return rc;
+  }
+  char *obuf = NULL;
+  size_t olen = 0;
+  FILE *out = key ? open_memstream(&obuf, &olen) : NULL;
+  int rc = time_program(o, m, chip, trips, pod, out ? out : stdout);
+  if (out) {
+    int ok = fclose(out) == 0 && obuf;
+    if (ok) fwrite(obuf, 1, olen, stdout);
+    if (ok && rc == 0) {
+      memset(parts, 0, sizeof parts);
+      parts[0].data = (unsigned char *)obuf;
+      parts[0].len = olen;
+      if (o->report) parts[1].data = (unsigned char *)read_text(o->report, &parts[1].len);
+      if (o->trace) parts[2].data = (unsigned char *)read_text(o->trace, &parts[2].len);
+      if ((!o->report || parts[1].data) && (!o->trace || parts[2].data)) tpu_dcache_put(&dc, key, klen, 3, parts);
+      tpu_free(parts[1].data);
+      tpu_free(parts[2].data);
+    }
+    free(obuf); /* open_memstream's buffer comes from malloc */
+  }
+  tpu_free(key);
+  tpu_dcache_close(&dc);
   return rc;
 }
 
