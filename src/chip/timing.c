@@ -477,6 +477,7 @@ typedef struct {
   int64_t npi, nev, issues;
   int64_t first[2]; /* the port's first reservation */
   int64_t ntail;    /* reservations ending at or after L: the last ntail of the list */
+  int has_tail;     /* sig holds them (bnd_take) */
 } loop_bnd;
 
 /* What one loop's body can touch, and its boundaries. */
@@ -649,8 +650,14 @@ static int bnd_push(loop_bnd *b, int64_t x) {
   return 1;
 }
 
-/* Records the state at a boundary into b. Returns 0 on out-of-memory. */
-static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b) {
+/* Records the state at a boundary into b. The port's reservations after L (the tail) go
+ * into the signature only when `prev`, the boundary a period before (NULL: none), had as
+ * many: boundaries match only with tails of one length, so a boundary whose tail grew or
+ * shrank over the last period is matched a period later at most (the closed form is exact:
+ * when it starts changes no figure). A tail that grows every iteration (transfers queued
+ * ahead of the compute) then costs nothing per iteration instead of its length. Returns 0
+ * on out-of-memory. */
+static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_bnd *prev) {
   const mstate *m = &t->m;
   int64_t L = m->horizon;
   if (m->barrier < L) L = m->barrier;
@@ -665,12 +672,19 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b) {
   }
   for (int s = 0; ok && s < c->nsl; s++) ok = bnd_push(b, t->by_dma[c->slots[s]]);
   ok = ok && bnd_push(b, (t->port_floor > L ? t->port_floor : L) - L);
-  /* the port's reservations still ahead of L: a suffix of the sorted list */
-  int64_t j = t->npi;
-  while (j > 0 && t->pi[2 * (j - 1) + 1] >= L) j--;
+  /* the port's reservations still ahead of L: a suffix of the list (disjoint intervals in
+   * order, so their ends increase: the first ending at or after L, by bisection) */
+  int64_t lo = 0, hi = t->npi;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (t->pi[2 * mid + 1] >= L) hi = mid;
+    else lo = mid + 1;
+  }
+  int64_t j = lo;
   b->ntail = t->npi - j;
   ok = ok && bnd_push(b, b->ntail);
-  for (int64_t k = j; ok && k < t->npi; k++)
+  b->has_tail = !prev || prev->ntail == b->ntail;
+  for (int64_t k = j; ok && b->has_tail && k < t->npi; k++)
     ok = bnd_push(b, (t->pi[2 * k] > L - 1 ? t->pi[2 * k] : L - 1) - L) && bnd_push(b, t->pi[2 * k + 1] - L);
   if (!ok) return 0;
   b->npi = t->npi;
@@ -699,6 +713,7 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b) {
  * state, and no halving of the port's list in it (its reservations before a's tail are
  * b's first ones). */
 static int bnd_repeats(const tstate *t, const loop_bnd *a, const loop_bnd *b) {
+  if (!a->has_tail || !b->has_tail) return 0;
   if (a->nsig != b->nsig || memcmp(a->sig, b->sig, (size_t)a->nsig * sizeof(int64_t))) return 0;
   if (b->npi < a->npi) return 0;
   if (a->npi > a->ntail) return t->pi[0] == a->first[0] && t->pi[1] == a->first[1];
@@ -812,7 +827,7 @@ static tpu_status run_loop(tstate *t, int i) {
     return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
   const int64_t P = cf ? c.period : 0;
   cf = P > 0 && 2 * P < N;
-  if (cf && !bnd_take(t, &c, &c.ring[0])) {
+  if (cf && !bnd_take(t, &c, &c.ring[0], NULL)) {
     loop_cf_free(&c);
     return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
   }
@@ -835,11 +850,11 @@ static tpu_status run_loop(tstate *t, int i) {
                     "timing stopped", in->what ? in->what : "?", (long long)N, (long long)k);
     if (st != TPU_OK || !cf || k + P > N) continue;
     loop_bnd *b = &c.ring[k % (P + 1)];
-    if (!bnd_take(t, &c, b)) {
+    const loop_bnd *a = k >= P ? &c.ring[(k - P) % (P + 1)] : NULL;
+    if (!bnd_take(t, &c, b, a)) {
       st = TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
       break;
     }
-    const loop_bnd *a = k >= P ? &c.ring[(k - P) % (P + 1)] : NULL;
     if (a && bnd_repeats(t, a, b)) {
       int64_t n = (N - k) / P, cnt = b->npi - a->npi;
       /* a halving in the skipped periods must drop only reservations before L */

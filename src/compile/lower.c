@@ -710,7 +710,9 @@ tpu_status tpu_compile_backend(const tpu_module *m, const tpu_compile_opts *o, t
   }
   tpu_free(refs);
   for (size_t i = 0; i < sizeof k_passes / sizeof k_passes[0] && st == TPU_OK; i++) {
+    double t0 = tpu__pass_clock();
     st = k_passes[i].fn(&be);
+    tpu__pass_report(k_passes[i].name, t0);
     if (st == TPU_OK && o->dump_after && !strcmp(o->dump_after, k_passes[i].name))
       st = tpu_program_print(be.p, o->dump ? o->dump : stdout, d);
   }
@@ -722,6 +724,7 @@ done:
   tpu_free(be.caller);
   tpu_free(be.scheduled);
   tpu_free(be.k);
+  tpu__mm_memo_free(&be);
   if (st != TPU_OK) {
     tpu_program_free(be.p);
     return st;

@@ -1,9 +1,12 @@
 /* The compile pipeline: runs the named passes in order, verifies after each HLO pass and
  * prints the module after the one --dump-after names. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
+#include "compile/backend.h"
 #include "compile/hlo_passes.h"
 #include "compile/spmd.h"
 #include "hlo/hlo.h"
@@ -17,6 +20,23 @@ typedef struct {
   const char *name;
   tpu_status (*run)(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 } hlo_pass;
+
+/* TPUSIM_PASS_TIMES=1: each pass's host time on stderr (profiling the compiler). */
+double tpu__pass_clock(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("TPUSIM_PASS_TIMES");
+    on = e && *e && strcmp(e, "0");
+  }
+  if (!on) return -1;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+void tpu__pass_report(const char *name, double t0) {
+  if (t0 >= 0) fprintf(stderr, "tpusim: pass %-20s %9.3f ms\n", name, tpu__pass_clock() - t0);
+}
 
 /* spmd-partition: partitions a program that carries sharding annotations over the mesh
  * it names (tpusim run does it before computing values; then this is a no-op). */
@@ -69,9 +89,13 @@ tpu_status tpu_compile_hlo(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d
   TPU_TRY(check_dump_name(o, d));
   for (size_t i = 0; i < sizeof k_hlo_passes / sizeof k_hlo_passes[0]; i++) {
     const hlo_pass *p = &k_hlo_passes[i];
+    double t0 = tpu__pass_clock();
     TPU_TRY(p->run(m, o, d));
+    tpu__pass_report(p->name, t0);
     tpu_diag vd;
+    t0 = tpu__pass_clock();
     tpu_status st = tpu_ir_verify(m, &vd);
+    tpu__pass_report("(verify)", t0);
     if (st == TPU_ERR_NOMEM) {
       *d = vd;
       return st;

@@ -1,5 +1,6 @@
 /* Back-end pass `schedule`: each kernel's tile loop (how many iterations, matmul blocks
  * that fit VMEM double-buffered), its VMEM buffers, and static while-loop trip counts. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,32 +213,53 @@ static int slot_count(int64_t tiles, int64_t kb, int i) { return tiles > 1 && !(
  * to SIM_TILES iterations and extended linearly from the second half of those (its
  * steady state); vector epilogue work is left out (the same for every blocking). */
 #define SIM_TILES 512
-static double pipeline_cycles(const blocking *c, double bpc, double lat, double mxu) {
+/* The search only needs to know that a blocking is slower than `limit` (better() then
+ * rejects it): the simulation stops, returning INFINITY, once the cycles it will return are
+ * sure to exceed limit. port and mxu_end never decrease, and the extension below grows with
+ * the end it extends (each floating-point step is monotone), so the bound is exact. */
+#define SIM_CHECK 16 /* tiles between checks */
+static double pipeline_cycles(const blocking *c, double bpc, double lat, double mxu, double limit) {
   int64_t T = c->tiles, n = T < SIM_TILES ? T : SIM_TILES;
   double port = 0, ready = 0, mxu_end = 0, half = 0;
   /* tile 0's loads */
   port = (double)(c->sa + c->sb + c->se) / bpc;
   ready = port + lat;
+  /* j % qa, j % qb, j % kb for j = i + 1, kept as counters, and each set of loads' port
+   * time computed once, as the loop would (no division per tile) */
+  int64_t ra = 1 % c->qa, rb = 1 % c->qb, rk = 1 % c->kb;
+  double load[8], store = (double)c->so / bpc;
+  int some[8];
+  for (int w = 0; w < 8; w++) {
+    double bytes = (w & 1 ? (double)c->sa : 0) + (w & 2 ? (double)c->sb : 0) + (w & 4 ? (double)c->se : 0);
+    some[w] = bytes > 0;
+    load[w] = bytes / bpc;
+  }
   for (int64_t i = 0; i < n; i++) {
     double next_ready = ready;
     if (i + 1 < T) {
-      int64_t j = i + 1;
-      double bytes = (j % c->qa == 0 ? (double)c->sa : 0) + (j % c->qb == 0 ? (double)c->sb : 0) +
-                     (j % c->kb == 0 ? (double)c->se : 0);
-      if (bytes > 0) {
+      int w = (ra == 0) | (rb == 0) << 1 | (rk == 0) << 2;
+      if (some[w]) {
         double st = port > mxu_end ? port : mxu_end; /* tile i-1's slot: read by then */
-        port = st + bytes / bpc;
+        port = st + load[w];
         next_ready = port + lat;
       }
     }
     double st = mxu_end > ready ? mxu_end : ready;
     mxu_end = st + mxu;
-    if ((i + 1) % c->kb == 0) {
-      port = (port > mxu_end ? port : mxu_end) + (double)c->so / bpc;
+    if (rk == 0) {
+      port = (port > mxu_end ? port : mxu_end) + store;
       if (c->kb > 1) mxu_end = port; /* one accumulator: the next block's first step waits for its store */
     }
     ready = next_ready;
+    if (++ra == c->qa) ra = 0;
+    if (++rb == c->qb) rb = 0;
+    if (++rk == c->kb) rk = 0;
     if (i + 1 == n / 2) half = port > mxu_end ? port : mxu_end;
+    if ((i + 1) % SIM_CHECK == 0 && i + 1 >= n / 2) {
+      double now = port > mxu_end ? port : mxu_end;
+      if (n < T) now += (now - half) / (double)(n - n / 2) * (double)(T - n);
+      if (now > limit) return INFINITY;
+    }
   }
   double end = port > mxu_end ? port : mxu_end;
   if (n < T) end += (end - half) / (double)(n - n / 2) * (double)(T - n);
@@ -249,7 +271,8 @@ static double pipeline_cycles(const blocking *c, double bpc, double lat, double 
  * and the DMA time of all other transfers (double buffering overlaps them), then the
  * last output block's store. */
 static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, int64_t eb, int64_t lhs,
-                          int64_t rhs, int64_t epi, int a_hbm, int b_hbm, int64_t budget, int64_t trial, blocking *c) {
+                          int64_t rhs, int64_t epi, int a_hbm, int b_hbm, int64_t budget, int64_t trial, double limit,
+                          blocking *c) {
   const int64_t eo = 4; /* f32 / s32 accumulators */
   c->bm = cdiv(k->m, c->mb);
   c->bn = cdiv(k->n, c->nb);
@@ -301,7 +324,7 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   if (tpu_timing_matmul_cycles(&mm, be->chip, &cm, NULL) != TPU_OK) cm = 0;
   double bpc = be->chip->hbm_bw > 0 && be->chip->clock_hz > 0 ? tpu_chip_hbm_stream_bw(be->chip) / be->chip->clock_hz : 1;
   double lat_s = be->chip->hbm_latency_s > 0 ? be->chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
-  c->cycles = pipeline_cycles(c, bpc, lat_s * be->chip->clock_hz, (double)cm);
+  c->cycles = pipeline_cycles(c, bpc, lat_s * be->chip->clock_hz, (double)cm, limit);
 }
 
 /* Whether candidate c beats the best so far: clearly faster (by more than 1 %), or about
@@ -321,6 +344,87 @@ static tpu_status add_matmul_slots(tpu__be *be, tpu__kinfo *k, int64_t epi) {
   k->ws = off;
   if (!be->dry && off > be->p->vmem_peak) be->p->vmem_peak = off;
   return TPU_OK;
+}
+
+/* Gives kernel k the blocking `best` and its VMEM slots. */
+static tpu_status take_plan(tpu__be *be, tpu__kinfo *k, const blocking *best, int a_hbm, int b_hbm, int64_t epi) {
+  k->bm = best->bm;
+  k->bn = best->bn;
+  k->bk = best->bk;
+  k->bb = best->bb;
+  k->mb = best->mb;
+  k->nb = best->nb;
+  k->kb = best->kb;
+  k->n_outer = best->n_outer;
+  k->qa = best->qa;
+  k->qb = best->qb;
+  k->tiles = best->tiles;
+  k->mm_slot[0] = best->sa;
+  k->mm_slot[1] = best->sb;
+  k->mm_slot[2] = best->so;
+  k->mm_slot[3] = best->se;
+  k->mm_planned = be->dry && a_hbm && b_hbm;
+  return add_matmul_slots(be, k, epi);
+}
+
+/* Plans already searched in this compile, by everything the search reads (a model's layers
+ * repeat their matmuls): open addressing on a hash of the key, the key compared whole. */
+typedef struct {
+  int64_t m, n, k, b, out_bytes, passes, dtype, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, trial;
+} mm_key;
+
+typedef struct {
+  int used;
+  mm_key key;
+  blocking best;
+} mm_slot;
+
+struct tpu__mm_memo {
+  mm_slot *v;
+  int64_t cap, n;
+};
+
+static uint64_t mm_hash(const mm_key *k) {
+  const unsigned char *p = (const unsigned char *)k;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h ^ (h >> 29);
+}
+
+static mm_slot *mm_find(struct tpu__mm_memo *t, const mm_key *k) {
+  if (!t || !t->cap) return NULL;
+  for (uint64_t i = mm_hash(k) & (uint64_t)(t->cap - 1);; i = (i + 1) & (uint64_t)(t->cap - 1))
+    if (!t->v[i].used || !memcmp(&t->v[i].key, k, sizeof *k)) return &t->v[i];
+}
+
+/* Remembers a search's result; on out of memory it is only not remembered. */
+static void mm_remember(tpu__be *be, const mm_key *k, const blocking *best) {
+  struct tpu__mm_memo *t = be->mm_memo;
+  if (!t) t = be->mm_memo = tpu_calloc(1, sizeof *t);
+  if (!t) return;
+  if (2 * (t->n + 1) > t->cap) { /* grow: at most half full */
+    int64_t nc = t->cap ? 2 * t->cap : 64;
+    mm_slot *nv = tpu_calloc((size_t)nc, sizeof *nv), *old = t->v;
+    if (!nv) return;
+    int64_t oc = t->cap;
+    t->v = nv;
+    t->cap = nc;
+    for (int64_t i = 0; i < oc; i++)
+      if (old[i].used) *mm_find(t, &old[i].key) = old[i];
+    tpu_free(old);
+  }
+  mm_slot *sl = mm_find(t, k);
+  if (!sl->used) t->n++;
+  sl->used = 1;
+  sl->key = *k;
+  sl->best = *best;
+}
+
+void tpu__mm_memo_free(tpu__be *be) {
+  if (!be->mm_memo) return;
+  tpu_free(be->mm_memo->v);
+  tpu_free(be->mm_memo);
+  be->mm_memo = NULL;
 }
 
 /* Matmul blocks and loop order, chosen by the cost model (docs/isa.md): every split of M
@@ -344,6 +448,25 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   int64_t trial = !a_hbm || !b_hbm ? k->ws : 0;
   if (a_hbm && b_hbm && k->mm_planned) /* the trial plan, made with the same inputs */
     return add_matmul_slots(be, k, epi);
+  mm_key key;
+  memset(&key, 0, sizeof key); /* padding too: compared and hashed as bytes */
+  key.m = k->m;
+  key.n = k->n;
+  key.k = k->k;
+  key.b = k->b;
+  key.out_bytes = k->out_bytes;
+  key.passes = k->passes;
+  key.dtype = k->mm_dtype;
+  key.ea = ea;
+  key.eb = eb;
+  key.lhs = lhs;
+  key.rhs = rhs;
+  key.epi = epi;
+  key.a_hbm = a_hbm;
+  key.b_hbm = b_hbm;
+  key.trial = trial;
+  const mm_slot *seen = mm_find(be->mm_memo, &key);
+  if (seen && seen->used) return take_plan(be, k, &seen->best, a_hbm, b_hbm, epi);
   const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols, S = 8;
   blocking best, smallest;
   int have = 0;
@@ -357,13 +480,18 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
         for (int o = 0; o < 2; o++) {
           const int64_t mb = splits[im], nb = splits[in_];
           if (o && kb > 1) continue; /* the order matters only with one K step */
+          /* same blocks as a smaller split: size_blocking would round it to that one */
+          if (cdiv(k->m, cdiv(k->m, mb)) != mb || cdiv(k->n, cdiv(k->n, nb)) != nb || cdiv(k->k, cdiv(k->k, kb)) != kb)
+            continue;
           blocking c;
           memset(&c, 0, sizeof c);
           c.mb = mb;
           c.nb = nb;
           c.kb = kb;
           c.n_outer = o;
-          size_blocking(be, k, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, budget, trial, &c);
+          /* a blocking slower than this cannot win (better()) */
+          double limit = have ? best.cycles * 1.01 : INFINITY;
+          size_blocking(be, k, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, budget, trial, limit, &c);
           if (c.mb != mb || c.nb != nb || c.kb != kb) continue; /* same blocks as a smaller split */
           if (!smallest.tiles || c.need < smallest.need) smallest = c;
           if (c.need > budget || (trial > 0 && c.alloc > trial)) continue;
@@ -379,23 +507,8 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
     load_periods(&alt);
     if (blocking_bytes(&alt, a_hbm, b_hbm, 0, 0) < blocking_bytes(&best, a_hbm, b_hbm, 0, 0)) best = alt;
   }
-  k->bm = best.bm;
-  k->bn = best.bn;
-  k->bk = best.bk;
-  k->bb = best.bb;
-  k->mb = best.mb;
-  k->nb = best.nb;
-  k->kb = best.kb;
-  k->n_outer = best.n_outer;
-  k->qa = best.qa;
-  k->qb = best.qb;
-  k->tiles = best.tiles;
-  k->mm_slot[0] = best.sa;
-  k->mm_slot[1] = best.sb;
-  k->mm_slot[2] = best.so;
-  k->mm_slot[3] = best.se;
-  k->mm_planned = be->dry && a_hbm && b_hbm;
-  return add_matmul_slots(be, k, epi);
+  mm_remember(be, &key, &best);
+  return take_plan(be, k, &best, a_hbm, b_hbm, epi);
 }
 
 int64_t tpu__kernel_vmem(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
