@@ -491,6 +491,7 @@ typedef struct {
   int *ops, nops;   /* ops whose statistics the body changes */
   int nacc, ndacc;
   loop_bnd *ring;   /* period + 1 boundaries */
+  int pre_live;     /* a prefetch may start at m.pre before a kernel or sync resets it */
 } loop_cf;
 
 static int g_loops_stepwise; /* tpu_timing_set_loops_stepwise */
@@ -530,6 +531,20 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
     }
   for (int j = from; j < p->ninsns; j++)
     if (p->insns[j].opc == TPU_ISA_DMA_IN && p->insns[j].prefetch == 2) return 1;
+  /* m.pre is read only by a prefetch's start (as a max everywhere else) and is reset by
+   * the next kernel or sync: unless a prefetch can run in the body or after it before
+   * one of those (in this loop's own nesting; an enclosing structure's end counts as a
+   * prefetch), it cannot hold back L. Otherwise a tile loop's L stays at its kernel's start
+   * and the port's reservations since then are all ahead of it. */
+  for (int j = c->lo; j < c->hi && !c->pre_live; j++) c->pre_live = p->insns[j].prefetch != 0;
+  for (int j = c->hi + 1, depth = 0; j < p->ninsns && !c->pre_live; j++) {
+    const tpu_insn *in = &p->insns[j];
+    if (in->opc == TPU_ISA_KERNEL || in->opc == TPU_ISA_SYNC) break;
+    if (in->prefetch != 0) c->pre_live = 1;
+    else if (in->opc == TPU_ISA_LOOP || in->opc == TPU_ISA_COND) depth++;
+    else if (in->opc == TPU_ISA_END || in->opc == TPU_ISA_ENDCOND) c->pre_live = depth-- == 0;
+    else if (in->opc == TPU_ISA_CASE) c->pre_live = depth == 0;
+  }
   /* the phase: the body's own instructions (nested loops count their own iterations, and a
    * conditional's branches run as iteration 0) */
   for (int j = c->lo; j < c->hi && P;) {
@@ -661,7 +676,7 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_b
   const mstate *m = &t->m;
   int64_t L = m->horizon;
   if (m->barrier < L) L = m->barrier;
-  if (m->pre < L) L = m->pre;
+  if (c->pre_live && m->pre < L) L = m->pre;
   b->L = L;
   b->nsig = 0;
   int ok = bnd_push(b, m->cur_op) && bnd_push(b, m->pre_op) && bnd_push(b, m->op_dma);
