@@ -50,7 +50,7 @@ def main():
           f"{j['timed']} programs timed by tpusim")
     print(f"  wall time {wall:.1f} s ({'under' if wall < 60 else 'OVER'} a minute); planner's own count {j['host_s']:.1f} s")
     print(f"  cheapest: {best['slice']} mesh {best['data']}x{best['fsdp']}x{best['tensor']} mb {best['micro']} "
-          f"remat {'on' if best['remat'] else 'off'}: step {best['step_s']:.2f} s, MFU {100 * best['mfu']:.1f}%, "
+          f"remat {gen.remat_name(best['remat'])}: step {best['step_s']:.2f} s, MFU {100 * best['mfu']:.1f}%, "
           f"{best['wall_s'] / 86400:.1f} days, ${best['cost']:,.0f}")
     print(f"  timing that one program alone: {one:.2f} s; the whole search is {wall / one:.0f}x that")
 

@@ -1,57 +1,105 @@
 #!/usr/bin/env python3
-"""plan_maxtext.py: the MaxText rows of the validation table (../shared/reference/validation.md,
-from google/maxtext configs READMEs), planned by `tpusim plan` on the published slice with the
-published sharding, predicted against published TFLOP/s per chip and MFU.
+"""plan_maxtext.py: MaxText's published training throughput (the configs READMEs of
+google/maxtext, now AI-Hypercomputer/maxtext: configs/tpu/v5p, v4 and v5e), planned by
+`tpusim plan` on the published slice with the published sharding and remat policy, predicted
+against published TFLOP/s per chip and MFU; and whether tpusim's HBM verdict lets the
+published configuration run.
 
 Each row pins the slice, the mesh (fsdp = chips / tensor, data 1), one microbatch (MaxText's
-per_device_batch_size with no gradient accumulation) and rematerialisation (remat_policy
-'full' -> on; 'minimal' saves the matmul outputs -> off). The model shapes come from
-MaxText's base.yml and global_parameter_scale (get_individual_scales: heads and MLP double,
-then d_model, then layers), head_dim 128, SwiGLU, vocabulary 32,000, sequence 2,048. Nothing
-is fitted: the chip presets and the generated program are the same as for any plan.
-Candidates over HBM are timed anyway (--ignore-hbm) and marked.
+per_device_batch_size with no gradient accumulation) and MaxText's remat policy by name
+(docs/plan.md, "Remat policies"). The model shapes come from MaxText's base.yml and
+global_parameter_scale (get_individual_scales: heads and MLP double, then d_model, then
+layers), head_dim 128, SwiGLU, vocabulary 32,000, sequence 2,048. Nothing is fitted: the
+chip presets and the generated program are the same as for any plan. Rows are split
+tune/test by a hash of the row's name (sha1, even first byte: tune; docs/validation.md);
+nothing is calibrated on either half, and the test half is reported first. Every row is
+timed (--ignore-hbm); the HBM column is tpusim's verdict on the row's own program
+(`tpusim compile`: argument + output − alias + temp bytes, docs/plan.md).
 
-    python3 bench/plan_maxtext.py --tpusim build/tpusim
+    python3 bench/plan_maxtext.py --tpusim build/tpusim [--markdown]
 """
 import argparse
+import hashlib
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools", "plan"))
 import gen  # noqa: E402
+import plan as P  # noqa: E402
 
-# model file, chip, chips, tensor, remat, published TFLOP/s per chip, published MFU %, config
+# model file, chip, chips, tensor, remat policy, published TFLOP/s per chip, published MFU %, source
 ROWS = [
-    ("maxtext_32b", "v5p", 64, 4, "off", 328, 71.47, "v5p/32b.sh: per_device_batch 6, tensor 4, remat minimal"),
-    ("maxtext_64b", "v5p", 64, 4, "off", 323, 70.31, "v5p/64b.sh: per_device_batch 3, tensor 4, remat minimal"),
-    ("maxtext_128b", "v5p", 128, 8, "off", 315, 68.68, "v5p/128b.sh: per_device_batch 1, tensor 8, remat minimal"),
-    ("maxtext_256b", "v5p", 512, 8, "off", 308, 67.09, "v5p/256b.sh: per_device_batch 1, tensor 8, remat minimal"),
-    ("maxtext_512b", "v5p", 512, 8, "on", 294, 63.99, "v5p/512b.sh: per_device_batch 2, tensor 8, remat full"),
-    ("maxtext_22b", "v4", 64, 1, "on", 156, 56.7, "v4/22b.sh: per_device_batch 13, fsdp 64, remat full"),
-    ("maxtext_52b", "v4", 192, 1, "on", 154, 56.0, "v4/52b.sh: per_device_batch 7, fsdp 192, remat full"),
+    ("maxtext_32b", "v5p", 64, 4, "minimal", 328, 71.47, "v5p/README, 32b.sh: per_device_batch 6, tensor 4"),
+    ("maxtext_64b", "v5p", 64, 4, "minimal", 323, 70.31, "v5p/README, 64b.sh: per_device_batch 3, tensor 4"),
+    ("maxtext_128b", "v5p", 128, 8, "minimal", 315, 68.68, "v5p/README, 128b.sh: per_device_batch 1, tensor 8"),
+    ("maxtext_256b", "v5p", 512, 8, "minimal", 308, 67.09, "v5p/README, 256b.sh: per_device_batch 1, tensor 8"),
+    ("maxtext_512b", "v5p", 512, 8, "full", 294, 63.99, "v5p/README, 512b.sh: per_device_batch 2, tensor 8"),
+    ("maxtext_22b", "v4", 64, 1, "full", 156, 56.7, "v4/README, 22b.sh: per_device_batch 13, fsdp 64"),
+    ("maxtext_52b", "v4", 192, 1, "full", 154, 56.0, "v4/README, 52b.sh: per_device_batch 7, fsdp 192"),
+    ("maxtext_16b", "v5e", 256, 1, "full", 120, 61.10, "v5e/README (1x v5e-256), 16b.sh: per_device_batch 6, fsdp 256"),
+    ("maxtext_32b_v5e", "v5e", 256, 1, "full", 132, 66.86, "v5e/README (1x v5e-256), 32b.sh: per_device_batch 4, fsdp 256"),
+    ("maxtext_64b_v5e", "v5e", 256, 1, "full", 118, 59.90, "v5e/README (1x v5e-256), 64b.sh: per_device_batch 2, fsdp 256"),
+    ("maxtext_128b_v5e", "v5e", 256, 16, "minimal_offloaded", 110, 56.06,
+     "v5e/README (1x v5e-256), 128b.sh: per_device_batch 1, fsdp 16, tensor 16"),
 ]
+# The v5e rows use the v5p rows' shapes at their own batch: (model file, per-device batch).
+SHAPE = {"maxtext_32b_v5e": ("maxtext_32b", 4), "maxtext_64b_v5e": ("maxtext_64b", 2),
+         "maxtext_128b_v5e": ("maxtext_128b", 1)}
+
+
+def split(name):
+    return "tune" if hashlib.sha1(name.encode()).digest()[0] % 2 == 0 else "test"
+
+
+def footprint(tpusim, m, cand, chip):
+    """tpusim's HBM verdict on the row's program: (bytes needed, fits)."""
+    st = gen.Step(m, cand)
+    with tempfile.NamedTemporaryFile("w", suffix=".hlo", delete=False) as fh:
+        fh.write(st.module())
+    try:
+        r = subprocess.run([tpusim, "compile", fh.name, "--emit", "asm", "--chip", chip], capture_output=True, text=True)
+    finally:
+        os.unlink(fh.name)
+    mm = re.search(r"needs (\d+) bytes of HBM", r.stderr)
+    if mm:
+        return int(mm.group(1)), False
+    mm = re.search(r"hbm_footprint=(\d+)", r.stdout)
+    return (int(mm.group(1)) if mm else 0), r.returncode == 0
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tpusim", default=os.path.join(ROOT, "build", "tpusim"))
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--only", help="rows whose name contains this")
     a = ap.parse_args()
-    print(f"{'model':<13} {'slice':<9} {'mesh dxfxt':<10} {'remat':<5} {'params':>7} {'step s':>7} {'HBM/chip':>9} "
-          f"{'TFLOP/s':>7} {'publ.':>5} {'err':>6} {'MFU%':>5} {'publ.':>6} {'ICI%':>5} {'host s':>6}")
+    out = []
     for name, chip, n, t, remat, pub_tf, pub_mfu, cfg in ROWS:
-        path = os.path.join(HERE, "plan_models", name + ".json")
-        m = json.load(open(path))
+        if a.only and a.only not in name:
+            continue
+        src, pdb = SHAPE.get(name, (name, None))
+        path = os.path.join(HERE, "plan_models", src + ".json")
+        m = P.load_model(path)
+        if pdb:
+            m["batch_tokens"] = pdb * n * m["seq"]
+            m["name"] = name.replace("_", "-")
         f = n // t
-        cmd = [a.tpusim, "plan", path, "--chips", chip, "--slice", str(n), "--tensor", str(t), "--fsdp", str(f),
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+            json.dump(m, fh)
+        cmd = [a.tpusim, "plan", fh.name, "--chips", chip, "--slice", str(n), "--tensor", str(t), "--fsdp", str(f),
                "--data", "1", "--micro", "1", "--remat", remat, "--ignore-hbm", "--json"]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True)
         host = time.perf_counter() - t0
+        os.unlink(fh.name)
         if r.returncode not in (0, 1):
             print(f"{name}: tpusim plan failed: {r.stderr.strip()}")
             continue
@@ -61,14 +109,34 @@ def main():
             print(f"{name}: no timing: {j['not_fit']}")
             continue
         x = rows[0]
-        peak = json.load(open(os.path.join(ROOT, "chips", chip + ".json")))["peak_bf16_flops"]["value"]
-        cores = json.load(open(os.path.join(ROOT, "chips", chip + ".json")))["tensorcores"]["value"]
-        hbm = json.load(open(os.path.join(ROOT, "chips", chip + ".json")))["hbm_bytes"]["value"]
+        spec = json.load(open(os.path.join(ROOT, "chips", chip + ".json")))
+        peak, cores, hbm = (spec[k]["value"] for k in ("peak_bf16_flops", "tensorcores", "hbm_bytes"))
         tf = gen.model_flops_per_token(m) * m["batch_tokens"] / (x["step_s"] * n) / 1e12
-        fit = "" if x["hbm_peak"] <= hbm else " (over)"
-        print(f"{m['name']:<13} {chip}-{n * cores:<5} {f'1x{f}x{t}':<10} {remat:<5} {gen.param_count(m) / 1e9:>6.1f}B "
-              f"{x['step_s']:>7.3f} {x['hbm_peak'] / 1e9:>6.1f} GB{fit} {tf:>7.1f} {pub_tf:>5} {100 * (tf / pub_tf - 1):>+5.1f}% "
-              f"{100 * tf * 1e12 / peak:>5.1f} {pub_mfu:>6.2f} {100 * x['ici_wait']:>5.1f} {host:>6.1f}")
+        need, fits = footprint(a.tpusim, m, {"data": 1, "fsdp": f, "tensor": t, "micro": 1, "remat": remat,
+                                             "windowed": x.get("windowed", False)}, chip)
+        out.append({"name": name, "split": split(name), "chip": chip, "slice": f"{chip}-{n * cores}",
+                    "mesh": f"1x{f}x{t}", "remat": remat, "params": gen.param_count(m), "step": x["step_s"],
+                    "need": need, "fits": fits and need <= hbm, "hbm": hbm, "tf": tf, "pub_tf": pub_tf,
+                    "err": tf / pub_tf - 1, "mfu": 100 * tf * 1e12 / peak, "pub_mfu": pub_mfu,
+                    "ici": x["ici_wait"], "host": host, "cfg": cfg})
+    for part in ("test", "tune"):
+        rs = [r for r in out if r["split"] == part]
+        if not rs:
+            continue
+        errs = [abs(r["err"]) for r in rs]
+        fit = sum(r["fits"] for r in rs)
+        print(f"{part} split: {len(rs)} rows, |MFU error| median {100 * statistics.median(errs):.1f} %, worst "
+              f"{100 * max(errs):.1f} %; {fit}/{len(rs)} fit HBM in tpusim's verdict")
+        if a.markdown:
+            print("\n| row | slice | mesh d×f×t | remat | step | HBM need (tpusim) | TFLOP/s/chip | published | error "
+                  "| MFU | published | waiting on ICI |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in rs:
+            fit = f"{r['need'] / 1e9:.1f} GB" + ("" if r["fits"] else " (over)")
+            cells = [r["name"], r["slice"], r["mesh"], r["remat"], f"{r['step']:.2f} s", fit, f"{r['tf']:.1f}",
+                     str(r["pub_tf"]), f"{100 * r['err']:+.1f} %", f"{r['mfu']:.1f} %", f"{r['pub_mfu']:.2f} %",
+                     f"{100 * r['ici']:.1f} %"]
+            print("| " + " | ".join(cells) + " |" if a.markdown else "  " + "  ".join(cells))
+        print()
 
 
 if __name__ == "__main__":

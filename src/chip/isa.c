@@ -79,6 +79,10 @@ char *tpu_program_text(const tpu_program *p) {
   put_str(&b, p->chip);
   tpu_strbuf_printf(&b, " hbm_footprint=%lld hbm_peak=%lld vmem_peak=%lld", (long long)p->hbm_footprint,
                     (long long)p->hbm_peak, (long long)p->vmem_peak);
+  if (p->hbm_arg || p->hbm_out || p->hbm_temp)
+    tpu_strbuf_printf(&b, " hbm_arg=%lld hbm_out=%lld hbm_alias=%lld hbm_temp=%lld", (long long)p->hbm_arg,
+                      (long long)p->hbm_out, (long long)p->hbm_alias, (long long)p->hbm_temp);
+  if (p->host_temp) tpu_strbuf_printf(&b, " host_temp=%lld", (long long)p->host_temp);
   if (p->xprefetch_bytes > 0)
     tpu_strbuf_printf(&b, " xprefetch_hbm=%d xprefetch_bytes=%lld xprefetch_cmem=%d", p->xprefetch_hbm,
                       (long long)p->xprefetch_bytes, p->xprefetch_cmem);
@@ -285,6 +289,16 @@ static tpu_status parse_program_line(lx *x) {
       TPU_TRY(parse_i64(x, 0, &x->p->hbm_footprint));
     } else if (!strcmp(key, "hbm_peak")) {
       TPU_TRY(parse_i64(x, 0, &x->p->hbm_peak));
+    } else if (!strcmp(key, "hbm_arg")) {
+      TPU_TRY(parse_i64(x, 0, &x->p->hbm_arg));
+    } else if (!strcmp(key, "hbm_out")) {
+      TPU_TRY(parse_i64(x, 0, &x->p->hbm_out));
+    } else if (!strcmp(key, "hbm_alias")) {
+      TPU_TRY(parse_i64(x, 0, &x->p->hbm_alias));
+    } else if (!strcmp(key, "hbm_temp")) {
+      TPU_TRY(parse_i64(x, 0, &x->p->hbm_temp));
+    } else if (!strcmp(key, "host_temp")) {
+      TPU_TRY(parse_i64(x, 0, &x->p->host_temp));
     } else if (!strcmp(key, "vmem_peak")) {
       TPU_TRY(parse_i64(x, 0, &x->p->vmem_peak));
     } else if (!strcmp(key, "xprefetch_bytes")) {

@@ -135,6 +135,9 @@ typedef struct tpu_program {
   int nvmem, capvmem;
   int64_t hbm_footprint;        /* bytes of HBM the buffer assignment uses (max offset+size) */
   int64_t hbm_peak;             /* most bytes live at once */
+  int64_t hbm_arg, hbm_out, hbm_alias, hbm_temp; /* as XLA's memory_analysis(): argument, output,
+                                 * output-aliasing-argument (donated) and temporary bytes */
+  int64_t host_temp;            /* bytes of host memory (S(5)) the program's buffers take */
   int64_t vmem_peak;            /* most VMEM one kernel uses */
   int64_t xprefetch_bytes;      /* > 0: hbm[xprefetch_hbm], an entry parameter, was prefetched
                                  * on chip by the previous step (into CMEM when xprefetch_cmem) */

@@ -27,6 +27,36 @@ chip routes its 1/tensor of the tokens with top-k copies, capacity factor 1, thr
 all-to-alls over the tensor axis, and the tokens are all-gathered back over it."""
 
 
+# MaxText's remat policies (its decoder's get_remat_policy): the matmul outputs each saves
+# for the backward pass, named as the generator's activations — qkv (query/key/value_proj),
+# ctx with the softmax's max and sum (context: the attention kernel's output and residuals),
+# x1 (out_proj: the residual after attention, the projection's output plus its input), up
+# (mlpwi); the MLP activation (act) is recomputed from up unless nothing is rematerialised,
+# and mlpwo (the MLP's output) is not kept by the generator, which needs only the next
+# layer's input. "on" is MaxText's full (only each layer's input kept), "off" keeps everything.
+# The *_offloaded policies keep theirs in host memory (S(5)).
+REMAT = {
+    "off": ("qkv", "ctx", "x1", "up", "act"),
+    "minimal_with_context": ("qkv", "ctx", "x1", "up"),
+    "minimal": ("qkv", "x1", "up"),
+    "save_dot_with_context_except_mlp": ("qkv", "ctx", "x1"),
+    "save_dot_except_mlpwi": ("qkv", "x1"),
+    "save_dot_except_mlp": ("qkv", "x1"),
+    "save_qkv_proj": ("qkv",),
+    "save_out_proj": ("x1",),
+    "qkv_proj_offloaded": ("qkv",),
+    "minimal_offloaded": ("qkv", "x1", "up"),
+    "on": (),
+    "full": (),
+}
+OFFLOADED = ("qkv_proj_offloaded", "minimal_offloaded")
+
+
+def remat_name(r):
+    """A candidate's remat (True/False from on/off searches, or a policy name) as a name."""
+    return "on" if r is True else "off" if r is False else r
+
+
 class Gen:
     def __init__(self):
         self.lines = []
@@ -72,6 +102,14 @@ class Step:
         self.h = H // T
         self.hd = hd
         self.A = self.h * hd
+        # Grouped- / multi-query attention: kv_heads K and V heads split over the tensor axis
+        # when it divides them; with fewer KV heads than chips (T a multiple of them) a chip's
+        # query heads all share one KV head, replicated over the chips of its group; otherwise
+        # every chip holds all of them. Each chip's query heads share its KV heads in groups.
+        KV = m.get("kv_heads", H)
+        self.kvt = KV // T if KV % T == 0 else 1 if T % KV == 0 else KV
+        self.Akv = self.kvt * hd
+        self.QKV = self.A + 2 * self.Akv
         self.glu = m.get("mlp_kind", "gelu") == "swiglu"
         self.E = m.get("experts", 0)
         self.K = m.get("top_k", 0)
@@ -85,7 +123,12 @@ class Step:
         self.fw = 2 * self.f if self.glu else self.f
         self.Vt = -(-V // T)
         self.Df = D // F
-        self.remat = c["remat"]
+        self.policy = remat_name(c["remat"])
+        self.keep = set(REMAT[self.policy])  # the saved activations besides each layer's input
+        if self.E and self.policy not in ("on", "off", "full"):
+            self.keep = set(REMAT["off"])  # MoE layers: every activation kept (named policies are dense)
+        self.remat = self.keep != set(REMAT["off"])  # something is recomputed in the backward pass
+        self.offload = self.policy in OFFLOADED
         # Windowed einsums (docs/spmd.md): with the weights split over every chip (FSDP
         # alone) on a slice where the XLA TPU compiler runs them (plan.py: the chip's
         # windowed_einsum_min/max_chips), a dense layer's dots pass the weight blocks round a
@@ -104,7 +147,7 @@ class Step:
         self.ch = 0
         # Parameters: name -> (full per-layer shape after the tensor split, fsdp dim or None).
         D_, A, fw, f = D, self.A, self.fw, self.f
-        lw = {"wqkv": ((D_, 3 * A), 0), "wo": ((A, D_), 1)}
+        lw = {"wqkv": ((D_, self.QKV), 0), "wo": ((A, D_), 1)}
         if self.E:
             lw["wr"] = ((D_, self.E), 0)
             lw["w1"] = ((self.Et, D_, fw), 1)
@@ -126,6 +169,8 @@ class Step:
             return f"{self.b} sequences per chip do not split into {self.mb} microbatches"
         if m["heads"] % T:
             return f"{m['heads']} heads do not split over tensor {T}"
+        if self.h % self.kvt:
+            return f"{self.h} query heads per chip do not share {self.kvt} KV heads evenly"
         if self.D % F:
             return f"d_model {self.D} does not split over fsdp {F}"
         if self.Tm % T:
@@ -349,6 +394,16 @@ class Step:
                 f"replica_groups={self.g_fsdp}, dimensions={{{fd}}}, use_global_device_ids=true, to_apply=add_{self.cd}")
         g.e(f"{out} = {ty('f32', sh)} convert({out}.r)")
 
+    def host(self, g, nm, shape):
+        """An offloading policy keeps saved activation nm's stack (just written by the last
+        line) in host memory: its layout names memory space S(5), as XLA's host offload does."""
+        if self.offload and nm != "x":
+            lay = "{" + ",".join(str(d) for d in range(len(shape) - 1, -1, -1)) + ":S(5)}"
+            t = f"[{dims(shape)}]"
+            line = g.lines[-1]
+            at = line.index(t) + len(t)
+            g.lines[-1] = line[:at] + lay + line[at:]
+
     def layer_slice(self, g, out, stack, shape, idx, dt):
         """Row idx of a stacked [L, ...] buffer as shape."""
         z = ", ".join(["zero"] * len(shape))
@@ -367,23 +422,57 @@ class Step:
         Tm, D, A, bm, h, S = self.Tm, self.D, self.A, self.bm, self.h, self.S
         Tr = Tm // self.T  # residuals are kept split over the tensor axis (sequence parallelism)
         s = {"x": ((Tr, D), self.cd)}
-        if self.remat:
-            return s
-        s.update({"qkv": ((Tm, 3 * self.A), self.cd), "mx": ((bm, h, S), self.cd), "sm": ((bm, h, S), self.cd),
-                  "ctx": ((Tm, A), self.cd), "x1": ((Tr, D), self.cd)})
-        if self.E:
-            n = self.Et * self.T * self.C
+        k = self.keep
+        if "qkv" in k:
+            s["qkv"] = ((Tm, self.QKV), self.cd)
+        if "ctx" in k:
+            s.update({"mx": ((bm, h, S), self.cd), "sm": ((bm, h, S), self.cd), "ctx": ((Tm, A), self.cd)})
+        if "x1" in k:
+            s["x1"] = ((Tr, D), self.cd)
+        if self.E and k:
             s.update({"ein": ((self.Et, self.T * self.C, D), self.cd), "up": ((self.Et, self.T * self.C, self.fw), self.cd),
                       "act": ((self.Et, self.T * self.C, self.f), self.cd)})
-        else:
-            s.update({"up": ((Tm, self.fw), self.cd), "act": ((Tm, self.f), self.cd)})
+        elif not self.E:
+            if "up" in k:
+                s["up"] = ((Tm, self.fw), self.cd)
+            if "act" in k:
+                s["act"] = ((Tm, self.f), self.cd)
         return s
+
+    def recompute(self, g, a, W):
+        """The activations the backward pass needs that the policy did not save, recomputed
+        from what it did (each layer's input at least): returns the full set."""
+        if not self.remat:
+            return a
+        if not self.keep or self.E:  # nothing but the input: the whole forward again
+            _, act = self.forward_layer(g, a["x"], W)
+            return act
+        Tm, D = self.Tm, self.D
+        a = dict(a)
+        if "qkv" not in a:
+            self.wdot(g, "qkv", a["x"], W["wqkv"], "wqkv", (Tm, self.QKV), (1,), (0,))
+            a["qkv"] = "qkv"
+        if "ctx" not in a:
+            self.attn_fwd(g, a["qkv"])
+            a.update({"mx": "mx", "sm": "sm", "ctx": "ctx"})
+        if "x1" not in a:
+            self.wdot(g, "o.p", a["ctx"], W["wo"], "wo", (Tm, D), (1,), (0,))
+            self.ar(g, "o", "o.p", (Tm, D), self.g_tp, self.T)
+            self.ew(g, "x1", "add", (Tm, D), a["x"], "o")
+            a["x1"] = "x1"
+        if "up" not in a:
+            self.wdot(g, "up", a["x1"], W["w1"], "w1", (Tm, self.fw), (1,), (0,))
+            a["up"] = "up"
+        if "act" not in a:
+            self.mlp_act(g, a["up"], "act", (Tm,))
+            a["act"] = "act"
+        return a
 
     def forward_layer(self, g, x, W):
         """Emits one layer's forward on x with gathered weights W; returns (y, activations)."""
         cd, Tm, D, A, bm, h, S, hd = self.cd, self.Tm, self.D, self.A, self.bm, self.h, self.S, self.hd
         act = {"x": x}
-        self.wdot(g, "qkv", x, W["wqkv"], "wqkv", (Tm, 3 * A), (1,), (0,))
+        self.wdot(g, "qkv", x, W["wqkv"], "wqkv", (Tm, self.QKV), (1,), (0,))
         act["qkv"] = "qkv"
         self.attn_fwd(g, "qkv")
         act.update({"mx": "mx", "sm": "sm", "ctx": "ctx"})
@@ -438,11 +527,9 @@ class Step:
             self.ew(g, out, "multiply", lead + (f,), gact, f"{out}.d")
 
     def attn_fwd(self, g, qkv):
-        """q, k, v from qkv [Tm, 3A]; scores, softmax (its max mx and sum sm kept), ctx [Tm, A]."""
+        """q, k, v from qkv [Tm, A + 2 Akv]; scores, softmax (its max mx and sum sm kept), ctx [Tm, A]."""
         Tm, A, bm, h, S, hd = self.Tm, self.A, self.bm, self.h, self.S, self.hd
-        for k, nm in enumerate(("q", "k", "v")):
-            g.e(f"{nm} = {ty(self.cd, (Tm, A))} slice({qkv}), slice={{[0:{Tm}], [{k * A}:{(k + 1) * A}]}}")
-            g.e(f"{nm}4 = {ty(self.cd, (bm, S, h, hd))} reshape({nm})")
+        self.split_qkv(g, qkv, "")
         self.scores(g)
         g.e(f"mx = {ty(self.cd, (bm, h, S))} reduce(sc, ninf), dimensions={{3}}, to_apply=max_{self.cd}")
         self.probs(g, "mx", None)
@@ -451,6 +538,21 @@ class Step:
         self.dot(g, "ctx4", "p", "v4", (bm, h, S, hd), (3,), (1,), (0, 1), (0, 2))
         g.e(f"ctxt = {ty(self.cd, (bm, S, h, hd))} transpose(ctx4), dimensions={{0,2,1,3}}")
         g.e(f"ctx = {ty(self.cd, (Tm, A))} reshape(ctxt)")
+
+    def split_qkv(self, g, qkv, p):
+        """q, k, v of [bm, S, h, hd] from qkv [Tm, A + 2 Akv]: K and V broadcast from the
+        chip's kvt heads to its h query heads (each KV head serves h // kvt of them)."""
+        cd, Tm, A, Akv, bm, h, S, hd, kv = self.cd, self.Tm, self.A, self.Akv, self.bm, self.h, self.S, self.hd, self.kvt
+        lo = 0
+        for nm, w in (("q", A), ("k", Akv), ("v", Akv)):
+            g.e(f"{p}{nm} = {ty(cd, (Tm, w))} slice({qkv}), slice={{[0:{Tm}], [{lo}:{lo + w}]}}")
+            lo += w
+            if w == A:
+                g.e(f"{p}{nm}4 = {ty(cd, (bm, S, h, hd))} reshape({p}{nm})")
+            else:
+                g.e(f"{p}{nm}k = {ty(cd, (bm, S, kv, hd))} reshape({p}{nm})")
+                g.e(f"{p}{nm}g = {ty(cd, (bm, S, kv, h // kv, hd))} broadcast({p}{nm}k), dimensions={{0,1,2,4}}")
+                g.e(f"{p}{nm}4 = {ty(cd, (bm, S, h, hd))} reshape({p}{nm}g)")
 
     def scores(self, g):
         bm, h, S = self.bm, self.h, self.S
@@ -553,10 +655,7 @@ class Step:
         self.wdot(g, "g.ctx", "g.x1", W["wo"], "wo", (Tm, A), (1,), (1,))
         self.wgrad(g, "g.wo", a["ctx"], (Tm, A), "g.x1", (Tm, D), "wo")
         # Attention backward (flash style: p recomputed from q, k, the saved max and sum).
-        qkv = a["qkv"]
-        for k, nm in enumerate(("q", "k", "v")):
-            g.e(f"b{nm} = {ty(cd, (Tm, A))} slice({qkv}), slice={{[0:{Tm}], [{k * A}:{(k + 1) * A}]}}")
-            g.e(f"b{nm}4 = {ty(cd, (bm, S, h, hd))} reshape(b{nm})")
+        self.split_qkv(g, a["qkv"], "b")
         sh = (bm, h, S, S)
         self.dot(g, "bsc", "bq4", "bk4", sh, (3,), (3,), (0, 2), (0, 2))
         self.bcast(g, "bmxb", a["mx"], sh, (0, 1, 2))
@@ -574,14 +673,20 @@ class Step:
         self.ew(g, "g.sc", "multiply", sh, "bp", "g.pd")
         self.dot(g, "g.q4", "g.sc", "bk4", (bm, h, S, hd), (3,), (1,), (0, 1), (0, 2))
         self.dot(g, "g.k4", "g.sc", "bq4", (bm, h, S, hd), (2,), (1,), (0, 1), (0, 2))
+        kv = self.kvt
         for nm in ("q", "k", "v"):
             g.e(f"g.{nm}t = {ty(cd, (bm, S, h, hd))} transpose(g.{nm}4), dimensions={{0,2,1,3}}")
-            g.e(f"g.{nm} = {ty(cd, (Tm, A))} reshape(g.{nm}t)")
-        g.e(f"g.qkv = {ty(cd, (Tm, 3 * A))} concatenate(g.q, g.k, g.v), dimensions={{1}}")
+            if nm == "q" or kv == h:
+                g.e(f"g.{nm} = {ty(cd, (Tm, A))} reshape(g.{nm}t)")
+            else:  # the query heads' gradients summed onto the KV head they share
+                g.e(f"g.{nm}g = {ty(cd, (bm, S, kv, h // kv, hd))} reshape(g.{nm}t)")
+                g.e(f"g.{nm}r = {ty(cd, (bm, S, kv, hd))} reduce(g.{nm}g, zerof), dimensions={{3}}, to_apply=add_{cd}")
+                g.e(f"g.{nm} = {ty(cd, (Tm, self.Akv))} reshape(g.{nm}r)")
+        g.e(f"g.qkv = {ty(cd, (Tm, self.QKV))} concatenate(g.q, g.k, g.v), dimensions={{1}}")
         self.wdot(g, "g.xp", "g.qkv", W["wqkv"], "wqkv", (Tm, D), (1,), (1,))
         self.ar(g, "g.xa", "g.xp", (Tm, D), self.g_tp, self.T)
         self.ew(g, "g.x", "add", (Tm, D), "g.x1", "g.xa")
-        self.wgrad(g, "g.wqkv", a["x"], (Tm, D), "g.qkv", (Tm, 3 * A), "wqkv")
+        self.wgrad(g, "g.wqkv", a["x"], (Tm, D), "g.qkv", (Tm, self.QKV), "wqkv")
         G.update({"wqkv": "g.wqkv", "wo": "g.wo"})
         return "g.x", G
 
@@ -591,7 +696,7 @@ class Step:
         self.extra = []
         out = []
         w = out.append
-        w(f"HloModule plan_step, num_partitions={self.N}")
+        w(f"HloModule plan_step, num_partitions={self.N}{self.donation()}")
         w("")
         red_at = len(out)  # the reducers go here once the uses are known
         sv = self.saved()
@@ -645,6 +750,7 @@ class Step:
                 g.e(f"{nm}.sp = {ty(dt, s)} slice({v}), slice={{[0:{s[0]}], [0:{s[1]}]}}")
                 v = f"{nm}.sp"
             self.layer_put(g, f"N.{nm}", f"S.{nm}", v, s, "i", dt)
+            self.host(g, nm, (L,) + s)
             news.append(f"N.{nm}")
         g.e("one = s32[] constant(1)")
         g.e("i1 = s32[] add(i, one)")
@@ -698,9 +804,7 @@ class Step:
             if nm in ("x", "x1") and self.T > 1:  # the residual's rows gathered back over tensor
                 self.ag_tp(g, f"L.{nm}.g", f"L.{nm}", s, (self.Tm, self.D))
                 a[nm] = f"L.{nm}.g"
-        if self.remat:
-            _, act = self.forward_layer(g, a["x"], W)
-            a = act
+        a = self.recompute(g, a, W)
         self.win_w, self.win_g = self.we and not self.remat, self.we
         gx, G = self.backward_layer(g, "gy", a, W)
         self.win_w = self.win_g = False
@@ -766,6 +870,21 @@ class Step:
         out[red_at:red_at] = reds + self.extra
         return "\n".join(out) + "\n"
 
+    def donation(self):
+        """The train state is donated (MaxText's jit donates it): each updated parameter and
+        moment is written into its input's buffer (input_output_alias), as the outputs of
+        optimizer() follow the entry's parameters (ids, parameters, then each one's moments)."""
+        if not self.c.get("donate", True):
+            return ""
+        n = len(self.lw) + len(self.gw)
+        pairs = []
+        for j in range(n):
+            if self.m["optimizer"] == "adam":
+                pairs += [(1 + j), (1 + n + 2 * j), (2 + n + 2 * j)]
+            else:
+                pairs.append(1 + j)
+        return ", input_output_alias={ " + ", ".join(f"{{{k}}}: ({p}, {{}}, may-alias)" for k, p in enumerate(pairs)) + " }"
+
     def optimizer(self, g, nm, full, outs):
         t = ty("f32", full)
         if self.m["optimizer"] == "adam":
@@ -818,6 +937,7 @@ class Step:
         for nm, (s, dt) in sv.items():
             g.e(f"zc.{nm} = {dt}[] constant(0)")
             self.bcast(g, f"Z.{nm}", f"zc.{nm}", (L,) + s, (), dt=dt)
+            self.host(g, nm, (L,) + s)
             zs.append(f"Z.{nm}")
         g0 = self.first_gather(g, lws, "zero", "f0") if self.pf else []
         g.e(f"finit = {fst_t} tuple(zero, x0, {', '.join(zs + ['P.' + n for n in lws] + g0)})")
@@ -908,7 +1028,8 @@ def model_flops_per_token(m):
     mlp = (3 if glu else 2) * D * ffn
     if m.get("experts"):
         mlp = mlp * m["top_k"] + D * m["experts"]
-    per_layer = D * 3 * H * hd + H * hd * D + mlp
+    KV = m.get("kv_heads", H)
+    per_layer = D * (H + 2 * KV) * hd + H * hd * D + mlp
     return 6 * (L * per_layer + D * V) + 12 * S * H * hd * L
 
 
@@ -918,4 +1039,5 @@ def param_count(m):
     mlp = (3 if glu else 2) * D * ffn
     if m.get("experts"):
         mlp = mlp * m["experts"] + D * m["experts"]
-    return L * (4 * D * H * hd + mlp) + 2 * D * V
+    KV = m.get("kv_heads", H)
+    return L * (D * (H + 2 * KV) * hd + H * hd * D + mlp) + 2 * D * V

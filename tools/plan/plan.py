@@ -58,7 +58,7 @@ FIELDS = {  # name: (type, required, check)
     "mlp_kind": (str, False, lambda v: v in ("gelu", "swiglu")),
     "experts": (int, False, lambda v: v >= 0),
     "top_k": (int, False, lambda v: v >= 1),
-    "kv_heads": (int, False, lambda v: v >= 1),  # plan serve: grouped-query attention (training ignores it)
+    "kv_heads": (int, False, lambda v: v >= 1),  # grouped- / multi-query attention (K and V heads)
 }
 WANT = {"dtype": "bf16 or f32", "optimizer": "adam or sgd", "mlp_kind": "gelu or swiglu"}
 # Upper bounds, checked before any program is written: far beyond any model trained, and
@@ -151,6 +151,9 @@ def load_model(path, text=None):
         if m["top_k"] > m["experts"]:
             line, col = where(text, "top_k")
             raise InputError(f"{path}:{line}:{col}: error: top_k {m['top_k']} exceeds experts {m['experts']}")
+    if m["heads"] % m.get("kv_heads", m["heads"]):
+        line, col = where(text, "kv_heads")
+        raise InputError(f"{path}:{line}:{col}: error: heads {m['heads']} is not a multiple of kv_heads {m['kv_heads']}")
     if m["batch_tokens"] % m["seq"]:
         line, col = where(text, "batch_tokens")
         raise InputError(f"{path}:{line}:{col}: error: batch_tokens {m['batch_tokens']} is not a whole number of "
@@ -404,7 +407,8 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
     # Remat on first: it holds less than remat off at any microbatch count, so remat off
     # needs at least the count remat on fits at, and cannot fit where remat on does not.
     fit_on = None
-    for remat in ([a.remat == "on"] if a.remat != "both" else [True, False]):
+    pol = {"on": [True], "off": [False], "both": [True, False]}.get(a.remat, [a.remat])  # or a policy's name
+    for remat in pol:
         opts = mos
         if not remat and a.remat == "both" and not a.ignore_hbm:
             if fit_on is None:
@@ -441,7 +445,7 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
             else:
                 hi = mid
         results.append(run(lo))
-        if remat and results[-1]["status"] == "ok":
+        if remat is True and results[-1]["status"] == "ok":
             fit_on = opts[lo]
     return results
 
@@ -637,7 +641,7 @@ def text_report(a, out, keep, over, bad, front):
         hdr += f" {'ckpt every':>10} {'lost':>7}"
     w(hdr + "\n")
     for i, r in enumerate(keep[:a.top] if a.top else keep):
-        line = (f"{i + 1:>3} {r['slice']:<10} {r['chips']:>5} {mesh_s(r, True):<11} {r['micro']:>3} {'on' if r['remat'] else 'off':<5} "
+        line = (f"{i + 1:>3} {r['slice']:<10} {r['chips']:>5} {mesh_s(r, True):<11} {r['micro']:>3} {gen.remat_name(r['remat']):<5} "
                 f"{fmt_bytes(r['hbm_peak']):>9} {r['step_s']:>8.4g} {100 * r['mfu']:>5.1f} {100 * r['ici_wait']:>5.1f} "
                 f"{r['tokens_per_s']:>9.3g} {fmt_days(r['wall_s']):>8} {fmt_usd(r['cost']):>11} "
                 f"{(r['usd_per_mtok'] if r['usd_per_mtok'] is not None else float('nan')):>7.3g}")
@@ -679,7 +683,7 @@ def text_report(a, out, keep, over, bad, front):
     if front:
         w("\nPareto front (cost against time to train; * above):\n")
         for r in front:
-            w(f"  {r['slice']:<10} {mesh_s(r):<11} mb {r['micro']:<3} remat {'on' if r['remat'] else 'off':<3} "
+            w(f"  {r['slice']:<10} {mesh_s(r):<11} mb {r['micro']:<3} remat {gen.remat_name(r['remat']):<3} "
               f"{fmt_days(r['wall_s']):>8}  {fmt_usd(r['cost'])}\n")
     if a.svg:
         w(f"plot: {a.svg}\n")
@@ -708,7 +712,8 @@ def main(argv):
     ap.add_argument("--tensor", type=int)
     ap.add_argument("--max-tensor", type=int, default=16)
     ap.add_argument("--micro", type=int, help="only this many microbatches")
-    ap.add_argument("--remat", choices=["off", "on", "both"], default="both")
+    ap.add_argument("--remat", choices=["off", "on", "both"] + [k for k in gen.REMAT if k not in ("off", "on")],
+                    default="both", help="on / off / both, or one of MaxText's remat policies by name (docs/plan.md)")
     ap.add_argument("--budget", type=float, help="USD")
     ap.add_argument("--deadline", type=float, help="days")
     ap.add_argument("--pricing", choices=["on-demand", "spot", "1y", "3y"], default="on-demand")

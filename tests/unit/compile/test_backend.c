@@ -151,8 +151,10 @@ static void reuse_and_layout(void) {
   tpu_module_free(m);
 }
 
-/* The same chain with values larger than VMEM: they go through HBM, where c reuses a's
- * bytes once b exists. */
+/* The same chain with values larger than VMEM: they go through HBM. Each elementwise op
+ * writes over the operand that dies at it, and the result's buffer holds them all (XLA's
+ * buffer assignment: a temporary may live in an output allocation before the output is
+ * written): the argument and the output, no temporary heap. */
 static void hbm_reuse(void) {
   tpu_module *m = parse(
       "HloModule chain\n"
@@ -172,7 +174,11 @@ static void hbm_reuse(void) {
     CHECK_EQ_INT(p->nhbm, 4);
     for (int i = 0; i < p->nhbm; i++) CHECK_EQ_INT(p->hbm[i].bytes, sz);
     CHECK_EQ_INT(p->hbm[3].offset, p->hbm[1].offset); /* c takes a's place */
-    CHECK_EQ_INT(p->hbm_footprint, 3 * sz);
+    CHECK_EQ_INT(p->hbm[2].offset, p->hbm[1].offset); /* and b's */
+    CHECK_EQ_INT(p->hbm_footprint, 2 * sz);
+    CHECK_EQ_INT(p->hbm_arg, sz);
+    CHECK_EQ_INT(p->hbm_out, sz);
+    CHECK_EQ_INT(p->hbm_temp, 0);
   }
   tpu_program_free(p);
   tpu_module_free(m);

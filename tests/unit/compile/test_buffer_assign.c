@@ -1,0 +1,152 @@
+/* Buffer assignment as the XLA TPU compiler allocates: a while loop's state in one set of
+ * buffers, a dynamic-update-slice into a loop-carried stack in place, read-only loop inputs
+ * not copied, donated parameters holding their outputs, and the argument / output / alias /
+ * temp bytes of memory_analysis(). Values larger than VMEM so they live in HBM. */
+#include <stdio.h>
+
+#include "unit/compile/backend_util.h"
+
+static tpu_chip g_chip;
+
+static const int64_t MiB = 1 << 20;
+
+static tpu_program *build(const char *src, tpu_module **m) {
+  *m = parse(src);
+  CHECK(*m != NULL);
+  if (!*m) return NULL;
+  tpu_diag d;
+  tpu_program *p = compile(*m, &g_chip, &d);
+  if (!p) fprintf(stderr, "compile: %s\n", d.msg);
+  CHECK(p != NULL);
+  return p;
+}
+
+/* A forward scan saving each layer's [4096,1024] f32 activation (16 MiB) into a stack of
+ * 16 (256 MiB) by dynamic-update-slice. The stack starts as a broadcast that dies into the
+ * loop and is the step's result: the broadcast, the loop state, the body's update and the
+ * result are one buffer, so the stack is counted once, as an output. */
+static void loop_stack_in_place(void) {
+  const char *src =
+      "HloModule scan\n"
+      "cond {\n"
+      "  s = (s32[], f32[4096,1024], f32[16,4096,1024]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(s), index=0\n"
+      "  n = s32[] constant(16)\n"
+      "  ROOT c = pred[] compare(i, n), direction=LT\n"
+      "}\n"
+      "body {\n"
+      "  s = (s32[], f32[4096,1024], f32[16,4096,1024]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(s), index=0\n"
+      "  x = f32[4096,1024] get-tuple-element(s), index=1\n"
+      "  st = f32[16,4096,1024] get-tuple-element(s), index=2\n"
+      "  y = f32[4096,1024] tanh(x)\n"
+      "  y3 = f32[1,4096,1024] reshape(y)\n"
+      "  z = s32[] constant(0)\n"
+      "  st2 = f32[16,4096,1024] dynamic-update-slice(st, y3, i, z, z)\n"
+      "  one = s32[] constant(1)\n"
+      "  i1 = s32[] add(i, one)\n"
+      "  ROOT r = (s32[], f32[4096,1024], f32[16,4096,1024]) tuple(i1, y, st2)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  x0 = f32[4096,1024] parameter(0)\n"
+      "  zf = f32[] constant(0)\n"
+      "  st0 = f32[16,4096,1024] broadcast(zf), dimensions={}\n"
+      "  i0 = s32[] constant(0)\n"
+      "  init = (s32[], f32[4096,1024], f32[16,4096,1024]) tuple(i0, x0, st0)\n"
+      "  w = (s32[], f32[4096,1024], f32[16,4096,1024]) while(init), condition=cond, body=body\n"
+      "  ROOT out = f32[16,4096,1024] get-tuple-element(w), index=2\n"
+      "}\n";
+  tpu_module *m = NULL;
+  tpu_program *p = build(src, &m);
+  if (p) {
+    printf("scan with a 256 MiB stack: arg %lld, out %lld, temp %lld, footprint %lld bytes\n", (long long)p->hbm_arg,
+           (long long)p->hbm_out, (long long)p->hbm_temp, (long long)p->hbm_footprint);
+    CHECK_EQ_INT(p->hbm_arg, 16 * MiB);
+    CHECK_EQ_INT(p->hbm_out, 256 * MiB);
+    CHECK_EQ_INT(p->hbm_alias, 0);
+    /* the carried activation (its input is the caller's x0, so the state's copy of it) and
+     * tanh's result beside it: never a second stack */
+    CHECK(p->hbm_temp <= 2 * 16 * MiB);
+    CHECK(p->hbm_footprint < 2 * 256 * MiB);
+    CHECK(p->hbm_footprint - (p->hbm_arg + p->hbm_out + p->hbm_temp) < 8192); /* + constants */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+/* Weights passed through a loop unchanged (a parameter of the caller's, read every
+ * iteration): no copy, the argument is the loop's buffer. The loop's accumulator starts
+ * from the caller's parameter, which the caller keeps: the state is a copy of it. */
+static void loop_read_only_and_copied(void) {
+  const char *src =
+      "HloModule acc\n"
+      "cond {\n"
+      "  s = (s32[], f32[8192,8192], f32[8192,8192]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(s), index=0\n"
+      "  n = s32[] constant(4)\n"
+      "  ROOT c = pred[] compare(i, n), direction=LT\n"
+      "}\n"
+      "body {\n"
+      "  s = (s32[], f32[8192,8192], f32[8192,8192]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(s), index=0\n"
+      "  w = f32[8192,8192] get-tuple-element(s), index=1\n"
+      "  a = f32[8192,8192] get-tuple-element(s), index=2\n"
+      "  a2 = f32[8192,8192] add(a, w)\n"
+      "  one = s32[] constant(1)\n"
+      "  i1 = s32[] add(i, one)\n"
+      "  ROOT r = (s32[], f32[8192,8192], f32[8192,8192]) tuple(i1, w, a2)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  w0 = f32[8192,8192] parameter(0)\n"
+      "  a0 = f32[8192,8192] parameter(1)\n"
+      "  i0 = s32[] constant(0)\n"
+      "  init = (s32[], f32[8192,8192], f32[8192,8192]) tuple(i0, w0, a0)\n"
+      "  l = (s32[], f32[8192,8192], f32[8192,8192]) while(init), condition=cond, body=body\n"
+      "  ROOT out = f32[8192,8192] get-tuple-element(l), index=2\n"
+      "}\n";
+  tpu_module *m = NULL;
+  tpu_program *p = build(src, &m);
+  if (p) {
+    const int64_t sz = 256 * MiB;
+    CHECK_EQ_INT(p->hbm_arg, 2 * sz);
+    CHECK_EQ_INT(p->hbm_out, sz);
+    CHECK(p->hbm_temp < 4096); /* scalars: the accumulator's state is the output's buffer */
+    CHECK(p->hbm_footprint >= 3 * sz && p->hbm_footprint < 3 * sz + 8192);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+/* A donated parameter (input_output_alias) holds its update: argument + output − alias. */
+static void donation(int donated) {
+  char src[600];
+  snprintf(src, sizeof src,
+           "HloModule upd%s\n"
+           "ENTRY e {\n"
+           "  p = f32[8192,8192] parameter(0)\n"
+           "  g = f32[8192,8192] parameter(1)\n"
+           "  ROOT q = f32[8192,8192] subtract(p, g)\n"
+           "}\n",
+           donated ? ", input_output_alias={ {}: (0, {}, may-alias) }" : "");
+  tpu_module *m = NULL;
+  tpu_program *p = build(src, &m);
+  if (p) {
+    const int64_t sz = 256 * MiB;
+    CHECK_EQ_INT(p->hbm_arg, 2 * sz);
+    CHECK_EQ_INT(p->hbm_out, sz);
+    CHECK_EQ_INT(p->hbm_alias, donated ? sz : 0);
+    CHECK_EQ_INT(p->hbm_footprint, donated ? 2 * sz : 3 * sz);
+    if (donated) CHECK_EQ_INT(p->hbm[2].offset, p->hbm[0].offset); /* q in p's buffer */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+int main(void) {
+  if (!closed_form_v5e(&g_chip)) return 1;
+  loop_stack_in_place();
+  loop_read_only_and_copied();
+  donation(0);
+  donation(1);
+  CHECK_DONE();
+}
