@@ -129,6 +129,13 @@ class Step:
             self.keep = set(REMAT["off"])  # MoE layers: every activation kept (named policies are dense)
         self.remat = self.keep != set(REMAT["off"])  # something is recomputed in the backward pass
         self.offload = self.policy in OFFLOADED
+        # Attention as MaxText's flash kernel computes it (attention=flash): blocks of keys
+        # and values of kv_block (512, the kernel's default block) with a running max and sum,
+        # so no [S, S] scores exist; "dot_product" materialises them.
+        self.flash = c.get("attention", "flash") == "flash"
+        self.Bk = min(S, c.get("kv_block", 512))
+        if S % self.Bk:
+            self.Bk = S
         # Windowed einsums (docs/spmd.md): with the weights split over every chip (FSDP
         # alone) on a slice where the XLA TPU compiler runs them (plan.py: the chip's
         # windowed_einsum_min/max_chips), a dense layer's dots pass the weight blocks round a
@@ -453,8 +460,7 @@ class Step:
             self.wdot(g, "qkv", a["x"], W["wqkv"], "wqkv", (Tm, self.QKV), (1,), (0,))
             a["qkv"] = "qkv"
         if "ctx" not in a:
-            self.attn_fwd(g, a["qkv"])
-            a.update({"mx": "mx", "sm": "sm", "ctx": "ctx"})
+            a.update(self.attn_fwd(g, a["qkv"]))
         if "x1" not in a:
             self.wdot(g, "o.p", a["ctx"], W["wo"], "wo", (Tm, D), (1,), (0,))
             self.ar(g, "o", "o.p", (Tm, D), self.g_tp, self.T)
@@ -474,8 +480,7 @@ class Step:
         act = {"x": x}
         self.wdot(g, "qkv", x, W["wqkv"], "wqkv", (Tm, self.QKV), (1,), (0,))
         act["qkv"] = "qkv"
-        self.attn_fwd(g, "qkv")
-        act.update({"mx": "mx", "sm": "sm", "ctx": "ctx"})
+        act.update(self.attn_fwd(g, "qkv"))
         self.wdot(g, "o.p", "ctx", W["wo"], "wo", (Tm, D), (1,), (0,))
         self.ar(g, "o", "o.p", (Tm, D), self.g_tp, self.T)
         self.ew(g, "x1", "add", (Tm, D), x, "o")
@@ -530,6 +535,8 @@ class Step:
         """q, k, v from qkv [Tm, A + 2 Akv]; scores, softmax (its max mx and sum sm kept), ctx [Tm, A]."""
         Tm, A, bm, h, S, hd = self.Tm, self.A, self.bm, self.h, self.S, self.hd
         self.split_qkv(g, qkv, "")
+        if self.flash:
+            return self.flash_fwd(g)
         self.scores(g)
         g.e(f"mx = {ty(self.cd, (bm, h, S))} reduce(sc, ninf), dimensions={{3}}, to_apply=max_{self.cd}")
         self.probs(g, "mx", None)
@@ -538,6 +545,7 @@ class Step:
         self.dot(g, "ctx4", "p", "v4", (bm, h, S, hd), (3,), (1,), (0, 1), (0, 2))
         g.e(f"ctxt = {ty(self.cd, (bm, S, h, hd))} transpose(ctx4), dimensions={{0,2,1,3}}")
         g.e(f"ctx = {ty(self.cd, (Tm, A))} reshape(ctxt)")
+        return {"mx": "mx", "sm": "sm", "ctx": "ctx"}
 
     def split_qkv(self, g, qkv, p):
         """q, k, v of [bm, S, h, hd] from qkv [Tm, A + 2 Akv]: K and V broadcast from the
@@ -553,6 +561,87 @@ class Step:
                 g.e(f"{p}{nm}k = {ty(cd, (bm, S, kv, hd))} reshape({p}{nm})")
                 g.e(f"{p}{nm}g = {ty(cd, (bm, S, kv, h // kv, hd))} broadcast({p}{nm}k), dimensions={{0,1,2,4}}")
                 g.e(f"{p}{nm}4 = {ty(cd, (bm, S, h, hd))} reshape({p}{nm}g)")
+
+    def flash_fwd(self, g):
+        """Flash attention's forward over key/value blocks of Bk: per block the scores
+        [bm, h, S, Bk], the running max m and sum l rescaled, the output accumulated; ctx =
+        acc / l, and the max and sum kept (mx, sm) as the materialised form keeps them."""
+        cd, Tm, A, bm, h, S, hd, Bk = self.cd, self.Tm, self.A, self.bm, self.h, self.S, self.hd, self.Bk
+        st, sh, so = (bm, h, S), (bm, h, S, Bk), (bm, h, S, hd)
+        m = l = acc = None
+        for j in range(S // Bk):
+            for nm in ("k", "v"):
+                g.e(f"fa.{nm}{j} = {ty(cd, (bm, Bk, h, hd))} slice({nm}4), "
+                    f"slice={{[0:{bm}], [{j * Bk}:{(j + 1) * Bk}], [0:{h}], [0:{hd}]}}")
+            self.dot(g, f"fa.s{j}", "q4", f"fa.k{j}", sh, (3,), (3,), (0, 2), (0, 2))
+            g.e(f"fa.mj{j} = {ty(cd, st)} reduce(fa.s{j}, ninf), dimensions={{3}}, to_apply=max_{cd}")
+            mn = f"fa.mj{j}" if m is None else f"fa.m{j}"
+            if m is not None:
+                self.ew(g, mn, "maximum", st, m, f"fa.mj{j}")
+            self.bcast(g, f"fa.mb{j}", mn, sh, (0, 1, 2))
+            self.ew(g, f"fa.d{j}", "subtract", sh, f"fa.s{j}", f"fa.mb{j}")
+            self.ew(g, f"fa.p{j}", "exponential", sh, f"fa.d{j}")
+            g.e(f"fa.r{j} = {ty(cd, st)} reduce(fa.p{j}, zerof), dimensions={{3}}, to_apply=add_{cd}")
+            self.dot(g, f"fa.o{j}", f"fa.p{j}", f"fa.v{j}", so, (3,), (1,), (0, 1), (0, 2))
+            if m is None:
+                l, acc = f"fa.r{j}", f"fa.o{j}"
+            else:  # rescale what was summed under the old max
+                self.ew(g, f"fa.cd{j}", "subtract", st, m, mn)
+                self.ew(g, f"fa.c{j}", "exponential", st, f"fa.cd{j}")
+                self.ew(g, f"fa.lc{j}", "multiply", st, l, f"fa.c{j}")
+                self.ew(g, f"fa.l{j}", "add", st, f"fa.lc{j}", f"fa.r{j}")
+                self.bcast(g, f"fa.cb{j}", f"fa.c{j}", so, (0, 1, 2))
+                self.ew(g, f"fa.ac{j}", "multiply", so, acc, f"fa.cb{j}")
+                self.ew(g, f"fa.a{j}", "add", so, f"fa.ac{j}", f"fa.o{j}")
+                l, acc = f"fa.l{j}", f"fa.a{j}"
+            m = mn
+        self.bcast(g, "fa.lb", l, so, (0, 1, 2))
+        self.ew(g, "ctx4", "divide", so, acc, "fa.lb")
+        g.e(f"ctxt = {ty(cd, (bm, S, h, hd))} transpose(ctx4), dimensions={{0,2,1,3}}")
+        g.e(f"ctx = {ty(cd, (Tm, A))} reshape(ctxt)")
+        return {"mx": m, "sm": l, "ctx": "ctx"}
+
+    def flash_bwd(self, g, a):
+        """Flash attention's backward over the same blocks: per block the probabilities
+        recomputed from q, k and the kept max and sum, the gradients of v and k of the block
+        and of q accumulated; D = rowsum(dO · O) stands for rowsum(dP · P)."""
+        cd, bm, h, S, hd, Bk = self.cd, self.bm, self.h, self.S, self.hd, self.Bk
+        st, sh, so, sb = (bm, h, S), (bm, h, S, Bk), (bm, h, S, hd), (bm, h, Bk, hd)
+        g.e(f"fb.o4 = {ty(cd, (bm, S, h, hd))} reshape({a['ctx']})")
+        self.ew(g, "fb.do", "multiply", (bm, S, h, hd), "g.ctx4", "fb.o4")
+        g.e(f"fb.dt = {ty(cd, (bm, S, h))} reduce(fb.do, zerof), dimensions={{3}}, to_apply=add_{cd}")
+        g.e(f"fb.D = {ty(cd, st)} transpose(fb.dt), dimensions={{0,2,1}}")
+        self.bcast(g, "fb.Db", "fb.D", sh, (0, 1, 2))
+        self.bcast(g, "fb.mb", a["mx"], sh, (0, 1, 2))
+        self.bcast(g, "fb.lb", a["sm"], sh, (0, 1, 2))
+        gk, gv, gq = [], [], None
+        for j in range(S // Bk):
+            for nm in ("k", "v"):
+                g.e(f"fb.{nm}{j} = {ty(cd, (bm, Bk, h, hd))} slice(b{nm}4), "
+                    f"slice={{[0:{bm}], [{j * Bk}:{(j + 1) * Bk}], [0:{h}], [0:{hd}]}}")
+            self.dot(g, f"fb.s{j}", "bq4", f"fb.k{j}", sh, (3,), (3,), (0, 2), (0, 2))
+            self.ew(g, f"fb.d{j}", "subtract", sh, f"fb.s{j}", "fb.mb")
+            self.ew(g, f"fb.e{j}", "exponential", sh, f"fb.d{j}")
+            self.ew(g, f"fb.p{j}", "divide", sh, f"fb.e{j}", "fb.lb")
+            self.dot(g, f"fb.gv{j}", f"fb.p{j}", "g.ctx4", sb, (2,), (1,), (0, 1), (0, 2))
+            self.dot(g, f"fb.gp{j}", "g.ctx4", f"fb.v{j}", sh, (3,), (3,), (0, 2), (0, 2))
+            self.ew(g, f"fb.gd{j}", "subtract", sh, f"fb.gp{j}", "fb.Db")
+            self.ew(g, f"fb.gs{j}", "multiply", sh, f"fb.p{j}", f"fb.gd{j}")
+            self.dot(g, f"fb.gq{j}", f"fb.gs{j}", f"fb.k{j}", so, (3,), (1,), (0, 1), (0, 2))
+            self.dot(g, f"fb.gk{j}", f"fb.gs{j}", "bq4", sb, (2,), (1,), (0, 1), (0, 2))
+            if gq is None:
+                gq = f"fb.gq{j}"
+            else:
+                self.ew(g, f"fb.q{j}", "add", so, gq, f"fb.gq{j}")
+                gq = f"fb.q{j}"
+            gk.append(f"fb.gk{j}")
+            gv.append(f"fb.gv{j}")
+        g.e(f"g.q4 = {ty(cd, so)} copy({gq})")
+        for nm, parts in (("k", gk), ("v", gv)):
+            if len(parts) == 1:
+                g.e(f"g.{nm}4 = {ty(cd, so)} copy({parts[0]})")
+            else:
+                g.e(f"g.{nm}4 = {ty(cd, so)} concatenate({', '.join(parts)}), dimensions={{2}}")
 
     def scores(self, g):
         bm, h, S = self.bm, self.h, self.S
@@ -656,6 +745,22 @@ class Step:
         self.wgrad(g, "g.wo", a["ctx"], (Tm, A), "g.x1", (Tm, D), "wo")
         # Attention backward (flash style: p recomputed from q, k, the saved max and sum).
         self.split_qkv(g, a["qkv"], "b")
+        if self.flash:
+            g.e(f"g.ctx4 = {ty(cd, (bm, S, h, hd))} reshape(g.ctx)")
+            self.flash_bwd(g, a)
+        else:
+            self.attn_bwd_full(g, a)
+        self.attn_grads_out(g)
+        self.wdot(g, "g.xp", "g.qkv", W["wqkv"], "wqkv", (Tm, D), (1,), (1,))
+        self.ar(g, "g.xa", "g.xp", (Tm, D), self.g_tp, self.T)
+        self.ew(g, "g.x", "add", (Tm, D), "g.x1", "g.xa")
+        self.wgrad(g, "g.wqkv", a["x"], (Tm, D), "g.qkv", (Tm, self.QKV), "wqkv")
+        G.update({"wqkv": "g.wqkv", "wo": "g.wo"})
+        return "g.x", G
+
+    def attn_bwd_full(self, g, a):
+        """Attention's backward over the materialised [S, S] probabilities."""
+        cd, bm, h, S, hd = self.cd, self.bm, self.h, self.S, self.hd
         sh = (bm, h, S, S)
         self.dot(g, "bsc", "bq4", "bk4", sh, (3,), (3,), (0, 2), (0, 2))
         self.bcast(g, "bmxb", a["mx"], sh, (0, 1, 2))
@@ -673,6 +778,10 @@ class Step:
         self.ew(g, "g.sc", "multiply", sh, "bp", "g.pd")
         self.dot(g, "g.q4", "g.sc", "bk4", (bm, h, S, hd), (3,), (1,), (0, 1), (0, 2))
         self.dot(g, "g.k4", "g.sc", "bq4", (bm, h, S, hd), (2,), (1,), (0, 1), (0, 2))
+
+    def attn_grads_out(self, g):
+        """g.q4, g.k4, g.v4 [bm, h, S, hd] to g.qkv [Tm, A + 2 Akv] (K and V summed per KV head)."""
+        cd, Tm, A, bm, h, S, hd = self.cd, self.Tm, self.A, self.bm, self.h, self.S, self.hd
         kv = self.kvt
         for nm in ("q", "k", "v"):
             g.e(f"g.{nm}t = {ty(cd, (bm, S, h, hd))} transpose(g.{nm}4), dimensions={{0,2,1,3}}")
@@ -683,12 +792,6 @@ class Step:
                 g.e(f"g.{nm}r = {ty(cd, (bm, S, kv, hd))} reduce(g.{nm}g, zerof), dimensions={{3}}, to_apply=add_{cd}")
                 g.e(f"g.{nm} = {ty(cd, (Tm, self.Akv))} reshape(g.{nm}r)")
         g.e(f"g.qkv = {ty(cd, (Tm, self.QKV))} concatenate(g.q, g.k, g.v), dimensions={{1}}")
-        self.wdot(g, "g.xp", "g.qkv", W["wqkv"], "wqkv", (Tm, D), (1,), (1,))
-        self.ar(g, "g.xa", "g.xp", (Tm, D), self.g_tp, self.T)
-        self.ew(g, "g.x", "add", (Tm, D), "g.x1", "g.xa")
-        self.wgrad(g, "g.wqkv", a["x"], (Tm, D), "g.qkv", (Tm, self.QKV), "wqkv")
-        G.update({"wqkv": "g.wqkv", "wo": "g.wo"})
-        return "g.x", G
 
     # --- the module ----------------------------------------------------------------------
     def module(self):

@@ -237,7 +237,7 @@ def saved_bytes(m, cand):
     """What the backward loop must hold at once besides the parameter state, in any buffer
     assignment: every layer's saved activations (one copy), and the layer's gathered weights
     in the loop state plus, when gathers are pipelined, the next layer's arriving beside
-    them. A lower bound on tpusim's peak (which adds temporaries and holds loop state twice)."""
+    them. A lower bound on tpusim's peak (which adds temporaries)."""
     st = gen.Step(m, cand)
     if st.check():
         return 0
