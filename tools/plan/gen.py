@@ -595,11 +595,24 @@ class Step:
                 self.ew(g, f"fa.a{j}", "add", so, f"fa.ac{j}", f"fa.o{j}")
                 l, acc = f"fa.l{j}", f"fa.a{j}"
             m = mn
+            m, l, acc = self.block_barrier(g, f"fa.b{j}", ((m, st), (l, st), (acc, so)))
         self.bcast(g, "fa.lb", l, so, (0, 1, 2))
         self.ew(g, "ctx4", "divide", so, acc, "fa.lb")
         g.e(f"ctxt = {ty(cd, (bm, S, h, hd))} transpose(ctx4), dimensions={{0,2,1,3}}")
         g.e(f"ctx = {ty(cd, (Tm, A))} reshape(ctxt)")
         return {"mx": m, "sm": l, "ctx": "ctx"}
+
+    def block_barrier(self, g, name, vals):
+        """An optimization barrier over one block's results, so the next block is computed
+        after this one (the kernel's order: one block's scores live at a time); returns the
+        names to read them by."""
+        g.e(f"{name}.t = ({', '.join(ty(self.cd, s) for _, s in vals)}) tuple({', '.join(v for v, _ in vals)})")
+        g.e(f"{name} = ({', '.join(ty(self.cd, s) for _, s in vals)}) opt-barrier({name}.t)")
+        out = []
+        for k, (_, s) in enumerate(vals):
+            g.e(f"{name}.{k} = {ty(self.cd, s)} get-tuple-element({name}), index={k}")
+            out.append(f"{name}.{k}")
+        return out
 
     def flash_bwd(self, g, a):
         """Flash attention's backward over the same blocks: per block the probabilities
@@ -611,21 +624,22 @@ class Step:
         self.ew(g, "fb.do", "multiply", (bm, S, h, hd), "g.ctx4", "fb.o4")
         g.e(f"fb.dt = {ty(cd, (bm, S, h))} reduce(fb.do, zerof), dimensions={{3}}, to_apply=add_{cd}")
         g.e(f"fb.D = {ty(cd, st)} transpose(fb.dt), dimensions={{0,2,1}}")
-        self.bcast(g, "fb.Db", "fb.D", sh, (0, 1, 2))
-        self.bcast(g, "fb.mb", a["mx"], sh, (0, 1, 2))
-        self.bcast(g, "fb.lb", a["sm"], sh, (0, 1, 2))
         gk, gv, gq = [], [], None
         for j in range(S // Bk):
             for nm in ("k", "v"):
                 g.e(f"fb.{nm}{j} = {ty(cd, (bm, Bk, h, hd))} slice(b{nm}4), "
                     f"slice={{[0:{bm}], [{j * Bk}:{(j + 1) * Bk}], [0:{h}], [0:{hd}]}}")
             self.dot(g, f"fb.s{j}", "bq4", f"fb.k{j}", sh, (3,), (3,), (0, 2), (0, 2))
-            self.ew(g, f"fb.d{j}", "subtract", sh, f"fb.s{j}", "fb.mb")
+            # the row statistics broadcast per block, each read by one op (fused into it)
+            self.bcast(g, f"fb.mb{j}", a["mx"], sh, (0, 1, 2))
+            self.ew(g, f"fb.d{j}", "subtract", sh, f"fb.s{j}", f"fb.mb{j}")
             self.ew(g, f"fb.e{j}", "exponential", sh, f"fb.d{j}")
-            self.ew(g, f"fb.p{j}", "divide", sh, f"fb.e{j}", "fb.lb")
+            self.bcast(g, f"fb.lb{j}", a["sm"], sh, (0, 1, 2))
+            self.ew(g, f"fb.p{j}", "divide", sh, f"fb.e{j}", f"fb.lb{j}")
             self.dot(g, f"fb.gv{j}", f"fb.p{j}", "g.ctx4", sb, (2,), (1,), (0, 1), (0, 2))
             self.dot(g, f"fb.gp{j}", "g.ctx4", f"fb.v{j}", sh, (3,), (3,), (0, 2), (0, 2))
-            self.ew(g, f"fb.gd{j}", "subtract", sh, f"fb.gp{j}", "fb.Db")
+            self.bcast(g, f"fb.Db{j}", "fb.D", sh, (0, 1, 2))
+            self.ew(g, f"fb.gd{j}", "subtract", sh, f"fb.gp{j}", f"fb.Db{j}")
             self.ew(g, f"fb.gs{j}", "multiply", sh, f"fb.p{j}", f"fb.gd{j}")
             self.dot(g, f"fb.gq{j}", f"fb.gs{j}", f"fb.k{j}", so, (3,), (1,), (0, 1), (0, 2))
             self.dot(g, f"fb.gk{j}", f"fb.gs{j}", "bq4", sb, (2,), (1,), (0, 1), (0, 2))
@@ -634,8 +648,9 @@ class Step:
             else:
                 self.ew(g, f"fb.q{j}", "add", so, gq, f"fb.gq{j}")
                 gq = f"fb.q{j}"
-            gk.append(f"fb.gk{j}")
-            gv.append(f"fb.gv{j}")
+            gq, gkj, gvj = self.block_barrier(g, f"fb.b{j}", ((gq, so), (f"fb.gk{j}", sb), (f"fb.gv{j}", sb)))
+            gk.append(gkj)
+            gv.append(gvj)
         g.e(f"g.q4 = {ty(cd, so)} copy({gq})")
         for nm, parts in (("k", gk), ("v", gv)):
             if len(parts) == 1:
