@@ -59,6 +59,9 @@ typedef struct tpu_vref {
 
 #define TPU_INSN_MAX_SRC 3
 
+/* Kinds of link an ici instruction can load (tpu_insn lane bits): +x -x +y -y +z -z, DCN. */
+#define TPU_INSN_LANES 7
+
 typedef struct tpu_insn {
   tpu_isa_op opc;
   int op;                          /* index into tpu_program.ops (the HLO op it came from); -1 */
@@ -76,8 +79,9 @@ typedef struct tpu_insn {
   int64_t trips;                   /* loop: iterations (-1: unknown); cond: branches; case: index */
   int64_t cycles;                  /* ici: cycles the collective takes (the link model's time) */
   int lane;                        /* ici: the kinds of link it loads, bit axis * 2 + dir
-                                    * (+x -x +y -y +z -z); collectives on disjoint kinds run
-                                    * side by side; 0: all of them */
+                                    * (+x -x +y -y +z -z), bit 6 the data-center network
+                                    * between slices; collectives on disjoint kinds run side
+                                    * by side; 0: all of them */
   int pmod, prem;                  /* predicate: runs only when i % pmod == prem (pmod 0: always) */
   int at;                          /* wait: instruction index */
   int prefetch;                    /* dma.in: 1 = may start before the preceding `kernel`

@@ -24,7 +24,7 @@ typedef struct {
   int64_t op_start, op_end;
   int64_t op_first;   /* the open kernel's barrier: its first instruction may issue */
   int64_t op_dma;     /* the open kernel's transfer cycles so far, each at its full length */
-  int64_t lane_free[6]; /* ici: when each kind of link (+x -x +y -y +z -z) is free */
+  int64_t lane_free[TPU_INSN_LANES]; /* ici: when each kind of link (+x -x +y -y +z -z, DCN) is free */
   int64_t ici_busy_to;  /* ici: the end of the links' busy time counted so far */
 } mstate;
 
@@ -202,10 +202,10 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
    * of the multiplies; bench/fidelity/corpus/eup.json). */
   const int eup_serial = in->opc == TPU_ISA_EUP;
   if (eup_serial && t->m.unit_free[TPU_UNIT_VPU] > ufree) ufree = t->m.unit_free[TPU_UNIT_VPU];
-  unsigned lanes = u == TPU_UNIT_ICI ? (in->lane ? (unsigned)in->lane : 63u) : 0;
+  unsigned lanes = u == TPU_UNIT_ICI ? (in->lane ? (unsigned)in->lane : (1u << TPU_INSN_LANES) - 1) : 0;
   if (u == TPU_UNIT_ICI) {
     ufree = 0;
-    for (int l = 0; l < 6; l++)
+    for (int l = 0; l < TPU_INSN_LANES; l++)
       if (lanes >> l & 1 && t->m.lane_free[l] > ufree) ufree = t->m.lane_free[l];
   }
   /* an in-step copy (prefetch=2) may start from the step's start */
@@ -245,7 +245,7 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   int64_t busy = dur;
   if (u == TPU_UNIT_ICI) {
     int64_t lf = 0;
-    for (int l = 0; l < 6; l++) {
+    for (int l = 0; l < TPU_INSN_LANES; l++) {
       if (lanes >> l & 1) t->m.lane_free[l] = end;
       if (t->m.lane_free[l] > lf) lf = t->m.lane_free[l];
     }
@@ -593,7 +593,7 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
     mo[t->m.cur_op] = 1;
     no++;
   }
-  const int nm = 3 + TPU_UNIT_COUNT + 4 + 6 + 1; /* mstate's times (below) */
+  const int nm = 3 + TPU_UNIT_COUNT + 4 + TPU_INSN_LANES + 1; /* mstate's times (below) */
   c->nvars = nm + 2 * nsl + ni + nh;
   c->vars = tpu_malloc((size_t)c->nvars * sizeof *c->vars);
   c->slots = tpu_malloc((size_t)(nsl ? nsl : 1) * sizeof *c->slots);
@@ -629,11 +629,12 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
   c->vars[v++] = &m->barrier;
   c->vars[v++] = &m->pre;
   c->vars[v++] = &m->horizon;
-  for (int l = 0; l < 6; l++) c->vars[v++] = &m->lane_free[l];
+  for (int l = 0; l < TPU_INSN_LANES; l++) c->vars[v++] = &m->lane_free[l];
   c->vars[v++] = &m->ici_busy_to;
   /* mstate's other fields: hbm_wait (a counter), cur_op, pre_op, op_dma (exact, in the
    * signature). A new field must be added here or there. */
-  _Static_assert(sizeof(mstate) == sizeof(int64_t) * (TPU_UNIT_COUNT + 18), "mstate changed: update loop_cf_init");
+  _Static_assert(sizeof(mstate) == sizeof(int64_t) * (TPU_UNIT_COUNT + 12 + TPU_INSN_LANES),
+                 "mstate changed: update loop_cf_init");
   for (int s = 0, k = 0; s < t->nslots; s++)
     if (ms[s]) {
       c->slots[k++] = s;

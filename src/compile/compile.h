@@ -23,7 +23,8 @@ typedef struct tpu_coll_cost {
   double seconds;
   double bytes;
   unsigned lanes; /* the kinds of link it loads: bit axis * 2 + dir (+x, -x, +y, -y, +z,
-                   * -z); 0 when none is known (it then takes them all) */
+                   * -z), bit 6 the data-center network between slices; 0 when none is
+                   * known (it then takes them all) */
 } tpu_coll_cost;
 typedef tpu_status (*tpu_coll_cost_fn)(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d);
 

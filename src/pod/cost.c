@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "chip/program.h"
 #include "ir/collective.h"
 #include "pod/dcn.h"
 
@@ -245,6 +246,7 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
   if (st == TPU_OK && !trivial) st = tpu_ici_time(t, &op, lb, &r, d);
   for (int64_t l = 0; st == TPU_OK && !trivial && l < nl; l++) /* the kinds of link it loads */
     if (lb[l] > 0) c->lanes |= 1u << (l % TPU_TOPO_LINK_SLOTS);
+  if (st == TPU_OK && dcn.dcn_seconds > 0) c->lanes |= 1u << (TPU_INSN_LANES - 1); /* and the DCN */
   if (!keep) {
     tpu_free(lb);
     lb = NULL;

@@ -41,6 +41,31 @@ assert abs(ar[0]["dcn_bytes_per_chip"] - 24580 / 2) < 1e-6 and ar[0]["dcn_chips_
 assert abs(p["dcn_seconds"] - (12290 / 3.125e9 + 2e-5)) < 1e-12 and p["ici_seconds"] > 0, p
 PY
 grep -q '"name":"DCN between slices"' "$T/t.json" || fail "the trace has no DCN track"
+# A collective over DCN alone leaves the ICI links to others: an all-reduce between the
+# slices beside one inside each slice takes the longer of the two, not their sum.
+for which in both dcn; do
+  { echo "HloModule m, num_partitions=8"
+    echo "add { a = f32[] parameter(0)"
+    echo " b = f32[] parameter(1)"
+    echo " ROOT s = f32[] add(a, b) }"
+    echo "ENTRY e { p = f32[262144] parameter(0)"
+    echo " d = f32[262144] all-reduce(p), channel_id=1, replica_groups={{0,4},{1,5},{2,6},{3,7}}, use_global_device_ids=true, to_apply=add"
+    if [ $which = both ]; then
+      echo " i = f32[262144] all-reduce(p), channel_id=2, replica_groups={{0,1,2,3},{4,5,6,7}}, use_global_device_ids=true, to_apply=add"
+      echo " ROOT t = (f32[262144], f32[262144]) tuple(d, i) }"
+    else
+      echo " ROOT t = (f32[262144]) tuple(d) }"
+    fi; } > "$T/$which.hlo"
+  "$BIN" run "$T/$which.hlo" --mode timing --chip v5e --topology 2x2 --slices 2 --report "$T/$which.json" -q 2> "$T/err" ||
+    fail "$which: exited $?: $(cat "$T/err")"
+done
+python3 - "$T/both.json" "$T/dcn.json" <<'PY' || fail "the DCN all-reduce does not overlap the ICI one"
+import json, sys
+b, d = (json.load(open(f)) for f in sys.argv[1:3])
+ici = [c for c in b["pod"]["collectives"] if not c.get("dcn_slices")][0]["seconds_each"]
+# both run at once: the step grows by less than the ICI all-reduce alone
+assert b["step"]["seconds"] < d["step"]["seconds"] + 0.5 * ici, (b["step"]["seconds"], d["step"]["seconds"], ici)
+PY
 # One slice of 8 chips: no DCN line.
 "$BIN" run $P/dp2s.hlo --mode timing --chip v5e > "$T/one" 2> "$T/err" || fail "one-slice run exited $?"
 grep -q "^DCN" "$T/one" && fail "a one-slice run reports DCN"

@@ -12,7 +12,10 @@
 #include "ir/verify.h"
 #include "pod/cost.h"
 #include "pod/dcn.h"
+#include "chip/program.h"
 #include "pod/topology.h"
+
+static unsigned g_lanes; /* the last collective's kinds of link */
 
 static double cost_v(const char *src, const tpu_topology *t, const tpu_chip *chip, tpu_pod_coll_info *info) {
   tpu_module *m = NULL;
@@ -29,6 +32,7 @@ static double cost_v(const char *src, const tpu_topology *t, const tpu_chip *chi
   tpu_coll_cost c;
   tpu_status st = tpu_pod_coll_cost(&x, m->entry->root, &c, &d);
   if (st != TPU_OK) fprintf(stderr, "%s\n", d.msg);
+  g_lanes = c.lanes;
   if (st == TPU_OK && info) {
     *info = x.info[0];
     info->link_bytes = NULL;
@@ -60,6 +64,7 @@ int main(void) {
   double s = cost_v(src, &t, &chip, &info), want = 2 * 0.5 * 4096 / bw + 2 * step;
   CHECK(fabs(s - want) < 1e-12);
   CHECK(info.dcn_slices == 2 && info.dcn_per_host == 4 && fabs(info.dcn_seconds - s) < 1e-15);
+  CHECK(g_lanes == 1u << (TPU_INSN_LANES - 1)); /* DCN only: it leaves the ICI links to others */
   /* All-gather of 4 KiB shards over all 8 chips: the shards cross DCN first ((K-1) each
    * per chip), then each slice's 4 chips gather the K = 2 shards each holds on ICI. */
   snprintf(src, sizeof src,
@@ -69,6 +74,7 @@ int main(void) {
   snprintf(src, sizeof src,
            "HloModule m, num_partitions=8\nENTRY e {\n p = f32[2048] parameter(0)\n ROOT r = f32[8192] all-gather(p), "
            "channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, use_global_device_ids=true, dimensions={0}\n}\n");
+  CHECK(g_lanes == (1u << (TPU_INSN_LANES - 1) | 15u)); /* DCN, then x and y in each 2x2 slice */
   double intra = cost_v(src, &t, &chip, NULL);
   CHECK(intra > 0 && fabs(ag - (intra + 4096 / bw + step)) < 1e-12);
   printf("v5e, 2 slices of 2x2: all-reduce across slices %.3f us (closed form %.3f); all-gather over both %.3f us = "
