@@ -40,6 +40,8 @@ typedef struct tpu__kinfo {
   int mm_lhs, mm_rhs;      /* operand indices of `in` feeding the matmul's lhs / rhs, -1 */
   int64_t vpu, eup, xlu;   /* vreg-operations of the whole op per unit */
   int64_t space_vregs;     /* vector registers of its largest array */
+  int64_t vcopy_windows;   /* a compiled program's windowed copy within VMEM: its windows
+                            * (tile.c windowed_vmem_copy), else 0 */
   const char *what;        /* op kind label for vpu/eup/xlu instructions */
   /* layout */
   double bytes, padded_bytes;       /* operands + results, unpadded / tiled */

@@ -243,8 +243,13 @@ static int fused_update_target(const tpu_instr *in) {
   return k >= 0 && k < in->noperands ? k : -1;
 }
 
+/* A compiled program's value in scalar memory (memory space S(6), SMEM: indices, loop
+ * counters): the scalar unit reads and writes it there, no transfer to or from HBM. */
+static int in_smem(const tpu_shape *s) { return s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL; }
+
 static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
   const tpu_shape *s = &in->operands[j]->shape;
+  if (in_smem(s)) return 0;
   if (in->op == TPU_OP_FUSION) {
     if (carried_operand(in, j) || fused_update_target(in) == j) return 0;
     int64_t b = fused_slice_bytes(be, in, j, padded);
@@ -266,7 +271,7 @@ int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j) {
 
 static int64_t write_bytes(const tpu__be *be, const tpu_instr *in, int leaf, int padded) {
   const tpu_shape *s = tpu__leaf(&in->shape, leaf);
-  if (!s || carried_leaf(in, leaf)) return 0;
+  if (!s || carried_leaf(in, leaf) || in_smem(s)) return 0;
   int upd = in->op == TPU_OP_DYNAMIC_UPDATE_SLICE || fused_update_target(in) >= 0;
   if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) s = &in->operands[1]->shape;
   else if (upd) s = &in->calls->root->operands[1]->shape;

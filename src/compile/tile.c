@@ -179,6 +179,38 @@ static int vmem_copy(const tpu_instr *in) {
   return in->op == TPU_OP_COPY && in->noperands == 1 && (tpu__in_vmem(&in->shape) || tpu__in_vmem(&in->operands[0]->shape));
 }
 
+/* The dimensions of s in minor-to-major order, leaving out those of size 1 (they move no
+ * bytes); returns how many. */
+static int moving_order(const tpu_shape *s, int *out) {
+  int n = 0;
+  for (int i = 0; i < s->rank; i++) {
+    int d = s->has_layout ? s->minor_to_major[i] : s->rank - 1 - i;
+    if (s->dims[d] > 1) out[n++] = d;
+  }
+  return n;
+}
+
+/* A compiled program's copy within VMEM (S(1) on both sides) that moves the dimension in
+ * the lanes (a transpose) or moves no bytes at all (only dimensions of size 1 change
+ * places): the XLA TPU compiler runs it as a windowed copy, 100 cycles per window of at
+ * most 1 MiB, with no kernel start (every such copy of the compiled families corpus on v5e
+ * and v6e, 59 and 60: estimated_cycles = 100 x the product of its iteration_bounds, e.g.
+ * bf16[2,2048,512] {2,1,0} -> {1,2,0} 600 cycles in 6 windows). One that keeps the lanes'
+ * dimension and reorders the others relays the sublanes out on the vector unit (50 on
+ * v5e, 1,961-201,868 cycles). Returns the windows, or 0 when `in` is not such a copy. */
+static int64_t windowed_vmem_copy(const tpu__be *be, const tpu_instr *in) {
+  if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
+  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+  if (!tpu__in_vmem(r) || !tpu__in_vmem(o) || r->rank != o->rank) return 0;
+  int a[TPU_MAX_RANK], b[TPU_MAX_RANK];
+  int na = moving_order(r, a), nb = moving_order(o, b), same = na == nb;
+  for (int i = 0; same && i < na; i++) same = a[i] == b[i];
+  if (!same && na > 0 && nb > 0 && a[0] == b[0]) return 0; /* a sublane relayout */
+  int64_t bytes = tpu__padded_bytes(be, r), ob = tpu__padded_bytes(be, o), win = (int64_t)1 << 20;
+  if (ob > bytes) bytes = ob;
+  return bytes > win ? (bytes + win - 1) / win : 1;
+}
+
 /* The registers a transcendental op pushes through the EUP: 32-bit ones, a 16-bit value
  * widened first (the XLA TPU compiler's cost model gives 64 chained exps of bf16[4096,4096]
  * the cycles of f32[4096,4096]'s, 542,556 against 538,460 on v5e, on all four generations:
@@ -745,6 +777,15 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   po.scalar = tpu_dtype_is_array(in->shape.dtype) && in->shape.rank == 0;
   for (int i = 0; po.scalar && i < in->noperands; i++)
     po.scalar = tpu_dtype_is_array(in->operands[i]->shape.dtype) && in->operands[i]->shape.rank == 0;
+  /* A compiled program's op on values in scalar memory (memory space S(6), SMEM: loop
+   * counters, indices, a clipped norm's scale) is the scalar unit's work too: the compiler
+   * gives none of them estimated_cycles (97 ops of the compiled families corpus on v5e). */
+  for (int i = -1; !po.scalar && i < in->noperands; i++) {
+    const tpu_shape *s = i < 0 ? &in->shape : &in->operands[i]->shape;
+    po.scalar = s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL;
+  }
+  k->vcopy_windows = windowed_vmem_copy(be, in);
+  if (k->vcopy_windows) po.scalar = 1; /* no kernel start: see windowed_vmem_copy */
   const tpu_instr *path[NEST_MAX];
   int depth = 0;
   const tpu_instr *mm = is_mxu_op(in) ? in : in->op == TPU_OP_FUSION ? find_matmul(in->calls, path, &depth) : NULL;

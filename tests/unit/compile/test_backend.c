@@ -586,6 +586,56 @@ static void layout_copy_transposes(void) {
   CHECK_NEAR(copy_xbytes("1,0:T(8,128)", "1,0:T(8,128)"), 0, 0);
 }
 
+/* The busy cycles of unit u for the op named r in program src; -1 when it does not time. */
+static int64_t r_unit_cycles(const char *src, tpu_unit u) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  tpu_timeline tl;
+  memset(&tl, 0, sizeof tl);
+  tpu_program *p = compile_src(src, &m);
+  int r = p ? op_named(p, "r") : -1;
+  int64_t c = -1;
+  if (r >= 0 && tpu_timing_run(p, &g_chip, 0, &tl, &d) == TPU_OK && r < tl.nops) c = tl.ops[r].unit_cycles[u];
+  tpu_timeline_free(&tl);
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return c;
+}
+
+/* A compiled program's copy within VMEM that moves the lanes' dimension (a transpose) or
+ * only dimensions of size 1 is the compiler's windowed copy: 100 cycles per window of up to
+ * 1 MiB and no kernel start (bf16[2,2048,512] {2,1,0} -> {1,2,0} in VMEM: 600 cycles on v5e
+ * and v6e); one that keeps the lanes' dimension relays the sublanes out on the vector unit
+ * (bf16[8,14,64] {2,0,1} -> {2,1,0}: 1,961 cycles on v5e). Returns the copy's XLU cycles
+ * (the windows' time) and in *vpu its vector-unit cycles. */
+static int64_t vmem_copy_cycles(const char *shape, const char *from, const char *to, int64_t *vpu) {
+  char src[800];
+  snprintf(src, sizeof src,
+           "HloModule cp, is_scheduled=true\n"
+           "ENTRY e {\n"
+           "  x = %s{%s:T(8,128)(2,1)} parameter(0)\n"
+           "  y = %s{%s:T(8,128)(2,1)S(1)} negate(x)\n"
+           "  r = %s{%s:T(8,128)(2,1)S(1)} copy(y)\n"
+           "  ROOT n = %s{%s:T(8,128)(2,1)} negate(r)\n"
+           "}\n", shape, from, shape, from, shape, to, shape, to);
+  *vpu = r_unit_cycles(src, TPU_UNIT_VPU);
+  return r_unit_cycles(src, TPU_UNIT_XLU);
+}
+
+static void windowed_vmem_copies(void) {
+  int64_t tv, ov, sv;
+  int64_t t = vmem_copy_cycles("bf16[2,2048,512]", "2,1,0", "1,2,0", &tv);      /* 4 MiB: 4 windows */
+  int64_t one = vmem_copy_cycles("bf16[1,1,16,64]", "1,3,2,0", "3,2,1,0", &ov); /* size-1 dims move */
+  int64_t sub = vmem_copy_cycles("bf16[8,14,64]", "2,0,1", "2,1,0", &sv);       /* sublanes relaid */
+  printf("copies within VMEM: transpose %lld, size-1 move %lld, sublane relayout %lld cycles of XLU windows\n",
+         (long long)t, (long long)one, (long long)sub);
+  CHECK_EQ_INT((int)t, 400);
+  CHECK_EQ_INT((int)tv, 0);
+  CHECK_EQ_INT((int)one, 100);
+  CHECK_EQ_INT((int)ov, 0);
+  CHECK(sub != 100 && sv > 0);
+}
+
 /* A matmul split along K accumulates each output block in one f32 buffer: the block's
  * store is not overlapped with the next block's first K step (the XLA TPU compiler's
  * estimates: bf16 [4096,32768] x [32768,4096] on v5e, 64 K steps of 512 per 1024x1024
@@ -794,6 +844,7 @@ int main(void) {
   free_intermediate_layout();
   lone_through_prefetch();
   layout_copy_transposes();
+  windowed_vmem_copies();
   hbm_reuse();
   eup_width();
   row_broadcasts();
