@@ -12,7 +12,7 @@
 #include "ir/collective.h"
 #include "pod/cost.h"
 #include "ir/verify.h"
-#include "compile/spmd.h"
+#include "compile/spmd/spmd.h"
 
 static void usage(FILE *f) {
   fprintf(f,

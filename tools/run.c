@@ -25,7 +25,7 @@
 #include "report/report.h"
 #include "report/source.h"
 #include "ir/collective.h"
-#include "compile/spmd.h"
+#include "compile/spmd/spmd.h"
 #include "pod/cost.h"
 #include "pod/topology.h"
 #include "pod/mpi.h"

@@ -10,7 +10,7 @@ For each slice it compiles `x @ w` (w split along its contraction, to be gathere
 `x.T @ dy` (partial sums over the split batch, reduce-scattered into w's split) with the split
 over every device or over part of them, and prints how many collective-permutes and
 all-gathers / reduce-scatters the compiled program has. tpusim's chip field
-`windowed_einsum_min_chips` and src/compile/spmd_window.c follow what it prints
+`windowed_einsum_min_chips` and src/compile/spmd/spmd_window.c follow what it prints
 (docs/spmd.md, "Windowed einsum").
 """
 import re

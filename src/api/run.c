@@ -9,7 +9,7 @@
 #include "chip/program.h"
 #include "chip/timing.h"
 #include "compile/compile.h"
-#include "compile/spmd.h"
+#include "compile/spmd/spmd.h"
 #include "hlo/hlo.h"
 #include "ir/collective.h"
 #include "ir/verify.h"

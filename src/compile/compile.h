@@ -1,7 +1,7 @@
 /* The compiler: a pipeline of named passes from a verified HLO module to a TPU program.
  *
  *   HLO passes (mutate the module; verified after each; `--dump-after` prints HLO):
- *     inline → spmd-partition → simplify → fuse (spmd-partition: compile/spmd.h)
+ *     inline → spmd-partition → simplify → fuse (spmd-partition: compile/spmd/spmd.h)
  *   Back-end passes (build the program; `--dump-after` prints the program so far):
  *     tile → layout → buffer-assign → schedule → lower
  *

@@ -6,9 +6,9 @@
 #include <time.h>
 
 #include "base/alloc.h"
-#include "compile/backend.h"
-#include "compile/hlo_passes.h"
-#include "compile/spmd.h"
+#include "compile/backend/backend.h"
+#include "compile/passes/hlo_passes.h"
+#include "compile/spmd/spmd.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"
 

@@ -211,7 +211,7 @@ int tpu_instr_moves_minor(const tpu_instr *in);
  * batch dimension or one of size 1 (a batch of such products runs on the MXU). Returns 1 and
  * which operand is the matrix (0 lhs, 1 rhs; the larger when both are vectors) when it is,
  * and its contracting dimensions are listed in ascending order (so a reduce sums in the
- * dot's order); 0 otherwise. compile/dot_reduce.c rewrites these; the chip executor
+ * dot's order); 0 otherwise. compile/passes/dot_reduce.c rewrites these; the chip executor
  * computes them at f32, not as MXU passes. */
 int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix);
 /* Whether one operand of the dot is a vector (the shape test of tpu_dot_on_vector_unit,

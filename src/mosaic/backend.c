@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "compile/backend.h"
+#include "compile/backend/backend.h"
 #include "ir/custom_call.h"
 #include "mosaic/mosaic.h"
 

@@ -197,7 +197,7 @@ grep -q "nodir/r.json:0:0: error: cannot create" "$T/se" || fail "unwritable rep
 
 # A 20,000-element cumsum (JAX's TPU lowering: a reduce-window over the whole prefix) runs in
 # linear time on both backends; the tpu backend sums in the XLA TPU compiler's blocks of 128
-# (compile/scan_rewrite.c), within 0.005 of float64 on values up to ~10,000 (JAX on CPU:
+# (compile/passes/scan_rewrite.c), within 0.005 of float64 on values up to ~10,000 (JAX on CPU:
 # 0.0017; the reference's plain left-to-right window order: 0.028, allowed 0.05).
 python3 -c "import numpy as np; np.save('$T/cs.npy', np.random.RandomState(0).rand(20000).astype(np.float32))" ||
   fail "numpy for the cumsum input"

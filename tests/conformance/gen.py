@@ -316,7 +316,7 @@ def _(r):
 
 
 @case("conv2d_relayout", "bf16 conv + ReLU over a batch of 16: the TPU backend writes the conv's own "
-      "layout (batch in the sublanes) and relays it out by a transpose kernel (compile/relayout.c)", TOL_BF16)
+      "layout (batch in the sublanes) and relays it out by a transpose kernel (compile/passes/relayout.c)", TOL_BF16)
 def _(r):
     def f(x, w):
         return jax.nn.relu(lax.conv_general_dilated(x, w, (1, 1), "SAME",

@@ -1,4 +1,4 @@
-/* cholesky and triangular-solve on the TPU back end (src/compile/linalg.c, docs/timing.md):
+/* cholesky and triangular-solve on the TPU back end (src/compile/backend/linalg.c, docs/timing.md):
  * useful flops n^3/3 and k^2 m; the MXU's busy cycles equal the sum of the blocked
  * algorithm's matmuls, panel by panel (the MXU model's own formula per matmul); the vector
  * units' equal the triangles' register counts; the steps run one after another; a matrix

@@ -436,7 +436,7 @@ static void test_matmul_fusion(void) {
   CHECK_EQ_INT(scaled, 3);
 }
 
-/* Sibling multi-output fusion (compile/fuse_merge.c): two reductions over one array become
+/* Sibling multi-output fusion (compile/passes/fuse_merge.c): two reductions over one array become
  * one kernel (a column sum and a row sum), two scalings of it one kernel, but a reduction
  * and an independent scaling stay two (the XLA TPU compiler's choice, probed on v5e). */
 static void test_sibling_fusion(void) {
@@ -463,7 +463,7 @@ static void test_sibling_fusion(void) {
   CHECK_EQ_INT(kc.kernels, 2);
 }
 
-/* Convolution layouts at the program's edge (compile/relayout.c): bf16[32,56,56,64] pads
+/* Convolution layouts at the program's edge (compile/passes/relayout.c): bf16[32,56,56,64] pads
  * alike row-major and in the convolution's layout, so the program returns it row-major
  * through a relayout kernel (the XLA TPU compiler's `copy`); bf16[32,14,14,256] pads its
  * 14 rows to 16 row-major, so it leaves in the convolution's layout, one kernel. */
@@ -544,7 +544,7 @@ static void test_param_layouts(void) {
   }
 }
 
-/* Dot strength reduction (compile/dot_reduce.c): a dot with a vector operand runs as one
+/* Dot strength reduction (compile/passes/dot_reduce.c): a dot with a vector operand runs as one
  * multiply + reduce kernel; a dot with rows on both sides, or whose matrix operand lists its
  * contracting dimensions out of order, stays a dot. */
 static void test_dot_strength_reduction(void) {
@@ -630,7 +630,7 @@ static void test_dot_strength_reduction(void) {
   g_chip.vpu_batched_vector_dots = 0;
 }
 
-/* Common subexpressions (compile/cse.c): equal instructions merge, even when JAX gave each
+/* Common subexpressions (compile/passes/cse.c): equal instructions merge, even when JAX gave each
  * its own copy of the reducer and other metadata; different attributes, operands and
  * ops with effects do not. Counted after simplify in the dump. */
 static int count_in(const char *text, const char *needle) {
@@ -639,7 +639,7 @@ static int count_in(const char *text, const char *needle) {
   return n;
 }
 
-/* One-hot scatter as a select (compile/scatter_select.c): one update per row into a
+/* One-hot scatter as a select (compile/passes/scatter_select.c): one update per row into a
  * broadcast zero becomes compare-select; two updates per row (they might collide) and a
  * scatter that overwrites stay scatters. Values: conformance case cross_entropy_grad. */
 static void test_scatter_select(void) {
@@ -667,7 +667,7 @@ static void test_scatter_select(void) {
   }
 }
 
-/* A sum over a broadcast's new dimensions as a multiply (compile/reduce_bcast.c): over the
+/* A sum over a broadcast's new dimensions as a multiply (compile/passes/reduce_bcast.c): over the
  * added rows through two converts it becomes x * 8 (no reduce left, the value exact: 8 is a
  * power of two); over x's own dimension it stays a reduce. */
 static void test_reduce_of_broadcast(void) {
@@ -875,7 +875,7 @@ static void test_cli(void) {
 }
 
 /* A parameter updated in place (dynamic-update-slice, scatter) that the caller did not donate
- * is copied first, as the XLA TPU compiler copies it (compile/param_copy.c); a donated one
+ * is copied first, as the XLA TPU compiler copies it (compile/passes/param_copy.c); a donated one
  * (input_output_alias) is updated where it lies. */
 static void test_param_copies(void) {
   static const char *fmt =
@@ -899,7 +899,7 @@ static void test_param_copies(void) {
 }
 
 /* A scan longer than 128 (jnp.cumsum as JAX lowers it for a TPU) is rewritten into the XLA
- * TPU compiler's blocks (compile/scan_rewrite.c): no reduce-window wider than 128 is left,
+ * TPU compiler's blocks (compile/passes/scan_rewrite.c): no reduce-window wider than 128 is left,
  * and each of the 157 blocks of 128 of a 20,000-element scan is a window of 128. */
 static void test_scan_rewrite(void) {
   static const char *src =
@@ -926,7 +926,7 @@ static void test_scan_rewrite(void) {
 
 /* An NCHW input read only by a convolution takes the convolution's layout (features in the
  * lanes, batch in the sublanes) where its features fill the lanes, as the XLA TPU compiler's
- * entry layout {1,0,3,2} for bf16[16,128,28,28] (compile/relayout.c); a weight gradient's
+ * entry layout {1,0,3,2} for bf16[16,128,28,28] (compile/passes/relayout.c); a weight gradient's
  * input (its "features" the batch of 16) keeps row-major. */
 static void test_nchw_param_layout(void) {
   static const char *fmt =

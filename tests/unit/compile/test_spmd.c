@@ -10,7 +10,7 @@
 #include "check.h"
 #include "chip/chip.h"
 #include "chip/exec.h"
-#include "compile/spmd.h"
+#include "compile/spmd/spmd.h"
 #include "hlo/hlo.h"
 #include "ir/collective.h"
 #include "ir/verify.h"

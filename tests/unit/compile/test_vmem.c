@@ -133,7 +133,7 @@ static void vmem_read_cost(void) {
   CHECK(hbm[0] == hbm[1] && hbm[0] == 2048.0 * 2048 * 4); /* the write only */
 }
 
-/* Cross-program prefetch (compile/vmem_assign.c): a decode step's weight, the largest
+/* Cross-program prefetch (compile/backend/vmem_assign.c): a decode step's weight, the largest
  * parameter a matmul reads, is on chip when the step starts — VMEM on v5e (the compiler's
  * copy-start with cross_program_prefetch_index), CMEM on one v4 TensorCore when VMEM is too
  * small, none past v6e's xprefetch_max_bytes — and only the rest moves over HBM. */

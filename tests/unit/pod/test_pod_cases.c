@@ -14,7 +14,7 @@
 #include "check.h"
 #include "chip/chip.h"
 #include "compare.h"
-#include "compile/spmd.h"
+#include "compile/spmd/spmd.h"
 #include "ir/collective.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"

@@ -1,0 +1,601 @@
+/* Back-end pass `buffer-assign`: liveness over the flattened schedule, memory-space
+ * assignment (which intermediate values stay in VMEM, vmem_assign.c) and HBM buffers as the
+ * XLA TPU compiler allocates them for the rest; fails when the program cannot fit the chip's HBM. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile/backend/backend.h"
+
+
+/* Buffer assignment as the XLA TPU compiler allocates (its BufferAssignment and heap
+ * simulator; docs/compiler.md, "Buffer assignment"):
+ *  - entry parameters are the argument allocations, live through the step; the values the
+ *    step returns are output allocations; constants are part of the program image;
+ *  - every other value is a temporary, and temporaries share one heap, packed by live range
+ *    (first fit in order of definition);
+ *  - a while loop's state is one set of buffers: the loop's input, its body's parameter, what
+ *    its body returns and the loop's result share them where XLA's copy insertion needs no
+ *    copy: an element the body passes through unchanged always, an element the body replaces
+ *    when the input dies into the loop and the body writes the new value once nothing reads
+ *    the old one (a dynamic-update-slice into a loop-carried stack: in place);
+ *  - an output the module's input_output_alias gives to a parameter (donation) is written
+ *    into that parameter's buffer when the parameter is no longer read;
+ *  - a buffer whose layout names memory space S(5) (host memory: XLA's host offload of
+ *    saved activations) takes no HBM.
+ * The program records the argument, output, temp and alias bytes as the compiler's
+ * memory_analysis() does; the HBM a chip needs is argument + output − alias + temp (+ the
+ * constants). */
+
+/* The instruction owning leaf `leaf` of `in`'s value (following aliases), or NULL. */
+static const tpu_instr *owner_of(const tpu__be *be, const tpu_instr *in, int leaf, int depth, int *oleaf) {
+  if (!in || depth > 256) return NULL;
+  const tpu__kinfo *k = tpu__be_info(be, in);
+  if (!k) return NULL;
+  if (k->own) {
+    *oleaf = leaf;
+    return leaf < k->nleaves ? in : NULL;
+  }
+  switch (in->op) {
+    case TPU_OP_TUPLE:
+      for (int e = 0; e < in->noperands; e++) {
+        int lo = tpu__leaf_offset(&in->shape, e), n = tpu__leaves(&in->operands[e]->shape);
+        if (leaf >= lo && leaf < lo + n) return owner_of(be, in->operands[e], leaf - lo, depth + 1, oleaf);
+      }
+      return NULL;
+    case TPU_OP_GET_TUPLE_ELEMENT:
+      return owner_of(be, in->operands[0], tpu__leaf_offset(&in->operands[0]->shape, (int)in->index) + leaf,
+                      depth + 1, oleaf);
+    case TPU_OP_COPY_START: /* (copy, operand, context): both arrays are the operand's buffer */
+      return leaf <= 1 ? owner_of(be, in->operands[0], 0, depth + 1, oleaf) : NULL;
+    case TPU_OP_COPY_DONE: return owner_of(be, in->operands[0], 0, depth + 1, oleaf);
+    case TPU_OP_SLICE_START: /* ((operand), slice, context): the slice lies in the operand's buffer */
+      return leaf <= 1 ? owner_of(be, in->operands[0], 0, depth + 1, oleaf) : NULL;
+    case TPU_OP_SLICE_DONE: return owner_of(be, in->operands[0], 1, depth + 1, oleaf);
+    case TPU_OP_ALL_REDUCE_DONE:
+    case TPU_OP_ALL_GATHER_DONE:
+    case TPU_OP_COLLECTIVE_PERMUTE_DONE: /* the result part of its -start: (operands, results, ...) */
+      return owner_of(be, in->operands[0],
+                      in->operands[0]->shape.dtype == TPU_TUPLE ? tpu__leaf_offset(&in->operands[0]->shape, 1) + leaf
+                                                                : leaf,
+                      depth + 1, oleaf);
+    case TPU_OP_WHILE:
+      return owner_of(be, in->body->root, leaf, depth + 1, oleaf);
+    case TPU_OP_CALL:
+      return owner_of(be, in->to_apply->root, leaf, depth + 1, oleaf);
+    case TPU_OP_CONDITIONAL:
+      return in->nbranches ? owner_of(be, in->branches[0]->root, leaf, depth + 1, oleaf) : NULL;
+    case TPU_OP_PARAMETER: {
+      int ci = tpu__be_comp_index(be, in->parent);
+      const tpu_instr *c = ci >= 0 ? be->caller[ci] : NULL;
+      if (!c) return NULL;
+      if (c->op == TPU_OP_WHILE) return owner_of(be, c->operands[0], leaf, depth + 1, oleaf);
+      if (c->op == TPU_OP_CALL)
+        return in->index < c->noperands ? owner_of(be, c->operands[in->index], leaf, depth + 1, oleaf) : NULL;
+      for (int b = 0; b < c->nbranches; b++)
+        if (c->branches[b] == in->parent && b + 1 < c->noperands)
+          return owner_of(be, c->operands[b + 1], leaf, depth + 1, oleaf);
+      return NULL;
+    }
+    default:
+      return in->noperands ? owner_of(be, in->operands[0], leaf, depth + 1, oleaf) : NULL;
+  }
+}
+
+int tpu__be_buffer_of(const tpu__be *be, const tpu_instr *in, int leaf) {
+  int ol = 0;
+  const tpu_instr *o = owner_of(be, in, leaf, 0, &ol);
+  const tpu__kinfo *k = o ? tpu__be_info(be, o) : NULL;
+  return k && k->hbm0 >= 0 ? k->hbm0 + ol : -1;
+}
+
+/* Positions: each instruction gets one when it runs; a while/call/conditional gets one
+ * after its computations, so whatever it passes in lives through them. def[] keeps each
+ * instruction's own position, wstart[] a while's first one (before its condition). */
+static void place(tpu__be *be, const tpu_comp *c, int depth, int64_t *def, int64_t *wstart) {
+  if (depth > 64) return;
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    if (in->op == TPU_OP_WHILE) {
+      int64_t start = be->npos + 1;
+      wstart[tpu__be_index(be, in)] = start;
+      place(be, in->condition, depth + 1, def, wstart);
+      place(be, in->body, depth + 1, def, wstart);
+      /* What the body returns is the next iteration's input: its buffers must not take
+       * the place of anything the body writes before it, so they live from the start of
+       * the loop's region (unless they share the loop's buffers: loop_state). */
+      const tpu_instr *r = in->body->root;
+      for (int o = 0; r->op == TPU_OP_TUPLE && o < r->noperands; o++) {
+        tpu__kinfo *ko = tpu__be_info(be, r->operands[o]);
+        if (ko && ko->own && r->operands[o]->parent == in->body) ko->pos = start;
+      }
+      if (r->op != TPU_OP_TUPLE) {
+        tpu__kinfo *kr = tpu__be_info(be, r);
+        if (kr && kr->own) kr->pos = start;
+      }
+    } else if (in->op == TPU_OP_CONDITIONAL) {
+      for (int b = 0; b < in->nbranches; b++) place(be, in->branches[b], depth + 1, def, wstart);
+    } else if (in->op == TPU_OP_CALL) {
+      place(be, in->to_apply, depth + 1, def, wstart);
+    }
+    tpu__kinfo *k = tpu__be_info(be, in);
+    k->pos = ++be->npos;
+    def[tpu__be_index(be, in)] = k->pos;
+    if ((in->op == TPU_OP_PARAMETER && c->is_entry) || in->op == TPU_OP_CONSTANT) k->pos = 0;
+  }
+}
+
+typedef struct {
+  int64_t pos;
+  int idx;
+  const tpu_instr *in;
+} byp;
+
+static int cmp_pos(const void *a, const void *b) {
+  const byp *x = a, *y = b;
+  if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
+  return x->idx - y->idx;
+}
+
+static void bump(int64_t *x, int64_t v) {
+  if (v > *x) *x = v;
+}
+
+/* The entry parameter an input_output_alias entry gives output leaf `leaf` to (text such
+ * as "{ {0}: (1, {}, may-alias), {1}: (2, {}, must-alias) }"; "{}" names a lone output), or -1. */
+static int donated_to(const tpu_module *m, int leaf) {
+  for (int i = 0; i < m->nattrs; i++) {
+    if (strcmp(m->attrs[i].name, "input_output_alias") != 0 || !m->attrs[i].value) continue;
+    const char *p = m->attrs[i].value;
+    while ((p = strchr(p, '{')) != NULL) {
+      p++;
+      while (*p == ' ') p++;
+      if (*p == '{') continue; /* the list's own brace */
+      long out = 0;
+      if (*p != '}') out = strtol(p, NULL, 10);
+      const char *c = strstr(p, ": (");
+      if (!c) return -1;
+      long par = strtol(c + 3, NULL, 10);
+      if (out == leaf) return (int)par;
+      p = strchr(c, ')');
+      if (!p) return -1;
+    }
+  }
+  return -1;
+}
+
+/* A value: one leaf of an instruction with an HBM buffer. Values joined into one buffer
+ * (loop state, donation) share a root (union-find) and one offset. */
+enum { CLS_TEMP, CLS_CONST, CLS_OUT, CLS_ARG, CLS_HOST };
+typedef struct {
+  const tpu_instr *in;
+  int leaf, root, cls;
+  int64_t size, start, end, off;
+} val;
+
+static int find(val *v, int i) {
+  while (v[i].root != i) i = v[i].root = v[v[i].root].root;
+  return i;
+}
+
+static void join(val *v, int a, int b) {
+  a = find(v, a), b = find(v, b);
+  if (a != b) v[b].root = a;
+}
+
+typedef struct { /* two values to join once values exist, by (owner, leaf) */
+  const tpu_instr *ia, *ib;
+  int la, lb;
+  int64_t wend; /* the loop's end: ia lives to it if the two cannot share (one in VMEM) */
+} pair;
+
+typedef struct {
+  pair *p;
+  int n, cap;
+} pairs;
+
+static int add_pair(pairs *ps, const tpu_instr *ia, int la, const tpu_instr *ib, int lb, int64_t wend) {
+  if (ps->n == ps->cap) {
+    int cap = ps->cap ? 2 * ps->cap : 64;
+    pair *np = tpu_realloc(ps->p, (size_t)cap * sizeof *np);
+    if (!np) return 0;
+    ps->p = np, ps->cap = cap;
+  }
+  pair x = {ia, ib, la, lb, wend};
+  ps->p[ps->n++] = x;
+  return 1;
+}
+
+/* The loop state rule (copy insertion's, above) for while `w`: per element of the state,
+ * how long the input lives, and which body result shares the input's buffer. */
+static int loop_state(tpu__be *be, const tpu_instr *w, const int64_t *def, const int64_t *wstart, pairs *ps) {
+  tpu__kinfo *kw = tpu__be_info(be, w);
+  const tpu_comp *b = w->body;
+  const tpu_instr *r = b->root, *x = w->operands[0], *bp = b->nparams ? b->params[0] : NULL;
+  int nl = tpu__leaves(&x->shape);
+  int simple = r->op == TPU_OP_TUPLE && bp && r->noperands == (x->shape.dtype == TPU_TUPLE ? x->shape.ntuple : 1);
+  for (int i = 0; simple && i < b->ninstrs; i++) { /* the body reads its state by element */
+    const tpu_instr *u = b->instrs[i];
+    for (int o = 0; o < u->noperands; o++)
+      if (u->operands[o] == bp && u->op != TPU_OP_GET_TUPLE_ELEMENT) simple = 0;
+  }
+  for (int e = 0; e < (simple ? r->noperands : 0); e++)
+    if (tpu__leaves(&r->operands[e]->shape) != 1) simple = 0;
+  for (int leaf = 0; leaf < nl; leaf++) {
+    int xl = 0;
+    const tpu_instr *xo = owner_of(be, x, leaf, 0, &xl);
+    tpu__kinfo *kx = xo ? tpu__be_info(be, xo) : NULL;
+    /* An input reached through an enclosing loop's parameter is that loop's state: its
+     * rule, which covers this loop's whole region, decides how long it lives. */
+    if (!kx || xo->parent != w->parent) continue;
+    if (!simple) { /* the input lives as long as the loop's result */
+      bump(&kx->last_use, kw->last_use);
+      continue;
+    }
+    int vl = 0;
+    const tpu_instr *re = r->operands[leaf];
+    const tpu_instr *vo = owner_of(be, re, 0, 0, &vl);
+    if (vo == xo && vl == xl) { /* passed through unchanged: one buffer throughout */
+      bump(&kx->last_use, kw->last_use);
+      continue;
+    }
+    int64_t old = 0; /* the last read of the element's old value in the body */
+    for (int i = 0; i < b->ninstrs; i++) {
+      const tpu_instr *g = b->instrs[i];
+      if (g->op == TPU_OP_GET_TUPLE_ELEMENT && g->operands[0] == bp && g->index == leaf)
+        bump(&old, tpu__be_info(be, g)->last_use);
+    }
+    tpu__kinfo *kv = vo ? tpu__be_info(be, vo) : NULL;
+    int in_place = kv && vo->parent == b && def[tpu__be_index(be, vo)] >= old;
+    int dies = kx->last_use <= wstart[tpu__be_index(be, w)] && kx->pos > 0 && xo->op != TPU_OP_CONSTANT;
+    if (in_place && dies) {
+      if (!add_pair(ps, xo, xl, vo, vl, kw->pos)) return 0;
+    } else if (!in_place) {
+      bump(&kx->last_use, kw->pos); /* the state stays in the input's buffer; the new value is copied in */
+    }
+    /* else the input is read after the loop (or is the caller's): the state is a copy, the
+     * body result's buffer, and the input lives by its own uses */
+  }
+  return 1;
+}
+
+typedef struct {
+  int64_t off, size, end;
+} live;
+
+/* Whether value g may take the buffer of a value that dies where g is defined: its kernel
+ * streams its operands element by element (XLA's CanShareOperandBufferWithUser for
+ * elementwise and loop fusions), so it can write over what it reads. */
+static int can_share_dying(const tpu__be *be, const val *g) {
+  const tpu__kinfo *k = tpu__be_info(be, g->in);
+  return k && k->kind == TPU__K_STREAM;
+}
+
+static int interferes(const val *a, const val *b, int share) {
+  if (a->end < b->start || b->end < a->start) return 0;
+  if (share && (a->end == b->start || b->end == a->start)) return 0;
+  return 1;
+}
+
+/* Temporaries first take the output allocations where they fit and their live ranges do
+ * not meet what the allocation holds (XLA's buffer assignment reuses a maybe-live-out
+ * allocation for buffers that die before the output is written), largest first; the rest
+ * share one heap, first fit in order of their first definition. Returns the heap's size.
+ * ord and act hold 2 nv entries; in_out[i] is the output buffer temporary i lives in, or -1. */
+static int64_t pack_temps(const tpu__be *be, val *v, int nv, byp *ord, live *act, int *in_out, int *chain,
+                          const tpu_instr **at) {
+  int nout = 0, ntemp = 0;
+  for (int i = 0; i < nv; i++) {
+    in_out[i] = -1, chain[i] = -1;
+    if (v[i].root != i) continue;
+    if (v[i].cls == CLS_OUT) ord[nout].pos = -v[i].size, ord[nout].idx = i, ord[nout++].in = NULL;
+  }
+  qsort(ord, (size_t)nout, sizeof *ord, cmp_pos);
+  byp *tord = ord + nout;
+  for (int i = 0; i < nv; i++)
+    if (v[i].root == i && v[i].cls == CLS_TEMP) tord[ntemp].pos = -v[i].size, tord[ntemp].idx = i, tord[ntemp++].in = NULL;
+  qsort(tord, (size_t)ntemp, sizeof *tord, cmp_pos);
+  for (int q = 0; q < ntemp; q++) {
+    int t = tord[q].idx;
+    int share = can_share_dying(be, &v[t]);
+    for (int a = 0; a < nout && in_out[t] < 0; a++) {
+      int o = ord[a].idx, ok = v[t].size <= v[o].size && !interferes(&v[t], &v[o], share);
+      for (int c = chain[o]; ok && c >= 0; c = chain[c]) ok = !interferes(&v[t], &v[c], share);
+      if (ok) {
+        in_out[t] = o;
+        chain[t] = chain[o];
+        chain[o] = t;
+      }
+    }
+  }
+  int n = 0;
+  for (int i = 0; i < nv; i++)
+    if (v[i].root == i && v[i].cls == CLS_TEMP && in_out[i] < 0) {
+      ord[n].pos = v[i].start, ord[n].idx = i, ord[n].in = NULL;
+      n++;
+    }
+  qsort(ord, (size_t)n, sizeof *ord, cmp_pos);
+  int nact = 0;
+  int64_t foot = 0;
+  for (int q = 0; q < n; q++) {
+    val *g = &v[ord[q].idx];
+    int share = can_share_dying(be, g);
+    for (int a = 0; a < nact;) { /* expire */
+      if (act[a].end < g->start || (share && act[a].end == g->start)) {
+        memmove(&act[a], &act[a + 1], (size_t)(nact - a - 1) * sizeof *act);
+        nact--;
+      } else {
+        a++;
+      }
+    }
+    int64_t off = 0;
+    int a = 0;
+    for (; a < nact; a++) {
+      if (act[a].off - off >= g->size) break;
+      if (act[a].off + act[a].size > off) off = act[a].off + act[a].size;
+    }
+    memmove(&act[a + 1], &act[a], (size_t)(nact - a) * sizeof *act);
+    act[a].off = off, act[a].size = g->size, act[a].end = g->end;
+    nact++;
+    g->off = off;
+    if (off + g->size > foot) {
+      foot = off + g->size;
+      *at = g->in;
+    }
+  }
+  return foot;
+}
+
+/* Most bytes live at once over the buffers (roots), each counted once: a sweep over their
+ * starts (+size) and ends (−size after the end). ev holds 2 nv entries. */
+static int64_t live_peak(const val *v, int nv, byp *ev) {
+  int n = 0;
+  for (int i = 0; i < nv; i++) {
+    if (v[i].root != i || v[i].cls == CLS_HOST) continue;
+    ev[n].pos = v[i].start, ev[n].idx = 1, ev[n++].in = (const tpu_instr *)&v[i];
+    ev[n].pos = v[i].end + 1, ev[n].idx = 0, ev[n++].in = (const tpu_instr *)&v[i];
+  }
+  qsort(ev, (size_t)n, sizeof *ev, cmp_pos); /* at one position, ends (idx 0) first */
+  int64_t live_b = 0, peak = 0;
+  for (int i = 0; i < n; i++) {
+    const val *x = (const val *)(const void *)ev[i].in;
+    live_b += ev[i].idx ? x->size : -x->size;
+    bump(&peak, live_b);
+  }
+  return peak;
+}
+
+tpu_status tpu__pass_buffer_assign(tpu__be *be) {
+  const tpu_module *m = be->m;
+  int nk = be->ninstrs > 0 ? be->ninstrs : 1;
+  int64_t *def = tpu_calloc((size_t)nk, sizeof *def), *wstart = tpu_calloc((size_t)nk, sizeof *wstart);
+  int *vbase = tpu_calloc((size_t)nk, sizeof *vbase);
+  int *in_out = NULL, *chain = NULL;
+  int n = 0;
+  for (int ci = 0; ci < m->ncomps; ci++)
+    if (be->scheduled[ci]) n += m->comps[ci]->ninstrs;
+  int64_t nl = 0; /* leaves of every scheduled instruction: a bound on values */
+  for (int ci = 0; ci < m->ncomps; ci++)
+    if (be->scheduled[ci])
+      for (int i = 0; i < m->comps[ci]->ninstrs; i++) nl += tpu__leaves(&m->comps[ci]->instrs[i]->shape);
+  byp *v = tpu_calloc((size_t)(n ? n : 1), sizeof *v);
+  val *vals = tpu_calloc((size_t)(nl ? nl : 1), sizeof *vals);
+  live *act = tpu_calloc((size_t)(nl ? nl : 1), sizeof *act);
+  byp *ord = tpu_calloc((size_t)(2 * nl + 1), sizeof *ord);
+  in_out = tpu_calloc((size_t)(nl ? nl : 1), sizeof *in_out);
+  chain = tpu_calloc((size_t)(nl ? nl : 1), sizeof *chain);
+  pairs ps = {NULL, 0, 0};
+  tpu_status st = TPU_OK;
+  if (!def || !wstart || !vbase || !v || !vals || !act || !ord || !in_out || !chain) {
+    st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < nk; i++) vbase[i] = -1;
+  place(be, m->entry, 0, def, wstart);
+  n = 0;
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    if (!be->scheduled[ci]) continue;
+    const tpu_comp *c = m->comps[ci];
+    for (int i = 0; i < c->ninstrs; i++) {
+      const tpu_instr *in = c->instrs[i];
+      tpu__kinfo *k = &be->k[be->comp_base[ci] + in->id];
+      k->last_use = k->pos;
+      k->hbm0 = -1;
+      v[n].pos = k->pos;
+      v[n].idx = be->comp_base[ci] + in->id;
+      v[n++].in = in;
+    }
+  }
+  qsort(v, (size_t)n, sizeof *v, cmp_pos);
+  /* Direct uses (a while reads its input where the loop starts), then aliases and control
+   * ops hand their last use to what they pass on; a while's input is handled by loop_state. */
+  for (int i = 0; i < n; i++)
+    for (int o = 0; o < v[i].in->noperands; o++) {
+      tpu__kinfo *ko = tpu__be_info(be, v[i].in->operands[o]);
+      if (ko) bump(&ko->last_use, v[i].in->op == TPU_OP_WHILE ? wstart[v[i].idx] : v[i].pos);
+    }
+  /* The result and the inputs (owned by the caller, unless donated) live to the end. */
+  bump(&tpu__be_info(be, m->entry->root)->last_use, be->npos + 1);
+  for (int i = 0; i < m->entry->nparams; i++) {
+    int donated = 0;
+    for (int leaf = 0; leaf < tpu__leaves(&m->entry->root->shape) && !donated; leaf++)
+      donated = donated_to(m, leaf) == (int)m->entry->params[i]->index;
+    if (!donated) bump(&tpu__be_info(be, m->entry->params[i])->last_use, be->npos + 1);
+  }
+  for (int i = 0; i < n; i++) /* constants are part of the program image */
+    if (v[i].in->op == TPU_OP_CONSTANT) bump(&be->k[v[i].idx].last_use, be->npos + 1);
+  for (int i = n - 1; i >= 0; i--) {
+    const tpu_instr *in = v[i].in;
+    tpu__kinfo *k = &be->k[v[i].idx];
+    if (k->own && k->kind != TPU__K_WHILE) continue;
+    if (in->op != TPU_OP_WHILE)
+      for (int o = 0; o < in->noperands; o++) bump(&tpu__be_info(be, in->operands[o])->last_use, k->last_use);
+    const tpu_comp *sub[2] = {NULL, NULL};
+    if (in->op == TPU_OP_WHILE) sub[0] = in->body;
+    if (in->op == TPU_OP_CALL) sub[0] = in->to_apply;
+    if (in->op == TPU_OP_CONDITIONAL)
+      for (int b = 0; b < in->nbranches; b++) bump(&tpu__be_info(be, in->branches[b]->root)->last_use, k->last_use);
+    if (sub[0]) bump(&tpu__be_info(be, sub[0]->root)->last_use, k->last_use);
+  }
+  /* A dynamic-update-slice whose operand dies with it updates that buffer in place (as
+   * XLA does when the operand's buffer can be reused): it owns none, and the operand's
+   * buffer lives as long as the result. */
+  for (int i = 0; i < n; i++) {
+    const tpu_instr *in = v[i].in;
+    tpu__kinfo *k = &be->k[v[i].idx];
+    if (in->op != TPU_OP_DYNAMIC_UPDATE_SLICE || !k->own) continue;
+    const tpu_instr *x = in->operands[0];
+    tpu__kinfo *ko = tpu__be_info(be, x);
+    for (int guard = 0; ko && !ko->own && x->op == TPU_OP_DYNAMIC_UPDATE_SLICE && guard < 1 << 20; guard++) {
+      x = x->operands[0]; /* an earlier in-place update: its owner */
+      ko = tpu__be_info(be, x);
+    }
+    if (!ko || !ko->own || ko->kind == TPU__K_WHILE || ko->nleaves != 1 || ko->pos <= 0 ||
+        ko->last_use != k->pos || x->parent != in->parent)
+      continue;
+    k->own = 0;
+    ko->last_use = k->last_use;
+  }
+  /* Loop state, innermost loops last so an outer loop's input sees its body's uses. */
+  for (int i = n - 1; i >= 0; i--)
+    if (v[i].in->op == TPU_OP_WHILE && !loop_state(be, v[i].in, def, wstart, &ps)) {
+      st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+      goto done;
+    }
+  /* Memory-space assignment: the values that stay in VMEM get no HBM buffer. */
+  st = tpu__assign_vmem(be);
+  if (st != TPU_OK) goto done;
+  /* The values, their classes, and the buffers they share. */
+  int nv = 0;
+  for (int i = 0; i < n; i++) {
+    const tpu_instr *in = v[i].in;
+    tpu__kinfo *k = &be->k[v[i].idx];
+    vbase[v[i].idx] = -1;
+    if (!k->own || k->vres) continue;
+    vbase[v[i].idx] = nv;
+    int cls0 = in->op == TPU_OP_CONSTANT ? CLS_CONST
+               : in->op == TPU_OP_PARAMETER && in->parent->is_entry ? CLS_ARG : CLS_TEMP;
+    for (int leaf = 0; leaf < k->nleaves; leaf++) {
+      const tpu_shape *ls = tpu__leaf(&in->shape, leaf);
+      int cls = ls && ls->layout_tail && strstr(ls->layout_tail, "S(5)") ? CLS_HOST : cls0;
+      int64_t size = ls ? tpu__padded_bytes(be, ls) : 0;
+      val x = {in, leaf, nv, cls, (size + 511) / 512 * 512 /* 512-byte aligned buffers (an assumption) */,
+               k->pos, k->last_use, 0};
+      vals[nv++] = x;
+    }
+  }
+#define VID(ins, lf) (vbase[tpu__be_index(be, (ins))] >= 0 ? vbase[tpu__be_index(be, (ins))] + (lf) : -1)
+  for (int i = 0; i < ps.n; i++) {
+    int a = VID(ps.p[i].ia, ps.p[i].la), b = VID(ps.p[i].ib, ps.p[i].lb);
+    if (a >= 0 && b >= 0 && vals[a].size == vals[b].size)
+      join(vals, a, b);
+    else if (a >= 0)
+      bump(&vals[a].end, ps.p[i].wend);
+  }
+  int64_t arg = 0, out = 0, alias = 0, cst = 0;
+  const tpu_instr *root = m->entry->root;
+  int nout = tpu__leaves(&root->shape);
+  for (int leaf = 0; leaf < nout; leaf++) {
+    int ol = 0;
+    const tpu_instr *o = owner_of(be, root, leaf, 0, &ol);
+    const tpu_shape *ls = tpu__leaf(&root->shape, leaf);
+    int64_t size = ls ? (tpu__padded_bytes(be, ls) + 511) / 512 * 512 : 0;
+    out += size;
+    int vo = o ? VID(o, ol) : -1, p = donated_to(m, leaf);
+    if (p >= 0 && p < m->entry->nparams) {
+      alias += size;
+      int vp = VID(m->entry->params[p], 0);
+      /* written into the parameter's buffer once nothing reads the parameter */
+      if (vo >= 0 && vp >= 0 && vals[vo].cls == CLS_TEMP && vals[vp].size == vals[vo].size &&
+          vals[vp].end <= def[tpu__be_index(be, o)])
+        join(vals, vp, vo);
+      continue;
+    }
+    if (vo >= 0 && vals[vo].cls == CLS_TEMP) vals[vo].cls = CLS_OUT;
+  }
+#undef VID
+  for (int i = 0; i < nv; i++) { /* each buffer: its values' union */
+    int r = find(vals, i);
+    if (r == i) continue;
+    if (vals[i].start < vals[r].start) vals[r].start = vals[i].start;
+    bump(&vals[r].end, vals[i].end);
+    bump(&vals[r].size, vals[i].size);
+    if (vals[i].cls > vals[r].cls) vals[r].cls = vals[i].cls;
+  }
+  int64_t host = 0;
+  for (int i = 0; i < nv; i++) {
+    if (vals[i].root != i) continue;
+    if (vals[i].cls == CLS_ARG) arg += vals[i].size;
+    if (vals[i].cls == CLS_CONST) cst += vals[i].size;
+    if (vals[i].cls == CLS_HOST) host += vals[i].size;
+  }
+  const tpu_instr *foot_at = NULL;
+  int64_t temp = pack_temps(be, vals, nv, ord, act, in_out, chain, &foot_at);
+  /* Layout: arguments, outputs, constants, then the temporaries' heap. */
+  int64_t off = 0;
+  for (int c = CLS_ARG; c >= CLS_CONST; c--)
+    for (int i = 0; i < nv; i++)
+      if (vals[i].root == i && vals[i].cls == c) {
+        vals[i].off = off;
+        off += vals[i].size;
+      }
+  int64_t heap = off;
+  for (int i = 0; i < nv; i++)
+    if (vals[i].root == i && vals[i].cls == CLS_TEMP) vals[i].off = in_out[i] >= 0 ? vals[in_out[i]].off : vals[i].off + heap;
+  off = heap + temp; /* host buffers: an address range of their own above HBM's */
+  for (int i = 0; i < nv; i++)
+    if (vals[i].root == i && vals[i].cls == CLS_HOST) {
+      vals[i].off = off;
+      off += vals[i].size;
+    }
+  for (int i = 0; i < nv; i++) {
+    const val *x = &vals[i];
+    const val *r = &vals[find(vals, i)];
+    char name[600];
+    if (tpu__be_info(be, x->in)->nleaves > 1)
+      snprintf(name, sizeof name, "%s#%d", x->in->name, x->leaf);
+    else
+      snprintf(name, sizeof name, "%s", x->in->name);
+    int h = tpu_program_add_hbm(be->p, name, r->off, x->size);
+    if (h < 0) {
+      st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+      goto done;
+    }
+    if (x->leaf == 0) tpu__be_info(be, x->in)->hbm0 = h;
+  }
+  if (!foot_at) { /* no temporaries: the step's result is what fills HBM */
+    int ol = 0;
+    foot_at = owner_of(be, m->entry->root, 0, 0, &ol);
+  }
+  int64_t foot = arg + out - alias + cst + temp;
+  be->p->hbm_footprint = foot;
+  be->p->hbm_peak = live_peak(vals, nv, ord);
+  be->p->hbm_arg = arg;
+  be->p->hbm_out = out;
+  be->p->hbm_alias = alias;
+  be->p->hbm_temp = temp;
+  be->p->host_temp = host;
+  for (int i = 0; i < m->entry->nparams; i++) {
+    const tpu__kinfo *kp = tpu__be_info(be, m->entry->params[i]);
+    if (!kp || !kp->xpf || kp->hbm0 < 0) continue;
+    be->p->xprefetch_bytes = tpu__padded_bytes(be, &m->entry->params[i]->shape);
+    be->p->xprefetch_hbm = kp->hbm0;
+    be->p->xprefetch_cmem = kp->xpf == 2;
+  }
+  if (foot > be->chip->hbm_bytes)
+    st = TPU_FAIL(be->d, TPU_ERR_LIMIT, foot_at ? foot_at->loc : tpu_noloc(),
+                  "program needs %lld bytes of HBM; %s has %lld (peak at '%s')", (long long)foot, be->chip->name,
+                  (long long)be->chip->hbm_bytes, foot_at ? foot_at->name : "?");
+done:
+  tpu_free(def);
+  tpu_free(wstart);
+  tpu_free(vbase);
+  tpu_free(v);
+  tpu_free(vals);
+  tpu_free(act);
+  tpu_free(ord);
+  tpu_free(ps.p);
+  tpu_free(in_out);
+  tpu_free(chain);
+  return st;
+}

@@ -1,0 +1,444 @@
+/* Back-end pass `layout`: tiled layouts — every array's minor two dimensions padded to the
+ * vector-register tile — and each kernel's padded bytes in and out of HBM. */
+#include <string.h>
+
+#include "compile/backend/backend.h"
+#include "ir/custom_call.h"
+#include "compile/passes/hlo_passes.h"
+
+static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
+
+int64_t tpu__plain_bytes(const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    int64_t n = 0;
+    for (int i = 0; i < s->ntuple; i++) n += tpu__plain_bytes(&s->elems[i]);
+    return n;
+  }
+  if (!tpu_dtype_is_array(s->dtype)) return 0;
+  return tpu_shape_numel(s) * (int64_t)tpu_dtype_size(s->dtype);
+}
+
+/* Rows of the memory tile: the XLA TPU compiler tiles every type (8 x 128), narrower
+ * types packing 4/size rows into each 32-bit word within it (bf16 T(8,128)(2,1)), and
+ * an array of fewer rows takes the smallest power-of-two tile that holds them, at least
+ * one 32-bit word of rows (f32[2,2048] T(2,128), f32[1,8192] T(1,128), bf16[1,4096]
+ * T(2,128), bf16[7,7,3,64] T(4,128) in its compiled programs). */
+static int64_t tile_rows(const tpu_chip *chip, int64_t esize, int64_t rows) {
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  int64_t t = esize < 4 ? 4 / esize : 1;
+  while (t < sub && t < rows) t *= 2;
+  return t;
+}
+
+static int64_t tiled_bytes(const tpu_chip *chip, int64_t esize, int64_t major, int64_t second, int64_t minor) {
+  int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+  return major * round_up(second, tile_rows(chip, esize, second)) * round_up(minor, lanes) * esize;
+}
+
+int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    int64_t n = 0;
+    for (int i = 0; i < s->ntuple; i++) n += tpu__padded_bytes(be, &s->elems[i]);
+    return n;
+  }
+  if (!tpu_dtype_is_array(s->dtype)) return 0;
+  int64_t es = (int64_t)tpu_dtype_size(s->dtype);
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  if (s->rank <= 1) {
+    /* A vector is laid out as consecutive elements in whole lanes: XLA's TPU layout for
+     * rank 1 is T(1024) (T(n) for n < 1024 rounded to the lanes), e.g. f32[4096]{0:T(1024)}
+     * and bf16[512]{0:T(512)(128)(2,1)} in its compiled programs — not one row padded to
+     * a full (sublanes x lanes) tile, which would move 8x the bytes. */
+    int64_t n = tpu_shape_numel(s);
+    int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+    return round_up(n, n <= sub * lanes ? lanes : sub * lanes) * es;
+  }
+  /* tiled along the two minor-most dimensions of its layout (the given one: a compiled
+   * program's bf16[4,1024,2048,1,1]{2,1,0,4,3} tiles 1024 x 2048, not 1 x 1) */
+  if (s->has_layout) return tpu__tiled_as(be->chip, s, s->minor_to_major[1], s->minor_to_major[0]);
+  return tpu__tiled_as(be->chip, s, s->rank - 2, s->rank - 1);
+}
+
+int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
+  int64_t major = 1;
+  for (int d = 0; d < s->rank; d++)
+    if (d != second && d != minor) major *= s->dims[d];
+  return tiled_bytes(chip, (int64_t)tpu_dtype_size(s->dtype), major, s->dims[second], s->dims[minor]);
+}
+
+/* Does transpose `in` move the minor dimension in memory? A transpose whose given result
+ * layout lists its operand's dimensions in the operand's own physical order is a bitcast:
+ * the XLA TPU compiler keeps such a layout (no data moves) where it pads less than the
+ * row-major one would (bf16[16,64,64,256] to [16,256,64,64]{1,3,2,0}: no copy, the scale
+ * reading it one kernel, 300,048 cycles on v5e as an elementwise op of that size), and
+ * otherwise lays the result out row-major and copies (bf16[4096,4096] transposed with
+ * {0,1}: a `copy` of 224,312 cycles). Without layouts: whether the last dimension moves.
+ * A `copy` (in a compiled program) moves it where its layout changes the minor dimension. */
+int tpu__in_vmem(const tpu_shape *s) { return s->layout_tail && strstr(s->layout_tail, "S(1)") != NULL; }
+
+int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in) {
+  if (in->op == TPU_OP_COPY && in->noperands == 1) {
+    /* a compiled program's layout-changing copy: a transpose when the minor dimension
+     * changes (f32[8192,8192] {1,0} -> {0,1}: 1,348,160 cycles on v6e, what the compiler
+     * charges transposing it), into HBM or VMEM alike (bf16[2,2048,2048] from HBM into
+     * VMEM and back: 93,120 cycles each on v6e); not one within VMEM (memory space S(1) on
+     * both sides: 2,400 cycles). */
+    const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+    return r->has_layout && o->has_layout && r->rank >= 2 && r->rank == o->rank &&
+           r->minor_to_major[0] != o->minor_to_major[0] && !(tpu__in_vmem(r) && tpu__in_vmem(o));
+  }
+  if (!tpu_instr_moves_minor(in)) return 0;
+  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+  if (!chip || !r->has_layout || !o->has_layout || r->rank != o->rank) return 1;
+  for (int k = 0; k < r->rank; k++)
+    if (in->dimensions.v[r->minor_to_major[k]] != o->minor_to_major[k]) return 1;
+  return tpu__tiled_as(chip, r, r->minor_to_major[1], r->minor_to_major[0]) >=
+         tpu__tiled_as(chip, r, r->rank - 2, r->rank - 1);
+}
+
+int64_t tpu__least_tiling(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor) {
+  int r = s->rank;
+  int64_t least = tpu__tiled_as(chip, s, r - 2, r - 1);
+  *second = r - 2, *minor = r - 1;
+  /* the most minor dimensions first: of layouts that pad alike, the one nearest row-major */
+  for (int m = r - 1; m >= 0; m--)
+    for (int q = r - 1; q >= 0; q--) {
+      if (q == m) continue;
+      int64_t b = tpu__tiled_as(chip, s, q, m);
+      if (b < least) least = b, *second = q, *minor = m;
+    }
+  return least;
+}
+
+int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s) {
+  int second, minor;
+  return tpu__least_tiling(chip, s, &second, &minor);
+}
+
+int64_t tpu__vregs(const tpu__be *be, const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    int64_t n = 0;
+    for (int i = 0; i < s->ntuple; i++) n += tpu__vregs(be, &s->elems[i]);
+    return n;
+  }
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  int64_t reg = sub * lanes * 4; /* bytes in one vector register */
+  int64_t b = tpu__padded_bytes(be, s);
+  return (b + reg - 1) / reg;
+}
+
+/* Bytes a kernel reads of operand j (padded or not): all of it, except where it touches
+ * only part (gather, dynamic-slice) or updates in place (dynamic-update-slice, scatter,
+ * which read and write back only the updated rows). */
+/* A fusion operand its fused computation only slices (dynamic-slice, slice, gather as their
+ * operand 0: a layer's weights taken from a stacked [L, ...] buffer): the bytes of the slices,
+ * or -1 when it is used whole. */
+static int64_t fused_slice_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
+  const tpu_comp *c = in->calls;
+  if (!c || j >= c->nparams) return -1;
+  const tpu_instr *p = c->params[j];
+  int64_t b = 0;
+  int users = 0;
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    for (int k = 0; k < u->noperands; k++) {
+      if (u->operands[k] != p) continue;
+      if (k != 0 || (u->op != TPU_OP_DYNAMIC_SLICE && u->op != TPU_OP_SLICE && u->op != TPU_OP_GATHER)) return -1;
+      b += padded ? tpu__padded_bytes(be, &u->shape) : tpu__plain_bytes(&u->shape);
+      users++;
+    }
+  }
+  return users && c->root != p ? b : -1;
+}
+
+/* Whether fused computation c carries a collective (the TPU compiler's async collective
+ * fusions: a matmul with the next all-gather in flight beside it). */
+static int carries_collective(const tpu_comp *c) {
+  for (int i = 0; c && i < c->ninstrs; i++) {
+    tpu_opcode op = c->instrs[i]->op;
+    if (tpu_op_class_of(op) == TPU_CLS_COLLECTIVE && op != TPU_OP_PARTITION_ID && op != TPU_OP_REPLICA_ID) return 1;
+  }
+  return 0;
+}
+
+/* An op of a fusion carrying a collective that hands buffers on: the collective, the async
+ * start/done marker at its root, or its root tuple. */
+static int carrier(const tpu_comp *c, const tpu_instr *u) {
+  tpu_cc_kind k = tpu_custom_call_kind(u);
+  return tpu_op_class_of(u->op) == TPU_CLS_COLLECTIVE ||
+         (u == c->root && (u->op == TPU_OP_TUPLE || k == TPU_CC_ASYNC_START || k == TPU_CC_ASYNC_DONE));
+}
+
+/* In a fusion carrying a collective, an operand used only by that collective or handed to
+ * the result tuple as it is (carried_operand), and a result element that is a parameter or
+ * the collective's result (carried_leaf): buffers the links fill or that pass through
+ * (output_to_operand_aliasing), which the kernel neither reads nor writes through HBM. */
+static int carried_operand(const tpu_instr *in, int j) {
+  const tpu_comp *c = in->calls;
+  if (!c || j >= c->nparams || !carries_collective(c)) return 0;
+  const tpu_instr *p = c->params[j];
+  int users = 0;
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    for (int k = 0; k < u->noperands; k++) {
+      if (u->operands[k] != p) continue;
+      if (!carrier(c, u)) return 0;
+      users++;
+    }
+  }
+  return users > 0;
+}
+
+static int carried_leaf(const tpu_instr *in, int leaf) {
+  const tpu_comp *c = in->calls;
+  if (in->op != TPU_OP_FUSION || !c || !c->root || !carries_collective(c)) return 0;
+  if (c->root->op != TPU_OP_TUPLE) return carrier(c, c->root) && leaf == 0; /* the done's result */
+  if (leaf >= c->root->noperands) return 0;
+  const tpu_instr *e = c->root->operands[leaf];
+  return e->op == TPU_OP_PARAMETER || tpu_op_class_of(e->op) == TPU_CLS_COLLECTIVE;
+}
+
+/* The XLA TPU compiler's layout assignment gives a value computed inside the program the
+ * tiling that pads least when its given layout would pad the lanes: an attention head's
+ * bf16[8,12,512,64] is {2,3,1,0} in its compiled programs (512 in the lanes, no padding;
+ * row-major would pad 64 to 128, 2.7x with the 12 heads padded to 16 sublanes). Of the
+ * rank >= 3 results in bench/fidelity/compiled that some layout pads less than row-major,
+ * 157 take the least padded one. Entry parameters carry theirs in their shape (relayout.c
+ * gives them the least padded one), the program's results keep the layout given (the
+ * caller's), convolution results the convolution's (batch in the sublanes, features in
+ * the lanes: relayout.c), and a compiled program's tiled layouts their own.
+ * (Rank-2 values such as a norm's f32[8192,1] statistics are laid out {0,1} too, but
+ * counting them so moves their kernels' per-element stream costs onto the on-chip reads
+ * they share a kernel with, which the compiler does not charge: not applied;
+ * docs/fidelity.md.) */
+static int free_layout(const tpu__be *be, const tpu_instr *v, const tpu_shape *s) {
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  if (s->rank < 3 || s->layout_tail || !tpu_dtype_is_array(s->dtype)) return 0;
+  if (s->dims[s->has_layout ? s->minor_to_major[0] : s->rank - 1] % lanes == 0) return 0;
+  while (v->op == TPU_OP_GET_TUPLE_ELEMENT && v->noperands) v = v->operands[0];
+  if (v->op == TPU_OP_PARAMETER || v->op == TPU_OP_CONSTANT) return 0;
+  const tpu_comp *e = be->m->entry;
+  if (v == e->root) return 0;
+  for (int i = 0; e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++)
+    if (e->root->operands[i] == v) return 0;
+  const tpu__kinfo *k = tpu__be_info(be, v);
+  return !(k && k->mm && k->mm->op == TPU_OP_CONVOLUTION);
+}
+
+/* The padded bytes of value v (of shape s, or a leaf of it) as laid out in HBM or VMEM. */
+int64_t tpu__value_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape *s) {
+  return free_layout(be, v, s) ? tpu__least_tiled_bytes(be->chip, s) : tpu__padded_bytes(be, s);
+}
+
+/* The fusion operand a fusion whose root is a dynamic-update-slice updates in place (the
+ * root's operand 0 is that fused parameter): the XLA TPU compiler's
+ * constant_dynamic-update-slice fusions write only the update into the operand's buffer,
+ * as a lone dynamic-update-slice does. -1 when none. */
+static int fused_update_target(const tpu_instr *in) {
+  if (in->op != TPU_OP_FUSION || !in->calls || !in->calls->root) return -1;
+  const tpu_instr *r = in->calls->root;
+  if (r->op != TPU_OP_DYNAMIC_UPDATE_SLICE || r->noperands < 2 || r->operands[0]->op != TPU_OP_PARAMETER) return -1;
+  int k = (int)r->operands[0]->index;
+  return k >= 0 && k < in->noperands ? k : -1;
+}
+
+/* A compiled program's value in scalar memory (memory space S(6), SMEM: indices, loop
+ * counters): the scalar unit reads and writes it there, no transfer to or from HBM. */
+static int in_smem(const tpu_shape *s) { return s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL; }
+
+static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
+  const tpu_shape *s = &in->operands[j]->shape;
+  if (in_smem(s)) return 0;
+  if (in->op == TPU_OP_FUSION) {
+    if (carried_operand(in, j) || fused_update_target(in) == j) return 0;
+    int64_t b = fused_slice_bytes(be, in, j, padded);
+    if (b >= 0) return b;
+  }
+  if (j == 0 && (in->op == TPU_OP_GATHER || in->op == TPU_OP_DYNAMIC_SLICE)) s = &in->shape;
+  if (j == 0 && in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) return 0;
+  if (in->op == TPU_OP_SCATTER && j < (in->noperands - 1) / 2) {
+    /* scatter(operands[N], indices, updates[N]): only the rows the updates touch */
+    s = &in->operands[(in->noperands - 1) / 2 + 1 + j]->shape;
+  }
+  if (padded && s == &in->operands[j]->shape) return tpu__value_bytes(be, in->operands[j], s);
+  return padded ? tpu__padded_bytes(be, s) : tpu__plain_bytes(s);
+}
+
+int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j) {
+  return read_bytes(be, in, j, 1);
+}
+
+static int64_t write_bytes(const tpu__be *be, const tpu_instr *in, int leaf, int padded) {
+  const tpu_shape *s = tpu__leaf(&in->shape, leaf);
+  if (!s || carried_leaf(in, leaf) || in_smem(s)) return 0;
+  int upd = in->op == TPU_OP_DYNAMIC_UPDATE_SLICE || fused_update_target(in) >= 0;
+  if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) s = &in->operands[1]->shape;
+  else if (upd) s = &in->calls->root->operands[1]->shape;
+  if (in->op == TPU_OP_SCATTER) {
+    int nupd = (in->noperands - 1) / 2;
+    s = &in->operands[in->noperands - nupd + (leaf < nupd ? leaf : 0)]->shape;
+  }
+  if (padded && !upd && in->op != TPU_OP_SCATTER) return tpu__value_bytes(be, in, s);
+  return padded ? tpu__padded_bytes(be, s) : tpu__plain_bytes(s);
+}
+
+int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf) {
+  return write_bytes(be, in, leaf, 1);
+}
+
+static void kernel_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
+  int64_t rin = 0, pin = 0, rout = 0, pout = 0;
+  for (int j = 0; j < in->noperands; j++) {
+    rin += read_bytes(be, in, j, 0);
+    pin += read_bytes(be, in, j, 1);
+  }
+  int nl = tpu__leaves(&in->shape);
+  for (int l = 0; l < nl; l++) {
+    rout += write_bytes(be, in, l, 0);
+    pout += write_bytes(be, in, l, 1);
+  }
+  k->bytes = (double)(rin + rout);
+  k->padded_bytes = (double)(pin + pout);
+  k->in_bytes = pin;
+  k->out_bytes = pout;
+  /* The registers the kernel streams through: its largest array as read or written, so a
+   * dynamic-slice counts its slice, not the array it slices, and a dynamic-update-slice
+   * the update it writes in place. */
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  int64_t reg = sub * lanes * 4, sv = 0;
+  /* (buffers a fusion only carries for its collective span their whole arrays here: the
+   * vector work of its fused ops is spread over them) */
+  for (int l = 0; l < nl; l++) {
+    const tpu_shape *ls = tpu__leaf(&in->shape, l);
+    int64_t w = carried_leaf(in, l) && ls ? tpu__padded_bytes(be, ls) : write_bytes(be, in, l, 1);
+    int64_t v = (w + reg - 1) / reg;
+    if (v > sv) sv = v;
+  }
+  for (int i = 0; i < in->noperands; i++) {
+    int64_t r = in->op == TPU_OP_FUSION && carried_operand(in, i) ? tpu__padded_bytes(be, &in->operands[i]->shape)
+                                                                  : read_bytes(be, in, i, 1);
+    int64_t v = (r + reg - 1) / reg;
+    if (v > sv) sv = v;
+  }
+  k->space_vregs = sv > 0 ? sv : 1;
+}
+
+/* The rows of a broadcast along the lanes: a value over the rows (rank >= 1) spread along the
+ * result's minor dimension (a norm's or softmax's per-row statistic); 0 for other ops. */
+static int64_t lane_broadcast_rows(const tpu_instr *x) {
+  if (x->op != TPU_OP_BROADCAST || x->noperands != 1 || x->operands[0]->shape.rank < 1 || x->shape.rank < 2)
+    return 0;
+  int minor = x->shape.has_layout ? x->shape.minor_to_major[0] : x->shape.rank - 1;
+  if (x->shape.dims[minor] <= 1 || tpu_i64s_find(&x->dimensions, minor) >= 0) return 0;
+  return tpu_shape_numel(&x->shape) / x->shape.dims[minor];
+}
+
+/* What one instruction adds to stream_costs' scan: whether it reduces, moves the minor
+ * dimension (a transpose), the elements it iterates over and the rows it broadcasts along
+ * the lanes. */
+static void scan_one(const tpu_chip *chip, const tpu_instr *x, int *reduces, int64_t *moved, int64_t *n,
+                     int64_t *rows) {
+  *rows += lane_broadcast_rows(x);
+  if (x->op == TPU_OP_REDUCE && x->noperands > 0) {
+    *reduces = 1;
+    int64_t e = tpu_shape_numel(&x->operands[0]->shape);
+    if (e > *n) *n = e;
+  }
+  if (tpu__moves_minor(chip, x)) *moved += tpu_shape_numel(&x->shape);
+}
+
+/* The per-element costs the XLA TPU compiler's cost model charges a vector kernel on the
+ * HBM port beyond its transfers, in bytes at the streaming rate (docs/timing.md; each
+ * chip field's note gives the compiler probe it comes from):
+ * - stream_pass_bytes per element it iterates over when it reduces or writes a 16-bit
+ *   result (once per kernel, however many reductions or 16-bit results it has);
+ * - lone_op_bytes per element for an unfused elementwise op, convert, reduce or broadcast whose bytes
+ *   in and out reach lone_op_min_bytes (the compiler leaves a single op unfused and times
+ *   it slower than the same op in a fusion);
+ * - transpose_bytes per element of each transpose that moves the minor dimension;
+ * - row_broadcast_cycles per row of each broadcast along the lanes, split over the chip's
+ *   TensorCores (x * s[:, None] over f32 [65536,128] costs 8,192 cycles more than x * 2 on
+ *   v6e, 1/8 cycle per row at every width from 128 to 2,048; gen.py row_broadcast). */
+static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  const tpu_chip *ch = be->chip;
+  if (ch->stream_pass_bytes <= 0 && ch->lone_op_bytes <= 0 && ch->transpose_bytes <= 0 && ch->row_broadcast_cycles <= 0)
+    return 0;
+  int reduces = 0, narrow = 0;
+  int64_t n = 0, moved = 0, rows = 0;
+  int nl = tpu__leaves(&in->shape);
+  for (int l = 0; l < nl; l++) {
+    const tpu_shape *s = tpu__leaf(&in->shape, l);
+    if (!s || !tpu_dtype_is_array(s->dtype)) continue;
+    if (tpu_dtype_size(s->dtype) == 2) narrow = 1;
+    /* the elements it writes: an in-place update (dynamic-update-slice, scatter) writes its
+     * update, not the whole buffer */
+    int64_t e = write_bytes(be, in, l, 0) / (int64_t)tpu_dtype_size(s->dtype);
+    if (e > n) n = e;
+  }
+  if (in->op == TPU_OP_FUSION && in->calls) {
+    for (int i = 0; i < in->calls->ninstrs; i++) scan_one(ch, in->calls->instrs[i], &reduces, &moved, &n, &rows);
+  } else {
+    scan_one(ch, in, &reduces, &moved, &n, &rows);
+  }
+  double x = 0;
+  if (reduces || narrow) x += ch->stream_pass_bytes * (double)n;
+  tpu_op_class cls = tpu_op_class_of(in->op);
+  int lone = in->op == TPU_OP_CONVERT || in->op == TPU_OP_REDUCE || in->op == TPU_OP_BROADCAST || cls == TPU_CLS_UNARY ||
+             cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY;
+  /* Only where the compiler too has nothing to fuse it with: every array operand a
+   * parameter or a constant (tpusim leaves ops unfused that the compiler puts in a
+   * multi-output fusion; those are not lone there). */
+  for (int j = 0; lone && j < in->noperands; j++) {
+    const tpu_instr *o = in->operands[j];
+    while ((o->op == TPU_OP_BITCAST || o->op == TPU_OP_COPY_DONE || o->op == TPU_OP_COPY_START) && o->noperands == 1)
+      o = o->operands[0];
+    lone = o->op == TPU_OP_PARAMETER || o->op == TPU_OP_CONSTANT || o->shape.rank == 0;
+  }
+  if (lone && k->padded_bytes >= (double)ch->lone_op_min_bytes) x += ch->lone_op_bytes * (double)n;
+  x += ch->transpose_bytes * (double)moved;
+  if (ch->row_broadcast_cycles > 0 && rows > 0)
+    x += ch->row_broadcast_cycles * (double)rows / (double)(ch->tensorcores > 0 ? ch->tensorcores : 1) *
+         tpu_chip_hbm_stream_bw(ch) / ch->clock_hz;
+  return x;
+}
+
+/* A matmul kernel writing 16-bit results pays the chip's per-element stream pass on those
+ * transfers, as a stream kernel does (the XLA TPU compiler's cost model: bf16[8192,64] x
+ * bf16[64,512] takes 62,609 cycles on v5e, its 8 MiB result at 134 B/cycle, and a batch of
+ * 16 [512,64] x [64,512] 64,608, where the MXU needs about 4,000); the factor on their bytes. */
+static double result_pass(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  const double pass = tpu_chip_result_pass(be->chip);
+  if (pass <= 0 || k->out_bytes <= 0) return 0;
+  double n = 0;
+  int nl = tpu__leaves(&in->shape);
+  for (int l = 0; l < nl; l++) {
+    const tpu_shape *s = tpu__leaf(&in->shape, l);
+    if (s && tpu_dtype_is_array(s->dtype) && tpu_dtype_size(s->dtype) == 2) n += (double)tpu_shape_numel(s);
+  }
+  return n > 0 ? 1.0 + pass * n / (double)k->out_bytes : 0;
+}
+
+tpu_status tpu__pass_layout(tpu__be *be) {
+  for (int ci = 0; ci < be->m->ncomps; ci++) {
+    if (!be->scheduled[ci]) continue;
+    const tpu_comp *c = be->m->comps[ci];
+    for (int i = 0; i < c->ninstrs; i++) {
+      const tpu_instr *in = c->instrs[i];
+      tpu__kinfo *k = &be->k[be->comp_base[ci] + in->id];
+      if (k->kind == TPU__K_STREAM || k->kind == TPU__K_MATMUL || k->kind == TPU__K_COPY ||
+          k->kind == TPU__K_LINALG) {
+        kernel_bytes(be, in, k);
+        if (k->op >= 0) {
+          be->p->ops[k->op].bytes = k->bytes;
+          be->p->ops[k->op].padded_bytes = k->padded_bytes;
+          if (k->kind != TPU__K_MATMUL && !be->p->ops[k->op].scalar)
+            be->p->ops[k->op].xbytes = stream_costs(be, in, k);
+          if (k->kind == TPU__K_MATMUL) be->p->ops[k->op].out_scale = result_pass(be, in, k);
+        }
+      }
+    }
+  }
+  return TPU_OK;
+}

@@ -1,0 +1,865 @@
+/* Back-end pass `tile`: what kernel each instruction becomes, its MXU problem (M, K, N,
+ * batch; convolutions as implicit GEMMs), its vector-unit work in (8,128) registers, and
+ * useful vs padded FLOPs. */
+#include <math.h>
+#include <string.h>
+
+#include "compile/backend/backend.h"
+#include "compile/passes/hlo_passes.h"
+#include "ir/collective.h"
+#include "ir/custom_call.h"
+
+/* ---- Lookups shared by the passes ---- */
+
+int tpu__be_comp_index(const tpu__be *be, const tpu_comp *c) {
+  int lo = 0, hi = be->m->ncomps - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (be->sorted[mid] == c) return be->sorted_idx[mid];
+    if (be->sorted[mid] < c) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
+
+int tpu__be_index(const tpu__be *be, const tpu_instr *in) {
+  int c = tpu__be_comp_index(be, in->parent);
+  return c < 0 ? -1 : be->comp_base[c] + in->id;
+}
+
+tpu__kinfo *tpu__be_info(const tpu__be *be, const tpu_instr *in) {
+  int i = tpu__be_index(be, in);
+  return i < 0 ? NULL : &be->k[i];
+}
+
+int tpu__leaves(const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    int n = 0;
+    for (int i = 0; i < s->ntuple; i++) n += tpu__leaves(&s->elems[i]);
+    return n;
+  }
+  return s->dtype == TPU_TOKEN ? 0 : 1;
+}
+
+int tpu__leaf_offset(const tpu_shape *s, int e) {
+  int n = 0;
+  for (int i = 0; i < e && i < s->ntuple; i++) n += tpu__leaves(&s->elems[i]);
+  return n;
+}
+
+const tpu_shape *tpu__leaf(const tpu_shape *s, int leaf) {
+  if (s->dtype != TPU_TUPLE) return (leaf == 0 && s->dtype != TPU_TOKEN) ? s : NULL;
+  for (int i = 0; i < s->ntuple; i++) {
+    int n = tpu__leaves(&s->elems[i]);
+    if (leaf < n) return tpu__leaf(&s->elems[i], leaf);
+    leaf -= n;
+  }
+  return NULL;
+}
+
+/* ---- Costs (docs/timing.md has the table and the reasons) ---- */
+
+/* Vector-unit and transcendental-unit operations per element of an elementwise op. */
+static void elem_cost(tpu_opcode op, tpu_dtype t, int64_t *vpu, int64_t *eup) {
+  int f = tpu_dtype_is_float(t);
+  *vpu = 1;
+  *eup = 0;
+  switch (op) {
+    case TPU_OP_DIVIDE: *vpu = f ? 2 : 20; *eup = f ? 1 : 0; break;
+    case TPU_OP_REMAINDER: *vpu = f ? 5 : 22; *eup = f ? 1 : 0; break;
+    case TPU_OP_POWER: *vpu = 3; *eup = 2; break;
+    case TPU_OP_ATAN2: *vpu = 20; *eup = 1; break;
+    case TPU_OP_SIGN: case TPU_OP_CLAMP: *vpu = 2; break;
+    /* one EUP push and no VPU operation: 64 chained exps, tanhs, rsqrts of f32[4096,4096]
+     * take the XLA TPU compiler's cost model 538,460 cycles on v5e, 1,048,576 pushes at
+     * its 2 per cycle; logs 800,604 (a VPU operation more), logistics 1,587,036
+     * (two pushes: exp and reciprocal; bench/fidelity/corpus/eup.json) */
+    case TPU_OP_EXP: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_TANH:
+      *vpu = 0; *eup = 1; break;
+    case TPU_OP_LOG: *vpu = 1; *eup = 1; break;
+    case TPU_OP_LOGISTIC: *vpu = 2; *eup = 2; break;
+    case TPU_OP_EXPM1: case TPU_OP_LOG1P: *vpu = 3; *eup = 1; break;
+    case TPU_OP_CBRT: *vpu = 3; *eup = 2; break;
+    case TPU_OP_SINE: case TPU_OP_COSINE: *vpu = 16; break;
+    case TPU_OP_TAN: *vpu = 34; *eup = 1; break;
+    case TPU_OP_ERF: *vpu = 12; *eup = 1; break;
+    case TPU_OP_REDUCE_PRECISION: *vpu = 4; break;
+    case TPU_OP_POPCNT: case TPU_OP_CLZ: *vpu = 4; break;
+    default: break;
+  }
+}
+
+/* The same for an op on complex elements, per element (docs/timing.md): the real
+ * vector-unit operations it takes on the real and imaginary planes. */
+static void complex_elem_cost(tpu_opcode op, int64_t *vpu, int64_t *eup) {
+  *eup = 0;
+  switch (op) {
+    case TPU_OP_MULTIPLY: *vpu = 6; break;                 /* 4 multiplies, 2 adds */
+    case TPU_OP_DIVIDE: *vpu = 11; *eup = 1; break;        /* Smith: ratio, 6 mul/add, 1 reciprocal */
+    case TPU_OP_ABS: *vpu = 5; *eup = 1; break;            /* scaled hypot: a square root */
+    case TPU_OP_SIGN: *vpu = 8; *eup = 2; break;           /* abs, then two divides */
+    case TPU_OP_COMPARE: *vpu = 3; break;                  /* two compares and an and */
+    case TPU_OP_EXP: *vpu = 2 * 16 + 2; *eup = 1; break;   /* exp(re) (cos, sin)(im) */
+    case TPU_OP_EXPM1: *vpu = 2 * 16 + 6; *eup = 1; break;
+    case TPU_OP_LOG: case TPU_OP_LOG1P: *vpu = 5 + 20 + 2; *eup = 3; break; /* log|z|, atan2 */
+    case TPU_OP_SQRT: case TPU_OP_RSQRT: *vpu = 12; *eup = 3; break;
+    case TPU_OP_SINE: case TPU_OP_COSINE: *vpu = 4 * 16 + 6; *eup = 2; break; /* sin, cos, sinh, cosh */
+    case TPU_OP_TANH: case TPU_OP_TAN: case TPU_OP_LOGISTIC: *vpu = 4 * 16 + 17; *eup = 3; break;
+    case TPU_OP_POWER: *vpu = 27 + 6 + 34; *eup = 4; break; /* exp(y log x) */
+    default: *vpu = 2; break; /* add, subtract, negate, select, convert: one op per plane */
+  }
+}
+
+static int is_elementwise(tpu_opcode op) {
+  tpu_op_class c = tpu_op_class_of(op);
+  return c == TPU_CLS_UNARY || c == TPU_CLS_BINARY || c == TPU_CLS_TERNARY ||
+         op == TPU_OP_COMPARE || op == TPU_OP_SELECT || op == TPU_OP_CLAMP ||
+         op == TPU_OP_IS_FINITE || op == TPU_OP_CONVERT;
+}
+
+static int64_t ilog2_ceil(int64_t n) {
+  int64_t r = 0;
+  while (((int64_t)1 << r) < n && r < 62) r++;
+  return r;
+}
+
+/* Elementwise operations of a scalar computation (a reducer or comparator). */
+static int64_t comp_ops(const tpu_comp *c) {
+  int64_t n = 0;
+  for (int i = 0; c && i < c->ninstrs; i++)
+    if (is_elementwise(c->instrs[i]->op)) n++;
+  return n ? n : 1;
+}
+
+typedef struct {
+  int64_t vpu, eup, xlu;
+  double flops, padded_flops;
+} cost;
+
+/* Adds the vector work of one non-matmul instruction. */
+/* Is every window dimension of reduce-window `in` either of size 1 or wide enough that each
+ * output position covers the whole operand dimension (unit stride, no dilation)? */
+static int whole_windows(const tpu_instr *in) {
+  if (in->noperands != 2 || in->nwindow != in->operands[0]->shape.rank) return 0;
+  int any = 0;
+  for (int i = 0; i < in->nwindow; i++) {
+    const tpu_window_dim *w = &in->window[i];
+    int64_t dim = in->operands[0]->shape.dims[i], out = in->shape.dims[i];
+    if (w->size == 1 && w->base_dilation <= 1 && w->window_dilation <= 1) continue;
+    if (w->stride != 1 || w->base_dilation > 1 || w->window_dilation > 1) return 0;
+    if (w->pad_lo < out - 1 || w->size < dim + w->pad_lo) return 0;
+    any = 1;
+  }
+  return any;
+}
+
+/* The dimension a reduce-window scans (a forward scan: a window of the whole dimension,
+ * padded by its length less one below and not above, unit stride, no dilation; every other
+ * dimension a window of one), or -1. */
+static int scan_dim(const tpu_instr *in) {
+  if (in->noperands != 2 || in->nwindow != in->operands[0]->shape.rank) return -1;
+  int found = -1;
+  for (int i = 0; i < in->nwindow; i++) {
+    const tpu_window_dim *w = &in->window[i];
+    int64_t n = in->operands[0]->shape.dims[i];
+    if (w->stride != 1 || w->base_dilation > 1 || w->window_dilation > 1) return -1;
+    if (w->size == 1 && w->pad_lo == 0 && w->pad_hi == 0) continue;
+    if (found >= 0 || n < 2 || w->size != n || w->pad_lo != n - 1 || w->pad_hi != 0) return -1;
+    found = i;
+  }
+  return found;
+}
+
+/* A compiled program's copy into or out of VMEM (memory space S(1) on either side): the
+ * compiler relays values out into VMEM, within it and back to HBM (bf16[2,2048,2048]
+ * {2,1,0} -> {1,2,0}, both in VMEM: 2,400 cycles on v5e and v6e, against 122,352 and 93,120
+ * from HBM), so it is a vector kernel that reads an S(1) operand on chip and whose S(1)
+ * result stays there, not an HBM-to-HBM DMA. */
+static int vmem_copy(const tpu_instr *in) {
+  return in->op == TPU_OP_COPY && in->noperands == 1 && (tpu__in_vmem(&in->shape) || tpu__in_vmem(&in->operands[0]->shape));
+}
+
+/* The dimensions of s in minor-to-major order, leaving out those of size 1 (they move no
+ * bytes); returns how many. */
+static int moving_order(const tpu_shape *s, int *out) {
+  int n = 0;
+  for (int i = 0; i < s->rank; i++) {
+    int d = s->has_layout ? s->minor_to_major[i] : s->rank - 1 - i;
+    if (s->dims[d] > 1) out[n++] = d;
+  }
+  return n;
+}
+
+/* A compiled program's copy within VMEM (S(1) on both sides) that moves the dimension in
+ * the lanes (a transpose) or moves no bytes at all (only dimensions of size 1 change
+ * places): the XLA TPU compiler runs it as a windowed copy, 100 cycles per window of at
+ * most 1 MiB, with no kernel start (every such copy of the compiled families corpus on v5e
+ * and v6e, 59 and 60: estimated_cycles = 100 x the product of its iteration_bounds, e.g.
+ * bf16[2,2048,512] {2,1,0} -> {1,2,0} 600 cycles in 6 windows). One that keeps the lanes'
+ * dimension and reorders the others relays the sublanes out on the vector unit (50 on
+ * v5e, 1,961-201,868 cycles). Returns the windows, or 0 when `in` is not such a copy. */
+static int64_t windowed_vmem_copy(const tpu__be *be, const tpu_instr *in) {
+  if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
+  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+  if (!tpu__in_vmem(r) || !tpu__in_vmem(o) || r->rank != o->rank) return 0;
+  int a[TPU_MAX_RANK], b[TPU_MAX_RANK];
+  int na = moving_order(r, a), nb = moving_order(o, b), same = na == nb;
+  for (int i = 0; same && i < na; i++) same = a[i] == b[i];
+  if (!same && na > 0 && nb > 0 && a[0] == b[0]) return 0; /* a sublane relayout */
+  int64_t bytes = tpu__padded_bytes(be, r), ob = tpu__padded_bytes(be, o), win = (int64_t)1 << 20;
+  if (ob > bytes) bytes = ob;
+  return bytes > win ? (bytes + win - 1) / win : 1;
+}
+
+/* The registers a transcendental op pushes through the EUP: 32-bit ones, a 16-bit value
+ * widened first (the XLA TPU compiler's cost model gives 64 chained exps of bf16[4096,4096]
+ * the cycles of f32[4096,4096]'s, 542,556 against 538,460 on v5e, on all four generations:
+ * bench/fidelity/corpus/eup.json). */
+static int64_t eup_vregs(const tpu_shape *s, int64_t vr) {
+  size_t b = tpu_dtype_size(s->dtype); /* 0 for a tuple: counted as is */
+  return b > 0 && b < 4 ? vr * (int64_t)(4 / b) : vr;
+}
+
+/* A depthwise convolution's filter gradient: batch_group_count groups of one output feature
+ * each (JAX's gradient of a feature_group_count = C convolution with respect to its filter).
+ * The XLA TPU compiler runs it on the vector unit, not the MXU: for every filter tap one
+ * multiply-add of the input against the shifted output gradient over the whole input
+ * (bench/fidelity probes dw3_bwd: 9,439 cycles on v5e for an [8,28,28,256] input and a 3x3
+ * filter, the 2 x 9 x 1,568 f32 registers' operations at 4 per cycle plus the kernel start). */
+static int conv_on_vpu(const tpu_instr *cv) {
+  if (cv->op != TPU_OP_CONVOLUTION || cv->batch_group_count <= 1) return 0;
+  const tpu_shape *rs = &cv->operands[1]->shape;
+  return rs->dims[cv->conv.k_out] == cv->batch_group_count;
+}
+
+static int is_mxu_op(const tpu_instr *in) {
+  return in->op == TPU_OP_DOT || (in->op == TPU_OP_CONVOLUTION && !conv_on_vpu(in));
+}
+
+/* The vector registers value `in` fills. A value inside a fused computation of rank >= 3
+ * (its layout JAX's default one, not a compiled program's tiling) lives in the tiling that
+ * pads least, as the XLA TPU compiler's layout assignment lays out every value it computes
+ * (layout.c free_layout): a grouped-query attention's scores bf16[4,8,512,512,2] (kv heads,
+ * keys, queries, the 2 heads of a group) are not 64 times their size with the 2 in the lanes. */
+static int64_t value_vregs(const tpu__be *be, const tpu_instr *in) {
+  const tpu_shape *s = &in->shape;
+  if (s->dtype == TPU_TUPLE || s->layout_tail || s->rank < 3 || !in->parent || in->parent == be->m->entry)
+    return tpu__vregs(be, s); /* a compiled program's tiled layouts are its own */
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  int64_t reg = sub * lanes * 4, b = tpu__least_tiled_bytes(be->chip, s);
+  return (b + reg - 1) / reg;
+}
+
+static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
+  const tpu_shape *s = &in->shape;
+  int64_t vr = value_vregs(be, in);
+  double numel = s->dtype == TPU_TUPLE ? 0 : (double)tpu_shape_numel(s);
+  double padded = (double)vr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes);
+  if (is_elementwise(in->op)) {
+    int64_t v, e;
+    tpu_dtype t = in->noperands ? in->operands[in->noperands - 1]->shape.dtype : s->dtype;
+    if (tpu_dtype_is_complex(t) || tpu_dtype_is_complex(s->dtype)) {
+      /* per complex element on its two planes: the planes' registers are counted once */
+      const tpu_shape *cs = tpu_dtype_is_complex(s->dtype) ? s : &in->operands[in->noperands - 1]->shape;
+      int64_t pairs = (tpu__vregs(be, cs) + 1) / 2;
+      complex_elem_cost(in->op, &v, &e);
+      c->vpu += pairs * v;
+      c->eup += pairs * e;
+      c->flops += numel * (double)v;
+      c->padded_flops += (double)pairs * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)v;
+      return;
+    }
+    elem_cost(in->op, t, &v, &e);
+    c->vpu += vr * v;
+    c->eup += eup_vregs(s, vr) * e;
+    c->flops += numel;
+    c->padded_flops += padded;
+    return;
+  }
+  switch (in->op) {
+    case TPU_OP_PARAMETER: case TPU_OP_CONSTANT: case TPU_OP_TUPLE:
+    case TPU_OP_GET_TUPLE_ELEMENT: case TPU_OP_BITCAST: case TPU_OP_BITCAST_CONVERT:
+    case TPU_OP_OPT_BARRIER: case TPU_OP_AFTER_ALL: case TPU_OP_ADD_DEPENDENCY:
+      return;
+    case TPU_OP_REDUCE: {
+      const tpu_shape *is = &in->operands[0]->shape;
+      int64_t ivr = value_vregs(be, in->operands[0]);
+      int n = in->noperands / 2;
+      int64_t ops = comp_ops(in->to_apply);
+      c->vpu += ivr * n * ops;
+      int minor = 0;
+      for (int i = 0; i < in->dimensions.n; i++)
+        if (is->rank > 0 && in->dimensions.v[i] == is->rank - 1) minor = 1;
+      if (minor) c->xlu += ivr * n;
+      c->flops += (double)tpu_shape_numel(is) * n * (double)ops;
+      c->padded_flops += (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * n * (double)ops;
+      return;
+    }
+    case TPU_OP_REDUCE_WINDOW: case TPU_OP_SELECT_AND_SCATTER: {
+      int64_t win = 1;
+      for (int i = 0; i < in->nwindow; i++) win *= in->window[i].size;
+      if (in->op == TPU_OP_REDUCE_WINDOW && whole_windows(in)) {
+        /* every output sees its whole row (the TPU compiler's row maximum as a
+         * reduce-window of size 2n-1): one reduction of the input, then a broadcast */
+        const tpu_shape *is = &in->operands[0]->shape;
+        int64_t ivr = tpu__vregs(be, is), ovr = tpu__vregs(be, s);
+        int64_t ops = comp_ops(in->to_apply);
+        c->vpu += ivr * ops + ovr;
+        c->xlu += ivr;
+        c->flops += (double)tpu_shape_numel(is) * (double)ops;
+        c->padded_flops += (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)ops;
+        return;
+      }
+      int sd = in->op == TPU_OP_REDUCE_WINDOW ? scan_dim(in) : -1;
+      if (sd >= 0) {
+        /* A scan (cumsum, cummax: a window of the whole dimension padded below) as the XLA
+         * TPU compiler rewrites it: blocks of 128 laid out along a major dimension, each
+         * block's running sum one op per register there, the blocks' carries added back
+         * (one op more), and where the scan runs along a tiled dimension a relayout in and
+         * one out (bench/fidelity/probes cumsum: its reduce-windows of 128 and carries).
+         * Not a window's worth of ops per element. */
+        int64_t ovr = tpu__vregs(be, s), ops = comp_ops(in->to_apply);
+        c->vpu += ovr * ops * 2;
+        if (sd >= s->rank - 2) c->xlu += 2 * ovr;
+        c->flops += 2.0 * (double)tpu_shape_numel(s) * (double)ops;
+        c->padded_flops += 2.0 * (double)ovr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)ops;
+        return;
+      }
+      const tpu_shape *os = in->op == TPU_OP_REDUCE_WINDOW ? s : &in->operands[0]->shape;
+      int64_t ovr = tpu__vregs(be, os);
+      int64_t ops = in->op == TPU_OP_REDUCE_WINDOW ? comp_ops(in->to_apply) : 3;
+      c->vpu += ovr * win * ops;
+      c->flops += (double)tpu_shape_numel(os) * (double)win * (double)ops;
+      c->padded_flops += (double)ovr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)(win * ops);
+      return;
+    }
+    case TPU_OP_CHOLESKY: case TPU_OP_TRIANGULAR_SOLVE: { /* blocked kernels: linalg.c */
+      double f, pf;
+      tpu__linalg_flops(be, in, &f, &pf);
+      c->flops += f;
+      c->padded_flops += pf;
+      return;
+    }
+    case TPU_OP_CUSTOM_CALL: /* TopK */
+    case TPU_OP_SORT: case TPU_OP_TOPK: {
+      const tpu_shape *is = &in->operands[0]->shape;
+      int64_t dim = in->op == TPU_OP_SORT && in->dimensions.n ? in->dimensions.v[0] : is->rank - 1;
+      int64_t len = is->rank > 0 && dim >= 0 && dim < is->rank ? is->dims[dim] : 1;
+      int64_t lg = ilog2_ceil(len);
+      int64_t stages = lg * (lg + 1) / 2;
+      if (stages < 1) stages = 1;
+      int64_t ivr = 0;
+      for (int i = 0; i < in->noperands; i++) ivr += tpu__vregs(be, &in->operands[i]->shape);
+      c->vpu += ivr * stages * 3;
+      c->xlu += ivr * stages;
+      return;
+    }
+    case TPU_OP_RNG_BIT_GENERATOR:
+      c->vpu += vr * 40;
+      return;
+    case TPU_OP_FFT: {
+      /* On the vector unit as a radix-2 FFT would run (docs/timing.md): 5 N log2 N real
+       * flops per complex transform of N points (half for RFFT/IRFFT), each axis of the
+       * transform in turn; shuffles of a minor-dim transform on the transpose unit. */
+      const tpu_shape *cs = tpu_dtype_is_complex(s->dtype) ? s : &in->operands[0]->shape;
+      double lanes = (double)(be->chip->vector_sublanes * be->chip->vector_lanes);
+      const tpu_shape *full = in->fft_type == TPU_FFT_RFFT ? &in->operands[0]->shape : s; /* all N points */
+      double total = 0, lines_pts = (double)tpu_shape_numel(full);
+      int r = in->fft_length.n;
+      for (int i = 0; i < r; i++) {
+        int64_t L = in->fft_length.v[i];
+        double f = 5.0 * lines_pts * (double)ilog2_ceil(L > 1 ? L : 1);
+        if (in->fft_type == TPU_FFT_RFFT || in->fft_type == TPU_FFT_IRFFT) f *= 0.5;
+        total += f;
+        if (i == r - 1) c->xlu += tpu__vregs(be, cs) * ilog2_ceil(L > 1 ? L : 1);
+      }
+      int64_t ops = (int64_t)ceil(total / (lanes > 0 ? lanes : 1024));
+      c->vpu += ops + vr; /* the butterflies, plus writing the result */
+      c->flops += total;
+      c->padded_flops += (double)ops * lanes;
+      return;
+    }
+    case TPU_OP_TRANSPOSE: {
+      if (tpu__moves_minor(be->chip, in)) c->xlu += vr;
+      else c->vpu += vr;
+      return;
+    }
+    case TPU_OP_MAP:
+      c->vpu += vr * comp_ops(in->to_apply);
+      c->flops += numel * (double)comp_ops(in->to_apply);
+      c->padded_flops += padded * (double)comp_ops(in->to_apply);
+      return;
+    case TPU_OP_DYNAMIC_UPDATE_SLICE: /* in place: only the update's registers move */
+      c->vpu += tpu__vregs(be, &in->operands[1]->shape);
+      return;
+    case TPU_OP_SCATTER: {
+      const tpu_shape *us = &in->operands[in->noperands - 1]->shape;
+      c->vpu += tpu__vregs(be, us) * (1 + comp_ops(in->to_apply));
+      return;
+    }
+    case TPU_OP_FUSION: {
+      for (int i = 0; in->calls && i < in->calls->ninstrs; i++)
+        if (!is_mxu_op(in->calls->instrs[i])) add_cost(be, in->calls->instrs[i], c);
+      return;
+    }
+    case TPU_OP_CONVOLUTION: {
+      if (!conv_on_vpu(in)) return; /* MXU work: matmul_dims */
+      /* one multiply-add per filter tap (the output's spatial positions) over the input's
+       * 32-bit registers (16-bit inputs widened, as the EUP widens them) */
+      const tpu_shape *is = &in->operands[0]->shape;
+      int64_t taps = 1;
+      for (int i = 0; i < in->conv.nspatial; i++) taps *= s->dims[in->conv.out_spatial[i]];
+      int64_t ivr = eup_vregs(is, tpu__vregs(be, is));
+      c->vpu += ivr * taps * 2;
+      c->flops += 2.0 * (double)tpu_shape_numel(is) * (double)taps;
+      c->padded_flops += 2.0 * (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)taps;
+      return;
+    }
+    default: /* data movement through VMEM: one vector copy per register */
+      if (s->dtype != TPU_TUPLE) c->vpu += vr;
+      return;
+  }
+}
+
+static int64_t prod_dims(const tpu_shape *s, const tpu_i64s *skip1, const tpu_i64s *skip2) {
+  int64_t p = 1;
+  for (int d = 0; d < s->rank; d++) {
+    int sk = 0;
+    for (int i = 0; skip1 && i < skip1->n; i++) sk |= skip1->v[i] == d;
+    for (int i = 0; skip2 && i < skip2->n; i++) sk |= skip2->v[i] == d;
+    if (!sk) p *= s->dims[d];
+  }
+  return p;
+}
+
+static int64_t prod_sel(const tpu_shape *s, const tpu_i64s *sel) {
+  int64_t p = 1;
+  for (int i = 0; i < sel->n; i++)
+    if (sel->v[i] >= 0 && sel->v[i] < s->rank) p *= s->dims[sel->v[i]];
+  return p;
+}
+
+static int passes_for(const tpu__be *be, const tpu_instr *mm, tpu_dtype t) {
+  if (t == TPU_BF16 || t == TPU_F16 || t == TPU_S8 || t == TPU_U8) return 1;
+  int p = be->o->precision_override;
+  if (p < 0) {
+    p = 0;
+    for (int i = 0; i < 2; i++) {
+      int q = mm->precision[i] == TPU_PREC_CFG_HIGHEST ? 2 : mm->precision[i] == TPU_PREC_CFG_HIGH ? 1 : 0;
+      if (q > p) p = q;
+    }
+  }
+  return p == TPU_PREC_HIGHEST ? 6 : p == TPU_PREC_HIGH ? 3 : 1;
+}
+
+/* Does every output position of window dimension w, over an input of n elements (dilated by
+ * w->base_dilation, padded), meet at most one input element? Then *taps and *inputs get how
+ * many distinct taps and input elements the outputs meet (a dot's batch dimension written as
+ * this window meets a new one of each at every output). */
+static int single_tap(const tpu_window_dim *w, int64_t n, int64_t out, int64_t *taps, int64_t *inputs) {
+  int64_t d = w->base_dilation > 0 ? w->base_dilation : 1, wd = w->window_dilation > 0 ? w->window_dilation : 1;
+  if (w->size <= 1 || n < 1 || out < 1 || w->stride < 1 || out * w->size > 1000000) return 0;
+  int64_t last = (n - 1) * d; /* the dilated input's last element */
+  int64_t nt = 0, ni = 0, prev_t = -1, prev_x = -1;
+  for (int64_t o = 0; o < out; o++) {
+    int hits = 0;
+    for (int64_t t = 0; t < w->size && hits < 2; t++) {
+      int64_t x = o * w->stride + t * wd - w->pad_lo;
+      if (x >= 0 && x <= last && x % d == 0) {
+        hits++;
+        /* outputs meet taps and inputs in order: count the changes */
+        if (t != prev_t) nt++, prev_t = t;
+        if (x != prev_x) ni++, prev_x = x;
+      }
+    }
+    if (hits > 1) return 0;
+  }
+  *taps = nt;
+  *inputs = ni;
+  return 1;
+}
+
+static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
+
+/* The MXU problem of a dot or convolution. */
+static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
+  const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
+  if (mm->op == TPU_OP_DOT) {
+    k->b = prod_sel(ls, &mm->dot.lhs_batch);
+    k->k = prod_sel(ls, &mm->dot.lhs_contract);
+    k->m = prod_dims(ls, &mm->dot.lhs_batch, &mm->dot.lhs_contract);
+    k->n = prod_dims(rs, &mm->dot.rhs_batch, &mm->dot.rhs_contract);
+  } else {
+    const tpu_conv_dims *cd = &mm->conv;
+    int64_t g = (mm->feature_group_count > 0 ? mm->feature_group_count : 1) *
+                (mm->batch_group_count > 0 ? mm->batch_group_count : 1);
+    int64_t m = mm->shape.dims[cd->out_batch], taps = 1, bat = 1;
+    int depthwise = 0;
+    for (int i = 0; i < cd->nspatial; i++) {
+      m *= mm->shape.dims[cd->out_spatial[i]];
+      /* Where every output meets at most one input element (the rest of its window is
+       * padding or the holes of a dilated input), only that tap is work: the XLA TPU
+       * compiler writes a batched dot as such a convolution (its batch dimensions spatial,
+       * e.g. size=2x32 lhs_dilate=2x32, size=4 stride=4 pad=3_3 lhs_dilate=3, or size=32
+       * pad=31_31 over one element). Windows that meet several (a transposed convolution's
+       * gradient) are counted whole, as the compiler counts them. */
+      int64_t t = rs->dims[cd->k_spatial[i]], out = mm->shape.dims[cd->out_spatial[i]], nt = 0, ni = 0;
+      if (i < mm->nwindow && single_tap(&mm->window[i], ls->dims[cd->in_spatial[i]], out, &nt, &ni)) {
+        t = 1;
+        /* a new tap and a new input element at every output: a batch dimension of the dot
+         * (each position multiplies its own blocks), not rows sharing one weight */
+        if (nt == out && ni == out && out > 1) {
+          m /= out;
+          bat *= out;
+        }
+      }
+      taps *= t;
+    }
+    k->b = g * bat;
+    k->m = m;
+    k->k = rs->dims[cd->k_in] * taps;
+    k->n = rs->dims[cd->k_out] / g;
+    /* A depthwise convolution (feature_group_count groups of one input feature each, any
+     * channel multiplier): the XLA TPU compiler packs the groups along the diagonal of the
+     * MXU's weight tile, so each filter tap multiplies [rows, features] by a diagonal block:
+     * one K tile per tap, each block of 128 features (a vector register's lanes) its own pass
+     * of the array, also on v6e's 256-wide MXUs (bench/fidelity probes dw*: a 3x3
+     * over [8,28,28,256] bf16 takes 37,569 cycles on v5e, the 9 x 2 x 6,272 rows' pushes on
+     * 4 MXUs plus the transfers, where one 128-wide tile per group would take 128 times that). */
+    if (mm->feature_group_count > 1 && rs->dims[cd->k_in] == 1 && mm->batch_group_count <= 1) {
+      int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+      k->b = bat * ((rs->dims[cd->k_out] + lanes - 1) / lanes);
+      k->n = lanes;
+      k->k = taps * (be->chip->mxu_rows > 0 ? be->chip->mxu_rows : 128);
+      k->k_flops = taps;
+      k->mm_flops = 2.0 * (double)bat * (double)m * (double)taps * (double)rs->dims[cd->k_out];
+      depthwise = 1;
+    }
+    /* Fewer output features than the 128 lanes and a larger batch: the XLA TPU compiler lays
+     * the batch across the lanes (its output layout puts the batch minor, {0,3,2,1} for
+     * NHWC), so the batch is the MXU's column dimension and the features join the rows
+     * (a 7x7 stem's input gradient has 3 features and a batch of 32). Not for a dot written
+     * as a convolution (one tap), whose "batch" is a dot dimension. */
+    int64_t batch = mm->shape.dims[cd->out_batch], lanes128 = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+    if (tpu__conv_batch_in_lanes(g, taps, k->n, batch, lanes128)) {
+      k->m = m / batch * k->n;
+      k->n = batch;
+    }
+    /* The XLA TPU compiler runs a filter (a window of at most 7 taps a side, unit stride,
+     * no input dilation) tap by tap, each tap's input features as the contraction: features
+     * fill the 128 lanes of their tile, so fewer than 128 are padded at every tap (probed on
+     * v5e and v5p: a 3x3 convolution over 16, 32 or 64 features costs what one over 128
+     * does; docs/fidelity.md). Weight gradients, whose window is the image, are one GEMM. */
+    int filter = taps > 1 && !depthwise;
+    for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++)
+      filter &= mm->window[i].size <= 7 && mm->window[i].stride == 1 && mm->window[i].base_dilation <= 1;
+    int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+    if (filter) k->k = round_up(rs->dims[cd->k_in], lanes) * taps;
+    if (!depthwise) k->k_flops = rs->dims[cd->k_in] * taps;
+  }
+  if (mm->op == TPU_OP_DOT) k->k_flops = k->k;
+  if (k->m < 1) k->m = 1;
+  if (k->k < 1) k->k = 1;
+  if (k->k_flops < 1) k->k_flops = 1;
+  if (k->n < 1) k->n = 1;
+  if (k->b < 1) k->b = 1;
+  k->mm = mm;
+  k->mm_dtype = ls->dtype;
+  k->passes = passes_for(be, mm, ls->dtype);
+  /* A complex dot is four real ones (re re, im im, re im, im re) at f32 precision. */
+  if (tpu_dtype_is_complex(ls->dtype)) k->passes *= 4;
+}
+
+
+/* The operand index of fusion `f` whose value feeds `x` inside the fused computation,
+ * following layout-only and elementwise unary ops (convert, bitcast, copy...); -1 when
+ * `x` is computed from several operands. */
+#define NEST_MAX 4
+
+/* The dot or convolution fused computation c runs, also inside the fusions it nests (the
+ * TPU compiler's programs nest a kOutput fusion in another); path[0..*depth) gets those
+ * nested fusion instructions, outermost first. */
+static const tpu_instr *find_matmul(const tpu_comp *c, const tpu_instr **path, int *depth) {
+  for (int i = 0; c && i < c->ninstrs; i++)
+    if (is_mxu_op(c->instrs[i])) return c->instrs[i];
+  for (int i = 0; c && *depth < NEST_MAX && i < c->ninstrs; i++) {
+    const tpu_instr *f = c->instrs[i];
+    if (f->op != TPU_OP_FUSION || !f->calls) continue;
+    path[(*depth)++] = f;
+    const tpu_instr *mm = find_matmul(f->calls, path, depth);
+    if (mm) return mm;
+    (*depth)--;
+  }
+  return NULL;
+}
+
+/* The operand index of fusion `f` whose value feeds `x` inside the fused computation (and
+ * the fusions path[0..depth) nested in it, x in the innermost), following layout-only and
+ * elementwise unary ops (convert, bitcast, copy...); -1 when `x` is computed from several
+ * operands. */
+static int fused_source(const tpu_instr *f, const tpu_instr *const *path, int depth, const tpu_instr *x) {
+  int k = tpu__fused_source(x);
+  for (int d = depth - 1; d >= 0 && k >= 0; d--) {
+    if (k >= path[d]->noperands) return -1;
+    k = tpu__fused_source(path[d]->operands[k]);
+  }
+  return k < f->noperands ? k : -1;
+}
+
+static const char *fusion_kind(const tpu_instr *in) {
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, "kind")) {
+      const char *v = in->attrs[i].value;
+      if (!strcmp(v, "kLoop")) return "fusion:kLoop";
+      if (!strcmp(v, "kOutput")) return "fusion:kOutput";
+      if (!strcmp(v, "kInput")) return "fusion:kInput";
+      return "fusion";
+    }
+  return "fusion";
+}
+
+/* A collective: within one chip (groups of one) the identity; across chips a kernel on the
+ * links, timed by the pod's link model (compile options), with its own result buffers. */
+static tpu_status tile_collective(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
+  int64_t n;
+  TPU_TRY(tpu_collective_devices(in, &n, be->d));
+  int start = tpu_collective_base(in->op) != in->op;
+  if (n <= 1 && !start) return TPU_OK; /* an alias of its operand */
+  tpu_coll_cost c = {0, 0, 0};
+  if (n > 1) {
+    if (!be->o->coll_cost) return tpu_collective_check_one_device(in, be->d);
+    TPU_TRY(be->o->coll_cost(be->o->coll_user, in, &c, be->d));
+  }
+  k->kind = TPU__K_ICI;
+  k->own = 1;
+  k->ici_cycles = (int64_t)ceil(c.seconds * be->chip->clock_hz);
+  k->ici_bytes = c.bytes;
+  k->ici_lanes = c.lanes;
+  tpu_prog_op po;
+  memset(&po, 0, sizeof po);
+  po.name = in->name;
+  po.kind = tpu_op_name(in->op);
+  po.instr = in;
+  k->op = tpu_program_add_op(be->p, &po);
+  if (k->op < 0) return TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  return TPU_OK;
+}
+
+/* A fusion the TPU compiler built around a collective (kCustom "all-reduce-scatter": an
+ * all-reduce whose result is cut by a dynamic-slice — its reduce-scatter; or a collective
+ * fused with elementwise work) is timed as that collective on ICI: as a reduce-scatter of
+ * the fusion's result when its root slices the all-reduce, else as the collective itself.
+ * The fused elementwise work (a few vector ops per element) is not added. */
+static const tpu_instr *fused_collective(const tpu_instr *in) {
+  const tpu_comp *c = in->calls;
+  const tpu_instr *coll = NULL;
+  /* An async collective fusion pair: the start is timed as the collective (its overlap with
+   * the continuation is not credited); the continuation and the done repeat the collective
+   * for the compiler's bookkeeping and are timed as their other work. */
+  tpu_cc_kind root = c && c->root ? tpu_custom_call_kind(c->root) : TPU_CC_OTHER;
+  if (root == TPU_CC_ASYNC_DONE) return NULL;
+  for (int i = 0; c && i < c->ninstrs; i++)
+    if (tpu_op_class_of(c->instrs[i]->op) == TPU_CLS_COLLECTIVE && c->instrs[i]->op != TPU_OP_PARTITION_ID &&
+        c->instrs[i]->op != TPU_OP_REPLICA_ID) {
+      if (coll) return NULL; /* several: not a shape the compiler makes */
+      coll = c->instrs[i];
+    }
+  if (coll && root != TPU_CC_ASYNC_START) {
+    for (int i = 0; i < coll->nattrs; i++)
+      if (!strcmp(coll->attrs[i].name, "frontend_attributes") && strstr(coll->attrs[i].value, "chain_id"))
+        return NULL; /* a continuation */
+  }
+  return coll;
+}
+
+static tpu_status tile_fused_collective(tpu__be *be, const tpu_instr *in, const tpu_instr *coll, tpu__kinfo *k) {
+  const tpu_instr *r = in->calls->root;
+  while (r && (r->op == TPU_OP_BITCAST || r->op == TPU_OP_COPY) && r->noperands == 1) r = r->operands[0];
+  /* The collective as the fusion performs it, kept with the program (the reports read its
+   * groups), named as the fusion and carrying the fusion's metadata. */
+  tpu_instr *as = tpu_arena_alloc(&be->p->arena, sizeof *as);
+  if (!as) return TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  *as = *coll;
+  as->name = in->name;
+  as->src_name = in->src_name;
+  as->loc = in->loc;
+  if (r && r->op == TPU_OP_DYNAMIC_SLICE && r->operands[0] == coll && coll->op == TPU_OP_ALL_REDUCE) {
+    as->op = TPU_OP_REDUCE_SCATTER;
+    as->shape = in->shape;
+  }
+  tpu_attr *at = tpu_arena_alloc(&be->p->arena, sizeof *at * (size_t)(coll->nattrs + in->nattrs + 1));
+  if (!at) return TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  int na = 0; /* the collective's attributes, the fusion's metadata */
+  for (int i = 0; i < coll->nattrs; i++)
+    if (strcmp(coll->attrs[i].name, "metadata")) at[na++] = coll->attrs[i];
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, "metadata")) at[na++] = in->attrs[i];
+  as->attrs = at;
+  as->nattrs = na;
+  return tile_collective(be, as, k);
+}
+
+/* Classifies one instruction of a scheduled computation. */
+static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
+  tpu__kinfo *k = tpu__be_info(be, in);
+  k->op = -1;
+  k->trips = -1;
+  k->mm_lhs = k->mm_rhs = -1;
+  k->nleaves = tpu__leaves(&in->shape);
+  k->what = tpu_op_name(in->op);
+  switch (in->op) {
+    case TPU_OP_FUSION: {
+      const tpu_instr *coll = fused_collective(in);
+      if (coll) return tile_fused_collective(be, in, coll, k);
+      break;
+    }
+    case TPU_OP_PARAMETER:
+      k->own = in->parent->is_entry;
+      return TPU_OK;
+    case TPU_OP_CONSTANT: case TPU_OP_IOTA: case TPU_OP_RNG_BIT_GENERATOR:
+      k->own = 1;
+      break;
+    case TPU_OP_CUSTOM_CALL:
+      if (tpu_custom_call_kind(in) == TPU_CC_IDENTITY || tpu_custom_call_kind(in) == TPU_CC_CONCAT_BITCAST)
+        return TPU_OK; /* an alias of its operand (ConcatBitcast: its slices already side by side) */
+      if (tpu_custom_call_kind(in) == TPU_CC_HOST_CALLBACK) {
+        /* A host callback: the host's time is not modelled (docs/pjrt.md); its result is a
+         * buffer of its own, written over the host link. */
+        k->own = 1;
+        return TPU_OK;
+      }
+      if (tpu_custom_call_kind(in) == TPU_CC_MOSAIC) return tpu__mosaic_tile(be, in, k); /* src/mosaic/backend.c */
+      if (tpu_custom_call_kind(in) == TPU_CC_ALLOCATE) {
+        k->own = 1; /* a buffer of its own that later ops fill: no work */
+        return TPU_OK;
+      }
+      if (tpu_custom_call_kind(in) != TPU_CC_TOPK) return tpu_custom_call_refuse(in, "the TPU back end", be->d);
+      k->own = 1;
+      break; /* top-k: a kernel costed as one (add_cost) */
+    case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT: case TPU_OP_BITCAST:
+    case TPU_OP_OPT_BARRIER: case TPU_OP_AFTER_ALL: case TPU_OP_ADD_DEPENDENCY:
+    case TPU_OP_COPY_START: case TPU_OP_COPY_DONE: /* a prefetch XLA scheduled: its copy aliases the source */
+    case TPU_OP_SLICE_START: case TPU_OP_SLICE_DONE: /* so does its slice */
+    case TPU_OP_PARTITION_ID: case TPU_OP_REPLICA_ID:
+    case TPU_OP_ALL_REDUCE_DONE: case TPU_OP_ALL_GATHER_DONE: case TPU_OP_COLLECTIVE_PERMUTE_DONE:
+      /* -done hands over its -start's result (lower waits for the links there). */
+      k->own = in->op == TPU_OP_PARTITION_ID || in->op == TPU_OP_REPLICA_ID;
+      return TPU_OK;
+    case TPU_OP_ALL_REDUCE: case TPU_OP_ALL_GATHER: case TPU_OP_REDUCE_SCATTER:
+    case TPU_OP_ALL_TO_ALL: case TPU_OP_COLLECTIVE_PERMUTE: case TPU_OP_COLLECTIVE_BROADCAST:
+    case TPU_OP_ALL_REDUCE_START: case TPU_OP_ALL_GATHER_START: case TPU_OP_COLLECTIVE_PERMUTE_START:
+      return tile_collective(be, in, k);
+    case TPU_OP_RESHAPE: {
+      /* Free when the minor dimension is unchanged (the tiled layout keeps its bytes). */
+      const tpu_shape *a = &in->operands[0]->shape;
+      int64_t ma = a->rank ? a->dims[a->rank - 1] : 1, mb = in->shape.rank ? in->shape.dims[in->shape.rank - 1] : 1;
+      if (ma == mb || tpu_shape_numel(a) <= 1) return TPU_OK;
+      break;
+    }
+    case TPU_OP_WHILE: k->kind = TPU__K_WHILE; return TPU_OK;
+    case TPU_OP_CONDITIONAL: k->kind = TPU__K_COND; return TPU_OK;
+    case TPU_OP_CALL: k->kind = TPU__K_CALL; return TPU_OK;
+    default:
+      if (tpu_op_class_of(in->op) == TPU_CLS_PARSE_ONLY)
+        return TPU_FAIL(be->d, TPU_ERR_UNSUPPORTED, in->loc,
+                        "%s '%s': the TPU back end cannot compile this op", tpu_op_name(in->op), tpu_instr_user_name(in));
+      break;
+  }
+  k->own = 1;
+  if (in->op == TPU_OP_CONSTANT) return TPU_OK; /* loaded into HBM with the program */
+  tpu_prog_op po;
+  memset(&po, 0, sizeof po);
+  po.name = in->name;
+  po.kind = in->op == TPU_OP_FUSION ? fusion_kind(in) : tpu_op_name(in->op);
+  po.instr = in;
+  /* A loop counter's compare, a slice offset from partition-id: the scalar unit's work. */
+  po.scalar = tpu_dtype_is_array(in->shape.dtype) && in->shape.rank == 0;
+  for (int i = 0; po.scalar && i < in->noperands; i++)
+    po.scalar = tpu_dtype_is_array(in->operands[i]->shape.dtype) && in->operands[i]->shape.rank == 0;
+  /* A compiled program's op on values in scalar memory (memory space S(6), SMEM: loop
+   * counters, indices, a clipped norm's scale) is the scalar unit's work too: the compiler
+   * gives none of them estimated_cycles (97 ops of the compiled families corpus on v5e). */
+  for (int i = -1; !po.scalar && i < in->noperands; i++) {
+    const tpu_shape *s = i < 0 ? &in->shape : &in->operands[i]->shape;
+    po.scalar = s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL;
+  }
+  k->vcopy_windows = windowed_vmem_copy(be, in);
+  if (k->vcopy_windows) po.scalar = 1; /* no kernel start: see windowed_vmem_copy */
+  const tpu_instr *path[NEST_MAX];
+  int depth = 0;
+  const tpu_instr *mm = is_mxu_op(in) ? in : in->op == TPU_OP_FUSION ? find_matmul(in->calls, path, &depth) : NULL;
+  cost c = {0, 0, 0, 0, 0};
+  if (!is_mxu_op(in)) add_cost(be, in, &c);
+  if (mm) {
+    k->kind = TPU__K_MATMUL;
+    matmul_dims(be, mm, k);
+    if (mm == in) {
+      k->mm_lhs = 0;
+      k->mm_rhs = 1;
+    } else {
+      k->mm_lhs = fused_source(in, path, depth, mm->operands[0]);
+      k->mm_rhs = fused_source(in, path, depth, mm->operands[1]);
+    }
+    const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols;
+    po.m = k->m;
+    po.k = k->k_flops;
+    po.n = k->n;
+    po.b = k->b;
+    const double cx = tpu_dtype_is_complex(k->mm_dtype) ? 4.0 : 1.0; /* real flops of a complex MAC */
+    po.flops = (k->mm_flops > 0 ? k->mm_flops : cx * 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n) + c.flops;
+    po.padded_flops = cx * 2.0 * (double)k->b * (double)round_up(k->m, be->chip->vector_sublanes) *
+                          (double)round_up(k->k, R) * (double)round_up(k->n, C) + c.padded_flops;
+  } else if (in->op == TPU_OP_COPY && !vmem_copy(in)) {
+    k->kind = TPU__K_COPY;
+  } else if (in->op == TPU_OP_CHOLESKY || in->op == TPU_OP_TRIANGULAR_SOLVE) {
+    k->kind = TPU__K_LINALG;
+    po.flops = c.flops;
+    po.padded_flops = c.padded_flops;
+  } else {
+    k->kind = TPU__K_STREAM;
+    po.flops = c.flops;
+    po.padded_flops = c.padded_flops;
+  }
+  k->vpu = c.vpu;
+  k->eup = c.eup;
+  k->xlu = c.xlu;
+  if (in->op == TPU_OP_FUSION) k->what = po.kind;
+  k->op = tpu_program_add_op(be->p, &po);
+  if (k->op < 0) return TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  return TPU_OK;
+}
+
+/* Marks the computations that run as kernels, remembering who runs each. */
+static tpu_status mark(tpu__be *be, const tpu_comp *c, const tpu_instr *caller, int depth) {
+  int ci = tpu__be_comp_index(be, c);
+  if (ci < 0) return TPU_OK;
+  if (depth > 64)
+    return TPU_FAIL(be->d, TPU_ERR_LIMIT, c->loc, "computations nested more than 64 deep");
+  if (be->scheduled[ci]) return TPU_OK;
+  be->scheduled[ci] = 1;
+  be->caller[ci] = caller;
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    if (in->op == TPU_OP_WHILE) {
+      TPU_TRY(mark(be, in->condition, in, depth + 1));
+      TPU_TRY(mark(be, in->body, in, depth + 1));
+    } else if (in->op == TPU_OP_CONDITIONAL) {
+      for (int b = 0; b < in->nbranches; b++) TPU_TRY(mark(be, in->branches[b], in, depth + 1));
+    } else if (in->op == TPU_OP_CALL) {
+      TPU_TRY(mark(be, in->to_apply, in, depth + 1));
+    }
+  }
+  return TPU_OK;
+}
+
+tpu_status tpu__pass_tile(tpu__be *be) {
+  const tpu_module *m = be->m;
+  TPU_TRY(mark(be, m->entry, NULL, 0));
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    if (!be->scheduled[ci]) continue;
+    const tpu_comp *c = m->comps[ci];
+    for (int i = 0; i < c->norder; i++) TPU_TRY(tile_instr(be, c->order[i]));
+  }
+  return TPU_OK;
+}

@@ -1,0 +1,401 @@
+/* Memory-space assignment (part of buffer-assign): intermediate values that fit in the VMEM
+ * the kernels' own tile buffers leave free stay there between kernels (docs/timing.md). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile/backend/backend.h"
+#include "compile/passes/hlo_passes.h"
+
+typedef struct {
+  int idx;          /* global instruction index */
+  const tpu_instr *in;
+  int64_t size;     /* bytes (tiled layout, 512-aligned) */
+  double benefit;   /* HBM bytes it would save: written once, read once per use */
+  int64_t lo, hi;   /* live positions, inclusive */
+  int reader;       /* an entry parameter copied in within the step: its first reader; else -1 */
+  int beside;       /* reader >= 0: the copy runs beside its first reader (tpu__kinfo.spf_beside) */
+} cand;
+
+typedef struct {
+  int64_t lo, hi, addr, size; /* addr: bytes below the top of VMEM */
+} placed;
+
+static int cmp_benefit(const void *a, const void *b) {
+  const cand *x = a, *y = b;
+  if (x->benefit != y->benefit) return x->benefit > y->benefit ? -1 : 1;
+  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+  return x->idx - y->idx;
+}
+
+static int is_kernel(const tpu__kinfo *k) { return k->kind == TPU__K_STREAM || k->kind == TPU__K_MATMUL; }
+
+/* A bitcast: a view of the same bytes (the compiler's programs pass VMEM values to their
+ * kernels so). */
+static int is_view(const tpu_instr *u) {
+  return u->op == TPU_OP_BITCAST && u->noperands == 1 && u->operands[0]->parent == u->parent;
+}
+
+/* The instruction whose result v reads: a multi-output kernel's for its get-tuple-element;
+ * through views, the value they view. */
+static const tpu_instr *result_of(const tpu_instr *v) {
+  for (int hops = 0; hops < 8 && is_view(v); hops++) v = v->operands[0];
+  return v->op == TPU_OP_GET_TUPLE_ELEMENT && v->operands[0]->op == TPU_OP_FUSION ? v->operands[0] : v;
+}
+
+static const tpu__kinfo *resident_info(const tpu__be *be, const tpu_instr *v) {
+  /* a compiled program reads a prefetched parameter through its copy-start / copy-done */
+  for (int hops = 0; hops < 4 && (v->op == TPU_OP_COPY_DONE || v->op == TPU_OP_COPY_START || is_view(v)) && v->noperands; hops++)
+    v = v->operands[0];
+  const tpu__kinfo *k = tpu__be_info(be, result_of(v));
+  return k && (k->vres || k->xpf || k->spf) ? k : NULL;
+}
+
+/* A compiled program's own copy on chip within the step: a copy-done whose result lies in
+ * memory space S(1) (VMEM) or S(3) (v4's CMEM), seen through views. The compiler runs the
+ * copy beside earlier kernels and leaves it out of its per-op figures (copy-start and
+ * copy-done carry no estimated_cycles); its readers read on chip (bert_fwd_b8s128d768h12
+ * on v6e: the same [1024,768] x [768,768] projection 3,328 cycles with both operands so
+ * copied in, 8,668 reading them from HBM; over the compiled families corpus the per-kernel
+ * median |error| falls from 21-31 % to 10-18 %, docs/fidelity.md). */
+static int copied_in(const tpu_instr *v) {
+  for (int hops = 0; hops < 8 && is_view(v); hops++) v = v->operands[0];
+  return v->op == TPU_OP_COPY_DONE &&
+         (tpu__in_vmem(&v->shape) || (v->shape.layout_tail && strstr(v->shape.layout_tail, "S(3)")));
+}
+
+int tpu__be_reads_vmem(const tpu__be *be, const tpu_instr *v, const tpu_instr *reader) {
+  if (copied_in(v)) return 2;
+  const tpu__kinfo *k = resident_info(be, v);
+  if (!k || (k->spf && k->spf_beside && k->spf_reader == tpu__be_index(be, reader))) return 0;
+  return k->vres ? 1 : 2;
+}
+
+/* The most VMEM the kernels at positions lo..hi take for their tile buffers. */
+static int64_t tiles_top(const int64_t *ws, int64_t lo, int64_t hi) {
+  int64_t top = 0;
+  for (int64_t q = lo; q <= hi; q++)
+    if (ws[q] > top) top = ws[q];
+  return top;
+}
+
+/* How entry parameter p (of computation ci) is read: the first and last positions of its
+ * readers, the first reader (global index), how many reads, whether a matmul kernel reads
+ * it as lhs or rhs, and whether anything reads it otherwise: not a kernel, or, with
+ * `relayout`, a convolution that must relay it out on its way in (that relayout reads it,
+ * not the matrix unit: the compiler prefetches such a convolution's filter across steps
+ * instead, its ResNet convolutions over 64 features, the input where it needs no relayout;
+ * copies within the step take such inputs too: v5e p90 16.4 -> 20.6 % without them). */
+typedef struct {
+  int64_t lo, hi;
+  int reader, nuse, matmul, other;
+  int lone_reduce; /* reads by unfused reduces */
+  int64_t mm_hi; /* the last position of a matmul kernel reading it as lhs or rhs; -1: none */
+} param_use;
+
+static void param_uses(const tpu__be *be, int ci, const tpu_instr *p, int64_t np, int relayout, param_use *r) {
+  const tpu_comp *e = be->m->entry;
+  memset(r, 0, sizeof *r);
+  r->lo = r->hi = r->mm_hi = -1;
+  r->reader = -1;
+  for (int i = 0; i < e->ninstrs && !r->other; i++) {
+    const tpu_instr *u = e->instrs[i];
+    const tpu__kinfo *ku = &be->k[be->comp_base[ci] + u->id];
+    for (int o = 0; o < u->noperands; o++) {
+      if (u->operands[o] != p) continue;
+      if (!is_kernel(ku) || ku->pos <= 0 || ku->pos >= np) r->other = 1;
+      if (r->lo < 0 || ku->pos < r->lo) r->lo = ku->pos, r->reader = be->comp_base[ci] + u->id;
+      if (ku->pos > r->hi) r->hi = ku->pos;
+      if (ku->kind == TPU__K_MATMUL && (o == ku->mm_lhs || o == ku->mm_rhs)) {
+        r->matmul = 1;
+        if (ku->pos > r->mm_hi) r->mm_hi = ku->pos;
+      }
+      if (u->op == TPU_OP_REDUCE) r->lone_reduce++;
+      r->nuse++;
+      if (relayout && ku->kind == TPU__K_MATMUL && o == ku->mm_lhs && ku->mm && ku->mm->op == TPU_OP_CONVOLUTION &&
+          ku->mm->has_conv_dims && p->shape.rank == ku->mm->operands[0]->shape.rank &&
+          tpu__needs_relayout(be->chip, &p->shape, (int)ku->mm->conv.in_batch, (int)ku->mm->conv.in_feature))
+        r->other = 1;
+    }
+  }
+}
+
+/* The parameter an input program (compiled by XLA) prefetches across steps: the operand of
+ * its copy-start marked cross_program_prefetch_index; NULL when none. */
+static const tpu_instr *compiled_prefetch(const tpu_comp *e) {
+  for (int i = 0; i < e->ninstrs; i++) {
+    const tpu_instr *in = e->instrs[i];
+    if (in->op != TPU_OP_COPY_START || in->noperands < 1 || in->operands[0]->op != TPU_OP_PARAMETER) continue;
+    for (int a = 0; a < in->nattrs; a++)
+      if (!strcmp(in->attrs[a].name, "cross_program_prefetch_index")) return in->operands[0];
+  }
+  return NULL;
+}
+
+/* Cross-program prefetch (XLA's memory-space assignment on TPU): of the entry parameters a
+ * matmul kernel reads, the largest that fits is copied on chip while the previous step
+ * runs, so a step in a loop of steps reads it there: into the VMEM its readers leave free
+ * (of one TensorCore: each core of a megacore chip reads all of it), or else into the CMEM
+ * of a chip that has one (v4: its share per TensorCore). A parameter only unfused reduces
+ * read is prefetched so too, not a fused one's nor an elementwise op's (the compiler's sums and
+ * maxima over any axes of f32[1024..4096, 1024..8192] and bf16[4096,4096] on all four
+ * generations: v5p only up to its 32 MiB, v4 into CMEM; (x * x).sum() and x * 2 of the
+ * same arrays none; nor softmax's x, which its normalize reads too:
+ * bench/fidelity/corpus/xprefetch.json). Read from the compiler's programs:
+ * nearly all with a dot or convolution carry one such copy-start
+ * (cross_program_prefetch_index=0), e.g. the 32 MiB weight of a bf16 [8,4096] x
+ * [4096,4096] decode step on every generation, and their estimated_cycles leave the copy
+ * out; on v4 it took 64 MiB but not 86 MiB (CMEM 128 MiB per two cores). Returns how many
+ * VMEM placements it made in pl (0 or 1), -1 when out of memory. */
+static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, placed *pl) {
+  const tpu_comp *e = be->m->entry;
+  const tpu_chip *ch = be->chip;
+  int ci = -1;
+  for (int i = 0; i < be->m->ncomps; i++)
+    if (be->m->comps[i] == e) ci = i;
+  /* a chip whose weights never sit on chip between steps (v1: from DDR3 through its weight
+   * FIFO) marks the field absent */
+  if (ci < 0 || !be->scheduled[ci] || ch->prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status == TPU_PROV_ABSENT) return 0;
+  int best = -1, in_vmem = 0;
+  int64_t best_size = 0, best_lo = 0, best_hi = 0;
+  const tpu_instr *given = compiled_prefetch(e);
+  if (given) { /* the compiler chose it: on chip for the whole step (in VMEM if it fits
+                  * beside every kernel's tile buffers, else read as if from CMEM) */
+    for (int pi = 0; pi < e->nparams; pi++)
+      if (e->params[pi] == given) best = pi;
+    best_size = (tpu__padded_bytes(be, &given->shape) + 511) / 512 * 512;
+    best_lo = 1;
+    best_hi = np - 1;
+    in_vmem = best_size <= ch->vmem_bytes - tiles_top(ws, best_lo, best_hi);
+    if (best < 0) return 0;
+  }
+  for (int pi = 0; pi < e->nparams && !given; pi++) {
+    const tpu_instr *p = e->params[pi];
+    if (!tpu_dtype_is_array(p->shape.dtype)) continue;
+    param_use pu;
+    param_uses(be, ci, p, np, 1, &pu);
+    int64_t lo = pu.lo, hi = pu.hi;
+    if (!(pu.matmul || (pu.lone_reduce && pu.lone_reduce == pu.nuse)) || pu.other || lo < 0) continue;
+    int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512;
+    if (size <= best_size || (ch->xprefetch_max_bytes > 0 && size > ch->xprefetch_max_bytes)) continue;
+    /* beside the kernels' whole scoped VMEM (scoped_vmem_bytes), not only the tiles they
+     * take: the compiler's largest VMEM prefetches are 112 MiB on v5e (128 - 16), 86 MiB on
+     * v6e (128 - 32; not 112 MiB), 32 MiB on v5p (64 - 16; not its 50 MiB decode weight, nor
+     * 86 or 112 MiB ones), and on v4 (16 - 16) every one goes to CMEM (S(3)), 69 programs */
+    int64_t tiles = tiles_top(ws, lo, hi);
+    if (ch->scoped_vmem_bytes > tiles) tiles = ch->scoped_vmem_bytes;
+    int fits_vmem = size <= ch->vmem_bytes - tiles;
+    if (!fits_vmem && size > ch->cmem_bytes) continue;
+    best = pi;
+    in_vmem = fits_vmem;
+    best_size = size;
+    best_lo = lo;
+    best_hi = hi;
+  }
+  if (best < 0) return 0;
+  tpu__kinfo *k = &be->k[be->comp_base[ci] + e->params[best]->id];
+  /* in CMEM, outside the kernels' VMEM, when it does not fit there (a compiled program's
+   * own choice on a chip without CMEM: VMEM as the compiler says, not placed) */
+  k->xpf = in_vmem || ch->cmem_bytes <= 0 ? 1 : 2;
+  if (!in_vmem) return 0;
+  int64_t cap = ch->vmem_bytes * (ch->tensorcores > 0 ? ch->tensorcores : 1);
+  k->vres_off = cap - best_size;
+  pl[0].lo = best_lo;
+  pl[0].hi = best_hi;
+  pl[0].addr = 0;
+  pl[0].size = best_size;
+  return tpu_program_add_vmem(be->p, -1, k->vres_off, best_size, 1) < 0 ? -1 : 1;
+}
+
+/* In-step prefetch (XLA's memory-space assignment on TPU): an entry parameter that a matmul
+ * kernel reads, and only kernels read, is copied into VMEM while the kernels before its
+ * first reader run, and read there (the compiler's programs: 41-44 per generation copy
+ * weights in with copy-start / copy-done; layer_bwd_b1s512d512 on v6e copies six of its nine
+ * weights so and runs every projection from VMEM). A parameter the first kernel reads has
+ * nothing before it to hide the copy; when a later kernel reads it again (a matmul, or a
+ * vector kernel on a chip whose VMEM reads cost less than HBM's: v6e), it is copied beside
+ * its first reader instead, which reads HBM (the compiler's norm and softmax programs, every
+ * generation: the reduction reads x, the normalize its copy-done). Each is a candidate
+ * beside the values (benefit: the reads it saves), live from the step's first kernel to its
+ * last reader; each TensorCore of a megacore chip holds a copy (v5p: layer and convolution
+ * backward passes 1-11 points nearer the compiler, docs/fidelity.md).
+ * Returns the new count of candidates. */
+static int step_prefetch_cands(tpu__be *be, int64_t np, cand *c, int nc, int64_t cores) {
+  const tpu_comp *e = be->m->entry;
+  int ci = tpu__be_comp_index(be, e);
+  if (ci < 0 || !be->scheduled[ci]) return nc;
+  int64_t first = -1; /* the step's first kernel */
+  for (int i = 0; i < e->ninstrs; i++) {
+    const tpu__kinfo *ku = &be->k[be->comp_base[ci] + e->instrs[i]->id];
+    if (is_kernel(ku) && ku->pos > 0 && ku->pos < np && (first < 0 || ku->pos < first)) first = ku->pos;
+  }
+  for (int pi = 0; first > 0 && pi < e->nparams; pi++) {
+    const tpu_instr *p = e->params[pi];
+    tpu__kinfo *kp = &be->k[be->comp_base[ci] + p->id];
+    /* a compiled program (tiled layouts) copies in what its compiler chose, itself */
+    if (kp->xpf || !tpu_dtype_is_array(p->shape.dtype) || p->shape.layout_tail) continue;
+    param_use pu;
+    param_uses(be, ci, p, np, 0, &pu);
+    if (pu.other || pu.lo < first) continue;
+    /* before its first reader (a matmul reads it, and some kernel runs before), or beside
+     * it: read again later by a matmul, or by vector kernels on a chip whose compiler
+     * charges VMEM reads less than HBM's (vmem_read_cost) */
+    int before = pu.matmul && pu.lo > first;
+    int beside = !before && pu.hi > pu.lo && (pu.mm_hi > pu.lo || be->chip->vmem_read_cost < 1);
+    if (!before && !beside) continue;
+    int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512;
+    if (size <= 0) continue;
+    c[nc].idx = be->comp_base[ci] + p->id;
+    c[nc].in = p;
+    c[nc].size = size * cores; /* each core of a megacore chip copies all of it */
+    c[nc].benefit = (double)size * (pu.nuse - beside);
+    c[nc].beside = beside;
+    c[nc].lo = first;
+    c[nc].hi = pu.hi;
+    c[nc].reader = pu.reader;
+    nc++;
+  }
+  return nc;
+}
+
+tpu_status tpu__assign_vmem(tpu__be *be) {
+  const tpu_module *m = be->m;
+  int64_t cores = be->chip->tensorcores > 0 ? be->chip->tensorcores : 1;
+  int64_t cap = be->chip->vmem_bytes * cores;
+  if (cap <= 0 || be->ninstrs == 0) return TPU_OK;
+  int64_t np = be->npos + 2;
+  int64_t *ws = tpu_calloc((size_t)np, sizeof *ws);
+  int *nuse = tpu_calloc((size_t)be->ninstrs, sizeof *nuse);
+  unsigned char *bad = tpu_calloc((size_t)be->ninstrs, 1);
+  cand *c = tpu_calloc((size_t)be->ninstrs, sizeof *c);
+  placed *pl = tpu_calloc((size_t)be->ninstrs, sizeof *pl);
+  tpu_status st = TPU_OK;
+  if (!ws || !nuse || !bad || !c || !pl) {
+    st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    goto done;
+  }
+  /* Each kernel's working set at its position, and who uses what. A value qualifies only
+   * when every use is a kernel of the same computation with its own result buffer (no
+   * aliases, control ops or computation results pass it on). */
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    if (!be->scheduled[ci]) continue;
+    const tpu_comp *cc = m->comps[ci];
+    bad[be->comp_base[ci] + result_of(cc->root)->id] = 1; /* results leave through HBM or the caller */
+    for (int i = 0; i < cc->ninstrs; i++) {
+      const tpu_instr *u = cc->instrs[i];
+      tpu__kinfo *ku = &be->k[be->comp_base[ci] + u->id];
+      if ((is_kernel(ku) || ku->kind == TPU__K_LINALG) && ku->pos > 0 && ku->pos < np) {
+        int64_t w = tpu__kernel_vmem(be, u, ku);
+        if (w > ws[ku->pos]) ws[ku->pos] = w;
+      }
+      if (result_of(u) != u) continue; /* a result of a multi-output kernel, or a view: its readers count */
+      for (int o = 0; o < u->noperands; o++) {
+        int oi = tpu__be_index(be, result_of(u->operands[o]));
+        if (oi < 0) continue;
+        nuse[oi]++;
+        if (!is_kernel(ku) || !ku->own || u->operands[o]->parent != u->parent) bad[oi] = 1;
+      }
+    }
+  }
+  /* A megacore chip (two TensorCores as one device, v5p, v4) keeps no values between
+   * kernels: its cores split a producer and its consumer along different dimensions, so
+   * neither core's VMEM holds what the other will read. Measured over the compiled programs
+   * of bench/fidelity (results of 1 MiB or more in memory space S(1)): 513 on v5e, 538 on
+   * v6e (one TensorCore each), 16 on v5p, the largest 16 MiB, where tpusim kept up to 96 MB
+   * (docs/fidelity.md). */
+  int nc = 0;
+  for (int ci = 0; cores == 1 && ci < m->ncomps; ci++) {
+    if (!be->scheduled[ci]) continue;
+    const tpu_comp *cc = m->comps[ci];
+    for (int i = 0; i < cc->ninstrs; i++) {
+      const tpu_instr *in = cc->instrs[i];
+      int gi = be->comp_base[ci] + in->id;
+      tpu__kinfo *k = &be->k[gi];
+      if (!is_kernel(k) || !k->own || k->nleaves < 1 || bad[gi] || !nuse[gi] || k->pos <= 0 ||
+          k->last_use < k->pos || k->last_use >= np)
+        continue;
+      int64_t size = 0, s1 = 0;
+      int tiled = 0;
+      for (int l = 0; l < k->nleaves; l++) {
+        const tpu_shape *ls = tpu__leaf(&in->shape, l);
+        int64_t b = ls ? tpu__value_bytes(be, in, ls) : 0;
+        size += b;
+        if (ls && ls->layout_tail) tiled = 1, s1 += tpu__in_vmem(ls) ? b : 0;
+      }
+      /* a compiled program (tiled layouts) keeps a value in VMEM only where its compiler did
+       * (memory space S(1)): its other values stay in HBM (compiled v4 programs: p90 31.7 ->
+       * 24.8 % against the compiler's estimates, docs/fidelity.md). A multi-output kernel's
+       * results stay together: in VMEM when most of their bytes are there (the compiler's
+       * attention writes its row sums to S(1) beside a 100 MB score matrix in HBM) */
+      if (tiled && 2 * s1 <= size) continue;
+      size = (size + 511) / 512 * 512;
+      if (size <= 0 || size > cap) continue;
+      c[nc].idx = gi;
+      c[nc].in = in;
+      c[nc].size = size;
+      /* the transfers saved: the write and each read (a 16-bit result's pass is charged
+       * on chip too: lower.c add_onchip) */
+      c[nc].benefit = (double)size * (1.0 + nuse[gi]);
+      c[nc].lo = k->pos;
+      c[nc].hi = k->last_use;
+      c[nc].reader = -1;
+      c[nc].beside = 0;
+      nc++;
+    }
+  }
+  /* the parameter the previous step prefetches first (it needs no copy in the step) */
+  int npl = cross_program_prefetch(be, ws, np, pl);
+  if (npl < 0) {
+    st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    goto done;
+  }
+  /* (a chip whose weights never sit on chip, v1, marks its prefetch field absent) */
+  if (be->chip->prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status != TPU_PROV_ABSENT)
+    nc = step_prefetch_cands(be, np, c, nc, cores);
+  /* Largest benefit first; each takes the lowest free address counted down from the top
+   * of VMEM among the values live at the same time, and must stay clear of the tile
+   * buffers (which start at offset 0) of every kernel that runs while it lives. */
+  qsort(c, (size_t)nc, sizeof *c, cmp_benefit);
+  for (int i = 0; i < nc; i++) {
+    int64_t room = cap - tiles_top(ws, c[i].lo, c[i].hi);
+    if (c[i].size > room) continue;
+    int64_t addr = 0;
+    for (int moved = 1; moved;) { /* first fit: bump past every overlapping placement */
+      moved = 0;
+      for (int j = 0; j < npl; j++)
+        if (pl[j].lo <= c[i].hi && c[i].lo <= pl[j].hi && pl[j].addr < addr + c[i].size &&
+            addr < pl[j].addr + pl[j].size) {
+          addr = pl[j].addr + pl[j].size;
+          moved = 1;
+        }
+    }
+    if (addr + c[i].size > room) continue;
+    pl[npl].lo = c[i].lo;
+    pl[npl].hi = c[i].hi;
+    pl[npl].addr = addr;
+    pl[npl].size = c[i].size;
+    npl++;
+    tpu__kinfo *k = &be->k[c[i].idx];
+    k->vres_off = cap - addr - c[i].size;
+    int buf = tpu_program_add_vmem(be->p, -1, k->vres_off, c[i].size, 1);
+    if (buf < 0) {
+      st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+      break;
+    }
+    if (c[i].reader >= 0) {
+      k->spf = 1;
+      k->spf_reader = c[i].reader;
+      k->spf_buf = buf;
+      k->spf_beside = c[i].beside;
+      k->spf_last = -1;
+    } else {
+      k->vres = 1;
+    }
+  }
+done:
+  tpu_free(ws);
+  tpu_free(nuse);
+  tpu_free(bad);
+  tpu_free(c);
+  tpu_free(pl);
+  return st;
+}

@@ -1,0 +1,221 @@
+/* Dot strength reduction (part of the simplify pass): a dot one of whose operands is a
+ * vector — all its dimensions batch or contracting, or of size 1 — becomes a multiply and
+ * a reduce on the vector unit, as the XLA TPU compiler does (its compiled decode step with
+ * one token, f32[1,4096] x f32[4096,4096], is one kLoop fusion `multiply_reduce_fusion`;
+ * attention over a KV cache for one query is two). A matrix unit would stream the matrix
+ * through its weights for a single row of output; the vector unit reads it once.
+ *
+ * Values are unchanged: both operands are widened to f32 (bf16 and f16 products are exact
+ * there, as in the reference dot), multiplied, summed from 0 in the order the dot sums
+ * (row-major over the contracting dimensions, which must be listed in ascending order in
+ * the matrix operand), and the sum is rounded once to the dot's type. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "chip/chip.h"
+#include "compile/passes/hlo_passes.h"
+#include "ir/build.h"
+
+typedef struct {
+  tpu_builder *b;
+  const tpu_chip *chip; /* NULL: no chip's rules */
+  tpu_comp *add;        /* f32 (a, b) -> a + b, made on first use */
+} dr;
+
+static tpu_status adder(dr *r, tpu_comp **out) {
+  if (!r->add) TPU_TRY(tpu_build_scalar_comp(r->b, "dot.add", TPU_OP_ADD, TPU_F32, r->b->m->entry, &r->add));
+  *out = r->add;
+  return TPU_OK;
+}
+
+/* A new instruction of `dot`'s computation carrying its location and metadata (so the
+ * profile names the kernel after the dot). */
+static tpu_status emit(dr *r, tpu_instr *dot, tpu_opcode op, const char *hint, const tpu_shape *s, tpu_instr *const *ops,
+                       int n, const char *dims, tpu_instr **out) {
+  TPU_TRY(tpu_build_instr_like(r->b, dot->parent, dot, op, hint, s, ops, n, out));
+  return dims ? tpu_build_set_attr(r->b, *out, "dimensions", dims) : TPU_OK;
+}
+
+static tpu_status widen(dr *r, tpu_instr *dot, tpu_instr *x, tpu_instr **out) {
+  if (x->shape.dtype == TPU_F32) {
+    *out = x;
+    return TPU_OK;
+  }
+  tpu_shape s = tpu_build_shape(TPU_F32, x->shape.rank, x->shape.dims);
+  return emit(r, dot, TPU_OP_CONVERT, "dot.widen", &s, &x, 1, NULL, out);
+}
+
+/* Whether x's value reaches a reduce through converts and elementwise ops of its computation
+ * (attention's scores, q . k per head, on their way to the softmax's maximum). */
+static int feeds_reduce(const tpu_instr *x, int depth) {
+  const tpu_comp *c = x->parent;
+  for (int i = 0; c && depth > 0 && i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    int reads = 0;
+    for (int j = 0; j < u->noperands; j++) reads |= u->operands[j] == x;
+    if (!reads) continue;
+    if (u->op == TPU_OP_REDUCE) return 1;
+    tpu_op_class k = tpu_op_class_of(u->op);
+    if ((u->op == TPU_OP_CONVERT || k == TPU_CLS_UNARY || k == TPU_CLS_BINARY || u->op == TPU_OP_RESHAPE) &&
+        feeds_reduce(u, depth - 1))
+      return 1;
+  }
+  return 0;
+}
+
+/* Rewrites one dot when it qualifies; *done = 1 then. A batch of vector products runs on the
+ * MXU (tpu_dot_on_vector_unit) unless a reduction reads its result: the XLA TPU compiler then
+ * computes it in the reduction's vector loop (decode attention's q . k, one multiply_reduce
+ * kLoop fusion with the softmax's maximum, where p . v beside it is a kOutput fusion). */
+/* Whether dot's vector operand (the one other than matrix operand mi) keeps a free
+ * dimension of size 1 (one-query attention's p in einsum('bhqk,bhkd->bhqd'), q = 1). */
+static int vector_keeps_unit_dim(const tpu_instr *dot, int mi) {
+  const tpu_instr *v = dot->operands[1 - mi];
+  const tpu_i64s *b = mi ? &dot->dot.lhs_batch : &dot->dot.rhs_batch, *c = mi ? &dot->dot.lhs_contract : &dot->dot.rhs_contract;
+  for (int d = 0; d < v->shape.rank; d++)
+    if (tpu_i64s_find(b, d) < 0 && tpu_i64s_find(c, d) < 0 && v->shape.dims[d] == 1) return 1;
+  return 0;
+}
+
+static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
+  *done = 0;
+  int mi;
+  /* (a chip with vpu_batched_vector_dots: every batched one whose vector keeps a size-1
+   * free dimension, as the XLA TPU compiler does on v6e) */
+  if (!tpu_dot_on_vector_unit(dot, &mi) && !(tpu_dot_vector_shaped(dot, &mi) && feeds_reduce(dot, 4)) &&
+      !(r->chip && r->chip->vpu_batched_vector_dots && tpu_dot_vector_shaped(dot, &mi) && vector_keeps_unit_dim(dot, mi)))
+    return TPU_OK;
+  const tpu_dot_dims *dn = &dot->dot;
+  int m_is_lhs = mi == 0;
+  tpu_instr *M = dot->operands[mi], *V = dot->operands[1 - mi];
+  const tpu_i64s *mb = m_is_lhs ? &dn->lhs_batch : &dn->rhs_batch, *mc = m_is_lhs ? &dn->lhs_contract : &dn->rhs_contract;
+  const tpu_i64s *vb = m_is_lhs ? &dn->rhs_batch : &dn->lhs_batch, *vc = m_is_lhs ? &dn->rhs_contract : &dn->lhs_contract;
+
+  /* V without its free (size-1) dimensions, each kept dimension's place in M */
+  int64_t vdims[TPU_MAX_RANK], to_m[TPU_MAX_RANK];
+  int vk = 0;
+  for (int d = 0; d < V->shape.rank; d++) {
+    int i = tpu_i64s_find(vb, d), j = tpu_i64s_find(vc, d);
+    if (i < 0 && j < 0) continue;
+    vdims[vk] = V->shape.dims[d];
+    to_m[vk++] = i >= 0 ? mb->v[i] : mc->v[j];
+  }
+  /* broadcast dimensions must rise: put V's kept dimensions in M's order first */
+  int perm[TPU_MAX_RANK];
+  for (int i = 0; i < vk; i++) perm[i] = i;
+  for (int i = 1; i < vk; i++)
+    for (int j = i; j > 0 && to_m[perm[j]] < to_m[perm[j - 1]]; j--) {
+      int t = perm[j];
+      perm[j] = perm[j - 1];
+      perm[j - 1] = t;
+    }
+  char buf[4 * TPU_MAX_RANK * 24];
+  tpu_instr *v = V;
+  if (vk != V->shape.rank) {
+    tpu_shape s = tpu_build_shape(V->shape.dtype, vk, vdims);
+    TPU_TRY(emit(r, dot, TPU_OP_RESHAPE, "dot.vector", &s, &v, 1, NULL, &v));
+  }
+  int moved = 0;
+  int64_t pd[TPU_MAX_RANK], pdims[TPU_MAX_RANK], bdims[TPU_MAX_RANK];
+  for (int i = 0; i < vk; i++) {
+    moved |= perm[i] != i;
+    pd[i] = perm[i];
+    pdims[i] = vdims[perm[i]];
+    bdims[i] = to_m[perm[i]];
+  }
+  if (moved) {
+    tpu_shape s = tpu_build_shape(V->shape.dtype, vk, pdims);
+    TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.vector", &s, &v, 1, tpu_dims_text(buf, sizeof buf, pd, vk), &v));
+  }
+  TPU_TRY(widen(r, dot, v, &v));
+  tpu_shape ms = tpu_build_shape(TPU_F32, M->shape.rank, M->shape.dims);
+  tpu_instr *mf, *vbc, *prod, *zero, *sum;
+  TPU_TRY(emit(r, dot, TPU_OP_BROADCAST, "dot.vector", &ms, &v, 1, tpu_dims_text(buf, sizeof buf, bdims, vk), &vbc));
+  TPU_TRY(widen(r, dot, M, &mf));
+  tpu_instr *pair[2] = {m_is_lhs ? mf : vbc, m_is_lhs ? vbc : mf};
+  TPU_TRY(emit(r, dot, TPU_OP_MULTIPLY, "dot.product", &ms, pair, 2, NULL, &prod));
+  tpu_tensor z;
+  TPU_TRY(tpu_tensor_alloc(&z, TPU_F32, 0, NULL, r->b->d)); /* 0.0f */
+  TPU_TRY(tpu_build_constant(r->b, dot->parent, "dot.zero", &z, NULL, &zero));
+  /* the sum keeps M's batch and free dimensions in M's order */
+  int64_t kept[TPU_MAX_RANK], kdims[TPU_MAX_RANK];
+  int nk = 0;
+  for (int d = 0; d < M->shape.rank; d++)
+    if (tpu_i64s_find(mc, d) < 0) {
+      kept[nk] = d;
+      kdims[nk++] = M->shape.dims[d];
+    }
+  tpu_shape ss = tpu_build_shape(TPU_F32, nk, kdims);
+  tpu_comp *add;
+  TPU_TRY(adder(r, &add));
+  tpu_instr *red_ops[2] = {prod, zero};
+  TPU_TRY(emit(r, dot, TPU_OP_REDUCE, "dot.sum", &ss, red_ops, 2, tpu_dims_text(buf, sizeof buf, mc->v, mc->n), &sum));
+  TPU_TRY(tpu_build_set_attr(r->b, sum, "to_apply", add->name));
+  /* the dot's order: batch dimensions as listed, then M's free dimensions (V's are 1) */
+  int64_t order[TPU_MAX_RANK], odims[TPU_MAX_RANK];
+  int no = 0;
+  moved = 0;
+  for (int i = 0; i < mb->n; i++) order[no++] = mb->v[i];
+  for (int d = 0; d < M->shape.rank; d++)
+    if (tpu_i64s_find(mb, d) < 0 && tpu_i64s_find(mc, d) < 0) order[no++] = d;
+  for (int i = 0; i < no; i++) { /* as positions in the sum's dimensions */
+    int at = 0;
+    while (kept[at] != order[i]) at++;
+    order[i] = at;
+    odims[i] = kdims[at];
+    moved |= at != i;
+  }
+  tpu_instr *x = sum;
+  if (moved) {
+    tpu_shape s = tpu_build_shape(TPU_F32, no, odims);
+    TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.order", &s, &x, 1, tpu_dims_text(buf, sizeof buf, order, no), &x));
+  }
+  tpu_shape out = dot->shape;
+  out.dtype = TPU_F32;
+  out.layout_tail = NULL;
+  if (no != dot->shape.rank) TPU_TRY(emit(r, dot, TPU_OP_RESHAPE, "dot.result", &out, &x, 1, NULL, &x));
+  if (dot->shape.dtype != TPU_F32) TPU_TRY(emit(r, dot, TPU_OP_CONVERT, "dot.result", &dot->shape, &x, 1, NULL, &x));
+  tpu_build_replace_uses(dot->parent, dot, x);
+  *done = 1;
+  return TPU_OK;
+}
+
+tpu_status tpu__dot_strength_reduce(tpu_builder *b, tpu_module *m, const tpu_chip *chip, int *changed) {
+  dr r = {b, chip, NULL};
+  /* The computations as they stand (the adder is inserted among them); fused computations
+   * keep what they hold: a fusion made by the TPU compiler is its choice. */
+  int nc = m->ncomps;
+  tpu_comp **comps = tpu_calloc((size_t)nc + 1, sizeof *comps);
+  char *fused = tpu_calloc((size_t)nc + 1, 1);
+  if (!comps || !fused) {
+    tpu_free(comps);
+    tpu_free(fused);
+    return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory reducing dots");
+  }
+  for (int ci = 0; ci < nc; ci++) {
+    comps[ci] = m->comps[ci];
+    for (int i = 0; i < m->comps[ci]->ninstrs; i++) {
+      const tpu_instr *in = m->comps[ci]->instrs[i];
+      if (in->op == TPU_OP_FUSION && in->calls && in->calls->index >= 0 && in->calls->index < nc) fused[in->calls->index] = 1;
+    }
+  }
+  tpu_status st = TPU_OK;
+  for (int ci = 0; st == TPU_OK && ci < nc; ci++) {
+    tpu_comp *c = comps[ci];
+    if (fused[ci]) continue;
+    int any = 0, n = c->ninstrs; /* new instructions are appended; they need no visit */
+    for (int i = 0; st == TPU_OK && i < n; i++) {
+      int done = 0;
+      if (c->instrs[i]->op == TPU_OP_DOT) st = reduce_dot(&r, c->instrs[i], &done);
+      any |= done;
+    }
+    if (st == TPU_OK && any) {
+      st = tpu_build_finish(b, c);
+      *changed = 1;
+    }
+  }
+  tpu_free(comps);
+  tpu_free(fused);
+  return st;
+}

@@ -1,0 +1,607 @@
+/* The fuse pass: groups ops into `fusion` instructions as XLA does for a TPU.
+ *
+ *   kLoop    a chain of elementwise ops and cheap data movement (broadcast, reshape,
+ *            transpose, slice, convert, ...): one loop over the output.
+ *   kOutput  a dot or convolution with its operand producers (convert, broadcast,
+ *            transpose, reshape) and its elementwise epilogue (bias add, activation,
+ *            convert, scaling): the matmul unit's output is consumed in place.
+ *   kInput   a reduce with the elementwise ops that produce its input.
+ *
+ * Groups grow from a root (visited consumers-first) towards its operands. A producer
+ * joins a group only when every user of it is already in the group, so no work is done
+ * twice and no cycle can form; cheap producers (scalar constants, iota, broadcasts of a
+ * scalar, and an elementwise op, convert, broadcast or reshape of a few vector operations
+ * whose every user can take it, as XLA's instruction fusion duplicates) are instead copied
+ * into each group that uses them. Only computations that run
+ * as a sequence (the entry, while conditions and bodies, conditional branches) are
+ * fused; ops that call computations (while, conditional, reduce's reducer, ...) are
+ * never fused across, and a group holds at most one dot, convolution or reduce.
+ *
+ * Then the pass's own fusions merge further (fuse_merge.c): multi-output fusion, and
+ * fusion around the matrix unit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "compile/passes/fuse.h"
+#include "compile/passes/hlo_passes.h"
+#include "ir/build.h"
+
+typedef enum { K_LOOP, K_OUTPUT, K_INPUT } fusion_kind;
+static const char *const k_kind_names[] = {"kLoop", "kOutput", "kInput"};
+
+typedef enum { SIDE_EPI, SIDE_HEAVY, SIDE_UP } member_side; /* after, at, or feeding the heavy op */
+
+typedef struct {
+  int root;          /* instruction id */
+  fusion_kind kind;
+  int has_heavy;
+  int *ids;          /* members (owned or copied), in the order they joined */
+  unsigned char *dup;
+  int n, cap;
+} group;
+
+typedef struct {
+  tpu_builder *b;
+  tpu_comp *c;
+  tpu_uses uses;
+  int n;             /* instructions in c before the pass */
+  int *owner;        /* group owning each instruction, -1 for none */
+  int *mark;         /* group that holds the instruction (owned or copied), -1 for none */
+  unsigned char *side;
+  unsigned char *need; /* an instruction's value is read outside the groups that hold it */
+  unsigned char *gone; /* copied into every group that uses it: no kernel of its own */
+  int *tried;          /* g + 1: decided while growing group g */
+  struct cand { int id, mem; } *heap; /* grow's candidates (heap_push) */
+  int nheap, capheap;
+  group *groups;
+  int ngroups, capgroups;
+  tpu__made_set *made;
+  const tpu_chip *chip;
+} fuser;
+
+int tpu__made_add(tpu__made_set *s, const tpu_comp *c) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 64;
+    const tpu_comp **v = tpu_realloc(s->v, sizeof *v * (size_t)cap);
+    if (!v) return 0;
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = c;
+  return 1;
+}
+
+int tpu__made_has(const tpu__made_set *s, const tpu_comp *c) {
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i] == c) return 1;
+  return 0;
+}
+
+static tpu_status nomem(fuser *f) {
+  return TPU_FAIL(f->b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory while fusing '%s'", f->c->name);
+}
+
+int tpu__fuse_heavy(const tpu_instr *in) { return in->op == TPU_OP_DOT || in->op == TPU_OP_CONVOLUTION; }
+
+/* Ops a loop fusion can hold: elementwise and cheap data movement. */
+int tpu__fuse_loop_fusible(const tpu_instr *in) {
+  if (in->shape.dtype == TPU_TUPLE || in->shape.dtype == TPU_TOKEN) return 0;
+  switch (in->op) {
+    case TPU_OP_COMPARE:
+    case TPU_OP_SELECT:
+    case TPU_OP_CLAMP:
+    case TPU_OP_CONVERT:
+    case TPU_OP_BITCAST_CONVERT:
+    case TPU_OP_IS_FINITE:
+    case TPU_OP_BROADCAST:
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST:
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_SLICE:
+    case TPU_OP_CONCATENATE:
+    case TPU_OP_PAD:
+    case TPU_OP_REVERSE:
+    case TPU_OP_IOTA:
+    case TPU_OP_CONSTANT:
+    case TPU_OP_COPY: return 1;
+    default: break;
+  }
+  tpu_op_class k = tpu_op_class_of(in->op);
+  return k == TPU_CLS_UNARY || k == TPU_CLS_BINARY || k == TPU_CLS_TERNARY;
+}
+
+/* Producers a dot or convolution takes into its fusion (layout and type changes the MXU
+ * feed path absorbs). */
+int tpu__fuse_operand_producer(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_DYNAMIC_SLICE: /* a layer's weights from a stacked buffer: read in place */
+    case TPU_OP_SLICE:
+    case TPU_OP_CONVERT:
+    case TPU_OP_BROADCAST:
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST:
+    case TPU_OP_COPY:
+    case TPU_OP_CONSTANT:
+    case TPU_OP_IOTA: return 1;
+    default: return 0;
+  }
+}
+
+static int narrowing_convert(const tpu_instr *in) {
+  return in->op == TPU_OP_CONVERT && tpu_dtype_size(in->shape.dtype) < tpu_dtype_size(in->operands[0]->shape.dtype);
+}
+
+/* Produced by an op a fusion could end with (rather than a parameter or constant). */
+static int computed(const tpu_instr *in) {
+  return tpu__fuse_heavy(in) || in->op == TPU_OP_REDUCE || (tpu__fuse_loop_fusible(in) && in->op != TPU_OP_CONSTANT);
+}
+
+/* Cheap enough to copy into every group that uses it. */
+static int duplicable(const tpu_instr *in) {
+  if (in->op == TPU_OP_CONSTANT) return tpu_shape_numel(&in->shape) <= 1;
+  if (in->op == TPU_OP_IOTA) return 1;
+  if (in->op == TPU_OP_BROADCAST) return in->operands[0]->shape.rank == 0;
+  return 0;
+}
+
+/* Work the compiler recomputes in each user's kernel rather than store: elementwise ops on
+ * the values in place (no transpose, concatenation or padding), including the transcendental
+ * unit's exp, log, tanh, sqrt, rsqrt, expm1, log1p, logistic and power, but not division,
+ * sine, cosine, tangent, erf, cbrt, remainder or atan2. Read from its compiled programs:
+ * f(x) feeding a row sum and a product with that sum is two kernels, each computing f,
+ * for the first group, and f computed once for the second (bench/fidelity, docs/compiler.md). */
+int tpu__fuse_transcendental(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_EXP: case TPU_OP_LOG: case TPU_OP_TANH: case TPU_OP_SQRT: case TPU_OP_RSQRT:
+    case TPU_OP_EXPM1: case TPU_OP_LOG1P: case TPU_OP_LOGISTIC: case TPU_OP_POWER: return 1;
+    default: return 0;
+  }
+}
+
+static int cheap(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_DIVIDE: case TPU_OP_REMAINDER: case TPU_OP_ATAN2: case TPU_OP_CBRT: case TPU_OP_SINE:
+    case TPU_OP_COSINE: case TPU_OP_TAN: case TPU_OP_ERF:
+    case TPU_OP_TRANSPOSE: case TPU_OP_CONCATENATE: case TPU_OP_PAD: case TPU_OP_REVERSE:
+      return 0;
+    default:
+      return tpu__fuse_loop_fusible(in) && !tpu_dtype_is_complex(in->shape.dtype);
+  }
+}
+
+/* Could user u take producer p into its fusion? */
+static int takes(const tpu_instr *u, const tpu_instr *p) {
+  if (tpu__fuse_heavy(u)) return tpu__fuse_operand_producer(p) && !(narrowing_convert(p) && computed(p->operands[0]));
+  return u->op == TPU_OP_REDUCE || tpu__fuse_loop_fusible(u);
+}
+
+/* A cheap producer with several users (or one user that is itself copied) is recomputed
+ * in each user's fusion, as XLA's instruction fusion duplicates it, when every user can
+ * take it: its result then never goes to memory. */
+/* Does x compute, through elementwise steps only, on a dot's or convolution's result? Then
+ * it is that matmul's epilogue work, done once there (attention's exponent), not recomputed. */
+static int near_matmul(const tpu_instr *x, int depth) {
+  for (int k = 0; k < x->noperands; k++) {
+    const tpu_instr *o = x->operands[k];
+    if (tpu__fuse_heavy(o)) return 1;
+    if (depth > 0 && tpu__fuse_loop_fusible(o) && near_matmul(o, depth - 1)) return 1;
+  }
+  return 0;
+}
+
+static int shared_cheap(const fuser *f, const tpu_instr *p) {
+  if (!cheap(p) || p == f->c->root || f->uses.nusers[p->id] < 1) return 0;
+  /* the transcendental unit's work is recomputed for vector kernels only: a matmul's
+   * operand that needs it is its own kernel's result (attention's exponent for rows too
+   * long to stay with QK^T, fusion around the matrix unit in fuse_merge.c) */
+  int eup = tpu__fuse_transcendental(p);
+  if (eup && near_matmul(p, 8)) return 0;
+  for (int k = 0; k < f->uses.nusers[p->id]; k++) {
+    const tpu_instr *u = f->uses.users[p->id][k];
+    if (!takes(u, p) || (eup && tpu__fuse_heavy(u))) return 0;
+  }
+  return 1;
+}
+
+static tpu_status push_member(fuser *f, int g, int id, int dup, member_side side) {
+  group *G = &f->groups[g];
+  if (G->n == G->cap) {
+    int cap = G->cap ? G->cap * 2 : 8;
+    int *ids = tpu_realloc(G->ids, sizeof *ids * (size_t)cap);
+    if (!ids) return nomem(f);
+    G->ids = ids;
+    unsigned char *dd = tpu_realloc(G->dup, (size_t)cap);
+    if (!dd) return nomem(f);
+    G->dup = dd;
+    G->cap = cap;
+  }
+  G->ids[G->n] = id;
+  G->dup[G->n] = (unsigned char)dup;
+  G->n++;
+  f->mark[id] = g;
+  f->side[id] = (unsigned char)side;
+  if (!dup) f->owner[id] = g;
+  return TPU_OK;
+}
+
+static int all_users_owned(const fuser *f, int id, int g) {
+  if (f->c->instrs[id] == f->c->root) return 0;
+  for (int k = 0; k < f->uses.nusers[id]; k++)
+    if (f->owner[f->uses.users[id][k]->id] != g) return 0;
+  return f->uses.nusers[id] > 0;
+}
+
+/* Whether producer p may join group g through member m, and on which side. */
+static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *p, member_side *side) {
+  const group *G = &f->groups[g];
+  member_side ms = (member_side)f->side[m->id];
+  if (ms == SIDE_HEAVY || ms == SIDE_UP) {
+    *side = SIDE_UP;
+    if (m->op == TPU_OP_REDUCE || G->kind == K_INPUT) return tpu__fuse_loop_fusible(p);
+    /* A narrowing convert of a computed value belongs to its producer's epilogue, so the
+     * narrow value is what goes to memory; taken into this consumer instead, the wide
+     * value would be stored and read. */
+    if (narrowing_convert(p) && computed(p->operands[0])) return 0;
+    return tpu__fuse_operand_producer(p);
+  }
+  *side = SIDE_EPI;
+  /* A transpose that moves the minor dimension is a copy into the new layout of its own,
+   * read by its users in place, as the compiler runs it (transpose then scale: a `copy` and
+   * a `multiply_bitcast_fusion`); not in a vector kernel's loop. (A matmul's result
+   * transposed is written in the new layout by the matmul itself.) */
+  if (!G->has_heavy && tpu__moves_minor(f->chip, p) && !tpu__fuse_heavy(p->operands[0])) return 0;
+  if (tpu__fuse_loop_fusible(p)) return 1;
+  if (tpu__fuse_heavy(p) && !G->has_heavy && G->kind == K_LOOP) {
+    *side = SIDE_HEAVY;
+    return 1;
+  }
+  return 0;
+}
+
+/* The heap of producers a growing group's members read: (id, the member's index in the
+ * group), the largest id first and, among equal ids, the member that joined first. */
+static int heap_before(const fuser *f, int a, int b) {
+  const struct cand *x = &f->heap[a], *y = &f->heap[b];
+  return x->id != y->id ? x->id > y->id : x->mem < y->mem;
+}
+
+static void heap_swap(fuser *f, int a, int b) {
+  struct cand t = f->heap[a];
+  f->heap[a] = f->heap[b];
+  f->heap[b] = t;
+}
+
+static tpu_status heap_push(fuser *f, int id, int mem) {
+  if (f->nheap == f->capheap) {
+    int cap = f->capheap ? f->capheap * 2 : 64;
+    struct cand *nh = tpu_realloc(f->heap, sizeof *nh * (size_t)cap);
+    if (!nh) return nomem(f);
+    f->heap = nh;
+    f->capheap = cap;
+  }
+  int k = f->nheap++;
+  f->heap[k].id = id;
+  f->heap[k].mem = mem;
+  for (; k > 0 && heap_before(f, k, (k - 1) / 2); k = (k - 1) / 2) heap_swap(f, k, (k - 1) / 2);
+  return TPU_OK;
+}
+
+static void heap_pop(fuser *f, int *id, int *mem) {
+  *id = f->heap[0].id;
+  *mem = f->heap[0].mem;
+  f->heap[0] = f->heap[--f->nheap];
+  for (int k = 0;;) {
+    int l = 2 * k + 1, r = l + 1, top = k;
+    if (l < f->nheap && heap_before(f, l, top)) top = l;
+    if (r < f->nheap && heap_before(f, r, top)) top = r;
+    if (top == k) break;
+    heap_swap(f, k, top);
+    k = top;
+  }
+}
+
+/* The operands of member j of group g, onto the heap. */
+static tpu_status push_operands(fuser *f, int g, int j) {
+  const tpu_instr *x = f->c->instrs[f->groups[g].ids[j]];
+  for (int k = 0; k < x->noperands; k++)
+    if (f->mark[x->operands[k]->id] != g) TPU_TRY(heap_push(f, x->operands[k]->id, j));
+  return TPU_OK;
+}
+
+/* Grows group g towards its operands, consumers first as XLA's instruction fusion visits
+ * them: of the producers its members read, the latest in the computation is decided next,
+ * so a producer several members read is decided once all of them have joined (a bias add
+ * that a GELU reads five times is owned by the group, and the dot under it joins as the
+ * group's matmul). */
+static tpu_status grow(fuser *f, int g) {
+  f->nheap = 0;
+  for (int j = 0; j < f->groups[g].n; j++) TPU_TRY(push_operands(f, g, j));
+  while (f->nheap > 0) {
+    int best, mj;
+    heap_pop(f, &best, &mj);
+    if (f->mark[best] == g || f->tried[best] == g + 1) continue;
+    const tpu_instr *p = f->c->instrs[best], *m = f->c->instrs[f->groups[g].ids[mj]];
+    f->tried[best] = g + 1;
+    member_side side;
+    if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side)) {
+      f->need[p->id] = 1;
+      continue;
+    }
+    if (all_users_owned(f, p->id, g)) {
+      if (side == SIDE_HEAVY) {
+        f->groups[g].has_heavy = 1;
+        f->groups[g].kind = K_OUTPUT;
+      }
+      TPU_TRY(push_member(f, g, p->id, 0, side));
+    } else if (duplicable(p) || shared_cheap(f, p)) {
+      TPU_TRY(push_member(f, g, p->id, 1, side));
+    } else {
+      f->need[p->id] = 1;
+      continue;
+    }
+    TPU_TRY(push_operands(f, g, f->groups[g].n - 1));
+  }
+  return TPU_OK;
+}
+
+/* Members that do real work (constants and iota are only copied along). */
+static int real_members(const fuser *f, const group *G) {
+  int n = 0;
+  for (int j = 0; j < G->n; j++) {
+    tpu_opcode op = f->c->instrs[G->ids[j]]->op;
+    n += op != TPU_OP_CONSTANT && op != TPU_OP_IOTA;
+  }
+  return n;
+}
+
+static tpu_status form_groups(fuser *f) {
+  for (int i = f->n - 1; i >= 0; i--) {
+    tpu_instr *u = f->c->instrs[i];
+    if (f->owner[i] >= 0) continue;
+    if (f->mark[i] >= 0 && !f->need[i] && u != f->c->root) {
+      /* copied into groups; no kernel unless a user outside them reads it */
+      int standalone_user = 0;
+      for (int k = 0; k < f->uses.nusers[i] && !standalone_user; k++) {
+        int v = f->uses.users[i][k]->id;
+        standalone_user = f->owner[v] < 0 && !f->gone[v];
+      }
+      if (!standalone_user) {
+        f->gone[i] = 1;
+        continue;
+      }
+    }
+    int heavy = tpu__fuse_heavy(u), red = u->op == TPU_OP_REDUCE;
+    if (!heavy && !red && !tpu__fuse_loop_fusible(u)) {
+      for (int k = 0; k < u->noperands; k++) f->need[u->operands[k]->id] = 1;
+      continue;
+    }
+    if (f->ngroups == f->capgroups) {
+      int cap = f->capgroups ? f->capgroups * 2 : 16;
+      group *ng = tpu_realloc(f->groups, sizeof *ng * (size_t)cap);
+      if (!ng) return nomem(f);
+      f->groups = ng;
+      f->capgroups = cap;
+    }
+    int g = f->ngroups++;
+    group *G = &f->groups[g];
+    memset(G, 0, sizeof *G);
+    G->root = i;
+    G->kind = heavy ? K_OUTPUT : red ? K_INPUT : K_LOOP;
+    G->has_heavy = heavy || red;
+    TPU_TRY(push_member(f, g, i, 0, heavy || red ? SIDE_HEAVY : SIDE_EPI));
+    TPU_TRY(grow(f, g));
+    /* A convolution keeps its kernel even alone, as the XLA TPU compiler wraps every one in
+     * a kOutput fusion: relayout.c then gives it the layouts at the program's edge. */
+    if (real_members(f, &f->groups[g]) < 2 && u->op != TPU_OP_CONVOLUTION) {
+      /* Nothing to fuse: release the members so they can root their own groups. */
+      G = &f->groups[g];
+      for (int j = 0; j < G->n; j++) {
+        if (!G->dup[j]) f->owner[G->ids[j]] = -1;
+        f->mark[G->ids[j]] = -1;
+      }
+      tpu_free(G->ids);
+      tpu_free(G->dup);
+      f->ngroups--;
+      for (int k = 0; k < u->noperands; k++) f->need[u->operands[k]->id] = 1;
+    }
+  }
+  return TPU_OK;
+}
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Builds the fused computation and the fusion instruction for group g, and points the
+ * root's uses at the fusion (recorded in fwd[root id], applied once for all groups).
+ * Scratch: clone[id] (members by id, then parameters),
+ * stamp[id] (group of the members being built, else -1), ext (outside operands). */
+static tpu_status materialize(fuser *f, int g, tpu_instr **clone, int *stamp, tpu_instr **ext, tpu_instr **fwd) {
+  group *G = &f->groups[g];
+  tpu_builder *b = f->b;
+  tpu_comp *c = f->c, *fc;
+  tpu_instr *root = c->instrs[G->root];
+  /* Members in the computation's order (operands first). */
+  int *ids = tpu_malloc(sizeof *ids * (size_t)G->n);
+  if (!ids) return nomem(f);
+  memcpy(ids, G->ids, sizeof *ids * (size_t)G->n);
+  qsort(ids, (size_t)G->n, sizeof *ids, cmp_int);
+  for (int j = 0; j < G->n; j++) stamp[ids[j]] = g;
+  tpu_status st = tpu_build_comp(b, "fused_computation", c, &fc);
+  int next = 0, opcap = 16;
+  tpu_instr **ops = tpu_malloc(sizeof *ops * (size_t)opcap);
+  if (st == TPU_OK && !ops) st = nomem(f);
+  for (int j = 0; st == TPU_OK && j < G->n; j++) {
+    tpu_instr *m = c->instrs[ids[j]];
+    if (m->noperands > opcap) {
+      tpu_instr **nv = tpu_realloc(ops, sizeof *ops * (size_t)m->noperands);
+      if (!nv) {
+        st = nomem(f);
+        break;
+      }
+      ops = nv;
+      opcap = m->noperands;
+    }
+    for (int k = 0; st == TPU_OK && k < m->noperands; k++) {
+      tpu_instr *p = m->operands[k];
+      int pid = p->id;
+      if (pid < f->n && c->instrs[pid] == p && stamp[pid] == g) {
+        ops[k] = clone[pid];
+        continue;
+      }
+      /* An outside value: one parameter per distinct value. */
+      int q = 0;
+      while (q < next && ext[q] != p) q++;
+      if (q == next) {
+        char hint[32];
+        snprintf(hint, sizeof hint, "param_%d", next);
+        ext[next] = p;
+        st = tpu_build_param(b, fc, next, hint, &p->shape, &clone[f->n + next]);
+        next++;
+      }
+      if (st == TPU_OK) ops[k] = clone[f->n + q];
+    }
+    if (st == TPU_OK) st = tpu_build_clone_instr(b, fc, m, ops, &clone[m->id]);
+  }
+  tpu_instr *fu = NULL;
+  if (st == TPU_OK) {
+    tpu_build_set_root(fc, clone[root->id]);
+    st = tpu_build_finish(b, fc);
+  }
+  if (st == TPU_OK) st = tpu_build_instr(b, c, TPU_OP_FUSION, "fusion", &root->shape, ext, next, root->loc, &fu);
+  if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "kind", k_kind_names[G->kind]);
+  if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "calls", fc->name);
+  if (st == TPU_OK && !tpu__made_add(f->made, fc)) st = nomem(f);
+  if (st == TPU_OK) fwd[root->id] = fu;
+  for (int j = 0; j < G->n; j++) stamp[ids[j]] = -1;
+  tpu_free(ids);
+  tpu_free(ops);
+  return st;
+}
+
+static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_chip *chip) {
+  fuser f;
+  memset(&f, 0, sizeof f);
+  f.made = made;
+  f.chip = chip;
+  f.b = b;
+  f.c = c;
+  f.n = c->ninstrs;
+  TPU_TRY(tpu_build_uses(b, c, &f.uses));
+  size_t n = (size_t)f.n;
+  f.owner = tpu_malloc(sizeof(int) * (n + 1));
+  f.mark = tpu_malloc(sizeof(int) * (n + 1));
+  f.side = tpu_calloc(n + 1, 1);
+  f.need = tpu_calloc(n + 1, 1);
+  f.gone = tpu_calloc(n + 1, 1);
+  f.tried = tpu_calloc(n + 1, sizeof *f.tried);
+  /* Scratch for materializing: clones by id, then one slot per fusion parameter. */
+  size_t maxops = 1;
+  for (int i = 0; i < f.n; i++) maxops += (size_t)c->instrs[i]->noperands;
+  tpu_instr **clone = tpu_calloc(n + maxops, sizeof *clone);
+  int *stamp = tpu_malloc(sizeof(int) * (n + 1));
+  tpu_instr **ext = tpu_calloc(maxops, sizeof *ext);
+  tpu_instr **fwd = tpu_calloc(n + 1, sizeof *fwd);
+  tpu_status st = TPU_OK;
+  if (!f.owner || !f.mark || !f.side || !f.need || !f.gone || !f.tried || !clone || !stamp || !ext || !fwd) st = nomem(&f);
+  if (st == TPU_OK) {
+    for (size_t i = 0; i < n; i++) f.owner[i] = f.mark[i] = stamp[i] = -1;
+    st = form_groups(&f);
+  }
+  for (int g = 0; st == TPU_OK && g < f.ngroups; g++) st = materialize(&f, g, clone, stamp, ext, fwd);
+  if (st == TPU_OK) tpu_build_forward(c, fwd, f.n);
+  if (st == TPU_OK && f.ngroups && tpu_build_remove_dead(b, c) < 0) st = b->d->status;
+  for (int g = 0; g < f.ngroups; g++) {
+    tpu_free(f.groups[g].ids);
+    tpu_free(f.groups[g].dup);
+  }
+  tpu_free(f.groups);
+  tpu_free(f.owner);
+  tpu_free(f.mark);
+  tpu_free(f.side);
+  tpu_free(f.need);
+  tpu_free(f.gone);
+  tpu_free(f.tried);
+  tpu_free(f.heap);
+  tpu_free(clone);
+  tpu_free(stamp);
+  tpu_free(ext);
+  tpu_free(fwd);
+  tpu_build_uses_free(&f.uses);
+  return st;
+}
+
+/* The computations that run as a sequence of ops: the entry and, through while and
+ * conditional, their bodies, conditions and branches. */
+static tpu_status sequential_comps(tpu_builder *b, tpu_comp ***out, int *nout) {
+  tpu_module *m = b->m;
+  tpu_comp **list = tpu_malloc(sizeof *list * ((size_t)m->ncomps + 1));
+  if (!list) return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory while fusing");
+  int n = 0;
+  list[n++] = m->entry;
+  for (int i = 0; i < n; i++) {
+    tpu_comp *c = list[i];
+    for (int k = 0; k < c->ninstrs; k++) {
+      tpu_instr *in = c->instrs[k];
+      tpu_comp *cand[2 + 256];
+      int nc = 0;
+      if (in->op == TPU_OP_WHILE) {
+        cand[nc++] = in->condition;
+        cand[nc++] = in->body;
+      } else if (in->op == TPU_OP_CONDITIONAL) {
+        for (int j = 0; j < in->nbranches && j < 256; j++) cand[nc++] = in->branches[j];
+      } else if (in->op == TPU_OP_CALL) {
+        cand[nc++] = in->to_apply;
+      }
+      for (int j = 0; j < nc; j++) {
+        int seen = !cand[j];
+        for (int q = 0; q < n && !seen; q++) seen = list[q] == cand[j];
+        if (!seen && n < m->ncomps) list[n++] = cand[j];
+      }
+    }
+  }
+  *out = list;
+  *nout = n;
+  return TPU_OK;
+}
+
+/* A program the XLA TPU compiler compiled (its values carry tiled layouts, ":T(...)"): its
+ * top-level ops are the kernels it chose, each with its own estimated_cycles; tpusim fuses
+ * none of them together (sconv_b1_32x32_c128to32_k2s3_valid on v6e: a pad and a copy within
+ * VMEM, 3,100 cycles each, were one tpusim kernel of 2,061). */
+static int compiled_by_xla(const tpu_comp *c) {
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_shape *s = &c->instrs[i]->shape;
+    if (s->layout_tail && strstr(s->layout_tail, "T(")) return 1;
+  }
+  return 0;
+}
+
+tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d) {
+  tpu_builder b;
+  TPU_TRY(tpu_builder_init(&b, m, d));
+  tpu_comp **list = NULL;
+  int n = 0;
+  tpu_status st = m->entry && o->chip ? tpu__fuse_param_layouts(&b, m->entry, o->chip) : TPU_OK;
+  if (st == TPU_OK) st = sequential_comps(&b, &list, &n);
+  tpu__made_set made = {NULL, 0, 0};
+  int compiled = m->entry && compiled_by_xla(m->entry);
+  for (int i = 0; st == TPU_OK && !compiled && i < n; i++) st = fuse_comp(&b, list[i], &made, o->chip);
+  int merged = 0;
+  for (int i = 0; st == TPU_OK && !compiled && i < n; i++)
+    for (int found = 1, k = 0; st == TPU_OK && found && k < 4096; k++) {
+      st = tpu__fuse_merge_one(&b, list[i], &made, &found);
+      merged |= found;
+    }
+  if (st == TPU_OK && m->entry) st = tpu__fuse_relayout(&b, m->entry, &made, o->chip);
+  if (st == TPU_OK && m->entry) st = tpu__fuse_param_copies(&b, m);
+  if (st == TPU_OK && merged && tpu_build_remove_unused_comps(&b) < 0) st = d->status;
+  tpu_free(made.v);
+  tpu_free(list);
+  tpu_builder_deinit(&b);
+  return st;
+}

@@ -1,0 +1,44 @@
+/* Internal: what the fuse pass's two halves share — fuse.c (instruction fusion into kLoop,
+ * kOutput and kInput groups) and fuse_merge.c (multi-output fusion and fusion around the
+ * matrix unit, run after it on the fusions it made). */
+#ifndef TPU_COMPILE_FUSE_H
+#define TPU_COMPILE_FUSE_H
+
+#include "chip/chip.h"
+#include "ir/build.h"
+
+/* The fused computations the pass made (only those merge further; an input's own fusions
+ * are left as they are). */
+typedef struct {
+  const tpu_comp **v;
+  int n, cap;
+} tpu__made_set;
+
+int tpu__made_add(tpu__made_set *s, const tpu_comp *c); /* 0: out of memory */
+int tpu__made_has(const tpu__made_set *s, const tpu_comp *c);
+
+/* A dot or convolution. */
+/* exp, log, tanh, sqrt, rsqrt, expm1, log1p, logistic, power: the transcendental unit's
+ * work that the compiler recomputes in each vector kernel that reads it (fuse.c cheap). */
+int tpu__fuse_transcendental(const tpu_instr *in);
+int tpu__fuse_heavy(const tpu_instr *in);
+/* Ops a loop fusion can hold: elementwise and cheap data movement. */
+int tpu__fuse_loop_fusible(const tpu_instr *in);
+/* Producers a dot or convolution takes into its fusion (layout and type changes). */
+int tpu__fuse_operand_producer(const tpu_instr *in);
+
+/* Finds one pair of fusions to merge in computation c and merges it; *found says whether. */
+tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, int *found);
+
+/* A convolution kernel's result that leaves the entry computation in another layout than
+ * the convolution's own is relaid out by a transpose kernel of its own (relayout.c). */
+tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip);
+/* A parameter the program updates in place without its donation is copied first
+ * (compile/passes/param_copy.c). */
+tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m);
+
+/* Entry parameters take the least padded layout; a reduce-window sliding along its tile
+ * reads one through a copy into row-major (relayout.c). */
+tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);
+
+#endif

@@ -1,0 +1,572 @@
+/* The fuse pass, second half: multi-output fusion of the fusions the first half
+ * (fuse.c) made, and fusion around the matrix unit (docs/compiler.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "compile/passes/fuse.h"
+#include "compile/passes/hlo_passes.h"
+
+/* ---- Multi-output (sibling) fusion ----
+ * Two fusions of the same iteration space that read one large array and do not depend on
+ * each other become one fusion with a tuple of their results (XLA's sibling multi-output
+ * fusion): the array is read once, as an optimizer step's parameter, moments and gradient
+ * are read once for all three updates. Only elementwise (kLoop) and reduction (kInput)
+ * fusions merge; a merged one may merge again. */
+
+static int same_dims(const tpu_shape *a, const tpu_shape *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+static const char *attr_value(const tpu_instr *in, const char *name) {
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, name)) return in->attrs[i].value;
+  return NULL;
+}
+
+/* The shape a fusion iterates over (its reduce's input, else its first result), or NULL
+ * when it may not merge. */
+static const tpu_shape *sibling_space(const tpu__made_set *made, const tpu_comp *c, const tpu_instr *in) {
+  if (in->op != TPU_OP_FUSION || !in->calls || !tpu__made_has(made, in->calls)) return NULL;
+  const char *k = attr_value(in, "kind");
+  if (!k || (strcmp(k, "kLoop") && strcmp(k, "kInput"))) return NULL;
+  const tpu_shape *sp = NULL;
+  for (int i = 0; i < in->calls->ninstrs; i++) {
+    const tpu_instr *x = in->calls->instrs[i];
+    if (tpu__fuse_heavy(x) || tpu_op_class_of(x->op) == TPU_CLS_COLLECTIVE || x->op == TPU_OP_CUSTOM_CALL) return NULL;
+    if (x->op == TPU_OP_REDUCE && x->noperands == 2) {
+      if (sp && !same_dims(sp, &x->operands[0]->shape)) return NULL;
+      sp = &x->operands[0]->shape;
+    }
+  }
+  if (in->shape.dtype == TPU_TUPLE) {
+    /* one this step made: its users are get-tuple-elements */
+    if (in->calls->root->op != TPU_OP_TUPLE || in == c->root) return NULL;
+    if (!sp && in->shape.ntuple > 0) sp = &in->shape.elems[0];
+  } else if (!sp) {
+    sp = &in->shape;
+  }
+  return sp && sp->dtype != TPU_TUPLE && sp->rank > 0 ? sp : NULL;
+}
+
+/* Does a fusion reduce? */
+static int reduces(const tpu_instr *in) {
+  for (int i = 0; i < in->calls->ninstrs; i++)
+    if (in->calls->instrs[i]->op == TPU_OP_REDUCE) return 1;
+  return 0;
+}
+
+static int users_all_gte(const tpu_uses *u, const tpu_instr *in) {
+  for (int k = 0; k < u->nusers[in->id]; k++)
+    if (u->users[in->id][k]->op != TPU_OP_GET_TUPLE_ELEMENT) return 0;
+  return 1;
+}
+
+/* Does `from` reach `to` through operands? */
+static int reaches(const tpu_instr *from, const tpu_instr *to, int *seen, int stamp, const tpu_instr **stack) {
+  int top = 0;
+  stack[top++] = from;
+  while (top) {
+    const tpu_instr *y = stack[--top];
+    if (y == to) return 1;
+    for (int k = 0; k < y->noperands; k++)
+      if (seen[y->operands[k]->id] != stamp) {
+        seen[y->operands[k]->id] = stamp;
+        stack[top++] = y->operands[k];
+      }
+  }
+  return 0;
+}
+
+/* How many results an instruction has (a tuple's elements, else one). */
+static int results(const tpu_instr *in) { return in->shape.dtype == TPU_TUPLE ? in->shape.ntuple : 1; }
+
+/* The results a fusion's computation returns, in order: its root's operands when the
+ * root is a tuple. */
+static int fusion_outputs(const tpu_instr *in, tpu_instr **out) {
+  tpu_instr *r = in->calls->root;
+  if (in->shape.dtype == TPU_TUPLE) {
+    for (int i = 0; i < r->noperands; i++) out[i] = r->operands[i];
+    return r->noperands;
+  }
+  out[0] = r;
+  return 1;
+}
+
+/* How merge_pair treats the producer x. */
+typedef enum {
+  MERGE_KEEP,   /* both results leave the merged fusion (siblings, a producer read elsewhere) */
+  MERGE_ABSORB, /* x's results leave only where something besides y reads them */
+  MERGE_COPY    /* y takes a copy of x; x stays for its other users */
+} merge_mode;
+
+/* The merged fusion's parameter for outside value o (made on first use). */
+static tpu_status merge_param(tpu_builder *b, tpu_comp *fc, tpu_instr **ops, int *nops, tpu_instr *o,
+                              tpu_instr **out) {
+  for (int q = 0; q < *nops; q++)
+    if (ops[q] == o) {
+      for (int i = 0; i < fc->ninstrs; i++)
+        if (fc->instrs[i]->op == TPU_OP_PARAMETER && fc->instrs[i]->index == q) {
+          *out = fc->instrs[i];
+          return TPU_OK;
+        }
+    }
+  char hint[32];
+  snprintf(hint, sizeof hint, "param_%d", *nops);
+  ops[*nops] = o;
+  TPU_TRY(tpu_build_param(b, fc, *nops, hint, &o->shape, out));
+  (*nops)++;
+  return TPU_OK;
+}
+
+/* Does something besides y read result i of x (x itself when it has one result)? */
+static int read_elsewhere(const tpu_uses *u, const tpu_instr *x, int i, const tpu_instr *y) {
+  for (int k = 0; k < u->nusers[x->id]; k++) {
+    const tpu_instr *g = u->users[x->id][k];
+    if (g == y) continue;
+    if (x->shape.dtype != TPU_TUPLE) return 1;
+    if (g->op != TPU_OP_GET_TUPLE_ELEMENT || g->index != i) continue;
+    for (int j = 0; j < u->nusers[g->id]; j++)
+      if (u->users[g->id][j] != y) return 1;
+    if (g == x->parent->root) return 1;
+  }
+  return x == x->parent->root;
+}
+
+/* Replaces fusion y (a fusion or one bare op) by one fusion that also computes producer x
+ * (likewise), in `mode`; users read the results through get-tuple-elements when there
+ * are several. */
+static tpu_status merge_pair(tpu_builder *b, tpu_comp *c, tpu_instr *x, tpu_instr *y, const tpu_uses *u,
+                             tpu__made_set *made, merge_mode mode) {
+  tpu_instr *pair[2] = {x, y};
+  int nops = 0, nout = 0, cap = x->noperands + y->noperands + 1;
+  int ocap = results(x) + results(y);
+  tpu_instr **ops = tpu_calloc((size_t)cap, sizeof *ops), **outs = tpu_calloc((size_t)ocap, sizeof *outs);
+  int *slot = tpu_calloc((size_t)ocap, sizeof *slot); /* each result's index in the merged tuple, -1 */
+  tpu_instr **map = NULL, **cops = NULL;
+  tpu_comp *fc = NULL;
+  tpu_status st = ops && outs && slot ? TPU_OK : TPU_FAIL(b->d, TPU_ERR_NOMEM, x->loc, "out of memory fusing");
+  if (st == TPU_OK) st = tpu_build_comp(b, "fused_computation", y->calls ? y->calls : x->calls, &fc);
+  int base[2] = {0, 0};
+  for (int w = 0; st == TPU_OK && w < 2; w++) {
+    tpu_instr *f = pair[w];
+    const tpu_comp *fcomp = f->calls;
+    int nmap = fcomp ? fcomp->ninstrs + 1 : 1, ccap = f->noperands > 1 ? f->noperands : 1;
+    for (int i = 0; fcomp && i < fcomp->ninstrs; i++)
+      if (fcomp->instrs[i]->noperands > ccap) ccap = fcomp->instrs[i]->noperands;
+    tpu_free(map);
+    tpu_free(cops);
+    map = tpu_calloc((size_t)nmap, sizeof *map);
+    cops = tpu_calloc((size_t)ccap, sizeof *cops);
+    if (!map || !cops) {
+      st = TPU_FAIL(b->d, TPU_ERR_NOMEM, x->loc, "out of memory fusing");
+      break;
+    }
+    for (int j = 0; st == TPU_OK && j < f->noperands; j++) {
+      tpu_instr *o = f->operands[j], *v;
+      if (w == 1 && (o == x || (o->op == TPU_OP_GET_TUPLE_ELEMENT && o->operands[0] == x)))
+        v = outs[base[0] + (o == x ? 0 : (int)o->index)]; /* y consumes x: the merged value */
+      else
+        st = merge_param(b, fc, ops, &nops, o, &v);
+      if (fcomp) map[fcomp->params[j]->id] = v;
+      else cops[j] = v;
+    }
+    base[w] = nout;
+    if (st != TPU_OK) break;
+    if (!fcomp) { /* a bare op: itself, on the merged parameters */
+      st = tpu_build_clone_instr(b, fc, f, cops, &outs[nout]);
+      nout++;
+      continue;
+    }
+    for (int i = 0; st == TPU_OK && i < fcomp->norder; i++) {
+      tpu_instr *m = fcomp->order[i];
+      if (m->op == TPU_OP_PARAMETER) continue;
+      if (m == fcomp->root && m->op == TPU_OP_TUPLE && f->shape.dtype == TPU_TUPLE) continue;
+      for (int k = 0; k < m->noperands; k++) cops[k] = map[m->operands[k]->id];
+      st = tpu_build_clone_instr(b, fc, m, cops, &map[m->id]);
+    }
+    if (st != TPU_OK) break;
+    tpu_instr *fo[256];
+    int n = fusion_outputs(f, fo);
+    for (int i = 0; i < n; i++) outs[nout++] = map[fo[i]->id];
+  }
+  /* The results that leave: y's, and x's as the mode says. */
+  int nexp = 0;
+  tpu_instr **exp = tpu_calloc((size_t)ocap, sizeof *exp);
+  if (st == TPU_OK && !exp) st = TPU_FAIL(b->d, TPU_ERR_NOMEM, x->loc, "out of memory fusing");
+  for (int i = 0; st == TPU_OK && i < nout; i++) {
+    int from_x = i < base[1];
+    int keep = !from_x || mode == MERGE_KEEP || (mode == MERGE_ABSORB && read_elsewhere(u, x, i, y));
+    slot[i] = keep ? nexp : -1;
+    if (keep) exp[nexp++] = outs[i];
+  }
+  int tuple = nexp > 1;
+  tpu_instr *fu = NULL;
+  tpu_shape ts;
+  memset(&ts, 0, sizeof ts);
+  if (st == TPU_OK && tuple) {
+    ts.dtype = TPU_TUPLE;
+    ts.ntuple = nexp;
+    ts.elems = tpu_arena_alloc(&b->m->arena, sizeof *ts.elems * (size_t)nexp);
+    if (!ts.elems) st = TPU_FAIL(b->d, TPU_ERR_NOMEM, x->loc, "out of memory fusing");
+    for (int i = 0; st == TPU_OK && i < nexp; i++) ts.elems[i] = exp[i]->shape;
+  } else if (st == TPU_OK) {
+    ts = exp[0]->shape;
+  }
+  tpu_instr *root = NULL;
+  if (st == TPU_OK && tuple) {
+    st = tpu_build_instr(b, fc, TPU_OP_TUPLE, "tuple", &ts, exp, nexp, x->loc, &root);
+    /* the fusion is known by the first result's source (reports name it so) */
+    const char *md = attr_value(exp[0], "metadata");
+    if (st == TPU_OK && md) st = tpu_build_set_attr(b, root, "metadata", md);
+  } else if (st == TPU_OK) {
+    root = exp[0];
+  }
+  if (st == TPU_OK) {
+    tpu_build_set_root(fc, root);
+    st = tpu_build_finish(b, fc);
+  }
+  if (st == TPU_OK) st = tpu_build_instr(b, c, TPU_OP_FUSION, "fusion", &ts, ops, nops, x->loc, &fu);
+  int red = 0, heavy = 0;
+  for (int i = 0; fc && i < fc->ninstrs; i++) {
+    red |= fc->instrs[i]->op == TPU_OP_REDUCE;
+    heavy |= tpu__fuse_heavy(fc->instrs[i]);
+  }
+  if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "kind", heavy ? "kOutput" : red ? "kInput" : "kLoop");
+  if (st == TPU_OK) st = tpu_build_set_attr(b, fu, "calls", fc->name);
+  if (st == TPU_OK && !tpu__made_add(made, fc)) st = TPU_FAIL(b->d, TPU_ERR_NOMEM, x->loc, "out of memory fusing");
+  for (int w = mode == MERGE_COPY ? 1 : 0; st == TPU_OK && w < 2; w++) {
+    tpu_instr *f = pair[w];
+    if (f->shape.dtype == TPU_TUPLE) {
+      /* its users are get-tuple-elements: they read the merged fusion's result */
+      for (int k = 0; k < u->nusers[f->id]; k++) {
+        tpu_instr *g = u->users[f->id][k];
+        if (g->op != TPU_OP_GET_TUPLE_ELEMENT) continue; /* y itself (x's consumer) */
+        int s = slot[base[w] + (int)g->index];
+        if (s < 0) continue; /* read by y only: dead once y is replaced */
+        if (!tuple) {
+          tpu_build_replace_uses(c, g, fu);
+          continue;
+        }
+        g->operands[0] = fu;
+        g->index = s;
+        char idx[24];
+        snprintf(idx, sizeof idx, "%d", s);
+        st = tpu_build_set_attr(b, g, "index", idx);
+      }
+    } else if (slot[base[w]] >= 0) {
+      if (!tuple) {
+        tpu_build_replace_uses(c, f, fu);
+        continue;
+      }
+      tpu_instr *g;
+      st = tpu_build_instr(b, c, TPU_OP_GET_TUPLE_ELEMENT, f->name, &f->shape, &fu, 1, f->loc, &g);
+      if (st != TPU_OK) break;
+      g->index = slot[base[w]];
+      char idx[24];
+      snprintf(idx, sizeof idx, "%d", slot[base[w]]);
+      st = tpu_build_set_attr(b, g, "index", idx);
+      tpu_build_replace_uses(c, f, g);
+    }
+  }
+  tpu_free(ops);
+  tpu_free(outs);
+  tpu_free(exp);
+  tpu_free(slot);
+  tpu_free(map);
+  tpu_free(cops);
+  return st;
+}
+
+/* Does consumer y reach producer x other than through its direct uses of x (x itself or
+ * a get-tuple-element of it)? Merging them would then make a cycle. */
+static int reaches_around(const tpu_instr *y, const tpu_instr *x, int *seen, int stamp, const tpu_instr **stack) {
+  for (int k = 0; k < y->noperands; k++) {
+    const tpu_instr *o = y->operands[k];
+    if (o == x || (o->op == TPU_OP_GET_TUPLE_ELEMENT && o->operands[0] == x)) continue;
+    if (reaches(o, x, seen, stamp, stack)) return 1;
+  }
+  return 0;
+}
+
+/* ---- Fusion around the matrix unit ----
+ * The TPU compiler also fuses around a dot or convolution what tpusim's groups leave
+ * outside it (seen in its compiled programs, docs/fidelity.md): an elementwise producer of
+ * a matmul operand is computed as the operand streams in (an RMSNorm's scaling in each of
+ * the Q, K and V projections, the softmax's division in attention's second matmul); a
+ * reduction of the matmul's result over its minor dimension is taken from the result
+ * tiles (the sum of squares of the next norm, a softmax's max and sum); and an elementwise
+ * consumer of the result and of its row maximum joins when a row is at most
+ * MATMUL_ROW_MAX elements (attention's softmax exponent; longer rows go to their own
+ * kernel; a softmax gradient, which needs a row sum, is not joined either). */
+#define MATMUL_ROW_MAX 2048
+
+/* The dot or convolution a kernel runs: a bare one, or the one in a fusion this pass made. */
+static const tpu_instr *matmul_of(const tpu__made_set *made, const tpu_instr *in) {
+  if (tpu__fuse_heavy(in)) return in;
+  if (in->op != TPU_OP_FUSION || !in->calls || !tpu__made_has(made, in->calls)) return NULL;
+  for (int i = 0; i < in->calls->ninstrs; i++)
+    if (tpu__fuse_heavy(in->calls->instrs[i])) return in->calls->instrs[i];
+  return NULL;
+}
+
+int tpu__fused_source(const tpu_instr *v) {
+  for (int guard = 0; v && guard < 64; guard++) {
+    if (v->op == TPU_OP_PARAMETER) return (int)v->index;
+    const tpu_instr *next = NULL;
+    if (v->noperands == 1 || v->op == TPU_OP_DYNAMIC_SLICE) {
+      next = v->operands[0];
+    } else if (tpu__fuse_loop_fusible(v)) {
+      int64_t n = tpu_shape_numel(&v->shape);
+      for (int k = 0; k < v->noperands && !next; k++) {
+        const tpu_instr *o = v->operands[k];
+        if (tpu_shape_numel(&o->shape) == n && o->op != TPU_OP_BROADCAST && o->op != TPU_OP_CONSTANT &&
+            o->op != TPU_OP_IOTA)
+          next = o;
+      }
+    }
+    v = next;
+  }
+  return -1;
+}
+
+/* Is operand k of matmul kernel y (bare or fused) one of the matmul's two inputs? */
+static int feeds_matmul(const tpu__made_set *made, const tpu_instr *y, int k) {
+  const tpu_instr *mm = matmul_of(made, y);
+  if (!mm) return 0;
+  if (mm == y) return k < 2;
+  for (int s = 0; s < 2; s++) {
+    const tpu_instr *v = mm->operands[s];
+    while (v->op != TPU_OP_PARAMETER && v->noperands == 1 && tpu__fuse_operand_producer(v)) v = v->operands[0];
+    if (v->op == TPU_OP_PARAMETER && v->index == k) return 1;
+  }
+  return 0;
+}
+
+/* The reduce a reduction kernel runs (a bare reduce, or the only one of a reduction
+ * fusion this pass made, at its root), reading its data through operand *k of y. */
+static const tpu_instr *reduction_of(const tpu__made_set *made, const tpu_instr *y, int *k) {
+  const tpu_instr *r = NULL;
+  if (y->op == TPU_OP_REDUCE) {
+    r = y;
+  } else if (y->op == TPU_OP_FUSION && y->calls && tpu__made_has(made, y->calls) && y->calls->root->op == TPU_OP_REDUCE) {
+    r = y->calls->root;
+    for (int i = 0; i < y->calls->ninstrs; i++)
+      if (y->calls->instrs[i] != r && (y->calls->instrs[i]->op == TPU_OP_REDUCE || tpu__fuse_heavy(y->calls->instrs[i])))
+        return NULL;
+  }
+  if (!r || r->noperands != 2 || r->shape.dtype == TPU_TUPLE || r->operands[0]->shape.rank < 1) return NULL;
+  int minor = 0;
+  for (int i = 0; i < r->dimensions.n; i++) minor |= r->dimensions.v[i] == r->operands[0]->shape.rank - 1;
+  if (!minor) return NULL;
+  *k = y->calls ? tpu__fused_source(r->operands[0]) : 0;
+  return *k >= 0 && *k < y->noperands ? r : NULL;
+}
+
+/* The kernel that produces operand k of y (through a get-tuple-element), and its result
+ * index there. */
+static tpu_instr *producer_of(const tpu_instr *y, int k, int *index) {
+  tpu_instr *o = y->operands[k];
+  *index = 0;
+  if (o->op == TPU_OP_GET_TUPLE_ELEMENT) {
+    *index = (int)o->index;
+    o = o->operands[0];
+  }
+  return o;
+}
+
+/* An elementwise kernel this pass made (or one bare elementwise op) that only matmuls read,
+ * each as an operand of its matmul: the first one takes a copy (the rest follow). With
+ * several readers it must stream a single array. */
+static int prologue_pair(const tpu__made_set *made, const tpu_comp *c, const tpu_uses *u, tpu_instr *x, tpu_instr **y) {
+  if (x == c->root || x->shape.dtype == TPU_TUPLE || u->nusers[x->id] < 1) return 0;
+  if (x->op == TPU_OP_FUSION) {
+    if (!x->calls || !tpu__made_has(made, x->calls)) return 0;
+    const char *kd = attr_value(x, "kind");
+    if (!kd || strcmp(kd, "kLoop")) return 0;
+    /* the transcendental unit's work over the whole operand (attention's exponent when the
+     * rows are too long for QK^T's epilogue) stays in its own kernel, as the compiler keeps
+     * it; over row statistics (an RMSNorm's rsqrt) it streams in with the rest */
+    for (int i = 0; i < x->calls->ninstrs; i++)
+      if (tpu__fuse_transcendental(x->calls->instrs[i]) &&
+          tpu_shape_numel(&x->calls->instrs[i]->shape) >= tpu_shape_numel(&x->shape))
+        return 0;
+  } else if (tpu__fuse_transcendental(x)) {
+    return 0;
+  } else if (!tpu__fuse_loop_fusible(x) || x->op == TPU_OP_CONSTANT || x->op == TPU_OP_IOTA || x->op == TPU_OP_BROADCAST ||
+             x->op == TPU_OP_RESHAPE || x->op == TPU_OP_BITCAST || x->op == TPU_OP_COPY) {
+    return 0; /* data movement alone stays with its own rules */
+  }
+  if (u->nusers[x->id] > 1) {
+    /* recomputed in each matmul only when it streams one array (and row statistics):
+     * a softmax gradient reading several is stored once, as the compiler does */
+    int large = 0;
+    for (int k = 0; k < x->noperands; k++) large += tpu_shape_numel(&x->operands[k]->shape) >= tpu_shape_numel(&x->shape);
+    if (large > 1) return 0;
+  }
+  for (int j = 0; j < u->nusers[x->id]; j++) {
+    const tpu_instr *m = u->users[x->id][j];
+    if (!matmul_of(made, m) || (m->shape.dtype == TPU_TUPLE && !users_all_gte(u, m))) return 0;
+    for (int k = 0; k < m->noperands; k++)
+      if (m->operands[k] == x && !feeds_matmul(made, m, k)) return 0;
+  }
+  *y = u->users[x->id][0];
+  return 1;
+}
+
+/* Is result i of fusion x a maximum reduction (a softmax's row maximum)? */
+static int row_max(const tpu_instr *x, int i) {
+  tpu_instr *fo[256];
+  if (!x->calls || i >= fusion_outputs(x, fo)) return 0;
+  const tpu_instr *r = fo[i];
+  return r->op == TPU_OP_REDUCE && r->to_apply && r->to_apply->root && r->to_apply->root->op == TPU_OP_MAXIMUM;
+}
+
+/* Does kernel y read the matmul result x computes and x's row maximum of it — a
+ * softmax's exponent step, which the compiler keeps in the matmul's epilogue (it takes the
+ * row's maximum as a reduce-window over the row)? */
+static int reads_row_max(const tpu_instr *y, const tpu_instr *x, int64_t *row) {
+  int big = 0, stat = 0;
+  for (int k = 0; k < y->noperands; k++) {
+    int i;
+    if (producer_of(y, k, &i) != x) continue;
+    const tpu_shape *s = &y->operands[k]->shape;
+    if (same_dims(s, y->shape.dtype == TPU_TUPLE ? &y->shape.elems[0] : &y->shape)) {
+      big = 1;
+      *row = s->rank ? s->dims[s->rank - 1] : 1;
+    } else if (s->rank >= 1 && row_max(x, i)) {
+      stat = 1;
+    }
+  }
+  return big && stat;
+}
+
+/* Copies one matmul operand producer into its matmul; *found says whether. This comes
+ * before every other merge: a producer only matmuls read goes into them (a softmax's
+ * division into the next matmul rather than the previous one's epilogue, a norm's scaling
+ * into each projection rather than into its statistics' kernel). */
+static tpu_status merge_prologue_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_uses *u, int *found) {
+  for (int i = 0; !*found && i < c->ninstrs; i++) {
+    tpu_instr *x = c->instrs[i], *y;
+    if (!prologue_pair(made, c, u, x, &y) || results(y) > 16) continue;
+    *found = 1;
+    return merge_pair(b, c, x, y, u, made, MERGE_COPY);
+  }
+  return TPU_OK;
+}
+
+/* Finds one reduction or softmax step to fuse into a matmul's kernel and fuses it. */
+static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_uses *u, int *seen,
+                                   int *stamp, const tpu_instr **stack, int *found) {
+  for (int i = 0; !*found && i < c->ninstrs; i++) {
+    tpu_instr *y = c->instrs[i], *x;
+    if (y->shape.dtype == TPU_TUPLE && !users_all_gte(u, y)) continue;
+    int k, idx;
+    const tpu_instr *r = reduction_of(made, y, &k);
+    int64_t row = 0;
+    if (r) {
+      /* a reduction of the matmul's result over its rows */
+      x = producer_of(y, k, &idx);
+      const char *xk = x->op == TPU_OP_FUSION && x->calls && tpu__made_has(made, x->calls) ? attr_value(x, "kind") : NULL;
+      if (!(matmul_of(made, x) || (xk && !strcmp(xk, "kLoop"))) || tpu_shape_numel(&y->operands[k]->shape) != tpu_shape_numel(&r->operands[0]->shape))
+        continue;
+    } else {
+      /* an elementwise step on the matmul's result and its row maximum */
+      if (y->op != TPU_OP_FUSION || !y->calls || !tpu__made_has(made, y->calls)) continue;
+      const char *kd = attr_value(y, "kind");
+      if (!kd || strcmp(kd, "kLoop")) continue;
+      tpu_instr *dummy;
+      if (prologue_pair(made, c, u, y, &dummy)) continue; /* it goes into the next matmul */
+      x = NULL;
+      for (int q = 0; q < y->noperands && !x; q++) {
+        tpu_instr *p = producer_of(y, q, &idx);
+        if (matmul_of(made, p) && p->shape.dtype == TPU_TUPLE && reads_row_max(y, p, &row)) x = p;
+      }
+      if (!x || row > MATMUL_ROW_MAX) continue;
+    }
+    if (x == y || (x->shape.dtype == TPU_TUPLE && !users_all_gte(u, x)) || results(x) + results(y) > 16) continue;
+    if (reaches_around(y, x, seen, ++*stamp, stack)) continue;
+    *found = 1;
+    return merge_pair(b, c, x, y, u, made, MERGE_ABSORB);
+  }
+  return TPU_OK;
+}
+
+/* Finds one pair of sibling fusions to merge and merges it; *found says whether. */
+tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, int *found) {
+  *found = 0;
+  tpu_uses u;
+  TPU_TRY(tpu_build_uses(b, c, &u));
+  int n = c->ninstrs;
+  int64_t nedges = 1;
+  for (int i = 0; i < n; i++) nedges += c->instrs[i]->noperands;
+  int *seen = tpu_calloc((size_t)n + 1, sizeof *seen);
+  const tpu_instr **stack = tpu_calloc((size_t)nedges + 1, sizeof *stack);
+  tpu_status st = seen && stack ? TPU_OK : TPU_FAIL(b->d, TPU_ERR_NOMEM, c->loc, "out of memory fusing");
+  int stamp = 0;
+  if (st == TPU_OK) st = merge_prologue_one(b, c, made, &u, found);
+  for (int i = 0; st == TPU_OK && !*found && i < n; i++) {
+    const tpu_instr *a = c->instrs[i]; /* a large array two fusions read */
+    if (a->shape.dtype == TPU_TUPLE || u.nusers[i] < 2) continue;
+    for (int p = 0; p < u.nusers[i] && !*found; p++) {
+      tpu_instr *x = u.users[i][p];
+      const tpu_shape *sx = sibling_space(made, c, x);
+      if (!sx || tpu_shape_numel(&a->shape) < tpu_shape_numel(sx) || (x->shape.dtype == TPU_TUPLE && !users_all_gte(&u, x)))
+        continue;
+      for (int q = p + 1; q < u.nusers[i] && !*found; q++) {
+        tpu_instr *y = u.users[i][q];
+        const tpu_shape *sy = sibling_space(made, c, y);
+        if (y == x || !sy || !same_dims(sx, sy) || (y->shape.dtype == TPU_TUPLE && !users_all_gte(&u, y)))
+          continue;
+        /* a reduction and a fusion that only maps elements stay apart (probed: the
+         * compiler merges two reductions over one array, or two elementwise fusions, but
+         * not a column sum with an independent scaling of the same array) */
+        if (results(x) + results(y) > 16 || reduces(x) != reduces(y))
+          continue;
+        if (reaches(x, y, seen, ++stamp, stack) || reaches(y, x, seen, ++stamp, stack)) continue;
+        st = merge_pair(b, c, x, y, &u, made, MERGE_KEEP);
+        *found = 1;
+      }
+    }
+  }
+  /* Producer and consumer (XLA's producer-consumer multi-output fusion): a fusion whose
+   * result a same-shaped consumer fusion reads and something else reads too (so it goes
+   * to memory anyway) — the consumer then takes it from the producer's registers. */
+  for (int i = 0; st == TPU_OK && !*found && i < n; i++) {
+    tpu_instr *y = c->instrs[i];
+    const tpu_shape *sy = sibling_space(made, c, y);
+    if (!sy || (y->shape.dtype == TPU_TUPLE && !users_all_gte(&u, y))) continue;
+    for (int k = 0; k < y->noperands && !*found; k++) {
+      int xi;
+      tpu_instr *x = producer_of(y, k, &xi);
+      if (x->op != TPU_OP_FUSION) continue;
+      const tpu_shape *sx = sibling_space(made, c, x);
+      if (!sx || x == y || !same_dims(sx, sy) || (x->shape.dtype == TPU_TUPLE && !users_all_gte(&u, x))) continue;
+      if (results(x) + results(y) > 16)
+        continue;
+      if (x->shape.dtype != TPU_TUPLE && u.nusers[x->id] < 2) continue;
+      /* y must read a result of x element for element: a reduction's result read back
+       * across its rows alone (a softmax's max in its exponent step) needs the whole
+       * reduction first, and the compiler keeps the two kernels apart */
+      int in_place = 0;
+      for (int j = 0; j < y->noperands && !in_place; j++) {
+        int xj;
+        in_place = producer_of(y, j, &xj) == x && same_dims(&y->operands[j]->shape, sy);
+      }
+      if (!in_place) continue;
+      if (reaches_around(y, x, seen, ++stamp, stack)) continue;
+      st = merge_pair(b, c, x, y, &u, made, MERGE_KEEP);
+      *found = 1;
+    }
+  }
+  if (st == TPU_OK && !*found) st = merge_matmul_one(b, c, made, &u, seen, &stamp, stack, found);
+  tpu_free(seen);
+  tpu_free(stack);
+  tpu_build_uses_free(&u);
+  if (st == TPU_OK && *found && tpu_build_remove_dead(b, c) < 0) st = b->d->status;
+  return st;
+}

@@ -1,0 +1,80 @@
+/* Private interface of the HLO passes (compile/{inline,simplify,fuse}.c), run in this
+ * order by compile/pipeline.c. Each rewrites the module in place and leaves every
+ * computation finished (tpu_build_finish); on failure the module may be half-rewritten
+ * and is only fit to be freed. */
+#ifndef TPU_COMPILE_HLO_PASSES_H
+#define TPU_COMPILE_HLO_PASSES_H
+
+#include "compile/compile.h"
+
+/* Replaces every `call` by a copy of its callee's body; drops the callees no one else uses. */
+tpu_status tpu__pass_inline(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+/* Constant folding, exact algebraic identities, dead instructions and computations. */
+tpu_status tpu__pass_simplify(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+/* Part of simplify: dots with a vector operand become multiply + reduce (compile/passes/dot_reduce.c),
+ * by the rules of `chip` (NULL: the rules every chip shares); *changed = 1 when one did. */
+struct tpu_builder;
+struct tpu_chip;
+tpu_status tpu__dot_strength_reduce(struct tpu_builder *b, tpu_module *m, const struct tpu_chip *chip, int *changed);
+/* Part of simplify: a scatter-add of one element per operand row into a broadcast scalar
+ * becomes compare-select (compile/passes/scatter_select.c); *repl the replacement, else NULL. */
+tpu_status tpu__scatter_to_select(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);
+/* Whether c is (a, b) -> add(a, b) (compile/passes/scatter_select.c). */
+int tpu__is_adder(const tpu_comp *c);
+/* Whether every element of `in` (a constant, maybe broadcast) equals v (floats: same value
+ * and sign, so -0 and +0 differ; compile/passes/simplify.c). */
+int tpu__is_splat(const tpu_instr *in, double v);
+tpu_status tpu__reduce_of_broadcast(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);
+/* Part of simplify: common subexpressions (compile/passes/cse.c). A table for a computation of n
+ * instructions, visited operands first: find_or_add returns an earlier instruction equal to
+ * `in` (whose operands are already the replacements), or NULL after remembering `in`. */
+typedef struct tpu__cse tpu__cse;
+tpu__cse *tpu__cse_new(int n);
+void tpu__cse_free(tpu__cse *t);
+tpu_instr *tpu__cse_find_or_add(tpu__cse *t, tpu_instr *in);
+/* Independent all-reduces / all-gathers / reduce-scatters over the same groups become one. */
+tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+/* Forward scans (cumsum, cumprod, cummax) longer than 128 in the XLA TPU compiler's blocks of
+ * 128 (compile/passes/scan_rewrite.c); *changed = 1 when any was rewritten. */
+struct tpu_builder;
+tpu_status tpu__scan_rewrite(struct tpu_builder *b, tpu_module *m, int *changed);
+/* Groups ops into `fusion` instructions of kind kLoop, kOutput and kInput. */
+tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+
+/* The parameter of a fused computation that value v streams from: up single-operand ops
+ * and dynamic-slices, and up the operand of an elementwise op that has v's size (not a
+ * broadcast row statistic); -1 when none. */
+int tpu__fused_source(const tpu_instr *v);
+
+/* Bytes of s in the chip's tiled layout with dimension `minor` in the lanes and `second`
+ * in the sublanes, padded to the (sublanes x lanes) tile (compile/backend/layout.c). */
+int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
+int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in);
+/* Whether a compiled program laid shape s out in VMEM (memory space S(1) in its layout). */
+int tpu__in_vmem(const tpu_shape *s);
+/* Bytes of s (rank >= 2) in the layout that pads least to the tile — the layout the XLA TPU
+ * compiler gives a program's parameters and results. */
+int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s);
+/* The same, with that layout's tile dimensions (second in the sublanes, minor in the
+ * lanes): row-major's when no layout pads strictly less. */
+int64_t tpu__least_tiling(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor);
+/* Does an array of shape s that a convolution lays out with dimension `second` in the
+ * sublanes and `minor` in the lanes need relaying out to or from the program's own layout
+ * (the one that pads least, row-major on a tie; compile/passes/relayout.c)? */
+int tpu__needs_relayout(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
+/* Does the XLA TPU compiler lay a convolution's batch across the lanes (and the MXU's
+ * columns)? A filter (taps > 1, one group) with fewer output features than the lanes and a
+ * larger batch: its batch-minor layout ({0,3,2,1} for NHWC; tile.c, relayout.c). */
+int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int64_t batch, int64_t lanes);
+/* combine-collectives' first step (compile/spmd/rs_create.c): each all-reduce of c whose only use
+ * is every device's dynamic-slice of its own block becomes a reduce-scatter; *changed set
+ * when any did. */
+struct tpu_builder;
+tpu_status tpu__make_reduce_scatters(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
+/* combine-collectives, step zero (ar_motion.c): all-reduces that only accumulate into a while
+ * loop's state are sunk after the loop, as XLA's WhileLoopAllReduceCodeMotion. */
+tpu_status tpu__sink_loop_all_reduces(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
+/* Largest result a constant fold may produce, in bytes. */
+#define TPU_FOLD_MAX_BYTES ((size_t)64 * 1024)
+
+#endif
