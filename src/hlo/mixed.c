@@ -38,6 +38,7 @@ static tpu_dtype computes_in(const tpu_instr *in) {
       in->op != TPU_OP_CLAMP)
     return TPU_TUPLE;
   int first = in->op == TPU_OP_SELECT; /* the predicate is not a value */
+  if (in->noperands <= first) return TPU_TUPLE; /* malformed: the verifier refuses it */
   tpu_dtype t = in->operands[first]->shape.dtype;
   for (int i = first + 1; i < in->noperands; i++)
     if (in->operands[i]->shape.dtype != t) return TPU_TUPLE;
