@@ -31,6 +31,29 @@ p = json.load(open(rep))["pod"]
 assert abs(p["dcn_seconds"] - c["dcn_s"]) < 1e-12 and abs(p["ici_seconds"] - c["ici_s"]) < 1e-12, (p, c)
 assert abs(json.load(open(rep))["step"]["seconds"] - c["step_s"]) < 1e-12
 PY
+# PaLM's mesh: 12-way tensor with 4 sequences of 2,048 per chip (8,192 tokens per microbatch,
+# not a multiple of 12). The residual stream is kept split over tensor along d_model
+# (MaxText's activation_embed), so the tokens need not divide by it: a multi-query SwiGLU
+# model of that kind, 256 tokens per chip over tensor 3, is a valid 2-slice candidate.
+"$BIN" plan $D/mq_tiny.json --chips v4 --slice 12 --slices 2 --data 1 --fsdp 4 --tensor 3 --micro 1 --remat full \
+  --json > "$T/mq.json" 2> "$T/err" || fail "plan mq_tiny exited $?: $(cat "$T/err")"
+python3 - "$T/mq.json" <<'PY' || fail "the tensor-3 candidate with 256 tokens per microbatch"
+import json, re, sys
+sys.path.insert(0, "tools/plan")
+import gen
+d = json.load(open(sys.argv[1]))
+assert len(d["candidates"]) == 1 and not d["not_fit"], d["not_fit"]
+c = d["candidates"][0]
+assert c["status"] == "ok" and c["chips"] == 24 and c["dcn_s"] > 0 and c["mfu"] > 0, c
+m = json.load(open("tests/cli/plan/mq_tiny.json"))
+m.update(dtype="bf16", optimizer="adam", experts=0)
+st = gen.Step(m, {"data": 1, "fsdp": 4, "tensor": 3, "micro": 1, "remat": "full", "slices": 2, "windowed": False})
+assert st.Tm == 256 and st.check() is None, (st.Tm, st.check())
+assert st.saved()["x"][0] == (256, 128), st.saved()  # this chip's 384 / 3 columns of every token
+hlo = st.module()
+ag = [l for l in hlo.splitlines() if "all-gather(L.x)" in l]
+assert len(ag) == 1 and "bf16[256,384]" in ag[0] and "dimensions={1}" in ag[0], ag
+PY
 "$BIN" plan $D/tiny.json --slices 0 > /dev/null 2> "$T/err"
 [ $? -eq 2 ] && grep -q "error: --slices must be at least 1, not 0" "$T/err" || fail "--slices 0: $(cat "$T/err")"
 [ "$fails" = 0 ] || exit 1

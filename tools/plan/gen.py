@@ -5,8 +5,8 @@ The program is what a JAX/MaxText step lowers to per chip after SPMD partitionin
   - the embedding (a gather from the vocabulary-parallel table, summed over the tensor axis),
   - a forward loop over the layers (XLA's scan) that saves each layer's activations into
     stacked buffers [L, ...] (with rematerialisation only the layer input; the residual
-    stream is saved split over the tensor axis, as MaxText shards activation_embed, and
-    all-gathered over it in the backward pass), FSDP all-gathers
+    stream is saved split over the tensor axis along d_model, as MaxText shards activation_embed
+    over it, and all-gathered over it in the backward pass), FSDP all-gathers
     of each layer's weights over the fsdp axis, Megatron all-reduces over the tensor axis,
   - the LM head (vocabulary-parallel logits, a softmax over the vocabulary with all-reduces
     of the max and the sum over the tensor axis) and its gradient,
@@ -180,8 +180,8 @@ class Step:
             return f"{self.h} query heads per chip do not share {self.kvt} KV heads evenly"
         if self.D % F:
             return f"d_model {self.D} does not split over fsdp {F}"
-        if self.Tm % T:
-            return f"{self.Tm} tokens per microbatch do not split over tensor {T}"
+        if self.D % T:
+            return f"d_model {self.D} does not split over tensor {T}"
         if self.E:
             if self.E % T:
                 return f"{self.E} experts do not split over tensor {T}"
@@ -427,15 +427,17 @@ class Step:
     def saved(self):
         """Activations the forward loop keeps per layer: name -> (shape, dtype)."""
         Tm, D, A, bm, h, S = self.Tm, self.D, self.A, self.bm, self.h, self.S
-        Tr = Tm // self.T  # residuals are kept split over the tensor axis (sequence parallelism)
-        s = {"x": ((Tr, D), self.cd)}
+        # The residuals are kept split over the tensor axis along d_model (MaxText's
+        # activation_embed -> tensor): the tokens need not divide by it.
+        Dr = D // self.T
+        s = {"x": ((Tm, Dr), self.cd)}
         k = self.keep
         if "qkv" in k:
             s["qkv"] = ((Tm, self.QKV), self.cd)
         if "ctx" in k:
             s.update({"mx": ((bm, h, S), self.cd), "sm": ((bm, h, S), self.cd), "ctx": ((Tm, A), self.cd)})
         if "x1" in k:
-            s["x1"] = ((Tr, D), self.cd)
+            s["x1"] = ((Tm, Dr), self.cd)
         if self.E and k:
             s.update({"ein": ((self.Et, self.T * self.C, D), self.cd), "up": ((self.Et, self.T * self.C, self.fw), self.cd),
                       "act": ((self.Et, self.T * self.C, self.f), self.cd)})
@@ -698,19 +700,19 @@ class Step:
         self.ag_tp(g, "dn", "ys", (Ts, D), (Tm, D))
         del n
 
-    def tp_coll(self, g, out, x, shape, op, extra=""):
-        """A collective over the tensor-parallel group on dimension 0 (a copy when T = 1)."""
+    def tp_coll(self, g, out, x, shape, op, extra="", dim=0):
+        """A collective over the tensor-parallel group on dimension dim (a copy when T = 1)."""
         if self.T == 1:
             g.e(f"{out} = {ty(self.cd, shape)} copy({x})")
         else:
             g.e(f"{out} = {ty(self.cd, shape)} {op}({x}), channel_id={self.chan()}, replica_groups={self.g_tp}, "
-                f"dimensions={{0}}, use_global_device_ids=true{extra}")
+                f"dimensions={{{dim}}}, use_global_device_ids=true{extra}")
 
     def a2a(self, g, out, x, shape):
         self.tp_coll(g, out, x, shape, "all-to-all")
 
-    def ag_tp(self, g, out, x, sh, full):
-        self.tp_coll(g, out, x, full, "all-gather")
+    def ag_tp(self, g, out, x, sh, full, dim=0):
+        self.tp_coll(g, out, x, full, "all-gather", dim=dim)
 
     def rs_tp(self, g, out, x, full, sh):
         self.tp_coll(g, out, x, sh, "reduce-scatter", f", to_apply=add_{self.cd}")
@@ -864,7 +866,7 @@ class Step:
         news = []
         for nm, (s, dt) in sv.items():
             v = act[nm]
-            if nm in ("x", "x1") and self.T > 1:  # this chip's rows of the residual
+            if nm in ("x", "x1") and self.T > 1:  # this chip's columns of the residual
                 g.e(f"{nm}.sp = {ty(dt, s)} slice({v}), slice={{[0:{s[0]}], [0:{s[1]}]}}")
                 v = f"{nm}.sp"
             self.layer_put(g, f"N.{nm}", f"S.{nm}", v, s, "i", dt)
@@ -919,8 +921,8 @@ class Step:
         for nm, (s, dt) in sv.items():
             self.layer_slice(g, f"L.{nm}", f"S.{nm}", s, "j", dt)
             a[nm] = f"L.{nm}"
-            if nm in ("x", "x1") and self.T > 1:  # the residual's rows gathered back over tensor
-                self.ag_tp(g, f"L.{nm}.g", f"L.{nm}", s, (self.Tm, self.D))
+            if nm in ("x", "x1") and self.T > 1:  # the residual's columns gathered back over tensor
+                self.ag_tp(g, f"L.{nm}.g", f"L.{nm}", s, (self.Tm, self.D), dim=1)
                 a[nm] = f"L.{nm}.g"
         a = self.recompute(g, a, W)
         self.win_w, self.win_g = self.we and not self.remat, self.we
