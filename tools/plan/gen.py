@@ -88,16 +88,24 @@ class Step:
         # axis runs over every slice, slice-major (device = slice * chips per slice + ...),
         # so its gradient all-reduce spans the slices and goes over DCN (docs/pod.md).
         R, F, T = c["data"] * c.get("slices", 1), c["fsdp"], c["tensor"]
-        self.R, self.F, self.T, self.N = R, F, T, R * F * T
+        # Pipeline stages (MaxText's ici_pipeline_parallelism): a mesh axis between data and
+        # fsdp (device = ((data_rank * stages + stage) * fsdp + fsdp_rank) * tensor +
+        # tensor_rank); stage s holds layers [s L/P, (s+1) L/P) (pipeline_step below).
+        self.P = Pp = c.get("pipeline", 1)
+        self.R, self.F, self.T, self.N = R, F, T, R * Pp * F * T
         L, D, H, hd, ffn, V, S = (m["layers"], m["d_model"], m["heads"], m["head_dim"], m["mlp"], m["vocab"], m["seq"])
+        self.Lm = L
+        L = L // Pp  # the layers of one stage: every layer loop runs over these
         self.L, self.D, self.S = L, D, S
         B = m["batch_tokens"] // S
         self.b = B // (R * F)
         self.mb = c["micro"]
         self.bm = self.b // self.mb
         # The microbatch loop's trip count: the microbatches, or fewer for timing by
-        # extrapolation (every iteration is the same program on the same shapes).
-        self.trips = c.get("trips", self.mb)
+        # extrapolation (every iteration is the same program on the same shapes). A
+        # pipeline takes every microbatch in one pass (its loop runs once).
+        self.trips = c.get("trips", self.mb) if Pp == 1 else 1
+        self.Tp = self.mb + Pp - 1  # a pipeline's iterations: fill, one per microbatch, drain
         self.Tm = self.bm * S
         self.h = H // T
         self.hd = hd
@@ -141,7 +149,7 @@ class Step:
         # windowed_einsum_min/max_chips), a dense layer's dots pass the weight blocks round a
         # ring of collective-permutes instead of gathering them, and its weight gradients
         # are summed round it instead of reduce-scattered.
-        self.we = bool(c.get("windowed")) and R == 1 and T == 1 and F > 1 and F % 2 == 0 and not m.get("experts")
+        self.we = bool(c.get("windowed")) and R == 1 and Pp == 1 and T == 1 and F > 1 and F % 2 == 0 and not m.get("experts")
         self.win_w = self.win_g = False  # what the layer being emitted windows
         self.extra = []  # the loops' computations
         # Weight all-gathers pipelined across layers (XLA's collective pipelining, what
@@ -149,8 +157,9 @@ class Step:
         self.pf = c.get("overlap", True) and F > 1 and not self.we
         NN = self.N
         self.g_tp = f"[{NN // T},{T}]<=[{NN}]"
-        self.g_fsdp = f"[{R * T},{F}]<=[{R},{F},{T}]T(0,2,1)"
-        self.g_data = f"[{F * T},{R}]<=[{R},{F},{T}]T(1,2,0)"
+        self.g_fsdp = f"[{R * Pp * T},{F}]<=[{R * Pp},{F},{T}]T(0,2,1)"
+        self.g_data = f"[{Pp * F * T},{R}]<=[{R},{Pp * F},{T}]T(1,2,0)"
+        self.g_stage = f"[{R * F * T},{Pp}]<=[{R},{Pp},{F * T}]T(0,2,1)"
         self.ch = 0
         # Parameters: name -> (full per-layer shape after the tensor split, fsdp dim or None).
         D_, A, fw, f = D, self.A, self.fw, self.f
@@ -174,6 +183,8 @@ class Step:
             return f"global batch of {B} sequences does not split over data x fsdp = {R * F}"
         if self.b % self.mb:
             return f"{self.b} sequences per chip do not split into {self.mb} microbatches"
+        if self.Lm % self.P:
+            return f"{self.Lm} layers do not split into {self.P} pipeline stages"
         if m["heads"] % T:
             return f"{m['heads']} heads do not split over tensor {T}"
         if self.h % self.kvt:
@@ -948,7 +959,8 @@ class Step:
               [ty("f32", s) for s in gws.values()]
         mst_t = "(" + ", ".join(mst) + ")"
         w(self.cond("mcond", mst_t, self.trips))
-        w("mbody {\n" + "\n".join(self.micro_body(mst_t, lws, gws, sv, fst_t, bst_t).lines) + "\n}\n")
+        mb = self.pipe_body if self.P > 1 else self.micro_body
+        w("mbody {\n" + "\n".join(mb(mst_t, lws, gws, sv, fst_t, bst_t).lines) + "\n}\n")
         # Entry: the microbatch loop, the data all-reduce, the optimizer.
         g = Gen()
         g.e(f"ids = {ty('s32', (self.mb, Tm, 1))} parameter(0)")
@@ -1068,24 +1080,7 @@ class Step:
         for k, nm in enumerate(sv):
             g.e(f"SV.{nm} = {ty(sv[nm][1], (L,) + sv[nm][0])} get-tuple-element(floop), index={2 + k}")
             sk[nm] = f"SV.{nm}"
-        # LM head: logits over this chip's vocabulary slice, softmax with all-reduces over tensor.
-        self.gather_w(g, "wout", "P.wout", *self.gw["wout"])
-        self.dot(g, "lg", "hL", "wout", (Tm, Vt), (1,), (0,))
-        g.e(f"lmx = {ty(cd, (Tm,))} reduce(lg, ninf), dimensions={{1}}, to_apply=max_{cd}")
-        self.ar(g, "gmx", "lmx", (Tm,), self.g_tp, self.T, comp=f"max_{cd}")
-        self.bcast(g, "gmxb", "gmx", (Tm, Vt), (0,))
-        self.ew(g, "lsh", "subtract", (Tm, Vt), "lg", "gmxb")
-        self.ew(g, "lex", "exponential", (Tm, Vt), "lsh")
-        g.e(f"lsm = {ty(cd, (Tm,))} reduce(lex, zerof), dimensions={{1}}, to_apply=add_{cd}")
-        self.ar(g, "gsm", "lsm", (Tm,), self.g_tp, self.T)
-        self.bcast(g, "gsmb", "gsm", (Tm, Vt), (0,))
-        self.ew(g, "glg", "divide", (Tm, Vt), "lex", "gsmb")  # d loss / d logits (less the one-hot)
-        self.dot(g, "ghp", "glg", "wout", (Tm, D), (1,), (1,))
-        self.ar(g, "gh", "ghp", (Tm, D), self.g_tp, self.T)
-        self.win_g = self.we  # wout is read by two dots (gathered once), its gradient summed round the ring
-        self.wgrad(g, "gwout", "hL", (Tm, D), "glg", (Tm, Vt), "wout", *self.gw["wout"])
-        self.win_g = False
-        self.scatter_g(g, "gsw", "gwout", *self.gw["wout"], windowed=self.we)
+        self.lm_head(g, "hL", Tm)
         # Backward loop.
         zs = []
         for nm, s in lws.items():
@@ -1118,6 +1113,261 @@ class Step:
         g.e("i1 = s32[] add(i, one)")
         g.e(f"ROOT r = {mst_t} tuple(i1, ids, {', '.join(['P.' + n for n in names] + news)})")
         return g
+
+    # --- pipeline parallelism ------------------------------------------------------------
+    def stage_pairs(self, d):
+        """collective-permute pairs passing to the stage d further round the ring of stages
+        (every data, fsdp and tensor rank its own ring), as lax.ppermute over the stage axis."""
+        FT, P = self.F * self.T, self.P
+        prs = []
+        for dev in range(self.N):
+            p = (dev // FT) % P
+            prs.append("{%d,%d}" % (dev, dev + ((p + d) % P - p) * FT))
+        return "{" + ",".join(prs) + "}"
+
+    def stage_id(self, g):
+        """sid: this chip's pipeline stage, from its partition id."""
+        g.e("pid = u32[] partition-id()")
+        g.e("me = s32[] convert(pid)")
+        g.e(f"ftn = s32[] constant({self.F * self.T})")
+        g.e("me.q = s32[] divide(me, ftn)")
+        g.e(f"npst = s32[] constant({self.P})")
+        g.e("sid = s32[] remainder(me.q, npst)")
+
+    def pipe_body(self, mst_t, lws, gws, sv, fst_t, bst_t):
+        """Every microbatch through P stages, as a shard_map + ppermute pipeline (GPipe, what
+        MaxText's ici_pipeline_parallelism with num_pipeline_microbatches runs, and JAX's
+        transpose of it) compiles per chip: the embedding of all M microbatches (replicated over
+        the stages); a loop of M + P - 1 iterations in which stage 0 takes microbatch
+        min(t, M - 1) and every other stage what the stage before it passed, each runs its
+        L/P layers (the layer loop, saving what the remat policy keeps, per iteration), the
+        last stage keeps microbatch t - (P - 1), and a collective-permute passes each stage's
+        output on; the outputs summed over the stages; the LM head on all microbatches; the
+        transposed loop (iterations in reverse, the gradients passed back by the reversed
+        permute, the weight gradients accumulated); the embedding gradient summed over the
+        stages. Every stage computes in every iteration, the fill and drain on padding: the
+        bubble, (P - 1) / (M + P - 1) of the loop (src/pod/pipeline.c reports it)."""
+        cd, L, Tm, D, M, Pp, Tp = self.cd, self.L, self.Tm, self.D, self.mb, self.P, self.Tp
+        g = Gen()
+        g.e(f"st = {mst_t} parameter(0)")
+        g.e("i = s32[] get-tuple-element(st), index=0")
+        g.e(f"ids = {ty('s32', (M, Tm, 1))} get-tuple-element(st), index=1")
+        names = list(lws) + list(gws)
+        shapes = {**{n: (L,) + s for n, s in lws.items()}, **gws}
+        for k, nm in enumerate(names):
+            g.e(f"P.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + k}")
+        for k, nm in enumerate(names):
+            g.e(f"A.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + len(names) + k}")
+        self.common_consts(g)
+        R3 = (M, Tm, D)
+        g.e(f"idf = {ty('s32', (M * Tm, 1))} reshape(ids)")
+        self.gather_w(g, "emb", "P.emb", *self.gw["emb"])
+        g.e(f"x0p = {ty(cd, (M * Tm, D))} gather(emb, idf), offset_dims={{1}}, collapsed_slice_dims={{0}}, "
+            f"start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{D}}}")
+        self.ar(g, "x0f", "x0p", (M * Tm, D), self.g_tp, self.T)
+        g.e(f"x0 = {ty(cd, R3)} reshape(x0f)")
+        svs = {nm: (Tp, L) + s for nm, (s, dt) in sv.items()}  # every iteration's saved stacks
+        # Forward pipeline loop: it, state, inputs, outputs, saved stacks, this stage's weights.
+        fs = ["s32[]", ty(cd, (Tm, D)), ty(cd, R3), ty(cd, R3)] + [ty(dt, svs[nm]) for nm, (s, dt) in sv.items()] + \
+             [ty("f32", (L,) + s) for s in lws.values()]
+        fs_t = "(" + ", ".join(fs) + ")"
+        self.extra.append(self.cond("pfcond", fs_t, Tp))
+        b = Gen()
+        b.e(f"st = {fs_t} parameter(0)")
+        b.e("it = s32[] get-tuple-element(st), index=0")
+        b.e(f"cur = {ty(cd, (Tm, D))} get-tuple-element(st), index=1")
+        b.e(f"xs = {ty(cd, R3)} get-tuple-element(st), index=2")
+        b.e(f"outs = {ty(cd, R3)} get-tuple-element(st), index=3")
+        k = 4
+        for nm, (s, dt) in sv.items():
+            b.e(f"SO.{nm} = {ty(dt, svs[nm])} get-tuple-element(st), index={k}")
+            k += 1
+        for nm, s in lws.items():
+            b.e(f"P.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
+            k += 1
+        self.common_consts(b)
+        self.stage_id(b)
+        b.e(f"mlast = s32[] constant({M - 1})")
+        b.e(f"plast = s32[] constant({Pp - 1})")
+        b.e("mi = s32[] minimum(it, mlast)")
+        b.e(f"xm.s = {ty(cd, (1, Tm, D))} dynamic-slice(xs, mi, zero, zero), dynamic_slice_sizes={{1,{Tm},{D}}}")
+        b.e(f"xm = {ty(cd, (Tm, D))} reshape(xm.s)")
+        b.e("is0 = pred[] compare(sid, zero), direction=EQ")
+        b.e(f"is0b = pred[{Tm},{D}] broadcast(is0), dimensions={{}}")
+        b.e(f"inp = {ty(cd, (Tm, D))} select(is0b, xm, cur)")
+        zs = []
+        for nm, (s, dt) in sv.items():
+            b.e(f"zc.{nm} = {dt}[] constant(0)")
+            self.bcast(b, f"Z.{nm}", f"zc.{nm}", (L,) + s, (), dt=dt)
+            zs.append(f"Z.{nm}")
+        g0 = self.first_gather(b, lws, "zero", "f0") if self.pf else []
+        b.e(f"finit = {fst_t} tuple(zero, inp, {', '.join(zs + ['P.' + n for n in lws] + g0)})")
+        b.e(f"floop = {fst_t} while(finit), condition=fcond, body=fbody, "
+            f"backend_config={{\"known_trip_count\":{{\"n\":\"{L}\"}}}}")
+        b.e(f"y = {ty(cd, (Tm, D))} get-tuple-element(floop), index=1")
+        news = []
+        for k2, (nm, (s, dt)) in enumerate(sv.items()):
+            z = ", ".join(["zero"] * (len(s) + 1))
+            b.e(f"SV.{nm} = {ty(dt, (L,) + s)} get-tuple-element(floop), index={2 + k2}")
+            b.e(f"SV1.{nm} = {ty(dt, (1, L) + s)} reshape(SV.{nm})")
+            b.e(f"SN.{nm} = {ty(dt, svs[nm])} dynamic-update-slice(SO.{nm}, SV1.{nm}, it, {z})")
+            news.append(f"SN.{nm}")
+        b.e("j = s32[] subtract(it, plast)")
+        b.e("jc = s32[] clamp(zero, j, mlast)")
+        b.e("isl = pred[] compare(sid, plast), direction=EQ")
+        b.e("jok = pred[] compare(j, zero), direction=GE")
+        b.e("put = pred[] and(isl, jok)")
+        b.e(f"y1 = {ty(cd, (1, Tm, D))} reshape(y)")
+        b.e(f"ou = {ty(cd, R3)} dynamic-update-slice(outs, y1, jc, zero, zero)")
+        b.e(f"putb = pred[{M},{Tm},{D}] broadcast(put), dimensions={{}}")
+        b.e(f"outs2 = {ty(cd, R3)} select(putb, ou, outs)")
+        b.e(f"nxt = {ty(cd, (Tm, D))} collective-permute(y), channel_id={self.chan()}, "
+            f"source_target_pairs={self.stage_pairs(1)}")
+        b.e("one = s32[] constant(1)")
+        b.e("i1 = s32[] add(it, one)")
+        b.e(f"ROOT r = {fs_t} tuple(i1, nxt, xs, outs2, {', '.join(news + ['P.' + n for n in lws])})")
+        self.extra.append("pfbody {\n" + "\n".join(b.lines) + "\n}\n")
+        g.e(f"zcur = {ty(cd, (Tm, D))} broadcast(zerof), dimensions={{}}")
+        g.e(f"zouts = {ty(cd, R3)} broadcast(zerof), dimensions={{}}")
+        zs = []
+        for nm, (s, dt) in sv.items():
+            g.e(f"zo.{nm} = {dt}[] constant(0)")
+            self.bcast(g, f"ZO.{nm}", f"zo.{nm}", svs[nm], (), dt=dt)
+            self.host(g, nm, svs[nm])
+            zs.append(f"ZO.{nm}")
+        g.e(f"pfinit = {fs_t} tuple(zero, zcur, x0, zouts, {', '.join(zs + ['P.' + n for n in lws])})")
+        g.e(f"pfloop = {fs_t} while(pfinit), condition=pfcond, body=pfbody, "
+            f"backend_config={{\"known_trip_count\":{{\"n\":\"{Tp}\"}}}}")
+        g.e(f"po = {ty(cd, R3)} get-tuple-element(pfloop), index=3")
+        sk = []
+        for k2, (nm, (s, dt)) in enumerate(sv.items()):
+            g.e(f"PS.{nm} = {ty(dt, svs[nm])} get-tuple-element(pfloop), index={4 + k2}")
+            sk.append(f"PS.{nm}")
+        # The outputs, on the last stage only, summed over the stages (replicated for the head).
+        self.ar(g, "hLm", "po", R3, self.g_stage, Pp)
+        g.e(f"hL = {ty(cd, (M * Tm, D))} reshape(hLm)")
+        self.lm_head(g, "hL", M * Tm)
+        g.e(f"ghm = {ty(cd, R3)} reshape(gh)")
+        # Backward pipeline loop: it, gradient state, head gradients, input gradients, saved
+        # stacks, weights, this stage's weight-gradient accumulators.
+        bs = ["s32[]", ty(cd, (Tm, D)), ty(cd, R3), ty(cd, R3)] + [ty(dt, svs[nm]) for nm, (s, dt) in sv.items()] + \
+             [ty("f32", (L,) + s) for s in lws.values()] + [ty("f32", (L,) + s) for s in lws.values()]
+        bs_t = "(" + ", ".join(bs) + ")"
+        self.extra.append(self.cond("pbcond", bs_t, Tp))
+        b = Gen()
+        b.e(f"st = {bs_t} parameter(0)")
+        b.e("it = s32[] get-tuple-element(st), index=0")
+        b.e(f"gcur = {ty(cd, (Tm, D))} get-tuple-element(st), index=1")
+        b.e(f"ghs = {ty(cd, R3)} get-tuple-element(st), index=2")
+        b.e(f"gxs = {ty(cd, R3)} get-tuple-element(st), index=3")
+        k = 4
+        for nm, (s, dt) in sv.items():
+            b.e(f"SO.{nm} = {ty(dt, svs[nm])} get-tuple-element(st), index={k}")
+            k += 1
+        for nm, s in lws.items():
+            b.e(f"P.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
+            k += 1
+        for nm, s in lws.items():
+            b.e(f"A.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
+            k += 1
+        self.common_consts(b)
+        self.stage_id(b)
+        b.e(f"mlast = s32[] constant({M - 1})")
+        b.e(f"plast = s32[] constant({Pp - 1})")
+        b.e(f"tlast = s32[] constant({Tp - 1})")
+        b.e("kf = s32[] subtract(tlast, it)")  # the forward iteration this one reverses
+        b.e("j = s32[] subtract(kf, plast)")
+        b.e("jc = s32[] clamp(zero, j, mlast)")
+        b.e("isl = pred[] compare(sid, plast), direction=EQ")
+        b.e("jok = pred[] compare(j, zero), direction=GE")
+        b.e("put = pred[] and(isl, jok)")
+        b.e(f"ghj.s = {ty(cd, (1, Tm, D))} dynamic-slice(ghs, jc, zero, zero), dynamic_slice_sizes={{1,{Tm},{D}}}")
+        b.e(f"ghj = {ty(cd, (Tm, D))} reshape(ghj.s)")
+        b.e(f"zg = {ty(cd, (Tm, D))} broadcast(zerof), dimensions={{}}")
+        b.e(f"putb = pred[{Tm},{D}] broadcast(put), dimensions={{}}")
+        b.e(f"gfrom = {ty(cd, (Tm, D))} select(putb, ghj, zg)")
+        b.e(f"gy = {ty(cd, (Tm, D))} add(gfrom, gcur)")
+        sl = []
+        for nm, (s, dt) in sv.items():
+            z = ", ".join(["zero"] * (len(s) + 1))
+            b.e(f"SL1.{nm} = {ty(dt, (1, L) + s)} dynamic-slice(SO.{nm}, kf, {z}), "
+                f"dynamic_slice_sizes={{1,{L},{dims(s)}}}")
+            b.e(f"SL.{nm} = {ty(dt, (L,) + s)} reshape(SL1.{nm})")
+            sl.append(f"SL.{nm}")
+        if self.pf:
+            b.e(f"blast = s32[] constant({L - 1})")
+        g0 = self.first_gather(b, lws, "blast", "b0") if self.pf else []
+        b.e(f"binit = {bst_t} tuple(zero, gy, {', '.join(sl + ['P.' + n for n in lws] + ['A.' + n for n in lws] + g0)})")
+        b.e(f"bloop = {bst_t} while(binit), condition=bcond, body=bbody, "
+            f"backend_config={{\"known_trip_count\":{{\"n\":\"{L}\"}}}}")
+        b.e(f"gx = {ty(cd, (Tm, D))} get-tuple-element(bloop), index=1")
+        base = 2 + len(sv) + len(lws)
+        an = []
+        for k2, (nm, s) in enumerate(lws.items()):
+            b.e(f"AN.{nm} = {ty('f32', (L,) + s)} get-tuple-element(bloop), index={base + k2}")
+            an.append(f"AN.{nm}")
+        # Stage 0: the gradient of the microbatch it took (min(kf, M - 1)).
+        b.e("mi = s32[] minimum(kf, mlast)")
+        b.e("is0 = pred[] compare(sid, zero), direction=EQ")
+        b.e(f"gxo.s = {ty(cd, (1, Tm, D))} dynamic-slice(gxs, mi, zero, zero), dynamic_slice_sizes={{1,{Tm},{D}}}")
+        b.e(f"gx1 = {ty(cd, (1, Tm, D))} reshape(gx)")
+        b.e(f"gxa = {ty(cd, (1, Tm, D))} add(gxo.s, gx1)")
+        b.e(f"gxu = {ty(cd, R3)} dynamic-update-slice(gxs, gxa, mi, zero, zero)")
+        b.e(f"is0b = pred[{M},{Tm},{D}] broadcast(is0), dimensions={{}}")
+        b.e(f"gxs2 = {ty(cd, R3)} select(is0b, gxu, gxs)")
+        b.e(f"prv = {ty(cd, (Tm, D))} collective-permute(gx), channel_id={self.chan()}, "
+            f"source_target_pairs={self.stage_pairs(-1)}")
+        b.e("one = s32[] constant(1)")
+        b.e("i1 = s32[] add(it, one)")
+        b.e(f"ROOT r = {bs_t} tuple(i1, prv, ghs, gxs2, {', '.join(['SO.' + n for n in sv] + ['P.' + n for n in lws] + an)})")
+        self.extra.append("pbbody {\n" + "\n".join(b.lines) + "\n}\n")
+        g.e(f"pbinit = {bs_t} tuple(zero, zcur, ghm, zouts, {', '.join(sk + ['P.' + n for n in lws] + ['A.' + n for n in lws])})")
+        g.e(f"pbloop = {bs_t} while(pbinit), condition=pbcond, body=pbbody, "
+            f"backend_config={{\"known_trip_count\":{{\"n\":\"{Tp}\"}}}}")
+        g.e(f"gxl = {ty(cd, R3)} get-tuple-element(pbloop), index=3")
+        # The embedding's input gradients (on stage 0) summed over the stages, scattered into its rows.
+        self.ar(g, "gxr", "gxl", R3, self.g_stage, Pp)
+        g.e(f"gx0 = {ty(cd, (M * Tm, D))} reshape(gxr)")
+        g.e(f"ze = {cd}[] constant(0)")
+        self.bcast(g, "zemb", "ze", self.gw["emb"][0], ())
+        g.e(f"gembf = {ty(cd, self.gw['emb'][0])} scatter(zemb, idf, gx0), update_window_dims={{1}}, "
+            f"inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=add_{cd}")
+        self.scatter_g(g, "gse", "gembf", *self.gw["emb"])
+        news = []
+        base = 4 + len(sv) + len(lws)
+        for k2, nm in enumerate(lws):
+            g.e(f"AN.{nm} = {ty('f32', shapes[nm])} get-tuple-element(pbloop), index={base + k2}")
+            news.append(f"AN.{nm}")
+        self.ew(g, "AN.emb", "add", shapes["emb"], "A.emb", "gse", dt="f32")
+        self.ew(g, "AN.wout", "add", shapes["wout"], "A.wout", "gsw", dt="f32")
+        news += ["AN.emb", "AN.wout"]
+        g.e("one = s32[] constant(1)")
+        g.e("i1 = s32[] add(i, one)")
+        g.e(f"ROOT r = {mst_t} tuple(i1, ids, {', '.join(['P.' + n for n in names] + news)})")
+        return g
+
+    def lm_head(self, g, h, rows):
+        """The LM head on h [rows, D] and its gradient: gh [rows, D] (summed over tensor) and
+        gsw, the vocabulary weights' gradient reduce-scattered over fsdp."""
+        cd, D, Vt = self.cd, self.D, self.Vt
+        # LM head: logits over this chip's vocabulary slice, softmax with all-reduces over tensor.
+        self.gather_w(g, "wout", "P.wout", *self.gw["wout"])
+        self.dot(g, "lg", h, "wout", (rows, Vt), (1,), (0,))
+        g.e(f"lmx = {ty(cd, (rows,))} reduce(lg, ninf), dimensions={{1}}, to_apply=max_{cd}")
+        self.ar(g, "gmx", "lmx", (rows,), self.g_tp, self.T, comp=f"max_{cd}")
+        self.bcast(g, "gmxb", "gmx", (rows, Vt), (0,))
+        self.ew(g, "lsh", "subtract", (rows, Vt), "lg", "gmxb")
+        self.ew(g, "lex", "exponential", (rows, Vt), "lsh")
+        g.e(f"lsm = {ty(cd, (rows,))} reduce(lex, zerof), dimensions={{1}}, to_apply=add_{cd}")
+        self.ar(g, "gsm", "lsm", (rows,), self.g_tp, self.T)
+        self.bcast(g, "gsmb", "gsm", (rows, Vt), (0,))
+        self.ew(g, "glg", "divide", (rows, Vt), "lex", "gsmb")  # d loss / d logits (less the one-hot)
+        self.dot(g, "ghp", "glg", "wout", (rows, D), (1,), (1,))
+        self.ar(g, "gh", "ghp", (rows, D), self.g_tp, self.T)
+        self.win_g = self.we  # wout is read by two dots (gathered once), its gradient summed round the ring
+        self.wgrad(g, "gwout", h, (rows, D), "glg", (rows, Vt), "wout", *self.gw["wout"])
+        self.win_g = False
+        self.scatter_g(g, "gsw", "gwout", *self.gw["wout"], windowed=self.we)
 
     def first_gather(self, g, lws, idx, tag):
         """The first layer's weights, gathered before its loop starts."""

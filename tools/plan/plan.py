@@ -226,11 +226,13 @@ def pow2_upto(n):
     return out
 
 
-def state_bytes_per_chip(m, F, T):
+def state_bytes_per_chip(m, F, T, P=1):
     """Parameters (f32) and optimizer moments per chip: exact for the generated program's
-    sharding up to rounding (every weight split over fsdp x tensor)."""
+    sharding up to rounding (every weight split over fsdp x tensor, the layers' over the P
+    pipeline stages too: the embedding and LM head are on every stage)."""
     per = 4 + (8 if m["optimizer"] == "adam" else 0) + 4  # param, moments, gradient accumulator
-    return gen.param_count(m) * per / (F * T)
+    ends = 2 * m["d_model"] * m["vocab"]
+    return ((gen.param_count(m) - ends) / P + ends) * per / (F * T)
 
 
 def saved_bytes(m, cand):
@@ -242,8 +244,9 @@ def saved_bytes(m, cand):
     if st.check():
         return 0
     tot = 0
+    rows = st.L * (st.Tp if st.P > 1 else 1)  # a pipeline keeps every iteration's
     for shape, dt in st.saved().values():
-        tot += math.prod(shape) * st.L * (2 if dt == "bf16" else 4)
+        tot += math.prod(shape) * rows * (2 if dt == "bf16" else 4)
     if st.F > 1:
         w = sum(math.prod(full) for full, _ in st.lw.values()) * (2 if st.cd == "bf16" else 4)
         tot += w * (2 if st.pf else 1)
@@ -251,22 +254,22 @@ def saved_bytes(m, cand):
 
 
 def meshes(m, n, a):
-    """(data, fsdp, tensor) with data * fsdp * tensor = n: powers of two, or the pinned sizes."""
+    """(data, fsdp, tensor, pipeline) with their product n: powers of two, or the pinned
+    sizes; pipeline 1 unless --pipeline pins it or --max-pipeline searches it."""
     out = []
-    for t in ([a.tensor] if a.tensor else pow2_upto(min(n, a.max_tensor))):
-        if n % t:
+    for p in ([a.pipeline] if a.pipeline else pow2_upto(a.max_pipeline)):
+        if n % p or m["layers"] % p:
             continue
-        if a.tensor and t != a.tensor:
-            continue
-        for f in ([a.fsdp] if a.fsdp else ([n // (t * a.data)] if a.data else pow2_upto(n // t))):
-            if n % (t * f):
+        for t in ([a.tensor] if a.tensor else pow2_upto(min(n // p, a.max_tensor))):
+            if n % (t * p):
                 continue
-            d = n // (t * f)
-            if a.fsdp and f != a.fsdp:
-                continue
-            if a.data and d != a.data:
-                continue
-            out.append((d, f, t))
+            for f in ([a.fsdp] if a.fsdp else ([n // (t * p * a.data)] if a.data else pow2_upto(n // (t * p)))):
+                if f < 1 or n % (t * f * p):
+                    continue
+                d = n // (t * f * p)
+                if a.data and d != a.data:
+                    continue
+                out.append((d, f, t, p))
     return out
 
 
@@ -344,7 +347,7 @@ def run_one(a, chip, cand, tmp, idx):
     if why:
         return {"status": "invalid", "why": why}
     m = cand["micro"]
-    if m <= 2 or a.exact:
+    if m <= 2 or a.exact or cand.get("pipeline", 1) > 1:  # a pipeline's loops are not per microbatch
         kind, j = time_program(a, chip, st, tmp, idx)
         if kind != "ok":
             return {"status": kind, "why": "HBM" if kind == "no-fit" else j, **({"hbm_need": j} if kind == "no-fit" else {})}
@@ -384,22 +387,28 @@ def run_one(a, chip, cand, tmp, idx):
            "ici_wait": pod.get("ici_wait_fraction", 0.0), "topology": pod.get("topology", "1 chip")}
     if a.slices > 1:  # the collectives' time over the data-center network beside ICI's
         out.update(dcn_s=comm[0], ici_s=comm[1])
+    pl = pod.get("pipelines", [])
+    if cand.get("pipeline", 1) > 1 and pl:  # the bubble tpusim finds in the pipeline loops
+        out.update(bubble=max(x["bubble_fraction"] for x in pl),
+                   bubble_s=sum(x["bubble_seconds_per_stage"] for x in pl))
     return out
 
 
 def search_mesh(a, chip, n, mesh, tmp, counter):
     """The fastest fitting configs of one mesh: for remat off and on, microbatch counts from
     the fewest up to the first that fits (more microbatches only shrink the activations)."""
-    d, f, t = mesh
+    d, f, t, p = mesh
     results = []
-    state = state_bytes_per_chip(a.model, f, t)
-    base = {"chip": chip["name"], "chips": n * a.slices, "data": d, "fsdp": f, "tensor": t,
+    state = state_bytes_per_chip(a.model, f, t, p)
+    base = {"chip": chip["name"], "chips": n * a.slices, "data": d, "fsdp": f, "tensor": t, "pipeline": p,
             "slice": slice_name(chip, n) + (f" x{a.slices}" if a.slices > 1 else ""), "slices": a.slices,
-            "windowed": windowed(chip, n, d, f, t) and not a.no_windowed_einsum}
+            "windowed": windowed(chip, n, d, f, t) and p == 1 and not a.no_windowed_einsum}
     if state > chip["hbm"] and not a.ignore_hbm:
         return [dict(base, micro=None, remat=None, status="no-fit", why="weights+optimizer",
                      hbm_need=int(state))]
     mos = micro_options(a.model, d, f, a)
+    if mos and p > 1:
+        return search_pipeline(a, chip, base, state, mos, tmp, counter)
     if not mos:
         B = a.model["batch_tokens"] // a.model["seq"]
         return [dict(base, micro=None, remat=None, status="invalid",
@@ -447,6 +456,33 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
         results.append(run(lo))
         if remat is True and results[-1]["status"] == "ok":
             fit_on = opts[lo]
+    return results
+
+
+def search_pipeline(a, chip, base, state, mos, tmp, counter):
+    """A pipelined mesh: more microbatches shrink both the bubble ((P - 1) / (M + P - 1)) and
+    the activations but make each stage's matmuls smaller, so every count of at least P (all
+    counts when none is) whose lower bound fits is timed, for each remat policy asked, and
+    the fastest that fits kept."""
+    P = base["pipeline"]
+    opts = [x for x in mos if x >= P] or mos
+    pol = {"on": [True], "off": [False], "both": [True, False]}.get(a.remat, [a.remat])
+    results = []
+    for remat in pol:
+        best, last = None, None
+        for mo in opts:
+            c = dict(base, micro=mo, remat=remat)
+            lb = state + saved_bytes(a.model, c)
+            if lb > chip["hbm"] and not a.ignore_hbm:
+                last = dict(c, status="no-fit", why="activations", hbm_need=int(lb))
+                continue
+            r = run_one(a, chip, c, tmp, next(counter))
+            r.update(c)
+            if r["status"] == "ok" and (best is None or r["step_s"] < best["step_s"]):
+                best = r
+            elif r["status"] != "ok":
+                last = r
+        results.append(best or last)
     return results
 
 
@@ -616,7 +652,9 @@ def finite(x):
 
 
 def mesh_s(r, mark=False):
-    return f"{r['data']}x{r['fsdp']}x{r['tensor']}" + (" w" if mark and r.get("windowed") else "")
+    """data x fsdp x tensor, with the pipeline stages as "pP" after it."""
+    return f"{r['data']}x{r['fsdp']}x{r['tensor']}" + (f" p{r['pipeline']}" if r.get("pipeline", 1) > 1 else "") + \
+        (" w" if mark and r.get("windowed") else "")
 
 
 def text_report(a, out, keep, over, bad, front):
@@ -654,6 +692,12 @@ def text_report(a, out, keep, over, bad, front):
         r = keep[0]
         w(f"  #1 over {r['slices']} slices: its collectives take {r['dcn_s']:.4g} s per step over DCN (the data-parallel "
           f"gradient sums between slices) beside {r['ici_s']:.4g} s on ICI (docs/pod.md)\n")
+    if keep and keep[0].get("pipeline", 1) > 1:
+        r = keep[0]
+        w(f"  #1 pipelines {r['pipeline']} stages over {r['micro']} microbatches: every stage computes on padding "
+          f"in {r['pipeline'] - 1} of {r['micro'] + r['pipeline'] - 1} iterations"
+          + (f", the bubble {100 * r['bubble']:.1f} % of the pipeline loops, {r['bubble_s']:.4g} s per step"
+             if "bubble" in r else "") + " (docs/pod.md, \"Pipelines\")\n")
     if any(r.get("windowed") for r in keep):
         w("  w: FSDP over every chip of a slice the XLA TPU compiler runs windowed einsums on: the weights pass "
           "round a ring of collective-permutes instead of all-gathers (docs/spmd.md; --no-windowed-einsum)\n")
@@ -712,6 +756,8 @@ def main(argv):
     ap.add_argument("--tensor", type=int)
     ap.add_argument("--max-tensor", type=int, default=16)
     ap.add_argument("--micro", type=int, help="only this many microbatches")
+    ap.add_argument("--pipeline", type=int, help="only this many pipeline stages (the layers split over them)")
+    ap.add_argument("--max-pipeline", type=int, default=1, help="search pipeline stages up to this (powers of two)")
     ap.add_argument("--remat", choices=["off", "on", "both"] + [k for k in gen.REMAT if k not in ("off", "on")],
                     default="both", help="on / off / both, or one of MaxText's remat policies by name (docs/plan.md)")
     ap.add_argument("--budget", type=float, help="USD")
@@ -744,7 +790,8 @@ def main(argv):
     a.tpusim, a.root = tpusim, root
     def bad(k, msg):
         cmdline.arg_fail(argv, 2, "--" + k.replace("_", "-"), msg)
-    for k in ("max_chips", "jobs", "slice", "slices", "data", "fsdp", "tensor", "micro", "max_tensor"):
+    for k in ("max_chips", "jobs", "slice", "slices", "data", "fsdp", "tensor", "micro", "max_tensor", "pipeline",
+              "max_pipeline"):
         v = getattr(a, k)
         if v is not None and v < 1:
             bad(k, f"--{k.replace('_', '-')} must be at least 1, not {v}")

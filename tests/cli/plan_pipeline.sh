@@ -1,0 +1,103 @@
+#!/bin/sh
+# tpusim plan --pipeline P: the generated step pipelines the layers over P stages (GPipe, as
+# a shard_map + ppermute loop compiles per chip), and the planner reports the bubble.
+# 1. Values: the pipelined step (8 layers over 4 stages, 4 microbatches, fsdp 2: 8 chips)
+#    and the same step without a pipeline (2 chips) give the same parameter updates from the
+#    same weights, on the reference backend (each stage's chips hold its layers' rows).
+# 2. Planning: the candidate's bubble is (P-1)/(M+P-1) of the pipeline loops, as tpusim run
+#    reports it on the same program, and a stage count that does not divide the layers or is
+#    below 1 is refused.
+. tests/cli/lib/preamble.sh
+D=tests/cli/plan
+for remat in full off; do
+  python3 - "$BIN" "$T" $remat > "$T/v" 2> "$T/err" <<'PY' || fail "pipelined values (remat $remat): $(tail -3 "$T/err")"
+import json, os, subprocess, sys
+import numpy as np
+sys.path.insert(0, "tools/plan")
+import gen
+tpusim, tmp = sys.argv[1], sys.argv[2]
+m = {"name": "pv", "layers": 8, "d_model": 64, "heads": 2, "head_dim": 32, "mlp": 128, "vocab": 128, "seq": 16,
+     "batch_tokens": 128, "train_tokens": 1e6, "dtype": "f32", "optimizer": "sgd", "experts": 0, "mlp_kind": "gelu"}
+F, M, P = 2, 4, 4
+base = {"data": 1, "fsdp": F, "tensor": 1, "micro": M, "remat": sys.argv[3], "windowed": False}
+flat, pipe = gen.Step(m, base), gen.Step(m, dict(base, pipeline=P))
+assert flat.check() is None and pipe.check() is None
+r = np.random.RandomState(0)
+def params(st):
+    lws = {k: st.shard(s, fd) for k, (s, fd) in st.lw.items()}
+    gws = {k: st.shard(s, fd) for k, (s, fd) in st.gw.items()}
+    return lws, gws
+lws, gws = params(flat)
+ids = r.randint(0, m["vocab"], size=(F, M, flat.Tm, 1)).astype(np.int32)
+W = {k: (r.randn(F, m["layers"], *s) * 0.05).astype(np.float32) for k, s in lws.items()}
+G = {k: (r.randn(F, *s) * 0.05).astype(np.float32) for k, s in gws.items()}
+def run(st, name, per_dev):
+    path = os.path.join(tmp, name + ".hlo")
+    open(path, "w").write(st.module())
+    args = []
+    for k, a in enumerate(per_dev):
+        f = os.path.join(tmp, f"{name}.in{k}.npy")
+        np.save(f, a)
+        args += ["-i", f]
+    out = os.path.join(tmp, name)
+    subprocess.run([tpusim, "run", path, "--backend", "ref", "-q", "--per-device", "-o", out] + args, check=True)
+    return [[np.load(os.path.join(out, f"dev{d}", f"{k}.npy")) for k in range(len(W) + len(G))] for d in range(st.N)]
+flat_in = [ids] + [W[k] for k in lws] + [G[k] for k in gws]
+dev = [d % F for d in range(pipe.N)]
+stg = [d // F for d in range(pipe.N)]
+Ls = m["layers"] // P
+pipe_in = [ids[dev]] + [np.stack([W[k][dev[d], stg[d] * Ls:(stg[d] + 1) * Ls] for d in range(pipe.N)]) for k in lws] + \
+          [G[k][dev] for k in gws]
+fo, po = run(flat, "flat", flat_in), run(pipe, "pipe", pipe_in)
+worst = 0.0
+for d in range(pipe.N):
+    f, s = dev[d], stg[d]
+    for k, nm in enumerate(list(lws) + list(gws)):
+        want = fo[f][k][s * Ls:(s + 1) * Ls] if nm in lws else fo[f][k]
+        base_ = W[nm][f][s * Ls:(s + 1) * Ls] if nm in lws else G[nm][f]
+        got = po[d][k]
+        # the update (lr x gradient) of each parameter, pipelined against not
+        du, dw = got - base_, want - base_
+        assert np.abs(dw).max() > 0, nm
+        err = np.abs(du - dw).max() / np.abs(dw).max()
+        worst = max(worst, err)
+        assert err < 1e-4, (d, nm, err)
+print(f"pipelined updates match the flat step's: worst relative error {worst:.2e}")
+PY
+done
+"$BIN" plan $D/pp8.json --chips v5p --slice 8 --data 1 --fsdp 2 --tensor 1 --pipeline 4 --micro 4 --remat full --json \
+  > "$T/p.json" 2> "$T/err" || fail "plan --pipeline 4 exited $?: $(cat "$T/err")"
+"$BIN" plan $D/pp8.json --chips v5p --slice 8 --data 1 --fsdp 2 --tensor 1 --pipeline 4 --remat full > "$T/p.txt" \
+  2> "$T/err" || fail "plan --pipeline 4 (text) exited $?"
+grep -Eq "^  1 v5p-16 +8 1x2x1 p4 " "$T/p.txt" || fail "the table lacks the pipelined candidate: $(sed -n 6p "$T/p.txt")"
+grep -Eq "^  #1 pipelines 4 stages over [0-9]+ microbatches: .* the bubble [0-9.]+ % of the pipeline loops" "$T/p.txt" ||
+  fail "no bubble line: $(grep '#1' "$T/p.txt")"
+python3 - "$T/p.json" "$BIN" "$T" <<'PY' || fail "the pipelined candidate's figures"
+import json, os, subprocess, sys
+sys.path.insert(0, "tools/plan")
+import gen
+c = json.load(open(sys.argv[1]))["candidates"]
+assert len(c) == 1, c
+c = c[0]
+assert c["pipeline"] == 4 and c["micro"] == 4 and c["chips"] == 8, c
+assert abs(c["bubble"] - 3 / 7) < 1e-12 and c["bubble_s"] > 0, c
+m = json.load(open("tests/cli/plan/pp8.json"))
+m.update(dtype="bf16", optimizer="adam", experts=0)
+st = gen.Step(m, {"data": 1, "fsdp": 2, "tensor": 1, "micro": 4, "remat": "full", "pipeline": 4, "windowed": False})
+assert st.N == 8 and st.L == 2 and st.Tp == 7, (st.N, st.L, st.Tp)
+hlo, rep = os.path.join(sys.argv[3], "s.hlo"), os.path.join(sys.argv[3], "s.json")
+open(hlo, "w").write(st.module())
+subprocess.run([sys.argv[2], "run", hlo, "--mode", "timing", "--chip", "v5p", "-q", "--report", rep], check=True)
+j = json.load(open(rep))
+pl = j["pod"]["pipelines"]
+assert len(pl) == 2 and all(p["stages"] == 4 and p["iterations"] == 7 for p in pl), pl
+assert abs(sum(p["bubble_seconds_per_stage"] for p in pl) - c["bubble_s"]) < 1e-12
+assert abs(j["step"]["seconds"] - c["step_s"]) < 1e-12
+PY
+"$BIN" plan $D/pp8.json --chips v5p --slice 8 --pipeline 3 --json > "$T/p3.json" 2> "$T/err"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert not d['candidates'] and not d['not_fit'], d" "$T/p3.json" ||
+  fail "--pipeline 3 over 8 layers gave a candidate"
+"$BIN" plan $D/pp8.json --pipeline 0 > /dev/null 2> "$T/err"
+[ $? -eq 2 ] && grep -q "error: --pipeline must be at least 1, not 0" "$T/err" || fail "--pipeline 0: $(cat "$T/err")"
+[ "$fails" = 0 ] || exit 1
+echo "plan --pipeline: pipelined updates match the flat step's; bubble (P-1)/(M+P-1) as tpusim run gives it"
