@@ -54,6 +54,14 @@ hlo = st.module()
 ag = [l for l in hlo.splitlines() if "all-gather(L.x)" in l]
 assert len(ag) == 1 and "bf16[256,384]" in ag[0] and "dimensions={1}" in ag[0], ag
 PY
+# --ignore-hbm times a candidate that does not fit: it keeps its DCN and ICI time too.
+"$BIN" plan $D/fat.json --chips v5e --slice 4 --slices 2 --data 1 --fsdp 4 --tensor 1 --micro 1 --remat on \
+  --ignore-hbm --json > "$T/fat.json" 2> "$T/err"
+python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))['not_fit']
+assert len(r) == 1 and r[0]['status'] == 'no-fit' and r[0]['step_s'] > 0 and r[0]['dcn_s'] > 0 and r[0]['ici_s'] > 0, r
+" "$T/fat.json" || fail "--ignore-hbm over 2 slices: $(head -c 600 "$T/fat.json")"
 "$BIN" plan $D/tiny.json --slices 0 > /dev/null 2> "$T/err"
 [ $? -eq 2 ] && grep -q "error: --slices must be at least 1, not 0" "$T/err" || fail "--slices 0: $(cat "$T/err")"
 [ "$fails" = 0 ] || exit 1

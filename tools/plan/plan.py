@@ -382,7 +382,8 @@ def run_one(a, chip, cand, tmp, idx):
         peak = hbm_peak_1chip(a, chip, st)
     if peak > chip["hbm"]:  # --ignore-hbm: timed on a copy of the chip with more HBM
         return {"status": "no-fit", "hbm_need": peak, "why": "HBM", "step_s": step_s,
-                "hw_util": hw, "hbm_peak": peak, "ici_wait": pod.get("ici_wait_fraction", 0.0)}
+                "hw_util": hw, "hbm_peak": peak, "ici_wait": pod.get("ici_wait_fraction", 0.0),
+                **({"dcn_s": comm[0], "ici_s": comm[1]} if a.slices > 1 else {})}
     out = {"status": "ok", "step_s": step_s, "hw_util": hw, "hbm_peak": peak,
            "ici_wait": pod.get("ici_wait_fraction", 0.0), "topology": pod.get("topology", "1 chip")}
     if a.slices > 1:  # the collectives' time over the data-center network beside ICI's
