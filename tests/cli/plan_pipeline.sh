@@ -1,24 +1,28 @@
 #!/bin/sh
 # tpusim plan --pipeline P: the generated step pipelines the layers over P stages (GPipe, as
 # a shard_map + ppermute loop compiles per chip), and the planner reports the bubble.
-# 1. Values: the pipelined step (8 layers over 4 stages, 4 microbatches, fsdp 2: 8 chips)
-#    and the same step without a pipeline (2 chips) give the same parameter updates from the
-#    same weights, on the reference backend (each stage's chips hold its layers' rows).
+# 1. Values: the pipelined step (8 layers over 4 stages, 4 or 8 microbatches, fsdp 2: 8
+#    chips) and the same step without a pipeline (2 chips) give the same parameter updates
+#    from the same weights, on the reference backend (each stage's chips hold its layers'
+#    rows), within 5e-4 of the largest update in f32 (the order of the sums differs: the same
+#    step with 4 microbatches against 8, unpipelined, differs by 4e-5). With more microbatches
+#    than stages a stage-0 gradient sent back to the last stage would reach a real iteration.
 # 2. Planning: the candidate's bubble is (P-1)/(M+P-1) of the pipeline loops, as tpusim run
 #    reports it on the same program, and a stage count that does not divide the layers or is
 #    below 1 is refused.
 . tests/cli/lib/preamble.sh
 D=tests/cli/plan
-for remat in full off; do
-  python3 - "$BIN" "$T" $remat > "$T/v" 2> "$T/err" <<'PY' || fail "pipelined values (remat $remat): $(tail -3 "$T/err")"
+for case in "full 4" "off 8"; do
+  set -- $case
+  python3 - "$BIN" "$T" $1 $2 > "$T/v" 2> "$T/err" <<'PY' || fail "pipelined values (remat $1, $2 microbatches): $(tail -3 "$T/err")"
 import json, os, subprocess, sys
 import numpy as np
 sys.path.insert(0, "tools/plan")
 import gen
 tpusim, tmp = sys.argv[1], sys.argv[2]
 m = {"name": "pv", "layers": 8, "d_model": 64, "heads": 2, "head_dim": 32, "mlp": 128, "vocab": 128, "seq": 16,
-     "batch_tokens": 128, "train_tokens": 1e6, "dtype": "f32", "optimizer": "sgd", "experts": 0, "mlp_kind": "gelu"}
-F, M, P = 2, 4, 4
+     "batch_tokens": 256, "train_tokens": 1e6, "dtype": "f32", "optimizer": "sgd", "experts": 0, "mlp_kind": "gelu"}
+F, M, P = 2, int(sys.argv[4]), 4
 base = {"data": 1, "fsdp": F, "tensor": 1, "micro": M, "remat": sys.argv[3], "windowed": False}
 flat, pipe = gen.Step(m, base), gen.Step(m, dict(base, pipeline=P))
 assert flat.check() is None and pipe.check() is None
@@ -61,7 +65,7 @@ for d in range(pipe.N):
         assert np.abs(dw).max() > 0, nm
         err = np.abs(du - dw).max() / np.abs(dw).max()
         worst = max(worst, err)
-        assert err < 1e-4, (d, nm, err)
+        assert err < 5e-4, (d, nm, err)
 print(f"pipelined updates match the flat step's: worst relative error {worst:.2e}")
 PY
 done

@@ -1315,7 +1315,11 @@ class Step:
         b.e(f"gxu = {ty(cd, R3)} dynamic-update-slice(gxs, gxa, mi, zero, zero)")
         b.e(f"is0b = pred[{M},{Tm},{D}] broadcast(is0), dimensions={{}}")
         b.e(f"gxs2 = {ty(cd, R3)} select(is0b, gxu, gxs)")
-        b.e(f"prv = {ty(cd, (Tm, D))} collective-permute(gx), channel_id={self.chan()}, "
+        # Stage 0 took its input from the microbatches, not from the stage before it: it
+        # passes that stage no gradient (the transpose of the forward loop's select).
+        b.e(f"is0t = pred[{Tm},{D}] broadcast(is0), dimensions={{}}")
+        b.e(f"gxp = {ty(cd, (Tm, D))} select(is0t, zg, gx)")
+        b.e(f"prv = {ty(cd, (Tm, D))} collective-permute(gxp), channel_id={self.chan()}, "
             f"source_target_pairs={self.stage_pairs(-1)}")
         b.e("one = s32[] constant(1)")
         b.e("i1 = s32[] add(it, one)")
