@@ -2,19 +2,20 @@
 # tpusim plan --pipeline P: the generated step pipelines the layers over P stages (GPipe, as
 # a shard_map + ppermute loop compiles per chip), and the planner reports the bubble.
 # 1. Values: the pipelined step (8 layers over 4 stages, 4 or 8 microbatches, fsdp 2: 8
-#    chips) and the same step without a pipeline (2 chips) give the same parameter updates
-#    from the same weights, on the reference backend (each stage's chips hold its layers'
-#    rows), within 5e-4 of the largest update in f32 (the order of the sums differs: the same
+#    chips; GPipe, and circular with 2 repeats: stage s holds layers s and 4 + s) and the
+#    same step without a pipeline (2 chips) give the same parameter updates from the same
+#    weights, on the reference backend (each stage's chips hold its layers' rows), within 5e-4 of the largest update in f32 (the order of the sums differs: the same
 #    step with 4 microbatches against 8, unpipelined, differs by 4e-5). With more microbatches
-#    than stages a stage-0 gradient sent back to the last stage would reach a real iteration.
+#    than stages a stage-0 gradient sent back to the last stage would reach a real iteration,
+#    and a circular pipeline keeps the last stage's outputs in a buffer until stage 0 is free.
 # 2. Planning: the candidate's bubble is (P-1)/(M+P-1) of the pipeline loops, as tpusim run
 #    reports it on the same program, and a stage count that does not divide the layers or is
 #    below 1 is refused.
 . tests/cli/lib/preamble.sh
 D=tests/cli/plan
-for case in "full 4" "off 8"; do
+for case in "full 4 1" "off 8 1" "off 4 2" "full 8 2"; do
   set -- $case
-  python3 - "$BIN" "$T" $1 $2 > "$T/v" 2> "$T/err" <<'PY' || fail "pipelined values (remat $1, $2 microbatches): $(tail -3 "$T/err")"
+  python3 - "$BIN" "$T" "$@" > "$T/v" 2> "$T/err" <<'PY' || fail "pipelined values (remat, microbatches, repeats: $*): $(tail -3 "$T/err")"
 import json, os, subprocess, sys
 import numpy as np
 sys.path.insert(0, "tools/plan")
@@ -22,9 +23,9 @@ import gen
 tpusim, tmp = sys.argv[1], sys.argv[2]
 m = {"name": "pv", "layers": 8, "d_model": 64, "heads": 2, "head_dim": 32, "mlp": 128, "vocab": 128, "seq": 16,
      "batch_tokens": 256, "train_tokens": 1e6, "dtype": "f32", "optimizer": "sgd", "experts": 0, "mlp_kind": "gelu"}
-F, M, P = 2, int(sys.argv[4]), 4
+F, M, P, V = 2, int(sys.argv[4]), 4, int(sys.argv[5])
 base = {"data": 1, "fsdp": F, "tensor": 1, "micro": M, "remat": sys.argv[3], "windowed": False}
-flat, pipe = gen.Step(m, base), gen.Step(m, dict(base, pipeline=P))
+flat, pipe = gen.Step(m, base), gen.Step(m, dict(base, pipeline=P, repeats=V))
 assert flat.check() is None and pipe.check() is None
 r = np.random.RandomState(0)
 def params(st):
@@ -49,16 +50,18 @@ def run(st, name, per_dev):
 flat_in = [ids] + [W[k] for k in lws] + [G[k] for k in gws]
 dev = [d % F for d in range(pipe.N)]
 stg = [d // F for d in range(pipe.N)]
-Ls = m["layers"] // P
-pipe_in = [ids[dev]] + [np.stack([W[k][dev[d], stg[d] * Ls:(stg[d] + 1) * Ls] for d in range(pipe.N)]) for k in lws] + \
+Ls = m["layers"] // (P * V)
+# stage s holds layers (r P + s) Ls + k of every repeat r, as rows r Ls + k
+rows = [[(r * P + s) * Ls + k for r in range(V) for k in range(Ls)] for s in range(P)]
+pipe_in = [ids[dev]] + [np.stack([W[k][dev[d], rows[stg[d]]] for d in range(pipe.N)]) for k in lws] + \
           [G[k][dev] for k in gws]
 fo, po = run(flat, "flat", flat_in), run(pipe, "pipe", pipe_in)
 worst = 0.0
 for d in range(pipe.N):
     f, s = dev[d], stg[d]
     for k, nm in enumerate(list(lws) + list(gws)):
-        want = fo[f][k][s * Ls:(s + 1) * Ls] if nm in lws else fo[f][k]
-        base_ = W[nm][f][s * Ls:(s + 1) * Ls] if nm in lws else G[nm][f]
+        want = fo[f][k][rows[s]] if nm in lws else fo[f][k]
+        base_ = W[nm][f][rows[s]] if nm in lws else G[nm][f]
         got = po[d][k]
         # the update (lr x gradient) of each parameter, pipelined against not
         du, dw = got - base_, want - base_
@@ -98,6 +101,17 @@ assert len(pl) == 2 and all(p["stages"] == 4 and p["iterations"] == 7 for p in p
 assert abs(sum(p["bubble_seconds_per_stage"] for p in pl) - c["bubble_s"]) < 1e-12
 assert abs(j["step"]["seconds"] - c["step_s"]) < 1e-12
 PY
+# Circular, 2 repeats: 4 x 2 + 3 iterations, 3 of them bubble; the table names it p4x2.
+"$BIN" plan $D/pp8.json --chips v5p --slice 8 --data 1 --fsdp 2 --tensor 1 --pipeline 4 --pipeline-repeats 2 --micro 4 \
+  --remat full > "$T/c.txt" 2> "$T/err" || fail "plan --pipeline-repeats 2 exited $?: $(cat "$T/err")"
+grep -Eq "^  1 v5p-16 +8 1x2x1 p4x2 " "$T/c.txt" || fail "no circular candidate: $(sed -n 6p "$T/c.txt")"
+grep -q "^  #1 pipelines 4 stages (2 repeats, circular) over 4 microbatches: every stage computes on padding in 3 of 11 iterations, the bubble 27.3 %" "$T/c.txt" ||
+  fail "circular bubble line: $(grep '#1' "$T/c.txt")"
+"$BIN" plan $D/pp8.json --chips v5p --slice 8 --pipeline 4 --pipeline-repeats 3 --json > "$T/r3.json" 2> "$T/err"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert not d['candidates'] and not d['not_fit'], d" "$T/r3.json" ||
+  fail "--pipeline 4 --pipeline-repeats 3 over 8 layers gave a candidate"
+"$BIN" plan $D/pp8.json --pipeline-repeats 0 > /dev/null 2> "$T/err"
+[ $? -eq 2 ] && grep -q "error: --pipeline-repeats must be at least 1, not 0" "$T/err" || fail "--pipeline-repeats 0: $(cat "$T/err")"
 "$BIN" plan $D/pp8.json --chips v5p --slice 8 --pipeline 3 --json > "$T/p3.json" 2> "$T/err"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert not d['candidates'] and not d['not_fit'], d" "$T/p3.json" ||
   fail "--pipeline 3 over 8 layers gave a candidate"

@@ -95,7 +95,12 @@ class Step:
         self.R, self.F, self.T, self.N = R, F, T, R * Pp * F * T
         L, D, H, hd, ffn, V, S = (m["layers"], m["d_model"], m["heads"], m["head_dim"], m["mlp"], m["vocab"], m["seq"])
         self.Lm = L
-        L = L // Pp  # the layers of one stage: every layer loop runs over these
+        # Circular (interleaved) pipelines, MaxText's num_pipeline_repeats V: stage s holds
+        # layers (r P + s) L/(P V) + k of every repeat r, and every microbatch goes V times
+        # round the ring of stages.
+        self.V = c.get("repeats", 1) if Pp > 1 else 1
+        L = L // (Pp * self.V)  # the layers of one stage in one repeat: every layer loop runs over these
+        self.Lw = L * self.V  # the rows of a chip's layer-weight stacks
         self.L, self.D, self.S = L, D, S
         B = m["batch_tokens"] // S
         self.b = B // (R * F)
@@ -105,7 +110,7 @@ class Step:
         # extrapolation (every iteration is the same program on the same shapes). A
         # pipeline takes every microbatch in one pass (its loop runs once).
         self.trips = c.get("trips", self.mb) if Pp == 1 else 1
-        self.Tp = self.mb + Pp - 1  # a pipeline's iterations: fill, one per microbatch, drain
+        self.Tp = self.mb * self.V + Pp - 1  # a pipeline's iterations: fill, a microbatch per repeat each, drain
         self.Tm = self.bm * S
         self.h = H // T
         self.hd = hd
@@ -183,8 +188,11 @@ class Step:
             return f"global batch of {B} sequences does not split over data x fsdp = {R * F}"
         if self.b % self.mb:
             return f"{self.b} sequences per chip do not split into {self.mb} microbatches"
-        if self.Lm % self.P:
-            return f"{self.Lm} layers do not split into {self.P} pipeline stages"
+        if self.Lm % (self.P * self.V):
+            return f"{self.Lm} layers do not split into {self.P} pipeline stages" + \
+                (f" x {self.V} repeats" if self.V > 1 else "")
+        if self.V > 1 and self.mb % self.P:
+            return f"{self.mb} microbatches are not a multiple of the {self.P} stages (a circular pipeline)"
         if m["heads"] % T:
             return f"{m['heads']} heads do not split over tensor {T}"
         if self.h % self.kvt:
@@ -954,8 +962,9 @@ class Step:
         # Microbatch loop: i, ids [mb, Tm, 1], layer weights, globals, accumulators of both.
         gws = {k2: self.shard(s, fd) for k2, (s, fd) in self.gw.items()}
         allp = list(lws.items()) + list(gws.items())
-        mst = ["s32[]", ty("s32", (self.mb, Tm, 1))] + [ty("f32", (L,) + s) for s in lws.values()] + \
-              [ty("f32", s) for s in gws.values()] + [ty("f32", (L,) + s) for s in lws.values()] + \
+        Lw = self.Lw
+        mst = ["s32[]", ty("s32", (self.mb, Tm, 1))] + [ty("f32", (Lw,) + s) for s in lws.values()] + \
+              [ty("f32", s) for s in gws.values()] + [ty("f32", (Lw,) + s) for s in lws.values()] + \
               [ty("f32", s) for s in gws.values()]
         mst_t = "(" + ", ".join(mst) + ")"
         w(self.cond("mcond", mst_t, self.trips))
@@ -967,7 +976,7 @@ class Step:
         pi = 1
         P = {}
         for nm, s in allp:
-            full = (L,) + s if nm in lws else s
+            full = (Lw,) + s if nm in lws else s
             g.e(f"P.{nm} = {ty('f32', full)} parameter({pi})")
             pi += 1
             P[nm] = full
@@ -1147,13 +1156,14 @@ class Step:
         permute, the weight gradients accumulated); the embedding gradient summed over the
         stages. Every stage computes in every iteration, the fill and drain on padding: the
         bubble, (P - 1) / (M + P - 1) of the loop (src/pod/pipeline.c reports it)."""
-        cd, L, Tm, D, M, Pp, Tp = self.cd, self.L, self.Tm, self.D, self.mb, self.P, self.Tp
+        cd, L, Tm, D, M, Pp, Tp, V = self.cd, self.L, self.Tm, self.D, self.mb, self.P, self.Tp, self.V
+        Lw = self.Lw
         g = Gen()
         g.e(f"st = {mst_t} parameter(0)")
         g.e("i = s32[] get-tuple-element(st), index=0")
         g.e(f"ids = {ty('s32', (M, Tm, 1))} get-tuple-element(st), index=1")
         names = list(lws) + list(gws)
-        shapes = {**{n: (L,) + s for n, s in lws.items()}, **gws}
+        shapes = {**{n: (Lw,) + s for n, s in lws.items()}, **gws}
         for k, nm in enumerate(names):
             g.e(f"P.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + k}")
         for k, nm in enumerate(names):
@@ -1169,7 +1179,7 @@ class Step:
         svs = {nm: (Tp, L) + s for nm, (s, dt) in sv.items()}  # every iteration's saved stacks
         # Forward pipeline loop: it, state, inputs, outputs, saved stacks, this stage's weights.
         fs = ["s32[]", ty(cd, (Tm, D)), ty(cd, R3), ty(cd, R3)] + [ty(dt, svs[nm]) for nm, (s, dt) in sv.items()] + \
-             [ty("f32", (L,) + s) for s in lws.values()]
+             [ty("f32", (Lw,) + s) for s in lws.values()] + ([ty(cd, R3)] if V > 1 else [])  # + the circular buffer
         fs_t = "(" + ", ".join(fs) + ")"
         self.extra.append(self.cond("pfcond", fs_t, Tp))
         b = Gen()
@@ -1183,25 +1193,46 @@ class Step:
             b.e(f"SO.{nm} = {ty(dt, svs[nm])} get-tuple-element(st), index={k}")
             k += 1
         for nm, s in lws.items():
-            b.e(f"P.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
+            b.e(f"P.{nm} = {ty('f32', (Lw,) + s)} get-tuple-element(st), index={k}")
             k += 1
+        if V > 1:
+            b.e(f"buf = {ty(cd, R3)} get-tuple-element(st), index={k}")
         self.common_consts(b)
         self.stage_id(b)
         b.e(f"mlast = s32[] constant({M - 1})")
         b.e(f"plast = s32[] constant({Pp - 1})")
+        W = self.repeat_weights(b, lws, "it") if V > 1 else "P"
         b.e("mi = s32[] minimum(it, mlast)")
         b.e(f"xm.s = {ty(cd, (1, Tm, D))} dynamic-slice(xs, mi, zero, zero), dynamic_slice_sizes={{1,{Tm},{D}}}")
         b.e(f"xm = {ty(cd, (Tm, D))} reshape(xm.s)")
         b.e("is0 = pred[] compare(sid, zero), direction=EQ")
         b.e(f"is0b = pred[{Tm},{D}] broadcast(is0), dimensions={{}}")
-        b.e(f"inp = {ty(cd, (Tm, D))} select(is0b, xm, cur)")
+        if V > 1:
+            # Stage 0 takes a new microbatch in the first M iterations, then the one the last
+            # stage passed round M - P iterations before (kept in a buffer of M): the passed
+            # value is written at (t - P) mod M, microbatch t mod M read.
+            b.e(f"mM = s32[] constant({M})")
+            b.e(f"mmp = s32[] constant({M - Pp})")
+            b.e("wi.a = s32[] add(it, mmp)")
+            b.e("wi = s32[] remainder(wi.a, mM)")
+            b.e("ri = s32[] remainder(it, mM)")
+            b.e(f"cur1 = {ty(cd, (1, Tm, D))} reshape(cur)")
+            b.e(f"bufw = {ty(cd, R3)} dynamic-update-slice(buf, cur1, wi, zero, zero)")
+            b.e(f"rd.s = {ty(cd, (1, Tm, D))} dynamic-slice(bufw, ri, zero, zero), dynamic_slice_sizes={{1,{Tm},{D}}}")
+            b.e(f"rd = {ty(cd, (Tm, D))} reshape(rd.s)")
+            b.e("fresh = pred[] compare(it, mM), direction=LT")
+            b.e(f"freshb = pred[{Tm},{D}] broadcast(fresh), dimensions={{}}")
+            b.e(f"inp0 = {ty(cd, (Tm, D))} select(freshb, xm, rd)")
+            b.e(f"inp = {ty(cd, (Tm, D))} select(is0b, inp0, cur)")
+        else:
+            b.e(f"inp = {ty(cd, (Tm, D))} select(is0b, xm, cur)")
         zs = []
         for nm, (s, dt) in sv.items():
             b.e(f"zc.{nm} = {dt}[] constant(0)")
             self.bcast(b, f"Z.{nm}", f"zc.{nm}", (L,) + s, (), dt=dt)
             zs.append(f"Z.{nm}")
-        g0 = self.first_gather(b, lws, "zero", "f0") if self.pf else []
-        b.e(f"finit = {fst_t} tuple(zero, inp, {', '.join(zs + ['P.' + n for n in lws] + g0)})")
+        g0 = self.first_gather(b, lws, "zero", "f0", src=W) if self.pf else []
+        b.e(f"finit = {fst_t} tuple(zero, inp, {', '.join(zs + [W + '.' + n for n in lws] + g0)})")
         b.e(f"floop = {fst_t} while(finit), condition=fcond, body=fbody, "
             f"backend_config={{\"known_trip_count\":{{\"n\":\"{L}\"}}}}")
         b.e(f"y = {ty(cd, (Tm, D))} get-tuple-element(floop), index=1")
@@ -1212,11 +1243,7 @@ class Step:
             b.e(f"SV1.{nm} = {ty(dt, (1, L) + s)} reshape(SV.{nm})")
             b.e(f"SN.{nm} = {ty(dt, svs[nm])} dynamic-update-slice(SO.{nm}, SV1.{nm}, it, {z})")
             news.append(f"SN.{nm}")
-        b.e("j = s32[] subtract(it, plast)")
-        b.e("jc = s32[] clamp(zero, j, mlast)")
-        b.e("isl = pred[] compare(sid, plast), direction=EQ")
-        b.e("jok = pred[] compare(j, zero), direction=GE")
-        b.e("put = pred[] and(isl, jok)")
+        self.last_out(b, "it")
         b.e(f"y1 = {ty(cd, (1, Tm, D))} reshape(y)")
         b.e(f"ou = {ty(cd, R3)} dynamic-update-slice(outs, y1, jc, zero, zero)")
         b.e(f"putb = pred[{M},{Tm},{D}] broadcast(put), dimensions={{}}")
@@ -1225,7 +1252,7 @@ class Step:
             f"source_target_pairs={self.stage_pairs(1)}")
         b.e("one = s32[] constant(1)")
         b.e("i1 = s32[] add(it, one)")
-        b.e(f"ROOT r = {fs_t} tuple(i1, nxt, xs, outs2, {', '.join(news + ['P.' + n for n in lws])})")
+        b.e(f"ROOT r = {fs_t} tuple(i1, nxt, xs, outs2, {', '.join(news + ['P.' + n for n in lws] + (['bufw'] if V > 1 else []))})")
         self.extra.append("pfbody {\n" + "\n".join(b.lines) + "\n}\n")
         g.e(f"zcur = {ty(cd, (Tm, D))} broadcast(zerof), dimensions={{}}")
         g.e(f"zouts = {ty(cd, R3)} broadcast(zerof), dimensions={{}}")
@@ -1235,7 +1262,7 @@ class Step:
             self.bcast(g, f"ZO.{nm}", f"zo.{nm}", svs[nm], (), dt=dt)
             self.host(g, nm, svs[nm])
             zs.append(f"ZO.{nm}")
-        g.e(f"pfinit = {fs_t} tuple(zero, zcur, x0, zouts, {', '.join(zs + ['P.' + n for n in lws])})")
+        g.e(f"pfinit = {fs_t} tuple(zero, zcur, x0, zouts, {', '.join(zs + ['P.' + n for n in lws] + (['zouts'] if V > 1 else []))})")
         g.e(f"pfloop = {fs_t} while(pfinit), condition=pfcond, body=pfbody, "
             f"backend_config={{\"known_trip_count\":{{\"n\":\"{Tp}\"}}}}")
         g.e(f"po = {ty(cd, R3)} get-tuple-element(pfloop), index=3")
@@ -1251,7 +1278,8 @@ class Step:
         # Backward pipeline loop: it, gradient state, head gradients, input gradients, saved
         # stacks, weights, this stage's weight-gradient accumulators.
         bs = ["s32[]", ty(cd, (Tm, D)), ty(cd, R3), ty(cd, R3)] + [ty(dt, svs[nm]) for nm, (s, dt) in sv.items()] + \
-             [ty("f32", (L,) + s) for s in lws.values()] + [ty("f32", (L,) + s) for s in lws.values()]
+             [ty("f32", (Lw,) + s) for s in lws.values()] + [ty("f32", (Lw,) + s) for s in lws.values()] + \
+             ([ty(cd, R3)] if V > 1 else [])  # + the circular buffer's gradients
         bs_t = "(" + ", ".join(bs) + ")"
         self.extra.append(self.cond("pbcond", bs_t, Tp))
         b = Gen()
@@ -1265,22 +1293,21 @@ class Step:
             b.e(f"SO.{nm} = {ty(dt, svs[nm])} get-tuple-element(st), index={k}")
             k += 1
         for nm, s in lws.items():
-            b.e(f"P.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
+            b.e(f"P.{nm} = {ty('f32', (Lw,) + s)} get-tuple-element(st), index={k}")
             k += 1
         for nm, s in lws.items():
-            b.e(f"A.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
+            b.e(f"A.{nm} = {ty('f32', (Lw,) + s)} get-tuple-element(st), index={k}")
             k += 1
+        if V > 1:
+            b.e(f"gbuf = {ty(cd, R3)} get-tuple-element(st), index={k}")
         self.common_consts(b)
         self.stage_id(b)
         b.e(f"mlast = s32[] constant({M - 1})")
         b.e(f"plast = s32[] constant({Pp - 1})")
         b.e(f"tlast = s32[] constant({Tp - 1})")
         b.e("kf = s32[] subtract(tlast, it)")  # the forward iteration this one reverses
-        b.e("j = s32[] subtract(kf, plast)")
-        b.e("jc = s32[] clamp(zero, j, mlast)")
-        b.e("isl = pred[] compare(sid, plast), direction=EQ")
-        b.e("jok = pred[] compare(j, zero), direction=GE")
-        b.e("put = pred[] and(isl, jok)")
+        W = self.repeat_weights(b, lws, "kf", acc=True) if V > 1 else "P"
+        self.last_out(b, "kf")
         b.e(f"ghj.s = {ty(cd, (1, Tm, D))} dynamic-slice(ghs, jc, zero, zero), dynamic_slice_sizes={{1,{Tm},{D}}}")
         b.e(f"ghj = {ty(cd, (Tm, D))} reshape(ghj.s)")
         b.e(f"zg = {ty(cd, (Tm, D))} broadcast(zerof), dimensions={{}}")
@@ -1296,15 +1323,19 @@ class Step:
             sl.append(f"SL.{nm}")
         if self.pf:
             b.e(f"blast = s32[] constant({L - 1})")
-        g0 = self.first_gather(b, lws, "blast", "b0") if self.pf else []
-        b.e(f"binit = {bst_t} tuple(zero, gy, {', '.join(sl + ['P.' + n for n in lws] + ['A.' + n for n in lws] + g0)})")
+        g0 = self.first_gather(b, lws, "blast", "b0", src=W) if self.pf else []
+        Wa = "Ar" if V > 1 else "A"
+        b.e(f"binit = {bst_t} tuple(zero, gy, {', '.join(sl + [W + '.' + n for n in lws] + [Wa + '.' + n for n in lws] + g0)})")
         b.e(f"bloop = {bst_t} while(binit), condition=bcond, body=bbody, "
             f"backend_config={{\"known_trip_count\":{{\"n\":\"{L}\"}}}}")
         b.e(f"gx = {ty(cd, (Tm, D))} get-tuple-element(bloop), index=1")
         base = 2 + len(sv) + len(lws)
         an = []
         for k2, (nm, s) in enumerate(lws.items()):
-            b.e(f"AN.{nm} = {ty('f32', (L,) + s)} get-tuple-element(bloop), index={base + k2}")
+            b.e(f"AN{'r' if V > 1 else ''}.{nm} = {ty('f32', (L,) + s)} get-tuple-element(bloop), index={base + k2}")
+            if V > 1:  # this repeat's rows of the accumulators, put back
+                z = ", ".join(["zero"] * len(s))
+                b.e(f"AN.{nm} = {ty('f32', (Lw,) + s)} dynamic-update-slice(A.{nm}, ANr.{nm}, roff, {z})")
             an.append(f"AN.{nm}")
         # Stage 0: the gradient of the microbatch it took (min(kf, M - 1)).
         b.e("mi = s32[] minimum(kf, mlast)")
@@ -1313,19 +1344,45 @@ class Step:
         b.e(f"gx1 = {ty(cd, (1, Tm, D))} reshape(gx)")
         b.e(f"gxa = {ty(cd, (1, Tm, D))} add(gxo.s, gx1)")
         b.e(f"gxu = {ty(cd, R3)} dynamic-update-slice(gxs, gxa, mi, zero, zero)")
-        b.e(f"is0b = pred[{M},{Tm},{D}] broadcast(is0), dimensions={{}}")
-        b.e(f"gxs2 = {ty(cd, R3)} select(is0b, gxu, gxs)")
-        # Stage 0 took its input from the microbatches, not from the stage before it: it
-        # passes that stage no gradient (the transpose of the forward loop's select).
         b.e(f"is0t = pred[{Tm},{D}] broadcast(is0), dimensions={{}}")
-        b.e(f"gxp = {ty(cd, (Tm, D))} select(is0t, zg, gx)")
+        if V > 1:
+            # A new microbatch's gradient goes to the embedding's, a passed one's into the
+            # buffer's slot it was read from; the slot written in the forward iteration is
+            # sent back to the last stage and cleared (the transposes of the read and write).
+            b.e(f"mM = s32[] constant({M})")
+            b.e(f"mmp = s32[] constant({M - Pp})")
+            b.e("fresh = pred[] compare(kf, mM), direction=LT")
+            b.e("tofx = pred[] and(is0, fresh)")
+            b.e(f"is0b = pred[{M},{Tm},{D}] broadcast(tofx), dimensions={{}}")
+            b.e("nfresh = pred[] not(fresh)")
+            b.e("tobf = pred[] and(is0, nfresh)")
+            b.e(f"tobb = pred[{M},{Tm},{D}] broadcast(tobf), dimensions={{}}")
+            b.e("ri = s32[] remainder(kf, mM)")
+            b.e(f"gbo.s = {ty(cd, (1, Tm, D))} dynamic-slice(gbuf, ri, zero, zero), dynamic_slice_sizes={{1,{Tm},{D}}}")
+            b.e(f"gba = {ty(cd, (1, Tm, D))} add(gbo.s, gx1)")
+            b.e(f"gbu = {ty(cd, R3)} dynamic-update-slice(gbuf, gba, ri, zero, zero)")
+            b.e(f"gbuf1 = {ty(cd, R3)} select(tobb, gbu, gbuf)")
+            b.e("wi.a = s32[] add(kf, mmp)")
+            b.e("wi = s32[] remainder(wi.a, mM)")
+            b.e(f"gw.s = {ty(cd, (1, Tm, D))} dynamic-slice(gbuf1, wi, zero, zero), dynamic_slice_sizes={{1,{Tm},{D}}}")
+            b.e(f"gw = {ty(cd, (Tm, D))} reshape(gw.s)")
+            b.e(f"zg1 = {ty(cd, (1, Tm, D))} broadcast(zerof), dimensions={{}}")
+            b.e(f"gbz = {ty(cd, R3)} dynamic-update-slice(gbuf1, zg1, wi, zero, zero)")
+            b.e(f"is03 = pred[{M},{Tm},{D}] broadcast(is0), dimensions={{}}")
+            b.e(f"gbuf2 = {ty(cd, R3)} select(is03, gbz, gbuf1)")
+        else:
+            b.e(f"is0b = pred[{M},{Tm},{D}] broadcast(is0), dimensions={{}}")
+        b.e(f"gxs2 = {ty(cd, R3)} select(is0b, gxu, gxs)")
+        # Stage 0 took its input from the microbatches (or the buffer), not from the stage
+        # before it: it passes that stage no gradient (the transpose of the forward select).
+        b.e(f"gxp = {ty(cd, (Tm, D))} select(is0t, {'gw' if V > 1 else 'zg'}, gx)")
         b.e(f"prv = {ty(cd, (Tm, D))} collective-permute(gxp), channel_id={self.chan()}, "
             f"source_target_pairs={self.stage_pairs(-1)}")
         b.e("one = s32[] constant(1)")
         b.e("i1 = s32[] add(it, one)")
-        b.e(f"ROOT r = {bs_t} tuple(i1, prv, ghs, gxs2, {', '.join(['SO.' + n for n in sv] + ['P.' + n for n in lws] + an)})")
+        b.e(f"ROOT r = {bs_t} tuple(i1, prv, ghs, gxs2, {', '.join(['SO.' + n for n in sv] + ['P.' + n for n in lws] + an + (['gbuf2'] if V > 1 else []))})")
         self.extra.append("pbbody {\n" + "\n".join(b.lines) + "\n}\n")
-        g.e(f"pbinit = {bs_t} tuple(zero, zcur, ghm, zouts, {', '.join(sk + ['P.' + n for n in lws] + ['A.' + n for n in lws])})")
+        g.e(f"pbinit = {bs_t} tuple(zero, zcur, ghm, zouts, {', '.join(sk + ['P.' + n for n in lws] + ['A.' + n for n in lws] + (['zouts'] if V > 1 else []))})")
         g.e(f"pbloop = {bs_t} while(pbinit), condition=pbcond, body=pbbody, "
             f"backend_config={{\"known_trip_count\":{{\"n\":\"{Tp}\"}}}}")
         g.e(f"gxl = {ty(cd, R3)} get-tuple-element(pbloop), index=3")
@@ -1350,6 +1407,39 @@ class Step:
         g.e(f"ROOT r = {mst_t} tuple(i1, ids, {', '.join(['P.' + n for n in names] + news)})")
         return g
 
+    def repeat_weights(self, g, lws, t, acc=False):
+        """A circular pipeline's stage works in iteration t on item t - stage, repeat
+        clamp((t - stage) / M, 0, V - 1): that repeat's rows of its weight stacks (Pr.*) and,
+        for the backward pass, of its accumulators (Ar.*). Returns the weights' prefix."""
+        L = self.L
+        g.e(f"jr = s32[] subtract({t}, sid)")
+        g.e(f"mMr = s32[] constant({self.mb})")
+        g.e("jq = s32[] divide(jr, mMr)")
+        g.e(f"vlast = s32[] constant({self.V - 1})")
+        g.e("rr = s32[] clamp(zero, jq, vlast)")
+        g.e(f"lcn = s32[] constant({L})")
+        g.e("roff = s32[] multiply(rr, lcn)")
+        for nm, s in lws.items():
+            z = ", ".join(["zero"] * len(s))
+            for src, dst in (("P", "Pr"),) + ((("A", "Ar"),) if acc else ()):
+                g.e(f"{dst}.{nm} = {ty('f32', (L,) + s)} dynamic-slice({src}.{nm}, roff, {z}), "
+                    f"dynamic_slice_sizes={{{L},{dims(s)}}}")
+        return "Pr"
+
+    def last_out(self, g, t):
+        """put: the last stage's output in iteration t is microbatch jc's last repeat."""
+        g.e("j = s32[] subtract(%s, plast)" % t)
+        if self.V > 1:
+            g.e(f"vm = s32[] constant({(self.V - 1) * self.mb})")
+            g.e("jv = s32[] subtract(j, vm)")
+            j = "jv"
+        else:
+            j = "j"
+        g.e(f"jc = s32[] clamp(zero, {j}, mlast)")
+        g.e("isl = pred[] compare(sid, plast), direction=EQ")
+        g.e(f"jok = pred[] compare({j}, zero), direction=GE")
+        g.e("put = pred[] and(isl, jok)")
+
     def lm_head(self, g, h, rows):
         """The LM head on h [rows, D] and its gradient: gh [rows, D] (summed over tensor) and
         gsw, the vocabulary weights' gradient reduce-scattered over fsdp."""
@@ -1373,11 +1463,11 @@ class Step:
         self.win_g = False
         self.scatter_g(g, "gsw", "gwout", *self.gw["wout"], windowed=self.we)
 
-    def first_gather(self, g, lws, idx, tag):
+    def first_gather(self, g, lws, idx, tag, src="P"):
         """The first layer's weights, gathered before its loop starts."""
         out = []
         for nm, (full, fd) in self.lw.items():
-            self.layer_slice(g, f"{tag}.{nm}", f"P.{nm}", lws[nm], idx, "f32")
+            self.layer_slice(g, f"{tag}.{nm}", f"{src}.{nm}", lws[nm], idx, "f32")
             self.gather_w(g, f"{tag}g.{nm}", f"{tag}.{nm}", full, fd)
             out.append(f"{tag}g.{nm}")
         return out

@@ -258,7 +258,7 @@ def meshes(m, n, a):
     sizes; pipeline 1 unless --pipeline pins it or --max-pipeline searches it."""
     out = []
     for p in ([a.pipeline] if a.pipeline else pow2_upto(a.max_pipeline)):
-        if n % p or m["layers"] % p:
+        if n % p or m["layers"] % (p * (a.pipeline_repeats if p > 1 else 1)):
             continue
         for t in ([a.tensor] if a.tensor else pow2_upto(min(n // p, a.max_tensor))):
             if n % (t * p):
@@ -402,6 +402,7 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
     results = []
     state = state_bytes_per_chip(a.model, f, t, p)
     base = {"chip": chip["name"], "chips": n * a.slices, "data": d, "fsdp": f, "tensor": t, "pipeline": p,
+            "repeats": a.pipeline_repeats if p > 1 else 1,
             "slice": slice_name(chip, n) + (f" x{a.slices}" if a.slices > 1 else ""), "slices": a.slices,
             "windowed": windowed(chip, n, d, f, t) and p == 1 and not a.no_windowed_einsum}
     if state > chip["hbm"] and not a.ignore_hbm:
@@ -467,6 +468,11 @@ def search_pipeline(a, chip, base, state, mos, tmp, counter):
     the fastest that fits kept."""
     P = base["pipeline"]
     opts = [x for x in mos if x >= P] or mos
+    if base["repeats"] > 1:  # a circular pipeline takes microbatches in multiples of the stages
+        opts = [x for x in mos if x % P == 0]
+        if not opts:
+            return [dict(base, micro=None, remat=None, status="invalid",
+                         why=f"no microbatch count is a multiple of the {P} stages")]
     pol = {"on": [True], "off": [False], "both": [True, False]}.get(a.remat, [a.remat])
     results = []
     for remat in pol:
@@ -655,6 +661,7 @@ def finite(x):
 def mesh_s(r, mark=False):
     """data x fsdp x tensor, with the pipeline stages as "pP" after it."""
     return f"{r['data']}x{r['fsdp']}x{r['tensor']}" + (f" p{r['pipeline']}" if r.get("pipeline", 1) > 1 else "") + \
+        (f"x{r['repeats']}" if r.get("repeats", 1) > 1 else "") + \
         (" w" if mark and r.get("windowed") else "")
 
 
@@ -695,8 +702,10 @@ def text_report(a, out, keep, over, bad, front):
           f"gradient sums between slices) beside {r['ici_s']:.4g} s on ICI (docs/pod.md)\n")
     if keep and keep[0].get("pipeline", 1) > 1:
         r = keep[0]
-        w(f"  #1 pipelines {r['pipeline']} stages over {r['micro']} microbatches: every stage computes on padding "
-          f"in {r['pipeline'] - 1} of {r['micro'] + r['pipeline'] - 1} iterations"
+        V = r.get("repeats", 1)
+        w(f"  #1 pipelines {r['pipeline']} stages" + (f" ({V} repeats, circular)" if V > 1 else "") +
+          f" over {r['micro']} microbatches: every stage computes on padding "
+          f"in {r['pipeline'] - 1} of {r['micro'] * V + r['pipeline'] - 1} iterations"
           + (f", the bubble {100 * r['bubble']:.1f} % of the pipeline loops, {r['bubble_s']:.4g} s per step"
              if "bubble" in r else "") + " (docs/pod.md, \"Pipelines\")\n")
     if any(r.get("windowed") for r in keep):
@@ -759,6 +768,8 @@ def main(argv):
     ap.add_argument("--micro", type=int, help="only this many microbatches")
     ap.add_argument("--pipeline", type=int, help="only this many pipeline stages (the layers split over them)")
     ap.add_argument("--max-pipeline", type=int, default=1, help="search pipeline stages up to this (powers of two)")
+    ap.add_argument("--pipeline-repeats", type=int, default=1,
+                    help="circular pipelines: each microbatch goes this many times round the stages")
     ap.add_argument("--remat", choices=["off", "on", "both"] + [k for k in gen.REMAT if k not in ("off", "on")],
                     default="both", help="on / off / both, or one of MaxText's remat policies by name (docs/plan.md)")
     ap.add_argument("--budget", type=float, help="USD")
@@ -792,7 +803,7 @@ def main(argv):
     def bad(k, msg):
         cmdline.arg_fail(argv, 2, "--" + k.replace("_", "-"), msg)
     for k in ("max_chips", "jobs", "slice", "slices", "data", "fsdp", "tensor", "micro", "max_tensor", "pipeline",
-              "max_pipeline"):
+              "max_pipeline", "pipeline_repeats"):
         v = getattr(a, k)
         if v is not None and v < 1:
             bad(k, f"--{k.replace('_', '-')} must be at least 1, not {v}")
