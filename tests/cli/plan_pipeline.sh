@@ -112,10 +112,38 @@ python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert not d['candi
   fail "--pipeline 4 --pipeline-repeats 3 over 8 layers gave a candidate"
 "$BIN" plan $D/pp8.json --pipeline-repeats 0 > /dev/null 2> "$T/err"
 [ $? -eq 2 ] && grep -q "error: --pipeline-repeats must be at least 1, not 0" "$T/err" || fail "--pipeline-repeats 0: $(cat "$T/err")"
+# Pipeline stages over DCN (--dcn-axis pipeline, MaxText's dcn_pipeline_parallelism): 2
+# slices of 4 chips, 2 stages in each: 4 stages, the program the 4-stage one in one slice is,
+# its permutes between stages 1 and 2 (and 3 and 0) over DCN, timed as tpusim run --slices 2.
+"$BIN" plan $D/pp8.json --chips v5p --slice 4 --slices 2 --dcn-axis pipeline --data 1 --fsdp 2 --tensor 1 --pipeline 2 \
+  --micro 4 --remat full --json > "$T/d.json" 2> "$T/err" || fail "plan --dcn-axis pipeline exited $?: $(cat "$T/err")"
+python3 - "$T/d.json" "$BIN" "$T" <<'PY' || fail "the candidate pipelined over 2 slices"
+import json, os, subprocess, sys
+sys.path.insert(0, "tools/plan")
+import gen
+c = json.load(open(sys.argv[1]))["candidates"]
+assert len(c) == 1, c
+c = c[0]
+assert c["dcn"] == "pipeline" and c["pipeline"] == 2 and c["slices"] == 2 and c["chips"] == 8, c
+assert abs(c["bubble"] - 3 / 7) < 1e-12 and c["dcn_s"] > 0, c
+m = json.load(open("tests/cli/plan/pp8.json"))
+m.update(dtype="bf16", optimizer="adam", experts=0)
+k = {"data": 1, "fsdp": 2, "tensor": 1, "micro": 4, "remat": "full", "windowed": False}
+st = gen.Step(m, dict(k, pipeline=2, slices=2, dcn="pipeline"))
+assert st.P == 4 and st.R == 1 and st.module() == gen.Step(m, dict(k, pipeline=4)).module()
+assert gen.Step(m, dict(k, data=2, pipeline=2, slices=2, dcn="pipeline")).check() == \
+    "pipeline stages over DCN take data 1 in each slice"
+hlo, rep = os.path.join(sys.argv[3], "d.hlo"), os.path.join(sys.argv[3], "dr.json")
+open(hlo, "w").write(st.module())
+subprocess.run([sys.argv[2], "run", hlo, "--mode", "timing", "--chip", "v5p", "--slices", "2", "-q", "--report", rep],
+               check=True)
+j = json.load(open(rep))
+assert abs(j["pod"]["dcn_seconds"] - c["dcn_s"]) < 1e-12 and abs(j["step"]["seconds"] - c["step_s"]) < 1e-12, (j["pod"], c)
+PY
 "$BIN" plan $D/pp8.json --chips v5p --slice 8 --pipeline 3 --json > "$T/p3.json" 2> "$T/err"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert not d['candidates'] and not d['not_fit'], d" "$T/p3.json" ||
   fail "--pipeline 3 over 8 layers gave a candidate"
 "$BIN" plan $D/pp8.json --pipeline 0 > /dev/null 2> "$T/err"
 [ $? -eq 2 ] && grep -q "error: --pipeline must be at least 1, not 0" "$T/err" || fail "--pipeline 0: $(cat "$T/err")"
 [ "$fails" = 0 ] || exit 1
-echo "plan --pipeline: pipelined updates match the flat step's; bubble (P-1)/(M+P-1) as tpusim run gives it"
+echo "plan --pipeline: pipelined updates match the flat step's; bubble (P-1)/(MV+P-1) as tpusim run gives it; stages over DCN"

@@ -87,11 +87,15 @@ class Step:
         # Slices (multi-slice data parallelism, MaxText's dcn_data_parallelism): the data
         # axis runs over every slice, slice-major (device = slice * chips per slice + ...),
         # so its gradient all-reduce spans the slices and goes over DCN (docs/pod.md).
-        R, F, T = c["data"] * c.get("slices", 1), c["fsdp"], c["tensor"]
         # Pipeline stages (MaxText's ici_pipeline_parallelism): a mesh axis between data and
         # fsdp (device = ((data_rank * stages + stage) * fsdp + fsdp_rank) * tensor +
-        # tensor_rank); stage s holds layers [s L/P, (s+1) L/P) (pipeline_step below).
-        self.P = Pp = c.get("pipeline", 1)
+        # tensor_rank); stage s holds layers [s L/P, (s+1) L/P) (pipeline_step below). With
+        # dcn "pipeline" (MaxText's dcn_pipeline_parallelism) the slices multiply the stages
+        # instead of the data axis: with data 1 in each slice the stage is slice-major too.
+        K = c.get("slices", 1)
+        self.dcn_pp = c.get("dcn", "data") == "pipeline" and K > 1
+        R, F, T = c["data"] * (1 if self.dcn_pp else K), c["fsdp"], c["tensor"]
+        self.P = Pp = c.get("pipeline", 1) * (K if self.dcn_pp else 1)
         self.R, self.F, self.T, self.N = R, F, T, R * Pp * F * T
         L, D, H, hd, ffn, V, S = (m["layers"], m["d_model"], m["heads"], m["head_dim"], m["mlp"], m["vocab"], m["seq"])
         self.Lm = L
@@ -188,6 +192,8 @@ class Step:
             return f"global batch of {B} sequences does not split over data x fsdp = {R * F}"
         if self.b % self.mb:
             return f"{self.b} sequences per chip do not split into {self.mb} microbatches"
+        if self.dcn_pp and self.R > 1:
+            return "pipeline stages over DCN take data 1 in each slice"
         if self.Lm % (self.P * self.V):
             return f"{self.Lm} layers do not split into {self.P} pipeline stages" + \
                 (f" x {self.V} repeats" if self.V > 1 else "")

@@ -257,8 +257,9 @@ def meshes(m, n, a):
     """(data, fsdp, tensor, pipeline) with their product n: powers of two, or the pinned
     sizes; pipeline 1 unless --pipeline pins it or --max-pipeline searches it."""
     out = []
+    K = a.slices if a.dcn_axis == "pipeline" else 1  # stages over DCN: K x the slice's
     for p in ([a.pipeline] if a.pipeline else pow2_upto(a.max_pipeline)):
-        if n % p or m["layers"] % (p * (a.pipeline_repeats if p > 1 else 1)):
+        if n % p or m["layers"] % (p * K * (a.pipeline_repeats if p * K > 1 else 1)):
             continue
         for t in ([a.tensor] if a.tensor else pow2_upto(min(n // p, a.max_tensor))):
             if n % (t * p):
@@ -267,7 +268,7 @@ def meshes(m, n, a):
                 if f < 1 or n % (t * f * p):
                     continue
                 d = n // (t * f * p)
-                if a.data and d != a.data:
+                if (a.data and d != a.data) or (K > 1 and d != 1):
                     continue
                 out.append((d, f, t, p))
     return out
@@ -275,7 +276,8 @@ def meshes(m, n, a):
 
 def micro_options(m, d, f, a):
     B = m["batch_tokens"] // m["seq"]
-    d *= a.slices  # the data axis runs over every slice
+    if a.dcn_axis == "data":
+        d *= a.slices  # the data axis runs over every slice
     if B % (d * f):
         return []
     b = B // (d * f)
@@ -347,7 +349,7 @@ def run_one(a, chip, cand, tmp, idx):
     if why:
         return {"status": "invalid", "why": why}
     m = cand["micro"]
-    if m <= 2 or a.exact or cand.get("pipeline", 1) > 1:  # a pipeline's loops are not per microbatch
+    if m <= 2 or a.exact or stages(cand) > 1:  # a pipeline's loops are not per microbatch
         kind, j = time_program(a, chip, st, tmp, idx)
         if kind != "ok":
             return {"status": kind, "why": "HBM" if kind == "no-fit" else j, **({"hbm_need": j} if kind == "no-fit" else {})}
@@ -389,7 +391,7 @@ def run_one(a, chip, cand, tmp, idx):
     if a.slices > 1:  # the collectives' time over the data-center network beside ICI's
         out.update(dcn_s=comm[0], ici_s=comm[1])
     pl = pod.get("pipelines", [])
-    if cand.get("pipeline", 1) > 1 and pl:  # the bubble tpusim finds in the pipeline loops
+    if stages(cand) > 1 and pl:  # the bubble tpusim finds in the pipeline loops
         out.update(bubble=max(x["bubble_fraction"] for x in pl),
                    bubble_s=sum(x["bubble_seconds_per_stage"] for x in pl))
     return out
@@ -400,16 +402,17 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
     the fewest up to the first that fits (more microbatches only shrink the activations)."""
     d, f, t, p = mesh
     results = []
-    state = state_bytes_per_chip(a.model, f, t, p)
+    pt = p * (a.slices if a.dcn_axis == "pipeline" else 1)  # the stages, over every slice
+    state = state_bytes_per_chip(a.model, f, t, pt)
     base = {"chip": chip["name"], "chips": n * a.slices, "data": d, "fsdp": f, "tensor": t, "pipeline": p,
-            "repeats": a.pipeline_repeats if p > 1 else 1,
+            "repeats": a.pipeline_repeats if pt > 1 else 1, "dcn": a.dcn_axis,
             "slice": slice_name(chip, n) + (f" x{a.slices}" if a.slices > 1 else ""), "slices": a.slices,
-            "windowed": windowed(chip, n, d, f, t) and p == 1 and not a.no_windowed_einsum}
+            "windowed": windowed(chip, n, d, f, t) and pt == 1 and not a.no_windowed_einsum}
     if state > chip["hbm"] and not a.ignore_hbm:
         return [dict(base, micro=None, remat=None, status="no-fit", why="weights+optimizer",
                      hbm_need=int(state))]
     mos = micro_options(a.model, d, f, a)
-    if mos and p > 1:
+    if mos and pt > 1:
         return search_pipeline(a, chip, base, state, mos, tmp, counter)
     if not mos:
         B = a.model["batch_tokens"] // a.model["seq"]
@@ -461,12 +464,17 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
     return results
 
 
+def stages(r):
+    """A candidate's pipeline stages over all its slices."""
+    return r.get("pipeline", 1) * (r["slices"] if r.get("dcn") == "pipeline" else 1)
+
+
 def search_pipeline(a, chip, base, state, mos, tmp, counter):
     """A pipelined mesh: more microbatches shrink both the bubble ((P - 1) / (M + P - 1)) and
     the activations but make each stage's matmuls smaller, so every count of at least P (all
     counts when none is) whose lower bound fits is timed, for each remat policy asked, and
     the fastest that fits kept."""
-    P = base["pipeline"]
+    P = stages(base)
     opts = [x for x in mos if x >= P] or mos
     if base["repeats"] > 1:  # a circular pipeline takes microbatches in multiples of the stages
         opts = [x for x in mos if x % P == 0]
@@ -660,7 +668,7 @@ def finite(x):
 
 def mesh_s(r, mark=False):
     """data x fsdp x tensor, with the pipeline stages as "pP" after it."""
-    return f"{r['data']}x{r['fsdp']}x{r['tensor']}" + (f" p{r['pipeline']}" if r.get("pipeline", 1) > 1 else "") + \
+    return f"{r['data']}x{r['fsdp']}x{r['tensor']}" + (f" p{stages(r)}" if stages(r) > 1 else "") + \
         (f"x{r['repeats']}" if r.get("repeats", 1) > 1 else "") + \
         (" w" if mark and r.get("windowed") else "")
 
@@ -698,14 +706,18 @@ def text_report(a, out, keep, over, bad, front):
         w(f"  ... {len(keep) - a.top} more (--top 0 lists all)\n")
     if keep and "dcn_s" in keep[0]:
         r = keep[0]
-        w(f"  #1 over {r['slices']} slices: its collectives take {r['dcn_s']:.4g} s per step over DCN (the data-parallel "
-          f"gradient sums between slices) beside {r['ici_s']:.4g} s on ICI (docs/pod.md)\n")
-    if keep and keep[0].get("pipeline", 1) > 1:
+        what = ("the pipeline's activations and gradients passed between slices" if r.get("dcn") == "pipeline"
+                else "the data-parallel gradient sums between slices")
+        w(f"  #1 over {r['slices']} slices: its collectives take {r['dcn_s']:.4g} s per step over DCN ({what}) "
+          f"beside {r['ici_s']:.4g} s on ICI (docs/pod.md)\n")
+    if keep and stages(keep[0]) > 1:
         r = keep[0]
         V = r.get("repeats", 1)
-        w(f"  #1 pipelines {r['pipeline']} stages" + (f" ({V} repeats, circular)" if V > 1 else "") +
+        P = stages(r)
+        w(f"  #1 pipelines {P} stages" + (f" ({V} repeats, circular)" if V > 1 else "") +
+          (f" over {r['slices']} slices" if r.get("dcn") == "pipeline" else "") +
           f" over {r['micro']} microbatches: every stage computes on padding "
-          f"in {r['pipeline'] - 1} of {r['micro'] * V + r['pipeline'] - 1} iterations"
+          f"in {P - 1} of {r['micro'] * V + P - 1} iterations"
           + (f", the bubble {100 * r['bubble']:.1f} % of the pipeline loops, {r['bubble_s']:.4g} s per step"
              if "bubble" in r else "") + " (docs/pod.md, \"Pipelines\")\n")
     if any(r.get("windowed") for r in keep):
@@ -768,6 +780,8 @@ def main(argv):
     ap.add_argument("--micro", type=int, help="only this many microbatches")
     ap.add_argument("--pipeline", type=int, help="only this many pipeline stages (the layers split over them)")
     ap.add_argument("--max-pipeline", type=int, default=1, help="search pipeline stages up to this (powers of two)")
+    ap.add_argument("--dcn-axis", choices=["data", "pipeline"], default="data",
+                    help="the mesh axis the --slices split: data parallelism (default) or pipeline stages")
     ap.add_argument("--pipeline-repeats", type=int, default=1,
                     help="circular pipelines: each microbatch goes this many times round the stages")
     ap.add_argument("--remat", choices=["off", "on", "both"] + [k for k in gen.REMAT if k not in ("off", "on")],
