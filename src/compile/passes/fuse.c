@@ -234,6 +234,26 @@ static int all_users_owned(const fuser *f, int id, int g) {
   return f->uses.nusers[id] > 0;
 }
 
+/* Does reshape r carry dimension d of its result (d of its operand when `of_operand`) over
+ * unchanged: the first dimension on the other side that the same number of elements
+ * precede has its size? (Size-1 dimensions count: [1, 8, ..] -> [8, ..] makes a new 8.) */
+static int reshape_keeps(const tpu_instr *r, int d, int of_operand) {
+  const tpu_shape *a = of_operand ? &r->operands[0]->shape : &r->shape, *o = of_operand ? &r->shape : &r->operands[0]->shape;
+  int64_t before = 1, acc = 1;
+  for (int i = 0; i < d; i++) before *= a->dims[i];
+  for (int j = 0; j < o->rank; j++) {
+    if (acc == before) return o->dims[j] == a->dims[d];
+    acc *= o->dims[j];
+  }
+  return 0;
+}
+
+int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int result_side) {
+  if (conv->op != TPU_OP_CONVOLUTION || !conv->has_conv_dims || r->op != TPU_OP_RESHAPE) return 0;
+  if (result_side) return r->operands[0]->shape.rank == conv->shape.rank && !reshape_keeps(r, (int)conv->conv.out_batch, 1);
+  return r->shape.rank == conv->operands[0]->shape.rank && !reshape_keeps(r, (int)conv->conv.in_batch, 0);
+}
+
 /* Whether producer p may join group g through member m, and on which side. */
 static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *p, member_side *side) {
   const group *G = &f->groups[g];
@@ -245,6 +265,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
      * narrow value is what goes to memory; taken into this consumer instead, the wide
      * value would be stored and read. */
     if (narrowing_convert(p) && computed(p->operands[0])) return 0;
+    if (m->operands[0] == p && tpu__fuse_batch_relayout(m, p, 0)) return 0;
     return tpu__fuse_operand_producer(p);
   }
   *side = SIDE_EPI;
@@ -254,7 +275,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * transposed is written in the new layout by the matmul itself.) */
   if (!G->has_heavy && tpu__moves_minor(f->chip, p) && !tpu__fuse_heavy(p->operands[0])) return 0;
   if (tpu__fuse_loop_fusible(p)) return 1;
-  if (tpu__fuse_heavy(p) && !G->has_heavy && G->kind == K_LOOP) {
+  if (tpu__fuse_heavy(p) && !G->has_heavy && G->kind == K_LOOP && !(m->operands[0] == p && tpu__fuse_batch_relayout(p, m, 1))) {
     *side = SIDE_HEAVY;
     return 1;
   }

@@ -26,6 +26,12 @@ int tpu__fuse_heavy(const tpu_instr *in);
 int tpu__fuse_loop_fusible(const tpu_instr *in);
 /* Producers a dot or convolution takes into its fusion (layout and type changes). */
 int tpu__fuse_operand_producer(const tpu_instr *in);
+/* Is r a reshape that changes convolution conv's batch dimension: folding other dimensions
+ * into the batch of its input (result_side 0: r makes conv's activation) or splitting the
+ * batch of its result (result_side 1: r reads conv's result)? Space-to-batch does both; in the
+ * convolution's layout the batch is in the sublanes, so the compiler moves those rows in
+ * copies of their own, never in the convolution's kernel. */
+int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int result_side);
 
 /* Finds one pair of fusions to merge in computation c and merges it; *found says whether. */
 tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, int *found);

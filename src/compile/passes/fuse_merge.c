@@ -408,9 +408,12 @@ static int prologue_pair(const tpu__made_set *made, const tpu_comp *c, const tpu
     for (int k = 0; k < x->noperands; k++) large += tpu_shape_numel(&x->operands[k]->shape) >= tpu_shape_numel(&x->shape);
     if (large > 1) return 0;
   }
+  /* the batch of a convolution's input folded together (space-to-batch) is a copy of its own */
+  const tpu_instr *xr = x->op == TPU_OP_FUSION ? x->calls->root : x;
   for (int j = 0; j < u->nusers[x->id]; j++) {
-    const tpu_instr *m = u->users[x->id][j];
-    if (!matmul_of(made, m) || (m->shape.dtype == TPU_TUPLE && !users_all_gte(u, m))) return 0;
+    const tpu_instr *m = u->users[x->id][j], *mm = matmul_of(made, m);
+    if (!mm || (m->shape.dtype == TPU_TUPLE && !users_all_gte(u, m))) return 0;
+    if (tpu__fuse_batch_relayout(mm, xr, 0)) return 0;
     for (int k = 0; k < m->noperands; k++)
       if (m->operands[k] == x && !feeds_matmul(made, m, k)) return 0;
   }

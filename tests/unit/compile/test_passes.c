@@ -951,6 +951,88 @@ static void test_nchw_param_layout(void) {
   }
 }
 
+/* Space-to-batch (compile/passes/space_to_batch.c): a convolution with a batch under 8 and
+ * a padded last spatial dimension of at least 16 runs with batch 8B on 8 pieces of it, as
+ * the XLA TPU compiler's programs do (bf16[2,14,14,128] 3x3: a bf16[16,14,2,64]
+ * convolution); the fold and the unfold are kernels of their own. Batch 8, a W of 14
+ * without padding, and a grouped convolution keep their convolution; W = 64 padded to 66
+ * gives pieces of 9 (libtpu probe), W = 30 padded to 33 with stride 2 pieces of 6 inputs, 3
+ * outputs. Values are bit-identical on the reference interpreter,
+ * with a halo, a stride, a window dilation and uneven padding. */
+static void test_space_to_batch(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = f32[%d,%d,%d,%d] parameter(0)\n w = f32[3,3,%d,%d] parameter(1)\n"
+                    " ROOT c = f32[%d,%d,%d,%d] convolution(x, w), window={%s}, dim_labels=b01f_01io->b01f%s\n}\n";
+  struct {
+    int b, h, w, c, oc, oh, ow;
+    const char *win, *extra;
+    int want_batch, want_w, want_kernels;
+  } cases[] = {
+      {2, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 16, 2, 3},
+      {8, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 8, 14, 1},
+      {2, 14, 14, 128, 64, 12, 12, "size=3x3", "", 2, 12, 1},
+      {2, 8, 64, 64, 64, 8, 64, "size=3x3 pad=1_1x1_1", "", 16, 9, 3},
+      {2, 14, 14, 128, 128, 14, 14, "size=3x3 pad=1_1x1_1", ", feature_group_count=2", 2, 14, 1},
+      {1, 9, 30, 5, 7, 9, 15, "size=3x3 stride=1x2 pad=1_1x1_2 rhs_dilate=1x2", "", 8, 3, 3},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char src[1024];
+    int ic = cases[i].extra[0] ? cases[i].c / 2 : cases[i].c;
+    snprintf(src, sizeof src, fmt, cases[i].b, cases[i].h, cases[i].w, cases[i].c, ic, cases[i].oc, cases[i].b,
+             cases[i].oh, cases[i].ow, cases[i].oc, cases[i].win, cases[i].extra);
+    tpu_module *m0 = NULL, *m = compile_src(src);
+    if (!m) continue;
+    const tpu_instr *cv = NULL;
+    int kernels = 0, conv_kernel_reshapes = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op != TPU_OP_FUSION) continue;
+      kernels++;
+      int has_conv = 0, reshapes = 0;
+      for (int k = 0; k < in->calls->ninstrs; k++) {
+        const tpu_instr *x = in->calls->instrs[k];
+        if (x->op == TPU_OP_CONVOLUTION) cv = x, has_conv = 1;
+        reshapes += x->op == TPU_OP_RESHAPE;
+      }
+      if (has_conv) conv_kernel_reshapes = reshapes;
+    }
+    CHECK(cv != NULL);
+    if (cv) {
+      printf("convolution of f32[%d,%d,%d,%d] (%s%s): batch %lld, W %lld, %d kernels\n", cases[i].b, cases[i].h,
+             cases[i].w, cases[i].c, cases[i].win, cases[i].extra, (long long)cv->shape.dims[0],
+             (long long)cv->shape.dims[2], kernels);
+      CHECK_EQ_INT((int)cv->shape.dims[0], cases[i].want_batch);
+      CHECK_EQ_INT((int)cv->shape.dims[2], cases[i].want_w);
+      CHECK_EQ_INT(kernels, cases[i].want_kernels);
+      CHECK_EQ_INT(conv_kernel_reshapes, 0); /* the fold and unfold are not in the convolution's kernel */
+    }
+    /* values: the reference interpreter before and after the passes, bit for bit */
+    tpu_diag d;
+    CHECK(tpu_hlo_parse("s2b_test.hlo", src, strlen(src), &m0, &d) == TPU_OK);
+    if (m0) {
+      tpu_tensor args[2], r0, r1;
+      memset(&r0, 0, sizeof r0);
+      memset(&r1, 0, sizeof r1);
+      for (int a = 0; a < 2; a++) {
+        const tpu_shape *s = &m0->entry->params[a]->shape;
+        CHECK(tpu_tensor_alloc(&args[a], TPU_F32, s->rank, s->dims, &d) == TPU_OK);
+        uint32_t seed = 12345u + (uint32_t)a;
+        for (int64_t e = 0; e < tpu_shape_numel(s); e++) {
+          seed = seed * 1664525u + 1013904223u;
+          tpu_tensor_set_f64(&args[a], e, (double)(int32_t)(seed >> 8) / (double)(1 << 23) - 0.5);
+        }
+      }
+      CHECK(tpu_ref_run(m0, args, 2, &r0, &d) == TPU_OK);
+      CHECK(tpu_ref_run(m, args, 2, &r1, &d) == TPU_OK);
+      CHECK(same_bits(&r0, &r1));
+      for (int a = 0; a < 2; a++) tpu_tensor_free(&args[a]);
+      tpu_tensor_free(&r0);
+      tpu_tensor_free(&r1);
+      tpu_module_free(m0);
+    }
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   test_shared_producer();
   test_matmul_fusion();
@@ -964,6 +1046,7 @@ int main(void) {
   test_param_layouts();
   test_param_copies();
   test_scan_rewrite();
+  test_space_to_batch();
   test_nchw_param_layout();
   test_cse();
   test_scatter_select();

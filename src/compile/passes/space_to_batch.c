@@ -1,0 +1,257 @@
+/* Space-to-batch for small-batch convolutions (part of the simplify pass), as the XLA TPU
+ * compiler rewrites them (XLA's SpaceToBatchConverter, ConvolutionVisitor).
+ *
+ * A convolution whose batch is smaller than the 8 sublanes leaves most of the MXU's rows
+ * idle. The compiler splits the last spatial dimension of the input (W for NHWC and NCHW,
+ * L for a 1-D convolution) into 8 pieces, each with the halo the window needs from the next
+ * piece, and folds the pieces into the batch: the convolution then runs with batch 8B on
+ * pieces of ceil(W_out / 8) outputs, and its result is unfolded and sliced back. Its
+ * compiled programs show the kernels this costs: a pad, the split with its halo (copies and
+ * slices in VMEM), the convolution with batch 8B, and copies back (bench/fidelity/families,
+ * e.g. conv_nhwc_oihw_nhwc_b2_14_c128to64_k3: a bf16[14,16,2,64] convolution and six
+ * kernels around it on every generation).
+ *
+ * The rule, read from XLA's converter and checked against the compiler's programs (49 of 49
+ * convolutions in bench/fidelity/families, and libtpu probes of batch 4..16): a
+ * convolution is split when
+ *   - its batch is at most 7 (a libtpu probe on v5e: batch 4, 5, 6, 7 are split, 8 and 16
+ *     are not) and batch_group_count is 1;
+ *   - it has no feature groups, or one group per input feature (depthwise); a grouped
+ *     convolution keeps its batch (8 of 8 in the corpus; the compiler rewrites groups first);
+ *   - along the split dimension: no base (lhs) dilation (the compiler splits some of those
+ *     too; tpusim does not yet), no negative padding, window dilation only where the
+ *     kernel is smaller than the output, and the padded input size
+ *     in + lo + hi >= 16 (2 x 8 pieces: "a very primitive cost model to thwart
+ *     propagations on tiny shapes"), with the halo, the dilated kernel less one, at most
+ *     ceil((in + lo + hi) / 8).
+ * Each piece spans S = ceil(W_out / 8) x stride input positions, grown by the stride until
+ * 8 S covers the padded input (XLA's rule; a probe of W = 64 padded to 66 gives pieces of 9).
+ *
+ * Values are unchanged: every output sums the same products in the same order (the padding
+ * the convolution had is now explicit zeros at the same taps). The compiler carries the
+ * split form on through elementwise users into the next convolution; tpusim unfolds after
+ * each convolution. */
+#include <stdio.h>
+#include <string.h>
+
+#include "compile/passes/hlo_passes.h"
+#include "ir/build.h"
+
+#define S2B_SPLITS 8    /* pieces; the compiler's number_of_splits, the sublanes */
+#define S2B_MAX_BATCH 7 /* the largest batch split (probed: 7 is, 8 is not) */
+
+typedef struct {
+  tpu_builder *b;
+  tpu_comp *c;
+  const tpu_instr *like;
+} s2b_ctx;
+
+static tpu_status mk(s2b_ctx *x, tpu_opcode op, const char *hint, tpu_dtype t, int rank, const int64_t *dims,
+                     tpu_instr *const *ops, int n, tpu_instr **out) {
+  tpu_shape s = tpu_build_shape(t, rank, dims);
+  return tpu_build_instr_like(x->b, x->c, x->like, op, hint, &s, ops, n, out);
+}
+
+/* Slice of v along dimension d, [lo:hi), whole elsewhere. */
+static tpu_status slice_dim(s2b_ctx *x, tpu_instr *v, int d, int64_t lo, int64_t hi, tpu_instr **out) {
+  const tpu_shape *s = &v->shape;
+  int64_t dims[TPU_MAX_RANK];
+  char buf[TPU_MAX_RANK * 48];
+  size_t a = (size_t)snprintf(buf, sizeof buf, "{");
+  for (int i = 0; i < s->rank; i++) {
+    dims[i] = i == d ? hi - lo : s->dims[i];
+    if (a < sizeof buf)
+      a += (size_t)snprintf(buf + a, sizeof buf - a, "%s[%lld:%lld]", i ? ", " : "", (long long)(i == d ? lo : 0),
+                            (long long)(i == d ? hi : s->dims[i]));
+  }
+  if (a < sizeof buf) snprintf(buf + a, sizeof buf - a, "}");
+  TPU_TRY(mk(x, TPU_OP_SLICE, "s2b.slice", s->dtype, s->rank, dims, &v, 1, out));
+  return tpu_build_set_attr(x->b, *out, "slice", buf);
+}
+
+/* v with dimension d (of size n x m) viewed as two dimensions [n, m]. */
+static tpu_status split_dim(s2b_ctx *x, tpu_instr *v, int d, int64_t n, int64_t m, tpu_instr **out) {
+  int64_t dims[TPU_MAX_RANK];
+  int r = v->shape.rank, k = 0;
+  for (int i = 0; i < r; i++) {
+    if (i == d) {
+      dims[k++] = n;
+      dims[k++] = m;
+    } else
+      dims[k++] = v->shape.dims[i];
+  }
+  return mk(x, TPU_OP_RESHAPE, "s2b.split", v->shape.dtype, r + 1, dims, &v, 1, out);
+}
+
+/* v with dimensions d and d+1 merged into one. */
+static tpu_status merge_dims(s2b_ctx *x, tpu_instr *v, int d, tpu_instr **out) {
+  int64_t dims[TPU_MAX_RANK];
+  int r = v->shape.rank, k = 0;
+  for (int i = 0; i < r; i++) {
+    if (i == d + 1) continue;
+    dims[k++] = i == d ? v->shape.dims[d] * v->shape.dims[d + 1] : v->shape.dims[i];
+  }
+  return mk(x, TPU_OP_RESHAPE, "s2b.merge", v->shape.dtype, r - 1, dims, &v, 1, out);
+}
+
+/* v with dimension `from` moved to position `to` (positions of the result). */
+static tpu_status move_dim(s2b_ctx *x, tpu_instr *v, int from, int to, tpu_instr **out) {
+  int r = v->shape.rank;
+  if (from == to) {
+    *out = v;
+    return TPU_OK;
+  }
+  int64_t perm[TPU_MAX_RANK], dims[TPU_MAX_RANK];
+  int k = 0;
+  for (int i = 0; i < r; i++)
+    if (i != from) perm[k++] = i;
+  for (int i = r - 1; i > to; i--) perm[i] = perm[i - 1];
+  perm[to] = from;
+  for (int i = 0; i < r; i++) dims[i] = v->shape.dims[perm[i]];
+  char buf[TPU_MAX_RANK * 24];
+  TPU_TRY(mk(x, TPU_OP_TRANSPOSE, "s2b.transpose", v->shape.dtype, r, dims, &v, 1, out));
+  return tpu_build_set_attr(x->b, *out, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r));
+}
+
+static const char *window_text(char *buf, size_t n, const tpu_window_dim *w, int k) {
+  static const char *const keys[] = {"size", "stride", "pad", "lhs_dilate", "rhs_dilate", "rhs_reversal"};
+  size_t a = (size_t)snprintf(buf, n, "{");
+  for (int f = 0; f < 6 && a < n; f++) {
+    a += (size_t)snprintf(buf + a, n - a, "%s%s=", f ? " " : "", keys[f]);
+    for (int i = 0; i < k && a < n; i++) {
+      const tpu_window_dim *d = &w[i];
+      const char *sep = i ? "x" : "";
+      if (f == 0) a += (size_t)snprintf(buf + a, n - a, "%s%lld", sep, (long long)d->size);
+      if (f == 1) a += (size_t)snprintf(buf + a, n - a, "%s%lld", sep, (long long)d->stride);
+      if (f == 2) a += (size_t)snprintf(buf + a, n - a, "%s%lld_%lld", sep, (long long)d->pad_lo, (long long)d->pad_hi);
+      if (f == 3) a += (size_t)snprintf(buf + a, n - a, "%s%lld", sep, (long long)d->base_dilation);
+      if (f == 4) a += (size_t)snprintf(buf + a, n - a, "%s%lld", sep, (long long)d->window_dilation);
+      if (f == 5) a += (size_t)snprintf(buf + a, n - a, "%s%d", sep, d->reversal ? 1 : 0);
+    }
+  }
+  if (a < n) snprintf(buf + a, n - a, "}");
+  return buf;
+}
+
+/* Is cv split (the header's rule)? Sets *piece, the input positions per piece, S. */
+static int s2b_piece(const tpu_instr *cv, int64_t *piece) {
+  if (cv->op != TPU_OP_CONVOLUTION || !cv->has_conv_dims || cv->noperands != 2 || cv->shape.dtype == TPU_TUPLE)
+    return 0;
+  const tpu_conv_dims *cd = &cv->conv;
+  const tpu_shape *in = &cv->operands[0]->shape, *k = &cv->operands[1]->shape;
+  int ws = cd->nspatial - 1;
+  if (ws < 0 || cv->nwindow != cd->nspatial || cv->batch_group_count != 1) return 0;
+  if (cv->feature_group_count != 1 && cv->feature_group_count != in->dims[cd->in_feature]) return 0;
+  int64_t batch = in->dims[cd->in_batch];
+  if (batch < 1 || batch > S2B_MAX_BATCH) return 0;
+  const tpu_window_dim *w = &cv->window[ws];
+  int64_t ksz = k->dims[cd->k_spatial[ws]], out = cv->shape.dims[cd->out_spatial[ws]];
+  if (w->base_dilation != 1 || w->pad_lo < 0 || w->pad_hi < 0 || w->stride < 1 || out < 1) return 0;
+  if (w->window_dilation != 1 && !(ksz < out)) return 0;
+  int64_t keff = (ksz - 1) * w->window_dilation + 1, halo = keff - 1;
+  int64_t spatial = in->dims[cd->in_spatial[ws]] + w->pad_lo + w->pad_hi;
+  if (spatial < 2 * S2B_SPLITS || halo > (spatial + S2B_SPLITS - 1) / S2B_SPLITS) return 0;
+  int64_t s = (out + S2B_SPLITS - 1) / S2B_SPLITS * w->stride;
+  while (s * S2B_SPLITS < spatial) s += w->stride;
+  *piece = s;
+  return 1;
+}
+
+static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, int64_t S) {
+  s2b_ctx x = {b, c, cv};
+  const tpu_conv_dims *cd = &cv->conv;
+  tpu_instr *act = cv->operands[0];
+  const tpu_shape *in = &act->shape;
+  int r = in->rank, ws = cd->nspatial - 1;
+  int wd = (int)cd->in_spatial[ws], bd = (int)cd->in_batch, od = (int)cd->out_spatial[ws], ob = (int)cd->out_batch;
+  const tpu_window_dim *w = &cv->window[ws];
+  int64_t win = in->dims[wd], halo = (cv->operands[1]->shape.dims[cd->k_spatial[ws]] - 1) * w->window_dilation;
+  int64_t wout = cv->shape.dims[od], piece_out = S / w->stride, total = (halo > 0 ? S2B_SPLITS + 1 : S2B_SPLITS) * S;
+  char buf[TPU_MAX_RANK * 96];
+  /* the input padded along W: the convolution's low padding, zeros up to `total` */
+  tpu_tensor z;
+  tpu_instr *zero, *pad, *pieces, *ops[2];
+  TPU_TRY(tpu_tensor_alloc(&z, in->dtype, 0, NULL, b->d));
+  TPU_TRY(tpu_build_constant(b, c, "s2b.zero", &z, NULL, &zero));
+  int64_t dims[TPU_MAX_RANK];
+  size_t a = 0;
+  buf[0] = 0;
+  for (int i = 0; i < r; i++) {
+    dims[i] = i == wd ? total : in->dims[i];
+    a += (size_t)snprintf(buf + a, sizeof buf - a, "%s%lld_%lld", i ? "x" : "", (long long)(i == wd ? w->pad_lo : 0),
+                          (long long)(i == wd ? total - win - w->pad_lo : 0));
+  }
+  ops[0] = act;
+  ops[1] = zero;
+  TPU_TRY(mk(&x, TPU_OP_PAD, "s2b.pad", in->dtype, r, dims, ops, 2, &pad));
+  TPU_TRY(tpu_build_set_attr(b, pad, "padding", buf));
+  /* [.., 8, S, ..]: piece j holds padded positions [jS, jS + S) */
+  tpu_instr *body = pad;
+  if (total != S2B_SPLITS * S) TPU_TRY(slice_dim(&x, pad, wd, 0, S2B_SPLITS * S, &body));
+  TPU_TRY(split_dim(&x, body, wd, S2B_SPLITS, S, &pieces));
+  if (halo > 0) { /* and the halo: the next piece's first `halo` positions */
+    tpu_instr *next, *nsplit, *nhalo;
+    TPU_TRY(slice_dim(&x, pad, wd, S, total, &next));
+    TPU_TRY(split_dim(&x, next, wd, S2B_SPLITS, S, &nsplit));
+    TPU_TRY(slice_dim(&x, nsplit, wd + 1, 0, halo, &nhalo));
+    for (int i = 0; i <= r; i++) dims[i] = pieces->shape.dims[i];
+    dims[wd + 1] = S + halo;
+    ops[0] = pieces;
+    ops[1] = nhalo;
+    TPU_TRY(mk(&x, TPU_OP_CONCATENATE, "s2b.halo", in->dtype, r + 1, dims, ops, 2, &pieces));
+    int64_t cat = wd + 1;
+    TPU_TRY(tpu_build_set_attr(b, pieces, "dimensions", tpu_dims_text(buf, sizeof buf, &cat, 1)));
+  }
+  /* the pieces into the batch, batch-major: [.., B, 8, ..] -> [.., 8B, ..] */
+  int bpos = bd < wd ? bd : bd + 1; /* the batch in the split shape */
+  int to = bpos < wd ? bpos + 1 : bpos;
+  tpu_instr *moved, *act2;
+  TPU_TRY(move_dim(&x, pieces, wd, to, &moved));
+  TPU_TRY(merge_dims(&x, moved, to - 1, &act2));
+  /* the convolution on pieces: no padding along W, S / stride outputs each */
+  tpu_instr *kops[2] = {act2, cv->operands[1]}, *nc;
+  TPU_TRY(tpu_build_clone_instr(b, c, cv, kops, &nc));
+  for (int i = 0; i < r; i++) dims[i] = cv->shape.dims[i];
+  dims[ob] *= S2B_SPLITS;
+  dims[od] = piece_out;
+  nc->shape = tpu_build_shape(cv->shape.dtype, r, dims);
+  tpu_window_dim nw[TPU_MAX_RANK];
+  for (int i = 0; i < cv->nwindow; i++) nw[i] = cv->window[i];
+  nw[ws].pad_lo = nw[ws].pad_hi = 0;
+  TPU_TRY(tpu_build_set_attr(b, nc, "window", window_text(buf, sizeof buf, nw, cv->nwindow)));
+  /* and back: [.., 8B, .., S', ..] -> [.., B, 8, .., S', ..] -> [.., B, .., 8, S', ..] */
+  tpu_instr *osplit, *omoved, *omerged, *res;
+  TPU_TRY(split_dim(&x, nc, ob, cv->shape.dims[ob], S2B_SPLITS, &osplit));
+  int wpos = od < ob ? od : od + 1; /* W in the split result */
+  int oto = wpos < ob + 1 ? wpos : wpos - 1;
+  TPU_TRY(move_dim(&x, osplit, ob + 1, oto, &omoved));
+  TPU_TRY(merge_dims(&x, omoved, oto, &omerged));
+  res = omerged;
+  if (S2B_SPLITS * piece_out != wout) TPU_TRY(slice_dim(&x, omerged, od, 0, wout, &res));
+  tpu_build_replace_uses(c, cv, res);
+  return TPU_OK;
+}
+
+tpu_status tpu__space_to_batch(tpu_builder *b, tpu_module *m, int *changed) {
+  /* a program that holds fusions was compiled already (the TPU compiler made its choice) */
+  for (int ci = 0; ci < m->ncomps; ci++)
+    for (int i = 0; i < m->comps[ci]->ninstrs; i++)
+      if (m->comps[ci]->instrs[i]->op == TPU_OP_FUSION) return TPU_OK;
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    tpu_comp *c = m->comps[ci];
+    int any = 0, n = c->ninstrs;
+    for (int i = 0; i < n; i++) {
+      tpu_instr *in = c->instrs[i];
+      int64_t piece;
+      if (!s2b_piece(in, &piece)) continue;
+      TPU_TRY(rewrite_one(b, c, in, piece));
+      any = 1;
+    }
+    if (any) {
+      TPU_TRY(tpu_build_finish(b, c));
+      if (tpu_build_remove_dead(b, c) < 0) return b->d->status;
+      *changed = 1;
+    }
+  }
+  return TPU_OK;
+}
