@@ -1033,6 +1033,73 @@ static void test_space_to_batch(void) {
   }
 }
 
+/* Space-to-batch on other forms, values bit-identical on the reference interpreter before and
+ * after the passes: 1-D, NCHW, the batch after the spatial dimensions, 3-D, depthwise with
+ * two outputs per group, integers, a bf16 convolution with an f32 result, window reversal. */
+static void test_space_to_batch_forms(void) {
+  static const char *const progs[] = {
+      "x = f32[3,40,6] parameter(0)\n w = f32[5,6,4] parameter(1)\n"
+      " ROOT c = f32[3,38,4] convolution(x, w), window={size=5 pad=1_1}, dim_labels=b0f_0io->b0f",
+      "x = f32[2,6,9,30] parameter(0)\n w = f32[4,6,3,3] parameter(1)\n"
+      " ROOT c = f32[2,4,9,30] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01",
+      "x = f32[9,30,2,6] parameter(0)\n w = f32[3,3,6,4] parameter(1)\n"
+      " ROOT c = f32[9,15,2,4] convolution(x, w), window={size=3x3 stride=1x2 pad=1_1x0_1}, dim_labels=01bf_01io->01bf",
+      "x = f32[1,4,5,20,3] parameter(0)\n w = f32[2,2,3,3,5] parameter(1)\n"
+      " ROOT c = f32[1,3,4,20,5] convolution(x, w), window={size=2x2x3 pad=0_0x0_0x1_1}, dim_labels=b012f_012io->b012f",
+      "x = f32[2,8,24,4] parameter(0)\n w = f32[3,3,1,8] parameter(1)\n"
+      " ROOT c = f32[2,8,24,8] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, "
+      "feature_group_count=4",
+      "x = s32[2,8,24,4] parameter(0)\n w = s32[3,3,4,8] parameter(1)\n"
+      " ROOT c = s32[2,8,24,8] convolution(x, w), window={size=3x3 pad=1_1x1_1 rhs_reversal=0x1}, dim_labels=b01f_01io->b01f",
+      "x = bf16[2,8,24,4] parameter(0)\n w = bf16[3,3,4,8] parameter(1)\n"
+      " ROOT c = f32[2,8,24,8] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f",
+  };
+  for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+    char src[1024];
+    snprintf(src, sizeof src, "HloModule m\nENTRY e {\n %s\n}\n", progs[i]);
+    tpu_diag d;
+    tpu_module *m0 = NULL, *m = compile_src(src);
+    CHECK(tpu_hlo_parse("s2b_forms.hlo", src, strlen(src), &m0, &d) == TPU_OK);
+    if (!m || !m0) {
+      tpu_module_free(m);
+      tpu_module_free(m0);
+      continue;
+    }
+    int64_t batch = -1;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      for (int k = 0; in->op == TPU_OP_FUSION && k < in->calls->ninstrs; k++)
+        if (in->calls->instrs[k]->op == TPU_OP_CONVOLUTION)
+          batch = in->calls->instrs[k]->shape.dims[in->calls->instrs[k]->conv.out_batch];
+    }
+    const tpu_instr *c0 = m0->entry->root;
+    printf("space-to-batch form %zu: batch %lld -> %lld\n", i, (long long)c0->shape.dims[c0->conv.out_batch],
+           (long long)batch);
+    CHECK_EQ_INT((int)batch, (int)(8 * c0->shape.dims[c0->conv.out_batch]));
+    tpu_tensor args[2], r0, r1;
+    memset(&r0, 0, sizeof r0);
+    memset(&r1, 0, sizeof r1);
+    for (int a = 0; a < 2; a++) {
+      const tpu_shape *s = &m0->entry->params[a]->shape;
+      CHECK(tpu_tensor_alloc(&args[a], s->dtype, s->rank, s->dims, &d) == TPU_OK);
+      uint32_t seed = 777u + (uint32_t)a;
+      for (int64_t e = 0; e < tpu_shape_numel(s); e++) {
+        seed = seed * 1664525u + 1013904223u;
+        double v = (double)(int32_t)(seed >> 8) / (double)(1 << 23) - 0.5;
+        tpu_tensor_set_f64(&args[a], e, s->dtype == TPU_S32 ? (double)((seed >> 20) % 17) - 8.0 : v);
+      }
+    }
+    CHECK(tpu_ref_run(m0, args, 2, &r0, &d) == TPU_OK);
+    CHECK(tpu_ref_run(m, args, 2, &r1, &d) == TPU_OK);
+    CHECK(same_bits(&r0, &r1));
+    for (int a = 0; a < 2; a++) tpu_tensor_free(&args[a]);
+    tpu_tensor_free(&r0);
+    tpu_tensor_free(&r1);
+    tpu_module_free(m0);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   test_shared_producer();
   test_matmul_fusion();
@@ -1047,6 +1114,7 @@ int main(void) {
   test_param_copies();
   test_scan_rewrite();
   test_space_to_batch();
+  test_space_to_batch_forms();
   test_nchw_param_layout();
   test_cse();
   test_scatter_select();
