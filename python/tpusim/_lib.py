@@ -219,14 +219,21 @@ def chip_dirs():
     return dirs
 
 
+_RESOLVED = {}  # preset name -> the path found for it (the search runs once per name)
+
+
 def resolve_chip(chip):
     """A preset name becomes the path of its JSON in the package (or beside a development
     build) unless $TPUSIM_CHIPS is set; a path is returned unchanged."""
     chip = os.fspath(chip)
     if "/" in chip or chip.endswith(".json") or os.environ.get("TPUSIM_CHIPS"):
         return chip
+    p = _RESOLVED.get(chip)
+    if p is not None:
+        return p
     for d in chip_dirs():
         p = os.path.join(d, chip + ".json")
         if os.path.exists(p):
+            _RESOLVED[chip] = p
             return p
     return chip  # the library's own search (./chips, beside the executable) and its error

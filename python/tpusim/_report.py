@@ -28,9 +28,22 @@ class Report:
     """
 
     def __init__(self, result, program):
-        L = _lib.lib()
         self._result = result  # keeps the C result for save_json / save_trace
         self.program = program
+        self._loaded = False
+
+    def __getattr__(self, name):
+        # The metrics and the per-op profile are read from the result on first use: a
+        # training loop that never looks at the report does not pay for it.
+        if name.startswith("_") or self.__dict__.get("_loaded", True):
+            raise AttributeError(name)
+        self._load()
+        return getattr(self, name)
+
+    def _load(self):
+        self._loaded = True
+        L = _lib.lib()
+        result = self._result
         m = _lib.Metrics()
         d = _lib.Diag()
         _lib.check(L.tpu_sim_result_metrics(result._h, ctypes.byref(m), ctypes.byref(d)), d)

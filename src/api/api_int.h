@@ -2,6 +2,8 @@
 #ifndef TPU_API_API_INT_H
 #define TPU_API_API_INT_H
 
+#include <pthread.h>
+
 #include "base/tensor.h"
 #include "chip/chip.h"
 #include "chip/timeline.h"
@@ -21,7 +23,18 @@ struct tpu_sim_module {
   char *text;     /* the HLO text, NUL-terminated */
   size_t len;
   tpu_module *m;  /* parsed and verified (parameter shapes, device count) */
+  struct tpu__module_memo *memo; /* its last run's cache entry (run.c memo_take) */
 };
+
+/* The cache entry of a module's last run and that run's settings (run.c make_opts), under
+ * `lock`: a run with the same settings and chip takes it back from the cache without
+ * building and hashing the whole key (the text and the 49 KB chip). Holds a reference. */
+typedef struct tpu__module_memo {
+  pthread_mutex_t lock;
+  struct tpu__compiled *c;
+  unsigned char *opts;
+  size_t optlen;
+} tpu__module_memo;
 
 /* Where one profile row's op came from (owned strings; NULL / 0 when unknown). */
 typedef tpu_op_source tpu__api_src;
@@ -31,6 +44,7 @@ typedef tpu_op_source tpu__api_src;
  * once built, except `prog` and what goes with it, filled once under the build lock. */
 typedef struct tpu__compiled {
   int refs;                  /* under the cache lock */
+  int in_cache;              /* in the cache's list (under the cache lock) */
   uint64_t hash;
   unsigned char *key;        /* the text and every setting that changes the result (run.c make_key) */
   size_t keylen;
@@ -51,13 +65,33 @@ typedef struct tpu__compiled {
   tpu_report_metrics metrics;
   tpu_profile prof;
   tpu_op_source *src;        /* per profile row */
+  /* With dyn_trips: the timings of the last distinct trip counts (every LOOP instruction's,
+   * in program order), under the build lock; results point into them. */
+  struct tpu__trip_timing *trip_timings;
+  int ntrip_timings;
 } tpu__compiled;
+
+/* One timing of a program whose loop trips come from the values. */
+typedef struct tpu__trip_timing {
+  int64_t *trips; /* per LOOP instruction */
+  int ntrips;
+  tpu_timeline tl;
+  tpu_report_metrics metrics;
+  tpu_profile prof;
+  tpu_op_source *src;
+} tpu__trip_timing;
+
+/* Frees the trip timings of an entry (cache.c, when the entry goes). */
+void tpu__trip_timings_free(tpu__compiled *c);
 
 /* The cache (api/cache.c). find: the entry for key with a new reference, or NULL. new: an
  * entry with one reference (the caller's), not yet in the cache; insert adds the cache's
  * own. release drops a reference (freed at the last). */
 tpu__compiled *tpu__cache_find(const unsigned char *key, size_t keylen);
 tpu_status tpu__cache_new(const unsigned char *key, size_t keylen, tpu__compiled **out, tpu_diag *d);
+/* c with a new reference when it is still in the cache (moved to the front, counted as a
+ * hit when `hit`), else NULL. */
+tpu__compiled *tpu__cache_reuse(tpu__compiled *c, int hit);
 void tpu__cache_insert(tpu__compiled *c);
 void tpu__cache_release(tpu__compiled *c);
 void tpu__cache_build_lock(void);

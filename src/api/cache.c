@@ -27,6 +27,7 @@ static int max_entries(void) {
 }
 
 static void entry_free(tpu__compiled *c) {
+  tpu__trip_timings_free(c);
   tpu__api_source_free_rows(c->src, c->prof.nrows);
   tpu_profile_free(&c->prof);
   tpu_timeline_free(&c->tl);
@@ -60,6 +61,7 @@ static tpu__compiled *trim_locked(int keep) {
     }
     *pp = c->next;
     g_count--;
+    c->in_cache = 0;
     if (--c->refs == 0) {
       c->next = dead;
       dead = c;
@@ -100,14 +102,30 @@ void tpu_sim_cache_stats(int64_t *hits, int64_t *misses, int *entries) {
   pthread_mutex_unlock(&g_lock);
 }
 
-/* FNV-1a, 64 bits. */
+/* A 64-bit hash of the key (its text and the 49 KB chip struct): four independent lanes of
+ * 8-byte words, each multiplied and rotated, then folded; the tail byte by byte (FNV-1a).
+ * Only equal keys must hash equal: a hit is confirmed by comparing the whole key. */
+static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
 static uint64_t hash_bytes(const unsigned char *p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 1099511628211ull;
+  const uint64_t k1 = 0x9e3779b97f4a7c15ull, k2 = 0xc2b2ae3d27d4eb4full;
+  uint64_t h[4] = {k1, k2, k1 ^ n, k2 ^ n};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int l = 0; l < 4; l++) {
+      uint64_t w;
+      memcpy(&w, p + i + 8 * l, 8);
+      h[l] = rotl64(h[l] ^ (w * k2), 29) * k1;
+    }
+  uint64_t x = rotl64(h[0], 1) + rotl64(h[1], 7) + rotl64(h[2], 12) + rotl64(h[3], 18);
+  for (; i < n; i++) {
+    x ^= p[i];
+    x *= 1099511628211ull;
   }
-  return h;
+  x ^= x >> 33;
+  x *= k2;
+  x ^= x >> 29;
+  return x;
 }
 
 tpu__compiled *tpu__cache_find(const unsigned char *key, size_t keylen) {
@@ -126,6 +144,24 @@ tpu__compiled *tpu__cache_find(const unsigned char *key, size_t keylen) {
     }
   if (c) g_hits++;
   else g_misses++;
+  pthread_mutex_unlock(&g_lock);
+  return c;
+}
+
+tpu__compiled *tpu__cache_reuse(tpu__compiled *c, int hit) {
+  if (!c || max_entries() == 0) return NULL;
+  pthread_mutex_lock(&g_lock);
+  if (c->in_cache) {
+    tpu__compiled **pp = &g_head;
+    while (*pp != c) pp = &(*pp)->next;
+    *pp = c->next; /* to the front */
+    c->next = g_head;
+    g_head = c;
+    c->refs++;
+    g_hits += hit != 0;
+  } else {
+    c = NULL;
+  }
   pthread_mutex_unlock(&g_lock);
   return c;
 }
@@ -150,6 +186,7 @@ void tpu__cache_insert(tpu__compiled *c) {
   if (max_entries() == 0) return;
   pthread_mutex_lock(&g_lock);
   c->refs++; /* the cache's own reference */
+  c->in_cache = 1;
   c->next = g_head;
   g_head = c;
   g_count++;

@@ -50,6 +50,12 @@ const char *tpu_sim_dtype_name(int dtype) {
 
 void tpu_sim_module_free(tpu_sim_module *sm) {
   if (!sm) return;
+  if (sm->memo) {
+    tpu__cache_release(sm->memo->c);
+    tpu_free(sm->memo->opts);
+    pthread_mutex_destroy(&sm->memo->lock);
+    tpu_free(sm->memo);
+  }
   tpu_module_free(sm->m);
   tpu_free(sm->name);
   tpu_free(sm->text);
@@ -74,9 +80,11 @@ tpu_status tpu_sim_load_text(const char *name, const char *text, size_t len, tpu
   if (len >= MAX_TEXT_BYTES) return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_loc_at(name, 0, 0), "the module text is too large");
   tpu_sim_module *sm = tpu_calloc(1, sizeof *sm);
   if (!sm) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  sm->memo = tpu_calloc(1, sizeof *sm->memo);
+  if (sm->memo) pthread_mutex_init(&sm->memo->lock, NULL);
   sm->name = tpu_strdup(name ? name : "<hlo>");
   sm->text = tpu_malloc(len + 1);
-  if (!sm->name || !sm->text) {
+  if (!sm->memo || !sm->name || !sm->text) {
     tpu_sim_module_free(sm);
     return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   }
@@ -348,6 +356,9 @@ static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, cons
   return st;
 }
 
+/* Distinct trip counts whose timings an entry keeps. */
+enum { TRIP_TIMINGS = 8 };
+
 /* The timing of the run: the entry's, or this run's own when trip counts come from its values. */
 static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, const run_plan *p,
                                const tpu_loop_trips *trips, tpu_diag *d) {
@@ -374,39 +385,148 @@ static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, cons
   if (!own.insns) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   memcpy(own.insns, c->prog->insns, (size_t)own.ninsns * sizeof *own.insns);
   apply_trips(&own, trips);
+  /* The timing depends on the program only through its loops' trip counts: an earlier run
+   * with the same counts has it already. */
+  int nloops = 0;
+  for (int i = 0; i < own.ninsns; i++) nloops += own.insns[i].opc == TPU_ISA_LOOP;
+  int64_t *key = tpu_malloc((size_t)(nloops ? nloops : 1) * sizeof *key);
+  if (!key) {
+    tpu_free(own.insns);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  }
+  for (int i = 0, k = 0; i < own.ninsns; i++)
+    if (own.insns[i].opc == TPU_ISA_LOOP) key[k++] = own.insns[i].trips;
+  const tpu__trip_timing *hit = NULL;
+  tpu__cache_build_lock();
+  for (int i = 0; i < c->ntrip_timings && !hit; i++)
+    if (c->trip_timings[i].ntrips == nloops && !memcmp(c->trip_timings[i].trips, key, (size_t)nloops * sizeof *key))
+      hit = &c->trip_timings[i];
+  if (hit) {
+    r->tl = hit->tl;
+    r->metrics = hit->metrics;
+    r->prof = hit->prof;
+    r->src = hit->src;
+  }
+  tpu__cache_build_unlock();
+  if (hit) {
+    tpu_free(key);
+    tpu_free(own.insns);
+    r->timed = 1;
+    return TPU_OK;
+  }
   r->own_timing = 1;
   st = time_into(&own, &c->chip, c->pk, sm, &r->tl, &r->metrics, &r->prof, &r->src, d);
   tpu_free(own.insns);
-  if (st == TPU_OK) r->timed = 1;
-  return st;
+  if (st != TPU_OK) {
+    tpu_free(key);
+    return st;
+  }
+  r->timed = 1;
+  /* Kept for later runs (the first TRIP_TIMINGS distinct counts; the entry owns them from now). */
+  tpu__cache_build_lock();
+  if (c->ntrip_timings < TRIP_TIMINGS) {
+    if (!c->trip_timings) c->trip_timings = tpu_calloc(TRIP_TIMINGS, sizeof *c->trip_timings);
+    if (c->trip_timings) {
+      tpu__trip_timing *t = &c->trip_timings[c->ntrip_timings++];
+      t->trips = key;
+      t->ntrips = nloops;
+      t->tl = r->tl;
+      t->metrics = r->metrics;
+      t->prof = r->prof;
+      t->src = r->src;
+      key = NULL;
+      r->own_timing = 0;
+    }
+  }
+  tpu__cache_build_unlock();
+  tpu_free(key);
+  return TPU_OK;
 }
 
-/* The cache key of a run: the module's name and text, then every option that changes the
- * compiled program, its timing or the values (the chip as loaded: its file's numbers, not its
- * name). Inputs, mode and out_shardings are not in it: they change the run, not the program. */
-static unsigned char *make_key(const tpu_sim_module *sm, const run_plan *p, const tpu_chip *chip, size_t *len) {
+void tpu__trip_timings_free(tpu__compiled *c) {
+  for (int i = 0; i < c->ntrip_timings; i++) {
+    tpu__trip_timing *t = &c->trip_timings[i];
+    tpu__api_source_free_rows(t->src, t->prof.nrows);
+    tpu_profile_free(&t->prof);
+    tpu_timeline_free(&t->tl);
+    tpu_free(t->trips);
+  }
+  tpu_free(c->trip_timings);
+  c->trip_timings = NULL;
+  c->ntrip_timings = 0;
+}
+
+/* The settings of a run that change the compiled program, its timing or the values, less the
+ * module and the chip: mesh, topology, backend, precision, slices, windowed einsum. */
+static unsigned char *make_opts(const run_plan *p, size_t *len) {
   const char *mesh = p->mesh ? p->mesh : "", *topo = p->topology ? p->topology : "";
-  size_t nn = strlen(sm->name), nm = strlen(mesh), nt = strlen(topo);
-  size_t n = 16 + nn + 1 + sm->len + 1 + nm + 1 + nt + 1 + 4 * sizeof(int) + (chip ? sizeof *chip : 0);
+  size_t nm = strlen(mesh), nt = strlen(topo);
+  size_t n = nm + 1 + nt + 1 + 4 * sizeof(int);
   unsigned char *k = tpu_malloc(n), *q = k;
   if (!k) return NULL;
-  memcpy(q, "tpusim-cache-1\0\0", 16);
-  q += 16;
-  memcpy(q, sm->name, nn + 1);
-  q += nn + 1;
-  memcpy(q, sm->text, sm->len);
-  q += sm->len;
-  *q++ = 0;
   memcpy(q, mesh, nm + 1);
   q += nm + 1;
   memcpy(q, topo, nt + 1);
   q += nt + 1;
   int ints[4] = {p->tpu, p->precision, p->slices, p->no_window};
   memcpy(q, ints, sizeof ints);
-  q += sizeof ints;
+  *len = n;
+  return k;
+}
+
+/* The cache key of a run: the module's name and text, then the settings (make_opts) and the
+ * chip as loaded (its file's numbers, not its name). Inputs, mode and out_shardings are not
+ * in it: they change the run, not the program. */
+static unsigned char *make_key(const tpu_sim_module *sm, const unsigned char *opts, size_t optlen,
+                               const tpu_chip *chip, size_t *len) {
+  size_t nn = strlen(sm->name);
+  size_t n = 16 + nn + 1 + sm->len + 1 + optlen + (chip ? sizeof *chip : 0);
+  unsigned char *k = tpu_malloc(n), *q = k;
+  if (!k) return NULL;
+  memcpy(q, "tpusim-cache-2\0\0", 16);
+  q += 16;
+  memcpy(q, sm->name, nn + 1);
+  q += nn + 1;
+  memcpy(q, sm->text, sm->len);
+  q += sm->len;
+  *q++ = 0;
+  memcpy(q, opts, optlen);
+  q += optlen;
   if (chip) memcpy(q, chip, sizeof *chip);
   *len = n;
   return k;
+}
+
+/* The module's last entry when this run's settings and chip are that run's and the entry is
+ * still in the cache (with a new reference, a hit), else NULL. */
+static tpu__compiled *memo_take(tpu__module_memo *mm, const unsigned char *opts, size_t optlen, const tpu_chip *chip) {
+  tpu__compiled *c = NULL;
+  pthread_mutex_lock(&mm->lock);
+  if (mm->c && mm->optlen == optlen && !memcmp(mm->opts, opts, optlen) &&
+      (!chip || !memcmp(&mm->c->chip, chip, sizeof *chip)))
+    c = tpu__cache_reuse(mm->c, 1);
+  pthread_mutex_unlock(&mm->lock);
+  return c;
+}
+
+/* Remembers c (with a reference of its own, if it is in the cache) and opts (taken over) as
+ * the module's last run. */
+static void memo_put(tpu__module_memo *mm, tpu__compiled *c, unsigned char *opts, size_t optlen) {
+  tpu__compiled *old = NULL;
+  unsigned char *old_opts = NULL;
+  pthread_mutex_lock(&mm->lock);
+  if (mm->c != c) {
+    old = mm->c;
+    old_opts = mm->opts;
+    mm->c = tpu__cache_reuse(c, 0); /* NULL when c is not in the cache (size 0) */
+    mm->opts = mm->c ? opts : NULL;
+    mm->optlen = mm->c ? optlen : 0;
+    if (mm->c) opts = NULL;
+  }
+  pthread_mutex_unlock(&mm->lock);
+  tpu__cache_release(old);
+  tpu_free(old_opts);
+  tpu_free(opts);
 }
 
 /* The compiled entry of the run: from the cache, or parsed and partitioned now (and cached). */
@@ -414,10 +534,21 @@ static tpu_status find_compiled(const tpu_sim_module *sm, const run_plan *p, tpu
   *out = NULL;
   tpu_chip chip;
   if (p->tpu) TPU_TRY(tpu_chip_load(p->chip, &chip, d));
-  size_t klen = 0;
-  unsigned char *key = make_key(sm, p, p->tpu ? &chip : NULL, &klen);
-  if (!key) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
-  tpu__compiled *c = tpu__cache_find(key, klen);
+  size_t optlen = 0, klen = 0;
+  unsigned char *opts = make_opts(p, &optlen);
+  if (!opts) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  tpu__compiled *c = memo_take(sm->memo, opts, optlen, p->tpu ? &chip : NULL);
+  if (c) {
+    tpu_free(opts);
+    *out = c;
+    return TPU_OK;
+  }
+  unsigned char *key = make_key(sm, opts, optlen, p->tpu ? &chip : NULL, &klen);
+  if (!key) {
+    tpu_free(opts);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  }
+  c = tpu__cache_find(key, klen);
   tpu_status st = TPU_OK;
   if (!c) {
     st = tpu__cache_new(key, klen, &c, d);
@@ -435,6 +566,10 @@ static tpu_status find_compiled(const tpu_sim_module *sm, const run_plan *p, tpu
     }
   }
   tpu_free(key);
+  if (c)
+    memo_put(sm->memo, c, opts, optlen);
+  else
+    tpu_free(opts);
   *out = c;
   return st;
 }

@@ -21,6 +21,10 @@
 #define MXU_X86 1
 #include <immintrin.h>
 #define TGT_AVX2 __attribute__((target("avx2")))
+#define TGT_AVX2_FMA __attribute__((target("avx2,fma")))
+#define TGT_AVX512 __attribute__((target("avx512f")))
+#define TGT_AVX512_FMA __attribute__((target("avx512f,fma")))
+#define TGT_AVX512BW __attribute__((target("avx512f,avx512bw")))
 #define ALWAYS_INLINE __attribute__((always_inline)) inline
 #else
 #define MXU_X86 0
@@ -28,12 +32,13 @@
 #endif
 
 /* Blocking, BLIS-style. A micro-tile is MR rows x NR columns of out held in registers (12
- * AVX2 accumulators). The k-loop of one micro-kernel call never crosses a K-tile boundary,
+ * AVX2 or AVX-512 accumulators; NR is the micro-kernel's: 16, or 32 for AVX-512). The
+ * k-loop of one micro-kernel call never crosses a K-tile boundary,
  * so the registers hold exactly the array's psum for that tile; a K-tile longer than KC_MAX
  * is cut into chunks whose psums are carried through memory (an exact store and reload).
  * Packed A (MC x KC_MAX f32 = 144 KiB) is meant to stay in L2, a packed B micro-panel
  * (KC_MAX x NR f32 = 16 KiB) in L1, packed B (KC_MAX x NC f32 = 2 MiB) in L3. */
-enum { MR = 6, NR = 16, KC_MAX = 256, MC = 144, NC = 2048, MAX_THREADS = TPU_MAX_THREADS };
+enum { MR = 6, NR16 = 16, NR_MAX = 32, KC_MAX = 256, MC = 144, NC = 2048, MAX_THREADS = TPU_MAX_THREADS };
 
 /* Multiply-adds (M*K*N) a thread must get for threads to be started: about a millisecond. */
 #define PAR_MIN_MACS 4e6
@@ -44,7 +49,10 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static inline float canon_nan(float v) { return isnan(v) ? tpu_f32_from_bits(CANON_NAN_BITS) : v; }
 
-/* ---- Code path selection ---- */
+/* ---- Code path selection ----
+ * The instruction set is chosen when a product starts, from the CPU it runs on
+ * (__builtin_cpu_supports) and the path a test or benchmark forces: AVX-512 (NR = 32),
+ * AVX2 (NR = 16), or plain C (NR = 16). Each path sums the same products in the same order. */
 
 static tpu__mxu_path g_path = TPU__MXU_PATH_AUTO;
 
@@ -54,15 +62,53 @@ tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p) {
   return old;
 }
 
-static int use_avx2(void) {
+static int cpu_avx2(void) {
 #if MXU_X86
-  return g_path == TPU__MXU_PATH_AUTO && __builtin_cpu_supports("avx2");
+  return __builtin_cpu_supports("avx2");
+#else
+  return 0;
+#endif
+}
+static int cpu_avx512(void) {
+#if MXU_X86
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#else
+  return 0;
+#endif
+}
+static int cpu_fma(void) {
+#if MXU_X86
+  return __builtin_cpu_supports("fma");
 #else
   return 0;
 #endif
 }
 
-const char *tpu__mxu_kernel_name(void) { return use_avx2() ? "avx2" : "scalar"; }
+int tpu__mxu_path_supported(tpu__mxu_path p) {
+  switch (p) {
+  case TPU__MXU_PATH_AUTO:
+  case TPU__MXU_PATH_SCALAR: return 1;
+  case TPU__MXU_PATH_AVX2: return cpu_avx2();
+  case TPU__MXU_PATH_AVX512: return cpu_avx512();
+  }
+  return 0;
+}
+
+typedef enum { ISA_SCALAR, ISA_AVX2, ISA_AVX512 } mxu_isa;
+
+/* The instruction set of the current setting on this CPU: a forced path the CPU lacks takes
+ * the best one below it. */
+static mxu_isa cur_isa(void) {
+  tpu__mxu_path p = g_path;
+  if (p == TPU__MXU_PATH_SCALAR) return ISA_SCALAR;
+  if ((p == TPU__MXU_PATH_AUTO || p == TPU__MXU_PATH_AVX512) && cpu_avx512()) return ISA_AVX512;
+  return cpu_avx2() ? ISA_AVX2 : ISA_SCALAR;
+}
+
+const char *tpu__mxu_kernel_name(void) {
+  static const char *names[] = {"scalar", "avx2", "avx512"};
+  return names[cur_isa()];
+}
 
 /* ---- Threads ---- */
 
@@ -86,8 +132,9 @@ static int plan_threads(int n, int64_t units, double macs) {
    * each k, the MR values A[i0 + p*MR + r][k0 + k]; rows past mc are +0 (their outputs are  \
    * never stored). */                                                                       \
   static void pack_a_##SUF(const void *Av, int64_t K, int64_t i0, int64_t mc, int64_t k0,   \
-                           int64_t kc, float *dst) {                                         \
+                           int64_t kc, float *dst, int nr) {                                 \
     const T *A = Av;                                                                         \
+    (void)nr;                                                                                \
     for (int64_t p = 0; p < mc; p += MR) {                                                   \
       int64_t rows = min64(MR, mc - p);                                                      \
       if (rows == MR) { /* six read streams, contiguous writes */                            \
@@ -111,27 +158,28 @@ static int plan_threads(int n, int64_t units, double macs) {
       dst += kc * MR;                                                                        \
     }                                                                                        \
   }                                                                                          \
-  /* Packs W rows [k0, k0+kc) x columns [j0, j0+nc) as NR-column panels: panel p holds, for \
-   * each k, the NR values W[k0 + k][j0 + p*NR + c]; columns past nc are +0. */             \
+  /* Packs W rows [k0, k0+kc) x columns [j0, j0+nc) as nr-column panels: panel p holds, for \
+   * each k, the nr values W[k0 + k][j0 + p*nr + c]; columns past nc are +0. */             \
   static void pack_b_##SUF(const void *Wv, int64_t N, int64_t k0, int64_t kc, int64_t j0,   \
-                           int64_t nc, float *dst) {                                         \
+                           int64_t nc, float *dst, int nr) {                                 \
     const T *W = Wv;                                                                         \
-    for (int64_t p = 0; p < nc; p += NR) {                                                   \
-      int64_t cols = min64(NR, nc - p);                                                      \
+    for (int64_t p = 0; p < nc; p += nr) {                                                   \
+      int64_t cols = min64(nr, nc - p);                                                      \
       for (int64_t k = 0; k < kc; k++) {                                                     \
         const T *src = W + (k0 + k) * N + j0 + p;                                            \
-        float *o = dst + k * NR;                                                             \
+        float *o = dst + k * nr;                                                             \
         for (int64_t c = 0; c < cols; c++) o[c] = CONV(src[c]);                              \
-        for (int64_t c = cols; c < NR; c++) o[c] = 0.0f;                                     \
+        for (int64_t c = cols; c < nr; c++) o[c] = 0.0f;                                     \
       }                                                                                      \
-      dst += kc * NR;                                                                        \
+      dst += kc * nr;                                                                        \
     }                                                                                        \
   }                                                                                          \
   /* For C = W^T x A^T. Packs W^T rows [i0, i0+mc) (columns of W) x k [k0, k0+kc) in the   \
    * layout of pack_a: panel p holds, for each k, W[k0 + k][i0 + p*MR + r]. */               \
   static void pack_wt_##SUF(const void *Wv, int64_t N, int64_t i0, int64_t mc, int64_t k0,  \
-                            int64_t kc, float *dst) {                                        \
+                            int64_t kc, float *dst, int nr) {                                \
     const T *W = Wv;                                                                         \
+    (void)nr;                                                                                \
     for (int64_t p = 0; p < mc; p += MR) {                                                   \
       int64_t rows = min64(MR, mc - p);                                                      \
       for (int64_t k = 0; k < kc; k++) {                                                     \
@@ -144,46 +192,52 @@ static int plan_threads(int n, int64_t units, double macs) {
     }                                                                                        \
   }                                                                                          \
   /* For C = W^T x A^T. Packs A^T k [k0, k0+kc) x columns [j0, j0+nc) (rows of A) in the   \
-   * layout of pack_b: panel p holds, for each k, A[j0 + p*NR + c][k0 + k]. */               \
+   * layout of pack_b: panel p holds, for each k, A[j0 + p*nr + c][k0 + k]. */               \
   static void pack_at_##SUF(const void *Av, int64_t K, int64_t k0, int64_t kc, int64_t j0,  \
-                            int64_t nc, float *dst) {                                        \
+                            int64_t nc, float *dst, int nr) {                                \
     const T *A = Av;                                                                         \
-    for (int64_t p = 0; p < nc; p += NR) {                                                   \
-      int64_t cols = min64(NR, nc - p);                                                      \
-      for (int64_t c = 0; c < NR; c++) {                                                     \
+    for (int64_t p = 0; p < nc; p += nr) {                                                   \
+      int64_t cols = min64(nr, nc - p);                                                      \
+      for (int64_t c = 0; c < nr; c++) {                                                     \
         if (c < cols) {                                                                      \
           const T *src = A + (j0 + p + c) * K + k0;                                          \
-          for (int64_t k = 0; k < kc; k++) dst[k * NR + c] = CONV(src[k]);                   \
+          for (int64_t k = 0; k < kc; k++) dst[k * nr + c] = CONV(src[k]);                   \
         } else {                                                                             \
-          for (int64_t k = 0; k < kc; k++) dst[k * NR + c] = 0.0f;                           \
+          for (int64_t k = 0; k < kc; k++) dst[k * nr + c] = 0.0f;                           \
         }                                                                                    \
       }                                                                                      \
-      dst += kc * NR;                                                                        \
+      dst += kc * nr;                                                                        \
     }                                                                                        \
   }
 
 DEFINE_PACKERS(bf16, tpu_bf16, tpu_bf16_to_f32)
 DEFINE_PACKERS(f32, float, AS_F32)
 
-typedef void (*pack_fn)(const void *src, int64_t ld, int64_t i0, int64_t n0, int64_t k0, int64_t kn, float *dst);
+typedef void (*pack_fn)(const void *src, int64_t ld, int64_t i0, int64_t n0, int64_t k0, int64_t kn, float *dst,
+                        int nr);
 
 /* ---- Micro-kernels ----
- * One call computes psum[MR][NR] over kc k-steps of packed panels a (kc x MR) and b (kc x
- * NR), in k order, each step psum = psum + a*w (product rounded, then the sum). psum starts
- * at +0 (in == NULL) or at carried values `in` (MR*NR, row-major). With `carry` non-NULL
- * the psums are stored there; otherwise they finish the K-tile into out (mr x nr valid
- * entries; psum (i, j) goes to out[i*ldo + j], or to out[j*ldo + i] when `trans`): stored as
- * they are for the first K-tile, added to out for later ones, NaNs made canonical. */
+ * One call computes psum[MR][nr] over kc k-steps of packed panels a (kc x MR) and b (kc x
+ * NRK, the kernel's panel width), in k order, each step psum = psum + a*w (product rounded,
+ * then the sum). psum starts at +0 (in == NULL) or at carried values `in` (MR*NRK,
+ * row-major). With `carry` non-NULL the psums are stored there; otherwise they finish the
+ * K-tile into out (mr x nr valid entries; psum (i, j) goes to out[i*ldo + j], or to
+ * out[j*ldo + i] when `trans`): stored as they are for the first K-tile, added to out for
+ * later ones, NaNs made canonical.
+ *
+ * The _fma kernels compute each step as one fused multiply-add, round(psum + a*w). That is
+ * the same value as round(psum + round(a*w)) exactly when a*w needs no rounding, and the
+ * driver takes them only then (products_exact below). */
 typedef void (*ukernel_fn)(int64_t kc, const float *a, const float *b, const float *in,
                            float *carry, float *out, int64_t ldo, int mr, int nr, int first,
                            int trans, int canon);
 
-static void finish_scalar(const float *ps, float *out, int64_t ldo, int mr, int nr, int first,
+static void finish_scalar(const float *ps, int nrk, float *out, int64_t ldo, int mr, int nr, int first,
                           int trans, int canon) {
   for (int i = 0; i < mr; i++)
     for (int j = 0; j < nr; j++) {
       float *o = trans ? out + j * ldo + i : out + i * ldo + j;
-      float v = first ? ps[i * NR + j] : *o + ps[i * NR + j];
+      float v = first ? ps[i * nrk + j] : *o + ps[i * nrk + j];
       *o = canon ? canon_nan(v) : v;
     }
 }
@@ -191,15 +245,15 @@ static void finish_scalar(const float *ps, float *out, int64_t ldo, int mr, int 
 static void ukernel_scalar(int64_t kc, const float *a, const float *b, const float *in,
                            float *carry, float *out, int64_t ldo, int mr, int nr, int first,
                            int trans, int canon) {
-  float c[MR * NR];
-  for (int i = 0; i < MR * NR; i++) c[i] = in ? in[i] : 0.0f;
-  for (int64_t k = 0; k < kc; k++, a += MR, b += NR)
+  float c[MR * NR16];
+  for (int i = 0; i < MR * NR16; i++) c[i] = in ? in[i] : 0.0f;
+  for (int64_t k = 0; k < kc; k++, a += MR, b += NR16)
     for (int i = 0; i < mr; i++)
-      for (int j = 0; j < nr; j++) c[i * NR + j] = c[i * NR + j] + a[i] * b[j];
+      for (int j = 0; j < nr; j++) c[i * NR16 + j] = c[i * NR16 + j] + a[i] * b[j];
   if (carry)
     memcpy(carry, c, sizeof c);
   else
-    finish_scalar(c, out, ldo, mr, nr, first, trans, canon);
+    finish_scalar(c, NR16, out, ldo, mr, nr, first, trans, canon);
 }
 
 #if MXU_X86
@@ -214,60 +268,172 @@ TGT_AVX2 static inline void finish8(__m256 p, float *o, int first, int canon) {
   _mm256_storeu_ps(o, v);
 }
 
-/* The 6 x 16 AVX2 micro-kernel: two ymm accumulators per row; per k, two loads of b, six
- * broadcasts of a, twelve multiplies and twelve adds (not FMAs: see the top of the file).
- * On AMD Zen the multiplies and adds issue to different pipes, so this keeps the FMA
- * kernel's throughput. */
-TGT_AVX2 static void ukernel_avx2(int64_t kc, const float *a, const float *b, const float *in,
-                                  float *carry, float *out, int64_t ldo, int mr, int nr,
-                                  int first, int trans, int canon) {
-  __m256 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b;
-#define MXU_LOAD(i)                            \
-  c##i##a = _mm256_loadu_ps(in + (i) * NR);    \
-  c##i##b = _mm256_loadu_ps(in + (i) * NR + 8);
-#define MXU_ZERO(i) c##i##a = c##i##b = _mm256_setzero_ps();
-  if (!carry && mr == MR && nr == NR && !trans) {
-    /* The accumulator tile was last touched a whole K-tile ago and is likely out of L1/L2:
-     * fetch it while the k-loop runs. */
-    for (int i = 0; i < MR; i++) {
-      _mm_prefetch((const char *)(out + i * ldo), _MM_HINT_T0);
-      _mm_prefetch((const char *)(out + i * ldo + NR - 1), _MM_HINT_T0);
-    }
+TGT_AVX512 static inline void finish16(__m512 p, float *o, int first, int canon) {
+  __m512 v = first ? p : _mm512_add_ps(_mm512_loadu_ps(o), p);
+  if (canon) {
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    v = _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32((int)CANON_NAN_BITS)));
   }
-  if (in) {
-    MXU_LOAD(0) MXU_LOAD(1) MXU_LOAD(2) MXU_LOAD(3) MXU_LOAD(4) MXU_LOAD(5)
-  } else {
-    MXU_ZERO(0) MXU_ZERO(1) MXU_ZERO(2) MXU_ZERO(3) MXU_ZERO(4) MXU_ZERO(5)
-  }
-  for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {
-    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), av;
-#define MXU_ROW(i)                                       \
-  av = _mm256_broadcast_ss(a + (i));                     \
-  c##i##a = _mm256_add_ps(c##i##a, _mm256_mul_ps(av, b0)); \
-  c##i##b = _mm256_add_ps(c##i##b, _mm256_mul_ps(av, b1));
-    MXU_ROW(0) MXU_ROW(1) MXU_ROW(2) MXU_ROW(3) MXU_ROW(4) MXU_ROW(5)
-  }
-  if (carry || mr < MR || nr < NR || trans) {
-    float tmp[MR * NR];
-    float *dst = carry ? carry : tmp;
-#define MXU_STORE(i)                           \
-  _mm256_storeu_ps(dst + (i) * NR, c##i##a);   \
-  _mm256_storeu_ps(dst + (i) * NR + 8, c##i##b);
-    MXU_STORE(0) MXU_STORE(1) MXU_STORE(2) MXU_STORE(3) MXU_STORE(4) MXU_STORE(5)
-    if (!carry) finish_scalar(tmp, out, ldo, mr, nr, first, trans, canon);
-    return;
-  }
-#define MXU_FINISH(i)                          \
-  finish8(c##i##a, out + (i) * ldo, first, canon);    \
-  finish8(c##i##b, out + (i) * ldo + 8, first, canon);
-  MXU_FINISH(0) MXU_FINISH(1) MXU_FINISH(2) MXU_FINISH(3) MXU_FINISH(4) MXU_FINISH(5)
-#undef MXU_LOAD
-#undef MXU_ZERO
-#undef MXU_ROW
-#undef MXU_STORE
-#undef MXU_FINISH
+  _mm512_storeu_ps(o, v);
 }
+
+/* The 6 x 16 AVX2 micro-kernel: two ymm accumulators per row; per k, two loads of b, six
+ * broadcasts of a and twelve steps: a multiply and an add each (on AMD Zen these issue to
+ * different pipes, which keeps the FMA kernel's throughput), or with STEP = an FMA, one. */
+#define MXU_AVX2_STEP_MA(c, a, b) _mm256_add_ps(c, _mm256_mul_ps(a, b))
+#define MXU_AVX2_STEP_FMA(c, a, b) _mm256_fmadd_ps(a, b, c)
+#define DEFINE_UKERNEL_AVX2(NAME, TGT, STEP)                                                     \
+  TGT static void NAME(int64_t kc, const float *a, const float *b, const float *in, float *carry, \
+                       float *out, int64_t ldo, int mr, int nr, int first, int trans, int canon) { \
+    __m256 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b;                           \
+    if (!carry && mr == MR && nr == NR16 && !trans) {                                            \
+      /* The accumulator tile was last touched a whole K-tile ago and is likely out of L1/L2: \
+       * fetch it while the k-loop runs. */                                                      \
+      for (int i = 0; i < MR; i++) {                                                             \
+        _mm_prefetch((const char *)(out + i * ldo), _MM_HINT_T0);                                \
+        _mm_prefetch((const char *)(out + i * ldo + NR16 - 1), _MM_HINT_T0);                     \
+      }                                                                                          \
+    }                                                                                            \
+    if (in) {                                                                                    \
+      c0a = _mm256_loadu_ps(in + 0 * NR16), c0b = _mm256_loadu_ps(in + 0 * NR16 + 8);           \
+      c1a = _mm256_loadu_ps(in + 1 * NR16), c1b = _mm256_loadu_ps(in + 1 * NR16 + 8);           \
+      c2a = _mm256_loadu_ps(in + 2 * NR16), c2b = _mm256_loadu_ps(in + 2 * NR16 + 8);           \
+      c3a = _mm256_loadu_ps(in + 3 * NR16), c3b = _mm256_loadu_ps(in + 3 * NR16 + 8);           \
+      c4a = _mm256_loadu_ps(in + 4 * NR16), c4b = _mm256_loadu_ps(in + 4 * NR16 + 8);           \
+      c5a = _mm256_loadu_ps(in + 5 * NR16), c5b = _mm256_loadu_ps(in + 5 * NR16 + 8);           \
+    } else {                                                                                     \
+      c0a = c0b = c1a = c1b = c2a = c2b = c3a = c3b = c4a = c4b = c5a = c5b = _mm256_setzero_ps(); \
+    }                                                                                            \
+    for (int64_t k = 0; k < kc; k++, a += MR, b += NR16) {                                       \
+      __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), av;                           \
+      av = _mm256_broadcast_ss(a + 0), c0a = STEP(c0a, av, b0), c0b = STEP(c0b, av, b1);         \
+      av = _mm256_broadcast_ss(a + 1), c1a = STEP(c1a, av, b0), c1b = STEP(c1b, av, b1);         \
+      av = _mm256_broadcast_ss(a + 2), c2a = STEP(c2a, av, b0), c2b = STEP(c2b, av, b1);         \
+      av = _mm256_broadcast_ss(a + 3), c3a = STEP(c3a, av, b0), c3b = STEP(c3b, av, b1);         \
+      av = _mm256_broadcast_ss(a + 4), c4a = STEP(c4a, av, b0), c4b = STEP(c4b, av, b1);         \
+      av = _mm256_broadcast_ss(a + 5), c5a = STEP(c5a, av, b0), c5b = STEP(c5b, av, b1);         \
+    }                                                                                            \
+    if (carry || mr < MR || nr < NR16 || trans) {                                                \
+      float tmp[MR * NR16];                                                                      \
+      float *dst = carry ? carry : tmp;                                                          \
+      _mm256_storeu_ps(dst + 0 * NR16, c0a), _mm256_storeu_ps(dst + 0 * NR16 + 8, c0b);          \
+      _mm256_storeu_ps(dst + 1 * NR16, c1a), _mm256_storeu_ps(dst + 1 * NR16 + 8, c1b);          \
+      _mm256_storeu_ps(dst + 2 * NR16, c2a), _mm256_storeu_ps(dst + 2 * NR16 + 8, c2b);          \
+      _mm256_storeu_ps(dst + 3 * NR16, c3a), _mm256_storeu_ps(dst + 3 * NR16 + 8, c3b);          \
+      _mm256_storeu_ps(dst + 4 * NR16, c4a), _mm256_storeu_ps(dst + 4 * NR16 + 8, c4b);          \
+      _mm256_storeu_ps(dst + 5 * NR16, c5a), _mm256_storeu_ps(dst + 5 * NR16 + 8, c5b);          \
+      if (!carry) finish_scalar(tmp, NR16, out, ldo, mr, nr, first, trans, canon);              \
+      return;                                                                                    \
+    }                                                                                            \
+    finish8(c0a, out + 0 * ldo, first, canon), finish8(c0b, out + 0 * ldo + 8, first, canon);    \
+    finish8(c1a, out + 1 * ldo, first, canon), finish8(c1b, out + 1 * ldo + 8, first, canon);    \
+    finish8(c2a, out + 2 * ldo, first, canon), finish8(c2b, out + 2 * ldo + 8, first, canon);    \
+    finish8(c3a, out + 3 * ldo, first, canon), finish8(c3b, out + 3 * ldo + 8, first, canon);    \
+    finish8(c4a, out + 4 * ldo, first, canon), finish8(c4b, out + 4 * ldo + 8, first, canon);    \
+    finish8(c5a, out + 5 * ldo, first, canon), finish8(c5b, out + 5 * ldo + 8, first, canon);    \
+  }
+DEFINE_UKERNEL_AVX2(ukernel_avx2, TGT_AVX2, MXU_AVX2_STEP_MA)
+DEFINE_UKERNEL_AVX2(ukernel_avx2_fma, TGT_AVX2_FMA, MXU_AVX2_STEP_FMA)
+
+/* The 6 x 32 AVX-512 micro-kernel: the AVX2 one with zmm registers (twelve accumulators of
+ * 16 lanes; per k two loads of b, six broadcasts of a). */
+#define MXU_AVX512_STEP_MA(c, a, b) _mm512_add_ps(c, _mm512_mul_ps(a, b))
+#define MXU_AVX512_STEP_FMA(c, a, b) _mm512_fmadd_ps(a, b, c)
+#define DEFINE_UKERNEL_AVX512(NAME, TGT, STEP)                                                   \
+  TGT static void NAME(int64_t kc, const float *a, const float *b, const float *in, float *carry, \
+                       float *out, int64_t ldo, int mr, int nr, int first, int trans, int canon) { \
+    __m512 c0a, c0b, c1a, c1b, c2a, c2b, c3a, c3b, c4a, c4b, c5a, c5b;                           \
+    if (!carry && mr == MR && nr == NR_MAX && !trans) {                                          \
+      for (int i = 0; i < MR; i++) {                                                             \
+        _mm_prefetch((const char *)(out + i * ldo), _MM_HINT_T0);                                \
+        _mm_prefetch((const char *)(out + i * ldo + NR_MAX - 1), _MM_HINT_T0);                   \
+      }                                                                                          \
+    }                                                                                            \
+    if (in) {                                                                                    \
+      c0a = _mm512_loadu_ps(in + 0 * NR_MAX), c0b = _mm512_loadu_ps(in + 0 * NR_MAX + 16);       \
+      c1a = _mm512_loadu_ps(in + 1 * NR_MAX), c1b = _mm512_loadu_ps(in + 1 * NR_MAX + 16);       \
+      c2a = _mm512_loadu_ps(in + 2 * NR_MAX), c2b = _mm512_loadu_ps(in + 2 * NR_MAX + 16);       \
+      c3a = _mm512_loadu_ps(in + 3 * NR_MAX), c3b = _mm512_loadu_ps(in + 3 * NR_MAX + 16);       \
+      c4a = _mm512_loadu_ps(in + 4 * NR_MAX), c4b = _mm512_loadu_ps(in + 4 * NR_MAX + 16);       \
+      c5a = _mm512_loadu_ps(in + 5 * NR_MAX), c5b = _mm512_loadu_ps(in + 5 * NR_MAX + 16);       \
+    } else {                                                                                     \
+      c0a = c0b = c1a = c1b = c2a = c2b = c3a = c3b = c4a = c4b = c5a = c5b = _mm512_setzero_ps(); \
+    }                                                                                            \
+    for (int64_t k = 0; k < kc; k++, a += MR, b += NR_MAX) {                                     \
+      __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), av;                          \
+      av = _mm512_set1_ps(a[0]), c0a = STEP(c0a, av, b0), c0b = STEP(c0b, av, b1);               \
+      av = _mm512_set1_ps(a[1]), c1a = STEP(c1a, av, b0), c1b = STEP(c1b, av, b1);               \
+      av = _mm512_set1_ps(a[2]), c2a = STEP(c2a, av, b0), c2b = STEP(c2b, av, b1);               \
+      av = _mm512_set1_ps(a[3]), c3a = STEP(c3a, av, b0), c3b = STEP(c3b, av, b1);               \
+      av = _mm512_set1_ps(a[4]), c4a = STEP(c4a, av, b0), c4b = STEP(c4b, av, b1);               \
+      av = _mm512_set1_ps(a[5]), c5a = STEP(c5a, av, b0), c5b = STEP(c5b, av, b1);               \
+    }                                                                                            \
+    if (carry || mr < MR || nr < NR_MAX || trans) {                                              \
+      float tmp[MR * NR_MAX];                                                                    \
+      float *dst = carry ? carry : tmp;                                                          \
+      _mm512_storeu_ps(dst + 0 * NR_MAX, c0a), _mm512_storeu_ps(dst + 0 * NR_MAX + 16, c0b);     \
+      _mm512_storeu_ps(dst + 1 * NR_MAX, c1a), _mm512_storeu_ps(dst + 1 * NR_MAX + 16, c1b);     \
+      _mm512_storeu_ps(dst + 2 * NR_MAX, c2a), _mm512_storeu_ps(dst + 2 * NR_MAX + 16, c2b);     \
+      _mm512_storeu_ps(dst + 3 * NR_MAX, c3a), _mm512_storeu_ps(dst + 3 * NR_MAX + 16, c3b);     \
+      _mm512_storeu_ps(dst + 4 * NR_MAX, c4a), _mm512_storeu_ps(dst + 4 * NR_MAX + 16, c4b);     \
+      _mm512_storeu_ps(dst + 5 * NR_MAX, c5a), _mm512_storeu_ps(dst + 5 * NR_MAX + 16, c5b);     \
+      if (!carry) finish_scalar(tmp, NR_MAX, out, ldo, mr, nr, first, trans, canon);            \
+      return;                                                                                    \
+    }                                                                                            \
+    finish16(c0a, out + 0 * ldo, first, canon), finish16(c0b, out + 0 * ldo + 16, first, canon); \
+    finish16(c1a, out + 1 * ldo, first, canon), finish16(c1b, out + 1 * ldo + 16, first, canon); \
+    finish16(c2a, out + 2 * ldo, first, canon), finish16(c2b, out + 2 * ldo + 16, first, canon); \
+    finish16(c3a, out + 3 * ldo, first, canon), finish16(c3b, out + 3 * ldo + 16, first, canon); \
+    finish16(c4a, out + 4 * ldo, first, canon), finish16(c4b, out + 4 * ldo + 16, first, canon); \
+    finish16(c5a, out + 5 * ldo, first, canon), finish16(c5b, out + 5 * ldo + 16, first, canon); \
+  }
+DEFINE_UKERNEL_AVX512(ukernel_avx512, TGT_AVX512, MXU_AVX512_STEP_MA)
+DEFINE_UKERNEL_AVX512(ukernel_avx512_fma, TGT_AVX512_FMA, MXU_AVX512_STEP_FMA)
 #endif
+
+/* ---- When a fused multiply-add gives the array's bits ----
+ * A product of two bf16 values has at most 16 significant bits, so it is exact in f32 unless
+ * it overflows or falls below 2^-126 (where a subnormal may not hold its bits). Over a whole
+ * product A x W that holds when every value is finite, max|a| max|w| < 2^128 and
+ * min|a| min|w| >= 2^-126 over the nonzero values (a zero factor gives a zero product, exact,
+ * with the sign the rounded product has). Then round(psum + a*w) = round(psum + round(a*w))
+ * for every step, including overflowing and cancelling sums. */
+
+/* Largest |x| and smallest nonzero |x| as f32 bit patterns (absolute values compare as
+ * their bits); *bad set when some value is inf or NaN. */
+typedef struct abs_range {
+  uint32_t max, minnz;
+} abs_range;
+
+static abs_range range_f32(const float *x, size_t n) {
+  uint32_t mx = 0, mnm1 = UINT32_MAX; /* min of |x| - 1: zero wraps to the top */
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], 4);
+    u &= 0x7fffffffu;
+    mx = u > mx ? u : mx;
+    mnm1 = u - 1u < mnm1 ? u - 1u : mnm1;
+  }
+  return (abs_range){mx, mnm1 + 1u};
+}
+
+static abs_range range_bf16(const tpu_bf16 *x, size_t n) {
+  uint32_t mx = 0, mnm1 = UINT32_MAX;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)(x[i].bits & 0x7fffu) << 16;
+    mx = u > mx ? u : mx;
+    mnm1 = u - 1u < mnm1 ? u - 1u : mnm1;
+  }
+  return (abs_range){mx, mnm1 + 1u};
+}
+
+static int products_exact(abs_range a, abs_range w) {
+  if (a.max >= 0x7f800000u || w.max >= 0x7f800000u) return 0; /* inf or NaN */
+  if (a.max == 0 || w.max == 0) return 1;                     /* every product is a zero */
+  double amax = tpu_f32_from_bits(a.max), wmax = tpu_f32_from_bits(w.max);
+  double amin = tpu_f32_from_bits(a.minnz), wmin = tpu_f32_from_bits(w.minnz);
+  return amax * wmax < 0x1p128 && amin * wmin >= 0x1p-126; /* exact in double */
+}
 
 /* ---- bf16 driver ---- */
 
@@ -293,6 +459,7 @@ typedef struct bf16_job {
   int64_t nb;         /* matrices: A, W and out hold nb of them back to back */
   int by_batch;       /* tasks own whole matrices (units are matrices) */
   ukernel_fn uk;
+  int nr; /* the micro-kernel's panel width */
   bf16_ws ws[MAX_THREADS];
 } bf16_job;
 
@@ -339,7 +506,7 @@ static float *alloc_floats(int64_t n, void **raw, size_t *rawn) {
 static void task_region(const bf16_job *j, int64_t lo, int64_t hi, int64_t *m0, int64_t *m1,
                         int64_t *n0, int64_t *n1) {
   if (j->split_n) {
-    *m0 = 0, *m1 = j->rows, *n0 = lo * NR, *n1 = min64(hi * NR, j->cols);
+    *m0 = 0, *m1 = j->rows, *n0 = lo * j->nr, *n1 = min64(hi * j->nr, j->cols);
   } else {
     *m0 = lo * MR, *m1 = min64(hi * MR, j->rows), *n0 = 0, *n1 = j->cols;
   }
@@ -350,7 +517,7 @@ static void ws_alloc(const bf16_job *j, int64_t m0, int64_t m1, int64_t n0, int6
   int64_t tile_max = min64(j->R, j->K);
   int need_carry = tile_max > KC_MAX;
   int64_t kcw = min64(KC_MAX, tile_max);
-  int64_t ncw = min64(NC, (n1 - n0 + NR - 1) / NR * NR);
+  int64_t ncw = min64(NC, (n1 - n0 + j->nr - 1) / j->nr * j->nr);
   int64_t rows_up = (m1 - m0 + MR - 1) / MR * MR;
   w->raw[1] = w->raw[2] = NULL;
   w->apack = alloc_floats(MC * kcw, &w->raw[0], &w->rawn[0]);
@@ -380,7 +547,8 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
   int need_carry = w->carry != NULL;
   pack_fn pk_at = j->f32 ? pack_at_f32 : pack_at_bf16, pk_b = j->f32 ? pack_b_f32 : pack_b_bf16;
   pack_fn pk_wt = j->f32 ? pack_wt_f32 : pack_wt_bf16, pk_a = j->f32 ? pack_a_f32 : pack_a_bf16;
-  int64_t ncw = min64(NC, (n1 - n0 + NR - 1) / NR * NR);
+  int nrk = j->nr;
+  int64_t ncw = min64(NC, (n1 - n0 + nrk - 1) / nrk * nrk);
   for (int64_t jc = n0; jc < n1; jc += NC) {
     int64_t nc = min64(NC, n1 - jc);
     for (int64_t k0 = 0; k0 < K;) {
@@ -389,22 +557,22 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
       for (int64_t c = 0; c < nchunks; c++) {
         int64_t c0 = tlen * c / nchunks, kc = tlen * (c + 1) / nchunks - c0;
         if (j->trans)
-          pk_at(j->A, K, k0 + c0, kc, jc, nc, w->bpack);
+          pk_at(j->A, K, k0 + c0, kc, jc, nc, w->bpack, nrk);
         else
-          pk_b(j->W, N, k0 + c0, kc, jc, nc, w->bpack);
+          pk_b(j->W, N, k0 + c0, kc, jc, nc, w->bpack, nrk);
         for (int64_t ic = m0; ic < m1; ic += MC) {
           int64_t mc = min64(MC, m1 - ic);
           if (j->trans)
-            pk_wt(j->W, N, ic, mc, k0 + c0, kc, w->apack);
+            pk_wt(j->W, N, ic, mc, k0 + c0, kc, w->apack, nrk);
           else
-            pk_a(j->A, K, ic, mc, k0 + c0, kc, w->apack);
-          for (int64_t jr = 0; jr < nc; jr += NR) {
-            int nr = (int)min64(NR, nc - jr);
+            pk_a(j->A, K, ic, mc, k0 + c0, kc, w->apack, nrk);
+          for (int64_t jr = 0; jr < nc; jr += nrk) {
+            int nr = (int)min64(nrk, nc - jr);
             for (int64_t ir = 0; ir < mc; ir += MR) {
               int mr = (int)min64(MR, mc - ir);
               float *cs = NULL;
               if (need_carry)
-                cs = w->carry + (((ic - m0 + ir) / MR) * (ncw / NR) + jr / NR) * (MR * NR);
+                cs = w->carry + (((ic - m0 + ir) / MR) * (ncw / nrk) + jr / nrk) * (MR * nrk);
               float *o = j->trans ? j->out + (jc + jr) * N + ic + ir
                                   : j->out + (ic + ir) * N + jc + jr;
               j->uk(kc, w->apack + ir * kc, w->bpack + jr * kc, c > 0 ? cs : NULL,
@@ -436,7 +604,30 @@ static void bf16_range(void *ctx, int task, int64_t lo, int64_t hi) {
   bf16_region(j, &j->ws[task], m0, m1, n0, n1);
 }
 
-/* nb matrix products out_b = A_b x W_b (matrices stored back to back). */
+/* The micro-kernel for a product on the current path: FMA kernels only for bf16 values
+ * (`bf16vals`) whose products are all exact. */
+static ukernel_fn pick_ukernel(const void *A, const void *W, int f32, int bf16vals, int64_t nb, int64_t M,
+                               int64_t K, int64_t N, int *nr) {
+  mxu_isa isa = cur_isa();
+  *nr = isa == ISA_AVX512 ? NR_MAX : NR16;
+#if MXU_X86
+  int fma = 0;
+  if (isa != ISA_SCALAR && bf16vals && cpu_fma()) {
+    size_t na = (size_t)(nb * M * K), nw = (size_t)(nb * K * N);
+    abs_range ra = f32 ? range_f32(A, na) : range_bf16(A, na);
+    abs_range rw = f32 ? range_f32(W, nw) : range_bf16(W, nw);
+    fma = products_exact(ra, rw);
+  }
+  if (isa == ISA_AVX512) return fma ? ukernel_avx512_fma : ukernel_avx512;
+  if (isa == ISA_AVX2) return fma ? ukernel_avx2_fma : ukernel_avx2;
+#else
+  (void)A, (void)W, (void)f32, (void)bf16vals, (void)nb, (void)M, (void)K, (void)N;
+#endif
+  return ukernel_scalar;
+}
+
+/* nb matrix products out_b = A_b x W_b (matrices stored back to back). `canon`: the MXU's
+ * products of bf16 values (NaNs canonical); else the reference's f32 sums in order. */
 static void run_job(const void *A, const void *W, int f32, int canon, float *out, int64_t nb, int64_t M,
                     int64_t K, int64_t N, int64_t R, int nthreads) {
   if (nb <= 0 || M <= 0 || N <= 0 || K < 0) return;
@@ -454,16 +645,12 @@ static void run_job(const void *A, const void *W, int f32, int canon, float *out
   j.K = K;
   j.N = N;
   j.R = R <= 0 ? K : R; /* R < 1 is outside the contract: treat the array as deep as K */
-#if MXU_X86
-  j.uk = use_avx2() ? ukernel_avx2 : ukernel_scalar;
-#else
-  j.uk = ukernel_scalar;
-#endif
-  /* Fewer columns than a vector: put M on the vector side (C = out^T) to waste fewer lanes. */
-  j.trans = N < NR && M > N;
+  j.uk = pick_ukernel(A, W, f32, canon, nb, M, K, N, &j.nr);
+  /* Fewer columns than a panel: put M on the vector side (C = out^T) to waste fewer lanes. */
+  j.trans = N < j.nr && M > N;
   j.rows = j.trans ? N : M;
   j.cols = j.trans ? M : N;
-  int64_t units_n = (j.cols + NR - 1) / NR, units_m = (j.rows + MR - 1) / MR;
+  int64_t units_n = (j.cols + j.nr - 1) / j.nr, units_m = (j.rows + MR - 1) / MR;
   j.split_n = units_n >= units_m;
   j.nb = nb;
   j.by_batch = nb > 1;
@@ -500,7 +687,7 @@ typedef struct s8_job {
   const int8_t *A, *W;
   int32_t *out;
   int64_t M, K, N;
-  int avx2;
+  mxu_isa isa;
 } s8_job;
 
 /* Rows [m0, m1) of out. Sums run in uint32_t, whose wrap-around is defined, and are read
@@ -529,13 +716,20 @@ static ALWAYS_INLINE void s8_rows_body(const s8_job *j, int64_t m0, int64_t m1) 
 TGT_AVX2 static void s8_rows_avx2(const s8_job *j, int64_t m0, int64_t m1) {
   s8_rows_body(j, m0, m1);
 }
+TGT_AVX512BW static void s8_rows_avx512(const s8_job *j, int64_t m0, int64_t m1) {
+  s8_rows_body(j, m0, m1);
+}
 #endif
 static void s8_rows_plain(const s8_job *j, int64_t m0, int64_t m1) { s8_rows_body(j, m0, m1); }
 
 static void s8_range(void *ctx, int task, int64_t lo, int64_t hi) {
   const s8_job *j = ctx;
 #if MXU_X86
-  if (j->avx2) {
+  if (j->isa == ISA_AVX512) {
+    s8_rows_avx512(j, lo, hi);
+    return;
+  }
+  if (j->isa == ISA_AVX2) {
     s8_rows_avx2(j, lo, hi);
     return;
   }
@@ -546,7 +740,7 @@ static void s8_range(void *ctx, int task, int64_t lo, int64_t hi) {
 void tpu_mxu_matmul_s8(const int8_t *A, const int8_t *W, int32_t *out, int64_t M, int64_t K,
                        int64_t N, int nthreads) {
   if (M <= 0 || N <= 0 || K < 0) return;
-  s8_job j = {A, W, out, M, K, N, use_avx2()};
+  s8_job j = {A, W, out, M, K, N, cur_isa()};
   tpu_par_run(s8_range, &j, M, plan_threads(nthreads, M, (double)M * (double)K * (double)N));
 }
 

@@ -6,15 +6,25 @@
 #include "chip/mxu.h"
 
 /* Which micro-kernel the bf16 and s8 kernels use. AUTO picks the best the CPU supports
- * (AVX2 on x86-64 when present); SCALAR forces the portable C path. Every path gives
- * the same bits; tests force SCALAR to prove it. */
-typedef enum { TPU__MXU_PATH_AUTO = 0, TPU__MXU_PATH_SCALAR = 1 } tpu__mxu_path;
+ * (AVX-512, else AVX2 on x86-64 when present; with FMA where every product of the operands
+ * is exact); SCALAR forces the portable C path, AVX2 and AVX512 that instruction set (or
+ * the best one below it the CPU has). Every path gives the same bits; tests run each. */
+typedef enum {
+  TPU__MXU_PATH_AUTO = 0,
+  TPU__MXU_PATH_SCALAR = 1,
+  TPU__MXU_PATH_AVX2 = 2,
+  TPU__MXU_PATH_AVX512 = 3
+} tpu__mxu_path;
+
+/* Whether this CPU runs the path (AUTO and SCALAR: always). */
+int tpu__mxu_path_supported(tpu__mxu_path p);
 
 /* Sets the path for later calls, process-wide (not thread-safe: call it between matmuls);
  * returns the previous setting. */
 tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p);
 
-/* Name of the micro-kernel the current setting uses on this machine: "avx2" or "scalar". */
+/* Name of the instruction set the current setting uses on this machine: "avx512", "avx2"
+ * or "scalar". */
 const char *tpu__mxu_kernel_name(void);
 
 /* Splits an f32 value into three bf16 parts, x = p[0] + p[1] + p[2] exactly for finite x

@@ -194,6 +194,27 @@ static void chip_file_contents(void) {
     tpu_sim_result_free(r);
   }
   CHECK(cyc[0] > 0 && cyc[1] > 0 && cyc[1] < cyc[0]);
+  /* The same size, one byte changed (the loader keeps the last file it parsed): 819e9 B/s
+   * becomes 419e9, and a fresh module of the same text misses too. */
+  const char *at = strstr(chip, "819e9");
+  CHECK(at != NULL);
+  FILE *f = at ? fopen(path, "wb") : NULL;
+  if (f) {
+    fwrite(chip, 1, len, f);
+    fclose(f);
+    tpu_sim_result *r = NULL;
+    CHECK(tpu_sim_run(m, &o, NULL, 0, &r, &d) == TPU_OK);
+    CHECK_EQ_INT(cycles_of(r), cyc[0]);
+    tpu_sim_result_free(r);
+    chip[at - chip] = '4';
+    f = fopen(path, "wb");
+    fwrite(chip, 1, len, f);
+    fclose(f);
+    r = NULL;
+    CHECK(tpu_sim_run(m, &o, NULL, 0, &r, &d) == TPU_OK);
+    CHECK(cycles_of(r) > cyc[0]);
+    tpu_sim_result_free(r);
+  }
   remove(path);
   tpu_sim_module_free(m);
   free(chip);
@@ -233,12 +254,84 @@ static void trips_per_run(void) {
   CHECK(cyc[0][1] > cyc[0][0]);
   CHECK_EQ_INT(cyc[1][0], cyc[0][0]);
   CHECK_EQ_INT(cyc[1][1], cyc[0][1]);
+  /* An entry keeps the timings of the trip counts it has seen: each run still gets its own
+   * counts' cycles, back and forth and past the number kept. */
+  int64_t want[12];
+  for (int pass = 0; pass < 2; pass++) {
+    tpu_sim_cache_configure(pass ? 16 : 0);
+    for (int k = 0; k < 24; k++) {
+      int j = k < 12 ? k : 23 - k;
+      for (int i = 0; i < 10; i++) x[i] = (float)(1 << j) + 0.5f;
+      tpu_sim_result *r = NULL;
+      CHECK(m && tpu_sim_run(m, &o, &a, 1, &r, &d) == TPU_OK);
+      if (!pass && k < 12) want[j] = cycles_of(r);
+      if (pass) CHECK_EQ_INT(cycles_of(r), want[j]);
+      tpu_sim_result_free(r);
+    }
+  }
+  CHECK(want[11] > want[1]);
   tpu_sim_module_free(m);
   free(text);
 }
 
+/* A module takes its last run's entry back without the whole key only while the cache
+ * holds it: after a clear, an eviction or the cache turned off, a run misses and compiles. */
+static void module_memo(void) {
+  const char *hlo = "HloModule m\nENTRY e {\n  a = f32[64,64] parameter(0)\n"
+                    "  ROOT d = f32[64,64] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+  const char *hlo2 = "HloModule m2\nENTRY e {\n  a = f32[64,64] parameter(0)\n  ROOT n = f32[64,64] negate(a)\n}\n";
+  tpu_diag d;
+  tpu_sim_module *m = NULL, *m2 = NULL;
+  CHECK(tpu_sim_load_text("memo.hlo", hlo, strlen(hlo), &m, &d) == TPU_OK);
+  CHECK(tpu_sim_load_text("memo2.hlo", hlo2, strlen(hlo2), &m2, &d) == TPU_OK);
+  if (!m || !m2) return;
+  tpu_sim_options o;
+  tpu_sim_options_init(&o);
+  o.mode = "timing";
+  int64_t hits, misses, h0, m0;
+  int entries;
+  tpu_sim_result *r = NULL;
+#define RUN(mod, dh, dm)                                               \
+  do {                                                                 \
+    tpu_sim_cache_stats(&h0, &m0, NULL);                               \
+    CHECK(tpu_sim_run(mod, &o, NULL, 0, &r, &d) == TPU_OK);            \
+    tpu_sim_result_free(r);                                            \
+    r = NULL;                                                          \
+    tpu_sim_cache_stats(&hits, &misses, NULL);                         \
+    CHECK_EQ_INT(hits - h0, dh);                                       \
+    CHECK_EQ_INT(misses - m0, dm);                                     \
+  } while (0)
+  tpu_sim_cache_configure(16);
+  tpu_sim_cache_clear();
+  RUN(m, 0, 1);
+  RUN(m, 1, 0);
+  tpu_sim_cache_clear();
+  RUN(m, 0, 1); /* cleared: compiled again */
+  RUN(m, 1, 0);
+  tpu_sim_cache_configure(1);
+  RUN(m2, 0, 1); /* evicts m's entry */
+  tpu_sim_cache_stats(NULL, NULL, &entries);
+  CHECK_EQ_INT(entries, 1);
+  RUN(m, 0, 1);
+  RUN(m, 1, 0);
+  tpu_sim_cache_configure(0);
+  RUN(m, 0, 0); /* off: neither a hit nor a miss */
+  tpu_sim_cache_configure(16);
+  RUN(m, 0, 1);
+  o.precision = "highest"; /* another setting: its own entry */
+  RUN(m, 0, 1);
+  RUN(m, 1, 0);
+  o.precision = NULL;
+  RUN(m, 1, 0);
+#undef RUN
+  tpu_sim_module_free(m);
+  tpu_sim_module_free(m2);
+  tpu_sim_cache_clear();
+}
+
 int main(void) {
   hits_and_identity();
+  module_memo();
   chip_file_contents();
   trips_per_run();
   tpu_sim_cache_clear();

@@ -223,8 +223,9 @@ static void test_s8(void) {
     int32_t *got = malloc(sizeof(int32_t) * (size_t)(M * N));
     for (int64_t i = 0; i < M * KK; i++) A[i] = (int8_t)(rnd() & 0xff);
     for (int64_t i = 0; i < KK * N; i++) W[i] = (int8_t)((rnd() & 1) ? -128 : (int)(rnd() & 0xff));
-    for (int path = 0; path < 2; path++) {
-      tpu__mxu_path old = tpu__mxu_set_path(path ? TPU__MXU_PATH_SCALAR : TPU__MXU_PATH_AUTO);
+    for (int path = 0; path < 4; path++) {
+      if (!tpu__mxu_path_supported((tpu__mxu_path)path)) continue;
+      tpu__mxu_path old = tpu__mxu_set_path((tpu__mxu_path)path);
       tpu_mxu_matmul_s8(A, W, got, M, KK, N, 1 + s % 4);
       tpu__mxu_set_path(old);
       for (int64_t m = 0; m < M; m++)
@@ -573,13 +574,85 @@ static void test_batch_and_bf16f(void) {
   free(got);
 }
 
+/* Every instruction set this CPU has gives the reference's bits: random shapes, specials,
+ * carried psums, narrow N, threads; the s8 and f32-sequential kernels too. */
+static void test_paths(void) {
+  static const tpu__mxu_path paths[] = {TPU__MXU_PATH_SCALAR, TPU__MXU_PATH_AVX2, TPU__MXU_PATH_AVX512};
+  static const char *names[] = {"scalar", "avx2", "avx512"};
+  for (int p = 0; p < 3; p++) {
+    if (!tpu__mxu_path_supported(paths[p])) {
+      printf("path %s: not on this CPU\n", names[p]);
+      continue;
+    }
+    tpu__mxu_path old = tpu__mxu_set_path(paths[p]);
+    CHECK_EQ_STR(tpu__mxu_kernel_name(), names[p]);
+    int fails = 0;
+    for (int mode = 0; mode < 3; mode++) {
+      fails += !check_case(17, 40, 33, 3, 1, mode);
+      fails += !check_case(70, 300, 50, 128, 2, mode);
+      fails += !check_case(20, 600, 20, 600, 3, mode); /* psums carried between chunks */
+      fails += !check_case(50, 300, 4, 256, 2, mode);  /* narrow N: C = out^T */
+      fails += !check_case(37, 129, 97, 64, 2, mode);
+      fails += !check_case(6, 64, 32, 128, 1, mode); /* one full AVX-512 tile */
+    }
+    CHECK_EQ_INT(fails, 0);
+    tpu__mxu_set_path(old);
+  }
+}
+
+/* A fused multiply-add gives the array's bits only where every product is exact; the kernels
+ * must not use one otherwise. Two finite cases where it would differ: a product that rounds
+ * as a subnormal (a tie), and a product that overflows before a cancelling sum. */
+static void test_fma_guard(void) {
+  enum { M = 8, K = 3, N = 40 };
+  const float cases[2][2][K] = {
+      /* 2^-126 + 2^-149 + 1.5*2^-149: the rounded product 2^-148 gives 2^-126 + 3*2^-149,
+       * a fused step 2^-126 + 2*2^-149 (the tie 2.5 goes to even). */
+      {{0x1p-63f, 0x1p-75f, 0x1.8p-75f}, {0x1p-63f, 0x1p-74f, 0x1p-74f}},
+      /* -1.5*2^127 + 2^64*2^64: the rounded product is inf (the sum inf), fused 2^126. */
+      {{-0x1p127f, 0x1p64f, 0.0f}, {1.5f, 0x1p64f, 0.0f}},
+  };
+  static const tpu__mxu_path paths[] = {TPU__MXU_PATH_SCALAR, TPU__MXU_PATH_AVX2, TPU__MXU_PATH_AVX512};
+  for (int c = 0; c < 2; c++) {
+    tpu_bf16 A[M * K], W[K * N];
+    for (int m = 0; m < M; m++)
+      for (int k = 0; k < K; k++) A[m * K + k] = tpu_bf16_from_f32(cases[c][0][k]);
+    for (int k = 0; k < K; k++)
+      for (int n = 0; n < N; n++) W[k * N + n] = tpu_bf16_from_f32(cases[c][1][k]);
+    float want[M * N], got[M * N];
+    ref_bf16(A, W, want, M, K, N, K);
+    CHECK_EQ_INT(tpu_f32_bits(want[0]), c == 0 ? tpu_f32_bits(0x1p-126f + 3 * 0x1p-149f) : 0x7f800000u);
+    for (int p = 0; p < 3; p++) {
+      if (!tpu__mxu_path_supported(paths[p])) continue;
+      tpu__mxu_path old = tpu__mxu_set_path(paths[p]);
+      int64_t at;
+      tpu_mxu_matmul_bf16(A, W, got, M, K, N, K, 1);
+      CHECK(same_bits(got, want, M * N, &at));
+      float Af[M * K], Wf[K * N]; /* the same values held as f32 */
+      for (int i = 0; i < M * K; i++) Af[i] = tpu_bf16_to_f32(A[i]);
+      for (int i = 0; i < K * N; i++) Wf[i] = tpu_bf16_to_f32(W[i]);
+      tpu__mxu_matmul_bf16f(Af, Wf, got, 1, M, K, N, K, 1);
+      CHECK(same_bits(got, want, M * N, &at));
+      tpu__mxu_set_path(old);
+    }
+  }
+}
+
 int main(void) {
   printf("micro-kernel: %s\n", tpu__mxu_kernel_name());
   test_gemm_seq();
+  for (int p = TPU__MXU_PATH_SCALAR; p <= TPU__MXU_PATH_AVX512; p++) { /* every instruction set */
+    if (!tpu__mxu_path_supported((tpu__mxu_path)p)) continue;
+    tpu__mxu_path old = tpu__mxu_set_path((tpu__mxu_path)p);
+    test_gemm_seq();
+    tpu__mxu_set_path(old);
+  }
   test_batch_and_bf16f();
   test_hand_cases();
   test_shapes();
   test_scalar_path();
+  test_paths();
+  test_fma_guard();
   test_alloc_failure();
   test_s8();
   test_split();
