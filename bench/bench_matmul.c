@@ -1,7 +1,7 @@
 /* MXU fast kernel vs OpenBLAS sgemm: GFLOP/s on the same data and thread count, the ratio,
  * and a bit-exactness check of the kernel against the contract on sampled entries.
  * Usage: bench_matmul [--threads T] [--R DEPTH] [--min-time SECONDS] [--quick]
- *                     [--shape MxKxN] */
+ *                     [--shape MxKxN] [--path auto|avx512|avx2|scalar] [--no-fma] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +92,7 @@ static void best_times(const run_ctx *c, double min_time, double t[2]) {
 }
 
 int main(int argc, char **argv) {
-  int threads = 2, quick = 0;
+  int threads = 2, quick = 0, fma = 1;
   int64_t R = 128;
   shape one = {0, 0, 0};
   double min_time = 0.5;
@@ -105,6 +105,24 @@ int main(int argc, char **argv) {
       min_time = atof(argv[++i]);
     else if (!strcmp(argv[i], "--quick"))
       quick = 1;
+    else if (!strcmp(argv[i], "--no-fma"))
+      fma = 0;
+    else if (!strcmp(argv[i], "--path") && i + 1 < argc) {
+      const char *p = argv[++i];
+      tpu__mxu_path path = !strcmp(p, "scalar")   ? TPU__MXU_PATH_SCALAR
+                           : !strcmp(p, "avx2")   ? TPU__MXU_PATH_AVX2
+                           : !strcmp(p, "avx512") ? TPU__MXU_PATH_AVX512
+                                                  : TPU__MXU_PATH_AUTO;
+      if (strcmp(p, "auto") && path == TPU__MXU_PATH_AUTO) {
+        fprintf(stderr, "error: --path wants auto, avx512, avx2 or scalar\n");
+        return 2;
+      }
+      if (!tpu__mxu_path_supported(path)) {
+        fprintf(stderr, "error: this CPU has no %s\n", p);
+        return 2;
+      }
+      tpu__mxu_set_path(path);
+    }
     else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
       long long m, k, n;
       if (sscanf(argv[++i], "%lldx%lldx%lld", &m, &k, &n) != 3 || m < 1 || k < 1 || n < 1) {
@@ -114,7 +132,9 @@ int main(int argc, char **argv) {
       one.M = m, one.K = k, one.N = n;
     }
     else {
-      fprintf(stderr, "usage: %s [--threads T] [--R DEPTH] [--min-time S] [--quick] [--shape MxKxN]\n",
+      fprintf(stderr,
+              "usage: %s [--threads T] [--R DEPTH] [--min-time S] [--quick] [--shape MxKxN] "
+              "[--path auto|avx512|avx2|scalar] [--no-fma]\n",
               argv[0]);
       return 2;
     }
@@ -132,7 +152,9 @@ int main(int argc, char **argv) {
   openblas_set_num_threads(threads);
   printf("OpenBLAS: %s\n", openblas_get_config());
 #endif
-  printf("tpusim micro-kernel: %s, threads: %d, K-tile depth R: %lld\n", tpu__mxu_kernel_name(),
+  tpu__mxu_allow_fma(fma);
+  printf("tpusim micro-kernel: %s (%s), threads: %d, K-tile depth R: %lld\n", tpu__mxu_kernel_name(),
+         fma ? "FMA where every product is exact" : "no FMA",
          threads, (long long)R);
   printf("%-18s %12s %12s %8s  %s\n", "M x K x N", "tpusim GF/s", "sgemm GF/s", "ratio",
          "bit-exact (sampled)");

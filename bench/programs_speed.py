@@ -2,8 +2,9 @@
 """Real programs in-process, warm: `Module.run` against XLA's warm execute on the CPU.
 
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2
-    python3 bench/programs_speed.py [--lib build/libtpusim.so] [--reps N] [--xla-reps N]
-                                    [--split test|tune|all] [--only NAME ...] [--backends tpu ref]
+    python3 bench/programs_speed.py [--lib build/libtpusim.so] [--base-lib OLD/libtpusim.so]
+                                    [--reps N] [--xla-reps N] [--split test|tune|all]
+                                    [--only NAME ...] [--backends tpu ref]
 
 The programs are tests/programs/cases (flax, optax, equinox, keras, jax.random ... as JAX
 lowers them, with their committed inputs), split tune/test by a hash of the name (sha1, as
@@ -15,6 +16,9 @@ bench/fidelity does; test split first). For each program, in the same run:
   - tpusim: `tpusim.load(text)` once, one `Module.run(inputs, backend=B)` to fill the
     library's cache of compiled programs, then the best of --reps runs (warm: values,
     with the compile and timing read from the cache).
+
+With --base-lib, the same tpusim runs with another build's library (in a child process, just
+after this build's, so both see the same machine load): a before/after in one run.
 
 It prints each time, the ratio tpusim / XLA, and per split the median and worst ratio.
 Needs jax and numpy. Not a test: timings depend on the machine and its load.
@@ -70,12 +74,26 @@ def xla_one(path, reps, ins):
     print(best(lambda: jax.block_until_ready(exe.execute(args)), reps))
 
 
+def tpu_one(lib, backend, reps, path, ins):
+    """Child process: tpusim's best warm Module.run with library `lib`, in seconds."""
+    os.environ["TPUSIM_LIBRARY"] = os.path.abspath(lib)
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import tpusim
+    mod = tpusim.load(open(path).read(), name=os.path.basename(os.path.dirname(path)))
+    leaves = [np.load(f) for f in ins]
+    print(best(lambda: mod.run(leaves, backend=backend, progress=False), reps))
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--xla-one":
         xla_one(sys.argv[3], int(sys.argv[2]), sys.argv[4:])
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--tpu-one":
+        tpu_one(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6:])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libtpusim.so"))
+    ap.add_argument("--base-lib", help="another build's libtpusim.so, timed alongside")
     ap.add_argument("--reps", type=int, default=20, help="warm tpusim runs per program (best taken)")
     ap.add_argument("--xla-reps", type=int, default=50, help="XLA runs per program (best taken)")
     ap.add_argument("--split", default="all", choices=["test", "tune", "all"])
@@ -97,6 +115,8 @@ def main():
     print(f"tpusim {tpusim.version()}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}; "
           f"TPUSIM_THREADS={os.environ.get('TPUSIM_THREADS', '-')}")
     hdr = f"{'split':<5} {'program':<32} {'XLA ms':>8}" + "".join(f" {b + ' ms':>9} {b + '/XLA':>8}" for b in a.backends)
+    if a.base_lib:
+        hdr += "".join(f" {'base ' + b + ' ms':>12} {'base/XLA':>8}" for b in a.backends)
     print(hdr)
     print("-" * len(hdr))
     rows = []
@@ -125,12 +145,22 @@ def main():
             row[b + "_ms"] = t * 1e3
             row[b + "_ratio"] = t / t_xla
             line += f" {t * 1e3:>9.3f} {t / t_xla:>7.1f}x"
+        for b in (a.backends if a.base_lib else []):
+            r = subprocess.run([sys.executable, __file__, "--tpu-one", a.base_lib, b, str(a.reps), prog] + ins,
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                line += f" {'error':>12} {'-':>8}"
+                continue
+            t = float(r.stdout.strip().splitlines()[-1])
+            row["base_" + b + "_ms"] = t * 1e3
+            row["base_" + b + "_ratio"] = t / t_xla
+            line += f" {t * 1e3:>12.3f} {t / t_xla:>7.1f}x"
         rows.append(row)
         print(line, flush=True)
     print()
     for split in ("test", "tune", "all"):
         sel = [r for r in rows if split == "all" or r["split"] == split]
-        for b in a.backends:
+        for b in a.backends + (["base_" + b for b in a.backends] if a.base_lib else []):
             rs = [r[b + "_ratio"] for r in sel if b + "_ratio" in r]
             if not rs:
                 continue

@@ -55,6 +55,13 @@ static inline float canon_nan(float v) { return isnan(v) ? tpu_f32_from_bits(CAN
  * AVX2 (NR = 16), or plain C (NR = 16). Each path sums the same products in the same order. */
 
 static tpu__mxu_path g_path = TPU__MXU_PATH_AUTO;
+static int g_allow_fma = 1;
+
+int tpu__mxu_allow_fma(int allow) {
+  int old = g_allow_fma;
+  g_allow_fma = allow != 0;
+  return old;
+}
 
 tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p) {
   tpu__mxu_path old = g_path;
@@ -612,7 +619,7 @@ static ukernel_fn pick_ukernel(const void *A, const void *W, int f32, int bf16va
   *nr = isa == ISA_AVX512 ? NR_MAX : NR16;
 #if MXU_X86
   int fma = 0;
-  if (isa != ISA_SCALAR && bf16vals && cpu_fma()) {
+  if (isa != ISA_SCALAR && bf16vals && g_allow_fma && cpu_fma()) {
     size_t na = (size_t)(nb * M * K), nw = (size_t)(nb * K * N);
     abs_range ra = f32 ? range_f32(A, na) : range_bf16(A, na);
     abs_range rw = f32 ? range_f32(W, nw) : range_bf16(W, nw);

@@ -19,6 +19,11 @@ typedef enum {
 /* Whether this CPU runs the path (AUTO and SCALAR: always). */
 int tpu__mxu_path_supported(tpu__mxu_path p);
 
+/* Whether the vector paths may use fused multiply-adds where every product is exact (1, the
+ * default) or never (0: the multiply-and-add kernels, for tests and benchmarks); returns the
+ * previous setting. Process-wide, as tpu__mxu_set_path. */
+int tpu__mxu_allow_fma(int allow);
+
 /* Sets the path for later calls, process-wide (not thread-safe: call it between matmuls);
  * returns the previous setting. */
 tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p);

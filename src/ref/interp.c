@@ -10,11 +10,22 @@
 
 #define MAX_CALL_DEPTH 200
 
+/* What a call of a computation needs that does not depend on the values (computed at its
+ * first call in a run, then reused by every call: a loop body's iterations). */
+typedef struct comp_plan {
+  const tpu_comp *c;
+  int *uses;    /* each instruction's reads in this computation */
+  uint8_t *inl; /* inlined into a fused elementwise tree (ref/fused.h) */
+  int maxops;   /* the most operands of an instruction */
+} comp_plan;
+
 struct tpu_interp {
   int64_t while_limit;
   int depth;
   const tpu_ref_opts *opts; /* never NULL */
   int64_t step, nsteps;     /* the entry instruction running, for progress */
+  comp_plan *plans;         /* open addressing on the computation's address; cap a power of 2 */
+  int nplans, capplans;
 };
 
 static int64_t g_while_limit = 100000000;
@@ -82,10 +93,6 @@ static int value_matches(const tpu_tensor *v, const tpu_shape *s) {
   for (int i = 0; i < s->rank; i++)
     if (v->dims[i] != s->dims[i]) return 0;
   return 1;
-}
-
-static tpu_status fail_oom(const tpu_instr *in, tpu_diag *d) {
-  return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory evaluating '%s'", in->name);
 }
 
 static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *init, tpu_tensor *out, tpu_diag *d) {
@@ -339,18 +346,81 @@ static tpu_status async_start(const tpu_instr *in, const tpu_tensor *operand, co
 }
 
 /* Per-call evaluation state: each instruction's value is either borrowed (a parameter's
- * argument, a constant's literal) or owned; owned values are freed after their last use. */
+ * argument, a constant's literal, an element of a borrowed tuple) or owned; owned values are
+ * freed after their last use. */
 typedef struct {
   const tpu_tensor **val;
   tpu_tensor *own;
   int *uses;
-  uint8_t *inl; /* inlined into a fused elementwise tree (ref/fused.h) */
-  int *scratch;
 } frame;
 
 /* One use of operand o is done: its value is freed after its last. */
 static void release(frame *f, const tpu_comp *c, const tpu_instr *o) {
   if (--f->uses[o->id] == 0 && o != c->root) tpu_tensor_free(&f->own[o->id]);
+}
+
+static size_t plan_slot(const tpu_comp *c, int cap) {
+  uintptr_t h = (uintptr_t)c;
+  h ^= h >> 17;
+  h *= (uintptr_t)0x9e3779b97f4a7c15ull;
+  return (size_t)(h >> 7) & (size_t)(cap - 1);
+}
+
+/* The plan of computation c in this run: from the run's table, or made now. NULL when out of
+ * memory. */
+static const comp_plan *plan_of(tpu_interp *ip, const tpu_comp *c) {
+  if (ip->capplans) {
+    for (size_t i = plan_slot(c, ip->capplans);; i = (i + 1) & (size_t)(ip->capplans - 1)) {
+      if (ip->plans[i].c == c) return &ip->plans[i];
+      if (!ip->plans[i].c) break;
+    }
+  }
+  if (2 * (ip->nplans + 1) > ip->capplans) { /* grow: at most half full */
+    int cap = ip->capplans ? 2 * ip->capplans : 16;
+    comp_plan *np = tpu_calloc((size_t)cap, sizeof *np);
+    if (!np) return NULL;
+    for (int i = 0; i < ip->capplans; i++)
+      if (ip->plans[i].c) {
+        size_t j = plan_slot(ip->plans[i].c, cap);
+        while (np[j].c) j = (j + 1) & (size_t)(cap - 1);
+        np[j] = ip->plans[i];
+      }
+    tpu_free(ip->plans);
+    ip->plans = np;
+    ip->capplans = cap;
+  }
+  int n = c->ninstrs;
+  comp_plan pl = {c, tpu_calloc((size_t)n + 1, sizeof(int)), tpu_calloc((size_t)n + 1, 1), 1};
+  int *size = tpu_calloc((size_t)n + 1, sizeof(int));
+  if (!pl.uses || !pl.inl || !size) {
+    tpu_free(pl.uses);
+    tpu_free(pl.inl);
+    tpu_free(size);
+    return NULL;
+  }
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    for (int k = 0; k < in->noperands; k++) pl.uses[in->operands[k]->id]++;
+    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) pl.uses[in->operands[0]->operands[0]->id]++; /* read too */
+    if (in->noperands > pl.maxops) pl.maxops = in->noperands;
+  }
+  tpu__ref_fuse_plan(c, pl.uses, pl.inl, size);
+  tpu_free(size);
+  size_t j = plan_slot(c, ip->capplans);
+  while (ip->plans[j].c) j = (j + 1) & (size_t)(ip->capplans - 1);
+  ip->plans[j] = pl;
+  ip->nplans++;
+  return &ip->plans[j];
+}
+
+static void plans_free(tpu_interp *ip) {
+  for (int i = 0; i < ip->capplans; i++) {
+    tpu_free(ip->plans[i].uses);
+    tpu_free(ip->plans[i].inl);
+  }
+  tpu_free(ip->plans);
+  ip->plans = NULL;
+  ip->nplans = ip->capplans = 0;
 }
 
 tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, int nargs, tpu_tensor *out,
@@ -362,23 +432,23 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
   if (ip->depth >= MAX_CALL_DEPTH)
     return TPU_FAIL(d, TPU_ERR_LIMIT, c->loc, "calls nested deeper than %d", MAX_CALL_DEPTH);
   int n = c->ninstrs;
+  const comp_plan *pl = plan_of(ip, c);
+  if (!pl) return TPU_FAIL(d, TPU_ERR_NOMEM, c->loc, "out of memory");
+  /* One block: val[n], own[n], uses[n], opv[maxops]. */
+  size_t nn = (size_t)n + 1;
+  char *block = tpu_malloc(nn * (sizeof(tpu_tensor *) + sizeof(tpu_tensor) + sizeof(int)) +
+                           (size_t)pl->maxops * sizeof(tpu_tensor *) + 16);
+  if (!block) return TPU_FAIL(d, TPU_ERR_NOMEM, c->loc, "out of memory");
   frame f;
-  f.val = tpu_calloc((size_t)n, sizeof *f.val);
-  f.own = tpu_calloc((size_t)n, sizeof *f.own);
-  f.uses = tpu_calloc((size_t)n, sizeof *f.uses);
-  f.inl = tpu_calloc((size_t)n, sizeof *f.inl);
-  f.scratch = tpu_calloc((size_t)n, sizeof *f.scratch);
-  const tpu_tensor **opv = tpu_calloc(1, sizeof *opv);
-  int opcap = 1;
+  f.own = (tpu_tensor *)(void *)block;
+  f.val = (const tpu_tensor **)(void *)(f.own + nn);
+  const tpu_tensor **opv = f.val + nn;
+  f.uses = (int *)(void *)(opv + pl->maxops);
+  memset(f.own, 0, nn * sizeof *f.own);
+  memset(f.val, 0, nn * sizeof *f.val);
+  memcpy(f.uses, pl->uses, nn * sizeof *f.uses);
+  const uint8_t *inl = pl->inl;
   tpu_status st = TPU_OK;
-  if (!f.val || !f.own || !f.uses || !f.inl || !f.scratch || !opv)
-    st = TPU_FAIL(d, TPU_ERR_NOMEM, c->loc, "out of memory");
-  for (int i = 0; st == TPU_OK && i < c->norder; i++) {
-    const tpu_instr *in = c->order[i];
-    for (int k = 0; k < in->noperands; k++) f.uses[in->operands[k]->id]++;
-    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) f.uses[in->operands[0]->operands[0]->id]++; /* read too */
-  }
-  if (st == TPU_OK) tpu__ref_fuse_plan(c, f.uses, f.inl, f.scratch);
   ip->depth++;
   for (int i = 0; st == TPU_OK && i < c->norder; i++) {
     const tpu_instr *in = c->order[i];
@@ -396,7 +466,27 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       f.val[id] = in->literal;
       continue;
     }
-    if (f.inl[id]) continue; /* evaluated inside its user's tree */
+    if (inl[id]) continue; /* evaluated inside its user's tree */
+    if (in->op == TPU_OP_GET_TUPLE_ELEMENT && in != c->root) {
+      /* An element of a borrowed tuple is borrowed too (it lives as long as the call's
+       * arguments); an owned tuple read here for the last time gives its element up. */
+      const tpu_instr *o = in->operands[0];
+      const tpu_tensor *tv = f.val[o->id];
+      int borrow = tv != &f.own[o->id], take = !borrow && f.uses[o->id] == 1 && o != c->root;
+      if (borrow || take) {
+        if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
+        if (borrow) {
+          f.val[id] = &tv->elems[in->index];
+        } else {
+          f.own[id] = f.own[o->id].elems[in->index];
+          memset(&f.own[o->id].elems[in->index], 0, sizeof f.own[o->id].elems[in->index]);
+          f.val[id] = &f.own[id];
+        }
+        release(&f, c, o);
+        if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
+        continue;
+      }
+    }
     if (in->op == TPU_OP_TUPLE) {
       /* Operands read here for the last time move into the tuple instead of being copied. */
       if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
@@ -421,23 +511,14 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
     }
     if (tpu__ref_fusible(in)) {
       if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
-      st = tpu__ref_fused_eval(in, f.inl, f.val, &f.own[id], d);
+      st = tpu__ref_fused_eval(in, inl, f.val, &f.own[id], d);
       if (st != TPU_OK) break;
       if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
       f.val[id] = &f.own[id];
       const tpu_instr *leaves[96];
-      int nl = tpu__ref_fused_leaves(in, f.inl, leaves);
+      int nl = tpu__ref_fused_leaves(in, inl, leaves);
       for (int k = 0; k < nl; k++) release(&f, c, leaves[k]);
       continue;
-    }
-    if (in->noperands > opcap) {
-      const tpu_tensor **nv = tpu_realloc(opv, sizeof *opv * (size_t)in->noperands);
-      if (!nv) {
-        st = fail_oom(in, d);
-        break;
-      }
-      opv = nv;
-      opcap = in->noperands;
     }
     for (int k = 0; k < in->noperands; k++) opv[k] = f.val[in->operands[k]->id];
     if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
@@ -461,14 +542,8 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       st = tpu_tensor_clone(out, f.val[r], d);
     }
   }
-  if (f.own)
-    for (int i = 0; i < n; i++) tpu_tensor_free(&f.own[i]);
-  tpu_free(f.val);
-  tpu_free(f.own);
-  tpu_free(f.uses);
-  tpu_free(f.inl);
-  tpu_free(f.scratch);
-  tpu_free(opv);
+  for (int i = 0; i < n; i++) tpu_tensor_free(&f.own[i]);
+  tpu_free(block);
   return st;
 }
 
@@ -492,10 +567,11 @@ tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nar
   const tpu_tensor **argv = tpu_calloc((size_t)(nargs ? nargs : 1), sizeof *argv);
   if (!argv) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   for (int i = 0; i < nargs; i++) argv[i] = &args[i];
-  tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts, 0, 0};
+  tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts, 0, 0, NULL, 0, 0};
   tpu_tensor_pool_begin();
   tpu_status st = tpu__ref_call(&ip, e, argv, nargs, out, d);
   tpu_tensor_pool_end();
+  plans_free(&ip);
   tpu_free(argv);
   return st;
 }

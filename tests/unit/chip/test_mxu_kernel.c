@@ -587,14 +587,18 @@ static void test_paths(void) {
     tpu__mxu_path old = tpu__mxu_set_path(paths[p]);
     CHECK_EQ_STR(tpu__mxu_kernel_name(), names[p]);
     int fails = 0;
-    for (int mode = 0; mode < 3; mode++) {
-      fails += !check_case(17, 40, 33, 3, 1, mode);
-      fails += !check_case(70, 300, 50, 128, 2, mode);
-      fails += !check_case(20, 600, 20, 600, 3, mode); /* psums carried between chunks */
-      fails += !check_case(50, 300, 4, 256, 2, mode);  /* narrow N: C = out^T */
-      fails += !check_case(37, 129, 97, 64, 2, mode);
-      fails += !check_case(6, 64, 32, 128, 1, mode); /* one full AVX-512 tile */
+    for (int fma = 1; fma >= 0; fma--) { /* FMA kernels where allowed (mode 0's values), then none */
+      tpu__mxu_allow_fma(fma);
+      for (int mode = 0; mode < 3; mode++) {
+        fails += !check_case(17, 40, 33, 3, 1, mode);
+        fails += !check_case(70, 300, 50, 128, 2, mode);
+        fails += !check_case(20, 600, 20, 600, 3, mode); /* psums carried between chunks */
+        fails += !check_case(50, 300, 4, 256, 2, mode);  /* narrow N: C = out^T */
+        fails += !check_case(37, 129, 97, 64, 2, mode);
+        fails += !check_case(6, 64, 32, 128, 1, mode); /* one full AVX-512 tile */
+      }
     }
+    tpu__mxu_allow_fma(1);
     CHECK_EQ_INT(fails, 0);
     tpu__mxu_set_path(old);
   }
