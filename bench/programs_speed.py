@@ -17,8 +17,9 @@ bench/fidelity does; test split first). For each program, in the same run:
     library's cache of compiled programs, then the best of --reps runs (warm: values,
     with the compile and timing read from the cache).
 
-With --base-lib, the same tpusim runs with another build's library (in a child process, just
-after this build's, so both see the same machine load): a before/after in one run.
+With --base-lib (and --base-python, that build's python/ folder), the same tpusim runs with
+another build (in a child process, just after this build's, so both see the same machine
+load): a before/after in one run.
 
 It prints each time, the ratio tpusim / XLA, and per split the median and worst ratio.
 Needs jax and numpy. Not a test: timings depend on the machine and its load.
@@ -74,10 +75,11 @@ def xla_one(path, reps, ins):
     print(best(lambda: jax.block_until_ready(exe.execute(args)), reps))
 
 
-def tpu_one(lib, backend, reps, path, ins):
-    """Child process: tpusim's best warm Module.run with library `lib`, in seconds."""
+def tpu_one(lib, pkg, backend, reps, path, ins):
+    """Child process: tpusim's best warm Module.run with library `lib` and the Python package
+    in folder `pkg`, in seconds."""
     os.environ["TPUSIM_LIBRARY"] = os.path.abspath(lib)
-    sys.path.insert(0, os.path.join(ROOT, "python"))
+    sys.path.insert(0, os.path.abspath(pkg))
     import tpusim
     mod = tpusim.load(open(path).read(), name=os.path.basename(os.path.dirname(path)))
     leaves = [np.load(f) for f in ins]
@@ -89,11 +91,13 @@ def main():
         xla_one(sys.argv[3], int(sys.argv[2]), sys.argv[4:])
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--tpu-one":
-        tpu_one(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6:])
+        tpu_one(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6], sys.argv[7:])
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libtpusim.so"))
     ap.add_argument("--base-lib", help="another build's libtpusim.so, timed alongside")
+    ap.add_argument("--base-python", default=os.path.join(ROOT, "python"),
+                    help="the folder holding that build's Python package (default: this tree's python/)")
     ap.add_argument("--reps", type=int, default=20, help="warm tpusim runs per program (best taken)")
     ap.add_argument("--xla-reps", type=int, default=50, help="XLA runs per program (best taken)")
     ap.add_argument("--split", default="all", choices=["test", "tune", "all"])
@@ -146,7 +150,7 @@ def main():
             row[b + "_ratio"] = t / t_xla
             line += f" {t * 1e3:>9.3f} {t / t_xla:>7.1f}x"
         for b in (a.backends if a.base_lib else []):
-            r = subprocess.run([sys.executable, __file__, "--tpu-one", a.base_lib, b, str(a.reps), prog] + ins,
+            r = subprocess.run([sys.executable, __file__, "--tpu-one", a.base_lib, a.base_python, b, str(a.reps), prog] + ins,
                                capture_output=True, text=True)
             if r.returncode != 0:
                 line += f" {'error':>12} {'-':>8}"

@@ -118,8 +118,23 @@ class Module:
             mesh=None, topology=None, slices=None, progress=None, windowed_einsum=True):
         """Runs the entry computation; see tpusim.run."""
         L = _lib.lib()
-        o, keep_opts = self._options(backend, chip, precision, mode, out_shardings, mesh, topology, slices,
-                                     windowed_einsum)
+        # The options struct of these settings is built once per Module (ctypes keeps the
+        # strings it points to alive).
+        memo = self.__dict__.setdefault("_opts_memo", {})
+        key = None
+        if out_shardings is None:
+            key = (backend, chip, precision, mode, mesh, topology, slices, bool(windowed_einsum),
+                   os.environ.get("TPUSIM_CHIPS"))
+        try:
+            hit = memo.get(key) if key is not None else None
+        except TypeError:  # an unhashable setting (a dict mesh)
+            key = hit = None
+        if hit is None:
+            hit = self._options(backend, chip, precision, mode, out_shardings, mesh, topology, slices,
+                                windowed_einsum)
+            if key is not None and len(memo) < 16:
+                memo[key] = hit
+        o, keep_opts = hit
         arrays, keep = self._inputs(inputs if inputs is not None else [], mode)
         r = ctypes.c_void_p()
         d = _lib.Diag()
@@ -311,10 +326,14 @@ class _Result:
     def outputs(self):
         L = _lib.lib()
         outs = []
+        a = _lib.Array()  # refilled per output: _to_numpy copies what it needs
+        d = _lib.Diag()
+        ra, rd = ctypes.byref(a), ctypes.byref(d)
+        get = L.tpu_sim_result_output
         for i in range(L.tpu_sim_result_noutputs(self._h)):
-            a = _lib.Array()
-            d = _lib.Diag()
-            _lib.check(L.tpu_sim_result_output(self._h, i, ctypes.byref(a), ctypes.byref(d)), d)
+            st = get(self._h, i, ra, rd)
+            if st:
+                _lib.check(st, d)
             if a.dtype < 0:  # a token
                 outs.append(None)
                 continue
