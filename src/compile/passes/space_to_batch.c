@@ -14,8 +14,8 @@
  * The rule, read from XLA's converter and checked against the compiler's programs (49 of 49
  * convolutions in bench/fidelity/families, and libtpu probes of batch 4..16): a
  * convolution is split when
- *   - its batch is at most 7 (a libtpu probe on v5e: batch 4, 5, 6, 7 are split, 8 and 16
- *     are not) and batch_group_count is 1;
+ *   - its batch is at most 7 (libtpu probes: batch 4, 5, 6, 7 are split on v5e, 7 on v4, v5p
+ *     and v6e too, 8 and 16 are not) and batch_group_count is 1;
  *   - it has no feature groups, or one group per input feature (depthwise); a grouped
  *     convolution keeps its batch (8 of 8 in the corpus; the compiler rewrites groups first);
  *   - along the split dimension: no base (lhs) dilation (the compiler splits some of those
