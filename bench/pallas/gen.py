@@ -27,6 +27,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tpusim"))
 import pallas_decode  # noqa: E402
 
@@ -268,6 +269,24 @@ case("paged_attention_f32_b2_h1_p8x16_d128", paged(4),
                 jnp.asarray([60, 23], jnp.int32), jnp.asarray([[3, 0, 7, 1], [6, 2, 4, 5]], jnp.int32)],
      None)  # no independent jnp reference: interpret mode is the only one
 
+# User-style kernels of bench/pallas/user.py whose ops the library kernels above do not use
+# (pltpu.roll with and without a stride, argmax/argmin, pl.run_scoped, strided ref reads,
+# a nested emit_pipeline, DMA out of VMEM into an ANY output): their values are pinned here.
+USER = ["alias_roll_concat_f32_16x256", "cond_argmax_f32_16x128", "run_scoped_dma_f32_64x128",
+        "strided_reshape_f32_32x256", "intdiv_roll_stride_argmin_32x128", "emit_pipeline_add_f32_64x256",
+        "manual_dma_inout_f32_128x128"]
+
+
+def _user_cases():
+    import user
+    for name, fn, make_args in user.CASES:
+        if name in USER:
+            case("user_" + name, fn, lambda r, mk=make_args: mk(r), None)
+
+
+_user_cases()
+
+
 def write(name, fn, make_args, reference):
     args = make_args(rng(name))
     d = os.path.join(OUT, name)
@@ -275,13 +294,17 @@ def write(name, fn, make_args, reference):
     from jax.sharding import SingleDeviceSharding
     dev = tpu_device()
     sds = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=SingleDeviceSharding(dev)) for a in args]
-    text = jax.jit(fn).lower(*sds).as_text(dialect="hlo")
+    with jax.default_device(dev):  # kernels that ask the TPU's kind while lowering
+        text = jax.jit(fn).lower(*sds).as_text(dialect="hlo")
     text = pallas_decode.decode_hlo(text)
     with open(os.path.join(d, "prog.hlo"), "w") as f:
         f.write(text)
     for i, a in enumerate(args):
         np.save(os.path.join(d, "in%d.npy" % i), np.asarray(a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a))
-    interp = jax.tree_util.tree_leaves(jax.jit(lambda *a: fn(*a, interpret=True))(*args))
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(dev):  # traced as for the TPU, run on CPU (the arguments' device)
+        interp = jax.tree_util.tree_leaves(jax.jit(lambda *a: fn(*a, interpret=True))(
+            *[jax.device_put(a, cpu) for a in args]))
     ref = jax.tree_util.tree_leaves(reference(*args)) if reference else [None] * len(interp)
     worst = 0.0
     for i, (a, b) in enumerate(zip(interp, ref)):  # interp0.npy ... for several results

@@ -116,6 +116,29 @@ static tpu_status alloc_ref(mo_ctx *c, int id, const tpu_mo_type *t) {
 
 static tpu_status run_block(mo_ctx *c, const tpu_mo_block *b);
 
+/* memref.alloca / tpu.sem_alloc (pl.run_scoped): a buffer live while its region runs. Each
+ * op keeps one buffer for the run (its contents are undefined at each allocation), so a
+ * scope inside a loop does not grow the run's memory; semaphores start at zero each time. */
+static tpu_status scoped_ref(mo_ctx *c, const tpu_mo_op *op) {
+  const tpu_mo_type *t = &op->rest[0];
+  int id = op->res[0];
+  if (!c->scoped) {
+    c->scoped = tpu_calloc((size_t)c->k->nvalues + 1, sizeof *c->scoped);
+    if (!c->scoped) return tpu__mo_fail(c, op, TPU_ERR_NOMEM, "out of memory");
+  }
+  if (!c->scoped[id].base) {
+    TPU_TRY(alloc_ref(c, id, t));
+    c->scoped[id] = c->vals[id];
+  }
+  val_clear(&c->vals[id]);
+  c->vals[id] = c->scoped[id];
+  if (t->sem) {
+    int64_t n = tpu__mo_numel(t->rank, t->dims);
+    for (int64_t e = 0; e < n; e++) c->scoped[id].base[e] = 0;
+  }
+  return TPU_OK;
+}
+
 static int64_t sval(mo_ctx *c, int id) { return (int64_t)c->vals[id].v[0]; }
 
 /* Element offset of indices idx (count n, leading dims) in view m; -1 out of bounds. */
@@ -186,7 +209,8 @@ static int segment(const tpu_mo_op *op, int s, int def) {
 
 static tpu_status load_store(mo_ctx *c, const tpu_mo_op *op) {
   int64_t idx[TPU_MO_MAX_RANK] = {0}, vstr[TPU_MO_MAX_RANK];
-  int store = op->code == TPU_MO_VSTORE || op->code == TPU_MO_TVSTORE || op->code == TPU_MO_MSTORE;
+  int store = op->code == TPU_MO_VSTORE || op->code == TPU_MO_TVSTORE || op->code == TPU_MO_MSTORE ||
+              op->code == TPU_MO_STRIDED_STORE;
   int base = store ? 1 : 0;
   const mo_val *m = &c->vals[op->opd[base]];
   if (m->kind != TPU_MO_MEMREF) return tpu__mo_fail(c, op, TPU_ERR_INVALID, "not a memref");
@@ -526,7 +550,7 @@ static tpu_status run_op(mo_ctx *c, const tpu_mo_op *op) {
       return st == TPU_OK && op->nres ? yield_into(c, op, 0) : st;
     }
     case TPU_MO_VLOAD: case TPU_MO_VSTORE: case TPU_MO_TVSTORE: case TPU_MO_TLOAD: case TPU_MO_TVLOAD:
-    case TPU_MO_MLOAD: case TPU_MO_MSTORE:
+    case TPU_MO_MLOAD: case TPU_MO_MSTORE: case TPU_MO_STRIDED_LOAD: case TPU_MO_STRIDED_STORE:
       return load_store(c, op);
     case TPU_MO_MEMREF_SLICE: case TPU_MO_MEMREF_SQUEEZE: case TPU_MO_MEMREF_RESHAPE: case TPU_MO_MEMREF_BITCAST:
     case TPU_MO_REINTERPRET_CAST: case TPU_MO_ERASE_LAYOUT:
@@ -538,7 +562,7 @@ static tpu_status run_op(mo_ctx *c, const tpu_mo_op *op) {
       free_vals(s, 1);
       return TPU_OK;
     }
-    case TPU_MO_SEM_ALLOC: return alloc_ref(c, op->res[0], &op->rest[0]);
+    case TPU_MO_SEM_ALLOC: case TPU_MO_ALLOCA: return scoped_ref(c, op);
     case TPU_MO_SEM_SIGNAL: {
       /* sem_signal(semaphore, amount, [device_id], [core_id]) */
       if (op->nopd > 2 && segment(op, 2, 0) && sval(c, op->opd[2]) != c->o->device_id)
@@ -858,6 +882,7 @@ static tpu_status run_any(const tpu_mosaic *k, const tpu_instr *in, const tpu_te
   tpu_status st = run_grid(&c, in, args, nargs, out);
   for (int i = 0; i < k->nvalues; i++) val_clear(&c.vals[i]);
   tpu_free(c.vals);
+  tpu_free(c.scoped);
   for (int i = 0; i < c.nowned; i++) tpu_free(c.owned[i]);
   tpu_free(c.owned);
   return st;

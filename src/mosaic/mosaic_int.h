@@ -33,6 +33,7 @@ typedef struct mo_ctx {
   int count;              /* tpu_mosaic_count: vectors carry no data */
   double **owned;         /* storage the run allocated (freed at the end) */
   int nowned, capowned;
+  mo_val *scoped;         /* per value id: the buffer of its memref.alloca / tpu.sem_alloc */
 } mo_ctx;
 
 int64_t tpu__mo_numel(int rank, const int64_t *dims);

@@ -633,6 +633,90 @@ static tpu_status bitcast(mo_ctx *c, const tpu_mo_op *op) {
   return r ? TPU_OK : st;
 }
 
+/* tpu.rotate / tpu.dynamic_rotate (pltpu.roll): jnp.roll along `dimension` by the amount
+ * (an attribute, or operand 1); with `stride` and `stride_dimension`, slice i along
+ * stride_dimension rolls by amount + i*stride. Lane and sublane rotations run on the XLU. */
+static tpu_status rotate(mo_ctx *c, const tpu_mo_op *op) {
+  const mo_val *s = in(c, op, 0);
+  const tpu_mo_type *t = &op->rest[0];
+  int64_t amount = 0, dim = -1, stride = 0, sdim = -1;
+  if (op->code == TPU_MO_DYNAMIC_ROTATE) {
+    if (op->nopd < 2) return tpu__mo_fail(c, op, TPU_ERR_INVALID, "a dynamic rotate without its amount");
+    amount = (int64_t)in(c, op, 1)->v[0];
+  } else if (!tpu_mo_attr_int(op, "amount", &amount)) {
+    return tpu__mo_fail(c, op, TPU_ERR_INVALID, "a rotate without an amount");
+  }
+  tpu_mo_attr_int(op, "dimension", &dim);
+  tpu_mo_attr_int(op, "stride", &stride);
+  tpu_mo_attr_int(op, "stride_dimension", &sdim);
+  if (dim < 0 || dim >= s->rank || sdim >= s->rank || s->kind != TPU_MO_VECTOR)
+    return tpu__mo_fail(c, op, TPU_ERR_INVALID, "a rotate along dimension %lld of a rank-%d value", (long long)dim, s->rank);
+  c->work.xlu_vregs += tpu__mo_vregs(c, t->rank, t->dims, t->dt);
+  tpu_status st = TPU_OK;
+  if (c->count) {
+    tpu__mo_def_nodata(c, op->res[0], t);
+    return TPU_OK;
+  }
+  int64_t n = tpu__mo_numel(s->rank, s->dims), idx[TPU_MO_MAX_RANK], len = s->dims[dim];
+  double *tmp = tpu_malloc(sizeof *tmp * (size_t)(n + 1));
+  if (!tmp) return tpu__mo_fail(c, op, TPU_ERR_NOMEM, "out of memory");
+  for (int64_t e = 0; e < n; e++) {
+    unflat(e, s->rank, s->dims, idx);
+    int64_t sh = amount + (sdim >= 0 ? idx[sdim] * stride : 0);
+    idx[dim] = len ? (((idx[dim] - sh) % len) + len) % len : 0;
+    tmp[e] = s->v[flat(s->rank, s->dims, idx)];
+  }
+  double *r = res(c, op, 0, &st);
+  if (r) memcpy(r, tmp, sizeof *r * (size_t)n);
+  tpu_free(tmp);
+  return r ? TPU_OK : st;
+}
+
+/* tpu.reduce_index (jnp.argmax / argmin inside a kernel): the index of the largest (smallest)
+ * element along `axis`, the first of equal ones; a NaN counts as the extreme (jnp's rule).
+ * Priced as a reduction: the VPU over the source, the XLU across lanes or sublanes. */
+static tpu_status reduce_index(mo_ctx *c, const tpu_mo_op *op) {
+  const mo_val *s = in(c, op, 0);
+  const tpu_mo_type *t = &op->rest[0];
+  int64_t axis = -1;
+  tpu_mo_attr_int(op, "axis", &axis);
+  const char *kind = kind_of(op, "kind");
+  int mx = !strncmp(kind, "arg_max", 7);
+  if (!mx && strncmp(kind, "arg_min", 7)) return tpu__mo_fail(c, op, TPU_ERR_UNSUPPORTED, "a reduce_index of kind '%s'", kind);
+  if (axis < 0 || axis >= s->rank || s->kind != TPU_MO_VECTOR)
+    return tpu__mo_fail(c, op, TPU_ERR_INVALID, "a reduce_index along axis %lld of a rank-%d value", (long long)axis, s->rank);
+  int64_t vr = tpu__mo_vregs(c, s->rank, s->dims, s->dt);
+  c->work.vpu_vregs += vr;
+  if (axis >= s->rank - 2) c->work.xlu_vregs += vr;
+  if (c->count) {
+    tpu__mo_def_nodata(c, op->res[0], t);
+    return TPU_OK;
+  }
+  int64_t n = tpu__mo_numel(t->rank, t->dims), len = s->dims[axis], oi[TPU_MO_MAX_RANK], si[TPU_MO_MAX_RANK];
+  double *tmp = tpu_malloc(sizeof *tmp * (size_t)(n + 1));
+  if (!tmp) return tpu__mo_fail(c, op, TPU_ERR_NOMEM, "out of memory");
+  for (int64_t o = 0; o < n; o++) {
+    unflat(o, t->rank, t->dims, oi);
+    for (int i = 0, k = 0; i < s->rank; i++) si[i] = i == axis ? 0 : oi[k++];
+    int64_t best = 0;
+    double bv = s->v[flat(s->rank, s->dims, si)];
+    for (int64_t j = 1; j < len && !isnan(bv); j++) {
+      si[axis] = j;
+      double x = s->v[flat(s->rank, s->dims, si)];
+      if (isnan(x) || (mx ? x > bv : x < bv)) {
+        best = j;
+        bv = x;
+      }
+    }
+    tmp[o] = (double)best;
+  }
+  tpu_status st = TPU_OK;
+  double *r = res(c, op, 0, &st);
+  if (r) memcpy(r, tmp, sizeof *r * (size_t)n);
+  tpu_free(tmp);
+  return r ? TPU_OK : st;
+}
+
 /* Count mode: an op on vectors is priced, its vector results carry no data and its scalar
  * results read 0 (a kernel whose control flow reads vector data is timed on that). */
 static tpu_status count_op(mo_ctx *c, const tpu_mo_op *op) {
@@ -682,6 +766,8 @@ tpu_status tpu__mo_vec_op(mo_ctx *c, const tpu_mo_op *op, int *handled) {
                 k == TPU_MO_ATAN2 || k == TPU_MO_COPYSIGN || k == TPU_MO_IPOWI))
       return count_op(c, op);
   }
+  if (k == TPU_MO_ROTATE || k == TPU_MO_DYNAMIC_ROTATE) return rotate(c, op);
+  if (k == TPU_MO_REDUCE_INDEX) return reduce_index(c, op);
   if (k == TPU_MO_MATMUL) return matmul(c, op);
   if (k == TPU_MO_MULTI_REDUCTION) return reduction(c, op);
   if (k == TPU_MO_BROADCAST || k == TPU_MO_VSPLAT) return broadcast(c, op);

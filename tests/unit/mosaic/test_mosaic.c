@@ -25,7 +25,11 @@ static const char *const k_cases[] = {
     "matmul_f32_32x256x128_b32x128x128", "elementwise_exp_mul_f32_64x256", "softmax_rows_f32_32x256",
     "gather_rows_prefetch_f32", "manual_dma_sum_f32_64x128", "flash_attention_causal_f32_1x1x256x64_b128",
     "flash_attention_bwd_f32_1x1x256x64_b128", "splash_causal_f32_1x256x64_b128", "paged_attention_f32_b2_h1_p8x16_d128",
-    NULL};
+    /* user-style kernels (bench/pallas/user.py): roll, argmax/argmin, run_scoped, strided
+     * reads, a nested emit_pipeline, DMAs out to an ANY result */
+    "user_alias_roll_concat_f32_16x256", "user_cond_argmax_f32_16x128", "user_run_scoped_dma_f32_64x128",
+    "user_strided_reshape_f32_32x256", "user_intdiv_roll_stride_argmin_32x128", "user_emit_pipeline_add_f32_64x256",
+    "user_manual_dma_inout_f32_128x128", NULL};
 
 static char g_src[1024];
 

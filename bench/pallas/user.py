@@ -1,0 +1,637 @@
+#!/usr/bin/env python3
+"""user.py: user-style Pallas TPU kernels (not the library's, not tuned on): each is lowered for
+a TPU, decoded, run on tpusim (reference and TPU back ends; a time on v5e, v5p and v6e) and
+compared with Pallas's interpret mode on CPU.
+
+    PYTHONPATH=python python3 bench/pallas/user.py [NAME_SUBSTRING...]     # one line a kernel
+
+The kernels are the patterns people write: BlockSpec pipelines with K-loop accumulators,
+scalar prefetch, manual double-buffered DMA, fori_loop bodies, int8 matmuls, kernels inside
+larger jitted functions, odd block shapes, bf16/f32 mixes, pl.when on program_id arithmetic,
+broadcasts, reductions and transposes inside kernels. Split tune/test by the first byte of
+sha1(name) as gen.py does; the test split is printed first."""
+import functools
+import hashlib
+import os
+import sys
+import time
+import zlib
+
+os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tpusim"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+import pallas_decode  # noqa: E402
+
+CASES = []
+
+
+def case(name, make_args):
+    def deco(fn):
+        CASES.append((name, fn, make_args))
+        return fn
+    return deco
+
+
+def f32(r, *shape, scale=1.0):
+    return jnp.asarray(r.standard_normal(shape) * scale, jnp.float32)
+
+
+def bf(r, *shape):
+    return jnp.asarray(r.standard_normal(shape), jnp.bfloat16)
+
+
+# ---- K-loop accumulating into the output block (no scratch), f32, odd N ----
+@case("acc_into_out_f32_48x512x384", lambda r: [f32(r, 48, 512), f32(r, 512, 384)])
+def acc_into_out(x, y, interpret=False):
+    def kernel(x_ref, y_ref, o_ref):
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] += jnp.dot(x_ref[...], y_ref[...])
+    bm, bk = 16, 128
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((48, 384), jnp.float32), grid=(48 // bm, 512 // bk),
+                          in_specs=[pl.BlockSpec((bm, bk), lambda i, k: (i, k)),
+                                    pl.BlockSpec((bk, 384), lambda i, k: (k, 0))],
+                          out_specs=pl.BlockSpec((bm, 384), lambda i, k: (i, 0)), interpret=interpret)(x, y)
+
+
+# ---- int8 matmul, int32 accumulator scratch, dequantised f32 output ----
+@case("int8_matmul_64x256x128", lambda r: [jnp.asarray(r.integers(-128, 128, (64, 256)), jnp.int8),
+                                           jnp.asarray(r.integers(-128, 128, (256, 128)), jnp.int8),
+                                           jnp.asarray(r.random((1, 128)) * 0.01, jnp.float32)])
+def int8_matmul(x, w, s, interpret=False):
+    def kernel(x_ref, w_ref, s_ref, o_ref, acc):
+        k = pl.program_id(1)
+
+        @pl.when(k == 0)
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        acc[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.int32)
+
+        @pl.when(k == pl.num_programs(1) - 1)
+        def _():
+            o_ref[...] = acc[...].astype(jnp.float32) * s_ref[...]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32), grid=(2, 2),
+                          in_specs=[pl.BlockSpec((32, 128), lambda i, k: (i, k)),
+                                    pl.BlockSpec((128, 128), lambda i, k: (k, 0)),
+                                    pl.BlockSpec((1, 128), lambda i, k: (0, 0))],
+                          out_specs=pl.BlockSpec((32, 128), lambda i, k: (i, 0)),
+                          scratch_shapes=[pltpu.VMEM((32, 128), jnp.int32)], interpret=interpret)(x, w, s)
+
+
+# ---- fori_loop over row chunks of a block, dynamic pl.ds slices ----
+@case("fori_rows_gelu_f32_64x256", lambda r: [f32(r, 64, 256)])
+def fori_rows(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        def body(i, carry):
+            rows = pl.ds(pl.multiple_of(i * 8, 8), 8)
+            v = x_ref[rows, :]
+            o_ref[rows, :] = jax.nn.gelu(v, approximate=True) + carry
+            return carry + jnp.sum(v)
+        lax.fori_loop(0, x_ref.shape[0] // 8, body, jnp.float32(0))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+                          in_specs=[pl.BlockSpec((32, 256), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((32, 256), lambda i: (i, 0)), interpret=interpret)(x)
+
+
+# ---- scalar prefetch: per-block scale factors and a block permutation ----
+@case("prefetch_scale_perm_f32", lambda r: [jnp.asarray([2, 0, 3, 1], jnp.int32),
+                                            jnp.asarray([0.5, -1.0, 2.0, 3.0], jnp.float32), f32(r, 64, 128)])
+def prefetch_scale(perm, scales, x, interpret=False):
+    def kernel(perm_ref, sc_ref, x_ref, o_ref):
+        i = pl.program_id(0)
+        o_ref[...] = x_ref[...] * sc_ref[i] + perm_ref[i].astype(jnp.float32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=2, grid=(4,),
+                              in_specs=[pl.BlockSpec((16, 128), lambda i, p, s: (p[i], 0))],
+                              out_specs=pl.BlockSpec((16, 128), lambda i, p, s: (i, 0))),
+                          interpret=interpret)(perm, scales, x)
+
+
+# ---- manual double-buffered DMA in and out (both operands in ANY), scratch semaphores ----
+@case("manual_dma_inout_f32_128x128", lambda r: [f32(r, 128, 128)])
+def manual_dma_inout(x, interpret=False):
+    ch = 16
+
+    def kernel(x_hbm, o_hbm, buf, obuf, sin, sout):
+        n = x_hbm.shape[0] // ch
+
+        def cin(i, s):
+            return pltpu.make_async_copy(x_hbm.at[pl.ds(i * ch, ch)], buf.at[s], sin.at[s])
+
+        def cout(i, s):
+            return pltpu.make_async_copy(obuf.at[s], o_hbm.at[pl.ds(i * ch, ch)], sout.at[s])
+        cin(0, 0).start()
+
+        @pl.loop(0, n)
+        def _(i):
+            s = i % 2
+
+            @pl.when(i + 1 < n)
+            def _():
+                cin(i + 1, 1 - s).start()
+            cin(i, s).wait()
+
+            @pl.when(i >= 2)
+            def _():
+                cout(i - 2, s).wait()
+            obuf[s] = jnp.tanh(buf[s]) * 3.0
+            cout(i, s).start()
+        cout(n - 2, n % 2).wait()
+        cout(n - 1, (n - 1) % 2).wait()
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                          scratch_shapes=[pltpu.VMEM((2, ch, 128), jnp.float32), pltpu.VMEM((2, ch, 128), jnp.float32),
+                                          pltpu.SemaphoreType.DMA((2,)), pltpu.SemaphoreType.DMA((2,))],
+                          interpret=interpret)(x)
+
+
+# ---- a kernel inside a larger jitted function with XLA ops around it ----
+@case("inside_jit_layernorm_f32_64x256", lambda r: [f32(r, 64, 256), f32(r, 256), f32(r, 256)])
+def inside_jit(x, g, b, interpret=False):
+    def kernel(x_ref, g_ref, b_ref, o_ref):
+        v = x_ref[...]
+        mu = jnp.mean(v, axis=-1, keepdims=True)
+        var = jnp.mean((v - mu) ** 2, axis=-1, keepdims=True)
+        o_ref[...] = (v - mu) * lax.rsqrt(var + 1e-5) * g_ref[...] + b_ref[...]
+    h = jnp.tanh(x) * 2.0 + 1.0
+    y = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+                       in_specs=[pl.BlockSpec((16, 256), lambda i: (i, 0)), pl.BlockSpec((1, 256), lambda i: (0, 0)),
+                                 pl.BlockSpec((1, 256), lambda i: (0, 0))],
+                       out_specs=pl.BlockSpec((16, 256), lambda i: (i, 0)),
+                       interpret=interpret)(h, g.reshape(1, -1), b.reshape(1, -1))
+    return jnp.sum(y, axis=0) + y[3]
+
+
+# ---- odd shapes: a grid of cdiv blocks over an array that is no multiple of the block ----
+@case("edge_blocks_f32_100x300", lambda r: [f32(r, 100, 300), f32(r, 100, 300)])
+def edge_blocks(x, y, interpret=False):
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = jnp.maximum(x_ref[...], y_ref[...]) - jnp.minimum(x_ref[...], 0.25)
+    bs = (32, 128)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=(pl.cdiv(100, bs[0]), pl.cdiv(300, bs[1])),
+                          in_specs=[pl.BlockSpec(bs, lambda i, j: (i, j))] * 2,
+                          out_specs=pl.BlockSpec(bs, lambda i, j: (i, j)), interpret=interpret)(x, y)
+
+
+# ---- bf16 in, f32 math, bf16 out; a row of bias broadcast; sigmoid ----
+@case("bf16_mix_swiglu_64x256x256", lambda r: [bf(r, 64, 256), bf(r, 256, 256), bf(r, 256, 256)])
+def swiglu(x, wg, wu, interpret=False):
+    def kernel(x_ref, g_ref, u_ref, o_ref):
+        xv = x_ref[...]
+        g = jnp.dot(xv, g_ref[...], preferred_element_type=jnp.float32)
+        u = jnp.dot(xv, u_ref[...], preferred_element_type=jnp.float32)
+        o_ref[...] = (g * jax.nn.sigmoid(g) * u).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 256), jnp.bfloat16), grid=(2, 2),
+                          in_specs=[pl.BlockSpec((32, 256), lambda i, j: (i, 0)),
+                                    pl.BlockSpec((256, 128), lambda i, j: (0, j)),
+                                    pl.BlockSpec((256, 128), lambda i, j: (0, j))],
+                          out_specs=pl.BlockSpec((32, 128), lambda i, j: (i, j)), interpret=interpret)(x, wg, wu)
+
+
+# ---- transposes, column reductions, iota masks, where ----
+@case("transpose_colsum_mask_f32_128x128", lambda r: [f32(r, 128, 128)])
+def transpose_mask(x, interpret=False):
+    def kernel(x_ref, o_ref, s_ref):
+        v = x_ref[...]
+        t = v.T
+        row = lax.broadcasted_iota(jnp.int32, t.shape, 0)
+        col = lax.broadcasted_iota(jnp.int32, t.shape, 1)
+        m = jnp.where(row >= col, t, -v)
+        o_ref[...] = m
+        s_ref[...] = jnp.sum(m, axis=0, keepdims=True) + jnp.max(v, axis=0, keepdims=True)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((128, 128), jnp.float32),
+                                             jax.ShapeDtypeStruct((1, 128), jnp.float32)),
+                          interpret=interpret)(x)
+
+
+# ---- q @ k^T (contracting the minor dims of both), 3-D blocks with a squeezed batch dim ----
+@case("qkT_batched_f32_4x64x128", lambda r: [f32(r, 4, 64, 128), f32(r, 4, 64, 128)])
+def qkT(q, k, interpret=False):
+    def kernel(q_ref, k_ref, o_ref):
+        s = lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        o_ref[...] = s * 0.125
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((4, 64, 64), jnp.float32), grid=(4,),
+                          in_specs=[pl.BlockSpec((None, 64, 128), lambda b: (b, 0, 0))] * 2,
+                          out_specs=pl.BlockSpec((None, 64, 64), lambda b: (b, 0, 0)), interpret=interpret)(q, k)
+
+
+# ---- einsum with a batch dim inside the kernel ----
+@case("einsum_bqd_bkd_f32_2x32x128", lambda r: [f32(r, 2, 32, 128), f32(r, 2, 32, 128)])
+def einsum_b(q, k, interpret=False):
+    def kernel(q_ref, k_ref, o_ref):
+        o_ref[...] = jnp.einsum("bqd,bkd->bqk", q_ref[...], k_ref[...], preferred_element_type=jnp.float32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((2, 32, 32), jnp.float32), interpret=interpret)(q, k)
+
+
+# ---- program_id arithmetic in index maps and pl.when: a lower-triangular block sweep ----
+@case("tri_blocks_pid_arith_f32_128x512", lambda r: [f32(r, 128, 512)])
+def tri_blocks(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        i, j = pl.program_id(0), pl.program_id(1)
+
+        @pl.when(j <= i)
+        def _():
+            o_ref[...] = x_ref[...] * (i * 2 + j + 1).astype(jnp.float32)
+
+        @pl.when(j > i)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4, 4),
+                          in_specs=[pl.BlockSpec((32, 128), lambda i, j: (jnp.minimum(i, j), 3 - j))],
+                          out_specs=pl.BlockSpec((32, 128), lambda i, j: (i, j)), interpret=interpret)(x)
+
+
+# ---- SMEM scratch: a scalar running total across the grid, written at the end ----
+@case("smem_scalar_total_f32_64x128", lambda r: [f32(r, 64, 128)])
+def smem_total(x, interpret=False):
+    def kernel(x_ref, o_ref, tot):
+        i = pl.program_id(0)
+
+        @pl.when(i == 0)
+        def _():
+            tot[0] = 0.0
+        tot[0] += jnp.sum(x_ref[...])
+        o_ref[...] = jnp.full(o_ref.shape, tot[0], jnp.float32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32), grid=(4,),
+                          in_specs=[pl.BlockSpec((16, 128), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+                          scratch_shapes=[pltpu.SMEM((1,), jnp.float32)], interpret=interpret)(x)
+
+
+# ---- int32 bit ops, shifts, integer division, casts ----
+@case("int_bits_i32_32x128", lambda r: [jnp.asarray(r.integers(-2**20, 2**20, (32, 128)), jnp.int32)])
+def int_bits(x, interpret=False):
+    def kernel(x_ref, o_ref, f_ref):
+        v = x_ref[...]
+        a = (v >> 3) ^ (v << 2) & 0xFFFF
+        b = lax.shift_right_logical(v, 5) | 7
+        o_ref[...] = a + b - jnp.abs(v) % 5 + jnp.maximum(v, -77)
+        f_ref[...] = (v.astype(jnp.float32) * 0.5).astype(jnp.int32).astype(jnp.float32)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct(x.shape, jnp.int32),
+                                             jax.ShapeDtypeStruct(x.shape, jnp.float32)), interpret=interpret)(x)
+
+
+# ---- a while loop inside the kernel (data-independent trip count from program_id) ----
+@case("while_loop_pid_f32_32x128", lambda r: [f32(r, 32, 128, scale=0.1)])
+def while_pid(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        n = pl.program_id(0) + 2
+
+        def cond(c):
+            return c[0] < n
+
+        def body(c):
+            return c[0] + 1, c[1] * 1.5 + 0.25
+        _, v = lax.while_loop(cond, body, (0, x_ref[...]))
+        o_ref[...] = v
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+                          in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), interpret=interpret)(x)
+
+
+# ---- input_output_aliases: update in place; concatenation and roll inside the kernel ----
+@case("alias_roll_concat_f32_16x256", lambda r: [f32(r, 16, 256), f32(r, 16, 128)])
+def alias_roll(x, y, interpret=False):
+    def kernel(x_ref, y_ref, o_ref):
+        v = x_ref[...]
+        r = pltpu.roll(v, shift=3, axis=1)
+        c = jnp.concatenate([y_ref[...], y_ref[...] * 2.0], axis=1)
+        o_ref[...] = r + c
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), input_output_aliases={0: 0},
+                          interpret=interpret)(x, y)
+
+
+# ---- unrolled fori_loop accumulating matmuls over a K chunked in VMEM; bf16 operands ----
+@case("fori_unrolled_kchunks_bf16_32x512x128", lambda r: [bf(r, 32, 512), bf(r, 512, 128)])
+def fori_kchunks(x, w, interpret=False):
+    def kernel(x_ref, w_ref, o_ref):
+        def body(c, acc):
+            ks = pl.ds(pl.multiple_of(c * 128, 128), 128)
+            return acc + jnp.dot(x_ref[:, ks], w_ref[ks, :], preferred_element_type=jnp.float32)
+        o_ref[...] = lax.fori_loop(0, 4, body, jnp.zeros((32, 128), jnp.float32), unroll=True)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32), interpret=interpret)(x, w)
+
+
+# ---- online softmax over KV blocks with running max/sum scratch (a user flash attention) ----
+@case("user_flash_f32_128x64_b32", lambda r: [f32(r, 128, 64), f32(r, 128, 64), f32(r, 128, 64)])
+def user_flash(q, k, v, interpret=False):
+    bq = bk = 32
+
+    def kernel(q_ref, k_ref, v_ref, o_ref, m_sc, l_sc, acc):
+        j = pl.program_id(1)
+
+        @pl.when(j == 0)
+        def _():
+            m_sc[...] = jnp.full(m_sc.shape, -jnp.inf, jnp.float32)
+            l_sc[...] = jnp.zeros_like(l_sc)
+            acc[...] = jnp.zeros_like(acc)
+        s = lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        m_prev = m_sc[...]
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+        p = jnp.exp(s - m_new)
+        alpha = jnp.exp(m_prev - m_new)
+        l_sc[...] = alpha * l_sc[...] + jnp.sum(p, axis=1, keepdims=True)
+        acc[...] = alpha * acc[...] + jnp.dot(p, v_ref[...], preferred_element_type=jnp.float32)
+        m_sc[...] = m_new
+
+        @pl.when(j == pl.num_programs(1) - 1)
+        def _():
+            o_ref[...] = acc[...] / l_sc[...]
+    n = q.shape[0]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), grid=(n // bq, n // bk),
+                          in_specs=[pl.BlockSpec((bq, 64), lambda i, j: (i, 0)),
+                                    pl.BlockSpec((bk, 64), lambda i, j: (j, 0)),
+                                    pl.BlockSpec((bk, 64), lambda i, j: (j, 0))],
+                          out_specs=pl.BlockSpec((bq, 64), lambda i, j: (i, 0)),
+                          scratch_shapes=[pltpu.VMEM((bq, 1), jnp.float32), pltpu.VMEM((bq, 1), jnp.float32),
+                                          pltpu.VMEM((bq, 64), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+                          interpret=interpret)(q, k, v)
+
+
+# ---- two pallas_calls chained in one jit, with a reshape between ----
+@case("two_calls_chain_f32_64x128", lambda r: [f32(r, 64, 128)])
+def two_calls(x, interpret=False):
+    def k1(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * x_ref[...]
+
+    def k2(x_ref, o_ref):
+        o_ref[...] = jnp.sqrt(x_ref[...] + 1.0)
+    a = pl.pallas_call(k1, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=interpret)(x)
+    a = a.reshape(128, 64).T
+    return pl.pallas_call(k2, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype), interpret=interpret)(a)
+
+
+# ---- int8 weights dequantised in the kernel against bf16 activations ----
+@case("int8_weight_dequant_bf16_32x256x256", lambda r: [bf(r, 32, 256),
+                                                         jnp.asarray(r.integers(-127, 128, (256, 256)), jnp.int8),
+                                                         jnp.asarray(r.random((1, 256)) * 0.02, jnp.float32)])
+def w8(x, w, s, interpret=False):
+    def kernel(x_ref, w_ref, s_ref, o_ref):
+        wv = w_ref[...].astype(jnp.bfloat16)
+        acc = jnp.dot(x_ref[...], wv, preferred_element_type=jnp.float32)
+        o_ref[...] = (acc * s_ref[...]).astype(jnp.bfloat16)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((32, 256), jnp.bfloat16), grid=(2,),
+                          in_specs=[pl.BlockSpec((32, 256), lambda j: (0, 0)),
+                                    pl.BlockSpec((256, 128), lambda j: (0, j)),
+                                    pl.BlockSpec((1, 128), lambda j: (0, j))],
+                          out_specs=pl.BlockSpec((32, 128), lambda j: (0, j)), interpret=interpret)(x, w, s)
+
+
+# ---- reductions to scalars and a broadcast back; log/exp/max chains (log-sum-exp per block) ----
+@case("lse_blocks_f32_64x256", lambda r: [f32(r, 64, 256, scale=4.0)])
+def lse(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        v = x_ref[...]
+        m = jnp.max(v)
+        s = jnp.log(jnp.sum(jnp.exp(v - m))) + m
+        o_ref[...] = v - s
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+                          in_specs=[pl.BlockSpec((16, 256), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((16, 256), lambda i: (i, 0)), interpret=interpret)(x)
+
+
+# ---- lax.cond with results, a scalar read out of a vector, argmax along lanes ----
+@case("cond_argmax_f32_16x128", lambda r: [f32(r, 16, 128)])
+def cond_argmax(x, interpret=False):
+    def kernel(x_ref, o_ref, i_ref):
+        v = x_ref[...]
+        o_ref[...] = lax.cond(jnp.sum(v) > 0, lambda a: a * 2.0, lambda a: a - 1.0, v)
+        i_ref[...] = jnp.argmax(v, axis=1, keepdims=True).astype(jnp.int32) + jnp.zeros((16, 128), jnp.int32)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                             jax.ShapeDtypeStruct(x.shape, jnp.int32)), interpret=interpret)(x)
+
+
+# ---- pl.run_scoped scratch, a nested emit_pipeline over HBM operands ----
+@case("emit_pipeline_add_f32_64x256", lambda r: [f32(r, 64, 256), f32(r, 64, 256)])
+def emit_pipe(x, y, interpret=False):
+    def inner(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] + y_ref[...] * 0.5
+
+    def kernel(x_hbm, y_hbm, o_hbm):
+        pltpu.emit_pipeline(inner, grid=(4, 2),
+                            in_specs=[pl.BlockSpec((16, 128), lambda i, j: (i, j))] * 2,
+                            out_specs=pl.BlockSpec((16, 128), lambda i, j: (i, j)))(x_hbm, y_hbm, o_hbm)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 2, out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                          interpret=interpret)(x, y)
+
+
+@case("run_scoped_dma_f32_64x128", lambda r: [f32(r, 64, 128)])
+def run_scoped(x, interpret=False):
+    def kernel(x_hbm, o_ref):
+        def body(buf, sem):
+            pltpu.async_copy(x_hbm.at[pl.ds(8, 32)], buf, sem).wait()
+            o_ref[...] = buf[...] * -1.0
+        pl.run_scoped(body, pltpu.VMEM((32, 128), jnp.float32), pltpu.SemaphoreType.DMA)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((32, 128), x.dtype),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)], interpret=interpret)(x)
+
+
+# ---- strided reads of a ref, broadcast_to and reshape inside the kernel ----
+@case("strided_reshape_f32_32x256", lambda r: [f32(r, 32, 256), f32(r, 1, 256)])
+def strided(x, b, interpret=False):
+    def kernel(x_ref, b_ref, o_ref):
+        ev = x_ref[pl.ds(0, 16, stride=2), :]
+        od = x_ref[pl.ds(1, 16, stride=2), :]
+        o_ref[...] = (ev - od) * jnp.broadcast_to(b_ref[...], (16, 256))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((16, 256), x.dtype), interpret=interpret)(x, b)
+
+
+# ---- three-deep buffering of an input (pipeline_mode=pl.Buffered(1)) ----
+@case("buffered1_scale_f32_256x128", lambda r: [f32(r, 256, 128)])
+def buffered1(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 3.0 - 1.0
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(8,),
+                          in_specs=[pl.BlockSpec((32, 128), lambda i: (i, 0), pipeline_mode=pl.Buffered(1))],
+                          out_specs=pl.BlockSpec((32, 128), lambda i: (i, 0)), interpret=interpret)(x)
+
+
+# ---- regular semaphores: signal and wait within one core ----
+@case("sem_signal_wait_f32_8x128", lambda r: [f32(r, 8, 128)])
+def sem_sig(x, interpret=False):
+    def kernel(x_ref, o_ref, sem):
+        pltpu.semaphore_signal(sem, 2)
+        pltpu.semaphore_wait(sem, 2)
+        o_ref[...] = x_ref[...] + 1.0
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=interpret)(x)
+
+
+# ---- bf16 elementwise chain stored as bf16 (bf16 VPU math on v6e; f32 on v5e) ----
+@case("bf16_elementwise_64x256", lambda r: [bf(r, 64, 256), bf(r, 64, 256)])
+def bf16_ew(x, y, interpret=False):
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] * y_ref[...] + x_ref[...]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+                          in_specs=[pl.BlockSpec((32, 256), lambda i: (i, 0))] * 2,
+                          out_specs=pl.BlockSpec((32, 256), lambda i: (i, 0)), interpret=interpret)(x, y)
+
+
+# ---- a matmul with bf16 result straight from jnp.dot; K-loop in a 3-D grid with batch ----
+@case("batched_kloop_bf16_2x64x256x128", lambda r: [bf(r, 2, 64, 256), bf(r, 2, 256, 128)])
+def batched_kloop(x, y, interpret=False):
+    def kernel(x_ref, y_ref, o_ref, acc):
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        acc[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(1) == 1)
+        def _():
+            o_ref[...] = acc[...].astype(jnp.bfloat16)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((2, 64, 128), jnp.bfloat16), grid=(2, 2),
+                          in_specs=[pl.BlockSpec((None, 64, 128), lambda b, k: (b, 0, k)),
+                                    pl.BlockSpec((None, 128, 128), lambda b, k: (b, k, 0))],
+                          out_specs=pl.BlockSpec((None, 64, 128), lambda b, k: (b, 0, 0)),
+                          scratch_shapes=[pltpu.VMEM((64, 128), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+                          interpret=interpret)(x, y)
+
+
+# ---- jnp.tile / repeat along lanes and a sublane-broadcast column ----
+@case("tile_repeat_f32_8x128", lambda r: [f32(r, 8, 128), f32(r, 8, 1)])
+def tile_rep(x, c, interpret=False):
+    def kernel(x_ref, c_ref, o_ref):
+        t = jnp.tile(x_ref[...], (1, 2))
+        o_ref[...] = t * c_ref[...]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 256), x.dtype), interpret=interpret)(x, c)
+
+# ---- integer division by a constant, strided roll, argmin over sublanes, bitcasts ----
+@case("intdiv_roll_stride_argmin_32x128", lambda r: [jnp.asarray(r.integers(-5000, 5000, (32, 128)), jnp.int32),
+                                                      f32(r, 32, 128)])
+def intdiv_roll(a, x, interpret=False):
+    def kernel(a_ref, x_ref, q_ref, r_ref, i_ref, b_ref):
+        v = a_ref[...]
+        q_ref[...] = v // 7 + v % 7
+        r_ref[...] = pltpu.roll(x_ref[...], shift=5, axis=1, stride=1, stride_axis=0)
+        i_ref[...] = jnp.argmin(x_ref[...], axis=0, keepdims=True).astype(jnp.int32) + jnp.zeros((8, 128), jnp.int32)
+        b_ref[...] = lax.bitcast_convert_type(x_ref[...], jnp.int32) >> 16
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct(a.shape, jnp.int32), jax.ShapeDtypeStruct(x.shape, jnp.float32),
+                                             jax.ShapeDtypeStruct((8, 128), jnp.int32), jax.ShapeDtypeStruct(x.shape, jnp.int32)),
+                          interpret=interpret)(a, x)
+
+
+# ---- transcendental zoo in f32 ----
+@case("math_zoo_f32_16x256", lambda r: [f32(r, 16, 256)])
+def math_zoo(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        v = x_ref[...]
+        o_ref[...] = (jnp.log1p(jnp.abs(v)) + jnp.sin(v) * jnp.cos(v) + jnp.floor(v * 3.0)
+                      + jnp.round(v * 2.0) + lax.erf(v) + jnp.power(jnp.abs(v) + 1.0, 1.5) + jnp.sqrt(jnp.abs(v)))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=interpret)(x)
+
+
+# ---- f32 matmul at default precision inside the kernel, 3-D sum over the leading axis ----
+@case("f32_dot_default_sum3d_8x128", lambda r: [f32(r, 4, 8, 128), f32(r, 128, 128)])
+def dot_default(x, w, interpret=False):
+    def kernel(x_ref, w_ref, o_ref):
+        s = jnp.sum(x_ref[...], axis=0)
+        o_ref[...] = jnp.dot(s, w_ref[...])
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), interpret=interpret)(x, w)
+
+
+# ---- dynamic row reads indexed by program_id and a prefetched offset ----
+@case("dyn_rows_prefetch_f32_64x128", lambda r: [jnp.asarray([5, 17, 40, 2], jnp.int32), f32(r, 64, 128)])
+def dyn_rows(off, x, interpret=False):
+    def kernel(off_ref, x_ref, o_ref):
+        i = pl.program_id(0)
+        o_ref[...] = x_ref[pl.ds(off_ref[i], 8), :] + x_ref[pl.ds(i * 8, 8), :]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=1, grid=(4,),
+                              in_specs=[pl.BlockSpec((64, 128), lambda i, o: (0, 0))],
+                              out_specs=pl.BlockSpec((8, 128), lambda i, o: (i, 0))),
+                          interpret=interpret)(off, x)
+
+def split(name):
+    return "test" if hashlib.sha1(name.encode()).digest()[0] % 2 else "tune"
+
+
+_dev = None
+
+
+def tpu_device():
+    global _dev
+    if _dev is None:
+        from jax.experimental import topologies
+        _dev = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices[0]
+    return _dev
+
+
+def lower(fn, args):
+    from jax.sharding import SingleDeviceSharding
+    sds = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=SingleDeviceSharding(tpu_device())) for a in args]
+    with jax.default_device(tpu_device()):  # kernels that ask the TPU's kind while lowering
+        text = jax.jit(fn).lower(*sds).as_text(dialect="hlo")
+    return pallas_decode.decode_hlo(text)
+
+
+def worst_err(got, want):
+    """Error in units of a tolerance: bf16 one ulp; ints exact; f32 2^-20 of the largest value."""
+    w = np.asarray(want, np.float64)
+    g = np.asarray(got, np.float64)
+    if g.shape != w.shape:
+        return float("inf")
+    if want.dtype == jnp.bfloat16:  # one bf16 ulp: an f32 sum in another order may round either way
+        lim = np.abs(w) / 128.0 + 1e-6
+    elif np.issubdtype(np.asarray(want).dtype, np.integer):
+        lim = np.full(w.shape, 1e-9)
+    else:
+        lim = np.full(w.shape, np.max(np.abs(w)) / (1 << 20) + 1e-6)
+    return float(np.max(np.abs(g - w) / lim)) if w.size else 0.0
+
+
+def main(argv):
+    import tpusim
+    rows = []
+    for name, fn, make_args in sorted(CASES, key=lambda c: (split(c[0]) != "test", c[0])):
+        if argv and not any(s in name for s in argv):
+            continue
+        args = make_args(np.random.default_rng(zlib.crc32(name.encode())))
+        line = "%-40s %-4s " % (name, split(name))
+        try:
+            text = lower(fn, args)
+        except Exception as e:  # noqa: BLE001
+            print(line + "LOWER FAILED: %s" % str(e).splitlines()[0][:150], flush=True)
+            continue
+        try:  # on CPU; traced with the TPU as default device (kernels that ask its kind while tracing)
+            cpu_args = [jax.device_put(a, jax.devices("cpu")[0]) for a in args]
+            with jax.default_device(tpu_device()):
+                want = jax.tree_util.tree_leaves(jax.jit(functools.partial(fn, interpret=True))(*cpu_args))
+        except Exception as e:  # noqa: BLE001
+            print(line + "INTERPRET FAILED: %s" % str(e).splitlines()[0][:150], flush=True)
+            continue
+        inputs = [np.asarray(a, np.float32) if a.dtype == jnp.bfloat16 else np.asarray(a) for a in args]
+        res = []
+        for backend in ("ref", "tpu"):
+            try:
+                outs, _ = tpusim.run(text, inputs, backend=backend, chip="v5e")
+                res.append("%s %.2g" % (backend, max(worst_err(o, w) for o, w in zip(outs, want))))
+            except Exception as e:  # noqa: BLE001
+                res.append("%s FAIL: %s" % (backend, str(e).splitlines()[0][-160:]))
+        times = []
+        for chip in ("v5e", "v5p", "v6e"):
+            try:
+                _, rep = tpusim.run(text, None, chip=chip, mode="timing")
+                times.append("%s %.2fus" % (chip, rep.step_time_s * 1e6))
+            except Exception as e:  # noqa: BLE001
+                times.append("%s FAIL: %s" % (chip, str(e).splitlines()[0][-100:]))
+        print(line + " | ".join(res) + " | " + " ".join(times), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
