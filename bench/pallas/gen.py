@@ -153,12 +153,15 @@ class interpreting:
     pallas_call runs in Pallas's TPU interpret mode (pltpu.InterpretParams: DMAs, semaphores
     and SMEM as a TPU has them), on CPU."""
 
+    def __init__(self, mode=None):
+        self.mode = mode
+
     def __enter__(self):
         jax.clear_caches()  # the library's inner jits would reuse their TPU traces
         self.orig = pl.pallas_call
 
         def forced(*a, **k):
-            k["interpret"] = pltpu.InterpretParams()
+            k["interpret"] = self.mode if self.mode is not None else pltpu.InterpretParams()
             return self.orig(*a, **k)
         pl.pallas_call = forced
 
@@ -167,11 +170,12 @@ class interpreting:
         jax.clear_caches()
 
 
-def library(call):
-    """f(*args, interpret) for a library kernel `call(*args)`."""
+def library(call, mode=None):
+    """f(*args, interpret) for a library kernel `call(*args)` (mode: the interpret mode, default
+    the TPU interpret mode; True: Pallas's plain HLO interpreter)."""
     def f(*args, interpret=False):
         if interpret:
-            with interpreting():
+            with interpreting(mode):
                 return call(*args)
         return call(*args)
     return f
@@ -208,6 +212,31 @@ def paged(pages_per_block):
     """paged_attention (decode: scalar-prefetched lengths and page tables, manual page DMAs)."""
     from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as pa
     return library(lambda q, k, v, lens, pages: pa(q, k, v, lens, pages, pages_per_compute_block=pages_per_block))
+
+
+def megablox(tiling):
+    """megablox.gmm: a grouped matmul whose grid's row dimension (the active tiles) is a run-time
+    bound computed from group_sizes (a dynamic grid), with scalar-prefetched group metadata."""
+    from jax.experimental.pallas.ops.tpu.megablox import gmm
+    return library(lambda lhs, rhs, gs: gmm(lhs, rhs, gs, tiling=tiling))
+
+
+def gmm_reference(lhs, rhs, gs):
+    out, start = [], 0
+    for g, n in enumerate(np.asarray(gs)):
+        out.append(jnp.dot(lhs[start:start + int(n)], rhs[g], precision="highest"))
+        start += int(n)
+    return jnp.concatenate(out)
+
+
+def ragged_paged(pages_per_block, queries_per_block):
+    """ragged_paged_attention (mixed prefill and decode over a paged KV cache). Checked against
+    the library's own jnp reference (ref_ragged_paged_attention) only: in jax 0.10.2 neither
+    interpret mode runs it on CPU (the TPU one: 'ReshapeTransform' object has no attribute
+    'indices'; the plain one: 'TypedInt' object has no attribute 'shape')."""
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ragged_paged_attention as rpa
+    return library(lambda q, kv, lens, pages, cu, n: rpa(q, kv, lens, pages, cu, n, num_kv_pages_per_block=pages_per_block,
+                                                          num_queries_per_block=queries_per_block))
 
 
 def rng(name):
@@ -269,6 +298,27 @@ case("paged_attention_f32_b2_h1_p8x16_d128", paged(4),
                 jnp.asarray([60, 23], jnp.int32), jnp.asarray([[3, 0, 7, 1], [6, 2, 4, 5]], jnp.int32)],
      None)  # no independent jnp reference: interpret mode is the only one
 
+case("megablox_gmm_f32_256x128x128_g4", megablox((64, 128, 128)),
+     lambda r: [jnp.asarray(r.standard_normal((256, 128)), jnp.float32), jnp.asarray(r.standard_normal((4, 128, 128)), jnp.float32),
+                jnp.asarray([64, 0, 100, 92], jnp.int32)],
+     gmm_reference)
+
+
+def _rpa_reference(q, kv, lens, pages, cu, n):
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ref_ragged_paged_attention
+    return ref_ragged_paged_attention(q, kv, lens, pages, cu, n)
+
+
+_rpa = ragged_paged(2, 8)
+NO_INTERPRET = [_rpa]
+case("ragged_paged_attention_f32_t16_h2_p16x16_d128", _rpa,
+     lambda r: [jnp.asarray(r.standard_normal((16, 2, 128)), jnp.float32),
+                jnp.asarray(r.standard_normal((16, 16, 2, 128)), jnp.float32),
+                jnp.asarray([20, 33, 40], jnp.int32), jnp.asarray([[3, 0, 7, 1], [6, 2, 4, 5], [8, 9, 10, 11]], jnp.int32),
+                jnp.asarray([0, 8, 9, 16], jnp.int32), jnp.asarray([3], jnp.int32)],
+     _rpa_reference)
+
+
 # User-style kernels of bench/pallas/user.py whose ops the library kernels above do not use
 # (pltpu.roll with and without a stride, argmax/argmin, pl.run_scoped, strided ref reads,
 # a nested emit_pipeline, DMA out of VMEM into an ANY output): their values are pinned here.
@@ -302,13 +352,20 @@ def write(name, fn, make_args, reference):
     for i, a in enumerate(args):
         np.save(os.path.join(d, "in%d.npy" % i), np.asarray(a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a))
     cpu = jax.devices("cpu")[0]
-    with jax.default_device(dev):  # traced as for the TPU, run on CPU (the arguments' device)
-        interp = jax.tree_util.tree_leaves(jax.jit(lambda *a: fn(*a, interpret=True))(
-            *[jax.device_put(a, cpu) for a in args]))
-    ref = jax.tree_util.tree_leaves(reference(*args)) if reference else [None] * len(interp)
+    ref = jax.tree_util.tree_leaves(reference(*args)) if reference else None
+    if fn in NO_INTERPRET:  # only the jnp reference: the test reads ref.npy
+        interp = [None] * len(ref)
+    else:
+        with jax.default_device(dev):  # traced as for the TPU, run on CPU (the arguments' device)
+            interp = jax.tree_util.tree_leaves(jax.jit(lambda *a: fn(*a, interpret=True))(
+                *[jax.device_put(a, cpu) for a in args]))
+    ref = ref or [None] * len(interp)
     worst = 0.0
     for i, (a, b) in enumerate(zip(interp, ref)):  # interp0.npy ... for several results
         sfx = "" if len(interp) == 1 else str(i)
+        if a is None:
+            np.save(os.path.join(d, "ref%s.npy" % sfx), np.asarray(b, np.float32))
+            continue
         np.save(os.path.join(d, "interp%s.npy" % sfx), np.asarray(a, np.float32))
         if b is not None:
             np.save(os.path.join(d, "ref%s.npy" % sfx), np.asarray(b, np.float32))

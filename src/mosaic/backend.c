@@ -109,9 +109,9 @@ tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   memset(p, 0, sizeof *p);
   p->name = tpu_program_str(be->p, mo->name);
   p->nwin = mo->nwindows;
-  p->nin = in->noperands - mo->nprefetch;
-  p->steps = 1;
-  for (int i = 0; i < mo->ngrid; i++) p->steps *= mo->grid[i];
+  p->nin = in->noperands - mo->ndyn - mo->nprefetch;
+  int64_t grid[TPU_MO_MAX_RANK];
+  p->steps = tpu_mosaic_grid(mo, in, NULL, grid);
   if (p->nwin > MAX_WIN || p->steps > ((int64_t)1 << 22)) {
     st = TPU_FAIL(be->d, TPU_ERR_UNSUPPORTED, in->loc, "Pallas kernel '%s': %s", mo->name,
                   p->nwin > MAX_WIN ? "more than 64 operands" : "a grid of more than 2^22 steps is not timed");
@@ -131,7 +131,7 @@ tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
    * divides vector work by the cores and gives matmuls every core's MXUs); a grid without
    * one runs on one core. */
   int par = 0;
-  for (int i = 0; i < mo->ngrid; i++) par |= mo->parallel[i] && mo->grid[i] > 1;
+  for (int i = 0; i < mo->ngrid; i++) par |= mo->parallel[i] && grid[i] > 1;
   int64_t cores = be->chip->tensorcores > 0 ? be->chip->tensorcores : 1;
   p->scale = par ? 1 : cores;
   p->mxus = (int)(be->chip->mxus_per_core * (par ? cores : 1));

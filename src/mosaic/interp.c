@@ -677,10 +677,35 @@ static tpu_status index_map(mo_ctx *c, const tpu_mo_op *f, const int64_t *gi, co
 /* Per grid step: called after each step with the work it did (for the timing). */
 typedef void (*step_fn)(void *user, const mo_work *w);
 
+int64_t tpu_mosaic_grid(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int64_t *grid) {
+  int64_t steps = 1, guess = 1;
+  for (int i = 0; !args && i < k->nprefetch && k->ndyn + i < in->noperands; i++) {
+    const tpu_shape *sh = &in->operands[k->ndyn + i]->shape;
+    int64_t n = tpu__mo_numel(sh->rank, sh->dims);
+    if (n > guess) guess = n;
+  }
+  for (int i = 0, d = 0; i < k->ngrid; i++) {
+    grid[i] = k->grid[i];
+    if (grid[i] < 0) {
+      grid[i] = args && d < in->noperands ? (int64_t)tpu_tensor_get_f64(args[d], 0) : guess;
+      if (grid[i] < 0) grid[i] = 0;
+      d++;
+    }
+    steps *= grid[i];
+  }
+  return steps;
+}
+
 static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *const *args, int nargs, tpu_tensor *out) {
   const tpu_mosaic *k = c->k;
   const tpu_mo_block *body = &k->main->reg[0];
   int nout = in->shape.dtype == TPU_TUPLE ? in->shape.ntuple : 1;
+  int64_t grid[TPU_MO_MAX_RANK];
+  int64_t steps = tpu_mosaic_grid(k, in, args, grid);
+  /* the call's operands: dynamic grid bounds, scalar prefetch, then the windows' inputs */
+  int pf0 = k->ndyn;
+  if (args) args += pf0;
+  nargs -= pf0;
   int nin = nargs - k->nprefetch;
   if (nin < 0 || nin + nout != k->nwindows)
     return tpu__mo_fail(c, NULL, TPU_ERR_INVALID, "the kernel has %d operands after %d prefetch ones; the call gives %d inputs and %d outputs",
@@ -695,7 +720,7 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   }
   /* Scalar prefetch operands: in SMEM, whole. */
   for (int i = 0; i < k->nprefetch && st == TPU_OK; i++) {
-    const tpu_shape *sh = &in->operands[i]->shape;
+    const tpu_shape *sh = &in->operands[pf0 + i]->shape;
     int64_t n = tpu__mo_numel(sh->rank, sh->dims), str[TPU_MO_MAX_RANK];
     double *p = own(c, n);
     if (!p) {
@@ -710,7 +735,7 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   /* Operands and results in HBM; window buffers in VMEM. */
   for (int w = 0; w < k->nwindows && st == TPU_OK; w++) {
     win_state *s = &ws[w];
-    const tpu_shape *sh = w < nin ? &in->operands[k->nprefetch + w]->shape
+    const tpu_shape *sh = w < nin ? &in->operands[pf0 + k->nprefetch + w]->shape
                                   : (in->shape.dtype == TPU_TUPLE ? &in->shape.elems[w - nin] : &in->shape);
     s->is_out = w >= nin;
     s->rank = sh->rank;
@@ -742,7 +767,7 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
     while ((p = strchr(p, '{')) != NULL) {
       long long o = 0, a = -1;
       if (sscanf(p, "{%lld}: (%lld", &o, &a) == 2 || (sscanf(p, "{}: (%lld", &a) == 1 && ((o = 0), 1))) {
-        int wo = nin + (int)o, wa = (int)a - k->nprefetch;
+        int wo = nin + (int)o, wa = (int)a - pf0 - k->nprefetch;
         if (wo < k->nwindows && wa >= 0 && wa < nin && ws[wo].hbm && ws[wa].hbm)
           memcpy(ws[wo].hbm, ws[wa].hbm, sizeof(double) * (size_t)tpu__mo_numel(ws[wo].rank, ws[wo].dims));
       }
@@ -752,8 +777,6 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   /* Scratch operands: allocated once for the whole grid. */
   int base = k->ngrid + k->nprefetch + k->nwindows;
   for (int i = 0; i < k->nscratch && st == TPU_OK; i++) st = alloc_ref(c, body->args[base + i], &body->argt[base + i]);
-  int64_t steps = 1;
-  for (int i = 0; i < k->ngrid; i++) steps *= k->grid[i];
   int64_t gi[TPU_MO_MAX_RANK] = {0}, bi[TPU_MO_MAX_RANK];
   mo_val *args_v = tpu_calloc((size_t)body->nargs + 1, sizeof *args_v);
   double gvals[TPU_MO_MAX_RANK];
@@ -763,8 +786,8 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   for (int64_t step = 0; step < steps && st == TPU_OK; step++) {
     int64_t r = step;
     for (int i = k->ngrid - 1; i >= 0; i--) {
-      gi[i] = r % k->grid[i];
-      r /= k->grid[i];
+      gi[i] = r % grid[i];
+      r /= grid[i];
     }
     for (int w = 0; w < k->nwindows && st == TPU_OK; w++) {
       win_state *s = &ws[w];

@@ -85,7 +85,8 @@ typedef struct tpu_mosaic {
   const tpu_mo_op *main; /* the kernel (the func with window_params / iteration_bounds) */
   const char *name;
   int ngrid;
-  int64_t grid[TPU_MO_MAX_RANK];
+  int64_t grid[TPU_MO_MAX_RANK]; /* -1: dynamic (its bound a leading s32[] operand of the call) */
+  int ndyn;                      /* dynamic grid dimensions */
   int parallel[TPU_MO_MAX_RANK]; /* dimension_semantics: parallel (may split over cores) */
   int nprefetch, nscratch;
   int nwindows;
@@ -102,6 +103,13 @@ void tpu_mosaic_free(tpu_mosaic *k);
 tpu_status tpu_mosaic_of_instr(const tpu_instr *in, tpu_mosaic **out, tpu_diag *d);
 /* Does this custom call carry a decoded kernel? */
 int tpu_mosaic_is_decoded(const tpu_instr *in);
+
+/* The grid a run of custom call `in` walks: dynamic dimensions (megablox's number of active
+ * tiles) take their bound from the call's leading scalar operands `args` (NULL, timing
+ * without values: the largest element count of the kernel's scalar-prefetch operands, the
+ * per-step tables Pallas kernels size for their longest grid; 1 without any). Returns the
+ * number of steps. */
+int64_t tpu_mosaic_grid(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int64_t *grid);
 
 /* An attribute of an op by name, or NULL. */
 const char *tpu_mo_attr(const tpu_mo_op *op, const char *key);

@@ -292,8 +292,14 @@ static tpu_status read_kernel(rd *r) {
   int ng = tpu_mo_attr_ints(f, "iteration_bounds", k->grid, TPU_MO_MAX_RANK);
   if (ng > TPU_MO_MAX_RANK) return fail(r, "a grid of more than 8 dimensions", NULL);
   k->ngrid = ng < 0 ? 0 : ng;
-  for (int i = 0; i < k->ngrid; i++)
-    if (k->grid[i] < 0 || k->grid[i] > ((int64_t)1 << 31)) return fail(r, "a dynamic or huge grid dimension", NULL);
+  for (int i = 0; i < k->ngrid; i++) {
+    if (k->grid[i] < 0) { /* MLIR's dynamic size: the bound comes with the call */
+      k->grid[i] = -1;
+      k->ndyn++;
+    } else if (k->grid[i] > ((int64_t)1 << 31)) {
+      return fail(r, "a huge grid dimension", NULL);
+    }
+  }
   const char *sem = tpu_mo_attr(f, "dimension_semantics");
   for (int i = 0; sem && i < k->ngrid; i++) {
     const char *p = sem;

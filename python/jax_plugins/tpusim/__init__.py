@@ -366,6 +366,9 @@ def convert(code, fmt, options):
     print_opts = hlo_lib.HloPrintOptions.short_parsable()
     print_opts.print_metadata = True
     text = tokens_as_pred(f8_as_f32(expand_batch_norm(drop_empty_meshes(module.to_string(print_opts)))))
+    if 'custom_call_target="tpu_custom_call"' in text:  # Pallas kernels: decoded for libtpusim
+        from tpusim import pallas_decode
+        text = pallas_decode.decode_hlo(text)
     assign = list(range(ndev))
     if build.device_assignment is not None:
         assign = _device_assignment(build.device_assignment.serialize(), nrep, npart)

@@ -240,6 +240,19 @@ def _host_callback_rule(prim):
     return rule
 
 
+def _register_pallas(mlir):
+    """pallas_call lowers as for a TPU (a tpu_custom_call holding the Mosaic kernel, which the
+    converter decodes for libtpusim: tpusim.pallas_decode); interpret mode stays as it is."""
+    try:
+        from jax._src.pallas import pallas_call as pc
+    except ImportError:  # a JAX without Pallas
+        return
+
+    def rule(ctx, *args, **params):
+        return pc._pallas_call_lowering(ctx.replace(platforms=("tpu",)), *args, **params)
+    mlir.register_lowering(pc.pallas_call_p, rule, platform=PLATFORM)
+
+
 def register():
     """Registers the rules above for the tpusim platform (once)."""
     global _done
@@ -268,6 +281,7 @@ def register():
 
     for prim in (debugging.debug_callback_p, debugging.debug_print_p, callback.pure_callback_p, callback.io_callback_p):
         mlir.register_lowering(prim, _host_callback_rule(prim), platform=PLATFORM, cacheable=False)
+    _register_pallas(mlir)
     mlir.register_lowering(lax_linalg.geqrf_p, _real_only("qr", _geqrf_impl, True), platform=PLATFORM)
     mlir.register_lowering(lax_linalg.householder_product_p,
                            _real_only("householder_product", _householder_product_impl, False), platform=PLATFORM)
