@@ -324,7 +324,7 @@ case("ragged_paged_attention_f32_t16_h2_p16x16_d128", _rpa,
 # a nested emit_pipeline, DMA out of VMEM into an ANY output): their values are pinned here.
 USER = ["alias_roll_concat_f32_16x256", "cond_argmax_f32_16x128", "run_scoped_dma_f32_64x128",
         "strided_reshape_f32_32x256", "intdiv_roll_stride_argmin_32x128", "emit_pipeline_add_f32_64x256",
-        "manual_dma_inout_f32_128x128"]
+        "manual_dma_inout_f32_128x128", "accum_leading_dim_f32_4x64x128", "int8_uint32_ops_32x128"]
 
 
 def _user_cases():
@@ -366,7 +366,8 @@ def write(name, fn, make_args, reference):
         if a is None:
             np.save(os.path.join(d, "ref%s.npy" % sfx), np.asarray(b, np.float32))
             continue
-        np.save(os.path.join(d, "interp%s.npy" % sfx), np.asarray(a, np.float32))
+        a_np = np.asarray(a)  # integer results exactly; floats as f32
+        np.save(os.path.join(d, "interp%s.npy" % sfx), a_np if a_np.dtype.kind in "iu" else np.asarray(a, np.float32))
         if b is not None:
             np.save(os.path.join(d, "ref%s.npy" % sfx), np.asarray(b, np.float32))
             worst = max(worst, float(np.max(np.abs(np.asarray(a, np.float32) - np.asarray(b, np.float32)))))

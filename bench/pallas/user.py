@@ -557,6 +557,178 @@ def dyn_rows(off, x, interpret=False):
                               out_specs=pl.BlockSpec((8, 128), lambda i, o: (i, 0))),
                           interpret=interpret)(off, x)
 
+# ---- revisited output accumulated over the leading ("arbitrary") grid dimension ----
+@case("accum_leading_dim_f32_4x64x128", lambda r: [f32(r, 4, 64, 128)])
+def accum_leading(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] += x_ref[...] * (pl.program_id(0) + 1).astype(jnp.float32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32), grid=(4, 2),
+                          in_specs=[pl.BlockSpec((None, 32, 128), lambda b, i: (b, i, 0))],
+                          out_specs=pl.BlockSpec((32, 128), lambda b, i: (i, 0)),
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary", "parallel")),
+                          interpret=interpret)(x)
+
+
+# ---- lane-dimension slices of refs in a loop, writes through o_ref at dynamic lane offsets ----
+@case("lane_slices_loop_f32_16x512", lambda r: [f32(r, 16, 512)])
+def lane_slices(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        def body(j, carry):
+            cols = pl.ds(pl.multiple_of(j * 128, 128), 128)
+            v = x_ref[:, cols]
+            o_ref[:, cols] = v * carry
+            return carry + 1.0
+        lax.fori_loop(0, 4, body, jnp.float32(1.0))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=interpret)(x)
+
+
+# ---- transposed-LHS matmul (contracting dim 0 of both), clip, sign, select_n ----
+@case("transA_dot_clip_f32_128x64", lambda r: [f32(r, 128, 64), f32(r, 128, 128)])
+def transA(a, b, interpret=False):
+    def kernel(a_ref, b_ref, o_ref):
+        m = lax.dot_general(a_ref[...], b_ref[...], (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+        c = jnp.clip(m, -3.0, 3.0)
+        o_ref[...] = lax.select_n(m > 0, -c, jnp.sign(m) * 0.5)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32), interpret=interpret)(a, b)
+
+
+# ---- a scalar result in SMEM (a reduction to one number) ----
+@case("smem_out_scalar_f32_32x128", lambda r: [f32(r, 32, 128)])
+def smem_out(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        o_ref[0, 0] = jnp.sum(x_ref[...] * x_ref[...])
+        o_ref[0, 1] = jnp.max(x_ref[...])
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1, 2), jnp.float32),
+                          out_specs=pl.BlockSpec(memory_space=pltpu.SMEM), interpret=interpret)(x)
+
+
+# ---- bf16 scratch accumulating bf16 products, bf16 reductions, bool masks stored as int32 ----
+@case("bf16_scratch_mask_64x128", lambda r: [bf(r, 64, 128), bf(r, 128, 128)])
+def bf16_scratch(x, w, interpret=False):
+    def kernel(x_ref, w_ref, o_ref, m_ref, sc):
+        sc[...] = jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32).astype(jnp.bfloat16)
+        v = sc[...]
+        o_ref[...] = (v.astype(jnp.float32) - jnp.mean(v.astype(jnp.float32), axis=1, keepdims=True)).astype(jnp.bfloat16)
+        m_ref[...] = (v > 0).astype(jnp.int32)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((64, 128), jnp.bfloat16), jax.ShapeDtypeStruct((64, 128), jnp.int32)),
+                          scratch_shapes=[pltpu.VMEM((64, 128), jnp.bfloat16)], interpret=interpret)(x, w)
+
+
+# ---- softmax via jax.nn in the kernel over a 3-D block; reshape merging leading dims ----
+@case("nn_softmax_3d_reshape_f32_2x8x128", lambda r: [f32(r, 2, 8, 128, scale=2.0)])
+def nn_softmax(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        p = jax.nn.softmax(x_ref[...], axis=-1)
+        o_ref[...] = p.reshape(16, 128) * 10.0
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32), interpret=interpret)(x)
+
+
+# ---- causal block mask from program ids and iota, nested pl.when inside a fori_loop ----
+@case("causal_mask_nested_when_f32_64x128", lambda r: [f32(r, 64, 128)])
+def causal_nested(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        i = pl.program_id(0)
+        rows = lax.broadcasted_iota(jnp.int32, (32, 128), 0) + i * 32
+        cols = lax.broadcasted_iota(jnp.int32, (32, 128), 1)
+        o_ref[...] = jnp.where(cols <= rows, x_ref[...], 0.0)
+
+        def body(t, c):
+            @pl.when(t % 2 == i)
+            def _():
+                o_ref[pl.ds(t * 8, 8), :] = o_ref[pl.ds(t * 8, 8), :] + 1.0
+            return c
+        lax.fori_loop(0, 4, body, 0)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+                          in_specs=[pl.BlockSpec((32, 128), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((32, 128), lambda i: (i, 0)), interpret=interpret)(x)
+
+
+# ---- int8 elementwise with wraparound and widening; uint32 hashing ----
+@case("int8_uint32_ops_32x128", lambda r: [jnp.asarray(r.integers(-128, 128, (32, 128)), jnp.int8),
+                                           jnp.asarray(r.integers(0, 2**31, (32, 128)), jnp.uint32)])
+def int8_u32(a, u, interpret=False):
+    def kernel(a_ref, u_ref, o_ref, h_ref):
+        v = a_ref[...].astype(jnp.int32)
+        o_ref[...] = (v * 3 + 7).astype(jnp.int8).astype(jnp.int32)
+        h = u_ref[...]
+        h = (h ^ (h >> 16)) * jnp.uint32(0x45d9f3b)
+        h_ref[...] = h ^ (h >> 16)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct(a.shape, jnp.int32), jax.ShapeDtypeStruct(u.shape, jnp.uint32)),
+                          interpret=interpret)(a, u)
+
+
+# ---- 1-D blocks over a vector ----
+@case("one_d_blocks_f32_4096", lambda r: [f32(r, 4096), f32(r, 4096)])
+def one_d(x, y, interpret=False):
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] * y_ref[...] + jnp.float32(0.5)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+                          in_specs=[pl.BlockSpec((1024,), lambda i: (i,))] * 2,
+                          out_specs=pl.BlockSpec((1024,), lambda i: (i,)), interpret=interpret)(x, y)
+
+
+# ---- swapaxes of a 3-D value, a concatenation along lanes ----
+@case("swapaxes_concat_f32_8x128", lambda r: [f32(r, 8, 128), f32(r, 2, 8, 128)])
+def swap_concat(x, y, interpret=False):
+    def kernel(x_ref, y_ref, o_ref, t_ref):
+        o_ref[...] = jnp.concatenate([x_ref[...], -x_ref[...]], axis=1)
+        t_ref[...] = jnp.swapaxes(y_ref[...], 0, 1).reshape(8, 256)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((8, 256), jnp.float32), jax.ShapeDtypeStruct((8, 256), jnp.float32)),
+                          interpret=interpret)(x, y)
+
+
+# ---- jax.vmap over a pallas_call (batching adds a grid dimension) ----
+@case("vmap_kernel_f32_3x16x128", lambda r: [f32(r, 3, 16, 128), f32(r, 3, 1, 128)])
+def vmapped(x, b, interpret=False):
+    def kernel(x_ref, b_ref, o_ref):
+        o_ref[...] = jnp.maximum(x_ref[...] + b_ref[...], 0.0)
+
+    def one(xi, bi):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(xi.shape, xi.dtype), grid=(2,),
+                              in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0)), pl.BlockSpec((1, 128), lambda i: (0, 0))],
+                              out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), interpret=interpret)(xi, bi)
+    return jax.vmap(one)(x, b)
+
+
+# ---- a kernel called in every iteration of an XLA loop (lax.scan) ----
+@case("scan_over_kernel_f32_4x8x128", lambda r: [f32(r, 4, 8, 128), f32(r, 8, 128, scale=0.1)])
+def scan_kernel(xs, h0, interpret=False):
+    def kernel(x_ref, h_ref, o_ref):
+        o_ref[...] = jnp.tanh(x_ref[...] + h_ref[...] * 0.9)
+
+    def step(h, x):
+        h2 = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(h.shape, h.dtype), interpret=interpret)(x, h)
+        return h2, h2.sum()
+    h, sums = lax.scan(step, h0, xs)
+    return h, sums
+
+
+# ---- bf16 dot cast to a bf16 result; index maps with integer division and remainder ----
+@case("bf16_out_dot_divmap_64x128x256", lambda r: [bf(r, 64, 128), bf(r, 128, 256)])
+def bf16_out_divmap(x, w, interpret=False):
+    def kernel(x_ref, w_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32).astype(jnp.bfloat16)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 256), jnp.bfloat16), grid=(4,),
+                          in_specs=[pl.BlockSpec((32, 128), lambda t: (t // 2, 0)),
+                                    pl.BlockSpec((128, 128), lambda t: (0, t % 2))],
+                          out_specs=pl.BlockSpec((32, 128), lambda t: (t // 2, t % 2)), interpret=interpret)(x, w)
+
+
+# ---- jax.checkpoint around a function with a kernel, differentiated (the kernel's custom VJP
+# is plain jnp: only the forward runs as a kernel) ----
+@case("remat_grad_kernel_f32_8x128", lambda r: [f32(r, 8, 128)])
+def remat_grad(x, interpret=False):
+    @jax.custom_vjp
+    def sq(v):
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * x_ref[...]
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), interpret=interpret)(v)
+    sq.defvjp(lambda v: (sq(v), v), lambda v, g: (2.0 * v * g,))
+    return jax.grad(jax.checkpoint(lambda v: jnp.sum(jnp.sin(sq(v)))))(x)
+
 def split(name):
     return "test" if hashlib.sha1(name.encode()).digest()[0] % 2 else "tune"
 

@@ -806,7 +806,11 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
       if (!s->is_out) c->work.fetched |= (uint64_t)1 << w;
       memcpy(s->cur, bi, sizeof s->cur);
       s->have = 1;
-      if (!s->is_out && s->hbm) move_block(s, wi, 1);
+      /* An output block starts as what HBM holds (an aliased input, or the block as an
+       * earlier visit wrote it back): a block revisited after others accumulates on as in
+       * Pallas's interpret mode (on a TPU its slot still holds it when the visits alternate
+       * between two blocks, the double-buffered case). */
+      if (s->hbm) move_block(s, wi, 1);
     }
     if (st != TPU_OK) break;
     /* The body's arguments: grid indices, prefetch refs, windows, scratch. */

@@ -114,15 +114,28 @@ static double fdiv_i(int64_t a, int64_t b, int floor_, int ceil_) {
   return (double)q;
 }
 
+/* The integer u (two's complement, any width) as a value of dt: wrapped to dt's width
+ * before it becomes a double (a product or shift past 2^53 keeps its low bits). */
+static double wrap_u(tpu_dtype dt, uint64_t u) {
+  int w = width(dt);
+  if (w >= 64 || !tpu_dtype_is_int(dt)) return (double)(int64_t)u;
+  uint64_t m = ((uint64_t)1 << w) - 1;
+  u &= m;
+  if (tpu_dtype_is_signed(dt) && (u >> (w - 1))) return (double)(int64_t)(u | ~m);
+  return (double)u;
+}
+
 /* Elementwise binary op on (a, b) of element type dt (an operand's). */
 static double bin(const tpu_mo_op *op, tpu_dtype dt, double a, double b) {
   int64_t ia = (int64_t)a, ib = (int64_t)b;
   int w = width(dt);
   switch (op->code) {
-    case TPU_MO_ADDF: case TPU_MO_ADDI: return a + b;
-    case TPU_MO_SUBF: case TPU_MO_SUBI: return a - b;
+    case TPU_MO_ADDF: return a + b;
+    case TPU_MO_SUBF: return a - b;
+    case TPU_MO_ADDI: return wrap_u(dt, (uint64_t)ia + (uint64_t)ib);
+    case TPU_MO_SUBI: return wrap_u(dt, (uint64_t)ia - (uint64_t)ib);
     case TPU_MO_MULF: return a * b;
-    case TPU_MO_MULI: return (double)(int64_t)((uint64_t)ia * (uint64_t)ib);
+    case TPU_MO_MULI: return wrap_u(dt, (uint64_t)ia * (uint64_t)ib);
     case TPU_MO_DIVF: return a / b;
     case TPU_MO_REMF: return fmod(a, b);
     case TPU_MO_MAXF: return fmax_nan(a, b);
@@ -145,10 +158,10 @@ static double bin(const tpu_mo_op *op, tpu_dtype dt, double a, double b) {
     case TPU_MO_ANDI: return (double)(int64_t)(as_u(dt, a) & as_u(dt, b));
     case TPU_MO_ORI: return (double)(int64_t)(as_u(dt, a) | as_u(dt, b));
     case TPU_MO_XORI: return (double)(int64_t)(as_u(dt, a) ^ as_u(dt, b));
-    case TPU_MO_SHLI: return ib < 0 || ib >= w ? 0 : (double)(int64_t)(as_u(dt, a) << ib);
+    case TPU_MO_SHLI: return ib < 0 || ib >= w ? 0 : wrap_u(dt, as_u(dt, a) << ib);
     case TPU_MO_SHRUI: return ib < 0 || ib >= w ? 0 : (double)(int64_t)(as_u(dt, a) >> ib);
     case TPU_MO_SHRSI: return ib < 0 || ib >= w ? (ia < 0 ? -1 : 0) : (double)(ia >> ib);
-    case TPU_MO_IPOWI: { int64_t r = 1; for (int64_t i = 0; i < ib && i < 64; i++) r *= ia; return (double)r; }
+    case TPU_MO_IPOWI: { uint64_t r = 1; for (int64_t i = 0; i < ib && i < 64; i++) r *= (uint64_t)ia; return wrap_u(dt, r); }
     default: return 0;
   }
 }

@@ -31,7 +31,10 @@ static const char *const k_cases[] = {
      * reads, a nested emit_pipeline, DMAs out to an ANY result */
     "user_alias_roll_concat_f32_16x256", "user_cond_argmax_f32_16x128", "user_run_scoped_dma_f32_64x128",
     "user_strided_reshape_f32_32x256", "user_intdiv_roll_stride_argmin_32x128", "user_emit_pipeline_add_f32_64x256",
-    "user_manual_dma_inout_f32_128x128", NULL};
+    "user_manual_dma_inout_f32_128x128",
+    /* an output block revisited after another (accumulated over the leading grid dimension);
+     * uint32 products and int8 wraparound (past 2^53 before they wrap) */
+    "user_accum_leading_dim_f32_4x64x128", "user_int8_uint32_ops_32x128", NULL};
 
 static char g_src[1024];
 
