@@ -63,8 +63,9 @@ assert mem["minimal_offloaded"].get("host_temp", 0) > 0 and t["minimal_offloaded
 PY
 # Flash attention (the default: key/value blocks with a running max and sum) computes what
 # the materialised scores do, for each remat path, with grouped-query heads over a tensor
-# axis (the reference backend, small weights so the step is well conditioned); a wrong
-# rescaling of the running sum is caught.
+# axis (the reference backend, small weights so the step is well conditioned), causal (the
+# default: the diagonal block masked, the blocks above it skipped) and not; a wrong
+# rescaling of the running sum, a wrong mask and a missing one are caught.
 if python3 -c "import numpy" 2> /dev/null; then
   python3 - "$BIN" "$T" > "$T/chk" 2>&1 << 'PY' || fail "flash attention values: $(cat "$T/chk")"
 import glob, re, subprocess, sys
@@ -83,8 +84,10 @@ def inputs(text, tag):
         np.save(f"{t}/{tag}_{i}.npy", a)
         files += ["-i", f"{t}/{tag}_{i}.npy"]
     return files
-def run(tag, remat, att, edit=None):
-    text = gen.Step(m, {"data": 1, "fsdp": 4, "tensor": 2, "micro": 1, "remat": remat, "attention": att, "kv_block": 4}).module()
+def run(tag, remat, att, edit=None, causal=True, kernel=False):
+    text = gen.Step(m, {"data": 1, "fsdp": 4, "tensor": 2, "micro": 1, "remat": remat, "attention": att, "kv_block": 4,
+                        "causal": causal, "kernel": kernel}).module()
+    assert ("kOutput" in text) == kernel
     assert ("fa.s3" in text) == (att == "flash")  # four key blocks
     if edit:
         assert edit[0] in text
@@ -95,10 +98,24 @@ def run(tag, remat, att, edit=None):
 def rel(x, y):
     return max(float(np.max(np.abs(a - c)) / np.max(np.abs(a))) for a, c in zip(x, y))
 for remat in (False, True, "minimal"):
-    d, f = run("d", remat, "dot_product"), run("f", remat, "flash")
-    assert len(d) == len(f) > 0 and rel(d, f) < 1e-5, (remat, rel(d, f))
-bad = run("bad", False, "flash", ("fa.c2 = f32[2,2,16] exponential(fa.cd2)", "fa.c2 = f32[2,2,16] negate(fa.cd2)"))
+    for causal in (True, False):
+        d, f = run("d", remat, "dot_product", causal=causal), run("f", remat, "flash", causal=causal)
+        assert len(d) == len(f) > 0 and rel(d, f) < 1e-5, (remat, causal, rel(d, f))
+        k = run("k", remat, "flash", causal=causal, kernel=True)  # as the Pallas kernels' fusions
+        assert rel(d, k) < 1e-5, (remat, causal, rel(d, k))
+d = run("d", False, "dot_product")
+bad = run("bad", False, "flash", ("fa.c2 = f32[2,2,8] exponential(fa.cd2)", "fa.c2 = f32[2,2,8] negate(fa.cd2)"))
 assert rel(d, bad) > 1e-2, rel(d, bad)
+# Causal: key block j is computed for the query rows from j * 4 on only (the kernel skips the
+# blocks above the diagonal: 10 of 16 here), the diagonal block masked; a mask that lets a
+# query see the next key is caught, and so is the unmasked step.
+text = gen.Step(m, {"data": 1, "fsdp": 4, "tensor": 2, "micro": 1, "remat": False, "kv_block": 4}).module()
+rows = [int(x) for x in re.findall(r"fa\.s\d+ = f32\[2,2,(\d+),4\] dot", text)]
+assert rows == [16, 12, 8, 4], rows
+bad = run("badm", False, "flash", ("fa.sm1.k = pred[12,4] compare(fa.sm1.r, fa.sm1.c), direction=GE",
+                                   "fa.sm1.k = pred[12,4] compare(fa.sm1.r, fa.sm1.c), direction=GT"))
+assert rel(d, bad) > 1e-3, rel(d, bad)
+assert rel(d, run("un", False, "flash", causal=False)) > 1e-2
 PY
 fi
 
