@@ -84,7 +84,7 @@ def write_programs():
     for name, mf, over, cand, topo in PLAN:
         m = P.load_model(os.path.join(HERE, "plan_models", mf))
         m.update(over)
-        st = gen.Step(m, dict(cand, overlap=False, windowed=False, donate=False, attention="dot_product", causal=False))
+        st = gen.Step(m, dict(cand, overlap=False, windowed=False, donate=False, attention="dot_product", causal=False, layouts=False))
         why = st.check()
         if why:
             sys.exit(f"{name}: {why}")
