@@ -7,6 +7,7 @@ for one device of v4, v5e, v5p and v6e (libtpu in compile-only mode: no TPU need
     ALLOW_MULTIPLE_LIBTPU_LOAD=1 python3 bench/fidelity/gen.py [NAME_SUBSTRING...|probes]
     python3 bench/fidelity/gen.py vector_dots            # corpus/vector_dots.json
     python3 bench/fidelity/gen.py row_broadcast          # corpus/row_broadcast.json
+    python3 bench/fidelity/gen.py batched_products       # corpus/batched_products.json
     FIDELITY_HLO_ONLY=1 python3 bench/fidelity/gen.py      # rewrite the .hlo files only (seconds)
     FIDELITY_KEEP=1 ... skips programs whose .json exists; FIDELITY_REVERSE=1 runs the list
     backwards (a second worker from the other end). About 10-20 s per program on 2 cores.
@@ -665,12 +666,33 @@ def row_broadcast():
     json.dump(res, open(os.path.join(OUT, "row_broadcast.json"), "w"), indent=1)
 
 
+def batched_products():
+    """How the compiler spreads a batched matmul's products over the MXUs: per generation,
+    the compiled entry ops (name, fusion kind, cycles) of tanh(einsum('bmk,bkn->bmn',
+    tanh(x), tanh(y))) in bf16 (the matmul kernel reads and writes VMEM) with k = n = 64,
+    b = 128 at m = 16, 32, 64 and b = 256 at m = 64. A cost flat in m (v6e) is products
+    dealt whole to the MXUs; one that grows with m, each product split over them. Writes
+    corpus/batched_products.json (chip mxu_batch_spread; docs/timing.md)."""
+    res = {}
+    for chip in TOPOLOGIES:
+        dev = device(chip)
+        r = {}
+        for b, m in ((128, 16), (128, 32), (128, 64), (256, 64)):
+            f = lambda x, y: jnp.tanh(jnp.einsum("bmk,bkn->bmn", jnp.tanh(x), jnp.tanh(y)))
+            c = jax.jit(f).lower(sds((b, m, 64), BF, dev), sds((b, 64, 64), BF, dev)).compile()
+            r[f"b{b}_m{m}_k64_n64"] = [[o[0], o[2], o[4]] for o in entry_ops(c.as_text())]
+        res[chip] = r
+        print(chip, json.dumps(r), flush=True)
+    json.dump(res, open(os.path.join(OUT, "batched_products.json"), "w"), indent=1)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     build()
     want = sys.argv[1:]
     # the probe families, each one JSON file of corpus/
-    families = {"vector_dots": vector_dots, "eup": eup, "xprefetch": xprefetch, "row_broadcast": row_broadcast}
+    families = {"vector_dots": vector_dots, "eup": eup, "xprefetch": xprefetch, "row_broadcast": row_broadcast,
+                "batched_products": batched_products}
     if len(want) == 1 and want[0] in families:
         families[want[0]]()
         sys.exit(0)

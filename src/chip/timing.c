@@ -124,25 +124,26 @@ static int prefetch_ok(const tstate *t, const tpu_insn *in) {
   return plo >= phi || hi <= plo || phi <= lo;
 }
 
-tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
-                                    tpu_diag *d) {
+/* Cycles of one matmul instruction on mx MXUs whose b products are dealt to `sb` groups of
+ * MXUs as whole products (sb = 1: every MXU works on each product), the mx / sb MXUs of a
+ * group splitting N's column tiles first and then M (docs/timing.md). */
+static tpu_status matmul_split_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t mx,
+                                      int64_t sb, int64_t *out, tpu_diag *d) {
   const int64_t R = chip->mxu_rows, C = chip->mxu_cols;
-  int64_t lanes = chip->mxus_per_core * chip->tensorcores;
-  int64_t mx = in->mxus < lanes ? in->mxus : lanes;
-  if (mx < 1) mx = 1;
-  /* Split N's column tiles across MXUs first; leftover MXUs split M (docs/timing.md). */
+  int64_t nb = ceil_div(in->b, sb);
+  mx /= sb;
   int64_t ntiles = ceil_div(in->n, C);
   int64_t sn = mx < ntiles ? mx : ntiles;
   int64_t sm = mx / sn;
   if (sm > in->m) sm = in->m;
   if (sm < 1) sm = 1;
   int64_t m1 = ceil_div(in->m, sm), n1 = ceil_div(in->n, sn);
-  /* b independent products stream back to back through the same MXUs with weights
-   * double-buffered across them: b * ceil(n1/C) column folds of one long product. */
-  if ((double)in->b * (double)ceil_div(n1, C) * (double)C > (double)((int64_t)1 << 40))
+  /* a group's nb products stream back to back through its MXUs with weights
+   * double-buffered across them: nb * ceil(n1/C) column folds of one long product. */
+  if ((double)nb * (double)ceil_div(n1, C) * (double)C > (double)((int64_t)1 << 40))
     return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "matmul too large to time (b=%lld n=%lld)",
                     (long long)in->b, (long long)in->n);
-  int64_t ncols = in->b * ceil_div(n1, C) * C;
+  int64_t ncols = nb * ceil_div(n1, C) * C;
   tpu_mxu_cycles mc;
   TPU_TRY(tpu_mxu_tile_cycles(R, C, m1, in->k, ncols, TPU_WLOAD_DOUBLE, &mc, d));
   /* A chip that loads a weight tile in W < R cycles exposes W - T per fold, not R - T
@@ -156,6 +157,24 @@ tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, in
   if ((in->dtype == TPU_S8 || in->dtype == TPU_U8) && chip->int8_rate > 1)
     cyc = (int64_t)ceil((double)cyc / chip->int8_rate);
   *out = cyc;
+  return TPU_OK;
+}
+
+tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
+                                    tpu_diag *d) {
+  int64_t lanes = chip->mxus_per_core * chip->tensorcores;
+  int64_t mx = in->mxus < lanes ? in->mxus : lanes;
+  if (mx < 1) mx = 1;
+  TPU_TRY(matmul_split_cycles(in, chip, mx, 1, out, d));
+  /* A chip with mxu_batch_spread gives each MXU whole products of a batched matmul when
+   * that is faster: each streams all M rows of its products, where splitting M leaves
+   * short folds that expose their weight loads (v6e: 128 products of 64 x 64 x 64 in VMEM
+   * take the compiler 3,072 cycles at M = 16, 32 and 64 alike; docs/timing.md). */
+  if (chip->mxu_batch_spread && in->b > 1 && mx > 1) {
+    int64_t alt = 0;
+    TPU_TRY(matmul_split_cycles(in, chip, mx, mx < in->b ? mx : in->b, &alt, d));
+    if (alt < *out) *out = alt;
+  }
   return TPU_OK;
 }
 

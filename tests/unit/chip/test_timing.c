@@ -325,6 +325,39 @@ static void megacore_and_int8(void) {
   CHECK_EQ_INT(c8, (int64_t)ceil((double)cb / g_v5e.int8_rate));
 }
 
+/* mxu_batch_spread (v6e): 128 products of 64 x 64 x 64 on 4 MXUs, each MXU streaming 32
+ * whole products (64-row folds, each exposing W - 64 of its weight load), not every MXU
+ * taking 16 rows of each product (16-row folds exposing W - 16 each). */
+static void batch_spread(void) {
+  tpu_chip v6e;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v6e", &v6e, &d) == TPU_OK);
+  CHECK(v6e.mxu_batch_spread == 1 && v6e.mxu_rows == 256 && v6e.mxu_weight_load_cycles == 128);
+  tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, -1);
+  mm.m = mm.k = mm.n = 64;
+  mm.b = 128;
+  mm.mxus = 4;
+  mm.passes = 1;
+  mm.dtype = TPU_BF16;
+  int64_t spread = 0, split = 0;
+  CHECK(tpu_timing_matmul_cycles(&mm, &v6e, &spread, &d) == TPU_OK);
+  tpu_mxu_cycles ms;
+  CHECK(tpu_mxu_tile_cycles(256, 256, 64, 64, 32 * 256, TPU_WLOAD_DOUBLE, &ms, &d) == TPU_OK);
+  CHECK_EQ_INT(spread, 128 + (ms.folds - 1) * (128 - 64) + ms.stream);
+  v6e.mxu_batch_spread = 0;
+  CHECK(tpu_timing_matmul_cycles(&mm, &v6e, &split, &d) == TPU_OK);
+  CHECK(tpu_mxu_tile_cycles(256, 256, 16, 64, 128 * 256, TPU_WLOAD_DOUBLE, &ms, &d) == TPU_OK);
+  CHECK_EQ_INT(split, 128 + (ms.folds - 1) * (128 - 16) + ms.stream);
+  CHECK(spread < split / 3);
+  /* one product: nothing to deal out */
+  v6e.mxu_batch_spread = 1;
+  mm.b = 1;
+  CHECK(tpu_timing_matmul_cycles(&mm, &v6e, &spread, &d) == TPU_OK);
+  v6e.mxu_batch_spread = 0;
+  CHECK(tpu_timing_matmul_cycles(&mm, &v6e, &split, &d) == TPU_OK);
+  CHECK_EQ_INT(spread, split);
+}
+
 /* Two kernels, assembled: kernel 0 loads (L cycles), computes 5000 VPU cycles and stores
  * (L); kernel 1 loads a weight (h2, prefetch=1) and kernel 0's result (h1), then computes
  * 30 cycles. The weight load takes the port gap during kernel 0's compute, starting at L;
@@ -874,6 +907,7 @@ int main(void) {
   matmul_near_peak();
   pipeline_and_cond();
   megacore_and_int8();
+  batch_spread();
   cross_kernel_prefetch();
   in_step_copies();
   CHECK_DONE();
