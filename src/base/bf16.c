@@ -84,3 +84,45 @@ float tpu_f16_to_f32(tpu_f16 h) {
   }
   return tpu_f32_from_bits(sign | ((exp - 15 + 127) << 23) | (frac << 13));
 }
+
+tpu_f8 tpu_f8_from_f64(double d, int e4m3fn) {
+  const int mant = e4m3fn ? 3 : 2, bias = e4m3fn ? 7 : 15;
+  uint8_t sign = signbit(d) ? 0x80u : 0;
+  tpu_f8 r;
+  if (isnan(d)) {
+    r.bits = sign | (e4m3fn ? 0x7fu : 0x7eu);
+    return r;
+  }
+  /* e4m3fn's exponent 15 holds normal numbers (only its top code is NaN): round as for a
+   * format whose largest exponent is 8, then refuse what passes 448 */
+  double v = round_to_format(d, mant, 1 - bias, e4m3fn ? 8 : 15);
+  double a = fabs(v);
+  if (isinf(a) || (e4m3fn && a > 448.0)) {
+    r.bits = sign | (e4m3fn ? 0x7fu : 0x7cu);
+    return r;
+  }
+  if (a == 0) {
+    r.bits = sign;
+    return r;
+  }
+  int e;
+  double m = frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+  int ue = e - 1;
+  if (ue < 1 - bias) { /* subnormal: a = k * 2^(1 - bias - mant) */
+    r.bits = sign | (uint8_t)ldexp(a, bias - 1 + mant);
+    return r;
+  }
+  uint8_t frac = (uint8_t)((ldexp(m, 1) - 1.0) * (double)(1 << mant));
+  r.bits = sign | (uint8_t)((ue + bias) << mant) | frac;
+  return r;
+}
+
+float tpu_f8_to_f32(tpu_f8 v, int e4m3fn) {
+  const int mant = e4m3fn ? 3 : 2, bias = e4m3fn ? 7 : 15;
+  int e = (v.bits & 0x7f) >> mant, m = v.bits & ((1 << mant) - 1);
+  float sign = (v.bits & 0x80) ? -1.0f : 1.0f;
+  if (e4m3fn && (v.bits & 0x7f) == 0x7f) return sign * NAN;
+  if (!e4m3fn && e == 31) return m ? sign * NAN : sign * INFINITY;
+  if (e == 0) return sign * ldexpf((float)m, 1 - bias - mant);
+  return sign * ldexpf((float)((1 << mant) + m), e - bias - mant);
+}

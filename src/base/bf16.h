@@ -1,4 +1,5 @@
-/* bf16 and f16 as their own types, with round-to-nearest-even conversion from f32/f64. */
+/* bf16, f16 and the float8 formats as their own types, with round-to-nearest-even
+ * conversion from f32/f64. */
 #ifndef TPU_BASE_BF16_H
 #define TPU_BASE_BF16_H
 
@@ -43,5 +44,13 @@ tpu_bf16 tpu_bf16_from_f64(double d);
 tpu_f16 tpu_f16_from_f32(float f);
 tpu_f16 tpu_f16_from_f64(double d);
 float tpu_f16_to_f32(tpu_f16 h);
+
+/* One float8 value, either format: e4m3fn (sign, 4 exponent bits, bias 7, 3 mantissa bits;
+ * no infinity, S.1111.111 is NaN, largest 448) or e5m2 (bias 15, 2 mantissa bits, IEEE-like
+ * with infinities). As ml_dtypes and XLA convert: round to nearest even, subnormals kept;
+ * a value that rounds beyond the largest finite one is NaN in e4m3fn, inf in e5m2. */
+typedef struct { uint8_t bits; } tpu_f8;
+tpu_f8 tpu_f8_from_f64(double d, int e4m3fn);
+float tpu_f8_to_f32(tpu_f8 v, int e4m3fn);
 
 #endif

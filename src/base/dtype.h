@@ -23,6 +23,8 @@
   X(TPU_F64, "f64", 8, "<f8", 'f')   \
   X(TPU_C64, "c64", 8, "<c8", 'c')   \
   X(TPU_C128, "c128", 16, "<c16", 'c') \
+  X(TPU_F8E5M2, "f8e5m2", 1, "", 'f') \
+  X(TPU_F8E4M3FN, "f8e4m3fn", 1, "", 'f') \
   X(TPU_TUPLE, "tuple", 0, "", 't')  \
   X(TPU_TOKEN, "token", 0, "", 'k')
 
@@ -55,6 +57,8 @@ static inline tpu_dtype tpu_dtype_complex_part(tpu_dtype t) {
 static inline tpu_dtype tpu_dtype_complex_of(tpu_dtype t) {
   return t == TPU_F32 ? TPU_C64 : t == TPU_F64 ? TPU_C128 : TPU_DTYPE_COUNT;
 }
+/* The float8 formats (one byte; tpu_f8 in base/bf16.h). */
+static inline int tpu_dtype_is_f8(tpu_dtype t) { return t == TPU_F8E5M2 || t == TPU_F8E4M3FN; }
 static inline int tpu_dtype_is_array(tpu_dtype t) { return t != TPU_TUPLE && t != TPU_TOKEN; }
 
 #endif

@@ -394,6 +394,12 @@ static void convert_chunk(const tpu_tensor *t, size_t i0, size_t n, unsigned cha
       float v = tpu_bf16_to_f32(b);
       memcpy(buf + i * 4, &v, 4);
     }
+  } else if (tpu_dtype_is_f8(t->dtype)) {
+    for (size_t i = 0; i < n; i++) {
+      tpu_f8 b = {src[i0 + i]};
+      float v = tpu_f8_to_f32(b, t->dtype == TPU_F8E4M3FN);
+      memcpy(buf + i * 4, &v, 4);
+    }
   } else if (t->dtype == TPU_PRED) {
     for (size_t i = 0; i < n; i++) buf[i] = src[i0 + i] != 0;
   } else {
@@ -407,8 +413,9 @@ static void convert_chunk(const tpu_tensor *t, size_t i0, size_t n, unsigned cha
 
 static tpu_status write_file(FILE *f, const tpu_tensor *t, const char *path, tpu_diag *d) {
   tpu_loc at = {path, 0, 0};
-  const char *descr = t->dtype == TPU_BF16 ? "<f4" : tpu_dtype_npy(t->dtype);
-  size_t fsize = t->dtype == TPU_BF16 ? 4 : tpu_dtype_size(t->dtype);
+  int wide = t->dtype == TPU_BF16 || tpu_dtype_is_f8(t->dtype); /* written as f32 */
+  const char *descr = wide ? "<f4" : tpu_dtype_npy(t->dtype);
+  size_t fsize = wide ? 4 : tpu_dtype_size(t->dtype);
   char dict[1024];
   int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
   for (int i = 0; i < t->rank; i++)
@@ -442,7 +449,8 @@ static tpu_status write_file(FILE *f, const tpu_tensor *t, const char *path, tpu
 
 tpu_status tpu_npy_write(const char *path, const tpu_tensor *t, tpu_diag *d) {
   tpu_loc at = {path, 0, 0};
-  if (!tpu_dtype_is_array(t->dtype) || (t->dtype != TPU_BF16 && !tpu_dtype_npy(t->dtype)[0]))
+  if (!tpu_dtype_is_array(t->dtype) ||
+      (t->dtype != TPU_BF16 && !tpu_dtype_is_f8(t->dtype) && !tpu_dtype_npy(t->dtype)[0]))
     return TPU_FAIL(d, TPU_ERR_ARG, at, "cannot write a %s as .npy", tpu_dtype_name(t->dtype));
   if (t->rank < 0 || t->rank > TPU_MAX_RANK)
     return TPU_FAIL(d, TPU_ERR_ARG, at, "rank %d out of range", t->rank);

@@ -19,7 +19,8 @@ tpu_status tpu_npy_read(const char *path, tpu_tensor *out, tpu_diag *d);
 /* The same from `len` bytes in memory; `name` stands for the file in errors. */
 tpu_status tpu_npy_read_mem(const char *name, const void *data, size_t len, tpu_tensor *out, tpu_diag *d);
 
-/* Writes format 1.0, C order, little-endian. TPU_BF16 is written as <f4 (exact widening);
+/* Writes format 1.0, C order, little-endian. TPU_BF16 and the float8 types are written as
+ * <f4 (exact widening);
  * other array dtypes as their own descriptor. The bytes go to "PATH.tmp", which is renamed
  * over PATH only once complete, so a failure never leaves a partial PATH. Tuples and tokens
  * are rejected (TPU_ERR_ARG). */

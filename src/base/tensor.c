@@ -194,6 +194,8 @@ double tpu_load_f64(tpu_dtype dtype, const void *p, int64_t i) {
     case TPU_F64: return ((const double *)p)[i];
     case TPU_C64: return ((const float *)p)[2 * i];
     case TPU_C128: return ((const double *)p)[2 * i];
+    case TPU_F8E5M2: return tpu_f8_to_f32(((const tpu_f8 *)p)[i], 0);
+    case TPU_F8E4M3FN: return tpu_f8_to_f32(((const tpu_f8 *)p)[i], 1);
     default: return 0;
   }
 }
@@ -223,6 +225,8 @@ void tpu_tensor_set_f64(tpu_tensor *t, int64_t i, double v) {
     case TPU_F64: ((double *)p)[i] = v; break;
     case TPU_C64: ((float *)p)[2 * i] = (float)v, ((float *)p)[2 * i + 1] = 0.0f; break;
     case TPU_C128: ((double *)p)[2 * i] = v, ((double *)p)[2 * i + 1] = 0.0; break;
+    case TPU_F8E5M2: ((tpu_f8 *)p)[i] = tpu_f8_from_f64(v, 0); break;
+    case TPU_F8E4M3FN: ((tpu_f8 *)p)[i] = tpu_f8_from_f64(v, 1); break;
     default: tpu_tensor_set_i64(t, i, (int64_t)v); break;
   }
 }
@@ -240,6 +244,7 @@ void tpu_tensor_set_i64(tpu_tensor *t, int64_t i, int64_t v) {
     case TPU_U32: ((uint32_t *)p)[i] = (uint32_t)v; break;
     case TPU_U64: ((uint64_t *)p)[i] = (uint64_t)v; break;
     case TPU_BF16: case TPU_F16: case TPU_F32: case TPU_F64: case TPU_C64: case TPU_C128:
+    case TPU_F8E5M2: case TPU_F8E4M3FN:
       tpu_tensor_set_f64(t, i, (double)v);
       break;
     default: break;

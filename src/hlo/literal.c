@@ -118,6 +118,10 @@ static tpu_status set_float(lit_parser *p, const char *t, size_t len, tpu_loc at
         ((tpu_bf16 *)data)[i].bits = (uint16_t)((neg ? 0x8000u : 0) | 0x7f80u | pl);
         break;
       }
+      case TPU_F8E5M2: case TPU_F8E4M3FN: /* e4m3fn has one NaN; e5m2's payload is 2 bits */
+        ((tpu_f8 *)data)[i] = tpu_f8_from_f64(neg ? -NAN : NAN, dt == TPU_F8E4M3FN);
+        if (dt == TPU_F8E5M2 && (payload & 3u)) ((tpu_f8 *)data)[i].bits = (uint8_t)((neg ? 0x80u : 0) | 0x7cu | (payload & 3u));
+        break;
       default: {
         uint16_t pl = payload ? (uint16_t)(payload & 0x3ffu) : 0x200u;
         if (!pl) pl = 0x200u;

@@ -26,6 +26,11 @@ static uint64_t nan_payload(const tpu_tensor *t, int64_t i) {
       unsigned u = ((const tpu_bf16 *)t->data)[i].bits & 0x7fu;
       return u == 0x40u ? 0 : u;
     }
+    case TPU_F8E4M3FN: return 0;
+    case TPU_F8E5M2: {
+      unsigned u = ((const tpu_f8 *)t->data)[i].bits & 0x3u;
+      return u == 0x2u ? 0 : u;
+    }
     default: {
       unsigned u = ((const tpu_f16 *)t->data)[i].bits & 0x3ffu;
       return u == 0x200u ? 0 : u;
@@ -56,6 +61,7 @@ static void put_float(tpu_strbuf *b, const tpu_tensor *t, int64_t i) {
     if (dt == TPU_F32) same = (float)r == (float)v && signbit(r) == signbit(v);
     else if (dt == TPU_BF16) same = tpu_bf16_from_f64(r).bits == tpu_bf16_from_f64(v).bits;
     else if (dt == TPU_F16) same = tpu_f16_from_f64(r).bits == tpu_f16_from_f64(v).bits;
+    else if (tpu_dtype_is_f8(dt)) same = tpu_f8_from_f64(r, dt == TPU_F8E4M3FN).bits == tpu_f8_from_f64(v, dt == TPU_F8E4M3FN).bits;
     else same = r == v && signbit(r) == signbit(v);
     if (same) break;
   }

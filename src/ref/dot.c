@@ -125,6 +125,7 @@ static void store_acc(acc_kind k, const void *acc, tpu_tensor *o, int64_t i) {
       case TPU_BF16: ((tpu_bf16 *)p)[i] = tpu_bf16_from_f32(v); break;
       case TPU_F16: ((tpu_f16 *)p)[i] = tpu_f16_from_f32(v); break;
       case TPU_F64: ((double *)p)[i] = v; break;
+      case TPU_F8E5M2: case TPU_F8E4M3FN: ((tpu_f8 *)p)[i] = tpu_f8_from_f64(v, o->dtype == TPU_F8E4M3FN); break;
       default: store_int_from_f64(o->dtype, p, i, v); break;
     }
     return;
@@ -135,6 +136,7 @@ static void store_acc(acc_kind k, const void *acc, tpu_tensor *o, int64_t i) {
     case TPU_F32: ((float *)p)[i] = (float)v; break;
     case TPU_BF16: ((tpu_bf16 *)p)[i] = tpu_bf16_from_f64(v); break;
     case TPU_F16: ((tpu_f16 *)p)[i] = tpu_f16_from_f64(v); break;
+    case TPU_F8E5M2: case TPU_F8E4M3FN: ((tpu_f8 *)p)[i] = tpu_f8_from_f64(v, o->dtype == TPU_F8E4M3FN); break;
     default: store_int_from_f64(o->dtype, p, i, v); break;
   }
 }

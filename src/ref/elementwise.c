@@ -20,11 +20,15 @@
 #define AS_I64(x) ((int64_t)(x))
 #define AS_SAME(x) (x)
 #define AS_PRED(x) ((int64_t)((x) != 0))
+#define F8E5M2_TO_F32(x) tpu_f8_to_f32((x), 0)
+#define F8E4M3FN_TO_F32(x) tpu_f8_to_f32((x), 1)
 
 void tpu__ew_load_f32(const void *p, tpu_dtype t, int64_t i0, int64_t step, int n, float *o) {
   switch (t) {
     case TPU_BF16: LOAD_LOOP(float, tpu_bf16, tpu_bf16_to_f32); break;
     case TPU_F16: LOAD_LOOP(float, tpu_f16, tpu_f16_to_f32); break;
+    case TPU_F8E5M2: LOAD_LOOP(float, tpu_f8, F8E5M2_TO_F32); break;
+    case TPU_F8E4M3FN: LOAD_LOOP(float, tpu_f8, F8E4M3FN_TO_F32); break;
     default: LOAD_LOOP(float, float, AS_SAME); break;
   }
 }
@@ -53,6 +57,9 @@ void tpu__ew_store_f32(void *p, tpu_dtype t, int64_t i0, int n, const float *v) 
       break;
     case TPU_F16:
       for (int k = 0; k < n; k++) ((tpu_f16 *)p)[i0 + k] = tpu_f16_from_f32(v[k]);
+      break;
+    case TPU_F8E5M2: case TPU_F8E4M3FN:
+      for (int k = 0; k < n; k++) ((tpu_f8 *)p)[i0 + k] = tpu_f8_from_f64((double)v[k], t == TPU_F8E4M3FN);
       break;
     default: memcpy((float *)p + i0, v, sizeof(float) * (size_t)n); break;
   }

@@ -39,7 +39,7 @@ tpu_status tpu_ref_accept_input(tpu_tensor *t, int idx, const tpu_shape *s, tpu_
   if (!dims_ok) {
     why = "dimensions";
   } else if (t->dtype != s->dtype) {
-    if (t->dtype == TPU_F32 && (s->dtype == TPU_BF16 || s->dtype == TPU_F16)) {
+    if (t->dtype == TPU_F32 && (s->dtype == TPU_BF16 || s->dtype == TPU_F16 || tpu_dtype_is_f8(s->dtype))) {
       tpu_tensor r;
       tpu_status st = tpu_tensor_alloc(&r, s->dtype, s->rank, s->dims, d);
       if (st != TPU_OK) {
@@ -50,7 +50,8 @@ tpu_status tpu_ref_accept_input(tpu_tensor *t, int idx, const tpu_shape *s, tpu_
       const float *src = t->data;
       for (int64_t i = 0; i < n; i++) {
         if (s->dtype == TPU_BF16) ((tpu_bf16 *)r.data)[i] = tpu_bf16_from_f32(src[i]);
-        else ((tpu_f16 *)r.data)[i] = tpu_f16_from_f32(src[i]);
+        else if (s->dtype == TPU_F16) ((tpu_f16 *)r.data)[i] = tpu_f16_from_f32(src[i]);
+        else ((tpu_f8 *)r.data)[i] = tpu_f8_from_f64(src[i], s->dtype == TPU_F8E4M3FN);
       }
       tpu_tensor_free(t);
       *t = r;

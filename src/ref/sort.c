@@ -131,6 +131,11 @@ static uint64_t order_key(tpu_dtype t, const void *p) {
     case TPU_U16: return *(const uint16_t *)p;
     case TPU_U32: return *(const uint32_t *)p;
     case TPU_U64: return *(const uint64_t *)p;
+    case TPU_F8E5M2:
+    case TPU_F8E4M3FN: {
+      uint8_t u = *(const uint8_t *)p;
+      return (u & 0x80u) ? (uint8_t)~u : (uint64_t)(u | 0x80u);
+    }
     case TPU_BF16:
     case TPU_F16: {
       uint16_t u;

@@ -731,6 +731,22 @@ def _(r):
     return f, (x, n, np.array([True, False, True], bool))
 
 
+@case("convert_float8", "f32 -> f8e4m3fn / f8e5m2 and back (round to nearest even, "
+      "subnormals, ties, e4m3fn overflow to NaN, e5m2 to inf), f8 -> bf16, and an f8e4m3fn "
+      "matmul accumulating in f32")
+def _(r):
+    F8A, F8B = jnp.float8_e4m3fn, jnp.float8_e5m2
+
+    def f(x, a, b):
+        return (x.astype(F8A).astype(jnp.float32), x.astype(F8B).astype(jnp.float32),
+                x.astype(F8A).astype(BF16).astype(jnp.float32),
+                jnp.dot(a.astype(F8A), b.astype(F8A), preferred_element_type=jnp.float32))
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 1.0625, 1.1875, 448.0, 460.0, 464.0,
+                  465.0, 500.0, -57344.0, 61439.0, 61440.0, 1e5, 2.0**-9, 2.0**-10, 3 * 2.0**-11,
+                  2.0**-16, 2.0**-17, 0.3, -0.3, 3.14159, 1e-30], np.float32)
+    return f, (x, r.normal(8, 40, scale=4.0), r.normal(40, 16, scale=4.0))
+
+
 # ------------------------------------------------------------------- data movement
 
 @case("pad", "lax.pad with negative low/high and interior padding, and jnp.pad "
@@ -879,7 +895,7 @@ def _(r):
 
 # ------------------------------------------------------------------------- driver
 
-SHAPE_RE = re.compile(r"\b(pred|[sufc]\d+|bf16)\[([0-9,]*)\]")
+SHAPE_RE = re.compile(r"\b(pred|f8e\w+|[sufc]\d+|bf16)\[([0-9,]*)\]")
 
 
 def hlo_signature(hlo):

@@ -1,4 +1,4 @@
-/* bf16 and f16: every bit pattern round-trips; rounding matches an independent oracle. */
+/* bf16, f16 and float8: every bit pattern round-trips; rounding matches an independent oracle. */
 #include <math.h>
 
 #include "base/bf16.h"
@@ -18,6 +18,28 @@ static uint16_t oracle_bf16(float f) {
   if (elo < ehi) return lo;
   if (ehi < elo) return hi;
   return (lo & 1) ? hi : lo;
+}
+
+/* Oracle for float8 (e4m3fn when e4): the nearest of the 256 codes' values by exact double
+ * arithmetic, ties to the even code; past the largest finite value the next step of its
+ * exponent (480 for e4m3fn, 65536 for e5m2) stands for overflow: NaN in e4m3fn, inf in
+ * e5m2. Returns the code, sign included. */
+static uint8_t oracle_f8(double x, int e4) {
+  const double over = e4 ? 480.0 : 65536.0;
+  uint8_t sign = signbit(x) ? 0x80 : 0;
+  double a = fabs(x), best = -1;
+  int code = 0;
+  if (a >= over) return sign | (e4 ? 0x7f : 0x7c); /* (below it the errors are exact) */
+  for (int c = 0; c < 128; c++) {
+    tpu_f8 v = {(uint8_t)c};
+    double f = tpu_f8_to_f32(v, e4);
+    if (isnan(f) || isinf(f)) continue;
+    double err = fabs(a - f);
+    if (best < 0 || err < best || (err == best && (c & 1) == 0)) best = err, code = c;
+  }
+  double eo = fabs(over - a);
+  if (eo < best || (eo == best && (code & 1))) return sign | (e4 ? 0x7f : 0x7c);
+  return (uint8_t)(sign | code);
 }
 
 int main(void) {
@@ -84,5 +106,27 @@ int main(void) {
   CHECK_EQ_INT(tpu_f16_from_f32(65520.0f).bits, 0x7c00); /* max + half ulp -> inf */
   CHECK_EQ_INT(tpu_f16_from_f32(0x1p-25f).bits, 0x0000); /* tie -> even zero */
   CHECK_EQ_INT(tpu_f16_from_f32(0x1.8p-25f).bits, 0x0001);
+  /* float8: the codes' values, every pattern back to itself, rounding against the oracle */
+  tpu_f8 c7e = {0x7e}, c01 = {0x01}, c08 = {0x08}, c7b = {0x7b}, c7c = {0x7c};
+  CHECK(tpu_f8_to_f32(c7e, 1) == 448.0f && tpu_f8_to_f32(c01, 1) == 0x1p-9f && tpu_f8_to_f32(c08, 1) == 0x1p-6f);
+  CHECK(tpu_f8_to_f32(c7b, 0) == 57344.0f && isinf(tpu_f8_to_f32(c7c, 0)) && tpu_f8_to_f32(c01, 0) == 0x1p-16f);
+  for (int e4 = 0; e4 <= 1; e4++) {
+    for (int b = 0; b < 256; b++) {
+      tpu_f8 x = {(uint8_t)b};
+      float f = tpu_f8_to_f32(x, e4);
+      tpu_f8 y = tpu_f8_from_f64(f, e4);
+      if (isnan(f)) CHECK(isnan(tpu_f8_to_f32(y, e4)));
+      else CHECK_EQ_INT(y.bits, b);
+    }
+    for (uint64_t u = 0; u < (1ull << 32); u += 65521) {
+      float f = tpu_f32_from_bits((uint32_t)u);
+      if (isnan(f)) continue;
+      CHECK_EQ_INT(tpu_f8_from_f64(f, e4).bits, oracle_f8(f, e4));
+    }
+  }
+  CHECK_EQ_INT(tpu_f8_from_f64(464.0, 1).bits, 0x7e); /* the tie below the NaN code: 448 */
+  CHECK_EQ_INT(tpu_f8_from_f64(465.0, 1).bits, 0x7f); /* rounds past 448: NaN, no inf */
+  CHECK_EQ_INT(tpu_f8_from_f64(-61440.0, 0).bits, 0xfc); /* e5m2 max + half ulp: -inf */
+  CHECK_EQ_INT(tpu_f8_from_f64(0x1p-10, 1).bits, 0x00);  /* tie -> even zero */
   CHECK_DONE();
 }
