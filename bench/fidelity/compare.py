@@ -368,7 +368,7 @@ def print_split_report(out, fams, ref, chips, markdown):
         classes = sorted(set(k for c in ref for k in ref[c]), key=lambda k: -sum(ref[c].get(k, [0])[0] for c in ref))
         for k in classes:
             ex = next(ref[c][k] for c in ref if k in ref[c])
-            print(f"  {' '.join(f'{c}:{ref[c][k][0]}' if k in ref[c] else f'{c}:0' for c in chips)}  {k[:160]}\n"
+            print(f"  {' '.join(f'{c}:{ref[c][k][0]}' if k in ref.get(c, {}) else f'{c}:0' for c in chips)}  {k[:160]}\n"
                   f"      e.g. {ex[1]}: {ex[2][:200]}")
 
 

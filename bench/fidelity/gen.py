@@ -8,6 +8,7 @@ for one device of v4, v5e, v5p and v6e (libtpu in compile-only mode: no TPU need
     python3 bench/fidelity/gen.py vector_dots            # corpus/vector_dots.json
     python3 bench/fidelity/gen.py row_broadcast          # corpus/row_broadcast.json
     python3 bench/fidelity/gen.py batched_products       # corpus/batched_products.json
+    python3 bench/fidelity/gen.py narrow_results         # corpus/narrow_results.json
     FIDELITY_HLO_ONLY=1 python3 bench/fidelity/gen.py      # rewrite the .hlo files only (seconds)
     FIDELITY_KEEP=1 ... skips programs whose .json exists; FIDELITY_REVERSE=1 runs the list
     backwards (a second worker from the other end). About 10-20 s per program on 2 cores.
@@ -686,13 +687,44 @@ def batched_products():
     json.dump(res, open(os.path.join(OUT, "batched_products.json"), "w"), indent=1)
 
 
+def narrow_results():
+    """Which results pay the stream pass: per generation, the cycles of kernels over
+    [4096,4096] writing 8-bit or pred results — (x * s).astype(f8e4m3fn) and .astype(int8)
+    of bf16 x, x > 0 of bf16 and f32 x, x * 3 of int8 — and the lone converts bf16 ->
+    f8e4m3fn / f8e5m2 / int8, f32 -> f8e4m3fn, f8e4m3fn -> bf16 / f32, int8 -> f32. Writes
+    corpus/narrow_results.json (layout.c stream_costs: the pass for every result narrower
+    than 32 bits; docs/timing.md)."""
+    F8A, F8B, I8 = jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.int8
+    cases = {"scale_to_f8e4m3fn": (lambda x, s: (x * s).astype(F8A), BF),
+             "scale_to_int8": (lambda x, s: (x * s).astype(I8), BF),
+             "gt0_bf16": (lambda x, s: x > 0, BF), "gt0_f32": (lambda x, s: x > 0, F32),
+             "mul3_int8": (lambda x, s: x * I8(3), I8),
+             "cvt_bf16_f8e4m3fn": (lambda x, s: x.astype(F8A), BF),
+             "cvt_bf16_f8e5m2": (lambda x, s: x.astype(F8B), BF),
+             "cvt_bf16_int8": (lambda x, s: x.astype(I8), BF),
+             "cvt_f32_f8e4m3fn": (lambda x, s: x.astype(F8A), F32),
+             "cvt_f8e4m3fn_bf16": (lambda x, s: x.astype(BF), F8A),
+             "cvt_f8e4m3fn_f32": (lambda x, s: x.astype(F32), F8A),
+             "cvt_int8_f32": (lambda x, s: x.astype(F32), I8)}
+    res = {}
+    for chip in TOPOLOGIES:
+        dev = device(chip)
+        r = {}
+        for name, (f, dt) in cases.items():
+            c = jax.jit(f).lower(sds((4096, 4096), dt, dev), sds((), F32, dev)).compile()
+            r[name] = [[o[0], o[2], o[4]] for o in entry_ops(c.as_text())]
+        res[chip] = r
+        print(chip, json.dumps(r), flush=True)
+    json.dump(res, open(os.path.join(OUT, "narrow_results.json"), "w"), indent=1)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     build()
     want = sys.argv[1:]
     # the probe families, each one JSON file of corpus/
     families = {"vector_dots": vector_dots, "eup": eup, "xprefetch": xprefetch, "row_broadcast": row_broadcast,
-                "batched_products": batched_products}
+                "batched_products": batched_products, "narrow_results": narrow_results}
     if len(want) == 1 and want[0] in families:
         families[want[0]]()
         sys.exit(0)

@@ -61,7 +61,7 @@ typedef enum {
   X(HBM_EFFICIENCY, hbm_efficiency, 'f', 0, "", "fraction of hbm_bw a streaming DMA sustains")  \
   X(KERNEL_OVERHEAD_S, kernel_overhead_s, 'f', 0, "s", "fixed cost of starting each kernel")   \
   X(MATMUL_OVERHEAD_S, matmul_overhead_s, 'f', 0, "s", "extra start cost of a matmul kernel")  \
-  X(STREAM_PASS_BYTES, stream_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a vector kernel that reduces or writes 16-bit values") \
+  X(STREAM_PASS_BYTES, stream_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a vector kernel that reduces or writes values narrower than 32 bits") \
   X(RESULT_PASS_BYTES, result_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a matmul kernel's 16-bit result (default: stream_pass_bytes)") \
   X(VMEM_READ_COST, vmem_read_cost, 'f', 0, "", "fraction of an HBM read's cost a vector kernel pays to read an operand kept in VMEM (default 0)") \
   X(MATMUL_STREAM_EFFICIENCY, matmul_stream_efficiency, 'f', 0, "", "rate a matmul kernel's reads stream at, as a fraction of a vector kernel's (default 1)") \

@@ -352,8 +352,10 @@ static void scan_one(const tpu_chip *chip, const tpu_instr *x, int *reduces, int
 /* The per-element costs the XLA TPU compiler's cost model charges a vector kernel on the
  * HBM port beyond its transfers, in bytes at the streaming rate (docs/timing.md; each
  * chip field's note gives the compiler probe it comes from):
- * - stream_pass_bytes per element it iterates over when it reduces or writes a 16-bit
- *   result (once per kernel, however many reductions or 16-bit results it has);
+ * - stream_pass_bytes per element it iterates over when it reduces or writes a result
+ *   narrower than 32 bits (16-bit, 8-bit, pred: (x * s).astype(int8 or f8e4m3fn) over bf16
+ *   [4096,4096] costs the v5e compiler 269,904 cycles, its 48 MiB plus 4.2 B per element,
+ *   as x > 0 does; gen.py narrow_results), once per kernel, however many it has;
  * - lone_op_bytes per element for an unfused elementwise op, convert, reduce or broadcast whose bytes
  *   in and out reach lone_op_min_bytes (the compiler leaves a single op unfused and times
  *   it slower than the same op in a fusion);
@@ -371,7 +373,7 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
   for (int l = 0; l < nl; l++) {
     const tpu_shape *s = tpu__leaf(&in->shape, l);
     if (!s || !tpu_dtype_is_array(s->dtype)) continue;
-    if (tpu_dtype_size(s->dtype) == 2) narrow = 1;
+    if (tpu_dtype_size(s->dtype) < 4) narrow = 1; /* 16-bit, 8-bit and pred results alike */
     /* the elements it writes: an in-place update (dynamic-update-slice, scatter) writes its
      * update, not the whole buffer */
     int64_t e = write_bytes(be, in, l, 0) / (int64_t)tpu_dtype_size(s->dtype);

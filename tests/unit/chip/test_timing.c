@@ -669,6 +669,16 @@ static void stream_costs(void) {
        " b = bf16[8192,8192] broadcast(t), dimensions={}\n m = bf16[8192,8192] multiply(a, b)\n"
        " ROOT r = bf16[8192,8192] add(m, b) }\nENTRY e {\n a = bf16[8192,8192] parameter(0)\n"
        " ROOT r = bf16[8192,8192] fusion(a), kind=kLoop, calls=f\n}\n", 4, c.stream_pass_bytes},
+      {"fused bf16 scale to s8: one stream pass for the 8-bit result, as for a 16-bit one",
+       "HloModule m\nf { a = bf16[8192,8192] parameter(0)\n t = bf16[] constant(2)\n"
+       " b = bf16[8192,8192] broadcast(t), dimensions={}\n m = bf16[8192,8192] multiply(a, b)\n"
+       " ROOT r = s8[8192,8192] convert(m) }\nENTRY e {\n a = bf16[8192,8192] parameter(0)\n"
+       " ROOT r = s8[8192,8192] fusion(a), kind=kLoop, calls=f\n}\n", 3, c.stream_pass_bytes},
+      {"fused f32 compare to pred: one stream pass for the 1-byte result",
+       "HloModule m\nf { a = f32[8192,8192] parameter(0)\n t = f32[] constant(0)\n"
+       " b = f32[8192,8192] broadcast(t), dimensions={}\n"
+       " ROOT r = pred[8192,8192] compare(a, b), direction=GT }\nENTRY e {\n a = f32[8192,8192] parameter(0)\n"
+       " ROOT r = pred[8192,8192] fusion(a), kind=kLoop, calls=f\n}\n", 5, c.stream_pass_bytes},
       {"lone f32 add of two parameters: the lone-op cost",
        "HloModule m\nENTRY e {\n a = f32[8192,8192] parameter(0)\n b = f32[8192,8192] parameter(1)\n"
        " ROOT r = f32[8192,8192] add(a, b)\n}\n", 12, c.lone_op_bytes},
