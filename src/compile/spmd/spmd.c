@@ -174,8 +174,31 @@ static tpu_status reshape(sp *s, const tpu_instr *in) {
     if (ok) {
       h.n[j] = oh->n[k];
       memcpy(h.ax[j], oh->ax[k], MAXA);
-    } else {
-      keep.n[k] = 0;
+      continue;
+    }
+    keep.n[k] = 0;
+    /* The dimension cut into a major part of fewer blocks than its split and the rest
+     * (microbatches cut from a batch split over more chips): the axes whose sizes multiply
+     * to the major part split it and the other axes split the next dimension, as XLA's
+     * partitioner splits it over sub-axes of the mesh. When the cut falls inside an axis,
+     * the next walk has that axis cut into two sub-axes (fact_axis). */
+    if (rp != pre || j + 1 >= r->rank || r->dims[j] >= a->dims[k] || a->dims[k] % r->dims[j]) continue;
+    int64_t c = 1;
+    int i = 0;
+    while (i < oh->n[k] && c < r->dims[j] && r->dims[j] % (c * s->mesh->sizes[oh->ax[k][i]]) == 0)
+      c *= s->mesh->sizes[oh->ax[k][i++]];
+    if (c == r->dims[j] && i < oh->n[k] && r->dims[j + 1] % (f / c) == 0) {
+      keep.n[k] = oh->n[k];
+      h.n[j] = (int8_t)i;
+      memcpy(h.ax[j], oh->ax[k], (size_t)i);
+      h.n[j + 1] = (int8_t)(oh->n[k] - i);
+      memcpy(h.ax[j + 1], oh->ax[k] + i, (size_t)(oh->n[k] - i));
+    } else if (i < oh->n[k] && s->fact_axis < 0) {
+      int64_t m = r->dims[j] / c, sz = s->mesh->sizes[oh->ax[k][i]];
+      if (m > 1 && m < sz && sz % m == 0) {
+        s->fact_axis = oh->ax[k][i];
+        s->fact_m = m;
+      }
     }
   }
   tpu_instr *x;
@@ -858,6 +881,18 @@ static tpu_status fold_transposed_dots(tpu_builder *b, tpu_comp *c) {
   return tpu_build_finish(b, c);
 }
 
+/* Forgets a walk over the entry (its values, shardings and collectives) for the next. */
+static void reset_walk(sp *s, int n) {
+  memset(s->val, 0, sizeof *s->val * (size_t)(n + 1));
+  memset(s->sh, 0, sizeof *s->sh * (size_t)(n + 1));
+  memset(s->tsh, 0, sizeof *s->tsh * (size_t)(n + 1));
+  s->pos = NULL;
+  s->channel = 0;
+  s->nemitted = 0;
+  s->nreshards = 0;
+  memset(s->dep, 0, sizeof *s->dep * (size_t)(n + 1));
+}
+
 tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *d) {
   tpu_mesh own;
   memset(&own, 0, sizeof own);
@@ -893,18 +928,31 @@ tpu_status tpu_spmd_partition(tpu_module *m, const tpu_mesh *mesh_in, tpu_diag *
    * are used split keep them split inside (hints), then the real pass. */
   s.dep = tpu_calloc((size_t)(n + 1), sizeof *s.dep);
   if (st == TPU_OK && !s.dep) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  /* A reshape that cuts a split dimension inside a mesh axis has the axis cut in two
+   * (same devices, same order: a split over the axis is one over both parts) and the first
+   * walk run again, up to the mesh's room for axes. */
+  tpu_mesh cut;
+  s.fact_axis = -1;
   if (st == TPU_OK) st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
   for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_entry_instr(&s, s.old->order[i]);
+  while (st == TPU_OK && s.fact_axis >= 0 && s.mesh->naxes < MAXA) {
+    cut = *s.mesh;
+    int a = s.fact_axis;
+    int64_t sz = s.mesh->sizes[a];
+    memmove(cut.names[a + 1], cut.names[a], sizeof cut.names[0] * (size_t)(cut.naxes - a));
+    memmove(&cut.sizes[a + 1], &cut.sizes[a], sizeof cut.sizes[0] * (size_t)(cut.naxes - a));
+    cut.sizes[a] = s.fact_m;
+    cut.sizes[a + 1] = sz / s.fact_m;
+    cut.naxes++;
+    s.mesh = &cut;
+    s.fact_axis = -1;
+    reset_walk(&s, n);
+    st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
+    for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_entry_instr(&s, s.old->order[i]);
+  }
   if (st == TPU_OK) st = tpu__spmd_hints(&s);
   if (st == TPU_OK && s.hint) {
-    memset(s.val, 0, sizeof *s.val * (size_t)(n + 1));
-    memset(s.sh, 0, sizeof *s.sh * (size_t)(n + 1));
-    memset(s.tsh, 0, sizeof *s.tsh * (size_t)(n + 1));
-    s.pos = NULL;
-    s.channel = 0;
-    s.nemitted = 0;
-    s.nreshards = 0;
-    memset(s.dep, 0, sizeof *s.dep * (size_t)(n + 1));
+    reset_walk(&s, n);
     st = tpu_build_comp(&s.b, s.old->name, s.old, &s.c);
     for (int i = 0; st == TPU_OK && i < s.old->norder; i++) st = partition_entry_instr(&s, s.old->order[i]);
   }

@@ -104,6 +104,11 @@ typedef struct {
     tpu_instr *out;
   } reshards[128];
   int nreshards;
+  /* A reshape that cuts a dimension split over a mesh axis at a point inside that axis
+   * (microbatches cut from a batch split over every chip): the axis to cut into sub-axes
+   * (fact_m, its size / fact_m) for the next walk (-1: none; tpu_spmd_partition). */
+  int fact_axis;
+  int64_t fact_m;
 } sp;
 
 /* Emitting collectives and resharding values (spmd_reshard.c). */

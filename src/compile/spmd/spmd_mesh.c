@@ -177,11 +177,16 @@ int tpu__spmd_parse_sdy(const char *p, const tpu_mesh *mesh, int rank, dsh *s) {
       if (!quoted(&p, name, sizeof name)) return 0;
       p = sk(p);
       if (*p == ':') return 0; /* sub-axes: not handled */
-      int a = -1;
-      for (int i = 0; i < mesh->naxes; i++)
-        if (!strcmp(mesh->names[i], name)) a = i;
-      if (a < 0 || s->n[k] == MAXA) return 0;
-      s->ax[k][s->n[k]++] = (int8_t)a;
+      /* every axis of that name: an axis spmd-partition cut into sub-axes is split over
+       * all its parts, major first */
+      int found = 0;
+      for (int i = 0; i < mesh->naxes; i++) {
+        if (strcmp(mesh->names[i], name)) continue;
+        if (s->n[k] == MAXA) return 0;
+        s->ax[k][s->n[k]++] = (int8_t)i;
+        found = 1;
+      }
+      if (!found) return 0;
     }
     k++;
   }

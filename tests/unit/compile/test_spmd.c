@@ -409,6 +409,17 @@ int main(void) {
            " p = f32[4,6,6,2] pad(c, z), padding=0_0x1_1x1_1x0_0\n"
            " ROOT cc = f32[4,6,6,4] concatenate(p, x), dimensions={3}\n}\n");
   check("convolution, pad, concatenate", src, 0, 0, 0);
+  /* Microbatches cut from a batch split over every chip (x.reshape(2, B/2, d) over 4):
+   * the reshape cuts the mesh axis in two (2 x 2, as XLA's sub-axes) — microbatches over the
+   * major part, each one's rows over the minor — so no gather; the sum over a microbatch's
+   * rows is one all-reduce over the minor part. */
+  snprintf(src, sizeof src,
+           "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"d\"=4]>}}\n"
+           "%sENTRY e {\n x = s32[16,3] parameter(0), " SDY("[{\\\"d\\\"}, {}]") "\n"
+           " r = s32[2,8,3] reshape(x)\n c = s32[] constant(0)\n"
+           " ROOT s = s32[2,3] reduce(r, c), dimensions={1}, to_apply=add\n}\n",
+           k_add);
+  check("microbatches over part of a mesh axis", src, 1, 0, 0);
   check_windowed();
   {
     /* A broadcast of a split vector (a norm's scale) used with a batch-split activation:
