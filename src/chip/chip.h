@@ -76,7 +76,7 @@ typedef enum {
   X(ICI_LINKS, ici_links, 'i', 0, "", "inter-chip links per chip")                           \
   X(ICI_BW_PER_LINK, ici_bw_per_link, 'f', 0, "B/s", "bandwidth per ICI link, one way")      \
   X(ICI_LATENCY_S, ici_latency_s, 'f', 0, "s", "ICI latency per hop")                        \
-  X(WINDOWED_EINSUM_MIN_CHIPS, windowed_einsum_min_chips, 'i', 0, "chips", "smallest program over which the XLA TPU compiler runs a dot's all-gather or reduce-scatter over every chip as a windowed-einsum loop (absent: never)") \
+  X(WINDOWED_EINSUM_MIN_CHIPS, windowed_einsum_min_chips, 'i', 0, "chips", "smallest ring of chips round which the XLA TPU compiler runs a dot's all-gather or reduce-scatter as a windowed-einsum loop (absent: never)") \
   X(WINDOWED_EINSUM_MAX_CHIPS, windowed_einsum_max_chips, 'i', 0, "chips", "largest such program (absent: no bound)") \
   X(TOPOLOGY, topology, 'o', 1, "", "interconnect topology")                                 \
   X(MAX_DIMS, max_dims, 'm', 0, "chips", "largest ICI slice shape")                          \

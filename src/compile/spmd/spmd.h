@@ -37,10 +37,14 @@ typedef struct tpu_mesh {
    * compiler does. Only for programs run on the tpu backend at per-op precision (the
    * reference backend computes the f32 dot exactly). */
   int bf16_dot_gathers;
-  /* Run a dot whose operand is gathered over every device as the XLA TPU compiler's
-   * windowed-einsum loop (spmd_window.c) when the mesh has at least this many devices (the
-   * chip's windowed_einsum_min_chips; 0: never) and at most windowed_max_devices (0: any). */
+  /* Run a dot whose operand is gathered round a ring of devices (the axes that split it) as
+   * the XLA TPU compiler's windowed-einsum loop (spmd_window.c) when the ring has at least
+   * this many devices (the chip's windowed_einsum_min_chips; 0: never) and at most
+   * windowed_max_devices (0: any), and when what each ring step can overlap — the lesser of
+   * its share of the dot's work and of the transfers, in the bytes a link moves meanwhile —
+   * outweighs the loop's cost per step, windowed_step_bytes (0: always). */
   int64_t windowed_min_devices, windowed_max_devices;
+  double windowed_step_bytes;
 } tpu_mesh;
 
 struct tpu_chip;

@@ -281,12 +281,16 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
   int halve = tpu__spmd_bf16_gathers(s, in);
   if (!best.valid) return tpu__spmd_replicated_op(s, in);
   tpu_instr *ops[2], *x;
-  /* an operand gathered over every device: the XLA TPU compiler's windowed einsum */
+  /* an operand gathered over a ring: the XLA TPU compiler's windowed einsum */
+  tpu_shape os0 = tpu__spmd_local_shape(s, &in->shape, &best.out);
+  tpu_shape ls0 = tpu__spmd_local_shape(s, &in->operands[0]->shape, &best.L);
+  double flops = 2.0 * (double)tpu_shape_numel(&os0);
+  for (int i = 0; i < in->dot.lhs_contract.n; i++) flops *= (double)ls0.dims[in->dot.lhs_contract.v[i]];
   for (int side = 0; side < 2 && !best.np; side++) {
     const dsh *from = side ? rh : lh, *to = side ? &best.R : &best.L;
     const tpu_instr *xo = in->operands[side];
     int rd;
-    if (s->tsh[xo->id] || (halve && xo->shape.dtype == TPU_F32) || !tpu__spmd_window_gather(s, in, side, from, to, &rd))
+    if (s->tsh[xo->id] || (halve && xo->shape.dtype == TPU_F32) || !tpu__spmd_window_gather(s, in, side, from, to, flops, &rd))
       continue;
     const dsh *oto = side ? &best.L : &best.R;
     TPU_TRY(halve ? dot_operand_bf16(s, in, 1 - side, oto, &ops[1 - side]) : tpu__spmd_operand_as(s, in, 1 - side, oto, &ops[1 - side]));

@@ -187,15 +187,17 @@ tpu_status tpu__spmd_partition_instr(sp *s, const tpu_instr *in);
 
 /* Windowed einsums (spmd_window.c): whether operand `side` of dot `in`, split as `from`,
  * gathered to `to`, is one the XLA TPU compiler passes round a ring instead (*dim: the
- * gathered dimension), and the loop that does so, given the other operand as the plan wants
+ * gathered dimension; the ring: the devices of the axes that split it; flops: the dot's work
+ * per chip), and the loop that does so, given the other operand as the plan wants
  * it, this chip's block of the gathered one and the result's per-chip shape. */
-int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const dsh *from, const dsh *to, int *dim);
+int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const dsh *from, const dsh *to, double flops,
+                            int *dim);
 tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, const dsh *from, tpu_instr *other,
                                 tpu_instr *shard, const tpu_shape *out_shape, tpu_instr **out);
 
 /* Partial sums `part` (a dot's result on each chip) reduce-scattered along its dimension kd
- * into the blocks of `to`'s dimension k, as the XLA TPU compiler's windowed einsum does it when
- * the blocks span every device: *done 0 when it does not apply. */
+ * into the blocks of `to`'s dimension k, as the XLA TPU compiler's windowed einsum does it round
+ * the ring of the axes that split it: *done 0 when it does not apply. */
 tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, int k, tpu_loc loc, tpu_instr **out,
                                 int *done);
 

@@ -1,10 +1,11 @@
-/* spmd-partition's windowed einsums: a dot whose operand must be gathered over every device
- * of the program runs, as the XLA TPU compiler runs it on v4, v5e and v5p slices of 8 chips
- * or more, as a loop over the operand's blocks passed around a ring of collective-permutes:
- * each iteration multiplies the two blocks a chip holds (one arriving each way round) while
- * the next two travel, so no chip ever holds the whole operand (docs/spmd.md, "Windowed
- * einsum"). The loop's values equal the gathered dot's up to the order of the partial sums
- * (a split contraction adds one block's product at a time). */
+/* spmd-partition's windowed einsums: a dot whose operand must be gathered round a ring of
+ * devices (the mesh axes that split it: every device for FSDP, one axis of a 2-D mesh for
+ * SUMMA or sequence-parallel Megatron) runs, as the XLA TPU compiler runs it where each ring
+ * step hides more than it costs, as a loop over the operand's blocks passed around the ring
+ * by collective-permutes: each iteration multiplies the two blocks a chip holds (one arriving
+ * each way round) while the next two travel, so no chip ever holds the whole operand
+ * (docs/spmd.md, "Windowed einsum"). The loop's values equal the gathered dot's up to the
+ * order of the partial sums (a split contraction adds one block's product at a time). */
 #include <stdio.h>
 #include <string.h>
 
@@ -22,10 +23,12 @@ static tpu_status s32op(sp *s, tpu_opcode op, tpu_instr *a, tpu_instr *b, tpu_lo
 typedef struct {
   tpu_comp *entry, *cond, *body;
   tpu_instr *entry_pos, *state, *i;
+  int64_t n; /* the ring's chips */
 } ring_loop;
 
-static tpu_status open_loop(sp *s, const char *base, tpu_instr *init, tpu_loc loc, ring_loop *l) {
+static tpu_status open_loop(sp *s, const char *base, int64_t n, tpu_instr *init, tpu_loc loc, ring_loop *l) {
   memset(l, 0, sizeof *l);
+  l->n = n;
   l->entry = s->c;
   l->entry_pos = s->pos;
   char name[160];
@@ -40,7 +43,7 @@ static tpu_status open_loop(sp *s, const char *base, tpu_instr *init, tpu_loc lo
   tpu_shape pr = tpu__spmd_scalar(TPU_PRED);
   tpu_status st = tpu_build_param(&s->b, l->cond, 0, "state", &init->shape, &p);
   if (st == TPU_OK) st = tpu__spmd_gte(s, p, 4, loc, &i);
-  if (st == TPU_OK) st = tpu__spmd_const(s, TPU_S32, s->mesh->ndev / 2, NULL, loc, &lim);
+  if (st == TPU_OK) st = tpu__spmd_const(s, TPU_S32, n / 2, NULL, loc, &lim);
   if (st == TPU_OK) {
     ops[0] = i;
     ops[1] = lim;
@@ -85,7 +88,7 @@ static tpu_status close_loop(sp *s, ring_loop *l, tpu_status st, tpu_instr *cons
   TPU_TRY(tpu_build_set_attr(&s->b, *out, "condition", l->cond->name));
   TPU_TRY(tpu_build_set_attr(&s->b, *out, "body", l->body->name));
   char trip[96];
-  snprintf(trip, sizeof trip, "{\"known_trip_count\":{\"n\":\"%lld\"}}", (long long)(s->mesh->ndev / 4));
+  snprintf(trip, sizeof trip, "{\"known_trip_count\":{\"n\":\"%lld\"}}", (long long)(l->n / 4));
   return tpu_build_set_attr(&s->b, *out, "backend_config", trip);
 }
 
@@ -103,13 +106,13 @@ static tpu_status update_at(sp *s, tpu_instr *acc, tpu_instr *blk, int k, tpu_in
 
 /* The block a ring step works on: (b + c + sign * (i + u)) mod n, and where it starts
  * (x len), as s32 scalars. */
-static tpu_status ring_block(sp *s, tpu_instr *b, int64_t c, int sign, tpu_instr *i, int u, int64_t len, tpu_loc loc,
-                            tpu_instr **j, tpu_instr **off) {
+static tpu_status ring_block(sp *s, int64_t n, tpu_instr *b, int64_t c, int sign, tpu_instr *i, int u, int64_t len,
+                             tpu_loc loc, tpu_instr **j, tpu_instr **off) {
   tpu_instr *cc, *t, *cn, *cl;
   TPU_TRY(tpu__spmd_const(s, TPU_S32, c + sign * u, NULL, loc, &cc));
   TPU_TRY(s32op(s, TPU_OP_ADD, b, cc, loc, &t));
   TPU_TRY(s32op(s, sign > 0 ? TPU_OP_ADD : TPU_OP_SUBTRACT, t, i, loc, &t));
-  TPU_TRY(tpu__spmd_const(s, TPU_S32, s->mesh->ndev, NULL, loc, &cn));
+  TPU_TRY(tpu__spmd_const(s, TPU_S32, n, NULL, loc, &cn));
   TPU_TRY(s32op(s, TPU_OP_REMAINDER, t, cn, loc, j));
   TPU_TRY(tpu__spmd_const(s, TPU_S32, len, NULL, loc, &cl));
   return s32op(s, TPU_OP_MULTIPLY, *j, cl, loc, off);
@@ -119,13 +122,6 @@ static int uses_axis(const dsh *h, int rank, const int8_t *axes, int n) {
   for (int i = 0; i < n; i++)
     if (tpu__spmd_has_axis(h, rank, axes[i])) return 1;
   return 0;
-}
-
-/* Whether the compiler makes windowed einsums over all of this mesh's devices (the loop takes
- * two ring steps per iteration: a multiple of 4 devices). */
-static int windowed_mesh(const tpu_mesh *mesh) {
-  return mesh->windowed_min_devices > 0 && mesh->ndev >= mesh->windowed_min_devices &&
-         (mesh->windowed_max_devices <= 0 || mesh->ndev <= mesh->windowed_max_devices) && mesh->ndev % 4 == 0;
 }
 
 /* Dots of the computation being partitioned that read x (directly or through converts). */
@@ -143,9 +139,23 @@ static int dot_readers(const sp *s, const tpu_instr *x) {
   return n;
 }
 
-int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const dsh *from, const dsh *to, int *dim) {
+/* Whether the compiler runs a gather or reduce-scatter round a ring of n devices beside a dot
+ * of `flops` per chip as a windowed einsum (block: the bytes of one chip's block): a ring of
+ * at least the chip's smallest, and a loop whose steps each hide more than they cost. */
+static int windowed(const sp *s, int64_t n, double flops, double block) {
   const tpu_mesh *mesh = s->mesh;
-  if (!windowed_mesh(mesh)) return 0;
+  if (mesh->windowed_min_devices <= 0 || n < mesh->windowed_min_devices || n % 4 ||
+      (mesh->windowed_max_devices > 0 && n > mesh->windowed_max_devices))
+    return 0;
+  /* per ring step: its share of the work and of the transfers (the other n - 1 blocks, half
+   * each way), in the bytes a link moves in that time; the loop overlaps the lesser */
+  double work = flops * mesh->flop_bytes / 2 / (double)n, move = (double)(n - 1) * block / 2 / (double)n;
+  return (work < move ? work : move) >= mesh->windowed_step_bytes;
+}
+
+int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const dsh *from, const dsh *to, double flops,
+                            int *dim) {
+  const tpu_mesh *mesh = s->mesh;
   const tpu_instr *x = in->operands[side];
   int rank = x->shape.rank, rd = -1;
   if (from->manual || !tpu_dtype_is_array(x->shape.dtype)) return 0;
@@ -154,7 +164,9 @@ int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const ds
     if (rd >= 0 || to->n[k] || !from->n[k]) return 0; /* one dimension, gathered whole */
     rd = k;
   }
-  if (rd < 0 || factor(mesh, from, rd) != mesh->ndev || x->shape.dims[rd] % mesh->ndev) return 0;
+  if (rd < 0) return 0;
+  int64_t n = factor(mesh, from, rd);
+  if (n < 4 || n % 4 || x->shape.dims[rd] % n) return 0;
   if (uses_axis(to, rank, from->ax[rd], from->n[rd])) return 0;
   /* an operand another dot reads too is gathered once for both (XLA's partitioner reuses the
    * gathered weight of a forward dot in the backward one) */
@@ -165,6 +177,8 @@ int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const ds
   const tpu_i64s *b = side ? &in->dot.rhs_batch : &in->dot.lhs_batch;
   for (int i = 0; i < b->n; i++)
     if (b->v[i] == rd) return 0;
+  tpu_shape blk = tpu__spmd_local_shape(s, &x->shape, from);
+  if (!windowed(s, n, flops, (double)tpu_shape_numel(&blk) * (double)tpu_dtype_size(x->shape.dtype))) return 0;
   *dim = rd;
   return 1;
 }
@@ -195,7 +209,7 @@ static int result_dim(const tpu_instr *in, int side, int rd, int *other_dim) {
 tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, const dsh *from, tpu_instr *other,
                                 tpu_instr *shard, const tpu_shape *out_shape, tpu_instr **out) {
   const tpu_loc loc = in->loc;
-  const int64_t n = s->mesh->ndev;
+  const int64_t n = factor(s->mesh, from, rd);
   int oc, od = result_dim(in, side, rd, &oc);
   const int64_t len = shard->shape.dims[rd]; /* one block of the gathered dimension */
   /* the loop state: (other operand, block arriving forward, result, block arriving back, i) */
@@ -208,7 +222,7 @@ tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, co
   tpu_instr *parts[5] = {other, shard, acc0, back0, i0};
   TPU_TRY(tpu__spmd_tuple(s, parts, 5, loc, &init));
   ring_loop l;
-  TPU_TRY(open_loop(s, tpu_instr_user_name(in), init, loc, &l));
+  TPU_TRY(open_loop(s, tpu_instr_user_name(in), n, init, loc, &l));
   /* Two steps per iteration, as XLA's loop takes them: the second step's products wait for
    * the first step's transfers. At step i the blocks held are (b + i) mod n (arrived
    * forward) and (b - 1 - i) mod n (arrived back). */
@@ -221,7 +235,7 @@ tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, co
   for (int u = 0; st == TPU_OK && u < 2; u++) {
     for (int h = 0; st == TPU_OK && h < 2; h++) {
       tpu_instr *j, *off, *lhs = o, *d, *ops[2];
-      st = ring_block(s, b, h ? n - 1 : 0, h ? -1 : 1, l.i, u, len, loc, &j, &off);
+      st = ring_block(s, n, b, h ? n - 1 : 0, h ? -1 : 1, l.i, u, len, loc, &j, &off);
       if (st == TPU_OK && od < 0) st = tpu__spmd_slice_at(s, o, oc, off, len, "spmd.window.slice", loc, &lhs); /* its part of the contraction */
       if (st != TPU_OK) break;
       ops[side] = blocks[h];
@@ -272,11 +286,15 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
                                 int *done) {
   *done = 0;
   const tpu_mesh *mesh = s->mesh;
-  const int64_t n = mesh->ndev;
+  const int64_t n = factor(mesh, to, k);
   int side, fd;
-  if (!windowed_mesh(mesh) || factor(mesh, to, k) != n || part->op != TPU_OP_DOT || part->noperands != 2 ||
-      !operand_dim(part, kd, &side, &fd) || part->shape.dims[kd] % n ||
-      part->operands[side]->shape.dims[fd] != part->shape.dims[kd])
+  if (n < 4 || n % 4 || part->op != TPU_OP_DOT || part->noperands != 2 || !operand_dim(part, kd, &side, &fd) ||
+      part->shape.dims[kd] % n || part->operands[side]->shape.dims[fd] != part->shape.dims[kd])
+    return TPU_OK;
+  double flops = 2.0 * (double)tpu_shape_numel(&part->shape);
+  const tpu_instr *l0 = part->operands[0];
+  for (int i = 0; i < part->dot.lhs_contract.n; i++) flops *= (double)l0->shape.dims[part->dot.lhs_contract.v[i]];
+  if (!windowed(s, n, flops, (double)tpu_shape_numel(&part->shape) / (double)n * (double)tpu_dtype_size(part->shape.dtype)))
     return TPU_OK;
   const int64_t len = part->shape.dims[kd] / n;
   tpu_shape bs = part->shape; /* one block of the result */
@@ -290,7 +308,7 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
   tpu_instr *parts[5] = {part->operands[side], part->operands[1 - side], acc0, acc0, i0};
   TPU_TRY(tpu__spmd_tuple(s, parts, 5, loc, &init));
   ring_loop l;
-  TPU_TRY(open_loop(s, s->cur ? tpu_instr_user_name(s->cur) : "dot", init, loc, &l));
+  TPU_TRY(open_loop(s, s->cur ? tpu_instr_user_name(s->cur) : "dot", n, init, loc, &l));
   /* Two steps per iteration, as XLA's loop takes them. At step i the sum travelling forward
    * is added to n/2 - 1 - i more times before it stops at the chip whose block it is: this
    * chip adds its product for block (b + n/2 - 1 - i) mod n; the one travelling back moves
@@ -304,7 +322,7 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
   for (int u = 0; st == TPU_OK && u < 2; u++)
     for (int h = 0; st == TPU_OK && h < 2; h++) {
       tpu_instr *j, *off, *sl, *d, *moved, *ops[2];
-      st = ring_block(s, b, h ? n / 2 : n / 2 - 1, h ? 1 : -1, l.i, u, len, loc, &j, &off);
+      st = ring_block(s, n, b, h ? n / 2 : n / 2 - 1, h ? 1 : -1, l.i, u, len, loc, &j, &off);
       if (st == TPU_OK) st = tpu__spmd_slice_at(s, a, fd, off, len, "spmd.window.slice", loc, &sl);
       if (st != TPU_OK) break;
       ops[side] = sl;

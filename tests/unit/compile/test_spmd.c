@@ -52,6 +52,7 @@ static int count_op(const tpu_module *m, tpu_opcode op) {
 static int g_devices = 4; /* chips of the mesh check_ref partitions for (MESH: 2x2) */
 static int64_t g_window = 0; /* the mesh's windowed_min_devices (0: no windowed einsum) */
 static int64_t g_window_max = 0; /* and its windowed_max_devices (0: no bound) */
+static double g_window_step = 0; /* and its windowed_step_bytes */
 
 /* Partitions m over its own mesh, with windowed einsums from g_window devices. */
 static tpu_status partition(tpu_module *m, tpu_diag *d) {
@@ -62,6 +63,7 @@ static tpu_status partition(tpu_module *m, tpu_diag *d) {
   if (!found) return tpu_spmd_partition(m, NULL, d);
   mesh.windowed_min_devices = g_window;
   mesh.windowed_max_devices = g_window_max;
+  mesh.windowed_step_bytes = g_window_step;
   tpu_status st = tpu_spmd_partition(m, &mesh, d);
   tpu_mesh_free(&mesh);
   return st;
@@ -284,6 +286,26 @@ static void check_windowed(void) {
   CHECK_EQ_INT(count_after(src, TPU_OP_REDUCE_SCATTER), 0);
   g_window = 0;
   CHECK_EQ_INT(count_after(src, TPU_OP_REDUCE_SCATTER), 1);
+  /* a weight split over f only, on a mesh whose other axis splits the batch too: the ring is
+   * the 8 devices of f beside each chip (XLA's windowed einsums over part of the mesh:
+   * SUMMA, sequence-parallel Megatron); and a loop whose steps hide less than they cost (the
+   * mesh's windowed_step_bytes) gathers */
+  snprintf(src, sizeof src,
+           "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"a\"=2, \"f\"=8]>}}\n"
+           "ENTRY e {\n x = s32[32,8] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+           "[{\\\"a\\\", \\\"f\\\"}, {}]>\"}\n w = s32[8,16] parameter(1), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, %s>\"}\n"
+           " h = s32[32,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n ROOT r = s32[32,16] negate(h)\n}\n",
+           wk);
+  g_devices = 16;
+  g_window = 8;
+  check_ref("windowed einsum round part of the mesh", src, src, 0, 0, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 1);
+  CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 5);
+  g_window_step = 1e9; /* each step hides far less than this */
+  CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_ALL_GATHER), 1);
+  g_window_step = 0;
+  g_devices = 8;
   /* the weight read by two dots: gathered once for both */
   snprintf(src, sizeof src,
            "%sENTRY e {\n x = s32[16,8] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
