@@ -441,6 +441,81 @@ static tpu_status permute_blocks(sp *s, tpu_instr *x, const dsh *from, const dsh
   return st;
 }
 
+/* Every block `to` wants lying inside a block `from` holds, on a chip that is not giving its
+ * own (P(a, _) -> P(b, a): each chip wants a quarter of rows another chip holds half of):
+ * each chip slices out, along the dimensions `from` splits, the part of its block one other
+ * chip wants, one collective-permute delivers them, and each chip takes its own block of the
+ * dimensions `from` leaves whole, as XLA's partitioner reshards by collective-permute
+ * (1 in *done; 0 where the blocks do not nest, some chip finds no distinct source, or every
+ * chip holds its own already). */
+static tpu_status permute_sub_blocks(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc,
+                                     tpu_instr **out, int *done) {
+  *done = 0;
+  const tpu_mesh *mesh = s->mesh;
+  int rank = x->shape.rank, finer = 0;
+  int64_t n = mesh->ndev, ratio[TPU_MAX_RANK];
+  for (int k = 0; k < rank; k++) {
+    int64_t ff = factor(mesh, from, k), ft = factor(mesh, to, k);
+    if (ft % ff || x->shape.dims[k] % ft) return TPU_OK;
+    ratio[k] = ft / ff;
+    finer |= ratio[k] > 1;
+  }
+  if (!finer || n > 4096) return TPU_OK;
+  int64_t *src = tpu_calloc((size_t)n + 1, sizeof *src), *dst = tpu_calloc((size_t)n + 1, sizeof *dst);
+  if (!src || !dst) {
+    tpu_free(src);
+    tpu_free(dst);
+    return TPU_FAIL(s->d, TPU_ERR_NOMEM, loc, "out of memory");
+  }
+  for (int64_t p = 0; p < n; p++) dst[p] = -1;
+  int ok = 1, moves = 0;
+  for (int64_t q = 0; q < n && ok; q++) {
+    src[q] = -1;
+    for (int64_t t = 0; t < n && src[q] < 0; t++) {
+      int64_t p = (q + t) % n; /* itself first */
+      if (dst[p] >= 0) continue;
+      int in = 1;
+      for (int k = 0; k < rank && in; k++)
+        in = tpu__spmd_block_at(mesh, to, k, q) / ratio[k] == tpu__spmd_block_at(mesh, from, k, p);
+      if (in) src[q] = p, dst[p] = q;
+    }
+    ok = src[q] >= 0;
+    moves |= src[q] != q;
+  }
+  tpu_status st = TPU_OK;
+  tpu_instr *y = x;
+  for (int k = 0; ok && moves && st == TPU_OK && k < rank; k++) {
+    if (ratio[k] == 1 || !from->n[k]) continue; /* (a dimension whole in `from`: sliced on arrival) */
+    /* where, in its block, the part its receiver wants starts: a table by mesh position */
+    int64_t len = x->shape.dims[k] / factor(mesh, to, k);
+    tpu_tensor tab;
+    st = tpu_tensor_alloc(&tab, TPU_S32, 1, &n, s->d);
+    for (int64_t p = 0; st == TPU_OK && p < n; p++)
+      tpu_tensor_set_i64(&tab, p, dst[p] < 0 ? 0 : tpu__spmd_block_at(mesh, to, k, dst[p]) % ratio[k] * len);
+    tpu_instr *c = NULL, *pos = NULL, *ds = NULL, *off = NULL, *args[2];
+    if (st == TPU_OK) st = tpu_build_constant(&s->b, s->c, "spmd.part", &tab, NULL, &c);
+    if (st == TPU_OK) st = position(s, loc, &pos);
+    tpu_shape one = tpu__spmd_scalar(TPU_S32), i32 = one;
+    one.rank = 1;
+    one.dims[0] = 1;
+    args[0] = c;
+    args[1] = pos;
+    if (st == TPU_OK) st = tpu__spmd_instr(s, TPU_OP_DYNAMIC_SLICE, "spmd.part", &one, args, 2, loc, &ds);
+    if (st == TPU_OK) st = tpu_build_set_attr(&s->b, ds, "dynamic_slice_sizes", "{1}");
+    if (st == TPU_OK) st = tpu__spmd_instr(s, TPU_OP_RESHAPE, "spmd.part", &i32, &ds, 1, loc, &off);
+    if (st == TPU_OK) st = tpu__spmd_slice_at(s, y, k, off, len, "spmd.part", loc, &y);
+  }
+  if (st == TPU_OK && ok && moves) {
+    st = tpu__spmd_permute(s, y, src, "spmd.collective-permute", loc, out);
+    for (int k = 0; st == TPU_OK && k < rank; k++)
+      if (ratio[k] > 1 && !from->n[k]) st = slice_dim(s, *out, k, to->ax[k], to->n[k], loc, out);
+    *done = st == TPU_OK;
+  }
+  tpu_free(src);
+  tpu_free(dst);
+  return st;
+}
+
 /* The collective-permute that gives every chip the blocks `to` wants of it, where mesh
  * position p holds blocks have[p * rank + k] of the dimensions k (1 in *done; 0 where some
  * chip finds no distinct source, or none moves). */
@@ -787,6 +862,8 @@ tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to
   if (is_split(from, rank) && is_split(to, rank)) {
     int done;
     TPU_TRY(permute_blocks(s, x, from, to, loc, out, &done));
+    if (done) return TPU_OK;
+    TPU_TRY(permute_sub_blocks(s, x, from, to, loc, out, &done));
     if (done) return TPU_OK;
   }
   dsh cur = *from;

@@ -431,6 +431,16 @@ int main(void) {
            " p = f32[4,6,6,2] pad(c, z), padding=0_0x1_1x1_1x0_0\n"
            " ROOT cc = f32[4,6,6,4] concatenate(p, x), dimensions={3}\n}\n");
   check("convolution, pad, concatenate", src, 0, 0, 0);
+  /* P(x, _) -> P(y, x): every chip wants a quarter of the rows that a chip of the other x
+   * half holds: that chip sends the quarter (all columns) by one collective-permute and the
+   * receiver takes its column half, as XLA's partitioner reshards it, instead of gathering
+   * the rows. */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n x = s32[8,4] parameter(0), " SDY("[{\\\"x\\\"}, {}]") "\n"
+           " a = s32[8,4] negate(x)\n"
+           " ROOT c = s32[8,4] custom-call(a), custom_call_target=\"Sharding\", sharding={devices=[2,2]<=[2,2]T(1,0)}\n}\n");
+  check("a split refined onto other chips", src, 0, 0, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 1);
   /* Microbatches cut from a batch split over every chip (x.reshape(2, B/2, d) over 4):
    * the reshape cuts the mesh axis in two (2 x 2, as XLA's sub-axes) — microbatches over the
    * major part, each one's rows over the minor — so no gather; the sum over a microbatch's
