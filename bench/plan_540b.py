@@ -5,7 +5,10 @@ microbatch count and remat setting: the candidates, how many programs tpusim tim
 wall time, and — the peer measured in the same run — the time to time the winner's program
 alone, so the ratio says what the search costs over one simulation.
 
-    python3 bench/plan_540b.py --tpusim build/tpusim [--chips v5p]
+    python3 bench/plan_540b.py --tpusim build/tpusim [--chips v5p] [--in-process]
+
+--in-process times the candidates through the library (tpusim plan --in-process: one process,
+no re-parse per candidate) instead of a `tpusim run` process per candidate.
 """
 import argparse
 import json
@@ -26,10 +29,12 @@ def main():
     ap.add_argument("--tpusim", default=os.path.join(ROOT, "build", "tpusim"))
     ap.add_argument("--chips", default="v5p")
     ap.add_argument("--max-chips", default="4096")
+    ap.add_argument("--in-process", action="store_true", help="time candidates through the library (plan --in-process)")
     a = ap.parse_args()
     model = os.path.join(HERE, "plan_models", "palm_540b.json")
     t0 = time.perf_counter()
-    r = subprocess.run([a.tpusim, "plan", model, "--chips", a.chips, "--max-chips", a.max_chips, "--json"],
+    r = subprocess.run([a.tpusim, "plan", model, "--chips", a.chips, "--max-chips", a.max_chips, "--json"]
+                       + (["--in-process"] if a.in_process else []),
                        capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if r.returncode not in (0, 1):
@@ -45,7 +50,8 @@ def main():
     subprocess.run([a.tpusim, "run", f.name, "--mode", "timing", "--chip", best["chip"], "--quiet"], check=True)
     one = time.perf_counter() - t1
     os.remove(f.name)
-    print(f"tpusim plan {os.path.relpath(model, ROOT)} --chips {a.chips} --max-chips {a.max_chips}:")
+    print(f"tpusim plan {os.path.relpath(model, ROOT)} --chips {a.chips} --max-chips {a.max_chips}"
+          f"{' --in-process' if a.in_process else ''}:")
     print(f"  {j['evaluated']} candidates ({len(j['candidates'])} fit, {len(j['not_fit'])} do not fit or do not divide), "
           f"{j['timed']} programs timed by tpusim")
     print(f"  wall time {wall:.1f} s ({'under' if wall < 60 else 'OVER'} a minute); planner's own count {j['host_s']:.1f} s")
