@@ -70,6 +70,14 @@ class Gen:
         self.n += 1
         return f"{base}.{self.n}"
 
+    def unpack(self, fields, k=0, tup="st"):
+        """A get-tuple-element of tup per (name, type) in fields, from index k (a loop body's
+        state); returns the next index."""
+        for name, t in fields:
+            self.e(f"{name} = {t} get-tuple-element({tup}), index={k}")
+            k += 1
+        return k
+
 
 def dims(shape):
     return ",".join(str(x) for x in shape)
@@ -1014,24 +1022,14 @@ class Step:
         w(self.cond("fcond", fst_t, L))
         g = Gen()
         g.e(f"st = {fst_t} parameter(0)")
-        g.e("i = s32[] get-tuple-element(st), index=0")
-        g.e(f"xin = {ty(cd, (Tm, D))} get-tuple-element(st), index=1")
-        k = 2
-        svn = {}
-        for nm, (s, dt) in sv.items():
-            g.e(f"S.{nm} = {ty(dt, (L,) + s)} get-tuple-element(st), index={k}")
-            svn[nm] = k
-            k += 1
-        for nm, s in lws.items():
-            g.e(f"W.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
-            k += 1
+        k = g.unpack([("i", "s32[]"), ("xin", ty(cd, (Tm, D)))] +
+                     [(f"S.{nm}", ty(dt, (L,) + s)) for nm, (s, dt) in sv.items()] +
+                     [(f"W.{nm}", ty("f32", (L,) + s)) for nm, s in lws.items()])
         self.common_consts(g)
         W = {}
         if self.pf:
-            for nm, (full, fd) in self.lw.items():
-                g.e(f"G.{nm} = {ty(cd, full)} get-tuple-element(st), index={k}")
-                W[nm] = f"G.{nm}"
-                k += 1
+            k = g.unpack([(f"G.{nm}", ty(cd, full)) for nm, (full, fd) in self.lw.items()], k)
+            W = {nm: f"G.{nm}" for nm in self.lw}
             g.e("pone = s32[] constant(1)")
             g.e("pi1 = s32[] add(i, pone)")
             g.e(f"plast = s32[] constant({L - 1})")
@@ -1069,27 +1067,17 @@ class Step:
         w(self.cond("bcond", bst_t, L))
         g = Gen()
         g.e(f"st = {bst_t} parameter(0)")
-        g.e("i = s32[] get-tuple-element(st), index=0")
-        g.e(f"gy = {ty(cd, (Tm, D))} get-tuple-element(st), index=1")
-        k = 2
-        for nm, (s, dt) in sv.items():
-            g.e(f"S.{nm} = {ty(dt, (L,) + s)} get-tuple-element(st), index={k}")
-            k += 1
-        for nm, s in lws.items():
-            g.e(f"W.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
-            k += 1
-        for nm, s in lws.items():
-            g.e(f"A.{nm} = {ty('f32', (L,) + s)} get-tuple-element(st), index={k}")
-            k += 1
+        k = g.unpack([("i", "s32[]"), ("gy", ty(cd, (Tm, D)))] +
+                     [(f"S.{nm}", ty(dt, (L,) + s)) for nm, (s, dt) in sv.items()] +
+                     [(f"W.{nm}", ty("f32", (L,) + s)) for nm, s in lws.items()] +
+                     [(f"A.{nm}", ty("f32", (L,) + s)) for nm, s in lws.items()])
         self.common_consts(g)
         g.e(f"lm1 = s32[] constant({L - 1})")
         g.e("j = s32[] subtract(lm1, i)")
         W = {}
         if self.pf:
-            for nm, (full, fd) in self.lw.items():
-                g.e(f"G.{nm} = {ty(cd, full)} get-tuple-element(st), index={k}")
-                W[nm] = f"G.{nm}"
-                k += 1
+            k = g.unpack([(f"G.{nm}", ty(cd, full)) for nm, (full, fd) in self.lw.items()], k)
+            W = {nm: f"G.{nm}" for nm in self.lw}
             g.e("pone = s32[] constant(1)")
             g.e("pj1 = s32[] subtract(j, pone)")
             g.e("pnx = s32[] maximum(pj1, zero)")
@@ -1376,19 +1364,10 @@ class Step:
         self.extra.append(self.cond("pfcond", fs_t, Tp))
         b = Gen()
         b.e(f"st = {fs_t} parameter(0)")
-        b.e("it = s32[] get-tuple-element(st), index=0")
-        b.e(f"cur = {ty(cd, (Tm, D))} get-tuple-element(st), index=1")
-        b.e(f"xs = {ty(cd, R3)} get-tuple-element(st), index=2")
-        b.e(f"outs = {ty(cd, R3)} get-tuple-element(st), index=3")
-        k = 4
-        for nm, (s, dt) in sv.items():
-            b.e(f"SO.{nm} = {ty(dt, svs[nm])} get-tuple-element(st), index={k}")
-            k += 1
-        for nm, s in lws.items():
-            b.e(f"P.{nm} = {ty('f32', (Lw,) + s)} get-tuple-element(st), index={k}")
-            k += 1
-        if V > 1:
-            b.e(f"buf = {ty(cd, R3)} get-tuple-element(st), index={k}")
+        b.unpack([("it", "s32[]"), ("cur", ty(cd, (Tm, D))), ("xs", ty(cd, R3)), ("outs", ty(cd, R3))] +
+                 [(f"SO.{nm}", ty(dt, svs[nm])) for nm, (s, dt) in sv.items()] +
+                 [(f"P.{nm}", ty("f32", (Lw,) + s)) for nm, s in lws.items()] +
+                 ([("buf", ty(cd, R3))] if V > 1 else []))
         self.common_consts(b)
         self.stage_id(b)
         b.e(f"mlast = s32[] constant({M - 1})")
@@ -1476,22 +1455,11 @@ class Step:
         self.extra.append(self.cond("pbcond", bs_t, Tp))
         b = Gen()
         b.e(f"st = {bs_t} parameter(0)")
-        b.e("it = s32[] get-tuple-element(st), index=0")
-        b.e(f"gcur = {ty(cd, (Tm, D))} get-tuple-element(st), index=1")
-        b.e(f"ghs = {ty(cd, R3)} get-tuple-element(st), index=2")
-        b.e(f"gxs = {ty(cd, R3)} get-tuple-element(st), index=3")
-        k = 4
-        for nm, (s, dt) in sv.items():
-            b.e(f"SO.{nm} = {ty(dt, svs[nm])} get-tuple-element(st), index={k}")
-            k += 1
-        for nm, s in lws.items():
-            b.e(f"P.{nm} = {ty('f32', (Lw,) + s)} get-tuple-element(st), index={k}")
-            k += 1
-        for nm, s in lws.items():
-            b.e(f"A.{nm} = {ty('f32', (Lw,) + s)} get-tuple-element(st), index={k}")
-            k += 1
-        if V > 1:
-            b.e(f"gbuf = {ty(cd, R3)} get-tuple-element(st), index={k}")
+        b.unpack([("it", "s32[]"), ("gcur", ty(cd, (Tm, D))), ("ghs", ty(cd, R3)), ("gxs", ty(cd, R3))] +
+                 [(f"SO.{nm}", ty(dt, svs[nm])) for nm, (s, dt) in sv.items()] +
+                 [(f"P.{nm}", ty("f32", (Lw,) + s)) for nm, s in lws.items()] +
+                 [(f"A.{nm}", ty("f32", (Lw,) + s)) for nm, s in lws.items()] +
+                 ([("gbuf", ty(cd, R3))] if V > 1 else []))
         self.common_consts(b)
         self.stage_id(b)
         b.e(f"mlast = s32[] constant({M - 1})")
