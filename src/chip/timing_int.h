@@ -1,0 +1,70 @@
+/* Private to the timing executor (timing.c) and its loops in closed form (timing_loop.c):
+ * the machine state both step and the two entry points between them. */
+#ifndef TPUSIM_CHIP_TIMING_INT_H
+#define TPUSIM_CHIP_TIMING_INT_H
+
+#include <stdint.h>
+
+#include "chip/timing.h"
+
+/* The mutable part of the machine, copied whole when a conditional tries its branches. */
+typedef struct {
+  int64_t unit_free[TPU_UNIT_COUNT];
+  int64_t port_free;  /* the HBM port shared by both DMA directions */
+  int64_t barrier;    /* nothing issues before this (kernel/sync/wait) */
+  int64_t pre;        /* the barrier a prefetch dma.in obeys: the one before the last kernel */
+  int pre_op;         /* the op whose kernel runs while prefetches of the next one issue, -1 */
+  int64_t horizon;    /* the latest completion so far */
+  double hbm_wait;
+  int cur_op;         /* the op whose kernel is open, -1 */
+  int64_t op_start, op_end;
+  int64_t op_first;   /* the open kernel's barrier: its first instruction may issue */
+  int64_t op_dma;     /* the open kernel's transfer cycles so far, each at its full length */
+  int64_t lane_free[TPU_INSN_LANES]; /* ici: when each kind of link (+x -x +y -y +z -z, DCN) is free */
+  int64_t ici_busy_to;  /* ici: the end of the links' busy time counted so far */
+} mstate;
+
+typedef struct {
+  const tpu_program *p;
+  const tpu_chip *chip;
+  tpu_diag *d;
+  tpu_timeline *tl;
+  int record, dry;
+  mstate m;
+  int64_t *ready, *sfree; /* per VMEM slot */
+  unsigned char *by_dma;  /* per VMEM slot: was its last writer a DMA */
+  int *slot0;             /* per VMEM buffer: index of its first slot */
+  int nslots;
+  int64_t *last_end;      /* per instruction: completion of its latest run */
+  int64_t *dur;           /* per instruction: unit cycles of one run */
+  int64_t *pdur;          /* per DMA instruction: cycles of one run on the HBM port (<= dur) */
+  int64_t *gdur;          /* per DMA instruction: of pdur, the cycles it moves bytes; the rest
+                           * (a vector kernel's stream costs) holds the port for its kernel's
+                           * transfers but leaves it to prefetches (<= pdur) */
+  int *match;             /* loop -> end, cond -> endcond, case -> next case/endcond */
+  int64_t lat;            /* HBM latency, cycles */
+  int64_t kov;            /* fixed start cost of each kernel, cycles */
+  unsigned char *op_hbm;  /* per op: OP_HBM_MOVES | OP_HBM_READS | OP_VECTOR */
+  int64_t mov;            /* extra start cost of a matmul/convolution kernel, cycles */
+  double bpc;             /* HBM bytes per cycle */
+  int64_t cap_events;
+  int64_t *hbm_ready;     /* per HBM buffer: completion of its latest writer (dma.out/.hbm) */
+  int64_t *op_lo, *op_hi; /* per op: the VMEM address hull of its buffers (lo == hi: none) */
+  int64_t *pi;            /* HBM port busy intervals [pi[2j], pi[2j+1]), sorted, disjoint */
+  int npi;
+  int64_t port_floor;     /* intervals before this were dropped: treat it as busy */
+  int64_t issues;         /* instruction runs so far (a guard against runaway programs) */
+} tstate;
+
+#define MAX_ISSUES ((int64_t)2000000000)
+
+/* The port intervals kept for prefetches to fill gaps between; older ones are dropped
+ * (port_floor), which can only delay a prefetch, never advance it. */
+#define PORT_CAP 4096
+
+/* Runs instructions [lo, hi) of iteration iter (timing.c). */
+tpu_status tpu__timing_run_range(tstate *t, int lo, int hi, int64_t iter);
+/* Runs the loop opening at instruction i, in closed form where it applies (timing_loop.c). */
+tpu_status tpu__timing_run_loop(tstate *t, int i);
+
+#endif

@@ -1,0 +1,485 @@
+/* The timing executor's loops in closed form: a while loop or tile loop is stepped until its
+ * state repeats with a period, then the remaining whole periods are added at once (exact:
+ * the same cycles, counters and events as stepping; tests/unit/chip/test_timing_loop.c). */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "chip/timing_int.h"
+
+/* ---- While loops and tile loops in closed form ----
+ *
+ * A loop of N iterations is stepped one iteration at a time only until its timing repeats.
+ * After each iteration (a boundary) the state the body can read or write is put in a
+ * normalized form: every time relative to L = min(horizon, barrier, pre), the earliest
+ * cycle any later instruction may start (a prefetch's own barrier is `pre`; every other
+ * instruction's is `barrier`, and both only move forward from horizon). A time at or
+ * before L is written as L: every later use of it is a max() against a start >= L, so it
+ * can no longer change anything (the open kernel's start, end and first cycle are the
+ * exception and are kept exactly). The HBM port's reservations ending before L are left
+ * out for the same reason. One iteration of the body maps a normalized state and the
+ * iteration's phase (i mod P: the slot rotation v[i/q+off] and the predicates when=P:R of
+ * the body's own instructions) to the next normalized state and to the same increments of
+ * every counter, shifted by the same cycles; so once the normalized state at boundary b
+ * equals the one at boundary b - P, every later period of P iterations repeats the one
+ * just run, shifted by delta = L(b) - L(b-P) cycles. The remaining whole periods are then
+ * added at once: times that changed in the period move by n * delta, counters grow by n
+ * times their increase, events are copied shifted (up to the event cap), and the port's
+ * reservation list becomes the one the periods would have appended, with its halving at
+ * PORT_CAP applied as port_add applies it. The leftover iterations (fewer than P) are
+ * stepped.
+ *
+ * The closed form is not used (the loop is stepped, as before) when: the body holds an
+ * in-step copy (dma.in prefetch=2: it may start before L, in any gap of the port since the
+ * step's start); the period P exceeds LOOP_MAX_PERIOD; the matched period changed a port
+ * reservation that existed before it (only appending is replayed); or the port could halve
+ * its list while more than PORT_CAP / 2 reservations may still delay a transfer. It is exact
+ * (the same cycles, counters and events as stepping) under those conditions, with one
+ * assumption about the halving: a period adds its reservations one by one without joining
+ * two existing ones into one (a transfer that exactly fills a gap), so the list's length
+ * grows by one per reservation added. tests/unit/chip/test_timing_loop.c compares both ways
+ * on assembled and compiled programs. */
+
+#define LOOP_MAX_PERIOD 64
+#define LOOP_MAX_STATE ((int64_t)1 << 22) /* (P + 1) x state words kept for matching */
+/* Stepping a loop that never repeats: refused when this many instruction runs remain. */
+#define LOOP_MAX_STEPPED ((int64_t)1 << 31)
+
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+/* P := lcm(P, q); 0 once it passes LOOP_MAX_PERIOD. */
+static int64_t lcm_capped(int64_t p, int64_t q) {
+  if (p <= 0 || q <= 0) return 0;
+  int64_t l = p / gcd64(p, q) * q;
+  return l > LOOP_MAX_PERIOD ? 0 : l;
+}
+
+/* One boundary: the loop's state after some iterations. */
+typedef struct {
+  int64_t L;
+  int64_t *raw;   /* the time variables' values */
+  int64_t *sig;   /* the normalized state */
+  int64_t nsig, capsig;
+  int64_t *acc;   /* integer counters */
+  double *dacc;   /* floating-point counters */
+  int64_t npi, nev, issues;
+  int64_t first[2]; /* the port's first reservation */
+  int64_t ntail;    /* reservations ending at or after L: the last ntail of the list */
+  int has_tail;     /* sig holds them (bnd_take) */
+} loop_bnd;
+
+/* What one loop's body can touch, and its boundaries. */
+typedef struct {
+  int lo, hi;       /* body: instructions [lo, hi) */
+  int64_t period;   /* 0: no closed form */
+  int64_t **vars;   /* time variables the body reads or writes; vars[0..2]: the open
+                     * kernel's op_start, op_end, op_first (kept exactly) */
+  int nvars;
+  int *slots, nsl;  /* VMEM slots the body references (their by_dma flags) */
+  int *ops, nops;   /* ops whose statistics the body changes */
+  int nacc, ndacc;
+  loop_bnd *ring;   /* period + 1 boundaries */
+  int pre_live;     /* a prefetch may start at m.pre before a kernel or sync resets it */
+} loop_cf;
+
+static int g_loops_stepwise; /* tpu_timing_set_loops_stepwise */
+
+void tpu_timing_set_loops_stepwise(int on) { g_loops_stepwise = on; }
+
+static void loop_cf_free(loop_cf *c) {
+  tpu_free(c->vars);
+  tpu_free(c->slots);
+  tpu_free(c->ops);
+  if (c->ring)
+    for (int64_t k = 0; k <= c->period; k++) {
+      tpu_free(c->ring[k].raw);
+      tpu_free(c->ring[k].sig);
+      tpu_free(c->ring[k].acc);
+      tpu_free(c->ring[k].dacc);
+    }
+  tpu_free(c->ring);
+  memset(c, 0, sizeof *c);
+}
+
+/* The body's period and the state it touches; c->period = 0 when the closed form does not
+ * apply. Returns 0 on out-of-memory. */
+static int loop_cf_init(tstate *t, int i, loop_cf *c) {
+  memset(c, 0, sizeof *c);
+  const tpu_program *p = t->p;
+  c->lo = i + 1;
+  c->hi = t->match[i];
+  int64_t P = 1;
+  /* an in-step copy that can still run (in the body, after it, or in an enclosing loop's
+   * body) may start in any gap of the port since the step's start: stepped */
+  int from = i;
+  for (int j = 0; j < i; j++)
+    if (p->insns[j].opc == TPU_ISA_LOOP && t->match[j] > i) {
+      from = j;
+      break;
+    }
+  for (int j = from; j < p->ninsns; j++)
+    if (p->insns[j].opc == TPU_ISA_DMA_IN && p->insns[j].prefetch == 2) return 1;
+  /* m.pre is read only by a prefetch's start (as a max everywhere else) and is reset by
+   * the next kernel or sync: unless a prefetch can run in the body or after it before
+   * one of those (in this loop's own nesting; an enclosing structure's end counts as a
+   * prefetch), it cannot hold back L. Otherwise a tile loop's L stays at its kernel's start
+   * and the port's reservations since then are all ahead of it. */
+  for (int j = c->lo; j < c->hi && !c->pre_live; j++) c->pre_live = p->insns[j].prefetch != 0;
+  for (int j = c->hi + 1, depth = 0; j < p->ninsns && !c->pre_live; j++) {
+    const tpu_insn *in = &p->insns[j];
+    if (in->opc == TPU_ISA_KERNEL || in->opc == TPU_ISA_SYNC) break;
+    if (in->prefetch != 0) c->pre_live = 1;
+    else if (in->opc == TPU_ISA_LOOP || in->opc == TPU_ISA_COND) depth++;
+    else if (in->opc == TPU_ISA_END || in->opc == TPU_ISA_ENDCOND) c->pre_live = depth-- == 0;
+    else if (in->opc == TPU_ISA_CASE) c->pre_live = depth == 0;
+  }
+  /* the phase: the body's own instructions (nested loops count their own iterations, and a
+   * conditional's branches run as iteration 0) */
+  for (int j = c->lo; j < c->hi && P;) {
+    const tpu_insn *in = &p->insns[j];
+    if (in->pmod > 0) P = lcm_capped(P, in->pmod);
+    for (int s = 0; s <= TPU_INSN_MAX_SRC && P; s++) {
+      tpu_vref r = s < TPU_INSN_MAX_SRC ? in->src[s] : in->dst;
+      if (r.buf >= 0 && r.div > 0) P = lcm_capped(P, (int64_t)r.div * p->vmem[r.buf].nslots);
+    }
+    j = (in->opc == TPU_ISA_LOOP || in->opc == TPU_ISA_COND) ? t->match[j] + 1 : j + 1;
+  }
+  if (!P) return 1;
+  unsigned char *mark = tpu_calloc((size_t)(t->nslots + p->ninsns + p->nhbm + p->nops) + 1, 1);
+  unsigned char *ms = mark, *mi = mark + t->nslots, *mh = mi + p->ninsns, *mo = mh + p->nhbm;
+  if (!mark) return 0;
+  int nsl = 0, ni = 0, nh = 0, no = 0;
+  for (int j = c->lo; j < c->hi; j++) {
+    const tpu_insn *in = &p->insns[j];
+    for (int s = 0; s <= TPU_INSN_MAX_SRC; s++) {
+      tpu_vref r = s < TPU_INSN_MAX_SRC ? in->src[s] : in->dst;
+      if (r.buf < 0) continue;
+      for (int k = 0; k < p->vmem[r.buf].nslots; k++) {
+        int sl = t->slot0[r.buf] + k;
+        if (!ms[sl]) nsl++;
+        ms[sl] = 1;
+      }
+    }
+    if (!mi[j]) ni++;
+    mi[j] = 1;
+    if (in->opc == TPU_ISA_WAIT && in->at >= 0 && in->at < p->ninsns && !mi[in->at]) {
+      mi[in->at] = 1;
+      ni++;
+    }
+    int hb[2] = {in->hbm, in->hbm2};
+    for (int k = 0; k < 2; k++)
+      if (hb[k] >= 0 && hb[k] < p->nhbm && !mh[hb[k]]) {
+        mh[hb[k]] = 1;
+        nh++;
+      }
+    if (in->op >= 0 && in->op < p->nops && !mo[in->op]) {
+      mo[in->op] = 1;
+      no++;
+    }
+  }
+  if (t->m.cur_op >= 0 && !mo[t->m.cur_op]) { /* the kernel open at entry closes in the body */
+    mo[t->m.cur_op] = 1;
+    no++;
+  }
+  const int nm = 3 + TPU_UNIT_COUNT + 4 + TPU_INSN_LANES + 1; /* mstate's times (below) */
+  c->nvars = nm + 2 * nsl + ni + nh;
+  c->vars = tpu_malloc((size_t)c->nvars * sizeof *c->vars);
+  c->slots = tpu_malloc((size_t)(nsl ? nsl : 1) * sizeof *c->slots);
+  c->ops = tpu_malloc((size_t)(no ? no : 1) * sizeof *c->ops);
+  c->nacc = TPU_UNIT_COUNT + 2 + no * (2 + TPU_UNIT_COUNT);
+  c->ndacc = 2 + no;
+  if ((int64_t)(P + 1) * (c->nvars + c->nacc + 2 * nsl) > LOOP_MAX_STATE) {
+    tpu_free(mark);
+    loop_cf_free(c);
+    return 1; /* too much to keep: stepped */
+  }
+  c->ring = tpu_calloc((size_t)P + 1, sizeof *c->ring);
+  int ok = c->vars && c->slots && c->ops && c->ring;
+  for (int64_t k = 0; ok && k <= P; k++) {
+    c->ring[k].raw = tpu_malloc((size_t)c->nvars * sizeof(int64_t));
+    c->ring[k].acc = tpu_malloc((size_t)c->nacc * sizeof(int64_t));
+    c->ring[k].dacc = tpu_malloc((size_t)c->ndacc * sizeof(double));
+    ok = c->ring[k].raw && c->ring[k].acc && c->ring[k].dacc;
+  }
+  if (!ok) {
+    tpu_free(mark);
+    loop_cf_free(c);
+    return 0;
+  }
+  c->period = P;
+  int v = 0;
+  mstate *m = &t->m;
+  c->vars[v++] = &m->op_start; /* ORDER: the three kept exactly come first */
+  c->vars[v++] = &m->op_end;
+  c->vars[v++] = &m->op_first;
+  for (int u = 0; u < TPU_UNIT_COUNT; u++) c->vars[v++] = &m->unit_free[u];
+  c->vars[v++] = &m->port_free;
+  c->vars[v++] = &m->barrier;
+  c->vars[v++] = &m->pre;
+  c->vars[v++] = &m->horizon;
+  for (int l = 0; l < TPU_INSN_LANES; l++) c->vars[v++] = &m->lane_free[l];
+  c->vars[v++] = &m->ici_busy_to;
+  /* mstate's other fields: hbm_wait (a counter), cur_op, pre_op, op_dma (exact, in the
+   * signature). A new field must be added here or there. */
+  _Static_assert(sizeof(mstate) == sizeof(int64_t) * (TPU_UNIT_COUNT + 12 + TPU_INSN_LANES),
+                 "mstate changed: update loop_cf_init");
+  for (int s = 0, k = 0; s < t->nslots; s++)
+    if (ms[s]) {
+      c->slots[k++] = s;
+      c->vars[v++] = &t->ready[s];
+      c->vars[v++] = &t->sfree[s];
+    }
+  for (int j = 0; j < p->ninsns; j++)
+    if (mi[j]) c->vars[v++] = &t->last_end[j];
+  for (int h = 0; h < p->nhbm; h++)
+    if (mh[h]) c->vars[v++] = &t->hbm_ready[h];
+  assert(v == c->nvars);
+  for (int o = 0, k = 0; o < p->nops; o++)
+    if (mo[o]) c->ops[k++] = o;
+  c->nsl = nsl;
+  c->nops = no;
+  tpu_free(mark);
+  return 1;
+}
+
+static int bnd_push(loop_bnd *b, int64_t x) {
+  if (b->nsig == b->capsig) {
+    int64_t nc = b->capsig ? b->capsig * 2 : 256;
+    int64_t *ns = tpu_realloc(b->sig, (size_t)nc * sizeof *ns);
+    if (!ns) return 0;
+    b->sig = ns;
+    b->capsig = nc;
+  }
+  b->sig[b->nsig++] = x;
+  return 1;
+}
+
+/* Records the state at a boundary into b. The port's reservations after L (the tail) go
+ * into the signature only when `prev`, the boundary a period before (NULL: none), had as
+ * many: boundaries match only with tails of one length, so a boundary whose tail grew or
+ * shrank over the last period is matched a period later at most (the closed form is exact:
+ * when it starts changes no figure). A tail that grows every iteration (transfers queued
+ * ahead of the compute) then costs nothing per iteration instead of its length. Returns 0
+ * on out-of-memory. */
+static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_bnd *prev) {
+  const mstate *m = &t->m;
+  int64_t L = m->horizon;
+  if (m->barrier < L) L = m->barrier;
+  if (c->pre_live && m->pre < L) L = m->pre;
+  b->L = L;
+  b->nsig = 0;
+  int ok = bnd_push(b, m->cur_op) && bnd_push(b, m->pre_op) && bnd_push(b, m->op_dma);
+  for (int v = 0; ok && v < c->nvars; v++) {
+    int64_t x = b->raw[v] = *c->vars[v];
+    if (v < 3) ok = bnd_push(b, m->cur_op >= 0 ? x - L : 0);
+    else ok = bnd_push(b, (x > L ? x : L) - L);
+  }
+  for (int s = 0; ok && s < c->nsl; s++) ok = bnd_push(b, t->by_dma[c->slots[s]]);
+  ok = ok && bnd_push(b, (t->port_floor > L ? t->port_floor : L) - L);
+  /* the port's reservations still ahead of L: a suffix of the list (disjoint intervals in
+   * order, so their ends increase: the first ending at or after L, by bisection) */
+  int64_t lo = 0, hi = t->npi;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (t->pi[2 * mid + 1] >= L) hi = mid;
+    else lo = mid + 1;
+  }
+  int64_t j = lo;
+  b->ntail = t->npi - j;
+  ok = ok && bnd_push(b, b->ntail);
+  b->has_tail = !prev || prev->ntail == b->ntail;
+  for (int64_t k = j; ok && b->has_tail && k < t->npi; k++)
+    ok = bnd_push(b, (t->pi[2 * k] > L - 1 ? t->pi[2 * k] : L - 1) - L) && bnd_push(b, t->pi[2 * k + 1] - L);
+  if (!ok) return 0;
+  b->npi = t->npi;
+  b->first[0] = t->npi ? t->pi[0] : 0;
+  b->first[1] = t->npi ? t->pi[1] : 0;
+  b->nev = t->tl->nevents;
+  b->issues = t->issues;
+  const tpu_timeline *tl = t->tl;
+  int a = 0;
+  for (int u = 0; u < TPU_UNIT_COUNT; u++) b->acc[a++] = tl->busy[u];
+  b->acc[a++] = tl->ici_wait_cycles;
+  b->acc[a++] = tl->spf_wait_cycles;
+  b->dacc[0] = m->hbm_wait;
+  b->dacc[1] = tl->ici_bytes;
+  for (int k = 0; k < c->nops; k++) {
+    const tpu_op_stat *s = &tl->ops[c->ops[k]];
+    b->acc[a++] = s->count;
+    b->acc[a++] = s->cycles;
+    for (int u = 0; u < TPU_UNIT_COUNT; u++) b->acc[a++] = s->unit_cycles[u];
+    b->dacc[2 + k] = s->hbm_bytes;
+  }
+  return 1;
+}
+
+/* Whether the period from boundary a to boundary b repeats from b on: the same normalized
+ * state, and no halving of the port's list in it (its reservations before a's tail are
+ * b's first ones). */
+static int bnd_repeats(const tstate *t, const loop_bnd *a, const loop_bnd *b) {
+  if (!a->has_tail || !b->has_tail) return 0;
+  if (a->nsig != b->nsig || memcmp(a->sig, b->sig, (size_t)a->nsig * sizeof(int64_t))) return 0;
+  if (b->npi < a->npi) return 0;
+  if (a->npi > a->ntail) return t->pi[0] == a->first[0] && t->pi[1] == a->first[1];
+  return a->npi + (b->issues - a->issues) < PORT_CAP;
+}
+
+/* Adds n more periods like the one from boundary a to boundary b (the current state). */
+static tpu_status loop_skip(tstate *t, const loop_cf *c, const loop_bnd *a, const loop_bnd *b, int64_t n) {
+  const int64_t delta = b->L - a->L;
+  const int64_t cnt = b->npi - a->npi; /* reservations a period appends */
+  const int64_t limit = ((int64_t)1 << 62) - t->m.horizon;
+  if (delta > 0 && n > limit / delta)
+    return TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(), "program runs longer than 2^62 cycles");
+  if (cnt > 0 && n > (INT64_MAX / 4) / cnt)
+    return TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(), "too many HBM port reservations to count");
+  const int64_t shift = n * delta;
+  /* the port: b's list holds the reservations before L (fixed from now on), then the tail
+   * the next period rewrites (ntail of them). Each period freezes cnt reservations, the
+   * ones the period before froze moved delta later, and leaves the tail moved delta later:
+   * the list after n periods is b's up to its last frozen cnt, then those cnt for each
+   * period, then the tail; the halving at PORT_CAP keeps the last `keep` of it. (The start
+   * of a reservation that began before L is not carried exactly: nothing reads it, as no
+   * in-step copy can run after the loop; loop_cf_init.) */
+  const int64_t R = b->ntail, fixed = b->npi - R; /* b's reservations before the tail */
+  int64_t total = b->npi + n * cnt, keep = total, dropped_end = -1;
+  if (total > PORT_CAP) {
+    int64_t first = PORT_CAP - b->npi + 1; /* the insert that finds the list full */
+    int64_t r = n * cnt - first;
+    keep = PORT_CAP / 2 + 1 + r % (PORT_CAP / 2);
+  }
+  if (cnt > 0 || shift) {
+    int64_t *np = tpu_malloc((size_t)(keep ? keep : 1) * 2 * sizeof(int64_t));
+    if (!np) return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
+    for (int64_t k = total - keep - (keep < total); k < total; k++) {
+      int64_t src, off = 0;
+      if (k < fixed) {
+        src = k;
+      } else if (k < fixed + n * cnt) {
+        int64_t z = k - fixed;
+        src = fixed - cnt + z % cnt;
+        off = (z / cnt + 1) * delta;
+      } else {
+        src = k - n * cnt;
+        off = shift;
+      }
+      if (k < total - keep) {
+        dropped_end = t->pi[2 * src + 1] + off; /* the last one the halving dropped */
+        continue;
+      }
+      np[2 * (k - (total - keep))] = t->pi[2 * src] + off;
+      np[2 * (k - (total - keep)) + 1] = t->pi[2 * src + 1] + off;
+    }
+    memcpy(t->pi, np, (size_t)keep * 2 * sizeof(int64_t));
+    tpu_free(np);
+    t->npi = (int)keep;
+    if (dropped_end >= 0) t->port_floor = dropped_end;
+  }
+  /* times the period changed move on; the others stay */
+  for (int v = 0; v < c->nvars; v++)
+    if (b->raw[v] != a->raw[v]) *c->vars[v] += shift;
+  if (t->dry) return TPU_OK;
+  /* counters: n times the period's increase */
+  tpu_timeline *tl = t->tl;
+  int k = 0;
+  for (int u = 0; u < TPU_UNIT_COUNT; u++, k++) tl->busy[u] += n * (b->acc[k] - a->acc[k]);
+  tl->ici_wait_cycles += n * (b->acc[k] - a->acc[k]);
+  k++;
+  tl->spf_wait_cycles += n * (b->acc[k] - a->acc[k]);
+  k++;
+  t->m.hbm_wait += (double)n * (b->dacc[0] - a->dacc[0]);
+  tl->ici_bytes += (double)n * (b->dacc[1] - a->dacc[1]);
+  for (int o = 0; o < c->nops; o++) {
+    tpu_op_stat *s = &tl->ops[c->ops[o]];
+    s->count += n * (b->acc[k] - a->acc[k]);
+    k++;
+    s->cycles += n * (b->acc[k] - a->acc[k]);
+    k++;
+    for (int u = 0; u < TPU_UNIT_COUNT; u++, k++) s->unit_cycles[u] += n * (b->acc[k] - a->acc[k]);
+    s->hbm_bytes += (double)n * (b->dacc[2 + o] - a->dacc[2 + o]);
+  }
+  /* events: the period's, copied for each later period (up to the cap) */
+  if (t->record && b->nev > a->nev) {
+    int64_t per = b->nev - a->nev;
+    for (int64_t q = 1; q <= n && tl->nevents < TPU_TIMING_MAX_EVENTS; q++)
+      for (int64_t e = 0; e < per && tl->nevents < TPU_TIMING_MAX_EVENTS; e++) {
+        if (tl->nevents == t->cap_events) {
+          int64_t nc = t->cap_events * 2 < TPU_TIMING_MAX_EVENTS ? t->cap_events * 2 : TPU_TIMING_MAX_EVENTS;
+          tpu_event *ne = tpu_realloc(tl->events, (size_t)nc * sizeof *ne);
+          if (!ne) return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory recording events");
+          tl->events = ne;
+          t->cap_events = nc;
+        }
+        tpu_event ev = tl->events[a->nev + e];
+        ev.start += q * delta;
+        ev.end += q * delta;
+        tl->events[tl->nevents++] = ev;
+      }
+  }
+  return TPU_OK;
+}
+
+/* Runs loop instruction i: its iterations stepped until the timing repeats, then the rest
+ * in closed form (above). */
+tpu_status tpu__timing_run_loop(tstate *t, int i) {
+  const tpu_insn *in = &t->p->insns[i];
+  const int64_t N = in->trips;
+  loop_cf c;
+  memset(&c, 0, sizeof c);
+  int cf = !g_loops_stepwise && N > 2;
+  if (cf && !loop_cf_init(t, i, &c))
+    return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
+  const int64_t P = cf ? c.period : 0;
+  cf = P > 0 && 2 * P < N;
+  if (cf && !bnd_take(t, &c, &c.ring[0], NULL)) {
+    loop_cf_free(&c);
+    return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
+  }
+  const int64_t body = t->match[i] - i;
+  tpu_status st = TPU_OK;
+  for (int64_t k = 0; k < N && st == TPU_OK;) {
+    if (++t->issues > MAX_ISSUES) {
+      st = TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(),
+                    "program runs more than %lld instructions and loop iterations; timing stopped",
+                    (long long)MAX_ISSUES);
+      break;
+    }
+    st = tpu__timing_run_range(t, i + 1, t->match[i], k);
+    k++;
+    if (st != TPU_OK) break;
+    if (cf && k > 1024 * P) cf = 0; /* it does not repeat: stop looking */
+    if ((N - k) > LOOP_MAX_STEPPED / body && k >= 64 * (P > 0 ? P : 1) && !(cf && k + P <= N))
+      st = TPU_FAIL(t->d, TPU_ERR_LIMIT, in->loc,
+                    "while loop '%s': %lld iterations, and its timing does not repeat after %lld of them; "
+                    "timing stopped", in->what ? in->what : "?", (long long)N, (long long)k);
+    if (st != TPU_OK || !cf || k + P > N) continue;
+    loop_bnd *b = &c.ring[k % (P + 1)];
+    const loop_bnd *a = k >= P ? &c.ring[(k - P) % (P + 1)] : NULL;
+    if (!bnd_take(t, &c, b, a)) {
+      st = TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
+      break;
+    }
+    if (a && bnd_repeats(t, a, b)) {
+      int64_t n = (N - k) / P, cnt = b->npi - a->npi;
+      /* a halving in the skipped periods must drop only reservations before L */
+      int halves = b->npi + n * cnt + (b->issues - a->issues) >= PORT_CAP;
+      if (n > 0 && (!halves || b->ntail + (b->issues - a->issues) <= PORT_CAP / 2)) {
+        st = loop_skip(t, &c, a, b, n);
+        k += n * P;
+        cf = 0;
+        continue;
+      }
+    }
+  }
+  loop_cf_free(&c);
+  return st;
+}
