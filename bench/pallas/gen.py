@@ -20,6 +20,8 @@ import zlib
 
 os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):  # CPU pods (all_gather)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -374,11 +376,62 @@ def write(name, fn, make_args, reference):
     print("%-40s %-4s interp vs jnp max |diff| %.3g" % (name, split(name), worst))
 
 
+# Collective kernels: a pallas_call inside shard_map over a 1-D mesh of a pod, lowered for a
+# v5e slice of that many chips (module of n partitions), run in interpret mode on n CPU devices.
+POD_CASES = []
+
+
+def all_gather_case(name, ndev, topology, shape, dtype):
+    POD_CASES.append((name, ndev, topology, shape, dtype))
+
+
+all_gather_case("all_gather_f32_4dev_32x128", 4, "v5e:2x2", (32, 128), jnp.float32)
+all_gather_case("all_gather_bf16_8dev_128x256", 8, "v5e:2x4", (128, 256), jnp.bfloat16)
+
+
+def write_pod(name, ndev, topology, shape, dtype):
+    """jax.experimental.pallas.ops.tpu.all_gather over a mesh ("x",) of ndev devices: prog.hlo
+    (lowered for the TPU slice), in0.npy (the global input, sharded over x), interp.npy (the
+    gathered array Pallas's TPU interpret mode computes on ndev CPU devices, with DMAs run at
+    their start: dma_execution_mode="eager"; its default "on_wait" leaves the last halves each
+    device receives unset, NaN, in jax 0.10.2) and ref.npy (the input: an all-gather of a
+    sharded array is the array)."""
+    from jax.experimental import topologies
+    from jax.experimental.pallas.ops.tpu import all_gather as ag
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    x = jnp.asarray(rng(name).standard_normal(shape), dtype)
+    tdevs = topologies.get_topology_desc(platform="tpu", topology_name=topology).devices[:ndev]
+    tmesh = Mesh(np.array(tdevs), ("x",))
+    sds = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(tmesh, P("x")))
+    with jax.default_device(tdevs[0]):
+        text = jax.jit(lambda a: ag.all_gather(a, mesh=tmesh, axis_name="x")).trace(sds).lower(
+            lowering_platforms=("tpu",)).as_text(dialect="hlo")
+    with open(os.path.join(d, "prog.hlo"), "w") as f:
+        f.write(pallas_decode.decode_hlo(text))
+    np.save(os.path.join(d, "in0.npy"), np.asarray(x, np.float32))
+    cmesh = Mesh(np.array(jax.devices("cpu")[:ndev]), ("x",))
+    xs = jax.device_put(x, NamedSharding(cmesh, P("x")))
+    with interpreting(pltpu.InterpretParams(dma_execution_mode="eager")):
+        out = ag.all_gather(xs, mesh=cmesh, axis_name="x")
+    shards = [np.asarray(s.data, np.float32) for s in out.addressable_shards]
+    for s in shards[1:]:  # every device holds the whole gathered array
+        assert np.array_equal(s, shards[0]), name
+    np.save(os.path.join(d, "interp.npy"), shards[0])
+    np.save(os.path.join(d, "ref.npy"), np.asarray(x, np.float32))
+    print("%-40s %-4s interp vs jnp max |diff| %.3g" % (name, split(name), float(np.max(np.abs(shards[0] - np.asarray(x, np.float32))))))
+
+
 def main(argv):
     for name, fn, make_args, reference in CASES:
         if argv and not any(s in name for s in argv):
             continue
         write(name, fn, make_args, reference)
+    for c in POD_CASES:
+        if argv and not any(s in c[0] for s in argv):
+            continue
+        write_pod(*c)
 
 
 if __name__ == "__main__":

@@ -228,6 +228,32 @@ static int fetch(const lctx *l, int w, tpu_vref dst) {
   return put(l->be, &d);
 }
 
+/* The step's DMAs and signals to other devices of the pod, and the step waiting for them:
+ * each target device's DMAs one after another on the link toward it (a hop's latency plus
+ * the bytes at one link's bandwidth each), the targets' links at once; signals (a barrier)
+ * one hop's latency before them. Targets are taken as neighbours (one hop). */
+static int emit_ici(const lctx *l, const tpu_mosaic_work *w) {
+  const tpu_chip *chip = l->be->chip;
+  double bw = chip->ici_bw_per_link > 0 ? chip->ici_bw_per_link : 0, hop = chip->ici_latency_s > 0 ? chip->ici_latency_s : 0;
+  if (bw <= 0)
+    return TPU_FAIL(l->be->d, TPU_ERR_UNSUPPORTED, l->in->loc, "Pallas kernel '%s' sends to other chips, but %s has no ICI links",
+                    l->p->name, chip->name) == TPU_OK;
+  double s = 0, bytes = 0;
+  for (int t = 0; t < w->nici; t++) {
+    double chain = (double)w->ici_dmas[t] * hop + w->ici_bytes[t] / bw;
+    if (chain > s) s = chain;
+    bytes += w->ici_bytes[t];
+  }
+  if (w->ici_signals > 0) s += hop;
+  tpu_insn x = tpu_insn_make(TPU_ISA_ICI, l->k->op);
+  x.cycles = (int64_t)ceil(s * chip->clock_hz);
+  x.bytes = (int64_t)ceil(bytes);
+  if (!put(l->be, &x)) return 0;
+  tpu_insn wt = tpu_insn_make(TPU_ISA_WAIT, -1);
+  wt.at = l->be->p->ninsns - 1;
+  return put(l->be, &wt);
+}
+
 /* One grid step: the next step's fetches, this step's work on its slots, its write-backs.
  * div/par: the slot of this step is (i/div + par) mod 2 (div 0: fixed). */
 static int emit_step(const lctx *l, const tpu_mosaic_work *w, int div, int par) {
@@ -245,6 +271,7 @@ static int emit_step(const lctx *l, const tpu_mosaic_work *w, int div, int par) 
     d.dst = tpu_vref_make(l->k->vmem0 + p->nwin, 0, 0);
     if (!put(l->be, &d)) return 0;
   }
+  if ((w->nici > 0 || w->ici_signals > 0) && !emit_ici(l, w)) return 0;
   tpu_vref src[TPU_INSN_MAX_SRC], none = tpu_vref_make(-1, 0, 0), out = none;
   int ns = 0;
   for (int j = 0; j < p->nin && j < p->nwin && ns < TPU_INSN_MAX_SRC; j++)

@@ -1,5 +1,6 @@
 /* A tpu_custom_call in a running program: the kernel's values, its tpu.matmul through the
  * backend's own dot kernels (the TPU back end: the MXU's numerics; the reference: its dot). */
+#include <stdint.h>
 #include <string.h>
 
 #include "mosaic/mosaic.h"
@@ -72,6 +73,50 @@ static tpu_status matmul(void *user, tpu_dtype dt, int passes, const float *A, c
   return st;
 }
 
+/* A collective kernel on a pod: every device's run shares one tpu_mo_pod, device 0's, whose
+ * address the devices trade at the call (a collective of the pod: every device reaches it)
+ * and keep until all have left it. */
+static tpu_status run_pod(const tpu_ref_comm *comm, const tpu_mosaic *k, const tpu_instr *in,
+                          const tpu_tensor *const *args, tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d) {
+  int64_t n = comm->replicas * comm->partitions;
+  if (comm->local_first != 0 || comm->local_count != n)
+    return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc,
+                    "Pallas kernel '%s' talks to other devices (remote DMAs or signals): run the pod's %lld devices "
+                    "in one process (not split over MPI ranks)",
+                    k->name, (long long)n);
+  tpu_mo_pod *mine = tpu_mo_pod_new(n);
+  const tpu_tensor **ops = tpu_calloc((size_t)in->noperands + 1, sizeof *ops);
+  tpu_tensor h;
+  memset(&h, 0, sizeof h);
+  tpu_status st = mine && ops ? tpu_tensor_alloc(&h, TPU_S64, 0, NULL, d) : TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  const tpu_tensor *const *const *all = NULL;
+  int exchanged = 0;
+  if (st == TPU_OK) {
+    tpu_tensor_set_i64(&h, 0, (int64_t)(intptr_t)mine);
+    for (int i = 0; i < in->noperands; i++) ops[i] = args[i];
+    ops[in->noperands] = &h;
+    st = comm->exchange(comm->user, in, ops, &all, d);
+    exchanged = st == TPU_OK;
+  }
+  if (st == TPU_OK) {
+    o->pod = (tpu_mo_pod *)(intptr_t)tpu_tensor_get_i64(all[0][in->noperands], 0);
+    st = tpu_mosaic_run(k, in, args, in->noperands, o, out, d);
+  }
+  if (exchanged) { /* every device is out of the kernel: the pod can go */
+    tpu_diag e;
+    memset(&e, 0, sizeof e);
+    tpu_status rs = comm->release(comm->user, in, st == TPU_OK ? d : &e);
+    if (st == TPU_OK && rs != TPU_OK) {
+      tpu_tensor_free(out);
+      st = rs;
+    }
+  }
+  tpu_tensor_free(&h);
+  tpu_free(ops);
+  tpu_mo_pod_free(mine);
+  return st;
+}
+
 tpu_status tpu__ref_mosaic(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                            tpu_diag *d) {
   tpu_mosaic *k;
@@ -81,7 +126,13 @@ tpu_status tpu__ref_mosaic(tpu_interp *ip, const tpu_instr *in, const tpu_tensor
   memset(&o, 0, sizeof o);
   o.matmul = matmul;
   o.user = &g;
-  tpu_status st = tpu_mosaic_run(k, in, args, in->noperands, &o, out, d);
+  const tpu_ref_comm *comm = tpu__ref_comm(ip);
+  o.device_id = comm ? comm->device : 0;
+  tpu_status st;
+  if (comm && comm->replicas * comm->partitions > 1 && tpu_mosaic_is_collective(k))
+    st = run_pod(comm, k, in, args, &o, out, d);
+  else
+    st = tpu_mosaic_run(k, in, args, in->noperands, &o, out, d);
   tpu_mosaic_free(k);
   return st;
 }

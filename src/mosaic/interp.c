@@ -67,15 +67,25 @@ static tpu_status set_scalar(mo_ctx *c, int id, const tpu_mo_type *t, double x) 
 
 /* Storage the run owns (zeroed), freed at the end. */
 static double *own(mo_ctx *c, int64_t n) {
+  double *p = tpu_calloc((size_t)n + 1, sizeof(double));
+  if (!p) return NULL;
+  tpu__mo_lock(c); /* other devices' remote DMAs read the list */
   if (c->nowned == c->capowned) {
     int cap = c->capowned ? 2 * c->capowned : 16;
     double **w = tpu_realloc(c->owned, sizeof *w * (size_t)cap);
-    if (!w) return NULL;
-    c->owned = w;
+    int64_t *wn = w ? tpu_realloc(c->ownn, sizeof *wn * (size_t)cap) : NULL;
+    if (w) c->owned = w;
+    if (wn) c->ownn = wn;
+    if (!w || !wn) {
+      tpu__mo_unlock(c);
+      tpu_free(p);
+      return NULL;
+    }
     c->capowned = cap;
   }
-  double *p = tpu_calloc((size_t)n + 1, sizeof(double));
-  if (p) c->owned[c->nowned++] = p;
+  c->ownn[c->nowned] = n;
+  c->owned[c->nowned++] = p;
+  tpu__mo_unlock(c);
   return p;
 }
 
@@ -331,18 +341,37 @@ static tpu_status dma(mo_ctx *c, const tpu_mo_op *op) {
   p += seg[2];
   const mo_val *tsem = &c->vals[op->opd[p]];
   p += seg[3];
-  if (seg[4] && sval(c, op->opd[p]) != c->o->device_id)
-    return tpu__mo_fail(c, op, TPU_ERR_UNSUPPORTED, "a remote DMA to device %lld (collective kernels across chips are not modelled yet)",
-                        (long long)sval(c, op->opd[p]));
+  int64_t dev = seg[4] ? sval(c, op->opd[p]) : c->o->device_id;
+  int remote = dev != c->o->device_id;
   if (tpu__mo_numel(src->rank, src->dims) != tpu__mo_numel(dst->rank, dst->dims) || src->rank != dst->rank)
     return tpu__mo_fail(c, op, TPU_ERR_INVALID, "a DMA between refs of different shapes");
-  if (src->base && dst->base) copy_view(src, dst); /* count mode: HBM has no data */
-  /* The copy is done at once; the semaphores count the DMA so its wait can check it. */
-  if (ssem) *sem_cell(ssem) += 1;
-  *sem_cell(tsem) += 1;
   int64_t n = tpu__mo_numel(src->rank, src->dims);
-  c->work.dma_bytes += (double)n * (double)tpu_dtype_size(dst->dt);
-  c->work.ndma++;
+  double bytes = (double)n * (double)tpu_dtype_size(dst->dt);
+  if (remote && c->count) { /* timing one device: the target's buffers are not there */
+    tpu__mo_ici_note(c, dev, bytes, 1);
+    if (ssem) *sem_cell(ssem) += 1;
+    return TPU_OK;
+  }
+  tpu_status st = TPU_OK;
+  mo_val rdst = *dst, rsem = *tsem;
+  tpu__mo_lock(c);
+  if (remote) st = tpu__mo_remote(c, op, dev, dst, &rdst);
+  if (remote && st == TPU_OK) st = tpu__mo_remote(c, op, dev, tsem, &rsem);
+  if (st == TPU_OK) {
+    if (src->base && rdst.base) copy_view(src, &rdst); /* count mode: HBM has no data */
+    /* The copy is done at once; the semaphores count the DMA so its wait can check it. */
+    if (ssem) *sem_cell(ssem) += 1;
+    *sem_cell(&rsem) += 1;
+    tpu__mo_sem_changed(c);
+  }
+  tpu__mo_unlock(c);
+  if (st != TPU_OK) return st;
+  if (remote) {
+    tpu__mo_ici_note(c, dev, bytes, 1);
+  } else {
+    c->work.dma_bytes += bytes;
+    c->work.ndma++;
+  }
   return TPU_OK;
 }
 
@@ -565,30 +594,43 @@ static tpu_status run_op(mo_ctx *c, const tpu_mo_op *op) {
     case TPU_MO_SEM_ALLOC: case TPU_MO_ALLOCA: return scoped_ref(c, op);
     case TPU_MO_SEM_SIGNAL: {
       /* sem_signal(semaphore, amount, [device_id], [core_id]) */
-      if (op->nopd > 2 && segment(op, 2, 0) && sval(c, op->opd[2]) != c->o->device_id)
-        return tpu__mo_fail(c, op, TPU_ERR_UNSUPPORTED, "a signal to another device (collective kernels are not modelled yet)");
-      *sem_cell(&c->vals[op->opd[0]]) += (double)sval(c, op->opd[1]);
+      int64_t dev = op->nopd > 2 && segment(op, 2, 0) ? sval(c, op->opd[2]) : c->o->device_id;
       c->work.scalar_ops++;
+      if (dev != c->o->device_id && c->count) {
+        tpu__mo_ici_note(c, dev, 0, 0);
+        return TPU_OK;
+      }
+      mo_val r = c->vals[op->opd[0]];
+      tpu_status st = TPU_OK;
+      tpu__mo_lock(c);
+      if (dev != c->o->device_id) st = tpu__mo_remote(c, op, dev, &c->vals[op->opd[0]], &r);
+      if (st == TPU_OK) {
+        *sem_cell(&r) += (double)sval(c, op->opd[1]);
+        tpu__mo_sem_changed(c);
+      }
+      tpu__mo_unlock(c);
+      return st;
+    }
+    case TPU_MO_SEM_WAIT: case TPU_MO_WAIT_DMA: {
+      double amt = op->code == TPU_MO_SEM_WAIT ? (double)sval(c, op->opd[1]) : 1;
+      if (op->code == TPU_MO_SEM_WAIT) c->work.scalar_ops++;
+      tpu__mo_lock(c);
+      tpu_status st = tpu__mo_sem_take(c, op, sem_cell(&c->vals[op->opd[0]]), amt);
+      tpu__mo_unlock(c);
+      return st;
+    }
+    case TPU_MO_SEM_READ: {
+      tpu__mo_lock(c);
+      double v = *sem_cell(&c->vals[op->opd[0]]);
+      tpu__mo_unlock(c);
+      return set_scalar(c, op->res[0], &op->rest[0], v);
+    }
+    case TPU_MO_SEM_BARRIER: {
+      int64_t none[1] = {0};
+      set_view(&c->vals[op->res[0]], c->barrier, 0, 0, none, none, TPU_S32, TPU_MO_SEMMEM, 1);
       return TPU_OK;
     }
-    case TPU_MO_SEM_WAIT: {
-      double *s = sem_cell(&c->vals[op->opd[0]]);
-      int64_t amt = sval(c, op->opd[1]);
-      if (*s < (double)amt)
-        return tpu__mo_fail(c, op, TPU_ERR_RUNTIME, "waits for %lld on a semaphore at %g: the kernel would hang",
-                            (long long)amt, *s);
-      *s -= (double)amt;
-      c->work.scalar_ops++;
-      return TPU_OK;
-    }
-    case TPU_MO_SEM_READ: return set_scalar(c, op->res[0], &op->rest[0], *sem_cell(&c->vals[op->opd[0]]));
     case TPU_MO_ENQUEUE_DMA: return dma(c, op);
-    case TPU_MO_WAIT_DMA: {
-      double *s = sem_cell(&c->vals[op->opd[0]]);
-      if (*s < 1) return tpu__mo_fail(c, op, TPU_ERR_RUNTIME, "waits for a DMA that was never started: the kernel would hang");
-      *s -= 1;
-      return TPU_OK;
-    }
     case TPU_MO_DEVICE_ID: return set_scalar(c, op->res[0], &op->rest[0], c->o->device_id);
     case TPU_MO_CORE_ID: return set_scalar(c, op->res[0], &op->rest[0], 0);
     case TPU_MO_TRACE_START: case TPU_MO_TRACE_STOP: case TPU_MO_DELAY: return TPU_OK;
@@ -718,6 +760,9 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
     tpu_free(pf);
     return tpu__mo_fail(c, NULL, TPU_ERR_NOMEM, "out of memory");
   }
+  /* The barrier semaphore first: every device allocates in the same order (pod.c). */
+  c->barrier = own(c, 1);
+  if (!c->barrier) st = tpu__mo_fail(c, NULL, TPU_ERR_NOMEM, "out of memory");
   /* Scalar prefetch operands: in SMEM, whole. */
   for (int i = 0; i < k->nprefetch && st == TPU_OK; i++) {
     const tpu_shape *sh = &in->operands[pf0 + i]->shape;
@@ -782,6 +827,7 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   double gvals[TPU_MO_MAX_RANK];
   if (!args_v && st == TPU_OK) st = tpu__mo_fail(c, NULL, TPU_ERR_NOMEM, "out of memory");
   if (k->nwindows > 64 && st == TPU_OK) st = tpu__mo_fail(c, NULL, TPU_ERR_UNSUPPORTED, "a kernel of more than 64 operands");
+  if (st == TPU_OK && !c->count) st = tpu__mo_pod_join(c);
   memset(&c->work, 0, sizeof c->work);
   for (int64_t step = 0; step < steps && st == TPU_OK; step++) {
     int64_t r = step;
@@ -847,6 +893,7 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
     if (c->o && c->o->on_step) c->o->on_step(c->o->user, step, &c->work);
     memset(&c->work, 0, sizeof c->work);
   }
+  if (st == TPU_OK && !c->count) st = tpu__mo_pod_finish(c); /* other devices' DMAs land until then */
   for (int w = 0; w < k->nwindows && st == TPU_OK; w++)
     if (ws[w].is_out && ws[w].have) {
       if (ws[w].hbm) move_block(&ws[w], &k->win[w], 0);
@@ -904,13 +951,16 @@ static tpu_status run_any(const tpu_mosaic *k, const tpu_instr *in, const tpu_te
   c.sublanes = 8;
   c.lanes = 128;
   c.count = args == NULL;
+  c.collective = tpu_mosaic_is_collective(k);
+  c.pod = c.count ? NULL : c.o->pod;
   c.vals = tpu_calloc((size_t)k->nvalues + 1, sizeof *c.vals);
-  if (!c.vals) return TPU_FAIL(d, TPU_ERR_NOMEM, k->loc, "out of memory");
-  tpu_status st = run_grid(&c, in, args, nargs, out);
-  for (int i = 0; i < k->nvalues; i++) val_clear(&c.vals[i]);
+  tpu_status st = c.vals ? run_grid(&c, in, args, nargs, out) : TPU_FAIL(d, TPU_ERR_NOMEM, k->loc, "out of memory");
+  if (st != TPU_OK) tpu__mo_pod_fail(&c);
+  for (int i = 0; c.vals && i < k->nvalues; i++) val_clear(&c.vals[i]);
   tpu_free(c.vals);
   tpu_free(c.scoped);
   for (int i = 0; i < c.nowned; i++) tpu_free(c.owned[i]);
   tpu_free(c.owned);
+  tpu_free(c.ownn);
   return st;
 }

@@ -16,6 +16,7 @@
 #include "ir/ir.h"
 
 #define TPU_MO_MAX_RANK 8
+#define TPU_MO_ICI_TARGETS 4
 
 /* A value's type: a scalar (rank 0, not a vector), a vector, a memref or a semaphore. */
 typedef enum { TPU_MO_SCALAR, TPU_MO_VECTOR, TPU_MO_MEMREF, TPU_MO_SEM } tpu_mo_kind;
@@ -136,15 +137,39 @@ typedef struct tpu_mosaic_work {
   int64_t scalar_ops;   /* scalar-unit operations */
   double dma_bytes;     /* manual DMAs started (bytes) */
   int64_t ndma;
+  /* DMAs and signals to other devices of the pod (timing: tpu_mosaic_count runs one device,
+   * the others' waits taken as met): bytes and DMAs to each target device (the first
+   * TPU_MO_ICI_TARGETS targets; later ones add to the last), signals sent. */
+  int nici;
+  int64_t ici_dev[TPU_MO_ICI_TARGETS];
+  double ici_bytes[TPU_MO_ICI_TARGETS];
+  int64_t ici_dmas[TPU_MO_ICI_TARGETS];
+  int64_t ici_signals;
   /* The pipeline at this step (bit w: window w): input blocks fetched for it (their index
    * changed), and output blocks of the previous step written back before it. */
   uint64_t fetched, flushed;
 } tpu_mosaic_work;
 
+/* The devices of a pod running one collective kernel together (remote DMAs, signals to
+ * other devices, the barrier semaphore): one per pod and call, shared by the devices' runs,
+ * each on its own thread (pod.c). */
+typedef struct tpu_mo_pod tpu_mo_pod;
+tpu_mo_pod *tpu_mo_pod_new(int64_t ndevices);
+void tpu_mo_pod_free(tpu_mo_pod *p);
+
+/* Does the kernel talk to other devices (DMAs or signals with a device id, the barrier
+ * semaphore)? */
+int tpu_mosaic_is_collective(const tpu_mosaic *k);
+
 typedef struct tpu_mosaic_opts {
   tpu_mo_matmul_fn matmul;
   void *user;
-  int device_id;      /* for tpu.device_id */
+  int64_t device_id;  /* for tpu.device_id: the logical device (replica * partitions + partition) */
+  /* NULL: one device (a DMA or signal to another is refused). Else every device of the pod
+   * calls tpu_mosaic_run with the same pod, each on its own thread: the runs meet before the
+   * first step and after the last, a wait blocks until another device signals, and a DMA to
+   * another device writes into that device's buffers. */
+  tpu_mo_pod *pod;
   /* NULL, or called after each grid step (row-major order) with the work it did */
   void (*on_step)(void *user, int64_t step, const tpu_mosaic_work *w);
 } tpu_mosaic_opts;

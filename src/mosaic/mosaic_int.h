@@ -31,8 +31,12 @@ typedef struct mo_ctx {
   mo_work work;           /* accumulated since the caller reset it */
   int sublanes, lanes;    /* the vector register's shape (8 x 128) */
   int count;              /* tpu_mosaic_count: vectors carry no data */
-  double **owned;         /* storage the run allocated (freed at the end) */
+  double **owned;         /* storage the run allocated (freed at the end), in allocation order */
+  int64_t *ownn;          /* their element counts */
   int nowned, capowned;
+  double *barrier;        /* the device's barrier semaphore (tpu.sem_barrier) */
+  int collective;         /* the kernel talks to other devices */
+  tpu_mo_pod *pod;        /* NULL: one device (tpu_mosaic_opts.pod) */
   mo_val *scoped;         /* per value id: the buffer of its memref.alloca / tpu.sem_alloc */
 } mo_ctx;
 
@@ -49,5 +53,27 @@ tpu_status tpu__mo_fail(mo_ctx *c, const tpu_mo_op *op, tpu_status st, const cha
 tpu_status tpu__mo_vec_op(mo_ctx *c, const tpu_mo_op *op, int *handled);
 /* Vector registers a vector of this shape fills ((8,128) tiles of its minor two dims). */
 int64_t tpu__mo_vregs(const mo_ctx *c, int rank, const int64_t *dims, tpu_dtype dt);
+
+/* pod.c: a collective kernel's run among the pod's (NULL pod: one device, no locking). The
+ * pod's lock guards every run's semaphores, allocation list and remote DMAs. */
+void tpu__mo_lock(mo_ctx *c);
+void tpu__mo_unlock(mo_ctx *c);
+/* Before the first grid step: waits until every device's run has its buffers. */
+tpu_status tpu__mo_pod_join(mo_ctx *c);
+/* After the last grid step: waits until every device's run is done (a DMA from another
+ * device may still land in this one's buffers until then). */
+tpu_status tpu__mo_pod_finish(mo_ctx *c);
+/* This run failed (c->d): the others stop with the same diagnostic. */
+void tpu__mo_pod_fail(mo_ctx *c);
+/* (lock held) Takes `amt` from semaphore `cell`, waiting for other devices' signals on a pod.
+ * One device: a shortfall is an error (the kernel would hang); timing a collective kernel
+ * (count mode) takes what is there (the other devices would signal the rest). */
+tpu_status tpu__mo_sem_take(mo_ctx *c, const tpu_mo_op *op, double *cell, double amt);
+/* (lock held) Semaphores changed: wakes the waiting runs. */
+void tpu__mo_sem_changed(mo_ctx *c);
+/* (lock held) *out: view v of this run's storage as the same place in device dev's run. */
+tpu_status tpu__mo_remote(mo_ctx *c, const tpu_mo_op *op, int64_t dev, const mo_val *v, mo_val *out);
+/* Count mode: a DMA of `bytes` (dmas 1) or a signal (dmas 0) to device dev. */
+void tpu__mo_ici_note(mo_ctx *c, int64_t dev, double bytes, int dmas);
 
 #endif

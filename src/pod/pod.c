@@ -248,7 +248,7 @@ tpu_status tpu_pod_run_dist(const tpu_module *m, const tpu_pod_transport *tr, tp
     int64_t k = p.first + i;
     dv->p = &p;
     dv->dev = k;
-    dv->comm = (tpu_ref_comm){replicas, partitions, k, exchange, release, dv};
+    dv->comm = (tpu_ref_comm){replicas, partitions, k, exchange, release, dv, p.first, p.count};
     dv->args = args[k];
     dv->out = &outs[k];
   }

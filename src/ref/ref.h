@@ -37,6 +37,7 @@ typedef struct tpu_ref_comm {
                          const tpu_tensor *const *const **all, tpu_diag *d);
   tpu_status (*release)(void *user, const tpu_instr *in, tpu_diag *d);
   void *user;
+  int64_t local_first, local_count; /* the devices this process runs (threads sharing memory) */
 } tpu_ref_comm;
 
 typedef struct tpu_ref_opts {

@@ -1,0 +1,51 @@
+#!/bin/sh
+# Collective Pallas kernels on a pod (docs/pallas.md): jax.experimental.pallas.ops.tpu's
+# all_gather (remote DMAs around a ring, the barrier semaphore, signals to other devices)
+# inside shard_map, on 4 and 8 simulated chips — every device's result equals Pallas's TPU
+# interpret mode on both back ends; --mode timing prices its remote DMAs on the ICI links on
+# v5e, v5p and v6e; a kernel whose barrier is never met fails with one line instead of
+# hanging. Needs numpy for the comparisons (exit 77 = skipped without it).
+. tests/cli/lib/preamble.sh
+python3 -c "import numpy" 2>/dev/null || { echo "numpy missing: skipped"; exit 77; }
+C=bench/pallas/corpus
+
+for c in all_gather_f32_4dev_32x128 all_gather_bf16_8dev_128x256; do
+  for b in ref tpu; do
+    rm -rf "$T/o"
+    "$BIN" run $C/$c/prog.hlo -i $C/$c/in0.npy --backend $b --per-device -o "$T/o" -q > "$T/out" 2>&1 ||
+      fail "$c ($b) exited $?: $(cat "$T/out")"
+    python3 - "$C/$c/interp.npy" "$T/o" <<'EOF' || fail "$c ($b): values differ from interpret mode"
+import glob, sys
+import numpy as np
+want = np.load(sys.argv[1])
+got = sorted(glob.glob(sys.argv[2] + "/dev*/0.npy"))
+assert len(got) in (4, 8), got
+for f in got:
+    g = np.load(f).reshape(want.shape)
+    assert np.array_equal(g, want), (f, float(np.abs(g - want).max()))
+EOF
+  done
+done
+
+# Timing: each chip sends 3 steps x 2 directions x half its 8x128 f32 shard (2 KiB) = 12 KiB.
+for chip in v5e v5p v6e; do
+  "$BIN" run $C/all_gather_f32_4dev_32x128/prog.hlo --mode timing --chip $chip > "$T/out" 2>&1 ||
+    fail "timing on $chip exited $?: $(cat "$T/out")"
+  grep -q "each chip sends 12.29 kB over ICI" "$T/out" || fail "$chip: remote DMA bytes: $(grep 'over ICI' "$T/out")"
+  grep -q "waiting on ICI" "$T/out" || fail "$chip: no ICI wait in the breakdown"
+done
+
+# Without one of the two barrier signals every device waits for a signal that never comes.
+python3 - $C/all_gather_f32_4dev_32x128/prog.hlo "$T/hang.hlo" <<'EOF'
+import re, sys
+s = open(sys.argv[1]).read()
+s = re.sub(r"\\n *op tpu\.sem_signal [^\\]*", "", s, count=1)
+open(sys.argv[2], "w").write(s)
+EOF
+"$BIN" run "$T/hang.hlo" -i $C/all_gather_f32_4dev_32x128/in0.npy -q > "$T/out" 2>&1
+rc=$?
+[ "$rc" = 2 ] || [ "$rc" = 1 ] || fail "a kernel that hangs exited $rc"
+grep -q "the kernel would hang" "$T/out" || fail "no hang diagnosis: $(cat "$T/out")"
+[ "$(grep -c error: "$T/out")" = 1 ] || fail "not one error line: $(cat "$T/out")"
+
+[ "$fails" = 0 ] || exit 1
