@@ -156,6 +156,23 @@ tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k);
 tpu_status tpu__mosaic_plan(tpu__be *be, const tpu_instr *in, tpu__kinfo *k);
 tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k);
 
+/* The dots and convolutions a fusion runs besides its planned one (tile.c): a kernel
+ * written as one fusion holding several (a Pallas attention kernel's score and value dots)
+ * runs each on the MXUs. Grouped by contraction length k, width n, passes and type: rows
+ * sums batch x rows over the group's products, prods their batch counts; flops and
+ * padded_flops as a lone dot of each counts them. */
+typedef struct tpu__xdot {
+  int64_t rows, prods, k, n;
+  int passes;
+  tpu_dtype dtype;
+  double flops, padded_flops;
+} tpu__xdot;
+#define TPU__XDOT_MAX 8
+/* Fills out[0..return) with the groups of fusion `in`'s MXU ops other than `main` (also
+ * inside the fusions it nests); past TPU__XDOT_MAX groups a dot joins the last group as
+ * rows of equal MXU work. */
+int tpu__fusion_xdots(const tpu__be *be, const tpu_instr *in, const tpu_instr *main, tpu__xdot *out);
+
 /* The passes, in order. */
 tpu_status tpu__pass_tile(tpu__be *be);
 tpu_status tpu__pass_layout(tpu__be *be);

@@ -293,6 +293,24 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   mm.dtype = k->mm_dtype;
   mm.what = k->mm->op == TPU_OP_DOT ? "dot" : "convolution";
   tadd(&t, &mm, 0);
+  /* The fusion's other dots run on the MXUs in every tile too, each tile its share of
+   * their rows (a Pallas attention kernel's score and value dots per block of keys): whole
+   * products per tile while there are at least as many as tiles, else rows of one. */
+  tpu__xdot xd[TPU__XDOT_MAX];
+  int nx = k->mm == in ? 0 : tpu__fusion_xdots(be, in, k->mm, xd);
+  int64_t tiles = k->tiles > 0 ? k->tiles : 1;
+  for (int i = 0; i < nx; i++) {
+    tpu_insn x = mm;
+    int per = xd[i].prods >= tiles;
+    x.b = per ? cdiv(xd[i].prods, tiles) : 1;
+    x.m = cdiv(xd[i].rows, tiles * x.b);
+    if (x.m < 1) x.m = 1;
+    x.k = xd[i].k;
+    x.n = xd[i].n;
+    x.passes = xd[i].passes;
+    x.dtype = xd[i].dtype;
+    tadd(&t, &x, 0);
+  }
   tpu_vref o = tpu_vref_make(vo, (int)k->kb, 0);
   tpu_vref osrc[2] = {o, tpu_vref_make(ve, (int)k->kb, 0)};
   int no = ve >= 0 ? 2 : 1;

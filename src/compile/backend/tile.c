@@ -594,6 +594,54 @@ static const tpu_instr *find_matmul(const tpu_comp *c, const tpu_instr **path, i
   return NULL;
 }
 
+static void add_xdots(const tpu__be *be, const tpu_comp *c, const tpu_instr *main, tpu__xdot *out, int *n,
+                      int depth) {
+  for (int i = 0; c && i < c->ninstrs; i++) {
+    const tpu_instr *x = c->instrs[i];
+    if (x->op == TPU_OP_FUSION && x->calls && depth < NEST_MAX) {
+      add_xdots(be, x->calls, main, out, n, depth + 1);
+      continue;
+    }
+    if (x == main || !is_mxu_op(x)) continue;
+    tpu__kinfo d;
+    memset(&d, 0, sizeof d);
+    matmul_dims(be, x, &d);
+    const tpu_shape *ls = &x->operands[0]->shape;
+    const double cx = tpu_dtype_is_complex(ls->dtype) ? 4.0 : 1.0;
+    const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols;
+    double f = d.mm_flops > 0 ? d.mm_flops : cx * 2.0 * (double)d.b * (double)d.m * (double)d.k_flops * (double)d.n;
+    double pf = cx * 2.0 * (double)d.b * (double)round_up(d.m, be->chip->vector_sublanes) *
+                (double)round_up(d.k, R) * (double)round_up(d.n, C);
+    int g = 0;
+    while (g < *n && !(out[g].k == d.k && out[g].n == d.n && out[g].passes == d.passes && out[g].dtype == d.mm_dtype)) g++;
+    int64_t rows = d.b * d.m, prods = d.b;
+    if (g == *n && *n == TPU__XDOT_MAX) { /* full: rows of the last group with the same MXU work */
+      g = *n - 1;
+      double w = (double)round_up(d.k, R) * (double)round_up(d.n, C) * d.passes;
+      double wg = (double)round_up(out[g].k, R) * (double)round_up(out[g].n, C) * out[g].passes;
+      rows = (int64_t)ceil((double)rows * w / (wg > 0 ? wg : 1));
+      prods = 0;
+    } else if (g == *n) {
+      memset(&out[g], 0, sizeof out[g]);
+      out[g].k = d.k;
+      out[g].n = d.n;
+      out[g].passes = d.passes;
+      out[g].dtype = d.mm_dtype;
+      (*n)++;
+    }
+    out[g].rows += rows;
+    out[g].prods += prods;
+    out[g].flops += f;
+    out[g].padded_flops += pf;
+  }
+}
+
+int tpu__fusion_xdots(const tpu__be *be, const tpu_instr *in, const tpu_instr *main, tpu__xdot *out) {
+  int n = 0;
+  if (in->op == TPU_OP_FUSION && in->calls) add_xdots(be, in->calls, main, out, &n, 0);
+  return n;
+}
+
 /* The operand index of fusion `f` whose value feeds `x` inside the fused computation (and
  * the fusions path[0..depth) nested in it, x in the innermost), following layout-only and
  * elementwise unary ops (convert, bitcast, copy...); -1 when `x` is computed from several
@@ -810,6 +858,13 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     po.flops = (k->mm_flops > 0 ? k->mm_flops : cx * 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n) + c.flops;
     po.padded_flops = cx * 2.0 * (double)k->b * (double)round_up(k->m, be->chip->vector_sublanes) *
                           (double)round_up(k->k, R) * (double)round_up(k->n, C) + c.padded_flops;
+    /* the fusion's other dots (an attention kernel's value dot): their work too */
+    tpu__xdot xd[TPU__XDOT_MAX];
+    int nx = mm == in ? 0 : tpu__fusion_xdots(be, in, mm, xd);
+    for (int i = 0; i < nx; i++) {
+      po.flops += xd[i].flops;
+      po.padded_flops += xd[i].padded_flops;
+    }
   } else if (in->op == TPU_OP_COPY && !vmem_copy(in)) {
     k->kind = TPU__K_COPY;
   } else if (in->op == TPU_OP_CHOLESKY || in->op == TPU_OP_TRIANGULAR_SOLVE) {

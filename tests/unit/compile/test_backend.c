@@ -218,6 +218,56 @@ static void dot_tiles(void) {
   tpu_module_free(m);
 }
 
+/* A fusion holding two dots (a Pallas attention kernel written as one fusion: scores
+ * q k^T, their exponential, then p v) runs both on the MXUs: the op counts both dots'
+ * flops, its tile loop issues a matmul for each, and its MXU cycles cover both dots'
+ * multiply-adds (src/compile/backend/tile.c tpu__fusion_xdots). */
+static void two_dot_fusion(void) {
+  static const char *src =
+      "HloModule attn\n"
+      "fused {\n"
+      "  q = bf16[16,1024,128] parameter(0)\n"
+      "  k = bf16[16,512,128] parameter(1)\n"
+      "  v = bf16[16,512,128] parameter(2)\n"
+      "  s = f32[16,1024,512] dot(q, k), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={2}\n"
+      "  e = f32[16,1024,512] exponential(s)\n"
+      "  p = bf16[16,1024,512] convert(e)\n"
+      "  ROOT o = f32[16,1024,128] dot(p, v), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  q = bf16[16,1024,128] parameter(0)\n"
+      "  k = bf16[16,512,128] parameter(1)\n"
+      "  v = bf16[16,512,128] parameter(2)\n"
+      "  ROOT f = f32[16,1024,128] fusion(q, k, v), kind=kOutput, calls=fused\n"
+      "}\n";
+  tpu_module *m = NULL;
+  tpu_program *p = compile_src_on(src, &g_chip, &m);
+  if (p) {
+    const double one = 2.0 * 16 * 1024 * 128 * 512; /* each dot's flops */
+    CHECK_EQ_INT(p->nops, 1);
+    CHECK(p->ops[0].flops >= 2 * one && p->ops[0].flops < 2 * one * 1.01);
+    /* both dots' MXU work per tile: a 128 x 512 and a 512 x 128 weight */
+    int k128 = 0, k512 = 0;
+    for (int i = 0; i < p->ninsns; i++)
+      if (p->insns[i].opc == TPU_ISA_MATMUL) {
+        k128 += p->insns[i].k == 128 || p->insns[i].n == 512;
+        k512 += p->insns[i].k == 512 && p->insns[i].n == 128;
+      }
+    CHECK(k128 > 0);
+    CHECK(k512 > 0);
+    tpu_timeline tl;
+    if (time_program(p, &g_chip, &tl)) {
+      /* 2 x 16 x 1024 x 128 x 512 multiply-adds at the MXUs' peak */
+      double macs = (double)g_chip.mxu_rows * (double)g_chip.mxu_cols * (double)g_chip.mxus_per_core *
+                    (double)(g_chip.tensorcores > 0 ? g_chip.tensorcores : 1);
+      CHECK((double)tl.total_cycles >= one / macs); /* one dot alone: one/2 MACs */
+      tpu_timeline_free(&tl);
+    }
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 /* Buffer `name` shares no byte with any other buffer of the program. */
 static int exclusive(const tpu_program *p, const char *name) {
   int b = -1;
@@ -851,6 +901,7 @@ int main(void) {
   depthwise_convs();
   least_padded_values();
   dot_tiles();
+  two_dot_fusion();
   k_split_accumulator();
   trip_counts();
   epilogue_slices();
