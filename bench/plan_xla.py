@@ -149,7 +149,7 @@ def main():
         m["batch_tokens"] = pdb * n * m["seq"]
     m["layers"] = a.layers
     cand = {"data": 1, "fsdp": n // t, "tensor": t, "micro": 1, "remat": remat, "windowed": False, "overlap": False,
-            "donate": False}
+            "donate": False, "kernel": False}
     d = a.keep or tempfile.mkdtemp(prefix="plan_xla_")
     os.makedirs(d, exist_ok=True)
     prog, opt = os.path.join(d, name + ".hlo"), os.path.join(d, name + ".xla.hlo")

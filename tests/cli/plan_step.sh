@@ -57,8 +57,12 @@ for pol in ("full", "save_qkv_proj", "save_dot_except_mlp", "minimal", "minimal_
 print({p: (f["hbm_temp"], f.get("host_temp", 0)) for p, f in mem.items()})
 t = {p: f["hbm_temp"] for p, f in mem.items()}
 # (off keeps the most, but recomputes nothing: the backward's temporaries are fewer than
-# minimal's, which recomputes the attention)
-assert t["full"] < t["save_qkv_proj"] <= t["save_dot_except_mlp"] <= t["minimal"] and t["full"] < t["off"], t
+# minimal's, which recomputes the attention; save_qkv_proj keeps less than
+# save_dot_except_mlp but recomputes the output projection and its all-reduce, whose
+# temporaries can outweigh the residual stack saved: 2 MB more here with attention as the
+# kernel)
+assert t["full"] < min(t["save_qkv_proj"], t["save_dot_except_mlp"]) and t["full"] < t["off"], t
+assert max(t["save_qkv_proj"], t["save_dot_except_mlp"]) <= t["minimal"], t
 assert mem["minimal_offloaded"].get("host_temp", 0) > 0 and t["minimal_offloaded"] < t["minimal"], mem
 PY
 # Flash attention (the default: key/value blocks with a running max and sum) computes what

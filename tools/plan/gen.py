@@ -163,11 +163,12 @@ class Step:
         # masks its scores, the flash form also skips the key blocks above the diagonal, as
         # the Pallas kernel MaxText runs does ("causal": False computes every block unmasked).
         self.causal = c.get("causal", True)
-        # "kernel": True writes flash attention as the Pallas kernels' fusions (the blocks'
-        # scores and running figures stay on chip). Off by default: tpusim prices a fusion's
-        # first dot only (src/compile/backend/tile.c find_matmul), so these kernels would be
-        # timed with most of their MXU work left out (docs/plan.md, "Limits").
-        self.kernel = c.get("kernel", False) and self.flash
+        # Flash attention is written as the Pallas kernels MaxText runs: each a fusion whose
+        # blocks' scores and running figures stay on chip (in VMEM), every dot of it on the
+        # MXUs (src/compile/backend/tile.c tpu__fusion_xdots). "kernel": False writes the
+        # blocks as separate ops instead (what libtpu's HLO import takes: bench/plan_xla.py,
+        # bench/plan_memory.py), each block's scores through HBM.
+        self.kernel = c.get("kernel", True) and self.flash
         self.Bk = min(S, c.get("kv_block", 512))
         if S % self.Bk:
             self.Bk = S
