@@ -94,7 +94,28 @@ def timing(tpusim, path, chip, extra=()):
                     break
             kinds[kind] += count
             sent += sent_b * count
-    return {"step": step, "kinds": kinds, "sent": sent}, None
+    return {"step": step, "kinds": kinds, "sent": sent, "better": better_plan(out)}, None
+
+
+_UNIT = {"s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+_SI = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def better_plan(out):
+    """tpusim run's better-plan hint (docs/spmd.md): its step in s, bytes each chip sends,
+    and the sharding constraints that get it; None when the run printed none."""
+    m = re.search(r"^better plan .*?: ([0-9.]+) (s|ms|us|ns) per step .*?sends ([0-9.]+) ([kMGT]?)B over ICI "
+                  r"\([^)]*\)", out, re.M)
+    if not m:
+        return None
+    after = out[m.end():].splitlines()[1:]
+    cons = []
+    for line in after:
+        if not line.startswith("  with_sharding_constraint("):
+            break
+        cons.append(line.strip())
+    return {"step": float(m.group(1)) * _UNIT[m.group(2)], "sent": float(m.group(3)) * _SI[m.group(4)],
+            "constraints": cons}
 
 
 def fmt_kinds(k):
@@ -208,6 +229,7 @@ def split_summary(rows, extra, json_out):
                      sent=ours["sent"], judge_sent=xla["sent"],
                      kinds={k: v for k, v in ours["kinds"].items()}, judge_kinds=dict(xla["kinds"]))
             r["part_ok"] = part is not None and abs(ours["step"] - part["step"]) <= 0.10 * part["step"]
+            r["better_plan"] = ours.get("better")
             # against the compiler's partitioning alone, run through tpusim's pipeline like
             # tpusim's own (its all-reduce + own-block slices become reduce-scatters there too)
             r["part_kinds_ok"] = part is not None and set(ours["kinds"]) == set(part["kinds"])
@@ -234,6 +256,12 @@ def split_summary(rows, extra, json_out):
             dev_e = sorted(abs(r["step"] / r["est"] - 1) for r in ests)
             print(f"  |step / partitioning's - 1| median {100 * statistics.median(dev):.1f} %; "
                   f"|step / estimate - 1| median {100 * statistics.median(dev_e) if dev_e else float('nan'):.1f} %")
+        hinted = [r for r in ok if r.get("better_plan")]
+        if hinted:
+            beat = sum(1 for r in hinted if r["part_step"] and r["better_plan"]["step"] < r["part_step"])
+            print(f"  better-plan hint on {len(hinted)}/{n} (tpusim's own search beats the XLA-rule prediction); "
+                  f"its step below the compiler's partitioning timed by tpusim on {beat}/{len(hinted)}: "
+                  + ", ".join(f"{r['name']} {100 * (r['better_plan']['step'] / r['step'] - 1):+.0f} %" for r in hinted))
         fams = sorted(set(r["family"] for r in rs))
         for fam in fams:
             fr = [r for r in rs if r["family"] == fam]

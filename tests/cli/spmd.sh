@@ -228,5 +228,54 @@ for i in range(2):
     assert a.shape == b.shape and np.abs(a - b).max() <= 1e-3 * max(1, np.abs(b).max()), (i, np.abs(a - b).max())
 " || fail "$GA: partitioned values differ from the reference's"
 
+# The better-plan hint (docs/spmd.md): a data-parallel weight gradient over a small batch is
+# all-reduced by XLA's rule (the prediction), where gathering its two small operands moves
+# 0.4 % of the bytes; the report says so beside the prediction with the constraints that get
+# it, and those constraints written into the program give that plan under XLA's rule. A
+# large batch, where XLA's all-reduce is the cheaper plan, gets no hint.
+cat > "$T/dpg.hlo" <<'EOF'
+HloModule dpgrad
+
+ENTRY e {
+  x = f32[16,2048] parameter(0), sharding={devices=[8,1]<=[8]}
+  dy = f32[16,2048] parameter(1), sharding={devices=[8,1]<=[8]}
+  ROOT g = f32[2048,2048] dot(x, dy), lhs_contracting_dims={0}, rhs_contracting_dims={0}, sharding={replicated}
+}
+EOF
+"$BIN" run "$T/dpg.hlo" --mode timing --chip v5e --top 0 --no-cache --report "$T/dpg.json" > "$T/dpg.out" 2> "$T/err" ||
+  fail "dp gradient exited $?: $(cat "$T/err")"
+grep -q "^  g.all-reduce .*all-reduce" "$T/dpg.out" || fail "the prediction is not XLA's all-reduce"
+grep -Eq "^better plan \(tpusim's own search; the prediction above is XLA's plan\): .* per step \(-[0-9.]+%\)" "$T/dpg.out" ||
+  fail "no better-plan hint on a small-batch gradient: $(grep -A2 '^better' "$T/dpg.out")"
+grep -q "^  with_sharding_constraint(x, P(None, None))" "$T/dpg.out" || fail "hint: no constraint on x"
+grep -q "^  with_sharding_constraint(dy, P(None, None))" "$T/dpg.out" || fail "hint: no constraint on dy"
+python3 -c "
+import json
+b = json.load(open('$T/dpg.json'))['better_plan']
+assert b['step_s'] < 0.95 * b['predicted_step_s'] and b['ici_bytes_per_chip'] < 0.1 * b['predicted_ici_bytes_per_chip'], b
+assert len(b['constraints']) == 2 and b['constraints'][0].startswith('with_sharding_constraint(x, P(None, None))'), b
+" || fail "--report: no better_plan"
+# the constraints written into the program: XLA's rule then gives the hinted plan
+sed -e 's|^  ROOT g = \(.*\) dot(x, dy)|  xc = f32[16,2048] custom-call(x), custom_call_target="Sharding", sharding={replicated}\
+  dyc = f32[16,2048] custom-call(dy), custom_call_target="Sharding", sharding={replicated}\
+  ROOT g = \1 dot(xc, dyc)|' "$T/dpg.hlo" > "$T/dpgc.hlo"
+"$BIN" run "$T/dpgc.hlo" --mode timing --chip v5e --top 0 --no-cache > "$T/dpgc.out" 2> "$T/err" ||
+  fail "constrained gradient exited $?: $(cat "$T/err")"
+grep -q "all-reduce" "$T/dpgc.out" && fail "the constrained program still all-reduces"
+grep -q "^better plan" "$T/dpgc.out" && fail "the constrained program still has a better plan"
+hint=$(sed -n 's/^better plan [^:]*: \([0-9.]* [mun]*s\) per step.*/\1/p' "$T/dpg.out")
+got=$(sed -n 's/^pod: 8 chips, one step \([0-9.]* [mun]*s\);.*/\1/p' "$T/dpgc.out")
+python3 -c "
+u = {'s': 1, 'ms': 1e-3, 'us': 1e-6, 'ns': 1e-9}
+h, g = ('$hint'.split(), '$got'.split())
+assert len(h) == 2 and len(g) == 2 and abs(float(g[0]) * u[g[1]] / (float(h[0]) * u[h[1]]) - 1) < 0.01
+" || fail "the constrained program's step ($got) is not within 1 % of the hint's ($hint)"
+sed 's/16,2048/8192,256/g; s/2048,2048/256,256/' "$T/dpg.hlo" > "$T/dpg_big.hlo"
+"$BIN" run "$T/dpg_big.hlo" --mode timing --chip v5e --top 0 --no-cache --report "$T/big.json" > "$T/big.out" 2> "$T/err" ||
+  fail "large-batch gradient exited $?: $(cat "$T/err")"
+grep -q "^  g.all-reduce .*all-reduce" "$T/big.out" || fail "large batch: not XLA's all-reduce"
+grep -q "^better plan" "$T/big.out" && fail "a better-plan hint where XLA's all-reduce is the cheaper plan"
+python3 -c "import json, sys; sys.exit('better_plan' in json.load(open('$T/big.json')))" || fail "--report: better_plan on the large batch"
+
 [ $fails -eq 0 ] && echo "spmd CLI: all checks passed"
 exit $fails

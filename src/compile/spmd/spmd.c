@@ -883,6 +883,10 @@ static tpu_status fold_transposed_dots(tpu_builder *b, tpu_comp *c) {
 
 /* Forgets a walk over the entry (its values, shardings and collectives) for the next. */
 static void reset_walk(sp *s, int n) {
+  if (s->mesh->own_notes && s->mesh->own_notes->s) { /* the last walk's notes only */
+    s->mesh->own_notes->len = 0;
+    s->mesh->own_notes->s[0] = 0;
+  }
   memset(s->val, 0, sizeof *s->val * (size_t)(n + 1));
   memset(s->sh, 0, sizeof *s->sh * (size_t)(n + 1));
   memset(s->tsh, 0, sizeof *s->tsh * (size_t)(n + 1));

@@ -8,6 +8,8 @@
 
 #include "ir/ir.h"
 
+struct tpu_strbuf;
+
 #define TPU_MESH_MAX_AXES 8
 
 /* A logical device mesh: named axes, major first; device at mesh position p (row-major
@@ -45,6 +47,14 @@ typedef struct tpu_mesh {
    * outweighs the loop's cost per step, windowed_step_bytes (0: always). */
   int64_t windowed_min_devices, windowed_max_devices;
   double windowed_step_bytes;
+  /* tpusim's own plan where XLA's rule and tpusim's prices part (a dot whose operands split
+   * alike along its contraction: XLA keeps the splits and all-reduces the partial sums even
+   * where gathering the operands moves fewer bytes): the cheaper plan by tpusim's prices,
+   * for the better-plan hint (docs/spmd.md). Off: XLA's rule (the prediction). */
+  int own_plans;
+  /* When set (own_plans), the sharding constraints that would get that plan from XLA, one
+   * line each (`with_sharding_constraint(NAME, P(...))  # ...`), from the last walk. */
+  struct tpu_strbuf *own_notes;
 } tpu_mesh;
 
 struct tpu_chip;

@@ -255,6 +255,12 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
     int kl = (int)dd->lhs_contract.v[i], kr = (int)dd->rhs_contract.v[i];
     keep = same_dim(lh, kl, rh, kr);
   }
+  /* tpusim's own plan (the better-plan hint): XLA's kept plan is one candidate among the
+   * others, the cheapest wins, and a different winner is noted with the constraints that
+   * would get it (its operands as it takes them) */
+  const int xla_keep = keep;
+  const dot_plan xla_plan = best;
+  if (s->mesh->own_plans) keep = 0;
   /* A use that wants the result split further (s->hint): the operands' free dimensions take
    * those splits where they are whole and the operand does not use the axis, a slice of
    * each chip's own block (XLA's partitioner slices the operands to the output's sharding:
@@ -275,6 +281,13 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
     if (p.valid && hint) p.cost += gather_cost(s, in, &p.out, hint);
     /* (the hinted plan, last, wins a tie: it gives the use the split it wants) */
     if (p.valid && (!best.valid || p.cost < best.cost || (c >= nc && p.cost <= best.cost))) best = p;
+  }
+  if (xla_keep && !keep && best.valid && (!same_sharding(&best.L, &xla_plan.L, lo->shape.rank) ||
+                                          !same_sharding(&best.R, &xla_plan.R, ro->shape.rank))) {
+    if (!same_sharding(&best.L, lh, lo->shape.rank))
+      tpu__spmd_note_constraint(s, lo, &best.L, in, "lhs: XLA sums the split contraction");
+    if (!same_sharding(&best.R, rh, ro->shape.rank))
+      tpu__spmd_note_constraint(s, ro, &best.R, in, "rhs: XLA sums the split contraction");
   }
   /* Plans are chosen on f32 bytes (bf16 transport halves every gather alike; choosing on
    * it would trade a tensor-parallel block's one all-reduce for gathers). */

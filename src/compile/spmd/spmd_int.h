@@ -111,6 +111,10 @@ typedef struct {
   int64_t fact_m;
 } sp;
 
+/* s as a JAX PartitionSpec, and a constraint for the better-plan hint (tpu_mesh own_notes). */
+void tpu__spmd_pspec_text(const tpu_mesh *mesh, const dsh *s, int rank, tpu_strbuf *b);
+void tpu__spmd_note_constraint(const sp *s, const tpu_instr *x, const dsh *h, const tpu_instr *at, const char *why);
+
 /* Emitting collectives and resharding values (spmd_reshard.c). */
 tpu_status tpu__spmd_fail_at(sp *s, const tpu_instr *in, const char *what);
 tpu_status tpu__spmd_instr(sp *s, tpu_opcode op, const char *hint, const tpu_shape *shape, tpu_instr *const *ops, int n,

@@ -199,6 +199,36 @@ int tpu__spmd_parse_sdy(const char *p, const tpu_mesh *mesh, int rank, dsh *s) {
   return k == rank;
 }
 
+/* s as a JAX PartitionSpec over the mesh's axis names: P('data', None, ('x', 'y')). */
+void tpu__spmd_pspec_text(const tpu_mesh *mesh, const dsh *s, int rank, tpu_strbuf *b) {
+  tpu_strbuf_printf(b, "P(");
+  for (int k = 0; k < rank; k++) {
+    tpu_strbuf_printf(b, "%s", k ? ", " : "");
+    if (!s->n[k]) tpu_strbuf_printf(b, "None");
+    for (int i = 0; i < s->n[k]; i++)
+      tpu_strbuf_printf(b, "%s'%s'%s", i ? ", " : s->n[k] > 1 ? "(" : "", mesh->names[s->ax[k][i]],
+                        s->n[k] > 1 && i == s->n[k] - 1 ? ")" : "");
+  }
+  tpu_strbuf_printf(b, ")");
+}
+
+/* Appends to the mesh's own_notes the constraint that gives value x sharding h before `at`
+ * (its JAX op name, from metadata, beside the HLO name when the program has one). */
+void tpu__spmd_note_constraint(const sp *s, const tpu_instr *x, const dsh *h, const tpu_instr *at, const char *why) {
+  tpu_strbuf *b = s->mesh->own_notes;
+  if (!b) return;
+  tpu_strbuf_printf(b, "with_sharding_constraint(%s, ", x->name);
+  tpu__spmd_pspec_text(s->mesh, h, x->shape.rank, b);
+  tpu_strbuf_printf(b, ")  # %s of %s", why, at->name);
+  const char *md = tpu__spmd_attr(at, "metadata"), *on = md ? strstr(md, "op_name=\"") : NULL;
+  if (on) {
+    on += 9;
+    const char *e = strchr(on, '"');
+    if (e) tpu_strbuf_printf(b, " (%.*s)", (int)(e - on), on);
+  }
+  tpu_strbuf_printf(b, "\n");
+}
+
 /* The tile assignment of s (tile dims, device list, replication) as HLO sharding text. */
 void tpu__spmd_hlo_text(const tpu_mesh *mesh, const dsh *s, int rank, tpu_strbuf *b) {
   if (s->manual) {

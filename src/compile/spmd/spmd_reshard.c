@@ -687,29 +687,37 @@ static tpu_status moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, const 
   return TPU_OK;
 }
 
-/* Whether `to` differs from `from` by one axis leaving dimension *i (where other axes stay,
- * in their order) for the minor end of dimension *j (its other axes kept before it): *a. */
-static int one_axis_moves(const dsh *from, const dsh *to, int rank, int *i, int *j, int8_t *a) {
-  *i = *j = -1;
-  for (int k = 0; k < rank; k++) {
-    if (same_dim(from, k, to, k)) continue;
-    if (from->n[k] == to->n[k] + 1 && *i < 0) {
-      *i = k;
-    } else if (to->n[k] == from->n[k] + 1 && *j < 0 && !memcmp(from->ax[k], to->ax[k], (size_t)from->n[k])) {
-      *j = k;
-    } else {
-      return 0;
+/* Whether axes x are y with one axis more (at any place, the others in order): that axis. */
+static int one_more_axis(const int8_t *x, int nx, const int8_t *y, int ny, int8_t *a) {
+  if (nx != ny + 1) return 0;
+  for (int p = 0; p < nx; p++) { /* x without its p-th axis */
+    int same = 1;
+    for (int t = 0, w = 0; t < nx && same; t++)
+      if (t != p) same = x[t] == y[w++];
+    if (same) {
+      *a = x[p];
+      return 1;
     }
   }
-  if (*i < 0 || *j < 0) return 0;
-  *a = to->ax[*j][to->n[*j] - 1];
-  int w = 0; /* from's dimension i without a, in order, is to's */
-  for (int t = 0; t < from->n[*i]; t++) {
-    if (from->ax[*i][t] == *a) continue;
-    if (w >= to->n[*i] || to->ax[*i][w] != from->ax[*i][t]) return 0;
-    w++;
+  return 0;
+}
+
+/* Whether `to` differs from `from` by one axis leaving dimension *i (its other axes, if any,
+ * staying in their order) for dimension *j (whose axes keep their order, the moving one
+ * anywhere among them): *a, and in *minor whether it goes to j's minor end. */
+static int one_axis_moves(const dsh *from, const dsh *to, int rank, int *i, int *j, int8_t *a, int *minor) {
+  *i = *j = -1;
+  int8_t ai = -1, aj = -1;
+  for (int k = 0; k < rank; k++) {
+    if (same_dim(from, k, to, k)) continue;
+    if (*i < 0 && one_more_axis(from->ax[k], from->n[k], to->ax[k], to->n[k], &ai)) *i = k;
+    else if (*j < 0 && one_more_axis(to->ax[k], to->n[k], from->ax[k], from->n[k], &aj)) *j = k;
+    else return 0;
   }
-  return w == to->n[*i] && to->n[*i] > 0;
+  if (*i < 0 || *j < 0 || ai != aj) return 0;
+  *a = ai;
+  *minor = to->ax[*j][to->n[*j] - 1] == ai;
+  return 1;
 }
 
 /* The expert dispatch of one_axis_moves (axis a leaving dimension i, not its minor axis, for
@@ -836,14 +844,23 @@ tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to
       rank < TPU_MAX_RANK && x->shape.dims[aj] % factor(s->mesh, to, aj) == 0)
     return all_to_all_move(s, x, ai, aj, to->ax[aj], to->n[aj], loc, out);
   if (same_sharding(from, to, rank)) return TPU_OK;
-  /* One axis moving from a dimension that keeps other axes to the minor end of another's
-   * (an expert dispatch: [(data, model), ..] to [model, data, ..]): a collective-permute
-   * that makes it the first dimension's minor axis if it is not, then one all-to-all over
-   * that axis alone. */
-  int mi, mj;
+  /* One axis moving from a dimension (that may keep other axes) to the minor end of
+   * another's (an expert dispatch: [(data, model), ..] to [model, data, ..]; [a, b] to
+   * [(a, b), -]): a collective-permute that makes it the first dimension's minor axis if it
+   * is not, then one all-to-all over that axis alone. */
+  int mi, mj, minor;
   int8_t ma;
-  if (rank < TPU_MAX_RANK && one_axis_moves(from, to, rank, &mi, &mj, &ma) &&
-      x->shape.dims[mj] % s->mesh->sizes[ma] == 0) {
+  if (rank < TPU_MAX_RANK && one_axis_moves(from, to, rank, &mi, &mj, &ma, &minor) &&
+      x->shape.dims[mj] % s->mesh->sizes[ma] == 0 && !minor) {
+    /* to a place of dimension mj other than its minor end ([a, b] to [-, (a, b)]): the
+     * all-to-all over the axis puts it at the minor end, a collective-permute then moves the
+     * blocks to the chips `to` wants them on (XLA's partitioner: one all-to-all, one
+     * collective-permute; reshard_v5e_8x8_ab_to__ab) */
+    int done;
+    TPU_TRY(a2a_then_permute(s, x, from, to, mi, mj, ma, loc, out, &done));
+    if (done) return TPU_OK;
+  } else if (rank < TPU_MAX_RANK && one_axis_moves(from, to, rank, &mi, &mj, &ma, &minor) &&
+             x->shape.dims[mj] % s->mesh->sizes[ma] == 0) {
     dsh mid = *from; /* dimension mi with the moving axis last */
     int w = 0;
     for (int t = 0; t < from->n[mi]; t++)

@@ -441,6 +441,25 @@ int main(void) {
            " ROOT c = s32[8,4] custom-call(a), custom_call_target=\"Sharding\", sharding={devices=[2,2]<=[2,2]T(1,0)}\n}\n");
   check("a split refined onto other chips", src, 0, 0, 0);
   CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 1);
+  /* P(x, y) -> P(_, (x, y)): x leaves the rows for the major end of the columns: one
+   * all-to-all over x (which puts it at the minor end, (y, x)) and one collective-permute
+   * of the blocks to their chips, as XLA's partitioner reshards it, instead of gathering. */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n x = s32[8,8] parameter(0), " SDY("[{\\\"x\\\"}, {\\\"y\\\"}]") "\n"
+           " a = s32[8,8] negate(x)\n"
+           " ROOT c = s32[8,8] custom-call(a), custom_call_target=\"Sharding\", sharding={devices=[1,4]<=[4]}\n}\n");
+  check("an axis moved to the major end of another dimension", src, 0, 0, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
+  CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 1);
+  /* P(x, y) -> P((x, y), _): y leaves the columns, which keep nothing, for the minor end of
+   * the rows' split: one all-to-all over y, as XLA's partitioner does. */
+  snprintf(src, sizeof src,
+           MESH "ENTRY e {\n x = s32[8,8] parameter(0), " SDY("[{\\\"x\\\"}, {\\\"y\\\"}]") "\n"
+           " a = s32[8,8] negate(x)\n"
+           " ROOT c = s32[8,8] custom-call(a), custom_call_target=\"Sharding\", sharding={devices=[4,1]<=[4]}\n}\n");
+  check("an axis moved to the minor end of another dimension", src, 0, 0, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_ALL_TO_ALL), 1);
+  CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 0);
   /* Microbatches cut from a batch split over every chip (x.reshape(2, B/2, d) over 4):
    * the reshape cuts the mesh axis in two (2 x 2, as XLA's sub-axes) — microbatches over the
    * major part, each one's rows over the minor — so no gather; the sum over a microbatch's
