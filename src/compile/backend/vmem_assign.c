@@ -302,8 +302,15 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
    * of bench/fidelity (results of 1 MiB or more in memory space S(1)): 513 on v5e, 538 on
    * v6e (one TensorCore each), 16 on v5p, the largest 16 MiB, where tpusim kept up to 96 MB
    * (docs/fidelity.md). */
+  /* Nor does a chip whose kernels' scoped VMEM takes all of it (v4: 16 of 16 MiB): its
+   * compiler keeps values between kernels in CMEM (memory space S(3)), read at a cost of
+   * their own, never in VMEM: no value of any v4 program in bench/fidelity/compiled or the
+   * compiled families corpus is in S(1), 5,165 are in S(3) (attention's f32[8,512,512] scores
+   * there: 43.4 us for the kernel writing them on v4, where tpusim with them in VMEM had
+   * 17.1 us and through HBM 27.2 us). Such values go through HBM here. */
   int nc = 0;
-  for (int ci = 0; cores == 1 && ci < m->ncomps; ci++) {
+  int room_between = be->chip->scoped_vmem_bytes < be->chip->vmem_bytes;
+  for (int ci = 0; cores == 1 && room_between && ci < m->ncomps; ci++) {
     if (!be->scheduled[ci]) continue;
     const tpu_comp *cc = m->comps[ci];
     for (int i = 0; i < cc->ninstrs; i++) {

@@ -543,7 +543,8 @@ static void scalar_ops(void) {
 
 /* Layout assignment: a value computed inside the program whose given layout would pad the
  * lanes takes the tiling that pads least, as XLA's TPU compiler lays an attention head's
- * bf16[8,12,512,64] out {2,3,1,0}; parameters and results keep the given layout. */
+ * bf16[8,12,512,64] out {2,3,1,0}, and so do the program's results (entry_computation_layout);
+ * parameters keep the layout given (the fuse pass gives them theirs, test_passes). */
 static void free_intermediate_layout(void) {
   tpu_module *m;
   tpu_program *p = compile_src(
@@ -563,7 +564,17 @@ static void free_intermediate_layout(void) {
     const double heads = 8.0 * 12 * 512 * 64 * 2;  /* o unpadded: 512 in the lanes */
     const double v_pad = 8.0 * 12 * 512 * 128 * 2; /* the parameter: 64 padded to 128 lanes */
     if (o >= 0) CHECK_NEAR(p->ops[o].padded_bytes, 8.0 * 12 * 512 * 512 * 2 + v_pad + heads, 0);
-    if (r >= 0) CHECK_NEAR(p->ops[r].padded_bytes, heads + 64.0 * 128 * 2 + v_pad, 0);
+    if (r >= 0) CHECK_NEAR(p->ops[r].padded_bytes, heads + 64.0 * 128 * 2 + heads, 0); /* r leaves unpadded */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  /* a rank-2 result: f32[2048,7] leaves as {0,1} (7 rows padded to 8, 2048 in the lanes),
+   * not with 7 elements padded to 128 lanes */
+  p = compile_src("HloModule r2\nENTRY e {\n  x = f32[2048,7]{0,1} parameter(0)\n  ROOT a = f32[2048,7] abs(x)\n}\n", &m);
+  if (p) {
+    int a = op_named(p, "a");
+    CHECK(a >= 0);
+    if (a >= 0) CHECK_NEAR(p->ops[a].padded_bytes, 2 * 8.0 * 2048 * 4, 0);
   }
   tpu_program_free(p);
   tpu_module_free(m);

@@ -542,6 +542,19 @@ static void test_param_layouts(void) {
     CHECK_EQ_INT(copies, cs[i].copies);
     tpu_module_free(m);
   }
+  /* rank 2 too: f32[2048,7] is {0,1} in the compiler's entry layouts (7 rows padded to 8,
+   * not 7 lanes padded to 128); f32[64,256] pads alike both ways and stays row-major */
+  tpu_module *m = compile_src("HloModule m\nENTRY e {\n x = f32[2048,7]{1,0} parameter(0)\n"
+                              " y = f32[64,256]{1,0} parameter(1)\n ax = f32[2048,7] abs(x)\n ay = f32[64,256] abs(y)\n"
+                              " ROOT t = (f32[2048,7], f32[64,256]) tuple(ax, ay)\n}\n");
+  if (m) {
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op != TPU_OP_PARAMETER) continue;
+      CHECK_EQ_INT(in->shape.minor_to_major[0], in->index == 0 ? 0 : 1);
+    }
+    tpu_module_free(m);
+  }
 }
 
 /* Dot strength reduction (compile/passes/dot_reduce.c): a dot with a vector operand runs as one

@@ -57,6 +57,24 @@ static void vmem_residency(int rows) {
   tpu_module_free(m);
 }
 
+/* On one v4 TensorCore the kernels' scoped VMEM takes all 16 MiB, and its compiler keeps
+ * values between kernels in CMEM, not VMEM: the 1 MiB intermediate goes through HBM. */
+static void no_residency_v4(void) {
+  tpu_chip c;
+  tpu_module *m = NULL;
+  tpu_program *p = compile_for("v4:core",
+                               "HloModule chain\nENTRY e {\n  x = f32[256,1024] parameter(0)\n"
+                               "  a = f32[256,1024] exponential(x)\n  ROOT b = f32[256,1024] negate(a)\n}\n",
+                               &c, &m);
+  if (p) {
+    CHECK(c.scoped_vmem_bytes >= c.vmem_bytes);
+    CHECK(hbm_named(p, "a") >= 0);
+    for (int i = 0; i < p->nvmem; i++) CHECK(p->vmem[i].op != -1);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 /* Compiles src on chip c, checks that value `resident` has no HBM buffer (kept in VMEM),
  * and times it: op `name`'s cycles and HBM bytes, and its `onchip` dma.out count; with
  * `rt`, also that the program prints and parses back. */
@@ -549,6 +567,7 @@ int main(void) {
   copy_into_vmem();
   copy_done_on_chip();
   vmem_residency(256);    /* 1 MiB */
+  no_residency_v4();
   compiled_memory_space();
   compiled_tuple_memory_space();
   vmem_residency(65536);  /* 256 MiB, more than v5e's VMEM */
