@@ -147,19 +147,20 @@ expect_error bad_chip "unknown chip 'v99'" "$BIN" run examples/mlp.hlo --chip v9
 expect_error bad_top "^<command line>:4:1: error: --top takes a whole number from 0 to 1000000" "$BIN" run examples/mlp.hlo --top x
 expect_error ref_first_step "need --backend tpu" "$BIN" run examples/mlp.hlo --backend ref --first-step
 
-# Cross-program prefetch: a step of a loop reads its largest matmul parameter (w2.1) from
-# VMEM, loaded by the step before, and says so; --first-step times a first step, which
-# loads it: exactly its bytes more over HBM, no fewer cycles.
+# Cross-program prefetch: a step of a loop reads its largest matmul parameter (w1.1; w2.1,
+# f32[128,10], is laid out {0,1}, 16 x 128 elements) from VMEM, loaded by the step before,
+# and says so; --first-step times a first step, which loads it: exactly its bytes more over
+# HBM, no fewer cycles.
 "$BIN" run examples/mlp.hlo --mode timing --report "$T/loop.json" > "$T/loop" 2> "$T/se" || fail "loop step: $(cat "$T/se")"
 "$BIN" run examples/mlp.hlo --mode timing --first-step --report "$T/first.json" > "$T/first" 2> "$T/se" ||
   fail "first step: $(cat "$T/se")"
-grep -q "^cross-program prefetch: w2.1 (65.54 kB) read from VMEM" "$T/loop" || fail "no prefetch line: $(cat "$T/loop")"
+grep -q "^cross-program prefetch: w1.1 (32.77 kB) read from VMEM" "$T/loop" || fail "no prefetch line: $(cat "$T/loop")"
 grep -q "cross-program prefetch" "$T/first" && fail "--first-step still prefetches"
 python3 - "$T/loop.json" "$T/first.json" <<'PY' || fail "first step does not load the prefetched bytes"
 import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:3])
 x = a["hbm"]["cross_program_prefetch"]
-assert x["buffer"] == "w2.1" and x["memory"] == "VMEM", x
+assert x["buffer"] == "w1.1" and x["memory"] == "VMEM", x
 assert "cross_program_prefetch" not in b["hbm"]
 assert b["step"]["cycles"] >= a["step"]["cycles"]
 assert b["hbm"]["bytes"] == a["hbm"]["bytes"] + x["bytes"], (a["hbm"]["bytes"], b["hbm"]["bytes"], x)

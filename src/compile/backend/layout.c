@@ -72,7 +72,9 @@ int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int 
  * row-major one would (bf16[16,64,64,256] to [16,256,64,64]{1,3,2,0}: no copy, the scale
  * reading it one kernel, 300,048 cycles on v5e as an elementwise op of that size), and
  * otherwise lays the result out row-major and copies (bf16[4096,4096] transposed with
- * {0,1}: a `copy` of 224,312 cycles). Without layouts: whether the last dimension moves.
+ * {0,1}: a `copy` of 224,312 cycles); so is one whose operand's layout lists the
+ * dimensions in the order the row-major result has them. Without layouts: whether the last
+ * dimension moves.
  * A `copy` (in a compiled program) moves it where its layout changes the minor dimension. */
 int tpu__in_vmem(const tpu_shape *s) { return s->layout_tail && strstr(s->layout_tail, "S(1)") != NULL; }
 
@@ -89,6 +91,14 @@ int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in) {
   }
   if (!tpu_instr_moves_minor(in)) return 0;
   const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+  /* an operand laid out other than row-major (an entry parameter in its least padded layout)
+   * whose bytes, in order, are the result's row-major ones: a bitcast (the compiler's
+   * bf16[256,3]{0,1} transposed to [3,256] and incremented is one add_bitcast_fusion, no copy) */
+  if (chip && o->has_layout && !o->layout_tail && !r->layout_tail && r->rank == o->rank) {
+    int same = 1;
+    for (int k = 0; k < r->rank && same; k++) same = in->dimensions.v[r->rank - 1 - k] == o->minor_to_major[k];
+    if (same) return 0;
+  }
   if (!chip || !r->has_layout || !o->has_layout || r->rank != o->rank) return 1;
   for (int k = 0; k < r->rank; k++)
     if (in->dimensions.v[r->minor_to_major[k]] != o->minor_to_major[k]) return 1;

@@ -555,6 +555,22 @@ static void test_param_layouts(void) {
     }
     tpu_module_free(m);
   }
+  /* a transpose of a parameter so laid out that its bytes are the result's, row-major, is a
+   * bitcast: it joins its reader's kernel (bf16[256,3]{0,1} -> [3,256], then + 1: one
+   * kernel, as the compiler's add_bitcast_fusion) */
+  m = compile_src("HloModule m\nENTRY e {\n x = bf16[256,3]{1,0} parameter(0)\n"
+                  " t = bf16[3,256] transpose(x), dimensions={1,0}\n c = bf16[] constant(1)\n"
+                  " cb = bf16[3,256] broadcast(c), dimensions={}\n ROOT a = bf16[3,256] add(t, cb)\n}\n");
+  if (m) {
+    int kernels = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op != TPU_OP_PARAMETER && in->op != TPU_OP_CONSTANT) kernels++;
+      CHECK(in->op != TPU_OP_TRANSPOSE);
+    }
+    CHECK_EQ_INT(kernels, 1);
+    tpu_module_free(m);
+  }
 }
 
 /* Dot strength reduction (compile/passes/dot_reduce.c): a dot with a vector operand runs as one
