@@ -49,6 +49,8 @@ typedef struct tpu__kinfo {
   /* schedule */
   int64_t tiles;           /* tile-loop iterations */
   int64_t bm, bn, bk, bb, mb, nb, kb; /* matmul blocks */
+  int64_t es;              /* matmul: pieces each output block's epilogue streams in (1: one;
+                            * more only where no blocking fits otherwise: schedule.c) */
   int n_outer;             /* matmul block order: 0 = m outer, n inner (the A row block stays
                             * while B blocks stream past it); 1 = n outer (weight-stationary) */
   int64_t qa, qb;          /* matmul: iterations between A / B block loads (1: every one) */

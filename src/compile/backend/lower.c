@@ -243,6 +243,9 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   t.n = 0;
   int va = k->vmem0, vb = k->vmem0 + 1, vo = k->vmem0 + 2, ve = k->nvmem > 3 ? k->vmem0 + 3 : -1;
   int pm = k->kb > 1 ? (int)k->kb : 0, pr = k->kb > 1 ? (int)k->kb - 1 : 0;
+  /* a streamed epilogue (schedule.c: es pieces per output block, one K step): the block's
+   * product, computed with its first piece, stays in the output slot for all of them */
+  int es = k->es > 1 ? (int)k->es : 1, od = (int)k->kb * es;
   for (int j = 0; j < 2; j++) {
     int64_t bytes = be->p->vmem[j ? vb : va].slot_bytes;
     int src = j ? k->mm_rhs : k->mm_lhs;
@@ -283,7 +286,11 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   tpu_insn mm = tpu_insn_make(TPU_ISA_MATMUL, k->op);
   mm.src[0] = tpu_vref_make(va, (int)k->qa, 0);
   mm.src[1] = tpu_vref_make(vb, (int)k->qb, 0);
-  mm.dst = tpu_vref_make(vo, (int)k->kb, 0);
+  mm.dst = tpu_vref_make(vo, od, 0);
+  if (es > 1) {
+    mm.pmod = es;
+    mm.prem = 0;
+  }
   mm.m = k->bm;
   mm.k = k->bk;
   mm.n = k->bn;
@@ -301,6 +308,7 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   int64_t tiles = k->tiles > 0 ? k->tiles : 1;
   for (int i = 0; i < nx; i++) {
     tpu_insn x = mm;
+    x.pmod = x.prem = 0; /* every tile its share, a streamed epilogue's pieces too */
     int per = xd[i].prods >= tiles;
     x.b = per ? cdiv(xd[i].prods, tiles) : 1;
     x.m = cdiv(xd[i].rows, tiles * x.b);
@@ -311,7 +319,7 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
     x.dtype = xd[i].dtype;
     tadd(&t, &x, 0);
   }
-  tpu_vref o = tpu_vref_make(vo, (int)k->kb, 0);
+  tpu_vref o = tpu_vref_make(vo, od, 0);
   tpu_vref osrc[2] = {o, tpu_vref_make(ve, (int)k->kb, 0)};
   int no = ve >= 0 ? 2 : 1;
   int64_t writes = oblocks;

@@ -170,6 +170,7 @@ static void matmul_operand_bytes(const tpu__be *be, const tpu_instr *in, tpu__ki
  * block loop order, and what the cost model says of it. */
 typedef struct {
   int64_t mb, nb, kb, bb, bm, bn, bk, tiles;
+  int64_t es;              /* pieces each output block's epilogue and store stream in */
   int n_outer;
   int64_t qa, qb;          /* iterations between A / B loads */
   int64_t sa, sb, so, se;  /* slot bytes: A, B, output, epilogue operands */
@@ -193,6 +194,9 @@ static void load_periods(blocking *c) {
     c->qb = c->mb;
     if (c->mb == 1) c->qa = c->nb;
   }
+  /* an output block's epilogue pieces (es, one K step) all use the block's A and B */
+  c->qa *= c->es;
+  c->qb *= c->es;
 }
 
 /* HBM bytes of blocking c; an operand kept in VMEM between kernels costs none. */
@@ -280,16 +284,17 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   c->mb = cdiv(k->m, c->bm);
   c->nb = cdiv(k->n, c->bn);
   c->kb = cdiv(k->k, c->bk);
+  if (c->es < 1) c->es = 1;
   /* Group small products so one iteration moves about a tile's worth of bytes. */
-  int64_t blk = c->bm * c->bk * ea + c->bk * c->bn * eb + c->bm * c->bn * eo + cdiv(epi, k->b * c->mb * c->nb);
+  int64_t blk = c->bm * c->bk * ea + c->bk * c->bn * eb + c->bm * c->bn * eo + cdiv(epi, k->b * c->mb * c->nb * c->es);
   int64_t bb = blk > 0 ? TPU__TILE_TARGET * 4 / blk : 1;
   if (bb < 1) bb = 1;
   if (bb > k->b) bb = k->b;
   while (bb > 1 && 2 * bb * blk > budget) bb /= 2;
   c->bb = bb;
   int64_t nbb = cdiv(k->b, bb);
-  c->tiles = nbb * c->mb * c->nb * c->kb;
-  int64_t oblocks = nbb * c->mb * c->nb;
+  c->tiles = nbb * c->mb * c->nb * c->kb * c->es;
+  int64_t oblocks = nbb * c->mb * c->nb * c->es; /* output pieces */
   /* an operand kept in VMEM (between kernels, or prefetched across steps) is read where it
    * lives: no slot, no transfer (the compiler's f32 2048^3 GEMM on v5e reads its prefetched
    * lhs whole beside 4 MiB of rhs and output panels: used_scoped_memory_configs) */
@@ -297,6 +302,8 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   c->sb = b_hbm ? cdiv(rhs, nbb * c->nb * c->kb) : 0;
   c->so = cdiv(k->out_bytes, oblocks);
   c->se = cdiv(epi, oblocks);
+  /* a streamed epilogue's output slot holds the block's product too (f32 accumulators) */
+  if (c->es > 1 && c->so < bb * c->bm * c->bn * eo) c->so = bb * c->bm * c->bn * eo;
   /* VMEM: the slots add_vmem will make (padded bytes, 512-aligned), and at least the
    * double-buffered blocks with f32 accumulators. `need` counts every slot twice, a K-split
    * output's too (one buffer in `alloc`): counting it once lets larger blocks in and moved
@@ -324,7 +331,9 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   if (tpu_timing_matmul_cycles(&mm, be->chip, &cm, NULL) != TPU_OK) cm = 0;
   double bpc = be->chip->hbm_bw > 0 && be->chip->clock_hz > 0 ? tpu_chip_hbm_stream_bw(be->chip) / be->chip->clock_hz : 1;
   double lat_s = be->chip->hbm_latency_s > 0 ? be->chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
-  c->cycles = pipeline_cycles(c, bpc, lat_s * be->chip->clock_hz, (double)cm, limit);
+  /* a streamed epilogue: the block's product, computed with its first piece, spread over
+   * its es pieces */
+  c->cycles = pipeline_cycles(c, bpc, lat_s * be->chip->clock_hz, (double)cm / (double)c->es, limit);
 }
 
 /* Whether candidate c beats the best so far: clearly faster (by more than 1 %), or about
@@ -355,6 +364,7 @@ static tpu_status take_plan(tpu__be *be, tpu__kinfo *k, const blocking *best, in
   k->mb = best->mb;
   k->nb = best->nb;
   k->kb = best->kb;
+  k->es = best->es > 1 ? best->es : 1;
   k->n_outer = best->n_outer;
   k->qa = best->qa;
   k->qb = best->qb;
@@ -427,6 +437,48 @@ void tpu__mm_memo_free(tpu__be *be) {
   be->mm_memo = NULL;
 }
 
+/* The fastest blocking of matmul kernel k whose output blocks stream their epilogue in es
+ * pieces (es = 1: whole) among every split of M and N into 1-8, 12, 16, 24, ... 256 blocks
+ * and of K into 2^i blocks (K only down to the MXU rows, M to the sublanes, N to the MXU
+ * columns) in both block orders whose double-buffered A, B, output and epilogue blocks fit
+ * the VMEM budget (and the trial plan's VMEM, `trial`): into *best, and whether one fits;
+ * *smallest keeps the one needing least VMEM seen so far. */
+static int search_blockings(const tpu__be *be, const tpu__kinfo *k, int64_t ea, int64_t eb, int64_t lhs,
+                            int64_t rhs, int64_t epi, int a_hbm, int b_hbm, int64_t budget, int64_t trial,
+                            int64_t es, blocking *best, blocking *smallest) {
+  const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols, S = 8;
+  int have = 0;
+  static const int64_t splits[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  const int ns = (int)(sizeof splits / sizeof splits[0]);
+  for (int64_t kb = 1; kb <= 256 && (kb == 1 || cdiv(k->k, kb) >= R); kb *= 2)
+    for (int im = 0; im < ns && (im == 0 || cdiv(k->m, splits[im]) >= S); im++)
+      for (int in_ = 0; in_ < ns && (in_ == 0 || cdiv(k->n, splits[in_]) >= C); in_++)
+        for (int o = 0; o < 2; o++) {
+          const int64_t mb = splits[im], nb = splits[in_];
+          if (o && kb > 1) continue; /* the order matters only with one K step */
+          if (es > 1 && kb > 1) continue; /* epilogue pieces: with one K step only */
+          /* same blocks as a smaller split: size_blocking would round it to that one */
+          if (cdiv(k->m, cdiv(k->m, mb)) != mb || cdiv(k->n, cdiv(k->n, nb)) != nb || cdiv(k->k, cdiv(k->k, kb)) != kb)
+            continue;
+          blocking c;
+          memset(&c, 0, sizeof c);
+          c.mb = mb;
+          c.nb = nb;
+          c.kb = kb;
+          c.n_outer = o;
+          c.es = es;
+          /* a blocking slower than this cannot win (better()) */
+          double limit = have ? best->cycles * 1.01 : INFINITY;
+          size_blocking(be, k, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, budget, trial, limit, &c);
+          if (c.mb != mb || c.nb != nb || c.kb != kb) continue; /* same blocks as a smaller split */
+          if (!smallest->tiles || c.need < smallest->need) *smallest = c;
+          if (c.need > budget || (trial > 0 && c.alloc > trial)) continue;
+          if (!have || better(&c, best)) *best = c;
+          have = 1;
+        }
+  return have;
+}
+
 /* Matmul blocks and loop order, chosen by the cost model (docs/isa.md): every split of M
  * and N into 1-8, 12, 16, 24, ... 256 blocks and of K into 2^i blocks (K only down to the
  * MXU rows, M to the sublanes, N to the MXU columns) in both block orders whose double-buffered A, B,
@@ -467,37 +519,19 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   key.trial = trial;
   const mm_slot *seen = mm_find(be->mm_memo, &key);
   if (seen && seen->used) return take_plan(be, k, &seen->best, a_hbm, b_hbm, epi);
-  const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols, S = 8;
   blocking best, smallest;
-  int have = 0;
   memset(&best, 0, sizeof best);
   memset(&smallest, 0, sizeof smallest);
-  static const int64_t splits[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
-  const int ns = (int)(sizeof splits / sizeof splits[0]);
-  for (int64_t kb = 1; kb <= 256 && (kb == 1 || cdiv(k->k, kb) >= R); kb *= 2)
-    for (int im = 0; im < ns && (im == 0 || cdiv(k->m, splits[im]) >= S); im++)
-      for (int in_ = 0; in_ < ns && (in_ == 0 || cdiv(k->n, splits[in_]) >= C); in_++)
-        for (int o = 0; o < 2; o++) {
-          const int64_t mb = splits[im], nb = splits[in_];
-          if (o && kb > 1) continue; /* the order matters only with one K step */
-          /* same blocks as a smaller split: size_blocking would round it to that one */
-          if (cdiv(k->m, cdiv(k->m, mb)) != mb || cdiv(k->n, cdiv(k->n, nb)) != nb || cdiv(k->k, cdiv(k->k, kb)) != kb)
-            continue;
-          blocking c;
-          memset(&c, 0, sizeof c);
-          c.mb = mb;
-          c.nb = nb;
-          c.kb = kb;
-          c.n_outer = o;
-          /* a blocking slower than this cannot win (better()) */
-          double limit = have ? best.cycles * 1.01 : INFINITY;
-          size_blocking(be, k, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, budget, trial, limit, &c);
-          if (c.mb != mb || c.nb != nb || c.kb != kb) continue; /* same blocks as a smaller split */
-          if (!smallest.tiles || c.need < smallest.need) smallest = c;
-          if (c.need > budget || (trial > 0 && c.alloc > trial)) continue;
-          if (!have || better(&c, &best)) best = c;
-          have = 1;
-        }
+  int have = search_blockings(be, k, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, budget, trial, 1, &best, &smallest);
+  /* No blocking fits: the output blocks (and their epilogue operands) are too large for
+   * VMEM however the product is split, as when the epilogue broadcasts a small product over
+   * a much larger output (a squeeze-and-excitation gate fused into its consumer: f32[8,96]
+   * gating bf16[8,56,56,96]). Then the epilogue streams: each output block's epilogue
+   * operands and output go through VMEM in es pieces (es = 2, 4, ..., the fewest that
+   * fit) while the block's product stays; a kernel never needs more VMEM than the chip
+   * gives it. */
+  for (int64_t es = 2; !have && es <= 1 << 16 && es <= k->out_bytes / 512; es *= 2)
+    have = search_blockings(be, k, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, budget, trial, es, &best, &smallest);
   if (!have) best = smallest; /* nothing fits: the smallest, which schedule reports */
   /* An operand kept in VMEM between kernels costs no HBM bytes: with one K step, take the
    * order that moves fewer bytes given where the operands live (same blocks, same VMEM). */
