@@ -4,7 +4,7 @@
 
     python3 bench/plan_memory.py --tpusim build/tpusim [--markdown]     # seconds; no libtpu
     python3 bench/plan_memory.py --write-programs                       # the planner programs
-    nice python3 bench/plan_memory.py --judge [NAME_SUBSTRING...]       # libtpu: 5-60 s each
+    nice python3 bench/plan_memory.py --judge [--timeout S] [NAME_SUBSTRING...]   # libtpu: 5-60 s each
 
 The corpus, per-device programs:
   - spmd/NAME: bench/spmd/cases/NAME/tpu_part.hlo, the XLA TPU compiler's partitioned program
@@ -158,7 +158,7 @@ print("JUDGE " + json.dumps({"arg": ms.argument_size_in_bytes, "out": ms.output_
 '''
 
 
-def judge(subs):
+def judge(subs, timeout=None):
     j = json.load(open(JUDGE)) if os.path.exists(JUDGE) else {}
     env = dict(os.environ)
     env.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-8")
@@ -166,8 +166,12 @@ def judge(subs):
     for name, _, _, kind, src, topo, n in corpus():
         if subs and not any(s in name for s in subs):
             continue
-        r = subprocess.run([sys.executable, "-c", CHILD, kind, src, topo, str(n)], capture_output=True, text=True,
-                           env=env)
+        try:
+            r = subprocess.run([sys.executable, "-c", CHILD, kind, src, topo, str(n)], capture_output=True, text=True,
+                               env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{name}: no judge (libtpu did not finish in {timeout} s)")
+            continue
         line = next((x for x in r.stdout.splitlines() if x.startswith("JUDGE ")), None)
         if not line:
             err = [x for x in r.stderr.strip().splitlines() if "Error" in x or "error" in x]
@@ -199,6 +203,7 @@ def main():
     ap.add_argument("names", nargs="*")
     ap.add_argument("--tpusim", default=os.path.join(ROOT, "build", "tpusim"))
     ap.add_argument("--judge", action="store_true", help="recompute the judge's figures with libtpu")
+    ap.add_argument("--timeout", type=float, help="--judge: seconds per program before it is left without a figure")
     ap.add_argument("--write-programs", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", action="store_true", help="the per-program figures as JSON")
@@ -207,7 +212,7 @@ def main():
         write_programs()
         return 0
     if a.judge:
-        judge(a.names)
+        judge(a.names, a.timeout)
         return 0
     j = json.load(open(JUDGE))
     rows = []
