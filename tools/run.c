@@ -674,7 +674,8 @@ static int time_program(const run_opts *o, tpu_module *m, const tpu_chip *chip, 
   if (pod_topology(o, chip, tpu_module_device_count(m), &topo, &have_topo, &d) != TPU_OK)
     return tpu_cli_report_arg(&d, o->topology_i >= 0 ? o->topology_i : o->slices_i);
   if (have_topo) pc.topo = &topo;
-  tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc, o->sync_collectives, o->no_window, NULL};
+  tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc, o->sync_collectives, o->no_window, NULL,
+                         &trips->mosaic};
   progress(o, "compiling");
   tpu_status cst = tpu_compile(m, &co, &prog, &d);
   progress(o, NULL);
@@ -812,6 +813,14 @@ static char *timing_key(const run_opts *o, const tpu_chip *chip, const tpu_loop_
     key_str(&k, t->loc.file);
     int64_t v[] = {t->loc.line, t->loc.col, t->iters, t->runs};
     for (size_t j = 0; j < 4; j++) key_int(&k, v[j]);
+  }
+  key_int(&k, trips->mosaic.n); /* the Pallas calls' scalars the timing counts kernels on */
+  for (int i = 0; i < trips->mosaic.n; i++) {
+    const tpu_mosaic_seen *s = &trips->mosaic.v[i];
+    key_str(&k, s->name);
+    key_int(&k, s->loc.line);
+    key_int(&k, s->loc.col);
+    for (int j = 0; j < s->n; j++) key_field(&k, s->args[j].data, s->args[j].nbytes);
   }
   *len = k.len;
   return tpu_strbuf_take(&k);

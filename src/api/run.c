@@ -319,7 +319,8 @@ static tpu_status time_into(const tpu_program *prog, const tpu_chip *chip, tpu_p
 
 /* Compiles the entry's program for its chip (once: under the build lock, the first run that
  * times it) and, when no loop's trip count waits for the values, times it. */
-static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, const run_plan *p, tpu_diag *d) {
+static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, const run_plan *p,
+                                const tpu_loop_trips *trips, tpu_diag *d) {
   if (c->prog) return TPU_OK;
   tpu_status st = parse_verified(sm->name, sm->text, sm->len, &c->cm, d);
   if (st == TPU_OK) st = partition(c->cm, p->mesh, &c->chip, p->precision, p->no_window, d);
@@ -332,7 +333,8 @@ static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, cons
     if (set) c->costs.topo = &c->topo;
   }
   if (st == TPU_OK) {
-    tpu_compile_opts co = {&c->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &c->costs, 0, 0, NULL};
+    tpu_compile_opts co = {&c->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &c->costs, 0, 0, NULL,
+                           trips ? &trips->mosaic : NULL}; /* the first run's Pallas scalars */
     st = tpu_compile(c->cm, &co, &c->prog, d);
   }
   for (int i = 0; st == TPU_OK && i < c->prog->ninsns; i++)
@@ -364,7 +366,7 @@ static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, cons
                                const tpu_loop_trips *trips, tpu_diag *d) {
   tpu__compiled *c = r->cc;
   tpu__cache_build_lock();
-  tpu_status st = build_program(c, sm, p, d);
+  tpu_status st = build_program(c, sm, p, trips, d);
   tpu__cache_build_unlock();
   TPU_TRY(st);
   r->compiled = c->cm;

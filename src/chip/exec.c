@@ -323,6 +323,7 @@ static tpu_status mxu_dot_conv(void *user, const tpu_instr *in, const tpu_tensor
 
 void tpu_loop_trips_free(tpu_loop_trips *t) {
   if (!t) return;
+  tpu_mosaic_seen_free(&t->mosaic);
   tpu_free(t->v);
   memset(t, 0, sizeof *t);
 }
@@ -346,6 +347,10 @@ static tpu_status record_while(void *user, const tpu_instr *in, int64_t iters, t
   return TPU_OK;
 }
 
+static tpu_status record_mosaic(void *user, const tpu_instr *in, const tpu_tensor *const *args, int n, tpu_diag *d) {
+  return tpu_mosaic_seen_add(&((const exec_ctx *)user)->trips->mosaic, in, args, n, d);
+}
+
 tpu_status tpu_chip_run_values(const tpu_module *m, const tpu_chip *chip, int precision_override,
                                const tpu_tensor *args, int nargs, tpu_tensor *out, tpu_diag *d) {
   return tpu_chip_run_values_trips(m, chip, precision_override, args, nargs, NULL, out, d);
@@ -367,6 +372,7 @@ tpu_status tpu_chip_run_values_dev(const tpu_module *m, const tpu_chip *chip, in
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "unknown precision %d", precision_override);
   exec_ctx c = {chip, precision_override < 0 ? -1 : precision_override, trips};
   /* scans in the XLA TPU compiler's blocks of 128 (its reduce-window rewrite's base length) */
-  tpu_ref_opts o = {mxu_dot_conv, &c, trips ? record_while : NULL, comm, "the TPU back end", 128};
+  tpu_ref_opts o = {mxu_dot_conv, &c, trips ? record_while : NULL, comm, "the TPU back end", 128,
+                    trips ? record_mosaic : NULL};
   return tpu_ref_run_opts(m, args, nargs, &o, out, d);
 }

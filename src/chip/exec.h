@@ -6,6 +6,7 @@
 #include "chip/chip.h"
 #include "chip/mxu.h"
 #include "ir/ir.h"
+#include "mosaic/mosaic.h"
 #include "ref/ref.h"
 
 /* Runs the entry computation of a verified module as the chip computes it and stores the
@@ -40,6 +41,7 @@ typedef struct tpu_loop_trip {
 typedef struct tpu_loop_trips {
   tpu_loop_trip *v;
   int n, cap;
+  tpu_mosaic_seen_set mosaic; /* the Pallas calls' scalar operands (src/mosaic/mosaic.h) */
 } tpu_loop_trips;
 
 void tpu_loop_trips_free(tpu_loop_trips *t);

@@ -16,6 +16,7 @@
 #include "ir/ir.h"
 
 typedef struct tpu_program tpu_program; /* chip/program.h */
+struct tpu_mosaic_seen_set;             /* mosaic/mosaic.h */
 
 /* A collective's cost on the inter-chip links, from the pod's link model: seconds from
  * its start until every chip has its result, and the bytes this chip sends. */
@@ -41,6 +42,9 @@ typedef struct tpu_compile_opts {
   int no_windowed_einsum;     /* 1: spmd-partition gathers and reduce-scatters where the chip's
                                * compiler would run a windowed einsum (docs/spmd.md) */
   const char *mesh;           /* "NAME=SIZE,...": spmd-partition's mesh (NULL: the module's own) */
+  const struct tpu_mosaic_seen_set *mosaic_seen; /* NULL, or the scalar operands a values run gave
+                                                  * each Pallas call (mosaic/mosaic.h): its
+                                                  * timing counts the kernel on them */
 } tpu_compile_opts;
 
 /* The pass names in pipeline order, NULL-terminated (for --dump-after checks and help). */

@@ -110,8 +110,20 @@ tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   p->name = tpu_program_str(be->p, mo->name);
   p->nwin = mo->nwindows;
   p->nin = in->noperands - mo->ndyn - mo->nprefetch;
+  /* The scalar operands when they are known: what a values run gave this call, or constants
+   * (else the count reads zeros and guesses a dynamic grid's bound). */
+  int nsc = mo->ndyn + mo->nprefetch;
+  const tpu_tensor **sc = nsc > 0 && nsc <= in->noperands ? tpu_arena_alloc(&be->p->arena, sizeof *sc * (size_t)nsc) : NULL;
+  const tpu_mosaic_seen *seen = sc && be->o->mosaic_seen ? tpu_mosaic_seen_find(be->o->mosaic_seen, in) : NULL;
+  for (int i = 0; sc && i < nsc; i++) {
+    const tpu_instr *op = in->operands[i];
+    int64_t n = tpu_shape_numel(&op->shape);
+    if (seen && seen->n == nsc && tpu_tensor_numel(&seen->args[i]) == n) sc[i] = &seen->args[i];
+    else if (op->op == TPU_OP_CONSTANT && op->literal && tpu_tensor_numel(op->literal) == n) sc[i] = op->literal;
+    else sc = NULL;
+  }
   int64_t grid[TPU_MO_MAX_RANK];
-  p->steps = tpu_mosaic_grid(mo, in, NULL, grid);
+  p->steps = tpu_mosaic_grid(mo, in, sc, grid);
   if (p->nwin > MAX_WIN || p->steps > ((int64_t)1 << 22)) {
     st = TPU_FAIL(be->d, TPU_ERR_UNSUPPORTED, in->loc, "Pallas kernel '%s': %s", mo->name,
                   p->nwin > MAX_WIN ? "more than 64 operands" : "a grid of more than 2^22 steps is not timed");
@@ -144,7 +156,7 @@ tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   memset(&o, 0, sizeof o);
   o.on_step = on_step;
   o.user = &c;
-  st = tpu_mosaic_count(mo, in, &o, be->d);
+  st = sc ? tpu_mosaic_count_scalars(mo, in, sc, &o, be->d) : tpu_mosaic_count(mo, in, &o, be->d);
   if (st == TPU_OK && c.st != TPU_OK) st = TPU_FAIL(be->d, c.st, in->loc, "out of memory");
   if (st != TPU_OK) goto done;
   k->kind = TPU__K_MOSAIC;

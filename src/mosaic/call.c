@@ -128,7 +128,14 @@ tpu_status tpu__ref_mosaic(tpu_interp *ip, const tpu_instr *in, const tpu_tensor
   o.user = &g;
   const tpu_ref_comm *comm = tpu__ref_comm(ip);
   o.device_id = comm ? comm->device : 0;
-  tpu_status st;
+  const tpu_ref_opts *ro = tpu__ref_opts(ip);
+  int nsc = k->ndyn + k->nprefetch;
+  tpu_status st = TPU_OK;
+  if (ro->on_mosaic && nsc > 0 && nsc <= in->noperands) st = ro->on_mosaic(ro->user, in, args, nsc, d);
+  if (st != TPU_OK) {
+    tpu_mosaic_free(k);
+    return st;
+  }
   if (comm && comm->replicas * comm->partitions > 1 && tpu_mosaic_is_collective(k))
     st = run_pod(comm, k, in, args, &o, out, d);
   else

@@ -743,10 +743,12 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   const tpu_mo_block *body = &k->main->reg[0];
   int nout = in->shape.dtype == TPU_TUPLE ? in->shape.ntuple : 1;
   int64_t grid[TPU_MO_MAX_RANK];
-  int64_t steps = tpu_mosaic_grid(k, in, args, grid);
+  const tpu_tensor *const *sargs = args ? args : c->scalars; /* count mode: the known scalars */
+  int64_t steps = tpu_mosaic_grid(k, in, sargs, grid);
   /* the call's operands: dynamic grid bounds, scalar prefetch, then the windows' inputs */
   int pf0 = k->ndyn;
   if (args) args += pf0;
+  if (sargs) sargs += pf0;
   nargs -= pf0;
   int nin = nargs - k->nprefetch;
   if (nin < 0 || nin + nout != k->nwindows)
@@ -772,7 +774,7 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
       st = tpu__mo_fail(c, NULL, TPU_ERR_NOMEM, "out of memory");
       break;
     }
-    for (int64_t e = 0; args && e < n; e++) p[e] = tpu_tensor_get_f64(args[i], e); /* count mode: zeros */
+    for (int64_t e = 0; sargs && e < n; e++) p[e] = tpu_tensor_get_f64(sargs[i], e); /* count mode: zeros unless known */
     row_major(sh->rank, sh->dims, str);
     set_view(&pf[i], p, 0, sh->rank, sh->dims, str, sh->dtype, TPU_MO_SMEM, 0);
     pf[i].v = NULL;
@@ -927,20 +929,26 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
 }
 
 static tpu_status run_any(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int nargs,
-                          const tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d);
+                          const tpu_tensor *const *scalars, const tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d);
 
 tpu_status tpu_mosaic_count(const tpu_mosaic *k, const tpu_instr *in, const tpu_mosaic_opts *o, tpu_diag *d) {
   tpu_tensor none;
-  return run_any(k, in, NULL, in->noperands, o, &none, d);
+  return run_any(k, in, NULL, in->noperands, NULL, o, &none, d);
+}
+
+tpu_status tpu_mosaic_count_scalars(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *scalars,
+                                    const tpu_mosaic_opts *o, tpu_diag *d) {
+  tpu_tensor none;
+  return run_any(k, in, NULL, in->noperands, scalars, o, &none, d);
 }
 
 tpu_status tpu_mosaic_run(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int nargs,
                           const tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d) {
-  return run_any(k, in, args, nargs, o, out, d);
+  return run_any(k, in, args, nargs, NULL, o, out, d);
 }
 
 static tpu_status run_any(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int nargs,
-                          const tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d) {
+                          const tpu_tensor *const *scalars, const tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d) {
   memset(out, 0, sizeof *out);
   static const tpu_mosaic_opts none = {0};
   mo_ctx c;
@@ -951,6 +959,7 @@ static tpu_status run_any(const tpu_mosaic *k, const tpu_instr *in, const tpu_te
   c.sublanes = 8;
   c.lanes = 128;
   c.count = args == NULL;
+  c.scalars = scalars;
   c.collective = tpu_mosaic_is_collective(k);
   c.pod = c.count ? NULL : c.o->pod;
   c.vals = tpu_calloc((size_t)k->nvalues + 1, sizeof *c.vals);

@@ -178,6 +178,31 @@ typedef struct tpu_mosaic_opts {
  * (scalar prefetch operands read as zeros); vectors and DMAs are only priced. o->on_step gets
  * each step's work. */
 tpu_status tpu_mosaic_count(const tpu_mosaic *k, const tpu_instr *in, const tpu_mosaic_opts *o, tpu_diag *d);
+/* The same on known scalar operands: `scalars` holds the call's leading ndyn + nprefetch
+ * operands (dynamic grid bounds, then the scalar-prefetch arrays), so the grid is the real
+ * one and index maps, DMAs and control flow read the real scalars. */
+tpu_status tpu_mosaic_count_scalars(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *scalars,
+                                    const tpu_mosaic_opts *o, tpu_diag *d);
+
+/* The scalar operands (dynamic grid bounds, then scalar prefetch) a values run gave each
+ * Pallas call, by the call's place in the HLO (the first run at each place): the timing
+ * counts the kernel on them (tpu_compile_opts.mosaic_seen) instead of zeros. */
+typedef struct tpu_mosaic_seen {
+  tpu_loc loc;
+  char *name;       /* the call's name (owned): its key when it has no place */
+  int n;
+  tpu_tensor *args; /* owned copies */
+} tpu_mosaic_seen;
+typedef struct tpu_mosaic_seen_set {
+  tpu_mosaic_seen *v;
+  int n, cap;
+} tpu_mosaic_seen_set;
+/* Records call `in`'s first n operands unless its place has a record already. */
+tpu_status tpu_mosaic_seen_add(tpu_mosaic_seen_set *s, const tpu_instr *in, const tpu_tensor *const *args, int n,
+                               tpu_diag *d);
+/* The record of call `in` (of any module parsed from the same text), or NULL. */
+const tpu_mosaic_seen *tpu_mosaic_seen_find(const tpu_mosaic_seen_set *s, const tpu_instr *in);
+void tpu_mosaic_seen_free(tpu_mosaic_seen_set *s);
 
 /* Runs the kernel of custom call `in` on its operands (args, in operand order) and fills
  * `out` with the call's result (an array, or a tuple for several outputs). */

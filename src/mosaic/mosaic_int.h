@@ -31,6 +31,7 @@ typedef struct mo_ctx {
   mo_work work;           /* accumulated since the caller reset it */
   int sublanes, lanes;    /* the vector register's shape (8 x 128) */
   int count;              /* tpu_mosaic_count: vectors carry no data */
+  const tpu_tensor *const *scalars; /* count mode: the call's known scalar operands, or NULL (zeros) */
   double **owned;         /* storage the run allocated (freed at the end), in allocation order */
   int64_t *ownn;          /* their element counts */
   int nowned, capowned;

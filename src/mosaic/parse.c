@@ -266,6 +266,20 @@ static int ints(const char *s, int64_t *v, int max) {
 
 int tpu_mo_attr_ints(const tpu_mo_op *op, const char *key, int64_t *v, int max) {
   const char *a = tpu_mo_attr(op, key);
+  if (a && a[0] == '[') { /* an array of integer attributes, "[i:1;i:0]" (vector.extract_strided_slice's offsets) */
+    int n = 0;
+    const char *p = a + 1;
+    while (*p && *p != ']') {
+      char *e;
+      if (p[0] != 'i' || p[1] != ':') return -1;
+      long long x = strtoll(p + 2, &e, 10);
+      if (e == p + 2) return -1;
+      if (n < max) v[n] = x;
+      n++;
+      p = *e == ';' ? e + 1 : e;
+    }
+    return n;
+  }
   if (!a || (a[0] != 'a' && a[0] != 'D') || a[1] != ':') return -1;
   return ints(a + 2, v, max);
 }

@@ -49,6 +49,9 @@ typedef struct tpu_ref_opts {
   int64_t scan_block;           /* > 0: a forward scan (cumsum) longer than this runs in blocks of
                                  * it, as the XLA TPU compiler rewrites it (ref/window.c); 0: in
                                  * window order */
+  /* NULL, or called at each Pallas call with its leading n scalar operands (dynamic grid
+   * bounds, scalar prefetch) before it runs (the timing counts the kernel on them). */
+  tpu_status (*on_mosaic)(void *user, const tpu_instr *in, const tpu_tensor *const *args, int n, tpu_diag *d);
 } tpu_ref_opts;
 
 /* tpu_ref_run with options (`o` may be NULL, which is tpu_ref_run). */

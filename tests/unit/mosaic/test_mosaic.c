@@ -34,7 +34,10 @@ static const char *const k_cases[] = {
     "user_manual_dma_inout_f32_128x128",
     /* an output block revisited after another (accumulated over the leading grid dimension);
      * uint32 products and int8 wraparound (past 2^53 before they wrap) */
-    "user_accum_leading_dim_f32_4x64x128", "user_int8_uint32_ops_32x128", NULL};
+    "user_accum_leading_dim_f32_4x64x128", "user_int8_uint32_ops_32x128",
+    /* static row slices of a vector in a fori_loop (extract_strided_slice's offsets an array
+     * attribute: every slice read row 0 before) */
+    "user_r2_fori_prefix_rows_f32_64x128", NULL};
 
 static char g_src[1024];
 
@@ -262,6 +265,80 @@ static void test_timing(const tpu_chip *chip) {
   tpu_module_free(m);
 }
 
+/* Compiles case c for the chip (seen: a values run's Pallas scalars, or NULL) and returns
+ * its (first) Pallas kernel's grid steps and bytes moved. */
+static void pallas_op(const char *c, const tpu_mosaic_seen_set *seen, const tpu_chip *chip, int64_t *tiles,
+                      double *bytes) {
+  char p[1400];
+  tpu_diag d;
+  tpu_module *m = NULL;
+  *tiles = -1;
+  *bytes = -1;
+  path(p, sizeof p, c, "prog.hlo");
+  CHECK_EQ_INT(tpu_hlo_parse_file(p, &m, &d), TPU_OK);
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = chip;
+  o.precision_override = -1;
+  o.mosaic_seen = seen;
+  tpu_program *prog = NULL;
+  CHECK_EQ_INT(m ? tpu_compile(m, &o, &prog, &d) : TPU_ERR_INVALID, TPU_OK);
+  for (int i = 0; prog && i < prog->nops; i++)
+    if (!strncmp(prog->ops[i].kind, "pallas:", 7) && *tiles < 0) {
+      *tiles = prog->ops[i].tiles;
+      *bytes = prog->ops[i].bytes;
+    }
+  tpu_program_free(prog);
+  tpu_module_free(m);
+}
+
+/* The timing counts a Pallas call on the scalar operands its values run gave (recorded with
+ * the loop trips): megablox gmm's dynamic grid (the number of active tiles, a leading s32[]
+ * operand the program computes from group_sizes) is the bound the values computed, not the
+ * guess from its tables' sizes; paged attention's page DMAs follow the real sequence lengths
+ * (60 and 23 tokens), not zeros. */
+static void test_timing_scalars(const tpu_chip *chip) {
+  const char *cases[2] = {"megablox_gmm_f32_256x128x128_g4", "paged_attention_f32_b2_h1_p8x16_d128"};
+  for (int c = 0; c < 2; c++) {
+    char p[1400];
+    tpu_diag d;
+    tpu_module *m = NULL;
+    path(p, sizeof p, cases[c], "prog.hlo");
+    CHECK_EQ_INT(tpu_hlo_parse_file(p, &m, &d), TPU_OK);
+    if (!m) continue;
+    const tpu_comp *e = m->entry;
+    tpu_tensor args[8], out;
+    int n = e->nparams < 8 ? e->nparams : 8;
+    for (int i = 0; i < n; i++) {
+      char f[32];
+      snprintf(f, sizeof f, "in%d.npy", i);
+      path(p, sizeof p, cases[c], f);
+      CHECK_EQ_INT(tpu_ref_load_input(p, i, &e->params[i]->shape, &args[i], &d), TPU_OK);
+    }
+    tpu_loop_trips trips;
+    memset(&trips, 0, sizeof trips);
+    CHECK_EQ_INT(tpu_chip_run_values_trips(m, chip, -1, args, n, &trips, &out, &d), TPU_OK);
+    tpu_tensor_free(&out);
+    CHECK_EQ_INT(trips.mosaic.n, 1);
+    int64_t t0, t1;
+    double b0, b1;
+    pallas_op(cases[c], NULL, chip, &t0, &b0);
+    pallas_op(cases[c], &trips.mosaic, chip, &t1, &b1);
+    if (c == 0 && trips.mosaic.n == 1) { /* grid (active tiles, 1, 1): the bound is the first operand */
+      int64_t bound = (int64_t)tpu_tensor_get_f64(&trips.mosaic.v[0].args[0], 0);
+      if (t1 != bound) fprintf(stderr, "gmm: %lld steps timed, %lld active tiles\n", (long long)t1, (long long)bound);
+      CHECK(bound > 0 && t1 == bound && t0 != bound);
+    }
+    if (c == 1) {
+      if (!(b1 > b0)) fprintf(stderr, "paged attention: %g bytes on the real lengths, %g on zeros\n", b1, b0);
+      CHECK(b1 > b0);
+    }
+    tpu_loop_trips_free(&trips);
+    for (int i = 0; i < n; i++) tpu_tensor_free(&args[i]);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   const char *s = getenv("TPU_SRC");
   snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
@@ -273,6 +350,7 @@ int main(void) {
     run_case(k_cases[i], 1, &chip);
   }
   test_timing(&chip);
+  test_timing_scalars(&chip);
   test_parse_errors();
   test_refusals();
   CHECK_DONE();

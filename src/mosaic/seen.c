@@ -1,0 +1,53 @@
+/* What a values run gave each Pallas call's scalar operands (dynamic grid bounds, scalar
+ * prefetch), kept by the call's place in the HLO so that the timing of a module parsed again
+ * from the same text counts the kernel on the same scalars. */
+#include <string.h>
+
+#include "base/alloc.h"
+#include "mosaic/mosaic.h"
+
+static int same_call(const tpu_mosaic_seen *s, const tpu_instr *in) {
+  if (in->loc.line > 0 || s->loc.line > 0) return tpu_loc_same(s->loc, in->loc);
+  return s->name && in->name && !strcmp(s->name, in->name);
+}
+
+const tpu_mosaic_seen *tpu_mosaic_seen_find(const tpu_mosaic_seen_set *s, const tpu_instr *in) {
+  for (int i = 0; s && i < s->n; i++)
+    if (same_call(&s->v[i], in)) return &s->v[i];
+  return NULL;
+}
+
+tpu_status tpu_mosaic_seen_add(tpu_mosaic_seen_set *s, const tpu_instr *in, const tpu_tensor *const *args, int n,
+                               tpu_diag *d) {
+  if (tpu_mosaic_seen_find(s, in)) return TPU_OK; /* the first run at each place */
+  if (s->n == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 4;
+    tpu_mosaic_seen *v = tpu_realloc(s->v, sizeof *v * (size_t)cap);
+    if (!v) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory recording a Pallas call's scalars");
+    s->v = v;
+    s->cap = cap;
+  }
+  tpu_mosaic_seen *e = &s->v[s->n];
+  memset(e, 0, sizeof *e);
+  e->loc = in->loc;
+  e->name = tpu_strdup(in->name ? in->name : "");
+  e->args = tpu_calloc((size_t)(n > 0 ? n : 1), sizeof *e->args);
+  tpu_status st = e->name && e->args ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  for (int i = 0; st == TPU_OK && i < n; i++) {
+    st = tpu_tensor_clone(&e->args[i], args[i], d);
+    if (st == TPU_OK) e->n = i + 1;
+  }
+  s->n++; /* kept even when incomplete, so that it is freed */
+  return st;
+}
+
+void tpu_mosaic_seen_free(tpu_mosaic_seen_set *s) {
+  if (!s) return;
+  for (int i = 0; i < s->n; i++) {
+    for (int j = 0; j < s->v[i].n; j++) tpu_tensor_free(&s->v[i].args[j]);
+    tpu_free(s->v[i].args);
+    tpu_free(s->v[i].name);
+  }
+  tpu_free(s->v);
+  memset(s, 0, sizeof *s);
+}
