@@ -378,51 +378,128 @@ def write(name, fn, make_args, reference):
     print("%-40s %-4s interp vs jnp max |diff| %.3g" % (name, split(name), worst))
 
 
-# Collective kernels: a pallas_call inside shard_map over a 1-D mesh of a pod, lowered for a
-# v5e slice of that many chips (module of n partitions), run in interpret mode on n CPU devices.
+# Collective kernels: a pallas_call inside shard_map over a mesh of a pod, lowered for a v5e
+# slice of that many chips (a module of n partitions) and run in Pallas's TPU interpret mode on
+# n CPU devices. Each case: (name, topology, mesh shape, axis names, in spec, out spec,
+# per-device kernel builder f(mesh) -> g(x_shard), input maker, reference).
 POD_CASES = []
 
 
-def all_gather_case(name, ndev, topology, shape, dtype):
-    POD_CASES.append((name, ndev, topology, shape, dtype))
+def pod_case(name, topology, mesh_shape, axes, in_spec, out_spec, build, make_input, reference):
+    POD_CASES.append((name, topology, mesh_shape, axes, in_spec, out_spec, build, make_input, reference))
 
 
-all_gather_case("all_gather_f32_4dev_32x128", 4, "v5e:2x2", (32, 128), jnp.float32)
-all_gather_case("all_gather_bf16_8dev_128x256", 8, "v5e:2x4", (128, 256), jnp.bfloat16)
-
-
-def write_pod(name, ndev, topology, shape, dtype):
-    """jax.experimental.pallas.ops.tpu.all_gather over a mesh ("x",) of ndev devices: prog.hlo
-    (lowered for the TPU slice), in0.npy (the global input, sharded over x), interp.npy (the
-    gathered array Pallas's TPU interpret mode computes on ndev CPU devices, with DMAs run at
-    their start: dma_execution_mode="eager"; its default "on_wait" leaves the last halves each
-    device receives unset, NaN, in jax 0.10.2) and ref.npy (the input: an all-gather of a
-    sharded array is the array)."""
-    from jax.experimental import topologies
+def _all_gather(mesh):
     from jax.experimental.pallas.ops.tpu import all_gather as ag
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    return lambda x: ag.all_gather(x, mesh=mesh, axis_name="x")
+
+
+def _right_permute(mesh):
+    """The Pallas distributed guide's first kernel: each device's block to its right
+    neighbour along "x" (mesh device ids, a remote copy between ANY refs)."""
+    n = mesh.shape["x"]
+
+    def kernel(x_ref, o_ref, send_sem, recv_sem):
+        right = jax.lax.rem(jax.lax.axis_index("x") + 1, n)
+        cp = pltpu.make_async_remote_copy(src_ref=x_ref, dst_ref=o_ref, send_sem=send_sem, recv_sem=recv_sem,
+                                          device_id=(right,), device_id_type=pltpu.DeviceIdType.MESH)
+        cp.start()
+        cp.wait()
+
+    def local(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid_spec=pltpu.PrefetchScalarGridSpec(
+                                  num_scalar_prefetch=0, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                                  out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                                  scratch_shapes=[pltpu.SemaphoreType.DMA] * 2))(x)
+    return _shard(mesh, local, P("x"), P("x"))
+
+
+def _ring_allreduce(mesh):
+    """A user's ring all-reduce over "y" of a 2-D mesh (x, y): N-1 steps, each forwarding the
+    block it holds to the right neighbour's receive slot for that step (a slot a step: no
+    overwrite), then adding what came from the left; device ids as mesh coordinates."""
+    n = mesh.shape["y"]
+
+    def kernel(x_ref, o_ref, slots, send_sem, recv_sem):
+        me_x = jax.lax.axis_index("x")
+        right = jax.lax.rem(jax.lax.axis_index("y") + 1, n)
+        o_ref[...] = x_ref[...]
+        for s in range(n - 1):
+            src = x_ref if s == 0 else slots.at[s - 1]
+            cp = pltpu.make_async_remote_copy(src_ref=src, dst_ref=slots.at[s], send_sem=send_sem, recv_sem=recv_sem,
+                                              device_id=(me_x, right), device_id_type=pltpu.DeviceIdType.MESH)
+            cp.start()
+            cp.wait()
+            o_ref[...] += slots[s]
+
+    def local(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+                              out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+                              scratch_shapes=[pltpu.VMEM((n - 1,) + x.shape, x.dtype), pltpu.SemaphoreType.DMA,
+                                              pltpu.SemaphoreType.DMA])(x)
+    return _shard(mesh, local, P("x", "y"), P("x", "y"))
+
+
+def _shard(mesh, local, ins, outs):
+    from jax._src import shard_map
+    return lambda x: shard_map.shard_map(local, mesh=mesh, in_specs=ins, out_specs=outs, check_vma=False)(x)
+
+
+def _ring_ref(x):  # x: (2*r, 4*c) blocks over (x, y): every block of a row of the mesh becomes their sum
+    r, c = x.shape[0] // 2, x.shape[1] // 4
+    b = x.reshape(2, r, 4, c).sum(axis=2, keepdims=True)
+    return np.broadcast_to(b, (2, r, 4, c)).reshape(x.shape)
+
+
+P = jax.sharding.PartitionSpec
+pod_case("all_gather_f32_4dev_32x128", "v5e:2x2", (4,), ("x",), P("x"), None, _all_gather,
+         lambda r: jnp.asarray(r.standard_normal((32, 128)), jnp.float32), lambda x: x)
+pod_case("all_gather_bf16_8dev_128x256", "v5e:2x4", (8,), ("x",), P("x"), None, _all_gather,
+         lambda r: jnp.asarray(r.standard_normal((128, 256)), jnp.bfloat16), lambda x: x)
+pod_case("right_permute_f32_4dev_32x128", "v5e:2x2", (4,), ("x",), P("x"), P("x"), _right_permute,
+         lambda r: jnp.asarray(r.standard_normal((32, 128)), jnp.float32),
+         lambda x: np.roll(np.asarray(x).reshape(4, 8, 128), 1, axis=0).reshape(32, 128))
+pod_case("ring_allreduce_f32_2x4dev_16x512", "v5e:2x4", (2, 4), ("x", "y"), P("x", "y"), P("x", "y"), _ring_allreduce,
+         lambda r: jnp.asarray(r.standard_normal((16, 512)), jnp.float32), _ring_ref)
+
+
+def write_pod(name, topology, mesh_shape, axes, in_spec, out_spec, build, make_input, reference):
+    """prog.hlo (lowered for the TPU slice), in0.npy (the global input, sharded by in_spec),
+    interp.npy (the global result of Pallas's TPU interpret mode on as many CPU devices, DMAs
+    run at their start: dma_execution_mode="eager"; its default "on_wait" leaves the last
+    half-shards each device of all_gather receives unset, NaN, in jax 0.10.2) and ref.npy (the
+    reference). out_spec None: a replicated result (all_gather), the same on every device."""
+    from jax.experimental import topologies
+    from jax.sharding import Mesh, NamedSharding
+    ndev = int(np.prod(mesh_shape))
     d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
-    x = jnp.asarray(rng(name).standard_normal(shape), dtype)
+    x = make_input(rng(name))
     tdevs = topologies.get_topology_desc(platform="tpu", topology_name=topology).devices[:ndev]
-    tmesh = Mesh(np.array(tdevs), ("x",))
-    sds = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(tmesh, P("x")))
+    tmesh = Mesh(np.array(tdevs).reshape(mesh_shape), axes)
+    sds = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(tmesh, in_spec))
     with jax.default_device(tdevs[0]):
-        text = jax.jit(lambda a: ag.all_gather(a, mesh=tmesh, axis_name="x")).trace(sds).lower(
-            lowering_platforms=("tpu",)).as_text(dialect="hlo")
+        text = jax.jit(build(tmesh)).trace(sds).lower(lowering_platforms=("tpu",)).as_text(dialect="hlo")
     with open(os.path.join(d, "prog.hlo"), "w") as f:
         f.write(pallas_decode.decode_hlo(text))
     np.save(os.path.join(d, "in0.npy"), np.asarray(x, np.float32))
-    cmesh = Mesh(np.array(jax.devices("cpu")[:ndev]), ("x",))
-    xs = jax.device_put(x, NamedSharding(cmesh, P("x")))
+    cmesh = Mesh(np.array(jax.devices("cpu")[:ndev]).reshape(mesh_shape), axes)
+    xs = jax.device_put(x, NamedSharding(cmesh, in_spec))
     with interpreting(pltpu.InterpretParams(dma_execution_mode="eager")):
-        out = ag.all_gather(xs, mesh=cmesh, axis_name="x")
-    shards = [np.asarray(s.data, np.float32) for s in out.addressable_shards]
-    for s in shards[1:]:  # every device holds the whole gathered array
-        assert np.array_equal(s, shards[0]), name
-    np.save(os.path.join(d, "interp.npy"), shards[0])
-    np.save(os.path.join(d, "ref.npy"), np.asarray(x, np.float32))
-    print("%-40s %-4s interp vs jnp max |diff| %.3g" % (name, split(name), float(np.max(np.abs(shards[0] - np.asarray(x, np.float32))))))
+        out = build(cmesh)(xs)
+    if out_spec is None:
+        shards = [np.asarray(s.data, np.float32) for s in out.addressable_shards]
+        for s in shards[1:]:  # every device holds the whole result
+            assert np.array_equal(s, shards[0]), name
+        got = shards[0]
+    else:
+        got = np.asarray(out, np.float32)
+    np.save(os.path.join(d, "interp.npy"), got)
+    ref = np.asarray(reference(np.asarray(x, np.float32)), np.float32)
+    np.save(os.path.join(d, "ref.npy"), ref)
+    print("%-40s %-4s interp vs jnp max |diff| %.3g" % (name, split(name), float(np.max(np.abs(got - ref)))))
 
 
 def main(argv):

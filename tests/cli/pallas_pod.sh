@@ -3,8 +3,10 @@
 # all_gather (remote DMAs around a ring, the barrier semaphore, signals to other devices)
 # inside shard_map, on 4 and 8 simulated chips — every device's result equals Pallas's TPU
 # interpret mode on both back ends; --mode timing prices its remote DMAs on the ICI links on
-# v5e, v5p and v6e; a kernel whose barrier is never met fails with one line instead of
-# hanging. Needs numpy for the comparisons (exit 77 = skipped without it).
+# v5e, v5p and v6e; the Pallas distributed guide's right-permute (a remote copy between ANY
+# refs) and a ring all-reduce over one axis of a 2x4 mesh (device ids as mesh coordinates)
+# give interpret mode's global results; a kernel whose barrier is never met fails with one
+# line instead of hanging. Needs numpy for the comparisons (exit 77 = skipped without it).
 . tests/cli/lib/preamble.sh
 python3 -c "import numpy" 2>/dev/null || { echo "numpy missing: skipped"; exit 77; }
 C=bench/pallas/corpus
@@ -25,6 +27,17 @@ for f in got:
     assert np.array_equal(g, want), (f, float(np.abs(g - want).max()))
 EOF
   done
+done
+
+for c in right_permute_f32_4dev_32x128 ring_allreduce_f32_2x4dev_16x512; do
+  for b in ref tpu; do
+    rm -rf "$T/o"
+    "$BIN" run $C/$c/prog.hlo -i $C/$c/in0.npy --backend $b -o "$T/o" -q > "$T/out" 2>&1 ||
+      fail "$c ($b) exited $?: $(cat "$T/out")"
+    python3 -c "import sys, numpy as np; sys.exit(not np.array_equal(np.load('$T/o/0.npy'), np.load('$C/$c/interp.npy')))" ||
+      fail "$c ($b): values differ from interpret mode"
+  done
+  "$BIN" run $C/$c/prog.hlo --mode timing --chip v6e > "$T/out" 2>&1 || fail "$c: timing exited $?: $(cat "$T/out")"
 done
 
 # Timing: each chip sends 3 steps x 2 directions x half its 8x128 f32 shard (2 KiB) = 12 KiB.
