@@ -18,7 +18,7 @@ struct tpu_mo_pod {
   int64_t n;             /* devices */
   int64_t joined, done;  /* runs that reached the first step / finished the last */
   int64_t blocked;       /* runs waiting on a semaphore since the last change */
-  uint64_t epoch;        /* bumps at each semaphore change */
+  uint64_t epoch;        /* bumps at each semaphore change and each run done */
   mo_ctx **run;          /* run[dev] once joined */
   int failed;
   tpu_diag why;          /* the first failure */
@@ -130,6 +130,9 @@ tpu_status tpu__mo_pod_finish(mo_ctx *c) {
                       "device %lld finished while every other device still waits on a semaphore: the kernel would hang",
                       (long long)c->o->device_id);
     fail_locked(c);
+  } else { /* the waiters count themselves again: with this run done, the last of them finds a hang */
+    p->epoch++;
+    p->blocked = 0;
   }
   pthread_cond_broadcast(&p->cv);
   while (st == TPU_OK && p->done < p->n && !p->failed) pthread_cond_wait(&p->cv, &p->mu);
