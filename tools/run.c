@@ -29,6 +29,7 @@
 #include "compile/spmd/spmd.h"
 #include "pod/cost.h"
 #include "pod/topology.h"
+#include "pod/megascale.h"
 #include "pod/mpi.h"
 #include "pod/podio.h"
 #include "pod/sharding.h"
@@ -1029,6 +1030,17 @@ int tpu_cli_run(int argc, char **argv) {
   if (tpu_cli_parse_program(o.prog, &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
     tpu_cli_report_file(&d, o.prog);
     goto cleanup;
+  }
+  if (tpu_megascale_present(m, NULL)) { /* one slice's program from libtpu: widened to --slices */
+    int64_t per_slice = tpu_module_device_count(m);
+    if (tpu_megascale_widen(m, o.slices, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+      tpu_cli_report_file(&d, o.prog);
+      goto cleanup;
+    }
+    if (!o.quiet)
+      printf("multi-slice: one slice's program (%lld chips) run on %lld slices; its megascale send/recv pairs are "
+             "collectives over DCN\n",
+             (long long)per_slice, (long long)o.slices);
   }
   if (tpu && tpu_chip_load(o.chip ? o.chip : "v5e", &chip, &d) != TPU_OK) {
     if (o.chip_i >= 0) tpu_cli_report_arg(&d, o.chip_i);

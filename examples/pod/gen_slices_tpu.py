@@ -4,9 +4,9 @@ XLA TPU compiler compiles it for two v5e 2x2 slices (libtpu compile-only,
 topologies.get_topology_desc(..., num_slices=2)): dp2s_tpu.hlo, one slice's module, its
 gradient all-reduces over "data" split into an in-slice reduce-scatter (the loss: an
 in-slice all-reduce), a send/recv pair to the megascale runtime (DCN, ALL_REDUCE) and an
-in-slice all-gather. tpusim does not run send/recv; tests/cli/slices.sh reads this program
-as a judge of how tpusim splits dp2s's all-reduce between ICI and DCN (docs/pod.md, "Many
-slices"). Run by hand: pip install "jax[tpu]==0.10.2"; python3 examples/pod/gen_slices_tpu.py"""
+in-slice all-gather. tests/cli/slices.sh reads this program as a judge of how tpusim splits
+dp2s's all-reduce between ICI and DCN; tests/cli/megascale.sh runs it (`tpusim run --slices
+2`, docs/pod.md, "Many slices"). Run by hand: pip install "jax[tpu]==0.10.2"; python3 examples/pod/gen_slices_tpu.py"""
 import os
 import jax, jax.numpy as jnp, numpy as np
 from jax.experimental import topologies

@@ -74,6 +74,7 @@ tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in) {
   if (!strcmp(t, "AllocateBuffer")) return TPU_CC_ALLOCATE;
   if (!strcmp(t, "xla_ffi_python_cpu_callback")) return TPU_CC_HOST_CALLBACK;
   if (!strcmp(t, "tpu_custom_call")) return TPU_CC_MOSAIC;
+  if (!strcmp(t, "ZeroCrop")) return TPU_CC_ZERO_CROP;
   return TPU_CC_OTHER;
 }
 
@@ -154,6 +155,11 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
         return TPU_VFAIL(d, in, "custom-call target \"xla_ffi_python_cpu_callback\" needs its callback's number "
                                 "as backend_config={index = N : ui64}");
       return TPU_OK;
+    case TPU_CC_ZERO_CROP:
+      if (in->noperands != 1 || !tpu_dtype_is_array(in->shape.dtype) ||
+          in->shape.dtype != in->operands[0]->shape.dtype)
+        return TPU_VFAIL(d, in, "custom-call target \"ZeroCrop\" takes one array and gives one of its type");
+      return TPU_OK; /* the buffers' sizes are the bitcast's to check, when it runs */
     case TPU_CC_MOSAIC: /* the kernel checks its operands against its windows when it runs */
     case TPU_CC_OTHER: return TPU_OK;
   }

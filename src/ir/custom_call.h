@@ -33,7 +33,10 @@ typedef enum {
   TPU_CC_HOST_CALLBACK,
   /* "tpu_custom_call": a Pallas/Mosaic kernel (src/mosaic/), run from the kernel text
    * python/tpusim/pallas_decode.py adds to its backend_config */
-  TPU_CC_MOSAIC
+  TPU_CC_MOSAIC,
+  /* "ZeroCrop" (the XLA TPU compiler, before a buffer leaves the chip): its operand's tiled
+   * buffer, padding zeroed, viewed as the result's shape of the same bytes: a bitcast */
+  TPU_CC_ZERO_CROP
 } tpu_cc_kind;
 
 /* The dimension a ConcatBitcast custom call joins its operands along. */

@@ -303,6 +303,11 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
           return tpu__ref_reduce(ip, &k, args, out, d);
         }
         case TPU_CC_ALLOCATE: return tpu__ref_alloc_shape(out, &in->shape, d); /* zeros */
+        case TPU_CC_ZERO_CROP: { /* the same bytes, padding zeroed: a bitcast */
+          tpu_instr b = *in;
+          b.op = TPU_OP_BITCAST;
+          return tpu__ref_movement(ip, &b, args, out, d);
+        }
         case TPU_CC_HOST_CALLBACK: return tpu__ref_host_callback(ip, in, args, out, d);
         case TPU_CC_MOSAIC: return tpu__ref_mosaic(ip, in, args, out, d); /* src/mosaic/call.c */
         case TPU_CC_ASYNC_DONE: /* the collective's result */

@@ -139,7 +139,9 @@ static tpu_status same_elements(const tpu_instr *in, const tpu_tensor *x, tpu_te
 /* bitcast reinterprets the operand's buffer: result element j is whatever the operand
  * stores at j's physical position, by both shapes' layouts (minor_to_major and tiling). It
  * is a reshape when both buffers are plain row-major; otherwise a permutation, which needs
- * equal element sizes and never reads padding. */
+ * equal element sizes and never reads padding -- except a result without padding of its own
+ * that spans the operand's whole buffer (the XLA TPU compiler's view of a tiled buffer as
+ * flat rows to send it, or ZeroCrop's): the padding's slots read as zeros. */
 static tpu_status bitcast(const tpu_instr *in, const tpu_tensor *x, tpu_tensor *out, tpu_diag *d) {
   const tpu_shape *rs = &in->shape, *xs = &in->operands[0]->shape;
   tpu_layout rl, xl;
@@ -179,6 +181,10 @@ static tpu_status bitcast(const tpu_instr *in, const tpu_tensor *x, tpu_tensor *
   st = alloc_like(out, in, d);
   for (int64_t j = 0; st == TPU_OK && j < n; j++) {
     int64_t i = where[roff[j]];
+    if (i < 0 && rphys == n) { /* the whole buffer viewed flat: padding reads as zeros */
+      memset((char *)out->data + j * (int64_t)es, 0, es);
+      continue;
+    }
     if (i < 0) {
       tpu_tensor_free(out);
       st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "bitcast '%s' reads padding of its operand's tiled layout", in->name);

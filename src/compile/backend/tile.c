@@ -769,8 +769,10 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
       k->own = 1;
       break;
     case TPU_OP_CUSTOM_CALL:
-      if (tpu_custom_call_kind(in) == TPU_CC_IDENTITY || tpu_custom_call_kind(in) == TPU_CC_CONCAT_BITCAST)
-        return TPU_OK; /* an alias of its operand (ConcatBitcast: its slices already side by side) */
+      if (tpu_custom_call_kind(in) == TPU_CC_IDENTITY || tpu_custom_call_kind(in) == TPU_CC_CONCAT_BITCAST ||
+          tpu_custom_call_kind(in) == TPU_CC_ZERO_CROP)
+        return TPU_OK; /* an alias of its operand (ConcatBitcast: its slices already side by side; ZeroCrop
+                        * zeroes the padding in place, time not modelled) */
       if (tpu_custom_call_kind(in) == TPU_CC_HOST_CALLBACK) {
         /* A host callback: the host's time is not modelled (docs/pjrt.md); its result is a
          * buffer of its own, written over the host link. */

@@ -375,6 +375,24 @@ static void test_bitcast_layouts(void) {
   tpu_tensor_free(&q);
   check_error("HloModule m\nENTRY e {\n p = f32[4,128]{1,0:T(8,128)} parameter(0)\n"
               " ROOT b = f32[512]{0:T(256)} bitcast(p)\n}\n", &v, 1, "holds 512 elements in its layout but the operand's 1024");
+  /* A result without padding that spans the whole tiled buffer (the TPU compiler's view of a
+   * buffer to send it; ZeroCrop's) reads the padding as zeros: f32[4,32] in (8,128) tiles is
+   * one 8x128 tile, rows 0-3 columns 0-31 the operand's. */
+  int64_t dz[2] = {4, 32};
+  tpu_tensor zc = counting(TPU_F32, 2, dz, 0);
+  const char *whole[2] = {"bitcast(p)", "custom-call(p), custom_call_target=\"ZeroCrop\""};
+  for (int v2 = 0; v2 < 2; v2++) {
+    char src[256];
+    snprintf(src, sizeof src, "HloModule m\nENTRY e {\n p = f32[4,32]{1,0:T(8,128)} parameter(0)\n"
+             " ROOT b = f32[8,128]{1,0:T(8,128)} %s\n}\n", whole[v2]);
+    CHECK(run(src, &zc, 1, &out));
+    bad = 0;
+    for (int r = 0; r < 8; r++)
+      for (int c = 0; c < 128; c++) bad += at(&out, r * 128 + c) != (r < 4 && c < 32 ? r * 32 + c : 0);
+    CHECK_EQ_INT(bad, 0);
+    tpu_tensor_free(&out);
+  }
+  tpu_tensor_free(&zc);
   check_error("HloModule m\nENTRY e {\n p = f32[4,128]{1,0:T(8,*)} parameter(0)\n"
               " ROOT b = f32[128,4]{0,1} bitcast(p)\n}\n", &v, 1, "'*' tiles are not modelled");
   tpu_tensor_free(&x);

@@ -1,0 +1,58 @@
+#!/bin/sh
+# Multi-slice programs from the XLA TPU compiler as inputs (src/pod/megascale.c): one slice's
+# module whose exchanges between slices are send/recv pairs to the megascale runtime runs on
+# `tpusim run --slices 2` as those exchanges over DCN, with JAX's values (XLA CPU), the DCN
+# time in the summary and report, and one-line errors for a run of the wrong slice count.
+. tests/cli/lib/preamble.sh
+command -v python3 > /dev/null && python3 -c "import numpy" 2> /dev/null || { echo "skip: no python3 with numpy"; exit 77; }
+close() { # GOT WANT TOL: within TOL of WANT's largest magnitude
+  python3 - "$1" "$2" "$3" <<'PY'
+import sys, numpy as np
+a, b, tol = np.load(sys.argv[1]), np.load(sys.argv[2]), float(sys.argv[3])
+sys.exit(0 if a.shape == b.shape and np.abs(a - b).max() <= tol * max(np.abs(b).max(), 1e-30) else 1)
+PY
+}
+# tests/pod/megascale/prog.hlo (gen.py): psum (ALL_REDUCE), all_gather (ALL_GATHER) and
+# ppermute (ONE_TO_ONE) over a "dcn" axis of 2 v5e 2x2 slices; JAX's values on 8 CPU devices.
+M=tests/pod/megascale
+"$BIN" run $M/prog.hlo --slices 2 --chip v5e --precision highest -i $M/x.npy --out-sharding @$M/shardings \
+  -o "$T/m" --report "$T/m.json" > "$T/out" 2> "$T/err" || fail "prog.hlo --slices 2 exited $?: $(cat "$T/err")"
+grep -q "^multi-slice: one slice's program (4 chips) run on 2 slices" "$T/out" || fail "no multi-slice line"
+grep -q "^pod: 8 devices" "$T/out" || fail "not 8 devices: $(grep '^pod' "$T/out")"
+for k in 0 1 2; do close "$T/m/$k.npy" $M/out$k.npy 1e-6 || fail "prog.hlo result $k differs from JAX's"; done
+grep -Eq "^DCN: 3 collectives span slices" "$T/out" || fail "DCN line: $(grep '^DCN' "$T/out")"
+python3 - "$T/m.json" <<'PY' || fail "the report's megascale collectives"
+import json, sys
+p = json.load(open(sys.argv[1]))["pod"]
+dcn = {c["kind"]: c for c in p["collectives"] if c.get("dcn_slices") == 2}
+assert sorted(dcn) == ["all-gather", "all-reduce", "collective-permute"], dcn
+# the psum's buffer, f32[8,32] padded by ZeroCrop to its (8,128) tile: 4096 bytes, all of it
+# over DCN for 2 slices (2(K-1)/K), in two ring steps of 10 us; the gather's and the
+# permute's shard of 1024 bytes in one step each
+assert dcn["all-reduce"]["dcn_bytes_per_chip"] == 4096, dcn
+assert dcn["all-gather"]["dcn_bytes_per_chip"] == 1024 and dcn["collective-permute"]["dcn_bytes_per_chip"] == 1024
+assert abs(dcn["all-reduce"]["dcn_seconds_each"] - 2e-5 - 4096 / 3.125e9) < 1e-12, dcn
+PY
+# The wrong slice count, or none, is refused at the transfer that says how many it spans.
+"$BIN" run $M/prog.hlo --chip v5e --mode timing > "$T/out" 2> "$T/err"
+rc=$?
+[ "$rc" = 2 ] && grep -Eq "^$M/prog.hlo:[0-9]+:[0-9]+: error: '[a-z.0-9-]+' exchanges data between slices over the megascale runtime \(DCN\): run it with --slices K" "$T/err" ||
+  fail "no --slices: rc $rc, $(cat "$T/err")"
+[ "$(wc -l < "$T/err")" = 1 ] || fail "more than one error line: $(cat "$T/err")"
+"$BIN" run $M/prog.hlo --chip v5e --slices 3 --mode timing > "$T/out" 2> "$T/err"
+rc=$?
+[ "$rc" = 2 ] && grep -Eq "^$M/prog.hlo:[0-9]+:[0-9]+: error: '[a-z.0-9-]+' exchanges between 2 slices .* the run has 3 \(--slices\)" "$T/err" ||
+  fail "--slices 3: rc $rc, $(cat "$T/err")"
+
+# examples/pod/dp2s_tpu.hlo: dp2s's SGD step as libtpu compiled it for two v5e 2x2 slices
+# (gradients reduce-scattered in the slice, all-reduced over DCN by the megascale runtime,
+# gathered back; the loss all-reduced in the slice, then over DCN): JAX's values.
+P=examples/pod
+IN=$(sed "s|^|-i $P/|" $P/dp2s.inputs | tr '\n' ' ')
+# shellcheck disable=SC2086
+"$BIN" run $P/dp2s_tpu.hlo --slices 2 --chip v5e --precision highest $IN --out-sharding @$P/dp2s.shardings -o "$T/d" \
+  > "$T/out" 2> "$T/err" || fail "dp2s_tpu.hlo --slices 2 exited $?: $(cat "$T/err")"
+for k in 0 1 2; do close "$T/d/$k.npy" $P/dp2s.out$k.npy 1e-5 || fail "dp2s_tpu.hlo result $k differs from JAX's"; done
+grep -Eq "^DCN: [0-9]+ collectives? spans? slices; each chip sends 33.28 kB over DCN" "$T/out" ||
+  fail "dp2s_tpu DCN bytes (16,384 + 16,384 + 512 per chip, ZeroCrop's tiles): $(grep '^DCN' "$T/out")"
+[ "$fails" = 0 ] || exit 1
