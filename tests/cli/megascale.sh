@@ -55,4 +55,21 @@ IN=$(sed "s|^|-i $P/|" $P/dp2s.inputs | tr '\n' ' ')
 for k in 0 1 2; do close "$T/d/$k.npy" $P/dp2s.out$k.npy 1e-5 || fail "dp2s_tpu.hlo result $k differs from JAX's"; done
 grep -Eq "^DCN: [0-9]+ collectives? spans? slices; each chip sends 33.28 kB over DCN" "$T/out" ||
   fail "dp2s_tpu DCN bytes (16,384 + 16,384 + 512 per chip, ZeroCrop's tiles): $(grep '^DCN' "$T/out")"
+# mpirun: 2 ranks (one per slice) give the one-process bytes.
+if command -v mpirun > /dev/null 2>&1; then
+  ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+  export ASAN_OPTIONS
+  MPIRUN="mpirun --oversubscribe"
+  [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+  timeout 120 $MPIRUN -n 2 "$BIN" run $M/prog.hlo --slices 2 --chip v5e --precision highest -i $M/x.npy \
+    --out-sharding @$M/shardings -o "$T/mpi" > "$T/mout" 2> "$T/err"
+  rc=$?
+  if grep -q "built without MPI" "$T/err" "$T/mout"; then
+    echo "mpirun: tpusim built without MPI"
+  elif [ $rc -ne 0 ]; then
+    fail "mpirun -n 2 exited $rc: $(tail -3 "$T/err")"
+  else
+    for k in 0 1 2; do cmp -s "$T/mpi/$k.npy" "$T/m/$k.npy" || fail "mpirun result $k differs from one process"; done
+  fi
+fi
 [ "$fails" = 0 ] || exit 1
