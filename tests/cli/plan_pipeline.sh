@@ -101,6 +101,35 @@ assert len(pl) == 2 and all(p["stages"] == 4 and p["iterations"] == 7 for p in p
 assert abs(sum(p["bubble_seconds_per_stage"] for p in pl) - c["bubble_s"]) < 1e-12
 assert abs(j["step"]["seconds"] - c["step_s"]) < 1e-12
 PY
+# 1F1B (--pipeline-schedule 1f1b): the same loop timed (the same bubble and step), the peak
+# less the saved activations of the 7 - 4 iterations a 1F1B stage never holds at once (at
+# most P = 4 microbatches in flight), from gen.Step's own saved tensors: 2 layers a stage.
+"$BIN" plan $D/pp8.json --chips v5p --slice 8 --data 1 --fsdp 2 --tensor 1 --pipeline 4 --micro 4 --remat full \
+  --pipeline-schedule 1f1b --json > "$T/f.json" 2> "$T/err" || fail "plan --pipeline-schedule 1f1b exited $?: $(cat "$T/err")"
+python3 - "$T/p.json" "$T/f.json" <<'PY' || fail "the 1F1B candidate against GPipe's"
+import json, math, sys
+sys.path.insert(0, "tools/plan")
+import gen
+g, f = (json.load(open(x))["candidates"][0] for x in sys.argv[1:3])
+assert g["schedule"] == "gpipe" and f["schedule"] == "1f1b", (g, f)
+assert f["step_s"] == g["step_s"] and f["bubble"] == g["bubble"] and f["micro"] == g["micro"] == 4, (g, f)
+m = json.load(open("tests/cli/plan/pp8.json"))
+m.update(dtype="bf16", optimizer="adam", experts=0)
+st = gen.Step(m, {"data": 1, "fsdp": 2, "tensor": 1, "micro": 4, "remat": "full", "pipeline": 4, "windowed": False})
+row = sum(math.prod(s) * (2 if dt == "bf16" else 4) for s, dt in st.saved().values())
+assert row > 0 and f["hbm_saved_1f1b"] == row * 2 * (7 - 4), (row, f)
+assert g["hbm_peak"] - f["hbm_peak"] == row * 2 * 3 and f["held_iterations"] == 4 and g["held_iterations"] == 7, (g, f)
+PY
+"$BIN" plan $D/pp8.json --chips v5p --slice 8 --data 1 --fsdp 2 --tensor 1 --pipeline 4 --micro 4 --remat full \
+  --pipeline-schedule 1f1b > "$T/f.txt" 2> "$T/err"
+grep -q "^  #1 pipelines 4 stages (1F1B) over 4 microbatches: .*; 1F1B: a stage holds at most 4 microbatches' activations, [0-9.]* [kMG]B less than the GPipe loop timed" "$T/f.txt" ||
+  fail "1F1B line: $(grep '#1 pipelines' "$T/f.txt")"
+for bad in "1f1b --pipeline-repeats 2" "circular"; do
+  # shellcheck disable=SC2086
+  "$BIN" plan $D/pp8.json --pipeline 4 --pipeline-schedule $bad > /dev/null 2> "$T/err"
+  [ $? -eq 2 ] && grep -q "error: a circular schedule takes --pipeline-repeats 2 or more, and only it does" "$T/err" ||
+    fail "--pipeline-schedule $bad: $(cat "$T/err")"
+done
 # Circular, 2 repeats: 4 x 2 + 3 iterations, 3 of them bubble; the table names it p4x2.
 "$BIN" plan $D/pp8.json --chips v5p --slice 8 --data 1 --fsdp 2 --tensor 1 --pipeline 4 --pipeline-repeats 2 --micro 4 \
   --remat full > "$T/c.txt" 2> "$T/err" || fail "plan --pipeline-repeats 2 exited $?: $(cat "$T/err")"

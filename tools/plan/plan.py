@@ -235,6 +235,34 @@ def state_bytes_per_chip(m, F, T, P=1):
     return ((gen.param_count(m) - ends) / P + ends) * per / (F * T)
 
 
+def held_iterations(st, cand):
+    """The pipeline iterations whose activations a stage holds at once. The generated loop
+    (GPipe, circular) keeps every iteration's until the backward loop: st.Tp of them. 1F1B
+    (PipeDream-Flush: Narayanan et al., SC'21, section 2.2) starts a microbatch's backward
+    pass as soon as the last stage has its forward, so stage 0, the one that waits longest,
+    holds at most P microbatches in flight (all M when M < P), with the same bubble as GPipe."""
+    if st.P <= 1:
+        return 1
+    if cand.get("schedule") == "1f1b":
+        return min(st.P, st.mb)
+    return st.Tp
+
+
+def saved_row_bytes(st):
+    """The activations one layer saves for one pipeline iteration (or the whole step)."""
+    return sum(math.prod(shape) * (2 if dt == "bf16" else 4) for shape, dt in st.saved().values())
+
+
+def onef1b_saving(m, cand):
+    """How much less a 1F1B stage holds than the generated GPipe loop (whose peak tpusim
+    measures): the saved activations of the st.Tp - min(P, M) iterations never in flight at
+    once, for each of the stage's layers."""
+    st = gen.Step(m, cand)
+    if cand.get("schedule") != "1f1b" or st.check() or st.P <= 1:
+        return 0
+    return saved_row_bytes(st) * st.L * (st.Tp - held_iterations(st, cand))
+
+
 def saved_bytes(m, cand):
     """What the backward loop must hold at once besides the parameter state, in any buffer
     assignment: every layer's saved activations (one copy), and the layer's gathered weights
@@ -243,10 +271,7 @@ def saved_bytes(m, cand):
     st = gen.Step(m, cand)
     if st.check():
         return 0
-    tot = 0
-    rows = st.L * (st.Tp if st.P > 1 else 1)  # a pipeline keeps every iteration's
-    for shape, dt in st.saved().values():
-        tot += math.prod(shape) * rows * (2 if dt == "bf16" else 4)
+    tot = saved_row_bytes(st) * st.L * held_iterations(st, cand)  # a pipeline keeps its in-flight iterations
     if st.F > 1:
         w = sum(math.prod(full) for full, _ in st.lw.values()) * (2 if st.cd == "bf16" else 4)
         tot += w * (2 if st.pf else 1)
@@ -382,12 +407,16 @@ def run_one(a, chip, cand, tmp, idx):
         peak = j["hbm_peak_bytes"]
     if peak is None:  # one chip: the report has no pod section; the program header has the peak
         peak = hbm_peak_1chip(a, chip, st)
+    saving = onef1b_saving(a.model, cand)  # 1F1B: the GPipe loop timed, fewer activations held
+    peak -= saving
     if peak > chip["hbm"]:  # --ignore-hbm: timed on a copy of the chip with more HBM
         return {"status": "no-fit", "hbm_need": peak, "why": "HBM", "step_s": step_s,
                 "hw_util": hw, "hbm_peak": peak, "ici_wait": pod.get("ici_wait_fraction", 0.0),
                 **({"dcn_s": comm[0], "ici_s": comm[1]} if a.slices > 1 else {})}
     out = {"status": "ok", "step_s": step_s, "hw_util": hw, "hbm_peak": peak,
            "ici_wait": pod.get("ici_wait_fraction", 0.0), "topology": pod.get("topology", "1 chip")}
+    if stages(cand) > 1:
+        out.update(held_iterations=held_iterations(st, cand), **({"hbm_saved_1f1b": saving} if saving else {}))
     if a.slices > 1:  # the collectives' time over the data-center network beside ICI's
         out.update(dcn_s=comm[0], ici_s=comm[1])
     pl = pod.get("pipelines", [])
@@ -406,6 +435,7 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
     state = state_bytes_per_chip(a.model, f, t, pt)
     base = {"chip": chip["name"], "chips": n * a.slices, "data": d, "fsdp": f, "tensor": t, "pipeline": p,
             "repeats": a.pipeline_repeats if pt > 1 else 1, "dcn": a.dcn_axis,
+            **({"schedule": a.pipeline_schedule} if pt > 1 else {}),
             "slice": slice_name(chip, n) + (f" x{a.slices}" if a.slices > 1 else ""), "slices": a.slices,
             "windowed": windowed(chip, n, d, f, t) and pt == 1 and not a.no_windowed_einsum}
     if state > chip["hbm"] and not a.ignore_hbm:
@@ -714,12 +744,16 @@ def text_report(a, out, keep, over, bad, front):
         r = keep[0]
         V = r.get("repeats", 1)
         P = stages(r)
+        held = (f"; 1F1B: a stage holds at most {r['held_iterations']} microbatches' activations, "
+                f"{fmt_bytes(r['hbm_saved_1f1b'])} less than the GPipe loop timed"
+                if r.get("schedule") == "1f1b" and "held_iterations" in r else "")
         w(f"  #1 pipelines {P} stages" + (f" ({V} repeats, circular)" if V > 1 else "") +
+          (" (1F1B)" if r.get("schedule") == "1f1b" else "") +
           (f" over {r['slices']} slices" if r.get("dcn") == "pipeline" else "") +
           f" over {r['micro']} microbatches: every stage computes on padding "
           f"in {P - 1} of {r['micro'] * V + P - 1} iterations"
           + (f", the bubble {100 * r['bubble']:.1f} % of the pipeline loops, {r['bubble_s']:.4g} s per step"
-             if "bubble" in r else "") + " (docs/pod.md, \"Pipelines\")\n")
+             if "bubble" in r else "") + held + " (docs/pod.md, \"Pipelines\")\n")
     if any(r.get("windowed") for r in keep):
         w("  w: FSDP over every chip of a slice the XLA TPU compiler runs windowed einsums on: the weights pass "
           "round a ring of collective-permutes instead of all-gathers (docs/spmd.md; --no-windowed-einsum)\n")
@@ -784,6 +818,9 @@ def main(argv):
                     help="the mesh axis the --slices split: data parallelism (default) or pipeline stages")
     ap.add_argument("--pipeline-repeats", type=int, default=1,
                     help="circular pipelines: each microbatch goes this many times round the stages")
+    ap.add_argument("--pipeline-schedule", choices=["gpipe", "1f1b", "circular"],
+                    help="gpipe (default), 1f1b (the same bubble, at most P microbatches' activations held), or "
+                         "circular (default with --pipeline-repeats above 1)")
     ap.add_argument("--remat", choices=["off", "on", "both"] + [k for k in gen.REMAT if k not in ("off", "on")],
                     default="both", help="on / off / both, or one of MaxText's remat policies by name (docs/plan.md)")
     ap.add_argument("--budget", type=float, help="USD")
@@ -821,6 +858,11 @@ def main(argv):
         v = getattr(a, k)
         if v is not None and v < 1:
             bad(k, f"--{k.replace('_', '-')} must be at least 1, not {v}")
+    if a.pipeline_schedule is None:
+        a.pipeline_schedule = "circular" if a.pipeline_repeats > 1 else "gpipe"
+    elif (a.pipeline_schedule == "circular") != (a.pipeline_repeats > 1):
+        bad("pipeline_schedule", "a circular schedule takes --pipeline-repeats 2 or more, and only it does "
+            f"(--pipeline-schedule {a.pipeline_schedule} with --pipeline-repeats {a.pipeline_repeats})")
     if a.jobs > 64:
         bad("jobs", f"--jobs must be at most 64, not {a.jobs}")
     if a.top < 0:
