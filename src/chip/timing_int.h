@@ -54,6 +54,8 @@ typedef struct {
   int npi;
   int64_t port_floor;     /* intervals before this were dropped: treat it as busy */
   int64_t issues;         /* instruction runs so far (a guard against runaway programs) */
+  int last_spf;           /* the last in-step copy (dma.in prefetch=2), -1: none */
+  unsigned char *lmark;   /* zeroed scratch for a loop's closed form: slots, insns, HBM buffers, ops */
 } tstate;
 
 #define MAX_ISSUES ((int64_t)2000000000)

@@ -40,7 +40,18 @@
  * assumption about the halving: a period adds its reservations one by one without joining
  * two existing ones into one (a transfer that exactly fills a gap), so the list's length
  * grows by one per reservation added. tests/unit/chip/test_timing_loop.c compares both ways
- * on assembled and compiled programs. */
+ * on assembled and compiled programs.
+ *
+ * A kernel's tile loop (loop_cf.units: a body of unit instructions only) never moves the
+ * barrier, so L stays at the kernel's start. Its frame is T (bnd_take): the earliest cycle
+ * the body's units are free, at or after the barrier, which bounds every start in the
+ * loop's remaining iterations (not after it: the loop's epilogue and the next kernel's
+ * prefetches may start from L). A time of the state then matches (bnd_repeats) when it
+ * moved with T (so it was written in the period, and will be in each later one), or is the
+ * same and before the earlier boundary's T (written in no period, so in none later; it
+ * cannot delay anything in the loop), or is dead at both; the starts of the port's
+ * reservations past T likewise (the same start: the same reservation, growing, whose start
+ * loop_skip keeps). op_dma is a counter there (read at the next kernel only). */
 
 #define LOOP_MAX_PERIOD 64
 #define LOOP_MAX_STATE ((int64_t)1 << 22) /* (P + 1) x state words kept for matching */
@@ -74,6 +85,9 @@ typedef struct {
   int64_t npi, nev, issues;
   int64_t first[2]; /* the port's first reservation */
   int64_t ntail;    /* reservations ending at or after L: the last ntail of the list */
+  int64_t op_dma;   /* m.op_dma (a counter in a tile loop's closed form) */
+  int tile;         /* L is a tile loop's T; sig holds times as they are (bnd_take) */
+  int64_t L0;       /* the permanent bound: times at or before it are dead */
   int has_tail;     /* sig holds them (bnd_take) */
 } loop_bnd;
 
@@ -89,7 +103,13 @@ typedef struct {
   int nacc, ndacc;
   loop_bnd *ring;   /* period + 1 boundaries */
   int pre_live;     /* a prefetch may start at m.pre before a kernel or sync resets it */
+  unsigned units;   /* a tile loop (below): the units its body's instructions issue on; 0: not one */
 } loop_cf;
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
 
 static int g_loops_stepwise; /* tpu_timing_set_loops_stepwise */
 
@@ -120,14 +140,16 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
   int64_t P = 1;
   /* an in-step copy that can still run (in the body, after it, or in an enclosing loop's
    * body) may start in any gap of the port since the step's start: stepped */
-  int from = i;
-  for (int j = 0; j < i; j++)
-    if (p->insns[j].opc == TPU_ISA_LOOP && t->match[j] > i) {
-      from = j;
-      break;
-    }
-  for (int j = from; j < p->ninsns; j++)
-    if (p->insns[j].opc == TPU_ISA_DMA_IN && p->insns[j].prefetch == 2) return 1;
+  if (t->last_spf >= i) return 1;
+  if (t->last_spf >= 0) {
+    int from = i;
+    for (int j = 0; j < i; j++)
+      if (p->insns[j].opc == TPU_ISA_LOOP && t->match[j] > i) {
+        from = j;
+        break;
+      }
+    if (t->last_spf >= from) return 1;
+  }
   /* m.pre is read only by a prefetch's start (as a max everywhere else) and is reset by
    * the next kernel or sync: unless a prefetch can run in the body or after it before
    * one of those (in this loop's own nesting; an enclosing structure's end counts as a
@@ -142,6 +164,20 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
     else if (in->opc == TPU_ISA_END || in->opc == TPU_ISA_ENDCOND) c->pre_live = depth-- == 0;
     else if (in->opc == TPU_ISA_CASE) c->pre_live = depth == 0;
   }
+  /* a tile loop: a body of unit instructions only (no kernel, sync, wait, nested structure,
+   * collective or prefetch), whose L is the earliest its units are free (tile_L) */
+  for (int j = c->lo; j < c->hi; j++) {
+    const tpu_insn *in = &p->insns[j];
+    int u = tpu_isa_unit(in->opc);
+    int unit_insn = in->opc != TPU_ISA_LOOP && in->opc != TPU_ISA_COND && in->opc != TPU_ISA_KERNEL &&
+                    in->opc != TPU_ISA_SYNC && in->opc != TPU_ISA_WAIT && in->opc != TPU_ISA_END &&
+                    in->opc != TPU_ISA_CASE && in->opc != TPU_ISA_ENDCOND;
+    if (!unit_insn || u < 0 || u == TPU_UNIT_ICI || in->prefetch != 0) {
+      c->units = 0;
+      break;
+    }
+    c->units |= 1u << u;
+  }
   /* the phase: the body's own instructions (nested loops count their own iterations, and a
    * conditional's branches run as iteration 0) */
   for (int j = c->lo; j < c->hi && P;) {
@@ -154,9 +190,11 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
     j = (in->opc == TPU_ISA_LOOP || in->opc == TPU_ISA_COND) ? t->match[j] + 1 : j + 1;
   }
   if (!P) return 1;
-  unsigned char *mark = tpu_calloc((size_t)(t->nslots + p->ninsns + p->nhbm + p->nops) + 1, 1);
-  unsigned char *ms = mark, *mi = mark + t->nslots, *mh = mi + p->ninsns, *mo = mh + p->nhbm;
-  if (!mark) return 0;
+  /* what the body touches, marked in the run's zeroed scratch and listed (cleared below) */
+  unsigned char *ms = t->lmark, *mi = ms + t->nslots, *mh = mi + p->ninsns, *mo = mh + p->nhbm;
+  int *list = tpu_malloc(((size_t)t->nslots + (size_t)p->ninsns + (size_t)p->nhbm + (size_t)p->nops + 1) * sizeof *list);
+  if (!list) return 0;
+  int *ls = list, *li = ls + t->nslots, *lh = li + p->ninsns, *lo = lh + p->nhbm;
   int nsl = 0, ni = 0, nh = 0, no = 0;
   for (int j = c->lo; j < c->hi; j++) {
     const tpu_insn *in = &p->insns[j];
@@ -165,31 +203,40 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
       if (r.buf < 0) continue;
       for (int k = 0; k < p->vmem[r.buf].nslots; k++) {
         int sl = t->slot0[r.buf] + k;
-        if (!ms[sl]) nsl++;
+        if (!ms[sl]) ls[nsl++] = sl;
         ms[sl] = 1;
       }
     }
-    if (!mi[j]) ni++;
+    if (!mi[j]) li[ni++] = j;
     mi[j] = 1;
     if (in->opc == TPU_ISA_WAIT && in->at >= 0 && in->at < p->ninsns && !mi[in->at]) {
       mi[in->at] = 1;
-      ni++;
+      li[ni++] = in->at;
     }
     int hb[2] = {in->hbm, in->hbm2};
     for (int k = 0; k < 2; k++)
       if (hb[k] >= 0 && hb[k] < p->nhbm && !mh[hb[k]]) {
         mh[hb[k]] = 1;
-        nh++;
+        lh[nh++] = hb[k];
       }
     if (in->op >= 0 && in->op < p->nops && !mo[in->op]) {
       mo[in->op] = 1;
-      no++;
+      lo[no++] = in->op;
     }
   }
   if (t->m.cur_op >= 0 && !mo[t->m.cur_op]) { /* the kernel open at entry closes in the body */
     mo[t->m.cur_op] = 1;
-    no++;
+    lo[no++] = t->m.cur_op;
   }
+  for (int k = 0; k < nsl; k++) ms[ls[k]] = 0;
+  for (int k = 0; k < ni; k++) mi[li[k]] = 0;
+  for (int k = 0; k < nh; k++) mh[lh[k]] = 0;
+  for (int k = 0; k < no; k++) mo[lo[k]] = 0;
+  /* in increasing order, as a scan of the marks would list them */
+  qsort(ls, (size_t)nsl, sizeof *ls, cmp_int);
+  qsort(li, (size_t)ni, sizeof *li, cmp_int);
+  qsort(lh, (size_t)nh, sizeof *lh, cmp_int);
+  qsort(lo, (size_t)no, sizeof *lo, cmp_int);
   const int nm = 3 + TPU_UNIT_COUNT + 4 + TPU_INSN_LANES + 1; /* mstate's times (below) */
   c->nvars = nm + 2 * nsl + ni + nh;
   c->vars = tpu_malloc((size_t)c->nvars * sizeof *c->vars);
@@ -198,7 +245,7 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
   c->nacc = TPU_UNIT_COUNT + 2 + no * (2 + TPU_UNIT_COUNT);
   c->ndacc = 2 + no;
   if ((int64_t)(P + 1) * (c->nvars + c->nacc + 2 * nsl) > LOOP_MAX_STATE) {
-    tpu_free(mark);
+    tpu_free(list);
     loop_cf_free(c);
     return 1; /* too much to keep: stepped */
   }
@@ -211,7 +258,7 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
     ok = c->ring[k].raw && c->ring[k].acc && c->ring[k].dacc;
   }
   if (!ok) {
-    tpu_free(mark);
+    tpu_free(list);
     loop_cf_free(c);
     return 0;
   }
@@ -232,22 +279,18 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
    * signature). A new field must be added here or there. */
   _Static_assert(sizeof(mstate) == sizeof(int64_t) * (TPU_UNIT_COUNT + 12 + TPU_INSN_LANES),
                  "mstate changed: update loop_cf_init");
-  for (int s = 0, k = 0; s < t->nslots; s++)
-    if (ms[s]) {
-      c->slots[k++] = s;
-      c->vars[v++] = &t->ready[s];
-      c->vars[v++] = &t->sfree[s];
-    }
-  for (int j = 0; j < p->ninsns; j++)
-    if (mi[j]) c->vars[v++] = &t->last_end[j];
-  for (int h = 0; h < p->nhbm; h++)
-    if (mh[h]) c->vars[v++] = &t->hbm_ready[h];
+  for (int k = 0; k < nsl; k++) {
+    c->slots[k] = ls[k];
+    c->vars[v++] = &t->ready[ls[k]];
+    c->vars[v++] = &t->sfree[ls[k]];
+  }
+  for (int k = 0; k < ni; k++) c->vars[v++] = &t->last_end[li[k]];
+  for (int k = 0; k < nh; k++) c->vars[v++] = &t->hbm_ready[lh[k]];
   assert(v == c->nvars);
-  for (int o = 0, k = 0; o < p->nops; o++)
-    if (mo[o]) c->ops[k++] = o;
+  for (int k = 0; k < no; k++) c->ops[k] = lo[k];
   c->nsl = nsl;
   c->nops = no;
-  tpu_free(mark);
+  tpu_free(list);
   return 1;
 }
 
@@ -275,13 +318,36 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_b
   int64_t L = m->horizon;
   if (m->barrier < L) L = m->barrier;
   if (c->pre_live && m->pre < L) L = m->pre;
+  const int64_t L0 = L; /* the permanent bound: a time at or before it is dead */
+  int64_t T = L0;       /* a tile loop's bound for its own remaining iterations */
+  if (c->units) {
+    T = INT64_MAX;
+    for (int u = 0; u < TPU_UNIT_COUNT; u++)
+      if (c->units >> u & 1) {
+        int64_t f = m->unit_free[u] > m->barrier ? m->unit_free[u] : m->barrier;
+        if (f < T) T = f;
+      }
+    if (T < L0) T = L0;
+    L = T;
+  }
   b->L = L;
+  b->op_dma = m->op_dma;
+  b->tile = c->units && T > L0;
+  b->L0 = L0;
   b->nsig = 0;
-  int ok = bnd_push(b, m->cur_op) && bnd_push(b, m->pre_op) && bnd_push(b, m->op_dma);
+  /* a tile loop's op_dma is a counter (read at the next kernel only); otherwise state */
+  const int tile = c->units && T > L0;
+  int ok = bnd_push(b, tile) && bnd_push(b, m->cur_op) && bnd_push(b, m->pre_op) &&
+           bnd_push(b, c->units ? 0 : m->op_dma);
   for (int v = 0; ok && v < c->nvars; v++) {
     int64_t x = b->raw[v] = *c->vars[v];
-    if (v < 3) ok = bnd_push(b, m->cur_op >= 0 ? x - L : 0);
-    else ok = bnd_push(b, (x > L ? x : L) - L);
+    if (tile) { /* as it is, compared by bnd_repeats */
+      ok = bnd_push(b, v < 3 && m->cur_op < 0 ? 0 : x);
+    } else if (v < 3) {
+      ok = bnd_push(b, m->cur_op >= 0 ? x - L : 0);
+    } else {
+      ok = bnd_push(b, (x > L ? x : L) - L);
+    }
   }
   for (int s = 0; ok && s < c->nsl; s++) ok = bnd_push(b, t->by_dma[c->slots[s]]);
   ok = ok && bnd_push(b, (t->port_floor > L ? t->port_floor : L) - L);
@@ -297,8 +363,14 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_b
   b->ntail = t->npi - j;
   ok = ok && bnd_push(b, b->ntail);
   b->has_tail = !prev || prev->ntail == b->ntail;
-  for (int64_t k = j; ok && b->has_tail && k < t->npi; k++)
-    ok = bnd_push(b, (t->pi[2 * k] > L - 1 ? t->pi[2 * k] : L - 1) - L) && bnd_push(b, t->pi[2 * k + 1] - L);
+  for (int64_t k = j; ok && b->has_tail && k < t->npi; k++) {
+    int64_t s0 = t->pi[2 * k];
+    if (tile) /* as it is: a prefetch of a later kernel may fill the gap before it */
+      ok = bnd_push(b, s0);
+    else
+      ok = bnd_push(b, (s0 > L - 1 ? s0 : L - 1) - L);
+    ok = ok && bnd_push(b, t->pi[2 * k + 1] - L);
+  }
   if (!ok) return 0;
   b->npi = t->npi;
   b->first[0] = t->npi ? t->pi[0] : 0;
@@ -325,9 +397,31 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_b
 /* Whether the period from boundary a to boundary b repeats from b on: the same normalized
  * state, and no halving of the port's list in it (its reservations before a's tail are
  * b's first ones). */
-static int bnd_repeats(const tstate *t, const loop_bnd *a, const loop_bnd *b) {
+static int bnd_repeats(const tstate *t, const loop_cf *c, const loop_bnd *a, const loop_bnd *b) {
   if (!a->has_tail || !b->has_tail) return 0;
-  if (a->nsig != b->nsig || memcmp(a->sig, b->sig, (size_t)a->nsig * sizeof(int64_t))) return 0;
+  if (a->nsig != b->nsig || a->tile != b->tile) return 0;
+  if (!a->tile) {
+    if (memcmp(a->sig, b->sig, (size_t)a->nsig * sizeof(int64_t))) return 0;
+  } else {
+    /* a tile loop: the header exactly; each time x either moved with T (x - T the same:
+     * written in the period, as it will be in every later one), or is the same and was
+     * before a's T (not written in the period: it cannot be in any later one), or is dead
+     * at both (at or before L0); so does the start of each reservation of the tail (the same
+     * start before a's T: the same reservation, growing) */
+    const int64_t hdr = 4, vend = hdr + c->nvars, tail0 = vend + c->nsl + 2;
+    for (int64_t q = 0; q < a->nsig; q++) {
+      int64_t x = a->sig[q], y = b->sig[q];
+      int time = (q >= hdr && q < vend) || (q >= tail0 && (q - tail0) % 2 == 0);
+      if (!time) {
+        if (x != y) return 0;
+        continue;
+      }
+      int moved = y - b->L == x - a->L;
+      int kept = x == y && x < a->L;
+      int dead = x <= a->L0 && y <= b->L0 && (q >= vend || q - hdr >= 3);
+      if (!moved && !kept && !dead) return 0;
+    }
+  }
   if (b->npi < a->npi) return 0;
   if (a->npi > a->ntail) return t->pi[0] == a->first[0] && t->pi[1] == a->first[1];
   return a->npi + (b->issues - a->issues) < PORT_CAP;
@@ -358,32 +452,41 @@ static tpu_status loop_skip(tstate *t, const loop_cf *c, const loop_bnd *a, cons
     keep = PORT_CAP / 2 + 1 + r % (PORT_CAP / 2);
   }
   if (cnt > 0 || shift) {
-    int64_t *np = tpu_malloc((size_t)(keep ? keep : 1) * 2 * sizeof(int64_t));
+    /* entries from max(fixed, the first kept) on are built aside; the kept ones before
+     * fixed are b's own, moved to the front in place */
+    const int64_t first_kept = total - keep, nb = fixed > first_kept ? fixed : first_kept;
+    int64_t *np = tpu_malloc((size_t)(total - nb > 0 ? total - nb : 1) * 2 * sizeof(int64_t));
     if (!np) return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
-    for (int64_t k = total - keep - (keep < total); k < total; k++) {
-      int64_t src, off = 0;
-      if (k < fixed) {
-        src = k;
-      } else if (k < fixed + n * cnt) {
+    for (int64_t k = first_kept > 0 && first_kept - 1 >= fixed ? first_kept - 1 : nb; k < total; k++) {
+      int64_t src, off = 0, soff = -1;
+      if (k < fixed + n * cnt) {
         int64_t z = k - fixed;
         src = fixed - cnt + z % cnt;
         off = (z / cnt + 1) * delta;
       } else {
         src = k - n * cnt;
+        /* the tail moves on, but in a tile loop one that began at the same time at a and b
+         * is the same reservation, growing (bnd_repeats): its start stays */
         off = shift;
+        if (b->tile && t->pi[2 * src] == a->sig[4 + c->nvars + c->nsl + 2 + 2 * (src - fixed)]) soff = 0;
       }
-      if (k < total - keep) {
+      if (k < first_kept) {
         dropped_end = t->pi[2 * src + 1] + off; /* the last one the halving dropped */
         continue;
       }
-      np[2 * (k - (total - keep))] = t->pi[2 * src] + off;
-      np[2 * (k - (total - keep)) + 1] = t->pi[2 * src + 1] + off;
+      np[2 * (k - nb)] = t->pi[2 * src] + (soff >= 0 ? soff : off);
+      np[2 * (k - nb) + 1] = t->pi[2 * src + 1] + off;
     }
-    memcpy(t->pi, np, (size_t)keep * 2 * sizeof(int64_t));
+    if (first_kept > 0 && first_kept - 1 < fixed) dropped_end = t->pi[2 * (first_kept - 1) + 1];
+    if (first_kept < fixed && first_kept > 0)
+      memmove(t->pi, &t->pi[2 * first_kept], (size_t)(fixed - first_kept) * 2 * sizeof(int64_t));
+    int64_t at = fixed > first_kept ? fixed - first_kept : 0;
+    memcpy(&t->pi[2 * at], np, (size_t)(total - nb) * 2 * sizeof(int64_t));
     tpu_free(np);
     t->npi = (int)keep;
     if (dropped_end >= 0) t->port_floor = dropped_end;
   }
+  if (c->units) t->m.op_dma += n * (b->op_dma - a->op_dma);
   /* times the period changed move on; the others stay */
   for (int v = 0; v < c->nvars; v++)
     if (b->raw[v] != a->raw[v]) *c->vars[v] += shift;
@@ -468,7 +571,7 @@ tpu_status tpu__timing_run_loop(tstate *t, int i) {
       st = TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
       break;
     }
-    if (a && bnd_repeats(t, a, b)) {
+    if (a && bnd_repeats(t, &c, a, b)) {
       int64_t n = (N - k) / P, cnt = b->npi - a->npi;
       /* a halving in the skipped periods must drop only reservations before L */
       int halves = b->npi + n * cnt + (b->issues - a->issues) >= PORT_CAP;

@@ -303,6 +303,56 @@ static void loop_of_2_31(void) {
   free(text);
 }
 
+/* A tile loop (a kernel's body of unit instructions) of 2^30 iterations is timed in closed
+ * form: its units' earliest free cycle stands in for the kernel's barrier, which does not
+ * move inside the kernel (timing_loop.c, bnd_take); stepped, it is refused as a loop that
+ * does not repeat. Its cycles are those of stepped loops of 100 and 102 iterations (the
+ * period is two: the double buffer's slots), extended. */
+static void tile_loop_of_2_30(void) {
+  const char *head =
+      ".program chip=\"v5e\"\n"
+      ".op name=\"a\" kind=\"fusion:kLoop\" flops=100 padded_flops=100 bytes=1000 padded_bytes=1000\n"
+      ".hbm name=\"x\" offset=0 bytes=1048576\n.hbm name=\"y\" offset=1048576 bytes=1048576\n"
+      ".vmem op=0 offset=0 slot_bytes=300000 slots=2\n.vmem op=0 offset=600064 slot_bytes=200000 slots=2\n";
+  const int vregs[] = {1, 900}; /* transfer-bound and compute-bound */
+  for (int w = 0; w < 2; w++) {
+    tpu_timeline tl[3];
+    tpu_status st[3];
+    const long long trips[3] = {100, 102, 1LL << 30};
+    for (int k = 0; k < 3; k++) {
+      char text[4000];
+      snprintf(text, sizeof text,
+               "%skernel op=0\ndma.in dst=v0[0] hbm=h0 bytes=300000 op=0\nloop trips=%lld op=0\n"
+               "  dma.in dst=v0[i+1] hbm=h0 bytes=300000 op=0\n  vpu src=v0[i] dst=v1[i] vregs=%d ops=3 op=0\n"
+               "  dma.out src=v1[i] hbm=h1 bytes=200000 op=0\nend op=0\nvpu src=v0[1] dst=v1[1] vregs=30 ops=1 op=0\n",
+               head, trips[k], vregs[w]);
+      tpu_program *p = assemble(text);
+      CHECK(p != NULL);
+      tpu_diag d;
+      tpu_timing_set_loops_stepwise(k < 2);
+      st[k] = p ? tpu_timing_run(p, &g_chip, 0, &tl[k], &d) : TPU_ERR_ARG;
+      tpu_timing_set_loops_stepwise(0);
+      if (st[k] != TPU_OK && p) {
+        char buf[1200];
+        tpu_diag_format(&d, buf, sizeof buf);
+        fprintf(stderr, "tile loop of %lld: %s\n", trips[k], buf);
+      }
+      CHECK_EQ_INT(st[k], TPU_OK);
+      tpu_program_free(p);
+    }
+    if (st[0] == TPU_OK && st[1] == TPU_OK && st[2] == TPU_OK) {
+      const int64_t n = ((1LL << 30) - 100) / 2;
+      CHECK(tl[1].total_cycles > tl[0].total_cycles);
+      CHECK_EQ_INT(tl[2].total_cycles, tl[0].total_cycles + n * (tl[1].total_cycles - tl[0].total_cycles));
+      CHECK_EQ_INT(tl[2].busy[TPU_UNIT_VPU], tl[0].busy[TPU_UNIT_VPU] + n * (tl[1].busy[TPU_UNIT_VPU] - tl[0].busy[TPU_UNIT_VPU]));
+      CHECK_EQ_INT(tl[2].busy[TPU_UNIT_DMA_IN], tl[0].busy[TPU_UNIT_DMA_IN] +
+                   n * (tl[1].busy[TPU_UNIT_DMA_IN] - tl[0].busy[TPU_UNIT_DMA_IN]));
+    }
+    for (int k = 0; k < 3; k++)
+      if (st[k] == TPU_OK) tpu_timeline_free(&tl[k]);
+  }
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -313,6 +363,7 @@ int main(void) {
   compiled_programs();
   growing_port_tails();
   loop_of_2_31();
+  tile_loop_of_2_30();
   fprintf(stderr, "%d programs timed both ways\n", g_loops_compared);
   CHECK_DONE();
 }
