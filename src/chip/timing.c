@@ -687,6 +687,7 @@ done:
   tpu_free(t.op_hbm);
   tpu_free(t.pi);
   tpu_free(t.lmark);
+  tpu__timing_loops_free(&t);
   if (st != TPU_OK) tpu_timeline_free(out);
   return st;
 }

@@ -56,6 +56,7 @@ typedef struct {
   int64_t issues;         /* instruction runs so far (a guard against runaway programs) */
   int last_spf;           /* the last in-step copy (dma.in prefetch=2), -1: none */
   unsigned char *lmark;   /* zeroed scratch for a loop's closed form: slots, insns, HBM buffers, ops */
+  struct loop_cf **lcache; /* per loop instruction: its closed form's state (timing_loop.c) */
 } tstate;
 
 #define MAX_ISSUES ((int64_t)2000000000)
@@ -68,5 +69,7 @@ typedef struct {
 tpu_status tpu__timing_run_range(tstate *t, int lo, int hi, int64_t iter);
 /* Runs the loop opening at instruction i, in closed form where it applies (timing_loop.c). */
 tpu_status tpu__timing_run_loop(tstate *t, int i);
+/* Frees what tpu__timing_run_loop kept for the run. */
+void tpu__timing_loops_free(tstate *t);
 
 #endif

@@ -92,7 +92,7 @@ typedef struct {
 } loop_bnd;
 
 /* What one loop's body can touch, and its boundaries. */
-typedef struct {
+typedef struct loop_cf {
   int lo, hi;       /* body: instructions [lo, hi) */
   int64_t period;   /* 0: no closed form */
   int64_t **vars;   /* time variables the body reads or writes; vars[0..2]: the open
@@ -104,6 +104,7 @@ typedef struct {
   loop_bnd *ring;   /* period + 1 boundaries */
   int pre_live;     /* a prefetch may start at m.pre before a kernel or sync resets it */
   unsigned units;   /* a tile loop (below): the units its body's instructions issue on; 0: not one */
+  int cur_op;       /* the kernel open at entry it was built for (tstate.lcache) */
 } loop_cf;
 
 static int cmp_int(const void *a, const void *b) {
@@ -531,22 +532,48 @@ static tpu_status loop_skip(tstate *t, const loop_cf *c, const loop_bnd *a, cons
   return TPU_OK;
 }
 
+/* Loop i's closed-form state, built at its first entry with this kernel open and kept for
+ * the run (a tile loop inside a layer loop is entered once per layer); NULL: out of memory. */
+static loop_cf *loop_cf_get(tstate *t, int i) {
+  if (!t->lcache && !(t->lcache = tpu_calloc((size_t)t->p->ninsns, sizeof *t->lcache))) return NULL;
+  loop_cf *c = t->lcache[i];
+  if (c && c->cur_op == t->m.cur_op) return c;
+  if (!c) {
+    if (!(c = tpu_calloc(1, sizeof *c))) return NULL;
+    t->lcache[i] = c;
+  }
+  loop_cf_free(c);
+  if (!loop_cf_init(t, i, c)) {
+    c->cur_op = -2; /* no kernel's: built again next time */
+    return NULL;
+  }
+  c->cur_op = t->m.cur_op;
+  return c;
+}
+
+void tpu__timing_loops_free(tstate *t) {
+  for (int i = 0; t->lcache && i < t->p->ninsns; i++)
+    if (t->lcache[i]) {
+      loop_cf_free(t->lcache[i]);
+      tpu_free(t->lcache[i]);
+    }
+  tpu_free(t->lcache);
+  t->lcache = NULL;
+}
+
 /* Runs loop instruction i: its iterations stepped until the timing repeats, then the rest
  * in closed form (above). */
 tpu_status tpu__timing_run_loop(tstate *t, int i) {
   const tpu_insn *in = &t->p->insns[i];
   const int64_t N = in->trips;
-  loop_cf c;
-  memset(&c, 0, sizeof c);
+  loop_cf *cp = NULL;
   int cf = !g_loops_stepwise && N > 2;
-  if (cf && !loop_cf_init(t, i, &c))
+  if (cf && !(cp = loop_cf_get(t, i)))
     return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
-  const int64_t P = cf ? c.period : 0;
+  const int64_t P = cf ? cp->period : 0;
   cf = P > 0 && 2 * P < N;
-  if (cf && !bnd_take(t, &c, &c.ring[0], NULL)) {
-    loop_cf_free(&c);
+  if (cf && !bnd_take(t, cp, &cp->ring[0], NULL))
     return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
-  }
   const int64_t body = t->match[i] - i;
   tpu_status st = TPU_OK;
   for (int64_t k = 0; k < N && st == TPU_OK;) {
@@ -565,24 +592,23 @@ tpu_status tpu__timing_run_loop(tstate *t, int i) {
                     "while loop '%s': %lld iterations, and its timing does not repeat after %lld of them; "
                     "timing stopped", in->what ? in->what : "?", (long long)N, (long long)k);
     if (st != TPU_OK || !cf || k + P > N) continue;
-    loop_bnd *b = &c.ring[k % (P + 1)];
-    const loop_bnd *a = k >= P ? &c.ring[(k - P) % (P + 1)] : NULL;
-    if (!bnd_take(t, &c, b, a)) {
+    loop_bnd *b = &cp->ring[k % (P + 1)];
+    const loop_bnd *a = k >= P ? &cp->ring[(k - P) % (P + 1)] : NULL;
+    if (!bnd_take(t, cp, b, a)) {
       st = TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
       break;
     }
-    if (a && bnd_repeats(t, &c, a, b)) {
+    if (a && bnd_repeats(t, cp, a, b)) {
       int64_t n = (N - k) / P, cnt = b->npi - a->npi;
       /* a halving in the skipped periods must drop only reservations before L */
       int halves = b->npi + n * cnt + (b->issues - a->issues) >= PORT_CAP;
       if (n > 0 && (!halves || b->ntail + (b->issues - a->issues) <= PORT_CAP / 2)) {
-        st = loop_skip(t, &c, a, b, n);
+        st = loop_skip(t, cp, a, b, n);
         k += n * P;
         cf = 0;
         continue;
       }
     }
   }
-  loop_cf_free(&c);
   return st;
 }
