@@ -6,6 +6,7 @@
 
 #include "base/alloc.h"
 #include "hlo/hlo.h"
+#include "ir/custom_call.h"
 #include "hlo/lex.h"
 
 #define MAX_INPUT_BYTES ((size_t)1 << 31)
@@ -353,7 +354,19 @@ static tpu_status parse_instr(parser *p, tpu_comp *c, tpu_instr **out) {
   TPU_TRY(parse_shape(p, &in->shape, 0));
   tpu_loc opl = (tpu_lex_skip(lx), tpu_lex_loc(lx));
   if (!tpu_lex_ident(lx, &s, &n)) return TPU_FAIL(p->d, TPU_ERR_PARSE, opl, "expected an opcode");
-  if (!tpu_op_parse(s, n, &in->op)) return TPU_FAIL(p->d, TPU_ERR_PARSE, opl, "unknown opcode '%.*s'", (int)n, s);
+  if (ident_is(s, n, "call-start")) {
+    /* The XLA TPU compiler's asynchronous call (work it offloads to a SparseCore): its
+     * ((operands), result, context...) is read here as the call it makes, and its call-done,
+     * which hands that result over, as an identity (opt-barrier). docs/timing.md. */
+    if (in->shape.dtype != TPU_TUPLE || in->shape.ntuple < 2)
+      return TPU_FAIL(p->d, TPU_ERR_INVALID, opl, "call-start must give a tuple ((operands), result, ...)");
+    in->shape = in->shape.elems[1];
+    in->op = TPU_OP_CALL;
+  } else if (ident_is(s, n, "call-done")) {
+    in->op = TPU_OP_OPT_BARRIER;
+  } else if (!tpu_op_parse(s, n, &in->op)) {
+    return TPU_FAIL(p->d, TPU_ERR_PARSE, opl, "unknown opcode '%.*s'", (int)n, s);
+  }
   in->loc = opl;
   TPU_TRY(expect(p, '(', "after the opcode"));
   if (in->op == TPU_OP_CONSTANT) {
@@ -453,6 +466,18 @@ static tpu_status parse_comp(parser *p, int is_entry, const char *name, size_t n
   c->ninstrs = pv.n;
   c->instrs = (tpu_instr **)ptrvec_finish(p, &pv);
   if (!c->instrs) return nomem(p);
+  /* "}, execution_thread=\"sparsecore\"": the thread the compiler placed the computation on */
+  tpu_attr *ca;
+  int nca;
+  TPU_TRY(parse_attrs(p, &ca, &nca, 1));
+  for (int i = 0; i < nca; i++) {
+    if (strcmp(ca[i].name, "execution_thread")) continue;
+    const char *v = ca[i].value;
+    size_t vn = strlen(v);
+    if (vn >= 2 && v[0] == '"' && v[vn - 1] == '"') v++, vn -= 2;
+    c->execution_thread = tpu_arena_strndup(&p->m->arena, v, vn);
+    if (!c->execution_thread) return nomem(p);
+  }
   if (c->ninstrs == 0) return TPU_FAIL(p->d, TPU_ERR_INVALID, loc, "computation '%s' has no instructions", c->name);
   *out = c;
   return TPU_OK;
@@ -789,7 +814,18 @@ static tpu_status parse_module(parser *p) {
   for (int i = 0; i < p->m->ncomps; i++) TPU_TRY(resolve_comp(p, p->m->comps[i]));
   for (int i = 0; i < p->m->ncomps; i++) {
     tpu_comp *c = p->m->comps[i];
-    for (int k = 0; k < c->ninstrs; k++) TPU_TRY(tpu__hlo_parse_attrs(p->m, c->instrs[k], p->d));
+    for (int k = 0; k < c->ninstrs; k++) {
+      tpu_instr *in = c->instrs[k];
+      TPU_TRY(tpu__hlo_parse_attrs(p->m, in, p->d));
+      /* The token an asynchronous call (call-start) waits on: "PrepareAsyncCallDone" of the
+       * flag "PrepareAsyncCallStart" reserves. Only an ordering: a token of nothing. */
+      char t[32];
+      if (in->op == TPU_OP_CUSTOM_CALL && in->shape.dtype == TPU_TOKEN &&
+          !strcmp(tpu_custom_call_target(in, t, sizeof t), "PrepareAsyncCallDone")) {
+        in->op = TPU_OP_AFTER_ALL;
+        in->noperands = 0;
+      }
+    }
   }
   TPU_TRY(check_call_graph(p));
   for (int i = 0; i < p->m->ncomps; i++) TPU_TRY(order_comp(p, p->m->comps[i]));

@@ -131,7 +131,9 @@ char *tpu_hlo_print(const tpu_module *m) {
     const tpu_comp *c = m->comps[i];
     tpu_strbuf_printf(&b, "\n%s%s {\n", c->is_entry ? "ENTRY " : "", c->name);
     for (int k = 0; k < c->ninstrs; k++) put_instr(&b, c->instrs[k]);
-    tpu_strbuf_printf(&b, "}\n");
+    tpu_strbuf_printf(&b, "}");
+    if (c->execution_thread) tpu_strbuf_printf(&b, ", execution_thread=\"%s\"", c->execution_thread);
+    tpu_strbuf_printf(&b, "\n");
   }
   return tpu_strbuf_take(&b);
 }

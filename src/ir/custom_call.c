@@ -71,7 +71,8 @@ tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in) {
   if (!strcmp(t, "AsyncCollectiveStart")) return TPU_CC_ASYNC_START;
   if (!strcmp(t, "AsyncCollectiveDone")) return TPU_CC_ASYNC_DONE;
   if (!strcmp(t, "ConcatBitcast")) return TPU_CC_CONCAT_BITCAST;
-  if (!strcmp(t, "AllocateBuffer")) return TPU_CC_ALLOCATE;
+  /* the flag an asynchronous call (a SparseCore offload) signals, reserved before it */
+  if (!strcmp(t, "AllocateBuffer") || !strcmp(t, "PrepareAsyncCallStart")) return TPU_CC_ALLOCATE;
   if (!strcmp(t, "xla_ffi_python_cpu_callback")) return TPU_CC_HOST_CALLBACK;
   if (!strcmp(t, "tpu_custom_call")) return TPU_CC_MOSAIC;
   if (!strcmp(t, "ZeroCrop")) return TPU_CC_ZERO_CROP;
