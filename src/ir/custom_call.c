@@ -76,7 +76,36 @@ tpu_cc_kind tpu_custom_call_kind(const tpu_instr *in) {
   if (!strcmp(t, "xla_ffi_python_cpu_callback")) return TPU_CC_HOST_CALLBACK;
   if (!strcmp(t, "tpu_custom_call")) return TPU_CC_MOSAIC;
   if (!strcmp(t, "ZeroCrop")) return TPU_CC_ZERO_CROP;
+  if (!strcmp(t, "PartialReduce")) return TPU_CC_PARTIAL_REDUCE;
   return TPU_CC_OTHER;
+}
+
+const tpu_comp *tpu_custom_call_comp(const tpu_instr *in) {
+  const tpu_module *m = in->parent ? in->parent->module : NULL;
+  for (int i = 0; m && i < in->nattrs; i++) {
+    if (strcmp(in->attrs[i].name, "called_computations")) continue;
+    const char *p = in->attrs[i].value;
+    while (*p == '{' || *p == ' ' || *p == '%') p++;
+    const char *q = p;
+    while (*q && *q != ',' && *q != '}' && *q != ' ') q++;
+    return q > p ? tpu_module_find_comp_n(m, p, (size_t)(q - p)) : NULL;
+  }
+  return NULL;
+}
+
+int64_t tpu_custom_call_config_int(const tpu_instr *in, const char *key) {
+  size_t kl = strlen(key);
+  for (int i = 0; i < in->nattrs; i++) {
+    if (strcmp(in->attrs[i].name, "backend_config")) continue;
+    for (const char *p = strchr(in->attrs[i].value, '"'); p; p = strchr(p + 1, '"')) {
+      if (strncmp(p + 1, key, kl) || p[kl + 1] != '"') continue;
+      const char *e = p + kl + 2;
+      while (*e == ' ' || *e == ':') e++;
+      if (*e < '0' || *e > '9') return -1;
+      return strtoll(e, NULL, 10);
+    }
+  }
+  return -1;
 }
 
 tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
@@ -161,6 +190,27 @@ tpu_status tpu_custom_call_verify(const tpu_instr *in, tpu_diag *d) {
           in->shape.dtype != in->operands[0]->shape.dtype)
         return TPU_VFAIL(d, in, "custom-call target \"ZeroCrop\" takes one array and gives one of its type");
       return TPU_OK; /* the buffers' sizes are the bitcast's to check, when it runs */
+    case TPU_CC_PARTIAL_REDUCE: {
+      int n = in->noperands / 2;
+      int64_t dim = tpu_custom_call_config_int(in, "reduction_dim");
+      const tpu_comp *cmp = tpu_custom_call_comp(in);
+      const tpu_shape *s0 = n ? &in->operands[0]->shape : NULL, *r = &in->shape;
+      int ok = n >= 1 && in->noperands == 2 * n && dim >= 0 && dim < s0->rank && cmp && cmp->nparams == 2 * n &&
+               (n == 1 ? r->dtype != TPU_TUPLE : r->dtype == TPU_TUPLE && r->ntuple == n);
+      for (int k = 0; ok && k < n; k++) {
+        const tpu_shape *s = &in->operands[k]->shape, *v = &in->operands[n + k]->shape;
+        const tpu_shape *o = n == 1 ? r : &r->elems[k];
+        ok = s->rank == s0->rank && v->rank == 0 && v->dtype == s->dtype && o->dtype == s->dtype &&
+             o->rank == s->rank && o->dims[dim] >= 1;
+        for (int i = 0; ok && i < s->rank; i++)
+          ok = s->dims[i] == s0->dims[i] && (i == dim || o->dims[i] == s->dims[i]);
+      }
+      if (!ok)
+        return TPU_VFAIL(d, in, "custom-call target \"PartialReduce\" takes n arrays of one shape and their n "
+                                "initial scalars, a comparator of 2n parameters and a backend_config "
+                                "\"reduction_dim\", and gives the n arrays with that dimension cut to the bins");
+      return TPU_OK;
+    }
     case TPU_CC_MOSAIC: /* the kernel checks its operands against its windows when it runs */
     case TPU_CC_OTHER: return TPU_OK;
   }

@@ -36,8 +36,21 @@ typedef enum {
   TPU_CC_MOSAIC,
   /* "ZeroCrop" (the XLA TPU compiler, before a buffer leaves the chip): its operand's tiled
    * buffer, padding zeroed, viewed as the result's shape of the same bytes: a bitcast */
-  TPU_CC_ZERO_CROP
+  TPU_CC_ZERO_CROP,
+  /* "PartialReduce": the TPU's approximate top-k (jax.lax.approx_max_k/approx_min_k).
+   * Operands: n arrays of one shape (values, their indices), then n scalars (their initial
+   * values); called_computations={comparator} on (lhs0, rhs0, lhs1, rhs1, ...);
+   * backend_config {"reduction_dim": D, ...}. Result: the n arrays with dimension D cut
+   * to M bins; bin b holds the element the comparator puts first among those at
+   * positions i = b (mod M) along D (the bins stride the vector lanes), the initial
+   * values when it has none. A sort + slice after it picks the top k of the bins. */
+  TPU_CC_PARTIAL_REDUCE
 } tpu_cc_kind;
+
+/* The first of a custom call's called_computations (NULL when none is found). */
+const tpu_comp *tpu_custom_call_comp(const tpu_instr *in);
+/* An integer field "KEY": N of a custom call's JSON backend_config (-1 when absent). */
+int64_t tpu_custom_call_config_int(const tpu_instr *in, const char *key);
 
 /* The dimension a ConcatBitcast custom call joins its operands along. */
 int tpu_concat_bitcast_dim(const tpu_instr *in);

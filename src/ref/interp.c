@@ -302,6 +302,7 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
           k.largest = 1;
           return tpu__ref_reduce(ip, &k, args, out, d);
         }
+        case TPU_CC_PARTIAL_REDUCE: return tpu__ref_partial_reduce(ip, in, args, out, d);
         case TPU_CC_ALLOCATE: return tpu__ref_alloc_shape(out, &in->shape, d); /* zeros */
         case TPU_CC_ZERO_CROP: { /* the same bytes, padding zeroed: a bitcast */
           tpu_instr b = *in;

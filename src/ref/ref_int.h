@@ -85,6 +85,9 @@ tpu_status tpu__ref_rng(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *c
 /* ref/reduce.c: reduce, reduce-window, select-and-scatter, sort, topk, map. */
 tpu_status tpu__ref_reduce(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
                            tpu_tensor *out, tpu_diag *d);
+/* ref/sort.c: the "PartialReduce" custom call (approximate top-k; ir/custom_call.h). */
+tpu_status tpu__ref_partial_reduce(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                                   tpu_tensor *out, tpu_diag *d);
 /* ref/collective.c: all-reduce, all-gather, reduce-scatter, all-to-all,
  * collective-permute, collective-broadcast and the -start/-done pairs, partition-id and
  * replica-id, on the run's tpu_ref_comm (or on one device without one). */

@@ -1,6 +1,7 @@
 /* Reference kernels: sort (comparator computation, always stable) and topk. */
 #include <string.h>
 
+#include "ir/custom_call.h"
 #include "ref/reduce_int.h"
 
 /* "a sorts before b": returns 1/0; on failure stores the status in the context and
@@ -221,4 +222,65 @@ tpu_status tpu__ref_topk(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *
   tpu_free(perm);
   tpu_free(tmp);
   return TPU_OK;
+}
+
+/* ---- PartialReduce (approximate top-k) ---- */
+
+/* Along dimension D the input's N positions fall into the result's M bins by position
+ * modulo M (bin b: b, b + M, b + 2M, ...: the bins are the vector lanes and sublanes the
+ * TPU reduces element by element across registers). Each bin starts at the initial values
+ * and takes, position by position in increasing order, the element the comparator puts
+ * before the one it holds (so among equal ones the first stays). */
+tpu_status tpu__ref_partial_reduce(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args,
+                                   tpu_tensor *out, tpu_diag *d) {
+  int n = in->noperands / 2;
+  int64_t dim = tpu_custom_call_config_int(in, "reduction_dim");
+  const tpu_comp *cmp = tpu_custom_call_comp(in);
+  const tpu_tensor *a0 = args[0];
+  if (n < 1 || !cmp || dim < 0 || dim >= a0->rank)
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "PartialReduce needs values, initial values, a comparator and a "
+                                                 "reduction_dim");
+  TPU_TRY(tpu__ref_alloc_shape(out, &in->shape, d));
+  tpu_tensor *res[16];
+  if (n > (int)(sizeof res / sizeof res[0])) {
+    tpu_tensor_free(out);
+    return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "PartialReduce of %d arrays", n);
+  }
+  for (int k = 0; k < n; k++) res[k] = out->dtype == TPU_TUPLE ? &out->elems[k] : out;
+  int64_t len = a0->dims[dim], bins = res[0]->dims[dim];
+  int64_t str[TPU_MAX_RANK];
+  tpu__ref_strides(a0->rank, a0->dims, str);
+  int64_t inner = str[dim], nin = tpu_tensor_numel(a0), outer = len > 0 && inner > 0 ? nin / (len * inner) : 0;
+  tpu__scall sc;
+  tpu_status st = tpu__scall_init(&sc, ip, cmp, 2 * n, in->loc, d);
+  for (int k = 0; st == TPU_OK && k < n; k++)
+    if (sc.args[2 * k].dtype != args[k]->dtype || sc.args[2 * k + 1].dtype != args[k]->dtype ||
+        args[n + k]->dtype != args[k]->dtype || res[k]->dtype != args[k]->dtype)
+      st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "PartialReduce comparator parameters do not match operand %d", k);
+  for (int64_t o = 0; st == TPU_OK && o < outer; o++)
+    for (int64_t i = 0; st == TPU_OK && i < inner; i++)
+      for (int64_t b = 0; st == TPU_OK && b < bins; b++) {
+        size_t dst = (size_t)(o * bins * inner + b * inner + i);
+        for (int k = 0; k < n; k++) { /* the initial values */
+          size_t es = tpu_dtype_size(args[k]->dtype);
+          memcpy((char *)res[k]->data + dst * es, args[n + k]->data, es);
+        }
+        for (int64_t j = b; st == TPU_OK && j < len; j += bins) {
+          size_t src = (size_t)(o * len * inner + j * inner + i);
+          for (int k = 0; k < n; k++) {
+            size_t es = tpu_dtype_size(args[k]->dtype);
+            memcpy(tpu__scall_arg(&sc, 2 * k), (const char *)args[k]->data + src * es, es);
+            memcpy(tpu__scall_arg(&sc, 2 * k + 1), (const char *)res[k]->data + dst * es, es);
+          }
+          int first = 0;
+          st = tpu__scall_pred(&sc, &first, d);
+          for (int k = 0; st == TPU_OK && first && k < n; k++) {
+            size_t es = tpu_dtype_size(args[k]->dtype);
+            memcpy((char *)res[k]->data + dst * es, (const char *)args[k]->data + src * es, es);
+          }
+        }
+      }
+  tpu__scall_deinit(&sc);
+  if (st != TPU_OK) tpu_tensor_free(out);
+  return st;
 }

@@ -341,7 +341,21 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       c->padded_flops += pf;
       return;
     }
-    case TPU_OP_CUSTOM_CALL: /* TopK */
+    case TPU_OP_CUSTOM_CALL: /* TopK, PartialReduce */
+      if (tpu_custom_call_kind(in) == TPU_CC_PARTIAL_REDUCE) {
+        /* A vector reduction whose bins are positions modulo the bin count (a multiple of
+         * the lanes): each input register meets its bins' register element by element, no
+         * cross-lane work. Per value register: the comparator's ops, then one select per
+         * array (values, indices). */
+        const tpu_shape *is = &in->operands[0]->shape;
+        int64_t ivr = value_vregs(be, in->operands[0]);
+        int64_t n = in->noperands / 2, ops = comp_ops(tpu_custom_call_comp(in)) + n;
+        c->vpu += ivr * ops;
+        c->flops += (double)tpu_shape_numel(is) * (double)ops;
+        c->padded_flops += (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)ops;
+        return;
+      }
+      /* fall through */
     case TPU_OP_SORT: case TPU_OP_TOPK: {
       const tpu_shape *is = &in->operands[0]->shape;
       int64_t dim = in->op == TPU_OP_SORT && in->dimensions.n ? in->dimensions.v[0] : is->rank - 1;
@@ -784,9 +798,10 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
         k->own = 1; /* a buffer of its own that later ops fill: no work */
         return TPU_OK;
       }
-      if (tpu_custom_call_kind(in) != TPU_CC_TOPK) return tpu_custom_call_refuse(in, "the TPU back end", be->d);
+      if (tpu_custom_call_kind(in) != TPU_CC_TOPK && tpu_custom_call_kind(in) != TPU_CC_PARTIAL_REDUCE)
+        return tpu_custom_call_refuse(in, "the TPU back end", be->d);
       k->own = 1;
-      break; /* top-k: a kernel costed as one (add_cost) */
+      break; /* top-k, PartialReduce: a kernel costed as one (add_cost) */
     case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT: case TPU_OP_BITCAST:
     case TPU_OP_OPT_BARRIER: case TPU_OP_AFTER_ALL: case TPU_OP_ADD_DEPENDENCY:
     case TPU_OP_COPY_START: case TPU_OP_COPY_DONE: /* a prefetch XLA scheduled: its copy aliases the source */
