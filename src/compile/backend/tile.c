@@ -355,8 +355,12 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
         c->padded_flops += (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)ops;
         return;
       }
+      /* Inside a fusion only top-k does work here; the compiler's other custom calls there
+       * (AllocateBuffer, AssumeGatherIndicesInBound, ...) allocate or pass a value on. */
+      if (tpu_custom_call_kind(in) != TPU_CC_TOPK || in->noperands < 1) return;
       /* fall through */
     case TPU_OP_SORT: case TPU_OP_TOPK: {
+      if (in->noperands < 1) return;
       const tpu_shape *is = &in->operands[0]->shape;
       int64_t dim = in->op == TPU_OP_SORT && in->dimensions.n ? in->dimensions.v[0] : is->rank - 1;
       int64_t len = is->rank > 0 && dim >= 0 && dim < is->rank ? is->dims[dim] : 1;
