@@ -14,6 +14,7 @@
 #include "ir/collective.h"
 #include "ir/verify.h"
 #include "pod/cost.h"
+#include "pod/megascale.h"
 #include "pod/podio.h"
 #include "ref/ref.h"
 
@@ -247,6 +248,16 @@ static tpu_status partition(tpu_module *m, const char *spec, const tpu_chip *chi
   return st;
 }
 
+/* The module a run compiles and computes: partitioned over the mesh (above), and one slice's
+ * program from the TPU compiler (send/recv pairs to the megascale runtime) widened to the
+ * run's slices, as `tpusim run --slices K` does (docs/pod.md, "Many slices"). */
+static tpu_status prepare_module(tpu_module *m, const run_plan *p, const tpu_chip *chip, tpu_diag *d) {
+  TPU_TRY(partition(m, p->mesh, chip, p->precision, p->no_window, d));
+  if (!tpu_megascale_present(m, NULL)) return TPU_OK;
+  TPU_TRY(tpu_megascale_widen(m, p->slices, d));
+  return tpu_ir_verify(m, d);
+}
+
 /* Copies caller array i into a tensor checked against `want` (f32 rounded for bf16/f16).
  * An array that needs no change (its dtype and dims are the parameter's; not pred) is
  * borrowed instead: *borrowed = 1, t->data is the caller's (the interpreter never writes a
@@ -323,7 +334,7 @@ static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, cons
                                 const tpu_loop_trips *trips, tpu_diag *d) {
   if (c->prog) return TPU_OK;
   tpu_status st = parse_verified(sm->name, sm->text, sm->len, &c->cm, d);
-  if (st == TPU_OK) st = partition(c->cm, p->mesh, &c->chip, p->precision, p->no_window, d);
+  if (st == TPU_OK) st = prepare_module(c->cm, p, &c->chip, d);
   if (st == TPU_OK) {
     c->pk = tpu_report_peak_kind(c->cm); /* before fusion hides the dots */
     memset(&c->costs, 0, sizeof c->costs);
@@ -557,7 +568,7 @@ static tpu_status find_compiled(const tpu_sim_module *sm, const run_plan *p, tpu
     if (st == TPU_OK) {
       if (p->tpu) c->chip = chip;
       st = parse_verified(sm->name, sm->text, sm->len, &c->vm, d);
-      if (st == TPU_OK) st = partition(c->vm, p->mesh, p->tpu ? &c->chip : NULL, p->precision, p->no_window, d);
+      if (st == TPU_OK) st = prepare_module(c->vm, p, p->tpu ? &c->chip : NULL, d);
       if (st == TPU_OK) {
         c->devices = tpu_module_device_count(c->vm);
         tpu__cache_insert(c);

@@ -312,6 +312,9 @@ static tpu_status widen_pair(widen *w, tpu_comp *c, tpu_instr *recv, tpu_instr *
   tpu_free(groups);
   tpu_strbuf_deinit(&g);
   if (st == TPU_OK) st = tpu_build_set_attr(&w->b, x, "channel_id", attr_of(recv, "channel_id") ? attr_of(recv, "channel_id") : "1");
+  /* The recv's attributes stay on the collective: it is still a host transfer to the compiler,
+   * which XLA's collective combiners never take (combine-collectives leaves it alone). */
+  if (st == TPU_OK) st = tpu_build_set_attr(&w->b, x, "frontend_attributes", attr_of(recv, "frontend_attributes"));
   if (st == TPU_OK && done) { /* recv-done -> (the collective's result, the recv's token) */
     tpu_instr *ops[2] = {x, recv->operands[0]}, *t;
     st = tpu_build_instr_like(&w->b, c, done, TPU_OP_TUPLE, "megascale.recv", &done->shape, ops, 2, &t);

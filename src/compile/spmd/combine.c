@@ -34,8 +34,19 @@ static const char *attr_of(const tpu_instr *in, const char *name) {
 
 static int same_text(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
 
+/* A collective that stands for a send/recv pair to the megascale runtime (a multi-slice
+ * program from the TPU compiler, widened by src/pod/megascale.c, which keeps the transfer's
+ * frontend attributes on it) is a host transfer to XLA: its combiners take only all-reduce,
+ * all-gather and reduce-scatter instructions (all_reduce_key.cc), so the compiler's DCN
+ * transfers leave one by one, as it wrote them. */
+static int megascale_transfer(const tpu_instr *in) {
+  const char *fa = attr_of(in, "frontend_attributes");
+  return fa && strstr(fa, "_xla_megascale_transfer_type") != NULL;
+}
+
 static int combinable_op(const tpu_instr *in) {
   if (in->op != TPU_OP_ALL_REDUCE && in->op != TPU_OP_ALL_GATHER && in->op != TPU_OP_REDUCE_SCATTER) return 0;
+  if (megascale_transfer(in)) return 0;
   if (in->noperands != 1 || !tpu_dtype_is_array(in->shape.dtype)) return 0;
   if (in->op != TPU_OP_ALL_GATHER) { /* a plain reducer: parameters in, one op out */
     const tpu_comp *r = in->to_apply;
