@@ -11,8 +11,17 @@ are differentiated by JAX (the backward pass is the loop transposed, its permute
         (layer r*P + s on stage s), M = P = 8 microbatches going round the ring twice,
         M*2 + P - 1 = 23 iterations.
 
+pp1 is a 1F1B schedule (PipeDream-Flush's order, Narayanan et al. SC'21) written by hand in
+one loop: in iteration t stage s runs the forward of microbatch t - s and the backward of
+microbatch t - (2P - 2 - s) (the last stage's backward right after its own forward), the
+activations passed round the ring and the input gradients round the reversed ring, each
+stage's inputs and outputs kept until their backward; M = 8, M + 2P - 2 = 22 iterations.
+Its loss and gradients are checked here against jax.value_and_grad of the same layers
+unpipelined.
+
 For each NAME: NAME.hlo, NAME.<arg>.npy, NAME.outK.npy (JAX's loss and updated weights),
-NAME.shardings, NAME.inputs. Run by hand: python3 examples/pod/gen_pipeline.py."""
+NAME.shardings, NAME.inputs. Run by hand: python3 examples/pod/gen_pipeline.py [NAME...]."""
+import sys
 import os
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 import jax, jax.numpy as jnp, numpy as np
@@ -64,12 +73,52 @@ def circular(ws, xs, V=2):
     return lax.psum(outs, "stage")
 
 
-def write(name, body, ws, M):
-    f = shard_map(body, mesh=mesh, in_specs=(P("stage"), P()), out_specs=P())
+back = [(i, (i - 1) % NS) for i in range(NS)]
 
-    def step(ws, xs, ys):
-        l, g = jax.value_and_grad(lambda w: jnp.mean((f(w, xs) - ys) ** 2))(ws)
-        return l, ws - 0.5 * g
+
+def one_f_one_b(ws, xs, ys):
+    """ws: [1, d, d] this stage's layer; xs, ys: [M, b, d]. Returns the loss (mean squared
+    error over every microbatch) and this stage's weight gradient, by hand."""
+    M, stage, w = xs.shape[0], lax.axis_index("stage"), ws[0]
+    N = xs.size
+
+    def step(t, carry):
+        fin, gin, s_in, s_out, gw, loss = carry
+        j = t - stage                      # forward: microbatch j
+        jv, jc = (j >= 0) & (j < M), jnp.clip(j, 0, M - 1)
+        inp = jnp.where(stage == 0, xs[jc], fin)
+        out = jnp.tanh(inp @ w)
+        s_in = jnp.where(jv, s_in.at[jc].set(inp), s_in)
+        s_out = jnp.where(jv, s_out.at[jc].set(out), s_out)
+        last = stage == NS - 1
+        err = out - ys[jc]
+        loss = loss + jnp.where(last & jv, jnp.sum(err * err) / N, 0.0)
+        k = t - (2 * NS - 2 - stage)       # backward: microbatch k
+        kv, kc = (k >= 0) & (k < M), jnp.clip(k, 0, M - 1)
+        gz = jnp.where(last, 2.0 * err / N, gin) * (1.0 - s_out[kc] ** 2)
+        gw = gw + jnp.where(kv, s_in[kc].T @ gz, 0.0)
+        return lax.ppermute(out, "stage", ring), lax.ppermute(gz @ w.T, "stage", back), s_in, s_out, gw, loss
+
+    z = varying(jnp.zeros((b, d), xs.dtype))
+    init = (z, z, varying(jnp.zeros_like(xs)), varying(jnp.zeros_like(xs)), jnp.zeros_like(w),
+            varying(jnp.zeros((), xs.dtype)))
+    _, _, _, _, gw, loss = lax.fori_loop(0, M + 2 * NS - 2, step, init)
+    return lax.psum(loss, "stage"), gw[None]
+
+
+def write(name, body, ws, M):
+    if body is one_f_one_b:  # the schedule computes its own gradients
+        f1 = shard_map(body, mesh=mesh, in_specs=(P("stage"), P(), P()), out_specs=(P(), P("stage")))
+
+        def step(ws, xs, ys):
+            l, g = f1(ws, xs, ys)
+            return l, ws - 0.5 * g
+    else:
+        f = shard_map(body, mesh=mesh, in_specs=(P("stage"), P()), out_specs=P())
+
+        def step(ws, xs, ys):
+            l, g = jax.value_and_grad(lambda w: jnp.mean((f(w, xs) - ys) ** 2))(ws)
+            return l, ws - 0.5 * g
 
     r = np.random.RandomState(1)
     xs = r.randn(M, b, d).astype(np.float32)
@@ -79,6 +128,16 @@ def write(name, body, ws, M):
     c = js.lower(ws, xs, ys).compile()
     open(os.path.join(here, f"{name}.hlo"), "w").write(c.as_text())
     outs = jax.tree.leaves(js(ws, xs, ys))
+    if body is one_f_one_b:  # the same step unpipelined, differentiated by JAX
+        def plain(w):
+            h = xs
+            for s in range(NS):
+                h = jnp.tanh(h @ w[s])
+            return jnp.mean((h - ys) ** 2)
+        l0, g0 = jax.value_and_grad(plain)(ws)
+        upd = np.abs(0.5 * np.asarray(g0)).max()
+        assert abs(float(outs[0]) - float(l0)) <= 1e-5 * abs(float(l0)), (outs[0], l0)
+        assert np.abs(np.asarray(outs[1]) - (ws - 0.5 * np.asarray(g0))).max() <= 1e-4 * upd
     for i, o in enumerate(outs):
         np.save(os.path.join(here, f"{name}.out{i}.npy"), np.asarray(o))
     for n, v in zip(["ws", "xs", "ys"], [ws, xs, ys]):
@@ -91,5 +150,12 @@ def write(name, body, ws, M):
 
 
 r = np.random.RandomState(0)
-write("ppg", gpipe, (r.randn(NS, d, d) * 0.3).astype(np.float32), 4)
-write("ppc", circular, (r.randn(NS, 2, d, d) * 0.3).astype(np.float32), NS)
+wg = (r.randn(NS, d, d) * 0.3).astype(np.float32)
+wc = (r.randn(NS, 2, d, d) * 0.3).astype(np.float32)
+want = sys.argv[1:] or ["ppg", "ppc", "pp1"]
+if "ppg" in want:
+    write("ppg", gpipe, wg, 4)
+if "ppc" in want:
+    write("ppc", circular, wc, NS)
+if "pp1" in want:
+    write("pp1", one_f_one_b, wg, NS)

@@ -7,8 +7,9 @@
 #include "ir/collective.h"
 
 /* P when the permute's pairs cut the devices into rings or lines all of length P (each
- * device sends to at most one and receives from at most one), else 0. */
-static int64_t permute_stages(const tpu_instr *in) {
+ * device sends to at most one and receives from at most one), else 0. With `src_out`
+ * (room for the module's devices), each device's source there (-1: none). */
+static int64_t permute_stages(const tpu_instr *in, int64_t *src_out) {
   int64_t replicas, partitions;
   tpu_module_device_grid(in->parent->module, &replicas, &partitions);
   int64_t n = replicas * partitions, P = 0;
@@ -39,10 +40,39 @@ static int64_t permute_stages(const tpu_instr *in) {
       if (P && len != P) ok = 0;
       P = len;
     }
+  if (ok && src_out) memcpy(src_out, src, sizeof *src * (size_t)n);
   tpu_free(src);
   tpu_free(dst);
   tpu_free(seen);
   return ok && P >= 2 ? P : 0;
+}
+
+/* The permute after `at` in the same loop body (insns (at, end of the innermost loop around
+ * it)) that sends along `fwd`'s pairs reversed (each target back to its source), as the
+ * input gradients of a 1F1B schedule go; its op index, or -1. */
+static int reverse_permute(const tpu_program *p, int at, const tpu_instr *fwd, int64_t P) {
+  int64_t replicas, partitions;
+  tpu_module_device_grid(fwd->parent->module, &replicas, &partitions);
+  int64_t n = replicas * partitions;
+  int64_t *a = tpu_malloc(sizeof *a * (size_t)n), *b = tpu_malloc(sizeof *b * (size_t)n);
+  int found = -1;
+  if (a && b && permute_stages(fwd, a) == P)
+    for (int i = at + 1, depth = 0; i < p->ninsns && depth >= 0 && found < 0; i++) {
+      const tpu_insn *x = &p->insns[i];
+      if (x->opc == TPU_ISA_LOOP) depth++;
+      else if (x->opc == TPU_ISA_END) depth--;
+      if (depth != 0 || x->opc != TPU_ISA_ICI || x->op < 0) continue;
+      const tpu_instr *in = p->ops[x->op].instr;
+      if (!in || in == fwd || tpu_collective_base(in->op) != TPU_OP_COLLECTIVE_PERMUTE) continue;
+      if (permute_stages(in, b) != P) continue;
+      int rev = 1; /* fwd sends a[dev] -> dev, so the reverse sends dev -> a[dev] */
+      for (int64_t dev = 0; rev && dev < n; dev++)
+        if (a[dev] >= 0) rev = b[a[dev]] == dev;
+      if (rev) found = x->op;
+    }
+  tpu_free(a);
+  tpu_free(b);
+  return found;
 }
 
 int tpu_pod_find_pipelines(const tpu_program *p, const tpu_timeline *tl, tpu_pod_pipeline *out, int max) {
@@ -58,18 +88,24 @@ int tpu_pod_find_pipelines(const tpu_program *p, const tpu_timeline *tl, tpu_pod
     const tpu_instr *in = p->ops[x->op].instr;
     if (!in || tpu_collective_base(in->op) != TPU_OP_COLLECTIVE_PERMUTE) continue;
     int dup = 0;
-    for (int k = 0; k < n; k++) dup |= out[k].permute_op == x->op;
+    for (int k = 0; k < n; k++) dup |= out[k].permute_op == x->op || out[k].reverse_op == x->op;
     if (dup) continue;
-    int64_t P = permute_stages(in);
+    int64_t P = permute_stages(in, NULL);
     const tpu_insn *lp = &p->insns[stack[depth - 1]];
     int64_t count = x->op < tl->nops ? tl->ops[x->op].count : 0;
     int64_t T = lp->trips > 0 ? lp->trips : count;
     if (P < 2 || T <= P) continue; /* T = P: a ring algorithm (each block round once) */
+    int rev = reverse_permute(p, i, in, P);
+    int64_t padding = rev >= 0 ? 2 * (P - 1) : P - 1;
+    if (T <= padding) continue; /* no microbatch: all of it padding */
     tpu_pod_pipeline *pl = &out[n++];
     memset(pl, 0, sizeof *pl);
     pl->loop = lp->what ? lp->what : "loop";
     pl->permute = p->ops[x->op].name;
     pl->permute_op = x->op;
+    pl->reverse = rev >= 0 ? p->ops[rev].name : NULL;
+    pl->reverse_op = rev;
+    pl->padding = padding;
     pl->stages = P;
     pl->trips = T;
     pl->runs = T > 0 && count >= T ? count / T : 1;
@@ -92,7 +128,7 @@ int tpu_pod_find_pipelines(const tpu_program *p, const tpu_timeline *tl, tpu_pod
     }
     tpu_free(in_body);
     pl->loop_cycles = first >= 0 ? (double)(last - first) : 0;
-    pl->bubble_cycles = pl->loop_cycles * (double)(P - 1) / (double)T;
+    pl->bubble_cycles = pl->loop_cycles * (double)padding / (double)T;
   }
   tpu_free(stack);
   return n;

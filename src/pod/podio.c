@@ -488,10 +488,13 @@ void tpu_podio_print(FILE *f, const tpu_podio *pc, const tpu_program *p, const t
   for (int k = 0; k < npl; k++) {
     const tpu_pod_pipeline *pl = &pls[k];
     double ls = pl->loop_cycles / clock;
-    fprintf(f, "pipeline: %s passes activations round %lld stages (%s) in %lld iterations: each stage computes on "
-            "padding in %lld of them, the bubble: %.1f%% of the loop's %.4g us, %.4g us per stage\n", pl->loop,
-            (long long)pl->stages, pl->permute, (long long)pl->trips, (long long)(pl->stages - 1),
-            100.0 * (double)(pl->stages - 1) / (double)pl->trips, ls * 1e6, pl->bubble_cycles / clock * 1e6);
+    char back[128] = "";
+    if (pl->reverse) snprintf(back, sizeof back, " and gradients back (%s)", pl->reverse);
+    fprintf(f, "pipeline: %s passes activations round %lld stages (%s)%s in %lld iterations: each stage computes on "
+            "padding in %lld of them%s, the bubble: %.1f%% of the loop's %.4g us, %.4g us per stage\n", pl->loop,
+            (long long)pl->stages, pl->permute, back, (long long)pl->trips, (long long)pl->padding,
+            pl->reverse ? " (forward and backward each, 1F1B)" : "", 100.0 * (double)pl->padding / (double)pl->trips,
+            ls * 1e6, pl->bubble_cycles / clock * 1e6);
   }
   /* What to try, from where the step waits. */
   if (ici_wait > 0.3)
@@ -565,12 +568,18 @@ void tpu_podio_write_json(void *user, tpu_json_writer *w) {
       tpu_json_string(w, pls[k].loop);
       tpu_json_key(w, "permute");
       tpu_json_string(w, pls[k].permute);
+      if (pls[k].reverse) {
+        tpu_json_key(w, "reverse_permute");
+        tpu_json_string(w, pls[k].reverse);
+      }
       tpu_json_key(w, "stages");
       tpu_json_int(w, pls[k].stages);
       tpu_json_key(w, "iterations");
       tpu_json_int(w, pls[k].trips);
+      tpu_json_key(w, "padding_iterations");
+      tpu_json_int(w, pls[k].padding);
       tpu_json_key(w, "bubble_fraction");
-      tpu_json_number(w, (double)(pls[k].stages - 1) / (double)pls[k].trips);
+      tpu_json_number(w, (double)pls[k].padding / (double)pls[k].trips);
       tpu_json_key(w, "loop_seconds");
       tpu_json_number(w, pls[k].loop_cycles / clock);
       tpu_json_key(w, "bubble_seconds_per_stage");
@@ -709,7 +718,10 @@ void tpu_podio_trace(void *user, tpu_json_writer *w, double clock) {
   }
   tpu_free(rows);
   /* Pipeline loops: a track per stage (the first 16) with the iterations it spends on
-   * padding, stage s idle in iterations [0, s) and [T - (P-1-s), T) of each run. */
+   * padding, stage s idle in iterations [0, s) and [T - (P-1-s), T) of each run; in a 1F1B
+   * loop its forward is padding outside [s, s + M) and its backward outside
+   * [2P-2-s, 2P-2-s + M) (M = T - 2(P-1)): "bubble" where both are, else "bubble (forward)"
+   * or "bubble (backward)" for the half that is. */
   tpu_pod_pipeline pls[4];
   int npl = tpu_pod_find_pipelines(x->p, tl, pls, 4);
   for (int k = 0; k < npl; k++) {
@@ -723,10 +735,13 @@ void tpu_podio_trace(void *user, tpu_json_writer *w, double clock) {
       int tid = 2000 + 16 * k + (int)s;
       tpu_trace_track(w, tid, track);
       for (int64_t it = 0; it < ne; it++) {
-        int64_t i = it % pl->trips;
-        if (i >= s && i < pl->trips - (pl->stages - 1 - s)) continue;
+        int64_t i = it % pl->trips, P = pl->stages, M = pl->trips - pl->padding;
+        int fwd_idle = pl->reverse ? i < s || i >= s + M : i < s || i >= pl->trips - (P - 1 - s);
+        int bwd_idle = pl->reverse ? i < 2 * P - 2 - s || i >= 2 * P - 2 - s + M : fwd_idle;
+        if (!fwd_idle && !bwd_idle) continue;
+        const char *what = fwd_idle && bwd_idle ? "bubble" : fwd_idle ? "bubble (forward)" : "bubble (backward)";
         double b = (double)(it ? ends[it - 1] : ends[0] - (ends[1] - ends[0])), e = (double)ends[it];
-        tpu_trace_event(w, tid, "bubble", "pipeline", b * 1e6 / clock, (e - b) * 1e6 / clock);
+        tpu_trace_event(w, tid, what, "pipeline", b * 1e6 / clock, (e - b) * 1e6 / clock);
       }
     }
     tpu_free(ends);

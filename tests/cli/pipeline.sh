@@ -1,10 +1,11 @@
 #!/bin/sh
-# Pipeline parallelism: two shard_map + ppermute training steps from JAX over 8 devices
-# (examples/pod/ppg GPipe, ppc circular; XLA's SPMD output) run with JAX's values, and the
-# summary, report and trace show each pipeline loop's bubble: (P-1)/T of its iterations.
+# Pipeline parallelism: three shard_map + ppermute training steps from JAX over 8 devices
+# (examples/pod/ppg GPipe, ppc circular, pp1 1F1B; XLA's SPMD output) run with JAX's values,
+# and the summary, report and trace show each pipeline loop's bubble: (P-1)/T of its
+# iterations, 2(P-1)/T for a 1F1B loop (forward and backward in every iteration).
 . tests/cli/lib/preamble.sh
 P=examples/pod
-for n in ppg ppc; do
+for n in ppg ppc pp1; do
   IN=$(sed "s|^|-i $P/|" $P/$n.inputs | tr '\n' ' ')
   # shellcheck disable=SC2086
   "$BIN" run $P/$n.hlo --backend ref $IN --out-sharding @$P/$n.shardings -o "$T/$n" -q 2> "$T/err" ||
@@ -38,6 +39,34 @@ bub = [e for e in ev if e.get("name") == "bubble"]
 assert len(bub) == 2 * 8 * 7, len(bub)
 tracks = {e["args"]["name"] for e in ev if e.get("ph") == "M" and "bubble" in str(e.get("args", {}).get("name", ""))}
 assert len(tracks) == 16, tracks
+PY
+# 1F1B in one loop (pp1): the forward of microbatch t-s and the backward of t-(2P-2-s) in
+# iteration t, activations round the ring, gradients back round the reversed one: one
+# pipeline of 8 + 14 = 22 iterations, forward and backward each on padding in 14 of them.
+# (Before, its two permutes were two pipelines with 7 of 22, a bubble of 31.8 %.)
+"$BIN" run $P/pp1.hlo --mode timing --chip v5p --report "$T/r1.json" --trace "$T/t1.json" > "$T/o" 2> "$T/err" ||
+  fail "pp1 timing exited $?: $(cat "$T/err")"
+[ "$(grep -c '^pipeline' "$T/o")" = 1 ] &&
+  grep -Eq '^pipeline: while.[0-9]+ passes activations round 8 stages \(ppermute.[0-9]+\) and gradients back \(ppermute.[0-9]+\) in 22 iterations: each stage computes on padding in 14 of them \(forward and backward each, 1F1B\), the bubble: 63.6%' "$T/o" ||
+  fail "1F1B bubble line: $(grep '^pipeline' "$T/o")"
+python3 - "$T/r1.json" "$T/t1.json" <<'PY' || fail "1F1B report/trace bubble"
+import json, sys
+pl = json.load(open(sys.argv[1]))["pod"]["pipelines"]
+assert len(pl) == 1 and pl[0]["iterations"] == 22 and pl[0]["padding_iterations"] == 14 and pl[0]["reverse_permute"], pl
+assert abs(pl[0]["bubble_seconds_per_stage"] - pl[0]["loop_seconds"] * 14 / 22) < 1e-12, pl
+t = json.load(open(sys.argv[2]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+P, M, T = 8, 8, 22
+for s in range(P):  # stage s: forward on microbatches in [s, s+M), backward in [2P-2-s, 2P-2-s+M)
+    got = [e["name"] for e in ev if e.get("tid") == 2000 + s and e.get("cat") == "pipeline"]
+    want = []
+    for i in range(T):
+        f, b = not s <= i < s + M, not 2 * P - 2 - s <= i < 2 * P - 2 - s + M
+        if f or b:
+            want.append("bubble" if f and b else "bubble (forward)" if f else "bubble (backward)")
+    assert got == want, (s, got, want)
+    # half an iteration for each half-idle one: 2(P-1) in all
+    assert got.count("bubble") + (got.count("bubble (forward)") + got.count("bubble (backward)")) / 2 == 2 * P - 2
 PY
 # Not pipelines: a ring of 4 passed round in 4 iterations (a ring algorithm), and chains
 # of unequal lengths (0->1->2 beside 3->4) in a loop of 6.
@@ -73,4 +102,4 @@ HLO
   fi
 done
 [ "$fails" = 0 ] || exit 1
-echo "pipeline: GPipe and circular steps give JAX's values; bubbles 7/11 and 7/23"
+echo "pipeline: GPipe, circular and 1F1B steps give JAX's values; bubbles 7/11, 7/23 and 14/22"
