@@ -119,6 +119,10 @@ def test_multislice_program_from_libtpu(cli, tmp_path):
     for k, o in enumerate(outs):
         assert np.array_equal(o, np.load(os.path.join(m_dir, f"out{k}.npy"))), k
     assert rep.devices == 8
+    m = tpusim.load(hlo)  # one slice's 4 devices until a run widens it: then the run's 8
+    assert m.devices == 4
+    _, rep_m = m.run(mode="timing", chip="v5e", slices=2)
+    assert rep_m.devices == 8 and m.devices == 8 and "8 device(s)" in repr(m)
     subprocess.run([cli, "run", hlo, "--slices", "2", "--chip", "v5e", "--precision", "highest", "-i",
                     os.path.join(m_dir, "x.npy"), "--out-sharding", "@" + os.path.join(m_dir, "shardings"),
                     "-q", "--report", str(tmp_path / "cli.json")], check=True)

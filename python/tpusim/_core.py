@@ -153,7 +153,14 @@ class Module:
         res = _Result(r)
         outputs = None if mode == "timing" else res.outputs()
         report = Report(res, self.name) if L.tpu_sim_result_timed(r) else None
+        self._widened(report)
         return outputs, report
+
+    def _widened(self, report):
+        """One slice's program from the TPU compiler (megascale send/recv pairs) runs widened
+        to the run's slices: .devices counts the devices of that run (slices x one slice's)."""
+        if report is not None and report.devices > self.devices:
+            self.devices = report.devices
 
     def call(self, inputs, *, donate=None, backend="tpu", chip="v5e", precision=None, out_shardings=None, mesh=None,
              topology=None, slices=None, progress=None, windowed_einsum=True):
@@ -167,7 +174,9 @@ class Module:
         o, keep_opts = self._options(backend, chip, precision, "full", out_shardings, mesh, topology, slices,
                                      windowed_einsum)
         try:
-            return call_module(self, o, inputs, donate, progress)
+            outs, report = call_module(self, o, inputs, donate, progress)
+            self._widened(report)
+            return outs, report
         finally:
             del keep_opts
 

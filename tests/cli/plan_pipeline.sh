@@ -101,28 +101,44 @@ assert len(pl) == 2 and all(p["stages"] == 4 and p["iterations"] == 7 for p in p
 assert abs(sum(p["bubble_seconds_per_stage"] for p in pl) - c["bubble_s"]) < 1e-12
 assert abs(j["step"]["seconds"] - c["step_s"]) < 1e-12
 PY
-# 1F1B (--pipeline-schedule 1f1b): the same loop timed (the same bubble and step), the peak
-# less the saved activations of the 7 - 4 iterations a 1F1B stage never holds at once (at
-# most P = 4 microbatches in flight), from gen.Step's own saved tensors: 2 layers a stage.
+# 1F1B (--pipeline-schedule 1f1b), timed as one SPMD 1F1B loop (examples/pod/pp1) from the
+# GPipe program: T = M + 2(P - 1) iterations, each one forward and one backward iteration of
+# the GPipe loops (M + P - 1 iterations each), so the step is GPipe's plus P - 1 = 3 more
+# iterations of both loops (= GPipe's bubble seconds), the bubble 6/T and twice GPipe's
+# seconds; the peak is the GPipe program's less the saved activations of the M + 3 -
+# min(M, 2P - 1) iterations never in flight (2 layers a stage): 7 - 4 with 4 microbatches,
+# 11 - 7 with 8.
 "$BIN" plan $D/pp8.json --chips v5p --slice 8 --data 1 --fsdp 2 --tensor 1 --pipeline 4 --micro 4 --remat full \
   --pipeline-schedule 1f1b --json > "$T/f.json" 2> "$T/err" || fail "plan --pipeline-schedule 1f1b exited $?: $(cat "$T/err")"
-python3 - "$T/p.json" "$T/f.json" <<'PY' || fail "the 1F1B candidate against GPipe's"
+"$BIN" plan $D/pp8.json --chips v5p --slice 8 --data 1 --fsdp 2 --tensor 1 --pipeline 4 --micro 8 --remat full \
+  --pipeline-schedule 1f1b --json > "$T/f8.json" 2> "$T/err" || fail "plan --pipeline-schedule 1f1b --micro 8 exited $?"
+"$BIN" plan $D/pp8.json --chips v5p --slice 8 --data 1 --fsdp 2 --tensor 1 --pipeline 4 --micro 8 --remat full \
+  --json > "$T/g8.json" 2> "$T/err" || fail "plan --pipeline 4 --micro 8 exited $?"
+python3 - "$T/p.json" "$T/f.json" "$T/g8.json" "$T/f8.json" <<'PY' || fail "the 1F1B candidate against GPipe's"
 import json, math, sys
 sys.path.insert(0, "tools/plan")
 import gen
-g, f = (json.load(open(x))["candidates"][0] for x in sys.argv[1:3])
-assert g["schedule"] == "gpipe" and f["schedule"] == "1f1b", (g, f)
-assert f["step_s"] == g["step_s"] and f["bubble"] == g["bubble"] and f["micro"] == g["micro"] == 4, (g, f)
+g, f, g8, f8 = (json.load(open(x))["candidates"][0] for x in sys.argv[1:5])
+assert g["schedule"] == g8["schedule"] == "gpipe" and f["schedule"] == f8["schedule"] == "1f1b", (g, f)
+assert g["timed"] == "generated-program" and f["timed"] == f8["timed"] == "1f1b-from-gpipe-loops", (g, f)
+for gg, ff, M in ((g, f, 4), (g8, f8, 8)):
+    assert ff["micro"] == gg["micro"] == M and gg["iterations"] == M + 3 and ff["iterations"] == M + 6, (gg, ff)
+    assert abs(gg["bubble"] - 3 / (M + 3)) < 1e-12 and abs(ff["bubble"] - 6 / (M + 6)) < 1e-12, (gg, ff)
+    assert gg["bubble_s"] > 0 and abs(ff["bubble_s"] - 2 * gg["bubble_s"]) < 1e-9 * gg["bubble_s"], (gg, ff)
+    assert abs(ff["step_s"] - gg["step_s"] - gg["bubble_s"]) < 1e-9 * gg["step_s"], (gg, ff)
+    assert abs(ff["hw_util"] * ff["step_s"] - gg["hw_util"] * gg["step_s"]) < 1e-9, (gg, ff)
 m = json.load(open("tests/cli/plan/pp8.json"))
 m.update(dtype="bf16", optimizer="adam", experts=0)
-st = gen.Step(m, {"data": 1, "fsdp": 2, "tensor": 1, "micro": 4, "remat": "full", "pipeline": 4, "windowed": False})
-row = sum(math.prod(s) * (2 if dt == "bf16" else 4) for s, dt in st.saved().values())
-assert row > 0 and f["hbm_saved_1f1b"] == row * 2 * (7 - 4), (row, f)
-assert g["hbm_peak"] - f["hbm_peak"] == row * 2 * 3 and f["held_iterations"] == 4 and g["held_iterations"] == 7, (g, f)
+for gg, ff, M, held in ((g, f, 4, 4), (g8, f8, 8, 7)):
+    st = gen.Step(m, {"data": 1, "fsdp": 2, "tensor": 1, "micro": M, "remat": "full", "pipeline": 4, "windowed": False})
+    row = sum(math.prod(s) * (2 if dt == "bf16" else 4) for s, dt in st.saved().values())
+    assert row > 0 and ff["hbm_saved_1f1b"] == row * 2 * (M + 3 - held), (row, ff)
+    assert gg["hbm_peak"] - ff["hbm_peak"] == row * 2 * (M + 3 - held), (gg, ff)
+    assert ff["held_iterations"] == held and gg["held_iterations"] == M + 3, (gg, ff)
 PY
 "$BIN" plan $D/pp8.json --chips v5p --slice 8 --data 1 --fsdp 2 --tensor 1 --pipeline 4 --micro 4 --remat full \
   --pipeline-schedule 1f1b > "$T/f.txt" 2> "$T/err"
-grep -q "^  #1 pipelines 4 stages (1F1B) over 4 microbatches: .*; 1F1B: a stage holds at most 4 microbatches' activations, [0-9.]* [kMG]B less than the GPipe loop timed" "$T/f.txt" ||
+grep -q "^  #1 pipelines 4 stages (1F1B) over 4 microbatches: every stage computes on padding in 6 of 10 iterations, the bubble 60.0 % .*; 1F1B: a stage holds at most 4 microbatches' activations, [0-9.]* [kMG]B less than the GPipe program; timed as one SPMD 1F1B loop from the GPipe program's forward and backward iterations" "$T/f.txt" ||
   fail "1F1B line: $(grep '#1 pipelines' "$T/f.txt")"
 for bad in "1f1b --pipeline-repeats 2" "circular"; do
   # shellcheck disable=SC2086

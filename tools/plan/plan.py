@@ -237,15 +237,43 @@ def state_bytes_per_chip(m, F, T, P=1):
 
 def held_iterations(st, cand):
     """The pipeline iterations whose activations a stage holds at once. The generated loop
-    (GPipe, circular) keeps every iteration's until the backward loop: st.Tp of them. 1F1B
-    (PipeDream-Flush: Narayanan et al., SC'21, section 2.2) starts a microbatch's backward
-    pass as soon as the last stage has its forward, so stage 0, the one that waits longest,
-    holds at most P microbatches in flight (all M when M < P), with the same bubble as GPipe."""
+    (GPipe, circular) keeps every iteration's until the backward loop: st.Tp of them. 1F1B as
+    one SPMD program (examples/pod/pp1, docs/pod.md "Pipelines"): iteration t runs the forward
+    of microbatch t - s and the backward of microbatch t - 2(P - 1) + s on stage s, in
+    lockstep, so stage 0 holds microbatches t - 2(P - 1) .. t: at most 2P - 1 (all M when
+    M < 2P - 1)."""
     if st.P <= 1:
         return 1
     if cand.get("schedule") == "1f1b":
-        return min(st.P, st.mb)
+        return min(2 * st.P - 1, st.mb)
     return st.Tp
+
+
+def onef1b_iterations(st):
+    """A one-program SPMD 1F1B loop's iterations: M + 2(P - 1), each a forward and a backward
+    of one microbatch (or padding) on every stage."""
+    return st.mb + 2 * (st.P - 1)
+
+
+def onef1b_timing(st, step_s, hw, loops):
+    """The 1F1B step timed from the generated GPipe program: its forward and backward
+    pipeline loops (tpusim's report, M + P - 1 iterations each) give one forward and one
+    backward iteration's wall time, f and b; the 1F1B loop runs T = M + 2(P - 1) iterations
+    of f + b in their place, padding in 2(P - 1) of them (the bubble pipeline.c finds in
+    such a loop). Everything outside the loops (embedding, head, optimizer) is the GPipe
+    program's. The hardware FLOPs are the GPipe program's (the extra padding iterations'
+    matmuls are not counted), so hw_util is a lower bound. None when the report lacks the
+    two GPipe loops."""
+    gp = [x for x in loops if x["stages"] == st.P and x["padding_iterations"] == st.P - 1 and
+          x["iterations"] == st.Tp]
+    if len(gp) != 2:
+        return None
+    it = sum(x["loop_seconds"] / x["iterations"] for x in gp)  # f + b
+    T = onef1b_iterations(st)
+    step = step_s - sum(x["loop_seconds"] for x in gp) + T * it
+    pad = 2 * (st.P - 1)
+    return {"step_s": step, "hw_util": hw * step_s / step, "bubble": pad / T, "bubble_s": pad * it,
+            "iterations": T, "timed": "1f1b-from-gpipe-loops"}
 
 
 def saved_row_bytes(st):
@@ -407,7 +435,11 @@ def run_one(a, chip, cand, tmp, idx):
         peak = j["hbm_peak_bytes"]
     if peak is None:  # one chip: the report has no pod section; the program header has the peak
         peak = hbm_peak_1chip(a, chip, st)
-    saving = onef1b_saving(a.model, cand)  # 1F1B: the GPipe loop timed, fewer activations held
+    pl = pod.get("pipelines", [])
+    onef1b = onef1b_timing(st, step_s, hw, pl) if stages(cand) > 1 and cand.get("schedule") == "1f1b" else None
+    if onef1b:  # 1F1B: the GPipe loops' iterations, M + 2(P - 1) of a forward and a backward
+        step_s, hw = onef1b["step_s"], onef1b["hw_util"]
+    saving = onef1b_saving(a.model, cand)  # 1F1B: the GPipe program's peak, fewer activations held
     peak -= saving
     if peak > chip["hbm"]:  # --ignore-hbm: timed on a copy of the chip with more HBM
         return {"status": "no-fit", "hbm_need": peak, "why": "HBM", "step_s": step_s,
@@ -419,10 +451,13 @@ def run_one(a, chip, cand, tmp, idx):
         out.update(held_iterations=held_iterations(st, cand), **({"hbm_saved_1f1b": saving} if saving else {}))
     if a.slices > 1:  # the collectives' time over the data-center network beside ICI's
         out.update(dcn_s=comm[0], ici_s=comm[1])
-    pl = pod.get("pipelines", [])
-    if stages(cand) > 1 and pl:  # the bubble tpusim finds in the pipeline loops
+    if onef1b:
+        out.update(bubble=onef1b["bubble"], bubble_s=onef1b["bubble_s"], iterations=onef1b["iterations"],
+                   timed=onef1b["timed"])
+    elif stages(cand) > 1 and pl:  # the bubble tpusim finds in the pipeline loops
         out.update(bubble=max(x["bubble_fraction"] for x in pl),
-                   bubble_s=sum(x["bubble_seconds_per_stage"] for x in pl))
+                   bubble_s=sum(x["bubble_seconds_per_stage"] for x in pl), iterations=st.Tp,
+                   timed="gpipe-program" if cand.get("schedule") == "1f1b" else "generated-program")
     return out
 
 
@@ -744,14 +779,19 @@ def text_report(a, out, keep, over, bad, front):
         r = keep[0]
         V = r.get("repeats", 1)
         P = stages(r)
+        f1 = r.get("schedule") == "1f1b"
         held = (f"; 1F1B: a stage holds at most {r['held_iterations']} microbatches' activations, "
-                f"{fmt_bytes(r['hbm_saved_1f1b'])} less than the GPipe loop timed"
-                if r.get("schedule") == "1f1b" and "held_iterations" in r else "")
+                f"{fmt_bytes(r.get('hbm_saved_1f1b', 0))} less than the GPipe program"
+                if f1 and "held_iterations" in r else "")
+        if f1:
+            held += ("; timed as one SPMD 1F1B loop from the GPipe program's forward and backward iterations"
+                     if r.get("timed") == "1f1b-from-gpipe-loops" else "; timed as the GPipe program (no 1F1B loop found)")
+        pad = 2 * (P - 1) if f1 and r.get("timed") == "1f1b-from-gpipe-loops" else P - 1
         w(f"  #1 pipelines {P} stages" + (f" ({V} repeats, circular)" if V > 1 else "") +
           (" (1F1B)" if r.get("schedule") == "1f1b" else "") +
           (f" over {r['slices']} slices" if r.get("dcn") == "pipeline" else "") +
           f" over {r['micro']} microbatches: every stage computes on padding "
-          f"in {P - 1} of {r['micro'] * V + P - 1} iterations"
+          f"in {pad} of {r.get('iterations', r['micro'] * V + P - 1)} iterations"
           + (f", the bubble {100 * r['bubble']:.1f} % of the pipeline loops, {r['bubble_s']:.4g} s per step"
              if "bubble" in r else "") + held + " (docs/pod.md, \"Pipelines\")\n")
     if any(r.get("windowed") for r in keep):
@@ -819,7 +859,8 @@ def main(argv):
     ap.add_argument("--pipeline-repeats", type=int, default=1,
                     help="circular pipelines: each microbatch goes this many times round the stages")
     ap.add_argument("--pipeline-schedule", choices=["gpipe", "1f1b", "circular"],
-                    help="gpipe (default), 1f1b (the same bubble, at most P microbatches' activations held), or "
+                    help="gpipe (default), 1f1b (one SPMD loop of M + 2P - 2 iterations, each a forward and a backward: "
+                         "bubble 2(P - 1)/(M + 2P - 2), at most 2P - 1 microbatches' activations held), or "
                          "circular (default with --pipeline-repeats above 1)")
     ap.add_argument("--remat", choices=["off", "on", "both"] + [k for k in gen.REMAT if k not in ("off", "on")],
                     default="both", help="on / off / both, or one of MaxText's remat policies by name (docs/plan.md)")
