@@ -12,7 +12,10 @@
  * twice and no cycle can form; cheap producers (scalar constants, iota, broadcasts of a
  * scalar, and an elementwise op, convert, broadcast or reshape of a few vector operations
  * whose every user can take it, as XLA's instruction fusion duplicates) are instead copied
- * into each group that uses them. Only computations that run
+ * into each group that uses them. An expensive producer (a dot, convolution, transcendental
+ * function or division) never joins a group that reads its elements more than once through a
+ * broadcast (XLA's instruction fusion: the consumer reuses the producer's elements), so a
+ * small product or row statistic is its own kernel's result. Only computations that run
  * as a sequence (the entry, while conditions and bodies, conditional branches) are
  * fused; ops that call computations (while, conditional, reduce's reducer, ...) are
  * never fused across, and a group holds at most one dot, convolution or reduce.
@@ -52,6 +55,7 @@ typedef struct {
   unsigned char *side;
   unsigned char *need; /* an instruction's value is read outside the groups that hold it */
   unsigned char *gone; /* copied into every group that uses it: no kernel of its own */
+  unsigned char *reuse; /* a member whose elements its group reads more than once (broadcast) */
   int *tried;          /* g + 1: decided while growing group g */
   struct cand { int id, mem; } *heap; /* grow's candidates (heap_push) */
   int nheap, capheap;
@@ -206,6 +210,46 @@ static int shared_cheap(const fuser *f, const tpu_instr *p) {
   return 1;
 }
 
+/* Does u read each element of its operand p more than once (a broadcast to more elements)? */
+static int reuses_operand(const tpu_instr *u, const tpu_instr *p) {
+  return u->op == TPU_OP_BROADCAST && u->operands[0] == p && tpu_shape_numel(&u->shape) > tpu_shape_numel(&p->shape);
+}
+
+/* Would group g read p's elements more than once: a member reading p reuses them, or reads
+ * them into a value the group reuses? (Every member reading p has joined when p is decided.) */
+static int reused_in_group(const fuser *f, int g, const tpu_instr *p) {
+  for (int k = 0; k < f->uses.nusers[p->id]; k++) {
+    const tpu_instr *u = f->uses.users[p->id][k];
+    if (f->mark[u->id] == g && (f->reuse[u->id] || reuses_operand(u, p))) return 1;
+  }
+  return 0;
+}
+
+/* A scalar constant, or a broadcast of one. */
+static int scalar_constant(const tpu_instr *x) {
+  if (x->op == TPU_OP_BROADCAST) x = x->operands[0];
+  return x->op == TPU_OP_CONSTANT && tpu_shape_numel(&x->shape) <= 1;
+}
+
+/* Work XLA's instruction fusion will not repeat for each reuse of its result (its
+ * IsExpensive): the matrix unit's dot and convolution; the transcendental functions (exp,
+ * expm1, log, log1p, logistic, power, sqrt, rsqrt, cbrt, tanh, erf, atan2); a division or
+ * remainder, unless integer by a constant; sine, cosine, tangent, abs and sign of complex
+ * values. (Reductions, gathers and the like never join a loop fusion here.) */
+static int expensive(const tpu_instr *p) {
+  if (tpu__fuse_heavy(p)) return 1;
+  switch (p->op) {
+    case TPU_OP_EXP: case TPU_OP_EXPM1: case TPU_OP_LOG: case TPU_OP_LOG1P: case TPU_OP_LOGISTIC:
+    case TPU_OP_POWER: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_CBRT: case TPU_OP_TANH:
+    case TPU_OP_ERF: case TPU_OP_ATAN2: return 1;
+    case TPU_OP_DIVIDE: case TPU_OP_REMAINDER:
+      return !tpu_dtype_is_int(p->shape.dtype) || !scalar_constant(p->operands[1]);
+    case TPU_OP_SINE: case TPU_OP_COSINE: case TPU_OP_TAN: case TPU_OP_ABS: case TPU_OP_SIGN:
+      return tpu_dtype_is_complex(p->shape.dtype);
+    default: return 0;
+  }
+}
+
 static tpu_status push_member(fuser *f, int g, int id, int dup, member_side side) {
   group *G = &f->groups[g];
   if (G->n == G->cap) {
@@ -221,6 +265,7 @@ static tpu_status push_member(fuser *f, int g, int id, int dup, member_side side
   G->ids[G->n] = id;
   G->dup[G->n] = (unsigned char)dup;
   G->n++;
+  f->reuse[id] = (unsigned char)reused_in_group(f, g, f->c->instrs[id]);
   f->mark[id] = g;
   f->side[id] = (unsigned char)side;
   if (!dup) f->owner[id] = g;
@@ -347,7 +392,9 @@ static tpu_status grow(fuser *f, int g) {
     const tpu_instr *p = f->c->instrs[best], *m = f->c->instrs[f->groups[g].ids[mj]];
     f->tried[best] = g + 1;
     member_side side;
-    if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side)) {
+    /* XLA's instruction fusion: an expensive producer stays out of a consumer that reuses
+     * its elements (a small product a consumer broadcasts is its own kernel's result) */
+    if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side) || (expensive(p) && reused_in_group(f, g, p))) {
       f->need[p->id] = 1;
       continue;
     }
@@ -519,6 +566,7 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made, co
   f.side = tpu_calloc(n + 1, 1);
   f.need = tpu_calloc(n + 1, 1);
   f.gone = tpu_calloc(n + 1, 1);
+  f.reuse = tpu_calloc(n + 1, 1);
   f.tried = tpu_calloc(n + 1, sizeof *f.tried);
   /* Scratch for materializing: clones by id, then one slot per fusion parameter. */
   size_t maxops = 1;
@@ -528,7 +576,7 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made, co
   tpu_instr **ext = tpu_calloc(maxops, sizeof *ext);
   tpu_instr **fwd = tpu_calloc(n + 1, sizeof *fwd);
   tpu_status st = TPU_OK;
-  if (!f.owner || !f.mark || !f.side || !f.need || !f.gone || !f.tried || !clone || !stamp || !ext || !fwd) st = nomem(&f);
+  if (!f.owner || !f.mark || !f.side || !f.need || !f.gone || !f.reuse || !f.tried || !clone || !stamp || !ext || !fwd) st = nomem(&f);
   if (st == TPU_OK) {
     for (size_t i = 0; i < n; i++) f.owner[i] = f.mark[i] = stamp[i] = -1;
     st = form_groups(&f);
@@ -546,6 +594,7 @@ static tpu_status fuse_comp(tpu_builder *b, tpu_comp *c, tpu__made_set *made, co
   tpu_free(f.side);
   tpu_free(f.need);
   tpu_free(f.gone);
+  tpu_free(f.reuse);
   tpu_free(f.tried);
   tpu_free(f.heap);
   tpu_free(clone);

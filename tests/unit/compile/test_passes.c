@@ -377,6 +377,70 @@ static void test_dot_gelu_one_kernel(void) {
   CHECK_EQ_INT(kc.dots[0], 1);
 }
 
+/* The kernels of a compiled entry (parameters, constants and tuples left out), and for each
+ * of the first 8 how many of its ops have opcode `op`. */
+static int kernels_with(const char *src, tpu_opcode op, int per[8]) {
+  memset(per, 0, sizeof(int) * 8);
+  tpu_module *m = compile_src(src);
+  if (!m) return -1;
+  int k = 0;
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT || in->op == TPU_OP_GET_TUPLE_ELEMENT ||
+        in->op == TPU_OP_TUPLE)
+      continue;
+    if (k < 8) {
+      const tpu_comp *c = in->op == TPU_OP_FUSION ? in->calls : NULL;
+      for (int j = 0, n = c ? c->ninstrs : 1; j < n; j++) per[k] += (c ? c->instrs[j]->op : in->op) == op;
+    }
+    k++;
+  }
+  tpu_module_free(m);
+  return k;
+}
+
+/* XLA's instruction fusion keeps an expensive producer (a dot, the transcendental unit's
+ * work, a division) out of a consumer that reuses its elements (a broadcast): a
+ * squeeze-and-excitation gate, sigmoid(dot) broadcast over the activations it scales, is the
+ * dot's kernel with its epilogue (the compiler's kOutput fusion of f32[8,96]), then a scaling
+ * kernel that only broadcasts (families mbconv_fwd_*); a norm's rsqrt of the row sums is a
+ * kernel of its own, not computed in the kernel that scales every element by it (the
+ * compiler's add_rsqrt_fusion). A cheap producer still joins through a broadcast. */
+static void test_expensive_reuse(void) {
+  const char *se =
+      "HloModule m\nENTRY e {\n x = bf16[8,56,56,96] parameter(0)\n g = f32[8,4] parameter(1)\n"
+      " w = f32[4,96] parameter(2)\n d = f32[8,96] dot(g, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " n = f32[8,96] negate(d)\n e = f32[8,96] exponential(n)\n c = bf16[8,96] convert(e)\n"
+      " b = bf16[8,56,56,96] broadcast(c), dimensions={0,3}\n ROOT y = bf16[8,56,56,96] multiply(x, b)\n}\n";
+  int dots[8], exps[8], muls[8];
+  int k = kernels_with(se, TPU_OP_DOT, dots);
+  kernels_with(se, TPU_OP_EXP, exps);
+  kernels_with(se, TPU_OP_MULTIPLY, muls);
+  printf("SE gate: %d kernels, dots %d/%d, exps %d/%d, multiplies %d/%d\n", k, dots[0], dots[1], exps[0], exps[1],
+         muls[0], muls[1]);
+  CHECK_EQ_INT(k, 2);
+  CHECK_EQ_INT(dots[0] + dots[1], 1);
+  CHECK(dots[0] ? exps[0] == 1 && muls[1] == 1 : exps[1] == 1 && muls[0] == 1); /* exp with the dot */
+  const char *norm =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[256,384] parameter(0)\n sq = f32[256,384] multiply(x, x)\n z = f32[] constant(0)\n"
+      " r = f32[256] reduce(sq, z), dimensions={1}, to_apply=add\n q = f32[256] %s(r)\n"
+      " qb = f32[256,384] broadcast(q), dimensions={0}\n ROOT y = f32[256,384] multiply(x, qb)\n}\n";
+  char src[1024];
+  int rs[8];
+  snprintf(src, sizeof src, norm, "rsqrt");
+  k = kernels_with(src, TPU_OP_RSQRT, rs);
+  kernels_with(src, TPU_OP_MULTIPLY, muls);
+  printf("norm rsqrt: %d kernels\n", k);
+  CHECK_EQ_INT(k, 3); /* sum of squares, rsqrt, scaling */
+  CHECK_EQ_INT(rs[2], 0); /* not in the scaling kernel (the root, last) */
+  CHECK_EQ_INT(rs[0] + rs[1], 1);
+  snprintf(src, sizeof src, norm, "negate"); /* cheap: computed in the scaling kernel */
+  k = kernels_with(src, TPU_OP_NEGATE, rs);
+  printf("norm negate: %d kernels\n", k);
+  CHECK_EQ_INT(k, 2);
+}
+
 static void test_matmul_fusion(void) {
   /* attention: softmax(q k^T / 8) v over rows of S */
   const char *attn =
@@ -430,9 +494,12 @@ static void test_matmul_fusion(void) {
       " ROOT t = (bf16[64,256], bf16[64,256], bf16[64,256]) tuple(yq, yk, yv)\n}\n";
   kernel_census kc = census(norm);
   printf("RMSNorm into three projections: %d kernels\n", kc.kernels);
-  CHECK_EQ_INT(kc.kernels, 4); /* the sum of squares, then three matmuls */
+  /* the sum of squares, its rsqrt (a kernel of its own, as the compiler's add_rsqrt_fusion in
+   * families llama_fwd_*: an expensive producer stays out of the kernels that broadcast it),
+   * then three matmuls */
+  CHECK_EQ_INT(kc.kernels, 5);
   int scaled = 0;
-  for (int k = 0; k < 4 && k < kc.kernels; k++) scaled += kc.dots[k] == 1 && kc.multiplies[k] >= 2;
+  for (int k = 0; k < 5 && k < kc.kernels; k++) scaled += kc.dots[k] == 1 && kc.multiplies[k] >= 2;
   CHECK_EQ_INT(scaled, 3);
 }
 
@@ -1133,6 +1200,7 @@ int main(void) {
   test_shared_producer();
   test_matmul_fusion();
   test_dot_gelu_one_kernel();
+  test_expensive_reuse();
   test_dot_strength_reduction();
   test_sibling_fusion();
   test_conv_relayout();
