@@ -21,7 +21,7 @@ assert set(r["summary"]) == {"v4", "v5e", "v5p", "v6e"}
 # tpusim / compiler as measured (v4, v5e, v5p, v6e)
 want = {"adam_f32_1048576": (0.953, 0.997, 1.073, 0.978),
         "gemm_bf16_1024x1024x1024": (0.862, 0.862, 0.910, 0.854),
-        "layernorm_fwd_4096x1024_bfloat16": (1.023, 0.956, 1.027, 0.950)}
+        "layernorm_fwd_4096x1024_bfloat16": (0.980, 0.984, 0.992, 1.013)}
 bad = 0
 for x in rows:
     w = want[x["name"]][("v4", "v5e", "v5p", "v6e").index(x["chip"])]

@@ -222,10 +222,14 @@ static int carried_leaf(const tpu_instr *in, int leaf) {
  * corpus that some layout pads less than row-major, all 660 are laid out so (all 60 in
  * bench/fidelity/compiled), none row-major (bf16[3,197,256,3] leaves as {2,1,3,0}, 197 x 256
  * tiles rather than 3 elements padded to 128 lanes; f32[2048,7] as {0,1}).
- * (Rank-2 values such as a norm's f32[8192,1] statistics are laid out {0,1} too, but
- * counting them so moves their kernels' per-element stream costs onto the on-chip reads
- * they share a kernel with, which the compiler does not charge: not applied;
- * docs/fidelity.md.) */
+ * A rank-2 value whose minor dimension is 1 (a norm's f32[8192,1] statistics, its rsqrt a
+ * kernel of its own: fuse.c) is laid out {0,1} too, the rows in the lanes (the compiler's
+ * f32[N,1]{0,1:T(1,128)}: of the float [N,1] values with N >= 16 in the compiled families
+ * programs for v5e, 109 are laid out {0,1}, 12 {1,0}), not one element per row padded to
+ * 128 lanes. (Other rank-2 values, such as
+ * f32[2048,7], keep row-major inside the program: laid out {0,1}, their kernels'
+ * per-element stream costs move onto the on-chip reads they share a kernel with, which the
+ * compiler does not charge; docs/fidelity.md.) */
 static int free_layout(const tpu__be *be, const tpu_instr *v, const tpu_shape *s) {
   int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
   if (s->rank < 2 || s->layout_tail || !tpu_dtype_is_array(s->dtype)) return 0;
@@ -235,8 +239,9 @@ static int free_layout(const tpu__be *be, const tpu_instr *v, const tpu_shape *s
   if (v == e->root) return 1;
   for (int i = 0; e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++)
     if (e->root->operands[i] == v) return 1;
-  if (s->rank < 3) return 0;
-  if (s->dims[s->has_layout ? s->minor_to_major[0] : s->rank - 1] % lanes == 0) return 0;
+  int64_t minor = s->dims[s->has_layout ? s->minor_to_major[0] : s->rank - 1];
+  if (s->rank < 3 && minor != 1) return 0;
+  if (minor % lanes == 0) return 0;
   const tpu__kinfo *k = tpu__be_info(be, v);
   return !(k && k->mm && k->mm->op == TPU_OP_CONVOLUTION);
 }

@@ -568,6 +568,24 @@ static void free_intermediate_layout(void) {
   }
   tpu_program_free(p);
   tpu_module_free(m);
+  /* a value computed inside the program whose minor dimension is 1 (a norm's rsqrt of its
+   * f32[4096,1] row statistics, a kernel of its own): the rows in the lanes, as the compiler's
+   * f32[4096,1]{0,1:T(1,128)}, 16 kB, not 4096 rows padded to 128 lanes (2 MB) */
+  p = compile_src("HloModule st\nENTRY e {\n  x = f32[4096,1] parameter(0)\n  y = f32[4096,1024] parameter(1)\n"
+                  "  s = f32[4096,1] rsqrt(x)\n  r = f32[4096] reshape(s)\n"
+                  "  b = f32[4096,1024] broadcast(r), dimensions={0}\n  ROOT o = f32[4096,1024] multiply(y, b)\n}\n",
+                  &m);
+  if (p) {
+    int st = op_named(p, "s");
+    CHECK(st >= 0);
+    if (st >= 0) {
+      printf("rsqrt of f32[4096,1] inside the program: %.0f padded bytes\n", p->ops[st].padded_bytes);
+      /* x, a parameter given without a layout, is read row-major (2 MB); s is written in 16 kB */
+      CHECK_NEAR(p->ops[st].padded_bytes, 4096.0 * 128 * 4 + 4096.0 * 4, 0);
+    }
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
   /* a rank-2 result: f32[2048,7] leaves as {0,1} (7 rows padded to 8, 2048 in the lanes),
    * not with 7 elements padded to 128 lanes */
   p = compile_src("HloModule r2\nENTRY e {\n  x = f32[2048,7]{0,1} parameter(0)\n  ROOT a = f32[2048,7] abs(x)\n}\n", &m);
