@@ -324,6 +324,15 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
     *side = SIDE_HEAVY;
     return 1;
   }
+  /* A reduce whose result is narrowed (a bf16 sum accumulated in f32, then converted) writes
+   * the narrow type itself: the XLA TPU compiler's bf16 propagation makes the reduce's result
+   * bf16 (its compiled reduce_sum_*_bf16 programs are one `reduce` to bf16, no convert after
+   * it), so the convert, the group's root, takes the reduce as its kernel's reduction. */
+  if (p->op == TPU_OP_REDUCE && p->noperands == 2 && !G->has_heavy && G->kind == K_LOOP && G->n == 1 &&
+      m == f->c->instrs[G->root] && narrowing_convert(m) && m->operands[0] == p) {
+    *side = SIDE_HEAVY;
+    return 1;
+  }
   return 0;
 }
 
@@ -401,7 +410,7 @@ static tpu_status grow(fuser *f, int g) {
     if (all_users_owned(f, p->id, g)) {
       if (side == SIDE_HEAVY) {
         f->groups[g].has_heavy = 1;
-        f->groups[g].kind = K_OUTPUT;
+        f->groups[g].kind = p->op == TPU_OP_REDUCE ? K_INPUT : K_OUTPUT;
       }
       TPU_TRY(push_member(f, g, p->id, 0, side));
     } else if (duplicable(p) || shared_cheap(f, p)) {

@@ -441,6 +441,27 @@ static void test_expensive_reuse(void) {
   CHECK_EQ_INT(k, 2);
 }
 
+/* A reduce whose result is narrowed (a bf16 sum accumulated in f32) writes the narrow type
+ * itself, one kernel, as the XLA TPU compiler's reduce to bf16 (families reduce_sum_*_bf16);
+ * a widening convert of the sum stays a kernel of its own. */
+static void test_narrowed_reduce(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[64,128] parameter(0)\n c = f32[64,128] convert(x)\n z = f32[] constant(0)\n"
+      " r = f32[64] reduce(c, z), dimensions={1}, to_apply=add\n ROOT y = %s[64] convert(r)\n}\n";
+  char src[1024];
+  int conv[8];
+  snprintf(src, sizeof src, fmt, "bf16");
+  int k = kernels_with(src, TPU_OP_CONVERT, conv);
+  printf("bf16 sum: %d kernels\n", k);
+  CHECK_EQ_INT(k, 1);
+  CHECK_EQ_INT(conv[0], 2);
+  snprintf(src, sizeof src, fmt, "f64");
+  k = kernels_with(src, TPU_OP_CONVERT, conv);
+  printf("f64 of an f32 sum: %d kernels\n", k);
+  CHECK_EQ_INT(k, 2);
+}
+
 static void test_matmul_fusion(void) {
   /* attention: softmax(q k^T / 8) v over rows of S */
   const char *attn =
@@ -702,6 +723,32 @@ static void test_dot_strength_reduction(void) {
     dots = 0;
     for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
     CHECK_EQ_INT(dots, bc[i].want_dots);
+  }
+  /* A batch of vector products the vector unit computes whatever the contraction: both
+   * operands vectors ('ab,ab->a', a dot product per batch element), or the matrix's free
+   * elements within one register's 8 sublanes ('abk,ak->ab' with b = 3), as the compiler's
+   * multiply_reduce fusions for the families programs einsum_acb_bca_a_* and
+   * einsum_bca_ba_ac_*; with 96 free elements the MXU (einsum_abcd_cba_ad_*). */
+  struct {
+    const char *src;
+    int want_dots;
+  } vb[] = {
+      {"HloModule m\nENTRY e {\n x = bf16[32,1024] parameter(0)\n y = bf16[32,1024] parameter(1)\n"
+       " ROOT d = bf16[32] dot(x, y), lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, rhs_contracting_dims={1}\n}\n",
+       0},
+      {"HloModule m\nENTRY e {\n x = bf16[16,3,1024] parameter(0)\n y = bf16[16,1024] parameter(1)\n"
+       " ROOT d = bf16[16,3] dot(x, y), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}\n}\n",
+       0},
+      {"HloModule m\nENTRY e {\n x = bf16[32,96,384] parameter(0)\n y = bf16[32,384] parameter(1)\n"
+       " ROOT d = bf16[32,96] dot(x, y), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}\n}\n",
+       1},
+  };
+  for (int i = 0; i < 3; i++) {
+    kc = census(vb[i].src);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    printf("batched vector product %d: %d dots\n", i, dots);
+    CHECK_EQ_INT(dots, vb[i].want_dots);
   }
   /* A chip with vpu_batched_vector_dots (v6e, as its XLA compiler does): a batched p . v
    * whose p keeps its size-1 query dimension runs on the vector unit; without that
@@ -1201,6 +1248,7 @@ int main(void) {
   test_matmul_fusion();
   test_dot_gelu_one_kernel();
   test_expensive_reuse();
+  test_narrowed_reduce();
   test_dot_strength_reduction();
   test_sibling_fusion();
   test_conv_relayout();
