@@ -13,17 +13,17 @@ command -v python3 > /dev/null && python3 -c "import numpy" 2> /dev/null || { ec
 # per-op estimates for one chip of the 2x4 slice; tpusim times 0.88x (pod_moe) to 10x
 # (pod_scan_fsdp) of it: known gaps, not yet explained (docs/testing.md).
 cat > "$T/bands" <<'EOF'
-pod_block_3d 1.489
+pod_block_3d 1.411
 pod_conv_spatial 1.590
-pod_dp_mlp 3.696
-pod_embed 1.791
-pod_fsdp_mlp 4.139
+pod_dp_mlp 3.256
+pod_embed 1.772
+pod_fsdp_mlp 3.879
 pod_layernorm_tp 2.444
-pod_megatron 4.486
+pod_megatron 4.690
 pod_moe 0.883
 pod_rowsum 4.650
-pod_scan_fsdp 9.953
-pod_seq_attention 2.475
+pod_scan_fsdp 9.634
+pod_seq_attention 2.102
 EOF
 n=0
 for d in tests/tpu/cases/pod_*; do

@@ -271,9 +271,13 @@ static int can_share_dying(const tpu__be *be, const val *g) {
   return k && k->kind == TPU__K_STREAM;
 }
 
-static int interferes(const val *a, const val *b, int share) {
+/* Whether a and b cannot share a buffer: their live ranges meet, unless one is defined
+ * where the other dies by a kernel that may write over what it reads (can_share_dying of
+ * the later value: the one that overwrites is the one defined there). */
+static int interferes(const tpu__be *be, const val *a, const val *b) {
   if (a->end < b->start || b->end < a->start) return 0;
-  if (share && (a->end == b->start || b->end == a->start)) return 0;
+  if (a->end == b->start && can_share_dying(be, b)) return 0;
+  if (b->end == a->start && can_share_dying(be, a)) return 0;
   return 1;
 }
 
@@ -297,10 +301,9 @@ static int64_t pack_temps(const tpu__be *be, val *v, int nv, byp *ord, live *act
   qsort(tord, (size_t)ntemp, sizeof *tord, cmp_pos);
   for (int q = 0; q < ntemp; q++) {
     int t = tord[q].idx;
-    int share = can_share_dying(be, &v[t]);
     for (int a = 0; a < nout && in_out[t] < 0; a++) {
-      int o = ord[a].idx, ok = v[t].size <= v[o].size && !interferes(&v[t], &v[o], share);
-      for (int c = chain[o]; ok && c >= 0; c = chain[c]) ok = !interferes(&v[t], &v[c], share);
+      int o = ord[a].idx, ok = v[t].size <= v[o].size && !interferes(be, &v[t], &v[o]);
+      for (int c = chain[o]; ok && c >= 0; c = chain[c]) ok = !interferes(be, &v[t], &v[c]);
       if (ok) {
         in_out[t] = o;
         chain[t] = chain[o];

@@ -5,6 +5,7 @@
 
 #include "compile/backend/backend.h"
 #include "compile/passes/hlo_passes.h"
+#include "ir/collective.h"
 
 typedef struct {
   int idx;          /* global instruction index */
@@ -29,17 +30,39 @@ static int cmp_benefit(const void *a, const void *b) {
 
 static int is_kernel(const tpu__kinfo *k) { return k->kind == TPU__K_STREAM || k->kind == TPU__K_MATMUL; }
 
+/* A synchronous collective with its own result buffer: its links read its operand and
+ * write its result wherever they lie, VMEM as well as HBM (the XLA TPU compiler's programs
+ * on one-core chips: sp_mlp_fwd's all-gathered weights, bf16[8192,2048], in S(1) and read
+ * there by the matmul; tp_mlp_fwd's last matmul writes its result to S(1) for the
+ * all-reduce that writes the step's output; bench/spmd/cases). */
+static int is_collective(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  (void)be;
+  return k->kind == TPU__K_ICI && k->own && in->op != TPU_OP_FUSION && tpu_collective_base(in->op) == in->op;
+}
+
 /* A bitcast: a view of the same bytes (the compiler's programs pass VMEM values to their
  * kernels so). */
 static int is_view(const tpu_instr *u) {
   return u->op == TPU_OP_BITCAST && u->noperands == 1 && u->operands[0]->parent == u->parent;
 }
 
+/* A synchronous collective of several operands (all-gather, all-reduce, reduce-scatter,
+ * all-to-all as XLA's combiners make them): a tuple of results, one per operand. */
+static int combined_collective(const tpu_instr *x) {
+  return x->shape.dtype == TPU_TUPLE &&
+         (x->op == TPU_OP_ALL_GATHER || x->op == TPU_OP_ALL_REDUCE || x->op == TPU_OP_REDUCE_SCATTER ||
+          x->op == TPU_OP_ALL_TO_ALL);
+}
+
 /* The instruction whose result v reads: a multi-output kernel's for its get-tuple-element;
  * through views, the value they view. */
 static const tpu_instr *result_of(const tpu_instr *v) {
   for (int hops = 0; hops < 8 && is_view(v); hops++) v = v->operands[0];
-  return v->op == TPU_OP_GET_TUPLE_ELEMENT && v->operands[0]->op == TPU_OP_FUSION ? v->operands[0] : v;
+  /* (a combined collective's results, one per operand, are read so too) */
+  return v->op == TPU_OP_GET_TUPLE_ELEMENT &&
+                 (v->operands[0]->op == TPU_OP_FUSION || combined_collective(v->operands[0]))
+             ? v->operands[0]
+             : v;
 }
 
 static const tpu__kinfo *resident_info(const tpu__be *be, const tpu_instr *v) {
@@ -292,7 +315,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
         int oi = tpu__be_index(be, result_of(u->operands[o]));
         if (oi < 0) continue;
         nuse[oi]++;
-        if (!is_kernel(ku) || !ku->own || u->operands[o]->parent != u->parent) bad[oi] = 1;
+        if (!(is_kernel(ku) || is_collective(be, u, ku)) || !ku->own || u->operands[o]->parent != u->parent) bad[oi] = 1;
       }
     }
   }
@@ -317,7 +340,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       const tpu_instr *in = cc->instrs[i];
       int gi = be->comp_base[ci] + in->id;
       tpu__kinfo *k = &be->k[gi];
-      if (!is_kernel(k) || !k->own || k->nleaves < 1 || bad[gi] || !nuse[gi] || k->pos <= 0 ||
+      if (!(is_kernel(k) || is_collective(be, in, k)) || !k->own || k->nleaves < 1 || bad[gi] || !nuse[gi] || k->pos <= 0 ||
           k->last_use < k->pos || k->last_use >= np)
         continue;
       int64_t size = 0, s1 = 0;

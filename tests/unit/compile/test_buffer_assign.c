@@ -3,6 +3,7 @@
  * not copied, donated parameters holding their outputs, and the argument / output / alias /
  * temp bytes of memory_analysis(). Values larger than VMEM so they live in HBM. */
 #include <stdio.h>
+#include <string.h>
 
 #include "unit/compile/backend_util.h"
 
@@ -142,8 +143,97 @@ static void donation(int donated) {
   tpu_module_free(m);
 }
 
+/* A one-core chip keeps a collective's operand and result in VMEM when they fit, as the XLA
+ * TPU compiler's memory-space assignment does (bench/spmd/cases: tp_mlp_fwd's last matmul
+ * writes S(1) for the all-reduce; sp_mlp_fwd's all-gathered weights are S(1) for their
+ * matmul): the matmul results (8 MiB each) and the weights one combined all-gather gathers
+ * for them (8 MiB each) take no HBM, so the step's temp is 0 (memory_analysis: 0). */
+static tpu_status flat_link(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d) {
+  (void)user, (void)in, (void)d;
+  c->seconds = 1e-5;
+  c->bytes = 8 * MiB;
+  c->lanes = 0;
+  return TPU_OK;
+}
+
+static void collective_values_in_vmem(void) {
+  const char *src =
+      "HloModule coll, num_partitions=4\n"
+      "add {\n"
+      "  a = bf16[] parameter(0)\n"
+      "  b = bf16[] parameter(1)\n"
+      "  ROOT c = bf16[] add(a, b)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  x = bf16[2048,2048] parameter(0)\n"
+      "  w = bf16[2048,512] parameter(1)\n"
+      "  v = bf16[2048,512] parameter(2)\n"
+      "  g = (bf16[2048,2048], bf16[2048,2048]) all-gather(w, v), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={1}, use_global_device_ids=true\n"
+      "  g0 = bf16[2048,2048] get-tuple-element(g), index=0\n"
+      "  g1 = bf16[2048,2048] get-tuple-element(g), index=1\n"
+      "  d = bf16[2048,2048] dot(x, g0), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  e = bf16[2048,2048] dot(d, g1), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  ROOT r = bf16[2048,2048] all-reduce(e), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add\n"
+      "}\n";
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &g_chip;
+  o.precision_override = -1;
+  o.coll_cost = flat_link; /* a chip of a pod: the collectives cost link time */
+  tpu_program *p = NULL;
+  tpu_diag d;
+  CHECK(m && tpu_compile_backend(m, &o, &p, &d) == TPU_OK);
+  if (p) {
+    CHECK_EQ_INT(p->hbm_arg, 8 * MiB + 2 * 2 * MiB);
+    CHECK_EQ_INT(p->hbm_out, 8 * MiB);
+    CHECK_EQ_INT(p->hbm_temp, 0);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+/* A value dying where an elementwise kernel is defined shares that kernel's buffer, whatever
+ * wrote the value: the all-reduced gradient (256 MiB, larger than VMEM) read only by the
+ * update that writes the step's output is written in the output's buffer (XLA: the
+ * multiply_subtract_fusion reading the all-reduce, dp_mlp_step_f32, temp 0). */
+static void dying_collective_result_shares_output(void) {
+  const char *src =
+      "HloModule upd, num_partitions=4\n"
+      "add {\n"
+      "  a = f32[] parameter(0)\n"
+      "  b = f32[] parameter(1)\n"
+      "  ROOT c = f32[] add(a, b)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  w = f32[8192,8192] parameter(0)\n"
+      "  g = f32[8192,8192] parameter(1)\n"
+      "  s = f32[8192,8192] all-reduce(g), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add\n"
+      "  ROOT u = f32[8192,8192] subtract(w, s)\n"
+      "}\n";
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &g_chip;
+  o.precision_override = -1;
+  o.coll_cost = flat_link;
+  tpu_program *p = NULL;
+  tpu_diag d;
+  CHECK(m && tpu_compile_backend(m, &o, &p, &d) == TPU_OK);
+  if (p) {
+    CHECK_EQ_INT(p->hbm_out, 256 * MiB);
+    CHECK_EQ_INT(p->hbm_temp, 0);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
+  dying_collective_result_shares_output();
+  collective_values_in_vmem();
   loop_stack_in_place();
   loop_read_only_and_copied();
   donation(0);
