@@ -500,6 +500,33 @@ static int single_tap(const tpu_window_dim *w, int64_t n, int64_t out, int64_t *
 
 static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
 
+/* Would the XLA TPU compiler fold this convolution's last spatial dimension into its batch
+ * (space to batch, XLA's SpaceToBatchConverter: the dimension cut into 8 pieces, each a new
+ * batch entry with a halo of its window's overlap, the result cut back)? Its legality rules:
+ * no batch groups; a window dilation only where the dilated window is narrower than the
+ * output; an input dilation only at stride 1 with a low padding of the dilation or one less
+ * (a 1-wide window at padding 0), and then, at a padding of the dilation, 24 or more
+ * elements; a halo no wider than a piece. Grouped convolutions are never folded in the
+ * compiled programs, nor any dimension under 16 (tune split: 14 and 15 wide stay whole, 28
+ * and wider are folded, batch 1 to 8, 2 to 16, 4 to 32). */
+static int space_to_batch(const tpu_instr *cv, const tpu_shape *ls, const tpu_shape *rs) {
+  const tpu_conv_dims *cd = &cv->conv;
+  const int64_t splits = 8;
+  int i = cd->nspatial - 1;
+  if (i < 0 || i >= cv->nwindow || cv->batch_group_count > 1 || cv->feature_group_count > 1) return 0;
+  const tpu_window_dim *w = &cv->window[i];
+  int64_t n = ls->dims[cd->in_spatial[i]], k = rs->dims[cd->k_spatial[i]], out = cv->shape.dims[cd->out_spatial[i]];
+  int64_t wd = w->window_dilation > 1 ? w->window_dilation : 1, st = w->stride > 0 ? w->stride : 1;
+  if (wd > 1 && k >= out) return 0;
+  if (w->base_dilation > 1) {
+    if (st != 1) return 0;
+    if (w->pad_lo == 0 ? k != 1 : (w->pad_lo != w->base_dilation - 1 && w->pad_lo != w->base_dilation)) return 0;
+    if (w->pad_lo == w->base_dilation && n < 3 * splits) return 0;
+  }
+  int64_t halo = (k - 1) * wd + 1 - st;
+  return n >= 2 * splits && halo <= (n + splits - 1) / splits;
+}
+
 /* The MXU problem of a dot or convolution. */
 static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
   const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
@@ -573,8 +600,28 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
     for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++)
       filter &= mm->window[i].size <= 7 && mm->window[i].stride == 1 && mm->window[i].base_dilation <= 1;
     int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
-    if (filter) k->k = round_up(rs->dims[cd->k_in], lanes) * taps;
+    int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+    int padded_batch = !depthwise && k->n != batch && batch > 0 && batch % sub && cd->nspatial >= 2 &&
+                       !space_to_batch(mm, ls, rs) && !tpu_dtype_is_complex(ls->dtype);
+    if (filter && !(padded_batch && g == 1)) k->k = round_up(rs->dims[cd->k_in], lanes) * taps;
     if (!depthwise) k->k_flops = rs->dims[cd->k_in] * taps;
+    /* The XLA TPU compiler's convolution emitters keep the batch in the sublanes of the
+     * vector registers (EmitAllBatchInSublanes, EmitInputBatchInSublanes...: batch second
+     * minor in its layouts, {3,0,2,1} for NHWC), one output position's batch to a register's
+     * 8 sublanes: each position's MXU rows are the batch rounded up to the sublanes, so a
+     * batch of 1, 2 or 4 costs what one of 8 does (tune split, compiled kernels of batch
+     * under 8: tpusim 0.2-0.7x the compiler's figure without this). Not where the batch is
+     * in the lanes (above), nor for the depthwise emitter, which packs features instead,
+     * nor for a 1-D convolution, whose positions the compiler folds into the batch until it
+     * fills the sublanes (space to batch: its 1-D convolutions of batch 1 and 4 run with
+     * batch 8 and 32 in the tune split's compiled programs). With the batch so padded, the
+     * taps' features form one contraction rather than each padded to the lanes (tune: a 5x5
+     * dilated convolution over 32 features of batch 1 or 2 costs its 25 x 32 deep GEMM; a
+     * grouped one keeps each group's taps padded: its figures do not depend on the taps). */
+    if (padded_batch) {
+      k->mm_flops = 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n;
+      k->m = k->m / batch * round_up(batch, sub);
+    }
   }
   if (mm->op == TPU_OP_DOT) k->k_flops = k->k;
   if (k->m < 1) k->m = 1;

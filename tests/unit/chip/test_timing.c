@@ -821,6 +821,60 @@ static void conv_taps_padded(void) {
   CHECK(cyc[0] < 0.6 * cyc[1]);
 }
 
+/* The XLA TPU compiler's convolution emitters keep the batch in the sublanes: each output
+ * position's MXU rows are the batch rounded up to the 8 sublanes, so a transposed
+ * convolution (input dilated 2x2, 4x4 window) over a batch of 1 takes what one over 8 does,
+ * one over 16 twice that; the FLOPs stay the batch's own. With the batch so padded, the
+ * taps' features are one contraction, not each padded to the lanes: a 3x3 convolution of a
+ * batch of 2 over 32 features takes about a quarter of one over 128. Not where the compiler
+ * folds the last spatial dimension into the batch (space to batch: 16 wide or more). */
+static void conv_batch_in_sublanes(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,64,64,128] parameter(0)\n w = bf16[4,4,128,128] parameter(1)\n"
+                    " ROOT y = bf16[%d,130,130,128] convolution(x, w), window={size=4x4 pad=3_3x3_3 lhs_dilate=2x2},"
+                    " dim_labels=b01f_01io->b01f\n}\n";
+  char src[512];
+  int bs[3] = {1, 8, 16};
+  double cyc[3] = {0, 0, 0}, fl[3] = {0, 0, 0};
+  for (int i = 0; i < 3; i++) {
+    snprintf(src, sizeof src, fmt, bs[i], bs[i]);
+    int nk = 0;
+    cyc[i] = stream_time(src, &g_v5e, &nk);
+    tpu_program *p = compile_src(src, &g_v5e, -1);
+    CHECK(p != NULL);
+    if (!p) return;
+    for (int j = 0; j < p->nops; j++) fl[i] += p->ops[j].flops;
+    tpu_program_free(p);
+  }
+  printf("transposed convolution, batch 1 / 8 / 16: %.0f / %.0f / %.0f cycles, %.3g / %.3g FLOPs\n", cyc[0], cyc[1],
+         cyc[2], fl[0], fl[1]);
+  CHECK(cyc[0] > 0.9 * cyc[1] && cyc[0] <= 1.02 * cyc[1]);
+  CHECK(cyc[2] > 1.8 * cyc[1] && cyc[2] < 2.2 * cyc[1]);
+  CHECK(fl[0] > 0.124 * fl[1] && fl[0] < 0.126 * fl[1]);
+  /* 14 wide: not folded into the batch (space to batch), so batch 2 is padded */
+  const char *f3 = "HloModule m\nENTRY e {\n x = bf16[2,512,14,%d] parameter(0)\n w = bf16[3,3,%d,256] parameter(1)\n"
+                   " ROOT y = bf16[2,512,14,256] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
+  int feats[2] = {32, 128};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, f3, feats[i], feats[i]);
+    int nk = 0;
+    cyc[i] = stream_time(src, &g_v5e, &nk);
+  }
+  printf("3x3 convolution of batch 2 over 32 / 128 features: %.0f / %.0f cycles\n", cyc[0], cyc[1]);
+  CHECK(cyc[0] > 0.25 * cyc[1] && cyc[0] < 0.4 * cyc[1]);
+  /* 112 wide: the compiler folds it into the batch 8 ways, so batch 1 is not padded: an
+   * eighth of batch 8's time, and its features padded at every tap as batch 8's are */
+  const char *f4 = "HloModule m\nENTRY e {\n x = bf16[%d,112,112,32] parameter(0)\n w = bf16[3,3,32,256] parameter(1)\n"
+                   " ROOT y = bf16[%d,112,112,256] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
+  int bb[2] = {1, 8};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, f4, bb[i], bb[i]);
+    int nk = 0;
+    cyc[i] = stream_time(src, &g_v5e, &nk);
+  }
+  printf("3x3 convolution 112 wide over 32 features, batch 1 / 8: %.0f / %.0f cycles\n", cyc[0], cyc[1]);
+  CHECK(cyc[0] > 0.1 * cyc[1] && cyc[0] < 0.16 * cyc[1]);
+}
+
 /* Two DMAs filling parts of one VMEM slot run back to back on the port: the second does
  * not wait for the first's latency (a kernel with more operands than an instruction reads
  * packs several into one buffer); the reader waits for both. */
@@ -895,6 +949,7 @@ int main(void) {
   calibration_fields(); /* on the preset as it is */
   stream_costs();
   conv_taps_padded();
+  conv_batch_in_sublanes();
   batched_dot_as_conv();
   matmul_stream_rate();
   matmul_result_pass();
