@@ -394,13 +394,14 @@ def _all_gather(mesh):
     return lambda x: ag.all_gather(x, mesh=mesh, axis_name="x")
 
 
-def _right_permute(mesh):
+def _right_permute(mesh, shift=1):
     """The Pallas distributed guide's first kernel: each device's block to its right
-    neighbour along "x" (mesh device ids, a remote copy between ANY refs)."""
+    neighbour along "x" (mesh device ids, a remote copy between ANY refs); with a shift, to
+    the device that many places to the right."""
     n = mesh.shape["x"]
 
     def kernel(x_ref, o_ref, send_sem, recv_sem):
-        right = jax.lax.rem(jax.lax.axis_index("x") + 1, n)
+        right = jax.lax.rem(jax.lax.axis_index("x") + shift, n)
         cp = pltpu.make_async_remote_copy(src_ref=x_ref, dst_ref=o_ref, send_sem=send_sem, recv_sem=recv_sem,
                                           device_id=(right,), device_id_type=pltpu.DeviceIdType.MESH)
         cp.start()
@@ -461,6 +462,9 @@ pod_case("all_gather_bf16_8dev_128x256", "v5e:2x4", (8,), ("x",), P("x"), None, 
 pod_case("right_permute_f32_4dev_32x128", "v5e:2x2", (4,), ("x",), P("x"), P("x"), _right_permute,
          lambda r: jnp.asarray(r.standard_normal((32, 128)), jnp.float32),
          lambda x: np.roll(np.asarray(x).reshape(4, 8, 128), 1, axis=0).reshape(32, 128))
+pod_case("permute_by2_f32_4dev_32x128", "v5e:2x2", (4,), ("x",), P("x"), P("x"), lambda m: _right_permute(m, 2),
+         lambda r: jnp.asarray(r.standard_normal((32, 128)), jnp.float32),
+         lambda x: np.roll(np.asarray(x).reshape(4, 8, 128), 2, axis=0).reshape(32, 128))
 pod_case("ring_allreduce_f32_2x4dev_16x512", "v5e:2x4", (2, 4), ("x", "y"), P("x", "y"), P("x", "y"), _ring_allreduce,
          lambda r: jnp.asarray(r.standard_normal((16, 512)), jnp.float32), _ring_ref)
 

@@ -116,3 +116,43 @@ def test_pjrt_plugin_runs_pallas_kernels():
     lines = p.stdout.strip().splitlines()
     assert lines[-2] == "tpusim"
     np.testing.assert_allclose(np.array([float(v) for v in lines[-1].split()]), want, rtol=1e-5, atol=1e-5)
+
+
+def test_each_run_is_timed_on_its_own_scalar_prefetch():
+    """A module run again with other scalar-prefetch values (here the block each grid step
+    reads: one block for every step, or a new block a step) is timed on its own values, not
+    on those of the run that compiled the cached program (docs/pallas.md)."""
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    try:
+        from jax.experimental import pallas as pl
+        from jax.experimental.pallas import tpu as pltpu
+        from jax.experimental import topologies
+        from jax.sharding import SingleDeviceSharding
+        dev = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices[0]
+    except Exception as e:
+        pytest.skip("lowering for a TPU needs libtpu (pip install 'jax[tpu]'): %s" % e)
+
+    def kernel(idx_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    def f(idx, x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8 * 256, 512), jnp.float32),
+                              grid_spec=pltpu.PrefetchScalarGridSpec(
+                                  num_scalar_prefetch=1, grid=(8,),
+                                  in_specs=[pl.BlockSpec((256, 512), lambda i, idx: (idx[i], 0))],
+                                  out_specs=pl.BlockSpec((256, 512), lambda i, idx: (i, 0))))(idx, x)
+    s = [jax.ShapeDtypeStruct((8,), jnp.int32, sharding=SingleDeviceSharding(dev)),
+         jax.ShapeDtypeStruct((8 * 256, 512), jnp.float32, sharding=SingleDeviceSharding(dev))]
+    text = jax.jit(f).lower(*s).as_text(dialect="hlo")
+    x = np.random.default_rng(5).standard_normal((8 * 256, 512)).astype(np.float32)
+    same, each = np.zeros(8, np.int32), np.arange(8, dtype=np.int32)
+    tpusim.cache_clear()
+    out_same, rep_same = tpusim.run(text, [same, x])
+    out_each, rep_each = tpusim.run(text, [each, x])  # the cached program, compiled on `same`
+    tpusim.cache_clear()
+    _, rep_fresh = tpusim.run(text, [each, x])
+    np.testing.assert_array_equal(out_same[0], np.tile(x[:256] * 2, (8, 1)))
+    np.testing.assert_array_equal(out_each[0], x * 2)
+    assert rep_each.step_time_s == rep_fresh.step_time_s
+    assert rep_each.step_time_s > rep_same.step_time_s  # 8 blocks fetched against 1

@@ -8,6 +8,7 @@
 #include "chip/chip.h"
 #include "chip/timeline.h"
 #include "ir/ir.h"
+#include "mosaic/mosaic.h"
 #include "pod/cost.h"
 #include "pod/podio.h"
 #include "report/report.h"
@@ -59,6 +60,8 @@ typedef struct tpu__compiled {
   tpu_pod_cost_ctx costs;    /* the link model's answers for its collectives */
   tpu_topology topo;         /* the slice of the options (costs.topo points here when set) */
   int dyn_trips;             /* a loop's trip count comes from each run's values */
+  tpu_mosaic_seen_set seen;  /* the Pallas calls' scalars prog was compiled with (a run that
+                              * gives others compiles its own program: run.c) */
   /* The timing, when it is the same for every run (!dyn_trips): */
   int timed;
   tpu_timeline tl;
@@ -118,6 +121,8 @@ struct tpu_sim_result {
   tpu_profile prof;
   tpu__api_src *src;         /* per profile row */
   int own_timing;            /* tl, prof and src are this run's (trip counts from its values) */
+  int own_prog;              /* compiled, prog and costs are this run's (its Pallas calls' scalars
+                              * differ from those the entry's program was compiled with) */
   tpu_podio pod;             /* a module of several devices: its inputs, results, report section */
   tpu_pod_cost_ctx costs;    /* the link model's answers for its collectives (report section) */
   tpu_topology topo;         /* the slice given by the options (costs.topo points here when set) */

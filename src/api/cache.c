@@ -35,6 +35,7 @@ static void entry_free(tpu__compiled *c) {
   tpu_module_free(c->cm);
   tpu_module_free(c->vm);
   tpu_pod_cost_free(&c->costs);
+  tpu_mosaic_seen_free(&c->seen);
   tpu_free(c->key);
   tpu_free(c);
 }

@@ -15,6 +15,11 @@ void tpu_sim_result_free(tpu_sim_result *r) {
     tpu_profile_free(&r->prof);
     tpu_timeline_free(&r->tl);
   }
+  if (r->own_prog) {
+    tpu_program_free(r->prog);
+    tpu_module_free(r->compiled);
+    tpu_pod_cost_free(&r->costs);
+  }
   tpu__cache_release(r->cc);
   tpu_free(r->leaves);
   tpu_free(r->taken);

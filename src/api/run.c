@@ -345,9 +345,10 @@ static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, cons
   }
   if (st == TPU_OK) {
     tpu_compile_opts co = {&c->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &c->costs, 0, 0, NULL,
-                           trips ? &trips->mosaic : NULL}; /* the first run's Pallas scalars */
+                           trips ? &trips->mosaic : NULL, tpu_pod_hops}; /* the first run's Pallas scalars */
     st = tpu_compile(c->cm, &co, &c->prog, d);
   }
+  if (st == TPU_OK) st = tpu_mosaic_seen_copy(&c->seen, trips ? &trips->mosaic : NULL, d);
   for (int i = 0; st == TPU_OK && i < c->prog->ninsns; i++)
     c->dyn_trips |= c->prog->insns[i].opc == TPU_ISA_LOOP && c->prog->insns[i].trips < 0;
   if (st == TPU_OK && !c->dyn_trips) {
@@ -364,9 +365,48 @@ static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, cons
     tpu_module_free(c->cm);
     c->cm = NULL;
     tpu_pod_cost_free(&c->costs);
+    tpu_mosaic_seen_free(&c->seen);
     c->dyn_trips = c->timed = 0;
   }
   return st;
+}
+
+/* A run whose Pallas calls were given other scalar operands (scalar prefetch, a dynamic
+ * grid's bound) than those the entry's program was compiled with: its own program, compiled
+ * on its scalars (the kernels' grids, DMAs and control flow follow them) and timed with its
+ * own trip counts; the result owns it. */
+static tpu_status own_program(tpu_sim_result *r, const tpu_sim_module *sm, const run_plan *p,
+                              const tpu_loop_trips *trips, tpu_diag *d) {
+  tpu__compiled *c = r->cc;
+  tpu_module *cm = NULL;
+  tpu_program *prog = NULL;
+  tpu_pod_cost_ctx costs;
+  memset(&costs, 0, sizeof costs);
+  costs.chip = &c->chip;
+  costs.topo = c->costs.topo; /* c->topo, which the result's reference keeps */
+  tpu_status st = parse_verified(sm->name, sm->text, sm->len, &cm, d);
+  if (st == TPU_OK) st = partition(cm, p->mesh, &c->chip, p->precision, p->no_window, d);
+  if (st == TPU_OK) {
+    tpu_compile_opts co = {&c->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &costs, 0, 0, NULL, &trips->mosaic,
+                           tpu_pod_hops};
+    st = tpu_compile(cm, &co, &prog, d);
+  }
+  if (st == TPU_OK) {
+    apply_trips(prog, trips);
+    st = time_into(prog, &c->chip, c->pk, sm, &r->tl, &r->metrics, &r->prof, &r->src, d);
+  }
+  if (st != TPU_OK) {
+    tpu_program_free(prog);
+    tpu_module_free(cm);
+    tpu_pod_cost_free(&costs);
+    return st;
+  }
+  r->compiled = cm;
+  r->prog = prog;
+  r->costs = costs;
+  r->topo = c->topo;
+  r->own_prog = r->own_timing = r->timed = 1;
+  return TPU_OK;
 }
 
 /* Distinct trip counts whose timings an entry keeps. */
@@ -380,6 +420,8 @@ static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, cons
   tpu_status st = build_program(c, sm, p, trips, d);
   tpu__cache_build_unlock();
   TPU_TRY(st);
+  if (trips && trips->mosaic.n > 0 && !tpu_mosaic_seen_same(&c->seen, &trips->mosaic))
+    return own_program(r, sm, p, trips, d);
   r->compiled = c->cm;
   r->prog = c->prog;
   r->costs = c->costs;

@@ -28,6 +28,11 @@ typedef struct tpu_coll_cost {
                    * known (it then takes them all) */
 } tpu_coll_cost;
 typedef tpu_status (*tpu_coll_cost_fn)(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d);
+/* The ICI hops on the route from device `from` to device `to` of the module of `in` on the
+ * slice its collectives are timed on (the link model's route), or -1 when none is known (the
+ * devices sit in different slices). */
+typedef tpu_status (*tpu_hops_fn)(void *user, const tpu_instr *in, int64_t from, int64_t to, int64_t *hops,
+                                  tpu_diag *d);
 
 typedef struct tpu_compile_opts {
   const tpu_chip *chip;       /* target; required */
@@ -45,6 +50,7 @@ typedef struct tpu_compile_opts {
   const struct tpu_mosaic_seen_set *mosaic_seen; /* NULL, or the scalar operands a values run gave
                                                   * each Pallas call (mosaic/mosaic.h): its
                                                   * timing counts the kernel on them */
+  tpu_hops_fn hops;           /* NULL: a Pallas kernel's remote DMAs go one hop; its user is coll_user */
 } tpu_compile_opts;
 
 /* The pass names in pipeline order, NULL-terminated (for --dump-after checks and help). */

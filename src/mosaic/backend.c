@@ -241,9 +241,11 @@ static int fetch(const lctx *l, int w, tpu_vref dst) {
 }
 
 /* The step's DMAs and signals to other devices of the pod, and the step waiting for them:
- * each target device's DMAs one after another on the link toward it (a hop's latency plus
- * the bytes at one link's bandwidth each), the targets' links at once; signals (a barrier)
- * one hop's latency before them. Targets are taken as neighbours (one hop). */
+ * each target device's DMAs one after another on the route toward it (its hops' latency
+ * plus the bytes at one link's bandwidth each), the targets' routes at once; signals (a
+ * barrier) one hop's latency before them. The hops are the pod link model's route from
+ * device 0 (whose kernel the count runs) on the slice's topology (tpu_compile_opts hops);
+ * without it, or across slices, a target is taken as a neighbour (one hop). */
 static int emit_ici(const lctx *l, const tpu_mosaic_work *w) {
   const tpu_chip *chip = l->be->chip;
   double bw = chip->ici_bw_per_link > 0 ? chip->ici_bw_per_link : 0, hop = chip->ici_latency_s > 0 ? chip->ici_latency_s : 0;
@@ -252,7 +254,11 @@ static int emit_ici(const lctx *l, const tpu_mosaic_work *w) {
                     l->p->name, chip->name) == TPU_OK;
   double s = 0, bytes = 0;
   for (int t = 0; t < w->nici; t++) {
-    double chain = (double)w->ici_dmas[t] * hop + w->ici_bytes[t] / bw;
+    int64_t nh = -1;
+    if (l->be->o->hops && l->be->o->hops(l->be->o->coll_user, l->in, 0, w->ici_dev[t], &nh, l->be->d) != TPU_OK)
+      return 0;
+    if (nh < 1) nh = 1;
+    double chain = (double)w->ici_dmas[t] * (double)nh * hop + w->ici_bytes[t] / bw;
     if (chain > s) s = chain;
     bytes += w->ici_bytes[t];
   }

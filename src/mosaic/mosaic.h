@@ -203,6 +203,10 @@ tpu_status tpu_mosaic_seen_add(tpu_mosaic_seen_set *s, const tpu_instr *in, cons
 /* The record of call `in` (of any module parsed from the same text), or NULL. */
 const tpu_mosaic_seen *tpu_mosaic_seen_find(const tpu_mosaic_seen_set *s, const tpu_instr *in);
 void tpu_mosaic_seen_free(tpu_mosaic_seen_set *s);
+/* 1 when a and b hold the same calls with the same scalars (NULL reads as empty). */
+int tpu_mosaic_seen_same(const tpu_mosaic_seen_set *a, const tpu_mosaic_seen_set *b);
+/* dst: an owned copy of src (NULL: empty). */
+tpu_status tpu_mosaic_seen_copy(tpu_mosaic_seen_set *dst, const tpu_mosaic_seen_set *src, tpu_diag *d);
 
 /* Runs the kernel of custom call `in` on its operands (args, in operand order) and fills
  * `out` with the call's result (an array, or a tuple for several outputs). */

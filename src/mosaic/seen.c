@@ -41,6 +41,47 @@ tpu_status tpu_mosaic_seen_add(tpu_mosaic_seen_set *s, const tpu_instr *in, cons
   return st;
 }
 
+static int same_tensor(const tpu_tensor *a, const tpu_tensor *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank || a->nbytes != b->nbytes) return 0;
+  if (memcmp(a->dims, b->dims, sizeof a->dims[0] * (size_t)a->rank)) return 0;
+  return !a->nbytes || !memcmp(a->data, b->data, a->nbytes);
+}
+
+int tpu_mosaic_seen_same(const tpu_mosaic_seen_set *a, const tpu_mosaic_seen_set *b) {
+  int na = a ? a->n : 0, nb = b ? b->n : 0;
+  if (na != nb) return 0;
+  for (int i = 0; i < na; i++) {
+    const tpu_mosaic_seen *x = &a->v[i], *y = &b->v[i];
+    if (x->n != y->n || !tpu_loc_same(x->loc, y->loc) || strcmp(x->name ? x->name : "", y->name ? y->name : "")) return 0;
+    for (int j = 0; j < x->n; j++)
+      if (!same_tensor(&x->args[j], &y->args[j])) return 0;
+  }
+  return 1;
+}
+
+tpu_status tpu_mosaic_seen_copy(tpu_mosaic_seen_set *dst, const tpu_mosaic_seen_set *src, tpu_diag *d) {
+  memset(dst, 0, sizeof *dst);
+  if (!src || !src->n) return TPU_OK;
+  dst->v = tpu_calloc((size_t)src->n, sizeof *dst->v);
+  if (!dst->v) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory copying Pallas calls' scalars");
+  dst->cap = src->n;
+  tpu_status st = TPU_OK;
+  for (int i = 0; i < src->n && st == TPU_OK; i++) {
+    const tpu_mosaic_seen *x = &src->v[i];
+    tpu_mosaic_seen *e = &dst->v[dst->n++];
+    e->loc = x->loc;
+    e->name = tpu_strdup(x->name ? x->name : "");
+    e->args = tpu_calloc((size_t)(x->n > 0 ? x->n : 1), sizeof *e->args);
+    if (!e->name || !e->args) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory copying Pallas calls' scalars");
+    for (int j = 0; st == TPU_OK && j < x->n; j++) {
+      st = tpu_tensor_clone(&e->args[j], &x->args[j], d);
+      if (st == TPU_OK) e->n = j + 1;
+    }
+  }
+  if (st != TPU_OK) tpu_mosaic_seen_free(dst);
+  return st;
+}
+
 void tpu_mosaic_seen_free(tpu_mosaic_seen_set *s) {
   if (!s) return;
   for (int i = 0; i < s->n; i++) {

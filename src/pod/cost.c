@@ -157,9 +157,10 @@ static tpu_status split_slices(const tpu_topology *t, const tpu_instr *in, tpu_i
 /* Largest number of link-byte doubles kept over all collectives (for the link report). */
 #define KEEP_LINK_BYTES ((int64_t)1 << 22)
 
-tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d) {
-  tpu_pod_cost_ctx *x = user;
-  memset(c, 0, sizeof *c);
+/* The slice's topology for the module of `in` (the given one, or the chip's default for its
+ * devices, made once). */
+static tpu_status topology_of(tpu_pod_cost_ctx *x, const tpu_instr *in, const tpu_topology **out, int64_t *ndevp,
+                              tpu_diag *d) {
   int64_t replicas, partitions;
   tpu_module_device_grid(in->parent->module, &replicas, &partitions);
   int64_t ndev = replicas * partitions;
@@ -174,6 +175,46 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
   if (t->nchips * t->devices_per_chip != ndev)
     return TPU_FAIL(d, TPU_ERR_ARG, in->loc, "the module has %lld devices but the topology has %lld",
                     (long long)ndev, (long long)(t->nchips * t->devices_per_chip));
+  *out = t;
+  *ndevp = ndev;
+  return TPU_OK;
+}
+
+tpu_status tpu_pod_hops(void *user, const tpu_instr *in, int64_t from, int64_t to, int64_t *hops, tpu_diag *d) {
+  tpu_pod_cost_ctx *x = user;
+  const tpu_topology *t = NULL;
+  int64_t ndev = 0;
+  *hops = -1;
+  TPU_TRY(topology_of(x, in, &t, &ndev, d));
+  if (from < 0 || to < 0 || from >= ndev || to >= ndev)
+    return TPU_FAIL(d, TPU_ERR_ARG, in->loc, "device %lld or %lld is not one of the module's %lld",
+                    (long long)from, (long long)to, (long long)ndev);
+  if (t->devices_per_chip != 1 || slice_of(t, from) != slice_of(t, to)) return TPU_OK;
+  if (tpu_topology_chip(t, from) == tpu_topology_chip(t, to)) {
+    *hops = 0;
+    return TPU_OK;
+  }
+  int64_t pair[2] = {from, to};
+  tpu_ici_op op;
+  memset(&op, 0, sizeof op);
+  op.kind = TPU_ICI_PERMUTE;
+  op.pairs = pair;
+  op.npairs = 1;
+  op.operand_bytes = 1;
+  tpu_ici_result r;
+  TPU_TRY(tpu_ici_time(t, &op, NULL, &r, d));
+  *hops = r.hops;
+  return TPU_OK;
+}
+
+tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d) {
+  tpu_pod_cost_ctx *x = user;
+  memset(c, 0, sizeof *c);
+  int64_t replicas, partitions;
+  tpu_module_device_grid(in->parent->module, &replicas, &partitions);
+  const tpu_topology *t = NULL;
+  int64_t ndev = 0;
+  TPU_TRY(topology_of(x, in, &t, &ndev, d));
   tpu_opcode base = tpu_collective_base(in->op);
   tpu_ici_op op;
   memset(&op, 0, sizeof op);

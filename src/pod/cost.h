@@ -35,6 +35,10 @@ typedef struct tpu_pod_cost_ctx {
  * the collective's time on the slice's links and the bytes each chip sends. */
 tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d);
 
+/* A tpu_hops_fn (user = tpu_pod_cost_ctx): the hops of the route between two devices on the
+ * slice (-1 across slices). */
+tpu_status tpu_pod_hops(void *user, const tpu_instr *in, int64_t from, int64_t to, int64_t *hops, tpu_diag *d);
+
 /* The topology the costs used (NULL before the first collective). */
 const tpu_topology *tpu_pod_cost_topology(const tpu_pod_cost_ctx *x);
 void tpu_pod_cost_free(tpu_pod_cost_ctx *x);
