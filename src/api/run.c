@@ -385,7 +385,7 @@ static tpu_status own_program(tpu_sim_result *r, const tpu_sim_module *sm, const
   costs.chip = &c->chip;
   costs.topo = c->costs.topo; /* c->topo, which the result's reference keeps */
   tpu_status st = parse_verified(sm->name, sm->text, sm->len, &cm, d);
-  if (st == TPU_OK) st = partition(cm, p->mesh, &c->chip, p->precision, p->no_window, d);
+  if (st == TPU_OK) st = prepare_module(cm, p, &c->chip, d);
   if (st == TPU_OK) {
     tpu_compile_opts co = {&c->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &costs, 0, 0, NULL, &trips->mosaic,
                            tpu_pod_hops};
