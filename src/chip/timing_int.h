@@ -50,6 +50,8 @@ typedef struct {
   int64_t cap_events;
   int64_t *hbm_ready;     /* per HBM buffer: completion of its latest writer (dma.out/.hbm) */
   int64_t *op_lo, *op_hi; /* per op: the VMEM address hull of its buffers (lo == hi: none) */
+  int64_t *op_res;        /* per op: the stream cycles of a vector kernel whose operands and
+                           * result all stay in VMEM with no transfer (resident_cycles) */
   int64_t *pi;            /* HBM port busy intervals [pi[2j], pi[2j+1]), sorted, disjoint */
   int npi;
   int64_t port_floor;     /* intervals before this were dropped: treat it as busy */

@@ -1,0 +1,114 @@
+/* The resident-kernel rule of the timing executor (timing.c resident_cycles): a compiled
+ * program's vector kernel whose operands and result all stay in VMEM, with no transfer in its
+ * program, pays the per-element stream costs (xbytes) and vmem_read_cost of its operand bytes
+ * at the HBM stream rate, as on-chip transfers of the same bytes would: against a closed form
+ * on v5e (vmem_read_cost 1.0) and v6e (0.2). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "chip/chip.h"
+#include "chip/program.h"
+#include "chip/timing.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+
+/* f0 = -x into VMEM; f1 = sum over the last dimension of f0, read where f0 left it, into
+ * VMEM; f2 = f1 * f1 back to HBM. */
+static const char *k_src =
+    "HloModule resident\n"
+    "\n"
+    "%add (a: f32[], b: f32[]) -> f32[] {\n"
+    "  %a = f32[] parameter(0)\n"
+    "  %b = f32[] parameter(1)\n"
+    "  ROOT %s = f32[] add(%a, %b)\n"
+    "}\n"
+    "\n"
+    "%neg (q: bf16[8,128,768]) -> bf16[8,128,768] {\n"
+    "  %q = bf16[8,128,768]{2,1,0:T(8,128)(2,1)} parameter(0)\n"
+    "  ROOT %n = bf16[8,128,768]{2,1,0:T(8,128)(2,1)S(1)} negate(%q)\n"
+    "}\n"
+    "\n"
+    "%sum (p: bf16[8,128,768]) -> f32[8,128] {\n"
+    "  %p = bf16[8,128,768]{2,1,0:T(8,128)(2,1)S(1)} parameter(0)\n"
+    "  %c = f32[8,128,768]{2,1,0:T(8,128)} convert(%p)\n"
+    "  %z = f32[]{:T(128)} constant(0)\n"
+    "  ROOT %r = f32[8,128]{1,0:T(8,128)S(1)} reduce(%c, %z), dimensions={2}, to_apply=%add\n"
+    "}\n"
+    "\n"
+    "%sq (u: f32[8,128]) -> f32[8,128] {\n"
+    "  %u = f32[8,128]{1,0:T(8,128)S(1)} parameter(0)\n"
+    "  ROOT %m = f32[8,128]{1,0:T(8,128)} multiply(%u, %u)\n"
+    "}\n"
+    "\n"
+    "ENTRY %main (x: bf16[8,128,768]) -> f32[8,128] {\n"
+    "  %x = bf16[8,128,768]{2,1,0:T(8,128)(2,1)} parameter(0)\n"
+    "  %f0 = bf16[8,128,768]{2,1,0:T(8,128)(2,1)S(1)} fusion(%x), kind=kLoop, calls=%neg\n"
+    "  %f1 = f32[8,128]{1,0:T(8,128)S(1)} fusion(%f0), kind=kLoop, calls=%sum\n"
+    "  ROOT %f2 = f32[8,128]{1,0:T(8,128)} fusion(%f1), kind=kLoop, calls=%sq\n"
+    "}\n";
+
+static int64_t op_cycles(const tpu_program *p, const tpu_chip *chip, int op) {
+  tpu_timeline tl;
+  tpu_diag d;
+  if (tpu_timing_run(p, chip, 0, &tl, &d) != TPU_OK) return -1;
+  int64_t c = tl.ops[op].cycles;
+  tpu_timeline_free(&tl);
+  return c;
+}
+
+static void check_chip(const char *name) {
+  tpu_chip chip;
+  tpu_diag d;
+  CHECK(tpu_chip_load(name, &chip, &d) == TPU_OK);
+  tpu_module *m = NULL;
+  CHECK(tpu_hlo_parse("resident.hlo", k_src, strlen(k_src), &m, &d) == TPU_OK && tpu_ir_verify(m, &d) == TPU_OK);
+  if (!m) return;
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &chip;
+  tpu_program *p = NULL;
+  CHECK(tpu_compile(m, &o, &p, &d) == TPU_OK);
+  if (!p) {
+    tpu_module_free(m);
+    return;
+  }
+  int f1 = -1;
+  for (int k = 0; k < p->nops; k++)
+    if (!strcmp(p->ops[k].name, "f1")) f1 = k;
+  CHECK(f1 >= 0);
+  if (f1 < 0) return;
+  /* the premise: f1 has vector work and no transfer */
+  int vec = 0, xfer = 0;
+  for (int i = 0; i < p->ninsns; i++) {
+    const tpu_insn *in = &p->insns[i];
+    if (in->op != f1) continue;
+    vec += in->opc == TPU_ISA_VPU || in->opc == TPU_ISA_XLU;
+    xfer += in->opc == TPU_ISA_DMA_IN || in->opc == TPU_ISA_DMA_OUT || in->opc == TPU_ISA_DMA_HBM;
+  }
+  CHECK(vec > 0 && xfer == 0);
+  const tpu_prog_op *po = &p->ops[f1];
+  const double bpc = tpu_chip_hbm_stream_bw(&chip) / chip.clock_hz;
+  const double out = 8 * 128 * 4; /* f32[8,128] in its (8,128) tile */
+  const int64_t want = (int64_t)ceil((po->xbytes + chip.vmem_read_cost * (po->bytes - out)) / bpc);
+  CHECK(po->xbytes > 0 && want > 3000);
+  int64_t with = op_cycles(p, &chip, f1);
+  /* the same program without the stream costs or the VMEM read share: the rule adds nothing */
+  p->ops[f1].xbytes = 0;
+  chip.vmem_read_cost = 0;
+  int64_t without = op_cycles(p, &chip, f1);
+  printf("%s: f1 %lld cycles, %lld without the resident reads (closed form %lld)\n", name, (long long)with,
+         (long long)without, (long long)want);
+  CHECK(with > 0 && without > 0);
+  CHECK(llabs(with - without - want) <= 1);
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+int main(void) {
+  check_chip("v5e");
+  check_chip("v6e");
+  CHECK_DONE();
+}
