@@ -101,6 +101,8 @@ char *tpu_program_text(const tpu_program *p) {
     if (o->tiles) tpu_strbuf_printf(&b, " tiles=%lld", (long long)o->tiles);
     if (o->xbytes > 0) tpu_strbuf_printf(&b, " xbytes=%.17g", o->xbytes);
     if (o->out_scale > 1) tpu_strbuf_printf(&b, " out_scale=%.17g", o->out_scale);
+    if (o->out_bytes > 0) tpu_strbuf_printf(&b, " out_bytes=%.17g", o->out_bytes);
+    if (o->scalar) tpu_strbuf_printf(&b, " scalar=1");
     tpu_strbuf_printf(&b, "   ; op %d\n", i);
   }
   for (int i = 0; i < p->nhbm; i++) {
@@ -345,6 +347,12 @@ static tpu_status parse_op_line(lx *x) {
     else if (!strcmp(key, "tiles")) TPU_TRY(parse_i64(x, 0, &o.tiles));
     else if (!strcmp(key, "xbytes")) TPU_TRY(parse_f64(x, &o.xbytes));
     else if (!strcmp(key, "out_scale")) TPU_TRY(parse_f64(x, &o.out_scale));
+    else if (!strcmp(key, "out_bytes")) TPU_TRY(parse_f64(x, &o.out_bytes));
+    else if (!strcmp(key, "scalar")) {
+      int64_t v;
+      TPU_TRY(parse_i64(x, 0, &v));
+      o.scalar = v != 0;
+    }
     else return perr(x, at - strlen(key) - 1, "unknown key '%s'", key);
   }
   o.name = name;

@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "chip/timeline.h"
+#include "ir/ir.h"
+#include "ir/layout.h"
 
 static const char *const k_isa_names[] = {
 #define X(e, mn, unit, meaning) mn,
@@ -92,6 +94,7 @@ int tpu_program_add_insn(tpu_program *p, const tpu_insn *in) {
 int tpu_program_add_op(tpu_program *p, const tpu_prog_op *op) {
   if (!grow((void **)&p->ops, p->nops, &p->capops, sizeof *p->ops)) return -1;
   tpu_prog_op c = *op;
+  if (c.instr && c.out_bytes <= 0) c.out_bytes = (double)tpu_shape_physical_bytes(&c.instr->shape);
   if (c.name && !(c.name = tpu_program_str(p, c.name))) return -1;
   if (c.kind && !(c.kind = tpu_program_str(p, c.kind))) return -1;
   p->ops[p->nops] = c;

@@ -109,6 +109,8 @@ typedef struct tpu_prog_op {
                                  * beyond padded_bytes (the chip's per-element stream costs) */
   double out_scale;             /* > 1: a matmul kernel's result transfers pay this multiple of
                                  * their bytes (the per-element pass of a 16-bit result) */
+  double out_bytes;             /* its result's bytes in their layout (set from `instr` by
+                                 * tpu_program_add_op; 0: unknown): what it writes, not reads */
 } tpu_prog_op;
 
 /* A logical HBM buffer: one array value (an HLO instruction's result leaf). */

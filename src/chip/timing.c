@@ -10,8 +10,6 @@
 #include "base/alloc.h"
 #include "chip/mxu.h"
 #include "chip/timing_int.h"
-#include "ir/ir.h"
-#include "ir/layout.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -346,8 +344,8 @@ enum { OP_HBM_MOVES = 1, OP_HBM_READS = 2, OP_VECTOR = 4, OP_TRANSFERS = 8 };
  * vector work alone (docs/timing.md). */
 static int64_t resident_cycles(const tstate *t, int op) {
   const tpu_prog_op *o = &t->p->ops[op];
-  if (!o->instr || o->scalar || o->m > 0 || (t->op_hbm[op] & (OP_TRANSFERS | OP_VECTOR)) != OP_VECTOR) return 0;
-  double out = (double)tpu_shape_physical_bytes(&o->instr->shape), read = o->bytes - out;
+  if (o->scalar || o->m > 0 || (t->op_hbm[op] & (OP_TRANSFERS | OP_VECTOR)) != OP_VECTOR) return 0;
+  double read = o->bytes - o->out_bytes;
   double x = (o->xbytes > 0 ? o->xbytes : 0) + t->chip->vmem_read_cost * (read > 0 ? read : 0);
   return x > 0 ? (int64_t)ceil(x / t->bpc) : 0;
 }

@@ -5,14 +5,17 @@
  * on v5e (vmem_read_cost 1.0) and v6e (0.2). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "check.h"
 #include "chip/chip.h"
 #include "chip/program.h"
 #include "chip/timing.h"
 #include "compile/compile.h"
 #include "hlo/hlo.h"
+#include "ir/layout.h"
 #include "ir/verify.h"
 
 /* f0 = -x into VMEM; f1 = sum over the last dimension of f0, read where f0 left it, into
@@ -95,6 +98,14 @@ static void check_chip(const char *name) {
   const int64_t want = (int64_t)ceil((po->xbytes + chip.vmem_read_cost * (po->bytes - out)) / bpc);
   CHECK(po->xbytes > 0 && want > 3000);
   int64_t with = op_cycles(p, &chip, f1);
+  /* the assembled text carries what the rule reads: the same cycles parsed back */
+  CHECK(po->out_bytes == out);
+  char *text = tpu_program_text(p);
+  tpu_program *q = NULL;
+  CHECK(text && tpu_program_parse("resident.tasm", text, strlen(text), &q, &d) == TPU_OK);
+  if (q) CHECK(op_cycles(q, &chip, f1) == with);
+  tpu_program_free(q);
+  tpu_free(text);
   /* the same program without the stream costs or the VMEM read share: the rule adds nothing */
   p->ops[f1].xbytes = 0;
   chip.vmem_read_cost = 0;
