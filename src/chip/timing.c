@@ -530,8 +530,14 @@ static tpu_status durations(tstate *t) {
          * matmul_stream_efficiency: the XLA TPU compiler's decode-shaped matmuls) */
         if (o && o->m > 0 && in->opc == TPU_ISA_DMA_IN && !in->onchip && t->chip->matmul_stream_efficiency > 0)
           b /= t->chip->matmul_stream_efficiency;
-        /* a matmul's 16-bit results: their pass holds the transfer, not the port */
-        const double pass = o && in->opc == TPU_ISA_DMA_OUT && o->out_scale > 1 ? o->out_scale : 1.0;
+        /* a matmul's 16-bit results: their pass holds the transfer, not the port. A chip
+         * whose matmul results have a pass of their own (result_pass_bytes, measured on
+         * results written to HBM: v6e) pays it only there: one kept in VMEM pays none (v6e,
+         * families corpus tune split --compiled, median / p90 20.0 / 72.3 % -> 18.8 / 68.2 %).
+         * Elsewhere the pass is the vector kernels' and a result kept in VMEM pays it too
+         * (v5e, test_vmem matmul_result_on_chip). */
+        const int kept = in->onchip && t->chip->result_pass_bytes > 0;
+        const double pass = o && in->opc == TPU_ISA_DMA_OUT && o->out_scale > 1 && !kept ? o->out_scale : 1.0;
         if (in->onchip) {
           /* data that stays in VMEM: the stream costs without the transfer (docs/isa.md) */
           double x = b * pass - (double)in->bytes;

@@ -118,7 +118,78 @@ static void check_chip(const char *name) {
   tpu_module_free(m);
 }
 
+/* f0 = x . w with its bf16 result in VMEM (S(1)), read there by f1 = -f0; with `hbm` the
+ * result goes to HBM instead. */
+static const char *k_mm =
+    "HloModule mm\n"
+    "\n"
+    "%dotc (p: bf16[512,512], q: bf16[512,512]) -> bf16[512,512] {\n"
+    "  %p = bf16[512,512]{1,0:T(8,128)(2,1)} parameter(0)\n"
+    "  %q = bf16[512,512]{1,0:T(8,128)(2,1)} parameter(1)\n"
+    "  ROOT %d = bf16[512,512]{1,0:T(8,128)(2,1)S(1)} convolution(%p, %q), dim_labels=bf_io->bf\n"
+    "}\n"
+    "\n"
+    "%neg (u: bf16[512,512]) -> bf16[512,512] {\n"
+    "  %u = bf16[512,512]{1,0:T(8,128)(2,1)S(1)} parameter(0)\n"
+    "  ROOT %n = bf16[512,512]{1,0:T(8,128)(2,1)} negate(%u)\n"
+    "}\n"
+    "\n"
+    "ENTRY %main (x: bf16[512,512], w: bf16[512,512]) -> bf16[512,512] {\n"
+    "  %x = bf16[512,512]{1,0:T(8,128)(2,1)} parameter(0)\n"
+    "  %w = bf16[512,512]{1,0:T(8,128)(2,1)} parameter(1)\n"
+    "  %f0 = bf16[512,512]{1,0:T(8,128)(2,1)S(1)} fusion(%x, %w), kind=kOutput, calls=%dotc\n"
+    "  ROOT %f1 = bf16[512,512]{1,0:T(8,128)(2,1)} fusion(%f0), kind=kLoop, calls=%neg\n"
+    "}\n";
+
+/* f0's DMA-out cycles on `chip`, its result in VMEM or (hbm) in HBM; *full: the whole pass
+ * (out_scale x its bytes at the stream rate), *bytes: its bytes alone. */
+static int64_t mm_out_cycles(const char *chipname, int hbm, double *full, double *bytes) {
+  tpu_chip chip;
+  tpu_diag d;
+  if (tpu_chip_load(chipname, &chip, &d) != TPU_OK) return -1;
+  char src[4096];
+  snprintf(src, sizeof src, "%s", k_mm);
+  if (hbm) /* f0's result and f1's operand in HBM */
+    for (char *q = strstr(src, "(2,1)S(1)}"); q; q = strstr(q, "(2,1)S(1)}")) memcpy(q + 5, "}    ", 5);
+  tpu_module *m = NULL;
+  if (tpu_hlo_parse("mm.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+    tpu_module_free(m);
+    return -1;
+  }
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &chip;
+  tpu_program *p = NULL;
+  int64_t c = -1;
+  if (tpu_compile(m, &o, &p, &d) == TPU_OK && p->ops[0].out_scale > 1) {
+    tpu_timeline tl;
+    if (tpu_timing_run(p, &chip, 0, &tl, &d) == TPU_OK) {
+      c = tl.ops[0].unit_cycles[TPU_UNIT_DMA_OUT];
+      *bytes = p->ops[0].out_bytes / (tpu_chip_hbm_stream_bw(&chip) / chip.clock_hz);
+      *full = p->ops[0].out_scale * *bytes;
+      tpu_timeline_free(&tl);
+    }
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return c;
+}
+
+static void check_result_pass(void) {
+  double full = 0, b = 0, full2 = 0, b2 = 0;
+  int64_t vm = mm_out_cycles("v6e", 0, &full, &b), hb = mm_out_cycles("v6e", 1, &full2, &b2);
+  printf("v6e bf16 matmul result: %lld DMA-out cycles kept in VMEM, %lld to HBM (the whole pass %.0f)\n",
+         (long long)vm, (long long)hb, full2);
+  CHECK(vm == 0);
+  CHECK(full2 > 500 && llabs(hb - (int64_t)full2) <= 2);
+  int64_t vm5 = mm_out_cycles("v5e", 0, &full, &b);
+  printf("v5e bf16 matmul result kept in VMEM: %lld DMA-out cycles (its pass beyond the bytes %.0f)\n", (long long)vm5,
+         full - b);
+  CHECK(full - b > 500 && llabs(vm5 - (int64_t)(full - b)) <= 2);
+}
+
 int main(void) {
+  check_result_pass();
   check_chip("v5e");
   check_chip("v6e");
   CHECK_DONE();
