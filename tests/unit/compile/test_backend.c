@@ -715,6 +715,104 @@ static void windowed_vmem_copies(void) {
   CHECK(sub != 100 && sv > 0);
 }
 
+/* PartialReduce (jax.lax.approx_max_k on TPU) is an elementwise vector reduction (tile.c):
+ * each input value register meets its bin's register once, paying the comparator's ops and
+ * one select per array (values, indices), no cross-lane work: f32[64,8192] is 512 registers
+ * of 8 x 128, a one-compare comparator and two arrays, 3 ops each: 1,536 vector cycles
+ * (within 1 %: the rounding of the kernel's tiles). */
+static void partial_reduce_cost(void) {
+  const char *src =
+      "HloModule pr\n"
+      "gt {\n"
+      "  a = f32[] parameter(0)\n"
+      "  b = f32[] parameter(1)\n"
+      "  i = s32[] parameter(2)\n"
+      "  j = s32[] parameter(3)\n"
+      "  ROOT c = pred[] compare(a, b), direction=GT\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  x = f32[64,8192]{1,0} parameter(0)\n"
+      "  ix = s32[64,8192]{1,0} parameter(1)\n"
+      "  ninf = f32[] constant(-inf)\n"
+      "  m1 = s32[] constant(-1)\n"
+      "  ROOT r = (f32[64,256]{1,0}, s32[64,256]{1,0}) custom-call(x, ix, ninf, m1), custom_call_target=\"PartialReduce\", "
+      "called_computations={gt}, backend_config={\"log2_reduction\": 5, \"reduction_dim\": 1, \"to_apply_type\": "
+      "\"comparator\", \"top_k\": 4, \"recall_target\": 0.950000}\n"
+      "}\n";
+  tpu_module *m = NULL;
+  tpu_program *p = compile_src(src, &m);
+  int r = p ? op_named(p, "r") : -1;
+  int64_t tiles = r >= 0 ? p->ops[r].tiles : 0;
+  tpu_program_free(p);
+  tpu_module_free(m);
+  int64_t vpu = r_unit_cycles(src, TPU_UNIT_VPU), xlu = r_unit_cycles(src, TPU_UNIT_XLU);
+  printf("PartialReduce f32[64,8192] -> 256 bins: %lld vector cycles (closed form 1536; %lld tiles), %lld XLU\n",
+         (long long)vpu, (long long)tiles, (long long)xlu);
+  CHECK(r >= 0 && tiles >= 1 && tiles < 16);
+  CHECK(llabs(vpu - 1536) <= 1536 / 100); /* a 10 % change of the rule fails */
+  CHECK_EQ_INT((int)xlu, 0);
+}
+
+/* The custom calls the XLA TPU compiler leaves inside its fusions other than top-k
+ * (AllocateBuffer: a fusion's output buffer; AssumeGatherIndicesInBound: its operand passed
+ * on) cost no vector work: the fusion costs what it costs without them. */
+static void fused_custom_calls_cost(void) {
+  const char *with =
+      "HloModule cc\n"
+      "fi {\n"
+      "  q0 = s32[64,4096]{1,0} parameter(0)\n"
+      "  a = s32[64,4096]{1,0} custom-call(q0), custom_call_target=\"AssumeGatherIndicesInBound\"\n"
+      "  ROOT n = s32[64,4096]{1,0} negate(a)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  i = s32[64,4096]{1,0} parameter(0)\n"
+      "  ROOT r = s32[64,4096]{1,0} fusion(i), kind=kLoop, calls=fi\n"
+      "}\n";
+  const char *without =
+      "HloModule cc\n"
+      "fi {\n"
+      "  q0 = s32[64,4096]{1,0} parameter(0)\n"
+      "  ROOT n = s32[64,4096]{1,0} negate(q0)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  i = s32[64,4096]{1,0} parameter(0)\n"
+      "  ROOT r = s32[64,4096]{1,0} fusion(i), kind=kLoop, calls=fi\n"
+      "}\n";
+  /* the same dynamic-update-slice into a buffer AllocateBuffer makes, or into one passed in */
+  const char *alloc_fmt =
+      "HloModule ab\n"
+      "fa {\n"
+      "  %s\n"
+      "  p0 = bf16[4,3,28,256]{3,2,1,0} parameter(0)\n"
+      "  z = s32[] constant(0)\n"
+      "  ROOT d = bf16[4,28,28,256]{3,2,1,0} dynamic-update-slice(buf, p0, z, z, z, z)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  x = bf16[4,3,28,256]{3,2,1,0} parameter(0)\n"
+      "  y = bf16[4,28,28,256]{3,2,1,0} parameter(1)\n"
+      "  ROOT r = bf16[4,28,28,256]{3,2,1,0} fusion(x%s), kind=kLoop, calls=fa\n"
+      "}\n";
+  char alloc[1024], passed[1024];
+  snprintf(alloc, sizeof alloc, alloc_fmt,
+           "buf = bf16[4,28,28,256]{3,2,1,0} custom-call(), custom_call_target=\"AllocateBuffer\"", "");
+  snprintf(passed, sizeof passed, alloc_fmt, "buf = bf16[4,28,28,256]{3,2,1,0} parameter(1)", ", y");
+  int64_t w = r_unit_cycles(with, TPU_UNIT_VPU), wo = r_unit_cycles(without, TPU_UNIT_VPU);
+  int64_t wx = r_unit_cycles(with, TPU_UNIT_XLU), a = r_unit_cycles(alloc, TPU_UNIT_VPU);
+  int64_t ax = r_unit_cycles(alloc, TPU_UNIT_XLU), pa = r_unit_cycles(passed, TPU_UNIT_VPU);
+  printf("fused AssumeGatherIndicesInBound: %lld vector cycles (%lld without it), XLU %lld; AllocateBuffer + "
+         "dynamic-update-slice: %lld vector cycles (%lld into a buffer passed in), XLU %lld\n", (long long)w,
+         (long long)wo, (long long)wx, (long long)a, (long long)pa, (long long)ax);
+  CHECK(wo >= 256 && w == wo); /* s32[64,4096]: 256 registers, one negate each */
+  CHECK_EQ_INT((int)wx, 0);
+  /* into a buffer passed in, the update's 48 registers only (in place); into AllocateBuffer's,
+   * the kernel writes its whole result once: one op per register of bf16[4,28,28,256] (1.6 MB,
+   * 392 of 4 KiB), and nothing for the custom call (its buffer's 392 registers costed on top
+   * would take two ops per register) */
+  CHECK_EQ_INT((int)pa, 48);
+  CHECK_EQ_INT((int)a, 392);
+  CHECK_EQ_INT((int)ax, 0);
+}
+
 /* A matmul split along K accumulates each output block in one f32 buffer: the block's
  * store is not overlapped with the next block's first K step (the XLA TPU compiler's
  * estimates: bf16 [4096,32768] x [32768,4096] on v5e, 64 K steps of 512 per 1024x1024
@@ -924,6 +1022,8 @@ int main(void) {
   lone_through_prefetch();
   layout_copy_transposes();
   windowed_vmem_copies();
+  partial_reduce_cost();
+  fused_custom_calls_cost();
   hbm_reuse();
   eup_width();
   row_broadcasts();

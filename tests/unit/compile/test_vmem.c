@@ -3,7 +3,9 @@
  * compiled program's own memory spaces (S(1) values, views of them, copies into VMEM). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "chip/timing.h"
 #include "unit/compile/backend_util.h"
 
 static tpu_chip g_chip;
@@ -615,6 +617,34 @@ static void streamed_epilogue(void) {
       const double act = 8.0 * 112 * 112 * 96 * 2;
       printf("  %.0f HBM bytes (activations %.0f each)\n", tl.hbm_bytes, act);
       CHECK(tl.hbm_bytes >= 3 * act && tl.hbm_bytes < 3 * act * 128 / 96 + 65536);
+      /* Its cycles: the product once per output block, with the block's first piece, and
+       * once more with the last piece outside the loop (docs/isa.md), not with every piece;
+       * the pieces' transfers stream back to back on the HBM port with the vector work under
+       * them: the op takes its reads and its written pieces (out_scale times their bytes, the
+       * result's pass) at the stream rate, plus its start (v5e: 129,382 + 138,304 + 2,763 =
+       * 270,449 cycles). */
+      const tpu_op_stat *os = &tl.ops[op];
+      int64_t one = 0, outb = 0;
+      int nmm = 0;
+      tpu_diag dd;
+      for (int q = 0; q < p->ninsns; q++) {
+        const tpu_insn *x = &p->insns[q];
+        if (x->op != op) continue;
+        if (x->opc == TPU_ISA_MATMUL && ++nmm == 1) CHECK(tpu_timing_matmul_cycles(x, &c, &one, &dd) == TPU_OK);
+        if (x->opc == TPU_ISA_DMA_OUT && !x->onchip) outb = x->bytes;
+      }
+      const double bpc = tpu_chip_hbm_stream_bw(&c) / c.clock_hz;
+      const double out_pass = p->ops[op].out_scale * (double)outb * (double)tiles / bpc;
+      const int64_t dma = os->unit_cycles[TPU_UNIT_DMA_IN] + os->unit_cycles[TPU_UNIT_DMA_OUT];
+      printf("  %lld cycles: MXU %lld (one product %lld), DMA in %lld + out %lld (out pass %.0f), vector %lld\n",
+             (long long)os->cycles, (long long)os->unit_cycles[TPU_UNIT_MXU], (long long)one,
+             (long long)os->unit_cycles[TPU_UNIT_DMA_IN], (long long)os->unit_cycles[TPU_UNIT_DMA_OUT], out_pass,
+             (long long)(os->unit_cycles[TPU_UNIT_VPU] + os->unit_cycles[TPU_UNIT_EUP]));
+      CHECK(one > 0 && os->unit_cycles[TPU_UNIT_MXU] == 2 * one);
+      CHECK(fabs((double)os->unit_cycles[TPU_UNIT_DMA_OUT] - out_pass) <= 0.01 * out_pass);
+      /* a matmul kernel that moves data starts after kernel_overhead_s + matmul_overhead_s */
+      const int64_t start = llround((c.kernel_overhead_s + c.matmul_overhead_s) * c.clock_hz);
+      CHECK(llabs(os->cycles - (dma + start)) <= 2);
       tpu_timeline_free(&tl);
     }
     CHECK(roundtrip(p, "streamed_epilogue"));
