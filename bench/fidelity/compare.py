@@ -18,7 +18,8 @@ JSON's "family", else its "category". The split report comes first: per split (t
 all), per generation the programs judged, refused (tpusim exited non-zero: a failure, listed
 with its error line and counted per message class) and not judged (no compiler figure), median
 and p90 |error|, and the same over the credible ones (leaving out programs whose compiler
-figure omits work, as below: an unestimated op of 1 MiB or more, an op estimated below its HBM
+figure omits work, as below: an unestimated op of 1 MiB or more or, with --compiled, unestimated
+ops that tpusim times at 10 % of the compiler's figure or more, an op estimated below its HBM
 bytes' time, a sum below its own roofline, a cross-program prefetch); then per family. Loops: the compiler's entry sum leaves while-loop bodies
 out; for a program with while loops the compiler's figure here is that sum plus, per loop, its
 trip count times the estimated_cycles of its body's ops, read from the compiled program
@@ -273,6 +274,24 @@ def match_ops(comp_ops, sim_ops, clock, by_name=False):
     return [(k, a[k], b[k]) for k in a if k in b]
 
 
+def unestimated_s(comp, sim):
+    """tpusim's seconds on the ops of a compiled program that the compiler gave no
+    estimated_cycles (gen.py unestimated; tpusim runs them under the same names)."""
+    names = {u[0] for u in comp.get("unestimated", [])}
+    return sum(sec for name, _, _, sec in sim["ops"] if name in names)
+
+
+def unestimated(comp, sim, cs, compiled):
+    """The ops the compiler's figure leaves out, for "credible": those with a result of 1 MiB
+    or more; with compiled, also those tpusim times when together they take 10 % of the
+    compiler's figure or more."""
+    out = [u[0] for u in comp.get("unestimated", []) if u[2] >= 1 << 20]
+    if compiled and cs > 0 and unestimated_s(comp, sim) >= 0.1 * cs:
+        timed = {name for name, _, _, sec in sim["ops"] if sec > 0}
+        out += [u[0] for u in comp.get("unestimated", []) if u[0] in timed and u[0] not in out]
+    return out
+
+
 def split_of(name):
     """The split rule of the generators (gen_families.py): test when the first 8 hex digits of
     sha1(name) mod 10 < 3 (about 30 %), else tune."""
@@ -477,8 +496,13 @@ def main():
                                                 and cs < 0.5 * comp["optimal_seconds"]),
                      # an op that does work but carries no estimated_cycles (a scatter's kCustom
                      # fusion, a sort, a reduce-window; gen.py unestimated) with a result of 1 MiB
-                     # or more: the compiler's sum leaves it out
-                     "unestimated": [u[0] for u in comp.get("unestimated", []) if u[2] >= 1 << 20],
+                     # or more: the compiler's sum leaves it out; with --compiled (tpusim runs
+                     # the ops under the compiler's names) also every unestimated op tpusim times
+                     # when together they take 10 % of the compiler's figure or more (a small
+                     # reduce-window or sort whose kernel alone outweighs the rest: its time is
+                     # in tpusim's figure and not in the compiler's)
+                     "unestimated": unestimated(comp, s, cs, a.compiled),
+                     "unestimated_s": unestimated_s(comp, s) if a.compiled else 0.0,
                      # an op estimated below the time its HBM bytes take at the published
                      # bandwidth (the compiled program's own memory spaces): leaves work out
                      "below_bandwidth": below_bandwidth(os.path.join(compiled_dir, f"{n}.{c}.hlo"),
