@@ -13,9 +13,66 @@
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* Records [s, e) as busy on the HBM port, merging with touching neighbours. */
-static void port_add(tstate *t, int64_t s, int64_t e) {
-  if (e <= s) return;
+/* The earliest cycle a prefetch run from place pos on may start: none reads the port's list
+ * before it (an interval ending by then is dead). A prefetch starts at or after m.pre. From
+ * here on m.barrier is never below min(barrier, horizon) (a kernel sets it to the horizon or
+ * later, a sync to the horizon, a wait only raises it) and the horizon only grows, so m.pre,
+ * which a kernel or sync sets to one of them and a wait only raises, is never below that
+ * either once reset: where no prefetch can read it before a reset (REACH_PRE), the bound is
+ * min(barrier, horizon). None at all to come: every interval is dead. An in-step copy to
+ * come may start anywhere since the step's start: none is. The bound never goes down as the
+ * run goes on. */
+int64_t tpu__timing_port_dead(const tstate *t, int pos) {
+  unsigned r = t->reach[pos];
+  if (r & REACH_SPF) return INT64_MIN;
+  if (!(r & REACH_PF)) return INT64_MAX;
+  int64_t d = t->m.barrier < t->m.horizon ? t->m.barrier : t->m.horizon;
+  if ((r & REACH_PRE) && t->m.pre < d) d = t->m.pre;
+  return d;
+}
+
+/* Makes room for one more interval in a full list: drops the dead ones (port_dead from place
+ * pos), grows the list while it is over half live, and halves it when PORT_MAX intervals are
+ * all live. *j, the place the new one goes, moves with the list. Returns 0 when the new
+ * interval is to be left out (it falls before a halving's floor), -1 on out-of-memory. */
+static int port_room(tstate *t, int pos, int64_t s, int *j) {
+  const int64_t dead = tpu__timing_port_dead(t, pos);
+  int lo = 0, hi = t->npi; /* the ends increase: the dead ones are a prefix */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (t->pi[2 * mid + 1] <= dead) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo > 0) {
+    memmove(t->pi, &t->pi[2 * lo], (size_t)(t->npi - lo) * 2 * sizeof(int64_t));
+    t->npi -= lo;
+    t->pbase += lo;
+    *j = *j > lo ? *j - lo : 0;
+  }
+  if (t->npi > t->pcap / 2 && t->pcap < PORT_MAX) {
+    int64_t *np = tpu_realloc(t->pi, (size_t)t->pcap * 4 * sizeof(int64_t));
+    if (!np) return -1;
+    t->pi = np;
+    t->pcap *= 2;
+  }
+  if (t->npi == t->pcap) { /* PORT_MAX live intervals: drop the older half */
+    int h = t->pcap / 2;
+    t->port_floor = t->pi[2 * (h - 1) + 1];
+    memmove(t->pi, &t->pi[2 * h], (size_t)(t->npi - h) * 2 * sizeof(int64_t));
+    t->npi -= h;
+    t->pbase += h;
+    t->nhalve++;
+    *j -= h;
+    if (*j < 0) *j = 0;
+    if (s < t->port_floor) return 0; /* only a prefetch could land there, and none does */
+  }
+  return 1;
+}
+
+/* Records [s, e) as busy on the HBM port, merging with touching neighbours; pos: the place
+ * the run goes on from. Returns 0 on out-of-memory. */
+static int port_add(tstate *t, int pos, int64_t s, int64_t e) {
+  if (e <= s) return 1;
   int j = t->npi;
   while (j > 0 && t->pi[2 * (j - 1)] > s) j--; /* first interval starting after s */
   if (j > 0 && t->pi[2 * (j - 1) + 1] == s) { /* extends the previous one */
@@ -25,25 +82,21 @@ static void port_add(tstate *t, int64_t s, int64_t e) {
       memmove(&t->pi[2 * j], &t->pi[2 * j + 2], (size_t)(t->npi - j - 1) * 2 * sizeof(int64_t));
       t->npi--;
     }
-    return;
+    return 1;
   }
   if (j < t->npi && t->pi[2 * j] == e) { /* extends the next one backwards */
     t->pi[2 * j] = s;
-    return;
+    return 1;
   }
-  if (t->npi == PORT_CAP) { /* drop the older half */
-    int h = PORT_CAP / 2;
-    t->port_floor = t->pi[2 * (h - 1) + 1];
-    memmove(t->pi, &t->pi[2 * h], (size_t)(t->npi - h) * 2 * sizeof(int64_t));
-    t->npi -= h;
-    j -= h;
-    if (j < 0) j = 0;
-    if (s < t->port_floor) return; /* only a prefetch could land there, and none does */
+  if (t->npi == t->pcap) {
+    int r = port_room(t, pos, s, &j);
+    if (r <= 0) return r == 0;
   }
   memmove(&t->pi[2 * j + 2], &t->pi[2 * j], (size_t)(t->npi - j) * 2 * sizeof(int64_t));
   t->pi[2 * j] = s;
   t->pi[2 * j + 1] = e;
   t->npi++;
+  return 1;
 }
 
 /* The earliest start >= s at which the port is idle for dur cycles. */
@@ -230,7 +283,8 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   if (is_dma) {
     int64_t pend = start + (t->pdur[idx] < dur ? t->pdur[idx] : dur);
     if (!pf || pend > t->m.port_free) t->m.port_free = pend;
-    port_add(t, start, start + (t->gdur[idx] < pend - start ? t->gdur[idx] : pend - start));
+    if (!port_add(t, idx + 1, start, start + (t->gdur[idx] < pend - start ? t->gdur[idx] : pend - start)))
+      return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing the HBM port");
   }
   if (in->opc == TPU_ISA_DMA_OUT && in->hbm >= 0) t->hbm_ready[in->hbm] = end;
   if (in->opc == TPU_ISA_DMA_HBM && in->hbm2 >= 0) t->hbm_ready[in->hbm2] = end;
@@ -285,7 +339,7 @@ typedef struct {
   mstate m;
   int64_t *ready, *sfree, *last_end, *hbm_ready, *pi;
   int npi;
-  int64_t port_floor;
+  int64_t port_floor, pbase, nhalve;
   unsigned char *by_dma;
 } snap;
 
@@ -303,6 +357,8 @@ static int snap_take(const tstate *t, snap *s) {
   memcpy(s->pi, t->pi, (size_t)t->npi * 2 * sizeof(int64_t));
   s->npi = t->npi;
   s->port_floor = t->port_floor;
+  s->pbase = t->pbase;
+  s->nhalve = t->nhalve;
   memcpy(s->ready, t->ready, (size_t)t->nslots * sizeof(int64_t));
   memcpy(s->sfree, t->sfree, (size_t)t->nslots * sizeof(int64_t));
   memcpy(s->by_dma, t->by_dma, (size_t)t->nslots);
@@ -320,6 +376,8 @@ static void snap_restore(tstate *t, const snap *s) {
   memcpy(t->pi, s->pi, (size_t)s->npi * 2 * sizeof(int64_t));
   t->npi = s->npi;
   t->port_floor = s->port_floor;
+  t->pbase = s->pbase;
+  t->nhalve = s->nhalve;
 }
 
 static void snap_free(snap *s) {
@@ -510,6 +568,42 @@ static void match_control(const tpu_program *p, int *match) {
   }
 }
 
+/* tstate.reach: what may still run from each place, found backwards over the program's
+ * control flow (a loop's end goes back to its body's start or on past it, a loop may be
+ * skipped, a case's branch may be taken or not) until nothing changes. A kernel or sync that
+ * runs every time resets m.pre (REACH_PRE stops there). Returns 0 on out-of-memory. */
+static int reach_compute(tstate *t) {
+  const tpu_program *p = t->p;
+  const int n = p->ninsns;
+  int *head = tpu_malloc((size_t)(n ? n : 1) * sizeof *head); /* per loop end: its loop */
+  if (!head) return 0;
+  for (int i = 0; i < n; i++) head[i] = -1;
+  for (int i = 0; i < n; i++)
+    if (p->insns[i].opc == TPU_ISA_LOOP && t->match[i] > i && t->match[i] < n) head[t->match[i]] = i;
+  memset(t->reach, 0, (size_t)n + 1);
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int i = n - 1; i >= 0; i--) {
+      const tpu_insn *in = &p->insns[i];
+      int succ[2] = {i + 1, -1};
+      if (in->opc == TPU_ISA_LOOP || in->opc == TPU_ISA_CASE) succ[1] = t->match[i] + 1 <= n ? t->match[i] + 1 : -1;
+      if (in->opc == TPU_ISA_END && head[i] >= 0) succ[1] = head[i] + 1;
+      unsigned r = 0;
+      for (int k = 0; k < 2; k++)
+        if (succ[k] >= 0 && succ[k] <= n) r |= t->reach[succ[k]];
+      if ((in->opc == TPU_ISA_KERNEL || in->opc == TPU_ISA_SYNC) && !in->pmod) r &= ~(unsigned)REACH_PRE;
+      if (in->opc == TPU_ISA_DMA_IN && in->prefetch == 1) r |= REACH_PRE | REACH_PF;
+      if (in->opc == TPU_ISA_DMA_IN && in->prefetch == 2) r |= REACH_SPF;
+      if (r != t->reach[i]) {
+        t->reach[i] = (unsigned char)r;
+        changed = 1;
+      }
+    }
+  }
+  tpu_free(head);
+  return 1;
+}
+
 static tpu_status durations(tstate *t) {
   for (int i = 0; i < t->p->ninsns; i++) {
     const tpu_insn *in = &t->p->insns[i];
@@ -634,6 +728,8 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   }
   for (int o = 0; t.op_hbm && t.op_res && o < p->nops; o++) t.op_res[o] = resident_cycles(&t, o);
   t.pi = tpu_malloc((size_t)PORT_CAP * 2 * sizeof(int64_t));
+  t.pcap = PORT_CAP;
+  t.reach = tpu_calloc(ni + 1, 1);
   t.lmark = tpu_calloc((size_t)t.nslots + (size_t)p->ninsns + (size_t)p->nhbm + (size_t)p->nops + 1, 1);
   t.last_spf = -1;
   for (int i = 0; i < p->ninsns; i++)
@@ -641,7 +737,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   out->ops = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(tpu_op_stat));
   tpu_status st = TPU_OK;
   if (!t.ready || !t.sfree || !t.by_dma || !t.slot0 || !t.last_end || !t.dur || !t.pdur || !t.gdur || !t.match ||
-      !t.hbm_ready || !t.op_lo || !t.op_hi || !t.op_hbm || !t.op_res || !t.pi || !t.lmark || !out->ops) {
+      !t.hbm_ready || !t.op_lo || !t.op_hi || !t.op_hbm || !t.op_res || !t.pi || !t.reach || !t.lmark || !out->ops) {
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory starting the timing run");
     goto done;
   }
@@ -670,6 +766,10 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
     if (hi > t.op_hi[b->op]) t.op_hi[b->op] = hi;
   }
   match_control(p, t.match);
+  if (!reach_compute(&t)) {
+    st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory starting the timing run");
+    goto done;
+  }
   st = durations(&t);
   if (st == TPU_OK) st = tpu__timing_run_range(&t, 0, p->ninsns, 0);
   if (st != TPU_OK) goto done;
@@ -713,6 +813,7 @@ done:
   tpu_free(t.op_hbm);
   tpu_free(t.op_res);
   tpu_free(t.pi);
+  tpu_free(t.reach);
   tpu_free(t.lmark);
   tpu__timing_loops_free(&t);
   if (st != TPU_OK) tpu_timeline_free(out);

@@ -53,8 +53,12 @@ typedef struct {
   int64_t *op_res;        /* per op: the stream cycles of a vector kernel whose operands and
                            * result all stay in VMEM with no transfer (resident_cycles) */
   int64_t *pi;            /* HBM port busy intervals [pi[2j], pi[2j+1]), sorted, disjoint */
-  int npi;
-  int64_t port_floor;     /* intervals before this were dropped: treat it as busy */
+  int npi, pcap;          /* intervals held, room for (PORT_CAP ... PORT_MAX) */
+  int64_t pbase;          /* intervals dropped from the front so far (pi[0]'s place in the
+                           * list of every interval kept: the closed form's count) */
+  int64_t nhalve;         /* halvings so far (port_add) */
+  int64_t port_floor;     /* intervals before this were dropped at a halving: treat it as busy */
+  unsigned char *reach;   /* per place 0..ninsns (before instruction i runs): REACH_* below */
   int64_t issues;         /* instruction runs so far (a guard against runaway programs) */
   int last_spf;           /* the last in-step copy (dma.in prefetch=2), -1: none */
   unsigned char *lmark;   /* zeroed scratch for a loop's closed form: slots, insns, HBM buffers, ops */
@@ -63,9 +67,23 @@ typedef struct {
 
 #define MAX_ISSUES ((int64_t)2000000000)
 
-/* The port intervals kept for prefetches to fill gaps between; older ones are dropped
- * (port_floor), which can only delay a prefetch, never advance it. */
+/* The port intervals kept for prefetches to fill gaps between. Only a prefetch reads them,
+ * and it starts at or after port_dead(): an interval ending by then is dead and is dropped
+ * when the list is full (nothing changes: every figure is as if it were kept). The list
+ * starts with room for PORT_CAP and grows up to PORT_MAX; full of live intervals there, the
+ * older half is dropped (port_floor), which can only delay a prefetch, never advance it. */
 #define PORT_CAP 4096
+#define PORT_MAX (1 << 20)
+
+/* What may still run from a place in the program (tstate.reach), following loops back. */
+enum {
+  REACH_PRE = 1, /* a prefetch (dma.in prefetch=1) before a kernel or sync resets m.pre */
+  REACH_PF = 2,  /* a prefetch at all */
+  REACH_SPF = 4  /* an in-step copy (dma.in prefetch=2): it may start at the step's start */
+};
+
+/* The earliest cycle any later prefetch may start from place pos (timing.c). */
+int64_t tpu__timing_port_dead(const tstate *t, int pos);
 
 /* Runs instructions [lo, hi) of iteration iter (timing.c). */
 tpu_status tpu__timing_run_range(tstate *t, int lo, int hi, int64_t iter);

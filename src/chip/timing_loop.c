@@ -83,7 +83,8 @@ typedef struct {
   int64_t *acc;   /* integer counters */
   double *dacc;   /* floating-point counters */
   int64_t npi, nev, issues;
-  int64_t first[2]; /* the port's first reservation */
+  int64_t pbase, nhalve; /* the port's list: tstate.pbase, tstate.nhalve */
+  int64_t dead;     /* tpu__timing_port_dead at the loop's end */
   int64_t ntail;    /* reservations ending at or after L: the last ntail of the list */
   int64_t op_dma;   /* m.op_dma (a counter in a tile loop's closed form) */
   int tile;         /* L is a tile loop's T; sig holds times as they are (bnd_take) */
@@ -165,6 +166,9 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
     else if (in->opc == TPU_ISA_END || in->opc == TPU_ISA_ENDCOND) c->pre_live = depth-- == 0;
     else if (in->opc == TPU_ISA_CASE) c->pre_live = depth == 0;
   }
+  /* and wherever the port's list takes m.pre as the bound of what is dead (port_dead), so
+   * that every interval it keeps ends after L */
+  if (t->reach[c->hi] & REACH_PRE) c->pre_live = 1;
   /* a tile loop: a body of unit instructions only (no kernel, sync, wait, nested structure,
    * collective or prefetch), whose L is the earliest its units are free (tile_L) */
   for (int j = c->lo; j < c->hi; j++) {
@@ -374,8 +378,9 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_b
   }
   if (!ok) return 0;
   b->npi = t->npi;
-  b->first[0] = t->npi ? t->pi[0] : 0;
-  b->first[1] = t->npi ? t->pi[1] : 0;
+  b->pbase = t->pbase;
+  b->nhalve = t->nhalve;
+  b->dead = tpu__timing_port_dead(t, c->hi);
   b->nev = t->tl->nevents;
   b->issues = t->issues;
   const tpu_timeline *tl = t->tl;
@@ -396,8 +401,7 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_b
 }
 
 /* Whether the period from boundary a to boundary b repeats from b on: the same normalized
- * state, and no halving of the port's list in it (its reservations before a's tail are
- * b's first ones). */
+ * state, and no halving of the port's list in it. */
 static int bnd_repeats(const tstate *t, const loop_cf *c, const loop_bnd *a, const loop_bnd *b) {
   if (!a->has_tail || !b->has_tail) return 0;
   if (a->nsig != b->nsig || a->tile != b->tile) return 0;
@@ -423,69 +427,129 @@ static int bnd_repeats(const tstate *t, const loop_cf *c, const loop_bnd *a, con
       if (!moved && !kept && !dead) return 0;
     }
   }
-  if (b->npi < a->npi) return 0;
-  if (a->npi > a->ntail) return t->pi[0] == a->first[0] && t->pi[1] == a->first[1];
-  return a->npi + (b->issues - a->issues) < PORT_CAP;
+  const int64_t cnt = (b->pbase + b->npi) - (a->pbase + a->npi);
+  return cnt >= 0 && a->nhalve == b->nhalve;
+}
+
+/* The first of the port's reservations [0, n) ending after `dead` (their ends increase). */
+static int64_t first_after(const tstate *t, int64_t n, int64_t dead) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (t->pi[2 * mid + 1] <= dead) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* How many of e + m * delta (m = 1 ... n) end after `dead`. */
+static int64_t copies_after(int64_t e, int64_t delta, int64_t n, int64_t dead) {
+  if (e > dead) return n;
+  if (delta <= 0) return 0;
+  int64_t m0 = (dead - e) / delta + 1; /* the first m with e + m * delta > dead */
+  return m0 > n ? 0 : n - m0 + 1;
+}
+
+/* port_dead after n more periods like a..b: barrier, horizon and m.pre moved as loop_skip
+ * moves them. */
+static int64_t dead_after(const tstate *t, const loop_cf *c, const loop_bnd *a, const loop_bnd *b, int64_t shift) {
+  if (b->dead == INT64_MIN || b->dead == INT64_MAX) return b->dead;
+  const int ib = 4 + TPU_UNIT_COUNT, ip = ib + 1, ih = ib + 2; /* ORDER: loop_cf_init's vars */
+  int64_t x[3];
+  const int at[3] = {ib, ip, ih};
+  for (int k = 0; k < 3; k++) x[k] = b->raw[at[k]] + (b->raw[at[k]] != a->raw[at[k]] ? shift : 0);
+  int64_t d = x[0] < x[2] ? x[0] : x[2];
+  if ((t->reach[c->hi] & REACH_PRE) && x[1] < d) d = x[1];
+  return d;
+}
+
+/* Whether n more periods like a..b leave the port's list without a halving: an upper bound
+ * on its live reservations (those ending after port_dead) at any point of them is under
+ * PORT_MAX. The bound never falls as the run goes on (loop_skip), so the live ones at any
+ * point are at most the live ones before b's tail at b, the frozen reservations' copies
+ * still live at the end where the bound moves with the period (each live one then has a
+ * live copy at the end), else all those live after b's bound, the tail, and the
+ * reservations one period adds. */
+static int port_fits(const tstate *t, const loop_cf *c, const loop_bnd *a, const loop_bnd *b, int64_t n) {
+  const int64_t cnt = (b->pbase + b->npi) - (a->pbase + a->npi), fixed = b->npi - b->ntail;
+  const int64_t delta = b->L - a->L;
+  if (cnt > 0 && delta <= 0) return 0;
+  if (b->dead == INT64_MIN) return (double)b->npi + (double)n * (double)cnt + (double)(b->issues - a->issues) < PORT_MAX;
+  const int64_t dfin = dead_after(t, c, a, b, n * delta);
+  const int linear = b->dead != INT64_MAX && dfin - b->dead == n * delta;
+  /* the reservations the period froze that the list already dropped were dead at b: where
+   * the bound moves with the period their copies are too, else they are needed */
+  if (fixed - cnt < 0 && !linear) return 0;
+  int64_t live = b->ntail + (b->issues - a->issues) + (fixed - first_after(t, fixed, b->dead));
+  for (int64_t f = fixed - cnt > 0 ? fixed - cnt : 0; f < fixed && live < PORT_MAX; f++) {
+    int64_t e = t->pi[2 * f + 1];
+    int64_t k = linear ? copies_after(e, delta, n, dfin) : copies_after(e, delta, n, b->dead);
+    live = k > PORT_MAX - live ? PORT_MAX : live + k;
+  }
+  return live < PORT_MAX;
 }
 
 /* Adds n more periods like the one from boundary a to boundary b (the current state). */
 static tpu_status loop_skip(tstate *t, const loop_cf *c, const loop_bnd *a, const loop_bnd *b, int64_t n) {
   const int64_t delta = b->L - a->L;
-  const int64_t cnt = b->npi - a->npi; /* reservations a period appends */
+  const int64_t cnt = (b->pbase + b->npi) - (a->pbase + a->npi); /* reservations a period appends */
   const int64_t limit = ((int64_t)1 << 62) - t->m.horizon;
   if (delta > 0 && n > limit / delta)
     return TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(), "program runs longer than 2^62 cycles");
   if (cnt > 0 && n > (INT64_MAX / 4) / cnt)
     return TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(), "too many HBM port reservations to count");
   const int64_t shift = n * delta;
-  /* the port: b's list holds the reservations before L (fixed from now on), then the tail
-   * the next period rewrites (ntail of them). Each period freezes cnt reservations, the
-   * ones the period before froze moved delta later, and leaves the tail moved delta later:
-   * the list after n periods is b's up to its last frozen cnt, then those cnt for each
-   * period, then the tail; the halving at PORT_CAP keeps the last `keep` of it. (The start
-   * of a reservation that began before L is not carried exactly: nothing reads it, as no
-   * in-step copy can run after the loop; loop_cf_init.) */
-  const int64_t R = b->ntail, fixed = b->npi - R; /* b's reservations before the tail */
-  int64_t total = b->npi + n * cnt, keep = total, dropped_end = -1;
-  if (total > PORT_CAP) {
-    int64_t first = PORT_CAP - b->npi + 1; /* the insert that finds the list full */
-    int64_t r = n * cnt - first;
-    keep = PORT_CAP / 2 + 1 + r % (PORT_CAP / 2);
-  }
+  /* the port: b's list holds the reservations before L, then the tail the next period
+   * rewrites (ntail of them). Each period freezes cnt reservations, the ones the period
+   * before froze moved delta later, and leaves the tail moved delta later: the list after n
+   * periods is b's up to its tail, then those cnt for each period, then the tail. Of it the
+   * ones still live after the periods are kept (port_dead; port_fits: no halving), so a loop
+   * of 2^31 iterations keeps few. (The start of a reservation that began before L is not
+   * carried exactly: nothing reads it, as no in-step copy can run after the loop;
+   * loop_cf_init.) */
+  const int64_t R = b->ntail, fixed = b->npi - R;
   if (cnt > 0 || shift) {
-    /* entries from max(fixed, the first kept) on are built aside; the kept ones before
-     * fixed are b's own, moved to the front in place */
-    const int64_t first_kept = total - keep, nb = fixed > first_kept ? fixed : first_kept;
-    int64_t *np = tpu_malloc((size_t)(total - nb > 0 ? total - nb : 1) * 2 * sizeof(int64_t));
-    if (!np) return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
-    for (int64_t k = first_kept > 0 && first_kept - 1 >= fixed ? first_kept - 1 : nb; k < total; k++) {
-      int64_t src, off = 0, soff = -1;
-      if (k < fixed + n * cnt) {
-        int64_t z = k - fixed;
-        src = fixed - cnt + z % cnt;
-        off = (z / cnt + 1) * delta;
-      } else {
-        src = k - n * cnt;
-        /* the tail moves on, but in a tile loop one that began at the same time at a and b
-         * is the same reservation, growing (bnd_repeats): its start stays */
-        off = shift;
-        if (b->tile && t->pi[2 * src] == a->sig[4 + c->nvars + c->nsl + 2 + 2 * (src - fixed)]) soff = 0;
-      }
-      if (k < first_kept) {
-        dropped_end = t->pi[2 * src + 1] + off; /* the last one the halving dropped */
-        continue;
-      }
-      np[2 * (k - nb)] = t->pi[2 * src] + (soff >= 0 ? soff : off);
-      np[2 * (k - nb) + 1] = t->pi[2 * src + 1] + off;
+    const int64_t dead = dead_after(t, c, a, b, shift);
+    const int64_t p0 = first_after(t, fixed, dead); /* the first live one before the tail */
+    int64_t lo = 0, hi = n * cnt; /* the first live copy: copy k is frozen one k mod cnt moved (k / cnt + 1) periods */
+    while (lo < hi) { /* (a frozen one the list dropped has dead copies: port_fits) */
+      int64_t mid = lo + (hi - lo) / 2, src = fixed - cnt + mid % cnt;
+      if (src < 0 || t->pi[2 * src + 1] + (mid / cnt + 1) * delta <= dead) lo = mid + 1;
+      else hi = mid;
     }
-    if (first_kept > 0 && first_kept - 1 < fixed) dropped_end = t->pi[2 * (first_kept - 1) + 1];
-    if (first_kept < fixed && first_kept > 0)
-      memmove(t->pi, &t->pi[2 * first_kept], (size_t)(fixed - first_kept) * 2 * sizeof(int64_t));
-    int64_t at = fixed > first_kept ? fixed - first_kept : 0;
-    memcpy(&t->pi[2 * at], np, (size_t)(total - nb) * 2 * sizeof(int64_t));
+    const int64_t ncopy = n * cnt - lo, total = (fixed - p0) + ncopy + R;
+    int64_t *np = tpu_malloc((size_t)(ncopy + R > 0 ? ncopy + R : 1) * 2 * sizeof(int64_t));
+    if (!np) return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
+    for (int64_t k = lo, q = 0; k < n * cnt; k++, q++) {
+      int64_t src = fixed - cnt + k % cnt, off = (k / cnt + 1) * delta;
+      assert(src >= 0);
+      np[2 * q] = t->pi[2 * src] + off;
+      np[2 * q + 1] = t->pi[2 * src + 1] + off;
+    }
+    for (int64_t r = 0; r < R; r++) {
+      /* the tail moves on, but in a tile loop one that began at the same time at a and b
+       * is the same reservation, growing (bnd_repeats): its start stays */
+      int64_t src = fixed + r, soff = shift;
+      if (b->tile && t->pi[2 * src] == a->sig[4 + c->nvars + c->nsl + 2 + 2 * r]) soff = 0;
+      np[2 * (ncopy + r)] = t->pi[2 * src] + soff;
+      np[2 * (ncopy + r) + 1] = t->pi[2 * src + 1] + shift;
+    }
+    if (total > t->pcap) {
+      int64_t cap = t->pcap;
+      while (cap < total) cap *= 2;
+      int64_t *g = tpu_realloc(t->pi, (size_t)cap * 2 * sizeof(int64_t));
+      if (!g) {
+        tpu_free(np);
+        return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
+      }
+      t->pi = g;
+      t->pcap = (int)cap;
+    }
+    if (p0 > 0) memmove(t->pi, &t->pi[2 * p0], (size_t)(fixed - p0) * 2 * sizeof(int64_t));
+    memcpy(&t->pi[2 * (fixed - p0)], np, (size_t)(ncopy + R) * 2 * sizeof(int64_t));
     tpu_free(np);
-    t->npi = (int)keep;
-    if (dropped_end >= 0) t->port_floor = dropped_end;
+    t->npi = (int)total;
+    t->pbase = b->pbase + b->npi + n * cnt - total;
   }
   if (c->units) t->m.op_dma += n * (b->op_dma - a->op_dma);
   /* times the period changed move on; the others stay */
@@ -599,10 +663,8 @@ tpu_status tpu__timing_run_loop(tstate *t, int i) {
       break;
     }
     if (a && bnd_repeats(t, cp, a, b)) {
-      int64_t n = (N - k) / P, cnt = b->npi - a->npi;
-      /* a halving in the skipped periods must drop only reservations before L */
-      int halves = b->npi + n * cnt + (b->issues - a->issues) >= PORT_CAP;
-      if (n > 0 && (!halves || b->ntail + (b->issues - a->issues) <= PORT_CAP / 2)) {
+      int64_t n = (N - k) / P;
+      if (n > 0 && port_fits(t, cp, a, b, n)) {
         st = loop_skip(t, cp, a, b, n);
         k += n * P;
         cf = 0;

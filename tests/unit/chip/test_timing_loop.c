@@ -353,6 +353,63 @@ static void tile_loop_of_2_30(void) {
   }
 }
 
+/* A layer loop whose every iteration leaves more reservations on the HBM port than the
+ * list's first room (a tile loop of 3,000 transfers with gaps, then a kernel whose prefetch
+ * may fill them): the port's list drops only the reservations no later prefetch can reach,
+ * so the loop's period repeats exactly and 2^31 - 1 layers are timed in closed form, with
+ * the cycles of stepped loops of 100 and 101 layers extended (before, the list halved every
+ * iteration, no period repeated, and the loop was refused); 7 layers the same both ways. */
+static void layers_past_the_port_list(void) {
+  const char *head =
+      ".program chip=\"v5e\"\n"
+      ".op name=\"a\" kind=\"fusion:kLoop\" flops=100 padded_flops=100 bytes=1000 padded_bytes=1000\n"
+      ".op name=\"b\" kind=\"add\" flops=10 padded_flops=10 bytes=100 padded_bytes=100\n"
+      ".hbm name=\"x\" offset=0 bytes=1048576\n.hbm name=\"y\" offset=1048576 bytes=1048576\n"
+      ".vmem op=0 offset=0 slot_bytes=4096 slots=2\n.vmem op=0 offset=8192 slot_bytes=4096 slots=2\n"
+      ".vmem op=1 offset=16384 slot_bytes=4096 slots=1\n.vmem op=1 offset=20480 slot_bytes=4096 slots=1\n";
+  const long long trips[4] = {100, 101, 2147483647LL, 7};
+  tpu_timeline tl[3];
+  tpu_status st[3];
+  for (int k = 0; k < 4; k++) {
+    char text[4000];
+    snprintf(text, sizeof text,
+             "%sloop trips=%lld what=\"layers\"\n  kernel op=0\n  dma.in dst=v0[0] hbm=h0 bytes=4096 op=0\n"
+             "  loop trips=3000 op=0\n    dma.in dst=v0[i+1] hbm=h0 bytes=4096 op=0\n"
+             "    vpu src=v0[i] dst=v1[i] vregs=64 ops=3 op=0\n  end op=0\n"
+             "  kernel op=1\n  dma.in dst=v2[0] hbm=h1 bytes=4096 op=1 prefetch=1\n"
+             "  vpu src=v2[0] dst=v3[0] vregs=3 ops=2 op=1\n  dma.out src=v3[0] hbm=h0 bytes=512 op=1\nend\n",
+             head, trips[k]);
+    tpu_program *p = assemble(text);
+    CHECK(p != NULL);
+    if (!p) return;
+    if (k == 3) {
+      same_both_ways(p, "layers past the port list");
+      tpu_program_free(p);
+      break;
+    }
+    tpu_diag d;
+    tpu_timing_set_loops_stepwise(k < 2);
+    st[k] = tpu_timing_run(p, &g_chip, 0, &tl[k], &d);
+    tpu_timing_set_loops_stepwise(0);
+    if (st[k] != TPU_OK) {
+      char buf[1200];
+      tpu_diag_format(&d, buf, sizeof buf);
+      fprintf(stderr, "layers %lld: %s\n", trips[k], buf);
+    }
+    CHECK_EQ_INT(st[k], TPU_OK);
+    tpu_program_free(p);
+  }
+  if (st[0] == TPU_OK && st[1] == TPU_OK && st[2] == TPU_OK) {
+    int64_t per = tl[1].total_cycles - tl[0].total_cycles;
+    CHECK(per > 0);
+    CHECK_EQ_INT(tl[2].total_cycles, tl[0].total_cycles + (2147483647LL - 100) * per);
+    CHECK_EQ_INT(tl[2].busy[TPU_UNIT_DMA_IN],
+                 tl[0].busy[TPU_UNIT_DMA_IN] + (2147483647LL - 100) * (tl[1].busy[TPU_UNIT_DMA_IN] - tl[0].busy[TPU_UNIT_DMA_IN]));
+  }
+  for (int k = 0; k < 3; k++)
+    if (st[k] == TPU_OK) tpu_timeline_free(&tl[k]);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -364,6 +421,7 @@ int main(void) {
   growing_port_tails();
   loop_of_2_31();
   tile_loop_of_2_30();
+  layers_past_the_port_list();
   fprintf(stderr, "%d programs timed both ways\n", g_loops_compared);
   CHECK_DONE();
 }
