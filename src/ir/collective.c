@@ -524,44 +524,56 @@ tpu_status tpu_groups_read(const tpu_instr *in, const char *attr, tpu_groups *g,
   return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "cannot read %s of '%s'", attr, tpu_instr_user_name(in));
 }
 
-/* The group (ids in the mode's id space) containing id `x`; ngroups 0 = all of `count`. */
-static int64_t find_group(const tpu_groups *g, int64_t x) {
-  for (int64_t k = 0; k < g->ngroups; k++)
-    for (int64_t i = g->start[k]; i < g->start[k + 1]; i++)
-      if (g->ids[i] == x) return k;
-  return -1;
+tpu_status tpu_coll_groups_read(const tpu_instr *in, int64_t replicas, int64_t partitions, tpu_coll_groups *cg,
+                                tpu_diag *d) {
+  memset(cg, 0, sizeof *cg);
+  TPU_TRY(tpu_groups_read(in, "replica_groups", &cg->g, d));
+  cg->mode = tpu_collective_mode(in);
+  cg->space = cg->mode == TPU_CG_FLATTENED ? replicas * partitions
+              : cg->mode == TPU_CG_CROSS_PARTITION ? partitions : replicas;
+  if (cg->g.ngroups == 0) return TPU_OK;
+  /* each id's group: the first that names it */
+  cg->where = tpu_malloc(sizeof *cg->where * (size_t)(cg->space > 0 ? cg->space : 1));
+  if (!cg->where) {
+    tpu_groups_free(&cg->g);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory reading replica_groups");
+  }
+  for (int64_t x = 0; x < cg->space; x++) cg->where[x] = -1;
+  for (int64_t k = cg->g.ngroups - 1; k >= 0; k--)
+    for (int64_t i = cg->g.start[k + 1] - 1; i >= cg->g.start[k]; i--)
+      if (cg->g.ids[i] >= 0 && cg->g.ids[i] < cg->space) cg->where[cg->g.ids[i]] = k;
+  return TPU_OK;
 }
 
-tpu_status tpu_collective_members(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t dev,
-                                  int64_t *members, int64_t *n, int64_t *self, tpu_diag *d) {
-  tpu_groups g;
-  TPU_TRY(tpu_groups_read(in, "replica_groups", &g, d));
-  tpu_coll_mode mode = tpu_collective_mode(in);
+void tpu_coll_groups_free(tpu_coll_groups *cg) {
+  tpu_groups_free(&cg->g);
+  tpu_free(cg->where);
+  memset(cg, 0, sizeof *cg);
+}
+
+tpu_status tpu_coll_groups_members(const tpu_instr *in, const tpu_coll_groups *cg, int64_t partitions, int64_t dev,
+                                   int64_t *members, int64_t *n, int64_t *self, tpu_diag *d) {
+  const tpu_groups *g = &cg->g;
+  const tpu_coll_mode mode = cg->mode;
+  const int64_t space = cg->space;
   int64_t r = dev / partitions, p = dev % partitions;
-  int64_t space = mode == TPU_CG_FLATTENED ? replicas * partitions
-                  : mode == TPU_CG_CROSS_PARTITION ? partitions : replicas;
   int64_t x = mode == TPU_CG_FLATTENED ? dev : mode == TPU_CG_CROSS_PARTITION ? p : r;
   int64_t k = -1, lo = 0, hi = space;
-  if (g.ngroups > 0) {
-    k = find_group(&g, x);
-    if (k < 0) {
-      tpu_groups_free(&g);
+  if (g->ngroups > 0) {
+    k = x >= 0 && x < space ? cg->where[x] : -1;
+    if (k < 0)
       return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "replica_groups of '%s' leave device %lld out",
                       tpu_instr_user_name(in), (long long)dev);
-    }
-    lo = g.start[k];
-    hi = g.start[k + 1];
+    lo = g->start[k];
+    hi = g->start[k + 1];
   }
   *n = 0;
   *self = -1;
-  tpu_status st = TPU_OK;
-  for (int64_t i = lo; i < hi && st == TPU_OK; i++) {
-    int64_t id = g.ngroups > 0 ? g.ids[i] : i;
-    if (id < 0 || id >= space) {
-      st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "replica_groups of '%s' name %lld, but there are %lld",
-                    tpu_instr_user_name(in), (long long)id, (long long)space);
-      break;
-    }
+  for (int64_t i = lo; i < hi; i++) {
+    int64_t id = g->ngroups > 0 ? g->ids[i] : i;
+    if (id < 0 || id >= space)
+      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "replica_groups of '%s' name %lld, but there are %lld",
+                      tpu_instr_user_name(in), (long long)id, (long long)space);
     if (mode == TPU_CG_CROSS_REPLICA_AND_PARTITION) {
       for (int64_t q = 0; q < partitions; q++) {
         if (id == r && q == p) *self = *n;
@@ -573,7 +585,15 @@ tpu_status tpu_collective_members(const tpu_instr *in, int64_t replicas, int64_t
     if (m == dev) *self = *n;
     members[(*n)++] = m;
   }
-  tpu_groups_free(&g);
+  return TPU_OK;
+}
+
+tpu_status tpu_collective_members(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t dev,
+                                  int64_t *members, int64_t *n, int64_t *self, tpu_diag *d) {
+  tpu_coll_groups cg;
+  TPU_TRY(tpu_coll_groups_read(in, replicas, partitions, &cg, d));
+  tpu_status st = tpu_coll_groups_members(in, &cg, partitions, dev, members, n, self, d);
+  tpu_coll_groups_free(&cg);
   return st;
 }
 

@@ -42,6 +42,21 @@ void tpu_groups_free(tpu_groups *g);
 tpu_status tpu_collective_members(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t dev,
                                   int64_t *members, int64_t *n, int64_t *self, tpu_diag *d);
 
+/* The same with the groups read once, for a caller that asks for many devices:
+ * tpu_coll_groups_read (the replica_groups, the mode, and each id's group), then
+ * tpu_coll_groups_members for each device, then tpu_coll_groups_free. */
+typedef struct {
+  tpu_groups g;
+  tpu_coll_mode mode;
+  int64_t space;  /* the mode's id space */
+  int64_t *where; /* per id of it: the first group naming it, -1: none (NULL when ngroups 0) */
+} tpu_coll_groups;
+tpu_status tpu_coll_groups_read(const tpu_instr *in, int64_t replicas, int64_t partitions, tpu_coll_groups *cg,
+                                tpu_diag *d);
+tpu_status tpu_coll_groups_members(const tpu_instr *in, const tpu_coll_groups *cg, int64_t partitions, int64_t dev,
+                                   int64_t *members, int64_t *n, int64_t *self, tpu_diag *d);
+void tpu_coll_groups_free(tpu_coll_groups *cg);
+
 /* collective-permute: the device that sends to `dev` (-1: none, so its result is zeros). */
 tpu_status tpu_collective_permute_source(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t dev,
                                          int64_t *src, tpu_diag *d);

@@ -248,9 +248,12 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
     }
     /* Every group once, in group order (groups partition the devices). */
     int64_t n = 0, self;
+    tpu_coll_groups cg;
+    memset(&cg, 0, sizeof cg);
+    if (st == TPU_OK) st = tpu_coll_groups_read(in, replicas, partitions, &cg, d);
     for (int64_t dev = 0; st == TPU_OK && dev < ndev; dev++) {
       if (seen[dev]) continue;
-      st = tpu_collective_members(in, replicas, partitions, dev, members, &n, &self, d);
+      st = tpu_coll_groups_members(in, &cg, partitions, dev, members, &n, &self, d);
       if (st != TPU_OK) break;
       if (op.ngroups == 0) op.group_size = n;
       if (n != op.group_size) {
@@ -264,6 +267,7 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
       }
       op.ngroups++;
     }
+    tpu_coll_groups_free(&cg);
     op.groups = ids;
     op.operand_bytes = vin; /* all-gather: the shard; the others: the whole operand */
     double f = op.group_size > 0 ? (double)(op.group_size - 1) / (double)op.group_size : 0;

@@ -72,15 +72,17 @@ static int own_block(const tpu_module *m, const tpu_instr *ar, const tpu_instr *
   int64_t ndev = replicas * partitions, n, self, v;
   int64_t *members = tpu_calloc((size_t)ndev, sizeof *members);
   if (!members) return 0;
-  int ok = 1;
   tpu_diag quiet; /* a malformed group is the verifier's to report: here it only says no */
   memset(&quiet, 0, sizeof quiet);
+  tpu_coll_groups cg;
+  int ok = tpu_coll_groups_read(ar, replicas, partitions, &cg, &quiet) == TPU_OK;
   for (int64_t dev = 0; ok && dev < ndev; dev++) {
-    ok = tpu_collective_members(ar, replicas, partitions, dev, members, &n, &self, &quiet) == TPU_OK &&
+    ok = tpu_coll_groups_members(ar, &cg, partitions, dev, members, &n, &self, &quiet) == TPU_OK &&
          n * u->shape.dims[cut] == s->dims[cut];
     for (int j = 0; ok && j < s->rank; j++)
       ok = eval(u->operands[1 + j], dev, partitions, 0, &v) && v == (j == cut ? self * u->shape.dims[cut] : 0);
   }
+  tpu_coll_groups_free(&cg);
   tpu_free(members);
   *k = cut;
   return ok;

@@ -74,6 +74,43 @@ static void check(const char *src, const char *want) {
   tpu_module_free(m);
 }
 
+/* The groups read once (tpu_coll_groups_*) give every device the members
+ * tpu_collective_members gives it, in each group mode; [2,4]<=[4,2]T(1,0) over 8 devices
+ * is {0,2,4,6},{1,3,5,7}, and a partition named by two groups is in the first. */
+static void members_read_once(void) {
+  const char *groups[] = {"channel_id=1, replica_groups=[2,4]<=[4,2]T(1,0), use_global_device_ids=true",
+                          "channel_id=1, replica_groups={{0,1},{2,3}}", "replica_groups={{1,0}}",
+                          "replica_groups={}", "channel_id=1, replica_groups={{0,1},{1,0}}"};
+  for (size_t k = 0; k < sizeof groups / sizeof *groups; k++) {
+    char src[1024];
+    all_reduce_src(src, sizeof src, ", replica_count=2, num_partitions=4", "all-reduce", groups[k]);
+    tpu_module *m = NULL;
+    tpu_diag d;
+    CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+    if (!m) continue;
+    const tpu_comp *e = m->entry;
+    const tpu_instr *in = e->instrs[e->ninstrs - 1];
+    tpu_coll_groups cg;
+    CHECK(tpu_coll_groups_read(in, 2, 4, &cg, &d) == TPU_OK);
+    for (int64_t dev = 0; dev < 8; dev++) {
+      int64_t a[8], b[8], na = 0, nb = 0, sa = 0, sb = 0;
+      tpu_status x = tpu_collective_members(in, 2, 4, dev, a, &na, &sa, &d);
+      tpu_status y = tpu_coll_groups_members(in, &cg, 4, dev, b, &nb, &sb, &d);
+      CHECK_EQ_INT(x, y);
+      CHECK_EQ_INT(na, nb);
+      CHECK_EQ_INT(sa, sb);
+      CHECK(na == nb && !memcmp(a, b, (size_t)na * sizeof *a));
+      if (k == 0) {
+        CHECK_EQ_INT(na, 4);
+        for (int64_t i = 0; i < na && i < 4; i++) CHECK_EQ_INT(b[i], dev % 2 + 2 * i);
+      }
+      if (k == 4 && dev % 4 < 2) CHECK(nb == 2 && b[0] == dev / 4 * 4 && b[1] == dev / 4 * 4 + 1);
+    }
+    tpu_coll_groups_free(&cg);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -120,5 +157,6 @@ int main(void) {
            "HloModule m, num_partitions=2\nENTRY e {\n p = f32[4] parameter(0)\n"
            " ROOT r = f32[8] all-gather(p), channel_id=1, replica_groups={{0,1}}, dimensions={0}\n}\n");
   check(src, "all-gather 'r' communicates across 2 devices");
+  members_read_once();
   CHECK_DONE();
 }
