@@ -119,7 +119,7 @@ int tpu_cli_compile(int argc, char **argv) {
   tpu_pod_cost_ctx pc;
   memset(&pc, 0, sizeof pc);
   pc.chip = &chip;
-  tpu_compile_opts o = {&chip, dump_after, out, precision, tpu_pod_coll_cost, &pc, 0, no_window, mesh, NULL, tpu_pod_hops};
+  tpu_compile_opts o = {&chip, dump_after, out, precision, tpu_pod_coll_cost, &pc, 0, no_window, mesh, NULL, tpu_pod_hops, NULL};
   tpu_status st;
   tpu_program *p = NULL;
   int backend = dump_after ? !is_hlo_pass(dump_after) : !strcmp(emit, "asm");

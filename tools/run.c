@@ -563,7 +563,7 @@ static int time_own_plan(const run_opts *o, const tpu_chip *chip, double *step_s
   if (pod_topology(o, chip, tpu_module_device_count(m), &topo, &have_topo, &d) != TPU_OK) goto out;
   if (have_topo) pc.topo = &topo;
   tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc, o->sync_collectives, o->no_window,
-                         NULL, NULL, tpu_pod_hops};
+                         NULL, NULL, tpu_pod_hops, NULL};
   if (tpu_compile(m, &co, &prog, &d) != TPU_OK || tpu_timing_run(prog, chip, 1, &tl, &d) != TPU_OK) goto out;
   *step_s = (double)tl.total_cycles / (tl.clock_hz > 0 ? tl.clock_hz : chip->clock_hz);
   *ici = tl.ici_bytes;
@@ -676,7 +676,7 @@ static int time_program(const run_opts *o, tpu_module *m, const tpu_chip *chip, 
     return tpu_cli_report_arg(&d, o->topology_i >= 0 ? o->topology_i : o->slices_i);
   if (have_topo) pc.topo = &topo;
   tpu_compile_opts co = {chip, NULL, NULL, o->precision, tpu_pod_coll_cost, &pc, o->sync_collectives, o->no_window, NULL,
-                         &trips->mosaic, tpu_pod_hops};
+                         &trips->mosaic, tpu_pod_hops, NULL};
   progress(o, "compiling");
   tpu_status cst = tpu_compile(m, &co, &prog, &d);
   progress(o, NULL);

@@ -7,6 +7,7 @@
 #include "api/api_int.h"
 #include "base/alloc.h"
 #include "chip/program.h"
+#include "compile/compile.h"
 
 /* Entries kept (least recently used first out); tpu_sim_cache_configure changes it. */
 #define DEFAULT_ENTRIES 16
@@ -15,6 +16,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static tpu__compiled *g_head; /* most recently used first */
 static int g_count, g_max = -1;
 static int64_t g_hits, g_misses;
+static void memos_free(void);
 
 static int max_entries(void) {
   if (g_max < 0) { /* TPUSIM_CACHE_ENTRIES sets the starting size (0: no cache) */
@@ -93,6 +95,7 @@ void tpu_sim_cache_clear(void) {
   g_hits = g_misses = 0;
   pthread_mutex_unlock(&g_lock);
   free_list(dead);
+  memos_free();
 }
 
 void tpu_sim_cache_stats(int64_t *hits, int64_t *misses, int *entries) {
@@ -202,3 +205,43 @@ static pthread_mutex_t g_build = PTHREAD_MUTEX_INITIALIZER;
 
 void tpu__cache_build_lock(void) { pthread_mutex_lock(&g_build); }
 void tpu__cache_build_unlock(void) { pthread_mutex_unlock(&g_build); }
+
+/* Matmul plans searched so far, per chip (the whole struct compared), shared by the compiles
+ * of every entry for it (tpu_compile_opts.mm_memo); under the build lock. A memo past
+ * MEMO_MAX plans starts again; tpu_sim_cache_clear drops them all. */
+#define MEMO_MAX 65536
+typedef struct memo_entry {
+  tpu_chip chip;
+  struct tpu_mm_memo *m;
+  struct memo_entry *next;
+} memo_entry;
+static memo_entry *g_memos;
+
+struct tpu_mm_memo *tpu__cache_mm_memo(const tpu_chip *chip) {
+  if (max_entries() == 0) return NULL; /* no cache: nothing kept between runs */
+  memo_entry *e = g_memos;
+  while (e && memcmp(&e->chip, chip, sizeof *chip)) e = e->next;
+  if (!e) {
+    if (!(e = tpu_calloc(1, sizeof *e))) return NULL;
+    e->chip = *chip;
+    e->next = g_memos;
+    g_memos = e;
+  }
+  if (e->m && tpu_mm_memo_size(e->m) > MEMO_MAX) {
+    tpu_mm_memo_free(e->m);
+    e->m = NULL;
+  }
+  if (!e->m) e->m = tpu_mm_memo_new();
+  return e->m;
+}
+
+static void memos_free(void) {
+  pthread_mutex_lock(&g_build);
+  while (g_memos) {
+    memo_entry *e = g_memos;
+    g_memos = e->next;
+    tpu_mm_memo_free(e->m);
+    tpu_free(e);
+  }
+  pthread_mutex_unlock(&g_build);
+}

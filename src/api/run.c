@@ -345,7 +345,8 @@ static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, cons
   }
   if (st == TPU_OK) {
     tpu_compile_opts co = {&c->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &c->costs, 0, 0, NULL,
-                           trips ? &trips->mosaic : NULL, tpu_pod_hops}; /* the first run's Pallas scalars */
+                           trips ? &trips->mosaic : NULL, tpu_pod_hops, /* the first run's Pallas scalars */
+                           tpu__cache_mm_memo(&c->chip)}; /* earlier compiles' matmul plans */
     st = tpu_compile(c->cm, &co, &c->prog, d);
   }
   if (st == TPU_OK) st = tpu_mosaic_seen_copy(&c->seen, trips ? &trips->mosaic : NULL, d);
@@ -388,7 +389,7 @@ static tpu_status own_program(tpu_sim_result *r, const tpu_sim_module *sm, const
   if (st == TPU_OK) st = prepare_module(cm, p, &c->chip, d);
   if (st == TPU_OK) {
     tpu_compile_opts co = {&c->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &costs, 0, 0, NULL, &trips->mosaic,
-                           tpu_pod_hops};
+                           tpu_pod_hops, NULL};
     st = tpu_compile(cm, &co, &prog, d);
   }
   if (st == TPU_OK) {

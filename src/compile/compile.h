@@ -17,6 +17,7 @@
 
 typedef struct tpu_program tpu_program; /* chip/program.h */
 struct tpu_mosaic_seen_set;             /* mosaic/mosaic.h */
+struct tpu_mm_memo;                     /* below */
 
 /* A collective's cost on the inter-chip links, from the pod's link model: seconds from
  * its start until every chip has its result, and the bytes this chip sends. */
@@ -51,7 +52,16 @@ typedef struct tpu_compile_opts {
                                                   * each Pallas call (mosaic/mosaic.h): its
                                                   * timing counts the kernel on them */
   tpu_hops_fn hops;           /* NULL: a Pallas kernel's remote DMAs go one hop; its user is coll_user */
+  struct tpu_mm_memo *mm_memo; /* NULL, or matmul plans searched by earlier compiles for this
+                                * same chip, looked up and added to (a caller that compiles
+                                * many programs: the planner's candidates repeat their matmuls) */
 } tpu_compile_opts;
+
+/* A memo of matmul plans for tpu_compile_opts.mm_memo: the blocking search's result for each
+ * kernel shape, as the search would give it again. NULL on out-of-memory. */
+struct tpu_mm_memo *tpu_mm_memo_new(void);
+int64_t tpu_mm_memo_size(const struct tpu_mm_memo *m); /* plans held */
+void tpu_mm_memo_free(struct tpu_mm_memo *m);
 
 /* The pass names in pipeline order, NULL-terminated (for --dump-after checks and help). */
 extern const char *const tpu_compile_pass_names[];

@@ -97,7 +97,8 @@ typedef struct tpu__be {
   unsigned char *scheduled; /* per computation: runs as kernels (not a fusion body etc.) */
   int64_t npos;
   int dry;                 /* schedule's planners: only size the tile buffers, add none */
-  struct tpu__mm_memo *mm_memo; /* schedule.c: matmul plans searched so far (tpu__mm_memo_free) */
+  struct tpu_mm_memo *mm_memo; /* schedule.c: matmul plans searched so far (tpu__mm_memo_free) */
+  int mm_memo_shared;           /* it is the caller's (tpu_compile_opts.mm_memo): kept */
 } tpu__be;
 
 /* Profiling (pipeline.c): with TPUSIM_PASS_TIMES=1, tpu__pass_clock is the host time in ms
@@ -105,7 +106,7 @@ typedef struct tpu__be {
 double tpu__pass_clock(void);
 void tpu__pass_report(const char *name, double t0);
 
-/* Frees the schedule pass's memo of matmul plans (schedule.c). */
+/* Frees the schedule pass's memo of matmul plans unless it is the caller's (schedule.c). */
 void tpu__mm_memo_free(tpu__be *be);
 
 int tpu__be_comp_index(const tpu__be *be, const tpu_comp *c);

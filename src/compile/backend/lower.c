@@ -744,6 +744,8 @@ tpu_status tpu_compile_backend(const tpu_module *m, const tpu_compile_opts *o, t
     goto done;
   }
   be.p->module = m;
+  be.mm_memo = o->mm_memo;
+  be.mm_memo_shared = o->mm_memo != NULL;
   comp_ref *refs = tpu_calloc(ncs, sizeof *refs);
   if (!refs) {
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");

@@ -389,10 +389,20 @@ typedef struct {
   blocking best;
 } mm_slot;
 
-struct tpu__mm_memo {
+struct tpu_mm_memo {
   mm_slot *v;
   int64_t cap, n;
 };
+
+struct tpu_mm_memo *tpu_mm_memo_new(void) { return tpu_calloc(1, sizeof(struct tpu_mm_memo)); }
+
+int64_t tpu_mm_memo_size(const struct tpu_mm_memo *m) { return m ? m->n : 0; }
+
+void tpu_mm_memo_free(struct tpu_mm_memo *m) {
+  if (!m) return;
+  tpu_free(m->v);
+  tpu_free(m);
+}
 
 static uint64_t mm_hash(const mm_key *k) {
   const unsigned char *p = (const unsigned char *)k;
@@ -401,7 +411,7 @@ static uint64_t mm_hash(const mm_key *k) {
   return h ^ (h >> 29);
 }
 
-static mm_slot *mm_find(struct tpu__mm_memo *t, const mm_key *k) {
+static mm_slot *mm_find(struct tpu_mm_memo *t, const mm_key *k) {
   if (!t || !t->cap) return NULL;
   for (uint64_t i = mm_hash(k) & (uint64_t)(t->cap - 1);; i = (i + 1) & (uint64_t)(t->cap - 1))
     if (!t->v[i].used || !memcmp(&t->v[i].key, k, sizeof *k)) return &t->v[i];
@@ -409,7 +419,7 @@ static mm_slot *mm_find(struct tpu__mm_memo *t, const mm_key *k) {
 
 /* Remembers a search's result; on out of memory it is only not remembered. */
 static void mm_remember(tpu__be *be, const mm_key *k, const blocking *best) {
-  struct tpu__mm_memo *t = be->mm_memo;
+  struct tpu_mm_memo *t = be->mm_memo;
   if (!t) t = be->mm_memo = tpu_calloc(1, sizeof *t);
   if (!t) return;
   if (2 * (t->n + 1) > t->cap) { /* grow: at most half full */
@@ -431,9 +441,7 @@ static void mm_remember(tpu__be *be, const mm_key *k, const blocking *best) {
 }
 
 void tpu__mm_memo_free(tpu__be *be) {
-  if (!be->mm_memo) return;
-  tpu_free(be->mm_memo->v);
-  tpu_free(be->mm_memo);
+  if (!be->mm_memo_shared) tpu_mm_memo_free(be->mm_memo);
   be->mm_memo = NULL;
 }
 

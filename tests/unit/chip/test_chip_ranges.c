@@ -75,7 +75,7 @@ static int exercise(const tpu_chip *c, const char *src, int values, const char *
   tpu_pod_cost_ctx pc;
   memset(&pc, 0, sizeof pc);
   pc.chip = c;
-  tpu_compile_opts o = {c, NULL, NULL, -1, tpu_pod_coll_cost, &pc, 0, 0, NULL, NULL, tpu_pod_hops};
+  tpu_compile_opts o = {c, NULL, NULL, -1, tpu_pod_coll_cost, &pc, 0, 0, NULL, NULL, tpu_pod_hops, NULL};
   tpu_program *p = NULL;
   tpu_status st = tpu_compile(m, &o, &p, &d);
   if (st == TPU_OK) {

@@ -158,7 +158,7 @@ int main(void) {
       tpu_pod_cost_ctx pc;
       memset(&pc, 0, sizeof pc);
       pc.chip = &chip;
-      tpu_compile_opts o = {&chip, NULL, NULL, -1, tpu_pod_coll_cost, &pc, 0, 0, NULL, NULL, tpu_pod_hops};
+      tpu_compile_opts o = {&chip, NULL, NULL, -1, tpu_pod_coll_cost, &pc, 0, 0, NULL, NULL, tpu_pod_hops, NULL};
       tpu_program *p = NULL;
       tpu_timeline tl;
       memset(&tl, 0, sizeof tl);

@@ -1015,6 +1015,50 @@ static void least_padded_values(void) {
   tpu_module_free(m);
 }
 
+/* A memo of matmul plans shared by several compiles (tpu_compile_opts.mm_memo, what the
+ * library keeps per chip): a second module with the same dots adds no plan and compiles to
+ * the program it compiles to alone, word for word. */
+static void shared_matmul_memo(void) {
+  const char *a = "HloModule a\nENTRY e {\n x = f32[512,1024] parameter(0)\n w = f32[1024,2048] parameter(1)\n"
+                  " ROOT d = f32[512,2048] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+  const char *b = "HloModule b\nENTRY e {\n x = f32[512,1024] parameter(0)\n w = f32[1024,2048] parameter(1)\n"
+                  " d = f32[512,2048] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                  " ROOT t = f32[512,2048] tanh(d)\n}\n";
+  struct tpu_mm_memo *memo = tpu_mm_memo_new();
+  CHECK(memo != NULL);
+  tpu_module *ma = parse(a), *mb = parse(b), *mb2 = parse(b);
+  CHECK(ma && mb && mb2);
+  if (!memo || !ma || !mb || !mb2) goto out;
+  tpu_diag d;
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &g_chip;
+  o.precision_override = -1;
+  o.mm_memo = memo;
+  tpu_program *pa = NULL, *pb = NULL, *alone = NULL;
+  CHECK(tpu_compile_backend(ma, &o, &pa, &d) == TPU_OK);
+  int64_t after_a = tpu_mm_memo_size(memo);
+  CHECK(after_a >= 1);
+  CHECK(tpu_compile_backend(mb, &o, &pb, &d) == TPU_OK);
+  CHECK_EQ_INT(tpu_mm_memo_size(memo), after_a);
+  alone = compile(mb2, &g_chip, &d);
+  CHECK(pb && alone);
+  if (pb && alone) {
+    char *t1 = tpu_program_text(pb), *t2 = tpu_program_text(alone);
+    CHECK(t1 && t2 && !strcmp(t1, t2));
+    tpu_free(t1);
+    tpu_free(t2);
+  }
+  tpu_program_free(pa);
+  tpu_program_free(pb);
+  tpu_program_free(alone);
+out:
+  tpu_module_free(ma);
+  tpu_module_free(mb);
+  tpu_module_free(mb2);
+  tpu_mm_memo_free(memo);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   reuse_and_layout();
@@ -1038,6 +1082,7 @@ int main(void) {
   dynamic_slices();
   hbm_overflow();
   scalar_ops();
+  shared_matmul_memo();
   conformance(0);
   conformance(1);
   CHECK_DONE();

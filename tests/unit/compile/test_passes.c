@@ -29,7 +29,7 @@ static void print_diag(const char *what, const tpu_diag *d) {
 }
 
 static tpu_compile_opts opts(const char *dump_after, FILE *dump) {
-  tpu_compile_opts o = {&g_chip, dump_after, dump, -1, NULL, NULL, 0, 0, NULL, NULL, NULL};
+  tpu_compile_opts o = {&g_chip, dump_after, dump, -1, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL};
   return o;
 }
 

@@ -32,7 +32,7 @@ static tpu_status both(const char *src, const tpu_tensor *x, tpu_tensor *outs, t
     tpu_pod_cost_ctx pc;
     memset(&pc, 0, sizeof pc);
     pc.chip = &g_chip;
-    tpu_compile_opts o = {&g_chip, NULL, NULL, -1, tpu_pod_coll_cost, &pc, 0, 0, NULL, NULL, tpu_pod_hops};
+    tpu_compile_opts o = {&g_chip, NULL, NULL, -1, tpu_pod_coll_cost, &pc, 0, 0, NULL, NULL, tpu_pod_hops, NULL};
     tpu_program *p = NULL;
     *cst = tpu_compile(m, &o, &p, &d);
     snprintf(cmsg, 768, "%s", *cst == TPU_OK ? "" : d.msg);
@@ -127,7 +127,7 @@ int main(void) {
                       " ROOT t = (f32[64,8], s32[64,8]) custom-call(p), custom_call_target=\"TopK\"\n}\n";
     tpu_module *mm = NULL;
     CHECK(tpu_hlo_parse("t.hlo", big, strlen(big), &mm, &d) == TPU_OK && tpu_ir_verify(mm, &d) == TPU_OK);
-    tpu_compile_opts o = {&g_chip, NULL, NULL, -1, NULL, NULL, 0, 0, NULL, NULL, NULL};
+    tpu_compile_opts o = {&g_chip, NULL, NULL, -1, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL};
     tpu_program *p = NULL;
     CHECK(mm && tpu_compile(mm, &o, &p, &d) == TPU_OK);
     int64_t vpu = 0, xlu = 0, mxu = 0;
@@ -165,7 +165,7 @@ int main(void) {
   const char *pallas = "HloModule m\nENTRY e {\n p = f32[2,5] parameter(0)\n"
                        " ROOT c = f32[2,5] custom-call(p), custom_call_target=\"tpu_custom_call\"\n}\n";
   CHECK(tpu_hlo_parse("t.hlo", pallas, strlen(pallas), &m, &d) == TPU_OK && tpu_ir_verify(m, &d) == TPU_OK);
-  tpu_compile_opts o = {&g_chip, NULL, NULL, -1, NULL, NULL, 0, 0, NULL, NULL, NULL};
+  tpu_compile_opts o = {&g_chip, NULL, NULL, -1, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL};
   tpu_program *p = NULL;
   CHECK(tpu_compile(m, &o, &p, &d) != TPU_OK);
   CHECK(strstr(d.msg, "TPU back end") && strstr(d.msg, "tpu_custom_call") && !strstr(d.msg, "interpreter") &&
