@@ -33,8 +33,30 @@ static int64_t stride_of(const tpu_topology *t, int a) {
 }
 
 /* Adds `bytes` on `steps` links from `chip` along axis a in direction dir (0: +, 1: -);
- * returns the chip reached. With lstamp set, a link already used by this stamp is free. */
+ * returns the chip reached. With lstamp set, a link already used by this stamp is free. The
+ * walk stays on the chip's line of axis a: its position moves by one (around, where the axis
+ * wraps), no division per hop (the links are those tpu_topology_link_dest gives, in order). */
 static int64_t walk(ctx *x, int64_t chip, int a, int dir, int64_t steps, double bytes) {
+  const tpu_topology *t = x->t;
+  const int64_t n = t->dims[a];
+  if (steps > 0 && n >= 2 && chip >= 0 && chip < t->nchips) {
+    const int64_t st = stride_of(t, a), pos0 = chip % t->chips_per_slice / st % n;
+    const int64_t line = chip - pos0 * st; /* the chip at position 0 of its line */
+    if (t->wrap[a] || (dir ? pos0 - steps >= 0 : pos0 + steps < n)) {
+      int64_t pos = pos0;
+      for (int64_t s = 0; s < steps; s++) {
+        int64_t link = (line + pos * st) * TPU_TOPO_LINK_SLOTS + 2 * a + dir;
+        if (!x->lstamp) {
+          x->lb[link] += bytes;
+        } else if (x->lstamp[link] != x->stamp) {
+          x->lstamp[link] = x->stamp;
+          x->lb[link] += bytes;
+        }
+        pos = dir ? (pos == 0 ? n - 1 : pos - 1) : (pos == n - 1 ? 0 : pos + 1);
+      }
+      return line + pos * st;
+    }
+  }
   for (int64_t s = 0; s < steps; s++) {
     int64_t link = chip * TPU_TOPO_LINK_SLOTS + 2 * a + dir;
     if (!x->lstamp) {
