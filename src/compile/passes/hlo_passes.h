@@ -74,6 +74,10 @@ int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int
  * when any did. */
 struct tpu_builder;
 tpu_status tpu__make_reduce_scatters(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
+/* combine-collectives, before the rest (compile/spmd/coll_quant.c): converts to a narrower
+ * type after (wider before) all-gathers, all-to-alls, collective-permutes and
+ * collective-broadcasts move across them, as XLA's CollectiveQuantizer. */
+tpu_status tpu__quantize_collectives(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
 /* combine-collectives, step zero (ar_motion.c): all-reduces that only accumulate into a while
  * loop's state are sunk after the loop, as XLA's WhileLoopAllReduceCodeMotion. */
 tpu_status tpu__sink_loop_all_reduces(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);

@@ -14,7 +14,9 @@
  * bench/spmd/cases combine up to 96 MiB of gradients in one all-reduce (dp_block_step's
  * four bf16 weight gradients) and leave two of 64 MiB apart (dp_mlp_step_f32), so its
  * threshold lies in [96, 128) MiB; tpusim takes 96 MiB (XLA's generic combiners default to
- * 30 MiB). */
+ * 30 MiB). Before combining, converts move across the collectives that only move data
+ * (coll_quant.c), and all-reduces are sunk out of loops (ar_motion.c) and become
+ * reduce-scatters (rs_create.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,13 +196,22 @@ tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag 
   (void)o;
   int any = 0;
   for (int c = 0; c < m->ncomps && !any; c++)
-    for (int i = 0; i < m->comps[c]->ninstrs && !any; i++) any = combinable_op(m->comps[c]->instrs[i]);
+    for (int i = 0; i < m->comps[c]->ninstrs && !any; i++) {
+      const tpu_instr *x = m->comps[c]->instrs[i];
+      any = combinable_op(x) || x->op == TPU_OP_ALL_TO_ALL || x->op == TPU_OP_COLLECTIVE_PERMUTE ||
+            x->op == TPU_OP_COLLECTIVE_BROADCAST;
+    }
   if (!any) return TPU_OK;
   tpu_builder b;
   TPU_TRY(tpu_builder_init(&b, m, d));
   tpu_status st = TPU_OK;
   int ncomps = m->ncomps;
   int changed = 0;
+  for (int c = 0; st == TPU_OK && c < ncomps; c++) {
+    int made = 0;
+    st = tpu__quantize_collectives(&b, m->comps[c], &made, d);
+    changed |= made;
+  }
   for (int c = 0; st == TPU_OK && c < ncomps; c++) {
     int made = 0;
     st = tpu__sink_loop_all_reduces(&b, m->comps[c], &made, d);
