@@ -299,6 +299,13 @@ int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int resu
   return r->shape.rank == conv->operands[0]->shape.rank && !reshape_keeps(r, (int)conv->conv.in_batch, 0);
 }
 
+/* x, or the value a chain of reshapes and bitcasts of x starts from (a dot's result given
+ * back its size-1 batch dimension by the compiler's simplifier). */
+static const tpu_instr *under_reshapes(const tpu_instr *x) {
+  while ((x->op == TPU_OP_RESHAPE || x->op == TPU_OP_BITCAST) && x->noperands == 1) x = x->operands[0];
+  return x;
+}
+
 /* Whether producer p may join group g through member m, and on which side. */
 static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *p, member_side *side) {
   const group *G = &f->groups[g];
@@ -318,7 +325,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * read by its users in place, as the compiler runs it (transpose then scale: a `copy` and
    * a `multiply_bitcast_fusion`); not in a vector kernel's loop. (A matmul's result
    * transposed is written in the new layout by the matmul itself.) */
-  if (!G->has_heavy && tpu__moves_minor(f->chip, p) && !tpu__fuse_heavy(p->operands[0])) return 0;
+  if (!G->has_heavy && tpu__moves_minor(f->chip, p) && !tpu__fuse_heavy(under_reshapes(p->operands[0]))) return 0;
   if (tpu__fuse_loop_fusible(p)) return 1;
   if (tpu__fuse_heavy(p) && !G->has_heavy && G->kind == K_LOOP && !(m->operands[0] == p && tpu__fuse_batch_relayout(p, m, 1))) {
     *side = SIDE_HEAVY;

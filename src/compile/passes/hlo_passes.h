@@ -74,6 +74,10 @@ int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int
  * when any did. */
 struct tpu_builder;
 tpu_status tpu__make_reduce_scatters(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
+/* combine-collectives, first (compile/spmd/coll_cse.c): an all-gather or collective-permute
+ * that repeats an earlier one (same value, shape and attributes but the channel id) is
+ * dropped for it, as XLA's ScheduleAwareCollectiveOpsCSE. */
+tpu_status tpu__cse_collectives(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
 /* combine-collectives, before the rest (compile/spmd/coll_quant.c): converts to a narrower
  * type after (wider before) all-gathers, all-to-alls, collective-permutes and
  * collective-broadcasts move across them, as XLA's CollectiveQuantizer. */

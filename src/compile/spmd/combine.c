@@ -14,9 +14,10 @@
  * bench/spmd/cases combine up to 96 MiB of gradients in one all-reduce (dp_block_step's
  * four bf16 weight gradients) and leave two of 64 MiB apart (dp_mlp_step_f32), so its
  * threshold lies in [96, 128) MiB; tpusim takes 96 MiB (XLA's generic combiners default to
- * 30 MiB). Before combining, converts move across the collectives that only move data
- * (coll_quant.c), and all-reduces are sunk out of loops (ar_motion.c) and become
- * reduce-scatters (rs_create.c). */
+ * 30 MiB). Before combining, repeated all-gathers and permutes go (coll_cse.c),
+ * converts move across the collectives that only move data (coll_quant.c), and
+ * all-reduces are sunk out of loops (ar_motion.c) and become reduce-scatters
+ * (rs_create.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,7 +210,8 @@ tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag 
   int changed = 0;
   for (int c = 0; st == TPU_OK && c < ncomps; c++) {
     int made = 0;
-    st = tpu__quantize_collectives(&b, m->comps[c], &made, d);
+    st = tpu__cse_collectives(&b, m->comps[c], &made, d);
+    if (st == TPU_OK) st = tpu__quantize_collectives(&b, m->comps[c], &made, d);
     changed |= made;
   }
   for (int c = 0; st == TPU_OK && c < ncomps; c++) {

@@ -1,5 +1,5 @@
 #!/bin/sh
-# combine-collectives moves type conversions across the collectives that only move data, as
+# combine-collectives' rewrites of collectives (docs/spmd.md). It moves type conversions across the collectives that only move data, as
 # XLA's CollectiveQuantizer (docs/spmd.md): an f32 all-gather whose result (reshaped) is cast
 # to bf16 gathers the bf16 value; a bf16 value cast to f32 and then permuted is permuted as
 # bf16 and cast after. Values as the reference back end's run of the program as written.
@@ -48,5 +48,44 @@ for d in range(4):
     for i in range(2):
         a, b = np.load(f"{t}/tpu/dev{d}/{i}.npy"), np.load(f"{t}/ref/dev{d}/{i}.npy")
         assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), (d, i)
+EOF
+
+# A repeated all-gather (same value, groups and dimension, another channel id; one of them
+# through a reshape adding a size-1 dimension) is done once, as XLA's
+# ScheduleAwareCollectiveOpsCSE; one along another dimension stays. Values as the reference's.
+cat > "$T/cse.hlo" <<'EOF'
+HloModule cse, num_partitions=4
+
+ENTRY e {
+  x = f32[8,16] parameter(0)
+  pid = u32[] partition-id()
+  pf = f32[] convert(pid)
+  pb = f32[8,16] broadcast(pf), dimensions={}
+  xs = f32[8,16] add(x, pb)
+  a1 = f32[32,16] all-gather(xs), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true
+  t1 = f32[32,16] tanh(a1)
+  xr = f32[8,16,1] reshape(xs)
+  xb = f32[8,16] reshape(xr)
+  a2 = f32[32,16] all-gather(xb), channel_id=2, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true
+  s = f32[32,16] add(t1, a2)
+  a3 = f32[8,64] all-gather(xs), channel_id=3, replica_groups={{0,1,2,3}}, dimensions={1}, use_global_device_ids=true
+  ROOT t = (f32[32,16], f32[8,64]) tuple(s, a3)
+}
+EOF
+"$BIN" compile "$T/cse.hlo" --dump-after combine-collectives > "$T/dump2" 2> "$T/err" || fail "compile cse exited $?: $(cat "$T/err")"
+# (kept, the two would be combined into one all-gather of a tuple of both)
+[ "$(grep -c ' all-gather(' "$T/dump2")" = 2 ] && [ "$(grep -Ec '= f32\[32,16\][^ ]* all-gather\(' "$T/dump2")" = 1 ] ||
+  fail "repeated all-gather not dropped: $(grep ' all-gather(' "$T/dump2")"
+for be in tpu ref; do
+  "$BIN" run "$T/cse.hlo" --backend $be -i "$T/x.npy" --per-device -o "$T/cse_$be" > /dev/null 2> "$T/err" ||
+    fail "cse $be run exited $?: $(cat "$T/err")"
+done
+python3 - "$T" <<'EOF' || fail "cse: values differ from the reference back end's"
+import sys, numpy as np
+t = sys.argv[1]
+for d in range(4):
+    for i in range(2):
+        a, b = np.load(f"{t}/cse_tpu/dev{d}/{i}.npy"), np.load(f"{t}/cse_ref/dev{d}/{i}.npy")
+        assert a.shape == b.shape and np.abs(a - b).max() <= 1e-6, (d, i)
 EOF
 [ "$fails" = 0 ] || exit 1
