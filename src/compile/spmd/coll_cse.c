@@ -44,8 +44,9 @@ static const tpu_instr *through_degenerate(const tpu_instr *x) {
 }
 
 static int ignored_attr(const char *name) {
+  /* (frontend attributes count: a megascale transfer's mark its DCN send/recv) */
   return !strcmp(name, "channel_id") || !strcmp(name, "metadata") || !strcmp(name, "backend_config") ||
-         !strcmp(name, "frontend_attributes") || !strcmp(name, "sharding");
+         !strcmp(name, "sharding");
 }
 
 /* Attributes of a that b has with the same text (channel ids: both present or both not). */

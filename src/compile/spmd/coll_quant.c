@@ -24,7 +24,11 @@
 
 #define TPU_QUANT_MAX_CHAIN 8
 
+/* (not a megascale transfer, a DCN send/recv the compiler wrote as it wants it sent) */
 static int moves_data(const tpu_instr *in) {
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, "frontend_attributes") && strstr(in->attrs[i].value, "_xla_megascale_transfer_type"))
+      return 0;
   return in->noperands == 1 && tpu_dtype_is_array(in->shape.dtype) &&
          (in->op == TPU_OP_ALL_GATHER || in->op == TPU_OP_ALL_TO_ALL || in->op == TPU_OP_COLLECTIVE_PERMUTE ||
           in->op == TPU_OP_COLLECTIVE_BROADCAST);
