@@ -1,4 +1,4 @@
-/* Copies of parameters the program updates in place (the last step of the fuse pass).
+/* Copies of parameters the program updates in place or returns (the last step of the fuse pass).
  *
  * A dynamic-update-slice or scatter writes into its operand's buffer. When that operand is
  * an entry parameter the caller did not donate (no input_output_alias entry for it: JAX's
@@ -6,7 +6,14 @@
  * whole parameter first and updates the copy: a KV-cache update of bf16[16,512,16,64] that
  * is not donated is a 151,752-cycle `copy` plus the update on v5e; donated, the update
  * alone (2,365 cycles; bench/fidelity/families dus_cache_*). tpusim makes that copy explicit:
- * a `copy` kernel of the parameter, which the update then reads. Values are unchanged. */
+ * a `copy` kernel of the parameter, which the update then reads. Values are unchanged.
+ *
+ * Likewise a result of the entry that is a non-donated parameter, or a bitcast of one (a
+ * view sharing its buffer), would hand the caller's own buffer back as the result; XLA's copy
+ * insertion gives every such output leaf a copy of its own (its special-case copies of
+ * parameters and constants in the entry's output), so `ROOT copy(p)` with the same layout,
+ * which simplify reduces to `p`, is a real copy kernel on the TPU (about 1,850 cycles for a
+ * small f32 array on v5e; bench/fidelity/families transpose_*). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,10 +49,36 @@ static int updated_operand(const tpu_instr *in) {
   return k >= 0 && k < in->noperands ? k : -1;
 }
 
+/* The non-donated entry parameter whose buffer `v` is (itself or through bitcasts), or NULL. */
+static const tpu_instr *returned_param(const tpu_module *m, const tpu_instr *v) {
+  while (v->op == TPU_OP_BITCAST && v->noperands == 1) v = v->operands[0];
+  if (v->op != TPU_OP_PARAMETER || v->shape.dtype == TPU_TUPLE || donated(m, v->index)) return NULL;
+  return v;
+}
+
+/* Gives output leaf `*slot` of the entry a copy of its own when it is a parameter's buffer. */
+static tpu_status copy_returned(tpu_builder *b, tpu_module *m, tpu_instr **slot, int *changed) {
+  tpu_instr *v = *slot;
+  if (!returned_param(m, v)) return TPU_OK;
+  tpu_instr *c = NULL;
+  TPU_TRY(tpu_build_instr_like(b, m->entry, v, TPU_OP_COPY, "copy.result", &v->shape, &v, 1, &c));
+  *slot = c;
+  *changed = 1;
+  return TPU_OK;
+}
+
 tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m) {
   tpu_comp *entry = m->entry;
   if (!entry) return TPU_OK;
   int changed = 0, n = entry->ninstrs;
+  tpu_instr *root = entry->root;
+  if (root && root->op == TPU_OP_TUPLE) {
+    for (int k = 0; k < root->noperands; k++) TPU_TRY(copy_returned(b, m, &root->operands[k], &changed));
+  } else if (root) {
+    tpu_instr *r = root;
+    TPU_TRY(copy_returned(b, m, &r, &changed));
+    if (r != root) tpu_build_set_root(entry, r);
+  }
   for (int i = 0; i < n; i++) {
     tpu_instr *in = entry->instrs[i];
     int k = updated_operand(in);

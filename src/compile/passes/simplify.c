@@ -4,6 +4,7 @@
  * subexpressions (cse.c), dead instructions and computations; repeated until nothing
  * changes. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -117,6 +118,12 @@ static int same_layout(const tpu_shape *a, const tpu_shape *b) {
 }
 
 /* An operand that `in` can be replaced by (same shape, same value for every input), or NULL. */
+/* The memory space a compiled program's layout names (S(n) in its tail); 0: HBM. */
+static int memory_space(const tpu_shape *s) {
+  const char *p = s->layout_tail ? strstr(s->layout_tail, "S(") : NULL;
+  return p ? atoi(p + 2) : 0;
+}
+
 static tpu_instr *identity_of(const tpu_instr *in) {
   tpu_instr *const *op = in->operands;
   int fl = tpu_dtype_is_float(in->shape.dtype);
@@ -148,7 +155,13 @@ static tpu_instr *identity_of(const tpu_instr *in) {
       if (op[0]->op == TPU_OP_RESHAPE && tpu_shape_equal(&op[0]->operands[0]->shape, &in->shape)) return op[0]->operands[0];
       return op[0];
     case TPU_OP_BITCAST: return same_layout(&in->shape, &op[0]->shape) ? op[0] : NULL;
-    case TPU_OP_COPY: return same_layout(&in->shape, &op[0]->shape) ? op[0] : NULL;
+    case TPU_OP_COPY:
+      /* A copy between memory spaces (a compiled program's VMEM result written back to
+       * HBM, its last op when the result is a view of a prefetched parameter) moves the
+       * bytes: the XLA TPU compiler runs it as a kernel (bf16[3,2] out of S(1): 2,122 cycles
+       * on v5p, bench/fidelity/families transpose_2x3_p10_bf16). */
+      return same_layout(&in->shape, &op[0]->shape) && memory_space(&in->shape) == memory_space(&op[0]->shape) ? op[0]
+                                                                                                              : NULL;
     case TPU_OP_CONVERT: return op[0]; /* same type in and out (checked by the caller) */
     case TPU_OP_TRANSPOSE:
     case TPU_OP_BROADCAST:

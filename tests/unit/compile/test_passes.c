@@ -1041,6 +1041,59 @@ static void test_param_copies(void) {
   }
 }
 
+/* A result that is a non-donated parameter's buffer (the parameter, a same-layout copy of it
+ * that simplify drops, a bitcast of it) gets a copy kernel of its own, as XLA's copy insertion
+ * gives it (compile/passes/param_copy.c); a donated one (input_output_alias) is returned as is,
+ * and a computed result is not copied. */
+static void test_result_copies(void) {
+  static const struct {
+    const char *alias, *body;
+    int want;
+  } cases[] = {
+      {"", " ROOT r = f32[8,128]{1,0} copy(p)\n", 1},
+      {"", " ROOT r = f32[8,128]{1,0} parameter(1)\n", 1},
+      {"", " ROOT r = f32[1024]{0} bitcast(p)\n", 1},
+      {"", " n = f32[8,128]{1,0} negate(p)\n ROOT r = (f32[8,128]{1,0}, f32[8,128]{1,0}) tuple(n, p)\n", 1},
+      {"", " ROOT r = f32[8,128]{1,0} negate(p)\n", 0},
+      {", input_output_alias={ {}: (0, {}, may-alias) }", " ROOT r = f32[8,128]{1,0} copy(p)\n", 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char src[512];
+    snprintf(src, sizeof src, "HloModule m%s\nENTRY e {\n p = f32[8,128]{1,0} parameter(0)\n%s%s}\n", cases[i].alias,
+             strstr(cases[i].body, "parameter(1)") ? "" : " q = f32[8,128]{1,0} parameter(1)\n", cases[i].body);
+    tpu_module *m = compile_src(src);
+    if (!m) continue;
+    int copies = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      const tpu_instr *x = in->op == TPU_OP_COPY ? in->operands[0] : NULL;
+      while (x && x->op == TPU_OP_BITCAST) x = x->operands[0];
+      if (x && x->op == TPU_OP_PARAMETER) copies++;
+    }
+    printf("result case %zu: %d copies of a parameter\n", i, copies);
+    CHECK_EQ_INT(copies, cases[i].want);
+    tpu_module_free(m);
+  }
+}
+
+/* A same-layout copy is an identity within one memory space, which simplify drops; a copy
+ * between memory spaces (a compiled program's VMEM value, S(1), written back to HBM) moves the
+ * bytes and stays. */
+static void test_memory_space_copy(void) {
+  static const char *fmt = "HloModule m\nENTRY e {\n p = bf16[2,3]{1,0:T(2,128)(2,1)} parameter(0)\n"
+                           " n = bf16[2,3]{1,0:T(2,128)(2,1)%s} negate(p)\n"
+                           " ROOT r = bf16[2,3]{1,0:T(2,128)(2,1)} copy(n)\n}\n";
+  for (int vm = 0; vm < 2; vm++) {
+    char src[512];
+    snprintf(src, sizeof src, fmt, vm ? "S(1)" : "");
+    char *out = dump_src_after(src, "copy_space_test.hlo", "simplify");
+    if (!out) continue;
+    printf("same-layout copy%s: %d copies after simplify\n", vm ? " out of S(1)" : "", count_in(out, " copy("));
+    CHECK_EQ_INT(count_in(out, " copy("), vm ? 1 : 0);
+    free(out);
+  }
+}
+
 /* A scan longer than 128 (jnp.cumsum as JAX lowers it for a TPU) is rewritten into the XLA
  * TPU compiler's blocks (compile/passes/scan_rewrite.c): no reduce-window wider than 128 is left,
  * and each of the 157 blocks of 128 of a 20,000-element scan is a window of 128. */
@@ -1257,6 +1310,8 @@ int main(void) {
   test_golden();
   test_param_layouts();
   test_param_copies();
+  test_result_copies();
+  test_memory_space_copy();
   test_scan_rewrite();
   test_space_to_batch();
   test_space_to_batch_forms();
