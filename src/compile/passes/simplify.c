@@ -155,13 +155,7 @@ static tpu_instr *identity_of(const tpu_instr *in) {
       if (op[0]->op == TPU_OP_RESHAPE && tpu_shape_equal(&op[0]->operands[0]->shape, &in->shape)) return op[0]->operands[0];
       return op[0];
     case TPU_OP_BITCAST: return same_layout(&in->shape, &op[0]->shape) ? op[0] : NULL;
-    case TPU_OP_COPY:
-      /* A copy between memory spaces (a compiled program's VMEM result written back to
-       * HBM, its last op when the result is a view of a prefetched parameter) moves the
-       * bytes: the XLA TPU compiler runs it as a kernel (bf16[3,2] out of S(1): 2,122 cycles
-       * on v5p, bench/fidelity/families transpose_2x3_p10_bf16). */
-      return same_layout(&in->shape, &op[0]->shape) && memory_space(&in->shape) == memory_space(&op[0]->shape) ? op[0]
-                                                                                                              : NULL;
+    case TPU_OP_COPY: return same_layout(&in->shape, &op[0]->shape) ? op[0] : NULL;
     case TPU_OP_CONVERT: return op[0]; /* same type in and out (checked by the caller) */
     case TPU_OP_TRANSPOSE:
     case TPU_OP_BROADCAST:
@@ -193,9 +187,16 @@ static tpu_instr *identity_of(const tpu_instr *in) {
   }
 }
 
-/* An operand that can replace `in` by an identity, or NULL. */
-static tpu_instr *try_identity(tpu_instr *in) {
+/* An operand that can replace `in` by an identity, or NULL. The entry's result is written to
+ * HBM: a copy there out of another memory space (a compiled program's VMEM value, S(1), when
+ * the result is a view of a prefetched parameter) moves the bytes, and the XLA TPU compiler
+ * runs it as a kernel (bf16[3,2] out of S(1): 2,122 cycles on v5p, bench/fidelity/families
+ * transpose_2x3_p10_bf16). */
+static tpu_instr *try_identity(const tpu_comp *c, tpu_instr *in) {
   if (in->noperands == 0) return NULL;
+  if (in->op == TPU_OP_COPY && c->is_entry && in == c->root &&
+      memory_space(&in->shape) != memory_space(&in->operands[0]->shape))
+    return NULL;
   tpu_instr *r = identity_of(in);
   if (!r || r == in || !tpu_shape_equal(&r->shape, &in->shape)) return NULL;
   return r;
@@ -280,7 +281,7 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
       tpu__cse_free(cse);
       return b->d->status;
     }
-    if (f == 0) r = try_identity(in);
+    if (f == 0) r = try_identity(c, in);
     if (f == 0 && !r && (sink_convert(b, c, in, &r) != TPU_OK || (!r && tpu__scatter_to_select(b, c, in, &r) != TPU_OK) ||
                         (!r && tpu__reduce_of_broadcast(b, c, in, &r) != TPU_OK))) {
       tpu_free(fwd);
