@@ -7,6 +7,8 @@
 #include "compile/passes/hlo_passes.h"
 #include "ir/collective.h"
 
+enum { MAX_MEM = 8 };
+
 typedef struct {
   int idx;          /* global instruction index */
   const tpu_instr *in;
@@ -15,6 +17,10 @@ typedef struct {
   int64_t lo, hi;   /* live positions, inclusive */
   int reader;       /* an entry parameter copied in within the step: its first reader; else -1 */
   int beside;       /* reader >= 0: the copy runs beside its first reader (tpu__kinfo.spf_beside) */
+  int mem[MAX_MEM]; /* a loop state: the instructions writing it (idx the first), each at
+                     * slot smem[i] of `size / nslot` bytes */
+  int smem[MAX_MEM];
+  int nmem, nslot;
 } cand;
 
 typedef struct {
@@ -65,11 +71,36 @@ static const tpu_instr *result_of(const tpu_instr *v) {
              : v;
 }
 
+/* The value a while loop's state element stands for: an element read in the loop's body
+ * or condition (get-tuple-element of their parameter) is the loop's input element, and one
+ * read after the loop (of its result) what the body returns there, back to the instruction
+ * that wrote it (loop_state_cands keeps the whole set in VMEM or none of it). Else v. */
+static const tpu_instr *state_source(const tpu__be *be, const tpu_instr *v) {
+  for (int hops = 0; hops < 64; hops++) {
+    while (is_view(v)) v = v->operands[0];
+    if (v->op != TPU_OP_GET_TUPLE_ELEMENT || !v->noperands) break;
+    const tpu_instr *t = v->operands[0];
+    const tpu_instr *next = NULL;
+    if (t->op == TPU_OP_PARAMETER) {
+      int ci = tpu__be_comp_index(be, t->parent);
+      const tpu_instr *w = ci >= 0 ? be->caller[ci] : NULL;
+      if (w && w->op == TPU_OP_WHILE && w->noperands && w->operands[0]->op == TPU_OP_TUPLE &&
+          (w->body == t->parent || w->condition == t->parent) && v->index < w->operands[0]->noperands)
+        next = w->operands[0]->operands[v->index];
+    } else if (t->op == TPU_OP_WHILE && t->body->root->op == TPU_OP_TUPLE && v->index < t->body->root->noperands) {
+      next = t->body->root->operands[v->index];
+    }
+    if (!next) break;
+    v = next;
+  }
+  return v;
+}
+
 static const tpu__kinfo *resident_info(const tpu__be *be, const tpu_instr *v) {
   /* a compiled program reads a prefetched parameter through its copy-start / copy-done */
   for (int hops = 0; hops < 4 && (v->op == TPU_OP_COPY_DONE || v->op == TPU_OP_COPY_START || is_view(v)) && v->noperands; hops++)
     v = v->operands[0];
-  const tpu__kinfo *k = tpu__be_info(be, result_of(v));
+  const tpu__kinfo *k = tpu__be_info(be, result_of(state_source(be, v)));
   return k && (k->vres || k->xpf || k->spf) ? k : NULL;
 }
 
@@ -280,6 +311,159 @@ static int step_prefetch_cands(tpu__be *be, int64_t np, cand *c, int nc, int64_t
   return nc;
 }
 
+/* Whether every reader of value v (in its computation, through views) is a kernel or a
+ * synchronous collective with its own result buffer, or: the root tuple `root` at slot
+ * `slot` (a loop body passing its state on unchanged), or the input tuple of a later or
+ * inner while loop whose body passes that element through unchanged and whose every reader
+ * of it qualifies so too. *hi: the last position of those readers. */
+static int state_readers_ok(const tpu__be *be, const tpu_instr *v, const tpu_instr *root, int slot, int64_t *hi,
+                            int depth);
+
+static int loop_elem_ok(const tpu__be *be, const tpu_instr *w, int e, int pass, int64_t *hi, int depth) {
+  const tpu_comp *cs[2] = {w->body, w->condition};
+  for (int c = 0; c < 2; c++) {
+    const tpu_comp *cc = cs[c];
+    if (!cc || cc->nparams != 1) return 0;
+    const tpu_instr *bp = cc->params[0];
+    for (int i = 0; i < cc->ninstrs; i++) {
+      const tpu_instr *g = cc->instrs[i];
+      for (int o = 0; o < g->noperands; o++)
+        if (g->operands[o] == bp && g->op != TPU_OP_GET_TUPLE_ELEMENT) return 0;
+      if (g->op != TPU_OP_GET_TUPLE_ELEMENT || g->operands[0] != bp || g->index != e) continue;
+      if (!state_readers_ok(be, g, c == 0 && pass ? cc->root : NULL, e, hi, depth + 1)) return 0;
+    }
+  }
+  const tpu__kinfo *kw = tpu__be_info(be, w);
+  if (kw && kw->pos > *hi) *hi = kw->pos;
+  const tpu_comp *pc = w->parent;
+  for (int i = 0; i < pc->ninstrs; i++) { /* the loop's result: read by element */
+    const tpu_instr *g = pc->instrs[i];
+    for (int o = 0; o < g->noperands; o++)
+      if (g->operands[o] == w && g->op != TPU_OP_GET_TUPLE_ELEMENT) return 0;
+    if (g->op == TPU_OP_GET_TUPLE_ELEMENT && g->operands[0] == w && g->index == e &&
+        !state_readers_ok(be, g, NULL, -1, hi, depth + 1))
+      return 0;
+  }
+  return 1;
+}
+
+static int state_readers_ok(const tpu__be *be, const tpu_instr *v, const tpu_instr *root, int slot, int64_t *hi,
+                            int depth) {
+  const tpu_comp *c = v->parent;
+  if (depth > 16) return 0;
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    for (int o = 0; o < u->noperands; o++) {
+      if (u->operands[o] != v) continue;
+      if (u == root && (slot < 0 || o == slot)) continue;
+      if (is_view(u)) {
+        if (!state_readers_ok(be, u, NULL, -1, hi, depth + 1)) return 0;
+        continue;
+      }
+      const tpu__kinfo *ku = tpu__be_info(be, u);
+      if (ku && (is_kernel(ku) || is_collective(be, u, ku)) && ku->own) {
+        if (ku->pos > *hi) *hi = ku->pos;
+        continue;
+      }
+      const tpu_instr *w = NULL; /* an inner or later loop's input */
+      for (int j = 0; u->op == TPU_OP_TUPLE && j < c->ninstrs && !w; j++)
+        if (c->instrs[j]->op == TPU_OP_WHILE && c->instrs[j]->operands[0] == u) w = c->instrs[j];
+      const tpu_instr *r = w ? w->body->root : NULL;
+      if (!r || r->op != TPU_OP_TUPLE || o >= r->noperands || r->operands[o]->op != TPU_OP_GET_TUPLE_ELEMENT ||
+          r->operands[o]->operands[0] != w->body->params[0] || r->operands[o]->index != o ||
+          !loop_elem_ok(be, w, o, 1, hi, depth + 1))
+        return 0;
+    }
+  }
+  return 1;
+}
+
+/* A value qualifies for VMEM as a kernel's result (the candidates of tpu__assign_vmem): a
+ * single array written by a kernel or synchronous collective with its own buffer; in a
+ * compiled program (tiled layout) only where its compiler put it (S(1)). Its bytes, or 0. */
+static int64_t state_member_bytes(const tpu__be *be, const tpu_instr *x) {
+  const tpu__kinfo *k = tpu__be_info(be, x);
+  if (!k || !(is_kernel(k) || is_collective(be, x, k)) || !k->own || k->nleaves != 1 || k->vres || k->pos <= 0 ||
+      !tpu_dtype_is_array(x->shape.dtype) || x->shape.rank == 0)
+    return 0;
+  if (x->shape.layout_tail && !tpu__in_vmem(&x->shape)) return 0;
+  return (tpu__value_bytes(be, x, &x->shape) + 511) / 512 * 512;
+}
+
+/* The loop state (XLA's memory-space assignment places a while loop's state in alternate
+ * memory as one: the loop's input, its body's parameter, what the body returns and the
+ * loop's result, the buffers buffer-assign's loop_state joins): a state element that a
+ * kernel writes before the loop and the body rewrites in place each iteration (a scan's
+ * stack of saved activations updated by dynamic-update-slice, a windowed matmul's
+ * accumulator), read only by kernels in the body, the condition and after the loop, stays
+ * in VMEM for the whole loop when it fits: the XLA TPU compiler's v5e programs keep such
+ * state in S(1) (bench/spmd fsdp_scan_step: three bf16[4,1024,2048] stacks and its
+ * windowed einsums' state; fsdp_mlp_step: the all-gathered bf16[8192,2048] weight and the
+ * accumulators of its windowed loops; memory_analysis() counts none of it as temp). An input
+ * several elements start from (one zero broadcast for three stacks) is copied into each
+ * (XLA's copy insertion): one slot per element, all or none. Returns the new count. */
+static int loop_state_cands(tpu__be *be, int64_t np, cand *c, int nc, const int *nuse) {
+  const tpu_module *m = be->m;
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    if (!be->scheduled[ci]) continue;
+    const tpu_comp *cc = m->comps[ci];
+    for (int i = 0; i < cc->ninstrs; i++) {
+      const tpu_instr *w = cc->instrs[i];
+      if (w->op != TPU_OP_WHILE || !w->noperands || w->operands[0]->op != TPU_OP_TUPLE) continue;
+      const tpu_instr *x = w->operands[0], *r = w->body->root;
+      if (r->op != TPU_OP_TUPLE || r->noperands != x->noperands) continue;
+      for (int e = 0; e < x->noperands; e++) {
+        const tpu_instr *xo = result_of(x->operands[e]), *vo = result_of(r->operands[e]);
+        if (xo != x->operands[e] || vo != r->operands[e] || vo->parent != w->body) continue;
+        int dup = 0; /* an earlier element of the same input: its candidate covers this one */
+        for (int f = 0; f < e; f++) dup |= x->operands[f] == xo;
+        if (dup) continue;
+        int64_t size = state_member_bytes(be, xo);
+        if (!size) continue;
+        cand k = {0};
+        k.idx = tpu__be_index(be, xo);
+        k.in = xo;
+        k.reader = -1;
+        const tpu__kinfo *kx = tpu__be_info(be, xo);
+        k.lo = kx->pos;
+        k.hi = kx->pos;
+        if (!state_readers_ok(be, xo, x, -1, &k.hi, 0)) continue;
+        int ok = 1, pass = 0;
+        for (int f = e; f < x->noperands; f++) { /* elements the body passes on unchanged share it */
+          const tpu_instr *g = r->operands[f];
+          pass |= x->operands[f] == xo && g->op == TPU_OP_GET_TUPLE_ELEMENT &&
+                  g->operands[0] == w->body->params[0] && g->index == f;
+        }
+        k.nslot = 1;
+        for (int f = e; f < x->noperands && ok; f++) {
+          if (x->operands[f] != xo) continue;
+          const tpu_instr *vf = r->operands[f];
+          if (vf->op == TPU_OP_GET_TUPLE_ELEMENT && vf->operands[0] == w->body->params[0] && vf->index == f) {
+            ok = loop_elem_ok(be, w, f, 1, &k.hi, 0);
+            continue;
+          }
+          const tpu__kinfo *kv = tpu__be_info(be, vf);
+          /* the body rewrites it (in place: buffer-assign's loop_state joins the two, its
+           * input dying into the loop) and every reader reads it as a kernel */
+          ok = result_of(vf) == vf && vf->parent == w->body && state_member_bytes(be, vf) == size &&
+               kx->last_use <= kv->pos && k.nmem < MAX_MEM && state_readers_ok(be, vf, r, f, &k.hi, 0) &&
+               loop_elem_ok(be, w, f, 0, &k.hi, 0);
+          if (!ok) break;
+          int slot = !pass && !k.nmem ? 0 : k.nslot++;
+          k.mem[k.nmem] = tpu__be_index(be, vf);
+          k.smem[k.nmem++] = slot;
+          k.benefit += (double)size * (1.0 + nuse[tpu__be_index(be, vf)]);
+        }
+        if (!ok || k.hi >= np) continue;
+        k.size = size * k.nslot;
+        k.benefit += (double)size * (1.0 + nuse[k.idx]);
+        c[nc++] = k;
+      }
+    }
+  }
+  return nc;
+}
+
 tpu_status tpu__assign_vmem(tpu__be *be) {
   const tpu_module *m = be->m;
   int64_t cores = be->chip->tensorcores > 0 ? be->chip->tensorcores : 1;
@@ -372,6 +556,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       nc++;
     }
   }
+  if (cores == 1 && room_between) nc = loop_state_cands(be, np, c, nc, nuse);
   /* the parameter the previous step prefetches first (it needs no copy in the step) */
   int npl = cross_program_prefetch(be, ws, np, pl);
   if (npl < 0) {
@@ -419,6 +604,11 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       k->spf_last = -1;
     } else {
       k->vres = 1;
+    }
+    for (int j = 0; j < c[i].nmem; j++) { /* a loop state's other writers: their own slots */
+      tpu__kinfo *km = &be->k[c[i].mem[j]];
+      km->vres = 1;
+      km->vres_off = k->vres_off + c[i].smem[j] * (c[i].size / c[i].nslot);
     }
   }
 done:

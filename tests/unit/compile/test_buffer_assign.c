@@ -230,11 +230,63 @@ static void dying_collective_result_shares_output(void) {
   tpu_module_free(m);
 }
 
+/* A loop state that fits in VMEM stays there for the whole loop, as the XLA TPU compiler's
+ * memory-space assignment keeps it on v5e (bench/spmd fsdp_scan_step: its stacks in S(1),
+ * memory_analysis() temp 0): a 4 MiB stack a kernel starts before the loop, the body
+ * updates in place and a kernel slices after it (the step's 1 MiB result cannot hold it)
+ * takes no HBM; only the carried activation, whose input is the caller's parameter (the
+ * state a copy of it), may be an HBM temporary. */
+static void loop_state_in_vmem(void) {
+  const char *src =
+      "HloModule scanv\n"
+      "cond {\n"
+      "  s = (s32[], f32[512,512], f32[4,512,512]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(s), index=0\n"
+      "  n = s32[] constant(4)\n"
+      "  ROOT c = pred[] compare(i, n), direction=LT\n"
+      "}\n"
+      "body {\n"
+      "  s = (s32[], f32[512,512], f32[4,512,512]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(s), index=0\n"
+      "  x = f32[512,512] get-tuple-element(s), index=1\n"
+      "  st = f32[4,512,512] get-tuple-element(s), index=2\n"
+      "  y = f32[512,512] tanh(x)\n"
+      "  y3 = f32[1,512,512] reshape(y)\n"
+      "  z = s32[] constant(0)\n"
+      "  st2 = f32[4,512,512] dynamic-update-slice(st, y3, i, z, z)\n"
+      "  one = s32[] constant(1)\n"
+      "  i1 = s32[] add(i, one)\n"
+      "  ROOT r = (s32[], f32[512,512], f32[4,512,512]) tuple(i1, y, st2)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  x0 = f32[512,512] parameter(0)\n"
+      "  zf = f32[] constant(0)\n"
+      "  st0 = f32[4,512,512] broadcast(zf), dimensions={}\n"
+      "  i0 = s32[] constant(0)\n"
+      "  init = (s32[], f32[512,512], f32[4,512,512]) tuple(i0, x0, st0)\n"
+      "  w = (s32[], f32[512,512], f32[4,512,512]) while(init), condition=cond, body=body\n"
+      "  stk = f32[4,512,512] get-tuple-element(w), index=2\n"
+      "  s3 = f32[1,512,512] slice(stk), slice={[3:4], [0:512], [0:512]}\n"
+      "  ROOT o = f32[1,512,512] multiply(s3, s3)\n"
+      "}\n";
+  tpu_module *m = NULL;
+  tpu_program *p = build(src, &m);
+  if (p) {
+    printf("scan with a 4 MiB stack: out %lld, temp %lld bytes\n", (long long)p->hbm_out, (long long)p->hbm_temp);
+    CHECK_EQ_INT(p->hbm_arg, 1 * MiB);
+    CHECK_EQ_INT(p->hbm_out, 1 * MiB);
+    CHECK(p->hbm_temp < 4 * MiB); /* the stack in VMEM: at most the carried activation */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   dying_collective_result_shares_output();
   collective_values_in_vmem();
   loop_stack_in_place();
+  loop_state_in_vmem();
   loop_read_only_and_copied();
   donation(0);
   donation(1);
