@@ -175,7 +175,17 @@ def load_chip(root, name):
     v = {k: (x["value"] if isinstance(x, dict) and "value" in x else x) for k, x in j.items()}
     return {"name": name, "hbm": v["hbm_bytes"], "peak": v["peak_bf16_flops"], "max_chips": v.get("max_chips") or 1,
             "topology": v.get("topology"), "cores": v.get("tensorcores") or 1,
-            "we_min": v.get("windowed_einsum_min_chips"), "we_max": v.get("windowed_einsum_max_chips")}
+            "we_min": v.get("windowed_einsum_min_chips"), "we_max": v.get("windowed_einsum_max_chips"),
+            "onchip": onchip_bytes(v)}
+
+
+def onchip_bytes(v):
+    """The most of a step's values that can stay off HBM: on a one-core chip whose kernels
+    leave VMEM room between them, memory-space assignment keeps values there, a loop's
+    state included (docs/timing.md, "Memory spaces"), at most the whole VMEM; none on a
+    megacore chip. The HBM lower bounds below subtract it, so they stay lower bounds."""
+    cores, vmem, scoped = v.get("tensorcores") or 1, v.get("vmem_bytes") or 0, v.get("scoped_vmem_bytes") or 0
+    return vmem if cores == 1 and scoped < vmem else 0
 
 
 def windowed(chip, n, d, f, t):
@@ -473,7 +483,7 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
             **({"schedule": a.pipeline_schedule} if pt > 1 else {}),
             "slice": slice_name(chip, n) + (f" x{a.slices}" if a.slices > 1 else ""), "slices": a.slices,
             "windowed": windowed(chip, n, d, f, t) and pt == 1 and not a.no_windowed_einsum}
-    if state > chip["hbm"] and not a.ignore_hbm:
+    if state - chip["onchip"] > chip["hbm"] and not a.ignore_hbm:
         return [dict(base, micro=None, remat=None, status="no-fit", why="weights+optimizer",
                      hbm_need=int(state))]
     mos = micro_options(a.model, d, f, a)
@@ -499,11 +509,11 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
         # fit is found by bisection, after skipping counts whose lower bound is over HBM.
         lo = 0
         while lo < len(opts) - 1 and not a.ignore_hbm and \
-                state + saved_bytes(a.model, dict(base, micro=opts[lo], remat=remat)) > chip["hbm"]:
+                state + saved_bytes(a.model, dict(base, micro=opts[lo], remat=remat)) - chip["onchip"] > chip["hbm"]:
             lo += 1
         cand = dict(base, micro=opts[lo], remat=remat)
         lb = state + saved_bytes(a.model, cand)
-        if lb > chip["hbm"] and not a.ignore_hbm:
+        if lb - chip["onchip"] > chip["hbm"] and not a.ignore_hbm:
             results.append(dict(cand, status="no-fit", why="activations", hbm_need=int(lb)))
             continue
         tried = {}
@@ -553,7 +563,7 @@ def search_pipeline(a, chip, base, state, mos, tmp, counter):
         for mo in opts:
             c = dict(base, micro=mo, remat=remat)
             lb = state + saved_bytes(a.model, c)
-            if lb > chip["hbm"] and not a.ignore_hbm:
+            if lb - chip["onchip"] > chip["hbm"] and not a.ignore_hbm:
                 last = dict(c, status="no-fit", why="activations", hbm_need=int(lb))
                 continue
             r = run_one(a, chip, c, tmp, next(counter))
