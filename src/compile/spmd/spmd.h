@@ -40,13 +40,13 @@ typedef struct tpu_mesh {
    * reference backend computes the f32 dot exactly). */
   int bf16_dot_gathers;
   /* Run a dot whose operand is gathered round a ring of devices (the axes that split it) as
-   * the XLA TPU compiler's windowed-einsum loop (spmd_window.c) when the ring has at least
-   * this many devices (the chip's windowed_einsum_min_chips; 0: never) and at most
-   * windowed_max_devices (0: any), and when what each ring step can overlap — the lesser of
-   * its share of the dot's work and of the transfers, in the bytes a link moves meanwhile —
-   * outweighs the loop's cost per step, windowed_step_bytes (0: always). */
+   * the XLA TPU compiler's windowed-einsum loop (spmd_window.c) round a ring of at least
+   * windowed_min_devices (the chip's windowed_einsum_min_chips; 0: never) and at most
+   * windowed_max_devices (0: XLA's bound alone), when XLA's test says the loop
+   * is faster than the collective and the dot one after the other; a communication of at most
+   * windowed_floor_bytes (the bytes a link moves in XLA's 1e-5 ms) always loops. */
   int64_t windowed_min_devices, windowed_max_devices;
-  double windowed_step_bytes;
+  double windowed_floor_bytes;
   /* tpusim's own plan where XLA's rule and tpusim's prices part (a dot whose operands split
    * alike along its contraction: XLA keeps the splits and all-reduces the partial sums even
    * where gathering the operands moves fewer bytes): the cheaper plan by tpusim's prices,

@@ -300,12 +300,12 @@ tpu_status tpu__spmd_dot(sp *s, const tpu_instr *in) {
   double flops = 2.0 * (double)tpu_shape_numel(&os0);
   for (int i = 0; i < in->dot.lhs_contract.n; i++) flops *= (double)ls0.dims[in->dot.lhs_contract.v[i]];
   for (int side = 0; side < 2 && !best.np; side++) {
-    const dsh *from = side ? rh : lh, *to = side ? &best.R : &best.L;
+    const dsh *from = side ? rh : lh, *to = side ? &best.R : &best.L, *oto = side ? &best.L : &best.R;
     const tpu_instr *xo = in->operands[side];
     int rd;
-    if (s->tsh[xo->id] || (halve && xo->shape.dtype == TPU_F32) || !tpu__spmd_window_gather(s, in, side, from, to, flops, &rd))
+    if (s->tsh[xo->id] || (halve && xo->shape.dtype == TPU_F32) ||
+        !tpu__spmd_window_gather(s, in, side, from, to, oto, flops, &rd))
       continue;
-    const dsh *oto = side ? &best.L : &best.R;
     TPU_TRY(halve ? dot_operand_bf16(s, in, 1 - side, oto, &ops[1 - side]) : tpu__spmd_operand_as(s, in, 1 - side, oto, &ops[1 - side]));
     tpu_shape os = tpu__spmd_local_shape(s, &in->shape, &best.out);
     TPU_TRY(tpu__spmd_window_dot(s, in, side, rd, from, ops[1 - side], s->val[xo->id], &os, &x));

@@ -194,8 +194,8 @@ tpu_status tpu__spmd_partition_instr(sp *s, const tpu_instr *in);
  * gathered dimension; the ring: the devices of the axes that split it; flops: the dot's work
  * per chip), and the loop that does so, given the other operand as the plan wants
  * it, this chip's block of the gathered one and the result's per-chip shape. */
-int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const dsh *from, const dsh *to, double flops,
-                            int *dim);
+int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const dsh *from, const dsh *to,
+                            const dsh *other, double flops, int *dim);
 tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, const dsh *from, tpu_instr *other,
                                 tpu_instr *shard, const tpu_shape *out_shape, tpu_instr **out);
 

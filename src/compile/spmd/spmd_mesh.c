@@ -23,12 +23,9 @@ void tpu_mesh_price_for(tpu_mesh *mesh, const tpu_chip *chip) {
   mesh->step_bytes = chip ? chip->ici_bw_per_link * chip->ici_latency_s : 45e9 * 1e-6;
   mesh->windowed_min_devices = chip ? chip->windowed_einsum_min_chips : 0;
   mesh->windowed_max_devices = chip ? chip->windowed_einsum_max_chips : 0;
-  /* A windowed einsum's cost per ring step, read from the XLA TPU compiler's choices on the
-   * tune split of bench/spmd/corpus (docs/spmd.md, "Windowed einsum"): it loops in all 14
-   * cases whose ring steps can overlap 3.9 us or more of work and transfer (rings of 8 to 32
-   * devices on v4, v5e, v5p and v6e) and in none of the 3 whose steps overlap 2.7 us or less
-   * (rings of 16 and 64); between, 3.3 us. */
-  mesh->windowed_step_bytes = chip ? chip->ici_bw_per_link * 3.3e-6 : 0;
+  /* XLA's floor under which a windowed einsum's communication is not weighed (1e-5 ms), in
+   * the bytes a link moves meanwhile (spmd_window.c) */
+  mesh->windowed_floor_bytes = (chip ? chip->ici_bw_per_link : 45e9) * 1e-8;
   mesh->flop_bytes = chip && chip->peak_bf16_flops > 0 ? 2 * chip->ici_bw_per_link / chip->peak_bf16_flops
                                                        : 2 * 45e9 / 197e12; /* v5e's */
 }

@@ -139,22 +139,44 @@ static int dot_readers(const sp *s, const tpu_instr *x) {
   return n;
 }
 
-/* Whether the compiler runs a gather or reduce-scatter round a ring of n devices beside a dot
- * of `flops` per chip as a windowed einsum (block: the bytes of one chip's block): a ring of
- * at least the chip's smallest, and a loop whose steps each hide more than they cost. */
+/* XLA's partitioner makes no windowed einsum round more devices than this
+ * (SpmdPartitionerOptions::max_windowed_einsum_iteration, 32 by default: a dot handler whose
+ * group has more partitions gathers or reduce-scatters). */
+#define XLA_MAX_WINDOWED_DEVICES 32
+
+/* Whether the XLA TPU compiler runs a gather or reduce-scatter round a ring of n devices
+ * beside a dot of `flops` per chip as a windowed einsum (block: the bytes of one chip's
+ * block): a ring of at least the chip's smallest and at most XLA's largest, and XLA's own
+ * test (its dot handler's disable_windowed_einsum) passes. With C the dot's time and M the
+ * time of the collective the loop replaces, the loop takes max(C, M) and, for its extra
+ * permutes, 2M/n more; it is made when that is less than C + M (the collective and the dot
+ * one after the other). XLA prices a collective by its bytes and replica groups alone, so
+ * the all-reduce of a reduce-scatter's partial sums (n blocks) costs what the all-gather of
+ * n blocks does. A communication below XLA's floor (1e-5 ms: the unit tests' tiny dots)
+ * always loops. Times are in the bytes a link moves meanwhile: C at the chip's peak, M round
+ * a ring of links each way ((n - 1) blocks, half each way); the loop's permutes move the
+ * same blocks over the same links (XLA's communication multiplier 1). */
 static int windowed(const sp *s, int64_t n, double flops, double block) {
   const tpu_mesh *mesh = s->mesh;
-  if (mesh->windowed_min_devices <= 0 || n < mesh->windowed_min_devices || n % 4 ||
+  if (mesh->windowed_min_devices <= 0 || n < mesh->windowed_min_devices || n % 4 || n > XLA_MAX_WINDOWED_DEVICES ||
       (mesh->windowed_max_devices > 0 && n > mesh->windowed_max_devices))
     return 0;
-  /* per ring step: its share of the work and of the transfers (the other n - 1 blocks, half
-   * each way), in the bytes a link moves in that time; the loop overlaps the lesser */
-  double work = flops * mesh->flop_bytes / 2 / (double)n, move = (double)(n - 1) * block / 2 / (double)n;
-  return (work < move ? work : move) >= mesh->windowed_step_bytes;
+  double comp = flops * mesh->flop_bytes / 2, comm = (double)(n - 1) * block / 2;
+  if (comm <= mesh->windowed_floor_bytes) return 1;
+  return (comp > comm ? comp : comm) + 2 * comm / (double)n < comp + comm;
 }
 
-int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const dsh *from, const dsh *to, double flops,
-                            int *dim) {
+/* The mesh axes (of more than one device) that split any dimension of h. */
+static unsigned split_axes(const tpu_mesh *mesh, const dsh *h, int rank) {
+  unsigned m = 0;
+  for (int k = 0; k < rank; k++)
+    for (int i = 0; i < h->n[k]; i++)
+      if (mesh->sizes[h->ax[k][i]] > 1) m |= 1u << h->ax[k][i];
+  return m;
+}
+
+int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const dsh *from, const dsh *to,
+                            const dsh *other, double flops, int *dim) {
   const tpu_mesh *mesh = s->mesh;
   const tpu_instr *x = in->operands[side];
   int rank = x->shape.rank, rd = -1;
@@ -165,6 +187,10 @@ int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const ds
     rd = k;
   }
   if (rd < 0) return 0;
+  /* XLA loops only when the ring is every device of the dot's group: the other operand split
+   * over no axis the operand does not split (x split over data and fsdp against a weight split
+   * over fsdp: its all-gather over fsdp stays, as the compiler's programs do) */
+  if (split_axes(mesh, other, in->operands[1 - side]->shape.rank) & ~split_axes(mesh, from, rank)) return 0;
   int64_t n = factor(mesh, from, rd);
   if (n < 4 || n % 4 || x->shape.dims[rd] % n) return 0;
   if (uses_axis(to, rank, from->ax[rd], from->n[rd])) return 0;

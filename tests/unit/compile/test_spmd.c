@@ -52,7 +52,6 @@ static int count_op(const tpu_module *m, tpu_opcode op) {
 static int g_devices = 4; /* chips of the mesh check_ref partitions for (MESH: 2x2) */
 static int64_t g_window = 0; /* the mesh's windowed_min_devices (0: no windowed einsum) */
 static int64_t g_window_max = 0; /* and its windowed_max_devices (0: no bound) */
-static double g_window_step = 0; /* and its windowed_step_bytes */
 
 /* Partitions m over its own mesh, with windowed einsums from g_window devices. */
 static tpu_status partition(tpu_module *m, tpu_diag *d) {
@@ -63,7 +62,6 @@ static tpu_status partition(tpu_module *m, tpu_diag *d) {
   if (!found) return tpu_spmd_partition(m, NULL, d);
   mesh.windowed_min_devices = g_window;
   mesh.windowed_max_devices = g_window_max;
-  mesh.windowed_step_bytes = g_window_step;
   tpu_status st = tpu_spmd_partition(m, &mesh, d);
   tpu_mesh_free(&mesh);
   return st;
@@ -243,7 +241,7 @@ done:
  * along its contraction (FSDP) or its output features, gathered for one dot, is passed round
  * the ring instead: a loop of collective-permutes (one before it, four in its body: two steps
  * each way per iteration, as in XLA's compiled programs), no all-gather, values equal (s32:
- * exact whatever the order of the partial sums). Below the threshold, or with the weight read
+ * exact whatever the order of the partial sums). In a program below the chip's smallest slice, or with the weight read
  * by a second dot, it is gathered. */
 static void check_windowed(void) {
   char src[2048];
@@ -286,25 +284,40 @@ static void check_windowed(void) {
   CHECK_EQ_INT(count_after(src, TPU_OP_REDUCE_SCATTER), 0);
   g_window = 0;
   CHECK_EQ_INT(count_after(src, TPU_OP_REDUCE_SCATTER), 1);
-  /* a weight split over f only, on a mesh whose other axis splits the batch too: the ring is
-   * the 8 devices of f beside each chip (XLA's windowed einsums over part of the mesh:
-   * SUMMA, sequence-parallel Megatron); and a loop whose steps hide less than they cost (the
-   * mesh's windowed_step_bytes) gathers */
-  snprintf(src, sizeof src,
-           "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"a\"=2, \"f\"=8]>}}\n"
-           "ENTRY e {\n x = s32[32,8] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
-           "[{\\\"a\\\", \\\"f\\\"}, {}]>\"}\n w = s32[8,16] parameter(1), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, %s>\"}\n"
-           " h = s32[32,16] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n ROOT r = s32[32,16] negate(h)\n}\n",
-           wk);
-  g_devices = 16;
+  /* XLA's test of a loop's worth (its dot handler's disable_windowed_einsum): the loop takes
+   * max(C, M) + 2M/n where the dot and the gather one after the other take C + M. A weight
+   * gathered for 64 rows a chip (C far below 2M/n) is gathered; for 2048 rows (C above 2M/n,
+   * below M) it loops. Partitioned only: the arrays are large. */
+  const char *big = "%sENTRY e {\n x = s32[%d,512] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+                    "[{\\\"f\\\"}, {}]>\"}\n w = s32[512,256] parameter(1), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+                    "%s>\"}\n h = s32[%d,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                    " ROOT r = s32[%d,256] negate(h)\n}\n";
   g_window = 8;
+  snprintf(src, sizeof src, big, mesh8, 512, wk, 512, 512);
+  CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_ALL_GATHER), 1);
+  snprintf(src, sizeof src, big, mesh8, 16384, wk, 16384, 16384);
+  CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 1);
+  CHECK_EQ_INT(count_after(src, TPU_OP_ALL_GATHER), 0);
+  /* a ring over part of the mesh: a weight split along its contraction over f and its outputs
+   * over a, x split over f: the ring is the 8 devices of f beside each chip (XLA's windowed
+   * einsums over part of the mesh: SUMMA, sequence-parallel Megatron) */
+  const char *part = "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"a\"=2, \"f\"=8]>}}\n"
+                     "ENTRY e {\n x = s32[32,8] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+                     "[%s, {}]>\"}\n w = s32[8,16] parameter(1), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+                     "[{\\\"f\\\"}, %s]>\"}\n h = s32[32,16] dot(x, w), lhs_contracting_dims={1}, "
+                     "rhs_contracting_dims={0}\n ROOT r = s32[32,16] negate(h)\n}\n";
+  snprintf(src, sizeof src, part, "{\\\"f\\\"}", "{\\\"a\\\"}");
+  g_devices = 16;
   check_ref("windowed einsum round part of the mesh", src, src, 0, 0, 0);
   CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 1);
   CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 5);
-  g_window_step = 1e9; /* each step hides far less than this */
+  /* x split over a and f, the weight over f alone: the dot's group is all 16 devices, the
+   * weight's ring 8 of them, and XLA gathers the weight over f (bench/spmd/probe_windowed.py:
+   * "over half" of every slice gathers) */
+  snprintf(src, sizeof src, part, "{\\\"a\\\", \\\"f\\\"}", "{}");
   CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 0);
   CHECK_EQ_INT(count_after(src, TPU_OP_ALL_GATHER), 1);
-  g_window_step = 0;
   g_devices = 8;
   /* the weight read by two dots: gathered once for both */
   snprintf(src, sizeof src,
