@@ -2,7 +2,10 @@
 # A spatially split convolution's kernel gradient (the window spans the image; the result is
 # the kernel's taps) is partitioned as XLA's partitioner does: each chip correlates its rows,
 # with its neighbours' edge rows (the halo), against its rows of dy, and the partial kernels
-# are summed by one all-reduce; the image is not gathered. Values as one chip's.
+# are summed as XLA's convolution handler sums them: over the examples' split first, then
+# over the spatial split (two all-reduces, one per level of its partitioning, as in the
+# compiler's conv_spatial_step programs of bench/spmd/corpus); the image is not gathered.
+# Values as one chip's.
 . tests/cli/lib/preamble.sh
 cat > "$T/kg.hlo" <<'EOF'
 HloModule kgrad
@@ -15,8 +18,12 @@ ENTRY e {
 EOF
 "$BIN" compile "$T/kg.hlo" --dump-after spmd-partition > "$T/part" 2> "$T/err" || fail "partition exited $?: $(cat "$T/err")"
 grep -q " all-gather(" "$T/part" && fail "the image is gathered: $(grep ' all-gather(' "$T/part")"
-[ "$(grep -c ' all-reduce(' "$T/part")" = 1 ] || fail "not one all-reduce of the kernel: $(grep ' all-reduce(' "$T/part")"
-grep -Eq "= f32\[3,3,4,6\][^ ]* all-reduce\(" "$T/part" || fail "the all-reduce is not the kernel's"
+[ "$(grep -c ' all-reduce(' "$T/part")" = 2 ] || fail "not two all-reduces of the kernel: $(grep ' all-reduce(' "$T/part")"
+[ "$(grep -Ec "= f32\[3,3,4,6\][^ ]* all-reduce\(" "$T/part")" = 2 ] || fail "the all-reduces are not the kernel's"
+grep ' all-reduce(' "$T/part" | sed -n 1p | grep -q 'replica_groups={{0,4},{1,5},{2,6},{3,7}}' ||
+  fail "the first all-reduce is not over the examples' split: $(grep ' all-reduce(' "$T/part" | sed -n 1p)"
+grep ' all-reduce(' "$T/part" | sed -n 2p | grep -q 'replica_groups={{0,1,2,3},{4,5,6,7}}' ||
+  fail "the second all-reduce is not over the spatial split: $(grep ' all-reduce(' "$T/part" | sed -n 2p)"
 [ "$(grep -c ' collective-permute(' "$T/part")" = 2 ] || fail "no halo exchange each way"
 python3 -c "
 import numpy as np

@@ -150,9 +150,9 @@ static tpu_status with_halo(sp *s, const tpu_instr *in, tpu_instr *x, const dsh 
  * convolution's backward pass: the window spans the whole image, dy, and the result is the
  * kernel's few taps): each chip correlates its block of the input, with the rows its
  * neighbours hold that the taps reach (the halo, as the forward pass), against its block of
- * dy, and the partial kernels are summed over the spatial axes (and the input feature's, the
- * examples, where those split too), as XLA's partitioner does: one all-reduce of the kernel
- * instead of gathering the image. Returns with *done 0 when the convolution is not of this
+ * dy, and the partial kernels are summed over the spatial axes (and first over the input
+ * feature's, the examples, where those split too), as XLA's partitioner does: all-reduces of
+ * the kernel instead of gathering the image. Returns with *done 0 when the convolution is not of this
  * form. */
 static tpu_status kernel_grad_spatial(sp *s, const tpu_instr *in, int sd, int *done) {
   const tpu_instr *lo = in->operands[0], *ro = in->operands[1];
@@ -193,7 +193,12 @@ static tpu_status kernel_grad_spatial(sp *s, const tpu_instr *in, int sd, int *d
   TPU_TRY(set_window(s, in, y, sd, blk));
   tpu_comp *add;
   TPU_TRY(tpu__spmd_adder(s, in->shape.dtype, &add));
-  TPU_TRY(tpu__spmd_reduce_axes(s, y, axes, na, add, in->loc, &y));
+  /* summed as XLA's convolution handler sums them, one all-reduce per level of its
+   * partitioning: over the examples' axes (its batch-split level) first, then over the
+   * spatial axes (the halo level), not one all-reduce over both */
+  const int ns = lh->n[d];
+  if (na > ns) TPU_TRY(tpu__spmd_reduce_axes(s, y, axes + ns, na - ns, add, in->loc, &y));
+  TPU_TRY(tpu__spmd_reduce_axes(s, y, axes, ns, add, in->loc, &y));
   s->val[in->id] = y;
   s->sh[in->id] = out;
   *done = 1;
