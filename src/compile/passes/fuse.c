@@ -299,6 +299,12 @@ int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int resu
   return r->shape.rank == conv->operands[0]->shape.rank && !reshape_keeps(r, (int)conv->conv.in_batch, 0);
 }
 
+int tpu__fuse_own_kernel(const tpu_instr *in) {
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, "s2b_kernel")) return 1;
+  return 0;
+}
+
 /* x, or the value a chain of reshapes and bitcasts of x starts from (a dot's result given
  * back its size-1 batch dimension by the compiler's simplifier). */
 static const tpu_instr *under_reshapes(const tpu_instr *x) {
@@ -310,6 +316,7 @@ static const tpu_instr *under_reshapes(const tpu_instr *x) {
 static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *p, member_side *side) {
   const group *G = &f->groups[g];
   member_side ms = (member_side)f->side[m->id];
+  if (tpu__fuse_own_kernel(p)) return 0;
   if (ms == SIDE_HEAVY || ms == SIDE_UP) {
     *side = SIDE_UP;
     if (m->op == TPU_OP_REDUCE || G->kind == K_INPUT) return tpu__fuse_loop_fusible(p);

@@ -33,6 +33,11 @@ int tpu__fuse_operand_producer(const tpu_instr *in);
  * copies of their own, never in the convolution's kernel. */
 int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int result_side);
 
+/* Is `in` one of space-to-batch's own kernels (space_to_batch.c marks them with the
+ * attribute s2b_kernel): its result goes to memory, read by its users there, and it joins no
+ * consumer's fusion nor merges with another kernel? */
+int tpu__fuse_own_kernel(const tpu_instr *in);
+
 /* Finds one pair of fusions to merge in computation c and merges it; *found says whether. */
 tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, int *found);
 

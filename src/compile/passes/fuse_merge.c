@@ -32,6 +32,7 @@ static const char *attr_value(const tpu_instr *in, const char *name) {
  * when it may not merge. */
 static const tpu_shape *sibling_space(const tpu__made_set *made, const tpu_comp *c, const tpu_instr *in) {
   if (in->op != TPU_OP_FUSION || !in->calls || !tpu__made_has(made, in->calls)) return NULL;
+  if (in->calls->root && tpu__fuse_own_kernel(in->calls->root)) return NULL;
   const char *k = attr_value(in, "kind");
   if (!k || (strcmp(k, "kLoop") && strcmp(k, "kInput"))) return NULL;
   const tpu_shape *sp = NULL;
@@ -384,6 +385,7 @@ static tpu_instr *producer_of(const tpu_instr *y, int k, int *index) {
  * several readers it must stream a single array. */
 static int prologue_pair(const tpu__made_set *made, const tpu_comp *c, const tpu_uses *u, tpu_instr *x, tpu_instr **y) {
   if (x == c->root || x->shape.dtype == TPU_TUPLE || u->nusers[x->id] < 1) return 0;
+  if (tpu__fuse_own_kernel(x->op == TPU_OP_FUSION && x->calls && x->calls->root ? x->calls->root : x)) return 0;
   if (x->op == TPU_OP_FUSION) {
     if (!x->calls || !tpu__made_has(made, x->calls)) return 0;
     const char *kd = attr_value(x, "kind");

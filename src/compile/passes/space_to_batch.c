@@ -185,15 +185,22 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, int64_
   ops[1] = zero;
   TPU_TRY(mk(&x, TPU_OP_PAD, "s2b.pad", in->dtype, r, dims, ops, 2, &pad));
   TPU_TRY(tpu_build_set_attr(b, pad, "padding", buf));
-  /* [.., 8, S, ..]: piece j holds padded positions [jS, jS + S) */
-  tpu_instr *body = pad;
-  if (total != S2B_SPLITS * S) TPU_TRY(slice_dim(&x, pad, wd, 0, S2B_SPLITS * S, &body));
+  /* The pieces come from a pad kernel of its own where they need zeros (the convolution's
+   * low padding, or an input shorter than 8 S); else straight from the input, and the zeros
+   * past it, the last piece's halo, are written by the halo's kernel
+   * (sconv_b4_32x32_c64to96_k4s4_same: no pad kernel in the compiler's program). */
+  int pad_kernel = w->pad_lo > 0 || win + w->pad_lo < S2B_SPLITS * S;
+  tpu_instr *body = pad_kernel ? pad : act;
+  if (pad_kernel) TPU_TRY(tpu_build_set_attr(b, pad, "s2b_kernel", "pad"));
+  if (body->shape.dims[wd] != S2B_SPLITS * S) TPU_TRY(slice_dim(&x, body, wd, 0, S2B_SPLITS * S, &body));
   TPU_TRY(split_dim(&x, body, wd, S2B_SPLITS, S, &pieces));
   if (halo > 0) { /* and the halo: the next piece's first `halo` positions */
     tpu_instr *next, *nsplit, *nhalo;
     TPU_TRY(slice_dim(&x, pad, wd, S, total, &next));
     TPU_TRY(split_dim(&x, next, wd, S2B_SPLITS, S, &nsplit));
     TPU_TRY(slice_dim(&x, nsplit, wd + 1, 0, halo, &nhalo));
+    /* (a whole-piece halo's slice goes away: the next pieces' slice is the kernel) */
+    TPU_TRY(tpu_build_set_attr(b, halo < S ? nhalo : next, "s2b_kernel", "halo"));
     for (int i = 0; i <= r; i++) dims[i] = pieces->shape.dims[i];
     dims[wd + 1] = S + halo;
     ops[0] = pieces;
@@ -227,7 +234,10 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, int64_
   TPU_TRY(move_dim(&x, osplit, ob + 1, oto, &omoved));
   TPU_TRY(merge_dims(&x, omoved, oto, &omerged));
   res = omerged;
-  if (S2B_SPLITS * piece_out != wout) TPU_TRY(slice_dim(&x, omerged, od, 0, wout, &res));
+  if (S2B_SPLITS * piece_out != wout) {
+    TPU_TRY(tpu_build_set_attr(b, omerged, "s2b_kernel", "unfold"));
+    TPU_TRY(slice_dim(&x, omerged, od, 0, wout, &res));
+  }
   tpu_build_replace_uses(c, cv, res);
   return TPU_OK;
 }

@@ -1150,25 +1150,30 @@ static void test_nchw_param_layout(void) {
 /* Space-to-batch (compile/passes/space_to_batch.c): a convolution with a batch under 8 and
  * a padded last spatial dimension of at least 16 runs with batch 8B on 8 pieces of it, as
  * the XLA TPU compiler's programs do (bf16[2,14,14,128] 3x3: a bf16[16,14,2,64]
- * convolution); the fold and the unfold are kernels of their own. Batch 8, a W of 14
- * without padding, and a grouped convolution keep their convolution; W = 64 padded to 66
- * gives pieces of 9 (libtpu probe), W = 30 padded to 33 with stride 2 pieces of 6 inputs, 3
- * outputs. Values are bit-identical on the reference interpreter,
- * with a halo, a stride, a window dilation and uneven padding. */
+ * convolution). Its kernels are the compiler's: a pad where the pieces need zeros, the
+ * halo's slice, the fold into the batch, the convolution, the unfold, and the slice back
+ * where the pieces overrun the output (conv_nhwc_oihw_nhwc_b2_14_c128to64_k3: pad, slice,
+ * copy, convolution, copy, slice); a stride-4 window tiling W = 32 exactly has no pad kernel
+ * (sconv_b4_32x32_c64to96_k4s4_same) nor slice back. Batch 8, a W of 14 without padding, and
+ * a grouped convolution keep their convolution; W = 64 padded to 66 gives pieces of 9
+ * (libtpu probe), W = 30 padded to 33 with stride 2 pieces of 6 inputs, 3 outputs. Values
+ * are bit-identical on the reference interpreter, with a halo, a stride, a window dilation
+ * and uneven padding. */
 static void test_space_to_batch(void) {
   const char *fmt = "HloModule m\nENTRY e {\n x = f32[%d,%d,%d,%d] parameter(0)\n w = f32[3,3,%d,%d] parameter(1)\n"
                     " ROOT c = f32[%d,%d,%d,%d] convolution(x, w), window={%s}, dim_labels=b01f_01io->b01f%s\n}\n";
   struct {
     int b, h, w, c, oc, oh, ow;
     const char *win, *extra;
-    int want_batch, want_w, want_kernels;
+    int want_batch, want_w, want_kernels, want_pad;
   } cases[] = {
-      {2, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 16, 2, 3},
-      {8, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 8, 14, 1},
-      {2, 14, 14, 128, 64, 12, 12, "size=3x3", "", 2, 12, 1},
-      {2, 8, 64, 64, 64, 8, 64, "size=3x3 pad=1_1x1_1", "", 16, 9, 3},
-      {2, 14, 14, 128, 128, 14, 14, "size=3x3 pad=1_1x1_1", ", feature_group_count=2", 2, 14, 1},
-      {1, 9, 30, 5, 7, 9, 15, "size=3x3 stride=1x2 pad=1_1x1_2 rhs_dilate=1x2", "", 8, 3, 3},
+      {2, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 16, 2, 6, 1},
+      {8, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 8, 14, 1, 0},
+      {2, 14, 14, 128, 64, 12, 12, "size=3x3", "", 2, 12, 1, 0},
+      {2, 8, 64, 64, 64, 8, 64, "size=3x3 pad=1_1x1_1", "", 16, 9, 6, 1},
+      {2, 14, 14, 128, 128, 14, 14, "size=3x3 pad=1_1x1_1", ", feature_group_count=2", 2, 14, 1, 0},
+      {1, 9, 30, 5, 7, 9, 15, "size=3x3 stride=1x2 pad=1_1x1_2 rhs_dilate=1x2", "", 8, 3, 6, 1},
+      {2, 8, 32, 64, 96, 8, 8, "size=3x3 stride=1x4 pad=1_1x0_0", "", 16, 1, 4, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char src[1024];
@@ -1178,11 +1183,16 @@ static void test_space_to_batch(void) {
     tpu_module *m0 = NULL, *m = compile_src(src);
     if (!m) continue;
     const tpu_instr *cv = NULL;
-    int kernels = 0, conv_kernel_reshapes = 0;
+    int kernels = 0, conv_kernel_reshapes = 0, pads = 0;
     for (int j = 0; j < m->entry->ninstrs; j++) {
       const tpu_instr *in = m->entry->instrs[j];
+      tpu_opcode op = in->op;
+      if (op == TPU_OP_PARAMETER || op == TPU_OP_CONSTANT || op == TPU_OP_TUPLE || op == TPU_OP_GET_TUPLE_ELEMENT ||
+          op == TPU_OP_BITCAST || op == TPU_OP_RESHAPE)
+        continue;
+      kernels++; /* a fusion, or one op of its own (the pad, a slice) */
+      pads += op == TPU_OP_PAD;
       if (in->op != TPU_OP_FUSION) continue;
-      kernels++;
       int has_conv = 0, reshapes = 0;
       for (int k = 0; k < in->calls->ninstrs; k++) {
         const tpu_instr *x = in->calls->instrs[k];
@@ -1199,6 +1209,7 @@ static void test_space_to_batch(void) {
       CHECK_EQ_INT((int)cv->shape.dims[0], cases[i].want_batch);
       CHECK_EQ_INT((int)cv->shape.dims[2], cases[i].want_w);
       CHECK_EQ_INT(kernels, cases[i].want_kernels);
+      CHECK_EQ_INT(pads, cases[i].want_pad);
       CHECK_EQ_INT(conv_kernel_reshapes, 0); /* the fold and unfold are not in the convolution's kernel */
     }
     /* values: the reference interpreter before and after the passes, bit for bit */
