@@ -180,14 +180,21 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
        * sublanes, features in the lanes) where that pads less than row-major, as the XLA TPU
        * compiler's entry layouts give an NCHW input ({1,0,3,2}: bf16[16,128,28,28] is not
        * padded 28 -> 128 in the lanes). */
+      int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+      /* A weight gradient reads the same input with its batch and features swapped
+       * (fb01_io01->01bf beside the forward pass's bf01): one layout serves both, the features
+       * of whichever reading fills the lanes in the lanes (conv_grad_nchw_hwio_nchw_b8_14_
+       * c128to128_k1: {1,0,3,2} in the compiler's programs). */
       int fd = -1, bd = -1, conv_only = u.nusers[p->id] > 0;
       for (int k = 0; conv_only && k < u.nusers[p->id]; k++) {
         const tpu_instr *r = u.users[p->id][k];
         conv_only = r->op == TPU_OP_CONVOLUTION && r->has_conv_dims && r->noperands == 2 && r->operands[0] == p &&
-                    r->operands[1] != p && (fd < 0 || (fd == r->conv.in_feature && bd == r->conv.in_batch));
-        if (conv_only) fd = (int)r->conv.in_feature, bd = (int)r->conv.in_batch;
+                    r->operands[1] != p;
+        if (!conv_only) break;
+        int rf = (int)r->conv.in_feature, rb = (int)r->conv.in_batch;
+        if (fd < 0 || (fd == rb && bd == rf && s->dims[rf] % lanes == 0 && s->dims[fd] % lanes)) fd = rf, bd = rb;
+        else conv_only = (fd == rf && bd == rb) || (fd == rb && bd == rf);
       }
-      int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
       /* (only where the features fill the lanes: a weight gradient's "features" are the batch) */
       if (conv_only && fd != bd && s->dims[fd] % lanes == 0 &&
           tpu__tiled_as(chip, s, bd, fd) < tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1)) {

@@ -1123,7 +1123,8 @@ static void test_scan_rewrite(void) {
 /* An NCHW input read only by a convolution takes the convolution's layout (features in the
  * lanes, batch in the sublanes) where its features fill the lanes, as the XLA TPU compiler's
  * entry layout {1,0,3,2} for bf16[16,128,28,28] (compile/passes/relayout.c); a weight gradient's
- * input (its "features" the batch of 16) keeps row-major. */
+ * input (its "features" the batch of 16) keeps row-major, unless the forward convolution
+ * reads it too. */
 static void test_nchw_param_layout(void) {
   static const char *fmt =
       "HloModule m\nENTRY e {\n x = bf16[16,%d,28,28] parameter(0)\n w = bf16[128,%d,3,3] parameter(1)\n"
@@ -1140,6 +1141,32 @@ static void test_nchw_param_layout(void) {
     CHECK(x != NULL);
     if (x) {
       printf("NCHW input with %d features: minor dimension %d\n", cs[i], x->shape.minor_to_major[0]);
+      if (cs[i] == 128) CHECK(x->shape.has_layout && x->shape.minor_to_major[0] == 1 && x->shape.minor_to_major[1] == 0);
+      else CHECK(!x->shape.has_layout || x->shape.minor_to_major[0] == 3);
+    }
+    tpu_module_free(m);
+  }
+  /* Read by the forward convolution and by the weight gradient (batch and features swapped,
+   * fb01_io01->01bf): the forward reading's layout, as the compiler's {1,0,3,2} for
+   * conv_grad_nchw_hwio_nchw_b8_14_c128to128_k1; with 96 features, row-major. */
+  static const char *fmt2 =
+      "HloModule m\nENTRY e {\n x = bf16[8,%d,14,14] parameter(0)\n w = bf16[1,1,%d,128] parameter(1)\n"
+      " dy = bf16[8,128,14,14] parameter(2)\n"
+      " c = bf16[8,128,14,14] convolution(x, w), window={size=1x1}, dim_labels=bf01_01io->bf01\n"
+      " g = bf16[1,1,%d,128] convolution(x, dy), window={size=14x14}, dim_labels=fb01_io01->01bf\n"
+      " ROOT t = (bf16[8,128,14,14], bf16[1,1,%d,128]) tuple(c, g)\n}\n";
+  for (int i = 0; i < 2; i++) {
+    char src[768];
+    snprintf(src, sizeof src, fmt2, cs[i], cs[i], cs[i], cs[i]);
+    tpu_module *m = compile_src(src);
+    if (!m) continue;
+    const tpu_instr *x = NULL;
+    for (int j = 0; j < m->entry->ninstrs; j++)
+      if (m->entry->instrs[j]->op == TPU_OP_PARAMETER && m->entry->instrs[j]->index == 0) x = m->entry->instrs[j];
+    CHECK(x != NULL);
+    if (x) {
+      printf("NCHW input with %d features, forward and weight gradient: minor dimension %d\n", cs[i],
+             x->shape.minor_to_major[0]);
       if (cs[i] == 128) CHECK(x->shape.has_layout && x->shape.minor_to_major[0] == 1 && x->shape.minor_to_major[1] == 0);
       else CHECK(!x->shape.has_layout || x->shape.minor_to_major[0] == 3);
     }
