@@ -179,6 +179,31 @@ static int vmem_copy(const tpu_instr *in) {
   return in->op == TPU_OP_COPY && in->noperands == 1 && (tpu__in_vmem(&in->shape) || tpu__in_vmem(&in->operands[0]->shape));
 }
 
+/* A copy of tpusim's own compilation that moves the dimension in the lanes and that only
+ * gathers read, as their table (relayout.c gather_layout): no DMA transposes, so it is a
+ * kernel on the vector unit, as the XLA TPU compiler's layout copies are (each a `copy` with
+ * estimated_cycles), and its result may stay in VMEM for the gathers (the compiler's read
+ * their relaid-out table from memory space S(1) on v5e and v6e: gather_axis1_64x30522_m7_f32,
+ * gather_rows_8192x64_m7_bf16). Other relayout copies stay transfers: taking every
+ * lane-moving copy so moved the families corpus's pools and cumulative sums both ways
+ * (own compilation, cumsum_126x80x65_ax1_f32 v6e -13 -> -45 %, avgpool2d_8x112x112x3 v6e
+ * +170 -> +124 %), unresolved. A compiled program's copies keep their own forms. */
+static int relayout_kernel(const tpu__be *be, const tpu_instr *in) {
+  if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail || in->operands[0]->shape.layout_tail ||
+      !in->parent || !tpu__moves_minor(be->chip, in))
+    return 0;
+  int gathers = 0;
+  for (int i = 0; i < in->parent->ninstrs; i++) {
+    const tpu_instr *u = in->parent->instrs[i];
+    for (int o = 0; o < u->noperands; o++)
+      if (u->operands[o] == in) {
+        if (u->op != TPU_OP_GATHER || o != 0) return 0;
+        gathers++;
+      }
+  }
+  return gathers > 0;
+}
+
 /* The dimensions of s in minor-to-major order, leaving out those of size 1 (they move no
  * bytes); returns how many. */
 static int moving_order(const tpu_shape *s, int *out) {
@@ -933,7 +958,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
       po.flops += xd[i].flops;
       po.padded_flops += xd[i].padded_flops;
     }
-  } else if (in->op == TPU_OP_COPY && !vmem_copy(in)) {
+  } else if (in->op == TPU_OP_COPY && !vmem_copy(in) && !relayout_kernel(be, in)) {
     k->kind = TPU__K_COPY;
   } else if (in->op == TPU_OP_CHOLESKY || in->op == TPU_OP_TRIANGULAR_SOLVE) {
     k->kind = TPU__K_LINALG;

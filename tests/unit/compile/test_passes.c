@@ -661,6 +661,45 @@ static void test_param_layouts(void) {
   }
 }
 
+/* A gather reads its table in the layout that keeps each gathered slice whole (relayout.c
+ * gather_layout), as the XLA TPU compiler lays it out: x[:, i] of row-major f32[64,30522]
+ * through a copy laid out {0,1}; x[i] of bf16[8192,64] (an entry parameter laid out {0,1},
+ * 8192 in the lanes) through a copy into row-major; x[i] of row-major f32[30522,768], a
+ * gather of points and a gather of one slice (a dynamic-slice to the compiler) read the
+ * table as it is. */
+static void test_gather_layouts(void) {
+  struct { const char *table, *gather; int copies, minor; } cs[] = {
+      {"f32[64,30522]{1,0}", "f32[64,7] gather(t, i), offset_dims={0}, collapsed_slice_dims={1}, start_index_map={1}, "
+       "index_vector_dim=1, slice_sizes={64,1}", 1, 0},
+      {"bf16[8192,64]{1,0}", "bf16[7,64] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+       "index_vector_dim=1, slice_sizes={1,64}", 1, 1},
+      {"f32[30522,768]{1,0}", "f32[7,768] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+       "index_vector_dim=1, slice_sizes={1,768}", 0, -1},
+      {"f32[64,30522]{1,0}", "f32[7] gather(t, j), offset_dims={}, collapsed_slice_dims={0,1}, start_index_map={0,1}, "
+       "index_vector_dim=1, slice_sizes={1,1}", 0, -1},
+      {"f32[64,30522]{1,0}", "f32[64,1] gather(t, k), offset_dims={0}, collapsed_slice_dims={1}, start_index_map={1}, "
+       "index_vector_dim=1, slice_sizes={64,1}", 0, -1}};
+  for (int c = 0; c < 5; c++) {
+    char src[900];
+    snprintf(src, sizeof src,
+             "HloModule m\nENTRY e {\n t = %s parameter(0)\n i = s32[7,1] parameter(1)\n j = s32[7,2] parameter(2)\n"
+             " k = s32[1,1] parameter(3)\n ROOT g = %s\n}\n", cs[c].table, cs[c].gather);
+    tpu_module *m = compile_src(src);
+    if (!m) continue;
+    int copies = 0, minor = -1, reads_copy = 0;
+    for (int q = 0; q < m->entry->ninstrs; q++) {
+      const tpu_instr *in = m->entry->instrs[q];
+      if (in->op == TPU_OP_COPY && in->operands[0]->op == TPU_OP_PARAMETER) copies++, minor = in->shape.minor_to_major[0];
+      if (in->op == TPU_OP_GATHER) reads_copy = in->operands[0]->op == TPU_OP_COPY;
+    }
+    printf("gather of %s: %d relayout copies (minor dimension %d)\n", cs[c].table, copies, minor);
+    CHECK_EQ_INT(copies, cs[c].copies);
+    CHECK_EQ_INT(minor, cs[c].minor);
+    CHECK_EQ_INT(reads_copy, cs[c].copies);
+    tpu_module_free(m);
+  }
+}
+
 /* Dot strength reduction (compile/passes/dot_reduce.c): a dot with a vector operand runs as one
  * multiply + reduce kernel; a dot with rows on both sides, or whose matrix operand lists its
  * contracting dimensions out of order, stays a dot. */
@@ -1347,6 +1386,7 @@ int main(void) {
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
   test_param_layouts();
+  test_gather_layouts();
   test_param_copies();
   test_result_copies();
   test_memory_space_copy();

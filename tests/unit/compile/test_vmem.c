@@ -653,6 +653,42 @@ static void streamed_epilogue(void) {
   }
 }
 
+/* A gather's relayout copy of its table (relayout.c gather_layout) is a vector kernel whose
+ * result stays in VMEM for the gather on a one-core chip (the XLA TPU compiler's copy of
+ * f32[64,30522] for x[:, i] writes memory space S(1) on v5e): the table crosses HBM once,
+ * read; on a megacore chip (v5p) the copy goes through HBM (tile.c relayout_kernel). */
+static void gather_table_in_vmem(void) {
+  const char *src = "HloModule m\nENTRY e {\n t = f32[64,30522]{1,0} parameter(0)\n i = s32[7,1] parameter(1)\n"
+                    " ROOT g = f32[64,7] gather(t, i), offset_dims={0}, collapsed_slice_dims={1}, start_index_map={1}, "
+                    "index_vector_dim=1, slice_sizes={64,1}\n}\n";
+  const char *chips[] = {"v5e", "v5p"};
+  for (int k = 0; k < 2; k++) {
+    tpu_chip c;
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for_with(chips[k], src, 1, &c, &m);
+    if (p) {
+      tpu_timeline tl;
+      tpu_diag d;
+      CHECK(tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK);
+      const double table = 64.0 * 30592 * 4; /* row-major, 30522 lanes padded to 30592 */
+      int h = hbm_named(p, "copy.gather_layout");
+      printf("gather's table copy on %s: %s, %.0f HBM bytes (table %.0f)\n", chips[k], h < 0 ? "VMEM" : "HBM",
+             tl.hbm_bytes, table);
+      CHECK(op_named(p, "copy.gather_layout") >= 0);
+      if (k == 0) {
+        CHECK_EQ_INT(h, -1);
+        CHECK(tl.hbm_bytes >= table && tl.hbm_bytes < 1.01 * table);
+      } else {
+        CHECK(h >= 0);
+        CHECK(tl.hbm_bytes > 2.5 * table);
+      }
+      tpu_timeline_free(&tl);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   cross_program_prefetch();
@@ -670,5 +706,6 @@ int main(void) {
   matmul_result_on_chip();
   vmem_read_cost();
   streamed_epilogue();
+  gather_table_in_vmem();
   CHECK_DONE();
 }
