@@ -18,8 +18,9 @@ JSON's "family", else its "category". The split report comes first: per split (t
 all), per generation the programs judged, refused (tpusim exited non-zero: a failure, listed
 with its error line and counted per message class) and not judged (no compiler figure), median
 and p90 |error|, and the same over the credible ones (leaving out programs whose compiler
-figure omits work, as below: an unestimated op of 1 MiB or more or, with --compiled, unestimated
-ops that tpusim times at 10 % of the compiler's figure or more, an op estimated below its HBM
+figure omits work, as below: an unestimated op of 1 MiB or more or unestimated ops that tpusim
+times at 10 % of the compiler's figure or more (with --compiled the ops of the same names, else
+tpusim's ops from the same JAX operations, by op_name), an op estimated below its HBM
 bytes' time, a sum below its own roofline, a cross-program prefetch); then per family. Loops: the compiler's entry sum leaves while-loop bodies
 out; for a program with while loops the compiler's figure here is that sum plus, per loop, its
 trip count times the estimated_cycles of its body's ops, read from the compiled program
@@ -274,20 +275,58 @@ def match_ops(comp_ops, sim_ops, clock, by_name=False):
     return [(k, a[k], b[k]) for k in a if k in b]
 
 
-def unestimated_s(comp, sim):
+def unestimated_keys(comp, ctext):
+    """The JAX op_name keys (op_key) of the ops of a compiled program that do work and carry
+    no estimated_cycles: each unestimated op's metadata op_name, leaving out ops on the scalar
+    unit (results in memory space S(6)) and keys the compiler's estimated ops carry too (work
+    the compiler does count under that name)."""
+    if not ctext:
+        return set()
+    entry = ctext[ctext.rfind("\nENTRY"):]
+    estimated = {op_key(o[3]) for o in comp.get("ops", []) if len(o) > 3}
+    keys = set()
+    for u in comp.get("unestimated", []):
+        m = re.search(r"\n\s*(?:ROOT )?%" + re.escape(u[0]) + r" = (\(.*?\)|\S+) [^\n]*", entry)
+        if not m or "S(6)" in m.group(1):
+            continue
+        on = re.search(r'op_name="([^"]*)"', m.group(0))
+        k = op_key(on.group(1)) if on else ""
+        if k and k not in estimated:
+            keys.add(k)
+    return keys
+
+
+def unestimated_s(comp, sim, ctext=None, compiled=True):
     """tpusim's seconds on the ops of a compiled program that the compiler gave no
-    estimated_cycles (gen.py unestimated; tpusim runs them under the same names)."""
-    names = {u[0] for u in comp.get("unestimated", [])}
-    return sum(sec for name, _, _, sec in sim["ops"] if name in names)
+    estimated_cycles (gen.py unestimated): with compiled, the ops of the same names (tpusim
+    runs the compiled program); else tpusim's own ops from the same JAX operations (the same
+    op_name keys, unestimated_keys)."""
+    if compiled:
+        names = {u[0] for u in comp.get("unestimated", [])}
+        return sum(sec for name, _, _, sec in sim["ops"] if name in names)
+    keys = unestimated_keys(comp, ctext)
+    return sum(sec for _, _, on, sec in sim["ops"] if keys and op_key(on) in keys)
 
 
-def unestimated(comp, sim, cs, compiled):
+def unestimated(comp, sim, cs, compiled, ctext=None):
     """The ops the compiler's figure leaves out, for "credible": those with a result of 1 MiB
-    or more; with compiled, also those tpusim times when together they take 10 % of the
-    compiler's figure or more."""
+    or more; also those tpusim times when together they take 10 % of the compiler's figure
+    or more (with compiled, the ops of the same names; else the ops of tpusim's own
+    compilation from the same JAX operations: sort_kv_1x1000_f32's 4,000-byte sort is all of
+    its work, the compiler's figure an iota's kernel)."""
     out = [u[0] for u in comp.get("unestimated", []) if u[2] >= 1 << 20]
-    if compiled and cs > 0 and unestimated_s(comp, sim) >= 0.1 * cs:
-        timed = {name for name, _, _, sec in sim["ops"] if sec > 0}
+    if cs > 0 and unestimated_s(comp, sim, ctext, compiled) >= 0.1 * cs:
+        if compiled:
+            timed = {name for name, _, _, sec in sim["ops"] if sec > 0}
+        else:
+            entry = ctext[ctext.rfind("\nENTRY"):] if ctext else ""
+            keys = unestimated_keys(comp, ctext)
+            timed = set()
+            for u in comp.get("unestimated", []):
+                m = re.search(r"\n\s*(?:ROOT )?%" + re.escape(u[0]) + r" = [^\n]*", entry)
+                on = re.search(r'op_name="([^"]*)"', m.group(0)) if m else None
+                if on and op_key(on.group(1)) in keys:
+                    timed.add(u[0])
         out += [u[0] for u in comp.get("unestimated", []) if u[0] in timed and u[0] not in out]
     return out
 
@@ -496,13 +535,13 @@ def main():
                                                 and cs < 0.5 * comp["optimal_seconds"]),
                      # an op that does work but carries no estimated_cycles (a scatter's kCustom
                      # fusion, a sort, a reduce-window; gen.py unestimated) with a result of 1 MiB
-                     # or more: the compiler's sum leaves it out; with --compiled (tpusim runs
-                     # the ops under the compiler's names) also every unestimated op tpusim times
-                     # when together they take 10 % of the compiler's figure or more (a small
-                     # reduce-window or sort whose kernel alone outweighs the rest: its time is
-                     # in tpusim's figure and not in the compiler's)
-                     "unestimated": unestimated(comp, s, cs, a.compiled),
-                     "unestimated_s": unestimated_s(comp, s) if a.compiled else 0.0,
+                     # or more: the compiler's sum leaves it out; also every unestimated op tpusim
+                     # times (with --compiled under the compiler's names, else through the same
+                     # JAX op_name) when together they take 10 % of the compiler's figure or more
+                     # (a small reduce-window or sort whose kernel alone outweighs the rest: its
+                     # time is in tpusim's figure and not in the compiler's)
+                     "unestimated": unestimated(comp, s, cs, a.compiled, ctext),
+                     "unestimated_s": unestimated_s(comp, s, ctext, a.compiled),
                      # an op estimated below the time its HBM bytes take at the published
                      # bandwidth (the compiled program's own memory spaces): leaves work out
                      "below_bandwidth": below_bandwidth(os.path.join(compiled_dir, f"{n}.{c}.hlo"),
