@@ -101,6 +101,8 @@ void tpu__cache_build_lock(void);
 void tpu__cache_build_unlock(void);
 /* The memo of matmul plans for compiles for `chip` (cache.c; NULL: none), under the build lock. */
 struct tpu_mm_memo *tpu__cache_mm_memo(const tpu_chip *chip);
+/* The memo of collective costs shared by every compile (cache.c; NULL: none), under the build lock. */
+tpu_pod_coll_memo *tpu__cache_coll_memo(void);
 
 /* One run's outcome. Owns everything it points to, except `cc` (a reference) and what it
  * borrows from cc: compiled, prog, chip, costs, topo, and the timing (tl, metrics, prof,

@@ -235,8 +235,20 @@ struct tpu_mm_memo *tpu__cache_mm_memo(const tpu_chip *chip) {
   return e->m;
 }
 
+/* The link model's answers (pod/cost.h), for every chip and slice alike (the key holds the
+ * slice); under the build lock. */
+static tpu_pod_coll_memo *g_coll_memo;
+
+tpu_pod_coll_memo *tpu__cache_coll_memo(void) {
+  if (max_entries() == 0) return NULL;
+  if (!g_coll_memo) g_coll_memo = tpu_pod_coll_memo_new();
+  return g_coll_memo;
+}
+
 static void memos_free(void) {
   pthread_mutex_lock(&g_build);
+  tpu_pod_coll_memo_free(g_coll_memo);
+  g_coll_memo = NULL;
   while (g_memos) {
     memo_entry *e = g_memos;
     g_memos = e->next;

@@ -347,7 +347,9 @@ static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, cons
     tpu_compile_opts co = {&c->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &c->costs, 0, 0, NULL,
                            trips ? &trips->mosaic : NULL, tpu_pod_hops, /* the first run's Pallas scalars */
                            tpu__cache_mm_memo(&c->chip)}; /* earlier compiles' matmul plans */
+    c->costs.memo = tpu__cache_coll_memo(); /* earlier compiles' collective costs */
     st = tpu_compile(c->cm, &co, &c->prog, d);
+    c->costs.memo = NULL; /* only the compile, under the build lock, uses it */
   }
   if (st == TPU_OK) st = tpu_mosaic_seen_copy(&c->seen, trips ? &trips->mosaic : NULL, d);
   for (int i = 0; st == TPU_OK && i < c->prog->ninsns; i++)

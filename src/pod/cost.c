@@ -10,6 +10,197 @@
 #include "ir/collective.h"
 #include "pod/dcn.h"
 
+/* ---- The memo of link-model answers (cost.h). ---- */
+
+/* The key's fixed part: the slice and the op, every field written one by one into a zeroed
+ * struct (no padding left undefined); the groups' or pairs' device ids follow it. */
+typedef struct key_head {
+  char chip[32];
+  int64_t ndims, dims[3], wrap[3], twisted, chips_per_slice, slices, nchips, devices_per_chip, chips_per_host,
+      links_per_chip;
+  double link_bw, hop_s, dcn_bw, dcn_host_bw, dcn_latency_s, pcie_bw;
+  int64_t kind, ngroups, group_size, npairs;
+  double operand_bytes, result_bytes;
+} key_head;
+
+typedef struct memo_key {
+  unsigned char *bytes; /* key_head, then the ids */
+  size_t len;
+  uint64_t hash;
+} memo_key;
+
+typedef struct memo_entry {
+  memo_key key;
+  tpu_pod_coll_info info; /* r and the DCN part (in and link_bytes unset) */
+  unsigned lanes;
+  int no_bytes;           /* the collective moves nothing (c->bytes 0) */
+  double *link_bytes;     /* per link slot, run-length coded: (value, count) pairs */
+  int64_t nruns;
+  struct memo_entry *next;
+} memo_entry;
+
+/* Bytes the memo may hold (keys and link bytes); past it, it starts again. */
+#define MEMO_BUDGET ((size_t)128 << 20)
+
+struct tpu_pod_coll_memo {
+  memo_entry **slot;
+  int64_t nslots, n, hits, misses;
+  size_t bytes;
+};
+
+static uint64_t hash_words(const unsigned char *p, size_t n) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  for (; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+  h ^= h >> 29;
+  return h * 0xc4ceb9fe1a85ec53ull;
+}
+
+static tpu_status key_make(const tpu_topology *t, const tpu_ici_op *op, memo_key *k, const tpu_instr *in,
+                           tpu_diag *d) {
+  key_head h;
+  memset(&h, 0, sizeof h);
+  memcpy(h.chip, t->chip, sizeof h.chip < sizeof t->chip ? sizeof h.chip : sizeof t->chip);
+  h.ndims = t->ndims;
+  for (int a = 0; a < 3; a++) h.dims[a] = t->dims[a], h.wrap[a] = t->wrap[a];
+  h.twisted = t->twisted;
+  h.chips_per_slice = t->chips_per_slice;
+  h.slices = t->slices;
+  h.nchips = t->nchips;
+  h.devices_per_chip = t->devices_per_chip;
+  h.chips_per_host = t->chips_per_host;
+  h.links_per_chip = t->links_per_chip;
+  h.link_bw = t->link_bw;
+  h.hop_s = t->hop_s;
+  h.dcn_bw = t->dcn_bw;
+  h.dcn_host_bw = t->dcn_host_bw;
+  h.dcn_latency_s = t->dcn_latency_s;
+  h.pcie_bw = t->pcie_bw;
+  h.kind = op->kind;
+  h.ngroups = op->ngroups;
+  h.group_size = op->group_size;
+  h.npairs = op->npairs;
+  h.operand_bytes = op->operand_bytes;
+  h.result_bytes = op->result_bytes;
+  int64_t nids = op->kind == TPU_ICI_PERMUTE ? 2 * op->npairs : op->ngroups * op->group_size;
+  const int64_t *ids = op->kind == TPU_ICI_PERMUTE ? op->pairs : op->groups;
+  k->len = sizeof h + sizeof *ids * (size_t)nids;
+  k->bytes = tpu_malloc(k->len);
+  if (!k->bytes) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  memcpy(k->bytes, &h, sizeof h);
+  if (nids) memcpy(k->bytes + sizeof h, ids, sizeof *ids * (size_t)nids);
+  k->hash = hash_words(k->bytes, k->len);
+  return TPU_OK;
+}
+
+tpu_pod_coll_memo *tpu_pod_coll_memo_new(void) { return tpu_calloc(1, sizeof(tpu_pod_coll_memo)); }
+
+static void memo_clear(tpu_pod_coll_memo *m) {
+  for (int64_t i = 0; i < m->nslots; i++)
+    while (m->slot[i]) {
+      memo_entry *e = m->slot[i];
+      m->slot[i] = e->next;
+      tpu_free(e->key.bytes);
+      tpu_free(e->link_bytes);
+      tpu_free(e);
+    }
+  m->n = 0;
+  m->bytes = 0;
+}
+
+void tpu_pod_coll_memo_free(tpu_pod_coll_memo *m) {
+  if (!m) return;
+  memo_clear(m);
+  tpu_free(m->slot);
+  tpu_free(m);
+}
+
+void tpu_pod_coll_memo_stats(const tpu_pod_coll_memo *m, int64_t *entries, int64_t *hits, int64_t *misses) {
+  if (entries) *entries = m ? m->n : 0;
+  if (hits) *hits = m ? m->hits : 0;
+  if (misses) *misses = m ? m->misses : 0;
+}
+
+static memo_entry *memo_find(tpu_pod_coll_memo *m, const memo_key *k) {
+  memo_entry *e = m->nslots ? m->slot[k->hash & (uint64_t)(m->nslots - 1)] : NULL;
+  while (e && !(e->key.hash == k->hash && e->key.len == k->len && !memcmp(e->key.bytes, k->bytes, k->len)))
+    e = e->next;
+  if (e) m->hits++;
+  else m->misses++;
+  return e;
+}
+
+/* The link bytes of entry e, decoded into lb (nl slots). */
+static void runs_decode(const memo_entry *e, double *lb) {
+  int64_t l = 0;
+  for (int64_t i = 0; i < e->nruns; i++) {
+    double v = e->link_bytes[2 * i];
+    int64_t cnt = (int64_t)e->link_bytes[2 * i + 1];
+    for (int64_t j = 0; j < cnt; j++) lb[l++] = v;
+  }
+}
+
+/* Keeps an answer; on failure (out of memory) nothing is kept and the key stays the caller's.
+ * The key moves into the memo. */
+static void memo_add(tpu_pod_coll_memo *m, memo_key *k, const tpu_pod_coll_info *info, unsigned lanes, int no_bytes,
+                     const double *lb, int64_t nl) {
+  int64_t nruns = 0;
+  for (int64_t l = 0; l < nl; l++)
+    if (l == 0 || memcmp(&lb[l], &lb[l - 1], sizeof *lb)) nruns++;
+  size_t need = k->len + sizeof(double) * 2 * (size_t)nruns + sizeof(memo_entry);
+  if (need > MEMO_BUDGET / 4) return;
+  if (m->bytes + need > MEMO_BUDGET) memo_clear(m);
+  if (m->n + 1 > m->nslots) { /* grow to keep chains short */
+    int64_t ns = m->nslots ? 2 * m->nslots : 256;
+    memo_entry **slot = tpu_calloc((size_t)ns, sizeof *slot);
+    if (!slot) return;
+    for (int64_t i = 0; i < m->nslots; i++)
+      while (m->slot[i]) {
+        memo_entry *e = m->slot[i];
+        m->slot[i] = e->next;
+        e->next = slot[e->key.hash & (uint64_t)(ns - 1)];
+        slot[e->key.hash & (uint64_t)(ns - 1)] = e;
+      }
+    tpu_free(m->slot);
+    m->slot = slot;
+    m->nslots = ns;
+  }
+  memo_entry *e = tpu_calloc(1, sizeof *e);
+  double *runs = tpu_malloc(sizeof *runs * (size_t)(2 * nruns + 2));
+  if (!e || !runs) {
+    tpu_free(e);
+    tpu_free(runs);
+    return;
+  }
+  int64_t r = -1;
+  for (int64_t l = 0; l < nl; l++) {
+    if (l == 0 || memcmp(&lb[l], &lb[l - 1], sizeof *lb)) {
+      r++;
+      runs[2 * r] = lb[l];
+      runs[2 * r + 1] = 0;
+    }
+    runs[2 * r + 1] += 1;
+  }
+  e->key = *k;
+  k->bytes = NULL;
+  e->info = *info;
+  e->lanes = lanes;
+  e->no_bytes = no_bytes;
+  e->link_bytes = runs;
+  e->nruns = nruns;
+  int64_t i = (int64_t)(e->key.hash & (uint64_t)(m->nslots - 1));
+  e->next = m->slot[i];
+  m->slot[i] = e;
+  m->n++;
+  m->bytes += need;
+}
+
 static double leaves_bytes(const tpu_shape *s) {
   if (s->dtype == TPU_TUPLE) {
     double b = 0;
@@ -275,28 +466,55 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
                : base == TPU_OP_ALL_REDUCE ? 2 * f * vin
                : base == TPU_OP_COLLECTIVE_BROADCAST ? vin : f * vin;
   }
-  /* Several slices: groups (or pairs) that span them go through the data-center network. */
-  tpu_pod_coll_info dcn;
-  memset(&dcn, 0, sizeof dcn);
-  int64_t *sub = NULL;
-  if (st == TPU_OK && t->slices > 1) st = split_slices(t, in, &op, &dcn, &sub, d);
-  double dcn_s = dcn.dcn_seconds;
-  tpu_ici_result r;
-  memset(&r, 0, sizeof r);
+  /* Asked before: the memo's answer (the key is the op as it stands before the slices split it). */
+  memo_key mk;
+  memset(&mk, 0, sizeof mk);
+  memo_entry *hit = NULL;
+  if (st == TPU_OK && x->memo) {
+    st = key_make(t, &op, &mk, in, d);
+    if (st == TPU_OK) hit = memo_find(x->memo, &mk);
+  }
   int64_t nl = tpu_topology_nlinks(t);
   int keep = st == TPU_OK && (int64_t)(x->ninfo + 1) * nl <= KEEP_LINK_BYTES;
-  double *lb = st == TPU_OK ? tpu_calloc((size_t)nl, sizeof *lb) : NULL;
-  if (st == TPU_OK && !lb) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
-  int trivial = op.kind == TPU_ICI_PERMUTE ? op.npairs == 0 : op.group_size <= 1;
-  if (st == TPU_OK && !trivial) st = tpu_ici_time(t, &op, lb, &r, d);
-  for (int64_t l = 0; st == TPU_OK && !trivial && l < nl; l++) /* the kinds of link it loads */
-    if (lb[l] > 0) c->lanes |= 1u << (l % TPU_TOPO_LINK_SLOTS);
-  if (st == TPU_OK && dcn.dcn_seconds > 0) c->lanes |= 1u << (TPU_INSN_LANES - 1); /* and the DCN */
-  if (!keep) {
-    tpu_free(lb);
-    lb = NULL;
+  tpu_pod_coll_info dcn;
+  memset(&dcn, 0, sizeof dcn);
+  tpu_ici_result r;
+  memset(&r, 0, sizeof r);
+  double *lb = NULL;
+  int64_t *sub = NULL;
+  if (hit) {
+    dcn = hit->info;
+    r = hit->info.r;
+    c->lanes = hit->lanes;
+    if (hit->no_bytes) c->bytes = 0;
+    lb = keep ? tpu_malloc(sizeof *lb * (size_t)(nl ? nl : 1)) : NULL;
+    if (keep && !lb) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    if (lb) runs_decode(hit, lb);
+  } else {
+    /* Several slices: groups (or pairs) that span them go through the data-center network. */
+    if (st == TPU_OK && t->slices > 1) st = split_slices(t, in, &op, &dcn, &sub, d);
+    lb = st == TPU_OK ? tpu_calloc((size_t)(nl ? nl : 1), sizeof *lb) : NULL;
+    if (st == TPU_OK && !lb) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    int trivial = op.kind == TPU_ICI_PERMUTE ? op.npairs == 0 : op.group_size <= 1;
+    if (st == TPU_OK && !trivial) st = tpu_ici_time(t, &op, lb, &r, d);
+    for (int64_t l = 0; st == TPU_OK && !trivial && l < nl; l++) /* the kinds of link it loads */
+      if (lb[l] > 0) c->lanes |= 1u << (l % TPU_TOPO_LINK_SLOTS);
+    if (st == TPU_OK && dcn.dcn_seconds > 0) c->lanes |= 1u << (TPU_INSN_LANES - 1); /* and the DCN */
+    int no_bytes = st == TPU_OK && trivial && dcn.dcn_seconds == 0;
+    if (no_bytes) c->bytes = 0;
+    if (st == TPU_OK && x->memo) { /* kept for the next compile that asks (best effort) */
+      dcn.r = r;
+      dcn.in = NULL;
+      dcn.link_bytes = NULL;
+      memo_add(x->memo, &mk, &dcn, c->lanes, no_bytes, lb, nl);
+    }
+    if (!keep) {
+      tpu_free(lb);
+      lb = NULL;
+    }
   }
-  if (st == TPU_OK && trivial && dcn_s == 0) c->bytes = 0;
+  tpu_free(mk.bytes);
+  double dcn_s = dcn.dcn_seconds;
   if (st == TPU_OK) {
     c->seconds = r.seconds + dcn_s;
     if (x->ninfo == x->capinfo) {

@@ -22,8 +22,20 @@ typedef struct tpu_pod_coll_info {
   int64_t dcn_slices;   /* slices each group spans */
 } tpu_pod_coll_info;
 
+/* Link-model answers kept between compiles (api/cache.c keeps one for the library's runs: the
+ * planner's candidates share most of their collectives). An answer depends only on the slice
+ * (every field of the topology), the op's kind and bytes, and its device groups or pairs, so
+ * those bytes, compared whole, are the key; a hit gives the very numbers a fresh costing
+ * would. Not thread-safe: the caller serialises compiles that share one. */
+typedef struct tpu_pod_coll_memo tpu_pod_coll_memo;
+tpu_pod_coll_memo *tpu_pod_coll_memo_new(void); /* NULL: out of memory */
+void tpu_pod_coll_memo_free(tpu_pod_coll_memo *m);
+/* Answers kept and asked for so far (hits + misses = lookups). */
+void tpu_pod_coll_memo_stats(const tpu_pod_coll_memo *m, int64_t *entries, int64_t *hits, int64_t *misses);
+
 typedef struct tpu_pod_cost_ctx {
   const tpu_chip *chip;
+  tpu_pod_coll_memo *memo;  /* NULL: every collective is costed afresh */
   const tpu_topology *topo; /* NULL: the chip's default slice for the module's devices */
   tpu_topology own;         /* that default, made on first use */
   int have_own;
