@@ -491,8 +491,12 @@ tpu_loc tpu_json_loc(const tpu_json_doc *doc, const tpu_json *v, int at_key) {
 
 void tpu_json_write_escaped(FILE *f, const char *s, size_t n) {
   fputc('"', f);
+  size_t run = 0; /* s[run .. i) needs no escape: written at once */
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    if (i > run) fwrite(s + run, 1, i - run, f);
+    run = i + 1;
     switch (c) {
       case '"': fputs("\\\"", f); break;
       case '\\': fputs("\\\\", f); break;
@@ -501,11 +505,10 @@ void tpu_json_write_escaped(FILE *f, const char *s, size_t n) {
       case '\t': fputs("\\t", f); break;
       case '\b': fputs("\\b", f); break;
       case '\f': fputs("\\f", f); break;
-      default:
-        if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
+      default: fprintf(f, "\\u%04x", c);
     }
   }
+  if (n > run) fwrite(s + run, 1, n - run, f);
   fputc('"', f);
 }
 
@@ -529,8 +532,10 @@ void tpu_json_writer_init(tpu_json_writer *w, FILE *f, int indent) {
 
 static void newline(tpu_json_writer *w) {
   if (!w->indent) return;
-  fputc('\n', w->f);
-  for (int i = 0; i < w->depth * w->indent; i++) fputc(' ', w->f);
+  static const char spaces[] = "\n                                                                ";
+  fwrite(spaces, 1, 1, w->f);
+  for (int left = w->depth * w->indent; left > 0; left -= (int)sizeof spaces - 2)
+    fwrite(spaces + 1, 1, (size_t)(left < (int)sizeof spaces - 2 ? left : (int)sizeof spaces - 2), w->f);
 }
 
 /* Called before any value or key: writes the separator and checks the nesting rules. */

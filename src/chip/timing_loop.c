@@ -577,21 +577,30 @@ static tpu_status loop_skip(tstate *t, const loop_cf *c, const loop_bnd *a, cons
   }
   /* events: the period's, copied for each later period (up to the cap) */
   if (t->record && b->nev > a->nev) {
-    int64_t per = b->nev - a->nev;
-    for (int64_t q = 1; q <= n && tl->nevents < TPU_TIMING_MAX_EVENTS; q++)
-      for (int64_t e = 0; e < per && tl->nevents < TPU_TIMING_MAX_EVENTS; e++) {
-        if (tl->nevents == t->cap_events) {
-          int64_t nc = t->cap_events * 2 < TPU_TIMING_MAX_EVENTS ? t->cap_events * 2 : TPU_TIMING_MAX_EVENTS;
-          tpu_event *ne = tpu_realloc(tl->events, (size_t)nc * sizeof *ne);
-          if (!ne) return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory recording events");
-          tl->events = ne;
-          t->cap_events = nc;
-        }
-        tpu_event ev = tl->events[a->nev + e];
-        ev.start += q * delta;
-        ev.end += q * delta;
-        tl->events[tl->nevents++] = ev;
+    const int64_t per = b->nev - a->nev, room = TPU_TIMING_MAX_EVENTS - tl->nevents;
+    const int64_t want = room <= 0 ? 0 : n > room / per ? room : n * per; /* events added */
+    if (tl->nevents + want > t->cap_events) { /* room for all of them at once */
+      int64_t nc = t->cap_events;
+      while (nc < tl->nevents + want) nc *= 2;
+      if (nc > TPU_TIMING_MAX_EVENTS) nc = TPU_TIMING_MAX_EVENTS;
+      tpu_event *ne = tpu_realloc(tl->events, (size_t)nc * sizeof *ne);
+      if (!ne) return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory recording events");
+      tl->events = ne;
+      t->cap_events = nc;
+    }
+    const tpu_event *src = &tl->events[a->nev];
+    tpu_event *dst = &tl->events[tl->nevents];
+    for (int64_t q = 1, done = 0; done < want; q++) {
+      const int64_t m = per < want - done ? per : want - done, sh = q * delta;
+      for (int64_t e = 0; e < m; e++) {
+        tpu_event ev = src[e];
+        ev.start += sh;
+        ev.end += sh;
+        dst[done + e] = ev;
       }
+      done += m;
+    }
+    tl->nevents += want;
   }
   return TPU_OK;
 }

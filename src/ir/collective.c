@@ -214,12 +214,14 @@ int tpu_iota_read(const char **pp, int64_t **ids, int64_t *count) {
   int64_t s = 1;
   for (int i = nr - 1; i >= 0; i--) str[i] = s, s *= rd[i];
   for (int i = 0; i < nr; i++) td[i] = rd[perm[i]];
+  /* An odometer over the transposed dims: x = sum c[i] * str[perm[i]], kept as it steps. */
+  int64_t x = 0;
   for (int64_t f = 0; f < total; f++) {
-    int64_t x = 0;
-    for (int i = 0; i < nr; i++) x += c[i] * str[perm[i]];
     v[f] = x;
     for (int i = nr - 1; i >= 0; i--) {
+      x += str[perm[i]];
       if (++c[i] < td[i]) break;
+      x -= td[i] * str[perm[i]];
       c[i] = 0;
     }
   }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "check.h"
 #include "chip/chip.h"
 #include "chip/program.h"
@@ -111,6 +112,36 @@ static void members_read_once(void) {
   }
 }
 
+/* tpu_iota_read against the definition: ids 0..n-1 reshaped to the dims, transposed by the
+ * permutation, flattened (element f of the result is the id at the transposed index f). */
+static void check_iota(const int64_t *dims, const int *perm, int nr) {
+  char text[128];
+  int k = snprintf(text, sizeof text, "<=[");
+  for (int i = 0; i < nr; i++) k += snprintf(text + k, sizeof text - (size_t)k, "%s%lld", i ? "," : "", (long long)dims[i]);
+  k += snprintf(text + k, sizeof text - (size_t)k, "]T(");
+  for (int i = 0; i < nr; i++) k += snprintf(text + k, sizeof text - (size_t)k, "%s%d", i ? "," : "", perm[i]);
+  snprintf(text + k, sizeof text - (size_t)k, ")");
+  const char *p = text;
+  int64_t *ids = NULL, n = 0, total = 1, str[4], td[4];
+  for (int i = nr - 1; i >= 0; i--) str[i] = total, total *= dims[i];
+  for (int i = 0; i < nr; i++) td[i] = dims[perm[i]];
+  CHECK(tpu_iota_read(&p, &ids, &n) == 1);
+  CHECK_EQ_INT(n, total);
+  for (int64_t f = 0; ids && f < n; f++) {
+    int64_t rest = f, id = 0; /* f's index in the transposed dims, then the id it names */
+    for (int i = nr - 1; i >= 0; i--) {
+      id += (rest % td[i]) * str[perm[i]];
+      rest /= td[i];
+    }
+    if (ids[f] != id) {
+      fprintf(stderr, "%s: element %lld\n", text, (long long)f);
+      CHECK_EQ_INT(ids[f], id);
+      break;
+    }
+  }
+  tpu_free(ids);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -158,5 +189,17 @@ int main(void) {
            " ROOT r = f32[8] all-gather(p), channel_id=1, replica_groups={{0,1}}, dimensions={0}\n}\n");
   check(src, "all-gather 'r' communicates across 2 devices");
   members_read_once();
+  /* every permutation of ranks 1-4 over dims 3, 1, 4, 2 */
+  const int64_t dims[4] = {3, 1, 4, 2};
+  for (int nr = 1; nr <= 4; nr++)
+    for (int code = 0; code < 256; code++) {
+      int perm[4], used = 0, ok = 1;
+      for (int i = 0, c = code; i < nr; i++, c /= 4) {
+        perm[i] = c % 4;
+        ok &= perm[i] < nr && !(used >> perm[i] & 1);
+        used |= 1 << perm[i];
+      }
+      if (ok && code < 1 << (2 * nr)) check_iota(dims, perm, nr);
+    }
   CHECK_DONE();
 }
