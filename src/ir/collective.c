@@ -214,11 +214,13 @@ int tpu_iota_read(const char **pp, int64_t **ids, int64_t *count) {
   int64_t s = 1;
   for (int i = nr - 1; i >= 0; i--) str[i] = s, s *= rd[i];
   for (int i = 0; i < nr; i++) td[i] = rd[perm[i]];
-  /* An odometer over the transposed dims: x = sum c[i] * str[perm[i]], kept as it steps. */
+  /* A run along the last transposed dim at a time; an odometer over the others keeps
+   * x = sum c[i] * str[perm[i]], the run's first id. */
+  const int64_t run = td[nr - 1], step = str[perm[nr - 1]];
   int64_t x = 0;
-  for (int64_t f = 0; f < total; f++) {
-    v[f] = x;
-    for (int i = nr - 1; i >= 0; i--) {
+  for (int64_t f = 0; f < total; f += run) {
+    for (int64_t j = 0; j < run; j++) v[f + j] = x + j * step;
+    for (int i = nr - 2; i >= 0; i--) {
       x += str[perm[i]];
       if (++c[i] < td[i]) break;
       x -= td[i] * str[perm[i]];
