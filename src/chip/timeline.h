@@ -66,5 +66,8 @@ typedef struct tpu_timeline {
 } tpu_timeline;
 
 void tpu_timeline_free(tpu_timeline *t);
+/* An events array with room for TPU_TIMING_MAX_EVENTS that a freed timeline left (the
+ * caller owns it; tpu_free), or NULL: timing.c takes it when its array grows to the cap. */
+tpu_event *tpu__timeline_full_events(void);
 
 #endif

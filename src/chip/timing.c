@@ -221,6 +221,25 @@ static void close_op(tstate *t) {
   t->m.cur_op = -1;
 }
 
+int tpu__timing_events_grow(tstate *t, int64_t cap) {
+  tpu_timeline *tl = t->tl;
+  if (cap > TPU_TIMING_MAX_EVENTS) cap = TPU_TIMING_MAX_EVENTS;
+  if (cap <= t->cap_events) return 1;
+  tpu_event *full = cap == TPU_TIMING_MAX_EVENTS ? tpu__timeline_full_events() : NULL;
+  if (full) {
+    if (tl->nevents) memcpy(full, tl->events, (size_t)tl->nevents * sizeof *full);
+    tpu_free(tl->events);
+    tl->events = full;
+  } else {
+    tpu_event *ne = tpu_realloc(tl->events, (size_t)cap * sizeof *ne);
+    if (!ne) return 0;
+    tl->events = ne;
+  }
+  t->cap_events = cap;
+  return 1;
+}
+
+
 static tpu_status issue(tstate *t, int idx, int64_t iter) {
   const tpu_insn *in = &t->p->insns[idx];
   const int u = tpu_isa_unit(in->opc);
@@ -324,13 +343,9 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   }
   if (in->opc == TPU_ISA_ICI) tl->ici_bytes += (double)in->bytes;
   if (t->record && dur > 0) {
-    if (tl->nevents == t->cap_events && t->cap_events < TPU_TIMING_MAX_EVENTS) {
-      int64_t nc = t->cap_events * 2 < TPU_TIMING_MAX_EVENTS ? t->cap_events * 2 : TPU_TIMING_MAX_EVENTS;
-      tpu_event *ne = tpu_realloc(tl->events, (size_t)nc * sizeof *ne);
-      if (!ne) return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory recording events");
-      tl->events = ne;
-      t->cap_events = nc;
-    }
+    if (tl->nevents == t->cap_events && t->cap_events < TPU_TIMING_MAX_EVENTS &&
+        !tpu__timing_events_grow(t, t->cap_events * 2))
+      return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory recording events");
     if (tl->nevents < t->cap_events) {
       tpu_event *e = &tl->events[tl->nevents++];
       e->unit = (tpu_unit)u;

@@ -89,6 +89,9 @@ int64_t tpu__timing_port_dead(const tstate *t, int pos);
 tpu_status tpu__timing_run_range(tstate *t, int lo, int hi, int64_t iter);
 /* Runs the loop opening at instruction i, in closed form where it applies (timing_loop.c). */
 tpu_status tpu__timing_run_loop(tstate *t, int i);
+/* Grows the events array to room for `cap` events (at most TPU_TIMING_MAX_EVENTS; a spare
+ * full one when it reaches that, tpu__timeline_full_events); 0: out of memory. */
+int tpu__timing_events_grow(tstate *t, int64_t cap);
 /* Frees what tpu__timing_run_loop kept for the run. */
 void tpu__timing_loops_free(tstate *t);
 

@@ -582,11 +582,8 @@ static tpu_status loop_skip(tstate *t, const loop_cf *c, const loop_bnd *a, cons
     if (tl->nevents + want > t->cap_events) { /* room for all of them at once */
       int64_t nc = t->cap_events;
       while (nc < tl->nevents + want) nc *= 2;
-      if (nc > TPU_TIMING_MAX_EVENTS) nc = TPU_TIMING_MAX_EVENTS;
-      tpu_event *ne = tpu_realloc(tl->events, (size_t)nc * sizeof *ne);
-      if (!ne) return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory recording events");
-      tl->events = ne;
-      t->cap_events = nc;
+      if (!tpu__timing_events_grow(t, nc))
+        return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory recording events");
     }
     const tpu_event *src = &tl->events[a->nev];
     tpu_event *dst = &tl->events[tl->nevents];

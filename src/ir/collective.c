@@ -641,7 +641,12 @@ int tpu_collective_is_done(tpu_opcode op) {
   return op == TPU_OP_ALL_REDUCE_DONE || op == TPU_OP_ALL_GATHER_DONE || op == TPU_OP_COLLECTIVE_PERMUTE_DONE;
 }
 
-tpu_status tpu_collective_check_groups(const tpu_instr *in, int64_t replicas, int64_t partitions, tpu_diag *d) {
+/* tpu_collective_check_groups, handing the groups it read and checked to the caller (*g, to
+ * free with tpu_groups_free; empty for a -done op) with the mode's id space. */
+static tpu_status check_groups_read(const tpu_instr *in, int64_t replicas, int64_t partitions, tpu_groups *gout,
+                                    int64_t *spacep, tpu_diag *d) {
+  memset(gout, 0, sizeof *gout);
+  *spacep = 0;
   if (tpu_collective_is_done(in->op)) return TPU_OK;
   int permute = tpu_collective_base(in->op) == TPU_OP_COLLECTIVE_PERMUTE;
   tpu_groups g;
@@ -689,8 +694,21 @@ tpu_status tpu_collective_check_groups(const tpu_instr *in, int64_t replicas, in
         break;
       }
   tpu_free(seen);
-  tpu_groups_free(&g);
+  if (st == TPU_OK) {
+    *gout = g;
+    *spacep = space;
+  } else {
+    tpu_groups_free(&g);
+  }
   return st;
+}
+
+tpu_status tpu_collective_check_groups(const tpu_instr *in, int64_t replicas, int64_t partitions, tpu_diag *d) {
+  tpu_groups g;
+  int64_t space;
+  TPU_TRY(check_groups_read(in, replicas, partitions, &g, &space, d));
+  tpu_groups_free(&g);
+  return TPU_OK;
 }
 
 tpu_status tpu_collective_devices(const tpu_instr *in, int64_t *devices, tpu_diag *d) {
@@ -735,7 +753,22 @@ tpu_status tpu_collective_check_one_device(const tpu_instr *in, tpu_diag *d) {
 
 tpu_status tpu_collective_group_size(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t *size,
                                      tpu_diag *d) {
-  TPU_TRY(tpu_collective_check_groups(in, replicas, partitions, d));
+  tpu_groups g;
+  int64_t space;
+  TPU_TRY(check_groups_read(in, replicas, partitions, &g, &space, d));
+  if (!tpu_collective_is_done(in->op) && tpu_collective_base(in->op) != TPU_OP_COLLECTIVE_PERMUTE && space >= 1) {
+    /* Checked: the groups partition the id space, so device 0 (id 0 in every mode) is in
+     * exactly one; its size is tpu_collective_members' count for device 0. */
+    int64_t n = space, at = -1;
+    for (int64_t i = 0; g.ngroups > 0 && i < g.start[g.ngroups] && at < 0; i++)
+      if (g.ids[i] == 0) at = i;
+    for (int64_t k = 0; at >= 0 && k < g.ngroups; k++)
+      if (at >= g.start[k] && at < g.start[k + 1]) n = g.start[k + 1] - g.start[k];
+    tpu_groups_free(&g);
+    *size = tpu_collective_mode(in) == TPU_CG_CROSS_REPLICA_AND_PARTITION ? n * partitions : n;
+    return TPU_OK;
+  }
+  tpu_groups_free(&g);
   int64_t *members = tpu_malloc(sizeof *members * (size_t)(replicas * partitions));
   if (!members) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
   int64_t self;

@@ -12,28 +12,39 @@
 
 /* ---- The memo of link-model answers (cost.h). ---- */
 
-/* The key's fixed part: the slice and the op, every field written one by one into a zeroed
- * struct (no padding left undefined); the groups' or pairs' device ids follow it. */
+/* The key's fixed part: the slice, the op and its device grid, every field written one by
+ * one into a zeroed struct (no padding left undefined); the text of each attribute that
+ * names its devices follows it. */
 typedef struct key_head {
   char chip[32];
   int64_t ndims, dims[3], wrap[3], twisted, chips_per_slice, slices, nchips, devices_per_chip, chips_per_host,
       links_per_chip;
   double link_bw, hop_s, dcn_bw, dcn_host_bw, dcn_latency_s, pcie_bw;
-  int64_t kind, ngroups, group_size, npairs;
-  double operand_bytes, result_bytes;
+  int64_t base, mode, replicas, partitions;
+  double operand_bytes;
 } key_head;
 
+/* The attributes the groups and pairs are read from (ir/collective.h), in the key in this
+ * order, each as a presence byte and its text with its NUL. */
+static const char *const k_group_attrs[] = {"replica_groups", "device_ids", "source_target_pairs"};
+enum { NGROUP_ATTRS = sizeof k_group_attrs / sizeof *k_group_attrs };
+
+static const char *attr_of(const tpu_instr *in, const char *name) {
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, name)) return in->attrs[i].value ? in->attrs[i].value : "";
+  return NULL;
+}
+
 typedef struct memo_key {
-  unsigned char *bytes; /* key_head, then the ids */
+  unsigned char *bytes; /* key_head, then the attributes */
   size_t len;
   uint64_t hash;
 } memo_key;
 
 typedef struct memo_entry {
   memo_key key;
+  tpu_coll_cost c;
   tpu_pod_coll_info info; /* r and the DCN part (in and link_bytes unset) */
-  unsigned lanes;
-  int no_bytes;           /* the collective moves nothing (c->bytes 0) */
   double *link_bytes;     /* per link slot, run-length coded: (value, count) pairs */
   int64_t nruns;
   struct memo_entry *next;
@@ -62,10 +73,14 @@ static uint64_t hash_words(const unsigned char *p, size_t n) {
   return h * 0xc4ceb9fe1a85ec53ull;
 }
 
-static tpu_status key_make(const tpu_topology *t, const tpu_ici_op *op, memo_key *k, const tpu_instr *in,
-                           tpu_diag *d) {
+static double operands_bytes(const tpu_instr *in);
+
+/* The memo's key of collective `in` on slice t: everything its fresh costing reads. */
+static tpu_status key_make(const tpu_topology *t, const tpu_instr *in, int64_t replicas, int64_t partitions,
+                           memo_key *k, tpu_diag *d) {
   key_head h;
   memset(&h, 0, sizeof h);
+  memset(k, 0, sizeof *k);
   memcpy(h.chip, t->chip, sizeof h.chip < sizeof t->chip ? sizeof h.chip : sizeof t->chip);
   h.ndims = t->ndims;
   for (int a = 0; a < 3; a++) h.dims[a] = t->dims[a], h.wrap[a] = t->wrap[a];
@@ -82,19 +97,29 @@ static tpu_status key_make(const tpu_topology *t, const tpu_ici_op *op, memo_key
   h.dcn_host_bw = t->dcn_host_bw;
   h.dcn_latency_s = t->dcn_latency_s;
   h.pcie_bw = t->pcie_bw;
-  h.kind = op->kind;
-  h.ngroups = op->ngroups;
-  h.group_size = op->group_size;
-  h.npairs = op->npairs;
-  h.operand_bytes = op->operand_bytes;
-  h.result_bytes = op->result_bytes;
-  int64_t nids = op->kind == TPU_ICI_PERMUTE ? 2 * op->npairs : op->ngroups * op->group_size;
-  const int64_t *ids = op->kind == TPU_ICI_PERMUTE ? op->pairs : op->groups;
-  k->len = sizeof h + sizeof *ids * (size_t)nids;
-  k->bytes = tpu_malloc(k->len);
+  h.base = tpu_collective_base(in->op);
+  h.mode = tpu_collective_mode(in);
+  h.replicas = replicas;
+  h.partitions = partitions;
+  h.operand_bytes = operands_bytes(in);
+  const char *v[NGROUP_ATTRS];
+  size_t n = sizeof h;
+  for (int i = 0; i < NGROUP_ATTRS; i++) {
+    v[i] = attr_of(in, k_group_attrs[i]);
+    n += 1 + (v[i] ? strlen(v[i]) + 1 : 0);
+  }
+  k->bytes = tpu_malloc(n);
   if (!k->bytes) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
   memcpy(k->bytes, &h, sizeof h);
-  if (nids) memcpy(k->bytes + sizeof h, ids, sizeof *ids * (size_t)nids);
+  size_t at = sizeof h;
+  for (int i = 0; i < NGROUP_ATTRS; i++) {
+    k->bytes[at++] = v[i] != NULL;
+    if (!v[i]) continue;
+    size_t len = strlen(v[i]) + 1;
+    memcpy(k->bytes + at, v[i], len);
+    at += len;
+  }
+  k->len = n;
   k->hash = hash_words(k->bytes, k->len);
   return TPU_OK;
 }
@@ -146,9 +171,9 @@ static void runs_decode(const memo_entry *e, double *lb) {
   }
 }
 
-/* Keeps an answer; on failure (out of memory) nothing is kept and the key stays the caller's.
- * The key moves into the memo. */
-static void memo_add(tpu_pod_coll_memo *m, memo_key *k, const tpu_pod_coll_info *info, unsigned lanes, int no_bytes,
+/* Keeps an answer (c, info and the link bytes per slot); the key moves into the memo. On
+ * failure (out of memory) nothing is kept and the key stays the caller's. */
+static void memo_add(tpu_pod_coll_memo *m, memo_key *k, const tpu_coll_cost *c, const tpu_pod_coll_info *info,
                      const double *lb, int64_t nl) {
   int64_t nruns = 0;
   for (int64_t l = 0; l < nl; l++)
@@ -189,9 +214,10 @@ static void memo_add(tpu_pod_coll_memo *m, memo_key *k, const tpu_pod_coll_info 
   }
   e->key = *k;
   k->bytes = NULL;
+  e->c = *c;
   e->info = *info;
-  e->lanes = lanes;
-  e->no_bytes = no_bytes;
+  e->info.in = NULL;
+  e->info.link_bytes = NULL;
   e->link_bytes = runs;
   e->nruns = nruns;
   int64_t i = (int64_t)(e->key.hash & (uint64_t)(m->nslots - 1));
@@ -398,14 +424,10 @@ tpu_status tpu_pod_hops(void *user, const tpu_instr *in, int64_t from, int64_t t
   return TPU_OK;
 }
 
-tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d) {
-  tpu_pod_cost_ctx *x = user;
-  memset(c, 0, sizeof *c);
-  int64_t replicas, partitions;
-  tpu_module_device_grid(in->parent->module, &replicas, &partitions);
-  const tpu_topology *t = NULL;
-  int64_t ndev = 0;
-  TPU_TRY(topology_of(x, in, &t, &ndev, d));
+/* The collective's cost afresh (its groups read and routed on the link model); its answer is
+ * appended to x->info. */
+static tpu_status cost_fresh(tpu_pod_cost_ctx *x, const tpu_instr *in, const tpu_topology *t, int64_t ndev,
+                             int64_t replicas, int64_t partitions, tpu_coll_cost *c, tpu_diag *d) {
   tpu_opcode base = tpu_collective_base(in->op);
   tpu_ici_op op;
   memset(&op, 0, sizeof op);
@@ -466,55 +488,28 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
                : base == TPU_OP_ALL_REDUCE ? 2 * f * vin
                : base == TPU_OP_COLLECTIVE_BROADCAST ? vin : f * vin;
   }
-  /* Asked before: the memo's answer (the key is the op as it stands before the slices split it). */
-  memo_key mk;
-  memset(&mk, 0, sizeof mk);
-  memo_entry *hit = NULL;
-  if (st == TPU_OK && x->memo) {
-    st = key_make(t, &op, &mk, in, d);
-    if (st == TPU_OK) hit = memo_find(x->memo, &mk);
-  }
-  int64_t nl = tpu_topology_nlinks(t);
-  int keep = st == TPU_OK && (int64_t)(x->ninfo + 1) * nl <= KEEP_LINK_BYTES;
+  /* Several slices: groups (or pairs) that span them go through the data-center network. */
   tpu_pod_coll_info dcn;
   memset(&dcn, 0, sizeof dcn);
+  int64_t *sub = NULL;
+  if (st == TPU_OK && t->slices > 1) st = split_slices(t, in, &op, &dcn, &sub, d);
+  double dcn_s = dcn.dcn_seconds;
   tpu_ici_result r;
   memset(&r, 0, sizeof r);
-  double *lb = NULL;
-  int64_t *sub = NULL;
-  if (hit) {
-    dcn = hit->info;
-    r = hit->info.r;
-    c->lanes = hit->lanes;
-    if (hit->no_bytes) c->bytes = 0;
-    lb = keep ? tpu_malloc(sizeof *lb * (size_t)(nl ? nl : 1)) : NULL;
-    if (keep && !lb) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
-    if (lb) runs_decode(hit, lb);
-  } else {
-    /* Several slices: groups (or pairs) that span them go through the data-center network. */
-    if (st == TPU_OK && t->slices > 1) st = split_slices(t, in, &op, &dcn, &sub, d);
-    lb = st == TPU_OK ? tpu_calloc((size_t)(nl ? nl : 1), sizeof *lb) : NULL;
-    if (st == TPU_OK && !lb) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
-    int trivial = op.kind == TPU_ICI_PERMUTE ? op.npairs == 0 : op.group_size <= 1;
-    if (st == TPU_OK && !trivial) st = tpu_ici_time(t, &op, lb, &r, d);
-    for (int64_t l = 0; st == TPU_OK && !trivial && l < nl; l++) /* the kinds of link it loads */
-      if (lb[l] > 0) c->lanes |= 1u << (l % TPU_TOPO_LINK_SLOTS);
-    if (st == TPU_OK && dcn.dcn_seconds > 0) c->lanes |= 1u << (TPU_INSN_LANES - 1); /* and the DCN */
-    int no_bytes = st == TPU_OK && trivial && dcn.dcn_seconds == 0;
-    if (no_bytes) c->bytes = 0;
-    if (st == TPU_OK && x->memo) { /* kept for the next compile that asks (best effort) */
-      dcn.r = r;
-      dcn.in = NULL;
-      dcn.link_bytes = NULL;
-      memo_add(x->memo, &mk, &dcn, c->lanes, no_bytes, lb, nl);
-    }
-    if (!keep) {
-      tpu_free(lb);
-      lb = NULL;
-    }
+  int64_t nl = tpu_topology_nlinks(t);
+  int keep = st == TPU_OK && (int64_t)(x->ninfo + 1) * nl <= KEEP_LINK_BYTES;
+  double *lb = st == TPU_OK ? tpu_calloc((size_t)nl, sizeof *lb) : NULL;
+  if (st == TPU_OK && !lb) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  int trivial = op.kind == TPU_ICI_PERMUTE ? op.npairs == 0 : op.group_size <= 1;
+  if (st == TPU_OK && !trivial) st = tpu_ici_time(t, &op, lb, &r, d);
+  for (int64_t l = 0; st == TPU_OK && !trivial && l < nl; l++) /* the kinds of link it loads */
+    if (lb[l] > 0) c->lanes |= 1u << (l % TPU_TOPO_LINK_SLOTS);
+  if (st == TPU_OK && dcn.dcn_seconds > 0) c->lanes |= 1u << (TPU_INSN_LANES - 1); /* and the DCN */
+  if (!keep) {
+    tpu_free(lb);
+    lb = NULL;
   }
-  tpu_free(mk.bytes);
-  double dcn_s = dcn.dcn_seconds;
+  if (st == TPU_OK && trivial && dcn_s == 0) c->bytes = 0;
   if (st == TPU_OK) {
     c->seconds = r.seconds + dcn_s;
     if (x->ninfo == x->capinfo) {
@@ -536,5 +531,53 @@ tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, 
   tpu_free(ids);
   tpu_free(members);
   tpu_free(seen);
+  return st;
+}
+
+tpu_status tpu_pod_coll_cost(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d) {
+  tpu_pod_cost_ctx *x = user;
+  memset(c, 0, sizeof *c);
+  int64_t replicas, partitions;
+  tpu_module_device_grid(in->parent->module, &replicas, &partitions);
+  const tpu_topology *t = NULL;
+  int64_t ndev = 0;
+  TPU_TRY(topology_of(x, in, &t, &ndev, d));
+  if (!x->memo) return cost_fresh(x, in, t, ndev, replicas, partitions, c, d);
+  memo_key mk;
+  TPU_TRY(key_make(t, in, replicas, partitions, &mk, d));
+  const memo_entry *hit = memo_find(x->memo, &mk);
+  tpu_status st = TPU_OK;
+  if (hit) { /* the answer the fresh costing gave, appended to x->info as it would be */
+    int64_t nl = tpu_topology_nlinks(t);
+    int keep = (int64_t)(x->ninfo + 1) * nl <= KEEP_LINK_BYTES;
+    double *lb = keep ? tpu_malloc(sizeof *lb * (size_t)(nl ? nl : 1)) : NULL;
+    if (keep && !lb) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    if (st == TPU_OK && x->ninfo == x->capinfo) {
+      int nc = x->capinfo ? 2 * x->capinfo : 16;
+      tpu_pod_coll_info *ni = tpu_realloc(x->info, sizeof *ni * (size_t)nc);
+      if (!ni) st = TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+      else x->info = ni, x->capinfo = nc;
+    }
+    if (st == TPU_OK) {
+      if (lb) runs_decode(hit, lb);
+      *c = hit->c;
+      x->info[x->ninfo] = hit->info;
+      x->info[x->ninfo].in = in;
+      x->info[x->ninfo].link_bytes = lb;
+      x->ninfo++;
+    } else {
+      tpu_free(lb);
+    }
+    tpu_free(mk.bytes);
+    return st;
+  }
+  int n0 = x->ninfo;
+  st = cost_fresh(x, in, t, ndev, replicas, partitions, c, d);
+  if (st == TPU_OK && x->ninfo == n0 + 1) { /* kept for the next compile that asks (best effort) */
+    const tpu_pod_coll_info *info = &x->info[n0];
+    int64_t nl = tpu_topology_nlinks(t);
+    if (info->link_bytes) memo_add(x->memo, &mk, c, info, info->link_bytes, nl); /* (not kept: not memoized) */
+  }
+  tpu_free(mk.bytes);
   return st;
 }

@@ -24,9 +24,11 @@ typedef struct tpu_pod_coll_info {
 
 /* Link-model answers kept between compiles (api/cache.c keeps one for the library's runs: the
  * planner's candidates share most of their collectives). An answer depends only on the slice
- * (every field of the topology), the op's kind and bytes, and its device groups or pairs, so
- * those bytes, compared whole, are the key; a hit gives the very numbers a fresh costing
- * would. Not thread-safe: the caller serialises compiles that share one. */
+ * (every field of the topology), the op (its kind, group mode and operand bytes), the module's
+ * device grid and the text of the attributes its groups or pairs are read from, so those,
+ * compared whole, are the key: a hit skips reading the groups and routing them, and gives the
+ * very numbers (and report entry) a fresh costing would. Not thread-safe: the caller
+ * serialises compiles that share one. */
 typedef struct tpu_pod_coll_memo tpu_pod_coll_memo;
 tpu_pod_coll_memo *tpu_pod_coll_memo_new(void); /* NULL: out of memory */
 void tpu_pod_coll_memo_free(tpu_pod_coll_memo *m);
