@@ -13,6 +13,7 @@ no re-parse per candidate) instead of a `tpusim run` process per candidate.
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -33,10 +34,13 @@ def main():
     a = ap.parse_args()
     model = os.path.join(HERE, "plan_models", "palm_540b.json")
     t0 = time.perf_counter()
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([a.tpusim, "plan", model, "--chips", a.chips, "--max-chips", a.max_chips, "--json"]
                        + (["--in-process"] if a.in_process else []),
                        capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)  # a loaded machine stretches wall, not this
     if r.returncode not in (0, 1):
         sys.exit(f"tpusim plan failed: {r.stderr.strip()}")
     j = json.loads(r.stdout)
@@ -54,7 +58,8 @@ def main():
           f"{' --in-process' if a.in_process else ''}:")
     print(f"  {j['evaluated']} candidates ({len(j['candidates'])} fit, {len(j['not_fit'])} do not fit or do not divide), "
           f"{j['timed']} programs timed by tpusim")
-    print(f"  wall time {wall:.1f} s ({'under' if wall < 60 else 'OVER'} a minute); planner's own count {j['host_s']:.1f} s")
+    print(f"  wall time {wall:.1f} s ({'under' if wall < 60 else 'OVER'} a minute); planner's own count {j['host_s']:.1f} s; "
+          f"CPU time {cpu:.1f} s (user + system)")
     print(f"  cheapest: {best['slice']} mesh {best['data']}x{best['fsdp']}x{best['tensor']} mb {best['micro']} "
           f"remat {gen.remat_name(best['remat'])}: step {best['step_s']:.2f} s, MFU {100 * best['mfu']:.1f}%, "
           f"{best['wall_s'] / 86400:.1f} days, ${best['cost']:,.0f}")
