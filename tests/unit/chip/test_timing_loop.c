@@ -2,6 +2,7 @@
  * on assembled loops of every shape and on every compiled test program; a loop of 2^31 - 1
  * iterations timed; loops that cannot be timed refused at their place in the input. */
 #include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,7 +271,25 @@ static void loop_of_2_31(void) {
     CHECK(per > 0);
     CHECK_EQ_INT(tb.total_cycles, t0.total_cycles + (2147483647LL - 100) * per);
     CHECK_EQ_INT(tb.nevents, TPU_TIMING_MAX_EVENTS); /* events stop at the cap */
+    /* Timed again, the run takes the full events array tb's freeing left
+     * (tpu__timeline_full_events): the same events. */
+    tpu_event *kept = malloc(sizeof *kept * (size_t)tb.nevents);
+    CHECK(kept != NULL);
+    if (kept) memcpy(kept, tb.events, sizeof *kept * (size_t)tb.nevents);
+    uintptr_t spare = (uintptr_t)tb.events;
     tpu_timeline_free(&tb);
+    tpu_timeline tc;
+    CHECK(tpu_timing_run(pb, &g_chip, 1, &tc, &d) == TPU_OK);
+    CHECK((uintptr_t)tc.events == spare); /* the same memory, reused */
+    CHECK_EQ_INT(tc.nevents, TPU_TIMING_MAX_EVENTS);
+    int64_t diff = -1;
+    for (int64_t e = 0; kept && e < tc.nevents && diff < 0; e++)
+      if (kept[e].unit != tc.events[e].unit || kept[e].lane != tc.events[e].lane || kept[e].start != tc.events[e].start ||
+          kept[e].end != tc.events[e].end || kept[e].op != tc.events[e].op)
+        diff = e;
+    CHECK_EQ_INT(diff, -1);
+    free(kept);
+    tpu_timeline_free(&tc);
     tpu_timeline_free(&t0);
     tpu_timeline_free(&t1);
   }

@@ -81,7 +81,8 @@ static void check(const char *src, const char *want) {
 static void members_read_once(void) {
   const char *groups[] = {"channel_id=1, replica_groups=[2,4]<=[4,2]T(1,0), use_global_device_ids=true",
                           "channel_id=1, replica_groups={{0,1},{2,3}}", "replica_groups={{1,0}}",
-                          "replica_groups={}", "channel_id=1, replica_groups={{0,1},{1,0}}"};
+                          "replica_groups={}", "channel_id=1, replica_groups={{0,1},{1,0}}",
+                          "channel_id=1, replica_groups={{0,1}}, use_global_device_ids=false"};
   for (size_t k = 0; k < sizeof groups / sizeof *groups; k++) {
     char src[1024];
     all_reduce_src(src, sizeof src, ", replica_count=2, num_partitions=4", "all-reduce", groups[k]);
@@ -107,6 +108,12 @@ static void members_read_once(void) {
       }
       if (k == 4 && dev % 4 < 2) CHECK(nb == 2 && b[0] == dev / 4 * 4 && b[1] == dev / 4 * 4 + 1);
     }
+    /* The group size is device 0's member count, once the groups check (the same verdict). */
+    int64_t sz = -1, a0[8], n0 = 0, s0 = 0;
+    tpu_status gs = tpu_collective_group_size(in, 2, 4, &sz, &d);
+    CHECK_EQ_INT(gs, tpu_collective_check_groups(in, 2, 4, &d));
+    if (gs == TPU_OK && tpu_collective_members(in, 2, 4, 0, a0, &n0, &s0, &d) == TPU_OK) CHECK_EQ_INT(sz, n0);
+    if (k == 5) CHECK_EQ_INT(sz, 8); /* replicas 0 and 1, every partition */
     tpu_coll_groups_free(&cg);
     tpu_module_free(m);
   }
