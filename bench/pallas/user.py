@@ -1101,6 +1101,296 @@ def r3_causal_rowmax(x, interpret=False):
                           out_specs=pl.BlockSpec((64, 128), lambda i, j: (i, 0)), interpret=interpret)(x)
 
 
+# ---- Round 4: written fresh, run once, not tuned on ----
+# K-loop, bf16 inputs, f32 scratch, A @ B^T through dot_general (contract both minor dims), 3-D grid
+@case("r4_kloop_abT_bf16_128x256x256", lambda r: [bf(r, 128, 256), bf(r, 256, 256)])
+def r4_kloop_abT(x, w, interpret=False):
+    def kernel(x_ref, w_ref, o_ref, acc):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        acc[...] += lax.dot_general(x_ref[...], w_ref[...], (((1,), (1,)), ((), ())),
+                                    preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+        def _():
+            o_ref[...] = acc[...]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((128, 256), jnp.float32), grid=(2, 2, 2),
+                          in_specs=[pl.BlockSpec((64, 128), lambda i, j, k: (i, k)),
+                                    pl.BlockSpec((128, 128), lambda i, j, k: (j, k))],
+                          out_specs=pl.BlockSpec((64, 128), lambda i, j, k: (i, j)),
+                          scratch_shapes=[pltpu.VMEM((64, 128), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+                          interpret=interpret)(x, w)
+
+
+# int8 x int8 -> int32 scratch, requantised to int8 with a per-column scale (round, clip) on the last K step
+@case("r4_int8_requant_i8out_64x512x256",
+      lambda r: [jnp.asarray(r.integers(-128, 128, (64, 512)), jnp.int8),
+                 jnp.asarray(r.integers(-128, 128, (512, 256)), jnp.int8),
+                 jnp.asarray(r.random((1, 256)) * 2e-4, jnp.float32)])
+def r4_int8_requant(x, w, s, interpret=False):
+    def kernel(x_ref, w_ref, s_ref, o_ref, acc):
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        acc[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.int32)
+
+        @pl.when(pl.program_id(1) == pl.num_programs(1) - 1)
+        def _():
+            q = jnp.round(acc[...].astype(jnp.float32) * s_ref[...])
+            o_ref[...] = jnp.clip(q, -128.0, 127.0).astype(jnp.int8)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 256), jnp.int8), grid=(2, 4),
+                          in_specs=[pl.BlockSpec((64, 128), lambda j, k: (0, k)),
+                                    pl.BlockSpec((128, 128), lambda j, k: (k, j)),
+                                    pl.BlockSpec((1, 128), lambda j, k: (0, j))],
+                          out_specs=pl.BlockSpec((64, 128), lambda j, k: (0, j)),
+                          scratch_shapes=[pltpu.VMEM((64, 128), jnp.int32)], interpret=interpret)(x, w, s)
+
+
+# scalar prefetch: an embedding-style gather of row blocks by prefetched ids, squeezed leading block dim
+@case("r4_prefetch_gather_squeezed_bf16_6x8x256",
+      lambda r: [jnp.asarray([4, 1, 1, 7, 0, 3], jnp.int32), bf(r, 8, 16, 256)])
+def r4_prefetch_gather(ids, table, interpret=False):
+    def kernel(ids_ref, t_ref, o_ref):
+        v = t_ref[...].astype(jnp.float32)
+        o_ref[...] = (v * jax.nn.sigmoid(v)).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((6, 16, 256), jnp.bfloat16),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=1, grid=(6, 2),
+                              in_specs=[pl.BlockSpec((None, 16, 128), lambda i, j, ids: (ids[i], 0, j))],
+                              out_specs=pl.BlockSpec((None, 16, 128), lambda i, j, ids: (i, 0, j))),
+                          interpret=interpret)(ids, table)
+
+
+# manual double-buffered DMA of column blocks (a strided window of HBM) with a semaphore per slot, into a VMEM output
+@case("r4_dbuf_colblocks_f32_64x512", lambda r: [f32(r, 64, 512)])
+def r4_dbuf_cols(x, interpret=False):
+    cw = 128
+
+    def kernel(x_hbm, o_ref, buf, sem):
+        n = x_hbm.shape[1] // cw
+
+        def cp(j, s):
+            return pltpu.make_async_copy(x_hbm.at[:, pl.ds(j * cw, cw)], buf.at[s], sem.at[s])
+        cp(0, 0).start()
+
+        @pl.loop(0, n)
+        def _(j):
+            s = j % 2
+
+            @pl.when(j + 1 < n)
+            def _():
+                cp(j + 1, 1 - s).start()
+            cp(j, s).wait()
+            v = buf[s]
+            o_ref[:, pl.ds(pl.multiple_of(j * cw, cw), cw)] = v * v - jnp.mean(v, axis=0, keepdims=True)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                          out_specs=pl.BlockSpec((64, 512), lambda: (0, 0)),
+                          scratch_shapes=[pltpu.VMEM((2, 64, cw), jnp.float32), pltpu.SemaphoreType.DMA((2,))],
+                          interpret=interpret)(x)
+
+
+# fori_loop carrying a tuple (running max, running sum): a log-sum-exp over column chunks of each row block
+@case("r4_fori_tuple_lse_f32_64x1024", lambda r: [f32(r, 64, 1024, scale=3.0)])
+def r4_fori_lse(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        def body(c, carry):
+            m, l = carry
+            v = x_ref[:, pl.ds(pl.multiple_of(c * 128, 128), 128)]
+            m2 = jnp.maximum(m, jnp.max(v, axis=1, keepdims=True))
+            l2 = l * jnp.exp(m - m2) + jnp.sum(jnp.exp(v - m2), axis=1, keepdims=True)
+            return m2, l2
+        m0 = jnp.full((x_ref.shape[0], 1), -jnp.inf, jnp.float32)
+        m, l = lax.fori_loop(0, x_ref.shape[1] // 128, body, (m0, jnp.zeros_like(m0)))
+        o_ref[...] = jnp.broadcast_to(m + jnp.log(l), o_ref.shape)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32), grid=(2,),
+                          in_specs=[pl.BlockSpec((32, 1024), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((32, 128), lambda i: (i, 0)), interpret=interpret)(x)
+
+
+# a kernel inside a jit: XLA dot before, the kernel (two outputs), XLA reduce and concat after
+@case("r4_jit_two_outputs_f32_64x128", lambda r: [f32(r, 64, 96), f32(r, 96, 128)])
+def r4_jit_two_outputs(a, b, interpret=False):
+    def kernel(x_ref, y_ref, z_ref):
+        v = x_ref[...]
+        y_ref[...] = jnp.where(v > 0, v, 0.1 * v)
+        z_ref[...] = jnp.broadcast_to(jnp.max(jnp.abs(v), axis=0, keepdims=True), z_ref.shape)
+    h = jnp.dot(a, b, precision=lax.Precision.HIGHEST)
+    y, z = pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((64, 128), jnp.float32),
+                                             jax.ShapeDtypeStruct((64, 128), jnp.float32)), grid=(4,),
+                          in_specs=[pl.BlockSpec((16, 128), lambda i: (i, 0))],
+                          out_specs=(pl.BlockSpec((16, 128), lambda i: (i, 0)), pl.BlockSpec((16, 128), lambda i: (i, 0))),
+                          interpret=interpret)(h)
+    return jnp.concatenate([y.sum(axis=1), z[::4, 0]]), jnp.exp(-y[:8])
+
+
+# input_output_aliases: an in-place scaled update of rows chosen by prefetched indices (others untouched)
+@case("r4_alias_prefetch_rows_f32_64x128", lambda r: [jnp.asarray([5, 0, 7], jnp.int32), f32(r, 64, 128), f32(r, 3, 8, 128)])
+def r4_alias_rows(rows, x, upd, interpret=False):
+    def kernel(rows_ref, x_ref, u_ref, o_ref):
+        o_ref[...] = x_ref[...] * 0.5 + u_ref[...]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=1, grid=(3,),
+                              in_specs=[pl.BlockSpec((8, 128), lambda i, r: (r[i], 0)),
+                                        pl.BlockSpec((None, 8, 128), lambda i, r: (i, 0, 0))],
+                              out_specs=pl.BlockSpec((8, 128), lambda i, r: (r[i], 0))),
+                          input_output_aliases={1: 0}, interpret=interpret)(rows, x, upd)
+
+
+# iota masking of a ragged K tail: K = 320 with bk = 128 (the last block half outside), masked before the dot
+@case("r4_kloop_ktail_mask_f32_64x320x128", lambda r: [f32(r, 64, 320), f32(r, 320, 128)])
+def r4_ktail(x, w, interpret=False):
+    K, bk = 320, 128
+
+    def kernel(x_ref, w_ref, o_ref):
+        k = pl.program_id(0)
+
+        @pl.when(k == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        col = lax.broadcasted_iota(jnp.int32, (64, bk), 1) + k * bk
+        row = lax.broadcasted_iota(jnp.int32, (bk, 128), 0) + k * bk
+        xv = jnp.where(col < K, x_ref[...], 0.0)
+        wv = jnp.where(row < K, w_ref[...], 0.0)
+        o_ref[...] += jnp.dot(xv, wv, preferred_element_type=jnp.float32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32), grid=(pl.cdiv(K, bk),),
+                          in_specs=[pl.BlockSpec((64, bk), lambda k: (0, k)), pl.BlockSpec((bk, 128), lambda k: (k, 0))],
+                          out_specs=pl.BlockSpec((64, 128), lambda k: (0, 0)), interpret=interpret)(x, w)
+
+
+# pltpu.bitcast and integer bit tricks: the exponent field of f32 values, and sign flips by xor
+@case("r4_bitcast_exponent_f32_32x128", lambda r: [f32(r, 32, 128, scale=50.0)])
+def r4_bitcast(x, interpret=False):
+    def kernel(x_ref, e_ref, y_ref):
+        bits = pltpu.bitcast(x_ref[...], jnp.int32)
+        e_ref[...] = ((bits >> 23) & 0xFF) - 127
+        y_ref[...] = pltpu.bitcast(bits ^ jnp.int32(-2147483648), jnp.float32)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((32, 128), jnp.int32),
+                                             jax.ShapeDtypeStruct((32, 128), jnp.float32)), grid=(2,),
+                          in_specs=[pl.BlockSpec((16, 128), lambda i: (i, 0))],
+                          out_specs=(pl.BlockSpec((16, 128), lambda i: (i, 0)),) * 2, interpret=interpret)(x)
+
+
+# pltpu.sync_copy of a whole HBM ref and of a row slice into VMEM scratch (a DMA that accumulates,
+# add=True, does not lower in jax 0.10.2: "DMA with add=True is not supported")
+@case("r4_sync_copy_slices_f32_32x128", lambda r: [f32(r, 32, 128), f32(r, 64, 128)])
+def r4_sync_copy(a, b, interpret=False):
+    def kernel(a_hbm, b_hbm, o_ref, buf, buf2):
+        pltpu.sync_copy(a_hbm, buf)
+        pltpu.sync_copy(b_hbm.at[pl.ds(24, 32)], buf2)
+        o_ref[...] = buf[...] * 2.0 - buf2[...]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 2,
+                          out_specs=pl.BlockSpec((32, 128), lambda: (0, 0)),
+                          scratch_shapes=[pltpu.VMEM((32, 128), jnp.float32)] * 2, interpret=interpret)(a, b)
+
+
+# pltpu.store / load with masks: a lower-triangular store over the block, the rest keeps its value
+@case("r4_masked_store_tril_f32_128x128", lambda r: [f32(r, 128, 128), f32(r, 128, 128)])
+def r4_masked_store(x, y, interpret=False):
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = y_ref[...]
+        i = pl.program_id(0)
+        rows = lax.broadcasted_iota(jnp.int32, (32, 128), 0) + i * 32
+        cols = lax.broadcasted_iota(jnp.int32, (32, 128), 1)
+        pltpu.store(o_ref, x_ref[...] * 3.0, mask=cols <= rows)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((128, 128), jnp.float32), grid=(4,),
+                          in_specs=[pl.BlockSpec((32, 128), lambda i: (i, 0))] * 2,
+                          out_specs=pl.BlockSpec((32, 128), lambda i: (i, 0)), interpret=interpret)(x, y)
+
+
+# SMEM scratch counter carried across grid steps, a scalar read into vector math, "arbitrary" grid
+@case("r4_smem_counter_steps_f32_8x32x128", lambda r: [f32(r, 8, 32, 128)])
+def r4_smem_counter(x, interpret=False):
+    def kernel(x_ref, o_ref, cnt):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            cnt[0] = 0.0
+        v = x_ref[...]
+        cnt[0] = cnt[0] + jnp.sum(v)
+        o_ref[...] = v - cnt[0] / 4096.0
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(8,),
+                          in_specs=[pl.BlockSpec((None, 32, 128), lambda i: (i, 0, 0))],
+                          out_specs=pl.BlockSpec((None, 32, 128), lambda i: (i, 0, 0)),
+                          scratch_shapes=[pltpu.SMEM((1,), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+                          interpret=interpret)(x)
+
+
+# roll along the sublane axis by a shift from program_id, then a column-wise maximum with the original
+@case("r4_roll_sublane_dyn_f32_4x64x128", lambda r: [f32(r, 4, 64, 128)])
+def r4_roll_sublane(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        v = x_ref[...]
+        o_ref[...] = jnp.maximum(v, pltpu.roll(v, pl.program_id(0) * 8 + 1, 0))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+                          in_specs=[pl.BlockSpec((None, 64, 128), lambda i: (i, 0, 0))],
+                          out_specs=pl.BlockSpec((None, 64, 128), lambda i: (i, 0, 0)), interpret=interpret)(x)
+
+
+# batched attention scores over a 3-D grid (batch, q block, k block), bf16 in, online max/sum in f32 scratch
+@case("r4_grid3d_online_softmax_bf16_2x128x256", lambda r: [bf(r, 2, 128, 128), bf(r, 2, 256, 128), bf(r, 2, 256, 128)])
+def r4_online_softmax(q, k, v, interpret=False):
+    bq, bk = 64, 128
+
+    def kernel(q_ref, k_ref, v_ref, o_ref, m_sc, l_sc, acc):
+        kb = pl.program_id(2)
+
+        @pl.when(kb == 0)
+        def _():
+            m_sc[...] = jnp.full(m_sc.shape, -1e30, jnp.float32)
+            l_sc[...] = jnp.zeros_like(l_sc)
+            acc[...] = jnp.zeros_like(acc)
+        s = lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        s = s * 0.125
+        m_new = jnp.maximum(m_sc[...], jnp.max(s, axis=1, keepdims=True))
+        p = jnp.exp(s - m_new)
+        alpha = jnp.exp(m_sc[...] - m_new)
+        l_sc[...] = alpha * l_sc[...] + jnp.sum(p, axis=1, keepdims=True)
+        acc[...] = alpha * acc[...] + jnp.dot(p.astype(jnp.bfloat16), v_ref[...], preferred_element_type=jnp.float32)
+        m_sc[...] = m_new
+
+        @pl.when(kb == pl.num_programs(2) - 1)
+        def _():
+            o_ref[...] = (acc[...] / l_sc[...]).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(q.shape, jnp.bfloat16), grid=(2, 128 // bq, 256 // bk),
+                          in_specs=[pl.BlockSpec((None, bq, 128), lambda b, i, j: (b, i, 0)),
+                                    pl.BlockSpec((None, bk, 128), lambda b, i, j: (b, j, 0)),
+                                    pl.BlockSpec((None, bk, 128), lambda b, i, j: (b, j, 0))],
+                          out_specs=pl.BlockSpec((None, bq, 128), lambda b, i, j: (b, i, 0)),
+                          scratch_shapes=[pltpu.VMEM((bq, 1), jnp.float32), pltpu.VMEM((bq, 1), jnp.float32),
+                                          pltpu.VMEM((bq, 128), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+                          interpret=interpret)(q, k, v)
+
+
+# einshape: split the lane dim into (heads, d) and merge the heads into rows, per block
+@case("r4_einshape_heads_f32_16x256", lambda r: [f32(r, 16, 256)])
+def r4_einshape(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = pltpu.einshape("s(hd)->hsd", x_ref[...], h=2) * 2.0
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((2, 16, 128), jnp.float32),
+                          in_specs=[pl.BlockSpec((16, 256), lambda: (0, 0))],
+                          out_specs=pl.BlockSpec((2, 16, 128), lambda: (0, 0, 0)), interpret=interpret)(x)
+
+
+# a kernel inside jit called twice on different shapes, with a vmap over the batch of the second call
+@case("r4_jit_twice_vmap_f32_3x16x128", lambda r: [f32(r, 3, 16, 128), f32(r, 32, 128)])
+def r4_jit_twice(xs, y, interpret=False):
+    def kernel(x_ref, o_ref):
+        v = x_ref[...]
+        o_ref[...] = v * lax.rsqrt(jnp.mean(v * v, axis=1, keepdims=True) + 1e-6)
+
+    def norm(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=interpret)(x)
+    a = norm(y)
+    b = jax.vmap(norm)(xs)
+    return a[:16] + b.sum(0), b[1]
+
+
 def split(name):
     return "test" if hashlib.sha1(name.encode()).digest()[0] % 2 else "tune"
 

@@ -716,6 +716,30 @@ static tpu_status index_map(mo_ctx *c, const tpu_mo_op *f, const int64_t *gi, co
   return TPU_OK;
 }
 
+/* A block must start inside its array (a partial edge block may run past the end): the
+ * pipeline's DMA of a block wholly outside it fails the TPU's DMA bounds check (the core
+ * halts), and Pallas's TPU interpret mode raises "Out-of-bounds block index". */
+static tpu_status check_block(mo_ctx *c, const tpu_mo_window *wi, const win_state *s, int w, int nin, const int64_t *gi,
+                              const int64_t *bi) {
+  for (int i = 0; i < wi->rank; i++) {
+    int64_t b0 = wstart(wi, i, bi[i]);
+    if (bi[i] >= 0 && b0 < s->dims[i]) continue;
+    char at[16 * TPU_MO_MAX_RANK], idx[16 * TPU_MO_MAX_RANK];
+    size_t na = 0, ni = 0;
+    at[0] = idx[0] = 0;
+    for (int j = 0; j < c->k->ngrid && na < sizeof at - 24; j++)
+      na += (size_t)snprintf(at + na, sizeof at - na, "%s%lld", j ? ", " : "", (long long)gi[j]);
+    for (int j = 0; j < wi->rank && ni < sizeof idx - 24; j++)
+      ni += (size_t)snprintf(idx + ni, sizeof idx - ni, "%s%lld", j ? ", " : "", (long long)bi[j]);
+    return tpu__mo_fail(c, wi->map, TPU_ERR_INVALID,
+                        "the index map of %s %d gives block (%s) at grid step (%s): its dimension %d starts at "
+                        "element %lld of %lld, outside the array (a TPU's DMA bounds check halts the core)",
+                        w < nin ? "input" : "output", w < nin ? w : w - nin, idx, at, i, (long long)b0,
+                        (long long)s->dims[i]);
+  }
+  return TPU_OK;
+}
+
 /* Per grid step: called after each step with the work it did (for the timing). */
 typedef void (*step_fn)(void *user, const mo_work *w);
 
@@ -842,6 +866,8 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
       const tpu_mo_window *wi = &k->win[w];
       if (!wi->has_map) continue;
       st = index_map(c, wi->map, gi, pf, k->nprefetch, bi, wi->rank);
+      if (st != TPU_OK) break;
+      if (!c->count) st = check_block(c, wi, s, w, nin, gi, bi);
       if (st != TPU_OK) break;
       int same = s->have && !memcmp(bi, s->cur, sizeof(int64_t) * (size_t)wi->rank);
       if (same) continue;

@@ -198,8 +198,31 @@ static void test_refusals(void) {
   CHECK_EQ_INT(tpu_hlo_parse("t.hlo", hlo2, strlen(hlo2), &m, &d), TPU_OK);
   CHECK_EQ_INT(tpu_ref_run(m, &x, 1, &out, &d), TPU_ERR_UNSUPPORTED);
   tpu_diag_format(&d, msg, sizeof msg);
+  tpu_status st;
   if (!strstr(msg, "frobnicate")) fprintf(stderr, "%s\n", msg);
   CHECK(strstr(msg, "'tpu.frobnicate' is not modelled") && strstr(msg, "Pallas kernel 'kern'") && strstr(msg, "user.py:7"));
+  tpu_module_free(m);
+  /* an index map giving a block wholly outside its array (block 1 of an 8-row output in
+   * blocks of 8 at step 1): a TPU's DMA bounds check halts the core; refused, naming the
+   * output, the block and the grid step (a partial edge block stays allowed) */
+  const char *hlo3 =
+      "HloModule m\n\nENTRY e {\n  x = f32[8,128]{1,0} parameter(0)\n"
+      "  ROOT k = f32[8,128]{1,0} custom-call(x), custom_call_target=\"tpu_custom_call\", "
+      "backend_config={\"tpusim_mosaic\": \"tpusim-mosaic 1\\nop func.func 0 0 5 iteration_bounds=a:2 "
+      "scalar_prefetch=i:0 scratch_operands=i:0 sym_name=s:k window_params=[{transform_indices=@z;window_bounds=a:8,128};"
+      "{transform_indices=@t;window_bounds=a:8,128}] 1\\n block 3 0 i32 1 m:8x128:f32:vmem 2 m:8x128:f32:vmem\\n"
+      "  op func.return 0 0 0 0\\n end\\nop func.func 0 0 1 sym_name=s:t 1\\n block 1 3 i32\\n"
+      "  op arith.constant 1 4 i32 0 1 value=i:0 0\\n  op func.return 0 2 3 4 0 0\\n end\\n"
+      "op func.func 0 0 1 sym_name=s:z 1\\n block 1 3 i32\\n  op arith.constant 1 4 i32 0 1 value=i:0 0\\n"
+      "  op func.return 0 2 4 4 0 0\\n end\\n\"}\n}\n";
+  CHECK_EQ_INT(tpu_hlo_parse("t.hlo", hlo3, strlen(hlo3), &m, &d), TPU_OK);
+  st = tpu_ref_run(m, &x, 1, &out, &d);
+  CHECK_EQ_INT(st, TPU_ERR_INVALID);
+  tpu_diag_format(&d, msg, sizeof msg);
+  if (!strstr(msg, "outside the array")) fprintf(stderr, "%s\n", msg);
+  CHECK(strstr(msg, "t.hlo:5:") && strstr(msg, "output 0 gives block (1, 0) at grid step (1)") &&
+        strstr(msg, "starts at element 8 of 8"));
+  if (st == TPU_OK) tpu_tensor_free(&out);
   tpu_module_free(m);
   tpu_tensor_free(&x);
 }
