@@ -156,3 +156,51 @@ def test_each_run_is_timed_on_its_own_scalar_prefetch():
     np.testing.assert_array_equal(out_each[0], x * 2)
     assert rep_each.step_time_s == rep_fresh.step_time_s
     assert rep_each.step_time_s > rep_same.step_time_s  # 8 blocks fetched against 1
+
+
+def test_calls_in_a_loop_are_timed_on_each_iterations_scalars():
+    """A kernel called in every iteration of a scan, its scalar-prefetch operand another in
+    each iteration (the block each grid step reads: one block for all steps, or a new one a
+    step), is timed per iteration on that iteration's scalars (src/mosaic/backend.c), not on
+    the first iteration's: one iteration of 8 fetches among 4 adds a quarter of what 8
+    fetches in every iteration add."""
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    try:
+        from jax import lax
+        from jax.experimental import pallas as pl
+        from jax.experimental.pallas import tpu as pltpu
+        from jax.experimental import topologies
+        from jax.sharding import SingleDeviceSharding
+        dev = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices[0]
+    except Exception as e:
+        pytest.skip("lowering for a TPU needs libtpu (pip install 'jax[tpu]'): %s" % e)
+
+    def kernel(idx_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    def call(idx, x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8 * 256, 512), jnp.float32),
+                              grid_spec=pltpu.PrefetchScalarGridSpec(
+                                  num_scalar_prefetch=1, grid=(8,),
+                                  in_specs=[pl.BlockSpec((256, 512), lambda i, idx: (idx[i], 0))],
+                                  out_specs=pl.BlockSpec((256, 512), lambda i, idx: (i, 0))))(idx, x)
+
+    def loop(idxs, x):
+        return lax.scan(lambda c, idx: (call(idx, c), None), x, idxs)[0]
+    sd = SingleDeviceSharding(dev)
+    s = [jax.ShapeDtypeStruct((4, 8), jnp.int32, sharding=sd), jax.ShapeDtypeStruct((8 * 256, 512), jnp.float32, sharding=sd)]
+    text = jax.jit(loop).lower(*s).as_text(dialect="hlo")
+    x = np.random.default_rng(5).standard_normal((8 * 256, 512)).astype(np.float32)
+    same, each = np.zeros(8, np.int32), np.arange(8, dtype=np.int32)
+    t = {}
+    for name, rows in (("same", [same] * 4), ("each", [each] * 4), ("one_same", [same, each, each, each]),
+                       ("one_each", [each, same, same, same])):
+        outs, rep = tpusim.run(text, [np.stack(rows), x])
+        t[name] = rep.step_time_s
+        if name == "one_each":
+            np.testing.assert_array_equal(outs[0], np.tile(x[:256] * 16, (8, 1)))
+    d = t["each"] - t["same"]
+    assert d > 0.2 * t["same"]
+    assert abs(t["one_each"] - t["same"] - d / 4) < 0.02 * d
+    assert abs(t["one_same"] - t["same"] - 3 * d / 4) < 0.02 * d

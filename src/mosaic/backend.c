@@ -32,6 +32,11 @@ typedef struct mplan {
   int64_t scale;             /* vector work multiplier: the chip's cores when one core runs the grid */
   int mxus;
   double flops, pad_flops, bytes;
+  /* A call a values run made several times (in a loop) on other scalars: the plan of each
+   * distinct call (var[0] is this one) and, per recorded call in order, its plan. */
+  int nvar, ncalls;
+  struct mplan **var;
+  int *call_var;
 } mplan;
 
 /* Bytes of a VMEM block of these dims in the (8,128) tiled layout (16-bit: 16 rows a tile,
@@ -96,39 +101,29 @@ static void on_step(void *user, int64_t step, const tpu_mosaic_work *w) {
   c->have = step < p->steps;
 }
 
-tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
-  tpu_mosaic *mo = NULL;
-  if (!tpu_mosaic_is_decoded(in)) return tpu_custom_call_refuse(in, "the TPU back end", be->d);
-  TPU_TRY(tpu_mosaic_of_instr(in, &mo, be->d));
-  mplan *p = tpu_arena_alloc(&be->p->arena, sizeof *p);
-  tpu_status st = TPU_OK;
-  if (!p) {
-    tpu_mosaic_free(mo);
-    return TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
-  }
-  memset(p, 0, sizeof *p);
-  p->name = tpu_program_str(be->p, mo->name);
-  p->nwin = mo->nwindows;
-  p->nin = in->noperands - mo->ndyn - mo->nprefetch;
-  /* The scalar operands when they are known: what a values run gave this call, or constants
-   * (else the count reads zeros and guesses a dynamic grid's bound). */
-  int nsc = mo->ndyn + mo->nprefetch;
-  const tpu_tensor **sc = nsc > 0 && nsc <= in->noperands ? tpu_arena_alloc(&be->p->arena, sizeof *sc * (size_t)nsc) : NULL;
-  const tpu_mosaic_seen *seen = sc && be->o->mosaic_seen ? tpu_mosaic_seen_find(be->o->mosaic_seen, in) : NULL;
-  for (int i = 0; sc && i < nsc; i++) {
+/* The call's scalar operands from a values run's record (or the HLO's constants) into sc;
+ * 0 when some are unknown (the count then reads zeros). */
+static int known_scalars(const tpu_instr *in, const tpu_mosaic_seen *seen, int nsc, const tpu_tensor **sc) {
+  for (int i = 0; i < nsc; i++) {
     const tpu_instr *op = in->operands[i];
     int64_t n = tpu_shape_numel(&op->shape);
     if (seen && seen->n == nsc && tpu_tensor_numel(&seen->args[i]) == n) sc[i] = &seen->args[i];
     else if (op->op == TPU_OP_CONSTANT && op->literal && tpu_tensor_numel(op->literal) == n) sc[i] = op->literal;
-    else sc = NULL;
+    else return 0;
   }
+  return 1;
+}
+
+/* Counts kernel `mo` of call `in` on scalars sc (NULL: unknown) into plan p. */
+static tpu_status count_plan(tpu__be *be, const tpu_mosaic *mo, const tpu_instr *in, const tpu_tensor **sc, mplan *p) {
+  p->name = tpu_program_str(be->p, mo->name);
+  p->nwin = mo->nwindows;
+  p->nin = in->noperands - mo->ndyn - mo->nprefetch;
   int64_t grid[TPU_MO_MAX_RANK];
   p->steps = tpu_mosaic_grid(mo, in, sc, grid);
-  if (p->nwin > MAX_WIN || p->steps > ((int64_t)1 << 22)) {
-    st = TPU_FAIL(be->d, TPU_ERR_UNSUPPORTED, in->loc, "Pallas kernel '%s': %s", mo->name,
-                  p->nwin > MAX_WIN ? "more than 64 operands" : "a grid of more than 2^22 steps is not timed");
-    goto done;
-  }
+  if (p->nwin > MAX_WIN || p->steps > ((int64_t)1 << 22))
+    return TPU_FAIL(be->d, TPU_ERR_UNSUPPORTED, in->loc, "Pallas kernel '%s': %s", mo->name,
+                    p->nwin > MAX_WIN ? "more than 64 operands" : "a grid of more than 2^22 steps is not timed");
   const tpu_mo_block *body = &mo->main->reg[0];
   for (int w = 0; w < p->nwin; w++) {
     const tpu_mo_type *t = &body->argt[mo->ngrid + mo->nprefetch + w];
@@ -156,13 +151,9 @@ tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   memset(&o, 0, sizeof o);
   o.on_step = on_step;
   o.user = &c;
-  st = sc ? tpu_mosaic_count_scalars(mo, in, sc, &o, be->d) : tpu_mosaic_count(mo, in, &o, be->d);
+  tpu_status st = sc ? tpu_mosaic_count_scalars(mo, in, sc, &o, be->d) : tpu_mosaic_count(mo, in, &o, be->d);
   if (st == TPU_OK && c.st != TPU_OK) st = TPU_FAIL(be->d, c.st, in->loc, "out of memory");
-  if (st != TPU_OK) goto done;
-  k->kind = TPU__K_MOSAIC;
-  k->own = 1;
-  k->mosaic = p;
-  k->tiles = p->steps;
+  if (st != TPU_OK) return st;
   /* bytes the pipeline moves: each fetch and write-back of a block */
   double moved = 0;
   for (int w = 0; w < p->nwin; w++)
@@ -172,6 +163,84 @@ tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
       if (p->has_map[w] && ((p->g[g].w.fetched | p->g[g].w.flushed) >> w & 1)) moved += (double)p->blk[w] * (double)p->g[g].n;
   for (int g = 0; g < p->ng; g++) moved += p->g[g].w.dma_bytes * (double)p->g[g].n;
   p->bytes = moved;
+  return TPU_OK;
+}
+
+static mplan *new_plan(tpu__be *be) {
+  mplan *p = tpu_arena_alloc(&be->p->arena, sizeof *p);
+  if (p) memset(p, 0, sizeof *p);
+  return p;
+}
+
+tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
+  tpu_mosaic *mo = NULL;
+  if (!tpu_mosaic_is_decoded(in)) return tpu_custom_call_refuse(in, "the TPU back end", be->d);
+  TPU_TRY(tpu_mosaic_of_instr(in, &mo, be->d));
+  mplan *p = new_plan(be);
+  tpu_status st = TPU_OK;
+  if (!p) {
+    tpu_mosaic_free(mo);
+    return TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  }
+  /* The scalar operands when they are known: what a values run gave this call, or constants
+   * (else the count reads zeros and guesses a dynamic grid's bound). A call the run made
+   * several times (in a loop) is counted on each distinct set of scalars (lower picks each
+   * iteration's). */
+  int nsc = mo->ndyn + mo->nprefetch;
+  const tpu_tensor **sc = nsc > 0 && nsc <= in->noperands ? tpu_arena_alloc(&be->p->arena, sizeof *sc * (size_t)nsc) : NULL;
+  static const int cap = TPU_MOSAIC_SEEN_MAX;
+  const tpu_mosaic_seen **calls = NULL;
+  int ncalls = 0;
+  if (sc && be->o->mosaic_seen) {
+    calls = tpu_arena_alloc(&be->p->arena, sizeof *calls * (size_t)cap);
+    ncalls = calls ? tpu_mosaic_seen_calls(be->o->mosaic_seen, in, calls, cap) : 0;
+    if (ncalls > cap) ncalls = cap;
+  }
+  if (sc && !known_scalars(in, ncalls ? calls[0] : NULL, nsc, sc)) sc = NULL;
+  st = count_plan(be, mo, in, sc, p);
+  if (st != TPU_OK) goto done;
+  p->nvar = 1;
+  double flops = p->flops, pad_flops = p->pad_flops, bytes = p->bytes;
+  if (sc && ncalls > 1) {
+    p->var = tpu_arena_alloc(&be->p->arena, sizeof *p->var * (size_t)ncalls);
+    p->call_var = tpu_arena_alloc(&be->p->arena, sizeof *p->call_var * (size_t)ncalls);
+    if (!p->var || !p->call_var) {
+      st = TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+      goto done;
+    }
+    p->var[0] = p;
+    p->ncalls = ncalls;
+    const tpu_tensor **sc2 = tpu_arena_alloc(&be->p->arena, sizeof *sc2 * (size_t)nsc);
+    for (int c = 1; c < ncalls && st == TPU_OK; c++) {
+      int v = -1;
+      for (int e = 0; e < c && v < 0; e++)
+        if (tpu_mosaic_seen_args_same(calls[e], calls[c])) v = p->call_var[e];
+      if (v < 0) {
+        mplan *q = new_plan(be);
+        if (!q || !sc2) {
+          st = TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+          break;
+        }
+        st = known_scalars(in, calls[c], nsc, sc2) ? count_plan(be, mo, in, sc2, q) : count_plan(be, mo, in, NULL, q);
+        v = p->nvar;
+        p->var[p->nvar++] = q;
+      }
+      p->call_var[c] = v;
+      flops += p->var[v]->flops;
+      pad_flops += p->var[v]->pad_flops;
+      bytes += p->var[v]->bytes;
+    }
+    if (st != TPU_OK) goto done;
+    /* the op's figures: the mean call's */
+    flops /= ncalls;
+    pad_flops /= ncalls;
+    bytes /= ncalls;
+  }
+  if (p->nvar == 1) p->var = NULL;
+  k->kind = TPU__K_MOSAIC;
+  k->own = 1;
+  k->mosaic = p;
+  k->tiles = p->steps;
   tpu_prog_op po;
   memset(&po, 0, sizeof po);
   po.name = in->name;
@@ -179,10 +248,10 @@ tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   snprintf(kind, sizeof kind, "pallas:%s", mo->name);
   po.kind = tpu_program_str(be->p, kind);
   po.instr = in;
-  po.flops = p->flops;
-  po.padded_flops = p->pad_flops;
-  po.bytes = moved;
-  po.padded_bytes = moved;
+  po.flops = flops;
+  po.padded_flops = pad_flops;
+  po.bytes = bytes;
+  po.padded_bytes = bytes;
   po.tiles = p->steps;
   k->what = po.kind;
   k->op = tpu_program_add_op(be->p, &po);
@@ -227,17 +296,29 @@ typedef struct {
   const tpu__kinfo *k;
   const mplan *p;
   int hbm[MAX_WIN];  /* HBM buffer of each window's operand / result, -1: none */
+  int pmod, prem;    /* the plan's predicate on the enclosing loop's iteration (0: always) */
+  int depth;         /* loops of the kernel's own open around the next instruction */
 } lctx;
 
-static tpu_vref slot(const lctx *l, int w, int div, int par) { return tpu_vref_make(l->k->vmem0 + w, div, par); }
+/* An instruction of the kernel: at its top level it carries the plan's predicate (a loop
+ * skipped whole with its header). */
+static int lput(lctx *l, tpu_insn *x) {
+  if (l->depth == 0) {
+    x->pmod = l->pmod;
+    x->prem = l->prem;
+  }
+  return put(l->be, x);
+}
 
-static int fetch(const lctx *l, int w, tpu_vref dst) {
+static tpu_vref slot(lctx *l, int w, int div, int par) { return tpu_vref_make(l->k->vmem0 + w, div, par); }
+
+static int fetch(lctx *l, int w, tpu_vref dst) {
   tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, l->k->op);
   d.hbm = l->hbm[w];
   d.onchip = l->hbm[w] < 0;
   d.bytes = l->p->blk[w];
   d.dst = dst;
-  return put(l->be, &d);
+  return lput(l, &d);
 }
 
 /* The step's DMAs and signals to other devices of the pod, and the step waiting for them:
@@ -246,7 +327,7 @@ static int fetch(const lctx *l, int w, tpu_vref dst) {
  * barrier) one hop's latency before them. The hops are the pod link model's route from
  * device 0 (whose kernel the count runs) on the slice's topology (tpu_compile_opts hops);
  * without it, or across slices, a target is taken as a neighbour (one hop). */
-static int emit_ici(const lctx *l, const tpu_mosaic_work *w) {
+static int emit_ici(lctx *l, const tpu_mosaic_work *w) {
   const tpu_chip *chip = l->be->chip;
   double bw = chip->ici_bw_per_link > 0 ? chip->ici_bw_per_link : 0, hop = chip->ici_latency_s > 0 ? chip->ici_latency_s : 0;
   if (bw <= 0)
@@ -266,15 +347,15 @@ static int emit_ici(const lctx *l, const tpu_mosaic_work *w) {
   tpu_insn x = tpu_insn_make(TPU_ISA_ICI, l->k->op);
   x.cycles = (int64_t)ceil(s * chip->clock_hz);
   x.bytes = (int64_t)ceil(bytes);
-  if (!put(l->be, &x)) return 0;
+  if (!lput(l, &x)) return 0;
   tpu_insn wt = tpu_insn_make(TPU_ISA_WAIT, -1);
   wt.at = l->be->p->ninsns - 1;
-  return put(l->be, &wt);
+  return lput(l, &wt);
 }
 
 /* One grid step: the next step's fetches, this step's work on its slots, its write-backs.
  * div/par: the slot of this step is (i/div + par) mod 2 (div 0: fixed). */
-static int emit_step(const lctx *l, const tpu_mosaic_work *w, int div, int par) {
+static int emit_step(lctx *l, const tpu_mosaic_work *w, int div, int par) {
   const mplan *p = l->p;
   for (int j = 0; j < p->nin && j < p->nwin; j++)
     if (p->has_map[j] && (w->fetched >> j & 1) && !fetch(l, j, slot(l, j, div, par + 1))) return 0;
@@ -287,7 +368,7 @@ static int emit_step(const lctx *l, const tpu_mosaic_work *w, int div, int par) 
     d.onchip = d.hbm < 0;
     d.bytes = (int64_t)ceil(w->dma_bytes);
     d.dst = tpu_vref_make(l->k->vmem0 + p->nwin, 0, 0);
-    if (!put(l->be, &d)) return 0;
+    if (!lput(l, &d)) return 0;
   }
   if ((w->nici > 0 || w->ici_signals > 0) && !emit_ici(l, w)) return 0;
   tpu_vref src[TPU_INSN_MAX_SRC], none = tpu_vref_make(-1, 0, 0), out = none;
@@ -310,7 +391,7 @@ static int emit_step(const lctx *l, const tpu_mosaic_work *w, int div, int par) 
     mm.mxus = p->mxus;
     mm.dtype = w->mm_dt;
     mm.what = l->k->what;
-    if (!put(l->be, &mm)) return 0;
+    if (!lput(l, &mm)) return 0;
   }
   const struct { tpu_isa_op opc; int64_t v; } vec[3] = {
       {TPU_ISA_XLU, w->xlu_vregs}, {TPU_ISA_EUP, w->eup_vregs}, {TPU_ISA_VPU, w->vpu_vregs}};
@@ -322,7 +403,7 @@ static int emit_step(const lctx *l, const tpu_mosaic_work *w, int div, int par) 
     x.vregs = vec[u].v * p->scale;
     x.ops = 1;
     x.what = l->k->what;
-    if (!put(l->be, &x)) return 0;
+    if (!lput(l, &x)) return 0;
   }
   for (int j = p->nin; j < p->nwin; j++) {
     if (!p->has_map[j] || !(w->flushed >> j & 1)) continue;
@@ -331,14 +412,14 @@ static int emit_step(const lctx *l, const tpu_mosaic_work *w, int div, int par) 
     d.hbm = l->hbm[j];
     d.onchip = l->hbm[j] < 0;
     d.bytes = p->blk[j];
-    if (!put(l->be, &d)) return 0;
+    if (!lput(l, &d)) return 0;
   }
   return 1;
 }
 
 /* Groups [a, b): each a step, or a loop of identical steps; *par: the slot parity of the
  * next step (advanced). */
-static int emit_groups(const lctx *l, int a, int b, int *par) {
+static int emit_groups(lctx *l, int a, int b, int *par) {
   for (int g = a; g < b; g++) {
     const mgroup *x = &l->p->g[g];
     if (x->n == 1) {
@@ -346,9 +427,12 @@ static int emit_groups(const lctx *l, int a, int b, int *par) {
     } else {
       tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, l->k->op);
       lp.trips = x->n;
-      if (!put(l->be, &lp) || !emit_step(l, &x->w, 1, *par)) return 0;
+      if (!lput(l, &lp)) return 0;
+      l->depth++;
+      int ok = emit_step(l, &x->w, 1, *par);
+      l->depth--;
       tpu_insn en = tpu_insn_make(TPU_ISA_END, l->k->op);
-      if (!put(l->be, &en)) return 0;
+      if (!ok || !lput(l, &en)) return 0;
     }
     *par = (int)((*par + x->n) % 2);
   }
@@ -357,28 +441,17 @@ static int emit_groups(const lctx *l, int a, int b, int *par) {
 
 static int same_group(const mgroup *a, const mgroup *b) { return a->n == b->n && same_work(&a->w, &b->w); }
 
-tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
-  const mplan *p = k->mosaic;
-  if (!p) return TPU_OK;
-  lctx l;
-  memset(&l, 0, sizeof l);
-  l.be = be;
-  l.in = in;
-  l.k = k;
-  l.p = p;
-  for (int w = 0; w < p->nwin; w++) {
-    if (w < p->nin) {
-      const tpu_instr *op = in->operands[in->noperands - p->nin + w];
-      l.hbm[w] = tpu__be_buffer_of(be, op, 0);
-    } else {
-      l.hbm[w] = k->hbm0 >= 0 ? k->hbm0 + (w - p->nin) : tpu__be_buffer_of(be, in, w - p->nin);
-    }
-  }
+/* One plan of the kernel: the prologue, then its groups (a repeating pattern as one loop). */
+static tpu_status emit_plan(lctx *l) {
+  tpu__be *be = l->be;
+  const tpu_instr *in = l->in;
+  const tpu__kinfo *k = l->k;
+  const mplan *p = l->p;
   tpu_insn x = tpu_insn_make(TPU_ISA_KERNEL, k->op);
-  if (!put(be, &x)) return TPU_ERR_NOMEM;
+  if (!lput(l, &x)) return TPU_ERR_NOMEM;
   /* the prologue: step 0's blocks */
   for (int j = 0; j < p->nin && j < p->nwin; j++)
-    if (p->has_map[j] && (p->pro_fetch >> j & 1) && !fetch(&l, j, slot(&l, j, 0, 0))) return TPU_ERR_NOMEM;
+    if (p->has_map[j] && (p->pro_fetch >> j & 1) && !fetch(l, j, slot(l, j, 0, 0))) return TPU_ERR_NOMEM;
   /* A repeating pattern of groups (the inner grid dimensions) as one loop: the smallest
    * period q from group `off` on, with an even number of steps a period (so each position
    * keeps its slot). */
@@ -411,22 +484,86 @@ tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo 
                     p->name, (long long)p->steps, MAX_GROUPS);
   int par = 0;
   if (!best_q) {
-    if (!emit_groups(&l, 0, p->ng, &par)) return TPU_ERR_NOMEM;
+    if (!emit_groups(l, 0, p->ng, &par)) return TPU_ERR_NOMEM;
     return TPU_OK;
   }
   int64_t st = 0;
   for (int i = 0; i < best_q; i++) st += p->g[best_off + i].n;
   int q = st % 2 ? 2 * best_q : best_q;
   int64_t trips = st % 2 ? best_reps / 2 : best_reps;
-  if (!emit_groups(&l, 0, best_off, &par)) return TPU_ERR_NOMEM;
+  if (!emit_groups(l, 0, best_off, &par)) return TPU_ERR_NOMEM;
   tpu_insn lp = tpu_insn_make(TPU_ISA_LOOP, k->op);
   lp.trips = trips;
-  if (!put(be, &lp)) return TPU_ERR_NOMEM;
+  if (!lput(l, &lp)) return TPU_ERR_NOMEM;
+  l->depth++;
   int p0 = par;
-  if (!emit_groups(&l, best_off, best_off + q, &par)) return TPU_ERR_NOMEM;
+  int ok = emit_groups(l, best_off, best_off + q, &par);
+  l->depth--;
+  if (!ok) return TPU_ERR_NOMEM;
   par = p0; /* an even number of steps a period */
   tpu_insn en = tpu_insn_make(TPU_ISA_END, k->op);
-  if (!put(be, &en)) return TPU_ERR_NOMEM;
-  if (!emit_groups(&l, best_off + (int)(best_reps * best_q), p->ng, &par)) return TPU_ERR_NOMEM;
+  if (!lput(l, &en)) return TPU_ERR_NOMEM;
+  if (!emit_groups(l, best_off + (int)(best_reps * best_q), p->ng, &par)) return TPU_ERR_NOMEM;
+  return TPU_OK;
+}
+
+/* The trip count of the while loop whose body runs call `in` (through calls, not through a
+ * conditional, whose branches the timing runs outside the loop's iteration count), or -1. */
+static int64_t loop_trips(const tpu__be *be, const tpu_instr *in) {
+  const tpu_comp *c = in->parent;
+  for (int depth = 0; c && depth < 64; depth++) {
+    int ci = tpu__be_comp_index(be, c);
+    const tpu_instr *caller = ci >= 0 ? be->caller[ci] : NULL;
+    if (!caller) return -1;
+    if (caller->op == TPU_OP_WHILE) {
+      const tpu__kinfo *kw = tpu__be_info(be, caller);
+      return caller->body == c && kw ? kw->trips : -1;
+    }
+    if (caller->op != TPU_OP_CALL) return -1;
+    c = caller->parent;
+  }
+  return -1;
+}
+
+tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  const mplan *p = k->mosaic;
+  if (!p) return TPU_OK;
+  lctx l;
+  memset(&l, 0, sizeof l);
+  l.be = be;
+  l.in = in;
+  l.k = k;
+  l.p = p;
+  for (int w = 0; w < p->nwin; w++) {
+    if (w < p->nin) {
+      const tpu_instr *op = in->operands[in->noperands - p->nin + w];
+      l.hbm[w] = tpu__be_buffer_of(be, op, 0);
+    } else {
+      l.hbm[w] = k->hbm0 >= 0 ? k->hbm0 + (w - p->nin) : tpu__be_buffer_of(be, in, w - p->nin);
+    }
+  }
+  /* A call in a loop's body that the values run made on other scalars in other iterations:
+   * iteration i runs the plan of the run's call i, as a plan per position of the calls'
+   * shortest period r (iteration i mod r), each predicated on it. Without one call per
+   * iteration to go by (a loop of unknown count, or more iterations than were recorded),
+   * every iteration runs the first call's plan. */
+  int64_t T = p->nvar > 1 ? loop_trips(be, in) : -1;
+  if (T < 2 || T > p->ncalls) return emit_plan(&l);
+  int64_t r = 1;
+  for (; r < T; r++) {
+    int ok = 1;
+    for (int64_t i = r; i < T && ok; i++) ok = p->call_var[i] == p->call_var[i % r];
+    if (ok) break;
+  }
+  if (r == 1) {
+    l.p = p->var[p->call_var[0]];
+    return emit_plan(&l);
+  }
+  for (int64_t i = 0; i < r; i++) {
+    l.p = p->var[p->call_var[i]];
+    l.pmod = (int)r;
+    l.prem = (int)i;
+    TPU_TRY(emit_plan(&l));
+  }
   return TPU_OK;
 }

@@ -185,8 +185,10 @@ tpu_status tpu_mosaic_count_scalars(const tpu_mosaic *k, const tpu_instr *in, co
                                     const tpu_mosaic_opts *o, tpu_diag *d);
 
 /* The scalar operands (dynamic grid bounds, then scalar prefetch) a values run gave each
- * Pallas call, by the call's place in the HLO (the first run at each place): the timing
- * counts the kernel on them (tpu_compile_opts.mosaic_seen) instead of zeros. */
+ * Pallas call, by the call's place in the HLO (each run at a place, in order, up to
+ * TPU_MOSAIC_SEEN_MAX): the timing counts the kernel on them (tpu_compile_opts.mosaic_seen)
+ * instead of zeros, a call in a loop on each iteration's own (src/mosaic/backend.c). */
+#define TPU_MOSAIC_SEEN_MAX 256
 typedef struct tpu_mosaic_seen {
   tpu_loc loc;
   char *name;       /* the call's name (owned): its key when it has no place */
@@ -197,11 +199,15 @@ typedef struct tpu_mosaic_seen_set {
   tpu_mosaic_seen *v;
   int n, cap;
 } tpu_mosaic_seen_set;
-/* Records call `in`'s first n operands unless its place has a record already. */
+/* Records call `in`'s first n operands (a record more at its place, up to TPU_MOSAIC_SEEN_MAX). */
 tpu_status tpu_mosaic_seen_add(tpu_mosaic_seen_set *s, const tpu_instr *in, const tpu_tensor *const *args, int n,
                                tpu_diag *d);
-/* The record of call `in` (of any module parsed from the same text), or NULL. */
+/* The first record of call `in` (of any module parsed from the same text), or NULL. */
 const tpu_mosaic_seen *tpu_mosaic_seen_find(const tpu_mosaic_seen_set *s, const tpu_instr *in);
+/* The records of call `in` in the order the calls ran: their count, the first `max` in out. */
+int tpu_mosaic_seen_calls(const tpu_mosaic_seen_set *s, const tpu_instr *in, const tpu_mosaic_seen **out, int max);
+/* 1 when two records hold the same scalars. */
+int tpu_mosaic_seen_args_same(const tpu_mosaic_seen *a, const tpu_mosaic_seen *b);
 void tpu_mosaic_seen_free(tpu_mosaic_seen_set *s);
 /* 1 when a and b hold the same calls with the same scalars (NULL reads as empty). */
 int tpu_mosaic_seen_same(const tpu_mosaic_seen_set *a, const tpu_mosaic_seen_set *b);

@@ -1,5 +1,6 @@
 /* What a values run gave each Pallas call's scalar operands (dynamic grid bounds, scalar
- * prefetch), kept by the call's place in the HLO so that the timing of a module parsed again
+ * prefetch), kept by the call's place in the HLO (every call there, in order: a call in a
+ * loop runs on other scalars each iteration) so that the timing of a module parsed again
  * from the same text counts the kernel on the same scalars. */
 #include <string.h>
 
@@ -17,9 +18,20 @@ const tpu_mosaic_seen *tpu_mosaic_seen_find(const tpu_mosaic_seen_set *s, const 
   return NULL;
 }
 
+int tpu_mosaic_seen_calls(const tpu_mosaic_seen_set *s, const tpu_instr *in, const tpu_mosaic_seen **out, int max) {
+  int n = 0;
+  for (int i = 0; s && i < s->n; i++)
+    if (same_call(&s->v[i], in)) {
+      if (out && n < max) out[n] = &s->v[i];
+      n++;
+    }
+  return n;
+}
+
 tpu_status tpu_mosaic_seen_add(tpu_mosaic_seen_set *s, const tpu_instr *in, const tpu_tensor *const *args, int n,
                                tpu_diag *d) {
-  if (tpu_mosaic_seen_find(s, in)) return TPU_OK; /* the first run at each place */
+  /* every call at each place, in the order they ran, up to TPU_MOSAIC_SEEN_MAX */
+  if (tpu_mosaic_seen_calls(s, in, NULL, 0) >= TPU_MOSAIC_SEEN_MAX) return TPU_OK;
   if (s->n == s->cap) {
     int cap = s->cap ? 2 * s->cap : 4;
     tpu_mosaic_seen *v = tpu_realloc(s->v, sizeof *v * (size_t)cap);
@@ -45,6 +57,13 @@ static int same_tensor(const tpu_tensor *a, const tpu_tensor *b) {
   if (a->dtype != b->dtype || a->rank != b->rank || a->nbytes != b->nbytes) return 0;
   if (memcmp(a->dims, b->dims, sizeof a->dims[0] * (size_t)a->rank)) return 0;
   return !a->nbytes || !memcmp(a->data, b->data, a->nbytes);
+}
+
+int tpu_mosaic_seen_args_same(const tpu_mosaic_seen *a, const tpu_mosaic_seen *b) {
+  if (a->n != b->n) return 0;
+  for (int j = 0; j < a->n; j++)
+    if (!same_tensor(&a->args[j], &b->args[j])) return 0;
+  return 1;
 }
 
 int tpu_mosaic_seen_same(const tpu_mosaic_seen_set *a, const tpu_mosaic_seen_set *b) {

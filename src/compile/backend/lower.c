@@ -649,11 +649,16 @@ static tpu_status mark_prefetch(tpu__be *be) {
     if (l < lo[b->op]) lo[b->op] = l;
     if (h > hi[b->op]) hi[b->op] = h;
   }
-  for (int i = 0, prev = -1; i < p->ninsns; i++) {
+  for (int i = 0, prev = -1, first = -1, head = -1; i < p->ninsns; i++) {
     if (p->insns[i].opc != TPU_ISA_KERNEL) continue;
     int o = p->insns[i].op, pk = prev, po = pk >= 0 ? p->insns[pk].op : -1;
+    /* Predicated plans of one op side by side (a Pallas call timed per loop iteration,
+     * src/mosaic/backend.c): the one that runs follows the kernel before the first. */
+    int sib = p->insns[i].pmod && po == o && o >= 0 && p->insns[pk].pmod;
+    if (sib) pk = first, po = pk >= 0 ? p->insns[pk].op : -1;
+    else first = prev, head = i;
     int chain = o >= 0 && po >= 0 && o != po;
-    for (int j = pk + 1; chain && j < i; j++)
+    for (int j = pk + 1; chain && j < head; j++)
       if (p->insns[j].op != po) chain = 0;
     prev = o >= 0 ? i : -1;
     if (!chain) {
@@ -677,7 +682,8 @@ static tpu_status mark_prefetch(tpu__be *be) {
       tpu_insn *in = &p->insns[j];
       if (in->opc == TPU_ISA_WAIT || (in->opc == TPU_ISA_DMA_IN && in->prefetch == 2)) continue; /* in-step copies */
       if (in->opc != TPU_ISA_DMA_IN || in->op != o) break;
-      if (!in->pmod && in->hbm >= 0 && !hbm_written(p, pk + 1, i, in->hbm))
+      if (in->pmod == p->insns[i].pmod && in->prem == p->insns[i].prem && in->hbm >= 0 &&
+          !hbm_written(p, pk + 1, head, in->hbm))
         in->prefetch = 1;
     }
   }
