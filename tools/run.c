@@ -17,6 +17,7 @@
 #include "chip/exec.h"
 #include "chip/program.h"
 #include "chip/timing.h"
+#include "mosaic/mosaic.h"
 #include "cli.h"
 #include "compile/compile.h"
 #include "hlo/hlo.h"
@@ -1211,6 +1212,13 @@ int tpu_cli_run(int argc, char **argv) {
   } else if (!o.quiet) {
     printf("backend tpu: chip %s (%s), precision %s; timing only\n", chip.name, chip.title,
            o.precision >= 0 ? k_precisions[o.precision] : "per-op");
+    char kn[128];
+    const tpu_instr *u = tpu_mosaic_unknown_scalars(m, kn, sizeof kn);
+    if (u) /* docs/pallas.md, "Time" */
+      printf("note: %s:%d:%d: Pallas kernel '%s' is timed without its scalar operands' values (--mode timing "
+             "computes none): scalar prefetch reads as zeros, a dynamic grid dimension takes a guess "
+             "(docs/pallas.md); run with -i inputs to time it on their values\n",
+             u->loc.file ? u->loc.file : o.prog, u->loc.line, u->loc.col, kn);
   }
   if (tpu && mpi_rank == 0) {
     int trc = run_timing(&o, m, &chip, &trips, &pod);

@@ -1391,6 +1391,175 @@ def r4_jit_twice(xs, y, interpret=False):
     return a[:16] + b.sum(0), b[1]
 
 
+# ---- Round 5: written fresh after round 4's fixes, run once, not tuned on ----
+# mixture-of-experts style: a prefetched expert id per row block picks the weight block, K-loop in f32 scratch
+@case("r5_prefetch_expert_kloop_bf16_4x32x256x128",
+      lambda r: [jnp.asarray([2, 0, 2, 1], jnp.int32), bf(r, 128, 256), bf(r, 3, 256, 128)])
+def r5_expert(eid, x, w, interpret=False):
+    def kernel(eid_ref, x_ref, w_ref, o_ref, acc):
+        k = pl.program_id(1)
+
+        @pl.when(k == 0)
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        acc[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(k == pl.num_programs(1) - 1)
+        def _():
+            o_ref[...] = jax.nn.gelu(acc[...]).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((128, 128), jnp.bfloat16),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=1, grid=(4, 2),
+                              in_specs=[pl.BlockSpec((32, 128), lambda i, k, e: (i, k)),
+                                        pl.BlockSpec((None, 128, 128), lambda i, k, e: (e[i], k, 0))],
+                              out_specs=pl.BlockSpec((32, 128), lambda i, k, e: (i, 0)),
+                              scratch_shapes=[pltpu.VMEM((32, 128), jnp.float32)]),
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+                          interpret=interpret)(eid, x, w)
+
+
+# BlockSpec input, manual double-buffered DMA out to an ANY output (row chunks written as they finish)
+@case("r5_dbuf_dma_out_f32_128x256", lambda r: [f32(r, 128, 256)])
+def r5_dma_out(x, interpret=False):
+    ch = 32
+
+    def kernel(x_ref, o_hbm, buf, sem):
+        n = x_ref.shape[0] // ch
+
+        def cp(i, s):
+            return pltpu.make_async_copy(buf.at[s], o_hbm.at[pl.ds(i * ch, ch)], sem.at[s])
+
+        def body(i, c):
+            s = i % 2
+
+            @pl.when(i >= 2)
+            def _():
+                cp(i - 2, s).wait()
+            v = x_ref[pl.ds(pl.multiple_of(i * ch, ch), ch), :]
+            buf[s] = jnp.sin(v) * jnp.cos(v) + c
+            cp(i, s).start()
+            return c + 1.0
+        lax.fori_loop(0, n, body, jnp.float32(0))
+        cp(n - 2, n % 2).wait()
+        cp(n - 1, (n - 1) % 2).wait()
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          in_specs=[pl.BlockSpec((128, 256), lambda: (0, 0))],
+                          out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                          scratch_shapes=[pltpu.VMEM((2, ch, 256), jnp.float32), pltpu.SemaphoreType.DMA((2,))],
+                          interpret=interpret)(x)
+
+
+# fori_loop whose trip count is a prefetched scalar (per grid step), summing that many row chunks
+@case("r5_fori_dynamic_trips_f32_4x64x128", lambda r: [jnp.asarray([3, 0, 8, 5], jnp.int32), f32(r, 4, 64, 128)])
+def r5_dyn_trips(n_ref_vals, x, interpret=False):
+    def kernel(n_ref, x_ref, o_ref):
+        i = pl.program_id(0)
+
+        def body(j, acc):
+            return acc + x_ref[pl.ds(pl.multiple_of(j * 8, 8), 8), :]
+        o_ref[...] = lax.fori_loop(0, n_ref[i], body, jnp.zeros((8, 128), jnp.float32))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((4, 8, 128), jnp.float32),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=1, grid=(4,),
+                              in_specs=[pl.BlockSpec((None, 64, 128), lambda i, n: (i, 0, 0))],
+                              out_specs=pl.BlockSpec((None, 8, 128), lambda i, n: (i, 0, 0))),
+                          interpret=interpret)(n_ref_vals, x)
+
+
+# symmetric int8 quantisation per row: int8 values and an f32 scale per row (two outputs)
+@case("r5_quantize_rows_int8_64x256", lambda r: [f32(r, 64, 256, scale=4.0)])
+def r5_quantize(x, interpret=False):
+    def kernel(x_ref, q_ref, s_ref):
+        v = x_ref[...]
+        amax = jnp.max(jnp.abs(v), axis=1, keepdims=True)
+        scale = jnp.maximum(amax, 1e-6) / 127.0
+        q_ref[...] = jnp.clip(jnp.round(v / scale), -127, 127).astype(jnp.int8)
+        s_ref[...] = jnp.broadcast_to(scale, s_ref.shape)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((64, 256), jnp.int8),
+                                             jax.ShapeDtypeStruct((64, 128), jnp.float32)), grid=(2,),
+                          in_specs=[pl.BlockSpec((32, 256), lambda i: (i, 0))],
+                          out_specs=(pl.BlockSpec((32, 256), lambda i: (i, 0)), pl.BlockSpec((32, 128), lambda i: (i, 0))),
+                          interpret=interpret)(x)
+
+
+# two kernels in one jit, the second updating the first's result in place (input_output_aliases), XLA ops between
+@case("r5_jit_alias_chain_f32_64x128", lambda r: [f32(r, 64, 128), f32(r, 64, 128)])
+def r5_alias_chain(a, b, interpret=False):
+    def k1(a_ref, b_ref, o_ref):
+        o_ref[...] = a_ref[...] * b_ref[...]
+
+    def k2(y_ref, o_ref):
+        o_ref[...] = y_ref[...] + jnp.max(y_ref[...], axis=0, keepdims=True)
+    spec = pl.BlockSpec((16, 128), lambda i: (i, 0))
+    y = pl.pallas_call(k1, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype), grid=(4,), in_specs=[spec, spec],
+                       out_specs=spec, interpret=interpret)(a, b)
+    y = jnp.abs(y) - 0.5
+    z = pl.pallas_call(k2, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype), grid=(4,), in_specs=[spec],
+                       out_specs=spec, input_output_aliases={0: 0}, interpret=interpret)(y)
+    return z.T @ b
+
+
+# a band mask (|row - col| <= 40) from iotas offset by two program ids over a 3-D grid, bf16 in and out
+@case("r5_band_mask_3d_bf16_2x128x256", lambda r: [bf(r, 2, 128, 256)])
+def r5_band(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        i, j = pl.program_id(1), pl.program_id(2)
+        rows = lax.broadcasted_iota(jnp.int32, (64, 128), 0) + i * 64
+        cols = lax.broadcasted_iota(jnp.int32, (64, 128), 1) + j * 128
+        keep = jnp.abs(rows - cols) <= 40
+        o_ref[...] = jnp.where(keep, x_ref[...].astype(jnp.float32) * 2.0, 0.0).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2, 2, 2),
+                          in_specs=[pl.BlockSpec((None, 64, 128), lambda b, i, j: (b, i, j))],
+                          out_specs=pl.BlockSpec((None, 64, 128), lambda b, i, j: (b, i, j)), interpret=interpret)(x)
+
+
+# uint8 pixels normalised to f32 per channel (prefetch-free), mean and inverse std as (1, C) rows
+@case("r5_uint8_normalize_f32_64x384", lambda r: [jnp.asarray(r.integers(0, 256, (64, 384)), jnp.uint8),
+                                                  f32(r, 1, 384), jnp.asarray(r.random((1, 384)) + 0.5, jnp.float32)])
+def r5_uint8(x, mu, inv, interpret=False):
+    def kernel(x_ref, m_ref, s_ref, o_ref):
+        o_ref[...] = (x_ref[...].astype(jnp.float32) / 255.0 - m_ref[...]) * s_ref[...]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 384), jnp.float32), grid=(2, 3),
+                          in_specs=[pl.BlockSpec((32, 128), lambda i, j: (i, j)), pl.BlockSpec((1, 128), lambda i, j: (0, j)),
+                                    pl.BlockSpec((1, 128), lambda i, j: (0, j))],
+                          out_specs=pl.BlockSpec((32, 128), lambda i, j: (i, j)), interpret=interpret)(x, mu, inv)
+
+
+# while_loop with a vector carry and a scalar count: Newton steps for 1/sqrt until a fixed count
+@case("r5_while_newton_rsqrt_f32_32x128", lambda r: [jnp.asarray(np.abs(r.standard_normal((32, 128))) + 0.5, jnp.float32)])
+def r5_newton(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        a = x_ref[...]
+
+        def cond(c):
+            return c[0] < 6
+
+        def body(c):
+            n, y = c
+            return n + 1, y * (1.5 - 0.5 * a * y * y)
+        _, y = lax.while_loop(cond, body, (jnp.int32(0), jnp.full(a.shape, 0.7, jnp.float32)))
+        o_ref[...] = y
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=interpret)(x)
+
+
+# blocks visited in reverse order (index map n-1-k) accumulating into a revisited output over an "arbitrary" axis
+@case("r5_reverse_kloop_f32_32x512x128", lambda r: [f32(r, 32, 512), f32(r, 512, 128)])
+def r5_reverse(x, w, interpret=False):
+    nk = 4
+
+    def kernel(x_ref, w_ref, o_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] = o_ref[...] * 0.5 + jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32), grid=(nk,),
+                          in_specs=[pl.BlockSpec((32, 128), lambda k: (0, nk - 1 - k)),
+                                    pl.BlockSpec((128, 128), lambda k: (nk - 1 - k, 0))],
+                          out_specs=pl.BlockSpec((32, 128), lambda k: (0, 0)),
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+                          interpret=interpret)(x, w)
+
+
 def split(name):
     return "test" if hashlib.sha1(name.encode()).digest()[0] % 2 else "tune"
 

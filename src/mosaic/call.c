@@ -1,6 +1,7 @@
 /* A tpu_custom_call in a running program: the kernel's values, its tpu.matmul through the
  * backend's own dot kernels (the TPU back end: the MXU's numerics; the reference: its dot). */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "mosaic/mosaic.h"
@@ -142,4 +143,23 @@ tpu_status tpu__ref_mosaic(tpu_interp *ip, const tpu_instr *in, const tpu_tensor
     st = tpu_mosaic_run(k, in, args, in->noperands, &o, out, d);
   tpu_mosaic_free(k);
   return st;
+}
+
+const tpu_instr *tpu_mosaic_unknown_scalars(const tpu_module *m, char *name, size_t n) {
+  for (int ci = 0; m && ci < m->ncomps; ci++) {
+    const tpu_comp *c = m->comps[ci];
+    for (int i = 0; i < c->norder; i++) {
+      const tpu_instr *in = c->order[i];
+      if (in->op != TPU_OP_CUSTOM_CALL || !tpu_mosaic_is_decoded(in)) continue;
+      tpu_mosaic *k = NULL;
+      tpu_diag d;
+      if (tpu_mosaic_of_instr(in, &k, &d) != TPU_OK) continue;
+      int nsc = k->ndyn + k->nprefetch, unknown = 0;
+      for (int j = 0; j < nsc && j < in->noperands; j++) unknown |= in->operands[j]->op != TPU_OP_CONSTANT;
+      if (unknown && name && n) snprintf(name, n, "%s", k->name ? k->name : "?");
+      tpu_mosaic_free(k);
+      if (unknown) return in;
+    }
+  }
+  return NULL;
 }

@@ -104,6 +104,10 @@ void tpu_mosaic_free(tpu_mosaic *k);
 tpu_status tpu_mosaic_of_instr(const tpu_instr *in, tpu_mosaic **out, tpu_diag *d);
 /* Does this custom call carry a decoded kernel? */
 int tpu_mosaic_is_decoded(const tpu_instr *in);
+/* The first Pallas call of m whose scalar operands (dynamic grid bounds, scalar prefetch) are
+ * not all HLO constants (its kernel's name into name[n]), or NULL: a timing run without
+ * values counts such a kernel on zeros. */
+const tpu_instr *tpu_mosaic_unknown_scalars(const tpu_module *m, char *name, size_t n);
 
 /* The grid a run of custom call `in` walks: dynamic dimensions (megablox's number of active
  * tiles) take their bound from the call's leading scalar operands `args` (NULL, timing
