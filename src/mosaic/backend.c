@@ -32,11 +32,14 @@ typedef struct mplan {
   int64_t scale;             /* vector work multiplier: the chip's cores when one core runs the grid */
   int mxus;
   double flops, pad_flops, bytes;
-  /* A call a values run made several times (in a loop) on other scalars: the plan of each
-   * distinct call (var[0] is this one) and, per recorded call in order, its plan. */
-  int nvar, ncalls;
-  struct mplan **var;
+  /* A call a values run made several times (in a loop) on other scalars: per recorded call
+   * in order, its record and which distinct set of scalars it holds (the first call's: 0);
+   * var[v]: the plan counted on set v (var[0] this one; the others counted by lower, when a
+   * loop's iterations need them). */
+  int nvar, ncalls, nsc;
+  const tpu_mosaic_seen **calls;
   int *call_var;
+  struct mplan **var;
 } mplan;
 
 /* Bytes of a VMEM block of these dims in the (8,128) tiled layout (16-bit: 16 rows a tile,
@@ -200,43 +203,33 @@ tpu_status tpu__mosaic_tile(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   st = count_plan(be, mo, in, sc, p);
   if (st != TPU_OK) goto done;
   p->nvar = 1;
-  double flops = p->flops, pad_flops = p->pad_flops, bytes = p->bytes;
-  if (sc && ncalls > 1) {
-    p->var = tpu_arena_alloc(&be->p->arena, sizeof *p->var * (size_t)ncalls);
+  if (sc && ncalls > 1) { /* the distinct sets of scalars among the calls */
     p->call_var = tpu_arena_alloc(&be->p->arena, sizeof *p->call_var * (size_t)ncalls);
-    if (!p->var || !p->call_var) {
+    if (!p->call_var) {
       st = TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
       goto done;
     }
-    p->var[0] = p;
-    p->ncalls = ncalls;
-    const tpu_tensor **sc2 = tpu_arena_alloc(&be->p->arena, sizeof *sc2 * (size_t)nsc);
-    for (int c = 1; c < ncalls && st == TPU_OK; c++) {
+    p->call_var[0] = 0;
+    for (int c = 1; c < ncalls; c++) {
       int v = -1;
       for (int e = 0; e < c && v < 0; e++)
         if (tpu_mosaic_seen_args_same(calls[e], calls[c])) v = p->call_var[e];
-      if (v < 0) {
-        mplan *q = new_plan(be);
-        if (!q || !sc2) {
-          st = TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
-          break;
-        }
-        st = known_scalars(in, calls[c], nsc, sc2) ? count_plan(be, mo, in, sc2, q) : count_plan(be, mo, in, NULL, q);
-        v = p->nvar;
-        p->var[p->nvar++] = q;
-      }
-      p->call_var[c] = v;
-      flops += p->var[v]->flops;
-      pad_flops += p->var[v]->pad_flops;
-      bytes += p->var[v]->bytes;
+      p->call_var[c] = v >= 0 ? v : p->nvar++;
     }
-    if (st != TPU_OK) goto done;
-    /* the op's figures: the mean call's */
-    flops /= ncalls;
-    pad_flops /= ncalls;
-    bytes /= ncalls;
+    if (p->nvar > 1) {
+      p->var = tpu_arena_alloc(&be->p->arena, sizeof *p->var * (size_t)p->nvar);
+      if (!p->var) {
+        st = TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+        goto done;
+      }
+      memset(p->var, 0, sizeof *p->var * (size_t)p->nvar);
+      p->var[0] = p;
+      p->calls = calls;
+      p->ncalls = ncalls;
+      p->nsc = nsc;
+    }
   }
-  if (p->nvar == 1) p->var = NULL;
+  double flops = p->flops, pad_flops = p->pad_flops, bytes = p->bytes;
   k->kind = TPU__K_MOSAIC;
   k->own = 1;
   k->mosaic = p;
@@ -554,6 +547,36 @@ tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo 
     int ok = 1;
     for (int64_t i = r; i < T && ok; i++) ok = p->call_var[i] == p->call_var[i % r];
     if (ok) break;
+  }
+  /* the plans the period needs, counted on their calls' scalars */
+  tpu_mosaic *mo = NULL;
+  const tpu_tensor **sc = tpu_arena_alloc(&be->p->arena, sizeof *sc * (size_t)(p->nsc > 0 ? p->nsc : 1));
+  tpu_status st = sc ? TPU_OK : TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  for (int64_t i = 0; i < r && st == TPU_OK; i++) {
+    int v = p->call_var[i];
+    if (p->var[v]) continue;
+    mplan *q = new_plan(be);
+    if (!q) st = TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    if (st == TPU_OK && !mo) st = tpu_mosaic_of_instr(in, &mo, be->d);
+    if (st == TPU_OK)
+      st = count_plan(be, mo, in, known_scalars(in, p->calls[i], p->nsc, sc) ? sc : NULL, q);
+    if (st == TPU_OK) p->var[v] = q;
+  }
+  tpu_mosaic_free(mo);
+  TPU_TRY(st);
+  /* the op's figures: the mean iteration's */
+  double flops = 0, pad_flops = 0, bytes = 0;
+  for (int64_t i = 0; i < r; i++) {
+    const mplan *q = p->var[p->call_var[i]];
+    flops += q->flops / (double)r;
+    pad_flops += q->pad_flops / (double)r;
+    bytes += q->bytes / (double)r;
+  }
+  if (!be->dry && k->op >= 0) {
+    tpu_prog_op *po = &be->p->ops[k->op];
+    po->flops = flops;
+    po->padded_flops = pad_flops;
+    po->bytes = po->padded_bytes = bytes;
   }
   if (r == 1) {
     l.p = p->var[p->call_var[0]];
