@@ -317,6 +317,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
   const group *G = &f->groups[g];
   member_side ms = (member_side)f->side[m->id];
   if (tpu__fuse_own_kernel(p)) return 0;
+  if (tpu__relayout_copy(p)) return 0; /* a relayout is a kernel of its own (relayout.c) */
   if (ms == SIDE_HEAVY || ms == SIDE_UP) {
     *side = SIDE_UP;
     if (m->op == TPU_OP_REDUCE || G->kind == K_INPUT) return tpu__fuse_loop_fusible(p);

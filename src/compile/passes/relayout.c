@@ -228,6 +228,109 @@ static tpu_status gather_layouts(tpu_builder *b, tpu_comp *entry, int *changed) 
   return TPU_OK;
 }
 
+/* Is v one of the entry's results? */
+static int entry_result(const tpu_comp *entry, const tpu_instr *v) {
+  const tpu_instr *root = entry->root;
+  if (v == root) return 1;
+  for (int i = 0; root->op == TPU_OP_TUPLE && i < root->noperands; i++)
+    if (root->operands[i] == v) return 1;
+  return 0;
+}
+
+/* Does v leave the program, itself or through elementwise ops of its shape (a slice
+ * scaled and returned)? Its layout is then the program result's. */
+static int reaches_result(const tpu_comp *entry, const tpu_uses *u, const tpu_instr *v, int depth) {
+  if (entry_result(entry, v)) return 1;
+  if (depth > 8 || u->nusers[v->id] == 0) return 0;
+  for (int k = 0; k < u->nusers[v->id]; k++) {
+    const tpu_instr *w = u->users[v->id][k];
+    tpu_op_class c = tpu_op_class_of(w->op);
+    if (w->shape.rank != v->shape.rank || memcmp(w->shape.dims, v->shape.dims, sizeof v->shape.dims[0] * (size_t)v->shape.rank))
+      return 0;
+    if ((c != TPU_CLS_UNARY && c != TPU_CLS_BINARY && c != TPU_CLS_TERNARY && w->op != TPU_OP_CONVERT) ||
+        !reaches_result(entry, u, w, depth + 1))
+      return 0;
+  }
+  return 1;
+}
+
+/* The tiling (second, minor) of a program result of v's shape: the one that pads least where
+ * that is strictly less than row-major (layout.c), else row-major. */
+static void result_tiling(const tpu_chip *chip, const tpu_instr *v, int *second, int *minor) {
+  const tpu_shape *s = &v->shape;
+  int r = s->rank, ls, lm;
+  *second = r - 2, *minor = r - 1;
+  if (tpu__least_tiling(chip, s, &ls, &lm) < tpu__tiled_as(chip, s, r - 2, r - 1)) *second = ls, *minor = lm;
+}
+
+/* A slice, concatenate or pad reads its operand in its own result's layout (XLA's layout
+ * assignment gives these ops' operands the layout of their result, dimension for
+ * dimension). Where an entry parameter's tiling differs, the compiler copies it into that
+ * layout first, a kernel of its own: bf16[33,33,7]{1,2,0} concatenated into
+ * bf16[33,33,135]{2,1,0}, f32[195,65,7,99]{3,0,2,1} split into f32[65,65,7,99]{3,1,2,0},
+ * bf16[16,7]{0,1} concatenated into bf16[16,114]{1,0} (bench/fidelity/families/compiled). */
+static int reads_in_own_layout(const tpu_comp *entry, const tpu_instr *r, const tpu_instr *p) {
+  if (r->op == TPU_OP_CONCATENATE) return 1;
+  /* a slice that is the whole kernel (a program's result) slices in its operand's layout
+   * and relays the result out (f32[64,7,16]{0,2,1} sliced by a stride of 3: a slice, then a
+   * copy into f32[64,7,6]{0,1,2}); one computed on in a loop fusion reads the copy */
+  if (r->op == TPU_OP_SLICE) return !entry_result(entry, r);
+  return r->op == TPU_OP_PAD && r->noperands == 2 && r->operands[0] == p && r->operands[1] != p;
+}
+
+/* Does v feed an op that takes its own layout for it: a dot or convolution (the operand is
+ * laid out for the matrix unit: a causal convolution's pad of bf16[16,100,768]{2,0,1} is
+ * folded into the convolution, no copy), or a reshape, bitcast or transpose (the compiler
+ * lays v out so the view is free: space-to-batch pads the parameter in its own layout)? */
+static int feeds_relayout(const tpu_uses *u, const tpu_instr *v) {
+  for (int k = 0; k < u->nusers[v->id]; k++) {
+    tpu_opcode op = u->users[v->id][k]->op;
+    if (op == TPU_OP_DOT || op == TPU_OP_CONVOLUTION || op == TPU_OP_RESHAPE || op == TPU_OP_BITCAST ||
+        op == TPU_OP_TRANSPOSE)
+      return 1;
+  }
+  return 0;
+}
+
+int tpu__relayout_copy(const tpu_instr *in) {
+  if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
+  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+  if (r->rank < 2 || r->rank != o->rank || r->layout_tail || o->layout_tail) return 0;
+  int rs = r->has_layout ? r->minor_to_major[1] : r->rank - 2, rm = r->has_layout ? r->minor_to_major[0] : r->rank - 1;
+  int os = o->has_layout ? o->minor_to_major[1] : o->rank - 2, om = o->has_layout ? o->minor_to_major[0] : o->rank - 1;
+  return rs != os || rm != om;
+}
+
+/* Copies of parameter p (laid out with tile (second, minor)) into the layout of each slice,
+ * concatenate or pad reading it whose result is tiled otherwise; one copy per layout. */
+static tpu_status reader_copies(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, tpu_instr *p, const tpu_uses *u,
+                                int second, int minor, int *changed) {
+  tpu_instr *made[4] = {NULL, NULL, NULL, NULL};
+  int ms[4], mm[4], nmade = 0;
+  for (int k = 0; k < u->nusers[p->id]; k++) {
+    tpu_instr *r = u->users[p->id][k];
+    if (!reads_in_own_layout(entry, r, p) || r->shape.rank != p->shape.rank || feeds_relayout(u, r)) continue;
+    int rs, rm;
+    if (!reaches_result(entry, u, r, 0)) continue;
+    result_tiling(chip, r, &rs, &rm);
+    if (rs == second && rm == minor) continue;
+    tpu_instr *c = NULL;
+    for (int j = 0; j < nmade && !c; j++)
+      if (ms[j] == rs && mm[j] == rm) c = made[j];
+    if (!c) {
+      if (nmade == 4) continue;
+      tpu_shape to = p->shape;
+      tile_layout(&to, rm, rs);
+      TPU_TRY(tpu_build_instr_like(b, entry, p, TPU_OP_COPY, "copy.relayout", &to, &p, 1, &c));
+      made[nmade] = c, ms[nmade] = rs, mm[nmade] = rm, nmade++;
+    }
+    for (int j = 0; j < r->noperands; j++)
+      if (r->operands[j] == p) r->operands[j] = c;
+    *changed = 1;
+  }
+  return TPU_OK;
+}
+
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip) {
   tpu_uses u;
   TPU_TRY(tpu_build_uses(b, entry, &u));
@@ -280,7 +383,8 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
     given.has_layout = 1;
     for (int d = 0; d < s->rank; d++) given.minor_to_major[d] = (int8_t)(s->rank - 1 - d);
     tile_layout(s, minor, second);
-    if (!relay) continue;
+    st = reader_copies(b, entry, chip, p, &u, second, minor, &changed);
+    if (st != TPU_OK || !relay) continue;
     /* one copy into row-major, read by every reduce-window that slides along the tile */
     tpu_instr *c = NULL;
     st = tpu_build_instr_like(b, entry, p, TPU_OP_COPY, "copy.relayout", &given, &p, 1, &c);

@@ -587,6 +587,53 @@ static void test_conv_relayout(void) {
  * compiler's programs; an elementwise reader reads it in place; an array that row-major
  * pads least, and a convolution's input, keep the layout given. Values are unchanged (the
  * conformance corpus's max-pool takes the copy too). */
+/* A slice, concatenate or pad whose result leaves the program (itself or through
+ * elementwise ops) reads its operand in the result's layout: a parameter laid out otherwise
+ * is read through a copy into it, a kernel of its own, as in the XLA TPU compiler's programs
+ * (bf16[33,33,7]{1,2,0} concatenated into bf16[33,33,135]{2,1,0}; f32[195,65,7,99]{3,0,2,1}
+ * split and scaled into f32[65,65,7,99]{3,1,2,0}). A lone strided slice slices in place and a
+ * pad a convolution reads is laid out for the convolution: no copy. */
+static void test_reader_relayout(void) {
+  struct { const char *what, *src; int copies; } cs[] = {
+      {"concatenate",
+       "HloModule m\nENTRY e {\n a = bf16[33,33,7] parameter(0)\n b = bf16[33,33,128] parameter(1)\n"
+       " ROOT c = bf16[33,33,135] concatenate(a, b), dimensions={2}\n}\n", 1},
+      {"split and scaled",
+       "HloModule m\nENTRY e {\n x = f32[195,65,7,99] parameter(0)\n"
+       " s0 = f32[65,65,7,99] slice(x), slice={[0:65], [0:65], [0:7], [0:99]}\n"
+       " s1 = f32[65,65,7,99] slice(x), slice={[65:130], [0:65], [0:7], [0:99]}\n"
+       " k = f32[] constant(2)\n kb = f32[65,65,7,99] broadcast(k), dimensions={}\n"
+       " m0 = f32[65,65,7,99] multiply(s0, kb)\n m1 = f32[65,65,7,99] multiply(s1, kb)\n"
+       " ROOT t = (f32[65,65,7,99], f32[65,65,7,99]) tuple(m0, m1)\n}\n", 1},
+      {"pad",
+       "HloModule m\nENTRY e {\n x = s8[128,64,7] parameter(0)\n z = s8[] constant(0)\n"
+       " ROOT p = s8[130,70,9] pad(x, z), padding=1_1x1_5x1_1\n}\n", 1},
+      {"lone strided slice",
+       "HloModule m\nENTRY e {\n x = f32[64,7,16] parameter(0)\n"
+       " ROOT s = f32[64,7,6] slice(x), slice={[0:64], [0:7], [0:16:3]}\n}\n", 0},
+      {"pad into a convolution",
+       "HloModule m\nENTRY e {\n x = bf16[16,100,768] parameter(0)\n w = bf16[2,768,768] parameter(1)\n"
+       " z = bf16[] constant(0)\n p = bf16[16,101,768] pad(x, z), padding=0_0x1_0x0_0\n"
+       " ROOT c = bf16[16,100,768] convolution(p, w), window={size=2}, dim_labels=b0f_0io->b0f\n}\n", 0},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    tpu_module *m = compile_src(cs[i].src);
+    if (!m) continue;
+    int copies = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op != TPU_OP_COPY || in->operands[0]->op != TPU_OP_PARAMETER) continue;
+      copies++;
+      /* into the result's tiling, and a kernel of its own (its reader is not this copy) */
+      CHECK(in->shape.minor_to_major[0] != in->operands[0]->shape.minor_to_major[0] ||
+            in->shape.minor_to_major[1] != in->operands[0]->shape.minor_to_major[1]);
+    }
+    printf("%s: %d relayout copies of a parameter\n", cs[i].what, copies);
+    CHECK_EQ_INT(copies, cs[i].copies);
+    tpu_module_free(m);
+  }
+}
+
 static void test_param_layouts(void) {
   const char *pool = "window={size=1x3x3x1 stride=1x2x2x1 pad=0_0x0_1x0_1x0_0}, to_apply=mx";
   char src[1024];
@@ -1387,6 +1434,7 @@ int main(void) {
   test_golden();
   test_param_layouts();
   test_gather_layouts();
+  test_reader_relayout();
   test_param_copies();
   test_result_copies();
   test_memory_space_copy();
