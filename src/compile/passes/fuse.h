@@ -51,8 +51,8 @@ tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m);
 /* Entry parameters take the least padded layout; a reduce-window sliding along its tile
  * reads one through a copy into row-major (relayout.c). */
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);
-/* Is `in` a copy of an array into a layout tiled along other dimensions (a relayout the
- * compiler runs as a kernel of its own, never fused into its reader)? */
+/* Is `in` a copy of an entry parameter into a layout tiled along other dimensions (a
+ * relayout the compiler runs as a kernel of its own, never fused into its reader)? */
 int tpu__relayout_copy(const tpu_instr *in);
 
 #endif

@@ -293,7 +293,7 @@ static int feeds_relayout(const tpu_uses *u, const tpu_instr *v) {
 }
 
 int tpu__relayout_copy(const tpu_instr *in) {
-  if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
+  if (in->op != TPU_OP_COPY || in->noperands != 1 || in->operands[0]->op != TPU_OP_PARAMETER) return 0;
   const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
   if (r->rank < 2 || r->rank != o->rank || r->layout_tail || o->layout_tail) return 0;
   int rs = r->has_layout ? r->minor_to_major[1] : r->rank - 2, rm = r->has_layout ? r->minor_to_major[0] : r->rank - 1;
