@@ -118,17 +118,15 @@ def test_pjrt_plugin_runs_pallas_kernels():
     np.testing.assert_allclose(np.array([float(v) for v in lines[-1].split()]), want, rtol=1e-5, atol=1e-5)
 
 
-def test_each_run_is_timed_on_its_own_scalar_prefetch():
-    """A module run again with other scalar-prefetch values (here the block each grid step
-    reads: one block for every step, or a new block a step) is timed on its own values, not
-    on those of the run that compiled the cached program (docs/pallas.md)."""
+def _v5e_prefetch_call():
+    """A v5e device to lower for and a Pallas call whose scalar-prefetch operand picks the
+    block each of its 8 grid steps reads (x * 2 of the picked blocks); skips without libtpu."""
     os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         from jax.experimental import pallas as pl
         from jax.experimental.pallas import tpu as pltpu
         from jax.experimental import topologies
-        from jax.sharding import SingleDeviceSharding
         dev = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices[0]
     except Exception as e:
         pytest.skip("lowering for a TPU needs libtpu (pip install 'jax[tpu]'): %s" % e)
@@ -136,12 +134,21 @@ def test_each_run_is_timed_on_its_own_scalar_prefetch():
     def kernel(idx_ref, x_ref, o_ref):
         o_ref[...] = x_ref[...] * 2.0
 
-    def f(idx, x):
+    def call(idx, x):
         return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8 * 256, 512), jnp.float32),
                               grid_spec=pltpu.PrefetchScalarGridSpec(
                                   num_scalar_prefetch=1, grid=(8,),
                                   in_specs=[pl.BlockSpec((256, 512), lambda i, idx: (idx[i], 0))],
                                   out_specs=pl.BlockSpec((256, 512), lambda i, idx: (i, 0))))(idx, x)
+    return dev, call
+
+
+def test_each_run_is_timed_on_its_own_scalar_prefetch():
+    """A module run again with other scalar-prefetch values (here the block each grid step
+    reads: one block for every step, or a new block a step) is timed on its own values, not
+    on those of the run that compiled the cached program (docs/pallas.md)."""
+    from jax.sharding import SingleDeviceSharding
+    dev, f = _v5e_prefetch_call()
     s = [jax.ShapeDtypeStruct((8,), jnp.int32, sharding=SingleDeviceSharding(dev)),
          jax.ShapeDtypeStruct((8 * 256, 512), jnp.float32, sharding=SingleDeviceSharding(dev))]
     text = jax.jit(f).lower(*s).as_text(dialect="hlo")
@@ -164,27 +171,9 @@ def test_calls_in_a_loop_are_timed_on_each_iterations_scalars():
     step), is timed per iteration on that iteration's scalars (src/mosaic/backend.c), not on
     the first iteration's: one iteration of 8 fetches among 4 adds a quarter of what 8
     fetches in every iteration add."""
-    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    try:
-        from jax import lax
-        from jax.experimental import pallas as pl
-        from jax.experimental.pallas import tpu as pltpu
-        from jax.experimental import topologies
-        from jax.sharding import SingleDeviceSharding
-        dev = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices[0]
-    except Exception as e:
-        pytest.skip("lowering for a TPU needs libtpu (pip install 'jax[tpu]'): %s" % e)
-
-    def kernel(idx_ref, x_ref, o_ref):
-        o_ref[...] = x_ref[...] * 2.0
-
-    def call(idx, x):
-        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8 * 256, 512), jnp.float32),
-                              grid_spec=pltpu.PrefetchScalarGridSpec(
-                                  num_scalar_prefetch=1, grid=(8,),
-                                  in_specs=[pl.BlockSpec((256, 512), lambda i, idx: (idx[i], 0))],
-                                  out_specs=pl.BlockSpec((256, 512), lambda i, idx: (i, 0))))(idx, x)
+    from jax import lax
+    from jax.sharding import SingleDeviceSharding
+    dev, call = _v5e_prefetch_call()
 
     def loop(idxs, x):
         return lax.scan(lambda c, idx: (call(idx, c), None), x, idxs)[0]
