@@ -3,7 +3,7 @@
 # model file, FLOP count and program; MaxText's remat policies by name (what each saves, the
 # offloading ones in host memory S(5)); the train state donated (input_output_alias), and
 # tpusim's HBM verdict from its argument / output / alias / temp bytes; flash attention's
-# values against the materialised scores'. Needs python3.
+# values against the materialised scores'; a step of one microbatch without accumulators. Needs python3.
 . tests/cli/lib/preamble.sh
 command -v python3 > /dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
 D=tests/cli/plan
@@ -154,6 +154,56 @@ def run(tag, lay):
 (a, arg_l), (c, arg_n) = run("lay", True), run("row", False)
 assert len(a) == len(c) > 0 and all(np.array_equal(x, y) for x, y in zip(a, c))
 assert arg_l < arg_n, (arg_l, arg_n)
+PY
+fi
+
+# One microbatch (MaxText's gradient_accumulation_steps 1): the step is the microbatch's
+# computation called once, without accumulators (XLA removes a loop that runs once and the
+# add of zeros): the same updated parameters as two microbatches accumulated (reference
+# backend, SGD), and one set of gradient buffers in HBM, so the published v5e-256 128B
+# configuration (MaxText's v5e README, 128b.sh: fsdp 16, tensor 16, per-device batch 1,
+# minimal_offloaded) fits v5e's 16 GiB (17.4 GB with the accumulators and the backward
+# loop's gradients both held).
+if python3 -c "import numpy" 2> /dev/null; then
+  python3 - "$BIN" "$T" > "$T/chk" 2>&1 << 'PY' || fail "one microbatch: $(cat "$T/chk")"
+import glob, json, re, subprocess, sys
+import numpy as np
+sys.path.insert(0, "tools/plan")
+import gen, plan
+b, t = sys.argv[1:3]
+m = {"name": "t", "layers": 2, "d_model": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "mlp": 128, "mlp_kind": "swiglu",
+     "vocab": 256, "seq": 16, "batch_tokens": 256, "train_tokens": 1e6, "dtype": "f32", "optimizer": "sgd", "experts": 0}
+def run(tag, micro):
+    text = gen.Step(m, {"data": 1, "fsdp": 4, "tensor": 2, "micro": micro, "remat": True, "kv_block": 4}).module()
+    entry = text[text.index("ENTRY"):]
+    assert ("while(" in entry) == (micro > 1) and ("call(" in entry) == (micro == 1), tag
+    open(f"{t}/{tag}.hlo", "w").write(text)
+    ps = re.findall(r"= (\w+)\[([\d,]*)\][^ ]* parameter\((\d+)\)", entry)
+    rng, files, ins = np.random.default_rng(3), [], []
+    for dt, dims, i in sorted(ps, key=lambda x: int(x[2])):
+        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+        a = (np.arange(int(np.prod(shape))) % 200).astype(np.int32).reshape(shape) if dt == "s32" else \
+            (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        np.save(f"{t}/{tag}_{i}.npy", a)
+        files += ["-i", f"{t}/{tag}_{i}.npy"]
+        ins.append(a)
+    subprocess.run([b, "run", f"{t}/{tag}.hlo", "--backend", "ref", *files, "-o", f"{t}/{tag}", "--quiet"], check=True)
+    outs = [np.load(f) for f in sorted(glob.glob(f"{t}/{tag}/*.npy"))]
+    return [o - x for o, x in zip(outs, ins[1:])]  # the SGD updates
+one, two = run("one", 1), run("two", 2)
+assert len(one) == len(two) == 6
+for a, c in zip(one, two):
+    assert np.max(np.abs(a)) > 0.1 and np.max(np.abs(a - c)) < 1e-5 * np.max(np.abs(a)), (np.max(np.abs(a)), np.max(np.abs(a - c)))
+m = plan.load_model("bench/plan_models/maxtext_128b.json")
+m["batch_tokens"] = 256 * m["seq"]
+text = gen.Step(m, {"data": 1, "fsdp": 16, "tensor": 16, "micro": 1, "remat": "minimal_offloaded"}).module()
+open(f"{t}/128b.hlo", "w").write(text)
+r = subprocess.run([b, "compile", f"{t}/128b.hlo", "--emit", "asm", "--chip", "v5e"], capture_output=True, text=True)
+assert r.returncode == 0, r.stderr
+foot = int(re.search(r"hbm_footprint=(\d+)", r.stdout).group(1))
+hbm = json.load(open("chips/v5e.json"))["hbm_bytes"]["value"]
+assert foot <= hbm, (foot, hbm)
+print(foot, hbm)
 PY
 fi
 

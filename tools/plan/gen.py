@@ -1122,9 +1122,18 @@ class Step:
               [ty("f32", s) for s in gws.values()] + [ty("f32", (Lw,) + s) for s in lws.values()] + \
               [ty("f32", s) for s in gws.values()]
         mst_t = "(" + ", ".join(mst) + ")"
-        w(self.cond("mcond", mst_t, self.trips))
-        mb = self.pipe_body if self.P > 1 else self.micro_body
-        w("mbody {\n" + "\n".join(mb(mst_t, lws, gws, sv, fst_t, bst_t).lines) + "\n}\n")
+        # One microbatch (MaxText's gradient_accumulation_steps 1): no accumulation, so the
+        # step is the microbatch's computation called once (XLA's WhileLoopSimplifier removes
+        # a loop that runs once, and the add of the zero accumulators is gone): its gradients
+        # are the backward loop's own buffers, not copied into accumulators.
+        self.one = self.mb == 1 and self.P == 1
+        if self.one:
+            min_t = "(" + ", ".join(mst[:2 + len(lws) + len(gws)]) + ")"
+            w("mbody {\n" + "\n".join(self.micro_body(min_t, lws, gws, sv, fst_t, bst_t, mst_t).lines) + "\n}\n")
+        else:
+            w(self.cond("mcond", mst_t, self.trips))
+            mb = self.pipe_body if self.P > 1 else self.micro_body
+            w("mbody {\n" + "\n".join(mb(mst_t, lws, gws, sv, fst_t, bst_t).lines) + "\n}\n")
         # Entry: the microbatch loop, the data all-reduce, the optimizer.
         g = Gen()
         g.e(f"ids = {ty('s32', (self.mb, Tm, 1))} parameter(0)")
@@ -1143,12 +1152,16 @@ class Step:
                 pi += 2
                 mom[nm] = full
         g.e("z = s32[] constant(0)")
-        g.e("zf = f32[] constant(0)")
-        for nm, full in P.items():
-            self.bcast(g, f"Z.{nm}", "zf", full, (), dt="f32")
-        g.e(f"minit = {mst_t} tuple(z, ids, {', '.join(['P.' + n for n in P] + ['Z.' + n for n in P])})")
-        g.e(f"mloop = {mst_t} while(minit), condition=mcond, body=mbody, "
-            f"backend_config={{\"known_trip_count\":{{\"n\":\"{self.trips}\"}}}}")
+        if self.one:
+            g.e(f"minit = {min_t} tuple(z, ids, {', '.join('P.' + n for n in P)})")
+            g.e(f"mloop = {mst_t} call(minit), to_apply=mbody")
+        else:
+            g.e("zf = f32[] constant(0)")
+            for nm, full in P.items():
+                self.bcast(g, f"Z.{nm}", "zf", full, (), dt="f32")
+            g.e(f"minit = {mst_t} tuple(z, ids, {', '.join(['P.' + n for n in P] + ['Z.' + n for n in P])})")
+            g.e(f"mloop = {mst_t} while(minit), condition=mcond, body=mbody, "
+                f"backend_config={{\"known_trip_count\":{{\"n\":\"{self.trips}\"}}}}")
         outs = []
         for k2, (nm, full) in enumerate(P.items()):
             g.e(f"GA.{nm} = {ty('f32', full)} get-tuple-element(mloop), index={2 + len(P) + k2}")
@@ -1234,7 +1247,10 @@ class Step:
             g.e(f"pn.{nm} = {t} subtract(P.{nm}, st.{nm})")
             outs.append((t, f"pn.{nm}"))
 
-    def micro_body(self, mst_t, lws, gws, sv, fst_t, bst_t):
+    def micro_body(self, mst_t, lws, gws, sv, fst_t, bst_t, out_t=None):
+        """A microbatch: the loop body (state mst_t: i, ids, parameters, accumulators), or with
+        out_t the called computation of a step of one microbatch (mst_t without the
+        accumulators; it returns out_t, the gradients in their place)."""
         cd, L, Tm, D, Vt = self.cd, self.L, self.Tm, self.D, self.Vt
         g = Gen()
         g.e(f"st = {mst_t} parameter(0)")
@@ -1244,7 +1260,7 @@ class Step:
         shapes = {**{n: (L,) + s for n, s in lws.items()}, **gws}
         for k, nm in enumerate(names):
             g.e(f"P.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + k}")
-        for k, nm in enumerate(names):
+        for k, nm in enumerate(names if out_t is None else []):
             g.e(f"A.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + len(names) + k}")
         self.common_consts(g)
         g.e(f"idm = {ty('s32', (1, Tm, 1))} dynamic-slice(ids, i, zero, zero), dynamic_slice_sizes={{1,{Tm},1}}")
@@ -1294,14 +1310,20 @@ class Step:
         base = 2 + len(sv) + len(lws)
         for k, nm in enumerate(lws):
             g.e(f"gl.{nm} = {ty('f32', shapes[nm])} get-tuple-element(bloop), index={base + k}")
+            if out_t:
+                news.append(f"gl.{nm}")
+                continue
             self.ew(g, f"AN.{nm}", "add", shapes[nm], f"A.{nm}", f"gl.{nm}", dt="f32")
             news.append(f"AN.{nm}")
-        self.ew(g, "AN.emb", "add", shapes["emb"], "A.emb", "gse", dt="f32")
-        self.ew(g, "AN.wout", "add", shapes["wout"], "A.wout", "gsw", dt="f32")
-        news += ["AN.emb", "AN.wout"]
+        if out_t:
+            news += ["gse", "gsw"]
+        else:
+            self.ew(g, "AN.emb", "add", shapes["emb"], "A.emb", "gse", dt="f32")
+            self.ew(g, "AN.wout", "add", shapes["wout"], "A.wout", "gsw", dt="f32")
+            news += ["AN.emb", "AN.wout"]
         g.e("one = s32[] constant(1)")
         g.e("i1 = s32[] add(i, one)")
-        g.e(f"ROOT r = {mst_t} tuple(i1, ids, {', '.join(['P.' + n for n in names] + news)})")
+        g.e(f"ROOT r = {out_t or mst_t} tuple(i1, ids, {', '.join(['P.' + n for n in names] + news)})")
         return g
 
     # --- pipeline parallelism ------------------------------------------------------------
