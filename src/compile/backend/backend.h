@@ -177,6 +177,9 @@ typedef struct tpu__xdot {
 int tpu__fusion_xdots(const tpu__be *be, const tpu_instr *in, const tpu_instr *main, tpu__xdot *out);
 
 /* The passes, in order. */
+/* The MXU problem of a convolution on the MXUs: k's m, k, n, b, k_flops, mm_flops (tile_conv.c). */
+void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k);
+
 tpu_status tpu__pass_tile(tpu__be *be);
 tpu_status tpu__pass_layout(tpu__be *be);
 tpu_status tpu__pass_buffer_assign(tpu__be *be);

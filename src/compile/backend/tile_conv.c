@@ -1,0 +1,153 @@
+/* Back-end pass `tile`, convolutions: the MXU problem (M, K, N, batch) a convolution becomes,
+ * as the XLA TPU compiler's convolution emitters map its window, groups, dilations and batch
+ * onto the MXUs (tile.c calls it for every convolution it puts on the MXUs). */
+#include "compile/backend/backend.h"
+#include "compile/passes/hlo_passes.h"
+
+static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
+
+/* Does every output position of window dimension w, over an input of n elements (dilated by
+ * w->base_dilation, padded), meet at most one input element? Then *taps and *inputs get how
+ * many distinct taps and input elements the outputs meet (a dot's batch dimension written as
+ * this window meets a new one of each at every output). */
+static int single_tap(const tpu_window_dim *w, int64_t n, int64_t out, int64_t *taps, int64_t *inputs) {
+  int64_t d = w->base_dilation > 0 ? w->base_dilation : 1, wd = w->window_dilation > 0 ? w->window_dilation : 1;
+  if (w->size <= 1 || n < 1 || out < 1 || w->stride < 1 || out * w->size > 1000000) return 0;
+  int64_t last = (n - 1) * d; /* the dilated input's last element */
+  int64_t nt = 0, ni = 0, prev_t = -1, prev_x = -1;
+  for (int64_t o = 0; o < out; o++) {
+    int hits = 0;
+    for (int64_t t = 0; t < w->size && hits < 2; t++) {
+      int64_t x = o * w->stride + t * wd - w->pad_lo;
+      if (x >= 0 && x <= last && x % d == 0) {
+        hits++;
+        /* outputs meet taps and inputs in order: count the changes */
+        if (t != prev_t) nt++, prev_t = t;
+        if (x != prev_x) ni++, prev_x = x;
+      }
+    }
+    if (hits > 1) return 0;
+  }
+  *taps = nt;
+  *inputs = ni;
+  return 1;
+}
+
+/* Would the XLA TPU compiler fold this convolution's last spatial dimension into its batch
+ * (space to batch, XLA's SpaceToBatchConverter: the dimension cut into 8 pieces, each a new
+ * batch entry with a halo of its window's overlap, the result cut back)? Its legality rules:
+ * no batch groups; a window dilation only where the dilated window is narrower than the
+ * output; an input dilation only at stride 1 with a low padding of the dilation or one less
+ * (a 1-wide window at padding 0), and then, at a padding of the dilation, 24 or more
+ * elements; a halo no wider than a piece. Grouped convolutions are never folded in the
+ * compiled programs, nor any dimension under 16 (tune split: 14 and 15 wide stay whole, 28
+ * and wider are folded, batch 1 to 8, 2 to 16, 4 to 32). */
+static int space_to_batch(const tpu_instr *cv, const tpu_shape *ls, const tpu_shape *rs) {
+  const tpu_conv_dims *cd = &cv->conv;
+  const int64_t splits = 8;
+  int i = cd->nspatial - 1;
+  if (i < 0 || i >= cv->nwindow || cv->batch_group_count > 1 || cv->feature_group_count > 1) return 0;
+  const tpu_window_dim *w = &cv->window[i];
+  int64_t n = ls->dims[cd->in_spatial[i]], k = rs->dims[cd->k_spatial[i]], out = cv->shape.dims[cd->out_spatial[i]];
+  int64_t wd = w->window_dilation > 1 ? w->window_dilation : 1, st = w->stride > 0 ? w->stride : 1;
+  if (wd > 1 && k >= out) return 0;
+  if (w->base_dilation > 1) {
+    if (st != 1) return 0;
+    if (w->pad_lo == 0 ? k != 1 : (w->pad_lo != w->base_dilation - 1 && w->pad_lo != w->base_dilation)) return 0;
+    if (w->pad_lo == w->base_dilation && n < 3 * splits) return 0;
+  }
+  int64_t halo = (k - 1) * wd + 1 - st;
+  return n >= 2 * splits && halo <= (n + splits - 1) / splits;
+}
+
+/* The MXU problem of convolution mm: k's m, k, n, b, k_flops and mm_flops (tile.c sets the
+ * rest). */
+void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
+  const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
+  const tpu_conv_dims *cd = &mm->conv;
+  int64_t g = (mm->feature_group_count > 0 ? mm->feature_group_count : 1) *
+              (mm->batch_group_count > 0 ? mm->batch_group_count : 1);
+  int64_t m = mm->shape.dims[cd->out_batch], taps = 1, bat = 1;
+  int depthwise = 0;
+  for (int i = 0; i < cd->nspatial; i++) {
+    m *= mm->shape.dims[cd->out_spatial[i]];
+    /* Where every output meets at most one input element (the rest of its window is
+     * padding or the holes of a dilated input), only that tap is work: the XLA TPU
+     * compiler writes a batched dot as such a convolution (its batch dimensions spatial,
+     * e.g. size=2x32 lhs_dilate=2x32, size=4 stride=4 pad=3_3 lhs_dilate=3, or size=32
+     * pad=31_31 over one element). Windows that meet several (a transposed convolution's
+     * gradient) are counted whole, as the compiler counts them. */
+    int64_t t = rs->dims[cd->k_spatial[i]], out = mm->shape.dims[cd->out_spatial[i]], nt = 0, ni = 0;
+    if (i < mm->nwindow && single_tap(&mm->window[i], ls->dims[cd->in_spatial[i]], out, &nt, &ni)) {
+      t = 1;
+      /* a new tap and a new input element at every output: a batch dimension of the dot
+       * (each position multiplies its own blocks), not rows sharing one weight */
+      if (nt == out && ni == out && out > 1) {
+        m /= out;
+        bat *= out;
+      }
+    }
+    taps *= t;
+  }
+  k->b = g * bat;
+  k->m = m;
+  k->k = rs->dims[cd->k_in] * taps;
+  k->n = rs->dims[cd->k_out] / g;
+  /* A depthwise convolution (feature_group_count groups of one input feature each, any
+   * channel multiplier): the XLA TPU compiler packs the groups along the diagonal of the
+   * MXU's weight tile, so each filter tap multiplies [rows, features] by a diagonal block:
+   * one K tile per tap, each block of 128 features (a vector register's lanes) its own pass
+   * of the array, also on v6e's 256-wide MXUs (bench/fidelity probes dw*: a 3x3
+   * over [8,28,28,256] bf16 takes 37,569 cycles on v5e, the 9 x 2 x 6,272 rows' pushes on
+   * 4 MXUs plus the transfers, where one 128-wide tile per group would take 128 times that). */
+  if (mm->feature_group_count > 1 && rs->dims[cd->k_in] == 1 && mm->batch_group_count <= 1) {
+    int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+    k->b = bat * ((rs->dims[cd->k_out] + lanes - 1) / lanes);
+    k->n = lanes;
+    k->k = taps * (be->chip->mxu_rows > 0 ? be->chip->mxu_rows : 128);
+    k->k_flops = taps;
+    k->mm_flops = 2.0 * (double)bat * (double)m * (double)taps * (double)rs->dims[cd->k_out];
+    depthwise = 1;
+  }
+  /* Fewer output features than the 128 lanes and a larger batch: the XLA TPU compiler lays
+   * the batch across the lanes (its output layout puts the batch minor, {0,3,2,1} for
+   * NHWC), so the batch is the MXU's column dimension and the features join the rows
+   * (a 7x7 stem's input gradient has 3 features and a batch of 32). Not for a dot written
+   * as a convolution (one tap), whose "batch" is a dot dimension. */
+  int64_t batch = mm->shape.dims[cd->out_batch], lanes128 = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  if (tpu__conv_batch_in_lanes(g, taps, k->n, batch, lanes128)) {
+    k->m = m / batch * k->n;
+    k->n = batch;
+  }
+  /* The XLA TPU compiler runs a filter (a window of at most 7 taps a side, unit stride,
+   * no input dilation) tap by tap, each tap's input features as the contraction: features
+   * fill the 128 lanes of their tile, so fewer than 128 are padded at every tap (probed on
+   * v5e and v5p: a 3x3 convolution over 16, 32 or 64 features costs what one over 128
+   * does; docs/fidelity.md). Weight gradients, whose window is the image, are one GEMM. */
+  int filter = taps > 1 && !depthwise;
+  for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++)
+    filter &= mm->window[i].size <= 7 && mm->window[i].stride == 1 && mm->window[i].base_dilation <= 1;
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  int padded_batch = !depthwise && k->n != batch && batch > 0 && batch % sub && cd->nspatial >= 2 &&
+                     !space_to_batch(mm, ls, rs) && !tpu_dtype_is_complex(ls->dtype);
+  if (filter && !(padded_batch && g == 1)) k->k = round_up(rs->dims[cd->k_in], lanes) * taps;
+  if (!depthwise) k->k_flops = rs->dims[cd->k_in] * taps;
+  /* The XLA TPU compiler's convolution emitters keep the batch in the sublanes of the
+   * vector registers (EmitAllBatchInSublanes, EmitInputBatchInSublanes...: batch second
+   * minor in its layouts, {3,0,2,1} for NHWC), one output position's batch to a register's
+   * 8 sublanes: each position's MXU rows are the batch rounded up to the sublanes, so a
+   * batch of 1, 2 or 4 costs what one of 8 does (tune split, compiled kernels of batch
+   * under 8: tpusim 0.2-0.7x the compiler's figure without this). Not where the batch is
+   * in the lanes (above), nor for the depthwise emitter, which packs features instead,
+   * nor for a 1-D convolution, whose positions the compiler folds into the batch until it
+   * fills the sublanes (space to batch: its 1-D convolutions of batch 1 and 4 run with
+   * batch 8 and 32 in the tune split's compiled programs). With the batch so padded, the
+   * taps' features form one contraction rather than each padded to the lanes (tune: a 5x5
+   * dilated convolution over 32 features of batch 1 or 2 costs its 25 x 32 deep GEMM; a
+   * grouped one keeps each group's taps padded: its figures do not depend on the taps). */
+  if (padded_batch) {
+    k->mm_flops = 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n;
+    k->m = k->m / batch * round_up(batch, sub);
+  }
+}
