@@ -1560,6 +1560,271 @@ def r5_reverse(x, w, interpret=False):
                           interpret=interpret)(x, w)
 
 
+# ---- round 6: written fresh after round 5, run once (not tuned on) ----
+
+# K-loop with the inputs' buffering stated (pl.Buffered(2); jax 0.10.2 refuses 3) and the output visited
+# column-major (grid j, i, k)
+@case("r6_buffered2_colmajor_kloop_bf16_128x512x256", lambda r: [bf(r, 128, 512), bf(r, 512, 256)])
+def r6_buf3(x, w, interpret=False):
+    def kernel(x_ref, w_ref, o_ref, acc):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        acc[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)
+
+        @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+        def _():
+            o_ref[...] = acc[...].astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((128, 256), jnp.bfloat16), grid=(2, 2, 4),
+                          in_specs=[pl.BlockSpec((64, 128), lambda j, i, k: (i, k), pipeline_mode=pl.Buffered(2)),
+                                    pl.BlockSpec((128, 128), lambda j, i, k: (k, j), pipeline_mode=pl.Buffered(2))],
+                          out_specs=pl.BlockSpec((64, 128), lambda j, i, k: (i, j)),
+                          scratch_shapes=[pltpu.VMEM((64, 128), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+                          interpret=interpret)(x, w)
+
+
+# two scalar-prefetch arrays: a row-block id choosing the input block and a per-step f32 scale read in the body
+@case("r6_two_prefetch_ids_scales_f32_6x16x128", lambda r: [jnp.asarray([4, 1, 1, 5, 0, 2], jnp.int32),
+                                                            jnp.asarray(r.random(6) + 0.25, jnp.float32), f32(r, 96, 128)])
+def r6_two_prefetch(ids, sc, x, interpret=False):
+    def kernel(id_ref, s_ref, x_ref, o_ref):
+        i = pl.program_id(0)
+        o_ref[...] = x_ref[...] * s_ref[i] + id_ref[i].astype(jnp.float32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((96, 128), jnp.float32),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=2, grid=(6,),
+                              in_specs=[pl.BlockSpec((16, 128), lambda i, ids, s: (ids[i], 0))],
+                              out_specs=pl.BlockSpec((16, 128), lambda i, ids, s: (i, 0))),
+                          interpret=interpret)(ids, sc, x)
+
+
+# manual DMA prefetch across grid steps: step i starts the copy for step i+1 into the other slot (Pallas guide pattern)
+@case("r6_cross_step_dma_f32_8x32x128", lambda r: [f32(r, 8, 32, 128)])
+def r6_cross_step(x, interpret=False):
+    n = x.shape[0]
+
+    def kernel(x_hbm, o_ref, buf, sem):
+        i = pl.program_id(0)
+
+        def cp(j, s):
+            return pltpu.make_async_copy(x_hbm.at[j], buf.at[s], sem.at[s])
+
+        @pl.when(i == 0)
+        def _():
+            cp(0, 0).start()
+
+        @pl.when(i + 1 < n)
+        def _():
+            cp(i + 1, (i + 1) % 2).start()
+        cp(i, i % 2).wait()
+        v = buf[i % 2]
+        o_ref[...] = jnp.tanh(v) + jnp.sum(v, axis=0, keepdims=True) * 0.01
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(n,),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                          out_specs=pl.BlockSpec((None, 32, 128), lambda i: (i, 0, 0)),
+                          scratch_shapes=[pltpu.VMEM((2, 32, 128), jnp.float32), pltpu.SemaphoreType.DMA((2,))],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+                          interpret=interpret)(x)
+
+
+# a jit whose lax.cond picks one of two kernels on a data-dependent predicate, XLA ops around
+@case("r6_jit_cond_two_kernels_f32_64x128", lambda r: [f32(r, 64, 128), f32(r, 64, 128)])
+def r6_cond(a, b, interpret=False):
+    spec = pl.BlockSpec((32, 128), lambda i: (i, 0))
+
+    def k_mul(a_ref, b_ref, o_ref):
+        o_ref[...] = a_ref[...] * b_ref[...]
+
+    def k_max(a_ref, b_ref, o_ref):
+        o_ref[...] = jnp.maximum(a_ref[...], b_ref[...]) - 1.0
+
+    def call(k, u, v):
+        return pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct(u.shape, u.dtype), grid=(2,), in_specs=[spec, spec],
+                              out_specs=spec, interpret=interpret)(u, v)
+    y = lax.cond(jnp.sum(a) > jnp.sum(b), lambda u, v: call(k_mul, u, v), lambda u, v: call(k_max, u, v), a, b)
+    return jnp.exp(-jnp.abs(y)) + a
+
+
+# a kernel called in a scan nested in a fori_loop (calls inside nested loops), the carry feeding the next call
+@case("r6_nested_loop_kernel_f32_3x2x8x128", lambda r: [f32(r, 3, 2, 8, 128), f32(r, 8, 128)])
+def r6_nested(xs, h0, interpret=False):
+    def kernel(x_ref, h_ref, o_ref):
+        o_ref[...] = jnp.tanh(x_ref[...] + 0.5 * h_ref[...])
+
+    def step(h, x):
+        h = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(h.shape, h.dtype), interpret=interpret)(x, h)
+        return h, jnp.sum(h)
+
+    def outer(t, c):
+        h, tot = c
+        h, s = lax.scan(step, h, xs[t])
+        return h, tot + jnp.sum(s)
+    return lax.fori_loop(0, xs.shape[0], outer, (h0, jnp.float32(0)))
+
+
+# int8 x int8 accumulated straight into an int32 output block over a batched 3-D grid
+@case("r6_int8_bmm_i32_acc_out_2x64x384x128", lambda r: [jnp.asarray(r.integers(-128, 128, (2, 64, 384)), jnp.int8),
+                                                         jnp.asarray(r.integers(-128, 128, (2, 384, 128)), jnp.int8)])
+def r6_int8_bmm(x, w, interpret=False):
+    def kernel(x_ref, w_ref, o_ref):
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.int32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((2, 64, 128), jnp.int32), grid=(2, 3),
+                          in_specs=[pl.BlockSpec((None, 64, 128), lambda b, k: (b, 0, k)),
+                                    pl.BlockSpec((None, 128, 128), lambda b, k: (b, k, 0))],
+                          out_specs=pl.BlockSpec((None, 64, 128), lambda b, k: (b, 0, 0)),
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+                          interpret=interpret)(x, w)
+
+
+# pl.loop with a step of 2 over row chunks, pl.when inside on the chunk index, writing o_ref slices
+@case("r6_pl_loop_step2_when_f32_64x256", lambda r: [f32(r, 64, 256)])
+def r6_loop_step(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        @pl.loop(0, 8, step=2)
+        def _(j):
+            rows = pl.ds(pl.multiple_of(j * 8, 8), 16)
+            v = x_ref[rows, :]
+
+            @pl.when(j % 4 == 0)
+            def _():
+                o_ref[rows, :] = v * v
+
+            @pl.when(j % 4 != 0)
+            def _():
+                o_ref[rows, :] = jnp.abs(v) + 1.0
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(1, 2),
+                          in_specs=[pl.BlockSpec((64, 128), lambda i, j: (i, j))],
+                          out_specs=pl.BlockSpec((64, 128), lambda i, j: (i, j)), interpret=interpret)(x)
+
+
+# two outputs with different block shapes: the elementwise result per (i, j) block and row sums revisited over j
+@case("r6_two_outs_rowsum_revisit_f32_64x512", lambda r: [f32(r, 64, 512)])
+def r6_two_outs(x, interpret=False):
+    def kernel(x_ref, y_ref, s_ref):
+        j = pl.program_id(1)
+        v = x_ref[...]
+        y_ref[...] = v * jax.nn.sigmoid(v)
+
+        @pl.when(j == 0)
+        def _():
+            s_ref[...] = jnp.zeros_like(s_ref)
+        s_ref[...] += jnp.broadcast_to(jnp.sum(v, axis=1, keepdims=True), s_ref.shape)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((64, 512), jnp.float32),
+                                             jax.ShapeDtypeStruct((64, 128), jnp.float32)), grid=(2, 4),
+                          in_specs=[pl.BlockSpec((32, 128), lambda i, j: (i, j))],
+                          out_specs=(pl.BlockSpec((32, 128), lambda i, j: (i, j)), pl.BlockSpec((32, 128), lambda i, j: (i, 0))),
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+                          interpret=interpret)(x)
+
+
+# an inclusive prefix sum along lanes by log-step pltpu.roll and an iota mask (Hillis-Steele)
+@case("r6_roll_prefix_sum_lanes_f32_16x128", lambda r: [jnp.asarray(r.integers(-8, 8, (16, 128)), jnp.float32)])
+def r6_prefix(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        v = x_ref[...]
+        lane = lax.broadcasted_iota(jnp.int32, v.shape, 1)
+        s = 1
+        while s < 128:
+            v = v + jnp.where(lane >= s, pltpu.roll(v, s, 1), 0.0)
+            s *= 2
+        o_ref[...] = v
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=interpret)(x)
+
+
+# bit tricks: f32 -> int32 bitcast, sign flip and exponent clamp by integer ops, back to f32
+@case("r6_bitcast_sign_exp_f32_32x256", lambda r: [f32(r, 32, 256, scale=100.0)])
+def r6_bits(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        b = pltpu.bitcast(x_ref[...], jnp.int32)
+        b = b ^ jnp.int32(-2147483648)
+        e = (b >> 23) & 0xFF
+        b = jnp.where(e > 130, (b & jnp.int32(-2139095041)) | (130 << 23), b)
+        o_ref[...] = pltpu.bitcast(b, jnp.float32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+                          in_specs=[pl.BlockSpec((16, 256), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((16, 256), lambda i: (i, 0)), interpret=interpret)(x)
+
+
+# a cdiv grid over 200 rows (last block partial) masked by an iota of the true row count, bf16, column means
+@case("r6_cdiv_tail_colmean_bf16_200x256", lambda r: [bf(r, 200, 256)])
+def r6_tail(x, interpret=False):
+    n, bm = x.shape[0], 64
+
+    def kernel(x_ref, o_ref, acc):
+        i = pl.program_id(0)
+
+        @pl.when(i == 0)
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        rows = lax.broadcasted_iota(jnp.int32, (bm, 256), 0) + i * bm
+        v = jnp.where(rows < n, x_ref[...].astype(jnp.float32), 0.0)
+        acc[...] += jnp.sum(v.reshape(bm // 8, 8, 256), axis=0)
+
+        @pl.when(i == pl.num_programs(0) - 1)
+        def _():
+            o_ref[...] = (jnp.sum(acc[...], axis=0, keepdims=True) / n).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1, 256), jnp.bfloat16), grid=(pl.cdiv(n, bm),),
+                          in_specs=[pl.BlockSpec((bm, 256), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((1, 256), lambda i: (0, 0)),
+                          scratch_shapes=[pltpu.VMEM((8, 256), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+                          interpret=interpret)(x)
+
+
+# input_output_aliases on a grid: a residual add updating the aliased buffer block by block, in a jit with a matmul before
+@case("r6_jit_dot_then_alias_residual_f32_128x128", lambda r: [f32(r, 128, 128), f32(r, 128, 128)])
+def r6_alias_resid(x, w, interpret=False):
+    def kernel(h_ref, x_ref, o_ref):
+        o_ref[...] = h_ref[...] + jnp.maximum(x_ref[...], 0.0)
+    h = jnp.dot(x, w, precision=lax.Precision.HIGHEST)
+    spec = pl.BlockSpec((32, 128), lambda i: (i, 0))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(h.shape, h.dtype), grid=(4,), in_specs=[spec, spec],
+                          out_specs=spec, input_output_aliases={0: 0}, interpret=interpret)(h, x)
+
+
+# fori_loop over the K chunks of one VMEM block with a dynamic lane slice of w, bf16 dot into an f32 carry
+@case("r6_fori_kchunk_lane_slices_bf16_64x512x128", lambda r: [bf(r, 64, 512), bf(r, 512, 128)])
+def r6_fori_k(x, w, interpret=False):
+    def kernel(x_ref, w_ref, o_ref):
+        def body(k, acc):
+            c = pl.ds(pl.multiple_of(k * 128, 128), 128)
+            return acc + jnp.dot(x_ref[:, c], w_ref[c, :], preferred_element_type=jnp.float32)
+        acc = lax.fori_loop(0, 4, body, jnp.zeros((64, 128), jnp.float32))
+        o_ref[...] = jnp.maximum(acc, 0.0).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.bfloat16), interpret=interpret)(x, w)
+
+
+# a (1, C) SMEM-free bias broadcast and an exact reciprocal (pl.reciprocal) normalising rows, 2-D parallel grid
+@case("r6_reciprocal_rownorm_f32_128x256", lambda r: [f32(r, 128, 256), f32(r, 1, 256)])
+def r6_recip(x, b, interpret=False):
+    def kernel(x_ref, b_ref, o_ref):
+        v = x_ref[...] + b_ref[...]
+        o_ref[...] = v * pl.reciprocal(jnp.sum(v * v, axis=1, keepdims=True) + 1.0)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+                          in_specs=[pl.BlockSpec((32, 256), lambda i: (i, 0)), pl.BlockSpec((1, 256), lambda i: (0, 0))],
+                          out_specs=pl.BlockSpec((32, 256), lambda i: (i, 0)),
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+                          interpret=interpret)(x, b)
+
+
+# the pl.kernel / core_map API (no grid): a whole-array kernel on the TensorCore mesh
+@case("r6_pl_kernel_mesh_f32_32x128", lambda r: [f32(r, 32, 128)])
+def r6_pl_kernel(x, interpret=False):
+    mesh = pltpu.create_tensorcore_mesh("core", num_cores=1)
+
+    @functools.partial(pl.kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), mesh=mesh, interpret=interpret)
+    def k(x_hbm, o_hbm):
+        def body(xv, ov):
+            ov[...] = jnp.exp(xv[...] * 0.5) - 1.0
+        pltpu.emit_pipeline(body, grid=(4,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                            out_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))])(x_hbm, o_hbm)
+    return k(x)
+
+
 def split(name):
     return "test" if hashlib.sha1(name.encode()).digest()[0] % 2 else "tune"
 

@@ -176,6 +176,7 @@ static double un(const tpu_mo_op *op, tpu_dtype src, tpu_dtype dst, double x) {
     case TPU_MO_LOG1P: return log1pf(f);
     case TPU_MO_SQRT: return sqrtf(f);
     case TPU_MO_RSQRT: return 1.0f / sqrtf(f);
+    case TPU_MO_RECIP: return 1.0f / f;
     case TPU_MO_TANH: return tanhf(f);
     case TPU_MO_ABSF: return fabs(x);
     case TPU_MO_ABSI: return x < 0 ? -x : x;
@@ -214,7 +215,7 @@ static int is_unary(tpu_mo_code c) {
     case TPU_MO_EXPM1: case TPU_MO_LOGISTIC: case TPU_MO_CTPOP: case TPU_MO_CTLZ: case TPU_MO_EXTF:
     case TPU_MO_TRUNCF: case TPU_MO_TEXTF: case TPU_MO_TTRUNCF: case TPU_MO_SITOFP: case TPU_MO_EXTSI:
     case TPU_MO_TRUNCI: case TPU_MO_INDEX_CAST: case TPU_MO_UITOFP: case TPU_MO_EXTUI: case TPU_MO_INDEX_CASTUI:
-    case TPU_MO_FPTOSI: case TPU_MO_TFPTOSI: case TPU_MO_FPTOUI:
+    case TPU_MO_FPTOSI: case TPU_MO_TFPTOSI: case TPU_MO_FPTOUI: case TPU_MO_RECIP:
       return 1;
     default: return 0;
   }
@@ -224,7 +225,7 @@ static int is_eup(tpu_mo_code c) {
   switch (c) {
     case TPU_MO_EXP: case TPU_MO_EXP2: case TPU_MO_LOG: case TPU_MO_LOG1P: case TPU_MO_SQRT: case TPU_MO_RSQRT:
     case TPU_MO_TANH: case TPU_MO_SIN: case TPU_MO_COS: case TPU_MO_ERF: case TPU_MO_EXPM1: case TPU_MO_LOGISTIC:
-    case TPU_MO_POWF: case TPU_MO_ATAN2: case TPU_MO_DIVF:
+    case TPU_MO_POWF: case TPU_MO_ATAN2: case TPU_MO_DIVF: case TPU_MO_RECIP:
       return 1;
     default: return 0;
   }

@@ -37,7 +37,9 @@ static const char *const k_cases[] = {
     "user_accum_leading_dim_f32_4x64x128", "user_int8_uint32_ops_32x128",
     /* static row slices of a vector in a fori_loop (extract_strided_slice's offsets an array
      * attribute: every slice read row 0 before) */
-    "user_r2_fori_prefix_rows_f32_64x128", NULL};
+    "user_r2_fori_prefix_rows_f32_64x128",
+    /* pl.reciprocal (tpu.reciprocal: refused as not modelled before) */
+    "user_r6_reciprocal_rownorm_f32_128x256", NULL};
 
 static char g_src[1024];
 
