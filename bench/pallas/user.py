@@ -1825,6 +1825,130 @@ def r6_pl_kernel(x, interpret=False):
     return k(x)
 
 
+# unaligned row windows chosen by prefetched element offsets (pl.Element block dimension)
+@case("r6_element_offsets_rows_f32_4x8x128", lambda r: [jnp.asarray([3, 17, 0, 40], jnp.int32), f32(r, 64, 128)])
+def r6_element(offs, x, interpret=False):
+    def kernel(o_ref_s, x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0 + 1.0
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((4, 8, 128), jnp.float32),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=1, grid=(4,),
+                              in_specs=[pl.BlockSpec((pl.Element(8), pl.Element(128)), lambda i, o: (o[i], 0))],
+                              out_specs=pl.BlockSpec((None, 8, 128), lambda i, o: (i, 0, 0))),
+                          interpret=interpret)(offs, x)
+
+
+# the max and the sum over the leading axis of a 3-D block (jnp.cumsum, tried first, does not lower)
+@case("r6_leading_axis_max_sum_3d_f32_4x16x128", lambda r: [jnp.asarray(r.integers(-4, 5, (4, 16, 128)), jnp.float32)])
+def r6_lead(x, interpret=False):
+    def kernel(x_ref, o_ref, m_ref):
+        v = x_ref[...]
+        o_ref[...] = v - jnp.sum(v, axis=0, keepdims=True)
+        m_ref[...] = jnp.max(v, axis=0)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                             jax.ShapeDtypeStruct((16, 128), x.dtype)), interpret=interpret)(x)
+
+
+# a regular semaphore signalled from a loop and read back (pl.semaphore_read) into an SMEM result
+@case("r6_sem_read_count_i32_4", lambda r: [f32(r, 8, 128)])
+def r6_semread(x, interpret=False):
+    def kernel(x_ref, o_ref, c_ref, sem):
+        @pl.loop(0, 5)
+        def _(j):
+            pl.semaphore_signal(sem, 1)
+        c_ref[0] = pl.semaphore_read(sem)
+        pl.semaphore_wait(sem, 5)
+        c_ref[1] = pl.semaphore_read(sem)
+        o_ref[...] = x_ref[...] + c_ref[0].astype(jnp.float32)
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((2,), jnp.int32)),
+                          out_specs=(pl.BlockSpec(memory_space=pltpu.VMEM), pl.BlockSpec(memory_space=pltpu.SMEM)),
+                          scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=interpret)(x)
+
+
+# f32 dots inside a kernel at precision HIGHEST and at DEFAULT, both results out
+@case("r6_dot_precisions_f32_64x128x128", lambda r: [f32(r, 64, 128), f32(r, 128, 128)])
+def r6_prec(x, w, interpret=False):
+    def kernel(x_ref, w_ref, hi_ref, lo_ref):
+        hi_ref[...] = jnp.dot(x_ref[...], w_ref[...], precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+        lo_ref[...] = jnp.dot(x_ref[...].astype(jnp.bfloat16), w_ref[...].astype(jnp.bfloat16),
+                              preferred_element_type=jnp.float32)
+    s = jax.ShapeDtypeStruct((64, 128), jnp.float32)
+    return pl.pallas_call(kernel, out_shape=(s, s), interpret=interpret)(x, w)
+
+
+# "parallel" over a megacore-sized leading dim with a bf16 transposed output block (x.T inside the kernel)
+@case("r6_transpose_out_bf16_256x384", lambda r: [bf(r, 256, 384)])
+def r6_tr(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = (x_ref[...].astype(jnp.float32).T * 0.5).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((384, 256), jnp.bfloat16), grid=(3, 2),
+                          in_specs=[pl.BlockSpec((128, 128), lambda j, i: (i, j))],
+                          out_specs=pl.BlockSpec((128, 128), lambda j, i: (j, i)),
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
+                          interpret=interpret)(x)
+
+
+# a row gather inside a VMEM block by take_along_axis on lanes (a per-row lane permutation)
+@case("r6_take_along_lanes_f32_8x128", lambda r: [f32(r, 8, 128), jnp.asarray(r.integers(0, 128, (8, 128)), jnp.int32)])
+def r6_take(x, idx, interpret=False):
+    def kernel(x_ref, i_ref, o_ref):
+        o_ref[...] = jnp.take_along_axis(x_ref[...], i_ref[...], axis=1)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=interpret)(x, idx)
+
+
+# take_along_axis over sublanes (axis 0 of a block) with indices from an iota expression, bf16 in, f32 out
+@case("r6_take_along_sublanes_bf16_16x256", lambda r: [bf(r, 16, 256)])
+def r6_take_sub(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        rows = lax.broadcasted_iota(jnp.int32, (16, 128), 0)
+        cols = lax.broadcasted_iota(jnp.int32, (16, 128), 1)
+        idx = (rows * 5 + cols) % 16
+        o_ref[...] = jnp.take_along_axis(x_ref[...].astype(jnp.float32), idx, axis=0) * 3.0
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((16, 256), jnp.float32), grid=(2,),
+                          in_specs=[pl.BlockSpec((16, 128), lambda j: (0, j))],
+                          out_specs=pl.BlockSpec((16, 128), lambda j: (0, j)), interpret=interpret)(x)
+
+
+# a jit of a layer: XLA matmul, a Pallas fused bias+GELU+dropout-free residual over a 2-D grid, then an XLA reduction
+@case("r6_jit_mlp_block_bf16_128x256x256", lambda r: [bf(r, 128, 256), bf(r, 256, 256), bf(r, 1, 256)])
+def r6_mlp(x, w, b, interpret=False):
+    def kernel(h_ref, b_ref, x_ref, o_ref):
+        h = h_ref[...].astype(jnp.float32) + b_ref[...].astype(jnp.float32)
+        o_ref[...] = (jax.nn.gelu(h, approximate=True) + x_ref[...].astype(jnp.float32)).astype(o_ref.dtype)
+    h = jnp.dot(x, w, preferred_element_type=jnp.float32).astype(jnp.bfloat16)
+    y = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(h.shape, h.dtype), grid=(2, 2),
+                       in_specs=[pl.BlockSpec((64, 128), lambda i, j: (i, j)), pl.BlockSpec((1, 128), lambda i, j: (0, j)),
+                                 pl.BlockSpec((64, 128), lambda i, j: (i, j))],
+                       out_specs=pl.BlockSpec((64, 128), lambda i, j: (i, j)), interpret=interpret)(h, b, x)
+    return y, jnp.sum(y.astype(jnp.float32), axis=0)
+
+
+# an int8 weight-only matmul whose per-group (128-row) scales are applied inside the K loop, bf16 activations
+# (groups of 64 rows, tried first, are blocks Mosaic refuses)
+@case("r6_int8_group_scales_bf16_32x256x128", lambda r: [bf(r, 32, 256), jnp.asarray(r.integers(-127, 128, (256, 128)), jnp.int8),
+                                                         jnp.asarray(r.random((2, 1, 128)) * 0.02, jnp.float32)])
+def r6_groupq(x, w, s, interpret=False):
+    def kernel(x_ref, w_ref, s_ref, o_ref, acc):
+        k = pl.program_id(0)
+
+        @pl.when(k == 0)
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        wq = w_ref[...].astype(jnp.float32) * s_ref[...]
+        acc[...] += jnp.dot(x_ref[...].astype(jnp.float32), wq, preferred_element_type=jnp.float32)
+
+        @pl.when(k == pl.num_programs(0) - 1)
+        def _():
+            o_ref[...] = acc[...].astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.bfloat16), grid=(2,),
+                          in_specs=[pl.BlockSpec((32, 128), lambda k: (0, k)), pl.BlockSpec((128, 128), lambda k: (k, 0)),
+                                    pl.BlockSpec((None, 1, 128), lambda k: (k, 0, 0))],
+                          out_specs=pl.BlockSpec((32, 128), lambda k: (0, 0)),
+                          scratch_shapes=[pltpu.VMEM((32, 128), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+                          interpret=interpret)(x, w, s)
+
+
 def split(name):
     return "test" if hashlib.sha1(name.encode()).digest()[0] % 2 else "tune"
 

@@ -669,8 +669,7 @@ typedef struct {
   int is_out;
 } win_state;
 
-/* Block index -> element start of window w in dimension i. */
-static int64_t wstart(const tpu_mo_window *w, int i, int64_t bi) { return bi * w->bounds[i]; }
+static int64_t wstart(const tpu_mo_window *w, int i, int64_t bi) { return tpu_mo_window_start(w, i, bi); }
 
 static void move_block(win_state *s, const tpu_mo_window *w, int to_vmem) {
   int64_t n = tpu__mo_numel(w->rank, s->bdims), idx[TPU_MO_MAX_RANK];

@@ -74,7 +74,14 @@ typedef struct tpu_mo_window {
   int rank;
   int64_t bounds[TPU_MO_MAX_RANK]; /* window_bounds (1 for a squeezed dimension) */
   int squeezed[TPU_MO_MAX_RANK];   /* the kernel's memref drops this dimension */
+  int element;        /* window_kind element_window (pl.Element): the map gives element offsets */
 } tpu_mo_window;
+
+/* The element where window w's block bi starts in dimension i (block index x bound, or the
+ * offset itself for an element window). */
+static inline int64_t tpu_mo_window_start(const tpu_mo_window *w, int i, int64_t bi) {
+  return w->element ? bi : bi * w->bounds[i];
+}
 
 typedef struct tpu_mosaic {
   tpu_arena arena;

@@ -369,6 +369,21 @@ static tpu_status read_kernel(rd *r) {
           if (need) return fail(r, "a window whose bounds do not match its memref", NULL);
         }
         (void)kept;
+        /* pl.Element dimensions (every one of the window's, as Pallas requires): the index map
+         * gives element offsets; window_kind=#tpu.element_window<[low pads],[high pads]> */
+        const char *ew = strstr(buf, "window_kind=#tpu.element_window<");
+        if (ew) {
+          int64_t lo[TPU_MO_MAX_RANK], hi[TPU_MO_MAX_RANK];
+          const char *q = strchr(ew, '[');
+          int nl = q ? ints(q + 1, lo, TPU_MO_MAX_RANK) : 0;
+          q = q ? strchr(q + 1, '[') : NULL;
+          int nh = q ? ints(q + 1, hi, TPU_MO_MAX_RANK) : 0;
+          for (int i = 0; i < nl && i < TPU_MO_MAX_RANK; i++)
+            if (lo[i]) return fail(r, "an element window (pl.Element) with padding: not modelled yet", NULL);
+          for (int i = 0; i < nh && i < TPU_MO_MAX_RANK; i++)
+            if (hi[i]) return fail(r, "an element window (pl.Element) with padding: not modelled yet", NULL);
+          win->element = 1;
+        }
       }
       p = e + 1;
       if (*p == ';') p++;

@@ -686,6 +686,50 @@ static tpu_status rotate(mo_ctx *c, const tpu_mo_op *op) {
   return r ? TPU_OK : st;
 }
 
+/* tpu.dynamic_gather (jnp.take_along_axis inside a kernel): the `dimensions` of the source
+ * collapse into one trailing dimension of size M (row-major, in the listed order); result
+ * element i is that dimension's element indices[i] mod M at i's other coordinates. Priced as a
+ * permute on the XLU, one pass over the result's registers. */
+static tpu_status dyn_gather(mo_ctx *c, const tpu_mo_op *op) {
+  const mo_val *s = in(c, op, 0), *ix = op->nopd > 1 ? in(c, op, 1) : NULL;
+  const tpu_mo_type *t = &op->rest[0];
+  int64_t dims[TPU_MO_MAX_RANK];
+  int nd = tpu_mo_attr_ints(op, "dimensions", dims, TPU_MO_MAX_RANK);
+  int coll[TPU_MO_MAX_RANK] = {0};
+  int ok = ix && s->kind == TPU_MO_VECTOR && nd >= 1 && s->rank == t->rank && ix->rank == t->rank;
+  for (int i = 0; ok && i < s->rank; i++) ok = ix->dims[i] == t->dims[i];
+  for (int i = 0; ok && i < nd; i++) {
+    ok = dims[i] >= 0 && dims[i] < s->rank && !coll[dims[i]] && s->dims[dims[i]] > 0;
+    if (ok) coll[dims[i]] = 1;
+  }
+  for (int i = 0; ok && i < s->rank; i++) ok = coll[i] || s->dims[i] == t->dims[i];
+  if (!ok) return tpu__mo_fail(c, op, TPU_ERR_INVALID, "a dynamic_gather whose source, indices and dimensions disagree");
+  c->work.xlu_vregs += tpu__mo_vregs(c, t->rank, t->dims, t->dt);
+  if (c->count) {
+    tpu__mo_def_nodata(c, op->res[0], t);
+    return TPU_OK;
+  }
+  int64_t m = 1;
+  for (int i = 0; i < nd; i++) m *= s->dims[dims[i]];
+  int64_t n = tpu__mo_numel(t->rank, t->dims), idx[TPU_MO_MAX_RANK];
+  double *tmp = tpu_malloc(sizeof *tmp * (size_t)(n + 1));
+  if (!tmp) return tpu__mo_fail(c, op, TPU_ERR_NOMEM, "out of memory");
+  for (int64_t e = 0; e < n; e++) {
+    unflat(e, t->rank, t->dims, idx);
+    int64_t j = m ? (((int64_t)ix->v[e] % m) + m) % m : 0;
+    for (int i = nd - 1; i >= 0; i--) { /* the collapsed index back into the listed dimensions */
+      idx[dims[i]] = j % s->dims[dims[i]];
+      j /= s->dims[dims[i]];
+    }
+    tmp[e] = s->v[flat(s->rank, s->dims, idx)];
+  }
+  tpu_status st = TPU_OK;
+  double *r = res(c, op, 0, &st);
+  if (r) memcpy(r, tmp, sizeof *r * (size_t)n);
+  tpu_free(tmp);
+  return r ? TPU_OK : st;
+}
+
 /* tpu.reduce_index (jnp.argmax / argmin inside a kernel): the index of the largest (smallest)
  * element along `axis`, the first of equal ones; a NaN counts as the extreme (jnp's rule).
  * Priced as a reduction: the VPU over the source, the XLU across lanes or sublanes. */
@@ -782,6 +826,7 @@ tpu_status tpu__mo_vec_op(mo_ctx *c, const tpu_mo_op *op, int *handled) {
   }
   if (k == TPU_MO_ROTATE || k == TPU_MO_DYNAMIC_ROTATE) return rotate(c, op);
   if (k == TPU_MO_REDUCE_INDEX) return reduce_index(c, op);
+  if (k == TPU_MO_DYNAMIC_GATHER) return dyn_gather(c, op);
   if (k == TPU_MO_MATMUL) return matmul(c, op);
   if (k == TPU_MO_MULTI_REDUCTION) return reduction(c, op);
   if (k == TPU_MO_BROADCAST || k == TPU_MO_VSPLAT) return broadcast(c, op);

@@ -38,8 +38,11 @@ static const char *const k_cases[] = {
     /* static row slices of a vector in a fori_loop (extract_strided_slice's offsets an array
      * attribute: every slice read row 0 before) */
     "user_r2_fori_prefix_rows_f32_64x128",
-    /* pl.reciprocal (tpu.reciprocal: refused as not modelled before) */
-    "user_r6_reciprocal_rownorm_f32_128x256", NULL};
+    /* pl.reciprocal (tpu.reciprocal), jnp.take_along_axis (tpu.dynamic_gather): refused as not
+     * modelled before; pl.Element windows (offsets in elements: read as block indices before,
+     * past the array) */
+    "user_r6_reciprocal_rownorm_f32_128x256", "user_r6_take_along_lanes_f32_8x128",
+    "user_r6_element_offsets_rows_f32_4x8x128", NULL};
 
 static char g_src[1024];
 
@@ -168,8 +171,22 @@ static void test_parse_errors(void) {
     CHECK_EQ_INT((int)mo->grid[0], 4);
     CHECK_EQ_INT(mo->nwindows, 2);
     CHECK(mo->win[1].has_map && mo->win[1].bounds[1] == 128);
+    CHECK(!mo->win[0].element);
   }
   tpu_mosaic_free(mo);
+  /* pl.Element windows: offsets in elements; with padding, refused (not modelled) */
+  char el[1200];
+  const char *w0 = strstr(ok, "{transform_indices=@t;window_bounds=a:8,128}");
+  snprintf(el, sizeof el, "%.*s{transform_indices=@t;window_bounds=a:8,128;window_kind=#tpu.element_window<[0,0],[0,0]>}%s",
+           (int)(w0 - ok), ok, w0 + strlen("{transform_indices=@t;window_bounds=a:8,128}"));
+  mo = NULL;
+  CHECK_EQ_INT(tpu_mosaic_parse(el, strlen(el), tpu_noloc(), &mo, &d), TPU_OK);
+  if (mo) CHECK(mo->win[0].element && !mo->win[1].element && tpu_mo_window_start(&mo->win[0], 0, 17) == 17);
+  tpu_mosaic_free(mo);
+  char *pad = strstr(el, "<[0,0],[0,0]>");
+  if (pad) pad[4] = '2';
+  CHECK_EQ_INT(parse_text(el, msg, sizeof msg), TPU_ERR_PARSE);
+  CHECK(strstr(msg, "element window (pl.Element) with padding") != NULL);
 }
 
 /* A custom call whose kernel is still bytecode, and one with an op the interpreter lacks. */
