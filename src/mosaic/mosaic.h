@@ -111,6 +111,9 @@ void tpu_mosaic_free(tpu_mosaic *k);
 tpu_status tpu_mosaic_of_instr(const tpu_instr *in, tpu_mosaic **out, tpu_diag *d);
 /* Does this custom call carry a decoded kernel? */
 int tpu_mosaic_is_decoded(const tpu_instr *in);
+/* A decoded Pallas call's kernel and its source line, "kernel @ file.py:12" (the kernel's
+ * first operation that carries a line, the file without its folder) into buf; 0: not one. */
+int tpu_mosaic_source(const tpu_instr *in, char *buf, size_t n);
 /* The first Pallas call of m whose scalar operands (dynamic grid bounds, scalar prefetch) are
  * not all HLO constants (its kernel's name into name[n]), or NULL: a timing run without
  * values counts such a kernel on zeros. */

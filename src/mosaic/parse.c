@@ -458,6 +458,31 @@ int tpu_mosaic_is_decoded(const tpu_instr *in) {
   return b && strstr(b, "\"tpusim_mosaic\"");
 }
 
+/* Copies the token at p (up to a space, a newline, its escape "\\n" or a quote) into buf. */
+static void token_at(const char *p, char *buf, size_t n) {
+  size_t k = 0;
+  while (p[k] && p[k] != ' ' && p[k] != '"' && p[k] != '\n' && !(p[k] == '\\' && p[k + 1] == 'n') && k + 1 < n) {
+    buf[k] = p[k];
+    k++;
+  }
+  buf[k] = 0;
+}
+
+int tpu_mosaic_source(const tpu_instr *in, char *buf, size_t n) {
+  const char *b = backend_config(in), *m = b ? strstr(b, "\"tpusim_mosaic\"") : NULL;
+  const char *f = m ? strstr(m, "op func.func ") : NULL;
+  const char *nm = f ? strstr(f, "sym_name=s:") : NULL, *loc = f ? strstr(f, "_loc=s:") : NULL;
+  if (!nm || n == 0) return 0;
+  char name[128], src[512];
+  token_at(nm + 11, name, sizeof name);
+  src[0] = 0;
+  if (loc) token_at(loc + 7, src, sizeof src);
+  const char *base = strrchr(src, '/');
+  if (src[0]) snprintf(buf, n, "%s @ %s", name, base ? base + 1 : src);
+  else snprintf(buf, n, "%s", name);
+  return 1;
+}
+
 tpu_status tpu_mosaic_of_instr(const tpu_instr *in, tpu_mosaic **out, tpu_diag *d) {
   *out = NULL;
   const char *b = backend_config(in);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "mosaic/mosaic.h"
 
 /* The debug tables XLA and JAX print before the computations (the parser skips them):
  *   FileNames      N "path"
@@ -223,6 +224,12 @@ int tpu_sources_fill(const tpu_sources *s, const tpu_instr *in, tpu_op_source *r
   static const debug_tables none;
   const debug_tables *t = s ? &s->t : &none;
   if (!fill_row(row, in, t)) return 0;
+  char kern[300];
+  if (in && tpu_mosaic_source(in, kern, sizeof kern)) { /* a Pallas call: its kernel, where it is written */
+    row->fused = tpu_strdup(kern);
+    if (!row->op_name && !row->source_file) row->op_name = tpu_strdup("pallas_call"); /* no metadata */
+    return row->fused != NULL && (row->op_name || row->source_file);
+  }
   if (!in || in->op != TPU_OP_FUSION || !in->calls) return 1;
   /* The ops the fusion holds, by the last part of their JAX names, each once, in order. */
   char list[200] = "";

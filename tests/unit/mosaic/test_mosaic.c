@@ -19,6 +19,7 @@
 #include "ir/verify.h"
 #include "mosaic/mosaic.h"
 #include "ref/ref.h"
+#include "report/source.h"
 
 static const char *const k_cases[] = {
     "matmul_bf16_64x256x128_b32x128x128", "matmul_bf16_f32out_32x128x256_b32x128x128",
@@ -381,6 +382,37 @@ static void test_timing_scalars(const tpu_chip *chip) {
   }
 }
 
+/* A Pallas call's profile row names its kernel and the kernel's source line (the call has no
+ * metadata here: its JAX op is "pallas_call"); another custom call gets neither. */
+static void test_profile_source(void) {
+  char p[1400];
+  tpu_diag d;
+  tpu_module *m = NULL;
+  path(p, sizeof p, "flash_attention_causal_f32_1x1x256x64_b128", "prog.hlo");
+  CHECK_EQ_INT(tpu_hlo_parse_file(p, &m, &d), TPU_OK);
+  const tpu_instr *call = NULL;
+  for (int c = 0; m && c < m->ncomps; c++) /* (the call sits in a computation the entry calls) */
+    for (int i = 0; i < m->comps[c]->ninstrs; i++)
+      if (tpu_mosaic_is_decoded(m->comps[c]->instrs[i])) call = m->comps[c]->instrs[i];
+  CHECK(call != NULL);
+  if (call) {
+    tpu_op_source row;
+    memset(&row, 0, sizeof row);
+    CHECK(tpu_sources_fill(NULL, call, &row));
+    CHECK(row.fused && !strncmp(row.fused, "_flash_attention_kernel @ flash_attention.py:", 45));
+    CHECK(row.op_name && !strcmp(row.op_name, "pallas_call"));
+    char buf[300];
+    tpu_op_source_format(&row, buf, sizeof buf);
+    CHECK(strstr(buf, "pallas_call [_flash_attention_kernel @ flash_attention.py:") == buf);
+    tpu_op_source_free(&row);
+    memset(&row, 0, sizeof row);
+    CHECK(tpu_sources_fill(NULL, m->entry->params[0], &row));
+    CHECK(!row.fused && !row.op_name);
+    tpu_op_source_free(&row);
+  }
+  tpu_module_free(m);
+}
+
 int main(void) {
   const char *s = getenv("TPU_SRC");
   snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
@@ -393,6 +425,7 @@ int main(void) {
   }
   test_timing(&chip);
   test_timing_scalars(&chip);
+  test_profile_source();
   test_parse_errors();
   test_refusals();
   CHECK_DONE();
