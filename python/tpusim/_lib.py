@@ -58,6 +58,7 @@ class Options(ctypes.Structure):
         ("topology", ctypes.c_char_p),
         ("slices", ctypes.c_int),
         ("no_windowed_einsum", ctypes.c_int),
+        ("no_events", ctypes.c_int),
     ]
 
 

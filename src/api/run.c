@@ -192,6 +192,7 @@ typedef struct {
   const char *chip, *mesh, *topology;
   int slices;
   int no_window; /* no_windowed_einsum */
+  int no_events;
 } run_plan;
 
 static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
@@ -224,6 +225,7 @@ static tpu_status plan_run(const tpu_sim_options *o, run_plan *p, tpu_diag *d) {
   p->topology = o->topology;
   p->slices = o->slices;
   p->no_window = o->no_windowed_einsum;
+  p->no_events = o->no_events != 0;
   if (o->slices < 0) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "slices is %d; it must be 1 or more", o->slices);
   if (!p->tpu && (o->topology || o->slices > 1))
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "a topology and slices need the tpu backend");
@@ -313,9 +315,9 @@ static void apply_trips(tpu_program *p, const tpu_loop_trips *t) {
 /* Times `prog` on the chip into tl, metrics, prof and src (src rows linked into prof and tl,
  * as the CLI's report and trace show them). */
 static tpu_status time_into(const tpu_program *prog, const tpu_chip *chip, tpu_peak_kind pk, const tpu_sim_module *sm,
-                            tpu_timeline *tl, tpu_report_metrics *metrics, tpu_profile *prof, tpu_op_source **src,
-                            tpu_diag *d) {
-  TPU_TRY(tpu_timing_run(prog, chip, 1, tl, d));
+                            int events, tpu_timeline *tl, tpu_report_metrics *metrics, tpu_profile *prof,
+                            tpu_op_source **src, tpu_diag *d) {
+  TPU_TRY(tpu_timing_run(prog, chip, events, tl, d));
   TPU_TRY(tpu_report_metrics_compute(tl, chip, pk, metrics, d));
   TPU_TRY(tpu_report_profile(tl, metrics->clock_hz, prof, d));
   TPU_TRY(tpu__api_source_rows(prog, prof, sm->text, sm->len, src, d));
@@ -355,7 +357,7 @@ static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, cons
   for (int i = 0; st == TPU_OK && i < c->prog->ninsns; i++)
     c->dyn_trips |= c->prog->insns[i].opc == TPU_ISA_LOOP && c->prog->insns[i].trips < 0;
   if (st == TPU_OK && !c->dyn_trips) {
-    st = time_into(c->prog, &c->chip, c->pk, sm, &c->tl, &c->metrics, &c->prof, &c->src, d);
+    st = time_into(c->prog, &c->chip, c->pk, sm, !p->no_events, &c->tl, &c->metrics, &c->prof, &c->src, d);
     c->timed = st == TPU_OK;
   }
   if (st != TPU_OK) { /* a later run starts again */
@@ -396,7 +398,7 @@ static tpu_status own_program(tpu_sim_result *r, const tpu_sim_module *sm, const
   }
   if (st == TPU_OK) {
     apply_trips(prog, trips);
-    st = time_into(prog, &c->chip, c->pk, sm, &r->tl, &r->metrics, &r->prof, &r->src, d);
+    st = time_into(prog, &c->chip, c->pk, sm, !p->no_events, &r->tl, &r->metrics, &r->prof, &r->src, d);
   }
   if (st != TPU_OK) {
     tpu_program_free(prog);
@@ -473,7 +475,7 @@ static tpu_status time_program(tpu_sim_result *r, const tpu_sim_module *sm, cons
     return TPU_OK;
   }
   r->own_timing = 1;
-  st = time_into(&own, &c->chip, c->pk, sm, &r->tl, &r->metrics, &r->prof, &r->src, d);
+  st = time_into(&own, &c->chip, c->pk, sm, !p->no_events, &r->tl, &r->metrics, &r->prof, &r->src, d);
   tpu_free(own.insns);
   if (st != TPU_OK) {
     tpu_free(key);
@@ -515,18 +517,18 @@ void tpu__trip_timings_free(tpu__compiled *c) {
 }
 
 /* The settings of a run that change the compiled program, its timing or the values, less the
- * module and the chip: mesh, topology, backend, precision, slices, windowed einsum. */
+ * module and the chip: mesh, topology, backend, precision, slices, windowed einsum, events. */
 static unsigned char *make_opts(const run_plan *p, size_t *len) {
   const char *mesh = p->mesh ? p->mesh : "", *topo = p->topology ? p->topology : "";
   size_t nm = strlen(mesh), nt = strlen(topo);
-  size_t n = nm + 1 + nt + 1 + 4 * sizeof(int);
+  size_t n = nm + 1 + nt + 1 + 5 * sizeof(int);
   unsigned char *k = tpu_malloc(n), *q = k;
   if (!k) return NULL;
   memcpy(q, mesh, nm + 1);
   q += nm + 1;
   memcpy(q, topo, nt + 1);
   q += nt + 1;
-  int ints[4] = {p->tpu, p->precision, p->slices, p->no_window};
+  int ints[5] = {p->tpu, p->precision, p->slices, p->no_window, p->no_events}; /* the timeline kept has events or not */
   memcpy(q, ints, sizeof ints);
   *len = n;
   return k;

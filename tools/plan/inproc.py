@@ -27,7 +27,7 @@ class _Options(ctypes.Structure):  # ORDER: tpu_sim_options in include/tpusim/tp
     _fields_ = [("backend", ctypes.c_char_p), ("chip", ctypes.c_char_p), ("precision", ctypes.c_char_p),
                 ("mode", ctypes.c_char_p), ("out_shardings", ctypes.POINTER(ctypes.c_char_p)),
                 ("n_out_shardings", ctypes.c_int), ("mesh", ctypes.c_char_p), ("topology", ctypes.c_char_p),
-                ("slices", ctypes.c_int), ("no_windowed_einsum", ctypes.c_int)]
+                ("slices", ctypes.c_int), ("no_windowed_einsum", ctypes.c_int), ("no_events", ctypes.c_int)]
 
 
 class Failure(Exception):
@@ -102,6 +102,7 @@ class Lib:
                 o.mode = b"timing"
                 o.chip = chip.encode()
                 o.slices = slices
+                o.no_events = 1  # the report's step, FLOPs and pod figures only: no trace
                 st = L.tpu_sim_run(m, ctypes.byref(o), None, 0, ctypes.byref(r), ctypes.byref(d))
                 if st != 0:
                     raise self._fail(st, d)

@@ -155,6 +155,36 @@ static void test_mlp(void) {
     CHECK_EQ_INT(tpu_sim_result_noutputs(r), 0);
   }
   tpu_sim_result_free(r);
+
+  /* Timing without events: the same cycles, the parts from the unit totals, no trace; the
+   * cache keeps it apart from the timing with events (each run gets its own kind). */
+  for (int pass = 0; pass < 2; pass++) {
+    o.no_events = 1;
+    r = NULL;
+    CHECK_EQ_INT(tpu_sim_run(m, &o, NULL, 0, &r, &d), TPU_OK);
+    if (r) {
+      tpu_sim_metrics tm;
+      CHECK_EQ_INT(tpu_sim_result_metrics(r, &tm, &d), TPU_OK);
+      CHECK_EQ_INT(tm.cycles, full.cycles);
+      CHECK_EQ_INT(tm.parts_from_events, 0);
+      char tp[128];
+      snprintf(tp, sizeof tp, "%s/t0.json", g_dir);
+      CHECK_EQ_INT(tpu_sim_result_write_trace(r, tp, &d), TPU_ERR_ARG);
+    }
+    tpu_sim_result_free(r);
+    o.no_events = 0;
+    r = NULL;
+    CHECK_EQ_INT(tpu_sim_run(m, &o, NULL, 0, &r, &d), TPU_OK);
+    if (r) {
+      tpu_sim_metrics tm;
+      CHECK_EQ_INT(tpu_sim_result_metrics(r, &tm, &d), TPU_OK);
+      CHECK_EQ_INT(tm.cycles, full.cycles);
+      CHECK_EQ_INT(tm.parts_from_events, full.parts_from_events);
+    }
+    tpu_sim_result_free(r);
+  }
+  CHECK_EQ_INT(full.parts_from_events, 1);
+  r = NULL;
   CHECK_EQ_INT(tpu_sim_run(m, &o, in, 5, &r, &d), TPU_ERR_ARG); /* timing takes no inputs */
   CHECK(r == NULL);
 
