@@ -15,6 +15,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: tpusim systolic -c CONFIG.cfg [-t TOPOLOGY.csv] [-i conv|gemm] [-p OUTDIR]\n"
           "                       [--scalesim-compat] [--pe-level] [-q]\n"
+          "       tpusim systolic --batch LIST [-p OUTDIR] [--scalesim-compat] [--pe-level] [-q]\n"
           "       tpusim systolic --animate [--rows R] [--cols C] [-M M] [-K K] [-N N]\n"
           "                       [--html FILE] [--scalesim-compat]\n"
           "\n"
@@ -32,6 +33,9 @@ static void usage(FILE *f) {
           "  --pe-level          run the cycle-by-cycle PE array (computing and checking real\n"
           "                      values) instead of the closed form; the cycles are the same\n"
           "  -q                  no per-layer table on stdout\n"
+          "  --batch LIST        many runs in one process: each line of LIST is 'RUN_ID CONFIG\n"
+          "                      TOPOLOGY [conv|gemm]' (paths from LIST's folder; # comments);\n"
+          "                      run RUN_ID's report goes to OUTDIR/RUN_ID/<run_name>/\n"
           "  -l FILE, -s Y|N     SCALE-Sim's layout and trace options: accepted, ignored\n"
           "\n"
           "  --animate           show every cycle of an R x C array computing A[M,K] x W[K,N]\n"
@@ -43,8 +47,8 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-  const char *cfg, *topo, *kind, *outdir, *html;
-  int compat, pe_level, quiet, animate;
+  const char *cfg, *topo, *kind, *outdir, *html, *batch;
+  int compat, pe_level, quiet, animate, batch_i;
   int64_t rows, cols, M, K, N; /* --animate sizes */
   int kind_i, mkn_i;           /* argument positions of -i and of the largest of -M, -K, -N */
 } opts;
@@ -148,89 +152,115 @@ static int ensure_dir(const char *path) {
   return 0;
 }
 
-static int run_report(const opts *o) {
+/* One run: a config and a topology, its rows computed (run_compute), then its report
+ * written (run_write). */
+typedef struct {
+  const char *cfg_path, *topo_arg; /* topo_arg: NULL takes the config's TopologyCsvLoc */
+  char *cfg_own, *topo_own;        /* --batch: paths resolved against the list's folder */
+  char *id;                        /* --batch: the run's id (its folder under -p) */
+  tpu_scalesim_input kind;
+  tpu_scalesim_config cfg;
+  int have_cfg;
+  tpu_scalesim_topology topo;
+  tpu_scalesim_row *rows;
+} sysrun;
+
+static void run_free(sysrun *r) {
+  tpu_free(r->rows);
+  tpu_scalesim_topology_deinit(&r->topo);
+  if (r->have_cfg) tpu_scalesim_config_deinit(&r->cfg);
+  tpu_free(r->cfg_own);
+  tpu_free(r->topo_own);
+  tpu_free(r->id);
+  memset(r, 0, sizeof *r);
+}
+
+/* Loads the run's files and computes every layer's row (printing the table unless -q).
+ * Returns the exit status (0 ok). */
+static int run_compute(const opts *o, sysrun *r) {
   tpu_diag d;
   memset(&d, 0, sizeof d);
-  tpu_scalesim_config cfg;
-  tpu_scalesim_topology topo;
-  memset(&topo, 0, sizeof topo);
-  tpu_scalesim_row *rows = NULL;
-  char *dir = NULL, *report = NULL;
-  int rc = 0;
-  tpu_scalesim_input kind = TPU_SCALESIM_CONV;
-  if (o->kind && !strcmp(o->kind, "gemm")) kind = TPU_SCALESIM_GEMM;
-  else if (o->kind && strcmp(o->kind, "conv")) {
-    return tpu_cli_arg_error(o->kind_i, 1, "-i takes conv or gemm, not '%s'", o->kind);
+  if (tpu_scalesim_config_load(r->cfg_path, &r->cfg, &d) != TPU_OK) return tpu_cli_report_file(&d, r->cfg_path);
+  r->have_cfg = 1;
+  if (tpu_scalesim_config_require_ws(&r->cfg, &d) != TPU_OK) return tpu_cli_report(&d);
+  const char *topo_path = r->topo_arg ? r->topo_arg : r->cfg.topology_path;
+  if (!topo_path)
+    return tpu_cli_file_error(r->cfg_path, 0, 0, "no topology: give -t FILE or [network_presets] TopologyCsvLoc");
+  if (tpu_scalesim_topology_load(topo_path, r->kind, &r->topo, &d) != TPU_OK) return tpu_cli_report_file(&d, topo_path);
+  r->rows = tpu_calloc((size_t)r->topo.n + 1, sizeof *r->rows);
+  if (!r->rows) {
+    tpu_cli_file_error(topo_path, 0, 0, "out of memory for %lld layers", (long long)r->topo.n);
+    return 1;
   }
-  if (tpu_scalesim_config_load(o->cfg, &cfg, &d) != TPU_OK) return tpu_cli_report_file(&d, o->cfg);
-  if (tpu_scalesim_config_require_ws(&cfg, &d) != TPU_OK) {
-    rc = tpu_cli_report(&d);
-    goto out;
-  }
-  const char *topo_path = o->topo ? o->topo : cfg.topology_path;
-  if (!topo_path) {
-    rc = tpu_cli_file_error(o->cfg, 0, 0, "no topology: give -t FILE or [network_presets] TopologyCsvLoc");
-    goto out;
-  }
-  if (tpu_scalesim_topology_load(topo_path, kind, &topo, &d) != TPU_OK) {
-    rc = tpu_cli_report_file(&d, topo_path);
-    goto out;
-  }
-  rows = tpu_calloc((size_t)topo.n + 1, sizeof *rows);
-  if (!rows) {
-    tpu_cli_file_error(topo_path, 0, 0, "out of memory for %lld layers", (long long)topo.n);
-    rc = 1;
-    goto out;
-  }
-  const int64_t R = cfg.array_rows, C = cfg.array_cols;
+  const int64_t R = r->cfg.array_rows, C = r->cfg.array_cols;
   if (!o->quiet) {
-    printf("run %s: %lldx%lld array, ws dataflow, %s weight loading, %s\n", cfg.run_name,
+    printf("run %s: %lldx%lld array, ws dataflow, %s weight loading, %s\n", r->id ? r->id : r->cfg.run_name,
            (long long)R, (long long)C,
            o->compat ? "serial (SCALE-Sim compatible)" : "double-buffered (TPU)",
            o->pe_level ? "PE-level simulation (values checked)" : "closed form");
     printf("%-8s %-24s %10s %10s %10s %8s %14s %9s%s\n", "LayerID", "name", "M", "K", "N",
            "folds", "Total Cycles", "Util %", o->compat ? "" : "     Saved");
   }
-  for (int64_t i = 0; i < topo.n; i++) {
+  for (int64_t i = 0; i < r->topo.n; i++) {
     tpu_mxu_cycles serial, dbl;
-    if (layer_cycles(&cfg, &topo, i, TPU_WLOAD_SERIAL, o->pe_level, &serial, &d) != TPU_OK) {
-      rc = d.status == TPU_ERR_RUNTIME || d.status == TPU_ERR_NOMEM ? 1 : 2;
+    tpu_scalesim_row *row = &r->rows[i];
+    if (layer_cycles(&r->cfg, &r->topo, i, TPU_WLOAD_SERIAL, o->pe_level, &serial, &d) != TPU_OK) {
+      int rc = d.status == TPU_ERR_RUNTIME || d.status == TPU_ERR_NOMEM ? 1 : 2;
       tpu_cli_report(&d);
-      goto out;
+      return rc;
     }
     if (o->compat) {
-      tpu_scalesim_row_from_cycles(&serial, R, C, &rows[i]);
+      tpu_scalesim_row_from_cycles(&serial, R, C, row);
     } else {
-      if (layer_cycles(&cfg, &topo, i, TPU_WLOAD_DOUBLE, o->pe_level, &dbl, &d) != TPU_OK) {
-        rc = d.status == TPU_ERR_RUNTIME || d.status == TPU_ERR_NOMEM ? 1 : 2;
+      if (layer_cycles(&r->cfg, &r->topo, i, TPU_WLOAD_DOUBLE, o->pe_level, &dbl, &d) != TPU_OK) {
+        int rc = d.status == TPU_ERR_RUNTIME || d.status == TPU_ERR_NOMEM ? 1 : 2;
         tpu_cli_report(&d);
-        goto out;
+        return rc;
       }
-      tpu_scalesim_row_from_cycles(&dbl, R, C, &rows[i]);
-      rows[i].cycles_saved = serial.total - dbl.total;
+      tpu_scalesim_row_from_cycles(&dbl, R, C, row);
+      row->cycles_saved = serial.total - dbl.total;
     }
     if (!o->quiet) {
-      const tpu_scalesim_layer *l = &topo.layers[i];
+      const tpu_scalesim_layer *l = &r->topo.layers[i];
       printf("%-8lld %-24s %10lld %10lld %10lld %8lld %14lld %9.2f", (long long)i, l->name,
              (long long)l->M, (long long)l->K, (long long)l->N, (long long)serial.folds,
-             (long long)rows[i].total_cycles, rows[i].overall_util_pct);
-      if (!o->compat) printf(" %9lld", (long long)rows[i].cycles_saved);
+             (long long)row->total_cycles, row->overall_util_pct);
+      if (!o->compat) printf(" %9lld", (long long)row->cycles_saved);
       printf("\n");
     }
   }
-  /* Everything is computed: only now touch the output folder. */
-  size_t n1 = strlen(o->outdir) + strlen(cfg.run_name) + 2;
+  return 0;
+}
+
+/* Writes OUTDIR[/ID]/<run_name>/COMPUTE_REPORT.csv. Returns the exit status. */
+static int run_write(const opts *o, const sysrun *r) {
+  tpu_diag d;
+  memset(&d, 0, sizeof d);
+  const char *base = o->outdir;
+  char *top = NULL, *dir = NULL, *report = NULL;
+  int rc = 0;
+  if (r->id) {
+    size_t n0 = strlen(o->outdir) + strlen(r->id) + 2;
+    if (!(top = tpu_malloc(n0))) {
+      tpu_cli_file_error(o->outdir, 0, 0, "out of memory");
+      return 1;
+    }
+    snprintf(top, n0, "%s/%s", o->outdir, r->id);
+    base = top;
+  }
+  size_t n1 = strlen(base) + strlen(r->cfg.run_name) + 2;
   dir = tpu_malloc(n1);
   report = tpu_malloc(n1 + 20);
   if (!dir || !report) {
-    tpu_cli_file_error(o->outdir, 0, 0, "out of memory");
+    tpu_cli_file_error(base, 0, 0, "out of memory");
     rc = 1;
     goto out;
   }
-  snprintf(dir, n1, "%s/%s", o->outdir, cfg.run_name);
+  snprintf(dir, n1, "%s/%s", base, r->cfg.run_name);
   snprintf(report, n1 + 20, "%s/COMPUTE_REPORT.csv", dir);
-  if (ensure_dir(o->outdir) != 0) {
-    tpu_cli_file_error(o->outdir, 0, 0, "cannot create the output folder: %s", strerror(errno));
+  if (ensure_dir(o->outdir) != 0 || (top && ensure_dir(top) != 0)) {
+    tpu_cli_file_error(top && errno != ENOTDIR ? top : o->outdir, 0, 0, "cannot create the output folder: %s",
+                       strerror(errno));
     rc = 1;
     goto out;
   }
@@ -239,18 +269,139 @@ static int run_report(const opts *o) {
     rc = 1;
     goto out;
   }
-  if (tpu_scalesim_report_write(report, rows, topo.n, !o->compat, &d) != TPU_OK) {
+  if (tpu_scalesim_report_write(report, r->rows, r->topo.n, !o->compat, &d) != TPU_OK) {
     tpu_cli_report(&d);
     rc = 1;
     goto out;
   }
   if (!o->quiet) printf("wrote %s\n", report);
 out:
+  tpu_free(top);
   tpu_free(dir);
   tpu_free(report);
-  tpu_free(rows);
-  tpu_scalesim_topology_deinit(&topo);
-  tpu_scalesim_config_deinit(&cfg);
+  return rc;
+}
+
+static int run_report(const opts *o) {
+  sysrun r;
+  memset(&r, 0, sizeof r);
+  r.kind = TPU_SCALESIM_CONV;
+  if (o->kind && !strcmp(o->kind, "gemm")) r.kind = TPU_SCALESIM_GEMM;
+  else if (o->kind && strcmp(o->kind, "conv")) {
+    return tpu_cli_arg_error(o->kind_i, 1, "-i takes conv or gemm, not '%s'", o->kind);
+  }
+  r.cfg_path = o->cfg;
+  r.topo_arg = o->topo;
+  int rc = run_compute(o, &r);
+  /* Everything is computed: only now touch the output folder. */
+  if (rc == 0) rc = run_write(o, &r);
+  run_free(&r);
+  return rc;
+}
+
+/* A path of the batch list: as written when absolute, else from the list's folder. */
+static char *batch_path(const char *list, const char *p) {
+  const char *slash = strrchr(list, '/');
+  size_t nd = p[0] == '/' || !slash ? 0 : (size_t)(slash - list) + 1;
+  char *s = tpu_malloc(nd + strlen(p) + 1);
+  if (!s) return NULL;
+  memcpy(s, list, nd);
+  strcpy(s + nd, p);
+  return s;
+}
+
+/* --batch LIST: many runs in one process. Each line of LIST is `RUN_ID CONFIG TOPOLOGY
+ * [conv|gemm]` (tests/scalesim/runs.txt's format; '#' starts a comment line; paths
+ * relative to LIST's folder); run ID's report goes to OUTDIR/ID/<run_name>/. Every run is
+ * computed before any report is written. */
+static int run_batch(const opts *o) {
+  if (o->cfg || o->topo || o->kind)
+    return tpu_cli_arg_error(o->batch_i, 1, "--batch takes each run's config, topology and kind from its list, not -c, -t or -i");
+  FILE *fp = fopen(o->batch, "rb");
+  if (!fp) return tpu_cli_file_error(o->batch, 0, 0, "cannot open: %s", strerror(errno));
+  enum { MAX_LIST = 1 << 20 };
+  char *text = tpu_malloc(MAX_LIST + 1);
+  size_t len = text ? fread(text, 1, MAX_LIST + 1, fp) : 0;
+  int bad = !text ? 1 : ferror(fp) ? 2 : len > MAX_LIST ? 3 : 0;
+  fclose(fp);
+  if (bad) {
+    tpu_free(text);
+    tpu_cli_file_error(o->batch, 0, 0, bad == 1 ? "out of memory" : bad == 2 ? "cannot read" : "larger than 1 MiB");
+    return bad == 1 ? 1 : 2;
+  }
+  sysrun *runs = NULL;
+  int64_t nruns = 0, cap = 0;
+  int rc = 0, line = 0;
+  for (char *p = text; rc == 0 && p < text + len;) {
+    char *eol = memchr(p, '\n', (size_t)(text + len - p));
+    if (!eol) eol = text + len;
+    line++;
+    char *f[5];
+    int nf = 0, col[5];
+    for (char *q = p; q < eol && nf < 5;) {
+      while (q < eol && (*q == ' ' || *q == '\t' || *q == '\r')) q++;
+      if (q >= eol) break;
+      col[nf] = (int)(q - p) + 1;
+      f[nf++] = q;
+      while (q < eol && *q != ' ' && *q != '\t' && *q != '\r') q++;
+      if (q < eol) *q++ = 0;
+    }
+    *eol = 0;
+    p = eol + 1;
+    if (nf == 0 || f[0][0] == '#') continue;
+    if (nf < 3 || nf > 4) {
+      rc = tpu_cli_file_error(o->batch, line, nf > 4 ? col[4] : 1,
+                              "a run is 'RUN_ID CONFIG TOPOLOGY [conv|gemm]'; this line has %d field%s", nf,
+                              nf == 1 ? "" : "s");
+      break;
+    }
+    if (strchr(f[0], '/') || !strcmp(f[0], ".") || !strcmp(f[0], "..")) {
+      rc = tpu_cli_file_error(o->batch, line, col[0], "run id '%s' is not a folder name", f[0]);
+      break;
+    }
+    for (int64_t k = 0; k < nruns; k++)
+      if (!strcmp(runs[k].id, f[0])) {
+        rc = tpu_cli_file_error(o->batch, line, col[0], "run id '%s' is given twice", f[0]);
+        break;
+      }
+    if (rc) break;
+    tpu_scalesim_input kind = TPU_SCALESIM_CONV;
+    if (nf == 4 && !strcmp(f[3], "gemm")) kind = TPU_SCALESIM_GEMM;
+    else if (nf == 4 && strcmp(f[3], "conv")) {
+      rc = tpu_cli_file_error(o->batch, line, col[3], "the kind is conv or gemm, not '%s'", f[3]);
+      break;
+    }
+    if (nruns == cap) {
+      int64_t nc = cap ? 2 * cap : 16;
+      sysrun *g = tpu_realloc(runs, (size_t)nc * sizeof *g);
+      if (!g) {
+        rc = tpu_cli_file_error(o->batch, line, 1, "out of memory");
+        break;
+      }
+      runs = g;
+      cap = nc;
+    }
+    sysrun *r = &runs[nruns++];
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->id = tpu_malloc(strlen(f[0]) + 1);
+    r->cfg_own = batch_path(o->batch, f[1]);
+    r->topo_own = batch_path(o->batch, f[2]);
+    if (!r->id || !r->cfg_own || !r->topo_own) {
+      rc = tpu_cli_file_error(o->batch, line, 1, "out of memory");
+      break;
+    }
+    strcpy(r->id, f[0]);
+    r->cfg_path = r->cfg_own;
+    r->topo_arg = r->topo_own;
+  }
+  if (rc == 0 && nruns == 0) rc = tpu_cli_file_error(o->batch, 0, 0, "the list names no run");
+  for (int64_t k = 0; rc == 0 && k < nruns; k++) rc = run_compute(o, &runs[k]);
+  /* Everything is computed: only now touch the output folder. */
+  for (int64_t k = 0; rc == 0 && k < nruns; k++) rc = run_write(o, &runs[k]);
+  for (int64_t k = 0; k < nruns; k++) run_free(&runs[k]);
+  tpu_free(runs);
+  tpu_free(text);
   return rc;
 }
 
@@ -330,10 +481,11 @@ int tpu_cli_systolic(int argc, char **argv) {
       if (a[0] == '-' && a[1] != '-' && (o.M > 4096 || o.K > 4096 || o.N > 4096) && !o.mkn_i) o.mkn_i = i;
     }
     else if (!strcmp(a, "-c") || !strcmp(a, "-t") || !strcmp(a, "-i") || !strcmp(a, "-p") ||
-             !strcmp(a, "-l") || !strcmp(a, "-s")) {
+             !strcmp(a, "-l") || !strcmp(a, "-s") || !strcmp(a, "--batch")) {
       if (i + 1 >= argc) return tpu_cli_arg_error(i, 1, "%s needs a value", a);
       const char *v = argv[++i];
-      if (a[1] == 'c') o.cfg = v;
+      if (a[1] == '-') o.batch = v, o.batch_i = i;
+      else if (a[1] == 'c') o.cfg = v;
       else if (a[1] == 't') o.topo = v;
       else if (a[1] == 'i') o.kind = v, o.kind_i = i;
       else if (a[1] == 'p') o.outdir = v;
@@ -342,6 +494,7 @@ int tpu_cli_systolic(int argc, char **argv) {
     }
   }
   if (o.animate) return run_animate(&o);
+  if (o.batch) return run_batch(&o);
   if (!o.cfg) return tpu_cli_arg_error(-1, 0, "-c CONFIG.cfg is required (see tpusim systolic --help)");
   return run_report(&o);
 }

@@ -181,5 +181,38 @@ grep -qi '<html' "$TMP/anim.html" || err "--animate --html wrote no page"
 "$BIN" systolic --animate --rows 0 2> /dev/null
 [ $? -eq 2 ] || err "--animate --rows 0: expected exit 2"
 
+# --batch: every run of runs.txt in one process writes the same reports as one process per
+# run, in both weight-loading modes; a bad list is refused at its line with nothing written.
+"$BIN" systolic -q --batch "$FIX/runs.txt" -p "$TMP/batch" --scalesim-compat || err "--batch failed"
+"$BIN" systolic -q --batch "$FIX/runs.txt" -p "$TMP/batch_tpu" || err "--batch (TPU mode) failed"
+nb=0
+while read -r rid cfg topo kind; do
+  case "$rid" in ''|'#'*) continue ;; esac
+  nb=$((nb + 1))
+  cmp -s "$(ls "$TMP/$rid"/*/COMPUTE_REPORT.csv)" "$(ls "$TMP/batch/$rid"/*/COMPUTE_REPORT.csv)" ||
+    err "--batch $rid: report differs from its own run's"
+  cmp -s "$(ls "$TMP/$rid.tpu"/*/COMPUTE_REPORT.csv)" "$(ls "$TMP/batch_tpu/$rid"/*/COMPUTE_REPORT.csv)" ||
+    err "--batch $rid (TPU mode): report differs from its own run's"
+done < "$FIX/runs.txt"
+[ "$nb" -eq "$runs" ] || err "--batch: $nb runs"
+printf '# id config topology kind\n\none %s %s gemm\n' "$(pwd)/$FIX/configs/ws_32x32.cfg" "$(pwd)/$FIX/topologies/gemm_mnk.csv" > "$TMP/l_ok.txt"
+cp "$TMP/l_ok.txt" "$TMP/l_few.txt"; echo 'two configs/x.cfg' >> "$TMP/l_few.txt"
+cp "$TMP/l_ok.txt" "$TMP/l_kind.txt"; echo "two $(pwd)/$C8 t.csv matrix" >> "$TMP/l_kind.txt"
+cp "$TMP/l_ok.txt" "$TMP/l_dup.txt"; echo "one $(pwd)/$C8 t.csv" >> "$TMP/l_dup.txt"
+cp "$TMP/l_ok.txt" "$TMP/l_slash.txt"; echo "a/b $(pwd)/$C8 t.csv" >> "$TMP/l_slash.txt"
+cp "$TMP/l_ok.txt" "$TMP/l_nocfg.txt"; echo "two no_such.cfg t.csv" >> "$TMP/l_nocfg.txt"
+: > "$TMP/l_empty.txt"
+expect_bad batch_fields 2 "^$TMP/l_few.txt:4:1: error: a run is 'RUN_ID CONFIG TOPOLOGY" --batch "$TMP/l_few.txt"
+expect_bad batch_kind 2 "^$TMP/l_kind.txt:4:[0-9]+: error: the kind is conv or gemm, not 'matrix'" --batch "$TMP/l_kind.txt"
+expect_bad batch_dup 2 "^$TMP/l_dup.txt:4:1: error: run id 'one' is given twice" --batch "$TMP/l_dup.txt"
+expect_bad batch_slash 2 "^$TMP/l_slash.txt:4:1: error: run id 'a/b' is not a folder name" --batch "$TMP/l_slash.txt"
+expect_bad batch_nocfg 2 "^$TMP/no_such.cfg:0:0: error: cannot open" --batch "$TMP/l_nocfg.txt"
+expect_bad batch_empty 2 "^$TMP/l_empty.txt:0:0: error: the list names no run" --batch "$TMP/l_empty.txt"
+expect_bad batch_nolist 2 "^$TMP/no_list.txt:0:0: error: cannot open" --batch "$TMP/no_list.txt"
+expect_bad batch_and_c 2 "error: --batch takes each run's config" --batch "$TMP/l_ok.txt" -c "$C8"
+"$BIN" systolic -q --batch "$TMP/l_ok.txt" -p "$TMP/l_out" --scalesim-compat &&
+  cmp -s "$(ls "$TMP/l_out/one"/*/COMPUTE_REPORT.csv)" "$(ls "$TMP/gemm_mnk_32x32"/*/COMPUTE_REPORT.csv)" ||
+  err "--batch with absolute paths"
+
 [ "$fail" -eq 0 ] && echo "systolic: $runs runs against SCALE-Sim, $pe_runs at PE level: ok"
 exit "$fail"
