@@ -9,6 +9,7 @@ for one device of v4, v5e, v5p and v6e (libtpu in compile-only mode: no TPU need
     python3 bench/fidelity/gen.py row_broadcast          # corpus/row_broadcast.json
     python3 bench/fidelity/gen.py batched_products       # corpus/batched_products.json
     python3 bench/fidelity/gen.py narrow_results         # corpus/narrow_results.json
+    python3 bench/fidelity/gen.py vector_ops             # corpus/vector_ops.json
     FIDELITY_HLO_ONLY=1 python3 bench/fidelity/gen.py      # rewrite the .hlo files only (seconds)
     FIDELITY_KEEP=1 ... skips programs whose .json exists; FIDELITY_REVERSE=1 runs the list
     backwards (a second worker from the other end). About 10-20 s per program on 2 cores.
@@ -608,6 +609,34 @@ def eup():
     json.dump(res, open(os.path.join(OUT, "eup.json"), "w"), indent=1)
 
 
+def vector_ops():
+    """The vector-unit functions the eup probe does not reach: per generation, the cycles of
+    k = 2 and 6 chained y = f(y) * 0.5 over [2048,2048] (4,096 f32 registers), compute-bound at
+    both, so that the difference over 4 links is the function's own cost (and the multiply's)
+    free of the memory floor: sine and cosine of f32, sine of bf16. Writes
+    corpus/vector_ops.json (tile.c elem_cost; docs/timing.md "Vector cost table")."""
+    cases = [("sin", jnp.sin, F32), ("cos", jnp.cos, F32), ("sin", jnp.sin, BF)]
+
+    def chain(fn, k):
+        def f(x):
+            y = x
+            for _ in range(k):
+                y = fn(y) * 0.5
+            return y
+        return f
+    res = {}
+    for chip in TOPOLOGIES:
+        dev = device(chip)
+        r = {}
+        for n, fn, dt in cases:
+            for k in (2, 6):
+                c = jax.jit(chain(fn, k)).lower(sds((2048, 2048), dt, dev)).compile()
+                r[f"{n} mul k={k} {jnp.dtype(dt).name} 2048"] = sum(o[4] for o in entry_ops(c.as_text()))
+        res[chip] = {"cores_per_device": getattr(dev, "num_cores", 1), "cycles": r}
+        print(chip, json.dumps(res[chip]), flush=True)
+    json.dump(res, open(os.path.join(OUT, "vector_ops.json"), "w"), indent=1)
+
+
 def xprefetch():
     """Which parameters the compiler prefetches across steps when no matmul reads them: per
     generation, the entry ops (name, opcode, cycles) and asynchronous copies of an unfused
@@ -723,7 +752,7 @@ if __name__ == "__main__":
     build()
     want = sys.argv[1:]
     # the probe families, each one JSON file of corpus/
-    families = {"vector_dots": vector_dots, "eup": eup, "xprefetch": xprefetch, "row_broadcast": row_broadcast,
+    families = {"vector_dots": vector_dots, "eup": eup, "vector_ops": vector_ops, "xprefetch": xprefetch, "row_broadcast": row_broadcast,
                 "batched_products": batched_products, "narrow_results": narrow_results}
     if len(want) == 1 and want[0] in families:
         families[want[0]]()

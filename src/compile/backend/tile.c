@@ -59,6 +59,9 @@ const tpu_shape *tpu__leaf(const tpu_shape *s, int leaf) {
 
 /* ---- Costs (docs/timing.md has the table and the reasons) ---- */
 
+/* Vector-unit operations of a real sine or cosine per 32-bit register. */
+#define TPU__SINE_VPU_OPS 150
+
 /* Vector-unit and transcendental-unit operations per element of an elementwise op. */
 static void elem_cost(tpu_opcode op, tpu_dtype t, int64_t *vpu, int64_t *eup) {
   int f = tpu_dtype_is_float(t);
@@ -80,7 +83,13 @@ static void elem_cost(tpu_opcode op, tpu_dtype t, int64_t *vpu, int64_t *eup) {
     case TPU_OP_LOGISTIC: *vpu = 2; *eup = 2; break;
     case TPU_OP_EXPM1: case TPU_OP_LOG1P: *vpu = 3; *eup = 1; break;
     case TPU_OP_CBRT: *vpu = 3; *eup = 2; break;
-    case TPU_OP_SINE: case TPU_OP_COSINE: *vpu = 16; break;
+    /* a polynomial after a range reduction, on 32-bit registers (a 16-bit value widened,
+     * elem_widened): k = 2 and 6 chained sin(y) * 0.5 over f32[2048,2048] take the XLA TPU
+     * compiler's cost model 38.75 cycles per register per link on v5e (4 vector ops per
+     * cycle: 155 ops, the multiply's one included), 99.5 on v4 (1.48 per cycle: 147), 35.75
+     * on v6e (143); bf16 the same per 32-bit register, and 19.375 per v5p device (38.75 per
+     * TensorCore: 155); cosine as sine (bench/fidelity/corpus/vector_ops.json) */
+    case TPU_OP_SINE: case TPU_OP_COSINE: *vpu = TPU__SINE_VPU_OPS; break;
     case TPU_OP_TAN: *vpu = 34; *eup = 1; break;
     case TPU_OP_ERF: *vpu = 12; *eup = 1; break;
     case TPU_OP_REDUCE_PRECISION: *vpu = 4; break;
@@ -88,6 +97,11 @@ static void elem_cost(tpu_opcode op, tpu_dtype t, int64_t *vpu, int64_t *eup) {
     default: break;
   }
 }
+
+/* Whether an elementwise op's vector operations run on 32-bit registers whatever its
+ * element type (a 16-bit value widened first, as on the EUP): the compiler times sine of
+ * bf16[2048,2048] as that of f32[2048,2048] on v4, v5e and v6e (vector_ops.json "sinb"). */
+static int elem_widened(tpu_opcode op) { return op == TPU_OP_SINE || op == TPU_OP_COSINE; }
 
 /* The same for an op on complex elements, per element (docs/timing.md): the real
  * vector-unit operations it takes on the real and imaginary planes. */
@@ -296,7 +310,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       return;
     }
     elem_cost(in->op, t, &v, &e);
-    c->vpu += vr * v;
+    c->vpu += (elem_widened(in->op) ? eup_vregs(s, vr) : vr) * v;
     c->eup += eup_vregs(s, vr) * e;
     c->flops += numel;
     c->padded_flops += padded;

@@ -5,7 +5,8 @@
  *    start, the MXU, convolutions, a matmul streaming its weight): small programs whose time
  *    one rule dominates, run as `tpusim run --mode timing` runs them (the public API), against
  *    the XLA TPU compiler's own estimated_cycles committed in bench/fidelity/corpus (the probe
- *    families of bench/fidelity/gen.py: eup.json, probes.json, and single-op corpus programs),
+ *    families of bench/fidelity/gen.py: eup.json, vector_ops.json, probes.json, and single-op
+ *    corpus programs),
  *    on v4 (one TensorCore, as the compiler's v4 device), v5e, v5p and v6e. The ratio
  *    tpusim / compiler of each is asserted within RATIO_TOL of the ratio measured when the
  *    case was added: a 10 % change of the rule moves the ratio by about 10 % and fails. Where
@@ -43,13 +44,13 @@ static const double k_clock[NCHIPS] = {1.05e9, 1.5e9, 1.75e9, 1.75e9};
 
 /* ---- programs ---- */
 
-/* k chained FN over DT[4096,4096], as gen.py eup() writes them: bare y = f(y), "mul"
- * y = f(y) * 0.5, "add_mul" y = f(y + 2) * 0.5. */
-static char *chain(const char *fn, int k, const char *dt, const char *form) {
+/* k chained FN over DT[n,n], as gen.py eup() (n = 4096) and vector_ops() write them: bare
+ * y = f(y), "mul" y = f(y) * 0.5, "add_mul" y = f(y + 2) * 0.5. */
+static char *chain(const char *fn, int k, const char *dt, const char *form, int n) {
   tpu_strbuf b;
   tpu_strbuf_init(&b);
   char t[64];
-  snprintf(t, sizeof t, "%s[4096,4096]", dt);
+  snprintf(t, sizeof t, "%s[%d,%d]", dt, n, n);
   tpu_strbuf_printf(&b, "HloModule chain\nENTRY e {\n  y0 = %s parameter(0)\n", t);
   if (strcmp(form, "bare"))
     tpu_strbuf_printf(&b, "  h = %s[] constant(0.5)\n  hb = %s broadcast(h), dimensions={}\n", dt, t);
@@ -178,7 +179,7 @@ static char *probe(const char *tag) {
 
 /* ---- the compiler's figures ---- */
 
-static tpu_json_doc g_eup, g_probes;
+static tpu_json_doc g_eup, g_probes, g_vops;
 
 static int load_doc(const char *file, tpu_json_doc *doc) {
   tpu_diag d;
@@ -194,10 +195,11 @@ static int load_doc(const char *file, tpu_json_doc *doc) {
 static double num(const tpu_json *v) { return v && v->kind == TPU_JSON_NUMBER ? v->num : -1; }
 
 /* The compiler's estimated cycles of a case on generation g, or -1. */
-typedef enum { FIG_EUP, FIG_PROBE, FIG_CORPUS } fig_kind;
+typedef enum { FIG_EUP, FIG_VOPS, FIG_PROBE, FIG_CORPUS } fig_kind;
 
 static double figure(fig_kind kind, const char *key, int g) {
   if (kind == FIG_EUP) return num(tpu_json_get(tpu_json_get(tpu_json_get(g_eup.root, k_gen[g]), "cycles"), key));
+  if (kind == FIG_VOPS) return num(tpu_json_get(tpu_json_get(tpu_json_get(g_vops.root, k_gen[g]), "cycles"), key));
   if (kind == FIG_PROBE)
     return num(tpu_json_get(tpu_json_get(tpu_json_get(g_probes.root, k_gen[g]), key), "estimated_cycles"));
   char file[256];
@@ -240,8 +242,8 @@ static double step_seconds(const char *name, const char *src, const char *preset
 typedef struct {
   const char *rule;    /* the rule the case pins */
   fig_kind kind;       /* where the compiler's figure is */
-  const char *key;     /* eup.json key, probes.json tag or corpus program */
-  const char *fn, *dt, *form; /* FIG_EUP: the chain */
+  const char *key;     /* eup.json or vector_ops.json key, probes.json tag or corpus program */
+  const char *fn, *dt, *form; /* FIG_EUP, FIG_VOPS: the chain (FIG_VOPS: k and n from the key) */
   double want[NCHIPS]; /* tpusim / compiler measured when the case was added (0: none) */
 } rule_case;
 
@@ -260,6 +262,11 @@ static const rule_case k_cases[] = {
     {"EUP+VPU exp*0.5", FIG_EUP, "exp mul k=64 float32", "exponential", "f32", "mul", {1.100, 0.993, 0.991, 0.992}},
     {"VPU+EUP rsqrt(y+2)*0.5", FIG_EUP, "rsqrt add_mul k=64 float32", "rsqrt", "f32", "add_mul", {1.166, 0.998, 0.997, 0.998}},
     {"VPU+EUP log(y+2)*0.5", FIG_EUP, "log add_mul k=64 float32", "log", "f32", "add_mul", {1.203, 0.999, 0.997, 0.998}},
+    /* vector unit: sine and cosine, a polynomial of 150 vector ops per 32-bit register
+     * (a 16-bit value widened) */
+    {"VPU sine", FIG_VOPS, "sin mul k=6 float32 2048", "sine", "f32", "mul", {1.023, 0.974, 0.973, 1.054}},
+    {"VPU cosine", FIG_VOPS, "cos mul k=6 float32 2048", "cosine", "f32", "mul", {1.023, 0.974, 0.973, 1.054}},
+    {"VPU sine bf16 (widened)", FIG_VOPS, "sin mul k=6 bfloat16 2048", "sine", "bf16", "mul", {1.018, 0.971, 0.970, 1.050}},
     /* vector unit: vector_ops_per_cycle register-wide operations */
     {"VPU fma x100", FIG_PROBE, "fma100_f32_4096x4096", NULL, NULL, NULL, {1.010, 1.012, 1.012, 1.012}},
     /* HBM streaming (DMA in and out at hbm_bw x hbm_efficiency, stream costs) */
@@ -324,6 +331,12 @@ static void against_compiler(void) {
     tpu_json_doc_free(&g_eup);
     return;
   }
+  if (!load_doc("vector_ops.json", &g_vops)) {
+    CHECK(0);
+    tpu_json_doc_free(&g_eup);
+    tpu_json_doc_free(&g_probes);
+    return;
+  }
   int n = 0;
   printf("%-32s %-28s", "rule", "probe");
   for (int g = 0; g < NCHIPS; g++) printf("  %-13s", k_gen[g]);
@@ -331,7 +344,10 @@ static void against_compiler(void) {
   for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
     const rule_case *c = &k_cases[i];
     char *src = NULL;
-    if (c->kind == FIG_EUP) src = chain(c->fn, 64, c->dt, c->form);
+    int vk = 0, vn = 0;
+    if (c->kind == FIG_EUP) src = chain(c->fn, 64, c->dt, c->form, 4096);
+    else if (c->kind == FIG_VOPS && sscanf(strstr(c->key, "k=") ? strstr(c->key, "k=") : "", "k=%d %*s %d", &vk, &vn) == 2)
+      src = chain(c->fn, vk, c->dt, c->form, vn);
     else if (c->kind == FIG_PROBE) src = probe(c->key);
     else {
       char path[256];
@@ -369,6 +385,7 @@ static void against_compiler(void) {
   CHECK(n >= 100);
   tpu_json_doc_free(&g_eup);
   tpu_json_doc_free(&g_probes);
+  tpu_json_doc_free(&g_vops);
 }
 
 /* ---- per-op vector costs with no compiler figure (the model's own table, pinned) ----
@@ -384,7 +401,7 @@ static void op_costs(void) {
     int arity, vpu, eup;
   } k[] = {{"divide", 2, 2, 1},   {"remainder", 2, 5, 1}, {"power", 2, 3, 2},       {"atan2", 2, 20, 1},
            {"sign", 1, 2, 0},     {"log", 1, 1, 1},       {"logistic", 1, 2, 2},    {"exponential-minus-one", 1, 3, 1},
-           {"log-plus-one", 1, 3, 1}, {"cbrt", 1, 3, 2},  {"sine", 1, 16, 0},       {"cosine", 1, 16, 0},
+           {"log-plus-one", 1, 3, 1}, {"cbrt", 1, 3, 2},  {"sine", 1, 150, 0},      {"cosine", 1, 150, 0},
            {"tan", 1, 34, 1},     {"erf", 1, 12, 1},      {"add", 2, 1, 0},         {"multiply", 2, 1, 0},
            {"exponential", 1, 0, 1}, {"tanh", 1, 0, 1},   {"rsqrt", 1, 0, 1},       {"sqrt", 1, 0, 1}};
   const int64_t regs = 4096 * 4096 / 1024;
