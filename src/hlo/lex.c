@@ -19,23 +19,6 @@ tpu_loc tpu_lex_loc(const tpu_lex *lx) {
   return l;
 }
 
-int tpu_lex_peek(const tpu_lex *lx) { return lx->pos < lx->len ? (unsigned char)lx->src[lx->pos] : -1; }
-
-int tpu_lex_peek_at(const tpu_lex *lx, size_t k) {
-  return lx->pos + k < lx->len ? (unsigned char)lx->src[lx->pos + k] : -1;
-}
-
-void tpu_lex_advance(tpu_lex *lx) {
-  if (lx->pos >= lx->len) return;
-  if (lx->src[lx->pos] == '\n') {
-    lx->line++;
-    lx->col = 1;
-  } else {
-    lx->col++;
-  }
-  lx->pos++;
-}
-
 static int skip_comment(tpu_lex *lx) {
   if (tpu_lex_peek(lx) != '/') return 0;
   int c2 = tpu_lex_peek_at(lx, 1);
