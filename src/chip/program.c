@@ -181,7 +181,8 @@ tpu_status tpu_program_check(const tpu_program *p, tpu_diag *d) {
      * products of two below 2^62 keeps the timing arithmetic exact. */
     const int64_t lim = (int64_t)1 << 40;
     if (in->bytes > lim || in->vregs > lim || in->ops > ((int64_t)1 << 20) || in->m > lim ||
-        in->k > lim || in->n > lim || in->b > lim || in->passes > 64 || in->trips > lim)
+        in->k > lim || in->n > lim || in->b > lim || in->passes > 64 || in->trips > lim ||
+        in->steps < 0 || in->steps > lim)
       return bad(d, i, "size out of range");
     switch (in->opc) {
       case TPU_ISA_MATMUL:

@@ -73,6 +73,9 @@ typedef struct tpu_insn {
   int64_t m, k, n, b;              /* matmul: b products of m x k by k x n per execution */
   int mxus;                        /* matmul: MXUs the product is split across */
   int passes;                      /* matmul: bf16 passes (f32 precision: 1, 3 or 6) */
+  int64_t steps;                   /* matmul: steps of a grouped convolution it runs (one
+                                    * output position's batch for one group each), each at
+                                    * least chip conv_group_step_cycles; 0: none */
   tpu_dtype dtype;                 /* matmul: operand type (bf16, f32, s8 ...) */
   int64_t vregs;                   /* vpu/eup/xlu: vector registers per execution */
   int64_t ops;                     /* vpu/eup/xlu: operations per register */

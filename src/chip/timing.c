@@ -687,6 +687,14 @@ static tpu_status durations(tstate *t) {
          * A kernel streaming from HBM waits for each block and exposes them. */
         const int hide = t->chip->mxu_fill_hidden && in->op >= 0 && !(t->op_hbm[in->op] & OP_HBM_MOVES);
         TPU_TRY(matmul_cycles(in, t->chip, hide, &c, t->d));
+        /* A grouped convolution's kernel takes at least conv_group_step_cycles per step: one
+         * output position's batch (a register's 8 sublanes) for one group, whatever the
+         * group's features (8 to 64) and window (1x1 or 3x3), f32 or bf16 (the XLA TPU
+         * compiler's grouped emitter; docs/timing.md, MXU). */
+        if (in->steps > 0 && t->chip->conv_group_step_cycles > 0) {
+          double g = (double)in->steps * t->chip->conv_group_step_cycles;
+          if (g > (double)c) c = (int64_t)ceil(g);
+        }
         break;
       }
       case TPU_ISA_VPU:

@@ -34,6 +34,8 @@ typedef struct tpu__kinfo {
                             * depthwise convolution's lane blocks); 0: that product */
   int64_t k_flops;         /* the contraction's true length; k is longer for a convolution
                             * whose input features fill part of the MXU rows at each tap */
+  int64_t steps;           /* a grouped convolution's steps: groups x output positions x
+                            * batch blocks of the sublanes (tile_conv.c), else 0 */
   tpu_dtype mm_dtype;
   int passes;
   const struct tpu_instr *mm; /* the dot/convolution (itself or inside the fusion) */

@@ -298,6 +298,10 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   mm.mxus = (int)(be->chip->mxus_per_core * be->chip->tensorcores);
   mm.passes = k->passes;
   mm.dtype = k->mm_dtype;
+  if (k->steps > 0) { /* the grouped convolution's steps, spread over the tiles that run it */
+    int64_t runs = k->tiles / (es > 1 ? es : 1);
+    mm.steps = cdiv(k->steps, runs > 0 ? runs : 1);
+  }
   mm.what = k->mm->op == TPU_OP_DOT ? "dot" : "convolution";
   tadd(&t, &mm, 0);
   /* The fusion's other dots run on the MXUs in every tile too, each tile its share of

@@ -60,6 +60,29 @@ static int space_to_batch(const tpu_instr *cv, const tpu_shape *ls, const tpu_sh
   return n >= 2 * splits && halo <= (n + splits - 1) / splits;
 }
 
+/* The steps of a grouped convolution's kernel: groups x output positions x blocks of the
+ * batch in the sublanes, 0 for any other convolution. The XLA TPU compiler writes a
+ * convolution of G groups (more than one input feature each) as one whose groups are a
+ * spatial dimension (window G, stride G - 1, lhs_dilate G: `bat`, the products of the dot
+ * that dimension makes) and runs it with the batch in the sublanes, one step per output
+ * position and group; its cost model charges each step alike whatever the group's
+ * features and window (bench/fidelity probes, v5e, [8,28,28,*] bf16, 16 groups: 131,716
+ * cycles for 8 or 64 features per group, 135,300 for a 3x3 window; 120,664 at batch 4,
+ * 250,544 at batch 16; chips' conv_group_step_cycles). A batch of 32 or more goes to the
+ * lanes (a different emitter): no steps, nor where the layout puts the batch minor. `g` is
+ * the feature groups, `bat` the products written as a spatial dimension, `m` the rows
+ * (batch x the other output positions). */
+static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat, int64_t m) {
+  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_shape *rs = &mm->operands[1]->shape;
+  if (be->chip->conv_group_step_cycles <= 0 || mm->batch_group_count > 1) return 0;
+  int64_t groups = (g > 1 && rs->dims[cd->k_in] > 1 ? g : 1) * bat;
+  int64_t batch = mm->shape.dims[cd->out_batch], sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  if (groups <= 1 || batch < 1 || batch > 2 * sub) return 0;
+  if (mm->shape.has_layout && mm->shape.rank > 0 && mm->shape.minor_to_major[0] == cd->out_batch) return 0;
+  return groups * (m / batch) * ((batch + sub - 1) / sub);
+}
+
 /* The MXU problem of convolution mm: k's m, k, n, b, k_flops and mm_flops (tile.c sets the
  * rest). */
 void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
@@ -89,6 +112,7 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
     }
     taps *= t;
   }
+  k->steps = group_steps(be, mm, g, bat, m);
   k->b = g * bat;
   k->m = m;
   k->k = rs->dims[cd->k_in] * taps;

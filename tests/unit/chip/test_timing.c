@@ -940,6 +940,84 @@ static void batched_dot_as_conv(void) {
   tpu_program_free(p);
 }
 
+/* Total cycles of program p on chip c, -1 on failure. */
+static double program_cycles(const tpu_program *p, const tpu_chip *c) {
+  tpu_timeline tl;
+  tpu_diag d;
+  double t = -1;
+  if (tpu_timing_run(p, c, 0, &tl, &d) == TPU_OK) {
+    t = (double)tl.total_cycles;
+    tpu_timeline_free(&tl);
+  }
+  return t;
+}
+
+/* A grouped convolution's kernel takes at least conv_group_step_cycles per step (one output
+ * position's batch in the sublanes, for one group) whatever its groups' features and window,
+ * as the XLA TPU compiler's cost model charges its grouped emitter: 16 groups over
+ * [8,28,28,*] are 16 x 784 steps, with 8 or 64 features per group, a 1x1 or 3x3 window, and
+ * written as the compiler writes it (the groups a spatial dimension: window 16, stride 15,
+ * lhs_dilate 16). Batch 4 takes what batch 8 does, batch 16 twice that; a batch of 32 goes to
+ * the lanes (no steps). The steps survive the program's text form. */
+static void conv_group_steps(void) {
+  const double c = g_v5e.conv_group_step_cycles;
+  CHECK(c > 0);
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,28,28,%d] parameter(0)\n w = bf16[%d,%d,%d,%d] parameter(1)\n"
+                    " ROOT y = bf16[%d,28,28,%d] convolution(x, w), window={size=%dx%d pad=%d_%dx%d_%d},"
+                    " dim_labels=b01f_01io->b01f, feature_group_count=16\n}\n";
+  struct {
+    int b, f, k;
+    double steps;
+  } cases[] = {{8, 8, 1, 16 * 784}, {8, 64, 1, 16 * 784}, {8, 8, 3, 16 * 784}, {4, 8, 1, 16 * 784}, {16, 8, 1, 2 * 16 * 784}};
+  char src[640];
+  double t8 = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int b = cases[i].b, f = cases[i].f, k = cases[i].k, pd = k / 2;
+    snprintf(src, sizeof src, fmt, b, 16 * f, k, k, f, 16 * f, b, 16 * f, k, k, pd, pd, pd, pd);
+    tpu_program *p = compile_src(src, &g_v5e, -1);
+    CHECK(p != NULL);
+    if (!p) return;
+    double t = program_cycles(p, &g_v5e), floor = cases[i].steps * c;
+    printf("grouped convolution, 16 groups of %d features, %dx%d, batch %d: %.0f cycles, %.0f steps x %.2f = %.0f\n", f,
+           k, k, b, t, cases[i].steps, c, floor);
+    /* (the 3x3 window's MXU work, its taps padded to the lanes, may exceed the steps) */
+    CHECK(t >= floor && (k > 1 || t < 1.1 * floor));
+    if (i == 0) {
+      t8 = t;
+      /* disassembled and assembled again, the program takes as long */
+      char *txt = tpu_program_text(p);
+      tpu_program *q = NULL;
+      tpu_diag d;
+      CHECK(txt != NULL && strstr(txt, " steps=") != NULL);
+      CHECK(txt && tpu_program_parse("p.tpu", txt, strlen(txt), &q, &d) == TPU_OK);
+      if (q) CHECK(program_cycles(q, &g_v5e) == t);
+      tpu_program_free(q);
+      tpu_free(txt);
+    }
+    tpu_program_free(p);
+  }
+  /* the compiler's own form of the first case: the groups a spatial dimension */
+  const char *five = "HloModule m\nENTRY e {\n x = bf16[8,28,28,16,8] parameter(0)\n w = bf16[1,1,8,16,8] parameter(1)\n"
+                     " ROOT y = bf16[8,28,28,16,8] convolution(x, w), window={size=1x1x16 stride=1x1x15 lhs_dilate=1x1x16},"
+                     " dim_labels=b012f_01i2o->b012f\n}\n";
+  int nk = 0;
+  double t5 = stream_time(five, &g_v5e, &nk);
+  printf("the same as the compiler writes it (groups spatial): %.0f cycles\n", t5);
+  CHECK(t5 >= 16 * 784 * c && t5 < 1.1 * 16 * 784 * c && fabs(t5 / t8 - 1) < 0.05);
+  /* batch 32: in the lanes, no steps: well under 16 x 784 x 4 steps */
+  snprintf(src, sizeof src, fmt, 32, 128, 1, 1, 8, 128, 32, 128, 1, 1, 0, 0, 0, 0);
+  double t32 = stream_time(src, &g_v5e, &nk);
+  printf("batch 32: %.0f cycles (4 x 16 x 784 steps would be %.0f)\n", t32, 4 * 16 * 784 * c);
+  CHECK(t32 > 0 && t32 < 0.5 * 4 * 16 * 784 * c);
+  /* without the chip's figure, its MXU work alone: far less */
+  tpu_chip off = g_v5e;
+  off.conv_group_step_cycles = 0;
+  snprintf(src, sizeof src, fmt, 8, 128, 1, 1, 8, 128, 8, 128, 1, 1, 0, 0, 0, 0);
+  double toff = stream_time(src, &off, &nk);
+  printf("without conv_group_step_cycles: %.0f cycles\n", toff);
+  CHECK(toff > 0 && toff < 0.5 * t8);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
@@ -950,6 +1028,7 @@ int main(void) {
   stream_costs();
   conv_taps_padded();
   conv_batch_in_sublanes();
+  conv_group_steps();
   batched_dot_as_conv();
   matmul_stream_rate();
   matmul_result_pass();
