@@ -210,6 +210,33 @@ static int shared_cheap(const fuser *f, const tpu_instr *p) {
   return 1;
 }
 
+static int expensive(const tpu_instr *p);
+
+/* A dynamic-slice reads only its window of its operand: a loop-fusible value computed for
+ * it (a pad, an elementwise op) is computed in the slice's own kernel over the window, and
+ * recomputed in each slice that reads it (XLA's instruction fusion takes a dynamic-slice's
+ * producer into its loop fusion; the XLA TPU compiler's windowed-einsum loops select each
+ * step's block by dynamic slices of a padded operand, fused that way in its final programs,
+ * never stored whole). */
+static int window_root(const tpu_instr *u) {
+  if (u->op != TPU_OP_DYNAMIC_SLICE || u->shape.dtype == TPU_TUPLE) return 0;
+  const tpu_instr *p = u->operands[0];
+  return tpu__fuse_loop_fusible(p) && p->op != TPU_OP_CONSTANT && p->op != TPU_OP_IOTA &&
+         tpu_shape_numel(&u->shape) < tpu_shape_numel(&p->shape);
+}
+
+/* Is every user of p a dynamic-slice reading its window of p (p its operand 0)? */
+static int windows_only(const fuser *f, const tpu_instr *p) {
+  if (p == f->c->root || f->uses.nusers[p->id] < 1 || expensive(p)) return 0;
+  for (int k = 0; k < f->uses.nusers[p->id]; k++) {
+    const tpu_instr *u = f->uses.users[p->id][k];
+    if (!window_root(u) || u->operands[0] != p) return 0;
+    for (int j = 1; j < u->noperands; j++)
+      if (u->operands[j] == p) return 0;
+  }
+  return 1;
+}
+
 /* Does u read each element of its operand p more than once (a broadcast to more elements)? */
 static int reuses_operand(const tpu_instr *u, const tpu_instr *p) {
   return u->op == TPU_OP_BROADCAST && u->operands[0] == p && tpu_shape_numel(&u->shape) > tpu_shape_numel(&p->shape);
@@ -329,6 +356,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
     return tpu__fuse_operand_producer(p);
   }
   *side = SIDE_EPI;
+  if (m->op == TPU_OP_DYNAMIC_SLICE) return window_root(m) && m->operands[0] == p && tpu__fuse_loop_fusible(p);
   /* A transpose that moves the minor dimension is a copy into the new layout of its own,
    * read by its users in place, as the compiler runs it (transpose then scale: a `copy` and
    * a `multiply_bitcast_fusion`); not in a vector kernel's loop. (A matmul's result
@@ -428,7 +456,7 @@ static tpu_status grow(fuser *f, int g) {
         f->groups[g].kind = p->op == TPU_OP_REDUCE ? K_INPUT : K_OUTPUT;
       }
       TPU_TRY(push_member(f, g, p->id, 0, side));
-    } else if (duplicable(p) || shared_cheap(f, p)) {
+    } else if (duplicable(p) || shared_cheap(f, p) || (side == SIDE_EPI && windows_only(f, p))) {
       TPU_TRY(push_member(f, g, p->id, 1, side));
     } else {
       f->need[p->id] = 1;
@@ -466,7 +494,7 @@ static tpu_status form_groups(fuser *f) {
       }
     }
     int heavy = tpu__fuse_heavy(u), red = u->op == TPU_OP_REDUCE;
-    if (!heavy && !red && !tpu__fuse_loop_fusible(u)) {
+    if (!heavy && !red && !tpu__fuse_loop_fusible(u) && !window_root(u)) {
       for (int k = 0; k < u->noperands; k++) f->need[u->operands[k]->id] = 1;
       continue;
     }

@@ -441,6 +441,41 @@ static void test_expensive_reuse(void) {
   CHECK_EQ_INT(k, 2);
 }
 
+/* A dynamic-slice reads only its window: a pad it slices is computed in the slice's kernel
+ * over the window and recomputed in each slice that reads it, never stored whole (XLA's
+ * windowed-einsum loops select a step's block as the maximum of two slices of an operand
+ * padded with -inf; the compiler's final programs fuse both into the matmul's operand). A
+ * slice of a parameter stays as it was. */
+static void test_window_fusion(void) {
+  const char *src =
+      "HloModule m\nENTRY e {\n x = bf16[64,1,1024] parameter(0)\n i = s32[] parameter(1)\n"
+      " j = s32[] parameter(2)\n z = s32[] constant(0)\n n = bf16[] constant(-inf)\n"
+      " p = bf16[64,2,1024] pad(x, n), padding=0_0x0_1x0_0\n q = bf16[64,2,1024] pad(x, n), padding=0_0x1_0x0_0\n"
+      " a = bf16[64,2,128] dynamic-slice(p, z, z, i), dynamic_slice_sizes={64,2,128}\n"
+      " b = bf16[64,2,128] dynamic-slice(q, z, z, j), dynamic_slice_sizes={64,2,128}\n"
+      " c = bf16[64,2,128] dynamic-slice(p, z, z, j), dynamic_slice_sizes={64,2,128}\n"
+      " m = bf16[64,2,128] maximum(a, b)\n ROOT y = bf16[64,2,128] add(m, c)\n}\n";
+  int pads[8], ds[8];
+  int k = kernels_with(src, TPU_OP_PAD, pads);
+  kernels_with(src, TPU_OP_DYNAMIC_SLICE, ds);
+  int npad = 0, nds = 0;
+  for (int i = 0; i < 8 && i < k; i++) {
+    printf("window kernel %d: %d pads, %d dynamic-slices\n", i, pads[i], ds[i]);
+    CHECK_EQ_INT(pads[i], ds[i]); /* each slice computes its own window of its pad */
+    npad += pads[i];
+    nds += ds[i];
+  }
+  CHECK_EQ_INT(nds, 3);
+  CHECK_EQ_INT(npad, 3);
+  const char *param =
+      "HloModule m\nENTRY e {\n x = bf16[8,64,128] parameter(0)\n i = s32[] parameter(1)\n z = s32[] constant(0)\n"
+      " a = bf16[1,64,128] dynamic-slice(x, i, z, z), dynamic_slice_sizes={1,64,128}\n"
+      " ROOT y = bf16[1,64,128] negate(a)\n}\n";
+  k = kernels_with(param, TPU_OP_DYNAMIC_SLICE, ds);
+  printf("slice of a parameter: %d kernels\n", k);
+  CHECK_EQ_INT(k, 2);
+}
+
 /* A reduce whose result is narrowed (a bf16 sum accumulated in f32) writes the narrow type
  * itself, one kernel, as the XLA TPU compiler's reduce to bf16 (families reduce_sum_*_bf16);
  * a widening convert of the sum stays a kernel of its own. */
@@ -1426,6 +1461,7 @@ int main(void) {
   test_dot_gelu_one_kernel();
   test_expensive_reuse();
   test_narrowed_reduce();
+  test_window_fusion();
   test_dot_strength_reduction();
   test_sibling_fusion();
   test_conv_relayout();
