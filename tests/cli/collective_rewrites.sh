@@ -88,4 +88,27 @@ for d in range(4):
         a, b = np.load(f"{t}/cse_tpu/dev{d}/{i}.npy"), np.load(f"{t}/cse_ref/dev{d}/{i}.npy")
         assert a.shape == b.shape and np.abs(a - b).max() <= 1e-6, (d, i)
 EOF
+# The same groups written in another form (an iota list, the groups in another order: the
+# compiler's partitioning writes one gather of a weight each way) are the same collective;
+# the devices of a group in another order are not (the gathered blocks would be in another
+# order).
+cat > "$T/cse_groups.hlo" <<'EOF'
+HloModule cse_groups, num_partitions=8
+
+ENTRY e {
+  x = f32[8,16] parameter(0)
+  a1 = f32[32,16] all-gather(x), channel_id=1, replica_groups={{0,2,4,6},{1,3,5,7}}, dimensions={0}, use_global_device_ids=true
+  t1 = f32[32,16] tanh(a1)
+  a2 = f32[32,16] all-gather(x), channel_id=2, replica_groups=[2,4]<=[4,2]T(1,0), dimensions={0}, use_global_device_ids=true
+  s2 = f32[32,16] add(t1, a2)
+  a3 = f32[32,16] all-gather(x), channel_id=3, replica_groups={{1,3,5,7},{0,2,4,6}}, dimensions={0}, use_global_device_ids=true
+  s3 = f32[32,16] add(s2, a3)
+  a4 = f32[32,16] all-gather(x), channel_id=4, replica_groups={{0,4,2,6},{1,5,3,7}}, dimensions={0}, use_global_device_ids=true
+  ROOT s4 = f32[32,16] add(s3, a4)
+}
+EOF
+"$BIN" compile "$T/cse_groups.hlo" --dump-after combine-collectives > "$T/dump3" 2> "$T/err" ||
+  fail "compile cse_groups exited $?: $(cat "$T/err")"
+[ "$(grep -c ' all-gather(' "$T/dump3")" = 2 ] && grep -q 'replica_groups={{0,4,2,6},{1,5,3,7}}' "$T/dump3" ||
+  fail "all-gathers over the same groups in other forms not done once: $(grep ' all-gather(' "$T/dump3")"
 [ "$fails" = 0 ] || exit 1

@@ -15,6 +15,7 @@
 
 #include "base/alloc.h"
 #include "compile/passes/hlo_passes.h"
+#include "ir/collective.h"
 #include "ir/build.h"
 
 static int candidate(const tpu_instr *in) {
@@ -49,13 +50,48 @@ static int ignored_attr(const char *name) {
          !strcmp(name, "sharding");
 }
 
-/* Attributes of a that b has with the same text (channel ids: both present or both not). */
+/* The devices' groups, written in either form: an explicit list, an iota list
+ * (`[16,4]<=[16,4]T(1,0)`) or a mesh's axes (the partitioner writes one gather of a weight
+ * in one form and the other in another). */
+static int group_attr(const char *name) {
+  return !strcmp(name, "replica_groups") || !strcmp(name, "device_ids") || !strcmp(name, "source_target_pairs");
+}
+
+/* Do a and b name the same groups, each with its devices in the same order (the order of
+ * the groups themselves does not matter)? Groups that cannot be read differ. */
+static int same_groups(const tpu_instr *a, const tpu_instr *b, const char *attr) {
+  tpu_groups ga, gb;
+  tpu_diag quiet;
+  memset(&quiet, 0, sizeof quiet);
+  if (tpu_groups_read(a, attr, &ga, &quiet) != TPU_OK) return 0;
+  memset(&quiet, 0, sizeof quiet);
+  if (tpu_groups_read(b, attr, &gb, &quiet) != TPU_OK) {
+    tpu_groups_free(&ga);
+    return 0;
+  }
+  int same = ga.ngroups == gb.ngroups && (ga.ngroups == 0 || ga.start[ga.ngroups] == gb.start[gb.ngroups]);
+  for (int64_t g = 0; same && g < ga.ngroups; g++) {
+    int64_t n = ga.start[g + 1] - ga.start[g], h = 0;
+    /* the group of b that starts with this group's first device */
+    while (h < gb.ngroups && !(gb.start[h + 1] > gb.start[h] && n > 0 && gb.ids[gb.start[h]] == ga.ids[ga.start[g]])) h++;
+    same = h < gb.ngroups && gb.start[h + 1] - gb.start[h] == n &&
+           !memcmp(ga.ids + ga.start[g], gb.ids + gb.start[h], sizeof *ga.ids * (size_t)n);
+  }
+  tpu_groups_free(&ga);
+  tpu_groups_free(&gb);
+  return same;
+}
+
+/* Attributes of a that b has with the same text or, for the device groups, the same groups
+ * (channel ids: both present or both not). */
 static int attrs_within(const tpu_instr *a, const tpu_instr *b) {
   for (int i = 0; i < a->nattrs; i++) {
     const char *n = a->attrs[i].name;
     int found = 0;
     for (int j = 0; j < b->nattrs && !found; j++)
-      if (!strcmp(b->attrs[j].name, n)) found = ignored_attr(n) || !strcmp(a->attrs[i].value, b->attrs[j].value);
+      if (!strcmp(b->attrs[j].name, n))
+        found = ignored_attr(n) || !strcmp(a->attrs[i].value, b->attrs[j].value) ||
+                (group_attr(n) && same_groups(a, b, !strcmp(n, "device_ids") ? "replica_groups" : n));
     if (!found) return 0;
   }
   return 1;
