@@ -325,12 +325,12 @@ case("ragged_paged_attention_f32_t16_h2_p16x16_d128", _rpa,
 # (pltpu.roll with and without a stride, argmax/argmin, pl.run_scoped, strided ref reads,
 # a nested emit_pipeline, DMA out of VMEM into an ANY output; static row slices of a vector,
 # vector.extract_strided_slice with an array of offsets; tpu.reciprocal; tpu.dynamic_gather;
-# pl.Element windows): their values are pinned here.
+# pl.Element windows; arith.cmpf one on NaN): their values are pinned here.
 USER = ["alias_roll_concat_f32_16x256", "cond_argmax_f32_16x128", "run_scoped_dma_f32_64x128",
         "strided_reshape_f32_32x256", "intdiv_roll_stride_argmin_32x128", "emit_pipeline_add_f32_64x256",
         "manual_dma_inout_f32_128x128", "accum_leading_dim_f32_4x64x128", "int8_uint32_ops_32x128",
         "r2_fori_prefix_rows_f32_64x128", "r6_reciprocal_rownorm_f32_128x256", "r6_take_along_lanes_f32_8x128",
-        "r6_element_offsets_rows_f32_4x8x128"]
+        "r6_element_offsets_rows_f32_4x8x128", "r7_nan_inf_clean_f32_16x128"]
 
 
 def _user_cases():

@@ -68,6 +68,10 @@ static const char *kind_of(const tpu_mo_op *op, const char *key) {
 static double fmax_nan(double a, double b) { return isnan(a) || isnan(b) ? NAN : a > b ? a : b == a && signbit(a) ? b : b > a ? b : a; }
 static double fmin_nan(double a, double b) { return isnan(a) || isnan(b) ? NAN : a < b ? a : b == a && !signbit(a) ? b : b < a ? b : a; }
 
+/* arith.cmpf by predicate as the TPU runs it. "one" (ordered not-equal, Pallas's float `!=`,
+ * so jnp.isnan's `x != x`) lowers to the TPU's vcmp.ne.f32, the instruction XLA's compare NE
+ * also lowers to (libtpu's LLO dumps of both), and XLA's NE is true on NaN: on a TPU it is the
+ * unordered not-equal. */
 static int cmpf(int64_t p, double a, double b) {
   int uno = isnan(a) || isnan(b);
   switch (p) {
@@ -77,7 +81,7 @@ static int cmpf(int64_t p, double a, double b) {
     case 3: return !uno && a >= b;
     case 4: return !uno && a < b;
     case 5: return !uno && a <= b;
-    case 6: return !uno && a != b;
+    case 6: return uno || a != b;
     case 7: return !uno;
     case 8: return uno || a == b;
     case 9: return uno || a > b;
