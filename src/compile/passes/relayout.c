@@ -67,6 +67,14 @@ int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int
   return groups == 1 && taps > 1 && features < lanes && batch > features && batch > 0;
 }
 
+/* The tiling (second, minor) of a program result of shape s: the one that pads least where
+ * that is strictly less than row-major (layout.c), else row-major. */
+static void result_tiling_shape(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor) {
+  int r = s->rank, ls, lm;
+  *second = r - 2, *minor = r - 1;
+  if (tpu__least_tiling(chip, s, &ls, &lm) < tpu__tiled_as(chip, s, r - 2, r - 1)) *second = ls, *minor = lm;
+}
+
 static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
   *done = 0;
   tpu_comp *fc = f->calls;
@@ -113,15 +121,86 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
   return TPU_OK;
 }
 
+/* The matrix unit writes a dot's result tile by tile, a free dimension of one operand in the
+ * sublanes and one of the other's in the lanes, batch dimensions major (XLA TPU compiler's
+ * programs: a batched matrix-vector product bf16[16,64] x bf16[16,64,128] is written as
+ * bf16[16,1,128], one padded tile per batch element). A program result whose least padded
+ * tiling puts a batch dimension, or no free dimension of one operand, in its tile is not
+ * that layout: the kernel writes the dot's own and a copy relays it out (bf16[3,256,128,4]
+ * from a dot over batch 4 leaves as {2,3,1,0}, the batch in the sublanes: a 10,196-cycle
+ * `copy` after the dot's kernel on v5e). Of the result-rooted dots the compiler runs on its
+ * matrix unit in the tune split of bench/fidelity/families, the copy is made where this
+ * says in 34 of 35. `x` is the dot, `perm` the transpose after it (NULL for none). */
+static int dot_result_relaid(const tpu_chip *chip, const tpu_shape *out, const tpu_instr *x, const int64_t *perm) {
+  const tpu_shape *l = &x->operands[0]->shape, *r = &x->operands[1]->shape;
+  int nb = x->dot.lhs_batch.n, nl = l->rank - nb - x->dot.lhs_contract.n, nr = r->rank - x->dot.rhs_batch.n - x->dot.rhs_contract.n;
+  if (out->rank < 2 || nb + nl + nr != x->shape.rank) return 0;
+  int q, m;
+  result_tiling_shape(chip, out, &q, &m);
+  /* A dot one operand of which has no free dimension is a batched matrix-vector product: the
+   * compiler's convolution emitter writes each batch element's row in a tile of its own, the
+   * dtype's smallest (one sublane, (1,128), for a 32-bit type). A 32-bit result, the dot's
+   * own dimension order, tiled row-major with its one free dimension in the lanes and no wider
+   * than them, holds row i at i x 128 elements in either tiling, so it is that layout byte for
+   * byte and leaves as it is written (f32[32,96] from a dot over batch 32 with no free
+   * dimension on the right: the compiler's kernel result is bitcast to the program's, no
+   * copy). A 16-bit one packs two rows to a sublane (bf16[4,96]: copied), and a free
+   * dimension wider than the lanes is tiled otherwise (f32[2,512]: copied). */
+  if (!perm && (nl == 0 || nr == 0) && nl + nr == 1 && tpu_dtype_size(out->dtype) == 4 && q == out->rank - 2 &&
+      m == out->rank - 1 && out->dims[m] <= chip->vector_lanes)
+    return 0;
+  int dq = perm ? (int)perm[q] : q, dm = perm ? (int)perm[m] : m;
+  int cq = dq < nb ? 0 : dq < nb + nl ? 1 : 2, cm = dm < nb ? 0 : dm < nb + nl ? 1 : 2;
+  return !((cq == 1 && cm == 2) || (cq == 2 && cm == 1));
+}
+
+static tpu_status dot_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
+  *done = 0;
+  tpu_comp *fc = f->calls;
+  tpu_instr *x = fc ? fc->root : f;
+  const int64_t *perm = NULL;
+  if (fc && x->op == TPU_OP_TRANSPOSE && x->noperands == 1 && x->dimensions.n == x->shape.rank) {
+    perm = x->dimensions.v;
+    x = x->operands[0];
+  }
+  if (x->op != TPU_OP_DOT || x->noperands != 2 || !dot_result_relaid(chip, &f->shape, x, perm)) return TPU_OK;
+  tpu_instr *t_out;
+  if (perm) {
+    /* the kernel writes the dot's result; the transpose is the relayout kernel */
+    char buf[TPU_MAX_RANK * 24 + 4];
+    tpu_shape out_shape = f->shape;
+    tpu_build_set_root(fc, x);
+    if (tpu_build_remove_dead(b, fc) < 0) return b->d->status;
+    TPU_TRY(tpu_build_finish(b, fc));
+    f->shape = x->shape;
+    f->shape.layout_tail = NULL;
+    TPU_TRY(tpu_build_instr_like(b, entry, f, TPU_OP_TRANSPOSE, "copy.relayout", &out_shape, &f, 1, &t_out));
+    TPU_TRY(tpu_build_set_attr(b, t_out, "dimensions", tpu_dims_text(buf, sizeof buf, perm, f->shape.rank)));
+  } else {
+    TPU_TRY(tpu_build_instr_like(b, entry, f, TPU_OP_COPY, "copy.relayout", &f->shape, &f, 1, &t_out));
+  }
+  tpu_build_replace_uses(entry, f, t_out);
+  t_out->operands[0] = f;
+  *done = 1;
+  return TPU_OK;
+}
+
 tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip) {
   tpu_instr *root = entry->root;
   int n = root->op == TPU_OP_TUPLE ? root->noperands : 1;
   int changed = 0;
   for (int i = 0; i < n; i++) {
     tpu_instr *v = root->op == TPU_OP_TUPLE ? root->operands[i] : root;
-    if (v->op != TPU_OP_FUSION || !v->calls || !tpu__made_has(made, v->calls) || v->shape.dtype == TPU_TUPLE) continue;
     int done;
+    if (v->op == TPU_OP_DOT && !v->shape.layout_tail) { /* a dot of its own */
+      TPU_TRY(dot_relayout_one(b, entry, v, chip, &done));
+      changed |= done;
+      root = entry->root;
+      continue;
+    }
+    if (v->op != TPU_OP_FUSION || !v->calls || !tpu__made_has(made, v->calls) || v->shape.dtype == TPU_TUPLE) continue;
     TPU_TRY(relayout_one(b, entry, v, chip, &done));
+    if (!done) TPU_TRY(dot_relayout_one(b, entry, v, chip, &done));
     changed |= done;
     root = entry->root; /* the root itself may have been replaced */
   }
@@ -254,14 +333,7 @@ static int reaches_result(const tpu_comp *entry, const tpu_uses *u, const tpu_in
   return 1;
 }
 
-/* The tiling (second, minor) of a program result of v's shape: the one that pads least where
- * that is strictly less than row-major (layout.c), else row-major. */
-static void result_tiling(const tpu_chip *chip, const tpu_instr *v, int *second, int *minor) {
-  const tpu_shape *s = &v->shape;
-  int r = s->rank, ls, lm;
-  *second = r - 2, *minor = r - 1;
-  if (tpu__least_tiling(chip, s, &ls, &lm) < tpu__tiled_as(chip, s, r - 2, r - 1)) *second = ls, *minor = lm;
-}
+
 
 /* A slice, concatenate or pad reads its operand in its own result's layout (XLA's layout
  * assignment gives these ops' operands the layout of their result, dimension for
@@ -312,7 +384,7 @@ static tpu_status reader_copies(tpu_builder *b, tpu_comp *entry, const tpu_chip 
     if (!reads_in_own_layout(entry, r, p) || r->shape.rank != p->shape.rank || feeds_relayout(u, r)) continue;
     int rs, rm;
     if (!reaches_result(entry, u, r, 0)) continue;
-    result_tiling(chip, r, &rs, &rm);
+    result_tiling_shape(chip, &r->shape, &rs, &rm);
     if (rs == second && rm == minor) continue;
     tpu_instr *c = NULL;
     for (int j = 0; j < nmade && !c; j++)

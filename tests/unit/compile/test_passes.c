@@ -669,6 +669,47 @@ static void test_reader_relayout(void) {
   }
 }
 
+/* A dot's result leaves the program in the matrix unit's layout (a free dimension of each
+ * operand in the tile, batch dimensions major) or through a relayout kernel of its own: a
+ * result whose least padded tiling holds a batch dimension (bf16[3,256,128,4] transposed
+ * from a dot over batch 4, {2,3,1,0}) or no free dimension of one operand (a batched
+ * matrix-vector product f32[2,512]), as the XLA TPU compiler's programs end in a copy; a
+ * GEMM's [M,N] result does not. */
+static void test_dot_relayout(void) {
+  struct { const char *what, *src; int relaid; } cs[] = {
+      {"transposed batched dot",
+       "HloModule m\nENTRY e {\n b = bf16[128,4,512] parameter(0)\n a = bf16[512,256,4,3] parameter(1)\n"
+       " d = bf16[4,128,256,3] dot(b, a), lhs_batch_dims={1}, lhs_contracting_dims={2}, rhs_batch_dims={2},"
+       " rhs_contracting_dims={0}\n ROOT t = bf16[3,256,128,4] transpose(d), dimensions={3,2,1,0}\n}\n", 1},
+      {"batched matrix-vector",
+       "HloModule m\nENTRY e {\n a = f32[2,512,128] parameter(0)\n b = f32[2,128] parameter(1)\n"
+       " ROOT d = f32[2,512] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0},"
+       " rhs_contracting_dims={1}\n}\n", 1},
+      {"f32 batched matrix-vector, its rows in the lanes",
+       "HloModule m\nENTRY e {\n a = f32[32,128,3,96] parameter(0)\n b = f32[3,128,32] parameter(1)\n"
+       " ROOT d = f32[32,96] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={1,2}, rhs_batch_dims={2},"
+       " rhs_contracting_dims={1,0}\n}\n", 0},
+      {"bf16 batched matrix-vector, its rows in the lanes",
+       "HloModule m\nENTRY e {\n a = bf16[4,128,3,96] parameter(0)\n b = bf16[3,128,4] parameter(1)\n"
+       " ROOT d = bf16[4,96] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={1,2}, rhs_batch_dims={2},"
+       " rhs_contracting_dims={1,0}\n}\n", 1},
+      {"gemm",
+       "HloModule m\nENTRY e {\n a = bf16[1024,512] parameter(0)\n b = bf16[512,256] parameter(1)\n"
+       " ROOT d = bf16[1024,256] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n", 0},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    tpu_module *m = compile_src(cs[i].src);
+    if (!m) continue;
+    const tpu_instr *r = m->entry->root;
+    int relaid = (r->op == TPU_OP_TRANSPOSE || r->op == TPU_OP_COPY) && r->noperands == 1 &&
+                 (r->operands[0]->op == TPU_OP_DOT || r->operands[0]->op == TPU_OP_FUSION);
+    printf("%s: result %s\n", cs[i].what, relaid ? "relaid out by a kernel of its own" : "written by the dot's kernel");
+    CHECK_EQ_INT(relaid, cs[i].relaid);
+    if (relaid && r->operands[0]->op == TPU_OP_FUSION) CHECK(r->operands[0]->calls->root->op == TPU_OP_DOT);
+    tpu_module_free(m);
+  }
+}
+
 static void test_param_layouts(void) {
   const char *pool = "window={size=1x3x3x1 stride=1x2x2x1 pad=0_0x0_1x0_1x0_0}, to_apply=mx";
   char src[1024];
@@ -1471,6 +1512,7 @@ int main(void) {
   test_param_layouts();
   test_gather_layouts();
   test_reader_relayout();
+  test_dot_relayout();
   test_param_copies();
   test_result_copies();
   test_memory_space_copy();
