@@ -153,7 +153,8 @@ class Module:
         res = _Result(r)
         outputs = None if mode == "timing" else res.outputs()
         report = Report(res, self.name) if L.tpu_sim_result_timed(r) else None
-        self._widened(report)
+        if slices is not None:  # only a run over slices widens the program (reading the report costs)
+            self._widened(report)
         return outputs, report
 
     def _widened(self, report):
@@ -175,7 +176,8 @@ class Module:
                                      windowed_einsum)
         try:
             outs, report = call_module(self, o, inputs, donate, progress)
-            self._widened(report)
+            if slices is not None:
+                self._widened(report)
             return outs, report
         finally:
             del keep_opts

@@ -160,7 +160,7 @@ tpu_status tpu_tensor_clone(tpu_tensor *dst, const tpu_tensor *src, tpu_diag *d)
     }
     return TPU_OK;
   }
-  TPU_TRY(tpu_tensor_alloc(dst, src->dtype, src->rank, src->dims, d));
+  TPU_TRY(tpu_tensor_alloc_uninit(dst, src->dtype, src->rank, src->dims, d));
   if (src->nbytes) memcpy(dst->data, src->data, src->nbytes);
   return TPU_OK;
 }

@@ -95,8 +95,7 @@ void tpu__ew_store_int(void *p, tpu_dtype t, int64_t i0, int n, const int64_t *v
 }
 
 static tpu_status alloc_out(const tpu_instr *in, int zero, tpu_tensor *out, tpu_diag *d) {
-  tpu_diag tmp;
-  memset(&tmp, 0, sizeof tmp);
+  tpu_diag tmp; /* written by the allocation only when it fails */
   tpu_status st = zero ? tpu_tensor_alloc(out, in->shape.dtype, in->shape.rank, in->shape.dims, &tmp)
                        : tpu_tensor_alloc_uninit(out, in->shape.dtype, in->shape.rank, in->shape.dims, &tmp);
   if (st != TPU_OK) return TPU_FAIL(d, st, in->loc, "'%s': %s", in->name, tmp.msg);

@@ -17,6 +17,10 @@ typedef struct comp_plan {
   int *uses;    /* each instruction's reads in this computation */
   uint8_t *inl; /* inlined into a fused elementwise tree (ref/fused.h) */
   int maxops;   /* the most operands of an instruction */
+  /* A call's frame, kept for the next call (a loop body's next iteration) while no call of
+   * this computation is running: its owned values are all empty between calls. */
+  char *frame;
+  int busy;
 } comp_plan;
 
 struct tpu_interp {
@@ -24,7 +28,7 @@ struct tpu_interp {
   int depth;
   const tpu_ref_opts *opts; /* never NULL */
   int64_t step, nsteps;     /* the entry instruction running, for progress */
-  comp_plan *plans;         /* open addressing on the computation's address; cap a power of 2 */
+  comp_plan **plans;        /* open addressing on the computation's address; cap a power of 2 */
   int nplans, capplans;
 };
 
@@ -374,21 +378,31 @@ static size_t plan_slot(const tpu_comp *c, int cap) {
 
 /* The plan of computation c in this run: from the run's table, or made now. NULL when out of
  * memory. */
-static const comp_plan *plan_of(tpu_interp *ip, const tpu_comp *c) {
+static void plan_free(comp_plan *pl) {
+  if (!pl) return;
+  tpu_free(pl->uses);
+  tpu_free(pl->inl);
+  tpu_free(pl->frame);
+  tpu_free(pl);
+}
+
+/* The plan of computation c in this run: from the run's table, or made now. NULL when out of
+ * memory. A plan stays where it is for the whole run (the table holds pointers). */
+static comp_plan *plan_of(tpu_interp *ip, const tpu_comp *c) {
   if (ip->capplans) {
     for (size_t i = plan_slot(c, ip->capplans);; i = (i + 1) & (size_t)(ip->capplans - 1)) {
-      if (ip->plans[i].c == c) return &ip->plans[i];
-      if (!ip->plans[i].c) break;
+      if (!ip->plans[i]) break;
+      if (ip->plans[i]->c == c) return ip->plans[i];
     }
   }
   if (2 * (ip->nplans + 1) > ip->capplans) { /* grow: at most half full */
     int cap = ip->capplans ? 2 * ip->capplans : 16;
-    comp_plan *np = tpu_calloc((size_t)cap, sizeof *np);
+    comp_plan **np = tpu_calloc((size_t)cap, sizeof *np);
     if (!np) return NULL;
     for (int i = 0; i < ip->capplans; i++)
-      if (ip->plans[i].c) {
-        size_t j = plan_slot(ip->plans[i].c, cap);
-        while (np[j].c) j = (j + 1) & (size_t)(cap - 1);
+      if (ip->plans[i]) {
+        size_t j = plan_slot(ip->plans[i]->c, cap);
+        while (np[j]) j = (j + 1) & (size_t)(cap - 1);
         np[j] = ip->plans[i];
       }
     tpu_free(ip->plans);
@@ -396,38 +410,43 @@ static const comp_plan *plan_of(tpu_interp *ip, const tpu_comp *c) {
     ip->capplans = cap;
   }
   int n = c->ninstrs;
-  comp_plan pl = {c, tpu_calloc((size_t)n + 1, sizeof(int)), tpu_calloc((size_t)n + 1, 1), 1};
+  comp_plan *pl = tpu_calloc(1, sizeof *pl);
   int *size = tpu_calloc((size_t)n + 1, sizeof(int));
-  if (!pl.uses || !pl.inl || !size) {
-    tpu_free(pl.uses);
-    tpu_free(pl.inl);
+  if (pl) {
+    pl->c = c;
+    pl->uses = tpu_calloc((size_t)n + 1, sizeof(int));
+    pl->inl = tpu_calloc((size_t)n + 1, 1);
+    pl->maxops = 1;
+  }
+  if (!pl || !pl->uses || !pl->inl || !size) {
+    plan_free(pl);
     tpu_free(size);
     return NULL;
   }
   for (int i = 0; i < c->norder; i++) {
     const tpu_instr *in = c->order[i];
-    for (int k = 0; k < in->noperands; k++) pl.uses[in->operands[k]->id]++;
-    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) pl.uses[in->operands[0]->operands[0]->id]++; /* read too */
-    if (in->noperands > pl.maxops) pl.maxops = in->noperands;
+    for (int k = 0; k < in->noperands; k++) pl->uses[in->operands[k]->id]++;
+    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) pl->uses[in->operands[0]->operands[0]->id]++; /* read too */
+    if (in->noperands > pl->maxops) pl->maxops = in->noperands;
   }
-  tpu__ref_fuse_plan(c, pl.uses, pl.inl, size);
+  tpu__ref_fuse_plan(c, pl->uses, pl->inl, size);
   tpu_free(size);
   size_t j = plan_slot(c, ip->capplans);
-  while (ip->plans[j].c) j = (j + 1) & (size_t)(ip->capplans - 1);
+  while (ip->plans[j]) j = (j + 1) & (size_t)(ip->capplans - 1);
   ip->plans[j] = pl;
   ip->nplans++;
-  return &ip->plans[j];
+  return pl;
 }
 
 static void plans_free(tpu_interp *ip) {
-  for (int i = 0; i < ip->capplans; i++) {
-    tpu_free(ip->plans[i].uses);
-    tpu_free(ip->plans[i].inl);
-  }
+  for (int i = 0; i < ip->capplans; i++) plan_free(ip->plans[i]);
   tpu_free(ip->plans);
   ip->plans = NULL;
   ip->nplans = ip->capplans = 0;
 }
+
+/* Whether an owned slot holds anything (a freed or moved-out slot is all zero). */
+static inline int slot_used(const tpu_tensor *t) { return t->data || t->elems || t->dtype || t->rank; }
 
 tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, int nargs, tpu_tensor *out,
                          tpu_diag *d) {
@@ -438,19 +457,28 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
   if (ip->depth >= MAX_CALL_DEPTH)
     return TPU_FAIL(d, TPU_ERR_LIMIT, c->loc, "calls nested deeper than %d", MAX_CALL_DEPTH);
   int n = c->ninstrs;
-  const comp_plan *pl = plan_of(ip, c);
+  comp_plan *pl = plan_of(ip, c);
   if (!pl) return TPU_FAIL(d, TPU_ERR_NOMEM, c->loc, "out of memory");
-  /* One block: val[n], own[n], uses[n], opv[maxops]. */
+  /* One block: own[n], val[n], opv[maxops], uses[n]; the plan's own block when no other
+   * call of c is running (its owned values are all empty), else a new one. */
   size_t nn = (size_t)n + 1;
-  char *block = tpu_malloc(nn * (sizeof(tpu_tensor *) + sizeof(tpu_tensor) + sizeof(int)) +
-                           (size_t)pl->maxops * sizeof(tpu_tensor *) + 16);
-  if (!block) return TPU_FAIL(d, TPU_ERR_NOMEM, c->loc, "out of memory");
+  char *block = NULL;
+  int mine = !pl->busy;
+  if (mine && pl->frame) {
+    block = pl->frame;
+  } else {
+    block = tpu_malloc(nn * (sizeof(tpu_tensor *) + sizeof(tpu_tensor) + sizeof(int)) +
+                       (size_t)pl->maxops * sizeof(tpu_tensor *) + 16);
+    if (!block) return TPU_FAIL(d, TPU_ERR_NOMEM, c->loc, "out of memory");
+    memset(block, 0, nn * sizeof(tpu_tensor));
+    if (mine) pl->frame = block;
+  }
+  if (mine) pl->busy = 1;
   frame f;
   f.own = (tpu_tensor *)(void *)block;
   f.val = (const tpu_tensor **)(void *)(f.own + nn);
   const tpu_tensor **opv = f.val + nn;
   f.uses = (int *)(void *)(opv + pl->maxops);
-  memset(f.own, 0, nn * sizeof *f.own);
   memset(f.val, 0, nn * sizeof *f.val);
   memcpy(f.uses, pl->uses, nn * sizeof *f.uses);
   const uint8_t *inl = pl->inl;
@@ -548,8 +576,12 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       st = tpu_tensor_clone(out, f.val[r], d);
     }
   }
-  for (int i = 0; i < n; i++) tpu_tensor_free(&f.own[i]);
-  tpu_free(block);
+  for (int i = 0; i < n; i++)
+    if (slot_used(&f.own[i])) tpu_tensor_free(&f.own[i]);
+  if (mine)
+    pl->busy = 0; /* the block stays with the plan, every slot empty */
+  else
+    tpu_free(block);
   return st;
 }
 
