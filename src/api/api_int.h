@@ -35,6 +35,8 @@ typedef struct tpu__module_memo {
   struct tpu__compiled *c;
   unsigned char *opts;
   size_t optlen;
+  uint64_t chip_gen; /* the chip load that gave c's chip (tpu_chip_load_again; 0: none) */
+  char *chip_name;   /* and the name it was loaded by ("v4" and "v4:core" read one file) */
 } tpu__module_memo;
 
 /* Where one profile row's op came from (owned strings; NULL / 0 when unknown). */
@@ -117,7 +119,7 @@ struct tpu_sim_result {
   int nleaves;
   int timed;
   tpu__compiled *cc;
-  tpu_chip chip;
+  const tpu_chip *chip;      /* cc's (zeros for the reference backend) */
   tpu_module *compiled;      /* the module the program came from (names are borrowed) */
   struct tpu_program *prog;
   tpu_timeline tl;

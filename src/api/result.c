@@ -62,7 +62,7 @@ tpu_status tpu_sim_result_metrics(const tpu_sim_result *r, tpu_sim_metrics *out,
   memset(out, 0, sizeof *out);
   TPU_TRY(need_timing(r, d));
   const tpu_report_metrics *m = &r->metrics;
-  snprintf(out->chip, sizeof out->chip, "%s", r->chip.name);
+  snprintf(out->chip, sizeof out->chip, "%s", r->chip->name);
   out->devices = r->devices;
   out->cycles = m->cycles;
   out->clock_hz = m->clock_hz;
@@ -130,15 +130,15 @@ tpu_status tpu_sim_result_op(const tpu_sim_result *r, int i, tpu_sim_op *out, tp
 tpu_status tpu_sim_result_write_json(const tpu_sim_result *r, const char *path, tpu_diag *d) {
   TPU_TRY(need_timing(r, d));
   if (!path) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_result_write_json: no path");
-  tpu_podio_report pr = {&r->pod, r->prog, &r->tl, &r->chip, &r->costs};
+  tpu_podio_report pr = {&r->pod, r->prog, &r->tl, r->chip, &r->costs};
   tpu_report_info info = {r->program, "tpu", r->mode, r->precision,
                           r->have_pod && r->pod.ndev > 1 ? tpu_podio_write_json : NULL, &pr, NULL, NULL, 0, NULL};
   tpu_report_info_prefetch(&info, r->prog);
-  return tpu_report_write_json(path, &info, &r->chip, &r->tl, &r->metrics, &r->prof, d);
+  return tpu_report_write_json(path, &info, r->chip, &r->tl, &r->metrics, &r->prof, d);
 }
 
 tpu_status tpu_sim_result_write_trace(const tpu_sim_result *r, const char *path, tpu_diag *d) {
   TPU_TRY(need_timing(r, d));
   if (!path) return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "tpu_sim_result_write_trace: no path");
-  return tpu_report_write_trace(path, &r->chip, &r->tl, d);
+  return tpu_report_write_trace(path, r->chip, &r->tl, d);
 }

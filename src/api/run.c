@@ -54,6 +54,7 @@ void tpu_sim_module_free(tpu_sim_module *sm) {
   if (sm->memo) {
     tpu__cache_release(sm->memo->c);
     tpu_free(sm->memo->opts);
+    tpu_free(sm->memo->chip_name);
     pthread_mutex_destroy(&sm->memo->lock);
     tpu_free(sm->memo);
   }
@@ -558,12 +559,15 @@ static unsigned char *make_key(const tpu_sim_module *sm, const unsigned char *op
 }
 
 /* The module's last entry when this run's settings and chip are that run's and the entry is
- * still in the cache (with a new reference, a hit), else NULL. */
-static tpu__compiled *memo_take(tpu__module_memo *mm, const unsigned char *opts, size_t optlen, const tpu_chip *chip) {
+ * still in the cache (with a new reference, a hit), else NULL. The chip is that run's when
+ * its load was the same (chip_gen, nonzero) or, failing that, its struct is. */
+static tpu__compiled *memo_take(tpu__module_memo *mm, const unsigned char *opts, size_t optlen, const tpu_chip *chip,
+                                uint64_t chip_gen, const char *chip_name) {
   tpu__compiled *c = NULL;
   pthread_mutex_lock(&mm->lock);
   if (mm->c && mm->optlen == optlen && !memcmp(mm->opts, opts, optlen) &&
-      (!chip || !memcmp(&mm->c->chip, chip, sizeof *chip)))
+      (chip_gen ? chip_gen == mm->chip_gen && mm->chip_name && !strcmp(mm->chip_name, chip_name)
+                : !chip || !memcmp(&mm->c->chip, chip, sizeof *chip)))
     c = tpu__cache_reuse(mm->c, 1);
   pthread_mutex_unlock(&mm->lock);
   return c;
@@ -571,10 +575,15 @@ static tpu__compiled *memo_take(tpu__module_memo *mm, const unsigned char *opts,
 
 /* Remembers c (with a reference of its own, if it is in the cache) and opts (taken over) as
  * the module's last run. */
-static void memo_put(tpu__module_memo *mm, tpu__compiled *c, unsigned char *opts, size_t optlen) {
+static void memo_put(tpu__module_memo *mm, tpu__compiled *c, unsigned char *opts, size_t optlen, uint64_t chip_gen,
+                     const char *chip_name) {
   tpu__compiled *old = NULL;
   unsigned char *old_opts = NULL;
+  char *name = chip_gen ? tpu_strdup(chip_name) : NULL;
   pthread_mutex_lock(&mm->lock);
+  char *old_name = mm->chip_name;
+  mm->chip_gen = name ? chip_gen : 0;
+  mm->chip_name = name;
   if (mm->c != c) {
     old = mm->c;
     old_opts = mm->opts;
@@ -584,6 +593,7 @@ static void memo_put(tpu__module_memo *mm, tpu__compiled *c, unsigned char *opts
     if (mm->c) opts = NULL;
   }
   pthread_mutex_unlock(&mm->lock);
+  tpu_free(old_name);
   tpu__cache_release(old);
   tpu_free(old_opts);
   tpu_free(opts);
@@ -592,16 +602,34 @@ static void memo_put(tpu__module_memo *mm, tpu__compiled *c, unsigned char *opts
 /* The compiled entry of the run: from the cache, or parsed and partitioned now (and cached). */
 static tpu_status find_compiled(const tpu_sim_module *sm, const run_plan *p, tpu__compiled **out, tpu_diag *d) {
   *out = NULL;
+  /* The chip file is read on every run (an edited file is a miss); when it still holds the
+   * bytes the module's last run loaded, that run's entry is taken back without loading it
+   * again or comparing the 49 KB structs. */
   tpu_chip chip;
-  if (p->tpu) TPU_TRY(tpu_chip_load(p->chip, &chip, d));
+  uint64_t gen = 0;
+  int same = 0;
+  if (p->tpu) {
+    pthread_mutex_lock(&sm->memo->lock);
+    gen = sm->memo->chip_gen;
+    pthread_mutex_unlock(&sm->memo->lock);
+    TPU_TRY(tpu_chip_load_again(p->chip, &gen, &same, &chip, d));
+  }
   size_t optlen = 0, klen = 0;
   unsigned char *opts = make_opts(p, &optlen);
   if (!opts) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
-  tpu__compiled *c = memo_take(sm->memo, opts, optlen, p->tpu ? &chip : NULL);
+  tpu__compiled *c = memo_take(sm->memo, opts, optlen, p->tpu && !same ? &chip : NULL, same ? gen : 0, p->chip);
   if (c) {
     tpu_free(opts);
     *out = c;
     return TPU_OK;
+  }
+  if (same) { /* another setting: the chip itself is needed for the key (gen 0: loaded) */
+    gen = 0;
+    tpu_status cst = tpu_chip_load_again(p->chip, &gen, &same, &chip, d);
+    if (cst != TPU_OK) {
+      tpu_free(opts);
+      return cst;
+    }
   }
   unsigned char *key = make_key(sm, opts, optlen, p->tpu ? &chip : NULL, &klen);
   if (!key) {
@@ -627,7 +655,7 @@ static tpu_status find_compiled(const tpu_sim_module *sm, const run_plan *p, tpu
   }
   tpu_free(key);
   if (c)
-    memo_put(sm->memo, c, opts, optlen);
+    memo_put(sm->memo, c, opts, optlen, p->tpu ? gen : 0, p->chip);
   else
     tpu_free(opts);
   *out = c;
@@ -694,7 +722,7 @@ static tpu_status run_impl(const tpu_sim_module *sm, const tpu_sim_options *o, c
   memset(&trips, 0, sizeof trips);
   tpu_status st = r->program ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   if (st == TPU_OK) st = find_compiled(sm, &p, &r->cc, d);
-  if (st == TPU_OK) r->chip = r->cc->chip;
+  if (st == TPU_OK) r->chip = &r->cc->chip;
   const tpu_module *m = r->cc ? r->cc->vm : NULL;
   if (st == TPU_OK) {
     r->devices = r->cc->devices;
@@ -723,9 +751,9 @@ static tpu_status run_impl(const tpu_sim_module *sm, const tpu_sim_options *o, c
     }
     /* Values run on the partitioned module as written (the compiler rewrites its own copy). */
     if (st == TPU_OK)
-      st = r->have_pod ? tpu_podio_values(&r->pod, m, p.tpu ? &r->chip : NULL, p.precision, args, nargs, &trips, &r->value,
+      st = r->have_pod ? tpu_podio_values(&r->pod, m, p.tpu ? r->chip : NULL, p.precision, args, nargs, &trips, &r->value,
                                        NULL, d)
-           : p.tpu  ? tpu_chip_run_values_trips(m, &r->chip, p.precision, args, nargs, &trips, &r->value, d)
+           : p.tpu  ? tpu_chip_run_values_trips(m, r->chip, p.precision, args, nargs, &trips, &r->value, d)
                     : tpu_ref_run(m, args, nargs, &r->value, d);
     if (st == TPU_OK) {
       r->nleaves = tpu_tensor_count_leaves(&r->value);

@@ -697,6 +697,7 @@ enum { MEMO_BYTES = 65536 };
 static pthread_mutex_t g_memo_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
   int valid;
+  uint64_t gen; /* counts the memo's fillings: names its content (tpu_chip_load_again) */
   char path[600];
   size_t n;
   char bytes[MEMO_BYTES];
@@ -715,8 +716,21 @@ static int read_small(const char *path, char *buf, size_t cap, size_t *n) {
   return whole;
 }
 
+static tpu_status load_memo(const char *path_or_name, uint64_t *gen, int *same, tpu_chip *out, tpu_diag *d);
+
 tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d) {
   memset(out, 0, sizeof *out);
+  return load_memo(path_or_name, NULL, NULL, out, d);
+}
+
+tpu_status tpu_chip_load_again(const char *path_or_name, uint64_t *gen, int *same, tpu_chip *out, tpu_diag *d) {
+  *same = 0;
+  return load_memo(path_or_name, gen, same, out, d);
+}
+
+/* tpu_chip_load, and with gen: *same = 1 (out untouched) when the file's bytes are those of
+ * the memo's filling *gen, else the load's filling in *gen (0: the memo does not hold it). */
+static tpu_status load_memo(const char *path_or_name, uint64_t *gen, int *same, tpu_chip *out, tpu_diag *d) {
   char path[600], base[600];
   size_t alen = strlen(path_or_name);
   int core = alen > 5 && !strcmp(path_or_name + alen - 5, ":core");
@@ -731,13 +745,21 @@ tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d) {
   if (small) {
     pthread_mutex_lock(&g_memo_lock);
     int hit = g_memo.valid && g_memo.n == n && !strcmp(g_memo.path, path) && !memcmp(g_memo.bytes, bytes, n);
+    if (hit && gen && *gen == g_memo.gen) {
+      pthread_mutex_unlock(&g_memo_lock);
+      *same = 1; /* the caller's chip is this one */
+      return TPU_OK;
+    }
     if (hit) *out = g_memo.chip;
+    if (hit && gen) *gen = g_memo.gen;
     pthread_mutex_unlock(&g_memo_lock);
     if (hit) {
       if (core) derive_core(out);
       return TPU_OK;
     }
   }
+  if (gen) *gen = 0;
+  memset(out, 0, sizeof *out);
   loader *L = tpu_calloc(1, sizeof *L);
   if (!L) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory loading a chip");
   L->c = out;
@@ -749,6 +771,8 @@ tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d) {
   if (small && strlen(path) < sizeof g_memo.path) {
     pthread_mutex_lock(&g_memo_lock);
     g_memo.valid = 1;
+    g_memo.gen++;
+    if (gen) *gen = g_memo.gen;
     snprintf(g_memo.path, sizeof g_memo.path, "%s", path);
     g_memo.n = n;
     memcpy(g_memo.bytes, bytes, n);

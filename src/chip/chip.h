@@ -176,6 +176,11 @@ typedef struct tpu_chip {
  * compile-only device XLA targets on chips without megacore): tensorcores 1, HBM capacity,
  * bandwidth and listed peaks divided by the chip's TensorCores, marked derived. */
 tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d);
+/* tpu_chip_load for a caller that keeps what it loaded (a run's chip, loaded on every run so
+ * that an edited file is seen): *gen names a load (0: none). When path_or_name still holds
+ * the bytes of the load *gen names (the loader keeps the last file it parsed), *same = 1 and
+ * out is not touched; else out is loaded as tpu_chip_load does, *same = 0, *gen names it. */
+tpu_status tpu_chip_load_again(const char *path_or_name, uint64_t *gen, int *same, tpu_chip *out, tpu_diag *d);
 /* The range a numeric field's value must lie in (chips/README.md "Ranges"). */
 void tpu_chip_field_range(tpu_chip_field f, double *lo, double *hi);
 /* Sets a numeric field ('f' or 'i') and marks it published, without the loader's checks

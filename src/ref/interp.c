@@ -21,6 +21,11 @@ typedef struct comp_plan {
    * this computation is running: its owned values are all empty between calls. */
   char *frame;
   int busy;
+  /* fold[id]: 1 when the instruction's value depends on constants only (fold_op, operands
+   * constants or such instructions; not in the entry): computed at its first call, then
+   * 2 and kept in fval[id] for the run (a loop body's broadcasts of constants, iotas). */
+  uint8_t *fold;
+  tpu_tensor *fval;
 } comp_plan;
 
 struct tpu_interp {
@@ -30,7 +35,13 @@ struct tpu_interp {
   int64_t step, nsteps;     /* the entry instruction running, for progress */
   comp_plan **plans;        /* open addressing on the computation's address; cap a power of 2 */
   int nplans, capplans;
+  const tpu_comp *entry;
+  size_t folded_bytes;      /* kept in the plans' fval (at most MAX_FOLDED_BYTES) */
 };
+
+/* What folded values may hold in one run, and one of them. */
+#define MAX_FOLDED_BYTES ((size_t)64 << 20)
+#define MAX_FOLD_BYTES ((size_t)1 << 20)
 
 static int64_t g_while_limit = 100000000;
 
@@ -380,10 +391,62 @@ static size_t plan_slot(const tpu_comp *c, int cap) {
  * memory. */
 static void plan_free(comp_plan *pl) {
   if (!pl) return;
+  if (pl->fval)
+    for (int i = 0; i <= pl->c->ninstrs; i++) tpu_tensor_free(&pl->fval[i]);
+  tpu_free(pl->fval);
+  tpu_free(pl->fold);
   tpu_free(pl->uses);
   tpu_free(pl->inl);
   tpu_free(pl->frame);
   tpu_free(pl);
+}
+
+/* Ops whose value is a function of their operands' values and the instruction alone, with
+ * no effect and no hook of the run (data movement and elementwise ops). */
+static int fold_op(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_BROADCAST:
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST:
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_SLICE:
+    case TPU_OP_DYNAMIC_SLICE:
+    case TPU_OP_DYNAMIC_UPDATE_SLICE:
+    case TPU_OP_CONCATENATE:
+    case TPU_OP_PAD:
+    case TPU_OP_REVERSE:
+    case TPU_OP_IOTA:
+    case TPU_OP_COPY: return 1;
+    default: break;
+  }
+  return tpu__ref_kernel_of(in->op) == tpu__ref_elementwise;
+}
+
+/* Marks pl->fold (see comp_plan); 0 when there is nothing to fold or memory runs out. */
+static void fold_plan(tpu_interp *ip, comp_plan *pl) {
+  const tpu_comp *c = pl->c;
+  if (c == ip->entry) return; /* run once: nothing to save */
+  uint8_t *fold = tpu_calloc((size_t)c->ninstrs + 1, 1);
+  if (!fold) return;
+  int any = 0;
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    if (in->shape.dtype == TPU_TUPLE || in->shape.dtype == TPU_TOKEN || !fold_op(in)) continue;
+    int64_t numel = tpu_shape_numel(&in->shape);
+    if (numel < 0 || (size_t)numel * tpu_dtype_size(in->shape.dtype) > MAX_FOLD_BYTES) continue;
+    int ok = 1;
+    for (int k = 0; ok && k < in->noperands; k++) {
+      const tpu_instr *o = in->operands[k];
+      ok = o->op == TPU_OP_CONSTANT || fold[o->id];
+    }
+    if (ok) fold[in->id] = 1, any = 1;
+  }
+  if (any) pl->fval = tpu_calloc((size_t)c->ninstrs + 1, sizeof *pl->fval);
+  if (!any || !pl->fval) {
+    tpu_free(fold);
+    return;
+  }
+  pl->fold = fold;
 }
 
 /* The plan of computation c in this run: from the run's table, or made now. NULL when out of
@@ -431,6 +494,10 @@ static comp_plan *plan_of(tpu_interp *ip, const tpu_comp *c) {
   }
   tpu__ref_fuse_plan(c, pl->uses, pl->inl, size);
   tpu_free(size);
+  fold_plan(ip, pl);
+  if (pl->fold) /* a folded value is read, not recomputed inside a tree */
+    for (int i = 0; i < n; i++)
+      if (pl->fold[i]) pl->inl[i] = 0;
   size_t j = plan_slot(c, ip->capplans);
   while (ip->plans[j]) j = (j + 1) & (size_t)(ip->capplans - 1);
   ip->plans[j] = pl;
@@ -443,6 +510,22 @@ static void plans_free(tpu_interp *ip) {
   tpu_free(ip->plans);
   ip->plans = NULL;
   ip->nplans = ip->capplans = 0;
+}
+
+/* A folded instruction's value, just computed into f->own[id]: moved into the plan for the
+ * rest of the run (while the run's folded values stay under MAX_FOLDED_BYTES), and where
+ * it is read from now. */
+static const tpu_tensor *keep_folded(tpu_interp *ip, comp_plan *pl, frame *f, int id) {
+  size_t nb = f->own[id].nbytes;
+  if (ip->folded_bytes + nb > MAX_FOLDED_BYTES) {
+    pl->fold[id] = 0; /* computed on every call, as an unfolded op */
+    return &f->own[id];
+  }
+  ip->folded_bytes += nb;
+  pl->fval[id] = f->own[id];
+  memset(&f->own[id], 0, sizeof f->own[id]);
+  pl->fold[id] = 2;
+  return &pl->fval[id];
 }
 
 /* Whether an owned slot holds anything (a freed or moved-out slot is all zero). */
@@ -482,6 +565,7 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
   memset(f.val, 0, nn * sizeof *f.val);
   memcpy(f.uses, pl->uses, nn * sizeof *f.uses);
   const uint8_t *inl = pl->inl;
+  uint8_t *fold = pl->fold;
   tpu_status st = TPU_OK;
   ip->depth++;
   for (int i = 0; st == TPU_OK && i < c->norder; i++) {
@@ -501,6 +585,11 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       continue;
     }
     if (inl[id]) continue; /* evaluated inside its user's tree */
+    if (fold && fold[id] == 2) { /* computed at an earlier call */
+      f.val[id] = &pl->fval[id];
+      for (int k = 0; k < in->noperands; k++) release(&f, c, in->operands[k]);
+      continue;
+    }
     if (in->op == TPU_OP_GET_TUPLE_ELEMENT && in != c->root) {
       /* An element of a borrowed tuple is borrowed too (it lives as long as the call's
        * arguments); an owned tuple read here for the last time gives its element up. */
@@ -548,7 +637,7 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       st = tpu__ref_fused_eval(in, inl, f.val, &f.own[id], d);
       if (st != TPU_OK) break;
       if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
-      f.val[id] = &f.own[id];
+      f.val[id] = fold && fold[id] ? keep_folded(ip, pl, &f, id) : &f.own[id];
       const tpu_instr *leaves[96];
       int nl = tpu__ref_fused_leaves(in, inl, leaves);
       for (int k = 0; k < nl; k++) release(&f, c, leaves[k]);
@@ -562,7 +651,7 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       st = eval(ip, in, opv, &f.own[id], d);
     if (st != TPU_OK) break;
     if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
-    f.val[id] = &f.own[id];
+    f.val[id] = fold && fold[id] ? keep_folded(ip, pl, &f, id) : &f.own[id];
     for (int k = 0; k < in->noperands; k++) release(&f, c, in->operands[k]);
     if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) release(&f, c, in->operands[0]->operands[0]);
   }
@@ -605,7 +694,7 @@ tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nar
   const tpu_tensor **argv = tpu_calloc((size_t)(nargs ? nargs : 1), sizeof *argv);
   if (!argv) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   for (int i = 0; i < nargs; i++) argv[i] = &args[i];
-  tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts, 0, 0, NULL, 0, 0};
+  tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts, 0, 0, NULL, 0, 0, e, 0};
   tpu_tensor_pool_begin();
   tpu_status st = tpu__ref_call(&ip, e, argv, nargs, out, d);
   tpu_tensor_pool_end();

@@ -49,6 +49,54 @@ static void copy_run(char *dst, int64_t ds, const char *src, int64_t ss, int64_t
   }
 }
 
+/* One tile of a transpose: rows i (destination contiguous, source stride si) by columns j
+ * (source contiguous, destination stride dj). */
+#define TILE_COPY(T)                                                                           \
+  for (int64_t jj = j0; jj < j1; jj++)                                                         \
+    for (int64_t ii = i0; ii < i1; ii++) memcpy(d + (jj * dj + ii) * (int64_t)sizeof(T), s + (jj + ii * si) * (int64_t)sizeof(T), sizeof(T));
+
+enum { TILE = 16 };
+
+/* copy_box's transposing case (its merged dims n, strides ds and ss): dimension r-1 is
+ * contiguous in the destination, dimension j in the source; the two are copied in TILE x TILE
+ * tiles for every index of the others. */
+static void copy_box_tiled(char *dst, const char *src, size_t es, int r, const int64_t *n, const int64_t *ds,
+                           const int64_t *ss, int j) {
+  int64_t on[TPU_MAX_RANK], ods[TPU_MAX_RANK], oss[TPU_MAX_RANK], idx[TPU_MAX_RANK] = {0};
+  int orank = 0;
+  for (int k = 0; k < r - 1; k++)
+    if (k != j) on[orank] = n[k], ods[orank] = ds[k], oss[orank] = ss[k], orank++;
+  int64_t ni = n[r - 1], si = ss[r - 1], nj = n[j], dj = ds[j];
+  int64_t doff = 0, soff = 0;
+  for (;;) {
+    char *d = dst + doff * (int64_t)es;
+    const char *s = src + soff * (int64_t)es;
+    for (int64_t j0 = 0; j0 < nj; j0 += TILE) {
+      int64_t j1 = j0 + TILE < nj ? j0 + TILE : nj;
+      for (int64_t i0 = 0; i0 < ni; i0 += TILE) {
+        int64_t i1 = i0 + TILE < ni ? i0 + TILE : ni;
+        switch (es) {
+          case 1: TILE_COPY(uint8_t) break;
+          case 2: TILE_COPY(uint16_t) break;
+          case 4: TILE_COPY(uint32_t) break;
+          default: TILE_COPY(uint64_t) break;
+        }
+      }
+    }
+    int k = orank - 1;
+    for (; k >= 0; k--) {
+      idx[k]++;
+      doff += ods[k];
+      soff += oss[k];
+      if (idx[k] < on[k]) break;
+      doff -= ods[k] * on[k];
+      soff -= oss[k] * on[k];
+      idx[k] = 0;
+    }
+    if (k < 0) return;
+  }
+}
+
 /* Copies an n-d box of `dims` elements: for every index i, dst[sum i_k*dstr_k] =
  * src[sum i_k*sstr_k] (strides in elements; src strides may be 0 for broadcasting or
  * negative for reversal). Unit dims are dropped and dims contiguous in both are merged,
@@ -76,6 +124,17 @@ void tpu__ref_copy_box(void *dst, const void *src, size_t es, int rank, const in
   if (r == 0) {
     memcpy(d, s, es);
     return;
+  }
+  /* A transpose (the destination's run strided in the source, another dimension contiguous
+   * there): copied in square tiles, so that each source line read is used whole. */
+  if (r >= 2 && ds[r - 1] == 1 && ss[r - 1] != 1 && n[r - 1] >= 8 && (es == 4 || es == 8 || es == 2 || es == 1)) {
+    int j = -1;
+    for (int k = r - 2; k >= 0 && j < 0; k--)
+      if (ss[k] == 1 && n[k] >= 8) j = k;
+    if (j >= 0) {
+      copy_box_tiled(d, s, es, r, n, ds, ss, j);
+      return;
+    }
   }
   int64_t idx[TPU_MAX_RANK] = {0};
   int64_t doff = 0, soff = 0; /* element offsets of the current run */

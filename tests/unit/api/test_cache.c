@@ -220,6 +220,38 @@ static void chip_file_contents(void) {
   free(chip);
 }
 
+/* One module run on chips read from one file under two names and on another file, back and
+ * forth: each run has its own chip's cycles (a module takes its last entry back only for
+ * the same chip name and file bytes). */
+static void chip_names_back_and_forth(void) {
+  const char *hlo = "HloModule m\nENTRY e {\n  a = f32[512,512] parameter(0)\n"
+                    "  ROOT d = f32[512,512] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+  tpu_diag d;
+  tpu_sim_module *m = NULL;
+  CHECK(tpu_sim_load_text("dot.hlo", hlo, strlen(hlo), &m, &d) == TPU_OK);
+  if (!m) return;
+  tpu_sim_options o;
+  tpu_sim_options_init(&o);
+  o.mode = "timing";
+  const char *names[] = {"v4", "v4:core", "v4", "v6e", "v4:core", "v6e", "v4"};
+  int64_t cyc[7];
+  for (int k = 0; k < 7; k++) {
+    o.chip = names[k];
+    tpu_sim_result *r = NULL;
+    CHECK(tpu_sim_run(m, &o, NULL, 0, &r, &d) == TPU_OK);
+    cyc[k] = r ? cycles_of(r) : -1;
+    tpu_sim_result_free(r);
+  }
+  CHECK(cyc[0] > 0 && cyc[1] > 0 && cyc[3] > 0);
+  CHECK(cyc[1] != cyc[0]); /* one TensorCore of v4 is not v4 */
+  CHECK(cyc[3] != cyc[0] && cyc[3] != cyc[1]);
+  CHECK_EQ_INT(cyc[2], cyc[0]);
+  CHECK_EQ_INT(cyc[6], cyc[0]);
+  CHECK_EQ_INT(cyc[4], cyc[1]);
+  CHECK_EQ_INT(cyc[5], cyc[3]);
+  tpu_sim_module_free(m);
+}
+
 /* A loop whose trip count only the values give ("halve until the norm is below 1"): each
  * run's cycles follow its own inputs, cached or not. */
 static void trips_per_run(void) {
@@ -333,6 +365,7 @@ int main(void) {
   hits_and_identity();
   module_memo();
   chip_file_contents();
+  chip_names_back_and_forth();
   trips_per_run();
   tpu_sim_cache_clear();
   CHECK_DONE();

@@ -108,6 +108,32 @@ static void test_transpose_reshape(void) {
   CHECK_EQ_INT(bad, 0);
   tpu_tensor_free(&out);
   tpu_tensor_free(&y);
+  /* Rank 4, one element size after another (the tiled transpose path with batch dims around
+   * the two it tiles): out[a,d,c,b] = x[a,b,c,d]. */
+  int64_t d4[4] = {3, 20, 5, 19};
+  const char *ts[4] = {"u8", "s16", "s32", "s64"};
+  tpu_dtype tt[4] = {TPU_U8, TPU_S16, TPU_S32, TPU_S64};
+  for (int k = 0; k < 4; k++) {
+    tpu_tensor z = counting(tt[k], 4, d4, 0);
+    char prog[256];
+    snprintf(prog, sizeof prog,
+             "HloModule m\nENTRY e {\n p = %s[3,20,5,19] parameter(0)\n ROOT t = %s[3,19,5,20] transpose(p), "
+             "dimensions={0,3,2,1}\n}\n",
+             ts[k], ts[k]);
+    CHECK(run(prog, &z, 1, &out));
+    bad = 0;
+    for (int a = 0; a < 3; a++)
+      for (int dd = 0; dd < 19; dd++)
+        for (int c = 0; c < 5; c++)
+          for (int b = 0; b < 20; b++) {
+            int64_t want = ((a * 20 + b) * 5 + c) * 19 + dd;
+            if (tt[k] == TPU_U8) want &= 255;
+            bad += at(&out, ((a * 19 + dd) * 5 + c) * 20 + b) != want;
+          }
+    CHECK_EQ_INT(bad, 0);
+    tpu_tensor_free(&out);
+    tpu_tensor_free(&z);
+  }
 }
 
 static void test_slice(void) {
