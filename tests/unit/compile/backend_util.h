@@ -1,4 +1,4 @@
-/* Helpers shared by the back-end tests (test_backend.c, test_vmem.c): parse and compile HLO
+/* Helpers shared by the back-end tests (test_backend*.c, test_vmem.c): parse and compile HLO
  * text, round-trip a program through its asm, find its ops and HBM buffers, and the v5e
  * preset reduced to the published figures the closed-form checks assume. */
 #ifndef TPU_TESTS_BACKEND_UTIL_H

@@ -1,0 +1,143 @@
+/* The back end's layouts (compile/backend/layout.c): intermediate values' layouts, prefetched parameters'
+ * streams, copies that move the minor dimension costed as transposes. */
+
+#include <stdio.h>
+
+#include "util.h"
+#include "unit/compile/backend_util.h"
+
+static tpu_chip g_chip;
+
+static tpu_program *compile_src(const char *src, tpu_module **m) { return compile_src_on(src, &g_chip, m); }
+
+/* Layout assignment: a value computed inside the program whose given layout would pad the
+ * lanes takes the tiling that pads least, as XLA's TPU compiler lays an attention head's
+ * bf16[8,12,512,64] out {2,3,1,0}, and so do the program's results (entry_computation_layout);
+ * parameters keep the layout given (the fuse pass gives them theirs, test_passes). */
+static void free_intermediate_layout(void) {
+  tpu_module *m;
+  tpu_program *p = compile_src(
+      "HloModule heads\n"
+      "ENTRY e {\n"
+      "  p = bf16[8,12,512,512]{3,2,1,0} parameter(0)\n"
+      "  v = bf16[8,12,512,64]{3,2,1,0} parameter(1)\n"
+      "  w = bf16[64,64]{1,0} parameter(2)\n"
+      "  o = bf16[8,12,512,64]{3,2,1,0} dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, "
+      "rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n"
+      "  ROOT r = bf16[8,12,512,64]{3,2,1,0} dot(o, w), lhs_contracting_dims={3}, rhs_contracting_dims={0}\n"
+      "}\n",
+      &m);
+  if (p) {
+    int o = op_named(p, "o"), r = op_named(p, "r");
+    CHECK(o >= 0 && r >= 0);
+    const double heads = 8.0 * 12 * 512 * 64 * 2;  /* o unpadded: 512 in the lanes */
+    const double v_pad = 8.0 * 12 * 512 * 128 * 2; /* the parameter: 64 padded to 128 lanes */
+    if (o >= 0) CHECK_NEAR(p->ops[o].padded_bytes, 8.0 * 12 * 512 * 512 * 2 + v_pad + heads, 0);
+    if (r >= 0) CHECK_NEAR(p->ops[r].padded_bytes, heads + 64.0 * 128 * 2 + heads, 0); /* r leaves unpadded */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  /* a value computed inside the program whose minor dimension is 1 (a norm's rsqrt of its
+   * f32[4096,1] row statistics, a kernel of its own): the rows in the lanes, as the compiler's
+   * f32[4096,1]{0,1:T(1,128)}, 16 kB, not 4096 rows padded to 128 lanes (2 MB) */
+  p = compile_src("HloModule st\nENTRY e {\n  x = f32[4096,1] parameter(0)\n  y = f32[4096,1024] parameter(1)\n"
+                  "  s = f32[4096,1] rsqrt(x)\n  r = f32[4096] reshape(s)\n"
+                  "  b = f32[4096,1024] broadcast(r), dimensions={0}\n  ROOT o = f32[4096,1024] multiply(y, b)\n}\n",
+                  &m);
+  if (p) {
+    int st = op_named(p, "s");
+    CHECK(st >= 0);
+    if (st >= 0) {
+      printf("rsqrt of f32[4096,1] inside the program: %.0f padded bytes\n", p->ops[st].padded_bytes);
+      /* x, a parameter given without a layout, is read row-major (2 MB); s is written in 16 kB */
+      CHECK_NEAR(p->ops[st].padded_bytes, 4096.0 * 128 * 4 + 4096.0 * 4, 0);
+    }
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  /* a rank-2 result: f32[2048,7] leaves as {0,1} (7 rows padded to 8, 2048 in the lanes),
+   * not with 7 elements padded to 128 lanes */
+  p = compile_src("HloModule r2\nENTRY e {\n  x = f32[2048,7]{0,1} parameter(0)\n  ROOT a = f32[2048,7] abs(x)\n}\n", &m);
+  if (p) {
+    int a = op_named(p, "a");
+    CHECK(a >= 0);
+    if (a >= 0) CHECK_NEAR(p->ops[a].padded_bytes, 2 * 8.0 * 2048 * 4, 0);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+/* The per-element stream costs (xbytes) of the op named r in program src. */
+static double r_xbytes(const char *src) {
+  tpu_module *m;
+  tpu_program *p = compile_src(src, &m);
+  double x = -1;
+  int r = p ? op_named(p, "r") : -1;
+  CHECK(r >= 0);
+  if (r >= 0) x = p->ops[r].xbytes;
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return x;
+}
+
+/* An op reading a parameter through the copy-start / copy-done of a compiled program's
+ * prefetch has nothing to fuse with either: it pays the chip's lone-op stream cost as it
+ * does reading the parameter itself (the XLA TPU compiler's prefetched f32[4096,4096]
+ * reduce: 350,752 cycles on v6e, its cost reading HBM). */
+static void lone_through_prefetch(void) {
+  double plain = r_xbytes(
+      "HloModule plain\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n"
+      "  x = f32[4096,4096]{1,0} parameter(0)\n"
+      "  z = f32[] constant(0)\n"
+      "  ROOT r = f32[] reduce(x, z), dimensions={0,1}, to_apply=add\n"
+      "}\n");
+  double pref = r_xbytes(
+      "HloModule pref\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n"
+      "  x = f32[4096,4096]{1,0} parameter(0)\n"
+      "  cs = (f32[4096,4096]{1,0}, f32[4096,4096]{1,0}, u32[]) copy-start(x), cross_program_prefetch_index=0\n"
+      "  z = f32[] constant(0)\n"
+      "  cd = f32[4096,4096]{1,0} copy-done(cs)\n"
+      "  ROOT r = f32[] reduce(cd, z), dimensions={0,1}, to_apply=add\n"
+      "}\n");
+  const double n = 4096.0 * 4096;
+  CHECK_NEAR(plain, (g_chip.stream_pass_bytes + g_chip.lone_op_bytes) * n, 1);
+  CHECK_NEAR(pref, plain, 1);
+}
+
+/* A compiled program's copy that changes the minor dimension is a transpose: it pays the
+ * chip's transpose stream cost per element (XLA's f32[8192,8192] {1,0} -> {0,1} copy costs
+ * on v6e what its transpose does), from HBM into VMEM (S(1)) too (bf16[2,2048,2048] into VMEM
+ * and back out: 93,120 cycles each on v6e); one within VMEM (S(1) on both sides: 2,400
+ * cycles) or keeping the minor dimension does not. */
+static double copy_xbytes(const char *source_layout, const char *result_layout) {
+  char src[700];
+  snprintf(src, sizeof src,
+           "HloModule cp, is_scheduled=true\n"
+           "ENTRY e {\n"
+           "  x = f32[1024,1024]{1,0:T(8,128)} parameter(0)\n"
+           "  y = f32[1024,1024]{%s} negate(x)\n"
+           "  r = f32[1024,1024]{%s} copy(y)\n"
+           "  ROOT n = f32[1024,1024]{1,0:T(8,128)} negate(r)\n"
+           "}\n", source_layout, result_layout);
+  return r_xbytes(src);
+}
+
+static void layout_copy_transposes(void) {
+  const double n = 1024.0 * 1024;
+  CHECK_NEAR(copy_xbytes("1,0:T(8,128)", "0,1:T(8,128)"), g_chip.transpose_bytes * n, 1);
+  CHECK_NEAR(copy_xbytes("1,0:T(8,128)", "0,1:T(8,128)S(1)"), g_chip.transpose_bytes * n, 1);
+  CHECK_NEAR(copy_xbytes("1,0:T(8,128)S(1)", "0,1:T(8,128)S(1)"), 0, 0);
+  CHECK_NEAR(copy_xbytes("1,0:T(8,128)", "1,0:T(8,128)"), 0, 0);
+}
+
+int main(void) {
+  if (!closed_form_v5e(&g_chip)) return 1;
+  free_intermediate_layout();
+  lone_through_prefetch();
+  layout_copy_transposes();
+  CHECK_DONE();
+}
