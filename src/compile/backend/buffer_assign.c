@@ -206,6 +206,18 @@ static int add_pair(pairs *ps, const tpu_instr *ia, int la, const tpu_instr *ib,
   return 1;
 }
 
+/* Whether computation a is b or one that calls b, directly or through calls, loops and
+ * conditionals (b runs inside a). */
+static int encloses(const tpu__be *be, const tpu_comp *a, const tpu_comp *b) {
+  for (int depth = 0; b && depth < 256; depth++) {
+    if (b == a) return 1;
+    int ci = tpu__be_comp_index(be, b);
+    const tpu_instr *c = ci >= 0 ? be->caller[ci] : NULL;
+    b = c ? c->parent : NULL;
+  }
+  return 0;
+}
+
 /* The loop state rule (copy insertion's, above) for while `w`: per element of the state,
  * how long the input lives, and which body result shares the input's buffer. */
 static int loop_state(tpu__be *be, const tpu_instr *w, const int64_t *def, const int64_t *wstart, pairs *ps) {
@@ -226,8 +238,11 @@ static int loop_state(tpu__be *be, const tpu_instr *w, const int64_t *def, const
     const tpu_instr *xo = owner_of(be, x, leaf, 0, &xl);
     tpu__kinfo *kx = xo ? tpu__be_info(be, xo) : NULL;
     /* An input reached through an enclosing loop's parameter is that loop's state: its
-     * rule, which covers this loop's whole region, decides how long it lives. */
-    if (!kx || xo->parent != w->parent) continue;
+     * rule, which covers this loop's whole region, decides how long it lives. One that an
+     * earlier loop's body wrote (a scan's stack of saved activations, read by the backward
+     * loop after it) is this loop's input like any other: the rules below keep it live
+     * through this loop. */
+    if (!kx || (xo->parent != w->parent && encloses(be, xo->parent, w->parent))) continue;
     if (!simple) { /* the input lives as long as the loop's result */
       bump(&kx->last_use, kw->last_use);
       continue;
