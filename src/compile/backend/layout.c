@@ -100,6 +100,10 @@ int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in) {
     if (same) return 0;
   }
   if (!chip || !r->has_layout || !o->has_layout || r->rank != o->rank) return 1;
+  /* the operand's lane dimension stays in the lanes: a shuffle of sublanes or of whole tiles,
+   * which the compiler does in the loop of the kernel that reads the result (s8[64,64,33,16]
+   * {1,3,2,0} to [16,64,64,33]{2,1,3,0} and incremented: one kLoop fusion, its `copy` inside) */
+  if (!o->layout_tail && !r->layout_tail && in->dimensions.v[r->minor_to_major[0]] == o->minor_to_major[0]) return 0;
   for (int k = 0; k < r->rank; k++)
     if (in->dimensions.v[r->minor_to_major[k]] != o->minor_to_major[k]) return 1;
   return tpu__tiled_as(chip, r, r->minor_to_major[1], r->minor_to_major[0]) >=

@@ -403,11 +403,38 @@ static tpu_status reader_copies(tpu_builder *b, tpu_comp *entry, const tpu_chip 
   return TPU_OK;
 }
 
+/* A transpose whose result leaves the program, itself or through elementwise ops of its
+ * shape, is laid out as the program's result: the XLA TPU compiler chooses a result layout
+ * JAX leaves to it (out_layout_modes "default") as it does a parameter's, the tiling that
+ * pads least, the other dimensions major in order (transpose_128x3x3x197x8_p01432_fused_f32:
+ * JAX's f32[128,3,8,197,3]{2,3,4,1,0}, 8 elements in the lanes, is {0,2,4,3,1} in the
+ * compiled program), and layout assignment gives the elementwise ops between the transpose
+ * and the result that layout. Whether the transpose moves the lanes (layout.c
+ * tpu__moves_minor) is then decided against that layout, not JAX's. */
+static void result_transpose_layouts(tpu_comp *entry, const tpu_chip *chip, const tpu_uses *u, int *changed) {
+  for (int i = 0; i < entry->ninstrs; i++) {
+    tpu_instr *t = entry->instrs[i];
+    tpu_shape *s = &t->shape;
+    if (t->op != TPU_OP_TRANSPOSE || !tpu_dtype_is_array(s->dtype) || s->rank < 2 || s->layout_tail ||
+        !reaches_result(entry, u, t, 0))
+      continue;
+    int second, minor;
+    result_tiling_shape(chip, s, &second, &minor);
+    tpu_shape want = *s;
+    tile_layout(&want, minor, second);
+    if (s->has_layout && !memcmp(s->minor_to_major, want.minor_to_major, sizeof s->minor_to_major[0] * (size_t)s->rank))
+      continue;
+    *s = want;
+    *changed = 1;
+  }
+}
+
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip) {
   tpu_uses u;
   TPU_TRY(tpu_build_uses(b, entry, &u));
   tpu_status st = TPU_OK;
   int changed = 0, n = entry->ninstrs;
+  result_transpose_layouts(entry, chip, &u, &changed);
   for (int i = 0; st == TPU_OK && i < n; i++) {
     tpu_instr *p = entry->instrs[i];
     tpu_shape *s = &p->shape;

@@ -782,6 +782,33 @@ static void test_param_layouts(void) {
     CHECK_EQ_INT(kernels, 1);
     tpu_module_free(m);
   }
+  /* a transpose whose result leaves the program (through an add) is laid out as the program's
+   * result, the least padded tiling: JAX's {2,3,4,1,0} puts 8 elements in the lanes, the
+   * compiler's {0,2,4,3,1} keeps the parameter's 128 there, so the transpose only reorders
+   * tiles and joins the add's kernel (transpose_128x3x3x197x8_p01432_fused_f32: one kLoop
+   * fusion); a transpose that moves the lanes (f32[256,512] -> [512,256], then + 1) stays a
+   * kernel of its own */
+  for (int lanes_move = 0; lanes_move < 2; lanes_move++) {
+    m = compile_src(lanes_move ? "HloModule m\nENTRY e {\n x = f32[256,512]{1,0} parameter(0)\n"
+                                 " t = f32[512,256]{0,1} transpose(x), dimensions={1,0}\n c = f32[] constant(1)\n"
+                                 " cb = f32[512,256] broadcast(c), dimensions={}\n ROOT a = f32[512,256]{0,1} add(t, cb)\n}\n"
+                               : "HloModule m\nENTRY e {\n x = f32[128,3,3,197,8]{4,3,2,1,0} parameter(0)\n"
+                                 " t = f32[128,3,8,197,3]{2,3,4,1,0} transpose(x), dimensions={0,1,4,3,2}\n"
+                                 " c = f32[] constant(1)\n cb = f32[128,3,8,197,3] broadcast(c), dimensions={}\n"
+                                 " ROOT a = f32[128,3,8,197,3]{2,3,4,1,0} add(t, cb)\n}\n");
+    if (!m) continue;
+    int kernels = 0, transposes = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op != TPU_OP_PARAMETER && in->op != TPU_OP_CONSTANT) kernels++;
+      transposes += in->op == TPU_OP_TRANSPOSE;
+    }
+    printf("transpose %s the lanes, read by an add that leaves the program: %d kernels\n",
+           lanes_move ? "moving" : "keeping", kernels);
+    CHECK_EQ_INT(kernels, lanes_move ? 2 : 1);
+    CHECK_EQ_INT(transposes, lanes_move ? 1 : 0);
+    tpu_module_free(m);
+  }
 }
 
 /* A gather reads its table in the layout that keeps each gathered slice whole (relayout.c
