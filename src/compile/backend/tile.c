@@ -184,6 +184,10 @@ static int scan_dim(const tpu_instr *in) {
   return found;
 }
 
+/* The dimension of s in the lanes: the minor one of its layout where it has one (a compiled
+ * program's), else the last. */
+static int lane_dim(const tpu_shape *s) { return s->has_layout && s->rank > 0 ? s->minor_to_major[0] : s->rank - 1; }
+
 /* A compiled program's copy into or out of VMEM (memory space S(1) on either side): the
  * compiler relays values out into VMEM, within it and back to HBM (bf16[2,2048,2048]
  * {2,1,0} -> {1,2,0}, both in VMEM: 2,400 cycles on v5e and v6e, against 122,352 and 93,120
@@ -329,7 +333,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       c->vpu += ivr * n * ops;
       int minor = 0;
       for (int i = 0; i < in->dimensions.n; i++)
-        if (is->rank > 0 && in->dimensions.v[i] == is->rank - 1) minor = 1;
+        if (is->rank > 0 && in->dimensions.v[i] == lane_dim(is)) minor = 1;
       if (minor) c->xlu += ivr * n;
       c->flops += (double)tpu_shape_numel(is) * n * (double)ops;
       c->padded_flops += (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * n * (double)ops;

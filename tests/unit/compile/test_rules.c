@@ -465,26 +465,33 @@ static void op_costs(void) {
 /* One 8x128 register per cycle per TensorCore through the cross-lane unit: a sum over the
  * lanes (the minor dimension) of f32[4096,4096] (16,384 registers) and a transpose of it
  * (moves the minor dimension) each keep it busy 16,384 cycles on a one-core chip, 8,192 on
- * v5p's two (within 1 %); a sum over the rows (axis 0) does not use it. */
+ * v5p's two (within 1 %); a sum over the rows (axis 0) does not use it. The lanes are the
+ * minor dimension of the layout, not the last one: in a compiled program's f32[4096,4096]{0,1}
+ * the sum over axis 0 crosses lanes and the one over axis 1 does not. */
 static void cross_lane(void) {
   const char *red = "HloModule r\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
                     "ENTRY e {\n  a = f32[4096,4096] parameter(0)\n  z = f32[] constant(0)\n"
                     "  ROOT s = f32[4096] reduce(a, z), dimensions={%d}, to_apply=add\n}\n";
+  const char *red_t = "HloModule r\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+                      "ENTRY e {\n  a = f32[4096,4096]{0,1} parameter(0)\n  z = f32[] constant(0)\n"
+                      "  ROOT s = f32[4096]{0} reduce(a, z), dimensions={%d}, to_apply=add\n}\n";
   const char *tr = "HloModule t\nENTRY e {\n  a = f32[4096,4096] parameter(0)\n  ROOT t = f32[4096,4096] transpose(a), dimensions={1,0}\n}\n";
   const char *chips[] = {"v5e", "v5p", "v6e"};
   for (int ci = 0; ci < 3; ci++) {
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 5; k++) {
       char src[1024];
       if (k < 2) snprintf(src, sizeof src, red, k == 0 ? 1 : 0);
-      else snprintf(src, sizeof src, "%s", tr);
+      else if (k == 2) snprintf(src, sizeof src, "%s", tr);
+      else snprintf(src, sizeof src, red_t, k == 3 ? 0 : 1);
       tpu_chip c;
       tpu_module *m = NULL;
       tpu_program *p = compile_for(chips[ci], src, &c, &m);
       tpu_timeline tl;
       if (p && time_program(p, &c, &tl)) {
-        int64_t want = k == 1 ? 0 : 4096 * 4096 / 1024 / c.tensorcores;
+        int64_t want = k == 1 || k == 4 ? 0 : 4096 * 4096 / 1024 / c.tensorcores;
         printf("%s %s: cross-lane busy %lld cycles (closed form %lld)\n", chips[ci],
-               k == 0 ? "sum over lanes" : k == 1 ? "sum over rows" : "transpose", (long long)tl.busy[TPU_UNIT_XLU],
+               k == 0 ? "sum over lanes" : k == 1 ? "sum over rows" : k == 2 ? "transpose"
+               : k == 3 ? "{0,1}: sum over axis 0 (lanes)" : "{0,1}: sum over axis 1 (rows)", (long long)tl.busy[TPU_UNIT_XLU],
                (long long)want);
         /* the reduction's last partial sums add under 1 % (61 cycles of 16,384) */
         CHECK(tl.busy[TPU_UNIT_XLU] >= want && tl.busy[TPU_UNIT_XLU] <= want + want / 100);
