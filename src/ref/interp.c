@@ -404,22 +404,8 @@ static void plan_free(comp_plan *pl) {
 /* Ops whose value is a function of their operands' values and the instruction alone, with
  * no effect and no hook of the run (data movement and elementwise ops). */
 static int fold_op(const tpu_instr *in) {
-  switch (in->op) {
-    case TPU_OP_BROADCAST:
-    case TPU_OP_RESHAPE:
-    case TPU_OP_BITCAST:
-    case TPU_OP_TRANSPOSE:
-    case TPU_OP_SLICE:
-    case TPU_OP_DYNAMIC_SLICE:
-    case TPU_OP_DYNAMIC_UPDATE_SLICE:
-    case TPU_OP_CONCATENATE:
-    case TPU_OP_PAD:
-    case TPU_OP_REVERSE:
-    case TPU_OP_IOTA:
-    case TPU_OP_COPY: return 1;
-    default: break;
-  }
-  return tpu__ref_kernel_of(in->op) == tpu__ref_elementwise;
+  tpu_ref_kernel k = tpu__ref_kernel_of(in->op);
+  return k == tpu__ref_movement || k == tpu__ref_elementwise;
 }
 
 /* Marks pl->fold (see comp_plan); 0 when there is nothing to fold or memory runs out. */
