@@ -1,0 +1,92 @@
+/* Helpers shared by the HLO-pass tests (test_passes.c, test_passes_layout.c): the v5e chip the
+ * passes compile for, compile options, HLO text compiled through tpu_compile_hlo, a pass's dump,
+ * bit-identical tensors and substring counts. */
+#ifndef TPU_TESTS_PASSES_UTIL_H
+#define TPU_TESTS_PASSES_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ref/ref.h"
+
+static tpu_chip g_chip;
+
+static inline void print_diag(const char *what, const tpu_diag *d) {
+  char buf[1200];
+  tpu_diag_format(d, buf, sizeof buf);
+  fprintf(stderr, "  %s: %s\n", what, buf);
+}
+
+static inline tpu_compile_opts opts(const char *dump_after, FILE *dump) {
+  tpu_compile_opts o = {&g_chip, dump_after, dump, -1, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL};
+  return o;
+}
+
+static inline int same_bits(const tpu_tensor *a, const tpu_tensor *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank || a->ntuple != b->ntuple) return 0;
+  if (a->dtype == TPU_TUPLE) {
+    for (int i = 0; i < a->ntuple; i++)
+      if (!same_bits(&a->elems[i], &b->elems[i])) return 0;
+    return 1;
+  }
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return a->nbytes == b->nbytes && (a->nbytes == 0 || !memcmp(a->data, b->data, a->nbytes));
+}
+
+static inline char *dump_after(const char *prog, const char *pass) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  char *buf = NULL;
+  size_t len = 0;
+  if (tpu_hlo_parse_file(prog, &m, &d) != TPU_OK) {
+    print_diag("parse", &d);
+    return NULL;
+  }
+  FILE *f = open_memstream(&buf, &len);
+  tpu_compile_opts o = opts(pass, f);
+  tpu_status st = tpu_compile_hlo(m, &o, &d);
+  fclose(f);
+  tpu_module_free(m);
+  if (st != TPU_OK) {
+    print_diag("compile", &d);
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+static inline tpu_module *compile_src(const char *src) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  if (!m) return NULL;
+  tpu_compile_opts o = opts(NULL, NULL);
+  CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
+  return m;
+}
+
+static inline int count_in(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)); p++) n++;
+  return n;
+}
+
+/* dump_after for HLO text: written to `file` (removed after), NULL on any failure (checked). */
+static inline char *dump_src_after(const char *src, const char *file, const char *pass) {
+  FILE *f = fopen(file, "w");
+  CHECK(f != NULL);
+  if (!f) return NULL;
+  fputs(src, f);
+  fclose(f);
+  char *out = dump_after(file, pass);
+  remove(file);
+  CHECK(out != NULL);
+  return out;
+}
+
+#endif
