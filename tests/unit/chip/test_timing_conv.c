@@ -1,0 +1,212 @@
+/* Convolution timing against the XLA TPU compiler's costs: taps padded to the lanes, a small
+ * batch in the sublanes, a batched dot written as a convolution, a grouped convolution's steps.
+ * Moved from test_timing.c, unchanged; run on the v5e preset as it is. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "chip/mxu.h"
+#include "chip/program.h"
+#include "chip/timing.h"
+#include "check.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+#include "timing_util.h"
+
+static tpu_chip g_v5e;
+
+/* A filter convolution runs tap by tap with its input features as the contraction, padded
+ * to the 128 lanes at each tap (the XLA TPU compiler's cost): a 3x3 convolution over 64
+ * features takes as long as one over 128, and reports half the FLOPs. A weight gradient
+ * (the window is the image) is one GEMM over all its taps. */
+static void conv_taps_padded(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[32,28,28,%d] parameter(0)\n w = bf16[3,3,%d,128] parameter(1)\n"
+                    " ROOT y = bf16[32,28,28,128] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
+  char src[512];
+  double cyc[2] = {0, 0}, fl[2] = {0, 0};
+  int feats[2] = {64, 128};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, fmt, feats[i], feats[i]);
+    int nk = 0;
+    cyc[i] = stream_time(src, &g_v5e, &nk);
+    tpu_program *p = compile_src(src, &g_v5e, -1);
+    CHECK(p != NULL);
+    if (!p) return;
+    for (int j = 0; j < p->nops; j++) fl[i] += p->ops[j].flops;
+    tpu_program_free(p);
+  }
+  printf("3x3 convolution over 64 / 128 features: %.0f / %.0f cycles, %.3g / %.3g FLOPs\n", cyc[0], cyc[1], fl[0], fl[1]);
+  CHECK(cyc[0] > 0.9 * cyc[1] && cyc[0] <= cyc[1]);
+  CHECK_NEAR(fl[0], fl[1] / 2, 1);
+  /* 3 output features and a batch of 32: the batch takes the MXU columns and the features
+   * join the rows, so the kernel costs well under a full 128-column pass per output pixel
+   * (which it would cost padded, as one with 128 features does) */
+  const char *few = "HloModule m\nENTRY e {\n x = bf16[32,28,28,128] parameter(0)\n w = bf16[3,3,128,%d] parameter(1)\n"
+                    " ROOT y = bf16[32,28,28,%d] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
+  int outs[2] = {3, 128};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, few, outs[i], outs[i]);
+    int nk = 0;
+    cyc[i] = stream_time(src, &g_v5e, &nk);
+  }
+  printf("3x3 convolution to 3 / 128 features, batch 32: %.0f / %.0f cycles\n", cyc[0], cyc[1]);
+  CHECK(cyc[0] < 0.6 * cyc[1]);
+}
+
+/* The XLA TPU compiler's convolution emitters keep the batch in the sublanes: each output
+ * position's MXU rows are the batch rounded up to the 8 sublanes, so a transposed
+ * convolution (input dilated 2x2, 4x4 window) over a batch of 1 takes what one over 8 does,
+ * one over 16 twice that; the FLOPs stay the batch's own. With the batch so padded, the
+ * taps' features are one contraction, not each padded to the lanes: a 3x3 convolution of a
+ * batch of 2 over 32 features takes about a quarter of one over 128. Not where the compiler
+ * folds the last spatial dimension into the batch (space to batch: 16 wide or more). */
+static void conv_batch_in_sublanes(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,64,64,128] parameter(0)\n w = bf16[4,4,128,128] parameter(1)\n"
+                    " ROOT y = bf16[%d,130,130,128] convolution(x, w), window={size=4x4 pad=3_3x3_3 lhs_dilate=2x2},"
+                    " dim_labels=b01f_01io->b01f\n}\n";
+  char src[512];
+  int bs[3] = {1, 8, 16};
+  double cyc[3] = {0, 0, 0}, fl[3] = {0, 0, 0};
+  for (int i = 0; i < 3; i++) {
+    snprintf(src, sizeof src, fmt, bs[i], bs[i]);
+    int nk = 0;
+    cyc[i] = stream_time(src, &g_v5e, &nk);
+    tpu_program *p = compile_src(src, &g_v5e, -1);
+    CHECK(p != NULL);
+    if (!p) return;
+    for (int j = 0; j < p->nops; j++) fl[i] += p->ops[j].flops;
+    tpu_program_free(p);
+  }
+  printf("transposed convolution, batch 1 / 8 / 16: %.0f / %.0f / %.0f cycles, %.3g / %.3g FLOPs\n", cyc[0], cyc[1],
+         cyc[2], fl[0], fl[1]);
+  CHECK(cyc[0] > 0.9 * cyc[1] && cyc[0] <= 1.02 * cyc[1]);
+  CHECK(cyc[2] > 1.8 * cyc[1] && cyc[2] < 2.2 * cyc[1]);
+  CHECK(fl[0] > 0.124 * fl[1] && fl[0] < 0.126 * fl[1]);
+  /* 14 wide: not folded into the batch (space to batch), so batch 2 is padded */
+  const char *f3 = "HloModule m\nENTRY e {\n x = bf16[2,512,14,%d] parameter(0)\n w = bf16[3,3,%d,256] parameter(1)\n"
+                   " ROOT y = bf16[2,512,14,256] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
+  int feats[2] = {32, 128};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, f3, feats[i], feats[i]);
+    int nk = 0;
+    cyc[i] = stream_time(src, &g_v5e, &nk);
+  }
+  printf("3x3 convolution of batch 2 over 32 / 128 features: %.0f / %.0f cycles\n", cyc[0], cyc[1]);
+  CHECK(cyc[0] > 0.25 * cyc[1] && cyc[0] < 0.4 * cyc[1]);
+  /* 112 wide: the compiler folds it into the batch 8 ways, so batch 1 is not padded: an
+   * eighth of batch 8's time, and its features padded at every tap as batch 8's are */
+  const char *f4 = "HloModule m\nENTRY e {\n x = bf16[%d,112,112,32] parameter(0)\n w = bf16[3,3,32,256] parameter(1)\n"
+                   " ROOT y = bf16[%d,112,112,256] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
+  int bb[2] = {1, 8};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, f4, bb[i], bb[i]);
+    int nk = 0;
+    cyc[i] = stream_time(src, &g_v5e, &nk);
+  }
+  printf("3x3 convolution 112 wide over 32 features, batch 1 / 8: %.0f / %.0f cycles\n", cyc[0], cyc[1]);
+  CHECK(cyc[0] > 0.1 * cyc[1] && cyc[0] < 0.16 * cyc[1]);
+}
+
+/* A batched dot as the XLA TPU compiler writes it (attention's P x V for 8 queries), a
+ * convolution whose spatial dimensions are the batch (input-dilated so that every output meets one input element and one tap of
+ * its own): timed as the batched dot it is, and planned as one (each batch its own weight
+ * block: the 134 MB of V for decode attention's P x V no longer counts as one weight, which
+ * did not fit a v4 TensorCore's VMEM). */
+static void batched_dot_as_conv(void) {
+  const char *dot = "HloModule m\nENTRY e {\n p = bf16[8,32,8,2048] parameter(0)\n v = bf16[8,32,2048,128] parameter(1)\n"
+                    " ROOT o = bf16[8,32,8,128] dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3},"
+                    " rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n}\n";
+  const char *conv = "HloModule m\nENTRY e {\n p = bf16[8,32,2048,8]{2,1,0,3} parameter(0)\n v = bf16[8,32,2048,128] parameter(1)\n"
+                     " ROOT o = bf16[8,32,8,128] convolution(p, v), window={size=8x32 stride=7x31 lhs_dilate=8x32},"
+                     " dim_labels=01fb_01io->01bf\n}\n";
+  int nk = 0;
+  double td = stream_time(dot, &g_v5e, &nk), tc = stream_time(conv, &g_v5e, &nk);
+  printf("P x V of 256 heads, 8 queries, on v5e: dot %.0f cycles, as the compiler's convolution %.0f\n", td, tc);
+  CHECK(td > 0 && tc > 0 && fabs(tc / td - 1) < 0.1);
+  tpu_chip core;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v4:core", &core, &d) == TPU_OK);
+  tpu_program *p = compile_src(conv, &core, -1);
+  CHECK(p != NULL); /* fits the 16 MiB of one v4 TensorCore */
+  tpu_program_free(p);
+}
+
+/* A grouped convolution's kernel takes at least conv_group_step_cycles per step (one output
+ * position's batch in the sublanes, for one group) whatever its groups' features and window,
+ * as the XLA TPU compiler's cost model charges its grouped emitter: 16 groups over
+ * [8,28,28,*] are 16 x 784 steps, with 8 or 64 features per group, a 1x1 or 3x3 window, and
+ * written as the compiler writes it (the groups a spatial dimension: window 16, stride 15,
+ * lhs_dilate 16). Batch 4 takes what batch 8 does, batch 16 twice that; a batch of 32 goes to
+ * the lanes (no steps). The steps survive the program's text form. */
+static void conv_group_steps(void) {
+  const double c = g_v5e.conv_group_step_cycles;
+  CHECK(c > 0);
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,28,28,%d] parameter(0)\n w = bf16[%d,%d,%d,%d] parameter(1)\n"
+                    " ROOT y = bf16[%d,28,28,%d] convolution(x, w), window={size=%dx%d pad=%d_%dx%d_%d},"
+                    " dim_labels=b01f_01io->b01f, feature_group_count=16\n}\n";
+  struct {
+    int b, f, k;
+    double steps;
+  } cases[] = {{8, 8, 1, 16 * 784}, {8, 64, 1, 16 * 784}, {8, 8, 3, 16 * 784}, {4, 8, 1, 16 * 784}, {16, 8, 1, 2 * 16 * 784}};
+  char src[640];
+  double t8 = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int b = cases[i].b, f = cases[i].f, k = cases[i].k, pd = k / 2;
+    snprintf(src, sizeof src, fmt, b, 16 * f, k, k, f, 16 * f, b, 16 * f, k, k, pd, pd, pd, pd);
+    tpu_program *p = compile_src(src, &g_v5e, -1);
+    CHECK(p != NULL);
+    if (!p) return;
+    double t = program_cycles(p, &g_v5e), floor = cases[i].steps * c;
+    printf("grouped convolution, 16 groups of %d features, %dx%d, batch %d: %.0f cycles, %.0f steps x %.2f = %.0f\n", f,
+           k, k, b, t, cases[i].steps, c, floor);
+    /* (the 3x3 window's MXU work, its taps padded to the lanes, may exceed the steps) */
+    CHECK(t >= floor && (k > 1 || t < 1.1 * floor));
+    if (i == 0) {
+      t8 = t;
+      /* disassembled and assembled again, the program takes as long */
+      char *txt = tpu_program_text(p);
+      tpu_program *q = NULL;
+      tpu_diag d;
+      CHECK(txt != NULL && strstr(txt, " steps=") != NULL);
+      CHECK(txt && tpu_program_parse("p.tpu", txt, strlen(txt), &q, &d) == TPU_OK);
+      if (q) CHECK(program_cycles(q, &g_v5e) == t);
+      tpu_program_free(q);
+      tpu_free(txt);
+    }
+    tpu_program_free(p);
+  }
+  /* the compiler's own form of the first case: the groups a spatial dimension */
+  const char *five = "HloModule m\nENTRY e {\n x = bf16[8,28,28,16,8] parameter(0)\n w = bf16[1,1,8,16,8] parameter(1)\n"
+                     " ROOT y = bf16[8,28,28,16,8] convolution(x, w), window={size=1x1x16 stride=1x1x15 lhs_dilate=1x1x16},"
+                     " dim_labels=b012f_01i2o->b012f\n}\n";
+  int nk = 0;
+  double t5 = stream_time(five, &g_v5e, &nk);
+  printf("the same as the compiler writes it (groups spatial): %.0f cycles\n", t5);
+  CHECK(t5 >= 16 * 784 * c && t5 < 1.1 * 16 * 784 * c && fabs(t5 / t8 - 1) < 0.05);
+  /* batch 32: in the lanes, no steps: well under 16 x 784 x 4 steps */
+  snprintf(src, sizeof src, fmt, 32, 128, 1, 1, 8, 128, 32, 128, 1, 1, 0, 0, 0, 0);
+  double t32 = stream_time(src, &g_v5e, &nk);
+  printf("batch 32: %.0f cycles (4 x 16 x 784 steps would be %.0f)\n", t32, 4 * 16 * 784 * c);
+  CHECK(t32 > 0 && t32 < 0.5 * 4 * 16 * 784 * c);
+  /* without the chip's figure, its MXU work alone: far less */
+  tpu_chip off = g_v5e;
+  off.conv_group_step_cycles = 0;
+  snprintf(src, sizeof src, fmt, 8, 128, 1, 1, 8, 128, 8, 128, 1, 1, 0, 0, 0, 0);
+  double toff = stream_time(src, &off, &nk);
+  printf("without conv_group_step_cycles: %.0f cycles\n", toff);
+  CHECK(toff > 0 && toff < 0.5 * t8);
+}
+
+int main(void) {
+  tpu_diag d;
+  if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
+    fprintf(stderr, "cannot load v5e\n");
+    return 1;
+  }
+  conv_taps_padded();
+  conv_batch_in_sublanes();
+  conv_group_steps();
+  batched_dot_as_conv();
+  CHECK_DONE();
+}
