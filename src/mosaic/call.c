@@ -1,5 +1,6 @@
 /* A tpu_custom_call in a running program: the kernel's values, its tpu.matmul through the
  * backend's own dot kernels (the TPU back end: the MXU's numerics; the reference: its dot). */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,22 +75,47 @@ static tpu_status matmul(void *user, tpu_dtype dt, int passes, const float *A, c
   return st;
 }
 
-/* A collective kernel on a pod: every device's run shares one tpu_mo_pod, device 0's, whose
- * address the devices trade at the call (a collective of the pod: every device reaches it)
- * and keep until all have left it. */
+/* A device of the pod that another process (MPI rank) owns, run here on the operands the
+ * exchange brought: its remote DMAs and signals meet this process's devices' runs. */
+typedef struct {
+  const tpu_mosaic *k;
+  const tpu_instr *in;
+  const tpu_tensor *const *args;
+  tpu_mosaic_opts o;
+  tpu_tensor out; /* its result: that device's owner keeps its own */
+  tpu_diag d;
+  tpu_status st;
+  int started;
+} stand_in;
+
+static void *stand_in_main(void *arg) {
+  stand_in *s = arg;
+  memset(&s->d, 0, sizeof s->d);
+  s->st = tpu_mosaic_run(s->k, s->in, s->args, s->in->noperands, &s->o, &s->out, &s->d);
+  tpu_tensor_free(&s->out);
+  return NULL;
+}
+
+/* A collective kernel on a pod: every device's run in this process shares one tpu_mo_pod,
+ * that of this process's first device, whose address the devices trade at the call (a
+ * collective of the pod: every device reaches it) and keep until all have left it. A pod
+ * split over MPI ranks runs every device's kernel in every process: the exchange gives each
+ * process every other device's operands, and this process's first device runs the others'
+ * kernels beside its own (each on its own thread), so every remote DMA and signal has its
+ * target here; each process keeps only its own devices' results, the same values a run in
+ * one process gives. */
 static tpu_status run_pod(const tpu_ref_comm *comm, const tpu_mosaic *k, const tpu_instr *in,
                           const tpu_tensor *const *args, tpu_mosaic_opts *o, tpu_tensor *out, tpu_diag *d) {
-  int64_t n = comm->replicas * comm->partitions;
-  if (comm->local_first != 0 || comm->local_count != n)
-    return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc,
-                    "Pallas kernel '%s' talks to other devices (remote DMAs or signals): run the pod's %lld devices "
-                    "in one process (not split over MPI ranks)",
-                    k->name, (long long)n);
+  int64_t n = comm->replicas * comm->partitions, lo = comm->local_first, hi = comm->local_first + comm->local_count;
+  int leader = comm->device == lo, split = lo != 0 || hi != n;
   tpu_mo_pod *mine = tpu_mo_pod_new(n);
   const tpu_tensor **ops = tpu_calloc((size_t)in->noperands + 1, sizeof *ops);
+  stand_in *others = leader && split ? tpu_calloc((size_t)n, sizeof *others) : NULL;
+  pthread_t *th = others ? tpu_calloc((size_t)n, sizeof *th) : NULL;
   tpu_tensor h;
   memset(&h, 0, sizeof h);
-  tpu_status st = mine && ops ? tpu_tensor_alloc(&h, TPU_S64, 0, NULL, d) : TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  tpu_status st = mine && ops && (!leader || !split || (others && th)) ? tpu_tensor_alloc(&h, TPU_S64, 0, NULL, d)
+                                                                       : TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
   const tpu_tensor *const *const *all = NULL;
   int exchanged = 0;
   if (st == TPU_OK) {
@@ -100,8 +126,33 @@ static tpu_status run_pod(const tpu_ref_comm *comm, const tpu_mosaic *k, const t
     exchanged = st == TPU_OK;
   }
   if (st == TPU_OK) {
-    o->pod = (tpu_mo_pod *)(intptr_t)tpu_tensor_get_i64(all[0][in->noperands], 0);
+    o->pod = (tpu_mo_pod *)(intptr_t)tpu_tensor_get_i64(all[lo][in->noperands], 0);
+    for (int64_t dev = 0; others && dev < n; dev++) {
+      if (dev >= lo && dev < hi) continue;
+      stand_in *s = &others[dev];
+      memset(s, 0, sizeof *s);
+      s->k = k;
+      s->in = in;
+      s->args = all[dev];
+      s->o = *o;
+      s->o.device_id = dev;
+      s->started = pthread_create(&th[dev], NULL, stand_in_main, s) == 0;
+      if (!s->started) { /* the pod would wait for it: stop every run instead */
+        TPU_FAIL(&s->d, TPU_ERR_RUNTIME, in->loc, "cannot start a thread for device %lld", (long long)dev);
+        s->st = s->d.status;
+        tpu_mo_pod_abort(o->pod, &s->d);
+      }
+    }
     st = tpu_mosaic_run(k, in, args, in->noperands, o, out, d);
+    for (int64_t dev = 0; others && dev < n; dev++) {
+      if (dev >= lo && dev < hi) continue;
+      if (others[dev].started) pthread_join(th[dev], NULL);
+      if (st == TPU_OK && others[dev].st != TPU_OK) {
+        tpu_tensor_free(out);
+        *d = others[dev].d;
+        st = others[dev].st;
+      }
+    }
   }
   if (exchanged) { /* every device is out of the kernel: the pod can go */
     tpu_diag e;
@@ -114,6 +165,8 @@ static tpu_status run_pod(const tpu_ref_comm *comm, const tpu_mosaic *k, const t
   }
   tpu_tensor_free(&h);
   tpu_free(ops);
+  tpu_free(others);
+  tpu_free(th);
   tpu_mo_pod_free(mine);
   return st;
 }

@@ -170,6 +170,8 @@ typedef struct tpu_mosaic_work {
 typedef struct tpu_mo_pod tpu_mo_pod;
 tpu_mo_pod *tpu_mo_pod_new(int64_t ndevices);
 void tpu_mo_pod_free(tpu_mo_pod *p);
+/* Stops every run of the pod with `why` (a device that will never join it). */
+void tpu_mo_pod_abort(tpu_mo_pod *p, const tpu_diag *why);
 
 /* Does the kernel talk to other devices (DMAs or signals with a device id, the barrier
  * semaphore)? */

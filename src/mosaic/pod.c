@@ -65,6 +65,17 @@ int tpu_mosaic_is_collective(const tpu_mosaic *k) {
   return 0;
 }
 
+void tpu_mo_pod_abort(tpu_mo_pod *p, const tpu_diag *why) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  if (!p->failed) {
+    p->failed = 1;
+    p->why = *why;
+  }
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
 void tpu__mo_lock(mo_ctx *c) {
   if (c->pod) pthread_mutex_lock(&c->pod->mu);
 }

@@ -153,6 +153,10 @@ static tpu_status needs(const mpi_state *s, const tpu_instr *in, int64_t lo, int
   int64_t replicas, partitions;
   tpu_module_device_grid(in->parent->module, &replicas, &partitions);
   memset(need, 0, (size_t)s->ndev);
+  if (in->op == TPU_OP_CUSTOM_CALL) { /* a collective Pallas kernel: every process runs every device's */
+    memset(need, 1, (size_t)s->ndev);
+    return TPU_OK;
+  }
   for (int64_t dev = lo; dev < hi; dev++) {
     if (tpu_collective_base(in->op) == TPU_OP_COLLECTIVE_PERMUTE) {
       int64_t src;

@@ -6,8 +6,8 @@
 # v5e, v5p and v6e; the Pallas distributed guide's right-permute (a remote copy between ANY
 # refs) and a ring all-reduce over one axis of a 2x4 mesh (device ids as mesh coordinates)
 # and a copy two devices to the right give interpret mode's global results; remote DMAs
-# take their hops from the slice's topology; over MPI ranks a collective kernel's values
-# are refused with one line and its timing runs; a kernel whose barrier is never met fails
+# take their hops from the slice's topology; over MPI ranks (each rank running every
+# device's kernel) the values equal interpret mode's and its timing runs; a kernel whose barrier is never met fails
 # with one line instead of hanging. Needs numpy for the comparisons (exit 77 = skipped without it).
 . tests/cli/lib/preamble.sh
 python3 -c "import numpy" 2>/dev/null || { echo "numpy missing: skipped"; exit 77; }
@@ -64,23 +64,55 @@ extra = (b["cycles"] - a["cycles"]) / a["clock_hz"]
 assert abs(extra - 1e-6) < 0.02e-6, extra
 EOF
 
-# A pod split over MPI ranks refuses a collective kernel with one line (each rank holds only
-# its own devices' buffers); timing needs no values and runs.
+# A pod split over MPI ranks: each rank runs every device's kernel on the operands the
+# exchange brings (remote DMAs find their targets), keeps its own devices' results, and the
+# values equal interpret mode's (2 and 3 ranks: an uneven split); timing runs too; a kernel
+# that hangs fails with one line in every rank instead of hanging.
 if command -v mpirun > /dev/null 2>&1; then
   MPIRUN="mpirun --oversubscribe"
   [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
   AG=$C/all_gather_f32_4dev_32x128
   # shellcheck disable=SC2086
-  ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" timeout 120 $MPIRUN -n 2 "$BIN" run $AG/prog.hlo -i $AG/in0.npy -q \
-    > "$T/out" 2> "$T/err"
-  rc=$?
+  ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" timeout 120 $MPIRUN -n 2 "$BIN" run $AG/prog.hlo -q > "$T/out" 2> "$T/err"
   if ! grep -q "built without MPI" "$T/err" "$T/out"; then
-    [ "$rc" != 0 ] || fail "a collective kernel over MPI ranks did not fail"
-    grep -q "error: device [0-9]*: Pallas kernel 'ag_kernel' talks to other devices.*not split over MPI ranks" "$T/err" ||
-      fail "MPI refusal: $(head -2 "$T/err")"
+    for np in 2 3; do
+      for c in all_gather_f32_4dev_32x128 ring_allreduce_f32_2x4dev_16x512; do
+        rm -rf "$T/o"
+        PER=""
+        case $c in all_gather*) PER=--per-device ;; esac
+        # shellcheck disable=SC2086
+        ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" timeout 120 $MPIRUN -n $np "$BIN" run $C/$c/prog.hlo \
+          -i $C/$c/in0.npy --backend tpu $PER -o "$T/o" -q > "$T/out" 2> "$T/err" ||
+          fail "$c over $np MPI ranks exited $?: $(head -2 "$T/err")"
+        python3 - "$C/$c/interp.npy" "$T/o" "$c" <<'EOF2' || fail "$c over $np MPI ranks: values differ from interpret mode"
+import glob, sys
+import numpy as np
+want = np.load(sys.argv[1])
+if sys.argv[3].startswith("all_gather"):  # every device holds the whole gathered array
+    got = sorted(glob.glob(sys.argv[2] + "/dev*/0.npy"))
+    assert len(got) == 4, got
+    for f in got:
+        assert np.array_equal(np.load(f).reshape(want.shape), want), f
+else:  # the global result, assembled by the run
+    assert np.array_equal(np.load(sys.argv[2] + "/0.npy"), want)
+EOF2
+      done
+    done
     # shellcheck disable=SC2086
     ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" timeout 120 $MPIRUN -n 2 "$BIN" run $AG/prog.hlo --mode timing \
       --no-cache > "$T/out" 2> "$T/err" || fail "timing over MPI ranks exited $?: $(head -2 "$T/err")"
+    python3 - $AG/prog.hlo "$T/hang_mpi.hlo" <<'EOF2'
+import re, sys
+s = open(sys.argv[1]).read()
+s = re.sub(r"\\n *op tpu\.sem_signal [^\\]*", "", s, count=1)
+open(sys.argv[2], "w").write(s)
+EOF2
+    # shellcheck disable=SC2086
+    ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" timeout 120 $MPIRUN -n 2 "$BIN" run "$T/hang_mpi.hlo" \
+      -i $AG/in0.npy -q > "$T/out" 2> "$T/err"
+    rc=$?
+    [ "$rc" = 1 ] || [ "$rc" = 2 ] || fail "a kernel that hangs over MPI ranks exited $rc"
+    grep -q "error: .*the kernel would hang" "$T/err" || fail "no hang diagnosis over MPI: $(head -2 "$T/err")"
   fi
 fi
 
