@@ -193,3 +193,41 @@ def test_calls_in_a_loop_are_timed_on_each_iterations_scalars():
     assert d > 0.2 * t["same"]
     assert abs(t["one_each"] - t["same"] - d / 4) < 0.02 * d
     assert abs(t["one_same"] - t["same"] - 3 * d / 4) < 0.02 * d
+
+
+def test_calls_in_nested_loops_and_a_conditional_are_timed_on_each_iterations_scalars():
+    """The same kernel in an inner scan of 2 inside an outer scan of 2 (4 calls in the order
+    outer pass by outer pass), and in a conditional's branch inside a scan of 4 whose branch
+    runs every iteration: iteration i, counted over the loops, runs the plan of the run's
+    call i (before: the inner loop's iterations ran the first outer pass's calls, and the
+    branch the first call's plan): one fetching call among 4 adds a quarter of what fetching
+    in all 4 adds, wherever it sits (docs/pallas.md)."""
+    from jax import lax
+    from jax.sharding import SingleDeviceSharding
+    dev, call = _v5e_prefetch_call()
+
+    def nested(idxs, x):
+        def outer(c, row):
+            return lax.scan(lambda c2, idx: (call(idx, c2), None), c, row)[0], None
+        return lax.scan(outer, x, idxs.reshape(2, 2, 8))[0]
+
+    def branch(idxs, x):
+        def body(c, idx):
+            return lax.cond(idx[0] >= 0, lambda v: call(idx, v), lambda v: v, c), None
+        return lax.scan(body, x, idxs)[0]
+    sd = SingleDeviceSharding(dev)
+    s = [jax.ShapeDtypeStruct((4, 8), jnp.int32, sharding=sd), jax.ShapeDtypeStruct((8 * 256, 512), jnp.float32, sharding=sd)]
+    x = np.random.default_rng(6).standard_normal((8 * 256, 512)).astype(np.float32)
+    same, each = np.zeros(8, np.int32), np.arange(8, dtype=np.int32)
+    for fn in (nested, branch):
+        text = jax.jit(fn).lower(*s).as_text(dialect="hlo")
+        t = {}
+        # the fetching call last: an outer pass other than the first, the last iteration
+        for name, rows in (("same", [same] * 4), ("each", [each] * 4), ("last_each", [same, same, same, each]),
+                           ("first_each", [each, same, same, same])):
+            outs, rep = tpusim.run(text, [np.stack(rows), x])
+            t[name] = rep.step_time_s
+        d = t["each"] - t["same"]
+        assert d > 0.2 * t["same"], (fn.__name__, t)
+        for name in ("last_each", "first_each"):
+            assert abs(t[name] - t["same"] - d / 4) < 0.05 * d, (fn.__name__, name, t)

@@ -68,6 +68,7 @@ static void put_insn(tpu_strbuf *b, const tpu_insn *in, int index, int depth) {
   }
   if (in->op >= 0) tpu_strbuf_printf(b, " op=%d", in->op);
   if (in->pmod) tpu_strbuf_printf(b, " when=%d:%d", in->pmod, in->prem);
+  if (in->pflat) tpu_strbuf_append(b, " flat=1", 7);
   if (in->prefetch) tpu_strbuf_printf(b, " prefetch=%d", in->prefetch);
   if (in->onchip) tpu_strbuf_append(b, " onchip=1", 9);
   tpu_strbuf_append(b, "\n", 1);
@@ -465,6 +466,8 @@ static tpu_status parse_insn_line(lx *x) {
       TPU_TRY(parse_int(x, 1, &in.pmod));
       if (!eat(x, ':')) return perr(x, x->s, "expected ':' in when=MOD:REM%s", "");
       TPU_TRY(parse_int(x, 0, &in.prem));
+    } else if (!strcmp(key, "flat")) {
+      TPU_TRY(parse_int(x, 0, &in.pflat));
     } else if (!strcmp(key, "prefetch")) {
       const char *pat = x->s;
       TPU_TRY(parse_int(x, 0, &in.prefetch));

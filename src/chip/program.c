@@ -163,7 +163,7 @@ tpu_status tpu_program_check(const tpu_program *p, tpu_diag *d) {
     if (!vref_ok(p, in->dst)) return bad(d, i, "destination VMEM reference out of range");
     if (in->hbm < -1 || in->hbm >= p->nhbm || in->hbm2 < -1 || in->hbm2 >= p->nhbm)
       return bad(d, i, "HBM buffer out of range");
-    if (in->pmod < 0 || (in->pmod > 0 && (in->prem < 0 || in->prem >= in->pmod)))
+    if (in->pmod < 0 || (in->pmod > 0 && (in->prem < 0 || in->prem >= in->pmod)) || in->pflat < 0 || in->pflat > 1)
       return bad(d, i, "bad predicate");
     if (in->prefetch && (in->opc != TPU_ISA_DMA_IN || in->prefetch > 2 || in->prefetch < 0))
       return bad(d, i, "only dma.in may carry prefetch=1 or 2");

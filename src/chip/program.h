@@ -86,6 +86,10 @@ typedef struct tpu_insn {
                                     * between slices; collectives on disjoint kinds run side
                                     * by side; 0: all of them */
   int pmod, prem;                  /* predicate: runs only when i % pmod == prem (pmod 0: always) */
+  int pflat;                       /* the predicate's i: 0 the innermost enclosing loop's
+                                    * iteration; 1 the iteration counted over every enclosing
+                                    * loop (outer iteration x inner trips + inner iteration, the
+                                    * order the body ran in), conditionals looked through */
   int at;                          /* wait: instruction index */
   int prefetch;                    /* dma.in: 1 = may start before the preceding `kernel`
                                     * barrier, while the previous kernel runs (docs/isa.md) */

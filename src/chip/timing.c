@@ -486,7 +486,7 @@ static tpu_status run_cond(tstate *t, int c) {
 tpu_status tpu__timing_run_range(tstate *t, int lo, int hi, int64_t iter) {
   for (int i = lo; i < hi;) {
     const tpu_insn *in = &t->p->insns[i];
-    if (in->pmod && iter % in->pmod != in->prem) {
+    if (in->pmod && (in->pflat ? t->flat : iter) % in->pmod != in->prem) {
       i = (in->opc == TPU_ISA_LOOP || in->opc == TPU_ISA_COND) ? t->match[i] + 1 : i + 1;
       continue;
     }

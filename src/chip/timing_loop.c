@@ -185,6 +185,8 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
   }
   /* the phase: the body's own instructions (nested loops count their own iterations, and a
    * conditional's branches run as iteration 0) */
+  for (int j = c->lo; j < c->hi && P; j++) /* deeper: a multiple of the phase its i repeats with */
+    if (p->insns[j].pmod > 0 && p->insns[j].pflat) P = lcm_capped(P, p->insns[j].pmod);
   for (int j = c->lo; j < c->hi && P;) {
     const tpu_insn *in = &p->insns[j];
     if (in->pmod > 0) P = lcm_capped(P, in->pmod);
@@ -645,8 +647,10 @@ tpu_status tpu__timing_run_loop(tstate *t, int i) {
   if (cf && !bnd_take(t, cp, &cp->ring[0], NULL))
     return TPU_FAIL(t->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory timing a loop");
   const int64_t body = t->match[i] - i;
+  const int64_t flat0 = t->flat;
   tpu_status st = TPU_OK;
   for (int64_t k = 0; k < N && st == TPU_OK;) {
+    t->flat = flat0 * N + k;
     if (++t->issues > MAX_ISSUES) {
       st = TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(),
                     "program runs more than %lld instructions and loop iterations; timing stopped",
@@ -678,5 +682,6 @@ tpu_status tpu__timing_run_loop(tstate *t, int i) {
       }
     }
   }
+  t->flat = flat0;
   return st;
 }

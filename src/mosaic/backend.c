@@ -3,6 +3,7 @@
  * before computes (two VMEM slots a window), the step's MXU, vector and transcendental work,
  * its output blocks written back when the grid moves to another block (docs/pallas.md). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "compile/backend/backend.h"
@@ -289,7 +290,8 @@ typedef struct {
   const tpu__kinfo *k;
   const mplan *p;
   int hbm[MAX_WIN];  /* HBM buffer of each window's operand / result, -1: none */
-  int pmod, prem;    /* the plan's predicate on the enclosing loop's iteration (0: always) */
+  int pmod, prem;    /* the plan's predicate on the loops' iteration (0: always; tpu_insn.pflat) */
+  int pflat;
   int depth;         /* loops of the kernel's own open around the next instruction */
 } lctx;
 
@@ -299,6 +301,7 @@ static int lput(lctx *l, tpu_insn *x) {
   if (l->depth == 0) {
     x->pmod = l->pmod;
     x->prem = l->prem;
+    x->pflat = l->pflat;
   }
   return put(l->be, x);
 }
@@ -500,22 +503,33 @@ static tpu_status emit_plan(lctx *l) {
   return TPU_OK;
 }
 
-/* The trip count of the while loop whose body runs call `in` (through calls, not through a
- * conditional, whose branches the timing runs outside the loop's iteration count), or -1. */
-static int64_t loop_trips(const tpu__be *be, const tpu_instr *in) {
+/* The iterations of the while loops around call `in`, counted together (each enclosing
+ * loop's trips multiplied, through calls and conditionals): the order a values run made the
+ * call in, outer iteration by outer iteration, when it ran once an iteration; or -1 (no loop
+ * around it, a trip count unknown, or the call in a loop's condition). *cond: a conditional
+ * is on the way (its branch may not have run every iteration). */
+static int64_t loop_trips(const tpu__be *be, const tpu_instr *in, int *cond) {
   const tpu_comp *c = in->parent;
+  int64_t F = 1;
+  int loops = 0;
+  *cond = 0;
   for (int depth = 0; c && depth < 64; depth++) {
     int ci = tpu__be_comp_index(be, c);
     const tpu_instr *caller = ci >= 0 ? be->caller[ci] : NULL;
-    if (!caller) return -1;
+    if (!caller) break;
     if (caller->op == TPU_OP_WHILE) {
       const tpu__kinfo *kw = tpu__be_info(be, caller);
-      return caller->body == c && kw ? kw->trips : -1;
+      if (caller->body != c || !kw || kw->trips < 1 || F > INT64_MAX / kw->trips) return -1;
+      F *= kw->trips;
+      loops++;
+    } else if (caller->op == TPU_OP_CONDITIONAL) {
+      *cond = 1;
+    } else if (caller->op != TPU_OP_CALL) {
+      return -1;
     }
-    if (caller->op != TPU_OP_CALL) return -1;
     c = caller->parent;
   }
-  return -1;
+  return loops ? F : -1;
 }
 
 tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
@@ -536,12 +550,15 @@ tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo 
     }
   }
   /* A call in a loop's body that the values run made on other scalars in other iterations:
-   * iteration i runs the plan of the run's call i, as a plan per position of the calls'
-   * shortest period r (iteration i mod r), each predicated on it. Without one call per
-   * iteration to go by (a loop of unknown count, or more iterations than were recorded),
-   * every iteration runs the first call's plan. */
-  int64_t T = p->nvar > 1 ? loop_trips(be, in) : -1;
-  if (T < 2 || T > p->ncalls) return emit_plan(&l);
+   * iteration i (counted over every loop around the call: a nested loop's iterations run
+   * outer pass by outer pass) runs the plan of the run's call i, as a plan per position of
+   * the calls' shortest period r (i mod r), each predicated on it. A call in a conditional's
+   * branch has one call an iteration only when the branch ran every iteration. Without one
+   * call per iteration to go by (a loop of unknown count, more iterations than were
+   * recorded, a branch that did not always run), every iteration runs the first call's plan. */
+  int cond = 0;
+  int64_t T = p->nvar > 1 ? loop_trips(be, in, &cond) : -1;
+  if (T < 2 || T > p->ncalls || (cond && T != p->ncalls)) return emit_plan(&l);
   int64_t r = 1;
   for (; r < T; r++) {
     int ok = 1;
@@ -586,6 +603,7 @@ tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo 
     l.p = p->var[p->call_var[i]];
     l.pmod = (int)r;
     l.prem = (int)i;
+    l.pflat = 1;
     TPU_TRY(emit_plan(&l));
   }
   return TPU_OK;

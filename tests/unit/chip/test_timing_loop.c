@@ -95,6 +95,12 @@ static const char *k_bodies[] = {
     "  dma.in dst=v0[0] hbm=h0 bytes=40000 op=0\n  vpu src=v0[0] dst=v1[0] vregs=40 ops=1 op=0\n"
     "  kernel op=1\n  wait at=2\n  dma.out src=v1[0] hbm=h1 bytes=40000 op=1\n  ici cycles=500 bytes=10 links=12 op=1\n"
     "end\n",
+    /* plans predicated on the iteration counted over both loops (flat=1), one in a branch */
+    "loop trips=%d what=\"while.4\"\n  loop trips=3 what=\"while.5\"\n"
+    "    kernel op=0 when=4:1 flat=1\n    dma.in dst=v0[0] hbm=h0 bytes=%d op=0 when=4:1 flat=1\n"
+    "    kernel op=0 when=4:3 flat=1\n    dma.in dst=v0[0] hbm=h0 bytes=64 op=0 when=4:3 flat=1\n"
+    "    cond trips=2 what=\"c\"\n    case trips=0\n      kernel op=1 when=2:0 flat=1\n"
+    "      vpu vregs=10 ops=1 op=1 when=2:0 flat=1\n    case trips=1\n    endcond\n  end\nend\n",
 };
 
 static void assembled_loops(void) {
@@ -429,6 +435,36 @@ static void layers_past_the_port_list(void) {
     if (st[k] == TPU_OK) tpu_timeline_free(&tl[k]);
 }
 
+/* A predicate with flat=1 reads the iteration counted over every enclosing loop, through a
+ * conditional's branch: in a loop of 3 around a loop of 2, when=4:2 runs once (iteration
+ * 1 x 2 + 0) where the inner loop's own count (0, 1) never meets it, and in a branch in a
+ * loop of 4, when=2:1 runs twice where the branch's own count (0) never meets it. */
+static void flat_predicates(void) {
+  const char *head = ".program chip=\"v5e\"\n.op name=\"a\" kind=\"fusion:kLoop\" flops=100 padded_flops=100 bytes=1000 "
+                     "padded_bytes=1000\n";
+  const char *body[2] = {"loop trips=3\n  loop trips=2\n    kernel op=0 when=4:2%s\n    vpu vregs=10 ops=1 op=0\n  end\nend\n",
+                         "loop trips=4\n  cond trips=2\n  case trips=0\n    kernel op=0 when=2:1%s\n"
+                         "    vpu vregs=10 ops=1 op=0\n  case trips=1\n  endcond\nend\n"};
+  const int64_t want[2][2] = {{0, 1}, {0, 2}};
+  for (int b = 0; b < 2; b++)
+    for (int flat = 0; flat < 2; flat++) {
+      char text[1200];
+      char tail[2][8] = {"", " flat=1"};
+      char bod[600];
+      snprintf(bod, sizeof bod, body[b], tail[flat]);
+      snprintf(text, sizeof text, "%s%s", head, bod);
+      tpu_program *p = assemble(text);
+      CHECK(p != NULL);
+      if (!p) continue;
+      tpu_timeline tl;
+      tpu_diag d;
+      CHECK_EQ_INT(tpu_timing_run(p, &g_chip, 1, &tl, &d), TPU_OK);
+      CHECK_EQ_INT(tl.ops[0].count, want[b][flat]);
+      tpu_timeline_free(&tl);
+      tpu_program_free(p);
+    }
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -441,6 +477,7 @@ int main(void) {
   loop_of_2_31();
   tile_loop_of_2_30();
   layers_past_the_port_list();
+  flat_predicates();
   fprintf(stderr, "%d programs timed both ways\n", g_loops_compared);
   CHECK_DONE();
 }
