@@ -2140,6 +2140,235 @@ def r7_smem_tab(t, x, interpret=False):
                           interpret=interpret)(t, x)
 
 
+# ---- Round 8: written fresh after round 7 and the nested-loop / conditional timing, not tuned on ----
+
+# RMSNorm of a residual sum, bf16 in and out, f32 inside; two outputs (the normed rows and the new residual)
+@case("r8_rmsnorm_residual_two_out_bf16_64x256", lambda r: [bf(r, 64, 256), bf(r, 64, 256), bf(r, 1, 256)])
+def r8_rmsnorm(x, res, g, interpret=False):
+    def kernel(x_ref, r_ref, g_ref, o_ref, nr_ref):
+        h = x_ref[...].astype(jnp.float32) + r_ref[...].astype(jnp.float32)
+        nr_ref[...] = h.astype(nr_ref.dtype)
+        ms = jnp.mean(h * h, axis=-1, keepdims=True)
+        o_ref[...] = (h * lax.rsqrt(ms + 1e-6) * g_ref[...].astype(jnp.float32)).astype(o_ref.dtype)
+    spec = pl.BlockSpec((16, 256), lambda i: (i, 0))
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(x.shape, x.dtype)),
+                          grid=(4,), in_specs=[spec, spec, pl.BlockSpec((1, 256), lambda i: (0, 0))],
+                          out_specs=(spec, spec), interpret=interpret)(x, res, g)
+
+
+# grouped-query attention: 4 query heads share 2 kv heads (kv index map h // 2), online softmax over kv blocks
+@case("r8_gqa_online_softmax_f32_4h_64x128", lambda r: [f32(r, 4, 64, 128, scale=0.3), f32(r, 2, 128, 128, scale=0.3), f32(r, 2, 128, 128)])
+def r8_gqa(q, k, v, interpret=False):
+    def kernel(q_ref, k_ref, v_ref, o_ref, m_sc, l_sc, acc):
+        j = pl.program_id(1)
+
+        @pl.when(j == 0)
+        def _():
+            m_sc[...] = jnp.full_like(m_sc, -jnp.inf)
+            l_sc[...] = jnp.zeros_like(l_sc)
+            acc[...] = jnp.zeros_like(acc)
+        s = lax.dot_general(q_ref[...], k_ref[...], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        m_new = jnp.maximum(m_sc[...], jnp.max(s, axis=-1, keepdims=True))
+        p = jnp.exp(s - m_new)
+        a = jnp.exp(m_sc[...] - m_new)
+        l_sc[...] = a * l_sc[...] + jnp.sum(p, axis=-1, keepdims=True)
+        acc[...] = a * acc[...] + jnp.dot(p, v_ref[...], preferred_element_type=jnp.float32)
+        m_sc[...] = m_new
+
+        @pl.when(j == pl.num_programs(1) - 1)
+        def _():
+            o_ref[...] = acc[...] / l_sc[...]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), grid=(4, 2),
+                          in_specs=[pl.BlockSpec((None, 64, 128), lambda h, j: (h, 0, 0)),
+                                    pl.BlockSpec((None, 64, 128), lambda h, j: (h // 2, j, 0)),
+                                    pl.BlockSpec((None, 64, 128), lambda h, j: (h // 2, j, 0))],
+                          out_specs=pl.BlockSpec((None, 64, 128), lambda h, j: (h, 0, 0)),
+                          scratch_shapes=[pltpu.VMEM((64, 1), jnp.float32), pltpu.VMEM((64, 1), jnp.float32),
+                                          pltpu.VMEM((64, 128), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+                          interpret=interpret)(q, k, v)
+
+
+# rotary embedding by halves: x1*cos - x2*sin | x2*cos + x1*sin, cos/sin tables blocked with the rows
+@case("r8_rope_halves_f32_32x256", lambda r: [f32(r, 32, 256), f32(r, 32, 128), f32(r, 32, 128)])
+def r8_rope(x, c, s_, interpret=False):
+    def kernel(x_ref, c_ref, s_ref, o_ref):
+        x1 = x_ref[:, :128]
+        x2 = x_ref[:, 128:]
+        o_ref[:, :128] = x1 * c_ref[...] - x2 * s_ref[...]
+        o_ref[:, 128:] = x2 * c_ref[...] + x1 * s_ref[...]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+                          in_specs=[pl.BlockSpec((8, 256), lambda i: (i, 0)), pl.BlockSpec((8, 128), lambda i: (i, 0)),
+                                    pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((8, 256), lambda i: (i, 0)), interpret=interpret)(x, c, s_)
+
+
+# a 3-tap causal conv along rows: the previous block (index map max(i-1, 0)) gives the halo
+@case("r8_causal_conv3_halo_f32_64x128", lambda r: [f32(r, 64, 128), f32(r, 3, 128)])
+def r8_conv(x, w, interpret=False):
+    def kernel(prev_ref, x_ref, w_ref, o_ref):
+        i = pl.program_id(0)
+        cur = x_ref[...]
+        prev = jnp.where(i > 0, prev_ref[...], 0.0)
+        both = jnp.concatenate([prev[-8:], cur], axis=0)  # 8 halo rows + 16 rows
+        o_ref[...] = (both[8:24] * w_ref[2:3, :] + both[7:23] * w_ref[1:2, :] + both[6:22] * w_ref[0:1, :])
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+                          in_specs=[pl.BlockSpec((16, 128), lambda i: (jnp.maximum(i - 1, 0), 0)),
+                                    pl.BlockSpec((16, 128), lambda i: (i, 0)), pl.BlockSpec((3, 128), lambda i: (0, 0))],
+                          out_specs=pl.BlockSpec((16, 128), lambda i: (i, 0)), interpret=interpret)(x, x, w)
+
+
+# a histogram of int32 bin ids (one-hot compares summed), accumulated across an "arbitrary" grid into an int32 row
+@case("r8_histogram_onehot_i32_64x128", lambda r: [jnp.asarray(r.integers(0, 128, (64, 128)), jnp.int32)])
+def r8_hist(ids, interpret=False):
+    def kernel(id_ref, o_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        bins = lax.broadcasted_iota(jnp.int32, (1, 128), 1)
+        cnt = jnp.zeros((1, 128), jnp.int32)
+        for rr in range(8):
+            row = id_ref[rr:rr + 1, :]  # (1, 128) ids
+            for c in range(0, 128, 32):
+                cnt = cnt + jnp.sum((row[:, c:c + 32].reshape(32, 1) == bins).astype(jnp.int32), axis=0, keepdims=True)
+        o_ref[...] += cnt
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((1, 128), jnp.int32), grid=(8,),
+                          in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((1, 128), lambda i: (0, 0)),
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)), interpret=interpret)(ids)
+
+
+# running column max and its row index across an "arbitrary" grid (two revisited outputs, f32 and int32)
+@case("r8_running_argmax_cols_f32_64x128", lambda r: [f32(r, 64, 128)])
+def r8_argmax(x, interpret=False):
+    def kernel(x_ref, m_ref, i_ref):
+        g = pl.program_id(0)
+
+        @pl.when(g == 0)
+        def _():
+            m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
+            i_ref[...] = jnp.zeros_like(i_ref)
+        v = x_ref[...]
+        bm = jnp.max(v, axis=0, keepdims=True)
+        rows = lax.broadcasted_iota(jnp.int32, v.shape, 0) + g * 8
+        bi = jnp.min(jnp.where(v == bm, rows, 1 << 30), axis=0, keepdims=True)
+        better = bm > m_ref[...]
+        i_ref[...] = jnp.where(better, bi, i_ref[...])
+        m_ref[...] = jnp.where(better, bm, m_ref[...])
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((1, 128), jnp.float32), jax.ShapeDtypeStruct((1, 128), jnp.int32)),
+                          grid=(8,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                          out_specs=(pl.BlockSpec((1, 128), lambda i: (0, 0)), pl.BlockSpec((1, 128), lambda i: (0, 0))),
+                          interpret=interpret)(x)
+
+
+# int8 x int8 K-loop on a 3-D grid, int32 scratch, per-channel f32 scale + bias + ReLU, bf16 out
+@case("r8_int8_3d_scale_bias_relu_bf16_64x256x256", lambda r: [jnp.asarray(r.integers(-128, 128, (64, 256)), jnp.int8),
+                                                               jnp.asarray(r.integers(-128, 128, (256, 256)), jnp.int8),
+                                                               jnp.asarray(r.random((1, 256)) * 1e-3, jnp.float32), f32(r, 1, 256)])
+def r8_int8(x, w, sc, b, interpret=False):
+    def kernel(x_ref, w_ref, s_ref, b_ref, o_ref, acc):
+        k = pl.program_id(2)
+
+        @pl.when(k == 0)
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        acc[...] += jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.int32)
+
+        @pl.when(k == pl.num_programs(2) - 1)
+        def _():
+            o_ref[...] = jnp.maximum(acc[...].astype(jnp.float32) * s_ref[...] + b_ref[...], 0.0).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 256), jnp.bfloat16), grid=(2, 2, 2),
+                          in_specs=[pl.BlockSpec((32, 128), lambda i, j, k: (i, k)), pl.BlockSpec((128, 128), lambda i, j, k: (k, j)),
+                                    pl.BlockSpec((1, 128), lambda i, j, k: (0, j)), pl.BlockSpec((1, 128), lambda i, j, k: (0, j))],
+                          out_specs=pl.BlockSpec((32, 128), lambda i, j, k: (i, j)),
+                          scratch_shapes=[pltpu.VMEM((32, 128), jnp.int32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+                          interpret=interpret)(x, w, sc, b)
+
+
+# a kernel in a fori_loop nested in a scan: block ids prefetched per (outer, inner) iteration
+@case("r8_kernel_in_fori_in_scan_f32_64x128", lambda r: [jnp.asarray(r.integers(0, 4, (3, 2, 4)), jnp.int32), f32(r, 64, 128)])
+def r8_nested(ids, x, interpret=False):
+    def call(idx, v):
+        def kernel(idx_ref, x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 0.5 + 1.0
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
+                              grid_spec=pltpu.PrefetchScalarGridSpec(
+                                  num_scalar_prefetch=1, grid=(4,),
+                                  in_specs=[pl.BlockSpec((16, 128), lambda i, idx: (idx[i], 0))],
+                                  out_specs=pl.BlockSpec((16, 128), lambda i, idx: (i, 0))), interpret=interpret)(idx, v)
+
+    def outer(c, row):
+        return lax.fori_loop(0, 2, lambda j, v: call(row[j], v), c), None
+    return lax.scan(outer, x, ids)[0]
+
+
+# lax.cond in a jit choosing between the same kernel on two prefetched orders, inside a scan
+@case("r8_cond_kernel_in_scan_f32_64x128", lambda r: [jnp.asarray(r.integers(0, 4, (4, 4)), jnp.int32), f32(r, 64, 128)])
+def r8_cond(ids, x, interpret=False):
+    def call(idx, v):
+        def kernel(idx_ref, x_ref, o_ref):
+            o_ref[...] = x_ref[...] * 0.5 + 1.0
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
+                              grid_spec=pltpu.PrefetchScalarGridSpec(
+                                  num_scalar_prefetch=1, grid=(4,),
+                                  in_specs=[pl.BlockSpec((16, 128), lambda i, idx: (idx[i], 0))],
+                                  out_specs=pl.BlockSpec((16, 128), lambda i, idx: (i, 0))), interpret=interpret)(idx, v)
+
+    def body(c, idx):
+        return lax.cond(jnp.sum(idx) % 2 == 0, lambda v: call(idx, v), lambda v: call(3 - idx, v), c), None
+    return lax.scan(body, x, ids)[0]
+
+
+# manual triple-buffered DMA of row chunks (3 slots, a semaphore each) in a fori_loop, summed into the output
+@case("r8_manual_dma_3slot_f32_96x128", lambda r: [f32(r, 96, 128)])
+def r8_dma3(x, interpret=False):
+    def kernel(x_hbm, o_ref, buf, sem):
+        n = 6
+
+        def copy(c):
+            return pltpu.make_async_copy(x_hbm.at[pl.ds(c * 16, 16)], buf.at[c % 3], sem.at[c % 3])
+        copy(0).start()
+        copy(1).start()
+
+        def body(c, acc):
+            @pl.when(c + 2 < n)
+            def _():
+                copy(c + 2).start()
+            copy(c).wait()
+            return acc + buf[c % 3] * (c + 1).astype(jnp.float32)
+        o_ref[...] = lax.fori_loop(0, n, body, jnp.zeros((16, 128), jnp.float32))
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+                          in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                          scratch_shapes=[pltpu.VMEM((3, 16, 128), jnp.float32), pltpu.SemaphoreType.DMA((3,))],
+                          interpret=interpret)(x)
+
+
+# a fori_loop whose trip count is the grid index (program_id + 1 Newton-style halvings)
+@case("r8_pid_trip_count_fori_f32_32x128", lambda r: [f32(r, 32, 128, scale=8.0)])
+def r8_pid_trip(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        n = pl.program_id(0) + 1
+        o_ref[...] = lax.fori_loop(0, n, lambda i, v: 0.5 * (v + 2.0 / jnp.where(v == 0, 1.0, v)), x_ref[...])
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+                          in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), interpret=interpret)(x)
+
+
+# lax.cond inside the kernel on a prefetched flag per block, each branch yielding a value
+@case("r8_in_kernel_cond_prefetch_flag_f32_64x128", lambda r: [jnp.asarray([1, 0, 0, 1], jnp.int32), f32(r, 64, 128)])
+def r8_kcond(flags, x, interpret=False):
+    def kernel(f_ref, x_ref, o_ref):
+        v = x_ref[...]
+        o_ref[...] = lax.cond(f_ref[pl.program_id(0)] == 1, lambda u: jnp.tanh(u) * 2.0, lambda u: u * u - 1.0, v)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=1, grid=(4,),
+                              in_specs=[pl.BlockSpec((16, 128), lambda i, f: (i, 0))],
+                              out_specs=pl.BlockSpec((16, 128), lambda i, f: (i, 0))),
+                          interpret=interpret)(flags, x)
+
+
 def split(name):
     return "test" if hashlib.sha1(name.encode()).digest()[0] % 2 else "tune"
 
