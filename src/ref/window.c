@@ -56,18 +56,38 @@ static int64_t window_offset(const wdim *wd, int rank, const int64_t *strides, c
  * stride and no dilation, every other dimension a window of one? *dim gets that dimension.
  * Then output i's window is N-1-i init values followed by x[0..i]: applied in window order
  * that is a running f(out[i-1], x[i]) once f(init, init) is init, in linear time and with
- * the same bits. */
-static int forward_scan(const wdim *wd, int rank, int *dim) {
+ * the same bits. A reverse scan (padded N-1 above and not below: *rev = 1) is one too; its
+ * window order is not a running one, so only its blocked form (scan_line) takes it. */
+static int forward_scan(const wdim *wd, int rank, int *dim, int *rev) {
   int found = -1;
   for (int k = 0; k < rank; k++) {
     const tpu_window_dim *w = &wd[k].w;
     if (w->stride != 1 || w->base_dilation != 1 || w->window_dilation != 1) return 0;
     if (w->size == 1 && w->pad_lo == 0 && w->pad_hi == 0) continue;
-    if (found >= 0 || wd[k].n < 2 || w->size != wd[k].n || w->pad_lo != wd[k].n - 1 || w->pad_hi != 0) return 0;
+    if (found >= 0 || wd[k].n < 2 || w->size != wd[k].n) return 0;
+    if (w->pad_lo == wd[k].n - 1 && w->pad_hi == 0)
+      *rev = 0;
+    else if (w->pad_lo == 0 && w->pad_hi == wd[k].n - 1)
+      *rev = 1;
+    else
+      return 0;
     found = k;
   }
   *dim = found;
   return found >= 0;
+}
+
+/* One line of a reverse scan of at most a block, in window order: y[i*st] reduces x[i..n-1]
+ * from init, x[i] first (the padding after it, init values, left out as f(acc, init) is
+ * acc); quadratic in n, for n up to a block. */
+static void rev_window(tpu_opcode f, tpu_dtype t, size_t es, const char *init, const char *x, char *y, int64_t n,
+                       int64_t st) {
+  char acc[16];
+  for (int64_t i = 0; i < n; i++) {
+    memcpy(acc, init, es);
+    for (int64_t q = i; q < n; q++) tpu__ref_apply_binary(f, t, acc, x + (size_t)(q * st) * es);
+    memcpy(y + (size_t)(i * st) * es, acc, es);
+  }
 }
 
 /* One line of a forward scan: y[i*st] = f(y[(i-1)*st], x[i*st]) from init, in window order;
@@ -76,8 +96,12 @@ static int forward_scan(const wdim *wd, int rank, int *dim) {
  * on its own, the blocks' last values scanned the same way (recursively), and each block
  * then offset by the scan of the blocks before it: y = inner + carry, block 0's carry init. */
 static void scan_line(tpu_opcode f, tpu_dtype t, size_t es, const char *init, const char *x, char *y, int64_t n,
-                      int64_t st, int64_t block, char *tmp) {
+                      int64_t st, int64_t block, int rev, char *tmp) {
   char acc[16];
+  if (rev && (block <= 0 || n <= block)) {
+    rev_window(f, t, es, init, x, y, n, st);
+    return;
+  }
   if (block <= 0 || n <= block) {
     memcpy(acc, init, es);
     for (int64_t i = 0; i < n; i++) {
@@ -88,7 +112,12 @@ static void scan_line(tpu_opcode f, tpu_dtype t, size_t es, const char *init, co
   }
   int64_t nb = (n + block - 1) / block;
   char *tot = tmp, *carry = tmp + (size_t)nb * es, *rest = tmp + 2 * (size_t)nb * es;
-  for (int64_t b = 0; b < nb; b++) {
+  for (int64_t b = 0; b < nb && rev; b++) { /* each block's reverse scan; its total is its first value */
+    int64_t lo = b * block, len = n - lo < block ? n - lo : block;
+    rev_window(f, t, es, init, x + (size_t)(lo * st) * es, y + (size_t)(lo * st) * es, len, st);
+    memcpy(tot + (size_t)b * es, y + (size_t)(lo * st) * es, es);
+  }
+  for (int64_t b = 0; b < nb && !rev; b++) {
     memcpy(acc, init, es);
     for (int64_t j = 0; j < block; j++) {
       int64_t i = b * block + j;
@@ -97,9 +126,10 @@ static void scan_line(tpu_opcode f, tpu_dtype t, size_t es, const char *init, co
     }
     memcpy(tot + (size_t)b * es, acc, es);
   }
-  scan_line(f, t, es, init, tot, carry, nb, 1, block, rest);
+  scan_line(f, t, es, init, tot, carry, nb, 1, block, rev, rest);
   for (int64_t b = 0; b < nb; b++) {
-    const char *c = b ? carry + (size_t)(b - 1) * es : init;
+    /* the blocks before b (reverse: after it) */
+    const char *c = rev ? (b + 1 < nb ? carry + (size_t)(b + 1) * es : init) : b ? carry + (size_t)(b - 1) * es : init;
     for (int64_t j = 0; j < block && b * block + j < n; j++) {
       char *yi = y + (size_t)((b * block + j) * st) * es;
       memcpy(acc, yi, es);
@@ -109,9 +139,10 @@ static void scan_line(tpu_opcode f, tpu_dtype t, size_t es, const char *init, co
   }
 }
 
-/* The forward scan of forward_scan() along `dim`, every line of it; tmp holds 3n elements. */
+/* The scan of forward_scan() along `dim` (rev: a reverse one), every line of it; tmp holds
+ * 3n elements. */
 static void run_forward_scan(tpu_opcode f, const tpu_tensor *a, const tpu_tensor *init, tpu_tensor *o, int dim,
-                             int64_t block, char *tmp) {
+                             int64_t block, int rev, char *tmp) {
   size_t es = tpu_dtype_size(a->dtype);
   int64_t inner = 1, outer = 1, n = a->dims[dim];
   for (int k = dim + 1; k < a->rank; k++) inner *= a->dims[k];
@@ -119,7 +150,8 @@ static void run_forward_scan(tpu_opcode f, const tpu_tensor *a, const tpu_tensor
   for (int64_t q = 0; q < outer; q++)
     for (int64_t r = 0; r < inner; r++) {
       size_t off = ((size_t)(q * n) * (size_t)inner + (size_t)r) * es;
-      scan_line(f, a->dtype, es, init->data, (const char *)a->data + off, (char *)o->data + off, n, inner, block, tmp);
+      scan_line(f, a->dtype, es, init->data, (const char *)a->data + off, (char *)o->data + off, n, inner, block, rev,
+                tmp);
     }
 }
 
@@ -163,8 +195,12 @@ tpu_status tpu__ref_reduce_window(tpu_interp *ip, const tpu_instr *in, const tpu
   if (on == 0) return TPU_OK;
 
   tpu_opcode simple = nops == 1 ? tpu__ref_simple_reducer(in->to_apply) : TPU_OP_COUNT;
-  int scan_dim;
-  if (simple != TPU_OP_COUNT && tpu_dtype_size(a0->dtype) <= 16 && forward_scan(wd, rank, &scan_dim)) {
+  int scan_dim, rev = 0;
+  /* a reverse scan takes the blocked order only where the backend has blocks and it is longer
+   * than one (the XLA TPU compiler's mirrored blocks, compile/passes/scan_rewrite.c); else
+   * the plain window order below */
+  if (simple != TPU_OP_COUNT && tpu_dtype_size(a0->dtype) <= 16 && forward_scan(wd, rank, &scan_dim, &rev) &&
+      (!rev || (tpu__ref_scan_block(ip) > 0 && a0->dims[scan_dim] > tpu__ref_scan_block(ip)))) {
     char twice[16];
     size_t es = tpu_dtype_size(a0->dtype);
     memcpy(twice, args[1]->data, es);
@@ -175,7 +211,7 @@ tpu_status tpu__ref_reduce_window(tpu_interp *ip, const tpu_instr *in, const tpu
       return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
     }
     if (!memcmp(twice, args[1]->data, es)) {
-      run_forward_scan(simple, a0, args[1], out, scan_dim, tpu__ref_scan_block(ip), tmp);
+      run_forward_scan(simple, a0, args[1], out, scan_dim, tpu__ref_scan_block(ip), rev, tmp);
       tpu_free(tmp);
       return TPU_OK;
     }

@@ -168,8 +168,8 @@ static int whole_windows(const tpu_instr *in) {
 }
 
 /* The dimension a reduce-window scans (a forward scan: a window of the whole dimension,
- * padded by its length less one below and not above, unit stride, no dilation; every other
- * dimension a window of one), or -1. */
+ * padded by its length less one below and not above, or a reverse scan, padded so above and
+ * not below; unit stride, no dilation; every other dimension a window of one), or -1. */
 static int scan_dim(const tpu_instr *in) {
   if (in->noperands != 2 || in->nwindow != in->operands[0]->shape.rank) return -1;
   int found = -1;
@@ -178,7 +178,8 @@ static int scan_dim(const tpu_instr *in) {
     int64_t n = in->operands[0]->shape.dims[i];
     if (w->stride != 1 || w->base_dilation > 1 || w->window_dilation > 1) return -1;
     if (w->size == 1 && w->pad_lo == 0 && w->pad_hi == 0) continue;
-    if (found >= 0 || n < 2 || w->size != n || w->pad_lo != n - 1 || w->pad_hi != 0) return -1;
+    if (found >= 0 || n < 2 || w->size != n) return -1;
+    if (!(w->pad_lo == n - 1 && w->pad_hi == 0) && !(w->pad_lo == 0 && w->pad_hi == n - 1)) return -1;
     found = i;
   }
   return found;

@@ -15,8 +15,13 @@
  * tpusim makes the same rewrite, so the kernels, their bytes and their start costs follow,
  * and values follow the TPU's blocked order (ref/window.c runs each 128-wide scan in window
  * order; the reference interpreter on the unrewritten module keeps the plain window order).
- * Only forward scans with an elementwise reducer (add, multiply, maximum, minimum...) of one
- * input are rewritten; others keep their reduce-window. */
+ * A reverse scan (jnp.cumsum(x, reverse=True): the window padded by its length less one
+ * above, output i reduces x[i..n-1]) is rewritten the same way mirrored, as the compiler
+ * does (cumsum_1024_ax0_rev_bf16, all four generations: blocks of 128 scanned with pad
+ * 0_127, each block's FIRST value scanned in reverse with pad 0_8, the carry the slice
+ * [1:9] of that scan, so block b adds the blocks after it).
+ * Only scans with an elementwise reducer (add, multiply, maximum, minimum...) of one input
+ * are rewritten; others keep their reduce-window. */
 #include <stdio.h>
 #include <string.h>
 
@@ -25,8 +30,8 @@
 
 #define SCAN_BASE 128
 
-/* The scanned dimension of a forward scan (see the header), or -1. */
-static int scan_dim(const tpu_instr *in) {
+/* The scanned dimension of a forward or (*rev = 1) reverse scan (see the header), or -1. */
+static int scan_dim(const tpu_instr *in, int *rev) {
   if (in->op != TPU_OP_REDUCE_WINDOW || in->noperands != 2 || in->shape.dtype == TPU_TUPLE) return -1;
   const tpu_shape *s = &in->operands[0]->shape;
   if (in->nwindow != s->rank) return -1;
@@ -35,10 +40,23 @@ static int scan_dim(const tpu_instr *in) {
     const tpu_window_dim *w = &in->window[i];
     if (w->stride != 1 || w->base_dilation > 1 || w->window_dilation > 1 || w->reversal) return -1;
     if (w->size == 1 && w->pad_lo == 0 && w->pad_hi == 0) continue;
-    if (found >= 0 || s->dims[i] < 2 || w->size != s->dims[i] || w->pad_lo != s->dims[i] - 1 || w->pad_hi != 0) return -1;
+    if (found >= 0 || s->dims[i] < 2 || w->size != s->dims[i]) return -1;
+    if (w->pad_lo == s->dims[i] - 1 && w->pad_hi == 0)
+      *rev = 0;
+    else if (w->pad_lo == 0 && w->pad_hi == s->dims[i] - 1)
+      *rev = 1;
+    else
+      return -1;
     found = i;
   }
   return found;
+}
+
+/* Is the reduce-window a compiled program's (its operand carries a tiled layout, T(...)):
+ * already the compiler's own kernel, not rewritten again. */
+static int placed(const tpu_instr *in) {
+  const char *t = in->operands[0]->shape.layout_tail;
+  return t && strstr(t, "T(") != NULL;
 }
 
 /* The reducer's elementwise op (its root, a binary op of its two parameters), or TPU_OP_COUNT. */
@@ -63,13 +81,14 @@ static tpu_status mk(scan_ctx *x, tpu_opcode op, const char *hint, const tpu_sha
   return tpu_build_instr_like(x->b, x->c, x->like, op, hint, s, ops, n, out);
 }
 
-/* A window attribute: size 1 everywhere but the last of `rank` dimensions (size, pad_lo). */
-static const char *window_text(char *buf, size_t n, int rank, int64_t size, int64_t lo) {
+/* A window attribute: size 1 everywhere but dimension `at` of `rank` (size, pad_lo, pad_hi). */
+static const char *window_at(char *buf, size_t n, int rank, int at, int64_t size, int64_t lo, int64_t hi) {
   char sz[TPU_MAX_RANK * 24], pd[TPU_MAX_RANK * 48];
   size_t a = 0, p = 0;
   for (int i = 0; i < rank; i++) {
-    a += (size_t)snprintf(sz + a, sizeof sz - a, "%s%lld", i ? "x" : "", (long long)(i == rank - 1 ? size : 1));
-    p += (size_t)snprintf(pd + p, sizeof pd - p, "%s%lld_0", i ? "x" : "", (long long)(i == rank - 1 ? lo : 0));
+    a += (size_t)snprintf(sz + a, sizeof sz - a, "%s%lld", i ? "x" : "", (long long)(i == at ? size : 1));
+    p += (size_t)snprintf(pd + p, sizeof pd - p, "%s%lld_%lld", i ? "x" : "", (long long)(i == at ? lo : 0),
+                          (long long)(i == at ? hi : 0));
   }
   size_t a0 = (size_t)snprintf(buf, n, "{size=");
   if (a0 < n) a0 += (size_t)snprintf(buf + a0, n - a0, "%.*s pad=", (int)sizeof sz, sz);
@@ -96,9 +115,9 @@ static const char *pad_text(char *buf, size_t n, int rank, int64_t lo, int64_t h
   return buf;
 }
 
-/* The inclusive forward scan of x along its last dimension: one reduce-window when it is at
- * most SCAN_BASE long, else blocks as in the header. */
-static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tpu_comp *red, tpu_opcode f,
+/* The inclusive forward (rev: reverse) scan of x along its last dimension: one reduce-window
+ * when it is at most SCAN_BASE long, else blocks as in the header. */
+static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tpu_comp *red, tpu_opcode f, int rev,
                             tpu_instr **out) {
   char buf[TPU_MAX_RANK * 160];
   const tpu_shape *s = &v->shape;
@@ -107,14 +126,15 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   if (n <= SCAN_BASE) {
     tpu_instr *ops[2] = {v, init};
     TPU_TRY(mk(x, TPU_OP_REDUCE_WINDOW, "scan.block", s, ops, 2, out));
-    TPU_TRY(tpu_build_set_attr(x->b, *out, "window", window_text(buf, sizeof buf, r, n, n - 1)));
+    TPU_TRY(tpu_build_set_attr(x->b, *out, "window", window_at(buf, sizeof buf, r, r - 1, n, rev ? 0 : n - 1, rev ? n - 1 : 0)));
     return tpu_build_set_attr(x->b, *out, "to_apply", red->name);
   }
   int64_t k = (n + SCAN_BASE - 1) / SCAN_BASE * SCAN_BASE, nb = k / SCAN_BASE;
   int64_t d[TPU_MAX_RANK + 1];
   for (int i = 0; i < r; i++) d[i] = s->dims[i];
   tpu_instr *p = v;
-  if (k != n) { /* pad with the init value to whole blocks */
+  if (k != n) { /* pad with the init value to whole blocks (after the last: a reverse scan's
+                 * earlier outputs combine it with init, which leaves them unchanged) */
     d[r - 1] = k;
     tpu_shape ps = tpu_build_shape(s->dtype, r, d);
     tpu_instr *ops[2] = {v, init};
@@ -127,25 +147,25 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   tpu_shape bs = tpu_build_shape(s->dtype, r + 1, d);
   tpu_instr *blocks, *inner;
   TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.blocks", &bs, &p, 1, &blocks));
-  TPU_TRY(scan_last(x, blocks, init, red, f, &inner));
-  /* each block's last value, [..., K/128] */
+  TPU_TRY(scan_last(x, blocks, init, red, f, rev, &inner));
+  /* each block's total: its last value, a reverse scan's first, [..., K/128] */
   d[r] = 1;
   tpu_shape ls1 = tpu_build_shape(s->dtype, r + 1, d);
   tpu_instr *last1, *last;
   TPU_TRY(mk(x, TPU_OP_SLICE, "scan.last", &ls1, &inner, 1, &last1));
-  TPU_TRY(tpu_build_set_attr(x->b, last1, "slice", slice_text(buf, sizeof buf, &bs, SCAN_BASE - 1, SCAN_BASE)));
+  TPU_TRY(tpu_build_set_attr(x->b, last1, "slice", slice_text(buf, sizeof buf, &bs, rev ? 0 : SCAN_BASE - 1, rev ? 1 : SCAN_BASE)));
   tpu_shape ls = tpu_build_shape(s->dtype, r, d);
   TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.last", &ls, &last1, 1, &last));
-  /* their scan, shifted by one: block b adds the blocks before it */
+  /* their scan, shifted by one: block b adds the blocks before it (reverse: after it) */
   tpu_instr *tot, *shifted, *carry;
-  TPU_TRY(scan_last(x, last, init, red, f, &tot));
+  TPU_TRY(scan_last(x, last, init, red, f, rev, &tot));
   d[r - 1] = nb + 1;
   tpu_shape ss = tpu_build_shape(s->dtype, r, d);
   tpu_instr *pops[2] = {tot, init};
   TPU_TRY(mk(x, TPU_OP_PAD, "scan.carry", &ss, pops, 2, &shifted));
-  TPU_TRY(tpu_build_set_attr(x->b, shifted, "padding", pad_text(buf, sizeof buf, r, 1, 0)));
+  TPU_TRY(tpu_build_set_attr(x->b, shifted, "padding", pad_text(buf, sizeof buf, r, rev ? 0 : 1, rev ? 1 : 0)));
   TPU_TRY(mk(x, TPU_OP_SLICE, "scan.carry", &ls, &shifted, 1, &carry));
-  TPU_TRY(tpu_build_set_attr(x->b, carry, "slice", slice_text(buf, sizeof buf, &ss, 0, nb)));
+  TPU_TRY(tpu_build_set_attr(x->b, carry, "slice", slice_text(buf, sizeof buf, &ss, rev ? 1 : 0, rev ? nb + 1 : nb)));
   int64_t bd[TPU_MAX_RANK];
   for (int i = 0; i < r; i++) bd[i] = i;
   tpu_instr *bc, *sum, *flat;
@@ -164,7 +184,7 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   return tpu_build_set_attr(x->b, *out, "slice", slice_text(buf, sizeof buf, &fs, 0, n));
 }
 
-static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int dim, tpu_opcode f, int *done) {
+static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int dim, int rev, tpu_opcode f, int *done) {
   scan_ctx x = {b, c, rw};
   char buf[TPU_MAX_RANK * 24];
   tpu_instr *v = rw->operands[0], *init = rw->operands[1];
@@ -181,12 +201,46 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int di
     TPU_TRY(tpu_build_set_attr(b, v, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r)));
   }
   tpu_instr *res;
-  TPU_TRY(scan_last(&x, v, init, rw->to_apply, f, &res));
+  TPU_TRY(scan_last(&x, v, init, rw->to_apply, f, rev, &res));
   if (dim != r - 1) {
     tpu_shape os = tpu_build_shape(rw->shape.dtype, r, rw->shape.dims);
     TPU_TRY(mk(&x, TPU_OP_TRANSPOSE, "scan.transpose", &os, &res, 1, &res));
     TPU_TRY(tpu_build_set_attr(b, res, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r)));
   }
+  tpu_build_replace_uses(c, rw, res);
+  *done = 1;
+  return TPU_OK;
+}
+
+/* A scan of at most SCAN_BASE along one of the two minor dimensions (the tile) of an array
+ * of rank 3 or more: the compiler runs its window along a major dimension, the row-major
+ * order with the scanned dimension made most major, so its kernel reads a relayout of the
+ * operand and a relayout writes its result back (cummin_158x129x33_ax2_s32,
+ * cummin_128x8x128_ax2_rev_s32, cummax_80x126x80_ax0_s32: a copy, the reduce-window's
+ * fusion, a copy, on every generation). Here a transpose making the scanned dimension
+ * first, the scan along it, a transpose back. */
+static tpu_status rewrite_major(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int dim, int rev, int *done) {
+  scan_ctx x = {b, c, rw};
+  char buf[TPU_MAX_RANK * 48];
+  tpu_instr *v = rw->operands[0], *init = rw->operands[1];
+  int r = v->shape.rank;
+  int64_t n = v->shape.dims[dim], perm[TPU_MAX_RANK], inv[TPU_MAX_RANK], d[TPU_MAX_RANK];
+  perm[0] = dim;
+  for (int i = 0, k = 1; i < r; i++)
+    if (i != dim) perm[k++] = i;
+  for (int i = 0; i < r; i++) inv[perm[i]] = i, d[i] = v->shape.dims[perm[i]];
+  tpu_shape ts = tpu_build_shape(v->shape.dtype, r, d);
+  tpu_instr *t, *sc, *res;
+  TPU_TRY(mk(&x, TPU_OP_TRANSPOSE, "scan.major", &ts, &v, 1, &t));
+  TPU_TRY(tpu_build_set_attr(b, t, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r)));
+  tpu_instr *ops[2] = {t, init};
+  tpu_shape ss = tpu_build_shape(rw->shape.dtype, r, d);
+  TPU_TRY(mk(&x, TPU_OP_REDUCE_WINDOW, "scan.block", &ss, ops, 2, &sc));
+  TPU_TRY(tpu_build_set_attr(b, sc, "window", window_at(buf, sizeof buf, r, 0, n, rev ? 0 : n - 1, rev ? n - 1 : 0)));
+  TPU_TRY(tpu_build_set_attr(b, sc, "to_apply", rw->to_apply->name));
+  tpu_shape os = tpu_build_shape(rw->shape.dtype, r, rw->shape.dims);
+  TPU_TRY(mk(&x, TPU_OP_TRANSPOSE, "scan.major", &os, &sc, 1, &res));
+  TPU_TRY(tpu_build_set_attr(b, res, "dimensions", tpu_dims_text(buf, sizeof buf, inv, r)));
   tpu_build_replace_uses(c, rw, res);
   *done = 1;
   return TPU_OK;
@@ -198,11 +252,15 @@ tpu_status tpu__scan_rewrite(tpu_builder *b, tpu_module *m, int *changed) {
     int any = 0, n = c->ninstrs;
     for (int i = 0; i < n; i++) {
       tpu_instr *in = c->instrs[i];
-      int dim = scan_dim(in);
-      if (dim < 0 || in->operands[0]->shape.dims[dim] <= SCAN_BASE) continue;
+      int rev = 0, dim = scan_dim(in, &rev);
+      if (dim < 0 || placed(in)) continue;
       tpu_opcode f = reducer_op(in->to_apply);
       if (f == TPU_OP_COUNT || in->shape.dtype != in->operands[0]->shape.dtype) continue;
-      TPU_TRY(rewrite_one(b, c, in, dim, f, &any));
+      int r = in->shape.rank;
+      if (in->operands[0]->shape.dims[dim] > SCAN_BASE)
+        TPU_TRY(rewrite_one(b, c, in, dim, rev, f, &any));
+      else if (r >= 3 && dim >= r - 2)
+        TPU_TRY(rewrite_major(b, c, in, dim, rev, &any));
     }
     if (any) {
       TPU_TRY(tpu_build_finish(b, c));

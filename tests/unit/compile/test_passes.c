@@ -901,6 +901,76 @@ static void test_scan_rewrite(void) {
   tpu_module_free(m);
 }
 
+/* What the scan rewrite leaves: the reduce-windows (count, the widest window, its padding
+ * below and above, the dimension it slides along, that dimension's length) and transposes. */
+typedef struct {
+  int windows, transposes;
+  int64_t widest, lo, hi, along, len;
+} scan_shape;
+
+static scan_shape scan_after(const char *src) {
+  scan_shape r = {0, 0, 0, 0, 0, -1, 0};
+  tpu_module *m = compile_src(src);
+  if (!m) return r;
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    const tpu_comp *c = m->comps[ci];
+    for (int i = 0; i < c->ninstrs; i++) {
+      const tpu_instr *in = c->instrs[i];
+      r.transposes += in->op == TPU_OP_TRANSPOSE;
+      if (in->op != TPU_OP_REDUCE_WINDOW) continue;
+      r.windows++;
+      for (int k = 0; k < in->nwindow; k++)
+        if (in->window[k].size > r.widest) {
+          r.widest = in->window[k].size, r.lo = in->window[k].pad_lo, r.hi = in->window[k].pad_hi;
+          r.along = k, r.len = in->shape.dims[k];
+        }
+    }
+  }
+  tpu_module_free(m);
+  return r;
+}
+
+/* A reverse scan (jnp.cumsum(x, reverse=True): the window padded by its length less one
+ * above) longer than 128 is rewritten into the same blocks mirrored, as the XLA TPU compiler
+ * does (cumsum_1024_ax0_rev_bf16: blocks scanned with pad 0_127): three reduce-windows, the
+ * widest 128 padded 127 above. A scan of at most 128 along one of the two minor dimensions of
+ * an array of rank 3 runs along its major dimension between two transposes, as the
+ * compiler's copies around its scan kernel (cummin_158x129x33_ax2_s32); one along the major
+ * dimension, or of rank 2, keeps its reduce-window. */
+static void test_scan_rewrite_reverse_major(void) {
+  static const char *hdr = "HloModule m\nmn {\n a = s32[] parameter(0)\n b = s32[] parameter(1)\n"
+                           " ROOT s = s32[] minimum(a, b)\n}\n";
+  char src[800];
+  snprintf(src, sizeof src,
+           "%sENTRY e {\n x = s32[20000] parameter(0)\n z = s32[] constant(2147483647)\n"
+           " ROOT c = s32[20000] reduce-window(x, z), window={size=20000 pad=0_19999}, to_apply=mn\n}\n",
+           hdr);
+  scan_shape r = scan_after(src);
+  printf("reverse cummin of 20,000: %d reduce-windows, widest %lld padded %lld_%lld\n", r.windows,
+         (long long)r.widest, (long long)r.lo, (long long)r.hi);
+  CHECK(r.windows == 3 && r.widest == 128 && r.lo == 0 && r.hi == 127);
+  snprintf(src, sizeof src,
+           "%sENTRY e {\n x = s32[158,129,33] parameter(0)\n z = s32[] constant(2147483647)\n"
+           " ROOT c = s32[158,129,33] reduce-window(x, z), window={size=1x1x33 pad=0_0x0_0x32_0}, to_apply=mn\n}\n",
+           hdr);
+  r = scan_after(src);
+  printf("cummin of s32[158,129,33] along its last dimension: %d reduce-window along dimension %lld of %lld, %d "
+         "transposes\n", r.windows, (long long)r.along, (long long)r.len, r.transposes);
+  CHECK(r.windows == 1 && r.widest == 33 && r.lo == 32 && r.hi == 0 && r.along == 0 && r.len == 33 && r.transposes == 2);
+  snprintf(src, sizeof src,
+           "%sENTRY e {\n x = s32[80,126,80] parameter(0)\n z = s32[] constant(2147483647)\n"
+           " ROOT c = s32[80,126,80] reduce-window(x, z), window={size=80x1x1 pad=0_79x0_0x0_0}, to_apply=mn\n}\n",
+           hdr);
+  r = scan_after(src);
+  CHECK(r.windows == 1 && r.along == 0 && r.len == 80 && r.lo == 0 && r.hi == 79 && r.transposes == 0);
+  snprintf(src, sizeof src,
+           "%sENTRY e {\n x = s32[128,33] parameter(0)\n z = s32[] constant(2147483647)\n"
+           " ROOT c = s32[128,33] reduce-window(x, z), window={size=1x33 pad=0_0x32_0}, to_apply=mn\n}\n",
+           hdr);
+  r = scan_after(src);
+  CHECK(r.windows == 1 && r.along == 1 && r.transposes == 0);
+}
+
 int main(void) {
   test_shared_producer();
   test_matmul_fusion();
@@ -914,6 +984,7 @@ int main(void) {
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
   test_scan_rewrite();
+  test_scan_rewrite_reverse_major();
   test_cse();
   test_scatter_select();
   test_reduce_of_broadcast();
