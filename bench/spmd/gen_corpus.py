@@ -459,6 +459,76 @@ def define():
             sp = ("data", "seq", None, None)
             return (fn, [((b, s, h, dk), BF)] * 3, [sp] * 3, [sp], topo, shape, ("data", "seq"))
         case(nm, "seq_attn", bld)
+
+    # 17. Programs added in session 9 (generated before that session changed any rule): the
+    #     families above on other slices and shapes, plus a tensor-parallel MLP whose
+    #     partial sums the user reduce-scatters by a sharding constraint (Megatron without
+    #     sequence parallelism) and a shard_map all-gather matmul written by hand.
+    for topo, n, (bt, d, f) in [("v6e:8x8", 64, (65536, 2048, 8192)), ("v5e:4x4", 16, (16384, 4096, 16384)),
+                                ("v5e:8x16", 128, (131072, 1024, 4096))]:
+        nm = f"fsdp_mlp_{topo.replace(':', '_')}_d{d}"
+        def bld(topo=topo, n=n, bt=bt, d=d, f=f):
+            sp = [("fsdp", None), ("fsdp", None)]
+            return (sgd(mlp, 2), [((d, f), BF), ((f, d), BF), ((bt, d), BF)], sp + [("fsdp", None)], sp,
+                    topo, (n,), ("fsdp",))
+        case(nm, "fsdp_mlp", bld)
+    for topo, n, (bt, d, f) in [("v5p:4x4x4", 64, (65536, 1024, 4096)), ("v6e:8x8", 64, (65536, 1024, 4096)),
+                                ("v5e:4x8", 32, (32768, 2048, 8192))]:
+        nm = f"zero1_{topo.replace(':', '_')}_d{d}"
+        def bld(topo=topo, n=n, bt=bt, d=d, f=f):
+            args = [((bt, d), BF), ((d, f), BF), ((f, d), BF), ((d, f), F32), ((f, d), F32), ((d, f), F32), ((f, d), F32)]
+            sp = [("data", None), (None, None), (None, None)] + [("data", None)] * 4
+            outs = [(None, None), ("data", None), ("data", None)] * 2
+            return (zero1, args, sp, outs, topo, (n,), ("data",))
+        case(nm, "zero1", bld)
+    for topo, n, (bt, d, f) in [("v6e:8x8", 64, (65536, 2048, 8192)), ("v5p:4x4x4", 64, (65536, 2048, 8192))]:
+        nm = f"dp_mlp_{topo.replace(':', '_')}_d{d}"
+        def bld(topo=topo, n=n, bt=bt, d=d, f=f):
+            return (sgd(mlp, 2), [((d, f), BF), ((f, d), BF), ((bt, d), BF)], [(None, None), (None, None), ("data", None)],
+                    [(None, None), (None, None)], topo, (n,), ("data",))
+        case(nm, "dp_large", bld)
+    for topo, shape, (b, s, d, f) in [("v5p:2x2x4", (4, 4), (16, 1024, 4096, 16384)),
+                                      ("v5e:4x8", (4, 8), (16, 2048, 2048, 8192))]:
+        nm = f"megatron_sp_fwd_{topo.replace(':', '_')}_d{d}"
+        def bld(topo=topo, shape=shape, b=b, s=s, d=d, f=f):
+            sp = [("data", "model", None), (None,), (None, "model"), ("model", None)]
+            return (megatron_sp(False), [((b, s, d), BF), ((d,), F32), ((d, f), BF), ((f, d), BF)], sp, [sp[0]],
+                    topo, shape, ("data", "model"))
+        case(nm, "megatron_sp", bld)
+    for topo, shape, (b, s, d, f) in [("v5e:4x4", (2, 8), (8, 2048, 2048, 8192)), ("v6e:8x8", (8, 8), (32, 2048, 4096, 16384)),
+                                      ("v4:2x2x2", (4, 4), (16, 1024, 2048, 8192))]:
+        nm = f"tp_mlp_rs_{topo.replace(':', '_')}_d{d}"
+        def bld(topo=topo, shape=shape, b=b, s=s, d=d, f=f):
+            fn = lambda x, w1, w2: wsc(mlp(x, w1, w2), "data", None, "model")
+            return (fn, [((b, s, d), BF), ((d, f), BF), ((f, d), BF)], [("data", None, None), (None, "model"), ("model", None)],
+                    [("data", None, "model")], topo, shape, ("data", "model"))
+        case(nm, "tp_mlp", bld)
+    for topo, n, (m_, k_, n_) in [("v5e:4x4", 16, (16384, 4096, 8192)), ("v5p:2x2x2", 8, (8192, 4096, 8192))]:
+        nm = f"ag_matmul_smap_{topo.replace(':', '_')}_{m_}x{k_}x{n_}"
+        def bld(topo=topo, n=n, m_=m_, k_=k_, n_=n_):
+            def body(x, w):  # x rows split, w columns split: gather x, each chip its columns
+                return jax.lax.all_gather(x, "tp", axis=0, tiled=True) @ w
+            fn = smap(body, ("tp",), (P("tp", None), P(None, "tp")), P(None, "tp"))
+            return (fn, [((m_, k_), BF), ((k_, n_), BF)], [("tp", None), (None, "tp")], [(None, "tp")], topo, (n,), ("tp",))
+        case(nm, "ag_matmul", bld)
+    for topo, shape, (b, s, d, hh, f) in [("v5e:4x8", (2, 4, 4), (32, 1024, 2048, 16, 8192)),
+                                          ("v5p:4x4x4", (4, 4, 4), (64, 1024, 4096, 32, 16384))]:
+        nm = f"flax_logical_step_{topo.replace(':', '_')}_d{d}"
+        def bld(topo=topo, shape=shape, b=b, s=s, d=d, hh=hh, f=f):
+            ws = [((d, hh, 128), BF), ((hh, 128, d), BF), ((d, f), BF), ((f, d), BF)]
+            sp = [lspec("embed", "heads", "kv"), lspec("heads", "kv", "embed"), lspec("embed", "mlp"), lspec("mlp", "embed")]
+            return (sgd(flax_layer, 4), ws + [((b, s, d), BF)], sp + [(RULES["batch"], None, None)], sp, topo, shape,
+                    ("data", "fsdp", "tensor"))
+        case(nm, "flax_logical", bld)
+    for topo, shape, (b, s, h, dk) in [("v5e:4x4", (4, 4), (16, 4096, 16, 128))]:
+        nm = f"seq_attn_{topo.replace(':', '_')}_s{s}"
+        def bld(topo=topo, shape=shape, b=b, s=s, h=h, dk=dk):
+            def fn(q, k, v):
+                sc = jnp.einsum("bqhk,bshk->bhqs", q, k).astype(F32) / 11.3
+                return jnp.einsum("bhqs,bshk->bqhk", jax.nn.softmax(sc, -1).astype(BF), v)
+            sp = ("data", "seq", None, None)
+            return (fn, [((b, s, h, dk), BF)] * 3, [sp] * 3, [sp], topo, shape, ("data", "seq"))
+        case(nm, "seq_attn", bld)
     return TOPO
 
 
@@ -541,6 +611,8 @@ def main():
         hh, mm = map(int, a.deadline.split(":"))
         now = time.gmtime()
         deadline = time.mktime((now.tm_year, now.tm_mon, now.tm_mday, hh, mm, 0, 0, 0, 0)) - time.timezone
+        if deadline < time.time() - 12 * 3600:  # a time past midnight UTC: tomorrow's
+            deadline += 24 * 3600
     names = [n for n, _, _ in CASES]
     assert len(names) == len(set(names)), "duplicate case names"
     if a.list:
