@@ -2369,6 +2369,173 @@ def r8_kcond(flags, x, interpret=False):
                           interpret=interpret)(flags, x)
 
 
+# ---- Round 9: written fresh after round 8, not tuned on ----
+
+# cyclic block order: the input's index map (i + 1) % n, a 4-D block with two squeezed dims
+@case("r9_cyclic_4d_squeezed_f32_2x3x16x128", lambda r: [f32(r, 2, 3, 16, 128)])
+def r9_cyclic(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 3.0 - 1.0
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2, 3),
+                          in_specs=[pl.BlockSpec((None, None, 16, 128), lambda b, h: (b, (h + 1) % 3, 0, 0))],
+                          out_specs=pl.BlockSpec((None, None, 16, 128), lambda b, h: (b, h, 0, 0)),
+                          interpret=interpret)(x)
+
+
+# int16 and uint16 arithmetic with wraparound, bool mask output as int32
+@case("r9_int16_wrap_mask_8x128", lambda r: [jnp.asarray(r.integers(-30000, 30000, (8, 128)), jnp.int16),
+                                             jnp.asarray(r.integers(0, 60000, (8, 128)), jnp.uint16)])
+def r9_i16(a, u, interpret=False):
+    def kernel(a_ref, u_ref, o_ref, m_ref):
+        a32 = a_ref[...].astype(jnp.int32)
+        u32 = u_ref[...].astype(jnp.int32)
+        o_ref[...] = (a32 * 3 + u32).astype(jnp.int16)
+        m_ref[...] = (u32 > 30000).astype(jnp.int32) + (a32 < 0).astype(jnp.int32) * 2
+    return pl.pallas_call(kernel, out_shape=(jax.ShapeDtypeStruct((8, 128), jnp.int16), jax.ShapeDtypeStruct((8, 128), jnp.int32)),
+                          interpret=interpret)(a, u)
+
+
+# batched einsum in a kernel ('bqd,bkd->bqk' then 'bqk,bkd->bqd'), bf16 operands, f32 accumulate
+@case("r9_batched_einsum_bf16_4x32x128", lambda r: [bf(r, 4, 32, 128), bf(r, 4, 128, 128)])
+def r9_bein(q, k, interpret=False):
+    def kernel(q_ref, k_ref, o_ref):
+        s = jnp.einsum("bqd,bkd->bqk", q_ref[...], k_ref[...], preferred_element_type=jnp.float32)
+        p = jax.nn.softmax(s * 0.05, axis=-1)
+        o_ref[...] = jnp.einsum("bqk,bkd->bqd", p.astype(jnp.bfloat16), k_ref[...],
+                                preferred_element_type=jnp.float32).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), interpret=interpret)(q, k)
+
+
+# SMEM scratch filled by a scalar loop (a prefix count) then used as DMA row offsets
+@case("r9_smem_offsets_dma_rows_f32_64x128", lambda r: [jnp.asarray([1, 0, 2, 1, 0, 2, 1, 0], jnp.int32), f32(r, 64, 128)])
+def r9_smem_dma(cnt, x, interpret=False):
+    def kernel(c_ref, x_hbm, o_ref, off, buf, sem):
+        acc = jnp.int32(0)
+        for j in range(8):
+            off[j] = acc
+            acc = acc + c_ref[j]
+
+        def body(j, carry):
+            cp = pltpu.make_async_copy(x_hbm.at[pl.ds(off[j] * 8, 8)], buf, sem)
+            cp.start()
+            cp.wait()
+            o_ref[pl.ds(pl.multiple_of(j * 8, 8), 8), :] = buf[...] + j.astype(jnp.float32)
+            return carry
+        lax.fori_loop(0, 8, body, 0)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
+                          in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pl.ANY)],
+                          scratch_shapes=[pltpu.SMEM((8,), jnp.int32), pltpu.VMEM((8, 128), jnp.float32),
+                                          pltpu.SemaphoreType.DMA(())],
+                          interpret=interpret)(cnt, x)
+
+
+# a kernel called in a scan carrying its output through input_output_aliases (in-place update per step)
+@case("r9_alias_in_scan_f32_32x128", lambda r: [f32(r, 5, 32, 128), f32(r, 32, 128)])
+def r9_alias_scan(xs, h0, interpret=False):
+    def kernel(x_ref, h_ref, o_ref):
+        o_ref[...] = jnp.tanh(h_ref[...] * 0.9 + x_ref[...])
+
+    def step(h, x):
+        h2 = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(h.shape, h.dtype), grid=(2,),
+                            in_specs=[pl.BlockSpec((16, 128), lambda i: (i, 0)), pl.BlockSpec((16, 128), lambda i: (i, 0))],
+                            out_specs=pl.BlockSpec((16, 128), lambda i: (i, 0)),
+                            input_output_aliases={1: 0}, interpret=interpret)(x, h)
+        return h2, jnp.sum(h2)
+    h, sums = lax.scan(step, h0, xs)
+    return h, sums
+
+
+# bf16 softmax with jax.nn.softmax on bf16 (f32 inside), output bf16, rows over a grid
+@case("r9_bf16_nn_softmax_rows_32x256", lambda r: [bf(r, 32, 256)])
+def r9_bsm(x, interpret=False):
+    def kernel(x_ref, o_ref):
+        o_ref[...] = jax.nn.softmax(x_ref[...].astype(jnp.float32) * 2.0, axis=-1).astype(o_ref.dtype)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+                          in_specs=[pl.BlockSpec((8, 256), lambda i: (i, 0))],
+                          out_specs=pl.BlockSpec((8, 256), lambda i: (i, 0)), interpret=interpret)(x)
+
+
+# a K-loop whose A block index comes from a prefetched permutation of K blocks (shuffled reduction order)
+@case("r9_prefetch_k_perm_kloop_f32_32x512x128", lambda r: [jnp.asarray([2, 0, 3, 1], jnp.int32), f32(r, 32, 512), f32(r, 512, 128)])
+def r9_kperm(perm, x, w, interpret=False):
+    def kernel(p_ref, x_ref, w_ref, o_ref, acc):
+        k = pl.program_id(0)
+
+        @pl.when(k == 0)
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        acc[...] += jnp.dot(x_ref[...], w_ref[...], precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+
+        @pl.when(k == pl.num_programs(0) - 1)
+        def _():
+            o_ref[...] = acc[...]
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32),
+                          grid_spec=pltpu.PrefetchScalarGridSpec(
+                              num_scalar_prefetch=1, grid=(4,),
+                              in_specs=[pl.BlockSpec((32, 128), lambda k, p: (0, p[k])),
+                                        pl.BlockSpec((128, 128), lambda k, p: (p[k], 0))],
+                              out_specs=pl.BlockSpec((32, 128), lambda k, p: (0, 0)),
+                              scratch_shapes=[pltpu.VMEM((32, 128), jnp.float32)]),
+                          interpret=interpret)(perm, x, w)
+
+
+# clamp / abs / min / max / select chains on int32 with broadcasting of an SMEM scalar into a vector
+@case("r9_smem_scalar_broadcast_clamp_i32_16x128", lambda r: [jnp.asarray([-7, 9], jnp.int32),
+                                                           jnp.asarray(r.integers(-20, 20, (16, 128)), jnp.int32)])
+def r9_clamp(lim, x, interpret=False):
+    def kernel(l_ref, x_ref, o_ref):
+        lo = l_ref[0]
+        hi = l_ref[1]
+        v = x_ref[...]
+        o_ref[...] = jnp.where(jnp.abs(v) > 15, jnp.full_like(v, hi) * 2, jnp.clip(v, lo, hi)) + jnp.minimum(v, 0)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
+                          interpret=interpret)(lim, x)
+
+
+# "parallel" x "parallel" grid with a block-diagonal mask: off-diagonal blocks write zeros without a dot
+@case("r9_block_diag_skip_bf16_256x256", lambda r: [bf(r, 256, 256), bf(r, 256, 256)])
+def r9_bdiag(x, y, interpret=False):
+    def kernel(x_ref, y_ref, o_ref):
+        i, j = pl.program_id(0), pl.program_id(1)
+
+        @pl.when(i == j)
+        def _():
+            o_ref[...] = jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32).astype(o_ref.dtype)
+
+        @pl.when(i != j)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((256, 256), jnp.bfloat16), grid=(2, 2),
+                          in_specs=[pl.BlockSpec((128, 256), lambda i, j: (i, 0)), pl.BlockSpec((256, 128), lambda i, j: (0, j))],
+                          out_specs=pl.BlockSpec((128, 128), lambda i, j: (i, j)),
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel")),
+                          interpret=interpret)(x, y)
+
+
+# a reduction to a (1, 1) SMEM-free VMEM output over two grid axes, with a final sqrt (a Frobenius norm)
+@case("r9_frobenius_two_axis_f32_64x256", lambda r: [f32(r, 64, 256)])
+def r9_frob(x, interpret=False):
+    def kernel(x_ref, o_ref, acc):
+        i, j = pl.program_id(0), pl.program_id(1)
+
+        @pl.when((i == 0) & (j == 0))
+        def _():
+            acc[...] = jnp.zeros_like(acc)
+        v = x_ref[...]
+        acc[...] += jnp.sum(v * v, axis=0, keepdims=True)
+
+        @pl.when((i == pl.num_programs(0) - 1) & (j == pl.num_programs(1) - 1))
+        def _():
+            o_ref[...] = jnp.sqrt(jnp.sum(acc[...], axis=1, keepdims=True)) * jnp.ones((8, 128), jnp.float32)
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), grid=(4, 2),
+                          in_specs=[pl.BlockSpec((16, 128), lambda i, j: (i, j))],
+                          out_specs=pl.BlockSpec((8, 128), lambda i, j: (0, 0)),
+                          scratch_shapes=[pltpu.VMEM((1, 128), jnp.float32)],
+                          compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary", "arbitrary")),
+                          interpret=interpret)(x)
+
+
 def split(name):
     return "test" if hashlib.sha1(name.encode()).digest()[0] % 2 else "tune"
 
