@@ -137,6 +137,11 @@ tpu_status tpu__spmd_set_groups(sp *s, tpu_instr *x, const int8_t *axes, int n);
 tpu_shape tpu__spmd_local_shape(const sp *s, const tpu_shape *g, const dsh *h);
 int64_t tpu__spmd_block_at(const tpu_mesh *mesh, const dsh *h, int k, int64_t p);
 tpu_status tpu__spmd_reshard(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc, tpu_instr **out);
+/* A sum wanted split along one dimension, after data movement or not (spmd_psum.c): its
+ * partial sums reduce-scattered and the movement applied to the block; *done 0 when x is
+ * not such a value. */
+tpu_status tpu__spmd_moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, const dsh *to, tpu_loc loc,
+                                       tpu_instr **out, int *done);
 tpu_status tpu__spmd_reshard_tuple(sp *s, tpu_instr *x, const dsh *el, const dsh *to, tpu_loc loc, tpu_instr **out);
 tpu_status tpu__spmd_operand_as(sp *s, const tpu_instr *in, int i, const dsh *to, tpu_instr **out);
 /* x's dimension k from s32 offset `off`, `len` long (a dynamic-slice named after hint). */
