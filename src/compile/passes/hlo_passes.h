@@ -70,10 +70,12 @@ int tpu__needs_relayout(const tpu_chip *chip, const tpu_shape *s, int second, in
  * larger batch: its batch-minor layout ({0,3,2,1} for NHWC; tile.c, relayout.c). */
 int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int64_t batch, int64_t lanes);
 /* combine-collectives' first step (compile/spmd/rs_create.c): each all-reduce of c whose only use
- * is every device's dynamic-slice of its own block becomes a reduce-scatter; *changed set
- * when any did. */
+ * is every device's dynamic-slice of its own block becomes a reduce-scatter, unless its one
+ * group is every device of a slice of `chip` on which the XLA TPU compiler keeps the
+ * all-reduce (tpu_spmd_keeps_full_all_reduce; chip NULL: always); *changed set when any did. */
 struct tpu_builder;
-tpu_status tpu__make_reduce_scatters(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
+tpu_status tpu__make_reduce_scatters(struct tpu_builder *b, tpu_comp *c, const tpu_chip *chip, int *changed,
+                                     tpu_diag *d);
 /* combine-collectives, first (compile/spmd/coll_cse.c): an all-gather or collective-permute
  * that repeats an earlier one (same value, shape and attributes but the channel id) is
  * dropped for it, as XLA's ScheduleAwareCollectiveOpsCSE. */

@@ -194,7 +194,6 @@ static tpu_status combine_one(tpu_builder *b, tpu_comp *c, int *found) {
 }
 
 tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d) {
-  (void)o;
   int any = 0;
   for (int c = 0; c < m->ncomps && !any; c++)
     for (int i = 0; i < m->comps[c]->ninstrs && !any; i++) {
@@ -222,7 +221,7 @@ tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag 
   ncomps = m->ncomps; /* the sunk all-reduces may have made reducers */
   for (int c = 0; st == TPU_OK && c < ncomps; c++) {
     int made = 0;
-    st = tpu__make_reduce_scatters(&b, m->comps[c], &made, d);
+    st = tpu__make_reduce_scatters(&b, m->comps[c], o->chip, &made, d);
     changed |= made;
   }
   for (int c = 0; st == TPU_OK && c < ncomps; c++)

@@ -9,9 +9,44 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "chip/chip.h"
 #include "compile/passes/hlo_passes.h"
+#include "compile/spmd/spmd.h"
 #include "ir/build.h"
 #include "ir/collective.h"
+#include "pod/topology.h"
+
+/* The XLA TPU compiler's all-reduce-scatter fusion is not made for every group. Where the
+ * group is every device of the slice, libtpu's programs (bench/spmd/probe_rs_slice.py: a
+ * gradient x.T @ dy taken split over a 1-D mesh of the whole slice, windowed einsums off)
+ * keep the all-reduce and slice on v5e and v6e 4x4, 8x8 and 16x16, on v5p 2x2x2, 2x2x4,
+ * 2x2x8, 2x4x4, 4x4x4, 4x4x8, 4x8x8 and 4x8x16 and on v4 2x2x1 to 2x4x4 (as TensorCores: the
+ * default slice of that many devices, 2x2x2 to 4x4x4), and reduce-scatter on 2x2, 2x4, 4x8,
+ * 8x16 (v5e, v6e), v5p 2x2x1, 2x4x8, 2x8x8 and 2x4x16; groups over part of the slice always
+ * reduce-scatter there. Its all-reduce over a square slice runs on 4 rings at once (the
+ * algorithm config's colors; 2 on the oblong ones), which is where it keeps it; the 3-D
+ * slices do not follow the colors, hence the rule by shape. Not read: v4 2x4x8 as
+ * TensorCores (the default slice of 128 devices is 4x4x8: kept, where libtpu scatters). */
+int tpu_spmd_keeps_full_all_reduce(const tpu_chip *chip, int64_t ndev) {
+  if (!chip || ndev < 2) return 0;
+  tpu_topology t;
+  tpu_diag quiet; /* a chip without a slice of that many: no rule */
+  memset(&quiet, 0, sizeof quiet);
+  if (tpu_topology_default(chip, ndev, &t, &quiet) != TPU_OK || t.nchips != ndev) return 0;
+  int64_t s[3];
+  int n = 0;
+  for (int i = 0; i < 3; i++)
+    if (t.dims[i] > 1) s[n++] = t.dims[i];
+  for (int i = 1; i < n; i++) /* ascending */
+    for (int j = i; j > 0 && s[j] < s[j - 1]; j--) {
+      int64_t x = s[j];
+      s[j] = s[j - 1];
+      s[j - 1] = x;
+    }
+  if (n == 2) return s[0] == s[1] && s[0] >= 4;
+  if (n == 3) return !(s[0] == 2 && s[1] * s[2] >= 32);
+  return 0;
+}
 
 /* The integer value of scalar expression x on device dev (1), or 0 when x is not one of
  * the ops an offset is computed with. */
@@ -58,7 +93,7 @@ static int eval(const tpu_instr *x, int64_t dev, int64_t partitions, int depth, 
 
 /* Whether dynamic-slice u of all-reduce ar takes, on every device, that device's block k of
  * the sum (*k the dimension). */
-static int own_block(const tpu_module *m, const tpu_instr *ar, const tpu_instr *u, int *k) {
+static int own_block(const tpu_module *m, const tpu_instr *ar, const tpu_instr *u, const tpu_chip *chip, int *k) {
   const tpu_shape *s = &ar->shape;
   int cut = -1;
   for (int j = 0; j < s->rank; j++)
@@ -70,6 +105,7 @@ static int own_block(const tpu_module *m, const tpu_instr *ar, const tpu_instr *
   int64_t replicas, partitions;
   tpu_module_device_grid(m, &replicas, &partitions);
   int64_t ndev = replicas * partitions, n, self, v;
+  const int keep = tpu_spmd_keeps_full_all_reduce(chip, ndev);
   int64_t *members = tpu_calloc((size_t)ndev, sizeof *members);
   if (!members) return 0;
   tpu_diag quiet; /* a malformed group is the verifier's to report: here it only says no */
@@ -78,7 +114,7 @@ static int own_block(const tpu_module *m, const tpu_instr *ar, const tpu_instr *
   int ok = tpu_coll_groups_read(ar, replicas, partitions, &cg, &quiet) == TPU_OK;
   for (int64_t dev = 0; ok && dev < ndev; dev++) {
     ok = tpu_coll_groups_members(ar, &cg, partitions, dev, members, &n, &self, &quiet) == TPU_OK &&
-         n * u->shape.dims[cut] == s->dims[cut];
+         n * u->shape.dims[cut] == s->dims[cut] && !(keep && n == ndev);
     for (int j = 0; ok && j < s->rank; j++)
       ok = eval(u->operands[1 + j], dev, partitions, 0, &v) && v == (j == cut ? self * u->shape.dims[cut] : 0);
   }
@@ -88,7 +124,7 @@ static int own_block(const tpu_module *m, const tpu_instr *ar, const tpu_instr *
   return ok;
 }
 
-tpu_status tpu__make_reduce_scatters(tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d) {
+tpu_status tpu__make_reduce_scatters(tpu_builder *b, tpu_comp *c, const tpu_chip *chip, int *changed, tpu_diag *d) {
   int n = c->ninstrs;
   int *uses = tpu_calloc((size_t)n + 1, sizeof *uses);
   tpu_instr **user = tpu_calloc((size_t)n + 1, sizeof *user);
@@ -124,7 +160,7 @@ tpu_status tpu__make_reduce_scatters(tpu_builder *b, tpu_comp *c, int *changed, 
     }
     if (!u || u->op != TPU_OP_DYNAMIC_SLICE || u->operands[0] != last) continue;
     int k;
-    if (!own_block(b->m, ar, u, &k)) continue;
+    if (!own_block(b->m, ar, u, chip, &k)) continue;
     tpu_shape r = u->shape; /* the block; of the sum's type (a convert in the chain comes after) */
     r.dtype = ar->shape.dtype;
     r.has_layout = 0;

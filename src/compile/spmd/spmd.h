@@ -52,6 +52,10 @@ typedef struct tpu_mesh {
    * where gathering the operands moves fewer bytes): the cheaper plan by tpusim's prices,
    * for the better-plan hint (docs/spmd.md). Off: XLA's rule (the prediction). */
   int own_plans;
+  /* The devices are every chip of a slice on which the XLA TPU compiler keeps an all-reduce
+   * over all of them where each then takes its own block, rather than reduce-scattering
+   * (tpu_spmd_keeps_full_all_reduce; tpu_mesh_configure sets it). */
+  int keep_full_all_reduce;
   /* When set (own_plans), the sharding constraints that would get that plan from XLA, one
    * line each (`with_sharding_constraint(NAME, P(...))  # ...`), from the last walk. */
   struct tpu_strbuf *own_notes;
@@ -64,6 +68,13 @@ void tpu_mesh_price_for(tpu_mesh *mesh, const struct tpu_chip *chip);
  * reference backend), f32 operands of default-precision dots gathered as bf16 on the tpu
  * backend at per-op precision (precision <= 0), and no windowed einsums when asked. */
 void tpu_mesh_configure(tpu_mesh *mesh, const struct tpu_chip *chip, int precision, int no_windowed_einsum);
+
+/* Whether the XLA TPU compiler, on `chip`'s default slice of ndev chips, keeps an all-reduce
+ * whose one group is every device (each device then slicing its own block) instead of
+ * making it a reduce-scatter (compile/spmd/rs_create.c: read from libtpu's programs on 29
+ * slices, docs/spmd.md): square 2-D slices of 4x4 and larger, and 3-D slices but those
+ * with an axis of 2 across 32 chips or more of the other two. NULL chip or one device: 0. */
+int tpu_spmd_keeps_full_all_reduce(const struct tpu_chip *chip, int64_t ndev);
 
 /* "data=16,model=4" (errors at loc). */
 tpu_status tpu_mesh_parse(const char *spec, tpu_mesh *mesh, tpu_diag *d);

@@ -34,6 +34,7 @@ void tpu_mesh_configure(tpu_mesh *mesh, const tpu_chip *chip, int precision, int
   tpu_mesh_price_for(mesh, chip);
   mesh->bf16_dot_gathers = chip && precision <= 0;
   if (no_windowed_einsum) mesh->windowed_min_devices = 0;
+  mesh->keep_full_all_reduce = tpu_spmd_keeps_full_all_reduce(chip, mesh->ndev);
 }
 
 void tpu_mesh_free(tpu_mesh *mesh) {

@@ -113,7 +113,14 @@ tpu_status tpu__spmd_moved_sum_scatter(sp *s, tpu_instr *x, const dsh *from, con
   tpu_instr *part = y->operands[0], *z;
   int win = 0; /* a dot's partial sums over every device: the XLA TPU compiler's windowed einsum */
   if (!nrest && tpu__is_adder(y->to_apply)) TPU_TRY(tpu__spmd_window_sum(s, part, kd, to, k, loc, &z, &win));
-  if (!win) {
+  if (!win && !nrest && f == s->mesh->ndev && s->mesh->keep_full_all_reduce) {
+    /* the whole slice's sum, kept as the XLA TPU compiler keeps it: every chip then takes
+     * its own block (rs_create.c does not make it a reduce-scatter either) */
+    tpu_instr *off;
+    TPU_TRY(tpu__spmd_reduce_axes(s, part, to->ax[k], to->n[k], y->to_apply, loc, &z));
+    TPU_TRY(tpu__spmd_block_offset(s, to->ax[k], to->n[k], r.dims[kd], loc, &off));
+    TPU_TRY(tpu__spmd_slice_at(s, z, kd, off, r.dims[kd], "spmd.slice", loc, &z));
+  } else if (!win) {
     TPU_TRY(tpu__spmd_instr(s, TPU_OP_REDUCE_SCATTER, "spmd.reduce-scatter", &r, &part, 1, loc, &z));
     char dims[32];
     snprintf(dims, sizeof dims, "{%d}", kd);

@@ -52,16 +52,18 @@ static int count_op(const tpu_module *m, tpu_opcode op) {
 static int g_devices = 4; /* chips of the mesh check_ref partitions for (MESH: 2x2) */
 static int64_t g_window = 0; /* the mesh's windowed_min_devices (0: no windowed einsum) */
 static int64_t g_window_max = 0; /* and its windowed_max_devices (0: no bound) */
+static int g_keep_ar = 0; /* the mesh's keep_full_all_reduce */
 
 /* Partitions m over its own mesh, with windowed einsums from g_window devices. */
 static tpu_status partition(tpu_module *m, tpu_diag *d) {
-  if (!g_window) return tpu_spmd_partition(m, NULL, d);
+  if (!g_window && !g_keep_ar) return tpu_spmd_partition(m, NULL, d);
   tpu_mesh mesh;
   int found = 0;
   TPU_TRY(tpu_mesh_from_module(m, &mesh, &found, d));
   if (!found) return tpu_spmd_partition(m, NULL, d);
   mesh.windowed_min_devices = g_window;
   mesh.windowed_max_devices = g_window_max;
+  mesh.keep_full_all_reduce = g_keep_ar;
   tpu_status st = tpu_spmd_partition(m, &mesh, d);
   tpu_mesh_free(&mesh);
   return st;
@@ -691,5 +693,48 @@ int main(void) {
   check("bf16 maxima", src, 1, 0, 0);
   CHECK_EQ_INT(count_after(src, TPU_OP_CONVERT), 3); /* the widening, to bf16, back to f32 */
   check_bf16_gathers();
+  {
+    /* FSDP's weight gradient over every device (the batch and the weight's rows split over
+     * x and y): reduce-scattered into the weight's split, or, on a slice where the XLA TPU
+     * compiler keeps the all-reduce (keep_full_all_reduce), summed whole with each chip
+     * taking its own rows; values exact either way. Over x alone (a group of half the
+     * devices) it reduce-scatters even there. */
+    const char *g = MESH "ENTRY e {\n a = s32[8,8] parameter(0), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+                    " g = s32[8,4] parameter(1), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+                    " w = s32[8,4] parameter(2), " SDY("[{\\\"x\\\",\\\"y\\\"}, {}]") "\n"
+                    " d = s32[8,4] dot(a, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+                    " ROOT u = s32[8,4] subtract(w, d)\n}\n";
+    check("weight gradient reduce-scattered over every device", g, 0, 0, 0);
+    CHECK_EQ_INT(count_after(g, TPU_OP_REDUCE_SCATTER), 1);
+    g_keep_ar = 1;
+    check("weight gradient all-reduced whole where the compiler keeps it", g, 1, 0, 0);
+    CHECK_EQ_INT(count_after(g, TPU_OP_REDUCE_SCATTER), 0);
+    const char *gx = MESH "ENTRY e {\n a = s32[8,8] parameter(0), " SDY("[{\\\"x\\\"}, {}]") "\n"
+                     " g = s32[8,4] parameter(1), " SDY("[{\\\"x\\\"}, {}]") "\n"
+                     " w = s32[8,4] parameter(2), " SDY("[{\\\"x\\\"}, {}]") "\n"
+                     " d = s32[8,4] dot(a, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+                     " ROOT u = s32[8,4] subtract(w, d)\n}\n";
+    check("weight gradient over part of the devices", gx, 0, 0, 0);
+    CHECK_EQ_INT(count_after(gx, TPU_OP_REDUCE_SCATTER), 1);
+    g_keep_ar = 0;
+  }
+  {
+    /* The slices on which the compiler keeps it (libtpu's programs, docs/spmd.md) */
+    static const struct { const char *chip; int64_t n; int keep; } ks[] = {
+        {"v5e", 4, 0}, {"v5e", 8, 0}, {"v5e", 16, 1}, {"v5e", 32, 0}, {"v5e", 64, 1}, {"v5e", 128, 0},
+        {"v5e", 256, 1}, {"v6e", 8, 0}, {"v6e", 64, 1}, {"v5p", 4, 0}, {"v5p", 8, 1}, {"v5p", 32, 1},
+        {"v5p", 64, 1}, {"v5p", 128, 1}, {"v5p", 1, 0}};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+      tpu_chip c;
+      tpu_diag d;
+      CHECK(tpu_chip_load(ks[i].chip, &c, &d) == TPU_OK);
+      if (tpu_spmd_keeps_full_all_reduce(&c, ks[i].n) != ks[i].keep) {
+        fprintf(stderr, "%s x %lld: keeps %d, want %d\n", ks[i].chip, (long long)ks[i].n,
+                tpu_spmd_keeps_full_all_reduce(&c, ks[i].n), ks[i].keep);
+        CHECK(0);
+      }
+    }
+    CHECK(!tpu_spmd_keeps_full_all_reduce(NULL, 64));
+  }
   CHECK_DONE();
 }
