@@ -76,6 +76,12 @@ int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int
 struct tpu_builder;
 tpu_status tpu__make_reduce_scatters(struct tpu_builder *b, tpu_comp *c, const tpu_chip *chip, int *changed,
                                      tpu_diag *d);
+/* combine-collectives, after the reduce-scatters (compile/spmd/ag_as_ar.c): each all-gather of
+ * c over every device of a slice of `chip` on which the XLA TPU compiler runs it as an
+ * all-reduce of each device's block written into zeros (tpu_spmd_gathers_as_all_reduce)
+ * becomes that all-reduce; *changed set when any did. */
+tpu_status tpu__all_gathers_as_all_reduces(struct tpu_builder *b, tpu_comp *c, const tpu_chip *chip, int *changed,
+                                           tpu_diag *d);
 /* combine-collectives, first (compile/spmd/coll_cse.c): an all-gather or collective-permute
  * that repeats an earlier one (same value, shape and attributes but the channel id) is
  * dropped for it, as XLA's ScheduleAwareCollectiveOpsCSE. */

@@ -224,6 +224,13 @@ tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag 
     st = tpu__make_reduce_scatters(&b, m->comps[c], o->chip, &made, d);
     changed |= made;
   }
+  /* last to first: the adders it makes go just before their computation */
+  for (int c = m->ncomps - 1; st == TPU_OK && c >= 0; c--) {
+    int made = 0;
+    st = tpu__all_gathers_as_all_reduces(&b, m->comps[c], o->chip, &made, d);
+    changed |= made;
+  }
+  ncomps = m->ncomps;
   for (int c = 0; st == TPU_OK && c < ncomps; c++)
     for (int found = 1; st == TPU_OK && found;) {
       st = combine_one(&b, m->comps[c], &found);

@@ -76,6 +76,12 @@ void tpu_mesh_configure(tpu_mesh *mesh, const struct tpu_chip *chip, int precisi
  * with an axis of 2 across 32 chips or more of the other two. NULL chip or one device: 0. */
 int tpu_spmd_keeps_full_all_reduce(const struct tpu_chip *chip, int64_t ndev);
 
+/* Whether the XLA TPU compiler, on `chip`'s default slice of ndev chips, runs an all-gather
+ * of `bytes` (gathered) whose one group is every device as an all-reduce of each device's
+ * block written into zeros (compile/spmd/ag_as_ar.c, read from libtpu's programs): 2-D slices
+ * of 64 chips and more up to 16 MiB, 3-D slices of 64 chips and more at any size. */
+int tpu_spmd_gathers_as_all_reduce(const struct tpu_chip *chip, int64_t ndev, int64_t bytes);
+
 /* "data=16,model=4" (errors at loc). */
 tpu_status tpu_mesh_parse(const char *spec, tpu_mesh *mesh, tpu_diag *d);
 /* The mesh JAX wrote in the module header (frontend_attributes xla.sdy.meshes); *found 0
