@@ -60,8 +60,8 @@ static int space_to_batch(const tpu_instr *cv, const tpu_shape *ls, const tpu_sh
   return n >= 2 * splits && halo <= (n + splits - 1) / splits;
 }
 
-/* The steps of a grouped convolution's kernel: groups x output positions x blocks of the
- * batch in the sublanes, 0 for any other convolution. The XLA TPU compiler writes a
+/* The steps of a convolution kernel with the batch in the sublanes: groups x output
+ * positions x blocks of the batch, 0 for any other convolution. The XLA TPU compiler writes a
  * convolution of G groups (more than one input feature each) as one whose groups are a
  * spatial dimension (window G, stride G - 1, lhs_dilate G: `bat`, the products of the dot
  * that dimension makes) and runs it with the batch in the sublanes, one step per output
@@ -69,17 +69,31 @@ static int space_to_batch(const tpu_instr *cv, const tpu_shape *ls, const tpu_sh
  * features and window (bench/fidelity probes, v5e, [8,28,28,*] bf16, 16 groups: 131,716
  * cycles for 8 or 64 features per group, 135,300 for a 3x3 window; 120,664 at batch 4,
  * 250,544 at batch 16; chips' conv_group_step_cycles). A batch of 32 or more goes to the
- * lanes (a different emitter): no steps, nor where the layout puts the batch minor. `g` is
- * the feature groups, `bat` the products written as a spatial dimension, `m` the rows
- * (batch x the other output positions). */
+ * lanes (a different emitter): no steps, nor where the layout puts the batch minor. The floor
+ * is the emitter's, not the groups': a plain convolution with the batch in the sublanes
+ * takes it too, one step per output position (compiled families, 1x1x1 kernels of
+ * conv3d_b2_8x14x14_c16to16_k1s1: 1,568 steps, 13.0 cycles a step on v5e, 14.7 on v4; of
+ * the compiled corpus's 110 plain kernels with that emitter per generation, the floor moves
+ * 7 / 6 / 8 / 2 of v4 / v5e / v5p / v6e closer to the compiler's figure and 0 / 0 / 0 / 3
+ * away). `g` is the feature groups, `bat` the products written as a spatial dimension, `m`
+ * the rows (batch x the other output positions). */
 static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat, int64_t m) {
   const tpu_conv_dims *cd = &mm->conv;
   const tpu_shape *rs = &mm->operands[1]->shape;
   if (be->chip->conv_group_step_cycles <= 0 || mm->batch_group_count > 1) return 0;
-  int64_t groups = (g > 1 && rs->dims[cd->k_in] > 1 ? g : 1) * bat;
+  if (g > 1 && rs->dims[cd->k_in] <= 1) return 0; /* depthwise: its own emitter */
+  int64_t groups = g * bat;
   int64_t batch = mm->shape.dims[cd->out_batch], sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
-  if (groups <= 1 || batch < 1 || batch > 2 * sub) return 0;
+  if (batch < 1 || batch > 2 * sub) return 0;
   if (mm->shape.has_layout && mm->shape.rank > 0 && mm->shape.minor_to_major[0] == cd->out_batch) return 0;
+  if (groups == 1) {
+    /* a plain convolution: fewer than 8 output features go to an emitter with the batch in
+     * the lanes (tconv_b2_28x28_c256to3_k4s4_valid, conv_grad_nchw_hwio_nchw_b8_28_c3to32_k3's
+     * 3-feature kernel); where the compiler folds its last spatial dimension into the batch
+     * (space to batch), the folded batch fills the sublanes */
+    if (rs->dims[cd->k_out] < sub) return 0;
+    if (space_to_batch(mm, &mm->operands[0]->shape, rs)) return (m + sub - 1) / sub;
+  }
   return groups * (m / batch) * ((batch + sub - 1) / sub);
 }
 
@@ -142,6 +156,7 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
   if (tpu__conv_batch_in_lanes(g, taps, k->n, batch, lanes128)) {
     k->m = m / batch * k->n;
     k->n = batch;
+    k->steps = 0;
   }
   /* The XLA TPU compiler runs a filter (a window of at most 7 taps a side, unit stride,
    * no input dilation) tap by tap, each tap's input features as the contraction: features

@@ -198,6 +198,43 @@ static void conv_group_steps(void) {
   CHECK(toff > 0 && toff < 0.5 * t8);
 }
 
+/* The floor is the convolution emitter's, not the groups': a plain convolution with the batch
+ * in the sublanes takes at least conv_group_step_cycles per output position's batch too (the
+ * compiled families corpus: conv3d_b2_8x14x14_c16to16_k1s1's 1x1x1 kernel, 1,568 steps,
+ * 20,400 cycles on v5e and 22,977 on v4, 13.0 and 14.7 a step, where its MXU work alone is
+ * 8,487 and 6,998). Fewer than 8 output features go to an emitter with the batch in the lanes
+ * (tconv_b2_28x28_c256to3_k4s4_valid): no steps there. */
+static void conv_plain_steps(void) {
+  const double c = g_v5e.conv_group_step_cycles;
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[2,8,14,14,16] parameter(0)\n w = bf16[1,1,1,16,%d] parameter(1)\n"
+                    " ROOT y = bf16[2,8,14,14,%d] convolution(x, w), window={size=1x1x1}, dim_labels=b012f_012io->b012f\n}\n";
+  char src[512];
+  int nk = 0;
+  snprintf(src, sizeof src, fmt, 16, 16);
+  double t = stream_time(src, &g_v5e, &nk);
+  printf("1x1x1 convolution bf16[2,8,14,14,16] to 16 features: %.0f cycles, 1568 steps x %.2f = %.0f\n", t, c, 1568 * c);
+  CHECK(t >= 1568 * c && t < 1.3 * 1568 * c);
+  /* one step per output position: 8 x 14 x 14 positions, the batch of 2 in one register */
+  tpu_program *p = compile_src(src, &g_v5e, -1);
+  CHECK(p != NULL);
+  int64_t steps = 0;
+  for (int i = 0; p && i < p->ninsns; i++)
+    if (p->insns[i].opc == TPU_ISA_MATMUL) steps += p->insns[i].steps;
+  printf("steps: %lld\n", (long long)steps);
+  CHECK(steps == 1568);
+  tpu_program_free(p);
+  snprintf(src, sizeof src, fmt, 3, 3);
+  double t3 = stream_time(src, &g_v5e, &nk);
+  printf("to 3 features: %.0f cycles\n", t3);
+  CHECK(t3 > 0 && t3 < 0.6 * 1568 * c);
+  tpu_chip off = g_v5e;
+  off.conv_group_step_cycles = 0;
+  snprintf(src, sizeof src, fmt, 16, 16);
+  double toff = stream_time(src, &off, &nk);
+  printf("without conv_group_step_cycles: %.0f cycles\n", toff);
+  CHECK(toff > 0 && toff < 0.5 * t);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
@@ -207,6 +244,7 @@ int main(void) {
   conv_taps_padded();
   conv_batch_in_sublanes();
   conv_group_steps();
+  conv_plain_steps();
   batched_dot_as_conv();
   CHECK_DONE();
 }
