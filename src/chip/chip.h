@@ -72,7 +72,7 @@ typedef enum {
   X(VPU_BATCHED_VECTOR_DOTS, vpu_batched_vector_dots, 'i', 0, "", "1: a batched dot whose vector operand has a size-1 free dimension runs on the vector unit (absent: the matrix unit)") \
   X(MXU_BATCH_SPREAD, mxu_batch_spread, 'i', 0, "", "1: a batched matmul may give each MXU whole products (absent: its MXUs split every product)") \
   X(MXU_FILL_HIDDEN, mxu_fill_hidden, 'i', 0, "", "1: in a matmul kernel that moves nothing to or from HBM, each instruction's systolic fill and drain (mxu_rows + mxu_cols - 2 cycles) overlap the next one's work (absent: exposed)") \
-  X(CONV_GROUP_STEP_CYCLES, conv_group_step_cycles, 'f', 0, "cycles", "time of one step of a grouped convolution's MXU kernel: one output position's batch (8 sublanes) for one group, whatever the group's features and window (absent: its MXU work alone)") \
+  X(CONV_GROUP_STEP_CYCLES, conv_group_step_cycles, 'f', 0, "cycles", "time of one step of a convolution kernel with the batch in the sublanes: one output position's batch (8 sublanes) for one group, whatever the features and window (absent: its MXU work alone)") \
   X(SCOPED_VMEM_BYTES, scoped_vmem_bytes, 'i', 0, "B", "VMEM per TensorCore one kernel's tile buffers may take (default: 3/4 of vmem_bytes)") \
   X(XPREFETCH_MAX_BYTES, xprefetch_max_bytes, 'i', 0, "B", "largest parameter prefetched into VMEM across steps (default: what fits)") \
   X(ICI_LINKS, ici_links, 'i', 0, "", "inter-chip links per chip")                           \
