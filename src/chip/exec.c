@@ -398,6 +398,6 @@ tpu_status tpu_chip_run_values_dev(const tpu_module *m, const tpu_chip *chip, in
   exec_ctx c = {chip, precision_override < 0 ? -1 : precision_override, trips};
   /* scans in the XLA TPU compiler's blocks of 128 (its reduce-window rewrite's base length) */
   tpu_ref_opts o = {mxu_dot_conv, &c, trips ? record_while : NULL, comm, "the TPU back end", 128,
-                    trips ? record_mosaic : NULL};
+                    trips ? record_mosaic : NULL, 1};
   return tpu_ref_run_opts(m, args, nargs, &o, out, d);
 }

@@ -211,7 +211,7 @@ static tpu_status run_device(void *user, int64_t dev, const tpu_ref_comm *comm, 
   const run_ctx *c = user;
   if (c->chip)
     return tpu_chip_run_values_dev(c->m, c->chip, c->precision, comm, args, nargs, dev == 0 ? c->trips : NULL, out, d);
-  tpu_ref_opts o = {NULL, NULL, NULL, comm, NULL, 0, NULL};
+  tpu_ref_opts o = {NULL, NULL, NULL, comm, NULL, 0, NULL, 0};
   return tpu_ref_run_opts(c->m, args, nargs, &o, out, d);
 }
 

@@ -666,7 +666,7 @@ tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, t
 
 tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nargs, const tpu_ref_opts *o,
                             tpu_tensor *out, tpu_diag *d) {
-  static const tpu_ref_opts no_opts = {NULL, NULL, NULL, NULL, NULL, 0, NULL};
+  static const tpu_ref_opts no_opts = {NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
   memset(out, 0, sizeof *out);
   const tpu_comp *e = m->entry;
   if (nargs != e->nparams)

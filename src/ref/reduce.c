@@ -298,6 +298,74 @@ static void reduce_f32(tpu_opcode op, const tpu_tensor *a, const int64_t *ostr, 
   }
 }
 
+/* An f32 add-reduce in the TPU vector unit's order (tpu_ref_opts.vector_reduce). The
+ * operand's minor two dimensions are read as (sublane, lane) tiles of 8x128 in row-major
+ * order (a rank-1 operand: 1024 consecutive elements per tile, its T(1024) layout). Each
+ * output element keeps one running sum per register position that its reduced elements
+ * fall on (a reduced lane dimension gives 128 lane positions, a reduced sublane dimension 8
+ * sublane positions), each taking its elements in row-major order of the operand, starting
+ * from -0 (the identity of add). The register is then reduced by a log-step tree, sublanes
+ * first (rows s += s + 4, 2, 1), then lanes (columns l += l + 64, ..., 1), and the result is
+ * added to the init value. Every add is the elementwise kernel's f32 add (denormals flush).
+ * Called only when the lane or the sublane dimension is reduced (otherwise whole registers
+ * add elementwise and the sequential order is the TPU's). Returns 0 when out of memory. */
+static int reduce_f32_vector(const tpu_tensor *a, const int *reduced, const int64_t *ostr, int64_t on, float init,
+                             float *out) {
+  const int rank = a->rank;
+  const int64_t len = a->dims[rank - 1], rows = rank >= 2 ? a->dims[rank - 2] : 1;
+  const int lane_red = reduced[rank - 1], sub_red = rank >= 2 && reduced[rank - 2];
+  const int64_t ltile = rank == 1 ? 1024 : 128; /* lane positions per register row */
+  const int64_t lw = lane_red ? (len < ltile ? len : ltile) : 1, sw = sub_red ? (rows < 8 ? rows : 8) : 1;
+  const int64_t npos = lw * sw;
+  /* Partial sums: [on][npos] when the lane dimension is reduced (a row's lane chunks add
+   * onto one output's positions), else [npos][on] (a row adds onto a run of outputs). */
+  const int64_t so = lane_red ? npos : 1, sp = lane_red ? 1 : on;
+  float *part = tpu_malloc(sizeof(float) * (size_t)(on * npos));
+  if (!part) return 0;
+  for (int64_t i = 0; i < on * npos; i++) part[i] = -0.0f;
+  const float *x = a->data;
+  int64_t n = tpu_tensor_numel(a), idx[TPU_MAX_RANK] = {0}, o = 0;
+  for (int64_t e = 0; e < n; e += len) {
+    int64_t sub = sub_red ? idx[rank - 2] % 8 : 0; /* idx[rank-1] is always 0 here */
+    if (rank == 1) sub = 0;
+    float *p = part + o * so + sub * lw * sp;
+    if (lane_red) {
+      for (int64_t c = 0; c < len; c += lw) /* one register row's lanes onto the lw positions */
+        for (int64_t k = 0; k < lw && c + k < len; k += TPU_EW_BLOCK) {
+          int64_t m = lw - k < len - c - k ? lw - k : len - c - k;
+          if (m > TPU_EW_BLOCK) m = TPU_EW_BLOCK;
+          tpu__ew_f32_binary_to(TPU_OP_ADD, p + k, p + k, 1, 1, x + e + c + k, 1, 1, (int)m);
+        }
+    } else {
+      for (int64_t c = 0; c < len; c += TPU_EW_BLOCK) {
+        int m = (int)(len - c < TPU_EW_BLOCK ? len - c : TPU_EW_BLOCK);
+        tpu__ew_f32_binary_to(TPU_OP_ADD, p + c, p + c, 1, 1, x + e + c, 1, 1, m);
+      }
+    }
+    for (int k = rank - 2; k >= 0; k--) {
+      o += ostr[k];
+      if (++idx[k] < a->dims[k]) break;
+      o -= ostr[k] * a->dims[k];
+      idx[k] = 0;
+    }
+  }
+  float reg[1024];
+  for (int64_t j = 0; j < on; j++) {
+    for (int i = 0; i < 1024; i++) reg[i] = -0.0f;
+    for (int64_t s = 0; s < sw; s++)
+      for (int64_t l = 0; l < lw; l++) reg[s * 128 + l] = part[j * so + (s * lw + l) * sp];
+    for (int h = 4; h >= 1; h /= 2) /* sublanes: row s += row s + h */
+      tpu__ew_f32_binary_to(TPU_OP_ADD, reg, reg, 1, 1, reg + h * 128, 1, 1, h * 128);
+    for (int h = 64; h >= 1; h /= 2) /* lanes of row 0 */
+      tpu__ew_f32_binary_to(TPU_OP_ADD, reg, reg, 1, 1, reg + h, 1, 1, h);
+    float r = init;
+    tpu__ew_f32_binary_to(TPU_OP_ADD, &r, &r, 1, 1, reg, 1, 1, 1);
+    out[j] = r;
+  }
+  tpu_free(part);
+  return 1;
+}
+
 static tpu_status reduce_kernel(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                                 tpu_diag *d) {
   int nops = in->noperands / 2;
@@ -346,6 +414,16 @@ static tpu_status reduce_kernel(tpu_interp *ip, const tpu_instr *in, const tpu_t
   if (n == 0) return TPU_OK;
 
   tpu_opcode simple = nops == 1 ? tpu__ref_simple_reducer(in->to_apply) : TPU_OP_COUNT;
+  if (simple == TPU_OP_ADD && a0->dtype == TPU_F32 && rank > 0 && tpu__ref_opts(ip)->vector_reduce &&
+      (reduced[rank - 1] || (rank >= 2 && reduced[rank - 2]))) {
+    float init;
+    memcpy(&init, args[1]->data, sizeof init);
+    if (!reduce_f32_vector(a0, reduced, ostr, tpu_tensor_numel(out), init, out->data)) {
+      tpu_tensor_free(out);
+      return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    }
+    return TPU_OK;
+  }
   if (simple != TPU_OP_COUNT && a0->dtype == TPU_F32 && rank > 0) {
     reduce_f32(simple, a0, ostr, out->data);
     return TPU_OK;

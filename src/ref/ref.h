@@ -52,6 +52,9 @@ typedef struct tpu_ref_opts {
   /* NULL, or called at each Pallas call with its leading n scalar operands (dynamic grid
    * bounds, scalar prefetch) before it runs (the timing counts the kernel on them). */
   tpu_status (*on_mosaic)(void *user, const tpu_instr *in, const tpu_tensor *const *args, int n, tpu_diag *d);
+  int vector_reduce;            /* 1: an f32 add-reduce over either minor dimension sums in the TPU
+                                 * vector unit's order (partial sums per 8x128 register position,
+                                 * then a log-step tree; ref/reduce.c); 0: sequentially */
 } tpu_ref_opts;
 
 /* tpu_ref_run with options (`o` may be NULL, which is tpu_ref_run). */

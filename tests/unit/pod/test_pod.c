@@ -17,7 +17,7 @@
 static tpu_status run_dev(void *user, int64_t dev, const tpu_ref_comm *comm, const tpu_tensor *args, int nargs,
                           tpu_tensor *out, tpu_diag *d) {
   (void)dev;
-  tpu_ref_opts o = {NULL, NULL, NULL, comm, NULL, 0, NULL};
+  tpu_ref_opts o = {NULL, NULL, NULL, comm, NULL, 0, NULL, 0};
   return tpu_ref_run_opts(user, args, nargs, &o, out, d);
 }
 

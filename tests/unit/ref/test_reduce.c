@@ -76,6 +76,89 @@ static void test_reduce_order(void) {
   tpu_tensor_free(&x);
 }
 
+/* The TPU back end's order for an f32 add-reduce (tpu_ref_opts.vector_reduce): one partial
+ * sum per 8x128 register position, then a log-step tree. Each case puts 1 and -1 on the same
+ * position and 2^-24 on the next one twice: sequentially 1 + 2^-24 rounds to 1 (ties to
+ * even), so the row-major fold gives (((1 + e) + ...) - 1) + e = 2^-24, while the partials
+ * are 0 and e + e = 2^-23 and the tree gives 2^-23. The reference backend keeps the fold. */
+static void test_reduce_vector_order(void) {
+  const double e = ldexp(1.0, -24);
+  struct {
+    const char *shape, *dims;
+    int rank;
+    int64_t d[3];
+    int at[4]; /* flat indices of 1, -1, e, e */
+  } cs[] = {
+      {"f32[4]", "{0}", 1, {4, 0, 0}, {0, 2, 1, 3}},             /* lanes of one register row */
+      {"f32[2000]", "{0}", 1, {2000, 0, 0}, {5, 1029, 6, 1030}},   /* rank 1: 1024-element tiles */
+      {"f32[1,256]", "{0,1}", 2, {1, 256, 0}, {0, 128, 1, 129}},   /* lane dimension, two tiles */
+      {"f32[16,1]", "{0,1}", 2, {16, 1, 0}, {0, 8, 1, 9}},         /* sublane dimension */
+      {"f32[3,16,130]", "{0,1,2}", 3, {3, 16, 130}, {0, 2080, 1, 2081}}, /* a major dimension */
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    tpu_tensor x = mk(TPU_F32, cs[i].rank, cs[i].d, NULL), out;
+    memset(x.data, 0, x.nbytes);
+    const double v[4] = {1, -1, e, e};
+    for (int k = 0; k < 4; k++) tpu_tensor_set_f64(&x, cs[i].at[k], v[k]);
+    char src[600];
+    snprintf(src, sizeof src,
+             "HloModule m\n" ADD_F32 "ENTRY e {\n x = %s parameter(0)\n z = f32[] constant(0)\n"
+             " ROOT r = f32[] reduce(x, z), dimensions=%s, to_apply=add_f32\n}\n",
+             cs[i].shape, cs[i].dims);
+    const double tree = ldexp(1.0, -23), seq = e;
+    if (run(src, &x, 1, &out)) expect("reduce sequential (ref)", &out, TPU_F32, 1, &seq);
+    tpu_tensor_free(&out);
+    tpu_module *m = NULL;
+    tpu_diag d;
+    tpu_status st = tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d);
+    if (st == TPU_OK) st = tpu_ir_verify(m, &d);
+    tpu_ref_opts o = {NULL, NULL, NULL, NULL, NULL, 0, NULL, 1};
+    if (st == TPU_OK) st = tpu_ref_run_opts(m, &x, 1, &o, &out, &d);
+    CHECK(st == TPU_OK);
+    if (st == TPU_OK) expect(cs[i].shape, &out, TPU_F32, 1, &tree);
+    tpu_tensor_free(&out);
+    tpu_module_free(m);
+    tpu_tensor_free(&x);
+  }
+}
+
+/* Sums over one minor dimension: each output keeps its own partials (lanes: per row; sublanes:
+ * per column); whole-register sums along a major dimension stay sequential. */
+static void test_reduce_vector_axes(void) {
+  const double e = ldexp(1.0, -24), tree = ldexp(1.0, -23);
+  tpu_tensor x = mk(TPU_F32, 2, (int64_t[]){16, 256}, NULL), out;
+  memset(x.data, 0, x.nbytes);
+  /* row 3: lanes 0/128 hold 1/-1, lanes 1/129 hold e; column 7: rows 0/8 hold 1/-1, rows 1/9 e */
+  tpu_tensor_set_f64(&x, 3 * 256 + 0, 1), tpu_tensor_set_f64(&x, 3 * 256 + 128, -1);
+  tpu_tensor_set_f64(&x, 3 * 256 + 1, e), tpu_tensor_set_f64(&x, 3 * 256 + 129, e);
+  tpu_tensor_set_f64(&x, 0 * 256 + 7, 1), tpu_tensor_set_f64(&x, 8 * 256 + 7, -1);
+  tpu_tensor_set_f64(&x, 1 * 256 + 7, e), tpu_tensor_set_f64(&x, 9 * 256 + 7, e);
+  const char *dims[] = {"{1}", "{0}"}, *shapes[] = {"f32[16]", "f32[256]"};
+  const int64_t at[] = {3, 7};
+  for (int i = 0; i < 2; i++) {
+    char src[600];
+    snprintf(src, sizeof src,
+             "HloModule m\n" ADD_F32 "ENTRY e {\n x = f32[16,256] parameter(0)\n z = f32[] constant(0)\n"
+             " ROOT r = %s reduce(x, z), dimensions=%s, to_apply=add_f32\n}\n",
+             shapes[i], dims[i]);
+    tpu_module *m = NULL;
+    tpu_diag d;
+    tpu_status st = tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d);
+    if (st == TPU_OK) st = tpu_ir_verify(m, &d);
+    tpu_ref_opts o = {NULL, NULL, NULL, NULL, NULL, 0, NULL, 1};
+    if (st == TPU_OK) st = tpu_ref_run_opts(m, &x, 1, &o, &out, &d);
+    CHECK(st == TPU_OK);
+    if (st == TPU_OK) {
+      CHECK(tpu_tensor_get_f64(&out, at[i]) == tree);
+      if (tpu_tensor_get_f64(&out, at[i]) != tree)
+        fprintf(stderr, "reduce %s: got %.9g want %.9g\n", dims[i], tpu_tensor_get_f64(&out, at[i]), tree);
+    }
+    tpu_tensor_free(&out);
+    tpu_module_free(m);
+  }
+  tpu_tensor_free(&x);
+}
+
 /* Variadic reduce: argmax with the first index winning ties, as JAX lowers it. */
 static void test_reduce_argmax(void) {
   const char *src =
@@ -421,6 +504,8 @@ static void test_out_of_memory(void) {
 int main(void) {
   test_reduce_sum();
   test_reduce_order();
+  test_reduce_vector_order();
+  test_reduce_vector_axes();
   test_reduce_argmax();
   test_reduce_edges();
   test_reduce_window();
