@@ -48,8 +48,9 @@ cmp -s "$T/out/0.npy" "$T/ref/0.npy" && fail "default precision gave the referen
 "$BIN" run examples/mlp.hlo --mode timing --chip v4 > "$T/v4" || fail "v4 run"
 grep -q "^backend tpu: chip v4" "$T/v4" || fail "v4 not named"
 
-# A program without dot/convolution: bit-identical values on both backends.
-printf 'HloModule m\nENTRY e {\n  x = f32[4,8]{1,0} parameter(0)\n  y = f32[4,8]{1,0} exponential(x)\n  c = f32[] constant(0)\n  s = f32[4]{0} reduce(y, c), dimensions={1}, to_apply=add\n  ROOT r = f32[4]{0} sqrt(s)\n}\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT t = f32[] add(a, b)\n}\n' > "$T/ew.hlo"
+# A program without dot/convolution or an f32 sum over a minor dimension (the TPU back end
+# sums those in the vector unit's order): bit-identical values on both backends.
+printf 'HloModule m\nENTRY e {\n  x = f32[3,4,8]{2,1,0} parameter(0)\n  y = f32[3,4,8]{2,1,0} exponential(x)\n  c = f32[] constant(0)\n  s = f32[4,8]{1,0} reduce(y, c), dimensions={0}, to_apply=add\n  ROOT r = f32[4,8]{1,0} sqrt(s)\n}\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT t = f32[] add(a, b)\n}\n' > "$T/ew.hlo"
 "$BIN" run "$T/ew.hlo" --seed 3 -o "$T/ew_tpu" > /dev/null 2> "$T/err" || fail "elementwise tpu run: $(cat "$T/err")"
 "$BIN" run "$T/ew.hlo" --seed 3 --backend ref -o "$T/ew_ref" > /dev/null || fail "elementwise ref run"
 cmp -s "$T/ew_tpu/0.npy" "$T/ew_ref/0.npy" || fail "elementwise program differs between backends"
