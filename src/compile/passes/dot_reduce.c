@@ -102,20 +102,83 @@ static int vector_batch(const dr *r, const tpu_instr *dot, int mi) {
   return vf == 1 && mf <= sub;
 }
 
+/* Whether dot is reduced, as the dot's dimension numbers list it; *mi the matrix operand.
+ * (a chip with vpu_batched_vector_dots: every batched one whose vector keeps a size-1
+ * free dimension, as the XLA TPU compiler does on v6e) */
+static int qualifies(const dr *r, const tpu_instr *dot, int *mi) {
+  return tpu_dot_on_vector_unit(dot, mi) || (tpu_dot_vector_shaped(dot, mi) && feeds_reduce(dot, 4)) ||
+         (r->chip && r->chip->vpu_batched_vector_dots && tpu_dot_vector_shaped(dot, mi) && vector_keeps_unit_dim(dot, *mi)) ||
+         (tpu_dot_vector_shaped(dot, mi) && vector_batch(r, dot, *mi));
+}
+
+/* Whether dot qualifies once its contracting pairs are listed in operand `side`'s ascending
+ * order (the listing only orders the sum; which dots are vector products does not depend on
+ * it) with `side` the matrix operand. The dimension numbers are sorted in place, tested and
+ * put back. */
+static int qualifies_sorted(const dr *r, tpu_instr *dot, int side) {
+  tpu_i64s *a = side ? &dot->dot.rhs_contract : &dot->dot.lhs_contract, *o = side ? &dot->dot.lhs_contract : &dot->dot.rhs_contract;
+  if (a->n != o->n || a->n > TPU_MAX_RANK) return 0;
+  int64_t sa[TPU_MAX_RANK], so[TPU_MAX_RANK];
+  memcpy(sa, a->v, (size_t)a->n * sizeof *sa);
+  memcpy(so, o->v, (size_t)o->n * sizeof *so);
+  for (int i = 1; i < a->n; i++)
+    for (int j = i; j > 0 && a->v[j] < a->v[j - 1]; j--) {
+      int64_t t = a->v[j];
+      a->v[j] = a->v[j - 1];
+      a->v[j - 1] = t;
+      t = o->v[j];
+      o->v[j] = o->v[j - 1];
+      o->v[j - 1] = t;
+    }
+  int mi = -1, q = qualifies(r, dot, &mi) && mi == side;
+  memcpy(a->v, sa, (size_t)a->n * sizeof *sa);
+  memcpy(o->v, so, (size_t)o->n * sizeof *so);
+  return q;
+}
+
 static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   *done = 0;
   int mi;
-  /* (a chip with vpu_batched_vector_dots: every batched one whose vector keeps a size-1
-   * free dimension, as the XLA TPU compiler does on v6e) */
-  if (!tpu_dot_on_vector_unit(dot, &mi) && !(tpu_dot_vector_shaped(dot, &mi) && feeds_reduce(dot, 4)) &&
-      !(r->chip && r->chip->vpu_batched_vector_dots && tpu_dot_vector_shaped(dot, &mi) && vector_keeps_unit_dim(dot, mi)) &&
-      !(tpu_dot_vector_shaped(dot, &mi) && vector_batch(r, dot, mi)))
-    return TPU_OK;
+  /* A matrix operand listing its contracting dimensions out of order (JAX's 'badc,adbc->ba'
+   * lists lhs_contracting_dims={3,2}) is the same vector product: the XLA TPU compiler makes
+   * it the same multiply_reduce kLoop fusion, transposing the matrix inside it. The sum must
+   * run in the dot's order, so the matrix is transposed first: its contracting dimensions,
+   * in the places they hold, take the listed order. */
+  if (!qualifies(r, dot, &mi)) {
+    if (qualifies_sorted(r, dot, 0))
+      mi = 0;
+    else if (qualifies_sorted(r, dot, 1))
+      mi = 1;
+    else
+      return TPU_OK;
+  }
   const tpu_dot_dims *dn = &dot->dot;
   int m_is_lhs = mi == 0;
   tpu_instr *M = dot->operands[mi], *V = dot->operands[1 - mi];
   const tpu_i64s *mb = m_is_lhs ? &dn->lhs_batch : &dn->rhs_batch, *mc = m_is_lhs ? &dn->lhs_contract : &dn->rhs_contract;
   const tpu_i64s *vb = m_is_lhs ? &dn->rhs_batch : &dn->lhs_batch, *vc = m_is_lhs ? &dn->rhs_contract : &dn->lhs_contract;
+  char buf[4 * TPU_MAX_RANK * 24];
+  int64_t slotv[TPU_MAX_RANK];
+  tpu_i64s slots = {slotv, mc->n};
+  int ordered = 1;
+  for (int i = 1; i < mc->n; i++) ordered &= mc->v[i] > mc->v[i - 1];
+  if (!ordered) {
+    /* slots: the contracting dimensions' places, ascending; listed dimension j goes to slot j */
+    memcpy(slotv, mc->v, (size_t)mc->n * sizeof *slotv);
+    for (int i = 1; i < mc->n; i++)
+      for (int j = i; j > 0 && slotv[j] < slotv[j - 1]; j--) {
+        int64_t t = slotv[j];
+        slotv[j] = slotv[j - 1];
+        slotv[j - 1] = t;
+      }
+    int64_t tp[TPU_MAX_RANK], tdims[TPU_MAX_RANK];
+    for (int d = 0; d < M->shape.rank; d++) tp[d] = d;
+    for (int j = 0; j < mc->n; j++) tp[slotv[j]] = mc->v[j];
+    for (int d = 0; d < M->shape.rank; d++) tdims[d] = M->shape.dims[tp[d]];
+    tpu_shape s = tpu_build_shape(M->shape.dtype, M->shape.rank, tdims);
+    TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.matrix", &s, &M, 1, tpu_dims_text(buf, sizeof buf, tp, M->shape.rank), &M));
+    mc = &slots;
+  }
 
   /* V without its free (size-1) dimensions, each kept dimension's place in M */
   int64_t vdims[TPU_MAX_RANK], to_m[TPU_MAX_RANK];
@@ -135,7 +198,6 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
       perm[j] = perm[j - 1];
       perm[j - 1] = t;
     }
-  char buf[4 * TPU_MAX_RANK * 24];
   tpu_instr *v = V;
   if (vk != V->shape.rank) {
     tpu_shape s = tpu_build_shape(V->shape.dtype, vk, vdims);

@@ -544,13 +544,44 @@ static void test_dot_strength_reduction(void) {
   dots = 0;
   for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
   CHECK_EQ_INT(dots, 1);
-  /* the matrix lists its contracting dimensions descending: reducing would sum in another
-   * order than the dot does */
-  kc = census("HloModule m\nENTRY e {\n a = f32[6,5] parameter(0)\n b = f32[7,5,6] parameter(1)\n"
-              " ROOT y = f32[7] dot(a, b), lhs_contracting_dims={0,1}, rhs_contracting_dims={2,1}\n}\n");
+  /* the matrix lists its contracting dimensions descending (JAX's 'badc,adbc->ba'): still a
+   * vector product, reduced, the matrix transposed first so that the sum runs in the dot's
+   * order; the values bit for bit the dot's */
+  const char *desc = "HloModule m\nENTRY e {\n a = f32[6,5] parameter(0)\n b = f32[7,5,6] parameter(1)\n"
+                     " ROOT y = f32[7] dot(a, b), lhs_contracting_dims={0,1}, rhs_contracting_dims={2,1}\n}\n";
+  kc = census(desc);
   dots = 0;
   for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-  CHECK_EQ_INT(dots, 1);
+  CHECK_EQ_INT(dots, 0);
+  {
+    tpu_module *m0 = NULL, *m1 = NULL;
+    tpu_diag d;
+    CHECK(tpu_hlo_parse("desc.hlo", desc, strlen(desc), &m0, &d) == TPU_OK);
+    CHECK(tpu_hlo_parse("desc.hlo", desc, strlen(desc), &m1, &d) == TPU_OK);
+    tpu_compile_opts o = opts(NULL, NULL);
+    if (m0 && m1 && tpu_compile_hlo(m1, &o, &d) == TPU_OK) {
+      tpu_tensor x[2], r0, r1;
+      memset(&r0, 0, sizeof r0);
+      memset(&r1, 0, sizeof r1);
+      int64_t da[2] = {6, 5}, db[3] = {7, 5, 6};
+      CHECK(tpu_tensor_alloc(&x[0], TPU_F32, 2, da, &d) == TPU_OK);
+      CHECK(tpu_tensor_alloc(&x[1], TPU_F32, 3, db, &d) == TPU_OK);
+      /* magnitudes spread over 2^-10 .. 2^10: a sum in another order rounds otherwise */
+      for (int i = 0; i < 30; i++) tpu_tensor_set_f64(&x[0], i, ((i * 7) % 11 - 5) * (double)(1 << (i % 21)) / 1024.0 + 0.3);
+      for (int i = 0; i < 210; i++) tpu_tensor_set_f64(&x[1], i, ((i * 5) % 13 - 6) * 1.0009765625 + i * 0.001);
+      CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
+      CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
+      CHECK(same_bits(&r0, &r1));
+      tpu_tensor_free(&x[0]);
+      tpu_tensor_free(&x[1]);
+      tpu_tensor_free(&r0);
+      tpu_tensor_free(&r1);
+    } else {
+      CHECK(0);
+    }
+    tpu_module_free(m0);
+    tpu_module_free(m1);
+  }
   /* A batch of vector products with a contraction shorter than 64 (a Mamba step's state . C,
    * 'bdn,bn->bd'): multiply + reduce whatever the batch, as the XLA TPU compiler's kLoop
    * multiply_reduce fusions for n = 16, 32, 48; n = 64 stays on the MXU. */
