@@ -95,8 +95,19 @@ int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in) {
    * whose bytes, in order, are the result's row-major ones: a bitcast (the compiler's
    * bf16[256,3]{0,1} transposed to [3,256] and incremented is one add_bitcast_fusion, no copy) */
   if (chip && o->has_layout && !o->layout_tail && !r->layout_tail && r->rank == o->rank) {
-    int same = 1;
-    for (int k = 0; k < r->rank && same; k++) same = in->dimensions.v[r->rank - 1 - k] == o->minor_to_major[k];
+    /* (dimensions of size 1 hold no order: bf16[16,1,8]{0,2,1} transposed to [8,16,1] is
+     * the compiler's bitcast to [8,16]) */
+    int same = 1, k = 0, j = 0;
+    for (;;) {
+      while (k < r->rank && o->dims[in->dimensions.v[r->rank - 1 - k]] == 1) k++;
+      while (j < o->rank && o->dims[o->minor_to_major[j]] == 1) j++;
+      if (k >= r->rank || j >= o->rank) break;
+      if (in->dimensions.v[r->rank - 1 - k] != o->minor_to_major[j]) {
+        same = 0;
+        break;
+      }
+      k++, j++;
+    }
     if (same) return 0;
   }
   if (!chip || !r->has_layout || !o->has_layout || r->rank != o->rank) return 1;

@@ -234,11 +234,23 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
       kdims[nk++] = M->shape.dims[d];
     }
   tpu_shape ss = tpu_build_shape(TPU_F32, nk, kdims);
-  tpu_comp *add;
-  TPU_TRY(adder(r, &add));
-  tpu_instr *red_ops[2] = {prod, zero};
-  TPU_TRY(emit(r, dot, TPU_OP_REDUCE, "dot.sum", &ss, red_ops, 2, tpu_dims_text(buf, sizeof buf, mc->v, mc->n), &sum));
-  TPU_TRY(tpu_build_set_attr(r->b, sum, "to_apply", add->name));
+  if (tpu_shape_numel(&ss) == tpu_shape_numel(&ms)) {
+    /* Every contracting dimension of size 1: one product per result, no sum (XLA's algebraic
+     * simplifier makes a reduce that keeps every element a reshape; the compiler's
+     * 'abcd,bca->adb' with c = 1 is one kLoop multiply fusion, the result's transpose in its
+     * layout). The dot's 0 + p stays an add, exact for p = -0 too. */
+    tpu_instr *zb, *flat;
+    TPU_TRY(emit(r, dot, TPU_OP_RESHAPE, "dot.sum", &ss, &prod, 1, NULL, &flat));
+    TPU_TRY(emit(r, dot, TPU_OP_BROADCAST, "dot.zero", &ss, &zero, 1, "{}", &zb));
+    tpu_instr *two[2] = {zb, flat};
+    TPU_TRY(emit(r, dot, TPU_OP_ADD, "dot.sum", &ss, two, 2, NULL, &sum));
+  } else {
+    tpu_comp *add;
+    TPU_TRY(adder(r, &add));
+    tpu_instr *red_ops[2] = {prod, zero};
+    TPU_TRY(emit(r, dot, TPU_OP_REDUCE, "dot.sum", &ss, red_ops, 2, tpu_dims_text(buf, sizeof buf, mc->v, mc->n), &sum));
+    TPU_TRY(tpu_build_set_attr(r->b, sum, "to_apply", add->name));
+  }
   /* the dot's order: batch dimensions as listed, then M's free dimensions (V's are 1) */
   int64_t order[TPU_MAX_RANK], odims[TPU_MAX_RANK];
   int no = 0;

@@ -582,6 +582,48 @@ static void test_dot_strength_reduction(void) {
     tpu_module_free(m0);
     tpu_module_free(m1);
   }
+  /* every contracting dimension of size 1 ('abcd,bca->adb' with c = 1): products, no
+   * reduce, in one loop kernel with the result's transpose; 0 + p as the dot computes it
+   * (bit for bit, -0 products included) */
+  {
+    const char *one = "HloModule m\nENTRY e {\n b = bf16[16,1,8] parameter(0)\n a = bf16[8,16,1,64] parameter(1)\n"
+                      " d = bf16[8,16,64] dot(b, a), lhs_batch_dims={2,0}, lhs_contracting_dims={1}, rhs_batch_dims={0,1}, "
+                      "rhs_contracting_dims={2}\n ROOT t = bf16[8,64,16] transpose(d), dimensions={0,2,1}\n}\n";
+    kc = census(one);
+    int red = 0;
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k], red += kc.reduces[k];
+    printf("'abcd,bca->adb' with c = 1: %d kernels, %d dots, %d reduces\n", kc.kernels, dots, red);
+    CHECK_EQ_INT(dots, 0);
+    CHECK_EQ_INT(red, 0);
+    CHECK_EQ_INT(kc.kernels, 1);
+    tpu_module *m0 = NULL, *m1 = NULL;
+    tpu_diag d;
+    CHECK(tpu_hlo_parse("one.hlo", one, strlen(one), &m0, &d) == TPU_OK);
+    CHECK(tpu_hlo_parse("one.hlo", one, strlen(one), &m1, &d) == TPU_OK);
+    tpu_compile_opts o = opts(NULL, NULL);
+    if (m0 && m1 && tpu_compile_hlo(m1, &o, &d) == TPU_OK) {
+      tpu_tensor x[2], r0, r1;
+      memset(&r0, 0, sizeof r0);
+      memset(&r1, 0, sizeof r1);
+      int64_t db[3] = {16, 1, 8}, da[4] = {8, 16, 1, 64};
+      CHECK(tpu_tensor_alloc(&x[0], TPU_BF16, 3, db, &d) == TPU_OK);
+      CHECK(tpu_tensor_alloc(&x[1], TPU_BF16, 4, da, &d) == TPU_OK);
+      for (int i = 0; i < 128; i++) tpu_tensor_set_f64(&x[0], i, i % 5 == 0 ? 0.0 : (i % 3 - 1) * 1.5);
+      for (int i = 0; i < 8192; i++) tpu_tensor_set_f64(&x[1], i, i % 7 == 0 ? -0.0 : (i % 9 - 4) * 0.25);
+      CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
+      CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
+      CHECK(same_bits(&r0, &r1));
+      tpu_tensor_free(&x[0]);
+      tpu_tensor_free(&x[1]);
+      tpu_tensor_free(&r0);
+      tpu_tensor_free(&r1);
+    } else {
+      CHECK(0);
+    }
+    tpu_module_free(m0);
+    tpu_module_free(m1);
+  }
   /* A batch of vector products with a contraction shorter than 64 (a Mamba step's state . C,
    * 'bdn,bn->bd'): multiply + reduce whatever the batch, as the XLA TPU compiler's kLoop
    * multiply_reduce fusions for n = 16, 32, 48; n = 64 stays on the MXU. */

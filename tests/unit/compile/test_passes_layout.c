@@ -212,6 +212,24 @@ static void test_param_layouts(void) {
     CHECK_EQ_INT(kernels, 1);
     tpu_module_free(m);
   }
+  /* dimensions of size 1 hold no order: bf16[16,1,8] (entry layout {0,2,1}, 16 in the lanes)
+   * transposed to [8,16,1] is a bitcast too, one kernel with the multiply reading it (the
+   * compiler's bitcast of einsum_abcd_bca_adb's b.1 to [8,16]) */
+  m = compile_src("HloModule m\nENTRY e {\n x = bf16[16,1,8]{2,1,0} parameter(0)\n y = bf16[8,16,1,64] parameter(1)\n"
+                  " t = bf16[8,16,1] transpose(x), dimensions={2,0,1}\n"
+                  " tb = bf16[8,16,1,64] broadcast(t), dimensions={0,1,2}\n ROOT a = bf16[8,16,1,64] multiply(tb, y)\n}\n");
+  if (m) {
+    int kernels = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op != TPU_OP_PARAMETER && in->op != TPU_OP_CONSTANT) kernels++;
+      if (in->op == TPU_OP_PARAMETER && in->index == 0) CHECK_EQ_INT(in->shape.minor_to_major[0], 0);
+      CHECK(in->op != TPU_OP_TRANSPOSE);
+    }
+    printf("bf16[16,1,8]{0,2,1} transposed to [8,16,1], then a multiply: %d kernels\n", kernels);
+    CHECK_EQ_INT(kernels, 1);
+    tpu_module_free(m);
+  }
   /* a transpose whose result leaves the program (through an add) is laid out as the program's
    * result, the least padded tiling: JAX's {2,3,4,1,0} puts 8 elements in the lanes, the
    * compiler's {0,2,4,3,1} keeps the parameter's 128 there, so the transpose only reorders
