@@ -266,15 +266,20 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
     moved |= at != i;
   }
   tpu_instr *x = sum;
+  if (dot->shape.dtype != TPU_F32 && (moved || no != dot->shape.rank)) {
+    tpu_shape s = tpu_build_shape(dot->shape.dtype, nk, kdims);
+    TPU_TRY(emit(r, dot, TPU_OP_CONVERT, "dot.result", &s, &x, 1, NULL, &x));
+  }
+  tpu_dtype xt = x->shape.dtype;
   if (moved) {
-    tpu_shape s = tpu_build_shape(TPU_F32, no, odims);
+    tpu_shape s = tpu_build_shape(xt, no, odims);
     TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.order", &s, &x, 1, tpu_dims_text(buf, sizeof buf, order, no), &x));
   }
   tpu_shape out = dot->shape;
-  out.dtype = TPU_F32;
+  out.dtype = xt;
   out.layout_tail = NULL;
   if (no != dot->shape.rank) TPU_TRY(emit(r, dot, TPU_OP_RESHAPE, "dot.result", &out, &x, 1, NULL, &x));
-  if (dot->shape.dtype != TPU_F32) TPU_TRY(emit(r, dot, TPU_OP_CONVERT, "dot.result", &dot->shape, &x, 1, NULL, &x));
+  if (dot->shape.dtype != xt) TPU_TRY(emit(r, dot, TPU_OP_CONVERT, "dot.result", &dot->shape, &x, 1, NULL, &x));
   tpu_build_replace_uses(dot->parent, dot, x);
   *done = 1;
   return TPU_OK;

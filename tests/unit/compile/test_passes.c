@@ -433,6 +433,24 @@ static void test_narrowed_reduce(void) {
   k = kernels_with(src, TPU_OP_CONVERT, conv);
   printf("f64 of an f32 sum: %d kernels\n", k);
   CHECK_EQ_INT(k, 2);
+  /* narrowed, then transposed, on its way out of the program: where the result's layout (the
+   * least padded one) holds the sum in the order the reduce writes it, the reduce writes it
+   * so, one kernel (the compiler's reduce to bf16[16,3]{0,1} for einsum('bca,ba->ac')); where
+   * it does not (bf16[4,8]{1,0} from a sum laid out [8,4]), the transpose is a kernel of its
+   * own, as the compiler's `copy` */
+  const char *tfmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[%d,%d,512] parameter(0)\n c = f32[%d,%d,512] convert(x)\n z = f32[] constant(0)\n"
+      " r = f32[%d,%d] reduce(c, z), dimensions={2}, to_apply=add\n n = bf16[%d,%d] convert(r)\n"
+      " ROOT t = bf16[%d,%d] transpose(n), dimensions={1,0}\n}\n";
+  int shapes[2][2] = {{3, 16}, {8, 4}};
+  for (int i = 0; i < 2; i++) {
+    int a = shapes[i][0], b = shapes[i][1];
+    snprintf(src, sizeof src, tfmt, a, b, a, b, a, b, a, b, b, a);
+    k = kernels_with(src, TPU_OP_CONVERT, conv);
+    printf("f32[%d,%d] sum narrowed and transposed to bf16[%d,%d]: %d kernels\n", a, b, b, a, k);
+    CHECK_EQ_INT(k, i == 0 ? 1 : 2);
+  }
 }
 
 static void test_matmul_fusion(void) {
@@ -624,6 +642,14 @@ static void test_dot_strength_reduction(void) {
     tpu_module_free(m0);
     tpu_module_free(m1);
   }
+  /* a bf16 result in another order than the sum's ('bca,ba->ac', b = 1024, c = 3): narrowed
+   * first, so the reduce writes bf16 and, the result's layout holding the sum's order, in
+   * that layout: one kernel, as the compiler's multiply_reduce fusion to bf16[16,3]{0,1} */
+  kc = census("HloModule m\nENTRY e {\n a = bf16[1024,3,16] parameter(0)\n b = bf16[1024,16] parameter(1)\n"
+              " ROOT d = bf16[16,3] dot(a, b), lhs_batch_dims={2}, lhs_contracting_dims={0}, rhs_batch_dims={1}, "
+              "rhs_contracting_dims={0}\n}\n");
+  printf("'bca,ba->ac': %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 1);
   /* A batch of vector products with a contraction shorter than 64 (a Mamba step's state . C,
    * 'bdn,bn->bd'): multiply + reduce whatever the batch, as the XLA TPU compiler's kLoop
    * multiply_reduce fusions for n = 16, 32, 48; n = 64 stays on the MXU. */
