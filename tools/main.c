@@ -3,8 +3,10 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "pod/mpi.h"
 
 typedef struct {
   const char *name;
@@ -92,6 +94,21 @@ int tpu_cli_file_error(const char *file, int line, int col, const char *fmt, ...
 
 tpu_loc tpu_cli_arg_loc(int argi, int col) { return tpu_loc_at(CMDLINE, argi + 1, col > 0 ? col : 1); }
 
+/* Under mpirun, `tpusim run` needs the MPI transport. libmpi is linked into tpusim-mpi only
+ * (the same CLI; loading libmpi and its dependencies would cost every other process its
+ * start-up), so a tpusim without MPI runs tpusim-mpi from its own folder with the same
+ * arguments. Returns only when there is none: the run then reports that MPI is missing. */
+static void run_under_mpi(char **argv) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 16);
+  if (n <= 0 || n >= (ssize_t)sizeof self - 16) return;
+  self[n] = 0;
+  char *slash = strrchr(self, '/');
+  if (!slash) return;
+  strcpy(slash + 1, "tpusim-mpi");
+  execv(self, argv);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     return tpu_cli_arg_error(-1, 0, "no verb given (run, compile, fmt, chips, systolic, plan)");
@@ -104,6 +121,7 @@ int main(int argc, char **argv) {
     printf("tpusim %s\n", tpu_version());
     return 0;
   }
+  if (!strcmp(argv[1], "run") && tpu_mpi_launched() && !tpu_mpi_built()) run_under_mpi(argv);
   for (size_t i = 0; i < sizeof k_verbs / sizeof k_verbs[0]; i++)
     if (!strcmp(argv[1], k_verbs[i].name)) {
       int rc = k_verbs[i].fn(argc - 1, argv + 1);

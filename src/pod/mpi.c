@@ -2,7 +2,8 @@
  * in every rank: an MPI_Allgather of fixed-size headers (what each rank reached, and a
  * failure with its message), then, only when all headers agree, an MPI_Allgatherv of the
  * ranks' operands, serialized. So a failure or a divergence in one rank ends every rank
- * with the same error, never a hang. */
+ * with the same error, never a hang. The file is built twice (CMakeLists.txt): with MPI into
+ * the tpusim-mpi binary, without it (the stubs at the end) into tpusim. */
 #include "pod/mpi.h"
 
 #include <stdio.h>
@@ -11,6 +12,13 @@
 
 #include "base/alloc.h"
 
+int tpu_mpi_launched(void) {
+  const char *v = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!v) v = getenv("PMI_SIZE");
+  if (!v) v = getenv("PMIX_SIZE");
+  return v && atoi(v) > 1;
+}
+
 #ifdef TPU_HAVE_MPI
 #include <limits.h>
 #include <mpi.h>
@@ -18,12 +26,7 @@
 #include "base/strbuf.h"
 #include "ir/collective.h"
 
-int tpu_mpi_launched(void) {
-  const char *v = getenv("OMPI_COMM_WORLD_SIZE");
-  if (!v) v = getenv("PMI_SIZE");
-  if (!v) v = getenv("PMIX_SIZE");
-  return v && atoi(v) > 1;
-}
+int tpu_mpi_built(void) { return 1; }
 
 tpu_status tpu_mpi_init(int *rank, int *nranks, tpu_diag *d) {
   int provided = 0;
@@ -352,17 +355,14 @@ void tpu_mpi_transport_free(tpu_pod_transport *tr) {
 
 #else /* no MPI */
 
-int tpu_mpi_launched(void) {
-  const char *v = getenv("OMPI_COMM_WORLD_SIZE");
-  if (!v) v = getenv("PMI_SIZE");
-  return v && atoi(v) > 1;
-}
+int tpu_mpi_built(void) { return 0; }
 
 tpu_status tpu_mpi_init(int *rank, int *nranks, tpu_diag *d) {
   *rank = 0;
   *nranks = 1;
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, tpu_noloc(),
-                  "started under mpirun, but this tpusim was built without MPI (install libopenmpi-dev and rebuild)");
+                  "started under mpirun, but this tpusim was built without MPI and has no tpusim-mpi next to it "
+                  "(install libopenmpi-dev and rebuild)");
 }
 
 void tpu_mpi_finalize(void) {}
