@@ -657,6 +657,11 @@ void tpu__ref_apply_binary(tpu_opcode op, tpu_dtype t, void *a, const void *b) {
   run_binary(op, t, a, a, 1, b, 1, 1);
 }
 
+void tpu__ref_apply_binary_n(tpu_opcode op, tpu_dtype t, void *a, const void *b, int64_t sb, int64_t n) {
+  if (!binary_applies(op, t)) return;
+  run_binary(op, t, a, a, 1, b, sb, n);
+}
+
 /* ---- Block kernels for fused evaluation (ref/fused.c) ---- */
 
 int tpu__ew_f32_binary(tpu_opcode op, float *a, float *b, int n) { return fbin_f32(op, a, b, n); }

@@ -47,6 +47,9 @@ int64_t tpu__ref_scan_block(const tpu_interp *ip);
 /* Applies a simple reducer opcode to two scalars of dtype `t` (a = a OP b), with exactly
  * the semantics of the elementwise kernel for that op. */
 void tpu__ref_apply_binary(tpu_opcode op, tpu_dtype t, void *a, const void *b);
+/* The same on n elements: a[i] = a[i] OP b[i * sb] (sb: 1, or 0 for one b), each element
+ * exactly what tpu__ref_apply_binary computes, a block at a time. */
+void tpu__ref_apply_binary_n(tpu_opcode op, tpu_dtype t, void *a, const void *b, int64_t sb, int64_t n);
 
 /* (a DIR b) from a three-way ordering: lt, eq, gt (all 0 when unordered, e.g. NaN), as
  * the compare kernel defines it (ref/elementwise.c). */

@@ -1,6 +1,8 @@
 /* Reference kernels: reduce-window and select-and-scatter (windows with stride, padding, dilation). */
 #include <string.h>
 
+#include "base/alloc.h"
+#include "ref/elementwise_int.h"
 #include "ref/reduce_int.h"
 
 /* Window geometry of one dimension, with the output size XLA's shape rule gives: the base
@@ -155,6 +157,125 @@ static void run_forward_scan(tpu_opcode f, const tpu_tensor *a, const tpu_tensor
     }
 }
 
+/* ---- A simple reducer's reduce-window, a row at a time ----
+ * With one operand and a reducer that is one binary op (tpu__ref_simple_reducer), each
+ * output element is acc = f(acc, x) over its window in row-major window order. The output
+ * is taken a row at a time: the last dimension q with a window other than one plain element
+ * (size 1, stride 1, no padding, no dilation), times the dimensions after it (whose windows
+ * are all plain, so a row of them is L contiguous elements). For every window position in
+ * row-major order, the row's window elements are gathered (or read in place when they are
+ * contiguous) and applied to the whole row in one vector op; each output element still
+ * sees its window elements in row-major order, one f at a time, with the elementwise
+ * kernels' arithmetic: the same bits as the element-at-a-time loop, without its per-element
+ * index arithmetic and dispatch. */
+
+static int plain_window(const wdim *wd) {
+  const tpu_window_dim *w = &wd->w;
+  return w->size == 1 && w->stride == 1 && w->pad_lo == 0 && w->pad_hi == 0 && w->base_dilation == 1 &&
+         w->window_dilation == 1;
+}
+
+/* acc[i] = f(acc[i], b[i * sb]) for i < n (sb: 1, or 0 for one value): f32 in place by the
+ * block kernel when it defines f, other types through the elementwise kernels' blocks. */
+static void apply_row(tpu_opcode f, tpu_dtype t, int vec, char *acc, const char *b, int sb, int64_t n) {
+  if (vec) {
+    float *a = (float *)(void *)acc;
+    const float *x = (const float *)(const void *)b;
+    for (int64_t i = 0; i < n; i += TPU_EW_BLOCK) {
+      int m = (int)(n - i < TPU_EW_BLOCK ? n - i : TPU_EW_BLOCK);
+      tpu__ew_f32_binary_to(f, a + i, a + i, 1, 1, sb ? x + i : x, sb, 1, m);
+    }
+    return;
+  }
+  tpu__ref_apply_binary_n(f, t, acc, b, sb, n);
+}
+
+static tpu_status window_rows(tpu_opcode f, const tpu_tensor *a, const tpu_tensor *init, tpu_tensor *o, const wdim *wd,
+                              tpu_loc loc, tpu_diag *d) {
+  int rank = a->rank, t = rank;
+  size_t es = tpu_dtype_size(a->dtype);
+  int vec = a->dtype == TPU_F32 && tpu__ew_f32_binary(f, NULL, NULL, 0);
+  const char *iv = init->data, *x = a->data;
+  char *out = o->data;
+  while (t > 0 && plain_window(&wd[t - 1])) t--;
+  if (t == 0) { /* one window position: f(init, x) */
+    int64_t n = tpu_tensor_numel(a);
+    for (int64_t i = 0; i < n; i++) memcpy(out + (size_t)i * es, iv, es);
+    apply_row(f, a->dtype, vec, out, x, 1, n);
+    return TPU_OK;
+  }
+  int q = t - 1;
+  int64_t L = 1, astr[TPU_MAX_RANK], odims[TPU_MAX_RANK], wsize[TPU_MAX_RANK], tabat[TPU_MAX_RANK + 1];
+  for (int k = t; k < rank; k++) L *= a->dims[k];
+  tpu__ref_strides(rank, a->dims, astr);
+  tabat[0] = 0;
+  for (int k = 0; k <= q; k++) {
+    odims[k] = wd[k].out;
+    wsize[k] = wd[k].w.size;
+    tabat[k + 1] = tabat[k] + wd[k].out * wd[k].w.size;
+  }
+  int64_t R = wd[q].out * L, nq = wd[q].out, sq = wd[q].w.size;
+  /* tab[tabat[k] + oi * size + wi]: operand index of window element wi at position oi of
+   * dimension k, or -1 (padding, hole); run[wi]: the row's first operand index of dimension
+   * q when its elements are consecutive and in range, else -1. */
+  int64_t *tab = tpu_malloc(sizeof *tab * (size_t)(tabat[q + 1] + sq));
+  char *buf = tpu_malloc((size_t)R * es + 1);
+  if (!tab || !buf) {
+    tpu_free(tab);
+    tpu_free(buf);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, loc, "out of memory");
+  }
+  int64_t *run = tab + tabat[q + 1];
+  for (int k = 0; k <= q; k++)
+    for (int64_t oi = 0; oi < wd[k].out; oi++)
+      for (int64_t wi = 0; wi < wd[k].w.size; wi++) tab[tabat[k] + oi * wd[k].w.size + wi] = window_source(&wd[k], oi, wi);
+  for (int64_t wi = 0; wi < sq; wi++) {
+    int64_t p0 = tab[tabat[q] + wi];
+    run[wi] = p0;
+    for (int64_t oi = 0; oi < nq && run[wi] >= 0; oi++)
+      if (tab[tabat[q] + oi * sq + wi] != p0 + oi) run[wi] = -1;
+  }
+  int64_t oidx[TPU_MAX_RANK] = {0};
+  char *orow = out;
+  for (int64_t r = 0, nrows = tpu_tensor_numel(o) / (R ? R : 1); r < nrows; r++) {
+    for (int64_t i = 0; i < R; i++) memcpy(orow + (size_t)i * es, iv, es);
+    int64_t widx[TPU_MAX_RANK] = {0};
+    do {
+      int64_t base = 0;
+      int pad = 0;
+      for (int k = 0; k < q && !pad; k++) {
+        int64_t p = tab[tabat[k] + oidx[k] * wsize[k] + widx[k]];
+        if (p < 0) pad = 1;
+        base += p * astr[k];
+      }
+      if (pad) {
+        apply_row(f, a->dtype, vec, orow, iv, 0, R);
+        continue;
+      }
+      const char *src;
+      if (run[widx[q]] >= 0) {
+        src = x + (size_t)(base + run[widx[q]] * astr[q]) * es;
+      } else {
+        for (int64_t oi = 0; oi < nq; oi++) {
+          int64_t p = tab[tabat[q] + oi * sq + widx[q]];
+          char *dst = buf + (size_t)(oi * L) * es;
+          if (p >= 0)
+            memcpy(dst, x + (size_t)(base + p * astr[q]) * es, (size_t)L * es);
+          else
+            for (int64_t i = 0; i < L; i++) memcpy(dst + (size_t)i * es, iv, es);
+        }
+        src = buf;
+      }
+      apply_row(f, a->dtype, vec, orow, src, 1, R);
+    } while (tpu__next_index(q + 1, wsize, widx));
+    orow += (size_t)R * es;
+    tpu__next_index(q, odims, oidx);
+  }
+  tpu_free(tab);
+  tpu_free(buf);
+  return TPU_OK;
+}
+
 /* ---- reduce-window ----
  * Each output element starts at its init value and takes the window's elements in
  * row-major window order, acc = f(acc, x). Elements on padding or on base-dilation holes
@@ -216,6 +337,11 @@ tpu_status tpu__ref_reduce_window(tpu_interp *ip, const tpu_instr *in, const tpu
       return TPU_OK;
     }
     tpu_free(tmp);
+  }
+  if (simple != TPU_OP_COUNT) {
+    tpu_status st = window_rows(simple, a0, args[1], out, wd, in->loc, d);
+    if (st != TPU_OK) tpu_tensor_free(out);
+    return st;
   }
   tpu__scall sc;
   memset(&sc, 0, sizeof sc);

@@ -250,6 +250,89 @@ static void test_reduce_window(void) {
   tpu_tensor_free(&args[1]);
 }
 
+/* The row-at-a-time path of a simple reducer (src/ref/window.c: window_rows) against the
+ * same reducer written so that it is not simple (its result copied: the generic call, one
+ * window element at a time): the same bytes for windows of every kind (padding, negative
+ * padding, strides, base and window dilation, plain trailing dimensions), for f32, bf16 and
+ * s32 and the four reducers, on values with signed zeros, NaN, infinities and subnormals. */
+static uint32_t g_lcg = 12345;
+static int rnd(int n) {
+  g_lcg = g_lcg * 1664525u + 1013904223u;
+  return (int)((g_lcg >> 8) % (uint32_t)n);
+}
+
+static void test_reduce_window_rows(void) {
+  static const char *const ops[] = {"add", "maximum", "minimum", "multiply"};
+  static const char *const types[] = {"f32", "bf16", "s32"};
+  static const tpu_dtype dts[] = {TPU_F32, TPU_BF16, TPU_S32};
+  static const double specials[] = {-0.0, NAN, INFINITY, -INFINITY, 1e-40, -3e-39, 0.0, 1.5};
+  int compared = 0;
+  for (int iter = 0; iter < 300; iter++) {
+    int rank = 1 + rnd(4), ti = rnd(3), oi = rnd(4);
+    int64_t dims[4], odims[4];
+    char win[512] = "", size[64] = "", stride[64] = "", pad[128] = "", ld[64] = "", rd[64] = "";
+    int ok = 1;
+    for (int k = 0; k < rank; k++) {
+      dims[k] = 1 + rnd(6);
+      int plain = rnd(3) == 0;
+      int sz = plain ? 1 : 1 + rnd(3), st = plain ? 1 : 1 + rnd(3), lo = plain ? 0 : rnd(4) - 1,
+          hi = plain ? 0 : rnd(4) - 1, bd = plain ? 1 : 1 + rnd(2), wdl = plain ? 1 : 1 + rnd(2);
+      int64_t padded = (dims[k] - 1) * bd + 1 + lo + hi, eff = (int64_t)(sz - 1) * wdl + 1;
+      odims[k] = padded >= eff ? (padded - eff) / st + 1 : 0;
+      if (odims[k] <= 0) ok = 0;
+      const char *x = k ? "x" : "";
+      snprintf(size + strlen(size), sizeof size - strlen(size), "%s%d", x, sz);
+      snprintf(stride + strlen(stride), sizeof stride - strlen(stride), "%s%d", x, st);
+      snprintf(pad + strlen(pad), sizeof pad - strlen(pad), "%s%d_%d", x, lo, hi);
+      snprintf(ld + strlen(ld), sizeof ld - strlen(ld), "%s%d", x, bd);
+      snprintf(rd + strlen(rd), sizeof rd - strlen(rd), "%s%d", x, wdl);
+    }
+    if (!ok) continue;
+    snprintf(win, sizeof win, "size=%s stride=%s pad=%s lhs_dilate=%s rhs_dilate=%s", size, stride, pad, ld, rd);
+    char ds[64] = "", os[64] = "";
+    for (int k = 0; k < rank; k++) {
+      snprintf(ds + strlen(ds), sizeof ds - strlen(ds), "%s%lld", k ? "," : "", (long long)dims[k]);
+      snprintf(os + strlen(os), sizeof os - strlen(os), "%s%lld", k ? "," : "", (long long)odims[k]);
+    }
+    const char *t = types[ti], *op = ops[oi];
+    /* the reducer's identity, or (so that padding shows) a value that is not */
+    const char *init = rnd(2)     ? (ti == 2 ? "3" : "-1.25")
+                       : ti == 2 ? (oi == 1 ? "-2147483648" : oi == 2 ? "2147483647" : oi == 3 ? "1" : "0")
+                                 : (oi == 1 ? "-inf" : oi == 2 ? "inf" : oi == 3 ? "1" : "-0");
+    char src[2][2048];
+    for (int slow = 0; slow < 2; slow++)
+      snprintf(src[slow], sizeof src[slow],
+               "HloModule m\nf {\n a = %s[] parameter(0)\n b = %s[] parameter(1)\n %sr = %s[] %s(a, b)\n%s}\n"
+               "ENTRY e {\n x = %s[%s] parameter(0)\n i = %s[] constant(%s)\n"
+               " ROOT w = %s[%s] reduce-window(x, i), window={%s}, to_apply=f\n}\n",
+               t, t, slow ? "" : "ROOT ", t, op, slow ? " ROOT c = " : "", t, ds, t, init, t, os, win);
+    char *c = strstr(src[1], " ROOT c = ");
+    if (c) {
+      char tail[1600];
+      snprintf(tail, sizeof tail, " ROOT c = %s[] copy(r)\n%s", t, strstr(c, "}\n"));
+      strcpy(c, tail);
+    }
+    int64_t n = 1;
+    for (int k = 0; k < rank; k++) n *= dims[k];
+    double v[1296];
+    for (int64_t e = 0; e < n; e++)
+      v[e] = ti == 2 ? (double)(rnd(7) - 3) : rnd(4) == 0 ? specials[rnd(8)] : (rnd(2000) - 1000) / 64.0;
+    tpu_tensor x = mk(dts[ti], rank, dims, v), got[2];
+    int ran = run(src[0], &x, 1, &got[0]);
+    if (ran && run(src[1], &x, 1, &got[1])) {
+      compared++;
+      CHECK(got[0].nbytes == got[1].nbytes && !memcmp(got[0].data, got[1].data, got[0].nbytes));
+      if (got[0].nbytes != got[1].nbytes || memcmp(got[0].data, got[1].data, got[0].nbytes))
+        fprintf(stderr, "window rows differ from the generic call:\n%s", src[0]);
+      tpu_tensor_free(&got[1]);
+    }
+    CHECK(ran);
+    tpu_tensor_free(&got[0]);
+    tpu_tensor_free(&x);
+  }
+  CHECK(compared > 100);
+}
+
 #define SELECT_GE "ge {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT r = pred[] compare(a, b), direction=GE\n}\n"
 
 static void test_select_and_scatter(void) {
@@ -509,6 +592,7 @@ int main(void) {
   test_reduce_argmax();
   test_reduce_edges();
   test_reduce_window();
+  test_reduce_window_rows();
   test_select_and_scatter();
   test_sort();
   test_topk();
