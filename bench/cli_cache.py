@@ -20,6 +20,10 @@ so that their values run in seconds. Inputs are random (floats in [-1, 1), integ
       warm: with a cache folder a first run filled (compile and timing read back from it);
   - the same two in `--mode timing` (no values: what the cache saves, alone).
 
+Besides each best wall time it prints the warm run's best CPU time (user + system of the
+process, from getrusage): on a loaded machine a process waits for a core far longer than
+it computes, and the CPU time is what the load does not inflate.
+
 It prints each time and the ratios warm/cold and warm/XLA, then per split the medians and
 worst ratios. A warm run's printed output (less the host-time line), report and result
 files are checked equal to the cold run's; the script exits non-zero if any differ. Needs
@@ -30,6 +34,7 @@ import glob
 import hashlib
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -108,6 +113,21 @@ def best(fn, reps):
     return min(ts)
 
 
+def best_cpu(fn, reps):
+    """(best wall, best CPU) seconds of fn() after a warm-up; CPU is the user + system time
+    of the child processes it waited for (what the machine's load does not inflate much)."""
+    fn()
+    walls, cpus = [], []
+    for _ in range(reps):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        fn()
+        walls.append(time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+    return min(walls), min(cpus)
+
+
 def proc(cmd, env):
     r = subprocess.run(cmd, capture_output=True, env=env)
     if r.returncode != 0:
@@ -134,12 +154,15 @@ def main():
     ap.add_argument("--corpus", default=os.path.join(ROOT, "bench", "fidelity", "families"),
                     help="a folder of NAME.hlo (default the families corpus; bench/fidelity/corpus is the other)")
     ap.add_argument("--limit", type=int, default=0, help="at most N programs per split (0: all)")
+    ap.add_argument("--order", default="name", choices=["name", "hash"],
+                    help="order within a split: by name, or by sha1 of the name (with --limit: a sample "
+                         "across the corpus's families)")
     a = ap.parse_args()
     cases = sorted(glob.glob(os.path.join(a.corpus, "*.hlo")))
     names = [os.path.basename(c)[:-4] for c in cases]
     todo = [(split_of(n), n, c) for n, c in zip(names, cases) if not a.only or n in a.only]
     todo = [t for t in todo if a.split == "all" or t[0] == a.split]
-    todo.sort(key=lambda t: (t[0] != "test", t[1]))
+    todo.sort(key=lambda t: (t[0] != "test", t[1] if a.order == "name" else hashlib.sha1(t[1].encode()).hexdigest()))
     if a.limit:
         todo = [t for k, t in enumerate(todo) if sum(1 for u in todo[:k] if u[0] == t[0]) < a.limit]
     tmp = tempfile.mkdtemp(prefix="tpusim-cli-cache-")
@@ -150,7 +173,7 @@ def main():
     cache = os.path.join(tmp, "cache")
     print(f"tpusim {a.tpusim}; load average {os.getloadavg()[0]:.2f}; best of {a.reps} processes, XLA best of {a.xla_reps}")
     hdr = (f"{'split':<5} {'program':<32} {'XLA ms':>8} {'cold ms':>8} {'warm ms':>8} {'warm/cold':>9} "
-           f"{'warm/XLA':>8} | {'timing cold':>11} {'warm':>6} {'w/c':>5}")
+           f"{'warm/XLA':>8} {'warm cpu':>8} {'cpu/XLA':>7} | {'timing cold':>11} {'warm':>6} {'w/c':>5}")
     print(hdr)
     rows, bad = [], 0
     for split, name, path in todo:
@@ -192,15 +215,16 @@ def main():
                 elif open(o + ".cold.json", "rb").read() != open(o + ".warm.json", "rb").read():
                     print(f"  {name}: report differs warm/cold"); bad += 1
                 tc = best(lambda: proc(cmd + ["--no-cache"], env), a.reps)
-                tw = best(lambda: proc(cmd + ["--cache-dir", cache], env), a.reps)
-                times[mode] = (tc, tw)
+                tw, cw = best_cpu(lambda: proc(cmd + ["--cache-dir", cache], env), a.reps)
+                times[mode] = (tc, tw, cw)
         except RuntimeError as e:
             print(f"{split:<5} {name:<32} tpusim refused: {str(e).splitlines()[-1][:100]}")
             continue
-        (fc, fw), (tc, tw) = times["full"], times["timing"]
-        rows.append((split, name, t_xla, fc, fw, tc, tw))
+        (fc, fw, fcpu), (tc, tw, _) = times["full"], times["timing"]
+        rows.append((split, name, t_xla, fc, fw, tc, tw, fcpu))
         print(f"{split:<5} {name:<32} {t_xla * 1e3:>8.3f} {fc * 1e3:>8.1f} {fw * 1e3:>8.1f} {fw / fc:>9.3f} "
-              f"{fw / t_xla:>8.1f} | {tc * 1e3:>11.1f} {tw * 1e3:>6.1f} {tw / tc:>5.2f}", flush=True)
+              f"{fw / t_xla:>8.1f} {fcpu * 1e3:>8.1f} {fcpu / t_xla:>7.1f} | {tc * 1e3:>11.1f} {tw * 1e3:>6.1f} "
+              f"{tw / tc:>5.2f}", flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
     for split in ("test", "tune", "all"):
         rs = [r for r in rows if split == "all" or r[0] == split]
@@ -210,8 +234,10 @@ def main():
         wx = [r[4] / r[2] for r in rs]
         cx = [r[3] / r[2] for r in rs]
         twc = [r[6] / r[5] for r in rs]
+        px = [r[7] / r[2] for r in rs]
         print(f"{split:<5} {len(rs):>3} programs: full warm/cold median {statistics.median(wc):.3f} (worst {max(wc):.3f}); "
-              f"warm/XLA median {statistics.median(wx):.1f}x (worst {max(wx):.1f}x), cold/XLA median "
+              f"warm/XLA median {statistics.median(wx):.1f}x (worst {max(wx):.1f}x), warm CPU/XLA median "
+              f"{statistics.median(px):.1f}x (worst {max(px):.1f}x), cold/XLA median "
               f"{statistics.median(cx):.1f}x; timing-mode warm/cold median {statistics.median(twc):.3f}")
     if bad:
         print(f"{bad} warm outputs differ from cold")

@@ -12,6 +12,8 @@ static int should_fail(void) {
   return g_fail_at > 0 && g_count >= g_fail_at;
 }
 
+int tpu_alloc_inject(void) { return should_fail(); }
+
 long tpu_alloc_fail_after(long n) {
   long c = g_count;
   g_count = 0;

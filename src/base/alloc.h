@@ -17,6 +17,9 @@ char *tpu_strdup(const char *s);
  * n <= 0 turns injection off. Returns how many allocations have been made since the last
  * call, so a test can count a run's allocations and then fail each in turn. */
 long tpu_alloc_fail_after(long n);
+/* Counts one allocation that does not reach the hooks above (a block handed out again by a
+ * cache of freed blocks) as they count theirs; nonzero when injection says it must fail. */
+int tpu_alloc_inject(void);
 
 /* Multiplies with overflow check; returns 0 on overflow. */
 int tpu_mul_ok(size_t a, size_t b, size_t *out);

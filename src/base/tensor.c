@@ -2,6 +2,7 @@
 #include "base/tensor.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -90,6 +91,67 @@ void *tpu_pool_alloc(size_t n) {
 
 void tpu_pool_free(void *p, size_t n) { pool_put(p, n); }
 
+/* ---- Small arrays, per thread ----
+ * A loop body's scalars and short vectors are allocated and freed once per iteration. Each
+ * thread keeps up to SMALL_KEEP freed blocks of each byte count up to SMALL_MAX and hands
+ * them out again for that same byte count (so a block given back with n bytes, which holds
+ * at least n, is only reused for n). A block handed out again counts as an allocation for
+ * fault injection (tpu_alloc_inject). A thread's blocks are freed when it ends (a key's
+ * destructor); off under AddressSanitizer, as the pool above. */
+enum { SMALL_MAX = 512, SMALL_KEEP = 8 };
+typedef struct {
+  void *p[SMALL_MAX + 1][SMALL_KEEP];
+  uint8_t n[SMALL_MAX + 1];
+} small_bins;
+static _Thread_local small_bins *t_small;
+static _Thread_local int t_small_off; /* the bins could not be made: no cache here */
+static pthread_key_t g_small_key;
+static pthread_once_t g_small_once = PTHREAD_ONCE_INIT;
+static int g_small_key_ok;
+
+static void small_release(void *v) {
+  small_bins *b = v;
+  for (int n = 0; n <= SMALL_MAX; n++)
+    for (int i = 0; i < b->n[n]; i++) tpu_free(b->p[n][i]);
+  free(b);
+  t_small = NULL;
+}
+
+static void small_key_init(void) { g_small_key_ok = pthread_key_create(&g_small_key, small_release) == 0; }
+
+static small_bins *small_bins_of_thread(void) {
+  if (t_small || t_small_off) return t_small;
+  pthread_once(&g_small_once, small_key_init);
+  small_bins *b = g_small_key_ok ? calloc(1, sizeof *b) : NULL; /* not counted: not a run's allocation */
+  if (!b || pthread_setspecific(g_small_key, b) != 0) {
+    free(b);
+    t_small_off = 1;
+    return NULL;
+  }
+  return t_small = b;
+}
+
+/* A cached block of exactly n bytes' class, or NULL (also when injection fails it: *failed). */
+static void *small_get(size_t n, int *failed) {
+  *failed = 0;
+  if (!POOL_ON || n > SMALL_MAX) return NULL;
+  small_bins *b = t_small;
+  if (!b || !b->n[n]) return NULL;
+  if (tpu_alloc_inject()) {
+    *failed = 1;
+    return NULL;
+  }
+  return b->p[n][--b->n[n]];
+}
+
+static int small_put(void *p, size_t n) {
+  if (!POOL_ON || n > SMALL_MAX || !p) return 0;
+  small_bins *b = small_bins_of_thread();
+  if (!b || b->n[n] >= SMALL_KEEP) return 0;
+  b->p[n][b->n[n]++] = p;
+  return 1;
+}
+
 int64_t tpu_dims_numel(int rank, const int64_t *dims, int *ok) {
   int64_t n = 1;
   *ok = 1;
@@ -123,9 +185,10 @@ static tpu_status alloc_array(tpu_tensor *t, tpu_dtype dtype, int rank, const in
   t->rank = rank;
   if (rank) memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
   t->nbytes = bytes;
-  t->data = pool_get(bytes);
+  int failed = 0;
+  t->data = bytes <= SMALL_MAX ? small_get(bytes, &failed) : pool_get(bytes);
   if (t->data && zero) memset(t->data, 0, bytes);
-  if (!t->data) t->data = zero ? tpu_calloc(1, bytes ? bytes : 1) : tpu_malloc(bytes ? bytes : 1);
+  if (!t->data && !failed) t->data = zero ? tpu_calloc(1, bytes ? bytes : 1) : tpu_malloc(bytes ? bytes : 1);
   if (!t->data) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory allocating %zu bytes", bytes);
   return TPU_OK;
 }
@@ -171,7 +234,7 @@ void tpu_tensor_free(tpu_tensor *t) {
     for (int i = 0; i < t->ntuple; i++) tpu_tensor_free(&t->elems[i]);
     tpu_free(t->elems);
   }
-  pool_put(t->data, t->nbytes);
+  if (t->nbytes > SMALL_MAX || !small_put(t->data, t->nbytes)) pool_put(t->data, t->nbytes);
   memset(t, 0, sizeof *t);
 }
 
