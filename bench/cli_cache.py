@@ -2,8 +2,9 @@
 """The CLI's disk cache: `tpusim run` processes cold and warm against XLA on CPU.
 
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2
-    python3 bench/cli_cache.py [--tpusim build/tpusim] [--reps N] [--only NAME ...]
-                               [--split test|tune|all] [--max-mb MB] [--limit N] [--corpus DIR]
+    python3 bench/cli_cache.py [--tpusim build/tpusim] [--base-tpusim OLD/tpusim] [--reps N]
+                               [--only NAME ...] [--split test|tune|all] [--max-mb MB]
+                               [--limit N] [--order name|hash] [--corpus DIR]
 
 The programs are the families corpus (bench/fidelity/families: JAX's HLO of real model
 layers and steps, as JAX lowers them), split tune/test by the corpus's own rule (sha1 of the
@@ -146,6 +147,8 @@ def main():
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tpusim", default=os.path.join(ROOT, "build", "tpusim"))
+    ap.add_argument("--base-tpusim", help="another build's tpusim: its warm runs timed alongside (a before/after "
+                    "against the same XLA figure)")
     ap.add_argument("--reps", type=int, default=5, help="tpusim processes per program and mode (best taken)")
     ap.add_argument("--xla-reps", type=int, default=20)
     ap.add_argument("--only", nargs="*")
@@ -217,14 +220,20 @@ def main():
                 tc = best(lambda: proc(cmd + ["--no-cache"], env), a.reps)
                 tw, cw = best_cpu(lambda: proc(cmd + ["--cache-dir", cache], env), a.reps)
                 times[mode] = (tc, tw, cw)
+                if mode == "full" and a.base_tpusim:
+                    bcmd = [a.base_tpusim] + cmd[1:] + ["--cache-dir", cache + ".base"]
+                    proc(bcmd, env)  # fills the base build's cache
+                    times["base"] = best_cpu(lambda: proc(bcmd, env), a.reps)
         except RuntimeError as e:
             print(f"{split:<5} {name:<32} tpusim refused: {str(e).splitlines()[-1][:100]}")
             continue
         (fc, fw, fcpu), (tc, tw, _) = times["full"], times["timing"]
-        rows.append((split, name, t_xla, fc, fw, tc, tw, fcpu))
+        bw, bcpu = times.get("base", (None, None))
+        rows.append((split, name, t_xla, fc, fw, tc, tw, fcpu, bw, bcpu))
         print(f"{split:<5} {name:<32} {t_xla * 1e3:>8.3f} {fc * 1e3:>8.1f} {fw * 1e3:>8.1f} {fw / fc:>9.3f} "
               f"{fw / t_xla:>8.1f} {fcpu * 1e3:>8.1f} {fcpu / t_xla:>7.1f} | {tc * 1e3:>11.1f} {tw * 1e3:>6.1f} "
-              f"{tw / tc:>5.2f}", flush=True)
+              f"{tw / tc:>5.2f}" + (f" | base warm {bw * 1e3:.1f} ms, cpu {bcpu * 1e3:.1f} ms, cpu/XLA {bcpu / t_xla:.1f}"
+                                    if bw is not None else ""), flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
     for split in ("test", "tune", "all"):
         rs = [r for r in rows if split == "all" or r[0] == split]
@@ -239,6 +248,11 @@ def main():
               f"warm/XLA median {statistics.median(wx):.1f}x (worst {max(wx):.1f}x), warm CPU/XLA median "
               f"{statistics.median(px):.1f}x (worst {max(px):.1f}x), cold/XLA median "
               f"{statistics.median(cx):.1f}x; timing-mode warm/cold median {statistics.median(twc):.3f}")
+        if a.base_tpusim:
+            bx = [r[8] / r[2] for r in rs]
+            bpx = [r[9] / r[2] for r in rs]
+            print(f"{split:<5} {len(rs):>3} programs, base build: warm/XLA median {statistics.median(bx):.1f}x "
+                  f"(worst {max(bx):.1f}x), warm CPU/XLA median {statistics.median(bpx):.1f}x (worst {max(bpx):.1f}x)")
     if bad:
         print(f"{bad} warm outputs differ from cold")
         sys.exit(1)

@@ -563,6 +563,76 @@ def _():
     return (lambda q, v, y: (m.apply(q, v), jnp.mean((m.apply(q, v).astype(jnp.float32) - y) ** 2))), \
         (p, X.astype(np.float16), Y), 2e-3, False  # the float64 check widens f32 only
 
+# Added for the speed benchmark (bench/programs_speed.py) after its rows were measured:
+# programs nobody tuned the interpreter on.
+for _name, _opt in (("optax_lamb", lambda: optax.lamb(1e-2)), ("optax_adafactor", lambda: optax.adafactor(1e-2)),
+                    ("optax_adagrad", lambda: optax.adagrad(1e-1))):
+    program(_name, f"optax update: {_name[6:]}, state after one step")(lambda o=_opt: optax_case(o()))
+
+
+@program("random_bernoulli_truncnormal_choice", "jax.random bernoulli, truncated_normal, choice without replacement, "
+                                                "exponential")
+def _():
+    def f(k):
+        k = jax.random.wrap_key_data(k)
+        k1, k2, k3, k4 = jax.random.split(k, 4)
+        return (jax.random.bernoulli(k1, 0.3, (12,)), jax.random.truncated_normal(k2, -1.0, 2.0, (3, 4)),
+                jax.random.choice(k3, 20, (6,), replace=False), jax.random.exponential(k4, (5,)))
+    return f, (jax.random.key_data(KEY),), 1e-5, False
+
+
+@program("random_fold_in_loop", "lax.fori_loop drawing jax.random.normal from fold_in(key, i) each iteration")
+def _():
+    def f(k, v):
+        k = jax.random.wrap_key_data(k)
+        return jax.lax.fori_loop(0, 16, lambda i, c: c * 0.9 + 0.1 * jax.random.normal(jax.random.fold_in(k, i), c.shape), v)
+    return f, (jax.random.key_data(KEY), Y), 1e-5, False
+
+
+@program("lax_while_newton", "lax.while_loop: Newton iterations for sqrt until converged (data-dependent trip count)")
+def _():
+    def f(v):
+        a = jnp.abs(v) + 1.0
+
+        def body(c):
+            y, i = c
+            return 0.5 * (y + a / y), i + 1
+
+        def cond(c):
+            y, i = c
+            return jnp.logical_and(jnp.max(jnp.abs(y * y - a)) > 1e-5 * jnp.max(a), i < 50)
+        return jax.lax.while_loop(cond, body, (a, 0))
+    return f, (X,), 1e-5
+
+
+@program("flax_layernorm_gelu_grad", "flax.linen LayerNorm + GELU MLP, value_and_grad of an MSE loss")
+def _():
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, v):
+            h = nn.LayerNorm()(v)
+            return v[:, :4] + nn.Dense(4)(nn.gelu(nn.Dense(24)(h)))
+    m = Block()
+    p = m.init(KEY, X)
+    return jax.value_and_grad(lambda q, v, y: jnp.mean((m.apply(q, v) - y) ** 2)), (p, X, Y), 1e-4
+
+
+@program("equinox_conv_pool_grad", "equinox Conv2d + MaxPool2d + Linear, gradient of a loss (eqx.filter_value_and_grad)")
+def _():
+    k1, k2 = jax.random.split(KEY)
+    conv = eqx.nn.Conv2d(3, 4, 3, padding=1, key=k1)
+    pool = eqx.nn.MaxPool2d(2, 2)
+    lin = eqx.nn.Linear(4 * 4 * 4, 2, key=k2)
+    model = (conv, lin)
+
+    def loss(mdl, img):
+        c, l = mdl
+        out = jax.vmap(lambda im: l(pool(jax.nn.relu(c(im))).reshape(-1)))(img)
+        return jnp.mean(out ** 2)
+    params, static = eqx.partition(model, eqx.is_array)
+    img = np.transpose(IMG, (0, 3, 1, 2)).copy()
+    return (lambda pp, im: jax.value_and_grad(lambda q: loss(eqx.combine(q, static), im))(pp)), (params, img), 1e-4
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
