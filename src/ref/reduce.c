@@ -349,14 +349,20 @@ static int reduce_f32_vector(const tpu_tensor *a, const int *reduced, const int6
       idx[k] = 0;
     }
   }
+  /* The tree runs over the smallest power-of-two block of rows and lanes holding the used
+   * positions: the steps it leaves out would only add -0 (the unused positions) to each
+   * value, which changes nothing the next add would not (every add flushes its inputs), so
+   * the bits are those of the whole register's 3 + 7 steps. */
+  int ps = 1, pl = 1;
+  while (ps < sw) ps *= 2;
+  while (pl < lw) pl *= 2;
   float reg[1024];
   for (int64_t j = 0; j < on; j++) {
-    for (int i = 0; i < 1024; i++) reg[i] = -0.0f;
-    for (int64_t s = 0; s < sw; s++)
-      for (int64_t l = 0; l < lw; l++) reg[s * 128 + l] = part[j * so + (s * lw + l) * sp];
-    for (int h = 4; h >= 1; h /= 2) /* sublanes: row s += row s + h */
-      tpu__ew_f32_binary_to(TPU_OP_ADD, reg, reg, 1, 1, reg + h * 128, 1, 1, h * 128);
-    for (int h = 64; h >= 1; h /= 2) /* lanes of row 0 */
+    for (int s = 0; s < ps; s++)
+      for (int l = 0; l < pl; l++) reg[s * pl + l] = s < sw && l < lw ? part[j * so + (s * lw + l) * sp] : -0.0f;
+    for (int h = ps / 2; h >= 1; h /= 2) /* sublanes: row s += row s + h */
+      tpu__ew_f32_binary_to(TPU_OP_ADD, reg, reg, 1, 1, reg + h * pl, 1, 1, h * pl);
+    for (int h = pl / 2; h >= 1; h /= 2) /* lanes of row 0 */
       tpu__ew_f32_binary_to(TPU_OP_ADD, reg, reg, 1, 1, reg + h, 1, 1, h);
     float r = init;
     tpu__ew_f32_binary_to(TPU_OP_ADD, &r, &r, 1, 1, reg, 1, 1, 1);
