@@ -61,6 +61,8 @@ static const struct {
     [TPU_CHIP_HBM_EFFICIENCY] = {1e-3, 1},
     [TPU_CHIP_KERNEL_OVERHEAD_S] = {1e-12, 1e-2},
     [TPU_CHIP_MATMUL_OVERHEAD_S] = {1e-12, 1e-2},
+    [TPU_CHIP_MATMUL_BASE_S] = {1e-12, 1e-2},
+    [TPU_CHIP_MATMUL_WRITE_S] = {1e-12, 1e-2},
     [TPU_CHIP_STREAM_PASS_BYTES] = {1e-6, 1024},
     [TPU_CHIP_RESULT_PASS_BYTES] = {1e-6, 1024},
     [TPU_CHIP_VMEM_READ_COST] = {1e-6, 1024},

@@ -60,7 +60,9 @@ typedef enum {
   X(HBM_LATENCY_S, hbm_latency_s, 'f', 0, "s", "off-chip memory access latency")             \
   X(HBM_EFFICIENCY, hbm_efficiency, 'f', 0, "", "fraction of hbm_bw a streaming DMA sustains")  \
   X(KERNEL_OVERHEAD_S, kernel_overhead_s, 'f', 0, "s", "fixed cost of starting each kernel")   \
-  X(MATMUL_OVERHEAD_S, matmul_overhead_s, 'f', 0, "s", "extra start cost of a matmul kernel")  \
+  X(MATMUL_OVERHEAD_S, matmul_overhead_s, 'f', 0, "s", "extra start cost of a matmul kernel whose MXU operand comes from HBM")  \
+  X(MATMUL_BASE_S, matmul_base_s, 'f', 0, "s", "extra start cost of every matmul kernel")  \
+  X(MATMUL_WRITE_S, matmul_write_s, 'f', 0, "s", "extra start cost of a matmul kernel that writes its result to HBM")  \
   X(STREAM_PASS_BYTES, stream_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a vector kernel that reduces or writes values narrower than 32 bits") \
   X(RESULT_PASS_BYTES, result_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a matmul kernel's 16-bit result (default: stream_pass_bytes)") \
   X(VMEM_READ_COST, vmem_read_cost, 'f', 0, "", "fraction of an HBM read's cost a vector kernel pays to read an operand kept in VMEM (default 0)") \
@@ -130,7 +132,10 @@ typedef struct tpu_chip {
   double hbm_bw, hbm_latency_s;
   double hbm_efficiency; /* 0 when unknown: DMAs stream at hbm_bw */
   double kernel_overhead_s; /* 0 when unknown: kernels start at the barrier */
-  double matmul_overhead_s; /* 0 when unknown: added to kernel_overhead_s for MXU kernels */
+  double matmul_overhead_s; /* 0 when unknown: added to kernel_overhead_s for MXU kernels whose
+                             * matmul operand comes from HBM */
+  double matmul_base_s;     /* 0 when unknown: added for every MXU kernel */
+  double matmul_write_s;    /* 0 when unknown: added for MXU kernels writing their result to HBM */
   /* Per-element costs on the HBM port, in bytes at the streaming rate, that the XLA TPU
    * compiler's cost model charges vector kernels beyond their transfers (0 when unknown:
    * none; docs/timing.md, docs/fidelity.md). */

@@ -414,7 +414,7 @@ static void snap_free(snap *s) {
 }
 
 /* Per-op flags of tstate.op_hbm. */
-enum { OP_HBM_MOVES = 1, OP_HBM_READS = 2, OP_VECTOR = 4, OP_TRANSFERS = 8 };
+enum { OP_HBM_MOVES = 1, OP_HBM_READS = 2, OP_VECTOR = 4, OP_TRANSFERS = 8, OP_HBM_WRITES = 16, OP_MXU_HBM = 32 };
 
 /* A compiled program's vector kernel whose operands and result all stay in VMEM, with no
  * transfer in its program (a producer's result kept where the next kernel reads it), still
@@ -432,14 +432,48 @@ static int64_t resident_cycles(const tstate *t, int op) {
   return x > 0 ? (int64_t)ceil(x / t->bpc) : 0;
 }
 
+/* Marks OP_MXU_HBM on each op whose matmul instruction reads a VMEM buffer that a transfer
+ * of the same op fills from HBM (an in-step copy, prefetch=2, is not the kernel's own load):
+ * the compiler charges a matmul kernel's read start when the MXU streams an operand from HBM,
+ * not when only an operand of its fused vector work does (v5p, (x @ w) + (x @ w2) with x @ w
+ * in HBM: the kernel adding it 2,440 cycles, the one reading x from HBM 4,537). Returns 0 when
+ * out of memory. */
+static int mark_mxu_hbm(tstate *t) {
+  const tpu_program *p = t->p;
+  if (!t->op_hbm || p->nvmem <= 0) return 1;
+  int *filled = tpu_malloc((size_t)p->nvmem * sizeof(int));
+  if (!filled) return 0;
+  for (int v = 0; v < p->nvmem; v++) filled[v] = -1;
+  for (int i = 0; i < p->ninsns; i++) {
+    const tpu_insn *q = &p->insns[i];
+    if (q->opc == TPU_ISA_DMA_IN && !q->onchip && q->prefetch != 2 && q->op >= 0 && q->dst.buf >= 0 &&
+        q->dst.buf < p->nvmem)
+      filled[q->dst.buf] = q->op;
+  }
+  for (int i = 0; i < p->ninsns; i++) {
+    const tpu_insn *q = &p->insns[i];
+    if (q->opc != TPU_ISA_MATMUL || q->op < 0 || q->op >= p->nops) continue;
+    for (int k = 0; k < TPU_INSN_MAX_SRC; k++) {
+      int b = q->src[k].buf;
+      if (b >= 0 && b < p->nvmem && filled[b] == q->op) t->op_hbm[q->op] |= OP_MXU_HBM;
+    }
+  }
+  tpu_free(filled);
+  return 1;
+}
+
 /* The cycles between a kernel barrier and the kernel's first instruction: the chip's fixed
- * per-op cost (kernel_overhead_s; none for an op of scalars); a matmul kernel that moves data
- * to or from HBM adds matmul_overhead_s. One that reads and writes only VMEM does not: the
- * compiler's v6e kernels of that kind cost their MXU work plus about 1,024 cycles (512^3:
- * 1,536; 512x512x1536: 2,560), against 4,496 for a 128^3 dot between HBM arrays
- * (docs/timing.md). A vector kernel that reads nothing from HBM still waits the HBM
- * latency's worth before it starts, as one that does waits for its first block: the
- * compiler times its smallest vector kernels alike wherever their operands live (v6e:
+ * per-op cost (kernel_overhead_s; none for an op of scalars); a matmul kernel adds
+ * matmul_base_s, plus matmul_overhead_s when its MXU reads an operand it loaded from HBM
+ * (OP_MXU_HBM) and matmul_write_s when it writes its result to HBM, each paid on its own:
+ * the compiler charges the two ends of a matmul kernel's pipeline apart (v6e bf16 [8,256] x
+ * [256,768], 4,463 cycles from HBM to HBM, 2,324 from HBM to VMEM; v5e 4,034 and 4,009:
+ * writing costs v6e 2,139 cycles, v5e none; bench/fidelity/probes/matmul_start.py,
+ * docs/timing.md kernel start). One that reads and writes only VMEM pays matmul_base_s
+ * alone (none on v6e: the compiler's v6e kernels of that kind cost their MXU work plus about
+ * 1,024 cycles, 512^3 1,536, 512x512x1536 2,560, against 4,496 for a 128^3 dot between HBM
+ * arrays). A vector kernel that reads nothing from HBM still waits the HBM latency's worth
+ * before it starts, as one that does waits for its first block: the compiler times its smallest vector kernels alike wherever their operands live (v6e:
  * 2,116-2,164 cycles for 2-64 KiB, every operand and the result in VMEM or not; v5e
  * 1,824-1,888, v5p 2,122-2,169; docs/fidelity.md). A chip without kernel_overhead_s
  * pays neither. */
@@ -447,7 +481,9 @@ static int64_t kernel_start(const tstate *t, int op) {
   if (op < 0) return t->kov;
   const tpu_prog_op *o = &t->p->ops[op];
   if (o->scalar) return 0;
-  if (o->m > 0) return t->kov + ((t->op_hbm[op] & OP_HBM_MOVES) ? t->mov : 0);
+  if (o->m > 0)
+    return t->kov + t->mbase + ((t->op_hbm[op] & OP_MXU_HBM) ? t->mov : 0) +
+           ((t->op_hbm[op] & OP_HBM_WRITES) ? t->mwr : 0);
   return t->kov + (t->kov > 0 && (t->op_hbm[op] & (OP_VECTOR | OP_HBM_READS)) == OP_VECTOR ? t->lat : 0) +
          t->op_res[op];
 }
@@ -741,6 +777,8 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.lat = (int64_t)llround(lat_s * chip->clock_hz);
   t.kov = chip->kernel_overhead_s > 0 ? (int64_t)llround(chip->kernel_overhead_s * chip->clock_hz) : 0;
   t.mov = chip->matmul_overhead_s > 0 ? (int64_t)llround(chip->matmul_overhead_s * chip->clock_hz) : 0;
+  t.mwr = chip->matmul_write_s > 0 ? (int64_t)llround(chip->matmul_write_s * chip->clock_hz) : 0;
+  t.mbase = chip->matmul_base_s > 0 ? (int64_t)llround(chip->matmul_base_s * chip->clock_hz) : 0;
   for (int v = 0; v < p->nvmem; v++) t.nslots += p->vmem[v].nslots;
   size_t ns = (size_t)(t.nslots ? t.nslots : 1), ni = (size_t)(p->ninsns ? p->ninsns : 1);
   t.ready = tpu_calloc(ns, sizeof(int64_t));
@@ -764,9 +802,12 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
       t.op_hbm[q->op] |= OP_HBM_MOVES;
     if ((q->opc == TPU_ISA_DMA_IN && !q->onchip && q->prefetch != 2) || q->opc == TPU_ISA_DMA_HBM)
       t.op_hbm[q->op] |= OP_HBM_READS; /* the transfers that wait the HBM latency (issue) */
+    if ((q->opc == TPU_ISA_DMA_OUT && !q->onchip && q->hbm >= 0) || q->opc == TPU_ISA_DMA_HBM)
+      t.op_hbm[q->op] |= OP_HBM_WRITES;
     if (q->opc == TPU_ISA_VPU || q->opc == TPU_ISA_EUP || q->opc == TPU_ISA_XLU) t.op_hbm[q->op] |= OP_VECTOR;
     if (q->opc == TPU_ISA_DMA_IN || q->opc == TPU_ISA_DMA_OUT || q->opc == TPU_ISA_DMA_HBM) t.op_hbm[q->op] |= OP_TRANSFERS;
   }
+  const int mxu_marked = mark_mxu_hbm(&t);
   for (int o = 0; t.op_hbm && t.op_res && o < p->nops; o++) t.op_res[o] = resident_cycles(&t, o);
   t.pi = tpu_malloc((size_t)PORT_CAP * 2 * sizeof(int64_t));
   t.pcap = PORT_CAP;
@@ -778,7 +819,8 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   out->ops = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(tpu_op_stat));
   tpu_status st = TPU_OK;
   if (!t.ready || !t.sfree || !t.by_dma || !t.slot0 || !t.last_end || !t.dur || !t.pdur || !t.gdur || !t.match ||
-      !t.hbm_ready || !t.op_lo || !t.op_hi || !t.op_hbm || !t.op_res || !t.pi || !t.reach || !t.lmark || !out->ops) {
+      !t.hbm_ready || !t.op_lo || !t.op_hi || !t.op_hbm || !t.op_res || !t.pi || !t.reach || !t.lmark || !out->ops ||
+      !mxu_marked) {
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory starting the timing run");
     goto done;
   }

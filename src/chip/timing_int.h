@@ -44,8 +44,10 @@ typedef struct {
   int *match;             /* loop -> end, cond -> endcond, case -> next case/endcond */
   int64_t lat;            /* HBM latency, cycles */
   int64_t kov;            /* fixed start cost of each kernel, cycles */
-  unsigned char *op_hbm;  /* per op: OP_HBM_MOVES | OP_HBM_READS | OP_VECTOR */
-  int64_t mov;            /* extra start cost of a matmul/convolution kernel, cycles */
+  unsigned char *op_hbm;  /* per op: OP_HBM_MOVES | OP_HBM_READS | OP_VECTOR | OP_TRANSFERS | OP_HBM_WRITES | OP_MXU_HBM */
+  int64_t mov;            /* extra start cost of a matmul/convolution kernel reading HBM, cycles */
+  int64_t mwr;            /* extra start cost of one writing its result to HBM, cycles */
+  int64_t mbase;          /* extra start cost of every matmul/convolution kernel, cycles */
   double bpc;             /* HBM bytes per cycle */
   int64_t cap_events;
   int64_t *hbm_ready;     /* per HBM buffer: completion of its latest writer (dma.out/.hbm) */

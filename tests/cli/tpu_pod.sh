@@ -15,11 +15,11 @@ command -v python3 > /dev/null && python3 -c "import numpy" 2> /dev/null || { ec
 # 9.634 -> 10.167 when a while loop's state stayed in VMEM (docs/timing.md, "Memory
 # spaces"): the scan body's kernels read it on chip, a pass charged in their own time.
 cat > "$T/bands" <<'EOF'
-pod_block_3d 1.411
-pod_conv_spatial 1.590
-pod_dp_mlp 3.256
+pod_block_3d 1.452
+pod_conv_spatial 1.644
+pod_dp_mlp 3.484
 pod_embed 1.772
-pod_fsdp_mlp 3.879
+pod_fsdp_mlp 3.940
 pod_layernorm_tp 2.444
 pod_megatron 4.690
 pod_moe 0.883

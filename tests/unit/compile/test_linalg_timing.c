@@ -219,7 +219,7 @@ int main(void) {
   /* closed forms on the published figures (one VPU op per cycle, DMAs at hbm_bw, no
    * per-kernel start cost), not the preset's calibration to the XLA cost model */
   g_chip.hbm_efficiency = g_chip.kernel_overhead_s = g_chip.vector_ops_per_cycle = 0;
-  g_chip.matmul_overhead_s = g_chip.eup_pushes_per_cycle = 0;
+  g_chip.matmul_overhead_s = g_chip.matmul_base_s = g_chip.matmul_write_s = g_chip.eup_pushes_per_cycle = 0;
   cholesky_small();
   cholesky_grouped();
   solves();

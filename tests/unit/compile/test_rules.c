@@ -288,7 +288,7 @@ static const rule_case k_cases[] = {
     {"kernel start 256x256", FIG_PROBE, "neg_f32_256x256", NULL, NULL, NULL, {1.128, 1.004, 1.004, 0.983}},
     /* MXU: GEMMs of several shapes and dtypes */
     {"MXU bf16 8192^3", FIG_PROBE, "gemm_bf16_8192", NULL, NULL, NULL, {1.011, 0.998, 0.993, 0.893}},
-    {"MXU bf16 128^3 (matmul start)", FIG_PROBE, "gemm_bf16_128", NULL, NULL, NULL, {1.007, 0.997, 0.986, 0.976}},
+    {"MXU bf16 128^3 (matmul start)", FIG_PROBE, "gemm_bf16_128", NULL, NULL, NULL, {1.060, 1.000, 0.995, 0.923}},
     {"MXU bf16 4096^3", FIG_CORPUS, "gemm_bf16_4096x4096x4096", NULL, NULL, NULL, {0.912, 0.994, 1.002, 0.964}},
     {"MXU bf16 2048x8192x2048", FIG_CORPUS, "gemm_bf16_2048x8192x2048", NULL, NULL, NULL, {0.928, 0.995, 0.991, 0.937}},
     {"MXU bf16 777x1234x555", FIG_CORPUS, "gemm_bf16_777x1234x555", NULL, NULL, NULL, {0.888, 0.980, 0.903, 0.941}},
