@@ -13,7 +13,7 @@
 #include "ir/verify.h"
 
 const char *const tpu_compile_pass_names[] = {"inline", "spmd-partition", "simplify", "combine-collectives",
-                                              "fuse",   "tile",           "layout",   "buffer-assign",
+                                              "fuse",   "memory-schedule", "tile",           "layout",   "buffer-assign",
                                               "schedule", "lower",        NULL};
 
 typedef struct {
@@ -58,6 +58,7 @@ static const hlo_pass k_hlo_passes[] = {
     {"simplify", tpu__pass_simplify},
     {"combine-collectives", tpu__pass_combine},
     {"fuse", tpu__pass_fuse},
+    {"memory-schedule", tpu__pass_mem_schedule},
 };
 
 /* An unknown --dump-after name is a usage error listing the valid names. */

@@ -491,6 +491,7 @@ tpu_status tpu_build_finish(tpu_builder *b, tpu_comp *c) {
       if (!state[i]) dfs_post(c->instrs, i, state, stack, order, &no);
     c->order = order;
     c->norder = no;
+    c->mem_order = NULL;
     for (int i = 0; i < n; i++) {
       tpu_instr *in = c->instrs[i];
       in->is_root = in == c->root;

@@ -173,6 +173,8 @@ struct tpu_comp {
   tpu_module *module;
   tpu_instr **order;  /* post-order (operands before users) of the instructions the root reaches, plus unreached ones */
   int norder;
+  tpu_instr **mem_order; /* the same instructions in the order the memory scheduler chose (compile/passes/mem_sched.c):
+                          * the order buffers are assigned in; NULL: `order` */
   const char *execution_thread; /* the thread the compiler runs it on ("sparsecore": a SparseCore
                                  * of v5p/v6e, docs/timing.md); NULL: the TensorCore's */
 };

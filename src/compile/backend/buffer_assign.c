@@ -95,7 +95,7 @@ int tpu__be_buffer_of(const tpu__be *be, const tpu_instr *in, int leaf) {
 static void place(tpu__be *be, const tpu_comp *c, int depth, int64_t *def, int64_t *wstart) {
   if (depth > 64) return;
   for (int i = 0; i < c->norder; i++) {
-    const tpu_instr *in = c->order[i];
+    const tpu_instr *in = c->mem_order ? c->mem_order[i] : c->order[i];
     if (in->op == TPU_OP_WHILE) {
       int64_t start = be->npos + 1;
       wstart[tpu__be_index(be, in)] = start;

@@ -43,6 +43,9 @@ tpu_status tpu__scan_rewrite(struct tpu_builder *b, tpu_module *m, int *changed)
 tpu_status tpu__space_to_batch(struct tpu_builder *b, tpu_module *m, int *changed);
 /* Groups ops into `fusion` instructions of kind kLoop, kOutput and kInput. */
 tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
+/* The order each computation runs in: of the post-order, a list schedule and a DFS
+ * schedule, the one with the lowest peak of live bytes (compile/passes/mem_sched.c). */
+tpu_status tpu__pass_mem_schedule(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d);
 
 /* The parameter of a fused computation that value v streams from: up single-operand ops
  * and dynamic-slices, and up the operand of an elementwise op that has v's size (not a

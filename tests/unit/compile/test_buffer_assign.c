@@ -75,6 +75,52 @@ static void loop_stack_in_place(void) {
   tpu_module_free(m);
 }
 
+/* The order a computation runs in is the XLA memory scheduler's: of the post-order, a list
+ * schedule and a DFS schedule, the one with the lowest peak (compile/passes/mem_sched.c).
+ * A head's backward as the planner writes it: the logits' gradient g (64 MiB) feeds the
+ * input gradient dx, which the rest of the backward pass (a 128 MiB product) consumes, and
+ * the head's weight gradient dw, listed last in the root. The post-order from the root runs
+ * dw at the end, so g lives beside the 128 MiB product; the list schedule runs dw as soon
+ * as dx has run (it frees g), as the XLA TPU compiler schedules the LM head's weight
+ * gradient before the backward loop. */
+static void weight_gradient_frees_early(void) {
+  const char *src =
+      "HloModule head_bwd\n"
+      "ENTRY e {\n"
+      "  x = f32[2048,1024] parameter(0)\n"
+      "  w = f32[1024,8192] parameter(1)\n"
+      "  w2 = f32[1024,16384] parameter(2)\n"
+      "  g = f32[2048,8192] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  dx = f32[2048,1024] dot(g, w), lhs_contracting_dims={1}, rhs_contracting_dims={1}\n"
+      "  h = f32[2048,1024] tanh(dx)\n"
+      "  big = f32[2048,16384] dot(h, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  e = f32[2048,16384] exponential(big)\n"
+      "  r = f32[2048,1024] dot(e, w2), lhs_contracting_dims={1}, rhs_contracting_dims={1}\n"
+      "  dw = f32[1024,8192] dot(x, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+      "  ROOT out = (f32[2048,1024], f32[1024,8192]) tuple(r, dw)\n"
+      "}\n";
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  tpu_chip chip; /* the preset as tpusim compile loads it */
+  tpu_diag d;
+  CHECK(tpu_chip_load("v5e", &chip, &d) == TPU_OK);
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &chip;
+  o.precision_override = -1;
+  tpu_program *p = NULL;
+  CHECK(m && tpu_compile(m, &o, &p, &d) == TPU_OK); /* the HLO passes too: memory-schedule is one */
+  if (p) {
+    printf("head backward: out %lld, temp %lld, peak %lld bytes\n", (long long)p->hbm_out, (long long)p->hbm_temp,
+           (long long)p->hbm_peak);
+    CHECK_EQ_INT(p->hbm_out, 8 * MiB + 32 * MiB);
+    /* the 128 MiB product and its exponential's without g beside them (with g: 64 MiB more) */
+    CHECK(p->hbm_temp < 128 * MiB + 64 * MiB); /* the post-order's: 192 MiB */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 /* A forward scan writes a 256 MiB stack; a second loop (the backward pass) reads one slice
  * of it per iteration and computes a 256 MiB product in its body. Nothing after the second
  * loop reads the first loop's result, so only the second loop's rule keeps the stack (a
@@ -363,6 +409,7 @@ int main(void) {
   collective_values_in_vmem();
   loop_stack_in_place();
   stack_read_by_a_later_loop();
+  weight_gradient_frees_early();
   loop_state_in_vmem();
   loop_read_only_and_copied();
   donation(0);

@@ -878,7 +878,7 @@ static void test_bad_dump_name(void) {
   tpu_compile_opts o = opts("fusion", NULL);
   CHECK_EQ_INT(tpu_compile_hlo(m, &o, &d), TPU_ERR_ARG);
   CHECK(strstr(d.msg, "unknown pass 'fusion'") != NULL);
-  CHECK(strstr(d.msg, "inline, spmd-partition, simplify, combine-collectives, fuse, tile, layout, buffer-assign, schedule, lower") != NULL);
+  CHECK(strstr(d.msg, "inline, spmd-partition, simplify, combine-collectives, fuse, memory-schedule, tile, layout, buffer-assign, schedule, lower") != NULL);
   tpu_module_free(m);
 }
 
@@ -959,7 +959,7 @@ static void test_cli(void) {
   /* Errors: one line on stderr, nothing on stdout, exit 2. */
   snprintf(cmd, sizeof cmd, "%s compile tests/hlo/compile/mlp.hlo --dump-after fusion 2>&1", bin);
   CHECK_EQ_INT(run_cmd(cmd, &out), 2);
-  CHECK(out && strstr(out, "error: unknown pass 'fusion' for --dump-after (passes: inline, spmd-partition, simplify, combine-collectives, fuse, tile"));
+  CHECK(out && strstr(out, "error: unknown pass 'fusion' for --dump-after (passes: inline, spmd-partition, simplify, combine-collectives, fuse, memory-schedule, tile"));
   free(out);
   snprintf(cmd, sizeof cmd, "%s compile tests/hlo/bad/add_dependency_token.hlo --emit hlo 2>/dev/null", bin);
   CHECK_EQ_INT(run_cmd(cmd, &out), 2);
