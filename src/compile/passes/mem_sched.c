@@ -404,7 +404,7 @@ static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int 
     }
     s.use0[i] = nuses;
     s.nuse[i] = no;
-    memcpy(s.uses + nuses, tmp, sizeof *tmp * (size_t)no);
+    if (no) memcpy(s.uses + nuses, tmp, sizeof *tmp * (size_t)no);
     nuses += no;
   }
   if (st == TPU_OK) {
