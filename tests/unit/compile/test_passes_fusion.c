@@ -1,0 +1,565 @@
+/* The HLO passes' fusion decisions (through tpu_compile_hlo): cheap producers recomputed in
+ * each reader, a dot with its GELU in one kernel, expensive producers reused, a reduce that
+ * writes its narrowed result, window fusion, a matmul's prologue and epilogue fused, sibling
+ * fusion, and dots reduced on the vector unit (dot_reduce). Moved from test_passes.c,
+ * unchanged. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "check.h"
+#include "util.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+#include "ref/ref.h"
+#include "passes_util.h"
+
+/* A cheap producer read by several fusions is recomputed in each (as XLA's instruction
+ * fusion duplicates it): RMSNorm's convert of x feeds both the sum of squares and the
+ * scaling, and no kernel writes the f32 copy of x. So is the transcendental unit's work
+ * (exp, power, ...); a division keeps its own kernel and is read by both. */
+static int shared_producer_kernels(const char *src, int *converts_in_fusions) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  if (!m) return -1;
+  tpu_compile_opts o = opts(NULL, NULL);
+  CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
+  int kernels = 0;
+  *converts_in_fusions = 0;
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT) continue;
+    kernels++;
+    if (in->op == TPU_OP_FUSION)
+      for (int k = 0; k < in->calls->ninstrs; k++) *converts_in_fusions += in->calls->instrs[k]->op == TPU_OP_CONVERT;
+  }
+  tpu_module_free(m);
+  return kernels;
+}
+
+static void test_shared_producer(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[64,128] parameter(0)\n c = f32[64,128] %s(x)\n"
+      " sq = f32[64,128] multiply(c, c)\n z = f32[] constant(0)\n"
+      " r = f32[64] reduce(sq, z), dimensions={1}, to_apply=add\n"
+      " rb = f32[64,128] broadcast(r), dimensions={0}\n y = f32[64,128] multiply(c, rb)\n"
+      " ROOT o = bf16[64,128] convert(y)\n}\n";
+  char src[1024];
+  int conv = 0;
+  snprintf(src, sizeof src, fmt, "convert");
+  int k = shared_producer_kernels(src, &conv);
+  printf("shared convert: %d kernels, converts in fusions %d\n", k, conv);
+  CHECK(k == 2);      /* the reduce fusion and the scaling fusion, no convert of its own */
+  CHECK(conv >= 3);   /* x's convert in both, and the output's */
+  /* exp (the transcendental unit's work) is recomputed too: the sum's kernel and the
+   * division's each compute it, as the XLA TPU compiler's exponential_reduce_fusion and
+   * exponential_divide_fusion do; a division is not recomputed (tpusim: its own kernel,
+   * read by both; the compiler makes it one multi-output kernel with the sum, 2 in all) */
+  const char *fmt2 =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[64,128] parameter(0)\n c = f32[64,128] %s(x, x)\n"
+      " z = f32[] constant(0)\n r = f32[64] reduce(c, z), dimensions={1}, to_apply=add\n"
+      " rb = f32[64,128] broadcast(r), dimensions={0}\n ROOT y = f32[64,128] divide(c, rb)\n}\n";
+  snprintf(src, sizeof src, fmt2, "power");
+  k = shared_producer_kernels(src, &conv);
+  printf("shared power: %d kernels\n", k);
+  CHECK(k == 2);
+  snprintf(src, sizeof src, fmt2, "divide");
+  k = shared_producer_kernels(src, &conv);
+  printf("shared divide: %d kernels\n", k);
+  CHECK(k == 3);
+}
+
+/* src parsed and compiled for g_chip (checked); NULL when it does not parse. */
+
+/* Fusion around the matrix unit (docs/compiler.md): the kernels of a compiled entry, and per
+ * kernel the dots, reduces and divides it holds. */
+typedef struct {
+  int kernels, dots[8], reduces[8], divides[8], multiplies[8];
+} kernel_census;
+
+static kernel_census census(const char *src) {
+  kernel_census kc;
+  memset(&kc, 0, sizeof kc);
+  tpu_module *m = compile_src(src);
+  if (!m) return kc;
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT || in->op == TPU_OP_GET_TUPLE_ELEMENT ||
+        in->op == TPU_OP_TUPLE)
+      continue;
+    int k = kc.kernels++;
+    if (k >= 8) continue;
+    const tpu_comp *c = in->op == TPU_OP_FUSION ? in->calls : NULL;
+    int n = c ? c->ninstrs : 1;
+    for (int j = 0; j < n; j++) {
+      tpu_opcode op = c ? c->instrs[j]->op : in->op;
+      kc.dots[k] += op == TPU_OP_DOT;
+      kc.reduces[k] += op == TPU_OP_REDUCE;
+      kc.divides[k] += op == TPU_OP_DIVIDE;
+      kc.multiplies[k] += op == TPU_OP_MULTIPLY;
+    }
+  }
+  tpu_module_free(m);
+  return kc;
+}
+
+/* A dot's epilogue whose first step several later steps read (GELU over a bias add: the
+ * sum is read five times): fusion decides producers consumers-first, so the bias add is
+ * owned by the group and the dot joins it: one kOutput kernel, as the XLA TPU compiler
+ * compiles gemm + bias + GELU (bench/fidelity gemm_bias_gelu). */
+static void test_dot_gelu_one_kernel(void) {
+  const char *src =
+      "HloModule m\nENTRY e {\n x = bf16[256,512] parameter(0)\n w = bf16[512,256] parameter(1)\n"
+      " b = bf16[256] parameter(2)\n d = bf16[256,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " bb = bf16[256,256] broadcast(b), dimensions={1}\n h = bf16[256,256] add(d, bb)\n"
+      " h2 = bf16[256,256] multiply(h, h)\n h3 = bf16[256,256] multiply(h2, h)\n"
+      " c1 = bf16[] constant(0.0447)\n c1b = bf16[256,256] broadcast(c1), dimensions={}\n"
+      " t1 = bf16[256,256] multiply(h3, c1b)\n t2 = bf16[256,256] add(h, t1)\n"
+      " c2 = bf16[] constant(0.797)\n c2b = bf16[256,256] broadcast(c2), dimensions={}\n"
+      " t3 = bf16[256,256] multiply(t2, c2b)\n th = bf16[256,256] tanh(t3)\n"
+      " one = bf16[] constant(1)\n oneb = bf16[256,256] broadcast(one), dimensions={}\n"
+      " t4 = bf16[256,256] add(th, oneb)\n half = bf16[] constant(0.5)\n halfb = bf16[256,256] broadcast(half), dimensions={}\n"
+      " t5 = bf16[256,256] multiply(t4, halfb)\n ROOT y = bf16[256,256] multiply(h, t5)\n}\n";
+  kernel_census kc = census(src);
+  printf("dot + bias + GELU: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 1);
+  CHECK_EQ_INT(kc.dots[0], 1);
+}
+
+/* The kernels of a compiled entry (parameters, constants and tuples left out), and for each
+ * of the first 8 how many of its ops have opcode `op`. */
+static int kernels_with(const char *src, tpu_opcode op, int per[8]) {
+  memset(per, 0, sizeof(int) * 8);
+  tpu_module *m = compile_src(src);
+  if (!m) return -1;
+  int k = 0;
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT || in->op == TPU_OP_GET_TUPLE_ELEMENT ||
+        in->op == TPU_OP_TUPLE)
+      continue;
+    if (k < 8) {
+      const tpu_comp *c = in->op == TPU_OP_FUSION ? in->calls : NULL;
+      for (int j = 0, n = c ? c->ninstrs : 1; j < n; j++) per[k] += (c ? c->instrs[j]->op : in->op) == op;
+    }
+    k++;
+  }
+  tpu_module_free(m);
+  return k;
+}
+
+/* XLA's instruction fusion keeps an expensive producer (a dot, the transcendental unit's
+ * work, a division) out of a consumer that reuses its elements (a broadcast): a
+ * squeeze-and-excitation gate, sigmoid(dot) broadcast over the activations it scales, is the
+ * dot's kernel with its epilogue (the compiler's kOutput fusion of f32[8,96]), then a scaling
+ * kernel that only broadcasts (families mbconv_fwd_*); a norm's rsqrt of the row sums is a
+ * kernel of its own, not computed in the kernel that scales every element by it (the
+ * compiler's add_rsqrt_fusion). A cheap producer still joins through a broadcast. */
+static void test_expensive_reuse(void) {
+  const char *se =
+      "HloModule m\nENTRY e {\n x = bf16[8,56,56,96] parameter(0)\n g = f32[8,4] parameter(1)\n"
+      " w = f32[4,96] parameter(2)\n d = f32[8,96] dot(g, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " n = f32[8,96] negate(d)\n e = f32[8,96] exponential(n)\n c = bf16[8,96] convert(e)\n"
+      " b = bf16[8,56,56,96] broadcast(c), dimensions={0,3}\n ROOT y = bf16[8,56,56,96] multiply(x, b)\n}\n";
+  int dots[8], exps[8], muls[8];
+  int k = kernels_with(se, TPU_OP_DOT, dots);
+  kernels_with(se, TPU_OP_EXP, exps);
+  kernels_with(se, TPU_OP_MULTIPLY, muls);
+  printf("SE gate: %d kernels, dots %d/%d, exps %d/%d, multiplies %d/%d\n", k, dots[0], dots[1], exps[0], exps[1],
+         muls[0], muls[1]);
+  CHECK_EQ_INT(k, 2);
+  CHECK_EQ_INT(dots[0] + dots[1], 1);
+  CHECK(dots[0] ? exps[0] == 1 && muls[1] == 1 : exps[1] == 1 && muls[0] == 1); /* exp with the dot */
+  const char *norm =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[256,384] parameter(0)\n sq = f32[256,384] multiply(x, x)\n z = f32[] constant(0)\n"
+      " r = f32[256] reduce(sq, z), dimensions={1}, to_apply=add\n q = f32[256] %s(r)\n"
+      " qb = f32[256,384] broadcast(q), dimensions={0}\n ROOT y = f32[256,384] multiply(x, qb)\n}\n";
+  char src[1024];
+  int rs[8];
+  snprintf(src, sizeof src, norm, "rsqrt");
+  k = kernels_with(src, TPU_OP_RSQRT, rs);
+  kernels_with(src, TPU_OP_MULTIPLY, muls);
+  printf("norm rsqrt: %d kernels\n", k);
+  CHECK_EQ_INT(k, 3); /* sum of squares, rsqrt, scaling */
+  CHECK_EQ_INT(rs[2], 0); /* not in the scaling kernel (the root, last) */
+  CHECK_EQ_INT(rs[0] + rs[1], 1);
+  snprintf(src, sizeof src, norm, "negate"); /* cheap: computed in the scaling kernel */
+  k = kernels_with(src, TPU_OP_NEGATE, rs);
+  printf("norm negate: %d kernels\n", k);
+  CHECK_EQ_INT(k, 2);
+}
+
+/* A dynamic-slice reads only its window: a pad it slices is computed in the slice's kernel
+ * over the window and recomputed in each slice that reads it, never stored whole (XLA's
+ * windowed-einsum loops select a step's block as the maximum of two slices of an operand
+ * padded with -inf; the compiler's final programs fuse both into the matmul's operand). A
+ * slice of a parameter stays as it was. */
+static void test_window_fusion(void) {
+  const char *src =
+      "HloModule m\nENTRY e {\n x = bf16[64,1,1024] parameter(0)\n i = s32[] parameter(1)\n"
+      " j = s32[] parameter(2)\n z = s32[] constant(0)\n n = bf16[] constant(-inf)\n"
+      " p = bf16[64,2,1024] pad(x, n), padding=0_0x0_1x0_0\n q = bf16[64,2,1024] pad(x, n), padding=0_0x1_0x0_0\n"
+      " a = bf16[64,2,128] dynamic-slice(p, z, z, i), dynamic_slice_sizes={64,2,128}\n"
+      " b = bf16[64,2,128] dynamic-slice(q, z, z, j), dynamic_slice_sizes={64,2,128}\n"
+      " c = bf16[64,2,128] dynamic-slice(p, z, z, j), dynamic_slice_sizes={64,2,128}\n"
+      " m = bf16[64,2,128] maximum(a, b)\n ROOT y = bf16[64,2,128] add(m, c)\n}\n";
+  int pads[8], ds[8];
+  int k = kernels_with(src, TPU_OP_PAD, pads);
+  kernels_with(src, TPU_OP_DYNAMIC_SLICE, ds);
+  int npad = 0, nds = 0;
+  for (int i = 0; i < 8 && i < k; i++) {
+    printf("window kernel %d: %d pads, %d dynamic-slices\n", i, pads[i], ds[i]);
+    CHECK_EQ_INT(pads[i], ds[i]); /* each slice computes its own window of its pad */
+    npad += pads[i];
+    nds += ds[i];
+  }
+  CHECK_EQ_INT(nds, 3);
+  CHECK_EQ_INT(npad, 3);
+  const char *param =
+      "HloModule m\nENTRY e {\n x = bf16[8,64,128] parameter(0)\n i = s32[] parameter(1)\n z = s32[] constant(0)\n"
+      " a = bf16[1,64,128] dynamic-slice(x, i, z, z), dynamic_slice_sizes={1,64,128}\n"
+      " ROOT y = bf16[1,64,128] negate(a)\n}\n";
+  k = kernels_with(param, TPU_OP_DYNAMIC_SLICE, ds);
+  printf("slice of a parameter: %d kernels\n", k);
+  CHECK_EQ_INT(k, 2);
+}
+
+/* A reduce whose result is narrowed (a bf16 sum accumulated in f32) writes the narrow type
+ * itself, one kernel, as the XLA TPU compiler's reduce to bf16 (families reduce_sum_*_bf16);
+ * a widening convert of the sum stays a kernel of its own. */
+static void test_narrowed_reduce(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[64,128] parameter(0)\n c = f32[64,128] convert(x)\n z = f32[] constant(0)\n"
+      " r = f32[64] reduce(c, z), dimensions={1}, to_apply=add\n ROOT y = %s[64] convert(r)\n}\n";
+  char src[1024];
+  int conv[8];
+  snprintf(src, sizeof src, fmt, "bf16");
+  int k = kernels_with(src, TPU_OP_CONVERT, conv);
+  printf("bf16 sum: %d kernels\n", k);
+  CHECK_EQ_INT(k, 1);
+  CHECK_EQ_INT(conv[0], 2);
+  snprintf(src, sizeof src, fmt, "f64");
+  k = kernels_with(src, TPU_OP_CONVERT, conv);
+  printf("f64 of an f32 sum: %d kernels\n", k);
+  CHECK_EQ_INT(k, 2);
+  /* narrowed, then transposed, on its way out of the program: where the result's layout (the
+   * least padded one) holds the sum in the order the reduce writes it, the reduce writes it
+   * so, one kernel (the compiler's reduce to bf16[16,3]{0,1} for einsum('bca,ba->ac')); where
+   * it does not (bf16[4,8]{1,0} from a sum laid out [8,4]), the transpose is a kernel of its
+   * own, as the compiler's `copy` */
+  const char *tfmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[%d,%d,512] parameter(0)\n c = f32[%d,%d,512] convert(x)\n z = f32[] constant(0)\n"
+      " r = f32[%d,%d] reduce(c, z), dimensions={2}, to_apply=add\n n = bf16[%d,%d] convert(r)\n"
+      " ROOT t = bf16[%d,%d] transpose(n), dimensions={1,0}\n}\n";
+  int shapes[2][2] = {{3, 16}, {8, 4}};
+  for (int i = 0; i < 2; i++) {
+    int a = shapes[i][0], b = shapes[i][1];
+    snprintf(src, sizeof src, tfmt, a, b, a, b, a, b, a, b, b, a);
+    k = kernels_with(src, TPU_OP_CONVERT, conv);
+    printf("f32[%d,%d] sum narrowed and transposed to bf16[%d,%d]: %d kernels\n", a, b, b, a, k);
+    CHECK_EQ_INT(k, i == 0 ? 1 : 2);
+  }
+}
+
+static void test_matmul_fusion(void) {
+  /* attention: softmax(q k^T / 8) v over rows of S */
+  const char *attn =
+      "HloModule m\nmx { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] maximum(a, b) }\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n q = bf16[2,4,%d,64] parameter(0)\n k = bf16[2,4,%d,64] parameter(1)\n"
+      " v = bf16[2,4,%d,64] parameter(2)\n"
+      " s = bf16[2,4,%d,%d] dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={3}\n"
+      " sf = f32[2,4,%d,%d] convert(s)\n c8 = f32[] constant(8)\n b8 = f32[2,4,%d,%d] broadcast(c8), dimensions={}\n"
+      " sc = f32[2,4,%d,%d] divide(sf, b8)\n ninf = f32[] constant(-inf)\n"
+      " m = f32[2,4,%d] reduce(sc, ninf), dimensions={3}, to_apply=mx\n"
+      " mb = f32[2,4,%d,%d] broadcast(m), dimensions={0,1,2}\n d = f32[2,4,%d,%d] subtract(sc, mb)\n"
+      " ex = f32[2,4,%d,%d] exponential(d)\n z = f32[] constant(0)\n"
+      " sm = f32[2,4,%d] reduce(ex, z), dimensions={3}, to_apply=add\n"
+      " smb = f32[2,4,%d,%d] broadcast(sm), dimensions={0,1,2}\n p = f32[2,4,%d,%d] divide(ex, smb)\n"
+      " pb = bf16[2,4,%d,%d] convert(p)\n"
+      " ROOT o = bf16[2,4,%d,64] dot(pb, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n}\n";
+  char src[4096];
+  int rows[2] = {256, 4096};
+  for (int t = 0; t < 2; t++) {
+    int r = rows[t];
+    snprintf(src, sizeof src, attn, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r);
+    kernel_census kc = census(src);
+    printf("attention, rows of %d: %d kernels\n", r, kc.kernels);
+    if (t == 0) {
+      /* q k^T with the max, exp and sum in its epilogue; the division fed into p v */
+      CHECK_EQ_INT(kc.kernels, 2);
+      CHECK(kc.dots[0] == 1 && kc.reduces[0] == 2 && kc.divides[0] == 1);
+      CHECK(kc.dots[1] == 1 && kc.reduces[1] == 0 && kc.divides[1] == 1);
+    } else {
+      /* rows over MATMUL_ROW_MAX: the exponent step is its own kernel (with the sum) */
+      CHECK_EQ_INT(kc.kernels, 3);
+      CHECK(kc.dots[0] == 1 && kc.reduces[0] == 1);
+      CHECK(kc.dots[1] == 0 && kc.reduces[1] == 1);
+      CHECK(kc.dots[2] == 1 && kc.divides[2] == 1);
+    }
+  }
+  /* RMSNorm feeding three projections: its scaling is computed in each matmul's operand */
+  const char *norm =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[64,256] parameter(0)\n g = f32[256] parameter(1)\n"
+      " wq = bf16[256,256] parameter(2)\n wk = bf16[256,256] parameter(3)\n wv = bf16[256,256] parameter(4)\n"
+      " xf = f32[64,256] convert(x)\n sq = f32[64,256] multiply(xf, xf)\n z = f32[] constant(0)\n"
+      " ss = f32[64] reduce(sq, z), dimensions={1}, to_apply=add\n"
+      " rs = f32[64] rsqrt(ss)\n rb = f32[64,256] broadcast(rs), dimensions={0}\n"
+      " gb = f32[64,256] broadcast(g), dimensions={1}\n n0 = f32[64,256] multiply(xf, rb)\n"
+      " n1 = f32[64,256] multiply(n0, gb)\n nb = bf16[64,256] convert(n1)\n"
+      " yq = bf16[64,256] dot(nb, wq), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " yk = bf16[64,256] dot(nb, wk), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " yv = bf16[64,256] dot(nb, wv), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " ROOT t = (bf16[64,256], bf16[64,256], bf16[64,256]) tuple(yq, yk, yv)\n}\n";
+  kernel_census kc = census(norm);
+  printf("RMSNorm into three projections: %d kernels\n", kc.kernels);
+  /* the sum of squares, its rsqrt (a kernel of its own, as the compiler's add_rsqrt_fusion in
+   * families llama_fwd_*: an expensive producer stays out of the kernels that broadcast it),
+   * then three matmuls */
+  CHECK_EQ_INT(kc.kernels, 5);
+  int scaled = 0;
+  for (int k = 0; k < 5 && k < kc.kernels; k++) scaled += kc.dots[k] == 1 && kc.multiplies[k] >= 2;
+  CHECK_EQ_INT(scaled, 3);
+}
+
+/* Sibling multi-output fusion (compile/passes/fuse_merge.c): two reductions over one array become
+ * one kernel (a column sum and a row sum), two scalings of it one kernel, but a reduction
+ * and an independent scaling stay two (the XLA TPU compiler's choice, probed on v5e). */
+static void test_sibling_fusion(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n xb = bf16[256,512] parameter(0)\n x = f32[256,512] convert(xb)\n z = f32[] constant(0)\n"
+      " two = f32[] constant(2)\n tb = f32[256,512] broadcast(two), dimensions={}\n"
+      " col = f32[512] reduce(x, z), dimensions={0}, to_apply=add\n"
+      " sq = f32[256,512] multiply(x, x)\n row = f32[256] reduce(sq, z), dimensions={1}, to_apply=add\n"
+      " s2 = f32[256,512] multiply(x, tb)\n s3 = f32[256,512] add(x, tb)\n"
+      " ROOT t = %s tuple(%s)\n}\n";
+  char src[1024];
+  snprintf(src, sizeof src, fmt, "(f32[512], f32[256])", "col, row");
+  kernel_census kc = census(src);
+  printf("column sum + row sum: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 1);
+  snprintf(src, sizeof src, fmt, "(f32[256,512], f32[256,512])", "s2, s3");
+  kc = census(src);
+  printf("two scalings: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 1);
+  snprintf(src, sizeof src, fmt, "(f32[512], f32[256,512])", "col, s2");
+  kc = census(src);
+  printf("column sum + scaling: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 2);
+}
+
+/* Dot strength reduction (compile/passes/dot_reduce.c): a dot with a vector operand runs as one
+ * multiply + reduce kernel; a dot with rows on both sides, or whose matrix operand lists its
+ * contracting dimensions out of order, stays a dot. */
+static void test_dot_strength_reduction(void) {
+  const char *fmt =
+      "HloModule m\nENTRY e {\n x = bf16[%d,512] parameter(0)\n w = bf16[512,256] parameter(1)\n"
+      " ROOT y = bf16[%d,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+  char src[512];
+  snprintf(src, sizeof src, fmt, 1, 1);
+  kernel_census kc = census(src);
+  int dots = 0, reduces = 0, mults = 0;
+  for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k], reduces += kc.reduces[k], mults += kc.multiplies[k];
+  printf("decode step with one token: %d kernels, %d dots, %d reduces\n", kc.kernels, dots, reduces);
+  CHECK(dots == 0 && reduces == 1 && mults == 1);
+  CHECK(kc.reduces[0] == 1 && kc.multiplies[0] == 1); /* one kernel reads w and sums */
+  snprintf(src, sizeof src, fmt, 8, 8);
+  kc = census(src);
+  dots = 0;
+  for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+  CHECK_EQ_INT(dots, 1);
+  /* the matrix lists its contracting dimensions descending (JAX's 'badc,adbc->ba'): still a
+   * vector product, reduced, the matrix transposed first so that the sum runs in the dot's
+   * order; the values bit for bit the dot's */
+  const char *desc = "HloModule m\nENTRY e {\n a = f32[6,5] parameter(0)\n b = f32[7,5,6] parameter(1)\n"
+                     " ROOT y = f32[7] dot(a, b), lhs_contracting_dims={0,1}, rhs_contracting_dims={2,1}\n}\n";
+  kc = census(desc);
+  dots = 0;
+  for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+  CHECK_EQ_INT(dots, 0);
+  {
+    tpu_module *m0 = NULL, *m1 = NULL;
+    tpu_diag d;
+    CHECK(tpu_hlo_parse("desc.hlo", desc, strlen(desc), &m0, &d) == TPU_OK);
+    CHECK(tpu_hlo_parse("desc.hlo", desc, strlen(desc), &m1, &d) == TPU_OK);
+    tpu_compile_opts o = opts(NULL, NULL);
+    if (m0 && m1 && tpu_compile_hlo(m1, &o, &d) == TPU_OK) {
+      tpu_tensor x[2], r0, r1;
+      memset(&r0, 0, sizeof r0);
+      memset(&r1, 0, sizeof r1);
+      int64_t da[2] = {6, 5}, db[3] = {7, 5, 6};
+      CHECK(tpu_tensor_alloc(&x[0], TPU_F32, 2, da, &d) == TPU_OK);
+      CHECK(tpu_tensor_alloc(&x[1], TPU_F32, 3, db, &d) == TPU_OK);
+      /* magnitudes spread over 2^-10 .. 2^10: a sum in another order rounds otherwise */
+      for (int i = 0; i < 30; i++) tpu_tensor_set_f64(&x[0], i, ((i * 7) % 11 - 5) * (double)(1 << (i % 21)) / 1024.0 + 0.3);
+      for (int i = 0; i < 210; i++) tpu_tensor_set_f64(&x[1], i, ((i * 5) % 13 - 6) * 1.0009765625 + i * 0.001);
+      CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
+      CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
+      CHECK(same_bits(&r0, &r1));
+      tpu_tensor_free(&x[0]);
+      tpu_tensor_free(&x[1]);
+      tpu_tensor_free(&r0);
+      tpu_tensor_free(&r1);
+    } else {
+      CHECK(0);
+    }
+    tpu_module_free(m0);
+    tpu_module_free(m1);
+  }
+  /* every contracting dimension of size 1 ('abcd,bca->adb' with c = 1): products, no
+   * reduce, in one loop kernel with the result's transpose; 0 + p as the dot computes it
+   * (bit for bit, -0 products included) */
+  {
+    const char *one = "HloModule m\nENTRY e {\n b = bf16[16,1,8] parameter(0)\n a = bf16[8,16,1,64] parameter(1)\n"
+                      " d = bf16[8,16,64] dot(b, a), lhs_batch_dims={2,0}, lhs_contracting_dims={1}, rhs_batch_dims={0,1}, "
+                      "rhs_contracting_dims={2}\n ROOT t = bf16[8,64,16] transpose(d), dimensions={0,2,1}\n}\n";
+    kc = census(one);
+    int red = 0;
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k], red += kc.reduces[k];
+    printf("'abcd,bca->adb' with c = 1: %d kernels, %d dots, %d reduces\n", kc.kernels, dots, red);
+    CHECK_EQ_INT(dots, 0);
+    CHECK_EQ_INT(red, 0);
+    CHECK_EQ_INT(kc.kernels, 1);
+    tpu_module *m0 = NULL, *m1 = NULL;
+    tpu_diag d;
+    CHECK(tpu_hlo_parse("one.hlo", one, strlen(one), &m0, &d) == TPU_OK);
+    CHECK(tpu_hlo_parse("one.hlo", one, strlen(one), &m1, &d) == TPU_OK);
+    tpu_compile_opts o = opts(NULL, NULL);
+    if (m0 && m1 && tpu_compile_hlo(m1, &o, &d) == TPU_OK) {
+      tpu_tensor x[2], r0, r1;
+      memset(&r0, 0, sizeof r0);
+      memset(&r1, 0, sizeof r1);
+      int64_t db[3] = {16, 1, 8}, da[4] = {8, 16, 1, 64};
+      CHECK(tpu_tensor_alloc(&x[0], TPU_BF16, 3, db, &d) == TPU_OK);
+      CHECK(tpu_tensor_alloc(&x[1], TPU_BF16, 4, da, &d) == TPU_OK);
+      for (int i = 0; i < 128; i++) tpu_tensor_set_f64(&x[0], i, i % 5 == 0 ? 0.0 : (i % 3 - 1) * 1.5);
+      for (int i = 0; i < 8192; i++) tpu_tensor_set_f64(&x[1], i, i % 7 == 0 ? -0.0 : (i % 9 - 4) * 0.25);
+      CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
+      CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
+      CHECK(same_bits(&r0, &r1));
+      tpu_tensor_free(&x[0]);
+      tpu_tensor_free(&x[1]);
+      tpu_tensor_free(&r0);
+      tpu_tensor_free(&r1);
+    } else {
+      CHECK(0);
+    }
+    tpu_module_free(m0);
+    tpu_module_free(m1);
+  }
+  /* a bf16 result in another order than the sum's ('bca,ba->ac', b = 1024, c = 3): narrowed
+   * first, so the reduce writes bf16 and, the result's layout holding the sum's order, in
+   * that layout: one kernel, as the compiler's multiply_reduce fusion to bf16[16,3]{0,1} */
+  kc = census("HloModule m\nENTRY e {\n a = bf16[1024,3,16] parameter(0)\n b = bf16[1024,16] parameter(1)\n"
+              " ROOT d = bf16[16,3] dot(a, b), lhs_batch_dims={2}, lhs_contracting_dims={0}, rhs_batch_dims={1}, "
+              "rhs_contracting_dims={0}\n}\n");
+  printf("'bca,ba->ac': %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 1);
+  /* A batch of vector products with a contraction shorter than 64 (a Mamba step's state . C,
+   * 'bdn,bn->bd'): multiply + reduce whatever the batch, as the XLA TPU compiler's kLoop
+   * multiply_reduce fusions for n = 16, 32, 48; n = 64 stays on the MXU. */
+  const char *mb = "HloModule m\nENTRY e {\n h = f32[4,2048,%d] parameter(0)\n c = f32[4,%d] parameter(1)\n"
+                   " ROOT y = f32[4,2048] dot(h, c), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+                   "rhs_contracting_dims={1}\n}\n";
+  int ns[4] = {16, 32, 48, 64};
+  for (int i = 0; i < 4; i++) {
+    snprintf(src, sizeof src, mb, ns[i], ns[i]);
+    kc = census(src);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    printf("'bdn,bn->bd' with n = %d: %d dots\n", ns[i], dots);
+    CHECK_EQ_INT(dots, ns[i] < 64 ? 0 : 1);
+  }
+  /* A batch of vector products (decode attention's p . v over b x h heads): the MXU when no
+   * batch dimension is 1, multiply + reduce when one is, or when a reduction reads the result
+   * (q . k feeding the softmax's maximum). */
+  const char *pv =
+      "HloModule m\nmx { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT m = f32[] maximum(a, b) }\n"
+      "ENTRY e {\n p = bf16[%d,4,256] parameter(0)\n v = bf16[%d,4,256,128] parameter(1)\n"
+      " y = bf16[%d,4,128] dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={2}, rhs_batch_dims={0,1}, "
+      "rhs_contracting_dims={2}\n c = f32[%d,4,128] convert(y)\n z = f32[] constant(-inf)\n"
+      " ROOT r = %s\n}\n";
+  struct {
+    int b;
+    const char *root;
+    int want_dots;
+  } bc[] = {{8, "f32[8,4,128] negate(c)", 1}, {1, "f32[1,4,128] negate(c)", 0}, {8, "f32[8,4] reduce(c, z), dimensions={2}, to_apply=mx", 0}};
+  for (int i = 0; i < 3; i++) {
+    snprintf(src, sizeof src, pv, bc[i].b, bc[i].b, bc[i].b, bc[i].b, bc[i].root);
+    kc = census(src);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    CHECK_EQ_INT(dots, bc[i].want_dots);
+  }
+  /* A batch of vector products the vector unit computes whatever the contraction: both
+   * operands vectors ('ab,ab->a', a dot product per batch element), or the matrix's free
+   * elements within one register's 8 sublanes ('abk,ak->ab' with b = 3), as the compiler's
+   * multiply_reduce fusions for the families programs einsum_acb_bca_a_* and
+   * einsum_bca_ba_ac_*; with 96 free elements the MXU (einsum_abcd_cba_ad_*). */
+  struct {
+    const char *src;
+    int want_dots;
+  } vb[] = {
+      {"HloModule m\nENTRY e {\n x = bf16[32,1024] parameter(0)\n y = bf16[32,1024] parameter(1)\n"
+       " ROOT d = bf16[32] dot(x, y), lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, rhs_contracting_dims={1}\n}\n",
+       0},
+      {"HloModule m\nENTRY e {\n x = bf16[16,3,1024] parameter(0)\n y = bf16[16,1024] parameter(1)\n"
+       " ROOT d = bf16[16,3] dot(x, y), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}\n}\n",
+       0},
+      {"HloModule m\nENTRY e {\n x = bf16[32,96,384] parameter(0)\n y = bf16[32,384] parameter(1)\n"
+       " ROOT d = bf16[32,96] dot(x, y), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}\n}\n",
+       1},
+  };
+  for (int i = 0; i < 3; i++) {
+    kc = census(vb[i].src);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    printf("batched vector product %d: %d dots\n", i, dots);
+    CHECK_EQ_INT(dots, vb[i].want_dots);
+  }
+  /* A chip with vpu_batched_vector_dots (v6e, as its XLA compiler does): a batched p . v
+   * whose p keeps its size-1 query dimension runs on the vector unit; without that
+   * dimension (as above) it stays on the MXU; on other chips both stay dots. */
+  const char *pvq =
+      "HloModule m\nENTRY e {\n p = bf16[8,4,1,256] parameter(0)\n v = bf16[8,4,256,128] parameter(1)\n"
+      " y = bf16[8,4,1,128] dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, "
+      "rhs_contracting_dims={2}\n ROOT r = bf16[8,4,1,128] negate(y)\n}\n";
+  snprintf(src, sizeof src, pv, 8, 8, 8, 8, bc[0].root);
+  for (int flag = 0; flag < 2; flag++) {
+    g_chip.vpu_batched_vector_dots = flag;
+    int want_q = flag ? 0 : 1;
+    kc = census(pvq);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    CHECK_EQ_INT(dots, want_q);
+    kc = census(src);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    CHECK_EQ_INT(dots, 1);
+  }
+  g_chip.vpu_batched_vector_dots = 0;
+}
+
+int main(void) {
+  /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
+  test_shared_producer();
+  test_matmul_fusion();
+  test_dot_gelu_one_kernel();
+  test_expensive_reuse();
+  test_narrowed_reduce();
+  test_window_fusion();
+  test_dot_strength_reduction();
+  test_sibling_fusion();
+  CHECK_DONE();
+}
