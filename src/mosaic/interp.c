@@ -513,6 +513,10 @@ static tpu_status constant(mo_ctx *c, const tpu_mo_op *op) {
   const char *a = tpu_mo_attr(op, "value");
   const tpu_mo_type *t = &op->rest[0];
   if (!a) return tpu__mo_fail(c, op, TPU_ERR_INVALID, "a constant without a value");
+  if (c->count && t->kind == TPU_MO_VECTOR) { /* no values when counting: a vector's elements are never read */
+    tpu__mo_def_nodata(c, op->res[0], t);
+    return TPU_OK;
+  }
   tpu_status st = TPU_OK;
   double *r = tpu__mo_def(c, op->res[0], t, &st);
   if (!r) return st;
