@@ -48,9 +48,18 @@ tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_s
  * (compile/passes/param_copy.c). */
 tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m);
 
-/* Entry parameters take the least padded layout; a reduce-window sliding along its tile
- * reads one through a copy into row-major (relayout.c). */
+/* Entry parameters take the least padded layout; pooling reduce-windows their own
+ * (relayout.c, window_layout.c). */
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);
+/* The tiling (second in the sublanes, minor in the lanes) a pooling reduce-window w runs in:
+ * its result's least padded one where that pads strictly less than its operand's, else its
+ * operand's; 0 when w is not a pooling window (a scan, a whole row, a compiled program's). */
+int tpu__window_tiling(const tpu_chip *chip, const tpu_instr *w, int *second, int *minor);
+/* Does w slide along dimension second or minor (the tile of the layout it runs in)? */
+int tpu__window_in_tile(const tpu_instr *w, int second, int minor);
+/* Lays each pooling reduce-window of the entry out in its tiling; one that slides along
+ * that tile reads an entry parameter tiled otherwise through a copy (window_layout.c). */
+tpu_status tpu__fuse_window_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed);
 /* Is `in` a copy of an entry parameter into a layout tiled along other dimensions (a
  * relayout the compiler runs as a kernel of its own, never fused into its reader)? */
 int tpu__relayout_copy(const tpu_instr *in);

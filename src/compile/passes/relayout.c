@@ -20,9 +20,9 @@
  * row-major (the compiler's bf16[32,112,112,64] is {2,3,1,0}: 112 in the lanes, 1.14x,
  * where row-major pads 64 to 128; f32[4096,1000] is {0,1}). Of the parameters of the
  * compiled families corpus that some layout pads less than row-major, all 1,508 are laid
- * out so (1,076 of rank >= 3, 432 of rank 2), none row-major. A reduce-window sliding along the lanes or sublanes of
- * that layout reads it through a `copy` into row-major, as in the compiler's max-pool
- * programs (826,560 cycles on v6e, 451,584 on v5e for that array). A parameter a
+ * out so (1,076 of rank >= 3, 432 of rank 2), none row-major. A pooling reduce-window
+ * runs in a layout of its own, reading a parameter tiled otherwise through a `copy` where
+ * it slides along that layout's tile (window_layout.c). A parameter a
  * convolution reads keeps the convolution's layout (tile.c, vmem_assign.c), one a
  * bitcast, tuple, call or custom call reads the layout given. */
 #include <string.h>
@@ -212,16 +212,6 @@ static int row_major(const tpu_shape *s) {
   for (int i = 0; i < s->rank; i++)
     if (s->minor_to_major[i] != s->rank - 1 - i) return 0;
   return 1;
-}
-
-/* Does reduce-window w slide along dimension d of its operand? */
-static int slides_along(const tpu_instr *w, int d) {
-  return d < w->nwindow && (w->window[d].size > 1 || w->window[d].stride > 1 || w->window[d].base_dilation > 1);
-}
-
-/* Is r a reduce-window over p that slides along the tile (second, minor) p is laid out in? */
-static int pools_across_tile(const tpu_instr *r, const tpu_instr *p, int second, int minor) {
-  return r->op == TPU_OP_REDUCE_WINDOW && r->operands[0] == p && (slides_along(r, second) || slides_along(r, minor));
 }
 
 /* s laid out with dimension `minor` in the lanes, `second` in the sublanes, the rest major in order. */
@@ -442,13 +432,12 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
     if (p->op != TPU_OP_PARAMETER || !tpu_dtype_is_array(s->dtype) || s->rank < 2 || s->layout_tail ||
         !row_major(s) || tpu__least_tiling(chip, s, &second, &minor) >= tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1))
       continue;
-    int keep = 0, relay = 0;
+    int keep = 0;
     for (int k = 0; k < u.nusers[p->id]; k++) {
       const tpu_instr *r = u.users[p->id][k];
       if (r->op == TPU_OP_CONVOLUTION || r->op == TPU_OP_BITCAST || r->op == TPU_OP_TUPLE || r->op == TPU_OP_CALL ||
           r->op == TPU_OP_WHILE || r->op == TPU_OP_CONDITIONAL || r->op == TPU_OP_CUSTOM_CALL || r->op == TPU_OP_FUSION)
         keep = 1;
-      relay |= pools_across_tile(r, p, second, minor);
     }
     if (keep) {
       /* Read only as convolutions' input activations: the convolution's layout (batch in the
@@ -478,23 +467,12 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
       }
       continue;
     }
-    tpu_shape given = *s;
-    given.has_layout = 1;
-    for (int d = 0; d < s->rank; d++) given.minor_to_major[d] = (int8_t)(s->rank - 1 - d);
     tile_layout(s, minor, second);
     st = reader_copies(b, entry, chip, p, &u, second, minor, &changed);
-    if (st != TPU_OK || !relay) continue;
-    /* one copy into row-major, read by every reduce-window that slides along the tile */
-    tpu_instr *c = NULL;
-    st = tpu_build_instr_like(b, entry, p, TPU_OP_COPY, "copy.relayout", &given, &p, 1, &c);
-    for (int k = 0; st == TPU_OK && k < u.nusers[p->id]; k++) {
-      tpu_instr *r = u.users[p->id][k];
-      if (pools_across_tile(r, p, second, minor)) r->operands[0] = c;
-    }
-    changed = 1;
   }
   tpu_build_uses_free(&u);
   TPU_TRY(st);
+  TPU_TRY(tpu__fuse_window_layouts(b, entry, chip, &changed));
   TPU_TRY(gather_layouts(b, entry, &changed));
   return changed ? tpu_build_finish(b, entry) : TPU_OK;
 }

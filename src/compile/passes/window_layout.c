@@ -1,0 +1,110 @@
+/* The layout a pooling reduce-window runs in (part of the fuse pass's first step, own
+ * compilation only: a compiled program's layouts are its own).
+ *
+ * The XLA TPU compiler's layout assignment gives a reduce-window the layout of its result
+ * that pads least to the (sublanes x lanes) tile, where that pads strictly less than its
+ * operand's layout would; on a tie it keeps its operand's. Read from the 22 pooling programs
+ * of bench/fidelity (families and corpus, the same on v4, v5e, v5p and v6e):
+ * f32[32,112,112,3] laid out {2,1,3,0} is pooled into f32[32,110,110,3]{2,0,3,1} (110 in the
+ * lanes and the batch of 32 in the sublanes pads 1.16x, {2,1,3,0} 1.19x); f32[8,56,56,256]
+ * row-major into f32[8,18,18,256]{3,0,2,1} (18 rows pad to 24 row-major); f32[8,112,112,512]
+ * and f32[8,3000,512] stay row-major (nothing to pad either way); bf16[1,112,112,64]{2,3,1,0}
+ * stays {2,3,1,0}; bf16[32,112,112,64]{2,3,1,0} is pooled row-major (it ties with
+ * {3,0,2,1}, both 2x, where {2,3,1,0} pads 2.3x).
+ *
+ * Where the window slides along the tile of that layout (its sublanes or lanes) and an entry
+ * parameter arrives tiled otherwise, a `copy` into the window's layout is a kernel of its own
+ * (f32[32,112,112,3] {2,1,3,0} -> {2,0,3,1}: 15,330 cycles on v5e, then the reduce-window).
+ * Where it slides along major dimensions only, the compiler runs the reduce-window as a
+ * convolution-like kOutput kernel that relays its operand out as it reads it (its
+ * fusion.2 of f32[8,56,56,256] holds the copy to {3,0,2,1}): no copy of its own. Scans and
+ * windows over a whole dimension are left as they are (scan_rewrite.c, tile.c). */
+#include <string.h>
+
+#include "compile/passes/fuse.h"
+#include "compile/passes/hlo_passes.h"
+
+/* Does reduce-window w slide along dimension d of its operand? */
+static int slides(const tpu_instr *w, int d) {
+  return d >= 0 && d < w->nwindow && (w->window[d].size > 1 || w->window[d].stride > 1 || w->window[d].base_dilation > 1);
+}
+
+/* A pooling window: every dimension it slides along is longer than the window (not a scan
+ * or a whole row's maximum), and it has one operand and one init value. */
+static int pooling(const tpu_instr *w) {
+  const tpu_shape *s = &w->operands[0]->shape;
+  if (w->op != TPU_OP_REDUCE_WINDOW || w->noperands != 2 || w->shape.dtype == TPU_TUPLE || w->shape.rank < 2 ||
+      w->nwindow != s->rank || w->shape.layout_tail || s->layout_tail)
+    return 0;
+  int any = 0;
+  for (int d = 0; d < s->rank; d++) {
+    if (!slides(w, d)) continue;
+    if (w->window[d].size >= s->dims[d] && w->window[d].size > 1) return 0;
+    any = 1;
+  }
+  return any;
+}
+
+static void tiling_of(const tpu_shape *s, int *second, int *minor) {
+  *second = s->has_layout ? s->minor_to_major[1] : s->rank - 2;
+  *minor = s->has_layout ? s->minor_to_major[0] : s->rank - 1;
+}
+
+/* s laid out with `minor` in the lanes, `second` in the sublanes, the rest major in order
+ * (the compiler's {2,0,3,1} for lanes 2, sublanes 0). */
+static void tile_layout(tpu_shape *s, int minor, int second) {
+  int j = 0;
+  s->has_layout = 1;
+  s->minor_to_major[j++] = (int8_t)minor;
+  s->minor_to_major[j++] = (int8_t)second;
+  for (int d = s->rank - 1; d >= 0; d--)
+    if (d != minor && d != second) s->minor_to_major[j++] = (int8_t)d;
+}
+
+int tpu__window_tiling(const tpu_chip *chip, const tpu_instr *w, int *second, int *minor) {
+  if (!pooling(w)) return 0;
+  int os, om, ls, lm;
+  tiling_of(&w->operands[0]->shape, &os, &om);
+  *second = os, *minor = om;
+  if (tpu__least_tiling(chip, &w->shape, &ls, &lm) < tpu__tiled_as(chip, &w->shape, os, om)) *second = ls, *minor = lm;
+  return 1;
+}
+
+int tpu__window_in_tile(const tpu_instr *w, int second, int minor) { return slides(w, second) || slides(w, minor); }
+
+tpu_status tpu__fuse_window_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed) {
+  int n = entry->ninstrs;
+  for (int i = 0; i < n; i++) {
+    tpu_instr *w = entry->instrs[i];
+    int second, minor;
+    if (w->op != TPU_OP_REDUCE_WINDOW || !tpu__window_tiling(chip, w, &second, &minor)) continue;
+    tpu_instr *x = w->operands[0];
+    int os, om;
+    tiling_of(&x->shape, &os, &om);
+    tpu_shape want = w->shape;
+    if (os == second && om == minor && x->shape.has_layout)
+      memcpy(want.minor_to_major, x->shape.minor_to_major, sizeof want.minor_to_major[0] * (size_t)want.rank);
+    else
+      tile_layout(&want, minor, second);
+    want.has_layout = 1;
+    if (!w->shape.has_layout || memcmp(w->shape.minor_to_major, want.minor_to_major, sizeof want.minor_to_major[0] * (size_t)want.rank)) {
+      w->shape = want;
+      *changed = 1;
+    }
+    if ((os == second && om == minor) || x->op != TPU_OP_PARAMETER || !tpu__window_in_tile(w, second, minor)) continue;
+    /* the parameter through one copy per layout, shared by the windows that read it so */
+    tpu_shape to = x->shape;
+    tile_layout(&to, minor, second);
+    tpu_instr *c = NULL;
+    for (int k = n; k < entry->ninstrs && !c; k++) {
+      tpu_instr *y = entry->instrs[k];
+      if (y->op == TPU_OP_COPY && y->operands[0] == x &&
+          !memcmp(y->shape.minor_to_major, to.minor_to_major, sizeof to.minor_to_major[0] * (size_t)to.rank))
+        c = y;
+    }
+    if (!c) TPU_TRY(tpu_build_instr_like(b, entry, x, TPU_OP_COPY, "copy.relayout", &to, &x, 1, &c));
+    w->operands[0] = c;
+    *changed = 1;
+  }
+  return TPU_OK;
+}
