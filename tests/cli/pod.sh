@@ -203,6 +203,43 @@ for f, want in (("0", lambda d: a0 + full), ("1", lambda d: pair[d // 2]), ("2",
         assert np.array_equal(b[d], want(d)), (f, d)
 PY
 
+# Reduce-scatters that only accumulate are sunk too (XLA's WhileLoopAllReduceCodeMotion with
+# reduce-scatters): the loop sums the whole value and reduce-scatters once after it.
+"$BIN" compile tests/hlo/pod_rs_loop.hlo --dump-after combine-collectives > "$T/rsl" 2> "$T/err" ||
+  fail "compile pod_rs_loop exited $?: $(cat "$T/err")"
+body=$(sed -n '/^body {/,/^}/p' "$T/rsl")
+[ "$(echo "$body" | grep -c ' reduce-scatter(')" = 1 ] && echo "$body" | grep -q 'rs3 = .* reduce-scatter(v2)' &&
+  echo "$body" | grep -q 'parameter(0)' && echo "$body" | grep 'parameter(0)' | grep -q 'f32\[8,8\], f32\[8,8\], f32\[2,8\]' &&
+  grep -q 'f32\[2,8\] reduce-scatter(r1)' "$T/rsl" && grep -q 'f32\[8,4\] reduce-scatter(r2)' "$T/rsl" ||
+  fail "pod_rs_loop: not one reduce-scatter left in the body (rs3), whole state, two after the loop: $(grep -E 'reduce-scatter|parameter\(0\)' "$T/rsl")"
+# A loop that runs once sinks nothing (XLA's WhileLoopSimplifier removes it before the motion).
+sed 's/n = s32\[\] constant(3)/n = s32[] constant(1)/' tests/hlo/pod_rs_loop.hlo > "$T/rs1.hlo"
+"$BIN" compile "$T/rs1.hlo" --dump-after combine-collectives > "$T/rsl1" 2> "$T/err" || fail "compile rs1 exited $?: $(cat "$T/err")"
+[ "$(sed -n '/^ENTRY/,/^}/p' "$T/rsl1" | grep -c ' reduce-scatter(')" = 0 ] ||
+  fail "pod_rs_loop with one trip: reduce-scatters sunk from a loop that runs once"
+python3 -c "import numpy as np; np.save('$T/a.npy', (np.arange(16).reshape(2, 8) % 5).astype(np.float32)); \
+np.save('$T/x.npy', (np.arange(64).reshape(8, 8) % 7 - 3).astype(np.float32))"
+"$BIN" run tests/hlo/pod_rs_loop.hlo --backend ref -i "$T/a.npy" -i "$T/x.npy" -o "$T/rsl_ref" -q 2> "$T/err" ||
+  fail "ref run exited $?: $(cat "$T/err")"
+"$BIN" run tests/hlo/pod_rs_loop.hlo -i "$T/a.npy" -i "$T/x.npy" -o "$T/rsl_tpu" -q 2> "$T/err" || fail "tpu run exited $?: $(cat "$T/err")"
+python3 - "$T" <<'PY' || fail "pod_rs_loop: tpu values differ from the reference or the closed form"
+import sys
+import numpy as np
+t = sys.argv[1]
+a0, x = np.load(f"{t}/a.npy").astype(np.float64), np.load(f"{t}/x.npy").astype(np.float64)
+v = lambda i, p: x * (i + 1) + p
+full = [sum(v(i, p) for p in range(4)) for i in range(3)]
+pair = [sum(v(i, p) for i in range(3) for p in g) for g in ((0, 1), (2, 3))]
+want = (lambda d: a0 + sum(full)[2 * d:2 * d + 2],
+        lambda d: pair[d // 2][:, 4 * (d % 2):4 * (d % 2) + 4],
+        lambda d: sum(f[2 * d:2 * d + 2] ** 2 for f in full))
+for f, w in zip("012", want):
+    a, b = np.load(f"{t}/rsl_ref/{f}.npy"), np.load(f"{t}/rsl_tpu/{f}.npy")
+    assert np.array_equal(a, b), f
+    for d in range(4):
+        assert np.array_equal(b[d], w(d)), (f, d, b[d], w(d))
+PY
+
 # Collectives on disjoint kinds of link (x and y of a 2x4 slice) run side by side.
 "$BIN" run tests/hlo/pod_lanes.hlo --mode timing --top 0 > "$T/lanes" 2> "$T/err" || fail "pod_lanes exited $?: $(cat "$T/err")"
 rx=$(sed -n 's/^  rx  *all-reduce  *[0-9]*  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/lanes" | head -1)

@@ -404,44 +404,47 @@ def time_program(a, chip, st, tmp, tag):
 
 def run_one(a, chip, cand, tmp, idx):
     """Times one candidate. tpusim simulates every iteration of the microbatch loop, and they
-    are identical (same program, same shapes), so with more than two microbatches the step is
-    t(1) + (m - 1) (t(2) - t(1)) from programs with one and two iterations (--exact times the
-    whole loop; tests/cli/plan.sh checks both agree)."""
+    are identical (same program, same shapes), so with more than three microbatches the step is
+    t(2) + (m - 2) (t(3) - t(2)) from programs with two and three iterations (--exact times the
+    whole loop; tests/cli/plan.sh checks both agree). Not one and two: a loop that runs once is
+    compiled without the loop's code motion (XLA's WhileLoopSimplifier removes it first, so its
+    reduce-scatters are not sunk after it), and the two would not differ by one iteration."""
     st = gen.Step(a.model, cand)
     why = st.check()
     if why:
         return {"status": "invalid", "why": why}
     m = cand["micro"]
-    if m <= 2 or a.exact or stages(cand) > 1:  # a pipeline's loops are not per microbatch
+    if m <= 3 or a.exact or stages(cand) > 1:  # a pipeline's loops are not per microbatch
         kind, j = time_program(a, chip, st, tmp, idx)
         if kind != "ok":
             return {"status": kind, "why": "HBM" if kind == "no-fit" else j, **({"hbm_need": j} if kind == "no-fit" else {})}
         step_s, hw = j["step"]["seconds"], j["flops"]["mfu"]
         comm = [j.get("pod", {}).get(k, 0.0) for k in ("dcn_seconds", "ici_seconds")]
     else:
-        k1, j1 = time_program(a, chip, gen.Step(a.model, dict(cand, trips=1)), tmp, f"{idx}a")
+        k1, j1 = time_program(a, chip, gen.Step(a.model, dict(cand, trips=2)), tmp, f"{idx}a")
         if k1 != "ok":
             return {"status": k1, "why": "HBM" if k1 == "no-fit" else j1, **({"hbm_need": j1} if k1 == "no-fit" else {})}
-        k2, j2 = time_program(a, chip, gen.Step(a.model, dict(cand, trips=2)), tmp, f"{idx}b")
+        k2, j2 = time_program(a, chip, gen.Step(a.model, dict(cand, trips=3)), tmp, f"{idx}b")
         if k2 != "ok":
             return {"status": k2, "why": "HBM" if k2 == "no-fit" else j2, **({"hbm_need": j2} if k2 == "no-fit" else {})}
         c1, c2 = j1["step"]["cycles"], j2["step"]["cycles"]
-        step_s = (c1 + (m - 1) * (c2 - c1)) / j1["step"]["clock_hz"]
+        n = m - 2  # iterations beyond the two-iteration program's
+        step_s = (c1 + n * (c2 - c1)) / j1["step"]["clock_hz"]
         # The hardware-FLOP utilisation scales the same way (FLOPs per iteration are equal).
         f1 = j1["flops"]["mfu"] * c1
         f2 = j2["flops"]["mfu"] * c2
-        hw = (f1 + (m - 1) * (f2 - f1)) / (c1 + (m - 1) * (c2 - c1))
+        hw = (f1 + n * (f2 - f1)) / (c1 + n * (c2 - c1))
         j = j2
         # Collective time over DCN and ICI per step, extrapolated the same way.
-        comm = [p1 + (m - 1) * (p2 - p1) for p1, p2 in
+        comm = [p1 + n * (p2 - p1) for p1, p2 in
                 ((j1.get("pod", {}).get(k, 0.0), j2.get("pod", {}).get(k, 0.0)) for k in ("dcn_seconds", "ici_seconds"))]
         ici = [jj.get("pod", {}).get("ici_wait_fraction", 0.0) * jj["step"]["cycles"] for jj in (j1, j2)]
         j.setdefault("pod", {})
         if j1.get("pod"):
-            j["pod"]["ici_wait_fraction"] = (ici[0] + (m - 1) * (ici[1] - ici[0])) / (c1 + (m - 1) * (c2 - c1))
+            j["pod"]["ici_wait_fraction"] = (ici[0] + n * (ici[1] - ici[0])) / (c1 + n * (c2 - c1))
     pod = j.get("pod", {})
     peak = pod.get("hbm_peak_bytes_per_chip")
-    if peak is None and "hbm_peak_bytes" in j and (m <= 2 or a.exact):  # st timed in-process: the library says it
+    if peak is None and "hbm_peak_bytes" in j and (m <= 3 or a.exact):  # st timed in-process: the library says it
         peak = j["hbm_peak_bytes"]
     if peak is None:  # one chip: the report has no pod section; the program header has the peak
         peak = hbm_peak_1chip(a, chip, st)

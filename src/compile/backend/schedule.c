@@ -76,7 +76,7 @@ static int induction_step(const tpu_instr *x, int64_t k, const tpu_instr *fused,
   return 0;
 }
 
-static int64_t trip_count(const tpu_instr *w) {
+int64_t tpu__while_trip_count(const tpu_instr *w) {
   int64_t known = xla_known_trip_count(w);
   if (known >= 0) return known;
   const tpu_instr *cmp = w->condition->root;
@@ -575,7 +575,7 @@ tpu_status tpu__pass_schedule(tpu__be *be) {
       else if (k->kind == TPU__K_MATMUL) TPU_TRY(plan_matmul(be, in, k));
       else if (k->kind == TPU__K_LINALG) TPU_TRY(tpu__linalg_plan(be, in, k));
       else if (k->kind == TPU__K_MOSAIC) TPU_TRY(tpu__mosaic_plan(be, in, k));
-      else if (k->kind == TPU__K_WHILE) k->trips = trip_count(in);
+      else if (k->kind == TPU__K_WHILE) k->trips = tpu__while_trip_count(in);
       else if (k->kind == TPU__K_COPY) k->tiles = 1;
       if (k->op >= 0) be->p->ops[k->op].tiles = k->tiles;
     }

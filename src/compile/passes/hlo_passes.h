@@ -96,6 +96,9 @@ tpu_status tpu__quantize_collectives(struct tpu_builder *b, tpu_comp *c, int *ch
 /* combine-collectives, step zero (ar_motion.c): all-reduces that only accumulate into a while
  * loop's state are sunk after the loop, as XLA's WhileLoopAllReduceCodeMotion. */
 tpu_status tpu__sink_loop_all_reduces(struct tpu_builder *b, tpu_comp *c, int *changed, tpu_diag *d);
+/* The static trip count of while loop w (compile/backend/schedule.c): XLA's known_trip_count,
+ * else `i CMP c` with i stepped by a constant from a constant start; -1 when unknown. */
+int64_t tpu__while_trip_count(const tpu_instr *w);
 /* Largest result a constant fold may produce, in bytes. */
 #define TPU_FOLD_MAX_BYTES ((size_t)64 * 1024)
 

@@ -10,7 +10,16 @@
  * The buffer starts at zero (its initial value, when not zero already, is added after the
  * all-reduce), so the sum is the same: the all-reduce is linear in add. One all-reduce
  * instead of one per iteration; in the buffer's type (f32 gradients: twice the bytes of a
- * bf16 one, once). */
+ * bf16 one, once).
+ *
+ * A reduce-scatter is sunk the same way (the pass with enable_reduce_scatter, as the TPU
+ * compiler runs it: libtpu's optimized module of the planner's two-microbatch LLaMA step sums
+ * the embedding's and the LM head's gradients un-scattered in the microbatch loop and
+ * reduce-scatters them once after it, docs/plan.md), under XLA's narrower pattern: between
+ * the reduce-scatter and the add only a convert, the buffer read straight from the loop
+ * state. The state element then holds the reduce-scatter's operand shape (the whole
+ * gradient, in the buffer's type): the loop carries n times the shard's bytes and runs one
+ * collective after it instead of one per iteration. */
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +47,17 @@ static int reads_element(const tpu_comp *c, int64_t i) {
   return c->root == p;
 }
 
+/* Element i of tuple shape *s becomes *el, in an array of its own (tuple elements may be
+ * shared between instructions). 0 when out of memory. */
+static int set_elem(tpu_builder *b, tpu_shape *s, int64_t i, const tpu_shape *el) {
+  tpu_shape *e = tpu_arena_alloc(&b->m->arena, sizeof *e * (size_t)(s->ntuple + 1));
+  if (!e) return 0;
+  for (int k = 0; k < s->ntuple; k++) e[k] = s->elems[k];
+  e[i] = *el;
+  s->elems = e;
+  return 1;
+}
+
 /* How many instructions of module m name body b as a while body or call it otherwise. */
 static int callers(const tpu_module *m, const tpu_comp *b) {
   int n = 0;
@@ -56,7 +76,7 @@ static int callers(const tpu_module *m, const tpu_comp *b) {
  * or NULL) and the state index *idx; 0 when ar is not sinkable. */
 static int accumulation(const tpu_comp *body, const tpu_uses *u, tpu_instr *ar, tpu_instr **add, tpu_instr **cv,
                         int64_t *idx) {
-  if (ar->op != TPU_OP_ALL_REDUCE || ar->noperands != 1 || !tpu_dtype_is_array(ar->shape.dtype) || ar->is_root ||
+  if ((ar->op != TPU_OP_ALL_REDUCE && ar->op != TPU_OP_REDUCE_SCATTER) || ar->noperands != 1 || !tpu_dtype_is_array(ar->shape.dtype) || ar->is_root ||
       !ar->to_apply || !ar->to_apply->root || ar->to_apply->root->op != TPU_OP_ADD || u->nusers[ar->id] != 1)
     return 0;
   tpu_instr *x = ar, *a = u->users[ar->id][0];
@@ -88,6 +108,35 @@ static int accumulation(const tpu_comp *body, const tpu_uses *u, tpu_instr *ar, 
   return 1;
 }
 
+/* A sunk reduce-scatter's state element i of loop w becomes the whole value x (the
+ * reduce-scatter's operand) in the buffer's type: the loop, its input tuple, the body's and
+ * the condition's parameter, the body's root, the buffer's read, the convert and the add. */
+static tpu_status whole_state(tpu_builder *b, tpu_instr *w, int64_t i, const tpu_instr *x, tpu_instr *cv, tpu_instr *add,
+                              tpu_diag *d) {
+  tpu_shape whole = w->shape.elems[i];
+  whole.rank = x->shape.rank;
+  for (int k = 0; k < x->shape.rank; k++) whole.dims[k] = x->shape.dims[k];
+  whole.has_layout = 0;
+  whole.layout_tail = NULL;
+  tpu_comp *body = w->body;
+  const tpu_instr *v = cv ? cv : x;
+  tpu_instr *acc = add->operands[0] == v ? add->operands[1] : add->operands[0];
+  if (!set_elem(b, &w->shape, i, &whole) || !set_elem(b, &w->operands[0]->shape, i, &whole) ||
+      !set_elem(b, &body->params[0]->shape, i, &whole) || !set_elem(b, &body->root->shape, i, &whole) ||
+      (w->condition->nparams && !set_elem(b, &w->condition->params[0]->shape, i, &whole)))
+    return TPU_FAIL(d, TPU_ERR_NOMEM, w->loc, "out of memory");
+  acc->shape = whole;
+  add->shape = whole;
+  if (cv) {
+    tpu_dtype t = cv->shape.dtype;
+    cv->shape = x->shape;
+    cv->shape.dtype = t;
+    cv->shape.has_layout = 0;
+    cv->shape.layout_tail = NULL;
+  }
+  return TPU_OK;
+}
+
 /* Sinks the all-reduces of while loop w (in computation c) whose sums only accumulate. */
 static tpu_status sink_one(tpu_builder *b, tpu_comp *c, tpu_instr *w, const tpu_uses *cu, int *changed, tpu_diag *d) {
   tpu_comp *body = w->body;
@@ -97,6 +146,10 @@ static tpu_status sink_one(tpu_builder *b, tpu_comp *c, tpu_instr *w, const tpu_
   for (int k = 0; k < cu->nusers[w->id]; k++)
     if (cu->users[w->id][k]->op != TPU_OP_GET_TUPLE_ELEMENT) return TPU_OK;
   if (w->is_root) return TPU_OK;
+  /* XLA's WhileLoopSimplifier has removed a loop that runs at most once before the code
+   * motion runs (a one-microbatch step written as a loop): its collectives stay where they are */
+  int64_t trips = tpu__while_trip_count(w);
+  if (trips >= 0 && trips <= 1) return TPU_OK;
   tpu_uses u;
   TPU_TRY(tpu_build_uses(b, body, &u));
   int nb = body->ninstrs;
@@ -105,20 +158,22 @@ static tpu_status sink_one(tpu_builder *b, tpu_comp *c, tpu_instr *w, const tpu_
     tpu_instr *ar = body->instrs[k], *add, *cv;
     int64_t i;
     if (!accumulation(body, &u, ar, &add, &cv, &i) || reads_element(w->condition, i)) continue;
-    const tpu_shape *acc_shape = &w->shape.elems[i];
+    const tpu_shape acc_shape0 = w->shape.elems[i], *acc_shape = &acc_shape0;
     /* the body: the un-reduced value is accumulated */
     tpu_instr *x = ar->operands[0];
     if (cv) cv->operands[0] = x;
     else for (int j = 0; j < 2; j++)
         if (add->operands[j] == ar) add->operands[j] = x;
-    /* the loop starts the element at zero; the initial value, when not zero, is added after */
+    int rs = ar->op == TPU_OP_REDUCE_SCATTER;
     tpu_instr *start = init->operands[i], *zero = NULL;
-    if (!is_zero(start)) {
+    if (rs && (st = whole_state(b, w, i, x, cv, add, d)) != TPU_OK) break;
+    /* the loop starts the element at zero; the initial value, when not zero, is added after */
+    if (rs || !is_zero(start)) {
       tpu_tensor z;
       st = tpu_tensor_alloc(&z, acc_shape->dtype, 0, NULL, d);
       if (st != TPU_OK) break;
       tpu_instr *s0;
-      tpu_shape bs = *acc_shape;
+      tpu_shape bs = w->shape.elems[i];
       bs.layout_tail = NULL;
       bs.has_layout = 0;
       st = tpu_build_constant(b, c, "zero", &z, NULL, &s0);
@@ -126,6 +181,7 @@ static tpu_status sink_one(tpu_builder *b, tpu_comp *c, tpu_instr *w, const tpu_
       if (st == TPU_OK) st = tpu_build_set_attr(b, zero, "dimensions", "{}");
       if (st != TPU_OK) break;
       init->operands[i] = zero;
+      if (is_zero(start)) zero = NULL; /* a reduce-scatter's zero start needs no add after */
     }
     /* after the loop: one all-reduce of the element, in its type */
     tpu_comp *red = ar->to_apply;
@@ -136,6 +192,7 @@ static tpu_status sink_one(tpu_builder *b, tpu_comp *c, tpu_instr *w, const tpu_
     for (int g = 0; st == TPU_OK && g < cu->nusers[w->id]; g++) {
       tpu_instr *gte = cu->users[w->id][g], *sum, *res;
       if (gte->index != i) continue;
+      gte->shape = w->shape.elems[i];
       st = tpu_build_clone_instr(b, c, ar, &gte, &sum);
       if (st != TPU_OK) break;
       sum->shape = *acc_shape;
