@@ -89,6 +89,11 @@ static tpu_status nomem(fuser *f) {
 
 int tpu__fuse_heavy(const tpu_instr *in) { return in->op == TPU_OP_DOT || in->op == TPU_OP_CONVOLUTION; }
 
+/* The op a kOutput kernel is built around: a dot, a convolution, or a pooling window that
+ * slides along major dimensions only (window_layout.c: the compiler's reduce-window
+ * fusions, `fusion.2` of avgpool2d_8x56x56x256 with its input's relayout and the scaling). */
+static int kernel_op(const tpu_instr *in) { return tpu__fuse_heavy(in) || tpu__window_kernel(in); }
+
 /* Ops a loop fusion can hold: elementwise and cheap data movement. */
 int tpu__fuse_loop_fusible(const tpu_instr *in) {
   if (in->shape.dtype == TPU_TUPLE || in->shape.dtype == TPU_TOKEN) return 0;
@@ -140,7 +145,7 @@ static int narrowing_convert(const tpu_instr *in) {
 
 /* Produced by an op a fusion could end with (rather than a parameter or constant). */
 static int computed(const tpu_instr *in) {
-  return tpu__fuse_heavy(in) || in->op == TPU_OP_REDUCE || (tpu__fuse_loop_fusible(in) && in->op != TPU_OP_CONSTANT);
+  return kernel_op(in) || in->op == TPU_OP_REDUCE || (tpu__fuse_loop_fusible(in) && in->op != TPU_OP_CONSTANT);
 }
 
 /* Cheap enough to copy into every group that uses it. */
@@ -178,7 +183,7 @@ static int cheap(const tpu_instr *in) {
 
 /* Could user u take producer p into its fusion? */
 static int takes(const tpu_instr *u, const tpu_instr *p) {
-  if (tpu__fuse_heavy(u)) return tpu__fuse_operand_producer(p) && !(narrowing_convert(p) && computed(p->operands[0]));
+  if (kernel_op(u)) return tpu__fuse_operand_producer(p) && !(narrowing_convert(p) && computed(p->operands[0]));
   return u->op == TPU_OP_REDUCE || tpu__fuse_loop_fusible(u);
 }
 
@@ -264,7 +269,7 @@ static int scalar_constant(const tpu_instr *x) {
  * remainder, unless integer by a constant; sine, cosine, tangent, abs and sign of complex
  * values. (Reductions, gathers and the like never join a loop fusion here.) */
 static int expensive(const tpu_instr *p) {
-  if (tpu__fuse_heavy(p)) return 1;
+  if (kernel_op(p)) return 1;
   switch (p->op) {
     case TPU_OP_EXP: case TPU_OP_EXPM1: case TPU_OP_LOG: case TPU_OP_LOG1P: case TPU_OP_LOGISTIC:
     case TPU_OP_POWER: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_CBRT: case TPU_OP_TANH:
@@ -438,7 +443,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * transposed is written in the new layout by the matmul itself.) */
   if (!G->has_heavy && tpu__moves_minor(f->chip, p) && !tpu__fuse_heavy(under_reshapes(p->operands[0]))) return 0;
   if (tpu__fuse_loop_fusible(p)) return 1;
-  if (tpu__fuse_heavy(p) && !G->has_heavy && G->kind == K_LOOP && !(m->operands[0] == p && tpu__fuse_batch_relayout(p, m, 1))) {
+  if (kernel_op(p) && !G->has_heavy && G->kind == K_LOOP && !(m->operands[0] == p && tpu__fuse_batch_relayout(p, m, 1))) {
     *side = SIDE_HEAVY;
     return 1;
   }
@@ -568,7 +573,7 @@ static tpu_status form_groups(fuser *f) {
         continue;
       }
     }
-    int heavy = tpu__fuse_heavy(u), red = u->op == TPU_OP_REDUCE;
+    int heavy = kernel_op(u), red = u->op == TPU_OP_REDUCE;
     if (!heavy && !red && !tpu__fuse_loop_fusible(u) && !window_root(u)) {
       for (int k = 0; k < u->noperands; k++) f->need[u->operands[k]->id] = 1;
       continue;

@@ -57,6 +57,10 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
 int tpu__window_tiling(const tpu_chip *chip, const tpu_instr *w, int *second, int *minor);
 /* Does w slide along dimension second or minor (the tile of the layout it runs in)? */
 int tpu__window_in_tile(const tpu_instr *w, int second, int minor);
+/* Is w a pooling reduce-window laid out (tpu__fuse_window_layouts) so that it slides along
+ * major dimensions only? The XLA TPU compiler runs it as a kOutput kernel, as it does a
+ * convolution: its operand's converts and its elementwise consumers fuse with it. */
+int tpu__window_kernel(const tpu_instr *w);
 /* Lays each pooling reduce-window of the entry out in its tiling; one that slides along
  * that tile reads an entry parameter tiled otherwise through a copy (window_layout.c). */
 tpu_status tpu__fuse_window_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed);

@@ -61,16 +61,32 @@ static void tile_layout(tpu_shape *s, int minor, int second) {
     if (d != minor && d != second) s->minor_to_major[j++] = (int8_t)d;
 }
 
+/* The candidates are tilings of two dimensions longer than 1: a dimension of size 1 holds
+ * no order to lay out (f32[1,3,3,96] is pooled row-major in 4-row tiles, not with its batch
+ * of 1 in 1-row tiles, which pad less; f32[1,5,5,3] {2,3,1,0}, not {2,0,3,1}). Of layouts
+ * that pad alike, the one nearest row-major (tpu__least_tiling's order). */
 int tpu__window_tiling(const tpu_chip *chip, const tpu_instr *w, int *second, int *minor) {
   if (!pooling(w)) return 0;
-  int os, om, ls, lm;
+  const tpu_shape *s = &w->shape;
+  int os, om;
   tiling_of(&w->operands[0]->shape, &os, &om);
   *second = os, *minor = om;
-  if (tpu__least_tiling(chip, &w->shape, &ls, &lm) < tpu__tiled_as(chip, &w->shape, os, om)) *second = ls, *minor = lm;
+  int64_t best = tpu__tiled_as(chip, s, os, om);
+  for (int m = s->rank - 1; m >= 0; m--)
+    for (int q = s->rank - 1; q >= 0; q--) {
+      if (q == m || s->dims[q] < 2 || s->dims[m] < 2) continue;
+      int64_t b = tpu__tiled_as(chip, s, q, m);
+      if (b < best) best = b, *second = q, *minor = m;
+    }
   return 1;
 }
 
 int tpu__window_in_tile(const tpu_instr *w, int second, int minor) { return slides(w, second) || slides(w, minor); }
+
+int tpu__window_kernel(const tpu_instr *w) {
+  if (w->op != TPU_OP_REDUCE_WINDOW || !w->shape.has_layout || !pooling(w)) return 0;
+  return !tpu__window_in_tile(w, w->shape.minor_to_major[1], w->shape.minor_to_major[0]);
+}
 
 tpu_status tpu__fuse_window_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed) {
   int n = entry->ninstrs;

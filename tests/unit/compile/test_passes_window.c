@@ -1,5 +1,6 @@
-/* Pooling reduce-windows in own compilation (compile/passes/window_layout.c, through
- * tpu_compile_hlo on v5e): the layout each runs in and the copies of a parameter into it. */
+/* Pooling reduce-windows in own compilation (compile/passes/window_layout.c and fuse.c, through
+ * tpu_compile_hlo on v5e): the layout each runs in, the copies of a parameter into it, and
+ * which windows fuse with their neighbours. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,9 +80,56 @@ static void test_window_layouts(void) {
   }
 }
 
+/* A pooling window that slides along major dimensions only is a kOutput kernel with its
+ * operand's convert and its elementwise consumers, as the compiler's `fusion.5` of
+ * avgpool2d_8x28x28x256_w3s2_same_bf16 (convert, reduce-window, scale, convert: one kernel of
+ * 17,586 cycles on v5e); one that slides along its tile is a kernel of its own and the
+ * scaling another (avgpool2d_8x112x112x512_w3s1_same_f32: the compiler's reduce-window, then
+ * its broadcast_multiply_fusion); so is bf16[1,7,7,96]'s, pooled row-major in 4-row tiles: a
+ * dimension of size 1 is never in a window's tile (the batch of 1 in 1-row tiles would pad
+ * less; avgpool2d_1x7x7x96_w5s3_same_bf16's reduce-window is {3,2,1,0} on every generation). */
+static void test_window_fusion(void) {
+  struct { int n, h, c, k, s, pad; const char *ty; int kernels, fused; } cs[] = {
+      {8, 28, 256, 3, 2, 1, "bf16", 1, 1},
+      {8, 112, 512, 3, 1, 1, "f32", 2, 0},
+      {1, 7, 96, 5, 3, 2, "bf16", -1, 0},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    int o = (cs[i].h + 2 * cs[i].pad - cs[i].k) / cs[i].s + 1;
+    char src[1536];
+    snprintf(src, sizeof src,
+             "HloModule m\nadd {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
+             "ENTRY e {\n x = %s[%d,%d,%d,%d]{3,2,1,0} parameter(0)\n xf = f32[%d,%d,%d,%d] convert(x)\n"
+             " z = f32[] constant(0)\n r = f32[%d,%d,%d,%d] reduce-window(xf, z), window={size=1x%dx%dx1 stride=1x%dx%dx1"
+             " pad=0_0x%d_%dx%d_%dx0_0}, to_apply=add\n k = f32[] constant(9)\n kb = f32[%d,%d,%d,%d] broadcast(k), dimensions={}\n"
+             " d = f32[%d,%d,%d,%d] divide(r, kb)\n ROOT y = %s[%d,%d,%d,%d] convert(d)\n}\n",
+             cs[i].ty, cs[i].n, cs[i].h, cs[i].h, cs[i].c, cs[i].n, cs[i].h, cs[i].h, cs[i].c, cs[i].n, o, o, cs[i].c, cs[i].k,
+             cs[i].k, cs[i].s, cs[i].s, cs[i].pad, cs[i].pad, cs[i].pad, cs[i].pad, cs[i].n, o, o, cs[i].c, cs[i].n, o, o, cs[i].c, cs[i].ty,
+             cs[i].n, o, o, cs[i].c);
+    tpu_module *m = compile_src(src);
+    if (!m) continue;
+    int kernels = 0, fused = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT) continue;
+      kernels++;
+      if (in->op == TPU_OP_FUSION && find_op(in->calls, TPU_OP_REDUCE_WINDOW)) {
+        fused = 1;
+        CHECK(find_op(in->calls, TPU_OP_DIVIDE) != NULL);
+      }
+    }
+    printf("%s[%d,%d,%d,%d] average-pooled by %d: %d kernels, the window %s\n", cs[i].ty, cs[i].n, cs[i].h, cs[i].h,
+           cs[i].c, cs[i].s, kernels, fused ? "fused" : "a kernel of its own");
+    if (cs[i].kernels >= 0) CHECK_EQ_INT(kernels, cs[i].kernels);
+    CHECK_EQ_INT(fused, cs[i].fused);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_window_layouts();
+  test_window_fusion();
   CHECK_DONE();
 }
