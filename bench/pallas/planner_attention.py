@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""planner_attention.py: the planner's attention (tools/plan/gen.py, "kernel": a kOutput fusion
-of q, k and v whose block scores and running max/sum stay on chip) against the Pallas kernel
-it stands for, pallas.ops.tpu.flash_attention lowered as a real pallas_call (causal, bf16,
-blocks of 512, the planner's kv_block), one layer's forward at b=1, 8 heads of 128, on tpusim.
+"""planner_attention.py: the planner's attention (tools/plan/gen.py) against
+pallas.ops.tpu.flash_attention lowered by jax as a real pallas_call (causal, bf16, blocks of
+512), one layer's forward at b=1, 8 heads of 128, on tpusim. The planner writes that kernel
+itself, instantiated from tools/plan/flash/ (its default: "planner" column; the transposes
+of q, k, v to the kernel's layout and of its output back are in it), or with "kernel":
+"fusion" a kOutput fusion of q, k and v whose block scores and running max/sum stay on chip
+("fusion" column).
 
     python3 bench/pallas/planner_attention.py gen    # (jax) lower the pallas_call programs
     python3 bench/pallas/planner_attention.py [--tpusim build/tpusim]
@@ -51,13 +54,15 @@ def gen():
         open(os.path.join(TIMING, kernel_name(b, h, s, d) + ".hlo"), "w").write(text)
 
 
-def planner_program(b, h, s, d):
-    """The planner's forward attention alone: its fused kernel on parameters q4, k4, v4."""
+def planner_program(b, h, s, d, kernel=True):
+    """The planner's forward attention alone on parameters q4, k4, v4: the library's kernel
+    instantiated from tools/plan/flash/ (kernel True, the planner's default) or the fusion
+    standing for it ("fusion")."""
     sys.path.insert(0, os.path.join(ROOT, "tools", "plan"))
     import gen as plan
     m = dict(layers=1, d_model=h * d, heads=h, head_dim=d, mlp=4 * h * d, vocab=1024, seq=s,
              batch_tokens=b * s, dtype="bf16")
-    st = plan.Step(m, dict(data=1, fsdp=1, tensor=1, micro=1, remat="off"))
+    st = plan.Step(m, dict(data=1, fsdp=1, tensor=1, micro=1, remat="off", kernel=kernel))
     g = plan.Gen()
     for k, nm in enumerate(("q4", "k4", "v4")):
         g.e(f"{nm} = {plan.ty('bf16', (b, s, h, d))} parameter({k})")
@@ -91,25 +96,29 @@ def main(argv):
         return 0
     import tempfile
     cli = argv[argv.index("--tpusim") + 1] if "--tpusim" in argv else os.path.join(ROOT, "build", "tpusim")
-    print("%-5s %-18s %-4s %14s %14s %7s" % ("split", "b x h x S x d", "chip", "planner (us)", "pallas (us)", "ratio"))
+    print("%-5s %-18s %-4s %14s %14s %14s %7s %7s" % ("split", "b x h x S x d", "chip", "fusion (us)", "planner (us)",
+                                                   "pallas (us)", "fus/pal", "pln/pal"))
     rows = sorted(SIZES, key=lambda z: split(kernel_name(*z)) != "test")
     for z in rows:
         kp = os.path.join(TIMING, kernel_name(*z) + ".hlo")
         if not os.path.exists(kp):
             print("missing %s: run `planner_attention.py gen` (jax)" % kp)
             continue
-        with tempfile.NamedTemporaryFile("w", suffix=".hlo", delete=False) as f:
-            f.write(planner_program(*z))
-            pp = f.name
+        progs = []
+        for kern in ("fusion", True):
+            with tempfile.NamedTemporaryFile("w", suffix=".hlo", delete=False) as f:
+                f.write(planner_program(*z, kernel=kern))
+                progs.append(f.name)
         try:
             for chip in CHIPS:
-                a, ea = step_us(cli, pp, chip)
+                (a, ea), (p, ep) = step_us(cli, progs[0], chip), step_us(cli, progs[1], chip)
                 k, ek = step_us(cli, kp, chip)
-                print("%-5s %-18s %-4s %14s %14s %7s" % (split(kernel_name(*z)), "x".join(map(str, z)), chip,
-                                                        "%.1f" % a if a else ea, "%.1f" % k if k else ek,
-                                                        "%.2f" % (a / k) if a and k else "-"))
+                print("%-5s %-18s %-4s %14s %14s %14s %7s %7s" % (
+                    split(kernel_name(*z)), "x".join(map(str, z)), chip, "%.1f" % a if a else ea, "%.1f" % p if p else ep,
+                    "%.1f" % k if k else ek, "%.2f" % (a / k) if a and k else "-", "%.2f" % (p / k) if p and k else "-"))
         finally:
-            os.unlink(pp)
+            for pp in progs:
+                os.unlink(pp)
     return 0
 
 

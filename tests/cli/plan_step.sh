@@ -30,7 +30,10 @@ check_err() { # file pattern
 check_err $D/badkv.json "^$D/badkv.json:3:[0-9]+: error: heads 4 is not a multiple of kv_heads 3"
 
 # The step programs of each policy (gen.py), compiled by tpusim: what each saves, and the
-# HBM it takes. More saved -> more temp bytes; the offloading policy's stacks in S(5).
+# HBM it takes. More saved -> more temp bytes; the offloading policy's stacks in S(5). With
+# attention as fusions ("kernel": "fusion"): the library's Pallas kernels (the default here)
+# add their own buffers to every policy's temp alike (l and m over 128 lanes, di over 512:
+# 40-55 MB at this size), 5 MB either way between policies.
 python3 - "$BIN" > "$T/chk" 2>&1 << 'PY' || fail "remat policies: $(cat "$T/chk")"
 import json, re, subprocess, sys, tempfile
 sys.path.insert(0, "tools/plan")
@@ -38,7 +41,7 @@ import gen, plan
 m = plan.load_model("tests/cli/plan/gqa.json")
 mem = {}
 for pol in ("full", "save_qkv_proj", "save_dot_except_mlp", "minimal", "minimal_offloaded", "off"):
-    st = gen.Step(m, {"data": 1, "fsdp": 4, "tensor": 2, "micro": 1, "remat": pol})
+    st = gen.Step(m, {"data": 1, "fsdp": 4, "tensor": 2, "micro": 1, "remat": pol, "kernel": "fusion"})
     want = {"full": set(), "save_qkv_proj": {"qkv"}, "save_dot_except_mlp": {"qkv", "x1"},
             "minimal": {"qkv", "x1", "up"}, "minimal_offloaded": {"qkv", "x1", "up"},
             "off": {"qkv", "mx", "sm", "ctx", "x1", "up", "act"}}[pol]
@@ -120,6 +123,45 @@ bad = run("badm", False, "flash", ("fa.sm1.k = pred[12,4] compare(fa.sm1.r, fa.s
                                    "fa.sm1.k = pred[12,4] compare(fa.sm1.r, fa.sm1.c), direction=GT"))
 assert rel(d, bad) > 1e-3, rel(d, bad)
 assert rel(d, run("un", False, "flash", causal=False)) > 1e-2
+PY
+fi
+
+# Attention as the library's Pallas kernels (flash_attention's forward, dq and dkv
+# pallas_calls instantiated from tools/plan/flash/; the default where a fixture fits: blocks
+# of 512, causal) computes what the materialised scores do (reference backend, one chip,
+# f32, head dim 64); the residuals l and m swapped in the dq kernel's operands are caught.
+if python3 -c "import numpy" 2> /dev/null; then
+  python3 - "$BIN" "$T" > "$T/chk" 2>&1 << 'PY' || fail "attention as Pallas kernels: $(cat "$T/chk")"
+import glob, re, subprocess, sys
+import numpy as np
+sys.path.insert(0, "tools/plan")
+import gen
+b, t = sys.argv[1:3]
+m = {"name": "t", "layers": 2, "d_model": 256, "heads": 4, "kv_heads": 2, "head_dim": 64, "mlp": 128, "mlp_kind": "swiglu",
+     "vocab": 256, "seq": 512, "batch_tokens": 512, "train_tokens": 1e6, "dtype": "f32", "optimizer": "sgd", "experts": 0}
+def run(tag, att, edit=None):
+    st = gen.Step(m, {"data": 1, "fsdp": 1, "tensor": 1, "micro": 1, "remat": False, "attention": att})
+    text = st.module()
+    assert st.pallas == (att == "flash") and text.count('"tpu_custom_call"') == 3 * (att == "flash"), tag
+    if edit:
+        assert edit[0] in text, edit
+        text = text.replace(*edit)
+    open(f"{t}/{tag}.hlo", "w").write(text)
+    ps = re.findall(r"= (\w+)\[([\d,]*)\][^ ]* parameter\((\d+)\)", text[text.index("ENTRY"):])
+    rng, files = np.random.default_rng(5), []
+    for dt, dims, i in sorted(ps, key=lambda x: int(x[2])):
+        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+        a = rng.integers(0, 16, shape).astype(np.int32) if dt == "s32" else (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        np.save(f"{t}/{tag}_{i}.npy", a)
+        files += ["-i", f"{t}/{tag}_{i}.npy"]
+    subprocess.run([b, "run", f"{t}/{tag}.hlo", "--backend", "ref", *files, "-o", f"{t}/{tag}", "--quiet"], check=True)
+    return [np.load(f) for f in sorted(glob.glob(f"{t}/{tag}/*.npy"))]
+def rel(x, y):
+    return max(float(np.max(np.abs(a - c)) / np.max(np.abs(a))) for a, c in zip(x, y))
+d, p = run("pd", "dot_product"), run("pp", "flash")
+assert len(d) == len(p) > 0 and rel(d, p) < 1e-6, rel(d, p)
+bad = run("pbad", "flash", ("(fq.q, fq.k, fq.v, fq.dq.l, fq.dq.m,", "(fq.q, fq.k, fq.v, fq.dq.m, fq.dq.l,"))
+assert rel(d, bad) > 1e-3, rel(d, bad)
 PY
 fi
 

@@ -27,6 +27,8 @@ chip routes its 1/tensor of the tokens with top-k copies, capacity factor 1, thr
 all-to-alls over the tensor axis, and the tokens are all-gathered back over it."""
 import re
 
+import flash
+
 
 # MaxText's remat policies (its decoder's get_remat_policy): the matmul outputs each saves
 # for the backward pass, named as the generator's activations — qkv (query/key/value_proj),
@@ -172,6 +174,11 @@ class Step:
         self.Bk = min(S, c.get("kv_block", 512))
         if S % self.Bk:
             self.Bk = S
+        # The kernels themselves (the default): the library's flash_attention pallas_calls,
+        # instantiated from fixtures (tools/plan/flash.py) where one fits (the compute type and
+        # head dim, causal, blocks of 512); tpusim times them through src/mosaic. "kernel":
+        # "fusion" (or no fixture) writes each kernel as a fusion standing for it instead.
+        self.pallas = c.get("kernel", True) is True and self.kernel and self.Bk == flash.BLOCK and flash.applies(self.cd, hd, S, self.causal)
         # Windowed einsums (docs/spmd.md): with the weights split over every chip (FSDP
         # alone) on a slice where the XLA TPU compiler runs them (plan.py: the chip's
         # windowed_einsum_min/max_chips), a dense layer's dots pass the weight blocks round a
@@ -626,7 +633,9 @@ class Step:
         the Pallas kernel keeps them in VMEM; its outputs the normalised output and the row
         max and sum); ctx [Tm, A] from it."""
         cd, Tm, A, bm, h, S, hd = self.cd, self.Tm, self.A, self.bm, self.h, self.S, self.hd
-        if self.kernel:
+        if self.pallas:
+            o4, m, l = flash.emit_fwd(self, g)
+        elif self.kernel:
             qt = ty(cd, (bm, S, h, hd))
             o4, m, l = self.fused(g, "fa", [("q4", "q4", qt), ("k4", "k4", qt), ("v4", "v4", qt)],
                                   lambda b: self.flash_fwd_blocks(b),
@@ -747,6 +756,9 @@ class Step:
         value gradients, one for the query gradient — with "kernel", else as separate ops in
         one pass."""
         cd, bm, h, S, hd = self.cd, self.bm, self.h, self.S, self.hd
+        if self.pallas:
+            flash.emit_bwd(self, g, a["mx"], a["sm"], a["ctx"])
+            return
         g.e(f"fb.o4 = {ty(cd, (bm, S, h, hd))} reshape({a['ctx']})")
         self.ew(g, "fb.do", "multiply", (bm, S, h, hd), "g.ctx4", "fb.o4")
         g.e(f"fb.dt = {ty(cd, (bm, S, h))} reduce(fb.do, zerof), dimensions={{3}}, to_apply=add_{cd}")
