@@ -52,8 +52,8 @@ tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m);
  * (relayout.c, window_layout.c). */
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);
 /* The tiling (second in the sublanes, minor in the lanes) a pooling reduce-window w runs in:
- * its result's least padded one where that pads strictly less than its operand's, else its
- * operand's; 0 when w is not a pooling window (a scan, a whole row, a compiled program's). */
+ * its result's least padded one in whole tiles where that pads strictly less than its
+ * operand's, else its operand's; 0 when w is not a pooling window (a scan, a whole row, a compiled program's). */
 int tpu__window_tiling(const tpu_chip *chip, const tpu_instr *w, int *second, int *minor);
 /* Does w slide along dimension second or minor (the tile of the layout it runs in)? */
 int tpu__window_in_tile(const tpu_instr *w, int second, int minor);

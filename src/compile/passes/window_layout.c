@@ -2,7 +2,7 @@
  * compilation only: a compiled program's layouts are its own).
  *
  * The XLA TPU compiler's layout assignment gives a reduce-window the layout of its result
- * that pads least to the (sublanes x lanes) tile, where that pads strictly less than its
+ * that pads least in whole (sublanes x lanes) tiles, where that pads strictly less than its
  * operand's layout would; on a tie it keeps its operand's. Read from the 22 pooling programs
  * of bench/fidelity (families and corpus, the same on v4, v5e, v5p and v6e):
  * f32[32,112,112,3] laid out {2,1,3,0} is pooled into f32[32,110,110,3]{2,0,3,1} (110 in the
@@ -61,21 +61,31 @@ static void tile_layout(tpu_shape *s, int minor, int second) {
     if (d != minor && d != second) s->minor_to_major[j++] = (int8_t)d;
 }
 
-/* The candidates are tilings of two dimensions longer than 1: a dimension of size 1 holds
- * no order to lay out (f32[1,3,3,96] is pooled row-major in 4-row tiles, not with its batch
- * of 1 in 1-row tiles, which pad less; f32[1,5,5,3] {2,3,1,0}, not {2,0,3,1}). Of layouts
- * that pad alike, the one nearest row-major (tpu__least_tiling's order). */
+/* Bytes of s tiled (second, minor) in whole (sublanes x lanes) tiles: the compiler weighs a
+ * pooled value's layouts so, not in the smaller tiles of a value of few rows (f32[1,3,3,96]
+ * is pooled row-major, 3 rows in one tile, not with its batch of 1 in 1-row tiles;
+ * f32[8,3,3,3]{2,0,3,1} stays so, not {0,3,2,1} with its 3 features in 4-row tiles). */
+static int64_t whole_tiles(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8, lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+  int64_t major = 1;
+  for (int d = 0; d < s->rank; d++)
+    if (d != second && d != minor) major *= s->dims[d];
+  return major * ((s->dims[second] + sub - 1) / sub * sub) * ((s->dims[minor] + lanes - 1) / lanes * lanes) *
+         (int64_t)tpu_dtype_size(s->dtype);
+}
+
+/* Of layouts that pad alike, the one nearest row-major (tpu__least_tiling's order). */
 int tpu__window_tiling(const tpu_chip *chip, const tpu_instr *w, int *second, int *minor) {
   if (!pooling(w)) return 0;
   const tpu_shape *s = &w->shape;
   int os, om;
   tiling_of(&w->operands[0]->shape, &os, &om);
   *second = os, *minor = om;
-  int64_t best = tpu__tiled_as(chip, s, os, om);
+  int64_t best = whole_tiles(chip, s, os, om);
   for (int m = s->rank - 1; m >= 0; m--)
     for (int q = s->rank - 1; q >= 0; q--) {
-      if (q == m || s->dims[q] < 2 || s->dims[m] < 2) continue;
-      int64_t b = tpu__tiled_as(chip, s, q, m);
+      if (q == m) continue;
+      int64_t b = whole_tiles(chip, s, q, m);
       if (b < best) best = b, *second = q, *minor = m;
     }
   return 1;

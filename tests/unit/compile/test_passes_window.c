@@ -40,13 +40,14 @@ static int param_copies(const tpu_module *m) {
  * f32[8,56,56,256] row-major into [8,18,18,256]{3,0,2,1} with no copy of its own (the window
  * slides along major dimensions only: the kernel relays out as it reads); f32[8,112,112,512]
  * stays row-major; bf16[1,112,112,64]{2,3,1,0} stays so, no copy, though the window slides
- * along its lanes. */
+ * along its lanes; f32[8,7,7,3]{2,0,3,1} stays so (in whole 8-row tiles {0,3,2,1} pads alike). */
 static void test_window_layouts(void) {
   struct { const char *ty; int n, h, w, c, k, s, pad; const char *layout; int copies; } cs[] = {
       {"f32", 32, 112, 112, 3, 3, 1, 0, "{2,0,3,1}", 1},
       {"f32", 8, 56, 56, 256, 3, 3, 0, "{3,0,2,1}", 0},
       {"f32", 8, 112, 112, 512, 3, 1, 1, "{3,2,1,0}", 0},
       {"bf16", 1, 112, 112, 64, 2, 1, 0, "{2,3,1,0}", 0},
+      {"f32", 8, 7, 7, 3, 2, 2, 0, "{2,0,3,1}", 0},
   };
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
     int oh = (cs[i].h + 2 * cs[i].pad - cs[i].k) / cs[i].s + 1, ow = (cs[i].w + 2 * cs[i].pad - cs[i].k) / cs[i].s + 1;
@@ -85,9 +86,9 @@ static void test_window_layouts(void) {
  * avgpool2d_8x28x28x256_w3s2_same_bf16 (convert, reduce-window, scale, convert: one kernel of
  * 17,586 cycles on v5e); one that slides along its tile is a kernel of its own and the
  * scaling another (avgpool2d_8x112x112x512_w3s1_same_f32: the compiler's reduce-window, then
- * its broadcast_multiply_fusion); so is bf16[1,7,7,96]'s, pooled row-major in 4-row tiles: a
- * dimension of size 1 is never in a window's tile (the batch of 1 in 1-row tiles would pad
- * less; avgpool2d_1x7x7x96_w5s3_same_bf16's reduce-window is {3,2,1,0} on every generation). */
+ * its broadcast_multiply_fusion); so is bf16[1,7,7,96]'s, pooled row-major: layouts are
+ * weighed in whole 8-row tiles (its batch of 1 in 1-row tiles would pad less;
+ * avgpool2d_1x7x7x96_w5s3_same_bf16's reduce-window is {3,2,1,0} on every generation). */
 static void test_window_fusion(void) {
   struct { int n, h, c, k, s, pad; const char *ty; int kernels, fused; } cs[] = {
       {8, 28, 256, 3, 2, 1, "bf16", 1, 1},
