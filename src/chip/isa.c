@@ -54,6 +54,7 @@ static void put_insn(tpu_strbuf *b, const tpu_insn *in, int index, int depth) {
                       (long long)in->m, (long long)in->k, (long long)in->n, (long long)in->b,
                       in->mxus, in->passes, tpu_dtype_name(in->dtype));
     if (in->steps) tpu_strbuf_printf(b, " steps=%lld", (long long)in->steps);
+    if (in->min_cycles) tpu_strbuf_printf(b, " min_cycles=%lld", (long long)in->min_cycles);
   }
   if (in->vregs) tpu_strbuf_printf(b, " vregs=%lld", (long long)in->vregs);
   if (in->opc == TPU_ISA_ICI) tpu_strbuf_printf(b, " cycles=%lld", (long long)in->cycles);
@@ -444,6 +445,7 @@ static tpu_status parse_insn_line(lx *x) {
     else if (!strcmp(key, "mxus")) TPU_TRY(parse_int(x, 1, &in.mxus));
     else if (!strcmp(key, "passes")) TPU_TRY(parse_int(x, 1, &in.passes));
     else if (!strcmp(key, "steps")) TPU_TRY(parse_i64(x, 1, &in.steps));
+    else if (!strcmp(key, "min_cycles")) TPU_TRY(parse_i64(x, 1, &in.min_cycles));
     else if (!strcmp(key, "dtype")) {
       char tn[16];
       size_t n = word(x, tn, sizeof tn);

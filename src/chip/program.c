@@ -182,7 +182,7 @@ tpu_status tpu_program_check(const tpu_program *p, tpu_diag *d) {
     const int64_t lim = (int64_t)1 << 40;
     if (in->bytes > lim || in->vregs > lim || in->ops > ((int64_t)1 << 20) || in->m > lim ||
         in->k > lim || in->n > lim || in->b > lim || in->passes > 64 || in->trips > lim ||
-        in->steps < 0 || in->steps > lim)
+        in->steps < 0 || in->steps > lim || in->min_cycles < 0 || in->min_cycles > lim)
       return bad(d, i, "size out of range");
     switch (in->opc) {
       case TPU_ISA_MATMUL:

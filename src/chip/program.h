@@ -76,6 +76,8 @@ typedef struct tpu_insn {
   int64_t steps;                   /* matmul: steps of a grouped convolution it runs (one
                                     * output position's batch for one group each), each at
                                     * least chip conv_group_step_cycles; 0: none */
+  int64_t min_cycles;              /* matmul: the least cycles it takes (an input-dilated
+                                    * convolution's emitter, tile_conv.c); 0: none */
   tpu_dtype dtype;                 /* matmul: operand type (bf16, f32, s8 ...) */
   int64_t vregs;                   /* vpu/eup/xlu: vector registers per execution */
   int64_t ops;                     /* vpu/eup/xlu: operations per register */

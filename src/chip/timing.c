@@ -731,6 +731,8 @@ static tpu_status durations(tstate *t) {
           double g = (double)in->steps * t->chip->conv_group_step_cycles;
           if (g > (double)c) c = (int64_t)ceil(g);
         }
+        /* the least time the lowering set (an input-dilated convolution's emitter) */
+        if (in->min_cycles > c) c = in->min_cycles;
         break;
       }
       case TPU_ISA_VPU:

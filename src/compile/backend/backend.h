@@ -36,6 +36,8 @@ typedef struct tpu__kinfo {
                             * whose input features fill part of the MXU rows at each tap */
   int64_t steps;           /* a grouped convolution's steps: groups x output positions x
                             * batch blocks of the sublanes (tile_conv.c), else 0 */
+  double min_cycles;       /* an input-dilated convolution's least time, cycles (tile_conv.c);
+                            * 0: none */
   tpu_dtype mm_dtype;
   int passes;
   const struct tpu_instr *mm; /* the dot/convolution (itself or inside the fusion) */

@@ -97,6 +97,48 @@ static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, in
   return groups * (m / batch) * ((batch + sub - 1) / sub);
 }
 
+/* The least time, in cycles, of an input-dilated (transposed) convolution kernel with the
+ * batch in the sublanes; 0 for any other convolution. The XLA TPU compiler's emitters for it
+ * (EmitInputBatchInSublanesOutputBatchInSublanesPacked, EmitOutputBatchInSublanes) walk the
+ * input, not the dilated image: each input position's batch meets every filter tap, and its
+ * cost model charges that in proportion to the input times the output features, whatever
+ * the batch up to 16 and the dilation, with a floor per input position and tap and one per
+ * output position (libtpu probes, bf16 [4,16,16,Ci] x [k,k,Ci,Co], chips'
+ * conv_scatter_*_cycles: at k = 4, lhs_dilate 2x2, v4 270,416 cycles with Ci = 128, Co =
+ * 256, the same at batch 1, 2 and 8, 274,969 at 16, 268,894 at lhs_dilate 4x4 (3.75 times
+ * the output positions); Ci 32 / 64 / 128 / 256 / 512 and Co 128 / 256 / 512 in proportion;
+ * Ci = Co = 32 at the tap floor; k = 3, lhs_dilate 4x4, Ci = 32 at the output floor).
+ * Input features beyond a register's 128 lanes go in blocks of the MXU's rows (v6e: 128
+ * and 256 cost alike). Not where the compiler folds the batch (space to batch, in tpusim's
+ * rule or, in a compiled program, its result: a batch dimension not outermost), for fewer
+ * than 8 output features (the batch-in-lanes emitter), grouped convolutions, nor dots
+ * written as convolutions (`bat`). */
+static double scatter_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat) {
+  const tpu_chip *ch = be->chip;
+  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
+  if (ch->conv_scatter_cycles <= 0 || g > 1 || bat > 1 || mm->batch_group_count > 1) return 0;
+  int dilated = 0;
+  for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++) dilated |= mm->window[i].base_dilation > 1;
+  int64_t batch = mm->shape.dims[cd->out_batch], sub = ch->vector_sublanes > 0 ? ch->vector_sublanes : 8;
+  int64_t cout = rs->dims[cd->k_out], cin = rs->dims[cd->k_in];
+  if (!dilated || batch < 1 || batch > 2 * sub || cout < sub || cd->in_batch != 0 || space_to_batch(mm, ls, rs))
+    return 0;
+  if (mm->shape.has_layout && mm->shape.rank > 0 && mm->shape.minor_to_major[0] == cd->out_batch) return 0;
+  int64_t lanes = ch->vector_lanes > 0 ? ch->vector_lanes : 128, rows = ch->mxu_rows > lanes ? ch->mxu_rows : lanes;
+  double ci = cin <= lanes ? (double)cin : (double)round_up(cin, rows) * (double)lanes / (double)rows;
+  double taps = 1, in = 1, out = 1;
+  for (int i = 0; i < cd->nspatial; i++) {
+    taps *= (double)rs->dims[cd->k_spatial[i]];
+    in *= (double)ls->dims[cd->in_spatial[i]];
+    out *= (double)mm->shape.dims[cd->out_spatial[i]];
+  }
+  double feat = ch->conv_scatter_cycles * ci / (double)lanes * (double)cout / (double)lanes;
+  double c = in * taps * (feat > ch->conv_scatter_tap_cycles ? feat : ch->conv_scatter_tap_cycles);
+  double o = out * (double)((cout + lanes - 1) / lanes) * ch->conv_scatter_out_cycles;
+  return c > o ? c : o;
+}
+
 /* The MXU problem of convolution mm: k's m, k, n, b, k_flops and mm_flops (tile.c sets the
  * rest). */
 void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
@@ -127,6 +169,7 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
     taps *= t;
   }
   k->steps = group_steps(be, mm, g, bat, m);
+  k->min_cycles = scatter_cycles(be, mm, g, bat);
   k->b = g * bat;
   k->m = m;
   k->k = rs->dims[cd->k_in] * taps;
@@ -157,6 +200,7 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
     k->m = m / batch * k->n;
     k->n = batch;
     k->steps = 0;
+    k->min_cycles = 0;
   }
   /* The XLA TPU compiler runs a filter (a window of at most 7 taps a side, unit stride,
    * no input dilation) tap by tap, each tap's input features as the contraction: features

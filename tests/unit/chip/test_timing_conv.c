@@ -1,5 +1,6 @@
 /* Convolution timing against the XLA TPU compiler's costs: taps padded to the lanes, a small
- * batch in the sublanes, a batched dot written as a convolution, a grouped convolution's steps.
+ * batch in the sublanes, a batched dot written as a convolution, a grouped convolution's steps,
+ * a transposed convolution's input-driven floor.
  * Moved from test_timing.c, unchanged; run on the v5e preset as it is. */
 #include <math.h>
 #include <stdio.h>
@@ -235,6 +236,73 @@ static void conv_plain_steps(void) {
   CHECK(toff > 0 && toff < 0.5 * t);
 }
 
+/* An input-dilated (transposed) convolution with the batch in the sublanes: the XLA TPU
+ * compiler's emitter walks the input, every input position's batch meeting every tap, and
+ * charges the input times the output features, with floors per input position and tap and
+ * per output position (chips' conv_scatter_*_cycles, from libtpu probes of these shapes:
+ * bf16 [4,16,16,128] x [4,4,128,256], lhs_dilate 2x2, 270,416 cycles on v4, 73,515 on v5e).
+ * The batch up to 16 and the dilation leave the input-driven term alone; batch 32 and the
+ * compiler's space-to-batch result (batch not outermost) take other emitters. */
+static void conv_scatter(void) {
+  tpu_chip v4;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v4:core", &v4, &d) == TPU_OK);
+  CHECK(v4.conv_scatter_cycles > 0 && v4.conv_scatter_tap_cycles > 0 && v4.conv_scatter_out_cycles > 0);
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,16,16,%d] parameter(0)\n w = bf16[%d,%d,%d,%d] parameter(1)\n"
+                    " ROOT y = bf16[%d,%d,%d,%d] convolution(x, w), window={size=%dx%d pad=2_2x2_2 lhs_dilate=%dx%d},"
+                    " dim_labels=b01f_01io->b01f\n}\n";
+  char src[640];
+  int nk = 0;
+#define SCATTER(b, ci, co, k, ld)                                                                     \
+  (snprintf(src, sizeof src, fmt, b, ci, k, k, ci, co, b, 15 * (ld) + 6 - (k), 15 * (ld) + 6 - (k), co, k, k, ld, ld), \
+   stream_time(src, &v4, &nk))
+  /* 256 input positions x 16 taps x 128 x 256 features: 8,192 units */
+  double a = 256 * 16 * 2 * v4.conv_scatter_cycles, t = SCATTER(4, 128, 256, 4, 2);
+  printf("transposed convolution bf16[4,16,16,128] x [4,4,128,256], lhs_dilate 2 on v4: %.0f cycles, input-driven %.0f\n", t, a);
+  CHECK(t >= a && t < 1.15 * a);
+  double t1 = SCATTER(1, 128, 256, 4, 2), t16 = SCATTER(16, 128, 256, 4, 2), t4d = SCATTER(4, 128, 256, 4, 4);
+  printf("batch 1: %.0f, batch 16: %.0f, lhs_dilate 4 (62x62 outputs): %.0f\n", t1, t16, t4d);
+  CHECK(t1 >= a && t1 < 1.15 * a && t16 >= a && t16 < 1.15 * a && t4d >= a && t4d < 1.15 * a);
+  /* 32 features in and out: the tap floor */
+  double f = 256 * 16 * v4.conv_scatter_tap_cycles, t32 = SCATTER(4, 32, 32, 4, 2);
+  printf("32 to 32 features: %.0f cycles, tap floor %.0f\n", t32, f);
+  CHECK(t32 >= f && t32 < 1.15 * f);
+  /* a 3x3 window at lhs_dilate 4 over 32 input features: the output floor, 63 x 63 x 2 */
+  double o = 63 * 63 * 2 * v4.conv_scatter_out_cycles, t3 = SCATTER(4, 32, 256, 3, 4);
+  printf("3x3, lhs_dilate 4, 32 to 256 features: %.0f cycles, output floor %.0f\n", t3, o);
+  CHECK(t3 >= o && t3 < 1.15 * o);
+  /* batch 32: another emitter, no floor */
+  double tb = SCATTER(32, 128, 256, 4, 2);
+  printf("batch 32: %.0f cycles (8 x the input-driven term would be %.0f)\n", tb, 8 * a);
+  CHECK(tb > 0 && tb < 0.5 * 8 * a);
+#undef SCATTER
+  /* the floor survives the program's text form */
+  snprintf(src, sizeof src, fmt, 4, 128, 4, 4, 128, 256, 4, 32, 32, 256, 4, 4, 2, 2);
+  tpu_program *p = compile_src(src, &v4, -1), *q = NULL;
+  CHECK(p != NULL);
+  char *txt = p ? tpu_program_text(p) : NULL;
+  CHECK(txt != NULL && strstr(txt, " min_cycles=") != NULL);
+  CHECK(txt && tpu_program_parse("p.tpu", txt, strlen(txt), &q, &d) == TPU_OK);
+  if (p && q) CHECK(program_cycles(q, &v4) == program_cycles(p, &v4));
+  tpu_program_free(q);
+  tpu_program_free(p);
+  tpu_free(txt);
+  /* the compiler's space-to-batch result (batch second, the last dimension in pieces): no floor */
+  const char *s2b = "HloModule m\nENTRY e {\n x = bf16[16,8,6,128] parameter(0)\n w = bf16[4,4,128,256] parameter(1)\n"
+                    " ROOT y = bf16[32,8,8,256] convolution(x, w), window={size=4x4 pad=2_2x0_0 lhs_dilate=2x2},"
+                    " dim_labels=0b1f_01io->0b1f\n}\n";
+  double ts = stream_time(s2b, &v4, &nk), as = 16 * 6 * 16 * 2 * v4.conv_scatter_cycles;
+  printf("space-to-batch form: %.0f cycles (the input-driven term would be %.0f)\n", ts, as);
+  CHECK(ts > 0 && ts < 0.8 * as);
+  /* without the chip's figures, the MXU work alone: far less */
+  tpu_chip off = v4;
+  off.conv_scatter_cycles = 0;
+  snprintf(src, sizeof src, fmt, 4, 128, 4, 4, 128, 256, 4, 32, 32, 256, 4, 4, 2, 2);
+  double toff = stream_time(src, &off, &nk);
+  printf("without conv_scatter_cycles: %.0f cycles\n", toff);
+  CHECK(toff > 0 && toff < 0.5 * t);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
@@ -245,6 +313,7 @@ int main(void) {
   conv_batch_in_sublanes();
   conv_group_steps();
   conv_plain_steps();
+  conv_scatter();
   batched_dot_as_conv();
   CHECK_DONE();
 }
