@@ -147,6 +147,22 @@ assert mm > 50 and perm > 5 * mm, (perm, mm)            # a long permute, a matm
 assert abs(us - perm) < 0.02 * perm, (us, perm)         # overlapped: the permute alone
 assert sync > ov * (1 + 0.8 * mm / perm), (sync, ov)    # in order: both
 PY
+# The same inside a loop whose permute reads an element of the state (a windowed einsum's
+# step): it starts with the iteration, though the operands-first order reaches its
+# get-tuple-element after the matmul.
+"$BIN" run tests/hlo/pod_overlap_loop.hlo --mode timing --top 0 > "$T/ovl" 2> "$T/err" || fail "loop overlap run exited $?: $(cat "$T/err")"
+"$BIN" run tests/hlo/pod_overlap_loop.hlo --mode timing --top 0 --sync-collectives > "$T/syncl" 2> "$T/err" ||
+  fail "loop --sync-collectives run exited $?: $(cat "$T/err")"
+perm=$(sed -n 's/^  cp  *collective-permute  *[0-9]*  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/ovl")
+mm=$(sed -n 's/^  d  *dot  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/syncl")
+python3 - "$(cyc "$T/ovl")" "$(cyc "$T/syncl")" "$perm" "$mm" <<'PY' || fail "loop overlap: step $(cyc "$T/ovl") vs sync $(cyc "$T/syncl") cycles (permutes $perm us, matmuls $mm us)"
+import sys
+ov, sync, perm, mm = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+us = ov / 1.5e3
+assert mm > 100 and perm > 5 * mm, (perm, mm)           # two iterations of each
+assert abs(us - perm) < 0.03 * perm, (us, perm)         # overlapped: the permutes alone
+assert sync > ov * (1 + 0.8 * mm / perm), (sync, ov)    # in order: both
+PY
 
 # An all-reduce whose only use is each device's own block becomes a reduce-scatter (XLA's
 # reduce-scatter creator), one whose slice is another device's block stays; values equal

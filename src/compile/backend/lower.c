@@ -433,6 +433,11 @@ static const tpu_instr **overlap_order(tpu__be *be, const tpu_comp *c) {
     int a = prev;
     for (int j = 0; j < in->noperands; j++) {
       const tpu_instr *o = in->operands[j];
+      /* an element of a tuple is there when the tuple is (the post-order places a loop
+       * state's get-tuple-element right before its first reader, which may follow the
+       * body's matmuls: XLA's scheduler starts a windowed einsum's first permutes at the
+       * top of the body, tpu.hlo's collective-permute-start) */
+      while (o->op == TPU_OP_GET_TUPLE_ELEMENT && o->noperands == 1) o = o->operands[0];
       /* parameters and constants are there from the start */
       int p = o->id <= maxid && o->parent == c && o->op != TPU_OP_PARAMETER && o->op != TPU_OP_CONSTANT ? pos[o->id] : -1;
       if (p > a) a = p;

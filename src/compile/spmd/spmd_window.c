@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "compile/spmd/spmd_int.h"
 
 static tpu_status s32op(sp *s, tpu_opcode op, tpu_instr *a, tpu_instr *b, tpu_loc loc, tpu_instr **out) {
@@ -116,6 +117,37 @@ static tpu_status ring_block(sp *s, int64_t n, tpu_instr *b, int64_t c, int sign
   TPU_TRY(s32op(s, TPU_OP_REMAINDER, t, cn, loc, j));
   TPU_TRY(tpu__spmd_const(s, TPU_S32, len, NULL, loc, &cl));
   return s32op(s, TPU_OP_MULTIPLY, *j, cl, loc, off);
+}
+
+/* Rows [lo, lo + len) of dimension k of x (a static slice). */
+static tpu_status part_of(sp *s, tpu_instr *x, int k, int64_t lo, int64_t len, tpu_loc loc, tpu_instr **out) {
+  tpu_shape r = x->shape;
+  r.has_layout = 0;
+  r.layout_tail = NULL;
+  r.dims[k] = len;
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_SLICE, "spmd.window.half", &r, &x, 1, loc, out));
+  tpu_strbuf b;
+  tpu_strbuf_init(&b);
+  tpu_strbuf_printf(&b, "{");
+  for (int d = 0; d < r.rank; d++)
+    tpu_strbuf_printf(&b, "%s[%lld:%lld]", d ? ", " : "", (long long)(d == k ? lo : 0),
+                      (long long)(d == k ? lo + len : x->shape.dims[d]));
+  tpu_strbuf_printf(&b, "}");
+  return tpu__spmd_set_attr_text(s, *out, "slice", &b, loc);
+}
+
+/* The two blocks a ring step holds, one after the other along dimension k: XLA's
+ * bidirectional loop multiplies them in one dot (its partitioner's concatenate of the block
+ * arrived each way), so the matrix unit sees the two blocks' length, not one's. */
+static tpu_status both(sp *s, tpu_instr *const *two, int k, tpu_loc loc, tpu_instr **out) {
+  tpu_shape cs = two[0]->shape;
+  cs.has_layout = 0;
+  cs.layout_tail = NULL;
+  cs.dims[k] *= 2;
+  TPU_TRY(tpu__spmd_instr(s, TPU_OP_CONCATENATE, "spmd.window.both", &cs, two, 2, loc, out));
+  char dims[32];
+  snprintf(dims, sizeof dims, "{%d}", k);
+  return tpu_build_set_attr(&s->b, *out, "dimensions", dims);
 }
 
 static int uses_axis(const dsh *h, int rank, const int8_t *axes, int n) {
@@ -259,24 +291,32 @@ tpu_status tpu__spmd_window_dot(sp *s, const tpu_instr *in, int side, int rd, co
   if (st == TPU_OK) st = tpu__spmd_gte(s, l.state, 3, loc, &blocks[1]);
   if (st == TPU_OK) st = tpu__spmd_block_offset(s, from->ax[rd], from->n[rd], 1, loc, &b);
   for (int u = 0; st == TPU_OK && u < 2; u++) {
+    /* both blocks in one dot, as XLA's partitioner multiplies them: for a split contraction
+     * with the other operand's two slices side by side (one sum), for a split output
+     * feature writing the result's two blocks */
+    tpu_instr *off[2] = {NULL, NULL}, *lhs[2] = {o, o}, *d = NULL, *ops[2];
     for (int h = 0; st == TPU_OK && h < 2; h++) {
-      tpu_instr *j, *off, *lhs = o, *d, *ops[2];
-      st = ring_block(s, n, b, h ? n - 1 : 0, h ? -1 : 1, l.i, u, len, loc, &j, &off);
-      if (st == TPU_OK && od < 0) st = tpu__spmd_slice_at(s, o, oc, off, len, "spmd.window.slice", loc, &lhs); /* its part of the contraction */
-      if (st != TPU_OK) break;
-      ops[side] = blocks[h];
-      ops[1 - side] = lhs;
-      st = tpu_build_clone_instr(&s->b, l.body, in, ops, &d);
-      if (st != TPU_OK) break;
-      d->shape = os;
-      if (od >= 0) { /* its block of the result */
-        d->shape.dims[od] = len;
-        st = update_at(s, res, d, od, off, loc, &res);
-      } else { /* its share of the sum */
-        ops[0] = res;
-        ops[1] = d;
-        st = tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &os, ops, 2, loc, &res);
+      tpu_instr *j;
+      st = ring_block(s, n, b, h ? n - 1 : 0, h ? -1 : 1, l.i, u, len, loc, &j, &off[h]);
+      if (st == TPU_OK && od < 0) st = tpu__spmd_slice_at(s, o, oc, off[h], len, "spmd.window.slice", loc, &lhs[h]); /* its part of the contraction */
+    }
+    if (st == TPU_OK) st = both(s, blocks, rd, loc, &ops[side]);
+    if (st == TPU_OK && od < 0) st = both(s, lhs, oc, loc, &ops[1 - side]);
+    else ops[1 - side] = o;
+    if (st == TPU_OK) st = tpu_build_clone_instr(&s->b, l.body, in, ops, &d);
+    if (st != TPU_OK) break;
+    d->shape = os;
+    if (od >= 0) { /* its blocks of the result */
+      d->shape.dims[od] = 2 * len;
+      for (int h = 0; st == TPU_OK && h < 2; h++) {
+        tpu_instr *half;
+        st = part_of(s, d, od, h * len, len, loc, &half);
+        if (st == TPU_OK) st = update_at(s, res, half, od, off[h], loc, &res);
       }
+    } else { /* its share of the sum */
+      ops[0] = res;
+      ops[1] = d;
+      st = tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &os, ops, 2, loc, &res);
     }
     /* the next blocks: from the chip one on (forward) and one back */
     if (st == TPU_OK) st = tpu__spmd_shift(s, blocks[0], from, rd, +1, 1, "spmd.window.permute", loc, &blocks[0]);
@@ -345,23 +385,31 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
   if (st == TPU_OK) st = tpu__spmd_gte(s, l.state, 2, loc, &sums[0]);
   if (st == TPU_OK) st = tpu__spmd_gte(s, l.state, 3, loc, &sums[1]);
   if (st == TPU_OK) st = tpu__spmd_block_offset(s, to->ax[k], to->n[k], 1, loc, &b);
-  for (int u = 0; st == TPU_OK && u < 2; u++)
+  for (int u = 0; st == TPU_OK && u < 2; u++) {
+    /* the products for both sums in one dot (the operand's two slices side by side), as
+     * XLA's partitioner computes them; each sum takes its half */
+    tpu_instr *sl[2] = {NULL, NULL}, *d = NULL, *ops[2];
     for (int h = 0; st == TPU_OK && h < 2; h++) {
-      tpu_instr *j, *off, *sl, *d, *moved, *ops[2];
+      tpu_instr *j, *off;
       st = ring_block(s, n, b, h ? n / 2 : n / 2 - 1, h ? 1 : -1, l.i, u, len, loc, &j, &off);
-      if (st == TPU_OK) st = tpu__spmd_slice_at(s, a, fd, off, len, "spmd.window.slice", loc, &sl);
-      if (st != TPU_OK) break;
-      ops[side] = sl;
-      ops[1 - side] = o;
-      st = tpu_build_clone_instr(&s->b, l.body, part, ops, &d);
-      if (st != TPU_OK) break;
-      d->shape = bs;
+      if (st == TPU_OK) st = tpu__spmd_slice_at(s, a, fd, off, len, "spmd.window.slice", loc, &sl[h]);
+    }
+    if (st == TPU_OK) st = both(s, sl, fd, loc, &ops[side]);
+    ops[1 - side] = o;
+    if (st == TPU_OK) st = tpu_build_clone_instr(&s->b, l.body, part, ops, &d);
+    if (st != TPU_OK) break;
+    d->shape = bs;
+    d->shape.dims[kd] = 2 * len;
+    for (int h = 0; st == TPU_OK && h < 2; h++) {
+      tpu_instr *moved, *half;
       st = tpu__spmd_shift(s, sums[h], to, k, h ? +1 : -1, 1, "spmd.window.permute", loc, &moved);
+      if (st == TPU_OK) st = part_of(s, d, kd, h * len, len, loc, &half);
       if (st != TPU_OK) break;
       ops[0] = moved;
-      ops[1] = d;
+      ops[1] = half;
       st = tpu__spmd_instr(s, TPU_OP_ADD, "spmd.window.sum", &bs, ops, 2, loc, &sums[h]);
     }
+  }
   tpu_instr *next[4] = {a, o, sums[0], sums[1]}, *w, *fw, *bw, *last, *ops[2];
   TPU_TRY(close_loop(s, &l, st, next, init, loc, &w));
   TPU_TRY(tpu__spmd_gte(s, w, 2, loc, &fw));

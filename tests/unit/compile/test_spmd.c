@@ -260,6 +260,10 @@ static void check_windowed(void) {
     check_ref(k ? "windowed einsum over output features" : "windowed einsum over the contraction", src, src, 0, 0, 0);
     CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 5);
     CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 1);
+    /* one dot per ring step over both blocks held (XLA's bidirectional loop concatenates the
+     * block arrived each way): two per iteration, not one per block */
+    CHECK_EQ_INT(count_after(src, TPU_OP_DOT), 2);
+    CHECK_EQ_INT(count_after(src, TPU_OP_CONCATENATE), k ? 2 : 4);
     g_window = 16; /* below the threshold: gathered */
     CHECK_EQ_INT(count_after(src, TPU_OP_ALL_GATHER), 1);
     CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 0);
@@ -283,6 +287,7 @@ static void check_windowed(void) {
   check_ref("windowed reduce-scatter", src, src, 0, 0, 0);
   CHECK_EQ_INT(count_after(src, TPU_OP_COLLECTIVE_PERMUTE), 5);
   CHECK_EQ_INT(count_after(src, TPU_OP_WHILE), 1);
+  CHECK_EQ_INT(count_after(src, TPU_OP_DOT), 2); /* both sums' products in one dot per step */
   CHECK_EQ_INT(count_after(src, TPU_OP_REDUCE_SCATTER), 0);
   g_window = 0;
   CHECK_EQ_INT(count_after(src, TPU_OP_REDUCE_SCATTER), 1);
