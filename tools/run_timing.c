@@ -262,6 +262,7 @@ static char *timing_key(const run_opts *o, const tpu_chip *chip, const tpu_loop_
     key_str(&k, s->name);
     key_int(&k, s->loc.line);
     key_int(&k, s->loc.col);
+    key_int(&k, s->flat);
     for (int j = 0; j < s->n; j++) key_field(&k, s->args[j].data, s->args[j].nbytes);
   }
   *len = k.len;

@@ -231,3 +231,35 @@ def test_calls_in_nested_loops_and_a_conditional_are_timed_on_each_iterations_sc
         assert d > 0.2 * t["same"], (fn.__name__, t)
         for name in ("last_each", "first_each"):
             assert abs(t[name] - t["same"] - d / 4) < 0.05 * d, (fn.__name__, name, t)
+
+
+def test_a_branch_run_in_some_iterations_is_timed_on_its_calls_scalars():
+    """The same kernel in a conditional's branch inside a scan of 4 whose branch runs in
+    iterations 1 and 3 only: the run records each call's iteration, and iteration 3's plan is
+    its own call's (the timing takes the costliest branch every iteration, docs/timing.md; the
+    iterations whose branch did not run, 0 and 2, take the first call's plan). The fetching
+    call last adds a quarter of what fetching in all 4 adds; first, three quarters (its own
+    iteration and the two that did not run; before: every iteration ran the first call's
+    plan, so nothing and all of it)."""
+    from jax import lax
+    from jax.sharding import SingleDeviceSharding
+    dev, call = _v5e_prefetch_call()
+
+    def branch(idxs, x):
+        def body(c, idx):
+            return lax.cond(idx[0] >= 0, lambda v: call(idx, v), lambda v: v, c), None
+        return lax.scan(body, x, idxs)[0]
+    sd = SingleDeviceSharding(dev)
+    s = [jax.ShapeDtypeStruct((4, 8), jnp.int32, sharding=sd), jax.ShapeDtypeStruct((8 * 256, 512), jnp.float32, sharding=sd)]
+    x = np.random.default_rng(6).standard_normal((8 * 256, 512)).astype(np.float32)
+    same, each, off = np.zeros(8, np.int32), np.arange(8, dtype=np.int32), np.full(8, -1, np.int32)
+    text = jax.jit(branch).lower(*s).as_text(dialect="hlo")
+    t = {}
+    for name, rows in (("same", [same] * 4), ("each", [each] * 4), ("last_each", [off, same, off, each]),
+                       ("first_each", [off, each, off, same])):
+        outs, rep = tpusim.run(text, [np.stack(rows), x])
+        t[name] = rep.step_time_s
+    d = t["each"] - t["same"]
+    assert d > 0.2 * t["same"], t
+    for name, q in (("last_each", 0.25), ("first_each", 0.75)):
+        assert abs(t[name] - t["same"] - q * d) < 0.05 * d, (name, t)

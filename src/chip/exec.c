@@ -372,8 +372,9 @@ static tpu_status record_while(void *user, const tpu_instr *in, int64_t iters, t
   return TPU_OK;
 }
 
-static tpu_status record_mosaic(void *user, const tpu_instr *in, const tpu_tensor *const *args, int n, tpu_diag *d) {
-  return tpu_mosaic_seen_add(&((const exec_ctx *)user)->trips->mosaic, in, args, n, d);
+static tpu_status record_mosaic(void *user, const tpu_instr *in, const tpu_tensor *const *args, int n, int64_t flat,
+                                tpu_diag *d) {
+  return tpu_mosaic_seen_add(&((const exec_ctx *)user)->trips->mosaic, in, args, n, flat, d);
 }
 
 tpu_status tpu_chip_run_values(const tpu_module *m, const tpu_chip *chip, int precision_override,

@@ -551,18 +551,37 @@ tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo 
   }
   /* A call in a loop's body that the values run made on other scalars in other iterations:
    * iteration i (counted over every loop around the call: a nested loop's iterations run
-   * outer pass by outer pass) runs the plan of the run's call i, as a plan per position of
-   * the calls' shortest period r (i mod r), each predicated on it. A call in a conditional's
-   * branch has one call an iteration only when the branch ran every iteration. Without one
-   * call per iteration to go by (a loop of unknown count, more iterations than were
-   * recorded, a branch that did not always run), every iteration runs the first call's plan. */
+   * outer pass by outer pass) runs the plan of the run's call in iteration i, as a plan per
+   * position of the calls' shortest period r (i mod r), each predicated on it. A call in a
+   * conditional's branch is found by the iteration the run recorded with it (the timing runs
+   * the costliest branch every iteration, docs/timing.md: an iteration whose branch did not
+   * run takes the first call's plan). Without that to go by (a loop of unknown count, more
+   * iterations than were recorded, calls past the record's cap), every iteration runs the
+   * first call's plan. */
   int cond = 0;
   int64_t T = p->nvar > 1 ? loop_trips(be, in, &cond) : -1;
-  if (T < 2 || T > p->ncalls || (cond && T != p->ncalls)) return emit_plan(&l);
+  if (T < 2) return emit_plan(&l);
+  int *at = NULL; /* the call each iteration runs the plan of */
+  if (!cond || T == p->ncalls) {
+    if (T > p->ncalls) return emit_plan(&l);
+    at = tpu_arena_alloc(&be->p->arena, sizeof *at * (size_t)T);
+    if (!at) return TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    for (int64_t i = 0; i < T; i++) at[i] = (int)i;
+  } else {
+    if (T > 16 * TPU_MOSAIC_SEEN_MAX || p->ncalls >= TPU_MOSAIC_SEEN_MAX) return emit_plan(&l);
+    at = tpu_arena_alloc(&be->p->arena, sizeof *at * (size_t)T);
+    if (!at) return TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
+    for (int64_t i = 0; i < T; i++) at[i] = 0;
+    for (int c = 0; c < p->ncalls; c++) { /* each call in its own iteration, in order */
+      int64_t f = p->calls[c]->flat;
+      if (f < 0 || f >= T || (c > 0 && f <= p->calls[c - 1]->flat)) return emit_plan(&l);
+      at[f] = c;
+    }
+  }
   int64_t r = 1;
   for (; r < T; r++) {
     int ok = 1;
-    for (int64_t i = r; i < T && ok; i++) ok = p->call_var[i] == p->call_var[i % r];
+    for (int64_t i = r; i < T && ok; i++) ok = p->call_var[at[i]] == p->call_var[at[i % r]];
     if (ok) break;
   }
   /* the plans the period needs, counted on their calls' scalars */
@@ -570,13 +589,13 @@ tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo 
   const tpu_tensor **sc = tpu_arena_alloc(&be->p->arena, sizeof *sc * (size_t)(p->nsc > 0 ? p->nsc : 1));
   tpu_status st = sc ? TPU_OK : TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
   for (int64_t i = 0; i < r && st == TPU_OK; i++) {
-    int v = p->call_var[i];
+    int v = p->call_var[at[i]];
     if (p->var[v]) continue;
     mplan *q = new_plan(be);
     if (!q) st = TPU_FAIL(be->d, TPU_ERR_NOMEM, in->loc, "out of memory");
     if (st == TPU_OK && !mo) st = tpu_mosaic_of_instr(in, &mo, be->d);
     if (st == TPU_OK)
-      st = count_plan(be, mo, in, known_scalars(in, p->calls[i], p->nsc, sc) ? sc : NULL, q);
+      st = count_plan(be, mo, in, known_scalars(in, p->calls[at[i]], p->nsc, sc) ? sc : NULL, q);
     if (st == TPU_OK) p->var[v] = q;
   }
   tpu_mosaic_free(mo);
@@ -584,7 +603,7 @@ tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo 
   /* the op's figures: the mean iteration's */
   double flops = 0, pad_flops = 0, bytes = 0;
   for (int64_t i = 0; i < r; i++) {
-    const mplan *q = p->var[p->call_var[i]];
+    const mplan *q = p->var[p->call_var[at[i]]];
     flops += q->flops / (double)r;
     pad_flops += q->pad_flops / (double)r;
     bytes += q->bytes / (double)r;
@@ -596,11 +615,11 @@ tpu_status tpu__mosaic_lower(tpu__be *be, const tpu_instr *in, const tpu__kinfo 
     po->bytes = po->padded_bytes = bytes;
   }
   if (r == 1) {
-    l.p = p->var[p->call_var[0]];
+    l.p = p->var[p->call_var[at[0]]];
     return emit_plan(&l);
   }
   for (int64_t i = 0; i < r; i++) {
-    l.p = p->var[p->call_var[i]];
+    l.p = p->var[p->call_var[at[i]]];
     l.pmod = (int)r;
     l.prem = (int)i;
     l.pflat = 1;

@@ -185,7 +185,7 @@ tpu_status tpu__ref_mosaic(tpu_interp *ip, const tpu_instr *in, const tpu_tensor
   const tpu_ref_opts *ro = tpu__ref_opts(ip);
   int nsc = k->ndyn + k->nprefetch;
   tpu_status st = TPU_OK;
-  if (ro->on_mosaic && nsc > 0 && nsc <= in->noperands) st = ro->on_mosaic(ro->user, in, args, nsc, d);
+  if (ro->on_mosaic && nsc > 0 && nsc <= in->noperands) st = ro->on_mosaic(ro->user, in, args, nsc, tpu__ref_flat(ip), d);
   if (st != TPU_OK) {
     tpu_mosaic_free(k);
     return st;

@@ -210,14 +210,16 @@ typedef struct tpu_mosaic_seen {
   char *name;       /* the call's name (owned): its key when it has no place */
   int n;
   tpu_tensor *args; /* owned copies */
+  int64_t flat;     /* the loop iteration it ran in, counted over every loop around it (-1: none) */
 } tpu_mosaic_seen;
 typedef struct tpu_mosaic_seen_set {
   tpu_mosaic_seen *v;
   int n, cap;
 } tpu_mosaic_seen_set;
-/* Records call `in`'s first n operands (a record more at its place, up to TPU_MOSAIC_SEEN_MAX). */
+/* Records call `in`'s first n operands and its loop iteration `flat` (a record more at its
+ * place, up to TPU_MOSAIC_SEEN_MAX). */
 tpu_status tpu_mosaic_seen_add(tpu_mosaic_seen_set *s, const tpu_instr *in, const tpu_tensor *const *args, int n,
-                               tpu_diag *d);
+                               int64_t flat, tpu_diag *d);
 /* The first record of call `in` (of any module parsed from the same text), or NULL. */
 const tpu_mosaic_seen *tpu_mosaic_seen_find(const tpu_mosaic_seen_set *s, const tpu_instr *in);
 /* The records of call `in` in the order the calls ran: their count, the first `max` in out. */

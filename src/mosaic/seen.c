@@ -29,7 +29,7 @@ int tpu_mosaic_seen_calls(const tpu_mosaic_seen_set *s, const tpu_instr *in, con
 }
 
 tpu_status tpu_mosaic_seen_add(tpu_mosaic_seen_set *s, const tpu_instr *in, const tpu_tensor *const *args, int n,
-                               tpu_diag *d) {
+                               int64_t flat, tpu_diag *d) {
   /* every call at each place, in the order they ran, up to TPU_MOSAIC_SEEN_MAX */
   if (tpu_mosaic_seen_calls(s, in, NULL, 0) >= TPU_MOSAIC_SEEN_MAX) return TPU_OK;
   if (s->n == s->cap) {
@@ -42,6 +42,7 @@ tpu_status tpu_mosaic_seen_add(tpu_mosaic_seen_set *s, const tpu_instr *in, cons
   tpu_mosaic_seen *e = &s->v[s->n];
   memset(e, 0, sizeof *e);
   e->loc = in->loc;
+  e->flat = flat;
   e->name = tpu_strdup(in->name ? in->name : "");
   e->args = tpu_calloc((size_t)(n > 0 ? n : 1), sizeof *e->args);
   tpu_status st = e->name && e->args ? TPU_OK : TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
@@ -71,7 +72,7 @@ int tpu_mosaic_seen_same(const tpu_mosaic_seen_set *a, const tpu_mosaic_seen_set
   if (na != nb) return 0;
   for (int i = 0; i < na; i++) {
     const tpu_mosaic_seen *x = &a->v[i], *y = &b->v[i];
-    if (x->n != y->n || !tpu_loc_same(x->loc, y->loc) || strcmp(x->name ? x->name : "", y->name ? y->name : "")) return 0;
+    if (x->n != y->n || x->flat != y->flat || !tpu_loc_same(x->loc, y->loc) || strcmp(x->name ? x->name : "", y->name ? y->name : "")) return 0;
     for (int j = 0; j < x->n; j++)
       if (!same_tensor(&x->args[j], &y->args[j])) return 0;
   }
@@ -89,6 +90,7 @@ tpu_status tpu_mosaic_seen_copy(tpu_mosaic_seen_set *dst, const tpu_mosaic_seen_
     const tpu_mosaic_seen *x = &src->v[i];
     tpu_mosaic_seen *e = &dst->v[dst->n++];
     e->loc = x->loc;
+    e->flat = x->flat;
     e->name = tpu_strdup(x->name ? x->name : "");
     e->args = tpu_calloc((size_t)(x->n > 0 ? x->n : 1), sizeof *e->args);
     if (!e->name || !e->args) st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory copying Pallas calls' scalars");

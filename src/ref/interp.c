@@ -28,6 +28,7 @@ typedef struct comp_plan {
   tpu_tensor *fval;
 } comp_plan;
 
+#define MAX_LOOPS 32
 struct tpu_interp {
   int64_t while_limit;
   int depth;
@@ -37,6 +38,15 @@ struct tpu_interp {
   int nplans, capplans;
   const tpu_comp *entry;
   size_t folded_bytes;      /* kept in the plans' fval (at most MAX_FOLDED_BYTES) */
+  /* The iteration running, counted over every loop around it (tpu__ref_flat): each while
+   * loop's body runs counted over all the loop's runs, so nested loops count outer pass by
+   * outer pass; -1 outside loops or past MAX_LOOPS loops. */
+  int64_t flat;
+  struct {
+    const tpu_instr *w;
+    int64_t runs;
+  } loops[MAX_LOOPS];
+  int nloops;
 };
 
 /* What folded values may hold in one run, and one of them. */
@@ -46,6 +56,8 @@ struct tpu_interp {
 static int64_t g_while_limit = 100000000;
 
 const tpu_ref_opts *tpu__ref_opts(const tpu_interp *ip) { return ip->opts; }
+
+int64_t tpu__ref_flat(const tpu_interp *ip) { return ip->flat; }
 
 const char *tpu__ref_who(const tpu_interp *ip) {
   return ip && ip->opts->who ? ip->opts->who : "the reference interpreter";
@@ -113,7 +125,14 @@ static int value_matches(const tpu_tensor *v, const tpu_shape *s) {
 static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *init, tpu_tensor *out, tpu_diag *d) {
   tpu_tensor state;
   TPU_TRY(tpu_tensor_clone(&state, init, d));
-  int64_t iters = 0;
+  int64_t iters = 0, flat0 = ip->flat, *runs = NULL;
+  for (int i = 0; i < ip->nloops && !runs; i++)
+    if (ip->loops[i].w == in) runs = &ip->loops[i].runs;
+  if (!runs && ip->nloops < MAX_LOOPS) {
+    ip->loops[ip->nloops].w = in;
+    ip->loops[ip->nloops].runs = 0;
+    runs = &ip->loops[ip->nloops++].runs;
+  }
   for (;;) {
     tpu_tensor cond;
     const tpu_tensor *arg = &state;
@@ -131,7 +150,9 @@ static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tenso
                       (long long)ip->while_limit);
     }
     tpu_tensor next;
+    ip->flat = runs ? (*runs)++ : -1;
     st = tpu__ref_call(ip, in->body, &arg, 1, &next, d);
+    ip->flat = flat0;
     tpu_tensor_free(&state);
     if (st != TPU_OK) return st;
     state = next;
@@ -680,7 +701,7 @@ tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nar
   const tpu_tensor **argv = tpu_calloc((size_t)(nargs ? nargs : 1), sizeof *argv);
   if (!argv) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   for (int i = 0; i < nargs; i++) argv[i] = &args[i];
-  tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts, 0, 0, NULL, 0, 0, e, 0};
+  tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts, 0, 0, NULL, 0, 0, e, 0, -1, {{0}}, 0};
   tpu_tensor_pool_begin();
   tpu_status st = tpu__ref_call(&ip, e, argv, nargs, out, d);
   tpu_tensor_pool_end();

@@ -50,8 +50,10 @@ typedef struct tpu_ref_opts {
                                  * it, as the XLA TPU compiler rewrites it (ref/window.c); 0: in
                                  * window order */
   /* NULL, or called at each Pallas call with its leading n scalar operands (dynamic grid
-   * bounds, scalar prefetch) before it runs (the timing counts the kernel on them). */
-  tpu_status (*on_mosaic)(void *user, const tpu_instr *in, const tpu_tensor *const *args, int n, tpu_diag *d);
+   * bounds, scalar prefetch) before it runs (the timing counts the kernel on them), and the
+   * loop iteration it runs in, counted over every loop around it (-1: none). */
+  tpu_status (*on_mosaic)(void *user, const tpu_instr *in, const tpu_tensor *const *args, int n, int64_t flat,
+                          tpu_diag *d);
   int vector_reduce;            /* 1: an f32 add-reduce over either minor dimension sums in the TPU
                                  * vector unit's order (partial sums per 8x128 register position,
                                  * then a log-step tree; ref/reduce.c); 0: sequentially */

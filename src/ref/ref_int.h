@@ -19,6 +19,9 @@ typedef struct tpu_interp tpu_interp;
 const char *tpu__ref_who(const tpu_interp *ip);
 /* The run's options (never NULL). */
 const tpu_ref_opts *tpu__ref_opts(const tpu_interp *ip);
+/* The loop iteration running, counted over every loop around it (a nested loop's body runs
+ * numbered outer pass by outer pass), or -1 outside loops. */
+int64_t tpu__ref_flat(const tpu_interp *ip);
 /* A Pallas/Mosaic kernel (tpu_custom_call): src/mosaic/call.c. */
 tpu_status tpu__ref_mosaic(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                            tpu_diag *d);
