@@ -106,6 +106,7 @@ char *tpu_program_text(const tpu_program *p) {
     if (o->out_scale > 1) tpu_strbuf_printf(&b, " out_scale=%.17g", o->out_scale);
     if (o->out_bytes > 0) tpu_strbuf_printf(&b, " out_bytes=%.17g", o->out_bytes);
     if (o->scalar) tpu_strbuf_printf(&b, " scalar=1");
+    if (o->relayout) tpu_strbuf_printf(&b, " relayout=1");
     tpu_strbuf_printf(&b, "   ; op %d\n", i);
   }
   for (int i = 0; i < p->nhbm; i++) {
@@ -355,6 +356,10 @@ static tpu_status parse_op_line(lx *x) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));
       o.scalar = v != 0;
+    } else if (!strcmp(key, "relayout")) {
+      int64_t v;
+      TPU_TRY(parse_i64(x, 0, &v));
+      o.relayout = v != 0;
     }
     else return perr(x, at - strlen(key) - 1, "unknown key '%s'", key);
   }

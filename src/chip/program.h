@@ -114,6 +114,9 @@ typedef struct tpu_prog_op {
   int64_t m, k, n, b;           /* matmul/conv problem (implicit GEMM), 0 otherwise */
   int64_t tiles;                /* tile-loop iterations of its kernel */
   int scalar;                   /* scalars in and out: the scalar unit's work, no kernel start cost */
+  int relayout;                 /* a copy or transpose that moves the dimension in the lanes: read
+                                 * from HBM and written to HBM it pays a second kernel start
+                                 * (docs/timing.md, "Kernel start") */
   double xbytes;                /* bytes-equivalent the kernel's transfers pay on the HBM port
                                  * beyond padded_bytes (the chip's per-element stream costs) */
   double out_scale;             /* > 1: a matmul kernel's result transfers pay this multiple of

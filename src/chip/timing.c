@@ -199,6 +199,8 @@ static int64_t slot_of(const tstate *t, tpu_vref r, int64_t iter) {
   return t->slot0[r.buf] + k % b->nslots;
 }
 
+enum { OP_HBM_MOVES = 1, OP_HBM_READS = 2, OP_VECTOR = 4, OP_TRANSFERS = 8, OP_HBM_WRITES = 16, OP_MXU_HBM = 32,
+       OP_HBM_LOADS = 64 };
 /* A matmul kernel whose 16-bit results pay the stream pass (out_scale) lasts at least its
  * transfers end to end: the pass holds only the result transfers, so the kernel's reads and
  * MXU work overlap it, but the XLA TPU compiler's memory-bound matmuls take their input
@@ -207,8 +209,20 @@ static int64_t slot_of(const tstate *t, tpu_vref r, int64_t iter) {
  * result pass of 459K ... 29K, plus 9 %); the MXU work still hides behind them. */
 static void port_floor_op(tstate *t) {
   int op = t->m.cur_op;
-  if (op < 0 || t->p->ops[op].out_scale <= 1 || t->m.op_dma <= 0) return;
-  int64_t floor = t->m.op_first + t->m.op_dma;
+  if (op < 0) return;
+  int64_t floor = 0;
+  if (t->p->ops[op].out_scale > 1 && t->m.op_dma > 0) floor = t->m.op_first + t->m.op_dma;
+  /* A relayout between HBM arrays (a copy or transpose that moves the lanes' dimension,
+   * reading HBM itself and writing HBM) lasts at least two kernel starts (kov + lat each):
+   * the XLA TPU compiler charges such a copy of a few KiB twice what a copy that keeps the
+   * lanes costs (v5p: 4,312-4,646 cycles for 9 B - 16 KiB, 2,122-2,323 keeping them; v4
+   * 1,277-1,400 against 639-710; bench/fidelity/families/compiled), while a large one costs
+   * its transfers, which the second start overlaps (v5p f32[1024,256]: 5,860). */
+  if (t->p->ops[op].relayout && t->kov > 0 &&
+      (t->op_hbm[op] & (OP_HBM_LOADS | OP_HBM_WRITES)) == (OP_HBM_LOADS | OP_HBM_WRITES)) {
+    int64_t two = t->m.op_start + 2 * (t->kov + t->lat);
+    if (two > floor) floor = two;
+  }
   if (floor > t->m.horizon) t->m.horizon = floor;
   if (floor > t->m.op_end) t->m.op_end = floor;
 }
@@ -414,7 +428,6 @@ static void snap_free(snap *s) {
 }
 
 /* Per-op flags of tstate.op_hbm. */
-enum { OP_HBM_MOVES = 1, OP_HBM_READS = 2, OP_VECTOR = 4, OP_TRANSFERS = 8, OP_HBM_WRITES = 16, OP_MXU_HBM = 32 };
 
 /* A compiled program's vector kernel whose operands and result all stay in VMEM, with no
  * transfer in its program (a producer's result kept where the next kernel reads it), still
@@ -806,6 +819,8 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
       t.op_hbm[q->op] |= OP_HBM_READS; /* the transfers that wait the HBM latency (issue) */
     if ((q->opc == TPU_ISA_DMA_OUT && !q->onchip && q->hbm >= 0) || q->opc == TPU_ISA_DMA_HBM)
       t.op_hbm[q->op] |= OP_HBM_WRITES;
+    if ((q->opc == TPU_ISA_DMA_IN && !q->onchip && q->hbm >= 0 && !q->prefetch) || q->opc == TPU_ISA_DMA_HBM)
+      t.op_hbm[q->op] |= OP_HBM_LOADS; /* reads HBM itself (not a copy made before it starts) */
     if (q->opc == TPU_ISA_VPU || q->opc == TPU_ISA_EUP || q->opc == TPU_ISA_XLU) t.op_hbm[q->op] |= OP_VECTOR;
     if (q->opc == TPU_ISA_DMA_IN || q->opc == TPU_ISA_DMA_OUT || q->opc == TPU_ISA_DMA_HBM) t.op_hbm[q->op] |= OP_TRANSFERS;
   }
