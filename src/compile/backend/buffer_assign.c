@@ -13,7 +13,10 @@
  *  - entry parameters are the argument allocations, live through the step; the values the
  *    step returns are output allocations; constants are part of the program image;
  *  - every other value is a temporary, and temporaries share one heap, packed by live range
- *    (first fit in order of definition);
+ *    as XLA's heap simulator packs it: GlobalDecreasingSizeBestFitHeap, the buffers taken
+ *    largest first (then longest lived) or longest lived first (then largest), each at the
+ *    smallest free gap among the buffers placed that overlap it in time, the smaller of the
+ *    two heaps kept (ChooseBestHeapAlgorithm over kSpatial and kTemporal);
  *  - a while loop's state is one set of buffers: the loop's input, its body's parameter, what
  *    its body returns and the loop's result share them where XLA's copy insertion needs no
  *    copy: an element the body passes through unchanged always, an element the body replaces
@@ -296,10 +299,52 @@ static int interferes(const tpu__be *be, const val *a, const val *b) {
   return 1;
 }
 
+static int cmp_off(const void *a, const void *b) {
+  const live *x = a, *y = b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+typedef struct {
+  int64_t k1, k2; /* ascending: the negated keys, so the larger comes first */
+  int idx;
+} hkey;
+
+static int cmp_hkey(const void *a, const void *b) {
+  const hkey *x = a, *y = b;
+  if (x->k1 != y->k1) return x->k1 < y->k1 ? -1 : 1;
+  if (x->k2 != y->k2) return x->k2 < y->k2 ? -1 : 1;
+  return x->idx - y->idx;
+}
+
+/* One GlobalDecreasingSizeBestFitHeap over the n temporaries o[0..n) (in the algorithm's
+ * order): each takes the smallest gap between the placed buffers it interferes with that
+ * holds it (the lowest such gap on a tie), or the top of them. off[q] receives o[q]'s
+ * offset; used holds n entries. Returns the heap's size. */
+static int64_t best_fit(const tpu__be *be, val *v, const hkey *o, int n, int64_t *off, live *used) {
+  int64_t heap = 0;
+  for (int q = 0; q < n; q++) {
+    val *g = &v[o[q].idx];
+    int nu = 0;
+    for (int r = 0; r < q; r++)
+      if (interferes(be, g, &v[o[r].idx])) used[nu].off = off[r], used[nu++].size = v[o[r].idx].size;
+    qsort(used, (size_t)nu, sizeof *used, cmp_off);
+    int64_t at = -1, best = 0, lo = 0;
+    for (int u = 0; u < nu; u++) {
+      int64_t gap = used[u].off - lo;
+      if (gap >= g->size && (at < 0 || gap < best)) at = lo, best = gap;
+      if (used[u].off + used[u].size > lo) lo = used[u].off + used[u].size;
+    }
+    off[q] = at >= 0 ? at : lo;
+    if (off[q] + g->size > heap) heap = off[q] + g->size;
+  }
+  return heap;
+}
+
 /* Temporaries first take the output allocations where they fit and their live ranges do
  * not meet what the allocation holds (XLA's buffer assignment reuses a maybe-live-out
  * allocation for buffers that die before the output is written), largest first; the rest
- * share one heap, first fit in order of their first definition. Returns the heap's size.
+ * share one heap, packed as XLA's heap simulator packs (best_fit, in its spatial and its
+ * temporal order, the smaller heap kept). Returns the heap's size, -1 when out of memory.
  * ord and act hold 2 nv entries; in_out[i] is the output buffer temporary i lives in, or -1. */
 static int64_t pack_temps(const tpu__be *be, val *v, int nv, byp *ord, live *act, int *in_out, int *chain,
                           const tpu_instr **at) {
@@ -326,41 +371,38 @@ static int64_t pack_temps(const tpu__be *be, val *v, int nv, byp *ord, live *act
       }
     }
   }
+  /* the heap's buffers in XLA's two orders: spatial (size, then live range, descending) in
+   * key[0..n), temporal (live range, then size) in key[n..2n); the value's index last */
   int n = 0;
+  for (int i = 0; i < nv; i++) n += v[i].root == i && v[i].cls == CLS_TEMP && in_out[i] < 0;
+  if (!n) return 0;
+  hkey *key = tpu_calloc((size_t)(2 * n), sizeof *key);
+  int64_t *off = tpu_calloc((size_t)(2 * n), sizeof *off);
+  if (!key || !off) {
+    tpu_free(key);
+    tpu_free(off);
+    return -1;
+  }
+  n = 0;
   for (int i = 0; i < nv; i++)
     if (v[i].root == i && v[i].cls == CLS_TEMP && in_out[i] < 0) {
-      ord[n].pos = v[i].start, ord[n].idx = i, ord[n].in = NULL;
+      key[n].k1 = -v[i].size, key[n].k2 = -(v[i].end - v[i].start), key[n].idx = i;
       n++;
     }
-  qsort(ord, (size_t)n, sizeof *ord, cmp_pos);
-  int nact = 0;
-  int64_t foot = 0;
+  for (int q = 0; q < n; q++) key[n + q].k1 = key[q].k2, key[n + q].k2 = key[q].k1, key[n + q].idx = key[q].idx;
+  qsort(key, (size_t)n, sizeof *key, cmp_hkey);
+  qsort(key + n, (size_t)n, sizeof *key, cmp_hkey);
+  int64_t h0 = best_fit(be, v, key, n, off, act);
+  int64_t h1 = best_fit(be, v, key + n, n, off + n, act);
+  int k = h1 < h0; /* XLA keeps the first of equal heaps: the spatial one */
+  int64_t foot = k ? h1 : h0;
   for (int q = 0; q < n; q++) {
-    val *g = &v[ord[q].idx];
-    int share = can_share_dying(be, g);
-    for (int a = 0; a < nact;) { /* expire */
-      if (act[a].end < g->start || (share && act[a].end == g->start)) {
-        memmove(&act[a], &act[a + 1], (size_t)(nact - a - 1) * sizeof *act);
-        nact--;
-      } else {
-        a++;
-      }
-    }
-    int64_t off = 0;
-    int a = 0;
-    for (; a < nact; a++) {
-      if (act[a].off - off >= g->size) break;
-      if (act[a].off + act[a].size > off) off = act[a].off + act[a].size;
-    }
-    memmove(&act[a + 1], &act[a], (size_t)(nact - a) * sizeof *act);
-    act[a].off = off, act[a].size = g->size, act[a].end = g->end;
-    nact++;
-    g->off = off;
-    if (off + g->size > foot) {
-      foot = off + g->size;
-      *at = g->in;
-    }
+    val *g = &v[key[k * n + q].idx];
+    g->off = off[k * n + q];
+    if (g->off + g->size == foot && !*at) *at = g->in;
   }
+  tpu_free(key);
+  tpu_free(off);
   return foot;
 }
 
@@ -549,6 +591,10 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
   }
   const tpu_instr *foot_at = NULL;
   int64_t temp = pack_temps(be, vals, nv, ord, act, in_out, chain, &foot_at);
+  if (temp < 0) {
+    st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+    goto done;
+  }
   /* Layout: arguments, outputs, constants, then the temporaries' heap. */
   int64_t off = 0;
   for (int c = CLS_ARG; c >= CLS_CONST; c--)

@@ -121,6 +121,46 @@ static void weight_gradient_frees_early(void) {
   tpu_module_free(m);
 }
 
+/* The temporaries' heap is packed as XLA's heap simulator packs it (GlobalDecreasingSize-
+ * BestFitHeap, the smaller of its spatial and temporal orders). The kernels run a, b, ra, c,
+ * rc, rb: a (256 MiB) dies at ra, b (256 MiB) lives past c (512 MiB), all larger than VMEM. First
+ * fit in order of definition puts a at 0 and b at 256 MiB, and c finds no 512 MiB gap below
+ * b: a 1 GiB heap. Largest first, c takes 0, b 512 MiB and a the gap under b that c leaves
+ * free while a lives: 768 MiB, the most bytes live at once. */
+static void heap_best_fit(void) {
+  const char *src =
+      "HloModule frag\n"
+      "add {\n"
+      "  x = f32[] parameter(0)\n"
+      "  y = f32[] parameter(1)\n"
+      "  ROOT s = f32[] add(x, y)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  p = f32[8192,8192] parameter(0)\n"
+      "  z = f32[] constant(0)\n"
+      "  a = f32[8192,8192] tanh(p)\n"
+      "  b = f32[8192,8192] exponential(p)\n"
+      "  bsl = f32[1,1] slice(b), slice={[0:1], [0:1]}\n"
+      "  r = f32[] reshape(bsl)\n"
+      "  ra = f32[8192] reduce(a, r), dimensions={1}, to_apply=add\n"
+      "  c = f32[16384,8192] concatenate(p, p), dimensions={0}\n"
+      "  rc = f32[8192] reduce(c, z), dimensions={0}, to_apply=add\n"
+      "  s1 = f32[8192] add(ra, rc)\n"
+      "  rb = f32[8192] reduce(b, z), dimensions={1}, to_apply=add\n"
+      "  ROOT s = f32[8192] add(s1, rb)\n"
+      "}\n";
+  tpu_module *m = NULL;
+  tpu_program *p = build(src, &m);
+  if (p) {
+    printf("heap of 256 + 256 + 512 MiB temporaries: temp %lld, peak %lld bytes\n", (long long)p->hbm_temp,
+           (long long)p->hbm_peak);
+    CHECK(p->hbm_temp >= 768 * MiB);
+    CHECK(p->hbm_temp < 768 * MiB + MiB); /* first fit in order of definition: 1024 MiB */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 /* A forward scan writes a 256 MiB stack; a second loop (the backward pass) reads one slice
  * of it per iteration and computes a 256 MiB product in its body. Nothing after the second
  * loop reads the first loop's result, so only the second loop's rule keeps the stack (a
@@ -408,6 +448,7 @@ int main(void) {
   dying_collective_result_shares_output();
   collective_values_in_vmem();
   loop_stack_in_place();
+  heap_best_fit();
   stack_read_by_a_later_loop();
   weight_gradient_frees_early();
   loop_state_in_vmem();
