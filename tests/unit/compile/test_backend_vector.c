@@ -1,5 +1,6 @@
 /* The back end's vector kernels (compile/backend/tile.c): dynamic slices, VMEM copies, partial reduce,
- * fused custom calls, EUP width, row broadcasts, least-padded value tilings. */
+ * fused custom calls, EUP width, row broadcasts, least-padded value tilings, kernels without
+ * operands. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -355,10 +356,64 @@ static void reverse_scan_cost(void) {
   }
 }
 
+/* The cycles of the op named r, and in *start whether it pays a kernel start (not scalar),
+ * for a compiled program on the v5e preset (its kernel_overhead_s); -1 on failure. */
+static int64_t source_kernel_cycles(const char *src, int *start) {
+  tpu_chip c;
+  tpu_module *m = NULL;
+  tpu_timeline tl;
+  tpu_program *p = compile_for("v5e", src, &c, &m);
+  int r = p ? op_named(p, "r") : -1;
+  int64_t cyc = -1;
+  *start = r >= 0 ? !p->ops[r].scalar : -1;
+  if (r >= 0 && time_program(p, &c, &tl)) {
+    cyc = tl.ops[r].cycles;
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return cyc;
+}
+
+/* A compiled program's kernel without operands (an iota, a fusion of iotas and constants)
+ * whose result stays in VMEM in whole 32-bit registers pays no kernel start: the XLA TPU
+ * compiler's v5e iota s32[16,300] into VMEM 17 cycles (bench/fidelity/probes cases_7); in
+ * HBM, in 2-row tiles, as a packed predicate or a 128-element vector it pays the start
+ * (1,824-2,134 cycles there). */
+static void vmem_source_kernels(void) {
+  static const struct { const char *ty, *lay, *root; int start; } k[] = {
+      {"s32[16,300]", "{1,0:T(8,128)S(1)}", "iota(), iota_dimension=1", 0},
+      {"u32[4096]", "{0:T(1024)S(1)}", "fusion(), kind=kLoop, calls=%f", 0},
+      {"s32[16,300]", "{1,0:T(8,128)}", "iota(), iota_dimension=1", 1},        /* in HBM */
+      {"s32[3,500]", "{1,0:T(2,128)S(1)}", "iota(), iota_dimension=1", 1},     /* 2-row tiles */
+      {"u32[128]", "{0:T(128)S(1)}", "fusion(), kind=kLoop, calls=%f", 1},     /* a vector */
+      {"pred[64,64]", "{0,1:T(8,128)(4,1)S(1)}", "fusion(), kind=kLoop, calls=%f", 1}, /* packed */
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    char src[900];
+    int pred = !strncmp(k[i].ty, "pred", 4);
+    char ity[80]; /* the fused iota's type */
+    snprintf(ity, sizeof ity, "%s%s", pred ? "s32" : "", pred ? k[i].ty + 4 : k[i].ty);
+    char fused[300] = "";
+    if (strstr(k[i].root, "fusion"))
+      snprintf(fused, sizeof fused, "%%f {\n  %%i = %s iota(), iota_dimension=0\n  ROOT %%o = %s %s(%%i, %%i)%s\n}\n",
+               ity, k[i].ty, pred ? "compare" : "add", pred ? ", direction=EQ" : "");
+    snprintf(src, sizeof src, "HloModule src, is_scheduled=true\n%sENTRY e {\n  r = %s%s %s\n  ROOT n = %s copy(r)\n}\n",
+             fused, k[i].ty, k[i].lay, k[i].root, k[i].ty);
+    int start = -1;
+    int64_t cyc = source_kernel_cycles(src, &start);
+    printf("kernel without operands %s%s: %lld cycles, kernel start %d\n", k[i].ty, k[i].lay, (long long)cyc, start);
+    CHECK_EQ_INT(start, k[i].start);
+    if (!k[i].start) CHECK(cyc >= 0 && cyc < 200);
+    else CHECK(cyc > 1000);
+  }
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   reverse_scan_cost();
   windowed_vmem_copies();
+  vmem_source_kernels();
   partial_reduce_cost();
   fused_custom_calls_cost();
   eup_width();
