@@ -93,28 +93,23 @@ def _lanes(g, out, x, t):
 def emit_fwd(st, g):
     """The forward kernel on q4, k4, v4 [bm, S, h, hd] (transposed to the kernel's [bm, h, S,
     hd], as MaxText transposes before its attention kernel); returns (o4 [bm, h, S, hd], m, l)
-    with m and l [bm, h, S] in the compute type (the kernel's f32 residuals, lane 0 of 128)."""
+    with m and l f32 [bm, h, S] (the kernel's residuals, lane 0 of 128, as the library keeps
+    them)."""
     cd, bm, h, S, hd = st.cd, st.bm, st.h, st.S, st.hd
     ks = kernels(cd, hd, bm, h, S)
     t4 = f"{cd}[{bm},{h},{S},{hd}]"
     for nm in ("q", "k", "v"):
         g.e(f"fp.{nm} = {t4} transpose({nm}4), dimensions={{0,2,1,3}}")
     o, l128, m128 = _call(g, "fp.call", ks["fwd"], ["fp.q", "fp.k", "fp.v"])
-    names = []
     for nm, x in (("l", l128), ("m", m128)):
         g.e(f"fp.{nm}1 = f32[{bm},{h},{S},1] slice({x}), slice={{[0:{bm}], [0:{h}], [0:{S}], [0:1]}}")
-        g.e(f"fp.{nm}r = f32[{bm},{h},{S}] reshape(fp.{nm}1)")
-        if cd == "f32":
-            names.append(f"fp.{nm}r")
-        else:
-            g.e(f"fp.{nm} = {cd}[{bm},{h},{S}] convert(fp.{nm}r)")
-            names.append(f"fp.{nm}")
-    return o, names[1], names[0]
+        g.e(f"fp.{nm} = f32[{bm},{h},{S}] reshape(fp.{nm}1)")
+    return o, "fp.m", "fp.l"
 
 
 def emit_bwd(st, g, mx, sm, ctx):
     """The backward kernels (dq; dk and dv) from bq4, bk4, bv4 and the output's gradient g.ctx4
-    [bm, S, h, hd], the forward's output ctx [Tm, A] and its m (mx) and l (sm) [bm, h, S]:
+    [bm, S, h, hd], the forward's output ctx [Tm, A] and its m (mx) and l (sm) f32 [bm, h, S]:
     di = rowsum(o * do) in f32 as the library computes it; g.q4, g.k4, g.v4 [bm, h, S, hd]."""
     cd, bm, h, S, hd = st.cd, st.bm, st.h, st.S, st.hd
     ks = kernels(cd, hd, bm, h, S)
@@ -132,10 +127,6 @@ def emit_bwd(st, g, mx, sm, ctx):
     g.e("fq.z = f32[] constant(0)")
     g.e(f"fq.di = {f3} reduce(fq.od, fq.z), dimensions={{3}}, to_apply=add_f32")
     lm = {"l": sm, "m": mx}
-    if cd != "f32":
-        for nm, x in (("l", sm), ("m", mx)):
-            g.e(f"fq.{nm}f = {f3} convert({x})")
-            lm[nm] = f"fq.{nm}f"
     for kn, out, names in (("dq", "g.q4", None), ("dkv", "fq.dkv", ["g.k4", "g.v4"])):
         k = ks[kn]
         ops = k["operands"]  # q, k, v, l, m, do, di

@@ -486,7 +486,8 @@ class Step:
         if "qkv" in k:
             s["qkv"] = ((Tm, self.QKV), self.cd)
         if "ctx" in k:
-            s.update({"mx": ((bm, h, S), self.cd), "sm": ((bm, h, S), self.cd), "ctx": ((Tm, A), self.cd)})
+            rd = "f32" if self.pallas else self.cd  # the library kernel's residuals are f32
+            s.update({"mx": ((bm, h, S), rd), "sm": ((bm, h, S), rd), "ctx": ((Tm, A), self.cd)})
         if "x1" in k:
             s["x1"] = ((Tm, Dr), self.cd)
         if self.E and k:
