@@ -159,6 +159,19 @@ int64_t tpu__vregs(const tpu__be *be, const tpu_shape *s) {
 /* A fusion operand its fused computation only slices (dynamic-slice, slice, gather as their
  * operand 0: a layer's weights taken from a stacked [L, ...] buffer): the bytes of the slices,
  * or -1 when it is used whole. */
+static int free_layout(const tpu__be *be, const tpu_instr *v, const tpu_shape *s);
+static int loop_state(const tpu__be *be, const tpu_instr *p);
+
+/* Is a slice of shape s of value v (a dynamic-slice's or gather's rows) read from a loop's
+ * state, laid out as it pads least (free_layout)? The step of a scan reads its time step
+ * of a stacked f32[64,8,512,16] so (the compiler's {2,3,1,0}: 512 in the lanes), not in
+ * 16-element rows padded to 128 lanes. */
+static int state_slice(const tpu__be *be, const tpu_instr *v, const tpu_shape *s) {
+  if (s->rank < 2 || s->layout_tail || !free_layout(be, v, &v->shape)) return 0;
+  while (v->op == TPU_OP_GET_TUPLE_ELEMENT && v->noperands) v = v->operands[0];
+  return v->op == TPU_OP_PARAMETER && loop_state(be, v);
+}
+
 static int64_t fused_slice_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
   const tpu_comp *c = in->calls;
   if (!c || j >= c->nparams) return -1;
@@ -170,7 +183,9 @@ static int64_t fused_slice_bytes(const tpu__be *be, const tpu_instr *in, int j, 
     for (int k = 0; k < u->noperands; k++) {
       if (u->operands[k] != p) continue;
       if (k != 0 || (u->op != TPU_OP_DYNAMIC_SLICE && u->op != TPU_OP_SLICE && u->op != TPU_OP_GATHER)) return -1;
-      b += padded ? tpu__padded_bytes(be, &u->shape) : tpu__plain_bytes(&u->shape);
+      b += !padded ? tpu__plain_bytes(&u->shape)
+           : state_slice(be, in->operands[j], &u->shape) ? tpu__least_tiled_bytes(be->chip, &u->shape)
+                                                          : tpu__padded_bytes(be, &u->shape);
       users++;
     }
   }
@@ -241,16 +256,33 @@ static int carried_leaf(const tpu_instr *in, int leaf) {
  * kernel of its own: fuse.c) is laid out {0,1} too, the rows in the lanes (the compiler's
  * f32[N,1]{0,1:T(1,128)}: of the float [N,1] values with N >= 16 in the compiled families
  * programs for v5e, 109 are laid out {0,1}, 12 {1,0}), not one element per row padded to
- * 128 lanes. (Other rank-2 values, such as
+ * 128 lanes. A loop's state (the parameter of a while body or condition) is such a value
+ * too: a scan's f32[8,512,16] state and f32[64,8,512,16] stacks are {1,2,0} and {2,3,1,0}
+ * in the compiler's selective_scan_seq_b8l64d512n16, 512 in the lanes, and the step's
+ * dynamic-slices of a stack read its rows so (state_slice). (Other rank-2 values, such as
  * f32[2048,7], keep row-major inside the program: laid out {0,1}, their kernels'
  * per-element stream costs move onto the on-chip reads they share a kernel with, which the
  * compiler does not charge; docs/fidelity.md.) */
+/* Is p the parameter of a while loop's body or condition (the loop's state)? */
+static int loop_state(const tpu__be *be, const tpu_instr *p) {
+  const tpu_module *m = be->m;
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    const tpu_comp *c = m->comps[ci];
+    for (int i = 0; i < c->ninstrs; i++) {
+      const tpu_instr *w = c->instrs[i];
+      if (w->op == TPU_OP_WHILE && (w->body == p->parent || w->condition == p->parent)) return 1;
+    }
+  }
+  return 0;
+}
+
 static int free_layout(const tpu__be *be, const tpu_instr *v, const tpu_shape *s) {
   int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
   if (s->rank < 2 || s->layout_tail || !tpu_dtype_is_array(s->dtype)) return 0;
   while (v->op == TPU_OP_GET_TUPLE_ELEMENT && v->noperands) v = v->operands[0];
-  if (v->op == TPU_OP_PARAMETER || v->op == TPU_OP_CONSTANT) return 0;
   const tpu_comp *e = be->m->entry;
+  /* a loop's state (its body's parameter) is computed inside the program too */
+  if ((v->op == TPU_OP_PARAMETER && (v->parent == e || !loop_state(be, v))) || v->op == TPU_OP_CONSTANT) return 0;
   if (v == e->root) return 1;
   for (int i = 0; e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++)
     if (e->root->operands[i] == v) return 1;
@@ -290,7 +322,10 @@ static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int pad
     int64_t b = fused_slice_bytes(be, in, j, padded);
     if (b >= 0) return b;
   }
-  if (j == 0 && (in->op == TPU_OP_GATHER || in->op == TPU_OP_DYNAMIC_SLICE)) s = &in->shape;
+  if (j == 0 && (in->op == TPU_OP_GATHER || in->op == TPU_OP_DYNAMIC_SLICE)) {
+    s = &in->shape;
+    if (padded && state_slice(be, in->operands[0], s)) return tpu__least_tiled_bytes(be->chip, s);
+  }
   if (j == 0 && in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) return 0;
   if (in->op == TPU_OP_SCATTER && j < (in->noperands - 1) / 2) {
     /* scatter(operands[N], indices, updates[N]): only the rows the updates touch */

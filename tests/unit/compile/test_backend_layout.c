@@ -67,6 +67,41 @@ static void free_intermediate_layout(void) {
   tpu_module_free(m);
 }
 
+/* A loop's state is a value computed inside the program: a scan's f32[8,512,16] state and
+ * the f32[64,8,512,16] stack it reads a step of are laid out as they pad least (the
+ * compiler's {1,2,0} and {2,3,1,0} in selective_scan_seq_b8l64d512n16: 512 in the lanes),
+ * so the step's dynamic-slice reads and writes 8 x 16 x 512 f32 (256 kB each way), not its
+ * 16-element rows padded to 128 lanes (2 MB). */
+static void loop_state_layout(void) {
+  tpu_module *m;
+  tpu_program *p = compile_src(
+      "HloModule scan\n"
+      "body {\n  t = (s32[], f32[8,512,16], f32[64,8,512,16]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(t), index=0\n  h = f32[8,512,16] get-tuple-element(t), index=1\n"
+      "  st = f32[64,8,512,16] get-tuple-element(t), index=2\n  z = s32[] constant(0)\n"
+      "  ds = f32[1,8,512,16] dynamic-slice(st, i, z, z, z), dynamic_slice_sizes={1,8,512,16}\n"
+      "  x = f32[8,512,16] reshape(ds)\n  k = f32[] constant(0.5)\n  kb = f32[8,512,16] broadcast(k), dimensions={}\n"
+      "  hk = f32[8,512,16] multiply(h, kb)\n  h2 = f32[8,512,16] add(hk, x)\n  one = s32[] constant(1)\n"
+      "  i2 = s32[] add(i, one)\n  ROOT r = (s32[], f32[8,512,16], f32[64,8,512,16]) tuple(i2, h2, st)\n}\n"
+      "cond {\n  t = (s32[], f32[8,512,16], f32[64,8,512,16]) parameter(0)\n  i = s32[] get-tuple-element(t), index=0\n"
+      "  n = s32[] constant(64)\n  ROOT lt = pred[] compare(i, n), direction=LT\n}\n"
+      "ENTRY e {\n  h0 = f32[8,512,16] parameter(0)\n  s = f32[64,8,512,16] parameter(1)\n  z = s32[] constant(0)\n"
+      "  t0 = (s32[], f32[8,512,16], f32[64,8,512,16]) tuple(z, h0, s)\n"
+      "  w = (s32[], f32[8,512,16], f32[64,8,512,16]) while(t0), condition=cond, body=body\n"
+      "  ROOT o = f32[8,512,16] get-tuple-element(w), index=1\n}\n",
+      &m);
+  if (p) {
+    int ds = op_named(p, "ds");
+    CHECK(ds >= 0);
+    if (ds >= 0) {
+      printf("a scan step's dynamic-slice of its f32[64,8,512,16] state: %.0f padded bytes\n", p->ops[ds].padded_bytes);
+      CHECK_NEAR(p->ops[ds].padded_bytes, 2 * 8.0 * 16 * 512 * 4, 4096); /* and its four scalar indices */
+    }
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 /* The per-element stream costs (xbytes) of the op named r in program src. */
 static double r_xbytes(const char *src) {
   tpu_module *m;
@@ -137,6 +172,7 @@ static void layout_copy_transposes(void) {
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   free_intermediate_layout();
+  loop_state_layout();
   lone_through_prefetch();
   layout_copy_transposes();
   CHECK_DONE();
