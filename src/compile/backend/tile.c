@@ -358,7 +358,8 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       c->padded_flops += (double)pairs * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)v;
       return;
     }
-    elem_cost(in->op, t, &v, &e);
+    /* a division by a constant runs as XLA's simplifier writes it: a multiply */
+    elem_cost(tpu__divides_by_constant(in) ? TPU_OP_MULTIPLY : in->op, t, &v, &e);
     c->vpu += (elem_widened(in->op) ? eup_vregs(s, vr) : vr) * v;
     c->eup += eup_vregs(s, vr) * e;
     c->flops += numel;

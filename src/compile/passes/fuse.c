@@ -171,6 +171,7 @@ int tpu__fuse_transcendental(const tpu_instr *in) {
 }
 
 static int cheap(const tpu_instr *in) {
+  if (tpu__divides_by_constant(in)) return 1; /* a multiply by the reciprocal, as XLA writes it */
   switch (in->op) {
     case TPU_OP_DIVIDE: case TPU_OP_REMAINDER: case TPU_OP_ATAN2: case TPU_OP_CBRT: case TPU_OP_SINE:
     case TPU_OP_COSINE: case TPU_OP_TAN: case TPU_OP_ERF:
@@ -275,6 +276,7 @@ static int expensive(const tpu_instr *p) {
     case TPU_OP_POWER: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_CBRT: case TPU_OP_TANH:
     case TPU_OP_ERF: case TPU_OP_ATAN2: return 1;
     case TPU_OP_DIVIDE: case TPU_OP_REMAINDER:
+      if (tpu__divides_by_constant(p)) return 0; /* XLA's simplifier made it a multiply */
       return !tpu_dtype_is_int(p->shape.dtype) || !scalar_constant(p->operands[1]);
     case TPU_OP_SINE: case TPU_OP_COSINE: case TPU_OP_TAN: case TPU_OP_ABS: case TPU_OP_SIGN:
       return tpu_dtype_is_complex(p->shape.dtype);

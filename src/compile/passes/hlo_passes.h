@@ -24,6 +24,9 @@ int tpu__is_adder(const tpu_comp *c);
 /* Whether every element of `in` (a constant, maybe broadcast) equals v (floats: same value
  * and sign, so -0 and +0 differ; compile/passes/simplify.c). */
 int tpu__is_splat(const tpu_instr *in, double v);
+/* A floating-point division by a constant (or a broadcast of one): XLA multiplies by the
+ * reciprocal instead, so fusion and costs take it as a multiply (simplify.c). */
+int tpu__divides_by_constant(const tpu_instr *in);
 tpu_status tpu__reduce_of_broadcast(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);
 /* Part of simplify: common subexpressions (compile/passes/cse.c). A table for a computation of n
  * instructions, visited operands first: find_or_add returns an earlier instruction equal to

