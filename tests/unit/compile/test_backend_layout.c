@@ -97,6 +97,12 @@ static void loop_state_layout(void) {
       printf("a scan step's dynamic-slice of its f32[64,8,512,16] state: %.0f padded bytes\n", p->ops[ds].padded_bytes);
       CHECK_NEAR(p->ops[ds].padded_bytes, 2 * 8.0 * 16 * 512 * 4, 4096); /* and its four scalar indices */
     }
+    /* the counter, its increment and the condition's compare stay in scalar memory (the
+     * compiler's S(6)): no transfer to or from HBM each step */
+    int lt = op_named(p, "lt"), i2 = op_named(p, "i2");
+    CHECK(lt >= 0 && i2 >= 0);
+    if (lt >= 0) CHECK_NEAR(p->ops[lt].padded_bytes, 0, 0);
+    if (i2 >= 0) CHECK_NEAR(p->ops[i2].padded_bytes, 0, 0);
   }
   tpu_program_free(p);
   tpu_module_free(m);
