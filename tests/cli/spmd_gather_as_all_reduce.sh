@@ -4,7 +4,8 @@
 # all-reduces"; ag_as_ar.c): on 2-D slices of 64 chips and more up to 16 MiB gathered, on
 # 3-D slices of 64 chips and more at any size. 64 v5e chips (8x8) gathering 4 kB and 64 v5p
 # chips gathering 32 MiB: all-reduces; 32 v5e chips, and 64 v5e chips gathering 32 MiB:
-# all-gathers. Values as the reference back end's.
+# all-gathers. Values as the reference back end's. A gather of a value narrowed from f32
+# all-reduces the f32 value and narrows the sum.
 . tests/cli/lib/preamble.sh
 command -v python3 > /dev/null || { echo "skip: no python3"; exit 77; }
 # prog N ROWS COLS: f32[ROWS,COLS] (plus the device's number) gathered over all N devices
@@ -52,4 +53,36 @@ for d in (0, 1, 17, 63):
     a, b = np.load(f"{t}/tpu/dev{d}/0.npy"), np.load(f"{t}/ref/dev{d}/0.npy")
     assert a.shape == (128, 8) and np.array_equal(a, b), d
 EOF
+# A gather of a value just narrowed from f32 (ZeRO-1's bf16 copy of its f32 master weights)
+# all-reduces the f32 value and narrows the sum, as the compiler's final programs do (an
+# all-reduce of f32 operands with a bf16 result): on 64 v5e chips, 2 rows of 8 each.
+cat > "$T/n64.hlo" <<HLO
+HloModule g, num_partitions=64
+
+ENTRY e {
+  x = f32[2,8] parameter(0)
+  pid = u32[] partition-id()
+  pf = f32[] convert(pid)
+  pb = f32[2,8] broadcast(pf), dimensions={}
+  xs = f32[2,8] add(x, pb)
+  xb = bf16[2,8] convert(xs)
+  ag = bf16[128,8] all-gather(xb), channel_id=1, replica_groups=[1,64]<=[64], dimensions={0}, use_global_device_ids=true
+  ROOT n = bf16[128,8] negate(ag)
+}
+HLO
+"$BIN" compile "$T/n64.hlo" --chip v5e --dump-after combine-collectives > "$T/ndump" 2> "$T/err" ||
+  fail "narrowed gather: compile exited $?: $(cat "$T/err")"
+grep -Eq 'f32\[128,8\][^ ]* all-reduce\(' "$T/ndump" && grep -Eq 'bf16\[128,8\][^ ]* convert\(' "$T/ndump" ||
+  fail "narrowed gather: not an f32 all-reduce then a convert: $(grep -E 'all-reduce|all-gather|convert' "$T/ndump")"
+for be in tpu ref; do
+  "$BIN" run "$T/n64.hlo" --backend $be -i "$T/x.npy" --per-device -o "$T/n$be" > /dev/null 2> "$T/err" ||
+    fail "narrowed gather: $be run exited $?: $(cat "$T/err")"
+done
+python3 - "$T" <<'PY' || fail "narrowed gather: values differ from the reference back end's"
+import sys, numpy as np
+t = sys.argv[1]
+for d in (0, 5, 63):
+    a, b = np.load(f"{t}/ntpu/dev{d}/0.npy"), np.load(f"{t}/nref/dev{d}/0.npy")
+    assert a.shape == (128, 8) and np.array_equal(a, b), d
+PY
 [ "$fails" = 0 ] || exit 1

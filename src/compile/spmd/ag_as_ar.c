@@ -4,7 +4,12 @@
  * all-reduce (twice the bytes, the all-reduce's ring algorithm). Values are unchanged: every
  * element is one device's value plus zeros. The slices and sizes are the compiler's, read
  * from libtpu's programs (bench/spmd/probe_ag_as_ar.py; docs/spmd.md, "All-gathers run as
- * all-reduces"). */
+ * all-reduces"). A gather of a value just narrowed from a wider float type (a convert only
+ * the gather reads: ZeRO-1's bf16 copy of its f32 master weights) all-reduces the wider value
+ * and narrows the sum: the compiler's partitioner gathers before the convert (its sharding
+ * propagation carries the constraint back through it) and runs the gather as an all-reduce
+ * before its collective quantizer could narrow a gather (its final programs' all-reduce of
+ * f32 operands with a bf16 result, ZeRO-1 on v5e and v6e 8x8 and v5p 4x4x4). */
 #include <string.h>
 
 #include "base/alloc.h"
@@ -42,10 +47,11 @@ static tpu_status add(tpu_builder *b, tpu_comp *c, tpu_opcode op, const tpu_shap
 
 /* The all-reduce that gathers ag (whose one group is every device, device p at place
  * self[p]); *out NULL when it cannot be built. */
-static tpu_status as_all_reduce(tpu_builder *b, tpu_comp *c, tpu_instr *ag, const int64_t *self, int64_t ndev,
-                                tpu_instr **out) {
+static tpu_status as_all_reduce(tpu_builder *b, tpu_comp *c, tpu_instr *ag, tpu_instr *x, const int64_t *self,
+                                int64_t ndev, tpu_instr **out) {
   tpu_diag *d = b->d;
-  tpu_instr *x = ag->operands[0];
+  tpu_shape whole = ag->shape; /* the gathered shape in x's type (wider than ag's when narrowed after) */
+  whole.dtype = x->shape.dtype;
   const int k = (int)ag->dimensions.v[0];
   const tpu_loc loc = ag->loc;
   tpu_tensor tab;
@@ -69,23 +75,33 @@ static tpu_status as_all_reduce(tpu_builder *b, tpu_comp *c, tpu_instr *ag, cons
   tpu_tensor z;
   TPU_TRY(tpu_tensor_alloc(&z, TPU_S32, 0, NULL, d));
   TPU_TRY(tpu_build_constant(b, c, "ag_as_ar.zero", &z, NULL, &zi));
-  TPU_TRY(tpu_tensor_alloc(&z, ag->shape.dtype, 0, NULL, d));
+  TPU_TRY(tpu_tensor_alloc(&z, whole.dtype, 0, NULL, d));
   TPU_TRY(tpu_build_constant(b, c, "ag_as_ar.zero", &z, NULL, &zv));
-  TPU_TRY(add(b, c, TPU_OP_BROADCAST, &ag->shape, &zv, 1, loc, &zb));
+  TPU_TRY(add(b, c, TPU_OP_BROADCAST, &whole, &zv, 1, loc, &zb));
   TPU_TRY(tpu_build_set_attr(b, zb, "dimensions", "{}"));
   ops[0] = zb;
   ops[1] = x;
   for (int j = 0; j < ag->shape.rank; j++) ops[2 + j] = j == k ? off : zi;
-  TPU_TRY(add(b, c, TPU_OP_DYNAMIC_UPDATE_SLICE, &ag->shape, ops, 2 + ag->shape.rank, loc, &dus));
+  TPU_TRY(add(b, c, TPU_OP_DYNAMIC_UPDATE_SLICE, &whole, ops, 2 + ag->shape.rank, loc, &dus));
   tpu_comp *sum;
-  TPU_TRY(tpu_build_scalar_comp(b, "ag_as_ar.add", TPU_OP_ADD, ag->shape.dtype, c, &sum));
-  TPU_TRY(add(b, c, TPU_OP_ALL_REDUCE, &ag->shape, &dus, 1, loc, &ar));
+  TPU_TRY(tpu_build_scalar_comp(b, "ag_as_ar.add", TPU_OP_ADD, whole.dtype, c, &sum));
+  TPU_TRY(add(b, c, TPU_OP_ALL_REDUCE, &whole, &dus, 1, loc, &ar));
   for (int a = 0; a < ag->nattrs; a++)
     if (strcmp(ag->attrs[a].name, "dimensions")) TPU_TRY(tpu_build_set_attr(b, ar, ag->attrs[a].name, ag->attrs[a].value));
   TPU_TRY(tpu_build_set_attr(b, ar, "to_apply", sum->name));
   ar->src_name = ag->src_name;
   *out = ar;
+  if (whole.dtype != ag->shape.dtype) TPU_TRY(add(b, c, TPU_OP_CONVERT, &ag->shape, &ar, 1, loc, out));
   return TPU_OK;
+}
+
+/* Is `u` the only instruction of c that reads x? */
+static int only_reader(const tpu_comp *c, const tpu_instr *x, const tpu_instr *u) {
+  if (x->is_root) return 0;
+  for (int i = 0; i < c->ninstrs; i++)
+    for (int k = 0; k < c->instrs[i]->noperands; k++)
+      if (c->instrs[i]->operands[k] == x && c->instrs[i] != u) return 0;
+  return 1;
 }
 
 tpu_status tpu__all_gathers_as_all_reduces(tpu_builder *b, tpu_comp *c, const tpu_chip *chip, int *changed,
@@ -107,7 +123,13 @@ tpu_status tpu__all_gathers_as_all_reduces(tpu_builder *b, tpu_comp *c, const tp
     if (ag->op != TPU_OP_ALL_GATHER || ag->noperands != 1 || ag->dimensions.n != 1 || ag->is_root ||
         !(tpu_dtype_is_float(ag->shape.dtype) || tpu_dtype_is_int(ag->shape.dtype)))
       continue;
-    const int64_t bytes = tpu_shape_numel(&ag->shape) * (int64_t)tpu_dtype_size(ag->shape.dtype);
+    /* the value before a narrowing float convert only this gather reads */
+    tpu_instr *x = ag->operands[0];
+    if (x->op == TPU_OP_CONVERT && x->noperands == 1 && tpu_dtype_is_float(x->shape.dtype) &&
+        tpu_dtype_is_float(x->operands[0]->shape.dtype) && !tpu_dtype_is_complex(x->operands[0]->shape.dtype) &&
+        tpu_dtype_size(x->operands[0]->shape.dtype) > tpu_dtype_size(x->shape.dtype) && only_reader(c, x, ag))
+      x = x->operands[0];
+    const int64_t bytes = tpu_shape_numel(&ag->shape) * (int64_t)tpu_dtype_size(x->shape.dtype);
     if (!tpu_spmd_gathers_as_all_reduce(chip, ndev, bytes)) continue;
     tpu_diag quiet; /* a malformed group is the verifier's to report: here it only says no */
     memset(&quiet, 0, sizeof quiet);
@@ -120,7 +142,7 @@ tpu_status tpu__all_gathers_as_all_reduces(tpu_builder *b, tpu_comp *c, const tp
     tpu_coll_groups_free(&cg); /* safe after a failed read too: it starts zeroed */
     if (!ok) continue;
     tpu_instr *ar;
-    st = as_all_reduce(b, c, ag, self, ndev, &ar);
+    st = as_all_reduce(b, c, ag, x, self, ndev, &ar);
     if (st == TPU_OK) {
       tpu_build_replace_uses(c, ag, ar);
       *changed = 1;
