@@ -565,6 +565,27 @@ static void test_dot_strength_reduction(void) {
   g_chip.vpu_batched_vector_dots = 0;
 }
 
+/* A concatenate does not take a slice starting past the origin (the XLA TPU compiler's
+ * roll: x[:, 12:] a kernel of its own, then the concatenation); one starting at the origin
+ * joins it. */
+static void test_offset_slice_concat(void) {
+  const char *roll =
+      "HloModule roll\n\nENTRY %main (x: s8[197,128]) -> s8[197,128] {\n"
+      "  %x = s8[197,128] parameter(0)\n"
+      "  %a = s8[197,116] slice(%x), slice={[0:197], [12:128]}\n"
+      "  %b = s8[197,12] slice(%x), slice={[0:197], [0:12]}\n"
+      "  ROOT %r = s8[197,128] concatenate(%a, %b), dimensions={1}\n}\n";
+  const char *head =
+      "HloModule head\n\nENTRY %main (x: s8[197,128], y: s8[197,116]) -> s8[197,128] {\n"
+      "  %x = s8[197,128] parameter(0)\n  %y = s8[197,116] parameter(1)\n"
+      "  %b = s8[197,12] slice(%x), slice={[0:197], [0:12]}\n"
+      "  ROOT %r = s8[197,128] concatenate(%y, %b), dimensions={1}\n}\n";
+  kernel_census r = census(roll), h = census(head);
+  printf("concatenate of slices: roll %d kernels, origin slice %d\n", r.kernels, h.kernels);
+  CHECK(r.kernels == 2);
+  CHECK(h.kernels == 1);
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -575,5 +596,6 @@ int main(void) {
   test_window_fusion();
   test_dot_strength_reduction();
   test_sibling_fusion();
+  test_offset_slice_concat();
   CHECK_DONE();
 }
