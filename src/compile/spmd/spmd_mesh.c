@@ -301,7 +301,10 @@ int tpu__spmd_from_parsed(const tpu_mesh *mesh, const tpu_sharding *hs, int rank
       for (int a = 0; a < mesh->naxes; a++) {
         int where = (int)(r % (rank + 1));
         r /= rank + 1;
-        if (where < rank) t.ax[where][t.n[where]++] = (int8_t)a;
+        /* an axis of one device splits nothing: never part of a dimension's split (else a
+         * result wanted as {devices=[8,1,1]} on a mesh data=1 x model=8 reads as (data,
+         * model) and differs from the (model) it is computed with: gathered and sliced) */
+        if (where < rank && mesh->sizes[a] > 1) t.ax[where][t.n[where]++] = (int8_t)a;
       }
       tpu_strbuf b;
       tpu_strbuf_init(&b);

@@ -245,6 +245,22 @@ done:
  * each way per iteration, as in XLA's compiled programs), no all-gather, values equal (s32:
  * exact whatever the order of the partial sums). In a program below the chip's smallest slice, or with the weight read
  * by a second dot, it is gathered. */
+/* A mesh axis of one device splits nothing: a result wanted as {devices=[8,1]<=[8]} on a
+ * mesh data=1 x model=8 is the model split it is computed with (read as (data, model) it
+ * differed, and the result was gathered and sliced again: gqa_tp_step_v6e_2x4). */
+static void check_unit_axis(void) {
+  const char *src =
+      "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"data\"=1, \"model\"=8]>}}\n"
+      "ENTRY e {\n x = s32[16,8] parameter(0), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, "
+      "[{\\\"model\\\"}, {}]>\"}\n ROOT n = s32[16,8] negate(x), sharding={devices=[8,1]<=[8]}\n}\n";
+  int devices = g_devices;
+  g_devices = 8;
+  check_ref("output split over a mesh with an axis of one device", src, src, 0, 0, 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_ALL_GATHER), 0);
+  CHECK_EQ_INT(count_after(src, TPU_OP_DYNAMIC_SLICE), 0);
+  g_devices = devices;
+}
+
 static void check_windowed(void) {
   char src[2048];
   const char *mesh8 = "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"f\"=8]>}}\n";
@@ -492,6 +508,7 @@ int main(void) {
            k_add);
   check("microbatches over part of a mesh axis", src, 1, 0, 0);
   check_windowed();
+  check_unit_axis();
   {
     /* A broadcast of a split vector (a norm's scale) used with a batch-split activation:
      * the vector is gathered (4 elements) and broadcast on each chip, not the broadcast
