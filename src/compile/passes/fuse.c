@@ -196,27 +196,42 @@ static int takes(const tpu_instr *u, const tpu_instr *p) {
   return u->op == TPU_OP_REDUCE || tpu__fuse_loop_fusible(u);
 }
 
-/* A cheap producer with several users (or one user that is itself copied) is recomputed
- * in each user's fusion, as XLA's instruction fusion duplicates it, when every user can
- * take it: its result then never goes to memory. */
-/* Does x compute, through elementwise steps only, on a dot's or convolution's result? Then
- * it is that matmul's epilogue work, done once there (attention's exponent), not recomputed. */
-static int near_matmul(const tpu_instr *x, int depth) {
+/* Does x compute, through elementwise steps of at least `width` bytes an element, on a dot's
+ * or convolution's result (a convert straight off the matmul, or off its transpose, counts:
+ * XLA gives the dot that result type and layout)? Then the matmul's kernel stores values
+ * that wide anyway, and x is its epilogue work, done once there (attention's exponent on f32 scores: QK^T's kernel computes
+ * exp and its row sum, corpus attn_fwd_*). Steps in a narrower type (bf16 scores scaled and
+ * masked in bf16, families attn_*, bert_*, t5_*, whisper_*, swin_*) mean the kernel stores
+ * the narrow scores, and each reader recomputes x from them: the row-sum kernel and PV's
+ * operand. */
+static int wide_from_matmul(const tpu_instr *x, size_t width, int depth) {
   for (int k = 0; k < x->noperands; k++) {
     const tpu_instr *o = x->operands[k];
-    if (tpu__fuse_heavy(o)) return 1;
-    if (depth > 0 && tpu__fuse_loop_fusible(o) && near_matmul(o, depth - 1)) return 1;
+    /* the matmul's result in another layout is still its result (the kernel writes it so) */
+    while ((o->op == TPU_OP_TRANSPOSE || o->op == TPU_OP_RESHAPE || o->op == TPU_OP_BITCAST || o->op == TPU_OP_COPY) &&
+           o->noperands == 1 && tpu__fuse_heavy(o->operands[0]))
+      o = o->operands[0];
+    if (tpu__fuse_heavy(o)) {
+      if (x->op == TPU_OP_CONVERT || tpu_dtype_size(o->shape.dtype) >= width) return 1;
+      continue;
+    }
+    if (depth > 0 && tpu__fuse_loop_fusible(o) && tpu_dtype_size(o->shape.dtype) >= width &&
+        wide_from_matmul(o, width, depth - 1))
+      return 1;
   }
   return 0;
 }
 
+/* A cheap producer with several users (or one user that is itself copied) is recomputed
+ * in each user's fusion, as XLA's instruction fusion duplicates it, when every user can
+ * take it: its result then never goes to memory. */
 static int shared_cheap(const fuser *f, const tpu_instr *p) {
   if (!cheap(p) || p == f->c->root || f->uses.nusers[p->id] < 1) return 0;
   /* the transcendental unit's work is recomputed for vector kernels only: a matmul's
-   * operand that needs it is its own kernel's result (attention's exponent for rows too
-   * long to stay with QK^T, fusion around the matrix unit in fuse_merge.c) */
+   * operand that needs it is computed in the matmul as it streams in (fusion around the
+   * matrix unit, fuse_merge.c), or is its own kernel's result */
   int eup = tpu__fuse_transcendental(p);
-  if (eup && near_matmul(p, 8)) return 0;
+  if (eup && wide_from_matmul(p, tpu_dtype_size(p->shape.dtype), 8)) return 0;
   for (int k = 0; k < f->uses.nusers[p->id]; k++) {
     const tpu_instr *u = f->uses.users[p->id][k];
     if (!takes(u, p) || (eup && tpu__fuse_heavy(u))) return 0;

@@ -298,12 +298,16 @@ static int reaches_around(const tpu_instr *y, const tpu_instr *x, int *seen, int
  * The TPU compiler also fuses around a dot or convolution what tpusim's groups leave
  * outside it (seen in its compiled programs, docs/fidelity.md): an elementwise producer of
  * a matmul operand is computed as the operand streams in (an RMSNorm's scaling in each of
- * the Q, K and V projections, the softmax's division in attention's second matmul); a
- * reduction of the matmul's result over its minor dimension is taken from the result
- * tiles (the sum of squares of the next norm, a softmax's max and sum); and an elementwise
- * consumer of the result and of its row maximum joins when a row is at most
- * MATMUL_ROW_MAX elements (attention's softmax exponent; longer rows go to their own
- * kernel; a softmax gradient, which needs a row sum, is not joined either). */
+ * the Q, K and V projections, the softmax's division — and its exponent, when QK^T's kernel
+ * stores bf16 scores — in attention's second matmul); a reduction of the matmul's result
+ * over its minor dimension is taken from the result tiles (the sum of squares of the next
+ * norm, a softmax's max and sum); and an elementwise consumer of the result and of its row
+ * maximum joins when a row is at most MATMUL_ROW_MAX elements (attention's exponent on f32
+ * scores, corpus attn_fwd_*; longer rows go to their own kernel). A reduction that reads a
+ * row statistic of the result broadcast back over the rows (the sum of exp(s - max) on bf16
+ * scores, a softmax gradient's sum) needs the whole row's statistic first and stays its own
+ * kernel, as in the compiler's programs (families attn_*, bert_*, llama_*, mistral_*, t5_*,
+ * whisper_*, swin_*: QK^T with the max, then exp and sum, then PV). */
 #define MATMUL_ROW_MAX 2048
 
 /* The dot or convolution a kernel runs: a bare one, or the one in a fusion this pass made. */
@@ -390,13 +394,6 @@ static int prologue_pair(const tpu__made_set *made, const tpu_comp *c, const tpu
     if (!x->calls || !tpu__made_has(made, x->calls)) return 0;
     const char *kd = attr_value(x, "kind");
     if (!kd || strcmp(kd, "kLoop")) return 0;
-    /* the transcendental unit's work over the whole operand (attention's exponent when the
-     * rows are too long for QK^T's epilogue) stays in its own kernel, as the compiler keeps
-     * it; over row statistics (an RMSNorm's rsqrt) it streams in with the rest */
-    for (int i = 0; i < x->calls->ninstrs; i++)
-      if (tpu__fuse_transcendental(x->calls->instrs[i]) &&
-          tpu_shape_numel(&x->calls->instrs[i]->shape) >= tpu_shape_numel(&x->shape))
-        return 0;
   } else if (tpu__fuse_transcendental(x)) {
     return 0;
   } else if (!tpu__fuse_loop_fusible(x) || x->op == TPU_OP_CONSTANT || x->op == TPU_OP_IOTA || x->op == TPU_OP_BROADCAST ||
@@ -464,6 +461,16 @@ static tpu_status merge_prologue_one(tpu_builder *b, tpu_comp *c, tpu__made_set 
   return TPU_OK;
 }
 
+/* Does kernel y read a result of x smaller than the n elements it reduces (a row statistic
+ * of x's result, broadcast back over the rows)? */
+static int reads_row_stat(const tpu_instr *y, const tpu_instr *x, int64_t n) {
+  for (int k = 0; k < y->noperands; k++) {
+    int i;
+    if (producer_of(y, k, &i) == x && tpu_shape_numel(&y->operands[k]->shape) < n) return 1;
+  }
+  return 0;
+}
+
 /* Finds one reduction or softmax step to fuse into a matmul's kernel and fuses it. */
 static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_uses *u, int *seen,
                                    int *stamp, const tpu_instr **stack, int *found) {
@@ -474,10 +481,12 @@ static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *m
     const tpu_instr *r = reduction_of(made, y, &k);
     int64_t row = 0;
     if (r) {
-      /* a reduction of the matmul's result over its rows */
+      /* a reduction of the matmul's result over its rows, and of nothing else of x's */
       x = producer_of(y, k, &idx);
+      int64_t n = tpu_shape_numel(&r->operands[0]->shape);
       const char *xk = x->op == TPU_OP_FUSION && x->calls && tpu__made_has(made, x->calls) ? attr_value(x, "kind") : NULL;
-      if (!(matmul_of(made, x) || (xk && !strcmp(xk, "kLoop"))) || tpu_shape_numel(&y->operands[k]->shape) != tpu_shape_numel(&r->operands[0]->shape))
+      if (!(matmul_of(made, x) || (xk && !strcmp(xk, "kLoop"))) || tpu_shape_numel(&y->operands[k]->shape) != n ||
+          reads_row_stat(y, x, n))
         continue;
     } else {
       /* an elementwise step on the matmul's result and its row maximum */

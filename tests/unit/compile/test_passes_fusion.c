@@ -87,9 +87,9 @@ static void test_shared_producer(void) {
 /* src parsed and compiled for g_chip (checked); NULL when it does not parse. */
 
 /* Fusion around the matrix unit (docs/compiler.md): the kernels of a compiled entry, and per
- * kernel the dots, reduces and divides it holds. */
+ * kernel the dots, reduces, divides, multiplies and exponentials it holds. */
 typedef struct {
-  int kernels, dots[8], reduces[8], divides[8], multiplies[8];
+  int kernels, dots[8], reduces[8], divides[8], multiplies[8], exps[8];
 } kernel_census;
 
 static kernel_census census(const char *src) {
@@ -112,6 +112,7 @@ static kernel_census census(const char *src) {
       kc.reduces[k] += op == TPU_OP_REDUCE;
       kc.divides[k] += op == TPU_OP_DIVIDE;
       kc.multiplies[k] += op == TPU_OP_MULTIPLY;
+      kc.exps[k] += op == TPU_OP_EXP;
     }
   }
   tpu_module_free(m);
@@ -320,6 +321,53 @@ static void test_matmul_fusion(void) {
       CHECK(kc.dots[2] == 1 && kc.divides[2] == 1);
     }
   }
+  /* the same on bf16 scores, scaled in bf16 and widened for the softmax (JAX's attention in
+   * bf16, families bert_*, t5_*, whisper_*, swin_*, attn_*_bf16): the compiler's QK^T kernel
+   * stores the bf16 scores with their row max, a vector kernel computes exp(s - max) and its
+   * row sum, and PV computes exp(s - max) / sum again as its operand streams in */
+  const char *attn16 =
+      "HloModule m\nmx { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] maximum(a, b) }\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n q = bf16[2,4,256,64] parameter(0)\n k = bf16[2,4,256,64] parameter(1)\n"
+      " v = bf16[2,4,256,64] parameter(2)\n"
+      " s = bf16[2,4,256,256] dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={3}\n"
+      " c8 = bf16[] constant(0.125)\n b8 = bf16[2,4,256,256] broadcast(c8), dimensions={}\n"
+      " sc = bf16[2,4,256,256] multiply(s, b8)\n sf = f32[2,4,256,256] convert(sc)\n ninf = f32[] constant(-inf)\n"
+      " m = f32[2,4,256] reduce(sf, ninf), dimensions={3}, to_apply=mx\n"
+      " mb = f32[2,4,256,256] broadcast(m), dimensions={0,1,2}\n d = f32[2,4,256,256] subtract(sf, mb)\n"
+      " ex = f32[2,4,256,256] exponential(d)\n z = f32[] constant(0)\n"
+      " sm = f32[2,4,256] reduce(ex, z), dimensions={3}, to_apply=add\n"
+      " smb = f32[2,4,256,256] broadcast(sm), dimensions={0,1,2}\n p = f32[2,4,256,256] divide(ex, smb)\n"
+      " pb = bf16[2,4,256,256] convert(p)\n"
+      " ROOT o = bf16[2,4,256,64] dot(pb, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n}\n";
+  kernel_census k16 = census(attn16);
+  printf("attention on bf16 scores: %d kernels\n", k16.kernels);
+  CHECK_EQ_INT(k16.kernels, 3);
+  CHECK(k16.dots[0] == 1 && k16.reduces[0] == 1 && k16.exps[0] == 0);
+  CHECK(k16.dots[1] == 0 && k16.reduces[1] == 1 && k16.exps[1] == 1);
+  CHECK(k16.dots[2] == 1 && k16.reduces[2] == 0 && k16.exps[2] == 1 && k16.divides[2] == 1);
+  /* f32 scores widened off a transpose of QK^T's result (the dot's result in another layout,
+   * as a grouped-query attention's einsum gives it): still the corpus form, two kernels */
+  const char *attnt =
+      "HloModule m\nmx { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] maximum(a, b) }\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n q = bf16[2,4,256,64] parameter(0)\n k = bf16[2,4,256,64] parameter(1)\n"
+      " v = bf16[2,4,256,64] parameter(2)\n"
+      " s = bf16[2,4,256,256] dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={3}\n"
+      " st = bf16[2,4,256,256] transpose(s), dimensions={0,1,3,2}\n"
+      " sf = f32[2,4,256,256] convert(st)\n c8 = f32[] constant(8)\n b8 = f32[2,4,256,256] broadcast(c8), dimensions={}\n"
+      " sc = f32[2,4,256,256] divide(sf, b8)\n ninf = f32[] constant(-inf)\n"
+      " m = f32[2,4,256] reduce(sc, ninf), dimensions={3}, to_apply=mx\n"
+      " mb = f32[2,4,256,256] broadcast(m), dimensions={0,1,2}\n d = f32[2,4,256,256] subtract(sc, mb)\n"
+      " ex = f32[2,4,256,256] exponential(d)\n z = f32[] constant(0)\n"
+      " sm = f32[2,4,256] reduce(ex, z), dimensions={3}, to_apply=add\n"
+      " smb = f32[2,4,256,256] broadcast(sm), dimensions={0,1,2}\n p = f32[2,4,256,256] divide(ex, smb)\n"
+      " pb = bf16[2,4,256,256] convert(p)\n"
+      " ROOT o = bf16[2,4,256,64] dot(pb, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n}\n";
+  kernel_census kt = census(attnt);
+  printf("attention on f32 scores off a transpose: %d kernels\n", kt.kernels);
+  CHECK_EQ_INT(kt.kernels, 2);
+  CHECK(kt.dots[0] == 1 && kt.reduces[0] == 2 && kt.exps[0] == 1);
   /* RMSNorm feeding three projections: its scaling is computed in each matmul's operand */
   const char *norm =
       "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
