@@ -210,7 +210,8 @@ static void test_expensive_reuse(void) {
  * over the window and recomputed in each slice that reads it, never stored whole (XLA's
  * windowed-einsum loops select a step's block as the maximum of two slices of an operand
  * padded with -inf; the compiler's final programs fuse both into the matmul's operand). A
- * slice of a parameter stays as it was. */
+ * dynamic-slice along major dimensions is computed in the kernel that reads it (fuse.c
+ * slice_producer), unless across the tile or read through a broadcast. */
 static void test_window_fusion(void) {
   const char *src =
       "HloModule m\nENTRY e {\n x = bf16[64,1,1024] parameter(0)\n i = s32[] parameter(1)\n"
@@ -237,7 +238,24 @@ static void test_window_fusion(void) {
       " a = bf16[1,64,128] dynamic-slice(x, i, z, z), dynamic_slice_sizes={1,64,128}\n"
       " ROOT y = bf16[1,64,128] negate(a)\n}\n";
   k = kernels_with(param, TPU_OP_DYNAMIC_SLICE, ds);
-  printf("slice of a parameter: %d kernels\n", k);
+  printf("slice of a parameter along a major dimension: %d kernels\n", k);
+  CHECK_EQ_INT(k, 1); /* computed in its reader's kernel (dslice_cache_b1s1024h8d128_n1_bf16) */
+  /* across the tile (the lanes' dimension of bf16[8,64,128]): a kernel of its own */
+  const char *lanes =
+      "HloModule m\nENTRY e {\n x = bf16[8,64,128] parameter(0)\n i = s32[] parameter(1)\n z = s32[] constant(0)\n"
+      " a = bf16[8,64,1] dynamic-slice(x, z, z, i), dynamic_slice_sizes={8,64,1}\n"
+      " ROOT y = bf16[8,64,1] negate(a)\n}\n";
+  k = kernels_with(lanes, TPU_OP_DYNAMIC_SLICE, ds);
+  printf("slice of a parameter across its lanes: %d kernels\n", k);
+  CHECK_EQ_INT(k, 2);
+  /* a scan step's slice of its stacked input, read through a broadcast: its own kernel (the
+   * compiled selective scan's C slice); added to the state: in the step's kernel */
+  const char *bc =
+      "HloModule m\nENTRY e {\n s = f32[64,8,16] parameter(0)\n h = f32[8,512,16] parameter(1)\n i = s32[] parameter(2)\n"
+      " z = s32[] constant(0)\n c = f32[1,8,16] dynamic-slice(s, i, z, z), dynamic_slice_sizes={1,8,16}\n"
+      " r = f32[8,16] reshape(c)\n b = f32[8,512,16] broadcast(r), dimensions={0,2}\n ROOT y = f32[8,512,16] multiply(h, b)\n}\n";
+  k = kernels_with(bc, TPU_OP_DYNAMIC_SLICE, ds);
+  printf("slice read through a broadcast: %d kernels\n", k);
   CHECK_EQ_INT(k, 2);
 }
 
