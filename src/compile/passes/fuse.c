@@ -494,6 +494,10 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * 2,106 cycles on v5e, then the concatenation; pad_edge and pad_reflect: every shifted
    * slice; no compiled program of the families corpus fuses one into a concatenation). */
   if (m->op == TPU_OP_CONCATENATE && offset_slice(p)) return 0;
+  /* A reverse is a kernel of its own, read in place by its users: the compiler's pad_reflect
+   * runs each of its five reverses as a `reverse` op between its slice and concatenation
+   * kernels (rev.9 ... rev.13 on v5e), resnext_train's filter reverse so too (rev.1). */
+  if (p->op == TPU_OP_REVERSE) return 0;
   if (m->op == TPU_OP_DYNAMIC_SLICE) return window_root(m) && m->operands[0] == p && tpu__fuse_loop_fusible(p);
   /* A transpose that moves the minor dimension is a copy into the new layout of its own,
    * read by its users in place, as the compiler runs it (transpose then scale: a `copy` and

@@ -650,6 +650,15 @@ static void test_offset_slice_concat(void) {
   printf("concatenate of slices: roll %d kernels, origin slice %d\n", r.kernels, h.kernels);
   CHECK(r.kernels == 2);
   CHECK(h.kernels == 1);
+  /* a reverse is a kernel of its own: reversed and incremented is two kernels */
+  const char *rev =
+      "HloModule rev\n\nENTRY %main (x: f32[6,197]) -> f32[6,197] {\n"
+      "  %x = f32[6,197] parameter(0)\n  %v = f32[6,197] reverse(%x), dimensions={0}\n"
+      "  %one = f32[] constant(1)\n  %b = f32[6,197] broadcast(%one), dimensions={}\n"
+      "  ROOT %r = f32[6,197] add(%v, %b)\n}\n";
+  kernel_census v = census(rev);
+  printf("reverse then add: %d kernels\n", v.kernels);
+  CHECK(v.kernels == 2);
 }
 
 int main(void) {
