@@ -1,7 +1,8 @@
 /* The HLO passes' layout decisions and the kernels they add around a layout (through
  * tpu_compile_hlo): relayout copies of convolutions, dot results, readers of parameters and
  * gathers; entry parameter and result layouts and their copies; memory-space copies; the
- * NCHW weight-gradient layout; space-to-batch's kernels around a small-batch convolution.
+ * NCHW weight-gradient layout; space-to-batch's kernels around a small-batch convolution; a
+ * convolution input's copy into its layout.
  * Moved from test_passes.c, unchanged. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,8 +51,9 @@ static void test_conv_relayout(void) {
  * max-pool's bf16[32,112,112,64] is {2,3,1,0} (112 in the lanes, where row-major pads 64 to
  * 128) and its reduce-window reads it through one copy into row-major, as in the XLA TPU
  * compiler's programs; an elementwise reader reads it in place; an array that row-major
- * pads least, and a convolution's input, keep the layout given. Values are unchanged (the
- * conformance corpus's max-pool takes the copy too). */
+ * pads least keeps the layout given; a convolution's input is copied into the convolution's
+ * layout (test_conv_input_copy). Values are unchanged (the conformance corpus's max-pool
+ * takes the copy too). */
 /* A slice, concatenate or pad whose result leaves the program (itself or through
  * elementwise ops) reads its operand in the result's layout: a parameter laid out otherwise
  * is read through a copy into it, a kernel of its own, as in the XLA TPU compiler's programs
@@ -144,7 +146,7 @@ static void test_param_layouts(void) {
   const char *pool = "window={size=1x3x3x1 stride=1x2x2x1 pad=0_0x0_1x0_1x0_0}, to_apply=mx";
   char src[1024];
   struct { int hw, c; const char *root; int minor, copies; } cs[] = {
-      {112, 64, "pool", 2, 1}, {112, 64, "max", 2, 0}, {56, 128, "pool", 3, 0}, {112, 64, "conv", 3, 0}};
+      {112, 64, "pool", 2, 1}, {112, 64, "max", 2, 0}, {56, 128, "pool", 3, 0}, {112, 64, "conv", 2, 1}};
   for (int i = 0; i < 4; i++) {
     int h = cs[i].hw, c = cs[i].c, oh = h / 2;
     if (!strcmp(cs[i].root, "pool"))
@@ -171,7 +173,8 @@ static void test_param_layouts(void) {
       if (in->op == TPU_OP_PARAMETER && in->index == 0) x = in;
       if (in->op == TPU_OP_COPY && in->operands[0]->op == TPU_OP_PARAMETER) {
         copies++;
-        CHECK(in->shape.minor_to_major[0] == 3 && in->shape.minor_to_major[1] == 2); /* row-major */
+        /* row-major for the pooling window; the convolution's layout (batch in the sublanes) for it */
+        CHECK(in->shape.minor_to_major[0] == 3 && in->shape.minor_to_major[1] == (strcmp(cs[i].root, "conv") ? 2 : 0));
       }
     }
     CHECK(x != NULL);
@@ -589,6 +592,47 @@ static void test_space_to_batch_forms(void) {
   }
 }
 
+/* A convolution's input parameter with fewer features than the lanes, which another layout
+ * pads less than the convolution's: the parameter takes that layout and a copy relays it
+ * into the convolution's (batch in the sublanes, features in the lanes), a kernel of its own,
+ * as the XLA TPU compiler's programs (sconv_b8_224x224_c64to128_k2s3_valid: bf16[8,224,224,64]
+ * {2,3,1,0} copied to {3,0,2,1}). Not with 128 features (the convolution's layout is the
+ * parameter's), nor for a weight gradient's input (its window the image). */
+static void test_conv_input_copy(void) {
+  static const char *fmt =
+      "HloModule m\nENTRY e {\n x = bf16[8,56,56,%d] parameter(0)\n w = bf16[%s] parameter(1)\n"
+      " ROOT c = bf16[%s] convolution(x, w), window={%s}, dim_labels=%s\n}\n";
+  struct {
+    int f;
+    const char *w, *out, *win, *dl;
+    int copy;
+  } cases[] = {{32, "3,3,32,64", "8,56,56,64", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", 1},
+               {128, "3,3,128,64", "8,56,56,64", "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", 0},
+               {32, "8,56,56,64", "3,3,32,64", "size=56x56 pad=1_1x1_1", "f01b_i01o->01bf", 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char src[640];
+    snprintf(src, sizeof src, fmt, cases[i].f, cases[i].w, cases[i].out, cases[i].win, cases[i].dl);
+    tpu_module *m = compile_src(src);
+    CHECK(m != NULL);
+    if (!m) continue;
+    const tpu_instr *x = NULL, *c = NULL;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *v = m->entry->instrs[j];
+      if (v->op == TPU_OP_PARAMETER && v->index == 0) x = v;
+      if (v->op == TPU_OP_COPY && v->noperands == 1 && v->operands[0]->op == TPU_OP_PARAMETER) c = v;
+    }
+    CHECK(x != NULL);
+    printf("input bf16[8,56,56,%d], %s: parameter minor %d, copy %s\n", cases[i].f, cases[i].dl,
+           x && x->shape.has_layout ? x->shape.minor_to_major[0] : 3, c ? "yes" : "no");
+    CHECK((c != NULL) == cases[i].copy);
+    if (c && x) {
+      CHECK(x->shape.has_layout && x->shape.minor_to_major[0] == 2 && x->shape.minor_to_major[1] == 3);
+      CHECK(c->shape.has_layout && c->shape.minor_to_major[0] == 3 && c->shape.minor_to_major[1] == 0);
+    }
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   test_conv_relayout(); /* before the chip is loaded, as it ran in test_passes.c */
   tpu_diag d;
@@ -603,5 +647,6 @@ int main(void) {
   test_space_to_batch();
   test_space_to_batch_forms();
   test_nchw_param_layout();
+  test_conv_input_copy();
   CHECK_DONE();
 }
