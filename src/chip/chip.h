@@ -51,6 +51,7 @@ typedef enum {
   X(VECTOR_LANES, vector_lanes, 'i', 0, "", "vector unit lanes")                             \
   X(VECTOR_SUBLANES, vector_sublanes, 'i', 0, "", "vector unit sublanes")                    \
   X(VECTOR_OPS_PER_CYCLE, vector_ops_per_cycle, 'f', 0, "", "register-wide VPU ops per cycle per core") \
+  X(VECTOR_LOAD_OPS, vector_load_ops, 'f', 0, "ops", "VPU op-equivalents per register each read of a parameter inside a loop fusion costs; with it a broadcast scalar costs none (absent: neither)") \
   X(EUP_PUSHES_PER_CYCLE, eup_pushes_per_cycle, 'f', 0, "", "transcendental-unit pushes per cycle per core, each on one 32-bit vector register (default 1)") \
   X(VMEM_BYTES, vmem_bytes, 'i', 1, "B", "on-chip vector memory per TensorCore")             \
   X(CMEM_BYTES, cmem_bytes, 'i', 0, "B", "on-chip common memory per chip")                   \
@@ -130,6 +131,7 @@ typedef struct tpu_chip {
   double int8_rate;
   int64_t vector_lanes, vector_sublanes;
   double vector_ops_per_cycle; /* 0 when unknown: one register-wide VPU op per cycle */
+  double vector_load_ops;      /* 0 when unknown: parameter reads free, broadcast scalars one op a register */
   double eup_pushes_per_cycle; /* 0 when unknown: one push per cycle */
   int64_t vmem_bytes, cmem_bytes, acc_bytes, hbm_bytes;
   double hbm_bw, hbm_latency_s;

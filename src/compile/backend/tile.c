@@ -339,6 +339,33 @@ static int64_t value_vregs(const tpu__be *be, const tpu_instr *in) {
   return (b + reg - 1) / reg;
 }
 
+/* A broadcast of one value (a scalar, or an array of one element) inside a fused
+ * computation: the vector unit takes it as a scalar operand, no register work (the XLA TPU
+ * compiler times y * x + c with 100 distinct constants c as with one: 412,791 and 413,815
+ * cycles on v4, bench/fidelity/probes cases_9). */
+static int scalar_broadcast(const tpu_instr *f) {
+  return f->op == TPU_OP_BROADCAST && f->noperands == 1 && tpu_dtype_is_array(f->operands[0]->shape.dtype) &&
+         tpu_shape_numel(&f->operands[0]->shape) <= 1;
+}
+
+/* How many times a fused computation reads all of parameter p into vector registers: its
+ * uses by elementwise ops, a bitcast's uses counted through it (a slice, gather or in-place
+ * update touches only part of its operand, a matmul pushes its operands to the MXU: their
+ * reads are their own ops' cost). */
+static int64_t param_reads(const tpu_instr *p) {
+  const tpu_comp *cp = p->parent;
+  int64_t n = 0;
+  for (int i = 0; cp && i < cp->ninstrs; i++) {
+    const tpu_instr *u = cp->instrs[i];
+    for (int o = 0; o < u->noperands; o++) {
+      if (u->operands[o] != p) continue;
+      if (u->op == TPU_OP_BITCAST) n += param_reads(u);
+      else if (is_elementwise(u->op)) n++;
+    }
+  }
+  return n;
+}
+
 static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
   const tpu_shape *s = &in->shape;
   int64_t vr = value_vregs(be, in);
@@ -506,8 +533,14 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       return;
     }
     case TPU_OP_FUSION: {
-      for (int i = 0; in->calls && i < in->calls->ninstrs; i++)
-        if (!is_mxu_op(in->calls->instrs[i])) add_cost(be, in->calls->instrs[i], c);
+      const double ld = be->chip->vector_load_ops;
+      for (int i = 0; in->calls && i < in->calls->ninstrs; i++) {
+        const tpu_instr *f = in->calls->instrs[i];
+        if (is_mxu_op(f) || (ld > 0 && scalar_broadcast(f))) continue;
+        add_cost(be, f, c);
+        if (ld > 0 && f->op == TPU_OP_PARAMETER)
+          c->vpu += (int64_t)ceil(ld * (double)param_reads(f) * (double)tpu__vregs(be, &f->shape));
+      }
       return;
     }
     case TPU_OP_CONVOLUTION: {

@@ -146,7 +146,7 @@ static inline int closed_form_v5e(tpu_chip *c) {
     fprintf(stderr, "cannot load v5e\n");
     return 0;
   }
-  c->hbm_efficiency = c->kernel_overhead_s = c->vector_ops_per_cycle = 0;
+  c->hbm_efficiency = c->kernel_overhead_s = c->vector_ops_per_cycle = c->vector_load_ops = 0;
   c->matmul_overhead_s = c->matmul_base_s = c->matmul_write_s = c->eup_pushes_per_cycle = 0;
   c->mxu_weight_load_cycles = 0;
   c->scoped_vmem_bytes = 0;
