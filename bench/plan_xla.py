@@ -5,7 +5,7 @@ flags, against tpusim: the compiler's schedule of the collectives (which stay sy
 which run inside kernels), its estimated cycles by kind of kernel, its memory_analysis();
 and tpusim's timing and memory of the same program. A judge for any configuration.
 
-    nice python3 bench/plan_xla.py maxtext_32b [--layers 2] [--flags maxtext|none]
+    nice python3 bench/plan_xla.py maxtext_32b [--layers 2] [--flags maxtext|none] [--megacore]
                                    [--tpusim build/tpusim] [--keep DIR]
 
 The program is the row's own (published mesh, per-device batch, remat policy) cut to
@@ -50,8 +50,9 @@ import jax
 from jax._src.lib import hlo as xhlo, xla_client as xc
 from jax.experimental import topologies
 from jax._src.interpreters import mlir
-src, topo, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-devs = list(topologies.get_topology_desc(platform="tpu", topology_name=topo).devices)[:n]
+src, topo, n, out, cfg = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+kw = {"chip_config_name": cfg} if cfg else {}
+devs = list(topologies.get_topology_desc(platform="tpu", topology_name=topo, **kw).devices)[:n]
 mod = xhlo.hlo_module_from_text(re.sub(r" copy\(", " bitcast(", open(src).read()))
 opts = xc.CompileOptions()
 eb = opts.executable_build_options
@@ -138,6 +139,9 @@ def main():
     ap.add_argument("--tpusim", default=os.path.join(ROOT, "build", "tpusim"))
     ap.add_argument("--keep", help="directory to keep the program and the compiler's output in")
     ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--megacore", action="store_true",
+                    help="v4: compile for the chip as one megacore device (libtpu's chip_config_name "
+                         "'megacore', as MaxText's v4 scripts run it: TPU_MEGACORE) instead of one TensorCore")
     a = ap.parse_args()
     row = next((r for r in MX.ROWS if r[0] == a.row), None)
     if not row:
@@ -159,7 +163,8 @@ def main():
                ALLOW_MULTIPLE_LIBTPU_LOAD="1")
     if a.flags == "maxtext":
         env["LIBTPU_INIT_ARGS"] = MAXTEXT_FLAGS
-    r = subprocess.run([sys.executable, "-c", CHILD, prog, TOPO[(chip, n)], str(n), opt], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", CHILD, prog, TOPO[(chip, n)], str(n), opt,
+                        "megacore" if a.megacore else ""], capture_output=True, text=True,
                        env=env, timeout=a.timeout)
     line = next((x for x in r.stdout.splitlines() if x.startswith("JUDGE ")), None)
     if not line:

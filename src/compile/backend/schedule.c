@@ -7,14 +7,18 @@
 #include "chip/timing.h"
 #include "compile/backend/backend.h"
 
-/* The VMEM one kernel's tile buffers may take, over all of the device's TensorCores: the
- * chip's scoped limit where the XLA TPU compiler shows one (chip field scoped_vmem_bytes),
- * else three quarters of VMEM. */
+/* The VMEM one kernel's tile buffers may take: one TensorCore's, the chip's scoped limit
+ * where the XLA TPU compiler shows one (chip field scoped_vmem_bytes), else three quarters
+ * of VMEM. A megacore chip (v4, v5p) splits a kernel's tiles between its TensorCores, each
+ * tile in its own core's VMEM, so its tiles are one core's size: the XLA TPU compiler times a
+ * v4 megacore dot at half its one-core cycles (bf16 [26624,6144]x[6144,24576]: 34,598,776
+ * against 69,183,976; [26624,24576]x[24576,6144]: 32,229,796 against 64,446,016; libtpu
+ * compile-only, chip_config_name "megacore" against the default, bench/plan_xla.py
+ * --megacore; docs/plan.md). Was both cores' VMEM, tiles twice a core's size. */
 int64_t tpu__vmem_budget(const tpu_chip *chip) {
-  int64_t cores = chip->tensorcores > 0 ? chip->tensorcores : 1;
   int64_t per_core = chip->vmem_bytes / 4 * 3;
   if (chip->scoped_vmem_bytes > 0 && chip->scoped_vmem_bytes <= chip->vmem_bytes) per_core = chip->scoped_vmem_bytes;
-  return per_core * cores;
+  return per_core;
 }
 
 static int64_t cdiv(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }

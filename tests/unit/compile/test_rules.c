@@ -293,7 +293,7 @@ static const rule_case k_cases[] = {
     {"MXU bf16 2048x8192x2048", FIG_CORPUS, "gemm_bf16_2048x8192x2048", NULL, NULL, NULL, {0.928, 0.995, 0.991, 0.937}},
     {"MXU bf16 777x1234x555", FIG_CORPUS, "gemm_bf16_777x1234x555", NULL, NULL, NULL, {0.888, 0.980, 0.903, 0.941}},
     {"MXU f32 2048^3", FIG_CORPUS, "gemm_f32_2048x2048x2048", NULL, NULL, NULL, {0.891, 1.008, 1.014, 0.872}},
-    {"MXU f32 4096^3", FIG_CORPUS, "gemm_f32_4096x4096x4096", NULL, NULL, NULL, {0.902, 0.969, 0.716, 0.903}},
+    {"MXU f32 4096^3", FIG_CORPUS, "gemm_f32_4096x4096x4096", NULL, NULL, NULL, {0.902, 0.969, 0.797, 0.903}},
     {"MXU batched bf16 8x1024^3", FIG_CORPUS, "bmm_bf16_8x1024x1024x1024", NULL, NULL, NULL, {0.852, 0.841, 0.883, 0.832}},
     {"MXU result pass bf16", FIG_PROBE, "gemm_bf16out_8192x128x8192", NULL, NULL, NULL, {1.004, 1.020, 1.038, 0.991}},
     {"MXU result pass f32", FIG_PROBE, "gemm_f32out_8192x128x8192", NULL, NULL, NULL, {0.995, 0.984, 0.984, 0.990}},
