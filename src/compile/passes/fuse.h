@@ -48,6 +48,8 @@ tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_s
  * (compile/passes/param_copy.c). */
 tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m);
 
+/* s laid out with dimension minor in the lanes, second in the sublanes, the rest major in order. */
+void tpu__tile_layout(tpu_shape *s, int minor, int second);
 /* Entry parameters take the least padded layout; pooling reduce-windows their own
  * (relayout.c, window_layout.c). */
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);

@@ -215,8 +215,9 @@ static int row_major(const tpu_shape *s) {
   return 1;
 }
 
-/* s laid out with dimension `minor` in the lanes, `second` in the sublanes, the rest major in order. */
-static void tile_layout(tpu_shape *s, int minor, int second) {
+/* s laid out with dimension `minor` in the lanes, `second` in the sublanes, the rest major in
+ * order (the compiler's {2,0,3,1} for lanes 2, sublanes 0); window_layout.c shares it. */
+void tpu__tile_layout(tpu_shape *s, int minor, int second) {
   int j = 0;
   s->has_layout = 1;
   s->minor_to_major[j++] = (int8_t)minor;
@@ -383,7 +384,7 @@ static tpu_status reader_copies(tpu_builder *b, tpu_comp *entry, const tpu_chip 
     if (!c) {
       if (nmade == 4) continue;
       tpu_shape to = p->shape;
-      tile_layout(&to, rm, rs);
+      tpu__tile_layout(&to, rm, rs);
       TPU_TRY(tpu_build_instr_like(b, entry, p, TPU_OP_COPY, "copy.relayout", &to, &p, 1, &c));
       made[nmade] = c, ms[nmade] = rs, mm[nmade] = rm, nmade++;
     }
@@ -412,7 +413,7 @@ static void result_transpose_layouts(tpu_comp *entry, const tpu_chip *chip, cons
     int second, minor;
     result_tiling_shape(chip, s, &second, &minor);
     tpu_shape want = *s;
-    tile_layout(&want, minor, second);
+    tpu__tile_layout(&want, minor, second);
     if (s->has_layout && !memcmp(s->minor_to_major, want.minor_to_major, sizeof s->minor_to_major[0] * (size_t)s->rank))
       continue;
     *s = want;
@@ -468,7 +469,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
       /* (only where the features fill the lanes: a weight gradient's "features" are the batch) */
       if (conv_only && fd != bd && s->dims[fd] % lanes == 0 &&
           tpu__tiled_as(chip, s, bd, fd) < tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1)) {
-        tile_layout(s, fd, bd);
+        tpu__tile_layout(s, fd, bd);
         changed = 1;
       } else if (conv_only && !swapped && fd != bd && (second != bd || minor != fd) &&
                  tpu__tiled_as(chip, s, second, minor) < tpu__tiled_as(chip, s, bd, fd)) {
@@ -479,9 +480,9 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
          * strided convolution reading it takes 139,184; the depthwise, 3-D, grouped and 1-D
          * convolutions of the compiled families corpus likewise). Not for a weight gradient,
          * nor an input read by convolutions in two ways. */
-        tile_layout(s, minor, second);
+        tpu__tile_layout(s, minor, second);
         tpu_shape to = *s;
-        tile_layout(&to, fd, bd);
+        tpu__tile_layout(&to, fd, bd);
         tpu_instr *c = NULL;
         st = tpu_build_instr_like(b, entry, p, TPU_OP_COPY, "copy.relayout", &to, &p, 1, &c);
         for (int k = 0; st == TPU_OK && k < u.nusers[p->id]; k++) {
@@ -493,7 +494,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
       }
       continue;
     }
-    tile_layout(s, minor, second);
+    tpu__tile_layout(s, minor, second);
     st = reader_copies(b, entry, chip, p, &u, second, minor, &changed);
   }
   tpu_build_uses_free(&u);

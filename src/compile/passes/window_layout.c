@@ -50,16 +50,6 @@ static void tiling_of(const tpu_shape *s, int *second, int *minor) {
   *minor = s->has_layout ? s->minor_to_major[0] : s->rank - 1;
 }
 
-/* s laid out with `minor` in the lanes, `second` in the sublanes, the rest major in order
- * (the compiler's {2,0,3,1} for lanes 2, sublanes 0). */
-static void tile_layout(tpu_shape *s, int minor, int second) {
-  int j = 0;
-  s->has_layout = 1;
-  s->minor_to_major[j++] = (int8_t)minor;
-  s->minor_to_major[j++] = (int8_t)second;
-  for (int d = s->rank - 1; d >= 0; d--)
-    if (d != minor && d != second) s->minor_to_major[j++] = (int8_t)d;
-}
 
 /* Bytes of s tiled (second, minor) in whole (sublanes x lanes) tiles: the compiler weighs a
  * pooled value's layouts so, not in the smaller tiles of a value of few rows (f32[1,3,3,96]
@@ -111,7 +101,7 @@ tpu_status tpu__fuse_window_layouts(tpu_builder *b, tpu_comp *entry, const tpu_c
     if (os == second && om == minor && x->shape.has_layout)
       memcpy(want.minor_to_major, x->shape.minor_to_major, sizeof want.minor_to_major[0] * (size_t)want.rank);
     else
-      tile_layout(&want, minor, second);
+      tpu__tile_layout(&want, minor, second);
     want.has_layout = 1;
     if (!w->shape.has_layout || memcmp(w->shape.minor_to_major, want.minor_to_major, sizeof want.minor_to_major[0] * (size_t)want.rank)) {
       w->shape = want;
@@ -120,7 +110,7 @@ tpu_status tpu__fuse_window_layouts(tpu_builder *b, tpu_comp *entry, const tpu_c
     if ((os == second && om == minor) || x->op != TPU_OP_PARAMETER || !tpu__window_in_tile(w, second, minor)) continue;
     /* the parameter through one copy per layout, shared by the windows that read it so */
     tpu_shape to = x->shape;
-    tile_layout(&to, minor, second);
+    tpu__tile_layout(&to, minor, second);
     tpu_instr *c = NULL;
     for (int k = n; k < entry->ninstrs && !c; k++) {
       tpu_instr *y = entry->instrs[k];
