@@ -430,6 +430,22 @@ static int64_t lane_broadcast_rows(const tpu_instr *x) {
   return tpu_shape_numel(&x->shape) / x->shape.dims[minor];
 }
 
+/* The elements a reduce iterates over: a reduce over its operand's second-minor dimension
+ * (the sublanes) iterates over that dimension padded to the sublanes of a 32-bit register,
+ * its values widened to 32 bits: the XLA TPU compiler's cost model charges a sum over 4 rows
+ * as over 8 (bf16 [256,4,4096] over axis 1 201,504 cycles on v5e, [256,16,4096] 437,152,
+ * 2.2x for 4x the rows; f32 [256,4,4096] 218,592; bench/fidelity/probes cases_12,
+ * data/p_red_*). */
+static int64_t reduce_tiled_elems(const tpu_chip *chip, const tpu_instr *x) {
+  const tpu_shape *s = &x->operands[0]->shape;
+  int64_t n = tpu_shape_numel(s);
+  if (s->rank < 2 || n <= 0 || !tpu_dtype_is_array(s->dtype)) return n;
+  int q = s->has_layout ? s->minor_to_major[1] : s->rank - 2;
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8, d = s->dims[q];
+  if (tpu_i64s_find(&x->dimensions, q) < 0 || d <= 0 || d % sub == 0) return n;
+  return n / d * ((d + sub - 1) / sub * sub);
+}
+
 /* What one instruction adds to stream_costs' scan: whether it reduces, moves the minor
  * dimension (a transpose), the elements it iterates over and the rows it broadcasts along
  * the lanes. */
@@ -438,10 +454,33 @@ static void scan_one(const tpu_chip *chip, const tpu_instr *x, int *reduces, int
   *rows += lane_broadcast_rows(x);
   if (x->op == TPU_OP_REDUCE && x->noperands > 0) {
     *reduces = 1;
-    int64_t e = tpu_shape_numel(&x->operands[0]->shape);
+    int64_t e = reduce_tiled_elems(chip, x);
     if (e > *n) *n = e;
   }
   if (tpu__moves_minor(chip, x)) *moved += tpu_shape_numel(&x->shape);
+}
+
+/* A fusion that is one reduce of its widened operand (parameters, converts and bitcasts
+ * feeding a single reduce: JAX's sum over bf16 converts to f32 first) over rows, not the
+ * lanes: the compiler times it as the unfused reduce, lone_op_bytes included (bf16
+ * [256,16,4096] summed over axis 1 costs v5e 437,152 cycles, twice f32 [256,4,4096]'s lone
+ * reduce of as many 32-bit tiled elements, 218,592; bench/fidelity/probes cases_12). One over
+ * the lanes it does not (bf16 [64,1024,1024] summed over axes 1,2, layer norms over bf16
+ * rows: within 3 % without it, calibration corpus). */
+static int widened_reduce(const tpu_instr *in) {
+  if (in->op != TPU_OP_FUSION || !in->calls) return 0;
+  int reduces = 0;
+  for (int i = 0; i < in->calls->ninstrs; i++) {
+    const tpu_instr *x = in->calls->instrs[i];
+    if (x->op == TPU_OP_REDUCE) {
+      const tpu_shape *os = &x->operands[0]->shape;
+      int m = os->has_layout && os->rank > 0 ? os->minor_to_major[0] : os->rank - 1;
+      if (tpu_i64s_find(&x->dimensions, m) >= 0) return 0; /* over the lanes: as fused (norms) */
+      reduces++;
+    } else if (x->op != TPU_OP_PARAMETER && x->op != TPU_OP_CONSTANT && x->op != TPU_OP_CONVERT && x->op != TPU_OP_BITCAST)
+      return 0;
+  }
+  return reduces == 1;
 }
 
 /* The per-element costs the XLA TPU compiler's cost model charges a vector kernel on the
@@ -483,7 +522,7 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
   if (reduces || narrow) x += ch->stream_pass_bytes * (double)n;
   tpu_op_class cls = tpu_op_class_of(in->op);
   int lone = in->op == TPU_OP_CONVERT || in->op == TPU_OP_REDUCE || in->op == TPU_OP_BROADCAST || cls == TPU_CLS_UNARY ||
-             cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY;
+             cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY || widened_reduce(in);
   /* Only where the compiler too has nothing to fuse it with: every array operand a
    * parameter or a constant (tpusim leaves ops unfused that the compiler puts in a
    * multi-output fusion; those are not lone there). */

@@ -149,6 +149,34 @@ static void lone_through_prefetch(void) {
   CHECK_NEAR(pref, plain, 1);
 }
 
+/* A reduce over a short second-minor dimension iterates over it padded to the sublanes (the
+ * XLA TPU compiler: f32 [256,4,4096] summed over axis 1, 218,592 cycles on v5e, as over 8
+ * rows), and a fusion of converts feeding one reduce (JAX's bf16 sum) pays the lone-op cost
+ * as the unfused reduce does (bf16 [256,16,4096]: 437,152 cycles, twice the f32 [256,4,4096]
+ * one; bench/fidelity/probes cases_12). */
+static void reduce_rows_padded_widened(void) {
+  double f32k4 = r_xbytes(
+      "HloModule k4\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n"
+      "  x = f32[256,4,4096]{2,1,0} parameter(0)\n"
+      "  z = f32[] constant(0)\n"
+      "  ROOT r = f32[256,4096]{1,0} reduce(x, z), dimensions={1}, to_apply=add\n"
+      "}\n");
+  CHECK_NEAR(f32k4, (g_chip.stream_pass_bytes + g_chip.lone_op_bytes) * 256.0 * 8 * 4096, 1);
+  double bf16k16 = r_xbytes(
+      "HloModule k16\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "fc { p = bf16[256,16,4096]{2,1,0} parameter(0)\n c = f32[256,16,4096]{2,1,0} convert(p)\n"
+      "  z = f32[] constant(0)\n"
+      "  ROOT s = f32[256,4096]{1,0} reduce(c, z), dimensions={1}, to_apply=add }\n"
+      "ENTRY e {\n"
+      "  x = bf16[256,16,4096]{2,1,0} parameter(0)\n"
+      "  ROOT r = f32[256,4096]{1,0} fusion(x), kind=kInput, calls=fc\n"
+      "}\n");
+  CHECK_NEAR(bf16k16, (g_chip.stream_pass_bytes + g_chip.lone_op_bytes) * 256.0 * 16 * 4096, 1);
+}
+
 /* A compiled program's copy that changes the minor dimension is a transpose: it pays the
  * chip's transpose stream cost per element (XLA's f32[8192,8192] {1,0} -> {0,1} copy costs
  * on v6e what its transpose does), from HBM into VMEM (S(1)) too (bf16[2,2048,2048] into VMEM
@@ -181,5 +209,6 @@ int main(void) {
   loop_state_layout();
   lone_through_prefetch();
   layout_copy_transposes();
+  reduce_rows_padded_widened();
   CHECK_DONE();
 }
