@@ -746,25 +746,6 @@ static tpu_status check_block(mo_ctx *c, const tpu_mo_window *wi, const win_stat
 /* Per grid step: called after each step with the work it did (for the timing). */
 typedef void (*step_fn)(void *user, const mo_work *w);
 
-int64_t tpu_mosaic_grid(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int64_t *grid) {
-  int64_t steps = 1, guess = 1;
-  for (int i = 0; !args && i < k->nprefetch && k->ndyn + i < in->noperands; i++) {
-    const tpu_shape *sh = &in->operands[k->ndyn + i]->shape;
-    int64_t n = tpu__mo_numel(sh->rank, sh->dims);
-    if (n > guess) guess = n;
-  }
-  for (int i = 0, d = 0; i < k->ngrid; i++) {
-    grid[i] = k->grid[i];
-    if (grid[i] < 0) {
-      grid[i] = args && d < in->noperands ? (int64_t)tpu_tensor_get_f64(args[d], 0) : guess;
-      if (grid[i] < 0) grid[i] = 0;
-      d++;
-    }
-    steps *= grid[i];
-  }
-  return steps;
-}
-
 static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *const *args, int nargs, tpu_tensor *out) {
   const tpu_mosaic *k = c->k;
   const tpu_mo_block *body = &k->main->reg[0];

@@ -6,6 +6,7 @@
 
 #include "base/alloc.h"
 #include "mosaic/mosaic.h"
+#include "mosaic/mosaic_int.h"
 
 static int same_call(const tpu_mosaic_seen *s, const tpu_instr *in) {
   if (in->loc.line > 0 || s->loc.line > 0) return tpu_loc_same(s->loc, in->loc);
@@ -112,4 +113,24 @@ void tpu_mosaic_seen_free(tpu_mosaic_seen_set *s) {
   }
   tpu_free(s->v);
   memset(s, 0, sizeof *s);
+}
+
+/* The grid of a call (mosaic.h): kept here beside the scalars the values run gave the calls. */
+int64_t tpu_mosaic_grid(const tpu_mosaic *k, const tpu_instr *in, const tpu_tensor *const *args, int64_t *grid) {
+  int64_t steps = 1, guess = 1;
+  for (int i = 0; !args && i < k->nprefetch && k->ndyn + i < in->noperands; i++) {
+    const tpu_shape *sh = &in->operands[k->ndyn + i]->shape;
+    int64_t n = tpu__mo_numel(sh->rank, sh->dims);
+    if (n > guess) guess = n;
+  }
+  for (int i = 0, d = 0; i < k->ngrid; i++) {
+    grid[i] = k->grid[i];
+    if (grid[i] < 0) {
+      grid[i] = args && d < in->noperands ? (int64_t)tpu_tensor_get_f64(args[d], 0) : guess;
+      if (grid[i] < 0) grid[i] = 0;
+      d++;
+    }
+    steps *= grid[i];
+  }
+  return steps;
 }
