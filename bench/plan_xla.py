@@ -27,7 +27,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools", "plan"))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "fidelity"))
 import gen  # noqa: E402
+from compare import computations  # noqa: E402  (the HLO text splitter; the entry is "ENTRY")
 import plan as P  # noqa: E402
 import plan_maxtext as MX  # noqa: E402
 
@@ -71,20 +73,6 @@ print("JUDGE " + json.dumps({"arg": ms.argument_size_in_bytes, "out": ms.output_
 '''
 
 
-def computations(text):
-    comps, cur = {}, None
-    for line in text.splitlines():
-        m = re.match(r"^(?:ENTRY )?%(\S+) .*\{$", line)
-        if m:
-            cur = m.group(1)
-            comps[cur] = []
-        elif line.startswith("}"):
-            cur = None
-        elif cur:
-            comps[cur].append(line)
-    return comps
-
-
 def kind(comps, line):
     """A scheduled instruction's kind: matmul (a fusion holding a convolution), collective
     (synchronous), async collective (a fusion running one inside a kernel, or -start/-done),
@@ -108,7 +96,7 @@ def analyse(text, loops):
     instructions by kind, the synchronous collectives); loops: the generator's loop names ->
     trip counts (the compiler's while loops keep them as op_name metadata)."""
     comps = computations(text)
-    entry = next(c for c in comps if c.startswith("main"))
+    entry = "ENTRY"
     out = []
 
     def walk(name, trips):

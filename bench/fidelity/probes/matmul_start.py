@@ -22,6 +22,8 @@ from jax.experimental import topologies
 from jax.sharding import SingleDeviceSharding
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from compare import computations  # noqa: E402  (the HLO text splitter)
 ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 TOP = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2"}
 CLOCK = {"v4": 1.05e9, "v5e": 1.5e9, "v5p": 1.75e9, "v6e": 1.75e9}
@@ -38,20 +40,6 @@ def programs():
         yield f"gelu_{M}x{K}x{N}", lambda x, w, w2: jnp.sum(jax.nn.gelu(x @ w) * (x @ w2), axis=1), [mk, kn, kn]
         yield f"pair_{M}x{K}x{N}", lambda a, w1, b, w2: (a @ w1, b @ w2), [mk, kn, mk, kn]
         yield f"pair3_{M}x{K}x{N}", lambda a, w1, b, w2, c, w3: (a @ w1, b @ w2, c @ w3), [mk, kn] * 3
-
-
-def computations(txt):
-    comps, cur = {}, None
-    for line in txt.splitlines():
-        m = re.match(r"^(?:ENTRY )?%([\w.\-]+) .*\{$", line)
-        if m:
-            cur = m.group(1)
-            comps[cur] = []
-        elif line.startswith("}"):
-            cur = None
-        elif cur:
-            comps[cur].append(line)
-    return comps
 
 
 INSTR = re.compile(r"\s*(?:ROOT )?%([\w.\-]+) = (.*?) ([a-z][a-z0-9-]*)\((.*)$")
