@@ -256,21 +256,22 @@ static void conv_scatter(void) {
 #define SCATTER(b, ci, co, k, ld)                                                                     \
   (snprintf(src, sizeof src, fmt, b, ci, k, k, ci, co, b, 15 * (ld) + 6 - (k), 15 * (ld) + 6 - (k), co, k, k, ld, ld), \
    stream_time(src, &v4, &nk))
-  /* 256 input positions x 16 taps x 128 x 256 features: 8,192 units */
+  /* 256 input positions x 16 taps x 128 x 256 features: 8,192 units (each time below within 9 %
+   * above its floor, so that a floor moved by 10 % fails) */
   double a = 256 * 16 * 2 * v4.conv_scatter_cycles, t = SCATTER(4, 128, 256, 4, 2);
   printf("transposed convolution bf16[4,16,16,128] x [4,4,128,256], lhs_dilate 2 on v4: %.0f cycles, input-driven %.0f\n", t, a);
-  CHECK(t >= a && t < 1.15 * a);
+  CHECK(t >= a && t < 1.09 * a);
   double t1 = SCATTER(1, 128, 256, 4, 2), t16 = SCATTER(16, 128, 256, 4, 2), t4d = SCATTER(4, 128, 256, 4, 4);
   printf("batch 1: %.0f, batch 16: %.0f, lhs_dilate 4 (62x62 outputs): %.0f\n", t1, t16, t4d);
-  CHECK(t1 >= a && t1 < 1.15 * a && t16 >= a && t16 < 1.15 * a && t4d >= a && t4d < 1.15 * a);
+  CHECK(t1 >= a && t1 < 1.09 * a && t16 >= a && t16 < 1.09 * a && t4d >= a && t4d < 1.09 * a);
   /* 32 features in and out: the tap floor */
   double f = 256 * 16 * v4.conv_scatter_tap_cycles, t32 = SCATTER(4, 32, 32, 4, 2);
   printf("32 to 32 features: %.0f cycles, tap floor %.0f\n", t32, f);
-  CHECK(t32 >= f && t32 < 1.15 * f);
+  CHECK(t32 >= f && t32 < 1.09 * f);
   /* a 3x3 window at lhs_dilate 4 over 32 input features: the output floor, 63 x 63 x 2 */
   double o = 63 * 63 * 2 * v4.conv_scatter_out_cycles, t3 = SCATTER(4, 32, 256, 3, 4);
   printf("3x3, lhs_dilate 4, 32 to 256 features: %.0f cycles, output floor %.0f\n", t3, o);
-  CHECK(t3 >= o && t3 < 1.15 * o);
+  CHECK(t3 >= o && t3 < 1.09 * o);
   /* batch 32: another emitter, no floor */
   double tb = SCATTER(32, 128, 256, 4, 2);
   printf("batch 32: %.0f cycles (8 x the input-driven term would be %.0f)\n", tb, 8 * a);
