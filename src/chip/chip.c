@@ -83,6 +83,7 @@ static const struct {
     [TPU_CHIP_ICI_LATENCY_S] = {1e-12, 1e-2},
     [TPU_CHIP_WINDOWED_EINSUM_MIN_CHIPS] = {1, 1 << 20},
     [TPU_CHIP_WINDOWED_EINSUM_MAX_CHIPS] = {1, 1 << 20},
+    [TPU_CHIP_REDUCE_SCATTER_SPAN_BYTES] = {1, TIB},
     [TPU_CHIP_MAX_CHIPS] = {1, 1 << 20},
     [TPU_CHIP_POD_CHIPS] = {1, 1 << 24},
     [TPU_CHIP_WRAP_MULTIPLE] = {1, 1 << 20},

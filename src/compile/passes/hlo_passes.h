@@ -82,6 +82,13 @@ int tpu__conv_batch_in_lanes(int64_t groups, int64_t taps, int64_t features, int
 struct tpu_builder;
 tpu_status tpu__make_reduce_scatters(struct tpu_builder *b, tpu_comp *c, const tpu_chip *chip, int *changed,
                                      tpu_diag *d);
+/* combine-collectives, after the reduce-scatters are made (compile/spmd/rs_pad.c): each
+ * reduce-scatter of c along the rows of a 2-D operand that the XLA TPU compiler pads
+ * (tpu_spmd_pads_reduce_scatter) becomes the padded scatter, a collective-permute of the rows
+ * past each block to the next device of its group and each device's slice of its share;
+ * *changed set when any did. */
+tpu_status tpu__pad_reduce_scatters(struct tpu_builder *b, tpu_comp *c, const tpu_chip *chip, int *changed,
+                                    tpu_diag *d);
 /* combine-collectives, after the reduce-scatters (compile/spmd/ag_as_ar.c): each all-gather of
  * c over every device of a slice of `chip` on which the XLA TPU compiler runs it as an
  * all-reduce of each device's block written into zeros (tpu_spmd_gathers_as_all_reduce)

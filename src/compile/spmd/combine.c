@@ -17,7 +17,7 @@
  * 30 MiB). Before combining, repeated all-gathers and permutes go (coll_cse.c),
  * converts move across the collectives that only move data (coll_quant.c), and
  * all-reduces are sunk out of loops (ar_motion.c) and become reduce-scatters
- * (rs_create.c). */
+ * (rs_create.c), padded where the TPU compiler pads them (rs_pad.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +222,7 @@ tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag 
   for (int c = 0; st == TPU_OK && c < ncomps; c++) {
     int made = 0;
     st = tpu__make_reduce_scatters(&b, m->comps[c], o->chip, &made, d);
+    if (st == TPU_OK) st = tpu__pad_reduce_scatters(&b, m->comps[c], o->chip, &made, d);
     changed |= made;
   }
   /* last to first: the adders it makes go just before their computation */

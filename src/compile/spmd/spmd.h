@@ -82,6 +82,12 @@ int tpu_spmd_keeps_full_all_reduce(const struct tpu_chip *chip, int64_t ndev);
  * of 64 chips and more up to 16 MiB, 3-D slices of 64 chips and more at any size. */
 int tpu_spmd_gathers_as_all_reduce(const struct tpu_chip *chip, int64_t ndev, int64_t bytes);
 
+/* Whether the XLA TPU compiler pads a reduce-scatter along the rows of a local operand of
+ * `bytes` over a group of `group` devices of `chip` (compile/spmd/rs_pad.c, read from libtpu's
+ * programs, bench/spmd/probe_rs_pad.py): groups of 2 and 4, an operand of more than one of the
+ * chip's spans (reduce_scatter_span_bytes), group x spans >= 8. NULL chip or no span: 0. */
+int tpu_spmd_pads_reduce_scatter(const struct tpu_chip *chip, int64_t group, int64_t bytes);
+
 /* "data=16,model=4" (errors at loc). */
 tpu_status tpu_mesh_parse(const char *spec, tpu_mesh *mesh, tpu_diag *d);
 /* The mesh JAX wrote in the module header (frontend_attributes xla.sdy.meshes); *found 0
