@@ -172,24 +172,40 @@ static int state_slice(const tpu__be *be, const tpu_instr *v, const tpu_shape *s
   return v->op == TPU_OP_PARAMETER && loop_state(be, v);
 }
 
-static int64_t fused_slice_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
-  const tpu_comp *c = in->calls;
-  if (!c || j >= c->nparams) return -1;
-  const tpu_instr *p = c->params[j];
+/* The bytes parameter p of fused computation c reads (rows of value v, the fusion's operand)
+ * when every use of it is a slice's, dynamic-slice's or gather's operand 0, or such a use
+ * inside a nested fusion it is passed to (the compiler's scan steps read their time step so:
+ * fusion(stack, i) calling a dynamic-slice, in the matmul fusion of the compiled GRU); -1
+ * when it is used whole. */
+static int64_t sliced_param_bytes(const tpu__be *be, const tpu_comp *c, const tpu_instr *p, const tpu_instr *v,
+                                  int padded, int depth) {
   int64_t b = 0;
   int users = 0;
   for (int i = 0; i < c->ninstrs; i++) {
     const tpu_instr *u = c->instrs[i];
     for (int k = 0; k < u->noperands; k++) {
       if (u->operands[k] != p) continue;
+      if (u->op == TPU_OP_FUSION && u->calls && k < u->calls->nparams && depth < 4) {
+        int64_t nb = sliced_param_bytes(be, u->calls, u->calls->params[k], v, padded, depth + 1);
+        if (nb < 0) return -1;
+        b += nb;
+        users++;
+        continue;
+      }
       if (k != 0 || (u->op != TPU_OP_DYNAMIC_SLICE && u->op != TPU_OP_SLICE && u->op != TPU_OP_GATHER)) return -1;
       b += !padded ? tpu__plain_bytes(&u->shape)
-           : state_slice(be, in->operands[j], &u->shape) ? tpu__least_tiled_bytes(be->chip, &u->shape)
-                                                          : tpu__padded_bytes(be, &u->shape);
+           : state_slice(be, v, &u->shape) ? tpu__least_tiled_bytes(be->chip, &u->shape)
+                                           : tpu__padded_bytes(be, &u->shape);
       users++;
     }
   }
   return users && c->root != p ? b : -1;
+}
+
+static int64_t fused_slice_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
+  const tpu_comp *c = in->calls;
+  if (!c || j >= c->nparams) return -1;
+  return sliced_param_bytes(be, c, c->params[j], in->operands[j], padded, 0);
 }
 
 /* Whether fused computation c carries a collective (the TPU compiler's async collective
@@ -302,12 +318,27 @@ int64_t tpu__value_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape 
  * root's operand 0 is that fused parameter): the XLA TPU compiler's
  * constant_dynamic-update-slice fusions write only the update into the operand's buffer,
  * as a lone dynamic-update-slice does. -1 when none. */
-static int fused_update_target(const tpu_instr *in) {
-  if (in->op != TPU_OP_FUSION || !in->calls || !in->calls->root) return -1;
+static const tpu_instr *fused_update(const tpu_instr *in, int leaf) {
+  if (in->op != TPU_OP_FUSION || !in->calls || !in->calls->root) return NULL;
   const tpu_instr *r = in->calls->root;
-  if (r->op != TPU_OP_DYNAMIC_UPDATE_SLICE || r->noperands < 2 || r->operands[0]->op != TPU_OP_PARAMETER) return -1;
+  if (r->op == TPU_OP_TUPLE && in->shape.dtype == TPU_TUPLE) /* a multi-output fusion's result (fuse_merge.c) */
+    r = leaf >= 0 && leaf < r->noperands ? r->operands[leaf] : NULL;
+  else if (leaf != 0)
+    return NULL;
+  if (!r || r->op != TPU_OP_DYNAMIC_UPDATE_SLICE || r->noperands < 2 || r->operands[0]->op != TPU_OP_PARAMETER)
+    return NULL;
   int k = (int)r->operands[0]->index;
-  return k >= 0 && k < in->noperands ? k : -1;
+  return k >= 0 && k < in->noperands ? r : NULL;
+}
+
+/* Is fusion operand j the buffer one of its results updates in place? */
+static int fused_update_target(const tpu_instr *in, int j) {
+  int nl = in->shape.dtype == TPU_TUPLE ? in->shape.ntuple : 1;
+  for (int l = 0; l < nl; l++) {
+    const tpu_instr *r = fused_update(in, l);
+    if (r && (int)r->operands[0]->index == j) return 1;
+  }
+  return 0;
 }
 
 /* A compiled program's value in scalar memory (memory space S(6), SMEM: indices, loop
@@ -343,7 +374,7 @@ static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int pad
   const tpu_shape *s = &in->operands[j]->shape;
   if (in_smem(s) || scalar_smem(be, in, in->operands[j])) return 0;
   if (in->op == TPU_OP_FUSION) {
-    if (carried_operand(in, j) || fused_update_target(in) == j) return 0;
+    if (carried_operand(in, j) || fused_update_target(in, j)) return 0;
     int64_t b = fused_slice_bytes(be, in, j, padded);
     if (b >= 0) return b;
   }
@@ -367,9 +398,10 @@ int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j) {
 static int64_t write_bytes(const tpu__be *be, const tpu_instr *in, int leaf, int padded) {
   const tpu_shape *s = tpu__leaf(&in->shape, leaf);
   if (!s || carried_leaf(in, leaf) || in_smem(s) || scalar_smem(be, in, in)) return 0;
-  int upd = in->op == TPU_OP_DYNAMIC_UPDATE_SLICE || fused_update_target(in) >= 0;
+  const tpu_instr *fu = fused_update(in, leaf);
+  int upd = in->op == TPU_OP_DYNAMIC_UPDATE_SLICE || fu;
   if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) s = &in->operands[1]->shape;
-  else if (upd) s = &in->calls->root->operands[1]->shape;
+  else if (fu) s = &fu->operands[1]->shape;
   if (in->op == TPU_OP_SCATTER) {
     int nupd = (in->noperands - 1) / 2;
     s = &in->operands[in->noperands - nupd + (leaf < nupd ? leaf : 0)]->shape;

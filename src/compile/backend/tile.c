@@ -287,6 +287,18 @@ static int vmem_full_tiles(const tpu_shape *s) {
   return !strncmp(t, "T(8,128)", 8) || (s->rank == 1 && !strncmp(t, "T(1024)", 7));
 }
 
+/* Whether a result (a tuple's leaves alike) holds an array of more than one element outside
+ * scalar memory (S(6)): the vector unit's or the MXU's output, not the scalar unit's. */
+static int array_outside_smem(const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    for (int i = 0; i < s->ntuple; i++)
+      if (array_outside_smem(&s->elems[i])) return 1;
+    return 0;
+  }
+  return tpu_dtype_is_array(s->dtype) && tpu_shape_numel(s) > 1 &&
+         !(s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL);
+}
+
 /* A compiled program's kernel with no operands (an iota, a fusion of iotas and constants:
  * Threefry's counters) whose result stays in VMEM in whole 32-bit registers: the XLA TPU
  * compiler charges its stores alone, no kernel start (v5e and v6e, the families corpus: 44
@@ -878,8 +890,14 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     po.scalar = tpu_dtype_is_array(in->operands[i]->shape.dtype) && in->operands[i]->shape.rank == 0;
   /* A compiled program's op on values in scalar memory (memory space S(6), SMEM: loop
    * counters, indices, a clipped norm's scale) is the scalar unit's work too: the compiler
-   * gives none of them estimated_cycles (97 ops of the compiled families corpus on v5e). */
-  for (int i = -1; !po.scalar && i < in->noperands; i++) {
+   * gives none of them estimated_cycles (97 ops of the compiled families corpus on v5e).
+   * Not a fusion writing an array outside SMEM that only reads such a value (a scan step's
+   * matmul selecting its first state by `counter == 0`, Threefry's key): a vector or MXU
+   * kernel, which the compiler times as one (all 299 top-level fusions of that kind in the
+   * compiled corpora have estimated_cycles; the 100 unestimated ops reading SMEM are in-place
+   * dynamic-update-slices and one-element and/convert/select). */
+  int smem_reader_kernel = in->op == TPU_OP_FUSION && array_outside_smem(&in->shape);
+  for (int i = -1; !po.scalar && !smem_reader_kernel && i < in->noperands; i++) {
     const tpu_shape *s = i < 0 ? &in->shape : &in->operands[i]->shape;
     po.scalar = s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL;
   }

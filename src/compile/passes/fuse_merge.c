@@ -577,6 +577,37 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
       *found = 1;
     }
   }
+  /* A dynamic-update-slice and the computation of its update (XLA's in-place
+   * dynamic-update-slice fusion, CanEmitFusedDynamicUpdateSliceInPlace: a loop fusion whose
+   * root is the update of a parameter's buffer): a bare one whose update is a loop fusion's
+   * result, or a reshape or bitcast of it read by the update alone, takes that fusion in; a
+   * result something else reads too leaves it as well (multi-output). The compiled cumsum
+   * scan runs each step's add and its update of the stacked outputs as one fusion. */
+  for (int i = 0; st == TPU_OK && !*found && i < n; i++) {
+    tpu_instr *y = c->instrs[i];
+    if (y->op != TPU_OP_DYNAMIC_UPDATE_SLICE || y->noperands < 2) continue;
+    tpu_instr *w = y->operands[1], *r = NULL, *x = w;
+    if ((w->op == TPU_OP_RESHAPE || w->op == TPU_OP_BITCAST) && u.nusers[w->id] == 1) {
+      r = w; /* merged first; the update then reads the merged fusion */
+      x = w->operands[0];
+    }
+    if (x->op == TPU_OP_GET_TUPLE_ELEMENT) x = x->operands[0];
+    int bare = x->op != TPU_OP_FUSION && x->op != TPU_OP_PARAMETER && x->op != TPU_OP_CONSTANT &&
+               x->op != TPU_OP_GET_TUPLE_ELEMENT && tpu__fuse_loop_fusible(x); /* one elementwise op */
+    if ((!bare && (!sibling_space(made, c, x) || reduces(x))) || x == y->operands[0] || results(x) + 1 > 16 ||
+        (x->shape.dtype == TPU_TUPLE && !users_all_gte(&u, x)))
+      continue;
+    if (!bare && x->calls->root->op == TPU_OP_DYNAMIC_UPDATE_SLICE) continue;
+    if (!bare && x->calls->root->op == TPU_OP_TUPLE) { /* one in-place update a fusion */
+      int has = 0;
+      for (int k = 0; k < x->calls->root->noperands; k++) has |= x->calls->root->operands[k]->op == TPU_OP_DYNAMIC_UPDATE_SLICE;
+      if (has) continue;
+    }
+    tpu_instr *z = r ? r : y;
+    if (!z || reaches_around(z, x, seen, ++stamp, stack)) continue;
+    st = merge_pair(b, c, x, z, &u, made, MERGE_ABSORB);
+    *found = 1;
+  }
   if (st == TPU_OK && !*found) st = merge_matmul_one(b, c, made, &u, seen, &stamp, stack, found);
   tpu_free(seen);
   tpu_free(stack);

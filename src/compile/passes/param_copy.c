@@ -42,6 +42,9 @@ static int updated_operand(const tpu_instr *in) {
   if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE || in->op == TPU_OP_SCATTER) return in->noperands > 0 ? 0 : -1;
   if (in->op != TPU_OP_FUSION || !in->calls || !in->calls->root) return -1;
   const tpu_instr *r = in->calls->root;
+  if (r->op == TPU_OP_TUPLE) /* a multi-output fusion: its one in-place result (fuse_merge.c) */
+    for (int i = 0; i < r->noperands; i++)
+      if (r->operands[i]->op == TPU_OP_DYNAMIC_UPDATE_SLICE) r = r->operands[i];
   if ((r->op != TPU_OP_DYNAMIC_UPDATE_SLICE && r->op != TPU_OP_SCATTER) || r->noperands < 1) return -1;
   const tpu_instr *x = r->operands[0];
   if (x->op != TPU_OP_PARAMETER) return -1; /* the update writes a value computed in the kernel */

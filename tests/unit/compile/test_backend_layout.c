@@ -203,6 +203,50 @@ static void layout_copy_transposes(void) {
   CHECK_NEAR(copy_xbytes("1,0:T(8,128)", "1,0:T(8,128)"), 0, 0);
 }
 
+/* A compiled scan step's kernel (the compiler's GRU: fusion(stack, counter, counter == 0) with
+ * the time step dynamic-sliced inside a nested fusion and the first state selected by the
+ * predicate in scalar memory, S(6)): it reads only its time step of the stack, and it is a
+ * vector kernel that pays a kernel start, not the scalar unit's work, although it reads a
+ * value in SMEM (the compiler times all 299 such fusions of its compiled corpora). A
+ * one-element result of SMEM values stays scalar work. */
+static void scan_step_kernel(void) {
+  tpu_module *m;
+  tpu_program *p = compile_src(
+      "HloModule step\n"
+      "fds {\n  s = bf16[16,8,256]{2,1,0:T(8,128)(2,1)} parameter(0)\n  i = s32[]{:T(128)} parameter(1)\n"
+      "  z = s32[]{:T(128)} constant(0)\n"
+      "  ROOT d = bf16[1,8,256]{2,1,0:T(8,128)(2,1)} dynamic-slice(s, i, z, z), dynamic_slice_sizes={1,8,256}\n}\n"
+      "fstep {\n  s = bf16[16,8,256]{2,1,0:T(8,128)(2,1)} parameter(0)\n  i = s32[]{:T(128)} parameter(1)\n"
+      "  c = pred[]{:T(512)S(6)} parameter(2)\n"
+      "  x = bf16[1,8,256]{2,1,0:T(8,128)(2,1)} fusion(s, i), kind=kLoop, calls=fds\n"
+      "  b = bf16[8,256]{1,0:T(8,128)(2,1)} bitcast(x)\n"
+      "  cb = pred[8,256]{1,0:T(8,128)(4,1)} broadcast(c), dimensions={}\n"
+      "  k = bf16[]{:T(256)} constant(0)\n  kb = bf16[8,256]{1,0:T(8,128)(2,1)} broadcast(k), dimensions={}\n"
+      "  ROOT r = bf16[8,256]{1,0:T(8,128)(2,1)} select(cb, kb, b)\n}\n"
+      "ENTRY e {\n  s = bf16[16,8,256]{2,1,0:T(8,128)(2,1)} parameter(0)\n  i = s32[]{:T(128)} parameter(1)\n"
+      "  z = s32[]{:T(128)} constant(0)\n"
+      "  c = pred[]{:T(512)S(6)} compare(i, z), direction=EQ\n"
+      "  f = bf16[8,256]{1,0:T(8,128)(2,1)} fusion(s, i, c), kind=kLoop, calls=fstep\n"
+      "  ROOT t = (bf16[8,256]{1,0:T(8,128)(2,1)}, pred[]{:T(512)S(6)}) tuple(f, c)\n}\n",
+      &m);
+  CHECK(p != NULL);
+  if (p) {
+    int f = op_named(p, "f"), c = op_named(p, "c");
+    CHECK(f >= 0 && c >= 0);
+    if (f >= 0) {
+      printf("compiled scan step kernel: scalar=%d, %.0f padded bytes\n", p->ops[f].scalar, p->ops[f].padded_bytes);
+      CHECK_EQ_INT(p->ops[f].scalar, 0);
+      /* the 4 KiB time step read and the 4 KiB result written (and the counter), not the
+       * 64 KiB stack */
+      CHECK(p->ops[f].padded_bytes < 16384);
+      CHECK(p->ops[f].padded_bytes >= 8192);
+    }
+    if (c >= 0) CHECK_EQ_INT(p->ops[c].scalar, 1);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   free_intermediate_layout();
@@ -210,5 +254,6 @@ int main(void) {
   lone_through_prefetch();
   layout_copy_transposes();
   reduce_rows_padded_widened();
+  scan_step_kernel();
   CHECK_DONE();
 }

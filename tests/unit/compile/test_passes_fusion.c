@@ -661,6 +661,24 @@ static void test_offset_slice_concat(void) {
   CHECK(v.kernels == 2);
 }
 
+/* A dynamic-update-slice joins the fusion that computes its update, in place on its
+ * operand (XLA's in-place dynamic-update-slice fusion; the compiled cumsum scan's step is
+ * one fusion): the update's producer also read elsewhere leaves as a second result. */
+static void test_fused_update_slice(void) {
+  const char *src =
+      "HloModule scan_step\n\nENTRY %main (s: f32[16,8,256], c: f32[8,256], x: f32[8,256], i: s32[]) -> "
+      "(f32[8,256], f32[16,8,256]) {\n"
+      "  %s = f32[16,8,256] parameter(0)\n  %c = f32[8,256] parameter(1)\n"
+      "  %x = f32[8,256] parameter(2)\n  %i = s32[] parameter(3)\n"
+      "  %a = f32[8,256] add(%c, %x)\n  %r = f32[1,8,256] reshape(%a)\n"
+      "  %z = s32[] constant(0)\n"
+      "  %d = f32[16,8,256] dynamic-update-slice(%s, %r, %i, %z, %z)\n"
+      "  ROOT %t = (f32[8,256], f32[16,8,256]) tuple(%a, %d)\n}\n";
+  kernel_census kc = census(src);
+  printf("scan step's add and update of the stacked outputs: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 2); /* the non-donated parameter's copy (param_copy.c), the fusion */
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -672,5 +690,6 @@ int main(void) {
   test_dot_strength_reduction();
   test_sibling_fusion();
   test_offset_slice_concat();
+  test_fused_update_slice();
   CHECK_DONE();
 }
