@@ -31,12 +31,12 @@
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 
-/* Does the fused computation's root come from convolution `cv` through elementwise ops
- * of the convolution's shape? Returns the convolution or NULL. */
-static const tpu_instr *conv_of(const tpu_instr *root) {
+/* Does the fused computation's root come from a matmul (opcode `op`: a convolution or a
+ * dot) through elementwise ops of the root's shape? Returns the matmul or NULL. */
+static const tpu_instr *matmul_of(const tpu_instr *root, tpu_opcode op) {
   const tpu_instr *x = root;
   for (int depth = 0; depth < 64; depth++) {
-    if (x->op == TPU_OP_CONVOLUTION) return x->has_conv_dims ? x : NULL;
+    if (x->op == op) return op != TPU_OP_CONVOLUTION || x->has_conv_dims ? x : NULL;
     tpu_op_class k = tpu_op_class_of(x->op);
     if (k != TPU_CLS_UNARY && k != TPU_CLS_BINARY && k != TPU_CLS_TERNARY && x->op != TPU_OP_CONVERT) return NULL;
     /* follow the operand of the result's shape that is not a parameter or broadcast */
@@ -49,6 +49,23 @@ static const tpu_instr *conv_of(const tpu_instr *root) {
     }
     if (!next) return NULL;
     x = next;
+  }
+  return NULL;
+}
+
+static const tpu_instr *conv_of(const tpu_instr *root) { return matmul_of(root, TPU_OP_CONVOLUTION); }
+
+/* The dot of the root's shape that the root computes from through elementwise ops of that
+ * shape (any branch: a residual add's other operand may be a reshape), or NULL. */
+static const tpu_instr *epilogue_dot(const tpu_instr *x, const tpu_shape *s, int depth) {
+  if (x->shape.rank != s->rank || memcmp(x->shape.dims, s->dims, sizeof s->dims[0] * (size_t)s->rank)) return NULL;
+  if (x->op == TPU_OP_DOT) return x;
+  tpu_op_class k = tpu_op_class_of(x->op);
+  if (depth > 16 || (k != TPU_CLS_UNARY && k != TPU_CLS_BINARY && k != TPU_CLS_TERNARY && x->op != TPU_OP_CONVERT))
+    return NULL;
+  for (int i = 0; i < x->noperands; i++) {
+    const tpu_instr *d = epilogue_dot(x->operands[i], s, depth + 1);
+    if (d) return d;
   }
   return NULL;
 }
@@ -152,7 +169,18 @@ static int dot_result_relaid(const tpu_chip *chip, const tpu_shape *out, const t
     return 0;
   int dq = perm ? (int)perm[q] : q, dm = perm ? (int)perm[m] : m;
   int cq = dq < nb ? 0 : dq < nb + nl ? 1 : 2, cm = dm < nb ? 0 : dm < nb + nl ? 1 : 2;
-  return !((cq == 1 && cm == 2) || (cq == 2 && cm == 1));
+  if (!((cq == 1 && cm == 2) || (cq == 2 && cm == 1))) return 1;
+  /* The compiler runs a dot whose operand has several free dimensions as a 1x1 convolution,
+   * the operand's last free dimension its batch (in the sublanes), the others spatial (major):
+   * a tile holding another free dimension of that operand is not what the kernel writes.
+   * swin_fwd_b4_28x28x192h6's MLP, bf16[4,28,28,768] x bf16[768,192], is the compiler's
+   * `convolution.22` with dim_labels=01bf_io01->01bf, written {3,2,1,0} (28 in the sublanes)
+   * and copied into the least padded {3,0,2,1} (the 4 images in the sublanes, tile (4,128));
+   * whisper_enc_fwd_b4t1000d384h6's bf16[4,500,384] alike into {2,0,1}. */
+  int last_l = nb + nl - 1, last_r = nb + nl + nr - 1; /* dimensions of size 1 are no dimension */
+  while (last_l > nb && x->shape.dims[last_l] == 1) last_l--;
+  while (last_r > nb + nl && x->shape.dims[last_r] == 1) last_r--;
+  return (cq == 1 ? dq : dm) != last_l || (cq == 2 ? dq : dm) != last_r;
 }
 
 static tpu_status dot_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
@@ -163,6 +191,11 @@ static tpu_status dot_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f
   if (fc && x->op == TPU_OP_TRANSPOSE && x->noperands == 1 && x->dimensions.n == x->shape.rank) {
     perm = x->dimensions.v;
     x = x->operands[0];
+  } else if (fc && x->op != TPU_OP_DOT) {
+    /* an elementwise epilogue (a residual add, a bias, a convert) is computed on the dot's
+     * result tiles and written in the dot's layout: the relayout copies the kernel's result */
+    const tpu_instr *d = epilogue_dot(x, &x->shape, 0);
+    if (d) x = (tpu_instr *)d;
   }
   if (x->op != TPU_OP_DOT || x->noperands != 2 || !dot_result_relaid(chip, &f->shape, x, perm)) return TPU_OK;
   tpu_instr *t_out;
