@@ -9,8 +9,8 @@ and tpusim's timing and memory of the same program. A judge for any configuratio
                                    [--tpusim build/tpusim] [--keep DIR]
 
 The program is the row's own (published mesh, per-device batch, remat policy) cut to
---layers layers (every layer is the same loop iteration), written with synchronous gathers
-and no donation (libtpu's StableHLO import takes neither the async forms nor the alias
+--layers layers (every layer is the same loop iteration), written with synchronous gathers, the
+scan stacks zero-filled and no donation (libtpu's StableHLO import takes neither the async forms nor the alias
 table); `copy` becomes `bitcast` for the compiler (its MLIR import refuses mhlo.copy).
 Compiling takes minutes (1-5 on this machine under load). The compiler gives collectives no
 estimated cycles, so its sums are compute only."""
@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools", "plan"))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "fidelity"))
+sys.path.append(os.path.join(HERE, "fidelity"))  # after tools/plan: its gen.py is not the planner's
 import gen  # noqa: E402
 from compare import computations  # noqa: E402  (the HLO text splitter; the entry is "ENTRY")
 import plan as P  # noqa: E402
@@ -140,7 +140,7 @@ def main():
     if pdb:
         m["batch_tokens"] = pdb * n * m["seq"]
     m["layers"] = a.layers
-    cand = {"data": 1, "fsdp": n // t, "tensor": t, "micro": 1, "remat": remat, "windowed": False, "overlap": False,
+    cand = {"data": 1, "fsdp": n // t, "tensor": t, "micro": 1, "remat": remat, "windowed": False, "overlap": False, "alloc": False,
             "donate": False, "kernel": False}
     d = a.keep or tempfile.mkdtemp(prefix="plan_xla_")
     os.makedirs(d, exist_ok=True)

@@ -57,6 +57,16 @@ for pol in ("full", "save_qkv_proj", "save_dot_except_mlp", "minimal", "minimal_
     assert f["hbm_alias"] == f["hbm_out"], (pol, f)  # every output donated
     assert f["hbm_footprint"] >= f["hbm_arg"] + f["hbm_temp"], (pol, f)
     mem[pol] = f
+    # Each saved stack is its own uninitialised buffer (the compiler's AllocateBuffer), in HBM
+    # unless offloaded: two of one shape (x and x1) are two buffers, not one broadcast of zeros
+    # that both loop-state elements would share.
+    assert text.count('custom_call_target="AllocateBuffer"') == len(want | {"x"}), pol
+    with tempfile.NamedTemporaryFile("w", suffix=".hlo") as fh:
+        fh.write(text); fh.flush()
+        r = subprocess.run([sys.argv[1], "compile", fh.name, "--chip", "v5p", "--dump-after", "buffer-assign"],
+                           capture_output=True, text=True)
+    zs = set(re.findall(r'^\.hbm name="Z\.(\w+)\.\d+"', r.stdout, re.M))
+    assert zs == want | {"x"}, (pol, zs)  # (the offloaded ones in the host heap, past the footprint)
 print({p: (f["hbm_temp"], f.get("host_temp", 0)) for p, f in mem.items()})
 t = {p: f["hbm_temp"] for p, f in mem.items()}
 # (off keeps the most, but recomputes nothing: the backward's temporaries are fewer than

@@ -190,6 +190,7 @@ class Step:
         # Weight all-gathers pipelined across layers (XLA's collective pipelining, what
         # MaxText's async-collective flags give): layer i+1's gather runs during layer i.
         self.pf = c.get("overlap", True) and F > 1 and not self.we
+        self.alloc = c.get("alloc", True)
         NN = self.N
         self.g_tp = f"[{NN // T},{T}]<=[{NN}]"
         self.g_fsdp = f"[{R * Pp * T},{F}]<=[{R * Pp},{F},{T}]T(0,2,1)"
@@ -451,6 +452,17 @@ class Step:
             g.e(f"{out}.r = {ty(self.cd, sh)} reduce-scatter({src}), channel_id={self.chan()}, "
                 f"replica_groups={self.g_fsdp}, dimensions={{{fd}}}, use_global_device_ids=true, to_apply=add_{self.cd}")
         g.e(f"{out} = {ty('f32', sh)} convert({out}.r)")
+
+    def stack_init(self, g, nm, shape, dt):
+        """The forward loop's stack of saved activation nm, before the loop writes its rows:
+        uninitialised (the XLA TPU compiler allocates a scan's stacked outputs with an
+        AllocateBuffer custom call, no fill: the loop writes every row before the backward
+        loop reads one; bench/plan_xla.py), or zeros (`alloc: false`: libtpu's import)."""
+        if self.alloc:
+            g.e(f"Z.{nm} = {ty(dt, shape)} custom-call(), custom_call_target=\"AllocateBuffer\"")
+        else:
+            g.e(f"zc.{nm} = {dt}[] constant(0)")
+            self.bcast(g, f"Z.{nm}", f"zc.{nm}", shape, (), dt=dt)
 
     def host(self, g, nm, shape):
         """An offloading policy keeps saved activation nm's stack (just written by the last
@@ -1286,8 +1298,7 @@ class Step:
         # Forward loop.
         zs = []
         for nm, (s, dt) in sv.items():
-            g.e(f"zc.{nm} = {dt}[] constant(0)")
-            self.bcast(g, f"Z.{nm}", f"zc.{nm}", (L,) + s, (), dt=dt)
+            self.stack_init(g, nm, (L,) + s, dt)
             self.host(g, nm, (L,) + s)
             zs.append(f"Z.{nm}")
         g0 = self.first_gather(g, lws, "zero", "f0") if self.pf else []
@@ -1435,8 +1446,7 @@ class Step:
             b.e(f"inp = {ty(cd, (Tm, D))} select(is0b, xm, cur)")
         zs = []
         for nm, (s, dt) in sv.items():
-            b.e(f"zc.{nm} = {dt}[] constant(0)")
-            self.bcast(b, f"Z.{nm}", f"zc.{nm}", (L,) + s, (), dt=dt)
+            self.stack_init(b, nm, (L,) + s, dt)
             zs.append(f"Z.{nm}")
         g0 = self.first_gather(b, lws, "zero", "f0", src=W) if self.pf else []
         b.e(f"finit = {fst_t} tuple(zero, inp, {', '.join(zs + [W + '.' + n for n in lws] + g0)})")
