@@ -359,7 +359,7 @@ int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int resu
 int tpu__fuse_own_kernel(const tpu_instr *in) {
   for (int i = 0; i < in->nattrs; i++)
     if (!strcmp(in->attrs[i].name, "s2b_kernel")) return 1;
-  return 0;
+  return tpu__gather_index_kernel(in);
 }
 
 /* x, or the value a chain of reshapes and bitcasts of x starts from (a dot's result given
@@ -476,6 +476,8 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
   const group *G = &f->groups[g];
   member_side ms = (member_side)f->side[m->id];
   if (tpu__fuse_own_kernel(p)) return 0;
+  /* a gather's index kernel takes only its bounds (gather_index.c) */
+  if (tpu__gather_index_kernel(f->c->instrs[G->root]) && !scalar_constant(p)) return 0;
   if (tpu__relayout_copy(p)) return 0; /* a relayout is a kernel of its own (relayout.c) */
   if (ms == SIDE_HEAVY || ms == SIDE_UP) {
     *side = SIDE_UP;
@@ -855,6 +857,7 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
   if (st == TPU_OK) st = sequential_comps(&b, &list, &n);
   tpu__made_set made = {NULL, 0, 0};
   int compiled = m->entry && compiled_by_xla(m->entry);
+  for (int i = 0; st == TPU_OK && !compiled && i < n; i++) st = tpu__gather_index_kernels(&b, list[i]);
   for (int i = 0; st == TPU_OK && !compiled && i < n; i++) st = fuse_comp(&b, list[i], &made, o->chip);
   int merged = 0;
   for (int i = 0; st == TPU_OK && !compiled && i < n; i++)

@@ -14,6 +14,7 @@
 #include "hlo/hlo.h"
 #include "ir/verify.h"
 #include "ref/ref.h"
+#include "compile/passes/hlo_passes.h"
 #include "passes_util.h"
 
 /* A cheap producer read by several fusions is recomputed in each (as XLA's instruction
@@ -679,6 +680,100 @@ static void test_fused_update_slice(void) {
   CHECK_EQ_INT(kc.kernels, 2); /* the non-donated parameter's copy (param_copy.c), the fusion */
 }
 
+/* A row gather's indices are clamped in a kernel of their own that takes none of the ops
+ * computing them (gather_index.c; the compiler's pad_clamp_fusion): JAX's negative-index
+ * wrap, the clamp, the gather. A gather of one index, and one of points (two start index
+ * dimensions), have no such kernel. */
+static int clamp_kernels(const char *src, int *kernels) {
+  tpu_module *m = compile_src(src);
+  *kernels = -1;
+  if (!m) return -1;
+  int n = 0, k = 0;
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT) continue;
+    k++;
+    n += in->op == TPU_OP_CLAMP && tpu__gather_index_kernel(in); /* a kernel alone, not fused */
+  }
+  tpu_module_free(m);
+  *kernels = k;
+  return n;
+}
+
+static void test_gather_index_kernel(void) {
+  const char *rows =
+      "HloModule rows\n\nENTRY %main (t: bf16[8192,128], i: s32[7]) -> bf16[7,128] {\n"
+      "  %t = bf16[8192,128] parameter(0)\n  %i = s32[7] parameter(1)\n"
+      "  %z = s32[] constant(0)\n  %zb = s32[7] broadcast(%z), dimensions={}\n"
+      "  %lt = pred[7] compare(%i, %zb), direction=LT\n"
+      "  %n = s32[] constant(8192)\n  %nb = s32[7] broadcast(%n), dimensions={}\n"
+      "  %w = s32[7] add(%i, %nb)\n  %s = s32[7] select(%lt, %w, %i)\n"
+      "  %ix = s32[7,1] reshape(%s)\n"
+      "  ROOT %g = bf16[7,128] gather(%t, %ix), offset_dims={1}, collapsed_slice_dims={0}, "
+      "start_index_map={0}, index_vector_dim=1, slice_sizes={1,128}\n}\n";
+  const char *one =
+      "HloModule one\n\nENTRY %main (t: bf16[8192,128], i: s32[1,1]) -> bf16[1,128] {\n"
+      "  %t = bf16[8192,128] parameter(0)\n  %i = s32[1,1] parameter(1)\n"
+      "  ROOT %g = bf16[1,128] gather(%t, %i), offset_dims={1}, collapsed_slice_dims={0}, "
+      "start_index_map={0}, index_vector_dim=1, slice_sizes={1,128}\n}\n";
+  const char *points =
+      "HloModule points\n\nENTRY %main (t: f32[1000,128], i: s32[64,2]) -> f32[64] {\n"
+      "  %t = f32[1000,128] parameter(0)\n  %i = s32[64,2] parameter(1)\n"
+      "  ROOT %g = f32[64] gather(%t, %i), offset_dims={}, collapsed_slice_dims={0,1}, "
+      "start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}\n}\n";
+  int kr, ko, kp;
+  int cr = clamp_kernels(rows, &kr), co = clamp_kernels(one, &ko), cp = clamp_kernels(points, &kp);
+  printf("gather index kernel: rows %d clamp of %d kernels, one index %d of %d, points %d of %d\n", cr, kr, co, ko, cp,
+         kp);
+  CHECK_EQ_INT(cr, 1);
+  CHECK_EQ_INT(kr, 3); /* the index wrap, the clamp, the gather */
+  CHECK_EQ_INT(co, 0);
+  CHECK_EQ_INT(cp, 0);
+  /* indices of rank 2 are left as they are for now (gather_index.c); the values of a
+   * compiled program are the gather's, indices out of range included */
+  const char *grid =
+      "HloModule grid\n\nENTRY %main (t: f32[30,8], i: s32[4,5]) -> f32[4,5,8] {\n"
+      "  %t = f32[30,8] parameter(0)\n  %i = s32[4,5] parameter(1)\n"
+      "  ROOT %g = f32[4,5,8] gather(%t, %i), offset_dims={2}, collapsed_slice_dims={0}, "
+      "start_index_map={0}, index_vector_dim=2, slice_sizes={1,8}\n}\n";
+  int kg, cg = clamp_kernels(grid, &kg);
+  CHECK_EQ_INT(cg, 0);
+  tpu_module *m0 = NULL, *m1 = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("grid.hlo", grid, strlen(grid), &m0, &d) == TPU_OK);
+  CHECK(tpu_hlo_parse("grid.hlo", grid, strlen(grid), &m1, &d) == TPU_OK);
+  tpu_compile_opts o = opts(NULL, NULL);
+  if (m0 && m1 && tpu_compile_hlo(m1, &o, &d) == TPU_OK) {
+    int gathers = 0, flat = 0;
+    for (int i = 0; i < m1->entry->ninstrs; i++)
+      if (m1->entry->instrs[i]->op == TPU_OP_GATHER) {
+        gathers++;
+        flat += m1->entry->instrs[i]->operands[1]->shape.rank == 1;
+      }
+    CHECK_EQ_INT(gathers, 1);
+    CHECK_EQ_INT(flat, 0);
+    tpu_tensor x[2], r0, r1;
+    memset(&r0, 0, sizeof r0);
+    memset(&r1, 0, sizeof r1);
+    int64_t dt[2] = {30, 8}, di[2] = {4, 5};
+    CHECK(tpu_tensor_alloc(&x[0], TPU_F32, 2, dt, &d) == TPU_OK);
+    CHECK(tpu_tensor_alloc(&x[1], TPU_S32, 2, di, &d) == TPU_OK);
+    for (int i = 0; i < 240; i++) tpu_tensor_set_f64(&x[0], i, i * 0.5 - 7);
+    for (int i = 0; i < 20; i++) tpu_tensor_set_i64(&x[1], i, (i * 11) % 47 - 9); /* -9 .. 37 */
+    CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
+    CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
+    CHECK(same_bits(&r0, &r1));
+    tpu_tensor_free(&x[0]);
+    tpu_tensor_free(&x[1]);
+    tpu_tensor_free(&r0);
+    tpu_tensor_free(&r1);
+  } else {
+    CHECK(0);
+  }
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -691,5 +786,6 @@ int main(void) {
   test_sibling_fusion();
   test_offset_slice_concat();
   test_fused_update_slice();
+  test_gather_index_kernel();
   CHECK_DONE();
 }
