@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "compile/backend/backend.h"
+#include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/collective.h"
 
@@ -143,8 +144,47 @@ typedef struct {
   int64_t lo, hi;
   int reader, nuse, matmul, other;
   int lone_reduce; /* reads by unfused reduces */
+  int window;      /* reads by pooling window kernels in the parameter's own layout (window_read) */
   int64_t mm_hi; /* the last position of a matmul kernel reading it as lhs or rhs; -1: none */
 } param_use;
+
+static int same_layout(const tpu_shape *a, const tpu_shape *b) {
+  return a->has_layout && b->has_layout && a->rank == b->rank &&
+         !memcmp(a->minor_to_major, b->minor_to_major, sizeof a->minor_to_major[0] * (size_t)a->rank);
+}
+
+/* Does kernel u read x (its operand o) only as the operand of pooling windows that run as
+ * window kernels (window_layout.c tpu__window_kernel) in x's own layout, unfused or as the
+ * fused parameter's only uses? The XLA TPU compiler then reads x in place (no relayout, no
+ * element-wise op before the window) and prefetches it across steps: its window kernel
+ * reads a fused parameter through a layout-preserving bitcast, which the activation test of
+ * XLA's memory-space assignment (LooksLikeAnActivation, memory_space_assignment/algorithm.cc)
+ * does not follow to the window. Probed with libtpu on v4, v5e and v6e: max and sum
+ * pools over bf16 [16..300,20,20,128] and f32 [16,20,20,128] (3 MB to 31 MB, batch in the
+ * sublanes, strides 1 and 2, windows 2 and 3) are prefetched; f32 [32,40,40,128] and
+ * [8,56,56,256], row-major in and batch-in-sublanes out (a relayout inside the kernel),
+ * and bf16 [8,28,28,256] averaged in f32 (a convert first) are not (families
+ * maxpool2d_32x14x14x256_w5s2_valid_bf16, avgpool2d_32x14x14x64_w5s2_valid_f32 are, on
+ * all four generations). */
+static int window_read(const tpu_instr *u, int o, const tpu_instr *x) {
+  if (u->op == TPU_OP_REDUCE_WINDOW)
+    return o == 0 && tpu__window_kernel(u) && same_layout(&x->shape, &u->shape);
+  if (u->op != TPU_OP_FUSION || !u->calls) return 0;
+  const tpu_comp *f = u->calls;
+  const tpu_instr *fp = o < f->nparams ? f->params[o] : NULL;
+  int n = 0;
+  for (int i = 0; fp && i < f->ninstrs; i++) {
+    const tpu_instr *v = f->instrs[i];
+    for (int q = 0; q < v->noperands; q++) {
+      if (v->operands[q] != fp) continue;
+      if (v->op != TPU_OP_REDUCE_WINDOW || q != 0 || !tpu__window_kernel(v) ||
+          !same_layout(&fp->shape, &v->shape))
+        return 0;
+      n++;
+    }
+  }
+  return n > 0;
+}
 
 static void param_uses(const tpu__be *be, int ci, const tpu_instr *p, int64_t np, int relayout, param_use *r) {
   const tpu_comp *e = be->m->entry;
@@ -164,6 +204,7 @@ static void param_uses(const tpu__be *be, int ci, const tpu_instr *p, int64_t np
         if (ku->pos > r->mm_hi) r->mm_hi = ku->pos;
       }
       if (u->op == TPU_OP_REDUCE) r->lone_reduce++;
+      if (window_read(u, o, p)) r->window++;
       r->nuse++;
       if (relayout && ku->kind == TPU__K_MATMUL && o == ku->mm_lhs && ku->mm && ku->mm->op == TPU_OP_CONVOLUTION &&
           ku->mm->has_conv_dims && p->shape.rank == ku->mm->operands[0]->shape.rank &&
@@ -189,8 +230,9 @@ static const tpu_instr *compiled_prefetch(const tpu_comp *e) {
  * matmul kernel reads, the largest that fits is copied on chip while the previous step
  * runs, so a step in a loop of steps reads it there: into the VMEM its readers leave free
  * (of one TensorCore: each core of a megacore chip reads all of it), or else into the CMEM
- * of a chip that has one (v4: its share per TensorCore). A parameter only unfused reduces
- * read is prefetched so too, not a fused one's nor an elementwise op's (the compiler's sums and
+ * of a chip that has one (v4: its share per TensorCore). A parameter only pooling window
+ * kernels read in its own layout (window_read) is prefetched so too, and one only unfused reduces
+ * read, not a fused one's nor an elementwise op's (the compiler's sums and
  * maxima over any axes of f32[1024..4096, 1024..8192] and bf16[4096,4096] on all four
  * generations: v5p only up to its 32 MiB, v4 into CMEM; (x * x).sum() and x * 2 of the
  * same arrays none; nor softmax's x, which its normalize reads too:
@@ -228,7 +270,9 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
     param_use pu;
     param_uses(be, ci, p, np, 1, &pu);
     int64_t lo = pu.lo, hi = pu.hi;
-    if (!(pu.matmul || (pu.lone_reduce && pu.lone_reduce == pu.nuse)) || pu.other || lo < 0) continue;
+    if (!(pu.matmul || (pu.lone_reduce && pu.lone_reduce == pu.nuse) || (pu.window && pu.window == pu.nuse)) ||
+        pu.other || lo < 0)
+      continue;
     int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512;
     if (size <= best_size || (ch->xprefetch_max_bytes > 0 && size > ch->xprefetch_max_bytes)) continue;
     /* beside the kernels' whole scoped VMEM (scoped_vmem_bytes), not only the tiles they

@@ -248,6 +248,44 @@ static void cross_program_prefetch(void) {
     }
     tpu_module_free(m);
   }
+  /* A parameter only pooling window kernels read in its own layout is prefetched (the
+   * compiler's max and sum pools of bf16[64,20,20,128] and f32[16,20,20,128], batch in the
+   * sublanes, v4 to v6e; vmem_assign.c window_read); not when an element-wise op reads it
+   * first (bf16 averaged in f32: a convert), nor when the window kernel relays it out
+   * (f32[8,56,56,256] arrives row-major, 56 rows tile as well as the batch of 8, and the
+   * pooled [8,18,18,256] is laid out batch in the sublanes: 18 rows pad to 24). */
+  const char *poolf = "HloModule m\nmx { a = %s[] parameter(0)\n b = %s[] parameter(1)\n ROOT c = %s[] maximum(a, b) }\n"
+                      "ENTRY e {\n x = %s[%d,%d,%d,%d] parameter(0)\n i = %s[] constant(-inf)\n%s"
+                      " ROOT y = %s[%d,%d,%d,%d] reduce-window(%s, i), window={size=1x3x3x1 stride=1x%dx%dx1}, to_apply=mx\n}\n";
+  struct {
+    const char *dt;
+    int n, h, c, st, convert;
+    int64_t want;
+  } pc[] = {{"bf16", 64, 20, 128, 2, 0, 64LL * 20 * 20 * 128 * 2},
+            {"f32", 16, 20, 128, 2, 0, 16LL * 20 * 20 * 128 * 4},
+            {"f32", 16, 20, 128, 2, 1, 0},
+            {"f32", 8, 56, 256, 3, 0, 0}};
+  for (size_t i = 0; i < sizeof pc / sizeof pc[0]; i++) {
+    tpu_chip c;
+    char src[1200], cv[160];
+    int ho = (pc[i].h - 3) / pc[i].st + 1;
+    const char *dt = pc[i].dt, *wdt = pc[i].convert ? "f32" : dt;
+    cv[0] = 0;
+    if (pc[i].convert)
+      snprintf(cv, sizeof cv, " xf = f32[%d,%d,%d,%d] negate(x)\n", pc[i].n, pc[i].h, pc[i].h, pc[i].c);
+    snprintf(src, sizeof src, poolf, wdt, wdt, wdt, dt, pc[i].n, pc[i].h, pc[i].h, pc[i].c, wdt, cv, wdt, pc[i].n, ho, ho,
+             pc[i].c, pc[i].convert ? "xf" : "x", pc[i].st, pc[i].st);
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for_with("v5e", src, 1, &c, &m); /* the fuse pass lays the windows out */
+    CHECK(p != NULL);
+    if (p) {
+      printf("v5e: 3x3 max pool of %s[%d,%d,%d,%d]%s: prefetched %lld bytes\n", dt, pc[i].n, pc[i].h, pc[i].h, pc[i].c,
+             pc[i].convert ? " negated first" : "", (long long)p->xprefetch_bytes);
+      CHECK_EQ_INT(p->xprefetch_bytes, pc[i].want);
+      tpu_program_free(p);
+    }
+    tpu_module_free(m);
+  }
   /* A program the XLA TPU compiler compiled names its choice (copy-start with
    * cross_program_prefetch_index): tpusim keeps it, here x rather than the larger w, and the
    * kernel reads it through copy-done from VMEM. */
