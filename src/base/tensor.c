@@ -172,7 +172,7 @@ int64_t tpu_tensor_numel(const tpu_tensor *t) {
 
 static tpu_status alloc_array(tpu_tensor *t, tpu_dtype dtype, int rank, const int64_t *dims, int zero,
                               tpu_diag *d) {
-  memset(t, 0, sizeof *t);
+  tpu_tensor_zero(t);
   if (rank < 0 || rank > TPU_MAX_RANK)
     return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "rank %d exceeds the limit of %d", rank,
                     TPU_MAX_RANK);
@@ -203,7 +203,7 @@ tpu_status tpu_tensor_alloc_uninit(tpu_tensor *t, tpu_dtype dtype, int rank, con
 }
 
 tpu_status tpu_tensor_alloc_tuple(tpu_tensor *t, int n, tpu_diag *d) {
-  memset(t, 0, sizeof *t);
+  tpu_tensor_zero(t);
   t->dtype = TPU_TUPLE;
   t->ntuple = n;
   t->elems = tpu_calloc((size_t)(n ? n : 1), sizeof(tpu_tensor));
@@ -235,7 +235,7 @@ void tpu_tensor_free(tpu_tensor *t) {
     tpu_free(t->elems);
   }
   if (t->nbytes > SMALL_MAX || !small_put(t->data, t->nbytes)) pool_put(t->data, t->nbytes);
-  memset(t, 0, sizeof *t);
+  tpu_tensor_zero(t);
 }
 
 double tpu_tensor_get_f64(const tpu_tensor *t, int64_t i) { return tpu_load_f64(t->dtype, t->data, i); }

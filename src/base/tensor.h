@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/dtype.h"
 #include "base/status.h"
@@ -22,6 +23,19 @@ typedef struct tpu_tensor {
   int ntuple;
   struct tpu_tensor *elems;
 } tpu_tensor;
+
+/* Sets every field of t to zero (an empty tensor). The interpreter clears a value's struct
+ * on every allocation, move and free; GCC expands one constant memset of this 168-byte
+ * struct as `rep stos`, whose start-up cost on x86 was 8-14 % of a loop of small ops
+ * (perf, random_fold_in_loop), so it is cleared in pieces the compiler writes as vector
+ * stores. */
+static inline void tpu_tensor_zero(tpu_tensor *t) {
+  _Static_assert(sizeof(tpu_tensor) > 128 && sizeof(tpu_tensor) <= 192, "tpu_tensor_zero's pieces");
+  char *p = (char *)t;
+  memset(p, 0, 64);
+  memset(p + 64, 0, 64);
+  memset(p + 128, 0, sizeof(tpu_tensor) - 128);
+}
 
 /* Allocates a zero-filled array; fails with TPU_ERR_LIMIT on size overflow and
  * TPU_ERR_NOMEM when memory runs out. */

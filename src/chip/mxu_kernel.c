@@ -412,7 +412,10 @@ typedef struct abs_range {
   uint32_t max, minnz;
 } abs_range;
 
-static abs_range range_f32(const float *x, size_t n) {
+/* The scans read every operand value once per product, before any thread starts, so they
+ * are vectorised for the instruction set the kernels use (16-bit lanes for bf16: |x|'s bits
+ * and |x|'s bits - 1, which wraps a zero to the top, give the same order as the f32 bits). */
+static ALWAYS_INLINE abs_range range_f32_body(const float *x, size_t n) {
   uint32_t mx = 0, mnm1 = UINT32_MAX; /* min of |x| - 1: zero wraps to the top */
   for (size_t i = 0; i < n; i++) {
     uint32_t u;
@@ -424,14 +427,39 @@ static abs_range range_f32(const float *x, size_t n) {
   return (abs_range){mx, mnm1 + 1u};
 }
 
-static abs_range range_bf16(const tpu_bf16 *x, size_t n) {
-  uint32_t mx = 0, mnm1 = UINT32_MAX;
+static ALWAYS_INLINE abs_range range_bf16_body(const tpu_bf16 *x, size_t n) {
+  uint16_t mx = 0, mnm1 = UINT16_MAX;
   for (size_t i = 0; i < n; i++) {
-    uint32_t u = (uint32_t)(x[i].bits & 0x7fffu) << 16;
+    uint16_t u = (uint16_t)(x[i].bits & 0x7fffu), um1 = (uint16_t)(u - 1u);
     mx = u > mx ? u : mx;
-    mnm1 = u - 1u < mnm1 ? u - 1u : mnm1;
+    mnm1 = um1 < mnm1 ? um1 : mnm1;
   }
-  return (abs_range){mx, mnm1 + 1u};
+  return (abs_range){(uint32_t)mx << 16, (uint32_t)(uint16_t)(mnm1 + 1u) << 16};
+}
+
+#if MXU_X86
+TGT_AVX512BW static abs_range range_f32_avx512(const float *x, size_t n) { return range_f32_body(x, n); }
+TGT_AVX512BW static abs_range range_bf16_avx512(const tpu_bf16 *x, size_t n) { return range_bf16_body(x, n); }
+TGT_AVX2 static abs_range range_f32_avx2(const float *x, size_t n) { return range_f32_body(x, n); }
+TGT_AVX2 static abs_range range_bf16_avx2(const tpu_bf16 *x, size_t n) { return range_bf16_body(x, n); }
+#endif
+
+static abs_range range_f32(const float *x, size_t n) {
+#if MXU_X86
+  mxu_isa isa = cur_isa();
+  if (isa == ISA_AVX512) return range_f32_avx512(x, n);
+  if (isa == ISA_AVX2) return range_f32_avx2(x, n);
+#endif
+  return range_f32_body(x, n);
+}
+
+static abs_range range_bf16(const tpu_bf16 *x, size_t n) {
+#if MXU_X86
+  mxu_isa isa = cur_isa();
+  if (isa == ISA_AVX512) return range_bf16_avx512(x, n);
+  if (isa == ISA_AVX2) return range_bf16_avx2(x, n);
+#endif
+  return range_bf16_body(x, n);
 }
 
 static int products_exact(abs_range a, abs_range w) {
@@ -440,6 +468,12 @@ static int products_exact(abs_range a, abs_range w) {
   double amax = tpu_f32_from_bits(a.max), wmax = tpu_f32_from_bits(w.max);
   double amin = tpu_f32_from_bits(a.minnz), wmin = tpu_f32_from_bits(w.minnz);
   return amax * wmax < 0x1p128 && amin * wmin >= 0x1p-126; /* exact in double */
+}
+
+int tpu__mxu_products_exact(const void *A, size_t na, const void *W, size_t nw, int f32) {
+  abs_range ra = f32 ? range_f32(A, na) : range_bf16(A, na);
+  abs_range rw = f32 ? range_f32(W, nw) : range_bf16(W, nw);
+  return products_exact(ra, rw);
 }
 
 /* ---- bf16 driver ---- */
@@ -620,10 +654,7 @@ static ukernel_fn pick_ukernel(const void *A, const void *W, int f32, int bf16va
 #if MXU_X86
   int fma = 0;
   if (isa != ISA_SCALAR && bf16vals && g_allow_fma && cpu_fma()) {
-    size_t na = (size_t)(nb * M * K), nw = (size_t)(nb * K * N);
-    abs_range ra = f32 ? range_f32(A, na) : range_bf16(A, na);
-    abs_range rw = f32 ? range_f32(W, nw) : range_bf16(W, nw);
-    fma = products_exact(ra, rw);
+    fma = tpu__mxu_products_exact(A, (size_t)(nb * M * K), W, (size_t)(nb * K * N), f32);
   }
   if (isa == ISA_AVX512) return fma ? ukernel_avx512_fma : ukernel_avx512;
   if (isa == ISA_AVX2) return fma ? ukernel_avx2_fma : ukernel_avx2;

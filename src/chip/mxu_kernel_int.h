@@ -24,6 +24,12 @@ int tpu__mxu_path_supported(tpu__mxu_path p);
  * previous setting. Process-wide, as tpu__mxu_set_path. */
 int tpu__mxu_allow_fma(int allow);
 
+/* Whether every product a*w of a value of A (na values) and one of W (nw values) is exact
+ * in f32, so that the FMA kernels give the array's bits: every value finite, max|a| max|w|
+ * < 2^128 and min|a| min|w| >= 2^-126 over the nonzero values (either side all zeros: 1).
+ * bf16 values, or with f32 set f32 values; scanned with the current path's instructions. */
+int tpu__mxu_products_exact(const void *A, size_t na, const void *W, size_t nw, int f32);
+
 /* Sets the path for later calls, process-wide (not thread-safe: call it between matmuls);
  * returns the previous setting. */
 tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p);

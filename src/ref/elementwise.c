@@ -572,7 +572,7 @@ static tpu_status check_arity(const tpu_instr *in, int n, tpu_diag *d) {
 tpu_status tpu__ref_elementwise(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                                 tpu_diag *d) {
   (void)ip;
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   const tpu_opcode op = in->op;
   if (in->noperands >= 1 && tpu_dtype_is_complex(args[0]->dtype) && op != TPU_OP_CONVERT &&
       op != TPU_OP_BITCAST_CONVERT && op != TPU_OP_SELECT)

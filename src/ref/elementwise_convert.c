@@ -117,7 +117,7 @@ static tpu_status not_float(const tpu_instr *in, tpu_dtype t, tpu_diag *d) {
 }
 
 tpu_status tpu__ref_ew_convert(const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   if (in->noperands != 1 || !tpu_dtype_is_array(args[0]->dtype) || !tpu_dtype_is_array(in->shape.dtype))
     return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "%s '%s': takes one array operand", tpu_op_name(in->op), in->name);
   const tpu_tensor *a = args[0];

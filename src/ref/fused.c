@@ -211,7 +211,7 @@ tpu_status tpu__ref_fused_eval(const tpu_instr *root, const uint8_t *inl, const 
                                tpu_tensor *out, tpu_diag *d) {
   static ftree zero_tree;
   ftree t = zero_tree;
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   int64_t numel = tpu_shape_numel(&root->shape);
   if (build(&t, root, inl, val, numel) < 0)
     return TPU_FAIL(d, TPU_ERR_INVALID, root->loc, "%s '%s': an operand does not have the result's type",

@@ -99,7 +99,7 @@ tpu_status tpu__ref_alloc_shape(tpu_tensor *out, const tpu_shape *s, tpu_diag *d
     return TPU_OK;
   }
   if (s->dtype == TPU_TOKEN) {
-    memset(out, 0, sizeof *out);
+    tpu_tensor_zero(out);
     out->dtype = TPU_TOKEN;
     return TPU_OK;
   }
@@ -361,7 +361,7 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
     case TPU_OP_CONVOLUTION:
       if (ip->opts->dot_conv && in->noperands == 2) {
         int handled = 0;
-        memset(out, 0, sizeof *out);
+        tpu_tensor_zero(out);
         TPU_TRY(ip->opts->dot_conv(ip->opts->user, in, args[0], args[1], out, &handled, d));
         if (handled) return TPU_OK;
       }
@@ -530,7 +530,7 @@ static const tpu_tensor *keep_folded(tpu_interp *ip, comp_plan *pl, frame *f, in
   }
   ip->folded_bytes += nb;
   pl->fval[id] = f->own[id];
-  memset(&f->own[id], 0, sizeof f->own[id]);
+  tpu_tensor_zero(&f->own[id]);
   pl->fold[id] = 2;
   return &pl->fval[id];
 }
@@ -540,7 +540,7 @@ static inline int slot_used(const tpu_tensor *t) { return t->data || t->elems ||
 
 tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, int nargs, tpu_tensor *out,
                          tpu_diag *d) {
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   if (nargs != c->nparams)
     return TPU_FAIL(d, TPU_ERR_INVALID, c->loc, "computation '%s' called with %d arguments, expects %d", c->name, nargs,
                     c->nparams);
@@ -609,7 +609,7 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
           f.val[id] = &tv->elems[in->index];
         } else {
           f.own[id] = f.own[o->id].elems[in->index];
-          memset(&f.own[o->id].elems[in->index], 0, sizeof f.own[o->id].elems[in->index]);
+          tpu_tensor_zero(&f.own[o->id].elems[in->index]);
           f.val[id] = &f.own[id];
         }
         release(&f, c, o);
@@ -625,7 +625,7 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
         const tpu_instr *o = in->operands[k];
         if (f.val[o->id] == &f.own[o->id] && f.uses[o->id] == 1 && o != c->root) {
           f.own[id].elems[k] = f.own[o->id];
-          memset(&f.own[o->id], 0, sizeof f.own[o->id]);
+          tpu_tensor_zero(&f.own[o->id]);
         } else {
           st = tpu_tensor_clone(&f.own[id].elems[k], f.val[o->id], d);
         }
@@ -667,7 +667,7 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
     int r = c->root->id;
     if (f.val[r] == &f.own[r]) {
       *out = f.own[r];
-      memset(&f.own[r], 0, sizeof f.own[r]);
+      tpu_tensor_zero(&f.own[r]);
     } else {
       st = tpu_tensor_clone(out, f.val[r], d);
     }
@@ -688,7 +688,7 @@ tpu_status tpu_ref_run(const tpu_module *m, const tpu_tensor *args, int nargs, t
 tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nargs, const tpu_ref_opts *o,
                             tpu_tensor *out, tpu_diag *d) {
   static const tpu_ref_opts no_opts = {NULL, NULL, NULL, NULL, NULL, 0, NULL, 0};
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   const tpu_comp *e = m->entry;
   if (nargs != e->nparams)
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "the program takes %d inputs; %d were given", e->nparams, nargs);

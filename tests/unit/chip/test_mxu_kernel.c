@@ -642,6 +642,56 @@ static void test_fma_guard(void) {
   }
 }
 
+/* The FMA guard's scan of the operands, on every instruction set, against its definition
+ * evaluated here on the f32 values: arrays of every length up to 200 (vector bodies and
+ * tails), each special value alone at each position among ordinary ones. */
+static int exact_def(const float *a, size_t na, const float *w, size_t nw) {
+  double amax = 0, wmax = 0, amin = INFINITY, wmin = INFINITY;
+  for (size_t i = 0; i < na + nw; i++) {
+    float v = i < na ? a[i] : w[i - na];
+    if (!isfinite(v)) return 0;
+    double x = fabs((double)v);
+    double *mx = i < na ? &amax : &wmax, *mn = i < na ? &amin : &wmin;
+    if (x > *mx) *mx = x;
+    if (x != 0 && x < *mn) *mn = x;
+  }
+  if (amax == 0 || wmax == 0) return 1;
+  return amax * wmax < 0x1p128 && amin * wmin >= 0x1p-126;
+}
+
+static void test_products_exact(void) {
+  enum { MAXN = 200 };
+  static const tpu__mxu_path paths[] = {TPU__MXU_PATH_SCALAR, TPU__MXU_PATH_AVX2, TPU__MXU_PATH_AVX512};
+  tpu_bf16 a[MAXN], w[MAXN];
+  float af[MAXN], wf[MAXN];
+  int fails = 0, exact = 0, inexact = 0;
+  for (int p = 0; p < 3; p++) {
+    if (!tpu__mxu_path_supported(paths[p])) continue;
+    tpu__mxu_path old = tpu__mxu_set_path(paths[p]);
+    for (size_t n = 0; n <= MAXN; n += n < 40 ? 1 : 23) {
+      size_t ns = sizeof specials / sizeof specials[0];
+      for (size_t sp = 0; sp <= ns; sp++)
+        for (size_t pos = 0; pos < (n ? n : 1); pos += n < 40 ? 1 : 7) {
+          for (size_t i = 0; i < n; i++) { /* ordinary values 2^-8 .. 2^8, and zeros */
+            uint32_t r = rnd();
+            a[i].bits = (uint16_t)((r & 7) == 0 ? 0 : (0x3b80 + (r >> 3) % 0x0800) | (r & 0x8000));
+            w[i].bits = (uint16_t)(0x3b80 + (r >> 17) % 0x0800);
+          }
+          if (n && sp < ns) (pos % 2 ? w : a)[pos].bits = specials[sp];
+          for (size_t i = 0; i < n; i++) af[i] = tpu_bf16_to_f32(a[i]), wf[i] = tpu_bf16_to_f32(w[i]);
+          size_t nw = n ? n - pos % n : 0; /* W shorter than A: its scan ends elsewhere */
+          int want = exact_def(af, n, wf, nw);
+          exact += want, inexact += !want;
+          fails += tpu__mxu_products_exact(a, n, w, nw, 0) != want;
+          fails += tpu__mxu_products_exact(af, n, wf, nw, 1) != want;
+        }
+    }
+    tpu__mxu_set_path(old);
+  }
+  CHECK_EQ_INT(fails, 0);
+  CHECK(exact > 0 && inexact > 0);
+}
+
 int main(void) {
   printf("micro-kernel: %s\n", tpu__mxu_kernel_name());
   test_gemm_seq();
@@ -657,6 +707,7 @@ int main(void) {
   test_scalar_path();
   test_paths();
   test_fma_guard();
+  test_products_exact();
   test_alloc_failure();
   test_s8();
   test_split();
