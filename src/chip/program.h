@@ -123,6 +123,9 @@ typedef struct tpu_prog_op {
                                  * their bytes (the per-element pass of a 16-bit result) */
   double out_bytes;             /* its result's bytes in their layout (set from `instr` by
                                  * tpu_program_add_op; 0: unknown): what it writes, not reads */
+  double min_cycles;            /* the least cycles its kernel lasts, start to end, whatever its
+                                 * instructions take (a packed convolution's emitter: the
+                                 * compiler's cost is all per output position; 0: none) */
 } tpu_prog_op;
 
 /* A logical HBM buffer: one array value (an HLO instruction's result leaf). */

@@ -223,6 +223,11 @@ static void port_floor_op(tstate *t) {
     int64_t two = t->m.op_start + 2 * (t->kov + t->lat);
     if (two > floor) floor = two;
   }
+  /* A kernel with a least time (tpu_prog_op.min_cycles) lasts it from its start. */
+  if (t->p->ops[op].min_cycles > 0) {
+    int64_t least = t->m.op_start + (int64_t)ceil(t->p->ops[op].min_cycles);
+    if (least > floor) floor = least;
+  }
   if (floor > t->m.horizon) t->m.horizon = floor;
   if (floor > t->m.op_end) t->m.op_end = floor;
 }

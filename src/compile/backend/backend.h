@@ -38,6 +38,8 @@ typedef struct tpu__kinfo {
                             * batch blocks of the sublanes (tile_conv.c), else 0 */
   double min_cycles;       /* an input-dilated convolution's least time, cycles (tile_conv.c);
                             * 0: none */
+  double kernel_min_cycles; /* the least cycles the whole kernel lasts, start to end (a packed
+                            * convolution, tile_conv.c); 0: none */
   tpu_dtype mm_dtype;
   int passes;
   const struct tpu_instr *mm; /* the dot/convolution (itself or inside the fusion) */

@@ -921,6 +921,9 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
       k->mm_rhs = fused_source(in, path, depth, mm->operands[1]);
     }
     const int64_t R = be->chip->mxu_rows, C = be->chip->mxu_cols;
+    /* a packed convolution's least time is one TensorCore's: a megacore chip's cores share
+     * its positions */
+    po.min_cycles = k->kernel_min_cycles / (double)(be->chip->tensorcores > 1 ? be->chip->tensorcores : 1);
     po.m = k->m;
     po.k = k->k_flops;
     po.n = k->n;

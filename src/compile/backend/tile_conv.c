@@ -139,6 +139,69 @@ static double scatter_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, 
   return c > o ? c : o;
 }
 
+/* At most this many input features: the XLA TPU compiler packs them, with the filter's taps,
+ * into the sublanes (EmitAllInputFeaturePackedInSublanesOutputBatchInSublanes; libtpu probes,
+ * bf16 [8,56,56,Ci] x [7,7,Ci,512], stride 3, on v5e: Ci = 1, 3, 4 packed, 5 to 8 not). */
+#define PACKED_MAX_FEATURES 4
+
+/* Is mm a convolution the compiler runs with its few input features packed into the
+ * sublanes, the batch in the sublanes too: no groups, no dot written as a convolution (`bat`),
+ * at most PACKED_MAX_FEATURES input features, 8 or more output features (fewer: the
+ * batch-in-lanes emitter), a batch not laid out minor. */
+static int packed_conv(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat) {
+  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_shape *rs = &mm->operands[1]->shape;
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  if (g > 1 || bat > 1 || mm->batch_group_count > 1 || cd->nspatial < 1) return 0;
+  if (rs->dims[cd->k_in] > PACKED_MAX_FEATURES || rs->dims[cd->k_out] < sub) return 0;
+  if (mm->shape.has_layout && mm->shape.rank > 0 && mm->shape.minor_to_major[0] == cd->out_batch) return 0;
+  return 1;
+}
+
+/* The least time, in cycles, of a packed convolution's kernel (packed_conv) of two or more
+ * spatial dimensions; 0 for any other. The compiler's emitter walks the output positions,
+ * each position's batch (up to 16 rows) meeting every MXU weight tile of the packed
+ * contraction (input features x taps) by the output features, and its cost model charges
+ * each position alike: (weight tiles + 1) x chip conv_packed_cycles where a window stride
+ * exceeds 1, (weight tiles + 1/2) at unit stride, per 16 rows of batch (libtpu probes, bf16
+ * [8,56,56,3] x [k,k,3,Co], stride 3, on v5e: k = 3, 5 (one K tile), Co = 512, 88.8 cycles a
+ * position; k = 7 (two) 150.3; k = 11 (three) 211; Co = 128 / 256 / 384 at k = 7: 47.2 / 83.7
+ * / 117.4; a batch of 16 1.11 times 8, 32 1.81 times, f32 what bf16 costs; at stride 1,
+ * [8,28,28,3] x [7,7,3,512] 142.1 and [8,30,30,3] x [3,3,3,128] 25.4). A 1x1 window at
+ * stride 1 (a pointwise product: the compiled families' kernels of 3 input features, 21-23
+ * cycles a position on v5e) is left to its MXU work, as are 1-D convolutions (the compiled
+ * families' on v6e cost 18 cycles a position and 256-wide tile, half what this gives; on
+ * v5e 0.7-1.0 of it). Where the compiler folds the last spatial dimension into a batch under
+ * 8 (space to batch: 8 pieces), the positions are the pieces' (bf16 [1,56,56,3] x
+ * [7,7,3,512] at stride 3: 17 x 3 positions of batch 8). */
+static double packed_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat) {
+  const tpu_chip *ch = be->chip;
+  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
+  if (ch->conv_packed_cycles <= 0 || cd->nspatial < 2 || !packed_conv(be, mm, g, bat)) return 0;
+  int window = 0, strided = 0;
+  for (int i = 0; i < cd->nspatial; i++) {
+    int s = i < mm->nwindow && mm->window[i].stride > 1;
+    strided |= s;
+    window |= s || rs->dims[cd->k_spatial[i]] > 1;
+  }
+  if (!window) return 0;
+  const int64_t rows = 16, splits = 8;
+  int64_t sub = ch->vector_sublanes > 0 ? ch->vector_sublanes : 8;
+  int64_t batch = mm->shape.dims[cd->out_batch], taps = 1, pos = 1;
+  for (int i = 0; i < cd->nspatial; i++) taps *= rs->dims[cd->k_spatial[i]];
+  for (int i = 0; i < cd->nspatial - 1; i++) pos *= mm->shape.dims[cd->out_spatial[i]];
+  int64_t last = mm->shape.dims[cd->out_spatial[cd->nspatial - 1]];
+  if (batch % sub && space_to_batch(mm, ls, rs)) {
+    last = (last + splits - 1) / splits;
+    batch *= splits;
+  }
+  int64_t R = ch->mxu_rows > 0 ? ch->mxu_rows : 128, C = ch->mxu_cols > 0 ? ch->mxu_cols : 128;
+  int64_t tiles = (rs->dims[cd->k_in] * taps + R - 1) / R * ((rs->dims[cd->k_out] + C - 1) / C);
+  return (double)(pos * last) * (double)((batch + rows - 1) / rows) * ((double)tiles + (strided ? 1.0 : 0.5)) *
+         ch->conv_packed_cycles;
+}
+
 /* The MXU problem of convolution mm: k's m, k, n, b, k_flops and mm_flops (tile.c sets the
  * rest). */
 void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
@@ -170,6 +233,7 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
   }
   k->steps = group_steps(be, mm, g, bat, m);
   k->min_cycles = scatter_cycles(be, mm, g, bat);
+  k->kernel_min_cycles = packed_cycles(be, mm, g, bat);
   k->b = g * bat;
   k->m = m;
   k->k = rs->dims[cd->k_in] * taps;
@@ -201,6 +265,7 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
     k->n = batch;
     k->steps = 0;
     k->min_cycles = 0;
+    k->kernel_min_cycles = 0;
   }
   /* The XLA TPU compiler runs a filter (a window of at most 7 taps a side, unit stride,
    * no input dilation) tap by tap, each tap's input features as the contraction: features
@@ -214,7 +279,9 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
   int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
   int padded_batch = !depthwise && k->n != batch && batch > 0 && batch % sub && cd->nspatial >= 2 &&
                      !space_to_batch(mm, ls, rs) && !tpu_dtype_is_complex(ls->dtype);
-  if (filter && !(padded_batch && g == 1)) k->k = round_up(rs->dims[cd->k_in], lanes) * taps;
+  /* Packed input features (packed_conv) are not padded at each tap: one contraction. */
+  if (filter && !(padded_batch && g == 1) && !packed_conv(be, mm, g, bat))
+    k->k = round_up(rs->dims[cd->k_in], lanes) * taps;
   if (!depthwise) k->k_flops = rs->dims[cd->k_in] * taps;
   /* The XLA TPU compiler's convolution emitters keep the batch in the sublanes of the
    * vector registers (EmitAllBatchInSublanes, EmitInputBatchInSublanes...: batch second

@@ -1,6 +1,6 @@
 /* Convolution timing against the XLA TPU compiler's costs: taps padded to the lanes, a small
  * batch in the sublanes, a batched dot written as a convolution, a grouped convolution's steps,
- * a transposed convolution's input-driven floor.
+ * a transposed convolution's input-driven floor, a packed convolution's per-position floor.
  * Moved from test_timing.c, unchanged; run on the v5e preset as it is. */
 #include <math.h>
 #include <stdio.h>
@@ -304,6 +304,128 @@ static void conv_scatter(void) {
   CHECK(toff > 0 && toff < 0.5 * t);
 }
 
+/* The cycles of program p's op named `name` on chip c (its kernel, start to end), -1 if none. */
+static double op_cycles(const tpu_program *p, const tpu_chip *c, const char *name) {
+  tpu_timeline tl;
+  tpu_diag d;
+  double t = -1;
+  if (tpu_timing_run(p, c, 0, &tl, &d) != TPU_OK) return -1;
+  for (int i = 0; i < p->nops; i++)
+    if (p->ops[i].name && !strcmp(p->ops[i].name, name)) t = (double)tl.ops[i].cycles;
+  tpu_timeline_free(&tl);
+  return t;
+}
+
+/* HLO program src compiled for chip c through every pass, as `tpusim run` compiles it (the
+ * HLO passes too: the input's relayout into the convolution's layout is its own kernel). */
+static tpu_program *compile_all(const char *src, const tpu_chip *c) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  tpu_program *p = NULL;
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = c;
+  o.precision_override = -1;
+  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK && tpu_ir_verify(m, &d) == TPU_OK &&
+      tpu_compile(m, &o, &p, &d) != TPU_OK) {
+    tpu_program_free(p);
+    p = NULL;
+  }
+  if (p) p->module = NULL; /* the module goes; the program does not need it for timing */
+  tpu_module_free(m);
+  return p;
+}
+
+/* The cycles of the convolution kernel of HLO program src on chip c (the op of kind
+ * fusion:kOutput or convolution), -1 if none. */
+static double kernel_cycles(const char *src, const tpu_chip *c) {
+  tpu_program *p = compile_all(src, c);
+  CHECK(p != NULL);
+  if (!p) return -1;
+  double t = -1;
+  for (int i = 0; i < p->nops && t < 0; i++)
+    if (p->ops[i].kind && (!strcmp(p->ops[i].kind, "fusion:kOutput") || !strcmp(p->ops[i].kind, "convolution")))
+      t = op_cycles(p, c, p->ops[i].name);
+  tpu_program_free(p);
+  return t;
+}
+
+/* A convolution of at most 4 input features, the batch in the sublanes: the XLA TPU compiler
+ * packs the features with the filter's taps into the sublanes and walks the output
+ * positions, each position's batch meeting every MXU weight tile of the packed contraction;
+ * its kernel lasts (weight tiles + 1) x chip conv_packed_cycles per position and 16 rows of
+ * batch (libtpu probes on v5e, bf16 [8,56,56,Ci] x [7,7,Ci,Co], stride 3, 17 x 17 outputs:
+ * Ci = 3, Co = 512 (2 x 4 tiles) 43,426 cycles; Co = 128 13,634; Ci = 8, not packed, 25,255).
+ * The contraction is one: its features are not padded to the lanes at each tap. */
+static void conv_packed(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,56,56,%d] parameter(0)\n w = bf16[%d,%d,%d,%d] parameter(1)\n"
+                    " ROOT y = bf16[%d,%d,%d,%d] convolution(x, w), window={size=%dx%d stride=%dx%d},"
+                    " dim_labels=b01f_01io->b01f\n}\n";
+  char src[640];
+#define PACKED(chip, b, ci, co, k, s)                                                                       \
+  (snprintf(src, sizeof src, fmt, b, ci, k, k, ci, co, b, (56 - (k)) / (s) + 1, (56 - (k)) / (s) + 1, co, k, k, s, s), \
+   kernel_cycles(src, chip))
+  const double c = g_v5e.conv_packed_cycles;
+  CHECK(c > 0);
+  double f512 = 289 * 9 * c, t512 = PACKED(&g_v5e, 8, 3, 512, 7, 3);
+  double f128 = 289 * 3 * c, t128 = PACKED(&g_v5e, 8, 3, 128, 7, 3);
+  printf("packed convolution [8,56,56,3] x [7,7,3,512] / [7,7,3,128], stride 3, on v5e: %.0f / %.0f cycles,"
+         " floors %.0f / %.0f (the compiler: 43,426 / 13,634)\n", t512, t128, f512, f128);
+  CHECK(t512 >= f512 && t512 < 1.05 * f512 && t128 >= f128 && t128 < 1.05 * f128);
+  /* 16 rows of batch cost what 8 do (the compiler: 48,166) */
+  double t16 = PACKED(&g_v5e, 16, 3, 512, 7, 3);
+  printf("batch 16: %.0f cycles\n", t16);
+  CHECK(t16 >= f512 && t16 < 1.05 * f512);
+  /* 8 input features: not packed, no floor (the compiler: 25,255, under the 4 features' 43,426) */
+  double t8 = PACKED(&g_v5e, 8, 8, 512, 7, 3);
+  printf("8 input features: %.0f cycles\n", t8);
+  CHECK(t8 > 0 && t8 < 0.7 * t512);
+  /* v4's core and v6e's 256 x 256 weight tiles (the compiler: 48,255 and 17,436) */
+  tpu_chip v4, v6e;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v4:core", &v4, &d) == TPU_OK && tpu_chip_load("v6e", &v6e, &d) == TPU_OK);
+  double t4 = PACKED(&v4, 8, 3, 512, 7, 3), t6 = PACKED(&v6e, 8, 3, 512, 7, 3);
+  double f4 = 289 * 9 * v4.conv_packed_cycles, f6 = 289 * 3 * v6e.conv_packed_cycles;
+  printf("v4 core / v6e: %.0f / %.0f cycles, floors %.0f / %.0f\n", t4, t6, f4, f6);
+  CHECK(t4 >= f4 && t4 < 1.05 * f4 && t6 >= f6 && t6 < 1.05 * f6);
+  /* without the chip's figure, its MXU work alone: far less */
+  tpu_chip off = g_v5e;
+  off.conv_packed_cycles = 0;
+  double toff = PACKED(&off, 8, 3, 512, 7, 3);
+  printf("without conv_packed_cycles: %.0f cycles\n", toff);
+  CHECK(toff > 0 && toff < 0.5 * t512);
+  /* one contraction: a 3x3 window at stride 1 over 3 features is 27 deep (one K tile of the
+   * MXU), where over 8 features each tap fills the 128 lanes (9 tiles): padded FLOPs */
+  double pf[2] = {0, 0};
+  int feats[2] = {3, 8};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, fmt, 8, feats[i], 3, 3, feats[i], 128, 8, 54, 54, 128, 3, 3, 1, 1);
+    tpu_program *pp = compile_all(src, &g_v5e);
+    CHECK(pp != NULL);
+    for (int j = 0; pp && j < pp->nops; j++)
+      if (pp->ops[j].m > 0) pf[i] += pp->ops[j].padded_flops;
+    tpu_program_free(pp);
+  }
+  printf("3x3 at stride 1, 3 / 8 features: %.4g / %.4g padded MXU FLOPs\n", pf[0], pf[1]);
+  CHECK(pf[0] > 0 && pf[0] < 0.2 * pf[1]);
+  /* a 1x1 window at stride 1 (a pointwise product): no floor */
+  double t1 = PACKED(&g_v5e, 8, 3, 128, 1, 1), f1 = 56 * 56 * 2 * c;
+  printf("1x1 at stride 1: %.0f cycles (the floor would be %.0f)\n", t1, f1);
+  CHECK(t1 > 0 && t1 < 0.7 * f1);
+#undef PACKED
+  /* the floor survives the program's text form */
+  snprintf(src, sizeof src, fmt, 8, 3, 7, 7, 3, 512, 8, 17, 17, 512, 7, 7, 3, 3);
+  tpu_program *p = compile_all(src, &g_v5e), *q = NULL;
+  CHECK(p != NULL);
+  char *txt = p ? tpu_program_text(p) : NULL;
+  CHECK(txt != NULL && strstr(txt, " min_cycles=") != NULL);
+  CHECK(txt && tpu_program_parse("p.tpu", txt, strlen(txt), &q, &d) == TPU_OK);
+  if (p && q) CHECK(program_cycles(q, &g_v5e) == program_cycles(p, &g_v5e));
+  tpu_program_free(q);
+  tpu_program_free(p);
+  tpu_free(txt);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
@@ -315,6 +437,7 @@ int main(void) {
   conv_group_steps();
   conv_plain_steps();
   conv_scatter();
+  conv_packed();
   batched_dot_as_conv();
   CHECK_DONE();
 }
