@@ -53,6 +53,10 @@ void tpu__tile_layout(tpu_shape *s, int minor, int second);
 /* Entry parameters take the least padded layout; pooling reduce-windows their own
  * (relayout.c, window_layout.c). */
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);
+/* Sorts run in the layout the XLA TPU compiler gives them (batch in the lanes unless the sorted
+ * dimension fills them and the batch does not), their operands and the results leaving the
+ * program copied where laid out otherwise (sort_layout.c; part of tpu__fuse_param_layouts). */
+tpu_status tpu__sort_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed);
 /* The tiling (second in the sublanes, minor in the lanes) a pooling reduce-window w runs in:
  * its result's least padded one in whole tiles where that pads strictly less than its
  * operand's, else its operand's; 0 when w is not a pooling window (a scan, a whole row, a compiled program's). */

@@ -774,6 +774,40 @@ static void test_gather_index_kernel(void) {
   tpu_module_free(m1);
 }
 
+/* A sort runs with its batch in the lanes unless the sorted dimension fills them and the batch
+ * does not (sort_layout.c): bf16[64,100] sorted along 100 is copied into {0,1} first and back
+ * into the program's {1,0} after; [96,256] sorts as it is; f32[1024,8] (a parameter laid out
+ * {0,1} already, and a result that pads least so) needs no copy. */
+static int sort_copies(const char *src) {
+  tpu_module *m = compile_src(src);
+  if (!m) return -1;
+  int n = 0;
+  for (int i = 0; i < m->entry->ninstrs; i++) n += m->entry->instrs[i]->op == TPU_OP_COPY;
+  tpu_module_free(m);
+  return n;
+}
+
+static void test_sort_layout(void) {
+  char src[512];
+  const char *fmt = "HloModule s\n\ncmp {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+                    "  ROOT r = pred[] compare(a, b), direction=LT\n}\n\n"
+                    "ENTRY main {\n  x = %s[%d,%d] parameter(0)\n"
+                    "  ROOT s = %s[%d,%d] sort(x), dimensions={1}, to_apply=cmp\n}\n";
+  snprintf(src, sizeof src, fmt, "bf16", "bf16", "bf16", 64, 100, "bf16", 64, 100);
+  int narrow = sort_copies(src);
+  snprintf(src, sizeof src, fmt, "f32", "f32", "f32", 96, 256, "f32", 96, 256);
+  int wide = sort_copies(src);
+  snprintf(src, sizeof src, fmt, "f32", "f32", "f32", 128, 256, "f32", 128, 256);
+  int batch = sort_copies(src);
+  snprintf(src, sizeof src, fmt, "f32", "f32", "f32", 1024, 8, "f32", 1024, 8);
+  int laid = sort_copies(src);
+  printf("sort layout copies: [64,100] %d, [96,256] %d, [128,256] %d, [1024,8] %d\n", narrow, wide, batch, laid);
+  CHECK_EQ_INT(narrow, 2);
+  CHECK_EQ_INT(wide, 0);
+  CHECK_EQ_INT(batch, 2);
+  CHECK_EQ_INT(laid, 0);
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -787,5 +821,6 @@ int main(void) {
   test_offset_slice_concat();
   test_fused_update_slice();
   test_gather_index_kernel();
+  test_sort_layout();
   CHECK_DONE();
 }
