@@ -87,6 +87,7 @@ typedef enum {
   X(ICI_LATENCY_S, ici_latency_s, 'f', 0, "s", "ICI latency per hop")                        \
   X(WINDOWED_EINSUM_MIN_CHIPS, windowed_einsum_min_chips, 'i', 0, "chips", "smallest ring of chips round which the XLA TPU compiler runs a dot's all-gather or reduce-scatter as a windowed-einsum loop (absent: never)") \
   X(WINDOWED_EINSUM_MAX_CHIPS, windowed_einsum_max_chips, 'i', 0, "chips", "largest such program (absent: no bound)") \
+  X(WINDOWED_EINSUM_RING4_MULTIPLIER, windowed_einsum_ring4_multiplier, 'f', 0, "", "XLA's communication multiplier for a windowed einsum's reduce-scatter round a ring of 4 devices, as the XLA TPU compiler's decisions give it (absent: such rings never loop)") \
   X(REDUCE_SCATTER_SPAN_BYTES, reduce_scatter_span_bytes, 'i', 0, "B", "largest local operand the XLA TPU compiler's all-reduce-scatter fusion scatters along its rows in one span; more is padded over a group of 2 or 4 (rs_pad.c; absent: never)") \
   X(TOPOLOGY, topology, 'o', 1, "", "interconnect topology")                                 \
   X(MAX_DIMS, max_dims, 'm', 0, "chips", "largest ICI slice shape")                          \
@@ -165,6 +166,7 @@ typedef struct tpu_chip {
   double ici_bw_per_link, ici_latency_s;
   int64_t windowed_einsum_min_chips; /* 0 when absent: no windowed einsum (spmd_window.c) */
   int64_t windowed_einsum_max_chips; /* 0 when absent: no upper bound */
+  double windowed_einsum_ring4_multiplier; /* 0 when absent: no windowed einsum round 4 devices (spmd_window.c) */
   int64_t reduce_scatter_span_bytes; /* 0 when absent: scatters never padded (rs_pad.c) */
   tpu_topology_kind topology;
   int64_t max_dims[3]; /* unused axes are 1 */

@@ -166,7 +166,7 @@ tpu_status tpu__pad_reduce_scatters(tpu_builder *b, tpu_comp *c, const tpu_chip 
   const int n = c->ninstrs;
   for (int i = 0; st == TPU_OK && i < n; i++) {
     tpu_instr *rs = c->instrs[i];
-    if (rs->op != TPU_OP_REDUCE_SCATTER || rs->noperands != 1 || rs->is_root || rs->dimensions.n != 1 ||
+    if (rs->op != TPU_OP_REDUCE_SCATTER || rs->noperands != 1 || rs->dimensions.n != 1 ||
         rs->dimensions.v[0] != 0 || rs->shape.rank != 2 || rs->operands[0]->op == TPU_OP_PAD ||
         !tpu_dtype_is_array(rs->shape.dtype))
       continue;
@@ -188,7 +188,9 @@ tpu_status tpu__pad_reduce_scatters(tpu_builder *b, tpu_comp *c, const tpu_chip 
     tpu_instr *keep;
     st = padded(b, c, rs, self, next, ndev, g, &keep);
     if (st == TPU_OK) {
+      const int root = rs->is_root;
       tpu_build_replace_uses(c, rs, keep);
+      if (root) tpu_build_set_root(c, keep);
       *changed = 1;
     }
   }

@@ -46,6 +46,7 @@ typedef struct tpu_mesh {
    * is faster than the collective and the dot one after the other; a communication of at most
    * windowed_floor_bytes (the bytes a link moves in XLA's 1e-5 ms) always loops. */
   int64_t windowed_min_devices, windowed_max_devices;
+  double windowed_ring4_multiplier; /* the chip's windowed_einsum_ring4_multiplier; 0: rings of 4 never loop */
   double windowed_floor_bytes;
   /* tpusim's own plan where XLA's rule and tpusim's prices part (a dot whose operands split
    * alike along its contraction: XLA keeps the splits and all-reduces the partial sums even

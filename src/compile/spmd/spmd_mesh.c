@@ -23,6 +23,7 @@ void tpu_mesh_price_for(tpu_mesh *mesh, const tpu_chip *chip) {
   mesh->step_bytes = chip ? chip->ici_bw_per_link * chip->ici_latency_s : 45e9 * 1e-6;
   mesh->windowed_min_devices = chip ? chip->windowed_einsum_min_chips : 0;
   mesh->windowed_max_devices = chip ? chip->windowed_einsum_max_chips : 0;
+  mesh->windowed_ring4_multiplier = chip ? chip->windowed_einsum_ring4_multiplier : 0;
   /* XLA's floor under which a windowed einsum's communication is not weighed (1e-5 ms), in
    * the bytes a link moves meanwhile (spmd_window.c) */
   mesh->windowed_floor_bytes = (chip ? chip->ici_bw_per_link : 45e9) * 1e-8;

@@ -176,26 +176,36 @@ static int dot_readers(const sp *s, const tpu_instr *x) {
  * group has more partitions gathers or reduce-scatters). */
 #define XLA_MAX_WINDOWED_DEVICES 32
 
-/* Whether the XLA TPU compiler runs a gather or reduce-scatter round a ring of n devices
- * beside a dot of `flops` per chip as a windowed einsum (block: the bytes of one chip's
- * block): a ring of at least the chip's smallest and at most XLA's largest, and XLA's own
- * test (its dot handler's disable_windowed_einsum) passes. With C the dot's time and M the
- * time of the collective the loop replaces, the loop takes max(C, M) and, for its extra
- * permutes, 2M/n more; it is made when that is less than C + M (the collective and the dot
- * one after the other). XLA prices a collective by its bytes and replica groups alone, so
- * the all-reduce of a reduce-scatter's partial sums (n blocks) costs what the all-gather of
- * n blocks does. A communication below XLA's floor (1e-5 ms: the unit tests' tiny dots)
- * always loops. Times are in the bytes a link moves meanwhile: C at the chip's peak, M round
- * a ring of links each way ((n - 1) blocks, half each way); the loop's permutes move the
- * same blocks over the same links (XLA's communication multiplier 1). */
-static int windowed(const sp *s, int64_t n, double flops, double block) {
+/* Whether the XLA TPU compiler runs a gather or reduce-scatter round a ring of n
+ * devices beside a dot of `flops` per chip as a windowed einsum (block: the bytes of one
+ * chip's block): a ring of at least the chip's smallest and at most XLA's largest, and XLA's
+ * own test (its dot handler's disable_windowed_einsum) passes. With C the dot's time, M the
+ * time of the collective the loop replaces and k XLA's communication multiplier for the
+ * group, the loop takes max(C, kM) and, for its extra permutes, 2kM/n more; it is made when
+ * that is less than C + M (the collective and the dot one after the other). XLA prices a
+ * collective by its bytes and replica groups alone, so the all-reduce of a reduce-scatter's
+ * partial sums (n blocks) costs what the all-gather of n blocks does. A communication below
+ * XLA's floor (1e-5 ms: the unit tests' tiny dots) always loops. Times are in the bytes a
+ * link moves meanwhile: C at the chip's peak, M round a ring of links each way ((n - 1)
+ * blocks, half each way). k is 1 (the permutes move the same blocks over the same links) but
+ * for a reduce-scatter round 4 devices that are all its dot's partitions (ring4: 1) in a
+ * program of at least the chip's smallest ring:
+ * the chip's windowed_einsum_ring4_multiplier, read from where libtpu starts to loop
+ * (bench/spmd/probe_ring4.py; absent on v5p, which never loops there, and v4). Gathers round
+ * 4 devices gather (the compiler loops in some and not others: docs/spmd.md). */
+static int windowed(const sp *s, int64_t n, double flops, double block, int ring4) {
   const tpu_mesh *mesh = s->mesh;
-  if (mesh->windowed_min_devices <= 0 || n < mesh->windowed_min_devices || n % 4 || n > XLA_MAX_WINDOWED_DEVICES ||
+  double k = 1;
+  if (mesh->windowed_min_devices <= 0 || n % 4 || n > XLA_MAX_WINDOWED_DEVICES ||
       (mesh->windowed_max_devices > 0 && n > mesh->windowed_max_devices))
     return 0;
+  if (n < mesh->windowed_min_devices) {
+    if (!(ring4 && n == 4 && mesh->windowed_ring4_multiplier > 0 && mesh->ndev >= mesh->windowed_min_devices)) return 0;
+    k = mesh->windowed_ring4_multiplier;
+  }
   double comp = flops * mesh->flop_bytes / 2, comm = (double)(n - 1) * block / 2;
   if (comm <= mesh->windowed_floor_bytes) return 1;
-  return (comp > comm ? comp : comm) + 2 * comm / (double)n < comp + comm;
+  return (comp > k * comm ? comp : k * comm) + 2 * k * comm / (double)n < comp + comm;
 }
 
 /* The mesh axes (of more than one device) that split any dimension of h. */
@@ -236,7 +246,7 @@ int tpu__spmd_window_gather(const sp *s, const tpu_instr *in, int side, const ds
   for (int i = 0; i < b->n; i++)
     if (b->v[i] == rd) return 0;
   tpu_shape blk = tpu__spmd_local_shape(s, &x->shape, from);
-  if (!windowed(s, n, flops, (double)tpu_shape_numel(&blk) * (double)tpu_dtype_size(x->shape.dtype))) return 0;
+  if (!windowed(s, n, flops, (double)tpu_shape_numel(&blk) * (double)tpu_dtype_size(x->shape.dtype), 0)) return 0;
   *dim = rd;
   return 1;
 }
@@ -357,10 +367,19 @@ tpu_status tpu__spmd_window_sum(sp *s, tpu_instr *part, int kd, const dsh *to, i
   if (n < 4 || n % 4 || part->op != TPU_OP_DOT || part->noperands != 2 || !operand_dim(part, kd, &side, &fd) ||
       part->shape.dims[kd] % n || part->operands[side]->shape.dims[fd] != part->shape.dims[kd])
     return TPU_OK;
+  /* round 4 devices, XLA loops only when the ring is all the partitions its dot handler has
+   * left: the result split over every device (the other axes split its batch). A dot repeated
+   * over an axis that splits nothing (bench/spmd/cases gemm_contract_split: its sum round 4 of
+   * 8 v5e devices, the other 2 holding copies) reduce-scatters. */
+  const unsigned ax = split_axes(mesh, to, part->shape.rank);
+  int64_t over = 1;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (ax & (1u << a)) over *= mesh->sizes[a];
   double flops = 2.0 * (double)tpu_shape_numel(&part->shape);
   const tpu_instr *l0 = part->operands[0];
   for (int i = 0; i < part->dot.lhs_contract.n; i++) flops *= (double)l0->shape.dims[part->dot.lhs_contract.v[i]];
-  if (!windowed(s, n, flops, (double)tpu_shape_numel(&part->shape) / (double)n * (double)tpu_dtype_size(part->shape.dtype)))
+  if (!windowed(s, n, flops, (double)tpu_shape_numel(&part->shape) / (double)n * (double)tpu_dtype_size(part->shape.dtype),
+                over == mesh->ndev))
     return TPU_OK;
   const int64_t len = part->shape.dims[kd] / n;
   tpu_shape bs = part->shape; /* one block of the result */
