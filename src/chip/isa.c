@@ -108,6 +108,7 @@ char *tpu_program_text(const tpu_program *p) {
     if (o->scalar) tpu_strbuf_printf(&b, " scalar=1");
     if (o->relayout) tpu_strbuf_printf(&b, " relayout=1");
     if (o->min_cycles > 0) tpu_strbuf_printf(&b, " min_cycles=%.17g", o->min_cycles);
+    if (o->min_body_cycles > 0) tpu_strbuf_printf(&b, " min_body_cycles=%.17g", o->min_body_cycles);
     tpu_strbuf_printf(&b, "   ; op %d\n", i);
   }
   for (int i = 0; i < p->nhbm; i++) {
@@ -354,6 +355,7 @@ static tpu_status parse_op_line(lx *x) {
     else if (!strcmp(key, "out_scale")) TPU_TRY(parse_f64(x, &o.out_scale));
     else if (!strcmp(key, "out_bytes")) TPU_TRY(parse_f64(x, &o.out_bytes));
     else if (!strcmp(key, "min_cycles")) TPU_TRY(parse_f64(x, &o.min_cycles));
+    else if (!strcmp(key, "min_body_cycles")) TPU_TRY(parse_f64(x, &o.min_body_cycles));
     else if (!strcmp(key, "scalar")) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));

@@ -126,6 +126,8 @@ typedef struct tpu_prog_op {
   double min_cycles;            /* the least cycles its kernel lasts, start to end, whatever its
                                  * instructions take (a packed convolution's emitter: the
                                  * compiler's cost is all per output position; 0: none) */
+  double min_body_cycles;       /* the least cycles its kernel lasts after its start (a sublane
+                                 * relayout's tiles; 0: none) */
 } tpu_prog_op;
 
 /* A logical HBM buffer: one array value (an HLO instruction's result leaf). */

@@ -223,9 +223,14 @@ static void port_floor_op(tstate *t) {
     int64_t two = t->m.op_start + 2 * (t->kov + t->lat);
     if (two > floor) floor = two;
   }
-  /* A kernel with a least time (tpu_prog_op.min_cycles) lasts it from its start. */
+  /* A kernel with a least time (tpu_prog_op.min_cycles) lasts it from its start; one with a
+   * least body (min_body_cycles) lasts that after the chip's fixed kernel start (kov). */
   if (t->p->ops[op].min_cycles > 0) {
     int64_t least = t->m.op_start + (int64_t)ceil(t->p->ops[op].min_cycles);
+    if (least > floor) floor = least;
+  }
+  if (t->p->ops[op].min_body_cycles > 0) {
+    int64_t least = t->m.op_start + t->kov + (int64_t)ceil(t->p->ops[op].min_body_cycles);
     if (least > floor) floor = least;
   }
   if (floor > t->m.horizon) t->m.horizon = floor;

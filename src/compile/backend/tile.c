@@ -2,6 +2,7 @@
  * batch; convolutions as implicit GEMMs), its vector-unit work in (8,128) registers, and
  * useful vs padded FLOPs. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compile/backend/backend.h"
@@ -269,6 +270,46 @@ static int64_t windowed_vmem_copy(const tpu__be *be, const tpu_instr *in) {
   int64_t bytes = tpu__padded_bytes(be, r), ob = tpu__padded_bytes(be, o), win = (int64_t)1 << 20;
   if (ob > bytes) bytes = ob;
   return bytes > win ? (bytes + win - 1) / win : 1;
+}
+
+/* The tiles of a compiled program's array in its given tiling T(r,c): its second-minor
+ * dimension in blocks of r, its minor one in blocks of c; 0 without one. */
+static int64_t layout_tiles(const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE || !s->layout_tail || !s->has_layout || s->rank < 2) return 0;
+  const char *t = strstr(s->layout_tail, "T(");
+  if (!t) return 0;
+  char *e = NULL;
+  long long r = strtoll(t + 2, &e, 10), c = 0;
+  if (!e || *e != ',' || r <= 0) return 0;
+  c = strtoll(e + 1, &e, 10);
+  if (!e || *e != ')' || c <= 0) return 0;
+  int64_t minor = s->dims[s->minor_to_major[0]], second = s->dims[s->minor_to_major[1]], major = 1;
+  for (int i = 2; i < s->rank; i++) major *= s->dims[s->minor_to_major[i]];
+  return major * ((second + r - 1) / r) * ((minor + c - 1) / c);
+}
+
+/* A compiled program's copy that keeps the dimension in the lanes and reorders the others
+ * (a sublane relayout), VMEM (S(1)) on at least one side: the XLA TPU compiler's vector
+ * kernel for it costs its start plus the chip's relayout_tile_cycles per tile of the result,
+ * whatever the tile's rows (compiled families, tune split, on v5e: 224 tiles 3,849 cycles,
+ * 448 5,883, 896 9,950, 1,568 16,051 — T(2,128), T(4,128) results of bf16 or f32 and packed
+ * bf16 T(8,128)(2,1) ones alike; v6e 3,264 / 4,412 / 6,708 / 10,153), where its registers
+ * alone cost a tile of 2 rows an eighth of one of 8. Not a result in whole registers (below).
+ * Returns the result's tiles, 0 for any other op. */
+static int64_t relayout_tiles(const tpu_instr *in) {
+  if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
+  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+  if (!r->layout_tail || !o->layout_tail || r->rank != o->rank || !(tpu__in_vmem(r) || tpu__in_vmem(o))) return 0;
+  int a[TPU_MAX_RANK], b[TPU_MAX_RANK];
+  int na = moving_order(r, a), nb = moving_order(o, b), same = na == nb;
+  for (int i = 0; same && i < na; i++) same = a[i] == b[i];
+  if (same || na == 0 || nb == 0 || a[0] != b[0]) return 0;
+  /* a result in whole 32-bit registers (T(8,128), unpacked) moves whole tiles: the compiler's
+   * figure is far less (f32[32,32,5,128] into {3,0,2,1:T(8,128)}: 1,456 cycles on v5e for 640
+   * tiles, where the same copy of bf16 costs 8,106) */
+  const char *t = strstr(r->layout_tail, "T(8,128)");
+  if (tpu_dtype_size(r->dtype) == 4 && t && t[8] != '(') return 0;
+  return layout_tiles(r);
 }
 
 /* A leaf in VMEM (S(1)) whose tiles are whole 32-bit vector registers: T(8,128), or
@@ -905,6 +946,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   if (k->vcopy_windows) po.scalar = 1; /* no kernel start: see windowed_vmem_copy */
   if (vmem_source_kernel(in)) po.scalar = 1; /* no kernel start: see vmem_source_kernel */
   po.relayout = relayout_off_core(be, in) && !k->vcopy_windows;
+  if (be->chip->relayout_tile_cycles > 0) po.min_body_cycles = (double)relayout_tiles(in) * be->chip->relayout_tile_cycles;
   const tpu_instr *path[NEST_MAX];
   int depth = 0;
   const tpu_instr *mm = is_mxu_op(in) ? in : in->op == TPU_OP_FUSION ? find_matmul(in->calls, path, &depth) : NULL;

@@ -1,6 +1,7 @@
 /* Convolution timing against the XLA TPU compiler's costs: taps padded to the lanes, a small
  * batch in the sublanes, a batched dot written as a convolution, a grouped convolution's steps,
- * a transposed convolution's input-driven floor, a packed convolution's per-position floor.
+ * a transposed convolution's input-driven floor, a packed convolution's per-position floor,
+ * the sublane relayouts around them.
  * Moved from test_timing.c, unchanged; run on the v5e preset as it is. */
 #include <math.h>
 #include <stdio.h>
@@ -426,6 +427,42 @@ static void conv_packed(void) {
   tpu_free(txt);
 }
 
+/* A compiled program's copy that keeps the lanes' dimension and reorders the others (the
+ * relayouts around a convolution's batch-in-sublanes layouts, T(2,128) and T(4,128) tiles)
+ * costs the XLA TPU compiler its start plus relayout_tile_cycles per tile of the result,
+ * whatever the tile's rows (compiled families, v5e: bf16[28,16,4,64] from {3,1,2,0:T(8,128)}
+ * to {3,2,1,0:T(4,128)}, 448 tiles, 5,883 cycles; 896 tiles 9,950): its registers alone
+ * cost a T(4,128) tile a quarter of a T(8,128) one. A result in whole f32 registers
+ * (T(8,128), unpacked) moves whole tiles: no floor. */
+static void relayout_tiles(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n p = %s[28,16,4,64]{3,1,2,0:T(8,128)%s} parameter(0)\n"
+                    " a = %s[28,16,4,64]{3,1,2,0:T(8,128)%sS(1)} copy(p)\n"
+                    " b = %s[28,16,4,64]{3,2,1,0:T(%d,128)%sS(1)} copy(a)\n"
+                    " ROOT n = %s[28,16,4,64]{3,2,1,0:T(%d,128)%s} negate(b)\n}\n";
+  char src[1024];
+  const double c = g_v5e.relayout_tile_cycles, kov = g_v5e.kernel_overhead_s * g_v5e.clock_hz;
+  CHECK(c > 0);
+  tpu_chip off = g_v5e;
+  off.relayout_tile_cycles = 0;
+  double t[3] = {0, 0, 0};
+  const tpu_chip *chips[3] = {&g_v5e, &off, &g_v5e};
+  for (int i = 0; i < 3; i++) {
+    const char *dt = i < 2 ? "bf16" : "f32", *pk = i < 2 ? "(2,1)" : "";
+    int rows = i < 2 ? 4 : 8;
+    snprintf(src, sizeof src, fmt, dt, pk, dt, pk, dt, rows, pk, dt, rows, pk);
+    tpu_program *p = compile_src(src, chips[i], -1);
+    CHECK(p != NULL);
+    if (p) t[i] = op_cycles(p, chips[i], "b");
+    tpu_program_free(p);
+  }
+  double f = kov + 448 * c;
+  printf("sublane relayout bf16[28,16,4,64] into T(4,128) tiles on v5e: %.0f cycles, floor %.0f (the compiler:"
+         " 5,883); without relayout_tile_cycles %.0f; f32 into T(8,128): %.0f\n", t[0], f, t[1], t[2]);
+  CHECK(t[0] >= f && t[0] < 1.1 * f);
+  CHECK(t[1] > 0 && t[1] < 0.8 * f);
+  CHECK(t[2] > 0 && t[2] < 0.8 * f);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
@@ -438,6 +475,7 @@ int main(void) {
   conv_plain_steps();
   conv_scatter();
   conv_packed();
+  relayout_tiles();
   batched_dot_as_conv();
   CHECK_DONE();
 }
