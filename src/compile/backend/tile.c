@@ -295,8 +295,18 @@ static int64_t layout_tiles(const tpu_shape *s) {
  * 448 5,883, 896 9,950, 1,568 16,051 — T(2,128), T(4,128) results of bf16 or f32 and packed
  * bf16 T(8,128)(2,1) ones alike; v6e 3,264 / 4,412 / 6,708 / 10,153), where its registers
  * alone cost a tile of 2 rows an eighth of one of 8. Not a result in whole registers (below).
- * Returns the result's tiles, 0 for any other op. */
+ * A pad into small tiles likewise (below). Returns the result's tiles, 0 for any other op. */
 static int64_t relayout_tiles(const tpu_instr *in) {
+  if (in->op == TPU_OP_PAD && in->noperands >= 1) {
+    /* A pad into VMEM in tiles of fewer than 8 rows (a convolution's input padded with the
+     * batch in the sublanes) is such a kernel too: compiled families, tune split, v5e 10.0-11.1
+     * cycles per result tile after the start (bf16[28,2,32,64] T(2,128): 10,811 cycles for
+     * 896 tiles; [28,4,32,144] T(4,128): 21,294 for 1,792), v6e 5.2-6.1. */
+    const tpu_shape *r = &in->shape;
+    const char *t = r->layout_tail && tpu__in_vmem(r) ? strstr(r->layout_tail, "T(") : NULL;
+    long long rows = t ? strtoll(t + 2, NULL, 10) : 0;
+    return rows > 0 && rows < 8 ? layout_tiles(r) : 0;
+  }
   if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
   const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
   if (!r->layout_tail || !o->layout_tail || r->rank != o->rank || !(tpu__in_vmem(r) || tpu__in_vmem(o))) return 0;
