@@ -62,6 +62,7 @@ typedef struct {
   int64_t port_floor;     /* intervals before this were dropped at a halving: treat it as busy */
   unsigned char *reach;   /* per place 0..ninsns (before instruction i runs): REACH_* below */
   int64_t flat;           /* the iteration counted over every enclosing loop (tpu_insn.pflat) */
+  int wdepth;             /* while loops (loop instructions of no op) open around the instruction */
   int64_t issues;         /* instruction runs so far (a guard against runaway programs) */
   int last_spf;           /* the last in-step copy (dma.in prefetch=2), -1: none */
   unsigned char *lmark;   /* zeroed scratch for a loop's closed form: slots, insns, HBM buffers, ops */

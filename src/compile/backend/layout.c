@@ -345,15 +345,26 @@ static int fused_update_target(const tpu_instr *in, int j) {
  * counters): the scalar unit reads and writes it there, no transfer to or from HBM. */
 static int in_smem(const tpu_shape *s) { return s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL; }
 
+/* A rank-0 value's layout leaves it to the scalar unit: none given (tpusim's own
+ * compilation), or a compiled program's tile alone (s32[]{:T(128)}: a loop counter the
+ * compiler names no memory space for) or scalar memory (S(6)); not one it places in VMEM,
+ * HBM's alternate spaces or CMEM (S(1), S(2), S(3)). */
+static int scalar_layout(const tpu_shape *s) {
+  return !s->layout_tail || !strstr(s->layout_tail, "S(") || strstr(s->layout_tail, "S(6)");
+}
+
 /* An op of scalars (a rank-0 result from rank-0 operands: a loop counter's increment, the
- * loop condition's compare) in tpusim's own compilation: the scalar unit's work. */
+ * loop condition's compare): the scalar unit's work, in tpusim's own compilation and in
+ * the compiler's programs alike (whose 52 compares and 52 adds of loop counters in while
+ * bodies, families corpus, have no estimated_cycles, their counters in HBM's layout or in
+ * S(6)). */
 static int scalar_op(const tpu_instr *in) {
-  if (!tpu_dtype_is_array(in->shape.dtype) || in->shape.rank != 0 || in->shape.layout_tail || in->noperands < 1 ||
-      in->op == TPU_OP_FUSION || in->op == TPU_OP_CUSTOM_CALL || in->op == TPU_OP_PARAMETER)
+  if (!tpu_dtype_is_array(in->shape.dtype) || in->shape.rank != 0 || !scalar_layout(&in->shape) ||
+      in->noperands < 1 || in->op == TPU_OP_FUSION || in->op == TPU_OP_CUSTOM_CALL || in->op == TPU_OP_PARAMETER)
     return 0;
   for (int i = 0; i < in->noperands; i++) {
     const tpu_shape *o = &in->operands[i]->shape;
-    if (!tpu_dtype_is_array(o->dtype) || o->rank != 0 || o->layout_tail) return 0;
+    if (!tpu_dtype_is_array(o->dtype) || o->rank != 0 || !scalar_layout(o)) return 0;
   }
   return 1;
 }
