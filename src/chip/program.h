@@ -121,6 +121,8 @@ typedef struct tpu_prog_op {
                                  * beyond padded_bytes (the chip's per-element stream costs) */
   double out_scale;             /* > 1: a matmul kernel's result transfers pay this multiple of
                                  * their bytes (the per-element pass of a 16-bit result) */
+  int window;                   /* a pooling window kernel: its reads of values in VMEM pay no
+                                 * vmem_read_cost (its compiler reads them in place) */
   double out_bytes;             /* its result's bytes in their layout (set from `instr` by
                                  * tpu_program_add_op; 0: unknown): what it writes, not reads */
   double min_cycles;            /* the least cycles its kernel lasts, start to end, whatever its

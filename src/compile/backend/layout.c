@@ -540,6 +540,35 @@ static int widened_reduce(const tpu_instr *in) {
  * - row_broadcast_cycles per row of each broadcast along the lanes, split over the chip's
  *   TensorCores (x * s[:, None] over f32 [65536,128] costs 8,192 cycles more than x * 2 on
  *   v6e, 1/8 cycle per row at every width from 128 to 2,048; gen.py row_broadcast). */
+/* The pooling reduce-window kernel `in` is or holds (its fused computation's root, through
+ * element-wise epilogue ops): a reduce-window of one operand, laid out, sliding along some
+ * dimension and not along the two minor ones of its layout (sublanes and lanes), nor over a
+ * whole dimension (a scan or a row's maximum); NULL otherwise. */
+static const tpu_instr *pool_window(const tpu_instr *in) {
+  const tpu_instr *w = in;
+  if (in->op == TPU_OP_FUSION && in->calls) {
+    w = NULL;
+    for (int i = 0; i < in->calls->ninstrs; i++)
+      if (in->calls->instrs[i]->op == TPU_OP_REDUCE_WINDOW) {
+        if (w) return NULL; /* one window per kernel */
+        w = in->calls->instrs[i];
+      }
+  }
+  if (!w || w->op != TPU_OP_REDUCE_WINDOW || w->noperands != 2 || w->shape.dtype == TPU_TUPLE || !w->shape.has_layout ||
+      w->shape.rank < 3 || w->nwindow != w->shape.rank)
+    return NULL;
+  const tpu_shape *s = &w->operands[0]->shape;
+  int any = 0;
+  for (int d = 0; d < w->nwindow; d++) {
+    const tpu_window_dim *x = &w->window[d];
+    int slides = x->size > 1 || x->stride > 1 || x->base_dilation > 1 || x->window_dilation > 1;
+    if (!slides) continue;
+    if (d == w->shape.minor_to_major[0] || d == w->shape.minor_to_major[1] || x->size >= s->dims[d]) return NULL;
+    any = 1;
+  }
+  return any ? w : NULL;
+}
+
 static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
   const tpu_chip *ch = be->chip;
   if (ch->stream_pass_bytes <= 0 && ch->lone_op_bytes <= 0 && ch->transpose_bytes <= 0 && ch->row_broadcast_cycles <= 0)
@@ -612,8 +641,20 @@ tpu_status tpu__pass_layout(tpu__be *be) {
         if (k->op >= 0) {
           be->p->ops[k->op].bytes = k->bytes;
           be->p->ops[k->op].padded_bytes = k->padded_bytes;
-          if (k->kind != TPU__K_MATMUL && !be->p->ops[k->op].scalar)
-            be->p->ops[k->op].xbytes = stream_costs(be, in, k);
+          if (k->kind != TPU__K_MATMUL && !be->p->ops[k->op].scalar) {
+            /* A pooling window kernel (the compiler's depthwise window emitter) costs what a
+             * stream kernel does, its transfers and stream passes, plus a start of its own
+             * (chip window_start_cycles), and reads a value in VMEM in place: libtpu probes
+             * of 22 to 26 pools per generation (bench/fidelity/probes/pool_window.py, the
+             * input prefetched into VMEM) fit that start within a median 2.4 % on v5e, 3.9 %
+             * on v6e, 10 % on v4, whatever the window; reading HBM instead adds the input's
+             * bytes (the compiler's 32x14x14x256 max pool, w5s2: 6,302 cycles on v5e from VMEM,
+             * 14,070 from HBM). */
+            const int win = pool_window(in) != NULL;
+            be->p->ops[k->op].window = win;
+            be->p->ops[k->op].xbytes = stream_costs(be, in, k) +
+                (win ? be->chip->window_start_cycles * tpu_chip_hbm_stream_bw(be->chip) / be->chip->clock_hz : 0);
+          }
           if (k->kind == TPU__K_MATMUL) be->p->ops[k->op].out_scale = result_pass(be, in, k);
         }
       }
