@@ -222,11 +222,52 @@ static int wide_from_matmul(const tpu_instr *x, size_t width, int depth) {
   return 0;
 }
 
+/* Is p the end of a matmul's epilogue: computed from a dot's or convolution's result (in any
+ * layout) through elementwise steps of its size, each read by the next only? XLA's output
+ * fusion takes a matmul's sole consumer, then that one's, into the matmul's kernel, up to the
+ * first value several ops read: the kernel stores that value and its readers take it from
+ * memory. The compiler's QK^T kernels store the scaled and masked scores (mistral_fwd_*'s
+ * `fusion.58` returns select(mask, scores x 0.125, -big) beside its row maximum; the row-sum
+ * kernel and PV's operand read them and compute no mask). */
+static int elementwise_op(const tpu_instr *in) {
+  tpu_op_class k = tpu_op_class_of(in->op);
+  return k == TPU_CLS_UNARY || k == TPU_CLS_BINARY || k == TPU_CLS_TERNARY || in->op == TPU_OP_CONVERT ||
+         in->op == TPU_OP_SELECT || in->op == TPU_OP_CLAMP;
+}
+
+static int matmul_epilogue(const fuser *f, const tpu_instr *p, int depth) {
+  int64_t n = tpu_shape_numel(&p->shape);
+  for (int k = 0; k < p->noperands; k++) {
+    const tpu_instr *o = p->operands[k];
+    if (o->op == TPU_OP_BROADCAST || o->op == TPU_OP_CONSTANT || o->op == TPU_OP_IOTA || o->op == TPU_OP_PARAMETER ||
+        o->shape.dtype == TPU_TUPLE || tpu_shape_numel(&o->shape) != n)
+      continue;
+    if (tpu__fuse_heavy(o)) return o->op == TPU_OP_DOT;
+    int step = o->op == TPU_OP_TRANSPOSE || o->op == TPU_OP_RESHAPE || o->op == TPU_OP_BITCAST ||
+               o->op == TPU_OP_COPY || (cheap(o) && elementwise_op(o));
+    if (step && depth > 0 && f->uses.nusers[o->id] == 1 && matmul_epilogue(f, o, depth - 1)) return 1;
+  }
+  return 0;
+}
+
+/* Does a reduction read p itself (a softmax's row maximum of the scores)? */
+static int reduced(const fuser *f, const tpu_instr *p) {
+  for (int k = 0; k < f->uses.nusers[p->id]; k++)
+    if (f->uses.users[p->id][k]->op == TPU_OP_REDUCE && f->uses.users[p->id][k]->operands[0] == p) return 1;
+  return 0;
+}
+
 /* A cheap producer with several users (or one user that is itself copied) is recomputed
  * in each user's fusion, as XLA's instruction fusion duplicates it, when every user can
- * take it: its result then never goes to memory. */
+ * take it: its result then never goes to memory. The end of a matmul's epilogue is not: the
+ * matmul's kernel stores it (matmul_epilogue). */
 static int shared_cheap(const fuser *f, const tpu_instr *p) {
   if (!cheap(p) || p == f->c->root || f->uses.nusers[p->id] < 1) return 0;
+  /* (narrow values: f32 scores scaled for a row too long for the matmul's epilogue are
+   * rescaled by their exponent kernel, never stored; docs/spmd.md ring attention) */
+  if (f->uses.nusers[p->id] > 1 && tpu_dtype_size(p->shape.dtype) < 4 && elementwise_op(p) && reduced(f, p) &&
+      matmul_epilogue(f, p, 8))
+    return 0;
   /* the transcendental unit's work is recomputed for vector kernels only: a matmul's
    * operand that needs it is computed in the matmul as it streams in (fusion around the
    * matrix unit, fuse_merge.c), or is its own kernel's result */

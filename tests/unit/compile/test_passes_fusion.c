@@ -90,7 +90,7 @@ static void test_shared_producer(void) {
 /* Fusion around the matrix unit (docs/compiler.md): the kernels of a compiled entry, and per
  * kernel the dots, reduces, divides, multiplies and exponentials it holds. */
 typedef struct {
-  int kernels, dots[8], reduces[8], divides[8], multiplies[8], exps[8];
+  int kernels, dots[8], reduces[8], divides[8], multiplies[8], exps[8], selects[8];
 } kernel_census;
 
 static kernel_census census(const char *src) {
@@ -114,6 +114,7 @@ static kernel_census census(const char *src) {
       kc.divides[k] += op == TPU_OP_DIVIDE;
       kc.multiplies[k] += op == TPU_OP_MULTIPLY;
       kc.exps[k] += op == TPU_OP_EXP;
+      kc.selects[k] += op == TPU_OP_SELECT;
     }
   }
   tpu_module_free(m);
@@ -365,6 +366,34 @@ static void test_matmul_fusion(void) {
   CHECK(k16.dots[0] == 1 && k16.reduces[0] == 1 && k16.exps[0] == 0);
   CHECK(k16.dots[1] == 0 && k16.reduces[1] == 1 && k16.exps[1] == 1);
   CHECK(k16.dots[2] == 1 && k16.reduces[2] == 0 && k16.exps[2] == 1 && k16.divides[2] == 1);
+  /* masked bf16 scores: QK^T's kernel stores select(mask, s x 0.125, -big), the end of its
+   * epilogue, beside its row max; the exponent kernel and PV read it and neither scales nor
+   * masks (the compiler's mistral_fwd_* and llama_fwd_* QK^T kernels) */
+  const char *masked =
+      "HloModule m\nmx { a = bf16[] parameter(0)\n b = bf16[] parameter(1)\n ROOT s = bf16[] maximum(a, b) }\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n q = bf16[2,4,256,64] parameter(0)\n k = bf16[2,4,256,64] parameter(1)\n"
+      " v = bf16[2,4,256,64] parameter(2)\n mask = pred[256,256] parameter(3)\n"
+      " s = bf16[2,4,256,256] dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={3}\n"
+      " c8 = bf16[] constant(0.125)\n b8 = bf16[2,4,256,256] broadcast(c8), dimensions={}\n"
+      " sc = bf16[2,4,256,256] multiply(s, b8)\n mb4 = pred[2,4,256,256] broadcast(mask), dimensions={2,3}\n"
+      " big = bf16[] constant(-3.39e+38)\n bigb = bf16[2,4,256,256] broadcast(big), dimensions={}\n"
+      " sm0 = bf16[2,4,256,256] select(mb4, sc, bigb)\n ninf = bf16[] constant(-inf)\n"
+      " m16 = bf16[2,4,256] reduce(sm0, ninf), dimensions={3}, to_apply=mx\n m = f32[2,4,256] convert(m16)\n"
+      " sf = f32[2,4,256,256] convert(sm0)\n"
+      " mb = f32[2,4,256,256] broadcast(m), dimensions={0,1,2}\n d = f32[2,4,256,256] subtract(sf, mb)\n"
+      " ex = f32[2,4,256,256] exponential(d)\n z = f32[] constant(0)\n"
+      " sm = f32[2,4,256] reduce(ex, z), dimensions={3}, to_apply=add\n"
+      " smb = f32[2,4,256,256] broadcast(sm), dimensions={0,1,2}\n p = f32[2,4,256,256] divide(ex, smb)\n"
+      " pb = bf16[2,4,256,256] convert(p)\n"
+      " ROOT o = bf16[2,4,256,64] dot(pb, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n}\n";
+  kernel_census km = census(masked);
+  printf("attention on masked bf16 scores: %d kernels, selects %d/%d/%d\n", km.kernels, km.selects[0], km.selects[1],
+         km.selects[2]);
+  CHECK_EQ_INT(km.kernels, 3);
+  CHECK(km.dots[0] == 1 && km.reduces[0] == 1 && km.selects[0] == 1);
+  CHECK(km.dots[1] == 0 && km.reduces[1] == 1 && km.exps[1] == 1 && km.selects[1] == 0 && km.multiplies[1] == 0);
+  CHECK(km.dots[2] == 1 && km.exps[2] == 1 && km.selects[2] == 0 && km.multiplies[2] == 0);
   /* f32 scores widened off a transpose of QK^T's result (the dot's result in another layout,
    * as a grouped-query attention's einsum gives it): still the corpus form, two kernels */
   const char *attnt =
