@@ -6,6 +6,7 @@
 #include "base/alloc.h"
 #include "hlo/hlo.h"
 #include "ir/build.h"
+#include "ir/custom_call.h"
 
 static tpu_status nomem(tpu_builder *b) {
   return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory while rewriting the module");
@@ -526,6 +527,9 @@ tpu_status tpu_build_finish_all(tpu_builder *b) {
 /* ---- Dead code ---- */
 
 int tpu_build_has_effects(const tpu_instr *in) {
+  /* a custom call may have effects, except the ones whose values are all they give
+   * (ApproxTopK's PartialReduce: a reduction, fused into the kernel that takes it) */
+  if (in->op == TPU_OP_CUSTOM_CALL) return tpu_custom_call_kind(in) != TPU_CC_PARTIAL_REDUCE;
   switch (in->op) {
     case TPU_OP_PARAMETER:
     case TPU_OP_CUSTOM_CALL:

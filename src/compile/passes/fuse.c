@@ -30,6 +30,7 @@
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/build.h"
+#include "ir/custom_call.h"
 
 typedef enum { K_LOOP, K_OUTPUT, K_INPUT } fusion_kind;
 static const char *const k_kind_names[] = {"kLoop", "kOutput", "kInput"};
@@ -512,11 +513,36 @@ static int slice_producer(const tpu_instr *p) {
   return 1;
 }
 
+/* ApproxTopK's PartialReduce custom call (ir/custom_call.h). */
+static int partial_reduce(const tpu_instr *in) {
+  return in->op == TPU_OP_CUSTOM_CALL && tpu_custom_call_kind(in) == TPU_CC_PARTIAL_REDUCE;
+}
+
+/* A value computed from nothing: an iota or constant, or a broadcast, reshape or bitcast of
+ * one. */
+static int generated(const tpu_instr *x) {
+  for (int depth = 0; depth < 8; depth++) {
+    if (x->op == TPU_OP_IOTA || x->op == TPU_OP_CONSTANT) return 1;
+    if ((x->op != TPU_OP_BROADCAST && x->op != TPU_OP_RESHAPE && x->op != TPU_OP_BITCAST) || x->noperands != 1) return 0;
+    x = x->operands[0];
+  }
+  return 0;
+}
+
 /* Whether producer p may join group g through member m, and on which side. */
 static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *p, member_side *side) {
   const group *G = &f->groups[g];
   member_side ms = (member_side)f->side[m->id];
   if (tpu__fuse_own_kernel(p)) return 0;
+  /* ApproxTopK's partial reduction takes the iota of its indices into its kernel, which
+   * generates them as it reads the values (the XLA TPU compiler's kCustom `fusion` around the
+   * PartialReduce holds the iota: approx_max_k_b32n50257k4_f32, its fused_computation.1, no
+   * s32[32,50257] written), and nothing else */
+  if (partial_reduce(f->c->instrs[G->root])) {
+    if (!generated(p)) return 0;
+    *side = SIDE_UP;
+    return 1;
+  }
   /* a gather's index kernel takes only its bounds (gather_index.c) */
   if (tpu__gather_index_kernel(f->c->instrs[G->root]) && !scalar_constant(p)) return 0;
   if (tpu__relayout_copy(p)) return 0; /* a relayout is a kernel of its own (relayout.c) */
@@ -679,7 +705,7 @@ static tpu_status form_groups(fuser *f) {
         continue;
       }
     }
-    int heavy = kernel_op(u), red = u->op == TPU_OP_REDUCE;
+    int heavy = kernel_op(u) || partial_reduce(u), red = u->op == TPU_OP_REDUCE;
     if (!heavy && !red && !tpu__fuse_loop_fusible(u) && !window_root(u)) {
       for (int k = 0; k < u->noperands; k++) f->need[u->operands[k]->id] = 1;
       continue;

@@ -837,6 +837,35 @@ static void test_sort_layout(void) {
   CHECK_EQ_INT(laid, 0);
 }
 
+/* ApproxTopK's PartialReduce takes the iota of its indices into its kernel (fuse.c
+ * partial_reduce): one kernel, no iota or broadcast written, the custom call not left behind. */
+static void test_partial_reduce_iota(void) {
+  const char *src =
+      "HloModule a\n\ncmp {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  c = s32[] parameter(2)\n"
+      "  d = s32[] parameter(3)\n  ROOT r = pred[] compare(a, b), direction=GT\n}\n\n"
+      "ENTRY main {\n  x = f32[32,4096] parameter(0)\n  i = s32[4096] iota(), iota_dimension=0\n"
+      "  ib = s32[32,4096] broadcast(i), dimensions={1}\n  lo = f32[] constant(-inf)\n  m = s32[] constant(-1)\n"
+      "  ROOT p = (f32[32,256], s32[32,256]) custom-call(x, ib, lo, m), custom_call_target=\"PartialReduce\", "
+      "called_computations={cmp}, backend_config={\"log2_reduction\": 4, \"reduction_dim\": 1, "
+      "\"to_apply_type\": \"comparator\", \"top_k\": 4, \"recall_target\": 0.95}\n}\n";
+  tpu_module *m = compile_src(src);
+  int kernels = 0, iotas_fused = 0, loose = 0;
+  for (int i = 0; m && i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT || in->op == TPU_OP_GET_TUPLE_ELEMENT ||
+        in->op == TPU_OP_TUPLE)
+      continue;
+    kernels++;
+    loose += in->op == TPU_OP_CUSTOM_CALL || in->op == TPU_OP_IOTA || in->op == TPU_OP_BROADCAST;
+    for (int j = 0; in->op == TPU_OP_FUSION && j < in->calls->ninstrs; j++) iotas_fused += in->calls->instrs[j]->op == TPU_OP_IOTA;
+  }
+  tpu_module_free(m);
+  printf("partial reduce with its iota: %d kernels, %d iota fused, %d left outside\n", kernels, iotas_fused, loose);
+  CHECK_EQ_INT(kernels, 1);
+  CHECK_EQ_INT(iotas_fused, 1);
+  CHECK_EQ_INT(loose, 0);
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -851,5 +880,6 @@ int main(void) {
   test_fused_update_slice();
   test_gather_index_kernel();
   test_sort_layout();
+  test_partial_reduce_iota();
   CHECK_DONE();
 }
