@@ -133,6 +133,8 @@ const tpu_shape *tpu__leaf(const tpu_shape *s, int leaf);
  * vector-register tile ((8,128) for 32-bit, (16,128) 16-bit, (32,128) 8-bit), and the
  * vector registers it fills. Tuples sum their leaves. */
 int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s);
+/* The shape value v's buffer holds (layout.c: a reduce-scatter's padding is not held). */
+const tpu_shape *tpu__held_shape(const tpu_instr *v, const tpu_shape *s);
 /* The padded bytes of value v's shape s (s: v's, or a leaf of it) in the layout the compiler gives it. */
 int64_t tpu__value_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape *s);
 int64_t tpu__plain_bytes(const tpu_shape *s);

@@ -538,7 +538,7 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
     for (int leaf = 0; leaf < k->nleaves; leaf++) {
       const tpu_shape *ls = tpu__leaf(&in->shape, leaf);
       int cls = ls && ls->layout_tail && strstr(ls->layout_tail, "S(5)") ? CLS_HOST : cls0;
-      int64_t size = ls ? tpu__padded_bytes(be, ls) : 0;
+      int64_t size = ls ? tpu__padded_bytes(be, tpu__held_shape(in, ls)) : 0;
       val x = {in, leaf, nv, cls, (size + 511) / 512 * 512 /* 512-byte aligned buffers (an assumption) */,
                k->pos, k->last_use, 0};
       vals[nv++] = x;

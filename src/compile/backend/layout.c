@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "compile/backend/backend.h"
+#include "ir/collective.h"
 #include "ir/custom_call.h"
 #include "compile/passes/hlo_passes.h"
 
@@ -307,6 +308,29 @@ static int free_layout(const tpu__be *be, const tpu_instr *v, const tpu_shape *s
   if (minor % lanes == 0) return 0;
   const tpu__kinfo *k = tpu__be_info(be, v);
   return !(k && k->mm && k->mm->op == TPU_OP_CONVOLUTION);
+}
+
+/* The shape v's buffer holds (s: v's shape or a leaf of it). A fusion whose root pads its
+ * one result with rows of a constant, read by reduce-scatters alone (rs_pad.c: the padding
+ * the XLA TPU compiler's all-reduce-scatter fusion adds), holds the unpadded rows: that
+ * fusion takes the pad in and supplies the padding as it streams its operand, so no buffer
+ * of the padded shape exists (libtpu memory_analysis(), bench/plan_memory.py: fsdp_dp_mlp_step
+ * on v5e has 16.5 MiB of temporaries, less than one of its bf16[8192,2048] gradients). */
+const tpu_shape *tpu__held_shape(const tpu_instr *v, const tpu_shape *s) {
+  if (!v || v->op != TPU_OP_FUSION || !v->calls || !v->calls->root || s != &v->shape || !v->parent) return s;
+  const tpu_instr *r = v->calls->root;
+  if (r->op != TPU_OP_PAD || r->noperands != 2 || r->operands[1]->op != TPU_OP_CONSTANT) return s;
+  const tpu_comp *c = v->parent;
+  int nuse = 0;
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    for (int o = 0; o < u->noperands; o++) {
+      if (u->operands[o] != v) continue;
+      if (tpu_collective_base(u->op) != TPU_OP_REDUCE_SCATTER) return s;
+      nuse++;
+    }
+  }
+  return nuse && v != c->root ? &r->operands[0]->shape : s;
 }
 
 /* The padded bytes of value v (of shape s, or a leaf of it) as laid out in HBM or VMEM. */

@@ -575,7 +575,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
       int tiled = 0;
       for (int l = 0; l < k->nleaves; l++) {
         const tpu_shape *ls = tpu__leaf(&in->shape, l);
-        int64_t b = ls ? tpu__value_bytes(be, in, ls) : 0;
+        int64_t b = ls ? tpu__value_bytes(be, in, tpu__held_shape(in, ls)) : 0;
         size += b;
         if (ls && ls->layout_tail) tiled = 1, s1 += tpu__in_vmem(ls) ? b : 0;
       }

@@ -443,6 +443,55 @@ static void loop_state_in_vmem(void) {
   tpu_module_free(m);
 }
 
+/* A gradient padded with rows of zeros for its reduce-scatter (rs_pad.c) holds only its
+ * unpadded rows: the XLA TPU compiler's all-reduce-scatter fusion supplies the padding as it
+ * streams (layout.c tpu__held_shape). The same fusion read by anything else as well holds
+ * the padded rows. f32 [8192,8192] (256 MiB, in HBM) padded by 64 rows (2 MiB). */
+static void reduce_scatter_padding_not_held(int other_reader) {
+  char src[2048];
+  snprintf(src, sizeof src,
+           "HloModule rs, num_partitions=4\n"
+           "fpad {\n"
+           "  a = f32[8192,1024] parameter(0)\n"
+           "  b = f32[1024,8192] parameter(1)\n"
+           "  d = f32[8192,8192] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+           "  z = f32[] constant(0)\n"
+           "  ROOT p = f32[8256,8192] pad(d, z), padding=0_64x0_0\n"
+           "}\n"
+           "add {\n"
+           "  x = f32[] parameter(0)\n"
+           "  y = f32[] parameter(1)\n"
+           "  ROOT s = f32[] add(x, y)\n"
+           "}\n"
+           "ENTRY e {\n"
+           "  a = f32[8192,1024] parameter(0)\n"
+           "  b = f32[1024,8192] parameter(1)\n"
+           "  g = f32[8256,8192] fusion(a, b), kind=kOutput, calls=fpad\n"
+           "  r = f32[2064,8192] reduce-scatter(g), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, dimensions={0}, to_apply=add\n"
+           "  %s\n"
+           "}\n",
+           other_reader ? "s = f32[2064,8192] slice(g), slice={[0:2064], [0:8192]}\n"
+                          "  ROOT t = (f32[2064,8192], f32[2064,8192]) tuple(r, s)"
+                        : "ROOT t = (f32[2064,8192]) tuple(r)");
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &g_chip;
+  o.precision_override = -1;
+  o.coll_cost = flat_link; /* a chip of a pod */
+  tpu_program *p = NULL;
+  tpu_diag d;
+  CHECK(m && tpu_compile_backend(m, &o, &p, &d) == TPU_OK);
+  if (p) {
+    printf("padded gradient for a reduce-scatter%s: temp %lld bytes\n", other_reader ? " (and a slice)" : "",
+           (long long)p->hbm_temp);
+    CHECK_EQ_INT(p->hbm_temp, other_reader ? 8256 * 8192 * 4LL : 256 * MiB);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   dying_collective_result_shares_output();
@@ -455,5 +504,7 @@ int main(void) {
   loop_read_only_and_copied();
   donation(0);
   donation(1);
+  reduce_scatter_padding_not_held(0);
+  reduce_scatter_padding_not_held(1);
   CHECK_DONE();
 }
