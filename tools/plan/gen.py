@@ -7,13 +7,15 @@ The program is what a JAX/MaxText step lowers to per chip after SPMD partitionin
     stacked buffers [L, ...] (with rematerialisation only the layer input; the residual
     stream is saved split over the tensor axis along d_model, as MaxText shards activation_embed
     over it, and all-gathered over it in the backward pass), FSDP all-gathers
-    of each layer's weights over the fsdp axis, Megatron all-reduces over the tensor axis,
+    of each layer's weights over the fsdp axis, tensor parallelism in MaxText's form (the
+    residual split over tensor, all-gathered before the matmuls that read it, windowed
+    reduce-scatters after those that write it: tp_out, tp_add),
   - the LM head (vocabulary-parallel logits, a softmax over the vocabulary with all-reduces
     of the max and the sum over the tensor axis) and its gradient,
   - a backward loop over the layers in reverse: the weights gathered again, the forward
     recomputed when remat is on, two matmuls per forward matmul, attention's backward in the
     flash style (the probabilities recomputed from q, k and the saved max and sum), the
-    tensor all-reduces of the activation gradients and a reduce-scatter of each weight
+    activation gradients over tensor in the same form and a reduce-scatter of each weight
     gradient over fsdp, added to f32 accumulators;
   - after the microbatches: an all-reduce of the accumulated gradients over the data axis,
     and the optimizer (Adam: two f32 moments; SGD) on each chip's f32 parameter shards.
@@ -186,6 +188,9 @@ class Step:
         # are summed round it instead of reduce-scattered.
         self.we = bool(c.get("windowed")) and R == 1 and Pp == 1 and T == 1 and F > 1 and F % 2 == 0 and not m.get("experts")
         self.win_w = self.win_g = False  # what the layer being emitted windows
+        # The tensor-parallel reduce-scatters as windowed einsums (tp_out); "tp_windowed":
+        # False keeps them reduce-scatter collectives.
+        self.tp_win = c.get("tp_windowed", True)
         self.extra = []  # the loops' computations
         # Weight all-gathers pipelined across layers (XLA's collective pipelining, what
         # MaxText's async-collective flags give): layer i+1's gather runs during layer i.
@@ -284,14 +289,20 @@ class Step:
         n = self.F
         return "{" + ",".join("{%d,%d}" % (j, (j + d) % n) for j in range(n)) + "}"
 
-    def permute(self, g, out, x, shape, d):
+    def permute(self, g, out, x, shape, d, tp=False):
         g.e(f"{out} = {ty(self.cd, shape)} collective-permute({x}), channel_id={self.chan()}, "
-            f"source_target_pairs={self.ring_pairs(d)}")
+            f"source_target_pairs={self.tp_pairs(d) if tp else self.ring_pairs(d)}")
 
-    def ring_loop(self, g, out, init, state, steps, body):
+    def tp_pairs(self, d):
+        """A ring over the tensor axis (device = ... * T + tensor rank): each chip sends to the
+        chip d tensor ranks on."""
+        T = self.T
+        return "{" + ",".join("{%d,%d}" % (j, j - j % T + (j % T + d) % T) for j in range(self.N)) + "}"
+
+    def ring_loop(self, g, out, init, state, steps, body, tp=False):
         """A while loop of `steps` iterations over the tuple `init` of types `state` whose body
         (lines after the state's get-tuple-elements) `body` emits; returns nothing: out is
-        the loop."""
+        the loop. tp: the ring is the tensor axis (me = the tensor rank, nn = T), else fsdp."""
         self.wn = getattr(self, "wn", 0) + 1
         nm = f"ring{self.wn}"
         st = "(" + ", ".join(state) + ")"
@@ -301,8 +312,12 @@ class Step:
         for k, t in enumerate(state):
             b.e(f"s{k} = {t} get-tuple-element(p), index={k}")
         b.e("pid = u32[] partition-id()")
-        b.e("me = s32[] convert(pid)")
-        b.e(f"nn = s32[] constant({self.F})")
+        b.e(f"nn = s32[] constant({self.T if tp else self.F})")
+        if tp:
+            b.e("dev = s32[] convert(pid)")
+            b.e("me = s32[] remainder(dev, nn)")
+        else:
+            b.e("me = s32[] convert(pid)")
         b.e("one = s32[] constant(1)")
         b.e("zero = s32[] constant(0)")
         root = body(b)
@@ -528,9 +543,8 @@ class Step:
         if "ctx" not in a:
             a.update(self.attn_fwd(g, a["qkv"]))
         if "x1" not in a:
-            self.wdot(g, "o.p", a["ctx"], W["wo"], "wo", (Tm, D), (1,), (0,))
-            self.ar(g, "o", "o.p", (Tm, D), self.g_tp, self.T)
-            self.ew(g, "x1", "add", (Tm, D), a["x"], "o")
+            self.tp_out(g, "o", a["ctx"], (Tm, self.A), W["wo"], "wo", 0)
+            self.tp_add(g, "x1", a["x"], "o")
             a["x1"] = "x1"
         if "up" not in a:
             self.wdot(g, "up", a["x1"], W["w1"], "w1", (Tm, self.fw), (1,), (0,))
@@ -547,9 +561,8 @@ class Step:
         self.wdot(g, "qkv", x, W["wqkv"], "wqkv", (Tm, self.QKV), (1,), (0,))
         act["qkv"] = "qkv"
         act.update(self.attn_fwd(g, "qkv"))
-        self.wdot(g, "o.p", "ctx", W["wo"], "wo", (Tm, D), (1,), (0,))
-        self.ar(g, "o", "o.p", (Tm, D), self.g_tp, self.T)
-        self.ew(g, "x1", "add", (Tm, D), x, "o")
+        self.tp_out(g, "o", "ctx", (Tm, A), W["wo"], "wo", 0)
+        self.tp_add(g, "x1", x, "o")
         act["x1"] = "x1"
         if self.E:
             self.moe_fwd(g, "x1", W)
@@ -557,9 +570,10 @@ class Step:
         else:
             self.wdot(g, "up", "x1", W["w1"], "w1", (Tm, self.fw), (1,), (0,))
             self.mlp_act(g, "up", "act", (Tm,))
-            self.wdot(g, "dn.p", "act", W["w2"], "w2", (Tm, D), (1,), (0,))
-            self.ar(g, "dn", "dn.p", (Tm, D), self.g_tp, self.T)
+            self.tp_out(g, "dn", "act", (Tm, self.f), W["w2"], "w2", 0)
             act.update({"up": "up", "act": "act"})
+            self.tp_add(g, "y", "x1.s" if self.T > 1 else "x1", "dn", split=True)
+            return "y", act
         self.ew(g, "y", "add", (Tm, D), "x1", "dn")
         return "y", act
 
@@ -934,6 +948,87 @@ class Step:
     def rs_tp(self, g, out, x, full, sh):
         self.tp_coll(g, out, x, sh, "reduce-scatter", f", to_apply=add_{self.cd}")
 
+    def tp_out(self, g, out, lhs, ls, W, nm, rc):
+        """out [Tm, D/T]: this chip's d_model columns of lhs . W[nm] summed over the tensor axis
+        (the reduce-scatter MaxText's activation_embed rule puts after a matmul that writes the
+        residual; a copy of the whole product when T = 1). With an even tensor axis the XLA TPU
+        compiler writes it as a windowed einsum (bench/plan_tp_probe.py, docs/plan.md): T/2
+        steps, each moving two travelling sums one chip on round the tensor ring, one forward
+        and one backward, while lhs is multiplied by the two weight column blocks they are
+        bound for (one matmul), then adding its halves; the backward sum moves once more at
+        the end (T + 1 block transfers, T/2 matmuls of two blocks, as libtpu's program has
+        them)."""
+        cd, T, Tm, D = self.cd, self.T, self.Tm, self.D
+        Dr = D // T
+        if T % 2 or not self.tp_win:
+            self.wdot(g, f"{out}.p", lhs, W, nm, (Tm, D), (1,), (rc,))
+            self.tp_coll(g, out, f"{out}.p", (Tm, Dr), "reduce-scatter", f", to_apply=add_{cd}", dim=1)
+            return
+        full = self.lw[nm][0]
+        od = 1 - rc  # the weight's output (d_model) dimension
+        blk = list(full)
+        blk[od] = Dr
+        sh = (Tm, Dr)
+        self.const(g, f"{out}.z", "0")
+        self.bcast(g, f"{out}.s", f"{out}.z", sh, ())
+        g.e(f"{out}.zi = s32[] constant(0)")
+        state = ["s32[]", ty(cd, sh), ty(cd, sh), ty(cd, ls), ty(cd, full)]
+        g.e(f"{out}.in = ({', '.join(state)}) tuple({out}.zi, {out}.s, {out}.s, {lhs}, {W})")
+
+        def body(b):
+            # Both sums move first (the moves overlap the step's matmuls), then add: the forward
+            # sum for block d is at chip d - T/2 + 1 + step, the backward one at d + T/2 - step.
+            b.e(f"hh = s32[] constant({T // 2})")
+            b.e("ia0 = s32[] add(me, hh)")
+            b.e("ia1 = s32[] subtract(ia0, s0)")
+            b.e("ia2 = s32[] add(ia1, nn)")
+            b.e("ia3 = s32[] subtract(ia2, one)")
+            b.e("ia = s32[] remainder(ia3, nn)")
+            b.e("ib0 = s32[] add(me, hh)")
+            b.e("ib1 = s32[] add(ib0, s0)")
+            b.e("ib = s32[] remainder(ib1, nn)")
+            b.e(f"bl = s32[] constant({Dr})")
+            self.permute(b, "na", "s1", sh, 1, tp=True)
+            self.permute(b, "nb", "s2", sh, -1, tp=True)
+            for t in ("a", "b"):
+                b.e(f"o{t} = s32[] multiply(i{t}, bl)")
+                idx = ", ".join(f"o{t}" if k == od else "zero" for k in range(len(full)))
+                b.e(f"w{t} = {ty(cd, blk)} dynamic-slice(s4, {idx}), dynamic_slice_sizes={{{dims(blk)}}}")
+            # One matmul over both blocks (the compiler's step: one partial-matmul fusion of two
+            # blocks), its halves added to the sums that arrived.
+            b2 = list(blk)
+            b2[od] = 2 * Dr
+            b.e(f"wc = {ty(cd, b2)} concatenate(wa, wb), dimensions={{{od}}}")
+            b.e(f"pc = {ty(cd, (Tm, 2 * Dr))} dot(s3, wc), lhs_contracting_dims={{1}}, rhs_contracting_dims={{{rc}}}")
+            b.e(f"pa = {ty(cd, sh)} slice(pc), slice={{[0:{Tm}], [0:{Dr}]}}")
+            b.e(f"pb = {ty(cd, sh)} slice(pc), slice={{[0:{Tm}], [{Dr}:{2 * Dr}]}}")
+            b.e(f"ca = {ty(cd, sh)} add(na, pa)")
+            b.e(f"cb = {ty(cd, sh)} add(nb, pb)")
+            return ["ca", "cb", "s3", "s4"]
+
+        self.ring_loop(g, f"{out}.loop", f"{out}.in", state, T // 2, body, tp=True)
+        g.e(f"{out}.f = {ty(cd, sh)} get-tuple-element({out}.loop), index=1")
+        g.e(f"{out}.bk = {ty(cd, sh)} get-tuple-element({out}.loop), index=2")
+        self.permute(g, f"{out}.b", f"{out}.bk", sh, -1, tp=True)  # one chip on, to its block's chip
+        g.e(f"{out} = {ty(cd, sh)} add({out}.f, {out}.b)")
+
+    def tp_add(self, g, out, base, part, split=False):
+        """The residual update out = base + part kept split over the tensor axis (MaxText's
+        activation_embed): this chip's columns of base (split already, or sliced from the
+        gathered whole) plus the reduce-scattered part (tp_out) as out.s, all-gathered over
+        tensor into out for the matmuls that read it (a synchronous all-gather, as the compiler
+        keeps it)."""
+        cd, T, Tm, D = self.cd, self.T, self.Tm, self.D
+        if T == 1:
+            self.ew(g, out, "add", (Tm, D), base, part)
+            return
+        Dr = D // T
+        if not split:
+            g.e(f"{out}.b = {ty(cd, (Tm, Dr))} slice({base}), slice={{[0:{Tm}], [0:{Dr}]}}")
+            base = f"{out}.b"
+        self.ew(g, f"{out}.s", "add", (Tm, Dr), base, part)
+        self.ag_tp(g, out, f"{out}.s", (Tm, Dr), (Tm, D), dim=1)
+
     def backward_layer(self, g, gy, a, W):
         """Gradients of one layer: returns (gx, {weight: full gradient})."""
         cd, Tm, D, A, bm, h, S, hd = self.cd, self.Tm, self.D, self.A, self.bm, self.h, self.S, self.hd
@@ -970,9 +1065,8 @@ class Step:
             self.wdot(g, "g.act", gy, W["w2"], "w2", (Tm, self.f), (1,), (1,))
             self.wgrad(g, "g.w2", a["act"], (Tm, self.f), gy, (Tm, D), "w2")
             self.mlp_act_bwd(g, "g.act", a["up"], a["act"], "g.up", (Tm,))
-            self.wdot(g, "g.x1p", "g.up", W["w1"], "w1", (Tm, D), (1,), (1,))
-            self.ar(g, "g.x1a", "g.x1p", (Tm, D), self.g_tp, self.T)
-            self.ew(g, "g.x1", "add", (Tm, D), gy, "g.x1a")
+            self.tp_out(g, "g.x1a", "g.up", (Tm, self.fw), W["w1"], "w1", 1)
+            self.tp_add(g, "g.x1", gy, "g.x1a")
             self.wgrad(g, "g.w1", a["x1"], (Tm, D), "g.up", (Tm, self.fw), "w1")
             G.update({"w1": "g.w1", "w2": "g.w2"})
         self.wdot(g, "g.ctx", "g.x1", W["wo"], "wo", (Tm, A), (1,), (1,))
@@ -985,9 +1079,11 @@ class Step:
         else:
             self.attn_bwd_full(g, a)
         self.attn_grads_out(g)
-        self.wdot(g, "g.xp", "g.qkv", W["wqkv"], "wqkv", (Tm, D), (1,), (1,))
-        self.ar(g, "g.xa", "g.xp", (Tm, D), self.g_tp, self.T)
-        self.ew(g, "g.x", "add", (Tm, D), "g.x1", "g.xa")
+        self.tp_out(g, "g.xa", "g.qkv", (Tm, self.QKV), W["wqkv"], "wqkv", 1)
+        if self.E or self.T == 1:  # g.x1 whole (the MoE layer sums its gradient whole)
+            self.tp_add(g, "g.x", "g.x1", "g.xa")
+        else:
+            self.tp_add(g, "g.x", "g.x1.s", "g.xa", split=True)
         self.wgrad(g, "g.wqkv", a["x"], (Tm, D), "g.qkv", (Tm, self.QKV), "wqkv")
         G.update({"wqkv": "g.wqkv", "wo": "g.wo"})
         return "g.x", G
