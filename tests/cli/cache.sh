@@ -109,16 +109,22 @@ done
 "$BIN" run examples/transformer_step.hlo --mode timing --cache-dir "$C2" > /dev/null 2> "$T/par.err"
 grep -q "cache hit" "$T/par.err" || fail "no hit after concurrent writers: $(cat "$T/par.err")"
 
-# the size bound: the least recently used entries go first
+# the size bound: the least recently used entries go first. The bound is two and a half
+# entries of this program (an entry's size follows the compiled program's), so two fit.
 C3="$T/cache3"
+"$BIN" run examples/mlp.hlo --mode timing --chip v4 --cache-dir "$T/cache_one" > /dev/null 2>&1
+one=$(find "$T/cache_one" -name '*.tpc' -exec cat {} + | wc -c)
+[ "$one" -gt 0 ] || fail "no entry written to measure"
+mb=$(awk -v b="$one" 'BEGIN { printf "%.6f", 2.5 * b / 1048576 }')
+bound=$(awk -v m="$mb" 'BEGIN { printf "%d", m * 1048576 }')
 for ch in v4 v5e v5p v6e; do
-  TPUSIM_CACHE_MAX_MB=0.12 "$BIN" run examples/mlp.hlo --mode timing --chip $ch --cache-dir "$C3" > /dev/null 2>&1
+  TPUSIM_CACHE_MAX_MB=$mb "$BIN" run examples/mlp.hlo --mode timing --chip $ch --cache-dir "$C3" > /dev/null 2>&1
   sleep 0.02 # distinct modification times
 done
 total=$(find "$C3" -name '*.tpc' -exec cat {} + | wc -c)
-[ "$total" -le 125829 ] || fail "the cache holds $total bytes over its bound of 125829"
+[ "$total" -le "$bound" ] || fail "the cache holds $total bytes over its bound of $bound"
 [ "$(find "$C3" -name '*.tpc' | wc -l)" -ge 2 ] || fail "the bound removed more entries than it needed"
-TPUSIM_CACHE_MAX_MB=0.12 "$BIN" run examples/mlp.hlo --mode timing --chip v6e --cache-dir "$C3" > /dev/null 2> "$T/b.err"
+TPUSIM_CACHE_MAX_MB=$mb "$BIN" run examples/mlp.hlo --mode timing --chip v6e --cache-dir "$C3" > /dev/null 2> "$T/b.err"
 grep -q "cache hit" "$T/b.err" || fail "the newest entry was removed"
 
 # off switches
