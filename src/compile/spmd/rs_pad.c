@@ -61,7 +61,7 @@ static tpu_status padded(tpu_builder *b, tpu_comp *c, tpu_instr *rs, const int64
   const int64_t block = share + delta, moved = (g - 1) * delta;
   char buf[160];
   tpu_tensor z;
-  tpu_instr *zv, *pd, *scat, *sl, *perm, *cat, *tab, *pid, *cv, *ds, *off, *zi, *keep, *ops[3];
+  tpu_instr *zv, *pd, *scat, *sl, *perm, *cat, *off, *zi, *keep, *ops[3];
   TPU_TRY(tpu_tensor_alloc(&z, x->shape.dtype, 0, NULL, d));
   TPU_TRY(tpu_build_constant(b, c, "rs_pad.zero", &z, NULL, &zv));
   tpu_shape ps = x->shape;
@@ -108,25 +108,7 @@ static tpu_status padded(tpu_builder *b, tpu_comp *c, tpu_instr *rs, const int64
   TPU_TRY(tpu_build_set_attr(b, cat, "dimensions", "{0}"));
   /* on the device at place s the concatenation starts at padded row s * block - moved and
    * its share at s * share = s * block - s * delta: (g - 1 - s) * delta rows in */
-  tpu_tensor t;
-  TPU_TRY(tpu_tensor_alloc(&t, TPU_S32, 1, &ndev, d));
-  for (int64_t p = 0; p < ndev; p++) tpu_tensor_set_i64(&t, p, (g - 1 - self[p]) * delta);
-  TPU_TRY(tpu_build_constant(b, c, "rs_pad.offsets", &t, NULL, &tab));
-  tpu_shape u32 = {0}, s32 = {0}, one = {0};
-  u32.dtype = TPU_U32;
-  s32.dtype = TPU_S32;
-  one.dtype = TPU_S32;
-  one.rank = 1;
-  one.dims[0] = 1;
-  TPU_TRY(add(b, c, TPU_OP_PARTITION_ID, &u32, NULL, 0, loc, &pid));
-  TPU_TRY(add(b, c, TPU_OP_CONVERT, &s32, &pid, 1, loc, &cv));
-  ops[0] = tab;
-  ops[1] = cv;
-  TPU_TRY(add(b, c, TPU_OP_DYNAMIC_SLICE, &one, ops, 2, loc, &ds));
-  TPU_TRY(tpu_build_set_attr(b, ds, "dynamic_slice_sizes", "{1}"));
-  TPU_TRY(add(b, c, TPU_OP_RESHAPE, &s32, &ds, 1, loc, &off));
-  TPU_TRY(tpu_tensor_alloc(&z, TPU_S32, 0, NULL, d));
-  TPU_TRY(tpu_build_constant(b, c, "rs_pad.zero", &z, NULL, &zi));
+  TPU_TRY(tpu__spmd_device_entry(b, c, "rs_pad", self, ndev, -delta, (g - 1) * delta, loc, &off, &zi));
   ops[0] = cat;
   ops[1] = off;
   ops[2] = zi;

@@ -89,6 +89,15 @@ int tpu_spmd_gathers_as_all_reduce(const struct tpu_chip *chip, int64_t ndev, in
  * chip's spans (reduce_scatter_span_bytes), group x spans >= 8. NULL chip or no span: 0. */
 int tpu_spmd_pads_reduce_scatter(const struct tpu_chip *chip, int64_t group, int64_t bytes);
 
+/* The scalar s32 scale * self[p] + base on device p (its place self[p] in the group), as the
+ * XLA TPU compiler computes a device's offset: partition-id indexing a constant table
+ * (compile/spmd/coll_build.c; ops named after `pass`); *zero an s32 scalar 0 for the other
+ * indices. */
+struct tpu_builder;
+tpu_status tpu__spmd_device_entry(struct tpu_builder *b, tpu_comp *c, const char *pass, const int64_t *self,
+                                  int64_t ndev, int64_t scale, int64_t base, tpu_loc loc, tpu_instr **out,
+                                  tpu_instr **zero);
+
 /* "data=16,model=4" (errors at loc). */
 tpu_status tpu_mesh_parse(const char *spec, tpu_mesh *mesh, tpu_diag *d);
 /* The mesh JAX wrote in the module header (frontend_attributes xla.sdy.meshes); *found 0

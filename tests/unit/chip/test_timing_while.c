@@ -2,24 +2,7 @@
  * HBM read, fetched ahead while the kernel before it ran, is usable no earlier than the HBM
  * latency after the kernel's barrier, as the XLA TPU compiler costs each kernel of a body
  * from its own start; the same kernels outside a loop keep the overlap. */
-#include <stdio.h>
-#include <string.h>
-
-#include "check.h"
-#include "chip/chip.h"
-#include "chip/program.h"
-#include "chip/timing.h"
-
-static tpu_program *assemble(const char *text) {
-  tpu_program *p = NULL;
-  tpu_diag d;
-  if (tpu_program_parse("t.s", text, strlen(text), &p, &d) != TPU_OK) {
-    char buf[1200];
-    tpu_diag_format(&d, buf, sizeof buf);
-    fprintf(stderr, "assemble: %s\n", buf);
-  }
-  return p;
-}
+#include "timing_util.h" /* assemble */
 
 static const char *k_head =
     ".program chip=\"v5e\"\n"
