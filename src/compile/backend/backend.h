@@ -129,6 +129,16 @@ int tpu__leaf_offset(const tpu_shape *s, int e);
 /* The leaf-th array leaf of s (NULL if out of range). */
 const tpu_shape *tpu__leaf(const tpu_shape *s, int leaf);
 
+/* Per-element vector-unit (*vpu) and EUP (*eup) operations of elementwise op `op` on type t,
+ * and of the same op on complex elements (op_cost.c; docs/timing.md's table). */
+void tpu__elem_cost(tpu_opcode op, tpu_dtype t, int64_t *vpu, int64_t *eup);
+void tpu__complex_elem_cost(tpu_opcode op, int64_t *vpu, int64_t *eup);
+/* Whether op's vector operations run on 32-bit registers whatever its element type. */
+int tpu__elem_widened(tpu_opcode op);
+int tpu__is_elementwise(tpu_opcode op);
+/* Elementwise operations of a scalar computation (at least 1). */
+int64_t tpu__comp_ops(const tpu_comp *c);
+
 /* Tiled layout (layout.c): bytes of an array with its minor two dims padded to the
  * vector-register tile ((8,128) for 32-bit, (16,128) 16-bit, (32,128) 8-bit), and the
  * vector registers it fills. Tuples sum their leaves. */

@@ -58,92 +58,12 @@ const tpu_shape *tpu__leaf(const tpu_shape *s, int leaf) {
   return NULL;
 }
 
-/* ---- Costs (docs/timing.md has the table and the reasons) ---- */
-
-/* Vector-unit operations of a real sine or cosine per 32-bit register. */
-#define TPU__SINE_VPU_OPS 150
-
-/* Vector-unit and transcendental-unit operations per element of an elementwise op. */
-static void elem_cost(tpu_opcode op, tpu_dtype t, int64_t *vpu, int64_t *eup) {
-  int f = tpu_dtype_is_float(t);
-  *vpu = 1;
-  *eup = 0;
-  switch (op) {
-    case TPU_OP_DIVIDE: *vpu = f ? 2 : 20; *eup = f ? 1 : 0; break;
-    case TPU_OP_REMAINDER: *vpu = f ? 5 : 22; *eup = f ? 1 : 0; break;
-    case TPU_OP_POWER: *vpu = 3; *eup = 2; break;
-    case TPU_OP_ATAN2: *vpu = 20; *eup = 1; break;
-    case TPU_OP_SIGN: case TPU_OP_CLAMP: *vpu = 2; break;
-    /* one EUP push and no VPU operation: 64 chained exps, tanhs, rsqrts of f32[4096,4096]
-     * take the XLA TPU compiler's cost model 538,460 cycles on v5e, 1,048,576 pushes at
-     * its 2 per cycle; logs 800,604 (a VPU operation more), logistics 1,587,036
-     * (two pushes: exp and reciprocal; bench/fidelity/corpus/eup.json) */
-    case TPU_OP_EXP: case TPU_OP_SQRT: case TPU_OP_RSQRT: case TPU_OP_TANH:
-      *vpu = 0; *eup = 1; break;
-    case TPU_OP_LOG: *vpu = 1; *eup = 1; break;
-    case TPU_OP_LOGISTIC: *vpu = 2; *eup = 2; break;
-    case TPU_OP_EXPM1: case TPU_OP_LOG1P: *vpu = 3; *eup = 1; break;
-    case TPU_OP_CBRT: *vpu = 3; *eup = 2; break;
-    /* a polynomial after a range reduction, on 32-bit registers (a 16-bit value widened,
-     * elem_widened): k = 2 and 6 chained sin(y) * 0.5 over f32[2048,2048] take the XLA TPU
-     * compiler's cost model 38.75 cycles per register per link on v5e (4 vector ops per
-     * cycle: 155 ops, the multiply's one included), 99.5 on v4 (1.48 per cycle: 147), 35.75
-     * on v6e (143); bf16 the same per 32-bit register, and 19.375 per v5p device (38.75 per
-     * TensorCore: 155); cosine as sine (bench/fidelity/corpus/vector_ops.json) */
-    case TPU_OP_SINE: case TPU_OP_COSINE: *vpu = TPU__SINE_VPU_OPS; break;
-    case TPU_OP_TAN: *vpu = 34; *eup = 1; break;
-    case TPU_OP_ERF: *vpu = 12; *eup = 1; break;
-    case TPU_OP_REDUCE_PRECISION: *vpu = 4; break;
-    case TPU_OP_POPCNT: case TPU_OP_CLZ: *vpu = 4; break;
-    default: break;
-  }
-}
-
-/* Whether an elementwise op's vector operations run on 32-bit registers whatever its
- * element type (a 16-bit value widened first, as on the EUP): the compiler times sine of
- * bf16[2048,2048] as that of f32[2048,2048] on v4, v5e and v6e (vector_ops.json "sinb"). */
-static int elem_widened(tpu_opcode op) { return op == TPU_OP_SINE || op == TPU_OP_COSINE; }
-
-/* The same for an op on complex elements, per element (docs/timing.md): the real
- * vector-unit operations it takes on the real and imaginary planes. */
-static void complex_elem_cost(tpu_opcode op, int64_t *vpu, int64_t *eup) {
-  *eup = 0;
-  switch (op) {
-    case TPU_OP_MULTIPLY: *vpu = 6; break;                 /* 4 multiplies, 2 adds */
-    case TPU_OP_DIVIDE: *vpu = 11; *eup = 1; break;        /* Smith: ratio, 6 mul/add, 1 reciprocal */
-    case TPU_OP_ABS: *vpu = 5; *eup = 1; break;            /* scaled hypot: a square root */
-    case TPU_OP_SIGN: *vpu = 8; *eup = 2; break;           /* abs, then two divides */
-    case TPU_OP_COMPARE: *vpu = 3; break;                  /* two compares and an and */
-    case TPU_OP_EXP: *vpu = 2 * 16 + 2; *eup = 1; break;   /* exp(re) (cos, sin)(im) */
-    case TPU_OP_EXPM1: *vpu = 2 * 16 + 6; *eup = 1; break;
-    case TPU_OP_LOG: case TPU_OP_LOG1P: *vpu = 5 + 20 + 2; *eup = 3; break; /* log|z|, atan2 */
-    case TPU_OP_SQRT: case TPU_OP_RSQRT: *vpu = 12; *eup = 3; break;
-    case TPU_OP_SINE: case TPU_OP_COSINE: *vpu = 4 * 16 + 6; *eup = 2; break; /* sin, cos, sinh, cosh */
-    case TPU_OP_TANH: case TPU_OP_TAN: case TPU_OP_LOGISTIC: *vpu = 4 * 16 + 17; *eup = 3; break;
-    case TPU_OP_POWER: *vpu = 27 + 6 + 34; *eup = 4; break; /* exp(y log x) */
-    default: *vpu = 2; break; /* add, subtract, negate, select, convert: one op per plane */
-  }
-}
-
-static int is_elementwise(tpu_opcode op) {
-  tpu_op_class c = tpu_op_class_of(op);
-  return c == TPU_CLS_UNARY || c == TPU_CLS_BINARY || c == TPU_CLS_TERNARY ||
-         op == TPU_OP_COMPARE || op == TPU_OP_SELECT || op == TPU_OP_CLAMP ||
-         op == TPU_OP_IS_FINITE || op == TPU_OP_CONVERT;
-}
+/* ---- Costs (docs/timing.md has the table and the reasons; per-op costs: op_cost.c) ---- */
 
 static int64_t ilog2_ceil(int64_t n) {
   int64_t r = 0;
   while (((int64_t)1 << r) < n && r < 62) r++;
   return r;
-}
-
-/* Elementwise operations of a scalar computation (a reducer or comparator). */
-static int64_t comp_ops(const tpu_comp *c) {
-  int64_t n = 0;
-  for (int i = 0; c && i < c->ninstrs; i++)
-    if (is_elementwise(c->instrs[i]->op)) n++;
-  return n ? n : 1;
 }
 
 typedef struct {
@@ -423,7 +343,7 @@ static int64_t param_reads(const tpu_instr *p) {
     for (int o = 0; o < u->noperands; o++) {
       if (u->operands[o] != p) continue;
       if (u->op == TPU_OP_BITCAST) n += param_reads(u);
-      else if (is_elementwise(u->op)) n++;
+      else if (tpu__is_elementwise(u->op)) n++;
     }
   }
   return n;
@@ -434,14 +354,14 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
   int64_t vr = value_vregs(be, in);
   double numel = s->dtype == TPU_TUPLE ? 0 : (double)tpu_shape_numel(s);
   double padded = (double)vr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes);
-  if (is_elementwise(in->op)) {
+  if (tpu__is_elementwise(in->op)) {
     int64_t v, e;
     tpu_dtype t = in->noperands ? in->operands[in->noperands - 1]->shape.dtype : s->dtype;
     if (tpu_dtype_is_complex(t) || tpu_dtype_is_complex(s->dtype)) {
       /* per complex element on its two planes: the planes' registers are counted once */
       const tpu_shape *cs = tpu_dtype_is_complex(s->dtype) ? s : &in->operands[in->noperands - 1]->shape;
       int64_t pairs = (tpu__vregs(be, cs) + 1) / 2;
-      complex_elem_cost(in->op, &v, &e);
+      tpu__complex_elem_cost(in->op, &v, &e);
       c->vpu += pairs * v;
       c->eup += pairs * e;
       c->flops += numel * (double)v;
@@ -449,8 +369,8 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       return;
     }
     /* a division by a constant runs as XLA's simplifier writes it: a multiply */
-    elem_cost(tpu__divides_by_constant(in) ? TPU_OP_MULTIPLY : in->op, t, &v, &e);
-    c->vpu += (elem_widened(in->op) ? eup_vregs(s, vr) : vr) * v;
+    tpu__elem_cost(tpu__divides_by_constant(in) ? TPU_OP_MULTIPLY : in->op, t, &v, &e);
+    c->vpu += (tpu__elem_widened(in->op) ? eup_vregs(s, vr) : vr) * v;
     c->eup += eup_vregs(s, vr) * e;
     c->flops += numel;
     c->padded_flops += padded;
@@ -465,7 +385,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       const tpu_shape *is = &in->operands[0]->shape;
       int64_t ivr = value_vregs(be, in->operands[0]);
       int n = in->noperands / 2;
-      int64_t ops = comp_ops(in->to_apply);
+      int64_t ops = tpu__comp_ops(in->to_apply);
       c->vpu += ivr * n * ops;
       int minor = 0;
       for (int i = 0; i < in->dimensions.n; i++)
@@ -483,7 +403,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
          * reduce-window of size 2n-1): one reduction of the input, then a broadcast */
         const tpu_shape *is = &in->operands[0]->shape;
         int64_t ivr = tpu__vregs(be, is), ovr = tpu__vregs(be, s);
-        int64_t ops = comp_ops(in->to_apply);
+        int64_t ops = tpu__comp_ops(in->to_apply);
         c->vpu += ivr * ops + ovr;
         c->xlu += ivr;
         c->flops += (double)tpu_shape_numel(is) * (double)ops;
@@ -498,7 +418,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
          * (one op more), and where the scan runs along a tiled dimension a relayout in and
          * one out (bench/fidelity/probes cumsum: its reduce-windows of 128 and carries).
          * Not a window's worth of ops per element. */
-        int64_t ovr = tpu__vregs(be, s), ops = comp_ops(in->to_apply);
+        int64_t ovr = tpu__vregs(be, s), ops = tpu__comp_ops(in->to_apply);
         c->vpu += ovr * ops * 2;
         if (sd >= s->rank - 2) c->xlu += 2 * ovr;
         c->flops += 2.0 * (double)tpu_shape_numel(s) * (double)ops;
@@ -507,7 +427,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       }
       const tpu_shape *os = in->op == TPU_OP_REDUCE_WINDOW ? s : &in->operands[0]->shape;
       int64_t ovr = tpu__vregs(be, os);
-      int64_t ops = in->op == TPU_OP_REDUCE_WINDOW ? comp_ops(in->to_apply) : 3;
+      int64_t ops = in->op == TPU_OP_REDUCE_WINDOW ? tpu__comp_ops(in->to_apply) : 3;
       c->vpu += ovr * win * ops;
       c->flops += (double)tpu_shape_numel(os) * (double)win * (double)ops;
       c->padded_flops += (double)ovr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)(win * ops);
@@ -528,7 +448,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
          * array (values, indices). */
         const tpu_shape *is = &in->operands[0]->shape;
         int64_t ivr = value_vregs(be, in->operands[0]);
-        int64_t n = in->noperands / 2, ops = comp_ops(tpu_custom_call_comp(in)) + n;
+        int64_t n = in->noperands / 2, ops = tpu__comp_ops(tpu_custom_call_comp(in)) + n;
         c->vpu += ivr * ops;
         c->flops += (double)tpu_shape_numel(is) * (double)ops;
         c->padded_flops += (double)ivr * (double)(be->chip->vector_sublanes * be->chip->vector_lanes) * (double)ops;
@@ -583,16 +503,16 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       return;
     }
     case TPU_OP_MAP:
-      c->vpu += vr * comp_ops(in->to_apply);
-      c->flops += numel * (double)comp_ops(in->to_apply);
-      c->padded_flops += padded * (double)comp_ops(in->to_apply);
+      c->vpu += vr * tpu__comp_ops(in->to_apply);
+      c->flops += numel * (double)tpu__comp_ops(in->to_apply);
+      c->padded_flops += padded * (double)tpu__comp_ops(in->to_apply);
       return;
     case TPU_OP_DYNAMIC_UPDATE_SLICE: /* in place: only the update's registers move */
       c->vpu += tpu__vregs(be, &in->operands[1]->shape);
       return;
     case TPU_OP_SCATTER: {
       const tpu_shape *us = &in->operands[in->noperands - 1]->shape;
-      c->vpu += tpu__vregs(be, us) * (1 + comp_ops(in->to_apply));
+      c->vpu += tpu__vregs(be, us) * (1 + tpu__comp_ops(in->to_apply));
       return;
     }
     case TPU_OP_FUSION: {

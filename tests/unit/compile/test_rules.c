@@ -392,7 +392,7 @@ static void against_compiler(void) {
  *
  * The ops the probes above do not reach, each alone over f32[4096,4096] (16,384 registers)
  * on v5e (4 vector ops and 2 EUP pushes per cycle): its VPU and EUP busy cycles are its
- * registers times its ops per register (tile.c elem_cost, docs/timing.md) over the rates, and
+ * registers times its ops per register (op_cost.c tpu__elem_cost, docs/timing.md) over the rates, and
  * under 4 % more (each tile's instruction rounds up its cycles). These are regression pins, not independent figures: a change to the table must
  * change the expected ops here, in the same commit, with its reason. */
 static void op_costs(void) {
