@@ -85,22 +85,13 @@ PY
 # rescaling of the running sum, a wrong mask and a missing one are caught.
 if python3 -c "import numpy" 2> /dev/null; then
   python3 - "$BIN" "$T" > "$T/chk" 2>&1 << 'PY' || fail "flash attention values: $(cat "$T/chk")"
-import glob, re, subprocess, sys
+import re, sys
 import numpy as np
 sys.path.insert(0, "tools/plan")
+sys.path.insert(0, "tests/cli/lib")
 import gen
+from plan_values import SMALL as m, rel, run_ref
 b, t = sys.argv[1:3]
-m = {"name": "t", "layers": 2, "d_model": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "mlp": 128, "mlp_kind": "swiglu",
-     "vocab": 256, "seq": 16, "batch_tokens": 128, "train_tokens": 1e6, "dtype": "f32", "optimizer": "sgd", "experts": 0}
-def inputs(text, tag):
-    ps = re.findall(r"= (\w+)\[([\d,]*)\][^ ]* parameter\((\d+)\)", text[text.index("ENTRY"):])
-    rng, files = np.random.default_rng(5), []
-    for dt, dims, i in sorted(ps, key=lambda x: int(x[2])):
-        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-        a = rng.integers(0, 16, shape).astype(np.int32) if dt == "s32" else (0.1 * rng.standard_normal(shape)).astype(np.float32)
-        np.save(f"{t}/{tag}_{i}.npy", a)
-        files += ["-i", f"{t}/{tag}_{i}.npy"]
-    return files
 def run(tag, remat, att, edit=None, causal=True, kernel=False):
     text = gen.Step(m, {"data": 1, "fsdp": 4, "tensor": 2, "micro": 1, "remat": remat, "attention": att, "kv_block": 4,
                         "causal": causal, "kernel": kernel}).module()
@@ -109,11 +100,7 @@ def run(tag, remat, att, edit=None, causal=True, kernel=False):
     if edit:
         assert edit[0] in text
         text = text.replace(*edit)
-    open(f"{t}/{tag}.hlo", "w").write(text)
-    subprocess.run([b, "run", f"{t}/{tag}.hlo", "--backend", "ref", *inputs(text, tag), "-o", f"{t}/{tag}", "--quiet"], check=True)
-    return [np.load(f) for f in sorted(glob.glob(f"{t}/{tag}/*.npy"))]
-def rel(x, y):
-    return max(float(np.max(np.abs(a - c)) / np.max(np.abs(a))) for a, c in zip(x, y))
+    return run_ref(b, t, tag, text)
 for remat in (False, True, "minimal"):
     for causal in (True, False):
         d, f = run("d", remat, "dot_product", causal=causal), run("f", remat, "flash", causal=causal)
