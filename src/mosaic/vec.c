@@ -186,6 +186,8 @@ static double un(const tpu_mo_op *op, tpu_dtype src, tpu_dtype dst, double x) {
     case TPU_MO_ABSI: return x < 0 ? -x : x;
     case TPU_MO_SIN: return sinf(f);
     case TPU_MO_COS: return cosf(f);
+    case TPU_MO_TAN: return tanf(f);
+    case TPU_MO_WEIRD: return isnan(x) || isinf(x) ? 1 : 0;
     case TPU_MO_FLOOR: return floor(x);
     case TPU_MO_CEIL: return ceil(x);
     case TPU_MO_ROUNDEVEN: return nearbyint(x);
@@ -219,7 +221,8 @@ static int is_unary(tpu_mo_code c) {
     case TPU_MO_EXPM1: case TPU_MO_LOGISTIC: case TPU_MO_CTPOP: case TPU_MO_CTLZ: case TPU_MO_EXTF:
     case TPU_MO_TRUNCF: case TPU_MO_TEXTF: case TPU_MO_TTRUNCF: case TPU_MO_SITOFP: case TPU_MO_EXTSI:
     case TPU_MO_TRUNCI: case TPU_MO_INDEX_CAST: case TPU_MO_UITOFP: case TPU_MO_EXTUI: case TPU_MO_INDEX_CASTUI:
-    case TPU_MO_FPTOSI: case TPU_MO_TFPTOSI: case TPU_MO_FPTOUI: case TPU_MO_RECIP:
+    case TPU_MO_FPTOSI: case TPU_MO_TFPTOSI: case TPU_MO_FPTOUI: case TPU_MO_RECIP: case TPU_MO_TAN:
+    case TPU_MO_WEIRD:
       return 1;
     default: return 0;
   }
@@ -229,7 +232,7 @@ static int is_eup(tpu_mo_code c) {
   switch (c) {
     case TPU_MO_EXP: case TPU_MO_EXP2: case TPU_MO_LOG: case TPU_MO_LOG1P: case TPU_MO_SQRT: case TPU_MO_RSQRT:
     case TPU_MO_TANH: case TPU_MO_SIN: case TPU_MO_COS: case TPU_MO_ERF: case TPU_MO_EXPM1: case TPU_MO_LOGISTIC:
-    case TPU_MO_POWF: case TPU_MO_ATAN2: case TPU_MO_DIVF: case TPU_MO_RECIP:
+    case TPU_MO_POWF: case TPU_MO_ATAN2: case TPU_MO_DIVF: case TPU_MO_RECIP: case TPU_MO_TAN:
       return 1;
     default: return 0;
   }

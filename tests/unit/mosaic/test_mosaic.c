@@ -45,7 +45,9 @@ static const char *const k_cases[] = {
     "user_r6_reciprocal_rownorm_f32_128x256", "user_r6_take_along_lanes_f32_8x128",
     "user_r6_element_offsets_rows_f32_4x8x128",
     /* jnp.isnan in a kernel: arith.cmpf one, the TPU's unordered not-equal (false on NaN before) */
-    "user_r7_nan_inf_clean_f32_16x128", NULL};
+    "user_r7_nan_inf_clean_f32_16x128",
+    /* bench/pallas/bulk.py: math.tan and tpu.weird (jnp.isfinite on infinities and NaN), refused before */
+    "bulk_ew_tan_f32_32x256_b8x128", "bulk_ew_isfin_f32_32x256_b8x128", NULL};
 
 static char g_src[1024];
 
