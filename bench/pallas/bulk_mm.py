@@ -138,6 +138,8 @@ def cases():
         if acc == "out" and ot != at:
             continue  # accumulating into a narrower output block is not the pattern
         size = SIZES[c % len(SIZES)]
+        if lay == "tn" and size[3] % 128:  # A^T's block has bm on lanes: a multiple of 128
+            size = next(s for d in range(len(SIZES)) for s in [SIZES[(c + d) % len(SIZES)]] if s[3] % 128 == 0)
         order = ORDERS[(c // 2) % 2]
         sem = SEMS[c % 3]
         epi = EPIS[(c // 3) % 3] if acc != "out" else "none"

@@ -76,7 +76,7 @@ static int elem_type(const char *s, size_t n, tpu_mo_type *t) {
       {"i1", TPU_PRED}, {"i8", TPU_S8}, {"i16", TPU_S16}, {"i32", TPU_S32}, {"i64", TPU_S64},
       {"ui8", TPU_U8}, {"ui32", TPU_U32}, {"si32", TPU_S32}, {"index", TPU_S64}, {"f32", TPU_F32},
       {"bf16", TPU_BF16}, {"f16", TPU_F16}, {"f64", TPU_F64}, {"sem", TPU_S32}, {"dsem", TPU_S32},
-      {"i4", TPU_S8}, {"f8E4M3FN", TPU_F32}, {"f8E5M2", TPU_F32}};
+      {"i4", TPU_S8}, {"f8E4M3FN", TPU_F8E4M3FN}, {"f8E5M2", TPU_F8E5M2}};
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
     if (strlen(k[i].m) == n && !strncmp(s, k[i].m, n)) {
       t->dt = k[i].dt;

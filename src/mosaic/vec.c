@@ -22,6 +22,7 @@ double tpu__mo_round(tpu_dtype dt, double x) {
     case TPU_BF16: return (double)tpu_bf16_to_f32(tpu_bf16_from_f64(x));
     case TPU_F16: return (double)tpu_f16_to_f32(tpu_f16_from_f64(x));
     case TPU_F64: return x;
+    case TPU_F8E4M3FN: case TPU_F8E5M2: return (double)tpu_f8_to_f32(tpu_f8_from_f64(x, dt == TPU_F8E4M3FN), dt == TPU_F8E4M3FN);
     case TPU_PRED: return x != 0;
     default: break;
   }
@@ -624,27 +625,64 @@ static tpu_status concat(mo_ctx *c, const tpu_mo_op *op, int times) {
   return r ? TPU_OK : st;
 }
 
+/* The bits of x held as a value of dt, and back. */
+static uint64_t bits_of(tpu_dtype dt, double x) {
+  if (dt == TPU_F32) return tpu_f32_bits((float)x);
+  if (dt == TPU_BF16) return tpu_bf16_from_f32((float)x).bits;
+  if (dt == TPU_F16) return tpu_f16_from_f64(x).bits;
+  if (tpu_dtype_is_f8(dt)) return tpu_f8_from_f64(x, dt == TPU_F8E4M3FN).bits;
+  return as_u(dt, x);
+}
+
+static double from_bits(tpu_dtype dt, uint64_t bits) {
+  if (dt == TPU_F32) return tpu_f32_from_bits((uint32_t)bits);
+  if (dt == TPU_BF16) return tpu_bf16_to_f32((tpu_bf16){(uint16_t)bits});
+  if (dt == TPU_F16) return tpu_f16_to_f32((tpu_f16){(uint16_t)bits});
+  if (tpu_dtype_is_f8(dt)) return tpu_f8_to_f32((tpu_f8){(uint8_t)bits}, dt == TPU_F8E4M3FN);
+  return tpu__mo_round(dt, (double)(int64_t)bits);
+}
+
+/* arith.bitcast / tpu.bitcast (pltpu.bitcast, lax.bitcast_convert_type): the same bits in
+ * another type. Between widths (tpu.bitcast only) the second-minor dimension scales by the
+ * width ratio, as Pallas defines it (its bitcast_p: rows packed, the TPU's sublane packing):
+ * narrow to wide, p = wide/narrow consecutive rows r*p .. r*p+p-1 of a column form row r's
+ * word, row r*p+k in bits k*narrow up (little-endian, lax.bitcast_convert_type's order); wide
+ * to narrow the reverse. */
 static tpu_status bitcast(mo_ctx *c, const tpu_mo_op *op) {
   const mo_val *s = in(c, op, 0);
   const tpu_mo_type *t = &op->rest[0];
-  if (tpu_dtype_size(s->dt) != tpu_dtype_size(t->dt) || tpu__mo_numel(s->rank, s->dims) != tpu__mo_numel(t->rank, t->dims))
-    return tpu__mo_fail(c, op, TPU_ERR_UNSUPPORTED, "a bitcast that changes the element width is not modelled");
-  int64_t n = tpu__mo_numel(t->rank, t->dims);
+  int sw = width(s->dt), tw = width(t->dt);
+  int64_t n = tpu__mo_numel(t->rank, t->dims), ns = tpu__mo_numel(s->rank, s->dims);
+  int same = sw == tw && n == ns;
+  int ok = same;
+  if (!same && s->rank >= 2 && s->rank == t->rank && sw % 8 == 0 && tw % 8 == 0) {
+    ok = s->dims[s->rank - 2] * sw == t->dims[t->rank - 2] * tw;
+    for (int i = 0; i < s->rank; i++) ok &= i == s->rank - 2 || s->dims[i] == t->dims[i];
+  }
+  if (!ok)
+    return tpu__mo_fail(c, op, TPU_ERR_UNSUPPORTED, "a bitcast from %s to %s of other than the second-minor dimension",
+                        tpu_dtype_name(s->dt), tpu_dtype_name(t->dt));
   double *tmp = tpu_malloc(sizeof *tmp * (size_t)(n + 1));
   if (!tmp) return tpu__mo_fail(c, op, TPU_ERR_NOMEM, "out of memory");
-  for (int64_t e = 0; e < n; e++) {
-    double x = s->v[e];
-    uint64_t bits;
-    if (s->dt == TPU_F32) bits = tpu_f32_bits((float)x);
-    else if (s->dt == TPU_BF16) bits = tpu_bf16_from_f32((float)x).bits;
-    else if (s->dt == TPU_F16) bits = tpu_f16_from_f64(x).bits;
-    else bits = as_u(s->dt, x);
-    double y;
-    if (t->dt == TPU_F32) y = tpu_f32_from_bits((uint32_t)bits);
-    else if (t->dt == TPU_BF16) y = tpu_bf16_to_f32((tpu_bf16){(uint16_t)bits});
-    else if (t->dt == TPU_F16) y = tpu_f16_to_f32((tpu_f16){(uint16_t)bits});
-    else y = tpu__mo_round(t->dt, (double)(int64_t)bits);
-    tmp[e] = y;
+  if (same) {
+    for (int64_t e = 0; e < n; e++) tmp[e] = from_bits(t->dt, bits_of(s->dt, s->v[e]));
+  } else {
+    int64_t cols = t->dims[t->rank - 1], trows = t->dims[t->rank - 2], srows = s->dims[s->rank - 2];
+    int64_t lead = n / (trows * cols);
+    int p = sw < tw ? tw / sw : sw / tw;
+    uint64_t tmask = tw >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << tw) - 1;
+    for (int64_t l = 0; l < lead; l++)
+      for (int64_t r = 0; r < trows; r++)
+        for (int64_t col = 0; col < cols; col++) {
+          uint64_t b = 0;
+          if (sw < tw) { /* p source rows into one word */
+            for (int k = 0; k < p; k++)
+              b |= bits_of(s->dt, s->v[(l * srows + r * p + k) * cols + col]) << (k * sw);
+          } else { /* part r % p of source row r / p */
+            b = (bits_of(s->dt, s->v[(l * srows + r / p) * cols + col]) >> ((r % p) * tw)) & tmask;
+          }
+          tmp[(l * trows + r) * cols + col] = from_bits(t->dt, b);
+        }
   }
   tpu_status st = TPU_OK;
   double *r = res(c, op, 0, &st);
