@@ -280,6 +280,33 @@ static void compiled_loop_counter(void) {
   tpu_module_free(m);
 }
 
+/* A reshape between a vector and rows of whole lanes is a bitcast (tile.c lane_rows): the
+ * TPU tiles a vector as 8 rows of 128 lanes in order, so f32[1024] and f32[8,128] (or
+ * [1,8,128], or [3,128] and [384]) hold the same bytes; the compiler's scan of bf16[1024]
+ * reads it as [8,128] through a `bitcast`. One that splits the lanes otherwise ([4,256]) or
+ * whose rows are not whole tiles under a major dimension ([2,4,128]) is a kernel. */
+static void vector_row_reshape(void) {
+  static const struct { const char *from, *to; int kernels; } k[] = {
+      {"f32[1024]", "f32[8,128]", 0}, {"f32[8,128]", "f32[1024]", 0}, {"f32[1024]", "f32[2,4,128]", 1},
+      {"f32[384]", "f32[3,128]", 0},  {"f32[2,8,128]", "f32[2048]", 0}, {"f32[1024]", "f32[4,256]", 1},
+      {"f32[768]", "f32[2,3,128]", 1}, {"f32[1024]", "f32[1,8,128]", 0},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    char src[300];
+    snprintf(src, sizeof src, "HloModule v\nENTRY e {\n  x = %s parameter(0)\n  ROOT r = %s reshape(x)\n}\n",
+             k[i].from, k[i].to);
+    tpu_module *m;
+    tpu_program *p = compile_src(src, &m);
+    CHECK(p != NULL);
+    if (p) {
+      printf("reshape %s -> %s: %d kernel(s)\n", k[i].from, k[i].to, p->nops);
+      CHECK_EQ_INT(p->nops, k[i].kernels);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   free_intermediate_layout();
@@ -289,5 +316,6 @@ int main(void) {
   reduce_rows_padded_widened();
   scan_step_kernel();
   compiled_loop_counter();
+  vector_row_reshape();
   CHECK_DONE();
 }
