@@ -5,6 +5,7 @@
 #include "base/alloc.h"
 #include "ir/collective.h"
 #include "ir/custom_call.h"
+#include "ir/layout.h"
 #include "ref/fused.h"
 #include "ref/ref_int.h"
 
@@ -12,8 +13,38 @@
 
 /* What a call of a computation needs that does not depend on the values (computed at its
  * first call in a run, then reused by every call: a loop body's iterations). */
+/* How the call loop runs an instruction (decided once per plan from the instruction alone). */
+enum {
+  ST_PARAM,  /* borrows argument `index` */
+  ST_CONST,  /* borrows the literal */
+  ST_INL,    /* evaluated inside its user's fused tree */
+  ST_GTE,    /* get-tuple-element (not the root): borrows or takes the element */
+  ST_TUPLE,  /* moves or copies its operands */
+  ST_FUSED,  /* the root of a fused elementwise tree (ref/fused.h) */
+  ST_KERNEL, /* calls `k` on its operands: what eval would call, with nothing to decide first */
+  ST_EVAL,   /* eval (control flow, custom calls, mixed float types, hooks) */
+  ST_ASYNC,  /* an async collective start */
+  ST_MOVE    /* a reshape (or copy, row-major bitcast) that keeps the element type: takes its operand's
+              * buffer when the operand is read here for the last time, else runs `k` */
+};
+
+/* One instruction of a plan's order: what the call loop reads instead of the instruction
+ * (1,240 bytes, its fields on several cache lines), with the ids of its operands and of the
+ * values released after it (its operands; a fused tree's leaves) in the plan's ids[]. */
+typedef struct plan_step {
+  const tpu_instr *in;
+  tpu_ref_kernel k; /* ST_KERNEL */
+  int id, kind;
+  int index;        /* ST_PARAM: the argument; ST_GTE: the element */
+  int nops, ops;    /* operand ids: ids[ops .. ops + nops) */
+  int nrel, rel;    /* released after it runs: ids[rel .. rel + nrel) */
+  size_t nbytes;    /* ST_MOVE: the result's bytes */
+} plan_step;
+
 typedef struct comp_plan {
   const tpu_comp *c;
+  plan_step *steps; /* one per c->order entry */
+  int *ids;
   int *uses;    /* each instruction's reads in this computation */
   uint8_t *inl; /* inlined into a fused elementwise tree (ref/fused.h) */
   int maxops;   /* the most operands of an instruction */
@@ -374,6 +405,37 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "%s cannot run '%s'", tpu__ref_who(ip), tpu_op_name(in->op));
 }
 
+/* The kernel eval calls for `in` when it has nothing else to decide (no mixed float types,
+ * not one of the ops eval's switch runs itself, not a collective); NULL otherwise. Keep in
+ * step with eval. */
+static tpu_ref_kernel direct_kernel(const tpu_instr *in) {
+  tpu_dtype w;
+  if (in->noperands <= 3 && tpu_instr_mixed_float(in, &w)) return NULL;
+  switch (in->op) {
+    case TPU_OP_TUPLE:
+    case TPU_OP_GET_TUPLE_ELEMENT:
+    case TPU_OP_CALL:
+    case TPU_OP_FUSION:
+    case TPU_OP_WHILE:
+    case TPU_OP_CONDITIONAL:
+    case TPU_OP_OPT_BARRIER:
+    case TPU_OP_ADD_DEPENDENCY:
+    case TPU_OP_COPY_START:
+    case TPU_OP_COPY_DONE:
+    case TPU_OP_SLICE_START:
+    case TPU_OP_SLICE_DONE:
+    case TPU_OP_CUSTOM_CALL:
+    case TPU_OP_AFTER_ALL:
+    case TPU_OP_PARTITION_ID:
+    case TPU_OP_REPLICA_ID:
+    case TPU_OP_DOT:
+    case TPU_OP_CONVOLUTION: return NULL;
+    default: break;
+  }
+  if (tpu_op_class_of(in->op) == TPU_CLS_COLLECTIVE) return NULL;
+  return tpu__ref_kernel_of(in->op);
+}
+
 /* AsyncCollectiveStart: the tuple (the collective's operand, its result, zeroed state). */
 static tpu_status async_start(const tpu_instr *in, const tpu_tensor *operand, const tpu_tensor *result, tpu_tensor *out,
                               tpu_diag *d) {
@@ -397,8 +459,8 @@ typedef struct {
 } frame;
 
 /* One use of operand o is done: its value is freed after its last. */
-static void release(frame *f, const tpu_comp *c, const tpu_instr *o) {
-  if (--f->uses[o->id] == 0 && o != c->root) tpu_tensor_free(&f->own[o->id]);
+static inline void release_id(frame *f, int o, int root) {
+  if (--f->uses[o] == 0 && o != root) tpu_tensor_free(&f->own[o]);
 }
 
 static size_t plan_slot(const tpu_comp *c, int cap) {
@@ -415,6 +477,8 @@ static void plan_free(comp_plan *pl) {
   if (pl->fval)
     for (int i = 0; i <= pl->c->ninstrs; i++) tpu_tensor_free(&pl->fval[i]);
   tpu_free(pl->fval);
+  tpu_free(pl->steps);
+  tpu_free(pl->ids);
   tpu_free(pl->fold);
   tpu_free(pl->uses);
   tpu_free(pl->inl);
@@ -454,6 +518,81 @@ static void fold_plan(tpu_interp *ip, comp_plan *pl) {
     return;
   }
   pl->fold = fold;
+}
+
+/* An op whose result is its operand's elements in the same order and type (the movement
+ * kernel copies them: ref/movement.c same_elements): a reshape, a copy, a bitcast between
+ * row-major layouts, none of them changing the element type. */
+static int same_elements_op(const tpu_instr *in) {
+  if (in->noperands != 1 || !tpu_dtype_is_array(in->shape.dtype)) return 0;
+  const tpu_shape *xs = &in->operands[0]->shape;
+  if (xs->dtype != in->shape.dtype || tpu_instr_moves_and_converts(in)) return 0;
+  if (tpu_shape_numel(xs) != tpu_shape_numel(&in->shape) || tpu_shape_numel(xs) < 0) return 0;
+  if (in->op == TPU_OP_RESHAPE || in->op == TPU_OP_COPY) return 1;
+  if (in->op != TPU_OP_BITCAST) return 0;
+  tpu_layout rl, xl;
+  tpu_diag d;
+  return tpu_layout_read(&in->shape, in->loc, &rl, &d) == TPU_OK && tpu_layout_read(xs, in->loc, &xl, &d) == TPU_OK &&
+         tpu_layout_is_row_major(&in->shape, &rl) && tpu_layout_is_row_major(xs, &xl);
+}
+
+/* Fills pl->steps and pl->ids from c->order, pl->inl and pl->fold (final by now). */
+static tpu_status plan_steps(comp_plan *pl) {
+  const tpu_comp *c = pl->c;
+  size_t nids = 0;
+  const tpu_instr *leaves[96];
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    nids += 2 * (size_t)in->noperands + 1;
+    if (!pl->inl[in->id] && tpu__ref_fusible(in)) nids += (size_t)tpu__ref_fused_leaves(in, pl->inl, leaves);
+  }
+  pl->steps = tpu_calloc((size_t)(c->norder ? c->norder : 1), sizeof *pl->steps);
+  pl->ids = tpu_malloc((nids ? nids : 1) * sizeof *pl->ids);
+  if (!pl->steps || !pl->ids) return TPU_ERR_NOMEM;
+  int *ids = pl->ids, at = 0;
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    plan_step *s = &pl->steps[i];
+    s->in = in;
+    s->id = in->id;
+    s->index = (int)in->index;
+    s->nops = in->noperands;
+    s->ops = at;
+    for (int k = 0; k < in->noperands; k++) ids[at++] = in->operands[k]->id;
+    s->rel = s->ops; /* by default the operands */
+    s->nrel = s->nops;
+    if (in->op == TPU_OP_PARAMETER) {
+      s->kind = ST_PARAM;
+    } else if (in->op == TPU_OP_CONSTANT) {
+      s->kind = ST_CONST;
+    } else if (pl->inl[in->id]) {
+      s->kind = ST_INL;
+    } else if (in->op == TPU_OP_GET_TUPLE_ELEMENT && in != c->root) {
+      s->kind = ST_GTE;
+    } else if (in->op == TPU_OP_TUPLE) {
+      s->kind = ST_TUPLE;
+    } else if (tpu__ref_fusible(in)) {
+      s->kind = ST_FUSED;
+      int nl = tpu__ref_fused_leaves(in, pl->inl, leaves);
+      s->rel = at;
+      s->nrel = nl;
+      for (int k = 0; k < nl; k++) ids[at++] = leaves[k]->id;
+    } else if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) {
+      s->kind = ST_ASYNC;
+      s->rel = at;
+      s->nrel = in->noperands + 1;
+      for (int k = 0; k < in->noperands; k++) ids[at++] = in->operands[k]->id;
+      ids[at++] = in->operands[0]->operands[0]->id;
+    } else {
+      s->k = direct_kernel(in);
+      s->kind = s->k ? ST_KERNEL : ST_EVAL;
+      if (s->k && same_elements_op(in)) {
+        s->kind = ST_MOVE;
+        s->nbytes = (size_t)tpu_shape_numel(&in->shape) * tpu_dtype_size(in->shape.dtype);
+      }
+    }
+  }
+  return TPU_OK;
 }
 
 /* The plan of computation c in this run: from the run's table, or made now. NULL when out of
@@ -505,6 +644,10 @@ static comp_plan *plan_of(tpu_interp *ip, const tpu_comp *c) {
   if (pl->fold) /* a folded value is read, not recomputed inside a tree */
     for (int i = 0; i < n; i++)
       if (pl->fold[i]) pl->inl[i] = 0;
+  if (plan_steps(pl) != TPU_OK) {
+    plan_free(pl);
+    return NULL;
+  }
   size_t j = plan_slot(c, ip->capplans);
   while (ip->plans[j]) j = (j + 1) & (size_t)(ip->capplans - 1);
   ip->plans[j] = pl;
@@ -575,61 +718,64 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
   uint8_t *fold = pl->fold;
   tpu_status st = TPU_OK;
   ip->depth++;
+  const plan_step *steps = pl->steps;
+  const int *ids = pl->ids, rootid = c->root->id;
   for (int i = 0; st == TPU_OK && i < c->norder; i++) {
-    const tpu_instr *in = c->order[i];
-    int id = in->id;
-    if (in->op == TPU_OP_PARAMETER) {
-      if (!value_matches(args[in->index], &in->shape)) {
-        st = TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "argument %lld of '%s' does not match the parameter's shape",
-                      (long long)in->index, c->name);
-        break;
-      }
-      f.val[id] = args[in->index];
-      continue;
+    const plan_step *sp = &steps[i];
+    const int id = sp->id;
+    const int *rel = ids + sp->rel;
+    switch (sp->kind) {
+      case ST_PARAM:
+        if (!value_matches(args[sp->index], &sp->in->shape)) {
+          st = TPU_FAIL(d, TPU_ERR_INVALID, sp->in->loc, "argument %d of '%s' does not match the parameter's shape",
+                        sp->index, c->name);
+          break;
+        }
+        f.val[id] = args[sp->index];
+        continue;
+      case ST_CONST: f.val[id] = sp->in->literal; continue;
+      case ST_INL: continue; /* evaluated inside its user's tree */
+      default: break;
     }
-    if (in->op == TPU_OP_CONSTANT) {
-      f.val[id] = in->literal;
-      continue;
-    }
-    if (inl[id]) continue; /* evaluated inside its user's tree */
+    if (st != TPU_OK) break;
     if (fold && fold[id] == 2) { /* computed at an earlier call */
       f.val[id] = &pl->fval[id];
-      for (int k = 0; k < in->noperands; k++) release(&f, c, in->operands[k]);
+      for (int k = 0; k < sp->nrel; k++) release_id(&f, rel[k], rootid);
       continue;
     }
-    if (in->op == TPU_OP_GET_TUPLE_ELEMENT && in != c->root) {
+    const tpu_instr *in = sp->in;
+    if (sp->kind == ST_GTE) {
       /* An element of a borrowed tuple is borrowed too (it lives as long as the call's
        * arguments); an owned tuple read here for the last time gives its element up. */
-      const tpu_instr *o = in->operands[0];
-      const tpu_tensor *tv = f.val[o->id];
-      int borrow = tv != &f.own[o->id], take = !borrow && f.uses[o->id] == 1 && o != c->root;
+      const int o = ids[sp->ops];
+      const tpu_tensor *tv = f.val[o];
+      int borrow = tv != &f.own[o], take = !borrow && f.uses[o] == 1 && o != rootid;
       if (borrow || take) {
         if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
         if (borrow) {
-          f.val[id] = &tv->elems[in->index];
+          f.val[id] = &tv->elems[sp->index];
         } else {
-          f.own[id] = f.own[o->id].elems[in->index];
-          tpu_tensor_zero(&f.own[o->id].elems[in->index]);
+          f.own[id] = f.own[o].elems[sp->index];
+          tpu_tensor_zero(&f.own[o].elems[sp->index]);
           f.val[id] = &f.own[id];
         }
-        release(&f, c, o);
+        release_id(&f, o, rootid);
         if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
         continue;
       }
-    }
-    if (in->op == TPU_OP_TUPLE) {
+    } else if (sp->kind == ST_TUPLE) {
       /* Operands read here for the last time move into the tuple instead of being copied. */
       if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
-      st = tpu_tensor_alloc_tuple(&f.own[id], in->noperands, d);
-      for (int k = 0; st == TPU_OK && k < in->noperands; k++) {
-        const tpu_instr *o = in->operands[k];
-        if (f.val[o->id] == &f.own[o->id] && f.uses[o->id] == 1 && o != c->root) {
-          f.own[id].elems[k] = f.own[o->id];
-          tpu_tensor_zero(&f.own[o->id]);
+      st = tpu_tensor_alloc_tuple(&f.own[id], sp->nops, d);
+      for (int k = 0; st == TPU_OK && k < sp->nops; k++) {
+        const int o = ids[sp->ops + k];
+        if (f.val[o] == &f.own[o] && f.uses[o] == 1 && o != rootid) {
+          f.own[id].elems[k] = f.own[o];
+          tpu_tensor_zero(&f.own[o]);
         } else {
-          st = tpu_tensor_clone(&f.own[id].elems[k], f.val[o->id], d);
+          st = tpu_tensor_clone(&f.own[id].elems[k], f.val[o], d);
         }
-        release(&f, c, o);
+        release_id(&f, o, rootid);
       }
       if (st != TPU_OK) {
         tpu_tensor_free(&f.own[id]);
@@ -638,29 +784,44 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
       f.val[id] = &f.own[id];
       continue;
-    }
-    if (tpu__ref_fusible(in)) {
+    } else if (sp->kind == ST_FUSED) {
       if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
       st = tpu__ref_fused_eval(in, inl, f.val, &f.own[id], d);
       if (st != TPU_OK) break;
       if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
       f.val[id] = fold && fold[id] ? keep_folded(ip, pl, &f, id) : &f.own[id];
-      const tpu_instr *leaves[96];
-      int nl = tpu__ref_fused_leaves(in, inl, leaves);
-      for (int k = 0; k < nl; k++) release(&f, c, leaves[k]);
+      for (int k = 0; k < sp->nrel; k++) release_id(&f, rel[k], rootid);
       continue;
     }
-    for (int k = 0; k < in->noperands; k++) opv[k] = f.val[in->operands[k]->id];
+    const int *ops = ids + sp->ops;
+    if (sp->kind == ST_MOVE) {
+      const int o = ops[0];
+      tpu_tensor *x = &f.own[o];
+      if (f.val[o] == x && f.uses[o] == 1 && o != rootid && x->dtype == in->shape.dtype && x->nbytes == sp->nbytes &&
+          !(fold && fold[id])) { /* the operand's buffer, with the result's dims */
+        if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
+        f.own[id] = *x;
+        tpu_tensor_zero(x);
+        f.own[id].rank = in->shape.rank;
+        for (int k = 0; k < in->shape.rank; k++) f.own[id].dims[k] = in->shape.dims[k];
+        f.val[id] = &f.own[id];
+        release_id(&f, o, rootid);
+        if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
+        continue;
+      }
+    }
+    for (int k = 0; k < sp->nops; k++) opv[k] = f.val[ops[k]];
     if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
-    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) /* (the collective's operand, its result, state 0) */
-      st = async_start(in, f.val[in->operands[0]->operands[0]->id], opv[0], &f.own[id], d);
+    if (sp->kind == ST_KERNEL || sp->kind == ST_MOVE)
+      st = sp->k(ip, in, opv, &f.own[id], d);
+    else if (sp->kind == ST_ASYNC) /* (the collective's operand, its result, state 0) */
+      st = async_start(in, f.val[rel[sp->nrel - 1]], opv[0], &f.own[id], d);
     else
       st = eval(ip, in, opv, &f.own[id], d);
     if (st != TPU_OK) break;
     if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
     f.val[id] = fold && fold[id] ? keep_folded(ip, pl, &f, id) : &f.own[id];
-    for (int k = 0; k < in->noperands; k++) release(&f, c, in->operands[k]);
-    if (tpu_custom_call_kind(in) == TPU_CC_ASYNC_START) release(&f, c, in->operands[0]->operands[0]);
+    for (int k = 0; k < sp->nrel; k++) release_id(&f, rel[k], rootid);
   }
   ip->depth--;
   if (st == TPU_OK) {
