@@ -434,6 +434,41 @@ static int64_t state_member_bytes(const tpu__be *be, const tpu_instr *x) {
   return (tpu__value_bytes(be, x, &x->shape) + 511) / 512 * 512;
 }
 
+/* A loop state element the body writes as one result of a multi-output kernel (a scan's
+ * stack updated in place by a dynamic-update-slice fused with the step's other outputs,
+ * since 878dbf51): the kernel's results stay together (tpu__assign_vmem), so the state's
+ * slot holds all of them. g: the get-tuple-element of the kernel f in the body. *all: the
+ * kernel's bytes (every result). Returns the element's bytes, or 0 when the kernel does not
+ * qualify: every result array, each in VMEM where a compiled program put it, each read only
+ * as state_readers_ok allows (*hi: their last reader). */
+static int64_t state_leaf_bytes(const tpu__be *be, const tpu_instr *g, const tpu_instr *root, int slot, int64_t *all,
+                                int64_t *hi) {
+  const tpu_instr *f = g->operands[0];
+  const tpu__kinfo *k = tpu__be_info(be, f);
+  if (f->op != TPU_OP_FUSION || !k || !is_kernel(k) || !k->own || k->vres || k->pos <= 0 || k->nleaves < 2 ||
+      f->shape.dtype != TPU_TUPLE || g->index < 0 || g->index >= k->nleaves)
+    return 0;
+  int64_t mine = 0, sum = 0;
+  for (int l = 0; l < k->nleaves; l++) {
+    const tpu_shape *ls = tpu__leaf(&f->shape, l);
+    if (!ls || !tpu_dtype_is_array(ls->dtype) || (ls->layout_tail && !tpu__in_vmem(ls))) return 0;
+    int64_t b = (tpu__value_bytes(be, f, ls) + 511) / 512 * 512;
+    sum += b;
+    if (l == g->index) mine = b;
+  }
+  const tpu_comp *c = f->parent;
+  for (int i = 0; i < c->ninstrs; i++) { /* each result: read by element, as state allows */
+    const tpu_instr *u = c->instrs[i];
+    for (int o = 0; o < u->noperands; o++)
+      if (u->operands[o] == f && u->op != TPU_OP_GET_TUPLE_ELEMENT) return 0;
+    if (u->op != TPU_OP_GET_TUPLE_ELEMENT || u->operands[0] != f) continue;
+    if (!state_readers_ok(be, u, root, u->index == g->index ? slot : -1, hi, 0))
+      return 0;
+  }
+  *all = sum;
+  return mine;
+}
+
 /* The loop state (XLA's memory-space assignment places a while loop's state in alternate
  * memory as one: the loop's input, its body's parameter, what the body returns and the
  * loop's result, the buffers buffer-assign's loop_state joins): a state element that a
@@ -458,7 +493,8 @@ static int loop_state_cands(tpu__be *be, int64_t np, cand *c, int nc, const int 
       if (r->op != TPU_OP_TUPLE || r->noperands != x->noperands) continue;
       for (int e = 0; e < x->noperands; e++) {
         const tpu_instr *xo = result_of(x->operands[e]), *vo = result_of(r->operands[e]);
-        if (xo != x->operands[e] || vo != r->operands[e] || vo->parent != w->body) continue;
+        if (xo != x->operands[e] || (vo != r->operands[e] && vo->op != TPU_OP_FUSION) || vo->parent != w->body)
+          continue;
         int dup = 0; /* an earlier element of the same input: its candidate covers this one */
         for (int f = 0; f < e; f++) dup |= x->operands[f] == xo;
         if (dup) continue;
@@ -479,6 +515,7 @@ static int loop_state_cands(tpu__be *be, int64_t np, cand *c, int nc, const int 
                   g->operands[0] == w->body->params[0] && g->index == f;
         }
         k.nslot = 1;
+        int64_t slot_bytes = size;
         for (int f = e; f < x->noperands && ok; f++) {
           if (x->operands[f] != xo) continue;
           const tpu_instr *vf = r->operands[f];
@@ -486,20 +523,28 @@ static int loop_state_cands(tpu__be *be, int64_t np, cand *c, int nc, const int 
             ok = loop_elem_ok(be, w, f, 1, &k.hi, 0);
             continue;
           }
-          const tpu__kinfo *kv = tpu__be_info(be, vf);
+          const tpu_instr *vk = result_of(vf);
+          const tpu__kinfo *kv = tpu__be_info(be, vk);
           /* the body rewrites it (in place: buffer-assign's loop_state joins the two, its
-           * input dying into the loop) and every reader reads it as a kernel */
-          ok = result_of(vf) == vf && vf->parent == w->body && state_member_bytes(be, vf) == size &&
-               kx->last_use <= kv->pos && k.nmem < MAX_MEM && state_readers_ok(be, vf, r, f, &k.hi, 0) &&
-               loop_elem_ok(be, w, f, 0, &k.hi, 0);
+           * input dying into the loop) and every reader reads it as a kernel; written alone
+           * or as one result of a multi-output kernel, whose other results then share the
+           * slot (state_leaf_bytes) */
+          int64_t all = size;
+          if (vk == vf)
+            ok = vf->parent == w->body && state_member_bytes(be, vf) == size && state_readers_ok(be, vf, r, f, &k.hi, 0);
+          else
+            ok = vf->op == TPU_OP_GET_TUPLE_ELEMENT && vk->parent == w->body &&
+                 state_leaf_bytes(be, vf, r, f, &all, &k.hi) == size;
+          ok = ok && kv && kx->last_use <= kv->pos && k.nmem < MAX_MEM && loop_elem_ok(be, w, f, 0, &k.hi, 0);
           if (!ok) break;
           int slot = !pass && !k.nmem ? 0 : k.nslot++;
-          k.mem[k.nmem] = tpu__be_index(be, vf);
+          if (all > slot_bytes) slot_bytes = all;
+          k.mem[k.nmem] = tpu__be_index(be, vk);
           k.smem[k.nmem++] = slot;
-          k.benefit += (double)size * (1.0 + nuse[tpu__be_index(be, vf)]);
+          k.benefit += (double)size * (1.0 + nuse[tpu__be_index(be, vk)]);
         }
         if (!ok || k.hi >= np) continue;
-        k.size = size * k.nslot;
+        k.size = slot_bytes * k.nslot;
         k.benefit += (double)size * (1.0 + nuse[k.idx]);
         c[nc++] = k;
       }

@@ -443,6 +443,67 @@ static void loop_state_in_vmem(void) {
   tpu_module_free(m);
 }
 
+/* The same scan with its step fused as the compiler fuses it (878dbf51): one multi-output
+ * kernel writes the carried activation and updates the stack in place. The kernel's results
+ * stay together, so the loop state's slot holds both and the 4 MiB stack stays in VMEM
+ * (bench/spmd fsdp_scan_step: its three stacks, each the in-place result of such a kernel
+ * or beside one, in S(1) in the compiler's program; memory_analysis() temp 0; tpusim had
+ * them in HBM, temp 26 MiB). */
+static void loop_state_multi_output(void) {
+  const char *src =
+      "HloModule scanm\n"
+      "cond {\n"
+      "  s = (s32[], f32[512,512], f32[4,512,512]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(s), index=0\n"
+      "  n = s32[] constant(4)\n"
+      "  ROOT c = pred[] compare(i, n), direction=LT\n"
+      "}\n"
+      "step {\n"
+      "  a = f32[512,512] parameter(0)\n"
+      "  t = f32[4,512,512] parameter(1)\n"
+      "  j = s32[] parameter(2)\n"
+      "  k = s32[] parameter(3)\n"
+      "  y = f32[512,512] tanh(a)\n"
+      "  y3 = f32[1,512,512] reshape(y)\n"
+      "  t2 = f32[4,512,512] dynamic-update-slice(t, y3, j, k, k)\n"
+      "  ROOT o = (f32[512,512], f32[4,512,512]) tuple(y, t2)\n"
+      "}\n"
+      "body {\n"
+      "  s = (s32[], f32[512,512], f32[4,512,512]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(s), index=0\n"
+      "  x = f32[512,512] get-tuple-element(s), index=1\n"
+      "  st = f32[4,512,512] get-tuple-element(s), index=2\n"
+      "  z = s32[] constant(0)\n"
+      "  f = (f32[512,512], f32[4,512,512]) fusion(x, st, i, z), kind=kLoop, calls=step\n"
+      "  y = f32[512,512] get-tuple-element(f), index=0\n"
+      "  st2 = f32[4,512,512] get-tuple-element(f), index=1\n"
+      "  one = s32[] constant(1)\n"
+      "  i1 = s32[] add(i, one)\n"
+      "  ROOT r = (s32[], f32[512,512], f32[4,512,512]) tuple(i1, y, st2)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  x0 = f32[512,512] parameter(0)\n"
+      "  zf = f32[] constant(0)\n"
+      "  st0 = f32[4,512,512] broadcast(zf), dimensions={}\n"
+      "  i0 = s32[] constant(0)\n"
+      "  init = (s32[], f32[512,512], f32[4,512,512]) tuple(i0, x0, st0)\n"
+      "  w = (s32[], f32[512,512], f32[4,512,512]) while(init), condition=cond, body=body\n"
+      "  stk = f32[4,512,512] get-tuple-element(w), index=2\n"
+      "  s3 = f32[1,512,512] slice(stk), slice={[3:4], [0:512], [0:512]}\n"
+      "  ROOT o = f32[1,512,512] multiply(s3, s3)\n"
+      "}\n";
+  tpu_module *m = NULL;
+  tpu_program *p = build(src, &m);
+  if (p) {
+    printf("fused scan with a 4 MiB stack: out %lld, temp %lld bytes\n", (long long)p->hbm_out,
+           (long long)p->hbm_temp);
+    CHECK_EQ_INT(p->hbm_out, 1 * MiB);
+    CHECK(p->hbm_temp < 4 * MiB); /* the stack in VMEM with the kernel's other result */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 /* A gradient padded with rows of zeros for its reduce-scatter (rs_pad.c) holds only its
  * unpadded rows: the XLA TPU compiler's all-reduce-scatter fusion supplies the padding as it
  * streams (layout.c tpu__held_shape). The same fusion read by anything else as well holds
@@ -501,6 +562,7 @@ int main(void) {
   stack_read_by_a_later_loop();
   weight_gradient_frees_early();
   loop_state_in_vmem();
+  loop_state_multi_output();
   loop_read_only_and_copied();
   donation(0);
   donation(1);
