@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import jax  # noqa: E402
 import user  # noqa: E402  (its environment set-up, lowering, tolerance and split)
 
-FAMILIES = ["bulk_ew", "bulk_red", "bulk_layout", "bulk_mm", "bulk_ctrl", "bulk_mem", "bulk_bits"]
+FAMILIES = ["bulk_ew", "bulk_red", "bulk_layout", "bulk_mm", "bulk_ctrl", "bulk_mem", "bulk_bits", "bulk_pipe", "bulk_misc"]
 
 
 def all_cases():

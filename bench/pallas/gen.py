@@ -344,9 +344,10 @@ _user_cases()
 
 # Kernels of bench/pallas/bulk.py (generated in bulk) that found a fault, pinned here: math.tan
 # and tpu.weird (jnp.isfinite) refused as not modelled before; pltpu.bitcast between widths
-# (refused before); float8 casts inside a kernel (not rounded to float8 before).
+# (refused before); float8 casts inside a kernel (not rounded to float8 before); pl.debug_print
+# of scalars and of a vector (tpu.log, tpu.log_buffer: refused before).
 BULK = ["ew_tan_f32_32x256_b8x128", "ew_isfin_f32_32x256_b8x128", "bits_bitcast_bf16_i32", "bits_bitcast_i32_i8",
-        "bits_cast_f32_f8e5", "bits_cast_bf16_f8e4"]
+        "bits_cast_f32_f8e5", "bits_cast_bf16_f8e4", "misc_debug_print_vec", "misc_num_programs"]
 
 
 def _bulk_cases():

@@ -638,6 +638,7 @@ static tpu_status run_op(mo_ctx *c, const tpu_mo_op *op) {
     case TPU_MO_DEVICE_ID: return set_scalar(c, op->res[0], &op->rest[0], c->o->device_id);
     case TPU_MO_CORE_ID: return set_scalar(c, op->res[0], &op->rest[0], 0);
     case TPU_MO_TRACE_START: case TPU_MO_TRACE_STOP: case TPU_MO_DELAY: return TPU_OK;
+    case TPU_MO_TLOG: case TPU_MO_TLOG_BUFFER: return tpu__mo_log(c, op);
     default: break;
   }
   int handled = 0;

@@ -55,6 +55,9 @@ tpu_status tpu__mo_vec_op(mo_ctx *c, const tpu_mo_op *op, int *handled);
 /* Vector registers a vector of this shape fills ((8,128) tiles of its minor two dims). */
 int64_t tpu__mo_vregs(const mo_ctx *c, int rank, const int64_t *dims, tpu_dtype dt);
 
+/* log.c: tpu.log / tpu.log_buffer (pl.debug_print): the message on stderr when computing values. */
+tpu_status tpu__mo_log(mo_ctx *c, const tpu_mo_op *op);
+
 /* pod.c: a collective kernel's run among the pod's (NULL pod: one device, no locking). The
  * pod's lock guards every run's semaphores, allocation list and remote DMAs. */
 void tpu__mo_lock(mo_ctx *c);

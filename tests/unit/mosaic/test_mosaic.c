@@ -50,7 +50,9 @@ static const char *const k_cases[] = {
     "bulk_ew_tan_f32_32x256_b8x128", "bulk_ew_isfin_f32_32x256_b8x128",
     /* pltpu.bitcast between widths (rows packed into 32-bit words and back: refused before);
      * casts to float8 in a kernel (kept in f32 before) */
-    "bulk_bits_bitcast_bf16_i32", "bulk_bits_bitcast_i32_i8", "bulk_bits_cast_f32_f8e5", "bulk_bits_cast_bf16_f8e4", NULL};
+    "bulk_bits_bitcast_bf16_i32", "bulk_bits_bitcast_i32_i8", "bulk_bits_cast_f32_f8e5", "bulk_bits_cast_bf16_f8e4",
+    /* pl.debug_print of a vector (tpu.log_buffer) and of program ids (tpu.log): refused before */
+    "bulk_misc_debug_print_vec", "bulk_misc_num_programs", NULL};
 
 static char g_src[1024];
 
