@@ -333,8 +333,39 @@ const tpu_shape *tpu__held_shape(const tpu_instr *v, const tpu_shape *s) {
   return nuse && v != c->root ? &r->operands[0]->shape : s;
 }
 
+/* The padded bytes of a convolution kernel's result v (of its own shape s) computed and used
+ * inside the program, -1 for any other value. The XLA TPU compiler's layout assignment gives
+ * it the convolution's layout, the batch in the sublanes and the features in the lanes (or,
+ * with fewer features than the lanes and a larger batch, the batch in the lanes: relayout.c),
+ * whatever dimension order the HLO text gives it: an NCHW program's bf16[8,128,14,14] passed
+ * from its forward convolution to the two of its gradient is tiled 8 x 128 in the compiler's
+ * programs (conv_grad_nchw_hwio_nchw_b8_14_c128to128_k1: {1,0,3,2}), not 14 x 14 padded to
+ * 16 x 128 (9.1x the bytes). Only the program's results are relaid out for the caller
+ * (relayout.c), and a result the fused computation transposes (relayout.c's own) is already
+ * that order. */
+static int64_t conv_result_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape *s) {
+  if (s != &v->shape || s->rank < 3 || s->layout_tail || !tpu_dtype_is_array(s->dtype)) return -1;
+  const tpu_comp *e = be->m->entry;
+  if (v->parent != e || v == e->root) return -1;
+  for (int i = 0; e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++)
+    if (e->root->operands[i] == v) return -1;
+  const tpu__kinfo *k = tpu__be_info(be, v);
+  const tpu_instr *cv = k ? k->mm : NULL;
+  if (!cv || cv->op != TPU_OP_CONVOLUTION || !cv->has_conv_dims || cv->shape.rank != s->rank ||
+      memcmp(cv->shape.dims, s->dims, sizeof s->dims[0] * (size_t)s->rank))
+    return -1;
+  const tpu_conv_dims *cd = &cv->conv;
+  int64_t taps = 1, lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  for (int i = 0; i < cd->nspatial; i++) taps *= cv->operands[1]->shape.dims[cd->k_spatial[i]];
+  int batch = (int)cd->out_batch, feature = (int)cd->out_feature;
+  int few = tpu__conv_batch_in_lanes(cv->feature_group_count, taps, s->dims[feature], s->dims[batch], lanes);
+  return tpu__tiled_as(be->chip, s, few ? feature : batch, few ? batch : feature);
+}
+
 /* The padded bytes of value v (of shape s, or a leaf of it) as laid out in HBM or VMEM. */
 int64_t tpu__value_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape *s) {
+  int64_t c = conv_result_bytes(be, v, s);
+  if (c >= 0) return c;
   return free_layout(be, v, s) ? tpu__least_tiled_bytes(be->chip, s) : tpu__padded_bytes(be, s);
 }
 

@@ -107,9 +107,11 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
   int64_t nb = f->shape.dims[batch], nf = f->shape.dims[feature];
   int few = tpu__conv_batch_in_lanes(cv->feature_group_count, taps, nf, nb, lanes);
   int second = few ? feature : batch, minor = few ? batch : feature;
-  /* the batch must fill its tile for the compiler to lay it there */
+  /* the batch must fill its sublanes for the compiler to lay it there; a batch in the lanes
+   * is there whatever its size (tconv_b8_7x7_c128to3_k3s2_same: 8 of the 128 lanes, a
+   * relayout copy after the kernel on every generation) */
   int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
-  if (nb % (few ? lanes : sub) || !tpu__needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
+  if ((!few && nb % sub) || !tpu__needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
   /* perm: the convolution's layout (spatial dimensions in order, then second, minor) */
   int64_t perm[TPU_MAX_RANK], inv[TPU_MAX_RANK];
   int n = 0;

@@ -307,9 +307,38 @@ static void vector_row_reshape(void) {
   }
 }
 
+/* A convolution's result computed and used inside the program is laid out as the
+ * convolution writes it, the batch in the sublanes and the features in the lanes, whatever
+ * dimension order the HLO gives it: an NCHW bf16[8,128,14,14] passed from one convolution to
+ * the next is 8 x 128 tiles (the compiler's {1,0,3,2}, conv_grad_nchw_hwio_nchw_b8_14_c128to128_k1),
+ * not 14 x 14 images padded to 16 x 128 (4 MB for 0.4 MB). */
+static void conv_result_layout(void) {
+  tpu_module *m;
+  tpu_program *p = compile_src(
+      "HloModule nchw\n"
+      "ENTRY e {\n"
+      "  x = bf16[8,128,14,14]{3,2,1,0} parameter(0)\n"
+      "  w = bf16[1,1,128,128]{3,2,1,0} parameter(1)\n"
+      "  c1 = bf16[8,128,14,14]{3,2,1,0} convolution(x, w), window={size=1x1}, dim_labels=bf01_01io->bf01\n"
+      "  ROOT c2 = bf16[8,128,14,14]{3,2,1,0} convolution(c1, w), window={size=1x1}, dim_labels=bf01_01io->bf01\n"
+      "}\n",
+      &m);
+  if (p) {
+    int c1 = op_named(p, "c1"), c2 = op_named(p, "c2");
+    CHECK(c1 >= 0 && c2 >= 0);
+    const double nchw = 8.0 * 128 * 16 * 128 * 2; /* 14 x 14 padded to 16 x 128 */
+    const double conv = 8.0 * 128 * 14 * 14 * 2, wb = 128.0 * 128 * 2;
+    if (c1 >= 0) CHECK_NEAR(p->ops[c1].padded_bytes, nchw + wb + conv, 0); /* x as given, c1 as written */
+    if (c2 >= 0) CHECK_NEAR(p->ops[c2].padded_bytes, conv + wb + conv, 0); /* a result: the least padded */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   free_intermediate_layout();
+  conv_result_layout();
   loop_state_layout();
   lone_through_prefetch();
   layout_copy_transposes();
