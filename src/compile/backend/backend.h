@@ -149,6 +149,12 @@ const tpu_shape *tpu__held_shape(const tpu_instr *v, const tpu_shape *s);
 int64_t tpu__value_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape *s);
 int64_t tpu__plain_bytes(const tpu_shape *s);
 int64_t tpu__vregs(const tpu__be *be, const tpu_shape *s);
+/* Whether scatter sc runs staged: its whole operand in VMEM, read and written back once,
+ * rather than row by row in HBM (scatter_form.c, the XLA TPU compiler's two forms). */
+int tpu__scatter_staged(const tpu__be *be, const tpu_instr *sc);
+/* Whether staged scatter sc fills its operand j in VMEM itself (a broadcast scalar: the
+ * compiler fuses it into the kernel), reading nothing of it from HBM. */
+int tpu__scatter_fills(const tpu__be *be, const tpu_instr *sc, int j);
 /* Padded bytes a kernel reads of operand j / writes of result leaf `leaf` (layout.c). */
 int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j);
 int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf);

@@ -1,0 +1,79 @@
+/* scatter_form.c: which form the XLA TPU compiler's scatter kernel takes, staged in VMEM or row by row. */
+#include "backend.h"
+
+/* The XLA TPU compiler's scatter kernel (a lone scatter in tpusim's own compilation, a
+ * kCustom scatter_fusion in the compiler's programs; its result aliases operand 0) takes
+ * one of two forms, as the VMEM it reserves shows (used_scoped_memory_configs, libtpu
+ * compile-only probes of f32[N,D] scatter-add of M rows, bench/fidelity/probes/scatter_form.py):
+ *
+ *  - staged: the whole operand, widened to 32-bit elements, sits in VMEM beside a chunk of
+ *    min(M, 1024) update rows: (N padded to the sublanes + chunk) rows of 4 x D (lanes
+ *    padded) bytes — v5e D=768 M=512: N=1000 4,644,864 B = 1512 rows of 3,072 B; M=4096:
+ *    chunks of 1024 rows (the families corpus: scatter_add_1000x128_m4096_bf16 1,036,288 B
+ *    = 2024 rows of 512 B, scatter_set_197x1024_m4096_f32 5,013,504 B = 1224 rows of
+ *    4,096 B). The kernel reads the operand once, combines every update in VMEM and
+ *    writes the operand back: HBM moves the whole operand twice and the updates once.
+ *  - row by row: otherwise a fixed 272 rows of scratch (v5e f32 D=768: 835,584 B, for
+ *    M = 16 to 4096 and N from 4,302 to 50,257); each update reads and writes back its row
+ *    of the operand in HBM: HBM moves the updates' rows three times (update, row in, row
+ *    out), the operand's other rows not at all.
+ *
+ * A scatter of one update is neither: XLA's ScatterExpander (kEliminateSimpleScatters)
+ * makes it a loop of one trip, a dynamic-update-slice of the combined row
+ * (scatter_add_1000x128_m1_f32's compiled dynamic-update-slice.1), in place like the
+ * row-by-row form.
+ *
+ * The compiler stages the operand while operand and chunk fit the kernel's scoped VMEM
+ * less the room it keeps beside them: on v5e the largest staged f32 operands (M=512) are
+ * 30,541 rows of D=128 (15,900,672 B staged, 30,546 rows go row by row), 14,939 of D=256
+ * (15,826,944 B) and 4,295 of D=768 (14,770,176 B); v4 4,294 of D=768 alike. Taking that
+ * room as a second chunk (the updates double-buffered) and 424 KiB (left beside them:
+ * D=256 416 KiB, D=768 424 KiB; D=128 600 KiB) decides these probes but D=128 between
+ * 30,546 and about 30,900 rows. (Not modelled: with M=1024 the compiler shrinks the chunk
+ * to what is left, D=768 staging up to 4,395 rows with 408-row chunks.) */
+#define SCATTER_STAGE_ROOM 434176 /* 424 KiB: probes above (v5e, D=256 and 768) */
+#define SCATTER_CHUNK_ROWS 1024   /* update rows staged at once (M = 4096 probes) */
+
+/* Bytes of shape s laid out with 32-bit elements (a 16-bit or 8-bit scatter's operand is
+ * staged widened: scatter_add_1000x128_m4096_bf16's 2024 rows of 512 B). */
+static int64_t widened_bytes(const tpu__be *be, const tpu_shape *s) {
+  tpu_shape w = *s;
+  if (tpu_dtype_is_array(w.dtype) && tpu_dtype_size(w.dtype) < 4) w.dtype = TPU_F32;
+  return tpu__padded_bytes(be, &w);
+}
+
+/* The updates' count: the indices' elements over the index vector's length. */
+static int64_t scatter_updates(const tpu_instr *sc) {
+  int nops = (sc->noperands - 1) / 2;
+  const tpu_shape *ix = &sc->operands[nops]->shape;
+  int64_t n = tpu_shape_numel(ix);
+  int64_t ivd = sc->scatter.index_vector_dim;
+  if (ivd >= 0 && ivd < ix->rank && ix->dims[ivd] > 0) n /= ix->dims[ivd];
+  return n > 0 ? n : 1;
+}
+
+int tpu__scatter_staged(const tpu__be *be, const tpu_instr *sc) {
+  if (!sc || sc->op != TPU_OP_SCATTER || sc->noperands < 3) return 0;
+  int nops = (sc->noperands - 1) / 2;
+  int64_t budget = be->chip->scoped_vmem_bytes > 0 ? be->chip->scoped_vmem_bytes : be->chip->vmem_bytes * 3 / 4;
+  int64_t operand = 0, chunk = 0, m = scatter_updates(sc);
+  if (m <= 1) return 0;
+  for (int j = 0; j < nops; j++) {
+    operand += widened_bytes(be, &sc->operands[j]->shape);
+    int64_t u = widened_bytes(be, &sc->operands[nops + 1 + j]->shape);
+    chunk += m > SCATTER_CHUNK_ROWS ? u / m * SCATTER_CHUNK_ROWS : u;
+  }
+  return operand + 2 * chunk + SCATTER_STAGE_ROOM <= budget;
+}
+
+/* A staged scatter onto a broadcast scalar (a segment sum's or an embedding gradient's
+ * zeros): the XLA TPU compiler fuses the broadcast into the scatter kernel (the compiled
+ * segment_sum_m16x64_n197_bf16's and embedding_grad_8192x64_m16_bf16's
+ * scatter_custom_fusion take constants, not an array, as the operand), which fills its
+ * VMEM copy of the operand and reads none of it from HBM. */
+int tpu__scatter_fills(const tpu__be *be, const tpu_instr *sc, int j) {
+  if (!tpu__scatter_staged(be, sc) || j < 0 || j >= (sc->noperands - 1) / 2) return 0;
+  const tpu_instr *o = sc->operands[j];
+  while (o->op == TPU_OP_BITCAST && o->noperands == 1) o = o->operands[0];
+  return o->op == TPU_OP_BROADCAST && o->noperands == 1 && tpu_shape_numel(&o->operands[0]->shape) <= 1;
+}

@@ -1,0 +1,128 @@
+/* Tests of the scatter kernel's two forms (scatter_form.c): staged in VMEM (the whole
+ * operand read and written once) or row by row (only the rows the updates touch), as the
+ * XLA TPU compiler chooses by the VMEM the operand needs. */
+#include <stdio.h>
+
+#include "backend_util.h"
+
+static tpu_chip g_chip;
+
+/* The padded bytes kernel `op` moves when src is compiled for chip preset `chip`; -1 when
+ * it cannot be compiled or has no such op. */
+static double op_bytes(const char *chip, const char *src, const char *op) {
+  tpu_module *m = NULL;
+  tpu_program *p = compile_for(chip, src, &g_chip, &m);
+  double b = -1;
+  if (p) {
+    int i = op_named(p, op);
+    CHECK(i >= 0);
+    if (i >= 0) b = p->ops[i].padded_bytes;
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return b;
+}
+
+/* A lone scatter-add of M rows of f32[M,D] into f32[N,D] (operand `opnd`: a parameter, or
+ * "zeros" for a broadcast of 0). */
+static char *scatter_src(char *buf, size_t n, int N, int D, int M, int zeros) {
+  snprintf(buf, n,
+           "HloModule s\n"
+           "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT r = f32[] add(a, b) }\n"
+           "ENTRY e {\n"
+           "  t = f32[%d,%d]{1,0} parameter(0)\n"
+           "  z = f32[] constant(0)\n"
+           "  zb = f32[%d,%d]{1,0} broadcast(z), dimensions={}\n"
+           "  i = s32[%d,1]{1,0} parameter(1)\n"
+           "  u = f32[%d,%d]{1,0} parameter(2)\n"
+           "  ROOT s = f32[%d,%d]{1,0} scatter(%s, i, u), update_window_dims={1}, inserted_window_dims={0},"
+           " scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n"
+           "}\n",
+           N, D, N, D, M, M, D, N, D, zeros ? "zb" : "t");
+  return buf;
+}
+
+/* The compiler's kCustom scatter_fusion (its result aliasing operand 0, which a copy of the
+ * parameter fills first), of M rows of f32[M,D] into f32[N,D]. */
+static char *fusion_src(char *buf, size_t n, int N, int D, int M) {
+  snprintf(buf, n,
+           "HloModule f\n"
+           "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT r = f32[] add(a, b) }\n"
+           "fc { p0 = f32[%d,%d]{1,0:T(8,128)} parameter(0)\n"
+           "  p1 = s32[%d,1]{1,0:T(8,128)} parameter(1)\n"
+           "  p2 = f32[%d,%d]{1,0:T(8,128)} parameter(2)\n"
+           "  ROOT s = f32[%d,%d]{1,0:T(8,128)} scatter(p0, p1, p2), update_window_dims={1}, inserted_window_dims={0},"
+           " scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add }\n"
+           "ENTRY e {\n"
+           "  t = f32[%d,%d]{1,0:T(8,128)} parameter(0)\n"
+           "  i = s32[%d,1]{1,0:T(8,128)} parameter(1)\n"
+           "  u = f32[%d,%d]{1,0:T(8,128)} parameter(2)\n"
+           "  c = f32[%d,%d]{1,0:T(8,128)} copy(t)\n"
+           "  ROOT scatter_fusion = f32[%d,%d]{1,0:T(8,128)} fusion(c, i, u), kind=kCustom, calls=fc\n"
+           "}\n",
+           N, D, M, M, D, N, D, N, D, M, M, D, N, D, N, D);
+  return buf;
+}
+
+static char g_src[4096];
+
+/* The padded bytes of the indices, s32[512,1] (a row of lanes each). */
+static const double g_idx = 512.0 * 128 * 4;
+
+/* Row by row: a scatter of 512 rows into a 25.6 MB f32[50000,128] (more than v5e's 16 MiB
+ * of scoped VMEM) moves its rows (updates read, rows read and written back: 3 x 256 KiB)
+ * and the indices, not the operand — lone, and as the compiler's kCustom fusion
+ * (scatter_add_50257x1024_m16_bf16's scatter_fusion beside its 206 MB copy). */
+static void rows_in_place(void) {
+  const double rows = 512.0 * 128 * 4, opnd = 50000.0 * 128 * 4;
+  double lone = op_bytes("v5e", scatter_src(g_src, sizeof g_src, 50000, 128, 512, 0), "s");
+  double fused = op_bytes("v5e", fusion_src(g_src, sizeof g_src, 50000, 128, 512), "scatter_fusion");
+  printf("row by row: lone %.0f B, fused %.0f B (rows %.0f B, operand %.0f B)\n", lone, fused, rows, opnd);
+  CHECK_NEAR(lone, 3 * rows + g_idx, 0);
+  CHECK_NEAR(fused, 3 * rows + g_idx, 0);
+}
+
+/* Staged: 512 rows into a 512 KB f32[1000,128] (the compiler reserves (1000 + 512) rows of
+ * VMEM for it): the operand is read and written whole, the updates read once. One update
+ * is a dynamic-update-slice (ScatterExpander): its row alone, whatever the operand. */
+static void staged_whole(void) {
+  const double rows = 512.0 * 128 * 4, opnd = 1000.0 * 128 * 4;
+  double lone = op_bytes("v5e", scatter_src(g_src, sizeof g_src, 1000, 128, 512, 0), "s");
+  double fused = op_bytes("v5e", fusion_src(g_src, sizeof g_src, 1000, 128, 512), "scatter_fusion");
+  double one = op_bytes("v5e", scatter_src(g_src, sizeof g_src, 1000, 128, 1, 0), "s");
+  printf("staged: lone %.0f B, fused %.0f B, one update %.0f B\n", lone, fused, one);
+  CHECK_NEAR(lone, 2 * opnd + rows + g_idx, 0);
+  CHECK_NEAR(fused, 2 * opnd + rows + g_idx, 0);
+  CHECK(one > 0 && one <= 4 * 8 * 128 * 4);
+}
+
+/* Staged onto a broadcast scalar (a segment sum's zeros): the kernel fills its VMEM
+ * operand, reads none of it (the compiler fuses the broadcast into its scatter kernel). */
+static void staged_fill(void) {
+  const double rows = 512.0 * 128 * 4, opnd = 1000.0 * 128 * 4;
+  double zeros = op_bytes("v5e", scatter_src(g_src, sizeof g_src, 1000, 128, 512, 1), "s");
+  printf("staged onto zeros: %.0f B\n", zeros);
+  CHECK_NEAR(zeros, opnd + rows + g_idx, 0);
+}
+
+/* Where the compiler stops staging (v5e, f32 D=128, M=512: 30,541 rows staged, 30,546 row
+ * by row; libtpu probes): 30,000 rows staged, 31,000 row by row; v6e's 32 MiB stages both
+ * (the compiler's v6e scatter_add_50257x128_m4096_bf16 stages its 25.7 MB operand). */
+static void stage_limit(void) {
+  const double rows = 512.0 * 128 * 4;
+  double a = op_bytes("v5e", scatter_src(g_src, sizeof g_src, 30000, 128, 512, 0), "s");
+  double b = op_bytes("v5e", scatter_src(g_src, sizeof g_src, 31000, 128, 512, 0), "s");
+  double c = op_bytes("v6e", scatter_src(g_src, sizeof g_src, 31000, 128, 512, 0), "s");
+  printf("v5e 30000 rows %.0f B, 31000 rows %.0f B; v6e 31000 rows %.0f B\n", a, b, c);
+  CHECK_NEAR(a, 2 * 30000.0 * 512 + rows + g_idx, 0);
+  CHECK_NEAR(b, 3 * rows + g_idx, 0);
+  CHECK_NEAR(c, 2 * 31000.0 * 512 + rows + g_idx, 0);
+}
+
+int main(void) {
+  rows_in_place();
+  staged_whole();
+  staged_fill();
+  stage_limit();
+  CHECK_DONE();
+}
