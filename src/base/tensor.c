@@ -155,13 +155,11 @@ static int small_put(void *p, size_t n) {
 int64_t tpu_dims_numel(int rank, const int64_t *dims, int *ok) {
   int64_t n = 1;
   *ok = 1;
-  for (int i = 0; i < rank; i++) {
-    if (dims[i] < 0 || (dims[i] && n > INT64_MAX / dims[i])) {
+  for (int i = 0; i < rank; i++) /* the overflow test as a flag, not a division per dimension */
+    if (dims[i] < 0 || __builtin_mul_overflow(n, dims[i], &n)) {
       *ok = 0;
       return 0;
     }
-    n *= dims[i];
-  }
   return n;
 }
 
@@ -183,7 +181,9 @@ static tpu_status alloc_array(tpu_tensor *t, tpu_dtype dtype, int rank, const in
     return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "array of %s is too large", tpu_dtype_name(dtype));
   t->dtype = dtype;
   t->rank = rank;
-  if (rank) memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
+  for (int i = 0; i < rank; i++) t->dims[i] = dims[i]; /* (a memcpy of a variable length here became
+                                                         * `rep movsq`, whose start-up cost was a third
+                                                         * of a small allocation: perf, rng loops) */
   t->nbytes = bytes;
   int failed = 0;
   t->data = bytes <= SMALL_MAX ? small_get(bytes, &failed) : pool_get(bytes);

@@ -159,7 +159,7 @@ static tpu_status run(const coll *c, const tpu_tensor *const *args, tpu_tensor *
 
 tpu_status tpu__ref_collective(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                                tpu_diag *d) {
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   const tpu_ref_comm *comm = tpu__ref_comm(ip);
   if (in->op == TPU_OP_PARTITION_ID || in->op == TPU_OP_REPLICA_ID) {
     TPU_TRY(tpu__ref_alloc_shape(out, &in->shape, d));

@@ -150,7 +150,7 @@ static int fits(const tpu_tensor *v, int64_t n, int scalar_ok) {
 }
 
 tpu_status tpu__ref_complex_ew(const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   const tpu_opcode op = in->op;
   const tpu_dtype rt = in->shape.dtype;
   const int64_t n = tpu_shape_numel(&in->shape);

@@ -511,7 +511,7 @@ static tpu_status conv_kernel(const tpu_instr *in, const tpu_tensor *lhs, const 
 tpu_status tpu__ref_dot_conv(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                              tpu_diag *d) {
   (void)ip;
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   if (in->noperands != 2) return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "%s takes 2 operands", tpu_op_name(in->op));
   if (in->op == TPU_OP_DOT) return dot_kernel(in, args[0], args[1], out, d);
   if (in->op == TPU_OP_CONVOLUTION) return conv_kernel(in, args[0], args[1], out, d);

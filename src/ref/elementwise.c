@@ -361,10 +361,51 @@ static int binary_applies(tpu_opcode op, tpu_dtype t) {
   }
 }
 
+/* run_binary for s32 and u32 on the 32-bit values themselves (no widening to blocks of
+ * int64 and back): the same results as ibin, which wraps modulo 2^32, reads a shift count
+ * as unsigned (a count >= 32 shifts everything out) and compares by the type's sign. 0 when
+ * OP is not one of these. */
+static int bin32(tpu_opcode op, int sg, uint32_t *o, const uint32_t *a, int64_t sa, const uint32_t *b, int64_t sb,
+                 int64_t n) {
+#define BIN32(EXPR)                         \
+  for (int64_t i = 0; i < n; i++) {         \
+    const uint32_t x = a[i * sa], y = b[i * sb]; \
+    o[i] = (EXPR);                          \
+  }                                         \
+  return 1
+  switch (op) {
+    case TPU_OP_ADD: BIN32(x + y);
+    case TPU_OP_SUBTRACT: BIN32(x - y);
+    case TPU_OP_MULTIPLY: BIN32(x * y);
+    case TPU_OP_AND: BIN32(x & y);
+    case TPU_OP_OR: BIN32(x | y);
+    case TPU_OP_XOR: BIN32(x ^ y);
+    case TPU_OP_SHIFT_LEFT: BIN32(y >= 32 ? 0u : x << y);
+    case TPU_OP_SHIFT_RIGHT_LOGICAL: BIN32(y >= 32 ? 0u : x >> y);
+    case TPU_OP_SHIFT_RIGHT_ARITHMETIC: /* on the bits as signed */
+      BIN32((x >> 31) ? (y >= 32 ? ~0u : ~(~x >> y)) : (y >= 32 ? 0u : x >> y));
+    case TPU_OP_MAXIMUM:
+      if (sg) {
+        BIN32((int32_t)y > (int32_t)x ? y : x);
+      }
+      BIN32(y > x ? y : x);
+    case TPU_OP_MINIMUM:
+      if (sg) {
+        BIN32((int32_t)y < (int32_t)x ? y : x);
+      }
+      BIN32(y < x ? y : x);
+    default: return 0;
+  }
+#undef BIN32
+}
+
 /* o[i] = a[i*sa] OP b[i*sb] for n elements of dtype t (strides 0 or 1). o may alias a or b.
  * The caller has checked binary_applies. */
 static void run_binary(tpu_opcode op, tpu_dtype t, void *o, const void *a, int64_t sa, const void *b, int64_t sb,
                        int64_t n) {
+  if ((t == TPU_S32 || t == TPU_U32) && !(o == b && sb == 0 && n > 1) && !(o == a && sa == 0 && n > 1) &&
+      bin32(op, t == TPU_S32, o, a, sa, b, sb, n))
+    return; /* (element by element: o may alias a dense operand, not a broadcast one) */
   ew_buf x, y;
   for (int64_t s = 0; s < n; s += TPU_EW_BLOCK) {
     int m = (int)(n - s < TPU_EW_BLOCK ? n - s : TPU_EW_BLOCK);

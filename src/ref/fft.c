@@ -141,7 +141,7 @@ static void store_part(tpu_dtype t, void *p, int64_t i, double v) {
 tpu_status tpu__ref_fft(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                         tpu_diag *d) {
   (void)ip;
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   const tpu_tensor *a = args[0];
   const tpu_i64s *len = &in->fft_length;
   const int R = a->rank, r = len->n;

@@ -293,7 +293,7 @@ fail:
 
 tpu_status tpu__ref_gather_scatter(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                                    tpu_diag *d) {
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   if (in->op == TPU_OP_GATHER) return gather(in, args, out, d);
   if (in->op == TPU_OP_SCATTER) return scatter(ip, in, args, out, d);
   return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "op '%s' is not gather or scatter", tpu_op_name(in->op));

@@ -45,6 +45,8 @@ typedef struct comp_plan {
   const tpu_comp *c;
   plan_step *steps; /* one per c->order entry */
   int *ids;
+  int ndead, dead;  /* ids[dead .. dead + ndead): values no instruction reads (not the root): freed after
+                     * a call, where every other owned value has been freed at its last read */
   int *uses;    /* each instruction's reads in this computation */
   uint8_t *inl; /* inlined into a fused elementwise tree (ref/fused.h) */
   int maxops;   /* the most operands of an instruction */
@@ -543,7 +545,7 @@ static tpu_status plan_steps(comp_plan *pl) {
   const tpu_instr *leaves[96];
   for (int i = 0; i < c->norder; i++) {
     const tpu_instr *in = c->order[i];
-    nids += 2 * (size_t)in->noperands + 1;
+    nids += 2 * (size_t)in->noperands + 2;
     if (!pl->inl[in->id] && tpu__ref_fusible(in)) nids += (size_t)tpu__ref_fused_leaves(in, pl->inl, leaves);
   }
   pl->steps = tpu_calloc((size_t)(c->norder ? c->norder : 1), sizeof *pl->steps);
@@ -592,6 +594,13 @@ static tpu_status plan_steps(comp_plan *pl) {
       }
     }
   }
+  pl->dead = at;
+  for (int i = 0; i < c->norder; i++) {
+    const plan_step *s = &pl->steps[i];
+    if (s->kind != ST_PARAM && s->kind != ST_CONST && s->kind != ST_INL && !pl->uses[s->id] && s->in != c->root)
+      ids[at++] = s->id;
+  }
+  pl->ndead = at - pl->dead;
   return TPU_OK;
 }
 
@@ -712,8 +721,7 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
   f.val = (const tpu_tensor **)(void *)(f.own + nn);
   const tpu_tensor **opv = f.val + nn;
   f.uses = (int *)(void *)(opv + pl->maxops);
-  memset(f.val, 0, nn * sizeof *f.val);
-  memcpy(f.uses, pl->uses, nn * sizeof *f.uses);
+  memcpy(f.uses, pl->uses, nn * sizeof *f.uses); /* (f.val[id] is written before it is read) */
   const uint8_t *inl = pl->inl;
   uint8_t *fold = pl->fold;
   tpu_status st = TPU_OK;
@@ -833,8 +841,12 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       st = tpu_tensor_clone(out, f.val[r], d);
     }
   }
-  for (int i = 0; i < n; i++)
-    if (slot_used(&f.own[i])) tpu_tensor_free(&f.own[i]);
+  if (st == TPU_OK) { /* only values nothing read are left */
+    for (int k = 0; k < pl->ndead; k++) tpu_tensor_free(&f.own[ids[pl->dead + k]]);
+  } else {
+    for (int i = 0; i < n; i++)
+      if (slot_used(&f.own[i])) tpu_tensor_free(&f.own[i]);
+  }
   if (mine)
     pl->busy = 0; /* the block stays with the plan, every slot empty */
   else

@@ -128,7 +128,7 @@ static tpu_status triangular_solve(const tpu_instr *in, const tpu_tensor *a, con
 tpu_status tpu__ref_linalg(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                            tpu_diag *d) {
   (void)ip;
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   if (in->op == TPU_OP_CHOLESKY) return cholesky(in, args[0], out, d);
   return triangular_solve(in, args[0], args[1], out, d);
 }

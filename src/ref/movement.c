@@ -136,7 +136,8 @@ void tpu__ref_copy_box(void *dst, const void *src, size_t es, int rank, const in
       return;
     }
   }
-  int64_t idx[TPU_MAX_RANK] = {0};
+  int64_t idx[TPU_MAX_RANK];
+  for (int k = 0; k < r; k++) idx[k] = 0; /* (not `= {0}`: a `rep stos` per call, as tensor.h says) */
   int64_t doff = 0, soff = 0; /* element offsets of the current run */
   for (;;) {
     copy_run(d + doff * (int64_t)es, ds[r - 1], s + soff * (int64_t)es, ss[r - 1], n[r - 1], es);
@@ -169,7 +170,8 @@ static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo :
 
 static tpu_status broadcast(const tpu_instr *in, const tpu_tensor *x, tpu_tensor *out, tpu_diag *d) {
   TPU_TRY(alloc_like(out, in, d));
-  int64_t xs[TPU_MAX_RANK], os[TPU_MAX_RANK], ss[TPU_MAX_RANK] = {0};
+  int64_t xs[TPU_MAX_RANK], os[TPU_MAX_RANK], ss[TPU_MAX_RANK];
+  for (int i = 0; i < out->rank; i++) ss[i] = 0;
   tpu__ref_strides(x->rank, x->dims, xs);
   tpu__ref_strides(out->rank, out->dims, os);
   for (int i = 0; i < in->dimensions.n && i < x->rank; i++) ss[in->dimensions.v[i]] = xs[i];
@@ -432,7 +434,7 @@ static tpu_status iota(const tpu_instr *in, tpu_tensor *out, tpu_diag *d) {
 
 tpu_status tpu__ref_movement(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                              tpu_diag *d) {
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   if (tpu_instr_moves_and_converts(in)) { /* move in the operand's type, then convert */
     tpu_instr as = *in;
     as.shape.dtype = args[0]->dtype;

@@ -526,7 +526,7 @@ static tpu_status map_kernel(tpu_interp *ip, const tpu_instr *in, const tpu_tens
 
 tpu_status tpu__ref_reduce(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                            tpu_diag *d) {
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   tpu_status st;
   switch (in->op) {
     case TPU_OP_REDUCE: st = reduce_kernel(ip, in, args, out, d); break;

@@ -172,7 +172,7 @@ static uint64_t philox_64(const uint32_t key[2], u128 ctr, const tpu_tensor *t) 
 tpu_status tpu__ref_rng(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                         tpu_diag *d) {
   (void)ip;
-  memset(out, 0, sizeof *out);
+  tpu_tensor_zero(out);
   const tpu_tensor *state = args[0];
   if (in->op != TPU_OP_RNG_BIT_GENERATOR)
     return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "op '%s' is not rng-bit-generator", tpu_op_name(in->op));

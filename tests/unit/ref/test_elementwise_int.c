@@ -142,6 +142,44 @@ static void test_shifts(void) {
   tpu_tensor_free(&r);
 }
 
+/* u32 and s32 (their own 32-bit path, ref/elementwise.c bin32): wrapping, the type's sign in
+ * maximum/minimum, a count read as unsigned. */
+static void test_32bit(void) {
+  const uint32_t ua[] = {0xffffffffu, 1, 0x80000000u, 7}, ub[] = {1, 0xffffffffu, 0x80000000u, 0xffffffffu};
+  tpu_tensor r = bin("u32", "u32", "add", "", mk(TPU_U32, 4, ua), mk(TPU_U32, 4, ub));
+  CHECK_I64S(r, 0, 0, 0, 6);
+  tpu_tensor_free(&r);
+  r = bin("u32", "u32", "multiply", "", mk(TPU_U32, 4, ua), mk(TPU_U32, 4, ub));
+  CHECK_I64S(r, 0xffffffffll, 0xffffffffll, 0, 0xfffffff9ll);
+  tpu_tensor_free(&r);
+  r = bin("u32", "u32", "maximum", "", mk(TPU_U32, 4, ua), mk(TPU_U32, 4, ub));
+  CHECK_I64S(r, 0xffffffffll, 0xffffffffll, 0x80000000ll, 0xffffffffll);
+  tpu_tensor_free(&r);
+  r = bin("u32", "u32", "minimum", "", mk(TPU_U32, 4, ua), mk(TPU_U32, 4, ub));
+  CHECK_I64S(r, 1, 1, 0x80000000ll, 7);
+  tpu_tensor_free(&r);
+  r = bin("u32", "u32", "shift-left", "", mk(TPU_U32, 4, ua), mk(TPU_U32, 4, ub));
+  CHECK_I64S(r, 0xfffffffell, 0, 0, 0);
+  tpu_tensor_free(&r);
+  r = bin("u32", "u32", "shift-right-arithmetic", "", mk(TPU_U32, 4, ua), mk(TPU_U32, 4, ub));
+  CHECK_I64S(r, 0xffffffffll, 0, 0xffffffffll, 0);
+  tpu_tensor_free(&r);
+  const int32_t sa[] = {-1, 1, INT32_MIN, 7}, sb[] = {1, -1, INT32_MIN, -1};
+  r = bin("s32", "s32", "maximum", "", mk(TPU_S32, 4, sa), mk(TPU_S32, 4, sb));
+  CHECK_I64S(r, 1, 1, INT32_MIN, 7);
+  tpu_tensor_free(&r);
+  r = bin("s32", "s32", "minimum", "", mk(TPU_S32, 4, sa), mk(TPU_S32, 4, sb));
+  CHECK_I64S(r, -1, -1, INT32_MIN, -1);
+  tpu_tensor_free(&r);
+  r = bin("s32", "s32", "subtract", "", mk(TPU_S32, 4, sa), mk(TPU_S32, 4, sb));
+  CHECK_I64S(r, -2, 2, 0, 8);
+  tpu_tensor_free(&r);
+  const uint32_t three[] = {3, 3, 3, 3};
+  r = bin("u32", "u32", "xor", "", mk(TPU_U32, 4, ua), mk(TPU_U32, 4, three));
+  CHECK_I64S(r, 0xfffffffcll, 2, 0x80000003ll, 4);
+  tpu_tensor_free(&r);
+}
+
 static void test_pred_ops(void) {
   const uint8_t p[] = {0, 0, 1, 1}, q[] = {0, 1, 0, 1};
   const char *ops[] = {"add", "multiply", "maximum", "minimum", "and", "or", "xor"};
@@ -162,6 +200,7 @@ int main(void) {
   test_int_arith();
   test_int_power();
   test_shifts();
+  test_32bit();
   test_pred_ops();
   CHECK_DONE();
 }
