@@ -139,24 +139,31 @@ static int vmem_copy(const tpu_instr *in) {
  * kernel on the vector unit, as the XLA TPU compiler's layout copies are (each a `copy` with
  * estimated_cycles), and its result may stay in VMEM for the gathers (the compiler's read
  * their relaid-out table from memory space S(1) on v5e and v6e: gather_axis1_64x30522_m7_f32,
- * gather_rows_8192x64_m7_bf16). Other relayout copies stay transfers: taking every
- * lane-moving copy so moved the families corpus's pools and cumulative sums both ways
+ * gather_rows_8192x64_m7_bf16). So is a copy laying a parameter out for the reduce-windows
+ * that alone read it (a pool in its least padded layout, window_layout.c) that keeps the
+ * lanes' dimension: the compiler's `copy` of f32[32,112,112,3]{2,1,3,0} into {2,0,3,1} writes
+ * S(1) on v5e and v6e (15,330 cycles on v5e), its window reading it there (v4: CMEM, v5p:
+ * HBM, where vmem_assign.c keeps nothing between kernels); one moving the lanes stays a
+ * transfer (maxpool3x3s2_32x112x112x64_bf16's {2,3,1,0} -> {3,2,1,0}, 826,560 cycles into HBM
+ * on v6e, test_rules). Other relayout copies stay transfers: taking
+ * every lane-moving copy so moved the families corpus's pools and cumulative sums both ways
  * (own compilation, cumsum_126x80x65_ax1_f32 v6e -13 -> -45 %, avgpool2d_8x112x112x3 v6e
  * +170 -> +124 %), unresolved. A compiled program's copies keep their own forms. */
 static int relayout_kernel(const tpu__be *be, const tpu_instr *in) {
   if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail || in->operands[0]->shape.layout_tail ||
-      !in->parent || !tpu__moves_minor(be->chip, in))
+      !in->parent)
     return 0;
-  int gathers = 0;
+  int gathers = 0, windows = 0;
   for (int i = 0; i < in->parent->ninstrs; i++) {
     const tpu_instr *u = in->parent->instrs[i];
     for (int o = 0; o < u->noperands; o++)
       if (u->operands[o] == in) {
-        if (u->op != TPU_OP_GATHER || o != 0) return 0;
-        gathers++;
+        if (o != 0 || (u->op != TPU_OP_GATHER && u->op != TPU_OP_REDUCE_WINDOW)) return 0;
+        *(u->op == TPU_OP_GATHER ? &gathers : &windows) += 1;
       }
   }
-  return gathers > 0;
+  if (windows) return !gathers && in->operands[0]->op == TPU_OP_PARAMETER && !tpu__moves_minor(be->chip, in);
+  return gathers > 0 && tpu__moves_minor(be->chip, in);
 }
 
 /* A transpose or layout copy that moves the lanes' dimension between arrays off the core

@@ -763,6 +763,32 @@ static double pool_cycles(const tpu_chip *c) {
   return cyc;
 }
 
+/* A parameter laid out for the pool that alone reads it (relayout.c, window_layout.c) is
+ * copied by a vector kernel whose result stays in VMEM on a one-core chip, as the compiler's
+ * `copy` of f32[8,112,112,3]{2,1,3,0} into {2,0,3,1} writes memory space S(1) on v5e and
+ * v6e for its window to read (avgpool2d_8x112x112x3_w3s3_same_f32); v5p's is in HBM. */
+static void pool_relayout_in_vmem(void) {
+  const char *src = "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT c = f32[] add(a, b) }\n"
+                    "ENTRY e {\n x = f32[8,112,112,3]{2,1,3,0} parameter(0)\n z = f32[] constant(0)\n"
+                    " ROOT y = f32[8,38,38,3] reduce-window(x, z), window={size=1x3x3x1 stride=1x3x3x1 "
+                    "pad=0_0x1_1x1_1x0_0}, to_apply=add\n}\n";
+  const char *chips[] = {"v5e", "v5p"};
+  for (int k = 0; k < 2; k++) {
+    tpu_chip c;
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for_with(chips[k], src, 1, &c, &m);
+    CHECK(p != NULL);
+    if (p) {
+      int op = op_named(p, "copy.relayout"), h = hbm_named(p, "copy.relayout");
+      printf("pool's parameter relayout on %s: op %d, %s\n", chips[k], op, h < 0 ? "VMEM" : "HBM");
+      CHECK(op >= 0);
+      CHECK(k == 0 ? h < 0 : h >= 0);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 static void pool_window_kernel(void) {
   tpu_chip c, nostart, noread;
   tpu_diag d;
@@ -803,5 +829,6 @@ int main(void) {
   streamed_epilogue();
   gather_table_in_vmem();
   pool_window_kernel();
+  pool_relayout_in_vmem();
   CHECK_DONE();
 }
