@@ -1,14 +1,16 @@
-/* The inline pass: every `call` is replaced by a copy of its callee's body. */
+/* The inline pass: every `call` is replaced by a copy of its callee's body, and every while
+ * loop that runs once by a copy of its body (none: by its input), as XLA's CallInliner and
+ * WhileLoopSimplifier do. */
 #include <string.h>
 
 #include "base/alloc.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/build.h"
 
-/* Copies the callee of `call` into c (parameters become the call's operands); *repl is
- * the copy of the callee's root, which replaces the call. */
-static tpu_status inline_one(tpu_builder *b, tpu_comp *c, tpu_instr *call, tpu_instr **repl) {
-  const tpu_comp *callee = call->to_apply;
+/* Copies `callee` (the callee of `call`, or the body of a while loop `call`) into c
+ * (parameters become the call's operands); *repl is the copy of the callee's root, which
+ * replaces the call. */
+static tpu_status inline_one(tpu_builder *b, tpu_comp *c, tpu_instr *call, const tpu_comp *callee, tpu_instr **repl) {
   int n = callee->ninstrs;
   tpu_instr **map = tpu_calloc((size_t)n + 1, sizeof *map);
   int opcap = 16;
@@ -39,6 +41,42 @@ static tpu_status inline_one(tpu_builder *b, tpu_comp *c, tpu_instr *call, tpu_i
   return st;
 }
 
+/* Whether computation c, or one it calls, has an op with a side effect (XLA's
+ * HasSideEffect: infeed, outfeed, send, receive, random numbers, asynchronous collectives;
+ * custom calls counted so too, whatever their flag). */
+static int has_side_effect(const tpu_comp *c, int depth) {
+  if (!c || depth > 32) return 1;
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *in = c->instrs[i];
+    switch (in->op) {
+      case TPU_OP_INFEED: case TPU_OP_OUTFEED: case TPU_OP_SEND: case TPU_OP_SEND_DONE: case TPU_OP_RECV:
+      case TPU_OP_RECV_DONE: case TPU_OP_RNG: case TPU_OP_CUSTOM_CALL: case TPU_OP_ALL_REDUCE_START:
+      case TPU_OP_ALL_REDUCE_DONE: case TPU_OP_ALL_GATHER_START: case TPU_OP_ALL_GATHER_DONE:
+      case TPU_OP_COLLECTIVE_PERMUTE_START: case TPU_OP_COLLECTIVE_PERMUTE_DONE:
+        return 1;
+      default: break;
+    }
+    const tpu_comp *sub[] = {in->to_apply, in->body, in->condition};
+    for (int k = 0; k < 3; k++)
+      if (sub[k] && has_side_effect(sub[k], depth + 1)) return 1;
+    for (int k = 0; k < in->nbranches; k++)
+      if (has_side_effect(in->branches[k], depth + 1)) return 1;
+  }
+  return 0;
+}
+
+/* A while loop XLA's WhileLoopSimplifier removes: its static trip count is 0 (the loop is
+ * its input) or 1 (its body, run once, inlined) and nothing in it has a side effect. The
+ * microbatch loop of a one-microbatch training step (bench/plan_memory) is one: in the XLA
+ * TPU compiler's program the loop is gone and its gradient accumulators, zero plus the
+ * step's gradient, are the gradient itself. Returns the trip count, or -1 to keep it. */
+static int64_t removable_loop(const tpu_instr *w) {
+  if (w->op != TPU_OP_WHILE || !w->body || !w->condition || w->noperands != 1 || w->body->nparams != 1) return -1;
+  int64_t n = tpu__while_trip_count(w);
+  if (n != 0 && n != 1) return -1;
+  return has_side_effect(w->body, 0) || has_side_effect(w->condition, 0) ? -1 : n;
+}
+
 tpu_status tpu__pass_inline(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d) {
   tpu_builder b;
   TPU_TRY(tpu_builder_init(&b, m, d));
@@ -53,8 +91,15 @@ tpu_status tpu__pass_inline(tpu_module *m, const tpu_compile_opts *o, tpu_diag *
     int capfwd = 0, changed = 0;
     for (int i = 0; st == TPU_OK && i < c->ninstrs; i++) {
       tpu_instr *in = c->instrs[i], *repl = NULL;
-      if (in->op != TPU_OP_CALL || !in->to_apply) continue;
-      st = inline_one(&b, c, in, &repl);
+      int64_t trips = removable_loop(in);
+      if (trips == 0)
+        repl = in->operands[0];
+      else if (trips == 1)
+        st = inline_one(&b, c, in, in->body, &repl);
+      else if (in->op == TPU_OP_CALL && in->to_apply)
+        st = inline_one(&b, c, in, in->to_apply, &repl);
+      else
+        continue;
       if (st != TPU_OK) break;
       if (c->ninstrs > capfwd) {
         int cap = c->ninstrs * 2;

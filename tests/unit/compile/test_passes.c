@@ -538,12 +538,54 @@ static void test_scan_rewrite_reverse_major(void) {
   CHECK(r.windows == 1 && r.along == 1 && r.transposes == 0);
 }
 
+/* A while loop that runs once is its body, inlined; one that runs never is its input (XLA's
+ * WhileLoopSimplifier): a one-microbatch step's accumulator is zero plus the gradient, one
+ * streamed add over it, with no loop (bench/plan_memory: the compiler's programs for the
+ * one-microbatch planner steps have no microbatch loop; simplify keeps x + (+0), which is not
+ * x for x = -0, where XLA's AlgebraicSimplifier drops it too). A loop of two trips stays, and
+ * so does a one-trip loop that draws random numbers (a side effect). */
+static int loops_after(const char *body_op, int trips, int *adds) {
+  char src[2048];
+  snprintf(src, sizeof src,
+           "HloModule m\n"
+           "cond {\n s = (s32[], f32[64,64], f32[64,64]) parameter(0)\n i = s32[] get-tuple-element(s), index=0\n"
+           " n = s32[] constant(%d)\n ROOT c = pred[] compare(i, n), direction=LT\n}\n"
+           "body {\n s = (s32[], f32[64,64], f32[64,64]) parameter(0)\n i = s32[] get-tuple-element(s), index=0\n"
+           " x = f32[64,64] get-tuple-element(s), index=1\n a = f32[64,64] get-tuple-element(s), index=2\n"
+           " z1 = f32[] constant(0)\n o1 = f32[] constant(1)\n g = f32[64,64] %s\n a1 = f32[64,64] add(a, g)\n one = s32[] constant(1)\n i1 = s32[] add(i, one)\n"
+           " ROOT r = (s32[], f32[64,64], f32[64,64]) tuple(i1, x, a1)\n}\n"
+           "ENTRY e {\n x = f32[64,64] parameter(0)\n z = f32[] constant(0)\n a0 = f32[64,64] broadcast(z), dimensions={}\n"
+           " i0 = s32[] constant(0)\n init = (s32[], f32[64,64], f32[64,64]) tuple(i0, x, a0)\n"
+           " w = (s32[], f32[64,64], f32[64,64]) while(init), condition=cond, body=body\n"
+           " ROOT o = f32[64,64] get-tuple-element(w), index=2\n}\n",
+           trips, body_op);
+  char *out = dump_src_after(src, "trip.hlo", "simplify");
+  int n = out ? count_in(out, " while(") : -1;
+  *adds = out ? count_in(out, " add(") : -1;
+  free(out);
+  return n;
+}
+
+static void test_while_trip_one(void) {
+  int adds1 = 0, adds2 = 0, adds0 = 0, addsr = 0;
+  int one = loops_after("multiply(x, x)", 1, &adds1), two = loops_after("multiply(x, x)", 2, &adds2);
+  int none = loops_after("multiply(x, x)", 0, &adds0);
+  int rng = loops_after("rng(z1, o1), distribution=rng_uniform", 1, &addsr);
+  printf("while loops after simplify: trip 1 %d (%d adds), trip 2 %d, trip 0 %d, trip 1 with rng %d\n", one, adds1,
+         two, none, rng);
+  CHECK(one == 0 && adds1 == 1); /* inlined: the accumulator's one add, no induction add */
+  CHECK(two == 1);
+  CHECK(none == 0);
+  CHECK(rng == 1);
+}
+
 int main(void) {
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_golden();
   test_scan_rewrite();
   test_scan_rewrite_reverse_major();
+  test_while_trip_one();
   test_cse();
   test_scatter_select();
   test_reduce_of_broadcast();
