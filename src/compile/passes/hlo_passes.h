@@ -28,6 +28,9 @@ int tpu__is_splat(const tpu_instr *in, double v);
  * reciprocal instead, so fusion and costs take it as a multiply (simplify.c). */
 int tpu__divides_by_constant(const tpu_instr *in);
 tpu_status tpu__reduce_of_broadcast(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);
+/* Part of simplify: an elementwise op on broadcasts of one shape (and of scalars) as a
+ * broadcast of the op (compile/passes/bcast_sink.c); *repl the replacement, else NULL. */
+tpu_status tpu__sink_broadcast(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);
 /* Part of simplify: common subexpressions (compile/passes/cse.c). A table for a computation of n
  * instructions, visited operands first: find_or_add returns an earlier instruction equal to
  * `in` (whose operands are already the replacements), or NULL after remembering `in`. */

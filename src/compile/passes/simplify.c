@@ -140,6 +140,17 @@ static tpu_instr *identity_of(const tpu_instr *in) {
       if (tpu__is_splat(op[0], 1)) return op[1];
       return NULL;
     case TPU_OP_DIVIDE: return tpu__is_splat(op[1], 1) ? op[0] : NULL;
+    case TPU_OP_MAXIMUM:
+    case TPU_OP_MINIMUM: {
+      /* max(x, -inf) and min(x, +inf) are x for floats, NaN included (both propagate it):
+       * XLA's simplifier drops them (JAX's log_softmax takes max(row max, -inf), and the
+       * compiler's log_softmax_8x768_f32 broadcasts the bare reduce_max.0) */
+      double k = in->op == TPU_OP_MAXIMUM ? -INFINITY : INFINITY;
+      if (!fl) return NULL;
+      if (tpu__is_splat(op[1], k)) return op[0];
+      if (tpu__is_splat(op[0], k)) return op[1];
+      return NULL;
+    }
     case TPU_OP_AND:
       if (in->shape.dtype != TPU_PRED) return NULL;
       if (tpu__is_splat(op[1], 1)) return op[0];
@@ -299,7 +310,8 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
     }
     if (f == 0) r = try_identity(c, in);
     if (f == 0 && !r && (sink_convert(b, c, in, &r) != TPU_OK || (!r && tpu__scatter_to_select(b, c, in, &r) != TPU_OK) ||
-                        (!r && tpu__reduce_of_broadcast(b, c, in, &r) != TPU_OK))) {
+                        (!r && tpu__reduce_of_broadcast(b, c, in, &r) != TPU_OK) ||
+                        (!r && tpu__sink_broadcast(b, c, in, &r) != TPU_OK))) {
       tpu_free(fwd);
       tpu__cse_free(cse);
       return b->d->status;

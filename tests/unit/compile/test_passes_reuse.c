@@ -1,0 +1,91 @@
+/* Work a kernel would repeat for each reuse of it: the simplifier's broadcast sinking (an
+ * elementwise op on broadcasts runs over the broadcast operand's elements,
+ * compile/passes/bcast_sink.c), and max(x, -inf) / min(x, +inf) dropped (simplify.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ref/ref.h"
+#include "passes_util.h"
+
+/* JAX's random-bit counter (iota_2x32_shape): a u64 row iota broadcast over the columns and
+ * multiplied by the row length. XLA's simplifier multiplies before broadcasting, so the
+ * product is u32[128]/u64[128] work (dropout_128x197's compiled u32[128] fusions); values
+ * are unchanged. */
+static void test_sink_broadcast(void) {
+  const char *src =
+      "HloModule m\nENTRY e {\n i = u64[128] iota(), iota_dimension=0\n"
+      " ib = u64[128,197] broadcast(i), dimensions={0}\n c = u64[] constant(197)\n"
+      " cb = u64[128,197] broadcast(c), dimensions={}\n r = u64[128,197] multiply(ib, cb)\n"
+      " j = u64[197] iota(), iota_dimension=0\n jb = u64[128,197] broadcast(j), dimensions={1}\n"
+      " s = u64[128,197] add(r, jb)\n ROOT o = u32[128,197] convert(s)\n}\n";
+  char *txt = dump_src_after(src, "/tmp/tpusim_test_sink.hlo", "simplify");
+  if (!txt) return;
+  int narrow = count_in(txt, "u64[128] multiply("), wide = count_in(txt, "u64[128,197] multiply(");
+  printf("sink broadcast: multiply over u64[128] %d, over u64[128,197] %d\n", narrow, wide);
+  CHECK_EQ_INT(narrow, 1);
+  CHECK_EQ_INT(wide, 0);
+  free(txt);
+  /* values: the compiled module computes what the program does */
+  tpu_module *m0 = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m0, &d) == TPU_OK);
+  tpu_module *m1 = compile_src(src);
+  if (!m0 || !m1) {
+    tpu_module_free(m0);
+    tpu_module_free(m1);
+    return;
+  }
+  tpu_tensor r0, r1;
+  memset(&r0, 0, sizeof r0);
+  memset(&r1, 0, sizeof r1);
+  CHECK(tpu_ref_run(m0, NULL, 0, &r0, &d) == TPU_OK);
+  CHECK(tpu_ref_run(m1, NULL, 0, &r1, &d) == TPU_OK);
+  CHECK(same_bits(&r0, &r1));
+  tpu_tensor_free(&r0);
+  tpu_tensor_free(&r1);
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+  /* two non-scalar broadcasts of different dimensions: no single smaller op, left alone */
+  const char *two =
+      "HloModule m\nENTRY e {\n a = f32[128] parameter(0)\n b = f32[197] parameter(1)\n"
+      " ab = f32[128,197] broadcast(a), dimensions={0}\n bb = f32[128,197] broadcast(b), dimensions={1}\n"
+      " ROOT s = f32[128,197] add(ab, bb)\n}\n";
+  txt = dump_src_after(two, "/tmp/tpusim_test_sink2.hlo", "simplify");
+  if (!txt) return;
+  CHECK_EQ_INT(count_in(txt, "f32[128,197] add("), 1);
+  free(txt);
+}
+
+/* max(x, -inf) and min(x, +inf) are x for floats (NaN included): gone after simplify, as XLA's
+ * simplifier drops them (JAX's log_softmax takes max(row max, -inf)). An integer max with its
+ * type's least value is not touched, nor a max with a finite constant. */
+static void test_max_identity(void) {
+  const char *fmt =
+      "HloModule m\nENTRY e {\n x = %s[8] parameter(0)\n k = %s[] constant(%s)\n"
+      " kb = %s[8] broadcast(k), dimensions={}\n ROOT y = %s[8] %s(x, kb)\n}\n";
+  static const struct { const char *t, *k, *op; int left; } cases[] = {
+      {"f32", "-inf", "maximum", 0}, {"f32", "inf", "minimum", 0}, {"bf16", "-inf", "maximum", 0},
+      {"f32", "inf", "maximum", 1},  {"f32", "-3", "maximum", 1},  {"s32", "-2147483648", "maximum", 1},
+  };
+  char src[512];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *t = cases[i].t;
+    snprintf(src, sizeof src, fmt, t, t, cases[i].k, t, t, cases[i].op);
+    char *txt = dump_src_after(src, "/tmp/tpusim_test_maxid.hlo", "simplify");
+    if (!txt) return;
+    int n = count_in(txt, cases[i].op);
+    printf("%s(x, %s) %s: %d left\n", cases[i].op, cases[i].k, t, n);
+    CHECK_EQ_INT(n, cases[i].left);
+    free(txt);
+  }
+}
+
+int main(void) {
+  test_sink_broadcast();
+  test_max_identity();
+  CHECK_DONE();
+}
