@@ -16,7 +16,11 @@ Session 12 (f32, M = 512 unless said; rows of 4 x D bytes):
   v5e D=2048: N=512 8,388,608 B (512 + 512 rows); N=1424 13,172,736 B (chunk shrunk to 184)
   v4  D=768: 4,294 staged, 4,301 row by row
   v5p D=768: 2,750 and 3,625 staged (10,027,008 B, 12,730,368 B); 4,500 row by row
-  v6e D=768: 9,242 staged (29,982,720 B)
+  v6e D=768: 9,619 staged (31,137,792 B), 9,626 row by row
+  v6e D=128: 62,867 staged (32,452,608 B), 62,875 row by row
+The room left beside operand and chunk, less a second chunk, is 1/40 of the scoped VMEM
+(v5e 410 KiB: D=256 416, D=768 424 KiB left; v6e 819 KiB: D=128 820, D=768 824 KiB;
+v5e D=128 600 KiB the exception)
 The families corpus agrees: scatter_add_1000x128_m4096_bf16 1,036,288 B (2024 rows of 512 B:
 the bf16 operand widened), scatter_set_197x1024_m4096_f32 5,013,504 B (200 + 1024 rows),
 scatter_add_50257x1024_m16_bf16 557,056 B (272 rows); on v6e (32 MiB) the 25.7 MB operand of

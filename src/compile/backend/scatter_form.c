@@ -24,14 +24,15 @@
  * row-by-row form.
  *
  * The compiler stages the operand while operand and chunk fit the kernel's scoped VMEM
- * less the room it keeps beside them: on v5e the largest staged f32 operands (M=512) are
- * 30,541 rows of D=128 (15,900,672 B staged, 30,546 rows go row by row), 14,939 of D=256
- * (15,826,944 B) and 4,295 of D=768 (14,770,176 B); v4 4,294 of D=768 alike. Taking that
- * room as a second chunk (the updates double-buffered) and 424 KiB (left beside them:
- * D=256 416 KiB, D=768 424 KiB; D=128 600 KiB) decides these probes but D=128 between
+ * less the room it keeps beside them: the largest staged f32 operands (M=512) are, on v5e
+ * (16 MiB), 30,541 rows of D=128 (15,900,672 B staged; 30,546 rows go row by row), 14,939
+ * of D=256 (15,826,944 B) and 4,295 of D=768 (14,770,176 B), v4 4,294 of D=768 alike; on
+ * v6e (32 MiB) 62,867 of D=128 (32,452,608 B) and 9,619 of D=768 (31,137,792 B). Taking
+ * that room as a second chunk (the updates double-buffered) and 1/40 of the scoped VMEM
+ * (left beside them: v5e D=256 416 KiB, D=768 424 KiB; v6e D=128 820 KiB, D=768 824 KiB;
+ * 1/40 is 410 and 819 KiB) decides these probes but v5e D=128 (600 KiB left) between
  * 30,546 and about 30,900 rows. (Not modelled: with M=1024 the compiler shrinks the chunk
- * to what is left, D=768 staging up to 4,395 rows with 408-row chunks.) */
-#define SCATTER_STAGE_ROOM 434176 /* 424 KiB: probes above (v5e, D=256 and 768) */
+ * to what is left, v5e D=768 staging up to 4,395 rows with 408-row chunks.) */
 #define SCATTER_CHUNK_ROWS 1024   /* update rows staged at once (M = 4096 probes) */
 
 /* Bytes of shape s laid out with 32-bit elements (a 16-bit or 8-bit scatter's operand is
@@ -63,7 +64,7 @@ int tpu__scatter_staged(const tpu__be *be, const tpu_instr *sc) {
     int64_t u = widened_bytes(be, &sc->operands[nops + 1 + j]->shape);
     chunk += m > SCATTER_CHUNK_ROWS ? u / m * SCATTER_CHUNK_ROWS : u;
   }
-  return operand + 2 * chunk + SCATTER_STAGE_ROOM <= budget;
+  return operand + 2 * chunk + budget / 40 <= budget;
 }
 
 /* A staged scatter onto a broadcast scalar (a segment sum's or an embedding gradient's
