@@ -139,6 +139,14 @@ int tpu__is_elementwise(tpu_opcode op);
 /* Elementwise operations of a scalar computation (at least 1). */
 int64_t tpu__comp_ops(const tpu_comp *c);
 
+/* A sort kernel's work (sort_cost.c): vector ALU operations, permutes within registers, and
+ * the least cycles its body lasts after the kernel start (0 without the chip's fields). */
+typedef struct {
+  int64_t valu, perms;
+  double body_cycles;
+} tpu__sort_work;
+void tpu__sort_cost(const tpu__be *be, const tpu_instr *in, tpu__sort_work *w);
+
 /* Tiled layout (layout.c): bytes of an array with its minor two dims padded to the
  * vector-register tile ((8,128) for 32-bit, (16,128) 16-bit, (32,128) 8-bit), and the
  * vector registers it fills. Tuples sum their leaves. */

@@ -482,6 +482,15 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       /* fall through */
     case TPU_OP_SORT: case TPU_OP_TOPK: {
       if (in->noperands < 1) return;
+      if (in->op == TPU_OP_SORT && be->chip->sort_lane_stage_cycles > 0) {
+        /* the compiler's network, counted from its code (sort_cost.c; a preset without the
+         * field keeps the count below) */
+        tpu__sort_work w;
+        tpu__sort_cost(be, in, &w);
+        c->vpu += w.valu;
+        c->xlu += w.perms;
+        return;
+      }
       const tpu_shape *is = &in->operands[0]->shape;
       int64_t dim = in->op == TPU_OP_SORT && in->dimensions.n ? in->dimensions.v[0] : is->rank - 1;
       int64_t len = is->rank > 0 && dim >= 0 && dim < is->rank ? is->dims[dim] : 1;
@@ -901,6 +910,11 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   if (vmem_source_kernel(in)) po.scalar = 1; /* no kernel start: see vmem_source_kernel */
   po.relayout = relayout_off_core(be, in) && !k->vcopy_windows;
   if (be->chip->relayout_tile_cycles > 0) po.min_body_cycles = (double)relayout_tiles(in) * be->chip->relayout_tile_cycles;
+  if (in->op == TPU_OP_SORT && be->chip->sort_lane_stage_cycles > 0) { /* its network's waits too */
+    tpu__sort_work w;
+    tpu__sort_cost(be, in, &w);
+    po.min_body_cycles = w.body_cycles / (double)(be->chip->tensorcores > 1 ? be->chip->tensorcores : 1);
+  }
   const tpu_instr *path[NEST_MAX];
   int depth = 0;
   const tpu_instr *mm = is_mxu_op(in) ? in : in->op == TPU_OP_FUSION ? find_matmul(in->calls, path, &depth) : NULL;
