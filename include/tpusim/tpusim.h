@@ -75,7 +75,9 @@ typedef enum {
   TPU_SIM_F32 = 11,
   TPU_SIM_F64 = 12,
   TPU_SIM_C64 = 13, /* two f32: real, then imaginary part */
-  TPU_SIM_C128 = 14 /* two f64 */
+  TPU_SIM_C128 = 14, /* two f64 */
+  TPU_SIM_F8E5M2 = 15, /* one byte: sign, 5 exponent bits (bias 15), 2 mantissa bits; infinities */
+  TPU_SIM_F8E4M3FN = 16 /* one byte: sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinity */
 } tpu_sim_dtype;
 
 #define TPU_SIM_MAX_RANK 16

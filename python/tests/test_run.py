@@ -155,6 +155,26 @@ ENTRY e {
         assert outs[0].dtype == np.float32
 
 
+def test_float8_parameters_and_results():
+    """float8 arrays cross the API as ml_dtypes' float8 types (refused before: no public code)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    hlo = """HloModule m
+ENTRY e {
+  a = f8e4m3fn[4] parameter(0)
+  f = f32[4] convert(a)
+  t = f32[4] multiply(f, f)
+  c = f8e5m2[4] convert(t)
+  ROOT r = (f8e5m2[4], f32[4]) tuple(c, f)
+}
+"""
+    a = np.array([1.5, -3.0, 0.4375, 448.0], ml_dtypes.float8_e4m3fn)
+    outs, _ = tpusim.run(hlo, [a], backend="ref")
+    assert outs[0].dtype == np.dtype(ml_dtypes.float8_e5m2) and outs[1].dtype == np.float32
+    assert [float(x) for x in outs[1]] == [1.5, -3.0, 0.4375, 448.0]
+    # squares rounded to e5m2 (2 mantissa bits): 2.25 -> 2.0, 9 -> 8, 0.19140625 -> 0.1875, 200704 -> inf
+    assert [float(x) for x in outs[0]] == [2.0, 8.0, 0.1875, float("inf")]
+
+
 def _error(fn):
     with pytest.raises(tpusim.TpusimError) as e:
         fn()

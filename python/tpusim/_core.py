@@ -17,14 +17,17 @@ except ImportError:  # pragma: no cover - depends on the environment
     _BF16 = None
 
 # ORDER: tpu_sim_dtype in include/tpusim/tpusim.h.
-PRED, S8, S16, S32, S64, U8, U16, U32, U64, BF16, F16, F32, F64, C64, C128 = range(15)
+PRED, S8, S16, S32, S64, U8, U16, U32, U64, BF16, F16, F32, F64, C64, C128, F8E5M2, F8E4M3FN = range(17)
 _TO_NP = {
     PRED: np.dtype(np.bool_), S8: np.dtype(np.int8), S16: np.dtype(np.int16), S32: np.dtype(np.int32),
     S64: np.dtype(np.int64), U8: np.dtype(np.uint8), U16: np.dtype(np.uint16), U32: np.dtype(np.uint32),
     U64: np.dtype(np.uint64), F16: np.dtype(np.float16), F32: np.dtype(np.float32), F64: np.dtype(np.float64),
     C64: np.dtype(np.complex64), C128: np.dtype(np.complex128),
 }
-_NAMES = ["pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "bf16", "f16", "f32", "f64", "c64", "c128"]
+_NAMES = ["pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "bf16", "f16", "f32", "f64", "c64", "c128",
+          "f8e5m2", "f8e4m3fn"]
+# float8 as ml_dtypes' types (float32 without ml_dtypes, as bf16)
+_F8 = {F8E5M2: np.dtype(_ml_dtypes.float8_e5m2), F8E4M3FN: np.dtype(_ml_dtypes.float8_e4m3fn)} if _ml_dtypes else {}
 
 
 def _np_dtype(code):
@@ -32,6 +35,8 @@ def _np_dtype(code):
     float32 without ml_dtypes)."""
     if code == BF16:
         return _BF16 if _BF16 is not None else np.dtype(np.float32)
+    if code in (F8E5M2, F8E4M3FN):
+        return _F8.get(code, np.dtype(np.float32))
     return _TO_NP[code]
 
 
@@ -45,6 +50,9 @@ def _code(dt):
     dt = np.dtype(dt)
     if _BF16 is not None and dt == _BF16:
         return BF16
+    for code, f8 in _F8.items():
+        if dt == f8:
+            return code
     return _BY_KIND.get((dt.kind, dt.itemsize))
 
 
@@ -255,7 +263,8 @@ def _to_numpy(a, owner, copy=False):
     """The NumPy array of a filled tpu_sim_array: a view of its memory that keeps `owner`
     alive, or a copy. bf16 as ml_dtypes.bfloat16 (float32 without ml_dtypes)."""
     shape = tuple(a.dims[k] for k in range(a.rank))
-    raw_dt = np.dtype(np.uint16) if a.dtype == BF16 else _TO_NP[a.dtype]
+    raw_dt = np.dtype(np.uint16) if a.dtype == BF16 else np.dtype(np.uint8) if a.dtype in (F8E5M2, F8E4M3FN) \
+        else _TO_NP[a.dtype]
     if a.nbytes:
         buf = (ctypes.c_char * a.nbytes).from_address(a.data)
         buf._owner = owner  # the view keeps the owner alive
@@ -269,7 +278,24 @@ def _to_numpy(a, owner, copy=False):
             arr = arr.view(_BF16)
         else:  # exact widening, as the CLI writes bf16 results
             arr = (arr.astype(np.uint32) << 16).view(np.float32)
+    elif a.dtype in (F8E5M2, F8E4M3FN):
+        arr = arr.view(_F8[a.dtype]) if a.dtype in _F8 else _f8_widen(arr, a.dtype == F8E4M3FN)
     return arr
+
+
+def _f8_widen(bits, e4m3fn):
+    """float8 bytes as float32 without ml_dtypes (exact)."""
+    b = bits.astype(np.int64)
+    ebits, mbits, bias = (4, 3, 7) if e4m3fn else (5, 2, 15)
+    e = (b >> mbits) & ((1 << ebits) - 1)
+    m = b & ((1 << mbits) - 1)
+    v = np.where(e == 0, m * 2.0 ** (1 - bias - mbits), (1 + m / 2.0 ** mbits) * 2.0 ** (e - bias))
+    top = (1 << ebits) - 1
+    if e4m3fn:
+        v = np.where((e == top) & (m == (1 << mbits) - 1), np.nan, v)
+    else:
+        v = np.where(e == top, np.where(m == 0, np.inf, np.nan), v)
+    return np.where(b & 0x80, -v, v).astype(np.float32)
 
 
 class _Progress:

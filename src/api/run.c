@@ -21,10 +21,11 @@
 #define MAX_TEXT_BYTES ((size_t)1 << 31) /* as the parser's file reader */
 
 /* ORDER: the public values of tpu_sim_dtype. */
-static const tpu_dtype k_dtypes[] = {TPU_PRED, TPU_S8,  TPU_S16,  TPU_S32, TPU_S64, TPU_U8, TPU_U16,
-                                     TPU_U32,  TPU_U64, TPU_BF16, TPU_F16, TPU_F32, TPU_F64, TPU_C64, TPU_C128};
+static const tpu_dtype k_dtypes[] = {TPU_PRED, TPU_S8,  TPU_S16,  TPU_S32, TPU_S64, TPU_U8,  TPU_U16,
+                                     TPU_U32,  TPU_U64, TPU_BF16, TPU_F16, TPU_F32, TPU_F64, TPU_C64,
+                                     TPU_C128, TPU_F8E5M2, TPU_F8E4M3FN};
 #define NDTYPES ((int)(sizeof k_dtypes / sizeof k_dtypes[0]))
-_Static_assert(TPU_SIM_C128 + 1 == NDTYPES, "tpu_sim_dtype and k_dtypes disagree");
+_Static_assert(TPU_SIM_F8E4M3FN + 1 == NDTYPES, "tpu_sim_dtype and k_dtypes disagree");
 _Static_assert(TPU_SIM_MAX_RANK == TPU_MAX_RANK, "public and internal ranks disagree");
 
 int tpu__api_public_dtype(tpu_dtype t) {

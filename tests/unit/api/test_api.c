@@ -358,7 +358,9 @@ int main(void) {
   CHECK_EQ_INT(tpu_sim_dtype_size(TPU_SIM_BF16), 2);
   CHECK_EQ_STR(tpu_sim_dtype_name(TPU_SIM_F32), "f32");
   CHECK_EQ_STR(tpu_sim_dtype_name(TPU_SIM_C64), "c64");
-  CHECK(tpu_sim_dtype_name(15) == NULL);
+  CHECK_EQ_STR(tpu_sim_dtype_name(TPU_SIM_F8E4M3FN), "f8e4m3fn");
+  CHECK_EQ_INT(tpu_sim_dtype_size(TPU_SIM_F8E5M2), 1);
+  CHECK(tpu_sim_dtype_name(17) == NULL);
   test_load_errors();
   test_mlp();
   test_pod();
