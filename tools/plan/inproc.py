@@ -86,9 +86,9 @@ class Lib:
         self.L.tpu_diag_format(ctypes.byref(d), buf, len(buf))
         return Failure(st, buf.value.decode(errors="replace"))
 
-    def time(self, text, chip, name="candidate.hlo", slices=1):
+    def time(self, text, chip, name="candidate.hlo", slices=1, topology=None):
         """The timing-mode report of HLO `text` on `chip` (a preset name or chip JSON path),
-        over `slices` slices joined by DCN."""
+        over `slices` slices joined by DCN, on the slice shape `topology` (None: the default)."""
         L = self.L
         data = text.encode()
         with self.lock:
@@ -102,6 +102,8 @@ class Lib:
                 o.mode = b"timing"
                 o.chip = chip.encode()
                 o.slices = slices
+                if topology:
+                    o.topology = topology.encode()
                 o.no_events = 1  # the report's step, FLOPs and pod figures only: no trace
                 st = L.tpu_sim_run(m, ctypes.byref(o), None, 0, ctypes.byref(r), ctypes.byref(d))
                 if st != 0:

@@ -207,6 +207,62 @@ def slice_sizes(chip, max_chips):
     return out
 
 
+def default_dims(chip, n):
+    """tpusim's default slice shape for n chips of a 3-D torus chip (tpu_topology_default, a
+    power of two: 1x1x1, 1x2x1, 2x2x1, then the last of the shortest axes doubles); None
+    otherwise."""
+    if chip["topology"] == "2d-torus" or n < 1 or n & (n - 1):
+        return None
+    dims, k = [1, 1, 1], 1
+    while k < n:
+        axes = 2 if k < 4 else 3
+        best = 0
+        for i in range(1, axes):
+            if dims[i] <= dims[best]:
+                best = i
+        dims[best] *= 2
+        k *= 2
+    return dims
+
+
+def mesh_topology(chip, st):
+    """The --topology that lays the generated program's mesh (data, stage, fsdp, tensor, device
+    id tensor-minor) onto the slice as MaxText's mesh does: jax.experimental.mesh_utils.
+    create_device_mesh (_create_device_mesh_for_nd_torus) gives each logical axis, most
+    network-intensive (last) first, the first subset of the free physical axes, most axes
+    first, whose sizes multiply to its size (a v5p 4x4x8 with fsdp 16 x tensor 8: tensor on
+    the z ring of 8, fsdp on the 4x4 x-y plane; checked with libtpu's compile-only topology,
+    docs/plan.md). tpusim numbers a slice's chips x fastest, so the shape lists the physical
+    axes fastest logical axis first: "8x4x4". None keeps tpusim's default shape (no such
+    assignment, a 2-D torus, several slices, or the default already)."""
+    n = st.N
+    dims = default_dims(chip, n)
+    sizes = [st.R, st.P, st.F, st.T]
+    if dims is None or st.c.get("slices", 1) > 1 or sum(x > 1 for x in sizes) < 2:
+        return None  # one axis over the whole slice: any order of it is the whole slice
+    free = list(dims)
+    assign = []
+    for size in reversed(sizes):  # tensor first
+        got = ()
+        for k in range(len(free), 0, -1):
+            for c in itertools.combinations(range(len(free)), k):
+                if math.prod(free[i] for i in c) == size:
+                    got = c
+                    break
+            if got:
+                break
+        if not got and size > 1:
+            return None
+        for i in got:
+            free[i] = 0
+        assign.append(got)
+    # JAX's physical order, then reversed: the mesh's fastest axis is tpusim's x.
+    order = [i for got in reversed(assign) for i in got if dims[i] > 1]
+    shape = [dims[i] for i in reversed(order)]
+    shape += [1] * (len(dims) - len(shape))  # axes of one chip last, as the default has them
+    return None if shape == dims else "x".join(map(str, shape))
+
+
 def slice_name(chip, n):
     return f"{chip['name']}-{n * chip['cores']}"
 
@@ -376,9 +432,11 @@ def hbm_peak_1chip(a, chip, st):
 
 def time_program(a, chip, st, tmp, tag):
     """tpusim's verdict on one program: ("ok", report) or ("no-fit", bytes) or ("error", msg)."""
+    topo = mesh_topology(chip, st)
     if a.lib is not None:  # in this process, through libtpusim (inproc.py)
         try:
-            return "ok", a.lib.time(st.module(), chip.get("spec", chip["name"]), f"c{tag}.hlo", slices=a.slices)
+            return "ok", a.lib.time(st.module(), chip.get("spec", chip["name"]), f"c{tag}.hlo", slices=a.slices,
+                                    topology=topo)
         except inproc.Failure as e:
             mm = re.search(r"program needs (\d+) bytes of HBM", str(e))
             return ("no-fit", int(mm.group(1))) if mm else ("error", str(e))
@@ -387,7 +445,8 @@ def time_program(a, chip, st, tmp, tag):
     with open(path, "w") as fh:
         fh.write(st.module())
     r = subprocess.run([a.tpusim, "run", path, "--mode", "timing", "--chip", chip.get("spec", chip["name"]), "--quiet",
-                        "--report", rep] + (["--slices", str(a.slices)] if a.slices > 1 else []),
+                        "--report", rep] + (["--slices", str(a.slices)] if a.slices > 1 else []) +
+                       (["--topology", topo] if topo else []),
                        capture_output=True, text=True)
     try:
         if r.returncode != 0:
