@@ -179,7 +179,9 @@ def bodies(tpusim, g, lane_stage):
         json.dump(chip, open(cf, "w"))
         with gzip.open(os.path.join(HERE, "data", f"sort_bundles.{g}.hlo.gz"), "rt") as z:
             open(hf, "w").write(z.read())
-        r = subprocess.run([tpusim, "compile", hf, "--chip", cf], capture_output=True, text=True)
+        # v4 as compare.py runs it: one TensorCore (v4:core), the device XLA compiles for there
+        r = subprocess.run([tpusim, "compile", hf, "--chip", cf + (":core" if g == "v4" else "")],
+                           capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"{g}: tpusim compile failed: {r.stderr.strip()}")
     return {m.group(1): float(m.group(2)) for m in

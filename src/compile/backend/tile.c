@@ -913,7 +913,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   if (in->op == TPU_OP_SORT && be->chip->sort_lane_stage_cycles > 0) { /* its network's waits too */
     tpu__sort_work w;
     tpu__sort_cost(be, in, &w);
-    po.min_body_cycles = w.body_cycles / (double)(be->chip->tensorcores > 1 ? be->chip->tensorcores : 1);
+    po.min_body_cycles = w.body_cycles; /* one TensorCore's share already */
   }
   const tpu_instr *path[NEST_MAX];
   int depth = 0;

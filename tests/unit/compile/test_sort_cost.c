@@ -114,8 +114,33 @@ static void padded_network(void) {
   CHECK(fabs((double)(va - vb)) <= 0.001 * (double)vb && fabs(ba - bb) < 1);
 }
 
+/* A megacore chip (v5p) runs a sort that fits the registers on one core and shares a looping
+ * one's blocks between its two: libtpu's v5p f32[8,1024] 4,663 bundles (v5e 4,697), s32[64,4096]
+ * 53,281 as run (v5e 106,061); fitted wait 21.0 cycles (sort_bundles.py). */
+static void megacore_share(void) {
+  tpu_chip c, one;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v5p", &c, &d) == TPU_OK);
+  c.sort_lane_stage_cycles = 21.0;
+  one = c;
+  one.tensorcores = 1;
+  char a[4000], b[4000];
+  sort_src(a, sizeof a, "f32[8,1024]", "s32[8,1024]", "{1,0:T(8,128)}", 1);
+  sort_src(b, sizeof b, "s32[64,4096]", "s32[64,4096]", "{1,0:T(8,128)}", 0);
+  double ba = 0, bb = 0, bb1 = 0;
+  int64_t v = 0;
+  CHECK(sort_body(a, &c, &ba, &v));
+  CHECK(sort_body(b, &c, &bb, &v));
+  CHECK(sort_body(b, &one, &bb1, &v));
+  printf("v5p: f32[8,1024] sort %.0f cycles (libtpu 4,663), s32[64,4096] %.0f (53,281; one core %.0f)\n", ba, bb, bb1);
+  CHECK(fabs(ba / 4663 - 1) <= 0.10);
+  CHECK(fabs(bb / 53281 - 1) <= 0.10);
+  CHECK(fabs(bb1 / bb - 2) < 0.01);
+}
+
 int main(void) {
   v5e_kernels();
+  megacore_share();
   padded_network();
   CHECK_DONE();
 }
