@@ -669,6 +669,40 @@ static void test_conv_input_copy(void) {
   }
 }
 
+/* An input of at most 4 features read by a convolution and by its weight gradient (whose
+ * window is the image and whose features are the batch): the parameter takes the layout
+ * that pads least and one copy relays it into the weight gradient's, the batch in the lanes
+ * and the features in the sublanes, as the XLA TPU compiler's programs
+ * (conv_grad_nchw_hwio_nchw_b8_28_c3to32_k3: bf16[8,3,28,28] {3,0,2,1} copied to
+ * {0,1,3,2}; conv_bwd_stem7x7_bf16: bf16[32,224,224,3] to {0,3,2,1}). Not with 64 features. */
+static void test_wgrad_input_copy(void) {
+  static const char *fmt =
+      "HloModule m\nENTRY e {\n x = bf16[8,%d,28,28] parameter(0)\n w = bf16[3,3,%d,32] parameter(1)\n"
+      " g = bf16[8,32,28,28] parameter(2)\n"
+      " c = bf16[8,32,28,28] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_01io->bf01\n"
+      " d = bf16[3,3,%d,32] convolution(x, g), window={size=28x28 pad=1_1x1_1}, dim_labels=fb01_io01->01bf\n"
+      " ROOT t = (bf16[8,32,28,28], bf16[3,3,%d,32]) tuple(c, d)\n}\n";
+  int feats[2] = {3, 64}, want[2] = {1, 0};
+  for (int i = 0; i < 2; i++) {
+    char src[900];
+    snprintf(src, sizeof src, fmt, feats[i], feats[i], feats[i], feats[i]);
+    tpu_module *m = compile_src(src);
+    CHECK(m != NULL);
+    if (!m) continue;
+    const tpu_instr *c = NULL;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *v = m->entry->instrs[j];
+      if (v->op == TPU_OP_COPY && v->noperands == 1 && v->operands[0]->op == TPU_OP_PARAMETER &&
+          v->operands[0]->index == 0)
+        c = v;
+    }
+    printf("weight gradient's input bf16[8,%d,28,28]: copy %s\n", feats[i], c ? "yes" : "no");
+    CHECK((c != NULL) == want[i]);
+    if (c) CHECK(c->shape.has_layout && c->shape.minor_to_major[0] == 0 && c->shape.minor_to_major[1] == 1);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   test_conv_relayout(); /* before the chip is loaded, as it ran in test_passes.c */
   tpu_diag d;
@@ -685,5 +719,6 @@ int main(void) {
   test_nchw_param_layout();
   test_conv_input_copy();
   test_conv_batch_lanes_relayout();
+  test_wgrad_input_copy();
   CHECK_DONE();
 }
