@@ -479,13 +479,10 @@ static void plan_free(comp_plan *pl) {
   if (pl->fval)
     for (int i = 0; i <= pl->c->ninstrs; i++) tpu_tensor_free(&pl->fval[i]);
   tpu_free(pl->fval);
-  tpu_free(pl->steps);
-  tpu_free(pl->ids);
+  tpu_free(pl->steps); /* and ids, in the same block */
   tpu_free(pl->fold);
-  tpu_free(pl->uses);
-  tpu_free(pl->inl);
   tpu_free(pl->frame);
-  tpu_free(pl);
+  tpu_free(pl); /* and uses, inl */
 }
 
 /* Ops whose value is a function of their operands' values and the instruction alone, with
@@ -548,9 +545,10 @@ static tpu_status plan_steps(comp_plan *pl) {
     nids += 2 * (size_t)in->noperands + 2;
     if (!pl->inl[in->id] && tpu__ref_fusible(in)) nids += (size_t)tpu__ref_fused_leaves(in, pl->inl, leaves);
   }
-  pl->steps = tpu_calloc((size_t)(c->norder ? c->norder : 1), sizeof *pl->steps);
-  pl->ids = tpu_malloc((nids ? nids : 1) * sizeof *pl->ids);
-  if (!pl->steps || !pl->ids) return TPU_ERR_NOMEM;
+  size_t nsteps = (size_t)(c->norder ? c->norder : 1);
+  pl->steps = tpu_calloc(1, nsteps * sizeof *pl->steps + (nids ? nids : 1) * sizeof *pl->ids); /* one block */
+  if (!pl->steps) return TPU_ERR_NOMEM;
+  pl->ids = (int *)(void *)(pl->steps + nsteps);
   int *ids = pl->ids, at = 0;
   for (int i = 0; i < c->norder; i++) {
     const tpu_instr *in = c->order[i];
@@ -628,17 +626,17 @@ static comp_plan *plan_of(tpu_interp *ip, const tpu_comp *c) {
     ip->capplans = cap;
   }
   int n = c->ninstrs;
-  comp_plan *pl = tpu_calloc(1, sizeof *pl);
-  int *size = tpu_calloc((size_t)n + 1, sizeof(int));
+  comp_plan *pl = tpu_calloc(1, sizeof *pl + ((size_t)n + 1) * (sizeof(int) + 1));
+  int size_small[256], *size = (size_t)n + 1 <= 256 ? size_small : tpu_malloc(((size_t)n + 1) * sizeof(int));
   if (pl) {
     pl->c = c;
-    pl->uses = tpu_calloc((size_t)n + 1, sizeof(int));
-    pl->inl = tpu_calloc((size_t)n + 1, 1);
+    pl->uses = (int *)(void *)(pl + 1); /* the plan's block: the struct, uses[n + 1], inl[n + 1] */
+    pl->inl = (uint8_t *)(pl->uses + n + 1);
     pl->maxops = 1;
   }
-  if (!pl || !pl->uses || !pl->inl || !size) {
+  if (!pl || !size) {
     plan_free(pl);
-    tpu_free(size);
+    if (size != size_small) tpu_free(size);
     return NULL;
   }
   for (int i = 0; i < c->norder; i++) {
@@ -648,7 +646,7 @@ static comp_plan *plan_of(tpu_interp *ip, const tpu_comp *c) {
     if (in->noperands > pl->maxops) pl->maxops = in->noperands;
   }
   tpu__ref_fuse_plan(c, pl->uses, pl->inl, size);
-  tpu_free(size);
+  if (size != size_small) tpu_free(size);
   fold_plan(ip, pl);
   if (pl->fold) /* a folded value is read, not recomputed inside a tree */
     for (int i = 0; i < n; i++)
