@@ -640,6 +640,66 @@ static tpu_status push_operands(fuser *f, int g, int j) {
   return TPU_OK;
 }
 
+/* Is slice p the first elements of its operand in memory (no offset; every dimension after
+ * the first it cuts taken whole)? Then it is the operand's buffer read in place (a bitcast). */
+static int prefix_slice(const tpu_instr *p) {
+  const tpu_shape *o = &p->operands[0]->shape;
+  if (!p->slice || o->rank != p->shape.rank) return 0;
+  int cut = 0;
+  for (int d = 0; d < o->rank; d++) {
+    if (p->slice[d].start != 0 || (p->slice[d].stride != 1 && p->shape.dims[d] > 1)) return 0;
+    if (cut && p->shape.dims[d] != o->dims[d]) return 0;
+    if (p->shape.dims[d] != o->dims[d] && o->dims[d] > 1) cut = 1;
+  }
+  return 1;
+}
+
+/* Is p an elementwise op on a vector computed from another fusible op (an iota, a broadcast,
+ * an elementwise step), not from kernel results or parameters alone? XLA's TPU fusion lets a
+ * consumer that reads a producer's elements more than once (through a broadcast) take one
+ * such op, never a chain: probed with libtpu (tools/tpu_compile.py, v5e) on programs outside
+ * the corpus, f32[128] broadcast along 197 columns into an add: negate(p), abs(p), floor(p),
+ * convert(p), p*p, p+q join the consumer; abs(negate(p)), p+1, max(p,0), p+s (s a scalar
+ * parameter), convert(iota), p*3+p, compare+select are a kernel of their own (f32[128]), as are
+ * f32[128,256] chains broadcast to [8,128,256] and u32[128] chains broadcast to [128,2]. JAX's
+ * random bits (iota_2x32_shape's per-row counters, dropout_*, random_*) are such chains.
+ * (Scalar chains are left to join: the compiler runs them on the scalar unit, no kernel.)
+ * Applied to chains computed from parameters, constants and iotas only: a chain on a
+ * reduction's result (a batch norm's mean, sum x 1/n) is a kernel of its own in the compiler
+ * too (probed: reduce + 1 broadcast into an add), but its reductions there are fused into the
+ * convolution before them (mbv2_fwd_*'s convert_reduce_fusion), which tpusim does not do yet:
+ * separating the chain alone adds a kernel beside reductions charged apart (families test
+ * v6e median 12.7 -> 14.1 %). docs/compiler.md "Known gaps".
+ * A static slice the consumer broadcasts is a kernel of its own too (probed: row 2 of
+ * f32[8,256] broadcast over 128 rows, column 1 of f32[128,4] over 197 columns: `s.1`,
+ * slice_bitcast_fusion), unless it is its operand's leading elements, a bitcast (element 0 of
+ * u32[2], JAX's random key). */
+/* Does x's value come, through fusible ops alone, from parameters, constants and iotas (no
+ * kernel's result: a reduction, a matmul)? Looks at most *budget instructions (a DAG's shared
+ * operands are revisited); past that, no. */
+static int from_inputs(const tpu_instr *x, int *budget) {
+  if (x->op == TPU_OP_PARAMETER || x->op == TPU_OP_CONSTANT || x->op == TPU_OP_IOTA) return 1;
+  if (--*budget < 0 || !tpu__fuse_loop_fusible(x)) return 0;
+  for (int k = 0; k < x->noperands; k++)
+    if (!from_inputs(x->operands[k], budget)) return 0;
+  return 1;
+}
+
+static int chained(const tpu_instr *p) {
+  int budget = 256;
+  if (!from_inputs(p, &budget)) return 0;
+  if (p->op == TPU_OP_SLICE) /* of a stored value (a slice of fused work is not probed) */
+    return !prefix_slice(p) && !tpu__fuse_loop_fusible(p->operands[0]);
+  if (tpu_shape_numel(&p->shape) <= 1 || !(elementwise_op(p) || p->op == TPU_OP_COMPARE)) return 0;
+  for (int k = 0; k < p->noperands; k++) {
+    const tpu_instr *o = p->operands[k];
+    /* values computed for p (data movement alone, a transpose or reshape of an input, is
+     * not a step of work) */
+    if (elementwise_op(o) || o->op == TPU_OP_COMPARE || o->op == TPU_OP_IOTA || o->op == TPU_OP_BROADCAST) return 1;
+  }
+  return 0;
+}
+
 /* Grows group g towards its operands, consumers first as XLA's instruction fusion visits
  * them: of the producers its members read, the latest in the computation is decided next,
  * so a producer several members read is decided once all of them have joined (a bias add
@@ -658,7 +718,7 @@ static tpu_status grow(fuser *f, int g) {
     /* XLA's instruction fusion: an expensive producer stays out of a consumer that reuses
      * its elements (a small product a consumer broadcasts is its own kernel's result) */
     if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side) ||
-        ((expensive(p) || slice_producer(p)) && reused_in_group(f, g, p))) {
+        (reused_in_group(f, g, p) && (expensive(p) || slice_producer(p) || chained(p)))) {
       f->need[p->id] = 1;
       continue;
     }

@@ -1,6 +1,8 @@
 /* Work a kernel would repeat for each reuse of it: the simplifier's broadcast sinking (an
  * elementwise op on broadcasts runs over the broadcast operand's elements,
- * compile/passes/bcast_sink.c), and max(x, -inf) / min(x, +inf) dropped (simplify.c). */
+ * compile/passes/bcast_sink.c), max(x, -inf) / min(x, +inf) dropped (simplify.c), and fusion
+ * keeping a chain of elementwise ops or a static slice that a consumer broadcasts out of that
+ * consumer (fuse.c chained). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,25 @@
 #include "hlo/hlo.h"
 #include "ref/ref.h"
 #include "passes_util.h"
+
+/* The entry's kernels (fusions and lone ops; parameters, constants, tuples left out). */
+static int entry_kernels(const tpu_module *m) {
+  int k = 0;
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    tpu_opcode op = m->entry->instrs[i]->op;
+    k += op != TPU_OP_PARAMETER && op != TPU_OP_CONSTANT && op != TPU_OP_GET_TUPLE_ELEMENT && op != TPU_OP_TUPLE &&
+         op != TPU_OP_BITCAST && op != TPU_OP_RESHAPE;
+  }
+  return k;
+}
+
+static int kernels_of(const char *src) {
+  tpu_module *m = compile_src(src);
+  if (!m) return -1;
+  int k = entry_kernels(m);
+  tpu_module_free(m);
+  return k;
+}
 
 /* JAX's random-bit counter (iota_2x32_shape): a u64 row iota broadcast over the columns and
  * multiplied by the row length. XLA's simplifier multiplies before broadcasting, so the
@@ -84,8 +105,69 @@ static void test_max_identity(void) {
   }
 }
 
+/* A producer the consumer broadcasts joins the consumer's kernel when it is one elementwise
+ * op on kernel inputs (negate, abs, convert, p * p, p + q), and is a kernel of its own when it
+ * is a chain (p + 1 reads a broadcast constant, abs(negate(p)), compare + select), as the XLA
+ * TPU compiler fuses them (libtpu probes, fuse.c chained). */
+static void test_reused_chain(void) {
+  const char *fmt =
+      "HloModule m\nENTRY e {\n p = f32[128] parameter(0)\n q = f32[128] parameter(1)\n"
+      " x = f32[128,197] parameter(2)\n z = f32[] constant(1)\n zb = f32[128] broadcast(z), dimensions={}\n"
+      " %s\n b = f32[128,197] broadcast(a), dimensions={0}\n ROOT y = f32[128,197] add(b, x)\n}\n";
+  static const struct { const char *body; int kernels; } cases[] = {
+      {"a = f32[128] negate(p)", 1},
+      {"a = f32[128] add(p, q)", 1},
+      {"a = f32[128] multiply(p, p)", 1},
+      {"a = f32[128] add(p, zb)", 2},
+      {"n = f32[128] negate(p)\n a = f32[128] abs(n)", 2},
+      {"c = pred[128] compare(p, zb), direction=LT\n a = f32[128] select(c, p, q)", 2},
+  };
+  char src[1024];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(src, sizeof src, fmt, cases[i].body);
+    int k = kernels_of(src);
+    printf("reused producer '%s': %d kernel(s)\n", cases[i].body, k);
+    CHECK_EQ_INT(k, cases[i].kernels);
+  }
+}
+
+/* A static slice the consumer broadcasts is a kernel of its own (a row of a table broadcast
+ * over the rows: the compiler's `s.1` slice), unless it is its operand's leading elements. */
+static void test_reused_slice(void) {
+  const char *fmt =
+      "HloModule m\nENTRY e {\n k = f32[8,256] parameter(0)\n x = f32[128,256] parameter(1)\n"
+      " s = f32[1,256] slice(k), slice={[%d:%d],[0:256]}\n r = f32[256] reshape(s)\n"
+      " b = f32[128,256] broadcast(r), dimensions={1}\n ROOT y = f32[128,256] add(b, x)\n}\n";
+  char src[1024];
+  snprintf(src, sizeof src, fmt, 2, 3);
+  int k = kernels_of(src);
+  printf("row 2 broadcast: %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 2);
+  snprintf(src, sizeof src, fmt, 0, 1);
+  k = kernels_of(src);
+  printf("row 0 broadcast: %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 1);
+}
+
+/* A chain on a reduction's result still joins its consumer (fuse.c chained: applied to
+ * chains on parameters, constants and iotas; docs/compiler.md). */
+static void test_reduced_chain_joins(void) {
+  const char *src =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[128,197] parameter(0)\n z = f32[] constant(0)\n"
+      " r = f32[128] reduce(x, z), dimensions={1}, to_apply=add\n c = f32[] constant(0.005)\n"
+      " cb = f32[128] broadcast(c), dimensions={}\n m = f32[128] multiply(r, cb)\n"
+      " b = f32[128,197] broadcast(m), dimensions={0}\n ROOT y = f32[128,197] subtract(x, b)\n}\n";
+  int k = kernels_of(src);
+  printf("mean of a row sum, broadcast: %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 2);
+}
+
 int main(void) {
   test_sink_broadcast();
   test_max_identity();
+  test_reused_chain();
+  test_reused_slice();
+  test_reduced_chain_joins();
   CHECK_DONE();
 }
