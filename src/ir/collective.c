@@ -628,6 +628,40 @@ tpu_status tpu_collective_permute_source(const tpu_instr *in, int64_t replicas, 
   return TPU_OK;
 }
 
+tpu_status tpu_collective_permute_sources(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t *src,
+                                          tpu_diag *d) {
+  tpu_groups g;
+  TPU_TRY(tpu_groups_read(in, "source_target_pairs", &g, d));
+  int cross_partition = attr_text(in->attrs, in->nattrs, "channel_id") != NULL;
+  if (g.ngroups == 0 && !attr_text(in->attrs, in->nattrs, "source_target_pairs")) {
+    tpu_groups_free(&g);
+    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "'%s' has no source_target_pairs", tpu_instr_user_name(in));
+  }
+  int64_t nx = cross_partition ? partitions : replicas; /* x: a device's partition, or its replica */
+  int64_t *from = tpu_malloc(sizeof *from * (size_t)(nx > 0 ? nx : 1));
+  if (!from) {
+    tpu_groups_free(&g);
+    return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  }
+  for (int64_t x = 0; x < nx; x++) from[x] = INT64_MIN; /* no pair sends to x */
+  for (int64_t k = 0; k < g.ngroups; k++) { /* the last pair naming x as its target wins, as per device */
+    if (g.start[k + 1] - g.start[k] != 2) {
+      tpu_free(from);
+      tpu_groups_free(&g);
+      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "source_target_pairs of '%s' must be pairs", tpu_instr_user_name(in));
+    }
+    int64_t t = g.ids[g.start[k] + 1];
+    if (t >= 0 && t < nx) from[t] = g.ids[g.start[k]];
+  }
+  for (int64_t dev = 0; dev < replicas * partitions; dev++) {
+    int64_t r = dev / partitions, p = dev % partitions, s = from[cross_partition ? p : r];
+    src[dev] = s == INT64_MIN ? -1 : cross_partition ? r * partitions + s : s * partitions + p;
+  }
+  tpu_free(from);
+  tpu_groups_free(&g);
+  return TPU_OK;
+}
+
 tpu_opcode tpu_collective_base(tpu_opcode op) {
   switch (op) {
     case TPU_OP_ALL_REDUCE_START: return TPU_OP_ALL_REDUCE;

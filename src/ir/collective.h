@@ -60,6 +60,10 @@ void tpu_coll_groups_free(tpu_coll_groups *cg);
 /* collective-permute: the device that sends to `dev` (-1: none, so its result is zeros). */
 tpu_status tpu_collective_permute_source(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t dev,
                                          int64_t *src, tpu_diag *d);
+/* The same for every device 0 .. replicas * partitions - 1 at once (src: that many entries),
+ * reading the pairs once (per device, a 4,096-device permute's pairs were parsed 4,096 times). */
+tpu_status tpu_collective_permute_sources(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t *src,
+                                          tpu_diag *d);
 
 /* The synchronous op an asynchronous -start stands for (all-reduce-start -> all-reduce);
  * any other op maps to itself. */

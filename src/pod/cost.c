@@ -438,15 +438,21 @@ static tpu_status cost_fresh(tpu_pod_cost_ctx *x, const tpu_instr *in, const tpu
   double vin = operands_bytes(in);
   if (st == TPU_OK && base == TPU_OP_COLLECTIVE_PERMUTE) {
     op.kind = TPU_ICI_PERMUTE;
+    int64_t *srcs = ndev == replicas * partitions ? tpu_malloc(sizeof *srcs * (size_t)(ndev + 1)) : NULL;
+    if (srcs) st = tpu_collective_permute_sources(in, replicas, partitions, srcs, d); /* the pairs read once */
     for (int64_t dev = 0; st == TPU_OK && dev < ndev; dev++) {
       int64_t src;
-      st = tpu_collective_permute_source(in, replicas, partitions, dev, &src, d);
+      if (srcs)
+        src = srcs[dev];
+      else
+        st = tpu_collective_permute_source(in, replicas, partitions, dev, &src, d);
       if (st == TPU_OK && src >= 0 && src != dev) {
         ids[2 * op.npairs] = src;
         ids[2 * op.npairs + 1] = dev;
         op.npairs++;
       }
     }
+    tpu_free(srcs);
     op.pairs = ids;
     op.operand_bytes = vin;
     c->bytes = op.npairs ? vin : 0;

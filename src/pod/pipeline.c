@@ -18,10 +18,10 @@ static int64_t permute_stages(const tpu_instr *in, int64_t *src_out) {
   unsigned char *seen = tpu_calloc((size_t)n, 1);
   int ok = src && dst && seen;
   for (int64_t i = 0; ok && i < n; i++) dst[i] = -1;
+  tpu_diag d;
+  if (ok && tpu_collective_permute_sources(in, replicas, partitions, src, &d) != TPU_OK) ok = 0;
   for (int64_t dev = 0; ok && dev < n; dev++) {
-    tpu_diag d;
-    if (tpu_collective_permute_source(in, replicas, partitions, dev, &src[dev], &d) != TPU_OK) ok = 0;
-    else if (src[dev] == dev) src[dev] = -1;
+    if (src[dev] == dev) src[dev] = -1;
     else if (src[dev] >= 0 && src[dev] < n) {
       if (dst[src[dev]] >= 0) ok = 0; /* one source feeding two targets: not a stage chain */
       dst[src[dev]] = dev;

@@ -119,6 +119,39 @@ static void members_read_once(void) {
   }
 }
 
+/* tpu_collective_permute_sources (the pairs read once) against the per-device answer: cross
+ * partition and cross replica, a target named twice (the last pair wins), a target out of the
+ * grid, no pairs, and pairs of three ids (an error in both). */
+static void permute_sources_once(void) {
+  const char *pairs[] = {"channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}",
+                         "source_target_pairs={{0,1},{1,0}}", "channel_id=1, source_target_pairs={{0,1},{2,1},{3,9}}",
+                         "channel_id=1, source_target_pairs={}", "channel_id=1, source_target_pairs={{0,1,2}}"};
+  for (size_t k = 0; k < sizeof pairs / sizeof *pairs; k++) {
+    char src[1024];
+    snprintf(src, sizeof src,
+             "HloModule m, replica_count=2, num_partitions=4\nENTRY e {\n p = f32[4] parameter(0)\n"
+             " ROOT r = f32[4] collective-permute(p), %s\n}\n",
+             pairs[k]);
+    tpu_module *m = NULL;
+    tpu_diag d;
+    CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+    if (!m) continue;
+    const tpu_instr *in = m->entry->instrs[m->entry->ninstrs - 1];
+    int64_t all[8];
+    tpu_status sa = tpu_collective_permute_sources(in, 2, 4, all, &d);
+    for (int64_t dev = 0; dev < 8; dev++) {
+      int64_t one = -7;
+      tpu_status so = tpu_collective_permute_source(in, 2, 4, dev, &one, &d);
+      CHECK_EQ_INT(sa, so);
+      if (sa == TPU_OK && so == TPU_OK) CHECK_EQ_INT(all[dev], one);
+    }
+    if (k == 0) CHECK(sa == TPU_OK && all[1] == 0 && all[0] == 3 && all[5] == 4);
+    if (k == 2) CHECK(sa == TPU_OK && all[1] == 2 && all[0] == -1);
+    if (k == 4) CHECK(sa != TPU_OK);
+    tpu_module_free(m);
+  }
+}
+
 /* tpu_iota_read against the definition: ids 0..n-1 reshaped to the dims, transposed by the
  * permutation, flattened (element f of the result is the id at the transposed index f). */
 static void check_iota(const int64_t *dims, const int *perm, int nr) {
@@ -196,6 +229,7 @@ int main(void) {
            " ROOT r = f32[8] all-gather(p), channel_id=1, replica_groups={{0,1}}, dimensions={0}\n}\n");
   check(src, "all-gather 'r' communicates across 2 devices");
   members_read_once();
+  permute_sources_once();
   /* every permutation of ranks 1-4 over dims 3, 1, 4, 2 */
   const int64_t dims[4] = {3, 1, 4, 2};
   for (int nr = 1; nr <= 4; nr++)
