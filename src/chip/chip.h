@@ -81,6 +81,7 @@ typedef enum {
   X(CONV_SCATTER_TAP_CYCLES, conv_scatter_tap_cycles, 'f', 0, "cycles", "the same convolution: least time per input position's batch and filter tap, whatever the features") \
   X(CONV_SCATTER_OUT_CYCLES, conv_scatter_out_cycles, 'f', 0, "cycles", "the same convolution: least time per output position's batch and 128 output features") \
   X(RELAYOUT_TILE_CYCLES, relayout_tile_cycles, 'f', 0, "cycles", "a compiled program's copy that keeps the lanes' dimension and reorders the others (a sublane relayout, VMEM on a side): least time per tile of its result after its kernel start, whatever the tile's rows (absent: its register work alone)") \
+  X(SORT_NETWORK, sort_network, 'i', 0, "", "1: a sort is timed as the compiler's bitonic network counted from libtpu's code (sort_cost.c; absent: 3 vector ops and one permute pass per register and stage)") \
   X(SORT_LANE_STAGE_CYCLES, sort_lane_stage_cycles, 'f', 0, "cycles", "a sort along the lanes: the wait on the permute unit of each stage of its network that exchanges within registers (absent: none)") \
   X(CONV_PACKED_CYCLES, conv_packed_cycles, 'f', 0, "cycles", "a convolution of at most 4 input features with the batch in the sublanes (its features packed in the sublanes): least time per output position's batch (16 rows) and MXU weight tile, plus one tile (absent: its MXU work alone)") \
   X(SCOPED_VMEM_BYTES, scoped_vmem_bytes, 'i', 0, "B", "VMEM per TensorCore one kernel's tile buffers may take (default: 3/4 of vmem_bytes)") \
@@ -163,6 +164,7 @@ typedef struct tpu_chip {
   double conv_scatter_cycles, conv_scatter_tap_cycles, conv_scatter_out_cycles; /* 0: absent (tile_conv.c) */
   double conv_packed_cycles;       /* 0: absent (tile_conv.c packed_cycles) */
   double relayout_tile_cycles;     /* 0: absent (tile.c relayout_tiles) */
+  int64_t sort_network;            /* 0 when absent: the earlier count (sort_cost.c) */
   double sort_lane_stage_cycles;   /* 0: absent (sort_cost.c) */
   double window_start_cycles;      /* 0 when absent: a pooling window kernel starts as others do (layout.c) */
   double conv_group_step_cycles;   /* 0 when absent: a grouped convolution's steps cost only their MXU work (timing.c) */

@@ -482,7 +482,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       /* fall through */
     case TPU_OP_SORT: case TPU_OP_TOPK: {
       if (in->noperands < 1) return;
-      if (in->op == TPU_OP_SORT && be->chip->sort_lane_stage_cycles > 0) {
+      if (in->op == TPU_OP_SORT && be->chip->sort_network) {
         /* the compiler's network, counted from its code (sort_cost.c; a preset without the
          * field keeps the count below) */
         tpu__sort_work w;
@@ -910,7 +910,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   if (vmem_source_kernel(in)) po.scalar = 1; /* no kernel start: see vmem_source_kernel */
   po.relayout = relayout_off_core(be, in) && !k->vcopy_windows;
   if (be->chip->relayout_tile_cycles > 0) po.min_body_cycles = (double)relayout_tiles(in) * be->chip->relayout_tile_cycles;
-  if (in->op == TPU_OP_SORT && be->chip->sort_lane_stage_cycles > 0) { /* its network's waits too */
+  if (in->op == TPU_OP_SORT && be->chip->sort_network) { /* its network's waits too */
     tpu__sort_work w;
     tpu__sort_cost(be, in, &w);
     po.min_body_cycles = w.body_cycles; /* one TensorCore's share already */

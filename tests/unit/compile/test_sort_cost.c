@@ -10,7 +10,7 @@
 #include "unit/compile/backend_util.h"
 
 /* v5e's wait per stage within registers, fitted on the probe's tune shapes (sort_bundles.py
- * fit; docs/timing.md). No preset carries sort_lane_stage_cycles yet: the rule is off there. */
+ * fit; docs/timing.md); the v5e preset carries it with sort_network. */
 #define V5E_LANE_STAGE 20.2
 
 /* A compiled program's sort of x (TYPE, LAYOUT) with its iota, the comparator of a stable
@@ -71,22 +71,28 @@ static void v5e_kernels(void) {
       {"s32[32,256]", "s32[32,256]", "{1,0:T(8,128)}", 0, 2475, 5682, 1},
       {"f32[256,64]", "s32[256,64]", "{0,1:T(8,128)}", 1, 2385, 9463, 0},
   };
-  tpu_chip c, off, preset;
+  tpu_chip c, off, preset, old;
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &c, &d) == TPU_OK);
   preset = c;
+  CHECK(preset.sort_network == 1 && preset.sort_lane_stage_cycles == V5E_LANE_STAGE);
+  old = c;
+  old.sort_network = 0; /* a chip file without the field: the earlier count */
+  c.sort_network = 1;
   c.sort_lane_stage_cycles = V5E_LANE_STAGE;
   off = c;
-  off.sort_lane_stage_cycles = 1e-9; /* the network's operations alone */
+  off.sort_lane_stage_cycles = 0; /* the network's operations alone */
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     char src[4000];
     sort_src(src, sizeof src, k[i].ty, k[i].ity, k[i].lay, k[i].f32);
-    double body = 0, body0 = 0, bodyp = 0;
-    int64_t valu = 0, valu0 = 0, valup = 0;
+    double body = 0, body0 = 0, bodyp = 0, bodyo = 0;
+    int64_t valu = 0, valu0 = 0, valup = 0, valuo = 0;
     CHECK(sort_body(src, &c, &body, &valu));
     CHECK(sort_body(src, &off, &body0, &valu0));
     CHECK(sort_body(src, &preset, &bodyp, &valup));
-    CHECK(bodyp == 0 && valup < valu / 2); /* without the field: the earlier count, no least body */
+    CHECK(sort_body(src, &old, &bodyo, &valuo));
+    CHECK(bodyp == body && valup == valu); /* the preset runs the network */
+    CHECK(bodyo == 0 && valuo < valu / 2); /* without the field: the earlier count, no least body */
     printf("sort %s%s on v5e: body %.0f cycles (libtpu %.0f bundles), without waits %.0f; %lld vector ALU ops (libtpu %.0f)\n",
            k[i].ty, k[i].lay, body, k[i].bundles, body0, (long long)valu, k[i].valu);
     CHECK(fabs((double)valu / k[i].valu - 1) <= 0.10);
