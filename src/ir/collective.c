@@ -603,29 +603,15 @@ tpu_status tpu_collective_members(const tpu_instr *in, int64_t replicas, int64_t
 
 tpu_status tpu_collective_permute_source(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t dev,
                                          int64_t *src, tpu_diag *d) {
-  tpu_groups g;
-  TPU_TRY(tpu_groups_read(in, "source_target_pairs", &g, d));
-  int cross_partition = attr_text(in->attrs, in->nattrs, "channel_id") != NULL;
-  if (g.ngroups == 0 && !attr_text(in->attrs, in->nattrs, "source_target_pairs")) {
-    tpu_groups_free(&g);
-    return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "'%s' has no source_target_pairs", tpu_instr_user_name(in));
-  }
-  int64_t r = dev / partitions, p = dev % partitions;
-  int64_t x = cross_partition ? p : r;
-  *src = -1;
-  for (int64_t k = 0; k < g.ngroups; k++) {
-    if (g.start[k + 1] - g.start[k] != 2) {
-      tpu_groups_free(&g);
-      return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "source_target_pairs of '%s' must be pairs", tpu_instr_user_name(in));
-    }
-    if (g.ids[g.start[k] + 1] == x) {
-      int64_t s = g.ids[g.start[k]];
-      *src = cross_partition ? r * partitions + s : s * partitions + p;
-    }
-  }
-  tpu_groups_free(&g);
-  (void)replicas;
-  return TPU_OK;
+  /* one device's source: the whole table's entry (tpu_collective_permute_sources) */
+  int64_t n = replicas * partitions;
+  if (dev < 0 || dev >= n) return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "device %lld outside %lld devices", (long long)dev, (long long)n);
+  int64_t *all = tpu_malloc(sizeof *all * (size_t)n);
+  if (!all) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
+  tpu_status st = tpu_collective_permute_sources(in, replicas, partitions, all, d);
+  if (st == TPU_OK) *src = all[dev];
+  tpu_free(all);
+  return st;
 }
 
 tpu_status tpu_collective_permute_sources(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t *src,

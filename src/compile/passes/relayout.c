@@ -456,6 +456,23 @@ static void result_transpose_layouts(tpu_comp *entry, const tpu_chip *chip, cons
   }
 }
 
+/* Parameter p takes the tiling (second, minor) and one copy relays it into the tiling
+ * (to_second, to_minor) for every reader, which reads the copy instead. */
+static tpu_status relayout_copy(tpu_builder *b, tpu_comp *entry, tpu_instr *p, const tpu_uses *u, int minor, int second,
+                                int to_minor, int to_second) {
+  tpu__tile_layout(&p->shape, minor, second);
+  tpu_shape to = p->shape;
+  tpu__tile_layout(&to, to_minor, to_second);
+  tpu_instr *c = NULL;
+  TPU_TRY(tpu_build_instr_like(b, entry, p, TPU_OP_COPY, "copy.relayout", &to, &p, 1, &c));
+  for (int k = 0; k < u->nusers[p->id]; k++) {
+    tpu_instr *r = u->users[p->id][k];
+    for (int j = 0; j < r->noperands; j++)
+      if (r->operands[j] == p) r->operands[j] = c;
+  }
+  return TPU_OK;
+}
+
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip) {
   tpu_uses u;
   TPU_TRY(tpu_build_uses(b, entry, &u));
@@ -527,16 +544,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
          * strided convolution reading it takes 139,184; the depthwise, 3-D, grouped and 1-D
          * convolutions of the compiled families corpus likewise). Not for a weight gradient,
          * nor an input read by convolutions in two ways. */
-        tpu__tile_layout(s, minor, second);
-        tpu_shape to = *s;
-        tpu__tile_layout(&to, fd, bd);
-        tpu_instr *c = NULL;
-        st = tpu_build_instr_like(b, entry, p, TPU_OP_COPY, "copy.relayout", &to, &p, 1, &c);
-        for (int k = 0; st == TPU_OK && k < u.nusers[p->id]; k++) {
-          tpu_instr *r = u.users[p->id][k];
-          for (int j = 0; j < r->noperands; j++)
-            if (r->operands[j] == p) r->operands[j] = c;
-        }
+        st = relayout_copy(b, entry, p, &u, minor, second, fd, bd);
         changed = 1;
       } else if (conv_only && wf >= 0 && wf != wb && s->dims[wf] % lanes && s->dims[wb] <= 4 && (second != wb || minor != wf) &&
                  tpu__tiled_as(chip, s, second, minor) < tpu__tiled_as(chip, s, wb, wf)) {
@@ -548,16 +556,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
          * as the XLA TPU compiler's programs: conv_grad_nchw_hwio_nchw_b8_28_c3to32_k3's
          * bf16[8,3,28,28] {3,0,2,1} copied to {0,1,3,2:T(4,128)}, 6,400 cycles on v4, 3,159
          * on v5e; the 14 x 14 one's likewise. */
-        tpu__tile_layout(s, minor, second);
-        tpu_shape to = *s;
-        tpu__tile_layout(&to, wf, wb);
-        tpu_instr *c = NULL;
-        st = tpu_build_instr_like(b, entry, p, TPU_OP_COPY, "copy.relayout", &to, &p, 1, &c);
-        for (int k = 0; st == TPU_OK && k < u.nusers[p->id]; k++) {
-          tpu_instr *r = u.users[p->id][k];
-          for (int j = 0; j < r->noperands; j++)
-            if (r->operands[j] == p) r->operands[j] = c;
-        }
+        st = relayout_copy(b, entry, p, &u, minor, second, wf, wb);
         changed = 1;
       }
       continue;

@@ -392,6 +392,29 @@ static void dying_collective_result_shares_output(void) {
   tpu_module_free(m);
 }
 
+/* A scan of 4 steps over a carried f32[512,512] activation and a f32[4,512,512] stack (the
+ * body differs per test): its condition, and an entry that starts the stack as zeros and
+ * reads its last row after the loop. */
+#define SCAN4_COND \
+  "cond {\n" \
+  "  s = (s32[], f32[512,512], f32[4,512,512]) parameter(0)\n" \
+  "  i = s32[] get-tuple-element(s), index=0\n" \
+  "  n = s32[] constant(4)\n" \
+  "  ROOT c = pred[] compare(i, n), direction=LT\n" \
+  "}\n"
+#define SCAN4_ENTRY \
+  "ENTRY e {\n" \
+  "  x0 = f32[512,512] parameter(0)\n" \
+  "  zf = f32[] constant(0)\n" \
+  "  st0 = f32[4,512,512] broadcast(zf), dimensions={}\n" \
+  "  i0 = s32[] constant(0)\n" \
+  "  init = (s32[], f32[512,512], f32[4,512,512]) tuple(i0, x0, st0)\n" \
+  "  w = (s32[], f32[512,512], f32[4,512,512]) while(init), condition=cond, body=body\n" \
+  "  stk = f32[4,512,512] get-tuple-element(w), index=2\n" \
+  "  s3 = f32[1,512,512] slice(stk), slice={[3:4], [0:512], [0:512]}\n" \
+  "  ROOT o = f32[1,512,512] multiply(s3, s3)\n" \
+  "}\n"
+
 /* A loop state that fits in VMEM stays there for the whole loop, as the XLA TPU compiler's
  * memory-space assignment keeps it on v5e (bench/spmd fsdp_scan_step: its stacks in S(1),
  * memory_analysis() temp 0): a 4 MiB stack a kernel starts before the loop, the body
@@ -401,12 +424,7 @@ static void dying_collective_result_shares_output(void) {
 static void loop_state_in_vmem(void) {
   const char *src =
       "HloModule scanv\n"
-      "cond {\n"
-      "  s = (s32[], f32[512,512], f32[4,512,512]) parameter(0)\n"
-      "  i = s32[] get-tuple-element(s), index=0\n"
-      "  n = s32[] constant(4)\n"
-      "  ROOT c = pred[] compare(i, n), direction=LT\n"
-      "}\n"
+      SCAN4_COND
       "body {\n"
       "  s = (s32[], f32[512,512], f32[4,512,512]) parameter(0)\n"
       "  i = s32[] get-tuple-element(s), index=0\n"
@@ -420,17 +438,7 @@ static void loop_state_in_vmem(void) {
       "  i1 = s32[] add(i, one)\n"
       "  ROOT r = (s32[], f32[512,512], f32[4,512,512]) tuple(i1, y, st2)\n"
       "}\n"
-      "ENTRY e {\n"
-      "  x0 = f32[512,512] parameter(0)\n"
-      "  zf = f32[] constant(0)\n"
-      "  st0 = f32[4,512,512] broadcast(zf), dimensions={}\n"
-      "  i0 = s32[] constant(0)\n"
-      "  init = (s32[], f32[512,512], f32[4,512,512]) tuple(i0, x0, st0)\n"
-      "  w = (s32[], f32[512,512], f32[4,512,512]) while(init), condition=cond, body=body\n"
-      "  stk = f32[4,512,512] get-tuple-element(w), index=2\n"
-      "  s3 = f32[1,512,512] slice(stk), slice={[3:4], [0:512], [0:512]}\n"
-      "  ROOT o = f32[1,512,512] multiply(s3, s3)\n"
-      "}\n";
+      SCAN4_ENTRY;
   tpu_module *m = NULL;
   tpu_program *p = build(src, &m);
   if (p) {
@@ -452,12 +460,7 @@ static void loop_state_in_vmem(void) {
 static void loop_state_multi_output(void) {
   const char *src =
       "HloModule scanm\n"
-      "cond {\n"
-      "  s = (s32[], f32[512,512], f32[4,512,512]) parameter(0)\n"
-      "  i = s32[] get-tuple-element(s), index=0\n"
-      "  n = s32[] constant(4)\n"
-      "  ROOT c = pred[] compare(i, n), direction=LT\n"
-      "}\n"
+      SCAN4_COND
       "step {\n"
       "  a = f32[512,512] parameter(0)\n"
       "  t = f32[4,512,512] parameter(1)\n"
@@ -481,17 +484,7 @@ static void loop_state_multi_output(void) {
       "  i1 = s32[] add(i, one)\n"
       "  ROOT r = (s32[], f32[512,512], f32[4,512,512]) tuple(i1, y, st2)\n"
       "}\n"
-      "ENTRY e {\n"
-      "  x0 = f32[512,512] parameter(0)\n"
-      "  zf = f32[] constant(0)\n"
-      "  st0 = f32[4,512,512] broadcast(zf), dimensions={}\n"
-      "  i0 = s32[] constant(0)\n"
-      "  init = (s32[], f32[512,512], f32[4,512,512]) tuple(i0, x0, st0)\n"
-      "  w = (s32[], f32[512,512], f32[4,512,512]) while(init), condition=cond, body=body\n"
-      "  stk = f32[4,512,512] get-tuple-element(w), index=2\n"
-      "  s3 = f32[1,512,512] slice(stk), slice={[3:4], [0:512], [0:512]}\n"
-      "  ROOT o = f32[1,512,512] multiply(s3, s3)\n"
-      "}\n";
+      SCAN4_ENTRY;
   tpu_module *m = NULL;
   tpu_program *p = build(src, &m);
   if (p) {
