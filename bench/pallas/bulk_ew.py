@@ -36,6 +36,18 @@ def ew_call(op, nin, shape, block, out_dtype=None):
     return fn
 
 
+def whole(op):
+    """A kernel applying op to its whole operands, one block each (no grid), its result as op
+    gives it."""
+    def fn(*xs, interpret=False):
+        oav = jax.eval_shape(op, *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs])
+
+        def kernel(*refs):
+            refs[-1][...] = op(*[r[...] for r in refs[:-1]])
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(oav.shape, oav.dtype), interpret=interpret)(*xs)
+    return fn
+
+
 # unary float ops: (name, op, input range)
 UNARY_F = [
     ("exp", jnp.exp, (-4, 4)), ("log", jnp.log, (0.01, 9)), ("sqrt", jnp.sqrt, (0, 9)),

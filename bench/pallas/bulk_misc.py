@@ -9,17 +9,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from bulk_ew import rand, F32, BF16, I32
-
-
-def whole(op, grid=None):
-    def fn(*xs, interpret=False):
-        oav = jax.eval_shape(op, *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs])
-
-        def kernel(*refs):
-            refs[-1][...] = op(*[r[...] for r in refs[:-1]])
-        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(oav.shape, oav.dtype), interpret=interpret)(*xs)
-    return fn
+from bulk_ew import rand, whole, F32, BF16, I32
 
 
 def f(shape, dt=F32, lo=-3, hi=3):
