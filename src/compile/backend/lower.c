@@ -712,6 +712,54 @@ tpu_status tpu__pass_lower(tpu__be *be) {
   return mark_prefetch(be);
 }
 
+/* ---- Lookups shared by the passes (the tables tpu_backend builds below) ---- */
+
+int tpu__be_comp_index(const tpu__be *be, const tpu_comp *c) {
+  int lo = 0, hi = be->m->ncomps - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (be->sorted[mid] == c) return be->sorted_idx[mid];
+    if (be->sorted[mid] < c) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
+
+int tpu__be_index(const tpu__be *be, const tpu_instr *in) {
+  int c = tpu__be_comp_index(be, in->parent);
+  return c < 0 ? -1 : be->comp_base[c] + in->id;
+}
+
+tpu__kinfo *tpu__be_info(const tpu__be *be, const tpu_instr *in) {
+  int i = tpu__be_index(be, in);
+  return i < 0 ? NULL : &be->k[i];
+}
+
+int tpu__leaves(const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) {
+    int n = 0;
+    for (int i = 0; i < s->ntuple; i++) n += tpu__leaves(&s->elems[i]);
+    return n;
+  }
+  return s->dtype == TPU_TOKEN ? 0 : 1;
+}
+
+int tpu__leaf_offset(const tpu_shape *s, int e) {
+  int n = 0;
+  for (int i = 0; i < e && i < s->ntuple; i++) n += tpu__leaves(&s->elems[i]);
+  return n;
+}
+
+const tpu_shape *tpu__leaf(const tpu_shape *s, int leaf) {
+  if (s->dtype != TPU_TUPLE) return (leaf == 0 && s->dtype != TPU_TOKEN) ? s : NULL;
+  for (int i = 0; i < s->ntuple; i++) {
+    int n = tpu__leaves(&s->elems[i]);
+    if (leaf < n) return tpu__leaf(&s->elems[i], leaf);
+    leaf -= n;
+  }
+  return NULL;
+}
+
 /* ---- The driver ---- */
 
 typedef tpu_status (*pass_fn)(tpu__be *);

@@ -25,54 +25,6 @@ static int lane_rows(const tpu_chip *chip, const tpu_shape *s) {
   return 1;
 }
 
-/* ---- Lookups shared by the passes ---- */
-
-int tpu__be_comp_index(const tpu__be *be, const tpu_comp *c) {
-  int lo = 0, hi = be->m->ncomps - 1;
-  while (lo <= hi) {
-    int mid = (lo + hi) / 2;
-    if (be->sorted[mid] == c) return be->sorted_idx[mid];
-    if (be->sorted[mid] < c) lo = mid + 1;
-    else hi = mid - 1;
-  }
-  return -1;
-}
-
-int tpu__be_index(const tpu__be *be, const tpu_instr *in) {
-  int c = tpu__be_comp_index(be, in->parent);
-  return c < 0 ? -1 : be->comp_base[c] + in->id;
-}
-
-tpu__kinfo *tpu__be_info(const tpu__be *be, const tpu_instr *in) {
-  int i = tpu__be_index(be, in);
-  return i < 0 ? NULL : &be->k[i];
-}
-
-int tpu__leaves(const tpu_shape *s) {
-  if (s->dtype == TPU_TUPLE) {
-    int n = 0;
-    for (int i = 0; i < s->ntuple; i++) n += tpu__leaves(&s->elems[i]);
-    return n;
-  }
-  return s->dtype == TPU_TOKEN ? 0 : 1;
-}
-
-int tpu__leaf_offset(const tpu_shape *s, int e) {
-  int n = 0;
-  for (int i = 0; i < e && i < s->ntuple; i++) n += tpu__leaves(&s->elems[i]);
-  return n;
-}
-
-const tpu_shape *tpu__leaf(const tpu_shape *s, int leaf) {
-  if (s->dtype != TPU_TUPLE) return (leaf == 0 && s->dtype != TPU_TOKEN) ? s : NULL;
-  for (int i = 0; i < s->ntuple; i++) {
-    int n = tpu__leaves(&s->elems[i]);
-    if (leaf < n) return tpu__leaf(&s->elems[i], leaf);
-    leaf -= n;
-  }
-  return NULL;
-}
-
 /* ---- Costs (docs/timing.md has the table and the reasons; per-op costs: op_cost.c) ---- */
 
 static int64_t ilog2_ceil(int64_t n) {

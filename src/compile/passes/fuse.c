@@ -66,24 +66,6 @@ typedef struct {
   const tpu_chip *chip;
 } fuser;
 
-int tpu__made_add(tpu__made_set *s, const tpu_comp *c) {
-  if (s->n == s->cap) {
-    int cap = s->cap ? s->cap * 2 : 64;
-    const tpu_comp **v = tpu_realloc(s->v, sizeof *v * (size_t)cap);
-    if (!v) return 0;
-    s->v = v;
-    s->cap = cap;
-  }
-  s->v[s->n++] = c;
-  return 1;
-}
-
-int tpu__made_has(const tpu__made_set *s, const tpu_comp *c) {
-  for (int i = 0; i < s->n; i++)
-    if (s->v[i] == c) return 1;
-  return 0;
-}
-
 static tpu_status nomem(fuser *f) {
   return TPU_FAIL(f->b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory while fusing '%s'", f->c->name);
 }

@@ -8,6 +8,25 @@
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 
+/* The fusions the fuse pass made (fuse.c fills it; the merges here and relayout.c read it). */
+int tpu__made_add(tpu__made_set *s, const tpu_comp *c) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 64;
+    const tpu_comp **v = tpu_realloc(s->v, sizeof *v * (size_t)cap);
+    if (!v) return 0;
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = c;
+  return 1;
+}
+
+int tpu__made_has(const tpu__made_set *s, const tpu_comp *c) {
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i] == c) return 1;
+  return 0;
+}
+
 /* ---- Multi-output (sibling) fusion ----
  * Two fusions of the same iteration space that read one large array and do not depend on
  * each other become one fusion with a tuple of their results (XLA's sibling multi-output
