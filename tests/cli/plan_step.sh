@@ -129,13 +129,13 @@ fi
 # f32, head dim 64); the residuals l and m swapped in the dq kernel's operands are caught.
 if python3 -c "import numpy" 2> /dev/null; then
   python3 - "$BIN" "$T" > "$T/chk" 2>&1 << 'PY' || fail "attention as Pallas kernels: $(cat "$T/chk")"
-import glob, re, subprocess, sys
-import numpy as np
+import sys
 sys.path.insert(0, "tools/plan")
+sys.path.insert(0, "tests/cli/lib")
 import gen
+from plan_values import SMALL, rel, run_ref
 b, t = sys.argv[1:3]
-m = {"name": "t", "layers": 2, "d_model": 256, "heads": 4, "kv_heads": 2, "head_dim": 64, "mlp": 128, "mlp_kind": "swiglu",
-     "vocab": 256, "seq": 512, "batch_tokens": 512, "train_tokens": 1e6, "dtype": "f32", "optimizer": "sgd", "experts": 0}
+m = dict(SMALL, d_model=256, head_dim=64, seq=512, batch_tokens=512)
 def run(tag, att, edit=None):
     st = gen.Step(m, {"data": 1, "fsdp": 1, "tensor": 1, "micro": 1, "remat": False, "attention": att})
     text = st.module()
@@ -143,18 +143,7 @@ def run(tag, att, edit=None):
     if edit:
         assert edit[0] in text, edit
         text = text.replace(*edit)
-    open(f"{t}/{tag}.hlo", "w").write(text)
-    ps = re.findall(r"= (\w+)\[([\d,]*)\][^ ]* parameter\((\d+)\)", text[text.index("ENTRY"):])
-    rng, files = np.random.default_rng(5), []
-    for dt, dims, i in sorted(ps, key=lambda x: int(x[2])):
-        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-        a = rng.integers(0, 16, shape).astype(np.int32) if dt == "s32" else (0.1 * rng.standard_normal(shape)).astype(np.float32)
-        np.save(f"{t}/{tag}_{i}.npy", a)
-        files += ["-i", f"{t}/{tag}_{i}.npy"]
-    subprocess.run([b, "run", f"{t}/{tag}.hlo", "--backend", "ref", *files, "-o", f"{t}/{tag}", "--quiet"], check=True)
-    return [np.load(f) for f in sorted(glob.glob(f"{t}/{tag}/*.npy"))]
-def rel(x, y):
-    return max(float(np.max(np.abs(a - c)) / np.max(np.abs(a))) for a, c in zip(x, y))
+    return run_ref(b, t, tag, text)
 d, p = run("pd", "dot_product"), run("pp", "flash")
 assert len(d) == len(p) > 0 and rel(d, p) < 1e-6, rel(d, p)
 bad = run("pbad", "flash", ("(fq.q, fq.k, fq.v, fq.dq.l, fq.dq.m,", "(fq.q, fq.k, fq.v, fq.dq.m, fq.dq.l,"))

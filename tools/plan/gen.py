@@ -282,6 +282,14 @@ class Step:
     def bcast(self, g, out, x, shape, keep, dt=None):
         g.e(f"{out} = {ty(dt or self.cd, shape)} broadcast({x}), dimensions={{{dims(keep)}}}")
 
+    def ring_state(self, g, out, cd, members):
+        """A windowed-einsum loop's initial state, named {out}.in: its step counter (0), then each
+        (value, shape) of members, in type cd. Returns the name and the state's types."""
+        g.e(f"{out}.zi = s32[] constant(0)")
+        state = ["s32[]"] + [ty(cd, sh) for _, sh in members]
+        g.e(f"{out}.in = ({', '.join(state)}) tuple({out}.zi, {', '.join(v for v, _ in members)})")
+        return f"{out}.in", state
+
     def const(self, g, out, v, dt=None):
         g.e(f"{out} = {dt or self.cd}[] constant({v})")
 
@@ -344,10 +352,7 @@ class Step:
         self.permute(g, f"{out}.b0", W, sh, -1)
         self.const(g, f"{out}.z", "0")
         self.bcast(g, f"{out}.acc", f"{out}.z", shape, ())
-        g.e(f"{out}.zi = s32[] constant(0)")
-        state = ["s32[]", ty(cd, sh), ty(cd, sh), ty(cd, shape), ty(cd, xs)]
-        init = f"{out}.in"
-        g.e(f"{init} = ({', '.join(state)}) tuple({out}.zi, {W}, {out}.b0, {out}.acc, {x})")
+        init, state = self.ring_state(g, out, cd, [(W, sh), (f"{out}.b0", sh), (f"{out}.acc", shape), (x, xs)])
 
         def body(b):
             b.e("ia0 = s32[] subtract(me, s0)")
@@ -396,9 +401,7 @@ class Step:
         blk = full[fd] // n
         self.const(g, f"{out}.z", "0")
         self.bcast(g, f"{out}.s", f"{out}.z", sh, ())
-        g.e(f"{out}.zi = s32[] constant(0)")
-        state = ["s32[]", ty(cd, sh), ty(cd, sh), ty(cd, ps), ty(cd, qs)]
-        g.e(f"{out}.in = ({', '.join(state)}) tuple({out}.zi, {out}.s, {out}.s, {p}, {q})")
+        _, state = self.ring_state(g, out, cd, [(f"{out}.s", sh), (f"{out}.s", sh), (p, ps), (q, qs)])
 
         def body(b):
             b.e("ja0 = s32[] add(me, s0)")
@@ -971,9 +974,7 @@ class Step:
         sh = (Tm, Dr)
         self.const(g, f"{out}.z", "0")
         self.bcast(g, f"{out}.s", f"{out}.z", sh, ())
-        g.e(f"{out}.zi = s32[] constant(0)")
-        state = ["s32[]", ty(cd, sh), ty(cd, sh), ty(cd, ls), ty(cd, full)]
-        g.e(f"{out}.in = ({', '.join(state)}) tuple({out}.zi, {out}.s, {out}.s, {lhs}, {W})")
+        _, state = self.ring_state(g, out, cd, [(f"{out}.s", sh), (f"{out}.s", sh), (lhs, ls), (W, full)])
 
         def body(b):
             # Both sums move first (the moves overlap the step's matmuls), then add: the forward
