@@ -110,6 +110,7 @@ char *tpu_program_text(const tpu_program *p) {
     if (o->min_cycles > 0) tpu_strbuf_printf(&b, " min_cycles=%.17g", o->min_cycles);
     if (o->min_body_cycles > 0) tpu_strbuf_printf(&b, " min_body_cycles=%.17g", o->min_body_cycles);
     if (o->window) tpu_strbuf_printf(&b, " window=1");
+    if (o->dma) tpu_strbuf_printf(&b, " dma=1");
     tpu_strbuf_printf(&b, "   ; op %d\n", i);
   }
   for (int i = 0; i < p->nhbm; i++) {
@@ -369,6 +370,10 @@ static tpu_status parse_op_line(lx *x) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));
       o.window = v != 0;
+    } else if (!strcmp(key, "dma")) {
+      int64_t v;
+      TPU_TRY(parse_i64(x, 0, &v));
+      o.dma = v != 0;
     }
     else return perr(x, at - strlen(key) - 1, "unknown key '%s'", key);
   }

@@ -114,6 +114,9 @@ typedef struct tpu_prog_op {
   int64_t m, k, n, b;           /* matmul/conv problem (implicit GEMM), 0 otherwise */
   int64_t tiles;                /* tile-loop iterations of its kernel */
   int scalar;                   /* scalars in and out: the scalar unit's work, no kernel start cost */
+  int dma;                      /* a copy the DMA engines run, no kernel: no kernel start cost and
+                                 * none of a vector kernel's stream costs (scatter_form.c
+                                 * tpu__copy_via_vmem) */
   int relayout;                 /* a copy or transpose that moves the dimension in the lanes: read
                                  * from HBM and written to HBM it pays a second kernel start
                                  * (docs/timing.md, "Kernel start") */

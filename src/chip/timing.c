@@ -514,7 +514,7 @@ static int mark_mxu_hbm(tstate *t) {
 static int64_t kernel_start(const tstate *t, int op) {
   if (op < 0) return t->kov;
   const tpu_prog_op *o = &t->p->ops[op];
-  if (o->scalar) return 0;
+  if (o->scalar || o->dma) return 0;
   if (o->m > 0)
     return t->kov + t->mbase + ((t->op_hbm[op] & OP_MXU_HBM) ? t->mov : 0) +
            ((t->op_hbm[op] & OP_HBM_WRITES) ? t->mwr : 0);

@@ -728,7 +728,7 @@ tpu_status tpu__pass_layout(tpu__be *be) {
              * 14,070 from HBM). */
             const int win = pool_window(in) != NULL;
             be->p->ops[k->op].window = win;
-            be->p->ops[k->op].xbytes = stream_costs(be, in, k) +
+            be->p->ops[k->op].xbytes = be->p->ops[k->op].dma ? 0 : stream_costs(be, in, k) +
                 (win ? be->chip->window_start_cycles * tpu_chip_hbm_stream_bw(be->chip) / be->chip->clock_hz : 0);
           }
           if (k->kind == TPU__K_MATMUL) be->p->ops[k->op].out_scale = result_pass(be, in, k);

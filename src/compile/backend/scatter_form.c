@@ -78,3 +78,55 @@ int tpu__scatter_fills(const tpu__be *be, const tpu_instr *sc, int j) {
   while (o->op == TPU_OP_BITCAST && o->noperands == 1) o = o->operands[0];
   return o->op == TPU_OP_BROADCAST && o->noperands == 1 && tpu_shape_numel(&o->operands[0]->shape) <= 1;
 }
+
+/* Whether `u` updates value v in place: a dynamic-update-slice or a scatter of more than one
+ * update on v (operand 0), or a fusion whose root is one on the parameter v feeds. */
+static int updates_in_place(const tpu_instr *u, const tpu_instr *v) {
+  if (u->noperands < 1) return 0;
+  if (u->op == TPU_OP_DYNAMIC_UPDATE_SLICE) return u->operands[0] == v;
+  if (u->op == TPU_OP_SCATTER) return u->operands[0] == v && scatter_updates(u) > 1;
+  if (u->op != TPU_OP_FUSION || !u->calls || !u->calls->root) return 0;
+  const tpu_instr *r = u->calls->root;
+  if ((r->op != TPU_OP_DYNAMIC_UPDATE_SLICE && r->op != TPU_OP_SCATTER) || r->noperands < 1 ||
+      r->operands[0]->op != TPU_OP_PARAMETER)
+    return 0;
+  int64_t k = r->operands[0]->index;
+  return k >= 0 && k < u->noperands && u->operands[k] == v;
+}
+
+/* A copy of an entry parameter in its own layout that a kernel reads besides the one that
+ * updates it in place: the XLA TPU compiler's memory-space assignment keeps it in VMEM on a
+ * chip whose one TensorCore has no CMEM beside it (v5e, v6e), where it fits. The copy is then
+ * the DMA engines' transfer from HBM into VMEM (a `copy` into S(1) with no kernel: no
+ * window_config, no estimated_cycles), the update writes VMEM and an asynchronous copy-start
+ * takes the result back to HBM. The compiled families corpus shows it on v5e and v6e for
+ * every non-donated scatter of one update (ScatterExpander's row read and dynamic-update-slice:
+ * scatter_set_50257x128_m1_bf16's copy.3, 12,865,792 B; scatter_add_axis1_768x50257_m1_bf16's
+ * 77,194,752 B) and at_set_cache_b1s2048h16d64_bf16's copy.6; a copy that only its in-place
+ * update reads stays a vector kernel from HBM to HBM with its estimated_cycles (every
+ * dus_cache_* and scatter of many updates, 1 MiB to 128 MiB), as do all of them on v4 (into
+ * CMEM) and v5p (HBM). It moves the bytes in and out at the HBM rate, no kernel start, none of
+ * a vector kernel's stream costs. */
+int tpu__copy_via_vmem(const tpu__be *be, const tpu_instr *in) {
+  const tpu_chip *ch = be->chip;
+  if (!in || in->op != TPU_OP_COPY || in->noperands != 1 || !in->parent || ch->tensorcores > 1 || ch->cmem_bytes > 0)
+    return 0;
+  const tpu_instr *p = in->operands[0];
+  if (p->op != TPU_OP_PARAMETER || p->parent != in->parent || in->parent != be->m->entry) return 0;
+  const tpu_shape *a = &p->shape, *b = &in->shape;
+  if (a->rank != b->rank || a->has_layout != b->has_layout) return 0;
+  for (int d = 0; a->has_layout && d < a->rank; d++)
+    if (a->minor_to_major[d] != b->minor_to_major[d]) return 0; /* a relayout: a kernel */
+  if (ch->vmem_bytes <= 0 || tpu__padded_bytes(be, &in->shape) > ch->vmem_bytes) return 0;
+  for (int i = 0; i < in->parent->ninstrs; i++) {
+    const tpu_instr *u = in->parent->instrs[i];
+    if (u == in || u->op == TPU_OP_TUPLE || u->op == TPU_OP_GET_TUPLE_ELEMENT || u->op == TPU_OP_BITCAST) continue;
+    for (int o = 0; o < u->noperands; o++) {
+      const tpu_instr *v = u->operands[o];
+      if (v != in && v != p) continue;
+      if (v == in && u->op == TPU_OP_SCATTER && o == 0 && scatter_updates(u) <= 1) return 1;
+      if (!updates_in_place(u, v)) return 1;
+    }
+  }
+  return 0;
+}

@@ -903,6 +903,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     }
   } else if (in->op == TPU_OP_COPY && !vmem_copy(in) && !relayout_kernel(be, in)) {
     k->kind = TPU__K_COPY;
+    po.dma = tpu__copy_via_vmem(be, in);
   } else if (in->op == TPU_OP_CHOLESKY || in->op == TPU_OP_TRIANGULAR_SOLVE) {
     k->kind = TPU__K_LINALG;
     po.flops = c.flops;

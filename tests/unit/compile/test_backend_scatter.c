@@ -156,11 +156,75 @@ static void update_through_onchip_copy(void) {
   tpu_module_free(m);
 }
 
+/* One update into a parameter the program may not overwrite (bf16[8192,128], 2 MiB): the
+ * compiler copies it whole, and on a one-TensorCore chip without CMEM (v5e, v6e) that copy
+ * goes into VMEM (its compiled scatter_set_50257x128_m1_bf16's copy.3 into S(1), no kernel,
+ * no estimate), the DMA engines' transfers in and back out: no kernel start, no 16-bit
+ * stream pass, twice its bytes at the HBM rate. Elsewhere (v5p: HBM, v4: CMEM) and for a
+ * copy only its in-place update reads (every dus_cache_*: a dynamic-update-slice of a new
+ * value), it stays a vector kernel. */
+static int64_t copy_cycles(const char *chip, const char *src, int *dma) {
+  tpu_module *m = NULL;
+  tpu_program *p = compile_for_with(chip, src, 1, &g_chip, &m);
+  int64_t cyc = -1;
+  *dma = -1;
+  int i = p ? op_named(p, "copy.param") : -1;
+  CHECK(i >= 0);
+  tpu_timeline tl;
+  if (i >= 0 && time_program(p, &g_chip, &tl)) {
+    *dma = p->ops[i].dma;
+    cyc = tl.ops[i].cycles;
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return cyc;
+}
+
+static void one_update_copy_via_vmem(void) {
+  const char *one =
+      "HloModule o\n"
+      "add { a = bf16[] parameter(0)\n b = bf16[] parameter(1)\n ROOT r = bf16[] add(a, b) }\n"
+      "ENTRY e {\n"
+      "  t = bf16[8192,128]{1,0} parameter(0)\n"
+      "  i = s32[1,1]{1,0} parameter(1)\n"
+      "  u = bf16[1,128]{1,0} parameter(2)\n"
+      "  ROOT s = bf16[8192,128]{1,0} scatter(t, i, u), update_window_dims={1}, inserted_window_dims={0},"
+      " scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n"
+      "}\n";
+  const char *dus =
+      "HloModule d\n"
+      "ENTRY e {\n"
+      "  t = bf16[8192,128]{1,0} parameter(0)\n"
+      "  u = bf16[1,128]{1,0} parameter(1)\n"
+      "  z = s32[] parameter(2)\n"
+      "  c = s32[] constant(0)\n"
+      "  ROOT d = bf16[8192,128]{1,0} dynamic-update-slice(t, u, z, c)\n"
+      "}\n";
+  const double bytes = 8192.0 * 128 * 2;
+  int d5e, d6e, d5p, d4, ddus;
+  int64_t c5e = copy_cycles("v5e", one, &d5e);
+  double rate = tpu_chip_hbm_stream_bw(&g_chip) / g_chip.clock_hz; /* v5e bytes per cycle */
+  const double kov = g_chip.kernel_overhead_s * g_chip.clock_hz;
+  int64_t c6e = copy_cycles("v6e", one, &d6e);
+  int64_t c5p = copy_cycles("v5p", one, &d5p);
+  copy_cycles("v4:core", one, &d4);
+  int64_t cdus = copy_cycles("v5e", dus, &ddus);
+  printf("one update's copy: v5e %lld cycles (dma %d; 2 x bytes at the HBM rate %.0f), v6e %lld (dma %d), "
+         "v5p %lld (dma %d), v4 dma %d; a dynamic-update-slice's on v5e %lld (dma %d)\n",
+         (long long)c5e, d5e, 2 * bytes / rate, (long long)c6e, d6e, (long long)c5p, d5p, d4, (long long)cdus, ddus);
+  CHECK(d5e == 1 && d6e == 1 && d5p == 0 && d4 == 0 && ddus == 0);
+  /* the transfers and one HBM latency, less than a kernel start more */
+  CHECK((double)c5e >= 2 * bytes / rate && (double)c5e < 2 * bytes / rate + kov);
+  CHECK(cdus > c5e * 3 / 2); /* the kernel copy: its start and the 16-bit stream pass */
+}
+
 int main(void) {
   rows_in_place();
   staged_whole();
   staged_fill();
   stage_limit();
   update_through_onchip_copy();
+  one_update_copy_via_vmem();
   CHECK_DONE();
 }
