@@ -1,4 +1,5 @@
-/* The gather index kernel: a row gather's start indices clamped in a kernel of their own.
+/* The gather index kernel: a row gather's start indices clamped in a kernel of their own; a
+ * gather of points' index vectors laid out as the compiler packs them.
  *
  * The XLA TPU compiler runs a gather that takes whole rows by one index each (one start
  * index dimension, no batching dimensions, more than one index) as a kCustom gather fusion
@@ -19,6 +20,18 @@
  * producer but its bounds (fuse.c). Values are unchanged: a gather clamps its start indices
  * to the same range. The padding to 1,024 indices is not modelled (the kernel is a few KiB:
  * its time is the kernel's start either way).
+ *
+ * A gather of points (several start index dimensions, no batching dimensions, more than one
+ * index vector) reads its indices packed: the compiler clamps each component to [0, dim -
+ * slice size] and packs the vector into one 32-bit word, component k shifted by the bit
+ * widths of those before it, in the kLoop fusion that computes the indices (its `fusion.2`
+ * of `or(shift-left(clamp(i)), shift-left(clamp(j), 15))` for f32[32000,768]: 15 bits for
+ * 31,999, then 10 for 767), and its kCustom gather_fusion unpacks them (and, shift-right,
+ * custom call GatherScatterIndicesBitpacked): s32[m], the m indices along the lanes
+ * (gather_points_* in the families corpus on v4, v5e, v5p and v6e, wherever the widths fit
+ * in 32 bits). tpusim keeps the vectors, laid out as the words lie (pack_points): [n, m]
+ * rows, not [m, n] with n of 128 lanes used per index (gather_points_1000x1024_m8192_bf16's
+ * s32[8192,2]: 4 MiB padded, where the compiler's words take 32 KiB).
  *
  * Not yet: indices of more than one batch dimension ([B,S] token ids, t5's [q,k] bucket
  * ids). The compiler flattens those too (its gather_fusion writes bf16[4096,2048] for
@@ -67,12 +80,75 @@ static tpu_status scalar(tpu_builder *b, tpu_comp *c, tpu_dtype t, int64_t v, tp
   return tpu_build_constant(b, c, "gather_index.bound", &k, NULL, out);
 }
 
+/* Bits that hold v >= 0 (0 for 0). */
+static int bit_width(int64_t v) {
+  int n = 0;
+  while (v > 0) n++, v >>= 1;
+  return n;
+}
+
+/* Whether g is a gather of points whose index vectors the compiler packs into one 32-bit
+ * word each: several start index dimensions, no batching dimensions, integer indices
+ * [m, n] with the vector last and more than one of them (one is a dynamic-slice there),
+ * and each component's range [0, dim - slice size] in bit_width bits, all n in 32. */
+static int packed_points(const tpu_instr *g) {
+  const tpu_gather_dims *gd = &g->gather;
+  if (g->noperands != 2 || gd->start_index_map.n < 2 || gd->operand_batching_dims.n != 0) return 0;
+  const tpu_shape *x = &g->operands[0]->shape, *ix = &g->operands[1]->shape;
+  if (ix->dtype != TPU_S32 && ix->dtype != TPU_U32) return 0;
+  if (ix->rank != 2 || gd->index_vector_dim != 1 || ix->dims[1] != gd->start_index_map.n || ix->dims[0] < 2) return 0;
+  if (gd->slice_sizes.n != x->rank) return 0;
+  int bits = 0;
+  for (int k = 0; k < gd->start_index_map.n; k++) {
+    int64_t d = gd->start_index_map.v[k];
+    if (d < 0 || d >= x->rank || x->dims[d] - gd->slice_sizes.v[d] < 0) return 0;
+    bits += bit_width(x->dims[d] - gd->slice_sizes.v[d]);
+  }
+  return bits <= 32;
+}
+
+/* A gather of points reads its index vectors packed (see the header): tpusim keeps them as
+ * vectors but lays them out as the packed words lie, the m indices along the lanes, one row
+ * per component ([n, m], index_vector_dim 0), not one padded row of n per index. Indices
+ * built by concatenating [m, 1] columns (JAX's jnp.stack of index arrays) are concatenated
+ * as [1, m] rows instead; any others are transposed. The gather's result is unchanged: its
+ * batch dimensions are the indices' other dimensions, in order. */
+static tpu_status pack_points(tpu_builder *b, tpu_comp *c, tpu_instr *g) {
+  tpu_instr *ix = g->operands[1], *t = NULL;
+  int64_t m = ix->shape.dims[0], n = ix->shape.dims[1], tdims[2] = {n, m};
+  tpu_shape ts = tpu_build_shape(ix->shape.dtype, 2, tdims);
+  int cols = ix->op == TPU_OP_CONCATENATE && ix->dimensions.n == 1 && ix->dimensions.v[0] == 1 && ix->noperands <= 64;
+  for (int k = 0; cols && k < ix->noperands; k++) cols = ix->operands[k]->shape.rank == 2 && ix->operands[k]->shape.dims[1] == 1;
+  char buf[64];
+  if (cols) {
+    tpu_instr *rows[64];
+    int64_t one[2] = {1, m};
+    tpu_shape rs = tpu_build_shape(ix->shape.dtype, 2, one);
+    for (int k = 0; k < ix->noperands; k++)
+      TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_RESHAPE, "gather_index.row", &rs, &ix->operands[k], 1, &rows[k]));
+    TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_CONCATENATE, "gather_index.rows", &ts, rows, ix->noperands, &t));
+    int64_t zero = 0;
+    TPU_TRY(tpu_build_set_attr(b, t, "dimensions", tpu_dims_text(buf, sizeof buf, &zero, 1)));
+  } else {
+    int64_t perm[2] = {1, 0};
+    TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_TRANSPOSE, "gather_index.rows", &ts, &ix, 1, &t));
+    TPU_TRY(tpu_build_set_attr(b, t, "dimensions", tpu_dims_text(buf, sizeof buf, perm, 2)));
+  }
+  g->operands[1] = t;
+  return tpu_build_set_attr(b, g, "index_vector_dim", "0");
+}
+
 tpu_status tpu__gather_index_kernels(tpu_builder *b, tpu_comp *c) {
   int n = c->ninstrs, any = 0;
   for (int i = 0; i < n; i++) {
     tpu_instr *g = c->instrs[i];
     if (g->op != TPU_OP_GATHER) continue;
     if (tpu__gather_index_kernel(g->operands[1])) continue;
+    if (packed_points(g)) {
+      TPU_TRY(pack_points(b, c, g));
+      any = 1;
+      continue;
+    }
     int d = row_gather_dim(g);
     if (d < 0) continue;
     tpu_instr *ix = g->operands[1], *lo, *hi, *cl;
@@ -95,5 +171,6 @@ tpu_status tpu__gather_index_kernels(tpu_builder *b, tpu_comp *c) {
     TPU_TRY(tpu_build_set_attr(b, g, "index_vector_dim", "1"));
     any = 1;
   }
+  if (any) tpu_build_remove_dead(b, c); /* a point gather's indices as they were built */
   return any ? tpu_build_finish(b, c) : TPU_OK;
 }

@@ -803,6 +803,67 @@ static void test_gather_index_kernel(void) {
   tpu_module_free(m1);
 }
 
+/* A gather of points reads its index vectors laid out as the compiler's packed words lie
+ * (gather_index.c pack_points): the indices JAX stacks as [m, 2] columns become [2, m] rows
+ * (index_vector_dim 0), the m indices in the lanes, not 2 of 128 lanes per index; values as
+ * the reference gives them, negative and out-of-range indices included. One index (a
+ * dynamic-slice in the compiler's programs) is left as it is. */
+static void test_gather_points_packed(void) {
+  const char *src =
+      "HloModule points\n\nENTRY %main (t: f32[40,24], i: s32[300], j: s32[300]) -> f32[300] {\n"
+      "  %t = f32[40,24] parameter(0)\n  %i = s32[300] parameter(1)\n  %j = s32[300] parameter(2)\n"
+      "  %z = s32[] constant(0)\n  %zb = s32[300] broadcast(%z), dimensions={}\n"
+      "  %lt = pred[300] compare(%i, %zb), direction=LT\n"
+      "  %n = s32[] constant(40)\n  %nb = s32[300] broadcast(%n), dimensions={}\n"
+      "  %w = s32[300] add(%i, %nb)\n  %s = s32[300] select(%lt, %w, %i)\n"
+      "  %a = s32[300,1] reshape(%s)\n  %b = s32[300,1] reshape(%j)\n"
+      "  %ix = s32[300,2] concatenate(%a, %b), dimensions={1}\n"
+      "  ROOT %g = f32[300] gather(%t, %ix), offset_dims={}, collapsed_slice_dims={0,1}, "
+      "start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}\n}\n";
+  tpu_module *m0 = NULL, *m1 = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("points.hlo", src, strlen(src), &m0, &d) == TPU_OK);
+  CHECK(tpu_hlo_parse("points.hlo", src, strlen(src), &m1, &d) == TPU_OK);
+  tpu_compile_opts o = opts(NULL, NULL);
+  if (!m0 || !m1 || tpu_compile_hlo(m1, &o, &d) != TPU_OK) {
+    CHECK(0);
+    tpu_module_free(m0);
+    tpu_module_free(m1);
+    return;
+  }
+  int rows = 0, gathers = 0;
+  for (int i = 0; i < m1->entry->ninstrs; i++) {
+    const tpu_instr *g = m1->entry->instrs[i];
+    if (g->op != TPU_OP_GATHER) continue;
+    gathers++;
+    const tpu_shape *ix = &g->operands[1]->shape;
+    rows += g->gather.index_vector_dim == 0 && ix->rank == 2 && ix->dims[0] == 2 && ix->dims[1] == 300;
+  }
+  printf("gather of 300 points: %d of %d gathers read [2, 300] index rows\n", rows, gathers);
+  CHECK_EQ_INT(gathers, 1);
+  CHECK_EQ_INT(rows, 1);
+  tpu_tensor x[3], r0, r1;
+  memset(&r0, 0, sizeof r0);
+  memset(&r1, 0, sizeof r1);
+  int64_t dt[2] = {40, 24}, di = 300;
+  CHECK(tpu_tensor_alloc(&x[0], TPU_F32, 2, dt, &d) == TPU_OK);
+  CHECK(tpu_tensor_alloc(&x[1], TPU_S32, 1, &di, &d) == TPU_OK);
+  CHECK(tpu_tensor_alloc(&x[2], TPU_S32, 1, &di, &d) == TPU_OK);
+  for (int i = 0; i < 960; i++) tpu_tensor_set_f64(&x[0], i, i * 0.25 - 11);
+  for (int i = 0; i < 300; i++) {
+    tpu_tensor_set_i64(&x[1], i, (i * 7) % 97 - 50); /* -50 .. 46: wrapped, then clamped */
+    tpu_tensor_set_i64(&x[2], i, (i * 13) % 41 - 8); /* -8 .. 32: clamped to [0, 23] */
+  }
+  CHECK(tpu_ref_run(m0, x, 3, &r0, &d) == TPU_OK);
+  CHECK(tpu_ref_run(m1, x, 3, &r1, &d) == TPU_OK);
+  CHECK(same_bits(&r0, &r1));
+  for (int k = 0; k < 3; k++) tpu_tensor_free(&x[k]);
+  tpu_tensor_free(&r0);
+  tpu_tensor_free(&r1);
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+}
+
 /* A sort runs with its batch in the lanes unless the sorted dimension fills them and the batch
  * does not (sort_layout.c): bf16[64,100] sorted along 100 is copied into {0,1} first and back
  * into the program's {1,0} after; [96,256] sorts as it is; f32[1024,8] (a parameter laid out
@@ -879,6 +940,7 @@ int main(void) {
   test_offset_slice_concat();
   test_fused_update_slice();
   test_gather_index_kernel();
+  test_gather_points_packed();
   test_sort_layout();
   test_partial_reduce_iota();
   CHECK_DONE();
