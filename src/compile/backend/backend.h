@@ -166,6 +166,9 @@ int tpu__scatter_fills(const tpu__be *be, const tpu_instr *sc, int j);
 /* Whether copy `in` of an entry parameter goes through VMEM as the DMA engines' transfers,
  * in and back out, rather than as a vector kernel (scatter_form.c). */
 int tpu__copy_via_vmem(const tpu__be *be, const tpu_instr *in);
+/* Whether operand-less kernel `in` (an iota, a fusion of iotas and constants) keeps its result
+ * in VMEM in whole registers and so pays no kernel start (vmem_source.c). */
+int tpu__vmem_source_kernel(const tpu__be *be, const tpu_instr *in);
 /* Padded bytes a kernel reads of operand j / writes of result leaf `leaf` (layout.c). */
 int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j);
 int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf);

@@ -216,22 +216,6 @@ static int64_t relayout_tiles(const tpu_instr *in) {
   return layout_tiles(r);
 }
 
-/* A leaf in VMEM (S(1)) whose tiles are whole 32-bit vector registers: T(8,128), or
- * T(1024) for a 1-D array, no packing suffix. A tuple: every leaf. */
-static int vmem_full_tiles(const tpu_shape *s) {
-  if (s->dtype == TPU_TUPLE) {
-    for (int i = 0; i < s->ntuple; i++)
-      if (!vmem_full_tiles(&s->elems[i])) return 0;
-    return s->ntuple > 0;
-  }
-  if (!tpu__in_vmem(s) || tpu_dtype_size(s->dtype) != 4) return 0;
-  const char *t = strstr(s->layout_tail, "T(");
-  if (!t) return 0;
-  const char *e = strchr(t, ')');
-  if (!e || e[1] == '(') return 0; /* T(8,128)(2,1): a packed tile */
-  return !strncmp(t, "T(8,128)", 8) || (s->rank == 1 && !strncmp(t, "T(1024)", 7));
-}
-
 /* Whether a result (a tuple's leaves alike) holds an array of more than one element outside
  * scalar memory (S(6)): the vector unit's or the MXU's output, not the scalar unit's. */
 static int array_outside_smem(const tpu_shape *s) {
@@ -242,18 +226,6 @@ static int array_outside_smem(const tpu_shape *s) {
   }
   return tpu_dtype_is_array(s->dtype) && tpu_shape_numel(s) > 1 &&
          !(s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL);
-}
-
-/* A compiled program's kernel with no operands (an iota, a fusion of iotas and constants:
- * Threefry's counters) whose result stays in VMEM in whole 32-bit registers: the XLA TPU
- * compiler charges its stores alone, no kernel start (v5e and v6e, the families corpus: 44
- * such kernels of 1-64 KiB at 16-28 cycles, s32[1024,4096] 1,536; bench/fidelity/probes
- * cases_7 p_iota_sort_16x300 / 40x1200: 17 / 28 cycles on v5e and v6e). A result in HBM
- * (v5p's iotas) or CMEM (v4's, S(3)), or in tiles narrower than a register (T(1,128),
- * T(2,128), T(128) vectors, packed predicates) pays the start as any kernel: 1,824-2,134
- * cycles (p_iota_sort_3x500, 1x3000). */
-static int vmem_source_kernel(const tpu_instr *in) {
-  return in->noperands == 0 && (in->op == TPU_OP_IOTA || in->op == TPU_OP_FUSION) && vmem_full_tiles(&in->shape);
 }
 
 /* The registers a transcendental op pushes through the EUP: 32-bit ones, a 16-bit value
@@ -859,7 +831,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   }
   k->vcopy_windows = windowed_vmem_copy(be, in);
   if (k->vcopy_windows) po.scalar = 1; /* no kernel start: see windowed_vmem_copy */
-  if (vmem_source_kernel(in)) po.scalar = 1; /* no kernel start: see vmem_source_kernel */
+  if (tpu__vmem_source_kernel(be, in)) po.scalar = 1; /* no kernel start (vmem_source.c) */
   po.relayout = relayout_off_core(be, in) && !k->vcopy_windows;
   if (be->chip->relayout_tile_cycles > 0) po.min_body_cycles = (double)relayout_tiles(in) * be->chip->relayout_tile_cycles;
   if (in->op == TPU_OP_SORT && be->chip->sort_network) { /* its network's waits too */

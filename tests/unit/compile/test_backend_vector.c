@@ -409,6 +409,38 @@ static void vmem_source_kernels(void) {
   }
 }
 
+/* tpusim's own compilation's iota that a sort reads (through a reshape, which the compiler
+ * folds into it), on a chip that keeps such values in VMEM (v5e: one TensorCore, no CMEM),
+ * generated in the sort's layout: in whole registers (f32[1,8] sorted with the batch in the
+ * lanes, {0,1}: 8 rows, the compiled approx_max_k_b1n8k8_f32's s32[1,8]{0,1:T(8,128)S(1)}
+ * iota, 16 cycles) no kernel start; in a 1-row tile (f32[1,3000] sorted as it is, {1,0}: the
+ * probe p_iota_sort_1x3000 pays it) or on v5p (two TensorCores) the start. */
+static void own_vmem_source_kernels(void) {
+  static const struct { const char *chip; int n; int start; } k[] = {
+      {"v5e", 8, 0}, {"v6e", 8, 0}, {"v5e", 3000, 1}, {"v5p", 8, 1}, {"v4:core", 8, 1},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    char src[900];
+    snprintf(src, sizeof src,
+             "HloModule o\ncmp {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  c = s32[] parameter(2)\n"
+             "  d = s32[] parameter(3)\n  ROOT g = pred[] compare(a, b), direction=GT\n}\n"
+             "ENTRY e {\n  x = f32[1,%d]{1,0} parameter(0)\n  r = s32[%d]{0} iota(), iota_dimension=0\n"
+             "  q = s32[1,%d]{1,0} reshape(r)\n"
+             "  ROOT s = (f32[1,%d]{1,0}, s32[1,%d]{1,0}) sort(x, q), dimensions={1}, to_apply=cmp\n}\n",
+             k[i].n, k[i].n, k[i].n, k[i].n, k[i].n);
+    tpu_chip c;
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for_with(k[i].chip, src, 1, &c, &m);
+    int r = p ? op_named(p, "r") : -1;
+    CHECK(r >= 0);
+    int start = r >= 0 ? !p->ops[r].scalar : -1;
+    printf("own iota s32[%d] read by a sort on %s: kernel start %d\n", k[i].n, k[i].chip, start);
+    CHECK_EQ_INT(start, k[i].start);
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 /* The vector-unit cycles of the op named r compiled and timed on chip c. */
 static int64_t vpu_cycles_on(const char *src, const tpu_chip *c) {
   tpu_module *m = NULL;
@@ -463,6 +495,7 @@ int main(void) {
   reverse_scan_cost();
   windowed_vmem_copies();
   vmem_source_kernels();
+  own_vmem_source_kernels();
   fusion_parameter_reads();
   partial_reduce_cost();
   fused_custom_calls_cost();
