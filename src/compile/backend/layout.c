@@ -67,6 +67,35 @@ int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int 
   return tiled_bytes(chip, (int64_t)tpu_dtype_size(s->dtype), major, s->dims[second], s->dims[minor]);
 }
 
+/* Are the bytes of `s`, tiled, its elements in row-major order, rows of one lane register
+ * each? A vector is (the TPU's rank-1 tiling T(1024)(128): blocks of 8 rows of 128 lanes,
+ * in order), and so is a row-major [R, 128] (8 x 128 tiles down one column of tiles) or
+ * [A, R, 128] with R whole tiles of rows. A reshape between two such shapes is a bitcast:
+ * the compiler's scan of bf16[1024] reads it as [8,128] through a `bitcast`, no kernel
+ * (cumsum_1024_ax0_bf16, cummax_1024_ax0_rev_bf16 on v4/v5e/v5p/v6e). */
+static int lane_rows(const tpu_chip *chip, const tpu_shape *s) {
+  if (s->rank <= 1) return 1;
+  if (s->has_layout && (s->minor_to_major[0] != s->rank - 1 || s->minor_to_major[1] != s->rank - 2)) return 0;
+  if (s->dims[s->rank - 1] != chip->vector_lanes) return 0;
+  for (int d = 0; d < s->rank - 2; d++)
+    if (s->dims[d] != 1 && s->dims[s->rank - 2] % chip->vector_sublanes != 0) return 0;
+  return 1;
+}
+
+/* Whether reshape `in` is a bitcast in the TPU's tiled layouts: its minor dimension
+ * unchanged (the tiled layout keeps its bytes: the compiler's strength-reduced
+ * einsum('ba,acb->ca') bitcasts its bf16[8] sum to [1,8]), or between a vector and rows of
+ * whole lanes (lane_rows); not a vector's [1024] to [1024,1], whose one column pads each
+ * element to a row (the compiler's gemm_w8a16_1024x1000x1 runs that `reshape` as a kernel).
+ * Without a chip, only the first. */
+int tpu__reshape_moves_no_bytes(const tpu_chip *chip, const tpu_instr *in) {
+  if (in->op != TPU_OP_RESHAPE || in->noperands != 1) return 0;
+  const tpu_shape *a = &in->operands[0]->shape;
+  int64_t ma = a->rank ? a->dims[a->rank - 1] : 1, mb = in->shape.rank ? in->shape.dims[in->shape.rank - 1] : 1;
+  if (ma == mb || tpu_shape_numel(a) <= 1) return 1;
+  return chip && lane_rows(chip, a) && lane_rows(chip, &in->shape);
+}
+
 /* Does transpose `in` move the minor dimension in memory? A transpose whose given result
  * layout lists its operand's dimensions in the operand's own physical order is a bitcast:
  * the XLA TPU compiler keeps such a layout (no data moves) where it pads less than the

@@ -10,21 +10,6 @@
 #include "ir/collective.h"
 #include "ir/custom_call.h"
 
-/* Are the bytes of `s`, tiled, its elements in row-major order, rows of one lane register
- * each? A vector is (the TPU's rank-1 tiling T(1024)(128): blocks of 8 rows of 128 lanes,
- * in order), and so is a row-major [R, 128] (8 x 128 tiles down one column of tiles) or
- * [A, R, 128] with R whole tiles of rows. A reshape between two such shapes is a bitcast:
- * the compiler's scan of bf16[1024] reads it as [8,128] through a `bitcast`, no kernel
- * (cumsum_1024_ax0_bf16, cummax_1024_ax0_rev_bf16 on v4/v5e/v5p/v6e). */
-static int lane_rows(const tpu_chip *chip, const tpu_shape *s) {
-  if (s->rank <= 1) return 1;
-  if (s->has_layout && (s->minor_to_major[0] != s->rank - 1 || s->minor_to_major[1] != s->rank - 2)) return 0;
-  if (s->dims[s->rank - 1] != chip->vector_lanes) return 0;
-  for (int d = 0; d < s->rank - 2; d++)
-    if (s->dims[d] != 1 && s->dims[s->rank - 2] % chip->vector_sublanes != 0) return 0;
-  return 1;
-}
-
 /* ---- Costs (docs/timing.md has the table and the reasons; per-op costs: op_cost.c) ---- */
 
 static int64_t ilog2_ceil(int64_t n) {
@@ -788,12 +773,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     case TPU_OP_ALL_REDUCE_START: case TPU_OP_ALL_GATHER_START: case TPU_OP_COLLECTIVE_PERMUTE_START:
       return tile_collective(be, in, k);
     case TPU_OP_RESHAPE: {
-      /* Free when the minor dimension is unchanged (the tiled layout keeps its bytes), or
-       * between a vector and rows of whole lanes (lane_rows). */
-      const tpu_shape *a = &in->operands[0]->shape;
-      int64_t ma = a->rank ? a->dims[a->rank - 1] : 1, mb = in->shape.rank ? in->shape.dims[in->shape.rank - 1] : 1;
-      if (ma == mb || tpu_shape_numel(a) <= 1) return TPU_OK;
-      if (lane_rows(be->chip, a) && lane_rows(be->chip, &in->shape)) return TPU_OK;
+      if (tpu__reshape_moves_no_bytes(be->chip, in)) return TPU_OK;
       break;
     }
     case TPU_OP_WHILE: k->kind = TPU__K_WHILE; return TPU_OK;

@@ -122,7 +122,7 @@ int tpu__fuse_operand_producer(const tpu_instr *in) {
   }
 }
 
-static int narrowing_convert(const tpu_instr *in) {
+int tpu__fuse_narrowing(const tpu_instr *in) {
   return in->op == TPU_OP_CONVERT && tpu_dtype_size(in->shape.dtype) < tpu_dtype_size(in->operands[0]->shape.dtype);
 }
 
@@ -175,7 +175,7 @@ static int offset_slice(const tpu_instr *p) {
 
 /* Could user u take producer p into its fusion? */
 static int takes(const tpu_instr *u, const tpu_instr *p) {
-  if (kernel_op(u)) return tpu__fuse_operand_producer(p) && !(narrowing_convert(p) && computed(p->operands[0]));
+  if (kernel_op(u)) return tpu__fuse_operand_producer(p) && !(tpu__fuse_narrowing(p) && computed(p->operands[0]));
   return u->op == TPU_OP_REDUCE || tpu__fuse_loop_fusible(u);
 }
 
@@ -393,80 +393,6 @@ static const tpu_instr *under_reshapes(const tpu_instr *x) {
   return x;
 }
 
-/* The order, minor first, in which reduce r lays out the dimensions it keeps: their order in
- * its input's layout, which it reads from the parameter of its input's dimensions that its
- * input is computed from through elementwise ops and converts (the XLA TPU compiler's reduce
- * keeps its input's physical order: einsum('dcba,bac->bad') reduces a bf16[8,16,12,12]
- * {1,0,3,2} to [12,12,8]{2,1,0}, then copies it to the result's layout); row-major when it
- * has none. */
-static void reduce_out_order(const tpu_instr *r, int64_t *mm) {
-  const tpu_instr *in = r->operands[0], *src = NULL;
-  const tpu_instr *stack[16];
-  int ns = 0;
-  stack[ns++] = in;
-  while (ns > 0 && !src) {
-    const tpu_instr *x = stack[--ns];
-    if (x->shape.rank != in->shape.rank || memcmp(x->shape.dims, in->shape.dims, sizeof x->shape.dims[0] * (size_t)in->shape.rank))
-      continue;
-    if (x->shape.has_layout && !x->shape.layout_tail) {
-      src = x;
-      break;
-    }
-    tpu_op_class k = tpu_op_class_of(x->op);
-    if (x->op != TPU_OP_CONVERT && k != TPU_CLS_UNARY && k != TPU_CLS_BINARY) continue;
-    for (int j = 0; j < x->noperands && ns < 16; j++) stack[ns++] = x->operands[j];
-  }
-  int rank = in->shape.rank, n = 0;
-  for (int k = 0; k < rank; k++) {
-    int64_t d = src ? src->shape.minor_to_major[k] : rank - 1 - k;
-    if (tpu_i64s_find(&r->dimensions, d) >= 0) continue;
-    int64_t at = 0; /* d's place among the kept dimensions */
-    for (int64_t e = 0; e < d; e++) at += tpu_i64s_find(&r->dimensions, e) < 0;
-    mm[n++] = at;
-  }
-}
-
-/* Whether group G, grown from its root down to member m, only narrows and relabels what
- * reduce p writes: a chain of single-operand members each reading the next, one a narrowing
- * convert, the others transposes that move no bytes (the result's layout holds the reduce's
- * output in the order the reduce writes it: reduce_out_order). The reduce then writes the
- * narrow value in the final layout itself, as the XLA TPU compiler's reduce does (its
- * reduce to bf16[16,3]{0,1} for einsum('bca,ba->ac') is one kernel, the transpose a
- * layout). */
-static int reduce_written_as(const fuser *f, const group *G, const tpu_instr *m, const tpu_instr *p) {
-  const tpu_instr *chain[16];
-  int nc = 0, narrowed = 0;
-  for (const tpu_instr *x = f->c->instrs[G->root];; x = x->operands[0]) {
-    if (x->noperands != 1 || nc == 16) return 0;
-    if (narrowing_convert(x))
-      narrowed++;
-    else if (x->op != TPU_OP_TRANSPOSE)
-      return 0;
-    chain[nc++] = x;
-    if (x == m) break;
-  }
-  if (narrowed != 1 || nc != G->n) return 0;
-  int64_t order[TPU_MAX_RANK];
-  int rank = p->shape.rank;
-  if (rank > TPU_MAX_RANK) return 0;
-  reduce_out_order(p, order);
-  for (int i = nc - 1; i >= 0; i--) { /* from the reduce up */
-    const tpu_instr *t = chain[i];
-    if (t->op != TPU_OP_TRANSPOSE) continue;
-    int64_t next[TPU_MAX_RANK];
-    for (int k = 0; k < rank; k++) { /* operand dimension order[k] is result dimension j */
-      int j = 0;
-      while (j < rank && t->dimensions.v[j] != order[k]) j++;
-      next[k] = j;
-    }
-    for (int k = 0; k < rank; k++) {
-      int64_t want = t->shape.has_layout ? t->shape.minor_to_major[k] : rank - 1 - k;
-      if (next[k] != want) return 0;
-    }
-    memcpy(order, next, sizeof next[0] * (size_t)rank);
-  }
-  return 1;
-}
 
 /* A dynamic-slice at scalar offsets: the XLA TPU compiler computes it in the kernel that
  * reads it, reading only the window (a scan step's slice of its stacked inputs inside the
@@ -534,7 +460,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
     /* A narrowing convert of a computed value belongs to its producer's epilogue, so the
      * narrow value is what goes to memory; taken into this consumer instead, the wide
      * value would be stored and read. */
-    if (narrowing_convert(p) && computed(p->operands[0])) return 0;
+    if (tpu__fuse_narrowing(p) && computed(p->operands[0])) return 0;
     if (m->operands[0] == p && tpu__fuse_batch_relayout(m, p, 0)) return 0;
     return tpu__fuse_operand_producer(p);
   }
@@ -565,7 +491,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * bf16 (its compiled reduce_sum_*_bf16 programs are one `reduce` to bf16, no convert after
    * it), so the convert, the group's root, takes the reduce as its kernel's reduction. */
   if (p->op == TPU_OP_REDUCE && p->noperands == 2 && !G->has_heavy && G->kind == K_LOOP && m->operands[0] == p &&
-      reduce_written_as(f, G, m, p)) {
+      tpu__reduce_written_as(f->chip, f->c->instrs[G->root], m, p, G->n)) {
     *side = SIDE_HEAVY;
     return 1;
   }

@@ -26,6 +26,8 @@ int tpu__fuse_heavy(const tpu_instr *in);
 int tpu__fuse_loop_fusible(const tpu_instr *in);
 /* Producers a dot or convolution takes into its fusion (layout and type changes). */
 int tpu__fuse_operand_producer(const tpu_instr *in);
+/* A convert to a narrower type. */
+int tpu__fuse_narrowing(const tpu_instr *in);
 /* Is r a reshape that changes convolution conv's batch dimension: folding other dimensions
  * into the batch of its input (result_side 0: r makes conv's activation) or splitting the
  * batch of its result (result_side 1: r reads conv's result)? Space-to-batch does both; in the
@@ -37,6 +39,11 @@ int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int resu
  * attribute s2b_kernel): its result goes to memory, read by its users there, and it joins no
  * consumer's fusion nor merges with another kernel? */
 int tpu__fuse_own_kernel(const tpu_instr *in);
+
+/* Whether the members of a group of n, from its root down to member m, only narrow and
+ * relabel what reduce p writes (a narrowing convert, transposes and reshapes that move no
+ * bytes), so that the reduce writes the result itself (fuse_reduce.c). */
+int tpu__reduce_written_as(const tpu_chip *chip, const tpu_instr *root, const tpu_instr *m, const tpu_instr *p, int n);
 
 /* Finds one pair of fusions to merge in computation c and merges it; *found says whether. */
 tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, int *found);

@@ -67,6 +67,8 @@ int tpu__fused_source(const tpu_instr *v);
  * in the sublanes, padded to the (sublanes x lanes) tile (compile/backend/layout.c). */
 int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
 int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in);
+/* Whether reshape `in` is a bitcast in the chip's tiled layouts (compile/backend/layout.c). */
+int tpu__reshape_moves_no_bytes(const tpu_chip *chip, const tpu_instr *in);
 /* Whether a compiled program laid shape s out in VMEM (memory space S(1) in its layout). */
 int tpu__in_vmem(const tpu_shape *s);
 /* Bytes of s (rank >= 2) in the layout that pads least to the tile — the layout the XLA TPU

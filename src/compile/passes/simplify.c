@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/build.h"
 #include "ir/layout.h"
@@ -300,6 +301,15 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
     for (int k = 0; k < in->noperands; k++) {
       tpu_instr *o = in->operands[k];
       if (o->id >= 0 && o->id < n && c->instrs[o->id] == o && fwd[o->id]) in->operands[k] = fwd[o->id];
+    }
+    /* reshape(reshape(x)) is reshape(x): XLA's algebraic simplifier merges them (its
+     * HandleReshape), so a dot's strength-reduced sum reshaped twice on its way to the
+     * result (einsum('ba,acb->ca') in f32) is one reshape, not a kernel of two. Not
+     * space-to-batch's reshapes, each a copy of its own (space_to_batch.c). */
+    if (in->op == TPU_OP_RESHAPE && in->noperands == 1 && in->operands[0]->op == TPU_OP_RESHAPE &&
+        in->operands[0]->noperands == 1 && !tpu__fuse_own_kernel(in) && !tpu__fuse_own_kernel(in->operands[0])) {
+      in->operands[0] = in->operands[0]->operands[0];
+      any = 1;
     }
     tpu_instr *r = NULL;
     int f = try_fold(b, c, in, &r);

@@ -298,6 +298,28 @@ static void test_narrowed_reduce(void) {
     printf("f32[%d,%d] sum narrowed and transposed to bf16[%d,%d]: %d kernels\n", a, b, b, a, k);
     CHECK_EQ_INT(k, i == 0 ? 1 : 2);
   }
+  /* narrowed, then reshaped only by dimensions of size 1 ([64] -> [64,1] -> [1,64], which
+   * move no bytes): one kernel, as the compiler's strength-reduced einsum('ba,acb->ca'), whose
+   * bf16[8] reduce is bitcast to the result */
+  const char *rfmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[64,128] parameter(0)\n c = f32[64,128] convert(x)\n z = f32[] constant(0)\n"
+      " r = f32[64] reduce(c, z), dimensions={1}, to_apply=add\n n = bf16[64] convert(r)\n"
+      " u = bf16[64,1] reshape(n)\n ROOT t = bf16[1,64] reshape(u)\n}\n";
+  k = kernels_with(rfmt, TPU_OP_CONVERT, conv);
+  printf("f32[64] sum narrowed and reshaped to bf16[1,64]: %d kernels\n", k);
+  CHECK_EQ_INT(k, 1);
+  /* ... but not to a column, [64] -> [64,1], whose tiled layout pads each element to a row
+   * of its own: a copy, as the compiler's `reshape` kernel after gemm_w8a16_1024x1000x1's
+   * bf16[1024] sum */
+  const char *cfmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[64,128] parameter(0)\n c = f32[64,128] convert(x)\n z = f32[] constant(0)\n"
+      " r = f32[64] reduce(c, z), dimensions={1}, to_apply=add\n n = bf16[64] convert(r)\n"
+      " ROOT u = bf16[64,1] reshape(n)\n}\n";
+  k = kernels_with(cfmt, TPU_OP_CONVERT, conv);
+  printf("f32[64] sum narrowed and reshaped to bf16[64,1]: %d kernels\n", k);
+  CHECK_EQ_INT(k, 2);
 }
 
 static void test_matmul_fusion(void) {
@@ -576,6 +598,24 @@ static void test_dot_strength_reduction(void) {
               "rhs_contracting_dims={0}\n}\n");
   printf("'bca,ba->ac': %d kernels\n", kc.kernels);
   CHECK_EQ_INT(kc.kernels, 1);
+  /* a batch of vector products whose result is reshaped twice ('ba,acb->ca' with c = 1: the
+   * dot's [8,1] to the result's [1,8]): the reshapes merge (XLA's simplifier) and move no
+   * bytes, so one fusion in f32 (the reshape left moves no bytes) and in bf16 (narrowed in the reduce), as the compiler's one
+   * kLoop fusion on v4, v5e, v5p and v6e */
+  const char *ra = "HloModule m\nENTRY e {\n b = %s[8,1,64] parameter(0)\n a = %s[64,8] parameter(1)\n"
+                   " d = %s[8,1] dot(b, a), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={1}, "
+                   "rhs_contracting_dims={0}\n ROOT t = %s[1,8] reshape(d)\n}\n";
+  const char *rt[2] = {"f32", "bf16"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, ra, rt[i], rt[i], rt[i], rt[i]);
+    tpu_module *m = compile_src(src);
+    int fusions = 0;
+    for (int j = 0; m && j < m->entry->ninstrs; j++) fusions += m->entry->instrs[j]->op == TPU_OP_FUSION;
+    printf("'ba,acb->ca' in %s: %d fusions\n", rt[i], fusions);
+    CHECK(m != NULL);
+    CHECK_EQ_INT(fusions, 1);
+    tpu_module_free(m);
+  }
   /* A batch of vector products with a contraction shorter than 64 (a Mamba step's state . C,
    * 'bdn,bn->bd'): multiply + reduce whatever the batch, as the XLA TPU compiler's kLoop
    * multiply_reduce fusions for n = 16, 32, 48; n = 64 stays on the MXU. */
