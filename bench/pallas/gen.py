@@ -241,6 +241,53 @@ def ragged_paged(pages_per_block, queries_per_block):
                                                           num_queries_per_block=queries_per_block))
 
 
+def pack_unpack():
+    """pltpu.pack_elementwise / unpack_elementwise (no interpret-mode rule in jax 0.10.2): f32
+    pairs packed as bf16, int32 packed as int8, int16 and int4 fields into uint32 words, and one
+    field of each unpacked; checked against pack_reference, jax's docstring definitions in
+    NumPy."""
+    def kernel(a_ref, b_ref, c_ref, *o):
+        a, b, c = a_ref[...], b_ref[...], c_ref[...]
+        outs = []
+        for xs, pt, idx in (([a, b], jnp.bfloat16, 1), ([c, c >> 8, c >> 16, -c], jnp.int8, 3),
+                            ([c, c ^ 0x5A5A], jnp.int16, 0), ([c >> (4 * i) for i in range(8)], jnp.int4, 5)):
+            p = pltpu.pack_elementwise(xs, packed_dtype=pt)
+            outs += [p, pltpu.unpack_elementwise(p, index=idx, packed_dtype=pt, unpacked_dtype=xs[0].dtype)]
+        for r, v in zip(o, outs):
+            r[...] = v
+
+    def f(a, b, c, interpret=False):
+        u32, i32 = jax.ShapeDtypeStruct(a.shape, jnp.uint32), jax.ShapeDtypeStruct(a.shape, jnp.int32)
+        return pl.pallas_call(kernel, out_shape=[u32, jax.ShapeDtypeStruct(a.shape, jnp.float32)] + [u32, i32] * 3,
+                              interpret=interpret)(a, b, c)
+    return f
+
+
+def pack_reference(a, b, c):
+    """pack_elementwise: each source's packed_dtype bits (f32 -> bf16 rounded to nearest even;
+    integers truncated) interleaved from the lowest bits up in source order, as uint32;
+    unpack_elementwise(index=i): field i sign-extended (bf16 widened) to the unpacked type."""
+    import ml_dtypes
+    a, b, c = (np.asarray(x) for x in (a, b, c))
+    out = []
+    for xs, bits, idx, flt in (([a, b], 16, 1, True), ([c, c >> 8, c >> 16, -c], 8, 3, False),
+                               ([c, c ^ 0x5A5A], 16, 0, False), ([c >> (4 * i) for i in range(8)], 4, 5, False)):
+        mask = (1 << bits) - 1
+        fields = [x.astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint64) if flt else
+                  x.astype(np.int64).astype(np.uint64) & np.uint64(mask) for x in xs]
+        word = np.zeros(a.shape, np.uint64)
+        for i, fl in enumerate(fields):
+            word |= fl << np.uint64(i * bits)
+        field = (word >> np.uint64(idx * bits)) & np.uint64(mask)
+        if flt:
+            un = field.astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)
+        else:
+            sf = field.astype(np.int64)
+            un = np.where(sf >> (bits - 1), sf - (1 << bits), sf).astype(np.int32)
+        out += [word.astype(np.uint32), un]
+    return out
+
+
 def rng(name):
     return np.random.default_rng(zlib.crc32(name.encode()))
 
@@ -300,6 +347,15 @@ case("paged_attention_f32_b2_h1_p8x16_d128", paged(4),
                 jnp.asarray([60, 23], jnp.int32), jnp.asarray([[3, 0, 7, 1], [6, 2, 4, 5]], jnp.int32)],
      None)  # no independent jnp reference: interpret mode is the only one
 
+_pack = pack_unpack()
+case("pack_unpack_elementwise_8x128", _pack,
+     lambda r: [jnp.asarray(r.standard_normal((8, 128)) * 100, jnp.float32),
+                jnp.asarray(np.concatenate([r.standard_normal((4, 128)) * 100,  # ties: bf16 halfway values
+                                            np.float32(1 + 2.0 ** -8) * (1 + np.arange(512).reshape(4, 128))]),
+                            jnp.float32),
+                jnp.asarray(r.integers(-2 ** 31, 2 ** 31, (8, 128)), jnp.int32)],
+     pack_reference)
+
 case("megablox_gmm_f32_256x128x128_g4", megablox((64, 128, 128)),
      lambda r: [jnp.asarray(r.standard_normal((256, 128)), jnp.float32), jnp.asarray(r.standard_normal((4, 128, 128)), jnp.float32),
                 jnp.asarray([64, 0, 100, 92], jnp.int32)],
@@ -312,7 +368,7 @@ def _rpa_reference(q, kv, lens, pages, cu, n):
 
 
 _rpa = ragged_paged(2, 8)
-NO_INTERPRET = [_rpa]
+NO_INTERPRET = [_rpa, _pack]
 case("ragged_paged_attention_f32_t16_h2_p16x16_d128", _rpa,
      lambda r: [jnp.asarray(r.standard_normal((16, 2, 128)), jnp.float32),
                 jnp.asarray(r.standard_normal((16, 16, 2, 128)), jnp.float32),
@@ -386,8 +442,9 @@ def write(name, fn, make_args, reference):
     worst = 0.0
     for i, (a, b) in enumerate(zip(interp, ref)):  # interp0.npy ... for several results
         sfx = "" if len(interp) == 1 else str(i)
-        if a is None:
-            np.save(os.path.join(d, "ref%s.npy" % sfx), np.asarray(b, np.float32))
+        if a is None:  # integer results exactly; floats as f32
+            b_np = np.asarray(b)
+            np.save(os.path.join(d, "ref%s.npy" % sfx), b_np if b_np.dtype.kind in "iu" else np.asarray(b, np.float32))
             continue
         a_np = np.asarray(a)  # integer results exactly; floats as f32
         np.save(os.path.join(d, "interp%s.npy" % sfx), a_np if a_np.dtype.kind in "iu" else np.asarray(a, np.float32))

@@ -54,6 +54,12 @@ tpu_status tpu__mo_fail(mo_ctx *c, const tpu_mo_op *op, tpu_status st, const cha
 tpu_status tpu__mo_vec_op(mo_ctx *c, const tpu_mo_op *op, int *handled);
 /* Vector registers a vector of this shape fills ((8,128) tiles of its minor two dims). */
 int64_t tpu__mo_vregs(const mo_ctx *c, int rank, const int64_t *dims, tpu_dtype dt);
+/* The bits of x held as a value of dt (floats their encoding, integers their unsigned
+ * view), and the value of dt with those bits. */
+uint64_t tpu__mo_bits(tpu_dtype dt, double x);
+double tpu__mo_from_bits(tpu_dtype dt, uint64_t bits);
+/* pack.c: tpu.pack_elementwise / tpu.unpack_elementwise. */
+tpu_status tpu__mo_pack(mo_ctx *c, const tpu_mo_op *op);
 
 /* log.c: tpu.log / tpu.log_buffer (pl.debug_print): the message on stderr when computing values. */
 tpu_status tpu__mo_log(mo_ctx *c, const tpu_mo_op *op);

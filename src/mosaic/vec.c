@@ -626,7 +626,7 @@ static tpu_status concat(mo_ctx *c, const tpu_mo_op *op, int times) {
 }
 
 /* The bits of x held as a value of dt, and back. */
-static uint64_t bits_of(tpu_dtype dt, double x) {
+uint64_t tpu__mo_bits(tpu_dtype dt, double x) {
   if (dt == TPU_F32) return tpu_f32_bits((float)x);
   if (dt == TPU_BF16) return tpu_bf16_from_f32((float)x).bits;
   if (dt == TPU_F16) return tpu_f16_from_f64(x).bits;
@@ -634,7 +634,7 @@ static uint64_t bits_of(tpu_dtype dt, double x) {
   return as_u(dt, x);
 }
 
-static double from_bits(tpu_dtype dt, uint64_t bits) {
+double tpu__mo_from_bits(tpu_dtype dt, uint64_t bits) {
   if (dt == TPU_F32) return tpu_f32_from_bits((uint32_t)bits);
   if (dt == TPU_BF16) return tpu_bf16_to_f32((tpu_bf16){(uint16_t)bits});
   if (dt == TPU_F16) return tpu_f16_to_f32((tpu_f16){(uint16_t)bits});
@@ -665,7 +665,7 @@ static tpu_status bitcast(mo_ctx *c, const tpu_mo_op *op) {
   double *tmp = tpu_malloc(sizeof *tmp * (size_t)(n + 1));
   if (!tmp) return tpu__mo_fail(c, op, TPU_ERR_NOMEM, "out of memory");
   if (same) {
-    for (int64_t e = 0; e < n; e++) tmp[e] = from_bits(t->dt, bits_of(s->dt, s->v[e]));
+    for (int64_t e = 0; e < n; e++) tmp[e] = tpu__mo_from_bits(t->dt, tpu__mo_bits(s->dt, s->v[e]));
   } else {
     int64_t cols = t->dims[t->rank - 1], trows = t->dims[t->rank - 2], srows = s->dims[s->rank - 2];
     int64_t lead = n / (trows * cols);
@@ -677,11 +677,11 @@ static tpu_status bitcast(mo_ctx *c, const tpu_mo_op *op) {
           uint64_t b = 0;
           if (sw < tw) { /* p source rows into one word */
             for (int k = 0; k < p; k++)
-              b |= bits_of(s->dt, s->v[(l * srows + r * p + k) * cols + col]) << (k * sw);
+              b |= tpu__mo_bits(s->dt, s->v[(l * srows + r * p + k) * cols + col]) << (k * sw);
           } else { /* part r % p of source row r / p */
-            b = (bits_of(s->dt, s->v[(l * srows + r / p) * cols + col]) >> ((r % p) * tw)) & tmask;
+            b = (tpu__mo_bits(s->dt, s->v[(l * srows + r / p) * cols + col]) >> ((r % p) * tw)) & tmask;
           }
-          tmp[(l * trows + r) * cols + col] = from_bits(t->dt, b);
+          tmp[(l * trows + r) * cols + col] = tpu__mo_from_bits(t->dt, b);
         }
   }
   tpu_status st = TPU_OK;
@@ -857,6 +857,7 @@ tpu_status tpu__mo_vec_op(mo_ctx *c, const tpu_mo_op *op, int *handled) {
   *handled = 1;
   tpu_status st = TPU_OK;
   tpu_mo_code k = op->code;
+  if (k == TPU_MO_PACK_EW || k == TPU_MO_UNPACK_EW) return tpu__mo_pack(c, op);
   if (c->count) {
     int vec = 0;
     for (int r = 0; r < op->nres; r++) vec |= op->rest[r].kind == TPU_MO_VECTOR;

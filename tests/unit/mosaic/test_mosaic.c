@@ -52,7 +52,10 @@ static const char *const k_cases[] = {
      * casts to float8 in a kernel (kept in f32 before) */
     "bulk_bits_bitcast_bf16_i32", "bulk_bits_bitcast_i32_i8", "bulk_bits_cast_f32_f8e5", "bulk_bits_cast_bf16_f8e4",
     /* pl.debug_print of a vector (tpu.log_buffer) and of program ids (tpu.log): refused before */
-    "bulk_misc_debug_print_vec", "bulk_misc_num_programs", NULL};
+    "bulk_misc_debug_print_vec", "bulk_misc_num_programs",
+    /* pltpu.pack_elementwise / unpack_elementwise (bf16, int8, int16 and int4 fields; refused
+     * before), against jax's docstring definitions in NumPy (no interpret-mode rule) */
+    "pack_unpack_elementwise_8x128", NULL};
 
 static char g_src[1024];
 
@@ -116,6 +119,7 @@ static void run_case(const char *c, int tpu, const tpu_chip *chip) {
     /* bf16 results: half an ulp of bf16 (the rounding of an f32 sum that may differ in its
      * last bits); f32: the sums' order (MXU K-tiles vs XLA CPU's) at 2^-20 of the largest value */
     double tol = o->dtype == TPU_BF16 ? 0 : 1.0 / (1 << 20);
+    if (tpu_dtype_is_int(want.dtype)) tol = 0; /* integer results (packed words) exactly */
     /* The attention kernels chain more f32 reductions (online softmax, then the backward's
      * sums over blocks), each summed in its own order, and f32 products at 6 MXU passes on
      * the TPU backend: 2^-18 of the largest value (their worst: splash on the TPU backend,
