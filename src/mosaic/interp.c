@@ -840,6 +840,8 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   if (k->nwindows > 64 && st == TPU_OK) st = tpu__mo_fail(c, NULL, TPU_ERR_UNSUPPORTED, "a kernel of more than 64 operands");
   if (st == TPU_OK && !c->count) st = tpu__mo_pod_join(c);
   memset(&c->work, 0, sizeof c->work);
+  mo_memo *memo = c->count && st == TPU_OK && !c->o->no_memo ? tpu__mo_memo_new(k) : NULL;
+  int64_t bodies = 0;
   for (int64_t step = 0; step < steps && st == TPU_OK; step++) {
     int64_t r = step;
     for (int i = k->ngrid - 1; i >= 0; i--) {
@@ -901,8 +903,18 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
       v->v = NULL;
     }
     for (int i = 0; i < k->nscratch; i++) args_v[base + i] = c->vals[body->args[base + i]];
-    st = run_region(c, body, args_v, body->nargs);
-    if (st != TPU_OK) break;
+    mo_work pipe = c->work, w; /* the pipeline's fetches and write-backs; the body adds none */
+    if (memo && tpu__mo_memo_get(memo, gi, &w)) {
+      c->work = w;
+    } else {
+      memset(&c->work, 0, sizeof c->work);
+      bodies++;
+      st = run_region(c, body, args_v, body->nargs);
+      if (st != TPU_OK) break;
+      if (memo) tpu__mo_memo_put(memo, gi, &c->work);
+    }
+    c->work.fetched = pipe.fetched;
+    c->work.flushed = pipe.flushed;
     if (c->o && c->o->on_step) c->o->on_step(c->o->user, step, &c->work);
     memset(&c->work, 0, sizeof c->work);
   }
@@ -914,6 +926,8 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
     }
   /* The epilogue: the last output blocks written back (a step past the last). */
   if (st == TPU_OK && c->o && c->o->on_step) c->o->on_step(c->o->user, steps, &c->work);
+  tpu__mo_memo_free(memo);
+  if (c->o->bodies) *c->o->bodies = bodies;
   if (c->count) { /* no values */
     tpu_free(args_v);
     tpu_free(ws);

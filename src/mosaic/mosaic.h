@@ -188,6 +188,11 @@ typedef struct tpu_mosaic_opts {
   tpu_mo_pod *pod;
   /* NULL, or called after each grid step (row-major order) with the work it did */
   void (*on_step)(void *user, int64_t step, const tpu_mosaic_work *w);
+  /* Count mode: no_memo runs every step's body (else a step whose body reads the same grid
+   * indices as an earlier one takes its work when no step can change what later ones see:
+   * memo.c); bodies, when not NULL, gets how many bodies ran. */
+  int no_memo;
+  int64_t *bodies;
 } tpu_mosaic_opts;
 
 /* Counts the kernel's work without values (timing): the grid, index maps and scalar code run

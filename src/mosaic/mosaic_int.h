@@ -61,6 +61,15 @@ double tpu__mo_from_bits(tpu_dtype dt, uint64_t bits);
 /* pack.c: tpu.pack_elementwise / tpu.unpack_elementwise. */
 tpu_status tpu__mo_pack(mo_ctx *c, const tpu_mo_op *op);
 
+/* memo.c: count mode's step memo. NULL when a step may change what later steps see (then
+ * every step runs its body); else get gives the body's work at an earlier step whose grid
+ * indices the body reads equal gi's, put records it. */
+typedef struct mo_memo mo_memo;
+mo_memo *tpu__mo_memo_new(const tpu_mosaic *k);
+int tpu__mo_memo_get(const mo_memo *m, const int64_t *gi, mo_work *w);
+void tpu__mo_memo_put(mo_memo *m, const int64_t *gi, const mo_work *w);
+void tpu__mo_memo_free(mo_memo *m);
+
 /* log.c: tpu.log / tpu.log_buffer (pl.debug_print): the message on stderr when computing values. */
 tpu_status tpu__mo_log(mo_ctx *c, const tpu_mo_op *op);
 

@@ -433,6 +433,75 @@ static void test_profile_source(void) {
   tpu_module_free(m);
 }
 
+/* Per-step work a count gives (on_step), collected. */
+typedef struct {
+  tpu_mosaic_work w[256];
+  int n;
+} steps_seen;
+
+static void on_step_keep(void *user, int64_t step, const tpu_mosaic_work *w) {
+  steps_seen *s = user;
+  (void)step;
+  if (s->n < 256) memcpy(&s->w[s->n], w, sizeof *w);
+  s->n++;
+}
+
+/* Counting a grid runs a step's body only for each distinct value of the grid indices the
+ * body reads, when no step can change what later steps see (memo.c): every step's work is
+ * the same as when every body runs, on every corpus kernel; a kernel whose body reads no grid
+ * index (the elementwise one) runs one body; one with DMAs and semaphores (manual_dma_sum)
+ * runs them all. */
+static void test_count_memo(void) {
+  int64_t saved = 0, fewer_ew = -1, all_dma = -1;
+  for (int i = 0; k_cases[i]; i++) {
+    char p[1400];
+    tpu_diag d;
+    tpu_module *m = NULL;
+    path(p, sizeof p, k_cases[i], "prog.hlo");
+    CHECK_EQ_INT(tpu_hlo_parse_file(p, &m, &d), TPU_OK);
+    const tpu_instr *call = NULL;
+    for (int c = 0; m && c < m->ncomps; c++)
+      for (int j = 0; j < m->comps[c]->ninstrs && !call; j++)
+        if (tpu_mosaic_is_decoded(m->comps[c]->instrs[j])) call = m->comps[c]->instrs[j];
+    tpu_mosaic *k = NULL;
+    if (!call || tpu_mosaic_of_instr(call, &k, &d) != TPU_OK) {
+      CHECK(0);
+      tpu_module_free(m);
+      continue;
+    }
+    static steps_seen a, b;
+    int64_t bodies[2] = {-1, -1};
+    tpu_status st[2];
+    for (int r = 0; r < 2; r++) {
+      steps_seen *s = r ? &b : &a;
+      s->n = 0;
+      tpu_mosaic_opts o;
+      memset(&o, 0, sizeof o);
+      o.on_step = on_step_keep;
+      o.user = s;
+      o.no_memo = r;
+      o.bodies = &bodies[r];
+      st[r] = tpu_mosaic_count(k, call, &o, &d);
+    }
+    CHECK_EQ_INT(st[0], st[1]);
+    CHECK_EQ_INT(a.n, b.n);
+    int same = a.n == b.n;
+    for (int j = 0; same && j < a.n && j < 256; j++) same = !memcmp(&a.w[j], &b.w[j], sizeof a.w[j]);
+    if (!same) fprintf(stderr, "%s: the memo changes the steps' work\n", k_cases[i]);
+    CHECK(same);
+    CHECK(bodies[0] <= bodies[1]);
+    CHECK_EQ_INT((int)bodies[1], a.n - 1); /* every step (the last callback is the epilogue) */
+    saved += bodies[1] - bodies[0];
+    if (!strcmp(k_cases[i], "elementwise_exp_mul_f32_64x256")) fewer_ew = bodies[0];
+    if (!strcmp(k_cases[i], "manual_dma_sum_f32_64x128")) all_dma = bodies[0] == bodies[1];
+    tpu_mosaic_free(k);
+    tpu_module_free(m);
+  }
+  CHECK(saved > 0);
+  CHECK_EQ_INT((int)fewer_ew, 1);
+  CHECK_EQ_INT((int)all_dma, 1);
+}
+
 int main(void) {
   const char *s = getenv("TPU_SRC");
   snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
@@ -445,6 +514,7 @@ int main(void) {
   }
   test_timing(&chip);
   test_timing_scalars(&chip);
+  test_count_memo();
   test_profile_source();
   test_parse_errors();
   test_refusals();
