@@ -166,6 +166,9 @@ int tpu__scatter_fills(const tpu__be *be, const tpu_instr *sc, int j);
 /* Whether copy `in` of an entry parameter goes through VMEM as the DMA engines' transfers,
  * in and back out, rather than as a vector kernel (scatter_form.c). */
 int tpu__copy_via_vmem(const tpu__be *be, const tpu_instr *in);
+/* Whether `in` (a broadcast scalar, a reshape of indices) runs inside the scatter kernel that
+ * alone reads it, no kernel of its own (scatter_form.c). */
+int tpu__scatter_fused_operand(const tpu__be *be, const tpu_instr *in);
 /* Whether operand-less kernel `in` (an iota, a fusion of iotas and constants) keeps its result
  * in VMEM in whole registers and so pays no kernel start (vmem_source.c). */
 int tpu__vmem_source_kernel(const tpu__be *be, const tpu_instr *in);

@@ -130,3 +130,29 @@ int tpu__copy_via_vmem(const tpu__be *be, const tpu_instr *in) {
   }
   return 0;
 }
+
+/* Whether `in` runs inside the scatter kernel that alone reads it, as the XLA TPU compiler's
+ * kCustom scatter fusion takes its operands' producers in (segment_sum_m16x64_n197_bf16's
+ * scatter_custom_fusion holds the broadcast of its zeros and the reshape of its indices
+ * s32[16] -> s32[16,1]): a broadcast scalar a staged scatter fills its operand with
+ * (tpu__scatter_fills), or a reshape or bitcast of its indices, read in their own layout. No
+ * kernel of its own. */
+int tpu__scatter_fused_operand(const tpu__be *be, const tpu_instr *in) {
+  if (!in->parent || (in->op != TPU_OP_BROADCAST && in->op != TPU_OP_RESHAPE && in->op != TPU_OP_BITCAST) ||
+      in->noperands != 1 || in->parent->root == in)
+    return 0;
+  const tpu_instr *sc = NULL;
+  int at = -1;
+  for (int i = 0; i < in->parent->ninstrs; i++) {
+    const tpu_instr *u = in->parent->instrs[i];
+    for (int o = 0; o < u->noperands; o++)
+      if (u->operands[o] == in) {
+        if (sc) return 0; /* a second reader */
+        sc = u, at = o;
+      }
+  }
+  if (!sc || sc->op != TPU_OP_SCATTER || sc->noperands < 3) return 0;
+  int nops = (sc->noperands - 1) / 2;
+  if (in->op == TPU_OP_BROADCAST) return at == 0 && tpu__scatter_fills(be, sc, 0);
+  return at == nops;
+}

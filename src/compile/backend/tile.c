@@ -773,6 +773,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     case TPU_OP_ALL_REDUCE_START: case TPU_OP_ALL_GATHER_START: case TPU_OP_COLLECTIVE_PERMUTE_START:
       return tile_collective(be, in, k);
     case TPU_OP_RESHAPE: {
+      if (tpu__scatter_fused_operand(be, in)) return TPU_OK; /* inside the scatter kernel */
       if (tpu__reshape_moves_no_bytes(be->chip, in)) return TPU_OK;
       break;
     }
@@ -787,6 +788,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   }
   k->own = 1;
   if (in->op == TPU_OP_CONSTANT) return TPU_OK; /* loaded into HBM with the program */
+  if (in->op == TPU_OP_BROADCAST && tpu__scatter_fused_operand(be, in)) return TPU_OK; /* the scatter fills it */
   tpu_prog_op po;
   memset(&po, 0, sizeof po);
   po.name = in->name;

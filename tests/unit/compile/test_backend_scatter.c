@@ -219,6 +219,43 @@ static void one_update_copy_via_vmem(void) {
   CHECK(cdus > c5e * 3 / 2); /* the kernel copy: its start and the 16-bit stream pass */
 }
 
+/* A segment sum (a scatter-add onto a broadcast of zeros, its indices s32[16] reshaped to
+ * s32[16,1]) runs as one kernel: the XLA TPU compiler's kCustom scatter fusion takes in the
+ * broadcast, which it fills its VMEM operand with, and the reshape of its indices
+ * (segment_sum_m16x64_n197_bf16's scatter_custom_fusion on every generation); no kernel of
+ * their own. A reshape something else reads too stays a kernel. */
+static void segment_sum_one_kernel(void) {
+  static const char *fmt =
+      "HloModule g\n"
+      "add { a = bf16[] parameter(0)\n b = bf16[] parameter(1)\n ROOT r = bf16[] add(a, b) }\n"
+      "ENTRY e {\n"
+      "  u = bf16[16,64]{1,0} parameter(0)\n"
+      "  i = s32[16]{0} parameter(1)\n"
+      "  z = bf16[] constant(0)\n"
+      "  zb = bf16[197,64]{1,0} broadcast(z), dimensions={}\n"
+      "  ix = s32[16,1]{1,0} reshape(i)\n"
+      "  s = bf16[197,64]{1,0} scatter(zb, ix, u), update_window_dims={1}, inserted_window_dims={0},"
+      " scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n"
+      "%s}\n";
+  char src[1200];
+  const char *alone = "  ROOT t = (bf16[197,64]{1,0}) tuple(s)\n";
+  const char *shared = "  n = s32[16,1]{1,0} negate(ix)\n  ROOT t = (bf16[197,64]{1,0}, s32[16,1]{1,0}) tuple(s, n)\n";
+  const char *chips[] = {"v5e", "v4:core"};
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < 2; k++) {
+      snprintf(src, sizeof src, fmt, k ? shared : alone);
+      tpu_module *m = NULL;
+      tpu_program *p = compile_for_with(chips[c], src, 1, &g_chip, &m);
+      int zb = p ? op_named(p, "zb") : -2, ix = p ? op_named(p, "ix") : -2, sc = p ? op_named(p, "s") : -2;
+      printf("segment sum on %s%s: broadcast op %d, reshape op %d, scatter op %d\n", chips[c],
+             k ? " (indices read twice)" : "", zb, ix, sc);
+      CHECK(sc >= 0 && zb == -1);
+      CHECK(k ? ix >= 0 : ix == -1);
+      tpu_program_free(p);
+      tpu_module_free(m);
+    }
+}
+
 int main(void) {
   rows_in_place();
   staged_whole();
@@ -226,5 +263,6 @@ int main(void) {
   stage_limit();
   update_through_onchip_copy();
   one_update_copy_via_vmem();
+  segment_sum_one_kernel();
   CHECK_DONE();
 }
