@@ -451,8 +451,12 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
     *side = SIDE_UP;
     return 1;
   }
-  /* a gather's index kernel takes only its bounds (gather_index.c) */
-  if (tpu__gather_index_kernel(f->c->instrs[G->root]) && !scalar_constant(p)) return 0;
+  /* a gather's index kernel takes only its bounds, and its concatenation the reshapes of
+   * its pieces (gather_index.c) */
+  const tpu_instr *gr = f->c->instrs[G->root];
+  if (tpu__gather_index_kernel(gr) && !scalar_constant(p) &&
+      !(gr->op == TPU_OP_CONCATENATE && (p->op == TPU_OP_RESHAPE || p->op == TPU_OP_BITCAST)))
+    return 0;
   if (tpu__relayout_copy(p)) return 0; /* a relayout is a kernel of its own (relayout.c) */
   if (ms == SIDE_HEAVY || ms == SIDE_UP) {
     *side = SIDE_UP;

@@ -1,5 +1,6 @@
 /* The gather index kernel: a row gather's start indices clamped in a kernel of their own; a
- * gather of points' index vectors laid out as the compiler packs them.
+ * gather of points' index vectors laid out as the compiler packs them; take_along_axis with
+ * one index per row given its row numbers in kernels of their own (explicit_rows).
  *
  * The XLA TPU compiler runs a gather that takes whole rows by one index each (one start
  * index dimension, no batching dimensions, more than one index) as a kCustom gather fusion
@@ -39,14 +40,15 @@
  * VMEM and times the select after it (bench/spmd embed_vocab's masked lookup, 8.4 M bf16 in
  * VMEM) at 14,600 cycles on v5e where the compiler's broadcast_select_fusion costs 118,920:
  * a gap in the cost of vector kernels over VMEM that the flattening would expose. */
+#include <stdio.h>
 #include <string.h>
 
 #include "compile/passes/hlo_passes.h"
 #include "ir/build.h"
 
-/* Is `in` the clamp this pass inserted? */
+/* Is `in` an index kernel this pass inserted (a clamp, a concatenation, an iota)? */
 int tpu__gather_index_kernel(const tpu_instr *in) {
-  if (in->op != TPU_OP_CLAMP) return 0;
+  if (in->op != TPU_OP_CLAMP && in->op != TPU_OP_CONCATENATE && in->op != TPU_OP_IOTA) return 0;
   for (int i = 0; i < in->nattrs; i++)
     if (!strcmp(in->attrs[i].name, "gather_index")) return 1;
   return 0;
@@ -138,12 +140,91 @@ static tpu_status pack_points(tpu_builder *b, tpu_comp *c, tpu_instr *g) {
   return tpu_build_set_attr(b, g, "index_vector_dim", "0");
 }
 
+/* ---- take_along_axis with one index per row: the batch index in kernels of its own ---- */
+
+/* Whether g takes one element per row of a 2-D operand by one index per row (operand
+ * batching dimension bd, start index dimension sd; take_along_axis with k = 1): *B rows. */
+static int one_per_row(const tpu_instr *g, int64_t *B) {
+  const tpu_gather_dims *gd = &g->gather;
+  const tpu_shape *x = &g->operands[0]->shape, *ix = &g->operands[1]->shape;
+  if (g->noperands != 2 || x->rank != 2 || gd->operand_batching_dims.n != 1 || gd->start_index_map.n != 1 ||
+      gd->start_indices_batching_dims.n != 1 || gd->offset_dims.n != 0 || gd->slice_sizes.n != 2 ||
+      gd->slice_sizes.v[0] != 1 || gd->slice_sizes.v[1] != 1 || !tpu_dtype_is_int(ix->dtype))
+    return 0;
+  int64_t bd = gd->operand_batching_dims.v[0], sd = gd->start_index_map.v[0], ibd = gd->start_indices_batching_dims.v[0];
+  if (bd == sd || bd < 0 || bd > 1 || sd < 0 || sd > 1 || ibd < 0 || ibd >= ix->rank) return 0;
+  *B = x->dims[bd];
+  return ix->dims[ibd] == *B && tpu_shape_numel(ix) == *B && tpu_shape_numel(&g->shape) == *B && *B > 1;
+}
+
+/* take_along_axis with one index per row as the XLA TPU compiler runs it (its batched-gather
+ * normalization, the batch made an explicit index): the normalized indices (a kLoop
+ * `fusion`), an `iota` kernel of the row numbers, a kernel concatenating the two
+ * (`add_bitcast_fusion`), a kernel clamping and packing them (`or_bitcast_fusion`), the
+ * kCustom gather, then the mask's select (`and_select_fusion`): libtpu probes outside the
+ * corpus, [8..256, 300..5000] f32 and bf16 on v5e and v4, five kernels of ~1,826 cycles
+ * (v5e) besides the gather. With k >= 2 the compiler fuses the iota, clamp and packing into
+ * one kernel after the normalization (bitcast_or_fusion), as tpusim's fusion does unchanged.
+ * tpusim builds the iota, the concatenation as [2, B] rows and their clamp, each marked a
+ * kernel of its own, and gathers points (row, index) without batching dimensions; values
+ * are the gather's (the row clamp is a no-op, the index clamp the gather's own). */
+static tpu_status explicit_rows(tpu_builder *b, tpu_comp *c, tpu_instr *g, int64_t B) {
+  const tpu_gather_dims *gd = &g->gather;
+  int64_t bd = gd->operand_batching_dims.v[0], sd = gd->start_index_map.v[0];
+  const tpu_shape *x = &g->operands[0]->shape;
+  tpu_dtype it = g->operands[1]->shape.dtype;
+  int64_t one_b[2] = {1, B}, two_b[2] = {2, B};
+  tpu_shape sb = tpu_build_shape(it, 1, &B), s1 = tpu_build_shape(it, 2, one_b), s2 = tpu_build_shape(it, 2, two_b);
+  tpu_instr *v = g->operands[1], *io, *r[2], *cat, *lo, *hi, *cl, *ng, *out;
+  if (v->shape.rank != 1) TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_RESHAPE, "gather_index.flat", &sb, &v, 1, &v));
+  TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_IOTA, "gather_index.rows", &s1, NULL, 0, &io));
+  TPU_TRY(tpu_build_set_attr(b, io, "iota_dimension", "1"));
+  TPU_TRY(tpu_build_set_attr(b, io, "gather_index", "iota"));
+  r[0] = io;
+  TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_RESHAPE, "gather_index.row", &s1, &v, 1, &r[1]));
+  TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_CONCATENATE, "gather_index.vector", &s2, r, 2, &cat));
+  TPU_TRY(tpu_build_set_attr(b, cat, "dimensions", "{0}"));
+  TPU_TRY(tpu_build_set_attr(b, cat, "gather_index", "vector"));
+  tpu_tensor kb;
+  TPU_TRY(tpu_tensor_alloc(&kb, it, 2, two_b, b->d));
+  for (int64_t i = 0; i < B; i++) {
+    tpu_tensor_set_i64(&kb, i, x->dims[bd] - 1);
+    tpu_tensor_set_i64(&kb, B + i, x->dims[sd] - 1);
+  }
+  TPU_TRY(tpu_build_constant(b, c, "gather_index.bound", &kb, NULL, &hi));
+  TPU_TRY(scalar(b, c, it, 0, &lo));
+  tpu_instr *ops[3] = {lo, cat, hi};
+  TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_CLAMP, "gather_index.clamp", &s2, ops, 3, &cl));
+  TPU_TRY(tpu_build_set_attr(b, cl, "gather_index", "clamp"));
+  tpu_shape gs = tpu_build_shape(g->shape.dtype, 1, &B);
+  tpu_instr *gops[2] = {g->operands[0], cl};
+  TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_GATHER, "gather_index.gather", &gs, gops, 2, &ng));
+  char buf[64];
+  snprintf(buf, sizeof buf, "{%lld,%lld}", (long long)bd, (long long)sd);
+  TPU_TRY(tpu_build_set_attr(b, ng, "offset_dims", "{}"));
+  TPU_TRY(tpu_build_set_attr(b, ng, "collapsed_slice_dims", "{0,1}"));
+  TPU_TRY(tpu_build_set_attr(b, ng, "start_index_map", buf));
+  TPU_TRY(tpu_build_set_attr(b, ng, "index_vector_dim", "0"));
+  TPU_TRY(tpu_build_set_attr(b, ng, "slice_sizes", "{1,1}"));
+  tpu_shape os = g->shape;
+  TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_RESHAPE, "gather_index.result", &os, &ng, 1, &out));
+  tpu_build_replace_uses(c, g, out);
+  if (c->root == g) tpu_build_set_root(c, out);
+  return TPU_OK;
+}
+
 tpu_status tpu__gather_index_kernels(tpu_builder *b, tpu_comp *c) {
   int n = c->ninstrs, any = 0;
   for (int i = 0; i < n; i++) {
     tpu_instr *g = c->instrs[i];
     if (g->op != TPU_OP_GATHER) continue;
     if (tpu__gather_index_kernel(g->operands[1])) continue;
+    int64_t rows = 0;
+    if (one_per_row(g, &rows)) {
+      TPU_TRY(explicit_rows(b, c, g, rows));
+      any = 1;
+      continue;
+    }
     if (packed_points(g)) {
       TPU_TRY(pack_points(b, c, g));
       any = 1;

@@ -904,6 +904,73 @@ static void test_gather_points_packed(void) {
   tpu_module_free(m1);
 }
 
+/* take_along_axis with one index per row (gather_index.c explicit_rows): the row numbers an
+ * iota kernel of their own, concatenated with the indices as [2, B] rows in another, clamped
+ * in a third, and gathered as points with no batching dimensions, as the XLA TPU compiler's
+ * five kernels around its gather; values as the reference gives them (negative indices
+ * wrapped, out-of-range ones masked to NaN by JAX's select). */
+static void test_take_along_rows(void) {
+  const char *src =
+      "HloModule along\n\nand_r {\n  a = pred[] parameter(0)\n  b = pred[] parameter(1)\n"
+      "  ROOT r = pred[] and(a, b)\n}\n\n"
+      "ENTRY %main (t: f32[16,30], i: s32[16,1]) -> f32[16,1] {\n"
+      "  %t = f32[16,30] parameter(0)\n  %i = s32[16,1] parameter(1)\n"
+      "  %z = s32[] constant(0)\n  %zb = s32[16,1] broadcast(%z), dimensions={}\n"
+      "  %lt = pred[16,1] compare(%i, %zb), direction=LT\n"
+      "  %n = s32[] constant(30)\n  %nb = s32[16,1] broadcast(%n), dimensions={}\n"
+      "  %w = s32[16,1] add(%i, %nb)\n  %s = s32[16,1] select(%lt, %w, %i)\n"
+      "  %r = s32[16,1,1] reshape(%s)\n"
+      "  %z3 = s32[16,1,1] broadcast(%z), dimensions={}\n"
+      "  %ge = pred[16,1,1] compare(%r, %z3), direction=GE\n"
+      "  %m = s32[] constant(29)\n  %mb = s32[16,1,1] broadcast(%m), dimensions={}\n"
+      "  %le = pred[16,1,1] compare(%r, %mb), direction=LE\n"
+      "  %an = pred[16,1,1] and(%ge, %le)\n  %tr = pred[] constant(true)\n"
+      "  %ok = pred[16,1] reduce(%an, %tr), dimensions={2}, to_apply=and_r\n"
+      "  %g = f32[16,1] gather(%t, %r), offset_dims={}, collapsed_slice_dims={1}, start_index_map={1}, "
+      "operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1}\n"
+      "  %nan = f32[] constant(nan)\n  %nn = f32[16,1] broadcast(%nan), dimensions={}\n"
+      "  ROOT %o = f32[16,1] select(%ok, %g, %nn)\n}\n";
+  tpu_module *m0 = NULL, *m1 = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("along.hlo", src, strlen(src), &m0, &d) == TPU_OK);
+  CHECK(tpu_hlo_parse("along.hlo", src, strlen(src), &m1, &d) == TPU_OK);
+  tpu_compile_opts o = opts(NULL, NULL);
+  if (!m0 || !m1 || tpu_compile_hlo(m1, &o, &d) != TPU_OK) {
+    CHECK(0);
+    tpu_module_free(m0);
+    tpu_module_free(m1);
+    return;
+  }
+  int iotas = 0, clamps = 0, points = 0;
+  for (int i = 0; i < m1->entry->ninstrs; i++) {
+    const tpu_instr *in = m1->entry->instrs[i];
+    iotas += in->op == TPU_OP_IOTA && tpu__gather_index_kernel(in); /* a kernel alone */
+    clamps += in->op == TPU_OP_CLAMP && tpu__gather_index_kernel(in);
+    points += in->op == TPU_OP_GATHER && in->gather.operand_batching_dims.n == 0 &&
+              in->operands[1]->shape.rank == 2 && in->operands[1]->shape.dims[0] == 2;
+  }
+  printf("take_along_axis, one index per row: %d row iota, %d clamp, %d gather of points\n", iotas, clamps, points);
+  CHECK_EQ_INT(iotas, 1);
+  CHECK_EQ_INT(clamps, 1);
+  CHECK_EQ_INT(points, 1);
+  tpu_tensor x[2], r0, r1;
+  memset(&r0, 0, sizeof r0);
+  memset(&r1, 0, sizeof r1);
+  int64_t dt[2] = {16, 30}, di[2] = {16, 1};
+  CHECK(tpu_tensor_alloc(&x[0], TPU_F32, 2, dt, &d) == TPU_OK);
+  CHECK(tpu_tensor_alloc(&x[1], TPU_S32, 2, di, &d) == TPU_OK);
+  for (int i = 0; i < 480; i++) tpu_tensor_set_f64(&x[0], i, i * 0.5 - 40);
+  for (int i = 0; i < 16; i++) tpu_tensor_set_i64(&x[1], i, (i * 9) % 71 - 35); /* -35 .. 34 */
+  CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
+  CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
+  CHECK(same_bits(&r0, &r1));
+  for (int k = 0; k < 2; k++) tpu_tensor_free(&x[k]);
+  tpu_tensor_free(&r0);
+  tpu_tensor_free(&r1);
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+}
+
 /* A sort runs with its batch in the lanes unless the sorted dimension fills them and the batch
  * does not (sort_layout.c): bf16[64,100] sorted along 100 is copied into {0,1} first and back
  * into the program's {1,0} after; [96,256] sorts as it is; f32[1024,8] (a parameter laid out
@@ -981,6 +1048,7 @@ int main(void) {
   test_fused_update_slice();
   test_gather_index_kernel();
   test_gather_points_packed();
+  test_take_along_rows();
   test_sort_layout();
   test_partial_reduce_iota();
   CHECK_DONE();
