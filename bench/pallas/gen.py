@@ -263,6 +263,19 @@ def pack_unpack():
     return f
 
 
+def int4_casts():
+    """int32 cast to int4 and back (arith.trunci to i4: the low 4 bits, sign-extended), and an
+    int4 through f32 (sitofp from i4). libtpu compiles these casts (it refuses i4 arithmetic:
+    "Only vector<i16> and vector<i32> are supported")."""
+    def kernel(a_ref, b_ref, o_ref, p_ref):
+        o_ref[...] = a_ref[...].astype(jnp.int4).astype(jnp.int32)
+        p_ref[...] = b_ref[...].astype(jnp.int4).astype(jnp.float32).astype(jnp.int32)
+
+    def f(a, b, interpret=False):
+        return pl.pallas_call(kernel, out_shape=[jax.ShapeDtypeStruct(a.shape, jnp.int32)] * 2, interpret=interpret)(a, b)
+    return f
+
+
 def pack_reference(a, b, c):
     """pack_elementwise: each source's packed_dtype bits (f32 -> bf16 rounded to nearest even;
     integers truncated) interleaved from the lowest bits up in source order, as uint32;
@@ -355,6 +368,10 @@ case("pack_unpack_elementwise_8x128", _pack,
                             jnp.float32),
                 jnp.asarray(r.integers(-2 ** 31, 2 ** 31, (8, 128)), jnp.int32)],
      pack_reference)
+
+case("int4_cast_wrap_i32_16x128", int4_casts(),
+     lambda r: [jnp.asarray(r.integers(-100, 100, (16, 128)), jnp.int32), jnp.asarray(r.integers(-40, 40, (16, 128)), jnp.int32)],
+     lambda a, b: [((a + 8) % 16 - 8), ((b + 8) % 16 - 8)])
 
 case("megablox_gmm_f32_256x128x128_g4", megablox((64, 128, 128)),
      lambda r: [jnp.asarray(r.standard_normal((256, 128)), jnp.float32), jnp.asarray(r.standard_normal((4, 128, 128)), jnp.float32),

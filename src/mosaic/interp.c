@@ -61,7 +61,7 @@ static tpu_status set_scalar(mo_ctx *c, int id, const tpu_mo_type *t, double x) 
   tpu_status st = TPU_OK;
   double *p = tpu__mo_def(c, id, t, &st);
   if (!p) return st;
-  p[0] = tpu__mo_round(t->dt, x);
+  p[0] = tpu__mo_round_ty(t, x);
   return TPU_OK;
 }
 
@@ -527,7 +527,7 @@ static tpu_status constant(mo_ctx *c, const tpu_mo_op *op) {
       char *q;
       double x = !strncmp(p, "true", 4) ? 1 : !strncmp(p, "false", 5) ? 0 : strtod(p, &q);
       if (!strncmp(p, "true", 4) || !strncmp(p, "false", 5)) q = (char *)p + (p[0] == 't' ? 4 : 5);
-      r[e] = tpu__mo_round(t->dt, x);
+      r[e] = tpu__mo_round_ty(t, x);
       p = *q == ',' ? q + 1 : q;
     }
     return TPU_OK;
@@ -540,7 +540,7 @@ static tpu_status constant(mo_ctx *c, const tpu_mo_op *op) {
   } else {
     return tpu__mo_fail(c, op, TPU_ERR_UNSUPPORTED, "a constant '%s' is not modelled", a);
   }
-  for (int64_t e = 0; e < n; e++) r[e] = tpu__mo_round(t->dt, x);
+  for (int64_t e = 0; e < n; e++) r[e] = tpu__mo_round_ty(t, x);
   return TPU_OK;
 }
 

@@ -26,6 +26,7 @@ typedef enum { TPU_MO_ANY, TPU_MO_VMEM, TPU_MO_SMEM, TPU_MO_SEMMEM, TPU_MO_HBM }
 typedef struct tpu_mo_type {
   tpu_mo_kind kind;
   tpu_dtype dt;     /* element type (index: s64; i1: pred); semaphores and their memrefs: s32 */
+  int bits;         /* a narrower integer held in dt (i4 in s8): its width; 0: dt's own */
   int is_index;     /* the MLIR index type */
   int sem;          /* a semaphore or a memref of them */
   int rank;

@@ -44,6 +44,8 @@ typedef struct mo_ctx {
 int64_t tpu__mo_numel(int rank, const int64_t *dims);
 /* x rounded to a value of dt (ints wrap to their width; pred: 0/1). */
 double tpu__mo_round(tpu_dtype dt, double x);
+/* x rounded to a value of type t: as tpu__mo_round, an i4 (t->bits) wrapped at 4 bits. */
+double tpu__mo_round_ty(const tpu_mo_type *t, double x);
 /* Sets value `id` to a fresh array of the type (contents zero); returns its data or NULL. */
 double *tpu__mo_def(mo_ctx *c, int id, const tpu_mo_type *t, tpu_status *st);
 /* Sets value `id` to a vector of type t without data (count mode). */

@@ -76,7 +76,7 @@ tpu_status tpu__mo_pack(mo_ctx *c, const tpu_mo_op *op) {
       uint64_t f = (tpu__mo_bits(x0->dt, x0->v[e]) >> (index * bits)) & mask;
       double v = flt ? tpu__mo_from_bits(TPU_BF16, f)
                      : (!uns && (f >> (bits - 1)) ? (double)(int64_t)(f | ~mask) : (double)f);
-      tmp[e] = tpu__mo_round(t->dt, v);
+      tmp[e] = tpu__mo_round_ty(t, v);
     }
   }
   tpu_status st = TPU_OK;

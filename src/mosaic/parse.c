@@ -80,6 +80,7 @@ static int elem_type(const char *s, size_t n, tpu_mo_type *t) {
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
     if (strlen(k[i].m) == n && !strncmp(s, k[i].m, n)) {
       t->dt = k[i].dt;
+      t->bits = n == 2 && !strncmp(s, "i4", 2) ? 4 : 0; /* i4 held in s8, wrapped at 4 bits */
       t->is_index = !strncmp(s, "index", n);
       t->sem = s[0] == 's' || s[0] == 'd' ? (s[0] == 'd' ? 2 : 1) : 0;
       if (s[0] == 's' && s[1] == 'i') t->sem = 0;

@@ -36,6 +36,12 @@ double tpu__mo_round(tpu_dtype dt, double x) {
   return (double)u;
 }
 
+double tpu__mo_round_ty(const tpu_mo_type *t, double x) {
+  if (t->bits <= 0 || !tpu_dtype_is_int(t->dt) || isnan(x)) return tpu__mo_round(t->dt, x);
+  uint64_t m = ((uint64_t)1 << t->bits) - 1, u = (uint64_t)(int64_t)x & m;
+  return (u >> (t->bits - 1)) ? (double)(int64_t)(u | ~m) : (double)u;
+}
+
 /* Signless MLIR integers are held signed; the unsigned view of a value of dt. */
 static uint64_t as_u(tpu_dtype dt, double x) {
   int w = width(dt);
@@ -380,7 +386,7 @@ static tpu_status matmul(mo_ctx *c, const tpu_mo_op *op) {
     for (int64_t e = 0; e < n; e++) {
       double acc = A && A->set && A->v ? A->v[e] : 0;
       double x = acc_int ? (double)o[e] + acc : (double)o[e] + acc;
-      r[e] = tpu__mo_round(t->dt, x);
+      r[e] = tpu__mo_round_ty(t, x);
     }
     price_mm(c, B, M, K, N, dt, passes);
   }
@@ -453,7 +459,7 @@ static tpu_status reduction(mo_ctx *c, const tpu_mo_op *op) {
       else if (mx) x = isnum ? fmax(tmp[o], a) : fmax_nan(tmp[o], a);
       else if (mn) x = isnum ? fmin(tmp[o], a) : fmin_nan(tmp[o], a);
     }
-    r[o] = tpu__mo_round(t->dt, x);
+    r[o] = tpu__mo_round_ty(t, x);
   }
   tpu_free(tmp);
   tpu_free(seen);
@@ -472,7 +478,7 @@ static tpu_status broadcast(mo_ctx *c, const tpu_mo_op *op) {
   if (!r) return st;
   int64_t n = tpu__mo_numel(t->rank, t->dims), idx[TPU_MO_MAX_RANK], si[TPU_MO_MAX_RANK];
   if (s->kind != TPU_MO_VECTOR) {
-    for (int64_t e = 0; e < n; e++) r[e] = tpu__mo_round(t->dt, s->v[0]);
+    for (int64_t e = 0; e < n; e++) r[e] = tpu__mo_round_ty(t, s->v[0]);
   } else {
     int off = t->rank - s->rank;
     if (off < 0) return tpu__mo_fail(c, op, TPU_ERR_INVALID, "broadcast to a lower rank");
@@ -950,7 +956,13 @@ tpu_status tpu__mo_vec_op(mo_ctx *c, const tpu_mo_op *op, int *handled) {
   }
   double *r = res(c, op, 0, &st);
   if (r)
-    for (int64_t e = 0; e < n; e++) r[e] = tpu__mo_round(t->dt, tmp[e]);
+    for (int64_t e = 0; e < n; e++) {
+      double x = tmp[e];
+      /* a float converted to i4 saturates at its own range, as fptosi does at any width */
+      if (t->bits > 0 && (k == TPU_MO_FPTOSI || k == TPU_MO_TFPTOSI))
+        x = fmin(fmax(x, -ldexp(1, t->bits - 1)), ldexp(1, t->bits - 1) - 1);
+      r[e] = tpu__mo_round_ty(t, x);
+    }
   tpu_free(tmp);
   charge(c, op, 1);
   return r ? TPU_OK : st;

@@ -55,7 +55,9 @@ static const char *const k_cases[] = {
     "bulk_misc_debug_print_vec", "bulk_misc_num_programs",
     /* pltpu.pack_elementwise / unpack_elementwise (bf16, int8, int16 and int4 fields; refused
      * before), against jax's docstring definitions in NumPy (no interpret-mode rule) */
-    "pack_unpack_elementwise_8x128", NULL};
+    "pack_unpack_elementwise_8x128",
+    /* int32 -> int4 -> int32 casts: i4 wrapped at 4 bits (held in s8 and wrapped at 8 before) */
+    "int4_cast_wrap_i32_16x128", NULL};
 
 static char g_src[1024];
 
