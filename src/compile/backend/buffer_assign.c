@@ -221,6 +221,36 @@ static int encloses(const tpu__be *be, const tpu_comp *a, const tpu_comp *b) {
   return 0;
 }
 
+/* Whether while w's result is a tuple of single arrays, one per element of its body's root
+ * tuple: each element then lives by its own readers (elem_end). */
+static int per_element(const tpu_instr *w) {
+  const tpu_instr *r = w->body ? w->body->root : NULL;
+  if (!r || r->op != TPU_OP_TUPLE || w->shape.dtype != TPU_TUPLE || w->shape.ntuple != r->noperands) return 0;
+  for (int e = 0; e < r->noperands; e++)
+    if (tpu__leaves(&r->operands[e]->shape) != 1) return 0;
+  return 1;
+}
+
+/* How long element e of while w's result lives: to the loop's end and to its own last
+ * reader after the loop, as XLA's values are per element of a tuple (a forward scan's stack
+ * of saved activations dies with the backward loop that reads it, though the scan's last
+ * carry is read later); the whole result's last use when anything reads it whole. */
+static int64_t elem_end(const tpu__be *be, const tpu_instr *w, int e) {
+  const tpu__kinfo *kw = tpu__be_info(be, w);
+  const tpu_comp *c = w->parent;
+  if (w == c->root || !per_element(w)) return kw->last_use;
+  int64_t end = kw->pos;
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    for (int o = 0; o < u->noperands; o++) {
+      if (u->operands[o] != w) continue;
+      if (u->op != TPU_OP_GET_TUPLE_ELEMENT) return kw->last_use;
+      if (u->index == e) bump(&end, tpu__be_info(be, u)->last_use);
+    }
+  }
+  return end;
+}
+
 /* The loop state rule (copy insertion's, above) for while `w`: per element of the state,
  * how long the input lives, and which body result shares the input's buffer. */
 static int loop_state(tpu__be *be, const tpu_instr *w, const int64_t *def, const int64_t *wstart, pairs *ps) {
@@ -254,7 +284,7 @@ static int loop_state(tpu__be *be, const tpu_instr *w, const int64_t *def, const
     const tpu_instr *re = r->operands[leaf];
     const tpu_instr *vo = owner_of(be, re, 0, 0, &vl);
     if (vo == xo && vl == xl) { /* passed through unchanged: one buffer throughout */
-      bump(&kx->last_use, kw->last_use);
+      bump(&kx->last_use, elem_end(be, w, leaf));
       continue;
     }
     int64_t old = 0; /* the last read of the element's old value in the body */
@@ -495,7 +525,12 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
     if (in->op == TPU_OP_CALL) sub[0] = in->to_apply;
     if (in->op == TPU_OP_CONDITIONAL)
       for (int b = 0; b < in->nbranches; b++) bump(&tpu__be_info(be, in->branches[b]->root)->last_use, k->last_use);
-    if (sub[0]) bump(&tpu__be_info(be, sub[0]->root)->last_use, k->last_use);
+    if (in->op == TPU_OP_WHILE && per_element(in)) { /* each element by its own readers */
+      const tpu_instr *r = in->body->root;
+      for (int e = 0; e < r->noperands; e++) bump(&tpu__be_info(be, r->operands[e])->last_use, elem_end(be, in, e));
+    } else if (sub[0]) {
+      bump(&tpu__be_info(be, sub[0]->root)->last_use, k->last_use);
+    }
   }
   /* A dynamic-update-slice whose operand dies with it updates that buffer in place (as
    * XLA does when the operand's buffer can be reused): it owns none, and the operand's

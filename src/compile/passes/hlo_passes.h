@@ -119,6 +119,9 @@ tpu_status tpu__sink_loop_all_reduces(struct tpu_builder *b, tpu_comp *c, int *c
 /* The static trip count of while loop w (compile/backend/schedule.c): XLA's known_trip_count,
  * else `i CMP c` with i stepped by a constant from a constant start; -1 when unknown. */
 int64_t tpu__while_trip_count(const tpu_instr *w);
+/* Part of simplify: a narrowing convert of a loop-invariant element (through a dynamic-slice)
+ * is hoisted before the loop, which then carries the converted element (convert_hoist.c). */
+tpu_status tpu__hoist_loop_converts(struct tpu_builder *b, tpu_module *m, int *changed);
 /* Largest result a constant fold may produce, in bytes. */
 #define TPU_FOLD_MAX_BYTES ((size_t)64 * 1024)
 

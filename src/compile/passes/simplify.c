@@ -349,6 +349,7 @@ tpu_status tpu__pass_simplify(tpu_module *m, const tpu_compile_opts *o, tpu_diag
   tpu_status st = tpu__dot_strength_reduce(&b, m, o ? o->chip : NULL, &reduced);
   if (st == TPU_OK) st = tpu__scan_rewrite(&b, m, &reduced);
   if (st == TPU_OK) st = tpu__space_to_batch(&b, m, &reduced);
+  if (st == TPU_OK) st = tpu__hoist_loop_converts(&b, m, &reduced);
   for (int round = 0; st == TPU_OK && round < MAX_ROUNDS; round++) {
     int changed = 0;
     for (int i = 0; st == TPU_OK && i < m->ncomps; i++) st = simplify_comp(&b, m->comps[i], &changed);
