@@ -51,6 +51,11 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
 /* A convolution kernel's result that leaves the entry computation in another layout than
  * the convolution's own is relaid out by a transpose kernel of its own (relayout.c). */
 tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip);
+/* A grouped convolution's kernel writes its result in the group-split layout and a kLoop
+ * kernel `copy.group` merges the groups back into the features (group_conv.c). */
+tpu_status tpu__fuse_group_layout(tpu_builder *b, tpu_comp *entry, tpu__made_set *made, const tpu_chip *chip);
+/* Does convolution cv write its result split by group (*few: the batch in the lanes)? */
+int tpu__group_split(const tpu_chip *chip, const tpu_instr *cv, int *few);
 /* A parameter the program updates in place without its donation is copied first
  * (compile/passes/param_copy.c). */
 tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m);
