@@ -4,6 +4,8 @@
 #include "ir/collective.h"
 
 #include <ctype.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,9 +140,8 @@ static int read_explicit(const char *p, tpu_groups *g) {
         continue;
       }
       if (!isdigit((unsigned char)*p)) return 0;
-      char *end;
-      long long v = strtoll(p, &end, 10);
-      p = end;
+      int64_t v = 0; /* decimal digits (as strtoll, saturating) */
+      for (; isdigit((unsigned char)*p); p++) v = v > (INT64_MAX - 9) / 10 ? INT64_MAX : v * 10 + (*p - '0');
       if (!push_id(g, &idcap, n++, v)) return -1;
     }
     if (!push_start(g, &stcap, n)) return -1;
@@ -497,13 +498,85 @@ void tpu_groups_free(tpu_groups *g) {
   memset(g, 0, sizeof *g);
 }
 
+/* Groups read from a long text, kept by the text: a collective's groups are asked for by the
+ * verifier, the SPMD passes, the back end and the pod timing, each reading the attribute
+ * again (a 4,096-chip program's explicit pairs are tens of kB of digits). */
+#define GCACHE 8
+#define GCACHE_MIN 512 /* shorter texts are read each time */
+static struct {
+  size_t len;
+  char *text;
+  tpu_groups g;
+} gcache[GCACHE];
+static int gcache_next;
+static pthread_mutex_t gcache_lock = PTHREAD_MUTEX_INITIALIZER;
+static int64_t gcache_parsed;
+
+int64_t tpu_groups_texts_parsed(void) {
+  pthread_mutex_lock(&gcache_lock);
+  int64_t n = gcache_parsed;
+  pthread_mutex_unlock(&gcache_lock);
+  return n;
+}
+
+static int groups_copy(const tpu_groups *from, tpu_groups *to) {
+  int64_t n = from->start[from->ngroups];
+  to->ngroups = from->ngroups;
+  to->start = tpu_malloc(sizeof *to->start * (size_t)(from->ngroups + 1));
+  to->ids = tpu_malloc(sizeof *to->ids * (size_t)(n > 0 ? n : 1));
+  if (!to->start || !to->ids) {
+    tpu_groups_free(to);
+    return 0;
+  }
+  memcpy(to->start, from->start, sizeof *to->start * (size_t)(from->ngroups + 1));
+  memcpy(to->ids, from->ids, sizeof *to->ids * (size_t)n);
+  return 1;
+}
+
+/* 1: g holds a copy of what text v read to before. */
+static int gcache_get(const char *v, size_t len, tpu_groups *g) {
+  int hit = 0;
+  pthread_mutex_lock(&gcache_lock);
+  for (int i = 0; i < GCACHE && !hit; i++)
+    if (gcache[i].text && gcache[i].len == len && !memcmp(gcache[i].text, v, len)) hit = groups_copy(&gcache[i].g, g);
+  pthread_mutex_unlock(&gcache_lock);
+  return hit;
+}
+
+static void gcache_put(const char *v, size_t len, const tpu_groups *g) {
+  if (!g->start) return;
+  char *t = tpu_malloc(len + 1);
+  tpu_groups c;
+  memset(&c, 0, sizeof c);
+  if (!t || !groups_copy(g, &c)) {
+    tpu_free(t);
+    return;
+  }
+  memcpy(t, v, len + 1);
+  pthread_mutex_lock(&gcache_lock);
+  gcache_parsed++;
+  int i = gcache_next;
+  gcache_next = (gcache_next + 1) % GCACHE;
+  tpu_free(gcache[i].text);
+  tpu_groups_free(&gcache[i].g);
+  gcache[i].text = t;
+  gcache[i].len = len;
+  gcache[i].g = c;
+  pthread_mutex_unlock(&gcache_lock);
+}
+
 tpu_status tpu_groups_read(const tpu_instr *in, const char *attr, tpu_groups *g, tpu_diag *d) {
   memset(g, 0, sizeof *g);
   const char *v = attr_text(in->attrs, in->nattrs, attr);
   if (!v) return TPU_OK;
   v = skip(v);
+  size_t len = *v == '{' ? strlen(v) : 0;
+  if (len >= GCACHE_MIN && gcache_get(v, len, g)) return TPU_OK;
   int r;
-  if (*v == '[') {
+  if (*v == '{') {
+    r = read_explicit(v, g);
+    if (r == 1 && len >= GCACHE_MIN) gcache_put(v, len, g);
+  } else if (*v == '[') {
     r = read_iota(v, g);
   } else if (!strncmp(v, "mesh", 4) && (v[4] == '[' || v[4] == ' ')) {
     /* "mesh[...], device_ids=(...) {axes}" reaches us as two attributes (the comma

@@ -34,6 +34,10 @@ int tpu_iota_read(const char **p, int64_t **ids, int64_t *count);
 
 tpu_status tpu_groups_read(const tpu_instr *in, const char *attr, tpu_groups *g, tpu_diag *d);
 void tpu_groups_free(tpu_groups *g);
+/* How many long explicit group lists ("{{...},...}" of 512 characters or more) this process
+ * has parsed: tpu_groups_read keeps the last few it read by their text and copies them out
+ * when asked again (the verifier, passes, back end and pod timing each ask). */
+int64_t tpu_groups_texts_parsed(void);
 
 /* The devices in device `dev`'s group for collective `in` (not collective-permute), as
  * device ids in group order (the order reductions and concatenations follow); *self is

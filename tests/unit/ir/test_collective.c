@@ -1,6 +1,7 @@
 /* Collectives on one chip: groups of one device run as the identity; a collective whose
  * group spans several devices is refused, naming the op, by the reference interpreter and
  * by the TPU back end (never a silent identity: psum over 4 devices is not x). */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -182,6 +183,57 @@ static void check_iota(const int64_t *dims, const int *perm, int nr) {
   tpu_free(ids);
 }
 
+/* A long explicit list is parsed once: read again (another pass asking for the same
+ * collective's groups) it is a copy of what was read; another list of the same length is
+ * read as itself; ids past int64 saturate (then fail the range check, as strtoll's did). */
+static void long_groups_read_once(void) {
+  enum { N = 256 };
+  static char src[32768], pairs[2][4096];
+  for (int s = 0; s < 2; s++) {
+    int k = snprintf(pairs[s], sizeof pairs[s], "{");
+    for (int j = 0; j < N; j++) k += snprintf(pairs[s] + k, sizeof pairs[s] - (size_t)k, "%s{%03d,%03d}", j ? "," : "", j, (j + 1 + s) % N);
+    snprintf(pairs[s] + k, sizeof pairs[s] - (size_t)k, "}");
+  }
+  snprintf(src, sizeof src,
+           "HloModule m, num_partitions=%d\nENTRY e {\n p = f32[4] parameter(0)\n"
+           " a = f32[4] collective-permute(p), channel_id=1, source_target_pairs=%s\n"
+           " ROOT b = f32[4] collective-permute(a), channel_id=2, source_target_pairs=%s\n}\n",
+           N, pairs[0], pairs[1]);
+  CHECK(strlen(pairs[0]) == strlen(pairs[1]) && strlen(pairs[0]) >= 512);
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  if (!m) return;
+  int64_t before = tpu_groups_texts_parsed();
+  for (int rep = 0; rep < 3; rep++)
+    for (int s = 0; s < 2; s++) {
+      tpu_groups g;
+      const tpu_instr *in = m->entry->instrs[m->entry->ninstrs - 2 + s];
+      CHECK(tpu_groups_read(in, "source_target_pairs", &g, &d) == TPU_OK);
+      CHECK_EQ_INT(g.ngroups, N);
+      int ok = g.ngroups == N;
+      for (int j = 0; ok && j < N; j++)
+        ok = g.start[j] == 2 * j && g.ids[2 * j] == j && g.ids[2 * j + 1] == (j + 1 + s) % N;
+      CHECK(ok);
+      tpu_groups_free(&g);
+    }
+  CHECK_EQ_INT(tpu_groups_texts_parsed() - before, 2);
+  CHECK(tpu_collective_check_groups(m->entry->instrs[m->entry->ninstrs - 1], 1, N, &d) == TPU_OK);
+  tpu_module_free(m);
+  snprintf(src, sizeof src,
+           "HloModule m, num_partitions=2\nENTRY e {\n p = f32[4] parameter(0)\n"
+           " ROOT r = f32[4] collective-permute(p), channel_id=1, source_target_pairs={{0,1},{99999999999999999999,0}}\n}\n");
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  if (m) {
+    tpu_groups g;
+    CHECK(tpu_groups_read(m->entry->instrs[m->entry->ninstrs - 1], "source_target_pairs", &g, &d) == TPU_OK);
+    CHECK(g.ngroups == 2 && g.ids[2] == INT64_MAX);
+    tpu_groups_free(&g);
+    CHECK(tpu_ir_verify(m, &d) != TPU_OK && strstr(d.msg, "name 9223372036854775807"));
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_chip, &d) != TPU_OK) {
@@ -230,6 +282,7 @@ int main(void) {
   check(src, "all-gather 'r' communicates across 2 devices");
   members_read_once();
   permute_sources_once();
+  long_groups_read_once();
   /* every permutation of ranks 1-4 over dims 3, 1, 4, 2 */
   const int64_t dims[4] = {3, 1, 4, 2};
   for (int nr = 1; nr <= 4; nr++)
