@@ -896,7 +896,7 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
   if (st == TPU_OK) st = sequential_comps(&b, &list, &n);
   tpu__made_set made = {NULL, 0, 0};
   int compiled = m->entry && compiled_by_xla(m->entry);
-  for (int i = 0; st == TPU_OK && !compiled && i < n; i++) st = tpu__gather_index_kernels(&b, list[i]);
+  for (int i = 0; st == TPU_OK && !compiled && i < n; i++) st = tpu__gather_index_kernels(&b, list[i], o->chip);
   for (int i = 0; st == TPU_OK && !compiled && i < n; i++) st = fuse_comp(&b, list[i], &made, o->chip);
   int merged = 0;
   for (int i = 0; st == TPU_OK && !compiled && i < n; i++)

@@ -43,12 +43,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "chip/chip.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/build.h"
 
 /* Is `in` an index kernel this pass inserted (a clamp, a concatenation, an iota)? */
 int tpu__gather_index_kernel(const tpu_instr *in) {
-  if (in->op != TPU_OP_CLAMP && in->op != TPU_OP_CONCATENATE && in->op != TPU_OP_IOTA) return 0;
+  if (in->op != TPU_OP_CLAMP && in->op != TPU_OP_CONCATENATE && in->op != TPU_OP_IOTA && in->op != TPU_OP_COPY) return 0;
   for (int i = 0; i < in->nattrs; i++)
     if (!strcmp(in->attrs[i].name, "gather_index")) return 1;
   return 0;
@@ -213,7 +214,84 @@ static tpu_status explicit_rows(tpu_builder *b, tpu_comp *c, tpu_instr *g, int64
   return TPU_OK;
 }
 
-tpu_status tpu__gather_index_kernels(tpu_builder *b, tpu_comp *c) {
+/* ---- take_along_axis with several indices per row: its indices relaid out ---- */
+
+static int elementwise(tpu_opcode op) {
+  tpu_op_class k = tpu_op_class_of(op);
+  return k == TPU_CLS_UNARY || k == TPU_CLS_BINARY || k == TPU_CLS_TERNARY || op == TPU_OP_COMPARE ||
+         op == TPU_OP_SELECT || op == TPU_OP_CLAMP || op == TPU_OP_CONVERT;
+}
+
+/* The parameter the values of v come from through elementwise ops and reshapes of as many
+ * elements (JAX's index wrap), or NULL. */
+static const tpu_instr *index_source(const tpu_instr *v) {
+  for (int depth = 0; depth < 32; depth++) {
+    if (v->op == TPU_OP_PARAMETER) return v;
+    if (v->op == TPU_OP_RESHAPE || v->op == TPU_OP_BITCAST) {
+      v = v->operands[0];
+      continue;
+    }
+    if (!elementwise(v->op)) return NULL;
+    const tpu_instr *next = NULL;
+    for (int j = 0; j < v->noperands && !next; j++)
+      if (tpu_shape_numel(&v->operands[j]->shape) == tpu_shape_numel(&v->shape) && v->operands[j]->op != TPU_OP_BROADCAST &&
+          v->operands[j]->op != TPU_OP_CONSTANT && v->operands[j]->shape.dtype == v->shape.dtype)
+        next = v->operands[j];
+    if (!next) return NULL;
+    v = next;
+  }
+  return NULL;
+}
+
+/* A batched gather (take_along_axis, k >= 2) reads its indices as one flat row-major list
+ * and writes its result so. When its index array is an entry parameter laid out with the
+ * batch dimension minor ({0,1}: s32[32,2] pads least so, relayout.c), the XLA TPU compiler's
+ * index kernel writes in that layout, a copy relays it out row-major before the gather
+ * (`copy.24`), and another relays the gather's result back for the select after it
+ * (`copy.25`): gather_along_b32n1000_k2_bf16 and _b128n32000_k2_f32, and libtpu probes
+ * outside the corpus (f32[64,5000] k = 2, bf16 k = 4, f32[256,1000] k = 8), on v4, v5e, v5p
+ * and v6e. On v4 (values in CMEM) and v5p (in HBM) each copy is a kernel (1,284 cycles on
+ * v4; 2,224 and 4,330 on v5p); on v5e and v6e the values stay in VMEM and each is a windowed
+ * copy of 100 cycles (tile.c windowed_vmem_copy), which tpusim's own compilation, keeping no
+ * value in VMEM between kernels, leaves out: the copies are made only on chips with CMEM or
+ * two TensorCores, as relayout_off_core reads them. With k >= 8 rows ([32,64]) the parameter
+ * is row-major and there are none. */
+static tpu_status relaid_indices(tpu_builder *b, tpu_comp *c, tpu_instr *g, const tpu_chip *chip) {
+  if (!chip || (chip->tensorcores <= 1 && chip->cmem_bytes <= 0)) return TPU_OK;
+  const tpu_gather_dims *gd = &g->gather;
+  tpu_instr *ix = g->operands[1];
+  if (g->noperands != 2 || gd->operand_batching_dims.n != 1 || gd->start_indices_batching_dims.n != 1 ||
+      ix->op == TPU_OP_PARAMETER || ix->shape.rank < 2 || g->shape.rank < 2)
+    return TPU_OK;
+  const tpu_instr *p = index_source(ix);
+  if (!p || p->parent != c || !p->shape.has_layout || p->shape.rank != 2) return TPU_OK;
+  int64_t bd = gd->start_indices_batching_dims.v[0];
+  if (bd != 0 || p->shape.minor_to_major[0] != 0) return TPU_OK; /* the batch dimension minor */
+  /* the index kernel writes in the parameter's order (batch minor), then the copy */
+  tpu_shape rm = ix->shape, bm = ix->shape;
+  rm.has_layout = bm.has_layout = 1;
+  for (int i = 0; i < ix->shape.rank; i++) rm.minor_to_major[i] = (int8_t)(ix->shape.rank - 1 - i);
+  bm.minor_to_major[0] = 0;
+  for (int i = 1, d = 1; i < ix->shape.rank; i++, d++) bm.minor_to_major[i] = (int8_t)d;
+  ix->shape.has_layout = 1;
+  memcpy(ix->shape.minor_to_major, bm.minor_to_major, sizeof bm.minor_to_major);
+  tpu_instr *ci, *co;
+  TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_COPY, "gather_index.rows_in", &rm, &ix, 1, &ci));
+  TPU_TRY(tpu_build_set_attr(b, ci, "gather_index", "relayout"));
+  g->operands[1] = ci;
+  tpu_shape os = g->shape;
+  os.has_layout = 1;
+  os.minor_to_major[0] = 0;
+  for (int i = 1, d = 1; i < os.rank; i++, d++) os.minor_to_major[i] = (int8_t)d;
+  TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_COPY, "gather_index.rows_out", &os, &g, 1, &co));
+  TPU_TRY(tpu_build_set_attr(b, co, "gather_index", "relayout"));
+  tpu_build_replace_uses(c, g, co);
+  co->operands[0] = g;
+  if (c->root == g) tpu_build_set_root(c, co);
+  return TPU_OK;
+}
+
+tpu_status tpu__gather_index_kernels(tpu_builder *b, tpu_comp *c, const tpu_chip *chip) {
   int n = c->ninstrs, any = 0;
   for (int i = 0; i < n; i++) {
     tpu_instr *g = c->instrs[i];
@@ -223,6 +301,12 @@ tpu_status tpu__gather_index_kernels(tpu_builder *b, tpu_comp *c) {
     if (one_per_row(g, &rows)) {
       TPU_TRY(explicit_rows(b, c, g, rows));
       any = 1;
+      continue;
+    }
+    if (g->gather.operand_batching_dims.n == 1) {
+      int before = c->ninstrs;
+      TPU_TRY(relaid_indices(b, c, g, chip));
+      any |= c->ninstrs != before;
       continue;
     }
     if (packed_points(g)) {

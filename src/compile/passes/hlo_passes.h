@@ -52,7 +52,7 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
 /* Part of fuse: a row gather's indices clamped in a kernel of their own, as the XLA TPU
  * compiler does (compile/passes/gather_index.c); the clamp is marked, and
  * tpu__gather_index_kernel tells it. */
-tpu_status tpu__gather_index_kernels(struct tpu_builder *b, tpu_comp *c);
+tpu_status tpu__gather_index_kernels(struct tpu_builder *b, tpu_comp *c, const struct tpu_chip *chip);
 int tpu__gather_index_kernel(const tpu_instr *in);
 /* The order each computation runs in: of the post-order, a list schedule and a DFS
  * schedule, the one with the lowest peak of live bytes (compile/passes/mem_sched.c). */

@@ -971,6 +971,80 @@ static void test_take_along_rows(void) {
   tpu_module_free(m1);
 }
 
+/* take_along_axis with two indices per row whose index parameter is laid out batch-minor
+ * ({0,1}: s32[32,2] pads least so) reads them through a copy into row-major and copies its
+ * result back (gather_index.c relaid_indices), on v5p (and v4) as the compiler's copy.24 and
+ * copy.25 are kernels there; not on v5e, where they are 100-cycle copies within VMEM. Values
+ * as the reference gives them. */
+static int relaid_copies(const char *src, const tpu_chip *chip, int *ok_values) {
+  tpu_module *m0 = NULL, *m1 = NULL;
+  tpu_diag d;
+  *ok_values = 0;
+  if (tpu_hlo_parse("along2.hlo", src, strlen(src), &m0, &d) != TPU_OK ||
+      tpu_hlo_parse("along2.hlo", src, strlen(src), &m1, &d) != TPU_OK)
+    return -1;
+  tpu_compile_opts o = opts(NULL, NULL);
+  o.chip = chip;
+  int n = -1;
+  if (tpu_compile_hlo(m1, &o, &d) == TPU_OK) {
+    n = 0;
+    for (int i = 0; i < m1->entry->ninstrs; i++) {
+      const tpu_instr *in = m1->entry->instrs[i];
+      n += in->op == TPU_OP_COPY && (tpu__gather_index_kernel(in) || (in->noperands == 1 && in->operands[0]->op == TPU_OP_GATHER));
+    }
+    tpu_tensor x[2], r0, r1;
+    memset(&r0, 0, sizeof r0);
+    memset(&r1, 0, sizeof r1);
+    int64_t dt[2] = {32, 50}, di[2] = {32, 2};
+    if (tpu_tensor_alloc(&x[0], TPU_F32, 2, dt, &d) == TPU_OK && tpu_tensor_alloc(&x[1], TPU_S32, 2, di, &d) == TPU_OK) {
+      for (int i = 0; i < 1600; i++) tpu_tensor_set_f64(&x[0], i, i * 0.5 - 300);
+      for (int i = 0; i < 64; i++) tpu_tensor_set_i64(&x[1], i, (i * 7) % 111 - 55); /* -55 .. 55 */
+      *ok_values = tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK && tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK &&
+                   same_bits(&r0, &r1);
+      tpu_tensor_free(&x[0]);
+      tpu_tensor_free(&x[1]);
+      tpu_tensor_free(&r0);
+      tpu_tensor_free(&r1);
+    }
+  }
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+  return n;
+}
+
+static void test_take_along_relaid(void) {
+  const char *src =
+      "HloModule along2\n\nand_r {\n  a = pred[] parameter(0)\n  b = pred[] parameter(1)\n"
+      "  ROOT r = pred[] and(a, b)\n}\n\n"
+      "ENTRY %main (t: f32[32,50], i: s32[32,2]) -> f32[32,2] {\n"
+      "  %t = f32[32,50] parameter(0)\n  %i = s32[32,2] parameter(1)\n"
+      "  %z = s32[] constant(0)\n  %zb = s32[32,2] broadcast(%z), dimensions={}\n"
+      "  %lt = pred[32,2] compare(%i, %zb), direction=LT\n"
+      "  %n = s32[] constant(50)\n  %nb = s32[32,2] broadcast(%n), dimensions={}\n"
+      "  %w = s32[32,2] add(%i, %nb)\n  %s = s32[32,2] select(%lt, %w, %i)\n"
+      "  %r = s32[32,2,1] reshape(%s)\n"
+      "  %z3 = s32[32,2,1] broadcast(%z), dimensions={}\n"
+      "  %ge = pred[32,2,1] compare(%r, %z3), direction=GE\n"
+      "  %m = s32[] constant(49)\n  %mb = s32[32,2,1] broadcast(%m), dimensions={}\n"
+      "  %le = pred[32,2,1] compare(%r, %mb), direction=LE\n"
+      "  %an = pred[32,2,1] and(%ge, %le)\n  %tr = pred[] constant(true)\n"
+      "  %ok = pred[32,2] reduce(%an, %tr), dimensions={2}, to_apply=and_r\n"
+      "  %g = f32[32,2] gather(%t, %r), offset_dims={}, collapsed_slice_dims={1}, start_index_map={1}, "
+      "operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1}\n"
+      "  %nan = f32[] constant(nan)\n  %nn = f32[32,2] broadcast(%nan), dimensions={}\n"
+      "  ROOT %o = f32[32,2] select(%ok, %g, %nn)\n}\n";
+  tpu_chip v5p;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v5p", &v5p, &d) == TPU_OK);
+  int okp = 0, oke = 0;
+  int np = relaid_copies(src, &v5p, &okp), ne = relaid_copies(src, &g_chip, &oke);
+  printf("take_along_axis, 2 indices per row from s32[32,2]{0,1}: %d relayout copies on v5p, %d on v5e\n", np, ne);
+  CHECK_EQ_INT(np, 2);
+  CHECK_EQ_INT(ne, 0);
+  CHECK(okp);
+  CHECK(oke);
+}
+
 /* A sort runs with its batch in the lanes unless the sorted dimension fills them and the batch
  * does not (sort_layout.c): bf16[64,100] sorted along 100 is copied into {0,1} first and back
  * into the program's {1,0} after; [96,256] sorts as it is; f32[1024,8] (a parameter laid out
@@ -1049,6 +1123,7 @@ int main(void) {
   test_gather_index_kernel();
   test_gather_points_packed();
   test_take_along_rows();
+  test_take_along_relaid();
   test_sort_layout();
   test_partial_reduce_iota();
   CHECK_DONE();
