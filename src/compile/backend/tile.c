@@ -815,6 +815,10 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   if (k->vcopy_windows) po.scalar = 1; /* no kernel start: see windowed_vmem_copy */
   if (tpu__vmem_source_kernel(be, in)) po.scalar = 1; /* no kernel start (vmem_source.c) */
   po.relayout = relayout_off_core(be, in) && !k->vcopy_windows;
+  /* A compiled program's top-level dynamic-update-slice (in place, no window_config: the
+   * compiler gives none of its 20 in the v5e families corpus an estimate) is the DMA engines'
+   * transfer of the update, no kernel. */
+  if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE && in->shape.layout_tail && in->parent && in->parent->is_entry) po.dma = 1;
   if (be->chip->relayout_tile_cycles > 0) po.min_body_cycles = (double)relayout_tiles(in) * be->chip->relayout_tile_cycles;
   if (in->op == TPU_OP_SORT && be->chip->sort_network) { /* its network's waits too */
     tpu__sort_work w;
