@@ -61,7 +61,46 @@ static void test_hoist(void) {
   free(txt);
 }
 
+/* A microbatch loop around the layer loop, passing the stack on: the convert leaves the inner
+ * loop, then the outer one (converted once for every microbatch). */
+static void test_nested(void) {
+  const char *src =
+      "HloModule nest\n"
+      "icond {\n s = (s32[], bf16[8,8], f32[3,8,8]) parameter(0)\n i = s32[] get-tuple-element(s), index=0\n"
+      " n = s32[] constant(3)\n ROOT c = pred[] compare(i, n), direction=LT\n}\n"
+      "ibody {\n s = (s32[], bf16[8,8], f32[3,8,8]) parameter(0)\n i = s32[] get-tuple-element(s), index=0\n"
+      " x = bf16[8,8] get-tuple-element(s), index=1\n W = f32[3,8,8] get-tuple-element(s), index=2\n"
+      " z = s32[] constant(0)\n ws = f32[1,8,8] dynamic-slice(W, i, z, z), dynamic_slice_sizes={1,8,8}\n"
+      " w = f32[8,8] reshape(ws)\n wb = bf16[8,8] convert(w)\n"
+      " y = bf16[8,8] dot(x, wb), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " one = s32[] constant(1)\n i1 = s32[] add(i, one)\n"
+      " ROOT r = (s32[], bf16[8,8], f32[3,8,8]) tuple(i1, y, W)\n}\n"
+      "ocond {\n s = (s32[], bf16[8,8], f32[3,8,8]) parameter(0)\n i = s32[] get-tuple-element(s), index=0\n"
+      " n = s32[] constant(2)\n ROOT c = pred[] compare(i, n), direction=LT\n}\n"
+      "obody {\n s = (s32[], bf16[8,8], f32[3,8,8]) parameter(0)\n i = s32[] get-tuple-element(s), index=0\n"
+      " x = bf16[8,8] get-tuple-element(s), index=1\n W = f32[3,8,8] get-tuple-element(s), index=2\n"
+      " z = s32[] constant(0)\n ii = (s32[], bf16[8,8], f32[3,8,8]) tuple(z, x, W)\n"
+      " l = (s32[], bf16[8,8], f32[3,8,8]) while(ii), condition=icond, body=ibody\n"
+      " h = bf16[8,8] get-tuple-element(l), index=1\n"
+      " one = s32[] constant(1)\n i1 = s32[] add(i, one)\n"
+      " ROOT r = (s32[], bf16[8,8], f32[3,8,8]) tuple(i1, h, W)\n}\n"
+      "ENTRY e {\n x0 = bf16[8,8] parameter(0)\n W0 = f32[3,8,8] parameter(1)\n i0 = s32[] constant(0)\n"
+      " init = (s32[], bf16[8,8], f32[3,8,8]) tuple(i0, x0, W0)\n"
+      " m = (s32[], bf16[8,8], f32[3,8,8]) while(init), condition=ocond, body=obody\n"
+      " ROOT o = bf16[8,8] get-tuple-element(m), index=1\n}\n";
+  char *txt = dump_src_after(src, "/tmp/tpusim_test_hoist3.hlo", "simplify");
+  if (!txt) return;
+  int whole = count_in(txt, "bf16[3,8,8] convert("), layer = count_in(txt, "bf16[8,8] convert(");
+  printf("nested loops: whole-stack converts %d, per-layer converts %d\n", whole, layer);
+  CHECK_EQ_INT(whole, 1);
+  CHECK_EQ_INT(layer, 0);
+  const char *e = strstr(txt, "ENTRY");
+  CHECK(e && strstr(e, "bf16[3,8,8] convert(")); /* before the outer loop */
+  free(txt);
+}
+
 int main(void) {
   test_hoist();
+  test_nested();
   CHECK_DONE();
 }
