@@ -24,6 +24,7 @@
  * and a kLoop kernel `copy.group` transposes it back and merges the groups. Values are
  * unchanged. Depthwise convolutions (one input feature per group) are not split so (their
  * own emitter, tile_conv.c). */
+#include <stdio.h>
 #include <string.h>
 
 #include "compile/passes/fuse.h"
@@ -72,6 +73,95 @@ int tpu__group_split(const tpu_chip *chip, const tpu_instr *cv, int *few) {
   return *few || cog % lanes || nb > sub;
 }
 
+
+/* Shape s with dimension d split into (g, s->dims[d] / g) at d, d + 1. */
+static tpu_shape split_dim(const tpu_shape *s, int d, int64_t g, tpu_dtype t) {
+  tpu_shape r = *s;
+  r.layout_tail = NULL;
+  r.has_layout = 0;
+  r.rank = s->rank + 1;
+  r.dtype = t;
+  for (int i = 0, k = 0; i < s->rank; i++) {
+    if (i == d) {
+      r.dims[k++] = g;
+      r.dims[k++] = s->dims[i] / g;
+    } else {
+      r.dims[k++] = s->dims[i];
+    }
+  }
+  return r;
+}
+
+/* dim_labels text of one operand: its batch (or input) letter at b, feature (output) letter
+ * at f, spatial i at sp[i], the group (spatial n) at g; dimensions after `split` shifted by one. */
+static void labels(char *out, int rank, char bl, int b, char fl, int f, const int64_t *sp, int n, int g) {
+  for (int d = 0; d < rank; d++) out[d] = '?';
+  out[rank] = 0;
+  out[b] = bl;
+  out[f] = fl;
+  for (int i = 0; i < n; i++) out[sp[i]] = (char)('0' + i);
+  out[g] = (char)('0' + n);
+}
+
+/* The XLA TPU compiler's form of grouped convolution cv inside fused computation fc: the
+ * activations split to [.., G, Cg], the filter to [.., Cg, G, Cog], and one convolution with
+ * the group an innermost spatial dimension (window G, stride G - 1, lhs_dilate G: output g
+ * meets only input g, at tap g; its compiled programs' dim_labels=b012f_01i2o->b012f), its
+ * result reshaped back. Values are unchanged (the dilation's holes add only zeros). */
+static tpu_status group_form(tpu_builder *b, tpu_comp *fc, tpu_instr *cv) {
+  const tpu_conv_dims *cd = &cv->conv;
+  int64_t g = cv->feature_group_count;
+  int n = cd->nspatial, fi = (int)cd->in_feature, ko = (int)cd->k_out, fo = (int)cd->out_feature;
+  tpu_instr *x = cv->operands[0], *w = cv->operands[1], *x5, *w5, *c5, *back;
+  tpu_shape xs = split_dim(&x->shape, fi, g, x->shape.dtype), ws = split_dim(&w->shape, ko, g, w->shape.dtype);
+  tpu_shape os = split_dim(&cv->shape, fo, g, cv->shape.dtype);
+  TPU_TRY(tpu_build_instr(b, fc, TPU_OP_RESHAPE, "group_in", &xs, &x, 1, cv->loc, &x5));
+  TPU_TRY(tpu_build_instr(b, fc, TPU_OP_RESHAPE, "group_filter", &ws, &w, 1, cv->loc, &w5));
+  tpu_instr *ops[2] = {x5, w5};
+  TPU_TRY(tpu_build_clone_instr(b, fc, cv, ops, &c5));
+  c5->shape = os;
+  /* dimensions after the split one move up by one */
+  int64_t isp[TPU_MAX_RANK], ksp[TPU_MAX_RANK], osp[TPU_MAX_RANK];
+  for (int i = 0; i < n; i++) {
+    isp[i] = cd->in_spatial[i] < fi ? cd->in_spatial[i] : cd->in_spatial[i] + 1;
+    ksp[i] = cd->k_spatial[i] < ko ? cd->k_spatial[i] : cd->k_spatial[i] + 1;
+    osp[i] = cd->out_spatial[i] < fo ? cd->out_spatial[i] : cd->out_spatial[i] + 1;
+  }
+  int ib = (int)(cd->in_batch < fi ? cd->in_batch : cd->in_batch + 1);
+  int ki = (int)(cd->k_in < ko ? cd->k_in : cd->k_in + 1);
+  int ob = (int)(cd->out_batch < fo ? cd->out_batch : cd->out_batch + 1);
+  char li[TPU_MAX_RANK + 1], lk[TPU_MAX_RANK + 1], lo[TPU_MAX_RANK + 1], dl[3 * TPU_MAX_RANK + 8];
+  labels(li, xs.rank, 'b', ib, 'f', fi + 1, isp, n, fi);
+  labels(lk, ws.rank, 'i', ki, 'o', ko + 1, ksp, n, ko);
+  labels(lo, os.rank, 'b', ob, 'f', fo + 1, osp, n, fo);
+  snprintf(dl, sizeof dl, "%s_%s->%s", li, lk, lo);
+  TPU_TRY(tpu_build_set_attr(b, c5, "dim_labels", dl));
+  TPU_TRY(tpu_build_set_attr(b, c5, "feature_group_count", "1"));
+  /* the window: the old dimensions, then the group's */
+  char wb[64 * (TPU_MAX_RANK + 1) + 64];
+  static const char *const keys[] = {"size", "stride", "pad", "lhs_dilate", "rhs_dilate"};
+  size_t a = (size_t)snprintf(wb, sizeof wb, "{");
+  for (int f = 0; f < 5 && a < sizeof wb; f++) {
+    a += (size_t)snprintf(wb + a, sizeof wb - a, "%s%s=", f ? " " : "", keys[f]);
+    for (int i = 0; i <= n && a < sizeof wb; i++) {
+      const tpu_window_dim *d = i < n && i < cv->nwindow ? &cv->window[i] : NULL;
+      const char *sep = i ? "x" : "";
+      long long v = f == 0 ? (d ? d->size : g) : f == 1 ? (d ? d->stride : g - 1) : f == 3 ? (d ? d->base_dilation : g)
+                                                                                  : f == 4 ? (d ? d->window_dilation : 1) : 0;
+      if (f == 2) a += (size_t)snprintf(wb + a, sizeof wb - a, "%s%lld_%lld", sep, d ? (long long)d->pad_lo : 0LL,
+                                        d ? (long long)d->pad_hi : 0LL);
+      else a += (size_t)snprintf(wb + a, sizeof wb - a, "%s%lld", sep, v);
+    }
+  }
+  if (a < sizeof wb) snprintf(wb + a, sizeof wb - a, "}");
+  TPU_TRY(tpu_build_set_attr(b, c5, "window", wb));
+  TPU_TRY(tpu_build_instr(b, fc, TPU_OP_RESHAPE, "group_out", &cv->shape, &c5, 1, cv->loc, &back));
+  tpu_build_replace_uses(fc, cv, back);
+  back->operands[0] = c5;
+  if (fc->root == cv) tpu_build_set_root(fc, back);
+  return TPU_OK;
+}
+
 static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__made_set *made, const tpu_chip *chip,
                             int *done) {
   *done = 0;
@@ -79,9 +169,12 @@ static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__
   const tpu_instr *cv = root_conv(fc->root);
   int few;
   if (!cv || f->shape.rank != cv->shape.rank || !tpu__group_split(chip, cv, &few)) return TPU_OK;
-  const tpu_conv_dims *cd = &cv->conv;
-  int rank = f->shape.rank, r5 = rank + 1, fd = (int)cd->out_feature, bd = (int)cd->out_batch;
+  /* the convolution in the compiler's form first (its result's layout below) */
+  tpu_conv_dims cdims = cv->conv;
   int64_t g = cv->feature_group_count;
+  TPU_TRY(group_form(b, fc, (tpu_instr *)cv));
+  const tpu_conv_dims *cd = &cdims;
+  int rank = f->shape.rank, r5 = rank + 1, fd = (int)cd->out_feature, bd = (int)cd->out_batch;
   /* the split shape [.., G, Cog, ..] (the features' dimension fd becomes G at fd, Cog at fd + 1) */
   tpu_shape split = f->shape;
   split.layout_tail = NULL;
@@ -114,6 +207,7 @@ static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__
   TPU_TRY(tpu_build_instr(b, fc, TPU_OP_TRANSPOSE, "group_layout", &conv_shape, &rs, 1, old_root->loc, &t_in));
   TPU_TRY(tpu_build_set_attr(b, t_in, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r5)));
   tpu_build_set_root(fc, t_in);
+  if (tpu_build_remove_dead(b, fc) < 0) return b->d->status; /* the grouped convolution */
   TPU_TRY(tpu_build_finish(b, fc));
   tpu_shape out_shape = f->shape;
   f->shape = conv_shape;

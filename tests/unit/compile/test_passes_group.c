@@ -48,8 +48,9 @@ static void same_values(const char *src, const tpu_module *m) {
 }
 
 /* gconv_b8_56x56_c256to512_g32_k1_f32's form, smaller: 8 groups of 4 input and 8 output
- * features; the kernel writes f32[14,14,8,8,8] (H, W, G, B, Cog) and one copy merges it. A
- * relu after the convolution stays in its kernel. */
+ * features; the kernel convolves [B,H,W,G,Cg] with the group a spatial dimension, writes
+ * f32[14,14,8,8,8] (H, W, G, B, Cog) and one copy merges it. A relu after the convolution
+ * stays in its kernel. */
 static void test_group_split(void) {
   const char *src =
       "HloModule m\nENTRY e {\n x = f32[8,14,14,32] parameter(0)\n w = f32[3,3,4,64] parameter(1)\n"
@@ -72,6 +73,15 @@ static void test_group_split(void) {
     int relu = 0;
     for (int j = 0; kr->op == TPU_OP_FUSION && j < kr->calls->ninstrs; j++) relu |= kr->calls->instrs[j]->op == TPU_OP_MAXIMUM;
     CHECK(relu);
+    /* the convolution in the compiler's form: [B,14,14,8,4] x [3,3,4,8,8], the group an
+     * innermost spatial dimension (window 8, stride 7, lhs_dilate 8), no feature groups */
+    const tpu_instr *c5 = NULL;
+    for (int j = 0; kr->op == TPU_OP_FUSION && j < kr->calls->ninstrs; j++)
+      if (kr->calls->instrs[j]->op == TPU_OP_CONVOLUTION) c5 = kr->calls->instrs[j];
+    CHECK(c5 && c5->shape.rank == 5 && c5->feature_group_count == 1 && c5->conv.nspatial == 3);
+    if (c5 && c5->nwindow == 3)
+      CHECK(c5->window[2].size == 8 && c5->window[2].stride == 7 && c5->window[2].base_dilation == 8 &&
+            c5->operands[0]->shape.dims[4] == 4 && c5->operands[1]->shape.dims[3] == 8);
   }
   same_values(src, m);
   tpu_module_free(m);
