@@ -134,7 +134,7 @@ static int prefetch_ok(const tstate *t, const tpu_insn *in) {
  * MXUs as whole products (sb = 1: every MXU works on each product), the mx / sb MXUs of a
  * group splitting N's column tiles first and then M (docs/timing.md). */
 static tpu_status matmul_split_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t mx,
-                                      int64_t sb, int hide_fill, int64_t *out, tpu_diag *d) {
+                                      int64_t sb, int hide_fill, int fold, int64_t *out, tpu_diag *d) {
   const int64_t R = chip->mxu_rows, C = chip->mxu_cols;
   int64_t nb = ceil_div(in->b, sb);
   mx /= sb;
@@ -150,6 +150,11 @@ static tpu_status matmul_split_cycles(const tpu_insn *in, const tpu_chip *chip, 
     return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "matmul too large to time (b=%lld n=%lld)",
                     (long long)in->b, (long long)in->n);
   int64_t ncols = nb * ceil_div(n1, C) * C;
+  /* fold: the bf16 passes of an f32 product stream back to back as more column folds of one
+   * product (one systolic fill and drain), not as separate products each filling and
+   * draining the array (below: passes x the tile model) */
+  const int64_t np = in->passes > 1 ? in->passes : 1;
+  if (fold) ncols *= np;
   tpu_mxu_cycles mc;
   TPU_TRY(tpu_mxu_tile_cycles(R, C, m1, in->k, ncols, TPU_WLOAD_DOUBLE, &mc, d));
   /* A chip that loads a weight tile in W < R cycles exposes W - T per fold, not R - T
@@ -161,7 +166,7 @@ static tpu_status matmul_split_cycles(const tpu_insn *in, const tpu_chip *chip, 
   }
   /* the systolic fill and drain overlap the neighbouring instructions' work (matmul_cycles) */
   if (hide_fill) mc.stream -= R + C - 2;
-  int64_t cyc = (mc.weight_load + mc.stream) * (in->passes > 0 ? in->passes : 1);
+  int64_t cyc = (mc.weight_load + mc.stream) * (fold ? 1 : np);
   if ((in->dtype == TPU_S8 || in->dtype == TPU_U8) && chip->int8_rate > 1)
     cyc = (int64_t)ceil((double)cyc / chip->int8_rate);
   *out = cyc;
@@ -170,19 +175,19 @@ static tpu_status matmul_split_cycles(const tpu_insn *in, const tpu_chip *chip, 
 
 /* Cycles of one matmul instruction; hide_fill: its systolic fill and drain (R + C - 2
  * cycles) are not exposed (durations: chip mxu_fill_hidden). */
-static tpu_status matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int hide_fill, int64_t *out,
+static tpu_status matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int hide_fill, int fold, int64_t *out,
                                 tpu_diag *d) {
   int64_t lanes = chip->mxus_per_core * chip->tensorcores;
   int64_t mx = in->mxus < lanes ? in->mxus : lanes;
   if (mx < 1) mx = 1;
-  TPU_TRY(matmul_split_cycles(in, chip, mx, 1, hide_fill, out, d));
+  TPU_TRY(matmul_split_cycles(in, chip, mx, 1, hide_fill, fold, out, d));
   /* A chip with mxu_batch_spread gives each MXU whole products of a batched matmul when
    * that is faster: each streams all M rows of its products, where splitting M leaves
    * short folds that expose their weight loads (v6e: 128 products of 64 x 64 x 64 in VMEM
    * take the compiler 3,072 cycles at M = 16, 32 and 64 alike; docs/timing.md). */
   if (chip->mxu_batch_spread && in->b > 1 && mx > 1) {
     int64_t alt = 0;
-    TPU_TRY(matmul_split_cycles(in, chip, mx, mx < in->b ? mx : in->b, hide_fill, &alt, d));
+    TPU_TRY(matmul_split_cycles(in, chip, mx, mx < in->b ? mx : in->b, hide_fill, fold, &alt, d));
     if (alt < *out) *out = alt;
   }
   return TPU_OK;
@@ -190,7 +195,12 @@ static tpu_status matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int hi
 
 tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
                                     tpu_diag *d) {
-  return matmul_cycles(in, chip, 0, out, d);
+  return matmul_cycles(in, chip, 0, 0, out, d);
+}
+
+tpu_status tpu_timing_pallas_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
+                                           tpu_diag *d) {
+  return matmul_cycles(in, chip, 0, 1, out, d);
 }
 
 static int64_t slot_of(const tstate *t, tpu_vref r, int64_t iter) {
@@ -758,7 +768,13 @@ static tpu_status durations(tstate *t) {
          * whether tpusim cuts it into one matmul instruction or two; docs/timing.md, MXU).
          * A kernel streaming from HBM waits for each block and exposes them. */
         const int hide = t->chip->mxu_fill_hidden && in->op >= 0 && !(t->op_hbm[in->op] & OP_HBM_MOVES);
-        TPU_TRY(matmul_cycles(in, t->chip, hide, &c, t->d));
+        /* A Pallas kernel's f32 matmul is the MXU's own f32 instruction: libtpu's bundles of
+         * the guide's kernel with f32 blocks of 128^3 on v5e (bench/pallas/pipeline_bundles.py
+         * method) hold 4 vmatmul.f32 and the same 4 vpop on MXU 0 as its bf16 kernel, the
+         * passes run inside the MXU and drained once: they fold into one product. (XLA's
+         * kernels keep passes x the tile model, calibrated on the compiler's estimates.) */
+        const int fold = in->op >= 0 && t->p->ops[in->op].kind && !strncmp(t->p->ops[in->op].kind, "pallas:", 7);
+        TPU_TRY(matmul_cycles(in, t->chip, hide, fold, &c, t->d));
         /* A grouped convolution's kernel takes at least conv_group_step_cycles per step: one
          * output position's batch (a register's 8 sublanes) for one group, whatever the
          * group's features (8 to 64) and window (1x1 or 3x3), f32 or bf16 (the XLA TPU

@@ -34,5 +34,9 @@ void tpu_timing_set_loops_stepwise(int on);
  * rate for 8-bit operands. */
 tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
                                     tpu_diag *d);
+/* The same for a Pallas kernel's matmul: an f32 product's bf16 passes stream as column folds
+ * of one product (one systolic fill and drain), not passes x the tile model. */
+tpu_status tpu_timing_pallas_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
+                                           tpu_diag *d);
 
 #endif

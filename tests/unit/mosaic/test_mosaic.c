@@ -330,6 +330,44 @@ static void test_timing(const tpu_chip *chip) {
   tpu_module_free(m);
 }
 
+/* A Pallas kernel's f32 matmul (6 bf16 passes) runs as one product whose passes are column
+ * folds (one fill and drain: tpu_timing_pallas_matmul_cycles), not passes x the tile model:
+ * the f32 corpus matmul's 2 grid steps keep the MXUs busy 2 x the folded cycles, fewer than
+ * 2 x the unfolded ones. */
+static void test_f32_passes_fold(const tpu_chip *chip) {
+  char p[1400];
+  tpu_diag d;
+  tpu_module *m = NULL;
+  path(p, sizeof p, "matmul_f32_32x256x128_b32x128x128", "prog.hlo");
+  CHECK_EQ_INT(tpu_hlo_parse_file(p, &m, &d), TPU_OK);
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = chip;
+  o.precision_override = -1;
+  tpu_program *prog = NULL;
+  CHECK_EQ_INT(m ? tpu_compile(m, &o, &prog, &d) : TPU_ERR_INVALID, TPU_OK);
+  const tpu_insn *mm = NULL;
+  for (int i = 0; prog && i < prog->ninsns; i++)
+    if (prog->insns[i].opc == TPU_ISA_MATMUL && prog->insns[i].op >= 0 &&
+        !strncmp(prog->ops[prog->insns[i].op].kind, "pallas:", 7))
+      mm = &prog->insns[i];
+  CHECK(mm != NULL);
+  if (mm) {
+    CHECK_EQ_INT(mm->passes, 6);
+    int64_t folded = 0, plain = 0;
+    CHECK_EQ_INT(tpu_timing_pallas_matmul_cycles(mm, chip, &folded, &d), TPU_OK);
+    CHECK_EQ_INT(tpu_timing_matmul_cycles(mm, chip, &plain, &d), TPU_OK);
+    CHECK(folded < plain);
+    tpu_timeline tl;
+    memset(&tl, 0, sizeof tl);
+    CHECK_EQ_INT(tpu_timing_run(prog, chip, 0, &tl, &d), TPU_OK);
+    CHECK_EQ_INT(tl.busy[TPU_UNIT_MXU], 2 * folded);
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(prog);
+  tpu_module_free(m);
+}
+
 /* Compiles case c for the chip (seen: a values run's Pallas scalars, or NULL) and returns
  * its (first) Pallas kernel's grid steps and bytes moved. */
 static void pallas_op(const char *c, const tpu_mosaic_seen_set *seen, const tpu_chip *chip, int64_t *tiles,
@@ -515,6 +553,7 @@ int main(void) {
     run_case(k_cases[i], 1, &chip);
   }
   test_timing(&chip);
+  test_f32_passes_fold(&chip);
   test_timing_scalars(&chip);
   test_count_memo();
   test_profile_source();
