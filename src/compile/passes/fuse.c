@@ -455,7 +455,8 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * its pieces (gather_index.c) */
   const tpu_instr *gr = f->c->instrs[G->root];
   if (tpu__gather_index_kernel(gr) && !scalar_constant(p) &&
-      !(gr->op == TPU_OP_CONCATENATE && (p->op == TPU_OP_RESHAPE || p->op == TPU_OP_BITCAST)))
+      !((gr->op == TPU_OP_CONCATENATE && (p->op == TPU_OP_RESHAPE || p->op == TPU_OP_BITCAST)) ||
+        ((p->op == TPU_OP_RESHAPE || p->op == TPU_OP_BITCAST) && tpu_shape_numel(&p->shape) == 1)))
     return 0;
   if (tpu__relayout_copy(p)) return 0; /* a relayout is a kernel of its own (relayout.c) */
   if (ms == SIDE_HEAVY || ms == SIDE_UP) {

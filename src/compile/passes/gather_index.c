@@ -49,7 +49,7 @@
 
 /* Is `in` an index kernel this pass inserted (a clamp, a concatenation, an iota)? */
 int tpu__gather_index_kernel(const tpu_instr *in) {
-  if (in->op != TPU_OP_CLAMP && in->op != TPU_OP_CONCATENATE && in->op != TPU_OP_IOTA && in->op != TPU_OP_COPY) return 0;
+  if (in->nattrs == 0) return 0;
   for (int i = 0; i < in->nattrs; i++)
     if (!strcmp(in->attrs[i].name, "gather_index")) return 1;
   return 0;
@@ -141,6 +141,157 @@ static tpu_status pack_points(tpu_builder *b, tpu_comp *c, tpu_instr *g) {
   return tpu_build_set_attr(b, g, "index_vector_dim", "0");
 }
 
+static int elementwise(tpu_opcode op) {
+  tpu_op_class k = tpu_op_class_of(op);
+  return k == TPU_CLS_UNARY || k == TPU_CLS_BINARY || k == TPU_CLS_TERNARY || op == TPU_OP_COMPARE ||
+         op == TPU_OP_SELECT || op == TPU_OP_CLAMP || op == TPU_OP_CONVERT;
+}
+
+/* ---- a gather of one index: a dynamic-slice, its index on the scalar unit ---- */
+
+enum { SCALAR_MAX = 64 };
+typedef struct {
+  tpu_instr *from[SCALAR_MAX], *to[SCALAR_MAX];
+  int n;
+} scalar_map;
+
+static int one_element(const tpu_instr *v) {
+  return tpu_dtype_is_array(v->shape.dtype) && tpu_shape_numel(&v->shape) == 1;
+}
+
+/* The rank-0 form of one-element value v (an index computed on s32[1] values): its
+ * elementwise ops, reshapes and broadcasts rebuilt on scalars, constants as scalar
+ * constants, anything else (a parameter) reshaped to a scalar. *out is NULL past
+ * SCALAR_MAX values. */
+static tpu_status scalarize(tpu_builder *b, tpu_comp *c, const tpu_instr *like, scalar_map *mp, tpu_instr *v,
+                            tpu_instr **out) {
+  *out = NULL;
+  if (v->shape.rank == 0) {
+    *out = v;
+    return TPU_OK;
+  }
+  for (int i = 0; i < mp->n; i++)
+    if (mp->from[i] == v) {
+      *out = mp->to[i];
+      return TPU_OK;
+    }
+  if (mp->n >= SCALAR_MAX) return TPU_OK;
+  tpu_shape s0 = tpu_build_shape(v->shape.dtype, 0, NULL);
+  tpu_instr *r = NULL;
+  if ((v->op == TPU_OP_RESHAPE || v->op == TPU_OP_BITCAST || v->op == TPU_OP_BROADCAST) && v->noperands == 1 &&
+      one_element(v->operands[0]) && v->operands[0]->shape.dtype == v->shape.dtype) {
+    TPU_TRY(scalarize(b, c, like, mp, v->operands[0], &r));
+  } else if (v->op == TPU_OP_CONSTANT && v->literal && !tpu_dtype_is_float(v->shape.dtype) &&
+             !tpu_dtype_is_complex(v->shape.dtype)) {
+    tpu_tensor k;
+    TPU_TRY(tpu_tensor_alloc(&k, v->shape.dtype, 0, NULL, b->d));
+    tpu_tensor_set_i64(&k, 0, tpu_tensor_get_i64(v->literal, 0));
+    TPU_TRY(tpu_build_constant(b, c, "gather_index.k", &k, NULL, &r));
+  } else if (elementwise(v->op) && v->noperands <= 3) {
+    tpu_instr *ops[3];
+    for (int j = 0; j < v->noperands; j++) {
+      if (!one_element(v->operands[j])) return TPU_OK;
+      TPU_TRY(scalarize(b, c, like, mp, v->operands[j], &ops[j]));
+      if (!ops[j]) return TPU_OK;
+    }
+    TPU_TRY(tpu_build_clone_instr(b, c, v, ops, &r));
+    r->shape = s0;
+  } else {
+    TPU_TRY(tpu_build_instr_like(b, c, like, TPU_OP_RESHAPE, "gather_index.scalar", &s0, &v, 1, &r));
+  }
+  if (!r || mp->n >= SCALAR_MAX) return TPU_OK;
+  if (r != v && r->op != TPU_OP_CONSTANT) TPU_TRY(tpu_build_set_attr(b, r, "gather_index", "scalar"));
+  mp->from[mp->n] = v;
+  mp->to[mp->n++] = r;
+  *out = r;
+  return TPU_OK;
+}
+
+/* The start index components of a gather of one index vector with no batching dimensions
+ * (n of them), or 0 when g is not one: the compiler's is a dynamic-slice. */
+static int one_index(const tpu_instr *g) {
+  const tpu_gather_dims *gd = &g->gather;
+  if (g->noperands != 2 || gd->operand_batching_dims.n != 0 || gd->start_index_map.n < 1) return 0;
+  const tpu_shape *x = &g->operands[0]->shape, *ix = &g->operands[1]->shape;
+  if (!tpu_dtype_is_int(ix->dtype) || tpu_shape_numel(ix) != gd->start_index_map.n || gd->slice_sizes.n != x->rank)
+    return 0;
+  int64_t e = 1;
+  for (int d = 0; d < x->rank; d++) e *= gd->slice_sizes.v[d];
+  if (e != tpu_shape_numel(&g->shape)) return 0;
+  for (int k = 0; k < gd->start_index_map.n; k++)
+    if (gd->start_index_map.v[k] < 0 || gd->start_index_map.v[k] >= x->rank) return 0;
+  return gd->start_index_map.n;
+}
+
+/* A gather of one index vector as the XLA TPU compiler runs it (its gather simplification
+ * into a dynamic-slice; libtpu probes outside the corpus, v5e): the index's one-element
+ * computations (JAX's negative-index wrap) on the scalar unit, in scalar memory (S(6)), no
+ * kernel; the dynamic-slice a kernel. With n >= 2 components (a point) the vector is also
+ * concatenated in a kernel of its own (`add_bitcast_fusion`, s32[n] in VMEM) and components
+ * 1..n-1 sliced back out of it in another (`slice.9`, or a multi-output fusion), which the
+ * dynamic-slice reads; component 0 comes from its scalar chain: 3 kernels of ~1,826 cycles
+ * for f32[5000,300], f32[64,80,300] and bf16[777,1024] points, 1 (1,833) for one row index
+ * of f32[9000]. Only indices concatenated from one-element pieces (jnp.stack) are rebuilt;
+ * values are the gather's: a dynamic-slice clamps its starts alike. */
+static tpu_status slice_one_index(tpu_builder *b, tpu_comp *c, tpu_instr *g, int n, int *done) {
+  *done = 0;
+  tpu_instr *ix = g->operands[1], *comp[TPU_MAX_RANK];
+  if (n > TPU_MAX_RANK || (n > 1 && (ix->op != TPU_OP_CONCATENATE || ix->noperands != n))) return TPU_OK;
+  scalar_map mp;
+  mp.n = 0;
+  for (int k = 0; k < n; k++) {
+    tpu_instr *v = n == 1 ? ix : ix->operands[k];
+    if (!one_element(v)) return TPU_OK;
+    TPU_TRY(scalarize(b, c, g, &mp, v, &comp[k]));
+    if (!comp[k]) return TPU_OK;
+  }
+  const tpu_gather_dims *gd = &g->gather;
+  const tpu_shape *x = &g->operands[0]->shape;
+  tpu_dtype it = ix->shape.dtype;
+  tpu_shape s0 = tpu_build_shape(it, 0, NULL);
+  tpu_instr *start[TPU_MAX_RANK], *zero = NULL;
+  for (int d = 0; d < x->rank; d++) {
+    if (!zero) TPU_TRY(scalar(b, c, it, 0, &zero));
+    start[d] = zero;
+  }
+  start[gd->start_index_map.v[0]] = comp[0];
+  if (n > 1) {
+    int64_t one = 1, nn = n;
+    tpu_shape s1 = tpu_build_shape(it, 1, &one), sn = tpu_build_shape(it, 1, &nn);
+    tpu_instr *piece[TPU_MAX_RANK], *cat;
+    for (int k = 0; k < n; k++)
+      TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_RESHAPE, "gather_index.piece", &s1, &comp[k], 1, &piece[k]));
+    TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_CONCATENATE, "gather_index.vector", &sn, piece, n, &cat));
+    TPU_TRY(tpu_build_set_attr(b, cat, "dimensions", "{0}"));
+    TPU_TRY(tpu_build_set_attr(b, cat, "gather_index", "vector"));
+    for (int k = 1; k < n; k++) {
+      char buf[64];
+      tpu_instr *sl, *sc;
+      TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_SLICE, "gather_index.component", &s1, &cat, 1, &sl));
+      snprintf(buf, sizeof buf, "{[%d:%d]}", k, k + 1);
+      TPU_TRY(tpu_build_set_attr(b, sl, "slice", buf));
+      TPU_TRY(tpu_build_set_attr(b, sl, "gather_index", "component"));
+      TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_RESHAPE, "gather_index.start", &s0, &sl, 1, &sc));
+      start[gd->start_index_map.v[k]] = sc;
+    }
+  }
+  tpu_instr *ops[1 + TPU_MAX_RANK], *ds, *out;
+  ops[0] = g->operands[0];
+  for (int d = 0; d < x->rank; d++) ops[1 + d] = start[d];
+  int64_t dims[TPU_MAX_RANK];
+  for (int d = 0; d < x->rank; d++) dims[d] = gd->slice_sizes.v[d];
+  tpu_shape ss = tpu_build_shape(g->shape.dtype, x->rank, dims);
+  TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_DYNAMIC_SLICE, "gather_index.slice", &ss, ops, 1 + x->rank, &ds));
+  char buf[256];
+  TPU_TRY(tpu_build_set_attr(b, ds, "dynamic_slice_sizes", tpu_dims_text(buf, sizeof buf, dims, x->rank)));
+  tpu_shape gs = g->shape;
+  TPU_TRY(tpu_build_instr_like(b, c, g, TPU_OP_RESHAPE, "gather_index.result", &gs, &ds, 1, &out));
+  tpu_build_replace_uses(c, g, out);
+  if (c->root == g) tpu_build_set_root(c, out);
+  *done = 1;
+  return TPU_OK;
+}
+
 /* ---- take_along_axis with one index per row: the batch index in kernels of its own ---- */
 
 /* Whether g takes one element per row of a 2-D operand by one index per row (operand
@@ -215,12 +366,6 @@ static tpu_status explicit_rows(tpu_builder *b, tpu_comp *c, tpu_instr *g, int64
 }
 
 /* ---- take_along_axis with several indices per row: its indices relaid out ---- */
-
-static int elementwise(tpu_opcode op) {
-  tpu_op_class k = tpu_op_class_of(op);
-  return k == TPU_CLS_UNARY || k == TPU_CLS_BINARY || k == TPU_CLS_TERNARY || op == TPU_OP_COMPARE ||
-         op == TPU_OP_SELECT || op == TPU_OP_CLAMP || op == TPU_OP_CONVERT;
-}
 
 /* The parameter the values of v come from through elementwise ops and reshapes of as many
  * elements (JAX's index wrap), or NULL. */
@@ -297,6 +442,12 @@ tpu_status tpu__gather_index_kernels(tpu_builder *b, tpu_comp *c, const tpu_chip
     tpu_instr *g = c->instrs[i];
     if (g->op != TPU_OP_GATHER) continue;
     if (tpu__gather_index_kernel(g->operands[1])) continue;
+    int one = one_index(g), done = 0;
+    if (one) TPU_TRY(slice_one_index(b, c, g, one, &done));
+    if (done) {
+      any = 1;
+      continue;
+    }
     int64_t rows = 0;
     if (one_per_row(g, &rows)) {
       TPU_TRY(explicit_rows(b, c, g, rows));

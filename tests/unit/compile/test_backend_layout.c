@@ -108,6 +108,32 @@ static void loop_state_layout(void) {
   tpu_module_free(m);
 }
 
+/* A one-element value the scalar unit reads is transferred into scalar memory once: the
+ * compiler copies the index parameter of a gather of one row into S(6) and its add, compare
+ * and select read it there (layout.c read_by_scalar_before), so of three scalar ops reading
+ * s32[] reshaped from an s32[1] parameter only the first moves it. */
+static void scalar_reads_once(void) {
+  tpu_module *m;
+  tpu_program *p = compile_src(
+      "HloModule idx\n"
+      "ENTRY e {\n  i = s32[1] parameter(0)\n  s = s32[] reshape(i)\n  z = s32[] constant(0)\n"
+      "  n = s32[] constant(100)\n  lt = pred[] compare(s, z), direction=LT\n  w = s32[] add(s, n)\n"
+      "  ROOT r = s32[] select(lt, w, s)\n}\n",
+      &m);
+  if (p) {
+    int lt = op_named(p, "lt"), w = op_named(p, "w"), r = op_named(p, "r");
+    CHECK(lt >= 0 && w >= 0 && r >= 0);
+    if (lt >= 0 && w >= 0 && r >= 0) {
+      printf("scalar ops reading one s32[1] parameter: %.0f, %.0f, %.0f padded bytes\n", p->ops[lt].padded_bytes,
+             p->ops[w].padded_bytes, p->ops[r].padded_bytes);
+      CHECK(p->ops[lt].padded_bytes > 0);
+      CHECK_NEAR(p->ops[w].padded_bytes, 0, 0);
+    }
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 /* The per-element stream costs (xbytes) of the op named r in program src. */
 static double r_xbytes(const char *src) {
   tpu_module *m;
@@ -340,6 +366,7 @@ int main(void) {
   free_intermediate_layout();
   conv_result_layout();
   loop_state_layout();
+  scalar_reads_once();
   lone_through_prefetch();
   layout_copy_transposes();
   reduce_rows_padded_widened();

@@ -904,6 +904,71 @@ static void test_gather_points_packed(void) {
   tpu_module_free(m1);
 }
 
+/* A gather of one index vector is a dynamic-slice with its index on the scalar unit
+ * (gather_index.c slice_one_index): JAX's index wrap rebuilt on rank-0 values (the scalar
+ * unit's ops), and for a point of two components the vector concatenated in a kernel of
+ * its own and component 1 sliced back out of it; values as the reference gives them. */
+static void test_gather_one_index(void) {
+  const char *src =
+      "HloModule point\n\nENTRY %main (t: f32[40,24], i: s32[1], j: s32[1]) -> f32[1] {\n"
+      "  %t = f32[40,24] parameter(0)\n  %i = s32[1] parameter(1)\n  %j = s32[1] parameter(2)\n"
+      "  %z = s32[1] constant({0})\n  %n = s32[1] constant({40})\n  %k = s32[1] constant({24})\n"
+      "  %lt = pred[1] compare(%i, %z), direction=LT\n  %w = s32[1] add(%i, %n)\n"
+      "  %s = s32[1] select(%lt, %w, %i)\n"
+      "  %lt2 = pred[1] compare(%j, %z), direction=LT\n  %w2 = s32[1] add(%j, %k)\n"
+      "  %s2 = s32[1] select(%lt2, %w2, %j)\n"
+      "  %a = s32[1,1] reshape(%s)\n  %b = s32[1,1] reshape(%s2)\n"
+      "  %ix = s32[1,2] concatenate(%a, %b), dimensions={1}\n"
+      "  ROOT %g = f32[1] gather(%t, %ix), offset_dims={}, collapsed_slice_dims={0,1}, "
+      "start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}\n}\n";
+  tpu_module *m0 = NULL, *m1 = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("point.hlo", src, strlen(src), &m0, &d) == TPU_OK);
+  CHECK(tpu_hlo_parse("point.hlo", src, strlen(src), &m1, &d) == TPU_OK);
+  tpu_compile_opts o = opts(NULL, NULL);
+  if (!m0 || !m1 || tpu_compile_hlo(m1, &o, &d) != TPU_OK) {
+    CHECK(0);
+    tpu_module_free(m0);
+    tpu_module_free(m1);
+    return;
+  }
+  int gathers = 0, slices = 0, scalar_selects = 0, vectors = 0;
+  for (int i = 0; i < m1->entry->ninstrs; i++) {
+    const tpu_instr *in = m1->entry->instrs[i];
+    gathers += in->op == TPU_OP_GATHER;
+    slices += in->op == TPU_OP_DYNAMIC_SLICE;
+    scalar_selects += in->op == TPU_OP_SELECT && in->shape.rank == 0;
+    vectors += in->op == TPU_OP_FUSION && in->calls && in->calls->root->op == TPU_OP_CONCATENATE;
+  }
+  printf("gather of one point: %d gathers, %d dynamic-slices, %d scalar selects, %d index vector kernels\n", gathers,
+         slices, scalar_selects, vectors);
+  CHECK_EQ_INT(gathers, 0);
+  CHECK_EQ_INT(slices, 1);
+  CHECK_EQ_INT(scalar_selects, 2);
+  CHECK_EQ_INT(vectors, 1);
+  for (int v = 0; v < 4; v++) {
+    tpu_tensor x[3], r0, r1;
+    memset(&r0, 0, sizeof r0);
+    memset(&r1, 0, sizeof r1);
+    int64_t dt[2] = {40, 24}, one = 1;
+    CHECK(tpu_tensor_alloc(&x[0], TPU_F32, 2, dt, &d) == TPU_OK);
+    CHECK(tpu_tensor_alloc(&x[1], TPU_S32, 1, &one, &d) == TPU_OK);
+    CHECK(tpu_tensor_alloc(&x[2], TPU_S32, 1, &one, &d) == TPU_OK);
+    for (int i = 0; i < 960; i++) tpu_tensor_set_f64(&x[0], i, i * 0.25 - 11);
+    static const int64_t iv[4] = {3, -7, 55, -60}, jv[4] = {5, 30, -2, -30};
+    tpu_tensor_set_i64(&x[1], 0, iv[v]);
+    tpu_tensor_set_i64(&x[2], 0, jv[v]);
+    CHECK(tpu_ref_run(m0, x, 3, &r0, &d) == TPU_OK);
+    CHECK(tpu_ref_run(m1, x, 3, &r1, &d) == TPU_OK);
+    CHECK(same_bits(&r0, &r1));
+    for (int k = 0; k < 3; k++) tpu_tensor_free(&x[k]);
+    tpu_tensor_free(&r0);
+    tpu_tensor_free(&r1);
+  }
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+}
+
 /* take_along_axis with one index per row (gather_index.c explicit_rows): the row numbers an
  * iota kernel of their own, concatenated with the indices as [2, B] rows in another, clamped
  * in a third, and gathered as points with no batching dimensions, as the XLA TPU compiler's
@@ -1123,6 +1188,7 @@ int main(void) {
   test_gather_index_kernel();
   test_gather_points_packed();
   test_take_along_rows();
+  test_gather_one_index();
   test_take_along_relaid();
   test_sort_layout();
   test_partial_reduce_iota();
