@@ -134,11 +134,44 @@ static void test_no_group_split(void) {
   }
 }
 
+/* A kernel that reduces the grouped convolution's result (a batch norm's statistics) reads the
+ * split result, as resnext_fwd_b4_14x14x1024_g32's multiply_reduce_fusion reads the compiler's
+ * bf16[4,14,14,32,16]{4,0,3,2,1}; the merge copy serves the other readers. */
+static void test_group_split_reduce(void) {
+  const char *src =
+      "HloModule m\nadd {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
+      "ENTRY e {\n x = f32[8,14,14,32] parameter(0)\n w = f32[3,3,4,64] parameter(1)\n"
+      " c = f32[8,14,14,64] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f,"
+      " feature_group_count=8\n"
+      " q = f32[8,14,14,64] multiply(c, c)\n z = f32[] constant(0)\n"
+      " r = f32[64] reduce(q, z), dimensions={0,1,2}, to_apply=add\n"
+      " t = f32[8,14,14,64] tanh(c)\n"
+      " ROOT o = (f32[64], f32[8,14,14,64]) tuple(r, t)\n}\n";
+  tpu_module *m = compile_src(src);
+  if (!m) return;
+  int split_reads = 0;
+  for (int j = 0; j < m->entry->ninstrs; j++) {
+    const tpu_instr *in = m->entry->instrs[j];
+    int reduces = 0;
+    for (int k = 0; in->op == TPU_OP_FUSION && k < in->calls->ninstrs; k++) reduces |= in->calls->instrs[k]->op == TPU_OP_REDUCE;
+    for (int k = 0; reduces && k < in->noperands; k++) split_reads += in->operands[k]->shape.rank == 5;
+  }
+  printf("grouped convolution's statistics: %d kernel(s) read the split result\n", split_reads);
+  CHECK_EQ_INT(split_reads, 1);
+  tpu_module *m0 = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("g.hlo", src, strlen(src), &m0, &d) == TPU_OK);
+  tpu_module_free(m0);
+  same_values(src, m);
+  tpu_module_free(m);
+}
+
 int main(void) {
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_group_split();
   test_group_split_batch_lanes();
+  test_group_split_reduce();
   test_no_group_split();
   CHECK_DONE();
 }
