@@ -95,7 +95,9 @@ int tpu_dot_vector_shaped(const tpu_instr *dot, int *matrix) {
 }
 
 int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix) {
-  if (!tpu_dot_vector_shaped(dot, matrix)) return 0;
+  int mi = 0;
+  if (!tpu_dot_vector_shaped(dot, &mi)) return 0;
+  if (matrix) *matrix = mi;
   /* with batch dimensions, none of size 1, the matrix unit (the XLA TPU compiler's programs on
    * v4, v5e, v5p and v6e: einsum('bhk,bhkd->bhd') and ('bhd,bhkd->bhk') over 8 x 32 heads and
    * ('hk,hkd->hd') are kOutput fusions, where b = 1 or h = 1, or no batch, are kLoop) */
@@ -109,7 +111,20 @@ int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix) {
   const tpu_i64s *lc = &dot->dot.lhs_contract;
   int64_t klen = 1;
   for (int i = 0; i < lc->n; i++) klen *= dot->operands[0]->shape.dims[lc->v[i]];
-  return lb->n == 0 || unit || klen < 64;
+  /* Nor does one whose matrix's first free dimension (the most major, in the order its
+   * dimensions are listed, of more than one element) is shorter than 64, however many
+   * elements its other free dimensions hold: the compiler's 'bkfg,bk->bfg' over 12 batches
+   * with k = 128 is a kLoop multiply_reduce fusion for [f, g] = [33, 8], [63, 8], [48, 128],
+   * [33, 128], [3, 128], [16, 16], [32, 32] and a kOutput (MXU) fusion for [64, 8], [64, 2],
+   * [128, 3], [264, 8], [128, 128], alike on v4, v5e and v6e, in bf16 and f32, with the free
+   * dimensions before or after the contracting one (libtpu probes; families
+   * einsum_ba_abcd_adc_a12_b128_c33_d8_bf16 on all four). */
+  const tpu_instr *mx = dot->operands[mi];
+  const tpu_i64s *mb = mi ? &dot->dot.rhs_batch : &dot->dot.lhs_batch, *mc = mi ? &dot->dot.rhs_contract : &dot->dot.lhs_contract;
+  int64_t first = 1;
+  for (int d = 0; d < mx->shape.rank && first == 1; d++)
+    if (tpu_i64s_find(mb, d) < 0 && tpu_i64s_find(mc, d) < 0) first = mx->shape.dims[d];
+  return lb->n == 0 || unit || klen < 64 || first < 64;
 }
 
 int tpu_op_parse(const char *s, size_t n, tpu_opcode *out) {

@@ -587,10 +587,48 @@ static void kernel_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k) 
 
 /* The rows of a broadcast along the lanes: a value over the rows (rank >= 1) spread along the
  * result's minor dimension (a norm's or softmax's per-row statistic); 0 for other ops. */
-static int64_t lane_broadcast_rows(const tpu_instr *x) {
+/* The minor dimension of a fused value laid out by no layout of its own: that of an array of
+ * its dimensions it is combined with elementwise, as read from a parameter of the fusion through
+ * converts and elementwise ops (the broadcast vector of a strength-reduced dot runs along
+ * the matrix's layout: einsum('ba,abcd->adc') over bf16[12,128,33,8]{1,3,2,0} spreads
+ * [12,128] along 33 x 8 rows, b in the lanes, which the compiler's multiply_reduce fusion
+ * times at 7,171 cycles on v5e, not the 50,688 lane broadcasts of a row-major [..,33,8]).
+ * Where that layout is row-major, or there is none, the minor dimension of the layout that
+ * pads x least, as the compiler lays out its arrays (mamba_train_assoc_b8l64d256's
+ * f32[8,64,512,16] products {2,3,1,0}, 512 in the lanes, the [8,64,512] values spread along
+ * the sublanes of its multiply_reduce fusions; tpusim's own values between kernels are
+ * row-major). */
+static int fused_minor(const tpu_chip *chip, const tpu_instr *x) {
+  const tpu_comp *c = x->parent;
+  int rank = x->shape.rank;
+  for (int i = 0; c && i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    tpu_op_class k = tpu_op_class_of(u->op);
+    if (k != TPU_CLS_BINARY && k != TPU_CLS_TERNARY) continue;
+    int reads = 0;
+    for (int j = 0; j < u->noperands; j++) reads |= u->operands[j] == x;
+    for (int j = 0; reads && j < u->noperands; j++) {
+      const tpu_instr *o = u->operands[j];
+      while (o != x && (o->op == TPU_OP_CONVERT || tpu_op_class_of(o->op) == TPU_CLS_UNARY) && o->noperands == 1 &&
+             !o->shape.has_layout)
+        o = o->operands[0];
+      if (o == x || !o->shape.has_layout || o->shape.layout_tail || o->shape.rank != rank ||
+          memcmp(o->shape.dims, x->shape.dims, sizeof o->shape.dims[0] * (size_t)rank))
+        continue;
+      int row_major = 1;
+      for (int d = 0; d < rank; d++) row_major &= o->shape.minor_to_major[d] == rank - 1 - d;
+      if (!row_major) return (int)o->shape.minor_to_major[0];
+    }
+  }
+  int second, minor;
+  tpu__least_tiling(chip, &x->shape, &second, &minor);
+  return minor;
+}
+
+static int64_t lane_broadcast_rows(const tpu_chip *chip, const tpu_instr *x) {
   if (x->op != TPU_OP_BROADCAST || x->noperands != 1 || x->operands[0]->shape.rank < 1 || x->shape.rank < 2)
     return 0;
-  int minor = x->shape.has_layout ? x->shape.minor_to_major[0] : x->shape.rank - 1;
+  int minor = x->shape.has_layout ? x->shape.minor_to_major[0] : fused_minor(chip, x);
   if (x->shape.dims[minor] <= 1 || tpu_i64s_find(&x->dimensions, minor) >= 0) return 0;
   return tpu_shape_numel(&x->shape) / x->shape.dims[minor];
 }
@@ -616,7 +654,7 @@ static int64_t reduce_tiled_elems(const tpu_chip *chip, const tpu_instr *x) {
  * the lanes. */
 static void scan_one(const tpu_chip *chip, const tpu_instr *x, int *reduces, int64_t *moved, int64_t *n,
                      int64_t *rows) {
-  *rows += lane_broadcast_rows(x);
+  *rows += lane_broadcast_rows(chip, x);
   if (x->op == TPU_OP_REDUCE && x->noperands > 0) {
     *reduces = 1;
     int64_t e = reduce_tiled_elems(chip, x);

@@ -78,37 +78,12 @@ static int vector_keeps_unit_dim(const tpu_instr *dot, int mi) {
   return 0;
 }
 
-/* Elements of operand k's free dimensions (neither batch nor contracting). */
-static int64_t free_elems(const tpu_instr *dot, int k) {
-  const tpu_instr *x = dot->operands[k];
-  const tpu_i64s *b = k ? &dot->dot.rhs_batch : &dot->dot.lhs_batch, *c = k ? &dot->dot.rhs_contract : &dot->dot.lhs_contract;
-  int64_t n = 1;
-  for (int d = 0; d < x->shape.rank; d++)
-    if (tpu_i64s_find(b, d) < 0 && tpu_i64s_find(c, d) < 0) n *= x->shape.dims[d];
-  return n;
-}
-
-/* A batch of vector products that the vector unit computes whatever the batch and the
- * contraction: both operands vectors (per batch element a dot product, one number, as XLA's
- * algebraic simplifier strength-reduces vector-vector dots), or the matrix's free elements
- * within one vector register's sublanes (at most 8 rows of products per batch element). In
- * the compiler's programs for the families corpus, every batched vector-shaped dot of these
- * forms is a multiply_reduce kLoop fusion on v4, v5e, v5p and v6e ('acb,bca->a' over
- * 32 x 128,000, 'bca,ba->ac' with c = 3 over 16 x 1,024), where those whose matrix keeps 96
- * or more free elements with a contraction of 64 or more are kOutput (MXU) fusions. */
-static int vector_batch(const dr *r, const tpu_instr *dot, int mi) {
-  int64_t mf = free_elems(dot, mi), vf = free_elems(dot, 1 - mi);
-  int64_t sub = r->chip && r->chip->vector_sublanes > 0 ? r->chip->vector_sublanes : 8;
-  return vf == 1 && mf <= sub;
-}
-
 /* Whether dot is reduced, as the dot's dimension numbers list it; *mi the matrix operand.
  * (a chip with vpu_batched_vector_dots: every batched one whose vector keeps a size-1
  * free dimension, as the XLA TPU compiler does on v6e) */
 static int qualifies(const dr *r, const tpu_instr *dot, int *mi) {
   return tpu_dot_on_vector_unit(dot, mi) || (tpu_dot_vector_shaped(dot, mi) && feeds_reduce(dot, 4)) ||
-         (r->chip && r->chip->vpu_batched_vector_dots && tpu_dot_vector_shaped(dot, mi) && vector_keeps_unit_dim(dot, *mi)) ||
-         (tpu_dot_vector_shaped(dot, mi) && vector_batch(r, dot, *mi));
+         (r->chip && r->chip->vpu_batched_vector_dots && tpu_dot_vector_shaped(dot, mi) && vector_keeps_unit_dim(dot, *mi));
 }
 
 /* Whether dot qualifies once its contracting pairs are listed in operand `side`'s ascending

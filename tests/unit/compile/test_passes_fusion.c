@@ -616,6 +616,22 @@ static void test_dot_strength_reduction(void) {
     CHECK_EQ_INT(fusions, 1);
     tpu_module_free(m);
   }
+  /* A batch of vector products whose matrix's first free dimension is shorter than 64:
+   * multiply + reduce however many elements its free dimensions hold, as the compiler's
+   * 'bkfg,bk->bfg' with [f, g] = [33, 8] (a kLoop multiply_reduce on v4, v5e, v6e); [64, 8]
+   * stays on the MXU */
+  const char *ff = "HloModule m\nENTRY e {\n b = bf16[12,128,%d,8] parameter(0)\n a = bf16[12,128] parameter(1)\n"
+                   " ROOT y = bf16[12,%d,8] dot(b, a), lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, "
+                   "rhs_contracting_dims={1}\n}\n";
+  int fs[2] = {33, 64};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, ff, fs[i], fs[i]);
+    kc = census(src);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    printf("'bkfg,bk->bfg' with [f, g] = [%d, 8]: %d dots\n", fs[i], dots);
+    CHECK_EQ_INT(dots, fs[i] < 64 ? 0 : 1);
+  }
   /* A batch of vector products with a contraction shorter than 64 (a Mamba step's state . C,
    * 'bdn,bn->bd'): multiply + reduce whatever the batch, as the XLA TPU compiler's kLoop
    * multiply_reduce fusions for n = 16, 32, 48; n = 64 stays on the MXU. */
