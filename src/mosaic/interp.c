@@ -67,7 +67,7 @@ static tpu_status set_scalar(mo_ctx *c, int id, const tpu_mo_type *t, double x) 
 
 /* Storage the run owns (zeroed), freed at the end. */
 static double *own(mo_ctx *c, int64_t n) {
-  double *p = tpu_calloc((size_t)n + 1, sizeof(double));
+  double *p = tpu__mo_zeroed(n);
   if (!p) return NULL;
   tpu__mo_lock(c); /* other devices' remote DMAs read the list */
   if (c->nowned == c->capowned) {
@@ -78,7 +78,7 @@ static double *own(mo_ctx *c, int64_t n) {
     if (wn) c->ownn = wn;
     if (!w || !wn) {
       tpu__mo_unlock(c);
-      tpu_free(p);
+      tpu__mo_release(p, n);
       return NULL;
     }
     c->capowned = cap;
@@ -993,7 +993,7 @@ static tpu_status run_any(const tpu_mosaic *k, const tpu_instr *in, const tpu_te
   for (int i = 0; c.vals && i < k->nvalues; i++) val_clear(&c.vals[i]);
   tpu_free(c.vals);
   tpu_free(c.scoped);
-  for (int i = 0; i < c.nowned; i++) tpu_free(c.owned[i]);
+  for (int i = 0; i < c.nowned; i++) tpu__mo_release(c.owned[i], c.ownn[i]);
   tpu_free(c.owned);
   tpu_free(c.ownn);
   return st;

@@ -72,6 +72,11 @@ int tpu__mo_memo_get(const mo_memo *m, const int64_t *gi, mo_work *w);
 void tpu__mo_memo_put(mo_memo *m, const int64_t *gi, const mo_work *w);
 void tpu__mo_memo_free(mo_memo *m);
 
+/* zeroed.c: n + 1 zeroed doubles (large ones mapped: pages cleared when first touched), and
+ * their release (n as allocated). */
+double *tpu__mo_zeroed(int64_t n);
+void tpu__mo_release(double *p, int64_t n);
+
 /* log.c: tpu.log / tpu.log_buffer (pl.debug_print): the message on stderr when computing values. */
 tpu_status tpu__mo_log(mo_ctx *c, const tpu_mo_op *op);
 

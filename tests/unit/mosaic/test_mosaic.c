@@ -18,6 +18,7 @@
 #include "hlo/hlo.h"
 #include "ir/verify.h"
 #include "mosaic/mosaic.h"
+#include "mosaic/mosaic_int.h"
 #include "ref/ref.h"
 #include "report/source.h"
 
@@ -542,6 +543,25 @@ static void test_count_memo(void) {
   CHECK_EQ_INT((int)all_dma, 1);
 }
 
+/* The interpreter's buffers: zeroed at every size, large ones mapped (pages cleared when
+ * first touched) and still counted as allocations for fault injection. */
+static void test_zeroed(void) {
+  const int64_t sizes[3] = {7, 40000, 1 << 20};
+  for (int i = 0; i < 3; i++) {
+    double *p = tpu__mo_zeroed(sizes[i]);
+    CHECK(p != NULL);
+    if (!p) continue;
+    int zero = 1;
+    for (int64_t e = 0; e <= sizes[i]; e += 1 + sizes[i] / 1000) zero &= p[e] == 0;
+    CHECK(zero && p[sizes[i]] == 0);
+    p[sizes[i]] = 1.5;
+    tpu__mo_release(p, sizes[i]);
+    tpu_alloc_fail_after(1);
+    CHECK(tpu__mo_zeroed(sizes[i]) == NULL);
+    tpu_alloc_fail_after(0);
+  }
+}
+
 int main(void) {
   const char *s = getenv("TPU_SRC");
   snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
@@ -556,6 +576,7 @@ int main(void) {
   test_f32_passes_fold(&chip);
   test_timing_scalars(&chip);
   test_count_memo();
+  test_zeroed();
   test_profile_source();
   test_parse_errors();
   test_refusals();
