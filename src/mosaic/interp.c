@@ -841,7 +841,7 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   if (st == TPU_OK && !c->count) st = tpu__mo_pod_join(c);
   memset(&c->work, 0, sizeof c->work);
   mo_memo *memo = c->count && st == TPU_OK && !c->o->no_memo ? tpu__mo_memo_new(k) : NULL;
-  int64_t bodies = 0;
+  int64_t bodies = 0, maps = 0;
   for (int64_t step = 0; step < steps && st == TPU_OK; step++) {
     int64_t r = step;
     for (int i = k->ngrid - 1; i >= 0; i--) {
@@ -852,7 +852,11 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
       win_state *s = &ws[w];
       const tpu_mo_window *wi = &k->win[w];
       if (!wi->has_map) continue;
-      st = index_map(c, wi->map, gi, pf, k->nprefetch, bi, wi->rank);
+      if (!memo || !tpu__mo_memo_map_get(memo, w, wi->rank, gi, bi)) {
+        st = index_map(c, wi->map, gi, pf, k->nprefetch, bi, wi->rank);
+        if (st == TPU_OK && memo) tpu__mo_memo_map_put(memo, w, wi->rank, gi, bi);
+        maps++;
+      }
       if (st != TPU_OK) break;
       if (!c->count) st = check_block(c, wi, s, w, nin, gi, bi);
       if (st != TPU_OK) break;
@@ -928,6 +932,7 @@ static tpu_status run_grid(mo_ctx *c, const tpu_instr *in, const tpu_tensor *con
   if (st == TPU_OK && c->o && c->o->on_step) c->o->on_step(c->o->user, steps, &c->work);
   tpu__mo_memo_free(memo);
   if (c->o->bodies) *c->o->bodies = bodies;
+  if (c->o->maps) *c->o->maps = maps;
   if (c->count) { /* no values */
     tpu_free(args_v);
     tpu_free(ws);

@@ -191,9 +191,9 @@ typedef struct tpu_mosaic_opts {
   void (*on_step)(void *user, int64_t step, const tpu_mosaic_work *w);
   /* Count mode: no_memo runs every step's body (else a step whose body reads the same grid
    * indices as an earlier one takes its work when no step can change what later ones see:
-   * memo.c); bodies, when not NULL, gets how many bodies ran. */
+   * memo.c; an index map's component likewise, by the grid indices it reads). */
   int no_memo;
-  int64_t *bodies;
+  int64_t *bodies, *maps; /* not NULL: how many bodies and index maps ran */
 } tpu_mosaic_opts;
 
 /* Counts the kernel's work without values (timing): the grid, index maps and scalar code run

@@ -71,6 +71,10 @@ mo_memo *tpu__mo_memo_new(const tpu_mosaic *k);
 int tpu__mo_memo_get(const mo_memo *m, const int64_t *gi, mo_work *w);
 void tpu__mo_memo_put(mo_memo *m, const int64_t *gi, const mo_work *w);
 void tpu__mo_memo_free(mo_memo *m);
+/* The same for window w's index map at grid point gi: 1 with bi[rank] when every component is
+ * a grid index or was computed before at the same values of the grid indices it reads. */
+int tpu__mo_memo_map_get(const mo_memo *m, int w, int rank, const int64_t *gi, int64_t *bi);
+void tpu__mo_memo_map_put(mo_memo *m, int w, int rank, const int64_t *gi, const int64_t *bi);
 
 /* zeroed.c: n + 1 zeroed doubles (large ones mapped: pages cleared when first touched), and
  * their release (n as allocated). */

@@ -487,13 +487,14 @@ static void on_step_keep(void *user, int64_t step, const tpu_mosaic_work *w) {
   s->n++;
 }
 
-/* Counting a grid runs a step's body only for each distinct value of the grid indices the
- * body reads, when no step can change what later steps see (memo.c): every step's work is
- * the same as when every body runs, on every corpus kernel; a kernel whose body reads no grid
+/* Counting a grid runs a step's body (and an index map's result component) only for each
+ * distinct value of the grid indices it reads, when no step can change what later steps see
+ * (memo.c): every step's work, fetches and write-backs are the same as when every body and
+ * map runs, on every corpus kernel (flash attention's maps run fewer times); a kernel whose body reads no grid
  * index (the elementwise one) runs one body; one with DMAs and semaphores (manual_dma_sum)
  * runs them all. */
 static void test_count_memo(void) {
-  int64_t saved = 0, fewer_ew = -1, all_dma = -1;
+  int64_t saved = 0, fewer_ew = -1, all_dma = -1, maps_saved = 0, flash_maps = -1;
   for (int i = 0; k_cases[i]; i++) {
     char p[1400];
     tpu_diag d;
@@ -511,7 +512,7 @@ static void test_count_memo(void) {
       continue;
     }
     static steps_seen a, b;
-    int64_t bodies[2] = {-1, -1};
+    int64_t bodies[2] = {-1, -1}, maps[2] = {-1, -1};
     tpu_status st[2];
     for (int r = 0; r < 2; r++) {
       steps_seen *s = r ? &b : &a;
@@ -522,6 +523,7 @@ static void test_count_memo(void) {
       o.user = s;
       o.no_memo = r;
       o.bodies = &bodies[r];
+      o.maps = &maps[r];
       st[r] = tpu_mosaic_count(k, call, &o, &d);
     }
     CHECK_EQ_INT(st[0], st[1]);
@@ -533,12 +535,17 @@ static void test_count_memo(void) {
     CHECK(bodies[0] <= bodies[1]);
     CHECK_EQ_INT((int)bodies[1], a.n - 1); /* every step (the last callback is the epilogue) */
     saved += bodies[1] - bodies[0];
+    CHECK(maps[0] <= maps[1]);
+    maps_saved += maps[1] - maps[0];
+    if (!strcmp(k_cases[i], "flash_attention_causal_f32_1x1x256x64_b128")) flash_maps = maps[0] < maps[1];
     if (!strcmp(k_cases[i], "elementwise_exp_mul_f32_64x256")) fewer_ew = bodies[0];
     if (!strcmp(k_cases[i], "manual_dma_sum_f32_64x128")) all_dma = bodies[0] == bodies[1];
     tpu_mosaic_free(k);
     tpu_module_free(m);
   }
   CHECK(saved > 0);
+  CHECK(maps_saved > 0);
+  CHECK_EQ_INT((int)flash_maps, 1);
   CHECK_EQ_INT((int)fewer_ew, 1);
   CHECK_EQ_INT((int)all_dma, 1);
 }
