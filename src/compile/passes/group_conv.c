@@ -185,13 +185,105 @@ static int reduces_param(const tpu_comp *c, const tpu_instr *p) {
   return 0;
 }
 
+
+typedef struct {
+  tpu_builder *b;
+  tpu_comp *c;
+  const tpu_instr *m; /* the merged value [.., C] */
+  tpu_instr *t;       /* the split one [.., G, Cog] */
+  int fd;             /* the features' dimension of m (G at fd, Cog at fd + 1 in t) */
+  int64_t g;
+  const tpu_instr *from[32];
+  tpu_instr *to[32];
+  int n;
+} chain;
+
+static int same_dims(const tpu_shape *a, const tpu_shape *b) {
+  return a->rank == b->rank && !memcmp(a->dims, b->dims, sizeof a->dims[0] * (size_t)a->rank);
+}
+
+/* x (of the merged shape, computed from it elementwise) in the split shape, or NULL. */
+static tpu_instr *split_of(chain *k, const tpu_instr *x, int depth) {
+  if (x == k->m) return k->t;
+  for (int i = 0; i < k->n; i++)
+    if (k->from[i] == x) return k->to[i];
+  if (depth > 12 || k->n == 32 || !same_dims(&x->shape, &k->m->shape)) return NULL;
+  tpu_shape s = split_dim(&x->shape, k->fd, k->g, x->shape.dtype);
+  tpu_instr *r = NULL, *ops[3];
+  tpu_op_class cl = tpu_op_class_of(x->op);
+  char buf[64];
+  if (x->op == TPU_OP_BROADCAST && x->noperands == 1) {
+    tpu_instr *o = x->operands[0];
+    if (o->shape.rank == 0) {
+      if (tpu_build_instr(k->b, k->c, TPU_OP_BROADCAST, "group_bcast", &s, &o, 1, x->loc, &r) != TPU_OK) return NULL;
+      if (tpu_build_set_attr(k->b, r, "dimensions", "{}") != TPU_OK) return NULL;
+    } else if (o->shape.rank == 1 && x->dimensions.n == 1 && x->dimensions.v[0] == k->fd) {
+      tpu_shape os = split_dim(&o->shape, 0, k->g, o->shape.dtype);
+      tpu_instr *o2;
+      if (tpu_build_instr(k->b, k->c, TPU_OP_RESHAPE, "group_split", &os, &o, 1, x->loc, &o2) != TPU_OK) return NULL;
+      if (tpu_build_instr(k->b, k->c, TPU_OP_BROADCAST, "group_bcast", &s, &o2, 1, x->loc, &r) != TPU_OK) return NULL;
+      snprintf(buf, sizeof buf, "{%d,%d}", k->fd, k->fd + 1);
+      if (tpu_build_set_attr(k->b, r, "dimensions", buf) != TPU_OK) return NULL;
+    } else {
+      return NULL;
+    }
+  } else if ((cl == TPU_CLS_UNARY || cl == TPU_CLS_BINARY || cl == TPU_CLS_TERNARY || x->op == TPU_OP_CONVERT) &&
+             x->noperands <= 3) {
+    for (int i = 0; i < x->noperands; i++)
+      if (!(ops[i] = split_of(k, x->operands[i], depth + 1))) return NULL;
+    if (tpu_build_clone_instr(k->b, k->c, x, ops, &r) != TPU_OK) return NULL;
+    r->shape = s;
+  } else {
+    return NULL;
+  }
+  k->from[k->n] = x, k->to[k->n] = r, k->n++;
+  return r;
+}
+
+/* The reduces of fused computation c over the merged value m computed in the split shape t:
+ * elementwise ops on the group-split registers (Cog of the lanes), as the compiler's kernel
+ * computes a batch norm's statistics on its split result, the features' dimension kept;
+ * the reduced dimensions are summed in the same order (values unchanged). */
+static tpu_status split_reduces(tpu_builder *b, tpu_comp *c, const tpu_instr *m, tpu_instr *t, int fd, int64_t g) {
+  chain k;
+  memset(&k, 0, sizeof k);
+  k.b = b, k.c = c, k.m = m, k.t = t, k.fd = fd, k.g = g;
+  int n = c->ninstrs;
+  for (int i = 0; i < n; i++) {
+    tpu_instr *r = c->instrs[i];
+    if (r->op != TPU_OP_REDUCE || r->noperands != 2 || r->shape.dtype == TPU_TUPLE ||
+        !same_dims(&r->operands[0]->shape, &m->shape) || tpu_i64s_find(&r->dimensions, fd) >= 0)
+      continue;
+    tpu_instr *x5 = split_of(&k, r->operands[0], 0);
+    if (!x5) continue;
+    int rfd = fd; /* the features' position in r's result */
+    int64_t dims[TPU_MAX_RANK];
+    for (int j = 0; j < r->dimensions.n; j++) {
+      rfd -= r->dimensions.v[j] < fd;
+      dims[j] = r->dimensions.v[j] < fd ? r->dimensions.v[j] : r->dimensions.v[j] + 1;
+    }
+    tpu_shape rs = split_dim(&r->shape, rfd, g, r->shape.dtype);
+    tpu_instr *ops[2] = {x5, r->operands[1]}, *r5, *back;
+    char buf[TPU_MAX_RANK * 24 + 4];
+    TPU_TRY(tpu_build_clone_instr(b, c, r, ops, &r5));
+    r5->shape = rs;
+    TPU_TRY(tpu_build_set_attr(b, r5, "dimensions", tpu_dims_text(buf, sizeof buf, dims, r->dimensions.n)));
+    TPU_TRY(tpu_build_instr(b, c, TPU_OP_RESHAPE, "group_merge", &r->shape, &r5, 1, r->loc, &back));
+    tpu_build_replace_uses(c, r, back);
+    back->operands[0] = r5;
+    if (c->root == r) tpu_build_set_root(c, back);
+  }
+  if (tpu_build_remove_dead(b, c) < 0) return b->d->status;
+  return TPU_OK;
+}
+
 /* The kernels that reduce the merged result (a batch norm's statistics) read the split one
  * instead, as the XLA TPU compiler's do: resnext_fwd_b4_14x14x1024_g32's multiply_reduce_fusion
  * reads the grouped convolution's bf16[4,14,14,32,16]{4,0,3,2,1} (43,796 cycles on v6e) and
  * reduces it to f32[32,16]; the merge copy serves the next convolution. tpusim's kernel takes
  * the split result as its parameter and merges it in its registers (values unchanged). */
 static tpu_status split_readers(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu_instr *merged,
-                                const tpu__made_set *made, const int64_t *inv, int r5) {
+                                const tpu__made_set *made, const int64_t *inv, int r5, int fd, int64_t g) {
   char buf[TPU_MAX_RANK * 24 + 4];
   for (int i = 0; i < entry->ninstrs; i++) {
     tpu_instr *u = entry->instrs[i];
@@ -215,6 +307,7 @@ static tpu_status split_readers(tpu_builder *b, tpu_comp *entry, tpu_instr *f, t
       tpu_build_replace_uses(c, p, m);
       t->operands[0] = p;
       m->operands[0] = t;
+      TPU_TRY(split_reduces(b, c, m, t, fd, g));
       TPU_TRY(tpu_build_finish(b, c));
       u->operands[j] = f;
     }
@@ -288,7 +381,7 @@ static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__
   if (!tpu__made_add(made, cc)) return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory splitting '%s'", f->name);
   tpu_build_replace_uses(entry, f, cf);
   cf->operands[0] = f; /* replace_uses rewired the copy's own operand too */
-  TPU_TRY(split_readers(b, entry, f, cf, made, inv, r5));
+  TPU_TRY(split_readers(b, entry, f, cf, made, inv, r5, fd, g));
   *done = 1;
   return TPU_OK;
 }

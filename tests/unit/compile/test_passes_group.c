@@ -136,7 +136,8 @@ static void test_no_group_split(void) {
 
 /* A kernel that reduces the grouped convolution's result (a batch norm's statistics) reads the
  * split result, as resnext_fwd_b4_14x14x1024_g32's multiply_reduce_fusion reads the compiler's
- * bf16[4,14,14,32,16]{4,0,3,2,1}; the merge copy serves the other readers. */
+ * bf16[4,14,14,32,16]{4,0,3,2,1} and sums it to f32[32,16], its elementwise work on the split
+ * registers; the merge copy serves the other readers. */
 static void test_group_split_reduce(void) {
   const char *src =
       "HloModule m\nadd {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
@@ -155,6 +156,11 @@ static void test_group_split_reduce(void) {
     int reduces = 0;
     for (int k = 0; in->op == TPU_OP_FUSION && k < in->calls->ninstrs; k++) reduces |= in->calls->instrs[k]->op == TPU_OP_REDUCE;
     for (int k = 0; reduces && k < in->noperands; k++) split_reads += in->operands[k]->shape.rank == 5;
+    /* the square and its sum on the split registers: f32[8,14,14,8,8] -> f32[8,8] */
+    for (int k = 0; reduces && k < in->calls->ninstrs; k++) {
+      const tpu_instr *r = in->calls->instrs[k];
+      if (r->op == TPU_OP_REDUCE) CHECK(r->operands[0]->shape.rank == 5 && r->shape.rank == 2);
+    }
   }
   printf("grouped convolution's statistics: %d kernel(s) read the split result\n", split_reads);
   CHECK_EQ_INT(split_reads, 1);
