@@ -41,6 +41,9 @@ for T, remat in ((4, "minimal"), (4, "full"), (2, "minimal")):
     # "tp_windowed": False keeps the reduce-scatter collectives, no ring
     text = gen.Step(m, {"data": 1, "fsdp": 8 // T, "tensor": T, "micro": 1, "remat": remat, "tp_windowed": False}).module()
     assert "collective-permute" not in text and comps(text)["fbody"].count("reduce-scatter(") == 2
+# each ring's pair list is made once for the whole search (a few kB a list on thousands of chips)
+ci = gen._tp_pairs.cache_info()
+assert ci.hits > ci.misses > 0, ci
 PY
 
 if python3 -c "import numpy" 2> /dev/null; then

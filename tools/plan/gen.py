@@ -27,9 +27,22 @@ computed in full, as MaxText counts its FLOPs), dropout, the loss's one-hot term
 MoE layers (experts > 0): experts split over the tensor axis (expert parallelism); each
 chip routes its 1/tensor of the tokens with top-k copies, capacity factor 1, through two
 all-to-alls over the tensor axis, and the tokens are all-gathered back over it."""
+import functools
 import re
 
 import flash
+
+
+# The pair lists are a few kB for thousands of chips and every windowed loop of every layer
+# names one: made once per (chips, ring) for the whole search.
+@functools.lru_cache(maxsize=256)
+def _ring_pairs(n, d):
+    return "{" + ",".join("{%d,%d}" % (j, (j + d) % n) for j in range(n)) + "}"
+
+
+@functools.lru_cache(maxsize=256)
+def _tp_pairs(n, t, d):
+    return "{" + ",".join("{%d,%d}" % (j, j - j % t + (j % t + d) % t) for j in range(n)) + "}"
 
 
 # MaxText's remat policies (its decoder's get_remat_policy): the matmul outputs each saves
@@ -294,8 +307,7 @@ class Step:
         g.e(f"{out} = {dt or self.cd}[] constant({v})")
 
     def ring_pairs(self, d):
-        n = self.F
-        return "{" + ",".join("{%d,%d}" % (j, (j + d) % n) for j in range(n)) + "}"
+        return _ring_pairs(self.F, d)
 
     def permute(self, g, out, x, shape, d, tp=False):
         g.e(f"{out} = {ty(self.cd, shape)} collective-permute({x}), channel_id={self.chan()}, "
@@ -304,8 +316,7 @@ class Step:
     def tp_pairs(self, d):
         """A ring over the tensor axis (device = ... * T + tensor rank): each chip sends to the
         chip d tensor ranks on."""
-        T = self.T
-        return "{" + ",".join("{%d,%d}" % (j, j - j % T + (j % T + d) % T) for j in range(self.N)) + "}"
+        return _tp_pairs(self.N, self.T, d)
 
     def ring_loop(self, g, out, init, state, steps, body, tp=False):
         """A while loop of `steps` iterations over the tuple `init` of types `state` whose body
