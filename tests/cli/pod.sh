@@ -164,6 +164,24 @@ assert abs(us - perm) < 0.03 * perm, (us, perm)         # overlapped: the permut
 assert sync > ov * (1 + 0.8 * mm / perm), (sync, ov)    # in order: both
 PY
 
+# An asynchronous start and the convert only it reads move to the top, ahead of the matmul
+# the operands-first order puts first (the planner's next-layer weight prefetch): the step is
+# the convert and the gather, the matmul under the gather; in program order, all three.
+"$BIN" run tests/hlo/pod_overlap_start.hlo --mode timing --top 0 > "$T/ovs" 2> "$T/err" || fail "start overlap run exited $?: $(cat "$T/err")"
+"$BIN" run tests/hlo/pod_overlap_start.hlo --mode timing --top 0 --sync-collectives > "$T/syncs" 2> "$T/err" ||
+  fail "start --sync-collectives run exited $?: $(cat "$T/err")"
+ag=$(sed -n 's/^  s  *all-gather-start  *[0-9]*  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/ovs" | head -1)
+cv=$(sed -n 's/^  c  *convert  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/ovs")
+mm=$(sed -n 's/^  d  *dot  *[0-9]*  *\([0-9.]*\) .*/\1/p' "$T/syncs")
+python3 - "$(cyc "$T/ovs")" "$(cyc "$T/syncs")" "$ag" "$cv" "$mm" <<'PY' || fail "start overlap: step $(cyc "$T/ovs") vs sync $(cyc "$T/syncs") cycles (gather $ag us, convert $cv us, matmul $mm us)"
+import sys
+ov, sync, ag, cv, mm = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+us = ov / 1.5e3
+assert mm > 50 and ag > 3 * mm, (ag, mm)                # a long gather, a matmul beside it
+assert abs(us - (cv + ag)) < 0.02 * (cv + ag), (us, cv, ag)  # the matmul under the gather
+assert sync > ov * (1 + 0.8 * mm / (cv + ag)), (sync, ov)    # in order: all three
+PY
+
 # An all-reduce whose only use is each device's own block becomes a reduce-scatter (XLA's
 # reduce-scatter creator), one whose slice is another device's block stays; values equal
 # the reference interpreter's run of the program as written.

@@ -396,12 +396,58 @@ static int reaches(const tpu_instr *x, const tpu_instr *target, int depth) {
   return 0;
 }
 
+/* An asynchronous collective's start: all-gather-start, collective-permute-start,
+ * all-reduce-start, or the start of the TPU compiler's async collective fusion pair. */
+static int async_start(tpu__be *be, const tpu_instr *in) {
+  const tpu__kinfo *k = tpu__be_info(be, in);
+  if (!k || k->kind != TPU__K_ICI) return 0;
+  return in->op == TPU_OP_ALL_GATHER_START || in->op == TPU_OP_COLLECTIVE_PERMUTE_START ||
+         in->op == TPU_OP_ALL_REDUCE_START || fusion_root_kind(in) == TPU_CC_ASYNC_START;
+}
+
+/* Marks in feed[] (by id) every asynchronous start of c and what only the starts read:
+ * an instruction all of whose users are marked (a start's operand slice and convert, and
+ * the loop counter arithmetic only they use), walking c->order users first. Parameters,
+ * constants and other collectives stay unmarked. */
+static void mark_feeds(tpu__be *be, const tpu_comp *c, int maxid, unsigned char *feed, int *left) {
+  int n = c->norder, *uses = left + maxid + 1; /* left: users not marked; uses: all users */
+  for (int i = 0; i <= maxid; i++) feed[i] = 0, left[i] = 0;
+  for (int i = 0; i < n; i++) {
+    const tpu_instr *in = c->order[i];
+    for (int k = 0; k < in->noperands; k++) {
+      const tpu_instr *o = in->operands[k];
+      int dup = 0;
+      for (int j = 0; j < k && !dup; j++) dup = in->operands[j] == o;
+      if (!dup && o->parent == c && o->id <= maxid) left[o->id]++;
+    }
+  }
+  if (c->root && c->root->id <= maxid) left[c->root->id]++; /* the computation's value: used */
+  for (int i = 0; i <= maxid; i++) uses[i] = left[i];
+  for (int i = n - 1; i >= 0; i--) {
+    const tpu_instr *in = c->order[i];
+    if (in->id > maxid || in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT) continue;
+    const tpu__kinfo *ki = tpu__be_info(be, in);
+    int start = async_start(be, in);
+    if (!start && (left[in->id] || !uses[in->id] || (ki && ki->kind == TPU__K_ICI))) continue;
+    feed[in->id] = 1;
+    for (int k = 0; k < in->noperands; k++) {
+      const tpu_instr *o = in->operands[k];
+      int dup = 0;
+      for (int j = 0; j < k && !dup; j++) dup = in->operands[j] == o;
+      if (!dup && o->parent == c && o->id <= maxid) left[o->id]--;
+    }
+  }
+}
+
 /* The order c's instructions are lowered in. As XLA's TPU compiler makes collectives
  * asynchronous and its latency-hiding scheduler starts them early (docs/timing.md,
  * "Collectives overlap compute"), a synchronous collective starts right after the last
  * of its operands is computed and the chip waits for it only where its result is first
- * used (lower_comp); with o->sync_collectives, program order and waits as written.
- * Returns a tpu_malloc'd array of c->norder instructions (NULL: out of memory). */
+ * used (lower_comp); an asynchronous start, with what only it reads (mark_feeds), moves
+ * up to right after the last of its other operands, as the scheduler issues the next
+ * layer's weight gather at the top of a loop body rather than where the memory-minimal
+ * post-order puts it (next to its done); with o->sync_collectives, program order and waits
+ * as written. Returns a tpu_malloc'd array of c->norder instructions (NULL: out of memory). */
 static const tpu_instr **overlap_order(tpu__be *be, const tpu_comp *c) {
   int n = c->norder;
   const tpu_instr **out = tpu_malloc(sizeof *out * (size_t)(n ? n : 1));
@@ -410,20 +456,40 @@ static const tpu_instr **overlap_order(tpu__be *be, const tpu_comp *c) {
   for (int i = 0; i < n; i++)
     if (c->order[i]->id > maxid) maxid = c->order[i]->id;
   pos = tpu_malloc(sizeof *pos * (size_t)((maxid > n ? maxid : n) + 1));
-  if (!out || !anchor || !pos) {
+  int *left = tpu_malloc(sizeof *left * (size_t)(2 * maxid + 2));
+  unsigned char *feed = tpu_malloc((size_t)maxid + 1);
+  if (!out || !anchor || !pos || !left || !feed) {
     tpu_free(out);
     tpu_free(anchor);
     tpu_free(pos);
+    tpu_free(left);
+    tpu_free(feed);
     return NULL;
   }
   for (int i = 0; i <= maxid; i++) pos[i] = -1;
   for (int i = 0; i < n; i++) pos[c->order[i]->id] = i;
   int hoist = !be->o->sync_collectives, prev = -1; /* the anchor of the last collective so far */
+  if (hoist) mark_feeds(be, c, maxid, feed, left);
+  else memset(feed, 0, (size_t)maxid + 1);
+  tpu_free(left);
   for (int i = 0; i < n; i++) {
     const tpu_instr *in = c->order[i];
     anchor[i] = i; /* lowered in place */
     const tpu__kinfo *ki = tpu__be_info(be, in);
     int coll = ki && ki->kind == TPU__K_ICI;
+    if (feed[in->id]) { /* an async start or what only starts read: after its last operand */
+      int a = -1;
+      for (int j = 0; j < in->noperands; j++) {
+        const tpu_instr *o = in->operands[j];
+        while (o->op == TPU_OP_GET_TUPLE_ELEMENT && o->noperands == 1 && (o->id > maxid || !feed[o->id]))
+          o = o->operands[0];
+        int p = o->id <= maxid && o->parent == c && o->op != TPU_OP_PARAMETER && o->op != TPU_OP_CONSTANT ? pos[o->id] : -1;
+        if (p > a) a = p;
+      }
+      anchor[i] = a < i ? a : i;
+      if (coll) prev = anchor[i] > prev ? anchor[i] : prev;
+      continue;
+    }
     if (!hoist || !sync_collective(be, in)) {
       if (coll) prev = i;
       continue;
@@ -455,6 +521,7 @@ static const tpu_instr **overlap_order(tpu__be *be, const tpu_comp *c) {
     tpu_free(stack);
     tpu_free(anchor);
     tpu_free(pos);
+    tpu_free(feed);
     tpu_free(out);
     return NULL;
   }
@@ -481,6 +548,7 @@ static const tpu_instr **overlap_order(tpu__be *be, const tpu_comp *c) {
   tpu_free(stack);
   tpu_free(anchor);
   tpu_free(pos);
+  tpu_free(feed);
   return out;
 }
 
