@@ -85,6 +85,7 @@ typedef enum {
   X(SORT_LANE_STAGE_CYCLES, sort_lane_stage_cycles, 'f', 0, "cycles", "a sort along the lanes: the wait on the permute unit of each stage of its network that exchanges within registers (absent: none)") \
   X(CONV_PACKED_CYCLES, conv_packed_cycles, 'f', 0, "cycles", "a convolution of at most 4 input features with the batch in the sublanes (its features packed in the sublanes): least time per output position's batch (16 rows) and MXU weight tile, plus one tile (absent: its MXU work alone)") \
   X(SCOPED_VMEM_BYTES, scoped_vmem_bytes, 'i', 0, "B", "VMEM per TensorCore one kernel's tile buffers may take (default: 3/4 of vmem_bytes)") \
+  X(SCAN_WINDOW_BYTES, scan_window_bytes, 'i', 0, "B", "most bytes of input and output rows one step of a short scan's window kernel streaming from HBM holds: the scan runs in blocks whose input rows carry the window's halo (absent: one pass)") \
   X(XPREFETCH_MAX_BYTES, xprefetch_max_bytes, 'i', 0, "B", "largest parameter prefetched into VMEM across steps (default: what fits)") \
   X(ICI_LINKS, ici_links, 'i', 0, "", "inter-chip links per chip")                           \
   X(ICI_BW_PER_LINK, ici_bw_per_link, 'f', 0, "B/s", "bandwidth per ICI link, one way")      \
@@ -169,6 +170,7 @@ typedef struct tpu_chip {
   double window_start_cycles;      /* 0 when absent: a pooling window kernel starts as others do (layout.c) */
   double conv_group_step_cycles;   /* 0 when absent: a grouped convolution's steps cost only their MXU work (timing.c) */
   int64_t scoped_vmem_bytes;   /* 0: 3/4 of vmem_bytes (schedule.c tpu__vmem_budget) */
+  int64_t scan_window_bytes;   /* 0: a short scan streams its input once (scan_window.c) */
   int64_t xprefetch_max_bytes; /* 0: the largest parameter that fits VMEM (vmem_assign.c) */
   int64_t ici_links;
   double ici_bw_per_link, ici_latency_s;

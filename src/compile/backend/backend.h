@@ -174,6 +174,8 @@ int tpu__scatter_fused_operand(const tpu__be *be, const tpu_instr *in);
 int tpu__vmem_source_kernel(const tpu__be *be, const tpu_instr *in);
 /* Padded bytes a kernel reads of operand j / writes of result leaf `leaf` (layout.c). */
 int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j);
+/* scan_window.c: the factors on a short scan kernel's HBM reads and writes (1 otherwise) */
+void tpu__scan_window_factors(const tpu__be *be, const tpu_instr *in, double *fin, double *fout);
 int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf);
 
 /* The HBM buffer holding leaf `leaf` of `in`'s value, following aliases; -1 if none. */

@@ -177,6 +177,8 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
   }
   int64_t T = k->tiles;
   int nin = k->nvmem - 1, seq = 0;
+  double fin, fout;
+  tpu__scan_window_factors(be, in, &fin, &fout);
   int vout = k->vmem0 + nin;
   for (int j = 0; j < in->noperands; j++) {
     int64_t r = tpu__read_bytes(be, in, j);
@@ -190,6 +192,7 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
         add_onchip(&t, TPU_ISA_DMA_IN, k, cdiv(r, T), tpu_vref_make(buf, 1, 0), 0, 0);
       continue;
     }
+    if (j == 0) r = (int64_t)ceil((double)r * fin); /* a short scan's halo (scan_window.c) */
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_IN, k->op);
     d.hbm = tpu__be_buffer_of(be, in->operands[j], 0);
     d.bytes = cdiv(r, T);
@@ -212,6 +215,7 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
   for (int l = 0; l < nl && !k->vres; l++) {
     int64_t w = tpu__write_bytes(be, in, l);
     if (!w) continue;
+    w = (int64_t)ceil((double)w * fout);
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_OUT, k->op);
     d.src[0] = out;
     d.hbm = k->hbm0 >= 0 ? k->hbm0 + l : tpu__be_buffer_of(be, in, l);

@@ -1,0 +1,61 @@
+/* A short scan's window kernel streaming from HBM (compile/backend/scan_window.c): its blocks
+ * along the scan reread the window's halo, as the XLA TPU compiler's v5p kernel does. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+#include "unit/compile/backend_util.h"
+
+/* The HBM bytes of the op named r in `src` compiled for v5p with scan_window_bytes `budget`
+ * (the preset's when negative); -1 on failure. */
+static double scan_bytes(const char *src, int64_t budget) {
+  tpu_chip c;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v5p", &c, &d) == TPU_OK);
+  if (budget >= 0) c.scan_window_bytes = budget;
+  c.xprefetch_max_bytes = 1; /* the scan reads its parameter from HBM */
+  tpu_module *m = NULL;
+  tpu_program *p = compile_src_on(src, &c, &m);
+  tpu_timeline tl;
+  double b = -1;
+  if (p && time_program(p, &c, &tl)) {
+    for (int i = 0; i < tl.nops; i++)
+      if (!strcmp(tl.ops[i].name, "r")) b = tl.ops[i].hbm_bytes;
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return b;
+}
+
+/* s32[80,128,128] scanned along axis 0 (as the tune program cummax_80x126x80_ax0_s32's
+ * kernel, its tiles whole here so that input and output hold the same bytes): the compiler's
+ * v5p kernel takes 4 blocks of 20 rows and the window in halves of 40, each step reading 59
+ * input rows of 16 sublane tiles (scan_window.py: output window [20,16,1], input [59,16,1],
+ * iterations 4 x 2); s32[33,160,256] (as cummin_158x129x33_ax2_s32's) takes 2 blocks of 17
+ * rows reading 49 each ([17,20,1], [49,20,1]). A block choice or halo changed fails. */
+static void scan_blocks(void) {
+  const char *fmt = "HloModule s\nmx {\n a = s32[] parameter(0)\n b = s32[] parameter(1)\n ROOT s = s32[] maximum(a, b)\n}\n"
+                    "ENTRY e {\n x = s32[%s]{2,1,0} parameter(0)\n z = s32[] constant(-2147483648)\n"
+                    " ROOT r = s32[%s]{2,1,0} reduce-window(x, z), window={size=%s pad=%s}, to_apply=mx\n}\n";
+  struct { const char *shape, *size, *pad; double in, fin, fout; } cases[] = {
+      {"80,128,128", "80x1x1", "79_0x0_0x0_0", 80.0 * 128 * 128 * 4, 4 * 2 * 59 / 80.0, 4 * 2 * 20 / 80.0},
+      {"33,160,256", "33x1x1", "32_0x0_0x0_0", 33.0 * 160 * 256 * 4, 2 * 49 / 33.0, 2 * 17 / 33.0},
+  };
+  for (int i = 0; i < 2; i++) {
+    char src[700];
+    snprintf(src, sizeof src, fmt, cases[i].shape, cases[i].shape, cases[i].size, cases[i].pad);
+    double with = scan_bytes(src, -1), without = scan_bytes(src, 0);
+    double want = cases[i].in * (cases[i].fin + cases[i].fout), once = 2 * cases[i].in;
+    printf("v5p scan of s32[%s] along axis 0: %.0f HBM bytes (blocks with halo: %.0f), %.0f without the rule (%.0f)\n",
+           cases[i].shape, with, want, without, once);
+    CHECK(fabs(with / want - 1) < 0.01);
+    CHECK(fabs(without / once - 1) < 0.01);
+  }
+}
+
+int main(void) {
+  scan_blocks();
+  CHECK_DONE();
+}
