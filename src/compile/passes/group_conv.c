@@ -139,15 +139,16 @@ static tpu_status group_form(tpu_builder *b, tpu_comp *fc, tpu_instr *cv) {
   TPU_TRY(tpu_build_set_attr(b, c5, "feature_group_count", "1"));
   /* the window: the old dimensions, then the group's */
   char wb[64 * (TPU_MAX_RANK + 1) + 64];
-  static const char *const keys[] = {"size", "stride", "pad", "lhs_dilate", "rhs_dilate"};
+  static const char *const keys[] = {"size", "stride", "pad", "lhs_dilate", "rhs_dilate", "rhs_reversal"};
   size_t a = (size_t)snprintf(wb, sizeof wb, "{");
-  for (int f = 0; f < 5 && a < sizeof wb; f++) {
+  for (int f = 0; f < 6 && a < sizeof wb; f++) {
     a += (size_t)snprintf(wb + a, sizeof wb - a, "%s%s=", f ? " " : "", keys[f]);
     for (int i = 0; i <= n && a < sizeof wb; i++) {
       const tpu_window_dim *d = i < n && i < cv->nwindow ? &cv->window[i] : NULL;
       const char *sep = i ? "x" : "";
       long long v = f == 0 ? (d ? d->size : g) : f == 1 ? (d ? d->stride : g - 1) : f == 3 ? (d ? d->base_dilation : g)
-                                                                                  : f == 4 ? (d ? d->window_dilation : 1) : 0;
+                                                                                  : f == 4 ? (d ? d->window_dilation : 1)
+                                                                                  : (d && d->reversal ? 1 : 0);
       if (f == 2) a += (size_t)snprintf(wb + a, sizeof wb - a, "%s%lld_%lld", sep, d ? (long long)d->pad_lo : 0LL,
                                         d ? (long long)d->pad_hi : 0LL);
       else a += (size_t)snprintf(wb + a, sizeof wb - a, "%s%lld", sep, v);

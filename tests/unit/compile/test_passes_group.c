@@ -172,12 +172,35 @@ static void test_group_split_reduce(void) {
   tpu_module_free(m);
 }
 
+/* The 5-D form keeps the window's other attributes (a reversed, dilated filter). */
+static void test_group_form_window(void) {
+  const char *src =
+      "HloModule m\nENTRY e {\n x = f32[4,12,12,16] parameter(0)\n w = f32[3,3,8,32] parameter(1)\n"
+      " ROOT c = f32[4,12,12,32] convolution(x, w), window={size=3x3 pad=2_2x2_2 rhs_dilate=2x2 rhs_reversal=1x0},"
+      " dim_labels=b01f_01io->b01f, feature_group_count=2\n}\n";
+  tpu_module *m = compile_src(src);
+  if (!m) return;
+  const tpu_instr *c5 = NULL;
+  for (int j = 0; j < m->entry->ninstrs; j++) {
+    const tpu_instr *in = m->entry->instrs[j];
+    for (int k = 0; in->op == TPU_OP_FUSION && k < in->calls->ninstrs; k++)
+      if (in->calls->instrs[k]->op == TPU_OP_CONVOLUTION) c5 = in->calls->instrs[k];
+  }
+  CHECK(c5 && c5->nwindow == 3);
+  if (c5 && c5->nwindow == 3)
+    CHECK(c5->window[0].reversal && !c5->window[1].reversal && c5->window[0].window_dilation == 2 &&
+          c5->window[1].pad_lo == 2 && c5->window[2].size == 2 && c5->window[2].base_dilation == 2);
+  same_values(src, m);
+  tpu_module_free(m);
+}
+
 int main(void) {
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_group_split();
   test_group_split_batch_lanes();
   test_group_split_reduce();
+  test_group_form_window();
   test_no_group_split();
   CHECK_DONE();
 }
