@@ -210,13 +210,14 @@ int tpu_instr_moves_and_converts(const tpu_instr *in);
 /* A transpose whose result's minor dimension is not its operand's: a copy into another
  * layout, not a renaming of the elements in place. */
 int tpu_instr_moves_minor(const tpu_instr *in);
-/* A float dot that the XLA TPU compiler runs on the vector unit as multiply + reduce: one
- * operand is a vector (its dimensions all batch, contracting or of size 1), and it has no
- * batch dimension or one of size 1 (a batch of such products runs on the MXU). Returns 1 and
- * which operand is the matrix (0 lhs, 1 rhs; the larger when both are vectors) when it is,
- * and its contracting dimensions are listed in ascending order (so a reduce sums in the
+/* A float or all-integer dot that the XLA TPU compiler runs on the vector unit as multiply +
+ * reduce: one operand is a vector (its dimensions all batch, contracting or of size 1), and it
+ * has no batch dimension or one of size 1 (a batch of such products runs on the MXU). Returns
+ * 1 and which operand is the matrix (0 lhs, 1 rhs; the larger when both are vectors) when it
+ * is, and its contracting dimensions are listed in ascending order (so a reduce sums in the
  * dot's order); 0 otherwise. compile/passes/dot_reduce.c rewrites these; the chip executor
- * computes them at f32, not as MXU passes. */
+ * computes them with the reference kernel (f32 sums; an integer dot's exact and wrapped), not
+ * as MXU passes. */
 int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix);
 /* Whether one operand of the dot is a vector (the shape test of tpu_dot_on_vector_unit,
  * without its batch rule): *matrix as there. */

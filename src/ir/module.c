@@ -81,7 +81,12 @@ int tpu_dot_vector_shaped(const tpu_instr *dot, int *matrix) {
   if (dot->op != TPU_OP_DOT || dot->noperands != 2) return 0;
   const tpu_instr *lhs = dot->operands[0], *rhs = dot->operands[1];
   const tpu_dot_dims *dn = &dot->dot;
-  if (!dot_float(lhs->shape.dtype) || !dot_float(rhs->shape.dtype) || !dot_float(dot->shape.dtype)) return 0;
+  /* float operands and result, or all integer: the compiler's s8 x s8 -> s32 matrix-vector
+   * products are multiply_reduce kLoop fusions in s32 (gemm_int8_4096x3000x1, _1000x1000x1,
+   * _1x7x33 on v4, v5e, v5p and v6e) */
+  int fl = dot_float(lhs->shape.dtype) && dot_float(rhs->shape.dtype) && dot_float(dot->shape.dtype);
+  int in = tpu_dtype_is_int(lhs->shape.dtype) && tpu_dtype_is_int(rhs->shape.dtype) && tpu_dtype_is_int(dot->shape.dtype);
+  if (!fl && !in) return 0;
   int64_t lf = dot_free_elems(lhs, &dn->lhs_batch, &dn->lhs_contract);
   int64_t rf = dot_free_elems(rhs, &dn->rhs_batch, &dn->rhs_contract);
   if (lf != 1 && rf != 1) return 0;

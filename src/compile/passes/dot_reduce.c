@@ -8,7 +8,12 @@
  * Values are unchanged: both operands are widened to f32 (bf16 and f16 products are exact
  * there, as in the reference dot), multiplied, summed from 0 in the order the dot sums
  * (row-major over the contracting dimensions, which must be listed in ascending order in
- * the matrix operand), and the sum is rounded once to the dot's type. */
+ * the matrix operand), and the sum is rounded once to the dot's type. An integer dot (integer
+ * operands and result) multiplies and sums in its result's type instead, as the compiler's
+ * int8 matrix-vector products do (s8[4096,3000] x s8[3000,1] -> s32: a convert to s32, an s32
+ * multiply and an s32 add reduce in one multiply_reduce kLoop fusion on v4, v5e, v5p and
+ * v6e); products and sums wrapped at the result's width are the reference's 64-bit sum
+ * wrapped once, where f32 loses digits past 2^24. */
 #include <stdio.h>
 #include <string.h>
 
@@ -20,12 +25,12 @@
 typedef struct {
   tpu_builder *b;
   const tpu_chip *chip; /* NULL: no chip's rules */
-  tpu_comp *add;        /* f32 (a, b) -> a + b, made on first use */
+  tpu_comp *add[TPU_DTYPE_COUNT]; /* (a, b) -> a + b per type, made on first use */
 } dr;
 
-static tpu_status adder(dr *r, tpu_comp **out) {
-  if (!r->add) TPU_TRY(tpu_build_scalar_comp(r->b, "dot.add", TPU_OP_ADD, TPU_F32, r->b->m->entry, &r->add));
-  *out = r->add;
+static tpu_status adder(dr *r, tpu_dtype t, tpu_comp **out) {
+  if (!r->add[t]) TPU_TRY(tpu_build_scalar_comp(r->b, "dot.add", TPU_OP_ADD, t, r->b->m->entry, &r->add[t]));
+  *out = r->add[t];
   return TPU_OK;
 }
 
@@ -37,12 +42,20 @@ static tpu_status emit(dr *r, tpu_instr *dot, tpu_opcode op, const char *hint, c
   return dims ? tpu_build_set_attr(r->b, *out, "dimensions", dims) : TPU_OK;
 }
 
+/* The type the products are formed and summed in: an integer dot's result type, else f32. */
+static tpu_dtype acc_type(const tpu_instr *dot) {
+  int ints = tpu_dtype_is_int(dot->shape.dtype);
+  for (int k = 0; k < dot->noperands; k++) ints &= tpu_dtype_is_int(dot->operands[k]->shape.dtype);
+  return ints ? dot->shape.dtype : TPU_F32;
+}
+
 static tpu_status widen(dr *r, tpu_instr *dot, tpu_instr *x, tpu_instr **out) {
-  if (x->shape.dtype == TPU_F32) {
+  tpu_dtype t = acc_type(dot);
+  if (x->shape.dtype == t) {
     *out = x;
     return TPU_OK;
   }
-  tpu_shape s = tpu_build_shape(TPU_F32, x->shape.rank, x->shape.dims);
+  tpu_shape s = tpu_build_shape(t, x->shape.rank, x->shape.dims);
   return emit(r, dot, TPU_OP_CONVERT, "dot.widen", &s, &x, 1, NULL, out);
 }
 
@@ -191,14 +204,15 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
     TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.vector", &s, &v, 1, tpu_dims_text(buf, sizeof buf, pd, vk), &v));
   }
   TPU_TRY(widen(r, dot, v, &v));
-  tpu_shape ms = tpu_build_shape(TPU_F32, M->shape.rank, M->shape.dims);
+  tpu_dtype acc = acc_type(dot);
+  tpu_shape ms = tpu_build_shape(acc, M->shape.rank, M->shape.dims);
   tpu_instr *mf, *vbc, *prod, *zero, *sum;
   TPU_TRY(emit(r, dot, TPU_OP_BROADCAST, "dot.vector", &ms, &v, 1, tpu_dims_text(buf, sizeof buf, bdims, vk), &vbc));
   TPU_TRY(widen(r, dot, M, &mf));
   tpu_instr *pair[2] = {m_is_lhs ? mf : vbc, m_is_lhs ? vbc : mf};
   TPU_TRY(emit(r, dot, TPU_OP_MULTIPLY, "dot.product", &ms, pair, 2, NULL, &prod));
   tpu_tensor z;
-  TPU_TRY(tpu_tensor_alloc(&z, TPU_F32, 0, NULL, r->b->d)); /* 0.0f */
+  TPU_TRY(tpu_tensor_alloc(&z, acc, 0, NULL, r->b->d)); /* 0 */
   TPU_TRY(tpu_build_constant(r->b, dot->parent, "dot.zero", &z, NULL, &zero));
   /* the sum keeps M's batch and free dimensions in M's order */
   int64_t kept[TPU_MAX_RANK], kdims[TPU_MAX_RANK];
@@ -208,7 +222,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
       kept[nk] = d;
       kdims[nk++] = M->shape.dims[d];
     }
-  tpu_shape ss = tpu_build_shape(TPU_F32, nk, kdims);
+  tpu_shape ss = tpu_build_shape(acc, nk, kdims);
   if (tpu_shape_numel(&ss) == tpu_shape_numel(&ms)) {
     /* Every contracting dimension of size 1: one product per result, no sum (XLA's algebraic
      * simplifier makes a reduce that keeps every element a reshape; the compiler's
@@ -221,7 +235,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
     TPU_TRY(emit(r, dot, TPU_OP_ADD, "dot.sum", &ss, two, 2, NULL, &sum));
   } else {
     tpu_comp *add;
-    TPU_TRY(adder(r, &add));
+    TPU_TRY(adder(r, acc, &add));
     tpu_instr *red_ops[2] = {prod, zero};
     TPU_TRY(emit(r, dot, TPU_OP_REDUCE, "dot.sum", &ss, red_ops, 2, tpu_dims_text(buf, sizeof buf, mc->v, mc->n), &sum));
     TPU_TRY(tpu_build_set_attr(r->b, sum, "to_apply", add->name));
@@ -241,7 +255,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
     moved |= at != i;
   }
   tpu_instr *x = sum;
-  if (dot->shape.dtype != TPU_F32 && (moved || no != dot->shape.rank)) {
+  if (dot->shape.dtype != acc && (moved || no != dot->shape.rank)) {
     tpu_shape s = tpu_build_shape(dot->shape.dtype, nk, kdims);
     TPU_TRY(emit(r, dot, TPU_OP_CONVERT, "dot.result", &s, &x, 1, NULL, &x));
   }
@@ -261,7 +275,7 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
 }
 
 tpu_status tpu__dot_strength_reduce(tpu_builder *b, tpu_module *m, const tpu_chip *chip, int *changed) {
-  dr r = {b, chip, NULL};
+  dr r = {b, chip, {NULL}};
   /* The computations as they stand (the adder is inserted among them); fused computations
    * keep what they hold: a fusion made by the TPU compiler is its choice. */
   int nc = m->ncomps;
