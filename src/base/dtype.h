@@ -4,9 +4,10 @@
 
 #include <stddef.h>
 
-/* X(ENUM, hlo name, byte size, npy descr, kind) — kind: 'b' pred, 's' signed int,
+/* X(ENUM, hlo name, byte size (in tpusim's memory: s4/u4 hold one element per byte), npy descr, kind) — kind: 'b' pred, 's' signed int,
  * 'u' unsigned int, 'f' float, 'c' complex (two floats: real then imaginary part),
- * 't' tuple, 'k' token. ORDER DTYPE. */
+ * 't' tuple, 'k' token. NumPy has no 4-bit integer: s4/u4 are written as int8/uint8 .npy
+ * (one value per byte) and read from them when every value is in range. ORDER DTYPE. */
 #define TPU_DTYPE_LIST(X)            \
   X(TPU_PRED, "pred", 1, "|b1", 'b') \
   X(TPU_S8, "s8", 1, "|i1", 's')     \
@@ -25,6 +26,8 @@
   X(TPU_C128, "c128", 16, "<c16", 'c') \
   X(TPU_F8E5M2, "f8e5m2", 1, "", 'f') \
   X(TPU_F8E4M3FN, "f8e4m3fn", 1, "", 'f') \
+  X(TPU_S4, "s4", 1, "|i1", 's')     \
+  X(TPU_U4, "u4", 1, "|u1", 'u')     \
   X(TPU_TUPLE, "tuple", 0, "", 't')  \
   X(TPU_TOKEN, "token", 0, "", 'k')
 
@@ -59,6 +62,11 @@ static inline tpu_dtype tpu_dtype_complex_of(tpu_dtype t) {
 }
 /* The float8 formats (one byte; tpu_f8 in base/bf16.h). */
 static inline int tpu_dtype_is_f8(tpu_dtype t) { return t == TPU_F8E5M2 || t == TPU_F8E4M3FN; }
+/* The 4-bit integers (s4 -8..7, u4 0..15): one element per byte in tpusim's memory, two per
+ * byte on the TPU (XLA's layouts give them element_size_in_bits 4). */
+static inline int tpu_dtype_is_int4(tpu_dtype t) { return t == TPU_S4 || t == TPU_U4; }
+/* Bits of one element as the hardware stores it (4 for s4/u4; 8 x the byte size otherwise). */
+static inline int tpu_dtype_bits(tpu_dtype t) { return tpu_dtype_is_int4(t) ? 4 : (int)tpu_dtype_size(t) * 8; }
 static inline int tpu_dtype_is_array(tpu_dtype t) { return t != TPU_TUPLE && t != TPU_TOKEN; }
 
 #endif

@@ -243,11 +243,11 @@ double tpu_tensor_get_f64(const tpu_tensor *t, int64_t i) { return tpu_load_f64(
 double tpu_load_f64(tpu_dtype dtype, const void *p, int64_t i) {
   switch (dtype) {
     case TPU_PRED: return ((const uint8_t *)p)[i] ? 1.0 : 0.0;
-    case TPU_S8: return ((const int8_t *)p)[i];
+    case TPU_S8: case TPU_S4: return ((const int8_t *)p)[i];
     case TPU_S16: return ((const int16_t *)p)[i];
     case TPU_S32: return ((const int32_t *)p)[i];
     case TPU_S64: return (double)((const int64_t *)p)[i];
-    case TPU_U8: return ((const uint8_t *)p)[i];
+    case TPU_U8: case TPU_U4: return ((const uint8_t *)p)[i];
     case TPU_U16: return ((const uint16_t *)p)[i];
     case TPU_U32: return ((const uint32_t *)p)[i];
     case TPU_U64: return (double)((const uint64_t *)p)[i];
@@ -267,11 +267,11 @@ int64_t tpu_tensor_get_i64(const tpu_tensor *t, int64_t i) {
   const void *p = t->data;
   switch (t->dtype) {
     case TPU_PRED: return ((const uint8_t *)p)[i] ? 1 : 0;
-    case TPU_S8: return ((const int8_t *)p)[i];
+    case TPU_S8: case TPU_S4: return ((const int8_t *)p)[i];
     case TPU_S16: return ((const int16_t *)p)[i];
     case TPU_S32: return ((const int32_t *)p)[i];
     case TPU_S64: return ((const int64_t *)p)[i];
-    case TPU_U8: return ((const uint8_t *)p)[i];
+    case TPU_U8: case TPU_U4: return ((const uint8_t *)p)[i];
     case TPU_U16: return ((const uint16_t *)p)[i];
     case TPU_U32: return ((const uint32_t *)p)[i];
     case TPU_U64: return (int64_t)((const uint64_t *)p)[i];
@@ -299,6 +299,8 @@ void tpu_tensor_set_i64(tpu_tensor *t, int64_t i, int64_t v) {
   switch (t->dtype) {
     case TPU_PRED: ((uint8_t *)p)[i] = v != 0; break;
     case TPU_S8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case TPU_S4: ((int8_t *)p)[i] = (int8_t)(((v & 15) ^ 8) - 8); break; /* wraps as XLA's s4 */
+    case TPU_U4: ((uint8_t *)p)[i] = (uint8_t)(v & 15); break;
     case TPU_S16: ((int16_t *)p)[i] = (int16_t)v; break;
     case TPU_S32: ((int32_t *)p)[i] = (int32_t)v; break;
     case TPU_S64: ((int64_t *)p)[i] = v; break;

@@ -19,7 +19,8 @@ static int is_mxu_float(tpu_dtype t) { return t == TPU_BF16 || t == TPU_F16 || t
 
 tpu_exec_path tpu_chip_exec_path(tpu_dtype lhs, tpu_dtype rhs, tpu_dtype result) {
   if (lhs == TPU_S8 && rhs == TPU_S8) {
-    int narrow_int = tpu_dtype_is_int(result) && result != TPU_PRED && tpu_dtype_size(result) <= 4;
+    int narrow_int = tpu_dtype_is_int(result) && result != TPU_PRED && !tpu_dtype_is_int4(result) &&
+                     tpu_dtype_size(result) <= 4; /* an s4/u4 result wraps on the reference path */
     return narrow_int ? TPU_EXEC_S8 : TPU_EXEC_REF;
   }
   if (!is_mxu_float(lhs) || !is_mxu_float(rhs) || !is_mxu_float(result)) return TPU_EXEC_REF;

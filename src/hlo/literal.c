@@ -168,7 +168,7 @@ static tpu_status set_int(lit_parser *p, const char *t, size_t len, tpu_loc at) 
   }
   char *end;
   errno = 0;
-  int bits = (int)tpu_dtype_size(dt) * 8;
+  int bits = tpu_dtype_bits(dt); /* s4 -8..7, u4 0..15 */
   if (tpu_dtype_is_signed(dt)) {
     long long v = strtoll(buf, &end, 10);
     if (*end || end == buf) return TPU_FAIL(p->d, TPU_ERR_PARSE, at, "bad integer '%s'", buf);

@@ -65,7 +65,7 @@ tpu_status tpu_layout_read(const tpu_shape *s, tpu_loc loc, tpu_layout *out, tpu
       char c = *p++;
       int64_t v;
       if (read_tuple(&p, &v, 1, 0) != 1) return bad_tail(s, loc, "cannot read its memory space or element size", d);
-      if (c == 'E' && v != (int64_t)tpu_dtype_size(s->dtype) * 8)
+      if (c == 'E' && v != (int64_t)tpu_dtype_bits(s->dtype))
         return bad_tail(s, loc, "an element size other than the type's is not modelled", d);
     } else {
       return bad_tail(s, loc, "this layout item is not modelled", d);
@@ -134,14 +134,15 @@ int tpu_layout_is_row_major(const tpu_shape *s, const tpu_layout *l) {
 
 int64_t tpu_shape_physical_bytes(const tpu_shape *s) {
   if (!tpu_dtype_is_array(s->dtype)) return 0;
-  int64_t logical = tpu_shape_numel(s) * (int64_t)tpu_dtype_size(s->dtype);
+  const int64_t bits = tpu_dtype_bits(s->dtype); /* s4/u4 pack two per byte on the TPU */
+  int64_t logical = (tpu_shape_numel(s) * bits + 7) / 8;
   tpu_layout l;
   tpu_diag d;
   if (!s->has_layout || tpu_layout_read(s, tpu_noloc(), &l, &d) != TPU_OK) return logical;
   int64_t pd[TPU__LAYOUT_DIMS], n = 1;
   int pm = phys_dims(s, &l, pd);
   for (int j = 0; j < pm; j++) n *= pd[j];
-  return n * (int64_t)tpu_dtype_size(s->dtype);
+  return (n * bits + 7) / 8;
 }
 
 void tpu_layout_offsets(const tpu_shape *s, const tpu_layout *l, int64_t *off, int64_t *phys) {

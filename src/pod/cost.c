@@ -234,7 +234,7 @@ static double leaves_bytes(const tpu_shape *s) {
     return b;
   }
   if (!tpu_dtype_is_array(s->dtype)) return 0;
-  return (double)tpu_shape_numel(s) * (double)tpu_dtype_size(s->dtype);
+  return (double)tpu_shape_numel(s) * tpu_dtype_bits(s->dtype) / 8; /* s4/u4: two per byte */
 }
 
 static double operands_bytes(const tpu_instr *in) {

@@ -44,11 +44,11 @@ static float load_f32(tpu_dtype t, const void *p, int64_t i) {
 static uint64_t load_u64(tpu_dtype t, const void *p, int64_t i) {
   switch (t) {
     case TPU_PRED: return ((const uint8_t *)p)[i] != 0;
-    case TPU_S8: return (uint64_t)(int64_t)((const int8_t *)p)[i];
+    case TPU_S8: case TPU_S4: return (uint64_t)(int64_t)((const int8_t *)p)[i];
     case TPU_S16: return (uint64_t)(int64_t)((const int16_t *)p)[i];
     case TPU_S32: return (uint64_t)(int64_t)((const int32_t *)p)[i];
     case TPU_S64: return (uint64_t)((const int64_t *)p)[i];
-    case TPU_U8: return ((const uint8_t *)p)[i];
+    case TPU_U8: case TPU_U4: return ((const uint8_t *)p)[i];
     case TPU_U16: return ((const uint16_t *)p)[i];
     case TPU_U32: return ((const uint32_t *)p)[i];
     case TPU_U64: return ((const uint64_t *)p)[i];
@@ -64,6 +64,8 @@ static void store_int_from_f64(tpu_dtype t, void *p, int64_t i, double v) {
   }
   double lo, hi;
   switch (t) {
+    case TPU_S4: lo = -8.0, hi = 7.0; break;
+    case TPU_U4: lo = 0, hi = 15.0; break;
     case TPU_S8: lo = -128.0, hi = 127.0; break;
     case TPU_S16: lo = -32768.0, hi = 32767.0; break;
     case TPU_S32: lo = -2147483648.0, hi = 2147483647.0; break;
@@ -77,6 +79,8 @@ static void store_int_from_f64(tpu_dtype t, void *p, int64_t i, double v) {
   int at_hi = v >= hi; /* hi may round up past the type's maximum (s64, u64) */
   if (v < lo) v = lo;
   switch (t) {
+    case TPU_S4: ((int8_t *)p)[i] = at_hi ? 7 : (int8_t)v; break;
+    case TPU_U4: ((uint8_t *)p)[i] = at_hi ? 15 : (uint8_t)v; break;
     case TPU_S8: ((int8_t *)p)[i] = at_hi ? INT8_MAX : (int8_t)v; break;
     case TPU_S16: ((int16_t *)p)[i] = at_hi ? INT16_MAX : (int16_t)v; break;
     case TPU_S32: ((int32_t *)p)[i] = at_hi ? INT32_MAX : (int32_t)v; break;
@@ -98,6 +102,8 @@ static void store_acc(acc_kind k, const void *acc, tpu_tensor *o, int64_t i) {
       case TPU_PRED: ((uint8_t *)p)[i] = v != 0; break;
       case TPU_S8:
       case TPU_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+      case TPU_S4: ((int8_t *)p)[i] = (int8_t)(((v & 15) ^ 8) - 8); break;
+      case TPU_U4: ((uint8_t *)p)[i] = (uint8_t)(v & 15); break;
       case TPU_S16:
       case TPU_U16: {
         uint16_t u = (uint16_t)v;

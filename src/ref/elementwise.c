@@ -38,11 +38,11 @@ void tpu__ew_load_f64(const void *p, int64_t i0, int64_t step, int n, double *o)
 void tpu__ew_load_int(const void *p, tpu_dtype t, int64_t i0, int64_t step, int n, int64_t *o) {
   switch (t) {
     case TPU_PRED: LOAD_LOOP(int64_t, uint8_t, AS_PRED); break;
-    case TPU_S8: LOAD_LOOP(int64_t, int8_t, AS_I64); break;
+    case TPU_S8: case TPU_S4: LOAD_LOOP(int64_t, int8_t, AS_I64); break;
     case TPU_S16: LOAD_LOOP(int64_t, int16_t, AS_I64); break;
     case TPU_S32: LOAD_LOOP(int64_t, int32_t, AS_I64); break;
     case TPU_S64: LOAD_LOOP(int64_t, int64_t, AS_I64); break;
-    case TPU_U8: LOAD_LOOP(int64_t, uint8_t, AS_I64); break;
+    case TPU_U8: case TPU_U4: LOAD_LOOP(int64_t, uint8_t, AS_I64); break;
     case TPU_U16: LOAD_LOOP(int64_t, uint16_t, AS_I64); break;
     case TPU_U32: LOAD_LOOP(int64_t, uint32_t, AS_I64); break;
     case TPU_U64: LOAD_LOOP(int64_t, uint64_t, tpu__ew_s64); break;
@@ -83,6 +83,12 @@ void tpu__ew_store_int(void *p, tpu_dtype t, int64_t i0, int n, const int64_t *v
       for (int k = 0; k < n; k++) ((uint8_t *)p)[i0 + k] = v[k] != 0;
       break;
     case TPU_S8: STORE_INT(int8_t, uint8_t);
+    case TPU_S4: /* one element per byte, wrapped to 4 bits and sign-extended (XLA wraps s4/u4) */
+      for (int k = 0; k < n; k++) ((int8_t *)p)[i0 + k] = (int8_t)(((tpu__ew_u64(v[k]) & 15) ^ 8) - 8);
+      break;
+    case TPU_U4:
+      for (int k = 0; k < n; k++) ((uint8_t *)p)[i0 + k] = (uint8_t)(tpu__ew_u64(v[k]) & 15);
+      break;
     case TPU_S16: STORE_INT(int16_t, uint16_t);
     case TPU_S32: STORE_INT(int32_t, uint32_t);
     case TPU_S64: STORE_INT(int64_t, uint64_t);
@@ -191,7 +197,7 @@ DEFINE_FLOAT_KERNELS(double, f64, tpu__ew_flush64)
 
 /* ---- Integer kernels: two's complement on int64 holding canonical values ---- */
 
-static int int_bits(tpu_dtype t) { return t == TPU_PRED ? 1 : (int)tpu_dtype_size(t) * 8; }
+static int int_bits(tpu_dtype t) { return t == TPU_PRED ? 1 : tpu_dtype_bits(t); }
 static uint64_t width_mask(int w) { return w >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << w) - 1); }
 
 /* Sign-extends the low w bits of v. */

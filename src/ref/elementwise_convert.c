@@ -12,7 +12,7 @@ typedef union {
  * NaN -> 0. Returns the canonical int64 (u64 as its bits). */
 static int64_t sat_to_int(double v, tpu_dtype t) {
   if (v != v) return 0;
-  const int w = (int)tpu_dtype_size(t) * 8;
+  const int w = tpu_dtype_bits(t); /* 4 for s4/u4: they saturate at -8..7 and 0..15 */
   if (tpu_dtype_is_signed(t)) {
     const double lim = ldexp(1.0, w - 1);
     if (v >= lim) return tpu__ew_s64((((uint64_t)1) << (w - 1)) - 1);

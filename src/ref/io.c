@@ -55,6 +55,18 @@ tpu_status tpu_ref_accept_input(tpu_tensor *t, int idx, const tpu_shape *s, tpu_
       }
       tpu_tensor_free(t);
       *t = r;
+    } else if ((s->dtype == TPU_S4 && t->dtype == TPU_S8) || (s->dtype == TPU_U4 && t->dtype == TPU_U8)) {
+      /* NumPy has no 4-bit integer: an int8/uint8 array stands for it, each value in range */
+      const int64_t n = tpu_tensor_numel(t), lo = s->dtype == TPU_S4 ? -8 : 0, hi = lo + 15;
+      for (int64_t i = 0; i < n; i++) {
+        int64_t v = tpu_tensor_get_i64(t, i);
+        if (v < lo || v > hi) {
+          tpu_tensor_free(t);
+          return TPU_FAIL(d, TPU_ERR_ARG, loc, "input %d: element %lld is %lld, out of range for parameter %d's %s",
+                          idx, (long long)i, (long long)v, idx, tpu_dtype_name(s->dtype));
+        }
+      }
+      t->dtype = s->dtype;
     } else {
       why = "element type";
     }

@@ -124,11 +124,11 @@ tpu_status tpu__ref_sort(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *
 static uint64_t order_key(tpu_dtype t, const void *p) {
   switch (t) {
     case TPU_PRED: return *(const uint8_t *)p != 0;
-    case TPU_S8: return (uint64_t)(int64_t)*(const int8_t *)p ^ UINT64_C(0x8000000000000000);
+    case TPU_S8: case TPU_S4: return (uint64_t)(int64_t)*(const int8_t *)p ^ UINT64_C(0x8000000000000000);
     case TPU_S16: return (uint64_t)(int64_t)*(const int16_t *)p ^ UINT64_C(0x8000000000000000);
     case TPU_S32: return (uint64_t)(int64_t)*(const int32_t *)p ^ UINT64_C(0x8000000000000000);
     case TPU_S64: return (uint64_t)*(const int64_t *)p ^ UINT64_C(0x8000000000000000);
-    case TPU_U8: return *(const uint8_t *)p;
+    case TPU_U8: case TPU_U4: return *(const uint8_t *)p;
     case TPU_U16: return *(const uint16_t *)p;
     case TPU_U32: return *(const uint32_t *)p;
     case TPU_U64: return *(const uint64_t *)p;

@@ -747,6 +747,24 @@ def _(r):
     return f, (x, r.normal(8, 40, scale=4.0), r.normal(40, 16, scale=4.0))
 
 
+@case("convert_int4", "f32 -> s4 / u4 and back (truncate toward zero, saturate at -8..7 / "
+      "0..15, NaN -> 0), s32 -> s4 / u4 (wraps to 4 bits), s4 and u4 adds that wrap, and an "
+      "int4-weight matmul (s4 weights converted to bf16, f32 accumulation)")
+def _(r):
+    S4, U4 = jnp.int4, jnp.uint4
+
+    def f(x, i, a, w):
+        wq = jnp.round(w * 2.0).astype(S4)
+        return (x.astype(S4).astype(jnp.float32), x.astype(U4).astype(jnp.float32),
+                i.astype(S4).astype(jnp.int32), i.astype(U4).astype(jnp.int32),
+                (i.astype(S4) + S4(7)).astype(jnp.int32), (i.astype(U4) * U4(3)).astype(jnp.int32),
+                jnp.dot(a.astype(BF16), wq.astype(BF16), preferred_element_type=jnp.float32) * 0.5)
+    x = np.array([np.nan, -100.0, -9.0, -8.7, -8.0, -1.5, -0.5, 0.5, 7.0, 7.9, 8.0, 15.5, 16.0,
+                  20.0, np.inf, -np.inf], np.float32)
+    i = np.array([-9, -8, -1, 0, 7, 8, 15, 16, 17, 100, -100, 2**31 - 1], np.int32)
+    return f, (x, i, r.normal(8, 64), r.normal(64, 16, scale=3.0))
+
+
 # ------------------------------------------------------------------- data movement
 
 @case("pad", "lax.pad with negative low/high and interior padding, and jnp.pad "

@@ -16,7 +16,7 @@ int64_t tpu__plain_bytes(const tpu_shape *s) {
     return n;
   }
   if (!tpu_dtype_is_array(s->dtype)) return 0;
-  return tpu_shape_numel(s) * (int64_t)tpu_dtype_size(s->dtype);
+  return (tpu_shape_numel(s) * tpu_dtype_bits(s->dtype) + 7) / 8; /* s4/u4: two per byte */
 }
 
 /* Rows of the memory tile: the XLA TPU compiler tiles every type (8 x 128), narrower
@@ -24,16 +24,18 @@ int64_t tpu__plain_bytes(const tpu_shape *s) {
  * an array of fewer rows takes the smallest power-of-two tile that holds them, at least
  * one 32-bit word of rows (f32[2,2048] T(2,128), f32[1,8192] T(1,128), bf16[1,4096]
  * T(2,128), bf16[7,7,3,64] T(4,128) in its compiled programs). */
-static int64_t tile_rows(const tpu_chip *chip, int64_t esize, int64_t rows) {
+static int64_t tile_rows(const tpu_chip *chip, int64_t bits, int64_t rows) {
   int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
-  int64_t t = esize < 4 ? 4 / esize : 1;
+  int64_t t = bits < 32 ? 32 / bits : 1;
   while (t < sub && t < rows) t *= 2;
   return t;
 }
 
-static int64_t tiled_bytes(const tpu_chip *chip, int64_t esize, int64_t major, int64_t second, int64_t minor) {
+/* `bits` per element: s4/u4 pack two per byte (libtpu lays out s4[4096,4096] as
+ * T(64,128)(8,1)E(4), 8 MiB of argument bytes in its memory_analysis on v5e). */
+static int64_t tiled_bytes(const tpu_chip *chip, int64_t bits, int64_t major, int64_t second, int64_t minor) {
   int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
-  return major * round_up(second, tile_rows(chip, esize, second)) * round_up(minor, lanes) * esize;
+  return major * round_up(second, tile_rows(chip, bits, second)) * round_up(minor, lanes) * bits / 8;
 }
 
 int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
@@ -43,7 +45,7 @@ int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
     return n;
   }
   if (!tpu_dtype_is_array(s->dtype)) return 0;
-  int64_t es = (int64_t)tpu_dtype_size(s->dtype);
+  int64_t bits = tpu_dtype_bits(s->dtype); /* s4/u4: two per byte */
   int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
   if (s->rank <= 1) {
     /* A vector is laid out as consecutive elements in whole lanes: XLA's TPU layout for
@@ -52,7 +54,7 @@ int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
      * a full (sublanes x lanes) tile, which would move 8x the bytes. */
     int64_t n = tpu_shape_numel(s);
     int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
-    return round_up(n, n <= sub * lanes ? lanes : sub * lanes) * es;
+    return round_up(n, n <= sub * lanes ? lanes : sub * lanes) * bits / 8;
   }
   /* tiled along the two minor-most dimensions of its layout (the given one: a compiled
    * program's bf16[4,1024,2048,1,1]{2,1,0,4,3} tiles 1024 x 2048, not 1 x 1) */
@@ -64,7 +66,7 @@ int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int 
   int64_t major = 1;
   for (int d = 0; d < s->rank; d++)
     if (d != second && d != minor) major *= s->dims[d];
-  return tiled_bytes(chip, (int64_t)tpu_dtype_size(s->dtype), major, s->dims[second], s->dims[minor]);
+  return tiled_bytes(chip, tpu_dtype_bits(s->dtype), major, s->dims[second], s->dims[minor]);
 }
 
 /* Are the bytes of `s`, tiled, its elements in row-major order, rows of one lane register

@@ -183,6 +183,7 @@ static void test_round_trips(void) {
     if (read_ok(p, &r) == TPU_OK) {
       int wide = dt == TPU_BF16 || tpu_dtype_is_f8((tpu_dtype)dt);
       tpu_dtype want = wide ? TPU_F32 : (tpu_dtype)dt;
+      if (dt == TPU_S4 || dt == TPU_U4) want = dt == TPU_S4 ? TPU_S8 : TPU_U8; /* NumPy has no 4-bit type */
       CHECK_EQ_INT(r.dtype, want);
       CHECK(r.rank == 2 && r.dims[0] == 2 && r.dims[1] == 3);
       for (int i = 0; i < 6; i++) {
