@@ -419,6 +419,18 @@ int tpu_build_callees(const tpu_instr *in, tpu_comp **out) {
   return n;
 }
 
+int tpu_build_callers(const tpu_module *m, const tpu_comp *b) {
+  int n = 0;
+  for (int c = 0; c < m->ncomps; c++)
+    for (int i = 0; i < m->comps[c]->ninstrs; i++) {
+      const tpu_instr *in = m->comps[c]->instrs[i];
+      const tpu_comp *one[6] = {in->to_apply, in->condition, in->body, in->select, in->scatter_comp, in->calls};
+      for (int k = 0; k < 6; k++) n += one[k] == b;
+      for (int k = 0; k < in->nbranches; k++) n += in->branches[k] == b;
+    }
+  return n;
+}
+
 /* ---- Finishing: order, ids, params, root flags ---- */
 
 /* Iterative post-order DFS from `start` over operands (in operand order), appending to

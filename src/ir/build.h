@@ -126,6 +126,10 @@ tpu_status tpu_build_finish_all(tpu_builder *b);
  * needs room for 6 + in->nbranches entries. */
 int tpu_build_callees(const tpu_instr *in, tpu_comp **out);
 
+/* How many instructions of module m call computation b (as a body, condition, branch or any
+ * other callee in tpu_build_callees' sense), counting each calling field once. */
+int tpu_build_callers(const tpu_module *m, const tpu_comp *b);
+
 /* Users of every instruction of a finished c, by id (valid until c changes): users[id]
  * lists the distinct users, nusers[id] counts them (being the root is not a use here). */
 typedef struct tpu_uses {

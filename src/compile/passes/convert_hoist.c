@@ -25,20 +25,6 @@
 #include "compile/passes/hlo_passes.h"
 #include "ir/build.h"
 
-/* How many instructions of m call b (as a body or otherwise). */
-static int callers(const tpu_module *m, const tpu_comp *b) {
-  int n = 0;
-  for (int c = 0; c < m->ncomps; c++)
-    for (int i = 0; i < m->comps[c]->ninstrs; i++) {
-      tpu_comp *cs[16];
-      const tpu_instr *in = m->comps[c]->instrs[i];
-      if (in->nbranches > 10) continue;
-      int k = tpu_build_callees(in, cs);
-      for (int j = 0; j < k; j++) n += cs[j] == b;
-    }
-  return n;
-}
-
 static int reads_element(const tpu_comp *c, int64_t k) {
   if (c->nparams < 1) return 1;
   const tpu_instr *p = c->params[0];
@@ -176,7 +162,7 @@ static tpu_status hoist_comp(tpu_builder *b, tpu_comp *c, int *changed) {
     tpu_instr *w = c->instrs[i];
     if (w->op != TPU_OP_WHILE || !w->body || !w->condition || w->noperands != 1 || w->shape.dtype != TPU_TUPLE ||
         w->is_root || w->body->nparams != 1 || !w->body->root || w->body->root->op != TPU_OP_TUPLE ||
-        w->body->root->noperands != w->shape.ntuple || callers(b->m, w->body) != 1 || callers(b->m, w->condition) != 1)
+        w->body->root->noperands != w->shape.ntuple || tpu_build_callers(b->m, w->body) != 1 || tpu_build_callers(b->m, w->condition) != 1)
       continue;
     tpu_instr *init = w->operands[0];
     if (init->op != TPU_OP_TUPLE || cu.nusers[init->id] != 1) continue;

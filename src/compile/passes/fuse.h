@@ -22,6 +22,9 @@ int tpu__made_has(const tpu__made_set *s, const tpu_comp *c);
  * work that the compiler recomputes in each vector kernel that reads it (fuse.c cheap). */
 int tpu__fuse_transcendental(const tpu_instr *in);
 int tpu__fuse_heavy(const tpu_instr *in);
+/* The matmul (opcode op: a convolution with its dimensions, or a dot) a fused computation's
+ * root computes from through elementwise ops of the root's shape, or NULL (relayout.c). */
+const tpu_instr *tpu__root_matmul(const tpu_instr *root, tpu_opcode op);
 /* Ops a loop fusion can hold: elementwise and cheap data movement. */
 int tpu__fuse_loop_fusible(const tpu_instr *in);
 /* Producers a dot or convolution takes into its fusion (layout and type changes). */

@@ -30,28 +30,6 @@
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 
-/* The convolution the fused computation's root computes through elementwise ops of its
- * shape (relayout.c's rule), or NULL. */
-static const tpu_instr *root_conv(const tpu_instr *root) {
-  const tpu_instr *x = root;
-  for (int depth = 0; depth < 64; depth++) {
-    if (x->op == TPU_OP_CONVOLUTION) return x->has_conv_dims ? x : NULL;
-    tpu_op_class k = tpu_op_class_of(x->op);
-    if (k != TPU_CLS_UNARY && k != TPU_CLS_BINARY && k != TPU_CLS_TERNARY && x->op != TPU_OP_CONVERT) return NULL;
-    const tpu_instr *next = NULL;
-    for (int i = 0; i < x->noperands && !next; i++) {
-      const tpu_instr *o = x->operands[i];
-      if (o->op == TPU_OP_PARAMETER || o->op == TPU_OP_BROADCAST || o->op == TPU_OP_CONSTANT) continue;
-      if (o->shape.rank == root->shape.rank &&
-          !memcmp(o->shape.dims, root->shape.dims, sizeof o->shape.dims[0] * (size_t)o->shape.rank))
-        next = o;
-    }
-    if (!next) return NULL;
-    x = next;
-  }
-  return NULL;
-}
-
 int tpu__group_split(const tpu_chip *chip, const tpu_instr *cv, int *few) {
   *few = 0;
   if (cv->op != TPU_OP_CONVOLUTION || !cv->has_conv_dims || cv->noperands != 2 || cv->batch_group_count > 1 ||
@@ -320,7 +298,7 @@ static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__
                             int *done) {
   *done = 0;
   tpu_comp *fc = f->calls;
-  const tpu_instr *cv = root_conv(fc->root);
+  const tpu_instr *cv = tpu__root_matmul(fc->root, TPU_OP_CONVOLUTION);
   int few;
   if (!cv || f->shape.rank != cv->shape.rank || !tpu__group_split(chip, cv, &few)) return TPU_OK;
   /* the convolution in the compiler's form first (its result's layout below) */

@@ -33,7 +33,7 @@
 
 /* Does the fused computation's root come from a matmul (opcode `op`: a convolution or a
  * dot) through elementwise ops of the root's shape? Returns the matmul or NULL. */
-static const tpu_instr *matmul_of(const tpu_instr *root, tpu_opcode op) {
+const tpu_instr *tpu__root_matmul(const tpu_instr *root, tpu_opcode op) {
   const tpu_instr *x = root;
   for (int depth = 0; depth < 64; depth++) {
     if (x->op == op) return op != TPU_OP_CONVOLUTION || x->has_conv_dims ? x : NULL;
@@ -53,7 +53,7 @@ static const tpu_instr *matmul_of(const tpu_instr *root, tpu_opcode op) {
   return NULL;
 }
 
-static const tpu_instr *conv_of(const tpu_instr *root) { return matmul_of(root, TPU_OP_CONVOLUTION); }
+static const tpu_instr *conv_of(const tpu_instr *root) { return tpu__root_matmul(root, TPU_OP_CONVOLUTION); }
 
 /* The dot of the root's shape that the root computes from through elementwise ops of that
  * shape (any branch: a residual add's other operand may be a reshape), or NULL. */

@@ -58,20 +58,6 @@ static int set_elem(tpu_builder *b, tpu_shape *s, int64_t i, const tpu_shape *el
   return 1;
 }
 
-/* How many instructions of module m name body b as a while body or call it otherwise. */
-static int callers(const tpu_module *m, const tpu_comp *b) {
-  int n = 0;
-  for (int c = 0; c < m->ncomps; c++)
-    for (int i = 0; i < m->comps[c]->ninstrs; i++) {
-      tpu_comp *cs[16];
-      const tpu_instr *in = m->comps[c]->instrs[i];
-      if (in->nbranches > 10) continue;
-      int k = tpu_build_callees(in, cs);
-      for (int j = 0; j < k; j++) n += cs[j] == b;
-    }
-  return n;
-}
-
 /* The accumulation the all-reduce ar of body feeds: *add (acc + x), *cv (the convert between,
  * or NULL) and the state index *idx; 0 when ar is not sinkable. */
 static int accumulation(const tpu_comp *body, const tpu_uses *u, tpu_instr *ar, tpu_instr **add, tpu_instr **cv,
@@ -140,7 +126,7 @@ static tpu_status whole_state(tpu_builder *b, tpu_instr *w, int64_t i, const tpu
 /* Sinks the all-reduces of while loop w (in computation c) whose sums only accumulate. */
 static tpu_status sink_one(tpu_builder *b, tpu_comp *c, tpu_instr *w, const tpu_uses *cu, int *changed, tpu_diag *d) {
   tpu_comp *body = w->body;
-  if (!body || !w->condition || w->noperands != 1 || w->shape.dtype != TPU_TUPLE || callers(b->m, body) != 1) return TPU_OK;
+  if (!body || !w->condition || w->noperands != 1 || w->shape.dtype != TPU_TUPLE || tpu_build_callers(b->m, body) != 1) return TPU_OK;
   tpu_instr *init = w->operands[0];
   if (init->op != TPU_OP_TUPLE || cu->nusers[init->id] != 1) return TPU_OK;
   for (int k = 0; k < cu->nusers[w->id]; k++)
