@@ -1,0 +1,53 @@
+#!/bin/sh
+# Session 13's compilation rules, each pinned by a families-corpus program it decides (the XLA
+# TPU compiler's figures are committed; no libtpu needed): each program's time over the
+# compiler's is held within 5 % of the ratio measured at 31fa29b1 (bench/fidelity/compare.py,
+# own compilation), so a 10 % move in the cost of what the rule decides fails. These are
+# regression pins of tpusim's own figures, not targets: where a ratio is far from 1 the
+# compiler's figure leaves work out or tpusim is off (docs/fidelity.md, Known gaps).
+. tests/cli/lib/preamble.sh
+command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
+python3 bench/fidelity/compare.py --tpusim "$BIN" --corpus bench/fidelity/families --no-mem \
+  --only gather_points_1000x1024_m8192_bf16,gather_along_b128n50257_k1_bf16,gather_points_32000x64_m1_f32,scatter_set_50257x128_m1_bf16,segment_sum_m16x64_n197_bf16,gconv_b4_28x28_c512to512_g16_k1_f32,einsum_ba_acb_ca_a8_b64_c1_bf16,einsum_ba_abcd_adc_a12_b128_c33_d8_bf16,gemm_int8_4096x3000x1,cummin_158x129x33_ax2_s32,approx_max_k_b1n8k8_f32 \
+  --json "$T/r.json" > "$T/out" 2> "$T/err" || fail "compare.py exited $?: $(cat "$T/err") $(tail -5 "$T/out")"
+python3 - "$T/r.json" <<'PY' || fail "a rule's cost moved"
+import json, sys
+r = json.load(open(sys.argv[1]))
+# tpusim / compiler as measured (v4, v5e, v5p, v6e)
+want = {
+    # point indices packed as the compiler packs them (gather_index.c pack_points)
+    "gather_points_1000x1024_m8192_bf16": (2.988, 1.826, 2.110, 1.735),
+    # take_along_axis row numbers in kernels of their own (explicit_rows)
+    "gather_along_b128n50257_k1_bf16": (1.246, 1.071, 1.276, 1.167),
+    # a gather of one index vector is a dynamic-slice (slice_one_index)
+    "gather_points_32000x64_m1_f32": (1.531, 1.215, 1.107, 1.227),
+    # a parameter's copy through VMEM on v5e/v6e (scatter_form.c)
+    "scatter_set_50257x128_m1_bf16": (0.981, 16.809, 0.990, 8.035),
+    # a scatter's fill and index reshape inside its kernel
+    "segment_sum_m16x64_n197_bf16": (0.539, 0.942, 0.481, 0.940),
+    # grouped convolution in the compiler's 5-D form with its merge copy (group_conv.c)
+    "gconv_b4_28x28_c512to512_g16_k1_f32": (0.686, 1.563, 0.995, 1.243),
+    # a narrowed reduce through byte-free reshapes (fuse_reduce.c)
+    "einsum_ba_acb_ca_a8_b64_c1_bf16": (1.045, 0.951, 0.972, 0.960),
+    # batched vector dots on the vector unit (tpu_dot_on_vector_unit)
+    "einsum_ba_abcd_adc_a12_b128_c33_d8_bf16": (0.971, 1.038, 1.049, 1.060),
+    # integer dots with a vector operand reduced in s32 (dot_reduce.c)
+    "gemm_int8_4096x3000x1": (0.984, 0.958, 0.949, 0.953),
+    # a short scan's HBM blocks with halo on v5p (scan_window.c)
+    "cummin_158x129x33_ax2_s32": (0.937, 1.259, 0.728, 1.051),
+    # operand-less VMEM kernels without a start on v5e/v6e (vmem_source.c)
+    "approx_max_k_b1n8k8_f32": (1.105, 1.199, 1.271, 1.219),
+}
+rows = [x for x in r["rows"] if x["name"] in want]
+assert len(rows) == 4 * len(want) and not r["failures"], (len(rows), r["failures"])
+bad = 0
+for x in rows:
+    w = want[x["name"]][("v4", "v5e", "v5p", "v6e").index(x["chip"])]
+    got = x["tpusim_s"] / x["compiler_s"]
+    if abs(got / w - 1) > 0.05:
+        print("FAIL: %s on %s: tpusim / compiler %.3f, measured %.3f" % (x["name"], x["chip"], got, w))
+        bad += 1
+sys.exit(1 if bad else 0)
+PY
+[ $fails -eq 0 ] && echo "fidelity_rules: ok"
+exit $fails
