@@ -17,6 +17,28 @@
 #include "compile/passes/hlo_passes.h"
 #include "passes_util.h"
 
+/* Do m0 (as parsed) and m1 (compiled) give the same bits on a table f32[dt] holding
+ * i * step + base and indices s32[di] holding (i * k) % mod - off (negative ones wrap, large
+ * ones clamp)? 0 when either fails to run. */
+static int same_on(const tpu_module *m0, const tpu_module *m1, const int64_t dt[2], const int64_t di[2], double step,
+                   double base, int k, int mod, int off) {
+  tpu_diag d;
+  tpu_tensor x[2], r0, r1;
+  memset(x, 0, sizeof x);
+  memset(&r0, 0, sizeof r0);
+  memset(&r1, 0, sizeof r1);
+  int ok = tpu_tensor_alloc(&x[0], TPU_F32, 2, dt, &d) == TPU_OK && tpu_tensor_alloc(&x[1], TPU_S32, 2, di, &d) == TPU_OK;
+  if (ok) {
+    for (int64_t i = 0; i < dt[0] * dt[1]; i++) tpu_tensor_set_f64(&x[0], i, (double)i * step + base);
+    for (int64_t i = 0; i < di[0] * di[1]; i++) tpu_tensor_set_i64(&x[1], i, (i * k) % mod - off);
+    ok = tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK && tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK && same_bits(&r0, &r1);
+  }
+  for (int j = 0; j < 2; j++) tpu_tensor_free(&x[j]);
+  tpu_tensor_free(&r0);
+  tpu_tensor_free(&r1);
+  return ok;
+}
+
 /* A row gather's indices are clamped in a kernel of their own that takes none of the ops
  * computing them (gather_index.c; the compiler's pad_clamp_fusion): JAX's negative-index
  * wrap, the clamp, the gather. A gather of one index, and one of points (two start index
@@ -89,21 +111,8 @@ static void test_gather_index_kernel(void) {
       }
     CHECK_EQ_INT(gathers, 1);
     CHECK_EQ_INT(flat, 0);
-    tpu_tensor x[2], r0, r1;
-    memset(&r0, 0, sizeof r0);
-    memset(&r1, 0, sizeof r1);
     int64_t dt[2] = {30, 8}, di[2] = {4, 5};
-    CHECK(tpu_tensor_alloc(&x[0], TPU_F32, 2, dt, &d) == TPU_OK);
-    CHECK(tpu_tensor_alloc(&x[1], TPU_S32, 2, di, &d) == TPU_OK);
-    for (int i = 0; i < 240; i++) tpu_tensor_set_f64(&x[0], i, i * 0.5 - 7);
-    for (int i = 0; i < 20; i++) tpu_tensor_set_i64(&x[1], i, (i * 11) % 47 - 9); /* -9 .. 37 */
-    CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
-    CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
-    CHECK(same_bits(&r0, &r1));
-    tpu_tensor_free(&x[0]);
-    tpu_tensor_free(&x[1]);
-    tpu_tensor_free(&r0);
-    tpu_tensor_free(&r1);
+    CHECK(same_on(m0, m1, dt, di, 0.5, -7, 11, 47, 9)); /* indices -9 .. 37 */
   } else {
     CHECK(0);
   }
@@ -286,20 +295,8 @@ static void test_take_along_rows(void) {
   CHECK_EQ_INT(iotas, 1);
   CHECK_EQ_INT(clamps, 1);
   CHECK_EQ_INT(points, 1);
-  tpu_tensor x[2], r0, r1;
-  memset(&r0, 0, sizeof r0);
-  memset(&r1, 0, sizeof r1);
   int64_t dt[2] = {16, 30}, di[2] = {16, 1};
-  CHECK(tpu_tensor_alloc(&x[0], TPU_F32, 2, dt, &d) == TPU_OK);
-  CHECK(tpu_tensor_alloc(&x[1], TPU_S32, 2, di, &d) == TPU_OK);
-  for (int i = 0; i < 480; i++) tpu_tensor_set_f64(&x[0], i, i * 0.5 - 40);
-  for (int i = 0; i < 16; i++) tpu_tensor_set_i64(&x[1], i, (i * 9) % 71 - 35); /* -35 .. 34 */
-  CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
-  CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
-  CHECK(same_bits(&r0, &r1));
-  for (int k = 0; k < 2; k++) tpu_tensor_free(&x[k]);
-  tpu_tensor_free(&r0);
-  tpu_tensor_free(&r1);
+  CHECK(same_on(m0, m1, dt, di, 0.5, -40, 9, 71, 35)); /* indices -35 .. 34 */
   tpu_module_free(m0);
   tpu_module_free(m1);
 }
@@ -325,20 +322,8 @@ static int relaid_copies(const char *src, const tpu_chip *chip, int *ok_values) 
       const tpu_instr *in = m1->entry->instrs[i];
       n += in->op == TPU_OP_COPY && (tpu__gather_index_kernel(in) || (in->noperands == 1 && in->operands[0]->op == TPU_OP_GATHER));
     }
-    tpu_tensor x[2], r0, r1;
-    memset(&r0, 0, sizeof r0);
-    memset(&r1, 0, sizeof r1);
     int64_t dt[2] = {32, 50}, di[2] = {32, 2};
-    if (tpu_tensor_alloc(&x[0], TPU_F32, 2, dt, &d) == TPU_OK && tpu_tensor_alloc(&x[1], TPU_S32, 2, di, &d) == TPU_OK) {
-      for (int i = 0; i < 1600; i++) tpu_tensor_set_f64(&x[0], i, i * 0.5 - 300);
-      for (int i = 0; i < 64; i++) tpu_tensor_set_i64(&x[1], i, (i * 7) % 111 - 55); /* -55 .. 55 */
-      *ok_values = tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK && tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK &&
-                   same_bits(&r0, &r1);
-      tpu_tensor_free(&x[0]);
-      tpu_tensor_free(&x[1]);
-      tpu_tensor_free(&r0);
-      tpu_tensor_free(&r1);
-    }
+    *ok_values = same_on(m0, m1, dt, di, 0.5, -300, 7, 111, 55); /* indices -55 .. 55 */
   }
   tpu_module_free(m0);
   tpu_module_free(m1);
