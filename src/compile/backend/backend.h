@@ -157,6 +157,8 @@ const tpu_shape *tpu__held_shape(const tpu_instr *v, const tpu_shape *s);
 int64_t tpu__value_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape *s);
 int64_t tpu__plain_bytes(const tpu_shape *s);
 int64_t tpu__vregs(const tpu__be *be, const tpu_shape *s);
+/* The least l with 2^l >= n (0 for n <= 1): the steps of a halving tree (tile.c). */
+int64_t tpu__ilog2_ceil(int64_t n);
 /* Whether scatter sc runs staged: its whole operand in VMEM, read and written back once,
  * rather than row by row in HBM (scatter_form.c, the XLA TPU compiler's two forms). */
 int tpu__scatter_staged(const tpu__be *be, const tpu_instr *sc);

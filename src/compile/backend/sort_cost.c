@@ -27,12 +27,6 @@
 
 #include "compile/backend/backend.h"
 
-static int64_t lg_ceil(int64_t n) {
-  int64_t l = 0;
-  while (((int64_t)1 << l) < n) l++;
-  return l;
-}
-
 /* Operations of a comparator as XLA lowers it for the TPU (above); bitcasts are free. */
 static int64_t comparator_ops(const tpu_comp *c) {
   int64_t n = 0;
@@ -61,7 +55,7 @@ void tpu__sort_cost(const tpu__be *be, const tpu_instr *in, tpu__sort_work *w) {
   }
   const int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
   const int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
-  int64_t lg = lg_ceil(n), p = (int64_t)1 << lg, lane_lg = lg_ceil(lanes);
+  int64_t lg = tpu__ilog2_ceil(n), p = (int64_t)1 << lg, lane_lg = tpu__ilog2_ceil(lanes);
   int64_t stages = lg * (lg + 1) / 2;
   int minor = x->has_layout ? x->minor_to_major[0] : x->rank - 1;
   int second = x->rank < 2 ? -1 : x->has_layout ? x->minor_to_major[1] : x->rank - 2;

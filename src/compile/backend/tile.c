@@ -12,7 +12,7 @@
 
 /* ---- Costs (docs/timing.md has the table and the reasons; per-op costs: op_cost.c) ---- */
 
-static int64_t ilog2_ceil(int64_t n) {
+int64_t tpu__ilog2_ceil(int64_t n) {
   int64_t r = 0;
   while (((int64_t)1 << r) < n && r < 62) r++;
   return r;
@@ -403,7 +403,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       const tpu_shape *is = &in->operands[0]->shape;
       int64_t dim = in->op == TPU_OP_SORT && in->dimensions.n ? in->dimensions.v[0] : is->rank - 1;
       int64_t len = is->rank > 0 && dim >= 0 && dim < is->rank ? is->dims[dim] : 1;
-      int64_t lg = ilog2_ceil(len);
+      int64_t lg = tpu__ilog2_ceil(len);
       int64_t stages = lg * (lg + 1) / 2;
       if (stages < 1) stages = 1;
       int64_t ivr = 0;
@@ -426,10 +426,10 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
       int r = in->fft_length.n;
       for (int i = 0; i < r; i++) {
         int64_t L = in->fft_length.v[i];
-        double f = 5.0 * lines_pts * (double)ilog2_ceil(L > 1 ? L : 1);
+        double f = 5.0 * lines_pts * (double)tpu__ilog2_ceil(L > 1 ? L : 1);
         if (in->fft_type == TPU_FFT_RFFT || in->fft_type == TPU_FFT_IRFFT) f *= 0.5;
         total += f;
-        if (i == r - 1) c->xlu += tpu__vregs(be, cs) * ilog2_ceil(L > 1 ? L : 1);
+        if (i == r - 1) c->xlu += tpu__vregs(be, cs) * tpu__ilog2_ceil(L > 1 ? L : 1);
       }
       int64_t ops = (int64_t)ceil(total / (lanes > 0 ? lanes : 1024));
       c->vpu += ops + vr; /* the butterflies, plus writing the result */
