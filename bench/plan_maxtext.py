@@ -42,8 +42,8 @@ ROWS = [
     ("maxtext_128b", "v5p", 128, 8, "minimal", 315, 68.68, "v5p/README, 128b.sh: per_device_batch 1, tensor 8"),
     ("maxtext_256b", "v5p", 512, 8, "minimal", 308, 67.09, "v5p/README, 256b.sh: per_device_batch 1, tensor 8"),
     ("maxtext_512b", "v5p", 512, 8, "full", 294, 63.99, "v5p/README, 512b.sh: per_device_batch 2, tensor 8"),
-    ("maxtext_22b", "v4", 64, 1, "full", 156, 56.7, "v4/README, 22b.sh: per_device_batch 13, fsdp 64"),
-    ("maxtext_52b", "v4", 192, 1, "full", 154, 56.0, "v4/README, 52b.sh: per_device_batch 7, fsdp 192"),
+    ("maxtext_22b", "v4", 64, 1, "full", 156, 56.7, "README of 281e04bf3 (2023-04-27), 1xv4-128.sh: per_device_batch 16, fsdp 64"),
+    ("maxtext_52b", "v4", 192, 1, "full", 154, 56.0, "README of c0e67ec1a (2023-03-08), 1xv4-384.sh: per_device_batch 10, fsdp 192"),
     ("maxtext_16b", "v5e", 256, 1, "full", 120, 61.10, "v5e/README (1x v5e-256), 16b.sh: per_device_batch 6, fsdp 256"),
     ("maxtext_32b_v5e", "v5e", 256, 1, "full", 132, 66.86, "v5e/README (1x v5e-256), 32b.sh: per_device_batch 4, fsdp 256"),
     ("maxtext_64b_v5e", "v5e", 256, 1, "full", 118, 59.90, "v5e/README (1x v5e-256), 64b.sh: per_device_batch 2, fsdp 256"),
@@ -52,7 +52,22 @@ ROWS = [
 ]
 # The v5e rows use the v5p rows' shapes at their own batch: (model file, per-device batch).
 SHAPE = {"maxtext_32b_v5e": ("maxtext_32b", 4), "maxtext_64b_v5e": ("maxtext_64b", 2),
-         "maxtext_128b_v5e": ("maxtext_128b", 1)}
+         "maxtext_128b_v5e": ("maxtext_128b", 1), "maxtext_22b": ("maxtext_22b_2023", 16),
+         "maxtext_52b": ("maxtext_52b_2023", 10)}
+# The v4 rows were measured in March-April 2023 (MaxText's README table, unchanged since; its
+# v4 scripts' later per_device_batch 13 and 7, commit 475f408a of 2024-03, came with no new
+# figures) on the model of that time's base.yml: head_dim 256, a ReLU MLP, vocabulary 32,768,
+# sequence 1,024, the embedding shared with the LM head (logits_via_embedding), the attention
+# scores materialised (MaxText's flash kernel came in 2023-09); and its train.py counted
+# TFLOP/s as 6 x every parameter x tokens (no attention term). Those rows use that count.
+TIED_6N = {"maxtext_22b", "maxtext_52b"}
+
+
+def row_flops_per_token(name, m):
+    """Training FLOPs per token as the row's published figure counts them."""
+    if name in TIED_6N:
+        return 6 * (gen.param_count(m) - m["d_model"] * m["vocab"])  # one embedding: tied
+    return gen.model_flops_per_token(m)
 
 
 def split(name):
@@ -111,7 +126,7 @@ def main():
         x = rows[0]
         spec = json.load(open(os.path.join(ROOT, "chips", chip + ".json")))
         peak, cores, hbm = (spec[k]["value"] for k in ("peak_bf16_flops", "tensorcores", "hbm_bytes"))
-        tf = gen.model_flops_per_token(m) * m["batch_tokens"] / (x["step_s"] * n) / 1e12
+        tf = row_flops_per_token(name, m) * m["batch_tokens"] / (x["step_s"] * n) / 1e12
         need, fits = footprint(a.tpusim, m, {"data": 1, "fsdp": f, "tensor": t, "micro": 1, "remat": remat,
                                              "windowed": x.get("windowed", False)}, chip)
         out.append({"name": name, "split": split(name), "chip": chip, "slice": f"{chip}-{n * cores}",

@@ -235,4 +235,67 @@ print(foot, hbm)
 PY
 fi
 
+# MaxText's 2023 model (the v4 rows' published runs): a ReLU MLP (mlp_kind relu: max(up, 0),
+# its gradient passed where up > 0) and the attention scores materialised (attention:
+# dot_product in the model file). The same parameter updates with remat full as with remat
+# off (the recomputed forward's mask is the saved one's), and not those of the tanh MLP.
+if python3 -c "import numpy" 2> /dev/null; then
+  python3 - "$BIN" "$T" > "$T/chk" 2>&1 << 'PY' || fail "relu MLP: $(cat "$T/chk")"
+import glob, json, re, subprocess, sys
+import numpy as np
+sys.path.insert(0, "tools/plan")
+import gen, plan
+b, t = sys.argv[1:3]
+m = {"name": "t", "layers": 2, "d_model": 64, "heads": 2, "head_dim": 32, "mlp": 128, "mlp_kind": "relu",
+     "attention": "dot_product", "vocab": 256, "seq": 16, "batch_tokens": 128, "train_tokens": 1e6}
+open(f"{t}/relu.json", "w").write(json.dumps(m))
+m = plan.load_model(f"{t}/relu.json")
+assert m["mlp_kind"] == "relu" and m["attention"] == "dot_product", m
+D, F, V, L, S, A = 64, 128, 256, 2, 16, 64
+assert gen.model_flops_per_token(m) == 6 * (L * (4 * D * A + 2 * D * F) + D * V) + 12 * S * A * L
+m.update(dtype="f32", optimizer="sgd", experts=0)
+def run(tag, mm, remat):
+    text = gen.Step(mm, {"data": 1, "fsdp": 2, "tensor": 1, "micro": 1, "remat": remat}).module()
+    entry = text[text.index("ENTRY"):]
+    assert ("maximum(" in text and "direction=GT" in text) == (mm["mlp_kind"] == "relu"), tag
+    assert "pallas_call" not in text and "custom_call_target=\"tpu_custom_call\"" not in text, tag  # no flash kernel
+    open(f"{t}/{tag}.hlo", "w").write(text)
+    ps = re.findall(r"= (\w+)\[([\d,]*)\][^ ]* parameter\((\d+)\)", entry)
+    rng, files, ins = np.random.default_rng(5), [], []
+    for dt, dims, i in sorted(ps, key=lambda x: int(x[2])):
+        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+        a = (np.arange(int(np.prod(shape))) % 200).astype(np.int32).reshape(shape) if dt == "s32" else \
+            (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        np.save(f"{t}/{tag}_{i}.npy", a)
+        files += ["-i", f"{t}/{tag}_{i}.npy"]
+        ins.append(a)
+    subprocess.run([b, "run", f"{t}/{tag}.hlo", "--backend", "ref", *files, "-o", f"{t}/{tag}", "--quiet"], check=True)
+    outs = [np.load(f) for f in sorted(glob.glob(f"{t}/{tag}/*.npy"))]
+    return [o - x for o, x in zip(outs, ins[1:])]
+full, off, tanh = run("rf", m, "full"), run("ro", m, "off"), run("rt", dict(m, mlp_kind="gelu"), "full")
+assert len(full) == len(off) > 0
+for a, c in zip(full, off):
+    assert np.max(np.abs(a)) > 0 and np.max(np.abs(a - c)) <= 1e-5 * np.max(np.abs(a)), (np.max(np.abs(a)), np.max(np.abs(a - c)))
+assert max(np.max(np.abs(a - c)) / np.max(np.abs(a)) for a, c in zip(full, tanh)) > 1e-3
+# The activation and its gradient as the step writes them, against numpy: max(up, 0) and
+# gact where up > 0 (a mask the wrong way round, or >= 0 on an exact zero, fails).
+st = gen.Step(m, {"data": 1, "fsdp": 1, "tensor": 1, "micro": 1, "remat": "full"})
+g = gen.Gen()
+g.e(f"up = f32[6,{st.f}] parameter(0)")
+g.e(f"gact = f32[6,{st.f}] parameter(1)")
+st.mlp_act(g, "up", "act", (6,))
+st.mlp_act_bwd(g, "gact", "up", "act", "gup", (6,))
+g.e(f"ROOT out = (f32[6,{st.f}], f32[6,{st.f}]) tuple(act, gup)")
+open(f"{t}/act.hlo", "w").write("HloModule act\n\nENTRY main {\n" + "\n".join(g.lines) + "\n}\n")
+rng = np.random.default_rng(1)
+up = rng.standard_normal((6, st.f)).astype(np.float32)
+up[0, :4] = 0
+ga = rng.standard_normal((6, st.f)).astype(np.float32)
+np.save(f"{t}/a0.npy", up); np.save(f"{t}/a1.npy", ga)
+subprocess.run([b, "run", f"{t}/act.hlo", "--backend", "ref", "-i", f"{t}/a0.npy", "-i", f"{t}/a1.npy", "-o", f"{t}/act", "--quiet"], check=True)
+assert np.array_equal(np.load(f"{t}/act/0.npy"), np.maximum(up, 0))
+assert np.array_equal(np.load(f"{t}/act/1.npy"), np.where(up > 0, ga, 0))
+PY
+fi
+
 [ "$fails" = 0 ] || exit 1

@@ -175,7 +175,8 @@ class Step:
         # Attention as MaxText's flash kernel computes it (attention=flash): blocks of keys
         # and values of kv_block (512, the kernel's default block) with a running max and sum,
         # so no [S, S] scores exist; "dot_product" materialises them.
-        self.flash = c.get("attention", "flash") == "flash"
+        self.flash = c.get("attention", m.get("attention", "flash")) == "flash"
+        self.relu = m.get("mlp_kind", "gelu") == "relu"
         # A decoder's attention is causal (query r sees keys up to r): the materialised form
         # masks its scores, the flash form also skips the key blocks above the diagonal, as
         # the Pallas kernel MaxText runs does ("causal": False computes every block unmasked).
@@ -602,6 +603,10 @@ class Step:
             self.ew(g, f"{out}.sg", "multiply", lead + (f,), f"{out}.g", f"{out}.s")
             self.ew(g, out, "multiply", lead + (f,), f"{out}.a", f"{out}.sg")
             del n
+        elif self.relu:  # max(up, 0): MaxText's mlp_activations ["relu"]
+            self.const(g, f"{out}.z", "0")
+            self.bcast(g, f"{out}.zb", f"{out}.z", lead + (f,), ())
+            self.ew(g, out, "maximum", lead + (f,), up, f"{out}.zb")
         else:
             self.ew(g, out, "tanh", lead + (f,), up)
 
@@ -618,6 +623,11 @@ class Step:
             self.ew(g, f"{out}.dg", "multiply", lead + (f,), f"{out}.t", f"{out}.s")
             self.ew(g, out, "concatenate", lead + (2 * f,), f"{out}.da", f"{out}.dg")
             g.lines[-1] += f", dimensions={{{len(lead)}}}"
+        elif self.relu:  # the gradient passes where up > 0
+            self.const(g, f"{out}.z", "0")
+            self.bcast(g, f"{out}.zb", f"{out}.z", lead + (f,), ())
+            g.e(f"{out}.p = {ty('pred', lead + (f,))} compare({up}, {out}.zb), direction=GT")
+            self.ew(g, out, "select", lead + (f,), f"{out}.p", gact, f"{out}.zb")
         else:
             self.ew(g, f"{out}.sq", "multiply", lead + (f,), act, act)
             self.const(g, f"{out}.one", "1")
