@@ -7,10 +7,10 @@ published configuration run.
 
 Each row pins the slice, the mesh (fsdp = chips / tensor, data 1), one microbatch (MaxText's
 per_device_batch_size with no gradient accumulation) and MaxText's remat policy by name
-(docs/plan.md, "Remat policies"). The model shapes come from MaxText's base.yml and
-global_parameter_scale (get_individual_scales: heads and MLP double, then d_model, then
-layers), head_dim 128, SwiGLU, vocabulary 32,000, sequence 2,048. Nothing is fitted: the
-chip presets and the generated program are the same as for any plan. Rows are split
+(docs/plan.md, "Remat policies"), and runs the program the published figure was measured on:
+the model of the base.yml and script of the commit that published it (RUN, model_2023 below;
+docs/validation.md), its TFLOP/s counted as that commit's train.py counted. Nothing is
+fitted: the chip presets and the generated program are the same as for any plan. Rows are split
 tune/test by a hash of the row's name (sha1, even first byte: tune; docs/validation.md);
 nothing is calibrated on either half, and the test half is reported first. Every row is
 timed (--ignore-hbm); the HBM column is tpusim's verdict on the row's own program
@@ -35,39 +35,66 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "plan"))
 import gen  # noqa: E402
 import plan as P  # noqa: E402
 
-# model file, chip, chips, tensor, remat policy, published TFLOP/s per chip, published MFU %, source
+# row, chip, chips, tensor, remat policy, published TFLOP/s per chip, published MFU %, source.
+# Every figure is the README's of the commit that published it, and the row runs the program of
+# that commit's script and base.yml (docs/validation.md): the v5p and v5e rows MaxText's
+# configs/v5p and configs/v5e READMEs and scripts of 76bd53b0 (2023-12-15), the v4 rows its
+# README of 2023-03/04 and configs/1xv4-*.sh of then.
 ROWS = [
-    ("maxtext_32b", "v5p", 64, 4, "minimal", 328, 71.47, "v5p/README, 32b.sh: per_device_batch 6, tensor 4"),
-    ("maxtext_64b", "v5p", 64, 4, "minimal", 323, 70.31, "v5p/README, 64b.sh: per_device_batch 3, tensor 4"),
-    ("maxtext_128b", "v5p", 128, 8, "minimal", 315, 68.68, "v5p/README, 128b.sh: per_device_batch 1, tensor 8"),
-    ("maxtext_256b", "v5p", 512, 8, "minimal", 308, 67.09, "v5p/README, 256b.sh: per_device_batch 1, tensor 8"),
-    ("maxtext_512b", "v5p", 512, 8, "full", 294, 63.99, "v5p/README, 512b.sh: per_device_batch 2, tensor 8"),
-    ("maxtext_22b", "v4", 64, 1, "full", 156, 56.7, "README of 281e04bf3 (2023-04-27), 1xv4-128.sh: per_device_batch 16, fsdp 64"),
-    ("maxtext_52b", "v4", 192, 1, "full", 154, 56.0, "README of c0e67ec1a (2023-03-08), 1xv4-384.sh: per_device_batch 10, fsdp 192"),
-    ("maxtext_16b", "v5e", 256, 1, "full", 120, 61.10, "v5e/README (1x v5e-256), 16b.sh: per_device_batch 6, fsdp 256"),
-    ("maxtext_32b_v5e", "v5e", 256, 1, "full", 132, 66.86, "v5e/README (1x v5e-256), 32b.sh: per_device_batch 4, fsdp 256"),
-    ("maxtext_64b_v5e", "v5e", 256, 1, "full", 118, 59.90, "v5e/README (1x v5e-256), 64b.sh: per_device_batch 2, fsdp 256"),
-    ("maxtext_128b_v5e", "v5e", 256, 16, "minimal_offloaded", 110, 56.06,
-     "v5e/README (1x v5e-256), 128b.sh: per_device_batch 1, fsdp 16, tensor 16"),
+    ("maxtext_32b", "v5p", 64, 4, "minimal", 328, 71.47, "v5p/README, 32b.sh at 76bd53b0: scale 32, per_device_batch 8, tensor 4"),
+    ("maxtext_64b", "v5p", 64, 4, "minimal", 323, 70.31, "v5p/README, 64b.sh at 76bd53b0: scale 64, per_device_batch 4, tensor 4"),
+    ("maxtext_128b", "v5p", 128, 8, "minimal", 315, 68.68, "v5p/README, 128b.sh at 76bd53b0: scale 128, per_device_batch 2, tensor 8"),
+    ("maxtext_256b", "v5p", 512, 8, "minimal", 308, 67.09, "v5p/README, 256b.sh at 76bd53b0: scale 256, per_device_batch 2, tensor 8"),
+    ("maxtext_512b", "v5p", 512, 16, "full", 294, 63.99, "v5p/README, 512b.sh at 76bd53b0: scale 512, per_device_batch 2, tensor 16"),
+    ("maxtext_22b", "v4", 64, 1, "full", 156, 56.7, "README of 281e04bf (2023-04-27), 1xv4-128.sh: per_device_batch 16, fsdp 64"),
+    ("maxtext_52b", "v4", 192, 1, "full", 154, 56.0, "README of c0e67ec1 / e286533d (2023-03), 1xv4-384.sh: per_device_batch 10, fsdp 192"),
+    ("maxtext_16b", "v5e", 256, 1, "full", 120, 61.10, "v5e/README (1x v5e-256), 16b.sh at 76bd53b0: scale 16, per_device_batch 6, fsdp 256"),
+    ("maxtext_32b_v5e", "v5e", 256, 1, "full", 132, 66.86, "v5e/README, 32b.sh at 76bd53b0: scale 32, per_device_batch 4, fsdp 256"),
+    ("maxtext_64b_v5e", "v5e", 256, 1, "full", 118, 59.90, "v5e/README, 64b.sh at 76bd53b0: scale 64, per_device_batch 2, fsdp 256"),
+    ("maxtext_128b_v5e", "v5e", 256, 16, "full", 110, 56.06,
+     "v5e/README, 128b.sh at 76bd53b0: scale 128, per_device_batch 1, fsdp 16, tensor 16"),
 ]
-# The v5e rows use the v5p rows' shapes at their own batch: (model file, per-device batch).
-SHAPE = {"maxtext_32b_v5e": ("maxtext_32b", 4), "maxtext_64b_v5e": ("maxtext_64b", 2),
-         "maxtext_128b_v5e": ("maxtext_128b", 1), "maxtext_22b": ("maxtext_22b_2023", 16),
-         "maxtext_52b": ("maxtext_52b_2023", 10)}
-# The v4 rows were measured in March-April 2023 (MaxText's README table, unchanged since; its
-# v4 scripts' later per_device_batch 13 and 7, commit 475f408a of 2024-03, came with no new
-# figures) on the model of that time's base.yml: head_dim 256, a ReLU MLP, vocabulary 32,768,
-# sequence 1,024, the embedding shared with the LM head (logits_via_embedding), the attention
-# scores materialised (MaxText's flash kernel came in 2023-09); and its train.py counted
-# TFLOP/s as 6 x every parameter x tokens (no attention term). Those rows use that count.
-TIED_6N = {"maxtext_22b", "maxtext_52b"}
+# The program each row's figure was measured on: (global_parameter_scale of the 2023 base.yml,
+# or a model file), per-device batch, and how that commit's train.py counted TFLOP/s.
+RUN = {"maxtext_32b": (32, 8, "6N+causal"), "maxtext_64b": (64, 4, "6N+causal"),
+       "maxtext_128b": (128, 2, "6N+causal"), "maxtext_256b": (256, 2, "6N+causal"),
+       "maxtext_512b": (512, 2, "6N+causal"), "maxtext_16b": (16, 6, "6N+causal"),
+       "maxtext_32b_v5e": (32, 4, "6N+causal"), "maxtext_64b_v5e": (64, 2, "6N+causal"),
+       "maxtext_128b_v5e": (128, 1, "6N+causal"),
+       "maxtext_22b": ("maxtext_22b_2023", 16, "6N"), "maxtext_52b": ("maxtext_52b_2023", 10, "6N")}
+
+
+def model_2023(scale):
+    """MaxText's default decoder before 2024-02-14 (base.yml of af006780, 2023-09, to 3b2ac811,
+    "Modify default config for good convergence"): base d_model 2,560, 8 heads x 256, a ReLU MLP
+    of 8,192, 16 layers, vocabulary 32,768 (tied: logits_via_embedding), scaled as that
+    pyconfig's get_individual_scales: per doubling, heads and MLP, then d_model, then layers."""
+    k = scale.bit_length() - 1
+    assert 1 << k == scale, scale
+    b, rem = divmod(k, 3)
+    hs, es = b + (rem > 0), b + (rem > 1)
+    return {"name": f"maxtext-{scale}b-2023", "layers": 16 << b, "d_model": 2560 << es, "heads": 8 << hs,
+            "head_dim": 256, "mlp": 8192 << hs, "mlp_kind": "relu", "vocab": 32768, "seq": 2048,
+            "batch_tokens": 0, "train_tokens": 1e12, "dtype": "bf16", "optimizer": "adam", "experts": 0,
+            "top_k": 2, "attention": "flash", "block": "parallel"}
+
+
+def row_model(name, n):
+    """The row's model, its global batch set from the per-device batch over n chips."""
+    src, pdb, _ = RUN[name]
+    m = model_2023(src) if isinstance(src, int) else P.load_model(os.path.join(HERE, "plan_models", src + ".json"))
+    m["batch_tokens"] = pdb * n * m["seq"]
+    m["name"] = name.replace("_", "-")
+    return m
 
 
 def row_flops_per_token(name, m):
-    """Training FLOPs per token as the row's published figure counts them."""
-    if name in TIED_6N:
-        return 6 * (gen.param_count(m) - m["d_model"] * m["vocab"])  # one embedding: tied
-    return gen.model_flops_per_token(m)
+    """Training FLOPs per token as the commit that published the row counted them: 6 x every
+    parameter (the tied embedding once) and, from 2023-06, 12 x seq x heads x head_dim per
+    layer of attention, halved for the causal mask from 2023-11 (64ee4e93)."""
+    n = gen.param_count(m) - m["d_model"] * m["vocab"]
+    attn = 6 * m["seq"] * m["heads"] * m["head_dim"] * m["layers"]
+    return 6 * n + (attn if RUN[name][2] == "6N+causal" else 0)
 
 
 def split(name):
@@ -100,12 +127,7 @@ def main():
     for name, chip, n, t, remat, pub_tf, pub_mfu, cfg in ROWS:
         if a.only and a.only not in name:
             continue
-        src, pdb = SHAPE.get(name, (name, None))
-        path = os.path.join(HERE, "plan_models", src + ".json")
-        m = P.load_model(path)
-        if pdb:
-            m["batch_tokens"] = pdb * n * m["seq"]
-            m["name"] = name.replace("_", "-")
+        m = row_model(name, n)
         f = n // t
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
             json.dump(m, fh)

@@ -135,10 +135,7 @@ def main():
     if not row:
         sys.exit(f"plan_xla.py: no row {a.row} (rows: {', '.join(r[0] for r in MX.ROWS)})")
     name, chip, n, t, remat = row[:5]
-    src, pdb = MX.SHAPE.get(name, (name, None))
-    m = P.load_model(os.path.join(HERE, "plan_models", src + ".json"))
-    if pdb:
-        m["batch_tokens"] = pdb * n * m["seq"]
+    m = MX.row_model(name, n)  # the program of the row's published run
     m["layers"] = a.layers
     cand = {"data": 1, "fsdp": n // t, "tensor": t, "micro": 1, "remat": remat, "windowed": False, "overlap": False, "alloc": False,
             "donate": False, "kernel": False}

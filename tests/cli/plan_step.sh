@@ -298,4 +298,45 @@ assert np.array_equal(np.load(f"{t}/act/1.npy"), np.where(up > 0, ga, 0))
 PY
 fi
 
+# A parallel block (block: parallel; MaxText's default decoder until 2024-02, PaLM): attention
+# and MLP both read the layer input, y = x + out_proj + MLP. With the output projection zero
+# both forms compute the same forward, and every parameter's update is the serial block's but
+# wo's (its gradient is ctx^T gy in the parallel block, ctx^T g.x1 in the serial one), for
+# each remat path; the tensor-parallel form gathers the residual once a layer, not twice.
+if python3 -c "import numpy" 2> /dev/null; then
+  python3 - "$BIN" "$T" > "$T/chk" 2>&1 << 'PY' || fail "parallel block: $(cat "$T/chk")"
+import glob, re, subprocess, sys
+import numpy as np
+sys.path.insert(0, "tools/plan")
+sys.path.insert(0, "tests/cli/lib")
+import gen
+from plan_values import SMALL, inputs
+b, t = sys.argv[1:3]
+def run(tag, block, remat, F):
+    text = gen.Step(dict(SMALL, block=block), {"data": 1, "fsdp": F, "tensor": 1, "micro": 1, "remat": remat,
+                                               "kernel": False}).module()
+    open(f"{t}/{tag}.hlo", "w").write(text)
+    files = inputs(text, t, tag)
+    assert re.search(r"P\.wo = \S+ parameter\(2\)", text), "wo is not parameter 2"
+    np.save(f"{t}/{tag}_2.npy", np.zeros_like(np.load(f"{t}/{tag}_2.npy")))
+    subprocess.run([b, "run", f"{t}/{tag}.hlo", "--backend", "ref", *files, "-o", f"{t}/{tag}", "--quiet"], check=True)
+    return [np.load(f) for f in sorted(glob.glob(f"{t}/{tag}/*.npy"))]
+for remat, F in (("full", 2), ("minimal", 1), ("off", 2)):
+    s, p = run("ser", "serial", remat, F), run("par", "parallel", remat, F)
+    assert len(s) == len(p) == 6
+    for i in (0, 2, 3, 4, 5):
+        d = np.max(np.abs(s[i] - p[i])) / np.max(np.abs(s[i]))
+        assert d < 1e-5, (remat, i, d)
+    d = np.max(np.abs(s[1] - p[1])) / np.max(np.abs(s[1]))
+    assert d > 1e-3, (remat, "wo", d)
+def gathers(block):
+    text = gen.Step(dict(SMALL, block=block), {"data": 1, "fsdp": 4, "tensor": 2, "micro": 1, "remat": "full",
+                                               "kernel": False, "tp_windowed": False}).module()
+    fwd = text[text.index("\nfbody"):]
+    fwd = fwd[:fwd.index("\n}")]
+    return len(re.findall(r"all-gather\([^)]*\), channel_id=\d+, replica_groups=\[4,2\]<=\[8\]", fwd))
+assert (gathers("serial"), gathers("parallel")) == (2, 1), (gathers("serial"), gathers("parallel"))
+PY
+fi
+
 [ "$fails" = 0 ] || exit 1

@@ -171,6 +171,13 @@ class Step:
         if self.E and self.policy not in ("on", "off", "full"):
             self.keep = set(REMAT["off"])  # MoE layers: every activation kept (named policies are dense)
         self.remat = self.keep != set(REMAT["off"])  # something is recomputed in the backward pass
+        # A parallel block (MaxText's default decoder until 2024-02, PaLM's "parallel layers"):
+        # attention and MLP both read the layer's input and their outputs are added to it, so
+        # the tensor-parallel input is gathered once a layer, and the backward pass reads no
+        # out_proj residual (no x1 to save). Dense layers only.
+        self.parallel = m.get("block", "serial") == "parallel" and not self.E
+        if self.parallel:
+            self.keep.discard("x1")
         self.offload = self.policy in OFFLOADED
         # Attention as MaxText's flash kernel computes it (attention=flash): blocks of keys
         # and values of kv_block (512, the kernel's default block) with a running max and sum,
@@ -557,12 +564,12 @@ class Step:
             a["qkv"] = "qkv"
         if "ctx" not in a:
             a.update(self.attn_fwd(g, a["qkv"]))
-        if "x1" not in a:
+        if "x1" not in a and not self.parallel:
             self.tp_out(g, "o", a["ctx"], (Tm, self.A), W["wo"], "wo", 0)
             self.tp_add(g, "x1", a["x"], "o")
             a["x1"] = "x1"
         if "up" not in a:
-            self.wdot(g, "up", a["x1"], W["w1"], "w1", (Tm, self.fw), (1,), (0,))
+            self.wdot(g, "up", a["x"] if self.parallel else a["x1"], W["w1"], "w1", (Tm, self.fw), (1,), (0,))
             a["up"] = "up"
         if "act" not in a:
             self.mlp_act(g, a["up"], "act", (Tm,))
@@ -576,6 +583,8 @@ class Step:
         self.wdot(g, "qkv", x, W["wqkv"], "wqkv", (Tm, self.QKV), (1,), (0,))
         act["qkv"] = "qkv"
         act.update(self.attn_fwd(g, "qkv"))
+        if self.parallel:
+            return self.forward_parallel(g, x, W, act)
         self.tp_out(g, "o", "ctx", (Tm, A), W["wo"], "wo", 0)
         self.tp_add(g, "x1", x, "o")
         act["x1"] = "x1"
@@ -590,6 +599,20 @@ class Step:
             self.tp_add(g, "y", "x1.s" if self.T > 1 else "x1", "dn", split=True)
             return "y", act
         self.ew(g, "y", "add", (Tm, D), "x1", "dn")
+        return "y", act
+
+    def forward_parallel(self, g, x, W, act):
+        """The rest of a parallel block's forward: the MLP on the layer input x, then
+        y = x + out_proj + MLP, the two products reduce-scattered over tensor (each output is
+        constrained to activation_embed in MaxText's block) and gathered once."""
+        Tm, D, A = self.Tm, self.D, self.A
+        self.wdot(g, "up", x, W["w1"], "w1", (Tm, self.fw), (1,), (0,))
+        self.mlp_act(g, "up", "act", (Tm,))
+        act.update({"up": "up", "act": "act"})
+        self.tp_out(g, "o", "ctx", (Tm, A), W["wo"], "wo", 0)
+        self.tp_out(g, "dn", "act", (Tm, self.f), W["w2"], "w2", 0)
+        self.ew(g, "od", "add", (Tm, D // self.T), "o", "dn")
+        self.tp_add(g, "y", x, "od")
         return "y", act
 
     def mlp_act(self, g, up, out, lead):
@@ -1088,11 +1111,13 @@ class Step:
             self.wgrad(g, "g.w2", a["act"], (Tm, self.f), gy, (Tm, D), "w2")
             self.mlp_act_bwd(g, "g.act", a["up"], a["act"], "g.up", (Tm,))
             self.tp_out(g, "g.x1a", "g.up", (Tm, self.fw), W["w1"], "w1", 1)
-            self.tp_add(g, "g.x1", gy, "g.x1a")
-            self.wgrad(g, "g.w1", a["x1"], (Tm, D), "g.up", (Tm, self.fw), "w1")
+            if not self.parallel:
+                self.tp_add(g, "g.x1", gy, "g.x1a")
+            self.wgrad(g, "g.w1", a["x"] if self.parallel else a["x1"], (Tm, D), "g.up", (Tm, self.fw), "w1")
             G.update({"w1": "g.w1", "w2": "g.w2"})
-        self.wdot(g, "g.ctx", "g.x1", W["wo"], "wo", (Tm, A), (1,), (1,))
-        self.wgrad(g, "g.wo", a["ctx"], (Tm, A), "g.x1", (Tm, D), "wo")
+        gyo = gy if self.parallel else "g.x1"  # the attention branch's output gradient
+        self.wdot(g, "g.ctx", gyo, W["wo"], "wo", (Tm, A), (1,), (1,))
+        self.wgrad(g, "g.wo", a["ctx"], (Tm, A), gyo, (Tm, D), "wo")
         # Attention backward (flash style: p recomputed from q, k, the saved max and sum).
         self.split_qkv(g, a["qkv"], "b")
         if self.flash:
@@ -1102,7 +1127,10 @@ class Step:
             self.attn_bwd_full(g, a)
         self.attn_grads_out(g)
         self.tp_out(g, "g.xa", "g.qkv", (Tm, self.QKV), W["wqkv"], "wqkv", 1)
-        if self.E or self.T == 1:  # g.x1 whole (the MoE layer sums its gradient whole)
+        if self.parallel:  # both branches' input gradients on the residual's, gathered once
+            self.ew(g, "g.xs", "add", (Tm, D // self.T), "g.x1a", "g.xa")
+            self.tp_add(g, "g.x", gy, "g.xs")
+        elif self.E or self.T == 1:  # g.x1 whole (the MoE layer sums its gradient whole)
             self.tp_add(g, "g.x", "g.x1", "g.xa")
         else:
             self.tp_add(g, "g.x", "g.x1.s", "g.xa", split=True)

@@ -59,12 +59,15 @@ FIELDS = {  # name: (type, required, check)
     # MaxText's `attention`: flash (its Pallas kernel, the default) or dot_product (the
     # [b, h, S, S] scores materialised, as MaxText ran before its flash kernel, 2023-09)
     "attention": (str, False, lambda v: v in ("flash", "dot_product")),
+    # serial (attention, then the MLP on its output) or parallel (both on the layer input,
+    # summed: MaxText's default decoder until 2024-02, PaLM)
+    "block": (str, False, lambda v: v in ("serial", "parallel")),
     "experts": (int, False, lambda v: v >= 0),
     "top_k": (int, False, lambda v: v >= 1),
     "kv_heads": (int, False, lambda v: v >= 1),  # grouped- / multi-query attention (K and V heads)
 }
 WANT = {"dtype": "bf16 or f32", "optimizer": "adam or sgd", "mlp_kind": "gelu, swiglu or relu",
-        "attention": "flash or dot_product"}
+        "attention": "flash or dot_product", "block": "serial or parallel"}
 # Upper bounds, checked before any program is written: far beyond any model trained, and
 # small enough that the generated programs' shapes and the planner's sums stay exact.
 LIMITS = {"layers": 1 << 14, "d_model": 1 << 20, "heads": 1 << 16, "head_dim": 1 << 16, "mlp": 1 << 22,
