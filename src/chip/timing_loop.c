@@ -53,7 +53,7 @@
  * reservations past T likewise (the same start: the same reservation, growing, whose start
  * loop_skip keeps). op_dma is a counter there (read at the next kernel only). */
 
-#define LOOP_MAX_PERIOD 64
+#define LOOP_MAX_PERIOD 1024
 #define LOOP_MAX_STATE ((int64_t)1 << 22) /* (P + 1) x state words kept for matching */
 /* Stepping a loop that never repeats: refused when this many instruction runs remain. */
 #define LOOP_MAX_STEPPED ((int64_t)1 << 31)
@@ -106,6 +106,8 @@ typedef struct loop_cf {
   int pre_live;     /* a prefetch may start at m.pre before a kernel or sync resets it */
   unsigned units;   /* a tile loop (below): the units its body's instructions issue on; 0: not one */
   int cur_op;       /* the kernel open at entry it was built for (tstate.lcache) */
+  uint32_t quiet;   /* mstate's times (vars[0 .. NM)) no instruction of the body reads or
+                     * writes (quiet_vars): held exactly in the signature */
 } loop_cf;
 
 static int cmp_int(const void *a, const void *b) {
@@ -130,6 +132,51 @@ static void loop_cf_free(loop_cf *c) {
     }
   tpu_free(c->ring);
   memset(c, 0, sizeof *c);
+}
+
+/* ORDER: loop_cf_init's vars: the open kernel's three times, each unit's free time, the
+ * port's, barrier, pre, horizon, each link's free time, ici_busy_to. */
+enum { V_UNIT = 3, V_PORT = V_UNIT + TPU_UNIT_COUNT, V_BARRIER, V_PRE, V_HORIZON, V_LANE,
+       V_ICI_BUSY = V_LANE + TPU_INSN_LANES, NM };
+_Static_assert(NM <= 32, "loop_cf.quiet holds one bit per mstate time");
+
+/* The mstate times no instruction of [lo, hi) (nested structures included) reads or writes:
+ * a unit's free time read and written only by that unit's instructions (the vector unit's
+ * by the transcendental unit's too: issue), the port's by transfers, the links' and their
+ * busy end by collectives. Such a time is the same at every boundary of the loop, so it
+ * cannot tell one iteration from another, though it may lie ahead of L (a collective still
+ * on the links while a kernel's tile loop runs beside it): the signature holds it as it is
+ * instead of relative to L, where it would look different at each boundary and the loop
+ * would never repeat. */
+static uint32_t quiet_vars(const tpu_program *p, int lo, int hi) {
+  uint32_t touched = 0;
+  for (int j = lo; j < hi; j++) {
+    const tpu_insn *in = &p->insns[j];
+    switch (in->opc) {
+      case TPU_ISA_LOOP:
+      case TPU_ISA_COND:
+      case TPU_ISA_CASE:
+      case TPU_ISA_ENDCOND:
+      case TPU_ISA_END:
+      case TPU_ISA_KERNEL:
+      case TPU_ISA_SYNC:
+      case TPU_ISA_WAIT:
+        continue;
+      default:
+        break;
+    }
+    int u = tpu_isa_unit(in->opc);
+    if (u < 0 || u >= TPU_UNIT_COUNT) return 0; /* not known: nothing is quiet */
+    touched |= 1u << (V_UNIT + u);
+    if (in->opc == TPU_ISA_EUP) touched |= 1u << (V_UNIT + TPU_UNIT_VPU);
+    if (u == TPU_UNIT_DMA_IN || u == TPU_UNIT_DMA_OUT) touched |= 1u << V_PORT;
+    if (u == TPU_UNIT_ICI)
+      for (int l = 0; l <= TPU_INSN_LANES; l++) touched |= 1u << (V_LANE + l); /* and V_ICI_BUSY */
+  }
+  uint32_t quiet = 0;
+  for (int v = V_UNIT; v < NM; v++)
+    if (v != V_BARRIER && v != V_PRE && v != V_HORIZON && !(touched >> v & 1)) quiet |= 1u << v;
+  return quiet;
 }
 
 /* The body's period and the state it touches; c->period = 0 when the closed form does not
@@ -244,7 +291,7 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
   qsort(li, (size_t)ni, sizeof *li, cmp_int);
   qsort(lh, (size_t)nh, sizeof *lh, cmp_int);
   qsort(lo, (size_t)no, sizeof *lo, cmp_int);
-  const int nm = 3 + TPU_UNIT_COUNT + 4 + TPU_INSN_LANES + 1; /* mstate's times (below) */
+  const int nm = NM; /* mstate's times (below) */
   c->nvars = nm + 2 * nsl + ni + nh;
   c->vars = tpu_malloc((size_t)c->nvars * sizeof *c->vars);
   c->slots = tpu_malloc((size_t)(nsl ? nsl : 1) * sizeof *c->slots);
@@ -270,18 +317,23 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
     return 0;
   }
   c->period = P;
+  c->quiet = quiet_vars(p, c->lo, c->hi);
   int v = 0;
   mstate *m = &t->m;
   c->vars[v++] = &m->op_start; /* ORDER: the three kept exactly come first */
   c->vars[v++] = &m->op_end;
   c->vars[v++] = &m->op_first;
+  assert(v == V_UNIT);
   for (int u = 0; u < TPU_UNIT_COUNT; u++) c->vars[v++] = &m->unit_free[u];
+  assert(v == V_PORT);
   c->vars[v++] = &m->port_free;
   c->vars[v++] = &m->barrier;
   c->vars[v++] = &m->pre;
   c->vars[v++] = &m->horizon;
+  assert(v == V_LANE);
   for (int l = 0; l < TPU_INSN_LANES; l++) c->vars[v++] = &m->lane_free[l];
   c->vars[v++] = &m->ici_busy_to;
+  assert(v == NM);
   /* mstate's other fields: hbm_wait (a counter), cur_op, pre_op, op_dma (exact, in the
    * signature). A new field must be added here or there. */
   _Static_assert(sizeof(mstate) == sizeof(int64_t) * (TPU_UNIT_COUNT + 12 + TPU_INSN_LANES),
@@ -348,7 +400,9 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_b
            bnd_push(b, c->units ? 0 : m->op_dma);
   for (int v = 0; ok && v < c->nvars; v++) {
     int64_t x = b->raw[v] = *c->vars[v];
-    if (tile) { /* as it is, compared by bnd_repeats */
+    if (v < NM && (c->quiet >> v & 1)) { /* as it is: the body leaves it */
+      ok = bnd_push(b, x);
+    } else if (tile) { /* as it is, compared by bnd_repeats */
       ok = bnd_push(b, v < 3 && m->cur_op < 0 ? 0 : x);
     } else if (v < 3) {
       ok = bnd_push(b, m->cur_op >= 0 ? x - L : 0);
@@ -418,7 +472,8 @@ static int bnd_repeats(const tstate *t, const loop_cf *c, const loop_bnd *a, con
     const int64_t hdr = 4, vend = hdr + c->nvars, tail0 = vend + c->nsl + 2;
     for (int64_t q = 0; q < a->nsig; q++) {
       int64_t x = a->sig[q], y = b->sig[q];
-      int time = (q >= hdr && q < vend) || (q >= tail0 && (q - tail0) % 2 == 0);
+      int time = (q >= hdr && q < vend && !(q - hdr < NM && (c->quiet >> (q - hdr) & 1))) ||
+                 (q >= tail0 && (q - tail0) % 2 == 0);
       if (!time) {
         if (x != y) return 0;
         continue;
@@ -456,7 +511,7 @@ static int64_t copies_after(int64_t e, int64_t delta, int64_t n, int64_t dead) {
  * moves them. */
 static int64_t dead_after(const tstate *t, const loop_cf *c, const loop_bnd *a, const loop_bnd *b, int64_t shift) {
   if (b->dead == INT64_MIN || b->dead == INT64_MAX) return b->dead;
-  const int ib = 4 + TPU_UNIT_COUNT, ip = ib + 1, ih = ib + 2; /* ORDER: loop_cf_init's vars */
+  const int ib = V_BARRIER, ip = V_PRE, ih = V_HORIZON;
   int64_t x[3];
   const int at[3] = {ib, ip, ih};
   for (int k = 0; k < 3; k++) x[k] = b->raw[at[k]] + (b->raw[at[k]] != a->raw[at[k]] ? shift : 0);

@@ -101,6 +101,14 @@ static const char *k_bodies[] = {
     "    kernel op=0 when=4:3 flat=1\n    dma.in dst=v0[0] hbm=h0 bytes=64 op=0 when=4:3 flat=1\n"
     "    cond trips=2 what=\"c\"\n    case trips=0\n      kernel op=1 when=2:0 flat=1\n"
     "      vpu vregs=10 ops=1 op=1 when=2:0 flat=1\n    case trips=1\n    endcond\n  end\nend\n",
+    /* a tile loop beside a collective still on the links (its end ahead of every boundary) */
+    "kernel op=1\nici cycles=9000000 bytes=1000 links=3 op=1\nkernel op=0\ndma.in dst=v0[0] hbm=h0 bytes=300000 op=0\n"
+    "loop trips=%d op=0\n  dma.in dst=v0[i+1] hbm=h0 bytes=300000 op=0\n  vpu src=v0[i] dst=v1[i] vregs=%d ops=3 op=0\n"
+    "  dma.out src=v1[i] hbm=h1 bytes=200000 op=0\nend op=0\nkernel op=1\nwait at=1\n",
+    /* a period of 128 iterations: a result slot every 64 of a double buffer, written at the 64th */
+    "kernel op=0\ndma.in dst=v0[0] hbm=h0 bytes=30000 op=0\nloop trips=%d op=0\n"
+    "  dma.in dst=v0[i+1] hbm=h0 bytes=30000 op=0\n  vpu src=v0[i] dst=v1[i/64] vregs=%d ops=3 op=0\n"
+    "  dma.out src=v1[i/64] hbm=h1 bytes=200000 op=0 when=64:63\nend op=0\n",
 };
 
 static void assembled_loops(void) {
@@ -378,6 +386,65 @@ static void tile_loop_of_2_30(void) {
   }
 }
 
+/* Tile loops of 2^30 iterations that repeat only under two rules of timing_loop.c, timed in
+ * closed form with the cycles of stepped loops of 256 and 384 iterations extended (stepped,
+ * each is refused as a loop that does not repeat): one beside a collective that holds the
+ * links past the loop's end (the links' free time is no time the body reads, so it is held
+ * as it is, quiet_vars: relative to L it differed at every boundary), and one whose period
+ * is 128 iterations (a result slot of a double buffer every 64: over the 64 a period was
+ * once capped at). */
+static void tile_loops_that_repeat_late(void) {
+  const char *head =
+      ".program chip=\"v5e\"\n"
+      ".op name=\"a\" kind=\"fusion:kLoop\" flops=100 padded_flops=100 bytes=1000 padded_bytes=1000\n"
+      ".op name=\"b\" kind=\"add\" flops=10 padded_flops=10 bytes=100 padded_bytes=100\n"
+      ".hbm name=\"x\" offset=0 bytes=1048576\n.hbm name=\"y\" offset=1048576 bytes=1048576\n"
+      ".vmem op=0 offset=0 slot_bytes=300000 slots=2\n.vmem op=0 offset=600064 slot_bytes=200000 slots=2\n";
+  const char *bodies[2] = {
+      "kernel op=1\nici cycles=4611686018427387 bytes=1000 links=3 op=1\nkernel op=0\n"
+      "dma.in dst=v0[0] hbm=h0 bytes=300000 op=0\nloop trips=%lld op=0\n"
+      "  dma.in dst=v0[i+1] hbm=h0 bytes=300000 op=0\n  vpu src=v0[i] dst=v1[i] vregs=900 ops=3 op=0\n"
+      "  dma.out src=v1[i] hbm=h1 bytes=200000 op=0\nend op=0\n",
+      "kernel op=0\ndma.in dst=v0[0] hbm=h0 bytes=30000 op=0\nloop trips=%lld op=0\n"
+      "  dma.in dst=v0[i+1] hbm=h0 bytes=30000 op=0\n  vpu src=v0[i] dst=v1[i/64] vregs=900 ops=3 op=0\n"
+      "  dma.out src=v1[i/64] hbm=h1 bytes=200000 op=0 when=64:63\nend op=0\n"};
+  for (int b = 0; b < 2; b++) {
+    tpu_timeline tl[3];
+    tpu_status st[3];
+    const long long trips[3] = {256, 384, 1LL << 30};
+    for (int k = 0; k < 3; k++) {
+      char body[1000], text[4000];
+      snprintf(body, sizeof body, bodies[b], trips[k]);
+      snprintf(text, sizeof text, "%s%s", head, body);
+      tpu_program *p = assemble(text);
+      CHECK(p != NULL);
+      tpu_diag d;
+      tpu_timing_set_loops_stepwise(k < 2);
+      st[k] = p ? tpu_timing_run(p, &g_chip, 0, &tl[k], &d) : TPU_ERR_ARG;
+      tpu_timing_set_loops_stepwise(0);
+      if (st[k] != TPU_OK && p) {
+        char buf[1200];
+        tpu_diag_format(&d, buf, sizeof buf);
+        fprintf(stderr, "tile loop %d of %lld: %s\n", b, trips[k], buf);
+      }
+      CHECK_EQ_INT(st[k], TPU_OK);
+      tpu_program_free(p);
+    }
+    if (st[0] == TPU_OK && st[1] == TPU_OK && st[2] == TPU_OK) {
+      /* the step is the links' end in the first; the kernel's end is what the loop moves */
+      const int64_t n = ((1LL << 30) - 256) / 128;
+      const int64_t c0 = tl[0].ops[0].cycles, c1 = tl[1].ops[0].cycles;
+      CHECK(c1 > c0);
+      CHECK_EQ_INT(tl[2].ops[0].cycles, c0 + n * (c1 - c0));
+      CHECK_EQ_INT(tl[2].busy[TPU_UNIT_VPU], tl[0].busy[TPU_UNIT_VPU] + n * (tl[1].busy[TPU_UNIT_VPU] - tl[0].busy[TPU_UNIT_VPU]));
+      CHECK_EQ_INT(tl[2].busy[TPU_UNIT_DMA_OUT],
+                   tl[0].busy[TPU_UNIT_DMA_OUT] + n * (tl[1].busy[TPU_UNIT_DMA_OUT] - tl[0].busy[TPU_UNIT_DMA_OUT]));
+    }
+    for (int k = 0; k < 3; k++)
+      if (st[k] == TPU_OK) tpu_timeline_free(&tl[k]);
+  }
+}
+
 /* A layer loop whose every iteration leaves more reservations on the HBM port than the
  * list's first room (a tile loop of 3,000 transfers with gaps, then a kernel whose prefetch
  * may fill them): the port's list drops only the reservations no later prefetch can reach,
@@ -476,6 +543,7 @@ int main(void) {
   growing_port_tails();
   loop_of_2_31();
   tile_loop_of_2_30();
+  tile_loops_that_repeat_late();
   layers_past_the_port_list();
   flat_predicates();
   fprintf(stderr, "%d programs timed both ways\n", g_loops_compared);
