@@ -383,7 +383,7 @@ int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int resu
 int tpu__fuse_own_kernel(const tpu_instr *in) {
   for (int i = 0; i < in->nattrs; i++)
     if (!strcmp(in->attrs[i].name, "s2b_kernel")) return 1;
-  return tpu__gather_index_kernel(in);
+  return tpu__gather_index_kernel(in) || tpu__reshape_relayouts(in);
 }
 
 /* x, or the value a chain of reshapes and bitcasts of x starts from (a dot's result given
@@ -459,6 +459,10 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
         ((p->op == TPU_OP_RESHAPE || p->op == TPU_OP_BITCAST) && tpu_shape_numel(&p->shape) == 1)))
     return 0;
   if (tpu__relayout_copy(p)) return 0; /* a relayout is a kernel of its own (relayout.c) */
+  /* a reshape no layouts make a bitcast (a kernel of its own, above) roots a copy kernel of
+   * the transpose under it and the reshapes around it, nothing else (reshape_relayout.c) */
+  if (tpu__reshape_relayouts(gr) && p->op != TPU_OP_TRANSPOSE && p->op != TPU_OP_RESHAPE && p->op != TPU_OP_BITCAST)
+    return 0;
   if (ms == SIDE_HEAVY || ms == SIDE_UP) {
     *side = SIDE_UP;
     if (m->op == TPU_OP_REDUCE || G->kind == K_INPUT) return tpu__fuse_loop_fusible(p) || slice_producer(p);

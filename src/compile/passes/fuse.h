@@ -88,5 +88,9 @@ tpu_status tpu__fuse_window_layouts(tpu_builder *b, tpu_comp *entry, const tpu_c
 /* Is `in` a copy of an entry parameter into a layout tiled along other dimensions (a
  * relayout the compiler runs as a kernel of its own, never fused into its reader)? */
 int tpu__relayout_copy(const tpu_instr *in);
+/* Is r a reshape of a transpose that no layouts on either side make a bitcast (a window
+ * partition)? The compiler moves its bytes in a copy kernel holding only the transpose and
+ * the reshapes around it (reshape_relayout.c). */
+int tpu__reshape_relayouts(const tpu_instr *r);
 
 #endif
