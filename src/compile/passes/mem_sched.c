@@ -18,7 +18,9 @@
  * while's state shares its input's buffers). Parameters and constants are not counted.
  * Asynchronous collectives and copies keep the latency-hiding order the XLA TPU compiler
  * gives them: a start runs as soon as its operands allow, a done as late as its users allow
- * (the list schedule's priorities; the other two orders keep them where they fall). */
+ * (the list schedule's priorities; the other two orders keep them where they fall). In every
+ * candidate, what feeds a reduce-scatter or all-reduce and does not depend on a while loop
+ * runs before that loop, as in the XLA TPU compiler's order (hoist_collective_feeds). */
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -327,6 +329,48 @@ static tpu_status dfs_order(const msc *s, tpu_instr **out) {
   return m == n ? TPU_OK : TPU_ERR_INVALID;
 }
 
+
+/* The XLA TPU compiler computes the operand of a gradient collective before a while loop the
+ * operand does not depend on, though the collective's result is first read after the loop
+ * (its latency-hiding scheduler starts the collective before the loop to overlap it, so the
+ * chain that feeds it runs first): the LM head's weight gradient, a [d_model, vocab] matmul
+ * the backward layer loop does not read, is computed with the rest of the LM head before that
+ * loop and held across it (libtpu's buffer assignment and live ranges of the planner's LLaMA-7B steps,
+ * bench/plan_memory: plan/llama7b_L2_1x8x1_noremat and llama7b_L2_2x2x2_noremat, the
+ * `gwout` fusion before the backward `while`). So in every candidate order, what feeds a
+ * reduce-scatter or all-reduce of the computation (transitively; the collective itself stays
+ * put) and does not depend on a while loop runs before that loop, in the order it had.
+ * feeds[i]: instruction i feeds such a collective. Rewrites ord[0..n) in place. */
+static int is_grad_collective(const tpu_instr *in) {
+  return in->op == TPU_OP_REDUCE_SCATTER || in->op == TPU_OP_ALL_REDUCE || in->op == TPU_OP_ALL_REDUCE_START;
+}
+
+static void hoist_collective_feeds(const tpu_comp *c, tpu_instr **ord, const unsigned char *feeds, unsigned char *after,
+                                   tpu_instr **tmp) {
+  int n = c->ninstrs;
+  for (int p = 0; p < n; p++) {
+    if (ord[p]->op != TPU_OP_WHILE) continue;
+    /* after[i]: i depends on the loop at p (the loop itself included) */
+    memset(after, 0, (size_t)n);
+    after[ord[p]->id] = 1;
+    int moved = 0;
+    for (int q = p + 1; q < n; q++) {
+      const tpu_instr *in = ord[q];
+      for (int k = 0; k < in->noperands && !after[in->id]; k++)
+        if (in->operands[k]->parent == c && after[in->operands[k]->id]) after[in->id] = 1;
+      if (!after[in->id] && feeds[in->id]) tmp[moved++] = ord[q];
+    }
+    if (!moved) continue;
+    /* ord[p..n) becomes: the moved ones, the loop, the rest in their order */
+    tpu_instr *loop = ord[p];
+    for (int q = n - 1, d = n - 1; q > p; q--) /* the rest, packed at the end */
+      if (after[ord[q]->id] || !feeds[ord[q]->id]) ord[d--] = ord[q];
+    ord[p + moved] = loop;
+    memcpy(ord + p, tmp, sizeof *tmp * (size_t)moved);
+    p += moved; /* the loop now stands at p */
+  }
+}
+
 static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int depth, tpu_diag *d);
 
 static int64_t callee_peak(tpu_module *m, tpu_comp *k, int64_t *peaks, int depth, tpu_diag *d, tpu_status *st) {
@@ -427,18 +471,46 @@ static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int 
   }
   if (st == TPU_OK && !s.uses) s.uses = tpu_malloc(sizeof *s.uses);
   if (st == TPU_OK && !s.uses) st = TPU_ERR_NOMEM;
+  /* the collective feeds a while loop may not delay (hoist_collective_feeds) */
+  unsigned char *feeds = NULL, *after = NULL;
+  tpu_instr **post = NULL, **tmpi = NULL;
+  if (st == TPU_OK) {
+    int nwhile = 0, ncoll = 0;
+    for (int i = 0; i < n; i++) nwhile += c->instrs[i]->op == TPU_OP_WHILE, ncoll += is_grad_collective(c->instrs[i]);
+    if (nwhile && ncoll) {
+      feeds = tpu_calloc((size_t)n + 1, 1), after = tpu_calloc((size_t)n + 1, 1);
+      post = tpu_malloc(sizeof *post * ((size_t)n + 1)), tmpi = tpu_malloc(sizeof *tmpi * ((size_t)n + 1));
+      if (!feeds || !after || !post || !tmpi) st = TPU_ERR_NOMEM;
+      for (int p = n - 1; st == TPU_OK && p >= 0; p--) { /* users before operands */
+        const tpu_instr *in = c->order[p];
+        if (!feeds[in->id] && !is_grad_collective(in)) continue;
+        for (int k = 0; k < in->noperands; k++)
+          if (in->operands[k]->parent == c) feeds[in->operands[k]->id] = 1;
+      }
+      if (st == TPU_OK) {
+        memcpy(post, c->order, sizeof *post * (size_t)n);
+        hoist_collective_feeds(c, post, feeds, after, tmpi);
+      }
+    }
+  }
   if (st == TPU_OK) {
     /* candidates: 0 list, 1 DFS; the post-order stays on a tie */
-    int64_t best = peak_of(&s, c->order, left);
-    int pick = -1;
+    tpu_instr **base = post ? post : c->order;
+    int64_t best = peak_of(&s, base, left);
+    int pick = post && memcmp(post, c->order, sizeof *post * (size_t)n) ? 2 : -1;
     for (int k = 0; st == TPU_OK && k < 2; k++) {
       tpu_status r = k == 0 ? list_order(&s, cand[k]) : dfs_order(&s, cand[k]);
       if (r == TPU_ERR_NOMEM) st = r;
       if (r != TPU_OK) continue;
+      if (feeds) hoist_collective_feeds(c, cand[k], feeds, after, tmpi);
       int64_t p = peak_of(&s, cand[k], left);
       if (p < best) best = p, pick = k;
     }
-    if (st == TPU_OK && pick >= 0) {
+    if (st == TPU_OK && pick == 2) {
+      c->mem_order = tpu_arena_alloc(&m->arena, sizeof *c->mem_order * (size_t)n);
+      if (c->mem_order) memcpy(c->mem_order, post, sizeof *c->mem_order * (size_t)n);
+      else st = TPU_ERR_NOMEM;
+    } else if (st == TPU_OK && pick >= 0) {
       c->mem_order = tpu_arena_alloc(&m->arena, sizeof *c->mem_order * (size_t)n);
       if (c->mem_order) memcpy(c->mem_order, cand[pick], sizeof *c->mem_order * (size_t)n);
       else st = TPU_ERR_NOMEM;
@@ -448,6 +520,7 @@ static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int 
   tpu_free(s.def), tpu_free(s.own0), tpu_free(s.nown), tpu_free(s.use0), tpu_free(s.nuse), tpu_free(s.extra);
   tpu_free(s.nusers), tpu_free(s.bsize), tpu_free(s.live_out), tpu_free(s.uses), tpu_free(tmp), tpu_free(left);
   tpu_free(cand[0]), tpu_free(cand[1]);
+  tpu_free(feeds), tpu_free(after), tpu_free(post), tpu_free(tmpi);
   if (st == TPU_ERR_NOMEM) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory scheduling '%s'", c->name);
   return st;
 }

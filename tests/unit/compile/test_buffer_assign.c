@@ -620,6 +620,72 @@ static void reduce_scatter_padding_not_held(int other_reader) {
   tpu_module_free(m);
 }
 
+/* A gradient collective's operand runs before a while loop it does not depend on, as the XLA
+ * TPU compiler's schedule has it (mem_sched.c hoist_collective_feeds; libtpu's planner steps
+ * compute the LM head's weight gradient before the backward layer loop and hold it across
+ * the loop). Here dw (f32[8192,8192], 256 MiB) feeds a reduce-scatter whose result (64 MiB)
+ * a matmul reads with the loop's result, and the loop's body holds a 256 MiB product t. With
+ * dw before the loop, dw or its scattered rows live beside t (temp at least 320 MiB); a
+ * schedule free to choose runs dw after the loop, in t's place (256 MiB). */
+static void collective_feed_before_loop(void) {
+  const char *src =
+      "HloModule lm_bwd, num_partitions=4\n"
+      "add {\n"
+      "  x = f32[] parameter(0)\n"
+      "  y = f32[] parameter(1)\n"
+      "  ROOT s = f32[] add(x, y)\n"
+      "}\n"
+      "cond {\n"
+      "  s = (s32[], f32[4096,8192]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(s), index=0\n"
+      "  n = s32[] constant(4)\n"
+      "  ROOT c = pred[] compare(i, n), direction=LT\n"
+      "}\n"
+      "body {\n"
+      "  s = (s32[], f32[4096,8192]) parameter(0)\n"
+      "  i = s32[] get-tuple-element(s), index=0\n"
+      "  x = f32[4096,8192] get-tuple-element(s), index=1\n"
+      "  t = f32[8192,8192] dot(x, x), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+      "  y = f32[4096,8192] dot(x, t), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  one = s32[] constant(1)\n"
+      "  i1 = s32[] add(i, one)\n"
+      "  ROOT r = (s32[], f32[4096,8192]) tuple(i1, y)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  a = f32[1024,8192] parameter(0)\n"
+      "  g = f32[1024,8192] parameter(1)\n"
+      "  x0 = f32[4096,8192] parameter(2)\n"
+      "  i0 = s32[] constant(0)\n"
+      "  init = (s32[], f32[4096,8192]) tuple(i0, x0)\n"
+      "  w = (s32[], f32[4096,8192]) while(init), condition=cond, body=body\n"
+      "  xl = f32[4096,8192] get-tuple-element(w), index=1\n"
+      "  dw = f32[8192,8192] dot(a, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+      "  rs = f32[2048,8192] reduce-scatter(dw), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, dimensions={0}, to_apply=add\n"
+      "  o = f32[2048,4096] dot(rs, xl), lhs_contracting_dims={1}, rhs_contracting_dims={1}\n"
+      "  ROOT out = (f32[4096,8192], f32[2048,4096]) tuple(xl, o)\n"
+      "}\n";
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  tpu_chip chip;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v5e", &chip, &d) == TPU_OK);
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &chip;
+  o.precision_override = -1;
+  o.coll_cost = flat_link; /* a chip of a pod */
+  tpu_program *p = NULL;
+  CHECK(m && tpu_compile(m, &o, &p, &d) == TPU_OK); /* memory-schedule runs among the HLO passes */
+  if (p) {
+    printf("weight gradient before the loop: out %lld, temp %lld bytes\n", (long long)p->hbm_out,
+           (long long)p->hbm_temp);
+    CHECK_EQ_INT(p->hbm_out, 128 * MiB + 32 * MiB);
+    CHECK(p->hbm_temp >= 256 * MiB + 64 * MiB); /* the loop's product and what dw became */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   dying_collective_result_shares_output();
@@ -629,6 +695,7 @@ int main(void) {
   stack_read_by_a_later_loop();
   loop_result_elements_die_apart();
   weight_gradient_frees_early();
+  collective_feed_before_loop();
   loop_state_in_vmem();
   loop_state_multi_output();
   loop_read_only_and_copied();
