@@ -247,10 +247,24 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
    * 4 MXUs plus the transfers, where one 128-wide tile per group would take 128 times that). */
   if (mm->feature_group_count > 1 && rs->dims[cd->k_in] == 1 && mm->batch_group_count <= 1) {
     int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+    int64_t rows = be->chip->mxu_rows > 0 ? be->chip->mxu_rows : 128;
     k->b = bat * ((rs->dims[cd->k_out] + lanes - 1) / lanes);
     k->n = lanes;
-    k->k = taps * (be->chip->mxu_rows > 0 ? be->chip->mxu_rows : 128);
+    k->k = taps * rows;
     k->k_flops = taps;
+    /* Too few rows to cover the MXUs' weight loads (m below mxus x the load's cycles): each
+     * tap's diagonal block is a product of its own, dealt whole to an MXU that streams all
+     * the rows (chip mxu_batch_spread), the taps' partial sums added, rather than the rows
+     * split four ways with every fold waiting for its load (v6e, 128-cycle loads: the
+     * compiler's b1 7x7x32 k7s2 depthwise kernel takes 2,141 cycles, below its 49 taps'
+     * loads end to end, 6,272; see test_rules). */
+    int64_t mx = be->chip->mxus_per_core > 0 ? be->chip->mxus_per_core : 1;
+    if (be->chip->mxu_batch_spread && taps > 1 && be->chip->mxu_weight_load_cycles > 0 &&
+        m < mx * be->chip->mxu_weight_load_cycles) {
+      k->b *= taps;
+      k->k = rows;
+      k->k_flops = 1;
+    }
     k->mm_flops = 2.0 * (double)bat * (double)m * (double)taps * (double)rs->dims[cd->k_out];
     depthwise = 1;
   }

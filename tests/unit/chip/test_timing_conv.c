@@ -479,6 +479,36 @@ static void relayout_tiles(void) {
   CHECK(tp[0] >= fp && tp[0] < 1.1 * fp && tp[1] > 0 && tp[1] < 0.6 * fp);
 }
 
+/* A depthwise convolution with too few rows to cover the MXUs' weight loads (v6e: 4 MXUs,
+ * 128-cycle loads, under 512 rows): each tap's diagonal block is a product dealt whole to an
+ * MXU, which streams all its rows, rather than the rows split four ways with every fold
+ * waiting for its load (libtpu probe, compile-only, v6e: bf16 [4,8,8,128] 7x7 stride 2, 64
+ * rows, kernel 2,226 cycles, under its 49 loads end to end, 6,272; [1,6,6,128] 5x5 2,210).
+ * Many rows (a batch of 16 over 20 x 20) keep the rows split, as does v5e (no mxu_batch_spread). */
+static void depthwise_few_rows(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,%d,%d,128] parameter(0)\n w = bf16[%d,%d,1,128] parameter(1)\n"
+                    " ROOT y = bf16[%d,%d,%d,128] convolution(x, w), window={size=%dx%d stride=%dx%d pad=%d_%dx%d_%d},"
+                    " dim_labels=b01f_01io->b01f, feature_group_count=128\n}\n";
+  char src[640];
+#define DW(chip, b, h, k, s)                                                                                     \
+  (snprintf(src, sizeof src, fmt, b, h, h, k, k, b, (h + (k) / 2 * 2 - (k)) / (s) + 1, (h + (k) / 2 * 2 - (k)) / (s) + 1, \
+            k, k, s, s, (k) / 2, (k) / 2, (k) / 2, (k) / 2),                                                    \
+   kernel_cycles(src, chip))
+  tpu_chip v6e, off;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v6e", &v6e, &d) == TPU_OK);
+  CHECK(v6e.mxu_batch_spread && v6e.mxu_weight_load_cycles == 128);
+  off = v6e;
+  off.mxu_batch_spread = 0;
+  double t = DW(&v6e, 4, 8, 7, 2), toff = DW(&off, 4, 8, 7, 2);
+  printf("depthwise [4,8,8,128] 7x7 s2 on v6e: %.0f cycles, rows split %.0f (the compiler: 2,226)\n", t, toff);
+  CHECK(t > 0 && t < 0.7 * toff);
+  double big = DW(&v6e, 16, 20, 3, 1), bigoff = DW(&off, 16, 20, 3, 1);
+  printf("[16,20,20,128] 3x3: %.0f / %.0f cycles\n", big, bigoff);
+  CHECK(big > 0 && big == bigoff);
+#undef DW
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
@@ -493,5 +523,6 @@ int main(void) {
   conv_packed();
   relayout_tiles();
   batched_dot_as_conv();
+  depthwise_few_rows();
   CHECK_DONE();
 }
