@@ -483,9 +483,16 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
     tpu_instr *p = entry->instrs[i];
     tpu_shape *s = &p->shape;
     int second = -1, minor = -1;
-    if (p->op != TPU_OP_PARAMETER || !tpu_dtype_is_array(s->dtype) || s->rank < 2 || s->layout_tail ||
-        !row_major(s) || tpu__least_tiling(chip, s, &second, &minor) >= tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1))
+    if (p->op != TPU_OP_PARAMETER || !tpu_dtype_is_array(s->dtype) || s->rank < 2 || s->layout_tail || !row_major(s))
       continue;
+    if (tpu__least_tiling(chip, s, &second, &minor) >= tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1)) {
+      /* A parameter row-major pads least and stays so; a concatenate, pad or slice whose
+       * result pads least in another layout reads it through a copy into that one, as it
+       * reads a relaid parameter (the compiler's s8[7,16]{1,0} and s8[1,16]{1,0} are copied
+       * to {0,1} to be concatenated into s8[143,16]{0,1}: a kernel each). */
+      st = reader_copies(b, entry, chip, p, &u, s->rank - 2, s->rank - 1, &changed);
+      continue;
+    }
     int keep = 0;
     for (int k = 0; k < u.nusers[p->id]; k++) {
       const tpu_instr *r = u.users[p->id][k];

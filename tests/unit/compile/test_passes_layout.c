@@ -93,6 +93,11 @@ static void test_reader_relayout(void) {
       {"pad",
        "HloModule m\nENTRY e {\n x = s8[128,64,7] parameter(0)\n z = s8[] constant(0)\n"
        " ROOT p = s8[130,70,9] pad(x, z), padding=1_1x1_5x1_1\n}\n", 1},
+      /* row-major parameters (they pad least so) concatenated into a result that pads least
+       * as {0,1}: each copied into it (s8[7,16], s8[1,16], s8[7,16]; s8[128,16] is {0,1}) */
+      {"row-major parameters concatenated",
+       "HloModule m\nENTRY e {\n a = s8[7,16] parameter(0)\n b = s8[1,16] parameter(1)\n c = s8[7,16] parameter(2)\n"
+       " d = s8[128,16] parameter(3)\n ROOT r = s8[143,16] concatenate(a, b, c, d), dimensions={0}\n}\n", 3},
       {"lone strided slice",
        "HloModule m\nENTRY e {\n x = f32[64,7,16] parameter(0)\n"
        " ROOT s = f32[64,7,6] slice(x), slice={[0:64], [0:7], [0:16:3]}\n}\n", 0},
