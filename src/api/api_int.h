@@ -17,13 +17,17 @@
 
 struct tpu_program;
 
-/* A loaded module keeps its text: every run parses its own copy, because the compiler
- * rewrites a module in place and results borrow names from the compiled one. */
+/* A loaded module keeps its text: the compiler rewrites a module in place and results borrow
+ * names from the compiled one, so a compile parses its own copy (without verifying it again:
+ * the text was verified at load). The values run on the loaded module itself where nothing
+ * rewrites it (no mesh to partition over, no slices to widen to), shared by reference. */
 struct tpu_sim_module {
   char *name;     /* for diagnostics and reports */
   char *text;     /* the HLO text, NUL-terminated */
   size_t len;
   tpu_module *m;  /* parsed and verified (parameter shapes, device count) */
+  int *mrefs;     /* holders of m (this module and cache entries sharing it as their vm:
+                   * run.c module_share); atomic */
   struct tpu__module_memo *memo; /* its last run's cache entry (run.c memo_take) */
 };
 
@@ -54,6 +58,8 @@ typedef struct tpu__compiled {
   struct tpu__compiled *next;
   tpu_chip chip;             /* (tpu backend) */
   tpu_module *vm;            /* parsed, verified and partitioned: the values run on it */
+  int *vm_refs;              /* vm's holders when it is a loaded module's own (NULL: the
+                              * entry's alone): tpu__module_release */
   int64_t devices;
   /* Compiled on first use (tpu backend): */
   tpu_module *cm;            /* the module the compiler rewrote (the program's op names point in it) */
@@ -75,6 +81,10 @@ typedef struct tpu__compiled {
   struct tpu__trip_timing *trip_timings;
   int ntrip_timings;
 } tpu__compiled;
+
+/* Drops one holder of module m whose holders `refs` counts (NULL: the caller is its only
+ * one), freeing it with the last. */
+void tpu__module_release(tpu_module *m, int *refs);
 
 /* One timing of a program whose loop trips come from the values. */
 typedef struct tpu__trip_timing {

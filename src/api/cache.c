@@ -35,7 +35,7 @@ static void entry_free(tpu__compiled *c) {
   tpu_timeline_free(&c->tl);
   tpu_program_free(c->prog);
   tpu_module_free(c->cm);
-  tpu_module_free(c->vm);
+  tpu__module_release(c->vm, c->vm_refs);
   tpu_pod_cost_free(&c->costs);
   tpu_mosaic_seen_free(&c->seen);
   tpu_free(c->key);

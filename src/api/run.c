@@ -59,10 +59,23 @@ void tpu_sim_module_free(tpu_sim_module *sm) {
     pthread_mutex_destroy(&sm->memo->lock);
     tpu_free(sm->memo);
   }
-  tpu_module_free(sm->m);
+  tpu__module_release(sm->m, sm->mrefs);
   tpu_free(sm->name);
   tpu_free(sm->text);
   tpu_free(sm);
+}
+
+void tpu__module_release(tpu_module *m, int *refs) {
+  if (refs && __atomic_sub_fetch(refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+  tpu_module_free(m);
+  tpu_free(refs);
+}
+
+/* Parses a fresh module from a loaded handle's text, which was verified when it was loaded:
+ * the same text parses to the same module, and verifying reads it only (tpu_ir_verify takes
+ * it const), so it is not verified again. */
+static tpu_status parse_loaded(const tpu_sim_module *sm, tpu_module **out, tpu_diag *d) {
+  return tpu_hlo_parse(sm->name, sm->text, sm->len, out, d);
 }
 
 /* Parses and verifies a fresh module from the handle's text. */
@@ -95,10 +108,13 @@ tpu_status tpu_sim_load_text(const char *name, const char *text, size_t len, tpu
   sm->text[len] = 0;
   sm->len = len;
   tpu_status st = parse_verified(sm->name, sm->text, sm->len, &sm->m, d);
+  if (st == TPU_OK && !(sm->mrefs = tpu_malloc(sizeof *sm->mrefs)))
+    st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   if (st != TPU_OK) {
     tpu_sim_module_free(sm);
     return st;
   }
+  *sm->mrefs = 1;
   *out = sm;
   return TPU_OK;
 }
@@ -262,6 +278,11 @@ static tpu_status prepare_module(tpu_module *m, const run_plan *p, const tpu_chi
   return tpu_ir_verify(m, d);
 }
 
+/* Whether prepare_module would rewrite m (a mesh to partition over, or slices to widen to). */
+static int prepare_changes(const tpu_module *m, const run_plan *p) {
+  return p->mesh || tpu_spmd_needed(m) || tpu_megascale_present(m, NULL);
+}
+
 /* Copies caller array i into a tensor checked against `want` (f32 rounded for bf16/f16).
  * An array that needs no change (its dtype and dims are the parameter's; not pred) is
  * borrowed instead: *borrowed = 1, t->data is the caller's (the interpreter never writes a
@@ -337,7 +358,7 @@ static tpu_status time_into(const tpu_program *prog, const tpu_chip *chip, tpu_p
 static tpu_status build_program(tpu__compiled *c, const tpu_sim_module *sm, const run_plan *p,
                                 const tpu_loop_trips *trips, tpu_diag *d) {
   if (c->prog) return TPU_OK;
-  tpu_status st = parse_verified(sm->name, sm->text, sm->len, &c->cm, d);
+  tpu_status st = parse_loaded(sm, &c->cm, d);
   if (st == TPU_OK) st = prepare_module(c->cm, p, &c->chip, d);
   if (st == TPU_OK) {
     c->pk = tpu_report_peak_kind(c->cm); /* before fusion hides the dots */
@@ -391,7 +412,7 @@ static tpu_status own_program(tpu_sim_result *r, const tpu_sim_module *sm, const
   memset(&costs, 0, sizeof costs);
   costs.chip = &c->chip;
   costs.topo = c->costs.topo; /* c->topo, which the result's reference keeps */
-  tpu_status st = parse_verified(sm->name, sm->text, sm->len, &cm, d);
+  tpu_status st = parse_loaded(sm, &cm, d);
   if (st == TPU_OK) st = prepare_module(cm, p, &c->chip, d);
   if (st == TPU_OK) {
     tpu_compile_opts co = {&c->chip, NULL, NULL, p->precision, tpu_pod_coll_cost, &costs, 0, 0, NULL, &trips->mosaic,
@@ -643,8 +664,14 @@ static tpu_status find_compiled(const tpu_sim_module *sm, const run_plan *p, tpu
     st = tpu__cache_new(key, klen, &c, d);
     if (st == TPU_OK) {
       if (p->tpu) c->chip = chip;
-      st = parse_verified(sm->name, sm->text, sm->len, &c->vm, d);
-      if (st == TPU_OK) st = prepare_module(c->vm, p, p->tpu ? &c->chip : NULL, d);
+      if (!prepare_changes(sm->m, p)) { /* the values run on the loaded module itself */
+        __atomic_add_fetch(sm->mrefs, 1, __ATOMIC_ACQ_REL);
+        c->vm = sm->m;
+        c->vm_refs = sm->mrefs;
+      } else {
+        st = parse_loaded(sm, &c->vm, d);
+        if (st == TPU_OK) st = prepare_module(c->vm, p, p->tpu ? &c->chip : NULL, d);
+      }
       if (st == TPU_OK) {
         c->devices = tpu_module_device_count(c->vm);
         tpu__cache_insert(c);

@@ -796,12 +796,114 @@ static tpu_status check_groups_read(const tpu_instr *in, int64_t replicas, int64
   return st;
 }
 
-tpu_status tpu_collective_check_groups(const tpu_instr *in, int64_t replicas, int64_t partitions, tpu_diag *d) {
+/* Groups found good, kept by their text and everything else check_groups_read reads (the
+ * device grid, the op's kind, its mode): the verifier checks every collective after each HLO
+ * pass, and a 4,096-chip program's groups are tens of kB of ids to read and check again each
+ * time. Only long texts, and only successes (a failure is reported once and stops the run). */
+#define VCACHE 16
+#define VCACHE_MIN 256
+static struct {
+  size_t len;
+  char *text;
+  int64_t replicas, partitions, size;
+  int kind;
+} vcache[VCACHE];
+static int vcache_next;
+static pthread_mutex_t vcache_lock = PTHREAD_MUTEX_INITIALIZER;
+static int64_t vcache_checked;
+
+int64_t tpu_collective_groups_checked(void) {
+  pthread_mutex_lock(&vcache_lock);
+  int64_t n = vcache_checked;
+  pthread_mutex_unlock(&vcache_lock);
+  return n;
+}
+
+/* The attribute text checked groups are kept by (NULL: not kept) and the kind that goes with
+ * it: permute, all-reduce (groups may differ in size), the mode, a channel. */
+static const char *vcache_key(const tpu_instr *in, size_t *len, int *kind) {
+  if (tpu_collective_is_done(in->op)) return NULL;
+  int permute = tpu_collective_base(in->op) == TPU_OP_COLLECTIVE_PERMUTE;
+  const char *v = attr_text(in->attrs, in->nattrs, permute ? "source_target_pairs" : "replica_groups");
+  if (!v) return NULL;
+  v = skip(v);
+  if (*v != '{' && *v != '[') return NULL; /* a mesh form reads device_ids too */
+  *len = strlen(v);
+  if (*len < VCACHE_MIN) return NULL;
+  int channel = attr_text(in->attrs, in->nattrs, "channel_id") != NULL;
+  *kind = permute | (tpu_collective_base(in->op) == TPU_OP_ALL_REDUCE) << 1 | channel << 2 |
+          (int)tpu_collective_mode(in) << 3;
+  return v;
+}
+
+/* 1: groups of this text and kind were checked good on this grid; *size is their size (-1:
+ * none kept). */
+static int vcache_get(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t *size) {
+  size_t len;
+  int kind, hit = 0;
+  const char *v = vcache_key(in, &len, &kind);
+  if (!v) return 0;
+  pthread_mutex_lock(&vcache_lock);
+  for (int i = 0; i < VCACHE && !hit; i++)
+    if (vcache[i].text && vcache[i].len == len && vcache[i].kind == kind && vcache[i].replicas == replicas &&
+        vcache[i].partitions == partitions && !memcmp(vcache[i].text, v, len)) {
+      hit = 1;
+      *size = vcache[i].size;
+    }
+  pthread_mutex_unlock(&vcache_lock);
+  return hit;
+}
+
+static void vcache_put(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t size) {
+  size_t len;
+  int kind;
+  const char *v = vcache_key(in, &len, &kind);
+  char *t = v ? tpu_malloc(len + 1) : NULL;
+  if (!t) return;
+  memcpy(t, v, len + 1);
+  pthread_mutex_lock(&vcache_lock);
+  int i = vcache_next;
+  vcache_next = (vcache_next + 1) % VCACHE;
+  tpu_free(vcache[i].text);
+  vcache[i].text = t;
+  vcache[i].len = len;
+  vcache[i].kind = kind;
+  vcache[i].replicas = replicas;
+  vcache[i].partitions = partitions;
+  vcache[i].size = size;
+  pthread_mutex_unlock(&vcache_lock);
+}
+
+/* check_groups_read, then the size of the group of device 0 where the groups give it
+ * (-1 for a permute or a -done op; tpu_collective_group_size). */
+static tpu_status check_groups_size(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t *size,
+                                    tpu_diag *d) {
+  if (vcache_get(in, replicas, partitions, size)) return TPU_OK;
+  pthread_mutex_lock(&vcache_lock);
+  vcache_checked++;
+  pthread_mutex_unlock(&vcache_lock);
   tpu_groups g;
   int64_t space;
   TPU_TRY(check_groups_read(in, replicas, partitions, &g, &space, d));
+  *size = -1;
+  if (!tpu_collective_is_done(in->op) && tpu_collective_base(in->op) != TPU_OP_COLLECTIVE_PERMUTE && space >= 1) {
+    /* Checked: the groups partition the id space, so device 0 (id 0 in every mode) is in
+     * exactly one; its size is tpu_collective_members' count for device 0. */
+    int64_t n = space, at = -1;
+    for (int64_t i = 0; g.ngroups > 0 && i < g.start[g.ngroups] && at < 0; i++)
+      if (g.ids[i] == 0) at = i;
+    for (int64_t k = 0; at >= 0 && k < g.ngroups; k++)
+      if (at >= g.start[k] && at < g.start[k + 1]) n = g.start[k + 1] - g.start[k];
+    *size = tpu_collective_mode(in) == TPU_CG_CROSS_REPLICA_AND_PARTITION ? n * partitions : n;
+  }
   tpu_groups_free(&g);
+  vcache_put(in, replicas, partitions, *size);
   return TPU_OK;
+}
+
+tpu_status tpu_collective_check_groups(const tpu_instr *in, int64_t replicas, int64_t partitions, tpu_diag *d) {
+  int64_t size;
+  return check_groups_size(in, replicas, partitions, &size, d);
 }
 
 tpu_status tpu_collective_devices(const tpu_instr *in, int64_t *devices, tpu_diag *d) {
@@ -846,22 +948,8 @@ tpu_status tpu_collective_check_one_device(const tpu_instr *in, tpu_diag *d) {
 
 tpu_status tpu_collective_group_size(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t *size,
                                      tpu_diag *d) {
-  tpu_groups g;
-  int64_t space;
-  TPU_TRY(check_groups_read(in, replicas, partitions, &g, &space, d));
-  if (!tpu_collective_is_done(in->op) && tpu_collective_base(in->op) != TPU_OP_COLLECTIVE_PERMUTE && space >= 1) {
-    /* Checked: the groups partition the id space, so device 0 (id 0 in every mode) is in
-     * exactly one; its size is tpu_collective_members' count for device 0. */
-    int64_t n = space, at = -1;
-    for (int64_t i = 0; g.ngroups > 0 && i < g.start[g.ngroups] && at < 0; i++)
-      if (g.ids[i] == 0) at = i;
-    for (int64_t k = 0; at >= 0 && k < g.ngroups; k++)
-      if (at >= g.start[k] && at < g.start[k + 1]) n = g.start[k + 1] - g.start[k];
-    tpu_groups_free(&g);
-    *size = tpu_collective_mode(in) == TPU_CG_CROSS_REPLICA_AND_PARTITION ? n * partitions : n;
-    return TPU_OK;
-  }
-  tpu_groups_free(&g);
+  TPU_TRY(check_groups_size(in, replicas, partitions, size, d));
+  if (*size >= 0) return TPU_OK;
   int64_t *members = tpu_malloc(sizeof *members * (size_t)(replicas * partitions));
   if (!members) return TPU_FAIL(d, TPU_ERR_NOMEM, in->loc, "out of memory");
   int64_t self;

@@ -38,6 +38,10 @@ void tpu_groups_free(tpu_groups *g);
  * has parsed: tpu_groups_read keeps the last few it read by their text and copies them out
  * when asked again (the verifier, passes, back end and pod timing each ask). */
 int64_t tpu_groups_texts_parsed(void);
+/* How many times a collective's groups were read and checked (the verifier's check,
+ * tpu_collective_check_groups / tpu_collective_group_size), not answered from those kept by
+ * their text: the count a test reads. */
+int64_t tpu_collective_groups_checked(void);
 
 /* The devices in device `dev`'s group for collective `in` (not collective-permute), as
  * device ids in group order (the order reductions and concatenations follow); *self is

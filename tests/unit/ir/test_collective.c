@@ -219,6 +219,22 @@ static void long_groups_read_once(void) {
     }
   CHECK_EQ_INT(tpu_groups_texts_parsed() - before, 2);
   CHECK(tpu_collective_check_groups(m->entry->instrs[m->entry->ninstrs - 1], 1, N, &d) == TPU_OK);
+  /* Checked good, a long list is kept by its text, grid and kind: the verifier's next check of
+   * it (after each HLO pass) is answered without reading it again; another grid is checked,
+   * and a list that fails is checked (and fails) every time. */
+  int64_t checked = tpu_collective_groups_checked();
+  for (int rep = 0; rep < 3; rep++) {
+    CHECK(tpu_collective_check_groups(m->entry->instrs[m->entry->ninstrs - 1], 1, N, &d) == TPU_OK);
+    CHECK(tpu_ir_verify(m, &d) == TPU_OK);
+  }
+  CHECK_EQ_INT(tpu_collective_groups_checked() - checked, 1); /* the other permute's, once */
+  CHECK(tpu_collective_check_groups(m->entry->instrs[m->entry->ninstrs - 1], 2, N, &d) == TPU_OK);
+  CHECK_EQ_INT(tpu_collective_groups_checked() - checked, 2);
+  for (int rep = 0; rep < 2; rep++) {
+    CHECK(tpu_collective_check_groups(m->entry->instrs[m->entry->ninstrs - 1], 1, N / 2, &d) != TPU_OK);
+    CHECK(strstr(d.msg, "name 128, but there are 128") != NULL);
+  }
+  CHECK_EQ_INT(tpu_collective_groups_checked() - checked, 4);
   tpu_module_free(m);
   snprintf(src, sizeof src,
            "HloModule m, num_partitions=2\nENTRY e {\n p = f32[4] parameter(0)\n"
