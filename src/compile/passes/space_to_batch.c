@@ -18,8 +18,8 @@
  *     and v6e too, 8 and 16 are not) and batch_group_count is 1;
  *   - it has no feature groups, or one group per input feature (depthwise); a grouped
  *     convolution keeps its batch (8 of 8 in the corpus; the compiler rewrites groups first);
- *   - along the split dimension: no base (lhs) dilation (the compiler splits some of those
- *     too; tpusim does not yet), no negative padding, window dilation only where the
+ *   - along the split dimension: a base (lhs) dilation only as s2b_dilated says (a
+ *     transposed convolution), no negative padding, window dilation only where the
  *     kernel is smaller than the output, and the padded input size
  *     in + lo + hi >= 16 (2 x 8 pieces: "a very primitive cost model to thwart
  *     propagations on tiny shapes"), with the halo, the dilated kernel less one, at most
@@ -133,8 +133,47 @@ static const char *window_text(char *buf, size_t n, const tpu_window_dim *w, int
   return buf;
 }
 
-/* Is cv split (the header's rule)? Sets *piece, the input positions per piece, S. */
-static int s2b_piece(const tpu_instr *cv, int64_t *piece) {
+/* How a split convolution is cut: pieces of S input positions (of the input padded low by
+ * lo_in zeros), each with `halo` more from the next piece, the convolution on a piece padded
+ * win_lo / win_hi along W and giving `out` outputs. */
+typedef struct {
+  int64_t S, halo, lo_in, win_lo, win_hi, out;
+} s2b_plan;
+
+/* An input-dilated (transposed) convolution along W, XLA's rule (ConvolutionVisitor's
+ * IsConvSuitableForSpaceToBatch and GetConvolutionDetails): unit stride, a low padding of
+ * the dilation d or one less (or none for a one-tap window); the padded size counts the
+ * input and the high padding (the low one is taps into the dilation), at least 16, and 24
+ * where the low padding is d ("a cost model to escape slowing down ssd batch 4"); a halo of
+ * K / d inputs (K - 1 where the padding is d - 1) no wider than a piece. A low padding of d
+ * is one zero input before the pieces, which then need no padding; d - 1 stays the
+ * window's. Each piece gives S d outputs; S is ceil(ceil(W_out / 8) / d), grown until 8 S
+ * covers the padded size (tconv_b1_28x28_c128to32_k4s2_same: pieces of 4 inputs and 2
+ * of halo, 8 outputs, on every generation). */
+static int s2b_dilated(const tpu_window_dim *w, int64_t keff, int64_t win, int64_t out, s2b_plan *p) {
+  int64_t d = w->base_dilation, lo = w->pad_lo;
+  if (w->stride != 1 || w->pad_hi < 0) return 0;
+  if (lo == 0 ? keff != 1 : lo != d - 1 && lo != d) return 0;
+  int64_t spatial = win + w->pad_hi, xla_halo = (lo == d ? keff : keff - 1) / d;
+  if (spatial < 2 * S2B_SPLITS || xla_halo > (spatial + S2B_SPLITS - 1) / S2B_SPLITS) return 0;
+  if (lo == d && spatial < 3 * S2B_SPLITS) return 0;
+  p->lo_in = lo == d;
+  p->win_lo = lo == d ? 0 : lo;
+  /* the inputs a piece's last output reaches past the piece (at least XLA's halo) */
+  int64_t need = (keff - 2 - p->win_lo + d) / d;
+  p->halo = need > xla_halo ? need : xla_halo;
+  int64_t per = (out + S2B_SPLITS - 1) / S2B_SPLITS, s = (per + d - 1) / d;
+  while (s * S2B_SPLITS < spatial) s++;
+  if (p->halo > s) return 0;
+  p->S = s;
+  p->out = s * d;
+  /* the window's high padding that makes a piece of S + halo inputs give S d outputs */
+  p->win_hi = p->out - ((s + p->halo - 1) * d + 1) - p->win_lo + keff - 1;
+  return p->win_hi >= 0;
+}
+
+/* Is cv split (the header's rule)? Fills *p. */
+static int s2b_piece(const tpu_instr *cv, s2b_plan *p) {
   if (cv->op != TPU_OP_CONVOLUTION || !cv->has_conv_dims || cv->noperands != 2 || cv->shape.dtype == TPU_TUPLE)
     return 0;
   const tpu_conv_dims *cd = &cv->conv;
@@ -146,27 +185,27 @@ static int s2b_piece(const tpu_instr *cv, int64_t *piece) {
   if (batch < 1 || batch > S2B_MAX_BATCH) return 0;
   const tpu_window_dim *w = &cv->window[ws];
   int64_t ksz = k->dims[cd->k_spatial[ws]], out = cv->shape.dims[cd->out_spatial[ws]];
-  if (w->base_dilation != 1 || w->pad_lo < 0 || w->pad_hi < 0 || w->stride < 1 || out < 1) return 0;
+  if (w->base_dilation < 1 || w->pad_lo < 0 || w->pad_hi < 0 || w->stride < 1 || out < 1) return 0;
   if (w->window_dilation != 1 && !(ksz < out)) return 0;
   int64_t keff = (ksz - 1) * w->window_dilation + 1, halo = keff - 1;
+  if (w->base_dilation != 1) return s2b_dilated(w, keff, in->dims[cd->in_spatial[ws]], out, p);
   int64_t spatial = in->dims[cd->in_spatial[ws]] + w->pad_lo + w->pad_hi;
   if (spatial < 2 * S2B_SPLITS || halo > (spatial + S2B_SPLITS - 1) / S2B_SPLITS) return 0;
   int64_t s = (out + S2B_SPLITS - 1) / S2B_SPLITS * w->stride;
   while (s * S2B_SPLITS < spatial) s += w->stride;
-  *piece = s;
+  *p = (s2b_plan){s, halo, w->pad_lo, 0, 0, s / w->stride};
   return 1;
 }
 
-static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, int64_t S) {
+static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, const s2b_plan *p) {
   s2b_ctx x = {b, c, cv};
   const tpu_conv_dims *cd = &cv->conv;
   tpu_instr *act = cv->operands[0];
   const tpu_shape *in = &act->shape;
   int r = in->rank, ws = cd->nspatial - 1;
   int wd = (int)cd->in_spatial[ws], bd = (int)cd->in_batch, od = (int)cd->out_spatial[ws], ob = (int)cd->out_batch;
-  const tpu_window_dim *w = &cv->window[ws];
-  int64_t win = in->dims[wd], halo = (cv->operands[1]->shape.dims[cd->k_spatial[ws]] - 1) * w->window_dilation;
-  int64_t wout = cv->shape.dims[od], piece_out = S / w->stride, total = (halo > 0 ? S2B_SPLITS + 1 : S2B_SPLITS) * S;
+  int64_t win = in->dims[wd], S = p->S, halo = p->halo, lo = p->lo_in;
+  int64_t wout = cv->shape.dims[od], piece_out = p->out, total = (halo > 0 ? S2B_SPLITS + 1 : S2B_SPLITS) * S;
   char buf[TPU_MAX_RANK * 96];
   /* the input padded along W: the convolution's low padding, zeros up to `total` */
   tpu_tensor z;
@@ -178,8 +217,8 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, int64_
   buf[0] = 0;
   for (int i = 0; i < r; i++) {
     dims[i] = i == wd ? total : in->dims[i];
-    a += (size_t)snprintf(buf + a, sizeof buf - a, "%s%lld_%lld", i ? "x" : "", (long long)(i == wd ? w->pad_lo : 0),
-                          (long long)(i == wd ? total - win - w->pad_lo : 0));
+    a += (size_t)snprintf(buf + a, sizeof buf - a, "%s%lld_%lld", i ? "x" : "", (long long)(i == wd ? lo : 0),
+                          (long long)(i == wd ? total - win - lo : 0));
   }
   ops[0] = act;
   ops[1] = zero;
@@ -189,7 +228,7 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, int64_
    * low padding, or an input shorter than 8 S); else straight from the input, and the zeros
    * past it, the last piece's halo, are written by the halo's kernel
    * (sconv_b4_32x32_c64to96_k4s4_same: no pad kernel in the compiler's program). */
-  int pad_kernel = w->pad_lo > 0 || win + w->pad_lo < S2B_SPLITS * S;
+  int pad_kernel = lo > 0 || win + lo < S2B_SPLITS * S;
   tpu_instr *body = pad_kernel ? pad : act;
   if (pad_kernel) TPU_TRY(tpu_build_set_attr(b, pad, "s2b_kernel", "pad"));
   if (body->shape.dims[wd] != S2B_SPLITS * S) TPU_TRY(slice_dim(&x, body, wd, 0, S2B_SPLITS * S, &body));
@@ -224,7 +263,8 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, int64_
   nc->shape = tpu_build_shape(cv->shape.dtype, r, dims);
   tpu_window_dim nw[TPU_MAX_RANK];
   for (int i = 0; i < cv->nwindow; i++) nw[i] = cv->window[i];
-  nw[ws].pad_lo = nw[ws].pad_hi = 0;
+  nw[ws].pad_lo = p->win_lo;
+  nw[ws].pad_hi = p->win_hi;
   TPU_TRY(tpu_build_set_attr(b, nc, "window", window_text(buf, sizeof buf, nw, cv->nwindow)));
   /* and back: [.., 8B, .., S', ..] -> [.., B, 8, .., S', ..] -> [.., B, .., 8, S', ..] */
   tpu_instr *osplit, *omoved, *omerged, *res;
@@ -252,9 +292,9 @@ tpu_status tpu__space_to_batch(tpu_builder *b, tpu_module *m, int *changed) {
     int any = 0, n = c->ninstrs;
     for (int i = 0; i < n; i++) {
       tpu_instr *in = c->instrs[i];
-      int64_t piece;
-      if (!s2b_piece(in, &piece)) continue;
-      TPU_TRY(rewrite_one(b, c, in, piece));
+      s2b_plan plan;
+      if (!s2b_piece(in, &plan)) continue;
+      TPU_TRY(rewrite_one(b, c, in, &plan));
       any = 1;
     }
     if (any) {

@@ -483,29 +483,44 @@ static void test_nchw_param_layout(void) {
  * (sconv_b4_32x32_c64to96_k4s4_same) nor slice back. Batch 8, a W of 14 without padding, and
  * a grouped convolution keep their convolution (the grouped one followed by its copy.group,
  * test_passes_group); W = 64 padded to 66 gives pieces of 9
- * (libtpu probe), W = 30 padded to 33 with stride 2 pieces of 6 inputs, 3 outputs. Values
- * are bit-identical on the reference interpreter, with a halo, a stride, a window dilation
- * and uneven padding. */
+ * (libtpu probe), W = 30 padded to 33 with stride 2 pieces of 6 inputs, 3 outputs; an
+ * input-dilated (transposed) convolution as XLA's converter splits it. Values are
+ * bit-identical on the reference interpreter, with a halo, a stride, a window dilation,
+ * an input dilation and uneven padding. */
 static void test_space_to_batch(void) {
-  const char *fmt = "HloModule m\nENTRY e {\n x = f32[%d,%d,%d,%d] parameter(0)\n w = f32[3,3,%d,%d] parameter(1)\n"
+  const char *fmt = "HloModule m\nENTRY e {\n x = f32[%d,%d,%d,%d] parameter(0)\n w = f32[3,%d,%d,%d] parameter(1)\n"
                     " ROOT c = f32[%d,%d,%d,%d] convolution(x, w), window={%s}, dim_labels=b01f_01io->b01f%s\n}\n";
   struct {
     int b, h, w, c, oc, oh, ow;
     const char *win, *extra;
     int want_batch, want_w, want_kernels, want_pad;
+    int kw; /* the window's width */
   } cases[] = {
-      {2, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 16, 2, 6, 1},
-      {8, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 8, 14, 1, 0},
-      {2, 14, 14, 128, 64, 12, 12, "size=3x3", "", 2, 12, 1, 0},
-      {2, 8, 64, 64, 64, 8, 64, "size=3x3 pad=1_1x1_1", "", 16, 9, 6, 1},
-      {2, 14, 14, 128, 128, 14, 14, "size=3x3 pad=1_1x1_1", ", feature_group_count=2", 2, 14, 2, 0},
-      {1, 9, 30, 5, 7, 9, 15, "size=3x3 stride=1x2 pad=1_1x1_2 rhs_dilate=1x2", "", 8, 3, 6, 1},
-      {2, 8, 32, 64, 96, 8, 8, "size=3x3 stride=1x4 pad=1_1x0_0", "", 16, 1, 4, 0},
+      {2, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 16, 2, 6, 1, 3},
+      {8, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 8, 14, 1, 0, 3},
+      {2, 14, 14, 128, 64, 12, 12, "size=3x3", "", 2, 12, 1, 0, 3},
+      {2, 8, 64, 64, 64, 8, 64, "size=3x3 pad=1_1x1_1", "", 16, 9, 6, 1, 3},
+      {2, 14, 14, 128, 128, 14, 14, "size=3x3 pad=1_1x1_1", ", feature_group_count=2", 2, 14, 2, 0, 3},
+      {1, 9, 30, 5, 7, 9, 15, "size=3x3 stride=1x2 pad=1_1x1_2 rhs_dilate=1x2", "", 8, 3, 6, 1, 3},
+      {2, 8, 32, 64, 96, 8, 8, "size=3x3 stride=1x4 pad=1_1x0_0", "", 16, 1, 4, 0, 3},
+      /* transposed (s2b_dilated): a low padding of the dilation, 4 inputs and 2 of halo a
+       * piece, 8 outputs (the compiler's bf16[56,8,8,32] on 28 x 28); of the dilation less
+       * one, pieces of 4 and no halo; at dilation 3 and a 5-tap window, a halo of 2 (XLA's
+       * K / d is 1: too few for the piece's last output); kept: too narrow for a low
+       * padding of the dilation (20 + 2 < 24), a stride, a low padding of 1 at dilation 3
+       * (their second kernel the dilated input's) */
+      {1, 14, 28, 16, 8, 14, 56, "size=3x4 pad=1_1x2_2 lhs_dilate=1x2", "", 8, 8, 6, 1, 4},
+      {2, 14, 28, 16, 8, 14, 112, "size=3x4 pad=1_1x3_3 lhs_dilate=1x4", "", 16, 16, 5, 1, 4},
+      {1, 14, 30, 16, 8, 14, 90, "size=3x5 pad=1_1x3_3 lhs_dilate=1x3", "", 8, 15, 6, 1, 5},
+      {1, 14, 20, 16, 8, 14, 40, "size=3x4 pad=1_1x2_2 lhs_dilate=1x2", "", 1, 40, 2, 0, 4},
+      {1, 14, 28, 16, 8, 14, 28, "size=3x4 stride=1x2 pad=1_1x2_2 lhs_dilate=1x2", "", 1, 28, 2, 0, 4},
+      {1, 14, 28, 16, 8, 14, 81, "size=3x4 pad=1_1x1_1 lhs_dilate=1x3", "", 1, 81, 2, 0, 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char src[1024];
     int ic = cases[i].extra[0] ? cases[i].c / 2 : cases[i].c;
-    snprintf(src, sizeof src, fmt, cases[i].b, cases[i].h, cases[i].w, cases[i].c, ic, cases[i].oc, cases[i].b,
+    snprintf(src, sizeof src, fmt, cases[i].b, cases[i].h, cases[i].w, cases[i].c, cases[i].kw, ic,
+             cases[i].oc, cases[i].b,
              cases[i].oh, cases[i].ow, cases[i].oc, cases[i].win, cases[i].extra);
     tpu_module *m0 = NULL, *m = compile_src(src);
     if (!m) continue;
