@@ -651,15 +651,67 @@ static int64_t reduce_tiled_elems(const tpu_chip *chip, const tpu_instr *x) {
   return n / d * ((d + sub - 1) / sub * sub);
 }
 
+/* The array a fused reduce reads as the kernel holds it in memory: its operand traced back
+ * through elementwise ops and converts of the same dimensions to a fused parameter, whose
+ * fusion operand it is (`in` the fusion; `x` itself where it is the unfused reduce); NULL
+ * where a reshape, broadcast or other op in between lays the values out afresh. */
+static const tpu_instr *reduce_source(const tpu_instr *in, const tpu_instr *x) {
+  if (x == in) return x->operands[0];
+  const tpu_instr *v = x->operands[0];
+  for (;;) {
+    if (v->op == TPU_OP_PARAMETER) break;
+    if (!tpu__is_elementwise(v->op) || v->noperands < 1) return NULL;
+    const tpu_instr *next = NULL;
+    for (int j = 0; j < v->noperands && !next; j++) {
+      const tpu_shape *o = &v->operands[j]->shape;
+      if (o->rank == v->shape.rank && !memcmp(o->dims, v->shape.dims, sizeof o->dims[0] * (size_t)o->rank))
+        next = v->operands[j];
+    }
+    if (!next) return NULL;
+    v = next;
+  }
+  if (v->index < 0 || v->index >= in->noperands) return NULL;
+  const tpu_instr *a = in->operands[v->index];
+  const tpu_shape *s = &x->operands[0]->shape;
+  if (a->shape.rank != s->rank || memcmp(a->shape.dims, s->dims, sizeof s->dims[0] * (size_t)s->rank)) return NULL;
+  return a;
+}
+
+/* The elements a reduce iterates over where its operand is an array in memory: that
+ * array's tiles, padding included — the minor dimension to whole lanes, the second-minor
+ * to the 8 rows of a 32-bit register. The XLA TPU compiler's cost model charges a sum of
+ * [33,50,R,C] over axes 0 and 1 the same for C = 65 as for C = 128 and for R = 65 as for
+ * R = 72 (bf16 and f32, a bf16 or f32 result, v4 v5e v5p v6e; f32 [33,50,64,65] 413,709
+ * cycles on v5e, [33,50,64,128] the same), and so a sum over the rows (axis 2) and over
+ * [8,56,56,C] for C = 64, 96, 128 (libtpu probes, bench/fidelity/probes/reduce_tiles.py).
+ * -1 where the operand is a value laid out inside the kernel (reduce_tiled_elems). */
+static int64_t reduce_source_elems(const tpu__be *be, const tpu_instr *in, const tpu_instr *x) {
+  const tpu_instr *a = reduce_source(in, x);
+  if (!a || a->shape.rank < 2 || !tpu_dtype_is_array(a->shape.dtype)) return -1;
+  int64_t padded = tpu__value_bytes(be, a, &a->shape);
+  int q, m;
+  if (a->shape.has_layout) q = a->shape.minor_to_major[1], m = a->shape.minor_to_major[0];
+  else q = a->shape.rank - 2, m = a->shape.rank - 1;
+  if (padded != tpu__tiled_as(be->chip, &a->shape, q, m)) return -1; /* laid out otherwise: as before */
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  /* 16- and 8-bit values widened to 32 bits: the 8 rows of a 32-bit register, not the packed tile's */
+  int64_t d = a->shape.dims[q], w = a->shape.dims[m], n = tpu_shape_numel(&a->shape);
+  if (d <= 0 || w <= 0) return -1;
+  return n / d / w * round_up(d, sub) * round_up(w, lanes);
+}
+
 /* What one instruction adds to stream_costs' scan: whether it reduces, moves the minor
  * dimension (a transpose), the elements it iterates over and the rows it broadcasts along
  * the lanes. */
-static void scan_one(const tpu_chip *chip, const tpu_instr *x, int *reduces, int64_t *moved, int64_t *n,
-                     int64_t *rows) {
+static void scan_one(const tpu__be *be, const tpu_instr *in, const tpu_instr *x, int *reduces, int64_t *moved,
+                     int64_t *n, int64_t *rows) {
+  const tpu_chip *chip = be->chip;
   *rows += lane_broadcast_rows(chip, x);
   if (x->op == TPU_OP_REDUCE && x->noperands > 0) {
     *reduces = 1;
-    int64_t e = reduce_tiled_elems(chip, x);
+    int64_t e = reduce_source_elems(be, in, x);
+    if (e < 0) e = reduce_tiled_elems(chip, x);
     if (e > *n) *n = e;
   }
   if (tpu__moves_minor(chip, x)) *moved += tpu_shape_numel(&x->shape);
@@ -667,13 +719,18 @@ static void scan_one(const tpu_chip *chip, const tpu_instr *x, int *reduces, int
 
 /* A fusion that is one reduce of its widened operand (parameters, converts and bitcasts
  * feeding a single reduce: JAX's sum over bf16 converts to f32 first) over rows, not the
- * lanes: the compiler times it as the unfused reduce, lone_op_bytes included (bf16
- * [256,16,4096] summed over axis 1 costs v5e 437,152 cycles, twice f32 [256,4,4096]'s lone
- * reduce of as many 32-bit tiled elements, 218,592; bench/fidelity/probes cases_12). One over
- * the lanes it does not (bf16 [64,1024,1024] summed over axes 1,2, layer norms over bf16
- * rows: within 3 % without it, calibration corpus). */
+ * lanes, its result narrowed back to 16 bits: the compiler folds the converts away and times
+ * it as the unfused reduce, lone_op_bytes included (bf16 [256,16,4096] summed over axis 1
+ * costs v5e 437,152 cycles, twice f32 [256,4,4096]'s lone reduce of as many 32-bit tiled
+ * elements, 218,592; bench/fidelity/probes cases_12). One over the lanes it does not (bf16
+ * [64,1024,1024] summed over axes 1,2, layer norms over bf16 rows: within 3 % without it,
+ * calibration corpus), nor one whose result stays f32 (jnp.var's sums: a kLoop
+ * convert_reduce_fusion; bf16 [33,33,64,65] summed over axis 2 to f32 costs v5e 125,907
+ * cycles, to bf16 233,314: probes/reduce_tiles.py). */
 static int widened_reduce(const tpu_instr *in) {
   if (in->op != TPU_OP_FUSION || !in->calls) return 0;
+  size_t rb = tpu_dtype_size(in->shape.dtype);
+  if (rb == 0 || rb >= 4) return 0;
   int reduces = 0;
   for (int i = 0; i < in->calls->ninstrs; i++) {
     const tpu_instr *x = in->calls->instrs[i];
@@ -748,9 +805,9 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
     if (e > n) n = e;
   }
   if (in->op == TPU_OP_FUSION && in->calls) {
-    for (int i = 0; i < in->calls->ninstrs; i++) scan_one(ch, in->calls->instrs[i], &reduces, &moved, &n, &rows);
+    for (int i = 0; i < in->calls->ninstrs; i++) scan_one(be, in, in->calls->instrs[i], &reduces, &moved, &n, &rows);
   } else {
-    scan_one(ch, in, &reduces, &moved, &n, &rows);
+    scan_one(be, in, in, &reduces, &moved, &n, &rows);
   }
   double x = 0;
   if (reduces || narrow) x += ch->stream_pass_bytes * (double)n;

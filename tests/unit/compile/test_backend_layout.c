@@ -177,9 +177,10 @@ static void lone_through_prefetch(void) {
 
 /* A reduce over a short second-minor dimension iterates over it padded to the sublanes (the
  * XLA TPU compiler: f32 [256,4,4096] summed over axis 1, 218,592 cycles on v5e, as over 8
- * rows), and a fusion of converts feeding one reduce (JAX's bf16 sum) pays the lone-op cost
- * as the unfused reduce does (bf16 [256,16,4096]: 437,152 cycles, twice the f32 [256,4,4096]
- * one; bench/fidelity/probes cases_12). */
+ * rows), and a fusion of converts feeding one reduce, narrowed back to bf16 (JAX's bf16 sum),
+ * pays the lone-op cost as the unfused reduce does (bf16 [256,16,4096]: 437,152 cycles, twice
+ * the f32 [256,4,4096] one; bench/fidelity/probes cases_12; one kept in f32 does not:
+ * test_reduce_tiles.c). */
 static void reduce_rows_padded_widened(void) {
   double f32k4 = r_xbytes(
       "HloModule k4\n"
@@ -195,10 +196,11 @@ static void reduce_rows_padded_widened(void) {
       "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
       "fc { p = bf16[256,16,4096]{2,1,0} parameter(0)\n c = f32[256,16,4096]{2,1,0} convert(p)\n"
       "  z = f32[] constant(0)\n"
-      "  ROOT s = f32[256,4096]{1,0} reduce(c, z), dimensions={1}, to_apply=add }\n"
+      "  s = f32[256,4096]{1,0} reduce(c, z), dimensions={1}, to_apply=add\n"
+      "  ROOT o = bf16[256,4096]{1,0} convert(s) }\n"
       "ENTRY e {\n"
       "  x = bf16[256,16,4096]{2,1,0} parameter(0)\n"
-      "  ROOT r = f32[256,4096]{1,0} fusion(x), kind=kInput, calls=fc\n"
+      "  ROOT r = bf16[256,4096]{1,0} fusion(x), kind=kInput, calls=fc\n"
       "}\n");
   CHECK_NEAR(bf16k16, (g_chip.stream_pass_bytes + g_chip.lone_op_bytes) * 256.0 * 16 * 4096, 1);
 }

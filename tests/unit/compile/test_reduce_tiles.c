@@ -1,0 +1,80 @@
+/* The per-element stream costs of a reduce kernel (compile/backend/layout.c stream_costs):
+ * counted over the tiles of the array it reads, padding included, and the unfused-op cost
+ * only for a widened sum narrowed back to its 16-bit type (bench/fidelity/probes/reduce_tiles.py). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+#include "unit/compile/backend_util.h"
+
+/* JAX's sum of bf16 x over axes 0 and 1: converted to f32, summed, the result f32 or, with
+ * `narrow`, converted back to bf16. */
+static void sum_src(char *buf, size_t n, int r, int c, int narrow) {
+  char tail[160];
+  if (narrow) snprintf(tail, sizeof tail, "  r = f32[%d,%d] reduce(c, z), dimensions={0,1}, to_apply=add\n"
+                       "  ROOT o = bf16[%d,%d] convert(r)\n", r, c, r, c);
+  else snprintf(tail, sizeof tail, "  ROOT r = f32[%d,%d] reduce(c, z), dimensions={0,1}, to_apply=add\n", r, c);
+  snprintf(buf, n,
+           "HloModule s\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+           "ENTRY e {\n  a = bf16[33,50,%d,%d] parameter(0)\n  c = f32[33,50,%d,%d] convert(a)\n  z = f32[] constant(0)\n%s}\n",
+           r, c, r, c, tail);
+}
+
+/* The xbytes of the one kernel `src` compiles to on v5e (through the HLO passes: the
+ * converts fuse with the reduce), -1 when it is not one kernel. */
+static double kernel_xbytes(const char *src, tpu_chip *c) {
+  tpu_module *m = NULL;
+  tpu_program *p = compile_for_with("v5e", src, 1, c, &m);
+  double x = -1;
+  if (p && p->nops == 1) x = p->ops[0].xbytes;
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return x;
+}
+
+/* The XLA TPU compiler charges the sum of [33,50,64,65] as that of [33,50,64,128] and
+ * [33,50,65,65] as [33,50,72,128] (f32 [33,50,64,65] 413,709 cycles on v5e, the same as
+ * [33,50,64,128]); an f32 result no unfused-op cost, a bf16 one lone_op_bytes besides. */
+static void sum_over_tiles(void) {
+  char src[1024];
+  tpu_chip c;
+  const double tiled64 = 33.0 * 50 * 64 * 128, tiled65 = 33.0 * 50 * 72 * 128;
+  sum_src(src, sizeof src, 64, 65, 0);
+  double x64 = kernel_xbytes(src, &c);
+  sum_src(src, sizeof src, 65, 65, 0);
+  double x65 = kernel_xbytes(src, &c);
+  sum_src(src, sizeof src, 64, 128, 0);
+  double x128 = kernel_xbytes(src, &c);
+  sum_src(src, sizeof src, 64, 65, 1);
+  double xn = kernel_xbytes(src, &c);
+  printf("sum of bf16[33,50,R,C] on v5e, xbytes: 64x65 %.0f, 65x65 %.0f, 64x128 %.0f (stream pass over the tiles: "
+         "%.0f, %.0f); narrowed to bf16 64x65 %.0f (and the unfused-op cost: %.0f)\n",
+         x64, x65, x128, c.stream_pass_bytes * tiled64, c.stream_pass_bytes * tiled65, xn,
+         (c.stream_pass_bytes + c.lone_op_bytes) * tiled64);
+  CHECK(c.stream_pass_bytes > 0 && c.lone_op_bytes > 0);
+  CHECK_NEAR(x64, c.stream_pass_bytes * tiled64, 1);
+  CHECK_NEAR(x65, c.stream_pass_bytes * tiled65, 1);
+  CHECK_NEAR(x128, x64, 1);
+  CHECK_NEAR(xn, (c.stream_pass_bytes + c.lone_op_bytes) * tiled64, 1);
+}
+
+/* A reduce of a value laid out afresh inside its kernel (a reshape between the array in
+ * memory and the reduce) keeps the count of its own elements, its reduced rows padded to 8. */
+static void reshaped_source(void) {
+  const char *src =
+      "HloModule s\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+      "ENTRY e {\n  a = f32[64,64,130] parameter(0)\n  b = f32[64,64,2,65] reshape(a)\n  z = f32[] constant(0)\n"
+      "  ROOT r = f32[64,64,2] reduce(b, z), dimensions={3}, to_apply=add\n}\n";
+  tpu_chip c;
+  double x = kernel_xbytes(src, &c);
+  printf("sum over the 65 of a reshaped f32[64,64,130]: xbytes %.0f (its elements: %.0f)\n", x,
+         c.stream_pass_bytes * 64 * 64 * 130);
+  CHECK(x < 1.01 * (c.stream_pass_bytes + c.lone_op_bytes) * 64 * 64 * 130);
+}
+
+int main(void) {
+  sum_over_tiles();
+  reshaped_source();
+  CHECK_DONE();
+}
