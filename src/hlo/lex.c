@@ -134,45 +134,107 @@ static tpu_status scan_string(tpu_lex *lx, tpu_diag *d) {
 
 #define MAX_NEST 256
 
+/* What scan_nested does at a character: most of a long attribute (the digits of a
+ * 4,096-chip program's group lists) is plain and only moves the cursor. */
+enum { SC_PLAIN, SC_OPEN, SC_CLOSE, SC_QUOTE, SC_SLASH, SC_END_TOP, SC_NEWLINE };
+static const unsigned char k_scan_class[256] = {
+    ['('] = SC_OPEN,  ['{'] = SC_OPEN,  ['['] = SC_OPEN,     [')'] = SC_CLOSE,  ['}'] = SC_CLOSE,
+    [']'] = SC_CLOSE, ['"'] = SC_QUOTE, ['/'] = SC_SLASH, [','] = SC_END_TOP, ['\n'] = SC_NEWLINE};
+
+/* Scans a value with balanced brackets and strings. The cursor is kept in locals and written
+ * back to lx before anything that reads it (a string, an error, the return). */
 static tpu_status scan_nested(tpu_lex *lx, int stop_at_top, tpu_diag *d) {
   char stack[MAX_NEST];
-  tpu_loc where[MAX_NEST];
+  int wline[MAX_NEST], wcol[MAX_NEST]; /* where each open bracket is */
   int depth = 0;
+  const unsigned char *src = (const unsigned char *)lx->src;
+  const size_t len = lx->len;
+  size_t pos = lx->pos;
+  int line = lx->line, col = lx->col;
+#define SYNC() (lx->pos = pos, lx->line = line, lx->col = col)
   for (;;) {
-    int c = tpu_lex_peek(lx);
-    if (c == -1) {
-      if (depth) return TPU_FAIL(d, TPU_ERR_PARSE, where[depth - 1], "'%c' is never closed", stack[depth - 1]);
+    if (pos >= len) {
+      SYNC();
+      if (depth) {
+        tpu_loc at = {lx->file, wline[depth - 1], wcol[depth - 1]};
+        return TPU_FAIL(d, TPU_ERR_PARSE, at, "'%c' is never closed", stack[depth - 1]);
+      }
       return TPU_OK;
     }
-    if (c == '"') {
-      TPU_TRY(scan_string(lx, d));
-      continue;
+    const int c = src[pos];
+    switch (k_scan_class[c]) {
+      case SC_PLAIN:
+        pos++;
+        col++;
+        continue;
+      case SC_NEWLINE:
+        if (depth == 0 && stop_at_top) {
+          SYNC();
+          return TPU_OK;
+        }
+        pos++;
+        line++;
+        col = 1;
+        continue;
+      case SC_END_TOP:
+        if (depth == 0 && stop_at_top) {
+          SYNC();
+          return TPU_OK;
+        }
+        pos++;
+        col++;
+        continue;
+      case SC_QUOTE:
+        SYNC();
+        TPU_TRY(scan_string(lx, d));
+        pos = lx->pos;
+        line = lx->line;
+        col = lx->col;
+        continue;
+      case SC_SLASH:
+        if (depth == 0 && stop_at_top && pos + 1 < len && (src[pos + 1] == '*' || src[pos + 1] == '/')) {
+          SYNC();
+          return TPU_OK;
+        }
+        pos++;
+        col++;
+        continue;
+      case SC_OPEN:
+        if (depth == MAX_NEST) {
+          SYNC();
+          return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_lex_loc(lx), "brackets nested too deeply");
+        }
+        stack[depth] = (char)c;
+        wline[depth] = line;
+        wcol[depth] = col;
+        depth++;
+        pos++;
+        col++;
+        continue;
+      default: { /* SC_CLOSE */
+        if (depth == 0) { /* an unmatched closer ends the span */
+          SYNC();
+          return TPU_OK;
+        }
+        char open = stack[depth - 1];
+        char want = open == '(' ? ')' : open == '{' ? '}' : ']';
+        if (c != want) {
+          SYNC();
+          return TPU_FAIL(d, TPU_ERR_PARSE, tpu_lex_loc(lx), "expected '%c' to close '%c' at line %d, found '%c'",
+                          want, open, wline[depth - 1], c);
+        }
+        depth--;
+        pos++;
+        col++;
+        if (depth == 0 && !stop_at_top) {
+          SYNC();
+          return TPU_OK;
+        }
+        continue;
+      }
     }
-    if (c == '/' && (tpu_lex_peek_at(lx, 1) == '*' || tpu_lex_peek_at(lx, 1) == '/') && depth == 0 && stop_at_top)
-      return TPU_OK;
-    if (c == '(' || c == '{' || c == '[') {
-      if (depth == MAX_NEST) return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_lex_loc(lx), "brackets nested too deeply");
-      stack[depth] = (char)c;
-      where[depth] = tpu_lex_loc(lx);
-      depth++;
-      tpu_lex_advance(lx);
-      continue;
-    }
-    if (c == ')' || c == '}' || c == ']') {
-      if (depth == 0) return TPU_OK; /* an unmatched closer ends the span */
-      char open = stack[depth - 1];
-      char want = open == '(' ? ')' : open == '{' ? '}' : ']';
-      if (c != want)
-        return TPU_FAIL(d, TPU_ERR_PARSE, tpu_lex_loc(lx), "expected '%c' to close '%c' at line %d, found '%c'",
-                        want, open, where[depth - 1].line, c);
-      depth--;
-      tpu_lex_advance(lx);
-      if (depth == 0 && !stop_at_top) return TPU_OK;
-      continue;
-    }
-    if (depth == 0 && stop_at_top && (c == ',' || c == '\n')) return TPU_OK;
-    tpu_lex_advance(lx);
   }
+#undef SYNC
 }
 
 tpu_status tpu_lex_value_span(tpu_lex *lx, const char **s, size_t *n, tpu_diag *d) {

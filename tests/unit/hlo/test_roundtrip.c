@@ -56,7 +56,39 @@ static int ends_with(const char *s, const char *suf) {
   return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* An attribute's balanced value (the scanner's scan_nested) spans lines, strings holding
+ * brackets and comments that are not its end; the errors after and inside one are located at
+ * their line and column. */
+static void spans_located(void) {
+  const char *ok = "HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n"
+                   "  ROOT a = f32[4] add(p, p), foo={{0,1},\n{2,3}}, metadata={op_name=\"x{(\" a=//}\n}\n";
+  tpu_module *m = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("ok.hlo", ok, strlen(ok), &m, &d) == TPU_OK);
+  tpu_module_free(m);
+  const struct {
+    const char *text, *want;
+  } bad[] = {
+      {"HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] add(p, p), foo={{0,1},\n {2,3}], x=1\n}\n",
+       "bad.hlo:5:7: error: expected '}' to close '{' at line 4, found ']'"},
+      {"HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] add(p, p), foo={{0,1},\n {2,3}\n",
+       "bad.hlo:4:34: error: '{' is never closed"},
+      {"HloModule m\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT a = f32[4] add(p, p), foo={\"a}\",\n {2,3}} )\n}\n",
+       "bad.hlo:5:9: error:"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    m = NULL;
+    CHECK(tpu_hlo_parse("bad.hlo", bad[k].text, strlen(bad[k].text), &m, &d) != TPU_OK);
+    char buf[1200];
+    tpu_diag_format(&d, buf, sizeof buf);
+    if (strncmp(buf, bad[k].want, strlen(bad[k].want))) fprintf(stderr, "got %s\nwant %s\n", buf, bad[k].want);
+    CHECK(strncmp(buf, bad[k].want, strlen(bad[k].want)) == 0);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
+  spans_located();
   DIR *dir = opendir("tests/hlo");
   CHECK(dir != NULL);
   struct dirent *e;
