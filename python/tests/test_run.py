@@ -232,3 +232,26 @@ def test_progress_callback():
     seen.clear()
     tpusim.simulate(f, np.ones((4, 4), np.float32), backend="ref", progress=False)
     assert seen == []
+
+
+def test_tqdm_looked_up_once(monkeypatch, mlp_inputs):
+    """The default progress (a bar when tqdm is installed) looks tqdm up once per process, not
+    on every run: a failed import is searched for along sys.path again each time."""
+    import builtins
+
+    from tpusim import _core
+
+    tries = []
+    real = builtins.__import__
+
+    def counting(name, *a, **k):
+        if name == "tqdm":
+            tries.append(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", counting)
+    monkeypatch.setattr(_core, "_TQDM", None, raising=False)
+    m = tpusim.load(MLP)
+    for _ in range(3):
+        m.run(mlp_inputs)
+    assert len(tries) == 1

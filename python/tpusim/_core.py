@@ -298,6 +298,23 @@ def _f8_widen(bits, e4m3fn):
     return np.where(b & 0x80, -v, v).astype(np.float32)
 
 
+_TQDM = None  # whether tqdm imports, found at the first run that asks
+
+
+def _have_tqdm():
+    """Whether tqdm is installed, looked up once: a failed import is not remembered by Python,
+    and searching sys.path for it again took hundreds of microseconds on every run."""
+    global _TQDM
+    if _TQDM is None:
+        try:
+            import tqdm  # noqa: F401
+
+            _TQDM = True
+        except ImportError:
+            _TQDM = False
+    return _TQDM
+
+
 class _Progress:
     """A tqdm bar over the entry computation's instructions while values are computed (the
     loop iteration in its postfix), shown once a run has taken a second. progress: None (a
@@ -313,9 +330,7 @@ class _Progress:
         if callable(progress):
             self.user = progress
         else:
-            try:
-                import tqdm  # noqa: F401
-            except ImportError:
+            if not _have_tqdm():
                 if progress:
                     raise TpusimError("error: progress=True needs tqdm (pip install tqdm)", "TPU_ERR_ARG")
                 return
