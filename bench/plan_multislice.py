@@ -28,15 +28,18 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools", "plan"))
 import gen  # noqa: E402
 import plan as P  # noqa: E402
+sys.path.insert(0, HERE)
+import plan_maxtext as MX  # noqa: E402  (each row's published program: MX.row_model)
 
-# model file, per-device batch, tensor, remat policy (as plan_maxtext.py's v5e rows), and the
+# row, model file (unused: the row's program is plan_maxtext.py's, MX.row_model, the scripts and
+# base.yml of 76bd53b0 that published the table), per-device batch, tensor, remat policy, and the
 # published TFLOP/s per chip on 1, 2, 4, 8, 16, 32 slices (configs/v5e/README.md).
 SLICES = [1, 2, 4, 8, 16, 32]
 ROWS = [
     ("maxtext_16b", "maxtext_16b", 6, 1, "full", [120, 117, 117, 115, 111, 108]),
     ("maxtext_32b_v5e", "maxtext_32b", 4, 1, "full", [132, 128, 126, 125, 123, 119]),
     ("maxtext_64b_v5e", "maxtext_64b", 2, 1, "full", [118, 112, 110, 108, 105, 99]),
-    ("maxtext_128b_v5e", "maxtext_128b", 1, 16, "minimal_offloaded", [110, 110, 108, 104, 100, 91]),
+    ("maxtext_128b_v5e", "maxtext_128b", 1, 16, "full", [110, 110, 108, 104, 100, 91]),
 ]
 N = 256  # chips per v5e-256 slice
 
@@ -57,9 +60,8 @@ def main():
             continue
         base = None
         for K, pub_tf in zip(SLICES, pub):
-            m = P.load_model(os.path.join(HERE, "plan_models", src + ".json"))
-            m["batch_tokens"] = pdb * N * K * m["seq"]
-            m["name"] = name.replace("_", "-")
+            m = MX.row_model(name, N * K)
+            assert m["batch_tokens"] == pdb * N * K * m["seq"], name
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
                 json.dump(m, fh)
             cmd = [a.tpusim, "plan", fh.name, "--chips", "v5e", "--slice", str(N), "--slices", str(K), "--data", "1",
@@ -77,7 +79,7 @@ def main():
                 print(f"{name} x{K}: no timing: {j['not_fit']}", file=sys.stderr)
                 break
             x = rows[0]
-            tf = gen.model_flops_per_token(m) * m["batch_tokens"] / (x["step_s"] * N * K) / 1e12
+            tf = MX.row_flops_per_token(name, m) * m["batch_tokens"] / (x["step_s"] * N * K) / 1e12
             if K == 1:
                 base = (tf, pub_tf)
                 continue

@@ -18,7 +18,14 @@ Session 11, v5p 4x4x4, 1x16x4, MaxText 32B's MLP shapes (per-chip batch 6): the 
 after the MLP's down projection becomes a bidirectional ring of collective-permutes beside four
 partial matmuls (likewise the transposed up projection in the backward); the all-gathers of
 the split residual before the up projection stay synchronous (their async form converted
-back). Compiling takes about a minute."""
+back). Compiling takes about a minute.
+
+Session 14, --block parallel (v5p 4x4x4, fsdp 4 x tensor 16, batch 2, d 20480, MLP 65536, the
+512B row's shapes; the second branch x . wq, tanh, . wo with wq, wo [20480, 20480]): each
+branch's output projection gets its own bidirectional ring (collective-permute pairs named by
+its dot, bsf,fd->bsd and bsa,ad->bsd), the two results added after (add_add_fusion): the
+compiler does not reduce the branches' sum once where the reductions are windowed
+(tools/plan/gen.py tp_out_sum)."""
 import argparse
 import os
 import re
@@ -35,21 +42,29 @@ import numpy as np
 import jax, jax.numpy as jnp
 from jax.experimental import topologies
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-topo, F, T, b, S, D, M, out = sys.argv[1], *map(int, sys.argv[2:8]), sys.argv[8]
+topo, F, T, b, S, D, M, out, par = sys.argv[1], *map(int, sys.argv[2:8]), sys.argv[8], sys.argv[9] == "parallel"
 devs = list(topologies.get_topology_desc(platform="tpu", topology_name=topo).devices)[:F * T]
 mesh = Mesh(np.array(devs).reshape(F, T), ("fsdp", "tensor"))
 act = NamedSharding(mesh, P("fsdp", None, "tensor"))  # MaxText: batch over fsdp, embed over tensor
-def layer(x, w1, w3, w2):
+def layer(x, w1, w3, w2, wq=None, wo=None):
     x = jax.lax.with_sharding_constraint(x, act)
     h = jax.nn.silu(jnp.einsum("bsd,df->bsf", x, w1)) * jnp.einsum("bsd,df->bsf", x, w3)
-    return x + jax.lax.with_sharding_constraint(jnp.einsum("bsf,fd->bsd", h, w2), act)
-def loss(x, w1, w3, w2):
-    return jnp.sum(layer(layer(x, w1, w3, w2), w1, w3, w2).astype(jnp.float32))
+    y = x + jax.lax.with_sharding_constraint(jnp.einsum("bsf,fd->bsd", h, w2), act)
+    if par:  # a parallel block: a second branch on the same input (attention's stand-in, tanh
+        # between its two projections), its output constrained and added, as MaxText's 2023 decoder
+        h2 = jnp.tanh(jnp.einsum("bsd,da->bsa", x, wq))
+        y = y + jax.lax.with_sharding_constraint(jnp.einsum("bsa,ad->bsd", h2, wo), act)
+    return y
+def loss(x, *w):
+    return jnp.sum(layer(layer(x, *w), *w).astype(jnp.float32))
 wi, wo = NamedSharding(mesh, P("fsdp", "tensor")), NamedSharding(mesh, P("tensor", "fsdp"))
-g = jax.jit(jax.grad(loss, argnums=(1, 2, 3)), in_shardings=(act, wi, wi, wo))
+k = 6 if par else 4  # the serial probe takes no wq, wo
+g = jax.jit(jax.grad(loss, argnums=tuple(range(1, k))), in_shardings=(act, wi, wi, wo, wi, wo)[:k])
 bf = jnp.bfloat16
+A = D  # the attention stand-in's width
 args = (jax.ShapeDtypeStruct((b * F * T, S, D), bf), jax.ShapeDtypeStruct((D, M), bf),
-        jax.ShapeDtypeStruct((D, M), bf), jax.ShapeDtypeStruct((M, D), bf))
+        jax.ShapeDtypeStruct((D, M), bf), jax.ShapeDtypeStruct((M, D), bf), jax.ShapeDtypeStruct((D, A), bf),
+        jax.ShapeDtypeStruct((A, D), bf))[:k]
 open(out, "w").write(g.lower(*args).compile().as_text())
 '''
 
@@ -68,6 +83,8 @@ def main():
     ap.add_argument("--topology", default="v5p:4x4x4")
     ap.add_argument("--flags", choices=("maxtext", "none"), default="maxtext")
     ap.add_argument("--keep", help="write the compiled module here")
+    ap.add_argument("--block", choices=("serial", "parallel"), default="serial",
+                    help="parallel: a second branch on the layer input added to the MLP's output")
     a = ap.parse_args()
     out = a.keep or f"/tmp/plan_tp_probe_{os.getpid()}.hlo"
     env = dict(os.environ, TPU_ACCELERATOR_TYPE=os.environ.get("TPU_ACCELERATOR_TYPE", "v5litepod-8"),
@@ -75,7 +92,7 @@ def main():
     if a.flags == "maxtext":
         env["LIBTPU_INIT_ARGS"] = MAXTEXT_FLAGS
     r = subprocess.run([sys.executable, "-c", CHILD, a.topology, str(a.fsdp), str(a.tensor), str(a.batch), str(a.seq),
-                        str(a.d), str(a.mlp), out], capture_output=True, text=True, env=env)
+                        str(a.d), str(a.mlp), out, a.block], capture_output=True, text=True, env=env)
     if r.returncode != 0 or not os.path.exists(out):
         sys.exit(f"plan_tp_probe.py: libtpu did not compile: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
     text = open(out).read()

@@ -138,7 +138,7 @@ def main():
     m = MX.row_model(name, n)  # the program of the row's published run
     m["layers"] = a.layers
     cand = {"data": 1, "fsdp": n // t, "tensor": t, "micro": 1, "remat": remat, "windowed": False, "overlap": False, "alloc": False,
-            "donate": False, "kernel": False}
+            "donate": False, "kernel": False, "tp_windowed": False}
     d = a.keep or tempfile.mkdtemp(prefix="plan_xla_")
     os.makedirs(d, exist_ok=True)
     prog, opt = os.path.join(d, name + ".hlo"), os.path.join(d, name + ".xla.hlo")

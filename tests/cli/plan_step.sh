@@ -302,7 +302,8 @@ fi
 # and MLP both read the layer input, y = x + out_proj + MLP. With the output projection zero
 # both forms compute the same forward, and every parameter's update is the serial block's but
 # wo's (its gradient is ctx^T gy in the parallel block, ctx^T g.x1 in the serial one), for
-# each remat path; the tensor-parallel form gathers the residual once a layer, not twice.
+# each remat path; the tensor-parallel form gathers the residual once a layer, not twice, and
+# (where the reduction is a collective, not a windowed ring) reduce-scatters the branches' sum once.
 if python3 -c "import numpy" 2> /dev/null; then
   python3 - "$BIN" "$T" > "$T/chk" 2>&1 << 'PY' || fail "parallel block: $(cat "$T/chk")"
 import glob, re, subprocess, sys
@@ -334,8 +335,11 @@ def gathers(block):
                                                "kernel": False, "tp_windowed": False}).module()
     fwd = text[text.index("\nfbody"):]
     fwd = fwd[:fwd.index("\n}")]
-    return len(re.findall(r"all-gather\([^)]*\), channel_id=\d+, replica_groups=\[4,2\]<=\[8\]", fwd))
-assert (gathers("serial"), gathers("parallel")) == (2, 1), (gathers("serial"), gathers("parallel"))
+    return [len(re.findall(op + r"\([^)]*\), channel_id=\d+, replica_groups=\[4,2\]<=\[8\]", fwd))
+            for op in ("all-gather", "reduce-scatter")]
+# serial: two gathers and two reduce-scatters a layer; parallel: one gather, and the two
+# branches' products added before one reduce-scatter (the compiler's reassociation)
+assert (gathers("serial"), gathers("parallel")) == ([2, 2], [1, 1]), (gathers("serial"), gathers("parallel"))
 PY
 fi
 

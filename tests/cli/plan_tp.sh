@@ -55,8 +55,8 @@ sys.path.insert(0, "tests/cli/lib")
 import gen
 from plan_values import SMALL as m, rel, run_ref
 b, t = sys.argv[1:3]
-def run(tag, T, remat, tw, edit=None, F=None):
-    text = gen.Step(m, {"data": 1, "fsdp": F or 8 // T, "tensor": T, "micro": 1, "remat": remat, "kernel": False,
+def run(tag, T, remat, tw, edit=None, F=None, block="serial"):
+    text = gen.Step(dict(m, block=block), {"data": 1, "fsdp": F or 8 // T, "tensor": T, "micro": 1, "remat": remat, "kernel": False,
                         "tp_windowed": tw}).module()
     if edit:
         assert edit[0] in text, edit
@@ -66,6 +66,9 @@ for T, F in ((2, 4), (4, 2), (4, 1)):
     for remat in (False, "minimal"):
         r, w = run("r", T, remat, False, F=F), run("w", T, remat, True, F=F)
         assert len(r) == len(w) > 0 and rel(r, w) < 1e-5, (T, F, remat, rel(r, w))
+# A parallel block: the branches' rings added (windowed) against their sum reduce-scattered once.
+r, w = run("pr", 4, "minimal", False, F=2, block="parallel"), run("pw", 4, "minimal", True, F=2, block="parallel")
+assert len(r) == len(w) > 0 and rel(r, w) < 1e-5, ("parallel", rel(r, w))
 # Every chip gets the same inputs: with fsdp 1 the weights' d_model blocks differ from each other.
 r = run("r", 4, False, False, F=1)
 for edit in (("ia3 = s32[] subtract(ia2, one)", "ia3 = s32[] add(ia2, zero)"),  # the forward sum's block off by one

@@ -609,9 +609,7 @@ class Step:
         self.wdot(g, "up", x, W["w1"], "w1", (Tm, self.fw), (1,), (0,))
         self.mlp_act(g, "up", "act", (Tm,))
         act.update({"up": "up", "act": "act"})
-        self.tp_out(g, "o", "ctx", (Tm, A), W["wo"], "wo", 0)
-        self.tp_out(g, "dn", "act", (Tm, self.f), W["w2"], "w2", 0)
-        self.ew(g, "od", "add", (Tm, D // self.T), "o", "dn")
+        self.tp_out_sum(g, "od", [("ctx", (Tm, A), W["wo"], "wo", 0), ("act", (Tm, self.f), W["w2"], "w2", 0)])
         self.tp_add(g, "y", x, "od")
         return "y", act
 
@@ -1057,6 +1055,33 @@ class Step:
         self.permute(g, f"{out}.b", f"{out}.bk", sh, -1, tp=True)  # one chip on, to its block's chip
         g.e(f"{out} = {ty(cd, sh)} add({out}.f, {out}.b)")
 
+    def tp_out_sum(self, g, out, parts):
+        """out [Tm, D/T]: this chip's d_model columns of the sum of the products parts (each
+        (lhs, ls, W, nm, rc) as tp_out's), reduced over tensor as the XLA TPU compiler reduces
+        a parallel block's two branches: where the reduction stays a collective (an odd tensor
+        axis, or "tp_windowed": False) the products are added first and reduce-scattered once
+        (XLA's ReduceScatterReassociate; libtpu on bench/plan_xla.py maxtext_512b's program: one
+        reduce-scatter of out_proj + MLP a layer); where it is a windowed einsum, each product
+        gets its own ring and the results are added (libtpu compiling MaxText's parallel block
+        from JAX over fsdp 4 x tensor 16 of v5p: one bidirectional ring per dot, then the add)."""
+        cd, T, Tm, D = self.cd, self.T, self.Tm, self.D
+        if T % 2 or not self.tp_win:
+            for k, (lhs, _, W, nm, rc) in enumerate(parts):
+                self.wdot(g, f"{out}.p{k}", lhs, W, nm, (Tm, D), (1,), (rc,))
+            acc = f"{out}.p0"
+            for k in range(1, len(parts)):
+                self.ew(g, f"{out}.a{k}", "add", (Tm, D), acc, f"{out}.p{k}")
+                acc = f"{out}.a{k}"
+            self.tp_coll(g, out, acc, (Tm, D // T), "reduce-scatter", f", to_apply=add_{cd}", dim=1)
+            return
+        for k, (lhs, ls, W, nm, rc) in enumerate(parts):
+            self.tp_out(g, f"{out}.r{k}", lhs, ls, W, nm, rc)
+        acc = f"{out}.r0"
+        for k in range(1, len(parts)):
+            nxt = out if k == len(parts) - 1 else f"{out}.a{k}"
+            self.ew(g, nxt, "add", (Tm, D // T), acc, f"{out}.r{k}")
+            acc = nxt
+
     def tp_add(self, g, out, base, part, split=False):
         """The residual update out = base + part kept split over the tensor axis (MaxText's
         activation_embed): this chip's columns of base (split already, or sliced from the
@@ -1110,8 +1135,8 @@ class Step:
             self.wdot(g, "g.act", gy, W["w2"], "w2", (Tm, self.f), (1,), (1,))
             self.wgrad(g, "g.w2", a["act"], (Tm, self.f), gy, (Tm, D), "w2")
             self.mlp_act_bwd(g, "g.act", a["up"], a["act"], "g.up", (Tm,))
-            self.tp_out(g, "g.x1a", "g.up", (Tm, self.fw), W["w1"], "w1", 1)
             if not self.parallel:
+                self.tp_out(g, "g.x1a", "g.up", (Tm, self.fw), W["w1"], "w1", 1)
                 self.tp_add(g, "g.x1", gy, "g.x1a")
             self.wgrad(g, "g.w1", a["x"] if self.parallel else a["x1"], (Tm, D), "g.up", (Tm, self.fw), "w1")
             G.update({"w1": "g.w1", "w2": "g.w2"})
@@ -1126,11 +1151,15 @@ class Step:
         else:
             self.attn_bwd_full(g, a)
         self.attn_grads_out(g)
-        self.tp_out(g, "g.xa", "g.qkv", (Tm, self.QKV), W["wqkv"], "wqkv", 1)
-        if self.parallel:  # both branches' input gradients on the residual's, gathered once
-            self.ew(g, "g.xs", "add", (Tm, D // self.T), "g.x1a", "g.xa")
+        if self.parallel:  # both branches' input gradients reduced and added to the residual's
+            self.tp_out_sum(g, "g.xs", [("g.up", (Tm, self.fw), W["w1"], "w1", 1),
+                                        ("g.qkv", (Tm, self.QKV), W["wqkv"], "wqkv", 1)])
             self.tp_add(g, "g.x", gy, "g.xs")
-        elif self.E or self.T == 1:  # g.x1 whole (the MoE layer sums its gradient whole)
+            self.wgrad(g, "g.wqkv", a["x"], (Tm, D), "g.qkv", (Tm, self.QKV), "wqkv")
+            G.update({"wqkv": "g.wqkv", "wo": "g.wo"})
+            return "g.x", G
+        self.tp_out(g, "g.xa", "g.qkv", (Tm, self.QKV), W["wqkv"], "wqkv", 1)
+        if self.E or self.T == 1:  # g.x1 whole (the MoE layer sums its gradient whole)
             self.tp_add(g, "g.x", "g.x1", "g.xa")
         else:
             self.tp_add(g, "g.x", "g.x1.s", "g.xa", split=True)
