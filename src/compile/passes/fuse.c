@@ -173,6 +173,15 @@ static int offset_slice(const tpu_instr *p) {
   return 0;
 }
 
+/* A static slice of unit strides (a window of its operand; a strided slice, an associative
+ * scan's x[0::2], is not probed). */
+static int window_slice(const tpu_instr *u) {
+  if (u->op != TPU_OP_SLICE || !u->slice) return 0;
+  for (int d = 0; d < u->operands[0]->shape.rank; d++)
+    if (u->slice[d].stride > 1) return 0;
+  return 1;
+}
+
 /* Could user u take producer p into its fusion? */
 static int takes(const tpu_instr *u, const tpu_instr *p) {
   if (kernel_op(u)) return tpu__fuse_operand_producer(p) && !(tpu__fuse_narrowing(p) && computed(p->operands[0]));
@@ -258,7 +267,14 @@ static int shared_cheap(const fuser *f, const tpu_instr *p) {
   if (eup && wide_from_matmul(p, tpu_dtype_size(p->shape.dtype), 8)) return 0;
   for (int k = 0; k < f->uses.nusers[p->id]; k++) {
     const tpu_instr *u = f->uses.users[p->id][k];
-    if (!takes(u, p) || (eup && tpu__fuse_heavy(u))) return 0;
+    /* A value static slices (unit strides) read beside other users is stored once and each
+     * slice copies its window out of memory, a bare `slice` kernel (a roll's two slices and its
+     * concatenation): the XLA TPU compiler computes x*x+x rolled along a major dimension of
+     * bf16[4,28,28,192] in one multiply_add_fusion, then slice.4 and slice.5, then the
+     * concatenation (libtpu v5e, outside the corpus; bf16[197,128] rolled along its lanes
+     * alike; a layer norm rolled, swin_fwd_b4_28x28x192h6_shift's fusion.24 then slice.18 and
+     * slice.19), where one slice alone takes x*x+x into its kernel. */
+    if (window_slice(u) || !takes(u, p) || (eup && tpu__fuse_heavy(u))) return 0;
   }
   return 1;
 }

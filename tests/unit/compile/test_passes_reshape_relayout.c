@@ -1,7 +1,8 @@
-/* Reshapes of a transpose that no layouts make a bitcast (compile/passes/reshape_relayout.c,
- * through tpu_compile_hlo on v5e): a window partition is a copy kernel of its own, holding
- * the data movement only, before the dot that reads it; a head split stays in the dot's
- * kernel. */
+/* Data movement the XLA TPU compiler runs in kernels of its own (through tpu_compile_hlo on
+ * v5e): a reshape of a transpose that no layouts make a bitcast (compile/passes/
+ * reshape_relayout.c) is a copy kernel holding the data movement only, before the dot that
+ * reads it, where a head split stays in the dot's kernel; a value static slices read beside
+ * other users (a roll) is stored once and sliced by bare slices (fuse.c shared_cheap). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,10 +74,38 @@ static void test_head_split(void) {
   tpu_module_free(m);
 }
 
+/* x*x+x of bf16[4,28,28,192] rolled by 3 along dimension 1 (two slices and their
+ * concatenation): the compiler's multiply_add_fusion, a bare `slice`, the concatenation
+ * (libtpu v5e); one slice alone takes x*x+x into its kernel. */
+static void test_roll_slices(void) {
+  for (int roll = 0; roll < 2; roll++) {
+    char src[1024];
+    snprintf(src, sizeof src,
+             "HloModule m\nENTRY e {\n x = bf16[4,28,28,192]{3,2,1,0} parameter(0)\n m = bf16[4,28,28,192] multiply(x, x)\n"
+             " y = bf16[4,28,28,192] add(m, x)\n a = bf16[4,25,28,192] slice(y), slice={[0:4], [3:28], [0:28], [0:192]}\n%s}\n",
+             roll ? " b = bf16[4,3,28,192] slice(y), slice={[0:4], [0:3], [0:28], [0:192]}\n"
+                    " ROOT c = bf16[4,28,28,192] concatenate(a, b), dimensions={1}\n"
+                  : " ROOT n = bf16[4,25,28,192] negate(a)\n");
+    tpu_module *m = compile_src(src);
+    if (!m) continue;
+    int muls = 0, bare = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op == TPU_OP_FUSION) muls += count_op(in->calls, TPU_OP_MULTIPLY);
+      bare += in->op == TPU_OP_SLICE;
+    }
+    printf("%s: x*x+x computed in %d kernel(s), %d bare slice(s)\n", roll ? "roll" : "one slice", muls, bare);
+    CHECK_EQ_INT(muls, 1);
+    CHECK_EQ_INT(bare, roll ? 1 : 0);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_window_partition();
   test_head_split();
+  test_roll_slices();
   CHECK_DONE();
 }
