@@ -266,6 +266,44 @@ static int is_preset_name(const char *s) {
   return 1;
 }
 
+/* The file a preset name was last found in, by the name, $TPUSIM_CHIPS and the working
+ * folder (the search's inputs: chip_dirs): every run of a module resolves its chip, and the
+ * search (readlink of /proc/self/exe, then a stat per folder) was most of a small program's
+ * warm run through the library. The file found must still be there (else searched again). */
+static struct {
+  int valid;
+  char name[64], env[512], cwd[512], path[600];
+} g_where;
+static pthread_mutex_t g_where_lock = PTHREAD_MUTEX_INITIALIZER;
+static int64_t g_searches;
+
+int64_t tpu_chip_searches(void) {
+  pthread_mutex_lock(&g_where_lock);
+  int64_t n = g_searches;
+  pthread_mutex_unlock(&g_where_lock);
+  return n;
+}
+
+static int where_get(const char *name, const char *env, const char *cwd, char *path, size_t n) {
+  pthread_mutex_lock(&g_where_lock);
+  int hit = g_where.valid && !strcmp(g_where.name, name) && !strcmp(g_where.env, env ? env : "") &&
+            !strcmp(g_where.cwd, cwd) && strlen(g_where.path) < n;
+  if (hit) snprintf(path, n, "%s", g_where.path);
+  pthread_mutex_unlock(&g_where_lock);
+  return hit && is_file(path);
+}
+
+static void where_put(const char *name, const char *env, const char *cwd, const char *path) {
+  if (strlen(path) >= sizeof g_where.path || strlen(cwd) >= sizeof g_where.cwd) return;
+  pthread_mutex_lock(&g_where_lock);
+  g_where.valid = 1;
+  snprintf(g_where.name, sizeof g_where.name, "%s", name);
+  snprintf(g_where.env, sizeof g_where.env, "%s", env ? env : "");
+  snprintf(g_where.cwd, sizeof g_where.cwd, "%s", cwd);
+  snprintf(g_where.path, sizeof g_where.path, "%s", path);
+  pthread_mutex_unlock(&g_where_lock);
+}
+
 static tpu_status resolve(const char *arg, char *path, size_t n, tpu_diag *d) {
   size_t len = strlen(arg);
   if (strchr(arg, '/') || (len >= 5 && !strcmp(arg + len - 5, ".json"))) {
@@ -274,11 +312,22 @@ static tpu_status resolve(const char *arg, char *path, size_t n, tpu_diag *d) {
   }
   if (!is_preset_name(arg))
     return TPU_FAIL(d, TPU_ERR_ARG, tpu_noloc(), "bad chip name '%s'", arg);
+  char cwd[512];
+  const char *env = getenv("TPUSIM_CHIPS");
+  int keyed = getcwd(cwd, sizeof cwd) != NULL && strlen(arg) < sizeof g_where.name &&
+              (!env || strlen(env) < sizeof g_where.env);
+  if (keyed && where_get(arg, env, cwd, path, n)) return TPU_OK;
+  pthread_mutex_lock(&g_where_lock);
+  g_searches++;
+  pthread_mutex_unlock(&g_where_lock);
   char dirs[10][512];
   int nd = chip_dirs(dirs, 10);
   for (int i = 0; i < nd; i++) {
     snprintf(path, n, "%.400s/%.100s.json", dirs[i], arg);
-    if (is_file(path)) return TPU_OK;
+    if (is_file(path)) {
+      if (keyed) where_put(arg, env, cwd, path);
+      return TPU_OK;
+    }
   }
   tpu_chip_presets ps;
   if (tpu_chip_list_presets(&ps, NULL) != TPU_OK)

@@ -203,6 +203,10 @@ typedef struct tpu_chip {
  * compile-only device XLA targets on chips without megacore): tensorcores 1, HBM capacity,
  * bandwidth and listed peaks divided by the chip's TensorCores, marked derived. */
 tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d);
+/* How many times a preset name was searched for along the chips folders, not answered from
+ * the file it was last found in (kept by the name, $TPUSIM_CHIPS and the working folder while
+ * the file is there): the count a test reads. */
+int64_t tpu_chip_searches(void);
 /* tpu_chip_load for a caller that keeps what it loaded (a run's chip, loaded on every run so
  * that an edited file is seen): *gen names a load (0: none). When path_or_name still holds
  * the bytes of the load *gen names (the loader keeps the last file it parsed), *same = 1 and

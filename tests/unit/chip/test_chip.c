@@ -239,6 +239,33 @@ static void test_env_and_faults(void) {
   CHECK_EQ_INT(tpu_chip_list_presets(&ps, &d), TPU_OK);
   CHECK(ps.count == 1 && !strcmp(ps.names[0], "t") && !strcmp(ps.dir, g_dir));
   unsetenv("TPUSIM_CHIPS");
+  /* A preset is searched for once: the file found is kept by the name, $TPUSIM_CHIPS and
+   * the working folder, while it is there. */
+  CHECK_EQ_INT(tpu_chip_load("v5e", &c, &d), TPU_OK);
+  char v5e[600];
+  snprintf(v5e, sizeof v5e, "%s", c.path);
+  int64_t s0 = tpu_chip_searches();
+  for (int k = 0; k < 3; k++) CHECK_EQ_INT(tpu_chip_load("v5e", &c, &d), TPU_OK);
+  CHECK_EQ_INT(tpu_chip_searches() - s0, 0);
+  CHECK_EQ_STR(c.path, v5e);
+  char mine[700];
+  snprintf(mine, sizeof mine, "%s/v5e.json", g_dir);
+  FILE *fi = fopen(v5e, "rb"), *fo = fopen(mine, "wb");
+  CHECK(fi && fo);
+  for (int ch; fi && fo && (ch = fgetc(fi)) != EOF;) fputc(ch, fo);
+  if (fi) fclose(fi);
+  if (fo) fclose(fo);
+  setenv("TPUSIM_CHIPS", g_dir, 1); /* another search: the folder it names comes first */
+  CHECK_EQ_INT(tpu_chip_load("v5e", &c, &d), TPU_OK);
+  CHECK_EQ_STR(c.path, mine);
+  CHECK_EQ_INT(tpu_chip_searches() - s0, 1);
+  remove(mine); /* gone: searched again, found where it was before */
+  CHECK_EQ_INT(tpu_chip_load("v5e", &c, &d), TPU_OK);
+  CHECK_EQ_STR(c.path, v5e);
+  CHECK_EQ_INT(tpu_chip_searches() - s0, 2);
+  unsetenv("TPUSIM_CHIPS");
+  CHECK_EQ_INT(tpu_chip_load("v5e", &c, &d), TPU_OK);
+  CHECK_EQ_STR(c.path, v5e);
   /* Allocation failure at every point: an error, never a crash or a leak. */
   int ok_seen = 0;
   for (long n = 1; n < 100000 && !ok_seen; n++) {
