@@ -18,15 +18,18 @@
  * while's state shares its input's buffers). Parameters and constants are not counted.
  * Asynchronous collectives and copies keep the latency-hiding order the XLA TPU compiler
  * gives them: a start runs as soon as its operands allow, a done as late as its users allow
- * (the list schedule's priorities; the other two orders keep them where they fall). In every
- * candidate, what feeds a reduce-scatter or all-reduce and does not depend on a while loop
- * runs before that loop, as in the XLA TPU compiler's order (hoist_collective_feeds). */
+ * (the list schedule's priorities; the other two orders keep them where they fall). On a
+ * one-core chip, in every candidate, what feeds a reduce-scatter or all-reduce and does not
+ * depend on a while loop runs before that loop, as in the XLA TPU compiler's order
+ * (hoist_collective_feeds). */
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
+#include "chip/chip.h"
+#include "compile/compile.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/layout.h"
 
@@ -330,16 +333,18 @@ static tpu_status dfs_order(const msc *s, tpu_instr **out) {
 }
 
 
-/* The XLA TPU compiler computes the operand of a gradient collective before a while loop the
- * operand does not depend on, though the collective's result is first read after the loop
- * (its latency-hiding scheduler starts the collective before the loop to overlap it, so the
- * chain that feeds it runs first): the LM head's weight gradient, a [d_model, vocab] matmul
- * the backward layer loop does not read, is computed with the rest of the LM head before that
- * loop and held across it (libtpu's buffer assignment and live ranges of the planner's LLaMA-7B steps,
- * bench/plan_memory: plan/llama7b_L2_1x8x1_noremat and llama7b_L2_2x2x2_noremat, the
- * `gwout` fusion before the backward `while`). So in every candidate order, what feeds a
- * reduce-scatter or all-reduce of the computation (transitively; the collective itself stays
- * put) and does not depend on a while loop runs before that loop, in the order it had.
+/* On a one-core chip the XLA TPU compiler computes the operand of a gradient collective
+ * before a while loop the operand does not depend on, though the collective's result is
+ * first read after the loop: the LM head's weight gradient, a [d_model, vocab] matmul the
+ * backward layer loop does not read, is computed with the rest of the LM head before that
+ * loop and held across it (libtpu's buffer assignment and live ranges of the planner's v5e
+ * LLaMA-7B steps, bench/plan_memory: plan/llama7b_L2_1x8x1_noremat, _remat and
+ * llama7b_L2_2x2x2_noremat, the `gwout` fusion before the backward `while`). On v5p (two
+ * TensorCores) it runs after the loop (plan/mt32b_L2_1x2x4_noremat, and the held-out
+ * llama70b_L2_1x4x2_noremat): the rule is not applied on a megacore chip. So in every
+ * candidate order of a one-core chip, what feeds a reduce-scatter or all-reduce of the
+ * computation (transitively; the collective itself stays put) and does not depend on a
+ * while loop runs before that loop, in the order it had.
  * feeds[i]: instruction i feeds such a collective. Rewrites ord[0..n) in place. */
 static int is_grad_collective(const tpu_instr *in) {
   return in->op == TPU_OP_REDUCE_SCATTER || in->op == TPU_OP_ALL_REDUCE || in->op == TPU_OP_ALL_REDUCE_START;
@@ -371,15 +376,16 @@ static void hoist_collective_feeds(const tpu_comp *c, tpu_instr **ord, const uns
   }
 }
 
-static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int depth, tpu_diag *d);
+static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int depth, int hoist, tpu_diag *d);
 
-static int64_t callee_peak(tpu_module *m, tpu_comp *k, int64_t *peaks, int depth, tpu_diag *d, tpu_status *st) {
+static int64_t callee_peak(tpu_module *m, tpu_comp *k, int64_t *peaks, int depth, int hoist, tpu_diag *d,
+                           tpu_status *st) {
   if (!k) return 0;
-  if (peaks[k->index] < 0 && *st == TPU_OK) *st = schedule_comp(m, k, peaks, depth + 1, d);
+  if (peaks[k->index] < 0 && *st == TPU_OK) *st = schedule_comp(m, k, peaks, depth + 1, hoist, d);
   return peaks[k->index] > 0 ? peaks[k->index] : 0;
 }
 
-static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int depth, tpu_diag *d) {
+static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int depth, int hoist, tpu_diag *d) {
   if (depth > 64) return TPU_OK;
   peaks[c->index] = 0; /* a cycle of calls reads 0 */
   int n = c->ninstrs;
@@ -460,12 +466,13 @@ static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int 
   for (int i = 0; st == TPU_OK && i < n; i++) {
     tpu_instr *in = c->instrs[i];
     if (in->op == TPU_OP_WHILE)
-      s.extra[i] = callee_peak(m, in->body, peaks, depth, d, &st) + callee_peak(m, in->condition, peaks, depth, d, &st);
+      s.extra[i] = callee_peak(m, in->body, peaks, depth, hoist, d, &st) +
+                   callee_peak(m, in->condition, peaks, depth, hoist, d, &st);
     else if (in->op == TPU_OP_CALL)
-      s.extra[i] = callee_peak(m, in->to_apply, peaks, depth, d, &st);
+      s.extra[i] = callee_peak(m, in->to_apply, peaks, depth, hoist, d, &st);
     else if (in->op == TPU_OP_CONDITIONAL)
       for (int b = 0; b < in->nbranches; b++) {
-        int64_t p = callee_peak(m, in->branches[b], peaks, depth, d, &st);
+        int64_t p = callee_peak(m, in->branches[b], peaks, depth, hoist, d, &st);
         if (p > s.extra[i]) s.extra[i] = p;
       }
   }
@@ -477,7 +484,7 @@ static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int 
   if (st == TPU_OK) {
     int nwhile = 0, ncoll = 0;
     for (int i = 0; i < n; i++) nwhile += c->instrs[i]->op == TPU_OP_WHILE, ncoll += is_grad_collective(c->instrs[i]);
-    if (nwhile && ncoll) {
+    if (hoist && nwhile && ncoll) {
       feeds = tpu_calloc((size_t)n + 1, 1), after = tpu_calloc((size_t)n + 1, 1);
       post = tpu_malloc(sizeof *post * ((size_t)n + 1)), tmpi = tpu_malloc(sizeof *tmpi * ((size_t)n + 1));
       if (!feeds || !after || !post || !tmpi) st = TPU_ERR_NOMEM;
@@ -526,12 +533,12 @@ static tpu_status schedule_comp(tpu_module *m, tpu_comp *c, int64_t *peaks, int 
 }
 
 tpu_status tpu__pass_mem_schedule(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d) {
-  (void)o;
+  int hoist = !o || !o->chip || o->chip->tensorcores <= 1; /* one-core chips: hoist_collective_feeds */
   if (!m->entry) return TPU_OK;
   int64_t *peaks = tpu_malloc(sizeof *peaks * (size_t)(m->ncomps + 1));
   if (!peaks) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory scheduling the module");
   for (int i = 0; i < m->ncomps; i++) peaks[i] = -1;
-  tpu_status st = schedule_comp(m, m->entry, peaks, 0, d);
+  tpu_status st = schedule_comp(m, m->entry, peaks, 0, hoist, d);
   tpu_free(peaks);
   return st;
 }

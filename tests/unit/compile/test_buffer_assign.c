@@ -620,14 +620,14 @@ static void reduce_scatter_padding_not_held(int other_reader) {
   tpu_module_free(m);
 }
 
-/* A gradient collective's operand runs before a while loop it does not depend on, as the XLA
- * TPU compiler's schedule has it (mem_sched.c hoist_collective_feeds; libtpu's planner steps
- * compute the LM head's weight gradient before the backward layer loop and hold it across
- * the loop). Here dw (f32[8192,8192], 256 MiB) feeds a reduce-scatter whose result (64 MiB)
- * a matmul reads with the loop's result, and the loop's body holds a 256 MiB product t. With
- * dw before the loop, dw or its scattered rows live beside t (temp at least 320 MiB); a
- * schedule free to choose runs dw after the loop, in t's place (256 MiB). */
-static void collective_feed_before_loop(void) {
+/* On a one-core chip a gradient collective's operand runs before a while loop it does not
+ * depend on, as the XLA TPU compiler's schedule has it (mem_sched.c hoist_collective_feeds;
+ * libtpu's v5e planner steps compute the LM head's weight gradient before the backward
+ * layer loop and hold it across the loop; its v5p steps compute it after the loop). Here dw
+ * (f32[8192,8192], 256 MiB) feeds an all-reduce a matmul reads with the loop's result, and
+ * the loop's body holds a 256 MiB product t. The post-order and the lowest-peak orders run dw
+ * after the loop (v5p keeps that); on v5e it runs before the loop and lives beside t. */
+static void collective_feed_before_loop(const char *chip_name) {
   const char *src =
       "HloModule lm_bwd, num_partitions=4\n"
       "add {\n"
@@ -660,15 +660,16 @@ static void collective_feed_before_loop(void) {
       "  w = (s32[], f32[4096,8192]) while(init), condition=cond, body=body\n"
       "  xl = f32[4096,8192] get-tuple-element(w), index=1\n"
       "  dw = f32[8192,8192] dot(a, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
-      "  rs = f32[2048,8192] reduce-scatter(dw), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, dimensions={0}, to_apply=add\n"
-      "  o = f32[2048,4096] dot(rs, xl), lhs_contracting_dims={1}, rhs_contracting_dims={1}\n"
-      "  ROOT out = (f32[4096,8192], f32[2048,4096]) tuple(xl, o)\n"
+      "  ar = f32[8192,8192] all-reduce(dw), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add\n"
+      "  o = f32[8192,4096] dot(ar, xl), lhs_contracting_dims={1}, rhs_contracting_dims={1}\n"
+      "  ROOT out = (f32[4096,8192], f32[8192,4096]) tuple(xl, o)\n"
       "}\n";
   tpu_module *m = parse(src);
   CHECK(m != NULL);
   tpu_chip chip;
   tpu_diag d;
-  CHECK(tpu_chip_load("v5e", &chip, &d) == TPU_OK);
+  CHECK(tpu_chip_load(chip_name, &chip, &d) == TPU_OK);
+  int megacore = chip.tensorcores > 1;
   tpu_compile_opts o;
   memset(&o, 0, sizeof o);
   o.chip = &chip;
@@ -676,12 +677,21 @@ static void collective_feed_before_loop(void) {
   o.coll_cost = flat_link; /* a chip of a pod */
   tpu_program *p = NULL;
   CHECK(m && tpu_compile(m, &o, &p, &d) == TPU_OK); /* memory-schedule runs among the HLO passes */
-  if (p) {
-    printf("weight gradient before the loop: out %lld, temp %lld bytes\n", (long long)p->hbm_out,
-           (long long)p->hbm_temp);
-    CHECK_EQ_INT(p->hbm_out, 128 * MiB + 32 * MiB);
-    CHECK(p->hbm_temp >= 256 * MiB + 64 * MiB); /* the loop's product and what dw became */
+  int at_dw = -1, at_w = -1; /* the entry's order as memory-schedule left it */
+  const tpu_comp *c = m ? m->entry : NULL;
+  for (int i = 0; c && i < c->norder; i++) {
+    const tpu_instr *in = c->mem_order ? c->mem_order[i] : c->order[i];
+    if (!strcmp(in->name, "dw")) at_dw = i;
+    if (!strcmp(in->name, "w")) at_w = i;
   }
+  printf("weight gradient and a loop on %s: dw at %d, the loop at %d; temp %lld bytes\n", chip_name, at_dw, at_w,
+         p ? (long long)p->hbm_temp : -1LL);
+  CHECK(at_dw >= 0 && at_w >= 0);
+  if (megacore)
+    CHECK(at_dw > at_w);
+  else
+    CHECK(at_dw < at_w);
+  if (p && !megacore) CHECK(p->hbm_temp >= 256 * MiB + 256 * MiB); /* dw (or its sum) beside the loop's product */
   tpu_program_free(p);
   tpu_module_free(m);
 }
@@ -695,7 +705,8 @@ int main(void) {
   stack_read_by_a_later_loop();
   loop_result_elements_die_apart();
   weight_gradient_frees_early();
-  collective_feed_before_loop();
+  collective_feed_before_loop("v5e");
+  collective_feed_before_loop("v5p");
   loop_state_in_vmem();
   loop_state_multi_output();
   loop_read_only_and_copied();
