@@ -83,6 +83,9 @@ typedef enum {
   X(RELAYOUT_TILE_CYCLES, relayout_tile_cycles, 'f', 0, "cycles", "a compiled program's copy that keeps the lanes' dimension and reorders the others (a sublane relayout, VMEM on a side): least time per tile of its result after its kernel start, whatever the tile's rows (absent: its register work alone)") \
   X(SORT_NETWORK, sort_network, 'i', 0, "", "1: a sort is timed as the compiler's bitonic network counted from libtpu's code (sort_cost.c; absent: 3 vector ops and one permute pass per register and stage)") \
   X(SORT_LANE_STAGE_CYCLES, sort_lane_stage_cycles, 'f', 0, "cycles", "a sort along the lanes: the wait on the permute unit of each stage of its network that exchanges within registers (absent: none)") \
+  X(CONV_LANES_START_CYCLES, conv_lanes_start_cycles, 'f', 0, "cycles", "a convolution of 3 or 4 output features with the batch in the lanes (features in the sublanes, a window of several taps): fixed part of its least time (absent: its MXU work alone)") \
+  X(CONV_LANES_POSITION_CYCLES, conv_lanes_position_cycles, 'f', 0, "cycles", "the same convolution: least time per output position") \
+  X(CONV_LANES_TAP_CYCLES, conv_lanes_tap_cycles, 'f', 0, "cycles", "the same convolution: least time per output position, filter tap and 128 input features") \
   X(CONV_PACKED_CYCLES, conv_packed_cycles, 'f', 0, "cycles", "a convolution of at most 4 input features with the batch in the sublanes (its features packed in the sublanes): least time per output position's batch (16 rows) and MXU weight tile, plus one tile (absent: its MXU work alone)") \
   X(SCOPED_VMEM_BYTES, scoped_vmem_bytes, 'i', 0, "B", "VMEM per TensorCore one kernel's tile buffers may take (default: 3/4 of vmem_bytes)") \
   X(SCAN_WINDOW_BYTES, scan_window_bytes, 'i', 0, "B", "most bytes of input and output rows one step of a short scan's window kernel streaming from HBM holds: the scan runs in blocks whose input rows carry the window's halo (absent: one pass)") \
@@ -164,6 +167,7 @@ typedef struct tpu_chip {
   int64_t mxu_fill_hidden;         /* 0 when absent: each matmul instruction exposes its fill and drain (timing.c) */
   double conv_scatter_cycles, conv_scatter_tap_cycles, conv_scatter_out_cycles; /* 0: absent (tile_conv.c) */
   double conv_packed_cycles;       /* 0: absent (tile_conv.c packed_cycles) */
+  double conv_lanes_start_cycles, conv_lanes_position_cycles, conv_lanes_tap_cycles; /* 0: absent (tile_conv.c lanes_cycles) */
   double relayout_tile_cycles;     /* 0: absent (tile.c relayout_tiles) */
   int64_t sort_network;            /* 0 when absent: the earlier count (sort_cost.c) */
   double sort_lane_stage_cycles;   /* 0: absent (sort_cost.c) */

@@ -202,6 +202,33 @@ static double packed_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, i
          ch->conv_packed_cycles;
 }
 
+/* The least time, in cycles, start to end, of a convolution kernel with the batch in the lanes and 3 or 4
+ * output features in the sublanes (the XLA TPU compiler's T(4,128) result tile, {0,1,3,2}
+ * for NCHW: a stem's input gradient): 0 for any other. Its cost model charges a fixed part,
+ * each output position, and each position's filter taps times the 128-feature blocks of
+ * the input, whatever the batch up to the lanes and the output features (libtpu probes,
+ * bf16 [B,Ci,H,H] x [k,k,Co,Ci], pad k/2, chips' conv_lanes_*_cycles: on v5e 20,386 cycles
+ * at B = 8, Ci = 32, H = 28, k = 3, Co = 3; the same at B = 16 and 32, Co = 4, Ci = 64 and
+ * 128; 9,034 at H = 14; 45,508 at k = 5; 34,517 at Ci = 256). Not a one-tap window (11,955
+ * at k = 1, below the taps' rate: another emitter), nor 1, 2 or more than 4 features (1 and
+ * 7 go to the lanes), nor, unprobed, a stride or a dilation (transposed convolutions to 3
+ * features). */
+static double lanes_cycles(const tpu__be *be, const tpu_instr *mm, int64_t taps) {
+  const tpu_chip *ch = be->chip;
+  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_shape *rs = &mm->operands[1]->shape;
+  int64_t co = rs->dims[cd->k_out], lanes = ch->vector_lanes > 0 ? ch->vector_lanes : 128, pos = 1;
+  if (ch->conv_lanes_tap_cycles <= 0 || co < 3 || co > 4 || taps < 2) return 0;
+  for (int i = 0; i < cd->nspatial; i++) {
+    if (i < mm->nwindow && (mm->window[i].stride > 1 || mm->window[i].base_dilation > 1 || mm->window[i].window_dilation > 1))
+      return 0;
+    pos *= mm->shape.dims[cd->out_spatial[i]];
+  }
+  double blocks = (double)((rs->dims[cd->k_in] + lanes - 1) / lanes);
+  return ch->conv_lanes_start_cycles +
+         (double)pos * (ch->conv_lanes_position_cycles + (double)taps * blocks * ch->conv_lanes_tap_cycles);
+}
+
 /* The MXU problem of convolution mm: k's m, k, n, b, k_flops and mm_flops (tile.c sets the
  * rest). */
 void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
@@ -279,7 +306,7 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
     k->n = batch;
     k->steps = 0;
     k->min_cycles = 0;
-    k->kernel_min_cycles = 0;
+    k->kernel_min_cycles = lanes_cycles(be, mm, taps);
   }
   /* The XLA TPU compiler runs a filter (a window of at most 7 taps a side, unit stride,
    * no input dilation) tap by tap, each tap's input features as the contraction: features

@@ -1,7 +1,7 @@
 /* Convolution timing against the XLA TPU compiler's costs: taps padded to the lanes, a small
  * batch in the sublanes, a batched dot written as a convolution, a grouped convolution's steps,
  * a transposed convolution's input-driven floor, a packed convolution's per-position floor,
- * the sublane relayouts around them.
+ * the sublane relayouts around them, a batch-in-lanes convolution's floor.
  * Moved from test_timing.c, unchanged; run on the v5e preset as it is. */
 #include <math.h>
 #include <stdio.h>
@@ -509,6 +509,47 @@ static void depthwise_few_rows(void) {
 #undef DW
 }
 
+/* A convolution of 3 or 4 output features with a batch of 8 or more: the XLA TPU compiler
+ * lays the batch in the lanes and the features in the sublanes (its T(4,128) result tile),
+ * and its cost model charges a fixed part, each output position, and each position's taps
+ * times the input's 128-feature blocks, whatever the batch and the features (tile_conv.c
+ * lanes_cycles; libtpu probes on v5e, bf16 [B,Ci,H,H] x [k,k,Co,Ci], pad k/2: B = 8,
+ * Ci = 32, H = 28, k = 3, Co = 3: 20,386 cycles, the same at B = 32 and Co = 4; H = 14
+ * 9,034; Ci = 256 34,517). The kernel lasts that; not 7 features (in the lanes, the compiler
+ * another emitter), nor a 1x1 window. */
+static void conv_lanes(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,%d,%d,%d] parameter(0)\n w = bf16[%d,%d,%d,%d] parameter(1)\n"
+                    " ROOT y = bf16[%d,%d,%d,%d] convolution(x, w), window={size=%dx%d pad=%d_%dx%d_%d},"
+                    " dim_labels=bf01_01oi->bf01\n}\n";
+  char src[640];
+#define LANES(chip, b, ci, h, co, k)                                                                              \
+  (snprintf(src, sizeof src, fmt, b, ci, h, h, k, k, co, ci, b, co, h, h, k, k, (k) / 2, (k) / 2, (k) / 2, (k) / 2), \
+   kernel_cycles(src, chip))
+  const tpu_chip *c = &g_v5e;
+  CHECK(c->conv_lanes_tap_cycles > 0);
+#define FLOOR(ch, h, taps, blocks) \
+  ((ch)->conv_lanes_start_cycles + (double)(h) * (h) * ((ch)->conv_lanes_position_cycles + (taps) * (blocks) * (ch)->conv_lanes_tap_cycles))
+  double t = LANES(c, 8, 32, 28, 3, 3), f = FLOOR(c, 28, 9, 1);
+  double t32 = LANES(c, 32, 32, 28, 4, 3), t14 = LANES(c, 8, 32, 14, 3, 3), f14 = FLOOR(c, 14, 9, 1);
+  double t256 = LANES(c, 8, 256, 28, 3, 3), f256 = FLOOR(c, 28, 9, 2);
+  printf("batch-in-lanes convolution on v5e: %.0f / %.0f (B 32, Co 4) / %.0f (H 14) / %.0f (Ci 256) cycles, floors"
+         " %.0f / %.0f / %.0f (the compiler: 20,386 / 20,386 / 9,034 / 34,517)\n", t, t32, t14, t256, f, f14, f256);
+  CHECK(t >= f && t < 1.05 * f && t32 >= f && t32 < 1.05 * f && t14 >= f14 && t14 < 1.05 * f14);
+  CHECK(t256 >= f256 && t256 < 1.05 * f256);
+  /* 7 features and a 1x1 window: no floor, their MXU work alone */
+  double t7 = LANES(c, 8, 32, 28, 7, 3), t1 = LANES(c, 8, 32, 28, 3, 1);
+  printf("7 features / 1x1: %.0f / %.0f cycles\n", t7, t1);
+  CHECK(t7 > 0 && t7 < 0.9 * f && t1 > 0 && t1 < 0.6 * f);
+  /* without the chip's figures: far less */
+  tpu_chip off = g_v5e;
+  off.conv_lanes_tap_cycles = 0;
+  double toff = LANES(&off, 8, 32, 28, 3, 3);
+  printf("without conv_lanes_tap_cycles: %.0f cycles\n", toff);
+  CHECK(toff > 0 && toff < 0.7 * t);
+#undef FLOOR
+#undef LANES
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
@@ -524,5 +565,6 @@ int main(void) {
   relayout_tiles();
   batched_dot_as_conv();
   depthwise_few_rows();
+  conv_lanes();
   CHECK_DONE();
 }
