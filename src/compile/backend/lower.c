@@ -667,6 +667,10 @@ static tpu_status lower_instr(tpu__be *be, const tpu_instr *in, int depth, int d
       break;
     }
     case TPU__K_COPY: {
+      if (k->vcopy_windows > 0) { /* a copy within VMEM (tile.c prefetched_param_copy) */
+        TPU_TRY(lower_stream(be, in, k));
+        break;
+      }
       tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op);
       tpu_insn d = tpu_insn_make(TPU_ISA_DMA_HBM, k->op);
       d.hbm = tpu__be_buffer_of(be, in->operands[0], 0);

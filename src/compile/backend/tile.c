@@ -119,6 +119,33 @@ static int relayout_off_core(const tpu__be *be, const tpu_instr *in) {
   return 1;
 }
 
+/* In tpusim's own compilation, is `in` a copy of an entry parameter that runs after another
+ * such copy? The XLA TPU compiler runs a program's parameter copies first, and its
+ * memory-space assignment prefetches the later ones' parameters into VMEM with async copies
+ * (copy-start/copy-done) under the earlier copies; only the first reads HBM, nothing running
+ * before it to hide the transfer (concat_ax0_7x16_1x16_7x16_128x16_s8: of the relayout copies
+ * of s8[7,16], s8[1,16] and s8[7,16] the first reads HBM, the others VMEM on v5e, v5p and v6e,
+ * CMEM, S(3), on v4; concat_ax1_16x7_16x100_16x7_bf16 alike; bench/fidelity/families/compiled).
+ * Not a parameter that an earlier kernel reads itself (it is read from HBM there), nor one
+ * larger than a kernel's share of VMEM (tpu__vmem_budget, 16 MiB on v5e; an assumption
+ * bounded by concat_ax0_64x197x197x3_..._f32, whose second and third copies read their
+ * 38 MiB and 60 MiB parameters from HBM on every generation). */
+static int prefetched_param_copy(const tpu__be *be, const tpu_instr *in) {
+  if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail) return 0;
+  const tpu_instr *p = in->operands[0];
+  const tpu_comp *c = in->parent;
+  if (p->op != TPU_OP_PARAMETER || p->shape.layout_tail || !c || !c->is_entry) return 0;
+  if (be->chip->vmem_bytes <= 0 || tpu__padded_bytes(be, &p->shape) > tpu__vmem_budget(be->chip)) return 0;
+  int after_copy = 0;
+  for (int i = 0; i < c->ninstrs && c->instrs[i] != in; i++) {
+    const tpu_instr *x = c->instrs[i];
+    for (int j = 0; j < x->noperands; j++)
+      if (x->operands[j] == p) return 0;
+    after_copy |= x->op == TPU_OP_COPY && x->noperands == 1 && x->operands[0]->op == TPU_OP_PARAMETER;
+  }
+  return after_copy;
+}
+
 /* The dimensions of s in minor-to-major order, leaving out those of size 1 (they move no
  * bytes); returns how many. */
 static int moving_order(const tpu_shape *s, int *out) {
@@ -812,9 +839,20 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     po.scalar = s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL;
   }
   k->vcopy_windows = windowed_vmem_copy(be, in);
+  /* A parameter's copy after another kernel reads the parameter prefetched into VMEM
+   * (prefetched_param_copy): on a chip of one TensorCore without CMEM (v5e, v6e) it writes
+   * VMEM too (relayout_off_core) and is the compiler's windowed copy within VMEM (100 cycles
+   * on v5e and v6e for s8[1,16] and s8[7,16] {1,0} -> {0,1}); elsewhere without CMEM (v5p)
+   * it writes HBM and pays one kernel start, not a relayout's two (2,212 cycles where the
+   * first copy, from HBM, costs 4,318). v4 reads it from CMEM, timed as HBM: unchanged. */
+  int pf_copy = !k->vcopy_windows && be->chip->cmem_bytes <= 0 && prefetched_param_copy(be, in);
+  if (pf_copy && be->chip->tensorcores <= 1 && !relayout_off_core(be, in) && tpu__moves_minor(be->chip, in)) {
+    int64_t bytes = tpu__padded_bytes(be, &in->shape), win = (int64_t)1 << 20;
+    k->vcopy_windows = bytes > win ? (bytes + win - 1) / win : 1;
+  }
   if (k->vcopy_windows) po.scalar = 1; /* no kernel start: see windowed_vmem_copy */
   if (tpu__vmem_source_kernel(be, in)) po.scalar = 1; /* no kernel start (vmem_source.c) */
-  po.relayout = relayout_off_core(be, in) && !k->vcopy_windows;
+  po.relayout = relayout_off_core(be, in) && !k->vcopy_windows && !pf_copy;
   /* A compiled program's top-level dynamic-update-slice (in place, no window_config: the
    * compiler gives none of its 20 in the v5e families corpus an estimate) is the DMA engines'
    * transfer of the update, no kernel. */

@@ -789,6 +789,38 @@ static void pool_relayout_in_vmem(void) {
   }
 }
 
+/* Parameter copies after the first read their parameter prefetched into VMEM (tile.c
+ * prefetched_param_copy): the compiler copies s8[7,16] from HBM, then s8[1,16] and s8[7,16]
+ * out of VMEM, on v5e as windowed VMEM copies (100 cycles, no kernel start), on v5p into HBM
+ * with one kernel start (not a relayout's two); v4 reads CMEM, timed as HBM (all three alike)
+ * (concat_ax0_7x16_1x16_7x16_128x16_s8; libtpu probes of f32 and bf16 concatenations alike). */
+static void prefetched_param_copies(void) {
+  const char *src = "HloModule m\nENTRY e {\n a = s8[7,16]{1,0} parameter(0)\n b = s8[1,16]{1,0} parameter(1)\n"
+                    " c = s8[7,16]{1,0} parameter(2)\n d = s8[128,16] parameter(3)\n"
+                    " ROOT r = s8[143,16] concatenate(a, b, c, d), dimensions={0}\n}\n";
+  const char *chips[] = {"v5e", "v5p", "v4"};
+  const char *names[] = {"copy.relayout", "copy.relayout.1", "copy.relayout.2"};
+  for (int k = 0; k < 3; k++) {
+    tpu_chip c;
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for_with(chips[k], src, 1, &c, &m);
+    CHECK(p != NULL);
+    for (int i = 0; p && i < 3; i++) {
+      int op = op_named(p, names[i]);
+      CHECK(op >= 0);
+      if (op < 0) continue;
+      const tpu_prog_op *o = &p->ops[op];
+      printf("%s %s: start %s, relayout %d\n", chips[k], names[i], o->scalar ? "none" : "paid", o->relayout);
+      int later = i > 0;
+      if (k == 0) CHECK_EQ_INT(o->scalar, later);
+      if (k == 1) CHECK_EQ_INT(o->relayout, !later);
+      if (k == 2) CHECK_EQ_INT(o->relayout, 1);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 static void pool_window_kernel(void) {
   tpu_chip c, nostart, noread;
   tpu_diag d;
@@ -830,5 +862,6 @@ int main(void) {
   gather_table_in_vmem();
   pool_window_kernel();
   pool_relayout_in_vmem();
+  prefetched_param_copies();
   CHECK_DONE();
 }
