@@ -353,15 +353,15 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
   return 1;
 }
 
-static int bnd_push(loop_bnd *b, int64_t x) {
-  if (b->nsig == b->capsig) {
-    int64_t nc = b->capsig ? b->capsig * 2 : 256;
-    int64_t *ns = tpu_realloc(b->sig, (size_t)nc * sizeof *ns);
-    if (!ns) return 0;
-    b->sig = ns;
-    b->capsig = nc;
-  }
-  b->sig[b->nsig++] = x;
+/* Room in b's signature for `extra` more words; 0 on out-of-memory. */
+static int bnd_reserve(loop_bnd *b, int64_t extra) {
+  if (b->nsig + extra <= b->capsig) return 1;
+  int64_t nc = b->capsig ? b->capsig : 256;
+  while (nc < b->nsig + extra) nc *= 2;
+  int64_t *ns = tpu_realloc(b->sig, (size_t)nc * sizeof *ns);
+  if (!ns) return 0;
+  b->sig = ns;
+  b->capsig = nc;
   return 1;
 }
 
@@ -396,22 +396,27 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_b
   b->nsig = 0;
   /* a tile loop's op_dma is a counter (read at the next kernel only); otherwise state */
   const int tile = c->units && T > L0;
-  int ok = bnd_push(b, tile) && bnd_push(b, m->cur_op) && bnd_push(b, m->pre_op) &&
-           bnd_push(b, c->units ? 0 : m->op_dma);
-  for (int v = 0; ok && v < c->nvars; v++) {
+  /* the header, the times, the slots' flags, the port's floor and tail length: written
+   * through a local cursor (the signature's words are the run's most frequent stores) */
+  if (!bnd_reserve(b, 4 + (int64_t)c->nvars + c->nsl + 2)) return 0;
+  int64_t *w = b->sig;
+  *w++ = tile;
+  *w++ = m->cur_op;
+  *w++ = m->pre_op;
+  *w++ = c->units ? 0 : m->op_dma;
+  for (int v = 0; v < c->nvars; v++) {
     int64_t x = b->raw[v] = *c->vars[v];
-    if (v < NM && (c->quiet >> v & 1)) { /* as it is: the body leaves it */
-      ok = bnd_push(b, x);
-    } else if (tile) { /* as it is, compared by bnd_repeats */
-      ok = bnd_push(b, v < 3 && m->cur_op < 0 ? 0 : x);
-    } else if (v < 3) {
-      ok = bnd_push(b, m->cur_op >= 0 ? x - L : 0);
-    } else {
-      ok = bnd_push(b, (x > L ? x : L) - L);
-    }
+    if (v < NM && (c->quiet >> v & 1)) /* as it is: the body leaves it */
+      *w++ = x;
+    else if (tile) /* as it is, compared by bnd_repeats */
+      *w++ = v < 3 && m->cur_op < 0 ? 0 : x;
+    else if (v < 3)
+      *w++ = m->cur_op >= 0 ? x - L : 0;
+    else
+      *w++ = (x > L ? x : L) - L;
   }
-  for (int s = 0; ok && s < c->nsl; s++) ok = bnd_push(b, t->by_dma[c->slots[s]]);
-  ok = ok && bnd_push(b, (t->port_floor > L ? t->port_floor : L) - L);
+  for (int s = 0; s < c->nsl; s++) *w++ = t->by_dma[c->slots[s]];
+  *w++ = (t->port_floor > L ? t->port_floor : L) - L;
   /* the port's reservations still ahead of L: a suffix of the list (disjoint intervals in
    * order, so their ends increase: the first ending at or after L, by bisection) */
   int64_t lo = 0, hi = t->npi;
@@ -422,17 +427,20 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_b
   }
   int64_t j = lo;
   b->ntail = t->npi - j;
-  ok = ok && bnd_push(b, b->ntail);
+  *w++ = b->ntail;
+  b->nsig = w - b->sig;
   b->has_tail = !prev || prev->ntail == b->ntail;
-  for (int64_t k = j; ok && b->has_tail && k < t->npi; k++) {
-    int64_t s0 = t->pi[2 * k];
-    if (tile) /* as it is: a prefetch of a later kernel may fill the gap before it */
-      ok = bnd_push(b, s0);
-    else
-      ok = bnd_push(b, (s0 > L - 1 ? s0 : L - 1) - L);
-    ok = ok && bnd_push(b, t->pi[2 * k + 1] - L);
+  if (b->has_tail) {
+    if (!bnd_reserve(b, 2 * b->ntail)) return 0;
+    w = b->sig + b->nsig;
+    for (int64_t k = j; k < t->npi; k++) {
+      int64_t s0 = t->pi[2 * k];
+      *w++ = tile ? s0 /* as it is: a prefetch of a later kernel may fill the gap before it */
+                  : (s0 > L - 1 ? s0 : L - 1) - L;
+      *w++ = t->pi[2 * k + 1] - L;
+    }
+    b->nsig = w - b->sig;
   }
-  if (!ok) return 0;
   b->npi = t->npi;
   b->pbase = t->pbase;
   b->nhalve = t->nhalve;
