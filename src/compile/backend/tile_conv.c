@@ -279,15 +279,19 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
     k->n = lanes;
     k->k = taps * rows;
     k->k_flops = taps;
-    /* Too few rows to cover the MXUs' weight loads (m below mxus x the load's cycles): each
-     * tap's diagonal block is a product of its own, dealt whole to an MXU that streams all
-     * the rows (chip mxu_batch_spread), the taps' partial sums added, rather than the rows
-     * split four ways with every fold waiting for its load (v6e, 128-cycle loads: the
-     * compiler's b1 7x7x32 k7s2 depthwise kernel takes 2,141 cycles, below its 49 taps'
-     * loads end to end, 6,272; see test_rules). */
+    /* Too few rows to cover the MXUs' weight loads (the rows split over the MXUs at most
+     * half a load's cycles): each tap's diagonal block is a product of its own, dealt whole
+     * to an MXU that streams all the rows (chip mxu_batch_spread), the taps' partial sums
+     * added, rather than the rows split four ways with every fold waiting for its load (v6e,
+     * 128-cycle loads: the compiler's b1 7x7x32 k7s2 depthwise kernel takes 2,141 cycles,
+     * below its 49 taps' loads end to end, 6,272; test_timing_conv depthwise_few_rows). With
+     * more rows the split is as fast and tpusim's plan of many products pays more starts
+     * (libtpu probes, v6e, bf16 x 128 features: 196 rows 7x7 s2 6,044 cycles, products 9,066,
+     * split 10,364; 392 rows 8,498, products 13,335, split 10,587; tune
+     * conv_grad_b8_14x14x64_k7s2_g64's 392-row forward kernel likewise). */
     int64_t mx = be->chip->mxus_per_core > 0 ? be->chip->mxus_per_core : 1;
     if (be->chip->mxu_batch_spread && taps > 1 && be->chip->mxu_weight_load_cycles > 0 &&
-        m < mx * be->chip->mxu_weight_load_cycles) {
+        2 * m <= mx * be->chip->mxu_weight_load_cycles) {
       k->b *= taps;
       k->k = rows;
       k->k_flops = 1;
