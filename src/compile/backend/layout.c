@@ -651,6 +651,26 @@ static int64_t reduce_tiled_elems(const tpu_chip *chip, const tpu_instr *x) {
   return n / d * ((d + sub - 1) / sub * sub);
 }
 
+/* Whether kernel `in` streams whole tiles of its result: an elementwise op, broadcast,
+ * reduce, or a fusion of nothing else (parameters, constants, bitcasts, reshapes, iotas) —
+ * not a gather, scatter, slice or copy, whose rows the compiler charges as it moves them
+ * (the compiler's bf16[262144,8] gather_fusion of t5_fwd_b4s512d512h8 is not 16 times its
+ * rows' cost for its 8 lanes tiled to 128). */
+static int streams_tiles(const tpu_instr *x) {
+  switch (x->op) {
+    case TPU_OP_PARAMETER: case TPU_OP_CONSTANT: case TPU_OP_BITCAST: case TPU_OP_RESHAPE: case TPU_OP_IOTA:
+    case TPU_OP_BROADCAST: case TPU_OP_REDUCE: case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT:
+      return 1;
+    case TPU_OP_FUSION:
+      if (!x->calls) return 0;
+      for (int i = 0; i < x->calls->ninstrs; i++)
+        if (!streams_tiles(x->calls->instrs[i])) return 0;
+      return 1;
+    default:
+      return tpu__is_elementwise(x->op);
+  }
+}
+
 /* The array a fused reduce reads as the kernel holds it in memory: its operand traced back
  * through elementwise ops and converts of the same dimensions to a fused parameter, whose
  * fusion operand it is (`in` the fusion; `x` itself where it is the unfused reduce); NULL
@@ -794,14 +814,20 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
     return 0;
   int reduces = 0, narrow = 0;
   int64_t n = 0, moved = 0, rows = 0;
+  /* (a kernel that is a reshape moves rows, as a copy does: the compiler's relayout of
+   * bf16[8,7,7,128] to [8,7,7,8,16] is not 8 times its rows' cost for its 16 lanes) */
+  const int tiles = in->op != TPU_OP_RESHAPE && in->op != TPU_OP_BITCAST && streams_tiles(in);
   int nl = tpu__leaves(&in->shape);
   for (int l = 0; l < nl; l++) {
     const tpu_shape *s = tpu__leaf(&in->shape, l);
     if (!s || !tpu_dtype_is_array(s->dtype)) continue;
     if (tpu_dtype_size(s->dtype) < 4) narrow = 1; /* 16-bit, 8-bit and pred results alike */
-    /* the elements it writes: an in-place update (dynamic-update-slice, scatter) writes its
+    /* the elements of the tiles it writes, padding included, where it streams whole tiles
+     * (the XLA TPU compiler charges bf16(a * b + a) over f32 [33,33,64,65] as over
+     * [33,33,64,128], 287,497 cycles on v5e: test_reduce_tiles.c); an in-place update (dynamic-update-slice, scatter) writes its
      * update, not the whole buffer */
-    int64_t e = write_bytes(be, in, l, 0) / (int64_t)tpu_dtype_size(s->dtype);
+    int64_t e = tiles ? write_bytes(be, in, l, 1) * 8 / tpu_dtype_bits(s->dtype)
+                      : write_bytes(be, in, l, 0) / (int64_t)tpu_dtype_size(s->dtype);
     if (e > n) n = e;
   }
   if (in->op == TPU_OP_FUSION && in->calls) {

@@ -1,6 +1,7 @@
-/* The per-element stream costs of a reduce kernel (compile/backend/layout.c stream_costs):
- * counted over the tiles of the array it reads, padding included, and the unfused-op cost
- * only for a widened sum narrowed back to its 16-bit type (bench/fidelity/probes/reduce_tiles.py). */
+/* The per-element stream costs of a vector kernel (compile/backend/layout.c stream_costs):
+ * a reduce's counted over the tiles of the array it reads, padding included, and the
+ * unfused-op cost only for a widened sum narrowed back to its 16-bit type
+ * (bench/fidelity/probes/reduce_tiles.py); a 16-bit result's stream pass over its tiles. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -73,8 +74,33 @@ static void reshaped_source(void) {
   CHECK(x < 1.01 * (c.stream_pass_bytes + c.lone_op_bytes) * 64 * 64 * 130);
 }
 
+/* The stream pass of a 16-bit result is paid per element of its tiles: the XLA TPU compiler
+ * charges bf16(a * b + a) over f32 [33,33,64,65] as over [33,33,64,128] (287,497 cycles on
+ * v5e, both) and [33,33,65,65] as [33,33,72,128] (326,281), bf16 operands alike, on v4, v5e,
+ * v5p and v6e; f32 results, without the pass, move only their padded bytes. */
+static void narrow_result_over_tiles(void) {
+  char src[600];
+  const char *fmt = "HloModule n\nENTRY e {\n  a = f32[33,33,%d,%d] parameter(0)\n  b = f32[33,33,%d,%d] parameter(1)\n"
+                    "  c = f32[33,33,%d,%d] multiply(a, b)\n  d = f32[33,33,%d,%d] add(c, a)\n"
+                    "  ROOT r = bf16[33,33,%d,%d] convert(d)\n}\n";
+  tpu_chip c;
+  snprintf(src, sizeof src, fmt, 64, 65, 64, 65, 64, 65, 64, 65, 64, 65);
+  double x65 = kernel_xbytes(src, &c);
+  snprintf(src, sizeof src, fmt, 64, 128, 64, 128, 64, 128, 64, 128, 64, 128);
+  double x128 = kernel_xbytes(src, &c);
+  snprintf(src, sizeof src, fmt, 65, 65, 65, 65, 65, 65, 65, 65, 65, 65);
+  double x6565 = kernel_xbytes(src, &c);
+  printf("bf16(a * b + a) over f32[33,33,R,C] on v5e, xbytes: 64x65 %.0f, 64x128 %.0f, 65x65 %.0f (over the tiles: "
+         "%.0f, %.0f)\n", x65, x128, x6565, c.stream_pass_bytes * 33 * 33 * 64 * 128,
+         c.stream_pass_bytes * 33 * 33 * 72 * 128);
+  CHECK_NEAR(x65, c.stream_pass_bytes * 33 * 33 * 64 * 128, 1);
+  CHECK_NEAR(x128, x65, 1);
+  CHECK_NEAR(x6565, c.stream_pass_bytes * 33 * 33 * 72 * 128, 1);
+}
+
 int main(void) {
   sum_over_tiles();
+  narrow_result_over_tiles();
   reshaped_source();
   CHECK_DONE();
 }
