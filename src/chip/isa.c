@@ -106,6 +106,7 @@ char *tpu_program_text(const tpu_program *p) {
     if (o->out_scale > 1) tpu_strbuf_printf(&b, " out_scale=%.17g", o->out_scale);
     if (o->out_bytes > 0) tpu_strbuf_printf(&b, " out_bytes=%.17g", o->out_bytes);
     if (o->scalar) tpu_strbuf_printf(&b, " scalar=1");
+    if (o->starts > 1) tpu_strbuf_printf(&b, " starts=%d", o->starts);
     if (o->relayout) tpu_strbuf_printf(&b, " relayout=1");
     if (o->min_cycles > 0) tpu_strbuf_printf(&b, " min_cycles=%.17g", o->min_cycles);
     if (o->min_body_cycles > 0) tpu_strbuf_printf(&b, " min_body_cycles=%.17g", o->min_body_cycles);
@@ -362,6 +363,10 @@ static tpu_status parse_op_line(lx *x) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));
       o.scalar = v != 0;
+    } else if (!strcmp(key, "starts")) {
+      int64_t v;
+      TPU_TRY(parse_i64(x, 1, &v));
+      o.starts = v > 64 ? 64 : (int)v;
     } else if (!strcmp(key, "relayout")) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));

@@ -114,6 +114,8 @@ typedef struct tpu_prog_op {
   int64_t m, k, n, b;           /* matmul/conv problem (implicit GEMM), 0 otherwise */
   int64_t tiles;                /* tile-loop iterations of its kernel */
   int scalar;                   /* scalars in and out: the scalar unit's work, no kernel start cost */
+  int starts;                   /* > 1: the compiler runs the op as that many kernels, each paying the
+                                 * kernel start (vmem_source.c tpu__wide_int_source_kernels) */
   int dma;                      /* a copy the DMA engines run, no kernel: no kernel start cost and
                                  * none of a vector kernel's stream costs (scatter_form.c
                                  * tpu__copy_via_vmem) */

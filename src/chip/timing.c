@@ -528,8 +528,9 @@ static int64_t kernel_start(const tstate *t, int op) {
   if (o->m > 0)
     return t->kov + t->mbase + ((t->op_hbm[op] & OP_MXU_HBM) ? t->mov : 0) +
            ((t->op_hbm[op] & OP_HBM_WRITES) ? t->mwr : 0);
-  return t->kov + (t->kov > 0 && (t->op_hbm[op] & (OP_VECTOR | OP_HBM_READS)) == OP_VECTOR ? t->lat : 0) +
-         t->op_res[op];
+  int64_t one = t->kov + (t->kov > 0 && (t->op_hbm[op] & (OP_VECTOR | OP_HBM_READS)) == OP_VECTOR ? t->lat : 0) +
+                t->op_res[op];
+  return o->starts > 1 ? one * o->starts : one; /* the compiler's kernels of one op (vmem_source.c) */
 }
 
 

@@ -174,6 +174,10 @@ int tpu__scatter_fused_operand(const tpu__be *be, const tpu_instr *in);
 /* Whether operand-less kernel `in` (an iota, a fusion of iotas and constants) keeps its result
  * in VMEM in whole registers and so pays no kernel start (vmem_source.c). */
 int tpu__vmem_source_kernel(const tpu__be *be, const tpu_instr *in);
+/* tpusim's own operandless kernel with a 64-bit integer result: 0 not one; -1 its 32-bit words
+ * fill whole registers in VMEM (no kernel start); else the compiler's kernel count for it
+ * (chip wide_int_source_kernels), each paying the start (vmem_source.c). */
+int tpu__wide_int_source_kernels(const tpu__be *be, const tpu_instr *in);
 /* Padded bytes a kernel reads of operand j / writes of result leaf `leaf` (layout.c). */
 int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j);
 /* scan_window.c: the factors on a short scan kernel's HBM reads and writes (1 otherwise) */

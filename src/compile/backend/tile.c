@@ -852,6 +852,9 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   }
   if (k->vcopy_windows) po.scalar = 1; /* no kernel start: see windowed_vmem_copy */
   if (tpu__vmem_source_kernel(be, in)) po.scalar = 1; /* no kernel start (vmem_source.c) */
+  int wide = tpu__wide_int_source_kernels(be, in); /* 64-bit words computed apart (vmem_source.c) */
+  if (wide < 0) po.scalar = 1;
+  else if (wide > 1) po.starts = wide;
   po.relayout = relayout_off_core(be, in) && !k->vcopy_windows && !pf_copy;
   /* A compiled program's top-level dynamic-update-slice (in place, no window_config: the
    * compiler gives none of its 20 in the v5e families corpus an estimate) is the DMA engines'

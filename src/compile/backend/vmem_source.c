@@ -58,10 +58,12 @@ static const tpu_instr *sole_reader(const tpu_instr *v) {
  * iota 47), or a vector of more than 896 (T(1024): mistral's s32[1024] 16 cycles); a
  * shorter vector's T(128) or T(256) tile pays the start (llama's f32[32] 1,825 cycles,
  * whisper's f32[256] 1,824), as does a value the program returns (written to HBM). */
-static int own_vmem_source_kernel(const tpu__be *be, const tpu_instr *in) {
+/* wide: the 32-bit words of a 64-bit integer kernel (tpu__wide_int_source_kernels), which
+ * the compiler keeps in VMEM on v5p too. */
+static int own_source_whole_registers(const tpu__be *be, const tpu_instr *in, int wide) {
   const tpu_chip *ch = be->chip;
   if (in->noperands != 0 || (in->op != TPU_OP_IOTA && in->op != TPU_OP_FUSION) || in->shape.layout_tail ||
-      ch->tensorcores > 1 || ch->cmem_bytes > 0 || !in->parent || in->parent->root == in)
+      (ch->tensorcores > 1 && !wide) || ch->cmem_bytes > 0 || !in->parent || in->parent->root == in)
     return 0;
   const tpu_shape *s = &in->shape;
   const tpu_instr *v = in, *u = sole_reader(in);
@@ -72,7 +74,7 @@ static int own_vmem_source_kernel(const tpu__be *be, const tpu_instr *in) {
   if (!u || u->op == TPU_OP_TUPLE) return 0;
   if (u->op == TPU_OP_SORT && u->noperands > 0) s = &u->operands[0]->shape;
   else s = &v->shape;
-  if (!tpu_dtype_is_array(s->dtype) || tpu_dtype_size(s->dtype) != 4 || s->rank < 1) return 0;
+  if (!tpu_dtype_is_array(s->dtype) || tpu_dtype_size(s->dtype) != (wide ? 8 : 4) || s->rank < 1) return 0;
   const int64_t sub = ch->vector_sublanes > 0 ? ch->vector_sublanes : 8;
   const int64_t lanes = ch->vector_lanes > 0 ? ch->vector_lanes : 128;
   if (s->rank == 1) return s->dims[0] > (sub - 1) * lanes;
@@ -80,6 +82,32 @@ static int own_vmem_source_kernel(const tpu__be *be, const tpu_instr *in) {
   return s->dims[q] > sub / 2;
 }
 
+static int own_vmem_source_kernel(const tpu__be *be, const tpu_instr *in) {
+  return own_source_whole_registers(be, in, 0);
+}
+
 int tpu__vmem_source_kernel(const tpu__be *be, const tpu_instr *in) {
   return vmem_source_kernel(in) || own_vmem_source_kernel(be, in);
+}
+
+/* tpusim's own operandless kernel with a 64-bit integer result (JAX's iota_2x32_shape: the
+ * u64 row iota times the row length, over the rows once broadcasts sink): the XLA TPU
+ * compiler has no 64-bit vector integers and computes the product's 32-bit words and the
+ * carry between them as separate operandless u32 kernels, three on v4, v5e and v5p, two on
+ * v6e (it fuses two siblings into one multi-output kernel): families corpus, compiled
+ * random/dropout programs (random_bernoulli_8x1024: broadcast_add_fusion,
+ * shift-right-logical_add_fusion and an or fusion, u32[8]{0:T(128)S(1)}), and libtpu
+ * probes outside the corpus (uniform [16,2048]: three u32[16] kernels of 614 cycles on v4,
+ * 2,124 on v5p; [2000,64]: three u32[2000]{0:T(1024)S(3)} of 645 on v4). Each pays the
+ * kernel start, unless its words fill whole registers in VMEM (a vector of more than 896:
+ * 18-31 cycles on v5e, v5p and v6e for 1,024-4,096 rows), then none (-1); v4 keeps them in
+ * CMEM and pays the start. 0: not such a kernel. */
+int tpu__wide_int_source_kernels(const tpu__be *be, const tpu_instr *in) {
+  const tpu_chip *ch = be->chip;
+  if (ch->wide_int_source_kernels <= 0 || in->noperands != 0 || in->shape.layout_tail ||
+      (in->op != TPU_OP_IOTA && in->op != TPU_OP_FUSION) || !tpu_dtype_is_int(in->shape.dtype) ||
+      tpu_dtype_size(in->shape.dtype) != 8 || !in->parent || in->parent->root == in)
+    return 0;
+  if (own_source_whole_registers(be, in, 1)) return -1;
+  return (int)ch->wide_int_source_kernels;
 }

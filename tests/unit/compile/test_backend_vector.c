@@ -477,6 +477,41 @@ static void own_vmem_source_kernels(void) {
   }
 }
 
+/* tpusim's own operandless kernel with a 64-bit integer result (JAX's u64 Threefry counter
+ * product over the rows) is the compiler's wide_int_source_kernels u32 kernels, each paying
+ * the kernel start (3 on v4/v5e/v5p, 2 on v6e: random_bernoulli_8x1024), or none where its
+ * words fill whole registers in VMEM (2,000 rows: T(1024) on v5e and v5p; not v4's CMEM). */
+static void wide_int_source_kernels(void) {
+  static const struct { const char *chip; int n; int scalar, starts; } k[] = {
+      {"v5e", 8, 0, 3}, {"v6e", 8, 0, 2}, {"v5p", 8, 0, 3}, {"v4:core", 8, 0, 3},
+      {"v5e", 2000, 1, 0}, {"v5p", 2000, 1, 0}, {"v4:core", 2000, 0, 3},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    char src[1400];
+    snprintf(src, sizeof src,
+             "HloModule w\nENTRY e {\n  k = u32[%d,1024]{1,0} parameter(0)\n  r = u64[%d]{0} iota(), iota_dimension=0\n"
+             "  c = u64[] constant(1024)\n  cb = u64[%d]{0} broadcast(c), dimensions={}\n  m = u64[%d]{0} multiply(r, cb)\n"
+             "  b = u64[%d,1024]{1,0} broadcast(m), dimensions={0}\n  j = u64[%d,1024]{1,0} iota(), iota_dimension=1\n"
+             "  a = u64[%d,1024]{1,0} add(b, j)\n  s = u64[] constant(32)\n  sb = u64[%d,1024]{1,0} broadcast(s), dimensions={}\n"
+             "  h = u64[%d,1024]{1,0} shift-right-logical(a, sb)\n  hi = u32[%d,1024]{1,0} convert(h)\n"
+             "  lo = u32[%d,1024]{1,0} convert(a)\n  x = u32[%d,1024]{1,0} xor(hi, lo)\n  ROOT y = u32[%d,1024]{1,0} add(x, k)\n}\n",
+             k[i].n, k[i].n, k[i].n, k[i].n, k[i].n, k[i].n, k[i].n, k[i].n, k[i].n, k[i].n, k[i].n, k[i].n, k[i].n);
+    tpu_chip c;
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for_with(k[i].chip, src, 1, &c, &m);
+    int r = -1;
+    for (int o = 0; p && o < p->nops; o++)
+      if (strcmp(p->ops[o].name, "fusion")) r = o; /* the operandless u64 kernel, the root aside */
+    CHECK(r >= 0);
+    int scalar = r >= 0 ? p->ops[r].scalar : -1, starts = r >= 0 ? p->ops[r].starts : -1;
+    printf("own u64[%d] counter kernel on %s: scalar %d, starts %d\n", k[i].n, k[i].chip, scalar, starts);
+    CHECK_EQ_INT(scalar, k[i].scalar);
+    CHECK_EQ_INT(starts, k[i].starts);
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 /* The vector-unit cycles of the op named r compiled and timed on chip c. */
 static int64_t vpu_cycles_on(const char *src, const tpu_chip *c) {
   tpu_module *m = NULL;
@@ -532,6 +567,7 @@ int main(void) {
   windowed_vmem_copies();
   vmem_source_kernels();
   own_vmem_source_kernels();
+  wide_int_source_kernels();
   fusion_parameter_reads();
   partial_reduce_cost();
   fused_custom_calls_cost();
