@@ -372,8 +372,10 @@ static int feeds_matmul(const tpu__made_set *made, const tpu_instr *y, int k) {
 }
 
 /* The reduce a reduction kernel runs (a bare reduce, or the only one of a reduction
- * fusion this pass made, at its root), reading its data through operand *k of y. */
-static const tpu_instr *reduction_of(const tpu__made_set *made, const tpu_instr *y, int *k) {
+ * fusion this pass made, at its root), reading its data through operand *k of y; *minor
+ * says whether it reduces over the minor dimension (a row reduction) or keeps it (a
+ * column reduction, as a batch norm's sums over batch and space per channel). */
+static const tpu_instr *reduction_of(const tpu__made_set *made, const tpu_instr *y, int *k, int *minor_out) {
   const tpu_instr *r = NULL;
   if (y->op == TPU_OP_REDUCE) {
     r = y;
@@ -386,7 +388,7 @@ static const tpu_instr *reduction_of(const tpu__made_set *made, const tpu_instr 
   if (!r || r->noperands != 2 || r->shape.dtype == TPU_TUPLE || r->operands[0]->shape.rank < 1) return NULL;
   int minor = 0;
   for (int i = 0; i < r->dimensions.n; i++) minor |= r->dimensions.v[i] == r->operands[0]->shape.rank - 1;
-  if (!minor) return NULL;
+  *minor_out = minor;
   *k = y->calls ? tpu__fused_source(r->operands[0]) : 0;
   return *k >= 0 && *k < y->noperands ? r : NULL;
 }
@@ -480,6 +482,26 @@ static tpu_status merge_prologue_one(tpu_builder *b, tpu_comp *c, tpu__made_set 
   return TPU_OK;
 }
 
+/* Is r, a reduction that keeps the minor dimension, one a convolution's kernel x takes
+ * from its result tiles? The TPU compiler fuses a batch norm's per-channel sum of the
+ * convolution's output (over batch and space, the channels minor) into the convolution
+ * (its convert_reduce_fusion, a kOutput multi-output fusion, in every compiled families
+ * m_resnet_basic / m_resnet_bottleneck / m_resnext / m_mobilenet_* / m_efficientnet
+ * program); the variance's sum, which reads the mean back, stays its own kernel
+ * (reads_row_stat). A grouped convolution of several input features a group keeps them apart:
+ * its statistics kernel reads the split result (group_conv.c; resnext_*'s
+ * multiply_reduce_fusion beside the g32 convolution's kOutput fusion), while a depthwise one
+ * (one input feature a group, m_mobilenet_*) takes them in. Dots are left out: no compiled
+ * program shows a column sum of a dot's result in the dot's fusion. */
+static int conv_column_sums(const tpu__made_set *made, const tpu_instr *x, const tpu_instr *r) {
+  const tpu_instr *mm = matmul_of(made, x);
+  if (!mm || mm->op != TPU_OP_CONVOLUTION || r->operands[0]->shape.rank < 2) return 0;
+  if (mm->feature_group_count > 1 && (!mm->has_conv_dims || mm->noperands < 2 ||
+                                      mm->operands[1]->shape.dims[mm->conv.k_in] > 1))
+    return 0;
+  return r->shape.rank == 1 && r->shape.dims[0] == r->operands[0]->shape.dims[r->operands[0]->shape.rank - 1];
+}
+
 /* Does kernel y read a result of x smaller than the n elements it reduces (a row statistic
  * of x's result, broadcast back over the rows)? */
 static int reads_row_stat(const tpu_instr *y, const tpu_instr *x, int64_t n) {
@@ -496,14 +518,16 @@ static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *m
   for (int i = 0; !*found && i < c->ninstrs; i++) {
     tpu_instr *y = c->instrs[i], *x;
     if (y->shape.dtype == TPU_TUPLE && !users_all_gte(u, y)) continue;
-    int k, idx;
-    const tpu_instr *r = reduction_of(made, y, &k);
+    int k, idx, minor = 0;
+    const tpu_instr *r = reduction_of(made, y, &k, &minor);
     int64_t row = 0;
     if (r) {
-      /* a reduction of the matmul's result over its rows, and of nothing else of x's */
+      /* a reduction of the matmul's result over its rows, and of nothing else of x's; one
+       * that keeps the minor dimension only from a convolution (conv_column_sums) */
       x = producer_of(y, k, &idx);
       int64_t n = tpu_shape_numel(&r->operands[0]->shape);
       const char *xk = x->op == TPU_OP_FUSION && x->calls && tpu__made_has(made, x->calls) ? attr_value(x, "kind") : NULL;
+      if (!minor && !conv_column_sums(made, x, r)) continue;
       if (!(matmul_of(made, x) || (xk && !strcmp(xk, "kLoop"))) || tpu_shape_numel(&y->operands[k]->shape) != n ||
           reads_row_stat(y, x, n))
         continue;

@@ -90,7 +90,7 @@ static void test_shared_producer(void) {
 /* Fusion around the matrix unit (docs/compiler.md): the kernels of a compiled entry, and per
  * kernel the dots, reduces, divides, multiplies and exponentials it holds. */
 typedef struct {
-  int kernels, dots[8], reduces[8], divides[8], multiplies[8], exps[8], selects[8];
+  int kernels, dots[8], convs[8], reduces[8], divides[8], multiplies[8], exps[8], selects[8];
 } kernel_census;
 
 static kernel_census census(const char *src) {
@@ -110,6 +110,7 @@ static kernel_census census(const char *src) {
     for (int j = 0; j < n; j++) {
       tpu_opcode op = c ? c->instrs[j]->op : in->op;
       kc.dots[k] += op == TPU_OP_DOT;
+      kc.convs[k] += op == TPU_OP_CONVOLUTION;
       kc.reduces[k] += op == TPU_OP_REDUCE;
       kc.divides[k] += op == TPU_OP_DIVIDE;
       kc.multiplies[k] += op == TPU_OP_MULTIPLY;
@@ -828,6 +829,39 @@ static void test_partial_reduce_iota(void) {
   CHECK_EQ_INT(loose, 0);
 }
 
+/* A batch norm after a convolution (families m_resnet_*, m_resnext, m_mobilenet_*,
+ * m_efficientnet): the per-channel sum over batch and space, which keeps the minor
+ * (channel) dimension, is taken in the convolution's kernel, as the compiler's
+ * convert_reduce_fusion; the variance's sum reads the mean back and is a kernel of its own. */
+static void test_conv_column_sums(void) {
+  const char *src =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[8,28,28,64] parameter(0)\n w = bf16[3,3,64,64] parameter(1)\n"
+      " c = bf16[8,28,28,64] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n"
+      " cf = f32[8,28,28,64] convert(c)\n z = f32[] constant(0)\n"
+      " s = f32[64] reduce(cf, z), dimensions={0,1,2}, to_apply=add\n"
+      " n = f32[] constant(6272)\n nb = f32[64] broadcast(n), dimensions={}\n mean = f32[64] divide(s, nb)\n"
+      " mb = f32[8,28,28,64] broadcast(mean), dimensions={3}\n d = f32[8,28,28,64] subtract(cf, mb)\n"
+      " sq = f32[8,28,28,64] multiply(d, d)\n v = f32[64] reduce(sq, z), dimensions={0,1,2}, to_apply=add\n"
+      " vb = f32[8,28,28,64] broadcast(v), dimensions={3}\n y = f32[8,28,28,64] divide(d, vb)\n"
+      " ROOT o = bf16[8,28,28,64] convert(y)\n}\n";
+  kernel_census kc = census(src);
+  int conv_k = -1, conv_reduces = -1, other_reduces = 0;
+  for (int k = 0; k < kc.kernels && k < 8; k++) {
+    if (kc.convs[k]) {
+      conv_k = k;
+      conv_reduces = kc.reduces[k];
+    } else {
+      other_reduces += kc.reduces[k];
+    }
+  }
+  printf("conv + batch norm: %d kernels, %d reduces with the convolution, %d elsewhere\n", kc.kernels, conv_reduces,
+         other_reduces);
+  CHECK(conv_k >= 0);
+  CHECK_EQ_INT(conv_reduces, 1);
+  CHECK_EQ_INT(other_reduces, 1);
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -842,5 +876,6 @@ int main(void) {
   test_fused_update_slice();
   test_sort_layout();
   test_partial_reduce_iota();
+  test_conv_column_sums();
   CHECK_DONE();
 }
