@@ -194,6 +194,29 @@ static int64_t layout_tiles(const tpu_shape *s) {
   return major * ((second + r - 1) / r) * ((minor + c - 1) / c);
 }
 
+/* Space-to-batch's unfold kernel in tpusim's own compilation (space_to_batch.c marks its root
+ * s2b_kernel=unfold): the convolution's result, its 8 pieces in the batch in the sublanes, written
+ * back with the pieces along W. Where each piece is S' < 8 outputs wide along W, the second-minor
+ * dimension, and the features are in the lanes, the XLA TPU compiler writes it in tiles of S'
+ * rows (T(S',128)), one per piece: a sublane relayout (below) of numel / (S' x features) x
+ * ceil(features / 128) tiles (compiled families, tune split, on v5e: dilconv_b1_28x28_c256to64_k3d2
+ * [28,8,4,64] into T(4,128), 224 tiles, 3,849 cycles; dilconv_b2_28x28_c64to256_k3d2 896 tiles,
+ * 10,174; conv3d_b2_8x28x28_c16to16_k3s2 [4,14,16,2,16] into T(2,128), 896 tiles, 9,950). Returns
+ * those tiles, 0 for any other op. */
+static int64_t s2b_unfold_tiles(const tpu_instr *in) {
+  if (in->op != TPU_OP_FUSION || !in->calls || !in->calls->root || in->noperands != 1 || in->shape.layout_tail) return 0;
+  const tpu_instr *root = in->calls->root;
+  int unfold = 0;
+  for (int i = 0; i < root->nattrs; i++)
+    unfold |= !strcmp(root->attrs[i].name, "s2b_kernel") && root->attrs[i].value && !strcmp(root->attrs[i].value, "unfold");
+  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+  if (!unfold || r->rank < 2 || r->rank != o->rank || r->dtype == TPU_TUPLE) return 0;
+  int w = r->rank - 2;
+  int64_t rows = o->dims[w], feat = r->dims[r->rank - 1];
+  if (r->dims[w] != 8 * rows || rows <= 0 || rows >= 8 || feat <= 0) return 0;
+  return tpu_shape_numel(r) / (rows * feat) * ((feat + 127) / 128);
+}
+
 /* A compiled program's copy that keeps the dimension in the lanes and reorders the others
  * (a sublane relayout), VMEM (S(1)) on at least one side: the XLA TPU compiler's vector
  * kernel for it costs its start plus the chip's relayout_tile_cycles per tile of the result,
@@ -203,6 +226,8 @@ static int64_t layout_tiles(const tpu_shape *s) {
  * alone cost a tile of 2 rows an eighth of one of 8. Not a result in whole registers (below).
  * A pad into small tiles likewise (below). Returns the result's tiles, 0 for any other op. */
 static int64_t relayout_tiles(const tpu_instr *in) {
+  int64_t unfold = s2b_unfold_tiles(in);
+  if (unfold > 0) return unfold;
   if (in->op == TPU_OP_PAD && in->noperands >= 1) {
     /* A pad into VMEM in tiles of fewer than 8 rows (a convolution's input padded with the
      * batch in the sublanes) is such a kernel too: compiled families, tune split, v5e 10.0-11.1

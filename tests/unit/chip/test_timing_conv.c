@@ -434,6 +434,33 @@ static void conv_packed(void) {
  * to {3,2,1,0:T(4,128)}, 448 tiles, 5,883 cycles; 896 tiles 9,950): its registers alone
  * cost a T(4,128) tile a quarter of a T(8,128) one. A result in whole f32 registers
  * (T(8,128), unpacked) moves whole tiles: no floor. */
+/* Space-to-batch's unfold kernel in tpusim's own compilation (tile.c s2b_unfold_tiles): a
+ * dilated convolution of batch 1 over 28 x 28 runs on 8 pieces of 4 outputs along W; writing them
+ * back is a sublane relayout into T(4,128) tiles, 28 x 8 = 224 of them, at the chip's
+ * relayout_tile_cycles after its start (the compiler's dilconv_b1_28x28_c256to64_k3d2 on v5e:
+ * copy.2, 3,849 cycles). */
+static void s2b_unfold_relayout(void) {
+  const char *src = "HloModule m\nENTRY e {\n x = bf16[1,28,28,256] parameter(0)\n w = bf16[3,3,256,64] parameter(1)\n"
+                    " ROOT c = bf16[1,28,28,64] convolution(x, w), window={size=3x3 pad=2_2x2_2 rhs_dilate=2x2},"
+                    " dim_labels=b01f_01io->b01f\n}\n";
+  const double c = g_v5e.relayout_tile_cycles, kov = g_v5e.kernel_overhead_s * g_v5e.clock_hz;
+  tpu_chip off = g_v5e;
+  off.relayout_tile_cycles = 0;
+  const tpu_chip *chips[2] = {&g_v5e, &off};
+  double t[2] = {-1, -1};
+  for (int i = 0; i < 2; i++) {
+    tpu_program *p = compile_all(src, chips[i]);
+    CHECK(p != NULL);
+    if (p) t[i] = op_cycles(p, chips[i], "fusion");
+    tpu_program_free(p);
+  }
+  double f = kov + 224 * c;
+  printf("space-to-batch unfold of bf16[8,28,4,64] into T(4,128) on v5e: %.0f cycles, floor %.0f (the compiler:"
+         " 3,849); without relayout_tile_cycles %.0f\n", t[0], f, t[1]);
+  CHECK(t[0] >= f && t[0] < 1.1 * f);
+  CHECK(t[1] > 0 && t[1] < 0.9 * f);
+}
+
 static void relayout_tiles(void) {
   const char *fmt = "HloModule m\nENTRY e {\n p = %s[28,16,4,64]{3,1,2,0:T(8,128)%s} parameter(0)\n"
                     " a = %s[28,16,4,64]{3,1,2,0:T(8,128)%sS(1)} copy(p)\n"
@@ -563,6 +590,7 @@ int main(void) {
   conv_scatter();
   conv_packed();
   relayout_tiles();
+  s2b_unfold_relayout();
   batched_dot_as_conv();
   depthwise_few_rows();
   conv_lanes();
