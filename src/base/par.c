@@ -164,3 +164,10 @@ void tpu_par_run(tpu_range_fn fn, void *ctx, int64_t units, int t) {
       fn(ctx, i, tasks[i].lo, tasks[i].hi);
   }
 }
+
+int64_t tpu_locked_read(pthread_mutex_t *m, const int64_t *v) {
+  pthread_mutex_lock(m);
+  int64_t n = *v;
+  pthread_mutex_unlock(m);
+  return n;
+}

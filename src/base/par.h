@@ -2,6 +2,7 @@
 #ifndef TPU_BASE_PAR_H
 #define TPU_BASE_PAR_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 enum { TPU_MAX_THREADS = 64 };
@@ -27,5 +28,9 @@ static inline void tpu_task_range(int64_t units, int t, int i, int64_t *lo, int6
 /* Threads for `units` independent pieces of `work` (any unit, e.g. multiply-adds or
  * elements) when `min_work` is the least worth a thread: 1..tpu_threads(). */
 int tpu_par_threads(int64_t units, double work, double min_work);
+
+/* *v read under lock m: the counters tests read (searches, parses, checks) while other
+ * threads may count under the same lock. */
+int64_t tpu_locked_read(pthread_mutex_t *m, const int64_t *v);
 
 #endif

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/json.h"
+#include "base/par.h"
 
 #define CHIP_SCHEMA "tpusim-chip/1"
 
@@ -277,12 +278,7 @@ static struct {
 static pthread_mutex_t g_where_lock = PTHREAD_MUTEX_INITIALIZER;
 static int64_t g_searches;
 
-int64_t tpu_chip_searches(void) {
-  pthread_mutex_lock(&g_where_lock);
-  int64_t n = g_searches;
-  pthread_mutex_unlock(&g_where_lock);
-  return n;
-}
+int64_t tpu_chip_searches(void) { return tpu_locked_read(&g_where_lock, &g_searches); }
 
 static int where_get(const char *name, const char *env, const char *cwd, char *path, size_t n) {
   pthread_mutex_lock(&g_where_lock);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/par.h"
 
 static const char *attr_text(const tpu_attr *a, int n, const char *name) {
   for (int i = 0; i < n; i++)
@@ -512,12 +513,7 @@ static int gcache_next;
 static pthread_mutex_t gcache_lock = PTHREAD_MUTEX_INITIALIZER;
 static int64_t gcache_parsed;
 
-int64_t tpu_groups_texts_parsed(void) {
-  pthread_mutex_lock(&gcache_lock);
-  int64_t n = gcache_parsed;
-  pthread_mutex_unlock(&gcache_lock);
-  return n;
-}
+int64_t tpu_groups_texts_parsed(void) { return tpu_locked_read(&gcache_lock, &gcache_parsed); }
 
 static int groups_copy(const tpu_groups *from, tpu_groups *to) {
   int64_t n = from->start[from->ngroups];
@@ -812,12 +808,7 @@ static int vcache_next;
 static pthread_mutex_t vcache_lock = PTHREAD_MUTEX_INITIALIZER;
 static int64_t vcache_checked;
 
-int64_t tpu_collective_groups_checked(void) {
-  pthread_mutex_lock(&vcache_lock);
-  int64_t n = vcache_checked;
-  pthread_mutex_unlock(&vcache_lock);
-  return n;
-}
+int64_t tpu_collective_groups_checked(void) { return tpu_locked_read(&vcache_lock, &vcache_checked); }
 
 /* The attribute text checked groups are kept by (NULL: not kept) and the kind that goes with
  * it: permute, all-reduce (groups may differ in size), the mode, a channel. */

@@ -197,7 +197,9 @@ if python3 -c "import numpy" 2> /dev/null; then
 import glob, json, re, subprocess, sys
 import numpy as np
 sys.path.insert(0, "tools/plan")
+sys.path.insert(0, "tests/cli/lib")
 import gen, plan
+from plan_values import counting, saved_inputs
 b, t = sys.argv[1:3]
 m = {"name": "t", "layers": 2, "d_model": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "mlp": 128, "mlp_kind": "swiglu",
      "vocab": 256, "seq": 16, "batch_tokens": 256, "train_tokens": 1e6, "dtype": "f32", "optimizer": "sgd", "experts": 0}
@@ -206,15 +208,7 @@ def run(tag, micro):
     entry = text[text.index("ENTRY"):]
     assert ("while(" in entry) == (micro > 1) and ("call(" in entry) == (micro == 1), tag
     open(f"{t}/{tag}.hlo", "w").write(text)
-    ps = re.findall(r"= (\w+)\[([\d,]*)\][^ ]* parameter\((\d+)\)", entry)
-    rng, files, ins = np.random.default_rng(3), [], []
-    for dt, dims, i in sorted(ps, key=lambda x: int(x[2])):
-        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-        a = (np.arange(int(np.prod(shape))) % 200).astype(np.int32).reshape(shape) if dt == "s32" else \
-            (0.1 * rng.standard_normal(shape)).astype(np.float32)
-        np.save(f"{t}/{tag}_{i}.npy", a)
-        files += ["-i", f"{t}/{tag}_{i}.npy"]
-        ins.append(a)
+    files, ins = saved_inputs(text, t, tag, seed=3, ints=counting)
     subprocess.run([b, "run", f"{t}/{tag}.hlo", "--backend", "ref", *files, "-o", f"{t}/{tag}", "--quiet"], check=True)
     outs = [np.load(f) for f in sorted(glob.glob(f"{t}/{tag}/*.npy"))]
     return [o - x for o, x in zip(outs, ins[1:])]  # the SGD updates
@@ -244,7 +238,9 @@ if python3 -c "import numpy" 2> /dev/null; then
 import glob, json, re, subprocess, sys
 import numpy as np
 sys.path.insert(0, "tools/plan")
+sys.path.insert(0, "tests/cli/lib")
 import gen, plan
+from plan_values import counting, saved_inputs
 b, t = sys.argv[1:3]
 m = {"name": "t", "layers": 2, "d_model": 64, "heads": 2, "head_dim": 32, "mlp": 128, "mlp_kind": "relu",
      "attention": "dot_product", "vocab": 256, "seq": 16, "batch_tokens": 128, "train_tokens": 1e6}
@@ -260,15 +256,7 @@ def run(tag, mm, remat):
     assert ("maximum(" in text and "direction=GT" in text) == (mm["mlp_kind"] == "relu"), tag
     assert "pallas_call" not in text and "custom_call_target=\"tpu_custom_call\"" not in text, tag  # no flash kernel
     open(f"{t}/{tag}.hlo", "w").write(text)
-    ps = re.findall(r"= (\w+)\[([\d,]*)\][^ ]* parameter\((\d+)\)", entry)
-    rng, files, ins = np.random.default_rng(5), [], []
-    for dt, dims, i in sorted(ps, key=lambda x: int(x[2])):
-        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-        a = (np.arange(int(np.prod(shape))) % 200).astype(np.int32).reshape(shape) if dt == "s32" else \
-            (0.1 * rng.standard_normal(shape)).astype(np.float32)
-        np.save(f"{t}/{tag}_{i}.npy", a)
-        files += ["-i", f"{t}/{tag}_{i}.npy"]
-        ins.append(a)
+    files, ins = saved_inputs(text, t, tag, seed=5, ints=counting)
     subprocess.run([b, "run", f"{t}/{tag}.hlo", "--backend", "ref", *files, "-o", f"{t}/{tag}", "--quiet"], check=True)
     outs = [np.load(f) for f in sorted(glob.glob(f"{t}/{tag}/*.npy"))]
     return [o - x for o, x in zip(outs, ins[1:])]

@@ -12,7 +12,7 @@ v5p / v6e (22 / 22 / 7 / 22 pools), whatever the window; hbm exceeds vmem by the
 at the stream rate (4.6 to 17 % more, median)."""
 import json, os, random, re, subprocess, sys, tempfile
 
-TOOL = "/work/shared/tools/tpu_compile.py"
+from libtpu import compile_hlo
 
 
 def pool_hlo(k, n, h, c, dt, win, st, negate):
@@ -28,13 +28,7 @@ def pool_hlo(k, n, h, c, dt, win, st, negate):
 
 
 def compile_text(text, topo, d):
-    src, out = os.path.join(d, "p.hlo"), os.path.join(d, "p.out.hlo")
-    open(src, "w").write(text)
-    for _ in range(6):  # libtpu is shared: retry a failed start
-        p = subprocess.run([sys.executable, TOOL, src, topo, out], capture_output=True, text=True)
-        if p.stdout.strip():
-            return open(out).read()
-    return None
+    return compile_hlo(text, topo, d)[1]
 
 
 def window_fusion(t):

@@ -17,7 +17,7 @@ the unfused reduce (lone_op_bytes). tpusim median |err| on those draws, before -
 rule: v4 8.5 -> 4.2 %, v5e 14.5 -> 8.6 %, v6e 16.4 -> 24.9 % (v6e's f32 sums over)."""
 import json, os, random, re, subprocess, sys, tempfile
 
-TOOL = "/work/shared/tools/tpu_compile.py"
+from libtpu import compile_hlo
 
 
 def sum_hlo(shape, dt, dims, narrow):
@@ -32,13 +32,8 @@ def sum_hlo(shape, dt, dims, narrow):
 
 
 def compiler_cycles(text, topo, d):
-    src, out = os.path.join(d, "p.hlo"), os.path.join(d, "p.out.hlo")
-    open(src, "w").write(text)
-    for _ in range(6):  # libtpu is shared: retry a failed start
-        p = subprocess.run([sys.executable, TOOL, src, topo, out], capture_output=True, text=True)
-        if p.stdout.strip():
-            return json.loads(p.stdout.strip().splitlines()[-1])["entry_estimated_cycles"]
-    return None
+    summary, _ = compile_hlo(text, topo, d)
+    return summary["entry_estimated_cycles"] if summary else None
 
 
 def tpusim_cycles(tpusim, text, chip, d):

@@ -12,16 +12,31 @@ SMALL = {"name": "t", "layers": 2, "d_model": 64, "heads": 4, "kv_heads": 2, "he
          "optimizer": "sgd", "experts": 0}
 
 
-def inputs(text, t, tag):
-    """Seeded inputs for the entry parameters of `text`, saved under t; tpusim's -i arguments."""
+def saved_inputs(text, t, tag, seed=5, ints=None):
+    """Seeded inputs for the entry parameters of `text`, saved under t: tpusim's -i arguments and
+    the arrays. s32 parameters (token ids) are ints(shape) where given, else drawn in [0, 16)."""
     ps = re.findall(r"= (\w+)\[([\d,]*)\][^ ]* parameter\((\d+)\)", text[text.index("ENTRY"):])
-    rng, files = np.random.default_rng(5), []
+    rng, files, arrays = np.random.default_rng(seed), [], []
     for dt, dims, i in sorted(ps, key=lambda x: int(x[2])):
         shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-        a = rng.integers(0, 16, shape).astype(np.int32) if dt == "s32" else (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        if dt == "s32":
+            a = ints(shape) if ints else rng.integers(0, 16, shape).astype(np.int32)
+        else:
+            a = (0.1 * rng.standard_normal(shape)).astype(np.float32)
         np.save(f"{t}/{tag}_{i}.npy", a)
         files += ["-i", f"{t}/{tag}_{i}.npy"]
-    return files
+        arrays.append(a)
+    return files, arrays
+
+
+def inputs(text, t, tag):
+    """Seeded inputs for the entry parameters of `text`, saved under t; tpusim's -i arguments."""
+    return saved_inputs(text, t, tag)[0]
+
+
+def counting(shape):
+    """Token ids 0, 1, ... 199, 0, ... in the order of the elements."""
+    return (np.arange(int(np.prod(shape))) % 200).astype(np.int32).reshape(shape)
 
 
 def run_ref(b, t, tag, text):

@@ -63,6 +63,24 @@ static tpu_program *assemble(const char *text) {
   return p;
 }
 
+/* Times p (stepping its loops when `stepwise`), reporting a refusal with `what` and n; p is
+ * freed. */
+static tpu_status time_program(tpu_program *p, int stepwise, tpu_timeline *tl, const char *what, long long n) {
+  if (!p) return TPU_ERR_ARG;
+  tpu_diag d;
+  tpu_timing_set_loops_stepwise(stepwise);
+  tpu_status st = tpu_timing_run(p, &g_chip, 0, tl, &d);
+  tpu_timing_set_loops_stepwise(0);
+  if (st != TPU_OK) {
+    char buf[1200];
+    tpu_diag_format(&d, buf, sizeof buf);
+    fprintf(stderr, "%s %lld: %s\n", what, n, buf);
+  }
+  CHECK_EQ_INT(st, TPU_OK);
+  tpu_program_free(p);
+  return st;
+}
+
 /* Loop bodies of each kind the lowering emits, and some it does not: double buffers
  * (v[i+1]), slots every q iterations (v[i/q]), predicates (when=P:R), nested loops,
  * conditionals, prefetches across kernels, collectives and waits, HBM-to-HBM copies. Each
@@ -361,17 +379,7 @@ static void tile_loop_of_2_30(void) {
                head, trips[k], vregs[w]);
       tpu_program *p = assemble(text);
       CHECK(p != NULL);
-      tpu_diag d;
-      tpu_timing_set_loops_stepwise(k < 2);
-      st[k] = p ? tpu_timing_run(p, &g_chip, 0, &tl[k], &d) : TPU_ERR_ARG;
-      tpu_timing_set_loops_stepwise(0);
-      if (st[k] != TPU_OK && p) {
-        char buf[1200];
-        tpu_diag_format(&d, buf, sizeof buf);
-        fprintf(stderr, "tile loop of %lld: %s\n", trips[k], buf);
-      }
-      CHECK_EQ_INT(st[k], TPU_OK);
-      tpu_program_free(p);
+      st[k] = time_program(p, k < 2, &tl[k], "tile loop of", trips[k]);
     }
     if (st[0] == TPU_OK && st[1] == TPU_OK && st[2] == TPU_OK) {
       const int64_t n = ((1LL << 30) - 100) / 2;
@@ -418,17 +426,7 @@ static void tile_loops_that_repeat_late(void) {
       snprintf(text, sizeof text, "%s%s", head, body);
       tpu_program *p = assemble(text);
       CHECK(p != NULL);
-      tpu_diag d;
-      tpu_timing_set_loops_stepwise(k < 2);
-      st[k] = p ? tpu_timing_run(p, &g_chip, 0, &tl[k], &d) : TPU_ERR_ARG;
-      tpu_timing_set_loops_stepwise(0);
-      if (st[k] != TPU_OK && p) {
-        char buf[1200];
-        tpu_diag_format(&d, buf, sizeof buf);
-        fprintf(stderr, "tile loop %d of %lld: %s\n", b, trips[k], buf);
-      }
-      CHECK_EQ_INT(st[k], TPU_OK);
-      tpu_program_free(p);
+      st[k] = time_program(p, k < 2, &tl[k], b ? "tile loop 1 of" : "tile loop 0 of", trips[k]);
     }
     if (st[0] == TPU_OK && st[1] == TPU_OK && st[2] == TPU_OK) {
       /* the step is the links' end in the first; the kernel's end is what the loop moves */
@@ -479,17 +477,7 @@ static void layers_past_the_port_list(void) {
       tpu_program_free(p);
       break;
     }
-    tpu_diag d;
-    tpu_timing_set_loops_stepwise(k < 2);
-    st[k] = tpu_timing_run(p, &g_chip, 0, &tl[k], &d);
-    tpu_timing_set_loops_stepwise(0);
-    if (st[k] != TPU_OK) {
-      char buf[1200];
-      tpu_diag_format(&d, buf, sizeof buf);
-      fprintf(stderr, "layers %lld: %s\n", trips[k], buf);
-    }
-    CHECK_EQ_INT(st[k], TPU_OK);
-    tpu_program_free(p);
+    st[k] = time_program(p, k < 2, &tl[k], "layers", trips[k]);
   }
   if (st[0] == TPU_OK && st[1] == TPU_OK && st[2] == TPU_OK) {
     int64_t per = tl[1].total_cycles - tl[0].total_cycles;
