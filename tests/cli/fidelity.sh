@@ -11,6 +11,8 @@ python3 bench/fidelity/compare.py --tpusim "$BIN" --only gemm_bf16_1024x1024x102
 grep -q "^summary: v4: median" "$T/out" || fail "no summary line: $(tail -3 "$T/out")"
 python3 - "$T/r.json" <<'PY' || fail "report incomplete"
 import json, sys
+sys.path.insert(0, "tests/cli/lib")
+from ratio_pins import failures
 r = json.load(open(sys.argv[1]))
 rows = r["rows"]
 assert len(rows) == 12 and not r["failures"], (len(rows), r["failures"])
@@ -22,14 +24,7 @@ assert set(r["summary"]) == {"v4", "v5e", "v5p", "v6e"}
 want = {"adam_f32_1048576": (0.953, 0.997, 1.073, 0.978),
         "gemm_bf16_1024x1024x1024": (0.862, 0.862, 0.910, 0.854),
         "layernorm_fwd_4096x1024_bfloat16": (0.980, 0.984, 0.992, 1.013)}
-bad = 0
-for x in rows:
-    w = want[x["name"]][("v4", "v5e", "v5p", "v6e").index(x["chip"])]
-    got = x["tpusim_s"] / x["compiler_s"]
-    if abs(got / w - 1) > 0.05:
-        print("FAIL: %s on %s: tpusim / compiler %.3f, measured %.3f" % (x["name"], x["chip"], got, w))
-        bad += 1
-sys.exit(1 if bad else 0)
+sys.exit(1 if failures(rows, want) else 0)
 PY
 [ $fails -eq 0 ] && echo "fidelity: ok"
 exit $fails

@@ -70,6 +70,24 @@ static inline tpu_module *compile_src(const char *src) {
   return m;
 }
 
+/* src parsed twice: *parsed as written, *compiled through tpu_compile_hlo (tests compare the
+ * two's values); 0 on any failure (checked), both freed. */
+static inline int parse_and_compile(const char *name, const char *src, tpu_module **parsed, tpu_module **compiled) {
+  tpu_diag d;
+  *parsed = *compiled = NULL;
+  CHECK(tpu_hlo_parse(name, src, strlen(src), parsed, &d) == TPU_OK);
+  CHECK(tpu_hlo_parse(name, src, strlen(src), compiled, &d) == TPU_OK);
+  tpu_compile_opts o = opts(NULL, NULL);
+  if (!*parsed || !*compiled || tpu_compile_hlo(*compiled, &o, &d) != TPU_OK) {
+    CHECK(0);
+    tpu_module_free(*parsed);
+    tpu_module_free(*compiled);
+    *parsed = *compiled = NULL;
+    return 0;
+  }
+  return 1;
+}
+
 static inline int count_in(const char *text, const char *needle) {
   int n = 0;
   for (const char *p = text; (p = strstr(p, needle)); p++) n++;

@@ -31,16 +31,8 @@ static void census(const tpu_module *m, int *dots, int *reduces, int *s32_reduce
 
 static void check_int_matvec(const char *src, int64_t rows, int64_t k, int matrix_lhs) {
   tpu_module *m0 = NULL, *m1 = NULL;
+  if (!parse_and_compile("mv.hlo", src, &m0, &m1)) return;
   tpu_diag d;
-  CHECK(tpu_hlo_parse("mv.hlo", src, strlen(src), &m0, &d) == TPU_OK);
-  CHECK(tpu_hlo_parse("mv.hlo", src, strlen(src), &m1, &d) == TPU_OK);
-  tpu_compile_opts o = opts(NULL, NULL);
-  if (!m0 || !m1 || tpu_compile_hlo(m1, &o, &d) != TPU_OK) {
-    CHECK(0);
-    tpu_module_free(m0);
-    tpu_module_free(m1);
-    return;
-  }
   int dots, reduces, s32r;
   census(m1, &dots, &reduces, &s32r);
   printf("s8 matrix-vector (%lld x %lld): %d dots, %d reduces (%d in s32)\n", (long long)rows, (long long)k, dots, reduces,

@@ -138,16 +138,8 @@ static void test_gather_points_packed(void) {
       "  ROOT %g = f32[300] gather(%t, %ix), offset_dims={}, collapsed_slice_dims={0,1}, "
       "start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}\n}\n";
   tpu_module *m0 = NULL, *m1 = NULL;
+  if (!parse_and_compile("points.hlo", src, &m0, &m1)) return;
   tpu_diag d;
-  CHECK(tpu_hlo_parse("points.hlo", src, strlen(src), &m0, &d) == TPU_OK);
-  CHECK(tpu_hlo_parse("points.hlo", src, strlen(src), &m1, &d) == TPU_OK);
-  tpu_compile_opts o = opts(NULL, NULL);
-  if (!m0 || !m1 || tpu_compile_hlo(m1, &o, &d) != TPU_OK) {
-    CHECK(0);
-    tpu_module_free(m0);
-    tpu_module_free(m1);
-    return;
-  }
   int rows = 0, gathers = 0;
   for (int i = 0; i < m1->entry->ninstrs; i++) {
     const tpu_instr *g = m1->entry->instrs[i];
@@ -199,16 +191,8 @@ static void test_gather_one_index(void) {
       "  ROOT %g = f32[1] gather(%t, %ix), offset_dims={}, collapsed_slice_dims={0,1}, "
       "start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}\n}\n";
   tpu_module *m0 = NULL, *m1 = NULL;
+  if (!parse_and_compile("point.hlo", src, &m0, &m1)) return;
   tpu_diag d;
-  CHECK(tpu_hlo_parse("point.hlo", src, strlen(src), &m0, &d) == TPU_OK);
-  CHECK(tpu_hlo_parse("point.hlo", src, strlen(src), &m1, &d) == TPU_OK);
-  tpu_compile_opts o = opts(NULL, NULL);
-  if (!m0 || !m1 || tpu_compile_hlo(m1, &o, &d) != TPU_OK) {
-    CHECK(0);
-    tpu_module_free(m0);
-    tpu_module_free(m1);
-    return;
-  }
   int gathers = 0, slices = 0, scalar_selects = 0, vectors = 0;
   for (int i = 0; i < m1->entry->ninstrs; i++) {
     const tpu_instr *in = m1->entry->instrs[i];
@@ -273,16 +257,7 @@ static void test_take_along_rows(void) {
       "  %nan = f32[] constant(nan)\n  %nn = f32[16,1] broadcast(%nan), dimensions={}\n"
       "  ROOT %o = f32[16,1] select(%ok, %g, %nn)\n}\n";
   tpu_module *m0 = NULL, *m1 = NULL;
-  tpu_diag d;
-  CHECK(tpu_hlo_parse("along.hlo", src, strlen(src), &m0, &d) == TPU_OK);
-  CHECK(tpu_hlo_parse("along.hlo", src, strlen(src), &m1, &d) == TPU_OK);
-  tpu_compile_opts o = opts(NULL, NULL);
-  if (!m0 || !m1 || tpu_compile_hlo(m1, &o, &d) != TPU_OK) {
-    CHECK(0);
-    tpu_module_free(m0);
-    tpu_module_free(m1);
-    return;
-  }
+  if (!parse_and_compile("along.hlo", src, &m0, &m1)) return;
   int iotas = 0, clamps = 0, points = 0;
   for (int i = 0; i < m1->entry->ninstrs; i++) {
     const tpu_instr *in = m1->entry->instrs[i];
