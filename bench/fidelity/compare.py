@@ -310,20 +310,35 @@ def unestimated_keys(comp, ctext):
     no estimated_cycles: each unestimated op's metadata op_name, leaving out ops on the scalar
     unit (results in memory space S(6)) and keys the compiler's estimated ops carry too (work
     the compiler does count under that name)."""
+    return unestimated_match(comp, ctext)[0]
+
+
+def unestimated_match(comp, ctext):
+    """(keys, kinds, names): unestimated_keys' op_name keys; per opcode, how many unestimated
+    ops of it do work and carry no op_name at all (the compiler's scan reduce-windows: the two
+    of cummax_1024_ax0_rev_bf16 carry none), for which as many of tpusim's own ops of that
+    opcode stand, its cheapest (kind_seconds: a lower bound, as tpusim's other ops of that
+    opcode may be kernels the compiler estimates: cumsum_1000x1024_ax1_f32's in-block scan is
+    the compiler's estimated kOutput fusion, its cross-block scan of 8 sums reduce-window.1);
+    and the names of the unestimated ops either matches."""
     if not ctext:
-        return set()
+        return set(), {}, {}
     entry = ctext[ctext.rfind("\nENTRY"):]
     estimated = {op_key(o[3]) for o in comp.get("ops", []) if len(o) > 3}
-    keys = set()
+    keys, kinds, names = set(), {}, {}
     for u in comp.get("unestimated", []):
-        m = re.search(r"\n\s*(?:ROOT )?%" + re.escape(u[0]) + r" = (\(.*?\)|\S+) [^\n]*", entry)
+        m = re.search(r"\n\s*(?:ROOT )?%" + re.escape(u[0]) + r" = (\(.*?\)|\S+) ([a-z-]+)\([^\n]*", entry)
         if not m or "S(6)" in m.group(1):
             continue
         on = re.search(r'op_name="([^"]*)"', m.group(0))
         k = op_key(on.group(1)) if on else ""
         if k and k not in estimated:
             keys.add(k)
-    return keys
+            names[u[0]] = ("key", k)
+        elif not on:
+            kinds[m.group(2)] = kinds.get(m.group(2), 0) + 1
+            names[u[0]] = ("kind", m.group(2))
+    return keys, kinds, names
 
 
 def unestimated_s(comp, sim, ctext=None, compiled=True):
@@ -334,8 +349,17 @@ def unestimated_s(comp, sim, ctext=None, compiled=True):
     if compiled:
         names = {u[0] for u in comp.get("unestimated", [])}
         return sum(sec for name, _, _, sec in sim["ops"] if name in names)
-    keys = unestimated_keys(comp, ctext)
-    return sum(sec for _, _, on, sec in sim["ops"] if keys and op_key(on) in keys)
+    keys, kinds, _ = unestimated_match(comp, ctext)
+    return sum(sec for _, _, on, sec in sim["ops"] if keys and op_key(on) in keys) + kind_seconds(kinds, keys, sim)
+
+
+def kind_seconds(kinds, keys, sim):
+    """tpusim's seconds on the n cheapest of its ops of each opcode in kinds (opcode -> n),
+    of those not already counted through an op_name key in keys."""
+    t = 0.0
+    for kind, n in kinds.items():
+        t += sum(sorted(sec for _, k, on, sec in sim["ops"] if k == kind and op_key(on) not in keys)[:n])
+    return t
 
 
 def unestimated(comp, sim, cs, compiled, ctext=None):
@@ -349,14 +373,9 @@ def unestimated(comp, sim, cs, compiled, ctext=None):
         if compiled:
             timed = {name for name, _, _, sec in sim["ops"] if sec > 0}
         else:
-            entry = ctext[ctext.rfind("\nENTRY"):] if ctext else ""
-            keys = unestimated_keys(comp, ctext)
-            timed = set()
-            for u in comp.get("unestimated", []):
-                m = re.search(r"\n\s*(?:ROOT )?%" + re.escape(u[0]) + r" = [^\n]*", entry)
-                on = re.search(r'op_name="([^"]*)"', m.group(0)) if m else None
-                if on and op_key(on.group(1)) in keys:
-                    timed.add(u[0])
+            _, _, matched = unestimated_match(comp, ctext)
+            simkinds = {kind for _, kind, _, sec in sim["ops"] if sec > 0}
+            timed = {n for n, (how, v) in matched.items() if how == "key" or v in simkinds}
         out += [u[0] for u in comp.get("unestimated", []) if u[0] in timed and u[0] not in out]
     return out
 

@@ -49,6 +49,31 @@ for chip in ("v5e", "v6e"):
         bad += 1
 sys.exit(1 if bad else 0)
 PY
+# Own compilation, ops with no op_name: the compiler's two scan reduce-windows of
+# cummax_1024_ax0_rev_bf16 carry neither an estimate nor an op_name, and tpusim's two
+# cheapest reduce-window kernels stand for them (before, nothing matched them and the program
+# counted as credible); cumsum_1000x1024_ax1_f32 leaves out only its 8-sum cross-block
+# window (1,000 x 9 elements), its in-block scan estimated as a kOutput fusion, so it stays
+# credible though tpusim's in-block scan is a reduce-window too.
+python3 bench/fidelity/compare.py --tpusim "$BIN" --corpus bench/fidelity/families --chips v5e,v6e \
+  --only cummax_1024_ax0_rev_bf16,cumsum_1000x1024_ax1_f32 --no-mem --json "$T/s.json" \
+  > "$T/out4" 2> "$T/err4" || fail "compare.py (scans) exited $?: $(tail -3 "$T/err4")"
+python3 - "$T/s.json" <<'PY' || fail "a scan's unnamed reduce-windows not reported in own compilation"
+import json, sys
+rows = {(r["name"], r["chip"]): r for r in json.load(open(sys.argv[1]))["rows"]}
+assert len(rows) == 4, sorted(rows)
+bad = 0
+for chip in ("v5e", "v6e"):
+    r = rows[("cummax_1024_ax0_rev_bf16", chip)]
+    if sorted(r["unestimated"]) != ["reduce-window", "reduce-window.6"] or not r["unestimated_s"] >= 0.1 * r["compiler_s"]:
+        print("FAIL: cummax_1024_ax0_rev_bf16 %s: unestimated %s, %.3g s of %.3g" % (chip, r["unestimated"], r["unestimated_s"], r["compiler_s"]))
+        bad += 1
+    r = rows[("cumsum_1000x1024_ax1_f32", chip)]
+    if r["unestimated"] or not 0 < r["unestimated_s"] < 0.1 * r["compiler_s"]:
+        print("FAIL: cumsum_1000x1024_ax1_f32 %s: unestimated %s, %.3g s of %.3g" % (chip, r["unestimated"], r["unestimated_s"], r["compiler_s"]))
+        bad += 1
+sys.exit(1 if bad else 0)
+PY
 # An update in place moves only its update: the compiler's constant_dynamic-update-slice_fusion
 # of dus_cache_l4b1s512h8d128_n1_bf16 (a KV cache updated in place) is not estimated below
 # the cache's bytes (it writes one position), while embedding_grad_1000x1024_m1_f32's
