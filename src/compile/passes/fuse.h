@@ -10,7 +10,7 @@
 /* The fused computations the pass made (only those merge further; an input's own fusions
  * are left as they are). */
 typedef struct {
-  const tpu_comp **v;
+  const tpu_comp **v; /* open addressing, cap a power of two (0: empty); n members */
   int n, cap;
 } tpu__made_set;
 
@@ -48,7 +48,10 @@ int tpu__fuse_own_kernel(const tpu_instr *in);
  * bytes), so that the reduce writes the result itself (fuse_reduce.c). */
 int tpu__reduce_written_as(const tpu_chip *chip, const tpu_instr *root, const tpu_instr *m, const tpu_instr *p, int n);
 
-/* Finds one pair of fusions to merge in computation c and merges it; *found says whether. */
+/* Finds one pair of fusions to merge in computation c and merges it; *found says whether.
+ * Its reachability questions use an ancestor bitset up to tpu__fuse_reach_bitset_max
+ * instructions (8,192), a walk above (tests lower it to check both give the same fusions). */
+extern int tpu__fuse_reach_bitset_max;
 tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, int *found);
 
 /* A convolution kernel's result that leaves the entry computation in another layout than

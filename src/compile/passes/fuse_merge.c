@@ -1,5 +1,6 @@
 /* The fuse pass, second half: multi-output fusion of the fusions the first half
  * (fuse.c) made, and fusion around the matrix unit (docs/compiler.md). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,24 +9,40 @@
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 
-/* The fusions the fuse pass made (fuse.c fills it; the merges here and relayout.c read it). */
+/* The fusions the fuse pass made (fuse.c fills it; the merges here and relayout.c read it):
+ * a hash set of pointers (asked once per candidate fusion in every merge round). */
+static size_t made_slot(const tpu__made_set *s, const tpu_comp *c) {
+  size_t h = (size_t)(uintptr_t)c;
+  h ^= h >> 17;
+  h *= 0x9e3779b97f4a7c15ull;
+  h ^= h >> 29;
+  size_t mask = (size_t)s->cap - 1, i = h & mask;
+  while (s->v[i] && s->v[i] != c) i = (i + 1) & mask;
+  return i;
+}
+
 int tpu__made_add(tpu__made_set *s, const tpu_comp *c) {
-  if (s->n == s->cap) {
-    int cap = s->cap ? s->cap * 2 : 64;
-    const tpu_comp **v = tpu_realloc(s->v, sizeof *v * (size_t)cap);
-    if (!v) return 0;
-    s->v = v;
-    s->cap = cap;
+  if (2 * (s->n + 1) > s->cap) {
+    tpu__made_set t = {NULL, 0, s->cap ? s->cap * 2 : 64};
+    t.v = tpu_calloc((size_t)t.cap, sizeof *t.v);
+    if (!t.v) return 0;
+    for (int i = 0; i < s->cap; i++)
+      if (s->v[i]) {
+        t.v[made_slot(&t, s->v[i])] = s->v[i];
+        t.n++;
+      }
+    tpu_free(s->v);
+    *s = t;
   }
-  s->v[s->n++] = c;
+  size_t i = made_slot(s, c);
+  if (!s->v[i]) {
+    s->v[i] = c;
+    s->n++;
+  }
   return 1;
 }
 
-int tpu__made_has(const tpu__made_set *s, const tpu_comp *c) {
-  for (int i = 0; i < s->n; i++)
-    if (s->v[i] == c) return 1;
-  return 0;
-}
+int tpu__made_has(const tpu__made_set *s, const tpu_comp *c) { return s->cap && s->v[made_slot(s, c)] == c; }
 
 /* ---- Multi-output (sibling) fusion ----
  * Two fusions of the same iteration space that read one large array and do not depend on
@@ -80,21 +97,112 @@ static int reduces(const tpu_instr *in) {
   return 0;
 }
 
+/* sibling_space and reduces of each instruction of a computation, found once a merge round
+ * (the pair loops ask them of every user pair of an array). */
+typedef struct {
+  const tpu__made_set *made;
+  const tpu_comp *c;
+  const tpu_shape **sp;
+  unsigned char *done; /* bit 0: sp found; bit 1: reduces found; bit 2: it reduces */
+} space_memo;
+
+static const tpu_shape *space_of(space_memo *M, const tpu_instr *in) {
+  int i = in->id;
+  if (i < 0 || i >= M->c->ninstrs || M->c->instrs[i] != in) return sibling_space(M->made, M->c, in);
+  if (!(M->done[i] & 1)) {
+    M->sp[i] = sibling_space(M->made, M->c, in);
+    M->done[i] |= 1;
+  }
+  return M->sp[i];
+}
+
+static int reduces_of(space_memo *M, const tpu_instr *in) {
+  int i = in->id;
+  if (i < 0 || i >= M->c->ninstrs || M->c->instrs[i] != in) return reduces(in);
+  if (!(M->done[i] & 2)) M->done[i] |= (unsigned char)(2 | (reduces(in) ? 4 : 0));
+  return M->done[i] >> 2 & 1;
+}
+
+
 static int users_all_gte(const tpu_uses *u, const tpu_instr *in) {
   for (int k = 0; k < u->nusers[in->id]; k++)
     if (u->users[in->id][k]->op != TPU_OP_GET_TUPLE_ELEMENT) return 0;
   return 1;
 }
 
+/* Reachability through operands within one computation, asked for every candidate pair of
+ * every merge round (a 12-layer GPT-2 step: about 10^4 questions a round, each a walk of
+ * most of the step before; its first compile took minutes). When the computation's
+ * instructions are in dependence order (each id its index, every operand before its user),
+ * each instruction's ancestors are a bitset built once a round in that order, and a
+ * question is one bit; a larger computation walks, skipping what lies before the target
+ * (nothing there reaches it); any other order walks everything. Same answers each way. */
+int tpu__fuse_reach_bitset_max = 8192; /* instructions: n^2 / 8 bytes, 8 MiB at most */
+typedef struct {
+  int *seen, stamp, topo;
+  const tpu_instr **stack;
+  uint64_t *anc; /* ancestors of id i at anc + i * words, or NULL */
+  size_t words;
+} reach_ctx;
+
+static int in_order(const tpu_comp *c) {
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *in = c->instrs[i];
+    if (in->id != i) return 0;
+    for (int k = 0; k < in->noperands; k++)
+      if (in->operands[k]->id >= i || c->instrs[in->operands[k]->id] != in->operands[k]) return 0;
+  }
+  return 1;
+}
+
+/* 0 when out of memory. */
+static int reach_init(reach_ctx *R, const tpu_comp *c) {
+  int n = c->ninstrs;
+  memset(R, 0, sizeof *R);
+  int64_t nedges = 1;
+  for (int i = 0; i < n; i++) nedges += c->instrs[i]->noperands;
+  R->seen = tpu_calloc((size_t)n + 1, sizeof *R->seen);
+  R->stack = tpu_calloc((size_t)nedges + 1, sizeof *R->stack);
+  if (!R->seen || !R->stack) return 0;
+  R->topo = in_order(c);
+  if (R->topo && n <= tpu__fuse_reach_bitset_max) {
+    R->words = ((size_t)n + 63) / 64;
+    R->anc = tpu_calloc((size_t)n * R->words + 1, sizeof *R->anc);
+    if (!R->anc) return 0;
+    for (int i = 0; i < n; i++) {
+      uint64_t *d = R->anc + (size_t)i * R->words;
+      const tpu_instr *in = c->instrs[i];
+      for (int k = 0; k < in->noperands; k++) {
+        int o = in->operands[k]->id;
+        const uint64_t *s = R->anc + (size_t)o * R->words;
+        for (size_t w = 0; w <= (size_t)o / 64; w++) d[w] |= s[w]; /* o's ancestors lie below o */
+        d[o / 64] |= 1ull << (o % 64);
+      }
+    }
+  }
+  return 1;
+}
+
+static void reach_free(reach_ctx *R) {
+  tpu_free(R->seen);
+  tpu_free(R->stack);
+  tpu_free(R->anc);
+}
+
 /* Does `from` reach `to` through operands? */
-static int reaches(const tpu_instr *from, const tpu_instr *to, int *seen, int stamp, const tpu_instr **stack) {
-  int top = 0;
+static int reaches(reach_ctx *R, const tpu_instr *from, const tpu_instr *to) {
+  if (from == to) return 1;
+  if (R->anc) return (int)(R->anc[(size_t)from->id * R->words + (size_t)to->id / 64] >> (to->id % 64) & 1);
+  int floor = R->topo ? to->id : 0, stamp = ++R->stamp, top = 0;
+  if (from->id < floor) return 0;
+  const tpu_instr **stack = R->stack;
+  int *seen = R->seen;
   stack[top++] = from;
   while (top) {
     const tpu_instr *y = stack[--top];
     if (y == to) return 1;
     for (int k = 0; k < y->noperands; k++)
-      if (seen[y->operands[k]->id] != stamp) {
+      if (y->operands[k]->id >= floor && seen[y->operands[k]->id] != stamp) {
         seen[y->operands[k]->id] = stamp;
         stack[top++] = y->operands[k];
       }
@@ -304,11 +412,11 @@ static tpu_status merge_pair(tpu_builder *b, tpu_comp *c, tpu_instr *x, tpu_inst
 
 /* Does consumer y reach producer x other than through its direct uses of x (x itself or
  * a get-tuple-element of it)? Merging them would then make a cycle. */
-static int reaches_around(const tpu_instr *y, const tpu_instr *x, int *seen, int stamp, const tpu_instr **stack) {
+static int reaches_around(reach_ctx *R, const tpu_instr *y, const tpu_instr *x) {
   for (int k = 0; k < y->noperands; k++) {
     const tpu_instr *o = y->operands[k];
     if (o == x || (o->op == TPU_OP_GET_TUPLE_ELEMENT && o->operands[0] == x)) continue;
-    if (reaches(o, x, seen, stamp, stack)) return 1;
+    if (reaches(R, o, x)) return 1;
   }
   return 0;
 }
@@ -513,8 +621,8 @@ static int reads_row_stat(const tpu_instr *y, const tpu_instr *x, int64_t n) {
 }
 
 /* Finds one reduction or softmax step to fuse into a matmul's kernel and fuses it. */
-static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_uses *u, int *seen,
-                                   int *stamp, const tpu_instr **stack, int *found) {
+static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_uses *u,
+                                   reach_ctx *R, int *found) {
   for (int i = 0; !*found && i < c->ninstrs; i++) {
     tpu_instr *y = c->instrs[i], *x;
     if (y->shape.dtype == TPU_TUPLE && !users_all_gte(u, y)) continue;
@@ -546,7 +654,7 @@ static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *m
       if (!x || row > MATMUL_ROW_MAX) continue;
     }
     if (x == y || (x->shape.dtype == TPU_TUPLE && !users_all_gte(u, x)) || results(x) + results(y) > 16) continue;
-    if (reaches_around(y, x, seen, ++*stamp, stack)) continue;
+    if (reaches_around(R, y, x)) continue;
     *found = 1;
     return merge_pair(b, c, x, y, u, made, MERGE_ABSORB);
   }
@@ -559,32 +667,29 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
   tpu_uses u;
   TPU_TRY(tpu_build_uses(b, c, &u));
   int n = c->ninstrs;
-  int64_t nedges = 1;
-  for (int i = 0; i < n; i++) nedges += c->instrs[i]->noperands;
-  int *seen = tpu_calloc((size_t)n + 1, sizeof *seen);
-  const tpu_instr **stack = tpu_calloc((size_t)nedges + 1, sizeof *stack);
-  tpu_status st = seen && stack ? TPU_OK : TPU_FAIL(b->d, TPU_ERR_NOMEM, c->loc, "out of memory fusing");
-  int stamp = 0;
+  reach_ctx R;
+  space_memo M = {made, c, tpu_calloc((size_t)n + 1, sizeof *M.sp), tpu_calloc((size_t)n + 1, 1)};
+  tpu_status st = reach_init(&R, c) && M.sp && M.done ? TPU_OK : TPU_FAIL(b->d, TPU_ERR_NOMEM, c->loc, "out of memory fusing");
   if (st == TPU_OK) st = merge_prologue_one(b, c, made, &u, found);
   for (int i = 0; st == TPU_OK && !*found && i < n; i++) {
     const tpu_instr *a = c->instrs[i]; /* a large array two fusions read */
     if (a->shape.dtype == TPU_TUPLE || u.nusers[i] < 2) continue;
     for (int p = 0; p < u.nusers[i] && !*found; p++) {
       tpu_instr *x = u.users[i][p];
-      const tpu_shape *sx = sibling_space(made, c, x);
+      const tpu_shape *sx = space_of(&M, x);
       if (!sx || tpu_shape_numel(&a->shape) < tpu_shape_numel(sx) || (x->shape.dtype == TPU_TUPLE && !users_all_gte(&u, x)))
         continue;
       for (int q = p + 1; q < u.nusers[i] && !*found; q++) {
         tpu_instr *y = u.users[i][q];
-        const tpu_shape *sy = sibling_space(made, c, y);
+        const tpu_shape *sy = space_of(&M, y);
         if (y == x || !sy || !same_dims(sx, sy) || (y->shape.dtype == TPU_TUPLE && !users_all_gte(&u, y)))
           continue;
         /* a reduction and a fusion that only maps elements stay apart (probed: the
          * compiler merges two reductions over one array, or two elementwise fusions, but
          * not a column sum with an independent scaling of the same array) */
-        if (results(x) + results(y) > 16 || reduces(x) != reduces(y))
+        if (results(x) + results(y) > 16 || reduces_of(&M, x) != reduces_of(&M, y))
           continue;
-        if (reaches(x, y, seen, ++stamp, stack) || reaches(y, x, seen, ++stamp, stack)) continue;
+        if (reaches(&R, x, y) || reaches(&R, y, x)) continue;
         st = merge_pair(b, c, x, y, &u, made, MERGE_KEEP);
         *found = 1;
       }
@@ -595,13 +700,13 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
    * to memory anyway) — the consumer then takes it from the producer's registers. */
   for (int i = 0; st == TPU_OK && !*found && i < n; i++) {
     tpu_instr *y = c->instrs[i];
-    const tpu_shape *sy = sibling_space(made, c, y);
+    const tpu_shape *sy = space_of(&M, y);
     if (!sy || (y->shape.dtype == TPU_TUPLE && !users_all_gte(&u, y))) continue;
     for (int k = 0; k < y->noperands && !*found; k++) {
       int xi;
       tpu_instr *x = producer_of(y, k, &xi);
       if (x->op != TPU_OP_FUSION) continue;
-      const tpu_shape *sx = sibling_space(made, c, x);
+      const tpu_shape *sx = space_of(&M, x);
       if (!sx || x == y || !same_dims(sx, sy) || (x->shape.dtype == TPU_TUPLE && !users_all_gte(&u, x))) continue;
       if (results(x) + results(y) > 16)
         continue;
@@ -615,7 +720,7 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
         in_place = producer_of(y, j, &xj) == x && same_dims(&y->operands[j]->shape, sy);
       }
       if (!in_place) continue;
-      if (reaches_around(y, x, seen, ++stamp, stack)) continue;
+      if (reaches_around(&R, y, x)) continue;
       st = merge_pair(b, c, x, y, &u, made, MERGE_KEEP);
       *found = 1;
     }
@@ -637,7 +742,7 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
     if (x->op == TPU_OP_GET_TUPLE_ELEMENT) x = x->operands[0];
     int bare = x->op != TPU_OP_FUSION && x->op != TPU_OP_PARAMETER && x->op != TPU_OP_CONSTANT &&
                x->op != TPU_OP_GET_TUPLE_ELEMENT && tpu__fuse_loop_fusible(x); /* one elementwise op */
-    if ((!bare && (!sibling_space(made, c, x) || reduces(x))) || x == y->operands[0] || results(x) + 1 > 16 ||
+    if ((!bare && (!space_of(&M, x) || reduces_of(&M, x))) || x == y->operands[0] || results(x) + 1 > 16 ||
         (x->shape.dtype == TPU_TUPLE && !users_all_gte(&u, x)))
       continue;
     if (!bare && x->calls->root->op == TPU_OP_DYNAMIC_UPDATE_SLICE) continue;
@@ -647,13 +752,14 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
       if (has) continue;
     }
     tpu_instr *z = r ? r : y;
-    if (!z || reaches_around(z, x, seen, ++stamp, stack)) continue;
+    if (!z || reaches_around(&R, z, x)) continue;
     st = merge_pair(b, c, x, z, &u, made, MERGE_ABSORB);
     *found = 1;
   }
-  if (st == TPU_OK && !*found) st = merge_matmul_one(b, c, made, &u, seen, &stamp, stack, found);
-  tpu_free(seen);
-  tpu_free(stack);
+  if (st == TPU_OK && !*found) st = merge_matmul_one(b, c, made, &u, &R, found);
+  reach_free(&R);
+  tpu_free(M.sp);
+  tpu_free(M.done);
   tpu_build_uses_free(&u);
   if (st == TPU_OK && *found && tpu_build_remove_dead(b, c) < 0) st = b->d->status;
   return st;

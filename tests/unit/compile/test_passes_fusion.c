@@ -14,6 +14,7 @@
 #include "hlo/hlo.h"
 #include "ir/verify.h"
 #include "ref/ref.h"
+#include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 #include "passes_util.h"
 
@@ -491,6 +492,45 @@ static void test_sibling_fusion(void) {
   CHECK_EQ_INT(kc.kernels, 2);
 }
 
+/* The sibling merges ask whether one fusion reaches another through operands (merging two
+ * that do would make a cycle). fuse_merge.c answers from an ancestor bitset, or by walking
+ * for a computation over tpu__fuse_reach_bitset_max instructions; both must give the same
+ * kernels. Each block reads x: its column sum c, a row sum of x*x (w) and a row sum of
+ * x * c (v, which depends on c); w and v merge, c stays apart (it would make a cycle); the
+ * next block's x adds v + w back: 7 kernels for 3 blocks, 25 for 12 (with every question
+ * answered "no", the 3 blocks' reductions merge: 3 kernels). */
+static int reach_blocks(char *src, size_t cap, int n) {
+  int len = snprintf(src, cap,
+                     "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+                     "ENTRY e {\n x0 = f32[256,512] parameter(0)\n z = f32[] constant(0)\n");
+  for (int k = 0; k < n; k++)
+    len += snprintf(src + len, cap - (size_t)len,
+                    " c%d = f32[512] reduce(x%d, z), dimensions={0}, to_apply=add\n"
+                    " s%d = f32[256,512] multiply(x%d, x%d)\n w%d = f32[256] reduce(s%d, z), dimensions={1}, to_apply=add\n"
+                    " cb%d = f32[256,512] broadcast(c%d), dimensions={1}\n m%d = f32[256,512] multiply(x%d, cb%d)\n"
+                    " v%d = f32[256] reduce(m%d, z), dimensions={1}, to_apply=add\n u%d = f32[256] add(v%d, w%d)\n"
+                    " ub%d = f32[256,512] broadcast(u%d), dimensions={0}\n x%d = f32[256,512] add(x%d, ub%d)\n",
+                    k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k + 1, k, k);
+  return len + snprintf(src + len, cap - (size_t)len, " ROOT o = f32[256,512] copy(x%d)\n}\n", n);
+}
+
+static void test_sibling_reach(void) {
+  static char src[16384];
+  int blocks[] = {3, 12}, want[] = {7, 25};
+  for (int bi = 0; bi < 2; bi++) {
+    CHECK(reach_blocks(src, sizeof src, blocks[bi]) < (int)sizeof src);
+    kernel_census bits = census(src);
+    int keep = tpu__fuse_reach_bitset_max;
+    tpu__fuse_reach_bitset_max = 0;
+    kernel_census walk = census(src);
+    tpu__fuse_reach_bitset_max = keep;
+    printf("%d blocks: %d kernels (bitset), %d (walk)\n", blocks[bi], bits.kernels, walk.kernels);
+    CHECK_EQ_INT(bits.kernels, want[bi]);
+    CHECK_EQ_INT(walk.kernels, want[bi]);
+    CHECK(!memcmp(&bits, &walk, sizeof bits));
+  }
+}
+
 /* Dot strength reduction (compile/passes/dot_reduce.c): a dot with a vector operand runs as one
  * multiply + reduce kernel; a dot with rows on both sides, or whose matrix operand lists its
  * contracting dimensions out of order, stays a dot. */
@@ -872,6 +912,7 @@ int main(void) {
   test_window_fusion();
   test_dot_strength_reduction();
   test_sibling_fusion();
+  test_sibling_reach();
   test_offset_slice_concat();
   test_fused_update_slice();
   test_sort_layout();
