@@ -370,9 +370,23 @@ static int64_t best_fit(const tpu__be *be, val *v, const hkey *o, int n, int64_t
   return heap;
 }
 
-/* Temporaries first take the output allocations where they fit and their live ranges do
- * not meet what the allocation holds (XLA's buffer assignment reuses a maybe-live-out
- * allocation for buffers that die before the output is written), largest first; the rest
+/* Temporary t goes into output allocation o if it fits and its live range meets nothing o
+ * holds (XLA's MaybeAssignBuffer). */
+static void try_out(const tpu__be *be, val *v, int t, int o, int *in_out, int *chain) {
+  int ok = v[t].size <= v[o].size && !interferes(be, &v[t], &v[o]);
+  for (int c = chain[o]; ok && c >= 0; c = chain[c]) ok = !interferes(be, &v[t], &v[c]);
+  if (ok) {
+    in_out[t] = o;
+    chain[t] = chain[o];
+    chain[o] = t;
+  }
+}
+
+/* Temporaries, largest first, take the output allocations where they fit and their live
+ * ranges do not meet what the allocation holds (XLA's buffer assignment reuses a
+ * maybe-live-out allocation for buffers that die before the output is written), trying the
+ * allocations in the reverse of the order XLA makes them (largest first, then in order of
+ * definition): the smallest first; the rest
  * share one heap, packed as XLA's heap simulator packs (best_fit, in its spatial and its
  * temporal order, the smaller heap kept). Returns the heap's size, -1 when out of memory.
  * ord and act hold 2 nv entries; in_out[i] is the output buffer temporary i lives in, or -1. */
@@ -391,15 +405,9 @@ static int64_t pack_temps(const tpu__be *be, val *v, int nv, byp *ord, live *act
   qsort(tord, (size_t)ntemp, sizeof *tord, cmp_pos);
   for (int q = 0; q < ntemp; q++) {
     int t = tord[q].idx;
-    for (int a = 0; a < nout && in_out[t] < 0; a++) {
-      int o = ord[a].idx, ok = v[t].size <= v[o].size && !interferes(be, &v[t], &v[o]);
-      for (int c = chain[o]; ok && c >= 0; c = chain[c]) ok = !interferes(be, &v[t], &v[c]);
-      if (ok) {
-        in_out[t] = o;
-        chain[t] = chain[o];
-        chain[o] = t;
-      }
-    }
+    /* the output allocations newest (smallest) first, as XLA's AssignSingleHloBuffer walks
+     * its allocations from the last made: of equal sizes, the later defined first */
+    for (int a = nout - 1; a >= 0 && in_out[t] < 0; a--) try_out(be, v, t, ord[a].idx, in_out, chain);
   }
   /* the heap's buffers in XLA's two orders: spatial (size, then live range, descending) in
    * key[0..n), temporal (live range, then size) in key[n..2n); the value's index last */

@@ -466,6 +466,54 @@ static void dying_collective_result_shares_output(void) {
   tpu_module_free(m);
 }
 
+/* Temporaries try the output allocations smallest first (XLA walks its allocations from the
+ * last made, and makes them largest first): t (256 MiB), dying where the 256 MiB output b is
+ * written, takes b's allocation, so w (128 MiB), live across b's write and dead before the
+ * 512 MiB output a's, takes a's. Largest first, t took a's and w found none (temp 128 MiB).
+ * libtpu compiles this program so: t.0 with b, w.0 with a, temp 32 KiB. */
+static void output_allocations_smallest_first(void) {
+  const char *src =
+      "HloModule order, num_partitions=4\n"
+      "add {\n"
+      "  a = f32[] parameter(0)\n"
+      "  b = f32[] parameter(1)\n"
+      "  ROOT c = f32[] add(a, b)\n"
+      "}\n"
+      "ENTRY e {\n"
+      "  wa = f32[16384,8192] parameter(0)\n"
+      "  gt = f32[8192,8192] parameter(1)\n"
+      "  gw = f32[4096,8192] parameter(2)\n"
+      "  t = f32[8192,8192] all-reduce(gt), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add\n"
+      "  w = f32[4096,8192] all-reduce(gw), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add\n"
+      "  z = f32[] constant(0)\n"
+      "  r0 = f32[] reduce(w, z), dimensions={0,1}, to_apply=add\n"
+      "  r0b = f32[8192,8192] broadcast(r0), dimensions={}\n"
+      "  b = f32[8192,8192] subtract(t, r0b)\n"
+      "  bs = f32[4096,8192] slice(b), slice={[0:4096], [0:8192]}\n"
+      "  wb = f32[4096,8192] multiply(w, bs)\n"
+      "  r = f32[] reduce(wb, z), dimensions={0,1}, to_apply=add\n"
+      "  rb = f32[16384,8192] broadcast(r), dimensions={}\n"
+      "  a = f32[16384,8192] add(wa, rb)\n"
+      "  ROOT o = (f32[16384,8192], f32[8192,8192]) tuple(a, b)\n"
+      "}\n";
+  tpu_module *m = parse(src); /* the whole pipeline (fusion as the compiler's) */
+  CHECK(m != NULL);
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = &g_chip;
+  o.precision_override = -1;
+  o.coll_cost = flat_link;
+  tpu_program *p = NULL;
+  tpu_diag d;
+  CHECK(m && tpu_compile(m, &o, &p, &d) == TPU_OK);
+  if (p) {
+    CHECK_EQ_INT(p->hbm_out, 768 * MiB);
+    CHECK_EQ_INT(p->hbm_temp, 0);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 /* A scan of 4 steps over a carried f32[512,512] activation and a f32[4,512,512] stack (the
  * body differs per test): its condition, and an entry that starts the stack as zeros and
  * reads its last row after the loop. */
@@ -699,6 +747,7 @@ static void collective_feed_before_loop(const char *chip_name) {
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   dying_collective_result_shares_output();
+  output_allocations_smallest_first();
   collective_values_in_vmem();
   loop_stack_in_place();
   heap_best_fit();
