@@ -62,6 +62,14 @@ int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
   return tpu__tiled_as(be->chip, s, s->rank - 2, s->rank - 1);
 }
 
+int64_t tpu__tiles_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
+  int64_t major = 1, lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+  for (int d = 0; d < s->rank; d++)
+    if (d != second && d != minor) major *= s->dims[d];
+  int64_t rows = tile_rows(chip, tpu_dtype_bits(s->dtype), s->dims[second]);
+  return major * ((s->dims[second] + rows - 1) / rows) * ((s->dims[minor] + lanes - 1) / lanes);
+}
+
 int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
   int64_t major = 1;
   for (int d = 0; d < s->rank; d++)

@@ -66,6 +66,8 @@ int tpu__fused_source(const tpu_instr *v);
 /* Bytes of s in the chip's tiled layout with dimension `minor` in the lanes and `second`
  * in the sublanes, padded to the (sublanes x lanes) tile (compile/backend/layout.c). */
 int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
+/* The same layout's (sublanes x lanes) tiles, each of the rows layout.c gives the dtype. */
+int64_t tpu__tiles_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
 int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in);
 /* Whether reshape `in` is a bitcast in the chip's tiled layouts (compile/backend/layout.c). */
 int tpu__reshape_moves_no_bytes(const tpu_chip *chip, const tpu_instr *in);

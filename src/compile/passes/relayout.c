@@ -26,6 +26,7 @@
  * convolution reads takes the convolution's layout (tile.c, vmem_assign.c), or, with fewer
  * features than the lanes where another layout pads less, that layout and a copy into the
  * convolution's; one a bitcast, tuple, call or custom call reads the layout given. */
+#include <stdio.h>
 #include <string.h>
 
 #include "compile/passes/fuse.h"
@@ -221,6 +222,53 @@ static tpu_status dot_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f
   return TPU_OK;
 }
 
+/* Space-to-batch's result leaving the program (space_to_batch.c marks the slice after the
+ * unfold s2b_result="b,w,f": its batch, split and feature dimensions). The XLA TPU compiler
+ * unfolds the convolution's result [spatial..., 8B, S', F] into a layout in which the result
+ * is a bitcast of it, so the batch sits immediately major to W (the pieces, then S', merged
+ * into W), and slices there (its `slice_bitcast_fusion`, {3,2,0,1} for NHWC: features in the
+ * lanes, W in the sublanes, the batch, then H). Where the program's result layout (the least
+ * padded, tpu__least_tiling) is not that one, a `copy` into it follows: features out of the
+ * lanes, or more than one image with the batch anywhere but next to W (of the results
+ * bench/fidelity/families' programs take from space to batch's slice, tune and test: 19 of
+ * 20, dilconv_b2_28x28_c64to256_k3d2's bf16[2,28,28,256] copied into {3,0,2,1:T(2,128)},
+ * 18,076 cycles on v5e; conv1d_b4l4096_c128to128_k4s2's [4,2048,128] row-major, the batch
+ * next to L: none; at batch 1 none where the features stay in the lanes,
+ * conv3d_b1_8x28x28_c3to32_k1s1 written with D in the sublanes; the miss is
+ * conv1d_b4l256_c1to1_k31s1_causal_dw, one feature, no copy). */
+static int s2b_result_relaid(const tpu_chip *chip, const tpu_shape *s, int bd, int wd, int fd) {
+  int q, m, order[TPU_MAX_RANK], n = 0;
+  if (bd < 0 || wd < 0 || fd < 0 || bd >= s->rank || wd >= s->rank || fd >= s->rank || s->rank < 2) return 0;
+  tpu__least_tiling(chip, s, &q, &m);
+  if (m != fd) return 1;
+  if (s->dims[bd] == 1) return 0;
+  order[n++] = m, order[n++] = q; /* the layout, minor to major (tpu__tile_layout's) */
+  for (int d = s->rank - 1; d >= 0; d--)
+    if (d != m && d != q) order[n++] = d;
+  for (int i = 0; i < n; i++) {
+    if (order[i] != wd) continue;
+    for (int j = i + 1; j < n; j++) /* dimensions of size 1 are no dimension */
+      if (s->dims[order[j]] != 1) return order[j] != bd;
+  }
+  return 1;
+}
+
+static tpu_status s2b_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *v, const tpu_chip *chip, int *done) {
+  *done = 0;
+  const char *t = NULL;
+  for (int i = 0; i < v->nattrs; i++)
+    if (!strcmp(v->attrs[i].name, "s2b_result")) t = v->attrs[i].value;
+  int bd, wd, fd;
+  if (!t || sscanf(t, "%d,%d,%d", &bd, &wd, &fd) != 3 || !s2b_result_relaid(chip, &v->shape, bd, wd, fd)) return TPU_OK;
+  tpu_instr *c;
+  TPU_TRY(tpu_build_instr_like(b, entry, v, TPU_OP_COPY, "copy.relayout", &v->shape, &v, 1, &c));
+  TPU_TRY(tpu_build_set_attr(b, c, "s2b_kernel", "result"));
+  tpu_build_replace_uses(entry, v, c);
+  c->operands[0] = v;
+  *done = 1;
+  return TPU_OK;
+}
+
 tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip) {
   tpu_instr *root = entry->root;
   int n = root->op == TPU_OP_TUPLE ? root->noperands : 1;
@@ -230,6 +278,12 @@ tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_s
     int done;
     if (v->op == TPU_OP_DOT && !v->shape.layout_tail) { /* a dot of its own */
       TPU_TRY(dot_relayout_one(b, entry, v, chip, &done));
+      changed |= done;
+      root = entry->root;
+      continue;
+    }
+    if (v->op == TPU_OP_SLICE && !v->shape.layout_tail) { /* space to batch's slice */
+      TPU_TRY(s2b_relayout_one(b, entry, v, chip, &done));
       changed |= done;
       root = entry->root;
       continue;

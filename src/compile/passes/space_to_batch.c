@@ -277,6 +277,10 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, const 
   if (S2B_SPLITS * piece_out != wout) {
     TPU_TRY(tpu_build_set_attr(b, omerged, "s2b_kernel", "unfold"));
     TPU_TRY(slice_dim(&x, omerged, od, 0, wout, &res));
+    /* the result's batch, split (W) and feature dimensions, for the relayout of a program
+     * result (relayout.c s2b_result_relaid) */
+    snprintf(buf, sizeof buf, "%d,%d,%d", ob, od, (int)cd->out_feature);
+    TPU_TRY(tpu_build_set_attr(b, res, "s2b_result", buf));
   }
   tpu_build_replace_uses(c, cv, res);
   return TPU_OK;

@@ -479,8 +479,11 @@ static void test_nchw_param_layout(void) {
  * convolution). Its kernels are the compiler's: a pad where the pieces need zeros, the
  * halo's slice, the fold into the batch, the convolution, the unfold, and the slice back
  * where the pieces overrun the output (conv_nhwc_oihw_nhwc_b2_14_c128to64_k3: pad, slice,
- * copy, convolution, copy, slice); a stride-4 window tiling W = 32 exactly has no pad kernel
- * (sconv_b4_32x32_c64to96_k4s4_same) nor slice back. Batch 8, a W of 14 without padding, and
+ * copy, convolution, copy, slice), and a copy of that result into the program's layout where
+ * the batch is not next to W or the features leave the lanes (relayout.c s2b_result_relaid:
+ * the compiler's copy.5 into {3,0,2,1}; batch 1 with the features in the lanes has none:
+ * f32[1,14,56,8] lays W = 56 in the lanes, so its copy is there too); a stride-4 window
+ * tiling W = 32 exactly has no pad kernel (sconv_b4_32x32_c64to96_k4s4_same) nor slice back. Batch 8, a W of 14 without padding, and
  * a grouped convolution keep their convolution (the grouped one followed by its copy.group,
  * test_passes_group); W = 64 padded to 66 gives pieces of 9
  * (libtpu probe), W = 30 padded to 33 with stride 2 pieces of 6 inputs, 3 outputs; an
@@ -496,12 +499,12 @@ static void test_space_to_batch(void) {
     int want_batch, want_w, want_kernels, want_pad;
     int kw; /* the window's width */
   } cases[] = {
-      {2, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 16, 2, 6, 1, 3},
+      {2, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 16, 2, 7, 1, 3},
       {8, 14, 14, 128, 64, 14, 14, "size=3x3 pad=1_1x1_1", "", 8, 14, 1, 0, 3},
       {2, 14, 14, 128, 64, 12, 12, "size=3x3", "", 2, 12, 1, 0, 3},
-      {2, 8, 64, 64, 64, 8, 64, "size=3x3 pad=1_1x1_1", "", 16, 9, 6, 1, 3},
+      {2, 8, 64, 64, 64, 8, 64, "size=3x3 pad=1_1x1_1", "", 16, 9, 7, 1, 3},
       {2, 14, 14, 128, 128, 14, 14, "size=3x3 pad=1_1x1_1", ", feature_group_count=2", 2, 14, 2, 0, 3},
-      {1, 9, 30, 5, 7, 9, 15, "size=3x3 stride=1x2 pad=1_1x1_2 rhs_dilate=1x2", "", 8, 3, 6, 1, 3},
+      {1, 9, 30, 5, 7, 9, 15, "size=3x3 stride=1x2 pad=1_1x1_2 rhs_dilate=1x2", "", 8, 3, 7, 1, 3},
       {2, 8, 32, 64, 96, 8, 8, "size=3x3 stride=1x4 pad=1_1x0_0", "", 16, 1, 4, 0, 3},
       /* transposed (s2b_dilated): a low padding of the dilation, 4 inputs and 2 of halo a
        * piece, 8 outputs (the compiler's bf16[56,8,8,32] on 28 x 28); of the dilation less
@@ -509,9 +512,9 @@ static void test_space_to_batch(void) {
        * K / d is 1: too few for the piece's last output); kept: too narrow for a low
        * padding of the dilation (20 + 2 < 24), a stride, a low padding of 1 at dilation 3
        * (their second kernel the dilated input's) */
-      {1, 14, 28, 16, 8, 14, 56, "size=3x4 pad=1_1x2_2 lhs_dilate=1x2", "", 8, 8, 6, 1, 4},
-      {2, 14, 28, 16, 8, 14, 112, "size=3x4 pad=1_1x3_3 lhs_dilate=1x4", "", 16, 16, 5, 1, 4},
-      {1, 14, 30, 16, 8, 14, 90, "size=3x5 pad=1_1x3_3 lhs_dilate=1x3", "", 8, 15, 6, 1, 5},
+      {1, 14, 28, 16, 8, 14, 56, "size=3x4 pad=1_1x2_2 lhs_dilate=1x2", "", 8, 8, 7, 1, 4},
+      {2, 14, 28, 16, 8, 14, 112, "size=3x4 pad=1_1x3_3 lhs_dilate=1x4", "", 16, 16, 6, 1, 4},
+      {1, 14, 30, 16, 8, 14, 90, "size=3x5 pad=1_1x3_3 lhs_dilate=1x3", "", 8, 15, 7, 1, 5},
       {1, 14, 20, 16, 8, 14, 40, "size=3x4 pad=1_1x2_2 lhs_dilate=1x2", "", 1, 40, 2, 0, 4},
       {1, 14, 28, 16, 8, 14, 28, "size=3x4 stride=1x2 pad=1_1x2_2 lhs_dilate=1x2", "", 1, 28, 2, 0, 4},
       {1, 14, 28, 16, 8, 14, 81, "size=3x4 pad=1_1x1_1 lhs_dilate=1x3", "", 1, 81, 2, 0, 4},
