@@ -674,6 +674,7 @@ static tpu_status find_compiled(const tpu_sim_module *sm, const run_plan *p, tpu
       }
       if (st == TPU_OK) {
         c->devices = tpu_module_device_count(c->vm);
+        c->vm->keep_plans = 1; /* nothing rewrites it now: its runs keep the interpreter's plans */
         tpu__cache_insert(c);
       } else {
         tpu__cache_release(c);

@@ -192,6 +192,13 @@ struct tpu_module {
   size_t comp_mask;
   tpu_tensor **literals; /* owned constants, freed with the module */
   int nliterals, capliterals;
+  /* The reference interpreter's plans of the computations, kept from one run to the next
+   * when keep_plans is set (by a holder that rewrites the module no more: api/run.c's
+   * compiled programs); `plans` is taken by one run at a time (atomic exchange) and freed
+   * with the module by plans_free (ref/interp.c). */
+  int keep_plans;
+  void *plans;
+  void (*plans_free)(void *plans);
 };
 
 /* The instruction's name as the user's input text wrote it (for messages). */

@@ -197,6 +197,7 @@ int tpu_shape_print(const tpu_shape *s, char *buf, size_t n) {
 
 void tpu_module_free(tpu_module *m) {
   if (!m) return;
+  if (m->plans && m->plans_free) m->plans_free(m->plans);
   for (int i = 0; i < m->nliterals; i++) {
     tpu_tensor_free(m->literals[i]);
     tpu_free(m->literals[i]);

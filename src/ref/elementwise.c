@@ -405,6 +405,10 @@ static int bin32(tpu_opcode op, int sg, uint32_t *o, const uint32_t *a, int64_t 
 #undef BIN32
 }
 
+int tpu__ew_i32_binary(tpu_opcode op, int sg, uint32_t *o, const uint32_t *a, int sa, const uint32_t *b, int sb, int n) {
+  return bin32(op, sg, o, a, sa, b, sb, n);
+}
+
 /* o[i] = a[i*sa] OP b[i*sb] for n elements of dtype t (strides 0 or 1). o may alias a or b.
  * The caller has checked binary_applies. */
 static void run_binary(tpu_opcode op, tpu_dtype t, void *o, const void *a, int64_t sa, const void *b, int64_t sb,

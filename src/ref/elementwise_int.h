@@ -57,6 +57,11 @@ int tpu__ew_f32_unary(tpu_opcode op, float *a, int n);
  * its flush is skipped; 1 is always right. */
 void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa, int fa, const float *b, int sb,
                            int fb, int n);
+/* o[i] = a[i*sa] OP b[i*sb] for n s32 (sg = 1) or u32 elements (strides 0 or 1; o aliases
+ * neither operand), with the results the unfused op gives: returns 0 (and writes nothing)
+ * when OP is not one of the ops run on the 32-bit values themselves (add, subtract,
+ * multiply, and, or, xor, the three shifts, maximum, minimum). */
+int tpu__ew_i32_binary(tpu_opcode op, int sg, uint32_t *o, const uint32_t *a, int sa, const uint32_t *b, int sb, int n);
 /* o[i] = compare(a[i], b[i]) for the f32 compare `in` (its direction and type), n elements. */
 void tpu__ew_f32_compare(const tpu_instr *in, uint8_t *o, const float *a, const float *b, int n);
 /* *acc = *acc OP x[i] for i = 0..n-1 in order, each step what tpu__ew_f32_binary computes

@@ -25,7 +25,25 @@ static int is_pred_node(const tpu_instr *in) {
          same_dims(&in->operands[0]->shape, &in->shape) && same_dims(&in->operands[1]->shape, &in->shape);
 }
 
+static int is_i32(tpu_dtype t) { return t == TPU_S32 || t == TPU_U32; }
+
+/* An s32/u32 node: a binary op run on the 32-bit values (tpu__ew_i32_binary) whose operands
+ * have its type and dimensions, or a broadcast of a scalar of its type. */
+static int i32_fusible(const tpu_instr *in) {
+  const tpu_dtype t = in->shape.dtype;
+  if (!is_i32(t) || in->shape.rank == 0) return 0;
+  if (in->op == TPU_OP_BROADCAST)
+    return in->noperands == 1 && in->operands[0]->shape.dtype == t && in->operands[0]->shape.rank == 0;
+  if (tpu_op_class_of(in->op) != TPU_CLS_BINARY || in->noperands != 2 ||
+      !tpu__ew_i32_binary(in->op, 0, NULL, NULL, 0, NULL, 0, 0))
+    return 0;
+  for (int k = 0; k < 2; k++)
+    if (in->operands[k]->shape.dtype != t || !same_dims(&in->operands[k]->shape, &in->shape)) return 0;
+  return 1;
+}
+
 int tpu__ref_fusible(const tpu_instr *in) {
+  if (is_i32(in->shape.dtype)) return i32_fusible(in);
   if (!is_f32_array(&in->shape) || in->shape.rank == 0) return 0;
   if (in->op == TPU_OP_BROADCAST)
     return in->noperands == 1 && is_f32_array(&in->operands[0]->shape) && in->operands[0]->shape.rank == 0;
@@ -59,7 +77,9 @@ void tpu__ref_fuse_plan(const tpu_comp *c, const int *uses, uint8_t *inl, int *s
     for (int k = 0; k < in->noperands; k++) {
       const tpu_instr *o = in->operands[k];
       int pred = in->op == TPU_OP_SELECT && k == 0;
-      if (o == c->root || uses[o->id] != 1 || !(pred ? is_pred_node(o) : tpu__ref_fusible(o))) continue;
+      if (o == c->root || uses[o->id] != 1 ||
+          !(pred ? is_pred_node(o) : o->shape.dtype == in->shape.dtype && tpu__ref_fusible(o)))
+        continue; /* (a tree's nodes are all f32, or all one 32-bit integer type) */
       if (size[in->id] + size[o->id] > MAX_NODES) continue;
       inl[o->id] = 1;
       size[in->id] += size[o->id];
@@ -207,8 +227,99 @@ static void run_blocks(void *ctx, int task, int64_t lo, int64_t hi) {
   }
 }
 
+/* ---- s32/u32 trees: each node tpu__ew_i32_binary on a block, or a broadcast scalar ---- */
+
+typedef struct {
+  tpu_opcode op;
+  int sg, bcast, child[2], step[2];
+  const uint32_t *leaf[2];
+} inode;
+
+typedef struct {
+  inode node[MAX_NODES];
+  int n;
+  uint32_t *out;
+  int64_t numel;
+} itree;
+
+static int ibuild(itree *t, const tpu_instr *x, const uint8_t *inl, const tpu_tensor *const *val, int64_t numel) {
+  inode nd;
+  memset(&nd, 0, sizeof nd);
+  const tpu_dtype ty = x->shape.dtype;
+  nd.op = x->op;
+  nd.sg = ty == TPU_S32;
+  nd.bcast = x->op == TPU_OP_BROADCAST;
+  if (x->noperands != (nd.bcast ? 1 : 2)) return -1;
+  for (int k = 0; k < x->noperands; k++) {
+    const tpu_instr *o = x->operands[k];
+    nd.child[k] = -1;
+    nd.step[k] = 1;
+    const tpu_tensor *v = NULL;
+    if (inl[o->id] && o->op == TPU_OP_BROADCAST) { /* its scalar read in place (stride 0) */
+      v = val[o->operands[0]->id];
+      nd.step[k] = 0;
+    } else if (inl[o->id]) {
+      int c = ibuild(t, o, inl, val, numel);
+      if (c < 0) return -1;
+      nd.child[k] = c;
+      continue;
+    } else {
+      v = val[o->id];
+    }
+    if (!v || v->dtype != ty || tpu_tensor_numel(v) != (nd.bcast || !nd.step[k] ? 1 : numel)) return -1;
+    nd.leaf[k] = v->data;
+  }
+  if (t->n >= MAX_NODES) return -1;
+  t->node[t->n] = nd;
+  return t->n++;
+}
+
+static void run_iblocks(void *ctx, int task, int64_t lo, int64_t hi) {
+  const itree *t = ctx;
+  uint32_t buf[MAX_NODES][TPU_EW_BLOCK];
+  const uint32_t *res[MAX_NODES];
+  (void)task;
+  for (int64_t blk = lo; blk < hi; blk++) {
+    int64_t s = blk * TPU_EW_BLOCK;
+    int m = (int)(t->numel - s < TPU_EW_BLOCK ? t->numel - s : TPU_EW_BLOCK);
+    for (int i = 0; i < t->n; i++) {
+      const inode *nd = &t->node[i];
+      uint32_t *a = i == t->n - 1 ? t->out + s : buf[i]; /* the root writes the result in place */
+      if (nd->bcast) {
+        for (int e = 0; e < m; e++) a[e] = nd->leaf[0][0];
+      } else {
+        const uint32_t *x = nd->child[0] >= 0 ? res[nd->child[0]] : nd->leaf[0] + s * nd->step[0];
+        const uint32_t *y = nd->child[1] >= 0 ? res[nd->child[1]] : nd->leaf[1] + s * nd->step[1];
+        tpu__ew_i32_binary(nd->op, nd->sg, a, x, nd->child[0] >= 0 || nd->step[0], y, nd->child[1] >= 0 || nd->step[1],
+                           m);
+      }
+      res[i] = a;
+    }
+  }
+}
+
+static tpu_status i32_eval(const tpu_instr *root, const uint8_t *inl, const tpu_tensor *const *val, tpu_tensor *out,
+                           tpu_diag *d) {
+  itree t;
+  t.n = 0;
+  int64_t numel = tpu_shape_numel(&root->shape);
+  if (ibuild(&t, root, inl, val, numel) < 0)
+    return TPU_FAIL(d, TPU_ERR_INVALID, root->loc, "%s '%s': an operand does not have the result's type",
+                    tpu_op_name(root->op), root->name);
+  TPU_TRY(tpu__ew_alloc_out_uninit(root, out, d));
+  t.out = out->data;
+  t.numel = numel;
+  int64_t nblocks = (numel + TPU_EW_BLOCK - 1) / TPU_EW_BLOCK;
+  tpu_par_run(run_iblocks, &t, nblocks, tpu_par_threads(nblocks, (double)numel * t.n, MIN_PAR_WORK));
+  return TPU_OK;
+}
+
 tpu_status tpu__ref_fused_eval(const tpu_instr *root, const uint8_t *inl, const tpu_tensor *const *val,
                                tpu_tensor *out, tpu_diag *d) {
+  if (is_i32(root->shape.dtype)) {
+    tpu_tensor_zero(out);
+    return i32_eval(root, inl, val, out, d);
+  }
   ftree t; /* build writes each node whole: no copy of an empty 3 KB tree per call */
   t.n = 0;
   tpu_tensor_zero(out);

@@ -669,6 +669,61 @@ static void plans_free(tpu_interp *ip) {
   ip->nplans = ip->capplans = 0;
 }
 
+/* A run's plans, kept with its module for the next run (tpu_module.keep_plans): a plan is a
+ * function of its computation alone, and a folded value of constants alone (fold_op's ops
+ * read no option of the run), so the next run takes them as they are. */
+typedef struct kept_plans {
+  comp_plan **plans;
+  int nplans, capplans;
+  size_t folded_bytes;
+} kept_plans;
+
+/* What folded values a module keeps between runs (a run may hold MAX_FOLDED_BYTES). */
+#define MAX_KEPT_FOLDED_BYTES ((size_t)8 << 20)
+
+static void kept_free(void *p) {
+  kept_plans *k = p;
+  if (!k) return;
+  tpu_interp ip;
+  memset(&ip, 0, sizeof ip);
+  ip.plans = k->plans;
+  ip.capplans = k->capplans;
+  plans_free(&ip);
+  tpu_free(k);
+}
+
+/* The module's kept plans into ip (none kept, or another run holds them: ip starts empty). */
+static void plans_take(tpu_interp *ip, const tpu_module *m) {
+  if (!m->keep_plans) return;
+  tpu_module *mm = (tpu_module *)m; /* the slot only: the module is not changed */
+  kept_plans *k = __atomic_exchange_n(&mm->plans, NULL, __ATOMIC_ACQ_REL);
+  if (!k) return;
+  ip->plans = k->plans;
+  ip->nplans = k->nplans;
+  ip->capplans = k->capplans;
+  ip->folded_bytes = k->folded_bytes;
+  tpu_free(k);
+}
+
+/* The run's plans back to the module (after a good run of a module that keeps them, unless
+ * another run put its own back first), else freed. */
+static void plans_put(tpu_interp *ip, const tpu_module *m, tpu_status st) {
+  kept_plans *k = NULL;
+  if (m->keep_plans && st == TPU_OK && ip->folded_bytes <= MAX_KEPT_FOLDED_BYTES && (k = tpu_malloc(sizeof *k))) {
+    tpu_module *mm = (tpu_module *)m;
+    *k = (kept_plans){ip->plans, ip->nplans, ip->capplans, ip->folded_bytes};
+    void *none = NULL;
+    mm->plans_free = kept_free;
+    if (__atomic_compare_exchange_n(&mm->plans, &none, k, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      ip->plans = NULL;
+      ip->nplans = ip->capplans = 0;
+      return;
+    }
+    tpu_free(k);
+  }
+  plans_free(ip);
+}
+
 /* A folded instruction's value, just computed into f->own[id]: moved into the plan for the
  * rest of the run (while the run's folded values stay under MAX_FOLDED_BYTES), and where
  * it is read from now. */
@@ -873,10 +928,11 @@ tpu_status tpu_ref_run_opts(const tpu_module *m, const tpu_tensor *args, int nar
   if (!argv) return TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
   for (int i = 0; i < nargs; i++) argv[i] = &args[i];
   tpu_interp ip = {g_while_limit, 0, o ? o : &no_opts, 0, 0, NULL, 0, 0, e, 0, -1, {{0}}, 0};
+  plans_take(&ip, m);
   tpu_tensor_pool_begin();
   tpu_status st = tpu__ref_call(&ip, e, argv, nargs, out, d);
   tpu_tensor_pool_end();
-  plans_free(&ip);
+  plans_put(&ip, m, st);
   tpu_free(argv);
   return st;
 }
