@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/par.h"
 #include "ref/elementwise_int.h"
 
@@ -227,69 +228,87 @@ static void run_blocks(void *ctx, int task, int64_t lo, int64_t hi) {
   }
 }
 
-/* ---- s32/u32 trees: each node tpu__ew_i32_binary on a block, or a broadcast scalar ---- */
+/* ---- s32/u32 trees: each node tpu__ew_i32_binary on a block, or a broadcast scalar ----
+ * Decoded once per plan (tpu__ref_i32_tree): a call only looks its leaves' values up. */
 
 typedef struct {
   tpu_opcode op;
-  int sg, bcast, child[2], step[2];
-  const uint32_t *leaf[2];
+  int sg, bcast;
+  int child[2]; /* an earlier node, or -1: a leaf */
+  int leaf[2];  /* the leaf's instruction id (its value in val[]) */
+  int step[2];  /* a leaf: 1 dense, 0 a scalar (an inlined broadcast's operand, or a broadcast's) */
 } inode;
 
-typedef struct {
+struct tpu__ref_itree {
   inode node[MAX_NODES];
   int n;
-  uint32_t *out;
-  int64_t numel;
-} itree;
+  tpu_dtype ty;
+};
 
-static int ibuild(itree *t, const tpu_instr *x, const uint8_t *inl, const tpu_tensor *const *val, int64_t numel) {
+static int idecode(tpu__ref_itree *t, const tpu_instr *x, const uint8_t *inl) {
   inode nd;
   memset(&nd, 0, sizeof nd);
-  const tpu_dtype ty = x->shape.dtype;
   nd.op = x->op;
-  nd.sg = ty == TPU_S32;
+  nd.sg = t->ty == TPU_S32;
   nd.bcast = x->op == TPU_OP_BROADCAST;
-  if (x->noperands != (nd.bcast ? 1 : 2)) return -1;
+  if (x->shape.dtype != t->ty || x->noperands != (nd.bcast ? 1 : 2)) return -1;
   for (int k = 0; k < x->noperands; k++) {
     const tpu_instr *o = x->operands[k];
     nd.child[k] = -1;
-    nd.step[k] = 1;
-    const tpu_tensor *v = NULL;
+    nd.step[k] = !nd.bcast;
     if (inl[o->id] && o->op == TPU_OP_BROADCAST) { /* its scalar read in place (stride 0) */
-      v = val[o->operands[0]->id];
+      nd.leaf[k] = o->operands[0]->id;
       nd.step[k] = 0;
     } else if (inl[o->id]) {
-      int c = ibuild(t, o, inl, val, numel);
-      if (c < 0) return -1;
-      nd.child[k] = c;
-      continue;
+      if ((nd.child[k] = idecode(t, o, inl)) < 0) return -1;
     } else {
-      v = val[o->id];
+      nd.leaf[k] = o->id;
     }
-    if (!v || v->dtype != ty || tpu_tensor_numel(v) != (nd.bcast || !nd.step[k] ? 1 : numel)) return -1;
-    nd.leaf[k] = v->data;
   }
   if (t->n >= MAX_NODES) return -1;
   t->node[t->n] = nd;
   return t->n++;
 }
 
+tpu__ref_itree *tpu__ref_i32_tree(const tpu_instr *root, const uint8_t *inl) {
+  if (!is_i32(root->shape.dtype) || !tpu__ref_fusible(root) || inl[root->id]) return NULL;
+  tpu__ref_itree *t = tpu_malloc(sizeof *t);
+  if (!t) return NULL;
+  t->n = 0;
+  t->ty = root->shape.dtype;
+  if (idecode(t, root, inl) < 0) {
+    tpu_free(t);
+    return NULL;
+  }
+  return t;
+}
+
+void tpu__ref_itree_free(tpu__ref_itree *t) { tpu_free(t); }
+
+typedef struct {
+  const tpu__ref_itree *t;
+  const uint32_t *leaf[MAX_NODES][2];
+  uint32_t *out;
+  int64_t numel;
+} icall;
+
 static void run_iblocks(void *ctx, int task, int64_t lo, int64_t hi) {
-  const itree *t = ctx;
+  const icall *c = ctx;
+  const tpu__ref_itree *t = c->t;
   uint32_t buf[MAX_NODES][TPU_EW_BLOCK];
   const uint32_t *res[MAX_NODES];
   (void)task;
   for (int64_t blk = lo; blk < hi; blk++) {
     int64_t s = blk * TPU_EW_BLOCK;
-    int m = (int)(t->numel - s < TPU_EW_BLOCK ? t->numel - s : TPU_EW_BLOCK);
+    int m = (int)(c->numel - s < TPU_EW_BLOCK ? c->numel - s : TPU_EW_BLOCK);
     for (int i = 0; i < t->n; i++) {
       const inode *nd = &t->node[i];
-      uint32_t *a = i == t->n - 1 ? t->out + s : buf[i]; /* the root writes the result in place */
+      uint32_t *a = i == t->n - 1 ? c->out + s : buf[i]; /* the root writes the result in place */
       if (nd->bcast) {
-        for (int e = 0; e < m; e++) a[e] = nd->leaf[0][0];
+        for (int e = 0; e < m; e++) a[e] = c->leaf[i][0][0];
       } else {
-        const uint32_t *x = nd->child[0] >= 0 ? res[nd->child[0]] : nd->leaf[0] + s * nd->step[0];
-        const uint32_t *y = nd->child[1] >= 0 ? res[nd->child[1]] : nd->leaf[1] + s * nd->step[1];
+        const uint32_t *x = nd->child[0] >= 0 ? res[nd->child[0]] : c->leaf[i][0] + s * nd->step[0];
+        const uint32_t *y = nd->child[1] >= 0 ? res[nd->child[1]] : c->leaf[i][1] + s * nd->step[1];
         tpu__ew_i32_binary(nd->op, nd->sg, a, x, nd->child[0] >= 0 || nd->step[0], y, nd->child[1] >= 0 || nd->step[1],
                            m);
       }
@@ -298,27 +317,38 @@ static void run_iblocks(void *ctx, int task, int64_t lo, int64_t hi) {
   }
 }
 
-static tpu_status i32_eval(const tpu_instr *root, const uint8_t *inl, const tpu_tensor *const *val, tpu_tensor *out,
-                           tpu_diag *d) {
-  itree t;
-  t.n = 0;
-  int64_t numel = tpu_shape_numel(&root->shape);
-  if (ibuild(&t, root, inl, val, numel) < 0)
-    return TPU_FAIL(d, TPU_ERR_INVALID, root->loc, "%s '%s': an operand does not have the result's type",
-                    tpu_op_name(root->op), root->name);
+tpu_status tpu__ref_i32_tree_eval(const tpu__ref_itree *t, const tpu_instr *root, const tpu_tensor *const *val,
+                                  tpu_tensor *out, tpu_diag *d) {
+  icall c;
+  c.t = t;
+  c.numel = tpu_shape_numel(&root->shape);
+  tpu_tensor_zero(out);
+  for (int i = 0; i < t->n; i++) {
+    const inode *nd = &t->node[i];
+    for (int k = 0; k < (nd->bcast ? 1 : 2); k++) {
+      if (nd->child[k] >= 0) continue;
+      const tpu_tensor *v = val[nd->leaf[k]];
+      if (!v || v->dtype != t->ty || tpu_tensor_numel(v) != (nd->step[k] ? c.numel : 1))
+        return TPU_FAIL(d, TPU_ERR_INVALID, root->loc, "%s '%s': an operand does not have the result's type",
+                        tpu_op_name(root->op), root->name);
+      c.leaf[i][k] = v->data;
+    }
+  }
   TPU_TRY(tpu__ew_alloc_out_uninit(root, out, d));
-  t.out = out->data;
-  t.numel = numel;
-  int64_t nblocks = (numel + TPU_EW_BLOCK - 1) / TPU_EW_BLOCK;
-  tpu_par_run(run_iblocks, &t, nblocks, tpu_par_threads(nblocks, (double)numel * t.n, MIN_PAR_WORK));
+  c.out = out->data;
+  int64_t nblocks = (c.numel + TPU_EW_BLOCK - 1) / TPU_EW_BLOCK;
+  tpu_par_run(run_iblocks, &c, nblocks, tpu_par_threads(nblocks, (double)c.numel * t->n, MIN_PAR_WORK));
   return TPU_OK;
 }
 
 tpu_status tpu__ref_fused_eval(const tpu_instr *root, const uint8_t *inl, const tpu_tensor *const *val,
                                tpu_tensor *out, tpu_diag *d) {
-  if (is_i32(root->shape.dtype)) {
-    tpu_tensor_zero(out);
-    return i32_eval(root, inl, val, out, d);
+  if (is_i32(root->shape.dtype)) { /* (the interpreter keeps the decoded tree in its plan) */
+    tpu__ref_itree *t = tpu__ref_i32_tree(root, inl);
+    tpu_status st = t ? tpu__ref_i32_tree_eval(t, root, val, out, d)
+                      : TPU_FAIL(d, TPU_ERR_NOMEM, root->loc, "out of memory decoding '%s'", root->name);
+    tpu__ref_itree_free(t);
+    return st;
   }
   ftree t; /* build writes each node whole: no copy of an empty 3 KB tree per call */
   t.n = 0;

@@ -30,4 +30,14 @@ int tpu__ref_fused_leaves(const tpu_instr *root, const uint8_t *inl, const tpu_i
 tpu_status tpu__ref_fused_eval(const tpu_instr *root, const uint8_t *inl, const tpu_tensor *const *val,
                                tpu_tensor *out, tpu_diag *d);
 
+/* An s32/u32 tree (root a node, not inlined) decoded once: its nodes and which instruction
+ * ids give its leaves; NULL when root is not such a tree or memory runs out. Free it with
+ * tpu__ref_itree_free. tpu__ref_i32_tree_eval evaluates it (the result tpu__ref_fused_eval
+ * gives) reading only the leaves' values from val[id]. */
+typedef struct tpu__ref_itree tpu__ref_itree;
+tpu__ref_itree *tpu__ref_i32_tree(const tpu_instr *root, const uint8_t *inl);
+void tpu__ref_itree_free(tpu__ref_itree *t);
+tpu_status tpu__ref_i32_tree_eval(const tpu__ref_itree *t, const tpu_instr *root, const tpu_tensor *const *val,
+                                  tpu_tensor *out, tpu_diag *d);
+
 #endif

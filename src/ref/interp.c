@@ -39,6 +39,7 @@ typedef struct plan_step {
   int nops, ops;    /* operand ids: ids[ops .. ops + nops) */
   int nrel, rel;    /* released after it runs: ids[rel .. rel + nrel) */
   size_t nbytes;    /* ST_MOVE: the result's bytes */
+  tpu__ref_itree *tree; /* ST_FUSED of s32/u32: the tree decoded (NULL: decoded at each call) */
 } plan_step;
 
 typedef struct comp_plan {
@@ -479,6 +480,8 @@ static void plan_free(comp_plan *pl) {
   if (pl->fval)
     for (int i = 0; i <= pl->c->ninstrs; i++) tpu_tensor_free(&pl->fval[i]);
   tpu_free(pl->fval);
+  if (pl->steps)
+    for (int i = 0; i < pl->c->norder; i++) tpu__ref_itree_free(pl->steps[i].tree);
   tpu_free(pl->steps); /* and ids, in the same block */
   tpu_free(pl->fold);
   tpu_free(pl->frame);
@@ -573,6 +576,7 @@ static tpu_status plan_steps(comp_plan *pl) {
       s->kind = ST_TUPLE;
     } else if (tpu__ref_fusible(in)) {
       s->kind = ST_FUSED;
+      s->tree = tpu__ref_i32_tree(in, pl->inl);
       int nl = tpu__ref_fused_leaves(in, pl->inl, leaves);
       s->rel = at;
       s->nrel = nl;
@@ -847,7 +851,8 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
       continue;
     } else if (sp->kind == ST_FUSED) {
       if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
-      st = tpu__ref_fused_eval(in, inl, f.val, &f.own[id], d);
+      st = sp->tree ? tpu__ref_i32_tree_eval(sp->tree, in, f.val, &f.own[id], d)
+                    : tpu__ref_fused_eval(in, inl, f.val, &f.own[id], d);
       if (st != TPU_OK) break;
       if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, 0);
       f.val[id] = fold && fold[id] ? keep_folded(ip, pl, &f, id) : &f.own[id];
