@@ -196,6 +196,10 @@ typedef struct tpu_mosaic_opts {
   int64_t *bodies, *maps; /* not NULL: how many bodies and index maps ran */
 } tpu_mosaic_opts;
 
+/* Plans the TPU back end took from its process-wide store of counted calls (backend.c:
+ * a call counted without scalars is counted once per kernel, shapes and chip; tests). */
+int64_t tpu__mosaic_count_hits(void);
+
 /* Counts the kernel's work without values (timing): the grid, index maps and scalar code run
  * (scalar prefetch operands read as zeros); vectors and DMAs are only priced. o->on_step gets
  * each step's work. */

@@ -569,6 +569,58 @@ static void test_zeroed(void) {
   }
 }
 
+/* A call counted without scalars is counted once a process per kernel, shapes and chip
+ * (backend.c, the planner's candidates share their kernels): compiling the matmul fixture
+ * again takes the kept plan, with the same op figures and cycles; another chip (v5p: two
+ * TensorCores) counts afresh. */
+static int64_t compile_fixture(const tpu_chip *chip, tpu_prog_op *po) {
+  char p[1400];
+  tpu_diag d;
+  tpu_module *m = NULL;
+  path(p, sizeof p, "matmul_bf16_64x256x128_b32x128x128", "prog.hlo");
+  CHECK_EQ_INT(tpu_hlo_parse_file(p, &m, &d), TPU_OK);
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = chip;
+  o.precision_override = -1;
+  tpu_program *prog = NULL;
+  int64_t cycles = -1;
+  memset(po, 0, sizeof *po);
+  if (m && tpu_compile(m, &o, &prog, &d) == TPU_OK) {
+    for (int i = 0; i < prog->nops; i++)
+      if (!strncmp(prog->ops[i].kind, "pallas:", 7)) *po = prog->ops[i];
+    tpu_timeline tl;
+    memset(&tl, 0, sizeof tl);
+    if (tpu_timing_run(prog, chip, 0, &tl, &d) == TPU_OK) cycles = tl.total_cycles;
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(prog);
+  tpu_module_free(m);
+  return cycles;
+}
+
+static void test_count_kept(const tpu_chip *chip) {
+  tpu_prog_op a, b, c;
+  int64_t h0 = tpu__mosaic_count_hits();
+  int64_t c1 = compile_fixture(chip, &a);
+  int64_t h1 = tpu__mosaic_count_hits();
+  int64_t c2 = compile_fixture(chip, &b);
+  int64_t h2 = tpu__mosaic_count_hits();
+  printf("count kept: hits %lld -> %lld -> %lld, cycles %lld / %lld\n", (long long)h0, (long long)h1, (long long)h2,
+         (long long)c1, (long long)c2);
+  CHECK(c1 > 0);
+  CHECK_EQ_INT(h2, h1 + 1);
+  CHECK(c1 == c2);
+  CHECK(a.tiles == b.tiles && a.flops == b.flops && a.bytes == b.bytes && a.padded_flops == b.padded_flops);
+  CHECK(a.kind && b.kind && !strcmp(a.kind, b.kind));
+  tpu_chip v5p;
+  tpu_diag d;
+  CHECK_EQ_INT(tpu_chip_load("v5p", &v5p, &d), TPU_OK);
+  CHECK(v5p.tensorcores != chip->tensorcores);
+  CHECK(compile_fixture(&v5p, &c) > 0);
+  CHECK_EQ_INT(tpu__mosaic_count_hits(), h2);
+}
+
 int main(void) {
   const char *s = getenv("TPU_SRC");
   snprintf(g_src, sizeof g_src, "%s", s ? s : ".");
@@ -580,6 +632,7 @@ int main(void) {
     run_case(k_cases[i], 1, &chip);
   }
   test_timing(&chip);
+  test_count_kept(&chip);
   test_f32_passes_fold(&chip);
   test_timing_scalars(&chip);
   test_count_memo();
