@@ -1,5 +1,6 @@
 /* The reference interpreter core: evaluates computations in dependency order, runs the
  * control-flow ops itself and dispatches every other op to its kernel. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -40,6 +41,8 @@ typedef struct plan_step {
   int nrel, rel;    /* released after it runs: ids[rel .. rel + nrel) */
   size_t nbytes;    /* ST_MOVE: the result's bytes */
   tpu__ref_itree *tree; /* ST_FUSED of s32/u32: the tree decoded (NULL: decoded at each call) */
+  int take;             /* ST_GTE: the only reader of its element of a tuple that only get-tuple-elements
+                         * read (not the root): it takes the element of an owned tuple (take_plan) */
 } plan_step;
 
 typedef struct comp_plan {
@@ -156,9 +159,21 @@ static int value_matches(const tpu_tensor *v, const tpu_shape *s) {
   return 1;
 }
 
-static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *init, tpu_tensor *out, tpu_diag *d) {
+static tpu_status call_given(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, tpu_tensor *const *give,
+                             int nargs, tpu_tensor *out, tpu_diag *d);
+
+/* A while loop on init; give: init itself when the caller gives it up (read there for the
+ * last time: the loop takes it instead of a copy), else NULL. The state is given to each
+ * iteration's body, which takes what it reads (call_given). */
+static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *init, tpu_tensor *give,
+                            tpu_tensor *out, tpu_diag *d) {
   tpu_tensor state;
-  TPU_TRY(tpu_tensor_clone(&state, init, d));
+  if (give) {
+    state = *give;
+    tpu_tensor_zero(give);
+  } else {
+    TPU_TRY(tpu_tensor_clone(&state, init, d));
+  }
   int64_t iters = 0, flat0 = ip->flat, *runs = NULL;
   for (int i = 0; i < ip->nloops && !runs; i++)
     if (ip->loops[i].w == in) runs = &ip->loops[i].runs;
@@ -183,9 +198,9 @@ static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tenso
       return TPU_FAIL(d, TPU_ERR_LIMIT, in->loc, "while loop '%s' ran past %lld iterations", in->name,
                       (long long)ip->while_limit);
     }
-    tpu_tensor next;
+    tpu_tensor next, *gv = &state;
     ip->flat = runs ? (*runs)++ : -1;
-    st = tpu__ref_call(ip, in->body, &arg, 1, &next, d);
+    st = call_given(ip, in->body, &arg, &gv, 1, &next, d);
     ip->flat = flat0;
     tpu_tensor_free(&state);
     if (st != TPU_OK) return st;
@@ -316,7 +331,7 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
     case TPU_OP_GET_TUPLE_ELEMENT: return tpu_tensor_clone(out, &args[0]->elems[in->index], d);
     case TPU_OP_CALL: return tpu__ref_call(ip, in->to_apply, args, in->noperands, out, d);
     case TPU_OP_FUSION: return tpu__ref_call(ip, in->calls, args, in->noperands, out, d);
-    case TPU_OP_WHILE: return run_while(ip, in, args[0], out, d);
+    case TPU_OP_WHILE: return run_while(ip, in, args[0], NULL, out, d);
     case TPU_OP_CONDITIONAL: return run_conditional(ip, in, args, out, d);
     case TPU_OP_OPT_BARRIER:
     case TPU_OP_ADD_DEPENDENCY: return tpu_tensor_clone(out, args[0], d);
@@ -606,6 +621,49 @@ static tpu_status plan_steps(comp_plan *pl) {
   return TPU_OK;
 }
 
+/* Marks the ST_GTE steps that may take their element (plan_step.take): the tuple they read
+ * is read by get-tuple-elements alone, is not the root, and no other of them reads that
+ * element. */
+typedef struct {
+  int tuple, step;
+  int64_t index;
+} gte_key;
+
+static int gte_cmp(const void *a, const void *b) {
+  const gte_key *x = a, *y = b;
+  if (x->tuple != y->tuple) return x->tuple < y->tuple ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static void take_plan(comp_plan *pl) {
+  const tpu_comp *c = pl->c;
+  int ng = 0;
+  for (int i = 0; i < c->norder; i++) ng += c->order[i]->op == TPU_OP_GET_TUPLE_ELEMENT && c->order[i]->noperands == 1;
+  if (!ng) return;
+  int *n = tpu_calloc((size_t)c->ninstrs + 1, sizeof *n); /* the get-tuple-elements reading each id */
+  gte_key *k = tpu_malloc((size_t)ng * sizeof *k);
+  if (!n || !k) { /* nothing taken: copies, as before */
+    tpu_free(n);
+    tpu_free(k);
+    return;
+  }
+  ng = 0;
+  for (int i = 0; i < c->norder; i++) {
+    const tpu_instr *in = c->order[i];
+    if (in->op != TPU_OP_GET_TUPLE_ELEMENT || in->noperands != 1) continue;
+    n[in->operands[0]->id]++;
+    k[ng++] = (gte_key){in->operands[0]->id, i, in->index};
+  }
+  qsort(k, (size_t)ng, sizeof *k, gte_cmp);
+  for (int j = 0; j < ng; j++) {
+    int dup = (j > 0 && !gte_cmp(&k[j - 1], &k[j])) || (j + 1 < ng && !gte_cmp(&k[j], &k[j + 1]));
+    plan_step *s = &pl->steps[k[j].step];
+    s->take = !dup && s->kind == ST_GTE && k[j].tuple != c->root->id && n[k[j].tuple] == pl->uses[k[j].tuple];
+  }
+  tpu_free(n);
+  tpu_free(k);
+}
+
 /* The plan of computation c in this run: from the run's table, or made now. NULL when out of
  * memory. A plan stays where it is for the whole run (the table holds pointers). */
 static comp_plan *plan_of(tpu_interp *ip, const tpu_comp *c) {
@@ -659,6 +717,7 @@ static comp_plan *plan_of(tpu_interp *ip, const tpu_comp *c) {
     plan_free(pl);
     return NULL;
   }
+  take_plan(pl);
   size_t j = plan_slot(c, ip->capplans);
   while (ip->plans[j]) j = (j + 1) & (size_t)(ip->capplans - 1);
   ip->plans[j] = pl;
@@ -749,6 +808,18 @@ static inline int slot_used(const tpu_tensor *t) { return t->data || t->elems ||
 
 tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, int nargs, tpu_tensor *out,
                          tpu_diag *d) {
+  return call_given(ip, c, args, NULL, nargs, out, d);
+}
+
+/* Most operands a call, fusion or while gives its computation (call_given). */
+#define MAX_GIVE 16
+
+/* A call of c on args. give (NULL: none) holds, per argument, NULL or args[k] itself as a
+ * value the caller gives up (it frees what is left of it after the call): a parameter read
+ * in c takes it, so that c's values may take its elements and buffers instead of copying
+ * them (a loop's state passed on to the next iteration). */
+static tpu_status call_given(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, tpu_tensor *const *give,
+                             int nargs, tpu_tensor *out, tpu_diag *d) {
   tpu_tensor_zero(out);
   if (nargs != c->nparams)
     return TPU_FAIL(d, TPU_ERR_INVALID, c->loc, "computation '%s' called with %d arguments, expects %d", c->name, nargs,
@@ -796,7 +867,13 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
                         sp->index, c->name);
           break;
         }
-        f.val[id] = args[sp->index];
+        if (give && give[sp->index] && f.uses[id] > 0 && id != rootid) { /* taken: an owned value */
+          f.own[id] = *give[sp->index];
+          tpu_tensor_zero(give[sp->index]);
+          f.val[id] = &f.own[id];
+        } else {
+          f.val[id] = args[sp->index];
+        }
         continue;
       case ST_CONST: f.val[id] = sp->in->literal; continue;
       case ST_INL: continue; /* evaluated inside its user's tree */
@@ -814,7 +891,7 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
        * arguments); an owned tuple read here for the last time gives its element up. */
       const int o = ids[sp->ops];
       const tpu_tensor *tv = f.val[o];
-      int borrow = tv != &f.own[o], take = !borrow && f.uses[o] == 1 && o != rootid;
+      int borrow = tv != &f.own[o], take = !borrow && ((f.uses[o] == 1 && o != rootid) || sp->take);
       if (borrow || take) {
         if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
         if (borrow) {
@@ -878,7 +955,20 @@ tpu_status tpu__ref_call(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *co
     }
     for (int k = 0; k < sp->nops; k++) opv[k] = f.val[ops[k]];
     if (ip->depth == 1) ip->step = i + 1, ip->nsteps = c->norder;
-    if (sp->kind == ST_KERNEL || sp->kind == ST_MOVE)
+    tpu_tensor *give_ops[MAX_GIVE];
+    int gives = 0;
+    if (sp->kind == ST_EVAL && (in->op == TPU_OP_CALL || in->op == TPU_OP_FUSION || in->op == TPU_OP_WHILE) &&
+        sp->nops <= MAX_GIVE)
+      for (int k = 0; k < sp->nops; k++) { /* owned operands read here for the last time */
+        const int o = ops[k];
+        give_ops[k] = f.val[o] == &f.own[o] && f.uses[o] == 1 && o != rootid ? &f.own[o] : NULL;
+        gives += give_ops[k] != NULL;
+      }
+    if (gives && in->op == TPU_OP_WHILE)
+      st = run_while(ip, in, opv[0], give_ops[0], &f.own[id], d);
+    else if (gives)
+      st = call_given(ip, in->op == TPU_OP_CALL ? in->to_apply : in->calls, opv, give_ops, sp->nops, &f.own[id], d);
+    else if (sp->kind == ST_KERNEL || sp->kind == ST_MOVE)
       st = sp->k(ip, in, opv, &f.own[id], d);
     else if (sp->kind == ST_ASYNC) /* (the collective's operand, its result, state 0) */
       st = async_start(in, f.val[rel[sp->nrel - 1]], opv[0], &f.own[id], d);

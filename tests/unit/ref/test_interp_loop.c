@@ -89,10 +89,12 @@ int main(void) {
   double per = (double)(a12 - a4) / 8.0;
   /* An iteration computes: the condition's pred; the body's j, acc2 and the call's y (its two
    * broadcasts fuse into the multiply-add); the root tuple's element array. The call frames
-   * of cond, body and step are the plans'; io, b3 and q are computed once. */
+   * of cond, body and step are the plans'; io, b3 and q are computed once; n passes from one
+   * iteration's state to the next without a copy (the loop gives its state to the body, whose
+   * get-tuple-elements take their elements: 6 per iteration without). */
   printf("while loop: %ld allocations for 4 iterations, %ld for 12: %.2f per iteration\n", a4, a12, per);
   CHECK(a4 > 0 && a12 > a4);
-  CHECK(per <= 6.0);
+  CHECK(per <= 5.0);
   /* A module that keeps its plans (tpu_module.keep_plans: api/run.c's compiled programs)
    * makes them at its first run only: the next runs allocate what their values need (the
    * iterations' values, io/b3/q folded at the first run and kept). Without it every run
