@@ -311,6 +311,9 @@ static int64_t value_vregs(const tpu__be *be, const tpu_instr *in) {
   const tpu_shape *s = &in->shape;
   if (s->dtype == TPU_TUPLE || s->layout_tail || s->rank < 3 || !in->parent || in->parent == be->m->entry)
     return tpu__vregs(be, s); /* a compiled program's tiled layouts are its own */
+  /* a layout tpusim's passes gave it (a grouped convolution's statistics, computed in the
+   * convolution's own layout: group_conv.c set_split_layout) */
+  if (tpu__kept_layout(in)) return tpu__vregs(be, s);
   int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
   int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
   int64_t reg = sub * lanes * 4, b = tpu__least_tiled_bytes(be->chip, s);

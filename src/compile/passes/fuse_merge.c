@@ -596,17 +596,14 @@ static tpu_status merge_prologue_one(tpu_builder *b, tpu_comp *c, tpu__made_set 
  * (its convert_reduce_fusion, a kOutput multi-output fusion, in every compiled families
  * m_resnet_basic / m_resnet_bottleneck / m_resnext / m_mobilenet_* / m_efficientnet
  * program); the variance's sum, which reads the mean back, stays its own kernel
- * (reads_row_stat). A grouped convolution of several input features a group keeps them apart:
- * its statistics kernel reads the split result (group_conv.c; resnext_*'s
- * multiply_reduce_fusion beside the g32 convolution's kOutput fusion), while a depthwise one
- * (one input feature a group, m_mobilenet_*) takes them in. Dots are left out: no compiled
- * program shows a column sum of a dot's result in the dot's fusion. */
+ * (reads_row_stat). Grouped convolutions too, depthwise (m_mobilenet_*) or of several
+ * input features a group: resnext_fwd_b8_28x28x512_g32's g32 convert_reduce_fusion returns
+ * (f32[32,8], bf16[8,28,28,32,8]), the sum beside the split result (group_conv.c splits such
+ * a kernel's convolution leaf; the variance's multiply_reduce_fusion reads it). Dots are
+ * left out: no compiled program shows a column sum of a dot's result in the dot's fusion. */
 static int conv_column_sums(const tpu__made_set *made, const tpu_instr *x, const tpu_instr *r) {
   const tpu_instr *mm = matmul_of(made, x);
   if (!mm || mm->op != TPU_OP_CONVOLUTION || r->operands[0]->shape.rank < 2) return 0;
-  if (mm->feature_group_count > 1 && (!mm->has_conv_dims || mm->noperands < 2 ||
-                                      mm->operands[1]->shape.dims[mm->conv.k_in] > 1))
-    return 0;
   return r->shape.rank == 1 && r->shape.dims[0] == r->operands[0]->shape.dims[r->operands[0]->shape.rank - 1];
 }
 

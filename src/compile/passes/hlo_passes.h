@@ -73,6 +73,10 @@ int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in);
 int tpu__reshape_moves_no_bytes(const tpu_chip *chip, const tpu_instr *in);
 /* Whether a compiled program laid shape s out in VMEM (memory space S(1) in its layout). */
 int tpu__in_vmem(const tpu_shape *s);
+/* Does x keep the layout its shape gives (attribute tile_layout=kept: a grouped
+ * convolution's split registers, group_conv.c), which the back end counts its registers and
+ * tiles in, where it lays other fused values out as they pad least? */
+int tpu__kept_layout(const tpu_instr *x);
 /* Bytes of s (rank >= 2) in the layout that pads least to the tile — the layout the XLA TPU
  * compiler gives a program's parameters and results. */
 int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s);
