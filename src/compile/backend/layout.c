@@ -677,14 +677,20 @@ static int64_t reduce_tiled_elems(const tpu_chip *chip, const tpu_instr *x) {
 }
 
 /* Whether kernel `in` streams whole tiles of its result: an elementwise op, broadcast,
- * reduce, or a fusion of nothing else (parameters, constants, bitcasts, reshapes, iotas) —
- * not a gather, scatter, slice or copy, whose rows the compiler charges as it moves them
- * (the compiler's bf16[262144,8] gather_fusion of t5_fwd_b4s512d512h8 is not 16 times its
- * rows' cost for its 8 lanes tiled to 128). */
+ * reduce, transpose, or a fusion of nothing else (parameters, constants, bitcasts, reshapes,
+ * iotas) — not a gather, scatter, slice or copy, whose rows the compiler charges as it moves
+ * them (the compiler's bf16[262144,8] gather_fusion of t5_fwd_b4s512d512h8 is not 16 times its
+ * rows' cost for its 8 lanes tiled to 128). A transpose, alone or fused, is charged over the
+ * tiles it writes: s8[33,33,64,33] transposed (1,2,3,0) costs the compiler 84,540 cycles on
+ * v5e, 5.6 MB each way plus the stream pass on [33,33,40,128], and bf16[16,33,65,64]
+ * transposed (0,1,3,2) and incremented 80,495, the pass on [16,33,64,128]: families tune
+ * transpose_*, bench/fidelity/probes/transpose_tiles.py. (A compiled program's copy is not:
+ * counting its tiles moves the --compiled test p90 on v4 61.9 -> 65.5 %.) */
 static int streams_tiles(const tpu_instr *x) {
   switch (x->op) {
     case TPU_OP_PARAMETER: case TPU_OP_CONSTANT: case TPU_OP_BITCAST: case TPU_OP_RESHAPE: case TPU_OP_IOTA:
     case TPU_OP_BROADCAST: case TPU_OP_REDUCE: case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT:
+    case TPU_OP_TRANSPOSE:
       return 1;
     case TPU_OP_FUSION:
       if (!x->calls) return 0;
@@ -833,6 +839,14 @@ static const tpu_instr *pool_window(const tpu_instr *in) {
   return any ? w : NULL;
 }
 
+/* Whether `in` is one of the kernels space_to_batch.c builds (its root marked s2b_kernel). */
+static int s2b_kernel(const tpu_instr *in) {
+  const tpu_instr *r = in->op == TPU_OP_FUSION && in->calls && in->calls->root ? in->calls->root : in;
+  for (int i = 0; i < r->nattrs; i++)
+    if (!strcmp(r->attrs[i].name, "s2b_kernel")) return 1;
+  return 0;
+}
+
 static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
   const tpu_chip *ch = be->chip;
   if (ch->stream_pass_bytes <= 0 && ch->lone_op_bytes <= 0 && ch->transpose_bytes <= 0 && ch->row_broadcast_cycles <= 0)
@@ -841,7 +855,10 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
   int64_t n = 0, moved = 0, rows = 0;
   /* (a kernel that is a reshape moves rows, as a copy does: the compiler's relayout of
    * bf16[8,7,7,128] to [8,7,7,8,16] is not 8 times its rows' cost for its 16 lanes) */
-  const int tiles = in->op != TPU_OP_RESHAPE && in->op != TPU_OP_BITCAST && streams_tiles(in);
+  /* (nor a kernel of space to batch's form, whose transposes relay a convolution's pieces
+   * as the compiler's own relayouts do: space_to_batch.c marks them s2b_kernel; its unfold
+   * into tiles of fewer than 8 rows is timed per tile written, tile.c relayout_tiles) */
+  const int tiles = in->op != TPU_OP_RESHAPE && in->op != TPU_OP_BITCAST && streams_tiles(in) && !s2b_kernel(in);
   int nl = tpu__leaves(&in->shape);
   for (int l = 0; l < nl; l++) {
     const tpu_shape *s = tpu__leaf(&in->shape, l);

@@ -1,7 +1,8 @@
 /* The per-element stream costs of a vector kernel (compile/backend/layout.c stream_costs):
  * a reduce's counted over the tiles of the array it reads, padding included, and the
  * unfused-op cost only for a widened sum narrowed back to its 16-bit type
- * (bench/fidelity/probes/reduce_tiles.py); a 16-bit result's stream pass over its tiles. */
+ * (bench/fidelity/probes/reduce_tiles.py); a 16-bit result's stream pass over its tiles, a
+ * transpose's too (bench/fidelity/probes/transpose_tiles.py). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -98,7 +99,29 @@ static void narrow_result_over_tiles(void) {
   CHECK_NEAR(x6565, c.stream_pass_bytes * 33 * 33 * 72 * 128, 1);
 }
 
+/* A transpose kernel streams whole tiles too: its narrow result's stream pass is paid per element
+ * of the tiles it writes, padding included (the XLA TPU compiler's s8[33,33,64,33] transposed
+ * (1,2,3,0), 64 in the lanes and 33 in the rows of its 8-row tiles: 84,540 cycles on v5e, its
+ * 5.6 MB both ways plus 4 B per element of [33,33,40,128]; families transpose_33x33x64x33_p1230_s8;
+ * fused with an add, bf16[16,33,65,64] transposed (0,1,3,2): 80,495, transpose_16x33x65x64_p0132_fused_bf16). */
+static void transpose_over_tiles(void) {
+  tpu_chip c;
+  double xs8 = kernel_xbytes("HloModule t\nENTRY e {\n  a = s8[33,33,64,33] parameter(0)\n"
+                             "  ROOT t = s8[33,64,33,33] transpose(a), dimensions={1,2,3,0}\n}\n", &c);
+  double xbf = kernel_xbytes("HloModule t\nENTRY e {\n  a = bf16[16,33,65,64] parameter(0)\n"
+                             "  t = bf16[16,33,64,65] transpose(a), dimensions={0,1,3,2}\n  one = bf16[] constant(1)\n"
+                             "  b = bf16[16,33,64,65] broadcast(one), dimensions={}\n  ROOT r = bf16[16,33,64,65] add(t, b)\n}\n",
+                             &c);
+  const double s8tiles = 33.0 * 33 * 40 * 128, bftiles = 16.0 * 33 * 64 * 128;
+  printf("transpose on v5e, xbytes: s8[33,33,64,33] (1,2,3,0) %.0f (over the tiles: %.0f; over its elements %.0f), "
+         "bf16[16,33,65,64] (0,1,3,2) + 1 %.0f (over the tiles: %.0f)\n", xs8, c.stream_pass_bytes * s8tiles,
+         c.stream_pass_bytes * 33 * 33 * 64 * 33, xbf, c.stream_pass_bytes * bftiles);
+  CHECK_NEAR(xs8, c.stream_pass_bytes * s8tiles, 1);
+  CHECK_NEAR(xbf, c.stream_pass_bytes * bftiles, 1);
+}
+
 int main(void) {
+  transpose_over_tiles();
   sum_over_tiles();
   narrow_result_over_tiles();
   reshaped_source();

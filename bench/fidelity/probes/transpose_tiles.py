@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""transpose_tiles.py TOPOLOGY SEED N [TPUSIM...]: libtpu probes of what the XLA TPU compiler's
+cost model charges a transpose per element (src/compile/backend/layout.c streams_tiles). Draws
+N random transposes of rank 3 or 4 (f32, bf16 or s8; dimensions off the tiles as often as not;
+alone or incremented by 1 in the same kernel, as the families corpus's `_fused` programs),
+compiles each with /work/shared/tools/tpu_compile.py for one device of TOPOLOGY and prints one
+JSON line per program: the compiler's cycles ("cycles") and, with TPUSIM (tpusim binaries),
+each one's cycles ("tpusim", a list).
+Finding (session 15): the compiler charges a transpose kernel, alone or fused, by the elements
+of the tiles it writes, padding included, as any other vector kernel that streams tiles — a
+16- or 8-bit one pays the narrow-result stream pass on every padded element, not on the
+elements it holds (families tune: s8[33,33,64,33] transposed (1,2,3,0), 33 in the rows of
+its 8-row tiles and 64 in 128 lanes: 84,540 cycles on v5e, tpusim 47,449 before)."""
+import json, os, random, subprocess, sys, tempfile
+
+from libtpu import compile_hlo
+
+
+def transpose_hlo(shape, dt, perm, fused):
+    s = ",".join(map(str, shape))
+    out = ",".join(str(shape[p]) for p in perm)
+    dims = ",".join(map(str, perm))
+    body = f"  a = {dt}[{s}] parameter(0)\n"
+    if fused:
+        body += (f"  t = {dt}[{out}] transpose(a), dimensions={{{dims}}}\n"
+                 f"  one = {dt}[] constant(1)\n  b = {dt}[{out}] broadcast(one), dimensions={{}}\n"
+                 f"  ROOT r = {dt}[{out}] add(t, b)\n")
+    else:
+        body += f"  ROOT t = {dt}[{out}] transpose(a), dimensions={{{dims}}}\n"
+    return f"HloModule probe\n\nENTRY main {{\n{body}}}\n"
+
+
+def tpusim_cycles(tpusim, text, chip, d):
+    src, rep = os.path.join(d, "t.hlo"), os.path.join(d, "r.json")
+    open(src, "w").write(text)
+    p = subprocess.run([tpusim, "run", src, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
+                       capture_output=True, text=True)
+    return json.load(open(rep))["step"]["cycles"] if p.returncode == 0 else None
+
+
+def main():
+    topo, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    tpusims = sys.argv[4:]
+    gen = topo.split(":")[0]
+    chip = "v4:core" if gen == "v4" else gen
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as d:
+        done = 0
+        while done < n:
+            dt = rng.choice(["f32", "bf16", "s8"])
+            rank = rng.choice([3, 4])
+            shape = [rng.choice([rng.randint(2, 40), rng.randint(33, 300)]) for _ in range(rank)]
+            numel = 1
+            for v in shape:
+                numel *= v
+            if not 200_000 <= numel <= 8_000_000:
+                continue
+            perm = list(range(rank))
+            while perm == list(range(rank)):
+                rng.shuffle(perm)
+            fused = rng.random() < 0.5
+            text = transpose_hlo(shape, dt, perm, fused)
+            summary, _ = compile_hlo(text, topo, d)
+            row = {"dtype": dt, "shape": shape, "perm": perm, "fused": fused,
+                   "cycles": summary["entry_estimated_cycles"] if summary else None}
+            if tpusims:
+                row["tpusim"] = [tpusim_cycles(t, text, chip, d) for t in tpusims]
+            print(json.dumps(row), flush=True)
+            done += 1
+
+
+if __name__ == "__main__":
+    main()
