@@ -795,35 +795,46 @@ static tpu_status check_groups_read(const tpu_instr *in, int64_t replicas, int64
 /* Groups found good, kept by their text and everything else check_groups_read reads (the
  * device grid, the op's kind, its mode): the verifier checks every collective after each HLO
  * pass, and a 4,096-chip program's groups are tens of kB of ids to read and check again each
- * time. Only long texts, and only successes (a failure is reported once and stops the run). */
-#define VCACHE 16
-#define VCACHE_MIN 256
+ * time; the planner's candidates repeat short lists by the thousand (a 540B search checked
+ * 93,000 under 256 characters when only longer ones were kept, 16 of them). A table of
+ * VCACHE slots indexed by a hash of the key, any length; only successes (a failure is
+ * reported once and stops the run). */
+#define VCACHE 1024
 static struct {
   size_t len;
+  uint64_t hash;
   char *text;
   int64_t replicas, partitions, size;
   int kind;
 } vcache[VCACHE];
-static int vcache_next;
 static pthread_mutex_t vcache_lock = PTHREAD_MUTEX_INITIALIZER;
 static int64_t vcache_checked;
 
 int64_t tpu_collective_groups_checked(void) { return tpu_locked_read(&vcache_lock, &vcache_checked); }
 
-/* The attribute text checked groups are kept by (NULL: not kept) and the kind that goes with
- * it: permute, all-reduce (groups may differ in size), the mode, a channel. */
-static const char *vcache_key(const tpu_instr *in, size_t *len, int *kind) {
+/* The attribute text checked groups are kept by (NULL: not kept), the kind that goes with
+ * it (permute, all-reduce: groups may differ in size, the mode, a channel) and the hash of
+ * the text, kind and grid. */
+static const char *vcache_key(const tpu_instr *in, int64_t replicas, int64_t partitions, size_t *len, int *kind,
+                              uint64_t *hash) {
   if (tpu_collective_is_done(in->op)) return NULL;
   int permute = tpu_collective_base(in->op) == TPU_OP_COLLECTIVE_PERMUTE;
   const char *v = attr_text(in->attrs, in->nattrs, permute ? "source_target_pairs" : "replica_groups");
   if (!v) return NULL;
   v = skip(v);
   if (*v != '{' && *v != '[') return NULL; /* a mesh form reads device_ids too */
-  *len = strlen(v);
-  if (*len < VCACHE_MIN) return NULL;
   int channel = attr_text(in->attrs, in->nattrs, "channel_id") != NULL;
   *kind = permute | (tpu_collective_base(in->op) == TPU_OP_ALL_REDUCE) << 1 | channel << 2 |
           (int)tpu_collective_mode(in) << 3;
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)*kind;
+  h = (h ^ (uint64_t)replicas) * 1099511628211ull;
+  h = (h ^ (uint64_t)partitions) * 1099511628211ull;
+  size_t n = strlen(v); /* hashed: its length, first and last 64 characters (memcmp decides) */
+  h = (h ^ (uint64_t)n) * 1099511628211ull;
+  for (size_t i = 0; i < n && i < 64; i++) h = (h ^ (unsigned char)v[i]) * 1099511628211ull;
+  for (size_t i = n > 128 ? n - 64 : n < 64 ? n : 64; i < n; i++) h = (h ^ (unsigned char)v[i]) * 1099511628211ull;
+  *len = n;
+  *hash = h;
   return v;
 }
 
@@ -832,15 +843,16 @@ static const char *vcache_key(const tpu_instr *in, size_t *len, int *kind) {
 static int vcache_get(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t *size) {
   size_t len;
   int kind, hit = 0;
-  const char *v = vcache_key(in, &len, &kind);
+  uint64_t h;
+  const char *v = vcache_key(in, replicas, partitions, &len, &kind, &h);
   if (!v) return 0;
+  int i = (int)(h % VCACHE);
   pthread_mutex_lock(&vcache_lock);
-  for (int i = 0; i < VCACHE && !hit; i++)
-    if (vcache[i].text && vcache[i].len == len && vcache[i].kind == kind && vcache[i].replicas == replicas &&
-        vcache[i].partitions == partitions && !memcmp(vcache[i].text, v, len)) {
-      hit = 1;
-      *size = vcache[i].size;
-    }
+  if (vcache[i].text && vcache[i].hash == h && vcache[i].len == len && vcache[i].kind == kind &&
+      vcache[i].replicas == replicas && vcache[i].partitions == partitions && !memcmp(vcache[i].text, v, len)) {
+    hit = 1;
+    *size = vcache[i].size;
+  }
   pthread_mutex_unlock(&vcache_lock);
   return hit;
 }
@@ -848,15 +860,17 @@ static int vcache_get(const tpu_instr *in, int64_t replicas, int64_t partitions,
 static void vcache_put(const tpu_instr *in, int64_t replicas, int64_t partitions, int64_t size) {
   size_t len;
   int kind;
-  const char *v = vcache_key(in, &len, &kind);
+  uint64_t h;
+  const char *v = vcache_key(in, replicas, partitions, &len, &kind, &h);
   char *t = v ? tpu_malloc(len + 1) : NULL;
   if (!t) return;
-  memcpy(t, v, len + 1);
+  memcpy(t, v, len);
+  t[len] = 0;
+  int i = (int)(h % VCACHE);
   pthread_mutex_lock(&vcache_lock);
-  int i = vcache_next;
-  vcache_next = (vcache_next + 1) % VCACHE;
   tpu_free(vcache[i].text);
   vcache[i].text = t;
+  vcache[i].hash = h;
   vcache[i].len = len;
   vcache[i].kind = kind;
   vcache[i].replicas = replicas;

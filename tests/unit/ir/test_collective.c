@@ -236,6 +236,22 @@ static void long_groups_read_once(void) {
   }
   CHECK_EQ_INT(tpu_collective_groups_checked() - checked, 4);
   tpu_module_free(m);
+  /* A short list is kept too (the planner's candidates repeat them by the thousand): the
+   * second check of {{0,2},{1,3}} on 4 partitions reads nothing; 2 partitions is checked. */
+  snprintf(src, sizeof src,
+           "HloModule m, num_partitions=4\nENTRY e {\n p = f32[4] parameter(0)\n"
+           " ROOT r = f32[4] all-reduce(p), channel_id=1, replica_groups={{0,2},{1,3}}, use_global_device_ids=true, "
+           "to_apply=add\n}\nadd {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n");
+  CHECK(tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK);
+  if (m) {
+    const tpu_instr *r = m->entry->root;
+    checked = tpu_collective_groups_checked();
+    for (int rep = 0; rep < 3; rep++) CHECK(tpu_collective_check_groups(r, 1, 4, &d) == TPU_OK);
+    CHECK_EQ_INT(tpu_collective_groups_checked() - checked, 1);
+    CHECK(tpu_collective_check_groups(r, 1, 2, &d) != TPU_OK);
+    CHECK_EQ_INT(tpu_collective_groups_checked() - checked, 2);
+    tpu_module_free(m);
+  }
   snprintf(src, sizeof src,
            "HloModule m, num_partitions=2\nENTRY e {\n p = f32[4] parameter(0)\n"
            " ROOT r = f32[4] collective-permute(p), channel_id=1, source_target_pairs={{0,1},{99999999999999999999,0}}\n}\n");
