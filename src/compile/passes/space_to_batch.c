@@ -231,6 +231,9 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, const 
   int pad_kernel = lo > 0 || win + lo < S2B_SPLITS * S;
   tpu_instr *body = pad_kernel ? pad : act;
   if (pad_kernel) TPU_TRY(tpu_build_set_attr(b, pad, "s2b_kernel", "pad"));
+  /* with a halo the compiler pads the input in its own layout and cuts the pieces from it by
+   * a copy and a slice; without, it copies the input row-major first (tile.c relayout_tiles) */
+  if (pad_kernel && halo > 0) TPU_TRY(tpu_build_set_attr(b, pad, "s2b_halo", "1"));
   if (body->shape.dims[wd] != S2B_SPLITS * S) TPU_TRY(slice_dim(&x, body, wd, 0, S2B_SPLITS * S, &body));
   TPU_TRY(split_dim(&x, body, wd, S2B_SPLITS, S, &pieces));
   if (halo > 0) { /* and the halo: the next piece's first `halo` positions */
