@@ -455,6 +455,7 @@ void tpu__mm_memo_free(tpu__be *be) {
  * columns) in both block orders whose double-buffered A, B, output and epilogue blocks fit
  * the VMEM budget (and the trial plan's VMEM, `trial`): into *best, and whether one fits;
  * *smallest keeps the one needing least VMEM seen so far. */
+#define NB_COLS 16
 static int search_blockings(const tpu__be *be, const tpu__kinfo *k, int64_t ea, int64_t eb, int64_t lhs,
                             int64_t rhs, int64_t epi, int a_hbm, int b_hbm, int64_t budget, int64_t trial,
                             int64_t es, blocking *best, blocking *smallest) {
@@ -462,11 +463,28 @@ static int search_blockings(const tpu__be *be, const tpu__kinfo *k, int64_t ea, 
   int have = 0;
   static const int64_t splits[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
   const int ns = (int)(sizeof splits / sizeof splits[0]);
+  /* N's splits: those above, then, when an operand is read from VMEM (kept there between
+   * kernels or prefetched across steps), every split whose blocks are 1 to NB_COLS whole
+   * MXU column tiles wide: the XLA TPU compiler sizes its windows in tiles and, with the
+   * lhs prefetched, streams the rhs in narrow whole-K blocks (v5e bf16 [12288,4096] x
+   * [4096,28672]: 768 x 4096 x 256, 112 x 16 blocks; 4096^3: 1368 x 4096 x 128); with both
+   * operands in HBM it keeps wide blocks and splits K instead ([12288,5120] x [5120,28672]:
+   * 1024 x 640 x 1024; libtpu compile-only, docs/timing-mxu.md) */
+  int64_t nsplit[sizeof splits / sizeof splits[0] + NB_COLS];
+  int nn = 0;
+  for (int i = 0; i < ns; i++) nsplit[nn++] = splits[i];
+  for (int64_t j = 1; j <= NB_COLS && (!a_hbm || !b_hbm); j++) {
+    int64_t nb = cdiv(k->n, j * C), dup = 0;
+    if (nb > 256) continue;
+    for (int i = 0; i < nn; i++) dup |= nsplit[i] == nb;
+    if (!dup) nsplit[nn++] = nb;
+  }
   for (int64_t kb = 1; kb <= 256 && (kb == 1 || cdiv(k->k, kb) >= R); kb *= 2)
     for (int im = 0; im < ns && (im == 0 || cdiv(k->m, splits[im]) >= S); im++)
-      for (int in_ = 0; in_ < ns && (in_ == 0 || cdiv(k->n, splits[in_]) >= C); in_++)
+      for (int in_ = 0; in_ < nn; in_++)
         for (int o = 0; o < 2; o++) {
-          const int64_t mb = splits[im], nb = splits[in_];
+          const int64_t mb = splits[im], nb = nsplit[in_];
+          if (in_ > 0 && cdiv(k->n, nb) < C) continue;
           if (o && kb > 1) continue; /* the order matters only with one K step */
           if (es > 1 && kb > 1) continue; /* epilogue pieces: with one K step only */
           /* same blocks as a smaller split: size_blocking would round it to that one */
