@@ -146,7 +146,16 @@ typedef struct {
   int lone_reduce; /* reads by unfused reduces */
   int window;      /* reads by pooling window kernels in the parameter's own layout (window_read) */
   int64_t mm_hi; /* the last position of a matmul kernel reading it as lhs or rhs; -1: none */
+  int64_t use_elems; /* elements its readers' results hold, once per operand it is (leaves of a tuple) */
 } param_use;
+
+/* Elements of a shape, summed over a tuple's leaves. */
+static int64_t leaf_elems(const tpu_shape *s) {
+  if (s->dtype != TPU_TUPLE) return tpu_shape_numel(s);
+  int64_t n = 0;
+  for (int i = 0; i < s->ntuple; i++) n += leaf_elems(&s->elems[i]);
+  return n;
+}
 
 static int same_layout(const tpu_shape *a, const tpu_shape *b) {
   return a->has_layout && b->has_layout && a->rank == b->rank &&
@@ -206,6 +215,7 @@ static void param_uses(const tpu__be *be, int ci, const tpu_instr *p, int64_t np
       if (u->op == TPU_OP_REDUCE) r->lone_reduce++;
       if (window_read(u, o, p)) r->window++;
       r->nuse++;
+      r->use_elems += leaf_elems(&u->shape);
       if (relayout && ku->kind == TPU__K_MATMUL && o == ku->mm_lhs && ku->mm && ku->mm->op == TPU_OP_CONVOLUTION &&
           ku->mm->has_conv_dims && p->shape.rank == ku->mm->operands[0]->shape.rank &&
           tpu__needs_relayout(be->chip, &p->shape, (int)ku->mm->conv.in_batch, (int)ku->mm->conv.in_feature))
@@ -252,7 +262,7 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
    * FIFO) marks the field absent */
   if (ci < 0 || !be->scheduled[ci] || ch->prov[TPU_CHIP_XPREFETCH_MAX_BYTES].status == TPU_PROV_ABSENT) return 0;
   int best = -1, in_vmem = 0;
-  int64_t best_size = 0, best_lo = 0, best_hi = 0;
+  int64_t best_size = 0, best_lo = 0, best_hi = 0, best_elems = 0;
   const tpu_instr *given = compiled_prefetch(e);
   if (given) { /* the compiler chose it: on chip for the whole step (in VMEM if it fits
                   * beside every kernel's tile buffers, else read as if from CMEM) */
@@ -274,7 +284,16 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
         pu.other || lo < 0)
       continue;
     int64_t size = (tpu__padded_bytes(be, &p->shape) + 511) / 512 * 512;
-    if (size <= best_size || (ch->xprefetch_max_bytes > 0 && size > ch->xprefetch_max_bytes)) continue;
+    if (size <= 0 || size < best_size || (ch->xprefetch_max_bytes > 0 && size > ch->xprefetch_max_bytes)) continue;
+    /* between buffers of one size, XLA's order for cross-program prefetch candidates
+     * (DefaultCrossProgramPrefetchBufferIntervalComparator, memory_space_assignment): more
+     * elements in its readers' results first, then the earlier last reader (the parameter
+     * order last). An LSTM or GRU step's two weights of one size: the compiler prefetches
+     * the one the first matmul reads and copies the other in beside it (libtpu, every
+     * generation: lstm_step_b32i256h256 W, parameter(1), over U, parameter(0)). */
+    if (best >= 0 && size == best_size &&
+        (pu.use_elems < best_elems || (pu.use_elems == best_elems && hi >= best_hi)))
+      continue;
     /* beside the kernels' whole scoped VMEM (scoped_vmem_bytes), not only the tiles they
      * take: the compiler's largest VMEM prefetches are 112 MiB on v5e (128 - 16), 86 MiB on
      * v6e (128 - 32; not 112 MiB), 32 MiB on v5p (64 - 16; not its 50 MiB decode weight, nor
@@ -286,6 +305,7 @@ static int cross_program_prefetch(tpu__be *be, const int64_t *ws, int64_t np, pl
     best = pi;
     in_vmem = fits_vmem;
     best_size = size;
+    best_elems = pu.use_elems;
     best_lo = lo;
     best_hi = hi;
   }

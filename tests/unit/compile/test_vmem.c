@@ -847,9 +847,51 @@ static void pool_window_kernel(void) {
   CHECK(fabs((t - t0) / c.window_start_cycles - 0.894) < 0.05);
 }
 
+/* Cross-program prefetch between weights of one size (vmem_assign.c, XLA's
+ * DefaultCrossProgramPrefetchBufferIntervalComparator): the one whose readers' results hold
+ * more elements, then the one whose last reader runs first, whatever the parameter order.
+ * libtpu (v4, v5e, v5p, v6e) prefetches w, parameter(1), of an LSTM-like step whose first
+ * matmul reads w and second u (both results [48,1536]), and a, parameter(1), where b's
+ * reader reduces its product to a scalar before a's reader writes [96,640]; tpusim took
+ * parameter(0) in both before (u, b). */
+static void cross_program_prefetch_ties(void) {
+  const char *srcs[2] = {
+      "HloModule m\nENTRY e {\n u = bf16[512,1536] parameter(0)\n w = bf16[512,1536] parameter(1)\n"
+      " h = bf16[48,512] parameter(2)\n x = bf16[48,512] parameter(3)\n"
+      " dx = bf16[48,1536] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " s = bf16[48,512] slice(dx), slice={[0:48],[0:512]}\n g = bf16[48,512] tanh(s)\n"
+      " hg = bf16[48,512] multiply(h, g)\n"
+      " dh = bf16[48,1536] dot(hg, u), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " ROOT o = bf16[48,1536] add(dx, dh)\n}\n",
+      "HloModule m\nadd { p = f32[] parameter(0)\n q = f32[] parameter(1)\n ROOT s = f32[] add(p, q) }\n"
+      "ENTRY e {\n b = bf16[256,640] parameter(0)\n a = bf16[256,640] parameter(1)\n"
+      " x = bf16[8,256] parameter(2)\n y = bf16[96,256] parameter(3)\n z = f32[] constant(0)\n"
+      " d1 = f32[8,640] dot(x, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " r = f32[] reduce(d1, z), dimensions={0,1}, to_apply=add\n rc = bf16[] convert(r)\n"
+      " rb = bf16[96,256] broadcast(rc), dimensions={}\n yb = bf16[96,256] multiply(y, rb)\n"
+      " ROOT d2 = bf16[96,640] dot(yb, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n"};
+  const char *want[2] = {"w", "a"};
+  const char *chips[2] = {"v5e", "v6e"};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) {
+      tpu_chip c;
+      tpu_module *m = NULL;
+      tpu_program *p = compile_for(chips[j], srcs[i], &c, &m);
+      CHECK(p != NULL);
+      if (p) {
+        const char *who = p->xprefetch_bytes ? p->hbm[p->xprefetch_hbm].name : "-";
+        printf("tie %d on %s: prefetched %s\n", i, chips[j], who);
+        CHECK_EQ_STR(who, want[i]);
+        tpu_program_free(p);
+      }
+      tpu_module_free(m);
+    }
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   cross_program_prefetch();
+  cross_program_prefetch_ties();
   step_prefetch();
   copy_beside_reader();
   scoped_vmem();
