@@ -597,12 +597,9 @@ static int prefix_slice(const tpu_instr *p) {
  * f32[128,256] chains broadcast to [8,128,256] and u32[128] chains broadcast to [128,2]. JAX's
  * random bits (iota_2x32_shape's per-row counters, dropout_*, random_*) are such chains.
  * (Scalar chains are left to join: the compiler runs them on the scalar unit, no kernel.)
- * Applied to chains computed from parameters, constants and iotas only: a chain on a
- * reduction's result (a batch norm's mean, sum x 1/n) is a kernel of its own in the compiler
- * too (probed: reduce + 1 broadcast into an add), but its reductions there are fused into the
- * convolution before them (mbv2_fwd_*'s convert_reduce_fusion), which tpusim does not do yet:
- * separating the chain alone adds a kernel beside reductions charged apart (families test
- * v6e median 12.7 -> 14.1 %). docs/compiler.md "Known gaps".
+ * Applied to chains computed from parameters, constants and iotas only: a vector computed
+ * from a reduction's result (a batch norm's mean, sum x 1/n) is a kernel of its own even as
+ * one op (broadcast_source).
  * A static slice the consumer broadcasts is a kernel of its own too (probed: row 2 of
  * f32[8,256] broadcast over 128 rows, column 1 of f32[128,4] over 197 columns: `s.1`,
  * slice_bitcast_fusion), unless it is its operand's leading elements, a bitcast (element 0 of
@@ -633,6 +630,34 @@ static int chained(const tpu_instr *p) {
   return 0;
 }
 
+/* Is p a vector (rank 1) of work computed from a kernel's result (an elementwise op or
+ * convert of a reduction's or matmul's result: a batch norm's mean, sum x 1/n) that a member
+ * of group g reads through a broadcast to more elements? The XLA TPU compiler keeps such a
+ * vector out of the consumer: in its programs a broadcast inside a fusion reads a parameter or
+ * a constant, never an op of the fusion (every non-scalar broadcast of
+ * bench/fidelity/families/compiled on v5e, 1,947, reads a parameter), so a batch norm's mean
+ * is a kernel of its own (resnext_fwd_b8_28x28x512_g32: broadcast_multiply_fusion, 1,826
+ * cycles on v5e, read by the variance's kernel and the normalization's; libtpu probe outside
+ * the corpus, v5e: the sum of bf16[8,16,16,128] over batch and space, x 1/n, subtracted from
+ * x: convert_reduce_fusion, broadcast_multiply_fusion 1,825, the subtraction's kernel). Now
+ * that the sums are fused into the convolutions before them (fuse_merge.c
+ * conv_column_sums), this no longer adds a kernel beside reductions charged apart (see
+ * chained). Vectors computed from parameters alone (the converts of a batch norm's scale and
+ * offset, 1,825 cycles each as kernels of their own in the compiler's programs and in libtpu
+ * probes) still join: separating them moves m_unet's group norms out of their convolutions'
+ * kernels (tune v6e 15 -> 74 %), and tpusim's dot rewrite widens a vector before it
+ * broadcasts it where the compiler widens after (docs/compiler.md, Known gaps). */
+static int broadcast_source(const fuser *f, int g, const tpu_instr *p) {
+  if (p->shape.rank != 1 || tpu_shape_numel(&p->shape) <= 1 || !(elementwise_op(p) || p->op == TPU_OP_COMPARE)) return 0;
+  int budget = 256;
+  if (from_inputs(p, &budget)) return 0;
+  for (int k = 0; k < f->uses.nusers[p->id]; k++) {
+    const tpu_instr *u = f->uses.users[p->id][k];
+    if (f->mark[u->id] == g && reuses_operand(u, p)) return 1;
+  }
+  return 0;
+}
+
 /* Grows group g towards its operands, consumers first as XLA's instruction fusion visits
  * them: of the producers its members read, the latest in the computation is decided next,
  * so a producer several members read is decided once all of them have joined (a bias add
@@ -651,7 +676,7 @@ static tpu_status grow(fuser *f, int g) {
     /* XLA's instruction fusion: an expensive producer stays out of a consumer that reuses
      * its elements (a small product a consumer broadcasts is its own kernel's result) */
     if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side) ||
-        (reused_in_group(f, g, p) && (expensive(p) || slice_producer(p) || chained(p)))) {
+        (reused_in_group(f, g, p) && (expensive(p) || slice_producer(p) || chained(p))) || broadcast_source(f, g, p)) {
       f->need[p->id] = 1;
       continue;
     }

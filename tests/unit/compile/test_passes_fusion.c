@@ -174,7 +174,7 @@ static int kernels_with(const char *src, tpu_opcode op, int per[8]) {
  * dot's kernel with its epilogue (the compiler's kOutput fusion of f32[8,96]), then a scaling
  * kernel that only broadcasts (families mbconv_fwd_*); a norm's rsqrt of the row sums is a
  * kernel of its own, not computed in the kernel that scales every element by it (the
- * compiler's add_rsqrt_fusion). A cheap producer still joins through a broadcast. */
+ * compiler's add_rsqrt_fusion). */
 static void test_expensive_reuse(void) {
   const char *se =
       "HloModule m\nENTRY e {\n x = bf16[8,56,56,96] parameter(0)\n g = f32[8,4] parameter(1)\n"
@@ -204,10 +204,13 @@ static void test_expensive_reuse(void) {
   CHECK_EQ_INT(k, 3); /* sum of squares, rsqrt, scaling */
   CHECK_EQ_INT(rs[2], 0); /* not in the scaling kernel (the root, last) */
   CHECK_EQ_INT(rs[0] + rs[1], 1);
-  snprintf(src, sizeof src, norm, "negate"); /* cheap: computed in the scaling kernel */
+  /* cheap, but a vector computed from the sums the scaling broadcasts: a kernel of its own
+   * too (fuse.c broadcast_source; the compiler's broadcasts in a fusion read parameters) */
+  snprintf(src, sizeof src, norm, "negate");
   k = kernels_with(src, TPU_OP_NEGATE, rs);
   printf("norm negate: %d kernels\n", k);
-  CHECK_EQ_INT(k, 2);
+  CHECK_EQ_INT(k, 3);
+  CHECK_EQ_INT(rs[2], 0);
 }
 
 /* A dynamic-slice reads only its window: a pad it slices is computed in the slice's kernel
@@ -497,8 +500,9 @@ static void test_sibling_fusion(void) {
  * for a computation over tpu__fuse_reach_bitset_max instructions; both must give the same
  * kernels. Each block reads x: its column sum c, a row sum of x*x (w) and a row sum of
  * x * c (v, which depends on c); w and v merge, c stays apart (it would make a cycle); the
- * next block's x adds v + w back: 7 kernels for 3 blocks, 25 for 12 (with every question
- * answered "no", the 3 blocks' reductions merge: 3 kernels). */
+ * next block's x adds v + w back, a kernel of its own (fuse.c broadcast_source): 10 kernels
+ * for 3 blocks, 37 for 12 (with every question answered "no", the 3 blocks' reductions
+ * merge). */
 static int reach_blocks(char *src, size_t cap, int n) {
   int len = snprintf(src, cap,
                      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
@@ -516,7 +520,7 @@ static int reach_blocks(char *src, size_t cap, int n) {
 
 static void test_sibling_reach(void) {
   static char src[16384];
-  int blocks[] = {3, 12}, want[] = {7, 25};
+  int blocks[] = {3, 12}, want[] = {10, 37};
   for (int bi = 0; bi < 2; bi++) {
     CHECK(reach_blocks(src, sizeof src, blocks[bi]) < (int)sizeof src);
     kernel_census bits = census(src);
@@ -902,6 +906,26 @@ static void test_conv_column_sums(void) {
   CHECK_EQ_INT(other_reduces, 1);
 }
 
+/* A batch norm's mean (the sum x 1/n) broadcast into the subtraction is a kernel of its own:
+ * the XLA TPU compiler's broadcasts inside a fusion read parameters (libtpu, v5e: the sum of
+ * bf16[8,16,16,128] over batch and space, convert_reduce_fusion; x 1/n,
+ * broadcast_multiply_fusion; the subtraction's kernel reading it: fuse.c broadcast_source). */
+static void test_mean_kernel(void) {
+  const char *src =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[8,16,16,128] parameter(0)\n xf = f32[8,16,16,128] convert(x)\n z = f32[] constant(0)\n"
+      " s = f32[128] reduce(xf, z), dimensions={0,1,2}, to_apply=add\n"
+      " c = f32[] constant(0.00048828125)\n cb = f32[128] broadcast(c), dimensions={}\n m = f32[128] multiply(s, cb)\n"
+      " mb = f32[8,16,16,128] broadcast(m), dimensions={3}\n y = f32[8,16,16,128] subtract(xf, mb)\n"
+      " ROOT o = bf16[8,16,16,128] convert(y)\n}\n";
+  kernel_census kc = census(src);
+  int mean_k = 0;
+  for (int k = 0; k < kc.kernels && k < 8; k++) mean_k += kc.multiplies[k] == 1 && kc.reduces[k] == 0;
+  printf("sum, mean, subtraction: %d kernels, %d the mean's alone\n", kc.kernels, mean_k);
+  CHECK_EQ_INT(kc.kernels, 3);
+  CHECK_EQ_INT(mean_k, 1);
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -918,5 +942,6 @@ int main(void) {
   test_sort_layout();
   test_partial_reduce_iota();
   test_conv_column_sums();
+  test_mean_kernel();
   CHECK_DONE();
 }
