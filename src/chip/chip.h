@@ -76,6 +76,7 @@ typedef enum {
   X(MXU_BATCH_SPREAD, mxu_batch_spread, 'i', 0, "", "1: a batched matmul may give each MXU whole products (absent: its MXUs split every product)") \
   X(MXU_FILL_HIDDEN, mxu_fill_hidden, 'i', 0, "", "1: in a matmul kernel that moves nothing to or from HBM, each instruction's systolic fill and drain (mxu_rows + mxu_cols - 2 cycles) overlap the next one's work (absent: exposed)") \
   X(CONV_GROUP_STEP_CYCLES, conv_group_step_cycles, 'f', 0, "cycles", "time of one step of a convolution kernel with the batch in the sublanes: one output position's batch (8 sublanes) for one group, whatever the features and window (absent: its MXU work alone)") \
+  X(CONCAT_SHIFT_CYCLES, concat_shift_cycles, 'f', 0, "cycles", "a concatenate along a dimension other than the lanes (the compiler's pad-and-combine fusion): cost per vector register of its result that lies before an operand along that dimension, summed over its operands, beyond its transfers (absent: none)") \
   X(WINDOW_START_CYCLES, window_start_cycles, 'f', 0, "cycles", "start of a pooling window kernel (a reduce-window sliding along major dimensions only) beyond kernel_overhead_s, serial with its transfers (absent: none)") \
   X(CONV_SCATTER_CYCLES, conv_scatter_cycles, 'f', 0, "cycles", "an input-dilated (transposed) convolution with the batch in the sublanes: time per input position's batch, filter tap, 128 input and 128 output features (absent: its MXU work alone)") \
   X(CONV_SCATTER_TAP_CYCLES, conv_scatter_tap_cycles, 'f', 0, "cycles", "the same convolution: least time per input position's batch and filter tap, whatever the features") \
@@ -173,6 +174,7 @@ typedef struct tpu_chip {
   int64_t wide_int_source_kernels; /* 0 when absent: one kernel (vmem_source.c) */
   int64_t sort_network;            /* 0 when absent: the earlier count (sort_cost.c) */
   double sort_lane_stage_cycles;   /* 0: absent (sort_cost.c) */
+  double concat_shift_cycles;      /* 0 when absent: a concatenate costs its transfers (layout.c) */
   double window_start_cycles;      /* 0 when absent: a pooling window kernel starts as others do (layout.c) */
   double conv_group_step_cycles;   /* 0 when absent: a grouped convolution's steps cost only their MXU work (timing.c) */
   int64_t scoped_vmem_bytes;   /* 0: 3/4 of vmem_bytes (schedule.c tpu__vmem_budget) */

@@ -157,6 +157,12 @@ const tpu_shape *tpu__held_shape(const tpu_instr *v, const tpu_shape *s);
 int64_t tpu__value_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape *s);
 int64_t tpu__plain_bytes(const tpu_shape *s);
 int64_t tpu__vregs(const tpu__be *be, const tpu_shape *s);
+/* The bytes value v's shape s takes as laid out and the dimension in its lanes (layout.c;
+ * v NULL: s's own layout). */
+int64_t tpu__value_tiling(const tpu__be *be, const tpu_instr *v, const tpu_shape *s, int *lane);
+/* The registers of kernel in's result before its operands along a concatenated dimension
+ * other than the lanes (concat_shift.c: its concatenates, or a pad-and-combine fusion's pads). */
+double tpu__kernel_shift_regs(const tpu__be *be, const tpu_instr *in);
 /* The least l with 2^l >= n (0 for n <= 1): the steps of a halving tree (tile.c). */
 int64_t tpu__ilog2_ceil(int64_t n);
 /* Whether scatter sc runs staged: its whole operand in VMEM, read and written back once,

@@ -847,9 +847,20 @@ static int s2b_kernel(const tpu_instr *in) {
   return 0;
 }
 
+/* The bytes value v's shape s takes as laid out (v NULL: s's own layout, or row-major) and
+ * the dimension in its lanes: the least padded tiling where the compiler chooses v's layout
+ * (free_layout), else s's. */
+int64_t tpu__value_tiling(const tpu__be *be, const tpu_instr *v, const tpu_shape *s, int *lane) {
+  int second = s->rank - 2;
+  *lane = s->has_layout ? s->minor_to_major[0] : s->rank - 1;
+  if (v && free_layout(be, v, s)) return tpu__least_tiling(be->chip, s, &second, lane);
+  return tpu__padded_bytes(be, s);
+}
+
 static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
   const tpu_chip *ch = be->chip;
-  if (ch->stream_pass_bytes <= 0 && ch->lone_op_bytes <= 0 && ch->transpose_bytes <= 0 && ch->row_broadcast_cycles <= 0)
+  if (ch->stream_pass_bytes <= 0 && ch->lone_op_bytes <= 0 && ch->transpose_bytes <= 0 && ch->row_broadcast_cycles <= 0 &&
+      ch->concat_shift_cycles <= 0)
     return 0;
   int reduces = 0, narrow = 0;
   int64_t n = 0, moved = 0, rows = 0;
@@ -893,6 +904,9 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
   }
   if (lone && k->padded_bytes >= (double)ch->lone_op_min_bytes) x += ch->lone_op_bytes * (double)n;
   x += ch->transpose_bytes * (double)moved;
+  if (ch->concat_shift_cycles > 0) {
+    x += ch->concat_shift_cycles * tpu__kernel_shift_regs(be, in) * tpu_chip_hbm_stream_bw(ch) / ch->clock_hz;
+  }
   if (ch->row_broadcast_cycles > 0 && rows > 0)
     x += ch->row_broadcast_cycles * (double)rows / (double)(ch->tensorcores > 0 ? ch->tensorcores : 1) *
          tpu_chip_hbm_stream_bw(ch) / ch->clock_hz;
