@@ -8,7 +8,8 @@ dimension (linear in the operands' offsets, not their sizes: two parts of 8 ... 
 bf16 [16,384,256] cost v5e 30,892 ... 35,146 cycles; 128-128-128 and 32-320-32 alike).
 Cases: f32 and bf16 [B,R,C] from 2-4 equal parts along axis 1 (B,R,C in [16,384,256],
 [64,384,256], [16,384,1024], [4,96,128]), unequal parts of [16,384,256] (s2_*, s3_*), two
-halves along axis 0 (m2_*). With --measure (needs libtpu: /work/shared/tools/tpu_compile.py)
+halves along axis 0 (m2_*); and five to eight parts (k*_), which the compiler writes in place
+(dynamic-update-slice kernels and ConcatBitcast copies, no pads) and tpusim charges no shift. With --measure (needs libtpu: /work/shared/tools/tpu_compile.py)
 each case is compiled per generation and data/concat_shift.json rewritten; without, the
 committed figures are read. Prints per generation the median over the cases of (compiler -
 tpusim without the shift) / shift registers (the fit) and tpusim's median |error| with the
@@ -33,6 +34,11 @@ def cases():
                       (64, 64, 256), (32, 320, 32), (256, 64, 64), (128, 128, 128)):
             out[f"s{len(parts)}_{dt}_" + "-".join(map(str, parts))] = (dt, [[16, p, 256] for p in parts], 1)
         out[f"m2_{dt}_16x384x256"] = (dt, [[8, 384, 256]] * 2, 0)
+    # five parts or more: the compiler's dynamic-update-slice chain, no shift (tpusim: none)
+    for name, dt, n, (b, r, c) in (("k5_f32_16x160x256", "f32", 5, (16, 160, 256)), ("k6_f32_16x384x256", "f32", 6, (16, 384, 256)),
+                                   ("k5_bf16_16x320x256", "bf16", 5, (16, 320, 256)), ("k5_f32_4x40x128", "f32", 5, (4, 40, 128)),
+                                   ("k8_f32_16x64x256", "f32", 8, (16, 64, 256))):
+        out[name] = (dt, [[b, r // n, c]] * n, 1)
     return out
 
 
@@ -48,6 +54,8 @@ def hlo(dt, shapes, axis):
 def shift_regs(dt, shapes, axis):
     """Registers before each operand: the result's (8 or 16 rows x 128 lanes) times each
     operand's offset over the concatenated dimension, summed."""
+    if len(shapes) > 4:
+        return 0
     out = list(shapes[0])
     out[axis] = sum(s[axis] for s in shapes)
     rows = 8 if dt == "f32" else 16
