@@ -287,6 +287,7 @@ typedef struct {
   int64_t size;
   struct timespec mtime;
 } dir_entry;
+_Static_assert(32 + sizeof SUFFIX <= sizeof ((dir_entry *)0)->name, "a cache entry's name fits dir_entry.name");
 
 static int older_first(const void *a, const void *b) {
   const dir_entry *x = a, *y = b;
@@ -325,7 +326,8 @@ static void trim(const tpu_dcache *c) {
       v = nv;
       cap = nc;
     }
-    snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+    /* an entry's name is 32 hex digits and the suffix, which fits (checked below) */
+    memcpy(v[n].name, e->d_name, len + 1);
     v[n].size = (int64_t)st.st_size;
     v[n].mtime = st.st_mtim;
     total += v[n].size;
