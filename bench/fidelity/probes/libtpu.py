@@ -16,3 +16,13 @@ def compile_hlo(text, topo, d):
         if p.stdout.strip():
             return json.loads(p.stdout.strip().splitlines()[-1]), open(out).read()
     return None, None
+
+
+def tpusim_cycles(tpusim, text, chip, d):
+    """tpusim's step cycles for `text` on `chip` (`tpusim run --mode timing`), or None when the
+    run fails."""
+    src, rep = os.path.join(d, "t.hlo"), os.path.join(d, "r.json")
+    open(src, "w").write(text)
+    p = subprocess.run([tpusim, "run", src, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
+                       capture_output=True, text=True)
+    return json.load(open(rep))["step"]["cycles"] if p.returncode == 0 else None

@@ -15,9 +15,9 @@ another dimension in the sublanes, e.g. [33,8,38,245] with the 8 there: 0.95 of 
 whose result stays f32 is a fusion of its own (no unfused-op cost), one narrowed back to bf16
 the unfused reduce (lone_op_bytes). tpusim median |err| on those draws, before -> after the
 rule: v4 8.5 -> 4.2 %, v5e 14.5 -> 8.6 %, v6e 16.4 -> 24.9 % (v6e's f32 sums over)."""
-import json, os, random, re, subprocess, sys, tempfile
+import json, random, sys, tempfile
 
-from libtpu import compile_hlo
+from libtpu import compile_hlo, tpusim_cycles
 
 
 def sum_hlo(shape, dt, dims, narrow):
@@ -34,14 +34,6 @@ def sum_hlo(shape, dt, dims, narrow):
 def compiler_cycles(text, topo, d):
     summary, _ = compile_hlo(text, topo, d)
     return summary["entry_estimated_cycles"] if summary else None
-
-
-def tpusim_cycles(tpusim, text, chip, d):
-    src, rep = os.path.join(d, "t.hlo"), os.path.join(d, "r.json")
-    open(src, "w").write(text)
-    p = subprocess.run([tpusim, "run", src, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
-                       capture_output=True, text=True)
-    return json.load(open(rep))["step"]["cycles"] if p.returncode == 0 else None
 
 
 def main():

@@ -16,9 +16,9 @@ v4 23.9 -> 13.9 %, v5e 14.3 -> 4.1 %, v5p 14.5 -> 7.2 %, v6e 12.7 -> 6.7 % (f32 
 9.4, 1.5, 9.1, 2.8 %). Left: bf16[16,33,33,31] (0,2,1,3) + 1, which moves the lanes, is the
 compiler's copy into VMEM (29,538 cycles on v5e) and an add kernel (38,734); tpusim's one
 fused kernel is 0.4-0.6 of it."""
-import json, os, random, subprocess, sys, tempfile
+import json, random, sys, tempfile
 
-from libtpu import compile_hlo
+from libtpu import compile_hlo, tpusim_cycles
 
 
 def transpose_hlo(shape, dt, perm, fused):
@@ -33,14 +33,6 @@ def transpose_hlo(shape, dt, perm, fused):
     else:
         body += f"  ROOT t = {dt}[{out}] transpose(a), dimensions={{{dims}}}\n"
     return f"HloModule probe\n\nENTRY main {{\n{body}}}\n"
-
-
-def tpusim_cycles(tpusim, text, chip, d):
-    src, rep = os.path.join(d, "t.hlo"), os.path.join(d, "r.json")
-    open(src, "w").write(text)
-    p = subprocess.run([tpusim, "run", src, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
-                       capture_output=True, text=True)
-    return json.load(open(rep))["step"]["cycles"] if p.returncode == 0 else None
 
 
 def main():

@@ -254,6 +254,16 @@ static void k_split_accumulator(void) {
   tpu_module_free(m);
 }
 
+/* Times p on c and checks its step is within 5 % of the compiler's estimate for it. */
+static void check_near_compiler(tpu_program *p, const tpu_chip *c, double compiler, const char *what) {
+  tpu_timeline tl;
+  if (!time_program(p, c, &tl)) return;
+  double r = (double)tl.total_cycles / compiler;
+  printf("%s: %lld cycles, %.3f x the compiler's\n", what, (long long)tl.total_cycles, r);
+  CHECK(r > 0.95 && r < 1.05);
+  tpu_timeline_free(&tl);
+}
+
 /* Blocks of whole MXU column tiles: the XLA TPU compiler sizes a matmul's windows in tiles
  * (libtpu compile-only, v5e bf16 [12288,4096] x [4096,28672], its lhs prefetched into VMEM:
  * kernel window 4096 x 256, output window 768 x 256, iteration bounds 112 x 16 x 1, one K
@@ -279,14 +289,7 @@ static void column_tile_blocks(void) {
       }
     CHECK(mm > 0);
     CHECK(!ksplit);
-    tpu_timeline tl;
-    if (time_program(p, &c, &tl)) {
-      double r = (double)tl.total_cycles / 22489110.0;
-      printf("bf16 [12288,4096] x [4096,28672] on v5e: %lld cycles, %.3f x the compiler's\n",
-             (long long)tl.total_cycles, r);
-      CHECK(r > 0.95 && r < 1.05);
-      tpu_timeline_free(&tl);
-    }
+    check_near_compiler(p, &c, 22489110.0, "bf16 [12288,4096] x [4096,28672] on v5e");
     tpu_program_free(p);
   }
   tpu_module_free(m);
@@ -310,14 +313,7 @@ static void wide_blocks_from_hbm(void) {
     CHECK_EQ_INT(p->xprefetch_bytes, 0);
     for (int i = 0; i < p->ninsns; i++)
       if (p->insns[i].opc == TPU_ISA_MATMUL) CHECK(p->insns[i].n > 256);
-    tpu_timeline tl;
-    if (time_program(p, &c, &tl)) {
-      double r = (double)tl.total_cycles / 32602352.0;
-      printf("bf16 [12288,5120] x [5120,28672] on v5e: %lld cycles, %.3f x the compiler's\n",
-             (long long)tl.total_cycles, r);
-      CHECK(r > 0.95 && r < 1.05);
-      tpu_timeline_free(&tl);
-    }
+    check_near_compiler(p, &c, 32602352.0, "bf16 [12288,5120] x [5120,28672] on v5e");
     tpu_program_free(p);
   }
   tpu_module_free(m);

@@ -392,6 +392,20 @@ static tpu_status flat_link(void *user, const tpu_instr *in, tpu_coll_cost *c, t
   return TPU_OK;
 }
 
+/* Compiles m for chip as one chip of a pod (its collectives cost link time, flat_link): the
+ * HLO passes and the back end when `passes`, else the back end alone. */
+static tpu_program *compile_pod_chip(tpu_module *m, const tpu_chip *chip, int passes) {
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = chip;
+  o.precision_override = -1;
+  o.coll_cost = flat_link;
+  tpu_program *p = NULL;
+  tpu_diag d;
+  CHECK(m && (passes ? tpu_compile(m, &o, &p, &d) : tpu_compile_backend(m, &o, &p, &d)) == TPU_OK);
+  return p;
+}
+
 static void collective_values_in_vmem(void) {
   const char *src =
       "HloModule coll, num_partitions=4\n"
@@ -413,14 +427,7 @@ static void collective_values_in_vmem(void) {
       "}\n";
   tpu_module *m = parse(src);
   CHECK(m != NULL);
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = &g_chip;
-  o.precision_override = -1;
-  o.coll_cost = flat_link; /* a chip of a pod: the collectives cost link time */
-  tpu_program *p = NULL;
-  tpu_diag d;
-  CHECK(m && tpu_compile_backend(m, &o, &p, &d) == TPU_OK);
+  tpu_program *p = compile_pod_chip(m, &g_chip, 0);
   if (p) {
     CHECK_EQ_INT(p->hbm_arg, 8 * MiB + 2 * 2 * MiB);
     CHECK_EQ_INT(p->hbm_out, 8 * MiB);
@@ -450,14 +457,7 @@ static void dying_collective_result_shares_output(void) {
       "}\n";
   tpu_module *m = parse(src);
   CHECK(m != NULL);
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = &g_chip;
-  o.precision_override = -1;
-  o.coll_cost = flat_link;
-  tpu_program *p = NULL;
-  tpu_diag d;
-  CHECK(m && tpu_compile_backend(m, &o, &p, &d) == TPU_OK);
+  tpu_program *p = compile_pod_chip(m, &g_chip, 0);
   if (p) {
     CHECK_EQ_INT(p->hbm_out, 256 * MiB);
     CHECK_EQ_INT(p->hbm_temp, 0);
@@ -498,14 +498,7 @@ static void output_allocations_smallest_first(void) {
       "}\n";
   tpu_module *m = parse(src); /* the whole pipeline (fusion as the compiler's) */
   CHECK(m != NULL);
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = &g_chip;
-  o.precision_override = -1;
-  o.coll_cost = flat_link;
-  tpu_program *p = NULL;
-  tpu_diag d;
-  CHECK(m && tpu_compile(m, &o, &p, &d) == TPU_OK);
+  tpu_program *p = compile_pod_chip(m, &g_chip, 1);
   if (p) {
     CHECK_EQ_INT(p->hbm_out, 768 * MiB);
     CHECK_EQ_INT(p->hbm_temp, 0);
@@ -651,14 +644,7 @@ static void reduce_scatter_padding_not_held(int other_reader) {
                         : "ROOT t = (f32[2064,8192]) tuple(r)");
   tpu_module *m = parse(src);
   CHECK(m != NULL);
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = &g_chip;
-  o.precision_override = -1;
-  o.coll_cost = flat_link; /* a chip of a pod */
-  tpu_program *p = NULL;
-  tpu_diag d;
-  CHECK(m && tpu_compile_backend(m, &o, &p, &d) == TPU_OK);
+  tpu_program *p = compile_pod_chip(m, &g_chip, 0);
   if (p) {
     printf("padded gradient for a reduce-scatter%s: temp %lld bytes\n", other_reader ? " (and a slice)" : "",
            (long long)p->hbm_temp);
@@ -718,13 +704,7 @@ static void collective_feed_before_loop(const char *chip_name) {
   tpu_diag d;
   CHECK(tpu_chip_load(chip_name, &chip, &d) == TPU_OK);
   int megacore = chip.tensorcores > 1;
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = &chip;
-  o.precision_override = -1;
-  o.coll_cost = flat_link; /* a chip of a pod */
-  tpu_program *p = NULL;
-  CHECK(m && tpu_compile(m, &o, &p, &d) == TPU_OK); /* memory-schedule runs among the HLO passes */
+  tpu_program *p = compile_pod_chip(m, &chip, 1);
   int at_dw = -1, at_w = -1; /* the entry's order as memory-schedule left it */
   const tpu_comp *c = m ? m->entry : NULL;
   for (int i = 0; c && i < c->norder; i++) {

@@ -35,15 +35,7 @@ static int has_op(const tpu_instr *f, tpu_opcode op) {
 /* The convolution's kernel takes the mean's sum (a multi-output kernel whose convolution
  * leaf is still the split [14,14,8,8,8]); the variance's kernel reads that leaf and its
  * values keep the convolution's layout. */
-static void test_group_stats_kernels(void) {
-  tpu_chip c;
-  tpu_module *m = NULL;
-  tpu_program *p = compile_for_with("v5e", k_src, 1, &c, &m);
-  if (!p || !m) {
-    tpu_program_free(p);
-    tpu_module_free(m);
-    return;
-  }
+static void test_group_stats_kernels(const tpu_module *m) {
   const tpu_instr *conv = NULL, *var = NULL;
   for (int j = 0; j < m->entry->ninstrs; j++) {
     const tpu_instr *in = m->entry->instrs[j];
@@ -69,21 +61,12 @@ static void test_group_stats_kernels(void) {
     /* [B, H, W, G, Cog]: Cog in the lanes, the batch in the sublanes */
     if (qs && qs->has_layout) CHECK(qs->minor_to_major[0] == 4 && qs->minor_to_major[1] == 0);
   }
-  tpu_program_free(p);
-  tpu_module_free(m);
 }
 
 /* The variance kernel's stream pass counts the padded tiles of its split registers: 8 of
  * 128 lanes, 16 times its 100,352 elements. */
-static void test_group_stats_tiles(void) {
-  tpu_chip c;
-  tpu_module *m = NULL;
-  tpu_program *p = compile_for_with("v5e", k_src, 1, &c, &m);
-  if (!p || !m) {
-    tpu_program_free(p);
-    tpu_module_free(m);
-    return;
-  }
+static void test_group_stats_tiles(const tpu_program *p, const tpu_chip *cp) {
+  const tpu_chip c = *cp;
   const double elems = 8.0 * 14 * 14 * 64, tiled = 8.0 * 14 * 14 * 8 * 128;
   double x = -1, flops = 0, padded = 0;
   for (int i = 0; i < p->nops; i++)
@@ -99,12 +82,17 @@ static void test_group_stats_tiles(void) {
   CHECK_NEAR(x, c.stream_pass_bytes * tiled, 1);
   /* its registers as the lanes hold them: 16 times the work (the least padded layout, 4) */
   CHECK(flops > 0 && padded >= 15 * flops);
-  tpu_program_free(p);
-  tpu_module_free(m);
 }
 
 int main(void) {
-  test_group_stats_kernels();
-  test_group_stats_tiles();
+  tpu_chip c;
+  tpu_module *m = NULL;
+  tpu_program *p = compile_for_with("v5e", k_src, 1, &c, &m);
+  if (p && m) {
+    test_group_stats_kernels(m);
+    test_group_stats_tiles(p, &c);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
   CHECK_DONE();
 }

@@ -270,29 +270,39 @@ static void test_refusals(void) {
   tpu_tensor_free(&x);
 }
 
-/* The TPU back end times the matmul fixture's grid as Pallas pipelines it: grid (2,1,2) with
- * blocks x 32x128, y 128x128, o 32x128 (bf16). Its transfers, closed form: x and y fetched at
- * each of the 4 steps (their block changes every step), o written back twice (each i); the
- * kernel's flops 2*64*256*128; the program repeats the (i) pattern as a loop; the step time
- * is at least each unit's busy time and the roofline's. */
-static void test_timing(const tpu_chip *chip) {
+/* Parses the matmul fixture (grid (2,1,2), blocks x 32x128, y 128x128, o 32x128, bf16) and
+ * compiles it for chip; a failure to compile is printed and checked. */
+static tpu_status compile_matmul_fixture(const tpu_chip *chip, tpu_module **m, tpu_program **prog) {
   char p[1400];
   tpu_diag d;
-  tpu_module *m = NULL;
+  *m = NULL;
+  *prog = NULL;
   path(p, sizeof p, "matmul_bf16_64x256x128_b32x128x128", "prog.hlo");
-  CHECK_EQ_INT(tpu_hlo_parse_file(p, &m, &d), TPU_OK);
+  CHECK_EQ_INT(tpu_hlo_parse_file(p, m, &d), TPU_OK);
   tpu_compile_opts o;
   memset(&o, 0, sizeof o);
   o.chip = chip;
   o.precision_override = -1;
-  tpu_program *prog = NULL;
-  tpu_status st = m ? tpu_compile(m, &o, &prog, &d) : TPU_ERR_INVALID;
+  tpu_status st = *m ? tpu_compile(*m, &o, prog, &d) : TPU_ERR_INVALID;
   if (st != TPU_OK) {
     char b[1200];
     tpu_diag_format(&d, b, sizeof b);
     fprintf(stderr, "compile: %s\n", b);
   }
   CHECK_EQ_INT(st, TPU_OK);
+  return st;
+}
+
+/* The TPU back end times the matmul fixture's grid as Pallas pipelines it: grid (2,1,2) with
+ * blocks x 32x128, y 128x128, o 32x128 (bf16). Its transfers, closed form: x and y fetched at
+ * each of the 4 steps (their block changes every step), o written back twice (each i); the
+ * kernel's flops 2*64*256*128; the program repeats the (i) pattern as a loop; the step time
+ * is at least each unit's busy time and the roofline's. */
+static void test_timing(const tpu_chip *chip) {
+  tpu_diag d;
+  tpu_module *m = NULL;
+  tpu_program *prog = NULL;
+  tpu_status st = compile_matmul_fixture(chip, &m, &prog);
   if (st == TPU_OK) {
     int op = -1;
     for (int i = 0; i < prog->nops; i++)
@@ -574,19 +584,12 @@ static void test_zeroed(void) {
  * again takes the kept plan, with the same op figures and cycles; another chip (v5p: two
  * TensorCores) counts afresh. */
 static int64_t compile_fixture(const tpu_chip *chip, tpu_prog_op *po, char *kind, size_t nkind) {
-  char p[1400];
   tpu_diag d;
   tpu_module *m = NULL;
-  path(p, sizeof p, "matmul_bf16_64x256x128_b32x128x128", "prog.hlo");
-  CHECK_EQ_INT(tpu_hlo_parse_file(p, &m, &d), TPU_OK);
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = chip;
-  o.precision_override = -1;
   tpu_program *prog = NULL;
   int64_t cycles = -1;
   memset(po, 0, sizeof *po);
-  if (m && tpu_compile(m, &o, &prog, &d) == TPU_OK) {
+  if (compile_matmul_fixture(chip, &m, &prog) == TPU_OK) {
     for (int i = 0; i < prog->nops; i++)
       if (!strncmp(prog->ops[i].kind, "pallas:", 7)) *po = prog->ops[i];
     snprintf(kind, nkind, "%s", po->kind ? po->kind : "");
