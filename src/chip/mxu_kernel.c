@@ -8,7 +8,10 @@
  * contracting a*b + c into an FMA: ISO C mode (-std=c11, as CMakeLists.txt sets) makes GCC
  * default to -ffp-contract=off; tests/unit/chip/test_mxu_kernel.c catches a contraction. */
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -562,6 +565,18 @@ typedef struct bf16_job {
   ukernel_fn uk;
   int nr; /* the micro-kernel's panel width */
   bf16_ws ws[MAX_THREADS];
+  /* Shared B panels (row split over several threads, one column block): the whole B side
+   * (K x sb_ncw f32, chunk by chunk as bf16_region packs it) is packed once, each panel of
+   * each chunk by whichever task claims it first (sb_next), instead of every task packing
+   * all of it. A task waits only for a panel another task has claimed and is packing (a
+   * claimer packs before it waits for anything), so tasks run one after another still end. */
+  float *sb;
+  int64_t sb_ncw, sb_npan, sb_nchunks, sb_units;
+  int64_t *sb_kstart, *sb_kc; /* per chunk */
+  atomic_llong sb_next;
+  atomic_uchar *sb_done; /* per unit: chunk * sb_npan + panel */
+  void *sb_raw;
+  size_t sb_rawn;
 } bf16_job;
 
 static float job_a(const bf16_job *j, int64_t i) {
@@ -622,15 +637,98 @@ static void ws_alloc(const bf16_job *j, int64_t m0, int64_t m1, int64_t n0, int6
   int64_t rows_up = (m1 - m0 + MR - 1) / MR * MR;
   w->raw[1] = w->raw[2] = NULL;
   w->apack = alloc_floats(MC * kcw, &w->raw[0], &w->rawn[0]);
-  w->bpack = w->apack ? alloc_floats(kcw * ncw, &w->raw[1], &w->rawn[1]) : NULL;
+  w->bpack = w->apack && !j->sb ? alloc_floats(kcw * ncw, &w->raw[1], &w->rawn[1]) : NULL;
+  int have_b = j->sb || w->bpack;
   w->carry = NULL;
-  if (need_carry && w->bpack) w->carry = alloc_floats(rows_up * ncw, &w->raw[2], &w->rawn[2]);
-  w->ok = w->apack && w->bpack && (!need_carry || w->carry);
+  if (need_carry && w->apack && have_b)
+    w->carry = alloc_floats(rows_up * ncw, &w->raw[2], &w->rawn[2]);
+  w->ok = w->apack && have_b && (!need_carry || w->carry);
+}
+
+static void sb_free(bf16_job *j) {
+  if (j->sb_raw) tpu_pool_free(j->sb_raw, j->sb_rawn);
+  free(j->sb_kstart);
+  free((void *)j->sb_done);
+  j->sb = NULL;
+  j->sb_raw = NULL;
+  j->sb_kstart = j->sb_kc = NULL;
+  j->sb_done = NULL;
 }
 
 static void ws_free(bf16_ws *w) {
   for (int i = 0; i < 3; i++)
     if (w->raw[i]) tpu_pool_free(w->raw[i], w->rawn[i]);
+}
+
+/* Packs every shared B unit (one nr-column panel of one chunk) no task has claimed yet. */
+static void sb_pack_claimed(bf16_job *j) {
+  pack_fn pk = j->trans ? (j->f32 ? pack_at_f32 : pack_at_bf16) : (j->f32 ? pack_b_f32 : pack_b_bf16);
+  const void *src = j->trans ? j->A : j->W;
+  int64_t ld = j->trans ? j->K : j->N;
+  for (;;) {
+    int64_t u = atomic_fetch_add_explicit(&j->sb_next, 1, memory_order_relaxed);
+    if (u >= j->sb_units) return;
+    int64_t c = u / j->sb_npan, p = u % j->sb_npan, kc = j->sb_kc[c];
+    int64_t j0 = p * j->nr;
+    pk(src, ld, j->sb_kstart[c], kc, j0, min64(j->nr, j->cols - j0),
+       j->sb + j->sb_kstart[c] * j->sb_ncw + j0 * kc, j->nr);
+    atomic_store_explicit(&j->sb_done[u], 1, memory_order_release);
+  }
+}
+
+/* Waits until every panel of shared chunk c is packed (by tasks that claimed them: they are
+ * packing, not waiting). */
+static void sb_wait_chunk(const bf16_job *j, int64_t c) {
+  for (int64_t u = c * j->sb_npan; u < (c + 1) * j->sb_npan; u++) {
+    for (int spins = 0; !atomic_load_explicit(&j->sb_done[u], memory_order_acquire); spins++) {
+      if (spins >= 64) sched_yield();
+    }
+  }
+}
+
+/* Sets up the shared B panels for a row split over t > 1 tasks within one column block, the
+ * whole B side no larger than one task's B buffer (KC_MAX x NC); else leaves j->sb NULL. */
+static atomic_llong g_last_shared_units;
+int64_t tpu__mxu_last_shared_units(void) { return atomic_load(&g_last_shared_units); }
+
+static void sb_setup(bf16_job *j, int t) {
+  atomic_store(&g_last_shared_units, 0);
+  j->sb = NULL;
+  j->sb_raw = NULL;
+  j->sb_kstart = j->sb_kc = NULL;
+  j->sb_done = NULL;
+  if (t < 2 || j->by_batch || j->split_n) return;
+  int64_t ncw = (j->cols + j->nr - 1) / j->nr * j->nr;
+  if (ncw > NC || j->K > KC_MAX * (NC / ncw)) return;
+  int64_t nchunks = 0;
+  for (int64_t k0 = 0; k0 < j->K; k0 += min64(j->R, j->K - k0))
+    nchunks += (min64(j->R, j->K - k0) + KC_MAX - 1) / KC_MAX;
+  j->sb_ncw = ncw;
+  j->sb_npan = ncw / j->nr;
+  j->sb_nchunks = nchunks;
+  j->sb_units = nchunks * j->sb_npan;
+  j->sb_kstart = malloc((size_t)nchunks * 2 * sizeof(int64_t));
+  j->sb_done = malloc((size_t)j->sb_units * sizeof(atomic_uchar));
+  float *sb = alloc_floats(j->K * ncw, &j->sb_raw, &j->sb_rawn);
+  if (!j->sb_kstart || !j->sb_done || !sb) {
+    sb_free(j);
+    return;
+  }
+  j->sb_kc = j->sb_kstart + nchunks;
+  int64_t c = 0;
+  for (int64_t k0 = 0; k0 < j->K;) {
+    int64_t tlen = min64(j->R, j->K - k0), nch = (tlen + KC_MAX - 1) / KC_MAX;
+    for (int64_t i = 0; i < nch; i++, c++) {
+      int64_t c0 = tlen * i / nch;
+      j->sb_kstart[c] = k0 + c0;
+      j->sb_kc[c] = tlen * (i + 1) / nch - c0;
+    }
+    k0 += tlen;
+  }
+  for (int64_t u = 0; u < j->sb_units; u++) atomic_init(&j->sb_done[u], 0);
+  atomic_init(&j->sb_next, 0);
+  j->sb = sb;
+  atomic_store(&g_last_shared_units, j->sb_units);
 }
 
 /* Computes out[m0:m1, n0:n1] with packed panels and the micro-kernel. */
@@ -650,6 +748,8 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
   pack_fn pk_wt = j->f32 ? pack_wt_f32 : pack_wt_bf16, pk_a = j->f32 ? pack_a_f32 : pack_a_bf16;
   int nrk = j->nr;
   int64_t ncw = min64(NC, (n1 - n0 + nrk - 1) / nrk * nrk);
+  int64_t chunk = 0; /* index of the current chunk, for the shared panels */
+  if (j->sb) sb_pack_claimed((bf16_job *)j);
   for (int64_t jc = n0; jc < n1; jc += NC) {
     int64_t nc = min64(NC, n1 - jc);
     for (int64_t k0 = 0; k0 < K;) {
@@ -657,10 +757,15 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
       int64_t nchunks = (tlen + KC_MAX - 1) / KC_MAX;
       for (int64_t c = 0; c < nchunks; c++) {
         int64_t c0 = tlen * c / nchunks, kc = tlen * (c + 1) / nchunks - c0;
-        if (j->trans)
+        const float *bpack = w->bpack;
+        if (j->sb) {
+          sb_wait_chunk(j, chunk++);
+          bpack = j->sb + (k0 + c0) * j->sb_ncw;
+        } else if (j->trans) {
           pk_at(j->A, K, k0 + c0, kc, jc, nc, w->bpack, nrk);
-        else
+        } else {
           pk_b(j->W, N, k0 + c0, kc, jc, nc, w->bpack, nrk);
+        }
         for (int64_t ic = m0; ic < m1; ic += MC) {
           int64_t mc = min64(MC, m1 - ic);
           if (j->trans)
@@ -676,7 +781,7 @@ static void bf16_region(const bf16_job *j, const bf16_ws *w, int64_t m0, int64_t
                 cs = w->carry + (((ic - m0 + ir) / MR) * (ncw / nrk) + jr / nrk) * (MR * nrk);
               float *o = j->trans ? j->out + (jc + jr) * N + ic + ir
                                   : j->out + (ic + ir) * N + jc + jr;
-              j->uk(kc, w->apack + ir * kc, w->bpack + jr * kc, c > 0 ? cs : NULL,
+              j->uk(kc, w->apack + ir * kc, bpack + jr * kc, c > 0 ? cs : NULL,
                     c + 1 < nchunks ? cs : NULL, o, N, mr, nr, k0 == 0, j->trans, j->canon);
             }
           }
@@ -754,6 +859,7 @@ static void run_job(const void *A, const void *W, int f32, int canon, float *out
   j.by_batch = nb > 1;
   int64_t units = j.by_batch ? nb : j.split_n ? units_n : units_m;
   int t = plan_threads(nthreads, units, (double)nb * (double)M * (double)K * (double)N);
+  sb_setup(&j, t);
   for (int i = 0; i < t; i++) {
     int64_t lo, hi, m0 = 0, m1 = j.rows, n0 = 0, n1 = j.cols;
     tpu_task_range(units, t, i, &lo, &hi);
@@ -762,6 +868,7 @@ static void run_job(const void *A, const void *W, int f32, int canon, float *out
   }
   tpu_par_run(bf16_range, &j, units, t);
   for (int i = 0; i < t; i++) ws_free(&j.ws[i]);
+  sb_free(&j);
 }
 
 void tpu_mxu_matmul_bf16(const tpu_bf16 *A, const tpu_bf16 *W, float *out, int64_t M, int64_t K,

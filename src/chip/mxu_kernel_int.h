@@ -30,6 +30,10 @@ int tpu__mxu_allow_fma(int allow);
  * bf16 values, or with f32 set f32 values; scanned with the current path's instructions. */
 int tpu__mxu_products_exact(const void *A, size_t na, const void *W, size_t nw, int f32);
 
+/* How many shared B units (one panel of one K chunk, packed once for all threads) the last
+ * bf16 product started in this process set up: 0 where every task packed its own B. */
+int64_t tpu__mxu_last_shared_units(void);
+
 /* Sets the path for later calls, process-wide (not thread-safe: call it between matmuls);
  * returns the previous setting. */
 tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p);

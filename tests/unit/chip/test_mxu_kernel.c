@@ -692,6 +692,30 @@ static void test_products_exact(void) {
   CHECK(exact > 0 && inexact > 0);
 }
 
+/* Row splits over several threads share one packed copy of W (or of A^T when C = out^T),
+ * each panel packed by the first task to claim it: same bits as the contract on every path,
+ * with chunks, carried psums, partial panels and more tasks than cores. */
+static void test_shared_panels(void) {
+  int fails = 0;
+  for (int p = TPU__MXU_PATH_SCALAR; p <= TPU__MXU_PATH_AVX512; p++) {
+    if (!tpu__mxu_path_supported((tpu__mxu_path)p)) continue;
+    tpu__mxu_path old = tpu__mxu_set_path((tpu__mxu_path)p);
+    fails += !check_case(300, 300, 64, 128, 2, 1);
+    CHECK(tpu__mxu_last_shared_units() > 0); /* the shared path ran */
+    fails += !check_case(300, 300, 50, 300, 3, 1); /* chunk past KC_MAX: carried psums */
+    CHECK(tpu__mxu_last_shared_units() > 0);
+    fails += !check_case(257, 97, 33, 8, 4, 2);
+    fails += !check_case(200, 130, 17, 1, 2, 1);
+    fails += !check_case(40, 300, 15, 128, 2, 1); /* narrow N: C = out^T */
+    fails += !check_case(256, 256, 256, 128, 2, 0);
+    CHECK(tpu__mxu_last_shared_units() > 0);
+    fails += !check_case(256, 256, 256, 128, 1, 0);
+    CHECK_EQ_INT((int)tpu__mxu_last_shared_units(), 0); /* one task packs its own */
+    tpu__mxu_set_path(old);
+  }
+  CHECK_EQ_INT(fails, 0);
+}
+
 int main(void) {
   printf("micro-kernel: %s\n", tpu__mxu_kernel_name());
   test_gemm_seq();
@@ -704,6 +728,7 @@ int main(void) {
   test_batch_and_bf16f();
   test_hand_cases();
   test_shapes();
+  test_shared_panels();
   test_scalar_path();
   test_paths();
   test_fma_guard();
