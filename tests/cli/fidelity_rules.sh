@@ -82,17 +82,18 @@ want = {
     # conv_column_sums; 1.064/1.170/1.101/1.390 before)
     "resnet_basic_fwd_b8_56x56x64": (0.832, 0.918, 0.882, 1.085),
     # space-to-batch's unfold as a sublane relayout into T(2,128) tiles (tile.c s2b_unfold_tiles;
-    # session 14, c3d; v4 has no relayout_tile_cycles; session 15 added the result's copy into
-    # {4,1,3,2,0:T(4,128)}, 0.410/0.389/0.500/0.457 before)
-    "conv3d_b2_8x28x28_c16to16_k3s2": (0.429, 0.438, 0.537, 0.516),
+    # session 14, c3d; session 15 added the result's copy into {4,1,3,2,0:T(4,128)},
+    # 0.410/0.389/0.500/0.457 before; v4's relayout_tile_cycles, session 15 v4cp: v4 0.429 before)
+    "conv3d_b2_8x28x28_c16to16_k3s2": (0.533, 0.438, 0.537, 0.516),
     # session 15: space to batch's result copied into the program's least padded layout where
     # the batch does not sit next to W (relayout.c s2b_result_relaid; 0.511/0.646/0.702/0.627
-    # without the rule; 0.606/0.881/0.874/0.869 before its pad into T(2,128) tiles, below)
-    "dilconv_b2_28x28_c64to256_k3d2": (0.606, 0.985, 0.915, 0.958),
+    # without the rule; 0.606/0.881/0.874/0.869 before its pad into T(2,128) tiles, below);
+    # v4's relayout_tile_cycles (chips/v4.json, session 15 v4cp) pinned here: v4 0.606 without it
+    "dilconv_b2_28x28_c64to256_k3d2": (1.045, 0.985, 0.915, 0.958),
     # session 15: space to batch's pad before a halo, the parameter's batch of 4 in the
     # sublanes, into T(4,128) tiles at relayout_tile_cycles (tile.c relayout_tiles, s2b_halo;
-    # 0.785/0.463/0.604/0.263 without the rule; v4 has no relayout_tile_cycles)
-    "sconv_b4_99x99_c128to128_k2s3_valid": (0.785, 0.609, 0.630, 0.354),
+    # 0.785/0.463/0.604/0.263 without the rule; v4 0.785 before v4's relayout_tile_cycles)
+    "sconv_b4_99x99_c128to128_k2s3_valid": (1.041, 0.609, 0.630, 0.354),
     # a grouped convolution's batch-norm statistics: the mean's sum in the convolution's
     # kernel, the variance on the split registers, every padded tile paid (group_conv.c
     # set_split_layout, layout.c reduce_tiled_elems; session 15, 0.559/0.635/0.483/0.521 before;

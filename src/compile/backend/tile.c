@@ -218,13 +218,20 @@ static int64_t s2b_unfold_tiles(const tpu_instr *in) {
 }
 
 /* A compiled program's copy that keeps the dimension in the lanes and reorders the others
- * (a sublane relayout), VMEM (S(1)) on at least one side: the XLA TPU compiler's vector
+ * (a sublane relayout), VMEM (S(1)) or v4's CMEM (S(3)) on at least one side: the XLA TPU
+ * compiler's vector
  * kernel for it costs its start plus the chip's relayout_tile_cycles per tile of the result,
  * whatever the tile's rows (compiled families, tune split, on v5e: 224 tiles 3,849 cycles,
  * 448 5,883, 896 9,950, 1,568 16,051 — T(2,128), T(4,128) results of bf16 or f32 and packed
  * bf16 T(8,128)(2,1) ones alike; v6e 3,264 / 4,412 / 6,708 / 10,153), where its registers
  * alone cost a tile of 2 rows an eighth of one of 8. Not a result in whole registers (below).
- * A pad into small tiles likewise (below). Returns the result's tiles, 0 for any other op. */
+ * v4 keeps such a copy's on-chip side in CMEM: libtpu v4 compilations of families tune
+ * programs, 196 tiles 4,618 cycles, 896 16,721, 1,568 21,368 (dilconv_b2_28x28_c64to256_k3d2's
+ * result copy from S(3); chips/v4.json). A pad into small tiles likewise (below). Returns the
+ * result's tiles, 0 for any other op. */
+/* In VMEM (S(1)) or in v4's CMEM (S(3)): the on-chip side of a relayout copy. */
+static int on_chip(const tpu_shape *s) { return tpu__in_vmem(s) || (s->layout_tail && strstr(s->layout_tail, "S(3)")); }
+
 static int64_t relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
   int64_t unfold = s2b_unfold_tiles(in);
   if (unfold > 0) return unfold;
@@ -268,7 +275,7 @@ static int64_t relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
   }
   if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
   const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
-  if (!r->layout_tail || !o->layout_tail || r->rank != o->rank || !(tpu__in_vmem(r) || tpu__in_vmem(o))) return 0;
+  if (!r->layout_tail || !o->layout_tail || r->rank != o->rank || !(on_chip(r) || on_chip(o))) return 0;
   int a[TPU_MAX_RANK], b[TPU_MAX_RANK];
   int na = moving_order(r, a), nb = moving_order(o, b), same = na == nb;
   for (int i = 0; same && i < na; i++) same = a[i] == b[i];
