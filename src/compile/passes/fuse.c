@@ -658,6 +658,23 @@ static int broadcast_source(const fuser *f, int g, const tpu_instr *p) {
   return 0;
 }
 
+/* A matmul whose result (or its elementwise epilogue's) a slice cuts along its last dimension
+ * (the lanes) is its own kernel's result: the XLA TPU compiler keeps a GRU step's c @ U apart from the gate math
+ * that reads its three column blocks, and a dot's [24,1152] result read by three slices of
+ * 384 columns under tanh/multiply/add is `fusion` then `slice_add_fusion` (libtpu v5e,
+ * 4,333 + 2,072 cycles; bench/fidelity/probes/data/gru_order sl.hlo), where the same
+ * epilogue over the whole result is one kOutput kernel (ns.hlo, 4,558). */
+static int lane_sliced_matmul(const fuser *f, const tpu_instr *p) {
+  if (p->op != TPU_OP_DOT && p->op != TPU_OP_CONVOLUTION && !(elementwise_op(p) && matmul_epilogue(f, p, 4))) return 0;
+  int r = p->shape.rank;
+  if (r < 1) return 0;
+  for (int k = 0; k < f->uses.nusers[p->id]; k++) {
+    const tpu_instr *u = f->uses.users[p->id][k];
+    if (u->op == TPU_OP_SLICE && u->slice && u->shape.rank == r && u->shape.dims[r - 1] < p->shape.dims[r - 1]) return 1;
+  }
+  return 0;
+}
+
 /* Grows group g towards its operands, consumers first as XLA's instruction fusion visits
  * them: of the producers its members read, the latest in the computation is decided next,
  * so a producer several members read is decided once all of them have joined (a bias add
@@ -676,7 +693,8 @@ static tpu_status grow(fuser *f, int g) {
     /* XLA's instruction fusion: an expensive producer stays out of a consumer that reuses
      * its elements (a small product a consumer broadcasts is its own kernel's result) */
     if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side) ||
-        (reused_in_group(f, g, p) && (expensive(p) || slice_producer(p) || chained(p))) || broadcast_source(f, g, p)) {
+        (reused_in_group(f, g, p) && (expensive(p) || slice_producer(p) || chained(p))) || broadcast_source(f, g, p) ||
+        lane_sliced_matmul(f, p)) {
       f->need[p->id] = 1;
       continue;
     }

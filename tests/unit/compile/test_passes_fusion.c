@@ -926,6 +926,37 @@ static void test_mean_kernel(void) {
   CHECK_EQ_INT(mean_k, 1);
 }
 
+/* A matmul whose result slices cut along the lanes is its own kernel, the gate math its own
+ * (the XLA TPU compiler's GRU step; libtpu v5e, bench/fidelity/probes/data/gru_order sl.hlo:
+ * `fusion` then `slice_add_fusion`); over the whole result the epilogue stays in the dot's
+ * kernel (ns.hlo), and so does a bias add before the slices. */
+static void test_lane_sliced_matmul(void) {
+  const char *sl =
+      "HloModule m\nENTRY e {\n a = bf16[24,384] parameter(0)\n w = bf16[384,1152] parameter(1)\n"
+      " d = bf16[24,1152] dot(a, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n%s"
+      " q0 = bf16[24,384] slice(%s), slice={[0:24], [0:384]}\n q1 = bf16[24,384] slice(%s), slice={[0:24], [384:768]}\n"
+      " q2 = bf16[24,384] slice(%s), slice={[0:24], [768:1152]}\n t = bf16[24,384] tanh(q0)\n"
+      " m = bf16[24,384] multiply(t, q1)\n ROOT r = bf16[24,384] add(m, q2)\n}\n";
+  const char *bias = " b = bf16[1152] parameter(2)\n bb = bf16[24,1152] broadcast(b), dimensions={1}\n"
+                     " db = bf16[24,1152] add(d, bb)\n";
+  const char *ns =
+      "HloModule m\nENTRY e {\n a = bf16[24,384] parameter(0)\n w = bf16[384,1152] parameter(1)\n"
+      " x = bf16[24,1152] parameter(2)\n"
+      " d = bf16[24,1152] dot(a, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      " t = bf16[24,1152] tanh(d)\n m = bf16[24,1152] multiply(t, x)\n ROOT r = bf16[24,1152] add(m, d)\n}\n";
+  char src[2048];
+  int conv = 0;
+  snprintf(src, sizeof src, sl, "", "d", "d", "d");
+  int k_sl = shared_producer_kernels(src, &conv);
+  snprintf(src, sizeof src, sl, bias, "db", "db", "db");
+  int k_bias = shared_producer_kernels(src, &conv);
+  int k_ns = shared_producer_kernels(ns, &conv);
+  printf("lane-sliced matmul: %d kernels, with a bias add %d, whole result %d\n", k_sl, k_bias, k_ns);
+  CHECK(k_sl == 2);
+  CHECK(k_bias == 2);
+  CHECK(k_ns == 1);
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -943,5 +974,6 @@ int main(void) {
   test_partial_reduce_iota();
   test_conv_column_sums();
   test_mean_kernel();
+  test_lane_sliced_matmul();
   CHECK_DONE();
 }
