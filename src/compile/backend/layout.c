@@ -513,6 +513,26 @@ static int scalar_smem(const tpu__be *be, const tpu_instr *in, const tpu_instr *
   return v->op == TPU_OP_PARAMETER && v->parent != be->m->entry && loop_state(be, v);
 }
 
+/* A pad kernel of its own (not fused, no interior padding) as large as the chip's lone
+ * elementwise kernels (lone_op_min_bytes, in and out): the XLA TPU compiler runs it over
+ * windows of its result, reading for each an input window of that window's size, and times
+ * it as the unfused elementwise kernel over its result (stream_costs: lone). libtpu probes
+ * (bench/fidelity/probes/pad_window.py): v5e f32 [16,192,256] padded to [16,384,256] 47,440
+ * cycles, negate of f32[16,384,256] 47,440 (tpusim before 22,602, now 48,764); f32
+ * [64,192,256] to [64,384,256] v5e/v5p/v6e 178,421 / 84,547 / 151,078 (before 87,261 /
+ * 35,733 / 47,180; now 192,112 / 90,900 / 156,223). Not space to batch's own pad (tile.c),
+ * nor an interior pad (a strided store the compiler times far below that: 9,940 cycles to
+ * [16,383,256]). */
+static int whole_window_pad(const tpu__be *be, const tpu_instr *in) {
+  if (in->op != TPU_OP_PAD || in->noperands != 2 || in->npadding != in->shape.rank) return 0;
+  if (2 * tpu__padded_bytes(be, &in->shape) < be->chip->lone_op_min_bytes) return 0;
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, "s2b_halo")) return 0;
+  for (int d = 0; d < in->npadding; d++)
+    if (in->padding[d].interior != 0 || in->padding[d].lo < 0 || in->padding[d].hi < 0) return 0;
+  return 1;
+}
+
 static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
   const tpu_shape *s = &in->operands[j]->shape;
   if (in_smem(s) || scalar_smem(be, in, in->operands[j])) return 0;
@@ -531,6 +551,7 @@ static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int pad
     if (padded && state_slice(be, in->operands[0], s)) return tpu__least_tiled_bytes(be->chip, s);
   }
   if (j == 0 && in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) return 0;
+  if (j == 0 && whole_window_pad(be, in)) s = &in->shape;
   if (in->op == TPU_OP_SCATTER && j < (in->noperands - 1) / 2 && tpu__scatter_fills(be, in, j)) return 0;
   if (in->op == TPU_OP_SCATTER && j < (in->noperands - 1) / 2 && !tpu__scatter_staged(be, in)) {
     /* scatter(operands[N], indices, updates[N]) row by row: only the rows the updates
@@ -892,7 +913,7 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
   if (reduces || narrow) x += ch->stream_pass_bytes * (double)n;
   tpu_op_class cls = tpu_op_class_of(in->op);
   int lone = in->op == TPU_OP_CONVERT || in->op == TPU_OP_REDUCE || in->op == TPU_OP_BROADCAST || cls == TPU_CLS_UNARY ||
-             cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY || widened_reduce(in);
+             cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY || widened_reduce(in) || whole_window_pad(be, in);
   /* Only where the compiler too has nothing to fuse it with: every array operand a
    * parameter or a constant (tpusim leaves ops unfused that the compiler puts in a
    * multi-output fusion; those are not lone there). */
