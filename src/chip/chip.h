@@ -72,7 +72,7 @@ typedef enum {
   X(LONE_OP_MIN_BYTES, lone_op_min_bytes, 'i', 0, "B", "smallest unfused op (bytes in and out) that pays lone_op_bytes") \
   X(TRANSPOSE_BYTES, transpose_bytes, 'f', 0, "B/elem", "HBM-port cost of a transpose that moves the minor dimension") \
   X(ROW_BROADCAST_CYCLES, row_broadcast_cycles, 'f', 0, "cycles", "cost per row and TensorCore of a vector kernel's broadcast along the lanes (a per-row statistic over a row)") \
-  X(VPU_BATCHED_VECTOR_DOTS, vpu_batched_vector_dots, 'i', 0, "", "1: a batched dot whose vector operand has a size-1 free dimension runs on the vector unit (absent: the matrix unit)") \
+  X(VPU_BATCHED_VECTOR_DOTS, vpu_batched_vector_dots, 'i', 0, "", "1: a batched dot whose vector operand has a size-1 free dimension always runs on the vector unit (absent: the matrix unit when its scores are scaled in f32 over two batch dimensions, dot_reduce.c pv_on_mxu)") \
   X(MXU_BATCH_SPREAD, mxu_batch_spread, 'i', 0, "", "1: a batched matmul may give each MXU whole products (absent: its MXUs split every product)") \
   X(MXU_FILL_HIDDEN, mxu_fill_hidden, 'i', 0, "", "1: in a matmul kernel that moves nothing to or from HBM, each instruction's systolic fill and drain (mxu_rows + mxu_cols - 2 cycles) overlap the next one's work (absent: exposed)") \
   X(CONV_GROUP_STEP_CYCLES, conv_group_step_cycles, 'f', 0, "cycles", "time of one step of a convolution kernel with the batch in the sublanes: one output position's batch (8 sublanes) for one group, whatever the features and window (absent: its MXU work alone)") \

@@ -91,12 +91,56 @@ static int vector_keeps_unit_dim(const tpu_instr *dot, int mi) {
   return 0;
 }
 
+/* Whether x is a constant, or a broadcast or reshape of one. */
+static int is_constant(const tpu_instr *x) {
+  while ((x->op == TPU_OP_BROADCAST || x->op == TPU_OP_RESHAPE) && x->noperands == 1) x = x->operands[0];
+  return x->op == TPU_OP_CONSTANT;
+}
+
+/* Whether x's value comes, within `depth` producers, from a dot's result (converted or not)
+ * multiplied or divided by a constant in f32: attention's scores scaled in f32 on their way
+ * to the softmax (JAX's einsum(...).astype(f32) / sqrt(d), or an f32 dot times d**-0.5). */
+static int f32_scaled_dot(const tpu_instr *x, int depth) {
+  if (depth <= 0 || x->op == TPU_OP_DOT || x->op == TPU_OP_PARAMETER) return 0;
+  if ((x->op == TPU_OP_MULTIPLY || x->op == TPU_OP_DIVIDE) && x->shape.dtype == TPU_F32)
+    for (int i = 0; i < 2; i++) {
+      const tpu_instr *s = x->operands[i];
+      if (!is_constant(x->operands[1 - i])) continue;
+      while ((s->op == TPU_OP_CONVERT || s->op == TPU_OP_RESHAPE) && s->noperands == 1) s = s->operands[0];
+      if (s->op == TPU_OP_DOT) return 1;
+      /* a dot this pass already made a multiply and a reduce (q . k) */
+      if (s->op == TPU_OP_REDUCE && s->noperands == 2) {
+        const tpu_instr *m = s->operands[0];
+        while (m->op == TPU_OP_CONVERT && m->noperands == 1) m = m->operands[0];
+        if (m->op == TPU_OP_MULTIPLY) return 1;
+      }
+    }
+  for (int i = 0; i < x->noperands; i++)
+    if (f32_scaled_dot(x->operands[i], depth - 1)) return 1;
+  return 0;
+}
+
+/* Whether a batched vector product whose vector keeps a size-1 free dimension (one-query
+ * attention's p . v) stays on the MXU of a chip without vpu_batched_vector_dots: the XLA TPU
+ * compiler on v4, v5e and v5p runs it as a kOutput (MXU) fusion only when it has two or more
+ * batch dimensions of more than one element and its vector is a softmax of scores scaled in
+ * f32; otherwise a multiply-reduce kLoop fusion. libtpu probes through jax.jit
+ * (bench/fidelity/probes/pv_unit.py, v5e, k = 77..2048): [8,32] batches with the scale in f32
+ * (divide or multiply) kOutput; the scale in bf16, no scale, p a parameter's softmax, or
+ * batches [1,32] / [8,1] kLoop (v4 and v5p: [8,32] f32-scaled kOutput too). */
+static int pv_on_mxu(const tpu_instr *dot) {
+  int big = 0;
+  for (int i = 0; i < dot->dot.lhs_batch.n; i++) big += dot->operands[0]->shape.dims[dot->dot.lhs_batch.v[i]] > 1;
+  return big >= 2 && f32_scaled_dot(dot->operands[0], 8) + f32_scaled_dot(dot->operands[1], 8) > 0;
+}
+
 /* Whether dot is reduced, as the dot's dimension numbers list it; *mi the matrix operand.
- * (a chip with vpu_batched_vector_dots: every batched one whose vector keeps a size-1
- * free dimension, as the XLA TPU compiler does on v6e) */
+ * Every batched one whose vector keeps a size-1 free dimension is, on a chip with
+ * vpu_batched_vector_dots (v6e) always, on the others unless pv_on_mxu. */
 static int qualifies(const dr *r, const tpu_instr *dot, int *mi) {
   return tpu_dot_on_vector_unit(dot, mi) || (tpu_dot_vector_shaped(dot, mi) && feeds_reduce(dot, 4)) ||
-         (r->chip && r->chip->vpu_batched_vector_dots && tpu_dot_vector_shaped(dot, mi) && vector_keeps_unit_dim(dot, *mi));
+         (r->chip && tpu_dot_vector_shaped(dot, mi) && vector_keeps_unit_dim(dot, *mi) &&
+          (r->chip->vpu_batched_vector_dots || !pv_on_mxu(dot)));
 }
 
 /* Whether dot qualifies once its contracting pairs are listed in operand `side`'s ascending

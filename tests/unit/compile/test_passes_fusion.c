@@ -739,25 +739,49 @@ static void test_dot_strength_reduction(void) {
     printf("batched vector product %d: %d dots\n", i, dots);
     CHECK_EQ_INT(dots, vb[i].want_dots);
   }
-  /* A chip with vpu_batched_vector_dots (v6e, as its XLA compiler does): a batched p . v
-   * whose p keeps its size-1 query dimension runs on the vector unit; without that
-   * dimension (as above) it stays on the MXU; on other chips both stay dots. */
+  /* A batched p . v whose p keeps its size-1 query dimension runs on the vector unit (the
+   * XLA TPU compiler's multiply-reduce kLoop fusion), on every chip, unless (chips without
+   * vpu_batched_vector_dots: v4, v5e, v5p) it has two batch dimensions of more than one
+   * element and p is a softmax of q . k scaled in f32 (pv_on_mxu: then a kOutput fusion).
+   * Without that dimension (as above) it stays on the MXU. */
   const char *pvq =
       "HloModule m\nENTRY e {\n p = bf16[8,4,1,256] parameter(0)\n v = bf16[8,4,256,128] parameter(1)\n"
       " y = bf16[8,4,1,128] dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, "
       "rhs_contracting_dims={2}\n ROOT r = bf16[8,4,1,128] negate(y)\n}\n";
+  const char *pvs_fmt =
+      "HloModule m\nENTRY e {\n q = bf16[%d,4,1,128] parameter(0)\n k = bf16[%d,4,256,128] parameter(1)\n"
+      " v = bf16[%d,4,256,128] parameter(2)\n"
+      " s = bf16[%d,4,1,256] dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, "
+      "rhs_contracting_dims={3}\n s32 = %s[%d,4,1,256] convert(s)\n c = %s[] constant(11.3)\n"
+      " cb = %s[%d,4,1,256] broadcast(c), dimensions={}\n sc = %s[%d,4,1,256] divide(s32, cb)\n"
+      " p = bf16[%d,4,1,256] convert(sc)\n"
+      " y = bf16[%d,4,1,128] dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, "
+      "rhs_contracting_dims={2}\n ROOT r = bf16[%d,4,1,128] negate(y)\n}\n";
+  char pvs[2048];
   snprintf(src, sizeof src, pv, 8, 8, 8, 8, bc[0].root);
   for (int flag = 0; flag < 2; flag++) {
     g_chip.vpu_batched_vector_dots = flag;
-    int want_q = flag ? 0 : 1;
     kc = census(pvq);
     dots = 0;
     for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-    CHECK_EQ_INT(dots, want_q);
+    CHECK_EQ_INT(dots, 0);
     kc = census(src);
     dots = 0;
     for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
     CHECK_EQ_INT(dots, 1);
+    /* {batch, scale type, want dots without the flag}: f32 scale over [8,4] on the MXU;
+     * a bf16 scale, or a batch of [1,4], on the vector unit */
+    struct { int b; const char *t; int want; } sc[] = {{8, "f32", 1}, {8, "bf16", 0}, {1, "f32", 0}};
+    for (int i = 0; i < 3; i++) {
+      int b = sc[i].b;
+      const char *t = sc[i].t;
+      snprintf(pvs, sizeof pvs, pvs_fmt, b, b, b, b, t, b, t, t, b, t, b, b, b, b);
+      kc = census(pvs);
+      dots = 0;
+      for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+      printf("scaled p . v, batch %d, %s scale, flag %d: %d dots\n", b, t, flag, dots);
+      CHECK_EQ_INT(dots, flag ? 0 : sc[i].want);
+    }
   }
   g_chip.vpu_batched_vector_dots = 0;
 }
