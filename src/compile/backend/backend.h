@@ -243,6 +243,20 @@ tpu_status tpu__pass_lower(tpu__be *be);
 
 /* VMEM the kernels may use for double-buffered tiles: 3/4 of the chip's (docs/isa.md). */
 int64_t tpu__vmem_budget(const tpu_chip *chip);
+
+/* Which copies are kernels (copy_kind.c, for the tile pass): a compiled program's copy with
+ * an operand or result in VMEM; a layout copy of tpusim's own compilation that only gathers
+ * or a pool's reduce-windows read (a vector kernel); a transpose or lane-moving copy between
+ * arrays off the core (at least two kernel starts); an entry parameter's copy after another
+ * such copy (its parameter prefetched into VMEM); a compiled copy within VMEM that moves the
+ * lanes or no bytes, returning its windows of at most 1 MiB (else 0); and the result tiles a
+ * sublane relayout pays relayout_tile_cycles for (0: not one). */
+int tpu__vmem_copy(const tpu_instr *in);
+int tpu__relayout_kernel(const tpu__be *be, const tpu_instr *in);
+int tpu__relayout_off_core(const tpu__be *be, const tpu_instr *in);
+int tpu__prefetched_param_copy(const tpu__be *be, const tpu_instr *in);
+int64_t tpu__windowed_vmem_copy(const tpu__be *be, const tpu_instr *in);
+int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* Target bytes one streaming tile-loop iteration moves (docs/isa.md). */
 #define TPU__TILE_TARGET ((int64_t)1 << 20)
 

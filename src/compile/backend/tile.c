@@ -62,232 +62,6 @@ static int scan_dim(const tpu_instr *in) {
  * program's), else the last. */
 static int lane_dim(const tpu_shape *s) { return s->has_layout && s->rank > 0 ? s->minor_to_major[0] : s->rank - 1; }
 
-/* A compiled program's copy into or out of VMEM (memory space S(1) on either side): the
- * compiler relays values out into VMEM, within it and back to HBM (bf16[2,2048,2048]
- * {2,1,0} -> {1,2,0}, both in VMEM: 2,400 cycles on v5e and v6e, against 122,352 and 93,120
- * from HBM), so it is a vector kernel that reads an S(1) operand on chip and whose S(1)
- * result stays there, not an HBM-to-HBM DMA. */
-static int vmem_copy(const tpu_instr *in) {
-  return in->op == TPU_OP_COPY && in->noperands == 1 && (tpu__in_vmem(&in->shape) || tpu__in_vmem(&in->operands[0]->shape));
-}
-
-/* A copy of tpusim's own compilation that moves the dimension in the lanes and that only
- * gathers read, as their table (relayout.c gather_layout): no DMA transposes, so it is a
- * kernel on the vector unit, as the XLA TPU compiler's layout copies are (each a `copy` with
- * estimated_cycles), and its result may stay in VMEM for the gathers (the compiler's read
- * their relaid-out table from memory space S(1) on v5e and v6e: gather_axis1_64x30522_m7_f32,
- * gather_rows_8192x64_m7_bf16). So is a copy laying a parameter out for the reduce-windows
- * that alone read it (a pool in its least padded layout, window_layout.c) that keeps the
- * lanes' dimension: the compiler's `copy` of f32[32,112,112,3]{2,1,3,0} into {2,0,3,1} writes
- * S(1) on v5e and v6e (15,330 cycles on v5e), its window reading it there (v4: CMEM, v5p:
- * HBM, where vmem_assign.c keeps nothing between kernels); one moving the lanes stays a
- * transfer (maxpool3x3s2_32x112x112x64_bf16's {2,3,1,0} -> {3,2,1,0}, 826,560 cycles into HBM
- * on v6e, test_rules). Other relayout copies stay transfers: taking
- * every lane-moving copy so moved the families corpus's pools and cumulative sums both ways
- * (own compilation, cumsum_126x80x65_ax1_f32 v6e -13 -> -45 %, avgpool2d_8x112x112x3 v6e
- * +170 -> +124 %), unresolved. A compiled program's copies keep their own forms. */
-static int relayout_kernel(const tpu__be *be, const tpu_instr *in) {
-  if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail || in->operands[0]->shape.layout_tail ||
-      !in->parent)
-    return 0;
-  int gathers = 0, windows = 0;
-  for (int i = 0; i < in->parent->ninstrs; i++) {
-    const tpu_instr *u = in->parent->instrs[i];
-    for (int o = 0; o < u->noperands; o++)
-      if (u->operands[o] == in) {
-        if (o != 0 || (u->op != TPU_OP_GATHER && u->op != TPU_OP_REDUCE_WINDOW)) return 0;
-        *(u->op == TPU_OP_GATHER ? &gathers : &windows) += 1;
-      }
-  }
-  if (windows) return !gathers && in->operands[0]->op == TPU_OP_PARAMETER && !tpu__moves_minor(be->chip, in);
-  return gathers > 0 && tpu__moves_minor(be->chip, in);
-}
-
-/* A transpose or layout copy that moves the lanes' dimension between arrays off the core
- * (HBM, or v4's CMEM): its kernel lasts at least two kernel starts (timing.c port_floor_op).
- * Not one whose operand or result is in VMEM (S(1)) in a compiled program, nor, in tpusim's
- * own compilation, a copy of a parameter that other kernels read on a chip that keeps such
- * values in VMEM (one TensorCore, no CMEM: v5e, v6e): the compiler's copy writes VMEM there
- * (concat_ax1_16x7_16x100_16x7_bf16: bf16[16,7] into S(1), 1,908 cycles on v5e). */
-static int relayout_off_core(const tpu__be *be, const tpu_instr *in) {
-  if ((in->op != TPU_OP_COPY && in->op != TPU_OP_TRANSPOSE) || in->noperands != 1 || tpu__in_vmem(&in->shape) ||
-      tpu__in_vmem(&in->operands[0]->shape) || !tpu__moves_minor(be->chip, in))
-    return 0;
-  if (in->op == TPU_OP_COPY && !in->shape.layout_tail && be->chip->tensorcores <= 1 && be->chip->cmem_bytes <= 0 &&
-      in->parent && in->parent->root != in)
-    return 0;
-  return 1;
-}
-
-/* In tpusim's own compilation, is `in` a copy of an entry parameter that runs after another
- * such copy? The XLA TPU compiler runs a program's parameter copies first, and its
- * memory-space assignment prefetches the later ones' parameters into VMEM with async copies
- * (copy-start/copy-done) under the earlier copies; only the first reads HBM, nothing running
- * before it to hide the transfer (concat_ax0_7x16_1x16_7x16_128x16_s8: of the relayout copies
- * of s8[7,16], s8[1,16] and s8[7,16] the first reads HBM, the others VMEM on v5e, v5p and v6e,
- * CMEM, S(3), on v4; concat_ax1_16x7_16x100_16x7_bf16 alike; bench/fidelity/families/compiled).
- * Not a parameter that an earlier kernel reads itself (it is read from HBM there), nor one
- * larger than a kernel's share of VMEM (tpu__vmem_budget, 16 MiB on v5e; an assumption
- * bounded by concat_ax0_64x197x197x3_..._f32, whose second and third copies read their
- * 38 MiB and 60 MiB parameters from HBM on every generation). */
-static int prefetched_param_copy(const tpu__be *be, const tpu_instr *in) {
-  if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail) return 0;
-  const tpu_instr *p = in->operands[0];
-  const tpu_comp *c = in->parent;
-  if (p->op != TPU_OP_PARAMETER || p->shape.layout_tail || !c || !c->is_entry) return 0;
-  if (be->chip->vmem_bytes <= 0 || tpu__padded_bytes(be, &p->shape) > tpu__vmem_budget(be->chip)) return 0;
-  int after_copy = 0;
-  for (int i = 0; i < c->ninstrs && c->instrs[i] != in; i++) {
-    const tpu_instr *x = c->instrs[i];
-    for (int j = 0; j < x->noperands; j++)
-      if (x->operands[j] == p) return 0;
-    after_copy |= x->op == TPU_OP_COPY && x->noperands == 1 && x->operands[0]->op == TPU_OP_PARAMETER;
-  }
-  return after_copy;
-}
-
-/* The dimensions of s in minor-to-major order, leaving out those of size 1 (they move no
- * bytes); returns how many. */
-static int moving_order(const tpu_shape *s, int *out) {
-  int n = 0;
-  for (int i = 0; i < s->rank; i++) {
-    int d = s->has_layout ? s->minor_to_major[i] : s->rank - 1 - i;
-    if (s->dims[d] > 1) out[n++] = d;
-  }
-  return n;
-}
-
-/* A compiled program's copy within VMEM (S(1) on both sides) that moves the dimension in
- * the lanes (a transpose) or moves no bytes at all (only dimensions of size 1 change
- * places): the XLA TPU compiler runs it as a windowed copy, 100 cycles per window of at
- * most 1 MiB, with no kernel start (every such copy of the compiled families corpus on v5e
- * and v6e, 59 and 60: estimated_cycles = 100 x the product of its iteration_bounds, e.g.
- * bf16[2,2048,512] {2,1,0} -> {1,2,0} 600 cycles in 6 windows). One that keeps the lanes'
- * dimension and reorders the others relays the sublanes out on the vector unit (50 on
- * v5e, 1,961-201,868 cycles). Returns the windows, or 0 when `in` is not such a copy. */
-static int64_t windowed_vmem_copy(const tpu__be *be, const tpu_instr *in) {
-  if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
-  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
-  if (!tpu__in_vmem(r) || !tpu__in_vmem(o) || r->rank != o->rank) return 0;
-  int a[TPU_MAX_RANK], b[TPU_MAX_RANK];
-  int na = moving_order(r, a), nb = moving_order(o, b), same = na == nb;
-  for (int i = 0; same && i < na; i++) same = a[i] == b[i];
-  if (!same && na > 0 && nb > 0 && a[0] == b[0]) return 0; /* a sublane relayout */
-  int64_t bytes = tpu__padded_bytes(be, r), ob = tpu__padded_bytes(be, o), win = (int64_t)1 << 20;
-  if (ob > bytes) bytes = ob;
-  return bytes > win ? (bytes + win - 1) / win : 1;
-}
-
-/* The tiles of a compiled program's array in its given tiling T(r,c): its second-minor
- * dimension in blocks of r, its minor one in blocks of c; 0 without one. */
-static int64_t layout_tiles(const tpu_shape *s) {
-  if (s->dtype == TPU_TUPLE || !s->layout_tail || !s->has_layout || s->rank < 2) return 0;
-  const char *t = strstr(s->layout_tail, "T(");
-  if (!t) return 0;
-  char *e = NULL;
-  long long r = strtoll(t + 2, &e, 10), c = 0;
-  if (!e || *e != ',' || r <= 0) return 0;
-  c = strtoll(e + 1, &e, 10);
-  if (!e || *e != ')' || c <= 0) return 0;
-  int64_t minor = s->dims[s->minor_to_major[0]], second = s->dims[s->minor_to_major[1]], major = 1;
-  for (int i = 2; i < s->rank; i++) major *= s->dims[s->minor_to_major[i]];
-  return major * ((second + r - 1) / r) * ((minor + c - 1) / c);
-}
-
-/* Space-to-batch's unfold kernel in tpusim's own compilation (space_to_batch.c marks its root
- * s2b_kernel=unfold): the convolution's result, its 8 pieces in the batch in the sublanes, written
- * back with the pieces along W. Where each piece is S' < 8 outputs wide along W, the second-minor
- * dimension, and the features are in the lanes, the XLA TPU compiler writes it in tiles of S'
- * rows (T(S',128)), one per piece: a sublane relayout (below) of numel / (S' x features) x
- * ceil(features / 128) tiles (compiled families, tune split, on v5e: dilconv_b1_28x28_c256to64_k3d2
- * [28,8,4,64] into T(4,128), 224 tiles, 3,849 cycles; dilconv_b2_28x28_c64to256_k3d2 896 tiles,
- * 10,174; conv3d_b2_8x28x28_c16to16_k3s2 [4,14,16,2,16] into T(2,128), 896 tiles, 9,950). Returns
- * those tiles, 0 for any other op. */
-static int64_t s2b_unfold_tiles(const tpu_instr *in) {
-  if (in->op != TPU_OP_FUSION || !in->calls || !in->calls->root || in->noperands != 1 || in->shape.layout_tail) return 0;
-  const tpu_instr *root = in->calls->root;
-  int unfold = 0;
-  for (int i = 0; i < root->nattrs; i++)
-    unfold |= !strcmp(root->attrs[i].name, "s2b_kernel") && root->attrs[i].value && !strcmp(root->attrs[i].value, "unfold");
-  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
-  if (!unfold || r->rank < 2 || r->rank != o->rank || r->dtype == TPU_TUPLE) return 0;
-  int w = r->rank - 2;
-  int64_t rows = o->dims[w], feat = r->dims[r->rank - 1];
-  if (r->dims[w] != 8 * rows || rows <= 0 || rows >= 8 || feat <= 0) return 0;
-  return tpu_shape_numel(r) / (rows * feat) * ((feat + 127) / 128);
-}
-
-/* A compiled program's copy that keeps the dimension in the lanes and reorders the others
- * (a sublane relayout), VMEM (S(1)) or v4's CMEM (S(3)) on at least one side: the XLA TPU
- * compiler's vector
- * kernel for it costs its start plus the chip's relayout_tile_cycles per tile of the result,
- * whatever the tile's rows (compiled families, tune split, on v5e: 224 tiles 3,849 cycles,
- * 448 5,883, 896 9,950, 1,568 16,051 — T(2,128), T(4,128) results of bf16 or f32 and packed
- * bf16 T(8,128)(2,1) ones alike; v6e 3,264 / 4,412 / 6,708 / 10,153), where its registers
- * alone cost a tile of 2 rows an eighth of one of 8. Not a result in whole registers (below).
- * v4 keeps such a copy's on-chip side in CMEM: libtpu v4 compilations of families tune
- * programs, 196 tiles 4,618 cycles, 896 16,721, 1,568 21,368 (dilconv_b2_28x28_c64to256_k3d2's
- * result copy from S(3); chips/v4.json). A pad into small tiles likewise (below). Returns the
- * result's tiles, 0 for any other op. */
-/* In VMEM (S(1)) or in v4's CMEM (S(3)): the on-chip side of a relayout copy. */
-static int on_chip(const tpu_shape *s) { return tpu__in_vmem(s) || (s->layout_tail && strstr(s->layout_tail, "S(3)")); }
-
-static int64_t relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
-  int64_t unfold = s2b_unfold_tiles(in);
-  if (unfold > 0) return unfold;
-  if (in->op == TPU_OP_COPY && !in->shape.layout_tail && in->shape.rank >= 2 && in->shape.dtype != TPU_TUPLE) {
-    /* space to batch's result copied into the program's layout (relayout.c marks the copy
-     * s2b_kernel=result): a sublane relayout into the least padded tiling, that tiling's
-     * tiles (dilconv_b2_28x28_c64to256_k3d2 into {3,0,2,1:T(2,128)}: 1,568 tiles, 18,076
-     * cycles on v5e) */
-    for (int i = 0; i < in->nattrs; i++)
-      if (!strcmp(in->attrs[i].name, "s2b_kernel") && in->attrs[i].value && !strcmp(in->attrs[i].value, "result")) {
-        int q, m;
-        tpu__least_tiling(chip, &in->shape, &q, &m);
-        return tpu__tiles_as(chip, &in->shape, q, m);
-      }
-  }
-  if (in->op == TPU_OP_PAD && in->noperands >= 1 && !in->shape.layout_tail && in->shape.rank >= 2) {
-    /* space to batch's pad before the pieces' halo in tpusim's own compilation
-     * (space_to_batch.c marks it s2b_halo): the compiler pads the parameter in its own
-     * layout, the one that pads least; where that puts fewer rows than half the sublanes in
-     * the tile (a batch of 2 or 4 in the sublanes, T(2,128) or T(4,128)) it is the pad into
-     * small tiles below (dilconv_b2_28x28_c64to256_k3d2: bf16[28,2,32,64]{3,1,2,0:T(2,128)},
-     * 896 tiles, 10,811 cycles on v5e). Without a halo it copies the parameter row-major and
-     * pads in whole tiles (tconv_b2_28x28_c256to3_k4s4_valid: T(8,128), 7,749 cycles). */
-    int pad = 0;
-    for (int i = 0; i < in->nattrs; i++) pad |= !strcmp(in->attrs[i].name, "s2b_halo");
-    int q, m;
-    int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
-    tpu__least_tiling(chip, &in->operands[0]->shape, &q, &m);
-    if (pad && in->operands[0]->shape.rank == in->shape.rank && 2 * in->shape.dims[q] <= sub)
-      return tpu__tiles_as(chip, &in->shape, q, m);
-  }
-  if (in->op == TPU_OP_PAD && in->noperands >= 1) {
-    /* A pad into VMEM in tiles of fewer than 8 rows (a convolution's input padded with the
-     * batch in the sublanes) is such a kernel too: compiled families, tune split, v5e 10.0-11.1
-     * cycles per result tile after the start (bf16[28,2,32,64] T(2,128): 10,811 cycles for
-     * 896 tiles; [28,4,32,144] T(4,128): 21,294 for 1,792), v6e 5.2-6.1. */
-    const tpu_shape *r = &in->shape;
-    const char *t = r->layout_tail && tpu__in_vmem(r) ? strstr(r->layout_tail, "T(") : NULL;
-    long long rows = t ? strtoll(t + 2, NULL, 10) : 0;
-    return rows > 0 && rows < 8 ? layout_tiles(r) : 0;
-  }
-  if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
-  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
-  if (!r->layout_tail || !o->layout_tail || r->rank != o->rank || !(on_chip(r) || on_chip(o))) return 0;
-  int a[TPU_MAX_RANK], b[TPU_MAX_RANK];
-  int na = moving_order(r, a), nb = moving_order(o, b), same = na == nb;
-  for (int i = 0; same && i < na; i++) same = a[i] == b[i];
-  if (same || na == 0 || nb == 0 || a[0] != b[0]) return 0;
-  /* a result in whole 32-bit registers (T(8,128), unpacked) moves whole tiles: the compiler's
-   * figure is far less (f32[32,32,5,128] into {3,0,2,1:T(8,128)}: 1,456 cycles on v5e for 640
-   * tiles, where the same copy of bf16 costs 8,106) */
-  const char *t = strstr(r->layout_tail, "T(8,128)");
-  if (tpu_dtype_size(r->dtype) == 4 && t && t[8] != '(') return 0;
-  return layout_tiles(r);
-}
-
 /* Whether a result (a tuple's leaves alike) holds an array of more than one element outside
  * scalar memory (S(6)): the vector unit's or the MXU's output, not the scalar unit's. */
 static int array_outside_smem(const tpu_shape *s) {
@@ -901,15 +675,15 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     const tpu_shape *s = i < 0 ? &in->shape : &in->operands[i]->shape;
     po.scalar = s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL;
   }
-  k->vcopy_windows = windowed_vmem_copy(be, in);
+  k->vcopy_windows = tpu__windowed_vmem_copy(be, in);
   /* A parameter's copy after another kernel reads the parameter prefetched into VMEM
    * (prefetched_param_copy): on a chip of one TensorCore without CMEM (v5e, v6e) it writes
    * VMEM too (relayout_off_core) and is the compiler's windowed copy within VMEM (100 cycles
    * on v5e and v6e for s8[1,16] and s8[7,16] {1,0} -> {0,1}); elsewhere without CMEM (v5p)
    * it writes HBM and pays one kernel start, not a relayout's two (2,212 cycles where the
    * first copy, from HBM, costs 4,318). v4 reads it from CMEM, timed as HBM: unchanged. */
-  int pf_copy = !k->vcopy_windows && be->chip->cmem_bytes <= 0 && prefetched_param_copy(be, in);
-  if (pf_copy && be->chip->tensorcores <= 1 && !relayout_off_core(be, in) && tpu__moves_minor(be->chip, in)) {
+  int pf_copy = !k->vcopy_windows && be->chip->cmem_bytes <= 0 && tpu__prefetched_param_copy(be, in);
+  if (pf_copy && be->chip->tensorcores <= 1 && !tpu__relayout_off_core(be, in) && tpu__moves_minor(be->chip, in)) {
     int64_t bytes = tpu__padded_bytes(be, &in->shape), win = (int64_t)1 << 20;
     k->vcopy_windows = bytes > win ? (bytes + win - 1) / win : 1;
   }
@@ -918,12 +692,12 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   int wide = tpu__wide_int_source_kernels(be, in); /* 64-bit words computed apart (vmem_source.c) */
   if (wide < 0) po.scalar = 1;
   else if (wide > 1) po.starts = wide;
-  po.relayout = relayout_off_core(be, in) && !k->vcopy_windows && !pf_copy;
+  po.relayout = tpu__relayout_off_core(be, in) && !k->vcopy_windows && !pf_copy;
   /* A compiled program's top-level dynamic-update-slice (in place, no window_config: the
    * compiler gives none of its 20 in the v5e families corpus an estimate) is the DMA engines'
    * transfer of the update, no kernel. */
   if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE && in->shape.layout_tail && in->parent && in->parent->is_entry) po.dma = 1;
-  if (be->chip->relayout_tile_cycles > 0) po.min_body_cycles = (double)relayout_tiles(be->chip, in) * be->chip->relayout_tile_cycles;
+  if (be->chip->relayout_tile_cycles > 0) po.min_body_cycles = (double)tpu__relayout_tiles(be->chip, in) * be->chip->relayout_tile_cycles;
   if (in->op == TPU_OP_SORT && be->chip->sort_network) { /* its network's waits too */
     tpu__sort_work w;
     tpu__sort_cost(be, in, &w);
@@ -963,7 +737,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
       po.flops += xd[i].flops;
       po.padded_flops += xd[i].padded_flops;
     }
-  } else if (in->op == TPU_OP_COPY && !vmem_copy(in) && !relayout_kernel(be, in)) {
+  } else if (in->op == TPU_OP_COPY && !tpu__vmem_copy(in) && !tpu__relayout_kernel(be, in)) {
     k->kind = TPU__K_COPY;
     po.dma = tpu__copy_via_vmem(be, in);
   } else if (in->op == TPU_OP_CHOLESKY || in->op == TPU_OP_TRIANGULAR_SOLVE) {
