@@ -107,4 +107,39 @@ static inline char *dump_src_after(const char *src, const char *file, const char
   return out;
 }
 
+/* Fusion around the matrix unit (docs/compiler.md): the kernels of a compiled entry, and per
+ * kernel the dots, reduces, divides, multiplies and exponentials it holds. */
+typedef struct {
+  int kernels, dots[8], convs[8], reduces[8], divides[8], multiplies[8], exps[8], selects[8];
+} kernel_census;
+
+static inline kernel_census kernel_census_of(const char *src) {
+  kernel_census kc;
+  memset(&kc, 0, sizeof kc);
+  tpu_module *m = compile_src(src);
+  if (!m) return kc;
+  for (int i = 0; i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT || in->op == TPU_OP_GET_TUPLE_ELEMENT ||
+        in->op == TPU_OP_TUPLE)
+      continue;
+    int k = kc.kernels++;
+    if (k >= 8) continue;
+    const tpu_comp *c = in->op == TPU_OP_FUSION ? in->calls : NULL;
+    int n = c ? c->ninstrs : 1;
+    for (int j = 0; j < n; j++) {
+      tpu_opcode op = c ? c->instrs[j]->op : in->op;
+      kc.dots[k] += op == TPU_OP_DOT;
+      kc.convs[k] += op == TPU_OP_CONVOLUTION;
+      kc.reduces[k] += op == TPU_OP_REDUCE;
+      kc.divides[k] += op == TPU_OP_DIVIDE;
+      kc.multiplies[k] += op == TPU_OP_MULTIPLY;
+      kc.exps[k] += op == TPU_OP_EXP;
+      kc.selects[k] += op == TPU_OP_SELECT;
+    }
+  }
+  tpu_module_free(m);
+  return kc;
+}
+
 #endif

@@ -86,43 +86,6 @@ static void test_shared_producer(void) {
   CHECK(k == 2);
 }
 
-/* src parsed and compiled for g_chip (checked); NULL when it does not parse. */
-
-/* Fusion around the matrix unit (docs/compiler.md): the kernels of a compiled entry, and per
- * kernel the dots, reduces, divides, multiplies and exponentials it holds. */
-typedef struct {
-  int kernels, dots[8], convs[8], reduces[8], divides[8], multiplies[8], exps[8], selects[8];
-} kernel_census;
-
-static kernel_census census(const char *src) {
-  kernel_census kc;
-  memset(&kc, 0, sizeof kc);
-  tpu_module *m = compile_src(src);
-  if (!m) return kc;
-  for (int i = 0; i < m->entry->ninstrs; i++) {
-    const tpu_instr *in = m->entry->instrs[i];
-    if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT || in->op == TPU_OP_GET_TUPLE_ELEMENT ||
-        in->op == TPU_OP_TUPLE)
-      continue;
-    int k = kc.kernels++;
-    if (k >= 8) continue;
-    const tpu_comp *c = in->op == TPU_OP_FUSION ? in->calls : NULL;
-    int n = c ? c->ninstrs : 1;
-    for (int j = 0; j < n; j++) {
-      tpu_opcode op = c ? c->instrs[j]->op : in->op;
-      kc.dots[k] += op == TPU_OP_DOT;
-      kc.convs[k] += op == TPU_OP_CONVOLUTION;
-      kc.reduces[k] += op == TPU_OP_REDUCE;
-      kc.divides[k] += op == TPU_OP_DIVIDE;
-      kc.multiplies[k] += op == TPU_OP_MULTIPLY;
-      kc.exps[k] += op == TPU_OP_EXP;
-      kc.selects[k] += op == TPU_OP_SELECT;
-    }
-  }
-  tpu_module_free(m);
-  return kc;
-}
-
 /* A dot's epilogue whose first step several later steps read (GELU over a bias add: the
  * sum is read five times): fusion decides producers consumers-first, so the bias add is
  * owned by the group and the dot joins it: one kOutput kernel, as the XLA TPU compiler
@@ -140,7 +103,7 @@ static void test_dot_gelu_one_kernel(void) {
       " one = bf16[] constant(1)\n oneb = bf16[256,256] broadcast(one), dimensions={}\n"
       " t4 = bf16[256,256] add(th, oneb)\n half = bf16[] constant(0.5)\n halfb = bf16[256,256] broadcast(half), dimensions={}\n"
       " t5 = bf16[256,256] multiply(t4, halfb)\n ROOT y = bf16[256,256] multiply(h, t5)\n}\n";
-  kernel_census kc = census(src);
+  kernel_census kc = kernel_census_of(src);
   printf("dot + bias + GELU: %d kernels\n", kc.kernels);
   CHECK_EQ_INT(kc.kernels, 1);
   CHECK_EQ_INT(kc.dots[0], 1);
@@ -349,7 +312,7 @@ static void test_matmul_fusion(void) {
   for (int t = 0; t < 2; t++) {
     int r = rows[t];
     snprintf(src, sizeof src, attn, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r);
-    kernel_census kc = census(src);
+    kernel_census kc = kernel_census_of(src);
     printf("attention, rows of %d: %d kernels\n", r, kc.kernels);
     if (t == 0) {
       /* q k^T with the max, exp and sum in its epilogue; the division fed into p v (the
@@ -387,7 +350,7 @@ static void test_matmul_fusion(void) {
       " smb = f32[2,4,256,256] broadcast(sm), dimensions={0,1,2}\n p = f32[2,4,256,256] divide(ex, smb)\n"
       " pb = bf16[2,4,256,256] convert(p)\n"
       " ROOT o = bf16[2,4,256,64] dot(pb, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n}\n";
-  kernel_census k16 = census(attn16);
+  kernel_census k16 = kernel_census_of(attn16);
   printf("attention on bf16 scores: %d kernels\n", k16.kernels);
   CHECK_EQ_INT(k16.kernels, 3);
   CHECK(k16.dots[0] == 1 && k16.reduces[0] == 1 && k16.exps[0] == 0);
@@ -414,7 +377,7 @@ static void test_matmul_fusion(void) {
       " smb = f32[2,4,256,256] broadcast(sm), dimensions={0,1,2}\n p = f32[2,4,256,256] divide(ex, smb)\n"
       " pb = bf16[2,4,256,256] convert(p)\n"
       " ROOT o = bf16[2,4,256,64] dot(pb, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n}\n";
-  kernel_census km = census(masked);
+  kernel_census km = kernel_census_of(masked);
   printf("attention on masked bf16 scores: %d kernels, selects %d/%d/%d\n", km.kernels, km.selects[0], km.selects[1],
          km.selects[2]);
   CHECK_EQ_INT(km.kernels, 3);
@@ -439,7 +402,7 @@ static void test_matmul_fusion(void) {
       " smb = f32[2,4,256,256] broadcast(sm), dimensions={0,1,2}\n p = f32[2,4,256,256] divide(ex, smb)\n"
       " pb = bf16[2,4,256,256] convert(p)\n"
       " ROOT o = bf16[2,4,256,64] dot(pb, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n}\n";
-  kernel_census kt = census(attnt);
+  kernel_census kt = kernel_census_of(attnt);
   printf("attention on f32 scores off a transpose: %d kernels\n", kt.kernels);
   CHECK_EQ_INT(kt.kernels, 2);
   CHECK(kt.dots[0] == 1 && kt.reduces[0] == 2 && kt.exps[0] == 1);
@@ -457,7 +420,7 @@ static void test_matmul_fusion(void) {
       " yk = bf16[64,256] dot(nb, wk), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
       " yv = bf16[64,256] dot(nb, wv), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
       " ROOT t = (bf16[64,256], bf16[64,256], bf16[64,256]) tuple(yq, yk, yv)\n}\n";
-  kernel_census kc = census(norm);
+  kernel_census kc = kernel_census_of(norm);
   printf("RMSNorm into three projections: %d kernels\n", kc.kernels);
   /* the sum of squares, its rsqrt (a kernel of its own, as the compiler's add_rsqrt_fusion in
    * families llama_fwd_*: an expensive producer stays out of the kernels that broadcast it),
@@ -482,15 +445,15 @@ static void test_sibling_fusion(void) {
       " ROOT t = %s tuple(%s)\n}\n";
   char src[1024];
   snprintf(src, sizeof src, fmt, "(f32[512], f32[256])", "col, row");
-  kernel_census kc = census(src);
+  kernel_census kc = kernel_census_of(src);
   printf("column sum + row sum: %d kernels\n", kc.kernels);
   CHECK_EQ_INT(kc.kernels, 1);
   snprintf(src, sizeof src, fmt, "(f32[256,512], f32[256,512])", "s2, s3");
-  kc = census(src);
+  kc = kernel_census_of(src);
   printf("two scalings: %d kernels\n", kc.kernels);
   CHECK_EQ_INT(kc.kernels, 1);
   snprintf(src, sizeof src, fmt, "(f32[512], f32[256,512])", "col, s2");
-  kc = census(src);
+  kc = kernel_census_of(src);
   printf("column sum + scaling: %d kernels\n", kc.kernels);
   CHECK_EQ_INT(kc.kernels, 2);
 }
@@ -523,267 +486,16 @@ static void test_sibling_reach(void) {
   int blocks[] = {3, 12}, want[] = {10, 37};
   for (int bi = 0; bi < 2; bi++) {
     CHECK(reach_blocks(src, sizeof src, blocks[bi]) < (int)sizeof src);
-    kernel_census bits = census(src);
+    kernel_census bits = kernel_census_of(src);
     int keep = tpu__fuse_reach_bitset_max;
     tpu__fuse_reach_bitset_max = 0;
-    kernel_census walk = census(src);
+    kernel_census walk = kernel_census_of(src);
     tpu__fuse_reach_bitset_max = keep;
     printf("%d blocks: %d kernels (bitset), %d (walk)\n", blocks[bi], bits.kernels, walk.kernels);
     CHECK_EQ_INT(bits.kernels, want[bi]);
     CHECK_EQ_INT(walk.kernels, want[bi]);
     CHECK(!memcmp(&bits, &walk, sizeof bits));
   }
-}
-
-/* Dot strength reduction (compile/passes/dot_reduce.c): a dot with a vector operand runs as one
- * multiply + reduce kernel; a dot with rows on both sides, or whose matrix operand lists its
- * contracting dimensions out of order, stays a dot. */
-static void test_dot_strength_reduction(void) {
-  const char *fmt =
-      "HloModule m\nENTRY e {\n x = bf16[%d,512] parameter(0)\n w = bf16[512,256] parameter(1)\n"
-      " ROOT y = bf16[%d,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
-  char src[512];
-  snprintf(src, sizeof src, fmt, 1, 1);
-  kernel_census kc = census(src);
-  int dots = 0, reduces = 0, mults = 0;
-  for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k], reduces += kc.reduces[k], mults += kc.multiplies[k];
-  printf("decode step with one token: %d kernels, %d dots, %d reduces\n", kc.kernels, dots, reduces);
-  CHECK(dots == 0 && reduces == 1 && mults == 1);
-  CHECK(kc.reduces[0] == 1 && kc.multiplies[0] == 1); /* one kernel reads w and sums */
-  snprintf(src, sizeof src, fmt, 8, 8);
-  kc = census(src);
-  dots = 0;
-  for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-  CHECK_EQ_INT(dots, 1);
-  /* the matrix lists its contracting dimensions descending (JAX's 'badc,adbc->ba'): still a
-   * vector product, reduced, the matrix transposed first so that the sum runs in the dot's
-   * order; the values bit for bit the dot's */
-  const char *desc = "HloModule m\nENTRY e {\n a = f32[6,5] parameter(0)\n b = f32[7,5,6] parameter(1)\n"
-                     " ROOT y = f32[7] dot(a, b), lhs_contracting_dims={0,1}, rhs_contracting_dims={2,1}\n}\n";
-  kc = census(desc);
-  dots = 0;
-  for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-  CHECK_EQ_INT(dots, 0);
-  {
-    tpu_module *m0 = NULL, *m1 = NULL;
-    tpu_diag d;
-    CHECK(tpu_hlo_parse("desc.hlo", desc, strlen(desc), &m0, &d) == TPU_OK);
-    CHECK(tpu_hlo_parse("desc.hlo", desc, strlen(desc), &m1, &d) == TPU_OK);
-    tpu_compile_opts o = opts(NULL, NULL);
-    if (m0 && m1 && tpu_compile_hlo(m1, &o, &d) == TPU_OK) {
-      tpu_tensor x[2], r0, r1;
-      memset(&r0, 0, sizeof r0);
-      memset(&r1, 0, sizeof r1);
-      int64_t da[2] = {6, 5}, db[3] = {7, 5, 6};
-      CHECK(tpu_tensor_alloc(&x[0], TPU_F32, 2, da, &d) == TPU_OK);
-      CHECK(tpu_tensor_alloc(&x[1], TPU_F32, 3, db, &d) == TPU_OK);
-      /* magnitudes spread over 2^-10 .. 2^10: a sum in another order rounds otherwise */
-      for (int i = 0; i < 30; i++) tpu_tensor_set_f64(&x[0], i, ((i * 7) % 11 - 5) * (double)(1 << (i % 21)) / 1024.0 + 0.3);
-      for (int i = 0; i < 210; i++) tpu_tensor_set_f64(&x[1], i, ((i * 5) % 13 - 6) * 1.0009765625 + i * 0.001);
-      CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
-      CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
-      CHECK(same_bits(&r0, &r1));
-      tpu_tensor_free(&x[0]);
-      tpu_tensor_free(&x[1]);
-      tpu_tensor_free(&r0);
-      tpu_tensor_free(&r1);
-    } else {
-      CHECK(0);
-    }
-    tpu_module_free(m0);
-    tpu_module_free(m1);
-  }
-  /* every contracting dimension of size 1 ('abcd,bca->adb' with c = 1): products, no
-   * reduce, in one loop kernel with the result's transpose; 0 + p as the dot computes it
-   * (bit for bit, -0 products included) */
-  {
-    const char *one = "HloModule m\nENTRY e {\n b = bf16[16,1,8] parameter(0)\n a = bf16[8,16,1,64] parameter(1)\n"
-                      " d = bf16[8,16,64] dot(b, a), lhs_batch_dims={2,0}, lhs_contracting_dims={1}, rhs_batch_dims={0,1}, "
-                      "rhs_contracting_dims={2}\n ROOT t = bf16[8,64,16] transpose(d), dimensions={0,2,1}\n}\n";
-    kc = census(one);
-    int red = 0;
-    dots = 0;
-    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k], red += kc.reduces[k];
-    printf("'abcd,bca->adb' with c = 1: %d kernels, %d dots, %d reduces\n", kc.kernels, dots, red);
-    CHECK_EQ_INT(dots, 0);
-    CHECK_EQ_INT(red, 0);
-    CHECK_EQ_INT(kc.kernels, 1);
-    tpu_module *m0 = NULL, *m1 = NULL;
-    tpu_diag d;
-    CHECK(tpu_hlo_parse("one.hlo", one, strlen(one), &m0, &d) == TPU_OK);
-    CHECK(tpu_hlo_parse("one.hlo", one, strlen(one), &m1, &d) == TPU_OK);
-    tpu_compile_opts o = opts(NULL, NULL);
-    if (m0 && m1 && tpu_compile_hlo(m1, &o, &d) == TPU_OK) {
-      tpu_tensor x[2], r0, r1;
-      memset(&r0, 0, sizeof r0);
-      memset(&r1, 0, sizeof r1);
-      int64_t db[3] = {16, 1, 8}, da[4] = {8, 16, 1, 64};
-      CHECK(tpu_tensor_alloc(&x[0], TPU_BF16, 3, db, &d) == TPU_OK);
-      CHECK(tpu_tensor_alloc(&x[1], TPU_BF16, 4, da, &d) == TPU_OK);
-      for (int i = 0; i < 128; i++) tpu_tensor_set_f64(&x[0], i, i % 5 == 0 ? 0.0 : (i % 3 - 1) * 1.5);
-      for (int i = 0; i < 8192; i++) tpu_tensor_set_f64(&x[1], i, i % 7 == 0 ? -0.0 : (i % 9 - 4) * 0.25);
-      CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
-      CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
-      CHECK(same_bits(&r0, &r1));
-      tpu_tensor_free(&x[0]);
-      tpu_tensor_free(&x[1]);
-      tpu_tensor_free(&r0);
-      tpu_tensor_free(&r1);
-    } else {
-      CHECK(0);
-    }
-    tpu_module_free(m0);
-    tpu_module_free(m1);
-  }
-  /* a bf16 result in another order than the sum's ('bca,ba->ac', b = 1024, c = 3): narrowed
-   * first, so the reduce writes bf16 and, the result's layout holding the sum's order, in
-   * that layout: one kernel, as the compiler's multiply_reduce fusion to bf16[16,3]{0,1} */
-  kc = census("HloModule m\nENTRY e {\n a = bf16[1024,3,16] parameter(0)\n b = bf16[1024,16] parameter(1)\n"
-              " ROOT d = bf16[16,3] dot(a, b), lhs_batch_dims={2}, lhs_contracting_dims={0}, rhs_batch_dims={1}, "
-              "rhs_contracting_dims={0}\n}\n");
-  printf("'bca,ba->ac': %d kernels\n", kc.kernels);
-  CHECK_EQ_INT(kc.kernels, 1);
-  /* a batch of vector products whose result is reshaped twice ('ba,acb->ca' with c = 1: the
-   * dot's [8,1] to the result's [1,8]): the reshapes merge (XLA's simplifier) and move no
-   * bytes, so one fusion in f32 (the reshape left moves no bytes) and in bf16 (narrowed in the reduce), as the compiler's one
-   * kLoop fusion on v4, v5e, v5p and v6e */
-  const char *ra = "HloModule m\nENTRY e {\n b = %s[8,1,64] parameter(0)\n a = %s[64,8] parameter(1)\n"
-                   " d = %s[8,1] dot(b, a), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={1}, "
-                   "rhs_contracting_dims={0}\n ROOT t = %s[1,8] reshape(d)\n}\n";
-  const char *rt[2] = {"f32", "bf16"};
-  for (int i = 0; i < 2; i++) {
-    snprintf(src, sizeof src, ra, rt[i], rt[i], rt[i], rt[i]);
-    tpu_module *m = compile_src(src);
-    int fusions = 0;
-    for (int j = 0; m && j < m->entry->ninstrs; j++) fusions += m->entry->instrs[j]->op == TPU_OP_FUSION;
-    printf("'ba,acb->ca' in %s: %d fusions\n", rt[i], fusions);
-    CHECK(m != NULL);
-    CHECK_EQ_INT(fusions, 1);
-    tpu_module_free(m);
-  }
-  /* A batch of vector products whose matrix's first free dimension is shorter than 64:
-   * multiply + reduce however many elements its free dimensions hold, as the compiler's
-   * 'bkfg,bk->bfg' with [f, g] = [33, 8] (a kLoop multiply_reduce on v4, v5e, v6e); [64, 8]
-   * stays on the MXU */
-  const char *ff = "HloModule m\nENTRY e {\n b = bf16[12,128,%d,8] parameter(0)\n a = bf16[12,128] parameter(1)\n"
-                   " ROOT y = bf16[12,%d,8] dot(b, a), lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, "
-                   "rhs_contracting_dims={1}\n}\n";
-  int fs[2] = {33, 64};
-  for (int i = 0; i < 2; i++) {
-    snprintf(src, sizeof src, ff, fs[i], fs[i]);
-    kc = census(src);
-    dots = 0;
-    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-    printf("'bkfg,bk->bfg' with [f, g] = [%d, 8]: %d dots\n", fs[i], dots);
-    CHECK_EQ_INT(dots, fs[i] < 64 ? 0 : 1);
-  }
-  /* A batch of vector products with a contraction shorter than 64 (a Mamba step's state . C,
-   * 'bdn,bn->bd'): multiply + reduce whatever the batch, as the XLA TPU compiler's kLoop
-   * multiply_reduce fusions for n = 16, 32, 48; n = 64 stays on the MXU. */
-  const char *mb = "HloModule m\nENTRY e {\n h = f32[4,2048,%d] parameter(0)\n c = f32[4,%d] parameter(1)\n"
-                   " ROOT y = f32[4,2048] dot(h, c), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
-                   "rhs_contracting_dims={1}\n}\n";
-  int ns[4] = {16, 32, 48, 64};
-  for (int i = 0; i < 4; i++) {
-    snprintf(src, sizeof src, mb, ns[i], ns[i]);
-    kc = census(src);
-    dots = 0;
-    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-    printf("'bdn,bn->bd' with n = %d: %d dots\n", ns[i], dots);
-    CHECK_EQ_INT(dots, ns[i] < 64 ? 0 : 1);
-  }
-  /* A batch of vector products (decode attention's p . v over b x h heads): the MXU when no
-   * batch dimension is 1, multiply + reduce when one is, or when a reduction reads the result
-   * (q . k feeding the softmax's maximum). */
-  const char *pv =
-      "HloModule m\nmx { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT m = f32[] maximum(a, b) }\n"
-      "ENTRY e {\n p = bf16[%d,4,256] parameter(0)\n v = bf16[%d,4,256,128] parameter(1)\n"
-      " y = bf16[%d,4,128] dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={2}, rhs_batch_dims={0,1}, "
-      "rhs_contracting_dims={2}\n c = f32[%d,4,128] convert(y)\n z = f32[] constant(-inf)\n"
-      " ROOT r = %s\n}\n";
-  struct {
-    int b;
-    const char *root;
-    int want_dots;
-  } bc[] = {{8, "f32[8,4,128] negate(c)", 1}, {1, "f32[1,4,128] negate(c)", 0}, {8, "f32[8,4] reduce(c, z), dimensions={2}, to_apply=mx", 0}};
-  for (int i = 0; i < 3; i++) {
-    snprintf(src, sizeof src, pv, bc[i].b, bc[i].b, bc[i].b, bc[i].b, bc[i].root);
-    kc = census(src);
-    dots = 0;
-    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-    CHECK_EQ_INT(dots, bc[i].want_dots);
-  }
-  /* A batch of vector products the vector unit computes whatever the contraction: both
-   * operands vectors ('ab,ab->a', a dot product per batch element), or the matrix's free
-   * elements within one register's 8 sublanes ('abk,ak->ab' with b = 3), as the compiler's
-   * multiply_reduce fusions for the families programs einsum_acb_bca_a_* and
-   * einsum_bca_ba_ac_*; with 96 free elements the MXU (einsum_abcd_cba_ad_*). */
-  struct {
-    const char *src;
-    int want_dots;
-  } vb[] = {
-      {"HloModule m\nENTRY e {\n x = bf16[32,1024] parameter(0)\n y = bf16[32,1024] parameter(1)\n"
-       " ROOT d = bf16[32] dot(x, y), lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, rhs_contracting_dims={1}\n}\n",
-       0},
-      {"HloModule m\nENTRY e {\n x = bf16[16,3,1024] parameter(0)\n y = bf16[16,1024] parameter(1)\n"
-       " ROOT d = bf16[16,3] dot(x, y), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}\n}\n",
-       0},
-      {"HloModule m\nENTRY e {\n x = bf16[32,96,384] parameter(0)\n y = bf16[32,384] parameter(1)\n"
-       " ROOT d = bf16[32,96] dot(x, y), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}\n}\n",
-       1},
-  };
-  for (int i = 0; i < 3; i++) {
-    kc = census(vb[i].src);
-    dots = 0;
-    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-    printf("batched vector product %d: %d dots\n", i, dots);
-    CHECK_EQ_INT(dots, vb[i].want_dots);
-  }
-  /* A batched p . v whose p keeps its size-1 query dimension runs on the vector unit (the
-   * XLA TPU compiler's multiply-reduce kLoop fusion), on every chip, unless (chips without
-   * vpu_batched_vector_dots: v4, v5e, v5p) it has two batch dimensions of more than one
-   * element and p is a softmax of q . k scaled in f32 (pv_on_mxu: then a kOutput fusion).
-   * Without that dimension (as above) it stays on the MXU. */
-  const char *pvq =
-      "HloModule m\nENTRY e {\n p = bf16[8,4,1,256] parameter(0)\n v = bf16[8,4,256,128] parameter(1)\n"
-      " y = bf16[8,4,1,128] dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, "
-      "rhs_contracting_dims={2}\n ROOT r = bf16[8,4,1,128] negate(y)\n}\n";
-  const char *pvs_fmt =
-      "HloModule m\nENTRY e {\n q = bf16[%d,4,1,128] parameter(0)\n k = bf16[%d,4,256,128] parameter(1)\n"
-      " v = bf16[%d,4,256,128] parameter(2)\n"
-      " s = bf16[%d,4,1,256] dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, "
-      "rhs_contracting_dims={3}\n s32 = %s[%d,4,1,256] convert(s)\n c = %s[] constant(11.3)\n"
-      " cb = %s[%d,4,1,256] broadcast(c), dimensions={}\n sc = %s[%d,4,1,256] divide(s32, cb)\n"
-      " p = bf16[%d,4,1,256] convert(sc)\n"
-      " y = bf16[%d,4,1,128] dot(p, v), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, "
-      "rhs_contracting_dims={2}\n ROOT r = bf16[%d,4,1,128] negate(y)\n}\n";
-  char pvs[2048];
-  snprintf(src, sizeof src, pv, 8, 8, 8, 8, bc[0].root);
-  for (int flag = 0; flag < 2; flag++) {
-    g_chip.vpu_batched_vector_dots = flag;
-    kc = census(pvq);
-    dots = 0;
-    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-    CHECK_EQ_INT(dots, 0);
-    kc = census(src);
-    dots = 0;
-    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-    CHECK_EQ_INT(dots, 1);
-    /* {batch, scale type, want dots without the flag}: f32 scale over [8,4] on the MXU;
-     * a bf16 scale, or a batch of [1,4], on the vector unit */
-    struct { int b; const char *t; int want; } sc[] = {{8, "f32", 1}, {8, "bf16", 0}, {1, "f32", 0}};
-    for (int i = 0; i < 3; i++) {
-      int b = sc[i].b;
-      const char *t = sc[i].t;
-      snprintf(pvs, sizeof pvs, pvs_fmt, b, b, b, b, t, b, t, t, b, t, b, b, b, b);
-      kc = census(pvs);
-      dots = 0;
-      for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
-      printf("scaled p . v, batch %d, %s scale, flag %d: %d dots\n", b, t, flag, dots);
-      CHECK_EQ_INT(dots, flag ? 0 : sc[i].want);
-    }
-  }
-  g_chip.vpu_batched_vector_dots = 0;
 }
 
 /* A concatenate does not take a slice starting past the origin (the XLA TPU compiler's
@@ -801,7 +513,7 @@ static void test_offset_slice_concat(void) {
       "  %x = s8[197,128] parameter(0)\n  %y = s8[197,116] parameter(1)\n"
       "  %b = s8[197,12] slice(%x), slice={[0:197], [0:12]}\n"
       "  ROOT %r = s8[197,128] concatenate(%y, %b), dimensions={1}\n}\n";
-  kernel_census r = census(roll), h = census(head);
+  kernel_census r = kernel_census_of(roll), h = kernel_census_of(head);
   printf("concatenate of slices: roll %d kernels, origin slice %d\n", r.kernels, h.kernels);
   CHECK(r.kernels == 2);
   CHECK(h.kernels == 1);
@@ -811,7 +523,7 @@ static void test_offset_slice_concat(void) {
       "  %x = f32[6,197] parameter(0)\n  %v = f32[6,197] reverse(%x), dimensions={0}\n"
       "  %one = f32[] constant(1)\n  %b = f32[6,197] broadcast(%one), dimensions={}\n"
       "  ROOT %r = f32[6,197] add(%v, %b)\n}\n";
-  kernel_census v = census(rev);
+  kernel_census v = kernel_census_of(rev);
   printf("reverse then add: %d kernels\n", v.kernels);
   CHECK(v.kernels == 2);
 }
@@ -829,7 +541,7 @@ static void test_fused_update_slice(void) {
       "  %z = s32[] constant(0)\n"
       "  %d = f32[16,8,256] dynamic-update-slice(%s, %r, %i, %z, %z)\n"
       "  ROOT %t = (f32[8,256], f32[16,8,256]) tuple(%a, %d)\n}\n";
-  kernel_census kc = census(src);
+  kernel_census kc = kernel_census_of(src);
   printf("scan step's add and update of the stacked outputs: %d kernels\n", kc.kernels);
   CHECK_EQ_INT(kc.kernels, 2); /* the non-donated parameter's copy (param_copy.c), the fusion */
 }
@@ -913,7 +625,7 @@ static void test_conv_column_sums(void) {
       " sq = f32[8,28,28,64] multiply(d, d)\n v = f32[64] reduce(sq, z), dimensions={0,1,2}, to_apply=add\n"
       " vb = f32[8,28,28,64] broadcast(v), dimensions={3}\n y = f32[8,28,28,64] divide(d, vb)\n"
       " ROOT o = bf16[8,28,28,64] convert(y)\n}\n";
-  kernel_census kc = census(src);
+  kernel_census kc = kernel_census_of(src);
   int conv_k = -1, conv_reduces = -1, other_reduces = 0;
   for (int k = 0; k < kc.kernels && k < 8; k++) {
     if (kc.convs[k]) {
@@ -942,7 +654,7 @@ static void test_mean_kernel(void) {
       " c = f32[] constant(0.00048828125)\n cb = f32[128] broadcast(c), dimensions={}\n m = f32[128] multiply(s, cb)\n"
       " mb = f32[8,16,16,128] broadcast(m), dimensions={3}\n y = f32[8,16,16,128] subtract(xf, mb)\n"
       " ROOT o = bf16[8,16,16,128] convert(y)\n}\n";
-  kernel_census kc = census(src);
+  kernel_census kc = kernel_census_of(src);
   int mean_k = 0;
   for (int k = 0; k < kc.kernels && k < 8; k++) mean_k += kc.multiplies[k] == 1 && kc.reduces[k] == 0;
   printf("sum, mean, subtraction: %d kernels, %d the mean's alone\n", kc.kernels, mean_k);
@@ -989,7 +701,6 @@ int main(void) {
   test_expensive_reuse();
   test_narrowed_reduce();
   test_window_fusion();
-  test_dot_strength_reduction();
   test_sibling_fusion();
   test_sibling_reach();
   test_offset_slice_concat();
