@@ -427,13 +427,21 @@ static void conv_packed(void) {
   tpu_free(txt);
 }
 
-/* A compiled program's copy that keeps the lanes' dimension and reorders the others (the
- * relayouts around a convolution's batch-in-sublanes layouts, T(2,128) and T(4,128) tiles)
- * costs the XLA TPU compiler its start plus relayout_tile_cycles per tile of the result,
- * whatever the tile's rows (compiled families, v5e: bf16[28,16,4,64] from {3,1,2,0:T(8,128)}
- * to {3,2,1,0:T(4,128)}, 448 tiles, 5,883 cycles; 896 tiles 9,950): its registers alone
- * cost a T(4,128) tile a quarter of a T(8,128) one. A result in whole f32 registers
- * (T(8,128), unpacked) moves whole tiles: no floor. */
+/* The cycles of src's op `name` on v5e, t[0] as the chip has it and t[1] with
+ * relayout_tile_cycles 0 (-1: no such op). */
+static void with_and_without_relayout(const char *src, const char *name, double t[2]) {
+  tpu_chip off = g_v5e;
+  off.relayout_tile_cycles = 0;
+  const tpu_chip *chips[2] = {&g_v5e, &off};
+  for (int i = 0; i < 2; i++) {
+    t[i] = -1;
+    tpu_program *p = compile_all(src, chips[i]);
+    CHECK(p != NULL);
+    if (p) t[i] = op_cycles(p, chips[i], name);
+    tpu_program_free(p);
+  }
+}
+
 /* Space-to-batch's unfold kernel in tpusim's own compilation (tile.c s2b_unfold_tiles): a
  * dilated convolution of batch 1 over 28 x 28 runs on 8 pieces of 4 outputs along W; writing them
  * back is a sublane relayout into T(4,128) tiles, 28 x 8 = 224 of them, at the chip's
@@ -444,16 +452,8 @@ static void s2b_unfold_relayout(void) {
                     " ROOT c = bf16[1,28,28,64] convolution(x, w), window={size=3x3 pad=2_2x2_2 rhs_dilate=2x2},"
                     " dim_labels=b01f_01io->b01f\n}\n";
   const double c = g_v5e.relayout_tile_cycles, kov = g_v5e.kernel_overhead_s * g_v5e.clock_hz;
-  tpu_chip off = g_v5e;
-  off.relayout_tile_cycles = 0;
-  const tpu_chip *chips[2] = {&g_v5e, &off};
-  double t[2] = {-1, -1};
-  for (int i = 0; i < 2; i++) {
-    tpu_program *p = compile_all(src, chips[i]);
-    CHECK(p != NULL);
-    if (p) t[i] = op_cycles(p, chips[i], "fusion");
-    tpu_program_free(p);
-  }
+  double t[2];
+  with_and_without_relayout(src, "fusion", t);
   double f = kov + 224 * c;
   printf("space-to-batch unfold of bf16[8,28,4,64] into T(4,128) on v5e: %.0f cycles, floor %.0f (the compiler:"
          " 3,849); without relayout_tile_cycles %.0f\n", t[0], f, t[1]);
@@ -501,16 +501,8 @@ static void s2b_pad_small_tiles(void) {
                     " ROOT c = bf16[2,28,28,256] convolution(x, w), window={size=3x3 pad=2_2x2_2 rhs_dilate=2x2},"
                     " dim_labels=b01f_01io->b01f\n}\n";
   const double c = g_v5e.relayout_tile_cycles, kov = g_v5e.kernel_overhead_s * g_v5e.clock_hz;
-  tpu_chip off = g_v5e;
-  off.relayout_tile_cycles = 0;
-  const tpu_chip *chips[2] = {&g_v5e, &off};
-  double t[2] = {-1, -1};
-  for (int i = 0; i < 2; i++) {
-    tpu_program *p = compile_all(src, chips[i]);
-    CHECK(p != NULL);
-    if (p) t[i] = op_cycles(p, chips[i], "s2b.pad");
-    tpu_program_free(p);
-  }
+  double t[2];
+  with_and_without_relayout(src, "s2b.pad", t);
   double f = kov + 896 * c;
   printf("space-to-batch pad of bf16[2,28,28,64] into T(2,128) on v5e: %.0f cycles, floor %.0f (the compiler:"
          " 10,811); without relayout_tile_cycles %.0f\n", t[0], f, t[1]);
@@ -518,6 +510,13 @@ static void s2b_pad_small_tiles(void) {
   CHECK(t[1] > 0 && t[1] < 0.9 * f);
 }
 
+/* A compiled program's copy that keeps the lanes' dimension and reorders the others (the
+ * relayouts around a convolution's batch-in-sublanes layouts, T(2,128) and T(4,128) tiles)
+ * costs the XLA TPU compiler its start plus relayout_tile_cycles per tile of the result,
+ * whatever the tile's rows (compiled families, v5e: bf16[28,16,4,64] from {3,1,2,0:T(8,128)}
+ * to {3,2,1,0:T(4,128)}, 448 tiles, 5,883 cycles; 896 tiles 9,950): its registers alone
+ * cost a T(4,128) tile a quarter of a T(8,128) one. A result in whole f32 registers
+ * (T(8,128), unpacked) moves whole tiles: no floor. */
 static void relayout_tiles(void) {
   const char *fmt = "HloModule m\nENTRY e {\n p = %s[28,16,4,64]{3,1,2,0:T(8,128)%s} parameter(0)\n"
                     " a = %s[28,16,4,64]{3,1,2,0:T(8,128)%sS(1)} copy(p)\n"
