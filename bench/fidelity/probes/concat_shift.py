@@ -14,14 +14,13 @@ each case is compiled per generation and data/concat_shift.json rewritten; witho
 committed figures are read. Prints per generation the median over the cases of (compiler -
 tpusim without the shift) / shift registers (the fit) and tpusim's median |error| with the
 chip's concat_shift_cycles as it is (run with the build's tpusim)."""
-import json, os, re, statistics, subprocess, sys, tempfile
+import json, os, statistics, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 DATA = os.path.join(HERE, "data", "concat_shift.json")
-TPUSIM = os.environ.get("TPUSIM", os.path.join(HERE, "..", "..", "..", "build", "tpusim"))
-TOPO = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2"}
-PRESET = {"v4": "v4:core"}
+
+from libtpu import TOPO, compile_hlo, tpusim_step_cycles
 
 
 def cases():
@@ -67,15 +66,6 @@ def shift_regs(dt, shapes, axis):
     return regs * sum(offs[1:]) / out[axis]
 
 
-def tpusim_cycles(text, chip, d):
-    path = os.path.join(d, "t.hlo")
-    open(path, "w").write(text)
-    env = dict(os.environ, TPUSIM_CACHE="off")
-    r = subprocess.run([TPUSIM, "run", path, "--mode", "timing", "--chip", PRESET.get(chip, chip)],
-                       capture_output=True, text=True, env=env)
-    return int(re.search(r"\((\d+) cycles", r.stdout).group(1))
-
-
 def main():
     args = [a for a in sys.argv[1:] if a != "--measure"]
     chips = args[0].split(",") if args else list(TOPO)
@@ -83,7 +73,6 @@ def main():
     data = json.load(open(DATA)) if os.path.exists(DATA) else {}
     with tempfile.TemporaryDirectory() as d:
         if "--measure" in sys.argv:
-            from libtpu import compile_hlo
             for chip in chips:
                 for name, (dt, shapes, axis) in cs.items():
                     summary, _ = compile_hlo(hlo(dt, shapes, axis), TOPO[chip], d)
@@ -97,7 +86,7 @@ def main():
                 if not comp:
                     continue
                 text = hlo(dt, shapes, axis)
-                sim = tpusim_cycles(text, chip, d)
+                sim = tpusim_step_cycles(text, chip, d)
                 errs.append(abs(sim / comp - 1))
                 # tpusim's figure without the shift: the chip's field times the registers off
                 f = json.load(open(os.path.join(HERE, "..", "..", "..", "chips", chip + ".json")))

@@ -1,8 +1,14 @@
 """One HLO text compiled by the XLA TPU compiler (libtpu, compile-only) through
 /work/shared/tools/tpu_compile.py, for the probe scripts beside this file."""
-import json, os, subprocess, sys
+import json, os, re, subprocess, sys, time
 
 TOOL = "/work/shared/tools/tpu_compile.py"
+HERE = os.path.dirname(os.path.abspath(__file__))
+TPUSIM = os.environ.get("TPUSIM", os.path.join(HERE, "..", "..", "..", "build", "tpusim"))
+# one device of each generation, as bench/fidelity compiles; a v4 compile-only device is one
+# TensorCore, which tpusim runs as v4:core
+TOPO = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2"}
+PRESET = {"v4": "v4:core"}
 
 
 def compile_hlo(text, topo, d):
@@ -15,6 +21,7 @@ def compile_hlo(text, topo, d):
         p = subprocess.run([sys.executable, TOOL, src, topo, out], capture_output=True, text=True)
         if p.stdout.strip():
             return json.loads(p.stdout.strip().splitlines()[-1]), open(out).read()
+        time.sleep(2)  # libtpu's lockfile: one compile at a time on the machine
     return None, None
 
 
@@ -26,3 +33,14 @@ def tpusim_cycles(tpusim, text, chip, d):
     p = subprocess.run([tpusim, "run", src, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
                        capture_output=True, text=True)
     return json.load(open(rep))["step"]["cycles"] if p.returncode == 0 else None
+
+
+def tpusim_step_cycles(text, gen, d):
+    """tpusim's step cycles for `text` on generation `gen` (v4 as one TensorCore), from the
+    summary line of `tpusim run --mode timing` with the disk cache off (TPUSIM: the binary)."""
+    path = os.path.join(d, "t.hlo")
+    open(path, "w").write(text)
+    env = dict(os.environ, TPUSIM_CACHE="off")
+    r = subprocess.run([TPUSIM, "run", path, "--mode", "timing", "--chip", PRESET.get(gen, gen)],
+                       capture_output=True, text=True, env=env)
+    return int(re.search(r"\((\d+) cycles", r.stdout).group(1))

@@ -7,13 +7,13 @@ elementwise kernel over its result does (v5e f32 to [16,384,256]: 47,440 and 47,
 With --measure (needs libtpu: /work/shared/tools/tpu_compile.py) each case is compiled per
 generation and data/pad_window.json rewritten; without, the committed figures are read.
 Prints compiler and tpusim cycles per case (run with the build's tpusim)."""
-import json, os, re, subprocess, sys, tempfile, time
+import json, os, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "pad_window.json")
-TPUSIM = os.environ.get("TPUSIM", os.path.join(HERE, "..", "..", "..", "build", "tpusim"))
-TOPO = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2"}
-PRESET = {"v4": "v4:core"}
+sys.path.insert(0, HERE)
+
+from libtpu import TOPO, compile_hlo, tpusim_step_cycles
 
 
 def cases():
@@ -49,41 +49,21 @@ def hlo(dt, shape, cfg):
             f"  ROOT r = {sh(out)} pad(p0, c), padding={pc}\n}}\n")
 
 
-def compiler_cycles(path, chip, d):
-    for _ in range(30):  # libtpu's lockfile: one compile at a time on the machine
-        r = subprocess.run([sys.executable, "/work/shared/tools/tpu_compile.py", path, TOPO[chip], os.path.join(d, "o.hlo")],
-                           capture_output=True, text=True)
-        if "lockfile" not in r.stderr:
-            break
-        time.sleep(2)
-    try:
-        return json.loads(r.stdout.strip().splitlines()[-1])["entry_estimated_cycles"]
-    except (IndexError, ValueError, KeyError):
-        return None
-
-
-def tpusim_cycles(path, chip):
-    env = dict(os.environ, TPUSIM_CACHE="off")
-    r = subprocess.run([TPUSIM, "run", path, "--mode", "timing", "--chip", PRESET.get(chip, chip)],
-                       capture_output=True, text=True, env=env)
-    return int(re.search(r"\((\d+) cycles", r.stdout).group(1))
-
-
 def main():
     args = [a for a in sys.argv[1:] if a != "--measure"]
     chips = (args[0] if args else "v4,v5e,v5p,v6e").split(",")
     data = json.load(open(DATA)) if os.path.exists(DATA) else {}
     with tempfile.TemporaryDirectory() as d:
         for name, (dt, shape, cfg) in cases().items():
-            path = os.path.join(d, "p.hlo")
-            open(path, "w").write(hlo(dt, shape, cfg))
+            text = hlo(dt, shape, cfg)
             for chip in chips:
                 key = f"{name}/{chip}"
                 if "--measure" in sys.argv:
-                    data[key] = compiler_cycles(path, chip, d)
+                    summary, _ = compile_hlo(text, TOPO[chip], d)
+                    data[key] = summary["entry_estimated_cycles"] if summary else None
                 c = data.get(key)
                 if c:
-                    t = tpusim_cycles(path, chip)
+                    t = tpusim_step_cycles(text, chip, d)
                     print(f"{key:40s} compiler {c:8d} tpusim {t:8d} {100.0 * (t / c - 1):+7.1f} %")
     if "--measure" in sys.argv:
         json.dump(data, open(DATA, "w"), indent=1, sort_keys=True)

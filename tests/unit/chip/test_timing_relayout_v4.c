@@ -16,17 +16,6 @@
 #include "ir/verify.h"
 #include "timing_util.h"
 
-static double op_cycles(const tpu_program *p, const tpu_chip *c, const char *name) {
-  tpu_timeline tl;
-  tpu_diag d;
-  double t = -1;
-  if (tpu_timing_run(p, c, 0, &tl, &d) != TPU_OK) return -1;
-  for (int i = 0; i < p->nops; i++)
-    if (p->ops[i].name && !strcmp(p->ops[i].name, name)) t = (double)tl.ops[i].cycles;
-  tpu_timeline_free(&tl);
-  return t;
-}
-
 /* x copied into `mid` (its memory space), then relaid out into {3,0,2,1:T(2,128)} in HBM */
 static double relayout_cycles(const tpu_chip *c, const char *mid) {
   char src[1024];

@@ -83,4 +83,16 @@ static inline double program_cycles(const tpu_program *p, const tpu_chip *c) {
   return t;
 }
 
+/* The cycles of program p's op named `name` on chip c (its kernel, start to end), -1 if none. */
+static inline double op_cycles(const tpu_program *p, const tpu_chip *c, const char *name) {
+  tpu_timeline tl;
+  tpu_diag d;
+  double t = -1;
+  if (tpu_timing_run(p, c, 0, &tl, &d) != TPU_OK) return -1;
+  for (int i = 0; i < p->nops; i++)
+    if (p->ops[i].name && !strcmp(p->ops[i].name, name)) t = (double)tl.ops[i].cycles;
+  tpu_timeline_free(&tl);
+  return t;
+}
+
 #endif

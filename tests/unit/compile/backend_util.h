@@ -154,4 +154,32 @@ static inline int closed_form_v5e(tpu_chip *c) {
   return 1;
 }
 
+/* The step cycles of src on chip c, through the HLO passes (as `tpusim run`) or not. */
+static inline int64_t step_cycles_of(const char *src, const tpu_chip *c, int passes) {
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  if (!m) return -1;
+  tpu_diag d;
+  tpu_program *p = NULL;
+  if (passes) {
+    tpu_compile_opts o;
+    memset(&o, 0, sizeof o);
+    o.chip = c;
+    o.precision_override = -1;
+    CHECK(tpu_compile(m, &o, &p, &d) == TPU_OK);
+  } else {
+    p = compile(m, c, &d);
+    CHECK(p != NULL);
+  }
+  int64_t cyc = -1;
+  tpu_timeline tl;
+  if (p && time_program(p, c, &tl)) {
+    cyc = tl.total_cycles;
+    tpu_timeline_free(&tl);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return cyc;
+}
+
 #endif

@@ -9,34 +9,6 @@
 #include "util.h"
 #include "unit/compile/backend_util.h"
 
-/* The step cycles of src on chip c, through the HLO passes (as `tpusim run`) or not. */
-static int64_t cycles_of(const char *src, const tpu_chip *c, int passes) {
-  tpu_module *m = parse(src);
-  CHECK(m != NULL);
-  if (!m) return -1;
-  tpu_diag d;
-  tpu_program *p = NULL;
-  if (passes) {
-    tpu_compile_opts o;
-    memset(&o, 0, sizeof o);
-    o.chip = c;
-    o.precision_override = -1;
-    CHECK(tpu_compile(m, &o, &p, &d) == TPU_OK);
-  } else {
-    p = compile(m, c, &d);
-    CHECK(p != NULL);
-  }
-  int64_t cyc = -1;
-  tpu_timeline tl;
-  if (p && time_program(p, c, &tl)) {
-    cyc = tl.total_cycles;
-    tpu_timeline_free(&tl);
-  }
-  tpu_program_free(p);
-  tpu_module_free(m);
-  return cyc;
-}
-
 static void concat_src(char *buf, size_t n, int a, int axis) {
   /* bf16 [16,a,256] and [16,384-a,256] joined along axis 1, or [16,384,a] and
    * [16,384,512-a] along the lanes (axis 2) */
@@ -81,11 +53,11 @@ static void concat_shift(void) {
     int parts[2] = {64, 256};
     for (int i = 0; i < 2; i++) {
       concat_src(src, sizeof src, parts[i], 1);
-      cyc[i] = cycles_of(src, &c, 1);
+      cyc[i] = step_cycles_of(src, &c, 1);
       concat_src(src, sizeof src, parts[i] == 64 ? 128 : 256, 2);
-      lanes[i] = cycles_of(src, &c, 1);
+      lanes[i] = step_cycles_of(src, &c, 1);
       pad_max_src(src, sizeof src, parts[i]);
-      fused[i] = cycles_of(src, &c, 0);
+      fused[i] = step_cycles_of(src, &c, 0);
     }
     double want = with ? 10.7 * 384 : 0;
     printf("v5e bf16 [16,384,256] concatenate%s: first part 64 rows %lld, 256 rows %lld (+%lld, want %.0f); "

@@ -10,28 +10,6 @@
 #include "util.h"
 #include "unit/compile/backend_util.h"
 
-static int64_t cycles_of(const char *src, const tpu_chip *c) {
-  tpu_module *m = parse(src);
-  CHECK(m != NULL);
-  if (!m) return -1;
-  tpu_diag d;
-  tpu_program *p = NULL;
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = c;
-  o.precision_override = -1;
-  CHECK(tpu_compile(m, &o, &p, &d) == TPU_OK);
-  int64_t cyc = -1;
-  tpu_timeline tl;
-  if (p && time_program(p, c, &tl)) {
-    cyc = tl.total_cycles;
-    tpu_timeline_free(&tl);
-  }
-  tpu_program_free(p);
-  tpu_module_free(m);
-  return cyc;
-}
-
 static void pad_window(void) {
   tpu_chip v5e;
   tpu_diag d;
@@ -42,7 +20,7 @@ static void pad_window(void) {
                     "  ROOT r = f32[16,384,256] negate(x)\n}\n";
   const char *inner = "HloModule p\nENTRY e {\n  x = f32[16,192,256] parameter(0)\n  k = f32[] constant(0)\n"
                       "  ROOT r = f32[16,383,256] pad(x, k), padding=0_0x0_0_1x0_0\n}\n";
-  int64_t p = cycles_of(pad, &v5e), n = cycles_of(neg, &v5e), i = cycles_of(inner, &v5e);
+  int64_t p = step_cycles_of(pad, &v5e, 1), n = step_cycles_of(neg, &v5e, 1), i = step_cycles_of(inner, &v5e, 1);
   printf("v5e f32 [16,192,256] -> [16,384,256] pad %lld cycles (compiler 47,440), negate of the result %lld "
          "(compiler 47,440); interior pad %lld\n",
          (long long)p, (long long)n, (long long)i);
