@@ -24,6 +24,17 @@ for k, v in want.items():
     got = plan.mesh_topology(chip, St(*k))
     assert got == v, (k, got, v)
 assert plan.mesh_topology({"topology": "2d-torus"}, St(1, 1, 16, 16)) is None
+# No assignment on the default shape (v5p-1024's 8x8x8 has no axis or plane of 16; JAX raises):
+# the other shape of those chips that has one, 4x8x16 (tensor on the 16 ring, fsdp on 4x8), as
+# a user must ask for it; v5p's largest slice 16x16x24 rules out 4x4x32. Without the chip's
+# largest slice no other shape is known and the default stays.
+v5p = {"topology": "3d-torus", "max_dims": [16, 16, 24]}
+assert plan.other_shapes(v5p, 512, [8, 8, 8]) == [[4, 8, 16]], plan.other_shapes(v5p, 512, [8, 8, 8])
+assert plan.jax_assignment([8, 8, 8], [1, 1, 32, 16]) is None
+for k, v in {(1, 1, 32, 16): "16x8x4", (4, 1, 16, 8): "8x16x4", (1, 1, 64, 8): None}.items():
+    got = plan.mesh_topology(v5p, St(*k))
+    assert got == v, (k, got, v)
+assert plan.mesh_topology(chip, St(1, 1, 32, 16)) is None
 PY
 
 # The plan's own timing runs on that shape.
@@ -67,6 +78,19 @@ for k in ((1, 1, 16, 8), (1, 1, 32, 4), (1, 1, 16, 4), (4, 1, 4, 4), (1, 1, 4, 1
     ok = any(all(tuple(mesh[i].coords[p] for p in perm) == mine(i) for i in range(st.N))
              for perm in itertools.permutations(range(3)))
     assert ok, (k, shape)
+# 1x32x16 on 512 chips: create_device_mesh raises on 8x8x8 and lays the planner's shape on 4x8x16.
+v5p = {"topology": "3d-torus", "max_dims": [16, 16, 24]}
+st = St(1, 1, 32, 16)
+try:
+    mesh_utils.create_device_mesh((1, 1, 32, 16), list(topologies.get_topology_desc(platform="tpu", topology_name="v5p:8x8x8").devices))
+    raise AssertionError("create_device_mesh found 1x32x16 on 8x8x8")
+except NotImplementedError:
+    pass
+mesh = mesh_utils.create_device_mesh((1, 1, 32, 16), list(topologies.get_topology_desc(platform="tpu", topology_name="v5p:4x8x16").devices)).reshape(-1)
+shape = [int(x) for x in plan.mesh_topology(v5p, st).split("x")]
+ok = any(all(tuple(mesh[i].coords[p] for p in perm) == (i % shape[0], i // shape[0] % shape[1], i // (shape[0] * shape[1]))
+             for i in range(st.N)) for perm in itertools.permutations(range(3)))
+assert ok, ("1x32x16 on 512", shape)
 PY
 rc=$?
 [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "against create_device_mesh: $(tail -3 "$T/chk")"

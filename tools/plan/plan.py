@@ -183,7 +183,7 @@ def load_chip(root, name):
     return {"name": name, "hbm": v["hbm_bytes"], "peak": v["peak_bf16_flops"], "max_chips": v.get("max_chips") or 1,
             "topology": v.get("topology"), "cores": v.get("tensorcores") or 1,
             "we_min": v.get("windowed_einsum_min_chips"), "we_max": v.get("windowed_einsum_max_chips"),
-            "onchip": onchip_bytes(v)}
+            "onchip": onchip_bytes(v), "max_dims": v.get("max_dims")}
 
 
 def onchip_bytes(v):
@@ -232,21 +232,12 @@ def default_dims(chip, n):
     return dims
 
 
-def mesh_topology(chip, st):
-    """The --topology that lays the generated program's mesh (data, stage, fsdp, tensor, device
-    id tensor-minor) onto the slice as MaxText's mesh does: jax.experimental.mesh_utils.
-    create_device_mesh (_create_device_mesh_for_nd_torus) gives each logical axis, most
-    network-intensive (last) first, the first subset of the free physical axes, most axes
-    first, whose sizes multiply to its size (a v5p 4x4x8 with fsdp 16 x tensor 8: tensor on
-    the z ring of 8, fsdp on the 4x4 x-y plane; checked with libtpu's compile-only topology,
-    docs/plan.md). tpusim numbers a slice's chips x fastest, so the shape lists the physical
-    axes fastest logical axis first: "8x4x4". None keeps tpusim's default shape (no such
-    assignment, a 2-D torus, several slices, or the default already)."""
-    n = st.N
-    dims = default_dims(chip, n)
-    sizes = [st.R, st.P, st.F, st.T]
-    if dims is None or st.c.get("slices", 1) > 1 or sum(x > 1 for x in sizes) < 2:
-        return None  # one axis over the whole slice: any order of it is the whole slice
+def jax_assignment(dims, sizes):
+    """jax.experimental.mesh_utils._create_device_mesh_for_nd_torus on a slice of shape dims:
+    each logical axis (sizes slowest first), most network-intensive (last) first, takes the
+    first subset of the free physical axes, most axes first, whose sizes multiply to its
+    size. The physical axes of each logical axis (slowest logical axis first), or None where
+    JAX raises (NotImplementedError without allow_split_physical_axes)."""
     free = list(dims)
     assign = []
     for size in reversed(sizes):  # tensor first
@@ -263,11 +254,64 @@ def mesh_topology(chip, st):
         for i in got:
             free[i] = 0
         assign.append(got)
+    return assign[::-1]
+
+
+def other_shapes(chip, n, dims):
+    """The other shapes of an n-chip slice of a 3-D torus chip that a user can ask for in place
+    of the default: whole cubes of 4x4x4 (every axis a multiple of 4, so every axis wraps;
+    slices of 64 chips and more), within the chip's largest slice (max_dims, any
+    orientation), each once in ascending axis order, the most cubic (shortest longest axis)
+    first."""
+    big = sorted(chip.get("max_dims") or [])
+    if n < 64 or len(big) != 3:
+        return []
+    out = []
+    for a in range(4, n + 1, 4):
+        for b in range(a, n // a + 1, 4):
+            if (n // a) % b:
+                continue
+            c = n // (a * b)
+            if c < b or c % 4 or a * b * c != n:
+                continue
+            s = [a, b, c]
+            if s != sorted(dims) and all(x <= y for x, y in zip(s, big)):
+                out.append(s)
+    return sorted(out, key=lambda s: (s[2], s[1]))
+
+
+def mesh_topology(chip, st):
+    """The --topology that lays the generated program's mesh (data, stage, fsdp, tensor, device
+    id tensor-minor) onto the slice as MaxText's mesh does: jax.experimental.mesh_utils.
+    create_device_mesh (_create_device_mesh_for_nd_torus, jax_assignment) gives each logical
+    axis, most network-intensive (last) first, the first subset of the free physical axes,
+    most axes first, whose sizes multiply to its size (a v5p 4x4x8 with fsdp 16 x tensor 8:
+    tensor on the z ring of 8, fsdp on the 4x4 x-y plane; checked with libtpu's compile-only
+    topology, docs/plan.md). tpusim numbers a slice's chips x fastest, so the shape lists the
+    physical axes fastest logical axis first: "8x4x4". Where JAX finds no assignment on the
+    default shape it raises, and the mesh runs only on another shape of the same chips
+    (other_shapes: v5p-1024's 8x8x8 has no axis or plane of 16 for tensor 16, 4x8x16 has): the
+    first on which it finds one. None keeps tpusim's default shape (the default already, a
+    2-D torus, several slices, one axis over the whole slice, or no shape works)."""
+    n = st.N
+    dims = default_dims(chip, n)
+    sizes = [st.R, st.P, st.F, st.T]
+    if dims is None or st.c.get("slices", 1) > 1 or sum(x > 1 for x in sizes) < 2:
+        return None  # one axis over the whole slice: any order of it is the whole slice
+    assign = jax_assignment(dims, sizes)
+    if assign is None:
+        for other in other_shapes(chip, n, dims):
+            assign = jax_assignment(other, sizes)
+            if assign is not None:
+                dims = other
+                break
+        else:
+            return None
     # JAX's physical order, then reversed: the mesh's fastest axis is tpusim's x.
-    order = [i for got in reversed(assign) for i in got if dims[i] > 1]
+    order = [i for got in assign for i in got if dims[i] > 1]
     shape = [dims[i] for i in reversed(order)]
     shape += [1] * (len(dims) - len(shape))  # axes of one chip last, as the default has them
-    return None if shape == dims else "x".join(map(str, shape))
+    return None if shape == default_dims(chip, n) else "x".join(map(str, shape))
 
 
 def slice_name(chip, n):
