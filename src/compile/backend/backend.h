@@ -188,6 +188,8 @@ int tpu__wide_int_source_kernels(const tpu__be *be, const tpu_instr *in);
 int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j);
 /* scan_window.c: the factors on a short scan kernel's HBM reads and writes (1 otherwise) */
 void tpu__scan_window_factors(const tpu__be *be, const tpu_instr *in, double *fin, double *fout);
+/* scan_window.c: whether v is a major scan kernel's result or operand (laid out row-major) */
+int tpu__scan_row_major(const tpu_instr *v);
 int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf);
 
 /* The HBM buffer holding leaf `leaf` of `in`'s value, following aliases; -1 if none. */

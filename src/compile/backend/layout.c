@@ -350,6 +350,7 @@ static int free_layout(const tpu__be *be, const tpu_instr *v, const tpu_shape *s
   if (v == e->root) return 1;
   for (int i = 0; e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++)
     if (e->root->operands[i] == v) return 1;
+  if (s == &v->shape && tpu__scan_row_major(v)) return 0; /* a major scan's (scan_window.c) */
   int64_t minor = s->dims[s->has_layout ? s->minor_to_major[0] : s->rank - 1];
   if (s->rank < 3 && minor != 1) return 0;
   if (minor % lanes == 0) return 0;

@@ -37,6 +37,25 @@ static const tpu_instr *major_scan(const tpu_instr *in, int *dim) {
   return w;
 }
 
+/* Whether value v is the result or the operand of a major scan's kernel (major_scan), which
+ * the XLA TPU compiler lays out row-major, the scanned dimension most major and the others in
+ * their order, whatever that pads: s32[80,126,80] scanned along axis 0 is copied from its
+ * least padded {1,2,0} into {2,1,0} (126 rows in the sublanes, 80 in the lanes: 1.6x the
+ * bytes) and back; f32[126,80,65] along axis 1 into {2,0,1} (65 in the lanes, 1.8x) and
+ * s32[158,129,33] along axis 2 into {1,0,2}, where {0,1,2} pads less
+ * (bench/fidelity/families/compiled cummax_80x126x80_ax0_s32, cumsum_126x80x65_ax1_f32,
+ * cummin_158x129x33_ax2_s32, cummin_65x80x128_ax1_f32, on all four generations). */
+int tpu__scan_row_major(const tpu_instr *v) {
+  int d;
+  if (major_scan(v, &d)) return 1;
+  const tpu_comp *c = v->parent;
+  for (int i = 0; c && i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    if (u->noperands >= 1 && u->operands[0] == v && major_scan(u, &d)) return 1;
+  }
+  return 0;
+}
+
 /* The factors on the bytes a short scan's kernel reads (*fin) and writes (*fout) when it
  * streams from HBM, 1 for any other kernel or a chip without scan_window_bytes. The XLA TPU
  * compiler's v5p runs it (its depthwise window emitter) in n blocks of B = ceil(L/n) output

@@ -212,22 +212,55 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int di
   return TPU_OK;
 }
 
+/* The lanes of a vector register: a dimension this long or longer fills them. */
+#define SCAN_LANES 128
+
+/* The order of the dimensions the XLA TPU compiler's kernel of a scan of at most SCAN_BASE
+ * (rank 3 or more) lays its operand out in, row-major: the scanned dimension most major, in
+ * the lanes the last other dimension that fills them (at least SCAN_LANES long), else the
+ * last other one, in the sublanes the last of the rest, the others between in their order.
+ * A scan along the lanes stays there, no relayout, where no other dimension fills them.
+ * Returns 1 and fills perm (kernel dimension i is operand dimension perm[i]) where that
+ * order is not the operand's own. Read from the compiler's programs (bench/fidelity/families/
+ * compiled, all four generations, and libtpu probes on v5e, bench/fidelity/probes/
+ * scan_window.py): s32[128,8,128] along axis 2 runs in {0,1,2} (128 in the lanes), as do
+ * [128,16|32|64,128], [128,8,100] and [300,20,64] along axis 2; [158,129,33] along axis 2 in
+ * {1,0,2}; f32[126,80,65] along axis 1 in {2,0,1} (65 in the lanes, though 126 would pad
+ * less); s32[128,8,64] along axis 1 in {0,2,1}; [100,8,128], [100,24,100], [65,65,126],
+ * [64,64,128] and [64,100,64] along axis 2 scan in the lanes with no copy. */
+static int major_order(const tpu_shape *s, int dim, int64_t *perm) {
+  int r = s->rank, lane = -1, sub = -1;
+  for (int i = r - 1; i >= 0 && lane < 0; i--)
+    if (i != dim && s->dims[i] >= SCAN_LANES) lane = i;
+  if (lane < 0 && dim == r - 1) return 0;
+  for (int i = r - 1; i >= 0 && lane < 0; i--)
+    if (i != dim) lane = i;
+  for (int i = r - 1; i >= 0 && sub < 0; i--)
+    if (i != dim && i != lane) sub = i;
+  int k = 0;
+  perm[k++] = dim;
+  for (int i = 0; i < r; i++)
+    if (i != dim && i != lane && i != sub) perm[k++] = i;
+  perm[k++] = sub;
+  perm[k++] = lane;
+  for (int i = 0; i < r; i++)
+    if (perm[i] != i) return 1;
+  return 0;
+}
+
 /* A scan of at most SCAN_BASE along one of the two minor dimensions (the tile) of an array
- * of rank 3 or more: the compiler runs its window along a major dimension, the row-major
- * order with the scanned dimension made most major, so its kernel reads a relayout of the
- * operand and a relayout writes its result back (cummin_158x129x33_ax2_s32,
- * cummin_128x8x128_ax2_rev_s32, cummax_80x126x80_ax0_s32: a copy, the reduce-window's
- * fusion, a copy, on every generation). Here a transpose making the scanned dimension
- * first, the scan along it, a transpose back. */
+ * of rank 3 or more: the compiler runs its window along a major dimension, in major_order's
+ * layout, so its kernel reads a relayout of the operand and a relayout writes its result back
+ * (cummin_158x129x33_ax2_s32, cummin_128x8x128_ax2_rev_s32, cumsum_126x80x65_ax1_f32: a
+ * copy, the reduce-window's fusion, a copy, on every generation). Here a transpose into that
+ * order, the scan along its first dimension, a transpose back. */
 static tpu_status rewrite_major(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int dim, int rev, int *done) {
   scan_ctx x = {b, c, rw};
   char buf[TPU_MAX_RANK * 48];
   tpu_instr *v = rw->operands[0], *init = rw->operands[1];
   int r = v->shape.rank;
   int64_t n = v->shape.dims[dim], perm[TPU_MAX_RANK], inv[TPU_MAX_RANK], d[TPU_MAX_RANK];
-  perm[0] = dim;
-  for (int i = 0, k = 1; i < r; i++)
-    if (i != dim) perm[k++] = i;
+  if (!major_order(&v->shape, dim, perm)) return TPU_OK;
   for (int i = 0; i < r; i++) inv[perm[i]] = i, d[i] = v->shape.dims[perm[i]];
   tpu_shape ts = tpu_build_shape(v->shape.dtype, r, d);
   tpu_instr *t, *sc, *res;

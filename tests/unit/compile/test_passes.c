@@ -538,6 +538,43 @@ static void test_scan_rewrite_reverse_major(void) {
   CHECK(r.windows == 1 && r.along == 1 && r.transposes == 0);
 }
 
+/* The order a short scan's kernel lays its operand out in (scan_rewrite.c major_order): in
+ * the lanes the last other dimension that fills them, else the last other one; a scan
+ * along the lanes stays there where no other dimension fills them. s32[128,8,100] along axis
+ * 2 runs on [100,8,128] (the compiler's {0,1,2}: 128 in the lanes), not [100,128,8];
+ * s32[65,65,126] along axis 2 keeps its reduce-window, no transposes (libtpu probes on v5e,
+ * scan_window.py; cummin_65x65x126_ax2_s32). */
+static void test_scan_major_order(void) {
+  static const char *hdr = "HloModule m\nmn {\n a = s32[] parameter(0)\n b = s32[] parameter(1)\n"
+                           " ROOT s = s32[] minimum(a, b)\n}\n";
+  char src[800];
+  snprintf(src, sizeof src,
+           "%sENTRY e {\n x = s32[128,8,100] parameter(0)\n z = s32[] constant(2147483647)\n"
+           " ROOT c = s32[128,8,100] reduce-window(x, z), window={size=1x1x100 pad=0_0x0_0x99_0}, to_apply=mn\n}\n",
+           hdr);
+  tpu_module *m = compile_src(src);
+  int ok = 0, transposes = 0;
+  for (int ci = 0; m && ci < m->ncomps; ci++)
+    for (int i = 0; i < m->comps[ci]->ninstrs; i++) {
+      const tpu_instr *in = m->comps[ci]->instrs[i];
+      if (in->op != TPU_OP_REDUCE_WINDOW) continue;
+      ok = in->shape.rank == 3 && in->shape.dims[0] == 100 && in->shape.dims[1] == 8 && in->shape.dims[2] == 128;
+      printf("cummin of s32[128,8,100] along axis 2: its kernel on [%lld,%lld,%lld]\n", (long long)in->shape.dims[0],
+             (long long)in->shape.dims[1], (long long)in->shape.dims[2]);
+    }
+  tpu_module_free(m);
+  CHECK(ok);
+  snprintf(src, sizeof src,
+           "%sENTRY e {\n x = s32[65,65,126] parameter(0)\n z = s32[] constant(2147483647)\n"
+           " ROOT c = s32[65,65,126] reduce-window(x, z), window={size=1x1x126 pad=0_0x0_0x125_0}, to_apply=mn\n}\n",
+           hdr);
+  scan_shape r = scan_after(src);
+  transposes = r.transposes;
+  printf("cummin of s32[65,65,126] along axis 2: %d reduce-window along %lld, %d transposes\n", r.windows,
+         (long long)r.along, transposes);
+  CHECK(r.windows == 1 && r.along == 2 && transposes == 0);
+}
+
 /* A while loop that runs once is its body, inlined; one that runs never is its input (XLA's
  * WhileLoopSimplifier): a one-microbatch step's accumulator is zero plus the gradient, one
  * streamed add over it, with no loop (bench/plan_memory: the compiler's programs for the
@@ -585,6 +622,7 @@ int main(void) {
   test_golden();
   test_scan_rewrite();
   test_scan_rewrite_reverse_major();
+  test_scan_major_order();
   test_while_trip_one();
   test_cse();
   test_scatter_select();
