@@ -8,7 +8,7 @@
 . tests/cli/lib/preamble.sh
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
 python3 bench/fidelity/compare.py --tpusim "$BIN" --corpus bench/fidelity/families --no-mem \
-  --only gather_points_1000x1024_m8192_bf16,gather_along_b128n50257_k1_bf16,gather_points_32000x64_m1_f32,scatter_set_50257x128_m1_bf16,segment_sum_m16x64_n197_bf16,gconv_b4_28x28_c512to512_g16_k1_f32,einsum_ba_acb_ca_a8_b64_c1_bf16,einsum_ba_abcd_adc_a12_b128_c33_d8_bf16,gemm_int8_4096x3000x1,cummin_158x129x33_ax2_s32,cumsum_126x80x65_ax1_f32,approx_max_k_b1n8k8_f32,swin_fwd_b4_28x28x192h6,dwconv_b1_7x7x32_k5s1_bf16,split4_16x33x16x64_ax3_s8,resnet_basic_fwd_b8_56x56x64,tconv_b1_28x28_c128to32_k4s2_same,reduce_sum_33x50x65x65_ax01_bf16,reduce_var_33x33x65x65_ax2_bf16,gconv_b4_7x7_c2048to4096_g32_k1_bf16,swin_fwd_b4_28x28x192h6_shift,conv_grad_nchw_hwio_nchw_b8_28_c3to32_k3,concat_ax1_16x7_16x100_16x7_bf16,ew_33x33x33x65_by33x1x1x65_ops0-6_sel_tobf16_f32,random_bernoulli_8x1024,conv3d_b2_8x28x28_c16to16_k3s2,dilconv_b2_28x28_c64to256_k3d2,resnext_fwd_b8_28x28x512_g32,transpose_33x33x64x33_p1230_s8,sconv_b4_99x99_c128to128_k2s3_valid,lstm_step_b16i512h512,mbv2_fwd_b8_28x28_32to64_s2,concat_ax1_16x128x256_16x64x256_16x128x256_f32,gru_step_b8i256h256,pad_256x64_1-1_0-0_s8,attn_b8q1k2048h16kv1d128_bf16 \
+  --only gather_points_1000x1024_m8192_bf16,gather_along_b128n50257_k1_bf16,gather_points_32000x64_m1_f32,scatter_set_50257x128_m1_bf16,segment_sum_m16x64_n197_bf16,gconv_b4_28x28_c512to512_g16_k1_f32,einsum_ba_acb_ca_a8_b64_c1_bf16,einsum_ba_abcd_adc_a12_b128_c33_d8_bf16,gemm_int8_4096x3000x1,cummin_158x129x33_ax2_s32,cumsum_126x80x65_ax1_f32,cummax_80x126x80_ax0_s32,approx_max_k_b1n8k8_f32,swin_fwd_b4_28x28x192h6,dwconv_b1_7x7x32_k5s1_bf16,split4_16x33x16x64_ax3_s8,resnet_basic_fwd_b8_56x56x64,tconv_b1_28x28_c128to32_k4s2_same,reduce_sum_33x50x65x65_ax01_bf16,reduce_var_33x33x65x65_ax2_bf16,gconv_b4_7x7_c2048to4096_g32_k1_bf16,swin_fwd_b4_28x28x192h6_shift,conv_grad_nchw_hwio_nchw_b8_28_c3to32_k3,concat_ax1_16x7_16x100_16x7_bf16,ew_33x33x33x65_by33x1x1x65_ops0-6_sel_tobf16_f32,random_bernoulli_8x1024,conv3d_b2_8x28x28_c16to16_k3s2,dilconv_b2_28x28_c64to256_k3d2,resnext_fwd_b8_28x28x512_g32,transpose_33x33x64x33_p1230_s8,sconv_b4_99x99_c128to128_k2s3_valid,lstm_step_b16i512h512,mbv2_fwd_b8_28x28_32to64_s2,concat_ax1_16x128x256_16x64x256_16x128x256_f32,gru_step_b8i256h256,pad_256x64_1-1_0-0_s8,attn_b8q1k2048h16kv1d128_bf16 \
   --json "$T/r.json" > "$T/out" 2> "$T/err" || fail "compare.py exited $?: $(cat "$T/err") $(tail -5 "$T/out")"
 python3 - "$T/r.json" <<'PY' || fail "a rule's cost moved"
 import json, sys
@@ -43,10 +43,16 @@ want = {
     # a short scan's HBM blocks with halo on v5p (scan_window.c); session 16: moved by its
     # kernel's value laid out row-major, [33,158,129] with 129 of 256 lanes (the compiler's
     # {1,0,2}), not least padded (0.937/1.259/0.728/1.051 before)
-    "cummin_158x129x33_ax2_s32": (1.040, 1.315, 0.801, 1.070),
+    # (then 1.040/1.315/0.801/1.070; the copy back out of VMEM no dearer than the copy in on
+    # v5e/v6e, scan_window.c tpu__scan_result_copy)
+    "cummin_158x129x33_ax2_s32": (1.040, 0.911, 0.801, 0.905),
     # session 16: a short scan's kernel in the compiler's order, row-major, the scanned
-    # dimension major (scan_rewrite.c major_order, scan_window.c tpu__scan_row_major)
-    "cumsum_126x80x65_ax1_f32": (0.954, 1.058, 0.698, 0.704),
+    # dimension major (scan_rewrite.c major_order, scan_window.c tpu__scan_row_major; v5e/v6e
+    # 1.058/0.704 before tpu__scan_result_copy)
+    "cumsum_126x80x65_ax1_f32": (0.954, 0.673, 0.698, 0.659),
+    # session 16: a scan reading a parameter laid out otherwise copies it into row-major and
+    # its result back (scan_layout.c; the copy in writes VMEM on v5e/v6e, copy_kind.c)
+    "cummax_80x126x80_ax0_s32": (1.122, 1.041, 0.812, 1.076),
     # operand-less VMEM kernels without a start on v5e/v6e (vmem_source.c)
     "approx_max_k_b1n8k8_f32": (1.105, 1.199, 1.271, 1.219),
     # session 14, measured at 814cb26e + the rule: a window partition and reverse are copy

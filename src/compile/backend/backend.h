@@ -190,6 +190,8 @@ int64_t tpu__read_bytes(const tpu__be *be, const tpu_instr *in, int j);
 void tpu__scan_window_factors(const tpu__be *be, const tpu_instr *in, double *fin, double *fout);
 /* scan_window.c: whether v is a major scan kernel's result or operand (laid out row-major) */
 int tpu__scan_row_major(const tpu_instr *v);
+/* scan_window.c: whether `in` relays a scan kernel's result out (a copy or transpose of it) */
+int tpu__scan_result_copy(const tpu_instr *in);
 int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf);
 
 /* The HBM buffer holding leaf `leaf` of `in`'s value, following aliases; -1 if none. */

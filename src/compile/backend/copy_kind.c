@@ -37,15 +37,23 @@ int tpu__relayout_kernel(const tpu__be *be, const tpu_instr *in) {
   if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail || in->operands[0]->shape.layout_tail ||
       !in->parent)
     return 0;
-  int gathers = 0, windows = 0;
+  /* and its copy of the scan's result back (the compiler's copy.1 reads S(1) on v5e/v6e) */
+  const tpu_instr *src = in->operands[0];
+  if (src->op == TPU_OP_REDUCE_WINDOW && tpu__scan_row_major(src)) return 1;
+  int gathers = 0, windows = 0, scans = 0;
   for (int i = 0; i < in->parent->ninstrs; i++) {
     const tpu_instr *u = in->parent->instrs[i];
     for (int o = 0; o < u->noperands; o++)
       if (u->operands[o] == in) {
         if (o != 0 || (u->op != TPU_OP_GATHER && u->op != TPU_OP_REDUCE_WINDOW)) return 0;
         *(u->op == TPU_OP_GATHER ? &gathers : &windows) += 1;
+        scans += u->op == TPU_OP_REDUCE_WINDOW && tpu__scan_row_major(u);
       }
   }
+  /* a scan kernel's copy of its parameter (scan_layout.c) writes VMEM whatever it moves: the
+   * compiler's copy of s32[80,126,80]{1,2,0} into {2,1,0} writes S(1) on v5e and v6e, 12,444
+   * cycles on v5e (cummax_80x126x80_ax0_s32; s32[64,100,64] probed alike) */
+  if (windows && scans == windows) return !gathers && in->operands[0]->op == TPU_OP_PARAMETER;
   if (windows) return !gathers && in->operands[0]->op == TPU_OP_PARAMETER && !tpu__moves_minor(be->chip, in);
   return gathers > 0 && tpu__moves_minor(be->chip, in);
 }

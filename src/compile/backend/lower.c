@@ -188,7 +188,8 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
     int where = tpu__be_reads_vmem(be, in->operands[j], in);
     if (where) { /* read in VMEM where it lives (a kernel whose result stays there too pays
                   * for the parameters copied in, not for the values kept) */
-      if ((!k->vres || where == 2) && k->op >= 0 && (be->p->ops[k->op].xbytes > 0 || be->chip->vmem_read_cost > 0))
+      if ((!k->vres || where == 2) && k->op >= 0 && (be->p->ops[k->op].xbytes > 0 || be->chip->vmem_read_cost > 0) &&
+          !tpu__scan_result_copy(in))
         add_onchip(&t, TPU_ISA_DMA_IN, k, cdiv(r, T), tpu_vref_make(buf, 1, 0), 0, 0);
       continue;
     }

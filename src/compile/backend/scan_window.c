@@ -37,6 +37,26 @@ static const tpu_instr *major_scan(const tpu_instr *in, int *dim) {
   return w;
 }
 
+/* Is `in` a scan kernel of rank 3 or more sliding along its lanes, laid out row-major (a
+ * scan the compiler keeps in the lanes: scan_rewrite.c major_order, scan_layout.c)? */
+static int lane_scan(const tpu_instr *in) {
+  const tpu_instr *w = in->op == TPU_OP_FUSION && in->calls ? in->calls->root : in;
+  if (!w || w->op != TPU_OP_REDUCE_WINDOW || w->noperands != 2 || w->shape.dtype == TPU_TUPLE || w->shape.rank < 3 ||
+      w->nwindow != w->shape.rank || w->shape.layout_tail)
+    return 0;
+  const int r = w->shape.rank;
+  for (int i = 0; w->shape.has_layout && i < r; i++)
+    if (w->shape.minor_to_major[i] != r - 1 - i) return 0;
+  const int64_t n = w->operands[0]->shape.dims[r - 1];
+  const tpu_window_dim *x = &w->window[r - 1];
+  if (n < 2 || x->size != n || x->stride > 1 || x->base_dilation > 1 || x->window_dilation > 1 ||
+      !((x->pad_lo == n - 1 && x->pad_hi == 0) || (x->pad_hi == n - 1 && x->pad_lo == 0)))
+    return 0;
+  for (int i = 0; i < r - 1; i++)
+    if (w->window[i].size != 1 || w->window[i].pad_lo || w->window[i].pad_hi) return 0;
+  return 1;
+}
+
 /* Whether value v is the result or the operand of a major scan's kernel (major_scan), which
  * the XLA TPU compiler lays out row-major, the scanned dimension most major and the others in
  * their order, whatever that pads: s32[80,126,80] scanned along axis 0 is copied from its
@@ -44,16 +64,30 @@ static const tpu_instr *major_scan(const tpu_instr *in, int *dim) {
  * bytes) and back; f32[126,80,65] along axis 1 into {2,0,1} (65 in the lanes, 1.8x) and
  * s32[158,129,33] along axis 2 into {1,0,2}, where {0,1,2} pads less
  * (bench/fidelity/families/compiled cummax_80x126x80_ax0_s32, cumsum_126x80x65_ax1_f32,
- * cummin_158x129x33_ax2_s32, cummin_65x80x128_ax1_f32, on all four generations). */
+ * cummin_158x129x33_ax2_s32, cummin_65x80x128_ax1_f32, on all four generations); so is a
+ * lane scan's (s32[64,100,64] along axis 2 runs in {2,1,0}: libtpu probe on v5e). */
 int tpu__scan_row_major(const tpu_instr *v) {
   int d;
-  if (major_scan(v, &d)) return 1;
+  if (major_scan(v, &d) || lane_scan(v)) return 1;
   const tpu_comp *c = v->parent;
   for (int i = 0; c && i < c->ninstrs; i++) {
     const tpu_instr *u = c->instrs[i];
-    if (u->noperands >= 1 && u->operands[0] == v && major_scan(u, &d)) return 1;
+    if (u->noperands >= 1 && u->operands[0] == v && (major_scan(u, &d) || lane_scan(u))) return 1;
   }
   return 0;
+}
+
+/* Whether `in` is a copy or transpose of a scan kernel's result (major_scan, lane_scan): the
+ * relayout back after the scan. The XLA TPU compiler charges it what it charges the copy in,
+ * though it reads the scan's result from VMEM on v5e and v6e: 12,444 and 12,444 cycles on v5e
+ * for s32[80,126,80] (cummax_80x126x80_ax0_s32), 14,096 and 14,096 for f32[126,80,65], 17,792
+ * and 17,792 for s32[158,129,33], 8,064 and 8,064 for s32[64,100,64] (libtpu probe), so its
+ * read from VMEM adds no stream cost of its own (lower.c). */
+int tpu__scan_result_copy(const tpu_instr *in) {
+  int d;
+  if ((in->op != TPU_OP_COPY && in->op != TPU_OP_TRANSPOSE) || in->noperands != 1) return 0;
+  const tpu_instr *s = in->operands[0];
+  return major_scan(s, &d) || lane_scan(s);
 }
 
 /* The factors on the bytes a short scan's kernel reads (*fin) and writes (*fout) when it

@@ -75,6 +75,10 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
  * dimension fills them and the batch does not), their operands and the results leaving the
  * program copied where laid out otherwise (sort_layout.c; part of tpu__fuse_param_layouts). */
 tpu_status tpu__sort_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed);
+/* A scan of rank 3 or more runs on its value row-major: an entry parameter laid out otherwise is
+ * copied into it, and a result that pads least otherwise copied back (scan_layout.c; part of
+ * tpu__fuse_param_layouts). */
+tpu_status tpu__scan_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed);
 /* The tiling (second in the sublanes, minor in the lanes) a pooling reduce-window w runs in:
  * its result's least padded one in whole tiles where that pads strictly less than its
  * operand's, else its operand's; 0 when w is not a pooling window (a scan, a whole row, a compiled program's). */

@@ -292,7 +292,7 @@ tpu_status tpu__scan_rewrite(tpu_builder *b, tpu_module *m, int *changed) {
       int r = in->shape.rank;
       if (in->operands[0]->shape.dims[dim] > SCAN_BASE)
         TPU_TRY(rewrite_one(b, c, in, dim, rev, f, &any));
-      else if (r >= 3 && dim >= r - 2)
+      else if (r >= 3)
         TPU_TRY(rewrite_major(b, c, in, dim, rev, &any));
     }
     if (any) {

@@ -573,6 +573,22 @@ static void test_scan_major_order(void) {
   printf("cummin of s32[65,65,126] along axis 2: %d reduce-window along %lld, %d transposes\n", r.windows,
          (long long)r.along, transposes);
   CHECK(r.windows == 1 && r.along == 2 && transposes == 0);
+  /* along axis 0 too, where the order is not row-major: s32[96,150,40] runs on [96,40,150]
+   * (the compiler's {1,2,0}: 150 in the lanes; libtpu probe on all four generations) */
+  snprintf(src, sizeof src,
+           "%sENTRY e {\n x = s32[96,150,40] parameter(0)\n z = s32[] constant(2147483647)\n"
+           " ROOT c = s32[96,150,40] reduce-window(x, z), window={size=96x1x1 pad=95_0x0_0x0_0}, to_apply=mn\n}\n",
+           hdr);
+  m = compile_src(src);
+  ok = 0;
+  for (int i = 0; m && i < m->entry->ninstrs; i++) {
+    const tpu_instr *in = m->entry->instrs[i];
+    if (in->op == TPU_OP_REDUCE_WINDOW)
+      ok = in->shape.dims[0] == 96 && in->shape.dims[1] == 40 && in->shape.dims[2] == 150;
+  }
+  tpu_module_free(m);
+  printf("cummin of s32[96,150,40] along axis 0: its kernel on [96,40,150]: %s\n", ok ? "yes" : "no");
+  CHECK(ok);
 }
 
 /* A while loop that runs once is its body, inlined; one that runs never is its input (XLA's
