@@ -76,7 +76,7 @@ def model_2023(scale):
     return {"name": f"maxtext-{scale}b-2023", "layers": 16 << b, "d_model": 2560 << es, "heads": 8 << hs,
             "head_dim": 256, "mlp": 8192 << hs, "mlp_kind": "relu", "vocab": 32768, "seq": 2048,
             "batch_tokens": 0, "train_tokens": 1e12, "dtype": "bf16", "optimizer": "adam", "experts": 0,
-            "top_k": 2, "attention": "flash", "block": "parallel"}
+            "top_k": 2, "attention": "flash", "block": "parallel", "qk_norm": "qkv"}
 
 
 def row_model(name, n):

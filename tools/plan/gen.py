@@ -22,8 +22,10 @@ The program is what a JAX/MaxText step lowers to per chip after SPMD partitionin
 Device id = (data_rank * fsdp + fsdp_rank) * tensor + tensor_rank: the tensor axis is the
 fastest, so its groups are neighbours on the slice's x axis.
 
-Not modelled: layer norms, rotary embeddings, the causal mask's saving (attention is
-computed in full, as MaxText counts its FLOPs), dropout, the loss's one-hot term.
+Norms and rotary embeddings (tools/plan/norms.py): RMSNorm of the residual before the matmuls
+that read it (dense layers), rotary embeddings on q and k, MaxText's 2023 QK normalisation
+with "qk_norm". Not modelled: the norms' scale parameters, the final norm, dropout, the loss's
+one-hot term.
 MoE layers (experts > 0): experts split over the tensor axis (expert parallelism); each
 chip routes its 1/tensor of the tokens with top-k copies, capacity factor 1, through two
 all-to-alls over the tensor axis, and the tokens are all-gathered back over it."""
@@ -31,6 +33,7 @@ import functools
 import re
 
 import flash
+import norms
 
 
 # The pair lists are a few kB for thousands of chips and every windowed loop of every layer
@@ -184,6 +187,15 @@ class Step:
         # so no [S, S] scores exist; "dot_product" materialises them.
         self.flash = c.get("attention", m.get("attention", "flash")) == "flash"
         self.relu = m.get("mlp_kind", "gelu") == "relu"
+        # The rest of a decoder layer's non-matmul work (tools/plan/norms.py): RMSNorm of the
+        # residual before the matmuls that read it (dense layers; "norm": "none" leaves it out),
+        # rotary embeddings on q and k ("position": "none" leaves them out), and MaxText's
+        # 2023 normalisation of each head's q and k ("qk_norm": "qk", its decoder of 2023-04)
+        # or q, k and v ("qkv", 2023-12).
+        self.rms = m.get("norm", "rms") == "rms" and not self.E
+        self.rope = m.get("position", "rope") == "rope"
+        self.qkn = {"qk": ("q", "k"), "qkv": ("q", "k", "v")}.get(m.get("qk_norm", "none"), ())
+        self.pre = {}  # split_qkv's prefix -> {q/k/v: (input, after rope, head norm's scale, shape)}
         # A decoder's attention is causal (query r sees keys up to r): the materialised form
         # masks its scores, the flash form also skips the key blocks above the diagonal, as
         # the Pallas kernel MaxText runs does ("causal": False computes every block unmasked).
@@ -559,8 +571,9 @@ class Step:
             return act
         Tm, D = self.Tm, self.D
         a = dict(a)
+        self.ensure_norm(g, a, "x")
         if "qkv" not in a:
-            self.wdot(g, "qkv", a["x"], W["wqkv"], "wqkv", (Tm, self.QKV), (1,), (0,))
+            self.wdot(g, "qkv", a["xn"], W["wqkv"], "wqkv", (Tm, self.QKV), (1,), (0,))
             a["qkv"] = "qkv"
         if "ctx" not in a:
             a.update(self.attn_fwd(g, a["qkv"]))
@@ -568,8 +581,10 @@ class Step:
             self.tp_out(g, "o", a["ctx"], (Tm, self.A), W["wo"], "wo", 0)
             self.tp_add(g, "x1", a["x"], "o")
             a["x1"] = "x1"
+        if not self.parallel:
+            self.ensure_norm(g, a, "x1")
         if "up" not in a:
-            self.wdot(g, "up", a["x"] if self.parallel else a["x1"], W["w1"], "w1", (Tm, self.fw), (1,), (0,))
+            self.wdot(g, "up", a["xn"] if self.parallel else a["x1n"], W["w1"], "w1", (Tm, self.fw), (1,), (0,))
             a["up"] = "up"
         if "act" not in a:
             self.mlp_act(g, a["up"], "act", (Tm,))
@@ -580,7 +595,8 @@ class Step:
         """Emits one layer's forward on x with gathered weights W; returns (y, activations)."""
         cd, Tm, D, A, bm, h, S, hd = self.cd, self.Tm, self.D, self.A, self.bm, self.h, self.S, self.hd
         act = {"x": x}
-        self.wdot(g, "qkv", x, W["wqkv"], "wqkv", (Tm, self.QKV), (1,), (0,))
+        self.ensure_norm(g, act, "x")
+        self.wdot(g, "qkv", act["xn"], W["wqkv"], "wqkv", (Tm, self.QKV), (1,), (0,))
         act["qkv"] = "qkv"
         act.update(self.attn_fwd(g, "qkv"))
         if self.parallel:
@@ -592,7 +608,8 @@ class Step:
             self.moe_fwd(g, "x1", W)
             act.update({"ein": "ein", "up": "up", "act": "act"})
         else:
-            self.wdot(g, "up", "x1", W["w1"], "w1", (Tm, self.fw), (1,), (0,))
+            self.ensure_norm(g, act, "x1")
+            self.wdot(g, "up", act["x1n"], W["w1"], "w1", (Tm, self.fw), (1,), (0,))
             self.mlp_act(g, "up", "act", (Tm,))
             self.tp_out(g, "dn", "act", (Tm, self.f), W["w2"], "w2", 0)
             act.update({"up": "up", "act": "act"})
@@ -606,12 +623,33 @@ class Step:
         y = x + out_proj + MLP, the two products reduce-scattered over tensor (each output is
         constrained to activation_embed in MaxText's block) and gathered once."""
         Tm, D, A = self.Tm, self.D, self.A
-        self.wdot(g, "up", x, W["w1"], "w1", (Tm, self.fw), (1,), (0,))
+        self.wdot(g, "up", act["xn"], W["w1"], "w1", (Tm, self.fw), (1,), (0,))
         self.mlp_act(g, "up", "act", (Tm,))
         act.update({"up": "up", "act": "act"})
         self.tp_out_sum(g, "od", [("ctx", (Tm, A), W["wo"], "wo", 0), ("act", (Tm, self.f), W["w2"], "w2", 0)])
         self.tp_add(g, "y", x, "od")
         return "y", act
+
+    def ensure_norm(self, g, a, nm):
+        """a[nm + "n"]: the residual a[nm] as the matmuls read it, RMSNorm'd when the model has
+        norms (its row scale a[nm + "n.r"] kept for the backward), else a[nm] itself; written
+        once (the backward writes it where the forward's was not kept)."""
+        if nm + "n" in a:
+            return
+        if not self.rms:
+            a[nm + "n"] = a[nm]
+            return
+        out = g.name(nm + "n")
+        a[nm + "n.r"] = norms.residual_norm(self, g, out, a[nm])
+        a[nm + "n"] = out
+
+    def norm_bwd(self, g, out, gn, a, nm):
+        """The gradient of the residual a[nm] through its norm (gn that of the normalised input,
+        this chip's columns): a name of the same shape as gn."""
+        if not self.rms:
+            return gn
+        norms.residual_norm_bwd(self, g, out, gn, a[nm], a[nm + "n.r"])
+        return out
 
     def mlp_act(self, g, up, out, lead):
         f = self.f
@@ -677,15 +715,46 @@ class Step:
         chip's kvt heads to its h query heads (each KV head serves h // kvt of them)."""
         cd, Tm, A, Akv, bm, h, S, hd, kv = self.cd, self.Tm, self.A, self.Akv, self.bm, self.h, self.S, self.hd, self.kvt
         lo = 0
+        self.pre[p] = {}
         for nm, w in (("q", A), ("k", Akv), ("v", Akv)):
             g.e(f"{p}{nm} = {ty(cd, (Tm, w))} slice({qkv}), slice={{[0:{Tm}], [{lo}:{lo + w}]}}")
             lo += w
-            if w == A:
-                g.e(f"{p}{nm}4 = {ty(cd, (bm, S, h, hd))} reshape({p}{nm})")
-            else:
-                g.e(f"{p}{nm}k = {ty(cd, (bm, S, kv, hd))} reshape({p}{nm})")
+            sh = (bm, S, h if w == A else kv, hd)
+            fin = f"{p}{nm}4" if w == A else f"{p}{nm}k"
+            g.e(f"{fin if not (self.rope and nm != 'v') and nm not in self.qkn else p + nm + '0'} = {ty(cd, sh)} reshape({p}{nm})")
+            self.head_ops(g, p, nm, sh, fin)
+            if w != A:
                 g.e(f"{p}{nm}g = {ty(cd, (bm, S, kv, h // kv, hd))} broadcast({p}{nm}k), dimensions={{0,1,2,4}}")
                 g.e(f"{p}{nm}4 = {ty(cd, (bm, S, h, hd))} reshape({p}{nm}g)")
+
+    def head_ops(self, g, p, nm, sh, fin):
+        """The rotary embedding (q, k) and MaxText's 2023 head norm (q, k; v with qkv) from {p}{nm}0 to
+        fin, where the model has them; what their backward needs in self.pre[p][nm]."""
+        ro, hn = self.rope and nm != "v", nm in self.qkn
+        if not ro and not hn:
+            return
+        x = f"{p}{nm}0"
+        rx = x
+        if ro:
+            rx = fin if not hn else f"{p}{nm}ro"
+            norms.rope(self, g, rx, x, sh)
+        r = norms.head_norm(self, g, fin, rx, sh) if hn else None
+        self.pre[p][nm] = (x, rx, r, sh)
+
+    def head_ops_bwd(self, g, nm, gr, sh):
+        """The gradient through head_ops of the backward's q, k or v (prefix "b"): gr that of
+        their output (shape sh); returns that of the projection's output."""
+        e = self.pre.get("b", {}).get(nm)
+        if not e:
+            return gr
+        x, rx, r, _ = e
+        if r is not None:
+            norms.head_norm_bwd(self, g, f"g.{nm}hn", gr, rx, r, sh)
+            gr = f"g.{nm}hn"
+        if self.rope and nm != "v":
+            norms.rope(self, g, f"g.{nm}ro", gr, sh, grad=True)
+            gr = f"g.{nm}ro"
+        return gr
 
     def causal_mask(self, g, out, s, sh):
         """Scores s of shape sh [bm, h, R, Bk] whose rows are the queries from a key block's
@@ -1132,13 +1201,17 @@ class Step:
             self.ew(g, "g.x1", "add", (Tm, D), gy, "g.x1m")
             G.update({"w1": "g.w1", "w2": "g.w2", "wr": "g.wr"})
         else:
+            a = dict(a)
+            self.ensure_norm(g, a, "x")
+            if not self.parallel:
+                self.ensure_norm(g, a, "x1")
             self.wdot(g, "g.act", gy, W["w2"], "w2", (Tm, self.f), (1,), (1,))
             self.wgrad(g, "g.w2", a["act"], (Tm, self.f), gy, (Tm, D), "w2")
             self.mlp_act_bwd(g, "g.act", a["up"], a["act"], "g.up", (Tm,))
             if not self.parallel:
                 self.tp_out(g, "g.x1a", "g.up", (Tm, self.fw), W["w1"], "w1", 1)
-                self.tp_add(g, "g.x1", gy, "g.x1a")
-            self.wgrad(g, "g.w1", a["x"] if self.parallel else a["x1"], (Tm, D), "g.up", (Tm, self.fw), "w1")
+                self.tp_add(g, "g.x1", gy, self.norm_bwd(g, "g.x1b", "g.x1a", a, "x1"))
+            self.wgrad(g, "g.w1", a["xn"] if self.parallel else a["x1n"], (Tm, D), "g.up", (Tm, self.fw), "w1")
             G.update({"w1": "g.w1", "w2": "g.w2"})
         gyo = gy if self.parallel else "g.x1"  # the attention branch's output gradient
         self.wdot(g, "g.ctx", gyo, W["wo"], "wo", (Tm, A), (1,), (1,))
@@ -1154,16 +1227,17 @@ class Step:
         if self.parallel:  # both branches' input gradients reduced and added to the residual's
             self.tp_out_sum(g, "g.xs", [("g.up", (Tm, self.fw), W["w1"], "w1", 1),
                                         ("g.qkv", (Tm, self.QKV), W["wqkv"], "wqkv", 1)])
-            self.tp_add(g, "g.x", gy, "g.xs")
-            self.wgrad(g, "g.wqkv", a["x"], (Tm, D), "g.qkv", (Tm, self.QKV), "wqkv")
+            self.tp_add(g, "g.x", gy, self.norm_bwd(g, "g.xsb", "g.xs", a, "x"))
+            self.wgrad(g, "g.wqkv", a["xn"], (Tm, D), "g.qkv", (Tm, self.QKV), "wqkv")
             G.update({"wqkv": "g.wqkv", "wo": "g.wo"})
             return "g.x", G
         self.tp_out(g, "g.xa", "g.qkv", (Tm, self.QKV), W["wqkv"], "wqkv", 1)
+        gxa = self.norm_bwd(g, "g.xb", "g.xa", a, "x") if not self.E else "g.xa"
         if self.E or self.T == 1:  # g.x1 whole (the MoE layer sums its gradient whole)
-            self.tp_add(g, "g.x", "g.x1", "g.xa")
+            self.tp_add(g, "g.x", "g.x1", gxa)
         else:
-            self.tp_add(g, "g.x", "g.x1.s", "g.xa", split=True)
-        self.wgrad(g, "g.wqkv", a["x"], (Tm, D), "g.qkv", (Tm, self.QKV), "wqkv")
+            self.tp_add(g, "g.x", "g.x1.s", gxa, split=True)
+        self.wgrad(g, "g.wqkv", a["xn"] if not self.E else a["x"], (Tm, D), "g.qkv", (Tm, self.QKV), "wqkv")
         G.update({"wqkv": "g.wqkv", "wo": "g.wo"})
         return "g.x", G
 
@@ -1197,11 +1271,13 @@ class Step:
         for nm in ("q", "k", "v"):
             g.e(f"g.{nm}t = {ty(cd, (bm, S, h, hd))} transpose(g.{nm}4), dimensions={{0,2,1,3}}")
             if nm == "q" or kv == h:
-                g.e(f"g.{nm} = {ty(cd, (Tm, A))} reshape(g.{nm}t)")
+                gr = self.head_ops_bwd(g, nm, f"g.{nm}t", (bm, S, h, hd))
+                g.e(f"g.{nm} = {ty(cd, (Tm, A))} reshape({gr})")
             else:  # the query heads' gradients summed onto the KV head they share
                 g.e(f"g.{nm}g = {ty(cd, (bm, S, kv, h // kv, hd))} reshape(g.{nm}t)")
                 g.e(f"g.{nm}r = {ty(cd, (bm, S, kv, hd))} reduce(g.{nm}g, zerof), dimensions={{3}}, to_apply=add_{cd}")
-                g.e(f"g.{nm} = {ty(cd, (Tm, self.Akv))} reshape(g.{nm}r)")
+                gr = self.head_ops_bwd(g, nm, f"g.{nm}r", (bm, S, kv, hd))
+                g.e(f"g.{nm} = {ty(cd, (Tm, self.Akv))} reshape({gr})")
         g.e(f"g.qkv = {ty(cd, (Tm, self.QKV))} concatenate(g.q, g.k, g.v), dimensions={{1}}")
 
     # --- the module ----------------------------------------------------------------------

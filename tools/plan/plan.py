@@ -65,9 +65,17 @@ FIELDS = {  # name: (type, required, check)
     "experts": (int, False, lambda v: v >= 0),
     "top_k": (int, False, lambda v: v >= 1),
     "kv_heads": (int, False, lambda v: v >= 1),  # grouped- / multi-query attention (K and V heads)
+    # The layer's non-matmul work (tools/plan/norms.py): RMSNorm of the residual before the
+    # matmuls (rms, the default, or none), rotary position embeddings on q and k (rope, the
+    # default, or none), and MaxText's 2023 RMSNorm of each head's q and k (qk_norm qk, its
+    # decoder of 2023-04) or q, k and v (qkv, 2023-12; none, the default)
+    "norm": (str, False, lambda v: v in ("rms", "none")),
+    "position": (str, False, lambda v: v in ("rope", "none")),
+    "qk_norm": (str, False, lambda v: v in ("qk", "qkv", "none")),
 }
 WANT = {"dtype": "bf16 or f32", "optimizer": "adam or sgd", "mlp_kind": "gelu, swiglu or relu",
-        "attention": "flash or dot_product", "block": "serial or parallel"}
+        "attention": "flash or dot_product", "block": "serial or parallel", "norm": "rms or none",
+        "position": "rope or none", "qk_norm": "qk, qkv or none"}
 # Upper bounds, checked before any program is written: far beyond any model trained, and
 # small enough that the generated programs' shapes and the planner's sums stay exact.
 LIMITS = {"layers": 1 << 14, "d_model": 1 << 20, "heads": 1 << 16, "head_dim": 1 << 16, "mlp": 1 << 22,
