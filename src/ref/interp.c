@@ -9,6 +9,7 @@
 #include "ir/layout.h"
 #include "ref/fused.h"
 #include "ref/ref_int.h"
+#include "ref/sloop.h"
 
 #define MAX_CALL_DEPTH 200
 
@@ -43,6 +44,7 @@ typedef struct plan_step {
   tpu__ref_itree *tree; /* ST_FUSED of s32/u32: the tree decoded (NULL: decoded at each call) */
   int take;             /* ST_GTE: the only reader of its element of a tuple that only get-tuple-elements
                          * read (not the root): it takes the element of an owned tuple (take_plan) */
+  tpu__sloop *loop;     /* a while loop compiled to integer slots (ref/sloop.h), or NULL */
 } plan_step;
 
 typedef struct comp_plan {
@@ -166,14 +168,7 @@ static tpu_status call_given(tpu_interp *ip, const tpu_comp *c, const tpu_tensor
  * last time: the loop takes it instead of a copy), else NULL. The state is given to each
  * iteration's body, which takes what it reads (call_given). */
 static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *init, tpu_tensor *give,
-                            tpu_tensor *out, tpu_diag *d) {
-  tpu_tensor state;
-  if (give) {
-    state = *give;
-    tpu_tensor_zero(give);
-  } else {
-    TPU_TRY(tpu_tensor_clone(&state, init, d));
-  }
+                            const tpu__sloop *vm, tpu_tensor *out, tpu_diag *d) {
   int64_t iters = 0, flat0 = ip->flat, *runs = NULL;
   for (int i = 0; i < ip->nloops && !runs; i++)
     if (ip->loops[i].w == in) runs = &ip->loops[i].runs;
@@ -182,7 +177,18 @@ static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tenso
     ip->loops[ip->nloops].runs = 0;
     runs = &ip->loops[ip->nloops++].runs;
   }
-  for (;;) {
+  tpu_tensor state;
+  if (vm) { /* on its slots: the state read from init (the caller frees what it gave) */
+    TPU_TRY(tpu__sloop_run(vm, init, ip->while_limit, &iters, &state, d));
+    if (runs) *runs += iters;
+    if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, iters);
+  } else if (give) {
+    state = *give;
+    tpu_tensor_zero(give);
+  } else {
+    TPU_TRY(tpu_tensor_clone(&state, init, d));
+  }
+  while (!vm) {
     tpu_tensor cond;
     const tpu_tensor *arg = &state;
     tpu_status st = tpu__ref_call(ip, in->condition, &arg, 1, &cond, d);
@@ -284,7 +290,7 @@ static tpu_status eval(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *co
     case TPU_OP_GET_TUPLE_ELEMENT: return tpu_tensor_clone(out, &args[0]->elems[in->index], d);
     case TPU_OP_CALL: return tpu__ref_call(ip, in->to_apply, args, in->noperands, out, d);
     case TPU_OP_FUSION: return tpu__ref_call(ip, in->calls, args, in->noperands, out, d);
-    case TPU_OP_WHILE: return run_while(ip, in, args[0], NULL, out, d);
+    case TPU_OP_WHILE: return run_while(ip, in, args[0], NULL, NULL, out, d);
     case TPU_OP_CONDITIONAL: return run_conditional(ip, in, args, out, d);
     case TPU_OP_OPT_BARRIER:
     case TPU_OP_ADD_DEPENDENCY: return tpu_tensor_clone(out, args[0], d);
@@ -449,7 +455,10 @@ static void plan_free(comp_plan *pl) {
     for (int i = 0; i <= pl->c->ninstrs; i++) tpu_tensor_free(&pl->fval[i]);
   tpu_free(pl->fval);
   if (pl->steps)
-    for (int i = 0; i < pl->c->norder; i++) tpu__ref_itree_free(pl->steps[i].tree);
+    for (int i = 0; i < pl->c->norder; i++) {
+      tpu__ref_itree_free(pl->steps[i].tree);
+      tpu__sloop_free(pl->steps[i].loop);
+    }
   tpu_free(pl->steps); /* and ids, in the same block */
   tpu_free(pl->fold);
   tpu_free(pl->frame);
@@ -558,6 +567,7 @@ static tpu_status plan_steps(comp_plan *pl) {
     } else {
       s->k = direct_kernel(in);
       s->kind = s->k ? ST_KERNEL : ST_EVAL;
+      if (in->op == TPU_OP_WHILE) s->loop = tpu__sloop_compile(in);
       if (s->k && same_elements_op(in)) {
         s->kind = ST_MOVE;
         s->nbytes = (size_t)tpu_shape_numel(&in->shape) * tpu_dtype_size(in->shape.dtype);
@@ -917,8 +927,8 @@ static tpu_status call_given(tpu_interp *ip, const tpu_comp *c, const tpu_tensor
         give_ops[k] = f.val[o] == &f.own[o] && f.uses[o] == 1 && o != rootid ? &f.own[o] : NULL;
         gives += give_ops[k] != NULL;
       }
-    if (gives && in->op == TPU_OP_WHILE)
-      st = run_while(ip, in, opv[0], give_ops[0], &f.own[id], d);
+    if (in->op == TPU_OP_WHILE && sp->kind == ST_EVAL)
+      st = run_while(ip, in, opv[0], gives ? give_ops[0] : NULL, sp->loop, &f.own[id], d);
     else if (gives)
       st = call_given(ip, in->op == TPU_OP_CALL ? in->to_apply : in->calls, opv, give_ops, sp->nops, &f.own[id], d);
     else if (sp->kind == ST_KERNEL || sp->kind == ST_MOVE)

@@ -1,0 +1,30 @@
+/* While loops on integer slots (ref/sloop.c): a loop whose condition and body, with the
+ * computations they call inlined, compute only small s32/u32/pred arrays (jax.random's
+ * threefry loops, counters) is compiled once into steps on fixed byte slots of one buffer:
+ * an iteration allocates nothing, looks nothing up and moves no tensor structs. Every step
+ * runs the arithmetic the interpreter's kernels run on those types (tpu__ew_i32_binary,
+ * the compare kernel's signedness rule, tpu__ref_copy_box), so the values are bit-identical
+ * to stepping the loop's computations op by op. */
+#ifndef TPU_REF_SLOOP_H
+#define TPU_REF_SLOOP_H
+
+#include "ref/ref_int.h"
+
+typedef struct tpu__sloop tpu__sloop;
+
+/* The compiled loop of while instruction w, or NULL when some op, type or size is outside
+ * the set above (or memory runs out): the loop is then stepped by the interpreter. */
+tpu__sloop *tpu__sloop_compile(const tpu_instr *w);
+void tpu__sloop_free(tpu__sloop *l);
+
+/* One run of the loop: the state loaded from init (a value of the loop's shape, only read),
+ * iterations while the condition holds, the final state into *out (a new value);
+ * *iters counts them. More than limit iterations (limit > 0) fail with TPU_ERR_LIMIT, as
+ * the interpreter's loop does. */
+tpu_status tpu__sloop_run(const tpu__sloop *l, const tpu_tensor *init, int64_t limit, int64_t *iters,
+                          tpu_tensor *out, tpu_diag *d);
+
+/* Tests: 0 turns compiling off (every loop is stepped op by op), 1 back on. */
+void tpu__sloop_enable(int on);
+
+#endif
