@@ -143,18 +143,32 @@ static tpu_status check_host_memory(const tpu_module *m, int64_t ndev, tpu_diag 
                   (long long)ndev, need / 1e9, (double)per / 1e6, (double)have / 1e9);
 }
 
+static void opts_free(run_opts *o) {
+  tpu_free(o->inputs);
+  tpu_free(o->out_sh);
+  tpu_free(o->out_sh_loc);
+  tpu_free(o->sh_text);
+}
+
 int tpu_cli_run(int argc, char **argv) {
+  tpu_chip_memo_off(); /* one chip, loaded once */
   run_opts o;
   memset(&o, 0, sizeof o);
   o.backend = "tpu";
   o.precision = -1;
   o.top = 10;
-  o.inputs = tpu_calloc(MAX_INPUTS, sizeof *o.inputs);
-  if (!o.inputs) return tpu_cli_arg_error(-1, 0, "out of memory");
+  /* the option arrays are malloc'd, not cleared: each entry is written before it is read,
+   * and pages never written are never faulted in (a small warm run's start-up) */
+  o.inputs = tpu_malloc(MAX_INPUTS * sizeof *o.inputs);
+  o.out_sh = tpu_malloc(MAX_OUT_SH * sizeof *o.out_sh);
+  o.out_sh_loc = tpu_malloc(MAX_OUT_SH * sizeof *o.out_sh_loc);
+  if (!o.inputs || !o.out_sh || !o.out_sh_loc) {
+    opts_free(&o);
+    return tpu_cli_arg_error(-1, 0, "out of memory");
+  }
   int rc = tpu__run_parse_args(argc, argv, &o);
   if (rc >= 0) {
-    tpu_free(o.inputs);
-    tpu_free(o.sh_text);
+    opts_free(&o);
     return rc;
   }
   rc = 2;
@@ -168,8 +182,7 @@ int tpu_cli_run(int argc, char **argv) {
     memset(&md, 0, sizeof md);
     if (tpu_mpi_init(&mpi_rank, &mpi_n, &md) != TPU_OK) {
       tpu_cli_report_file(&md, o.prog);
-      tpu_free(o.inputs);
-      tpu_free(o.sh_text);
+      opts_free(&o);
       return 2;
     }
     if (mpi_rank > 0) {
@@ -448,7 +461,6 @@ cleanup:
   for (int i = 0; i < nargs; i++) tpu_tensor_free(&args[i]);
   tpu_free(args);
   tpu_module_free(m);
-  tpu_free(o.inputs);
-  tpu_free(o.sh_text);
+  opts_free(&o);
   return rc;
 }

@@ -23,7 +23,7 @@ typedef struct {
   int no_cache;
   const char **inputs;
   int64_t slices;
-  const char *out_sh[MAX_OUT_SH];
+  const char **out_sh; /* MAX_OUT_SH of them (malloc'd: a process touches only those given) */
   int nout_sh;
   char *sh_text; /* --out-sharding @FILE: the file's text (out_sh points into it) */
   int ninputs, quiet, timing, precision, top, per_device, first_step, sync_collectives, no_window;
@@ -31,7 +31,7 @@ typedef struct {
   uint64_t seed;
   /* where each came from: argument positions of the verb's argv (-1: not given) */
   int outdir_i, chip_i, mesh_i, topology_i, slices_i, per_device_i, prog_i;
-  tpu_loc out_sh_loc[MAX_OUT_SH]; /* <command line>:N:1 or FILE:LINE:COL of @FILE's lines */
+  tpu_loc *out_sh_loc; /* MAX_OUT_SH: <command line>:N:1 or FILE:LINE:COL of @FILE's lines */
 } run_opts;
 
 /* --precision names, by run_opts.precision. */

@@ -755,6 +755,9 @@ static struct {
   char bytes[MEMO_BYTES];
   tpu_chip chip;
 } g_memo;
+static int g_memo_off; /* tpu_chip_memo_off */
+
+void tpu_chip_memo_off(void) { g_memo_off = 1; }
 
 /* Reads up to cap bytes of path into buf: 1 with *n set when the whole file fit, 0 when it
  * is larger or cannot be read (the caller then parses it the usual way, which reports why). */
@@ -820,7 +823,7 @@ static tpu_status load_memo(const char *path_or_name, uint64_t *gen, int *same, 
     TPU_TRY(load_json(tpu_json_parse(bytes, n, path, &L->doc, d), L, path, out));
   else
     TPU_TRY(load_json(tpu_json_parse_file(path, &L->doc, d), L, path, out));
-  if (small && strlen(path) < sizeof g_memo.path) {
+  if (small && !g_memo_off && strlen(path) < sizeof g_memo.path) {
     pthread_mutex_lock(&g_memo_lock);
     g_memo.valid = 1;
     g_memo.gen++;

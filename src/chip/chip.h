@@ -220,6 +220,10 @@ int64_t tpu_chip_searches(void);
  * the bytes of the load *gen names (the loader keeps the last file it parsed), *same = 1 and
  * out is not touched; else out is loaded as tpu_chip_load does, *same = 0, *gen names it. */
 tpu_status tpu_chip_load_again(const char *path_or_name, uint64_t *gen, int *same, tpu_chip *out, tpu_diag *d);
+/* Keeps no memo of loaded chips from now on: a process that loads one chip once (`tpusim
+ * run`) does not copy the 68 KB struct and the file's bytes into it (pages it would fault
+ * in only to throw them away at exit). */
+void tpu_chip_memo_off(void);
 /* The range a numeric field's value must lie in (chips/README.md "Ranges"). */
 void tpu_chip_field_range(tpu_chip_field f, double *lo, double *hi);
 /* Sets a numeric field ('f' or 'i') and marks it published, without the loader's checks
