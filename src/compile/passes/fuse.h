@@ -92,6 +92,12 @@ int tpu__window_kernel(const tpu_instr *w);
 /* Lays each pooling reduce-window of the entry out in its tiling; one that slides along
  * that tile reads an entry parameter tiled otherwise through a copy (window_layout.c). */
 tpu_status tpu__fuse_window_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed);
+/* Does pooling window w (an instruction of c) read a widening float convert (an instruction
+ * of c) of a value laid out as w runs? The XLA TPU compiler folds the convert into the
+ * window, which reads the narrow value itself (window_widen.c). */
+int tpu__window_reads_narrow(const tpu_comp *c, const tpu_instr *w);
+/* Each such window of the entry and its convert become one kLoop kernel (window_widen.c). */
+tpu_status tpu__fuse_window_widen(tpu_builder *b, tpu_comp *entry);
 /* Is `in` a copy of an entry parameter into a layout tiled along other dimensions (a
  * relayout the compiler runs as a kernel of its own, never fused into its reader)? */
 int tpu__relayout_copy(const tpu_instr *in);

@@ -114,10 +114,7 @@ static void test_window_fusion(void) {
       const tpu_instr *in = m->entry->instrs[j];
       if (in->op == TPU_OP_PARAMETER || in->op == TPU_OP_CONSTANT) continue;
       kernels++;
-      if (in->op == TPU_OP_FUSION && find_op(in->calls, TPU_OP_REDUCE_WINDOW)) {
-        fused = 1;
-        CHECK(find_op(in->calls, TPU_OP_DIVIDE) != NULL);
-      }
+      if (in->op == TPU_OP_FUSION && find_op(in->calls, TPU_OP_REDUCE_WINDOW)) fused = find_op(in->calls, TPU_OP_DIVIDE) != NULL;
     }
     printf("%s[%d,%d,%d,%d] average-pooled by %d: %d kernels, the window %s\n", cs[i].ty, cs[i].n, cs[i].h, cs[i].h,
            cs[i].c, cs[i].s, kernels, fused ? "fused" : "a kernel of its own");
@@ -127,10 +124,67 @@ static void test_window_fusion(void) {
   }
 }
 
+/* A pooling window reads the narrow value a widening convert feeds it when that value is
+ * laid out as the window runs (window_widen.c): the XLA TPU compiler's reduce-window of
+ * avgpool2d_1x7x7x96_w5s3_same_bf16 and avgpool1d_32x3000x96_w3s1_valid_bf16 reads the bf16
+ * parameter and sums in f32, no f32 copy of it written first; where the window runs in another
+ * layout (bf16[32,112,112,3]{2,1,3,0} pooled in {2,0,3,1}) the convert stays apart (the
+ * compiler's copy_convert_fusion). One that another op reads too still folds into the window
+ * (libtpu v4/v5e probe: bf16[16,2048,128] summed 4-wide, its f32 value also doubled: the
+ * window reads the bf16 parameter, the doubling converts again in its own kernel). */
+static void test_window_reads_narrow(void) {
+  struct { int n, h, c; const char *extra; int folded; } cs[] = {
+      {1, 7, 96, "", 1},
+      {1, 3000, 96, "", 1},
+      {32, 112, 3, "", 0},
+      {1, 7, 96, "xf", 1},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    int one_d = cs[i].h > 1000, o = one_d ? cs[i].h - 2 : (cs[i].h - 3) / 2 + 1;
+    char src[1536], xs[64], os[64];
+    if (one_d) {
+      snprintf(xs, sizeof xs, "[%d,%d,%d]", cs[i].n, cs[i].h, cs[i].c);
+      snprintf(os, sizeof os, "[%d,%d,%d]", cs[i].n, o, cs[i].c);
+    } else {
+      snprintf(xs, sizeof xs, "[%d,%d,%d,%d]", cs[i].n, cs[i].h, cs[i].h, cs[i].c);
+      snprintf(os, sizeof os, "[%d,%d,%d,%d]", cs[i].n, o, o, cs[i].c);
+    }
+    const char *win = one_d ? "size=1x3x1" : "size=1x3x3x1 stride=1x2x2x1";
+    if (*cs[i].extra)
+      snprintf(src, sizeof src,
+               "HloModule m\nadd {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
+               "ENTRY e {\n x = bf16%s parameter(0)\n xf = f32%s convert(x)\n z = f32[] constant(0)\n"
+               " r = f32%s reduce-window(xf, z), window={%s}, to_apply=add\n ROOT t = (f32%s, f32%s) tuple(r, xf)\n}\n",
+               xs, xs, os, win, os, xs);
+    else
+      snprintf(src, sizeof src,
+               "HloModule m\nadd {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
+               "ENTRY e {\n x = bf16%s parameter(0)\n xf = f32%s convert(x)\n z = f32[] constant(0)\n"
+               " r = f32%s reduce-window(xf, z), window={%s}, to_apply=add\n k = f32[] constant(9)\n"
+               " kb = f32%s broadcast(k), dimensions={}\n d = f32%s divide(r, kb)\n ROOT y = bf16%s convert(d)\n}\n",
+               xs, xs, os, win, os, os, os);
+    tpu_module *m = compile_src(src);
+    if (!m) continue;
+    int folded = 0;
+    for (int j = 0; j < m->entry->ninstrs; j++) {
+      const tpu_instr *in = m->entry->instrs[j];
+      if (in->op != TPU_OP_FUSION || !find_op(in->calls, TPU_OP_REDUCE_WINDOW)) continue;
+      /* the window's kernel widens its bf16 operand itself */
+      folded = find_op(in->calls, TPU_OP_CONVERT) != NULL && in->noperands >= 1 && in->operands[0]->op == TPU_OP_PARAMETER &&
+               in->operands[0]->shape.dtype == TPU_BF16;
+    }
+    printf("bf16%s summed in f32%s: the window %s\n", xs, *cs[i].extra ? " (the f32 value returned too)" : "",
+           folded ? "reads the bf16 parameter" : "reads an f32 value");
+    CHECK_EQ_INT(folded, cs[i].folded);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   tpu_diag d;
   CHECK(tpu_chip_load("v5e", &g_chip, &d) == TPU_OK);
   test_window_layouts();
   test_window_fusion();
+  test_window_reads_narrow();
   CHECK_DONE();
 }
