@@ -311,21 +311,31 @@ typedef struct {
   int64_t off, size, end;
 } live;
 
-/* Whether value g may take the buffer of a value that dies where g is defined: its kernel
- * streams its operands element by element (XLA's CanShareOperandBufferWithUser for
- * elementwise and loop fusions), so it can write over what it reads. */
-static int can_share_dying(const tpu__be *be, const val *g) {
+/* Whether value g may take the buffer of value d that dies where g is defined: g's kernel
+ * streams its operands element by element, so it can write over what it reads, and g has
+ * d's shape: element type, dimensions and laid-out size (XLA's CanShareOperandBufferWithUser,
+ * xla/service/hlo_dataflow_analysis.cc: "operand and user emit the same shape and layout",
+ * ShapeUtil::Equal, before its elementwise test; a bf16 result does not overwrite the f32
+ * it is converted from, nor a reduced row the matrix it reduces). In the heap (`heap`), d
+ * must also be its instruction's own value, not an element of a tuple that g reads through
+ * get-tuple-element (a multi-output fusion's or a loop's result): XLA's heap simulator shares
+ * only a value whose defining instruction g uses; an output allocation's reuse test
+ * (LiveRangeInterferes) looks at the get-tuple-element and allows it. */
+static int can_share_dying(const tpu__be *be, const val *d, const val *g, int heap) {
   const tpu__kinfo *k = tpu__be_info(be, g->in);
-  return k && k->kind == TPU__K_STREAM;
+  if (!k || k->kind != TPU__K_STREAM || d->size != g->size) return 0;
+  if (heap && d->in->shape.dtype == TPU_TUPLE) return 0;
+  const tpu_shape *sd = tpu__leaf(&d->in->shape, d->leaf), *sg = tpu__leaf(&g->in->shape, g->leaf);
+  return sd && sg && tpu_shape_equal(sd, sg);
 }
 
 /* Whether a and b cannot share a buffer: their live ranges meet, unless one is defined
  * where the other dies by a kernel that may write over what it reads (can_share_dying of
  * the later value: the one that overwrites is the one defined there). */
-static int interferes(const tpu__be *be, const val *a, const val *b) {
+static int interferes(const tpu__be *be, const val *a, const val *b, int heap) {
   if (a->end < b->start || b->end < a->start) return 0;
-  if (a->end == b->start && can_share_dying(be, b)) return 0;
-  if (b->end == a->start && can_share_dying(be, a)) return 0;
+  if (a->end == b->start && can_share_dying(be, a, b, heap)) return 0;
+  if (b->end == a->start && can_share_dying(be, b, a, heap)) return 0;
   return 1;
 }
 
@@ -356,7 +366,7 @@ static int64_t best_fit(const tpu__be *be, val *v, const hkey *o, int n, int64_t
     val *g = &v[o[q].idx];
     int nu = 0;
     for (int r = 0; r < q; r++)
-      if (interferes(be, g, &v[o[r].idx])) used[nu].off = off[r], used[nu++].size = v[o[r].idx].size;
+      if (interferes(be, g, &v[o[r].idx], 1)) used[nu].off = off[r], used[nu++].size = v[o[r].idx].size;
     qsort(used, (size_t)nu, sizeof *used, cmp_off);
     int64_t at = -1, best = 0, lo = 0;
     for (int u = 0; u < nu; u++) {
@@ -373,8 +383,8 @@ static int64_t best_fit(const tpu__be *be, val *v, const hkey *o, int n, int64_t
 /* Temporary t goes into output allocation o if it fits and its live range meets nothing o
  * holds (XLA's MaybeAssignBuffer). */
 static void try_out(const tpu__be *be, val *v, int t, int o, int *in_out, int *chain) {
-  int ok = v[t].size <= v[o].size && !interferes(be, &v[t], &v[o]);
-  for (int c = chain[o]; ok && c >= 0; c = chain[c]) ok = !interferes(be, &v[t], &v[c]);
+  int ok = v[t].size <= v[o].size && !interferes(be, &v[t], &v[o], 0);
+  for (int c = chain[o]; ok && c >= 0; c = chain[c]) ok = !interferes(be, &v[t], &v[c], 0);
   if (ok) {
     in_out[t] = o;
     chain[t] = chain[o];

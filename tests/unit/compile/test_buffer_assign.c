@@ -724,6 +724,143 @@ static void collective_feed_before_loop(const char *chip_name) {
   tpu_module_free(m);
 }
 
+/* The sharing rule of XLA's CanShareOperandBufferWithUser (hlo_dataflow_analysis.cc) and its
+ * heap simulator: an elementwise kernel writes over an operand that dies there only when the
+ * two have the same shape (element type, dimensions, layout), and the heap shares only a
+ * value its user reads directly, not an element of a tuple (a multi-output fusion's result,
+ * read through get-tuple-element). A dot fused with the row sum of its [8192,8192] f32
+ * result (256 MiB, a two-result fusion) feeds an elementwise kernel whose result a sort
+ * reads: as bf16 (128 MiB) beside the f32, libtpu's memory_analysis() temp is 402,685,440
+ * bytes; as f32, 536,903,168 (bench/plan_memory/probes cvt_sort.hlo, same_sort.hlo). A sort
+ * whose f32 result dies into tanh: the tanh writes over it (sort_f32.hlo: libtpu's
+ * buffer assignment puts tanh at the sorted value's offset). */
+static void operand_sharing_needs_same_shape(int bf16) {
+  const char *cvt =
+      "HloModule cvt_sort\n"
+      "\n"
+      "add {\n"
+      "  x = f32[] parameter(0)\n"
+      "  y = f32[] parameter(1)\n"
+      "  ROOT s = f32[] add(x, y)\n"
+      "}\n"
+      "\n"
+      "\n"
+      "cmp {\n"
+      "  x = bf16[] parameter(0)\n"
+      "  y = bf16[] parameter(1)\n"
+      "  ROOT l = pred[] compare(x, y), direction=LT\n"
+      "}\n"
+      "\n"
+      "addbf16 {\n"
+      "  x = bf16[] parameter(0)\n"
+      "  y = bf16[] parameter(1)\n"
+      "  ROOT s = bf16[] add(x, y)\n"
+      "}\n"
+      "\n"
+      "ENTRY main {\n"
+      "  p0 = f32[8192,4096] parameter(0)\n"
+      "  w = f32[4096,8192] parameter(1)\n"
+      "  w2 = bf16[8192,256] parameter(2)\n"
+      "  w3 = bf16[8192,256] parameter(3)\n"
+      "  a = f32[8192,8192] dot(p0, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  z = f32[] constant(0)\n"
+      "  zz = bf16[] constant(0)\n"
+      "  s = f32[8192] reduce(a, z), dimensions={1}, to_apply=add\n"
+      "  sb = f32[8192,8192] broadcast(s), dimensions={0}\n"
+      "  t = f32[8192,8192] multiply(a, sb)\n"
+      "  e = f32[8192,8192] tanh(t)\n"
+      "  b = bf16[8192,8192] convert(e)\n"
+      "  c = bf16[8192,8192] sort(b), dimensions={1}, to_apply=cmp\n"
+      "  ROOT r = bf16[8192] reduce(c, zz), dimensions={1}, to_apply=addbf16\n"
+      "}\n";
+  const char *same =
+      "HloModule same_sort\n"
+      "\n"
+      "add {\n"
+      "  x = f32[] parameter(0)\n"
+      "  y = f32[] parameter(1)\n"
+      "  ROOT s = f32[] add(x, y)\n"
+      "}\n"
+      "\n"
+      "\n"
+      "cmp {\n"
+      "  x = f32[] parameter(0)\n"
+      "  y = f32[] parameter(1)\n"
+      "  ROOT l = pred[] compare(x, y), direction=LT\n"
+      "}\n"
+      "\n"
+      "ENTRY main {\n"
+      "  p0 = f32[8192,4096] parameter(0)\n"
+      "  w = f32[4096,8192] parameter(1)\n"
+      "  w2 = bf16[8192,256] parameter(2)\n"
+      "  w3 = bf16[8192,256] parameter(3)\n"
+      "  a = f32[8192,8192] dot(p0, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+      "  z = f32[] constant(0)\n"
+      "  zz = f32[] constant(0)\n"
+      "  s = f32[8192] reduce(a, z), dimensions={1}, to_apply=add\n"
+      "  sb = f32[8192,8192] broadcast(s), dimensions={0}\n"
+      "  t = f32[8192,8192] multiply(a, sb)\n"
+      "  e = f32[8192,8192] tanh(t)\n"
+      "  b = f32[8192,8192] add(e, t)\n"
+      "  c = f32[8192,8192] sort(b), dimensions={1}, to_apply=cmp\n"
+      "  ROOT r = f32[8192] reduce(c, zz), dimensions={1}, to_apply=add\n"
+      "}\n";
+  tpu_module *m = NULL;
+  tpu_chip chip;
+  tpu_program *p = compile_for_with("v5e", bf16 ? cvt : same, 1, &chip, &m); /* fused, as `tpusim compile` */
+  if (p) {
+    printf("%s result of a dying two-result fusion's f32: temp %lld bytes\n", bf16 ? "bf16" : "f32",
+           (long long)p->hbm_temp);
+    int64_t want = bf16 ? 384 * MiB : 512 * MiB; /* without the rule 256 MiB: written over the f32 */
+    CHECK(p->hbm_temp >= want);
+    CHECK(p->hbm_temp < want + MiB);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
+static void operand_sharing_same_shape_single_result(void) {
+  const char *src =
+      "HloModule sort_f32\n"
+      "\n"
+      "cmpf {\n"
+      "  x = f32[] parameter(0)\n"
+      "  y = f32[] parameter(1)\n"
+      "  ROOT l = pred[] compare(x, y), direction=LT\n"
+      "}\n"
+      "\n"
+      "cmpo {\n"
+      "  x = f32[] parameter(0)\n"
+      "  y = f32[] parameter(1)\n"
+      "  ROOT l = pred[] compare(x, y), direction=LT\n"
+      "}\n"
+      "\n"
+      "addo {\n"
+      "  x = f32[] parameter(0)\n"
+      "  y = f32[] parameter(1)\n"
+      "  ROOT s = f32[] add(x, y)\n"
+      "}\n"
+      "\n"
+      "ENTRY main {\n"
+      "  p = f32[8192,8192] parameter(0)\n"
+      "  a = f32[8192,8192] sort(p), dimensions={1}, to_apply=cmpf\n"
+      "  t = f32[8192,8192] tanh(a)\n"
+      "  b = f32[8192,8192] convert(t)\n"
+      "  c = f32[8192,8192] sort(b), dimensions={1}, to_apply=cmpo\n"
+      "  z = f32[] constant(0)\n"
+      "  ROOT r = f32[8192] reduce(c, z), dimensions={1}, to_apply=addo\n"
+      "}\n";
+  tpu_module *m = NULL;
+  tpu_chip chip;
+  tpu_program *p = compile_for_with("v5e", src, 1, &chip, &m);
+  if (p) {
+    printf("tanh over a dying sort result: temp %lld bytes\n", (long long)p->hbm_temp);
+    CHECK(p->hbm_temp < 256 * MiB + MiB); /* the sort's result and the tanh share */
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   dying_collective_result_shares_output();
@@ -743,5 +880,8 @@ int main(void) {
   donation(1);
   reduce_scatter_padding_not_held(0);
   reduce_scatter_padding_not_held(1);
+  operand_sharing_needs_same_shape(1);
+  operand_sharing_needs_same_shape(0);
+  operand_sharing_same_shape_single_result();
   CHECK_DONE();
 }
