@@ -172,6 +172,32 @@ static int64_t s2b_unfold_tiles(const tpu_instr *in) {
   return tpu_shape_numel(r) / (rows * feat) * ((feat + 127) / 128);
 }
 
+/* The copy merging a grouped convolution's groups back into the features in tpusim's own
+ * compilation (group_conv.c marks it group_merge=FD, the group's dimension of its split
+ * [.., G, Cog, ..] shape): the XLA TPU compiler's `copy` of the split result from
+ * {.., G, B, Cog} into {.., B, G, Cog}, the lanes (Cog) kept, a sublane relayout (below)
+ * into tiles of G rows, whose kernel pays relayout_tile_cycles per result tile counted in
+ * unpacked rows (a bf16 tile of 16 groups as two; compiled families, tune split, v5e:
+ * gconv_b2_28x28_c128to128_g2_k3_f32's 1,568 T(2,128) tiles 15,659 cycles,
+ * gconv_b2_14x14_c64to64_g4_k3_f32's 392 T(4,128) 5,276, gconv_b4_7x7_c32to32_g2_k1_bf16's
+ * 196 3,595, gconv_b4_7x7_c64to128_g16_k3_bf16's 392 5,374; v4 24,326 / 8,246 / 3,331 /
+ * 8,638). Not a result in whole 32-bit registers (f32, 8 or more groups), as below. -1: not
+ * such a copy. */
+static int64_t group_merge_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  if (in->op != TPU_OP_FUSION || !in->calls || !in->calls->root) return -1;
+  const char *fd = NULL;
+  for (int i = 0; i < in->nattrs && !fd; i++)
+    if (!strcmp(in->attrs[i].name, "group_merge")) fd = in->attrs[i].value;
+  const tpu_instr *m = in->calls->root;
+  if (!fd || m->op != TPU_OP_RESHAPE || m->noperands != 1) return -1;
+  const tpu_shape *s = &m->operands[0]->shape; /* the split shape, the transpose's result */
+  int g = atoi(fd);
+  if (g < 0 || g + 1 >= s->rank || s->dtype == TPU_TUPLE) return -1;
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  if (tpu_dtype_size(s->dtype) == 4 && s->dims[g] >= sub) return 0;
+  return tpu__tiles_as(chip, s, g, g + 1);
+}
+
 /* In VMEM (S(1)) or in v4's CMEM (S(3)): the on-chip side of a relayout copy. */
 static int on_chip(const tpu_shape *s) { return tpu__in_vmem(s) || (s->layout_tail && strstr(s->layout_tail, "S(3)")); }
 
@@ -190,6 +216,8 @@ static int on_chip(const tpu_shape *s) { return tpu__in_vmem(s) || (s->layout_ta
 int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
   int64_t unfold = s2b_unfold_tiles(in);
   if (unfold > 0) return unfold;
+  int64_t merge = group_merge_tiles(chip, in);
+  if (merge >= 0) return merge;
   if (in->op == TPU_OP_COPY && !in->shape.layout_tail && in->shape.rank >= 2 && in->shape.dtype != TPU_TUPLE) {
     /* space to batch's result copied into the program's layout (relayout.c marks the copy
      * s2b_kernel=result): a sublane relayout into the least padded tiling, that tiling's

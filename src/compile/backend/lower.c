@@ -243,6 +243,25 @@ static int on_chip_block(const tpu__be *be, const tpu_instr *in, const tpu__kinf
   return 1;
 }
 
+/* Does matmul kernel k run a grouped convolution (its steps, tile_conv.c group_steps) whose
+ * result is whole unpacked 32-bit registers, an f32 result with the batch filling the
+ * sublanes, kept in VMEM for the next kernel (vmem_assign.c)? The XLA TPU compiler's cost
+ * model then charges its MXU work, not conv_group_step_cycles a step: libtpu probes outside
+ * the corpora, [B,H,W,C] x [k,k,C/G,Co] in G groups, f32, result in S(1): v5e B8 14x14 C256
+ * G8 k1 3,392 cycles (1,568 steps, 2.2 a step; its MXU passes 3,136), 28x28 14,336, k3 9,664,
+ * B16 7,296; v6e 4,160 / 16,512 / 7,296 (B16 7,296; the step floor there 5.1). The floor
+ * stays for a bf16 result (packed rows: B8 14x14 G8 k1 bf16 18,251 on v5e), a batch under the
+ * sublanes (f32 B2 14x14 G8 k3 18,476 on v5e), and a result written to HBM or v4's CMEM
+ * (f32 B8 14x14 G8 k1: v5p 13,195, 8.4 a step; v4 31,772; the 128-feature groups of f32
+ * B8 14x14 C256 G4, no merge copy after them, 15,088 on v5e). */
+static int group_rows_on_chip(const tpu__be *be, const tpu__kinfo *k) {
+  const tpu_instr *mm = k->mm;
+  if (!k->vres || !mm || mm->op != TPU_OP_CONVOLUTION || !mm->has_conv_dims || mm->shape.dtype == TPU_TUPLE) return 0;
+  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
+  int64_t batch = mm->shape.dims[mm->conv.out_batch];
+  return tpu_dtype_size(mm->shape.dtype) == 4 && batch > 0 && batch % sub == 0;
+}
+
 static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
   tmpl t;
   t.n = 0;
@@ -303,7 +322,7 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   mm.mxus = (int)(be->chip->mxus_per_core * be->chip->tensorcores);
   mm.passes = k->passes;
   mm.dtype = k->mm_dtype;
-  if (k->steps > 0) { /* the grouped convolution's steps, spread over the tiles that run it */
+  if (k->steps > 0 && !group_rows_on_chip(be, k)) { /* the grouped convolution's steps, spread over the tiles */
     int64_t runs = k->tiles / (es > 1 ? es : 1);
     mm.steps = cdiv(k->steps, runs > 0 ? runs : 1);
   }

@@ -451,6 +451,17 @@ static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__
   TPU_TRY(tpu_build_instr_like(b, entry, f, TPU_OP_FUSION, "copy.group", &out_shape, &val, 1, &cf));
   TPU_TRY(tpu_build_set_attr(b, cf, "kind", "kLoop"));
   TPU_TRY(tpu_build_set_attr(b, cf, "calls", cc->name));
+  /* With the batch in the sublanes and the merged features filling the lanes, the compiler's
+   * merge copy keeps Cog in the lanes: a sublane relayout (copy_kind.c relayout_tiles), marked
+   * with the features' dimension of its split shape. With the batch in the lanes it moves
+   * them, and with fewer merged features than the lanes the result may be laid out with a
+   * spatial dimension in the lanes, the copy a transpose of them
+   * (gconv_b8_56x56_c32to32_g2_k3_bf16: bf16[8,56,56,2,16] {4,0,3,2,1} -> {2,4,3,1,0}). */
+  int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+  if (!few && out_shape.dims[fd] >= lanes) {
+    snprintf(buf, sizeof buf, "%d", fd);
+    TPU_TRY(tpu_build_set_attr(b, cf, "group_merge", buf));
+  }
   if (!tpu__made_add(made, cc)) return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory splitting '%s'", f->name);
   tpu_build_replace_uses(entry, val, cf);
   cf->operands[0] = val; /* replace_uses rewired the copy's own operand too */

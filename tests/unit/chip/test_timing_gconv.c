@@ -1,0 +1,113 @@
+/* Grouped convolutions' kernels and merge copies against the XLA TPU compiler's costs, through
+ * tpusim's whole compilation (group_conv.c's split form): the step floor left out for an f32
+ * result of whole registers kept in VMEM (lower.c group_rows_on_chip), and the merge copy
+ * timed as a sublane relayout per result tile (copy_kind.c group_merge_tiles). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "chip/program.h"
+#include "chip/timing.h"
+#include "check.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+#include "timing_util.h"
+
+static tpu_program *compile_all(const char *src, const tpu_chip *c) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  tpu_program *p = NULL;
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = c;
+  o.precision_override = -1;
+  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK && tpu_ir_verify(m, &d) == TPU_OK &&
+      tpu_compile(m, &o, &p, &d) != TPU_OK) {
+    tpu_program_free(p);
+    p = NULL;
+  }
+  if (p) p->module = NULL;
+  tpu_module_free(m);
+  return p;
+}
+
+/* The cycles of the op named `name` (or, with name NULL, the convolution's kernel: kind
+ * fusion:kOutput) of HLO program src on chip c; -1 if none. */
+static double cycles_of(const char *src, const tpu_chip *c, const char *name) {
+  tpu_program *p = compile_all(src, c);
+  CHECK(p != NULL);
+  if (!p) return -1;
+  double t = -1;
+  for (int i = 0; i < p->nops && t < 0; i++)
+    if (p->ops[i].name && (name ? !strcmp(p->ops[i].name, name)
+                                : p->ops[i].kind && !strcmp(p->ops[i].kind, "fusion:kOutput")))
+      t = op_cycles(p, c, p->ops[i].name);
+  tpu_program_free(p);
+  return t;
+}
+
+static const char *FMT = "HloModule m\nENTRY e {\n x = %s[%d,14,14,256] parameter(0)\n w = %s[%d,%d,32,256] parameter(1)\n"
+                         " ROOT c = %s[%d,14,14,256] convolution(x, w), window={size=%dx%d pad=%d_%dx%d_%d},"
+                         " dim_labels=b01f_01io->b01f, feature_group_count=8\n}\n";
+
+static double gconv(const char *dt, int b, int k, const tpu_chip *c, const char *name) {
+  char src[640];
+  int pd = k / 2;
+  snprintf(src, sizeof src, FMT, dt, b, dt, k, k, dt, b, k, k, pd, pd, pd, pd);
+  return cycles_of(src, c, name);
+}
+
+/* An f32 grouped convolution of batch 8 (whole 32-bit registers of the batch) whose result
+ * stays in VMEM for its merge copy (v5e): its kernel costs its MXU work, well under the
+ * 1,568 steps x conv_group_step_cycles (libtpu probe, compile-only, [8,14,14,256] in 8
+ * groups, 1x1: 3,392 cycles on v5e, 2.2 a step). The floor stays for bf16 (18,251 cycles),
+ * for batch 4 (packed rows of half a register), and where the result goes to HBM (v5p:
+ * 13,195 cycles, 8.4 a step). */
+static void group_rows_on_chip(const tpu_chip *v5e, const tpu_chip *v5p) {
+  double steps = 8 * 196, f32 = gconv("f32", 8, 1, v5e, NULL), bf = gconv("bf16", 8, 1, v5e, NULL);
+  double b4 = gconv("f32", 4, 1, v5e, NULL), p = gconv("f32", 8, 1, v5p, NULL);
+  double fe = steps * v5e->conv_group_step_cycles, fp = steps * v5p->conv_group_step_cycles;
+  printf("grouped [8,14,14,256] g8 1x1 on v5e: f32 %.0f cycles (the compiler 3,392), bf16 %.0f (18,251), f32 batch 4"
+         " %.0f; floor %.0f; v5p f32 %.0f, floor %.0f (13,195)\n", f32, bf, b4, fe, p, fp);
+  CHECK(f32 > 0 && f32 < 0.7 * fe);
+  CHECK(bf >= fe && b4 >= 0.5 * fe);
+  CHECK(p >= fp);
+}
+
+/* The merge copy of f32 groups of 128 features at batch 2 (gconv_b2_28x28_c128to128_g2_k3_f32's
+ * form, smaller): a sublane relayout of the split result into T(2,128) tiles, one per output
+ * position's batch, at relayout_tile_cycles each after its start (the compiler's copy.4 of
+ * f32[2,28,28,2,64] on v5e, 1,568 tiles: 15,659 cycles); without the chip's figure it is a
+ * transfer, far less. Eight groups of f32 fill whole registers: no such floor, the chip's
+ * figure changes nothing (the compiler: 212 cycles for f32[2,14,14,8,64] within VMEM). */
+static void group_merge_relayout(const tpu_chip *v5e) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = f32[2,14,14,128] parameter(0)\n w = f32[3,3,%d,128] parameter(1)\n"
+                    " ROOT c = f32[2,14,14,128] convolution(x, w), window={size=3x3 pad=1_1x1_1},"
+                    " dim_labels=b01f_01io->b01f, feature_group_count=%d\n}\n";
+  char src[512];
+  tpu_chip off = *v5e;
+  off.relayout_tile_cycles = 0;
+  const double kov = v5e->kernel_overhead_s * v5e->clock_hz, floor = kov + 392 * v5e->relayout_tile_cycles;
+  snprintf(src, sizeof src, fmt, 64, 2);
+  double t = cycles_of(src, v5e, "copy.group"), t0 = cycles_of(src, &off, "copy.group");
+  snprintf(src, sizeof src, fmt, 16, 8);
+  double t8 = cycles_of(src, v5e, "copy.group"), t8off = cycles_of(src, &off, "copy.group");
+  printf("merge copy of f32[2,14,14,2,64] on v5e: %.0f cycles, floor %.0f; without relayout_tile_cycles %.0f;"
+         " 8 groups %.0f, without %.0f\n", t, floor, t0, t8, t8off);
+  CHECK(t >= floor && t < 1.1 * floor);
+  CHECK(t0 > 0 && t0 < 0.8 * floor);
+  CHECK(t8 > 0 && t8 == t8off);
+}
+
+int main(void) {
+  tpu_chip v5e, v5p;
+  tpu_diag d;
+  if (tpu_chip_load("v5e", &v5e, &d) != TPU_OK || tpu_chip_load("v5p", &v5p, &d) != TPU_OK) {
+    fprintf(stderr, "cannot load the presets\n");
+    return 1;
+  }
+  group_rows_on_chip(&v5e, &v5p);
+  group_merge_relayout(&v5e);
+  CHECK_DONE();
+}
