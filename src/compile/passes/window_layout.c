@@ -3,7 +3,12 @@
  *
  * The XLA TPU compiler's layout assignment gives a reduce-window the layout of its result
  * that pads least in whole (sublanes x lanes) tiles, where that pads strictly less than its
- * operand's layout would; on a tie it keeps its operand's. Read from the 22 pooling programs
+ * operand's layout would; on a tie it keeps its operand's, unless the result's own
+ * (row-major) layout ties too: then that (libtpu v5e probes outside the corpus: f32 and bf16
+ * [32,33,33,128] laid out {3,0,2,1} and max-pooled 2x2/2, 2x2/1 or 3x3/2 into [32,16,16,128]
+ * or [32,32,32,128], which pad alike either way, run row-major after a copy of the
+ * parameter; pooled 3x3/1 into [32,31,31,128], 31 rows padding to 32 row-major, they stay
+ * {3,0,2,1}, a kOutput kernel). Read from the 22 pooling programs
  * of bench/fidelity (families and corpus, the same on v4, v5e, v5p and v6e):
  * f32[32,112,112,3] laid out {2,1,3,0} is pooled into f32[32,110,110,3]{2,0,3,1} (110 in the
  * lanes and the batch of 32 in the sublanes pads 1.16x, {2,1,3,0} 1.19x); f32[8,56,56,256]
@@ -72,6 +77,11 @@ int tpu__window_tiling(const tpu_chip *chip, const tpu_instr *w, int *second, in
   tiling_of(&w->operands[0]->shape, &os, &om);
   *second = os, *minor = om;
   int64_t best = whole_tiles(chip, s, os, om);
+  /* its own (declared, row-major) tiling where that pads no more than the operand's */
+  int rs, rm;
+  tiling_of(s, &rs, &rm);
+  int64_t own = whole_tiles(chip, s, rs, rm);
+  if (own <= best) best = own, *second = rs, *minor = rm;
   for (int m = s->rank - 1; m >= 0; m--)
     for (int q = s->rank - 1; q >= 0; q--) {
       if (q == m) continue;

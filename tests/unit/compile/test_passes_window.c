@@ -40,7 +40,11 @@ static int param_copies(const tpu_module *m) {
  * f32[8,56,56,256] row-major into [8,18,18,256]{3,0,2,1} with no copy of its own (the window
  * slides along major dimensions only: the kernel relays out as it reads); f32[8,112,112,512]
  * stays row-major; bf16[1,112,112,64]{2,3,1,0} stays so, no copy, though the window slides
- * along its lanes; f32[8,7,7,3]{2,0,3,1} stays so (in whole 8-row tiles {0,3,2,1} pads alike). */
+ * along its lanes; f32[8,7,7,3]{2,0,3,1} stays so (in whole 8-row tiles {0,3,2,1} pads alike).
+ * A result whose own row-major tiling pads no more than its operand's runs row-major: libtpu
+ * v5e probes outside the corpus pool f32 and bf16 [32,33,33,128] (the parameter {3,0,2,1}) by
+ * 2x2/2, 2x2/1 and 3x3/2 into row-major [32,16,16,128] or [32,32,32,128] through a copy of
+ * the parameter, and by 3x3/1 into [32,31,31,128]{3,0,2,1} (31 rows pad to 32) with none. */
 static void test_window_layouts(void) {
   struct { const char *ty; int n, h, w, c, k, s, pad; const char *layout; int copies; } cs[] = {
       {"f32", 32, 112, 112, 3, 3, 1, 0, "{2,0,3,1}", 1},
@@ -48,6 +52,9 @@ static void test_window_layouts(void) {
       {"f32", 8, 112, 112, 512, 3, 1, 1, "{3,2,1,0}", 0},
       {"bf16", 1, 112, 112, 64, 2, 1, 0, "{2,3,1,0}", 0},
       {"f32", 8, 7, 7, 3, 2, 2, 0, "{2,0,3,1}", 0},
+      {"f32", 32, 33, 33, 128, 2, 2, 0, "{3,2,1,0}", 1},
+      {"bf16", 32, 33, 33, 128, 2, 1, 0, "{3,2,1,0}", 1},
+      {"f32", 32, 33, 33, 128, 3, 1, 0, "{3,0,2,1}", 0},
   };
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
     int oh = (cs[i].h + 2 * cs[i].pad - cs[i].k) / cs[i].s + 1, ow = (cs[i].w + 2 * cs[i].pad - cs[i].k) / cs[i].s + 1;
