@@ -693,7 +693,8 @@ static tpu_status grow(fuser *f, int g) {
     /* XLA's instruction fusion: an expensive producer stays out of a consumer that reuses
      * its elements (a small product a consumer broadcasts is its own kernel's result) */
     if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side) ||
-        (reused_in_group(f, g, p) && (expensive(p) || slice_producer(p) || chained(p))) || broadcast_source(f, g, p) ||
+        (reused_in_group(f, g, p) && (expensive(p) || slice_producer(p) || chained(p) || tpu__fuse_relaid_transpose(&f->uses, p))) ||
+        broadcast_source(f, g, p) ||
         lane_sliced_matmul(f, p)) {
       f->need[p->id] = 1;
       continue;

@@ -48,6 +48,13 @@ int tpu__fuse_own_kernel(const tpu_instr *in);
  * bytes), so that the reduce writes the result itself (fuse_reduce.c). */
 int tpu__reduce_written_as(const tpu_chip *chip, const tpu_instr *root, const tpu_instr *m, const tpu_instr *p, int n);
 
+/* Whether a reshape only inserts or removes dimensions of one element (fuse_reduce.c). */
+int tpu__unit_reshape(const tpu_instr *x);
+
+/* Whether transpose p, whose result a kernel broadcasts, reorders its operand's bytes in the
+ * layout that kernel computes in, so that it is a copy of its own (fuse_relaid.c). */
+int tpu__fuse_relaid_transpose(const tpu_uses *us, const tpu_instr *p);
+
 /* Finds one pair of fusions to merge in computation c and merges it; *found says whether.
  * Its reachability questions use an ancestor bitset up to tpu__fuse_reach_bitset_max
  * instructions (8,192), a walk above (tests lower it to check both give the same fusions). */

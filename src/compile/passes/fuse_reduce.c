@@ -41,7 +41,7 @@ static void reduce_out_order(const tpu_instr *r, int64_t *mm) {
 
 /* Whether reshape x only inserts or removes dimensions of size 1 (its operand's other
  * dimensions, in order, are its own): it moves no bytes. */
-static int unit_reshape(const tpu_instr *x) {
+int tpu__unit_reshape(const tpu_instr *x) {
   const tpu_shape *a = &x->operands[0]->shape, *r = &x->shape;
   int i = 0, j = 0;
   for (;;) {
@@ -55,15 +55,42 @@ static int unit_reshape(const tpu_instr *x) {
 /* Whether x's layout (row-major without one) stores its dimensions of more than one element,
  * minor first, as the reduce's dimensions want[0..nw): lbl names the reduce's dimension each
  * of x's holds. */
-static int stores_as(const tpu_instr *x, const int64_t *lbl, const int64_t *want, int nw) {
-  int n = 0, rank = x->shape.rank;
+static int stores_as(const tpu_shape *x, const int64_t *lbl, const int64_t *want, int nw) {
+  int n = 0, rank = x->rank;
   for (int k = 0; k < rank; k++) {
-    int64_t d = x->shape.has_layout ? x->shape.minor_to_major[k] : rank - 1 - k;
-    if (x->shape.dims[d] == 1) continue;
+    int64_t d = x->has_layout ? x->minor_to_major[k] : rank - 1 - k;
+    if (x->dims[d] == 1) continue;
     if (n == nw || lbl[d] != want[n]) return 0;
     n++;
   }
   return n == nw;
+}
+
+/* Whether x is the program's result (the entry computation's root), which the back end lays
+ * out as it pads least (layout.c), as the XLA TPU compiler chooses a result's layout: a
+ * reshape there that only inserts or removes dimensions of one element is a bitcast (the
+ * compiler's einsum('abcd,cbx->adx') with x = 1 writes bf16[4,256] and bitcasts it to the
+ * result's [4,256,1]{1,0,2}; libtpu probe, v4 v5e v5p). Not to or from one dimension, tiled
+ * otherwise (gemm_w8a16_1024x1000x1's bf16[1024] reshaped to [1024,1]{0,1:T(2,128)}: a
+ * `reshape` of 2,167 cycles on v6e). */
+static int program_result(const tpu_instr *x) {
+  return x->parent && x->parent->is_entry && x->parent->root == x && x->noperands == 1 && x->shape.rank >= 2 &&
+         x->operands[0]->shape.rank >= 2;
+}
+
+/* Whether x is the program's result, or its only reader is: a reshape of dimensions of one
+ * element that is the result (a bitcast in the result's layout, program_result). */
+static int leaves_program(const tpu_instr *x) {
+  const tpu_comp *c = x->parent;
+  if (!c || !c->is_entry || !c->root) return 0;
+  if (c->root == x) return 1;
+  const tpu_instr *r = c->root;
+  if (r->op != TPU_OP_RESHAPE || r->noperands != 1 || r->operands[0] != x || !program_result(r) || !tpu__unit_reshape(r))
+    return 0;
+  for (int i = 0; i < c->ninstrs; i++)
+    for (int j = 0; j < c->instrs[i]->noperands; j++)
+      if (c->instrs[i]->operands[j] == x && c->instrs[i] != r) return 0;
+  return 1;
 }
 
 /* Whether a group of n members, grown from its root down to member m, only narrows and relabels what
@@ -82,7 +109,8 @@ int tpu__reduce_written_as(const tpu_chip *chip, const tpu_instr *root, const tp
     if (x->noperands != 1 || nc == 16) return 0;
     if (tpu__fuse_narrowing(x))
       narrowed++;
-    else if (x->op != TPU_OP_TRANSPOSE && !(x->op == TPU_OP_RESHAPE && unit_reshape(x) && tpu__reshape_moves_no_bytes(chip, x)))
+    else if (x->op != TPU_OP_TRANSPOSE &&
+             !(x->op == TPU_OP_RESHAPE && tpu__unit_reshape(x) && (tpu__reshape_moves_no_bytes(chip, x) || program_result(x))))
       return 0;
     chain[nc++] = x;
     if (x == m) break;
@@ -95,6 +123,22 @@ int tpu__reduce_written_as(const tpu_chip *chip, const tpu_instr *root, const tp
   for (int k = 0; k < rank; k++) {
     lbl[k] = k;
     if (p->shape.dims[order[k]] > 1) want[nw++] = order[k];
+  }
+  /* the chain's root as stored: the program's result (or the value the result reshapes) in
+   * the layout that pads least, as the back end lays it out (layout.c) and the compiler
+   * chooses it, whatever layout the program's text gives it (JAX's einsum('dacb,cbae->ead')
+   * with e = 1: the sum's bf16[8,12] transposed to [12,8], reshaped to the result [1,12,8];
+   * [12,8] pads least with 12 in the lanes, the sum's own order: the compiler's program is one
+   * multiply_reduce fusion whose result is bitcast to {1,2,0}, libtpu probe, v4 v5e v5p v6e) */
+  tpu_shape out = root->shape;
+  if (chip && leaves_program(root) && !out.layout_tail && out.rank >= 2 && out.rank <= TPU_MAX_RANK) {
+    int second, minor, k = 0;
+    tpu__least_tiling(chip, &out, &second, &minor);
+    out.has_layout = 1;
+    out.minor_to_major[k++] = minor;
+    out.minor_to_major[k++] = second;
+    for (int d = out.rank - 1; d >= 0; d--)
+      if (d != minor && d != second) out.minor_to_major[k++] = d;
   }
   for (int i = nc - 1; i >= 0; i--) { /* from the reduce up */
     const tpu_instr *t = chain[i];
@@ -115,7 +159,7 @@ int tpu__reduce_written_as(const tpu_chip *chip, const tpu_instr *root, const tp
       continue; /* the convert */
     }
     memcpy(lbl, next, sizeof next[0] * (size_t)t->shape.rank);
-    if (!stores_as(t, lbl, want, nw)) return 0;
+    if (!stores_as(i == 0 ? &out : &t->shape, lbl, want, nw)) return 0;
   }
   return 1;
 }

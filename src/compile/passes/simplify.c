@@ -266,6 +266,76 @@ static tpu_status sink_convert(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_i
   return tpu_build_instr_like(b, c, in, TPU_OP_CONVERT, in->name, &in->shape, &red, 1, repl);
 }
 
+/* ---- Transposes that undo each other ----
+ * XLA's algebraic simplifier merges a transpose of a transpose into one and drops a transpose
+ * or reshape that only moves dimensions of one element (its HandleTranspose and
+ * HandleReshape), so a dot's result transposed into the dot's order, given a unit dimension
+ * and transposed back (JAX's einsum('acbd,cbde->ead') with e = 1: [8,512] to [512,8], to
+ * [512,1,8], to [1,8,512]) is the reduce's own result bitcast: the compiler's program is one
+ * multiply_reduce fusion and a bitcast (libtpu probe, v4 v5e v5p v6e), not two relayouts.
+ * `in`, a transpose, is replaced by a reshape of the value under a chain of transposes and
+ * reshapes of dimensions of one element that leaves its other dimensions in their order.
+ * The layouts a JAX program's text gives values inside it bind nothing (the compiler's layout
+ * assignment chooses them); a compiled program's (tiled: T(8,128)...) are left alone. */
+static int unit_only_reshape(const tpu_instr *x) {
+  if (x->op != TPU_OP_RESHAPE || x->noperands != 1) return 0;
+  const tpu_shape *a = &x->operands[0]->shape, *r = &x->shape;
+  int i = 0, j = 0;
+  for (;;) {
+    while (i < a->rank && a->dims[i] == 1) i++;
+    while (j < r->rank && r->dims[j] == 1) j++;
+    if (i == a->rank || j == r->rank) return i == a->rank && j == r->rank;
+    if (a->dims[i++] != r->dims[j++]) return 0;
+  }
+}
+
+static tpu_status undo_transposes(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl) {
+  *repl = NULL;
+  if (in->op != TPU_OP_TRANSPOSE || in->noperands != 1 || in->shape.rank > TPU_MAX_RANK || tpu__fuse_own_kernel(in))
+    return TPU_OK;
+  const tpu_instr *x = in;
+  int steps = 0;
+  /* walk down, composing the chain as a map from in's dimensions to the source's */
+  int64_t map[TPU_MAX_RANK]; /* map[d]: x's dimension that in's dimension d is, -1 for one element */
+  for (int d = 0; d < in->shape.rank; d++) map[d] = in->shape.dims[d] > 1 ? d : -1;
+  const tpu_instr *src = NULL;
+  for (; steps < 8; steps++) {
+    if (x->noperands != 1 || x->shape.rank > TPU_MAX_RANK || x->shape.layout_tail || tpu__fuse_own_kernel(x))
+      break;
+    const tpu_instr *y = x->operands[0];
+    if (y->shape.rank > TPU_MAX_RANK) break;
+    int64_t ym[TPU_MAX_RANK]; /* x's dimension d is y's ym[d] */
+    if (x->op == TPU_OP_TRANSPOSE && x->dimensions.n == x->shape.rank) {
+      for (int d = 0; d < x->shape.rank; d++) ym[d] = x->dimensions.v[d];
+    } else if (unit_only_reshape(x)) {
+      int i = 0;
+      for (int d = 0; d < x->shape.rank; d++) {
+        ym[d] = -1;
+        if (x->shape.dims[d] == 1) continue;
+        while (y->shape.dims[i] == 1) i++;
+        ym[d] = i++;
+      }
+    } else {
+      break;
+    }
+    for (int d = 0; d < in->shape.rank; d++)
+      if (map[d] >= 0) map[d] = ym[map[d]];
+    x = src = y;
+    if (x->op != TPU_OP_TRANSPOSE && x->op != TPU_OP_RESHAPE) break;
+  }
+  if (!src || steps == 0) return TPU_OK;
+  /* the source's dimensions of more than one element must come out in their order */
+  int64_t last = -1;
+  for (int d = 0; d < in->shape.rank; d++) {
+    if (map[d] < 0) continue;
+    if (map[d] <= last) return TPU_OK;
+    last = map[d];
+  }
+  if (tpu_shape_numel(&src->shape) != tpu_shape_numel(&in->shape)) return TPU_OK;
+  tpu_instr *y = (tpu_instr *)src;
+  return tpu_build_instr_like(b, c, in, TPU_OP_RESHAPE, in->name, &in->shape, &y, 1, repl);
+}
+
 /* ---- Division by a constant ----
  * XLA's algebraic simplifier rewrites A / c and A / broadcast(c), A not a constant and c a
  * floating-point constant, as A * (1 / c) before fusion (its HandleDivide): the compiler's
@@ -321,7 +391,7 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
     if (f == 0) r = try_identity(c, in);
     if (f == 0 && !r && (sink_convert(b, c, in, &r) != TPU_OK || (!r && tpu__scatter_to_select(b, c, in, &r) != TPU_OK) ||
                         (!r && tpu__reduce_of_broadcast(b, c, in, &r) != TPU_OK) ||
-                        (!r && tpu__sink_broadcast(b, c, in, &r) != TPU_OK))) {
+                        (!r && tpu__sink_broadcast(b, c, in, &r) != TPU_OK) || (!r && undo_transposes(b, c, in, &r) != TPU_OK))) {
       tpu_free(fwd);
       tpu__cse_free(cse);
       return b->d->status;
