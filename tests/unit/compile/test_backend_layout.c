@@ -363,6 +363,34 @@ static void conv_result_layout(void) {
   tpu_module_free(m);
 }
 
+/* A reducing kernel computes its product in the layout one transposed operand lies in: of its
+ * moving transposes of the product's size, the largest is a layout, not a move (layout.c
+ * product_layout_transpose; the compiler's 'badc,adbc->ba' copies one operand in its
+ * kernel and bitcasts the other). f32[8,16,4,512] summed over 1 and 3: one operand
+ * transposed (the layout: the stream pass alone), both (one transpose's transpose_bytes more). */
+static void product_layout_transpose_free(void) {
+  const char *fmt =
+      "HloModule m\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "f { p0 = f32[%s] parameter(0)\n p1 = f32[%s] parameter(1)\n%s%s"
+      "  m = f32[8,16,4,512] multiply(%s, %s)\n z = f32[] constant(0)\n"
+      "  ROOT s = f32[8,4] reduce(m, z), dimensions={1,3}, to_apply=add }\n"
+      "ENTRY e {\n x = f32[%s] parameter(0)\n y = f32[%s] parameter(1)\n"
+      "  ROOT r = f32[8,4] fusion(x, y), kind=kInput, calls=f\n}\n";
+  const char *in_order = "8,16,4,512", *t0 = "8,512,4,16", *t1 = "4,8,512,16";
+  const char *tr0 = "  a = f32[8,16,4,512] transpose(p0), dimensions={0,3,2,1}\n";
+  const char *tr1 = "  b = f32[8,16,4,512] transpose(p1), dimensions={1,3,0,2}\n";
+  char src[2048];
+  snprintf(src, sizeof src, fmt, t0, in_order, tr0, "", "a", "p1", t0, in_order);
+  double one = r_xbytes(src);
+  snprintf(src, sizeof src, fmt, t0, t1, tr0, tr1, "a", "b", t0, t1);
+  double two = r_xbytes(src);
+  const double n = 8.0 * 16 * 4 * 512;
+  printf("product layout: xbytes one transposed %.0f, both %.0f\n", one, two);
+  CHECK_NEAR(one, g_chip.stream_pass_bytes * n, 1);
+  CHECK_NEAR(two - one, g_chip.transpose_bytes * n, 1);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   free_intermediate_layout();
@@ -375,5 +403,6 @@ int main(void) {
   scan_step_kernel();
   compiled_loop_counter();
   vector_row_reshape();
+  product_layout_transpose_free();
   CHECK_DONE();
 }
