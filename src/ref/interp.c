@@ -179,7 +179,7 @@ static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tenso
   }
   tpu_tensor state;
   if (vm) { /* on its slots: the state read from init (the caller frees what it gave) */
-    TPU_TRY(tpu__sloop_run(vm, init, ip->while_limit, &iters, &state, d));
+    TPU_TRY(tpu__sloop_run(vm, ip, init, ip->while_limit, &iters, &state, d));
     if (runs) *runs += iters;
     if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, iters);
   } else if (give) {

@@ -1,4 +1,4 @@
-/* While loops on integer slots: a small integer loop compiled once into steps on one buffer (ref/sloop.h). */
+/* While loops on slots: a loop of arrays compiled once into steps on one buffer (ref/sloop.h). */
 #include "ref/sloop.h"
 
 #include <string.h>
@@ -10,17 +10,24 @@
  * every value of an iteration, the constants): beyond either the loop is stepped op by op. */
 enum { MAX_DEPTH = 16, MAX_BYTES = 1 << 20 };
 
-typedef enum { K_BIN, K_CMP, K_SEL, K_PRED2I, K_BOX, K_FILL, K_COPY } skind;
+typedef enum { K_BIN, K_CMP, K_SEL, K_PRED2I, K_BOX, K_FILL, K_COPY, K_FBIN, K_FUN, K_FCMP, K_KERN, K_LOOP } skind;
+
+/* Operands of a K_KERN step: the interpreter's kernel called on views of their slots. */
+enum { MAX_KOPS = 8 };
 
 /* One step: out = f(a, b, c), every operand a byte offset into the run's buffer. */
 typedef struct {
   skind kind;
-  tpu_opcode op;    /* K_BIN */
+  tpu_opcode op;    /* K_BIN, K_FBIN, K_FUN */
+  const tpu_instr *in; /* K_FCMP, K_KERN */
+  tpu_ref_kernel k;    /* K_KERN */
+  size_t kops[MAX_KOPS]; /* K_KERN: the operands' slots */
   tpu_cmp_dir dir;  /* K_CMP */
   int sg;           /* K_BIN, K_CMP: the 32-bit values signed */
   int es;           /* K_SEL, K_BOX, K_FILL: element bytes */
   int pscalar;      /* K_SEL: one predicate for every element */
-  int box;          /* K_BOX: its boxes[] entry */
+  int box;          /* K_BOX: its boxes[] entry; K_LOOP: its loops[] entry */
+  int skip;         /* K_LOOP: the step after the loop's own (its condition's and body's) */
   int64_t n;        /* elements of out */
   size_t out, a, b, c;
 } sstep;
@@ -37,23 +44,34 @@ typedef struct {
   size_t bytes;
 } sconst;
 
-/* The state's element i: its slot, its next value's slot, where that value is computed. */
+/* A state element of a loop: its slot, its next value's slot, where that value is computed
+ * (the body's root), where its first value comes from (a nested loop's init). */
 typedef struct {
-  size_t off, next, src, bytes;
+  size_t off, next, src, init, bytes;
   tpu_dtype t;
   int rank;
   int64_t dims[TPU_MAX_RANK];
 } sstate;
 
+/* A loop: its state st[st0 .. st0 + nst), its condition's steps [clo, chi) (the pred at
+ * byte cond), its body's [chi, bhi). loops[0] is the compiled loop; the others are loops
+ * nested in it, each run by a K_LOOP step. */
+typedef struct {
+  const tpu_instr *w;
+  int st0, nst, tuple; /* tuple: the state is a tuple of nst arrays, else one array */
+  int clo, chi, bhi;
+  size_t cond;
+} sldesc;
+
 struct tpu__sloop {
   sstep *s;
-  int ns, ncond; /* steps [0, ncond) compute the condition, the rest the body */
+  int ns;
   sbox *bx;
   sconst *k;
   int nk;
   sstate *st;
-  int nst, tuple; /* tuple: the state is a tuple of nst arrays, else one array */
-  size_t cond, bytes;
+  sldesc *lp;
+  size_t bytes;
   const tpu_instr *w;
 };
 
@@ -68,6 +86,10 @@ typedef struct {
 typedef struct {
   sval *v;
   int nv, capv;
+  sstate *st;
+  int nst, capst;
+  sldesc *lp;
+  int nlp, caplp;
   int *el;
   int nel, capel;
   sstep *s;
@@ -94,7 +116,8 @@ static int room(void **p, int n, int *cap, size_t es) {
   return 1;
 }
 
-static int ok_type(tpu_dtype t) { return t == TPU_S32 || t == TPU_U32 || t == TPU_PRED; }
+/* Any array type: the fast steps check their own types, the rest run the kernels. */
+static int ok_type(tpu_dtype t) { return tpu_dtype_is_array(t); }
 static int is_i32(tpu_dtype t) { return t == TPU_S32 || t == TPU_U32; }
 
 static int new_val(bld *b, sval v) {
@@ -177,6 +200,32 @@ static int box_step(bld *b, const tpu_instr *in, int x) {
 }
 
 static int instance(bld *b, const tpu_comp *c, const int *args, int nargs, int depth);
+static int loop_in(bld *b, const tpu_instr *w, int initv, int depth);
+
+/* Any other op with a kernel of its own (what the interpreter's call loop runs directly:
+ * not control flow, custom calls, collectives, dots and convolutions, whose TPU numerics
+ * come from the run's hook, nor mixed float types), on arrays: the kernel itself, called on
+ * views of its operands' slots, its result copied into the op's slot. */
+static int kernel_step(bld *b, const tpu_instr *in, const int *map) {
+  tpu_dtype w;
+  tpu_ref_kernel k = tpu__ref_kernel_of(in->op);
+  if (!k || in->noperands > MAX_KOPS || in->op == TPU_OP_RNG || in->op == TPU_OP_DOT ||
+      in->op == TPU_OP_CONVOLUTION || in->op == TPU_OP_CUSTOM_CALL || tpu_op_class_of(in->op) == TPU_CLS_COLLECTIVE ||
+      (in->noperands <= 3 && tpu_instr_mixed_float(in, &w)) || !tpu_dtype_is_array(in->shape.dtype))
+    return -1;
+  for (int j = 0; j < in->noperands; j++) {
+    int v = map[in->operands[j]->id];
+    if (!arr(b, v, in->operands[j]->shape.dtype, tpu_shape_numel(&in->operands[j]->shape))) return -1;
+  }
+  int r = new_slot(b, &in->shape);
+  sstep *s = r < 0 ? NULL : new_step(b, K_KERN, r);
+  if (!s) return -1;
+  s->in = in;
+  s->k = k;
+  s->es = (int)tpu_dtype_size(in->shape.dtype);
+  for (int j = 0; j < in->noperands; j++) s->kops[j] = b->v[map[in->operands[j]->id]].off;
+  return r;
+}
 
 /* The value of instruction in (its operands' values in map[]), steps added; -1: not here. */
 static int instr(bld *b, const tpu_instr *in, const int *map, const int *args, int nargs, int depth) {
@@ -217,7 +266,7 @@ static int instr(bld *b, const tpu_instr *in, const int *map, const int *args, i
       if (x < 0 || b->v[x].tup >= 0 || b->v[x].n != n || !ok_type(rs->dtype)) return -1;
       tpu_dtype xt = b->v[x].t;
       if (in->op == TPU_OP_RESHAPE ? xt != rs->dtype : !(is_i32(xt) && is_i32(rs->dtype))) {
-        if (!(in->op == TPU_OP_CONVERT && xt == TPU_PRED && is_i32(rs->dtype))) return -1;
+        if (!(in->op == TPU_OP_CONVERT && xt == TPU_PRED && is_i32(rs->dtype))) break; /* the kernel */
         int r = new_slot(b, rs); /* pred to 0 / 1 */
         sstep *s = r < 0 ? NULL : new_step(b, K_PRED2I, r);
         if (!s) return -1;
@@ -230,11 +279,30 @@ static int instr(bld *b, const tpu_instr *in, const int *map, const int *args, i
     }
     case TPU_OP_BROADCAST:
     case TPU_OP_SLICE: return x < 0 ? -1 : box_step(b, in, x);
+    case TPU_OP_WHILE: { /* a nested loop: a K_LOOP step, then its own steps */
+      if (x < 0 || !room((void **)&b->s, b->ns, &b->caps, sizeof *b->s)) return -1;
+      int si = b->ns++;
+      memset(&b->s[si], 0, sizeof b->s[si]);
+      b->s[si].kind = K_LOOP;
+      b->s[si].box = b->nlp;
+      int r = loop_in(b, in, x, depth + 1);
+      if (r < 0) return -1;
+      b->s[si].skip = b->ns;
+      return r;
+    }
     case TPU_OP_COMPARE: {
       int y = in->noperands == 2 ? map[in->operands[1]->id] : -1;
-      if (rs->dtype != TPU_PRED || x < 0 || !is_i32(b->v[x].t) || !arr(b, x, TPU_TUPLE, n) ||
-          !arr(b, y, b->v[x].t, n))
-        return -1;
+      if (rs->dtype != TPU_PRED || x < 0 || !arr(b, x, TPU_TUPLE, n) || !arr(b, y, b->v[x].t, n)) return -1;
+      if (b->v[x].t == TPU_F32) { /* the f32 compare kernel's block function */
+        int r = new_slot(b, rs);
+        sstep *s = r < 0 ? NULL : new_step(b, K_FCMP, r);
+        if (!s) return -1;
+        s->in = in;
+        s->a = b->v[x].off;
+        s->b = b->v[y].off;
+        return r;
+      }
+      if (!is_i32(b->v[x].t)) break; /* the kernel */
       int r = new_slot(b, rs);
       sstep *s = r < 0 ? NULL : new_step(b, K_CMP, r);
       if (!s) return -1;
@@ -253,6 +321,7 @@ static int instr(bld *b, const tpu_instr *in, const int *map, const int *args, i
       if (x < 0 || b->v[x].tup >= 0 || b->v[x].t != TPU_PRED || (b->v[x].n != n && b->v[x].n != 1) ||
           !arr(b, y, rs->dtype, n) || !arr(b, z, rs->dtype, n))
         return -1;
+      if (tpu_dtype_size(rs->dtype) != 4 && tpu_dtype_size(rs->dtype) != 1) break; /* the kernel */
       int r = new_slot(b, rs);
       sstep *s = r < 0 ? NULL : new_step(b, K_SEL, r);
       if (!s) return -1;
@@ -265,20 +334,31 @@ static int instr(bld *b, const tpu_instr *in, const int *map, const int *args, i
     }
     default: break;
   }
-  /* a binary op on s32/u32 that tpu__ew_i32_binary runs */
-  if (tpu_op_class_of(in->op) != TPU_CLS_BINARY || in->noperands != 2 || !is_i32(rs->dtype) ||
-      !tpu__ew_i32_binary(in->op, 0, NULL, NULL, 0, NULL, 0, 0))
-    return -1;
-  int y = map[in->operands[1]->id];
-  if (!arr(b, x, rs->dtype, n) || !arr(b, y, rs->dtype, n)) return -1;
-  int r = new_slot(b, rs);
-  sstep *s = r < 0 ? NULL : new_step(b, K_BIN, r);
-  if (!s) return -1;
-  s->op = in->op;
-  s->sg = rs->dtype == TPU_S32;
-  s->a = b->v[x].off;
-  s->b = b->v[y].off;
-  return r;
+  tpu_op_class cls = tpu_op_class_of(in->op);
+  int y = in->noperands == 2 ? map[in->operands[1]->id] : -1;
+  if (cls == TPU_CLS_BINARY && in->noperands == 2 && arr(b, x, rs->dtype, n) && arr(b, y, rs->dtype, n) &&
+      (is_i32(rs->dtype) ? tpu__ew_i32_binary(in->op, 0, NULL, NULL, 0, NULL, 0, 0)
+                         : rs->dtype == TPU_F32 && tpu__ew_f32_binary(in->op, NULL, NULL, 0))) {
+    /* s32/u32 on the 32-bit values (tpu__ew_i32_binary), f32 through its block kernel */
+    int r = new_slot(b, rs);
+    sstep *s = r < 0 ? NULL : new_step(b, is_i32(rs->dtype) ? K_BIN : K_FBIN, r);
+    if (!s) return -1;
+    s->op = in->op;
+    s->sg = rs->dtype == TPU_S32;
+    s->a = b->v[x].off;
+    s->b = b->v[y].off;
+    return r;
+  }
+  if (cls == TPU_CLS_UNARY && in->noperands == 1 && rs->dtype == TPU_F32 && arr(b, x, TPU_F32, n) &&
+      tpu__ew_f32_unary(in->op, NULL, 0)) {
+    int r = new_slot(b, rs);
+    sstep *s = r < 0 ? NULL : new_step(b, K_FUN, r);
+    if (!s) return -1;
+    s->op = in->op;
+    s->a = b->v[x].off;
+    return r;
+  }
+  return kernel_step(b, in, map);
 }
 
 /* Computation c inlined on argument values args: the value of its root, or -1. */
@@ -303,67 +383,84 @@ void tpu__sloop_free(tpu__sloop *l) {
   tpu_free(l->bx);
   tpu_free(l->k);
   tpu_free(l->st);
+  tpu_free(l->lp);
   tpu_free(l);
 }
 
-static tpu__sloop *compile(bld *b, const tpu_instr *w) {
+/* Loop w compiled into b: its state's slots (loaded from init value initv, or from the
+ * run's tensor when initv < 0), its condition's and body's steps; the value of the loop (its
+ * state's slots), or -1. */
+static int loop_in(bld *b, const tpu_instr *w, int initv, int depth) {
   const tpu_shape *ws = &w->shape;
   int tuple = ws->dtype == TPU_TUPLE, nst = tuple ? ws->ntuple : 1;
-  if (nst < 1 || nst > 64) return NULL;
-  tpu__sloop *l = tpu_calloc(1, sizeof *l);
-  if (!l || !(l->st = tpu_calloc((size_t)nst, sizeof *l->st))) {
-    tpu__sloop_free(l);
-    return NULL;
-  }
-  l->w = w;
-  l->nst = nst;
-  l->tuple = tuple;
+  if (depth > MAX_DEPTH || nst < 1 || nst > 64 || w->noperands != 1 || !w->body || !w->condition ||
+      w->body->nparams != 1 || w->condition->nparams != 1)
+    return -1;
+  if (initv >= 0 && (tuple ? b->v[initv].tup < 0 || b->v[initv].ntup != nst : b->v[initv].tup >= 0)) return -1;
+  if (!room((void **)&b->lp, b->nlp, &b->caplp, sizeof *b->lp)) return -1;
+  int li = b->nlp++, st0 = b->nst;
   int vs[64], param;
   for (int i = 0; i < nst; i++) { /* the state's slots, then the next state's */
     const tpu_shape *es = tuple ? &ws->elems[i] : ws;
-    if (es->dtype == TPU_TUPLE || (vs[i] = new_slot(b, es)) < 0) goto fail;
-    sstate *s = &l->st[i];
+    if (es->dtype == TPU_TUPLE || (vs[i] = new_slot(b, es)) < 0) return -1;
+    if (!room((void **)&b->st, b->nst, &b->capst, sizeof *b->st)) return -1;
+    sstate *s = &b->st[b->nst++];
+    memset(s, 0, sizeof *s);
     s->off = b->v[vs[i]].off;
     s->bytes = (size_t)b->v[vs[i]].n * tpu_dtype_size(es->dtype);
     s->t = es->dtype;
     s->rank = es->rank;
     memcpy(s->dims, es->dims, sizeof(int64_t) * (size_t)es->rank);
+    if (initv >= 0) {
+      int e = tuple ? b->el[b->v[initv].tup + i] : initv;
+      if (!arr(b, e, es->dtype, b->v[vs[i]].n)) return -1;
+      s->init = b->v[e].off;
+    }
   }
   for (int i = 0; i < nst; i++) {
     int nv = new_slot(b, tuple ? &ws->elems[i] : ws);
-    if (nv < 0) goto fail;
-    l->st[i].next = b->v[nv].off;
+    if (nv < 0) return -1;
+    b->st[st0 + i].next = b->v[nv].off;
   }
   if (tuple) {
     sval v = {0, 0, TPU_TUPLE, b->nel, nst};
     for (int i = 0; i < nst; i++) {
-      if (!room((void **)&b->el, b->nel, &b->capel, sizeof *b->el)) goto fail;
+      if (!room((void **)&b->el, b->nel, &b->capel, sizeof *b->el)) return -1;
       b->el[b->nel++] = vs[i];
     }
-    if ((param = new_val(b, v)) < 0) goto fail;
+    if ((param = new_val(b, v)) < 0) return -1;
   } else {
     param = vs[0];
   }
-  int c = instance(b, w->condition, &param, 1, 0);
-  if (!arr(b, c, TPU_PRED, 1)) goto fail;
-  l->cond = b->v[c].off;
-  l->ncond = b->ns;
-  int r = instance(b, w->body, &param, 1, 0);
-  if (r < 0 || (tuple ? b->v[r].tup < 0 || b->v[r].ntup != nst : b->v[r].tup >= 0)) goto fail;
+  sldesc L = {w, st0, nst, tuple, b->ns, 0, 0, 0};
+  int c = instance(b, w->condition, &param, 1, depth);
+  if (!arr(b, c, TPU_PRED, 1)) return -1;
+  L.cond = b->v[c].off;
+  L.chi = b->ns;
+  int r = instance(b, w->body, &param, 1, depth);
+  if (r < 0 || (tuple ? b->v[r].tup < 0 || b->v[r].ntup != nst : b->v[r].tup >= 0)) return -1;
   for (int i = 0; i < nst; i++) {
     int e = tuple ? b->el[b->v[r].tup + i] : r;
-    if (!arr(b, e, l->st[i].t, b->v[vs[i]].n)) goto fail;
-    l->st[i].src = b->v[e].off;
+    if (!arr(b, e, b->st[st0 + i].t, b->v[vs[i]].n)) return -1;
+    b->st[st0 + i].src = b->v[e].off;
   }
-  if (b->bytes > MAX_BYTES) goto fail;
+  L.bhi = b->ns;
+  b->lp[li] = L;
+  return param;
+}
+
+static tpu__sloop *compile(bld *b, const tpu_instr *w) {
+  if (loop_in(b, w, -1, 0) < 0 || b->bytes > MAX_BYTES) return NULL;
+  tpu__sloop *l = tpu_calloc(1, sizeof *l);
+  if (!l) return NULL;
+  l->w = w;
   l->s = b->s, l->ns = b->ns, b->s = NULL;
   l->bx = b->bx, b->bx = NULL;
   l->k = b->k, l->nk = b->nk, b->k = NULL;
+  l->st = b->st, b->st = NULL;
+  l->lp = b->lp, b->lp = NULL;
   l->bytes = b->bytes ? b->bytes : 16;
   return l;
-fail:
-  tpu__sloop_free(l);
-  return NULL;
 }
 
 tpu__sloop *tpu__sloop_compile(const tpu_instr *w) {
@@ -373,6 +470,8 @@ tpu__sloop *tpu__sloop_compile(const tpu_instr *w) {
   bld b;
   memset(&b, 0, sizeof b);
   tpu__sloop *l = compile(&b, w);
+  tpu_free(b.st);
+  tpu_free(b.lp);
   tpu_free(b.v);
   tpu_free(b.el);
   tpu_free(b.s);
@@ -382,12 +481,13 @@ tpu__sloop *tpu__sloop_compile(const tpu_instr *w) {
 }
 
 static tpu_status begin(const tpu__sloop *l, const tpu_tensor *init, void **buf, tpu_diag *d) {
+  const sldesc *L = &l->lp[0];
   *buf = NULL;
-  if (l->tuple ? init->dtype != TPU_TUPLE || init->ntuple != l->nst : init->dtype == TPU_TUPLE)
+  if (L->tuple ? init->dtype != TPU_TUPLE || init->ntuple != L->nst : init->dtype == TPU_TUPLE)
     return TPU_FAIL(d, TPU_ERR_INVALID, l->w->loc, "while '%s': the state does not match the loop's shape",
                     l->w->name);
-  for (int i = 0; i < l->nst; i++) {
-    const tpu_tensor *e = l->tuple ? &init->elems[i] : init;
+  for (int i = 0; i < L->nst; i++) {
+    const tpu_tensor *e = L->tuple ? &init->elems[i] : init;
     if (e->dtype != l->st[i].t || e->nbytes != l->st[i].bytes)
       return TPU_FAIL(d, TPU_ERR_INVALID, l->w->loc, "while '%s': the state does not match the loop's shape",
                       l->w->name);
@@ -395,8 +495,8 @@ static tpu_status begin(const tpu__sloop *l, const tpu_tensor *init, void **buf,
   char *m = tpu_malloc(l->bytes);
   if (!m) return TPU_FAIL(d, TPU_ERR_NOMEM, l->w->loc, "out of memory running while '%s'", l->w->name);
   for (int i = 0; i < l->nk; i++) memcpy(m + l->k[i].off, l->k[i].data, l->k[i].bytes);
-  for (int i = 0; i < l->nst; i++)
-    if (l->st[i].bytes) memcpy(m + l->st[i].off, (l->tuple ? &init->elems[i] : init)->data, l->st[i].bytes);
+  for (int i = 0; i < L->nst; i++)
+    if (l->st[i].bytes) memcpy(m + l->st[i].off, (L->tuple ? &init->elems[i] : init)->data, l->st[i].bytes);
   *buf = m;
   return TPU_OK;
 }
@@ -412,10 +512,73 @@ static inline uint8_t cmp(tpu_cmp_dir dir, int lt, int eq) {
   }
 }
 
-static void run_steps(const tpu__sloop *l, char *m, int lo, int hi) {
+/* The kernel of a K_KERN step on views of its operands' slots. */
+static tpu_status run_kernel(tpu_interp *ip, const sstep *s, char *m, tpu_diag *d) {
+  const tpu_instr *in = s->in;
+  tpu_tensor view[MAX_KOPS], out;
+  const tpu_tensor *args[MAX_KOPS];
+  for (int j = 0; j < in->noperands; j++) {
+    const tpu_shape *sh = &in->operands[j]->shape;
+    tpu_tensor *t = &view[j];
+    t->dtype = sh->dtype;
+    t->rank = sh->rank;
+    for (int k = 0; k < sh->rank; k++) t->dims[k] = sh->dims[k];
+    t->data = m + s->kops[j];
+    t->nbytes = (size_t)tpu_shape_numel(sh) * tpu_dtype_size(sh->dtype);
+    t->ntuple = 0;
+    t->elems = NULL;
+    args[j] = t;
+  }
+  tpu_tensor_zero(&out);
+  TPU_TRY(s->k(ip, in, args, &out, d));
+  size_t bytes = (size_t)s->n * (size_t)s->es;
+  tpu_status st = out.dtype == in->shape.dtype && out.nbytes == bytes ? TPU_OK
+                  : TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "%s '%s': the kernel's result does not have the op's shape",
+                             tpu_op_name(in->op), in->name);
+  if (st == TPU_OK && bytes) memcpy(m + s->out, out.data, bytes);
+  tpu_tensor_free(&out);
+  return st;
+}
+
+static tpu_status run_loop(const tpu__sloop *l, const sldesc *L, tpu_interp *ip, char *m, int64_t limit, int64_t *iters,
+                           tpu_diag *d);
+
+static tpu_status run_steps(const tpu__sloop *l, tpu_interp *ip, char *m, int lo, int hi, int64_t limit, tpu_diag *d) {
   for (int i = lo; i < hi; i++) {
     const sstep *s = &l->s[i];
     switch (s->kind) {
+      case K_FBIN:
+        for (int64_t e = 0; e < s->n; e += TPU_EW_BLOCK) {
+          int k = (int)(s->n - e < TPU_EW_BLOCK ? s->n - e : TPU_EW_BLOCK);
+          tpu__ew_f32_binary_to(s->op, (float *)(void *)(m + s->out) + e, (const float *)(const void *)(m + s->a) + e,
+                                1, 1, (const float *)(const void *)(m + s->b) + e, 1, 1, k);
+        }
+        break;
+      case K_FUN: { /* on a copy in its own slot, as the kernel runs on its scratch block */
+        float *o = (float *)(void *)(m + s->out);
+        memcpy(o, m + s->a, (size_t)s->n * sizeof(float));
+        for (int64_t e = 0; e < s->n; e += TPU_EW_BLOCK)
+          tpu__ew_f32_unary(s->op, o + e, (int)(s->n - e < TPU_EW_BLOCK ? s->n - e : TPU_EW_BLOCK));
+        break;
+      }
+      case K_FCMP:
+        for (int64_t e = 0; e < s->n; e += TPU_EW_BLOCK)
+          tpu__ew_f32_compare(s->in, (uint8_t *)(m + s->out) + e, (const float *)(const void *)(m + s->a) + e,
+                              (const float *)(const void *)(m + s->b) + e,
+                              (int)(s->n - e < TPU_EW_BLOCK ? s->n - e : TPU_EW_BLOCK));
+        break;
+      case K_KERN: TPU_TRY(run_kernel(ip, s, m, d)); break;
+      case K_LOOP: { /* its state from its init values, its iterations, the run's hook told */
+        const sldesc *L = &l->lp[s->box];
+        for (int j = L->st0; j < L->st0 + L->nst; j++)
+          if (l->st[j].bytes) memcpy(m + l->st[j].off, m + l->st[j].init, l->st[j].bytes);
+        int64_t it = 0;
+        TPU_TRY(run_loop(l, L, ip, m, limit, &it, d));
+        const tpu_ref_opts *o = tpu__ref_opts(ip);
+        if (o->on_while) TPU_TRY(o->on_while(o->user, L->w, it, d));
+        i = s->skip - 1;
+        break;
+      }
       case K_BIN:
         for (int64_t e = 0; e < s->n; e += TPU_EW_BLOCK) {
           int k = (int)(s->n - e < TPU_EW_BLOCK ? s->n - e : TPU_EW_BLOCK);
@@ -458,8 +621,10 @@ static void run_steps(const tpu__sloop *l, char *m, int lo, int hi) {
           const uint32_t v = *(const uint32_t *)(const void *)(m + s->a);
           uint32_t *o = (uint32_t *)(void *)(m + s->out);
           for (int64_t e = 0; e < s->n; e++) o[e] = v;
-        } else {
+        } else if (s->es == 1) {
           memset(m + s->out, *(const uint8_t *)(m + s->a), (size_t)s->n);
+        } else {
+          for (int64_t e = 0; e < s->n; e++) memcpy(m + s->out + (size_t)e * (size_t)s->es, m + s->a, (size_t)s->es);
         }
         break;
       case K_COPY: memcpy(m + s->out, m + s->a, (size_t)s->n * (size_t)s->es); break;
@@ -470,21 +635,27 @@ static void run_steps(const tpu__sloop *l, char *m, int lo, int hi) {
       }
     }
   }
+  return TPU_OK;
 }
 
-static int cond(const tpu__sloop *l, void *buf) {
-  run_steps(l, buf, 0, l->ncond);
-  return ((const uint8_t *)buf)[l->cond] != 0;
-}
-
-static void body(const tpu__sloop *l, void *buf) {
-  char *m = buf;
-  run_steps(l, m, l->ncond, l->ns);
-  /* the next state gathered first: an element may be read from another one's slot */
-  for (int i = 0; i < l->nst; i++)
-    if (l->st[i].src != l->st[i].off) memcpy(m + l->st[i].next, m + l->st[i].src, l->st[i].bytes);
-  for (int i = 0; i < l->nst; i++)
-    if (l->st[i].src != l->st[i].off) memcpy(m + l->st[i].off, m + l->st[i].next, l->st[i].bytes);
+/* Loop L's iterations on its state's slots: *iters counts them; more than limit (> 0) fail
+ * as the interpreter's loop does. */
+static tpu_status run_loop(const tpu__sloop *l, const sldesc *L, tpu_interp *ip, char *m, int64_t limit, int64_t *iters,
+                           tpu_diag *d) {
+  const sstate *st = l->st + L->st0;
+  for (*iters = 0;; ++*iters) {
+    TPU_TRY(run_steps(l, ip, m, L->clo, L->chi, limit, d));
+    if (!((const uint8_t *)m)[L->cond]) return TPU_OK;
+    if (limit > 0 && *iters >= limit)
+      return TPU_FAIL(d, TPU_ERR_LIMIT, L->w->loc, "while loop '%s' ran past %lld iterations", L->w->name,
+                      (long long)limit);
+    TPU_TRY(run_steps(l, ip, m, L->chi, L->bhi, limit, d));
+    /* the next state gathered first: an element may be read from another one's slot */
+    for (int i = 0; i < L->nst; i++)
+      if (st[i].src != st[i].off) memcpy(m + st[i].next, m + st[i].src, st[i].bytes);
+    for (int i = 0; i < L->nst; i++)
+      if (st[i].src != st[i].off) memcpy(m + st[i].off, m + st[i].next, st[i].bytes);
+  }
 }
 
 static tpu_status end(const tpu__sloop *l, void *buf, tpu_tensor *out, tpu_diag *d) {
@@ -492,10 +663,11 @@ static tpu_status end(const tpu__sloop *l, void *buf, tpu_tensor *out, tpu_diag 
   tpu_status st = TPU_OK;
   if (out) {
     tpu_tensor_zero(out);
-    if (l->tuple) st = tpu_tensor_alloc_tuple(out, l->nst, d);
-    for (int i = 0; st == TPU_OK && i < l->nst; i++) {
+    const sldesc *L = &l->lp[0];
+    if (L->tuple) st = tpu_tensor_alloc_tuple(out, L->nst, d);
+    for (int i = 0; st == TPU_OK && i < L->nst; i++) {
       const sstate *s = &l->st[i];
-      tpu_tensor *e = l->tuple ? &out->elems[i] : out;
+      tpu_tensor *e = L->tuple ? &out->elems[i] : out;
       st = tpu_tensor_alloc_uninit(e, s->t, s->rank, s->dims, d);
       if (st == TPU_OK && s->bytes) memcpy(e->data, m + s->off, s->bytes);
     }
@@ -505,20 +677,16 @@ static tpu_status end(const tpu__sloop *l, void *buf, tpu_tensor *out, tpu_diag 
   return st;
 }
 
-tpu_status tpu__sloop_run(const tpu__sloop *l, const tpu_tensor *init, int64_t limit, int64_t *iters,
+tpu_status tpu__sloop_run(const tpu__sloop *l, tpu_interp *ip, const tpu_tensor *init, int64_t limit, int64_t *iters,
                           tpu_tensor *out, tpu_diag *d) {
   void *buf;
   *iters = 0;
   tpu_tensor_zero(out);
   TPU_TRY(begin(l, init, &buf, d));
-  while (cond(l, buf)) {
-    if (limit > 0 && *iters >= limit) {
-      end(l, buf, NULL, d);
-      return TPU_FAIL(d, TPU_ERR_LIMIT, l->w->loc, "while loop '%s' ran past %lld iterations", l->w->name,
-                      (long long)limit);
-    }
-    body(l, buf);
-    ++*iters;
+  tpu_status st = run_loop(l, &l->lp[0], ip, buf, limit, iters, d);
+  if (st != TPU_OK) {
+    end(l, buf, NULL, d);
+    return st;
   }
   return end(l, buf, out, d);
 }

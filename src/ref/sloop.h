@@ -1,10 +1,16 @@
-/* While loops on integer slots (ref/sloop.c): a loop whose condition and body, with the
- * computations they call inlined, compute only small s32/u32/pred arrays (jax.random's
- * threefry loops, counters) is compiled once into steps on fixed byte slots of one buffer:
- * an iteration allocates nothing, looks nothing up and moves no tensor structs. Every step
- * runs the arithmetic the interpreter's kernels run on those types (tpu__ew_i32_binary,
- * the compare kernel's signedness rule, tpu__ref_copy_box), so the values are bit-identical
- * to stepping the loop's computations op by op. */
+/* While loops on slots (ref/sloop.c): a loop whose condition and body, with the
+ * computations they call inlined, compute only arrays (jax.random's Threefry loops,
+ * counters, small scalar iterations) is compiled once into steps on fixed byte slots of one
+ * buffer: an iteration looks nothing up and moves no tensor structs. s32/u32 binary ops,
+ * f32 binary, unary and compare ops, selects, reshapes, broadcasts and slices run in place
+ * with the interpreter kernels' own arithmetic (tpu__ew_i32_binary, the f32 block kernels,
+ * the compare kernel's signedness rule, tpu__ref_copy_box) and allocate nothing; any other
+ * op with a kernel of its own runs that kernel on views of its operands' slots. The values
+ * are bit-identical to stepping the loop's computations op by op. A loop nested in the
+ * body is a step that runs its own steps on its own state slots (the run's on_while hook
+ * told of its trips, as the interpreter tells it). Not compiled: conditionals, custom
+ * calls, collectives, dots and convolutions (the run's TPU numerics hook), tuples other
+ * than the states' and calls' results. */
 #ifndef TPU_REF_SLOOP_H
 #define TPU_REF_SLOOP_H
 
@@ -17,11 +23,11 @@ typedef struct tpu__sloop tpu__sloop;
 tpu__sloop *tpu__sloop_compile(const tpu_instr *w);
 void tpu__sloop_free(tpu__sloop *l);
 
-/* One run of the loop: the state loaded from init (a value of the loop's shape, only read),
- * iterations while the condition holds, the final state into *out (a new value);
- * *iters counts them. More than limit iterations (limit > 0) fail with TPU_ERR_LIMIT, as
+/* One run of the loop (ip: the interpreter's run, for the kernels): the state loaded from
+ * init (a value of the loop's shape, only read), iterations while the condition holds, the
+ * final state into *out (a new value); *iters counts them. More than limit iterations (limit > 0) fail with TPU_ERR_LIMIT, as
  * the interpreter's loop does. */
-tpu_status tpu__sloop_run(const tpu__sloop *l, const tpu_tensor *init, int64_t limit, int64_t *iters,
+tpu_status tpu__sloop_run(const tpu__sloop *l, tpu_interp *ip, const tpu_tensor *init, int64_t limit, int64_t *iters,
                           tpu_tensor *out, tpu_diag *d);
 
 /* Tests: 0 turns compiling off (every loop is stepped op by op), 1 back on. */

@@ -10,6 +10,7 @@
 #include "check.h"
 #include "hlo/hlo.h"
 #include "ref/ref.h"
+#include "ref/sloop.h"
 
 /* A loop of n iterations: i += 1, x = x * 2 + 1 through a called computation, and
  * acc += iota * 3 (a value of constants alone: computed at the first iteration only). */
@@ -83,6 +84,7 @@ static long run_loop(const tpu_module *m, int n) {
 int main(void) {
   tpu_module *m = NULL;
   tpu_diag d;
+  tpu__sloop_enable(0); /* the loop stepped by the interpreter (compiled to slots: test_interp_sloop) */
   CHECK_EQ_INT(tpu_hlo_parse("loop.hlo", SRC, strlen(SRC), &m, &d), TPU_OK);
   if (!m) CHECK_DONE();
   long a4 = run_loop(m, 4), a12 = run_loop(m, 12);

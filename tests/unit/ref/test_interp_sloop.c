@@ -1,8 +1,9 @@
-/* While loops on integer slots (ref/sloop.h): a loop of small s32/u32/pred arrays, with a
- * call, slices, reshapes, converts, broadcasts, compares, selects and its state permuted, is
- * compiled once and its iterations allocate nothing; its values are bit-identical to the
- * loop stepped op by op (compiling off); loops outside the set are stepped as before; the
- * while limit still stops a compiled loop. */
+/* While loops on slots (ref/sloop.h): a loop of small s32/u32/pred arrays, with a call,
+ * slices, reshapes, converts, broadcasts, compares, selects and its state permuted, is
+ * compiled once and its iterations allocate nothing; a loop of f32 values with ops run by
+ * their kernels (u64 among them) and a loop with a loop nested in its body compile too; the
+ * values of all three are bit-identical to the loop stepped op by op (compiling off); a loop
+ * with a dot is stepped as before; the while limit still stops a compiled loop. */
 #include <stdio.h>
 #include <string.h>
 
@@ -86,30 +87,141 @@ static const char *SRC =
     "  ROOT r = (u32[8], u32[8], pred[], s32[2,3]) tuple(ra, rb, rq, rm)\n"
     "}\n";
 
-/* The same loop with an f32 element in its state: outside the set. */
+/* A loop of f32 scalars and vectors: binary and unary ops, an f32 compare and select, and
+ * ops run by their kernels on views of their slots (a convert, an iota, a reduce whose
+ * reducer the interpreter calls). */
+#define FSTATE "(s32[], f32[4], f32[], s32[])"
 static const char *FLOAT_SRC =
     "HloModule fl\n"
+    "sum {\n"
+    "  a = f32[] parameter(0)\n"
+    "  b = f32[] parameter(1)\n"
+    "  ROOT c = f32[] add(a, b)\n"
+    "}\n"
     "body {\n"
-    "  s = (s32[], f32[2]) parameter(0)\n"
+    "  s = " FSTATE " parameter(0)\n"
     "  i = s32[] get-tuple-element(s), index=0\n"
-    "  x = f32[2] get-tuple-element(s), index=1\n"
+    "  x = f32[4] get-tuple-element(s), index=1\n"
+    "  acc = f32[] get-tuple-element(s), index=2\n"
+    "  n = s32[] get-tuple-element(s), index=3\n"
     "  one = s32[] constant(1)\n"
     "  j = s32[] add(i, one)\n"
-    "  y = f32[2] add(x, x)\n"
-    "  ROOT t = (s32[], f32[2]) tuple(j, y)\n"
+    "  fi = f32[] convert(i)\n"
+    "  fb = f32[4] broadcast(fi), dimensions={}\n"
+    "  u = u64[] convert(i)\n" /* a broadcast of 8-byte elements */
+    "  big = u64[] constant(4294967297)\n"
+    "  ub = u64[] multiply(u, big)\n"
+    "  ubb = u64[4] broadcast(ub), dimensions={}\n"
+    "  uf = f32[4] convert(ubb)\n"
+    "  io = f32[4] iota(), iota_dimension=0\n"
+    "  t = f32[4] tanh(x)\n"
+    "  e = f32[4] exponential(t)\n"
+    "  m = f32[4] multiply(e, fb)\n"
+    "  q = f32[4] divide(m, io)\n"
+    "  lt = pred[4] compare(q, x), direction=LT\n"
+    "  y = f32[4] select(lt, q, t)\n"
+    "  z = f32[] constant(0)\n"
+    "  r = f32[] reduce(y, z), dimensions={0}, to_apply=sum\n"
+    "  ru = f32[] reduce(uf, z), dimensions={0}, to_apply=sum\n"
+    "  acc1 = f32[] add(acc, r)\n"
+    "  acc2 = f32[] add(acc1, ru)\n"
+    "  ROOT o = " FSTATE " tuple(j, y, acc2, n)\n"
     "}\n"
     "cond {\n"
-    "  s = (s32[], f32[2]) parameter(0)\n"
+    "  s = " FSTATE " parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  n = s32[] get-tuple-element(s), index=3\n"
+    "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+    "}\n"
+    "ENTRY e {\n"
+    "  n = s32[] parameter(0)\n"
+    "  z = s32[] constant(0)\n"
+    "  x0 = f32[4] constant({0.5, -1.25, 3, 1e-30})\n"
+    "  a0 = f32[] constant(0)\n"
+    "  s0 = " FSTATE " tuple(z, x0, a0, n)\n"
+    "  w = " FSTATE " while(s0), condition=cond, body=body\n"
+    "  x = f32[4] get-tuple-element(w), index=1\n"
+    "  a = f32[] get-tuple-element(w), index=2\n"
+    "  ROOT r = (f32[4], f32[]) tuple(x, a)\n"
+    "}\n";
+
+/* A loop with a loop nested in its body: one compiled loop, the inner one a step of it. */
+static const char *NEST_SRC =
+    "HloModule nest\n"
+    "ib {\n"
+    "  s = (s32[], u32[4]) parameter(0)\n"
+    "  j = s32[] get-tuple-element(s), index=0\n"
+    "  v = u32[4] get-tuple-element(s), index=1\n"
+    "  one = s32[] constant(1)\n"
+    "  j2 = s32[] add(j, one)\n"
+    "  c = u32[] constant(3)\n"
+    "  cb = u32[4] broadcast(c), dimensions={}\n"
+    "  v2 = u32[4] multiply(v, cb)\n"
+    "  ROOT t = (s32[], u32[4]) tuple(j2, v2)\n"
+    "}\n"
+    "ic {\n"
+    "  s = (s32[], u32[4]) parameter(0)\n"
+    "  j = s32[] get-tuple-element(s), index=0\n"
+    "  k = s32[] constant(2)\n"
+    "  ROOT lt = pred[] compare(j, k), direction=LT\n"
+    "}\n"
+    "ob {\n"
+    "  s = (s32[], u32[4], s32[]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  v = u32[4] get-tuple-element(s), index=1\n"
+    "  one = s32[] constant(1)\n"
+    "  i2 = s32[] add(i, one)\n"
+    "  z = s32[] constant(0)\n"
+    "  iu = u32[] convert(i)\n"
+    "  ib = u32[4] broadcast(iu), dimensions={}\n"
+    "  va = u32[4] add(v, ib)\n"
+    "  it = (s32[], u32[4]) tuple(z, va)\n"
+    "  w = (s32[], u32[4]) while(it), condition=ic, body=ib\n"
+    "  wv = u32[4] get-tuple-element(w), index=1\n"
+    "  n = s32[] get-tuple-element(s), index=2\n"
+    "  ROOT t = (s32[], u32[4], s32[]) tuple(i2, wv, n)\n"
+    "}\n"
+    "oc {\n"
+    "  s = (s32[], u32[4], s32[]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  n = s32[] get-tuple-element(s), index=2\n"
+    "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+    "}\n"
+    "ENTRY e {\n"
+    "  n = s32[] parameter(0)\n"
+    "  z = s32[] constant(0)\n"
+    "  v0 = u32[4] constant({1, 2, 3, 4})\n"
+    "  s0 = (s32[], u32[4], s32[]) tuple(z, v0, n)\n"
+    "  w = (s32[], u32[4], s32[]) while(s0), condition=oc, body=ob\n"
+    "  r = u32[4] get-tuple-element(w), index=1\n"
+    "  ri = s32[] get-tuple-element(w), index=0\n"
+    "  ROOT o = (u32[4], s32[]) tuple(r, ri)\n"
+    "}\n";
+
+/* A loop with a dot (the TPU numerics come from the run's hook): stepped. */
+static const char *DOT_SRC =
+    "HloModule dl\n"
+    "body {\n"
+    "  s = (s32[], f32[2,2]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  x = f32[2,2] get-tuple-element(s), index=1\n"
+    "  one = s32[] constant(1)\n"
+    "  j = s32[] add(i, one)\n"
+    "  y = f32[2,2] dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+    "  ROOT t = (s32[], f32[2,2]) tuple(j, y)\n"
+    "}\n"
+    "cond {\n"
+    "  s = (s32[], f32[2,2]) parameter(0)\n"
     "  i = s32[] get-tuple-element(s), index=0\n"
     "  k = s32[] constant(3)\n"
     "  ROOT lt = pred[] compare(i, k), direction=LT\n"
     "}\n"
     "ENTRY e {\n"
     "  z = s32[] constant(0)\n"
-    "  x0 = f32[2] constant({1, 2})\n"
-    "  s0 = (s32[], f32[2]) tuple(z, x0)\n"
-    "  w = (s32[], f32[2]) while(s0), condition=cond, body=body\n"
-    "  ROOT x = f32[2] get-tuple-element(w), index=1\n"
+    "  x0 = f32[2,2] constant({{1, 2}, {3, 4}})\n"
+    "  s0 = (s32[], f32[2,2]) tuple(z, x0)\n"
+    "  w = (s32[], f32[2,2]) while(s0), condition=cond, body=body\n"
+    "  ROOT x = f32[2,2] get-tuple-element(w), index=1\n"
     "}\n";
 
 static const tpu_instr *find_while(const tpu_module *m) {
@@ -143,20 +255,8 @@ static int same_bits(const tpu_tensor *a, const tpu_tensor *b) {
   return a->nbytes == b->nbytes && !memcmp(a->data, b->data, a->nbytes);
 }
 
-int main(void) {
-  tpu_module *m = NULL, *fm = NULL;
-  tpu_diag d;
-  CHECK_EQ_INT(tpu_hlo_parse("sloop.hlo", SRC, strlen(SRC), &m, &d), TPU_OK);
-  CHECK_EQ_INT(tpu_hlo_parse("float.hlo", FLOAT_SRC, strlen(FLOAT_SRC), &fm, &d), TPU_OK);
-  if (!m || !fm) CHECK_DONE();
-
-  /* which loops compile */
-  tpu__sloop *l = tpu__sloop_compile(find_while(m));
-  CHECK(l != NULL);
-  tpu__sloop_free(l);
-  CHECK(tpu__sloop_compile(find_while(fm)) == NULL);
-
-  /* values: compiled against stepped, for several trip counts (0 included) */
+/* The loop's values compiled against stepped, for several trip counts (0 included). */
+static void compare_runs(const tpu_module *m) {
   for (int n = 0; n <= 9; n += 3) {
     tpu_tensor on, off;
     tpu_status s1, s2;
@@ -167,13 +267,39 @@ int main(void) {
     CHECK_EQ_INT(s1, TPU_OK);
     CHECK_EQ_INT(s2, TPU_OK);
     if (s1 == TPU_OK && s2 == TPU_OK) CHECK(same_bits(&on, &off));
-    if (s1 == TPU_OK && n == 9) { /* the rotation's values are not all zero: the test sees bits */
+    if (s1 == TPU_OK && n == 9) { /* the values are not all zero: the test sees bits */
       const uint32_t *a = on.elems[0].data;
-      CHECK(a[0] != 0 || a[7] != 0);
+      CHECK(a[0] != 0 || a[1] != 0);
     }
     tpu_tensor_free(&on);
     tpu_tensor_free(&off);
   }
+}
+
+int main(void) {
+  tpu_module *m = NULL, *fm = NULL, *dm = NULL, *nm = NULL;
+  tpu_diag d;
+  CHECK_EQ_INT(tpu_hlo_parse("sloop.hlo", SRC, strlen(SRC), &m, &d), TPU_OK);
+  CHECK_EQ_INT(tpu_hlo_parse("float.hlo", FLOAT_SRC, strlen(FLOAT_SRC), &fm, &d), TPU_OK);
+  CHECK_EQ_INT(tpu_hlo_parse("dot.hlo", DOT_SRC, strlen(DOT_SRC), &dm, &d), TPU_OK);
+  CHECK_EQ_INT(tpu_hlo_parse("nest.hlo", NEST_SRC, strlen(NEST_SRC), &nm, &d), TPU_OK);
+  if (!m || !fm || !dm || !nm) CHECK_DONE();
+
+  /* which loops compile */
+  tpu__sloop *l = tpu__sloop_compile(find_while(m));
+  CHECK(l != NULL);
+  tpu__sloop_free(l);
+  l = tpu__sloop_compile(find_while(fm));
+  CHECK(l != NULL);
+  tpu__sloop_free(l);
+  l = tpu__sloop_compile(find_while(nm));
+  CHECK(l != NULL);
+  tpu__sloop_free(l);
+  CHECK(tpu__sloop_compile(find_while(dm)) == NULL);
+
+  compare_runs(m);
+  compare_runs(fm);
+  compare_runs(nm);
 
   /* an iteration allocates nothing: 3 and 30 iterations make the same allocations (the
    * stepped loop makes its values every iteration) */
@@ -203,5 +329,7 @@ int main(void) {
 
   tpu_module_free(m);
   tpu_module_free(fm);
+  tpu_module_free(dm);
+  tpu_module_free(nm);
   CHECK_DONE();
 }
