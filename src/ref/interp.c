@@ -164,6 +164,9 @@ static int value_matches(const tpu_tensor *v, const tpu_shape *s) {
 static tpu_status call_given(tpu_interp *ip, const tpu_comp *c, const tpu_tensor *const *args, tpu_tensor *const *give,
                              int nargs, tpu_tensor *out, tpu_diag *d);
 
+/* A compiled loop's iteration done (tpu__sloop_run), for progress. */
+static void tick(tpu_interp *ip, int64_t iters) { g_progress(g_progress_user, ip->step, ip->nsteps, iters); }
+
 /* A while loop on init; give: init itself when the caller gives it up (read there for the
  * last time: the loop takes it instead of a copy), else NULL. The state is given to each
  * iteration's body, which takes what it reads (call_given). */
@@ -179,9 +182,8 @@ static tpu_status run_while(tpu_interp *ip, const tpu_instr *in, const tpu_tenso
   }
   tpu_tensor state;
   if (vm) { /* on its slots: the state read from init (the caller frees what it gave) */
-    TPU_TRY(tpu__sloop_run(vm, ip, init, ip->while_limit, &iters, &state, d));
+    TPU_TRY(tpu__sloop_run(vm, ip, init, ip->while_limit, reports(ip) ? tick : NULL, &iters, &state, d));
     if (runs) *runs += iters;
-    if (reports(ip)) g_progress(g_progress_user, ip->step, ip->nsteps, iters);
   } else if (give) {
     state = *give;
     tpu_tensor_zero(give);

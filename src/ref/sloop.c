@@ -202,15 +202,16 @@ static int box_step(bld *b, const tpu_instr *in, int x) {
 static int instance(bld *b, const tpu_comp *c, const int *args, int nargs, int depth);
 static int loop_in(bld *b, const tpu_instr *w, int initv, int depth);
 
-/* Any other op with a kernel of its own (what the interpreter's call loop runs directly:
- * not control flow, custom calls, collectives, dots and convolutions, whose TPU numerics
- * come from the run's hook, nor mixed float types), on arrays: the kernel itself, called on
- * views of its operands' slots, its result copied into the op's slot. */
+/* Any other op with a kernel of its own (not control flow, custom calls, collectives, nor
+ * mixed float types), on arrays: the kernel itself, called on views of its operands' slots,
+ * its result copied into the op's slot; a dot or convolution as the interpreter runs it
+ * (the run's TPU numerics hook first, run_kernel). */
 static int kernel_step(bld *b, const tpu_instr *in, const int *map) {
   tpu_dtype w;
   tpu_ref_kernel k = tpu__ref_kernel_of(in->op);
-  if (!k || in->noperands > MAX_KOPS || in->op == TPU_OP_RNG || in->op == TPU_OP_DOT ||
-      in->op == TPU_OP_CONVOLUTION || in->op == TPU_OP_CUSTOM_CALL || tpu_op_class_of(in->op) == TPU_CLS_COLLECTIVE ||
+  if (in->op == TPU_OP_DOT || in->op == TPU_OP_CONVOLUTION) k = tpu__ref_dot_conv;
+  if (!k || in->noperands > MAX_KOPS || in->op == TPU_OP_RNG || in->op == TPU_OP_CUSTOM_CALL ||
+      tpu_op_class_of(in->op) == TPU_CLS_COLLECTIVE ||
       (in->noperands <= 3 && tpu_instr_mixed_float(in, &w)) || !tpu_dtype_is_array(in->shape.dtype))
     return -1;
   for (int j = 0; j < in->noperands; j++) {
@@ -530,7 +531,12 @@ static tpu_status run_kernel(tpu_interp *ip, const sstep *s, char *m, tpu_diag *
     args[j] = t;
   }
   tpu_tensor_zero(&out);
-  TPU_TRY(s->k(ip, in, args, &out, d));
+  int handled = 0;
+  if (s->k == tpu__ref_dot_conv && in->noperands == 2) { /* as the interpreter's eval: the hook first */
+    const tpu_ref_opts *o = tpu__ref_opts(ip);
+    if (o->dot_conv) TPU_TRY(o->dot_conv(o->user, in, args[0], args[1], &out, &handled, d));
+  }
+  if (!handled) TPU_TRY(s->k(ip, in, args, &out, d));
   size_t bytes = (size_t)s->n * (size_t)s->es;
   tpu_status st = out.dtype == in->shape.dtype && out.nbytes == bytes ? TPU_OK
                   : TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "%s '%s': the kernel's result does not have the op's shape",
@@ -540,8 +546,8 @@ static tpu_status run_kernel(tpu_interp *ip, const sstep *s, char *m, tpu_diag *
   return st;
 }
 
-static tpu_status run_loop(const tpu__sloop *l, const sldesc *L, tpu_interp *ip, char *m, int64_t limit, int64_t *iters,
-                           tpu_diag *d);
+static tpu_status run_loop(const tpu__sloop *l, const sldesc *L, tpu_interp *ip, char *m, int64_t limit,
+                           tpu__sloop_tick tick, int64_t *iters, tpu_diag *d);
 
 static tpu_status run_steps(const tpu__sloop *l, tpu_interp *ip, char *m, int lo, int hi, int64_t limit, tpu_diag *d) {
   for (int i = lo; i < hi; i++) {
@@ -573,7 +579,7 @@ static tpu_status run_steps(const tpu__sloop *l, tpu_interp *ip, char *m, int lo
         for (int j = L->st0; j < L->st0 + L->nst; j++)
           if (l->st[j].bytes) memcpy(m + l->st[j].off, m + l->st[j].init, l->st[j].bytes);
         int64_t it = 0;
-        TPU_TRY(run_loop(l, L, ip, m, limit, &it, d));
+        TPU_TRY(run_loop(l, L, ip, m, limit, NULL, &it, d));
         const tpu_ref_opts *o = tpu__ref_opts(ip);
         if (o->on_while) TPU_TRY(o->on_while(o->user, L->w, it, d));
         i = s->skip - 1;
@@ -640,8 +646,8 @@ static tpu_status run_steps(const tpu__sloop *l, tpu_interp *ip, char *m, int lo
 
 /* Loop L's iterations on its state's slots: *iters counts them; more than limit (> 0) fail
  * as the interpreter's loop does. */
-static tpu_status run_loop(const tpu__sloop *l, const sldesc *L, tpu_interp *ip, char *m, int64_t limit, int64_t *iters,
-                           tpu_diag *d) {
+static tpu_status run_loop(const tpu__sloop *l, const sldesc *L, tpu_interp *ip, char *m, int64_t limit,
+                           tpu__sloop_tick tick, int64_t *iters, tpu_diag *d) {
   const sstate *st = l->st + L->st0;
   for (*iters = 0;; ++*iters) {
     TPU_TRY(run_steps(l, ip, m, L->clo, L->chi, limit, d));
@@ -655,6 +661,7 @@ static tpu_status run_loop(const tpu__sloop *l, const sldesc *L, tpu_interp *ip,
       if (st[i].src != st[i].off) memcpy(m + st[i].next, m + st[i].src, st[i].bytes);
     for (int i = 0; i < L->nst; i++)
       if (st[i].src != st[i].off) memcpy(m + st[i].off, m + st[i].next, st[i].bytes);
+    if (tick) tick(ip, *iters + 1);
   }
 }
 
@@ -677,13 +684,13 @@ static tpu_status end(const tpu__sloop *l, void *buf, tpu_tensor *out, tpu_diag 
   return st;
 }
 
-tpu_status tpu__sloop_run(const tpu__sloop *l, tpu_interp *ip, const tpu_tensor *init, int64_t limit, int64_t *iters,
-                          tpu_tensor *out, tpu_diag *d) {
+tpu_status tpu__sloop_run(const tpu__sloop *l, tpu_interp *ip, const tpu_tensor *init, int64_t limit,
+                          tpu__sloop_tick tick, int64_t *iters, tpu_tensor *out, tpu_diag *d) {
   void *buf;
   *iters = 0;
   tpu_tensor_zero(out);
   TPU_TRY(begin(l, init, &buf, d));
-  tpu_status st = run_loop(l, &l->lp[0], ip, buf, limit, iters, d);
+  tpu_status st = run_loop(l, &l->lp[0], ip, buf, limit, tick, iters, d);
   if (st != TPU_OK) {
     end(l, buf, NULL, d);
     return st;

@@ -8,9 +8,9 @@
  * op with a kernel of its own runs that kernel on views of its operands' slots. The values
  * are bit-identical to stepping the loop's computations op by op. A loop nested in the
  * body is a step that runs its own steps on its own state slots (the run's on_while hook
- * told of its trips, as the interpreter tells it). Not compiled: conditionals, custom
- * calls, collectives, dots and convolutions (the run's TPU numerics hook), tuples other
- * than the states' and calls' results. */
+ * told of its trips, as the interpreter tells it); a dot or convolution calls the run's
+ * TPU numerics hook first, as the interpreter does. Not compiled: conditionals, custom
+ * calls, collectives, tuples other than the states' and calls' results. */
 #ifndef TPU_REF_SLOOP_H
 #define TPU_REF_SLOOP_H
 
@@ -25,10 +25,12 @@ void tpu__sloop_free(tpu__sloop *l);
 
 /* One run of the loop (ip: the interpreter's run, for the kernels): the state loaded from
  * init (a value of the loop's shape, only read), iterations while the condition holds, the
- * final state into *out (a new value); *iters counts them. More than limit iterations (limit > 0) fail with TPU_ERR_LIMIT, as
+ * final state into *out (a new value); *iters counts them; tick (or NULL) is called after
+ * each of the loop's own iterations (not a nested loop's). More than limit iterations (limit > 0) fail with TPU_ERR_LIMIT, as
  * the interpreter's loop does. */
-tpu_status tpu__sloop_run(const tpu__sloop *l, tpu_interp *ip, const tpu_tensor *init, int64_t limit, int64_t *iters,
-                          tpu_tensor *out, tpu_diag *d);
+typedef void (*tpu__sloop_tick)(tpu_interp *ip, int64_t iters); /* after each iteration (progress) */
+tpu_status tpu__sloop_run(const tpu__sloop *l, tpu_interp *ip, const tpu_tensor *init, int64_t limit,
+                          tpu__sloop_tick tick, int64_t *iters, tpu_tensor *out, tpu_diag *d);
 
 /* Tests: 0 turns compiling off (every loop is stepped op by op), 1 back on. */
 void tpu__sloop_enable(int on);

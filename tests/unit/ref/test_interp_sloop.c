@@ -1,14 +1,17 @@
 /* While loops on slots (ref/sloop.h): a loop of small s32/u32/pred arrays, with a call,
  * slices, reshapes, converts, broadcasts, compares, selects and its state permuted, is
  * compiled once and its iterations allocate nothing; a loop of f32 values with ops run by
- * their kernels (u64 among them) and a loop with a loop nested in its body compile too; the
- * values of all three are bit-identical to the loop stepped op by op (compiling off); a loop
- * with a dot is stepped as before; the while limit still stops a compiled loop. */
+ * their kernels (u64 among them), a loop with a loop nested in its body and a loop with a dot
+ * (on the TPU backend too: its MXU numerics hook) compile too; the values of all of them are
+ * bit-identical to the loop stepped op by op (compiling off); a loop with a conditional is
+ * stepped as before; the while limit still stops a compiled loop. */
 #include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "check.h"
+#include "chip/chip.h"
+#include "chip/exec.h"
 #include "hlo/hlo.h"
 #include "ref/ref.h"
 #include "ref/sloop.h"
@@ -198,7 +201,7 @@ static const char *NEST_SRC =
     "  ROOT o = (u32[4], s32[]) tuple(r, ri)\n"
     "}\n";
 
-/* A loop with a dot (the TPU numerics come from the run's hook): stepped. */
+/* A loop with a dot: compiled; on the TPU backend its run's TPU numerics hook computes it. */
 static const char *DOT_SRC =
     "HloModule dl\n"
     "body {\n"
@@ -218,10 +221,45 @@ static const char *DOT_SRC =
     "}\n"
     "ENTRY e {\n"
     "  z = s32[] constant(0)\n"
-    "  x0 = f32[2,2] constant({{1, 2}, {3, 4}})\n"
+    "  x0 = f32[2,2] constant({{1.1, 2.3}, {-3.7, 0.45}})\n"
     "  s0 = (s32[], f32[2,2]) tuple(z, x0)\n"
     "  w = (s32[], f32[2,2]) while(s0), condition=cond, body=body\n"
     "  ROOT x = f32[2,2] get-tuple-element(w), index=1\n"
+    "}\n";
+
+/* A loop with a conditional in its body: stepped by the interpreter. */
+static const char *COND_SRC =
+    "HloModule cl\n"
+    "tb {\n"
+    "  a = f32[2] parameter(0)\n"
+    "  ROOT n = f32[2] negate(a)\n"
+    "}\n"
+    "fb {\n"
+    "  a = f32[2] parameter(0)\n"
+    "  ROOT n = f32[2] abs(a)\n"
+    "}\n"
+    "body {\n"
+    "  s = (s32[], f32[2]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  x = f32[2] get-tuple-element(s), index=1\n"
+    "  one = s32[] constant(1)\n"
+    "  j = s32[] add(i, one)\n"
+    "  p = pred[] compare(i, one), direction=LT\n"
+    "  c = f32[2] conditional(p, x, x), true_computation=tb, false_computation=fb\n"
+    "  ROOT t = (s32[], f32[2]) tuple(j, c)\n"
+    "}\n"
+    "cond {\n"
+    "  s = (s32[], f32[2]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  k = s32[] constant(3)\n"
+    "  ROOT lt = pred[] compare(i, k), direction=LT\n"
+    "}\n"
+    "ENTRY e {\n"
+    "  z = s32[] constant(0)\n"
+    "  x0 = f32[2] constant({1, -2})\n"
+    "  s0 = (s32[], f32[2]) tuple(z, x0)\n"
+    "  w = (s32[], f32[2]) while(s0), condition=cond, body=body\n"
+    "  ROOT x = f32[2] get-tuple-element(w), index=1\n"
     "}\n";
 
 static const tpu_instr *find_while(const tpu_module *m) {
@@ -276,14 +314,39 @@ static void compare_runs(const tpu_module *m) {
   }
 }
 
+/* The dot loop on the TPU backend (the chip's MXU numerics through the run's hook) and on
+ * the reference interpreter, compiled against stepped. */
+static void dot_runs(const tpu_module *m) {
+  static tpu_chip chip;
+  tpu_diag d;
+  CHECK_EQ_INT(tpu_chip_load("v5e", &chip, &d), TPU_OK);
+  for (int tpu = 0; tpu < 2; tpu++) {
+    tpu_tensor on, off;
+    tpu_status s1, s2;
+    for (int k = 0; k < 2; k++) {
+      tpu__sloop_enable(k == 0);
+      tpu_status st = tpu ? tpu_chip_run_values(m, &chip, -1, NULL, 0, k ? &off : &on, &d)
+                          : tpu_ref_run(m, NULL, 0, k ? &off : &on, &d);
+      if (k) s2 = st; else s1 = st;
+    }
+    tpu__sloop_enable(1);
+    CHECK_EQ_INT(s1, TPU_OK);
+    CHECK_EQ_INT(s2, TPU_OK);
+    if (s1 == TPU_OK && s2 == TPU_OK) CHECK(same_bits(&on, &off));
+    tpu_tensor_free(&on);
+    tpu_tensor_free(&off);
+  }
+}
+
 int main(void) {
-  tpu_module *m = NULL, *fm = NULL, *dm = NULL, *nm = NULL;
+  tpu_module *m = NULL, *fm = NULL, *dm = NULL, *nm = NULL, *cm = NULL;
   tpu_diag d;
   CHECK_EQ_INT(tpu_hlo_parse("sloop.hlo", SRC, strlen(SRC), &m, &d), TPU_OK);
   CHECK_EQ_INT(tpu_hlo_parse("float.hlo", FLOAT_SRC, strlen(FLOAT_SRC), &fm, &d), TPU_OK);
   CHECK_EQ_INT(tpu_hlo_parse("dot.hlo", DOT_SRC, strlen(DOT_SRC), &dm, &d), TPU_OK);
   CHECK_EQ_INT(tpu_hlo_parse("nest.hlo", NEST_SRC, strlen(NEST_SRC), &nm, &d), TPU_OK);
-  if (!m || !fm || !dm || !nm) CHECK_DONE();
+  CHECK_EQ_INT(tpu_hlo_parse("cond.hlo", COND_SRC, strlen(COND_SRC), &cm, &d), TPU_OK);
+  if (!m || !fm || !dm || !nm || !cm) CHECK_DONE();
 
   /* which loops compile */
   tpu__sloop *l = tpu__sloop_compile(find_while(m));
@@ -295,7 +358,11 @@ int main(void) {
   l = tpu__sloop_compile(find_while(nm));
   CHECK(l != NULL);
   tpu__sloop_free(l);
-  CHECK(tpu__sloop_compile(find_while(dm)) == NULL);
+  l = tpu__sloop_compile(find_while(dm));
+  CHECK(l != NULL);
+  tpu__sloop_free(l);
+  CHECK(tpu__sloop_compile(find_while(cm)) == NULL);
+  dot_runs(dm);
 
   compare_runs(m);
   compare_runs(fm);
@@ -331,5 +398,6 @@ int main(void) {
   tpu_module_free(fm);
   tpu_module_free(dm);
   tpu_module_free(nm);
+  tpu_module_free(cm);
   CHECK_DONE();
 }
