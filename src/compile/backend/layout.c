@@ -818,6 +818,21 @@ static int widened_reduce(const tpu_instr *in) {
   return reduces == 1;
 }
 
+/* Whether kernel operand `o` is a gather's result (through reshapes). The XLA TPU compiler
+ * runs a gather as a kCustom gather_fusion that takes in no consumer, so a reduce of its
+ * rows (an embedding bag's sum) is an unfused reduce there, timed as the lone reduce of a
+ * parameter of its tiled shape: f32 [256,50,1024] summed over axis 1 after a gather
+ * (embedding_bag_30522x1024_b256k50_f32's reduce_sum.7) costs the compiler 318,208 cycles on
+ * v4 and 442,208 on v5e, exactly the unfused reduce of a parameter f32[256,56,1024] (libtpu
+ * probe outside the corpus, tpu_compile.py: 318,208 / 442,208; [256,50,1024] 284,128 /
+ * 394,832), where tpusim, charging it as a fused reduce, gave 264,558 / 272,378. An
+ * elementwise op after a gather is not lone there (f32[4096,1024] gathered times 2: 77,160
+ * cycles on v4, the fused rate), so only a reduce takes this. */
+static int gathered_operand(const tpu_instr *o) {
+  while ((o->op == TPU_OP_RESHAPE || o->op == TPU_OP_BITCAST) && o->noperands == 1) o = o->operands[0];
+  return o->op == TPU_OP_GATHER;
+}
+
 /* The per-element costs the XLA TPU compiler's cost model charges a vector kernel on the
  * HBM port beyond its transfers, in bytes at the streaming rate (docs/timing.md; each
  * chip field's note gives the compiler probe it comes from):
@@ -940,12 +955,14 @@ static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__ki
              cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY || widened_reduce(in) || whole_window_pad(be, in);
   /* Only where the compiler too has nothing to fuse it with: every array operand a
    * parameter or a constant (tpusim leaves ops unfused that the compiler puts in a
-   * multi-output fusion; those are not lone there). */
+   * multi-output fusion; those are not lone there), or, for a reduce, a gather's result
+   * (gathered_operand). */
+  const int reducing = in->op == TPU_OP_REDUCE || widened_reduce(in);
   for (int j = 0; lone && j < in->noperands; j++) {
     const tpu_instr *o = in->operands[j];
     while ((o->op == TPU_OP_BITCAST || o->op == TPU_OP_COPY_DONE || o->op == TPU_OP_COPY_START) && o->noperands == 1)
       o = o->operands[0];
-    lone = o->op == TPU_OP_PARAMETER || o->op == TPU_OP_CONSTANT || o->shape.rank == 0;
+    lone = o->op == TPU_OP_PARAMETER || o->op == TPU_OP_CONSTANT || o->shape.rank == 0 || (reducing && gathered_operand(o));
   }
   if (lone && k->padded_bytes >= (double)ch->lone_op_min_bytes) x += ch->lone_op_bytes * (double)n;
   x += ch->transpose_bytes * (double)moved;
