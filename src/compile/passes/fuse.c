@@ -496,6 +496,13 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * 2,106 cycles on v5e, then the concatenation; pad_edge and pad_reflect: every shifted
    * slice; no compiled program of the families corpus fuses one into a concatenation). */
   if (m->op == TPU_OP_CONCATENATE && offset_slice(p)) return 0;
+  /* nor the negation of one: rotate_half's concatenate(-x2, x1) runs the slice and its
+   * negation as a kernel of their own (the compiler's slice_negate_fusion, then the
+   * concatenation as pad_maximum; libtpu probes outside the corpora, x bf16[4,1024,8,128]
+   * and [4,1024,8,256], f32[4,1024,8,64], bf16[6,2048,32,256] on v5e, bf16[4,1024,8,128] on
+   * v4, v5p and v6e, with or without the multiply-add after the concatenation) */
+  if (m->op == TPU_OP_CONCATENATE && p->op == TPU_OP_NEGATE && p->noperands == 1 && offset_slice(p->operands[0]))
+    return 0;
   /* A reverse is a kernel of its own, read in place by its users: the compiler's pad_reflect
    * runs each of its five reverses as a `reverse` op between its slice and concatenation
    * kernels (rev.9 ... rev.13 on v5e), resnext_train's filter reverse so too (rev.1). */

@@ -517,6 +517,18 @@ static void test_offset_slice_concat(void) {
   printf("concatenate of slices: roll %d kernels, origin slice %d\n", r.kernels, h.kernels);
   CHECK(r.kernels == 2);
   CHECK(h.kernels == 1);
+  /* rotate_half, concatenate(-x2, x1): the shifted slice and its negation are a kernel of
+   * their own, then the concatenation (libtpu's slice_negate_fusion and pad_maximum_fusion) */
+  const char *rot =
+      "HloModule rot\n\nENTRY %main (x: bf16[4,64,8,128]) -> bf16[4,64,8,128] {\n"
+      "  %x = bf16[4,64,8,128] parameter(0)\n"
+      "  %x1 = bf16[4,64,8,64] slice(%x), slice={[0:4], [0:64], [0:8], [0:64]}\n"
+      "  %x2 = bf16[4,64,8,64] slice(%x), slice={[0:4], [0:64], [0:8], [64:128]}\n"
+      "  %n2 = bf16[4,64,8,64] negate(%x2)\n"
+      "  ROOT %r = bf16[4,64,8,128] concatenate(%n2, %x1), dimensions={3}\n}\n";
+  kernel_census q = kernel_census_of(rot);
+  printf("rotate_half: %d kernels\n", q.kernels);
+  CHECK(q.kernels == 2);
   /* a reverse is a kernel of its own: reversed and incremented is two kernels */
   const char *rev =
       "HloModule rev\n\nENTRY %main (x: f32[6,197]) -> f32[6,197] {\n"
