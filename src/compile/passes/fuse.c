@@ -398,7 +398,7 @@ int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int resu
 
 int tpu__fuse_own_kernel(const tpu_instr *in) {
   for (int i = 0; i < in->nattrs; i++)
-    if (!strcmp(in->attrs[i].name, "s2b_kernel")) return 1;
+    if (!strcmp(in->attrs[i].name, "s2b_kernel") || !strcmp(in->attrs[i].name, "scan_kernel")) return 1;
   return tpu__gather_index_kernel(in) || tpu__reshape_relayouts(in);
 }
 
@@ -458,6 +458,9 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
   const group *G = &f->groups[g];
   member_side ms = (member_side)f->side[m->id];
   if (tpu__fuse_own_kernel(p)) return 0;
+  /* a scan's pad or slice of rows (scan_rewrite.c scan_rows) takes nothing in */
+  for (int i = 0; i < f->c->instrs[G->root]->nattrs; i++)
+    if (!strcmp(f->c->instrs[G->root]->attrs[i].name, "scan_kernel")) return 0;
   /* ApproxTopK's partial reduction takes the iota of its indices into its kernel, which
    * generates them as it reads the values (the XLA TPU compiler's kCustom `fusion` around the
    * PartialReduce holds the iota: approx_max_k_b32n50257k4_f32, its fused_computation.1, no

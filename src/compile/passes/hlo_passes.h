@@ -43,7 +43,7 @@ tpu_status tpu__pass_combine(tpu_module *m, const tpu_compile_opts *o, tpu_diag 
 /* Forward scans (cumsum, cumprod, cummax) longer than 128 in the XLA TPU compiler's blocks of
  * 128 (compile/passes/scan_rewrite.c); *changed = 1 when any was rewritten. */
 struct tpu_builder;
-tpu_status tpu__scan_rewrite(struct tpu_builder *b, tpu_module *m, int *changed);
+tpu_status tpu__scan_rewrite(struct tpu_builder *b, tpu_module *m, const struct tpu_chip *chip, int *changed);
 /* Convolutions with a batch under 8 split along their last spatial dimension into 8 pieces
  * folded into the batch (compile/passes/space_to_batch.c); *changed = 1 when any was. */
 tpu_status tpu__space_to_batch(struct tpu_builder *b, tpu_module *m, int *changed);

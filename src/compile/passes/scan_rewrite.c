@@ -97,22 +97,32 @@ static const char *window_at(char *buf, size_t n, int rank, int at, int64_t size
 }
 
 /* A slice attribute: whole dimensions but the last, [lo:hi] there. */
-static const char *slice_text(char *buf, size_t n, const tpu_shape *s, int64_t lo, int64_t hi) {
+/* A slice attribute: whole dimensions but `at`, [lo:hi] there. */
+static const char *slice_at(char *buf, size_t n, const tpu_shape *s, int at, int64_t lo, int64_t hi) {
   size_t a = (size_t)snprintf(buf, n, "{");
   for (int i = 0; i < s->rank && a < n; i++)
-    a += (size_t)snprintf(buf + a, n - a, "%s[%lld:%lld]", i ? ", " : "", (long long)(i == s->rank - 1 ? lo : 0),
-                          (long long)(i == s->rank - 1 ? hi : s->dims[i]));
+    a += (size_t)snprintf(buf + a, n - a, "%s[%lld:%lld]", i ? ", " : "", (long long)(i == at ? lo : 0),
+                          (long long)(i == at ? hi : s->dims[i]));
   if (a < n) snprintf(buf + a, n - a, "}");
   return buf;
 }
 
-static const char *pad_text(char *buf, size_t n, int rank, int64_t lo, int64_t hi) {
+static const char *slice_text(char *buf, size_t n, const tpu_shape *s, int64_t lo, int64_t hi) {
+  return slice_at(buf, n, s, s->rank - 1, lo, hi);
+}
+
+/* A padding attribute: none but lo_hi on dimension `at`. */
+static const char *pad_at(char *buf, size_t n, int rank, int at, int64_t lo, int64_t hi) {
   size_t a = 0;
   buf[0] = 0;
   for (int i = 0; i < rank && a < n; i++)
-    a += (size_t)snprintf(buf + a, n - a, "%s%lld_%lld", i ? "x" : "", (long long)(i == rank - 1 ? lo : 0),
-                          (long long)(i == rank - 1 ? hi : 0));
+    a += (size_t)snprintf(buf + a, n - a, "%s%lld_%lld", i ? "x" : "", (long long)(i == at ? lo : 0),
+                          (long long)(i == at ? hi : 0));
   return buf;
+}
+
+static const char *pad_text(char *buf, size_t n, int rank, int64_t lo, int64_t hi) {
+  return pad_at(buf, n, rank, rank - 1, lo, hi);
 }
 
 /* The inclusive forward (rev: reverse) scan of x along its last dimension: one reduce-window
@@ -254,32 +264,146 @@ static int major_order(const tpu_shape *s, int dim, int64_t *perm) {
  * (cummin_158x129x33_ax2_s32, cummin_128x8x128_ax2_rev_s32, cumsum_126x80x65_ax1_f32: a
  * copy, the reduce-window's fusion, a copy, on every generation). Here a transpose into that
  * order, the scan along its first dimension, a transpose back. */
-static tpu_status rewrite_major(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int dim, int rev, int *done) {
-  scan_ctx x = {b, c, rw};
+/* The scan of v (at most SCAN_BASE along dim, rank 3 or more) in major_order's order: a
+ * transpose into it, the window along its first dimension, a transpose back; the window
+ * alone where that order is v's own. */
+static tpu_status scan_major(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tpu_comp *red, int dim, int rev,
+                             tpu_instr **out) {
   char buf[TPU_MAX_RANK * 48];
-  tpu_instr *v = rw->operands[0], *init = rw->operands[1];
   int r = v->shape.rank;
-  int64_t n = v->shape.dims[dim], perm[TPU_MAX_RANK], inv[TPU_MAX_RANK], d[TPU_MAX_RANK];
-  if (!major_order(&v->shape, dim, perm)) return TPU_OK;
+  int64_t n = v->shape.dims[dim], perm[TPU_MAX_RANK] = {0}, inv[TPU_MAX_RANK] = {0}, d[TPU_MAX_RANK] = {0};
+  tpu_instr *t = v, *sc;
+  int moved = major_order(&v->shape, dim, perm);
+  if (!moved)
+    for (int i = 0; i < r; i++) perm[i] = i;
   for (int i = 0; i < r; i++) inv[perm[i]] = i, d[i] = v->shape.dims[perm[i]];
   tpu_shape ts = tpu_build_shape(v->shape.dtype, r, d);
-  tpu_instr *t, *sc, *res;
-  TPU_TRY(mk(&x, TPU_OP_TRANSPOSE, "scan.major", &ts, &v, 1, &t));
-  TPU_TRY(tpu_build_set_attr(b, t, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r)));
+  if (moved) {
+    TPU_TRY(mk(x, TPU_OP_TRANSPOSE, "scan.major", &ts, &v, 1, &t));
+    TPU_TRY(tpu_build_set_attr(x->b, t, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r)));
+  }
   tpu_instr *ops[2] = {t, init};
-  tpu_shape ss = tpu_build_shape(rw->shape.dtype, r, d);
-  TPU_TRY(mk(&x, TPU_OP_REDUCE_WINDOW, "scan.block", &ss, ops, 2, &sc));
-  TPU_TRY(tpu_build_set_attr(b, sc, "window", window_at(buf, sizeof buf, r, 0, n, rev ? 0 : n - 1, rev ? n - 1 : 0)));
-  TPU_TRY(tpu_build_set_attr(b, sc, "to_apply", rw->to_apply->name));
-  tpu_shape os = tpu_build_shape(rw->shape.dtype, r, rw->shape.dims);
-  TPU_TRY(mk(&x, TPU_OP_TRANSPOSE, "scan.major", &os, &sc, 1, &res));
-  TPU_TRY(tpu_build_set_attr(b, res, "dimensions", tpu_dims_text(buf, sizeof buf, inv, r)));
+  const int at = moved ? 0 : dim;
+  TPU_TRY(mk(x, TPU_OP_REDUCE_WINDOW, "scan.block", &ts, ops, 2, &sc));
+  TPU_TRY(tpu_build_set_attr(x->b, sc, "window", window_at(buf, sizeof buf, r, at, n, rev ? 0 : n - 1, rev ? n - 1 : 0)));
+  TPU_TRY(tpu_build_set_attr(x->b, sc, "to_apply", red->name));
+  if (!moved) {
+    *out = sc;
+    return TPU_OK;
+  }
+  tpu_shape os = tpu_build_shape(v->shape.dtype, r, v->shape.dims);
+  TPU_TRY(mk(x, TPU_OP_TRANSPOSE, "scan.major", &os, &sc, 1, out));
+  return tpu_build_set_attr(x->b, *out, "dimensions", tpu_dims_text(buf, sizeof buf, inv, r));
+}
+
+static tpu_status rewrite_major(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int dim, int rev, int *done) {
+  scan_ctx x = {b, c, rw};
+  int64_t perm[TPU_MAX_RANK];
+  if (!major_order(&rw->operands[0]->shape, dim, perm)) return TPU_OK;
+  tpu_instr *res;
+  TPU_TRY(scan_major(&x, rw->operands[0], rw->operands[1], rw->to_apply, dim, rev, &res));
   tpu_build_replace_uses(c, rw, res);
   *done = 1;
   return TPU_OK;
 }
 
-tpu_status tpu__scan_rewrite(tpu_builder *b, tpu_module *m, int *changed) {
+/* A scan longer than SCAN_BASE along the rows (the second-minor dimension) of an array whose
+ * last dimension stays in the lanes: the XLA TPU compiler keeps the lanes and blocks the rows
+ * instead of transposing the scanned dimension last. f32[1025,1000] scanned along axis 0 is
+ * padded to 1,152 rows, viewed as [9,128,1000], each block of 128 rows scanned by a kernel
+ * writing the rows major ([1000,9,128]{0,1,2}), each block's last row scanned along the 9
+ * blocks, broadcast back and combined, relaid out row-major and sliced to 1,025 rows
+ * (cumprod_1025x1000_ax0_f32, cummax_1024x1024_ax0_f32, cumsum_1000x1024_ax0_bf16,
+ * bench/fidelity/families/compiled, all four generations: no kernel moves the lanes). Here
+ * the same blocks: the block scan through scan_major (its transposes keep the lanes), the
+ * carries as scan_last's, along the blocks' dimension. A reverse scan mirrored likewise. */
+static tpu_status scan_rows(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tpu_comp *red, tpu_opcode f, int rev,
+                            tpu_instr **out) {
+  char buf[TPU_MAX_RANK * 160];
+  const tpu_shape *s = &v->shape;
+  int r = s->rank, q = r - 2;
+  int64_t n = s->dims[q];
+  if (n <= SCAN_BASE) {
+    if (r >= 3) return scan_major(x, v, init, red, q, rev, out);
+    tpu_instr *ops[2] = {v, init};
+    TPU_TRY(mk(x, TPU_OP_REDUCE_WINDOW, "scan.block", s, ops, 2, out));
+    TPU_TRY(tpu_build_set_attr(x->b, *out, "window", window_at(buf, sizeof buf, r, q, n, rev ? 0 : n - 1, rev ? n - 1 : 0)));
+    return tpu_build_set_attr(x->b, *out, "to_apply", red->name);
+  }
+  int64_t k = (n + SCAN_BASE - 1) / SCAN_BASE * SCAN_BASE, nb = k / SCAN_BASE;
+  int64_t d[TPU_MAX_RANK + 1];
+  for (int i = 0; i < r; i++) d[i] = s->dims[i];
+  tpu_instr *p = v;
+  if (k != n) { /* whole blocks of rows, padded with the init value after the last */
+    d[q] = k;
+    tpu_shape ps = tpu_build_shape(s->dtype, r, d);
+    tpu_instr *ops[2] = {v, init};
+    TPU_TRY(mk(x, TPU_OP_PAD, "scan.pad", &ps, ops, 2, &p));
+    TPU_TRY(tpu_build_set_attr(x->b, p, "padding", pad_at(buf, sizeof buf, r, q, 0, k - n)));
+    TPU_TRY(tpu_build_set_attr(x->b, p, "scan_kernel", "pad"));
+  }
+  /* [..., K, C] -> [..., K/128, 128, C] */
+  d[q] = nb;
+  d[q + 1] = SCAN_BASE;
+  d[q + 2] = s->dims[r - 1];
+  tpu_shape bs = tpu_build_shape(s->dtype, r + 1, d);
+  tpu_instr *blocks, *inner;
+  TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.blocks", &bs, &p, 1, &blocks));
+  TPU_TRY(scan_major(x, blocks, init, red, q + 1, rev, &inner));
+  /* each block's total: its last row (a reverse scan's first), [..., K/128, C] */
+  d[q + 1] = 1;
+  tpu_shape ls1 = tpu_build_shape(s->dtype, r + 1, d);
+  tpu_instr *last1, *last;
+  TPU_TRY(mk(x, TPU_OP_SLICE, "scan.last", &ls1, &inner, 1, &last1));
+  TPU_TRY(tpu_build_set_attr(x->b, last1, "slice", slice_at(buf, sizeof buf, &bs, q + 1, rev ? 0 : SCAN_BASE - 1, rev ? 1 : SCAN_BASE)));
+  d[q + 1] = s->dims[r - 1];
+  tpu_shape ls = tpu_build_shape(s->dtype, r, d);
+  TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.last", &ls, &last1, 1, &last));
+  /* their scan along the blocks, shifted by one */
+  tpu_instr *tot, *shifted, *carry;
+  TPU_TRY(scan_rows(x, last, init, red, f, rev, &tot));
+  d[q] = nb + 1;
+  tpu_shape ss = tpu_build_shape(s->dtype, r, d);
+  tpu_instr *pops[2] = {tot, init};
+  TPU_TRY(mk(x, TPU_OP_PAD, "scan.carry", &ss, pops, 2, &shifted));
+  TPU_TRY(tpu_build_set_attr(x->b, shifted, "padding", pad_at(buf, sizeof buf, r, q, rev ? 0 : 1, rev ? 1 : 0)));
+  TPU_TRY(mk(x, TPU_OP_SLICE, "scan.carry", &ls, &shifted, 1, &carry));
+  TPU_TRY(tpu_build_set_attr(x->b, carry, "slice", slice_at(buf, sizeof buf, &ss, q, rev ? 1 : 0, rev ? nb + 1 : nb)));
+  int64_t bd[TPU_MAX_RANK];
+  for (int i = 0; i <= q; i++) bd[i] = i;
+  bd[q + 1] = q + 2; /* the lanes' dimension; the rows within a block broadcast */
+  tpu_instr *bc, *sum, *flat;
+  TPU_TRY(mk(x, TPU_OP_BROADCAST, "scan.carry", &bs, &carry, 1, &bc));
+  TPU_TRY(tpu_build_set_attr(x->b, bc, "dimensions", tpu_dims_text(buf, sizeof buf, bd, r)));
+  tpu_instr *aops[2] = {inner, bc};
+  TPU_TRY(mk(x, f, "scan.sum", &bs, aops, 2, &sum));
+  for (int i = 0; i < r; i++) d[i] = s->dims[i];
+  d[q] = k;
+  tpu_shape fs = tpu_build_shape(s->dtype, r, d);
+  TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.sum", &fs, &sum, 1, &flat));
+  if (k == n) {
+    *out = flat;
+    return TPU_OK;
+  }
+  TPU_TRY(mk(x, TPU_OP_SLICE, "scan.sum", s, &flat, 1, out));
+  TPU_TRY(tpu_build_set_attr(x->b, *out, "scan_kernel", "slice"));
+  return tpu_build_set_attr(x->b, *out, "slice", slice_at(buf, sizeof buf, &fs, q, 0, n));
+}
+
+/* Does a scan along dimension `dim` of v run as rows (scan_rows): dim the second-minor, and v
+ * not a parameter that pads least with another dimension in the lanes (the compiler's
+ * f32[4096,33] arrives {0,1}, the scanned dimension in the lanes: cummin_4096x33_ax0_f32)? */
+static int rows_scan(const tpu_chip *chip, const tpu_instr *v, int dim) {
+  const tpu_shape *s = &v->shape;
+  if (!chip || s->rank < 2 || dim != s->rank - 2) return 0;
+  if (s->has_layout && (s->minor_to_major[0] != s->rank - 1 || s->minor_to_major[1] != s->rank - 2)) return 0;
+  int second, minor;
+  if (v->op == TPU_OP_PARAMETER && tpu__least_tiling(chip, s, &second, &minor) < tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1))
+    return minor == s->rank - 1;
+  return 1;
+}
+
+tpu_status tpu__scan_rewrite(tpu_builder *b, tpu_module *m, const tpu_chip *chip, int *changed) {
   for (int ci = 0; ci < m->ncomps; ci++) {
     tpu_comp *c = m->comps[ci];
     int any = 0, n = c->ninstrs;
@@ -290,7 +414,13 @@ tpu_status tpu__scan_rewrite(tpu_builder *b, tpu_module *m, int *changed) {
       tpu_opcode f = reducer_op(in->to_apply);
       if (f == TPU_OP_COUNT || in->shape.dtype != in->operands[0]->shape.dtype) continue;
       int r = in->shape.rank;
-      if (in->operands[0]->shape.dims[dim] > SCAN_BASE)
+      if (in->operands[0]->shape.dims[dim] > SCAN_BASE && rows_scan(chip, in->operands[0], dim)) {
+        scan_ctx x = {b, c, in};
+        tpu_instr *res;
+        TPU_TRY(scan_rows(&x, in->operands[0], in->operands[1], in->to_apply, f, rev, &res));
+        tpu_build_replace_uses(c, in, res);
+        any = 1;
+      } else if (in->operands[0]->shape.dims[dim] > SCAN_BASE)
         TPU_TRY(rewrite_one(b, c, in, dim, rev, f, &any));
       else if (r >= 3)
         TPU_TRY(rewrite_major(b, c, in, dim, rev, &any));

@@ -417,7 +417,7 @@ tpu_status tpu__pass_simplify(tpu_module *m, const tpu_compile_opts *o, tpu_diag
   TPU_TRY(tpu_builder_init(&b, m, d));
   int reduced = 0; /* before the identities, which then clean up around the new ops */
   tpu_status st = tpu__dot_strength_reduce(&b, m, o ? o->chip : NULL, &reduced);
-  if (st == TPU_OK) st = tpu__scan_rewrite(&b, m, &reduced);
+  if (st == TPU_OK) st = tpu__scan_rewrite(&b, m, o ? o->chip : NULL, &reduced);
   if (st == TPU_OK) st = tpu__space_to_batch(&b, m, &reduced);
   if (st == TPU_OK) st = tpu__hoist_loop_converts(&b, m, &reduced);
   for (int round = 0; st == TPU_OK && round < MAX_ROUNDS; round++) {

@@ -591,6 +591,36 @@ static void test_scan_major_order(void) {
   CHECK(ok);
 }
 
+/* A scan longer than 128 along the rows of an array whose lanes stay its last dimension runs
+ * in blocks of rows (scan_rewrite.c scan_rows): no transpose moves the lanes, as none of the
+ * compiler's kernels does for f32[1025,1000] along axis 0 (cumprod_1025x1000_ax0_f32: blocks
+ * of 128 rows scanned with the rows major, [1000,9,128]{0,1,2}); the transposed form moved the
+ * lanes twice (values: the same blocks, bit for bit the transposed form's). */
+static void test_scan_rows(void) {
+  static const char *src =
+      "HloModule m\nmx {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] maximum(a, b)\n}\n"
+      "ENTRY e {\n x = f32[1025,256] parameter(0)\n z = f32[] constant(-inf)\n"
+      " ROOT c = f32[1025,256] reduce-window(x, z), window={size=1025x1 pad=1024_0x0_0}, to_apply=mx\n}\n";
+  tpu_module *m = compile_src(src);
+  int lane_moves = 0, windows = 0, widest = 0, ok = m != NULL;
+  for (int ci = 0; m && ci < m->ncomps; ci++)
+    for (int i = 0; i < m->comps[ci]->ninstrs; i++) {
+      const tpu_instr *in = m->comps[ci]->instrs[i];
+      if (in->op == TPU_OP_TRANSPOSE && in->dimensions.n == in->shape.rank &&
+          in->dimensions.v[in->shape.rank - 1] != in->shape.rank - 1)
+        lane_moves++;
+      if (in->op == TPU_OP_REDUCE_WINDOW) {
+        windows++;
+        for (int k = 0; k < in->nwindow; k++)
+          if (in->window[k].size > widest) widest = (int)in->window[k].size;
+      }
+    }
+  tpu_module_free(m);
+  printf("cummax of f32[1025,256] along axis 0: %d reduce-windows (widest %d), %d transposes moving the lanes\n",
+         windows, widest, lane_moves);
+  CHECK(ok && windows == 2 && widest == 128 && lane_moves == 0);
+}
+
 /* A while loop that runs once is its body, inlined; one that runs never is its input (XLA's
  * WhileLoopSimplifier): a one-microbatch step's accumulator is zero plus the gradient, one
  * streamed add over it, with no loop (bench/plan_memory: the compiler's programs for the
@@ -639,6 +669,7 @@ int main(void) {
   test_scan_rewrite();
   test_scan_rewrite_reverse_major();
   test_scan_major_order();
+  test_scan_rows();
   test_while_trip_one();
   test_cse();
   test_scatter_select();
