@@ -121,9 +121,9 @@ char *tpu_program_text(const tpu_program *p) {
                       (long long)p->hbm[i].bytes, i);
   }
   for (int i = 0; i < p->nvmem; i++)
-    tpu_strbuf_printf(&b, ".vmem op=%d offset=%lld slot_bytes=%lld slots=%d   ; v%d\n",
-                      p->vmem[i].op, (long long)p->vmem[i].offset,
-                      (long long)p->vmem[i].slot_bytes, p->vmem[i].nslots, i);
+    tpu_strbuf_printf(&b, ".vmem op=%d offset=%lld slot_bytes=%lld slots=%d%s   ; v%d\n",
+                      p->vmem[i].op, (long long)p->vmem[i].offset, (long long)p->vmem[i].slot_bytes,
+                      p->vmem[i].nslots, p->vmem[i].store_frees ? " store_frees=1" : "", i);
   int depth = 0;
   for (int i = 0; i < p->ninsns; i++) {
     const tpu_insn *in = &p->insns[i];
@@ -413,20 +413,22 @@ static tpu_status parse_hbm_line(lx *x) {
 static tpu_status parse_vmem_line(lx *x) {
   char key[32];
   int64_t off = 0, slot = 0, op = -1;
-  int slots = 1, more;
+  int slots = 1, frees = 0, more;
   for (;;) {
     TPU_TRY(next_key(x, key, sizeof key, &more));
     if (!more) break;
     const char *at = x->s;
     if (!strcmp(key, "op")) TPU_TRY(parse_i64(x, -1, &op));
+    else if (!strcmp(key, "store_frees")) TPU_TRY(parse_int(x, 0, &frees));
     else if (!strcmp(key, "offset")) TPU_TRY(parse_i64(x, 0, &off));
     else if (!strcmp(key, "slot_bytes")) TPU_TRY(parse_i64(x, 0, &slot));
     else if (!strcmp(key, "slots")) TPU_TRY(parse_int(x, 1, &slots));
     else return perr(x, at - strlen(key) - 1, "unknown key '%s'", key);
   }
   if (op >= x->p->nops) return perr(x, x->line0, "VMEM buffer names an undeclared op%s", "");
-  if (tpu_program_add_vmem(x->p, (int)op, off, slot, slots) < 0)
-    return TPU_FAIL(x->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  int v = tpu_program_add_vmem(x->p, (int)op, off, slot, slots);
+  if (v < 0) return TPU_FAIL(x->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
+  x->p->vmem[v].store_frees = frees != 0;
   return TPU_OK;
 }
 

@@ -111,7 +111,7 @@ int tpu_program_add_hbm(tpu_program *p, const char *name, int64_t offset, int64_
 
 int tpu_program_add_vmem(tpu_program *p, int op, int64_t offset, int64_t slot_bytes, int nslots) {
   if (!grow((void **)&p->vmem, p->nvmem, &p->capvmem, sizeof *p->vmem)) return -1;
-  tpu_vmem_buf b = {op, offset, slot_bytes, nslots};
+  tpu_vmem_buf b = {op, offset, slot_bytes, nslots, 0};
   p->vmem[p->nvmem] = b;
   return p->nvmem++;
 }

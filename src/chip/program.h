@@ -150,6 +150,8 @@ typedef struct tpu_vmem_buf {
   int64_t offset;    /* bytes from the start of VMEM */
   int64_t slot_bytes;
   int nslots;
+  int store_frees;   /* 1: a one-buffer matmul output each step writes whole, free again once
+                      * its store's bytes have moved (schedule.c too_large_for_chip, chip/timing.c) */
 } tpu_vmem_buf;
 
 typedef struct tpu_program {

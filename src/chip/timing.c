@@ -361,8 +361,18 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   }
   if (in->opc == TPU_ISA_DMA_OUT && in->hbm >= 0) t->hbm_ready[in->hbm] = end;
   if (in->opc == TPU_ISA_DMA_HBM && in->hbm2 >= 0) t->hbm_ready[in->hbm2] = end;
+  /* A matmul's one output buffer written whole by each step (store_frees: one K step,
+   * schedule.c too_large_for_chip) is free again once its result's bytes have moved: the next step
+   * waits for the store's transfer, not its 16-bit pass (the XLA TPU compiler's estimate of
+   * a one-K-step bf16 matmul streaming both operands from HBM is its MXU work plus the
+   * result's bytes at HBM bandwidth: v5e [32768,2048] x [2048,32768], 368 x 2048 x 768
+   * blocks, 39,498,826 cycles; docs/timing-mxu.md). */
+  int64_t sfree_end = end;
+  if (in->opc == TPU_ISA_DMA_OUT && in->src[0].buf >= 0 && t->p->vmem[in->src[0].buf].store_frees &&
+      t->pdur[idx] < dur)
+    sfree_end = start + t->pdur[idx];
   for (int s = 0; s < TPU_INSN_MAX_SRC; s++)
-    if (rs[s] >= 0 && t->sfree[rs[s]] < end) t->sfree[rs[s]] = end;
+    if (rs[s] >= 0 && t->sfree[rs[s]] < sfree_end) t->sfree[rs[s]] = sfree_end;
   if (ws >= 0) {
     if (!part || done > t->ready[ws]) t->ready[ws] = done;
     t->by_dma[ws] = (unsigned char)is_dma;

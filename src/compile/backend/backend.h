@@ -60,6 +60,7 @@ typedef struct tpu__kinfo {
   int n_outer;             /* matmul block order: 0 = m outer, n inner (the A row block stays
                             * while B blocks stream past it); 1 = n outer (weight-stationary) */
   int64_t qa, qb;          /* matmul: iterations between A / B block loads (1: every one) */
+  int mm_one_out;          /* matmul: one output buffer (schedule.c too_large_for_chip) */
   int64_t mm_slot[4];      /* matmul: slot bytes of its A, B, output and epilogue blocks */
   int mm_planned;          /* matmul: planned with every operand in HBM (the trial plan) */
   int64_t trips;           /* while: static trip count, -1 unknown */

@@ -178,6 +178,8 @@ typedef struct {
   int n_outer;
   int64_t qa, qb;          /* iterations between A / B loads */
   int64_t sa, sb, so, se;  /* slot bytes: A, B, output, epilogue operands */
+  int one_out;             /* one output buffer (slot_count): its store exposed */
+  double pass;             /* a K-split store's 16-bit pass the next block waits for (1: none) */
   int64_t need;            /* VMEM bytes, double-buffered (f32 accumulators) */
   int64_t alloc;           /* VMEM bytes of the slots plan_matmul makes */
   double bytes;            /* HBM bytes the kernel moves */
@@ -212,7 +214,34 @@ static double blocking_bytes(const blocking *c, int a_hbm, int b_hbm, int64_t ou
 /* How many buffers matmul slot i (A, B, output, epilogue) takes: two when the kernel loops
  * (double-buffered), but one output accumulator when K is split (its store holds the next
  * block's first K step: pipeline_cycles). */
-static int slot_count(int64_t tiles, int64_t kb, int i) { return tiles > 1 && !(i == 2 && kb > 1) ? 2 : 1; }
+static int slot_count(int64_t tiles, int one_out, int i) { return tiles > 1 && !(i == 2 && one_out) ? 2 : 1; }
+
+/* The most bytes of one matmul operand the XLA TPU compiler holds on chip instead of
+ * streaming it through the kernel's tiles: VMEM beside the kernels' scoped VMEM, as far as
+ * it prefetches (xprefetch_max_bytes), or CMEM where the chip has more of it (v4). */
+static int64_t onchip_operand_max(const tpu_chip *ch) {
+  int64_t scoped = ch->scoped_vmem_bytes > 0 && ch->scoped_vmem_bytes <= ch->vmem_bytes ? ch->scoped_vmem_bytes
+                                                                                       : ch->vmem_bytes / 4 * 3;
+  int64_t v = ch->vmem_bytes - scoped;
+  if (ch->xprefetch_max_bytes > 0 && ch->xprefetch_max_bytes < v) v = ch->xprefetch_max_bytes;
+  if (ch->cmem_bytes > v) v = ch->cmem_bytes;
+  return v;
+}
+
+/* Do a matmul's operands both stream from HBM because neither fits on chip
+ * (onchip_operand_max)? Then it keeps one output buffer with one K step too (a K split has
+ * one accumulator: above), so that the next block's first step waits for the block's store:
+ * the XLA TPU compiler's estimate then charges each output block's store beside its MXU
+ * work, not under the next block's (libtpu compile-only, v5e bf16: about 4-5 cycles per f32
+ * register of the block over the MXU work, 368 x 2048 x 768 blocks 1,374 cycles a step,
+ * 592 x 1024 x 1152 3,790; the bf16 store at HBM bandwidth is 3.75; docs/timing-mxu.md). An operand that
+ * fits it copies into VMEM (cross-program or in-step prefetch, or VMEM placement of an
+ * intermediate), and its kernels then overlap the store (bench/fidelity/compiled: of v5e's
+ * 2-D GEMM kernels in the corpus all but 8192^3 read one operand through a copy-done). */
+static int too_large_for_chip(const tpu__be *be, int a_hbm, int b_hbm, int64_t lhs, int64_t rhs) {
+  int64_t max = onchip_operand_max(be->chip);
+  return a_hbm && b_hbm && lhs > max && rhs > max;
+}
 
 /* Cycles of blocking c's tile loop as lowered (lower.c) and timed (docs/timing.md): one
  * HBM port taken by the DMAs in program order (tile i+1's loads, then tile i's store), a
@@ -255,8 +284,10 @@ static double pipeline_cycles(const blocking *c, double bpc, double lat, double 
     double st = mxu_end > ready ? mxu_end : ready;
     mxu_end = st + mxu;
     if (rk == 0) {
-      port = (port > mxu_end ? port : mxu_end) + store;
-      if (c->kb > 1) mxu_end = port; /* one accumulator: the next block's first step waits for its store */
+      double from = port > mxu_end ? port : mxu_end;
+      port = from + store;
+      /* one output buffer: the next block's first step waits for its store */
+      if (c->one_out) mxu_end = from + store * c->pass;
     }
     ready = next_ready;
     if (++ra == c->qa) ra = 0;
@@ -316,7 +347,15 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   int64_t need = 0, sl[4] = {c->sa, c->sb, c->so, c->se};
   for (int i = 0; i < 4; i++) need += (2 * sl[i] + 511) / 512 * 512;
   c->alloc = 0;
-  for (int i = 0; i < 4; i++) c->alloc += (sl[i] * slot_count(c->tiles, c->kb, i) + 511) / 512 * 512;
+  /* Operands too large for the chip: one output buffer with one K step too, and the block
+   * search times a K-split block's store with its 16-bit pass, as chip/timing.c does (its
+   * bytes alone made K-split blocks look as cheap as one K step's and v5e [65536,1024] x
+   * [1024,65536] 1.40x the compiler's; elsewhere the search keeps the bytes alone, the
+   * plans of every corpus program unchanged). */
+  int big = too_large_for_chip(be, a_hbm, b_hbm, lhs, rhs);
+  c->one_out = c->kb > 1 || big;
+  c->pass = big && c->kb > 1 && k->op >= 0 && be->p->ops[k->op].out_scale > 1 ? be->p->ops[k->op].out_scale : 1;
+  for (int i = 0; i < 4; i++) c->alloc += (sl[i] * slot_count(c->tiles, c->one_out, i) + 511) / 512 * 512;
   int64_t held = 2 * bb * ((a_hbm ? c->bm * c->bk * ea : 0) + (b_hbm ? c->bk * c->bn * eb : 0)) +
                  (c->kb > 1 ? 1 : 2) * bb * c->bm * c->bn * eo;
   c->need = need > held ? need : held;
@@ -353,7 +392,12 @@ static int better(const blocking *c, const blocking *best) {
 static tpu_status add_matmul_slots(tpu__be *be, tpu__kinfo *k, int64_t epi) {
   int64_t off = 0;
   for (int i = 0; i < 4; i++)
-    if (i < 3 || epi > 0) TPU_TRY(add_vmem(be, k, &off, k->mm_slot[i], slot_count(k->tiles, k->kb, i)));
+    if (i < 3 || epi > 0) {
+      TPU_TRY(add_vmem(be, k, &off, k->mm_slot[i], slot_count(k->tiles, k->kb > 1 || k->mm_one_out, i)));
+      /* one K step: each step writes the one output buffer whole, and its store frees it */
+      if (i == 2 && !be->dry && k->mm_one_out && k->kb == 1 && k->tiles > 1)
+        be->p->vmem[k->vmem0 + k->nvmem - 1].store_frees = 1;
+    }
   k->ws = off;
   if (!be->dry && off > be->p->vmem_peak) be->p->vmem_peak = off;
   return TPU_OK;
@@ -377,6 +421,7 @@ static tpu_status take_plan(tpu__be *be, tpu__kinfo *k, const blocking *best, in
   k->mm_slot[1] = best->sb;
   k->mm_slot[2] = best->so;
   k->mm_slot[3] = best->se;
+  k->mm_one_out = best->one_out;
   k->mm_planned = be->dry && a_hbm && b_hbm;
   return add_matmul_slots(be, k, epi);
 }
