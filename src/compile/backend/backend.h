@@ -123,6 +123,9 @@ tpu__kinfo *tpu__be_info(const tpu__be *be, const tpu_instr *in);
  * kernel, or an entry parameter): 0 from HBM, 1 a value kept in VMEM, 2 an entry parameter
  * on chip (xpf, spf; an in-step copy's first reader may read HBM beside it: spf_beside). */
 int tpu__be_reads_vmem(const tpu__be *be, const tpu_instr *v, const tpu_instr *reader);
+/* Whether v is (through views) the program's own in-step copy into VMEM (a compiled
+ * program's copy-done into S(1) or S(3)). */
+int tpu__be_copied_in(const tpu_instr *v);
 
 /* Leaves of a shape (arrays; tokens count as none), and the first leaf of element e. */
 int tpu__leaves(const tpu_shape *s);

@@ -180,15 +180,30 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
   double fin, fout;
   tpu__scan_window_factors(be, in, &fin, &fout);
   int vout = k->vmem0 + nin;
+  /* A kernel whose result stays in VMEM and that reads nothing from HBM itself (its
+   * parameters copied in by the step's own copies, its other operands kept) is resident:
+   * the timing charges its whole stream costs once (chip/timing.c resident_cycles), not a
+   * share spread over its parameters' on-chip reads. The XLA TPU compiler times such a kernel alike
+   * whatever its small operand is: v5e f32[32,128,512] kept in VMEM times a f32[512] scale
+   * into VMEM, 23,565 cycles with the scale a constant, 23,569 copied in from a parameter,
+   * 23,569 from a convert kernel (v6e 6,024 / 6,026 / 6,026); tpusim charged 21,894 / 3,261 /
+   * 22,422 before (libtpu probes, docs/timing.md Resident kernels). */
+  int on_chip = k->vres;
+  /* (a parameter tpusim's own compilation prefetched, not probed, keeps the spread share:
+   * counting it moved the families own test p90 the wrong way, v6e 38.8 -> 46.3 %) */
+  for (int j = 0; on_chip && j < in->noperands; j++) {
+    const int w = tpu__read_bytes(be, in, j) ? tpu__be_reads_vmem(be, in->operands[j], in) : 1;
+    if (!w || (w == 2 && !tpu__be_copied_in(in->operands[j]))) on_chip = 0;
+  }
   for (int j = 0; j < in->noperands; j++) {
     int64_t r = tpu__read_bytes(be, in, j);
     if (!r) continue;
     int buf = k->vmem0 + (seq < 2 ? seq : 2);
     seq++;
     int where = tpu__be_reads_vmem(be, in->operands[j], in);
-    if (where) { /* read in VMEM where it lives (a kernel whose result stays there too pays
-                  * for the parameters copied in, not for the values kept) */
-      if ((!k->vres || where == 2) && k->op >= 0 && (be->p->ops[k->op].xbytes > 0 || be->chip->vmem_read_cost > 0) &&
+    if (where) { /* read in VMEM where it lives (a kernel whose result stays there too and
+                  * that reads HBM pays for the parameters copied in, not for the values kept) */
+      if ((!k->vres || (where == 2 && !on_chip)) && k->op >= 0 && (be->p->ops[k->op].xbytes > 0 || be->chip->vmem_read_cost > 0) &&
           !tpu__scan_result_copy(in))
         add_onchip(&t, TPU_ISA_DMA_IN, k, cdiv(r, T), tpu_vref_make(buf, 1, 0), 0, 0);
       continue;

@@ -118,6 +118,8 @@ static int copied_in(const tpu_instr *v) {
          (tpu__in_vmem(&v->shape) || (v->shape.layout_tail && strstr(v->shape.layout_tail, "S(3)")));
 }
 
+int tpu__be_copied_in(const tpu_instr *v) { return copied_in(v); }
+
 int tpu__be_reads_vmem(const tpu__be *be, const tpu_instr *v, const tpu_instr *reader) {
   if (copied_in(v)) return 2;
   const tpu__kinfo *k = resident_info(be, v);
