@@ -251,6 +251,9 @@ tpu_status tpu__pass_lower(tpu__be *be);
 
 /* VMEM the kernels may use for double-buffered tiles: 3/4 of the chip's (docs/isa.md). */
 int64_t tpu__vmem_budget(const tpu_chip *chip);
+/* Is convolution mm a grouped one in the XLA TPU compiler's 5-D form, its groups a window
+ * dimension (tile_conv.c)? */
+int tpu__conv_group_window(const tpu_instr *mm);
 
 /* Which copies are kernels (copy_kind.c, for the tile pass): a compiled program's copy with
  * an operand or result in VMEM; a layout copy of tpusim's own compilation that only gathers

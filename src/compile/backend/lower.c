@@ -259,8 +259,17 @@ static int on_chip_block(const tpu__be *be, const tpu_instr *in, const tpu__kinf
 }
 
 /* Does matmul kernel k run a grouped convolution (its steps, tile_conv.c group_steps) whose
- * result is whole unpacked 32-bit registers, an f32 result with the batch filling the
- * sublanes, kept in VMEM for the next kernel (vmem_assign.c)? The XLA TPU compiler's cost
+ * result either is whole unpacked 32-bit registers kept in VMEM for the next kernel
+ * (vmem_assign.c), an f32 result with the batch filling the sublanes, or runs on a chip
+ * whose compiler times such matmul kernels at the rows they stream (mxu_fill_hidden: v6e,
+ * tile_conv.c tpu__conv_group_window) with its operand and result, in the grouped layout, within half
+ * the kernel's share of VMEM (one window of the compiler's: libtpu probes, v6e, bf16
+ * [B,H,H,256] in 8 groups, 1x1: B = 8, H = 14 (12.8 MB) 4,160 cycles, 2.7 a step; the
+ * compiled families' one-window kernels 2.3-4.6 a step, tune gconv_b2_14x14_c512to512_g8_k3_f32
+ * 3,772 cycles for 1,568 steps; windowed ones keep the floor: B = 8, H = 28 (51 MB) 29,308,
+ * 4.7 a step, tune gconv_b4_28x28_c512to512_g16_k1_f32 5.0; between them B = 8, H = 20 (26 MB)
+ * one window, 2.3 a step, and B = 4, H = 28 (26 MB) two, 3.5 a step; at batch 1, no merge
+ * copy after it, [1,14,14,256] 3x3 2,280 cycles, 1.5 a step)? The XLA TPU compiler's cost
  * model then charges its MXU work, not conv_group_step_cycles a step: libtpu probes outside
  * the corpora, [B,H,W,C] x [k,k,C/G,Co] in G groups, f32, result in S(1): v5e B8 14x14 C256
  * G8 k1 3,392 cycles (1,568 steps, 2.2 a step; its MXU passes 3,136), 28x28 14,336, k3 9,664,
@@ -269,12 +278,33 @@ static int on_chip_block(const tpu__be *be, const tpu_instr *in, const tpu__kinf
  * sublanes (f32 B2 14x14 G8 k3 18,476 on v5e), and a result written to HBM or v4's CMEM
  * (f32 B8 14x14 G8 k1: v5p 13,195, 8.4 a step; v4 31,772; the 128-feature groups of f32
  * B8 14x14 C256 G4, no merge copy after them, 15,088 on v5e). */
+/* Bytes of s in a grouped convolution's layout: the features (fd) in the lanes, the batch
+ * (bd) in the sublanes in tiles of its rows (2, 4, 8 or whole 8-row tiles; a packed bf16 tile
+ * holds twice the rows in the same bytes), 32-bit words, the other dimensions major. */
+static int64_t group_layout_bytes(const tpu_shape *s, int bd, int fd) {
+  if (bd < 0 || fd < 0 || bd >= s->rank || fd >= s->rank) return 0;
+  int64_t rows = s->dims[bd], r = 1;
+  while (r < rows && r < 8) r *= 2;
+  if (rows > 8) r = cdiv(rows, 8) * 8;
+  int64_t n = r * 128 * 4 * cdiv(s->dims[fd], 128);
+  for (int d = 0; d < s->rank; d++)
+    if (d != bd && d != fd) n *= s->dims[d];
+  return n;
+}
+
 static int group_rows_on_chip(const tpu__be *be, const tpu__kinfo *k) {
   const tpu_instr *mm = k->mm;
-  if (!k->vres || !mm || mm->op != TPU_OP_CONVOLUTION || !mm->has_conv_dims || mm->shape.dtype == TPU_TUPLE) return 0;
+  if (!mm || mm->op != TPU_OP_CONVOLUTION || !mm->has_conv_dims || mm->shape.dtype == TPU_TUPLE ||
+      !tpu__conv_group_window(mm))
+    return 0;
   int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
   int64_t batch = mm->shape.dims[mm->conv.out_batch];
-  return tpu_dtype_size(mm->shape.dtype) == 4 && batch > 0 && batch % sub == 0;
+  if (k->vres && tpu_dtype_size(mm->shape.dtype) == 4 && batch > 0 && batch % sub == 0) return 1;
+  if (!be->chip->mxu_fill_hidden || mm->noperands < 1) return 0;
+  const tpu_conv_dims *cd = &mm->conv;
+  int64_t bytes = group_layout_bytes(&mm->operands[0]->shape, (int)cd->in_batch, (int)cd->in_feature) +
+                  group_layout_bytes(&mm->shape, (int)cd->out_batch, (int)cd->out_feature);
+  return bytes <= tpu__vmem_budget(be->chip) / 2;
 }
 
 static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {

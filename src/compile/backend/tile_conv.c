@@ -229,6 +229,22 @@ static double lanes_cycles(const tpu__be *be, const tpu_instr *mm, int64_t taps)
          (double)pos * (ch->conv_lanes_position_cycles + (double)taps * blocks * ch->conv_lanes_tap_cycles);
 }
 
+/* Is mm a grouped convolution in the XLA TPU compiler's 5-D form (group_conv.c group_form):
+ * a window dimension over the groups, G wide, stride G - 1, the input dilated G times? On a
+ * chip whose compiler times matmul kernels at the rows they stream (mxu_fill_hidden: v6e) its
+ * rows are the batch as it is, not padded to the sublanes: libtpu probes outside the
+ * corpora, v6e bf16 [B,14,14,256] x [3,3,32,256] in 8 groups, one window: B = 1, 2, 4, 8
+ * 2,280 / 3,948 / 4,460 / 7,296 cycles, its MXU passes over B x 196 rows (784 / 1,568 / 3,136 /
+ * 6,272) plus a start, where rows of 8 would cost batch 2 what batch 8 does (v5e, whose
+ * kernels keep the step floor, 18,672 and 21,618). */
+int tpu__conv_group_window(const tpu_instr *mm) {
+  for (int i = 0; i < mm->conv.nspatial && i < mm->nwindow; i++) {
+    const tpu_window_dim *w = &mm->window[i];
+    if (w->size > 1 && w->base_dilation == w->size && w->stride == w->size - 1) return 1;
+  }
+  return 0;
+}
+
 /* The MXU problem of convolution mm: k's m, k, n, b, k_flops and mm_flops (tile.c sets the
  * rest). */
 void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
@@ -323,7 +339,8 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
   int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
   int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
   int padded_batch = !depthwise && k->n != batch && batch > 0 && batch % sub && cd->nspatial >= 2 &&
-                     !space_to_batch(mm, ls, rs) && !tpu_dtype_is_complex(ls->dtype);
+                     !space_to_batch(mm, ls, rs) && !tpu_dtype_is_complex(ls->dtype) &&
+                     !(be->chip->mxu_fill_hidden && tpu__conv_group_window(mm));
   /* Packed input features (packed_conv) are not padded at each tap: one contraction. */
   if (filter && !(padded_batch && g == 1) && !packed_conv(be, mm, g, bat))
     k->k = round_up(rs->dims[cd->k_in], lanes) * taps;

@@ -1,7 +1,8 @@
 /* Grouped convolutions' kernels and merge copies against the XLA TPU compiler's costs, through
  * tpusim's whole compilation (group_conv.c's split form): the step floor left out for an f32
- * result of whole registers kept in VMEM (lower.c group_rows_on_chip), and the merge copy
- * timed as a sublane relayout per result tile (copy_kind.c group_merge_tiles). */
+ * result of whole registers kept in VMEM and for v6e's one-window kernels (lower.c
+ * group_rows_on_chip, tile_conv.c tpu__conv_group_window), and the merge copy timed as a
+ * sublane relayout per result tile (copy_kind.c group_merge_tiles). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -100,14 +101,42 @@ static void group_merge_relayout(const tpu_chip *v5e) {
   CHECK(t8 > 0 && t8 == t8off);
 }
 
+/* On v6e (mxu_fill_hidden) a grouped convolution of bf16 at batch 2 in one window of the
+ * compiler's (its grouped layout within half the kernel's VMEM) costs the MXU passes over its
+ * unpadded rows and a start (libtpu probe, compile-only: bf16 [2,14,14,256] in 8 groups,
+ * 3x3, 3,948 cycles: 16 passes x 392 rows / 4 MXUs = 1,568 plus the start), not 1,568 steps x
+ * conv_group_step_cycles (8,000), nor rows of 8 (four times the passes); a windowed one keeps
+ * the floor ([8,28,28,256]: 29,308 cycles for 6,272 steps), as does the small one on a chip
+ * without mxu_fill_hidden. */
+static void group_one_window(const tpu_chip *v6e) {
+  char src[640];
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,%d,%d,256] parameter(0)\n w = bf16[3,3,32,256] parameter(1)\n"
+                    " ROOT c = bf16[%d,%d,%d,256] convolution(x, w), window={size=3x3 pad=1_1x1_1},"
+                    " dim_labels=b01f_01io->b01f, feature_group_count=8\n}\n";
+  tpu_chip off = *v6e;
+  off.mxu_fill_hidden = 0;
+  snprintf(src, sizeof src, fmt, 2, 14, 14, 2, 14, 14);
+  double t = cycles_of(src, v6e, NULL), t0 = cycles_of(src, &off, NULL);
+  snprintf(src, sizeof src, fmt, 8, 28, 28, 8, 28, 28);
+  double tw = cycles_of(src, v6e, NULL);
+  const double c = v6e->conv_group_step_cycles;
+  printf("v6e grouped bf16 [2,14,14,256] g8 3x3: %.0f cycles (the compiler 3,948), floor %.0f; without mxu_fill_hidden"
+         " %.0f; [8,28,28,256] %.0f, floor %.0f (29,308)\n", t, 1568 * c, t0, tw, 6272 * c);
+  CHECK(t > 0 && t < 0.7 * 1568 * c);
+  CHECK(t0 >= 1568 * c);
+  CHECK(tw >= 6272 * c);
+}
+
 int main(void) {
-  tpu_chip v5e, v5p;
+  tpu_chip v5e, v5p, v6e;
   tpu_diag d;
-  if (tpu_chip_load("v5e", &v5e, &d) != TPU_OK || tpu_chip_load("v5p", &v5p, &d) != TPU_OK) {
+  if (tpu_chip_load("v5e", &v5e, &d) != TPU_OK || tpu_chip_load("v5p", &v5p, &d) != TPU_OK ||
+      tpu_chip_load("v6e", &v6e, &d) != TPU_OK) {
     fprintf(stderr, "cannot load the presets\n");
     return 1;
   }
   group_rows_on_chip(&v5e, &v5p);
   group_merge_relayout(&v5e);
+  group_one_window(&v6e);
   CHECK_DONE();
 }
