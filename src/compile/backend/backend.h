@@ -197,6 +197,14 @@ int tpu__scan_row_major(const tpu_instr *v);
 /* scan_window.c: whether `in` relays a scan kernel's result out (a copy or transpose of it) */
 int tpu__scan_result_copy(const tpu_instr *in);
 int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf);
+/* The bytes, unpadded, a kernel writes of result leaf `leaf` (layout.c). */
+int64_t tpu__plain_write_bytes(const tpu__be *be, const tpu_instr *in, int leaf);
+/* Whether pad `in` is timed as a window over its whole result, as an unfused elementwise
+ * kernel over it (layout.c). */
+int tpu__whole_window_pad(const tpu__be *be, const tpu_instr *in);
+/* The per-element stream costs of vector kernel `in`, in bytes at the streaming rate
+ * (stream_cost.c). */
+double tpu__stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k);
 
 /* The HBM buffer holding leaf `leaf` of `in`'s value, following aliases; -1 if none. */
 int tpu__be_buffer_of(const tpu__be *be, const tpu_instr *in, int leaf);

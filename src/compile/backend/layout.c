@@ -1,5 +1,6 @@
 /* Back-end pass `layout`: tiled layouts — every array's minor two dimensions padded to the
- * vector-register tile — and each kernel's padded bytes in and out of HBM. */
+ * vector-register tile — and each kernel's padded bytes in and out of HBM (the per-element
+ * stream costs beyond them: stream_cost.c). */
 #include <string.h>
 
 #include "compile/backend/backend.h"
@@ -524,7 +525,7 @@ static int scalar_smem(const tpu__be *be, const tpu_instr *in, const tpu_instr *
  * 35,733 / 47,180; now 192,112 / 90,900 / 156,223). Not space to batch's own pad (tile.c),
  * nor an interior pad (a strided store the compiler times far below that: 9,940 cycles to
  * [16,383,256]). */
-static int whole_window_pad(const tpu__be *be, const tpu_instr *in) {
+int tpu__whole_window_pad(const tpu__be *be, const tpu_instr *in) {
   if (in->op != TPU_OP_PAD || in->noperands != 2 || in->npadding != in->shape.rank) return 0;
   if (2 * tpu__padded_bytes(be, &in->shape) < be->chip->lone_op_min_bytes) return 0;
   for (int i = 0; i < in->nattrs; i++)
@@ -552,7 +553,7 @@ static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int pad
     if (padded && state_slice(be, in->operands[0], s)) return tpu__least_tiled_bytes(be->chip, s);
   }
   if (j == 0 && in->op == TPU_OP_DYNAMIC_UPDATE_SLICE) return 0;
-  if (j == 0 && whole_window_pad(be, in)) s = &in->shape;
+  if (j == 0 && tpu__whole_window_pad(be, in)) s = &in->shape;
   if (in->op == TPU_OP_SCATTER && j < (in->noperands - 1) / 2 && tpu__scatter_fills(be, in, j)) return 0;
   if (in->op == TPU_OP_SCATTER && j < (in->noperands - 1) / 2 && !tpu__scatter_staged(be, in)) {
     /* scatter(operands[N], indices, updates[N]) row by row: only the rows the updates
@@ -585,6 +586,10 @@ static int64_t write_bytes(const tpu__be *be, const tpu_instr *in, int leaf, int
 
 int64_t tpu__write_bytes(const tpu__be *be, const tpu_instr *in, int leaf) {
   return write_bytes(be, in, leaf, 1);
+}
+
+int64_t tpu__plain_write_bytes(const tpu__be *be, const tpu_instr *in, int leaf) {
+  return write_bytes(be, in, leaf, 0);
 }
 
 static void kernel_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
@@ -625,228 +630,6 @@ static void kernel_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k) 
   k->space_vregs = sv > 0 ? sv : 1;
 }
 
-/* The rows of a broadcast along the lanes: a value over the rows (rank >= 1) spread along the
- * result's minor dimension (a norm's or softmax's per-row statistic); 0 for other ops. */
-/* The minor dimension of a fused value laid out by no layout of its own: that of an array of
- * its dimensions it is combined with elementwise, as read from a parameter of the fusion through
- * converts and elementwise ops (the broadcast vector of a strength-reduced dot runs along
- * the matrix's layout: einsum('ba,abcd->adc') over bf16[12,128,33,8]{1,3,2,0} spreads
- * [12,128] along 33 x 8 rows, b in the lanes, which the compiler's multiply_reduce fusion
- * times at 7,171 cycles on v5e, not the 50,688 lane broadcasts of a row-major [..,33,8]).
- * Where that layout is row-major, or there is none, the minor dimension of the layout that
- * pads x least, as the compiler lays out its arrays (mamba_train_assoc_b8l64d256's
- * f32[8,64,512,16] products {2,3,1,0}, 512 in the lanes, the [8,64,512] values spread along
- * the sublanes of its multiply_reduce fusions; tpusim's own values between kernels are
- * row-major). */
-static int fused_minor(const tpu_chip *chip, const tpu_instr *x) {
-  const tpu_comp *c = x->parent;
-  int rank = x->shape.rank;
-  for (int i = 0; c && i < c->ninstrs; i++) {
-    const tpu_instr *u = c->instrs[i];
-    tpu_op_class k = tpu_op_class_of(u->op);
-    if (k != TPU_CLS_BINARY && k != TPU_CLS_TERNARY) continue;
-    int reads = 0;
-    for (int j = 0; j < u->noperands; j++) reads |= u->operands[j] == x;
-    for (int j = 0; reads && j < u->noperands; j++) {
-      const tpu_instr *o = u->operands[j];
-      while (o != x && (o->op == TPU_OP_CONVERT || tpu_op_class_of(o->op) == TPU_CLS_UNARY) && o->noperands == 1 &&
-             !o->shape.has_layout)
-        o = o->operands[0];
-      if (o == x || !o->shape.has_layout || o->shape.layout_tail || o->shape.rank != rank ||
-          memcmp(o->shape.dims, x->shape.dims, sizeof o->shape.dims[0] * (size_t)rank))
-        continue;
-      int row_major = 1;
-      for (int d = 0; d < rank; d++) row_major &= o->shape.minor_to_major[d] == rank - 1 - d;
-      if (!row_major) return (int)o->shape.minor_to_major[0];
-    }
-  }
-  int second, minor;
-  tpu__least_tiling(chip, &x->shape, &second, &minor);
-  return minor;
-}
-
-static int64_t lane_broadcast_rows(const tpu_chip *chip, const tpu_instr *x) {
-  if (x->op != TPU_OP_BROADCAST || x->noperands != 1 || x->operands[0]->shape.rank < 1 || x->shape.rank < 2)
-    return 0;
-  int minor = x->shape.has_layout ? x->shape.minor_to_major[0] : fused_minor(chip, x);
-  if (x->shape.dims[minor] <= 1 || tpu_i64s_find(&x->dimensions, minor) >= 0) return 0;
-  return tpu_shape_numel(&x->shape) / x->shape.dims[minor];
-}
-
-/* The elements a reduce iterates over: a reduce over its operand's second-minor dimension
- * (the sublanes) iterates over that dimension padded to the sublanes of a 32-bit register,
- * its values widened to 32 bits: the XLA TPU compiler's cost model charges a sum over 4 rows
- * as over 8 (bf16 [256,4,4096] over axis 1 201,504 cycles on v5e, [256,16,4096] 437,152,
- * 2.2x for 4x the rows; f32 [256,4,4096] 218,592; bench/fidelity/probes cases_12,
- * data/p_red_*). */
-static int64_t reduce_tiled_elems(const tpu_chip *chip, const tpu_instr *x) {
-  const tpu_shape *s = &x->operands[0]->shape;
-  int64_t n = tpu_shape_numel(s);
-  if (s->rank < 2 || n <= 0 || !tpu_dtype_is_array(s->dtype)) return n;
-  int q = s->has_layout ? s->minor_to_major[1] : s->rank - 2;
-  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8, d = s->dims[q];
-  if (tpu__kept_layout(x->operands[0])) {
-    /* a layout tpusim's passes chose for it (a grouped convolution's statistics on its split
-     * registers: group_conv.c): its 32-bit tiles, the lanes' padding too (the compiler's
-     * multiply_reduce_fusion over f32[8,28,28,32,8]{4,0,3,2,1}, 8 of 128 lanes: 365,408
-     * cycles on v5e, 14.6 per register, as 14.9 for the same sums over [8,28,28,256]) */
-    int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128, w = s->dims[s->minor_to_major[0]];
-    if (d <= 0 || w <= 0) return n;
-    return n / d / w * ((d + sub - 1) / sub * sub) * ((w + lanes - 1) / lanes * lanes);
-  }
-  if (tpu_i64s_find(&x->dimensions, q) < 0 || d <= 0 || d % sub == 0) return n;
-  return n / d * ((d + sub - 1) / sub * sub);
-}
-
-/* Whether kernel `in` streams whole tiles of its result: an elementwise op, broadcast,
- * reduce, transpose, or a fusion of nothing else (parameters, constants, bitcasts, reshapes,
- * iotas) — not a gather, scatter, slice or copy, whose rows the compiler charges as it moves
- * them (the compiler's bf16[262144,8] gather_fusion of t5_fwd_b4s512d512h8 is not 16 times its
- * rows' cost for its 8 lanes tiled to 128). A transpose, alone or fused, is charged over the
- * tiles it writes: s8[33,33,64,33] transposed (1,2,3,0) costs the compiler 84,540 cycles on
- * v5e, 5.6 MB each way plus the stream pass on [33,33,40,128], and bf16[16,33,65,64]
- * transposed (0,1,3,2) and incremented 80,495, the pass on [16,33,64,128]: families tune
- * transpose_*, bench/fidelity/probes/transpose_tiles.py. (A compiled program's copy is not:
- * counting its tiles moves the --compiled test p90 on v4 61.9 -> 65.5 %.) */
-static int streams_tiles(const tpu_instr *x) {
-  switch (x->op) {
-    case TPU_OP_PARAMETER: case TPU_OP_CONSTANT: case TPU_OP_BITCAST: case TPU_OP_RESHAPE: case TPU_OP_IOTA:
-    case TPU_OP_BROADCAST: case TPU_OP_REDUCE: case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT:
-    case TPU_OP_TRANSPOSE:
-      return 1;
-    case TPU_OP_FUSION:
-      if (!x->calls) return 0;
-      for (int i = 0; i < x->calls->ninstrs; i++)
-        if (!streams_tiles(x->calls->instrs[i])) return 0;
-      return 1;
-    default:
-      return tpu__is_elementwise(x->op);
-  }
-}
-
-/* The array a fused reduce reads as the kernel holds it in memory: its operand traced back
- * through elementwise ops and converts of the same dimensions to a fused parameter, whose
- * fusion operand it is (`in` the fusion; `x` itself where it is the unfused reduce); NULL
- * where a reshape, broadcast or other op in between lays the values out afresh. */
-static const tpu_instr *reduce_source(const tpu_instr *in, const tpu_instr *x) {
-  if (x == in) return x->operands[0];
-  const tpu_instr *v = x->operands[0];
-  for (;;) {
-    if (v->op == TPU_OP_PARAMETER) break;
-    if (!tpu__is_elementwise(v->op) || v->noperands < 1) return NULL;
-    const tpu_instr *next = NULL;
-    for (int j = 0; j < v->noperands && !next; j++) {
-      const tpu_shape *o = &v->operands[j]->shape;
-      if (o->rank == v->shape.rank && !memcmp(o->dims, v->shape.dims, sizeof o->dims[0] * (size_t)o->rank))
-        next = v->operands[j];
-    }
-    if (!next) return NULL;
-    v = next;
-  }
-  if (v->index < 0 || v->index >= in->noperands) return NULL;
-  const tpu_instr *a = in->operands[v->index];
-  const tpu_shape *s = &x->operands[0]->shape;
-  if (a->shape.rank != s->rank || memcmp(a->shape.dims, s->dims, sizeof s->dims[0] * (size_t)s->rank)) return NULL;
-  return a;
-}
-
-/* The elements a reduce iterates over where its operand is an array in memory: that
- * array's tiles, padding included — the minor dimension to whole lanes, the second-minor
- * to the 8 rows of a 32-bit register. The XLA TPU compiler's cost model charges a sum of
- * [33,50,R,C] over axes 0 and 1 the same for C = 65 as for C = 128 and for R = 65 as for
- * R = 72 (bf16 and f32, a bf16 or f32 result, v4 v5e v5p v6e; f32 [33,50,64,65] 413,709
- * cycles on v5e, [33,50,64,128] the same), and so a sum over the rows (axis 2) and over
- * [8,56,56,C] for C = 64, 96, 128 (libtpu probes, bench/fidelity/probes/reduce_tiles.py).
- * -1 where the operand is a value laid out inside the kernel (reduce_tiled_elems). */
-static int64_t reduce_source_elems(const tpu__be *be, const tpu_instr *in, const tpu_instr *x) {
-  const tpu_instr *a = reduce_source(in, x);
-  if (!a || a->shape.rank < 2 || !tpu_dtype_is_array(a->shape.dtype)) return -1;
-  int64_t padded = tpu__value_bytes(be, a, &a->shape);
-  int q, m;
-  if (a->shape.has_layout) q = a->shape.minor_to_major[1], m = a->shape.minor_to_major[0];
-  else q = a->shape.rank - 2, m = a->shape.rank - 1;
-  if (padded != tpu__tiled_as(be->chip, &a->shape, q, m)) return -1; /* laid out otherwise: as before */
-  int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
-  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
-  /* 16- and 8-bit values widened to 32 bits: the 8 rows of a 32-bit register, not the packed tile's */
-  int64_t d = a->shape.dims[q], w = a->shape.dims[m], n = tpu_shape_numel(&a->shape);
-  if (d <= 0 || w <= 0) return -1;
-  return n / d / w * round_up(d, sub) * round_up(w, lanes);
-}
-
-/* What one instruction adds to stream_costs' scan: whether it reduces, moves the minor
- * dimension (a transpose), the elements it iterates over and the rows it broadcasts along
- * the lanes. */
-static void scan_one(const tpu__be *be, const tpu_instr *in, const tpu_instr *x, int *reduces, int64_t *moved,
-                     int64_t *n, int64_t *rows) {
-  const tpu_chip *chip = be->chip;
-  *rows += lane_broadcast_rows(chip, x);
-  if (x->op == TPU_OP_REDUCE && x->noperands > 0) {
-    *reduces = 1;
-    int64_t e = reduce_source_elems(be, in, x);
-    if (e < 0) e = reduce_tiled_elems(chip, x);
-    if (e > *n) *n = e;
-  }
-  if (tpu__moves_minor(chip, x)) *moved += tpu_shape_numel(&x->shape);
-}
-
-/* A fusion that is one reduce of its widened operand (parameters, converts and bitcasts
- * feeding a single reduce: JAX's sum over bf16 converts to f32 first) over rows, not the
- * lanes, its result narrowed back to 16 bits: the compiler folds the converts away and times
- * it as the unfused reduce, lone_op_bytes included (bf16 [256,16,4096] summed over axis 1
- * costs v5e 437,152 cycles, twice f32 [256,4,4096]'s lone reduce of as many 32-bit tiled
- * elements, 218,592; bench/fidelity/probes cases_12). One over the lanes it does not (bf16
- * [64,1024,1024] summed over axes 1,2, layer norms over bf16 rows: within 3 % without it,
- * calibration corpus), nor one whose result stays f32 (jnp.var's sums: a kLoop
- * convert_reduce_fusion; bf16 [33,33,64,65] summed over axis 2 to f32 costs v5e 125,907
- * cycles, to bf16 233,314: probes/reduce_tiles.py). */
-static int widened_reduce(const tpu_instr *in) {
-  if (in->op != TPU_OP_FUSION || !in->calls) return 0;
-  size_t rb = tpu_dtype_size(in->shape.dtype);
-  if (rb == 0 || rb >= 4) return 0;
-  int reduces = 0;
-  for (int i = 0; i < in->calls->ninstrs; i++) {
-    const tpu_instr *x = in->calls->instrs[i];
-    if (x->op == TPU_OP_REDUCE) {
-      const tpu_shape *os = &x->operands[0]->shape;
-      int m = os->has_layout && os->rank > 0 ? os->minor_to_major[0] : os->rank - 1;
-      if (tpu_i64s_find(&x->dimensions, m) >= 0) return 0; /* over the lanes: as fused (norms) */
-      reduces++;
-    } else if (x->op != TPU_OP_PARAMETER && x->op != TPU_OP_CONSTANT && x->op != TPU_OP_CONVERT && x->op != TPU_OP_BITCAST)
-      return 0;
-  }
-  return reduces == 1;
-}
-
-/* Whether kernel operand `o` is a gather's result (through reshapes). The XLA TPU compiler
- * runs a gather as a kCustom gather_fusion that takes in no consumer, so a reduce of its
- * rows (an embedding bag's sum) is an unfused reduce there, timed as the lone reduce of a
- * parameter of its tiled shape: f32 [256,50,1024] summed over axis 1 after a gather
- * (embedding_bag_30522x1024_b256k50_f32's reduce_sum.7) costs the compiler 318,208 cycles on
- * v4 and 442,208 on v5e, exactly the unfused reduce of a parameter f32[256,56,1024] (libtpu
- * probe outside the corpus, tpu_compile.py: 318,208 / 442,208; [256,50,1024] 284,128 /
- * 394,832), where tpusim, charging it as a fused reduce, gave 264,558 / 272,378. An
- * elementwise op after a gather is not lone there (f32[4096,1024] gathered times 2: 77,160
- * cycles on v4, the fused rate), so only a reduce takes this. */
-static int gathered_operand(const tpu_instr *o) {
-  while ((o->op == TPU_OP_RESHAPE || o->op == TPU_OP_BITCAST) && o->noperands == 1) o = o->operands[0];
-  return o->op == TPU_OP_GATHER;
-}
-
-/* The per-element costs the XLA TPU compiler's cost model charges a vector kernel on the
- * HBM port beyond its transfers, in bytes at the streaming rate (docs/timing.md; each
- * chip field's note gives the compiler probe it comes from):
- * - stream_pass_bytes per element it iterates over when it reduces or writes a result
- *   narrower than 32 bits (16-bit, 8-bit, pred: (x * s).astype(int8 or f8e4m3fn) over bf16
- *   [4096,4096] costs the v5e compiler 269,904 cycles, its 48 MiB plus 4.2 B per element,
- *   as x > 0 does; gen.py narrow_results), once per kernel, however many it has;
- * - lone_op_bytes per element for an unfused elementwise op, convert, reduce or broadcast whose bytes
- *   in and out reach lone_op_min_bytes (the compiler leaves a single op unfused and times
- *   it slower than the same op in a fusion);
- * - transpose_bytes per element of each transpose that moves the minor dimension;
- * - row_broadcast_cycles per row of each broadcast along the lanes, split over the chip's
- *   TensorCores (x * s[:, None] over f32 [65536,128] costs 8,192 cycles more than x * 2 on
- *   v6e, 1/8 cycle per row at every width from 128 to 2,048; gen.py row_broadcast). */
 /* The pooling reduce-window kernel `in` is or holds (its fused computation's root, through
  * element-wise epilogue ops): a reduce-window of one operand, laid out, sliding along some
  * dimension and not along the two minor ones of its layout (sublanes and lanes), nor over a
@@ -876,14 +659,6 @@ static const tpu_instr *pool_window(const tpu_instr *in) {
   return any ? w : NULL;
 }
 
-/* Whether `in` is one of the kernels space_to_batch.c builds (its root marked s2b_kernel). */
-static int s2b_kernel(const tpu_instr *in) {
-  const tpu_instr *r = in->op == TPU_OP_FUSION && in->calls && in->calls->root ? in->calls->root : in;
-  for (int i = 0; i < r->nattrs; i++)
-    if (!strcmp(r->attrs[i].name, "s2b_kernel")) return 1;
-  return 0;
-}
-
 /* The bytes value v's shape s takes as laid out (v NULL: s's own layout, or row-major) and
  * the dimension in its lanes: the least padded tiling where the compiler chooses v's layout
  * (free_layout), else s's. */
@@ -892,87 +667,6 @@ int64_t tpu__value_tiling(const tpu__be *be, const tpu_instr *v, const tpu_shape
   *lane = s->has_layout ? s->minor_to_major[0] : s->rank - 1;
   if (v && free_layout(be, v, s)) return tpu__least_tiling(be->chip, s, &second, lane);
   return tpu__padded_bytes(be, s);
-}
-
-/* The elements of the transpose a reducing kernel's product is laid out as: the XLA TPU
- * compiler computes a strength-reduced dot's product in the layout one operand lies in, so
- * that operand's transpose into the dot's order is a layout, not a move; the largest moving
- * transpose of the product's size is that one (JAX's 'badc,adbc->ba': both operands
- * transposed into the product, the compiler's fused_computation.1 copies one, copy.3, and
- * bitcasts the other: 4,804 cycles on v6e, about one transpose's transpose_bytes beside the
- * stream pass; families tune einsum_badc_adbc_ba_a8_b4_c16_d512_bf16). 0 without a reduce. */
-static int64_t product_layout_transpose(const tpu__be *be, const tpu_comp *c) {
-  int64_t prod = 0, best = 0;
-  for (int i = 0; i < c->ninstrs; i++) {
-    const tpu_instr *x = c->instrs[i];
-    if (x->op == TPU_OP_REDUCE && x->noperands > 0 && tpu_shape_numel(&x->operands[0]->shape) > prod)
-      prod = tpu_shape_numel(&x->operands[0]->shape);
-  }
-  for (int i = 0; prod > 0 && i < c->ninstrs; i++) {
-    const tpu_instr *x = c->instrs[i];
-    int64_t e = tpu_shape_numel(&x->shape);
-    if (x->op == TPU_OP_TRANSPOSE && e == prod && e > best && tpu__moves_minor(be->chip, x)) best = e;
-  }
-  return best;
-}
-
-static double stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
-  const tpu_chip *ch = be->chip;
-  if (ch->stream_pass_bytes <= 0 && ch->lone_op_bytes <= 0 && ch->transpose_bytes <= 0 && ch->row_broadcast_cycles <= 0 &&
-      ch->concat_shift_cycles <= 0)
-    return 0;
-  int reduces = 0, narrow = 0;
-  int64_t n = 0, moved = 0, rows = 0;
-  /* (a kernel that is a reshape moves rows, as a copy does: the compiler's relayout of
-   * bf16[8,7,7,128] to [8,7,7,8,16] is not 8 times its rows' cost for its 16 lanes) */
-  /* (nor a kernel of space to batch's form, whose transposes relay a convolution's pieces
-   * as the compiler's own relayouts do: space_to_batch.c marks them s2b_kernel; its unfold
-   * into tiles of fewer than 8 rows is timed per tile written, tile.c relayout_tiles) */
-  const int tiles = in->op != TPU_OP_RESHAPE && in->op != TPU_OP_BITCAST && streams_tiles(in) && !s2b_kernel(in);
-  int nl = tpu__leaves(&in->shape);
-  for (int l = 0; l < nl; l++) {
-    const tpu_shape *s = tpu__leaf(&in->shape, l);
-    if (!s || !tpu_dtype_is_array(s->dtype)) continue;
-    if (tpu_dtype_size(s->dtype) < 4) narrow = 1; /* 16-bit, 8-bit and pred results alike */
-    /* the elements of the tiles it writes, padding included, where it streams whole tiles
-     * (the XLA TPU compiler charges bf16(a * b + a) over f32 [33,33,64,65] as over
-     * [33,33,64,128], 287,497 cycles on v5e: test_reduce_tiles.c); an in-place update (dynamic-update-slice, scatter) writes its
-     * update, not the whole buffer */
-    int64_t e = tiles ? write_bytes(be, in, l, 1) * 8 / tpu_dtype_bits(s->dtype)
-                      : write_bytes(be, in, l, 0) / (int64_t)tpu_dtype_size(s->dtype);
-    if (e > n) n = e;
-  }
-  if (in->op == TPU_OP_FUSION && in->calls) {
-    for (int i = 0; i < in->calls->ninstrs; i++) scan_one(be, in, in->calls->instrs[i], &reduces, &moved, &n, &rows);
-    moved -= product_layout_transpose(be, in->calls);
-  } else {
-    scan_one(be, in, in, &reduces, &moved, &n, &rows);
-  }
-  double x = 0;
-  if (reduces || narrow) x += ch->stream_pass_bytes * (double)n;
-  tpu_op_class cls = tpu_op_class_of(in->op);
-  int lone = in->op == TPU_OP_CONVERT || in->op == TPU_OP_REDUCE || in->op == TPU_OP_BROADCAST || cls == TPU_CLS_UNARY ||
-             cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY || widened_reduce(in) || whole_window_pad(be, in);
-  /* Only where the compiler too has nothing to fuse it with: every array operand a
-   * parameter or a constant (tpusim leaves ops unfused that the compiler puts in a
-   * multi-output fusion; those are not lone there), or, for a reduce, a gather's result
-   * (gathered_operand). */
-  const int reducing = in->op == TPU_OP_REDUCE || widened_reduce(in);
-  for (int j = 0; lone && j < in->noperands; j++) {
-    const tpu_instr *o = in->operands[j];
-    while ((o->op == TPU_OP_BITCAST || o->op == TPU_OP_COPY_DONE || o->op == TPU_OP_COPY_START) && o->noperands == 1)
-      o = o->operands[0];
-    lone = o->op == TPU_OP_PARAMETER || o->op == TPU_OP_CONSTANT || o->shape.rank == 0 || (reducing && gathered_operand(o));
-  }
-  if (lone && k->padded_bytes >= (double)ch->lone_op_min_bytes) x += ch->lone_op_bytes * (double)n;
-  x += ch->transpose_bytes * (double)moved;
-  if (ch->concat_shift_cycles > 0) {
-    x += ch->concat_shift_cycles * tpu__kernel_shift_regs(be, in) * tpu_chip_hbm_stream_bw(ch) / ch->clock_hz;
-  }
-  if (ch->row_broadcast_cycles > 0 && rows > 0)
-    x += ch->row_broadcast_cycles * (double)rows / (double)(ch->tensorcores > 0 ? ch->tensorcores : 1) *
-         tpu_chip_hbm_stream_bw(ch) / ch->clock_hz;
-  return x;
 }
 
 /* A matmul kernel writing 16-bit results pays the chip's per-element stream pass on those
@@ -1015,7 +709,7 @@ tpu_status tpu__pass_layout(tpu__be *be) {
              * 14,070 from HBM). */
             const int win = pool_window(in) != NULL;
             be->p->ops[k->op].window = win;
-            be->p->ops[k->op].xbytes = be->p->ops[k->op].dma ? 0 : stream_costs(be, in, k) +
+            be->p->ops[k->op].xbytes = be->p->ops[k->op].dma ? 0 : tpu__stream_costs(be, in, k) +
                 (win ? be->chip->window_start_cycles * tpu_chip_hbm_stream_bw(be->chip) / be->chip->clock_hz : 0);
           }
           if (k->kind == TPU__K_MATMUL) be->p->ops[k->op].out_scale = result_pass(be, in, k);

@@ -277,18 +277,6 @@ static tpu_status sink_convert(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_i
  * reshapes of dimensions of one element that leaves its other dimensions in their order.
  * The layouts a JAX program's text gives values inside it bind nothing (the compiler's layout
  * assignment chooses them); a compiled program's (tiled: T(8,128)...) are left alone. */
-static int unit_only_reshape(const tpu_instr *x) {
-  if (x->op != TPU_OP_RESHAPE || x->noperands != 1) return 0;
-  const tpu_shape *a = &x->operands[0]->shape, *r = &x->shape;
-  int i = 0, j = 0;
-  for (;;) {
-    while (i < a->rank && a->dims[i] == 1) i++;
-    while (j < r->rank && r->dims[j] == 1) j++;
-    if (i == a->rank || j == r->rank) return i == a->rank && j == r->rank;
-    if (a->dims[i++] != r->dims[j++]) return 0;
-  }
-}
-
 static tpu_status undo_transposes(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl) {
   *repl = NULL;
   if (in->op != TPU_OP_TRANSPOSE || in->noperands != 1 || in->shape.rank > TPU_MAX_RANK || tpu__fuse_own_kernel(in))
@@ -307,7 +295,7 @@ static tpu_status undo_transposes(tpu_builder *b, tpu_comp *c, tpu_instr *in, tp
     int64_t ym[TPU_MAX_RANK]; /* x's dimension d is y's ym[d] */
     if (x->op == TPU_OP_TRANSPOSE && x->dimensions.n == x->shape.rank) {
       for (int d = 0; d < x->shape.rank; d++) ym[d] = x->dimensions.v[d];
-    } else if (unit_only_reshape(x)) {
+    } else if (x->op == TPU_OP_RESHAPE && x->noperands == 1 && tpu__unit_reshape(x)) {
       int i = 0;
       for (int d = 0; d < x->shape.rank; d++) {
         ym[d] = -1;

@@ -305,26 +305,6 @@ static void conv_scatter(void) {
   CHECK(toff > 0 && toff < 0.5 * t);
 }
 
-/* HLO program src compiled for chip c through every pass, as `tpusim run` compiles it (the
- * HLO passes too: the input's relayout into the convolution's layout is its own kernel). */
-static tpu_program *compile_all(const char *src, const tpu_chip *c) {
-  tpu_module *m = NULL;
-  tpu_diag d;
-  tpu_program *p = NULL;
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = c;
-  o.precision_override = -1;
-  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK && tpu_ir_verify(m, &d) == TPU_OK &&
-      tpu_compile(m, &o, &p, &d) != TPU_OK) {
-    tpu_program_free(p);
-    p = NULL;
-  }
-  if (p) p->module = NULL; /* the module goes; the program does not need it for timing */
-  tpu_module_free(m);
-  return p;
-}
-
 /* The cycles of the convolution kernel of HLO program src on chip c (the op of kind
  * fusion:kOutput or convolution), -1 if none. */
 static double kernel_cycles(const char *src, const tpu_chip *c) {

@@ -15,24 +15,6 @@
 #include "ir/verify.h"
 #include "timing_util.h"
 
-static tpu_program *compile_all(const char *src, const tpu_chip *c) {
-  tpu_module *m = NULL;
-  tpu_diag d;
-  tpu_program *p = NULL;
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = c;
-  o.precision_override = -1;
-  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK && tpu_ir_verify(m, &d) == TPU_OK &&
-      tpu_compile(m, &o, &p, &d) != TPU_OK) {
-    tpu_program_free(p);
-    p = NULL;
-  }
-  if (p) p->module = NULL;
-  tpu_module_free(m);
-  return p;
-}
-
 /* The cycles of the op named `name` (or, with name NULL, the convolution's kernel: kind
  * fusion:kOutput) of HLO program src on chip c; -1 if none. */
 static double cycles_of(const char *src, const tpu_chip *c, const char *name) {

@@ -19,22 +19,32 @@
 #include "ir/layout.h"
 #include "ir/verify.h"
 
+/* The computations both programs share: the reduce's sum, f0's negate into VMEM, f2's square. */
+#define K_ADD_NEG \
+    "%add (a: f32[], b: f32[]) -> f32[] {\n" \
+    "  %a = f32[] parameter(0)\n" \
+    "  %b = f32[] parameter(1)\n" \
+    "  ROOT %s = f32[] add(%a, %b)\n" \
+    "}\n" \
+    "\n" \
+    "%neg (q: bf16[8,128,768]) -> bf16[8,128,768] {\n" \
+    "  %q = bf16[8,128,768]{2,1,0:T(8,128)(2,1)} parameter(0)\n" \
+    "  ROOT %n = bf16[8,128,768]{2,1,0:T(8,128)(2,1)S(1)} negate(%q)\n" \
+    "}\n" \
+    "\n"
+#define K_SQ \
+    "%sq (u: f32[8,128]) -> f32[8,128] {\n" \
+    "  %u = f32[8,128]{1,0:T(8,128)S(1)} parameter(0)\n" \
+    "  ROOT %m = f32[8,128]{1,0:T(8,128)} multiply(%u, %u)\n" \
+    "}\n" \
+    "\n"
+
 /* f0 = -x into VMEM; f1 = sum over the last dimension of f0, read where f0 left it, into
  * VMEM; f2 = f1 * f1 back to HBM. */
 static const char *k_src =
     "HloModule resident\n"
     "\n"
-    "%add (a: f32[], b: f32[]) -> f32[] {\n"
-    "  %a = f32[] parameter(0)\n"
-    "  %b = f32[] parameter(1)\n"
-    "  ROOT %s = f32[] add(%a, %b)\n"
-    "}\n"
-    "\n"
-    "%neg (q: bf16[8,128,768]) -> bf16[8,128,768] {\n"
-    "  %q = bf16[8,128,768]{2,1,0:T(8,128)(2,1)} parameter(0)\n"
-    "  ROOT %n = bf16[8,128,768]{2,1,0:T(8,128)(2,1)S(1)} negate(%q)\n"
-    "}\n"
-    "\n"
+    K_ADD_NEG
     "%sum (p: bf16[8,128,768]) -> f32[8,128] {\n"
     "  %p = bf16[8,128,768]{2,1,0:T(8,128)(2,1)S(1)} parameter(0)\n"
     "  %c = f32[8,128,768]{2,1,0:T(8,128)} convert(%p)\n"
@@ -42,11 +52,7 @@ static const char *k_src =
     "  ROOT %r = f32[8,128]{1,0:T(8,128)S(1)} reduce(%c, %z), dimensions={2}, to_apply=%add\n"
     "}\n"
     "\n"
-    "%sq (u: f32[8,128]) -> f32[8,128] {\n"
-    "  %u = f32[8,128]{1,0:T(8,128)S(1)} parameter(0)\n"
-    "  ROOT %m = f32[8,128]{1,0:T(8,128)} multiply(%u, %u)\n"
-    "}\n"
-    "\n"
+    K_SQ
     "ENTRY %main (x: bf16[8,128,768]) -> f32[8,128] {\n"
     "  %x = bf16[8,128,768]{2,1,0:T(8,128)(2,1)} parameter(0)\n"
     "  %f0 = bf16[8,128,768]{2,1,0:T(8,128)(2,1)S(1)} fusion(%x), kind=kLoop, calls=%neg\n"
@@ -62,17 +68,7 @@ static const char *k_src =
 static const char *k_scaled =
     "HloModule resident_scaled\n"
     "\n"
-    "%add (a: f32[], b: f32[]) -> f32[] {\n"
-    "  %a = f32[] parameter(0)\n"
-    "  %b = f32[] parameter(1)\n"
-    "  ROOT %s = f32[] add(%a, %b)\n"
-    "}\n"
-    "\n"
-    "%neg (q: bf16[8,128,768]) -> bf16[8,128,768] {\n"
-    "  %q = bf16[8,128,768]{2,1,0:T(8,128)(2,1)} parameter(0)\n"
-    "  ROOT %n = bf16[8,128,768]{2,1,0:T(8,128)(2,1)S(1)} negate(%q)\n"
-    "}\n"
-    "\n"
+    K_ADD_NEG
     "%sum (p: bf16[8,128,768], v: f32[768]) -> f32[8,128] {\n"
     "  %p = bf16[8,128,768]{2,1,0:T(8,128)(2,1)S(1)} parameter(0)\n"
     "  %v = f32[768]{0:T(1024)S(1)} parameter(1)\n"
@@ -83,11 +79,7 @@ static const char *k_scaled =
     "  ROOT %r = f32[8,128]{1,0:T(8,128)S(1)} reduce(%m, %z), dimensions={2}, to_apply=%add\n"
     "}\n"
     "\n"
-    "%sq (u: f32[8,128]) -> f32[8,128] {\n"
-    "  %u = f32[8,128]{1,0:T(8,128)S(1)} parameter(0)\n"
-    "  ROOT %m = f32[8,128]{1,0:T(8,128)} multiply(%u, %u)\n"
-    "}\n"
-    "\n"
+    K_SQ
     "ENTRY %main (x: bf16[8,128,768], s: f32[768]) -> f32[8,128] {\n"
     "  %x = bf16[8,128,768]{2,1,0:T(8,128)(2,1)} parameter(0)\n"
     "  %s = f32[768]{0:T(1024)} parameter(1)\n"

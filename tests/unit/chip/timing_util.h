@@ -1,4 +1,5 @@
-/* Helpers shared by the timing tests against closed forms (test_timing.c, test_timing_conv.c):
+/* Helpers shared by the timing tests against closed forms (test_timing.c, test_timing_conv.c,
+ * test_timing_gconv.c):
  * HLO text compiled by the back end, a program's time on a chip, the assembler, HBM latency. */
 #ifndef TPU_TESTS_TIMING_UTIL_H
 #define TPU_TESTS_TIMING_UTIL_H
@@ -30,6 +31,26 @@ static inline tpu_program *compile_src(const char *src, const tpu_chip *chip, in
     char buf[1200];
     tpu_diag_format(&d, buf, sizeof buf);
     fprintf(stderr, "compile: %s\n", buf);
+  }
+  if (p) p->module = NULL; /* the module goes; the program does not need it for timing */
+  tpu_module_free(m);
+  return p;
+}
+
+/* HLO program src compiled for chip c through every pass, as `tpusim run` compiles it (the
+ * HLO passes too: the input's relayout into the convolution's layout is its own kernel). */
+static inline tpu_program *compile_all(const char *src, const tpu_chip *c) {
+  tpu_module *m = NULL;
+  tpu_diag d;
+  tpu_program *p = NULL;
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = c;
+  o.precision_override = -1;
+  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK && tpu_ir_verify(m, &d) == TPU_OK &&
+      tpu_compile(m, &o, &p, &d) != TPU_OK) {
+    tpu_program_free(p);
+    p = NULL;
   }
   if (p) p->module = NULL; /* the module goes; the program does not need it for timing */
   tpu_module_free(m);

@@ -125,6 +125,19 @@ static inline int time_program(const tpu_program *p, const tpu_chip *c, tpu_time
   return ok;
 }
 
+/* Program p (NULL allowed) timed on chip c: the cycles (with `cycles`) or the HBM bytes of
+ * its op named `name`; -1 when p is NULL, timing fails (checked) or no op has that name. */
+static inline double named_op_value(const tpu_program *p, const tpu_chip *c, const char *name, int cycles) {
+  tpu_timeline tl;
+  double v = -1;
+  if (p && time_program(p, c, &tl)) {
+    for (int i = 0; i < tl.nops; i++)
+      if (!strcmp(tl.ops[i].name, name)) v = cycles ? (double)tl.ops[i].cycles : tl.ops[i].hbm_bytes;
+    tpu_timeline_free(&tl);
+  }
+  return v;
+}
+
 /* src compiled for chip c and timed: 1 with *tl filled (the caller frees it), 0 when either
  * step fails (compile failures are checked). */
 static inline int time_src(const char *src, const tpu_chip *c, tpu_timeline *tl) {

@@ -17,13 +17,7 @@ static double scan_bytes(const char *src, int64_t budget) {
   c.xprefetch_max_bytes = 1; /* the scan reads its parameter from HBM */
   tpu_module *m = NULL;
   tpu_program *p = compile_src_on(src, &c, &m);
-  tpu_timeline tl;
-  double b = -1;
-  if (p && time_program(p, &c, &tl)) {
-    for (int i = 0; i < tl.nops; i++)
-      if (!strcmp(tl.ops[i].name, "r")) b = tl.ops[i].hbm_bytes;
-    tpu_timeline_free(&tl);
-  }
+  double b = named_op_value(p, &c, "r", 0);
   tpu_program_free(p);
   tpu_module_free(m);
   return b;

@@ -55,13 +55,7 @@ static void scan_in_vmem(void) {
   tpu_chip c;
   tpu_module *m = NULL;
   tpu_program *p = compile_for_with("v5e", src, 1, &c, &m);
-  tpu_timeline tl;
-  double b = -1;
-  if (p && time_program(p, &c, &tl)) {
-    for (int i = 0; i < tl.nops; i++)
-      if (!strcmp(tl.ops[i].name, "r")) b = tl.ops[i].hbm_bytes;
-    tpu_timeline_free(&tl);
-  }
+  double b = named_op_value(p, &c, "r", 0);
   tpu_program_free(p);
   tpu_module_free(m);
   printf("v5e scan kernel of s32[80,126,80]: %.0f HBM bytes\n", b);
@@ -77,15 +71,7 @@ static void scan_copies_alike(void) {
   tpu_chip c;
   tpu_module *m = NULL;
   tpu_program *p = compile_for_with("v5e", src, 1, &c, &m);
-  tpu_timeline tl;
-  double in = -1, out = -1;
-  if (p && time_program(p, &c, &tl)) {
-    for (int i = 0; i < tl.nops; i++) {
-      if (!strcmp(tl.ops[i].name, "copy.scan_layout")) in = (double)tl.ops[i].cycles;
-      if (!strcmp(tl.ops[i].name, "copy.scan_result")) out = (double)tl.ops[i].cycles;
-    }
-    tpu_timeline_free(&tl);
-  }
+  double in = named_op_value(p, &c, "copy.scan_layout", 1), out = named_op_value(p, &c, "copy.scan_result", 1);
   tpu_program_free(p);
   tpu_module_free(m);
   printf("v5e copies around the scan of s32[80,126,80]: in %.0f, out %.0f cycles\n", in, out);
