@@ -839,11 +839,7 @@ class Step(AttentionMixin, TensorParallelMixin, PipelineMixin, WeightsMixin):
             f"backend_config={{\"known_trip_count\":{{\"n\":\"{L}\"}}}}")
         g.e(f"gx0 = {ty(cd, (Tm, D))} get-tuple-element(bloop), index=1")
         # Embedding gradient: scatter-add of the token gradients into this chip's rows.
-        g.e(f"ze = {cd}[] constant(0)")
-        self.bcast(g, "zemb", "ze", self.gw["emb"][0], ())
-        g.e(f"gembf = {ty(cd, self.gw['emb'][0])} scatter(zemb, id, gx0), update_window_dims={{1}}, "
-            f"inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=add_{cd}")
-        self.scatter_g(g, "gse", "gembf", *self.gw["emb"])
+        self.embedding_grad(g, "id", "gx0")
         news = []
         base = 2 + len(sv) + len(lws)
         for k, nm in enumerate(lws):

@@ -252,11 +252,7 @@ class PipelineMixin:
         # The embedding's input gradients (on stage 0) summed over the stages, scattered into its rows.
         self.ar(g, "gxr", "gxl", R3, self.g_stage, Pp)
         g.e(f"gx0 = {ty(cd, (M * Tm, D))} reshape(gxr)")
-        g.e(f"ze = {cd}[] constant(0)")
-        self.bcast(g, "zemb", "ze", self.gw["emb"][0], ())
-        g.e(f"gembf = {ty(cd, self.gw['emb'][0])} scatter(zemb, idf, gx0), update_window_dims={{1}}, "
-            f"inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=add_{cd}")
-        self.scatter_g(g, "gse", "gembf", *self.gw["emb"])
+        self.embedding_grad(g, "idf", "gx0")
         news = []
         base = 4 + len(sv) + len(lws)
         for k2, nm in enumerate(lws):

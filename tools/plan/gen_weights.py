@@ -178,6 +178,16 @@ class WeightsMixin:
             g.e(f"PF.{nm} = {ty(self.cd, full)} all-gather-done(pf.{nm}.st)")
         return [f"PF.{nm}" for nm in self.lw]
 
+    def embedding_grad(self, g, ids, gx):
+        """gse: the embedding's gradient, the token gradients gx scatter-added into the rows the
+        token ids ids read (zeros elsewhere), reduce-scattered as the embedding's shard."""
+        cd = self.cd
+        g.e(f"ze = {cd}[] constant(0)")
+        self.bcast(g, "zemb", "ze", self.gw["emb"][0], ())
+        g.e(f"gembf = {ty(cd, self.gw['emb'][0])} scatter(zemb, {ids}, {gx}), update_window_dims={{1}}, "
+            f"inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=add_{cd}")
+        self.scatter_g(g, "gse", "gembf", *self.gw["emb"])
+
     def scatter_g(self, g, out, src, full, fd, windowed=False):
         """A full weight gradient (compute dtype) -> this chip's fsdp shard in f32 (windowed:
         src is already this chip's block, summed round the ring by wgrad)."""
