@@ -54,6 +54,11 @@ ROWS = [
     ("maxtext_128b_v5e", "v5e", 256, 16, "full", 110, 56.06,
      "v5e/README, 128b.sh at 76bd53b0: scale 128, per_device_batch 1, fsdp 16, tensor 16"),
 ]
+# The collectives each row's script lets the XLA TPU compiler run asynchronously (its
+# LIBTPU_INIT_ARGS): the v5p and v5e scripts of 76bd53b0 set MaxText's async collective fusion
+# flags (all); the v4 scripts (1xv4-128.sh at 281e04bf, 1xv4-384.sh at e286533d, v4/22b.sh and
+# 52b.sh at 76bd53b0) only --xla_enable_async_all_gather=true (all-gather).
+XLA_ASYNC = {"v5p": "all", "v5e": "all", "v4": "all-gather"}
 # The program each row's figure was measured on: (global_parameter_scale of the 2023 base.yml,
 # or a model file), per-device batch, and how that commit's train.py counted TFLOP/s.
 RUN = {"maxtext_32b": (32, 8, "6N+causal"), "maxtext_64b": (64, 4, "6N+causal"),
@@ -132,7 +137,7 @@ def main():
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
             json.dump(m, fh)
         cmd = [a.tpusim, "plan", fh.name, "--chips", chip, "--slice", str(n), "--tensor", str(t), "--fsdp", str(f),
-               "--data", "1", "--micro", "1", "--remat", remat, "--ignore-hbm", "--json"]
+               "--data", "1", "--micro", "1", "--remat", remat, "--ignore-hbm", "--json", "--xla-async", XLA_ASYNC[chip]]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True)
         host = time.perf_counter() - t0
@@ -150,7 +155,8 @@ def main():
         peak, cores, hbm = (spec[k]["value"] for k in ("peak_bf16_flops", "tensorcores", "hbm_bytes"))
         tf = row_flops_per_token(name, m) * m["batch_tokens"] / (x["step_s"] * n) / 1e12
         need, fits = footprint(a.tpusim, m, {"data": 1, "fsdp": f, "tensor": t, "micro": 1, "remat": remat,
-                                             "windowed": x.get("windowed", False)}, chip)
+                                             "windowed": x.get("windowed", False),
+                                             **({"overlap": False} if XLA_ASYNC[chip] == "all-gather" else {})}, chip)
         out.append({"name": name, "split": split(name), "chip": chip, "slice": f"{chip}-{n * cores}",
                     "mesh": f"1x{f}x{t}", "remat": remat, "params": gen.param_count(m), "step": x["step_s"],
                     "need": need, "fits": fits and need <= hbm, "hbm": hbm, "tf": tf, "pub_tf": pub_tf,

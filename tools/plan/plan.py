@@ -493,7 +493,7 @@ def hbm_peak_1chip(a, chip, st):
 def time_program(a, chip, st, tmp, tag):
     """tpusim's verdict on one program: ("ok", report) or ("no-fit", bytes) or ("error", msg)."""
     topo = mesh_topology(chip, st)
-    if a.lib is not None:  # in this process, through libtpusim (inproc.py)
+    if a.lib is not None and a.xla_async == "all":  # in this process, through libtpusim (inproc.py)
         try:
             return "ok", a.lib.time(st.module(), chip.get("spec", chip["name"]), f"c{tag}.hlo", slices=a.slices,
                                     topology=topo)
@@ -506,7 +506,8 @@ def time_program(a, chip, st, tmp, tag):
         fh.write(st.module())
     r = subprocess.run([a.tpusim, "run", path, "--mode", "timing", "--chip", chip.get("spec", chip["name"]), "--quiet",
                         "--report", rep] + (["--slices", str(a.slices)] if a.slices > 1 else []) +
-                       (["--topology", topo] if topo else []),
+                       (["--topology", topo] if topo else []) +
+                       (["--sync-collectives"] if a.xla_async == "all-gather" else []),
                        capture_output=True, text=True)
     try:
         if r.returncode != 0:
@@ -604,7 +605,8 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
             "repeats": a.pipeline_repeats if pt > 1 else 1, "dcn": a.dcn_axis,
             **({"schedule": a.pipeline_schedule} if pt > 1 else {}),
             "slice": slice_name(chip, n) + (f" x{a.slices}" if a.slices > 1 else ""), "slices": a.slices,
-            "windowed": windowed(chip, n, d, f, t) and pt == 1 and not a.no_windowed_einsum}
+            "windowed": windowed(chip, n, d, f, t) and pt == 1 and not a.no_windowed_einsum,
+            **({"overlap": False} if a.xla_async == "all-gather" else {})}
     if state - chip["onchip"] > chip["hbm"] and not a.ignore_hbm:
         return [dict(base, micro=None, remat=None, status="no-fit", why="weights+optimizer",
                      hbm_need=int(state))]
@@ -876,6 +878,11 @@ def main(argv):
     ap.add_argument("--no-windowed-einsum", action="store_true",
                     help="gather and reduce-scatter FSDP weights where the chip's XLA compiler would pass them "
                          "round a ring (docs/spmd.md)")
+    ap.add_argument("--xla-async", choices=["all", "all-gather"], default="all",
+                    help="the collectives the XLA TPU compiler runs asynchronously: all (MaxText's async collective "
+                         "fusion flags; the default), or all-gather (--xla_enable_async_all_gather alone, MaxText's "
+                         "v4 scripts of 2023): the others synchronous where the program places them, and the weight "
+                         "gathers not pipelined across layers (docs/plan.md)")
     ap.add_argument("--exact", action="store_true",
                     help="time every microbatch iteration instead of extrapolating from one and two")
     ap.add_argument("--in-process", action="store_true",
