@@ -163,5 +163,25 @@ rows = [x for x in r["rows"] if x["name"] in want]
 assert len(rows) == 4 * len(want) and not r["failures"], (len(rows), r["failures"])
 sys.exit(1 if failures(rows, want) else 0)
 PY
+# Rules of the compiler's compiled programs (compare.py --compiled: tpusim times the XLA TPU
+# compiler's own fusions, layouts and memory spaces), pinned alike.
+python3 bench/fidelity/compare.py --tpusim "$BIN" --corpus bench/fidelity/families --no-mem --compiled \
+  --only gpt2_train_b8s128d512h8 \
+  --json "$T/c.json" > "$T/cout" 2> "$T/cerr" || fail "compare.py --compiled exited $?: $(cat "$T/cerr") $(tail -5 "$T/cout")"
+python3 - "$T/c.json" <<'PY' || fail "a compiled-program rule's cost moved"
+import json, sys
+sys.path.insert(0, "tests/cli/lib")
+from ratio_pins import failures
+r = json.load(open(sys.argv[1]))
+want = {
+    # session 17 (v4): a matmul kernel writing its result into VMEM for the program's own
+    # copy-start to take to HBM writes on chip (vmem_assign.c mark_evictions; the SGD
+    # update fused into each weight gradient; 1.016/1.023/1.020/1.227 before)
+    "gpt2_train_b8s128d512h8": (1.016, 1.011, 1.020, 1.109),
+}
+rows = [x for x in r["rows"] if x["name"] in want]
+assert len(rows) == 4 * len(want) and not r["failures"], (len(rows), r["failures"])
+sys.exit(1 if failures(rows, want) else 0)
+PY
 [ $fails -eq 0 ] && echo "fidelity_rules: ok"
 exit $fails

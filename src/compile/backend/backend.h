@@ -77,6 +77,10 @@ typedef struct tpu__kinfo {
   int xpf;                 /* an entry parameter the previous step prefetched on chip: 1 into
                             * VMEM (at vres_off), 2 into CMEM; kernels read it there, its HBM
                             * buffer stays */
+  int evict;               /* a compiled program's matmul kernel that writes its result into
+                            * VMEM (S(1)) for the program's own copy-start to take it to HBM
+                            * (vmem_assign.c mark_evictions): it writes on chip, the copy runs
+                            * beside later kernels, untimed */
   int spf;                 /* an entry parameter copied into VMEM (at vres_off) within the step,
                             * in the HBM port's gaps while the kernels before its first reader
                             * run: kernels read it there, its HBM buffer stays */

@@ -417,11 +417,14 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   if (k->xlu) add_vec(&t, TPU_ISA_XLU, k, k->xlu, ov, writes, osrc, no, o, pm, pr);
   int nl = tpu__leaves(&in->shape);
   /* a result kept in VMEM moves nothing; a 16-bit one still pays its pass (add_onchip) */
-  int pass_on_chip = k->vres && k->op >= 0 && be->p->ops[k->op].out_scale > 1;
-  for (int l = 0; l < nl && (!k->vres || pass_on_chip); l++) {
+  /* (as does one whose result the compiled program's own copy takes from VMEM to HBM:
+   * vmem_assign.c mark_evictions) */
+  const int on_chip = k->vres || k->evict;
+  int pass_on_chip = on_chip && k->op >= 0 && be->p->ops[k->op].out_scale > 1;
+  for (int l = 0; l < nl && (!on_chip || pass_on_chip); l++) {
     int64_t w = tpu__write_bytes(be, in, l);
     if (!w) continue;
-    if (k->vres) {
+    if (on_chip) {
       add_onchip(&t, TPU_ISA_DMA_OUT, k, cdiv(w, writes), o, pm, pr);
       continue;
     }

@@ -575,6 +575,33 @@ static int loop_state_cands(tpu__be *be, int64_t np, cand *c, int nc, const int 
   return nc;
 }
 
+/* A compiled program's matmul kernel whose one result array lies in VMEM (S(1)) and is read
+ * only by the program's own copy-starts, which take it to HBM: the compiler's kernel writes
+ * VMEM and its figure leaves the copy out (copy-start / copy-done carry no estimated_cycles,
+ * as for the copies in, copied_in), the copy running beside the kernels after it. Such a
+ * kernel is marked evict: it writes on chip (lower.c), and its readers, through the copy,
+ * read HBM. The compiler's v6e weight-gradient kernels with the SGD update fused, bf16
+ * [512,512] into S(1) then copied out: 3,698 cycles (gpt2_train_b8s128d512h8), where
+ * tpusim writing HBM took 6,462 (its matmul_write_s and the exposed systolic fill); over
+ * the tune split's compiled v6e programs such kernels ran at a median 2.49x the compiler's
+ * figure, the matmul kernels writing VMEM for a kernel at 1.19x (docs/timing-mxu.md). */
+static void mark_evictions(tpu__be *be, const int *nuse, const int *ncopy) {
+  const tpu_module *m = be->m;
+  for (int ci = 0; ci < m->ncomps; ci++) {
+    if (!be->scheduled[ci]) continue;
+    const tpu_comp *cc = m->comps[ci];
+    for (int i = 0; i < cc->ninstrs; i++) {
+      const tpu_instr *in = cc->instrs[i];
+      int gi = be->comp_base[ci] + in->id;
+      tpu__kinfo *k = &be->k[gi];
+      if (k->kind != TPU__K_MATMUL || !k->own || k->nleaves != 1 || k->vres || !nuse[gi] || ncopy[gi] != nuse[gi] ||
+          !tpu_dtype_is_array(in->shape.dtype) || !tpu__in_vmem(&in->shape) || in == result_of(cc->root))
+        continue;
+      k->evict = 1;
+    }
+  }
+}
+
 tpu_status tpu__assign_vmem(tpu__be *be) {
   const tpu_module *m = be->m;
   int64_t cores = be->chip->tensorcores > 0 ? be->chip->tensorcores : 1;
@@ -584,10 +611,11 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
   int64_t *ws = tpu_calloc((size_t)np, sizeof *ws);
   int *nuse = tpu_calloc((size_t)be->ninstrs, sizeof *nuse);
   unsigned char *bad = tpu_calloc((size_t)be->ninstrs, 1);
+  int *ncopy = tpu_calloc((size_t)be->ninstrs, sizeof *ncopy);
   cand *c = tpu_calloc((size_t)be->ninstrs, sizeof *c);
   placed *pl = tpu_calloc((size_t)be->ninstrs, sizeof *pl);
   tpu_status st = TPU_OK;
-  if (!ws || !nuse || !bad || !c || !pl) {
+  if (!ws || !nuse || !bad || !ncopy || !c || !pl) {
     st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
     goto done;
   }
@@ -610,6 +638,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
         int oi = tpu__be_index(be, result_of(u->operands[o]));
         if (oi < 0) continue;
         nuse[oi]++;
+        if (u->op == TPU_OP_COPY_START) ncopy[oi]++;
         if (!(is_kernel(ku) || is_collective(be, u, ku)) || !ku->own || u->operands[o]->parent != u->parent) bad[oi] = 1;
       }
     }
@@ -626,6 +655,7 @@ tpu_status tpu__assign_vmem(tpu__be *be) {
    * compiled families corpus is in S(1), 5,165 are in S(3) (attention's f32[8,512,512] scores
    * there: 43.4 us for the kernel writing them on v4, where tpusim with them in VMEM had
    * 17.1 us and through HBM 27.2 us). Such values go through HBM here. */
+  mark_evictions(be, nuse, ncopy);
   int nc = 0;
   int room_between = be->chip->scoped_vmem_bytes < be->chip->vmem_bytes;
   for (int ci = 0; cores == 1 && room_between && ci < m->ncomps; ci++) {
@@ -726,6 +756,7 @@ done:
   tpu_free(ws);
   tpu_free(nuse);
   tpu_free(bad);
+  tpu_free(ncopy);
   tpu_free(c);
   tpu_free(pl);
   return st;
