@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "compile/backend/backend.h"
+#include "ir/collective.h"
 
 
 /* Buffer assignment as the XLA TPU compiler allocates (its BufferAssignment and heap
@@ -173,6 +174,7 @@ enum { CLS_TEMP, CLS_CONST, CLS_OUT, CLS_ARG, CLS_HOST };
 typedef struct {
   const tpu_instr *in;
   int leaf, root, cls;
+  int nlo; /* the buffer holds a value that must not live out (must_not_live_out) */
   int64_t size, start, end, off;
 } val;
 
@@ -380,10 +382,27 @@ static int64_t best_fit(const tpu__be *be, val *v, const hkey *o, int n, int64_t
   return heap;
 }
 
-/* Temporary t goes into output allocation o if it fits and its live range meets nothing o
- * holds (XLA's MaybeAssignBuffer). */
+/* Whether in's result may not share an output allocation: the result of an all-gather, an
+ * all-to-all or a collective-permute, which other chips write into (XLA's BufferAssigner refuses such a
+ * value a maybe-live-out allocation through the backend's must_not_live_out). Probes with
+ * libtpu 0.0.42.1, v5e, 8 devices, compile-only (bench/plan_memory/probes ag_out.hlo,
+ * a2a_out.hlo, cp_out.hlo, ar_out.hlo, dot_out.hlo): bf16[8192,8192] g, d = g·w, e = d·w,
+ * outputs (d, e); g dies where d is written, before e: g made by an all-gather, an all-to-all
+ * or a collective-permute takes
+ * 128 MiB of temp (its own heap buffer in the dump), made by an all-reduce or a dot it lives
+ * in e's output allocation (temp 0); the compiler's reduce-scatter results share output
+ * allocations too (plan/llama7b_L4_1x4x2_mb2, tune). */
+static int must_not_live_out(const tpu_instr *in) {
+  tpu_opcode op = tpu_collective_base(in->op);
+  if (in->op == TPU_OP_ALL_GATHER_DONE) op = TPU_OP_ALL_GATHER;
+  if (in->op == TPU_OP_COLLECTIVE_PERMUTE_DONE) op = TPU_OP_COLLECTIVE_PERMUTE;
+  return op == TPU_OP_ALL_GATHER || op == TPU_OP_ALL_TO_ALL || op == TPU_OP_COLLECTIVE_PERMUTE;
+}
+
+/* Temporary t goes into output allocation o if it fits, may live out, and its live range
+ * meets nothing o holds (XLA's MaybeAssignBuffer). */
 static void try_out(const tpu__be *be, val *v, int t, int o, int *in_out, int *chain) {
-  int ok = v[t].size <= v[o].size && !interferes(be, &v[t], &v[o], 0);
+  int ok = !v[t].nlo && v[t].size <= v[o].size && !interferes(be, &v[t], &v[o], 0);
   for (int c = chain[o]; ok && c >= 0; c = chain[c]) ok = !interferes(be, &v[t], &v[c], 0);
   if (ok) {
     in_out[t] = o;
@@ -592,7 +611,7 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
       const tpu_shape *ls = tpu__leaf(&in->shape, leaf);
       int cls = ls && ls->layout_tail && strstr(ls->layout_tail, "S(5)") ? CLS_HOST : cls0;
       int64_t size = ls ? tpu__padded_bytes(be, tpu__held_shape(in, ls)) : 0;
-      val x = {in, leaf, nv, cls, (size + 511) / 512 * 512 /* 512-byte aligned buffers (an assumption) */,
+      val x = {in, leaf, nv, cls, must_not_live_out(in), (size + 511) / 512 * 512 /* 512-byte aligned buffers (an assumption) */,
                k->pos, k->last_use, 0};
       vals[nv++] = x;
     }
@@ -634,6 +653,7 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
     bump(&vals[r].end, vals[i].end);
     bump(&vals[r].size, vals[i].size);
     if (vals[i].cls > vals[r].cls) vals[r].cls = vals[i].cls;
+    vals[r].nlo |= vals[i].nlo;
   }
   int64_t host = 0;
   for (int i = 0; i < nv; i++) {

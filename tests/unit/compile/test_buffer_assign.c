@@ -507,6 +507,40 @@ static void output_allocations_smallest_first(void) {
   tpu_module_free(m);
 }
 
+/* An all-gather's, an all-to-all's or a collective-permute's result never lives in an output
+ * allocation (XLA's must_not_live_out): bf16[8192,8192] g dies where d = g.w is written,
+ * before the second output e = d.w; libtpu (v5e, 8 devices) gives g 128 MiB of temp when a
+ * collective other chips write into makes it, 0 when an all-reduce makes it (it lives in e's
+ * allocation): bench/plan_memory/probes *_out.hlo. */
+static void gathered_values_not_in_outputs(const char *op, const char *attrs, const char *pshape, int64_t want) {
+  char src[2048];
+  snprintf(src, sizeof src,
+           "HloModule out, num_partitions=8\n"
+           "add {\n"
+           "  a = bf16[] parameter(0)\n"
+           "  b = bf16[] parameter(1)\n"
+           "  ROOT c = bf16[] add(a, b)\n"
+           "}\n"
+           "ENTRY e {\n"
+           "  p0 = bf16[%s] parameter(0)\n"
+           "  w = bf16[8192,8192] parameter(1)\n"
+           "  g = bf16[8192,8192] %s(p0), channel_id=1, %s\n"
+           "  d = bf16[8192,8192] dot(g, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+           "  e = bf16[8192,8192] dot(d, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+           "  z = bf16[] constant(0)\n"
+           "  r = bf16[] reduce(p0, z), dimensions={0,1}, to_apply=add\n"
+           "  ROOT o = (bf16[8192,8192], bf16[8192,8192], bf16[]) tuple(d, e, r)\n"
+           "}\n",
+           pshape, op, attrs);
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  tpu_program *p = m ? compile_pod_chip(m, &g_chip, 1) : NULL;
+  CHECK(p != NULL);
+  if (p) CHECK_EQ_INT(p->hbm_temp, want);
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 /* A scan of 4 steps over a carried f32[512,512] activation and a f32[4,512,512] stack (the
  * body differs per test): its condition, and an entry that starts the stack as zeros and
  * reads its last row after the loop. */
@@ -865,6 +899,15 @@ int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   dying_collective_result_shares_output();
   output_allocations_smallest_first();
+  gathered_values_not_in_outputs("all-gather", "replica_groups=[1,8]<=[8], dimensions={0}, use_global_device_ids=true",
+                                 "1024,8192", 128 * MiB);
+  gathered_values_not_in_outputs("all-to-all", "replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}", "8192,8192",
+                                 128 * MiB);
+  gathered_values_not_in_outputs("collective-permute",
+                                 "source_target_pairs={{0,1},{1,2},{2,3},{3,4},{4,5},{5,6},{6,7},{7,0}}",
+                                 "8192,8192", 128 * MiB);
+  gathered_values_not_in_outputs("all-reduce", "replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=add",
+                                 "8192,8192", 0);
   collective_values_in_vmem();
   loop_stack_in_place();
   heap_best_fit();
