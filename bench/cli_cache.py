@@ -6,7 +6,7 @@
                                [--only NAME ...] [--split test|tune|all] [--max-mb MB]
                                [--limit N] [--order name|hash] [--corpus DIR]
 
-The programs are the families corpus (bench/fidelity/families: JAX's HLO of real model
+The programs are by default the families corpus (bench/fidelity/families: JAX's HLO of real model
 layers and steps, as JAX lowers them), split tune/test by the corpus's own rule (sha1 of the
 name; test first), those whose parameters and result take at most --max-mb (default 16)
 so that their values run in seconds. Inputs are random (floats in [-1, 1), integers in
@@ -155,7 +155,9 @@ def main():
     ap.add_argument("--split", default="all", choices=["test", "tune", "all"])
     ap.add_argument("--max-mb", type=float, default=16, help="largest parameters + result, MB")
     ap.add_argument("--corpus", default=os.path.join(ROOT, "bench", "fidelity", "families"),
-                    help="a folder of NAME.hlo (default the families corpus; bench/fidelity/corpus is the other)")
+                    help="a folder of NAME.hlo (default the families corpus; bench/fidelity/corpus is the other), "
+                         "or of case folders NAME/prog.hlo with their inputs NAME/inI.npy (tests/programs/cases: "
+                         "the real programs bench/programs_speed.py times in-process)")
     ap.add_argument("--limit", type=int, default=0, help="at most N programs per split (0: all)")
     ap.add_argument("--order", default="name", choices=["name", "hash"],
                     help="order within a split: by name, or by sha1 of the name (with --limit: a sample "
@@ -163,6 +165,9 @@ def main():
     a = ap.parse_args()
     cases = sorted(glob.glob(os.path.join(a.corpus, "*.hlo")))
     names = [os.path.basename(c)[:-4] for c in cases]
+    if not cases:  # a folder of cases (tests/programs/cases): NAME/prog.hlo and its inputs NAME/inI.npy
+        cases = sorted(glob.glob(os.path.join(a.corpus, "*", "prog.hlo")))
+        names = [os.path.basename(os.path.dirname(c)) for c in cases]
     todo = [(split_of(n), n, c) for n, c in zip(names, cases) if not a.only or n in a.only]
     todo = [t for t in todo if a.split == "all" or t[0] == a.split]
     todo.sort(key=lambda t: (t[0] != "test", t[1] if a.order == "name" else hashlib.sha1(t[1].encode()).hexdigest()))
@@ -180,16 +185,21 @@ def main():
     print(hdr)
     rows, bad = [], 0
     for split, name, path in todo:
-        params = entry_params(open(path).read())
-        if params is None:
-            print(f"{split:<5} {name:<32} skipped: a parameter type this bench does not fill")
-            continue
-        mb = sum(np.prod(dims, dtype=np.int64) * np.dtype(DTYPES[dt]).itemsize for dt, dims in params) / 1e6
-        if mb > a.max_mb:
-            continue
-        d = os.path.join(tmp, name + ".in")
-        os.makedirs(d)
-        ins = make_inputs(params, rng, d)
+        if path.endswith("prog.hlo"):  # the case's own inputs
+            ins = []
+            while os.path.exists(os.path.join(os.path.dirname(path), f"in{len(ins)}.npy")):
+                ins.append(os.path.join(os.path.dirname(path), f"in{len(ins)}.npy"))
+        else:
+            params = entry_params(open(path).read())
+            if params is None:
+                print(f"{split:<5} {name:<32} skipped: a parameter type this bench does not fill")
+                continue
+            mb = sum(np.prod(dims, dtype=np.int64) * np.dtype(DTYPES[dt]).itemsize for dt, dims in params) / 1e6
+            if mb > a.max_mb:
+                continue
+            d = os.path.join(tmp, name + ".in")
+            os.makedirs(d)
+            ins = make_inputs(params, rng, d)
         # XLA in a child process: its CPU compiler aborts on some optimized modules
         r = subprocess.run([sys.executable, __file__, "--xla-one", str(a.xla_reps), path] + ins,
                            capture_output=True, text=True)

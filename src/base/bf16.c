@@ -23,6 +23,15 @@ static double round_to_format(double d, int mant, int emin, int emax) {
   return d < 0 ? -res : res;
 }
 
+void tpu_bf16_from_f32_n(const float *src, tpu_bf16 *dst, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u = tpu_f32_bits(src[i]);
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x0040u;
+    dst[i].bits = (uint16_t)(nan ? quiet : rounded);
+  }
+}
+
 tpu_bf16 tpu_bf16_from_f64(double d) {
   if (isnan(d)) {
     tpu_bf16 r = {(uint16_t)(signbit(d) ? 0xffc0u : 0x7fc0u)};

@@ -3,6 +3,7 @@
 #ifndef TPU_BASE_BF16_H
 #define TPU_BASE_BF16_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -34,6 +35,10 @@ static inline tpu_bf16 tpu_bf16_from_f32(float f) {
   r.bits = (uint16_t)(u >> 16);
   return r;
 }
+
+/* tpu_bf16_from_f32 over n values, dst[i] from src[i] (the same bits), branch-free so that
+ * the compiler vectorizes it: an f32 input file for a bf16 parameter is converted whole. */
+void tpu_bf16_from_f32_n(const float *src, tpu_bf16 *dst, size_t n);
 
 static inline float tpu_bf16_to_f32(tpu_bf16 b) { return tpu_f32_from_bits((uint32_t)b.bits << 16); }
 

@@ -48,9 +48,9 @@ tpu_status tpu_ref_accept_input(tpu_tensor *t, int idx, const tpu_shape *s, tpu_
       }
       int64_t n = tpu_tensor_numel(t);
       const float *src = t->data;
-      for (int64_t i = 0; i < n; i++) {
-        if (s->dtype == TPU_BF16) ((tpu_bf16 *)r.data)[i] = tpu_bf16_from_f32(src[i]);
-        else if (s->dtype == TPU_F16) ((tpu_f16 *)r.data)[i] = tpu_f16_from_f32(src[i]);
+      if (s->dtype == TPU_BF16) tpu_bf16_from_f32_n(src, r.data, (size_t)n);
+      for (int64_t i = 0; i < n && s->dtype != TPU_BF16; i++) {
+        if (s->dtype == TPU_F16) ((tpu_f16 *)r.data)[i] = tpu_f16_from_f32(src[i]);
         else ((tpu_f8 *)r.data)[i] = tpu_f8_from_f64(src[i], s->dtype == TPU_F8E4M3FN);
       }
       tpu_tensor_free(t);

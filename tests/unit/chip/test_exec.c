@@ -325,6 +325,46 @@ static void test_dot_bf16_bits(void) {
   tpu_module_free(m);
 }
 
+/* A bf16 dot whose operands are both read transposed in tiles (exec.c pack_f32: the
+ * contracting dimension strided, the free one contiguous, sizes not multiples of the tile),
+ * as an attention's K is: bit for bit tpu_mxu_matmul_bf16 on the same numbers. */
+static void test_dot_bf16_tiles(void) {
+  /* lhs [B=2, K=40, M=20] contracting 1; rhs [B=2, N=37, K=40] contracting 2. */
+  tpu_module *m = parse("HloModule t\nENTRY e {\n"
+                        "  a = bf16[2,40,20]{2,1,0} parameter(0)\n"
+                        "  b = bf16[2,37,40]{2,1,0} parameter(1)\n"
+                        "  ROOT d = f32[2,20,37]{2,1,0} dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={1}, "
+                        "rhs_batch_dims={0}, rhs_contracting_dims={2}\n}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  enum { B = 2, K = 40, M = 20, N = 37 };
+  tpu_tensor args[2], out;
+  tpu_diag d;
+  int64_t da[3] = {B, K, M}, db[3] = {B, N, K};
+  tpu_tensor_alloc(&args[0], TPU_BF16, 3, da, &d);
+  tpu_tensor_alloc(&args[1], TPU_BF16, 3, db, &d);
+  fill_random(&args[0]);
+  fill_random(&args[1]);
+  CHECK(tpu_chip_run_values(m, &g_chip, -1, args, 2, &out, &d) == TPU_OK);
+  const tpu_bf16 *A = args[0].data, *W = args[1].data;
+  long bad = 0;
+  for (int b = 0; b < B; b++) {
+    tpu_bf16 a[M * K], w[K * N];
+    float want[M * N];
+    for (int i = 0; i < M; i++)
+      for (int k = 0; k < K; k++) a[i * K + k] = A[(b * K + k) * M + i];
+    for (int k = 0; k < K; k++)
+      for (int j = 0; j < N; j++) w[k * N + j] = W[(b * N + j) * K + k];
+    tpu_mxu_matmul_bf16(a, w, want, M, K, N, g_chip.mxu_rows, 1);
+    for (int e = 0; e < M * N; e++) bad += memcmp(&want[e], (const float *)out.data + b * M * N + e, 4) != 0;
+  }
+  CHECK_EQ_INT(bad, 0);
+  tpu_tensor_free(&out);
+  tpu_tensor_free(&args[0]);
+  tpu_tensor_free(&args[1]);
+  tpu_module_free(m);
+}
+
 /* f32 dot: the precision config selects the passes; --precision overrides it. */
 static void test_dot_f32_precision(void) {
   tpu_module *m = parse("HloModule t\nENTRY e {\n"
@@ -512,6 +552,7 @@ int main(void) {
   }
   CHECK_EQ_INT(g_chip.mxu_rows, 128);
   test_dot_bf16_bits();
+  test_dot_bf16_tiles();
   test_dot_f32_precision();
   test_dot_s8();
   test_conv_shapes();
