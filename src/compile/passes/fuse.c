@@ -640,9 +640,12 @@ static int chained(const tpu_instr *p) {
   return 0;
 }
 
-/* Is p a vector (rank 1) of work computed from a kernel's result (an elementwise op or
- * convert of a reduction's or matmul's result: a batch norm's mean, sum x 1/n) that a member
- * of group g reads through a broadcast to more elements? The XLA TPU compiler keeps such a
+/* Is p a vector (one dimension of more than one element: f32[128], or a layer norm's row
+ * mean f32[32,1], which XLA's simplifier makes f32[32] before fusion) of work computed from a
+ * kernel's result (an elementwise op or convert of a reduction's or matmul's result: a batch
+ * norm's mean, sum x 1/n) that a member of group g reads through a broadcast to more
+ * elements, directly or through the reshapes and broadcasts of one element per row between
+ * them (reused_in_group)? The XLA TPU compiler keeps such a
  * vector out of the consumer: in its programs a broadcast inside a fusion reads a parameter or
  * a constant, never an op of the fusion (every non-scalar broadcast of
  * bench/fidelity/families/compiled on v5e, 1,947, reads a parameter), so a batch norm's mean
@@ -658,14 +661,12 @@ static int chained(const tpu_instr *p) {
  * kernels (tune v6e 15 -> 74 %), and tpusim's dot rewrite widens a vector before it
  * broadcasts it where the compiler widens after (docs/compiler.md, Known gaps). */
 static int broadcast_source(const fuser *f, int g, const tpu_instr *p) {
-  if (p->shape.rank != 1 || tpu_shape_numel(&p->shape) <= 1 || !(elementwise_op(p) || p->op == TPU_OP_COMPARE)) return 0;
+  int wide = 0;
+  for (int d = 0; d < p->shape.rank; d++) wide += p->shape.dims[d] > 1;
+  if (wide != 1 || !(elementwise_op(p) || p->op == TPU_OP_COMPARE)) return 0;
   int budget = 256;
   if (from_inputs(p, &budget)) return 0;
-  for (int k = 0; k < f->uses.nusers[p->id]; k++) {
-    const tpu_instr *u = f->uses.users[p->id][k];
-    if (f->mark[u->id] == g && reuses_operand(u, p)) return 1;
-  }
-  return 0;
+  return reused_in_group(f, g, p);
 }
 
 /* A matmul whose result (or its elementwise epilogue's) a slice cuts along its last dimension

@@ -165,11 +165,28 @@ static void test_reduced_chain_apart(void) {
   CHECK_EQ_INT(k, 3);
 }
 
+/* A layer norm's row mean as JAX writes it, f32[32,1] (the sum reshaped to [32,1] x 1/n), read
+ * through a reshape to [32] and a broadcast, is a kernel of its own as the rank-1 mean is: XLA's
+ * simplifier drops the unit dimension before fusion (the compiler's layernorm_32x197_f32:
+ * reduce_sum.14, broadcast_multiply_fusion 1,825 cycles on v5e, then the kernels reading it). */
+static void test_row_mean_apart(void) {
+  const char *src =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[32,197] parameter(0)\n z = f32[] constant(0)\n"
+      " r = f32[32] reduce(x, z), dimensions={1}, to_apply=add\n r1 = f32[32,1] reshape(r)\n"
+      " c = f32[] constant(0.005)\n cb = f32[32,1] broadcast(c), dimensions={}\n m = f32[32,1] multiply(r1, cb)\n"
+      " m1 = f32[32] reshape(m)\n b = f32[32,197] broadcast(m1), dimensions={0}\n ROOT y = f32[32,197] subtract(x, b)\n}\n";
+  int k = kernels_of(src);
+  printf("row mean f32[32,1] of a row sum, broadcast: %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 3);
+}
+
 int main(void) {
   test_sink_broadcast();
   test_max_identity();
   test_reused_chain();
   test_reused_slice();
   test_reduced_chain_apart();
+  test_row_mean_apart();
   CHECK_DONE();
 }
