@@ -55,10 +55,11 @@ ROWS = [
      "v5e/README, 128b.sh at 76bd53b0: scale 128, per_device_batch 1, fsdp 16, tensor 16"),
 ]
 # The collectives each row's script lets the XLA TPU compiler run asynchronously (its
-# LIBTPU_INIT_ARGS): the v5p and v5e scripts of 76bd53b0 set MaxText's async collective fusion
-# flags (all); the v4 scripts (1xv4-128.sh at 281e04bf, 1xv4-384.sh at e286533d, v4/22b.sh and
-# 52b.sh at 76bd53b0) only --xla_enable_async_all_gather=true (all-gather).
-XLA_ASYNC = {"v5p": "all", "v5e": "all", "v4": "all-gather"}
+# LIBTPU_INIT_ARGS; plan.py MAXTEXT_ASYNC, what `tpusim plan` takes by default): the v5p and v5e
+# scripts of 76bd53b0 set MaxText's async collective fusion flags (all); the v4 scripts
+# (1xv4-128.sh at 281e04bf, 1xv4-384.sh at e286533d, v4/22b.sh and 52b.sh at 76bd53b0) only
+# --xla_enable_async_all_gather=true (all-gather).
+XLA_ASYNC = {c: P.MAXTEXT_ASYNC.get(c, "all") for c in ("v4", "v5e", "v5p")}
 # The program each row's figure was measured on: (global_parameter_scale of the 2023 base.yml,
 # or a model file), per-device batch, and how that commit's train.py counted TFLOP/s.
 RUN = {"maxtext_32b": (32, 8, "6N+causal"), "maxtext_64b": (64, 4, "6N+causal"),

@@ -22,7 +22,7 @@ static void usage(FILE *f) {
           "                   [--pricing on-demand|spot|1y|3y] [--top N] [--json] [--svg FILE]\n"
           "                   [--failure-rate PER_CHIP_HOUR] [--checkpoint-every STEPS] [--storage-bw GB/s]\n"
           "                   [--slice N] [--data N] [--fsdp N] [--tensor N] [--micro N] [--remat off|on|both]\n"
-          "                   [--no-windowed-einsum] [--xla-async all|all-gather]\n"
+          "                   [--no-windowed-einsum] [--xla-async auto|all|all-gather]\n"
           "       tpusim plan buckets LENGTHS.txt [--max-waste PCT] [--align N] [--buckets 64,128,...]\n"
           "\n"
           "Writes each candidate's per-chip training step (data x fsdp x tensor mesh, microbatches, remat),\n"

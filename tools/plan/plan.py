@@ -490,10 +490,25 @@ def hbm_peak_1chip(a, chip, st):
         os.remove(path)
 
 
+# The collectives MaxText's scripts let the XLA TPU compiler run asynchronously, per chip (their
+# LIBTPU_INIT_ARGS): the v4 scripts set --xla_enable_async_all_gather=true alone (1xv4-128.sh at
+# 281e04bf, 1xv4-384.sh at e286533d, configs/v4/22b.sh and 52b.sh from 76bd53b0 to 50a7c64f,
+# 2024-09); the v5e and v5p scripts the async collective fusion flags (every collective). libtpu
+# with no flags leaves them synchronous too (a scanned FSDP step on v4:4x4x4, compile-only).
+MAXTEXT_ASYNC = {"v4": "all-gather"}
+
+
+def xla_async(a, chip):
+    """--xla-async for this chip: as given, or (auto) as MaxText's scripts for it set it."""
+    if a.xla_async != "auto":
+        return a.xla_async
+    return MAXTEXT_ASYNC.get(chip["name"], "all")
+
+
 def time_program(a, chip, st, tmp, tag):
     """tpusim's verdict on one program: ("ok", report) or ("no-fit", bytes) or ("error", msg)."""
     topo = mesh_topology(chip, st)
-    if a.lib is not None and a.xla_async == "all":  # in this process, through libtpusim (inproc.py)
+    if a.lib is not None and xla_async(a, chip) == "all":  # in this process, through libtpusim (inproc.py)
         try:
             return "ok", a.lib.time(st.module(), chip.get("spec", chip["name"]), f"c{tag}.hlo", slices=a.slices,
                                     topology=topo)
@@ -507,7 +522,7 @@ def time_program(a, chip, st, tmp, tag):
     r = subprocess.run([a.tpusim, "run", path, "--mode", "timing", "--chip", chip.get("spec", chip["name"]), "--quiet",
                         "--report", rep] + (["--slices", str(a.slices)] if a.slices > 1 else []) +
                        (["--topology", topo] if topo else []) +
-                       (["--sync-collectives"] if a.xla_async == "all-gather" else []),
+                       (["--sync-collectives"] if xla_async(a, chip) == "all-gather" else []),
                        capture_output=True, text=True)
     try:
         if r.returncode != 0:
@@ -606,7 +621,7 @@ def search_mesh(a, chip, n, mesh, tmp, counter):
             **({"schedule": a.pipeline_schedule} if pt > 1 else {}),
             "slice": slice_name(chip, n) + (f" x{a.slices}" if a.slices > 1 else ""), "slices": a.slices,
             "windowed": windowed(chip, n, d, f, t) and pt == 1 and not a.no_windowed_einsum,
-            **({"overlap": False} if a.xla_async == "all-gather" else {})}
+            **({"overlap": False} if xla_async(a, chip) == "all-gather" else {})}
     if state - chip["onchip"] > chip["hbm"] and not a.ignore_hbm:
         return [dict(base, micro=None, remat=None, status="no-fit", why="weights+optimizer",
                      hbm_need=int(state))]
@@ -878,11 +893,12 @@ def main(argv):
     ap.add_argument("--no-windowed-einsum", action="store_true",
                     help="gather and reduce-scatter FSDP weights where the chip's XLA compiler would pass them "
                          "round a ring (docs/spmd.md)")
-    ap.add_argument("--xla-async", choices=["all", "all-gather"], default="all",
+    ap.add_argument("--xla-async", choices=["auto", "all", "all-gather"], default="auto",
                     help="the collectives the XLA TPU compiler runs asynchronously: all (MaxText's async collective "
-                         "fusion flags; the default), or all-gather (--xla_enable_async_all_gather alone, MaxText's "
-                         "v4 scripts of 2023): the others synchronous where the program places them, and the weight "
-                         "gathers not pipelined across layers (docs/plan.md)")
+                         "fusion flags, its v5e and v5p scripts), all-gather (--xla_enable_async_all_gather alone, "
+                         "MaxText's v4 scripts): the others synchronous where the program places them, and the "
+                         "weight gathers not pipelined across layers; auto (the default): as MaxText's scripts for "
+                         "the chip (docs/plan.md)")
     ap.add_argument("--exact", action="store_true",
                     help="time every microbatch iteration instead of extrapolating from one and two")
     ap.add_argument("--in-process", action="store_true",
