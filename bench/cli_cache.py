@@ -180,6 +180,9 @@ def main():
     env.pop("TPUSIM_CACHE_LOG", None)
     cache = os.path.join(tmp, "cache")
     print(f"tpusim {a.tpusim}; load average {os.getloadavg()[0]:.2f}; best of {a.reps} processes, XLA best of {a.xla_reps}")
+    # the process floor: a tpusim process that starts, prints its version and exits
+    _, floor_cpu = best_cpu(lambda: proc([a.tpusim, "--version"], env), max(a.reps, 10))
+    print(f"process floor (tpusim --version): best CPU {floor_cpu * 1e3:.2f} ms")
     hdr = (f"{'split':<5} {'program':<32} {'XLA ms':>8} {'cold ms':>8} {'warm ms':>8} {'warm/cold':>9} "
            f"{'warm/XLA':>8} {'warm cpu':>8} {'cpu/XLA':>7} | {'timing cold':>11} {'warm':>6} {'w/c':>5}")
     print(hdr)
@@ -214,6 +217,13 @@ def main():
             times = {}
             for mode, cmd in (("full", full), ("timing", timing)):
                 o = os.path.join(tmp, name + mode)
+                if mode == "timing":  # a loop bounded by its values has no timing without them: no timing columns
+                    try:
+                        proc(cmd + ["--no-cache"], env)
+                    except RuntimeError as e:
+                        times[mode] = None
+                        print(f"  {name}: --mode timing refused: {str(e).splitlines()[-1][-80:]}")
+                        continue
                 cold = proc(cmd + ["--no-cache", "-o" if mode == "full" else "--report",
                                    o + ".cold" if mode == "full" else o + ".cold.json"], env)
                 proc(cmd + ["--cache-dir", cache], env)  # fills the cache
@@ -237,7 +247,7 @@ def main():
         except RuntimeError as e:
             print(f"{split:<5} {name:<32} tpusim refused: {str(e).splitlines()[-1][:100]}")
             continue
-        (fc, fw, fcpu), (tc, tw, _) = times["full"], times["timing"]
+        (fc, fw, fcpu), (tc, tw, _) = times["full"], times["timing"] or (float("nan"),) * 3
         bw, bcpu = times.get("base", (None, None))
         rows.append((split, name, t_xla, fc, fw, tc, tw, fcpu, bw, bcpu))
         print(f"{split:<5} {name:<32} {t_xla * 1e3:>8.3f} {fc * 1e3:>8.1f} {fw * 1e3:>8.1f} {fw / fc:>9.3f} "
@@ -252,12 +262,15 @@ def main():
         wc = [r[4] / r[3] for r in rs]
         wx = [r[4] / r[2] for r in rs]
         cx = [r[3] / r[2] for r in rs]
-        twc = [r[6] / r[5] for r in rs]
+        twc = [r[6] / r[5] for r in rs if r[5] == r[5]] or [float("nan")]
         px = [r[7] / r[2] for r in rs]
         print(f"{split:<5} {len(rs):>3} programs: full warm/cold median {statistics.median(wc):.3f} (worst {max(wc):.3f}); "
               f"warm/XLA median {statistics.median(wx):.1f}x (worst {max(wx):.1f}x), warm CPU/XLA median "
               f"{statistics.median(px):.1f}x (worst {max(px):.1f}x), cold/XLA median "
               f"{statistics.median(cx):.1f}x; timing-mode warm/cold median {statistics.median(twc):.3f}")
+        fx = [floor_cpu / r[2] for r in rs]
+        print(f"{split:<5} {len(rs):>3} programs: the process floor alone is {statistics.median(fx):.1f}x XLA at the "
+              f"median; warm CPU less the floor / XLA median {statistics.median([(r[7] - floor_cpu) / r[2] for r in rs]):.1f}x")
         if a.base_tpusim:
             bx = [r[8] / r[2] for r in rs]
             bpx = [r[9] / r[2] for r in rs]

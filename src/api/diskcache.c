@@ -33,15 +33,33 @@ static uint64_t mix(uint64_t h) {
   return h ^ (h >> 33);
 }
 
+static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+/* Four independent lanes over 32-byte blocks (xxHash64's round), so that the multiplies of
+ * one block overlap instead of waiting on each other: a warm run hashes its key (the program
+ * text, the chip's digest) three times and the chip struct twice, 0.2 ms of a 65 KB program's
+ * run in one serial chain. The tail and the length go through the serial step. */
 uint64_t tpu_dcache_hash(const void *p, size_t n, uint64_t seed) {
+  const uint64_t P1 = 0x9e3779b185ebca87ull, P2 = 0xc2b2ae3d27d4eb4full;
   const unsigned char *b = p;
   uint64_t h = mix(seed ^ 0x9e3779b97f4a7c15ull) ^ (uint64_t)n;
   size_t i = 0;
+  if (n >= 32) {
+    uint64_t v[4] = {h + P1 + P2, h + P2, h, h - P1};
+    for (; i + 32 <= n; i += 32)
+      for (int j = 0; j < 4; j++) {
+        uint64_t w;
+        memcpy(&w, b + i + 8 * (size_t)j, 8);
+        v[j] = rotl(v[j] + w * P2, 31) * P1;
+      }
+    h = rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18);
+    for (int j = 0; j < 4; j++) h = (h ^ mix(v[j])) * 0x100000001b3ull;
+  }
   for (; i + 8 <= n; i += 8) {
     uint64_t w;
     memcpy(&w, b + i, 8);
     h = (h ^ mix(w)) * 0x100000001b3ull;
-    h = (h << 31) | (h >> 33);
+    h = rotl(h, 31);
   }
   uint64_t w = 0;
   memcpy(&w, b + i, n - i);

@@ -5,11 +5,12 @@
 
 static const struct {
   const char *name;
+  size_t len; /* strlen(name): tpu_dtype_parse compares lengths first */
   size_t size;
   const char *npy;
   char kind;
 } k_dtypes[] = {
-#define X(e, name, size, descr, kind) {name, size, descr, kind},
+#define X(e, name, size, descr, kind) {name, sizeof(name) - 1, size, descr, kind},
     TPU_DTYPE_LIST(X)
 #undef X
 };
@@ -23,7 +24,7 @@ char tpu_dtype_kind(tpu_dtype t) { return (unsigned)t < TPU_DTYPE_COUNT ? k_dtyp
 int tpu_dtype_parse(const char *s, size_t n, tpu_dtype *out) {
   for (int i = 0; i < TPU_DTYPE_COUNT; i++) {
     if (i == TPU_TUPLE) continue;
-    if (strlen(k_dtypes[i].name) == n && memcmp(k_dtypes[i].name, s, n) == 0) {
+    if (k_dtypes[i].len == n && memcmp(k_dtypes[i].name, s, n) == 0) {
       *out = (tpu_dtype)i;
       return 1;
     }

@@ -121,6 +121,16 @@ static tpu_status parse_string(reader *r, const char **out, size_t *out_len) {
   if (!buf) return nomem(r);
   size_t n = 0;
   for (;;) {
+    /* a run of printable ASCII other than '"' and '\\' (most of a chip file's citations and
+     * notes): copied whole, one column a byte, as adv() counts them */
+    const unsigned char *run = r->p;
+    while (run < r->end && *run >= 0x20 && *run < 0x7f && *run != '"' && *run != '\\') run++;
+    if (run > r->p) {
+      memcpy(buf + n, r->p, (size_t)(run - r->p));
+      n += (size_t)(run - r->p);
+      r->col += (int)(run - r->p);
+      r->p = run;
+    }
     if (r->p >= r->end) return TPU_FAIL(r->d, TPU_ERR_PARSE, here(r), "unterminated string");
     unsigned c = *r->p;
     if (c == '"') {

@@ -14,11 +14,6 @@ void tpu_lex_init(tpu_lex *lx, const char *file, const char *src, size_t len) {
   lx->file = file;
 }
 
-tpu_loc tpu_lex_loc(const tpu_lex *lx) {
-  tpu_loc l = {lx->file, lx->line, lx->col};
-  return l;
-}
-
 static int skip_comment(tpu_lex *lx) {
   if (tpu_lex_peek(lx) != '/') return 0;
   int c2 = tpu_lex_peek_at(lx, 1);
@@ -75,8 +70,20 @@ int tpu_lex_accept(tpu_lex *lx, int c) {
   return 0;
 }
 
-static int ident_start(int c) { return isalpha(c) || c == '_'; }
-static int ident_char(int c) { return isalnum(c) || c == '_' || c == '.' || c == '-' || c == '$'; }
+/* Identifier characters, ASCII alone whatever the locale: 1 may start one, 2 may follow. */
+#define LETTERS(f) \
+  f('a') f('b') f('c') f('d') f('e') f('f') f('g') f('h') f('i') f('j') f('k') f('l') f('m') f('n') f('o') f('p') \
+  f('q') f('r') f('s') f('t') f('u') f('v') f('w') f('x') f('y') f('z') f('A') f('B') f('C') f('D') f('E') f('F') \
+  f('G') f('H') f('I') f('J') f('K') f('L') f('M') f('N') f('O') f('P') f('Q') f('R') f('S') f('T') f('U') f('V') \
+  f('W') f('X') f('Y') f('Z') f('_')
+#define START(c) [c] = 3,
+static const unsigned char k_ident[256] = {LETTERS(START)['0'] = 2, ['1'] = 2, ['2'] = 2, ['3'] = 2, ['4'] = 2,
+                                           ['5'] = 2, ['6'] = 2, ['7'] = 2, ['8'] = 2, ['9'] = 2, ['.'] = 2,
+                                           ['-'] = 2, ['$'] = 2};
+#undef START
+#undef LETTERS
+static int ident_start(int c) { return c >= 0 && (k_ident[c] & 1); }
+static int ident_char(int c) { return c >= 0 && (k_ident[c] & 2); }
 
 int tpu_lex_ident(tpu_lex *lx, const char **s, size_t *n) {
   tpu_lex_skip(lx);
@@ -85,13 +92,14 @@ int tpu_lex_ident(tpu_lex *lx, const char **s, size_t *n) {
   if (c == '%' || c == '$') k = 1;
   if (!ident_start(tpu_lex_peek_at(lx, k))) return 0;
   if (k) tpu_lex_advance(lx);
-  size_t start = lx->pos;
-  while (ident_char(tpu_lex_peek(lx))) {
-    if (tpu_lex_peek(lx) == '-' && tpu_lex_peek_at(lx, 1) == '>') break;
-    tpu_lex_advance(lx);
-  }
+  /* no newline inside: the cursor moves one column a byte */
+  const unsigned char *src = (const unsigned char *)lx->src;
+  size_t start = lx->pos, pos = start, len = lx->len;
+  while (pos < len && ident_char(src[pos]) && !(src[pos] == '-' && pos + 1 < len && src[pos + 1] == '>')) pos++;
+  lx->col += (int)(pos - start);
+  lx->pos = pos;
   *s = lx->src + start;
-  *n = lx->pos - start;
+  *n = pos - start;
   return 1;
 }
 
@@ -105,12 +113,15 @@ int tpu_lex_int(tpu_lex *lx, long long *v) {
   if (k) tpu_lex_advance(lx);
   unsigned long long acc = 0;
   int over = 0;
-  while (isdigit(tpu_lex_peek(lx))) {
-    unsigned dgt = (unsigned)(tpu_lex_peek(lx) - '0');
+  const unsigned char *src = (const unsigned char *)lx->src;
+  size_t pos = lx->pos, len = lx->len;
+  for (; pos < len && src[pos] >= '0' && src[pos] <= '9'; pos++) {
+    unsigned dgt = (unsigned)(src[pos] - '0');
     if (acc > (9223372036854775807ull - dgt) / 10) over = 1;
     acc = acc * 10 + dgt;
-    tpu_lex_advance(lx);
   }
+  lx->col += (int)(pos - lx->pos);
+  lx->pos = pos;
   if (over) return 0;
   *v = neg ? -(long long)acc : (long long)acc;
   return 1;

@@ -15,7 +15,11 @@ typedef struct tpu_lex {
 } tpu_lex;
 
 void tpu_lex_init(tpu_lex *lx, const char *file, const char *src, size_t len);
-tpu_loc tpu_lex_loc(const tpu_lex *lx);
+/* Where the cursor is (inline: every token's location is taken). */
+static inline tpu_loc tpu_lex_loc(const tpu_lex *lx) {
+  tpu_loc l = {lx->file, lx->line, lx->col};
+  return l;
+}
 /* Skips spaces, tabs, newlines, "//" line comments and block comments. A block comment
  * that never closes is skipped to the end (the next read then fails at EOF). */
 void tpu_lex_skip(tpu_lex *lx);

@@ -7,11 +7,12 @@
 
 static const struct {
   const char *name;
+  size_t len; /* strlen(name): tpu_op_parse compares lengths first (once per instruction read) */
   int arity;
   tpu_op_class cls;
   tpu_op_types ty;
 } k_ops[] = {
-#define X(e, name, arity, cls, ty) {name, arity, TPU_CLS_##cls, TPU_TY_##ty},
+#define X(e, name, arity, cls, ty) {name, sizeof(name) - 1, arity, TPU_CLS_##cls, TPU_TY_##ty},
 #include "ir/ops.def"
 #undef X
 };
@@ -138,7 +139,7 @@ int tpu_op_parse(const char *s, size_t n, tpu_opcode *out) {
     return 1;
   }
   for (int i = 0; i < TPU_OP_COUNT; i++)
-    if (strlen(k_ops[i].name) == n && !memcmp(k_ops[i].name, s, n)) {
+    if (k_ops[i].len == n && !memcmp(k_ops[i].name, s, n)) {
       *out = (tpu_opcode)i;
       return 1;
     }
