@@ -3,9 +3,9 @@
 # (tpusim plan --xla-async; docs/plan.md, "Asynchronous collectives"). With
 # --xla_enable_async_all_gather alone (MaxText's v4 scripts: --xla-async all-gather, and auto on v4)
 # the compiler makes only all-gathers asynchronous, and over every chip of a 3-D slice it runs
-# those as all-reduces (docs/spmd.md), synchronous too: libtpu compile-only, a scanned FSDP
-# step over v4:4x4x4 as 64 megacore devices gives 5 synchronous all-reduces and no start or
-# async collective fusion. So the weight gathers are not pipelined across layers (no
+# those as all-reduces (docs/spmd.md), synchronous too: libtpu compile-only, a 3-layer FSDP
+# MLP step over v4:4x4x4 as 64 megacore devices gathers its weights and sums their gradients
+# by synchronous all-reduces, no start or async collective fusion. So the weight gathers are not pipelined across layers (no
 # all-gather-start in the program) and the chip waits at each collective where the program
 # places it: the FSDP step over 64 v4 chips is slower and waits longer on ICI than with every
 # collective asynchronous (MaxText's async collective fusion flags, its v5e and v5p scripts'): 6 layers of

@@ -494,7 +494,7 @@ def hbm_peak_1chip(a, chip, st):
 # LIBTPU_INIT_ARGS): the v4 scripts set --xla_enable_async_all_gather=true alone (1xv4-128.sh at
 # 281e04bf, 1xv4-384.sh at e286533d, configs/v4/22b.sh and 52b.sh from 76bd53b0 to 50a7c64f,
 # 2024-09); the v5e and v5p scripts the async collective fusion flags (every collective). libtpu
-# with no flags leaves them synchronous too (a scanned FSDP step on v4:4x4x4, compile-only).
+# with no flags leaves them synchronous too (FSDP steps on v4:4x4x4, compile-only; docs/plan.md).
 MAXTEXT_ASYNC = {"v4": "all-gather"}
 
 
