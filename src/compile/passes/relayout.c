@@ -94,10 +94,49 @@ static void result_tiling_shape(const tpu_chip *chip, const tpu_shape *s, int *s
   if (tpu__least_tiling(chip, s, &ls, &lm) < tpu__tiled_as(chip, s, r - 2, r - 1)) *second = ls, *minor = lm;
 }
 
+/* The convolution of the kernel that produced entry value v (a fusion, or one result of a
+ * fusion's tuple through get-tuple-element): its result's root reached from the convolution
+ * through elementwise ops (tpu__root_matmul), or NULL. */
+static const tpu_instr *producer_conv(const tpu_instr *v) {
+  int li = -1;
+  if (v->op == TPU_OP_GET_TUPLE_ELEMENT && v->noperands == 1) li = (int)v->index, v = v->operands[0];
+  if (v->op != TPU_OP_FUSION || !v->calls || !v->calls->root) return NULL;
+  const tpu_instr *r = v->calls->root;
+  if (li >= 0) {
+    if (r->op != TPU_OP_TUPLE || li >= r->noperands) return NULL;
+    r = r->operands[li];
+  } else if (r->op == TPU_OP_TUPLE) {
+    return NULL;
+  }
+  const tpu_instr *cv = conv_of(r);
+  return cv && cv->shape.rank == r->shape.rank ? cv : NULL;
+}
+
+/* A kernel of elementwise ops over a convolution's result that another kernel wrote (a batch
+ * norm's normalisation, scale and shift, a residual add, the activation after the
+ * convolution's statistics were taken): the convolution of the fusion parameter reached
+ * from the root x through elementwise ops of the result's shape s (any branch), or NULL.
+ * Layout assignment gives an elementwise op its operand's layout, so such a kernel writes
+ * the convolution's layout as the convolution's own kernel would. */
+static const tpu_instr *read_conv(const tpu_instr *f, const tpu_instr *x, const tpu_shape *s, int depth) {
+  if (x->shape.rank != s->rank || memcmp(x->shape.dims, s->dims, sizeof s->dims[0] * (size_t)s->rank)) return NULL;
+  if (x->op == TPU_OP_PARAMETER)
+    return x->index >= 0 && x->index < f->noperands ? producer_conv(f->operands[x->index]) : NULL;
+  tpu_op_class k = tpu_op_class_of(x->op);
+  if (depth > 16 || (k != TPU_CLS_UNARY && k != TPU_CLS_BINARY && k != TPU_CLS_TERNARY && x->op != TPU_OP_CONVERT))
+    return NULL;
+  for (int i = 0; i < x->noperands; i++) {
+    const tpu_instr *c = read_conv(f, x->operands[i], s, depth + 1);
+    if (c) return c;
+  }
+  return NULL;
+}
+
 static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
   *done = 0;
   tpu_comp *fc = f->calls;
   const tpu_instr *cv = conv_of(fc->root);
+  if (!cv && fc->root->op != TPU_OP_PARAMETER) cv = read_conv(f, fc->root, &fc->root->shape, 0);
   if (!cv || f->shape.rank < 3 || f->shape.rank != cv->shape.rank) return TPU_OK;
   const tpu_conv_dims *cd = &cv->conv;
   int rank = f->shape.rank, batch = (int)cd->out_batch, feature = (int)cd->out_feature;
