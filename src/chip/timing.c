@@ -210,7 +210,7 @@ static int64_t slot_of(const tstate *t, tpu_vref r, int64_t iter) {
 }
 
 enum { OP_HBM_MOVES = 1, OP_HBM_READS = 2, OP_VECTOR = 4, OP_TRANSFERS = 8, OP_HBM_WRITES = 16, OP_MXU_HBM = 32,
-       OP_HBM_LOADS = 64 };
+       OP_HBM_LOADS = 64, OP_IN_PLACE = 128 };
 /* A matmul kernel whose 16-bit results pay the stream pass (out_scale) lasts at least its
  * transfers end to end: the pass holds only the result transfers, so the kernel's reads and
  * MXU work overlap it, but the XLA TPU compiler's memory-bound matmuls take their input
@@ -538,8 +538,11 @@ static int64_t kernel_start(const tstate *t, int op) {
   if (o->m > 0)
     return t->kov + t->mbase + ((t->op_hbm[op] & OP_MXU_HBM) ? t->mov : 0) +
            ((t->op_hbm[op] & OP_HBM_WRITES) ? t->mwr : 0);
-  int64_t one = t->kov + (t->kov > 0 && (t->op_hbm[op] & (OP_VECTOR | OP_HBM_READS)) == OP_VECTOR ? t->lat : 0) +
-                t->op_res[op];
+  /* (a pooling window reading its input in place: its start, chip window_start_cycles,
+   * is what its compiler charges beyond its kernel overhead and result, the latency in it) */
+  const int lat = t->kov > 0 && (t->op_hbm[op] & (OP_VECTOR | OP_HBM_READS)) == OP_VECTOR &&
+                  !(o->window && (t->op_hbm[op] & OP_IN_PLACE));
+  int64_t one = t->kov + (lat ? t->lat : 0) + t->op_res[op];
   return o->starts > 1 ? one * o->starts : one; /* the compiler's kernels of one op (vmem_source.c) */
 }
 
@@ -736,7 +739,24 @@ static tpu_status durations(tstate *t) {
         /* an in-step copy of a whole parameter (prefetch=2) is a plain transfer: none of
          * its reader's stream costs */
         const tpu_prog_op *o = in->op >= 0 && in->prefetch != 2 ? &t->p->ops[in->op] : NULL;
-        if (o && o->xbytes > 0 && o->padded_bytes > 0) b *= 1.0 + o->xbytes / o->padded_bytes;
+        /* A pooling window kernel reading its input in place in VMEM (OP_IN_PLACE) moves only
+         * its result: its stream costs (the window's start, the result's passes) ride on the
+         * result's transfers, and its reads take no cycles of the port (the XLA TPU compiler's
+         * window kernel from VMEM costs its result's transfer plus its start, whatever the
+         * input's size: libtpu max pools of f32[16,20,20,256] 3x3 with strides 1 and 2, the
+         * same 6.5 MB input in VMEM, 14,792 and 6,453 cycles on v5e, the difference the
+         * results' 5.3 and 1.3 MB; bench/fidelity/probes/pool_inplace.py). */
+        const int in_place = o && o->window && (t->op_hbm[in->op] & OP_IN_PLACE);
+        if (in_place && in->opc == TPU_ISA_DMA_IN) {
+          t->pdur[i] = t->gdur[i] = 0;
+          if (in->onchip) break;
+          c = (int64_t)ceil((double)in->bytes / t->bpc); /* a small operand from HBM: its bytes */
+          t->pdur[i] = t->gdur[i] = c;
+          break;
+        }
+        if (in_place && o->xbytes > 0 && o->padded_bytes > 0)
+          b *= 1.0 + o->xbytes / (o->padded_bytes * t->op_moved[in->op]);
+        else if (o && o->xbytes > 0 && o->padded_bytes > 0) b *= 1.0 + o->xbytes / o->padded_bytes;
         /* a matmul kernel's reads stream slower than a vector kernel's on some chips (chip
          * matmul_stream_efficiency: the XLA TPU compiler's decode-shaped matmuls) */
         if (o && o->m > 0 && in->opc == TPU_ISA_DMA_IN && !in->onchip && t->chip->matmul_stream_efficiency > 0)
@@ -874,6 +894,23 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
     if (q->opc == TPU_ISA_VPU || q->opc == TPU_ISA_EUP || q->opc == TPU_ISA_XLU) t.op_hbm[q->op] |= OP_VECTOR;
     if (q->opc == TPU_ISA_DMA_IN || q->opc == TPU_ISA_DMA_OUT || q->opc == TPU_ISA_DMA_HBM) t.op_hbm[q->op] |= OP_TRANSFERS;
   }
+  /* a window kernel whose reads are mostly of VMEM (its input kept there: a cross-program
+   * prefetch or a producer's result), not HBM: OP_IN_PLACE (durations) */
+  double *rd = tpu_calloc((size_t)(p->nops ? p->nops : 1) * 3, sizeof(double));
+  t.op_moved = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(double));
+  for (int i = 0; rd && i < p->ninsns; i++) {
+    const tpu_insn *q = &p->insns[i];
+    if (q->op < 0 || q->op >= p->nops || q->prefetch == 2) continue;
+    if (q->opc == TPU_ISA_DMA_IN) rd[3 * q->op + (q->onchip ? 1 : 0)] += (double)q->bytes;
+    if (q->opc == TPU_ISA_DMA_OUT) rd[3 * q->op + 2] += (double)q->bytes;
+  }
+  for (int o = 0; rd && t.op_moved && t.op_hbm && o < p->nops; o++) {
+    const double all = rd[3 * o] + rd[3 * o + 1] + rd[3 * o + 2];
+    if (!p->ops[o].window || rd[3 * o + 1] <= rd[3 * o] || all <= rd[3 * o + 1]) continue;
+    t.op_hbm[o] |= OP_IN_PLACE;
+    t.op_moved[o] = 1.0 - rd[3 * o + 1] / all;
+  }
+  tpu_free(rd);
   const int mxu_marked = mark_mxu_hbm(&t);
   for (int o = 0; t.op_hbm && t.op_res && o < p->nops; o++) t.op_res[o] = resident_cycles(&t, o);
   t.pi = tpu_malloc((size_t)PORT_CAP * 2 * sizeof(int64_t));
@@ -886,7 +923,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   out->ops = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(tpu_op_stat));
   tpu_status st = TPU_OK;
   if (!t.ready || !t.sfree || !t.by_dma || !t.slot0 || !t.last_end || !t.dur || !t.pdur || !t.gdur || !t.match ||
-      !t.hbm_ready || !t.op_lo || !t.op_hi || !t.op_hbm || !t.op_res || !t.pi || !t.reach || !t.lmark || !out->ops ||
+      !t.hbm_ready || !t.op_lo || !t.op_hi || !t.op_hbm || !t.op_moved || !t.op_res || !t.pi || !t.reach || !t.lmark || !out->ops ||
       !mxu_marked) {
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory starting the timing run");
     goto done;
@@ -961,6 +998,7 @@ done:
   tpu_free(t.op_lo);
   tpu_free(t.op_hi);
   tpu_free(t.op_hbm);
+  tpu_free(t.op_moved);
   tpu_free(t.op_res);
   tpu_free(t.pi);
   tpu_free(t.reach);

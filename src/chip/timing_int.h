@@ -52,6 +52,8 @@ typedef struct {
   int64_t cap_events;
   int64_t *hbm_ready;     /* per HBM buffer: completion of its latest writer (dma.out/.hbm) */
   int64_t *op_lo, *op_hi; /* per op: the VMEM address hull of its buffers (lo == hi: none) */
+  double *op_moved;       /* per op: the share of its transfers' bytes that move on the port
+                           * (1 less the share of its reads in place in VMEM; OP_IN_PLACE) */
   int64_t *op_res;        /* per op: the stream cycles of a vector kernel whose operands and
                            * result all stay in VMEM with no transfer (resident_cycles) */
   int64_t *pi;            /* HBM port busy intervals [pi[2j], pi[2j+1]), sorted, disjoint */

@@ -535,9 +535,17 @@ int tpu__whole_window_pad(const tpu__be *be, const tpu_instr *in) {
   return 1;
 }
 
+static const tpu_instr *pool_window(const tpu_instr *in);
+
 static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
   const tpu_shape *s = &in->operands[j]->shape;
   if (in_smem(s) || scalar_smem(be, in, in->operands[j])) return 0;
+  /* A pooling window's constant init value is an immediate of its kernel, not a transfer:
+   * the XLA TPU compiler fuses it into the window's kOutput fusion, whose one operand is the
+   * pooled array (the families' maxpool2d_*, avgpool2d_* window fusions, every generation). */
+  if (in->op == TPU_OP_REDUCE_WINDOW && j >= in->noperands / 2 && in->operands[j]->op == TPU_OP_CONSTANT &&
+      s->rank == 0 && pool_window(in))
+    return 0;
   if (in->op == TPU_OP_FUSION) {
     if (carried_operand(in, j)) return 0;
     const tpu_instr *fu = fused_update_target(be, in, j);
