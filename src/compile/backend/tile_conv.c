@@ -358,8 +358,22 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
    * taps' features form one contraction rather than each padded to the lanes (tune: a 5x5
    * dilated convolution over 32 features of batch 1 or 2 costs its 25 x 32 deep GEMM; a
    * grouped one keeps each group's taps padded: its figures do not depend on the taps). */
-  if (padded_batch) {
+  /* An input-dilated convolution the compiler runs with the emitters that walk the input
+   * (scatter_cycles applies): each input position's batch meets every filter tap, so the MXU
+   * rows are the input positions', not the dilated image's outputs (most of whose window
+   * taps meet holes). Libtpu probes outside the corpora, bf16 [B,H,H,Ci] x [4,4,Ci,Co],
+   * lhs_dilate 2x2, pad 3: on v5e [2,32,32,256] -> 64 features 151,711 cycles, [4,32,32,128]
+   * -> 64 82,520, [1,32,32,128] -> 64 92,079, where rows over the 66x66 outputs cost 2.00 /
+   * 1.83 / 1.63 times that and rows over the inputs 1.00 / 1.11 / 0.97 (v5p alike; v4 and
+   * v6e, whose scatter floors bound these, unchanged). The FLOPs stay the outputs'. */
+  if (k->min_cycles > 0 && !tpu_dtype_is_complex(ls->dtype)) {
     k->mm_flops = 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n;
+    int64_t in = mm->shape.dims[cd->out_batch];
+    for (int i = 0; i < cd->nspatial; i++) in *= ls->dims[cd->in_spatial[i]];
+    if (in < k->m) k->m = in;
+  }
+  if (padded_batch) {
+    if (!(k->mm_flops > 0)) k->mm_flops = 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n;
     k->m = k->m / batch * round_up(batch, sub);
   }
 }

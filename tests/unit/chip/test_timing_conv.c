@@ -62,8 +62,13 @@ static void conv_taps_padded(void) {
  * one over 16 twice that; the FLOPs stay the batch's own. With the batch so padded, the
  * taps' features are one contraction, not each padded to the lanes: a 3x3 convolution of a
  * batch of 2 over 32 features takes about a quarter of one over 128. Not where the compiler
- * folds the last spatial dimension into the batch (space to batch: 16 wide or more). */
+ * folds the last spatial dimension into the batch (space to batch: 16 wide or more). The
+ * transposed convolution is timed without the chip's input-driven floor (conv_scatter_*,
+ * whatever the batch up to 16, and the rows it puts over the input: conv_scatter_input_rows),
+ * so that its MXU rows alone decide. */
 static void conv_batch_in_sublanes(void) {
+  tpu_chip rows = g_v5e;
+  rows.conv_scatter_cycles = 0;
   const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,64,64,128] parameter(0)\n w = bf16[4,4,128,128] parameter(1)\n"
                     " ROOT y = bf16[%d,130,130,128] convolution(x, w), window={size=4x4 pad=3_3x3_3 lhs_dilate=2x2},"
                     " dim_labels=b01f_01io->b01f\n}\n";
@@ -73,8 +78,8 @@ static void conv_batch_in_sublanes(void) {
   for (int i = 0; i < 3; i++) {
     snprintf(src, sizeof src, fmt, bs[i], bs[i]);
     int nk = 0;
-    cyc[i] = stream_time(src, &g_v5e, &nk);
-    tpu_program *p = compile_src(src, &g_v5e, -1);
+    cyc[i] = stream_time(src, &rows, &nk);
+    tpu_program *p = compile_src(src, &rows, -1);
     CHECK(p != NULL);
     if (!p) return;
     for (int j = 0; j < p->nops; j++) fl[i] += p->ops[j].flops;
@@ -303,6 +308,29 @@ static void conv_scatter(void) {
   double toff = stream_time(src, &off, &nk);
   printf("without conv_scatter_cycles: %.0f cycles\n", toff);
   CHECK(toff > 0 && toff < 0.5 * t);
+}
+
+/* The scatter emitters walk the input: a transposed convolution's MXU rows are its input
+ * positions' batch (padded to the sublanes), not the dilated image's outputs, most of whose
+ * taps meet holes; the FLOPs stay the outputs'. Libtpu probe outside the corpora, v5e, bf16
+ * [2,32,32,256] x [4,4,256,64], lhs_dilate 2x2, pad 3 (66x66 outputs): 151,711 cycles; rows
+ * over the outputs gave 2.00 times that. */
+static double kernel_cycles(const char *src, const tpu_chip *c);
+static void conv_scatter_input_rows(void) {
+  const char *src = "HloModule m\nENTRY e {\n x = bf16[2,32,32,256] parameter(0)\n w = bf16[4,4,256,64] parameter(1)\n"
+                    " ROOT y = bf16[2,66,66,64] convolution(x, w), window={size=4x4 pad=3_3x3_3 lhs_dilate=2x2},"
+                    " dim_labels=b01f_01io->b01f\n}\n";
+  double t = kernel_cycles(src, &g_v5e), want = 151711;
+  tpu_program *p = compile_src(src, &g_v5e, -1);
+  CHECK(p != NULL);
+  double fl = 0;
+  for (int j = 0; p && j < p->nops; j++) fl += p->ops[j].flops;
+  tpu_program_free(p);
+  double fo = 2.0 * 2 * 66 * 66 * 16 * 256 * 64;
+  printf("transposed convolution [2,32,32,256] -> 64 on v5e: %.0f cycles (compiler %.0f), %.4g FLOPs (outputs' %.4g)\n", t, want,
+         fl, fo);
+  CHECK(t > 0.8 * want && t < 1.25 * want);
+  CHECK(fl > 0.999 * fo && fl < 1.001 * fo);
 }
 
 /* The cycles of the convolution kernel of HLO program src on chip c (the op of kind
@@ -613,6 +641,7 @@ int main(void) {
   conv_plain_steps();
   conv_scatter();
   conv_packed();
+  conv_scatter_input_rows();
   relayout_tiles();
   s2b_unfold_relayout();
   s2b_result_relayout();
