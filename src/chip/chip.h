@@ -70,6 +70,7 @@ typedef enum {
   X(MATMUL_STREAM_EFFICIENCY, matmul_stream_efficiency, 'f', 0, "", "rate a matmul kernel's reads stream at, as a fraction of a vector kernel's (default 1)") \
   X(LONE_OP_BYTES, lone_op_bytes, 'f', 0, "B/elem", "HBM-port cost of an unfused elementwise op or reduce") \
   X(LONE_OP_MIN_BYTES, lone_op_min_bytes, 'i', 0, "B", "smallest unfused op (bytes in and out) that pays lone_op_bytes") \
+  X(LONE_REDUCE_MIN_BYTES, lone_reduce_min_bytes, 'i', 0, "B", "smallest unfused reduce (bytes in and out) that pays lone_op_bytes (absent: lone_op_min_bytes)") \
   X(TRANSPOSE_BYTES, transpose_bytes, 'f', 0, "B/elem", "HBM-port cost of a transpose that moves the minor dimension") \
   X(ROW_BROADCAST_CYCLES, row_broadcast_cycles, 'f', 0, "cycles", "cost per row and TensorCore of a vector kernel's broadcast along the lanes (a per-row statistic over a row)") \
   X(VPU_BATCHED_VECTOR_DOTS, vpu_batched_vector_dots, 'i', 0, "", "1: a batched dot whose vector operand has a size-1 free dimension always runs on the vector unit (absent: the matrix unit when its scores are scaled in f32 over two batch dimensions, dot_reduce.c pv_on_mxu)") \
@@ -162,6 +163,7 @@ typedef struct tpu_chip {
   double vmem_read_cost;    /* 0 when absent: reading VMEM costs a vector kernel no transfer */
   double matmul_stream_efficiency; /* 0 when absent: matmul reads stream as vector kernels' do */
   int64_t lone_op_min_bytes;
+  int64_t lone_reduce_min_bytes; /* 0 when absent: lone_op_min_bytes */
   double transpose_bytes;
   double row_broadcast_cycles; /* 0 when absent: broadcasts along the lanes cost nothing extra */
   int64_t vpu_batched_vector_dots; /* 0 when absent (dot_reduce.c) */

@@ -310,7 +310,10 @@ double tpu__stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinf
       o = o->operands[0];
     lone = o->op == TPU_OP_PARAMETER || o->op == TPU_OP_CONSTANT || o->shape.rank == 0 || (reducing && gathered_operand(o));
   }
-  if (lone && k->padded_bytes >= (double)ch->lone_op_min_bytes) x += ch->lone_op_bytes * (double)n;
+  /* a reduce from fewer bytes than an elementwise op (lone_reduce_min_bytes: libtpu probes of
+   * f32[R,1024] summed over its rows, bench/fidelity/probes/lone_reduce.py) */
+  const int64_t least = reducing && ch->lone_reduce_min_bytes > 0 ? ch->lone_reduce_min_bytes : ch->lone_op_min_bytes;
+  if (lone && k->padded_bytes >= (double)least) x += ch->lone_op_bytes * (double)n;
   x += ch->transpose_bytes * (double)moved;
   if (ch->concat_shift_cycles > 0) {
     x += ch->concat_shift_cycles * tpu__kernel_shift_regs(be, in) * tpu_chip_hbm_stream_bw(ch) / ch->clock_hz;
