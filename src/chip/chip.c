@@ -65,6 +65,8 @@ static const struct {
     [TPU_CHIP_MATMUL_OVERHEAD_S] = {1e-12, 1e-2},
     [TPU_CHIP_MATMUL_BASE_S] = {1e-12, 1e-2},
     [TPU_CHIP_MATMUL_WRITE_S] = {1e-12, 1e-2},
+    [TPU_CHIP_INT8_MXU_RATE] = {1e-3, 1024},
+    [TPU_CHIP_INT8_MATMUL_S] = {1e-12, 1e-2},
     [TPU_CHIP_STREAM_PASS_BYTES] = {1e-6, 1024},
     [TPU_CHIP_RESULT_PASS_BYTES] = {1e-6, 1024},
     [TPU_CHIP_VMEM_READ_COST] = {1e-6, 1024},

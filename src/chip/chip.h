@@ -64,6 +64,8 @@ typedef enum {
   X(MATMUL_OVERHEAD_S, matmul_overhead_s, 'f', 0, "s", "extra start cost of a matmul kernel whose MXU operand comes from HBM")  \
   X(MATMUL_BASE_S, matmul_base_s, 'f', 0, "s", "extra start cost of every matmul kernel")  \
   X(MATMUL_WRITE_S, matmul_write_s, 'f', 0, "s", "extra start cost of a matmul kernel that writes its result to HBM")  \
+  X(INT8_MXU_RATE, int8_mxu_rate, 'f', 0, "", "rate a matmul of 8-bit integers runs at on the MXU, relative to bf16 (default int8_rate)")  \
+  X(INT8_MATMUL_S, int8_matmul_s, 'f', 0, "s", "extra start cost of a matmul kernel of 8-bit integers")  \
   X(STREAM_PASS_BYTES, stream_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a vector kernel that reduces or writes values narrower than 32 bits") \
   X(RESULT_PASS_BYTES, result_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a matmul kernel's 16-bit result (default: stream_pass_bytes)") \
   X(VMEM_READ_COST, vmem_read_cost, 'f', 0, "", "fraction of an HBM read's cost a vector kernel pays to read an operand kept in VMEM (default 0)") \
@@ -155,6 +157,8 @@ typedef struct tpu_chip {
                              * matmul operand comes from HBM */
   double matmul_base_s;     /* 0 when unknown: added for every MXU kernel */
   double matmul_write_s;    /* 0 when unknown: added for MXU kernels writing their result to HBM */
+  double int8_mxu_rate;     /* 0 when absent: int8_rate (the timing of 8-bit integer matmuls) */
+  double int8_matmul_s;     /* 0 when absent: added for MXU kernels of 8-bit integers */
   /* Per-element costs on the HBM port, in bytes at the streaming rate, that the XLA TPU
    * compiler's cost model charges vector kernels beyond their transfers (0 when unknown:
    * none; docs/timing.md, docs/fidelity.md). */

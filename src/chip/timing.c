@@ -167,8 +167,10 @@ static tpu_status matmul_split_cycles(const tpu_insn *in, const tpu_chip *chip, 
   /* the systolic fill and drain overlap the neighbouring instructions' work (matmul_cycles) */
   if (hide_fill) mc.stream -= R + C - 2;
   int64_t cyc = (mc.weight_load + mc.stream) * (fold ? 1 : np);
-  if ((in->dtype == TPU_S8 || in->dtype == TPU_U8) && chip->int8_rate > 1)
-    cyc = (int64_t)ceil((double)cyc / chip->int8_rate);
+  /* 8-bit integers at the chip's int8 MXU rate (int8_mxu_rate where the compiler's cost
+   * model runs them below the published int8_rate: v6e) */
+  const double i8 = chip->int8_mxu_rate > 0 ? chip->int8_mxu_rate : chip->int8_rate;
+  if ((in->dtype == TPU_S8 || in->dtype == TPU_U8) && i8 > 1) cyc = (int64_t)ceil((double)cyc / i8);
   *out = cyc;
   return TPU_OK;
 }
@@ -530,14 +532,15 @@ static int mark_mxu_hbm(tstate *t) {
  * before it starts, as one that does waits for its first block: the compiler times its smallest vector kernels alike wherever their operands live (v6e:
  * 2,116-2,164 cycles for 2-64 KiB, every operand and the result in VMEM or not; v5e
  * 1,824-1,888, v5p 2,122-2,169; docs/fidelity.md). A chip without kernel_overhead_s
- * pays neither. */
+ * pays neither. A matmul kernel of 8-bit integers adds int8_matmul_s (op_i8: v6e's compiler
+ * starts its int8 kernels 1,195 cycles later than its bf16 ones, probes/int8_matmul.py). */
 static int64_t kernel_start(const tstate *t, int op) {
   if (op < 0) return t->kov;
   const tpu_prog_op *o = &t->p->ops[op];
   if (o->scalar || o->dma) return 0;
   if (o->m > 0)
     return t->kov + t->mbase + ((t->op_hbm[op] & OP_MXU_HBM) ? t->mov : 0) +
-           ((t->op_hbm[op] & OP_HBM_WRITES) ? t->mwr : 0);
+           ((t->op_hbm[op] & OP_HBM_WRITES) ? t->mwr : 0) + (t->op_i8 && t->op_i8[op] ? t->i8s : 0);
   /* (a pooling window reading its input in place: its start, chip window_start_cycles,
    * is what its compiler charges beyond its kernel overhead and result, the latency in it) */
   const int lat = t->kov > 0 && (t->op_hbm[op] & (OP_VECTOR | OP_HBM_READS)) == OP_VECTOR &&
@@ -864,6 +867,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.mov = chip->matmul_overhead_s > 0 ? (int64_t)llround(chip->matmul_overhead_s * chip->clock_hz) : 0;
   t.mwr = chip->matmul_write_s > 0 ? (int64_t)llround(chip->matmul_write_s * chip->clock_hz) : 0;
   t.mbase = chip->matmul_base_s > 0 ? (int64_t)llround(chip->matmul_base_s * chip->clock_hz) : 0;
+  t.i8s = chip->int8_matmul_s > 0 ? (int64_t)llround(chip->int8_matmul_s * chip->clock_hz) : 0;
   for (int v = 0; v < p->nvmem; v++) t.nslots += p->vmem[v].nslots;
   size_t ns = (size_t)(t.nslots ? t.nslots : 1), ni = (size_t)(p->ninsns ? p->ninsns : 1);
   t.ready = tpu_calloc(ns, sizeof(int64_t));
@@ -879,6 +883,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.op_lo = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(int64_t));
   t.op_hi = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(int64_t));
   t.op_hbm = tpu_calloc((size_t)(p->nops ? p->nops : 1), 1);
+  t.op_i8 = tpu_calloc((size_t)(p->nops ? p->nops : 1), 1);
   t.op_res = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(int64_t));
   for (int i = 0; t.op_hbm && i < p->ninsns; i++) {
     const tpu_insn *q = &p->insns[i];
@@ -892,6 +897,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
     if ((q->opc == TPU_ISA_DMA_IN && !q->onchip && q->hbm >= 0 && !q->prefetch) || q->opc == TPU_ISA_DMA_HBM)
       t.op_hbm[q->op] |= OP_HBM_LOADS; /* reads HBM itself (not a copy made before it starts) */
     if (q->opc == TPU_ISA_VPU || q->opc == TPU_ISA_EUP || q->opc == TPU_ISA_XLU) t.op_hbm[q->op] |= OP_VECTOR;
+    if (t.op_i8 && q->opc == TPU_ISA_MATMUL && (q->dtype == TPU_S8 || q->dtype == TPU_U8)) t.op_i8[q->op] = 1;
     if (q->opc == TPU_ISA_DMA_IN || q->opc == TPU_ISA_DMA_OUT || q->opc == TPU_ISA_DMA_HBM) t.op_hbm[q->op] |= OP_TRANSFERS;
   }
   /* a window kernel whose reads are mostly of VMEM (its input kept there: a cross-program
@@ -998,6 +1004,7 @@ done:
   tpu_free(t.op_lo);
   tpu_free(t.op_hi);
   tpu_free(t.op_hbm);
+  tpu_free(t.op_i8);
   tpu_free(t.op_moved);
   tpu_free(t.op_res);
   tpu_free(t.pi);

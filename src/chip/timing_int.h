@@ -44,9 +44,11 @@ typedef struct {
   int *match;             /* loop -> end, cond -> endcond, case -> next case/endcond */
   int64_t lat;            /* HBM latency, cycles */
   int64_t kov;            /* fixed start cost of each kernel, cycles */
-  unsigned char *op_hbm;  /* per op: OP_HBM_MOVES | OP_HBM_READS | OP_VECTOR | OP_TRANSFERS | OP_HBM_WRITES | OP_MXU_HBM | OP_HBM_LOADS */
+  unsigned char *op_hbm;  /* per op: OP_HBM_MOVES | OP_HBM_READS | OP_VECTOR | OP_TRANSFERS | OP_HBM_WRITES | OP_MXU_HBM | OP_HBM_LOADS | ... */
+  unsigned char *op_i8;   /* per op: 1 when a matmul instruction of it takes 8-bit integers (int8_matmul_s) */
   int64_t mov;            /* extra start cost of a matmul/convolution kernel reading HBM, cycles */
   int64_t mwr;            /* extra start cost of one writing its result to HBM, cycles */
+  int64_t i8s;            /* extra start cost of one of 8-bit integers, cycles */
   int64_t mbase;          /* extra start cost of every matmul/convolution kernel, cycles */
   double bpc;             /* HBM bytes per cycle */
   int64_t cap_events;

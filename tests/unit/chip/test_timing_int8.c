@@ -1,0 +1,85 @@
+/* 8-bit integer matmuls on a chip whose compiler runs them apart from bf16 (v6e): the MXU
+ * work at int8_mxu_rate instead of the published int8_rate, and the kernel's start plus
+ * int8_matmul_s (timing.c kernel_start, op_i8); a bf16 dot of the same shape is untouched. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "chip/chip.h"
+#include "chip/program.h"
+#include "chip/timing.h"
+#include "compile/compile.h"
+#include "hlo/hlo.h"
+#include "ir/verify.h"
+
+static const char *k_fmt =
+    "HloModule i8\n"
+    "\n"
+    "ENTRY %%main (x: %s[64,512], w: %s[512,512]) -> %s[64,512] {\n"
+    "  %%x = %s[64,512] parameter(0)\n"
+    "  %%w = %s[512,512] parameter(1)\n"
+    "  ROOT %%d = %s[64,512] dot(%%x, %%w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+    "}\n";
+
+/* The dot's cycles and MXU cycles on `chip`. */
+static int run(const tpu_chip *chip, const char *in, const char *acc, int64_t *cycles, int64_t *mxu) {
+  char src[1024];
+  snprintf(src, sizeof src, k_fmt, in, in, acc, in, in, acc);
+  tpu_diag d;
+  tpu_module *m = NULL;
+  if (tpu_hlo_parse("i8.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+    fprintf(stderr, "%s\n", d.msg);
+    tpu_module_free(m);
+    return 0;
+  }
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = chip;
+  tpu_program *p = NULL;
+  int ok = 0;
+  if (tpu_compile(m, &o, &p, &d) == TPU_OK) {
+    tpu_timeline tl;
+    int op = -1;
+    for (int k = 0; k < p->nops; k++)
+      if (p->ops[k].m > 0) op = k;
+    if (op >= 0 && tpu_timing_run(p, chip, 0, &tl, &d) == TPU_OK) {
+      *cycles = tl.ops[op].cycles;
+      *mxu = tl.ops[op].unit_cycles[TPU_UNIT_MXU];
+      tpu_timeline_free(&tl);
+      ok = 1;
+    }
+  } else {
+    fprintf(stderr, "%s\n", d.msg);
+  }
+  tpu_program_free(p);
+  tpu_module_free(m);
+  return ok;
+}
+
+int main(void) {
+  tpu_chip chip, plain;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v6e", &chip, &d) == TPU_OK);
+  CHECK(chip.int8_mxu_rate > 1 && chip.int8_mxu_rate < chip.int8_rate && chip.int8_matmul_s > 0);
+  plain = chip; /* the same chip without the two fields: the published int8_rate, no extra start */
+  plain.int8_mxu_rate = 0;
+  plain.int8_matmul_s = 0;
+  int64_t c8 = 0, m8 = 0, p8 = 0, pm8 = 0, cb = 0, mb = 0, pb = 0, pmb = 0;
+  CHECK(run(&chip, "s8", "s32", &c8, &m8));
+  CHECK(run(&plain, "s8", "s32", &p8, &pm8));
+  CHECK(run(&chip, "bf16", "f32", &cb, &mb));
+  CHECK(run(&plain, "bf16", "f32", &pb, &pmb));
+  const int64_t i8s = (int64_t)llround(chip.int8_matmul_s * chip.clock_hz);
+  printf("v6e s8 [64,512] x [512,512]: %lld cycles (MXU %lld), %lld at int8_rate without the start (MXU %lld); "
+         "bf16 %lld / %lld\n",
+         (long long)c8, (long long)m8, (long long)p8, (long long)pm8, (long long)cb, (long long)pb);
+  /* the MXU at int8_mxu_rate: its cycles over the published rate's in their ratio */
+  CHECK(pm8 > 0 && fabs((double)m8 / (double)pm8 - chip.int8_rate / chip.int8_mxu_rate) < 0.02);
+  /* the kernel's start pays int8_matmul_s on top of the slower MXU */
+  CHECK(c8 - p8 >= i8s + (m8 - pm8) - 2);
+  /* bf16 is untouched */
+  CHECK(cb == pb && mb == pmb);
+  CHECK_DONE();
+}
