@@ -183,18 +183,50 @@ static int64_t s2b_unfold_tiles(const tpu_instr *in) {
  * 196 3,595, gconv_b4_7x7_c64to128_g16_k3_bf16's 392 5,374; v4 24,326 / 8,246 / 3,331 /
  * 8,638). Not a result in whole 32-bit registers (f32, 8 or more groups), as below. -1: not
  * such a copy. */
-static int64_t group_merge_tiles(const tpu_chip *chip, const tpu_instr *in) {
-  if (in->op != TPU_OP_FUSION || !in->calls || !in->calls->root) return -1;
+static const tpu_shape *group_merge_split(const tpu_instr *in, int *g) {
+  if (in->op != TPU_OP_FUSION || !in->calls || !in->calls->root) return NULL;
   const char *fd = NULL;
   for (int i = 0; i < in->nattrs && !fd; i++)
     if (!strcmp(in->attrs[i].name, "group_merge")) fd = in->attrs[i].value;
   const tpu_instr *m = in->calls->root;
-  if (!fd || m->op != TPU_OP_RESHAPE || m->noperands != 1) return -1;
+  if (!fd || m->op != TPU_OP_RESHAPE || m->noperands != 1) return NULL;
   const tpu_shape *s = &m->operands[0]->shape; /* the split shape, the transpose's result */
-  int g = atoi(fd);
-  if (g < 0 || g + 1 >= s->rank || s->dtype == TPU_TUPLE) return -1;
+  *g = atoi(fd);
+  if (*g < 0 || *g + 1 >= s->rank || s->dtype == TPU_TUPLE) return NULL;
+  return s;
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int64_t group_merge_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  int g;
+  const tpu_shape *s = group_merge_split(in, &g);
+  if (!s) return -1;
   int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
   if (tpu_dtype_size(s->dtype) == 4 && s->dims[g] >= sub) return 0;
+  return tpu__tiles_as(chip, s, g, g + 1);
+}
+
+/* The same merge copy of a result in whole 32-bit registers (f32, 8 or more groups: T(8,128)
+ * tiles of groups by Cog): its result's tiles, 0 for any other op. Where the compiler keeps
+ * the split result on the core (v5e, v6e: S(1) on both sides) the copy moves whole registers
+ * within VMEM, 0.51-0.88 cycles a result tile and no start; where it writes it off the core
+ * (v4's CMEM, S(3) on both sides; v5p's HBM) the copy is a relayout of two half-register
+ * units a tile (tile.c; libtpu probes outside the corpus, f32 [B,H,H,C] in 8-32 groups, 1x1
+ * and 3x3, 400-4,096 result tiles: v4 29.8-34.2 cycles a tile, 2 x relayout_tile_cycles 31.8;
+ * v5p 4,655-33,828 cycles, start + 7.7-9.1 a tile; v5e/v6e 216-3,584 cycles). */
+int64_t tpu__group_merge_whole_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  int g;
+  const tpu_shape *s = group_merge_split(in, &g);
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  if (!s || tpu_dtype_size(s->dtype) != 4 || s->dims[g] < sub || g < 1 || g + 2 != s->rank) return 0;
+  /* the compiler's merged form with Cog in the lanes and G in the sublanes, where it pads no
+   * more than W in the lanes and Cog in the sublanes; else it merges through that W-minor form
+   * (other copies, not modelled: gconv_b4_28x28_c128to256_g16_k1_f32) */
+  int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128, w = s->dims[g - 1], cog = s->dims[g + 1];
+  int64_t cog_minor = cdiv(cog, lanes) * lanes * cdiv(s->dims[g], sub) * sub * w;
+  int64_t w_minor = cdiv(w, lanes) * lanes * cdiv(cog, sub) * sub * s->dims[g];
+  if (cog_minor > w_minor) return 0;
   return tpu__tiles_as(chip, s, g, g + 1);
 }
 

@@ -687,6 +687,16 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     int64_t bytes = tpu__padded_bytes(be, &in->shape), win = (int64_t)1 << 20;
     k->vcopy_windows = bytes > win ? (bytes + win - 1) / win : 1;
   }
+  /* A grouped convolution's merge copy of whole f32 registers (copy_kind.c
+   * tpu__group_merge_whole_tiles): within VMEM on a chip of one TensorCore without CMEM, a
+   * windowed copy of its result's tiles (4 KiB each); off the core, a relayout of two
+   * half-register units a tile. */
+  int64_t whole = tpu__group_merge_whole_tiles(be->chip, in);
+  int off_core = be->chip->cmem_bytes > 0 || be->chip->tensorcores > 1;
+  if (whole > 0 && !off_core && !k->vcopy_windows) {
+    int64_t bytes = whole * 4096, win = (int64_t)1 << 20;
+    k->vcopy_windows = (bytes + win - 1) / win;
+  }
   if (k->vcopy_windows) po.scalar = 1; /* no kernel start: see windowed_vmem_copy */
   if (tpu__vmem_source_kernel(be, in)) po.scalar = 1; /* no kernel start (vmem_source.c) */
   int wide = tpu__wide_int_source_kernels(be, in); /* 64-bit words computed apart (vmem_source.c) */
@@ -698,6 +708,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
    * transfer of the update, no kernel. */
   if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE && in->shape.layout_tail && in->parent && in->parent->is_entry) po.dma = 1;
   if (be->chip->relayout_tile_cycles > 0) po.min_body_cycles = (double)tpu__relayout_tiles(be->chip, in) * be->chip->relayout_tile_cycles;
+  if (whole > 0 && off_core && be->chip->relayout_tile_cycles > 0) po.min_body_cycles = 2.0 * (double)whole * be->chip->relayout_tile_cycles;
   if (in->op == TPU_OP_SORT && be->chip->sort_network) { /* its network's waits too */
     tpu__sort_work w;
     tpu__sort_cost(be, in, &w);

@@ -109,10 +109,27 @@ static void group_one_window(const tpu_chip *v6e) {
   CHECK(tw >= 6272 * c);
 }
 
+/* The merge copy of an f32 result in whole registers (8 groups or more, the compiler's merged
+ * form with Cog in the lanes): off the core (v4's CMEM) a relayout of two half-register units
+ * a result tile, within VMEM (v5e) a windowed copy of 4 KiB tiles with no start (libtpu probe,
+ * compile-only, f32 [4,20,20,256] in 8 groups, 1x1: copy.4 of 1,600 T(8,128) tiles, v4 51,900
+ * cycles, v5e 816; without the rule: a transfer, v4 9,606, v5e 20,425). */
+static void group_merge_whole(const tpu_chip *v4, const tpu_chip *v5e) {
+  const char *src = "HloModule m\nENTRY e {\n x = f32[4,20,20,256] parameter(0)\n w = f32[1,1,32,256] parameter(1)\n"
+                    " ROOT c = f32[4,20,20,256] convolution(x, w), window={size=1x1},"
+                    " dim_labels=b01f_01io->b01f, feature_group_count=8\n}\n";
+  double t4 = cycles_of(src, v4, "copy.group"), t5 = cycles_of(src, v5e, "copy.group");
+  double floor = 2.0 * 1600 * v4->relayout_tile_cycles;
+  printf("whole-register merge copy f32[4,20,20,8,32]: v4 %.0f cycles (the compiler 51,900), floor %.0f; v5e %.0f (816)\n",
+         t4, floor, t5);
+  CHECK(t4 >= floor && t4 < 1.2 * 51900);
+  CHECK(t5 > 0 && t5 < 2000);
+}
+
 int main(void) {
-  tpu_chip v5e, v5p, v6e;
+  tpu_chip v4, v5e, v5p, v6e;
   tpu_diag d;
-  if (tpu_chip_load("v5e", &v5e, &d) != TPU_OK || tpu_chip_load("v5p", &v5p, &d) != TPU_OK ||
+  if (tpu_chip_load("v4", &v4, &d) != TPU_OK || tpu_chip_load("v5e", &v5e, &d) != TPU_OK || tpu_chip_load("v5p", &v5p, &d) != TPU_OK ||
       tpu_chip_load("v6e", &v6e, &d) != TPU_OK) {
     fprintf(stderr, "cannot load the presets\n");
     return 1;
@@ -120,5 +137,6 @@ int main(void) {
   group_rows_on_chip(&v5e, &v5p);
   group_merge_relayout(&v5e);
   group_one_window(&v6e);
+  group_merge_whole(&v4, &v5e);
   CHECK_DONE();
 }
