@@ -64,9 +64,22 @@ static const char *attr_value(const tpu_instr *in, const char *name) {
   return NULL;
 }
 
+/* A bare slice (one the fuse pass left alone: a piece of a split returned as it is), which
+ * merges with a sibling fusion reading the same array as a fusion would (XLA's multi-output
+ * fusion takes any loop-fusible instruction: the compiler's split4_256x1024_ax1_bf16,
+ * split3_195x65x7x99_ax0_f32, split4_64x256x16x64_ax1_bf16 return the bare first piece from
+ * the slice_multiply_fusion that scales the others, one kernel on v4, v5e and v5p; libtpu
+ * probes outside the corpora, bench/fidelity/probes/data/split_slice.json: 2-4 pieces of
+ * bf16/f32 arrays along the lanes, sublanes or a major dimension, one slice_multiply_fusion on
+ * every generation). */
+static int bare_slice(const tpu_instr *in) {
+  return in->op == TPU_OP_SLICE && in->shape.rank > 0 && in->shape.dtype != TPU_TUPLE && in != in->parent->root;
+}
+
 /* The shape a fusion iterates over (its reduce's input, else its first result), or NULL
  * when it may not merge. */
 static const tpu_shape *sibling_space(const tpu__made_set *made, const tpu_comp *c, const tpu_instr *in) {
+  if (bare_slice(in)) return &in->shape;
   if (in->op != TPU_OP_FUSION || !in->calls || !tpu__made_has(made, in->calls)) return NULL;
   if (in->calls->root && tpu__fuse_own_kernel(in->calls->root)) return NULL;
   const char *k = attr_value(in, "kind");
@@ -92,6 +105,7 @@ static const tpu_shape *sibling_space(const tpu__made_set *made, const tpu_comp 
 
 /* Does a fusion reduce? */
 static int reduces(const tpu_instr *in) {
+  if (!in->calls) return 0;
   for (int i = 0; i < in->calls->ninstrs; i++)
     if (in->calls->instrs[i]->op == TPU_OP_REDUCE) return 1;
   return 0;

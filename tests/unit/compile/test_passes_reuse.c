@@ -181,6 +181,20 @@ static void test_row_mean_apart(void) {
   CHECK_EQ_INT(k, 3);
 }
 
+/* A split whose first piece is returned as it is and the others scaled is one kernel: the bare
+ * slice joins the fusion of its siblings (fuse_merge.c bare_slice; libtpu, all generations:
+ * bf16[512,512] cut along the lanes, one slice_multiply_fusion, v5e 5,366 cycles). */
+static void test_split_bare_piece(void) {
+  const char *src =
+      "HloModule m\nENTRY e {\n x = bf16[512,512] parameter(0)\n"
+      " a = bf16[512,256] slice(x), slice={[0:512], [0:256]}\n b = bf16[512,256] slice(x), slice={[0:512], [256:512]}\n"
+      " c = bf16[] constant(2)\n cb = bf16[512,256] broadcast(c), dimensions={}\n m = bf16[512,256] multiply(b, cb)\n"
+      " ROOT t = (bf16[512,256], bf16[512,256]) tuple(a, m)\n}\n";
+  int k = kernels_of(src);
+  printf("split, first piece bare: %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 1);
+}
+
 int main(void) {
   test_sink_broadcast();
   test_max_identity();
@@ -188,5 +202,6 @@ int main(void) {
   test_reused_slice();
   test_reduced_chain_apart();
   test_row_mean_apart();
+  test_split_bare_piece();
   CHECK_DONE();
 }
