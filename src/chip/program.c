@@ -169,9 +169,11 @@ tpu_status tpu_program_check(const tpu_program *p, tpu_diag *d) {
       return bad(d, i, "only dma.in may carry prefetch=1 or 2");
     if (in->prefetch == 2 && (in->hbm < 0 || in->dst.buf < 0 || in->pmod))
       return bad(d, i, "prefetch=2 needs an HBM source and a VMEM destination, unpredicated");
-    if (in->onchip && ((in->opc != TPU_ISA_DMA_IN && in->opc != TPU_ISA_DMA_OUT) || in->onchip != 1 || in->hbm >= 0 ||
-                       in->prefetch))
-      return bad(d, i, "onchip=1: only on dma.in or dma.out, without hbm or prefetch");
+    if (in->onchip && in->opc != TPU_ISA_DMA_HBM &&
+        ((in->opc != TPU_ISA_DMA_IN && in->opc != TPU_ISA_DMA_OUT) || in->onchip != 1 || in->hbm >= 0 || in->prefetch))
+      return bad(d, i, "onchip=1: only on dma.in or dma.out, without hbm or prefetch, or on dma.hbm");
+    if (in->onchip && in->opc == TPU_ISA_DMA_HBM && in->onchip != 1)
+      return bad(d, i, "onchip must be 0 or 1");
     if (in->lane && (in->opc != TPU_ISA_ICI || in->lane < 0 || in->lane >= 1 << TPU_INSN_LANES))
       return bad(d, i, "only ici may carry links, a mask of 7 link kinds (+x -x +y -y +z -z DCN: 1-127)");
     if (in->bytes < 0 || in->vregs < 0 || in->ops < 0 || in->m < 0 || in->k < 0 || in->n < 0 ||

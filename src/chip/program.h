@@ -97,7 +97,9 @@ typedef struct tpu_insn {
                                     * barrier, while the previous kernel runs (docs/isa.md) */
   int onchip;                      /* dma.in/dma.out: 1 = the data stays in VMEM (a resident
                                     * operand, a result kept there): no HBM bytes, no `hbm`;
-                                    * it costs only its op's per-element stream costs */
+                                    * it costs only its op's per-element stream costs;
+                                    * dma.hbm: 1 = its source is in VMEM (a value a kernel
+                                    * kept there): one HBM write, no read latency */
   const char *what;                /* vpu/eup/xlu: op kind; loop/cond: HLO name as the input wrote it (program-owned) */
   tpu_loc loc;                     /* loop/cond: the HLO instruction's place in the input (line 0: none) */
 } tpu_insn;

@@ -328,7 +328,7 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   if (start > ((int64_t)1 << 62) - dur - t->lat)
     return TPU_FAIL(t->d, TPU_ERR_LIMIT, tpu_noloc(), "program runs longer than 2^62 cycles");
   int64_t end = start + dur, done = end;
-  if ((in->opc == TPU_ISA_DMA_IN && !in->onchip) || in->opc == TPU_ISA_DMA_HBM) done = end + t->lat;
+  if ((in->opc == TPU_ISA_DMA_IN || in->opc == TPU_ISA_DMA_HBM) && !in->onchip) done = end + t->lat;
   /* Inside a while loop's body a kernel's own HBM read, fetched ahead while the kernel
    * before it ran, is usable no earlier than the HBM latency after the kernel's barrier: the
    * XLA TPU compiler costs each kernel of a body from its own start, the first block's
@@ -396,7 +396,9 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
   if (in->op >= 0) {
     tpu_op_stat *s = &tl->ops[in->op];
     s->unit_cycles[u] += dur;
-    if (is_dma && !in->onchip) s->hbm_bytes += (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2 : 1);
+    /* a dma.hbm from VMEM (onchip=1) writes its bytes once */
+    if (is_dma && (!in->onchip || in->opc == TPU_ISA_DMA_HBM))
+      s->hbm_bytes += (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM && !in->onchip ? 2 : 1);
   }
   if (in->opc == TPU_ISA_ICI) tl->ici_bytes += (double)in->bytes;
   if (t->record && dur > 0) {
@@ -737,7 +739,7 @@ static tpu_status durations(tstate *t) {
       case TPU_ISA_DMA_OUT:
       case TPU_ISA_DMA_HBM: {
         /* an op's per-element stream costs (xbytes) spread over its transfers */
-        double b = (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM ? 2.0 : 1.0);
+        double b = (double)in->bytes * (in->opc == TPU_ISA_DMA_HBM && !in->onchip ? 2.0 : 1.0);
         const double moved = b;
         /* an in-step copy of a whole parameter (prefetch=2) is a plain transfer: none of
          * its reader's stream costs */
@@ -772,7 +774,7 @@ static tpu_status durations(tstate *t) {
          * (v5e, test_vmem matmul_result_on_chip). */
         const int kept = in->onchip && t->chip->result_pass_bytes > 0;
         const double pass = o && in->opc == TPU_ISA_DMA_OUT && o->out_scale > 1 && !kept ? o->out_scale : 1.0;
-        if (in->onchip) {
+        if (in->onchip && in->opc != TPU_ISA_DMA_HBM) {
           /* data that stays in VMEM: the stream costs without the transfer (docs/isa.md) */
           double x = b * pass - (double)in->bytes;
           /* a vector kernel's read of a value kept in VMEM: the part of an HBM read's cost
@@ -890,11 +892,11 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
     if (q->op < 0 || q->op >= p->nops) continue;
     if ((q->opc == TPU_ISA_DMA_IN || q->opc == TPU_ISA_DMA_OUT) && !q->onchip && q->hbm >= 0 && q->prefetch != 2)
       t.op_hbm[q->op] |= OP_HBM_MOVES;
-    if ((q->opc == TPU_ISA_DMA_IN && !q->onchip && q->prefetch != 2) || q->opc == TPU_ISA_DMA_HBM)
+    if ((q->opc == TPU_ISA_DMA_IN && !q->onchip && q->prefetch != 2) || (q->opc == TPU_ISA_DMA_HBM && !q->onchip))
       t.op_hbm[q->op] |= OP_HBM_READS; /* the transfers that wait the HBM latency (issue) */
     if ((q->opc == TPU_ISA_DMA_OUT && !q->onchip && q->hbm >= 0) || q->opc == TPU_ISA_DMA_HBM)
       t.op_hbm[q->op] |= OP_HBM_WRITES;
-    if ((q->opc == TPU_ISA_DMA_IN && !q->onchip && q->hbm >= 0 && !q->prefetch) || q->opc == TPU_ISA_DMA_HBM)
+    if ((q->opc == TPU_ISA_DMA_IN && !q->onchip && q->hbm >= 0 && !q->prefetch) || (q->opc == TPU_ISA_DMA_HBM && !q->onchip))
       t.op_hbm[q->op] |= OP_HBM_LOADS; /* reads HBM itself (not a copy made before it starts) */
     if (q->opc == TPU_ISA_VPU || q->opc == TPU_ISA_EUP || q->opc == TPU_ISA_XLU) t.op_hbm[q->op] |= OP_VECTOR;
     if (t.op_i8 && q->opc == TPU_ISA_MATMUL && (q->dtype == TPU_S8 || q->dtype == TPU_U8)) t.op_i8[q->op] = 1;

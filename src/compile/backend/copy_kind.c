@@ -58,6 +58,36 @@ int tpu__relayout_kernel(const tpu__be *be, const tpu_instr *in) {
   return gathers > 0 && tpu__moves_minor(be->chip, in);
 }
 
+/* Is `in` the copy XLA's copy insertion gives an output leaf of the entry whose value another
+ * leaf returns too (param_copy.c copy_repeated): a copy of the same layout that the root
+ * tuple returns, of a value the root tuple returns itself? On a chip of one TensorCore
+ * without CMEM (v5e, v6e) the compiler keeps that value in VMEM and the DMA engines write
+ * both outputs from there: its `copy` has no kernel and no estimated_cycles, the other
+ * leaf an asynchronous copy-start (libtpu probes, bench/fidelity/probes/dup_output.py,
+ * f32[4,128] to bf16[1024,2048]; cumsum_scan_step_b8d256's copy.1 on v5e and v6e). On v4
+ * (the value in CMEM) and v5p (in HBM) it is a vector kernel with its estimated_cycles, as
+ * long as the producer's (v4 612 against 623 cycles, v5p 2,125 against 2,131 at f32[4,128]). */
+int tpu__dup_output_copy(const tpu__be *be, const tpu_instr *in) {
+  const tpu_chip *ch = be->chip;
+  if (in->op != TPU_OP_COPY || in->noperands != 1 || !in->parent || !in->parent->is_entry || ch->tensorcores > 1 ||
+      ch->cmem_bytes > 0 || ch->vmem_bytes <= 0)
+    return 0;
+  const tpu_instr *root = in->parent->root, *v = in->operands[0];
+  if (!root || root->op != TPU_OP_TUPLE || in->shape.layout_tail || v->shape.layout_tail) return 0;
+  if (tpu__padded_bytes(be, &in->shape) > tpu__vmem_budget(ch)) return 0;
+  int leaf = 0, twin = 0;
+  for (int k = 0; k < root->noperands; k++) {
+    const tpu_instr *x = root->operands[k];
+    leaf |= x == in;
+    while (x->op == TPU_OP_BITCAST && x->noperands == 1) x = x->operands[0];
+    twin |= x == v;
+  }
+  if (!leaf || !twin || in->shape.rank != v->shape.rank || in->shape.has_layout != v->shape.has_layout) return 0;
+  for (int d = 0; in->shape.has_layout && d < in->shape.rank; d++)
+    if (in->shape.minor_to_major[d] != v->shape.minor_to_major[d]) return 0;
+  return 1;
+}
+
 /* A transpose or layout copy that moves the lanes' dimension between arrays off the core
  * (HBM, or v4's CMEM): its kernel lasts at least two kernel starts (timing.c port_floor_op).
  * Not one whose operand or result is in VMEM (S(1)) in a compiled program, nor, in tpusim's

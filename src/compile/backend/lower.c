@@ -744,6 +744,7 @@ static tpu_status lower_instr(tpu__be *be, const tpu_instr *in, int depth, int d
       d.hbm = tpu__be_buffer_of(be, in->operands[0], 0);
       d.hbm2 = k->hbm0;
       d.bytes = k->out_bytes;
+      d.onchip = tpu__dup_output_copy(be, in); /* from the value kept in VMEM (copy_kind.c) */
       if (!emit(be, &kin) || !emit(be, &d)) return TPU_ERR_NOMEM;
       break;
     }

@@ -750,7 +750,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     }
   } else if (in->op == TPU_OP_COPY && !tpu__vmem_copy(in) && !tpu__relayout_kernel(be, in)) {
     k->kind = TPU__K_COPY;
-    po.dma = tpu__copy_via_vmem(be, in);
+    po.dma = tpu__copy_via_vmem(be, in) || tpu__dup_output_copy(be, in);
   } else if (in->op == TPU_OP_CHOLESKY || in->op == TPU_OP_TRIANGULAR_SOLVE) {
     k->kind = TPU__K_LINALG;
     po.flops = c.flops;

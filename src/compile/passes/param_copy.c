@@ -13,7 +13,15 @@
  * insertion gives every such output leaf a copy of its own (its special-case copies of
  * parameters and constants in the entry's output), so `ROOT copy(p)` with the same layout,
  * which simplify reduces to `p`, is a real copy kernel on the TPU (about 1,850 cycles for a
- * small f32 array on v5e; bench/fidelity/families transpose_*). */
+ * small f32 array on v5e; bench/fidelity/families transpose_*).
+ *
+ * So does an output leaf whose buffer an earlier leaf of the entry's root tuple already is
+ * (the same instruction twice, after CSE: a scan step's `(c + x, c + x)`): the outputs must
+ * be distinct buffers, so XLA's copy insertion copies the repeated leaf (libtpu compile-only
+ * probes outside the corpus, bench/fidelity/probes/dup_output.py: f32/bf16 [4,128] to
+ * [1024,2048] returned twice, a `copy` of the result for the second leaf on v4, v5e, v5p
+ * and v6e; cumsum_scan_step_b8d256's copy.1). Its cost by chip: backend copy_kind.c
+ * tpu__dup_output_copy. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +78,28 @@ static tpu_status copy_returned(tpu_builder *b, tpu_module *m, tpu_instr **slot,
   return TPU_OK;
 }
 
+/* The buffer a value is (through bitcasts, views that share it). */
+static const tpu_instr *buffer_of(const tpu_instr *v) {
+  while (v->op == TPU_OP_BITCAST && v->noperands == 1) v = v->operands[0];
+  return v;
+}
+
+/* Gives leaf k of the entry's root tuple a copy of its own when an earlier leaf is its
+ * buffer already (a tuple or token leaf is left alone). */
+static tpu_status copy_repeated(tpu_builder *b, tpu_instr *root, int k, int *changed) {
+  tpu_instr *v = root->operands[k];
+  const tpu_instr *buf = buffer_of(v);
+  if (v->shape.dtype == TPU_TUPLE || v->shape.dtype == TPU_TOKEN || buf->op == TPU_OP_PARAMETER) return TPU_OK;
+  int seen = 0;
+  for (int j = 0; j < k && !seen; j++) seen = buffer_of(root->operands[j]) == buf;
+  if (!seen) return TPU_OK;
+  tpu_instr *c = NULL;
+  TPU_TRY(tpu_build_instr_like(b, root->parent, v, TPU_OP_COPY, "copy.output", &v->shape, &v, 1, &c));
+  root->operands[k] = c;
+  *changed = 1;
+  return TPU_OK;
+}
+
 tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m) {
   tpu_comp *entry = m->entry;
   if (!entry) return TPU_OK;
@@ -77,6 +107,7 @@ tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m) {
   tpu_instr *root = entry->root;
   if (root && root->op == TPU_OP_TUPLE) {
     for (int k = 0; k < root->noperands; k++) TPU_TRY(copy_returned(b, m, &root->operands[k], &changed));
+    for (int k = root->noperands - 1; k > 0; k--) TPU_TRY(copy_repeated(b, root, k, &changed));
   } else if (root) {
     tpu_instr *r = root;
     TPU_TRY(copy_returned(b, m, &r, &changed));

@@ -1,6 +1,7 @@
 /* Tests of the scatter kernel's two forms (scatter_form.c): staged in VMEM (the whole
  * operand read and written once) or row by row (only the rows the updates touch), as the
- * XLA TPU compiler chooses by the VMEM the operand needs. */
+ * XLA TPU compiler chooses by the VMEM the operand needs; and the copies it makes of
+ * parameters it updates and of output leaves (param_copy.c). */
 #include <stdio.h>
 
 #include "backend_util.h"
@@ -219,6 +220,46 @@ static void one_update_copy_via_vmem(void) {
   CHECK(cdus > c5e * 3 / 2); /* the kernel copy: its start and the 16-bit stream pass */
 }
 
+/* One value returned in two output leaves (a scan step's `(c + x, c + x)` after CSE): XLA's
+ * copy insertion copies the second leaf (param_copy.c copy_repeated), on v5e and v6e a DMA
+ * out of VMEM with no kernel and no estimate, on v5p and v4 a vector kernel about as long as
+ * the product's (libtpu, bench/fidelity/probes/dup_output.py: f32[64,512] copy.1 v5p 2,319
+ * against 2,420 cycles, v4 910 against 1,815; cumsum_scan_step_b8d256). A leaf of another
+ * value gets no copy. */
+static void dup_output_copy(void) {
+  static const char *src =
+      "HloModule d\n"
+      "ENTRY e {\n"
+      "  a = f32[64,512]{1,0} parameter(0)\n"
+      "  b = f32[64,512]{1,0} parameter(1)\n"
+      "  m = f32[64,512]{1,0} multiply(a, b)\n"
+      "  s = f32[64,512]{1,0} subtract(a, b)\n"
+      "  ROOT t = (f32[64,512]{1,0}, f32[64,512]{1,0}, f32[64,512]{1,0}) tuple(m, s, m)\n"
+      "}\n";
+  const char *chips[] = {"v5e", "v6e", "v5p", "v4:core"};
+  for (int c = 0; c < 4; c++) {
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for_with(chips[c], src, 1, &g_chip, &m);
+    int copies = 0, ci = -1, mi = -1;
+    for (int i = 0; p && i < p->nops; i++) {
+      if (p->ops[i].kind && !strcmp(p->ops[i].kind, "copy")) copies++, ci = i;
+      if (p->ops[i].kind && !strcmp(p->ops[i].kind, "multiply")) mi = i;
+    }
+    tpu_timeline tl;
+    if (p && ci >= 0 && mi >= 0 && time_program(p, &g_chip, &tl)) {
+      const double kov = g_chip.kernel_overhead_s * g_chip.clock_hz;
+      long long cc = (long long)tl.ops[ci].cycles, mc = (long long)tl.ops[mi].cycles;
+      printf("%s: %d copy (dma %d) %lld cycles, the product %lld\n", chips[c], copies, p->ops[ci].dma, cc, mc);
+      if (c < 2) CHECK(p->ops[ci].dma == 1 && (double)cc < kov);
+      else CHECK(p->ops[ci].dma == 0 && cc * 2 >= mc && cc <= mc * 3 / 2);
+      tpu_timeline_free(&tl);
+    }
+    CHECK(copies == 1 && mi >= 0);
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+}
+
 /* A segment sum (a scatter-add onto a broadcast of zeros, its indices s32[16] reshaped to
  * s32[16,1]) runs as one kernel: the XLA TPU compiler's kCustom scatter fusion takes in the
  * broadcast, which it fills its VMEM operand with, and the reshape of its indices
@@ -311,5 +352,6 @@ int main(void) {
   one_update_copy_via_vmem();
   segment_sum_one_kernel();
   compiled_dus_dma();
+  dup_output_copy();
   CHECK_DONE();
 }
