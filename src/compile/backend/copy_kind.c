@@ -101,6 +101,15 @@ int tpu__relayout_off_core(const tpu__be *be, const tpu_instr *in) {
   if (in->op == TPU_OP_COPY && !in->shape.layout_tail && be->chip->tensorcores <= 1 && be->chip->cmem_bytes <= 0 &&
       in->parent && in->parent->root != in)
     return 0;
+  /* A parameter's dynamic-slice returned in another tile (relayout.c tpu__result_slice_copy):
+   * the compiler's slice kernel writes VMEM (S(1)) on a chip without CMEM and the copy reads
+   * it there, one kernel start (libtpu probe f32[500,16]{0,1} sliced into f32[4,16]: copy.1
+   * 1,908 / 2,206 / 2,204 cycles on v5e / v5p / v6e); v4's writes CMEM (S(3)), its copy
+   * 1,281 cycles, two starts. */
+  const tpu_instr *src = in->operands[0];
+  if (in->op == TPU_OP_COPY && !in->shape.layout_tail && be->chip->cmem_bytes <= 0 &&
+      src->op == TPU_OP_DYNAMIC_SLICE && src->noperands >= 1 && src->operands[0]->op == TPU_OP_PARAMETER)
+    return 0;
   return 1;
 }
 

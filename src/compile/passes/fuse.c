@@ -477,7 +477,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
       !((gr->op == TPU_OP_CONCATENATE && (p->op == TPU_OP_RESHAPE || p->op == TPU_OP_BITCAST)) ||
         ((p->op == TPU_OP_RESHAPE || p->op == TPU_OP_BITCAST) && tpu_shape_numel(&p->shape) == 1)))
     return 0;
-  if (tpu__relayout_copy(p)) return 0; /* a relayout is a kernel of its own (relayout.c) */
+  if (tpu__relayout_copy(p) || tpu__relayout_copy(gr)) return 0; /* a relayout is a kernel of its own (relayout.c) */
   /* a reshape no layouts make a bitcast (a kernel of its own, above) roots a copy kernel of
    * the transpose under it and the reshapes around it, nothing else (reshape_relayout.c) */
   if (tpu__reshape_relayouts(gr) && p->op != TPU_OP_TRANSPOSE && p->op != TPU_OP_RESHAPE && p->op != TPU_OP_BITCAST)
@@ -973,6 +973,7 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
   tpu__made_set made = {NULL, 0, 0};
   int compiled = m->entry && compiled_by_xla(m->entry);
   for (int i = 0; st == TPU_OK && !compiled && i < n; i++) st = tpu__gather_index_kernels(&b, list[i], o->chip);
+  if (st == TPU_OK && !compiled && m->entry && o->chip) st = tpu__result_slice_copy(&b, m->entry, o->chip);
   for (int i = 0; st == TPU_OK && !compiled && i < n; i++) st = fuse_comp(&b, list[i], &made, o->chip);
   int merged = 0;
   for (int i = 0; st == TPU_OK && !compiled && i < n; i++)

@@ -108,6 +108,9 @@ tpu_status tpu__fuse_window_widen(tpu_builder *b, tpu_comp *entry);
 /* Is `in` a copy of an entry parameter into a layout tiled along other dimensions (a
  * relayout the compiler runs as a kernel of its own, never fused into its reader)? */
 int tpu__relayout_copy(const tpu_instr *in);
+/* relayout.c: a dynamic-slice of a parameter returned in another tile than the parameter's
+ * is sliced in the parameter's and copied into the result's (copy.result, a kernel). */
+tpu_status tpu__result_slice_copy(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);
 /* Is r a reshape of a transpose that no layouts on either side make a bitcast (a window
  * partition)? The compiler moves its bytes in a copy kernel holding only the transpose and
  * the reshapes around it (reshape_relayout.c). */

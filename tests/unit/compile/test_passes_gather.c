@@ -338,11 +338,60 @@ static void test_take_along_relaid(void) {
   CHECK(oke);
 }
 
+/* A dynamic-slice of a parameter returned in another tile than the parameter's (relayout.c
+ * tpu__result_slice_copy): bf16[197,64] lies {0,1} (197 in the lanes pads less than 64), its
+ * row bf16[1,64] pads least {1,0}; the slice is taken in {0,1} and a copy kernel relays it
+ * into {1,0}, as the XLA TPU compiler's constant_dynamic-slice_fusion and copy.1. A table
+ * whose tile the row keeps (bf16[300,256]) returns the slice itself. Values unchanged. */
+static void test_slice_result_copy(void) {
+  static const char *fmt =
+      "HloModule ds\n\nENTRY %%main (t: bf16[%d,%d], i: s32[]) -> bf16[1,%d] {\n"
+      "  %%t = bf16[%d,%d] parameter(0)\n  %%i = s32[] parameter(1)\n  %%z = s32[] constant(0)\n"
+      "  ROOT %%d = bf16[1,%d] dynamic-slice(%%t, %%i, %%z), dynamic_slice_sizes={1,%d}\n}\n";
+  static const int shapes[2][2] = {{197, 64}, {300, 256}};
+  for (int k = 0; k < 2; k++) {
+    char src[1024];
+    int r = shapes[k][0], c = shapes[k][1];
+    snprintf(src, sizeof src, fmt, r, c, c, r, c, c, c);
+    tpu_module *m0 = NULL, *m1 = NULL;
+    if (!parse_and_compile("ds.hlo", src, &m0, &m1)) return;
+    const tpu_instr *root = m1->entry->root;
+    while (root->op == TPU_OP_FUSION && root->calls && root->calls->root) root = root->calls->root;
+    int copied = root->op == TPU_OP_COPY && root->operands[0]->op == TPU_OP_DYNAMIC_SLICE;
+    printf("dynamic-slice of bf16[%d,%d] returned: root %s%s\n", r, c, tpu_op_name(root->op),
+           copied ? " of the slice" : "");
+    CHECK_EQ_INT(copied, k == 0);
+    if (copied) {
+      const tpu_shape *ds = &root->operands[0]->shape, *out = &root->shape;
+      CHECK(ds->has_layout && ds->minor_to_major[0] == 0);
+      CHECK(!out->has_layout || out->minor_to_major[0] == 1);
+    }
+    tpu_diag d;
+    tpu_tensor x[2], r0, r1;
+    memset(&r0, 0, sizeof r0);
+    memset(&r1, 0, sizeof r1);
+    int64_t dt[2] = {r, c};
+    CHECK(tpu_tensor_alloc(&x[0], TPU_BF16, 2, dt, &d) == TPU_OK);
+    CHECK(tpu_tensor_alloc(&x[1], TPU_S32, 0, NULL, &d) == TPU_OK);
+    for (int64_t i = 0; i < (int64_t)r * c; i++) tpu_tensor_set_f64(&x[0], i, (double)(i % 509) - 200);
+    tpu_tensor_set_i64(&x[1], 0, 123);
+    CHECK(tpu_ref_run(m0, x, 2, &r0, &d) == TPU_OK);
+    CHECK(tpu_ref_run(m1, x, 2, &r1, &d) == TPU_OK);
+    CHECK(same_bits(&r0, &r1));
+    for (int j = 0; j < 2; j++) tpu_tensor_free(&x[j]);
+    tpu_tensor_free(&r0);
+    tpu_tensor_free(&r1);
+    tpu_module_free(m0);
+    tpu_module_free(m1);
+  }
+}
+
 int main(void) {
   test_gather_index_kernel();
   test_gather_points_packed();
   test_take_along_rows();
   test_gather_one_index();
   test_take_along_relaid();
+  test_slice_result_copy();
   CHECK_DONE();
 }
