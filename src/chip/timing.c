@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "chip/mxu.h"
 #include "chip/timing_int.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -128,81 +127,6 @@ static int prefetch_ok(const tstate *t, const tpu_insn *in) {
   int64_t lo = b->offset, hi = b->offset + b->slot_bytes * b->nslots;
   int64_t plo = t->op_lo[t->m.pre_op], phi = t->op_hi[t->m.pre_op];
   return plo >= phi || hi <= plo || phi <= lo;
-}
-
-/* Cycles of one matmul instruction on mx MXUs whose b products are dealt to `sb` groups of
- * MXUs as whole products (sb = 1: every MXU works on each product), the mx / sb MXUs of a
- * group splitting N's column tiles first and then M (docs/timing.md). */
-static tpu_status matmul_split_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t mx,
-                                      int64_t sb, int hide_fill, int fold, int64_t *out, tpu_diag *d) {
-  const int64_t R = chip->mxu_rows, C = chip->mxu_cols;
-  int64_t nb = ceil_div(in->b, sb);
-  mx /= sb;
-  int64_t ntiles = ceil_div(in->n, C);
-  int64_t sn = mx < ntiles ? mx : ntiles;
-  int64_t sm = mx / sn;
-  if (sm > in->m) sm = in->m;
-  if (sm < 1) sm = 1;
-  int64_t m1 = ceil_div(in->m, sm), n1 = ceil_div(in->n, sn);
-  /* a group's nb products stream back to back through its MXUs with weights
-   * double-buffered across them: nb * ceil(n1/C) column folds of one long product. */
-  if ((double)nb * (double)ceil_div(n1, C) * (double)C > (double)((int64_t)1 << 40))
-    return TPU_FAIL(d, TPU_ERR_LIMIT, tpu_noloc(), "matmul too large to time (b=%lld n=%lld)",
-                    (long long)in->b, (long long)in->n);
-  int64_t ncols = nb * ceil_div(n1, C) * C;
-  /* fold: the bf16 passes of an f32 product stream back to back as more column folds of one
-   * product (one systolic fill and drain), not as separate products each filling and
-   * draining the array (below: passes x the tile model) */
-  const int64_t np = in->passes > 1 ? in->passes : 1;
-  if (fold) ncols *= np;
-  tpu_mxu_cycles mc;
-  TPU_TRY(tpu_mxu_tile_cycles(R, C, m1, in->k, ncols, TPU_WLOAD_DOUBLE, &mc, d));
-  /* A chip that loads a weight tile in W < R cycles exposes W - T per fold, not R - T
-   * (the systolic model of tpu_mxu_tile_cycles shifts one row per cycle). */
-  int64_t W = chip->mxu_weight_load_cycles;
-  if (W > 0 && W < R) {
-    int64_t T = m1, F = mc.folds;
-    mc.weight_load = W + (F - 1) * (W > T ? W - T : 0);
-  }
-  /* the systolic fill and drain overlap the neighbouring instructions' work (matmul_cycles) */
-  if (hide_fill) mc.stream -= R + C - 2;
-  int64_t cyc = (mc.weight_load + mc.stream) * (fold ? 1 : np);
-  /* 8-bit integers at the chip's int8 MXU rate (int8_mxu_rate where the compiler's cost
-   * model runs them below the published int8_rate: v6e) */
-  const double i8 = chip->int8_mxu_rate > 0 ? chip->int8_mxu_rate : chip->int8_rate;
-  if ((in->dtype == TPU_S8 || in->dtype == TPU_U8) && i8 > 1) cyc = (int64_t)ceil((double)cyc / i8);
-  *out = cyc;
-  return TPU_OK;
-}
-
-/* Cycles of one matmul instruction; hide_fill: its systolic fill and drain (R + C - 2
- * cycles) are not exposed (durations: chip mxu_fill_hidden). */
-static tpu_status matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int hide_fill, int fold, int64_t *out,
-                                tpu_diag *d) {
-  int64_t lanes = chip->mxus_per_core * chip->tensorcores;
-  int64_t mx = in->mxus < lanes ? in->mxus : lanes;
-  if (mx < 1) mx = 1;
-  TPU_TRY(matmul_split_cycles(in, chip, mx, 1, hide_fill, fold, out, d));
-  /* A chip with mxu_batch_spread gives each MXU whole products of a batched matmul when
-   * that is faster: each streams all M rows of its products, where splitting M leaves
-   * short folds that expose their weight loads (v6e: 128 products of 64 x 64 x 64 in VMEM
-   * take the compiler 3,072 cycles at M = 16, 32 and 64 alike; docs/timing.md). */
-  if (chip->mxu_batch_spread && in->b > 1 && mx > 1) {
-    int64_t alt = 0;
-    TPU_TRY(matmul_split_cycles(in, chip, mx, mx < in->b ? mx : in->b, hide_fill, fold, &alt, d));
-    if (alt < *out) *out = alt;
-  }
-  return TPU_OK;
-}
-
-tpu_status tpu_timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
-                                    tpu_diag *d) {
-  return matmul_cycles(in, chip, 0, 0, out, d);
-}
-
-tpu_status tpu_timing_pallas_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int64_t *out,
-                                           tpu_diag *d) {
-  return matmul_cycles(in, chip, 0, 1, out, d);
 }
 
 static int64_t slot_of(const tstate *t, tpu_vref r, int64_t iter) {
@@ -810,7 +734,7 @@ static tpu_status durations(tstate *t) {
          * passes run inside the MXU and drained once: they fold into one product. (XLA's
          * kernels keep passes x the tile model, calibrated on the compiler's estimates.) */
         const int fold = in->op >= 0 && t->p->ops[in->op].kind && !strncmp(t->p->ops[in->op].kind, "pallas:", 7);
-        TPU_TRY(matmul_cycles(in, t->chip, hide, fold, &c, t->d));
+        TPU_TRY(tpu__timing_matmul_cycles(in, t->chip, hide, fold, &c, t->d));
         /* A grouped convolution's kernel takes at least conv_group_step_cycles per step: one
          * output position's batch (a register's 8 sublanes) for one group, whatever the
          * group's features (8 to 64) and window (1x1 or 3x3), f32 or bf16 (the XLA TPU

@@ -93,6 +93,11 @@ enum {
 /* The earliest cycle any later prefetch may start from place pos (timing.c). */
 int64_t tpu__timing_port_dead(const tstate *t, int pos);
 
+/* Cycles of one matmul instruction; hide_fill: its systolic fill and drain (R + C - 2
+ * cycles) are not exposed; fold: an f32 product's bf16 passes stream as one (timing_matmul.c). */
+tpu_status tpu__timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int hide_fill, int fold,
+                                     int64_t *out, tpu_diag *d);
+
 /* Runs instructions [lo, hi) of iteration iter (timing.c). */
 tpu_status tpu__timing_run_range(tstate *t, int lo, int hi, int64_t iter);
 /* Runs the loop opening at instruction i, in closed form where it applies (timing_loop.c). */

@@ -9,11 +9,7 @@
 
 #include "check.h"
 #include "chip/chip.h"
-#include "chip/program.h"
-#include "chip/timing.h"
-#include "compile/compile.h"
-#include "hlo/hlo.h"
-#include "ir/verify.h"
+#include "timing_util.h"
 
 #define K_DOT \
     "%dotc (p: bf16[512,512], q: bf16[512,512]) -> bf16[512,512] {\n" \
@@ -71,40 +67,27 @@ static int run(const char *chipname, const char *src, result *r) {
   tpu_chip chip;
   tpu_diag d;
   if (tpu_chip_load(chipname, &chip, &d) != TPU_OK) return 0;
-  tpu_module *m = NULL;
-  if (tpu_hlo_parse("evict.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
-    fprintf(stderr, "%s\n", d.msg);
-    tpu_module_free(m);
-    return 0;
-  }
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = &chip;
-  tpu_program *p = NULL;
+  tpu_program *p = compile_all_prec(src, &chip, 0);
+  if (!p) return 0;
   int ok = 0;
-  if (tpu_compile(m, &o, &p, &d) == TPU_OK) {
-    int f0 = -1, f1 = -1;
-    for (int k = 0; k < p->nops; k++) {
-      if (!strcmp(p->ops[k].name, "f0")) f0 = k;
-      if (!strcmp(p->ops[k].name, "f1")) f1 = k;
-    }
-    for (int i = 0; i < p->ninsns; i++) {
-      const tpu_insn *in = &p->insns[i];
-      if (in->op == f0 && in->opc == TPU_ISA_DMA_OUT && !in->onchip) r->f0_hbm_out++;
-      if (in->op == f1 && in->opc == TPU_ISA_DMA_IN && !in->onchip) r->f1_hbm_in++;
-    }
-    tpu_timeline tl;
-    if (f0 >= 0 && f1 >= 0 && tpu_timing_run(p, &chip, 0, &tl, &d) == TPU_OK) {
-      r->f0 = tl.ops[f0].cycles;
-      r->f1 = tl.ops[f1].cycles;
-      tpu_timeline_free(&tl);
-      ok = 1;
-    }
-  } else {
-    fprintf(stderr, "%s\n", d.msg);
+  int f0 = -1, f1 = -1;
+  for (int k = 0; k < p->nops; k++) {
+    if (!strcmp(p->ops[k].name, "f0")) f0 = k;
+    if (!strcmp(p->ops[k].name, "f1")) f1 = k;
+  }
+  for (int i = 0; i < p->ninsns; i++) {
+    const tpu_insn *in = &p->insns[i];
+    if (in->op == f0 && in->opc == TPU_ISA_DMA_OUT && !in->onchip) r->f0_hbm_out++;
+    if (in->op == f1 && in->opc == TPU_ISA_DMA_IN && !in->onchip) r->f1_hbm_in++;
+  }
+  tpu_timeline tl;
+  if (f0 >= 0 && f1 >= 0 && tpu_timing_run(p, &chip, 0, &tl, &d) == TPU_OK) {
+    r->f0 = tl.ops[f0].cycles;
+    r->f1 = tl.ops[f1].cycles;
+    tpu_timeline_free(&tl);
+    ok = 1;
   }
   tpu_program_free(p);
-  tpu_module_free(m);
   return ok;
 }
 

@@ -8,11 +8,7 @@
 
 #include "check.h"
 #include "chip/chip.h"
-#include "chip/program.h"
-#include "chip/timing.h"
-#include "compile/compile.h"
-#include "hlo/hlo.h"
-#include "ir/verify.h"
+#include "timing_util.h"
 
 static const char *k_fmt =
     "HloModule i8\n"
@@ -27,34 +23,21 @@ static const char *k_fmt =
 static int run(const tpu_chip *chip, const char *in, const char *acc, int64_t *cycles, int64_t *mxu) {
   char src[1024];
   snprintf(src, sizeof src, k_fmt, in, in, acc, in, in, acc);
+  tpu_program *p = compile_all_prec(src, chip, 0);
+  if (!p) return 0;
   tpu_diag d;
-  tpu_module *m = NULL;
-  if (tpu_hlo_parse("i8.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
-    fprintf(stderr, "%s\n", d.msg);
-    tpu_module_free(m);
-    return 0;
-  }
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = chip;
-  tpu_program *p = NULL;
   int ok = 0;
-  if (tpu_compile(m, &o, &p, &d) == TPU_OK) {
-    tpu_timeline tl;
-    int op = -1;
-    for (int k = 0; k < p->nops; k++)
-      if (p->ops[k].m > 0) op = k;
-    if (op >= 0 && tpu_timing_run(p, chip, 0, &tl, &d) == TPU_OK) {
-      *cycles = tl.ops[op].cycles;
-      *mxu = tl.ops[op].unit_cycles[TPU_UNIT_MXU];
-      tpu_timeline_free(&tl);
-      ok = 1;
-    }
-  } else {
-    fprintf(stderr, "%s\n", d.msg);
+  tpu_timeline tl;
+  int op = -1;
+  for (int k = 0; k < p->nops; k++)
+    if (p->ops[k].m > 0) op = k;
+  if (op >= 0 && tpu_timing_run(p, chip, 0, &tl, &d) == TPU_OK) {
+    *cycles = tl.ops[op].cycles;
+    *mxu = tl.ops[op].unit_cycles[TPU_UNIT_MXU];
+    tpu_timeline_free(&tl);
+    ok = 1;
   }
   tpu_program_free(p);
-  tpu_module_free(m);
   return ok;
 }
 

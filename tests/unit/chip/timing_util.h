@@ -1,5 +1,5 @@
 /* Helpers shared by the timing tests against closed forms (test_timing.c, test_timing_conv.c,
- * test_timing_gconv.c):
+ * test_timing_gconv.c, test_timing_evict.c, test_timing_int8.c, ...):
  * HLO text compiled by the back end, a program's time on a chip, the assembler, HBM latency. */
 #ifndef TPU_TESTS_TIMING_UTIL_H
 #define TPU_TESTS_TIMING_UTIL_H
@@ -38,17 +38,20 @@ static inline tpu_program *compile_src(const char *src, const tpu_chip *chip, in
 }
 
 /* HLO program src compiled for chip c through every pass, as `tpusim run` compiles it (the
- * HLO passes too: the input's relayout into the convolution's layout is its own kernel). */
-static inline tpu_program *compile_all(const char *src, const tpu_chip *c) {
+ * HLO passes too: the input's relayout into the convolution's layout is its own kernel), at
+ * precision_override prec (-1: the program's own; 0: what zeroed options give). */
+static inline tpu_program *compile_all_prec(const char *src, const tpu_chip *c, int prec) {
   tpu_module *m = NULL;
   tpu_diag d;
   tpu_program *p = NULL;
   tpu_compile_opts o;
   memset(&o, 0, sizeof o);
   o.chip = c;
-  o.precision_override = -1;
-  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) == TPU_OK && tpu_ir_verify(m, &d) == TPU_OK &&
-      tpu_compile(m, &o, &p, &d) != TPU_OK) {
+  o.precision_override = prec;
+  if (tpu_hlo_parse("t.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
+    fprintf(stderr, "%s\n", d.msg);
+  } else if (tpu_compile(m, &o, &p, &d) != TPU_OK) {
+    fprintf(stderr, "%s\n", d.msg);
     tpu_program_free(p);
     p = NULL;
   }
@@ -56,6 +59,8 @@ static inline tpu_program *compile_all(const char *src, const tpu_chip *c) {
   tpu_module_free(m);
   return p;
 }
+
+static inline tpu_program *compile_all(const char *src, const tpu_chip *c) { return compile_all_prec(src, c, -1); }
 
 static inline int64_t hbm_lat(const tpu_chip *c) {
   double s = c->hbm_latency_s > 0 ? c->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
