@@ -11,10 +11,9 @@ python3 bench/fidelity/compare.py --tpusim "$BIN" --corpus bench/fidelity/famili
   --only gemm_int8_257x3000x257,gather_points_1000x1024_m8192_bf16,gather_rows_197x64_m1_bf16,gather_along_b128n50257_k1_bf16,gather_points_32000x64_m1_f32,scatter_set_50257x128_m1_bf16,segment_sum_m16x64_n197_bf16,gconv_b4_28x28_c512to512_g16_k1_f32,einsum_ba_acb_ca_a8_b64_c1_bf16,einsum_ba_abcd_adc_a12_b128_c33_d8_bf16,gemm_int8_4096x3000x1,cummin_158x129x33_ax2_s32,cumsum_126x80x65_ax1_f32,cummax_80x126x80_ax0_s32,cummax_1024x1024_ax0_f32,approx_max_k_b1n8k8_f32,swin_fwd_b4_28x28x192h6,dwconv_b1_7x7x32_k5s1_bf16,split4_16x33x16x64_ax3_s8,resnet_basic_fwd_b8_56x56x64,tconv_b1_28x28_c128to32_k4s2_same,reduce_sum_33x50x65x65_ax01_bf16,reduce_var_33x33x65x65_ax2_bf16,gconv_b4_7x7_c2048to4096_g32_k1_bf16,swin_fwd_b4_28x28x192h6_shift,conv_grad_nchw_hwio_nchw_b8_28_c3to32_k3,concat_ax1_16x7_16x100_16x7_bf16,ew_33x33x33x65_by33x1x1x65_ops0-6_sel_tobf16_f32,random_bernoulli_8x1024,conv3d_b2_8x28x28_c16to16_k3s2,dilconv_b2_28x28_c64to256_k3d2,resnext_fwd_b8_28x28x512_g32,transpose_33x33x64x33_p1230_s8,sconv_b4_99x99_c128to128_k2s3_valid,lstm_step_b16i512h512,mbv2_fwd_b8_28x28_32to64_s2,concat_ax1_16x128x256_16x64x256_16x128x256_f32,gru_step_b8i256h256,pad_256x64_1-1_0-0_s8,attn_b8q1k2048h16kv1d128_bf16,avgpool1d_32x3000x96_w3s1_valid_bf16,gconv_b2_28x28_c128to128_g2_k3_f32,gconv_b8_7x7_c128to256_g8_k1_f32,einsum_bca_dabc_abd_a8_b16_c1000_d3_bf16,einsum_acb_bca_a_a32_b128_c1000_bf16,embedding_bag_30522x1024_b256k50_f32,layernorm_32x197_f32,resnet_bottleneck_fwd_b8_56x56x256_g1,maxpool2d_32x14x14x256_w5s2_valid_bf16,tconv_b2_16x16_c128to64_k4s2_valid,log_softmax_grad_4096x1000_f32,split4_256x1024_ax1_bf16,cumsum_scan_step_b8d256 \
   --json "$T/r.json" > "$T/out" 2> "$T/err" || fail "compare.py exited $?: $(cat "$T/err") $(tail -5 "$T/out")"
 python3 - "$T/r.json" <<'PY' || fail "a rule's cost moved"
-import json, sys
+import sys
 sys.path.insert(0, "tests/cli/lib")
-from ratio_pins import failures
-r = json.load(open(sys.argv[1]))
+from ratio_pins import report_failures
 # tpusim / compiler as measured (v4, v5e, v5p, v6e)
 want = {
     # a concatenate's shift cost beyond its transfers (layout.c shift_regs, concat_shift_cycles)
@@ -203,9 +202,7 @@ want = {
     # tpu__dup_output_copy; 0.522/0.958/0.488/0.958 before)
     "cumsum_scan_step_b8d256": (1.022, 0.968, 0.974, 0.963),
 }
-rows = [x for x in r["rows"] if x["name"] in want]
-assert len(rows) == 4 * len(want) and not r["failures"], (len(rows), r["failures"])
-sys.exit(1 if failures(rows, want) else 0)
+sys.exit(1 if report_failures(sys.argv[1], want) else 0)
 PY
 # Rules of the compiler's compiled programs (compare.py --compiled: tpusim times the XLA TPU
 # compiler's own fusions, layouts and memory spaces), pinned alike.
@@ -213,19 +210,16 @@ python3 bench/fidelity/compare.py --tpusim "$BIN" --corpus bench/fidelity/famili
   --only gpt2_train_b8s128d512h8 \
   --json "$T/c.json" > "$T/cout" 2> "$T/cerr" || fail "compare.py --compiled exited $?: $(cat "$T/cerr") $(tail -5 "$T/cout")"
 python3 - "$T/c.json" <<'PY' || fail "a compiled-program rule's cost moved"
-import json, sys
+import sys
 sys.path.insert(0, "tests/cli/lib")
-from ratio_pins import failures
-r = json.load(open(sys.argv[1]))
+from ratio_pins import report_failures
 want = {
     # session 17 (v4): a matmul kernel writing its result into VMEM for the program's own
     # copy-start to take to HBM writes on chip (vmem_assign.c mark_evictions; the SGD
     # update fused into each weight gradient; 1.016/1.023/1.020/1.227 before)
     "gpt2_train_b8s128d512h8": (1.016, 1.011, 1.020, 1.109),
 }
-rows = [x for x in r["rows"] if x["name"] in want]
-assert len(rows) == 4 * len(want) and not r["failures"], (len(rows), r["failures"])
-sys.exit(1 if failures(rows, want) else 0)
+sys.exit(1 if report_failures(sys.argv[1], want) else 0)
 PY
 [ $fails -eq 0 ] && echo "fidelity_rules: ok"
 exit $fails

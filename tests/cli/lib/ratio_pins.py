@@ -1,5 +1,6 @@
 """Pins of tpusim's program time over the XLA TPU compiler's (compare.py --json rows), shared by
 tests/cli/fidelity.sh and tests/cli/fidelity_rules.sh."""
+import json
 
 CHIPS = ("v4", "v5e", "v5p", "v6e")
 
@@ -15,3 +16,12 @@ def failures(rows, want, tol=0.05):
             print("FAIL: %s on %s: tpusim / compiler %.3f, measured %.3f" % (x["name"], x["chip"], got, w))
             bad += 1
     return bad
+
+
+def report_failures(path, want, tol=0.05):
+    """failures() over a compare.py --json report (path) holding every pinned program of want
+    on each chip of CHIPS and no failed run (asserted)."""
+    r = json.load(open(path))
+    rows = [x for x in r["rows"] if x["name"] in want]
+    assert len(rows) == 4 * len(want) and not r["failures"], (len(rows), r["failures"])
+    return failures(rows, want, tol)
