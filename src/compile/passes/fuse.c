@@ -144,7 +144,7 @@ static int duplicable(const tpu_instr *in) {
  * unit's exp, log, tanh, sqrt, rsqrt, expm1, log1p, logistic and power, but not division,
  * sine, cosine, tangent, erf, cbrt, remainder or atan2. Read from its compiled programs:
  * f(x) feeding a row sum and a product with that sum is two kernels, each computing f,
- * for the first group, and f computed once for the second (bench/fidelity, docs/compiler.md). */
+ * for the first group, and f computed once for the second (bench/fidelity, docs/compiler-fusion.md). */
 int tpu__fuse_transcendental(const tpu_instr *in) {
   switch (in->op) {
     case TPU_OP_EXP: case TPU_OP_LOG: case TPU_OP_TANH: case TPU_OP_SQRT: case TPU_OP_RSQRT:
@@ -659,7 +659,7 @@ static int chained(const tpu_instr *p) {
  * offset, 1,825 cycles each as kernels of their own in the compiler's programs and in libtpu
  * probes) still join: separating them moves m_unet's group norms out of their convolutions'
  * kernels (tune v6e 15 -> 74 %), and tpusim's dot rewrite widens a vector before it
- * broadcasts it where the compiler widens after (docs/compiler.md, Known gaps). */
+ * broadcasts it where the compiler widens after (docs/compiler-fusion.md, Known gaps). */
 static int broadcast_source(const fuser *f, int g, const tpu_instr *p) {
   int wide = 0;
   for (int d = 0; d < p->shape.rank; d++) wide += p->shape.dims[d] > 1;

@@ -1,5 +1,5 @@
 /* The fuse pass, second half: multi-output fusion of the fusions the first half
- * (fuse.c) made, and fusion around the matrix unit (docs/compiler.md). */
+ * (fuse.c) made, and fusion around the matrix unit (docs/compiler-fusion.md). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

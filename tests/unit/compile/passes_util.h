@@ -107,7 +107,7 @@ static inline char *dump_src_after(const char *src, const char *file, const char
   return out;
 }
 
-/* Fusion around the matrix unit (docs/compiler.md): the kernels of a compiled entry, and per
+/* Fusion around the matrix unit (docs/compiler-fusion.md): the kernels of a compiled entry, and per
  * kernel the dots, reduces, divides, multiplies and exponentials it holds. */
 typedef struct {
   int kernels, dots[8], convs[8], reduces[8], divides[8], multiplies[8], exps[8], selects[8];

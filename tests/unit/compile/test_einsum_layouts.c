@@ -1,4 +1,4 @@
-/* The kernels of vector-product einsums of rank 4 and 5 (docs/compiler.md, "Einsums laid out
+/* The kernels of vector-product einsums of rank 4 and 5 (docs/compiler-fusion.md, "Einsums laid out
  * as the compiler lays them"): the vector relaid out by a copy of its own where it lies
  * otherwise than the matrix (fuse_relaid.c), the reduce writing the result itself through
  * transposes and unit reshapes (fuse_reduce.c, simplify.c undo_transposes). Each case is a
