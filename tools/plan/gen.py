@@ -786,22 +786,31 @@ class Step(AttentionMixin, TensorParallelMixin, PipelineMixin, WeightsMixin):
             g.e(f"pn.{nm} = {t} subtract(P.{nm}, st.{nm})")
             outs.append((t, f"pn.{nm}"))
 
+    def unpack_loop_state(self, g, mst_t, M, Ls, lws, gws, accumulators=True):
+        """A microbatch loop body's state (mst_t: i, ids of M microbatches, the parameters —
+        the layer weights stacked Ls deep, then the global ones — and, with accumulators, their
+        gradient accumulators in the same order) read into i, ids, P.NAME and A.NAME, then the
+        common constants. Returns (names, shapes) of the parameters."""
+        Tm = self.Tm
+        g.e(f"st = {mst_t} parameter(0)")
+        g.e("i = s32[] get-tuple-element(st), index=0")
+        g.e(f"ids = {ty('s32', (M, Tm, 1))} get-tuple-element(st), index=1")
+        names = list(lws) + list(gws)
+        shapes = {**{n: (Ls,) + s for n, s in lws.items()}, **gws}
+        for k, nm in enumerate(names):
+            g.e(f"P.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + k}")
+        for k, nm in enumerate(names if accumulators else []):
+            g.e(f"A.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + len(names) + k}")
+        self.common_consts(g)
+        return names, shapes
+
     def micro_body(self, mst_t, lws, gws, sv, fst_t, bst_t, out_t=None):
         """A microbatch: the loop body (state mst_t: i, ids, parameters, accumulators), or with
         out_t the called computation of a step of one microbatch (mst_t without the
         accumulators; it returns out_t, the gradients in their place)."""
         cd, L, Tm, D, Vt = self.cd, self.L, self.Tm, self.D, self.Vt
         g = Gen()
-        g.e(f"st = {mst_t} parameter(0)")
-        g.e("i = s32[] get-tuple-element(st), index=0")
-        g.e(f"ids = {ty('s32', (self.mb, Tm, 1))} get-tuple-element(st), index=1")
-        names = list(lws) + list(gws)
-        shapes = {**{n: (L,) + s for n, s in lws.items()}, **gws}
-        for k, nm in enumerate(names):
-            g.e(f"P.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + k}")
-        for k, nm in enumerate(names if out_t is None else []):
-            g.e(f"A.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + len(names) + k}")
-        self.common_consts(g)
+        names, shapes = self.unpack_loop_state(g, mst_t, self.mb, L, lws, gws, out_t is None)
         g.e(f"idm = {ty('s32', (1, Tm, 1))} dynamic-slice(ids, i, zero, zero), dynamic_slice_sizes={{1,{Tm},1}}")
         g.e(f"id = {ty('s32', (Tm, 1))} reshape(idm)")
         # Embedding: vocabulary-parallel gather, partial sums over the tensor axis.

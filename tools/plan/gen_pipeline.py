@@ -43,16 +43,7 @@ class PipelineMixin:
         cd, L, Tm, D, M, Pp, Tp, V = self.cd, self.L, self.Tm, self.D, self.mb, self.P, self.Tp, self.V
         Lw = self.Lw
         g = Gen()
-        g.e(f"st = {mst_t} parameter(0)")
-        g.e("i = s32[] get-tuple-element(st), index=0")
-        g.e(f"ids = {ty('s32', (M, Tm, 1))} get-tuple-element(st), index=1")
-        names = list(lws) + list(gws)
-        shapes = {**{n: (Lw,) + s for n, s in lws.items()}, **gws}
-        for k, nm in enumerate(names):
-            g.e(f"P.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + k}")
-        for k, nm in enumerate(names):
-            g.e(f"A.{nm} = {ty('f32', shapes[nm])} get-tuple-element(st), index={2 + len(names) + k}")
-        self.common_consts(g)
+        names, shapes = self.unpack_loop_state(g, mst_t, M, Lw, lws, gws)
         R3 = (M, Tm, D)
         g.e(f"idf = {ty('s32', (M * Tm, 1))} reshape(ids)")
         self.gather_w(g, "emb", "P.emb", *self.gw["emb"])
