@@ -63,6 +63,10 @@ int64_t tpu__padded_bytes(const tpu__be *be, const tpu_shape *s) {
   return tpu__tiled_as(be->chip, s, s->rank - 2, s->rank - 1);
 }
 
+int64_t tpu__tile_rows(const tpu_chip *chip, tpu_dtype dt, int64_t rows) {
+  return tile_rows(chip, tpu_dtype_bits(dt), rows);
+}
+
 int64_t tpu__tiles_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
   int64_t major = 1, lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
   for (int d = 0; d < s->rank; d++)

@@ -68,6 +68,9 @@ int tpu__fused_source(const tpu_instr *v);
 int64_t tpu__tiled_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
 /* The same layout's (sublanes x lanes) tiles, each of the rows layout.c gives the dtype. */
 int64_t tpu__tiles_as(const tpu_chip *chip, const tpu_shape *s, int second, int minor);
+/* Rows of the memory tile of `rows` rows of dtype dt (8, or the smallest power of two that
+ * holds fewer; compile/backend/layout.c). */
+int64_t tpu__tile_rows(const tpu_chip *chip, tpu_dtype dt, int64_t rows);
 int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in);
 /* Whether reshape `in` is a bitcast in the chip's tiled layouts (compile/backend/layout.c). */
 int tpu__reshape_moves_no_bytes(const tpu_chip *chip, const tpu_instr *in);

@@ -127,12 +127,18 @@ static const char *pad_text(char *buf, size_t n, int rank, int64_t lo, int64_t h
 
 /* The inclusive forward (rev: reverse) scan of x along its last dimension: one reduce-window
  * when it is at most SCAN_BASE long, else blocks as in the header. */
+/* rows_to > 0 (the outermost view of a scan along the lanes whose rows pad their tiles,
+ * see padded_rows): the view and its inverse run on the padded rows, a slice kernel drops them
+ * after the view, a pad kernel restores them before the inverse, and the padding to whole
+ * blocks is a kernel of its own. */
 static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tpu_comp *red, tpu_opcode f, int rev,
-                            tpu_instr **out) {
+                            int64_t rows_to, tpu_instr **out) {
   char buf[TPU_MAX_RANK * 160];
   const tpu_shape *s = &v->shape;
   int r = s->rank;
   int64_t n = s->dims[r - 1];
+  if (r < 2) rows_to = 0;
+  const int64_t rows = r >= 2 ? s->dims[r - 2] : 1;
   if (n <= SCAN_BASE) {
     tpu_instr *ops[2] = {v, init};
     TPU_TRY(mk(x, TPU_OP_REDUCE_WINDOW, "scan.block", s, ops, 2, out));
@@ -150,6 +156,14 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
     tpu_instr *ops[2] = {v, init};
     TPU_TRY(mk(x, TPU_OP_PAD, "scan.pad", &ps, ops, 2, &p));
     TPU_TRY(tpu_build_set_attr(x->b, p, "padding", pad_text(buf, sizeof buf, r, 0, k - n)));
+    if (rows_to > 0) TPU_TRY(tpu_build_set_attr(x->b, p, "scan_kernel", "pad"));
+  }
+  if (rows_to > 0) { /* the padded rows, which the view's copy moves with the others */
+    d[r - 2] = rows_to;
+    tpu_shape ps = tpu_build_shape(s->dtype, r, d);
+    tpu_instr *ops[2] = {p, init};
+    TPU_TRY(mk(x, TPU_OP_PAD, "scan.rows", &ps, ops, 2, &p));
+    TPU_TRY(tpu_build_set_attr(x->b, p, "padding", pad_at(buf, sizeof buf, r, r - 2, 0, rows_to - rows)));
   }
   /* [..., K] -> [..., K/128, 128] */
   d[r - 1] = nb;
@@ -157,7 +171,15 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   tpu_shape bs = tpu_build_shape(s->dtype, r + 1, d);
   tpu_instr *blocks, *inner;
   TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.blocks", &bs, &p, 1, &blocks));
-  TPU_TRY(scan_last(x, blocks, init, red, f, rev, &inner));
+  if (rows_to > 0) { /* the padded rows dropped by a kernel of their own */
+    d[r - 2] = rows;
+    bs = tpu_build_shape(s->dtype, r + 1, d);
+    tpu_instr *vb = blocks;
+    TPU_TRY(mk(x, TPU_OP_SLICE, "scan.rows", &bs, &vb, 1, &blocks));
+    TPU_TRY(tpu_build_set_attr(x->b, blocks, "slice", slice_at(buf, sizeof buf, &vb->shape, r - 2, 0, rows)));
+    TPU_TRY(tpu_build_set_attr(x->b, blocks, "scan_kernel", "slice"));
+  }
+  TPU_TRY(scan_last(x, blocks, init, red, f, rev, 0, &inner));
   /* each block's total: its last value, a reverse scan's first, [..., K/128] */
   d[r] = 1;
   tpu_shape ls1 = tpu_build_shape(s->dtype, r + 1, d);
@@ -168,7 +190,7 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.last", &ls, &last1, 1, &last));
   /* their scan, shifted by one: block b adds the blocks before it (reverse: after it) */
   tpu_instr *tot, *shifted, *carry;
-  TPU_TRY(scan_last(x, last, init, red, f, rev, &tot));
+  TPU_TRY(scan_last(x, last, init, red, f, rev, 0, &tot));
   d[r - 1] = nb + 1;
   tpu_shape ss = tpu_build_shape(s->dtype, r, d);
   tpu_instr *pops[2] = {tot, init};
@@ -183,18 +205,53 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   TPU_TRY(tpu_build_set_attr(x->b, bc, "dimensions", tpu_dims_text(buf, sizeof buf, bd, r)));
   tpu_instr *aops[2] = {inner, bc};
   TPU_TRY(mk(x, f, "scan.sum", &bs, aops, 2, &sum));
+  if (rows_to > 0) { /* the padded rows restored by a kernel of their own */
+    int64_t pd[TPU_MAX_RANK + 1];
+    for (int i = 0; i <= r; i++) pd[i] = bs.dims[i];
+    pd[r - 2] = rows_to;
+    tpu_shape ps = tpu_build_shape(s->dtype, r + 1, pd);
+    tpu_instr *ops[2] = {sum, init};
+    TPU_TRY(mk(x, TPU_OP_PAD, "scan.rows", &ps, ops, 2, &sum));
+    TPU_TRY(tpu_build_set_attr(x->b, sum, "padding", pad_at(buf, sizeof buf, r + 1, r - 2, 0, rows_to - rows)));
+    TPU_TRY(tpu_build_set_attr(x->b, sum, "scan_kernel", "pad"));
+  }
   d[r - 1] = k;
+  if (rows_to > 0) d[r - 2] = rows_to;
   tpu_shape fs = tpu_build_shape(s->dtype, r, d);
   TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.sum", &fs, &sum, 1, &flat));
-  if (k == n) {
+  if (k == n && rows_to <= 0) {
     *out = flat;
     return TPU_OK;
   }
   TPU_TRY(mk(x, TPU_OP_SLICE, "scan.sum", s, &flat, 1, out));
-  return tpu_build_set_attr(x->b, *out, "slice", slice_text(buf, sizeof buf, &fs, 0, n));
+  size_t a = (size_t)snprintf(buf, sizeof buf, "{");
+  for (int i = 0; i < r && a < sizeof buf; i++)
+    a += (size_t)snprintf(buf + a, sizeof buf - a, "%s[0:%lld]", i ? ", " : "", (long long)s->dims[i]);
+  if (a < sizeof buf) snprintf(buf + a, sizeof buf - a, "}");
+  return tpu_build_set_attr(x->b, *out, "slice", buf);
 }
 
-static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int dim, int rev, tpu_opcode f, int *done) {
+/* The rows a scan along the last dimension of v is viewed on: where v (rank 2 or more) is
+ * scanned in blocks and its rows (the second-minor dimension) do not fill whole memory
+ * tiles, the XLA TPU compiler's copy into the blocks' view moves the padded tiles whole
+ * (f32[4096,33]{0,1} bitcast to [5,8,32,128] and copied, 40 rows; bf16[1024,513]{0,1} to
+ * [65,8,8,128], 520 rows; f32[33,1000] padded to [33,1024], then [5,8,8,128]), a `slice`
+ * kernel drops the padded rows before the block scan and a `pad` kernel restores them before
+ * the copy back (cummin_4096x33_ax0_f32's slice.4 and pad, cumsum_1024x513_ax0_bf16's
+ * slice.4 and pad, cumprod_33x1000_ax1_f32's slice.6 and pad.1; its padding of the scan to
+ * 1,024 is a `pad` kernel too: bench/fidelity/families/compiled, all four generations).
+ * Returns the padded rows, or 0 where they fill their tiles. */
+static int64_t padded_rows(const tpu_chip *chip, const tpu_shape *s) {
+  if (!chip || s->rank < 2 || s->dims[s->rank - 1] <= SCAN_BASE) return 0;
+  int64_t rows = s->dims[s->rank - 2];
+  if (rows < 2) return 0;
+  int64_t t = tpu__tile_rows(chip, s->dtype, rows);
+  int64_t to = (rows + t - 1) / t * t;
+  return to > rows ? to : 0;
+}
+
+static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, const tpu_chip *chip, tpu_instr *rw, int dim, int rev,
+                              tpu_opcode f, int *done) {
   scan_ctx x = {b, c, rw};
   char buf[TPU_MAX_RANK * 24];
   tpu_instr *v = rw->operands[0], *init = rw->operands[1];
@@ -211,7 +268,7 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int di
     TPU_TRY(tpu_build_set_attr(b, v, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r)));
   }
   tpu_instr *res;
-  TPU_TRY(scan_last(&x, v, init, rw->to_apply, f, rev, &res));
+  TPU_TRY(scan_last(&x, v, init, rw->to_apply, f, rev, padded_rows(chip, &v->shape), &res));
   if (dim != r - 1) {
     tpu_shape os = tpu_build_shape(rw->shape.dtype, r, rw->shape.dims);
     TPU_TRY(mk(&x, TPU_OP_TRANSPOSE, "scan.transpose", &os, &res, 1, &res));
@@ -421,7 +478,7 @@ tpu_status tpu__scan_rewrite(tpu_builder *b, tpu_module *m, const tpu_chip *chip
         tpu_build_replace_uses(c, in, res);
         any = 1;
       } else if (in->operands[0]->shape.dims[dim] > SCAN_BASE)
-        TPU_TRY(rewrite_one(b, c, in, dim, rev, f, &any));
+        TPU_TRY(rewrite_one(b, c, chip, in, dim, rev, f, &any));
       else if (r >= 3)
         TPU_TRY(rewrite_major(b, c, in, dim, rev, &any));
     }

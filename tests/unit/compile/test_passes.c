@@ -621,6 +621,60 @@ static void test_scan_rows(void) {
   CHECK(ok && windows == 2 && widest == 128 && lane_moves == 0);
 }
 
+/* A long scan along the lanes whose rows do not fill their memory tiles (scan_rewrite.c
+ * padded_rows): the view into blocks moves the padded rows, a slice kernel drops them and a pad
+ * kernel restores them before the view back, and the padding to whole blocks is a kernel of
+ * its own, as the XLA TPU compiler's slice.6, pad.1 and pad for s32[50,3000] along axis 1
+ * (libtpu probes, bench/fidelity/probes/scan_padded_rows.py; cumprod_33x1000_ax1_f32 alike);
+ * rows that fill their tiles (s32[64,3000]) have none. Values: the plain window's, exactly. */
+static int scan_row_kernels(int rows, int *pad_to) {
+  char src[800];
+  snprintf(src, sizeof src,
+           "HloModule m\nadd {\n a = s32[] parameter(0)\n b = s32[] parameter(1)\n ROOT s = s32[] add(a, b)\n}\n"
+           "ENTRY e {\n x = s32[%d,3000] parameter(0)\n z = s32[] constant(0)\n"
+           " ROOT c = s32[%d,3000] reduce-window(x, z), window={size=1x3000 pad=0_0x2999_0}, to_apply=add\n}\n",
+           rows, rows);
+  tpu_module *m0 = NULL, *m1 = NULL;
+  if (!parse_and_compile("scan_rows_pad.hlo", src, &m0, &m1)) return -1;
+  int own = 0;
+  *pad_to = 0;
+  for (int i = 0; i < m1->entry->ninstrs; i++) {
+    const tpu_instr *in = m1->entry->instrs[i];
+    for (int a = 0; a < in->nattrs; a++)
+      if (!strcmp(in->attrs[a].name, "scan_kernel")) {
+        own++;
+        if (in->op == TPU_OP_PAD && in->shape.rank == 3) *pad_to = (int)in->shape.dims[0];
+      }
+  }
+  tpu_diag d;
+  tpu_tensor x, r0, r1;
+  memset(&r0, 0, sizeof r0);
+  memset(&r1, 0, sizeof r1);
+  int64_t dims[2] = {rows, 3000};
+  CHECK(tpu_tensor_alloc(&x, TPU_S32, 2, dims, &d) == TPU_OK);
+  for (int64_t i = 0; i < rows * 3000; i++) tpu_tensor_set_f64(&x, i, (double)((i * 7919) % 201 - 100));
+  CHECK(tpu_ref_run(m0, &x, 1, &r0, &d) == TPU_OK);
+  CHECK(tpu_ref_run(m1, &x, 1, &r1, &d) == TPU_OK);
+  int same = 1;
+  for (int64_t i = 0; i < rows * 3000; i++) same &= tpu_tensor_get_f64(&r0, i) == tpu_tensor_get_f64(&r1, i);
+  CHECK(same);
+  tpu_tensor_free(&x);
+  tpu_tensor_free(&r0);
+  tpu_tensor_free(&r1);
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+  return own;
+}
+
+static void test_scan_padded_rows(void) {
+  int pad50 = 0, pad64 = 0;
+  int own50 = scan_row_kernels(50, &pad50), own64 = scan_row_kernels(64, &pad64);
+  printf("cumsum of s32[50,3000] along axis 1: %d kernels of its own (rows padded to %d); s32[64,3000]: %d\n", own50,
+         pad50, own64);
+  CHECK(own50 == 3 && pad50 == 56);
+  CHECK(own64 == 0);
+}
+
 /* A while loop that runs once is its body, inlined; one that runs never is its input (XLA's
  * WhileLoopSimplifier): a one-microbatch step's accumulator is zero plus the gradient, one
  * streamed add over it, with no loop (bench/plan_memory: the compiler's programs for the
@@ -670,6 +724,7 @@ int main(void) {
   test_scan_rewrite_reverse_major();
   test_scan_major_order();
   test_scan_rows();
+  test_scan_padded_rows();
   test_while_trip_one();
   test_cse();
   test_scatter_select();
