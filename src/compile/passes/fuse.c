@@ -453,12 +453,24 @@ static int generated(const tpu_instr *x) {
   return 0;
 }
 
+/* The copy out of a long scan's blocks' view (scan_rewrite.c, scan_kernel=copy): it takes
+ * nothing in, but the slices and transposes after it join it, as the XLA TPU compiler's
+ * copy_bitcast_fusion does. */
+static int scan_copy(const tpu_instr *p) {
+  for (int i = 0; i < p->nattrs; i++)
+    if (!strcmp(p->attrs[i].name, "scan_kernel")) return p->attrs[i].value && !strcmp(p->attrs[i].value, "copy");
+  return 0;
+}
+
 /* Whether producer p may join group g through member m, and on which side. */
 static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *p, member_side *side) {
   const group *G = &f->groups[g];
   member_side ms = (member_side)f->side[m->id];
-  if (tpu__fuse_own_kernel(p)) return 0;
-  /* a scan's pad or slice of rows (scan_rewrite.c scan_rows) takes nothing in */
+  if (tpu__fuse_own_kernel(p) && !scan_copy(p)) return 0;
+  /* a scan's pad or slice of rows (scan_rewrite.c scan_rows), or the copy out of its blocks'
+   * view, takes nothing in */
+  for (int i = 0; i < m->nattrs; i++)
+    if (!strcmp(m->attrs[i].name, "scan_kernel")) return 0;
   for (int i = 0; i < f->c->instrs[G->root]->nattrs; i++)
     if (!strcmp(f->c->instrs[G->root]->attrs[i].name, "scan_kernel")) return 0;
   /* ApproxTopK's partial reduction takes the iota of its indices into its kernel, which

@@ -132,7 +132,7 @@ static const char *pad_text(char *buf, size_t n, int rank, int64_t lo, int64_t h
  * after the view, a pad kernel restores them before the inverse, and the padding to whole
  * blocks is a kernel of its own. */
 static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tpu_comp *red, tpu_opcode f, int rev,
-                            int64_t rows_to, tpu_instr **out) {
+                            int64_t rows_to, int top, tpu_instr **out) {
   char buf[TPU_MAX_RANK * 160];
   const tpu_shape *s = &v->shape;
   int r = s->rank;
@@ -179,7 +179,7 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
     TPU_TRY(tpu_build_set_attr(x->b, blocks, "slice", slice_at(buf, sizeof buf, &vb->shape, r - 2, 0, rows)));
     TPU_TRY(tpu_build_set_attr(x->b, blocks, "scan_kernel", "slice"));
   }
-  TPU_TRY(scan_last(x, blocks, init, red, f, rev, 0, &inner));
+  TPU_TRY(scan_last(x, blocks, init, red, f, rev, 0, 0, &inner));
   /* each block's total: its last value, a reverse scan's first, [..., K/128] */
   d[r] = 1;
   tpu_shape ls1 = tpu_build_shape(s->dtype, r + 1, d);
@@ -190,7 +190,7 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.last", &ls, &last1, 1, &last));
   /* their scan, shifted by one: block b adds the blocks before it (reverse: after it) */
   tpu_instr *tot, *shifted, *carry;
-  TPU_TRY(scan_last(x, last, init, red, f, rev, 0, &tot));
+  TPU_TRY(scan_last(x, last, init, red, f, rev, 0, 0, &tot));
   d[r - 1] = nb + 1;
   tpu_shape ss = tpu_build_shape(s->dtype, r, d);
   tpu_instr *pops[2] = {tot, init};
@@ -219,6 +219,7 @@ static tpu_status scan_last(scan_ctx *x, tpu_instr *v, tpu_instr *init, const tp
   if (rows_to > 0) d[r - 2] = rows_to;
   tpu_shape fs = tpu_build_shape(s->dtype, r, d);
   TPU_TRY(mk(x, TPU_OP_RESHAPE, "scan.sum", &fs, &sum, 1, &flat));
+  if (top && r >= 2 && rows_to <= 0) TPU_TRY(tpu_build_set_attr(x->b, flat, "scan_kernel", "copy"));
   if (k == n && rows_to <= 0) {
     *out = flat;
     return TPU_OK;
@@ -268,7 +269,7 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, const tpu_chip *chip,
     TPU_TRY(tpu_build_set_attr(b, v, "dimensions", tpu_dims_text(buf, sizeof buf, perm, r)));
   }
   tpu_instr *res;
-  TPU_TRY(scan_last(&x, v, init, rw->to_apply, f, rev, padded_rows(chip, &v->shape), &res));
+  TPU_TRY(scan_last(&x, v, init, rw->to_apply, f, rev, padded_rows(chip, &v->shape), 1, &res));
   if (dim != r - 1) {
     tpu_shape os = tpu_build_shape(rw->shape.dtype, r, rw->shape.dims);
     TPU_TRY(mk(&x, TPU_OP_TRANSPOSE, "scan.transpose", &os, &res, 1, &res));

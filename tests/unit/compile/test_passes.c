@@ -625,9 +625,12 @@ static void test_scan_rows(void) {
  * padded_rows): the view into blocks moves the padded rows, a slice kernel drops them and a pad
  * kernel restores them before the view back, and the padding to whole blocks is a kernel of
  * its own, as the XLA TPU compiler's slice.6, pad.1 and pad for s32[50,3000] along axis 1
- * (libtpu probes, bench/fidelity/probes/scan_padded_rows.py; cumprod_33x1000_ax1_f32 alike);
- * rows that fill their tiles (s32[64,3000]) have none. Values: the plain window's, exactly. */
-static int scan_row_kernels(int rows, int *pad_to) {
+ * (libtpu probes, bench/fidelity/probes/scan_padded_rows.py; cumprod_33x1000_ax1_f32 alike).
+ * Rows that fill their tiles (s32[64,3000]) have none of those, but the copy out of the view
+ * is a kernel apart from the blocks' combine (the compiler's broadcast_add_fusion and
+ * copy_bitcast_fusion): *combined_copy says whether one kernel holds both. Values: the plain
+ * window's, exactly. */
+static int scan_row_kernels(int rows, int *pad_to, int *combined_copy) {
   char src[800];
   snprintf(src, sizeof src,
            "HloModule m\nadd {\n a = s32[] parameter(0)\n b = s32[] parameter(1)\n ROOT s = s32[] add(a, b)\n}\n"
@@ -637,14 +640,21 @@ static int scan_row_kernels(int rows, int *pad_to) {
   tpu_module *m0 = NULL, *m1 = NULL;
   if (!parse_and_compile("scan_rows_pad.hlo", src, &m0, &m1)) return -1;
   int own = 0;
-  *pad_to = 0;
-  for (int i = 0; i < m1->entry->ninstrs; i++) {
-    const tpu_instr *in = m1->entry->instrs[i];
-    for (int a = 0; a < in->nattrs; a++)
-      if (!strcmp(in->attrs[a].name, "scan_kernel")) {
-        own++;
-        if (in->op == TPU_OP_PAD && in->shape.rank == 3) *pad_to = (int)in->shape.dims[0];
-      }
+  *pad_to = 0, *combined_copy = 0;
+  for (int ci = 0; ci < m1->ncomps; ci++) {
+    const tpu_comp *c = m1->comps[ci];
+    int copy = 0, adds = 0;
+    for (int i = 0; i < c->ninstrs; i++) {
+      const tpu_instr *in = c->instrs[i];
+      adds += in->op == TPU_OP_ADD && in->shape.rank == 3;
+      for (int a = 0; a < in->nattrs; a++)
+        if (!strcmp(in->attrs[a].name, "scan_kernel")) {
+          own++;
+          copy |= in->op == TPU_OP_RESHAPE;
+          if (in->op == TPU_OP_PAD && in->shape.rank == 3) *pad_to = (int)in->shape.dims[0];
+        }
+    }
+    *combined_copy |= copy && adds;
   }
   tpu_diag d;
   tpu_tensor x, r0, r1;
@@ -667,12 +677,12 @@ static int scan_row_kernels(int rows, int *pad_to) {
 }
 
 static void test_scan_padded_rows(void) {
-  int pad50 = 0, pad64 = 0;
-  int own50 = scan_row_kernels(50, &pad50), own64 = scan_row_kernels(64, &pad64);
-  printf("cumsum of s32[50,3000] along axis 1: %d kernels of its own (rows padded to %d); s32[64,3000]: %d\n", own50,
-         pad50, own64);
+  int pad50 = 0, pad64 = 0, both50 = 0, both64 = 0;
+  int own50 = scan_row_kernels(50, &pad50, &both50), own64 = scan_row_kernels(64, &pad64, &both64);
+  printf("cumsum of s32[50,3000] along axis 1: %d kernels of its own (rows padded to %d); s32[64,3000]: %d, "
+         "its combine and copy out %s\n", own50, pad50, own64, both64 ? "one kernel" : "apart");
   CHECK(own50 == 3 && pad50 == 56);
-  CHECK(own64 == 0);
+  CHECK(own64 == 1 && pad64 == 0 && !both64);
 }
 
 /* A while loop that runs once is its body, inlined; one that runs never is its input (XLA's
