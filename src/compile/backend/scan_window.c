@@ -116,7 +116,15 @@ void tpu__scan_window_factors(const tpu__be *be, const tpu_instr *in, double *fi
   const double row = (double)bytes / (double)len / (double)tiles; /* one scan row, one lane tile */
   double best = -1;
   int64_t bn = 0, bk = 0;
-  for (int64_t n = 1; n <= len; n++) {
+  /* On a chip of two TensorCores (v5p) the kernel gives each core its share: of one lane
+   * tile, in at least two blocks of the scan's output rows (libtpu probes,
+   * bench/fidelity/probes/scan_window.py: s32[100,8,128] along axis 0 in 2 blocks of 50
+   * rows, 149-row inputs, though one pass fits; f32[64,16,128] in 2 of 32; s32[128,8,128]
+   * along axis 2 in 2 of 64, cummin_128x8x128_ax2_rev_s32); of several, its lane tiles split
+   * between the cores (s32[120,4,256] in one pass; the block scans of bf16[513,8,128] and
+   * f32[1000,8,128]; but f32[48,8,384], 3 tiles, in 2 blocks of 24 rows, not modelled) */
+  const int64_t least = be->chip->tensorcores > 1 && tiles == 1 ? 2 : 1;
+  for (int64_t n = least; n <= len; n++) {
     const int64_t b = (len + n - 1) / n;
     if (n > 1 && (len + n - 2) / (n - 1) == b) continue; /* the same blocks as n - 1 */
     for (int64_t k = 1; k <= len; k++) {

@@ -28,7 +28,9 @@ static double scan_bytes(const char *src, int64_t budget) {
  * v5p kernel takes 4 blocks of 20 rows and the window in halves of 40, each step reading 59
  * input rows of 16 sublane tiles (scan_window.py: output window [20,16,1], input [59,16,1],
  * iterations 4 x 2); s32[33,160,256] (as cummin_158x129x33_ax2_s32's) takes 2 blocks of 17
- * rows reading 49 each ([17,20,1], [49,20,1]). A block choice or halo changed fails. */
+ * rows reading 49 each ([17,20,1], [49,20,1]); s32[100,8,128], one lane tile, 2 blocks of 50
+ * rows reading 149 each ([50,1,1], [149,1,1]: libtpu probe, one per TensorCore). A block
+ * choice or halo changed fails. */
 static void scan_blocks(void) {
   const char *fmt = "HloModule s\nmx {\n a = s32[] parameter(0)\n b = s32[] parameter(1)\n ROOT s = s32[] maximum(a, b)\n}\n"
                     "ENTRY e {\n x = s32[%s]{2,1,0} parameter(0)\n z = s32[] constant(-2147483648)\n"
@@ -36,8 +38,10 @@ static void scan_blocks(void) {
   struct { const char *shape, *size, *pad; double in, fin, fout; } cases[] = {
       {"80,128,128", "80x1x1", "79_0x0_0x0_0", 80.0 * 128 * 128 * 4, 4 * 2 * 59 / 80.0, 4 * 2 * 20 / 80.0},
       {"33,160,256", "33x1x1", "32_0x0_0x0_0", 33.0 * 160 * 256 * 4, 2 * 49 / 33.0, 2 * 17 / 33.0},
+      /* one lane tile: two blocks of 50 rows, one per TensorCore, though one pass fits */
+      {"100,8,128", "100x1x1", "99_0x0_0x0_0", 100.0 * 8 * 128 * 4, 2 * 149 / 100.0, 2 * 50 / 100.0},
   };
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     char src[700];
     snprintf(src, sizeof src, fmt, cases[i].shape, cases[i].shape, cases[i].size, cases[i].pad);
     double with = scan_bytes(src, -1), without = scan_bytes(src, 0);
