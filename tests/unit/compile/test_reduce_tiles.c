@@ -120,6 +120,33 @@ static void transpose_over_tiles(void) {
   CHECK_NEAR(xbf, c.stream_pass_bytes * bftiles, 1);
 }
 
+/* A compiled program's copy inside a fusion is the fusion loop's transpose: the fusion streams
+ * the tiles it writes, as tpusim's own transpose kernel does (the XLA TPU compiler's
+ * copy_bitcast_fusion of families tune transpose_33x33x64x33_p1230_s8, s8 {2,3,1,0} ->
+ * {2,0,3,1}: 84,540 cycles on v5e, as the transpose above; stream_cost.c streams_tiles).
+ * The same copy as a kernel of its own keeps the count of its elements. */
+static void fused_copy_over_tiles(void) {
+  tpu_chip c;
+  double xf = kernel_xbytes(
+      "HloModule t\n\n%fc (p: s8[33,33,64,33]) -> s8[33,64,33,33] {\n"
+      "  %p = s8[33,33,64,33]{2,3,1,0:T(8,128)(4,1)} parameter(0)\n"
+      "  %c = s8[33,33,64,33]{2,0,3,1:T(8,128)(4,1)} copy(%p)\n"
+      "  ROOT %b = s8[33,64,33,33]{1,3,2,0:T(8,128)(4,1)} bitcast(%c)\n}\n\n"
+      "ENTRY %e (x: s8[33,33,64,33]) -> s8[33,64,33,33] {\n"
+      "  %x = s8[33,33,64,33]{2,3,1,0:T(8,128)(4,1)} parameter(0)\n"
+      "  ROOT %f = s8[33,64,33,33]{1,3,2,0:T(8,128)(4,1)} fusion(%x), kind=kLoop, calls=%fc\n}\n",
+      &c);
+  double xc = kernel_xbytes("HloModule t\n\nENTRY %e (x: s8[33,33,64,33]) -> s8[33,33,64,33] {\n"
+                            "  %x = s8[33,33,64,33]{2,3,1,0:T(8,128)(4,1)} parameter(0)\n"
+                            "  ROOT %c = s8[33,33,64,33]{2,0,3,1:T(8,128)(4,1)} copy(%x)\n}\n",
+                            &c);
+  const double tiles = 33.0 * 33 * 40 * 128, elems = 33.0 * 33 * 64 * 33;
+  printf("compiled s8[33,33,64,33] {2,3,1,0} -> {2,0,3,1} on v5e, xbytes: in a fusion %.0f (over the tiles: %.0f), "
+         "a copy kernel %.0f (over its elements: %.0f)\n", xf, c.stream_pass_bytes * tiles, xc, c.stream_pass_bytes * elems);
+  CHECK_NEAR(xf, c.stream_pass_bytes * tiles, 1);
+  CHECK(xc < 0.5 * c.stream_pass_bytes * tiles);
+}
+
 /* The reduce kernel's xbytes of `src` on v5e (the program's only reduce kernel), -1 if none. */
 static double reduce_xbytes(const char *src, tpu_chip *c) {
   tpu_module *m = NULL;
@@ -155,6 +182,7 @@ static void sum_of_gathered_rows(void) {
 
 int main(void) {
   transpose_over_tiles();
+  fused_copy_over_tiles();
   sum_over_tiles();
   narrow_result_over_tiles();
   reshaped_source();
