@@ -990,7 +990,7 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
   int merged = 0;
   for (int i = 0; st == TPU_OK && !compiled && i < n; i++)
     for (int found = 1, k = 0; st == TPU_OK && found && k < 4096; k++) {
-      st = tpu__fuse_merge_one(&b, list[i], &made, &found);
+      st = tpu__fuse_merge_one(&b, list[i], &made, o->chip, &found);
       merged |= found;
     }
   if (st == TPU_OK && m->entry && !compiled) st = tpu__fuse_group_layout(&b, m->entry, &made, o->chip);

@@ -59,7 +59,7 @@ int tpu__fuse_relaid_transpose(const tpu_uses *us, const tpu_instr *p);
  * Its reachability questions use an ancestor bitset up to tpu__fuse_reach_bitset_max
  * instructions (8,192), a walk above (tests lower it to check both give the same fusions). */
 extern int tpu__fuse_reach_bitset_max;
-tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, int *found);
+tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_chip *chip, int *found);
 
 /* A convolution kernel's result that leaves the entry computation in another layout than
  * the convolution's own is relaid out by a transpose kernel of its own (relayout.c). */

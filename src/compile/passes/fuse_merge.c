@@ -527,10 +527,71 @@ static tpu_instr *producer_of(const tpu_instr *y, int k, int *index) {
   return o;
 }
 
+/* The side (0 lhs, 1 rhs) of matmul kernel y's dot that operand k of y feeds, or -1. */
+static int fed_side(const tpu__made_set *made, const tpu_instr *y, int k) {
+  const tpu_instr *mm = matmul_of(made, y);
+  if (!mm) return -1;
+  if (mm == y) return k < 2 ? k : -1;
+  for (int s = 0; s < 2; s++) {
+    const tpu_instr *v = mm->operands[s];
+    while (v->op != TPU_OP_PARAMETER && v->noperands == 1 && tpu__fuse_operand_producer(v)) v = v->operands[0];
+    if (v->op == TPU_OP_PARAMETER && v->index == k) return s;
+  }
+  return -1;
+}
+
+/* Does the dot mm read its operand `side` in another order of its major dimensions than
+ * the operand is stored in, so that the compiler fuses a transposition into the matmul's
+ * operand and takes no elementwise producer with it? On a 128-wide matrix unit (v4, v5e,
+ * v5p) the XLA TPU compiler writes a dot whose operand has two or more batch dimensions and
+ * two or more free ones (batch, KV heads; query group, rows: grouped-query attention's
+ * bkgst,btkh->bskgh at a batch > 1, its result contracted over k, g, h next) as a convolution
+ * whose kernel reads that operand with two major dimensions swapped ({3,4,2,1,0} ->
+ * {3,4,1,2,0}), and stores its producer whole: the softmax's exp(s - max) / sum, and alike a
+ * bare scaling, offset or exponent of the scores, is a kLoop kernel of its own before PV
+ * (divide_convert_fusion of the compiled llama_fwd_b2s512d1024h16kv4 and
+ * mistral_fwd_b2s2048d512h8kv2w512; libtpu v5e probes outside the corpus, P =
+ * bf16[B,KV,G,S,S] with B, KV, G = 2..8, S = 128..512: a kernel of its own whenever B, KV and
+ * G are all above 1; in PV's kernel at B = 1, KV = 1 or G = 1). v6e lays the scores out with
+ * the group beside the rows and keeps the producer in a matmul's kernel (its compiled llama_fwd_*). */
+static int relaid_operand(const tpu_chip *chip, const tpu_instr *mm, int side) {
+  if (!chip || chip->mxu_cols != 128 || mm->op != TPU_OP_DOT || side < 0 || side > 1) return 0;
+  const tpu_shape *s = &mm->operands[side]->shape;
+  const tpu_i64s *bd = side ? &mm->dot.rhs_batch : &mm->dot.lhs_batch;
+  const tpu_i64s *cd = side ? &mm->dot.rhs_contract : &mm->dot.lhs_contract;
+  int nb = 0, nf = 0;
+  for (int d = 0; d < s->rank; d++) {
+    if (s->dims[d] <= 1 || tpu_i64s_find(cd, d) >= 0) continue;
+    if (tpu_i64s_find(bd, d) >= 0) nb++;
+    else nf++;
+  }
+  return nb >= 2 && nf >= 2;
+}
+
+/* Are x's full-size inputs read by nothing but x and reduction kernels (the scores a
+ * softmax's row maximum, row sum and normalisation read, and no backward pass)? In a
+ * training step the compiler lays attention's scores out for their backward readers too
+ * (llama_train_b4s256d512h8kv2's QK^T writes bf16[4,2,256,256,4], the group beside the rows)
+ * and PV reads its operand without the transposition: the normalisation stays in PV's kernel. */
+static int inputs_read_by_reductions(const tpu__made_set *made, const tpu_uses *u, const tpu_instr *x) {
+  int64_t n = tpu_shape_numel(&x->shape);
+  for (int k = 0; k < x->noperands; k++) {
+    const tpu_instr *o = x->operands[k];
+    if (o->shape.dtype == TPU_TUPLE || tpu_shape_numel(&o->shape) != n) continue;
+    for (int j = 0; j < u->nusers[o->id]; j++) {
+      const tpu_instr *r = u->users[o->id][j];
+      int rk, minor;
+      if (r != x && !reduction_of(made, r, &rk, &minor)) return 0;
+    }
+  }
+  return 1;
+}
+
 /* An elementwise kernel this pass made (or one bare elementwise op) that only matmuls read,
  * each as an operand of its matmul: the first one takes a copy (the rest follow). With
  * several readers it must stream a single array. */
-static int prologue_pair(const tpu__made_set *made, const tpu_comp *c, const tpu_uses *u, tpu_instr *x, tpu_instr **y) {
+static int prologue_pair(const tpu__made_set *made, const tpu_chip *chip, const tpu_comp *c, const tpu_uses *u, tpu_instr *x,
+                         tpu_instr **y) {
   if (x == c->root || x->shape.dtype == TPU_TUPLE || u->nusers[x->id] < 1) return 0;
   if (tpu__fuse_own_kernel(x->op == TPU_OP_FUSION && x->calls && x->calls->root ? x->calls->root : x)) return 0;
   if (x->op == TPU_OP_FUSION) {
@@ -556,8 +617,11 @@ static int prologue_pair(const tpu__made_set *made, const tpu_comp *c, const tpu
     const tpu_instr *m = u->users[x->id][j], *mm = matmul_of(made, m);
     if (!mm || (m->shape.dtype == TPU_TUPLE && !users_all_gte(u, m))) return 0;
     if (tpu__fuse_batch_relayout(mm, xr, 0)) return 0;
-    for (int k = 0; k < m->noperands; k++)
+    for (int k = 0; k < m->noperands; k++) {
       if (m->operands[k] == x && !feeds_matmul(made, m, k)) return 0;
+      if (m->operands[k] == x && relaid_operand(chip, mm, fed_side(made, m, k)) && inputs_read_by_reductions(made, u, x))
+        return 0;
+    }
   }
   *y = u->users[x->id][0];
   return 1;
@@ -594,10 +658,11 @@ static int reads_row_max(const tpu_instr *y, const tpu_instr *x, int64_t *row) {
  * before every other merge: a producer only matmuls read goes into them (a softmax's
  * division into the next matmul rather than the previous one's epilogue, a norm's scaling
  * into each projection rather than into its statistics' kernel). */
-static tpu_status merge_prologue_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_uses *u, int *found) {
+static tpu_status merge_prologue_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_chip *chip, const tpu_uses *u,
+                                     int *found) {
   for (int i = 0; !*found && i < c->ninstrs; i++) {
     tpu_instr *x = c->instrs[i], *y;
-    if (!prologue_pair(made, c, u, x, &y) || results(y) > 16) continue;
+    if (!prologue_pair(made, chip, c, u, x, &y) || results(y) > 16) continue;
     *found = 1;
     return merge_pair(b, c, x, y, u, made, MERGE_COPY);
   }
@@ -632,8 +697,8 @@ static int reads_row_stat(const tpu_instr *y, const tpu_instr *x, int64_t n) {
 }
 
 /* Finds one reduction or softmax step to fuse into a matmul's kernel and fuses it. */
-static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_uses *u,
-                                   reach_ctx *R, int *found) {
+static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_chip *chip,
+                                   const tpu_uses *u, reach_ctx *R, int *found) {
   for (int i = 0; !*found && i < c->ninstrs; i++) {
     tpu_instr *y = c->instrs[i], *x;
     if (y->shape.dtype == TPU_TUPLE && !users_all_gte(u, y)) continue;
@@ -656,7 +721,7 @@ static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *m
       const char *kd = attr_value(y, "kind");
       if (!kd || strcmp(kd, "kLoop")) continue;
       tpu_instr *dummy;
-      if (prologue_pair(made, c, u, y, &dummy)) continue; /* it goes into the next matmul */
+      if (prologue_pair(made, chip, c, u, y, &dummy)) continue; /* it goes into the next matmul */
       x = NULL;
       for (int q = 0; q < y->noperands && !x; q++) {
         tpu_instr *p = producer_of(y, q, &idx);
@@ -673,7 +738,7 @@ static tpu_status merge_matmul_one(tpu_builder *b, tpu_comp *c, tpu__made_set *m
 }
 
 /* Finds one pair of sibling fusions to merge and merges it; *found says whether. */
-tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, int *found) {
+tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made, const tpu_chip *chip, int *found) {
   *found = 0;
   tpu_uses u;
   TPU_TRY(tpu_build_uses(b, c, &u));
@@ -681,7 +746,7 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
   reach_ctx R;
   space_memo M = {made, c, tpu_calloc((size_t)n + 1, sizeof *M.sp), tpu_calloc((size_t)n + 1, 1)};
   tpu_status st = reach_init(&R, c) && M.sp && M.done ? TPU_OK : TPU_FAIL(b->d, TPU_ERR_NOMEM, c->loc, "out of memory fusing");
-  if (st == TPU_OK) st = merge_prologue_one(b, c, made, &u, found);
+  if (st == TPU_OK) st = merge_prologue_one(b, c, made, chip, &u, found);
   for (int i = 0; st == TPU_OK && !*found && i < n; i++) {
     const tpu_instr *a = c->instrs[i]; /* a large array two fusions read */
     if (a->shape.dtype == TPU_TUPLE || u.nusers[i] < 2) continue;
@@ -767,7 +832,7 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
     st = merge_pair(b, c, x, z, &u, made, MERGE_ABSORB);
     *found = 1;
   }
-  if (st == TPU_OK && !*found) st = merge_matmul_one(b, c, made, &u, &R, found);
+  if (st == TPU_OK && !*found) st = merge_matmul_one(b, c, made, chip, &u, &R, found);
   reach_free(&R);
   tpu_free(M.sp);
   tpu_free(M.done);
