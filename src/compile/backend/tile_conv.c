@@ -202,6 +202,13 @@ static double packed_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, i
          ch->conv_packed_cycles;
 }
 
+/* Is w the groups' window dimension of a grouped convolution in the XLA TPU compiler's 5-D
+ * form (group_conv.c group_form): G wide, stride G - 1, the input dilated G times, unpadded,
+ * so each output position of it meets its own group at one tap? */
+static int group_window_dim(const tpu_window_dim *w) {
+  return w->size > 1 && w->base_dilation == w->size && w->stride == w->size - 1 && !w->pad_lo && !w->pad_hi;
+}
+
 /* The least time, in cycles, start to end, of a convolution kernel with the batch in the lanes and 3 or 4
  * output features in the sublanes (the XLA TPU compiler's T(4,128) result tile, {0,1,3,2}
  * for NCHW: a stem's input gradient): 0 for any other. Its cost model charges a fixed part,
@@ -212,15 +219,27 @@ static double packed_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, i
  * 128; 9,034 at H = 14; 45,508 at k = 5; 34,517 at Ci = 256). Not a one-tap window (11,955
  * at k = 1, below the taps' rate: another emitter), nor 1, 2 or more than 4 features (1 and
  * 7 go to the lanes), nor, unprobed, a stride or a dilation (transposed convolutions to 3
- * features). */
+ * features). A grouped convolution in the 5-D form whose batch exceeds its 2-4 features a
+ * group (group_conv.c: the compiler's {0,4,3,2,1}) costs the same: its groups' window is one
+ * tap of G output positions, so the positions are [H, W, G]'s and the taps the filter's
+ * (libtpu probes outside the corpora, bench/fidelity/probes/group_lanes.py, bf16 and f32
+ * [B,H,H,Cg G] x [k,k,Cg,Cog G], B 4-128, H 7-28, G 2-8, Cg 4-128, Cog 2-4, k 3-7; 392 or
+ * more positions: v4 -12..+9 %, v5e -0..+17 %, v5p -16..+5 %, v6e -3..+26 % of the
+ * compiler's kernel, whatever the batch, Cg and Cog; left: 98 positions on v5e/v6e +35..+63 %
+ * (a smaller fixed part), and v4/v6e at a batch of 16-32 over 16 features a group 0.45-0.6
+ * of the compiler's figure). */
 static double lanes_cycles(const tpu__be *be, const tpu_instr *mm, int64_t taps) {
   const tpu_chip *ch = be->chip;
   const tpu_conv_dims *cd = &mm->conv;
   const tpu_shape *rs = &mm->operands[1]->shape;
   int64_t co = rs->dims[cd->k_out], lanes = ch->vector_lanes > 0 ? ch->vector_lanes : 128, pos = 1;
-  if (ch->conv_lanes_tap_cycles <= 0 || co < 3 || co > 4 || taps < 2) return 0;
+  int grouped = 0;
+  for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++) grouped |= group_window_dim(&mm->window[i]);
+  if (ch->conv_lanes_tap_cycles <= 0 || co < (grouped ? 2 : 3) || co > 4 || taps < 2) return 0;
   for (int i = 0; i < cd->nspatial; i++) {
-    if (i < mm->nwindow && (mm->window[i].stride > 1 || mm->window[i].base_dilation > 1 || mm->window[i].window_dilation > 1))
+    int gw = i < mm->nwindow && group_window_dim(&mm->window[i]);
+    if (i < mm->nwindow && !gw &&
+        (mm->window[i].stride > 1 || mm->window[i].base_dilation > 1 || mm->window[i].window_dilation > 1))
       return 0;
     pos *= mm->shape.dims[cd->out_spatial[i]];
   }
