@@ -8,7 +8,6 @@
 
 #include "compile/backend/backend.h"
 #include "compile/passes/hlo_passes.h"
-#include "ir/custom_call.h"
 
 /* A compiled program's copy into or out of VMEM (memory space S(1) on either side): the
  * compiler relays values out into VMEM, within it and back to HBM (bf16[2,2048,2048]
@@ -34,16 +33,6 @@ int tpu__vmem_copy(const tpu_instr *in) {
  * every lane-moving copy so moved the families corpus's pools and cumulative sums both ways
  * (own compilation, cumsum_126x80x65_ax1_f32 v6e -13 -> -45 %, avgpool2d_8x112x112x3 v6e
  * +170 -> +124 %), unresolved. A compiled program's copies keep their own forms. */
-/* ApproxTopK's PartialReduce custom call, or the kernel (a fusion) that runs one. */
-static int partial_reduce_reader(const tpu_instr *u) {
-  if (u->op == TPU_OP_CUSTOM_CALL) return tpu_custom_call_kind(u) == TPU_CC_PARTIAL_REDUCE;
-  if (u->op != TPU_OP_FUSION || !u->calls) return 0;
-  for (int i = 0; i < u->calls->ninstrs; i++)
-    if (u->calls->instrs[i]->op == TPU_OP_CUSTOM_CALL && tpu_custom_call_kind(u->calls->instrs[i]) == TPU_CC_PARTIAL_REDUCE)
-      return 1;
-  return 0;
-}
-
 int tpu__relayout_kernel(const tpu__be *be, const tpu_instr *in) {
   if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail || in->operands[0]->shape.layout_tail ||
       !in->parent)
@@ -51,20 +40,7 @@ int tpu__relayout_kernel(const tpu__be *be, const tpu_instr *in) {
   /* and its copy of the scan's result back (the compiler's copy.1 reads S(1) on v5e/v6e) */
   const tpu_instr *src = in->operands[0];
   if (src->op == TPU_OP_REDUCE_WINDOW && tpu__scan_row_major(src)) return 1;
-  int gathers = 0, windows = 0, scans = 0, partials = 0, others = 0;
-  for (int i = 0; i < in->parent->ninstrs; i++) {
-    const tpu_instr *u = in->parent->instrs[i];
-    for (int o = 0; o < u->noperands; o++)
-      if (u->operands[o] == in) {
-        int pr = o == 0 && partial_reduce_reader(u);
-        partials += pr;
-        others += !pr;
-      }
-  }
-  /* a PartialReduce's copy of its parameter into row-major (relayout.c partial_reduce_only)
-   * writes VMEM whatever it moves, as the compiler's `copy` of approx_max_k_b128n50257k8_f32's
-   * f32[128,50257] into S(1) on v5e and v6e (CMEM on v4, HBM on v5p) */
-  if (partials && !others) return in->operands[0]->op == TPU_OP_PARAMETER;
+  int gathers = 0, windows = 0, scans = 0;
   for (int i = 0; i < in->parent->ninstrs; i++) {
     const tpu_instr *u = in->parent->instrs[i];
     for (int o = 0; o < u->noperands; o++)

@@ -31,7 +31,6 @@
 
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
-#include "ir/custom_call.h"
 
 /* Does the fused computation's root come from a matmul (opcode `op`: a convolution or a
  * dot) through elementwise ops of the root's shape? Returns the matmul or NULL. */
@@ -572,20 +571,6 @@ static tpu_status relayout_copy(tpu_builder *b, tpu_comp *entry, tpu_instr *p, c
   return TPU_OK;
 }
 
-/* Is parameter p read only as the values (operand 0) of PartialReduce custom calls? */
-static int partial_reduce_only(const tpu_instr *p, const tpu_uses *u) {
-  if (u->nusers[p->id] == 0) return 0;
-  for (int k = 0; k < u->nusers[p->id]; k++) {
-    const tpu_instr *r = u->users[p->id][k];
-    if (r->op != TPU_OP_CUSTOM_CALL || tpu_custom_call_kind(r) != TPU_CC_PARTIAL_REDUCE || r->noperands < 1 ||
-        r->operands[0] != p)
-      return 0;
-    for (int j = 1; j < r->noperands; j++)
-      if (r->operands[j] == p) return 0;
-  }
-  return 1;
-}
-
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip) {
   tpu_uses u;
   TPU_TRY(tpu_build_uses(b, entry, &u));
@@ -612,19 +597,6 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
       if (r->op == TPU_OP_CONVOLUTION || r->op == TPU_OP_BITCAST || r->op == TPU_OP_TUPLE || r->op == TPU_OP_CALL ||
           r->op == TPU_OP_WHILE || r->op == TPU_OP_CONDITIONAL || r->op == TPU_OP_CUSTOM_CALL || r->op == TPU_OP_FUSION)
         keep = 1;
-    }
-    if (partial_reduce_only(p, &u)) {
-      /* Read only by ApproxTopK's PartialReduce kernels, which reduce along the lanes: the
-       * parameter takes the layout that pads least, as any other, and a copy relays it into
-       * row-major, a kernel of its own (approx_max_k_b128n50257k8_f32's f32[128,50257]
-       * arrives {0,1}, 50,264 rows of 128 lanes, and `copy` into {1,0} takes 86,666 cycles on
-       * v5e, 103,572 on v4, 77,328 on v5p, 65,960 on v6e; libtpu probes off the corpus,
-       * bench/fidelity/probes/partial_reduce_layout.py: f32[256,10000], bf16[512,7000],
-       * f32[1024,5000] alike, f32[64,3000] and f32[200,20000], row-major padding least, no
-       * copy). */
-      st = relayout_copy(b, entry, p, &u, minor, second, s->rank - 1, s->rank - 2);
-      changed = 1;
-      continue;
     }
     if (keep) {
       /* Read only as convolutions' input activations: the convolution's layout (batch in the
