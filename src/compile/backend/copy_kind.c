@@ -58,6 +58,17 @@ int tpu__relayout_kernel(const tpu__be *be, const tpu_instr *in) {
   return gathers > 0 && tpu__moves_minor(be->chip, in);
 }
 
+/* Whether two layout tails (":T(8,128)(2,1)S(1)") name the same tiles, memory spaces aside. */
+static int same_tiles(const char *a, const char *b) {
+  for (;;) {
+    if (a[0] == 'S' && a[1] == '(') a = strchr(a, ')') ? strchr(a, ')') + 1 : a + strlen(a);
+    if (b[0] == 'S' && b[1] == '(') b = strchr(b, ')') ? strchr(b, ')') + 1 : b + strlen(b);
+    if (*a != *b) return 0;
+    if (!*a) return 1;
+    a++, b++;
+  }
+}
+
 /* Is `in` the copy XLA's copy insertion gives an output leaf of the entry whose value another
  * leaf returns too (param_copy.c copy_repeated): a copy of the same layout that the root
  * tuple returns, of a value the root tuple returns itself? On a chip of one TensorCore
@@ -73,7 +84,24 @@ int tpu__dup_output_copy(const tpu__be *be, const tpu_instr *in) {
       ch->cmem_bytes > 0 || ch->vmem_bytes <= 0)
     return 0;
   const tpu_instr *root = in->parent->root, *v = in->operands[0];
-  if (!root || root->op != TPU_OP_TUPLE || in->shape.layout_tail || v->shape.layout_tail) return 0;
+  if (!root || root->op != TPU_OP_TUPLE) return 0;
+  /* tpusim's own compilation gives no memory spaces; a compiled program names them: a leaf
+   * of the root tuple copied out of VMEM (S(1)) into HBM in the same layout and tiles is
+   * the DMA engines' transfer whether or not another leaf returns the value too (the
+   * compiled families corpus on v5e and v6e: 14 such copies, none with a window_config or
+   * estimated_cycles — gru_step_b8i256h256's copy.1, opt_lion_3072x768_...'s copy.20 and
+   * copy.34, f32[3072,768]; the one with its estimated_cycles, pad_256x64_1-1_0-0_s8's,
+   * changes the tiles) */
+  if (in->shape.layout_tail || v->shape.layout_tail) {
+    if (!tpu__in_vmem(&v->shape) || tpu__in_vmem(&in->shape) || !in->shape.layout_tail || !v->shape.layout_tail ||
+        !same_tiles(in->shape.layout_tail, v->shape.layout_tail) || in->shape.rank != v->shape.rank)
+      return 0;
+    int leaf = 0;
+    for (int k = 0; k < root->noperands; k++) leaf |= root->operands[k] == in;
+    for (int d = 0; leaf && d < in->shape.rank; d++)
+      if (in->shape.minor_to_major[d] != v->shape.minor_to_major[d]) return 0;
+    return leaf;
+  }
   if (tpu__padded_bytes(be, &in->shape) > tpu__vmem_budget(ch)) return 0;
   int leaf = 0, twin = 0;
   for (int k = 0; k < root->noperands; k++) {

@@ -748,7 +748,8 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
       po.flops += xd[i].flops;
       po.padded_flops += xd[i].padded_flops;
     }
-  } else if (in->op == TPU_OP_COPY && !tpu__vmem_copy(in) && !tpu__relayout_kernel(be, in)) {
+  } else if (in->op == TPU_OP_COPY &&
+             ((!tpu__vmem_copy(in) && !tpu__relayout_kernel(be, in)) || tpu__dup_output_copy(be, in))) {
     k->kind = TPU__K_COPY;
     po.dma = tpu__copy_via_vmem(be, in) || tpu__dup_output_copy(be, in);
   } else if (in->op == TPU_OP_CHOLESKY || in->op == TPU_OP_TRIANGULAR_SOLVE) {

@@ -199,15 +199,27 @@ static tpu_instr *identity_of(const tpu_instr *in) {
   }
 }
 
-/* An operand that can replace `in` by an identity, or NULL. The entry's result is written to
- * HBM: a copy there out of another memory space (a compiled program's VMEM value, S(1), when
- * the result is a view of a prefetched parameter) moves the bytes, and the XLA TPU compiler
- * runs it as a kernel (bf16[3,2] out of S(1): 2,122 cycles on v5p, bench/fidelity/families
- * transpose_2x3_p10_bf16). */
+/* Whether `in` is the entry's result or a leaf of its root tuple. */
+static int entry_output(const tpu_comp *c, const tpu_instr *in) {
+  if (!c->is_entry || !c->root) return 0;
+  if (in == c->root) return 1;
+  if (c->root->op != TPU_OP_TUPLE) return 0;
+  for (int k = 0; k < c->root->noperands; k++)
+    if (c->root->operands[k] == in) return 1;
+  return 0;
+}
+
+/* An operand that can replace `in` by an identity, or NULL. The entry's results are written
+ * to HBM: a copy there out of another memory space (a compiled program's VMEM value, S(1), or
+ * v4's CMEM value, S(3)) moves the bytes, and the XLA TPU compiler runs it as a kernel with
+ * its estimated_cycles — the whole result (bf16[3,2] out of S(1): 2,122 cycles on v5p,
+ * bench/fidelity/families transpose_2x3_p10_bf16) or one leaf of a root tuple (the second of
+ * two leaves returning one value, the first an asynchronous copy-start: the LSTM/GRU steps'
+ * copy.1 out of CMEM on v4, 629-1,567 cycles, out of VMEM on v5p, 2,125-2,424; on v5e/v6e the
+ * DMA engines' transfer, copy_kind.c tpu__dup_output_copy). */
 static tpu_instr *try_identity(const tpu_comp *c, tpu_instr *in) {
   if (in->noperands == 0) return NULL;
-  if (in->op == TPU_OP_COPY && c->is_entry && in == c->root &&
-      memory_space(&in->shape) != memory_space(&in->operands[0]->shape))
+  if (in->op == TPU_OP_COPY && entry_output(c, in) && memory_space(&in->shape) != memory_space(&in->operands[0]->shape))
     return NULL;
   tpu_instr *r = identity_of(in);
   if (!r || r == in || !tpu_shape_equal(&r->shape, &in->shape)) return NULL;

@@ -260,6 +260,50 @@ static void dup_output_copy(void) {
   }
 }
 
+/* A compiled program returning one value twice, an asynchronous copy-start for one leaf and a
+ * `copy` out of the value's memory space (CMEM S(3) on v4, VMEM S(1) elsewhere) for the other
+ * (the LSTM/GRU steps' copy.1): the copy is no identity (simplify keeps it). On v4 and v5p
+ * the compiler runs it as a vector kernel with its estimated_cycles (bf16[16,512]: v4 719,
+ * v5p 2,154, compiled gru_step_b16i512h512); on v5e and v6e the DMA engines write it from
+ * VMEM, no kernel, no estimated_cycles (copy_kind.c tpu__dup_output_copy). So is a leaf
+ * copied out of VMEM alone (opt_lion_...'s copy.20 on v5e and v6e). */
+static void compiled_output_copy(void) {
+  static const char *fmt =
+      "HloModule c\n"
+      "ENTRY e {\n"
+      "  a = bf16[16,512]{1,0:T(8,128)(2,1)} parameter(0)\n"
+      "  b = bf16[16,512]{1,0:T(8,128)(2,1)} parameter(1)\n"
+      "  m = bf16[16,512]{1,0:T(8,128)(2,1)S(%d)} multiply(a, b)\n"
+      "  cs = (bf16[16,512]{1,0:T(8,128)(2,1)}, bf16[16,512]{1,0:T(8,128)(2,1)S(%d)}, u32[]{:S(2)}) copy-start(m)\n"
+      "  c1 = bf16[16,512]{1,0:T(8,128)(2,1)} copy(m)\n"
+      "  cd = bf16[16,512]{1,0:T(8,128)(2,1)} copy-done(cs)\n"
+      "  ROOT t = (bf16[16,512]{1,0:T(8,128)(2,1)}, bf16[16,512]{1,0:T(8,128)(2,1)}) tuple(%s)\n"
+      "}\n";
+  const char *chips[] = {"v5e", "v6e", "v5p", "v4:core"};
+  for (int c = 0; c < 4; c++)
+    for (int alone = 0; alone < 2; alone++) {
+      char src[1400];
+      int sp = c == 3 ? 3 : 1;
+      snprintf(src, sizeof src, fmt, sp, sp, alone ? "a, c1" : "cd, c1");
+      tpu_module *m = NULL;
+      tpu_program *p = compile_for_with(chips[c], src, 1, &g_chip, &m);
+      int ci = p ? op_named(p, "c1") : -1, mi = p ? op_named(p, "m") : -1;
+      tpu_timeline tl;
+      if (p && ci >= 0 && mi >= 0 && time_program(p, &g_chip, &tl)) {
+        const double kov = g_chip.kernel_overhead_s * g_chip.clock_hz;
+        long long cc = (long long)tl.ops[ci].cycles, mc = (long long)tl.ops[mi].cycles;
+        printf("%s%s: copy out of S(%d) (dma %d) %lld cycles, the product %lld\n", chips[c], alone ? " (alone)" : "", sp,
+               p->ops[ci].dma, cc, mc);
+        if (c < 2) CHECK(p->ops[ci].dma == 1 && (double)cc < kov);
+        else CHECK(p->ops[ci].dma == 0 && (double)cc >= kov && (alone || cc <= mc * 3 / 2));
+        tpu_timeline_free(&tl);
+      }
+      CHECK(ci >= 0 && mi >= 0);
+      tpu_program_free(p);
+      tpu_module_free(m);
+    }
+}
+
 /* A segment sum (a scatter-add onto a broadcast of zeros, its indices s32[16] reshaped to
  * s32[16,1]) runs as one kernel: the XLA TPU compiler's kCustom scatter fusion takes in the
  * broadcast, which it fills its VMEM operand with, and the reshape of its indices
@@ -353,5 +397,6 @@ int main(void) {
   segment_sum_one_kernel();
   compiled_dus_dma();
   dup_output_copy();
+  compiled_output_copy();
   CHECK_DONE();
 }
