@@ -21,7 +21,9 @@ estimated_cycles at compare.py's COMPILER_CLOCK). Each kernel is described by
 and groups them by the --by keys (default kind,root,space,size): per generation the count,
 median ratio, p10/p90 and the time-weighted ratio (sum tpusim / sum compiler), largest total
 compiler time first. --list SUBSTR prints the kernels of the categories whose key contains
-SUBSTR, one per line with both figures. --save keeps the kernel rows (JSON) for --load.
+SUBSTR, one per line with both figures. --unpaired lists, per generation and kind, the kernels only
+one side times under their name (tpusim-only: an op the compiler did not estimate; compiler-only:
+an estimated op tpusim has not, dropped or renamed). --save keeps the kernel rows (JSON) for --load.
 Nothing here is tuned: it reports where unit costs are biased."""
 import argparse, concurrent.futures as cf, json, os, re, subprocess, sys, tempfile
 import compare  # sibling module: COMPILER_CLOCK, PRESET, computations, read_compiled, pct, split_of
@@ -169,9 +171,21 @@ def collect(a):
         sim = {}
         for o in rep["ops"]:
             sim.setdefault(o["name"], o)
-        rows = []
+        rows, est = [], {name for name, opc, kind, on, cyc in recs[n]["chips"][c]["ops"] if cyc}
+        for name, o in sim.items():  # tpusim's ops the compiler did not estimate under that name
+            if name not in est and o["cycles"] > 0:
+                rows.append(dict(desc.get(name, {"kind": o.get("kind", "?"), "root": "?", "space": "?", "size": "?",
+                                                 "dtype": "?", "in_bytes": 0, "out_bytes": 0}),
+                                 chip=c, program=n, family=recs[n].get("family") or recs[n]["category"], op=name,
+                                 side="tpusim-only", compiler_cycles=0, compiler_s=0.0, tpusim_s=o["seconds"],
+                                 tpusim_cycles=o["cycles"], bound="-", unit_cycles=o.get("unit_cycles") or {}, ratio=None))
         for name, opc, kind, on, cyc in recs[n]["chips"][c]["ops"]:
             o = sim.get(name)
+            if cyc and o is None and name in desc:  # estimated by the compiler, absent from tpusim's ops
+                rows.append(dict(desc[name], chip=c, program=n, family=recs[n].get("family") or recs[n]["category"],
+                                 op=name, side="compiler-only", compiler_cycles=cyc,
+                                 compiler_s=cyc / compare.COMPILER_CLOCK[c], tpusim_s=0.0, tpusim_cycles=0, bound="-",
+                                 unit_cycles={}, ratio=None))
             if o is None or not cyc or name not in desc:
                 continue
             cs = cyc / compare.COMPILER_CLOCK[c]
@@ -198,11 +212,14 @@ def main():
     ap.add_argument("--list", default=None)
     ap.add_argument("--save", default="")
     ap.add_argument("--load", default="")
+    ap.add_argument("--unpaired", action="store_true", help="also list kernels only one side times under that name")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     a = ap.parse_args()
     rows = json.load(open(a.load)) if a.load else collect(a)
     if a.save:
         json.dump(rows, open(a.save, "w"))
+    unpaired = [r for r in rows if r.get("side")]
+    rows = [r for r in rows if not r.get("side")]
     chips = [c for c in a.chips.split(",") if any(r["chip"] == c for r in rows)]
     keys = a.by.split(",")
     groups = {}
@@ -230,6 +247,22 @@ def main():
                 for r in sorted(groups[g].get(c, []), key=lambda r: r["ratio"]):
                     print(f"    {c:4s} {r['ratio']:6.3f} sim {r['tpusim_cycles']:>9} comp {r['compiler_cycles']:>9} "
                           f"{r['program']}:{r['op']} in={r['in_bytes']} out={r['out_bytes']} {r['dtype']} bound={r['bound']}")
+    if a.unpaired:
+        # kernels one side times and the other has no estimate for under that name: per
+        # generation and side, the count and their summed seconds over the programs' compiler seconds
+        print("\nunpaired kernels (by kind): n, sum of seconds, largest")
+        agg = {}
+        for r in unpaired:
+            k = (r["chip"], r["side"], r["kind"])
+            a_ = agg.setdefault(k, [0, 0.0, None])
+            sec = r["tpusim_s"] or r["compiler_s"]
+            a_[0] += 1
+            a_[1] += sec
+            if a_[2] is None or sec > a_[2][0]:
+                a_[2] = (sec, r["program"] + ":" + r["op"])
+        for k in sorted(agg, key=lambda k: (k[0], -agg[k][1])):
+            n_, s_, big = agg[k]
+            print(f"  {k[0]:4s} {k[1]:13s} {k[2]:24s} {n_:5d} {1e6 * s_:10.1f} us  {big[1]} {1e6 * big[0]:.1f} us")
 
 
 if __name__ == "__main__":
