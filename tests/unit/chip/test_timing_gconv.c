@@ -158,6 +158,29 @@ static void group_batch_in_lanes(const tpu_chip *v4, const tpu_chip *v5e) { /* v
   CHECK(c2 > 0.85 * 18568 && c2 < 1.15 * 18568 && c2off < 0.5 * 18568);
 }
 
+/* The merge copy of fewer merged features than the lanes: where Cog in the lanes and G in
+ * the sublanes (tiles of G rows) pad no more than W in the lanes and Cog in the sublanes, the
+ * compiler merges by the same sublane relayout, relayout_tile_cycles a result tile (libtpu
+ * probe, compile-only, bf16 [4,10,10,32] in 2 groups, 3x3: copy.4 into
+ * bf16[4,10,10,2,16]{4,3,0,2,1:T(2,128)}, 400 tiles, v4 6,176 cycles, v5e 5,447); where W is
+ * wide it merges through W in the lanes instead ([2,56,56,32]: copy.4 into {2,4,3,1,0}, 43,720
+ * on v4), which the floor of its 6,272 tiles would overstate. */
+static void group_merge_narrow(const tpu_chip *v4, const tpu_chip *v5e) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,%d,%d,32] parameter(0)\n w = bf16[3,3,16,32] parameter(1)\n"
+                    " ROOT c = bf16[%d,%d,%d,32] convolution(x, w), window={size=3x3 pad=1_1x1_1},"
+                    " dim_labels=b01f_01io->b01f, feature_group_count=2\n}\n";
+  char src[512];
+  snprintf(src, sizeof src, fmt, 4, 10, 10, 4, 10, 10);
+  double t4 = cycles_of(src, v4, "copy.group"), t5 = cycles_of(src, v5e, "copy.group");
+  snprintf(src, sizeof src, fmt, 2, 56, 56, 2, 56, 56);
+  double w4 = cycles_of(src, v4, "copy.group"), wfloor = 6272 * v4->relayout_tile_cycles;
+  printf("merge copy of bf16[4,10,10,2,16]: v4 %.0f cycles (the compiler 6,176), v5e %.0f (5,447); W-minor"
+         " [2,56,56,2,16] v4 %.0f, relayout floor %.0f (the compiler 43,720)\n", t4, t5, w4, wfloor);
+  CHECK(t4 > 0.85 * 6176 && t4 < 1.15 * 6176);
+  CHECK(t5 > 0.8 * 5447 && t5 < 1.2 * 5447);
+  CHECK(w4 > 0 && w4 < 0.8 * wfloor);
+}
+
 int main(void) {
   tpu_chip v4, v5e, v5p, v6e;
   tpu_diag d;
@@ -176,5 +199,6 @@ int main(void) {
     return 1;
   }
   group_batch_in_lanes(&v4c, &v5e);
+  group_merge_narrow(&v4c, &v5e);
   CHECK_DONE();
 }
