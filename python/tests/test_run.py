@@ -255,3 +255,43 @@ def test_tqdm_looked_up_once(monkeypatch, mlp_inputs):
     for _ in range(3):
         m.run(mlp_inputs)
     assert len(tries) == 1
+
+
+def test_input_addresses_every_kind():
+    """A run reads each input at its own address however it is found: a writable array's
+    buffer (the fast path), a read-only one's (a JAX array's NumPy view), a bf16 one's (no
+    buffer export), a 0-d and an empty one; dtypes are looked up once (_core._CODES)."""
+    from tpusim import _core
+
+    hlo = """HloModule m
+ENTRY e {
+  a = f32[2,3] parameter(0)
+  b = bf16[3] parameter(1)
+  s = f32[] parameter(2)
+  z = f32[0] parameter(3)
+  bf = f32[3] convert(b)
+  bb = f32[2,3] broadcast(bf), dimensions={1}
+  sb = f32[2,3] broadcast(s), dimensions={}
+  m = f32[2,3] multiply(a, bb)
+  y = f32[2,3] add(m, sb)
+  ROOT r = (f32[2,3], f32[0]) tuple(y, z)
+}
+"""
+    m = tpusim.load(hlo)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.array([1.0, 2.0, 4.0], np.float32)
+    try:
+        import ml_dtypes
+
+        b = b.astype(ml_dtypes.bfloat16)
+    except ImportError:
+        pass
+    want = a * np.array([1.0, 2.0, 4.0], np.float32) + np.float32(0.5)
+    ro = a.copy()
+    ro.flags.writeable = False
+    big = np.zeros((4, 6), np.float32)
+    big[1:3, 0:3] = a  # a non-contiguous view: copied first
+    for x in (a, ro, a.copy(), big[1:3, 0:3]):
+        outs, _ = m.run([x, b, np.float32(0.5), np.zeros(0, np.float32)], backend="ref")
+        assert np.array_equal(outs[0], want) and outs[1].shape == (0,)
+    assert _core._CODES[np.dtype(np.float32)] == _core.F32

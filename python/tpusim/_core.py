@@ -30,6 +30,10 @@ _NAMES = ["pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "bf16", 
 _F8 = {F8E5M2: np.dtype(_ml_dtypes.float8_e5m2), F8E4M3FN: np.dtype(_ml_dtypes.float8_e4m3fn)} if _ml_dtypes else {}
 
 
+# the dtype an output's bytes are read as (bf16 and float8 as their bits, then viewed)
+_RAW_NP = {**_TO_NP, BF16: np.dtype(np.uint16), F8E5M2: np.dtype(np.uint8), F8E4M3FN: np.dtype(np.uint8)}
+
+
 def _np_dtype(code):
     """The NumPy dtype an output of this code comes back as (bf16: ml_dtypes.bfloat16, or
     float32 without ml_dtypes)."""
@@ -45,9 +49,22 @@ _BY_KIND = {("b", 1): PRED, ("i", 1): S8, ("i", 2): S16, ("i", 4): S32, ("i", 8)
             ("c", 8): C64, ("c", 16): C128}
 
 
+_CODES = {}  # dtype -> _code(dtype), filled as dtypes are seen (a run's inputs look theirs up here)
+
+
 def _code(dt):
     """The tpu_sim_dtype of a native-order NumPy dtype, or None."""
-    dt = np.dtype(dt)
+    try:
+        return _CODES[dt]
+    except (KeyError, TypeError):
+        pass
+    c = _code_of(np.dtype(dt))
+    if len(_CODES) < 256:
+        _CODES[dt] = c
+    return c
+
+
+def _code_of(dt):
     if _BF16 is not None and dt == _BF16:
         return BF16
     for code, f8 in _F8.items():
@@ -252,34 +269,41 @@ def _fill_array(s, x, i, param):
         raise TpusimError(f"error: input {i} has rank {a.ndim} (at most {_lib.MAX_RANK})", "TPU_ERR_ARG")
     s.dtype = code
     s.rank = a.ndim
-    for k, n in enumerate(a.shape):
-        s.dims[k] = n
-    s.data = a.ctypes.data if a.nbytes else None
-    s.nbytes = a.nbytes
+    s.dims[:a.ndim] = a.shape
+    n = a.nbytes
+    s.nbytes = n
+    if n:
+        try:  # a writable array's address, without building a.ctypes (a third of a run of a small program)
+            s.data = ctypes.addressof(ctypes.c_char.from_buffer(a))
+        except (TypeError, ValueError, BufferError):  # read-only (e.g. from a JAX array)
+            s.data = a.ctypes.data
+    else:
+        s.data = None
     return a
 
 
 def _to_numpy(a, owner, copy=False):
     """The NumPy array of a filled tpu_sim_array: a view of its memory that keeps `owner`
     alive, or a copy. bf16 as ml_dtypes.bfloat16 (float32 without ml_dtypes)."""
-    shape = tuple(a.dims[k] for k in range(a.rank))
-    raw_dt = np.dtype(np.uint16) if a.dtype == BF16 else np.dtype(np.uint8) if a.dtype in (F8E5M2, F8E4M3FN) \
-        else _TO_NP[a.dtype]
-    if a.nbytes:
-        buf = (ctypes.c_char * a.nbytes).from_address(a.data)
+    code = a.dtype
+    shape = tuple(a.dims[:a.rank])
+    raw_dt = _RAW_NP[code]
+    n = a.nbytes
+    if n:
+        buf = (ctypes.c_char * n).from_address(a.data)
         buf._owner = owner  # the view keeps the owner alive
         arr = np.frombuffer(buf, dtype=raw_dt).reshape(shape)
         if copy:
             arr = arr.copy()
     else:
         arr = np.zeros(shape, dtype=raw_dt)
-    if a.dtype == BF16:
+    if code == BF16:
         if _BF16 is not None:
             arr = arr.view(_BF16)
         else:  # exact widening, as the CLI writes bf16 results
             arr = (arr.astype(np.uint32) << 16).view(np.float32)
-    elif a.dtype in (F8E5M2, F8E4M3FN):
-        arr = arr.view(_F8[a.dtype]) if a.dtype in _F8 else _f8_widen(arr, a.dtype == F8E4M3FN)
+    elif code in (F8E5M2, F8E4M3FN):
+        arr = arr.view(_F8[code]) if code in _F8 else _f8_widen(arr, code == F8E4M3FN)
     return arr
 
 
