@@ -283,6 +283,9 @@ int tpu__relayout_off_core(const tpu__be *be, const tpu_instr *in);
 int tpu__prefetched_param_copy(const tpu__be *be, const tpu_instr *in);
 int64_t tpu__windowed_vmem_copy(const tpu__be *be, const tpu_instr *in);
 int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in);
+/* The result tiles of a pad the compiler windows, which pay pad_window_tile_cycles each (0: not
+ * one; copy_kind.c). */
+int64_t tpu__pad_window_tiles(const tpu_chip *chip, const tpu_instr *in);
 int64_t tpu__group_merge_whole_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* Target bytes one streaming tile-loop iteration moves (docs/isa.md). */
 #define TPU__TILE_TARGET ((int64_t)1 << 20)

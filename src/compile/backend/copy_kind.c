@@ -3,6 +3,7 @@
  * XLA TPU compiler runs on the vector unit, parameter copies prefetched into VMEM, windowed
  * copies within VMEM, and the tiles a sublane relayout pays for (docs/timing-mxu.md: the
  * sublane relayouts around a convolution's small-batch layouts, relayout_tile_cycles). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -368,5 +369,65 @@ int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
   const char *t = strstr(r->layout_tail, "T(8,128)");
   if (tpu_dtype_size(r->dtype) == 4 && t && t[8] != '(') return 0;
   return layout_tiles(r);
+}
+
+/* A pad the XLA TPU compiler runs in windows: where its result is more than a sixth of the
+ * kernel's scoped VMEM (scoped_vmem_bytes) written to VMEM, or a third written to HBM (v5p,
+ * whose pads write HBM), the compiler's pad kernel walks it in windows of 128 result tiles
+ * (its iteration_bounds), each tile at pad_window_tile_cycles, 2-4 times what a pad costs it
+ * in one window. libtpu probes off the families corpus (bench/fidelity/probes/pad_windows.py:
+ * small-batch strided convolutions whose space to batch pads bf16 [B,H,W,C] along W): v5e
+ * results of 3-15 MiB all windowed, 26.4-27.4 cycles a tile; v6e (32 MiB scoped) windows 6-15
+ * MiB at 21.0-23.0 and keeps 3.75-5 MiB whole (6.0-6.3); v5p windows 6-6.6 MiB at 14.4-14.8 and
+ * keeps 3.75-5 MiB whole (7.0-7.3). Compiled families, tune split, v5e: pads of 3-16 MiB in
+ * 12-90 windows 24.9-26.9 a tile (sconv_b4_99x99_c128to128_k2s3_valid's [99,4,120,128]
+ * T(4,128), 11,880 tiles, 296,010 cycles), of at most 2.6 MiB whole 11.9-16.7. Not found: a
+ * probe's pad of 2.1 MiB in T(2,128) tiles (bf16[2,44,44,256], its batch in the sublanes) is
+ * windowed on v5e too (23.6 a tile), under the sixth. Counted in the result's layout (a
+ * compiled program's, in VMEM, or in HBM on a chip whose pads write HBM; not a standalone pad
+ * of v5e's or v6e's, layout.c) or, in tpusim's own compilation, space to batch's pad in its
+ * operand's least padded layout, which the compiler's pad keeps (that sconv's parameter,
+ * {3,1,2,0:T(4,128)}). Not a pad with interior padding (the compiler's scans of
+ * selective_scan_assoc_b8l64d512n16: f32[8,64,512,16] in VMEM, its own kernels). Returns the
+ * result's tiles, 0 for any other op. */
+int64_t tpu__pad_window_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  if (chip->pad_window_tile_cycles <= 0 || chip->scoped_vmem_bytes <= 0 || in->op != TPU_OP_PAD) return 0;
+  const tpu_shape *r = &in->shape;
+  if (r->dtype == TPU_TUPLE || !tpu_dtype_is_array(r->dtype) || r->rank < 2) return 0;
+  for (int d = 0; in->padding && d < r->rank; d++) /* an edge pad (not a scan's interior one) */
+    if (in->padding[d].interior) return 0;
+  int off_core = chip->cmem_bytes > 0 || chip->tensorcores > 1, to_hbm = off_core;
+  int64_t tiles, bytes;
+  if (r->layout_tail) {
+    to_hbm = !tpu__in_vmem(r);
+    if (to_hbm && !off_core) return 0;
+    const char *t = strstr(r->layout_tail, "T(");
+    long long rows = t ? strtoll(t + 2, NULL, 10) : 0;
+    tiles = layout_tiles(r);
+    bytes = tiles * rows * 128 * tpu_dtype_bits(r->dtype) / 8;
+  } else { /* space to batch's pad (for the pieces' kernels; not a standalone pad, layout.c), in
+            * the operand's least padded layout, which the compiler's pad keeps */
+    int q, m, s2b = 0;
+    for (int i = 0; i < in->nattrs; i++)
+      s2b |= !strcmp(in->attrs[i].name, "s2b_kernel") && in->attrs[i].value && !strcmp(in->attrs[i].value, "pad");
+    if (!s2b) return 0;
+    const tpu_shape *o = &in->operands[0]->shape;
+    if (in->noperands < 1 || o->rank != r->rank) return 0;
+    /* the compiler's pad spans the 8 pieces (space_to_batch.c s2b_span="W,8S"), tpusim's a
+     * ninth too, for the last piece's halo */
+    tpu_shape span = *r;
+    for (int i = 0; i < in->nattrs; i++)
+      if (!strcmp(in->attrs[i].name, "s2b_span") && in->attrs[i].value) {
+        int wd = -1;
+        long long w = 0;
+        if (sscanf(in->attrs[i].value, "%d,%lld", &wd, &w) == 2 && wd >= 0 && wd < span.rank && w > 0 &&
+            w < span.dims[wd])
+          span.dims[wd] = w;
+      }
+    tpu__least_tiling(chip, o, &q, &m);
+    tiles = tpu__tiles_as(chip, &span, q, m);
+    bytes = tpu__tiled_as(chip, &span, q, m);
+  }
+  return tiles > 0 && (to_hbm ? 3 : 6) * bytes > chip->scoped_vmem_bytes ? tiles : 0;
 }
 

@@ -709,6 +709,9 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE && in->shape.layout_tail && in->parent && in->parent->is_entry) po.dma = 1;
   if (be->chip->relayout_tile_cycles > 0) po.min_body_cycles = (double)tpu__relayout_tiles(be->chip, in) * be->chip->relayout_tile_cycles;
   if (whole > 0 && off_core && be->chip->relayout_tile_cycles > 0) po.min_body_cycles = 2.0 * (double)whole * be->chip->relayout_tile_cycles;
+  int64_t pad_windows = tpu__pad_window_tiles(be->chip, in); /* a pad the compiler windows */
+  if ((double)pad_windows * be->chip->pad_window_tile_cycles > po.min_body_cycles)
+    po.min_body_cycles = (double)pad_windows * be->chip->pad_window_tile_cycles;
   if (in->op == TPU_OP_SORT && be->chip->sort_network) { /* its network's waits too */
     tpu__sort_work w;
     tpu__sort_cost(be, in, &w);

@@ -231,6 +231,13 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, const 
   int pad_kernel = lo > 0 || win + lo < S2B_SPLITS * S;
   tpu_instr *body = pad_kernel ? pad : act;
   if (pad_kernel) TPU_TRY(tpu_build_set_attr(b, pad, "s2b_kernel", "pad"));
+  /* the compiler pads to the 8 pieces, 8 S, the last piece's halo past the padded input
+   * written as zeros in the join (sconv_b4_32x32_c256to32_k3s2_same: bf16[32,4,48,256],
+   * pieces of 6): its pad's extent, for the pad's windows (copy_kind.c tpu__pad_window_tiles) */
+  if (pad_kernel) {
+    snprintf(buf, sizeof buf, "%d,%lld", wd, (long long)(S2B_SPLITS * S));
+    TPU_TRY(tpu_build_set_attr(b, pad, "s2b_span", buf));
+  }
   /* with a halo the compiler pads the input in its own layout and cuts the pieces from it by
    * a copy and a slice; without, it copies the input row-major first (tile.c relayout_tiles) */
   if (pad_kernel && halo > 0) TPU_TRY(tpu_build_set_attr(b, pad, "s2b_halo", "1"));

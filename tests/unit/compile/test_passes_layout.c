@@ -629,6 +629,29 @@ static void test_space_to_batch(void) {
   }
 }
 
+/* Space to batch's pad spans 8 pieces in the XLA TPU compiler's programs, 8 S wide, the last
+ * piece's halo lying past the padded input, zeros written in the join (the compiler's pad of
+ * sconv_b4_32x32_c256to32_k3s2_same, bf16[32,4,48,256]: pieces of 6; a libtpu probe of
+ * f32[4,64,64,128] 2x2 stride 3: [64,4,72,128], pieces of 9); tpusim's pad takes a ninth piece
+ * for that halo and records the compiler's span (s2b_span, W and 8 S) for the pad's windows
+ * (copy_kind.c tpu__pad_window_tiles). */
+static void test_space_to_batch_pad_width(void) {
+  tpu_module *m = compile_src("HloModule m\nENTRY e {\n x = f32[4,64,64,128] parameter(0)\n"
+                              " w = f32[2,2,128,128] parameter(1)\n"
+                              " ROOT c = f32[4,21,21,128] convolution(x, w), window={size=2x2 stride=3x3},"
+                              " dim_labels=b01f_01io->b01f\n}\n");
+  CHECK(m != NULL);
+  if (!m) return;
+  const char *span = NULL;
+  for (int j = 0; j < m->entry->ninstrs; j++)
+    for (int a = 0; m->entry->instrs[j]->op == TPU_OP_PAD && a < m->entry->instrs[j]->nattrs; a++)
+      if (!strcmp(m->entry->instrs[j]->attrs[a].name, "s2b_span")) span = m->entry->instrs[j]->attrs[a].value;
+  printf("space to batch's pad of f32[4,64,64,128] (2x2 stride 3): the compiler's span %s (W = 72)\n",
+         span ? span : "(none)");
+  CHECK(span != NULL && !strcmp(span, "2,72"));
+  tpu_module_free(m);
+}
+
 /* Space-to-batch on other forms, values bit-identical on the reference interpreter before and
  * after the passes: 1-D, NCHW, the batch after the spatial dimensions, 3-D, depthwise with
  * two outputs per group, integers, a bf16 convolution with an f32 result, window reversal. */
@@ -783,6 +806,7 @@ int main(void) {
   test_result_copies();
   test_memory_space_copy();
   test_space_to_batch();
+  test_space_to_batch_pad_width();
   test_space_to_batch_forms();
   test_nchw_param_layout();
   test_conv_input_copy();
