@@ -221,9 +221,10 @@ static tpu_status dot_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *i
   int lused[TPU_MAX_RANK] = {0}, rused[TPU_MAX_RANK] = {0};
   int lorder[TPU_MAX_RANK], rorder[TPU_MAX_RANK], lo = 0, ro = 0;
   int64_t nb = 1, nm = 1, nk = 1, nn = 1;
-  /* A dot with a vector operand runs on the vector unit at f32 (the compiler's multiply +
-   * reduce; compile/passes/dot_reduce.c): the reference kernel's values. */
-  if (tpu_dot_on_vector_unit(in, NULL)) return TPU_OK;
+  /* A dot with a vector operand, or contracting only size-1 dimensions, runs on the vector
+   * unit at f32 (the compiler's multiply + reduce, or multiply of broadcasts;
+   * compile/passes/dot_reduce.c): the reference kernel's values. */
+  if (tpu_dot_on_vector_unit(in, NULL) || tpu_dot_unit_contraction(in)) return TPU_OK;
   /* The module is verified; anything odd goes to the reference kernel, which reports it. */
   if (dn->lhs_batch.n != dn->rhs_batch.n || dn->lhs_contract.n != dn->rhs_contract.n) return TPU_OK;
   for (int i = 0; i < dn->lhs_batch.n; i++) {

@@ -226,6 +226,12 @@ int tpu_instr_moves_minor(const tpu_instr *in);
  * computes them with the reference kernel (f32 sums; an integer dot's exact and wrapped), not
  * as MXU passes. */
 int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix);
+/* A float or all-integer dot that contracts nothing but dimensions of size 1 (an outer
+ * product, batched or not: K = 1), with elements, and whose result no reduce alone reading it
+ * sums over a batch dimension (XLA folds that sum into the contraction). The XLA TPU compiler makes it a multiply of
+ * broadcasts on the vector unit (compile/passes/dot_reduce.c rewrites these); the chip
+ * executor computes them with the reference kernel, not as MXU passes. */
+int tpu_dot_unit_contraction(const tpu_instr *dot);
 /* Whether one operand of the dot is a vector (the shape test of tpu_dot_on_vector_unit,
  * without its batch rule): *matrix as there. */
 int tpu_dot_vector_shaped(const tpu_instr *dot, int *matrix);

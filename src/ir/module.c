@@ -100,6 +100,62 @@ int tpu_dot_vector_shaped(const tpu_instr *dot, int *matrix) {
   return 1;
 }
 
+/* The one instruction of x's computation that reads x, or NULL (none, several, or x the
+ * root). */
+static const tpu_instr *sole_user(const tpu_instr *x) {
+  const tpu_comp *c = x->parent;
+  const tpu_instr *u = NULL;
+  if (!c || c->root == x) return NULL;
+  for (int i = 0; i < c->ninstrs; i++)
+    for (int j = 0; j < c->instrs[i]->noperands; j++)
+      if (c->instrs[i]->operands[j] == x) {
+        if (u && u != c->instrs[i]) return NULL;
+        u = c->instrs[i];
+      }
+  return u;
+}
+
+/* Whether a reduce that alone reads dot's result (through transposes) sums over one of its
+ * batch dimensions: XLA's algebraic simplifier moves a reduce through the transpose it reads
+ * and folds a sum over a dot's batch dimensions into the dot's contraction, so the product
+ * is no longer over size-1 dimensions only (the backward pass of multi-query attention for
+ * one query: dK = sum over the heads of dS^T x Q, the compiler's convolution_bitcast_fusion
+ * on the matrix unit contracting the 12 heads, not a broadcast_multiply kernel;
+ * attn_bwd_b8q1k77h12kv1d80_f32 on v4, v5e, v5p and v6e). */
+static int batch_summed(const tpu_instr *dot) {
+  int64_t at[TPU_MAX_RANK]; /* at[d]: the dot's dimension that dimension d of x is */
+  for (int d = 0; d < dot->shape.rank; d++) at[d] = d;
+  const tpu_instr *x = dot, *u;
+  while ((u = sole_user(x)) && u->op == TPU_OP_TRANSPOSE && u->dimensions.n == u->shape.rank) {
+    int64_t nat[TPU_MAX_RANK];
+    for (int d = 0; d < u->shape.rank; d++) nat[d] = at[u->dimensions.v[d]];
+    memcpy(at, nat, sizeof at);
+    x = u;
+  }
+  if (!u || u->op != TPU_OP_REDUCE || u->noperands != 2 || u->operands[0] != x) return 0;
+  for (int i = 0; i < u->dimensions.n; i++)
+    if (u->dimensions.v[i] >= 0 && u->dimensions.v[i] < x->shape.rank && at[u->dimensions.v[i]] < dot->dot.lhs_batch.n)
+      return 1;
+  return 0;
+}
+
+int tpu_dot_unit_contraction(const tpu_instr *dot) {
+  if (dot->op != TPU_OP_DOT || dot->noperands != 2) return 0;
+  const tpu_instr *l = dot->operands[0], *rh = dot->operands[1];
+  int fl = 1, in = 1;
+  const tpu_dtype ts[3] = {l->shape.dtype, rh->shape.dtype, dot->shape.dtype};
+  for (int i = 0; i < 3; i++) {
+    fl &= dot_float(ts[i]);
+    in &= tpu_dtype_is_int(ts[i]);
+  }
+  if ((!fl && !in) || tpu_shape_numel(&dot->shape) == 0) return 0;
+  const tpu_i64s *lc = &dot->dot.lhs_contract, *rc = &dot->dot.rhs_contract;
+  if (lc->n != rc->n || dot->dot.lhs_batch.n != dot->dot.rhs_batch.n) return 0;
+  for (int i = 0; i < lc->n; i++)
+    if (l->shape.dims[lc->v[i]] != 1 || rh->shape.dims[rc->v[i]] != 1) return 0;
+  return !batch_summed(dot);
+}
+
 int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix) {
   int mi = 0;
   if (!tpu_dot_vector_shaped(dot, &mi)) return 0;

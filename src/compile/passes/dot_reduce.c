@@ -168,6 +168,91 @@ static int qualifies_sorted(const dr *r, tpu_instr *dot, int side) {
   return q;
 }
 
+/* One operand x of an outer-product dot broadcast to the dot's shape in type acc: its
+ * contracting (size-1) dimensions dropped, its batch dimensions going to the result's
+ * leading places in the listed order, its free ones, in order, from `base` on. */
+static tpu_status outer_operand(dr *r, tpu_instr *dot, tpu_instr *x, const tpu_i64s *xb, const tpu_i64s *xc, int base,
+                                tpu_dtype acc, tpu_instr **out) {
+  char buf[4 * TPU_MAX_RANK * 24];
+  int64_t kdims[TPU_MAX_RANK], at[TPU_MAX_RANK];
+  int nk = 0, nf = 0;
+  for (int d = 0; d < x->shape.rank; d++) {
+    if (tpu_i64s_find(xc, d) >= 0) continue;
+    int i = tpu_i64s_find(xb, d);
+    kdims[nk] = x->shape.dims[d];
+    at[nk++] = i >= 0 ? i : base + nf++;
+  }
+  tpu_instr *v = x;
+  if (nk != x->shape.rank) {
+    tpu_shape s = tpu_build_shape(x->shape.dtype, nk, kdims);
+    TPU_TRY(emit(r, dot, TPU_OP_RESHAPE, "dot.outer", &s, &v, 1, NULL, &v));
+  }
+  /* broadcast dimensions must rise: order the kept dimensions by their place in the result */
+  int64_t perm[TPU_MAX_RANK], pdims[TPU_MAX_RANK], bdims[TPU_MAX_RANK];
+  int moved = 0;
+  for (int i = 0; i < nk; i++) perm[i] = i;
+  for (int i = 1; i < nk; i++)
+    for (int j = i; j > 0 && at[perm[j]] < at[perm[j - 1]]; j--) {
+      int64_t t = perm[j];
+      perm[j] = perm[j - 1];
+      perm[j - 1] = t;
+    }
+  for (int i = 0; i < nk; i++) {
+    moved |= perm[i] != i;
+    pdims[i] = kdims[perm[i]];
+    bdims[i] = at[perm[i]];
+  }
+  if (moved) {
+    tpu_shape s = tpu_build_shape(x->shape.dtype, nk, pdims);
+    TPU_TRY(emit(r, dot, TPU_OP_TRANSPOSE, "dot.outer", &s, &v, 1, tpu_dims_text(buf, sizeof buf, perm, nk), &v));
+  }
+  if (v->shape.dtype != acc) {
+    tpu_shape s = tpu_build_shape(acc, nk, pdims);
+    TPU_TRY(emit(r, dot, TPU_OP_CONVERT, "dot.widen", &s, &v, 1, NULL, &v));
+  }
+  tpu_shape bs = tpu_build_shape(acc, dot->shape.rank, dot->shape.dims);
+  return emit(r, dot, TPU_OP_BROADCAST, "dot.outer", &bs, &v, 1, tpu_dims_text(buf, sizeof buf, bdims, nk), out);
+}
+
+/* A dot contracting only dimensions of size 1 is a product of broadcasts on the vector
+ * unit: XLA's algebraic simplifier drops a dot's size-1 dimensions and writes one with no
+ * contracting dimension as a multiply of broadcasts, which the XLA TPU compiler makes one
+ * broadcast_multiply kLoop fusion (libtpu probes outside the corpora, v4 and v5e: f32
+ * [512,1] x [1,64], [1,100] x [700,1] contracting dimension 0 and 1, bf16 [8,300,1] x
+ * [8,1,40] batched, f32 [4,16,1,1] x [4,16,1,128], s8 [640,1] x [1,96] -> s32; families
+ * gemm_f32_1024x1x33 on all four chips). Values as the dot's: each product formed in the
+ * accumulation type (f32, or an integer dot's result type), exact for bf16 and f16, added
+ * to 0 (so -0 sums to +0, as the dot's sum from 0 does) and rounded once to the result's
+ * type. */
+static tpu_status outer_dot(dr *r, tpu_instr *dot, int *done) {
+  const tpu_dot_dims *dn = &dot->dot;
+  tpu_dtype acc = acc_type(dot);
+  int nb = dn->lhs_batch.n, lfree = dot->operands[0]->shape.rank - nb - dn->lhs_contract.n;
+  tpu_instr *a, *b, *prod, *zero, *zb, *sum;
+  TPU_TRY(outer_operand(r, dot, dot->operands[0], &dn->lhs_batch, &dn->lhs_contract, nb, acc, &a));
+  TPU_TRY(outer_operand(r, dot, dot->operands[1], &dn->rhs_batch, &dn->rhs_contract, nb + lfree, acc, &b));
+  tpu_shape ms = tpu_build_shape(acc, dot->shape.rank, dot->shape.dims);
+  tpu_instr *pair[2] = {a, b};
+  TPU_TRY(emit(r, dot, TPU_OP_MULTIPLY, "dot.product", &ms, pair, 2, NULL, &prod));
+  tpu_tensor z;
+  TPU_TRY(tpu_tensor_alloc(&z, acc, 0, NULL, r->b->d)); /* 0 */
+  TPU_TRY(tpu_build_constant(r->b, dot->parent, "dot.zero", &z, NULL, &zero));
+  TPU_TRY(emit(r, dot, TPU_OP_BROADCAST, "dot.zero", &ms, &zero, 1, "{}", &zb));
+  tpu_instr *two[2] = {zb, prod};
+  tpu_shape ss = dot->shape; /* the dot's layout, where it has one */
+  ss.dtype = acc;
+  ss.layout_tail = NULL;
+  TPU_TRY(emit(r, dot, TPU_OP_ADD, "dot.sum", &ss, two, 2, NULL, &sum));
+  if (dot->shape.dtype != acc) TPU_TRY(emit(r, dot, TPU_OP_CONVERT, "dot.result", &dot->shape, &sum, 1, NULL, &sum));
+  /* the dot's dimension counts, for a program result's relayout (relayout.c dot_dims) */
+  char dims[64];
+  snprintf(dims, sizeof dims, "%d,%d,%d", nb, lfree, dot->shape.rank - nb - lfree);
+  TPU_TRY(tpu_build_set_attr(r->b, sum, "outer_dot", dims));
+  tpu_build_replace_uses(dot->parent, dot, sum);
+  *done = 1;
+  return TPU_OK;
+}
+
 static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
   *done = 0;
   int mi;
@@ -181,6 +266,8 @@ static tpu_status reduce_dot(dr *r, tpu_instr *dot, int *done) {
       mi = 0;
     else if (qualifies_sorted(r, dot, 1))
       mi = 1;
+    else if (tpu_dot_unit_contraction(dot))
+      return outer_dot(r, dot, done);
     else
       return TPU_OK;
   }

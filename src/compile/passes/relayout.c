@@ -191,9 +191,8 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
  * `copy` after the dot's kernel on v5e). Of the result-rooted dots the compiler runs on its
  * matrix unit in the tune split of bench/fidelity/families, the copy is made where this
  * says in 34 of 35. `x` is the dot, `perm` the transpose after it (NULL for none). */
-static int dot_result_relaid(const tpu_chip *chip, const tpu_shape *out, const tpu_instr *x, const int64_t *perm) {
-  const tpu_shape *l = &x->operands[0]->shape, *r = &x->operands[1]->shape;
-  int nb = x->dot.lhs_batch.n, nl = l->rank - nb - x->dot.lhs_contract.n, nr = r->rank - x->dot.rhs_batch.n - x->dot.rhs_contract.n;
+static int dot_result_relaid(const tpu_chip *chip, const tpu_shape *out, const tpu_instr *x, int nb, int nl, int nr,
+                             const int64_t *perm) {
   if (out->rank < 2 || nb + nl + nr != x->shape.rank) return 0;
   int q, m;
   result_tiling_shape(chip, out, &q, &m);
@@ -225,6 +224,28 @@ static int dot_result_relaid(const tpu_chip *chip, const tpu_shape *out, const t
   return (cq == 1 ? dq : dm) != last_l || (cq == 2 ? dq : dm) != last_r;
 }
 
+/* A dot's batch, lhs free and rhs free dimension counts (its result's order), or those of
+ * the product of broadcasts dot_reduce.c makes of a dot contracting only size-1 dimensions
+ * (its "outer_dot" attribute): the XLA TPU compiler's broadcast_multiply kernel writes the
+ * dot's order as its matrix unit would, batch dimensions major, and a copy relays a program
+ * result out where dot_result_relaid says (attn_bwd_b1q1k77h12kv12d128_f32's dK and dV,
+ * f32[1,77,12,128] from products over 12 heads, are multiply_bitcast_fusion kernels written
+ * [12,77,128] and copied into {3,0,2,1}: 1,048 and 10,936 cycles on v5e; gemm_f32_1024x1x33's
+ * f32[1024,33] is written {0,1} directly, as are bf16[8,300,40] over batch 8 and
+ * f32[4,16,1,128] over [4,16]: libtpu probes outside the corpora, v4 and v5e). 0 for
+ * other instructions. */
+static int dot_dims(const tpu_instr *x, int *nb, int *nl, int *nr) {
+  if (x->op == TPU_OP_DOT && x->noperands == 2) {
+    *nb = x->dot.lhs_batch.n;
+    *nl = x->operands[0]->shape.rank - *nb - x->dot.lhs_contract.n;
+    *nr = x->operands[1]->shape.rank - x->dot.rhs_batch.n - x->dot.rhs_contract.n;
+    return 1;
+  }
+  for (int i = 0; i < x->nattrs; i++)
+    if (!strcmp(x->attrs[i].name, "outer_dot")) return sscanf(x->attrs[i].value, "%d,%d,%d", nb, nl, nr) == 3;
+  return 0;
+}
+
 static tpu_status dot_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
   *done = 0;
   tpu_comp *fc = f->calls;
@@ -239,7 +260,8 @@ static tpu_status dot_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f
     const tpu_instr *d = epilogue_dot(x, &x->shape, 0);
     if (d) x = (tpu_instr *)d;
   }
-  if (x->op != TPU_OP_DOT || x->noperands != 2 || !dot_result_relaid(chip, &f->shape, x, perm)) return TPU_OK;
+  int nb, nl, nr;
+  if (!dot_dims(x, &nb, &nl, &nr) || !dot_result_relaid(chip, &f->shape, x, nb, nl, nr, perm)) return TPU_OK;
   tpu_instr *t_out;
   if (perm) {
     /* the kernel writes the dot's result; the transpose is the relayout kernel */
