@@ -232,6 +232,9 @@ tpu_status tpu_chip_load_again(const char *path_or_name, uint64_t *gen, int *sam
  * run`) does not copy the 68 KB struct and the file's bytes into it (pages it would fault
  * in only to throw them away at exit). */
 void tpu_chip_memo_off(void);
+/* How many times a chip file's bytes have been read by tpu_chip_load / _again in this
+ * process (a file settled and unchanged since the memo read it is not read again). */
+uint64_t tpu_chip_memo_reads(void);
 /* The range a numeric field's value must lie in (chips/README.md "Ranges"). */
 void tpu_chip_field_range(tpu_chip_field f, double *lo, double *hi);
 /* Sets a numeric field ('f' or 'i') and marks it published, without the loader's checks
