@@ -8,7 +8,7 @@
 . tests/cli/lib/preamble.sh
 command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; exit 77; }
 python3 bench/fidelity/compare.py --tpusim "$BIN" --corpus bench/fidelity/families --no-mem \
-  --only gemm_int8_257x3000x257,gather_points_1000x1024_m8192_bf16,gather_rows_197x64_m1_bf16,gather_along_b128n50257_k1_bf16,gather_points_32000x64_m1_f32,scatter_set_50257x128_m1_bf16,segment_sum_m16x64_n197_bf16,gconv_b4_28x28_c512to512_g16_k1_f32,einsum_ba_acb_ca_a8_b64_c1_bf16,einsum_ba_abcd_adc_a12_b128_c33_d8_bf16,gemm_int8_4096x3000x1,cummin_158x129x33_ax2_s32,cumsum_126x80x65_ax1_f32,cummax_80x126x80_ax0_s32,cummax_1024x1024_ax0_f32,approx_max_k_b1n8k8_f32,swin_fwd_b4_28x28x192h6,dwconv_b1_7x7x32_k5s1_bf16,split4_16x33x16x64_ax3_s8,resnet_basic_fwd_b8_56x56x64,tconv_b1_28x28_c128to32_k4s2_same,reduce_sum_33x50x65x65_ax01_bf16,reduce_var_33x33x65x65_ax2_bf16,gconv_b4_7x7_c2048to4096_g32_k1_bf16,swin_fwd_b4_28x28x192h6_shift,conv_grad_nchw_hwio_nchw_b8_28_c3to32_k3,concat_ax1_16x7_16x100_16x7_bf16,ew_33x33x33x65_by33x1x1x65_ops0-6_sel_tobf16_f32,random_bernoulli_8x1024,conv3d_b2_8x28x28_c16to16_k3s2,dilconv_b2_28x28_c64to256_k3d2,resnext_fwd_b8_28x28x512_g32,transpose_33x33x64x33_p1230_s8,sconv_b4_99x99_c128to128_k2s3_valid,lstm_step_b16i512h512,mbv2_fwd_b8_28x28_32to64_s2,concat_ax1_16x128x256_16x64x256_16x128x256_f32,gru_step_b8i256h256,pad_256x64_1-1_0-0_s8,attn_b8q1k2048h16kv1d128_bf16,avgpool1d_32x3000x96_w3s1_valid_bf16,gconv_b2_28x28_c128to128_g2_k3_f32,gconv_b8_7x7_c128to256_g8_k1_f32,einsum_bca_dabc_abd_a8_b16_c1000_d3_bf16,einsum_acb_bca_a_a32_b128_c1000_bf16,embedding_bag_30522x1024_b256k50_f32,layernorm_32x197_f32,resnet_bottleneck_fwd_b8_56x56x256_g1,maxpool2d_32x14x14x256_w5s2_valid_bf16,tconv_b2_16x16_c128to64_k4s2_valid,log_softmax_grad_4096x1000_f32,split4_256x1024_ax1_bf16,cumsum_scan_step_b8d256,cumsum_1024x513_ax0_bf16,cumsum_1000x1024_ax1_f32,cummin_128x8x128_ax2_rev_s32,mistral_fwd_b2s2048d512h8kv2w512,gconv_b8_28x28_c16to16_g4_k3_f32,gconv_b4_14x14_c16to32_g2_k5_bf16,conv1d_b4l4096_c128to128_k4s2,gemm_f32_1024x1x33,attn_bwd_b1q1k77h12kv12d128_f32 \
+  --only gemm_int8_257x3000x257,gather_points_1000x1024_m8192_bf16,gather_rows_197x64_m1_bf16,gather_along_b128n50257_k1_bf16,gather_points_32000x64_m1_f32,scatter_set_50257x128_m1_bf16,segment_sum_m16x64_n197_bf16,gconv_b4_28x28_c512to512_g16_k1_f32,einsum_ba_acb_ca_a8_b64_c1_bf16,einsum_ba_abcd_adc_a12_b128_c33_d8_bf16,gemm_int8_4096x3000x1,cummin_158x129x33_ax2_s32,cumsum_126x80x65_ax1_f32,cummax_80x126x80_ax0_s32,cummax_1024x1024_ax0_f32,approx_max_k_b1n8k8_f32,swin_fwd_b4_28x28x192h6,dwconv_b1_7x7x32_k5s1_bf16,split4_16x33x16x64_ax3_s8,resnet_basic_fwd_b8_56x56x64,tconv_b1_28x28_c128to32_k4s2_same,reduce_sum_33x50x65x65_ax01_bf16,reduce_var_33x33x65x65_ax2_bf16,gconv_b4_7x7_c2048to4096_g32_k1_bf16,swin_fwd_b4_28x28x192h6_shift,conv_grad_nchw_hwio_nchw_b8_28_c3to32_k3,concat_ax1_16x7_16x100_16x7_bf16,ew_33x33x33x65_by33x1x1x65_ops0-6_sel_tobf16_f32,random_bernoulli_8x1024,conv3d_b2_8x28x28_c16to16_k3s2,dilconv_b2_28x28_c64to256_k3d2,resnext_fwd_b8_28x28x512_g32,transpose_33x33x64x33_p1230_s8,sconv_b4_99x99_c128to128_k2s3_valid,lstm_step_b16i512h512,mbv2_fwd_b8_28x28_32to64_s2,concat_ax1_16x128x256_16x64x256_16x128x256_f32,gru_step_b8i256h256,pad_256x64_1-1_0-0_s8,attn_b8q1k2048h16kv1d128_bf16,avgpool1d_32x3000x96_w3s1_valid_bf16,gconv_b2_28x28_c128to128_g2_k3_f32,gconv_b8_7x7_c128to256_g8_k1_f32,einsum_bca_dabc_abd_a8_b16_c1000_d3_bf16,einsum_acb_bca_a_a32_b128_c1000_bf16,embedding_bag_30522x1024_b256k50_f32,layernorm_32x197_f32,resnet_bottleneck_fwd_b8_56x56x256_g1,maxpool2d_32x14x14x256_w5s2_valid_bf16,tconv_b2_16x16_c128to64_k4s2_valid,log_softmax_grad_4096x1000_f32,split4_256x1024_ax1_bf16,cumsum_scan_step_b8d256,cumsum_1024x513_ax0_bf16,cumsum_1000x1024_ax1_f32,cummin_128x8x128_ax2_rev_s32,mistral_fwd_b2s2048d512h8kv2w512,gconv_b8_28x28_c16to16_g4_k3_f32,gconv_b4_14x14_c16to32_g2_k5_bf16,conv1d_b4l4096_c128to128_k4s2,gemm_f32_1024x1x33,attn_bwd_b1q1k77h12kv12d128_f32,llama_fwd_b2s512d1024h16kv4 \
   --json "$T/r.json" > "$T/out" 2> "$T/err" || fail "compare.py exited $?: $(cat "$T/err") $(tail -5 "$T/out")"
 python3 - "$T/r.json" <<'PY' || fail "a rule's cost moved"
 import sys
@@ -125,7 +125,7 @@ want = {
     # session 17 (mdl): a kernel of elementwise ops over a convolution's result writes the
     # convolution's layout; the program's row-major result through a relayout copy after it
     # (relayout.c read_conv; the compiler's fusion.19 and copy.2; 0.850/0.896/0.852/0.898 without it)
-    "resnet_bottleneck_fwd_b8_56x56x256_g1": (1.017, 0.935, 1.003, 0.984),
+    "resnet_bottleneck_fwd_b8_56x56x256_g1": (1.017, 0.935, 1.003, 0.924),
     # space-to-batch's unfold as a sublane relayout into T(2,128) tiles (tile.c s2b_unfold_tiles;
     # session 14, c3d; session 15 added the result's copy into {4,1,3,2,0:T(4,128)},
     # 0.410/0.389/0.500/0.457 before; v4's relayout_tile_cycles, session 15 v4cp: v4 0.429 before)
@@ -150,7 +150,7 @@ want = {
     # kernel, the variance on the split registers, every padded tile paid (group_conv.c
     # set_split_layout, layout.c reduce_tiled_elems; session 15, 0.559/0.635/0.483/0.521 before;
     # v4/v5p miss the compiler's copies into the split layout)
-    "resnext_fwd_b8_28x28x512_g32": (0.753, 1.100, 0.559, 1.015),
+    "resnext_fwd_b8_28x28x512_g32": (0.753, 1.100, 0.559, 0.934),
     # session 15: a transpose kernel's stream pass over the tiles it writes (layout.c
     # streams_tiles; 0.560/0.561/0.566/0.536 before)
     "transpose_33x33x64x33_p1230_s8": (0.920, 0.915, 0.902, 0.900),
@@ -162,7 +162,7 @@ want = {
     # a batch norm's mean (sum x 1/n) a kernel of its own, as every vector a compiled fusion
     # broadcasts is its parameter (fuse.c broadcast_source; session 15, 1.004/0.823/0.792/0.879
     # before)
-    "mbv2_fwd_b8_28x28_32to64_s2": (1.021, 0.875, 0.827, 0.975),
+    "mbv2_fwd_b8_28x28_32to64_s2": (1.021, 0.875, 0.827, 0.926),
     # session 15 (gru): a matmul whose result slices cut along the lanes is its own kernel,
     # the GRU gate math its own kLoop (fuse.c lane_sliced_matmul; v5e 0.759 before); session
     # 17 (cum): its (h, h) outputs' copy (param_copy.c; 0.849/0.985/0.801/1.074 before)
@@ -231,6 +231,13 @@ want = {
     # its own before PV at a batch > 1 on v4/v5e/v5p (fuse_merge.c relaid_operand; the
     # compiler's divide_convert_fusion; 0.724/0.673/0.720/0.878 before)
     "mistral_fwd_b2s2048d512h8kv2w512": (1.025, 1.003, 1.027, 0.878),
+    # session 18 (gqa): a vector kernel kept in VMEM lasts its start plus the larger of its
+    # stream costs and its vector work, not their sum (timing.c port_floor_op; the softmax
+    # kernels over scores in VMEM; v5e 1.088 before). The v6e figures of
+    # resnet_bottleneck_fwd_b8_56x56x256_g1, resnext_fwd_b8_28x28x512_g32,
+    # mbv2_fwd_b8_28x28_32to64_s2 (0.984/1.015/0.975 before) and the compiled
+    # gpt2_train_b8s128d512h8 (1.109) moved with it: their resident v6e kernels
+    "llama_fwd_b2s512d1024h16kv4": (1.120, 1.022, 1.156, 0.743),
     # session 18 (ein): a dot contracting only size-1 dimensions is a product of broadcasts,
     # one loop kernel on the vector unit (dot_reduce.c outer_dot; 2.027/2.005/2.054/1.873 on
     # the MXU before)
@@ -257,7 +264,7 @@ want = {
     # session 17 (v4): a matmul kernel writing its result into VMEM for the program's own
     # copy-start to take to HBM writes on chip (vmem_assign.c mark_evictions; the SGD
     # update fused into each weight gradient; 1.016/1.023/1.020/1.227 before)
-    "gpt2_train_b8s128d512h8": (1.016, 1.011, 1.020, 1.109),
+    "gpt2_train_b8s128d512h8": (1.016, 1.011, 1.020, 1.041),
     # session 18 (cat): a copy inside a fusion streams the tiles it writes, as a transpose
     # kernel does (stream_cost.c streams_tiles; 0.600/0.632/0.629/0.605 before)
     "transpose_64x64x33x16_p3012_fused_s8": (0.900, 0.940, 0.915, 0.920),
