@@ -538,6 +538,43 @@ static void test_gemm_seq(void) {
   }
 }
 
+/* A small tpu_gemm_f32_seq (summed element by element) gives the blocked kernel's bits: the
+ * same product alone (small) and as one of 16 copies in a batch (past SEQ_SMALL_MACS = 512,
+ * blocked), on ordinary values and on the special ones (signed zeros, subnormals, inf, NaN). */
+static void test_gemm_seq_small(void) {
+  static const int64_t shapes[][3] = {{18, 4, 1}, {1, 6, 18}, {3, 5, 7}, {8, 8, 8}, {1, 40, 1}, {2, 128, 2}};
+  enum { COPIES = 16 };
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+    int64_t M = shapes[c][0], K = shapes[c][1], N = shapes[c][2];
+    CHECK(M * K * N <= 512 && COPIES * M * K * N > 512);
+    for (int sp = 0; sp < 2; sp++) {
+      float *A = malloc(sizeof(float) * (size_t)(COPIES * M * K)), *W = malloc(sizeof(float) * (size_t)(COPIES * K * N));
+      float *one = malloc(sizeof(float) * (size_t)(M * N)), *all = malloc(sizeof(float) * (size_t)(COPIES * M * N));
+      fill_f32(A, M * K, sp);
+      fill_f32(W, K * N, sp);
+      for (int b = 1; b < COPIES; b++) {
+        memcpy(A + b * M * K, A, sizeof(float) * (size_t)(M * K));
+        memcpy(W + b * K * N, W, sizeof(float) * (size_t)(K * N));
+      }
+      tpu_gemm_f32_seq(A, W, one, 1, M, K, N, 1);
+      tpu_gemm_f32_seq(A, W, all, COPIES, M, K, N, 1);
+      for (int b = 0; b < COPIES; b++) {
+        int64_t at = -1;
+        if (!same_bits_nan(all + b * M * N, one, M * N, &at)) {
+          fprintf(stderr, "gemm_seq small M=%lld K=%lld N=%lld copy %d at %lld: %08x vs %08x\n", (long long)M,
+                  (long long)K, (long long)N, b, (long long)at, tpu_f32_bits(one[at]), tpu_f32_bits(all[b * M * N + at]));
+          CHECK(0);
+          break;
+        }
+      }
+      free(A);
+      free(W);
+      free(one);
+      free(all);
+    }
+  }
+}
+
 /* Batched products and bf16 values held as f32 give each product's tpu_mxu_matmul_bf16 bits,
  * for any thread count; tpu__mxu_round_bf16 is part 0 of the split. */
 static void test_batch_and_bf16f(void) {
@@ -725,6 +762,7 @@ int main(void) {
     test_gemm_seq();
     tpu__mxu_set_path(old);
   }
+  test_gemm_seq_small();
   test_batch_and_bf16f();
   test_hand_cases();
   test_shapes();
