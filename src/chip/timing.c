@@ -169,16 +169,18 @@ static void port_floor_op(tstate *t) {
     int64_t least = t->m.op_start + t->kov + (int64_t)ceil(t->p->ops[op].min_body_cycles);
     if (least > floor) floor = least;
   }
-  /* A vector kernel whose operands and result all stay in VMEM (resident_cycles) lasts its
-   * stream costs after its start, its vector work overlapping them as a streaming kernel's
-   * work overlaps its transfers: the XLA TPU compiler times grouped-query attention's softmax
-   * kernels over scores kept in VMEM at their stream costs alone, the exponentials' vector
-   * work hidden (v5e llama_fwd_b2s512d1024h16kv4: row sum of exp(s - max) over
-   * bf16[2,4,4,512,512] 118,424 cycles, the normalisation into VMEM 119,208, both within
-   * 1 % of kernel start + stream costs; libtpu probes bench/fidelity/probes/resident_softmax.py). */
-  if (t->op_res && t->op_res[op] > 0) {
+  /* A vector kernel whose operands and result all stay in VMEM lasts its per-element stream
+   * costs (resident_pass_cycles: its stream pass over the elements) after its start and its
+   * reads from VMEM, its vector work overlapping them: the XLA TPU compiler times
+   * grouped-query attention's softmax kernels over scores kept in VMEM at their start, reads
+   * and stream pass alone, the exponentials' vector work hidden (v5e
+   * llama_fwd_b2s512d1024h16kv4: the row sum of exp(s - max) over bf16[2,4,4,512,512] 118,424
+   * cycles, the normalisation into VMEM 119,208; libtpu probes
+   * bench/fidelity/probes/resident_softmax.py), while a kernel without a pass pays its vector
+   * work after its reads (f32 x * scale VMEM to VMEM: bench/fidelity/probes/resident_chain.py). */
+  if (t->op_pass && t->op_pass[op] > 0) {
     const int starts = t->p->ops[op].starts > 1 ? t->p->ops[op].starts : 1;
-    int64_t least = t->m.op_first + t->op_res[op] * starts;
+    int64_t least = t->m.op_first + t->op_pass[op] * starts;
     if (least > floor) floor = least;
   }
   if (floor > t->m.horizon) t->m.horizon = floor;
@@ -422,8 +424,16 @@ static int64_t resident_cycles(const tstate *t, int op) {
   const tpu_prog_op *o = &t->p->ops[op];
   if (o->scalar || o->m > 0 || (t->op_hbm[op] & (OP_TRANSFERS | OP_VECTOR)) != OP_VECTOR) return 0;
   double read = o->bytes - o->out_bytes;
-  double x = (o->xbytes > 0 ? o->xbytes : 0) + t->chip->vmem_read_cost * (read > 0 ? read : 0);
+  double x = t->chip->vmem_read_cost * (read > 0 ? read : 0);
   return x > 0 ? (int64_t)ceil(x / t->bpc) : 0;
+}
+
+/* A resident kernel's per-element stream costs (xbytes: its stream pass over the elements,
+ * ...) in cycles at the HBM stream rate; its vector work overlaps them (port_floor_op). */
+static int64_t resident_pass_cycles(const tstate *t, int op) {
+  const tpu_prog_op *o = &t->p->ops[op];
+  if (o->scalar || o->m > 0 || (t->op_hbm[op] & (OP_TRANSFERS | OP_VECTOR)) != OP_VECTOR) return 0;
+  return o->xbytes > 0 ? (int64_t)ceil(o->xbytes / t->bpc) : 0;
 }
 
 /* Marks OP_MXU_HBM on each op whose matmul instruction reads a VMEM buffer that a transfer
@@ -483,9 +493,9 @@ static int64_t kernel_start(const tstate *t, int op) {
    * is what its compiler charges beyond its kernel overhead and result, the latency in it) */
   const int lat = t->kov > 0 && (t->op_hbm[op] & (OP_VECTOR | OP_HBM_READS)) == OP_VECTOR &&
                   !(o->window && (t->op_hbm[op] & OP_IN_PLACE));
-  /* (a resident kernel's stream costs, op_res, are no part of its start: they overlap its
-   * vector work, port_floor_op) */
-  int64_t one = t->kov + (lat ? t->lat : 0);
+  /* (a resident kernel's reads from VMEM, op_res, are part of its start; its per-element
+   * stream costs, op_pass, are not: they overlap its vector work, port_floor_op) */
+  int64_t one = t->kov + (lat ? t->lat : 0) + t->op_res[op];
   return o->starts > 1 ? one * o->starts : one; /* the compiler's kernels of one op (vmem_source.c) */
 }
 
@@ -825,6 +835,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.op_hbm = tpu_calloc((size_t)(p->nops ? p->nops : 1), 1);
   t.op_i8 = tpu_calloc((size_t)(p->nops ? p->nops : 1), 1);
   t.op_res = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(int64_t));
+  t.op_pass = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(int64_t));
   for (int i = 0; t.op_hbm && i < p->ninsns; i++) {
     const tpu_insn *q = &p->insns[i];
     if (q->op < 0 || q->op >= p->nops) continue;
@@ -859,6 +870,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   tpu_free(rd);
   const int mxu_marked = mark_mxu_hbm(&t);
   for (int o = 0; t.op_hbm && t.op_res && o < p->nops; o++) t.op_res[o] = resident_cycles(&t, o);
+  for (int o = 0; t.op_hbm && t.op_pass && o < p->nops; o++) t.op_pass[o] = resident_pass_cycles(&t, o);
   t.pi = tpu_malloc((size_t)PORT_CAP * 2 * sizeof(int64_t));
   t.pcap = PORT_CAP;
   t.reach = tpu_calloc(ni + 1, 1);
@@ -869,7 +881,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   out->ops = tpu_calloc((size_t)(p->nops ? p->nops : 1), sizeof(tpu_op_stat));
   tpu_status st = TPU_OK;
   if (!t.ready || !t.sfree || !t.by_dma || !t.slot0 || !t.last_end || !t.dur || !t.pdur || !t.gdur || !t.match ||
-      !t.hbm_ready || !t.op_lo || !t.op_hi || !t.op_hbm || !t.op_moved || !t.op_res || !t.pi || !t.reach || !t.lmark || !out->ops ||
+      !t.hbm_ready || !t.op_lo || !t.op_hi || !t.op_hbm || !t.op_moved || !t.op_res || !t.op_pass || !t.pi || !t.reach || !t.lmark || !out->ops ||
       !mxu_marked) {
     st = TPU_FAIL(d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory starting the timing run");
     goto done;
@@ -947,6 +959,7 @@ done:
   tpu_free(t.op_i8);
   tpu_free(t.op_moved);
   tpu_free(t.op_res);
+  tpu_free(t.op_pass);
   tpu_free(t.pi);
   tpu_free(t.reach);
   tpu_free(t.lmark);

@@ -57,7 +57,9 @@ typedef struct {
   double *op_moved;       /* per op: the share of its transfers' bytes that move on the port
                            * (1 less the share of its reads in place in VMEM; OP_IN_PLACE) */
   int64_t *op_res;        /* per op: the stream cycles of a vector kernel whose operands and
-                           * result all stay in VMEM with no transfer (resident_cycles) */
+                           * result all stay in VMEM with no transfer: its reads (resident_cycles) */
+  int64_t *op_pass;       /* per op: such a kernel's per-element stream costs, which its vector
+                           * work overlaps (resident_pass_cycles) */
   int64_t *pi;            /* HBM port busy intervals [pi[2j], pi[2j+1]), sorted, disjoint */
   int npi, pcap;          /* intervals held, room for (PORT_CAP ... PORT_MAX) */
   int64_t pbase;          /* intervals dropped from the front so far (pi[0]'s place in the
