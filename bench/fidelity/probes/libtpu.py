@@ -1,6 +1,6 @@
 """One HLO text compiled by the XLA TPU compiler (libtpu, compile-only) through
 /work/shared/tools/tpu_compile.py, for the probe scripts beside this file."""
-import json, os, re, subprocess, sys, time
+import json, os, re, subprocess, sys, tempfile, time
 
 TOOL = "/work/shared/tools/tpu_compile.py"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,6 +33,18 @@ def tpusim_cycles(tpusim, text, chip, d):
     p = subprocess.run([tpusim, "run", src, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
                        capture_output=True, text=True)
     return json.load(open(rep))["step"]["cycles"] if p.returncode == 0 else None
+
+
+def tpusim_ops(tpusim, text, gen):
+    """tpusim's kernels for `text` on generation `gen` (v4 as one TensorCore): (name, kind,
+    cycles) of each op of `tpusim run --mode timing --report`."""
+    with tempfile.TemporaryDirectory() as d:
+        src, rep = os.path.join(d, "p.hlo"), os.path.join(d, "r.json")
+        open(src, "w").write(text)
+        subprocess.run([tpusim, "run", src, "--mode", "timing", "--chip", PRESET.get(gen, gen), "--report", rep,
+                        "--quiet"], check=True)
+        r = json.load(open(rep))
+    return [(o["name"], o["kind"], o["cycles"]) for o in r["ops"]]
 
 
 def tpusim_step_cycles(text, gen, d):

@@ -7,7 +7,7 @@ prints the entry parameter's layout in the compiled program, the compiler's top-
 (`tpusim run --mode timing`). Example:
     python3 bench/fidelity/probes/partial_reduce_layout.py '[[256,10000,8,"float32"]]' v5e build/tpusim
 """
-import json, os, re, subprocess, sys, tempfile
+import importlib.util, json, os, re, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]  # its libtpu.py is not libtpu
 os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
@@ -19,7 +19,10 @@ from jax.experimental import topologies  # noqa: E402
 from jax.sharding import SingleDeviceSharding  # noqa: E402
 
 TOPO = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2"}
-CHIP = {"v4": "v4:core", "v5e": "v5e", "v5p": "v5p", "v6e": "v6e"}
+_spec = importlib.util.spec_from_file_location("probe_libtpu", os.path.join(HERE, "libtpu.py"))
+probe_libtpu = importlib.util.module_from_spec(_spec)  # the probes' helpers (libtpu is also a package name)
+_spec.loader.exec_module(probe_libtpu)
+tpusim_ops = probe_libtpu.tpusim_ops
 
 
 def entry_ops(text):
@@ -33,15 +36,6 @@ def entry_ops(text):
         out.append((m.group(1), m.group(3), m.group(2), int(c.group(1)) if c else None))
     return out
 
-
-def tpusim_ops(tpusim, hlo, g):
-    with tempfile.TemporaryDirectory() as d:
-        p, rep = os.path.join(d, "p.hlo"), os.path.join(d, "r.json")
-        open(p, "w").write(hlo)
-        subprocess.run([tpusim, "run", p, "--mode", "timing", "--chip", CHIP[g], "--report", rep, "--quiet"],
-                       check=True)
-        r = json.load(open(rep))
-    return [(o["name"], o["kind"], o["cycles"]) for o in r["ops"]]
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ unestimated (as many as it leaves out, the cheapest first: compare.py's own-mode
 their ratio. Example:
     python3 bench/fidelity/probes/scan_padded_rows.py '[[[2000,20],0,"f32","minimum"]]' v5e build/tpusim
 """
-import importlib.util, json, os, subprocess, sys, tempfile
+import importlib.util, json, os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]  # its libtpu.py is not libtpu
@@ -18,17 +18,11 @@ scan_window = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(scan_window)
 compile_text, ops, scan_hlo = scan_window.compile_text, scan_window.ops, scan_window.scan_hlo
 
-CHIP = {"v4": "v4:core", "v5e": "v5e", "v5p": "v5p", "v6e": "v6e"}
+_spec = importlib.util.spec_from_file_location("probe_libtpu", os.path.join(HERE, "libtpu.py"))
+probe_libtpu = importlib.util.module_from_spec(_spec)  # the probes' helpers (libtpu is also a package name)
+_spec.loader.exec_module(probe_libtpu)
+tpusim_ops = probe_libtpu.tpusim_ops
 
-
-def tpusim_ops(tpusim, txt, g):
-    with tempfile.TemporaryDirectory() as d:
-        p, rep = os.path.join(d, "p.hlo"), os.path.join(d, "r.json")
-        open(p, "w").write(txt)
-        subprocess.run([tpusim, "run", p, "--mode", "timing", "--chip", CHIP[g], "--report", rep, "--quiet"],
-                       check=True)
-        r = json.load(open(rep))
-    return [(o["name"], o["kind"], o["cycles"]) for o in r["ops"]]
 
 
 if __name__ == "__main__":
