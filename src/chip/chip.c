@@ -832,6 +832,22 @@ tpu_status tpu_chip_load_again(const char *path_or_name, uint64_t *gen, int *sam
   return load_memo(path_or_name, gen, same, out, d);
 }
 
+/* With g_memo_lock held, which it releases: when the memo holds the caller's file (hit),
+ * answers from it (*same = 1 when the caller's chip is the memo's filling *gen, else the memo's
+ * chip copied out) and returns 1; returns 0 when the caller must read and parse the file. */
+static int memo_answer(int hit, uint64_t *gen, int *same, tpu_chip *out, int core) {
+  if (hit && gen && *gen == g_memo.gen) {
+    pthread_mutex_unlock(&g_memo_lock);
+    *same = 1; /* the caller's chip is this one */
+    return 1;
+  }
+  if (hit) *out = g_memo.chip;
+  if (hit && gen) *gen = g_memo.gen;
+  pthread_mutex_unlock(&g_memo_lock);
+  if (hit && core) derive_core(out);
+  return hit;
+}
+
 /* tpu_chip_load, and with gen: *same = 1 (out untouched) when the file's bytes are those of
  * the memo's filling *gen, else the load's filling in *gen (0: the memo does not hold it). */
 static tpu_status load_memo(const char *path_or_name, uint64_t *gen, int *same, tpu_chip *out, tpu_diag *d) {
@@ -850,18 +866,7 @@ static tpu_status load_memo(const char *path_or_name, uint64_t *gen, int *same, 
   if (have_status && settled) { /* unchanged since the memo's bytes were read: no read */
     pthread_mutex_lock(&g_memo_lock);
     int hit = g_memo.valid && g_memo.settled && same_status(&g_memo.st, &fs) && !strcmp(g_memo.path, path);
-    if (hit && gen && *gen == g_memo.gen) {
-      pthread_mutex_unlock(&g_memo_lock);
-      *same = 1;
-      return TPU_OK;
-    }
-    if (hit) *out = g_memo.chip;
-    if (hit && gen) *gen = g_memo.gen;
-    pthread_mutex_unlock(&g_memo_lock);
-    if (hit) {
-      if (core) derive_core(out);
-      return TPU_OK;
-    }
+    if (memo_answer(hit, gen, same, out, core)) return TPU_OK;
   }
   size_t n = 0;
   __atomic_add_fetch(&g_reads, 1, __ATOMIC_RELAXED);
@@ -873,18 +878,7 @@ static tpu_status load_memo(const char *path_or_name, uint64_t *gen, int *same, 
       g_memo.settled = have_status && settled;
       if (g_memo.settled) g_memo.st = fs;
     }
-    if (hit && gen && *gen == g_memo.gen) {
-      pthread_mutex_unlock(&g_memo_lock);
-      *same = 1; /* the caller's chip is this one */
-      return TPU_OK;
-    }
-    if (hit) *out = g_memo.chip;
-    if (hit && gen) *gen = g_memo.gen;
-    pthread_mutex_unlock(&g_memo_lock);
-    if (hit) {
-      if (core) derive_core(out);
-      return TPU_OK;
-    }
+    if (memo_answer(hit, gen, same, out, core)) return TPU_OK;
   }
   if (gen) *gen = 0;
   memset(out, 0, sizeof *out);
