@@ -587,6 +587,68 @@ static int inputs_read_by_reductions(const tpu__made_set *made, const tpu_uses *
   return 1;
 }
 
+/* A transposition, copy or conversion: a step that keeps every dimension of its operand. */
+static int keeps_dims(const tpu_instr *v) {
+  return v->noperands == 1 && (v->op == TPU_OP_TRANSPOSE || v->op == TPU_OP_COPY || v->op == TPU_OP_CONVERT);
+}
+
+/* keeps_dims, or a fusion of one operand whose every step from its root to its parameter does. */
+static int keeps_dims_kernel(const tpu_instr *v) {
+  if (v->op != TPU_OP_FUSION) return keeps_dims(v);
+  if (v->noperands != 1 || !v->calls || !v->calls->root) return 0;
+  const tpu_instr *r = v->calls->root;
+  while (keeps_dims(r)) r = r->operands[0];
+  return r->op == TPU_OP_PARAMETER;
+}
+
+/* Is the result of dot mm, which kernel m runs, an operand of another matmul with no step
+ * between them but transpositions, copies and conversions (attention's PV contracted by the
+ * output projection over its KV heads, group and head dimensions: llama's
+ * bskgh,kghd->bsd)? Only then does the XLA TPU compiler choose a layout for PV's result that
+ * makes PV read its probabilities relaid and store their producer whole (relaid_operand).
+ * libtpu probes off the corpus (bench/fidelity/probes/gqa_mask.py, v5e/v4/v5p, B, KV, G > 1):
+ * PV followed by the projection, or by a dot contracting h alone: a normalisation kernel of
+ * its own, with a causal, a padding or no mask alike; PV's result returned, read elementwise,
+ * or reshaped to [B, S, KV*G*H] before the projection: the normalisation in PV's kernel. */
+static int result_contracted(const tpu__made_set *made, const tpu_uses *u, const tpu_instr *m, const tpu_instr *mm, int depth) {
+  if (depth > 4 || m->shape.dtype == TPU_TUPLE) return 0;
+  if (mm && mm != m) { /* inside PV's kernel: from the dot to its root */
+    const tpu_instr *v = m->calls->root;
+    while (v != mm && keeps_dims(v)) v = v->operands[0];
+    if (v != mm) return 0;
+  }
+  for (int j = 0; j < u->nusers[m->id]; j++) {
+    const tpu_instr *r = u->users[m->id][j], *rm = matmul_of(made, r);
+    if (keeps_dims_kernel(r) && result_contracted(made, u, r, NULL, depth + 1)) return 1;
+    if (!rm) continue;
+    for (int k = 0; k < r->noperands; k++) {
+      if (r->operands[k] != m) continue;
+      if (rm == r) return k < 2;
+      for (int s = 0; s < 2; s++) { /* inside the reader's kernel: from its parameter k to the dot */
+        const tpu_instr *v = rm->operands[s];
+        while (v->op != TPU_OP_PARAMETER && keeps_dims(v)) v = v->operands[0];
+        if (v->op == TPU_OP_PARAMETER && v->index == k) return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+/* Does a reduction read one of x's full-size inputs (x a softmax's normalisation: the row
+ * maximum and row sum read its scores)? */
+static int inputs_have_reduction(const tpu__made_set *made, const tpu_uses *u, const tpu_instr *x) {
+  int64_t n = tpu_shape_numel(&x->shape);
+  for (int k = 0; k < x->noperands; k++) {
+    const tpu_instr *o = x->operands[k];
+    if (o->shape.dtype == TPU_TUPLE || tpu_shape_numel(&o->shape) != n) continue;
+    for (int j = 0; j < u->nusers[o->id]; j++) {
+      int rk, minor;
+      if (u->users[o->id][j] != x && reduction_of(made, u->users[o->id][j], &rk, &minor)) return 1;
+    }
+  }
+  return 0;
+}
+
 /* An elementwise kernel this pass made (or one bare elementwise op) that only matmuls read,
  * each as an operand of its matmul: the first one takes a copy (the rest follow). With
  * several readers it must stream a single array. */
@@ -619,7 +681,8 @@ static int prologue_pair(const tpu__made_set *made, const tpu_chip *chip, const 
     if (tpu__fuse_batch_relayout(mm, xr, 0)) return 0;
     for (int k = 0; k < m->noperands; k++) {
       if (m->operands[k] == x && !feeds_matmul(made, m, k)) return 0;
-      if (m->operands[k] == x && relaid_operand(chip, mm, fed_side(made, m, k)) && inputs_read_by_reductions(made, u, x))
+      if (m->operands[k] == x && relaid_operand(chip, mm, fed_side(made, m, k)) && inputs_read_by_reductions(made, u, x) &&
+          (!inputs_have_reduction(made, u, x) || result_contracted(made, u, m, mm, 0)))
         return 0;
     }
   }

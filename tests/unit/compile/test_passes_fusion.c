@@ -705,30 +705,42 @@ static void test_lane_sliced_matmul(void) {
   CHECK(k_ns == 1);
 }
 
-/* Grouped-query attention's PV at a batch > 1 (fuse_merge.c relaid_operand): on a 128-wide
- * matrix unit the normalisation exp(s - max) / sum is a kernel of its own before PV, as the
- * XLA TPU compiler's divide_convert_fusion (llama_fwd_*, mistral_fwd_b2s2048*; libtpu v5e
- * probes of bf16[B,KV,G,S,S]); at a batch of 1, on v6e, and when the scores have other
- * readers than the softmax (a training step's backward; here a negation) it is computed in
- * PV's kernel. Returns 1 when PV's kernel holds the division, 0 when another kernel does. */
-static int gqa_pv_fused(const char *chip, int batch, int other_reader) {
+/* Grouped-query attention's PV at a batch > 1 (fuse_merge.c relaid_operand,
+ * result_contracted): on a 128-wide matrix unit, when the output projection contracts PV's
+ * result (through a transposition), the normalisation exp(s - max) / sum is a kernel of its
+ * own before PV, as the XLA TPU compiler's divide_convert_fusion (llama_fwd_*,
+ * mistral_fwd_b2s2048*; libtpu probes bench/fidelity/probes/gqa_mask.py); at a batch of 1, on
+ * v6e, when the scores have other readers than the softmax (a training step's backward; here
+ * a negation), when PV's result is returned, and when it is reshaped to [B, S, KV*G*H] before
+ * the projection, it is computed in PV's kernel. reader: 0 PV's result returned, 1 the
+ * projection, 2 the projection after a reshape, 3 the projection and a negation of the
+ * scores. Returns 1 when PV's kernel holds the division, 0 when another kernel does. */
+static int gqa_pv_fused(const char *chip, int batch, int reader) {
   const char *fmt =
-      "HloModule m\nENTRY e {\n s = bf16[%d,2,4,256,256] parameter(0)\n mx = f32[%d,2,4,256] parameter(1)\n"
-      " sm = f32[%d,2,4,256] parameter(2)\n v = bf16[%d,256,2,64] parameter(3)\n"
-      " sf = f32[%d,2,4,256,256] convert(s)\n mb = f32[%d,2,4,256,256] broadcast(mx), dimensions={0,1,2,3}\n"
+      "HloModule m\nmax { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT m = f32[] maximum(a, b) }\n"
+      "ENTRY e {\n s = bf16[%d,2,4,256,256] parameter(0)\n"
+      " sm = f32[%d,2,4,256] parameter(1)\n v = bf16[%d,256,2,64] parameter(2)\n"
+      " w = bf16[2,4,64,512] parameter(3)\n w2 = bf16[512,512] parameter(4)\n"
+      " sf = f32[%d,2,4,256,256] convert(s)\n ninf = f32[] constant(-inf)\n"
+      " mx = f32[%d,2,4,256] reduce(sf, ninf), dimensions={4}, to_apply=max\n"
+      " mb = f32[%d,2,4,256,256] broadcast(mx), dimensions={0,1,2,3}\n"
       " d = f32[%d,2,4,256,256] subtract(sf, mb)\n ex = f32[%d,2,4,256,256] exponential(d)\n"
       " sb = f32[%d,2,4,256,256] broadcast(sm), dimensions={0,1,2,3}\n p = f32[%d,2,4,256,256] divide(ex, sb)\n"
       " pb = bf16[%d,2,4,256,256] convert(p)\n"
       " o = bf16[%d,2,4,256,64] dot(pb, v), lhs_batch_dims={0,1}, lhs_contracting_dims={4}, rhs_batch_dims={0,2}, rhs_contracting_dims={1}\n"
-      " n = bf16[%d,2,4,256,256] negate(s)\n"
-      " ROOT t = (bf16[%d,2,4,256,64], bf16[%d,2,4,256,256]) tuple(o, n)\n}\n";
-  char src[2048];
-  int b = batch;
-  snprintf(src, sizeof src, fmt, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b);
-  if (!other_reader) { /* o alone */
-    char *n = strstr(src, " n = ");
-    if (n) snprintf(n, sizeof src - (size_t)(n - src), " ROOT t = (bf16[%d,2,4,256,64]) tuple(o)\n}\n", b);
-  }
+      " ot = bf16[%d,256,2,4,64] transpose(o), dimensions={0,3,1,2,4}\n";
+  const char *tail[] = {" ROOT t = (bf16[%d,2,4,256,64]) tuple(o)\n}\n",
+                        " y = bf16[%d,256,512] dot(ot, w), lhs_contracting_dims={2,3,4}, rhs_contracting_dims={0,1,2}\n"
+                        " ROOT t = (bf16[%d,256,512]) tuple(y)\n}\n",
+                        " rs = bf16[%d,256,512] reshape(ot)\n"
+                        " y = bf16[%d,256,512] dot(rs, w2), lhs_contracting_dims={2}, rhs_contracting_dims={0}\n"
+                        " ROOT t = (bf16[%d,256,512]) tuple(y)\n}\n",
+                        " y = bf16[%d,256,512] dot(ot, w), lhs_contracting_dims={2,3,4}, rhs_contracting_dims={0,1,2}\n"
+                        " n = bf16[%d,2,4,256,256] negate(s)\n"
+                        " ROOT t = (bf16[%d,256,512], bf16[%d,2,4,256,256]) tuple(y, n)\n}\n"};
+  char src[4096];
+  int b = batch, len = snprintf(src, sizeof src, fmt, b, b, b, b, b, b, b, b, b, b, b, b, b);
+  snprintf(src + len, sizeof src - (size_t)len, tail[reader], b, b, b, b);
   tpu_chip saved = g_chip;
   tpu_diag d;
   CHECK(tpu_chip_load(chip, &g_chip, &d) == TPU_OK);
@@ -736,7 +748,7 @@ static int gqa_pv_fused(const char *chip, int batch, int other_reader) {
   g_chip = saved;
   int fused = 0, elsewhere = 0;
   for (int k = 0; k < kc.kernels && k < 8; k++) {
-    fused += kc.dots[k] == 1 && kc.divides[k] == 1;
+    fused += kc.dots[k] >= 1 && kc.divides[k] == 1;
     elsewhere += kc.dots[k] == 0 && kc.divides[k] == 1;
   }
   CHECK_EQ_INT(fused + elsewhere, 1);
@@ -744,15 +756,19 @@ static int gqa_pv_fused(const char *chip, int batch, int other_reader) {
 }
 
 static void test_gqa_pv_operand(void) {
-  int v5e2 = gqa_pv_fused("v5e", 2, 0), v4 = gqa_pv_fused("v4", 3, 0), v5e1 = gqa_pv_fused("v5e", 1, 0);
-  int v6e2 = gqa_pv_fused("v6e", 2, 0), read = gqa_pv_fused("v5p", 2, 1);
+  int v5e2 = gqa_pv_fused("v5e", 2, 1), v4 = gqa_pv_fused("v4", 3, 1), v5e1 = gqa_pv_fused("v5e", 1, 1);
+  int v6e2 = gqa_pv_fused("v6e", 2, 1), read = gqa_pv_fused("v5p", 2, 3);
+  int returned = gqa_pv_fused("v5e", 3, 0), reshaped = gqa_pv_fused("v4", 2, 2);
   printf("GQA PV holds the normalisation: v5e batch 2 %d, v4 batch 3 %d, v5e batch 1 %d, v6e batch 2 %d, "
-         "scores read elsewhere %d\n", v5e2, v4, v5e1, v6e2, read);
+         "scores read elsewhere %d, PV returned %d, reshaped before the projection %d\n",
+         v5e2, v4, v5e1, v6e2, read, returned, reshaped);
   CHECK_EQ_INT(v5e2, 0);
   CHECK_EQ_INT(v4, 0);
   CHECK_EQ_INT(v5e1, 1);
   CHECK_EQ_INT(v6e2, 1);
   CHECK_EQ_INT(read, 1);
+  CHECK_EQ_INT(returned, 1);
+  CHECK_EQ_INT(reshaped, 1);
 }
 
 int main(void) {
