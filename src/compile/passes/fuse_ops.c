@@ -1,0 +1,67 @@
+/* Which ops each kind of fusion may take, by opcode alone (the fuse pass's classes; fuse.c
+ * decides groups from these and from the program around each op). */
+#include "compile/passes/fuse.h"
+#include "ir/build.h"
+
+/* Ops a loop fusion can hold: elementwise and cheap data movement. */
+int tpu__fuse_loop_fusible(const tpu_instr *in) {
+  if (in->shape.dtype == TPU_TUPLE || in->shape.dtype == TPU_TOKEN) return 0;
+  switch (in->op) {
+    case TPU_OP_COMPARE:
+    case TPU_OP_SELECT:
+    case TPU_OP_CLAMP:
+    case TPU_OP_CONVERT:
+    case TPU_OP_BITCAST_CONVERT:
+    case TPU_OP_IS_FINITE:
+    case TPU_OP_BROADCAST:
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST:
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_SLICE:
+    case TPU_OP_CONCATENATE:
+    case TPU_OP_PAD:
+    case TPU_OP_REVERSE:
+    case TPU_OP_IOTA:
+    case TPU_OP_CONSTANT:
+    case TPU_OP_COPY: return 1;
+    default: break;
+  }
+  tpu_op_class k = tpu_op_class_of(in->op);
+  return k == TPU_CLS_UNARY || k == TPU_CLS_BINARY || k == TPU_CLS_TERNARY;
+}
+
+/* Producers a dot or convolution takes into its fusion (layout and type changes the MXU
+ * feed path absorbs). */
+int tpu__fuse_operand_producer(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_DYNAMIC_SLICE: /* a layer's weights from a stacked buffer: read in place */
+    case TPU_OP_SLICE:
+    case TPU_OP_CONVERT:
+    case TPU_OP_BROADCAST:
+    case TPU_OP_TRANSPOSE:
+    case TPU_OP_RESHAPE:
+    case TPU_OP_BITCAST:
+    case TPU_OP_COPY:
+    case TPU_OP_CONSTANT:
+    case TPU_OP_IOTA: return 1;
+    default: return 0;
+  }
+}
+
+int tpu__fuse_narrowing(const tpu_instr *in) {
+  return in->op == TPU_OP_CONVERT && tpu_dtype_size(in->shape.dtype) < tpu_dtype_size(in->operands[0]->shape.dtype);
+}
+
+/* Work the compiler recomputes in each user's kernel rather than store: elementwise ops on
+ * the values in place (no transpose, concatenation or padding), including the transcendental
+ * unit's exp, log, tanh, sqrt, rsqrt, expm1, log1p, logistic and power, but not division,
+ * sine, cosine, tangent, erf, cbrt, remainder or atan2. Read from its compiled programs:
+ * f(x) feeding a row sum and a product with that sum is two kernels, each computing f,
+ * for the first group, and f computed once for the second (bench/fidelity, docs/compiler-fusion.md). */
+int tpu__fuse_transcendental(const tpu_instr *in) {
+  switch (in->op) {
+    case TPU_OP_EXP: case TPU_OP_LOG: case TPU_OP_TANH: case TPU_OP_SQRT: case TPU_OP_RSQRT:
+    case TPU_OP_EXPM1: case TPU_OP_LOG1P: case TPU_OP_LOGISTIC: case TPU_OP_POWER: return 1;
+    default: return 0;
+  }
+}
