@@ -41,36 +41,41 @@ tpu_bf16 tpu_bf16_from_f64(double d) {
   return tpu_bf16_from_f32((float)v); /* exact now */
 }
 
-static tpu_f16 f16_from_rounded(double v) {
+/* f64 -> f16 on the bits, no libm: one rounding to nearest, ties to even, from the double's
+ * 53-bit significand. A value at or past 65520 rounds to inf (the carry out of the largest
+ * exponent's mantissa lands on the inf code, 0x7c00); below 2^-14 the spacing stays 2^-24
+ * (subnormals), and a double subnormal, far below 2^-25, goes to zero. Sign kept on zero. */
+tpu_f16 tpu_f16_from_f64(double d) {
+  uint64_t u;
+  memcpy(&u, &d, 8);
+  uint16_t sign = (uint16_t)((u >> 48) & 0x8000u);
+  uint64_t a = u & 0x7fffffffffffffffull;
   tpu_f16 h;
-  uint16_t sign = signbit(v) ? 0x8000u : 0;
-  double a = fabs(v);
-  if (isinf(a)) {
+  if (a > 0x7ff0000000000000ull) { /* NaN: the quiet code, sign kept */
+    h.bits = sign | 0x7e00u;
+    return h;
+  }
+  int ue = (int)(a >> 52) - 1023;
+  if (ue >= 16) { /* 65536 and up, inf included */
     h.bits = sign | 0x7c00u;
     return h;
   }
-  if (a == 0) {
-    h.bits = sign;
-    return h;
+  uint64_t m = (a & 0x000fffffffffffffull) | (a >> 52 ? 0x0010000000000000ull : 0);
+  int shift = 42, field = ue + 15; /* 53 -> 11 significant bits; biased f16 exponent */
+  if (ue < -14) { /* subnormal: a = k * 2^-24, k = m >> (42 + (-14 - ue)) rounded */
+    shift = 42 + (-14 - ue);
+    field = 0;
+    if (shift > 54) { /* below 2^-25 (a quarter of the spacing or less): zero */
+      h.bits = sign;
+      return h;
+    }
   }
-  int e;
-  double m = frexp(a, &e); /* a = m*2^e */
-  int ue = e - 1;
-  if (ue < -14) { /* subnormal: a = k * 2^-24 */
-    h.bits = sign | (uint16_t)ldexp(a, 24);
-    return h;
-  }
-  uint16_t frac = (uint16_t)((ldexp(m, 1) - 1.0) * 1024.0);
-  h.bits = sign | (uint16_t)((ue + 15) << 10) | frac;
+  uint64_t k = m >> shift, rest = m & ((1ull << shift) - 1), half = 1ull << (shift - 1);
+  /* normal: the implicit bit of k (1024) is dropped by subtracting it from the field */
+  uint32_t bits = field ? ((uint32_t)field << 10) + (uint32_t)(k - 1024) : (uint32_t)k;
+  bits += rest > half || (rest == half && (k & 1)); /* a carry moves into the exponent */
+  h.bits = sign | (uint16_t)bits;
   return h;
-}
-
-tpu_f16 tpu_f16_from_f64(double d) {
-  if (isnan(d)) {
-    tpu_f16 r = {(uint16_t)(signbit(d) ? 0xfe00u : 0x7e00u)};
-    return r;
-  }
-  return f16_from_rounded(round_to_format(d, 10, -14, 15));
 }
 
 tpu_f16 tpu_f16_from_f32(float f) {
@@ -80,18 +85,6 @@ tpu_f16 tpu_f16_from_f32(float f) {
     return r;
   }
   return tpu_f16_from_f64((double)f); /* f32 -> f64 exact, so one rounding */
-}
-
-float tpu_f16_to_f32(tpu_f16 h) {
-  uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16;
-  uint32_t exp = (h.bits >> 10) & 0x1fu;
-  uint32_t frac = h.bits & 0x3ffu;
-  if (exp == 0x1f) return tpu_f32_from_bits(sign | 0x7f800000u | (frac << 13));
-  if (exp == 0) {
-    float v = (float)ldexp((double)frac, -24);
-    return sign ? -v : v;
-  }
-  return tpu_f32_from_bits(sign | ((exp - 15 + 127) << 23) | (frac << 13));
 }
 
 tpu_f8 tpu_f8_from_f64(double d, int e4m3fn) {

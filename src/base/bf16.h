@@ -48,7 +48,16 @@ tpu_bf16 tpu_bf16_from_f64(double d);
 /* f32/f64 -> f16, round to nearest even, subnormals and overflow to inf handled. */
 tpu_f16 tpu_f16_from_f32(float f);
 tpu_f16 tpu_f16_from_f64(double d);
-float tpu_f16_to_f32(tpu_f16 h);
+/* f16 -> f32, exact; inline, as the element loads of f16 operands call it per value. */
+static inline float tpu_f16_to_f32(tpu_f16 h) {
+  uint32_t sign = (uint32_t)(h.bits & 0x8000u) << 16;
+  uint32_t exp = (h.bits >> 10) & 0x1fu;
+  uint32_t frac = h.bits & 0x3ffu;
+  if (exp == 0x1f) return tpu_f32_from_bits(sign | 0x7f800000u | (frac << 13));
+  if (exp == 0) /* subnormal frac * 2^-24: exact in f32 (frac < 2^10, a power-of-two scale) */
+    return tpu_f32_from_bits(sign | tpu_f32_bits((float)frac * 0x1p-24f));
+  return tpu_f32_from_bits(sign | ((exp - 15 + 127) << 23) | (frac << 13));
+}
 
 /* One float8 value, either format: e4m3fn (sign, 4 exponent bits, bias 7, 3 mantissa bits;
  * no infinity, S.1111.111 is NaN, largest 448) or e5m2 (bias 15, 2 mantissa bits, IEEE-like

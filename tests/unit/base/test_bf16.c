@@ -125,6 +125,41 @@ int main(void) {
   CHECK_EQ_INT(tpu_f16_from_f32(65520.0f).bits, 0x7c00); /* max + half ulp -> inf */
   CHECK_EQ_INT(tpu_f16_from_f32(0x1p-25f).bits, 0x0000); /* tie -> even zero */
   CHECK_EQ_INT(tpu_f16_from_f32(0x1.8p-25f).bits, 0x0001);
+  /* f16 on the bits (tpu_f16_from_f64 without libm): around every pair of neighbouring
+   * finite f16 values, the midpoint (exact in double and in f32) and the doubles and floats
+   * just either side of it go to the nearer one, ties to the even code; past 65504 the next
+   * step (65536) stands for inf. Both signs. */
+  for (uint32_t b = 0; b < 0x7c00u; b++) {
+    double lo = tpu_f16_to_f32((tpu_f16){(uint16_t)b});
+    double hi = b == 0x7bffu ? 65536.0 : tpu_f16_to_f32((tpu_f16){(uint16_t)(b + 1)});
+    double mid = (lo + hi) / 2;
+    uint16_t even = (b & 1) ? (uint16_t)(b + 1) : (uint16_t)b;
+    for (int neg = 0; neg <= 1; neg++) {
+      double sg = neg ? -1.0 : 1.0;
+      uint16_t sb = neg ? 0x8000u : 0;
+      CHECK_EQ_INT(tpu_f16_from_f64(sg * lo).bits, sb | b);
+      CHECK_EQ_INT(tpu_f16_from_f64(sg * mid).bits, sb | even);
+      CHECK_EQ_INT(tpu_f16_from_f64(sg * nextafter(mid, 0)).bits, sb | b);
+      CHECK_EQ_INT(tpu_f16_from_f64(sg * nextafter(mid, INFINITY)).bits, sb | (b + 1));
+      CHECK_EQ_INT(tpu_f16_from_f32((float)(sg * mid)).bits, sb | even);
+      CHECK_EQ_INT(tpu_f16_from_f32((float)(sg * nextafterf((float)mid, 0))).bits, sb | b);
+      CHECK_EQ_INT(tpu_f16_from_f32((float)(sg * nextafterf((float)mid, INFINITY))).bits, sb | (b + 1));
+    }
+  }
+  /* one rounding from f64: just above the tie 1 + 2^-11 is 1 + 2^-10, its f32 is the tie */
+  CHECK_EQ_INT(tpu_f16_from_f64(1.0 + 0x1p-11 + 0x1p-40).bits, 0x3c01);
+  CHECK_EQ_INT(tpu_f16_from_f32((float)(1.0 + 0x1p-11 + 0x1p-40)).bits, 0x3c00);
+  CHECK_EQ_INT(tpu_f16_from_f64(1e300).bits, 0x7c00);
+  CHECK_EQ_INT(tpu_f16_from_f64(-INFINITY).bits, 0xfc00);
+  CHECK_EQ_INT(tpu_f16_from_f64(5e-324).bits, 0x0000);  /* a double subnormal: zero */
+  CHECK_EQ_INT(tpu_f16_from_f64(-5e-324).bits, 0x8000); /* sign kept */
+  CHECK_EQ_INT(tpu_f16_from_f64(-0.0).bits, 0x8000);
+  CHECK_EQ_INT(tpu_f16_from_f64(NAN).bits, 0x7e00);
+  CHECK_EQ_INT(tpu_f16_from_f64(-NAN).bits, 0xfe00);
+  CHECK_EQ_INT(tpu_f16_from_f32(tpu_f32_from_bits(0xff802000u)).bits, 0xfe01); /* payload kept, quieted */
+  CHECK_EQ_INT(tpu_f32_bits(tpu_f16_to_f32((tpu_f16){0x7c01u})), 0x7f802000u);
+  CHECK_EQ_INT(tpu_f32_bits(tpu_f16_to_f32((tpu_f16){0x83ffu})), tpu_f32_bits(-1023 * 0x1p-24f));
+  CHECK_EQ_INT(tpu_f32_bits(tpu_f16_to_f32((tpu_f16){0x0001u})), tpu_f32_bits(0x1p-24f));
   /* float8: the codes' values, every pattern back to itself, rounding against the oracle */
   tpu_f8 c7e = {0x7e}, c01 = {0x01}, c08 = {0x08}, c7b = {0x7b}, c7c = {0x7c};
   CHECK(tpu_f8_to_f32(c7e, 1) == 448.0f && tpu_f8_to_f32(c01, 1) == 0x1p-9f && tpu_f8_to_f32(c08, 1) == 0x1p-6f);
