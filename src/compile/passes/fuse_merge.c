@@ -568,23 +568,34 @@ static int relaid_operand(const tpu_chip *chip, const tpu_instr *mm, int side) {
   return nb >= 2 && nf >= 2;
 }
 
-/* Are x's full-size inputs read by nothing but x and reduction kernels (the scores a
- * softmax's row maximum, row sum and normalisation read, and no backward pass)? In a
- * training step the compiler lays attention's scores out for their backward readers too
- * (llama_train_b4s256d512h8kv2's QK^T writes bf16[4,2,256,256,4], the group beside the rows)
- * and PV reads its operand without the transposition: the normalisation stays in PV's kernel. */
-static int inputs_read_by_reductions(const tpu__made_set *made, const tpu_uses *u, const tpu_instr *x) {
+/* Counts the readers other than x of x's full-size inputs: those that are reductions
+ * (*reductions) and the others (*others). */
+static void full_input_readers(const tpu__made_set *made, const tpu_uses *u, const tpu_instr *x, int *reductions,
+                               int *others) {
   int64_t n = tpu_shape_numel(&x->shape);
+  *reductions = *others = 0;
   for (int k = 0; k < x->noperands; k++) {
     const tpu_instr *o = x->operands[k];
     if (o->shape.dtype == TPU_TUPLE || tpu_shape_numel(&o->shape) != n) continue;
     for (int j = 0; j < u->nusers[o->id]; j++) {
       const tpu_instr *r = u->users[o->id][j];
       int rk, minor;
-      if (r != x && !reduction_of(made, r, &rk, &minor)) return 0;
+      if (r == x) continue;
+      if (reduction_of(made, r, &rk, &minor)) ++*reductions;
+      else ++*others;
     }
   }
-  return 1;
+}
+
+/* Are x's full-size inputs read by nothing but x and reduction kernels (the scores a
+ * softmax's row maximum, row sum and normalisation read, and no backward pass)? In a
+ * training step the compiler lays attention's scores out for their backward readers too
+ * (llama_train_b4s256d512h8kv2's QK^T writes bf16[4,2,256,256,4], the group beside the rows)
+ * and PV reads its operand without the transposition: the normalisation stays in PV's kernel. */
+static int inputs_read_by_reductions(const tpu__made_set *made, const tpu_uses *u, const tpu_instr *x) {
+  int reductions, others;
+  full_input_readers(made, u, x, &reductions, &others);
+  return others == 0;
 }
 
 /* A transposition, copy or conversion: a step that keeps every dimension of its operand. */
@@ -637,16 +648,9 @@ static int result_contracted(const tpu__made_set *made, const tpu_uses *u, const
 /* Does a reduction read one of x's full-size inputs (x a softmax's normalisation: the row
  * maximum and row sum read its scores)? */
 static int inputs_have_reduction(const tpu__made_set *made, const tpu_uses *u, const tpu_instr *x) {
-  int64_t n = tpu_shape_numel(&x->shape);
-  for (int k = 0; k < x->noperands; k++) {
-    const tpu_instr *o = x->operands[k];
-    if (o->shape.dtype == TPU_TUPLE || tpu_shape_numel(&o->shape) != n) continue;
-    for (int j = 0; j < u->nusers[o->id]; j++) {
-      int rk, minor;
-      if (u->users[o->id][j] != x && reduction_of(made, u->users[o->id][j], &rk, &minor)) return 1;
-    }
-  }
-  return 0;
+  int reductions, others;
+  full_input_readers(made, u, x, &reductions, &others);
+  return reductions > 0;
 }
 
 /* An elementwise kernel this pass made (or one bare elementwise op) that only matmuls read,
