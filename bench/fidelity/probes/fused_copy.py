@@ -18,7 +18,7 @@ a bitcast): seed 2024 with --all, 14 draws on v5e / v6e, 4 fused copies each, tp
 by the rule (f32 results, or results whose tiles the stream pass already counted)."""
 import json, os, random, re, subprocess, sys, tempfile
 
-from libtpu import compile_hlo
+from libtpu import compile_hlo, draw_transpose
 
 
 def hlo(shape, dt, perm):
@@ -48,17 +48,10 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         done = 0
         while done < n:
-            dt = rng.choice(types)
-            rank = rng.choice([3, 4])
-            shape = [rng.choice([rng.randint(2, 40), rng.randint(33, 300)]) for _ in range(rank)]
-            numel = 1
-            for v in shape:
-                numel *= v
-            if not 200_000 <= numel <= 8_000_000:
+            drawn = draw_transpose(rng, types)
+            if drawn is None:
                 continue
-            perm = list(range(rank))
-            while perm == list(range(rank)):
-                rng.shuffle(perm)
+            dt, shape, perm = drawn
             done += 1
             summary, text = compile_hlo(hlo(shape, dt, perm), topo, d)
             if not summary:

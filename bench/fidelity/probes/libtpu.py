@@ -35,6 +35,24 @@ def tpusim_cycles(tpusim, text, chip, d):
     return json.load(open(rep))["step"]["cycles"] if p.returncode == 0 else None
 
 
+def draw_transpose(rng, types):
+    """A random transpose for the transpose probes: (dtype, shape, perm), rank 3 or 4, 200,000 to
+    8,000,000 elements, a permutation that moves a dimension; None when the drawn shape is out of
+    that range (the caller draws again, from the same generator)."""
+    dt = rng.choice(types)
+    rank = rng.choice([3, 4])
+    shape = [rng.choice([rng.randint(2, 40), rng.randint(33, 300)]) for _ in range(rank)]
+    numel = 1
+    for v in shape:
+        numel *= v
+    if not 200_000 <= numel <= 8_000_000:
+        return None
+    perm = list(range(rank))
+    while perm == list(range(rank)):
+        rng.shuffle(perm)
+    return dt, shape, perm
+
+
 def tpusim_ops(tpusim, text, gen):
     """tpusim's kernels for `text` on generation `gen` (v4 as one TensorCore): (name, kind,
     cycles) of each op of `tpusim run --mode timing --report`."""

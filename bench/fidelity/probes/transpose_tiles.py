@@ -18,7 +18,7 @@ compiler's copy into VMEM (29,538 cycles on v5e) and an add kernel (38,734); tpu
 fused kernel is 0.4-0.6 of it."""
 import json, random, sys, tempfile
 
-from libtpu import compile_hlo, tpusim_cycles
+from libtpu import compile_hlo, draw_transpose, tpusim_cycles
 
 
 def transpose_hlo(shape, dt, perm, fused):
@@ -44,17 +44,10 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         done = 0
         while done < n:
-            dt = rng.choice(["f32", "bf16", "s8"])
-            rank = rng.choice([3, 4])
-            shape = [rng.choice([rng.randint(2, 40), rng.randint(33, 300)]) for _ in range(rank)]
-            numel = 1
-            for v in shape:
-                numel *= v
-            if not 200_000 <= numel <= 8_000_000:
+            drawn = draw_transpose(rng, ["f32", "bf16", "s8"])
+            if drawn is None:
                 continue
-            perm = list(range(rank))
-            while perm == list(range(rank)):
-                rng.shuffle(perm)
+            dt, shape, perm = drawn
             fused = rng.random() < 0.5
             text = transpose_hlo(shape, dt, perm, fused)
             summary, _ = compile_hlo(text, topo, d)
