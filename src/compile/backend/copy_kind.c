@@ -203,6 +203,25 @@ int64_t tpu__windowed_vmem_copy(const tpu__be *be, const tpu_instr *in) {
 
 /* The tiles of a compiled program's array in its given tiling T(r,c): its second-minor
  * dimension in blocks of r, its minor one in blocks of c; 0 without one. */
+/* The 32-bit words of one tile of a shape's layout (T(8,128)(2,1) bf16: 512, a packed tile
+ * of 8 rows of 2-byte elements; T(8,128) f32: 1,024), 0 without a tile. */
+static int64_t tile_words(const tpu_shape *s) {
+  const char *t = s->layout_tail ? strstr(s->layout_tail, "T(") : NULL;
+  if (!t) return 0;
+  char *e = NULL;
+  long long r = strtoll(t + 2, &e, 10), c = 0;
+  if (!e || *e != ',' || r <= 0) return 0;
+  c = strtoll(e + 1, &e, 10);
+  if (!e || *e != ')' || c <= 0) return 0;
+  int64_t bits = tpu_dtype_bits(s->dtype);
+  return bits > 0 ? (r * c * bits + 31) / 32 : 0;
+}
+
+/* The 32-bit words of one vector register (8 sublanes x 128 lanes: 1,024). */
+static int64_t register_words(const tpu_chip *chip) {
+  return (chip->vector_sublanes > 0 ? chip->vector_sublanes : 8) * (chip->vector_lanes > 0 ? chip->vector_lanes : 128);
+}
+
 static int64_t layout_tiles(const tpu_shape *s) {
   if (s->dtype == TPU_TUPLE || !s->layout_tail || !s->has_layout || s->rank < 2) return 0;
   const char *t = strstr(s->layout_tail, "T(");
@@ -354,7 +373,17 @@ int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
     const tpu_shape *r = &in->shape;
     const char *t = r->layout_tail && tpu__in_vmem(r) ? strstr(r->layout_tail, "T(") : NULL;
     long long rows = t ? strtoll(t + 2, NULL, 10) : 0;
-    return rows > 0 && rows < 8 ? layout_tiles(r) : 0;
+    if (rows > 0 && rows < 8) return layout_tiles(r);
+    /* So is one into packed tiles of less than a register (bf16 T(8,128)(2,1), s8
+     * T(8,128)(4,1): half and a quarter of the 32-bit words a register holds), which the
+     * compiler's pad writes a tile at a time as it does the few-row ones: libtpu probes off
+     * the corpus (probes/small_tiles.py, blocked cumulative sums' pads within VMEM, bf16
+     * [304,6,128] and [B,8,128]) v5e 13.2 cycles a tile after the start, v6e 5.24; compiled
+     * families, tune, v5e 11.8-13.2 (unet_fwd_b4_32x32x128's bf16[32,4,40,256]
+     * {3,0,2,1:T(8,128)(2,1)}: 1,280 tiles, 17,778 cycles), v6e 5.1-5.3. Whole-register
+     * tiles (f32 T(8,128), bf16 T(16,128)(2,1)) are not: the same pads of f32 cost v6e about
+     * one cycle a tile. */
+    return rows == 8 && tile_words(r) * 2 <= register_words(chip) ? layout_tiles(r) : 0;
   }
   if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
   const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
