@@ -39,7 +39,9 @@ want = {
     # a grouped convolution's merge copy, a sublane relayout per result tile (copy_kind.c
     # group_merge_tiles; 0.642 / 0.752 / 0.886 / 1.181 without it); v6e's one-window kernel at
     # the rows it streams, no step floor (lower.c group_rows_on_chip; 1.598 before)
-    "gconv_b2_28x28_c128to128_g2_k3_f32": (1.056, 0.966, 0.999, 1.092),
+    # session 19 (padtile): a tile-timed kernel starts its tiles after kov + the HBM latency
+    # (tile.c, the compiler's relayout intercept): v6e 1.092 before
+    "gconv_b2_28x28_c128to128_g2_k3_f32": (1.056, 0.966, 0.999, 1.154),
     # no step floor for an f32 grouped convolution of whole registers kept in VMEM (lower.c
     # group_rows_on_chip; v5e 10.46 without it); its whole-register merge copy as above
     # (0.630 / 8.629 / 0.854 / 3.551 without that)
@@ -106,7 +108,8 @@ want = {
     # session 18 (grp): the merge copy of fewer merged features than the lanes, Cog in the lanes
     # and G in the sublanes where that pads no more than W in the lanes, a sublane relayout per
     # result tile (group_conv.c marks it group_merge; 0.389/0.570/0.450/0.520 without it)
-    "gconv_b4_14x14_c16to32_g2_k5_bf16": (0.747, 0.762, 0.502, 0.704),
+    # session 19 (padtile): tiles after kov + the HBM latency (tile.c): v5p/v6e 0.502/0.704 before
+    "gconv_b4_14x14_c16to32_g2_k5_bf16": (0.747, 0.762, 0.537, 0.777),
     # a parameter's copy after another's reads VMEM (tile.c prefetched_param_copy; session 14)
     "concat_ax1_16x7_16x100_16x7_bf16": (0.953, 0.726, 0.952, 0.738),
     # session 14: a 16-bit result's stream pass over the tiles it writes (layout.c
@@ -134,7 +137,8 @@ want = {
     # the batch does not sit next to W (relayout.c s2b_result_relaid; 0.511/0.646/0.702/0.627
     # without the rule; 0.606/0.881/0.874/0.869 before its pad into T(2,128) tiles, below);
     # v4's relayout_tile_cycles (chips/v4.json, session 15 v4cp) pinned here: v4 0.606 without it
-    "dilconv_b2_28x28_c64to256_k3d2": (1.045, 0.985, 0.915, 0.958),
+    # session 19 (padtile): tiles after kov + the HBM latency (tile.c): v5p/v6e 0.915/0.958 before
+    "dilconv_b2_28x28_c64to256_k3d2": (1.045, 0.985, 0.977, 1.018),
     # session 15: space to batch's pad before a halo, the parameter's batch of 4 in the
     # sublanes, into T(4,128) tiles at relayout_tile_cycles (tile.c relayout_tiles, s2b_halo;
     # 0.785/0.463/0.604/0.263 without the rule; v4 0.785 before v4's relayout_tile_cycles)

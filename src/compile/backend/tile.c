@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chip/timing.h"
 #include "compile/backend/backend.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/collective.h"
@@ -707,7 +708,16 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
    * compiler gives none of its 20 in the v5e families corpus an estimate) is the DMA engines'
    * transfer of the update, no kernel. */
   if (in->op == TPU_OP_DYNAMIC_UPDATE_SLICE && in->shape.layout_tail && in->parent && in->parent->is_entry) po.dma = 1;
-  if (be->chip->relayout_tile_cycles > 0) po.min_body_cycles = (double)tpu__relayout_tiles(be->chip, in) * be->chip->relayout_tile_cycles;
+  /* A kernel timed by its tiles starts them after its first load's latency as well as its
+   * kernel start: relayout_tile_cycles is the slope of the compiler's figures after an
+   * intercept of kov + the HBM latency (v5e 1,815 cycles: 224 tiles 3,849, 896 9,950; v6e
+   * 2,116; the tiny-kernel floor, docs/timing.md), whether the kernel reads HBM or VMEM
+   * (probes/small_tiles.py: bf16[304,6,128] padded within VMEM, 5,824 cycles on v5e). */
+  int64_t rtiles = be->chip->relayout_tile_cycles > 0 ? tpu__relayout_tiles(be->chip, in) : 0;
+  if (rtiles > 0) {
+    double lat_s = be->chip->hbm_latency_s > 0 ? be->chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+    po.min_body_cycles = lat_s * be->chip->clock_hz + (double)rtiles * be->chip->relayout_tile_cycles;
+  }
   if (whole > 0 && off_core && be->chip->relayout_tile_cycles > 0) po.min_body_cycles = 2.0 * (double)whole * be->chip->relayout_tile_cycles;
   int64_t pad_windows = tpu__pad_window_tiles(be->chip, in); /* a pad the compiler windows */
   if ((double)pad_windows * be->chip->pad_window_tile_cycles > po.min_body_cycles)

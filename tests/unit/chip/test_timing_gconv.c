@@ -72,7 +72,7 @@ static void group_merge_relayout(const tpu_chip *v5e) {
   char src[512];
   tpu_chip off = *v5e;
   off.relayout_tile_cycles = 0;
-  const double kov = v5e->kernel_overhead_s * v5e->clock_hz, floor = kov + 392 * v5e->relayout_tile_cycles;
+  const double kov = v5e->kernel_overhead_s * v5e->clock_hz, floor = kov + hbm_lat(v5e) + 392 * v5e->relayout_tile_cycles;
   snprintf(src, sizeof src, fmt, 64, 2);
   double t = cycles_of(src, v5e, "copy.group"), t0 = cycles_of(src, &off, "copy.group");
   snprintf(src, sizeof src, fmt, 16, 8);

@@ -43,7 +43,7 @@ static void pad_into_packed_tiles(const char *name) {
   CHECK(chip.relayout_tile_cycles > 0);
   off = chip;
   off.relayout_tile_cycles = 0;
-  const double kov = chip.kernel_overhead_s * chip.clock_hz, f = kov + 304 * chip.relayout_tile_cycles;
+  const double kov = chip.kernel_overhead_s * chip.clock_hz, f = kov + hbm_lat(&chip) + 304 * chip.relayout_tile_cycles;
   double bf = pad_cycles(&chip, "bf16", "T(8,128)(2,1)"), s8 = pad_cycles(&chip, "s8", "T(8,128)(4,1)");
   double bf_off = pad_cycles(&off, "bf16", "T(8,128)(2,1)");
   double f32 = pad_cycles(&chip, "f32", "T(8,128)"), f32_off = pad_cycles(&off, "f32", "T(8,128)");
