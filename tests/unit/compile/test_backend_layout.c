@@ -364,10 +364,13 @@ static void conv_result_layout(void) {
 }
 
 /* A reducing kernel computes its product in the layout one transposed operand lies in: of its
- * moving transposes of the product's size, the largest is a layout, not a move (layout.c
- * product_layout_transpose; the compiler's 'badc,adbc->ba' copies one operand in its
- * kernel and bitcasts the other). f32[8,16,4,512] summed over 1 and 3: one operand
- * transposed (the layout: the stream pass alone), both (one transpose's transpose_bytes more). */
+ * moving transposes of the product's size, the largest is a layout, not a move, and so is
+ * another whose operand's lane dimension lands on the same dimension of the product (a
+ * shuffle of tiles: stream_cost.c product_layout_transpose; the compiler's 'badc,adbc->ba'
+ * copies one operand in its kernel, keeping its lanes, and bitcasts the other).
+ * f32[8,16,4,512] summed over 1 and 3: one operand transposed (the layout: the stream pass
+ * alone); both, their 16s landing on dimension 1 (the stream pass alone); both, the second's
+ * lanes (its 4) landing on dimension 2 (one transpose's transpose_bytes more). */
 static void product_layout_transpose_free(void) {
   const char *fmt =
       "HloModule m\n"
@@ -385,10 +388,15 @@ static void product_layout_transpose_free(void) {
   double one = r_xbytes(src);
   snprintf(src, sizeof src, fmt, t0, t1, tr0, tr1, "a", "b", t0, t1);
   double two = r_xbytes(src);
+  const char *t2 = "512,8,16,4", *tr2 = "  b = f32[8,16,4,512] transpose(p1), dimensions={1,2,3,0}\n";
+  snprintf(src, sizeof src, fmt, t0, t2, tr0, tr2, "a", "b", t0, t2);
+  double cross = r_xbytes(src);
   const double n = 8.0 * 16 * 4 * 512;
-  printf("product layout: xbytes one transposed %.0f, both %.0f\n", one, two);
+  printf("product layout: xbytes one transposed %.0f, both (lanes agree) %.0f, both (lanes differ) %.0f\n", one, two,
+         cross);
   CHECK_NEAR(one, g_chip.stream_pass_bytes * n, 1);
-  CHECK_NEAR(two - one, g_chip.transpose_bytes * n, 1);
+  CHECK_NEAR(two, one, 1);
+  CHECK_NEAR(cross - one, g_chip.transpose_bytes * n, 1);
 }
 
 int main(void) {
