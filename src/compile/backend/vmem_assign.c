@@ -381,7 +381,11 @@ static int step_prefetch_cands(tpu__be *be, int64_t np, cand *c, int nc, int64_t
  * synchronous collective with its own result buffer, or: the root tuple `root` at slot
  * `slot` (a loop body passing its state on unchanged), or the input tuple of a later or
  * inner while loop whose body passes that element through unchanged and whose every reader
- * of it qualifies so too. *hi: the last position of those readers. */
+ * of it qualifies so too, or the root of an enclosing loop's body (v, an inner loop's
+ * state, becomes that loop's next state: an element whose readers qualify too, as
+ * loop_elem_ok checks; the compiler's fsdp_scan_step keeps the windowed einsum's
+ * accumulator, which the backward scan body returns as its carry, in S(1) through both
+ * loops). *hi: the last position of those readers. */
 static int state_readers_ok(const tpu__be *be, const tpu_instr *v, const tpu_instr *root, int slot, int64_t *hi,
                             int depth);
 
@@ -430,6 +434,11 @@ static int state_readers_ok(const tpu__be *be, const tpu_instr *v, const tpu_ins
       if (ku && (is_kernel(ku) || is_collective(be, u, ku)) && ku->own) {
         if (ku->pos > *hi) *hi = ku->pos;
         continue;
+      }
+      if (u == c->root && u->op == TPU_OP_TUPLE) { /* the enclosing loop's next state there */
+        int ci = tpu__be_comp_index(be, c);
+        const tpu_instr *wo = ci >= 0 ? be->caller[ci] : NULL;
+        if (wo && wo->op == TPU_OP_WHILE && wo->body == c && loop_elem_ok(be, wo, o, 0, hi, depth + 1)) continue;
       }
       const tpu_instr *w = NULL; /* an inner or later loop's input */
       for (int j = 0; u->op == TPU_OP_TUPLE && j < c->ninstrs && !w; j++)
@@ -502,7 +511,10 @@ static int64_t state_leaf_bytes(const tpu__be *be, const tpu_instr *g, const tpu
  * windowed einsums' state; fsdp_mlp_step: the all-gathered bf16[8192,2048] weight and the
  * accumulators of its windowed loops; memory_analysis() counts none of it as temp). An input
  * several elements start from (one zero broadcast for three stacks) is copied into each
- * (XLA's copy insertion): one slot per element, all or none. Returns the new count. */
+ * (XLA's copy insertion): one slot per element, all or none; so is a new value the body
+ * writes while the old one is still to be read (a windowed einsum's collective-permuted
+ * shard, sent on before the matmul reads the one it replaces): a slot beside the input's.
+ * Returns the new count. */
 static int loop_state_cands(tpu__be *be, int64_t np, cand *c, int nc, const int *nuse) {
   const tpu_module *m = be->m;
   for (int ci = 0; ci < m->ncomps; ci++) {
@@ -557,9 +569,13 @@ static int loop_state_cands(tpu__be *be, int64_t np, cand *c, int nc, const int 
           else
             ok = vf->op == TPU_OP_GET_TUPLE_ELEMENT && vk->parent == w->body &&
                  state_leaf_bytes(be, vf, r, f, &all, &k.hi) == size;
-          ok = ok && kv && kx->last_use <= kv->pos && k.nmem < MAX_MEM && loop_elem_ok(be, w, f, 0, &k.hi, 0);
+          /* an input still read when the body writes the new value (its old value read after
+           * that write, or after the loop): the new value is copied into the state (XLA's copy
+           * insertion), so it takes a slot of its own beside the input's */
+          int copied = kv && kx->last_use > kv->pos;
+          ok = ok && kv && k.nmem < MAX_MEM && loop_elem_ok(be, w, f, 0, &k.hi, 0);
           if (!ok) break;
-          int slot = !pass && !k.nmem ? 0 : k.nslot++;
+          int slot = !pass && !k.nmem && !copied ? 0 : k.nslot++;
           if (all > slot_bytes) slot_bytes = all;
           k.mem[k.nmem] = tpu__be_index(be, vk);
           k.smem[k.nmem++] = slot;
