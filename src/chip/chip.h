@@ -85,6 +85,9 @@ typedef enum {
   X(CONV_SCATTER_TAP_CYCLES, conv_scatter_tap_cycles, 'f', 0, "cycles", "the same convolution: least time per input position's batch and filter tap, whatever the features") \
   X(CONV_SCATTER_OUT_CYCLES, conv_scatter_out_cycles, 'f', 0, "cycles", "the same convolution: least time per output position's batch and 128 output features") \
   X(RELAYOUT_TILE_CYCLES, relayout_tile_cycles, 'f', 0, "cycles", "a compiled program's copy that keeps the lanes' dimension and reorders the others (a sublane relayout, VMEM on a side): least time per tile of its result after its kernel start, whatever the tile's rows (absent: its register work alone)") \
+  X(GROUP_TRANSPOSE_TILE_CYCLES, group_transpose_tile_cycles, 'f', 0, "cycles", "a grouped convolution's layout copy into or out of its group-split layout that moves the lanes' dimension (W in the lanes on the other side): its least time's part per tile of the split side (absent: its transfers alone)") \
+  X(GROUP_TRANSPOSE_WIDE_TILE_CYCLES, group_transpose_wide_tile_cycles, 'f', 0, "cycles", "the same copy: its least time's part per tile of the side with W in the lanes") \
+  X(GROUP_TRANSPOSE_START_CYCLES, group_transpose_start_cycles, 'f', 0, "cycles", "the same copy: its least time's fixed part") \
   X(PAD_WINDOW_TILE_CYCLES, pad_window_tile_cycles, 'f', 0, "cycles", "a pad into VMEM whose result is more than a sixth of scoped_vmem_bytes, which the compiler runs in windows of 128 tiles: time per tile of its result (absent: as any pad)") \
   X(WIDE_INT_SOURCE_KERNELS, wide_int_source_kernels, 'i', 0, "", "kernels the compiler runs for an operandless kernel of tpusim's own compilation with a 64-bit integer result (JAX's u64 Threefry counters), its 32-bit words computed apart; each pays the kernel start unless they fill whole registers in VMEM (absent: one kernel)") \
   X(SORT_NETWORK, sort_network, 'i', 0, "", "1: a sort is timed as the compiler's bitonic network counted from libtpu's code (sort_cost.c; absent: 3 vector ops and one permute pass per register and stage)") \
@@ -178,6 +181,7 @@ typedef struct tpu_chip {
   double conv_packed_cycles;       /* 0: absent (tile_conv.c packed_cycles) */
   double conv_lanes_start_cycles, conv_lanes_position_cycles, conv_lanes_tap_cycles; /* 0: absent (tile_conv.c lanes_cycles) */
   double relayout_tile_cycles;     /* 0: absent (tile.c relayout_tiles) */
+  double group_transpose_tile_cycles, group_transpose_wide_tile_cycles, group_transpose_start_cycles; /* 0: absent (tile.c) */
   double pad_window_tile_cycles;   /* 0: absent (copy_kind.c tpu__pad_window_tiles) */
   int64_t wide_int_source_kernels; /* 0 when absent: one kernel (vmem_source.c) */
   int64_t sort_network;            /* 0 when absent: the earlier count (sort_cost.c) */

@@ -287,6 +287,9 @@ int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in);
  * one; copy_kind.c). */
 int64_t tpu__pad_window_tiles(const tpu_chip *chip, const tpu_instr *in);
 int64_t tpu__group_merge_whole_tiles(const tpu_chip *chip, const tpu_instr *in);
+/* A grouped convolution's lane-moving copy into or out of its split layout (copy_kind.c):
+ * its split side's tiles and its W-in-the-lanes side's (0: not one). */
+int tpu__group_transpose_tiles(const tpu__be *be, const tpu_instr *in, int64_t *split, int64_t *wide);
 /* Target bytes one streaming tile-loop iteration moves (docs/isa.md). */
 #define TPU__TILE_TARGET ((int64_t)1 << 20)
 

@@ -317,6 +317,50 @@ int64_t tpu__group_merge_whole_tiles(const tpu_chip *chip, const tpu_instr *in) 
   return tpu__tiles_as(chip, s, g, g + 1);
 }
 
+/* The pair "S,W" of attribute `name` of in (0, 0: none). */
+static void attr_pair(const tpu_instr *in, const char *name, int64_t *s, int64_t *w) {
+  *s = *w = 0;
+  for (int i = 0; i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, name) && in->attrs[i].value) {
+      long long a = 0, b = 0;
+      if (sscanf(in->attrs[i].value, "%lld,%lld", &a, &b) == 2 && a > 0 && b > 0) *s = a, *w = b;
+    }
+}
+
+/* A grouped convolution's layout copy that moves the lanes' dimension into or out of its
+ * group-split layout in tpusim's own compilation (group_conv.c mark_transposes): the merge copy
+ * marked group_transpose, or a copy of the entry's that moves the lanes and that only kernels
+ * marked group_in_tiles read (relayout.c's copy of the parameter into the convolution's
+ * layout: the compiler's copy of it, W in the lanes, into the split layout). The XLA TPU
+ * compiler charges it per tile of each side (chips' group_transpose_*). Sets the split side's
+ * tiles *split and the W-in-the-lanes side's *wide; returns 0 (both 0) for any other op. */
+int tpu__group_transpose_tiles(const tpu__be *be, const tpu_instr *in, int64_t *split, int64_t *wide) {
+  *split = *wide = 0;
+  if (in->op == TPU_OP_FUSION) {
+    attr_pair(in, "group_transpose", split, wide);
+    return *split > 0;
+  }
+  if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail || !in->parent ||
+      !tpu__moves_minor(be->chip, in))
+    return 0;
+  int users = 0;
+  for (int i = 0; i < in->parent->ninstrs; i++) {
+    const tpu_instr *u = in->parent->instrs[i];
+    for (int o = 0; o < u->noperands; o++)
+      if (u->operands[o] == in) {
+        int64_t s = 0, w = 0;
+        if (u->op == TPU_OP_FUSION) attr_pair(u, "group_in_tiles", &s, &w);
+        if (s <= 0) {
+          *split = *wide = 0;
+          return 0;
+        }
+        if (s > *split) *split = s, *wide = w;
+        users++;
+      }
+  }
+  return users > 0;
+}
+
 /* In VMEM (S(1)) or in v4's CMEM (S(3)): the on-chip side of a relayout copy. */
 static int on_chip(const tpu_shape *s) { return tpu__in_vmem(s) || (s->layout_tail && strstr(s->layout_tail, "S(3)")); }
 

@@ -719,6 +719,15 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     po.min_body_cycles = lat_s * be->chip->clock_hz + (double)rtiles * be->chip->relayout_tile_cycles;
   }
   if (whole > 0 && off_core && be->chip->relayout_tile_cycles > 0) po.min_body_cycles = 2.0 * (double)whole * be->chip->relayout_tile_cycles;
+  /* a grouped convolution's lane transpose into or out of its split layout: its start and
+   * each side's tiles at the chip's rates (copy_kind.c tpu__group_transpose_tiles) */
+  int64_t gsplit, gwide;
+  if (be->chip->group_transpose_tile_cycles > 0 && tpu__group_transpose_tiles(be, in, &gsplit, &gwide)) {
+    const tpu_chip *ch = be->chip;
+    double least = ch->group_transpose_start_cycles + (double)gsplit * ch->group_transpose_tile_cycles +
+                   (double)gwide * ch->group_transpose_wide_tile_cycles;
+    if (least > po.min_cycles) po.min_cycles = least;
+  }
   int64_t pad_windows = tpu__pad_window_tiles(be->chip, in); /* a pad the compiler windows */
   if ((double)pad_windows * be->chip->pad_window_tile_cycles > po.min_body_cycles)
     po.min_body_cycles = (double)pad_windows * be->chip->pad_window_tile_cycles;

@@ -340,6 +340,57 @@ static tpu_status set_leaf(tpu_builder *b, tpu_shape *s, int li, const tpu_shape
   return TPU_OK;
 }
 
+/* The tiles of [.., rows, .., lanes, ..] (dimensions r and l of s) tiled with rows in the
+ * sublanes and l in the lanes, the others major. */
+static int64_t tiles_of(const tpu_chip *chip, const tpu_shape *s, int r, int l) {
+  int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8, n = tpu_shape_numel(s);
+  int64_t rows = s->dims[r], cols = s->dims[l];
+  if (rows <= 0 || cols <= 0) return 0;
+  return n / rows / cols * ((rows + sub - 1) / sub) * ((cols + lanes - 1) / lanes);
+}
+
+/* The XLA TPU compiler's layout copies around a grouped convolution whose merged result it
+ * lays out with a spatial dimension (W) in the lanes, the least padded tiling (fewer features
+ * than W, a batch of 8 in the sublanes or the lanes): its input, laid out so at the program's
+ * edge, is copied into the split layout [B, spatial..., G, Cg] (Cg in the lanes and the batch in
+ * the sublanes, or the batch in the lanes and Cg in the sublanes), and the result out of it back
+ * into W in the lanes (from the split layout, or with the batch in the lanes from the merged
+ * [B, spatial..., C] with C in the sublanes). Both are lane transposes the compiler charges per
+ * tile of that split (or batch-in-lanes) side, whatever the side's memory and the dtype: compiled
+ * families, tune, gconv_b8_56x56_c32to32_g2_k3_bf16's copy.2 and copy.4 (bf16[8,56,56,2,16]
+ * {2,4,3,1,0} <-> {4,0,3,2,1}, 6,272 tiles) 58,478 / 38,784 / 52,140 / 34,800 cycles each on
+ * v4 / v5e / v5p / v6e, gconv_b8_28x28_c16to16_g4_k3_f32's copy into [8,28,28,4,4]{0,4,3,2,1}
+ * (3,136 tiles) exactly half; libtpu probes off the corpus (probes/group_lanes.py,
+ * gconv_copies.py) chips' group_transpose_tile_cycles. Marks the convolution's kernel f with
+ * group_in_tiles (the split input's tiles: the parameter copy feeding it pays them, copy_kind.c
+ * tpu__group_transpose_tiles) and the merge copy cf with group_transpose (its tiles), where the
+ * result's least padded tiling has the last spatial dimension in the lanes. Not a merge the
+ * compiler keeps Cog in the lanes for (group_merge: a sublane relayout). */
+static tpu_status mark_transposes(tpu_builder *b, const tpu_chip *chip, tpu_instr *f, tpu_instr *cf, const tpu_shape *xin,
+                                  const tpu_conv_dims *cd, const tpu_shape *out, int few, int merge, int64_t g) {
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  if (merge || cd->nspatial < 1 || g <= 1 || out->dims[cd->out_batch] != sub) return TPU_OK;
+  int q, m;
+  tpu__least_tiling(chip, out, &q, &m);
+  if (m != (int)cd->out_spatial[cd->nspatial - 1]) return TPU_OK;
+  int fi = (int)cd->in_feature, ib = (int)cd->in_batch, fo = (int)cd->out_feature, ob = (int)cd->out_batch;
+  tpu_shape xs = *xin, os = *out; /* the split shapes: [.., G, Cg, ..] with Cg at the features' place */
+  xs.dims[fi] /= g;
+  os.dims[fo] /= g;
+  int wi = (int)cd->in_spatial[cd->nspatial - 1], wo = (int)cd->out_spatial[cd->nspatial - 1];
+  /* each side's tiles: the split (or batch-in-lanes) side, and the side with W in the lanes */
+  int64_t tin = (few ? tiles_of(chip, &xs, fi, ib) : tiles_of(chip, &xs, ib, fi)) * g;
+  int64_t win = tiles_of(chip, &xs, fi, wi) * g;
+  int64_t tout = few ? tiles_of(chip, out, fo, ob) : tiles_of(chip, &os, ob, fo) * g;
+  int64_t wout = few ? tiles_of(chip, out, fo, wo) : tiles_of(chip, &os, fo, wo) * g;
+  char buf[48];
+  snprintf(buf, sizeof buf, "%lld,%lld", (long long)tin, (long long)win);
+  TPU_TRY(tpu_build_set_attr(b, f, "group_in_tiles", buf));
+  snprintf(buf, sizeof buf, "%lld,%lld", (long long)tout, (long long)wout);
+  return tpu_build_set_attr(b, cf, "group_transpose", buf);
+}
+
 static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__made_set *made, const tpu_chip *chip,
                             int *done) {
   *done = 0;
@@ -391,6 +442,7 @@ static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__
   /* the convolution in the compiler's form first (its result's layout below) */
   tpu_conv_dims cdims = cv->conv;
   int64_t g = cv->feature_group_count;
+  const tpu_shape xin = cv->operands[0]->shape;
   TPU_TRY(group_form(b, fc, (tpu_instr *)cv));
   top = li < 0 ? fc->root : fc->root->operands[li]; /* (the convolution's result, re-formed) */
   const tpu_conv_dims *cd = &cdims;
@@ -470,10 +522,12 @@ static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__
     w5 = wd < fd ? wd : wd + 1;
   }
   int cog_minor = w5 >= 0 && tpu__tiled_as(chip, &split, fd, fd + 1) <= tpu__tiled_as(chip, &split, fd + 1, w5);
-  if (!few && (out_shape.dims[fd] >= lanes || cog_minor)) {
+  int merge = !few && (out_shape.dims[fd] >= lanes || cog_minor);
+  if (merge) {
     snprintf(buf, sizeof buf, "%d", fd);
     TPU_TRY(tpu_build_set_attr(b, cf, "group_merge", buf));
   }
+  TPU_TRY(mark_transposes(b, chip, f, cf, &xin, cd, &out_shape, few, merge, g));
   if (!tpu__made_add(made, cc)) return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory splitting '%s'", f->name);
   tpu_build_replace_uses(entry, val, cf);
   cf->operands[0] = val; /* replace_uses rewired the copy's own operand too */

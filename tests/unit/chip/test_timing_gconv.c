@@ -181,6 +181,34 @@ static void group_merge_narrow(const tpu_chip *v4, const tpu_chip *v5e) {
   CHECK(w4 > 0 && w4 < 0.8 * wfloor);
 }
 
+/* The layout copies around a grouped convolution whose result the compiler lays out with W in
+ * the lanes (fewer features than W, a batch of 8): the parameter's copy into the split layout
+ * and the merge copy out of it are lane transposes the compiler charges per tile of the split
+ * side, its start included (group_conv.c mark_transposes, copy_kind.c
+ * tpu__group_transpose_tiles; libtpu probe off the corpus, bench/fidelity/probes/gconv_copies.py,
+ * bf16 [8,40,40,16] in 2 groups, 3x3: copy.2 and copy.4 of bf16[8,40,40,2,8], 3,200 tiles of
+ * the split layout, 24,725 cycles each on v4, 14,830 on v5e). Without the rule the parameter's
+ * copy is its transfers' (a third of the compiler's on v4); the merge copy's transfers already
+ * cost about the compiler's figure on v4, and on v5e more (it reads the split result from HBM,
+ * where the compiler keeps it in VMEM: left). */
+static void group_transpose(const tpu_chip *v4, const tpu_chip *v5e) {
+  const char *src = "HloModule m\nENTRY e {\n x = bf16[8,40,40,16] parameter(0)\n w = bf16[3,3,8,16] parameter(1)\n"
+                    " ROOT c = bf16[8,40,40,16] convolution(x, w), window={size=3x3 pad=1_1x1_1},"
+                    " dim_labels=b01f_01io->b01f, feature_group_count=2\n}\n";
+  tpu_chip off4 = *v4, off5 = *v5e;
+  off4.group_transpose_tile_cycles = off5.group_transpose_tile_cycles = 0;
+  double i4 = cycles_of(src, v4, "copy.relayout"), o4 = cycles_of(src, v4, "copy.group");
+  double i5 = cycles_of(src, v5e, "copy.relayout"), o5 = cycles_of(src, v5e, "copy.group");
+  double n4 = cycles_of(src, &off4, "copy.relayout"), n5 = cycles_of(src, &off5, "copy.relayout");
+  double m4 = cycles_of(src, &off4, "copy.group");
+  printf("grouped bf16 [8,40,40,16] g2, W in the lanes: copy into the split layout v4 %.0f cycles, v5e %.0f (the compiler"
+         " 24,725 / 14,830; without the rule %.0f / %.0f); merge copy v4 %.0f, v5e %.0f (24,725 / 14,830; v4 without %.0f)\n",
+         i4, i5, n4, n5, o4, o5, m4);
+  CHECK(i4 > 0.85 * 24725 && i4 < 1.15 * 24725 && o4 > 0.85 * 24725 && o4 < 1.15 * 24725);
+  CHECK(i5 > 0.85 * 14830 && i5 < 1.15 * 14830 && o5 > 0.8 * 14830);
+  CHECK(n4 > 0 && n4 < 0.7 * 24725 && n5 > 0 && n5 < 0.8 * 14830 && m4 > 0);
+}
+
 int main(void) {
   tpu_chip v4, v5e, v5p, v6e;
   tpu_diag d;
@@ -200,5 +228,6 @@ int main(void) {
   }
   group_batch_in_lanes(&v4c, &v5e);
   group_merge_narrow(&v4c, &v5e);
+  group_transpose(&v4c, &v5e);
   CHECK_DONE();
 }
