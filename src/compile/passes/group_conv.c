@@ -352,7 +352,7 @@ static int64_t tiles_of(const tpu_chip *chip, const tpu_shape *s, int r, int l) 
 
 /* The XLA TPU compiler's layout copies around a grouped convolution whose merged result it
  * lays out with a spatial dimension (W) in the lanes, the least padded tiling (fewer features
- * than W, a batch of 8 in the sublanes or the lanes): its input, laid out so at the program's
+ * than W, a batch of 4-16 in the sublanes or the lanes): its input, laid out so at the program's
  * edge, is copied into the split layout [B, spatial..., G, Cg] (Cg in the lanes and the batch in
  * the sublanes, or the batch in the lanes and Cg in the sublanes), and the result out of it back
  * into W in the lanes (from the split layout, or with the batch in the lanes from the merged
@@ -369,12 +369,16 @@ static int64_t tiles_of(const tpu_chip *chip, const tpu_shape *s, int r, int l) 
  * compiler keeps Cog in the lanes for (group_merge: a sublane relayout). */
 static tpu_status mark_transposes(tpu_builder *b, const tpu_chip *chip, tpu_instr *f, tpu_instr *cf, const tpu_shape *xin,
                                   const tpu_conv_dims *cd, const tpu_shape *out, int few, int merge, int64_t g) {
-  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
-  if (merge || cd->nspatial < 1 || g <= 1 || out->dims[cd->out_batch] != sub) return TPU_OK;
+  /* the probes' batches: 4, 8 and 16 fit alike */
+  int64_t nb = out->dims[cd->out_batch];
+  if (merge || cd->nspatial < 1 || g <= 1 || nb < 4 || nb > 16 || nb % 4) return TPU_OK;
   int q, m;
   tpu__least_tiling(chip, out, &q, &m);
   if (m != (int)cd->out_spatial[cd->nspatial - 1]) return TPU_OK;
   int fi = (int)cd->in_feature, ib = (int)cd->in_batch, fo = (int)cd->out_feature, ob = (int)cd->out_batch;
+  /* a group's features dividing 16 (the probes' 4, 8, 16; with 12 the compiler copies through
+   * other layouts: bf16 [8,48,48,24] in 2 groups) */
+  if (16 % (xin->dims[fi] / g) || 16 % (out->dims[fo] / g)) return TPU_OK;
   tpu_shape xs = *xin, os = *out; /* the split shapes: [.., G, Cg, ..] with Cg at the features' place */
   xs.dims[fi] /= g;
   os.dims[fo] /= g;
