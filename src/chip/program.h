@@ -130,6 +130,8 @@ typedef struct tpu_prog_op {
                                  * their bytes (the per-element pass of a 16-bit result) */
   int window;                   /* a pooling window kernel: its reads of values in VMEM pay no
                                  * vmem_read_cost (its compiler reads them in place) */
+  int copy_out;                 /* a copy kernel out of VMEM into HBM: its read of its operand in
+                                 * VMEM pays no vmem_read_cost (copy_kind.c tpu__copy_out_of_vmem) */
   double out_bytes;             /* its result's bytes in their layout (set from `instr` by
                                  * tpu_program_add_op; 0: unknown): what it writes, not reads */
   double min_cycles;            /* the least cycles its kernel lasts, start to end, whatever its

@@ -727,7 +727,8 @@ static tpu_status durations(tstate *t) {
           double x = b * pass - (double)in->bytes;
           /* a vector kernel's read of a value kept in VMEM: the part of an HBM read's cost
            * the chip's compiler charges for it (chip vmem_read_cost) */
-          if (in->opc == TPU_ISA_DMA_IN && !(o && o->window)) x += t->chip->vmem_read_cost * (double)in->bytes;
+          if (in->opc == TPU_ISA_DMA_IN && !(o && (o->window || o->copy_out)))
+            x += t->chip->vmem_read_cost * (double)in->bytes;
           c = x > 0 ? (int64_t)ceil(x / t->bpc) : 0;
           t->pdur[i] = pass > 1 ? 0 : c;
           t->gdur[i] = 0;

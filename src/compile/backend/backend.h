@@ -279,6 +279,8 @@ int tpu__relayout_kernel(const tpu__be *be, const tpu_instr *in);
 /* XLA's copy of an output leaf another leaf returns too, a DMA out of VMEM on v5e and v6e
  * (copy_kind.c). */
 int tpu__dup_output_copy(const tpu__be *be, const tpu_instr *in);
+/* A compiled program's copy kernel from VMEM into HBM: no charge for its read (copy_kind.c). */
+int tpu__copy_out_of_vmem(const tpu__be *be, const tpu_instr *in);
 int tpu__relayout_off_core(const tpu__be *be, const tpu_instr *in);
 int tpu__prefetched_param_copy(const tpu__be *be, const tpu_instr *in);
 int64_t tpu__windowed_vmem_copy(const tpu__be *be, const tpu_instr *in);

@@ -70,6 +70,29 @@ static int same_tiles(const char *a, const char *b) {
   }
 }
 
+/* A compiled program's copy kernel whose operand is in VMEM (S(1)) and whose result is in HBM
+ * (a relayout of a kernel's result into the entry's layout, a leaf copied out): the XLA TPU
+ * compiler charges it its HBM write, the per-element stream pass of a result narrower than 32
+ * bits over the result's tiles (stream_cost.c) and its start, and nothing for reading its
+ * operand in VMEM, unlike a vector kernel reading a value kept there (chip vmem_read_cost, 1
+ * on v5e). libtpu probes off the corpus (bench/fidelity/probes/copy_out.py: 1x1 convolutions
+ * with relu, the result relaid out of VMEM {3,1,2,0} or {3,0,2,1} into the entry's {3,2,1,0}):
+ * v5e f32[16,56,56,256] 131,908 cycles (its 51 MB written at 438 B a cycle: 117,306),
+ * bf16[8,40,40,128] 23,005 (write 5,845 and pass 11,689); compiled families tune split, v5e:
+ * bf16[16,1000,768] 173,208 (write and pass 168,329), f32[8,3000,512] 123,990 (write
+ * 112,219); tpusim had charged the read too: 226,279 and 226,373 cycles. The timing leaves out
+ * its read's vmem_read_cost (tpu_prog_op copy_out); the stream pass it still pays. Known gap:
+ * v5p's compiler does the same (opt_lion_3072x768_...'s copy.20, f32[3072,768], 9,430 cycles,
+ * its write 8,396; tpusim 18,868). */
+int tpu__copy_out_of_vmem(const tpu__be *be, const tpu_instr *in) {
+  /* only where tpusim keeps the operand in VMEM (one TensorCore, no CMEM: v5e, v6e); v5p's
+   * vmem_assign.c keeps nothing between kernels, so the copy reads HBM there (not taken: the
+   * stream pass over the tiles on top of that read moved v5p's copies to 1.3-1.45x) */
+  if (be->chip->tensorcores > 1 || be->chip->cmem_bytes > 0 || be->chip->vmem_bytes <= 0) return 0;
+  return in->op == TPU_OP_COPY && in->noperands == 1 && in->shape.layout_tail && !tpu__in_vmem(&in->shape) &&
+         tpu__in_vmem(&in->operands[0]->shape) && !strstr(in->shape.layout_tail, "S(");
+}
+
 /* Is `in` the copy XLA's copy insertion gives an output leaf of the entry whose value another
  * leaf returns too (param_copy.c copy_repeated): a copy of the same layout that the root
  * tuple returns, of a value the root tuple returns itself? On a chip of one TensorCore

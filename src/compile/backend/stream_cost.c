@@ -312,7 +312,13 @@ double tpu__stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinf
   /* (nor a kernel of space to batch's form, whose transposes relay a convolution's pieces
    * as the compiler's own relayouts do: space_to_batch.c marks them s2b_kernel; its unfold
    * into tiles of fewer than 8 rows is timed per tile written, tile.c relayout_tiles) */
-  const int tiles = in->op != TPU_OP_RESHAPE && in->op != TPU_OP_BITCAST && streams_tiles(in) && !s2b_kernel(in);
+  /* (a compiled program's copy kernel out of VMEM into HBM streams its result's tiles too: the
+   * compiler's pass over bf16[4,56,56,64] relaid out into {3,2,1,0:T(8,128)(2,1)} is over
+   * [4,56,56,128], 22,581 cycles on v5e = the 3.2 MB written plus 4 B for each of 1.6 M padded
+   * elements, and its start; conv3d_b1_8x32x32_c64to64_k1s1's copy.3 16,145 alike; copy_kind.c
+   * tpu__copy_out_of_vmem) */
+  const int tiles = (in->op != TPU_OP_RESHAPE && in->op != TPU_OP_BITCAST && streams_tiles(in) && !s2b_kernel(in)) ||
+                    tpu__copy_out_of_vmem(be, in);
   int nl = tpu__leaves(&in->shape);
   for (int l = 0; l < nl; l++) {
     const tpu_shape *s = tpu__leaf(&in->shape, l);

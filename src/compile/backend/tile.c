@@ -774,6 +774,11 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
              ((!tpu__vmem_copy(in) && !tpu__relayout_kernel(be, in)) || tpu__dup_output_copy(be, in))) {
     k->kind = TPU__K_COPY;
     po.dma = tpu__copy_via_vmem(be, in) || tpu__dup_output_copy(be, in);
+  } else if (in->op == TPU_OP_COPY && tpu__copy_out_of_vmem(be, in)) {
+    k->kind = TPU__K_STREAM; /* a vector kernel that pays no read of its operand in VMEM */
+    po.copy_out = 1;
+    po.flops = c.flops;
+    po.padded_flops = c.padded_flops;
   } else if (in->op == TPU_OP_CHOLESKY || in->op == TPU_OP_TRIANGULAR_SOLVE) {
     k->kind = TPU__K_LINALG;
     po.flops = c.flops;
