@@ -17,9 +17,12 @@ command -v python3 > /dev/null && python3 -c "import numpy" 2> /dev/null || { ec
 # 10.167 -> 9.502 when the compiled loop counter stayed in scalar memory and the body's
 # kernels paid their read latency from their own start (docs/timing.md, kernels in a while
 # loop's body).
+# pod_conv_spatial 1.644 -> 1.554: 1.565 at session 19's start (drift within the band), then its
+# copy.4 out of VMEM into HBM paid no read on chip (1,951 -> 1,801 cycles; docs/timing-memory.md,
+# copy kernels out of VMEM).
 cat > "$T/bands" <<'EOF'
 pod_block_3d 1.452
-pod_conv_spatial 1.644
+pod_conv_spatial 1.554
 pod_dp_mlp 3.484
 pod_embed 1.772
 pod_fsdp_mlp 3.940
