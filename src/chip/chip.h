@@ -89,6 +89,9 @@ typedef enum {
   X(GROUP_TRANSPOSE_WIDE_TILE_CYCLES, group_transpose_wide_tile_cycles, 'f', 0, "cycles", "the same copy: its least time's part per tile of the side with W in the lanes") \
   X(GROUP_TRANSPOSE_START_CYCLES, group_transpose_start_cycles, 'f', 0, "cycles", "the same copy: its least time's fixed part") \
   X(PAD_WINDOW_TILE_CYCLES, pad_window_tile_cycles, 'f', 0, "cycles", "a pad into VMEM whose result is more than a sixth of scoped_vmem_bytes, which the compiler runs in windows of 128 tiles: time per tile of its result (absent: as any pad)") \
+  X(PATCH_RELAYOUT_BLOCK_CYCLES, patch_relayout_block_cycles, 'f', 0, "cycles", "a patch embedding's image copied from its least padded layout (W in the lanes, H in the sublanes) into the batch in the lanes and its features in the sublanes: time per block of 8 rows and up to 128 lanes of the source, beyond the per-row and per-lane parts (absent: a transfer)") \
+  X(PATCH_RELAYOUT_ROW_CYCLES, patch_relayout_row_cycles, 'f', 0, "cycles", "the same copy: time per block and source row of it (batch times features)") \
+  X(PATCH_RELAYOUT_LANE_CYCLES, patch_relayout_lane_cycles, 'f', 0, "cycles", "the same copy: time per block and lane of it the source fills (W's, up to 128)") \
   X(WIDE_INT_SOURCE_KERNELS, wide_int_source_kernels, 'i', 0, "", "kernels the compiler runs for an operandless kernel of tpusim's own compilation with a 64-bit integer result (JAX's u64 Threefry counters), its 32-bit words computed apart; each pays the kernel start unless they fill whole registers in VMEM (absent: one kernel)") \
   X(SORT_NETWORK, sort_network, 'i', 0, "", "1: a sort is timed as the compiler's bitonic network counted from libtpu's code (sort_cost.c; absent: 3 vector ops and one permute pass per register and stage)") \
   X(SORT_LANE_STAGE_CYCLES, sort_lane_stage_cycles, 'f', 0, "cycles", "a sort along the lanes: the wait on the permute unit of each stage of its network that exchanges within registers (absent: none)") \
@@ -183,6 +186,7 @@ typedef struct tpu_chip {
   double relayout_tile_cycles;     /* 0: absent (tile.c relayout_tiles) */
   double group_transpose_tile_cycles, group_transpose_wide_tile_cycles, group_transpose_start_cycles; /* 0: absent (tile.c) */
   double pad_window_tile_cycles;   /* 0: absent (copy_kind.c tpu__pad_window_tiles) */
+  double patch_relayout_block_cycles, patch_relayout_row_cycles, patch_relayout_lane_cycles; /* 0: absent (copy_kind.c tpu__patch_relayout_cycles) */
   int64_t wide_int_source_kernels; /* 0 when absent: one kernel (vmem_source.c) */
   int64_t sort_network;            /* 0 when absent: the earlier count (sort_cost.c) */
   double sort_lane_stage_cycles;   /* 0: absent (sort_cost.c) */

@@ -276,6 +276,8 @@ int tpu__conv_group_window(const tpu_instr *mm);
  * sublane relayout pays relayout_tile_cycles for (0: not one). */
 int tpu__vmem_copy(const tpu_instr *in);
 int tpu__relayout_kernel(const tpu__be *be, const tpu_instr *in);
+/* A patch embedding's image relayout's least time (copy_kind.c), 0 for any other op. */
+double tpu__patch_relayout_cycles(const tpu_chip *chip, const tpu_instr *in);
 /* XLA's copy of an output leaf another leaf returns too, a DMA out of VMEM on v5e and v6e
  * (copy_kind.c). */
 int tpu__dup_output_copy(const tpu__be *be, const tpu_instr *in);

@@ -35,6 +35,7 @@ int tpu__vmem_copy(const tpu_instr *in) {
  * (own compilation, cumsum_126x80x65_ax1_f32 v6e -13 -> -45 %, avgpool2d_8x112x112x3 v6e
  * +170 -> +124 %), unresolved. A compiled program's copies keep their own forms. */
 int tpu__relayout_kernel(const tpu__be *be, const tpu_instr *in) {
+  if (tpu__patch_relayout_cycles(be->chip, in) > 0) return 1;
   if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail || in->operands[0]->shape.layout_tail ||
       !in->parent)
     return 0;
@@ -527,3 +528,31 @@ int64_t tpu__pad_window_tiles(const tpu_chip *chip, const tpu_instr *in) {
   return tiles > 0 && (to_hbm ? 3 : 6) * bytes > chip->scoped_vmem_bytes ? tiles : 0;
 }
 
+
+/* A patch embedding's image relaid out for its convolution (relayout.c marks the copy
+ * patch_relayout): from its least padded layout, W in the lanes and H in the sublanes, into
+ * the batch in the lanes and the features in the sublanes. The XLA TPU compiler runs it as a
+ * kernel over blocks of the source of 8 rows of H and up to 128 lanes of W (its
+ * iteration_bounds; a megacore chip's two cores share them: [8,200,200,3] 25 blocks a core
+ * of its 50 on v5p), each block charged a fixed part,
+ * a part per source row (batch x features) and one per lane W fills, whatever the result's
+ * padding (libtpu probes off the corpus, bench/fidelity/probes/patch_relayout.py,
+ * data/patch_relayout.jsonl: bf16[8,224,224,3] 117,544 cycles on v5e, 56 blocks of 2,099;
+ * [8,112,112,3] 29,386, 14 blocks of 2,099). The least time of that kernel, 0 for any other
+ * op or a chip without the fields. */
+double tpu__patch_relayout_cycles(const tpu_chip *chip, const tpu_instr *in) {
+  if (!chip || chip->patch_relayout_block_cycles <= 0 || in->op != TPU_OP_COPY || in->noperands != 1) return 0;
+  int marked = 0;
+  for (int i = 0; i < in->nattrs; i++)
+    marked |= !strcmp(in->attrs[i].name, "patch_relayout") && in->attrs[i].value && !strcmp(in->attrs[i].value, "1");
+  const tpu_shape *s = &in->operands[0]->shape;
+  if (!marked || !s->has_layout || s->rank < 2) return 0;
+  int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128, sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  int64_t w = s->dims[s->minor_to_major[0]], h = s->dims[s->minor_to_major[1]], rows = 1;
+  for (int d = 2; d < s->rank; d++) rows *= s->dims[s->minor_to_major[d]];
+  int64_t cores = chip->tensorcores > 1 ? chip->tensorcores : 1;
+  int64_t blocks = ((h + sub - 1) / sub * ((w + lanes - 1) / lanes) + cores - 1) / cores;
+  double fill = (double)(w < lanes ? w : lanes);
+  return (double)blocks * (chip->patch_relayout_block_cycles + chip->patch_relayout_row_cycles * (double)rows +
+                           chip->patch_relayout_lane_cycles * fill);
+}

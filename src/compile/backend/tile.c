@@ -728,6 +728,8 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
                    (double)gwide * ch->group_transpose_wide_tile_cycles;
     if (least > po.min_cycles) po.min_cycles = least;
   }
+  double patch = tpu__patch_relayout_cycles(be->chip, in); /* a patch embedding's image relaid out */
+  if (patch > po.min_body_cycles) po.min_body_cycles = patch;
   int64_t pad_windows = tpu__pad_window_tiles(be->chip, in); /* a pad the compiler windows */
   if ((double)pad_windows * be->chip->pad_window_tile_cycles > po.min_body_cycles)
     po.min_body_cycles = (double)pad_windows * be->chip->pad_window_tile_cycles;

@@ -576,21 +576,44 @@ static void result_transpose_layouts(tpu_comp *entry, const tpu_chip *chip, cons
   }
 }
 
+/* A patch embedding's convolution: every spatial window its own stride (size = stride, no
+ * dilation nor padding) and at least 8 wide, so the windows tile the image without overlap —
+ * a forward convolution, not a weight gradient, however large the window against the output
+ * (libtpu probes, probes/patch_relayout.py: 8 x 8 over 160 and 64, 16 x 16 over 112-256,
+ * 20 x 20 over 200 alike). */
+static int patch_window(const tpu_instr *r) {
+  if (r->conv.nspatial <= 0 || r->nwindow < r->conv.nspatial) return 0;
+  for (int w = 0; w < r->conv.nspatial; w++) {
+    const tpu_window_dim *wd = &r->window[w];
+    if (wd->size < 8 || wd->stride != wd->size || wd->pad_lo || wd->pad_hi || wd->window_dilation > 1 ||
+        wd->base_dilation > 1)
+      return 0;
+  }
+  return 1;
+}
+
 /* Parameter p takes the tiling (second, minor) and one copy relays it into the tiling
- * (to_second, to_minor) for every reader, which reads the copy instead. */
-static tpu_status relayout_copy(tpu_builder *b, tpu_comp *entry, tpu_instr *p, const tpu_uses *u, int minor, int second,
-                                int to_minor, int to_second) {
+ * (to_second, to_minor) for every reader, which reads the copy instead; `mark`, when given,
+ * an attribute the copy carries with value 1 (the back end's cue for its kernel). */
+static tpu_status relayout_copy_marked(tpu_builder *b, tpu_comp *entry, tpu_instr *p, const tpu_uses *u, int minor,
+                                       int second, int to_minor, int to_second, const char *mark) {
   tpu__tile_layout(&p->shape, minor, second);
   tpu_shape to = p->shape;
   tpu__tile_layout(&to, to_minor, to_second);
   tpu_instr *c = NULL;
   TPU_TRY(tpu_build_instr_like(b, entry, p, TPU_OP_COPY, "copy.relayout", &to, &p, 1, &c));
+  if (mark) TPU_TRY(tpu_build_set_attr(b, c, mark, "1"));
   for (int k = 0; k < u->nusers[p->id]; k++) {
     tpu_instr *r = u->users[p->id][k];
     for (int j = 0; j < r->noperands; j++)
       if (r->operands[j] == p) r->operands[j] = c;
   }
   return TPU_OK;
+}
+
+static tpu_status relayout_copy(tpu_builder *b, tpu_comp *entry, tpu_instr *p, const tpu_uses *u, int minor, int second,
+                                int to_minor, int to_second) {
+  return relayout_copy_marked(b, entry, p, u, minor, second, to_minor, to_second, NULL);
 }
 
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip) {
@@ -630,7 +653,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
        * (fb01_io01->01bf beside the forward pass's bf01): one layout serves both, the features
        * of whichever reading fills the lanes in the lanes (conv_grad_nchw_hwio_nchw_b8_14_
        * c128to128_k1: {1,0,3,2} in the compiler's programs). */
-      int fd = -1, bd = -1, conv_only = u.nusers[p->id] > 0, swapped = 0, wf = -1, wb = -1;
+      int fd = -1, bd = -1, conv_only = u.nusers[p->id] > 0, swapped = 0, wf = -1, wb = -1, patches = 1;
       for (int k = 0; conv_only && k < u.nusers[p->id]; k++) {
         const tpu_instr *r = u.users[p->id][k];
         conv_only = r->op == TPU_OP_CONVOLUTION && r->has_conv_dims && r->noperands == 2 && r->operands[0] == p &&
@@ -641,9 +664,10 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
         /* a weight gradient (its window the image, its outputs the filter's taps) reads its
          * input in a layout of its own emitter's */
         int image = r->conv.nspatial > 0;
+        patches &= patch_window(r);
         for (int w = 0; w < r->conv.nspatial && w < r->nwindow; w++) {
           const tpu_window_dim *wd = &r->window[w];
-          if (wd->size <= r->shape.dims[r->conv.out_spatial[w]]) {
+          if (patches || wd->size <= r->shape.dims[r->conv.out_spatial[w]]) {
             image = 0;
             continue;
           }
@@ -661,6 +685,16 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
       if (conv_only && fd != bd && s->dims[fd] % lanes == 0 &&
           tpu__tiled_as(chip, s, bd, fd) < tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1)) {
         tpu__tile_layout(s, fd, bd);
+        changed = 1;
+      } else if (conv_only && patches && fd != bd && s->dims[fd] <= 4 && s->dims[bd] % lanes && (second != bd || minor != fd) &&
+                 tpu__tiled_as(chip, s, second, minor) < tpu__tiled_as(chip, s, fd, bd)) {
+        /* A patch embedding (patch_window): of at most 4 features (an image's channels), the
+         * batch not filling the lanes, where another layout pads less than row-major: the
+         * parameter takes that layout and one copy relays it into the batch in the lanes and
+         * the features in the sublanes, as the XLA TPU compiler's programs
+         * (vit_patch_embed_b8d768's bf16[8,224,224,3] {2,1,3,0} copied to {0,3,2,1:T(4,128)},
+         * 117,544 cycles on v5e; libtpu probes off the corpus, probes/patch_relayout.py). */
+        st = relayout_copy_marked(b, entry, p, &u, minor, second, bd, fd, "patch_relayout");
         changed = 1;
       } else if (conv_only && !swapped && fd != bd && (second != bd || minor != fd) &&
                  tpu__tiled_as(chip, s, second, minor) < tpu__tiled_as(chip, s, bd, fd)) {
