@@ -931,6 +931,7 @@ tpu_status tpu__pass_fuse(tpu_module *m, const tpu_compile_opts *o, tpu_diag *d)
       merged |= found;
     }
   if (st == TPU_OK && m->entry && !compiled) st = tpu__fuse_group_layout(&b, m->entry, &made, o->chip);
+  if (st == TPU_OK && m->entry && !compiled) st = tpu__s8_pad_tiles(&b, m->entry, o->chip);
   if (st == TPU_OK && m->entry) st = tpu__fuse_relayout(&b, m->entry, &made, o->chip);
   if (st == TPU_OK && m->entry) st = tpu__fuse_window_widen(&b, m->entry);
   if (st == TPU_OK && m->entry) st = tpu__fuse_param_copies(&b, m);

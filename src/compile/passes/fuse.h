@@ -86,6 +86,10 @@ tpu_status tpu__sort_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *ch
  * copied into it, and a result that pads least otherwise copied back (scan_layout.c; part of
  * tpu__fuse_param_layouts). */
 tpu_status tpu__scan_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed);
+/* An 8-bit pad whose operand the XLA TPU compiler tiles in 32 rows runs in 8-row tiles: a copy
+ * of the operand before it, and of the result after it where the program's result is tiled in
+ * 32 rows (s8_pad_tiles.c; own compilation, after fusion). */
+tpu_status tpu__s8_pad_tiles(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);
 /* The tiling (second in the sublanes, minor in the lanes) a pooling reduce-window w runs in:
  * its result's least padded one in whole tiles where that pads strictly less than its
  * operand's, else its operand's; 0 when w is not a pooling window (a scan, a whole row, a compiled program's). */
