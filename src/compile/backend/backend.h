@@ -290,6 +290,9 @@ int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* The result tiles of a pad the compiler windows, which pay pad_window_tile_cycles each (0: not
  * one; copy_kind.c). */
 int64_t tpu__pad_window_tiles(const tpu_chip *chip, const tpu_instr *in);
+/* A compiled program's transposing copy with a side in tiles of fewer than 8 rows, not within
+ * VMEM: that side's tiles, which it pays small_tile_transpose_cycles for (0: not one). */
+int64_t tpu__small_tile_transpose_tiles(const tpu_chip *chip, const tpu_instr *in);
 int64_t tpu__group_merge_whole_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* A grouped convolution's lane-moving copy into or out of its split layout (copy_kind.c):
  * its split side's tiles and its W-in-the-lanes side's (0: not one). */

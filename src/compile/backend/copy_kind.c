@@ -556,3 +556,41 @@ double tpu__patch_relayout_cycles(const tpu_chip *chip, const tpu_instr *in) {
   return (double)blocks * (chip->patch_relayout_block_cycles + chip->patch_relayout_row_cycles * (double)rows +
                            chip->patch_relayout_lane_cycles * fill);
 }
+
+/* The rows of a compiled layout's tiles ("T(2,128)": 2), 0 without tiles. */
+static int64_t tile_rows(const tpu_shape *s) {
+  const char *t = s->layout_tail ? strstr(s->layout_tail, "T(") : NULL;
+  char *e = NULL;
+  long long r = t ? strtoll(t + 2, &e, 10) : 0;
+  return t && e && *e == ',' && r > 0 ? r : 0;
+}
+
+/* A compiled program's copy that moves the dimension in the lanes (a transpose, not within
+ * VMEM: tpu__moves_minor) into or out of tiles of fewer than 8 rows (T(1,128), T(2,128),
+ * T(4,128): a max-pool gradient's operand and source laid out with the window's dimensions
+ * major and its result laid back, a small-batch convolution's input with the batch in the
+ * sublanes). The XLA TPU compiler's kernel walks the small tiles one at a time: it costs
+ * at least its start plus small_tile_transpose_cycles per tile of that side, whatever the
+ * other side's tiles and wherever the small tiles lie (HBM, v4's CMEM, VMEM beside an HBM
+ * side). libtpu probes off the families corpus (bench/fidelity/probes/pool_grad_copies.py,
+ * max-pool gradients of bf16/f32 [1,96,96,64], [2,56,56,32], [1,2000,64], [1,1024,96],
+ * [2,64,64,16]), per small tile after the compiler's start, 512 to 9,216 tiles: v4 5.6-7.6
+ * (CMEM), v5p 3.1-4.7 into HBM and 5.5-7.2 out of it, v5e 2.7-3.7 and v6e 2.6-3.6 out of VMEM
+ * into HBM, the bf16 T(2,128) and f32 T(1,128) tiles alike. The chips' figures (v4 5.3, v5e
+ * 2.3, v5p 4.0, v6e 2.5) are the most that leaves every probe copy and each of the compiled
+ * families tune programs' 203 such copies at or above tpusim's start plus that a tile (ViT's
+ * patch embedding bounds v5e/v6e, tconv_b2_28x28_c256to3_k4s4_valid v4): a floor, where
+ * tpusim charged the 72 of 500 tiles or more 0.10-0.89 of the compiler's time. Returns that
+ * side's tiles (the larger when both are small), 0 for any other op. */
+int64_t tpu__small_tile_transpose_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  if (in->op != TPU_OP_COPY || in->noperands != 1 || !in->shape.layout_tail || !in->operands[0]->shape.layout_tail ||
+      !tpu__moves_minor(chip, in))
+    return 0;
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8, n = 0;
+  const tpu_shape *sides[2] = {&in->shape, &in->operands[0]->shape};
+  for (int i = 0; i < 2; i++) {
+    int64_t r = tile_rows(sides[i]), t = r > 0 && r < sub ? layout_tiles(sides[i]) : 0;
+    if (t > n) n = t;
+  }
+  return n;
+}

@@ -733,6 +733,9 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   int64_t pad_windows = tpu__pad_window_tiles(be->chip, in); /* a pad the compiler windows */
   if ((double)pad_windows * be->chip->pad_window_tile_cycles > po.min_body_cycles)
     po.min_body_cycles = (double)pad_windows * be->chip->pad_window_tile_cycles;
+  /* a transposing copy into or out of tiles of fewer than 8 rows (copy_kind.c) */
+  double small = (double)tpu__small_tile_transpose_tiles(be->chip, in) * be->chip->small_tile_transpose_cycles;
+  if (small > po.min_body_cycles) po.min_body_cycles = small;
   if (in->op == TPU_OP_SORT && be->chip->sort_network) { /* its network's waits too */
     tpu__sort_work w;
     tpu__sort_cost(be, in, &w);
