@@ -87,6 +87,40 @@ def entry_ops(txt):
     return ops
 
 
+def write_probe_corpus(cases, out, family, dtypes, argv):
+    """A probe's mini corpus in the families' form under OUT (NAME.hlo, NAME.json with the
+    compiler's estimated top-level ops per generation, compiled/NAME.GEN.hlo.gz), so the fidelity
+    tools read it. CASES: (name, function, [(shape, dtype name)]); ARGV: [CHIPS] [--only SUBSTR];
+    a case already written is skipped."""
+    import gzip
+    import jaxlib._hlo as H
+    argv = list(argv)
+    only = ""
+    if "--only" in argv:
+        i = argv.index("--only")
+        only = argv[i + 1]
+        del argv[i:i + 2]
+    chips = argv[0].split(",") if argv else ["v4", "v5e", "v5p", "v6e"]
+    os.makedirs(os.path.join(out, "compiled"), exist_ok=True)
+    for name, f, sig in cases:
+        if only not in name or os.path.exists(os.path.join(out, name + ".json")):
+            continue
+        plain = [sds(s, dtypes[d]) for s, d in sig]
+        open(os.path.join(out, name + ".hlo"), "w").write(jax.jit(f).lower(*plain).as_text(dialect="hlo"))
+        rec = {"name": name, "family": family, "category": "probe", "split": "probe", "chips": {}}
+        for chip in chips:
+            dev = device(chip)
+            c = jax.jit(f).lower(*[sds(s, dtypes[d], dev) for s, d in sig]).compile()
+            o = H.HloPrintOptions()
+            o.print_large_constants = True  # tpusim reads the constants' values
+            with gzip.open(os.path.join(out, "compiled", f"{name}.{chip}.hlo.gz"), "wt") as g:
+                g.write(c.runtime_executable().hlo_modules()[0].to_string(o))
+            ops = entry_ops(c.as_text())
+            rec["chips"][chip] = {"ops": ops, "estimated_cycles": sum(o[4] for o in ops)}
+            print(name, chip, "; ".join(f"{o[0]}/{o[1]} {o[4]}" for o in ops)[:300], flush=True)
+        json.dump(rec, open(os.path.join(out, name + ".json"), "w"))
+
+
 # Top-level ops that only move bookkeeping (no work of their own to estimate).
 BOOKKEEPING = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "copy-start", "copy-done",
                "slice-start", "slice-done", "after-all", "add-dependency", "opt-barrier", "partition-id",

@@ -12,7 +12,7 @@ generation) and compiled/NAME.GEN.hlo.gz, so that the fidelity tools read it:
 
     python3 bench/fidelity/kernel_ratios.py --corpus bench/fidelity/probes/data/small_tiles --split '' --by kind,space,dtype
     python3 bench/fidelity/probes/small_tiles.py v4,v5e,v5p,v6e      # needs libtpu (jax[tpu])"""
-import gzip, json, os, re, sys
+import os, sys
 os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,33 +61,7 @@ def cases():
 
 
 def main():
-    argv = sys.argv[1:]
-    only = ""
-    if "--only" in argv:
-        i = argv.index("--only")
-        only = argv[i + 1]
-        del argv[i:i + 2]
-    chips = argv[0].split(",") if argv else ["v4", "v5e", "v5p", "v6e"]
-    os.makedirs(os.path.join(OUT, "compiled"), exist_ok=True)
-    for name, f, sig in cases():
-        if only not in name or os.path.exists(os.path.join(OUT, name + ".json")):
-            continue
-        plain = [gen.sds(s, DT[d]) for s, d in sig]
-        open(os.path.join(OUT, name + ".hlo"), "w").write(jax.jit(f).lower(*plain).as_text(dialect="hlo"))
-        rec = {"name": name, "family": "small_tiles", "category": "probe", "split": "probe", "chips": {}}
-        for chip in chips:
-            dev = gen.device(chip)
-            c = jax.jit(f).lower(*[gen.sds(s, DT[d], dev) for s, d in sig]).compile()
-            txt = c.as_text()
-            import jaxlib._hlo as H
-            o = H.HloPrintOptions()
-            o.print_large_constants = True  # tpusim reads the constants' values
-            with gzip.open(os.path.join(OUT, "compiled", f"{name}.{chip}.hlo.gz"), "wt") as g:
-                g.write(c.runtime_executable().hlo_modules()[0].to_string(o))
-            ops = gen.entry_ops(txt)
-            rec["chips"][chip] = {"ops": ops, "estimated_cycles": sum(o[4] for o in ops)}
-            print(name, chip, "; ".join(f"{o[0]}/{o[1]} {o[4]}" for o in ops)[:300], flush=True)
-        json.dump(rec, open(os.path.join(OUT, name + ".json"), "w"))
+    gen.write_probe_corpus(cases(), OUT, "small_tiles", DT, sys.argv[1:])
 
 
 if __name__ == "__main__":
