@@ -225,18 +225,22 @@ int64_t tpu__windowed_vmem_copy(const tpu__be *be, const tpu_instr *in) {
   return bytes > win ? (bytes + win - 1) / win : 1;
 }
 
-/* The tiles of a compiled program's array in its given tiling T(r,c): its second-minor
- * dimension in blocks of r, its minor one in blocks of c; 0 without one. */
-/* The 32-bit words of one tile of a shape's layout (T(8,128)(2,1) bf16: 512, a packed tile
- * of 8 rows of 2-byte elements; T(8,128) f32: 1,024), 0 without a tile. */
-static int64_t tile_words(const tpu_shape *s) {
+/* A compiled layout's tiling T(r,c) (its first tile): 1 with *r and *c set, 0 without one. */
+static int layout_tile(const tpu_shape *s, long long *r, long long *c) {
   const char *t = s->layout_tail ? strstr(s->layout_tail, "T(") : NULL;
   if (!t) return 0;
   char *e = NULL;
-  long long r = strtoll(t + 2, &e, 10), c = 0;
-  if (!e || *e != ',' || r <= 0) return 0;
-  c = strtoll(e + 1, &e, 10);
-  if (!e || *e != ')' || c <= 0) return 0;
+  *r = strtoll(t + 2, &e, 10);
+  if (!e || *e != ',' || *r <= 0) return 0;
+  *c = strtoll(e + 1, &e, 10);
+  return e && *e == ')' && *c > 0;
+}
+
+/* The 32-bit words of one tile of a shape's layout (T(8,128)(2,1) bf16: 512, a packed tile
+ * of 8 rows of 2-byte elements; T(8,128) f32: 1,024), 0 without a tile. */
+static int64_t tile_words(const tpu_shape *s) {
+  long long r = 0, c = 0;
+  if (!layout_tile(s, &r, &c)) return 0;
   int64_t bits = tpu_dtype_bits(s->dtype);
   return bits > 0 ? (r * c * bits + 31) / 32 : 0;
 }
@@ -246,15 +250,11 @@ static int64_t register_words(const tpu_chip *chip) {
   return (chip->vector_sublanes > 0 ? chip->vector_sublanes : 8) * (chip->vector_lanes > 0 ? chip->vector_lanes : 128);
 }
 
+/* The tiles of a compiled program's array in its given tiling T(r,c): its second-minor
+ * dimension in blocks of r, its minor one in blocks of c; 0 without one. */
 static int64_t layout_tiles(const tpu_shape *s) {
-  if (s->dtype == TPU_TUPLE || !s->layout_tail || !s->has_layout || s->rank < 2) return 0;
-  const char *t = strstr(s->layout_tail, "T(");
-  if (!t) return 0;
-  char *e = NULL;
-  long long r = strtoll(t + 2, &e, 10), c = 0;
-  if (!e || *e != ',' || r <= 0) return 0;
-  c = strtoll(e + 1, &e, 10);
-  if (!e || *e != ')' || c <= 0) return 0;
+  long long r = 0, c = 0;
+  if (s->dtype == TPU_TUPLE || !s->layout_tail || !s->has_layout || s->rank < 2 || !layout_tile(s, &r, &c)) return 0;
   int64_t minor = s->dims[s->minor_to_major[0]], second = s->dims[s->minor_to_major[1]], major = 1;
   for (int i = 2; i < s->rank; i++) major *= s->dims[s->minor_to_major[i]];
   return major * ((second + r - 1) / r) * ((minor + c - 1) / c);
@@ -559,10 +559,8 @@ double tpu__patch_relayout_cycles(const tpu_chip *chip, const tpu_instr *in) {
 
 /* The rows of a compiled layout's tiles ("T(2,128)": 2), 0 without tiles. */
 static int64_t tile_rows(const tpu_shape *s) {
-  const char *t = s->layout_tail ? strstr(s->layout_tail, "T(") : NULL;
-  char *e = NULL;
-  long long r = t ? strtoll(t + 2, &e, 10) : 0;
-  return t && e && *e == ',' && r > 0 ? r : 0;
+  long long r = 0, c = 0;
+  return layout_tile(s, &r, &c) ? r : 0;
 }
 
 /* A compiled program's copy that moves the dimension in the lanes (a transpose, not within
