@@ -11,38 +11,8 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "check.h"
 #include "chip/chip.h"
-#include "chip/program.h"
-#include "chip/timing.h"
-#include "compile/compile.h"
-#include "hlo/hlo.h"
-#include "ir/verify.h"
-
-static tpu_program *compile_src(const char *src, tpu_chip *chip) {
-  tpu_diag d;
-  tpu_module *m = NULL;
-  if (tpu_hlo_parse("copy_out.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
-    tpu_module_free(m);
-    return NULL;
-  }
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = chip;
-  tpu_program *p = NULL;
-  if (tpu_compile(m, &o, &p, &d) != TPU_OK) p = NULL;
-  tpu_module_free(m);
-  return p;
-}
-
-static int64_t op_cycles(const tpu_program *p, const tpu_chip *chip, int op) {
-  tpu_timeline tl;
-  tpu_diag d;
-  if (tpu_timing_run(p, chip, 0, &tl, &d) != TPU_OK) return -1;
-  int64_t c = tl.ops[op].cycles;
-  tpu_timeline_free(&tl);
-  return c;
-}
+#include "timing_util.h"
 
 static int find_op(const tpu_program *p, const char *name) {
   for (int k = 0; p && k < p->nops; k++)
@@ -66,7 +36,7 @@ static int check_one(const char *chipname, const char *shape, const char *mid, c
   tpu_diag d;
   CHECK(tpu_chip_load(chipname, &chip, &d) == TPU_OK);
   char buf[1024];
-  tpu_program *p = compile_src(prog(buf, sizeof buf, shape, mid, to), &chip);
+  tpu_program *p = compile_all_prec(prog(buf, sizeof buf, shape, mid, to), &chip, 0);
   CHECK(p != NULL);
   if (!p) return -1;
   int c = find_op(p, "c");
@@ -75,17 +45,17 @@ static int check_one(const char *chipname, const char *shape, const char *mid, c
     tpu_program_free(p);
     return 0;
   }
-  *with = op_cycles(p, &chip, c);
+  *with = (int64_t)op_cycles(p, &chip, "c");
   /* the text form carries the flag */
   char *text = tpu_program_text(p);
   CHECK(text && strstr(text, " copy_out=1") != NULL);
   tpu_program *q = NULL;
   CHECK(text && tpu_program_parse("copy_out.tasm", text, strlen(text), &q, &d) == TPU_OK);
-  if (q) CHECK(q->ops[c].copy_out == 1 && op_cycles(q, &chip, c) == *with);
+  if (q) CHECK(q->ops[c].copy_out == 1 && (int64_t)op_cycles(q, &chip, "c") == *with);
   tpu_program_free(q);
   tpu_free(text);
   p->ops[c].copy_out = 0;
-  *without = op_cycles(p, &chip, c);
+  *without = (int64_t)op_cycles(p, &chip, "c");
   tpu_program_free(p);
   return 1;
 }
