@@ -450,7 +450,7 @@ static tpu_status gather_layouts(tpu_builder *b, tpu_comp *entry, int *changed) 
 }
 
 /* Is v one of the entry's results? */
-static int entry_result(const tpu_comp *entry, const tpu_instr *v) {
+int tpu__entry_result(const tpu_comp *entry, const tpu_instr *v) {
   const tpu_instr *root = entry->root;
   if (v == root) return 1;
   for (int i = 0; root->op == TPU_OP_TUPLE && i < root->noperands; i++)
@@ -461,7 +461,7 @@ static int entry_result(const tpu_comp *entry, const tpu_instr *v) {
 /* Does v leave the program, itself or through elementwise ops of its shape (a slice
  * scaled and returned)? Its layout is then the program result's. */
 static int reaches_result(const tpu_comp *entry, const tpu_uses *u, const tpu_instr *v, int depth) {
-  if (entry_result(entry, v)) return 1;
+  if (tpu__entry_result(entry, v)) return 1;
   if (depth > 8 || u->nusers[v->id] == 0) return 0;
   for (int k = 0; k < u->nusers[v->id]; k++) {
     const tpu_instr *w = u->users[v->id][k];
@@ -488,7 +488,7 @@ static int reads_in_own_layout(const tpu_comp *entry, const tpu_instr *r, const 
   /* a slice that is the whole kernel (a program's result) slices in its operand's layout
    * and relays the result out (f32[64,7,16]{0,2,1} sliced by a stride of 3: a slice, then a
    * copy into f32[64,7,6]{0,1,2}); one computed on in a loop fusion reads the copy */
-  if (r->op == TPU_OP_SLICE) return !entry_result(entry, r);
+  if (r->op == TPU_OP_SLICE) return !tpu__entry_result(entry, r);
   return r->op == TPU_OP_PAD && r->noperands == 2 && r->operands[0] == p && r->operands[1] != p;
 }
 

@@ -36,19 +36,11 @@ static int in_32_rows(const tpu_chip *chip, const tpu_shape *s) {
   return s->dims[q] % 32 == 0 && s->dims[m] > lanes;
 }
 
-static int root_part(const tpu_comp *entry, const tpu_instr *v) {
-  const tpu_instr *r = entry->root;
-  if (v == r) return 1;
-  for (int i = 0; r->op == TPU_OP_TUPLE && i < r->noperands; i++)
-    if (r->operands[i] == v) return 1;
-  return 0;
-}
-
 /* The layout the pad's result leaves in: a program result takes the tiling that pads least
  * where that is strictly less than row-major (relayout.c), other values their own. */
 static tpu_shape result_layout(const tpu_chip *chip, const tpu_comp *entry, const tpu_instr *p) {
   tpu_shape s = p->shape;
-  if (!root_part(entry, p)) return s;
+  if (!tpu__entry_result(entry, p)) return s;
   int r = s.rank, ls, lm;
   if (tpu__least_tiling(chip, &s, &ls, &lm) < tpu__tiled_as(chip, &s, r - 2, r - 1))
     tpu__tile_layout(&s, lm, ls);
@@ -71,7 +63,7 @@ tpu_status tpu__s8_pad_tiles(tpu_builder *b, tpu_comp *entry, const tpu_chip *ch
     TPU_TRY(tpu_build_instr_like(b, entry, x, TPU_OP_COPY, "copy.s8_pad_in", &x->shape, &x, 1, &c));
     p->operands[0] = c;
     changed = 1;
-    if (!root_part(entry, p)) continue; /* (a pad inside the program: its readers' tiles) */
+    if (!tpu__entry_result(entry, p)) continue; /* (a pad inside the program: its readers' tiles) */
     tpu_shape out = result_layout(chip, entry, p);
     if (!in_32_rows(chip, &out)) continue;
     p->shape = out;

@@ -54,14 +54,6 @@ static void set_row_major(tpu_shape *s) {
   for (int i = 0; i < s->rank; i++) s->minor_to_major[i] = (int8_t)(s->rank - 1 - i);
 }
 
-static int root_part(const tpu_comp *entry, const tpu_instr *v) {
-  const tpu_instr *r = entry->root;
-  if (v == r) return 1;
-  for (int i = 0; r->op == TPU_OP_TUPLE && i < r->noperands; i++)
-    if (r->operands[i] == v) return 1;
-  return 0;
-}
-
 tpu_status tpu__scan_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed) {
   int n = entry->ninstrs;
   for (int i = 0; i < n; i++) {
@@ -83,7 +75,7 @@ tpu_status tpu__scan_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *ch
       w->operands[0] = c;
       *changed = 1;
     }
-    if (!root_part(entry, w)) continue;
+    if (!tpu__entry_result(entry, w)) continue;
     /* the result leaves in the program's layout: the least padded where that pads less */
     const tpu_shape *s = &w->shape;
     int r = s->rank, ls, lm;

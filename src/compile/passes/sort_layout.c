@@ -33,18 +33,10 @@ static int same_tiling(const tpu_shape *s, int second, int minor) {
   return m == minor && q == second;
 }
 
-static int is_root_part(const tpu_comp *entry, const tpu_instr *v) {
-  const tpu_instr *r = entry->root;
-  if (v == r) return 1;
-  for (int i = 0; r->op == TPU_OP_TUPLE && i < r->noperands; i++)
-    if (r->operands[i] == v) return 1;
-  return 0;
-}
-
 /* The program result v reaches through slices and elementwise ops (depth-limited), or NULL
  * when some use of it is neither or it does not leave the program. */
 static const tpu_instr *leaves_as(const tpu_comp *entry, const tpu_uses *u, const tpu_instr *v, int depth) {
-  if (is_root_part(entry, v)) return v;
+  if (tpu__entry_result(entry, v)) return v;
   if (depth > 6 || v->id < 0 || v->id >= u->n || u->nusers[v->id] != 1) return NULL;
   const tpu_instr *w = u->users[v->id][0];
   tpu_op_class c = tpu_op_class_of(w->op);
@@ -124,7 +116,7 @@ tpu_status tpu__sort_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *ch
         for (int q = 0; q < w->noperands; q++)
           if (w->operands[q] == g) w->operands[q] = c;
       }
-      if (is_root_part(entry, g)) {
+      if (tpu__entry_result(entry, g)) {
         if (entry->root == g) tpu_build_set_root(entry, c);
         else
           for (int q = 0; q < entry->root->noperands; q++)
