@@ -18,15 +18,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 sys.path.insert(0, os.path.dirname(HERE))
 import gen, jax, jax.numpy as jnp
-from jax import lax
 
 OUT = os.path.join(HERE, "data", "s8_pad")
 DT = {"s8": jnp.int8, "bf16": jnp.bfloat16, "f32": jnp.float32}
-
-
-def conv(x, w, stride):
-    return lax.conv_general_dilated(jax.nn.relu(x), w, (stride, stride), "SAME",
-                                    dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
 def cases():
