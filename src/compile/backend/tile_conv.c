@@ -264,6 +264,43 @@ int tpu__conv_group_window(const tpu_instr *mm) {
   return 0;
 }
 
+/* The rows of the result tile the XLA TPU compiler gives a plain convolution's batch of fewer
+ * than the sublanes when it keeps the batch in them (EmitAllBatchInSublanes and the
+ * input-walking emitters): T(2,128) for a batch of 1 or 2, T(4,128) for 3 or 4, whole
+ * registers (T(8,128)) above; its cost model charges each output position's MXU passes at
+ * those rows, not at the sublanes' 8 (libtpu probes outside the corpora,
+ * bench/fidelity/probes/small_batch_conv.py: bf16 [B,31,31,Ci] x [3,3,Ci,Co], rhs_dilate 4,
+ * v5e Ci = 512, Co = 64: B = 1 / 2 / 4 / 8 23,845 / 26,002 / 43,850 / 79,820 cycles, a
+ * position's MXU work at 2 / 2 / 4 / 8 rows plus the same ~10 cycles of its step). */
+static int64_t batch_tile_rows(int64_t batch, int64_t sub) {
+  int64_t r = 2;
+  while (r < batch && r < sub) r *= 2;
+  return r < sub ? r : sub;
+}
+
+/* Does a plain convolution's batch under the sublanes cost its result tile's rows
+ * (batch_tile_rows) rather than the sublanes'? Where it has a window of several taps at unit
+ * stride, its input features fill a register's lanes (128 or more: each tap its own
+ * contraction of whole lane tiles) and its input is not dilated: what the probes cover (rhs
+ * dilation 1-6, 3x3 and 5x5). Fewer features, which the compiler's emitter packs with the
+ * taps into one contraction, keep the 8 rows (probes: [B,31,31,32] x [5,5,32,256],
+ * rhs_dilate 6, v5e B = 2 28,987 cycles, 4 34,833, 8 46,200; tune
+ * dilconv_b2_28x28_c32to256_k5d3, sconv_b4_32x32_c64to64_k7s2), as do transposed
+ * convolutions (tune tconv_b1_16x16_c128to3_k3s2), 1x1 windows (tune
+ * resnet_bottleneck_fwd_b4_14x14x1024_g1's, fused with the statistics' reduce) and strided
+ * ones (tune sconv_b1_15x15_c256to96_k2s2_valid, v4 3,574 cycles against 2,718 at 8 rows). */
+static int tile_batch(const tpu_instr *mm, int64_t g, int64_t bat, int64_t lanes) {
+  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_shape *rs = &mm->operands[1]->shape;
+  if (g != 1 || bat != 1 || rs->dims[cd->k_in] < lanes) return 0;
+  int64_t taps = 1;
+  for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++) {
+    if (mm->window[i].base_dilation > 1 || mm->window[i].stride > 1) return 0;
+    taps *= rs->dims[cd->k_spatial[i]];
+  }
+  return taps > 1;
+}
+
 /* The MXU problem of convolution mm: k's m, k, n, b, k_flops and mm_flops (tile.c sets the
  * rest). */
 void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
@@ -393,6 +430,6 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
   }
   if (padded_batch) {
     if (!(k->mm_flops > 0)) k->mm_flops = 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n;
-    k->m = k->m / batch * round_up(batch, sub);
+    k->m = k->m / batch * round_up(batch, tile_batch(mm, g, bat, lanes) ? batch_tile_rows(batch, sub) : sub);
   }
 }

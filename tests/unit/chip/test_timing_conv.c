@@ -1,6 +1,6 @@
 /* Convolution timing against the XLA TPU compiler's costs: taps padded to the lanes, a small
  * batch in the sublanes, a batched dot written as a convolution, a grouped convolution's steps,
- * a transposed convolution's input-driven floor, a packed convolution's per-position floor,
+ * a small batch's result-tile rows, a transposed convolution's input-driven floor, a packed convolution's per-position floor,
  * the sublane relayouts around them, a batch-in-lanes convolution's floor.
  * Moved from test_timing.c, unchanged; run on the v5e preset as it is. */
 #include <math.h>
@@ -90,16 +90,18 @@ static void conv_batch_in_sublanes(void) {
   CHECK(cyc[0] > 0.9 * cyc[1] && cyc[0] <= 1.02 * cyc[1]);
   CHECK(cyc[2] > 1.8 * cyc[1] && cyc[2] < 2.2 * cyc[1]);
   CHECK(fl[0] > 0.124 * fl[1] && fl[0] < 0.126 * fl[1]);
-  /* 14 wide: not folded into the batch (space to batch), so batch 2 is padded */
-  const char *f3 = "HloModule m\nENTRY e {\n x = bf16[2,512,14,%d] parameter(0)\n w = bf16[3,3,%d,256] parameter(1)\n"
-                   " ROOT y = bf16[2,512,14,256] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
-  int feats[2] = {32, 128};
+  /* 14 wide: not folded into the batch (space to batch), so batch 2 is padded to the 8
+   * rows (32 features: packed with the taps, conv_batch_tile_rows); against batch 8 over
+   * 128 features, each tap padded to the lanes */
+  const char *f3 = "HloModule m\nENTRY e {\n x = bf16[%d,512,14,%d] parameter(0)\n w = bf16[3,3,%d,256] parameter(1)\n"
+                   " ROOT y = bf16[%d,512,14,256] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
+  int feats[2] = {32, 128}, fb[2] = {2, 8};
   for (int i = 0; i < 2; i++) {
-    snprintf(src, sizeof src, f3, feats[i], feats[i]);
+    snprintf(src, sizeof src, f3, fb[i], feats[i], feats[i], fb[i]);
     int nk = 0;
     cyc[i] = stream_time(src, &g_v5e, &nk);
   }
-  printf("3x3 convolution of batch 2 over 32 / 128 features: %.0f / %.0f cycles\n", cyc[0], cyc[1]);
+  printf("3x3 convolution of batch 2 over 32 / batch 8 over 128 features: %.0f / %.0f cycles\n", cyc[0], cyc[1]);
   CHECK(cyc[0] > 0.25 * cyc[1] && cyc[0] < 0.4 * cyc[1]);
   /* 112 wide: the compiler folds it into the batch 8 ways, so batch 1 is not padded: an
    * eighth of batch 8's time, and its features padded at every tap as batch 8's are */
@@ -685,6 +687,38 @@ static void conv_lanes(void) {
 #undef LANES
 }
 
+/* A plain convolution of a batch under the sublanes, a window of several taps at unit stride
+ * over 128 or more input features (each tap its own contraction of whole lane tiles): its
+ * MXU rows are the batch rounded up to the result tile's rows, 2 for a batch of 1 or 2, 4 for
+ * 4, not the 8 sublanes (libtpu probes, bench/fidelity/probes/small_batch_conv.py: bf16
+ * [B,31,31,256] x [3,3,256,64], rhs_dilate 4, v5e B = 2 / 4 / 8 20,013 / 25,661 / 43,508
+ * cycles). 32 input features, packed with the taps into one contraction, keep the 8 rows
+ * ([B,31,31,32] x [5,5,32,256], rhs_dilate 6: 28,987 / 34,833 / 46,200; tpusim pads batch 8's
+ * taps to the lanes, 2.3 times the compiler's figure, a gap left). */
+static void conv_batch_tile_rows(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,31,31,%d] parameter(0)\n w = bf16[%d,%d,%d,%d] parameter(1)\n"
+                    " ROOT y = bf16[%d,31,31,%d] convolution(x, w), window={size=%dx%d pad=%d_%dx%d_%d rhs_dilate=%dx%d},"
+                    " dim_labels=b01f_01io->b01f\n}\n";
+  char src[640];
+  int bs[3] = {2, 4, 8};
+  double wide[3], narrow[3];
+  for (int i = 0; i < 3; i++) {
+    int nk = 0;
+    snprintf(src, sizeof src, fmt, bs[i], 256, 3, 3, 256, 64, bs[i], 64, 3, 3, 4, 4, 4, 4, 4, 4);
+    wide[i] = stream_time(src, &g_v5e, &nk);
+    snprintf(src, sizeof src, fmt, bs[i], 32, 5, 5, 32, 256, bs[i], 256, 5, 5, 12, 12, 12, 12, 6, 6);
+    narrow[i] = stream_time(src, &g_v5e, &nk);
+  }
+  printf("3x3 rhs_dilate 4 over 256 features, batch 2 / 4 / 8: %.0f / %.0f / %.0f cycles (the compiler: 20,013 / "
+         "25,661 / 43,508)\n", wide[0], wide[1], wide[2]);
+  printf("5x5 rhs_dilate 6 over 32 features, batch 2 / 4 / 8: %.0f / %.0f / %.0f cycles\n", narrow[0], narrow[1],
+         narrow[2]);
+  CHECK(wide[0] > 0 && wide[0] < 0.45 * wide[2]);
+  CHECK(wide[1] > 0.45 * wide[2] && wide[1] < 0.7 * wide[2]);
+  CHECK(wide[2] > 0.9 * 43508 && wide[2] < 1.1 * 43508);
+  CHECK(narrow[0] > 0.9 * narrow[1] && narrow[0] <= narrow[1]); /* both 8 rows (batch 8: each tap padded) */
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
@@ -693,6 +727,7 @@ int main(void) {
   }
   conv_taps_padded();
   conv_batch_in_sublanes();
+  conv_batch_tile_rows();
   conv_group_steps();
   conv_plain_steps();
   conv_scatter();
