@@ -710,6 +710,14 @@ static tpu_status durations(tstate *t) {
         if (in_place && o->xbytes > 0 && o->padded_bytes > 0)
           b *= 1.0 + o->xbytes / (o->padded_bytes * t->op_moved[in->op]);
         else if (o && o->xbytes > 0 && o->padded_bytes > 0) b *= 1.0 + o->xbytes / o->padded_bytes;
+        /* A pooling window kernel that reads its input from HBM (not in place in VMEM) moves
+         * its bytes slower than the stream rate (chip window_hbm_factor): libtpu max and sum
+         * pools of f32 [8..32, 28..112, 28..112, 128..512] read from HBM cost the compiler
+         * 1.13-1.32 times their transfers beyond tpusim's other costs on v5p once its input
+         * windows' halo re-reads are taken out (bench/fidelity/probes/pool_relayout.py) */
+        if (o && o->window && !in_place && !in->onchip && t->chip->window_hbm_factor > 1 &&
+            (in->opc == TPU_ISA_DMA_IN || in->opc == TPU_ISA_DMA_OUT))
+          b += moved * (t->chip->window_hbm_factor - 1.0);
         /* a matmul kernel's reads stream slower than a vector kernel's on some chips (chip
          * matmul_stream_efficiency: the XLA TPU compiler's decode-shaped matmuls) */
         if (o && o->m > 0 && in->opc == TPU_ISA_DMA_IN && !in->onchip && t->chip->matmul_stream_efficiency > 0)
