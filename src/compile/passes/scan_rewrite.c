@@ -365,6 +365,34 @@ static tpu_status rewrite_major(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int 
   return TPU_OK;
 }
 
+/* A vector's scan of at most SCAN_BASE (rank 1, one window): the XLA TPU compiler runs it down
+ * a column, not along the lanes. It views [N] as [N,1]{0,1} (a bitcast), copies that into
+ * [N,1]{1,0} (N rows of one lane), slides the window down the rows and relays the column back
+ * into [N] with a `reduce` over its unit dimension: a copy, the unestimated reduce-window and
+ * that reduce on every generation, for f32/s32/bf16, add/multiply/minimum/maximum, N from 16
+ * to 128, forward or reverse (libtpu probes off the corpus, bench/fidelity/probes/lane_scan.py,
+ * data/lane_scan.jsonl; cumprod_128_ax0_rev_f32's copy.1, reduce-window.4 and reduce). A scan
+ * along the lanes of a matrix ([8,100], [33,64], [4,128], [200,50] along axis 1) stays one
+ * reduce-window. Here a reshape into the column and one back, each a kernel of its own (the
+ * lanes move), around the window along the rows; the values are the window's. */
+static tpu_status rewrite_column(tpu_builder *b, tpu_comp *c, tpu_instr *rw, int rev, int *done) {
+  scan_ctx x = {b, c, rw};
+  char buf[TPU_MAX_RANK * 160];
+  tpu_instr *v = rw->operands[0], *col, *sc, *res;
+  int64_t n = v->shape.dims[0], d[2] = {n, 1};
+  tpu_shape cs = tpu_build_shape(v->shape.dtype, 2, d);
+  TPU_TRY(mk(&x, TPU_OP_RESHAPE, "scan.column", &cs, &v, 1, &col));
+  tpu_instr *ops[2] = {col, rw->operands[1]};
+  TPU_TRY(mk(&x, TPU_OP_REDUCE_WINDOW, "scan.block", &cs, ops, 2, &sc));
+  TPU_TRY(tpu_build_set_attr(b, sc, "window", window_at(buf, sizeof buf, 2, 0, n, rev ? 0 : n - 1, rev ? n - 1 : 0)));
+  TPU_TRY(tpu_build_set_attr(b, sc, "to_apply", rw->to_apply->name));
+  tpu_shape os = tpu_build_shape(rw->shape.dtype, 1, rw->shape.dims);
+  TPU_TRY(mk(&x, TPU_OP_RESHAPE, "scan.column", &os, &sc, 1, &res));
+  tpu_build_replace_uses(c, rw, res);
+  *done = 1;
+  return TPU_OK;
+}
+
 /* A scan longer than SCAN_BASE along the rows (the second-minor dimension) of an array whose
  * last dimension stays in the lanes: the XLA TPU compiler keeps the lanes and blocks the rows
  * instead of transposing the scanned dimension last. f32[1025,1000] scanned along axis 0 is
@@ -482,6 +510,8 @@ tpu_status tpu__scan_rewrite(tpu_builder *b, tpu_module *m, const tpu_chip *chip
         TPU_TRY(rewrite_one(b, c, chip, in, dim, rev, f, &any));
       else if (r >= 3)
         TPU_TRY(rewrite_major(b, c, in, dim, rev, &any));
+      else if (r == 1 && chip)
+        TPU_TRY(rewrite_column(b, c, in, rev, &any));
     }
     if (any) {
       TPU_TRY(tpu_build_finish(b, c));

@@ -685,6 +685,63 @@ static void test_scan_padded_rows(void) {
   CHECK(own64 == 1 && pad64 == 0 && !both64);
 }
 
+/* A vector's short scan runs down a column (scan_rewrite.c rewrite_column): f32[128] scanned in
+ * reverse becomes a reshape into [128,1], a window of 128 down its rows padded 127 above (the
+ * reverse scan's), and a reshape back, as the XLA TPU compiler's copy, reduce-window and reduce
+ * (libtpu probes off the corpus on every generation, bench/fidelity/probes/lane_scan.py;
+ * cumprod_128_ax0_rev_f32); a matrix's scan along its lanes (f32[8,100] along axis 1) stays
+ * one window along them. Values: the plain window's, exactly. */
+static int column_scan(const char *shape, const char *window, int *along, int64_t *lo, int64_t *hi) {
+  char src[800];
+  snprintf(src, sizeof src,
+           "HloModule m\nmul {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] multiply(a, b)\n}\n"
+           "ENTRY e {\n x = f32[%s] parameter(0)\n z = f32[] constant(1)\n"
+           " ROOT c = f32[%s] reduce-window(x, z), window={%s}, to_apply=mul\n}\n",
+           shape, shape, window);
+  tpu_module *m0 = NULL, *m1 = NULL;
+  if (!parse_and_compile("scan_column.hlo", src, &m0, &m1)) return -1;
+  int reshapes = 0;
+  *along = -1;
+  for (int i = 0; i < m1->entry->ninstrs; i++) {
+    const tpu_instr *in = m1->entry->instrs[i];
+    reshapes += in->op == TPU_OP_RESHAPE;
+    for (int k = 0; in->op == TPU_OP_REDUCE_WINDOW && k < in->nwindow; k++)
+      if (in->window[k].size > 1) *along = k + 10 * in->shape.rank, *lo = in->window[k].pad_lo, *hi = in->window[k].pad_hi;
+  }
+  const tpu_shape *xs = &m0->entry->params[0]->shape;
+  tpu_diag d;
+  tpu_tensor x, r0, r1;
+  memset(&r0, 0, sizeof r0);
+  memset(&r1, 0, sizeof r1);
+  CHECK(tpu_tensor_alloc(&x, TPU_F32, xs->rank, xs->dims, &d) == TPU_OK);
+  int64_t n = 1;
+  for (int k = 0; k < xs->rank; k++) n *= xs->dims[k];
+  for (int64_t i = 0; i < n; i++) tpu_tensor_set_f64(&x, i, 0.5 + (double)((i * 37) % 11) / 8);
+  CHECK(tpu_ref_run(m0, &x, 1, &r0, &d) == TPU_OK);
+  CHECK(tpu_ref_run(m1, &x, 1, &r1, &d) == TPU_OK);
+  int same = 1;
+  for (int64_t i = 0; i < n; i++) same &= tpu_tensor_get_f64(&r0, i) == tpu_tensor_get_f64(&r1, i);
+  CHECK(same);
+  tpu_tensor_free(&x);
+  tpu_tensor_free(&r0);
+  tpu_tensor_free(&r1);
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+  return reshapes;
+}
+
+static void test_scan_column(void) {
+  int along = -1, along2 = -1;
+  int64_t lo = -1, hi = -1, lo2 = -1, hi2 = -1;
+  int vec = column_scan("128", "size=128 pad=0_127", &along, &lo, &hi);
+  int mat = column_scan("8,100", "size=1x100 pad=0_0x99_0", &along2, &lo2, &hi2);
+  printf("reverse cumprod of f32[128]: %d reshapes, its window along dimension %d of rank %d padded %lld_%lld; "
+         "f32[8,100] along axis 1: %d reshapes, along dimension %d\n", vec, along % 10, along / 10, (long long)lo,
+         (long long)hi, mat, along2 % 10);
+  CHECK(vec == 2 && along == 20 && lo == 0 && hi == 127);
+  CHECK(mat == 0 && along2 == 21 && lo2 == 99 && hi2 == 0);
+}
+
 /* A while loop that runs once is its body, inlined; one that runs never is its input (XLA's
  * WhileLoopSimplifier): a one-microbatch step's accumulator is zero plus the gradient, one
  * streamed add over it, with no loop (bench/plan_memory: the compiler's programs for the
@@ -735,6 +792,7 @@ int main(void) {
   test_scan_major_order();
   test_scan_rows();
   test_scan_padded_rows();
+  test_scan_column();
   test_while_trip_one();
   test_cse();
   test_scatter_select();
