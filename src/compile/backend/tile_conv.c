@@ -60,6 +60,24 @@ static int space_to_batch(const tpu_instr *cv, const tpu_shape *ls, const tpu_sh
   return n >= 2 * splits && halo <= (n + splits - 1) / splits;
 }
 
+/* Does a chip whose compiler times matmul kernels at the rows they stream (mxu_fill_hidden:
+ * v6e) run this plain convolution of a batch of 1 at one row per output position, with no
+ * step floor? Libtpu probes outside the corpora (bench/fidelity/probes/small_batch_conv.py,
+ * bf16 [1,H,H,Ci] x [k,k,Ci,Co], 64 to 256 output features): v6e [1,31,31,256] x
+ * [3,3,256,64], rhs_dilate 4, 5,567 cycles against 13,834 at a batch of 2 and 26,774 at 8
+ * (961 positions: 5.8 a position, the step floor alone 5.1); [1,31,31,64] x [3,3,64,128]
+ * 3,302. Not below 64 output features (the packed-output emitter: tune
+ * dilconv_b1_33x33_c64to21_k5d12, 21 features, keeps its floor) nor an input-dilated
+ * (transposed) convolution. */
+static int one_row(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat) {
+  const tpu_conv_dims *cd = &mm->conv;
+  if (!be->chip->mxu_fill_hidden || g != 1 || bat != 1 || mm->batch_group_count > 1) return 0;
+  if (mm->shape.dims[cd->out_batch] != 1 || mm->operands[1]->shape.dims[cd->k_out] < 64) return 0;
+  for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++)
+    if (mm->window[i].base_dilation > 1) return 0;
+  return 1;
+}
+
 /* The steps of a convolution kernel with the batch in the sublanes: groups x output
  * positions x blocks of the batch, 0 for any other convolution. The XLA TPU compiler writes a
  * convolution of G groups (more than one input feature each) as one whose groups are a
@@ -86,6 +104,7 @@ static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, in
   int64_t batch = mm->shape.dims[cd->out_batch], sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
   if (batch < 1 || batch > 2 * sub) return 0;
   if (mm->shape.has_layout && mm->shape.rank > 0 && mm->shape.minor_to_major[0] == cd->out_batch) return 0;
+  if (groups == 1 && one_row(be, mm, g, bat)) return 0;
   if (groups == 1) {
     /* a plain convolution: fewer than 8 output features go to an emitter with the batch in
      * the lanes (tconv_b2_28x28_c256to3_k4s4_valid, conv_grad_nchw_hwio_nchw_b8_28_c3to32_k3's
@@ -430,6 +449,8 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
   }
   if (padded_batch) {
     if (!(k->mm_flops > 0)) k->mm_flops = 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n;
-    k->m = k->m / batch * round_up(batch, tile_batch(mm, g, bat, lanes) ? batch_tile_rows(batch, sub) : sub);
+    int64_t r = tile_batch(mm, g, bat, lanes) ? batch_tile_rows(batch, sub) : sub;
+    if (one_row(be, mm, g, bat)) r = 1;
+    k->m = k->m / batch * round_up(batch, r);
   }
 }

@@ -147,11 +147,18 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
   int64_t nb = f->shape.dims[batch], nf = f->shape.dims[feature];
   int few = tpu__conv_batch_in_lanes(cv->feature_group_count, taps, nf, nb, lanes);
   int second = few ? feature : batch, minor = few ? batch : feature;
-  /* the batch must fill its sublanes for the compiler to lay it there; a batch in the lanes
-   * is there whatever its size (tconv_b8_7x7_c128to3_k3s2_same: 8 of the 128 lanes, a
-   * relayout copy after the kernel on every generation) */
+  /* a batch in the sublanes must fill them for the compiler to lay it there, or, for a plain
+   * convolution, be fewer: a batch of 1, 2 or 4 goes in a tile of its rows (T(2,128),
+   * T(4,128)), and the result leaves through a copy where row-major pads less (libtpu probes,
+   * bench/fidelity/probes/small_batch_conv.py: bf16[1,31,31,64] leaves through a copy,
+   * bf16[2,31,31,256] in its T(2,128) tiles; tpusim decides as the compiler in 92 of 96
+   * probe-generation pairs on v4 and v5e, the 4 others folded into the batch by the compiler
+   * at 15 wide). A batch in the lanes is there whatever its size
+   * (tconv_b8_7x7_c128to3_k3s2_same: 8 of the 128 lanes, a relayout copy after the kernel on
+   * every generation). */
   int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
-  if ((!few && nb % sub) || !tpu__needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
+  int tiled_batch = nb < sub && cv->feature_group_count <= 1 && cv->batch_group_count <= 1;
+  if ((!few && nb % sub && !tiled_batch) || !tpu__needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
   /* perm: the convolution's layout (spatial dimensions in order, then second, minor) */
   int64_t perm[TPU_MAX_RANK], inv[TPU_MAX_RANK];
   int n = 0;

@@ -107,6 +107,33 @@ static void test_conv_batch_lanes_relayout(void) {
   tpu_module_free(m);
 }
 
+/* A plain convolution of a batch under the sublanes writes its batch in a tile of its rows
+ * (T(2,128) for 1 or 2, T(4,128) for 4) and its result leaves through a relayout copy where
+ * row-major pads less, as in the XLA TPU compiler's programs (libtpu probes,
+ * bench/fidelity/probes/small_batch_conv.py: bf16[1,31,31,64] from [3,3,256,64], rhs_dilate 4,
+ * ends in a copy; bf16[2,31,31,256] and bf16[4,31,31,64] are returned in their T(2,128) and
+ * T(4,128) tiles). A depthwise convolution of batch 1 keeps its result row-major (not probed). */
+static void test_conv_small_batch_relayout(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[%d,31,31,256] parameter(0)\n w = bf16[3,3,%d,%d] parameter(1)\n"
+                    " ROOT c = bf16[%d,31,31,%d] convolution(x, w), window={size=3x3 pad=4_4x4_4 rhs_dilate=4x4},"
+                    " dim_labels=b01f_01io->b01f%s\n}\n";
+  struct { int b, ci, co; const char *groups; int copy; } cs[] = {
+      {1, 256, 64, "", 1}, {2, 256, 256, "", 0}, {4, 256, 64, "", 0}, {1, 1, 256, ", feature_group_count=256", 0}};
+  char src[640];
+  for (int i = 0; i < 4; i++) {
+    snprintf(src, sizeof src, fmt, cs[i].b, cs[i].ci, cs[i].co, cs[i].b, cs[i].co, cs[i].groups);
+    tpu_module *m = compile_src(src);
+    if (!m) continue;
+    const tpu_instr *root = m->entry->root;
+    printf("batch %d, %d to %d features%s: root %s\n", cs[i].b, cs[i].ci, cs[i].co, cs[i].groups, tpu_op_name(root->op));
+    CHECK(root->op == (cs[i].copy ? TPU_OP_TRANSPOSE : TPU_OP_FUSION));
+    /* the kernel writes spatial dimensions, batch, features */
+    if (cs[i].copy && root->op == TPU_OP_TRANSPOSE)
+      CHECK(root->operands[0]->shape.dims[2] == cs[i].b && root->operands[0]->shape.dims[3] == cs[i].co);
+    tpu_module_free(m);
+  }
+}
+
 /* Entry parameters take the least padded layout (relayout.c tpu__fuse_param_layouts): a
  * max-pool's bf16[32,112,112,64] is {2,3,1,0} (112 in the lanes, where row-major pads 64 to
  * 128) and its reduce-window reads it through one copy into row-major, as in the XLA TPU
@@ -557,9 +584,11 @@ static void test_space_to_batch(void) {
       {1, 14, 28, 16, 8, 14, 56, "size=3x4 pad=1_1x2_2 lhs_dilate=1x2", "", 8, 8, 7, 1, 4},
       {2, 14, 28, 16, 8, 14, 112, "size=3x4 pad=1_1x3_3 lhs_dilate=1x4", "", 16, 16, 6, 1, 4},
       {1, 14, 30, 16, 8, 14, 90, "size=3x5 pad=1_1x3_3 lhs_dilate=1x3", "", 8, 15, 7, 1, 5},
-      {1, 14, 20, 16, 8, 14, 40, "size=3x4 pad=1_1x2_2 lhs_dilate=1x2", "", 1, 40, 2, 0, 4},
-      {1, 14, 28, 16, 8, 14, 28, "size=3x4 stride=1x2 pad=1_1x2_2 lhs_dilate=1x2", "", 1, 28, 2, 0, 4},
-      {1, 14, 28, 16, 8, 14, 81, "size=3x4 pad=1_1x1_1 lhs_dilate=1x3", "", 1, 81, 2, 0, 4},
+      /* (their third kernel the relayout copy of a batch of 1 out of its T(2,128) tiles:
+       * test_conv_small_batch_relayout) */
+      {1, 14, 20, 16, 8, 14, 40, "size=3x4 pad=1_1x2_2 lhs_dilate=1x2", "", 1, 40, 3, 0, 4},
+      {1, 14, 28, 16, 8, 14, 28, "size=3x4 stride=1x2 pad=1_1x2_2 lhs_dilate=1x2", "", 1, 28, 3, 0, 4},
+      {1, 14, 28, 16, 8, 14, 81, "size=3x4 pad=1_1x1_1 lhs_dilate=1x3", "", 1, 81, 3, 0, 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char src[1024];
@@ -811,6 +840,7 @@ int main(void) {
   test_nchw_param_layout();
   test_conv_input_copy();
   test_conv_batch_lanes_relayout();
+  test_conv_small_batch_relayout();
   test_conv_reader_relayout();
   test_wgrad_input_copy();
   CHECK_DONE();
