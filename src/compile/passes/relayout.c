@@ -188,6 +188,20 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
   return TPU_OK;
 }
 
+/* dimensions of x->shape in [from, from + n) larger than 1 */
+static int free_dims(const tpu_instr *x, int from, int n) {
+  int c = 0;
+  for (int d = from; d < from + n; d++) c += x->shape.dims[d] > 1;
+  return c;
+}
+
+/* the last free dimensions of size above 1 of x's lhs and rhs (x's result order) */
+static void last_free(const tpu_instr *x, int nb, int nl, int nr, int *last_l, int *last_r) {
+  *last_l = nb + nl - 1, *last_r = nb + nl + nr - 1; /* dimensions of size 1 are no dimension */
+  while (*last_l > nb && x->shape.dims[*last_l] == 1) (*last_l)--;
+  while (*last_r > nb + nl && x->shape.dims[*last_r] == 1) (*last_r)--;
+}
+
 /* The matrix unit writes a dot's result tile by tile, a free dimension of one operand in the
  * sublanes and one of the other's in the lanes, batch dimensions major (XLA TPU compiler's
  * programs: a batched matrix-vector product bf16[16,64] x bf16[16,64,128] is written as
@@ -225,9 +239,24 @@ static int dot_result_relaid(const tpu_chip *chip, const tpu_shape *out, const t
    * `convolution.22` with dim_labels=01bf_io01->01bf, written {3,2,1,0} (28 in the sublanes)
    * and copied into the least padded {3,0,2,1} (the 4 images in the sublanes, tile (4,128));
    * whisper_enc_fwd_b4t1000d384h6's bf16[4,500,384] alike into {2,0,1}. */
-  int last_l = nb + nl - 1, last_r = nb + nl + nr - 1; /* dimensions of size 1 are no dimension */
-  while (last_l > nb && x->shape.dims[last_l] == 1) last_l--;
-  while (last_r > nb + nl && x->shape.dims[last_r] == 1) last_r--;
+  int last_l, last_r;
+  last_free(x, nb, nl, nr, &last_l, &last_r);
+  /* Such a convolution writes the rhs's free dimension in the lanes and the lhs's in the
+   * sublanes, whichever operand has several: a tile with the lhs's in the lanes is copied
+   * (einsum_acb_ad_bcd_a512_b256_c3_d512_bf16, dot(bf16[512,512], bf16[512,3,256]) into
+   * [256,3,512]{2,0,1}: the compiler's fb0_i0o->b0f convolution writes the 256 in the lanes,
+   * then a 5,098-cycle `copy` on v5e; libtpu probes off the corpus, dot_result_orient.py:
+   * 10 of 10 such dots copied, none of 3 with the rhs's in the lanes), where the rhs's fills
+   * its lanes: vit_fwd_b16d192h3's MLP, [16,197,768] x [768,192], is written {1,2,0} as the
+   * program asks, the 197 in the lanes (its `convolution.19`, 0bf_io0->0bf), 192 padding
+   * them more. A dot with one free dimension on either side is a matrix product either way
+   * round and is written as tiled. 2 there: the kernel writes the convolution's layout and
+   * the copy reads that, not the dot's order (the compiler's bf16[512,3,256]{2,0,1}, not the
+   * 3 in the sublanes). */
+  int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+  if (cq == 2 && cm == 1 && (free_dims(x, nb, nl) > 1 || free_dims(x, nb + nl, nr) > 1) &&
+      x->shape.dims[last_r] % lanes == 0)
+    return 2;
   return (cq == 1 ? dq : dm) != last_l || (cq == 2 ? dq : dm) != last_r;
 }
 
@@ -267,8 +296,8 @@ static tpu_status dot_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f
     const tpu_instr *d = epilogue_dot(x, &x->shape, 0);
     if (d) x = (tpu_instr *)d;
   }
-  int nb, nl, nr;
-  if (!dot_dims(x, &nb, &nl, &nr) || !dot_result_relaid(chip, &f->shape, x, nb, nl, nr, perm)) return TPU_OK;
+  int nb, nl, nr, how;
+  if (!dot_dims(x, &nb, &nl, &nr) || !(how = dot_result_relaid(chip, &f->shape, x, nb, nl, nr, perm))) return TPU_OK;
   tpu_instr *t_out;
   if (perm) {
     /* the kernel writes the dot's result; the transpose is the relayout kernel */
@@ -283,6 +312,11 @@ static tpu_status dot_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f
     TPU_TRY(tpu_build_set_attr(b, t_out, "dimensions", tpu_dims_text(buf, sizeof buf, perm, f->shape.rank)));
   } else {
     TPU_TRY(tpu_build_instr_like(b, entry, f, TPU_OP_COPY, "copy.relayout", &f->shape, &f, 1, &t_out));
+  }
+  if (how == 2) {
+    int last_l, last_r;
+    last_free(x, nb, nl, nr, &last_l, &last_r);
+    tpu__tile_layout(&f->shape, last_r, last_l);
   }
   tpu_build_replace_uses(entry, f, t_out);
   t_out->operands[0] = f;

@@ -235,6 +235,20 @@ static void test_dot_relayout(void) {
        "HloModule m\nENTRY e {\n a = f32[197,197,4,1] parameter(0)\n b = f32[197,8,4] parameter(1)\n"
        " ROOT d = f32[4,197,1,8] dot(a, b), lhs_batch_dims={2}, lhs_contracting_dims={0}, rhs_batch_dims={2},"
        " rhs_contracting_dims={0}\n}\n", 0},
+      /* an operand with two free dimensions: the convolution writes the rhs's (256) in the
+       * lanes; the least padded [256,3,512]{2,0,1} has the lhs's 512 there (dot_result_orient.py) */
+      {"several free dimensions, the lhs's in the lanes",
+       "HloModule m\nENTRY e {\n b = bf16[512,512] parameter(0)\n a = bf16[512,3,256] parameter(1)\n"
+       " d = bf16[512,3,256] dot(b, a), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+       " ROOT t = bf16[256,3,512] transpose(d), dimensions={2,1,0}\n}\n", 1},
+      {"several free dimensions, the rhs's in the lanes",
+       "HloModule m\nENTRY e {\n a = bf16[256,5,384] parameter(0)\n b = bf16[256,256] parameter(1)\n"
+       " d = bf16[5,384,256] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+       " ROOT t = bf16[384,5,256] transpose(d), dimensions={1,0,2}\n}\n", 0},
+      {"one free dimension each, the lhs's in the lanes",
+       "HloModule m\nENTRY e {\n a = bf16[256,384] parameter(0)\n b = bf16[256,256] parameter(1)\n"
+       " d = bf16[384,256] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+       " ROOT t = bf16[256,384] transpose(d), dimensions={1,0}\n}\n", 0},
   };
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
     tpu_module *m = compile_src(cs[i].src);
