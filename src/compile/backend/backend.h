@@ -293,6 +293,11 @@ int64_t tpu__pad_window_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* A compiled program's transposing copy with a side in tiles of fewer than 8 rows, not within
  * VMEM: that side's tiles, which it pays small_tile_transpose_cycles for (0: not one). */
 int64_t tpu__small_tile_transpose_tiles(const tpu_chip *chip, const tpu_instr *in);
+/* A lane-moving copy or transpose from VMEM into HBM on a chip that keeps values in VMEM: its
+ * result's tiles, which it pays vmem_transpose_tile_cycles for (0: not one), and the op's
+ * timing set so (copy_kind.c; for the schedule pass, after vmem_assign.c). */
+int64_t tpu__vmem_transpose_tiles(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k);
+void tpu__vmem_transpose_op(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k);
 int64_t tpu__group_merge_whole_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* A grouped convolution's lane-moving copy into or out of its split layout (copy_kind.c):
  * its split side's tiles and its W-in-the-lanes side's (0: not one). */

@@ -592,3 +592,53 @@ int64_t tpu__small_tile_transpose_tiles(const tpu_chip *chip, const tpu_instr *i
   }
   return n;
 }
+
+/* A copy or transpose that moves the lanes' dimension, reading its operand in VMEM and writing
+ * its result to HBM, on a chip that keeps values in VMEM between kernels (one TensorCore, no
+ * CMEM: v5e, v6e): a compiled program's copy out of S(1) (tpu__copy_out_of_vmem), or in
+ * tpusim's own compilation one whose operand vmem_assign.c keeps there (the relayout copy of a
+ * dot's result written in the rhs's orientation, relayout.c dot_result_relaid). The XLA TPU
+ * compiler charges such a copy its start and a fixed time per tile of its result, whatever the
+ * dtype (chip vmem_transpose_tile_cycles), and nothing for its read, the transpose's
+ * per-element cost (transpose_bytes) or the stream pass: libtpu probes off the corpus
+ * (bench/fidelity/probes/vmem_transpose.py, data/vmem_transpose.jsonl), einsum('acb,ad->bcd')
+ * and others, its copy from bf16[512,12,384]{0,2,1:...S(1)} into {2,0,1}: 30,588 cycles on
+ * v5e for 2,304 tiles, f32[512,6,384] 15,294 for 1,152, 13.28 a tile either way; tpusim
+ * charged about twice (64,821 and 33,267). Counted in the result's tiles (its layout's in a
+ * compiled program, else the least padded tiling, as layout.c lays a program's result out).
+ * v4 keeps such an operand in CMEM (S(3)), 16.05 a tile, and v5p in HBM; tpusim reads both
+ * from HBM and they are left as they were. Returns the result's tiles, 0 for any other op. */
+int64_t tpu__vmem_transpose_tiles(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  const tpu_chip *ch = be->chip;
+  if (ch->vmem_transpose_tile_cycles <= 0 || ch->tensorcores > 1 || ch->cmem_bytes > 0 || ch->vmem_bytes <= 0) return 0;
+  if ((in->op != TPU_OP_COPY && in->op != TPU_OP_TRANSPOSE) || in->noperands != 1 || in->shape.dtype == TPU_TUPLE ||
+      in->shape.rank < 2 || !tpu__moves_minor(ch, in) || k->op < 0 || k->vres || k->vcopy_windows)
+    return 0;
+  const tpu_prog_op *o = &be->p->ops[k->op];
+  const tpu_shape *r = &in->shape, *s = &in->operands[0]->shape;
+  if (o->scalar || o->dma || o->m > 0) return 0;
+  int64_t lanes = ch->vector_lanes > 0 ? ch->vector_lanes : 128;
+  if (r->layout_tail) {
+    if (!tpu__copy_out_of_vmem(be, in) || r->dims[r->minor_to_major[0]] % lanes || s->dims[s->minor_to_major[0]] % lanes)
+      return 0;
+    return layout_tiles(r);
+  }
+  if (s->layout_tail || !tpu__be_reads_vmem(be, in->operands[0], in)) return 0;
+  int q, m;
+  tpu__least_tiling(ch, r, &q, &m);
+  return tpu__tiles_as(ch, r, q, m);
+}
+
+/* Times such a copy as the compiler does (above): its read from VMEM and its stream costs
+ * dropped, its least body the result's tiles at vmem_transpose_tile_cycles each (its write
+ * overlaps them), no relayout floor. For the schedule pass, after vmem_assign.c. */
+void tpu__vmem_transpose_op(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
+  int64_t tiles = tpu__vmem_transpose_tiles(be, in, k);
+  if (tiles <= 0) return;
+  tpu_prog_op *o = &be->p->ops[k->op];
+  double body = (double)tiles * be->chip->vmem_transpose_tile_cycles;
+  o->xbytes = 0;
+  o->copy_out = 1;
+  o->relayout = 0;
+  if (body > o->min_body_cycles) o->min_body_cycles = body;
+}

@@ -638,7 +638,10 @@ tpu_status tpu__pass_schedule(tpu__be *be) {
     for (int i = 0; i < c->norder; i++) {
       const tpu_instr *in = c->order[i];
       tpu__kinfo *k = tpu__be_info(be, in);
-      if (k->kind == TPU__K_STREAM) TPU_TRY(plan_stream(be, in, k));
+      if (k->kind == TPU__K_STREAM) {
+        TPU_TRY(plan_stream(be, in, k));
+        tpu__vmem_transpose_op(be, in, k); /* a lane-moving copy out of VMEM (copy_kind.c) */
+      }
       else if (k->kind == TPU__K_MATMUL) TPU_TRY(plan_matmul(be, in, k));
       else if (k->kind == TPU__K_LINALG) TPU_TRY(tpu__linalg_plan(be, in, k));
       else if (k->kind == TPU__K_MOSAIC) TPU_TRY(tpu__mosaic_plan(be, in, k));
