@@ -90,6 +90,7 @@ typedef enum {
   X(GROUP_TRANSPOSE_WIDE_TILE_CYCLES, group_transpose_wide_tile_cycles, 'f', 0, "cycles", "the same copy: its least time's part per tile of the side with W in the lanes") \
   X(GROUP_TRANSPOSE_START_CYCLES, group_transpose_start_cycles, 'f', 0, "cycles", "the same copy: its least time's fixed part") \
   X(VMEM_TRANSPOSE_TILE_CYCLES, vmem_transpose_tile_cycles, 'f', 0, "cycles", "a copy or transpose that moves the lanes' dimension, reading its operand in VMEM and writing HBM: time per tile of its result after its kernel start, whatever its dtype, in place of its transfers' stream costs (absent: a read from VMEM, the transpose's and the stream pass's per-element costs)") \
+  X(COPY_IN_TRANSPOSE_TILE_CYCLES, copy_in_transpose_tile_cycles, 'f', 0, "cycles", "a compiled program's copy from HBM into VMEM (S(1)) that moves the lanes' dimension: least time per tile (8 rows of 128 lanes) of its HBM operand's layout (absent: as any copy)") \
   X(SMALL_TILE_TRANSPOSE_CYCLES, small_tile_transpose_cycles, 'f', 0, "cycles", "a compiled program's copy that moves the lanes' dimension with one side in tiles of fewer than 8 rows (T(1,128), T(2,128), T(4,128)), not within VMEM: least time per tile of that side after its kernel start (absent: its transfers and register work alone)") \
   X(PAD_WINDOW_TILE_CYCLES, pad_window_tile_cycles, 'f', 0, "cycles", "a pad into VMEM whose result is more than a sixth of scoped_vmem_bytes, which the compiler runs in windows of 128 tiles: time per tile of its result (absent: as any pad)") \
   X(PATCH_RELAYOUT_BLOCK_CYCLES, patch_relayout_block_cycles, 'f', 0, "cycles", "a patch embedding's image copied from its least padded layout (W in the lanes, H in the sublanes) into the batch in the lanes and its features in the sublanes: time per block of 8 rows and up to 128 lanes of the source, beyond the per-row and per-lane parts (absent: a transfer)") \
@@ -190,6 +191,7 @@ typedef struct tpu_chip {
   double group_transpose_tile_cycles, group_transpose_wide_tile_cycles, group_transpose_start_cycles; /* 0: absent (tile.c) */
   double pad_window_tile_cycles;   /* 0: absent (copy_kind.c tpu__pad_window_tiles) */
   double patch_relayout_block_cycles, patch_relayout_row_cycles, patch_relayout_lane_cycles; /* 0: absent (copy_kind.c tpu__patch_relayout_cycles) */
+  double copy_in_transpose_tile_cycles; /* 0: absent (copy_kind.c tpu__copy_in_transpose_tiles) */
   double small_tile_transpose_cycles; /* 0: absent (copy_kind.c tpu__small_tile_transpose_tiles) */
   double vmem_transpose_tile_cycles; /* 0: absent (copy_kind.c tpu__vmem_transpose_op) */
   int64_t wide_int_source_kernels; /* 0 when absent: one kernel (vmem_source.c) */

@@ -298,6 +298,9 @@ int64_t tpu__small_tile_transpose_tiles(const tpu_chip *chip, const tpu_instr *i
  * timing set so (copy_kind.c; for the schedule pass, after vmem_assign.c). */
 int64_t tpu__vmem_transpose_tiles(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k);
 void tpu__vmem_transpose_op(tpu__be *be, const tpu_instr *in, const tpu__kinfo *k);
+/* A compiled program's copy from HBM into VMEM that moves the lanes' dimension: its HBM
+ * operand's tiles, which it pays copy_in_transpose_tile_cycles for (0: not one). */
+int64_t tpu__copy_in_transpose_tiles(const tpu_chip *chip, const tpu_instr *in);
 int64_t tpu__group_merge_whole_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* A grouped convolution's lane-moving copy into or out of its split layout (copy_kind.c):
  * its split side's tiles and its W-in-the-lanes side's (0: not one). */

@@ -642,3 +642,24 @@ void tpu__vmem_transpose_op(tpu__be *be, const tpu_instr *in, const tpu__kinfo *
   o->relayout = 0;
   if (body > o->min_body_cycles) o->min_body_cycles = body;
 }
+
+/* A compiled program's copy from HBM into VMEM (S(1)) that moves the dimension in the lanes
+ * (a transpose into a kernel's layout: a convolution's input with W in the lanes relaid out
+ * with its features there, a table's or a scan's operand). The XLA TPU compiler charges it per
+ * tile (8 rows of 128 lanes) of its HBM operand's layout, whatever the element type and the
+ * VMEM side's tiles: copy_in_transpose_tile_cycles, v5e 15.75, v6e 12.97, with no start of its
+ * own. libtpu probes off the corpus (bench/fidelity/probes/copy_in.py, data/copy_in.jsonl: 1x1
+ * convolutions whose [B,H,W,32] input the compiler lays out W-minor, {2,3,1,0}, and copies into
+ * VMEM C-minor): bf16[8,64,64,32] 2,048 tiles 32,256 cycles on v5e, 26,560 on v6e;
+ * bf16[8,56,56,32] 1,792 tiles 28,224 / 23,240; f32[4,64,64,32] 1,024 tiles 16,128 / 13,280.
+ * Compiled families tune split alike (einsum_cdab_bace_aebd_..., scatter_add_197x64_m4096_bf16
+ * 256 tiles 4,032 / 3,320; sconv_b8_224x224_c64to128_k2s3_valid 28,672 tiles 451,584 on v5e;
+ * split4_64x256x16x64_ax1_bf16 16,384 tiles 258,048), where tpusim had charged the bytes moved.
+ * A floor: some cost more a tile (gconv_b8_56x56_c32to32_g2_k3_bf16 21.6, conv1d_b16l1000_c80to80
+ * 18.3, small copies whose start dominates). Returns the operand's tiles, 0 for any other op. */
+int64_t tpu__copy_in_transpose_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  if (chip->copy_in_transpose_tile_cycles <= 0 || in->op != TPU_OP_COPY || in->noperands != 1) return 0;
+  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+  if (!r->layout_tail || !o->layout_tail || !tpu__in_vmem(r) || on_chip(o) || !tpu__moves_minor(chip, in)) return 0;
+  return layout_tiles(o);
+}

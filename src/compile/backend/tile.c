@@ -736,6 +736,9 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   /* a transposing copy into or out of tiles of fewer than 8 rows (copy_kind.c) */
   double small = (double)tpu__small_tile_transpose_tiles(be->chip, in) * be->chip->small_tile_transpose_cycles;
   if (small > po.min_body_cycles) po.min_body_cycles = small;
+  /* a transposing copy from HBM into VMEM: per tile of its HBM side, no start (copy_kind.c) */
+  double cin = (double)tpu__copy_in_transpose_tiles(be->chip, in) * be->chip->copy_in_transpose_tile_cycles;
+  if (cin > po.min_cycles) po.min_cycles = cin;
   if (in->op == TPU_OP_SORT && be->chip->sort_network) { /* its network's waits too */
     tpu__sort_work w;
     tpu__sort_cost(be, in, &w);
