@@ -367,46 +367,86 @@ static int binary_applies(tpu_opcode op, tpu_dtype t) {
   }
 }
 
-/* run_binary for s32 and u32 on the 32-bit values themselves (no widening to blocks of
- * int64 and back): the same results as ibin, which wraps modulo 2^32, reads a shift count
- * as unsigned (a count >= 32 shifts everything out) and compares by the type's sign. 0 when
- * OP is not one of these. */
+/* The s32/u32 binary ops on the 32-bit values (no widening to blocks of int64 and back): the
+ * same results as ibin, which wraps modulo 2^32, reads a shift count as unsigned (a count
+ * >= 32 shifts everything out) and compares by the type's sign. One expression per op, used
+ * by bin32 (strided) and by the unit-stride kernels tpu__ew_i32_binary_fn hands out. */
+#define I32_OPS(X)                                                                  \
+  X(add, x + y)                                                                     \
+  X(sub, x - y)                                                                     \
+  X(mul, x * y)                                                                     \
+  X(and, x & y)                                                                     \
+  X(or, x | y)                                                                      \
+  X(xor, x ^ y)                                                                     \
+  X(shl, y >= 32 ? 0u : x << y)                                                     \
+  X(shrl, y >= 32 ? 0u : x >> y)                                                    \
+  X(shra, (x >> 31) ? (y >= 32 ? ~0u : ~(~x >> y)) : (y >= 32 ? 0u : x >> y)) /* on the bits as signed */ \
+  X(smax, (int32_t)y > (int32_t)x ? y : x)                                          \
+  X(umax, y > x ? y : x)                                                            \
+  X(smin, (int32_t)y < (int32_t)x ? y : x)                                          \
+  X(umin, y < x ? y : x)
+
+#define I32_FN(NAME, EXPR)                                                                   \
+  static void i32_##NAME(uint32_t *o, const uint32_t *a, int64_t sa, const uint32_t *b, int64_t sb, \
+                         int64_t n) {                                                        \
+    for (int64_t i = 0; i < n; i++) {                                                        \
+      const uint32_t x = a[i * sa], y = b[i * sb];                                           \
+      o[i] = (EXPR);                                                                         \
+    }                                                                                        \
+  }                                                                                          \
+  static void i32u_##NAME(uint32_t *restrict o, const uint32_t *restrict a, const uint32_t *restrict b, \
+                          int64_t n) {                                                       \
+    for (int64_t i = 0; i < n; i++) {                                                        \
+      const uint32_t x = a[i], y = b[i];                                                     \
+      o[i] = (EXPR);                                                                         \
+    }                                                                                        \
+  }
+I32_OPS(I32_FN)
+#undef I32_FN
+
+typedef void (*i32_strided)(uint32_t *, const uint32_t *, int64_t, const uint32_t *, int64_t, int64_t);
+
+/* The op's index in I32_OPS, or -1. */
+static int i32_index(tpu_opcode op, int sg) {
+  switch (op) {
+    case TPU_OP_ADD: return 0;
+    case TPU_OP_SUBTRACT: return 1;
+    case TPU_OP_MULTIPLY: return 2;
+    case TPU_OP_AND: return 3;
+    case TPU_OP_OR: return 4;
+    case TPU_OP_XOR: return 5;
+    case TPU_OP_SHIFT_LEFT: return 6;
+    case TPU_OP_SHIFT_RIGHT_LOGICAL: return 7;
+    case TPU_OP_SHIFT_RIGHT_ARITHMETIC: return 8;
+    case TPU_OP_MAXIMUM: return sg ? 9 : 10;
+    case TPU_OP_MINIMUM: return sg ? 11 : 12;
+    default: return -1;
+  }
+}
+
+#define I32_STRIDED(NAME, EXPR) i32_##NAME,
+static const i32_strided i32_strided_fns[] = {I32_OPS(I32_STRIDED)};
+#undef I32_STRIDED
+#define I32_UNIT(NAME, EXPR) i32u_##NAME,
+static const tpu__ew_i32_fn i32_unit_fns[] = {I32_OPS(I32_UNIT)};
+#undef I32_UNIT
+
+/* run_binary for s32 and u32 (strides 0 or 1); 0 when OP is not one of I32_OPS. */
 static int bin32(tpu_opcode op, int sg, uint32_t *o, const uint32_t *a, int64_t sa, const uint32_t *b, int64_t sb,
                  int64_t n) {
-#define BIN32(EXPR)                         \
-  for (int64_t i = 0; i < n; i++) {         \
-    const uint32_t x = a[i * sa], y = b[i * sb]; \
-    o[i] = (EXPR);                          \
-  }                                         \
-  return 1
-  switch (op) {
-    case TPU_OP_ADD: BIN32(x + y);
-    case TPU_OP_SUBTRACT: BIN32(x - y);
-    case TPU_OP_MULTIPLY: BIN32(x * y);
-    case TPU_OP_AND: BIN32(x & y);
-    case TPU_OP_OR: BIN32(x | y);
-    case TPU_OP_XOR: BIN32(x ^ y);
-    case TPU_OP_SHIFT_LEFT: BIN32(y >= 32 ? 0u : x << y);
-    case TPU_OP_SHIFT_RIGHT_LOGICAL: BIN32(y >= 32 ? 0u : x >> y);
-    case TPU_OP_SHIFT_RIGHT_ARITHMETIC: /* on the bits as signed */
-      BIN32((x >> 31) ? (y >= 32 ? ~0u : ~(~x >> y)) : (y >= 32 ? 0u : x >> y));
-    case TPU_OP_MAXIMUM:
-      if (sg) {
-        BIN32((int32_t)y > (int32_t)x ? y : x);
-      }
-      BIN32(y > x ? y : x);
-    case TPU_OP_MINIMUM:
-      if (sg) {
-        BIN32((int32_t)y < (int32_t)x ? y : x);
-      }
-      BIN32(y < x ? y : x);
-    default: return 0;
-  }
-#undef BIN32
+  int k = i32_index(op, sg);
+  if (k < 0) return 0;
+  i32_strided_fns[k](o, a, sa, b, sb, n);
+  return 1;
 }
 
 int tpu__ew_i32_binary(tpu_opcode op, int sg, uint32_t *o, const uint32_t *a, int sa, const uint32_t *b, int sb, int n) {
   return bin32(op, sg, o, a, sa, b, sb, n);
+}
+
+tpu__ew_i32_fn tpu__ew_i32_binary_fn(tpu_opcode op, int sg) {
+  int k = i32_index(op, sg);
+  return k < 0 ? NULL : i32_unit_fns[k];
 }
 
 /* o[i] = a[i*sa] OP b[i*sb] for n elements of dtype t (strides 0 or 1). o may alias a or b.

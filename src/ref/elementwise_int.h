@@ -62,6 +62,11 @@ void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa, in
  * when OP is not one of the ops run on the 32-bit values themselves (add, subtract,
  * multiply, and, or, xor, the three shifts, maximum, minimum). */
 int tpu__ew_i32_binary(tpu_opcode op, int sg, uint32_t *o, const uint32_t *a, int sa, const uint32_t *b, int sb, int n);
+/* The unit-stride kernel of tpu__ew_i32_binary's op (the same arithmetic) on n elements (o
+ * aliases neither a nor b; a may be b), or NULL where it has none: a caller that runs one op
+ * many times looks it up once. */
+typedef void (*tpu__ew_i32_fn)(uint32_t *restrict o, const uint32_t *restrict a, const uint32_t *restrict b, int64_t n);
+tpu__ew_i32_fn tpu__ew_i32_binary_fn(tpu_opcode op, int sg);
 /* o[i] = compare(a[i], b[i]) for the f32 compare `in` (its direction and type), n elements. */
 void tpu__ew_f32_compare(const tpu_instr *in, uint8_t *o, const float *a, const float *b, int n);
 /* *acc = *acc OP x[i] for i = 0..n-1 in order, each step what tpu__ew_f32_binary computes

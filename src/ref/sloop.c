@@ -21,6 +21,7 @@ typedef struct {
   tpu_opcode op;    /* K_BIN, K_FBIN, K_FUN */
   const tpu_instr *in; /* K_FCMP, K_KERN */
   tpu_ref_kernel k;    /* K_KERN */
+  tpu__ew_i32_fn f;    /* K_BIN: its op's kernel (tpu__ew_i32_binary_fn) */
   size_t kops[MAX_KOPS]; /* K_KERN: the operands' slots */
   tpu_cmp_dir dir;  /* K_CMP */
   int sg;           /* K_BIN, K_CMP: the 32-bit values signed */
@@ -61,11 +62,12 @@ typedef struct {
   int st0, nst, tuple; /* tuple: the state is a tuple of nst arrays, else one array */
   int clo, chi, bhi;
   size_t cond;
+  int direct; /* no next state is read from a state slot an iteration rewrites: each copied once */
 } sldesc;
 
 struct tpu__sloop {
   sstep *s;
-  int ns;
+  int ns, npro; /* s[0 .. npro): steps on constants only, run once a run before the loop (hoist) */
   sbox *bx;
   sconst *k;
   int nk;
@@ -104,6 +106,11 @@ typedef struct {
 static int g_on = 1;
 
 void tpu__sloop_enable(int on) { g_on = on; }
+
+void tpu__sloop_shape(const tpu__sloop *l, int *hoisted, int *direct) {
+  *hoisted = l->npro;
+  *direct = l->lp[0].direct;
+}
 
 /* Room for one more of p's elements (es bytes each); 0 when out of memory. */
 static int room(void **p, int n, int *cap, size_t es) {
@@ -346,6 +353,7 @@ static int instr(bld *b, const tpu_instr *in, const int *map, const int *args, i
     if (!s) return -1;
     s->op = in->op;
     s->sg = rs->dtype == TPU_S32;
+    if (s->kind == K_BIN && !(s->f = tpu__ew_i32_binary_fn(s->op, s->sg))) return -1;
     s->a = b->v[x].off;
     s->b = b->v[y].off;
     return r;
@@ -433,7 +441,7 @@ static int loop_in(bld *b, const tpu_instr *w, int initv, int depth) {
   } else {
     param = vs[0];
   }
-  sldesc L = {w, st0, nst, tuple, b->ns, 0, 0, 0};
+  sldesc L = {w, st0, nst, tuple, b->ns, 0, 0, 0, 0};
   int c = instance(b, w->condition, &param, 1, depth);
   if (!arr(b, c, TPU_PRED, 1)) return -1;
   L.cond = b->v[c].off;
@@ -450,6 +458,92 @@ static int loop_in(bld *b, const tpu_instr *w, int initv, int depth) {
   return param;
 }
 
+/* The bytes step s reads: in[k] = {offset, bytes} (a strided box: its extent); their count. */
+static int reads(const tpu__sloop *l, const sstep *s, size_t in[3][2]) {
+  size_t n = (size_t)s->n, es = (size_t)s->es;
+  switch (s->kind) {
+    case K_BIN: case K_FBIN: case K_CMP: case K_FCMP:
+      in[0][0] = s->a, in[0][1] = n * 4, in[1][0] = s->b, in[1][1] = n * 4;
+      return 2;
+    case K_FUN: in[0][0] = s->a, in[0][1] = n * 4; return 1;
+    case K_PRED2I: in[0][0] = s->a, in[0][1] = n; return 1;
+    case K_FILL: in[0][0] = s->a, in[0][1] = es; return 1;
+    case K_COPY: in[0][0] = s->a, in[0][1] = n * es; return 1;
+    case K_SEL:
+      in[0][0] = s->a, in[0][1] = s->pscalar ? 1 : n;
+      in[1][0] = s->b, in[1][1] = n * es, in[2][0] = s->c, in[2][1] = n * es;
+      return 3;
+    case K_BOX: {
+      const sbox *bx = &l->bx[s->box];
+      size_t last = 0;
+      for (int i = 0; i < bx->rank; i++) {
+        if (bx->dims[i] == 0) return -1;
+        last += (size_t)(bx->dims[i] - 1) * (size_t)bx->sstr[i];
+      }
+      in[0][0] = s->a, in[0][1] = (last + 1) * es;
+      return 1;
+    }
+    default: return -1; /* kernels, nested loops: kept in place */
+  }
+}
+
+/* The bytes step s writes. */
+static size_t writes(const sstep *s) {
+  switch (s->kind) {
+    case K_CMP: case K_FCMP: return (size_t)s->n;
+    case K_BIN: case K_FBIN: case K_FUN: case K_PRED2I: return (size_t)s->n * 4;
+    default: return (size_t)s->n * (size_t)s->es;
+  }
+}
+
+/* Loop-invariant steps hoisted: a step that reads only constants' bytes (or such steps'
+ * results) computes the same value every time it runs, and its slot is its own (every value
+ * has a slot of its own; only the state's slots are rewritten), so it runs once, before the
+ * loop, in the order of the steps. The steps' indices (loop bounds, skips) follow. */
+static int hoist(tpu__sloop *l, int nlp) {
+  if (l->ns == 0) return 1;
+  uint8_t *kb = tpu_calloc(l->bytes, 1);
+  int *pos = tpu_malloc(((size_t)l->ns + 1) * sizeof *pos);
+  sstep *ns = tpu_malloc((size_t)l->ns * sizeof *ns);
+  char *h = tpu_calloc((size_t)l->ns, 1);
+  int ok = kb && pos && ns && h;
+  if (ok) {
+    for (int i = 0; i < l->nk; i++) memset(kb + l->k[i].off, 1, l->k[i].bytes);
+    int npro = 0;
+    for (int i = 0; i < l->ns; i++) {
+      size_t in[3][2];
+      int nin = reads(l, &l->s[i], in), c = nin >= 0;
+      for (int k = 0; c && k < nin; k++)
+        for (size_t j = 0; c && j < in[k][1]; j++) c = in[k][0] + j < l->bytes && kb[in[k][0] + j];
+      if (!c) continue;
+      h[i] = 1, npro++;
+      size_t o = l->s[i].out, nb = writes(&l->s[i]);
+      if (o + nb <= l->bytes) memset(kb + o, 1, nb);
+    }
+    int a = 0, r = npro;
+    for (int i = 0; i < l->ns; i++) {
+      pos[i] = r;
+      if (h[i]) ns[a++] = l->s[i];
+      else ns[r++] = l->s[i];
+    }
+    pos[l->ns] = r;
+    for (int i = npro; i < l->ns; i++)
+      if (ns[i].kind == K_LOOP) ns[i].skip = pos[ns[i].skip];
+    for (int j = 0; j < nlp; j++) {
+      sldesc *L = &l->lp[j];
+      L->clo = pos[L->clo], L->chi = pos[L->chi], L->bhi = pos[L->bhi];
+    }
+    l->npro = npro;
+    tpu_free(l->s);
+    l->s = ns, ns = NULL;
+  }
+  tpu_free(kb);
+  tpu_free(pos);
+  tpu_free(ns);
+  tpu_free(h);
+  return ok;
+}
+
 static tpu__sloop *compile(bld *b, const tpu_instr *w) {
   if (loop_in(b, w, -1, 0) < 0 || b->bytes > MAX_BYTES) return NULL;
   tpu__sloop *l = tpu_calloc(1, sizeof *l);
@@ -461,6 +555,19 @@ static tpu__sloop *compile(bld *b, const tpu_instr *w) {
   l->st = b->st, b->st = NULL;
   l->lp = b->lp, b->lp = NULL;
   l->bytes = b->bytes ? b->bytes : 16;
+  if (!hoist(l, b->nlp)) {
+    tpu__sloop_free(l);
+    return NULL;
+  }
+  for (int j = 0; j < b->nlp; j++) { /* (a state read from another's slot, as a swap: gathered first) */
+    sldesc *L = &l->lp[j];
+    L->direct = 1;
+    for (int i = L->st0; i < L->st0 + L->nst; i++)
+      for (int k = L->st0; k < L->st0 + L->nst; k++)
+        if (l->st[i].src != l->st[i].off && l->st[k].src != l->st[k].off && l->st[i].bytes && l->st[k].bytes &&
+            l->st[i].src < l->st[k].off + l->st[k].bytes && l->st[k].off < l->st[i].src + l->st[i].bytes)
+          L->direct = 0;
+  }
   return l;
 }
 
@@ -481,7 +588,21 @@ tpu__sloop *tpu__sloop_compile(const tpu_instr *w) {
   return l;
 }
 
-static tpu_status begin(const tpu__sloop *l, const tpu_tensor *init, void **buf, tpu_diag *d) {
+/* memcpy of distinct slots, inline for a loop's small values (a library call costs more
+ * than the copy of a few words). */
+static inline void cp(char *o, const char *a, size_t n) {
+  if (n > 64) {
+    memcpy(o, a, n);
+    return;
+  }
+  for (; n >= 8; n -= 8, o += 8, a += 8) memcpy(o, a, 8);
+  if (n >= 4) memcpy(o, a, 4), n -= 4, o += 4, a += 4;
+  for (; n; n--) *o++ = *a++;
+}
+
+static tpu_status run_steps(const tpu__sloop *l, tpu_interp *ip, char *m, int lo, int hi, int64_t limit, tpu_diag *d);
+
+static tpu_status begin(const tpu__sloop *l, tpu_interp *ip, const tpu_tensor *init, void **buf, tpu_diag *d) {
   const sldesc *L = &l->lp[0];
   *buf = NULL;
   if (L->tuple ? init->dtype != TPU_TUPLE || init->ntuple != L->nst : init->dtype == TPU_TUPLE)
@@ -495,9 +616,13 @@ static tpu_status begin(const tpu__sloop *l, const tpu_tensor *init, void **buf,
   }
   char *m = tpu_malloc(l->bytes);
   if (!m) return TPU_FAIL(d, TPU_ERR_NOMEM, l->w->loc, "out of memory running while '%s'", l->w->name);
-  for (int i = 0; i < l->nk; i++) memcpy(m + l->k[i].off, l->k[i].data, l->k[i].bytes);
-  for (int i = 0; i < L->nst; i++)
-    if (l->st[i].bytes) memcpy(m + l->st[i].off, (L->tuple ? &init->elems[i] : init)->data, l->st[i].bytes);
+  for (int i = 0; i < l->nk; i++) cp(m + l->k[i].off, l->k[i].data, l->k[i].bytes);
+  for (int i = 0; i < L->nst; i++) cp(m + l->st[i].off, (L->tuple ? &init->elems[i] : init)->data, l->st[i].bytes);
+  tpu_status st = run_steps(l, ip, m, 0, l->npro, 0, d); /* the hoisted steps */
+  if (st != TPU_OK) {
+    tpu_free(m);
+    return st;
+  }
   *buf = m;
   return TPU_OK;
 }
@@ -541,7 +666,7 @@ static tpu_status run_kernel(tpu_interp *ip, const sstep *s, char *m, tpu_diag *
   tpu_status st = out.dtype == in->shape.dtype && out.nbytes == bytes ? TPU_OK
                   : TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "%s '%s': the kernel's result does not have the op's shape",
                              tpu_op_name(in->op), in->name);
-  if (st == TPU_OK && bytes) memcpy(m + s->out, out.data, bytes);
+  if (st == TPU_OK && bytes) cp(m + s->out, out.data, bytes);
   tpu_tensor_free(&out);
   return st;
 }
@@ -562,7 +687,7 @@ static tpu_status run_steps(const tpu__sloop *l, tpu_interp *ip, char *m, int lo
         break;
       case K_FUN: { /* on a copy in its own slot, as the kernel runs on its scratch block */
         float *o = (float *)(void *)(m + s->out);
-        memcpy(o, m + s->a, (size_t)s->n * sizeof(float));
+        cp((char *)o, m + s->a, (size_t)s->n * sizeof(float));
         for (int64_t e = 0; e < s->n; e += TPU_EW_BLOCK)
           tpu__ew_f32_unary(s->op, o + e, (int)(s->n - e < TPU_EW_BLOCK ? s->n - e : TPU_EW_BLOCK));
         break;
@@ -577,7 +702,7 @@ static tpu_status run_steps(const tpu__sloop *l, tpu_interp *ip, char *m, int lo
       case K_LOOP: { /* its state from its init values, its iterations, the run's hook told */
         const sldesc *L = &l->lp[s->box];
         for (int j = L->st0; j < L->st0 + L->nst; j++)
-          if (l->st[j].bytes) memcpy(m + l->st[j].off, m + l->st[j].init, l->st[j].bytes);
+          cp(m + l->st[j].off, m + l->st[j].init, l->st[j].bytes);
         int64_t it = 0;
         TPU_TRY(run_loop(l, L, ip, m, limit, NULL, &it, d));
         const tpu_ref_opts *o = tpu__ref_opts(ip);
@@ -585,13 +710,9 @@ static tpu_status run_steps(const tpu__sloop *l, tpu_interp *ip, char *m, int lo
         i = s->skip - 1;
         break;
       }
-      case K_BIN:
-        for (int64_t e = 0; e < s->n; e += TPU_EW_BLOCK) {
-          int k = (int)(s->n - e < TPU_EW_BLOCK ? s->n - e : TPU_EW_BLOCK);
-          tpu__ew_i32_binary(s->op, s->sg, (uint32_t *)(void *)(m + s->out) + e,
-                             (const uint32_t *)(const void *)(m + s->a) + e, 1,
-                             (const uint32_t *)(const void *)(m + s->b) + e, 1, k);
-        }
+      case K_BIN: /* (its own slot: the operands' are others) */
+        s->f((uint32_t *)(void *)(m + s->out), (const uint32_t *)(const void *)(m + s->a),
+             (const uint32_t *)(const void *)(m + s->b), s->n);
         break;
       case K_CMP: {
         const uint32_t *a = (const uint32_t *)(const void *)(m + s->a), *b = (const uint32_t *)(const void *)(m + s->b);
@@ -633,7 +754,7 @@ static tpu_status run_steps(const tpu__sloop *l, tpu_interp *ip, char *m, int lo
           for (int64_t e = 0; e < s->n; e++) memcpy(m + s->out + (size_t)e * (size_t)s->es, m + s->a, (size_t)s->es);
         }
         break;
-      case K_COPY: memcpy(m + s->out, m + s->a, (size_t)s->n * (size_t)s->es); break;
+      case K_COPY: cp(m + s->out, m + s->a, (size_t)s->n * (size_t)s->es); break;
       case K_BOX: {
         const sbox *bx = &l->bx[s->box];
         if (s->n) tpu__ref_copy_box(m + s->out, m + s->a, (size_t)s->es, bx->rank, bx->dims, bx->dstr, bx->sstr);
@@ -656,11 +777,15 @@ static tpu_status run_loop(const tpu__sloop *l, const sldesc *L, tpu_interp *ip,
       return TPU_FAIL(d, TPU_ERR_LIMIT, L->w->loc, "while loop '%s' ran past %lld iterations", L->w->name,
                       (long long)limit);
     TPU_TRY(run_steps(l, ip, m, L->chi, L->bhi, limit, d));
-    /* the next state gathered first: an element may be read from another one's slot */
-    for (int i = 0; i < L->nst; i++)
-      if (st[i].src != st[i].off) memcpy(m + st[i].next, m + st[i].src, st[i].bytes);
-    for (int i = 0; i < L->nst; i++)
-      if (st[i].src != st[i].off) memcpy(m + st[i].off, m + st[i].next, st[i].bytes);
+    if (L->direct) { /* no state read from a slot this rewrites */
+      for (int i = 0; i < L->nst; i++)
+        if (st[i].src != st[i].off) cp(m + st[i].off, m + st[i].src, st[i].bytes);
+    } else { /* the next state gathered first: an element may be read from another one's slot */
+      for (int i = 0; i < L->nst; i++)
+        if (st[i].src != st[i].off) cp(m + st[i].next, m + st[i].src, st[i].bytes);
+      for (int i = 0; i < L->nst; i++)
+        if (st[i].src != st[i].off) cp(m + st[i].off, m + st[i].next, st[i].bytes);
+    }
     if (tick) tick(ip, *iters + 1);
   }
 }
@@ -676,7 +801,7 @@ static tpu_status end(const tpu__sloop *l, void *buf, tpu_tensor *out, tpu_diag 
       const sstate *s = &l->st[i];
       tpu_tensor *e = L->tuple ? &out->elems[i] : out;
       st = tpu_tensor_alloc_uninit(e, s->t, s->rank, s->dims, d);
-      if (st == TPU_OK && s->bytes) memcpy(e->data, m + s->off, s->bytes);
+      if (st == TPU_OK) cp(e->data, m + s->off, s->bytes);
     }
     if (st != TPU_OK) tpu_tensor_free(out);
   }
@@ -689,7 +814,7 @@ tpu_status tpu__sloop_run(const tpu__sloop *l, tpu_interp *ip, const tpu_tensor 
   void *buf;
   *iters = 0;
   tpu_tensor_zero(out);
-  TPU_TRY(begin(l, init, &buf, d));
+  TPU_TRY(begin(l, ip, init, &buf, d));
   tpu_status st = run_loop(l, &l->lp[0], ip, buf, limit, tick, iters, d);
   if (st != TPU_OK) {
     end(l, buf, NULL, d);

@@ -9,7 +9,10 @@
  * are bit-identical to stepping the loop's computations op by op. A loop nested in the
  * body is a step that runs its own steps on its own state slots (the run's on_while hook
  * told of its trips, as the interpreter tells it); a dot or convolution calls the run's
- * TPU numerics hook first, as the interpreter does. Not compiled: conditionals, custom
+ * TPU numerics hook first, as the interpreter does. Steps that read only constants (a
+ * broadcast of a literal, and what is computed from such) run once a run, before the first
+ * iteration; an s32/u32 op calls its op's kernel directly (tpu__ew_i32_binary_fn); the next
+ * state is copied once, not gathered first, where no element is read from another's slot. Not compiled: conditionals, custom
  * calls, collectives, tuples other than the states' and calls' results. */
 #ifndef TPU_REF_SLOOP_H
 #define TPU_REF_SLOOP_H
@@ -31,6 +34,11 @@ void tpu__sloop_free(tpu__sloop *l);
 typedef void (*tpu__sloop_tick)(tpu_interp *ip, int64_t iters); /* after each iteration (progress) */
 tpu_status tpu__sloop_run(const tpu__sloop *l, tpu_interp *ip, const tpu_tensor *init, int64_t limit,
                           tpu__sloop_tick tick, int64_t *iters, tpu_tensor *out, tpu_diag *d);
+
+/* Tests: how many steps run once before the loop (on constants only: hoisted out of the
+ * iterations), and whether the loop copies its next state into its state's slots directly
+ * (1) or through slots of their own (0: some state element is read from another's slot). */
+void tpu__sloop_shape(const tpu__sloop *l, int *hoisted, int *direct);
 
 /* Tests: 0 turns compiling off (every loop is stepped op by op), 1 back on. */
 void tpu__sloop_enable(int on);

@@ -4,7 +4,9 @@
  * their kernels (u64 among them), a loop with a loop nested in its body and a loop with a dot
  * (on the TPU backend too: its MXU numerics hook) compile too; the values of all of them are
  * bit-identical to the loop stepped op by op (compiling off); a loop with a conditional is
- * stepped as before; the while limit still stops a compiled loop. */
+ * stepped as before; the while limit still stops a compiled loop; steps on constants are
+ * hoisted out of the iterations and a state is copied once where no element reads another's
+ * slot. */
 #include <stdio.h>
 #include <string.h>
 
@@ -159,7 +161,8 @@ static const char *NEST_SRC =
     "  j2 = s32[] add(j, one)\n"
     "  c = u32[] constant(3)\n"
     "  cb = u32[4] broadcast(c), dimensions={}\n"
-    "  v2 = u32[4] multiply(v, cb)\n"
+    "  cc = u32[4] add(cb, cb)\n" /* on constants only: cb and cc hoisted out of both loops */
+    "  v2 = u32[4] multiply(v, cc)\n"
     "  ROOT t = (s32[], u32[4]) tuple(j2, v2)\n"
     "}\n"
     "ic {\n"
@@ -348,15 +351,24 @@ int main(void) {
   CHECK_EQ_INT(tpu_hlo_parse("cond.hlo", COND_SRC, strlen(COND_SRC), &cm, &d), TPU_OK);
   if (!m || !fm || !dm || !nm || !cm) CHECK_DONE();
 
-  /* which loops compile */
+  /* which loops compile; the steps on constants hoisted (m: the broadcast of 7; nm: the
+   * inner body's broadcast of 3 and its sum), the state copied once unless an element is
+   * read from another's slot (m swaps two) */
+  int hoisted = -1, direct = -1;
   tpu__sloop *l = tpu__sloop_compile(find_while(m));
   CHECK(l != NULL);
+  if (l) tpu__sloop_shape(l, &hoisted, &direct);
+  CHECK_EQ_INT(hoisted, 1);
+  CHECK_EQ_INT(direct, 0);
   tpu__sloop_free(l);
   l = tpu__sloop_compile(find_while(fm));
   CHECK(l != NULL);
   tpu__sloop_free(l);
   l = tpu__sloop_compile(find_while(nm));
   CHECK(l != NULL);
+  if (l) tpu__sloop_shape(l, &hoisted, &direct);
+  CHECK_EQ_INT(hoisted, 2);
+  CHECK_EQ_INT(direct, 1);
   tpu__sloop_free(l);
   l = tpu__sloop_compile(find_while(dm));
   CHECK(l != NULL);
