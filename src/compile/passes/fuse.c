@@ -609,10 +609,23 @@ static int chained(const tpu_instr *p) {
  * probes) still join: separating them moves m_unet's group norms out of their convolutions'
  * kernels (tune v6e 15 -> 74 %), and tpusim's dot rewrite widens a vector before it
  * broadcasts it where the compiler widens after (docs/compiler-fusion.md, Known gaps). */
+/* p = r * c or r / c: a reduce's result scaled by a constant (a mean, sum x 1/n). */
+static int scaled_reduce(const tpu_instr *p) {
+  if ((p->op != TPU_OP_MULTIPLY && p->op != TPU_OP_DIVIDE) || p->noperands != 2) return 0;
+  const tpu_instr *r = under_reshapes(p->operands[0]), *c = p->operands[1];
+  if (r->op != TPU_OP_REDUCE) {
+    if (p->op == TPU_OP_DIVIDE) return 0;
+    r = under_reshapes(p->operands[1]);
+    c = p->operands[0];
+  }
+  return r->op == TPU_OP_REDUCE && scalar_constant(c);
+}
+
 static int broadcast_source(const fuser *f, int g, const tpu_instr *p) {
   int wide = 0;
   for (int d = 0; d < p->shape.rank; d++) wide += p->shape.dims[d] > 1;
-  if (wide != 1 || !(elementwise_op(p) || p->op == TPU_OP_COMPARE)) return 0;
+  if (wide < 1 || !(elementwise_op(p) || p->op == TPU_OP_COMPARE)) return 0;
+  if (wide > 1 && !scaled_reduce(p)) return 0;
   int budget = 256;
   if (from_inputs(p, &budget)) return 0;
   return reused_in_group(f, g, p);

@@ -181,6 +181,33 @@ static void test_row_mean_apart(void) {
   CHECK_EQ_INT(k, 3);
 }
 
+/* A layer norm over the features of an NHWC activation: its mean is one per (b, h, w),
+ * f32[4,24,24], a reduce's result x 1/n with three dimensions wider than 1, and is a kernel of
+ * its own as the rank-1 mean is (fuse.c broadcast_source, scaled_reduce; libtpu probes
+ * bench/fidelity/probes/cases_convnet_ln.py, cn_ln_b4_24x24x160: convert_reduce_fusion,
+ * broadcast_multiply_fusion f32[4,24,24] 2,131 cycles on v6e, 1,933 on v5e, then the
+ * variance's and the normalization's kernels). A product of a reduce with a computed vector
+ * (not a constant) still joins its consumer. */
+static void test_nhwc_row_mean_apart(void) {
+  const char *mean =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[4,24,24,160] parameter(0)\n z = f32[] constant(0)\n"
+      " r = f32[4,24,24] reduce(x, z), dimensions={3}, to_apply=add\n"
+      " c = f32[] constant(160)\n cb = f32[4,24,24] broadcast(c), dimensions={}\n m = f32[4,24,24] divide(r, cb)\n"
+      " b = f32[4,24,24,160] broadcast(m), dimensions={0,1,2}\n ROOT y = f32[4,24,24,160] subtract(x, b)\n}\n";
+  int k = kernels_of(mean);
+  printf("NHWC row mean f32[4,24,24] of a feature sum, broadcast: %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 3);
+  const char *scaled =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[4,24,24,160] parameter(0)\n w = f32[4,24,24] parameter(1)\n z = f32[] constant(0)\n"
+      " r = f32[4,24,24] reduce(x, z), dimensions={3}, to_apply=add\n m = f32[4,24,24] multiply(r, w)\n"
+      " b = f32[4,24,24,160] broadcast(m), dimensions={0,1,2}\n ROOT y = f32[4,24,24,160] subtract(x, b)\n}\n";
+  k = kernels_of(scaled);
+  printf("f32[4,24,24] sum x a parameter, broadcast: %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 2);
+}
+
 /* A split whose first piece is returned as it is and the others scaled is one kernel: the bare
  * slice joins the fusion of its siblings (fuse_merge.c bare_slice; libtpu, all generations:
  * bf16[512,512] cut along the lanes, one slice_multiply_fusion, v5e 5,366 cycles). */
@@ -202,6 +229,7 @@ int main(void) {
   test_reused_slice();
   test_reduced_chain_apart();
   test_row_mean_apart();
+  test_nhwc_row_mean_apart();
   test_split_bare_piece();
   CHECK_DONE();
 }
