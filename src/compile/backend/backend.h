@@ -48,6 +48,7 @@ typedef struct tpu__kinfo {
   int64_t space_vregs;     /* vector registers of its largest array */
   int64_t vcopy_windows;   /* a compiled program's windowed copy within VMEM: its windows
                             * (tile.c windowed_vmem_copy), else 0 */
+  int64_t vcopy_ops;       /* cycles of each of those windows (0: 100) */
   const char *what;        /* op kind label for vpu/eup/xlu instructions */
   /* layout */
   double bytes, padded_bytes;       /* operands + results, unpadded / tiled */

@@ -321,16 +321,23 @@ static int64_t group_merge_tiles(const tpu_chip *chip, const tpu_instr *in) {
 /* The same merge copy of a result in whole 32-bit registers (f32, 8 or more groups: T(8,128)
  * tiles of groups by Cog): its result's tiles, 0 for any other op. Where the compiler keeps
  * the split result on the core (v5e, v6e: S(1) on both sides) the copy moves whole registers
- * within VMEM, 0.51-0.88 cycles a result tile and no start; where it writes it off the core
+ * within VMEM, no start: whole_relayout_window_cycles a window and whole_relayout_tile_cycles a
+ * result tile (tile.c; probes/gconv_merge.py: 16 + 0.5 a tile on v5e and v6e, 200 tiles 116
+ * cycles, 288 160, 1,152 592; 49 windows of 128 tiles where its two sides outgrow the scoped
+ * VMEM, f32[4,28,28,16,32] 3,920); where it writes it off the core
  * (v4's CMEM, S(3) on both sides; v5p's HBM) the copy is a relayout of two half-register
  * units a tile (tile.c; libtpu probes outside the corpus, f32 [B,H,H,C] in 8-32 groups, 1x1
  * and 3x3, 400-4,096 result tiles: v4 29.8-34.2 cycles a tile, 2 x relayout_tile_cycles 31.8;
- * v5p 4,655-33,828 cycles, start + 7.7-9.1 a tile; v5e/v6e 216-3,584 cycles). */
+ * v5p 4,655-33,828 cycles, start + 7.7-9.1 a tile; v5e/v6e 216-3,584 cycles). A compiled
+ * program's copy of this kind (whole_register_gather_tiles) likewise. */
+static int64_t whole_register_gather_tiles(const tpu_chip *chip, const tpu_instr *in);
+
 int64_t tpu__group_merge_whole_tiles(const tpu_chip *chip, const tpu_instr *in) {
   int g;
   const tpu_shape *s = group_merge_split(in, &g);
   int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
-  if (!s || tpu_dtype_size(s->dtype) != 4 || s->dims[g] < sub || g < 1 || g + 2 != s->rank) return 0;
+  if (!s) return whole_register_gather_tiles(chip, in);
+  if (tpu_dtype_size(s->dtype) != 4 || s->dims[g] < sub || g < 1 || g + 2 != s->rank) return 0;
   /* the compiler's merged form with Cog in the lanes and G in the sublanes, where it pads no
    * more than W in the lanes and Cog in the sublanes; else it merges through that W-minor form
    * (other copies, not modelled: gconv_b4_28x28_c128to256_g16_k1_f32) */
@@ -339,6 +346,36 @@ int64_t tpu__group_merge_whole_tiles(const tpu_chip *chip, const tpu_instr *in) 
   int64_t w_minor = cdiv(w, lanes) * lanes * cdiv(cog, sub) * sub * s->dims[g];
   if (cog_minor > w_minor) return 0;
   return tpu__tiles_as(chip, s, g, g + 1);
+}
+
+/* A compiled program's copy of the same kind: 32-bit values on the chip on both sides (VMEM,
+ * S(1), or v4's CMEM, S(3)), the lanes' dimension kept, from tiles of fewer than 8 rows
+ * (T(2,128), T(4,128): the batch in the sublanes) into whole registers (T(8,128)) — the XLA
+ * TPU compiler's merge copy of a grouped convolution's split result (gconv_b2_14x14_c512to512_g8_k3_f32's
+ * copy.4, f32[2,14,14,8,64] {4,0,3,2,1:T(2,128)} -> {4,3,0,2,1:T(8,128)}, 212 cycles on v5e
+ * and v6e, 11,678 on v4) and any other (swin_train_b4_28x28x192h6's f32[4,28,28]
+ * {2,0,1:T(4,128)} -> {2,1,0:T(8,128)}, 24 cycles on v5e and v6e); on v6e from whole registers
+ * too (chip whole_relayout_operand_rows 8: compiled families tune, all 5 such copies of 40-1,024
+ * tiles at 16 + 0.5 a tile, e.g. unet_fwd_b4_32x32x128's f32[32,32,5,128] {3,1,2,0} ->
+ * {3,0,2,1}, 336 cycles; v5e 1.2-2.3 a tile there, not modelled). Its result's tiles, 0 for any
+ * other op. */
+static int on_chip(const tpu_shape *s);
+
+static int64_t whole_register_gather_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
+  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+  long long rr = 0, rc = 0, orows = 0, oc = 0, most = chip->whole_relayout_operand_rows > 0 ? chip->whole_relayout_operand_rows : 7;
+  if (!r->layout_tail || !o->layout_tail || r->rank != o->rank || r->rank < 2 || tpu_dtype_size(r->dtype) != 4 ||
+      tpu_dtype_size(o->dtype) != 4 || !on_chip(r) || !on_chip(o) || !layout_tile(r, &rr, &rc) ||
+      !layout_tile(o, &orows, &oc) || rr != 8 || rc != 128 || oc != 128 || orows > most)
+    return 0;
+  const char *t = strstr(r->layout_tail, "T(8,128)"), *u = strstr(o->layout_tail, "T(");
+  if (!t || t[8] == '(' || !u || strchr(u, ')')[1] == '(') return 0; /* packed */
+  int a[TPU_MAX_RANK], b[TPU_MAX_RANK];
+  int na = moving_order(r, a), nb = moving_order(o, b), same = na == nb;
+  for (int i = 0; same && i < na; i++) same = a[i] == b[i];
+  if (same || na == 0 || nb == 0 || a[0] != b[0]) return 0;
+  return layout_tiles(r);
 }
 
 /* The pair "S,W" of attribute `name` of in (0, 0: none). */

@@ -168,7 +168,7 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
   if (k->vcopy_windows > 0) { /* the compiler's windowed copy within VMEM (tile.c): one piece */
     tpu_insn kin = tpu_insn_make(TPU_ISA_KERNEL, k->op), x = tpu_insn_make(TPU_ISA_XLU, k->op);
     x.vregs = k->vcopy_windows;
-    x.ops = 100;
+    x.ops = k->vcopy_ops > 0 ? k->vcopy_ops : 100;
     x.what = k->what;
     if (!emit(be, &kin)) return TPU_ERR_NOMEM;
     TPU_TRY(emit_step_prefetch(be, in, k, 0));

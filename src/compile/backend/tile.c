@@ -690,13 +690,21 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   }
   /* A grouped convolution's merge copy of whole f32 registers (copy_kind.c
    * tpu__group_merge_whole_tiles): within VMEM on a chip of one TensorCore without CMEM, a
-   * windowed copy of its result's tiles (4 KiB each); off the core, a relayout of two
+   * windowed copy of its result's tiles (4 KiB each), no start: whole_relayout_window_cycles a
+   * window, one unless its two sides outgrow the scoped VMEM (then 128 tiles each), and
+   * whole_relayout_tile_cycles a tile (probes/gconv_merge.py); off the core, a relayout of two
    * half-register units a tile. */
   int64_t whole = tpu__group_merge_whole_tiles(be->chip, in);
   int off_core = be->chip->cmem_bytes > 0 || be->chip->tensorcores > 1;
   if (whole > 0 && !off_core && !k->vcopy_windows) {
     int64_t bytes = whole * 4096, win = (int64_t)1 << 20;
     k->vcopy_windows = (bytes + win - 1) / win;
+    if (be->chip->whole_relayout_tile_cycles > 0) {
+      int64_t windows = 2 * bytes > tpu__vmem_budget(be->chip) ? (whole + 127) / 128 : 1;
+      k->vcopy_windows = 1;
+      k->vcopy_ops = (int64_t)ceil((double)windows * be->chip->whole_relayout_window_cycles +
+                                   (double)whole * be->chip->whole_relayout_tile_cycles);
+    }
   }
   if (k->vcopy_windows) po.scalar = 1; /* no kernel start: see windowed_vmem_copy */
   if (tpu__vmem_source_kernel(be, in)) po.scalar = 1; /* no kernel start (vmem_source.c) */
