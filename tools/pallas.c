@@ -35,7 +35,12 @@ static char *slurp(const char *path, size_t *len) {
     n += r;
     if (!r) break;
   }
+  int bad = ferror(f);
   fclose(f);
+  if (b && bad) { /* the caller parses the file the usual way, which reports the error */
+    tpu_free(b);
+    b = NULL;
+  }
   if (b) b[n] = 0;
   *len = n;
   return b;
@@ -106,8 +111,16 @@ tpu_status tpu_cli_parse_program(const char *path, tpu_module **out, tpu_diag *d
   char *text = slurp(path, &n);
   /* Kernels still in bytecode: more bodies than decoded texts. */
   if (!text || !strstr(text, "\"tpu_custom_call\"") || count(text, "\"body\":") <= count(text, "\"tpusim_mosaic\":")) {
+    /* no kernel to decode: the text read here is the program (not read a second time),
+     * unless it could not be read or is near the parser's limit, which the file's own
+     * parse reports */
+    tpu_status st;
+    if (text && n < ((size_t)1 << 30))
+      st = tpu_hlo_parse(path, text, n, out, d);
+    else
+      st = tpu_hlo_parse_file(path, out, d);
     tpu_free(text);
-    return tpu_hlo_parse_file(path, out, d);
+    return st;
   }
   tpu_free(text);
   char tmp[] = "/tmp/tpusim-pallas-XXXXXX";

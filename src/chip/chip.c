@@ -652,14 +652,18 @@ static tpu_status load_doc(loader *L) {
   else
     snprintf(c->title, sizeof c->title, "%s", c->name);
   TPU_TRY(load_sources(L, tpu_json_get(root, "sources")));
+  int next = 0; /* the field after the last one found: files list them in the table's order */
   for (size_t i = 0; i < root->count; i++) {
     const tpu_json *m = root->items[i];
     if (!strcmp(m->key, "schema") || !strcmp(m->key, "name") || !strcmp(m->key, "title") ||
         !strcmp(m->key, "sources") || !strcmp(m->key, "comment"))
       continue;
-    int f = -1;
-    for (int k = 0; k < TPU_CHIP_NFIELDS; k++)
+    int f = -1; /* keys are the struct's member names, so distinct: one match, searched from next */
+    for (int j = 0; j < TPU_CHIP_NFIELDS && f < 0; j++) {
+      int k = (next + j) % TPU_CHIP_NFIELDS;
       if (!strcmp(m->key, k_fields[k].key)) f = k;
+    }
+    if (f >= 0) next = (f + 1) % TPU_CHIP_NFIELDS;
     if (f < 0)
       return TPU_FAIL(L->d, TPU_ERR_INVALID, tpu_json_loc(&L->doc, m, 1), "unknown field '%s'",
                       m->key);

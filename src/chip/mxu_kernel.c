@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/cpu.h"
 #include "base/par.h"
 #include "base/tensor.h"
 #include "chip/mxu.h"
@@ -53,9 +54,9 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline float canon_nan(float v) { return isnan(v) ? tpu_f32_from_bits(CANON_NAN_BITS) : v; }
 
 /* ---- Code path selection ----
- * The instruction set is chosen when a product starts, from the CPU it runs on
- * (__builtin_cpu_supports) and the path a test or benchmark forces: AVX-512 (NR = 32),
- * AVX2 (NR = 16), or plain C (NR = 16). Each path sums the same products in the same order. */
+ * The instruction set is chosen when a product starts, from the CPU it runs on (tpu_cpu_has:
+ * the C library's detection, no cpuid at start-up) and the path a test or benchmark forces:
+ * AVX-512 (NR = 32), AVX2 (NR = 16), or plain C (NR = 16). Each path sums the same products in the same order. */
 
 static tpu__mxu_path g_path = TPU__MXU_PATH_AUTO;
 static int g_allow_fma = 1;
@@ -74,21 +75,21 @@ tpu__mxu_path tpu__mxu_set_path(tpu__mxu_path p) {
 
 static int cpu_avx2(void) {
 #if MXU_X86
-  return __builtin_cpu_supports("avx2");
+  return tpu_cpu_has(TPU_CPU_AVX2);
 #else
   return 0;
 #endif
 }
 static int cpu_avx512(void) {
 #if MXU_X86
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return tpu_cpu_has(TPU_CPU_AVX512F) && tpu_cpu_has(TPU_CPU_AVX512BW);
 #else
   return 0;
 #endif
 }
 static int cpu_fma(void) {
 #if MXU_X86
-  return __builtin_cpu_supports("fma");
+  return tpu_cpu_has(TPU_CPU_FMA);
 #else
   return 0;
 #endif

@@ -2,6 +2,7 @@
 #include <tgmath.h> /* one float kernel body serves f32 (expf, ...) and f64 (exp, ...) */
 
 #include "base/bf16.h"
+#include "base/cpu.h"
 #include "ref/elementwise_int.h"
 
 /* ---- Canonical block loads and stores ---- */
@@ -781,16 +782,21 @@ __attribute__((target("avx2"))) static void sqrt_avx2(float *a, int n, int recip
     a[i] = tpu__ew_flush32(recip ? 1.0f / r : r);
   }
 }
-static int have_avx2(void) { return __builtin_cpu_supports("avx2"); }
+/* Asked once: tpu_cpu_has reads the C library's detection (no cpuid at start-up, which the
+ * ifunc resolvers of target_clones did through libgcc's probe at every process start). */
+static int have_avx2(void) {
+  static int have = -1;
+  int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+  if (h < 0) __atomic_store_n(&have, h = tpu_cpu_has(TPU_CPU_AVX2), __ATOMIC_RELAXED);
+  return h;
+}
 #else
 static void sqrt_avx2(float *a, int n, int recip) { (void)a, (void)n, (void)recip; }
 static int have_avx2(void) { return 0; }
 #endif
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-int tpu__ew_f32_unary(tpu_opcode op, float *a, int n) {
+/* The body of tpu__ew_f32_unary, built twice (EW_TWICE): for AVX2 and for any x86-64. */
+static inline __attribute__((always_inline)) int ew_f32_unary(tpu_opcode op, float *a, int n) {
   if ((op == TPU_OP_SQRT || op == TPU_OP_RSQRT) && have_avx2()) {
     sqrt_avx2(a, n, op == TPU_OP_RSQRT);
     return 1;
@@ -815,6 +821,26 @@ int tpu__ew_f32_unary(tpu_opcode op, float *a, int n) {
   }
 #undef FL
 }
+
+/* A body built for AVX2 and for any x86-64, the one the CPU runs chosen at the call (as GCC's
+ * target_clones did, without its ifunc resolver: that ran libgcc's cpuid probe at every
+ * process start, a tenth of an empty `tpusim` process in a virtual machine, src/base/cpu.h).
+ * The same IEEE operations either way: AVX2 without FMA only widens them. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define EW_TWICE(RET, RETURN, NAME, BODY, PARAMS, ARGS)                                                \
+  __attribute__((target("avx2"))) static RET NAME##_avx2 PARAMS { RETURN BODY ARGS; }                   \
+  static RET NAME##_any PARAMS { RETURN BODY ARGS; }                                                    \
+  RET NAME PARAMS {                                                                                     \
+    if (have_avx2())                                                                                    \
+      RETURN NAME##_avx2 ARGS;                                                                          \
+    else                                                                                                \
+      RETURN NAME##_any ARGS;                                                                           \
+  }
+#else
+#define EW_TWICE(RET, RETURN, NAME, BODY, PARAMS, ARGS) \
+  RET NAME PARAMS { RETURN BODY ARGS; }
+#endif
+EW_TWICE(int, return, tpu__ew_f32_unary, ew_f32_unary, (tpu_opcode op, float *a, int n), (op, a, n))
 
 void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n) {
   float a = *acc;
@@ -845,11 +871,6 @@ void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n) {
  * (inputs flushed, result flushed) in one pass; dst may alias a or b. fa = 0 (fb = 0) says a
  * dense a (b) holds flushed values already. Built for AVX2 too where the CPU has it: the same IEEE
  * operations, only wider (no FMA: nothing here is a multiply-add). */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define EW_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define EW_CLONES
-#endif
 /* One loop per operand shape (both dense, a scalar on either side) and per input that needs
  * its flush (flushing an already flushed value changes nothing), so each vectorizes. */
 #define EW_FL(x) tpu__ew_flush32(x)
@@ -888,8 +909,8 @@ void tpu__ew_f32_fold(tpu_opcode op, float *acc, const float *x, int64_t n) {
     for (int i = 0; i < n; i++) dst[i] = r;                                                             \
   }                                                                                                     \
   return
-EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa, int fa, const float *b,
-                                     int sb, int fb, int n) {
+static inline __attribute__((always_inline)) void ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, int sa,
+                                                                    int fa, const float *b, int sb, int fb, int n) {
   switch (op) {
     case TPU_OP_ADD: EW_LOOP(x + y);
     case TPU_OP_SUBTRACT: EW_LOOP(x - y);
@@ -907,6 +928,9 @@ EW_CLONES void tpu__ew_f32_binary_to(tpu_opcode op, float *dst, const float *a, 
     }
   }
 }
+EW_TWICE(void, , tpu__ew_f32_binary_to, ew_f32_binary_to,
+         (tpu_opcode op, float *dst, const float *a, int sa, int fa, const float *b, int sb, int fb, int n),
+         (op, dst, a, sa, fa, b, sb, fb, n))
 #undef EW_LOOP
 #undef EW_DD
 #undef EW_DS
