@@ -132,14 +132,18 @@ static uint64_t shape_bytes(const tpu_shape *s) {
   return ok && n > 0 ? (uint64_t)n * tpu_dtype_size(s->dtype) : 0;
 }
 
-/* Half the host's free memory (sysinfo: one system call), or 0 when unknown: a need within it
- * is within MemAvailable too (free memory less the kernel's small reserves, plus what it can
- * reclaim), so that most runs skip reading /proc/meminfo, which the kernel writes out as text
- * on every read (tens of us, a few % of a small program's warm run). */
+/* Half the host's free memory (sysinfo: one system call), at most 64 MB, or 0 when unknown:
+ * a need within it is within MemAvailable too (free memory less the kernel's small reserves,
+ * plus what it can reclaim; the cap for a container whose /proc/meminfo shows its own limit
+ * where sysinfo shows the host's), so that small runs skip reading /proc/meminfo, which the
+ * kernel writes out as text on every read (tens of us, a few % of a small warm run). */
 static uint64_t host_surely_available(void) {
 #ifdef __linux__
   struct sysinfo si;
-  if (sysinfo(&si) == 0) return (uint64_t)si.freeram * (si.mem_unit ? si.mem_unit : 1) / 2;
+  if (sysinfo(&si) == 0) {
+    uint64_t half = (uint64_t)si.freeram * (si.mem_unit ? si.mem_unit : 1) / 2, cap = (uint64_t)64 << 20;
+    return half < cap ? half : cap;
+  }
 #endif
   return 0;
 }
