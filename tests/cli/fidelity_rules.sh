@@ -173,8 +173,10 @@ want = {
     "lstm_step_b16i512h512": (1.166, 1.240, 1.026, 1.156),
     # a batch norm's mean (sum x 1/n) a kernel of its own, as every vector a compiled fusion
     # broadcasts is its parameter (fuse.c broadcast_source; session 15, 1.004/0.823/0.792/0.879
-    # before)
-    "mbv2_fwd_b8_28x28_32to64_s2": (1.021, 0.875, 0.827, 0.926),
+    # before); session 21-22 (convmodels): the batch norms' bf16 scale/offset widened to f32
+    # in kernels of their own (fuse.c param_widening), 19 kernels as the compiler's 19
+    # (1.021/0.875/0.827/0.926 before)
+    "mbv2_fwd_b8_28x28_32to64_s2": (1.041, 0.909, 0.922, 1.032),
     # session 15 (gru): a matmul whose result slices cut along the lanes is its own kernel,
     # the GRU gate math its own kLoop (fuse.c lane_sliced_matmul; v5e 0.759 before); session
     # 17 (cum): its (h, h) outputs' copy (param_copy.c; 0.849/0.985/0.801/1.074 before)

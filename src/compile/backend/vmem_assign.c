@@ -120,11 +120,25 @@ static int copied_in(const tpu_instr *v) {
 
 int tpu__be_copied_in(const tpu_instr *v) { return copied_in(v); }
 
+/* tpusim's own compilation's widening convert of a vector parameter (a norm's bf16[C] scale
+ * or offset to f32), a kernel of its own (fuse.c param_widening), kept in VMEM: its readers
+ * read it as they read a parameter tpusim prefetched (2: not resident on its account, a share
+ * of their stream costs spread over it, lower.c lower_stream), as when they read the
+ * parameter itself, so the rule adds the convert's kernel and leaves its readers' charges as
+ * they were. Counting them resident (their whole stream costs) moved the families own test
+ * p90 v6e 36.5 -> 37.1 % and tune m_unet v6e 16.5 -> 65.1 % (the group norms' lane-split
+ * broadcast, mbv2/mbconv training's standalone normalize: docs/compiler-fusion.md, Known
+ * gaps). (A compiled program's convert names its memory space, S(1): unchanged.) */
+static int own_param_convert(const tpu_instr *v) {
+  return v->op == TPU_OP_CONVERT && v->noperands == 1 && v->operands[0]->op == TPU_OP_PARAMETER &&
+         !v->shape.layout_tail && v->shape.rank == 1;
+}
+
 int tpu__be_reads_vmem(const tpu__be *be, const tpu_instr *v, const tpu_instr *reader) {
   if (copied_in(v)) return 2;
   const tpu__kinfo *k = resident_info(be, v);
   if (!k || (k->spf && k->spf_beside && k->spf_reader == tpu__be_index(be, reader))) return 0;
-  return k->vres ? 1 : 2;
+  return k->vres && !own_param_convert(v) ? 1 : 2;
 }
 
 /* The most VMEM the kernels at positions lo..hi take for their tile buffers. */

@@ -604,11 +604,9 @@ static int chained(const tpu_instr *p) {
  * x: convert_reduce_fusion, broadcast_multiply_fusion 1,825, the subtraction's kernel). Now
  * that the sums are fused into the convolutions before them (fuse_merge.c
  * conv_column_sums), this no longer adds a kernel beside reductions charged apart (see
- * chained). Vectors computed from parameters alone (the converts of a batch norm's scale and
- * offset, 1,825 cycles each as kernels of their own in the compiler's programs and in libtpu
- * probes) still join: separating them moves m_unet's group norms out of their convolutions'
- * kernels (tune v6e 15 -> 74 %), and tpusim's dot rewrite widens a vector before it
- * broadcasts it where the compiler widens after (docs/compiler-fusion.md, Known gaps). */
+ * chained). Vectors computed from parameters alone still join (separating them all moved
+ * m_unet's group norms out of their convolutions' kernels, tune v6e 15 -> 74 %), except a
+ * parameter's widening convert (param_widening), the compiler's kernel of its own. */
 /* p = r * c or r / c: a reduce's result scaled by a constant (a mean, sum x 1/n). */
 static int scaled_reduce(const tpu_instr *p) {
   if ((p->op != TPU_OP_MULTIPLY && p->op != TPU_OP_DIVIDE) || p->noperands != 2) return 0;
@@ -628,6 +626,25 @@ static int broadcast_source(const fuser *f, int g, const tpu_instr *p) {
   if (wide > 1 && !scaled_reduce(p)) return 0;
   int budget = 256;
   if (from_inputs(p, &budget)) return 0;
+  return reused_in_group(f, g, p);
+}
+
+/* Is p a widening convert of a vector parameter (a norm's bf16[C] scale or offset to f32) that
+ * a member of group g reads through a broadcast? The XLA TPU compiler runs it as a top-level
+ * kernel of its own, whatever reads it: every convert of a rank-1 parameter in
+ * bench/fidelity/families/compiled, 249 on each generation, none fused; libtpu probes off the
+ * corpus (bench/fidelity/probes/cases_param_convert.py, v5e/v6e): batch norms of
+ * bf16[B,H,W,C] alone and after a convolution, an f32 activation's scale, a scale and shift,
+ * a matmul's bias under GELU, 9 of 9 with `convert` f32[C] kernels, 1,820-1,826 cycles on
+ * v5e, 2,118-2,121 on v6e. Its readers read its result where it stays, in VMEM, as they read
+ * the parameter before (vmem_assign.c own_param_convert). The widening tpusim's dot rewrite
+ * makes (dot_reduce.c `dot.widen`) still joins: the compiler broadcasts such a vector first
+ * and widens in its reader (einsum_a_ba_b_a1024_b1024_bf16: one multiply_reduce_fusion). */
+static int param_widening(const fuser *f, int g, const tpu_instr *p) {
+  if (p->op != TPU_OP_CONVERT || p->shape.rank != 1 || p->shape.dims[0] <= 1) return 0;
+  const tpu_instr *o = p->operands[0];
+  if (o->op != TPU_OP_PARAMETER || tpu_dtype_size(p->shape.dtype) <= tpu_dtype_size(o->shape.dtype)) return 0;
+  if (p->name && !strncmp(p->name, "dot.", 4)) return 0;
   return reused_in_group(f, g, p);
 }
 
@@ -667,7 +684,7 @@ static tpu_status grow(fuser *f, int g) {
      * its elements (a small product a consumer broadcasts is its own kernel's result) */
     if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side) ||
         (reused_in_group(f, g, p) && (expensive(p) || slice_producer(p) || chained(p) || tpu__fuse_relaid_transpose(&f->uses, p))) ||
-        broadcast_source(f, g, p) ||
+        broadcast_source(f, g, p) || param_widening(f, g, p) ||
         lane_sliced_matmul(f, p)) {
       f->need[p->id] = 1;
       continue;

@@ -222,6 +222,39 @@ static void test_split_bare_piece(void) {
   CHECK_EQ_INT(k, 1);
 }
 
+/* A widening convert of a vector parameter read through a broadcast (a norm's bf16[C] scale to
+ * f32) is a kernel of its own, as the compiler's `convert` f32[C] (fuse.c param_widening;
+ * libtpu probes bench/fidelity/probes/cases_param_convert.py, 9 of 9); an f32 parameter, a
+ * narrowing convert, and a convert tpusim's dot rewrite makes join their reader. */
+static void test_param_convert_apart(void) {
+  const char *wide =
+      "HloModule m\nENTRY e {\n x = f32[8,16,16,96] parameter(0)\n g = bf16[96] parameter(1)\n"
+      " c = f32[96] convert(g)\n b = f32[8,16,16,96] broadcast(c), dimensions={3}\n"
+      " ROOT y = f32[8,16,16,96] multiply(x, b)\n}\n";
+  int k = kernels_of(wide);
+  printf("f32[8,16,16,96] x widened bf16[96] parameter: %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 2);
+  const char *plain =
+      "HloModule m\nENTRY e {\n x = f32[8,16,16,96] parameter(0)\n g = f32[96] parameter(1)\n"
+      " b = f32[8,16,16,96] broadcast(g), dimensions={3}\n ROOT y = f32[8,16,16,96] multiply(x, b)\n}\n";
+  k = kernels_of(plain);
+  printf("f32[8,16,16,96] x f32[96] parameter: %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 1);
+  const char *narrow =
+      "HloModule m\nENTRY e {\n x = bf16[8,16,16,96] parameter(0)\n g = f32[96] parameter(1)\n"
+      " c = bf16[96] convert(g)\n b = bf16[8,16,16,96] broadcast(c), dimensions={3}\n"
+      " ROOT y = bf16[8,16,16,96] multiply(x, b)\n}\n";
+  k = kernels_of(narrow);
+  printf("bf16[8,16,16,96] x narrowed f32[96] parameter: %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 1);
+  const char *dot =
+      "HloModule m\nENTRY e {\n a = bf16[16] parameter(0)\n b = bf16[1000,16] parameter(1)\n"
+      " ROOT d = bf16[1000] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={1}\n}\n";
+  k = kernels_of(dot);
+  printf("bf16[16] . bf16[1000,16] (the dot rewrite's widening): %d kernel(s)\n", k);
+  CHECK_EQ_INT(k, 1);
+}
+
 int main(void) {
   test_sink_broadcast();
   test_max_identity();
@@ -231,5 +264,6 @@ int main(void) {
   test_row_mean_apart();
   test_nhwc_row_mean_apart();
   test_split_bare_piece();
+  test_param_convert_apart();
   CHECK_DONE();
 }
