@@ -190,8 +190,31 @@ static int reduced(const fuser *f, const tpu_instr *p) {
  * in each user's fusion, as XLA's instruction fusion duplicates it, when every user can
  * take it: its result then never goes to memory. The end of a matmul's epilogue is not: the
  * matmul's kernel stores it (matmul_epilogue). */
+/* Is p a convolution's first epilogue step (its result's sole reader, with broadcasts: a bias
+ * add) read only by a widening convert that several kernels read (a norm's f32 view)? XLA's
+ * output fusion stops at that fan-out: the convolution's kernel stores p, each reader widens
+ * it. libtpu probes off the corpus (bench/fidelity/probes/ln_layout.py cnb_*, a 7x7 depthwise
+ * convolution plus a bias, then a layer norm, B 2/4/8, v5e/v6e): convert_reduce_fusion returns
+ * bf16(conv + bias) beside the mean's sums, and the variance and normalization kernels read it,
+ * never the bias (families tune convnext_fwd_b4_28x28x192 alike). Recomputed in each reader
+ * instead, tpusim's variance kernel read the bias from HBM and the raw result in VMEM, and
+ * lost its stream costs (2,387 cycles on v5e against the compiler's 24,072). */
+static int stored_epilogue(const fuser *f, const tpu_instr *p) {
+  if (!elementwise_op(p) || f->uses.nusers[p->id] != 1) return 0;
+  const tpu_instr *u = f->uses.users[p->id][0];
+  if (u->op != TPU_OP_CONVERT || tpu_dtype_size(u->shape.dtype) <= tpu_dtype_size(p->shape.dtype) || f->uses.nusers[u->id] < 2)
+    return 0;
+  int conv = 0;
+  for (int k = 0; k < p->noperands; k++) {
+    const tpu_instr *o = p->operands[k];
+    if (o->op == TPU_OP_BROADCAST && tpu_shape_numel(&o->shape) == tpu_shape_numel(&p->shape)) continue;
+    if (o->op != TPU_OP_CONVOLUTION || f->uses.nusers[o->id] != 1 || conv++) return 0;
+  }
+  return conv;
+}
+
 static int shared_cheap(const fuser *f, const tpu_instr *p) {
-  if (!cheap(p) || p == f->c->root || f->uses.nusers[p->id] < 1) return 0;
+  if (!cheap(p) || p == f->c->root || f->uses.nusers[p->id] < 1 || stored_epilogue(f, p)) return 0;
   /* (narrow values: f32 scores scaled for a row too long for the matmul's epilogue are
    * rescaled by their exponent kernel, never stored; docs/spmd.md ring attention) */
   if (f->uses.nusers[p->id] > 1 && tpu_dtype_size(p->shape.dtype) < 4 && elementwise_op(p) && reduced(f, p) &&
