@@ -693,7 +693,8 @@ void tpu__vmem_transpose_op(tpu__be *be, const tpu_instr *in, const tpu__kinfo *
  * 256 tiles 4,032 / 3,320; sconv_b8_224x224_c64to128_k2s3_valid 28,672 tiles 451,584 on v5e;
  * split4_64x256x16x64_ax1_bf16 16,384 tiles 258,048), where tpusim had charged the bytes moved.
  * A floor: some cost more a tile (gconv_b8_56x56_c32to32_g2_k3_bf16 21.6, conv1d_b16l1000_c80to80
- * 18.3, small copies whose start dominates). Returns the operand's tiles, 0 for any other op. */
+ * 18.3); a small one lasts at least kov + the HBM latency (tile.c). Returns the operand's tiles, 0
+ * for any other op. */
 int64_t tpu__copy_in_transpose_tiles(const tpu_chip *chip, const tpu_instr *in) {
   if (chip->copy_in_transpose_tile_cycles <= 0 || in->op != TPU_OP_COPY || in->noperands != 1) return 0;
   const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;

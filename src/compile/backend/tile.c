@@ -745,8 +745,17 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   double small = (double)tpu__small_tile_transpose_tiles(be->chip, in) * be->chip->small_tile_transpose_cycles;
   if (small > po.min_body_cycles) po.min_body_cycles = small;
   /* a transposing copy from HBM into VMEM: per tile of its HBM side, no start (copy_kind.c) */
-  double cin = (double)tpu__copy_in_transpose_tiles(be->chip, in) * be->chip->copy_in_transpose_tile_cycles;
+  int64_t cin_tiles = tpu__copy_in_transpose_tiles(be->chip, in);
+  double cin = (double)cin_tiles * be->chip->copy_in_transpose_tile_cycles;
   if (cin > po.min_cycles) po.min_cycles = cin;
+  /* ... and, however few its tiles, it waits for its first load after its start: at least kov
+   * plus the HBM latency, read prefetched or not (compiled families, tune split: 1 or 2 tiles,
+   * bf16[16,7] {0,1} -> {1,0} into VMEM 1,908 cycles on v5e, 2,204 on v6e; bf16[169,6] 1,916;
+   * tpusim, its read prefetched during the kernel before, 964) */
+  if (cin_tiles > 0) {
+    double lat_s = be->chip->hbm_latency_s > 0 ? be->chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+    if (lat_s * be->chip->clock_hz > po.min_body_cycles) po.min_body_cycles = lat_s * be->chip->clock_hz;
+  }
   if (in->op == TPU_OP_SORT && be->chip->sort_network) { /* its network's waits too */
     tpu__sort_work w;
     tpu__sort_cost(be, in, &w);
