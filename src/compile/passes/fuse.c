@@ -358,7 +358,9 @@ int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int resu
 
 int tpu__fuse_own_kernel(const tpu_instr *in) {
   for (int i = 0; i < in->nattrs; i++)
-    if (!strcmp(in->attrs[i].name, "s2b_kernel") || !strcmp(in->attrs[i].name, "scan_kernel")) return 1;
+    if (!strcmp(in->attrs[i].name, "s2b_kernel") || !strcmp(in->attrs[i].name, "s2b_carried") ||
+        !strcmp(in->attrs[i].name, "scan_kernel"))
+      return 1;
   return tpu__gather_index_kernel(in) || tpu__reshape_relayouts(in);
 }
 

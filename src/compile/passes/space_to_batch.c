@@ -28,9 +28,12 @@
  * 8 S covers the padded input (XLA's rule; a probe of W = 64 padded to 66 gives pieces of 9).
  *
  * Values are unchanged: every output sums the same products in the same order (the padding
- * the convolution had is now explicit zeros at the same taps). The compiler carries the
- * split form on through elementwise users into the next convolution; tpusim unfolds after
- * each convolution. */
+ * the convolution had is now explicit zeros at the same taps; a reduce carried into the split
+ * form sums its elements in another order). The split form is carried on through elementwise
+ * ops, 1x1 convolutions and reduces over the batch and spatial dimensions before it is
+ * unfolded (carry, below), as the compiler's converter does; the compiler also carries it
+ * into the next split convolution, where tpusim unfolds and splits again
+ * (bench/fidelity/probes/data/s2b_carry.jsonl cc_*: +38..+46 % on v5e). */
 #include <stdio.h>
 #include <string.h>
 
@@ -197,6 +200,222 @@ static int s2b_piece(const tpu_instr *cv, s2b_plan *p) {
   return 1;
 }
 
+/* The split form carried forward, as XLA's SpaceToBatchConverter propagates it: a value of
+ * the split convolution's result shape is kept split ([.., 8B, .., S', ..]) through
+ *   - elementwise ops whose other operands are split values or broadcasts of a scalar or of a
+ *     vector along the features (a batch norm's shift and scale, a ReLU's zero),
+ *   - 1x1 convolutions of unit stride without padding (a bottleneck's projection), and
+ *   - into reduces over every dimension but the features (a batch norm's statistics), which
+ *     read it through a mask of the positions past W (the compiler's pred[8B, S'] constant);
+ * and relaid back ("unfolded") where another op reads it. libtpu probes off the corpus
+ * (bench/fidelity/probes/s2b_carry.py, data/s2b_carry.jsonl): a batch-4 3x3 convolution, batch
+ * norm, ReLU and 1x1 convolution to 1024 features run split, and the copy back moves the
+ * 1024-feature result (v5e 80,824 + 14,130 + 20,492 cycles), not the 256-feature one. */
+typedef struct {
+  int ob, od, of;               /* batch, split (W) and feature dims, the same split or not */
+  int64_t batch, wout, piece_out;
+  const tpu_instr *conv;        /* the split convolution (metadata of the mask) */
+  tpu_instr *mask;              /* pred[8B, S']: a position within W */
+  tpu_instr *from[256], *to[256]; /* values carried: unsplit -> split */
+  int n;
+} s2b_carry;
+
+static tpu_instr *carried(const s2b_carry *k, const tpu_instr *v) {
+  for (int i = 0; i < k->n; i++)
+    if (k->from[i] == v) return k->to[i];
+  return NULL;
+}
+
+/* The split value v unfolded: [.., 8B, .., S', ..] -> [.., B, 8, .., S', ..] ->
+ * [.., B, .., 8, S', ..] -> [.., B, .., W, ..]. */
+static tpu_status unfold(s2b_ctx *x, const s2b_carry *k, tpu_instr *v, tpu_instr **out) {
+  tpu_instr *osplit, *omoved, *omerged;
+  int ob = k->ob, od = k->od;
+  char buf[64];
+  TPU_TRY(split_dim(x, v, ob, k->batch, S2B_SPLITS, &osplit));
+  int wpos = od < ob ? od : od + 1; /* W in the split result */
+  int oto = wpos < ob + 1 ? wpos : wpos - 1;
+  TPU_TRY(move_dim(x, osplit, ob + 1, oto, &omoved));
+  TPU_TRY(merge_dims(x, omoved, oto, &omerged));
+  *out = omerged;
+  if (S2B_SPLITS * k->piece_out != k->wout) {
+    TPU_TRY(tpu_build_set_attr(x->b, omerged, "s2b_kernel", "unfold"));
+    TPU_TRY(slice_dim(x, omerged, od, 0, k->wout, out));
+    /* the result's batch, split (W) and feature dimensions, for the relayout of a program
+     * result (relayout.c s2b_result_relaid) */
+    snprintf(buf, sizeof buf, "%d,%d,%d", ob, od, k->of);
+    TPU_TRY(tpu_build_set_attr(x->b, *out, "s2b_result", buf));
+  }
+  return TPU_OK;
+}
+
+static int is_elementwise(const tpu_instr *u) {
+  tpu_op_class cl = tpu_op_class_of(u->op);
+  return cl == TPU_CLS_UNARY || cl == TPU_CLS_BINARY || cl == TPU_CLS_TERNARY || u->op == TPU_OP_CONVERT ||
+         u->op == TPU_OP_SELECT;
+}
+
+static int same_dims(const tpu_shape *a, const tpu_shape *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+/* A broadcast of a scalar, or of a vector along the features. */
+static int feature_broadcast(const s2b_carry *k, const tpu_instr *o) {
+  if (o->op != TPU_OP_BROADCAST || o->noperands != 1) return 0;
+  int r = o->operands[0]->shape.rank;
+  return r == 0 || (r == 1 && o->dimensions.n == 1 && o->dimensions.v[0] == k->of);
+}
+
+/* A 1x1 convolution of unit stride and no padding that reads `from` in the split
+ * convolution's dimension order. */
+static int pointwise_conv(const s2b_carry *k, const tpu_instr *u, const tpu_instr *from) {
+  if (u->op != TPU_OP_CONVOLUTION || !u->has_conv_dims || u->noperands != 2 || u->operands[0] != from ||
+      u->shape.dtype == TPU_TUPLE || u->feature_group_count != 1 || u->batch_group_count != 1)
+    return 0;
+  const tpu_conv_dims *cd = &u->conv;
+  if (cd->in_batch != k->ob || cd->out_batch != k->ob || cd->in_feature != k->of || cd->out_feature != k->of ||
+      cd->nspatial != u->nwindow)
+    return 0;
+  const tpu_shape *ks = &u->operands[1]->shape;
+  for (int i = 0; i < cd->nspatial; i++) {
+    const tpu_window_dim *w = &u->window[i];
+    if (cd->in_spatial[i] != cd->out_spatial[i] || ks->dims[cd->k_spatial[i]] != 1 || w->stride != 1 ||
+        w->pad_lo || w->pad_hi || w->base_dilation != 1 || w->window_dilation != 1 || w->reversal)
+      return 0;
+  }
+  return 1;
+}
+
+/* A reduce of `from` over every dimension but the features. */
+static int spatial_reduce(const s2b_carry *k, const tpu_instr *u, const tpu_instr *from) {
+  if (u->op != TPU_OP_REDUCE || u->noperands != 2 || u->operands[0] != from || u->operands[1]->shape.rank != 0 ||
+      u->shape.dtype == TPU_TUPLE || u->dimensions.n != from->shape.rank - 1)
+    return 0;
+  for (int i = 0; i < u->dimensions.n; i++)
+    if (u->dimensions.v[i] == k->of) return 0;
+  return 1;
+}
+
+static tpu_status shaped_like(s2b_ctx *x, const tpu_instr *src, tpu_instr *const *ops, const tpu_shape *dims_of,
+                              int64_t feature, int of, tpu_instr **out) {
+  int64_t dims[TPU_MAX_RANK];
+  for (int i = 0; i < dims_of->rank; i++) dims[i] = dims_of->dims[i];
+  if (of >= 0) dims[of] = feature;
+  TPU_TRY(tpu_build_clone_instr(x->b, x->c, src, ops, out));
+  (*out)->shape = tpu_build_shape(src->shape.dtype, dims_of->rank, dims);
+  return TPU_OK;
+}
+
+/* The mask of positions within W, broadcast to the split shape of v. */
+static tpu_status mask_for(s2b_ctx *x, s2b_carry *k, const tpu_instr *v, tpu_instr **out) {
+  char buf[64];
+  if (!k->mask) {
+    int64_t md[2] = {k->batch * S2B_SPLITS, k->piece_out};
+    tpu_tensor t;
+    TPU_TRY(tpu_tensor_alloc(&t, TPU_PRED, 2, md, x->b->d));
+    uint8_t *m = t.data;
+    for (int64_t pb = 0; pb < md[0]; pb++)
+      for (int64_t j = 0; j < md[1]; j++) m[pb * md[1] + j] = (pb % S2B_SPLITS) * md[1] + j < k->wout;
+    TPU_TRY(tpu_build_constant(x->b, x->c, "s2b.mask", &t, NULL, &k->mask));
+  }
+  TPU_TRY(mk(x, TPU_OP_BROADCAST, "s2b.mask", TPU_PRED, v->shape.rank, v->shape.dims, &k->mask, 1, out));
+  snprintf(buf, sizeof buf, "{%d,%d}", k->ob, k->od);
+  return tpu_build_set_attr(x->b, *out, "dimensions", buf);
+}
+
+/* Does an elementwise user u of a split value lead, through elementwise ops, to a 1x1
+ * convolution or a reduce the split form is carried into? Only then is u carried (a group
+ * norm's statistics, per batch, are not: unet_fwd_b2_64x64x128's compiled program unfolds
+ * the bf16 result, not its f32 convert). */
+static int leads_to_split_use(const s2b_ctx *x, const s2b_carry *k, const tpu_instr *u, int depth) {
+  if (depth > 24) return 0;
+  for (int i = 0; i < x->c->ninstrs; i++) {
+    const tpu_instr *w = x->c->instrs[i];
+    for (int j = 0; j < w->noperands; j++) {
+      if (w->operands[j] != u) continue;
+      if (pointwise_conv(k, w, u) || spatial_reduce(k, w, u)) return 1;
+      if (is_elementwise(w) && same_dims(&w->shape, &u->shape) && leads_to_split_use(x, k, w, depth + 1)) return 1;
+      break;
+    }
+  }
+  return 0;
+}
+
+/* Carries split value v (the split form of `from`) into from's users, then unfolds it for
+ * the users that remain. */
+static tpu_status carry(s2b_ctx *x, s2b_carry *k, tpu_instr *from, tpu_instr *v) {
+  if (k->n < (int)(sizeof k->from / sizeof k->from[0])) {
+    k->from[k->n] = from;
+    k->to[k->n++] = v;
+  }
+  tpu_instr *users[64];
+  int nu = 0;
+  for (int i = 0; i < x->c->ninstrs && nu < 64; i++) {
+    tpu_instr *u = x->c->instrs[i];
+    for (int j = 0; j < u->noperands; j++)
+      if (u->operands[j] == from) {
+        users[nu++] = u;
+        break;
+      }
+  }
+  int ordered = k->ob < k->od, left = from->is_root || nu == 64;
+  for (int ui = 0; ui < nu; ui++) {
+    tpu_instr *u = users[ui], *ops[TPU_MAX_RANK + 4], *nu_;
+    if (carried(k, u)) continue;
+    left++;
+    if (!ordered || u->noperands > TPU_MAX_RANK + 4) continue;
+    x->like = u;
+    if (is_elementwise(u) && same_dims(&u->shape, &from->shape)) {
+      int ok = tpu_dtype_size(u->shape.dtype) <= tpu_dtype_size(from->shape.dtype) || leads_to_split_use(x, k, u, 0);
+      for (int j = 0; j < u->noperands && ok; j++) {
+        tpu_instr *o = u->operands[j], *s = carried(k, o);
+        if (s) ops[j] = s;
+        else if (feature_broadcast(k, o)) {
+          tpu_instr *bo = o->operands[0];
+          TPU_TRY(shaped_like(x, o, &bo, &v->shape, v->shape.dims[k->of], -1, &ops[j]));
+        } else ok = 0;
+      }
+      if (!ok) continue;
+      TPU_TRY(shaped_like(x, u, ops, &v->shape, v->shape.dims[k->of], -1, &nu_));
+      TPU_TRY(carry(x, k, u, nu_));
+      left--;
+    } else if (pointwise_conv(k, u, from)) {
+      ops[0] = v;
+      ops[1] = u->operands[1];
+      TPU_TRY(shaped_like(x, u, ops, &v->shape, u->shape.dims[k->of], k->of, &nu_));
+      TPU_TRY(carry(x, k, u, nu_));
+      left--;
+    } else if (spatial_reduce(k, u, from)) {
+      tpu_instr *m, *init, *sel, *sops[3];
+      TPU_TRY(mask_for(x, k, v, &m));
+      TPU_TRY(mk(x, TPU_OP_BROADCAST, "s2b.init", v->shape.dtype, v->shape.rank, v->shape.dims, &u->operands[1], 1,
+                 &init));
+      TPU_TRY(tpu_build_set_attr(x->b, init, "dimensions", "{}"));
+      sops[0] = m;
+      sops[1] = v;
+      sops[2] = init;
+      TPU_TRY(mk(x, TPU_OP_SELECT, "s2b.masked", v->shape.dtype, v->shape.rank, v->shape.dims, sops, 3, &sel));
+      ops[0] = sel;
+      ops[1] = u->operands[1];
+      TPU_TRY(tpu_build_clone_instr(x->b, x->c, u, ops, &nu_));
+      tpu_build_replace_uses(x->c, u, nu_);
+      left--;
+    }
+  }
+  if (!left) return TPU_OK; /* every user reads the split form (`from` is dead) */
+  /* a split value written by a kernel of its own, which the unfold reads (the compiler's
+   * fusion.4, then copy.6, in resnet_bottleneck_fwd_b4_14x14x1024_g1) */
+  if (v->op != TPU_OP_CONVOLUTION) TPU_TRY(tpu_build_set_attr(x->b, v, "s2b_carried", "1"));
+  tpu_instr *res;
+  x->like = from;
+  TPU_TRY(unfold(x, k, v, &res));
+  tpu_build_replace_uses(x->c, from, res);
+  return TPU_OK;
+}
+
 static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, const s2b_plan *p) {
   s2b_ctx x = {b, c, cv};
   const tpu_conv_dims *cd = &cv->conv;
@@ -276,24 +495,9 @@ static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, const 
   nw[ws].pad_lo = p->win_lo;
   nw[ws].pad_hi = p->win_hi;
   TPU_TRY(tpu_build_set_attr(b, nc, "window", window_text(buf, sizeof buf, nw, cv->nwindow)));
-  /* and back: [.., 8B, .., S', ..] -> [.., B, 8, .., S', ..] -> [.., B, .., 8, S', ..] */
-  tpu_instr *osplit, *omoved, *omerged, *res;
-  TPU_TRY(split_dim(&x, nc, ob, cv->shape.dims[ob], S2B_SPLITS, &osplit));
-  int wpos = od < ob ? od : od + 1; /* W in the split result */
-  int oto = wpos < ob + 1 ? wpos : wpos - 1;
-  TPU_TRY(move_dim(&x, osplit, ob + 1, oto, &omoved));
-  TPU_TRY(merge_dims(&x, omoved, oto, &omerged));
-  res = omerged;
-  if (S2B_SPLITS * piece_out != wout) {
-    TPU_TRY(tpu_build_set_attr(b, omerged, "s2b_kernel", "unfold"));
-    TPU_TRY(slice_dim(&x, omerged, od, 0, wout, &res));
-    /* the result's batch, split (W) and feature dimensions, for the relayout of a program
-     * result (relayout.c s2b_result_relaid) */
-    snprintf(buf, sizeof buf, "%d,%d,%d", ob, od, (int)cd->out_feature);
-    TPU_TRY(tpu_build_set_attr(b, res, "s2b_result", buf));
-  }
-  tpu_build_replace_uses(c, cv, res);
-  return TPU_OK;
+  /* and back, after the ops the split form is carried through */
+  s2b_carry k = {ob, od, (int)cd->out_feature, cv->shape.dims[ob], wout, piece_out, cv, NULL, {0}, {0}, 0};
+  return carry(&x, &k, cv, nc);
 }
 
 tpu_status tpu__space_to_batch(tpu_builder *b, tpu_module *m, int *changed) {

@@ -672,6 +672,73 @@ static void test_space_to_batch(void) {
   }
 }
 
+/* Space to batch's split form carried forward (space_to_batch.c carry), as the XLA TPU
+ * compiler's converter propagates it (bench/fidelity/probes/s2b_carry.py): after a batch-4 3x3
+ * convolution on W = 14 (8 pieces of 2), a ReLU, a 1x1 convolution to 128 features and a
+ * reduce over the batch and spatial dimensions read the split form (the 1x1 convolution runs
+ * with batch 32 on W = 2; the reduce reads it through the mask of positions past W); the
+ * residual add of a parameter reads it unfolded. Without the rule the 1x1 convolution keeps
+ * batch 4 and W = 14. Values (small integers: every sum exact) bit-identical on the reference
+ * interpreter before and after the passes. */
+static void test_space_to_batch_carry(void) {
+  const char *src =
+      "HloModule m\n"
+      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = f32[4,14,14,64] parameter(0)\n w = f32[3,3,64,64] parameter(1)\n"
+      " p = f32[1,1,64,128] parameter(2)\n y = f32[4,14,14,128] parameter(3)\n"
+      " c = f32[4,14,14,64] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n"
+      " z = f32[] constant(0)\n zb = f32[4,14,14,64] broadcast(z), dimensions={}\n"
+      " r = f32[4,14,14,64] maximum(c, zb)\n"
+      " q = f32[4,14,14,128] convolution(r, p), window={size=1x1}, dim_labels=b01f_01io->b01f\n"
+      " s = f32[128] reduce(q, z), dimensions={0,1,2}, to_apply=add\n"
+      " o = f32[4,14,14,128] add(q, y)\n"
+      " ROOT t = (f32[128], f32[4,14,14,128]) tuple(s, o)\n}\n";
+  tpu_module *m0 = NULL, *m = compile_src(src);
+  if (!m) return;
+  int64_t batch = 0, wd = 0;
+  int masked = 0;
+  for (int j = 0; j < m->entry->ninstrs; j++) {
+    const tpu_instr *in = m->entry->instrs[j];
+    if (in->op != TPU_OP_FUSION) continue;
+    for (int k = 0; k < in->calls->ninstrs; k++) {
+      const tpu_instr *x = in->calls->instrs[k];
+      if (x->op == TPU_OP_CONVOLUTION && x->operands[1]->shape.rank == 4 && x->operands[1]->shape.dims[0] == 1 &&
+          x->shape.dims[3] == 128)
+        batch = x->shape.dims[0], wd = x->shape.dims[2];
+      if (x->op == TPU_OP_REDUCE && x->operands[0]->op == TPU_OP_SELECT) masked = 1;
+    }
+  }
+  printf("space-to-batch carried: 1x1 convolution batch %lld, W %lld, masked reduce %d\n", (long long)batch,
+         (long long)wd, masked);
+  CHECK_EQ_INT((int)batch, 32);
+  CHECK_EQ_INT((int)wd, 2);
+  CHECK_EQ_INT(masked, 1);
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("s2b_carry.hlo", src, strlen(src), &m0, &d) == TPU_OK);
+  if (m0) {
+    tpu_tensor args[4], r0, r1;
+    memset(&r0, 0, sizeof r0);
+    memset(&r1, 0, sizeof r1);
+    for (int a = 0; a < 4; a++) {
+      const tpu_shape *sh = &m0->entry->params[a]->shape;
+      CHECK(tpu_tensor_alloc(&args[a], TPU_F32, sh->rank, sh->dims, &d) == TPU_OK);
+      uint32_t seed = 777u + (uint32_t)a;
+      for (int64_t e = 0; e < tpu_shape_numel(sh); e++) {
+        seed = seed * 1664525u + 1013904223u;
+        tpu_tensor_set_f64(&args[a], e, (double)((seed >> 16) % 5) - 2.0);
+      }
+    }
+    CHECK(tpu_ref_run(m0, args, 4, &r0, &d) == TPU_OK);
+    CHECK(tpu_ref_run(m, args, 4, &r1, &d) == TPU_OK);
+    CHECK(same_bits(&r0, &r1));
+    for (int a = 0; a < 4; a++) tpu_tensor_free(&args[a]);
+    tpu_tensor_free(&r0);
+    tpu_tensor_free(&r1);
+    tpu_module_free(m0);
+  }
+  tpu_module_free(m);
+}
+
 /* Space to batch's pad spans 8 pieces in the XLA TPU compiler's programs, 8 S wide, the last
  * piece's halo lying past the padded input, zeros written in the join (the compiler's pad of
  * sconv_b4_32x32_c256to32_k3s2_same, bf16[32,4,48,256]: pieces of 6; a libtpu probe of
@@ -850,6 +917,7 @@ int main(void) {
   test_memory_space_copy();
   test_space_to_batch();
   test_space_to_batch_pad_width();
+  test_space_to_batch_carry();
   test_space_to_batch_forms();
   test_nchw_param_layout();
   test_conv_input_copy();
