@@ -78,6 +78,7 @@ typedef enum {
   X(VPU_BATCHED_VECTOR_DOTS, vpu_batched_vector_dots, 'i', 0, "", "1: a batched dot whose vector operand has a size-1 free dimension always runs on the vector unit (absent: the matrix unit when its scores are scaled in f32 over two batch dimensions, dot_reduce.c pv_on_mxu)") \
   X(MXU_BATCH_SPREAD, mxu_batch_spread, 'i', 0, "", "1: a batched matmul may give each MXU whole products (absent: its MXUs split every product)") \
   X(MXU_FILL_HIDDEN, mxu_fill_hidden, 'i', 0, "", "1: in a matmul kernel that moves nothing to or from HBM, each instruction's systolic fill and drain (mxu_rows + mxu_cols - 2 cycles) overlap the next one's work (absent: exposed)") \
+  X(EPILOGUE_REDUCE_SERIAL, epilogue_reduce_serial, 'i', 0, "", "1: a matmul kernel whose epilogue reduces its product (a row max, a row sum) lasts at least its transfers and its vector work end to end (absent: they overlap)") \
   X(CONV_GROUP_STEP_CYCLES, conv_group_step_cycles, 'f', 0, "cycles", "time of one step of a convolution kernel with the batch in the sublanes: one output position's batch (8 sublanes) for one group, whatever the features and window (absent: its MXU work alone)") \
   X(CONCAT_SHIFT_CYCLES, concat_shift_cycles, 'f', 0, "cycles", "a concatenate along a dimension other than the lanes (the compiler's pad-and-combine fusion): cost per vector register of its result that lies before an operand along that dimension, summed over its operands, beyond its transfers (absent: none)") \
   X(WINDOW_START_CYCLES, window_start_cycles, 'f', 0, "cycles", "start of a pooling window kernel (a reduce-window sliding along major dimensions only) beyond kernel_overhead_s, serial with its transfers (absent: none)") \
@@ -186,6 +187,7 @@ typedef struct tpu_chip {
   double row_broadcast_cycles; /* 0 when absent: broadcasts along the lanes cost nothing extra */
   int64_t vpu_batched_vector_dots; /* 0 when absent (dot_reduce.c) */
   int64_t mxu_batch_spread;        /* 0 when absent: every MXU works on each product (timing.c) */
+  int64_t epilogue_reduce_serial;  /* 0 when absent: a reducing epilogue's vector work overlaps its kernel's transfers (timing.c port_floor_op) */
   int64_t mxu_fill_hidden;         /* 0 when absent: each matmul instruction exposes its fill and drain (timing.c) */
   double conv_scatter_cycles, conv_scatter_tap_cycles, conv_scatter_out_cycles; /* 0: absent (tile_conv.c) */
   double conv_packed_cycles;       /* 0: absent (tile_conv.c packed_cycles) */

@@ -108,6 +108,7 @@ char *tpu_program_text(const tpu_program *p) {
     if (o->scalar) tpu_strbuf_printf(&b, " scalar=1");
     if (o->starts > 1) tpu_strbuf_printf(&b, " starts=%d", o->starts);
     if (o->relayout) tpu_strbuf_printf(&b, " relayout=1");
+    if (o->reduce_epilogue) tpu_strbuf_printf(&b, " reduce_epilogue=1");
     if (o->min_cycles > 0) tpu_strbuf_printf(&b, " min_cycles=%.17g", o->min_cycles);
     if (o->min_body_cycles > 0) tpu_strbuf_printf(&b, " min_body_cycles=%.17g", o->min_body_cycles);
     if (o->window) tpu_strbuf_printf(&b, " window=1");
@@ -372,6 +373,10 @@ static tpu_status parse_op_line(lx *x) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));
       o.relayout = v != 0;
+    } else if (!strcmp(key, "reduce_epilogue")) {
+      int64_t v;
+      TPU_TRY(parse_i64(x, 0, &v));
+      o.reduce_epilogue = v != 0;
     } else if (!strcmp(key, "window")) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));

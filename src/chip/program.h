@@ -128,6 +128,10 @@ typedef struct tpu_prog_op {
                                  * beyond padded_bytes (the chip's per-element stream costs) */
   double out_scale;             /* > 1: a matmul kernel's result transfers pay this multiple of
                                  * their bytes (the per-element pass of a 16-bit result) */
+  int reduce_epilogue;          /* a matmul kernel whose fused epilogue reduces its product (a
+                                 * row max or sum taken from the result tiles; layout.c): on a
+                                 * chip with epilogue_reduce_serial it lasts its transfers plus
+                                 * its vector work */
   int window;                   /* a pooling window kernel: its reads of values in VMEM pay no
                                  * vmem_read_cost (its compiler reads them in place) */
   int copy_out;                 /* a copy kernel out of VMEM into HBM: its read of its operand in

@@ -178,6 +178,20 @@ static void port_floor_op(tstate *t) {
    * cycles, the normalisation into VMEM 119,208; libtpu probes
    * bench/fidelity/probes/resident_softmax.py), while a kernel without a pass pays its vector
    * work after its reads (f32 x * scale VMEM to VMEM: bench/fidelity/probes/resident_chain.py). */
+  /* A matmul kernel whose epilogue reduces its product (reduce_epilogue: attention's q.k^T
+   * with the row max, exp and row sums) lasts, on a chip with epilogue_reduce_serial, at least
+   * its transfers and then its vector work: the XLA TPU compiler's v5p kernels of that form
+   * hide neither behind the other (nine f32-score attention shapes off the corpora, tpusim
+   * timing the compiler's own programs: the overlap is 0.59-0.77 of the compiler's cycles,
+   * transfers plus vector work 0.74-0.91, plus the MXU work too 0.92-1.20; v5e's overlap
+   * 0.75-0.83, its sum with the MXU work 1.30-1.64; libtpu probes
+   * bench/fidelity/probes/reduce_epilogue.py). The MXU work stays overlapped: adding it
+   * over-charges the families' convolutions with batch-norm statistics and bf16-score
+   * attention (docs/timing.md, "Reducing epilogues"). */
+  if (t->chip->epilogue_reduce_serial && t->p->ops[op].reduce_epilogue && t->m.op_dma > 0) {
+    int64_t least = t->m.op_first + t->m.op_dma + t->m.op_vec;
+    if (least > floor) floor = least;
+  }
   if (t->op_pass && t->op_pass[op] > 0) {
     const int starts = t->p->ops[op].starts > 1 ? t->p->ops[op].starts : 1;
     int64_t least = t->m.op_first + t->op_pass[op] * starts;
@@ -327,6 +341,7 @@ static tpu_status issue(tstate *t, int idx, int64_t iter) {
     if (!pf && start < t->m.op_start) t->m.op_start = start;
     if (in->prefetch != 2 && done > t->m.op_end) t->m.op_end = done;
     if (is_dma && !pf) t->m.op_dma += dur;
+    if (u == TPU_UNIT_VPU || u == TPU_UNIT_EUP || u == TPU_UNIT_XLU) t->m.op_vec += dur;
   }
   if (t->dry) return TPU_OK;
   tpu_timeline *tl = t->tl;
@@ -569,6 +584,7 @@ tpu_status tpu__timing_run_range(tstate *t, int lo, int hi, int64_t iter) {
           t->m.op_end = t->m.barrier;
           t->m.op_first = t->m.barrier;
           t->m.op_dma = 0;
+          t->m.op_vec = 0;
           if (!t->dry) t->tl->ops[in->op].count++;
         }
         break;

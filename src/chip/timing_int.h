@@ -20,6 +20,7 @@ typedef struct {
   int64_t op_start, op_end;
   int64_t op_first;   /* the open kernel's barrier: its first instruction may issue */
   int64_t op_dma;     /* the open kernel's transfer cycles so far, each at its full length */
+  int64_t op_vec;     /* the open kernel's vector cycles so far (vpu, eup, xlu) */
   int64_t lane_free[TPU_INSN_LANES]; /* ici: when each kind of link (+x -x +y -y +z -z, DCN) is free */
   int64_t ici_busy_to;  /* ici: the end of the links' busy time counted so far */
 } mstate;

@@ -51,9 +51,11 @@
  * same and before the earlier boundary's T (written in no period, so in none later; it
  * cannot delay anything in the loop), or is dead at both; the starts of the port's
  * reservations past T likewise (the same start: the same reservation, growing, whose start
- * loop_skip keeps). op_dma is a counter there (read at the next kernel only). */
+ * loop_skip keeps). op_dma and op_vec are counters there (read at the next kernel only). */
 
 #define LOOP_MAX_PERIOD 1024
+/* A boundary's signature header (bnd_take): tile, cur_op, pre_op, op_dma, op_vec. */
+#define SIG_HDR 5
 #define LOOP_MAX_STATE ((int64_t)1 << 22) /* (P + 1) x state words kept for matching */
 /* Stepping a loop that never repeats: refused when this many instruction runs remain. */
 #define LOOP_MAX_STEPPED ((int64_t)1 << 31)
@@ -87,6 +89,7 @@ typedef struct {
   int64_t dead;     /* tpu__timing_port_dead at the loop's end */
   int64_t ntail;    /* reservations ending at or after L: the last ntail of the list */
   int64_t op_dma;   /* m.op_dma (a counter in a tile loop's closed form) */
+  int64_t op_vec;   /* m.op_vec (likewise) */
   int tile;         /* L is a tile loop's T; sig holds times as they are (bnd_take) */
   int64_t L0;       /* the permanent bound: times at or before it are dead */
   int has_tail;     /* sig holds them (bnd_take) */
@@ -334,9 +337,9 @@ static int loop_cf_init(tstate *t, int i, loop_cf *c) {
   for (int l = 0; l < TPU_INSN_LANES; l++) c->vars[v++] = &m->lane_free[l];
   c->vars[v++] = &m->ici_busy_to;
   assert(v == NM);
-  /* mstate's other fields: hbm_wait (a counter), cur_op, pre_op, op_dma (exact, in the
+  /* mstate's other fields: hbm_wait (a counter), cur_op, pre_op, op_dma and op_vec (exact, in the
    * signature). A new field must be added here or there. */
-  _Static_assert(sizeof(mstate) == sizeof(int64_t) * (TPU_UNIT_COUNT + 12 + TPU_INSN_LANES),
+  _Static_assert(sizeof(mstate) == sizeof(int64_t) * (TPU_UNIT_COUNT + 13 + TPU_INSN_LANES),
                  "mstate changed: update loop_cf_init");
   for (int k = 0; k < nsl; k++) {
     c->slots[k] = ls[k];
@@ -391,19 +394,21 @@ static int bnd_take(const tstate *t, const loop_cf *c, loop_bnd *b, const loop_b
   }
   b->L = L;
   b->op_dma = m->op_dma;
+  b->op_vec = m->op_vec;
   b->tile = c->units && T > L0;
   b->L0 = L0;
   b->nsig = 0;
-  /* a tile loop's op_dma is a counter (read at the next kernel only); otherwise state */
+  /* a tile loop's op_dma and op_vec are counters (read at the next kernel only); otherwise state */
   const int tile = c->units && T > L0;
   /* the header, the times, the slots' flags, the port's floor and tail length: written
    * through a local cursor (the signature's words are the run's most frequent stores) */
-  if (!bnd_reserve(b, 4 + (int64_t)c->nvars + c->nsl + 2)) return 0;
+  if (!bnd_reserve(b, SIG_HDR + (int64_t)c->nvars + c->nsl + 2)) return 0;
   int64_t *w = b->sig;
   *w++ = tile;
   *w++ = m->cur_op;
   *w++ = m->pre_op;
   *w++ = c->units ? 0 : m->op_dma;
+  *w++ = c->units ? 0 : m->op_vec;
   for (int v = 0; v < c->nvars; v++) {
     int64_t x = b->raw[v] = *c->vars[v];
     if (v < NM && (c->quiet >> v & 1)) /* as it is: the body leaves it */
@@ -477,7 +482,7 @@ static int bnd_repeats(const tstate *t, const loop_cf *c, const loop_bnd *a, con
      * before a's T (not written in the period: it cannot be in any later one), or is dead
      * at both (at or before L0); so does the start of each reservation of the tail (the same
      * start before a's T: the same reservation, growing) */
-    const int64_t hdr = 4, vend = hdr + c->nvars, tail0 = vend + c->nsl + 2;
+    const int64_t hdr = SIG_HDR, vend = hdr + c->nvars, tail0 = vend + c->nsl + 2;
     for (int64_t q = 0; q < a->nsig; q++) {
       int64_t x = a->sig[q], y = b->sig[q];
       int time = (q >= hdr && q < vend && !(q - hdr < NM && (c->quiet >> (q - hdr) & 1))) ||
@@ -595,7 +600,7 @@ static tpu_status loop_skip(tstate *t, const loop_cf *c, const loop_bnd *a, cons
       /* the tail moves on, but in a tile loop one that began at the same time at a and b
        * is the same reservation, growing (bnd_repeats): its start stays */
       int64_t src = fixed + r, soff = shift;
-      if (b->tile && t->pi[2 * src] == a->sig[4 + c->nvars + c->nsl + 2 + 2 * r]) soff = 0;
+      if (b->tile && t->pi[2 * src] == a->sig[SIG_HDR + c->nvars + c->nsl + 2 + 2 * r]) soff = 0;
       np[2 * (ncopy + r)] = t->pi[2 * src] + soff;
       np[2 * (ncopy + r) + 1] = t->pi[2 * src + 1] + shift;
     }
@@ -616,7 +621,10 @@ static tpu_status loop_skip(tstate *t, const loop_cf *c, const loop_bnd *a, cons
     t->npi = (int)total;
     t->pbase = b->pbase + b->npi + n * cnt - total;
   }
-  if (c->units) t->m.op_dma += n * (b->op_dma - a->op_dma);
+  if (c->units) {
+    t->m.op_dma += n * (b->op_dma - a->op_dma);
+    t->m.op_vec += n * (b->op_vec - a->op_vec);
+  }
   /* times the period changed move on; the others stay */
   for (int v = 0; v < c->nvars; v++)
     if (b->raw[v] != a->raw[v]) *c->vars[v] += shift;

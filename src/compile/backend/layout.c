@@ -697,6 +697,35 @@ static double result_pass(const tpu__be *be, const tpu_instr *in, const tpu__kin
   return n > 0 ? 1.0 + pass * n / (double)k->out_bytes : 0;
 }
 
+/* Whether computation c runs a dot or convolution (in a fusion within it too). */
+static int runs_matmul(const tpu_comp *c, int depth) {
+  for (int i = 0; c && depth < 4 && i < c->ninstrs; i++) {
+    const tpu_instr *x = c->instrs[i];
+    if (x->op == TPU_OP_DOT || x->op == TPU_OP_CONVOLUTION) return 1;
+    if (x->op == TPU_OP_FUSION && runs_matmul(x->calls, depth + 1)) return 1;
+  }
+  return 0;
+}
+
+/* Whether matmul kernel `in` (a fusion around its dot or convolution) reduces the product in
+ * its epilogue: a reduce in its computation reads, through any of the fusion's ops, the
+ * matmul's result (a softmax's row sums over attention scores, the next norm's sum of
+ * squares after a projection; the compiler's programs nest the matmul in a fusion of its
+ * own). A bare matmul reduces nothing. */
+static int reduces_product(const tpu_instr *in) {
+  const tpu_comp *c = in->op == TPU_OP_FUSION ? in->calls : NULL;
+  unsigned char from[1024] = {0}; /* by instruction id (its position): computed from the product */
+  if (!c || c->ninstrs > (int)sizeof from) return 0;
+  for (int i = 0; i < c->norder; i++) { /* operands first */
+    const tpu_instr *x = c->order[i];
+    int f = x->op == TPU_OP_DOT || x->op == TPU_OP_CONVOLUTION || (x->op == TPU_OP_FUSION && runs_matmul(x->calls, 0));
+    for (int j = 0; !f && j < x->noperands; j++) f = x->operands[j]->parent == c && from[x->operands[j]->id];
+    if (f && x->op == TPU_OP_REDUCE) return 1;
+    from[x->id] = (unsigned char)f;
+  }
+  return 0;
+}
+
 tpu_status tpu__pass_layout(tpu__be *be) {
   for (int ci = 0; ci < be->m->ncomps; ci++) {
     if (!be->scheduled[ci]) continue;
@@ -724,7 +753,10 @@ tpu_status tpu__pass_layout(tpu__be *be) {
             be->p->ops[k->op].xbytes = be->p->ops[k->op].dma ? 0 : tpu__stream_costs(be, in, k) +
                 (win ? be->chip->window_start_cycles * tpu_chip_hbm_stream_bw(be->chip) / be->chip->clock_hz : 0);
           }
-          if (k->kind == TPU__K_MATMUL) be->p->ops[k->op].out_scale = result_pass(be, in, k);
+          if (k->kind == TPU__K_MATMUL) {
+            be->p->ops[k->op].out_scale = result_pass(be, in, k);
+            be->p->ops[k->op].reduce_epilogue = reduces_product(in);
+          }
         }
       }
     }

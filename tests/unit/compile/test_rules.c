@@ -318,9 +318,11 @@ static const rule_case k_cases[] = {
     {"Adam", FIG_CORPUS, "adam_f32_16777216", NULL, NULL, NULL, {1.003, 1.012, 1.068, 1.006}},
     {"GEMM + bias + gelu", FIG_CORPUS, "gemm_bias_gelu_bf16_2048x4096x4096", NULL, NULL, NULL, {0.960, 1.007, 1.029, 0.979}},
     /* the causal mask (iota compare, broadcast over batch and heads) a kernel of its own, as the
-     * compiler's iota_compare_fusion (fuse.c chained): v5p 0.777 -> 0.728, v6e 1.001 -> 0.939 */
-    {"attention forward", FIG_CORPUS, "attn_fwd_b4h16s1024d128_causal", NULL, NULL, NULL, {0.962, 0.881, 0.728, 0.939}},
-    {"transformer layer forward", FIG_CORPUS, "layer_fwd_b4s1024d1024", NULL, NULL, NULL, {1.067, 0.979, 0.863, 1.038}},
+     * compiler's iota_compare_fusion (fuse.c chained): v5p 0.777 -> 0.728, v6e 1.001 -> 0.939;
+     * v5p's reducing epilogues (chip epilogue_reduce_serial): attention 0.728 -> 0.917, the
+     * layer 0.863 -> 0.954 */
+    {"attention forward", FIG_CORPUS, "attn_fwd_b4h16s1024d128_causal", NULL, NULL, NULL, {0.962, 0.881, 0.917, 0.939}},
+    {"transformer layer forward", FIG_CORPUS, "layer_fwd_b4s1024d1024", NULL, NULL, NULL, {1.067, 0.979, 0.954, 1.038}},
 };
 
 static void against_compiler(void) {
