@@ -8,7 +8,7 @@ copy relays the slice into the result's; a table whose tile the slice keeps is s
 the result directly. Prints one JSON line per table: the compiler's top-level kernels with
 their estimated_cycles and layouts ("ops"), its entry cycles ("total") and tpusim's step
 cycles ("sim"). data/dslice_result.json holds the session-17 run."""
-import json, re, sys, tempfile, time
+import json, sys, tempfile
 
 import libtpu
 from libtpu import TOPO, tpusim_step_cycles
@@ -28,21 +28,11 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         for c in CASES:
             text = hlo(*c)
-            for _ in range(40):  # libtpu's lockfile: other compiles on the machine
-                summ, t = libtpu.compile_hlo(text, TOPO[gen], d)
-                if t:
-                    break
-                time.sleep(5)
+            summ, t = libtpu.compile_retry(text, TOPO[gen], d)
             if not t:
                 print(json.dumps(dict(gen=gen, cfg=c, err="compile")), flush=True)
                 continue
-            ent = t[t.rfind("\nENTRY"):]
-            ops = []
-            for line in ent.splitlines()[1:]:
-                m = re.match(r'\s*(?:ROOT )?%(\S+) = (\S+) (\S+?)\(', line)
-                e = re.search(r'"estimated_cycles":"(\d+)"', line)
-                if m and e:
-                    ops.append([m.group(1), m.group(2), int(e.group(1))])
+            ops = [[n, sh, c] for n, sh, _, c in libtpu.entry_ops(t) if c is not None]
             print(json.dumps(dict(gen=gen, cfg=c, total=summ["entry_estimated_cycles"], ops=ops,
                                   sim=tpusim_step_cycles(text, gen, d))), flush=True)
 

@@ -25,6 +25,29 @@ def compile_hlo(text, topo, d):
     return None, None
 
 
+def compile_retry(text, topo, d, tries=40):
+    """compile_hlo, retried every 5 s up to `tries` times while other compiles on the machine
+    hold libtpu's lockfile; (None, None) when none succeeds."""
+    for _ in range(tries):
+        r = compile_hlo(text, topo, d)
+        if r[1]:
+            return r
+        time.sleep(5)
+    return None, None
+
+
+def entry_ops(compiled):
+    """The compiled program's top-level entry ops as [name, shape, opcode, estimated_cycles or
+    None], in program order."""
+    ops = []
+    for line in compiled[compiled.rfind("\nENTRY"):].splitlines()[1:]:
+        m = re.match(r'\s*(?:ROOT )?%(\S+) = (\S+) (\S+?)\(', line)
+        if m:
+            e = re.search(r'"estimated_cycles":"(\d+)"', line)
+            ops.append([m.group(1), m.group(2), m.group(3), int(e.group(1)) if e else None])
+    return ops
+
+
 def tpusim_cycles(tpusim, text, chip, d):
     """tpusim's step cycles for `text` on `chip` (`tpusim run --mode timing`), or None when the
     run fails."""

@@ -10,7 +10,7 @@ window_config where it makes one ("win", "wc"), whether it prefetched the input 
 (v5e, v6e, v4, v5p: max pools of f32[16,20,20,256] 3x3 at strides 1 and 2, whose results are
 5.3 and 1.3 MB from the same 6.5 MB input, and others). A window of 5 at stride 1 is another
 emitter (no window_config), left out."""
-import hashlib, json, os, re, sys, tempfile, time
+import hashlib, json, os, re, sys, tempfile
 
 import libtpu
 from libtpu import TOPO, tpusim_step_cycles
@@ -27,21 +27,12 @@ def pool_hlo(k, shape, dt, wins, strides):
             f"  ROOT y = {dt}[{osh}] reduce-window(x, i), window={{size={w} stride={s}}}, to_apply=r\n}}\n")
 
 
-def compile_retry(text, topo, d):
-    for _ in range(40):  # libtpu's lockfile: other compiles on the machine
-        r = libtpu.compile_hlo(text, topo, d)
-        if r[1]:
-            return r
-        time.sleep(5)
-    return None, None
-
-
 def main():
     gen, cfgs = sys.argv[1], json.load(open(sys.argv[2]))
     with tempfile.TemporaryDirectory() as d:
         for c in cfgs:
             text = pool_hlo(*c)
-            summ, t = compile_retry(text, TOPO[gen], d)
+            summ, t = libtpu.compile_retry(text, TOPO[gen], d)
             if not t:
                 print(json.dumps(dict(gen=gen, cfg=c, err="compile")), flush=True)
                 continue

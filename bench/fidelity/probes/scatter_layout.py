@@ -12,7 +12,7 @@ through copies. Prints one JSON line per case: the compiler's top-level kernels 
 layouts and estimated_cycles ("ops", none for the scatter fusion), its entry cycles
 ("total") and tpusim's step cycles ("sim"). data/scatter_layout.jsonl holds the
 session-23 run."""
-import json, re, sys, tempfile, time
+import json, sys, tempfile
 
 import libtpu
 from libtpu import TOPO, tpusim_step_cycles
@@ -50,22 +50,12 @@ def main():
         for k in pick:
             c = CASES[k]
             text = hlo(*c)
-            for _ in range(40):  # libtpu's lockfile: other compiles on the machine
-                summ, t = libtpu.compile_hlo(text, TOPO[gen], d)
-                if t:
-                    break
-                time.sleep(5)
+            summ, t = libtpu.compile_retry(text, TOPO[gen], d)
             if not t:
                 print(json.dumps(dict(gen=gen, cfg=c, err="compile")), flush=True)
                 continue
-            ent = t[t.rfind("\nENTRY"):]
-            ops = []
-            for line in ent.splitlines()[1:]:
-                mm = re.match(r'\s*(?:ROOT )?%(\S+) = (\S+) (\S+?)\(', line)
-                if not mm or mm.group(3) in ("parameter", "constant", "copy-done"):
-                    continue
-                e = re.search(r'"estimated_cycles":"(\d+)"', line)
-                ops.append([mm.group(1), mm.group(3), mm.group(2), int(e.group(1)) if e else None])
+            ops = [[n, op, sh, c] for n, sh, op, c in libtpu.entry_ops(t)
+                   if op not in ("parameter", "constant", "copy-done")]
             print(json.dumps(dict(gen=gen, cfg=c, total=summ["entry_estimated_cycles"], ops=ops,
                                   sim=tpusim_step_cycles(text, gen, d))), flush=True)
 
