@@ -14,6 +14,7 @@
 #include "compile/compile.h"
 #include "hlo/hlo.h"
 #include "ir/verify.h"
+#include "timing_util.h"
 
 /* The compiler's form: q.k^T in a fusion of its own, the max as a row-wide reduce-window,
  * exp and the row sums, the exponentials and the sums out (a v5p attention's first kernel). */
@@ -62,26 +63,6 @@ static const char *k_plain =
     "  %k = bf16[16,512,128]{2,1,0:T(8,128)(2,1)} parameter(1)\n"
     "  ROOT %f = f32[16,512,512]{2,1,0:T(8,128)} fusion(%q, %k), kind=kOutput, calls=%fused\n}\n";
 
-static tpu_program *compile_src(const char *src, tpu_chip *chip) {
-  tpu_diag d;
-  tpu_module *m = NULL;
-  if (tpu_hlo_parse("epilogue.hlo", src, strlen(src), &m, &d) != TPU_OK || tpu_ir_verify(m, &d) != TPU_OK) {
-    fprintf(stderr, "%s\n", d.msg);
-    tpu_module_free(m);
-    return NULL;
-  }
-  tpu_compile_opts o;
-  memset(&o, 0, sizeof o);
-  o.chip = chip;
-  tpu_program *p = NULL;
-  if (tpu_compile(m, &o, &p, &d) != TPU_OK) {
-    fprintf(stderr, "%s\n", d.msg);
-    p = NULL;
-  }
-  tpu_module_free(m);
-  return p;
-}
-
 static int find_op(const tpu_program *p, const char *name) {
   for (int k = 0; p && k < p->nops; k++)
     if (!strcmp(p->ops[k].name, name)) return k;
@@ -89,7 +70,7 @@ static int find_op(const tpu_program *p, const char *name) {
 }
 
 /* op's cycles and the sum of its DMA and vector unit cycles */
-static int64_t op_cycles(const tpu_program *p, const tpu_chip *chip, int op, int64_t *units) {
+static int64_t op_and_unit_cycles(const tpu_program *p, const tpu_chip *chip, int op, int64_t *units) {
   tpu_timeline tl;
   tpu_diag d;
   if (tpu_timing_run(p, chip, 0, &tl, &d) != TPU_OK) return -1;
@@ -107,24 +88,24 @@ int main(void) {
   CHECK(tpu_chip_load("v5e", &v5e, &d) == TPU_OK);
   CHECK(v5p.epilogue_reduce_serial == 1 && v5e.epilogue_reduce_serial == 0);
 
-  tpu_program *p = compile_src(k_scores, &v5p);
+  tpu_program *p = compile_all(k_scores, &v5p);
   CHECK(p != NULL);
   if (!p) CHECK_DONE();
   int f = find_op(p, "f");
   CHECK(f >= 0 && p->ops[f].reduce_epilogue == 1);
-  int64_t units = 0, with = op_cycles(p, &v5p, f, &units);
+  int64_t units = 0, with = op_and_unit_cycles(p, &v5p, f, &units);
   /* the text form carries the flag */
   char *text = tpu_program_text(p);
   CHECK(text && strstr(text, " reduce_epilogue=1") != NULL);
   tpu_program *q = NULL;
   CHECK(text && tpu_program_parse("epilogue.tasm", text, strlen(text), &q, &d) == TPU_OK);
   int64_t qu = 0;
-  if (q) CHECK(q->ops[f].reduce_epilogue == 1 && op_cycles(q, &v5p, f, &qu) == with);
+  if (q) CHECK(q->ops[f].reduce_epilogue == 1 && op_and_unit_cycles(q, &v5p, f, &qu) == with);
   tpu_program_free(q);
   tpu_free(text);
   tpu_chip overlap = v5p;
   overlap.epilogue_reduce_serial = 0;
-  int64_t ou = 0, without = op_cycles(p, &overlap, f, &ou);
+  int64_t ou = 0, without = op_and_unit_cycles(p, &overlap, f, &ou);
   printf("v5p q.k^T with exp and row sums: %lld cycles, %lld overlapped; DMA + vector %lld\n", (long long)with,
          (long long)without, (long long)units);
   CHECK(with >= units);
@@ -132,17 +113,17 @@ int main(void) {
   tpu_program_free(p);
 
   /* v5e: the same kernel overlaps */
-  p = compile_src(k_scores, &v5e);
+  p = compile_all(k_scores, &v5e);
   CHECK(p != NULL && p->ops[find_op(p, "f")].reduce_epilogue == 1);
   if (p) {
-    int64_t eu = 0, e5 = op_cycles(p, &v5e, find_op(p, "f"), &eu);
+    int64_t eu = 0, e5 = op_and_unit_cycles(p, &v5e, find_op(p, "f"), &eu);
     printf("v5e: %lld cycles; DMA + vector %lld\n", (long long)e5, (long long)eu);
     CHECK(e5 > 0 && e5 < eu);
   }
   tpu_program_free(p);
 
   /* an elementwise epilogue: not flagged */
-  p = compile_src(k_plain, &v5p);
+  p = compile_all(k_plain, &v5p);
   CHECK(p != NULL && p->ops[find_op(p, "f")].reduce_epilogue == 0);
   tpu_program_free(p);
   CHECK_DONE();
