@@ -83,6 +83,7 @@ static const struct {
     [TPU_CHIP_EPILOGUE_REDUCE_SERIAL] = {1, 1},
     [TPU_CHIP_CONV_GROUP_STEP_CYCLES] = {1e-3, 1e6},
     [TPU_CHIP_WINDOW_START_CYCLES] = {1e-3, 1e7},
+    [TPU_CHIP_SCAN_START_CYCLES] = {1e-3, 1e7},
     [TPU_CHIP_SCOPED_VMEM_BYTES] = {KIB, TIB},
     [TPU_CHIP_SCAN_WINDOW_BYTES] = {KIB, TIB},
     [TPU_CHIP_XPREFETCH_MAX_BYTES] = {1, TIB},
@@ -165,6 +166,10 @@ double tpu_chip_macs_per_cycle(const tpu_chip *c) {
 
 double tpu_chip_hbm_stream_bw(const tpu_chip *c) {
   return c->hbm_efficiency > 0 ? c->hbm_bw * c->hbm_efficiency : c->hbm_bw;
+}
+
+double tpu_chip_window_start(const tpu_chip *c, int scan) {
+  return scan && c->scan_start_cycles > 0 ? c->scan_start_cycles : c->window_start_cycles;
 }
 
 double tpu_chip_result_pass(const tpu_chip *c) {

@@ -82,6 +82,7 @@ typedef enum {
   X(CONV_GROUP_STEP_CYCLES, conv_group_step_cycles, 'f', 0, "cycles", "time of one step of a convolution kernel with the batch in the sublanes: one output position's batch (8 sublanes) for one group, whatever the features and window (absent: its MXU work alone)") \
   X(CONCAT_SHIFT_CYCLES, concat_shift_cycles, 'f', 0, "cycles", "a concatenate along a dimension other than the lanes (the compiler's pad-and-combine fusion): cost per vector register of its result that lies before an operand along that dimension, summed over its operands, beyond its transfers (absent: none)") \
   X(WINDOW_START_CYCLES, window_start_cycles, 'f', 0, "cycles", "start of a pooling window kernel (a reduce-window sliding along major dimensions only) beyond kernel_overhead_s, serial with its transfers (absent: none)") \
+  X(SCAN_START_CYCLES, scan_start_cycles, 'f', 0, "cycles", "start of a scan's window kernel (a reduce-window over the whole of a major dimension) beyond kernel_overhead_s, where it is not the pooling window's (absent: window_start_cycles)") \
   X(WINDOW_HBM_FACTOR, window_hbm_factor, 'f', 0, "", "a pooling window kernel that reads its input from HBM (not in place in VMEM): its transfers to and from HBM take this factor of their stream time (absent: 1)") \
   X(CONV_SCATTER_CYCLES, conv_scatter_cycles, 'f', 0, "cycles", "an input-dilated (transposed) convolution with the batch in the sublanes: time per input position's batch, filter tap, 128 input and 128 output features (absent: its MXU work alone)") \
   X(CONV_SCATTER_TAP_CYCLES, conv_scatter_tap_cycles, 'f', 0, "cycles", "the same convolution: least time per input position's batch and filter tap, whatever the features") \
@@ -206,6 +207,7 @@ typedef struct tpu_chip {
   double sort_lane_stage_cycles;   /* 0: absent (sort_cost.c) */
   double concat_shift_cycles;      /* 0 when absent: a concatenate costs its transfers (layout.c) */
   double window_start_cycles;      /* 0 when absent: a pooling window kernel starts as others do (layout.c) */
+  double scan_start_cycles;        /* 0 when absent: a scan's window kernel starts as a pooling one (layout.c) */
   double window_hbm_factor;        /* 0 when absent: a pooling window kernel reading HBM streams as others do (timing.c) */
   double conv_group_step_cycles;   /* 0 when absent: a grouped convolution's steps cost only their MXU work (timing.c) */
   int64_t scoped_vmem_bytes;   /* 0: 3/4 of vmem_bytes (schedule.c tpu__vmem_budget) */
@@ -294,6 +296,9 @@ double tpu_chip_hbm_stream_bw(const tpu_chip *c);
 /* Bytes-equivalent per element a matmul kernel's 16-bit result pays beyond its 2 bytes:
  * result_pass_bytes, or stream_pass_bytes where that is not given. */
 double tpu_chip_result_pass(const tpu_chip *c);
+/* Cycles a window kernel starts beyond kernel_overhead_s: a scan's (scan != 0) scan_start_cycles
+ * where given, else window_start_cycles (layout.c pool_window). */
+double tpu_chip_window_start(const tpu_chip *c, int scan);
 
 /* MACs per cycle of the whole chip: tensorcores * mxus_per_core * mxu_rows * mxu_cols. */
 double tpu_chip_macs_per_cycle(const tpu_chip *c);

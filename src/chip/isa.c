@@ -112,6 +112,7 @@ char *tpu_program_text(const tpu_program *p) {
     if (o->min_cycles > 0) tpu_strbuf_printf(&b, " min_cycles=%.17g", o->min_cycles);
     if (o->min_body_cycles > 0) tpu_strbuf_printf(&b, " min_body_cycles=%.17g", o->min_body_cycles);
     if (o->window) tpu_strbuf_printf(&b, " window=1");
+    if (o->scan) tpu_strbuf_printf(&b, " scan=1");
     if (o->copy_out) tpu_strbuf_printf(&b, " copy_out=1");
     if (o->dma) tpu_strbuf_printf(&b, " dma=1");
     tpu_strbuf_printf(&b, "   ; op %d\n", i);
@@ -381,6 +382,10 @@ static tpu_status parse_op_line(lx *x) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));
       o.window = v != 0;
+    } else if (!strcmp(key, "scan")) {
+      int64_t v;
+      TPU_TRY(parse_i64(x, 0, &v));
+      o.scan = v != 0;
     } else if (!strcmp(key, "copy_out")) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));

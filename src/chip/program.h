@@ -134,6 +134,10 @@ typedef struct tpu_prog_op {
                                  * its vector work */
   int window;                   /* a pooling window kernel: its reads of values in VMEM pay no
                                  * vmem_read_cost (its compiler reads them in place) */
+  int scan;                     /* a window kernel that is a scan along a major dimension (the
+                                 * compiler's depthwise window emitter): no window_hbm_factor,
+                                 * and no window start where it moves nothing to or from HBM
+                                 * (timing.c resident_pass_cycles) */
   int copy_out;                 /* a copy kernel out of VMEM into HBM: its read of its operand in
                                  * VMEM pays no vmem_read_cost (copy_kind.c tpu__copy_out_of_vmem) */
   double out_bytes;             /* its result's bytes in their layout (set from `instr` by

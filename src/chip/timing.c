@@ -448,7 +448,14 @@ static int64_t resident_cycles(const tstate *t, int op) {
 static int64_t resident_pass_cycles(const tstate *t, int op) {
   const tpu_prog_op *o = &t->p->ops[op];
   if (o->scalar || o->m > 0 || (t->op_hbm[op] & (OP_TRANSFERS | OP_VECTOR)) != OP_VECTOR) return 0;
-  return o->xbytes > 0 ? (int64_t)ceil(o->xbytes / t->bpc) : 0;
+  /* A scan's window kernel (o->scan) whose input and result both stay in VMEM pays no window
+   * start: the XLA TPU compiler's figure for one is below that start whatever its size (v5e /
+   * v6e 2,660-2,866 cycles for the 0.5 to 4 MB scans of the families corpus between their
+   * relayout copies into and out of S(1): cummin_128x8x128_ax2_rev_s32, cumsum_1000x1024_ax1_f32,
+   * cummin_158x129x33_ax2_s32), where one reading VMEM and writing HBM pays it as a pool's does
+   * (bench/fidelity/probes/scan_start.py, its input prefetched: v5e 3,870 cycles at f32[16,8,128]) */
+  const double x = o->scan ? o->xbytes - tpu_chip_window_start(t->chip, 1) * t->bpc : o->xbytes;
+  return x > 0 ? (int64_t)ceil(x / t->bpc) : 0;
 }
 
 /* Marks OP_MXU_HBM on each op whose matmul instruction reads a VMEM buffer that a transfer
@@ -731,7 +738,7 @@ static tpu_status durations(tstate *t) {
          * pools of f32 [8..32, 28..112, 28..112, 128..512] read from HBM cost the compiler
          * 1.13-1.32 times their transfers beyond tpusim's other costs on v5p once its input
          * windows' halo re-reads are taken out (bench/fidelity/probes/pool_relayout.py) */
-        if (o && o->window && !in_place && !in->onchip && t->chip->window_hbm_factor > 1 &&
+        if (o && o->window && !o->scan && !in_place && !in->onchip && t->chip->window_hbm_factor > 1 &&
             (in->opc == TPU_ISA_DMA_IN || in->opc == TPU_ISA_DMA_OUT))
           b += moved * (t->chip->window_hbm_factor - 1.0);
         /* a matmul kernel's reads stream slower than a vector kernel's on some chips (chip

@@ -68,7 +68,9 @@ want = {
     "cumsum_126x80x65_ax1_f32": (0.954, 0.673, 0.698, 0.659),
     # session 16: a scan reading a parameter laid out otherwise copies it into row-major and
     # its result back (scan_layout.c; the copy in writes VMEM on v5e/v6e, copy_kind.c)
-    "cummax_80x126x80_ax0_s32": (1.122, 1.041, 0.812, 1.076),
+    # session 23: its window kernel pays the window's start (layout.c pool_window, scan=1;
+    # 1.122/1.041/0.812/1.076 before)
+    "cummax_80x126x80_ax0_s32": (1.152, 1.199, 0.962, 0.969),
     # session 16: a long scan along the rows in blocks of rows, the lanes kept (scan_rewrite.c
     # scan_rows; 0.967/1.189/1.493/1.579 transposed)
     "cummax_1024x1024_ax0_f32": (0.761, 0.886, 1.198, 0.938),

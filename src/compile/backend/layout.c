@@ -539,7 +539,7 @@ int tpu__whole_window_pad(const tpu__be *be, const tpu_instr *in) {
   return 1;
 }
 
-static const tpu_instr *pool_window(const tpu_instr *in);
+static const tpu_instr *pool_window(const tpu_instr *in, int *scan);
 
 static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int padded) {
   const tpu_shape *s = &in->operands[j]->shape;
@@ -548,7 +548,7 @@ static int64_t read_bytes(const tpu__be *be, const tpu_instr *in, int j, int pad
    * the XLA TPU compiler fuses it into the window's kOutput fusion, whose one operand is the
    * pooled array (the families' maxpool2d_*, avgpool2d_* window fusions, every generation). */
   if (in->op == TPU_OP_REDUCE_WINDOW && j >= in->noperands / 2 && in->operands[j]->op == TPU_OP_CONSTANT &&
-      s->rank == 0 && pool_window(in))
+      s->rank == 0 && pool_window(in, NULL))
     return 0;
   if (in->op == TPU_OP_FUSION) {
     if (carried_operand(in, j)) return 0;
@@ -642,11 +642,24 @@ static void kernel_bytes(const tpu__be *be, const tpu_instr *in, tpu__kinfo *k) 
   k->space_vregs = sv > 0 ? sv : 1;
 }
 
+/* Whether window dimension x over a dimension of n slides over all of it as a scan does
+ * (jnp.cumsum's lowering: a window of n, padded by n - 1 on one side, unit stride). */
+static int scan_window_dim(const tpu_window_dim *x, int64_t n) {
+  return n >= 2 && x->size == n && x->stride == 1 && x->base_dilation <= 1 && x->window_dilation <= 1 &&
+         ((x->pad_lo == n - 1 && x->pad_hi == 0) || (x->pad_lo == 0 && x->pad_hi == n - 1));
+}
+
 /* The pooling reduce-window kernel `in` is or holds (its fused computation's root, through
  * element-wise epilogue ops): a reduce-window of one operand, laid out, sliding along some
  * dimension and not along the two minor ones of its layout (sublanes and lanes), nor over a
- * whole dimension (a scan or a row's maximum); NULL otherwise. */
-static const tpu_instr *pool_window(const tpu_instr *in) {
+ * whole dimension but as a scan; NULL otherwise. *scan (when not NULL): whether it is a scan
+ * along a major dimension, which the XLA TPU compiler runs in the same depthwise window
+ * emitter (EmitDepthwiseAllBatchInLanes) as a pool and costs so from HBM: its kernel
+ * overhead and window start, then its transfers, whatever the window's length (libtpu probes
+ * bench/fidelity/probes/scan_start.py: f32[K,8,128] max scans, K = 16 to 128, v5e 3,870 to
+ * 5,764 cycles, 3,565 of start (kernel_overhead_s + window_start_cycles) and 16.9 a row). */
+static const tpu_instr *pool_window(const tpu_instr *in, int *scan) {
+  if (scan) *scan = 0;
   const tpu_instr *w = in;
   if (in->op == TPU_OP_FUSION && in->calls) {
     w = NULL;
@@ -665,7 +678,11 @@ static const tpu_instr *pool_window(const tpu_instr *in) {
     const tpu_window_dim *x = &w->window[d];
     int slides = x->size > 1 || x->stride > 1 || x->base_dilation > 1 || x->window_dilation > 1;
     if (!slides) continue;
-    if (d == w->shape.minor_to_major[0] || d == w->shape.minor_to_major[1] || x->size >= s->dims[d]) return NULL;
+    if (d == w->shape.minor_to_major[0] || d == w->shape.minor_to_major[1]) return NULL;
+    if (x->size >= s->dims[d]) {
+      if (!scan_window_dim(x, s->dims[d])) return NULL;
+      if (scan) *scan = 1;
+    }
     any = 1;
   }
   return any ? w : NULL;
@@ -748,10 +765,12 @@ tpu_status tpu__pass_layout(tpu__be *be) {
              * on v6e, 10 % on v4, whatever the window; reading HBM instead adds the input's
              * bytes (the compiler's 32x14x14x256 max pool, w5s2: 6,302 cycles on v5e from VMEM,
              * 14,070 from HBM). */
-            const int win = pool_window(in) != NULL;
+            int scan = 0;
+            const int win = pool_window(in, &scan) != NULL;
             be->p->ops[k->op].window = win;
+            be->p->ops[k->op].scan = win && scan;
             be->p->ops[k->op].xbytes = be->p->ops[k->op].dma ? 0 : tpu__stream_costs(be, in, k) +
-                (win ? be->chip->window_start_cycles * tpu_chip_hbm_stream_bw(be->chip) / be->chip->clock_hz : 0);
+                (win ? tpu_chip_window_start(be->chip, scan) * tpu_chip_hbm_stream_bw(be->chip) / be->chip->clock_hz : 0);
           }
           if (k->kind == TPU__K_MATMUL) {
             be->p->ops[k->op].out_scale = result_pass(be, in, k);
