@@ -928,6 +928,9 @@ static void scan_window_kernel(void) {
   CHECK(w && sc);
   CHECK(fabs(t / 4682.0 - 1) < 0.15);
   CHECK(fabs((t - t0) / c.window_start_cycles - 1) < 0.15);
+  /* pins (session 23's figures): the kernel 4,196 cycles, its window start all of the start */
+  CHECK(fabs(t / 4196.0 - 1) < 0.10);
+  CHECK(fabs((t - t0) / c.window_start_cycles - 1) < 0.10);
   CHECK(fabs(r - r0) < 2);    /* resident: no start */
   CHECK(r < 2866.0 * 1.15);   /* the compiler's resident scans: 2,660-2,866 cycles */
   /* v4's scans start otherwise than its pools (chip scan_start_cycles) */
