@@ -223,8 +223,9 @@ want = {
     # 10 MiB; its f32[4096,1000] row max, 15.6 MiB, paid none: 0.863/0.714 on v5p/v6e before)
     "log_softmax_grad_4096x1000_f32": (0.999, 0.999, 1.039, 1.028),
     # session 17 (v4): v6e's int8 matmuls at the compiler's int8_mxu_rate, each kernel's start
-    # int8_matmul_s later (timing.c op_i8; v6e 0.763 before)
-    "gemm_int8_257x3000x257": (0.943, 0.941, 0.912, 1.023),
+    # int8_matmul_s later (timing.c op_i8; v6e 0.763 before); session 25: v4's too, its
+    # int8_mxu_rate 0.919 below bf16's (v4 0.943 before)
+    "gemm_int8_257x3000x257": (1.049, 0.941, 0.912, 1.023),
     # session 17: a split's bare first piece in the multi-output fusion of its scaled siblings
     # (fuse_merge.c bare_slice; 1.231/1.248/1.393/1.601 before)
     "split4_256x1024_ax1_bf16": (0.810, 0.985, 0.994, 0.957),
