@@ -294,6 +294,10 @@ int64_t tpu__pad_window_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* A compiled program's transposing copy with a side in tiles of fewer than 8 rows, not within
  * VMEM: that side's tiles, which it pays small_tile_transpose_cycles for (0: not one). */
 int64_t tpu__small_tile_transpose_tiles(const tpu_chip *chip, const tpu_instr *in);
+/* A compiled program's loop fusion relaying out small tiles between HBM arrays (a fused copy that
+ * keeps the lanes' dimension, its result in tiles of fewer than 8 rows): the copy's result tiles,
+ * which it pays hbm_relayout_tile_cycles for beyond its transfers (0: not one; copy_kind.c). */
+int64_t tpu__hbm_relayout_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* A lane-moving copy or transpose from VMEM into HBM on a chip that keeps values in VMEM: its
  * result's tiles, which it pays vmem_transpose_tile_cycles for (0: not one), and the op's
  * timing set so (copy_kind.c; for the schedule pass, after vmem_assign.c). */

@@ -630,6 +630,52 @@ int64_t tpu__small_tile_transpose_tiles(const tpu_chip *chip, const tpu_instr *i
   return n;
 }
 
+/* The result tiles of a sublane relayout (a copy that keeps the lanes' dimension and reorders
+ * the others) into tiles of fewer than 8 rows within fusion computation c and the fusions it
+ * calls (depth: how deep to look). */
+static int64_t fused_small_relayout_tiles(const tpu_chip *chip, const tpu_comp *c, int depth) {
+  int64_t n = 0, sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  for (int i = 0; c && i < c->ninstrs; i++) {
+    const tpu_instr *x = c->instrs[i];
+    if (x->op == TPU_OP_FUSION && x->calls && depth > 0) n += fused_small_relayout_tiles(chip, x->calls, depth - 1);
+    if (x->op != TPU_OP_COPY || x->noperands != 1) continue;
+    const tpu_shape *r = &x->shape, *o = &x->operands[0]->shape;
+    if (!r->layout_tail || !o->layout_tail || r->rank != o->rank || r->dtype == TPU_TUPLE) continue;
+    int a[TPU_MAX_RANK], b[TPU_MAX_RANK];
+    int na = moving_order(r, a), nb = moving_order(o, b), same = na == nb;
+    for (int k = 0; same && k < na; k++) same = a[k] == b[k];
+    int64_t rows = tile_rows(r);
+    if (!same && na > 0 && nb > 0 && a[0] == b[0] && rows > 0 && rows < sub) n += layout_tiles(r);
+  }
+  return n;
+}
+
+/* A compiled program's loop fusion that holds a sublane relayout (a copy that keeps the lanes'
+ * dimension and reorders the others) into tiles of fewer than 8 rows (T(1,128), T(2,128),
+ * T(4,128)), its operands and result all in HBM: the compiler's relayout of small tiles inside
+ * its loop (a transpose that moves only the second-minor dimension, then an add, a convert, or
+ * nothing: copy_bitcast_fusion). The XLA TPU compiler charges it its start, its transfers at the
+ * streaming rate and a fixed time per tile of the copy's result beyond them,
+ * hbm_relayout_tile_cycles, whatever the dtype and the tile's rows: libtpu probes off the corpus
+ * (bench/fidelity/probes/hbm_relayout.py, data/hbm_relayout.jsonl: transposes keeping the lanes
+ * of bf16 and f32 [N,A,R,R,B] (0,4,1,3,2) and rank-4 ones, 360-17,424 tiles of 2 and 4 rows),
+ * per tile beyond kov + the HBM latency + the transfers: v4 9.4-13.1, v5e 8.6-9.9, v5p 3.2-4.3,
+ * v6e 5.0-6.4 (bf16[1000,33,2,2,33] + 1: 17,424 tiles, 215,544 cycles on v5e, where tpusim's
+ * transfers and stream pass took 82,467). Where its register work alone counts, a tile of 2
+ * rows costs an eighth of a whole register's. Results in whole registers (T(8,128), packed
+ * bf16 T(8,128)(2,1)) cost their transfers, as tpusim has them (f32 and bf16 [501,33,8,8,17]:
+ * 340,608 and 340,404 cycles on v5e, tpusim 336,825 and 336,935). Not a copy kernel of its
+ * own (the relayout floor, timing.c) nor one with VMEM on a side (tpu__relayout_tiles).
+ * Returns the copy's result tiles, 0 for any other op. */
+int64_t tpu__hbm_relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  if (in->op != TPU_OP_FUSION || !in->calls || !in->shape.layout_tail || in->shape.dtype == TPU_TUPLE ||
+      on_chip(&in->shape))
+    return 0;
+  for (int i = 0; i < in->noperands; i++)
+    if (!in->operands[i]->shape.layout_tail || on_chip(&in->operands[i]->shape)) return 0;
+  return fused_small_relayout_tiles(chip, in->calls, 2);
+}
+
 /* A copy or transpose that moves the lanes' dimension, reading its operand in VMEM and writing
  * its result to HBM, on a chip that keeps values in VMEM between kernels (one TensorCore, no
  * CMEM: v5e, v6e): a compiled program's copy out of S(1) (tpu__copy_out_of_vmem), or in

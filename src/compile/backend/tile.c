@@ -744,6 +744,17 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   /* a transposing copy into or out of tiles of fewer than 8 rows (copy_kind.c) */
   double small = (double)tpu__small_tile_transpose_tiles(be->chip, in) * be->chip->small_tile_transpose_cycles;
   if (small > po.min_body_cycles) po.min_body_cycles = small;
+  /* a loop fusion relaying out small tiles between HBM arrays: its transfers at the streaming
+   * rate and hbm_relayout_tile_cycles a tile after kov + the HBM latency (copy_kind.c) */
+  int64_t htiles = be->chip->hbm_relayout_tile_cycles > 0 ? tpu__hbm_relayout_tiles(be->chip, in) : 0;
+  if (htiles > 0) {
+    double lat_s = be->chip->hbm_latency_s > 0 ? be->chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+    double bytes = (double)tpu__padded_bytes(be, &in->shape);
+    for (int i = 0; i < in->noperands; i++) bytes += (double)tpu__padded_bytes(be, &in->operands[i]->shape);
+    double body = lat_s * be->chip->clock_hz + (double)htiles * be->chip->hbm_relayout_tile_cycles +
+                  bytes * be->chip->clock_hz / tpu_chip_hbm_stream_bw(be->chip);
+    if (body > po.min_body_cycles) po.min_body_cycles = body;
+  }
   /* a transposing copy from HBM into VMEM: per tile of its HBM side, no start (copy_kind.c) */
   int64_t cin_tiles = tpu__copy_in_transpose_tiles(be->chip, in);
   double cin = (double)cin_tiles * be->chip->copy_in_transpose_tile_cycles;
