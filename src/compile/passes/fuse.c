@@ -217,9 +217,9 @@ static int shared_cheap(const fuser *f, const tpu_instr *p) {
   if (!cheap(p) || p == f->c->root || f->uses.nusers[p->id] < 1 || stored_epilogue(f, p)) return 0;
   /* (narrow values: f32 scores scaled for a row too long for the matmul's epilogue are
    * rescaled by their exponent kernel, never stored; docs/spmd.md ring attention) */
-  if (f->uses.nusers[p->id] > 1 && tpu_dtype_size(p->shape.dtype) < 4 && elementwise_op(p) && reduced(f, p) &&
-      matmul_epilogue(f, p, 8))
-    return 0;
+  if (f->uses.nusers[p->id] > 1 && elementwise_op(p) && matmul_epilogue(f, p, 8) &&
+      ((tpu_dtype_size(p->shape.dtype) < 4 && reduced(f, p)) || tpu__fuse_residual_sum(&f->uses, p)))
+    return 0; /* (and a residual add the next norm's row sums read: fuse_resid.c) */
   /* the transcendental unit's work is recomputed for vector kernels only: a matmul's
    * operand that needs it is computed in the matmul as it streams in (fusion around the
    * matrix unit, fuse_merge.c), or is its own kernel's result */

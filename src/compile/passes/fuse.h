@@ -48,6 +48,10 @@ int tpu__fuse_own_kernel(const tpu_instr *in);
  * bytes), so that the reduce writes the result itself (fuse_reduce.c). */
 int tpu__reduce_written_as(const tpu_chip *chip, const tpu_instr *root, const tpu_instr *m, const tpu_instr *p, int n);
 
+/* Is p a residual add on a dot's result that the next norm's row sums read beside other
+ * readers, so that the dot's kernel stores it (fuse_resid.c)? */
+int tpu__fuse_residual_sum(const tpu_uses *u, const tpu_instr *p);
+
 /* Whether a reshape only inserts or removes dimensions of one element (fuse_reduce.c). */
 int tpu__unit_reshape(const tpu_instr *x);
 
