@@ -322,7 +322,10 @@ static const rule_case k_cases[] = {
      * v5p's reducing epilogues (chip epilogue_reduce_serial): attention 0.728 -> 0.917, the
      * layer 0.863 -> 0.954 */
     {"attention forward", FIG_CORPUS, "attn_fwd_b4h16s1024d128_causal", NULL, NULL, NULL, {0.962, 0.881, 0.917, 0.939}},
-    {"transformer layer forward", FIG_CORPUS, "layer_fwd_b4s1024d1024", NULL, NULL, NULL, {1.067, 0.979, 0.954, 1.038}},
+    /* session 25 (fuse_resid.c): the residual add stored by its output projection's kernel, the
+     * next norm's row sums a second result, as the compiler's fusion (probes/resid_norm.py):
+     * v4 1.067 -> 1.004, v5e 0.979 -> 0.939, v5p 0.954 -> 0.905, v6e 1.038 -> 0.970 */
+    {"transformer layer forward", FIG_CORPUS, "layer_fwd_b4s1024d1024", NULL, NULL, NULL, {1.004, 0.939, 0.905, 0.970}},
 };
 
 static void against_compiler(void) {
