@@ -48,6 +48,19 @@ def sds(shape, dt, dev=None):
     return jax.ShapeDtypeStruct(shape, dt, sharding=SingleDeviceSharding(dev) if dev else None)
 
 
+
+def compiled_cases(cases, chips, d, keep=lambda name: True):
+    """For probe scripts: each case (name, f, [((shape), dtype), ...]) that keep(name) accepts,
+    written as JAX's HLO to d/NAME.hlo, then compiled by libtpu for each chip. Yields
+    (name, hlo_path, chip, compiled_text)."""
+    for name, f, args in cases:
+        if not keep(name):
+            continue
+        path = os.path.join(d, name + ".hlo")
+        open(path, "w").write(jax.jit(f).lower(*[sds(a, t) for a, t in args]).as_text(dialect="hlo", debug_info=True))
+        for chip in chips:
+            yield name, path, chip, jax.jit(f).lower(*[sds(a, t, device(chip)) for a, t in args]).compile().as_text()
+
 OP_RE = re.compile(r'^\s*(?:ROOT )?%(\S+) = .*? ([a-z][a-z0-9-]*)\((.*)$')
 
 

@@ -42,19 +42,13 @@ for B, H, C in ((2, 28, 192), (4, 28, 192), (8, 28, 192)):
 chips = sys.argv[1].split(",") if len(sys.argv) > 1 else ["v5e", "v6e"]
 commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 with tempfile.TemporaryDirectory() as d:
-    for name, f, args in CASES:
-        hlo = jax.jit(f).lower(*[gen.sds(a, t) for a, t in args]).as_text(dialect="hlo", debug_info=True)
-        path = os.path.join(d, name + ".hlo")
-        open(path, "w").write(hlo)
-        for chip in chips:
-            dev = gen.device(chip)
-            txt = jax.jit(f).lower(*[gen.sds(a, t, dev) for a, t in args]).compile().as_text()
-            lay = re.search(r"%x\.1 = \S+\{([^}]*)\}", txt)
-            ops = [(o[0], o[1], o[2], o[4]) for o in gen.entry_ops(txt)]
-            rep = os.path.join(d, "r.json")
-            env = dict(os.environ, TPUSIM_CACHE="off")
-            r = subprocess.run([TPUSIM, "run", path, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
-                               capture_output=True, text=True, env=env)
-            tops = [(o["name"], o["kind"], o.get("op_name"), o["cycles"]) for o in json.load(open(rep))["ops"]] if r.returncode == 0 else r.stderr[:200]
-            print(json.dumps(dict(case=name, chip=chip, x_layout=lay.group(1) if lay else None, ops=ops,
-                                  compiler=sum(o[3] for o in ops if o[3]), tpusim_commit=commit, tpusim=tops)), flush=True)
+    for name, path, chip, txt in gen.compiled_cases(CASES, chips, d):
+        lay = re.search(r"%x\.1 = \S+\{([^}]*)\}", txt)
+        ops = [(o[0], o[1], o[2], o[4]) for o in gen.entry_ops(txt)]
+        rep = os.path.join(d, "r.json")
+        env = dict(os.environ, TPUSIM_CACHE="off")
+        r = subprocess.run([TPUSIM, "run", path, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
+                           capture_output=True, text=True, env=env)
+        tops = [(o["name"], o["kind"], o.get("op_name"), o["cycles"]) for o in json.load(open(rep))["ops"]] if r.returncode == 0 else r.stderr[:200]
+        print(json.dumps(dict(case=name, chip=chip, x_layout=lay.group(1) if lay else None, ops=ops,
+                              compiler=sum(o[3] for o in ops if o[3]), tpusim_commit=commit, tpusim=tops)), flush=True)

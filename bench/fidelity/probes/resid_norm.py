@@ -97,32 +97,24 @@ chips = sys.argv[1].split(",") if len(sys.argv) > 1 else ["v5e", "v5p", "v6e", "
 only = sys.argv[2].split(",") if len(sys.argv) > 2 else None
 commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 with tempfile.TemporaryDirectory() as d:
-    for name, f, args in CASES:
-        if only and not any(name.startswith(o) for o in only):
-            continue
-        hlo = jax.jit(f).lower(*[gen.sds(a, t) for a, t in args]).as_text(dialect="hlo", debug_info=True)
-        path = os.path.join(d, name + ".hlo")
-        open(path, "w").write(hlo)
-        for chip in chips:
-            dev = gen.device(chip)
-            txt = jax.jit(f).lower(*[gen.sds(a, t, dev) for a, t in args]).compile().as_text()
-            cops = {o[0]: o[4] for o in gen.entry_ops(txt)}
-            ck = fused_kernel(kernels(txt, True))
-            env = dict(os.environ, TPUSIM_CACHE="off")
-            own = subprocess.run([TPUSIM, "compile", path, "--chip", PRESET.get(chip, chip), "--emit", "hlo"],
-                                 capture_output=True, text=True, env=env).stdout
-            tk = fused_kernel(kernels(own, False))
-            rep = os.path.join(d, "r.json")
-            before = None
-            if os.environ.get("TPUSIM_BEFORE"):  # the step of another binary (the commit before the rule)
-                r = subprocess.run([os.environ["TPUSIM_BEFORE"], "run", path, "--mode", "timing", "--chip",
-                                    PRESET.get(chip, chip), "--report", rep, "--quiet"], capture_output=True, text=True, env=env)
-                before = json.load(open(rep))["step"]["cycles"] if r.returncode == 0 else None
-            r = subprocess.run([TPUSIM, "run", path, "--mode", "timing", "--chip", PRESET.get(chip, chip), "--report", rep,
-                                "--quiet"], capture_output=True, text=True, env=env)
-            tops = {o["name"]: o["cycles"] for o in json.load(open(rep))["ops"]} if r.returncode == 0 else {}
-            step = json.load(open(rep))["step"]["cycles"] if r.returncode == 0 else None
-            print(json.dumps(dict(case=name, chip=chip, compiler=dict(fused=bool(ck), kernel=ck, cycles=cops.get(ck),
-                                                                        total=sum(v or 0 for v in cops.values())),
-                                  tpusim=dict(fused=bool(tk), kernel=tk, cycles=tops.get(tk), step=step, step_before=before),
-                                  tpusim_commit=commit)), flush=True)
+    for name, path, chip, txt in gen.compiled_cases(CASES, chips, d, lambda n: not only or any(n.startswith(o) for o in only)):
+        cops = {o[0]: o[4] for o in gen.entry_ops(txt)}
+        ck = fused_kernel(kernels(txt, True))
+        env = dict(os.environ, TPUSIM_CACHE="off")
+        own = subprocess.run([TPUSIM, "compile", path, "--chip", PRESET.get(chip, chip), "--emit", "hlo"],
+                             capture_output=True, text=True, env=env).stdout
+        tk = fused_kernel(kernels(own, False))
+        rep = os.path.join(d, "r.json")
+        before = None
+        if os.environ.get("TPUSIM_BEFORE"):  # the step of another binary (the commit before the rule)
+            r = subprocess.run([os.environ["TPUSIM_BEFORE"], "run", path, "--mode", "timing", "--chip",
+                                PRESET.get(chip, chip), "--report", rep, "--quiet"], capture_output=True, text=True, env=env)
+            before = json.load(open(rep))["step"]["cycles"] if r.returncode == 0 else None
+        r = subprocess.run([TPUSIM, "run", path, "--mode", "timing", "--chip", PRESET.get(chip, chip), "--report", rep,
+                            "--quiet"], capture_output=True, text=True, env=env)
+        tops = {o["name"]: o["cycles"] for o in json.load(open(rep))["ops"]} if r.returncode == 0 else {}
+        step = json.load(open(rep))["step"]["cycles"] if r.returncode == 0 else None
+        print(json.dumps(dict(case=name, chip=chip, compiler=dict(fused=bool(ck), kernel=ck, cycles=cops.get(ck),
+                                                                    total=sum(v or 0 for v in cops.values())),
+                              tpusim=dict(fused=bool(tk), kernel=tk, cycles=tops.get(tk), step=step, step_before=before),
+                              tpusim_commit=commit)), flush=True)

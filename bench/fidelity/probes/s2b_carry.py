@@ -72,28 +72,20 @@ chips = sys.argv[1].split(",") if len(sys.argv) > 1 else ["v5e", "v6e"]
 only = sys.argv[2].split(",") if len(sys.argv) > 2 else None
 commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 with tempfile.TemporaryDirectory() as d:
-    for name, f, args in CASES:
-        if only and not any(o in name for o in only):
-            continue
-        hlo = jax.jit(f).lower(*[gen.sds(a, t) for a, t in args]).as_text(dialect="hlo", debug_info=True)
-        path = os.path.join(d, name + ".hlo")
-        open(path, "w").write(hlo)
-        for chip in chips:
-            dev = gen.device(chip)
-            txt = jax.jit(f).lower(*[gen.sds(a, t, dev) for a, t in args]).compile().as_text()
-            entry = txt[txt.rfind("\nENTRY"):]
-            shapes = {}
-            for line in entry.splitlines():
-                om, sm = gen.OP_RE.match(line), SHAPE_RE.search(line)
-                if om and sm:
-                    shapes[om.group(1)] = sm.group(1)
-            ops = [(o[0], o[1], o[2], o[3], o[4], shapes.get(o[0])) for o in gen.entry_ops(txt)]
-            rep = os.path.join(d, "r.json")
-            env = dict(os.environ, TPUSIM_CACHE="off")
-            r = subprocess.run([TPUSIM, "run", path, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
-                               capture_output=True, text=True, env=env)
-            tops = [(o["name"], o["kind"], o.get("op_name"), o["cycles"]) for o in json.load(open(rep))["ops"]] \
-                if r.returncode == 0 else r.stderr[:200]
-            print(json.dumps(dict(case=name, chip=chip, ops=ops, compiler=sum(o[4] for o in ops),
-                                  copies=sum(o[4] for o in ops if o[1] == "copy"), tpusim_commit=commit,
-                                  tpusim=tops)), flush=True)
+    for name, path, chip, txt in gen.compiled_cases(CASES, chips, d, lambda n: not only or any(o in n for o in only)):
+        entry = txt[txt.rfind("\nENTRY"):]
+        shapes = {}
+        for line in entry.splitlines():
+            om, sm = gen.OP_RE.match(line), SHAPE_RE.search(line)
+            if om and sm:
+                shapes[om.group(1)] = sm.group(1)
+        ops = [(o[0], o[1], o[2], o[3], o[4], shapes.get(o[0])) for o in gen.entry_ops(txt)]
+        rep = os.path.join(d, "r.json")
+        env = dict(os.environ, TPUSIM_CACHE="off")
+        r = subprocess.run([TPUSIM, "run", path, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet"],
+                           capture_output=True, text=True, env=env)
+        tops = [(o["name"], o["kind"], o.get("op_name"), o["cycles"]) for o in json.load(open(rep))["ops"]] \
+            if r.returncode == 0 else r.stderr[:200]
+        print(json.dumps(dict(case=name, chip=chip, ops=ops, compiler=sum(o[4] for o in ops),
+                              copies=sum(o[4] for o in ops if o[1] == "copy"), tpusim_commit=commit,
+                              tpusim=tops)), flush=True)
