@@ -843,7 +843,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.record = record_events;
   t.m.cur_op = t.m.pre_op = -1;
   t.bpc = tpu_chip_hbm_stream_bw(chip) / chip->clock_hz;
-  double lat_s = chip->hbm_latency_s > 0 ? chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+  double lat_s = tpu_timing_hbm_latency_s(chip);
   t.lat = (int64_t)llround(lat_s * chip->clock_hz);
   t.kov = chip->kernel_overhead_s > 0 ? (int64_t)llround(chip->kernel_overhead_s * chip->clock_hz) : 0;
   t.mov = chip->matmul_overhead_s > 0 ? (int64_t)llround(chip->matmul_overhead_s * chip->clock_hz) : 0;

@@ -8,6 +8,11 @@
 
 /* HBM latency used when the chip file gives none (an assumption; docs/timing.md). */
 #define TPU_TIMING_DEFAULT_HBM_LATENCY_S 500e-9
+
+/* The chip's HBM latency in seconds, the default where its file gives none. */
+static inline double tpu_timing_hbm_latency_s(const tpu_chip *c) {
+  return c->hbm_latency_s > 0 ? c->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+}
 /* At most this many events are recorded; later ones are dropped (tpu_timeline.nevents
  * then equals the cap while the busy totals still count everything). */
 #define TPU_TIMING_MAX_EVENTS 1000000

@@ -373,7 +373,7 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   int64_t cm = 0;
   if (tpu_timing_matmul_cycles(&mm, be->chip, &cm, NULL) != TPU_OK) cm = 0;
   double bpc = be->chip->hbm_bw > 0 && be->chip->clock_hz > 0 ? tpu_chip_hbm_stream_bw(be->chip) / be->chip->clock_hz : 1;
-  double lat_s = be->chip->hbm_latency_s > 0 ? be->chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+  double lat_s = tpu_timing_hbm_latency_s(be->chip);
   /* a streamed epilogue: the block's product, computed with its first piece, spread over
    * its es pieces */
   c->cycles = pipeline_cycles(c, bpc, lat_s * be->chip->clock_hz, (double)cm / (double)c->es, limit);

@@ -723,7 +723,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
    * (probes/small_tiles.py: bf16[304,6,128] padded within VMEM, 5,824 cycles on v5e). */
   int64_t rtiles = be->chip->relayout_tile_cycles > 0 ? tpu__relayout_tiles(be->chip, in) : 0;
   if (rtiles > 0) {
-    double lat_s = be->chip->hbm_latency_s > 0 ? be->chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+    double lat_s = tpu_timing_hbm_latency_s(be->chip);
     po.min_body_cycles = lat_s * be->chip->clock_hz + (double)rtiles * be->chip->relayout_tile_cycles;
   }
   if (whole > 0 && off_core && be->chip->relayout_tile_cycles > 0) po.min_body_cycles = 2.0 * (double)whole * be->chip->relayout_tile_cycles;
@@ -748,7 +748,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
    * rate and hbm_relayout_tile_cycles a tile after kov + the HBM latency (copy_kind.c) */
   int64_t htiles = be->chip->hbm_relayout_tile_cycles > 0 ? tpu__hbm_relayout_tiles(be->chip, in) : 0;
   if (htiles > 0) {
-    double lat_s = be->chip->hbm_latency_s > 0 ? be->chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+    double lat_s = tpu_timing_hbm_latency_s(be->chip);
     double bytes = (double)tpu__padded_bytes(be, &in->shape);
     for (int i = 0; i < in->noperands; i++) bytes += (double)tpu__padded_bytes(be, &in->operands[i]->shape);
     double body = lat_s * be->chip->clock_hz + (double)htiles * be->chip->hbm_relayout_tile_cycles +
@@ -764,7 +764,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
    * bf16[16,7] {0,1} -> {1,0} into VMEM 1,908 cycles on v5e, 2,204 on v6e; bf16[169,6] 1,916;
    * tpusim, its read prefetched during the kernel before, 964) */
   if (cin_tiles > 0) {
-    double lat_s = be->chip->hbm_latency_s > 0 ? be->chip->hbm_latency_s : TPU_TIMING_DEFAULT_HBM_LATENCY_S;
+    double lat_s = tpu_timing_hbm_latency_s(be->chip);
     if (lat_s * be->chip->clock_hz > po.min_body_cycles) po.min_body_cycles = lat_s * be->chip->clock_hz;
   }
   if (in->op == TPU_OP_SORT && be->chip->sort_network) { /* its network's waits too */
