@@ -95,6 +95,7 @@ typedef enum {
   X(COPY_IN_TRANSPOSE_TILE_CYCLES, copy_in_transpose_tile_cycles, 'f', 0, "cycles", "a compiled program's copy from HBM into VMEM (S(1)) that moves the lanes' dimension: least time per tile (8 rows of 128 lanes) of its HBM operand's layout (absent: as any copy)") \
   X(SMALL_TILE_TRANSPOSE_CYCLES, small_tile_transpose_cycles, 'f', 0, "cycles", "a compiled program's copy that moves the lanes' dimension with one side in tiles of fewer than 8 rows (T(1,128), T(2,128), T(4,128)), not within VMEM: least time per tile of that side after its kernel start (absent: its transfers and register work alone)") \
   X(HBM_RELAYOUT_TILE_CYCLES, hbm_relayout_tile_cycles, 'f', 0, "cycles", "a compiled program's loop fusion holding a copy that keeps the lanes' dimension and reorders the others into tiles of fewer than 8 rows (a sublane relayout), HBM on every side: time per tile of the copy's result beyond its transfers at the streaming rate, after its kernel start (absent: its transfers and register work alone)") \
+  X(HBM_RELAYOUT_ROW_CYCLES, hbm_relayout_row_cycles, 'f', 0, "cycles", "a copy or transpose that moves the lanes' dimension between HBM arrays: least time per row of 128 lanes of its two sides (each side's elements over its minor dimension, that dimension in blocks of 128) and TensorCore, start to end, the cores sharing the rows (absent: its transfers and register work alone)") \
   X(WHOLE_RELAYOUT_TILE_CYCLES, whole_relayout_tile_cycles, 'f', 0, "cycles", "a copy of 32-bit values within VMEM that keeps the lanes' dimension and gathers tiles of fewer than 8 rows into whole registers (T(8,128)): time per tile of its result, no kernel start (absent: the windowed copy of tile.c)") \
   X(WHOLE_RELAYOUT_WINDOW_CYCLES, whole_relayout_window_cycles, 'f', 0, "cycles", "the same copy: time per window of it (one; 128 result tiles each where its two sides outgrow scoped_vmem_bytes)") \
   X(WHOLE_RELAYOUT_OPERAND_ROWS, whole_relayout_operand_rows, 'i', 0, "", "the same copy: the most rows of its operand's tiles (8: from whole registers too; absent: fewer than 8)") \
@@ -203,6 +204,7 @@ typedef struct tpu_chip {
   double copy_in_transpose_tile_cycles; /* 0: absent (copy_kind.c tpu__copy_in_transpose_tiles) */
   double small_tile_transpose_cycles; /* 0: absent (copy_kind.c tpu__small_tile_transpose_tiles) */
   double hbm_relayout_tile_cycles; /* 0: absent (copy_kind.c tpu__hbm_relayout_tiles) */
+  double hbm_relayout_row_cycles;  /* 0: absent (copy_kind.c tpu__relayout_rows) */
   double vmem_transpose_tile_cycles; /* 0: absent (copy_kind.c tpu__vmem_transpose_op) */
   int64_t wide_int_source_kernels; /* 0 when absent: one kernel (vmem_source.c) */
   int64_t sort_network;            /* 0 when absent: the earlier count (sort_cost.c) */

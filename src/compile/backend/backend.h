@@ -298,6 +298,10 @@ int64_t tpu__small_tile_transpose_tiles(const tpu_chip *chip, const tpu_instr *i
  * keeps the lanes' dimension, its result in tiles of fewer than 8 rows): the copy's result tiles,
  * which it pays hbm_relayout_tile_cycles for beyond its transfers (0: not one; copy_kind.c). */
 int64_t tpu__hbm_relayout_tiles(const tpu_chip *chip, const tpu_instr *in);
+/* A copy or transpose that moves the lanes' dimension between HBM arrays (relayout_off_core,
+ * neither side on the chip): the rows of 128 lanes of its two sides, which it pays
+ * hbm_relayout_row_cycles for, the TensorCores sharing them (0: not one; copy_kind.c). */
+int64_t tpu__relayout_rows(const tpu__be *be, const tpu_instr *in);
 /* A lane-moving copy or transpose from VMEM into HBM on a chip that keeps values in VMEM: its
  * result's tiles, which it pays vmem_transpose_tile_cycles for (0: not one), and the op's
  * timing set so (copy_kind.c; for the schedule pass, after vmem_assign.c). */

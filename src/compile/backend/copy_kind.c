@@ -676,6 +676,50 @@ int64_t tpu__hbm_relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
   return fused_small_relayout_tiles(chip, in->calls, 2);
 }
 
+/* The rows of 128 lanes of s: its elements over its minor dimension, that dimension in blocks
+ * of the lanes; 0 where that dimension fills less than an eighth of the lanes. */
+static int64_t lane_rows(const tpu_chip *chip, const tpu_shape *s) {
+  int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128, n = 1;
+  if (s->dtype == TPU_TUPLE || s->rank < 1) return 0;
+  int minor = s->has_layout ? s->minor_to_major[0] : s->rank - 1;
+  if (s->dims[minor] * 8 < lanes) return 0;
+  for (int d = 0; d < s->rank; d++)
+    if (d != minor) n *= s->dims[d];
+  return n * cdiv(s->dims[minor], lanes);
+}
+
+/* A copy or transpose that moves the lanes' dimension between HBM arrays (relayout_off_core:
+ * not within, into or out of VMEM; nor v4's CMEM on a side). The XLA TPU compiler's kernel
+ * walks each side a row of 128 lanes at a time: over the compiled families corpus its cycles
+ * follow the rows of its two sides, not their tiles or bytes, whatever the dtype, its start
+ * hidden under them (v5p, the two TensorCores splitting the rows: 117 tune copies, 1.462-9.6
+ * cycles a row of a core, 1.462 for 12,288 rows (embedding_grad_8192x64_m16_bf16's copy.2,
+ * test) and for 393,216 (split4_64x256x16x64_ax1_bf16, tune) alike; bf16[16,56,56,32]
+ * {3,4,2,1,0} -> {2,4,3,1,0}, f32[32000,64], bf16[4096,4096] {0,1} -> {1,0} at 1.5-1.8;
+ * probes/hbm_rows_corpus.py), where tpusim's transfers and register work charged v5p 0.41-0.70
+ * of it. libtpu probes off the corpora (probes/hbm_rows.py, data/hbm_rows.jsonl): transposes
+ * of bf16[6144,3072] and bf16[64,512,384] 1.462 a core's row on v5p, a max pool's parameter
+ * bf16[16,96,96,64] copied {2,3,1,0} -> {3,2,1,0} for its window 1.556 (v4's one-core device
+ * 1.300, v6e 1.247, v5e 1.643 a row for the transposes; the pool's copy writes CMEM on v4 and
+ * VMEM on v5e and v6e). It lasts at least hbm_relayout_row_cycles per row of a core, start to
+ * end. Not where a side's minor dimension fills less than an eighth of the lanes (tpusim's own
+ * bf16[4,128,256,3] product, 3 lanes a row: its rows would count each element; the compiler
+ * runs such sides in small tiles: small_tile_transpose). In tpusim's own compilation only on a
+ * chip that keeps nothing on the chip between kernels (more than one TensorCore, no CMEM: v5p):
+ * elsewhere the compiler's lane-moving copies mostly keep a side there, v4's in CMEM (S(3): 332
+ * of the 347 in the compiled corpora), v5e's and v6e's in VMEM (S(1): 325 of 335, 334
+ * of 349; cummin_158x129x33_ax2_s32's s32[158,129,33] and einsum_bdac_beca_bdea's
+ * f32[4,512,256,32] into or out of VMEM at 0.7-1.0 cycles a row), and tpusim's own layouts
+ * carry no memory space when its kernels are formed (taking them moved those two programs
+ * from -4..-12 % to +55..+76 % on v5e and v6e). Returns the rows of the two sides, 0 for any
+ * other op. */
+int64_t tpu__relayout_rows(const tpu__be *be, const tpu_instr *in) {
+  if (!tpu__relayout_off_core(be, in) || on_chip(&in->shape) || on_chip(&in->operands[0]->shape)) return 0;
+  if (!in->shape.layout_tail && (be->chip->cmem_bytes > 0 || be->chip->tensorcores <= 1)) return 0;
+  int64_t a = lane_rows(be->chip, &in->shape), b = lane_rows(be->chip, &in->operands[0]->shape);
+  return a > 0 && b > 0 ? a + b : 0;
+}
+
 /* A copy or transpose that moves the lanes' dimension, reading its operand in VMEM and writing
  * its result to HBM, on a chip that keeps values in VMEM between kernels (one TensorCore, no
  * CMEM: v5e, v6e): a compiled program's copy out of S(1) (tpu__copy_out_of_vmem), or in

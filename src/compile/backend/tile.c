@@ -755,6 +755,14 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
                   bytes * be->chip->clock_hz / tpu_chip_hbm_stream_bw(be->chip);
     if (body > po.min_body_cycles) po.min_body_cycles = body;
   }
+  /* a lane-moving copy between HBM arrays: hbm_relayout_row_cycles a row of 128 lanes of its
+   * two sides, start to end, the TensorCores sharing the rows (copy_kind.c) */
+  int64_t lrows = po.relayout && be->chip->hbm_relayout_row_cycles > 0 ? tpu__relayout_rows(be, in) : 0;
+  if (lrows > 0) {
+    double least = (double)lrows * be->chip->hbm_relayout_row_cycles /
+                   (double)(be->chip->tensorcores > 1 ? be->chip->tensorcores : 1);
+    if (least > po.min_cycles) po.min_cycles = least;
+  }
   /* a transposing copy from HBM into VMEM: per tile of its HBM side, no start (copy_kind.c) */
   int64_t cin_tiles = tpu__copy_in_transpose_tiles(be->chip, in);
   double cin = (double)cin_tiles * be->chip->copy_in_transpose_tile_cycles;
