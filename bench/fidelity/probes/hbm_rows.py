@@ -8,7 +8,7 @@ lanes (operand and result shapes, memory spaces, estimated cycles), its rows of 
 the two sides (copy_kind.c tpu__relayout_rows) and the compiler's cycles per row of a TensorCore
 after the kernel start (kov; v5p two TensorCores), and tpusim's cycles for the same op, timing
 the compiled program (`tpusim run`), at the commit that wrote them. data/hbm_rows.jsonl holds
-the session-26 run. KEEP_DIR keeps the compiled programs."""
+the session-26 run (TPUSIM=/bin/false: the compiler's figures only). KEEP_DIR keeps the compiled programs."""
 import json, math, os, re, subprocess, sys, tempfile
 os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-4")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
