@@ -1,8 +1,8 @@
 /* A compiled program's copy that moves the lanes' dimension between HBM arrays (copy_kind.c
  * tpu__relayout_rows, the chips' hbm_relayout_row_cycles): the XLA TPU compiler's kernel lasts
  * a fixed time per row of 128 lanes of its two sides, start to end (probes/hbm_rows.py,
- * probes/hbm_rows_corpus.py). The compiled families' copy of bf16[32,112,112,64] {3,0,2,1} ->
- * {2,3,1,0} (conv_fwd_stem7x7_bf16's copy.2, tune; 630,784 rows): 832,048 cycles on v4's
+ * probes/hbm_rows_corpus.py). The calibration corpus's compiled copy of bf16[32,112,112,64]
+ * {3,0,2,1} -> {2,3,1,0} (conv_fwd_stem7x7_bf16's copy.2; 630,784 rows): 832,048 cycles on v4's
  * one-core device, 826,560 on v6e, where tpusim's transfers and register work took 489,215 and
  * 446,723. Pinned at 10 %; the pin fails without the field. In tpusim's own compilation the rule
  * is off on these chips (the compiler keeps such a copy's side in CMEM or VMEM): the same copy
