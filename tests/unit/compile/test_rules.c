@@ -308,7 +308,10 @@ static const rule_case k_cases[] = {
     {"MXU few rows (weight load)", FIG_CORPUS, "decode_bf16_8x4096x4096", NULL, NULL, NULL, {0.949, 0.964, 0.970, 0.918}},
     {"vector dots (decode attention)", FIG_CORPUS, "attn_decode_b8h32kv2048d128", NULL, NULL, NULL, {0.993, 0.979, 0.974, 0.989}},
     {"argmax", FIG_CORPUS, "argmax_8192x32000_bf16", NULL, NULL, NULL, {0.985, 0.970, 0.963, 0.956}},
-    {"reduce-window (max pool)", FIG_CORPUS, "maxpool3x3s2_32x112x112x64_bf16", NULL, NULL, NULL, {0.985, 2.159, 0.878, 0.848}},
+    /* the compiler's figure is its copy of the parameter into {3,2,1,0} alone (the reduce-window
+     * unestimated); session 26's v5p per-row copy rule: tpusim's copy.relayout 322,249 -> 461,104
+     * against the compiler's 481,208, its window's 100,068 counting against nothing: 0.878 -> 1.166 */
+    {"reduce-window (max pool)", FIG_CORPUS, "maxpool3x3s2_32x112x112x64_bf16", NULL, NULL, NULL, {0.985, 2.159, 1.166, 0.848}},
     {"softmax", FIG_CORPUS, "softmax_8192x32000_bfloat16", NULL, NULL, NULL, {1.001, 0.995, 0.998, 1.009}},
     {"layer norm", FIG_CORPUS, "layernorm_fwd_8192x4096_bfloat16", NULL, NULL, NULL, {0.991, 0.989, 1.015, 0.980}},
     {"cross entropy", FIG_CORPUS, "cross_entropy_8192x32000_bf16", NULL, NULL, NULL, {0.998, 0.986, 1.000, 0.979}},
