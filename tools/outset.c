@@ -12,6 +12,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifndef RENAME_EXCHANGE /* a C library without renameat2 (musl before 1.2.5): the system call */
+#include <sys/syscall.h>
+#define RENAME_EXCHANGE (1 << 1)
+static int renameat2(int ofd, const char *from, int nfd, const char *to, unsigned flags) {
+#ifdef SYS_renameat2
+  return (int)syscall(SYS_renameat2, ofd, from, nfd, to, flags);
+#else
+  (void)ofd, (void)from, (void)nfd, (void)to, (void)flags;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+#endif
+
 #include "base/alloc.h"
 #include "cli.h"
 

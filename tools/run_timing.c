@@ -1,4 +1,5 @@
 /* tpusim run: compile and time the program, print and write the timing report, cached on disk. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,9 +242,25 @@ static char *timing_key(const run_opts *o, const tpu_chip *chip, const tpu_loop_
   key_str(&k, o->prog);
   key_field(&k, text, tlen);
   tpu_free(text);
-  /* the chip as a 128-bit digest of its struct (68 KB, most of an entry when it was kept
-   * whole: every warm run read, hashed and compared it) */
-  uint64_t ch[2] = {tpu_dcache_hash(chip, sizeof *chip, 11), tpu_dcache_hash(chip, sizeof *chip, 12)};
+  /* the chip as a 128-bit digest (its whole form was most of an entry: every warm run read,
+   * hashed and compared it): its numbers, then its texts' bytes (the struct holds pointers) */
+  tpu_strbuf cb;
+  tpu_strbuf_init(&cb);
+  key_field(&cb, chip, offsetof(tpu_chip, prov));
+  for (int f = 0; f < TPU_CHIP_NFIELDS; f++) {
+    const tpu_chip_prov *p = &chip->prov[f];
+    key_int(&cb, p->status);
+    key_str(&cb, p->source);
+    key_str(&cb, p->note);
+    key_str(&cb, p->mismatch);
+  }
+  for (int i = 0; i < chip->nsources; i++) {
+    key_str(&cb, chip->sources[i].key);
+    key_str(&cb, chip->sources[i].cite);
+  }
+  uint64_t ch[2] = {tpu_dcache_hash(cb.s, cb.len, 11), tpu_dcache_hash(cb.s, cb.len, 12)};
+  if (cb.oom) k.oom = 1;
+  tpu_strbuf_deinit(&cb);
   key_field(&k, ch, sizeof ch);
   int64_t ints[] = {o->precision, o->timing, o->first_step, o->sync_collectives, o->no_window, o->quiet, o->top,
                     o->report != NULL, o->trace != NULL, o->slices, o->per_device, o->nout_sh};

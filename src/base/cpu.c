@@ -10,6 +10,36 @@
 #endif
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <stdatomic.h>
+
+unsigned tpu__cpu_probe(void) {
+  unsigned a, b, c, d, bits = 1u << 31; /* probed */
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return bits;
+  const int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, avx = (c >> 28) & 1;
+  unsigned xcr0 = 0;
+  if (osxsave) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = lo;
+  }
+  const int ymm = (xcr0 & 6) == 6, zmm = ymm && (xcr0 & 0xe0) == 0xe0;
+  unsigned b7 = 0;
+  if (__get_cpuid_max(0, 0) >= 7) {
+    __cpuid_count(7, 0, a, b, c, d);
+    b7 = b;
+  }
+  if (ymm && avx && ((b7 >> 5) & 1)) bits |= 1u << TPU_CPU_AVX2;
+  if (ymm && avx && fma) bits |= 1u << TPU_CPU_FMA;
+  if (zmm && ((b7 >> 16) & 1)) bits |= 1u << TPU_CPU_AVX512F;
+  if (zmm && ((b7 >> 16) & 1) && ((b7 >> 30) & 1)) bits |= 1u << TPU_CPU_AVX512BW;
+  return bits;
+}
+#else
+unsigned tpu__cpu_probe(void) { return 1u << 31; }
+#endif
+
 #if defined(TPU_CPU_GLIBC)
 int tpu_cpu_has(tpu_cpu_feature f) {
   switch (f) {
@@ -21,14 +51,13 @@ int tpu_cpu_has(tpu_cpu_feature f) {
   }
 }
 #elif defined(__x86_64__) && defined(__GNUC__)
+/* Another C library (musl: the static CLI of TPU_MUSL_CLI) keeps no detection of its own:
+ * probe on the first question only, never at start-up. */
 int tpu_cpu_has(tpu_cpu_feature f) {
-  switch (f) {
-    case TPU_CPU_AVX2: return __builtin_cpu_supports("avx2");
-    case TPU_CPU_FMA: return __builtin_cpu_supports("fma");
-    case TPU_CPU_AVX512F: return __builtin_cpu_supports("avx512f");
-    case TPU_CPU_AVX512BW: return __builtin_cpu_supports("avx512bw");
-    default: return 0;
-  }
+  static _Atomic unsigned cached; /* 0 until detected; threads racing detect the same bits */
+  unsigned bits = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (!bits) atomic_store_explicit(&cached, bits = tpu__cpu_probe(), memory_order_relaxed);
+  return (unsigned)f < TPU_CPU_NFEATURES && ((bits >> f) & 1);
 }
 #else
 int tpu_cpu_has(tpu_cpu_feature f) {

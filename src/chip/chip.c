@@ -360,6 +360,61 @@ static tpu_loc at(const loader *L, const tpu_json *v) { return tpu_json_loc(&L->
 
 #define BAD(L, v, ...) TPU_FAIL((L)->d, TPU_ERR_INVALID, at((L), (v)), __VA_ARGS__)
 
+/* The chips' texts (tpu_chip_text): each distinct one kept once, for the life of the process.
+ * Open addressing over g_texts (g_ntexts of g_cap slots, a power of two), under g_text_lock. */
+static pthread_mutex_t g_text_lock = PTHREAD_MUTEX_INITIALIZER;
+static char **g_texts;
+static size_t g_ntexts, g_cap;
+
+static size_t text_slot(char **t, size_t cap, const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  size_t i = (size_t)h & (cap - 1);
+  while (t[i] && (strncmp(t[i], s, n) || t[i][n])) i = (i + 1) & (cap - 1);
+  return i;
+}
+
+const char *tpu_chip_text(const char *s, size_t n) {
+  if (!n) return "";
+  const char *r = NULL;
+  pthread_mutex_lock(&g_text_lock);
+  if (2 * (g_ntexts + 1) > g_cap) {
+    size_t cap = g_cap ? 2 * g_cap : 256;
+    char **t = tpu_calloc(cap, sizeof *t);
+    if (!t) goto out;
+    for (size_t i = 0; i < g_cap; i++)
+      if (g_texts[i]) t[text_slot(t, cap, g_texts[i], strlen(g_texts[i]))] = g_texts[i];
+    tpu_free(g_texts);
+    g_texts = t;
+    g_cap = cap;
+  }
+  size_t i = text_slot(g_texts, g_cap, s, n);
+  if (!g_texts[i]) {
+    char *c = tpu_malloc(n + 1);
+    if (!c) goto out;
+    memcpy(c, s, n);
+    c[n] = 0;
+    g_texts[i] = c;
+    g_ntexts++;
+  }
+  r = g_texts[i];
+out:
+  pthread_mutex_unlock(&g_text_lock);
+  return r;
+}
+
+/* *dst = the string v (at most max bytes, no NUL inside), kept by tpu_chip_text. */
+static tpu_status copy_text(loader *L, const tpu_json *v, const char *what, const char **dst, size_t max) {
+  if (!v || v->kind != TPU_JSON_STRING)
+    return BAD(L, v, "%s must be a string%s%s", what, v ? ", found " : "",
+               v ? tpu_json_kind_name(v->kind) : "");
+  if (v->len > max || strlen(v->str) != v->len)
+    return BAD(L, v, "%s is longer than %zu bytes or holds a NUL", what, max);
+  if (!(*dst = tpu_chip_text(v->str, v->len)))
+    return TPU_FAIL(L->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory loading a chip");
+  return TPU_OK;
+}
+
 static tpu_status copy_str(loader *L, const tpu_json *v, const char *what, char *dst, size_t n) {
   if (!v || v->kind != TPU_JSON_STRING)
     return BAD(L, v, "%s must be a string%s%s", what, v ? ", found " : "",
@@ -512,10 +567,10 @@ static tpu_status load_field(loader *L, int f, const tpu_json *obj) {
   char what[80];
   snprintf(what, sizeof what, "field '%s': 'source'", field);
   if (!tpu_json_get(obj, "source")) return BAD(L, obj, "field '%s': missing \"source\"", field);
-  TPU_TRY(copy_str(L, tpu_json_get(obj, "source"), what, p->source, sizeof p->source));
+  TPU_TRY(copy_text(L, tpu_json_get(obj, "source"), what, &p->source, TPU_CHIP_SOURCE_MAX));
   if (tpu_json_get(obj, "note")) {
     snprintf(what, sizeof what, "field '%s': 'note'", field);
-    TPU_TRY(copy_str(L, tpu_json_get(obj, "note"), what, p->note, sizeof p->note));
+    TPU_TRY(copy_text(L, tpu_json_get(obj, "note"), what, &p->note, TPU_CHIP_NOTE_MAX));
   }
   const tpu_json *mm = tpu_json_get(obj, "mismatch");
   if (mm) {
@@ -523,7 +578,7 @@ static tpu_status load_field(loader *L, int f, const tpu_json *obj) {
       return BAD(L, mm, "field '%s': \"mismatch\" is only for peak_bf16_flops and peak_int8_ops",
                  field);
     snprintf(what, sizeof what, "field '%s': 'mismatch'", field);
-    TPU_TRY(copy_str(L, mm, what, p->mismatch, sizeof p->mismatch));
+    TPU_TRY(copy_text(L, mm, what, &p->mismatch, TPU_CHIP_NOTE_MAX));
   }
   int is_null = value->kind == TPU_JSON_NULL;
   int null_status = p->status == TPU_PROV_UNKNOWN || p->status == TPU_PROV_ABSENT;
@@ -630,13 +685,13 @@ static tpu_status load_sources(loader *L, const tpu_json *src) {
   for (size_t i = 0; i < src->count; i++) {
     const tpu_json *s = src->items[i];
     tpu_chip *c = L->c;
-    if (s->key_len == 0 || s->key_len >= sizeof c->sources[0].key || strchr(s->key, ',') ||
+    if (s->key_len == 0 || s->key_len > TPU_CHIP_KEY_MAX || strchr(s->key, ',') ||
         !strcmp(s->key, "derived") || !strcmp(s->key, "none"))
       return TPU_FAIL(L->d, TPU_ERR_INVALID, tpu_json_loc(&L->doc, s, 1),
                       "bad source key \"%s\" (1-23 bytes, no comma, not derived/none)", s->key);
-    memcpy(c->sources[c->nsources].key, s->key, s->key_len + 1);
-    TPU_TRY(copy_str(L, s, "a citation", c->sources[c->nsources].cite,
-                     sizeof c->sources[0].cite));
+    if (!(c->sources[c->nsources].key = tpu_chip_text(s->key, s->key_len)))
+      return TPU_FAIL(L->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory loading a chip");
+    TPU_TRY(copy_text(L, s, "a citation", &c->sources[c->nsources].cite, TPU_CHIP_CITE_MAX));
     c->nsources++;
   }
   return TPU_OK;
@@ -645,6 +700,7 @@ static tpu_status load_sources(loader *L, const tpu_json *src) {
 static tpu_status load_doc(loader *L) {
   const tpu_json *root = L->doc.root;
   tpu_chip *c = L->c;
+  for (int f = 0; f < TPU_CHIP_NFIELDS; f++) c->prov[f].source = c->prov[f].note = c->prov[f].mismatch = "";
   if (root->kind != TPU_JSON_OBJECT)
     return BAD(L, root, "a chip file must be a JSON object, found %s",
                tpu_json_kind_name(root->kind));
@@ -680,7 +736,7 @@ static tpu_status load_doc(loader *L) {
     if (L->node[f]) continue;
     if (k_fields[f].req) return BAD(L, root, "missing field '%s'", k_fields[f].key);
     c->prov[f].status = TPU_PROV_UNKNOWN;
-    snprintf(c->prov[f].source, sizeof c->prov[f].source, "none");
+    c->prov[f].source = "none";
   }
   if (!tpu_chip_known(c, TPU_CHIP_MAX_DIMS)) c->max_dims[0] = c->max_dims[1] = c->max_dims[2] = 1;
   return check_consistency(L);
@@ -690,6 +746,12 @@ static tpu_status load_doc(loader *L) {
  * on v2, v3 and v4 without megacore (docs/fidelity.md). Per-chip throughputs and capacities
  * that the TensorCores share are divided among them; per-core numbers (MXUs, VMEM, clock)
  * stay. ICI and host links stay the chip's: a pod of such devices is not modelled apart. */
+/* note kept by tpu_chip_text; without memory, the fallback (a literal) without its numbers. */
+static const char *derived_note(const char *note, const char *fallback) {
+  const char *t = tpu_chip_text(note, strlen(note));
+  return t ? t : fallback;
+}
+
 static void derive_core(tpu_chip *c) {
   int64_t n = c->tensorcores > 0 ? c->tensorcores : 1;
   char note[400];
@@ -712,7 +774,7 @@ static void derive_core(tpu_chip *c) {
   for (size_t i = 0; i < sizeof split / sizeof split[0]; i++) {
     if (!tpu_chip_known(c, split[i])) continue;
     c->prov[split[i]].status = TPU_PROV_DERIVED;
-    snprintf(c->prov[split[i]].note, sizeof c->prov[split[i]].note, "%s", note);
+    c->prov[split[i]].note = derived_note(note, "one TensorCore: the chip's value / its TensorCores");
   }
   /* the windowed-einsum range is in chips; a program of these devices counts TensorCores */
   static const tpu_chip_field per_chip[] = {TPU_CHIP_WINDOWED_EINSUM_MIN_CHIPS, TPU_CHIP_WINDOWED_EINSUM_MAX_CHIPS};
@@ -721,14 +783,17 @@ static void derive_core(tpu_chip *c) {
   for (size_t i = 0; i < sizeof per_chip / sizeof per_chip[0]; i++) {
     if (!tpu_chip_known(c, per_chip[i])) continue;
     c->prov[per_chip[i]].status = TPU_PROV_DERIVED;
-    snprintf(c->prov[per_chip[i]].note, sizeof c->prov[per_chip[i]].note,
+    char t[400];
+    snprintf(t, sizeof t,
              "the chip's value x %lld: devices of one TensorCore each (the XLA TPU compiler's v4 "
              "2x2x2 is 16 such devices)",
              (long long)n);
+    c->prov[per_chip[i]].note = derived_note(t, "the chip's value x its TensorCores");
   }
   c->prov[TPU_CHIP_TENSORCORES].status = TPU_PROV_DERIVED;
-  snprintf(c->prov[TPU_CHIP_TENSORCORES].note, sizeof c->prov[TPU_CHIP_TENSORCORES].note,
-           "one TensorCore of %lld, as one compile-only XLA device without megacore", (long long)n);
+  char t[400];
+  snprintf(t, sizeof t, "one TensorCore of %lld, as one compile-only XLA device without megacore", (long long)n);
+  c->prov[TPU_CHIP_TENSORCORES].note = derived_note(t, "one TensorCore, as one compile-only XLA device");
 }
 
 /* Loads a parsed document into out (the path names it in messages and in out->path). */

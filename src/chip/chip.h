@@ -142,13 +142,26 @@ typedef enum {
       TPU_CHIP_NFIELDS
 } tpu_chip_field;
 
-/* Where a number came from. */
+/* Where a number came from. The texts are the loader's (tpu_chip_text): never NULL once
+ * loaded ("" when empty), the same pointer for the same text, alive until the process ends;
+ * so a tpu_chip stays plain data of about 4 KB (its texts in arrays made it 86 KB, cleared
+ * and hashed on every load: a sixth of a small warm `tpusim run`'s page faults). */
 typedef struct tpu_chip_prov {
   tpu_chip_prov_status status;
-  char source[64]; /* source keys, e.g. "ISCA23" or "CL, SB"; "derived" or "none" */
-  char note[400];  /* how it was derived / why uncertain; may be empty */
-  char mismatch[400]; /* peaks only: why the listed peak differs from 2*MACs*clock */
+  const char *source;   /* source keys, e.g. "ISCA23" or "CL, SB"; "derived" or "none" */
+  const char *note;     /* how it was derived / why uncertain; may be empty */
+  const char *mismatch; /* peaks only: why the listed peak differs from 2*MACs*clock */
 } tpu_chip_prov;
+
+/* The longest texts a chip file may give (bytes, less the NUL): as when they were arrays. */
+#define TPU_CHIP_SOURCE_MAX 63
+#define TPU_CHIP_NOTE_MAX 399
+#define TPU_CHIP_KEY_MAX 23
+#define TPU_CHIP_CITE_MAX 239
+
+/* The loader's copy of text s[0..n) (see tpu_chip_prov): "" when n is 0, NULL when out of
+ * memory. */
+const char *tpu_chip_text(const char *s, size_t n);
 
 #define TPU_CHIP_MAX_SOURCES 12
 
@@ -233,8 +246,8 @@ typedef struct tpu_chip {
   tpu_chip_prov prov[TPU_CHIP_NFIELDS];
   int nsources;
   struct {
-    char key[24];
-    char cite[240];
+    const char *key;  /* as prov's texts */
+    const char *cite;
   } sources[TPU_CHIP_MAX_SOURCES];
 } tpu_chip;
 

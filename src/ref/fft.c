@@ -149,7 +149,7 @@ tpu_status tpu__ref_fft(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *c
     return TPU_FAIL(d, TPU_ERR_INVALID, in->loc, "fft '%s': operand and fft_length do not fit", in->name);
   const tpu_fft_type ty = in->fft_type;
   /* The work array: batch dims, then the full fft_length dims. */
-  int64_t wd[TPU_MAX_RANK];
+  int64_t wd[TPU_MAX_RANK] = {0}; /* set below for i < R (R >= 1); cleared for musl-gcc's -Wmaybe-uninitialized */
   int64_t total = 1, N = 1;
   for (int i = 0; i < R; i++) wd[i] = i < R - r ? a->dims[i] : len->v[i - (R - r)];
   for (int i = 0; i < R; i++) total *= wd[i];
