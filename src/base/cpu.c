@@ -16,7 +16,9 @@
 
 unsigned tpu__cpu_probe(void) {
   unsigned a, b, c, d, bits = 1u << 31; /* probed */
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return bits;
+  const unsigned max = __get_cpuid_max(0, 0); /* three cpuid in all: leaves 0, 1 and 7 */
+  if (max < 1) return bits;
+  __cpuid(1, a, b, c, d);
   const int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, avx = (c >> 28) & 1;
   unsigned xcr0 = 0;
   if (osxsave) {
@@ -26,7 +28,7 @@ unsigned tpu__cpu_probe(void) {
   }
   const int ymm = (xcr0 & 6) == 6, zmm = ymm && (xcr0 & 0xe0) == 0xe0;
   unsigned b7 = 0;
-  if (__get_cpuid_max(0, 0) >= 7) {
+  if (max >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
     b7 = b;
   }

@@ -12,7 +12,7 @@ typedef enum { TPU_CPU_AVX2, TPU_CPU_FMA, TPU_CPU_AVX512F, TPU_CPU_AVX512BW, TPU
  * another C library (musl) this probes once, at the first call (tpu__cpu_probe). */
 int tpu_cpu_has(tpu_cpu_feature f);
 
-/* The features by cpuid and xgetbv (4 cpuid): bit f set when tpu_cpu_has(f) would be, bit 31
+/* The features by cpuid and xgetbv (3 cpuid): bit f set when tpu_cpu_has(f) would be, bit 31
  * always. What tpu_cpu_has asks, once, where the C library is not glibc 2.33 or later. */
 unsigned tpu__cpu_probe(void);
 
