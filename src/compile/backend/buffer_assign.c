@@ -313,6 +313,22 @@ typedef struct {
   int64_t off, size, end;
 } live;
 
+/* Whether in is an all-reduce that writes its sum over its operand: a synchronous
+ * all-reduce of one operand, whose result has the operand's shape (the shape test is
+ * can_share_dying's). Probe outside the corpus (bench/plan_memory/probes/mbacc, libtpu
+ * 0.0.42.1 compile-only, v5e 2x4): a two-microbatch loop accumulating an f32[4096,16000]
+ * gradient (250 MiB), all-reduced after the loop into the step's output
+ * (acc_loop_ar.hlo): the compiler's buffer assignment holds the loop's accumulator, its
+ * state and the all-reduce's result in the output's one allocation, temp 0; tpusim held the
+ * accumulator in a heap buffer of its own (temp 250 MiB). A reduce-scatter's result is
+ * smaller than its operand and does not share (acc_loop_rs.hlo: temp 250 MiB in both). In
+ * the heap the compiler does not share them (acc_loop_ar_heap.hlo, the sum read by a
+ * reduction instead: its dump's heap holds both, 500 MiB), so can_share_dying takes it for
+ * an output allocation only. */
+static int in_place_all_reduce(const tpu_instr *in) {
+  return in->op == TPU_OP_ALL_REDUCE && in->noperands == 1;
+}
+
 /* Whether value g may take the buffer of value d that dies where g is defined: g's kernel
  * streams its operands element by element, so it can write over what it reads, and g has
  * d's shape: element type, dimensions and laid-out size (XLA's CanShareOperandBufferWithUser,
@@ -325,7 +341,7 @@ typedef struct {
  * (LiveRangeInterferes) looks at the get-tuple-element and allows it. */
 static int can_share_dying(const tpu__be *be, const val *d, const val *g, int heap) {
   const tpu__kinfo *k = tpu__be_info(be, g->in);
-  if (!k || k->kind != TPU__K_STREAM || d->size != g->size) return 0;
+  if (!k || (k->kind != TPU__K_STREAM && (heap || !in_place_all_reduce(g->in))) || d->size != g->size) return 0;
   if (heap && d->in->shape.dtype == TPU_TUPLE) return 0;
   const tpu_shape *sd = tpu__leaf(&d->in->shape, d->leaf), *sg = tpu__leaf(&g->in->shape, g->leaf);
   return sd && sg && tpu_shape_equal(sd, sg);
