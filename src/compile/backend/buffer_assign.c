@@ -176,6 +176,7 @@ typedef struct {
   int leaf, root, cls;
   int nlo; /* the buffer holds a value that must not live out (must_not_live_out) */
   int64_t size, start, end, off;
+  int nval; /* a root: the values its buffer holds (loop state, donation: several); pack_temps */
 } val;
 
 static int find(val *v, int i) {
@@ -322,9 +323,11 @@ typedef struct {
  * state and the all-reduce's result in the output's one allocation, temp 0; tpusim held the
  * accumulator in a heap buffer of its own (temp 250 MiB). A reduce-scatter's result is
  * smaller than its operand and does not share (acc_loop_rs.hlo: temp 250 MiB in both). In
- * the heap the compiler does not share them (acc_loop_ar_heap.hlo, the sum read by a
- * reduction instead: its dump's heap holds both, 500 MiB), so can_share_dying takes it for
- * an output allocation only. */
+ * the heap the sum shares a single value's buffer (acc_noloop_ar_heap.hlo: the accumulated
+ * dot's result, one microbatch, no loop, summed and read by a reduction: heap 250 MiB) but
+ * not the loop's state (acc_loop_ar_heap.hlo: heap 500 MiB): XLA's heap simulator shares no
+ * buffer holding several values with its user (heap_simulator.cc, "We don't support sharing
+ * an aliased buffer"), can_share_dying's `nval`. */
 static int in_place_all_reduce(const tpu_instr *in) {
   return in->op == TPU_OP_ALL_REDUCE && in->noperands == 1;
 }
@@ -338,10 +341,12 @@ static int in_place_all_reduce(const tpu_instr *in) {
  * must also be its instruction's own value, not an element of a tuple that g reads through
  * get-tuple-element (a multi-output fusion's or a loop's result): XLA's heap simulator shares
  * only a value whose defining instruction g uses; an output allocation's reuse test
- * (LiveRangeInterferes) looks at the get-tuple-element and allows it. */
+ * (LiveRangeInterferes) looks at the get-tuple-element and allows it. An all-reduce writes
+ * over its operand too (in_place_all_reduce), in the heap only over a buffer of one value. */
 static int can_share_dying(const tpu__be *be, const val *d, const val *g, int heap) {
   const tpu__kinfo *k = tpu__be_info(be, g->in);
-  if (!k || (k->kind != TPU__K_STREAM && (heap || !in_place_all_reduce(g->in))) || d->size != g->size) return 0;
+  if (!k || d->size != g->size) return 0;
+  if (k->kind != TPU__K_STREAM && (!in_place_all_reduce(g->in) || (heap && d->nval > 1))) return 0;
   if (heap && d->in->shape.dtype == TPU_TUPLE) return 0;
   const tpu_shape *sd = tpu__leaf(&d->in->shape, d->leaf), *sg = tpu__leaf(&g->in->shape, g->leaf);
   return sd && sg && tpu_shape_equal(sd, sg);
@@ -438,6 +443,8 @@ static void try_out(const tpu__be *be, val *v, int t, int o, int *in_out, int *c
 static int64_t pack_temps(const tpu__be *be, val *v, int nv, byp *ord, live *act, int *in_out, int *chain,
                           const tpu_instr **at) {
   int nout = 0, ntemp = 0;
+  for (int i = 0; i < nv; i++) v[i].nval = 0;
+  for (int i = 0; i < nv; i++) v[find(v, i)].nval++;
   for (int i = 0; i < nv; i++) {
     in_out[i] = -1, chain[i] = -1;
     if (v[i].root != i) continue;
@@ -697,7 +704,7 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
       int cls = ls && ls->layout_tail && strstr(ls->layout_tail, "S(5)") ? CLS_HOST : cls0;
       int64_t size = ls ? tpu__padded_bytes(be, tpu__held_shape(in, ls)) : 0;
       val x = {in, leaf, nv, cls, must_not_live_out(in), (size + 511) / 512 * 512 /* 512-byte aligned buffers (an assumption) */,
-               k->pos, k->last_use, 0};
+               k->pos, k->last_use, 0, 0};
       vals[nv++] = x;
     }
   }

@@ -961,6 +961,81 @@ static void all_reduce_writes_over_its_operand(int scatter) {
   tpu_module_free(m);
 }
 
+/* In the heap an all-reduce's sum takes the buffer of its dying operand only when that buffer
+ * holds one value (XLA's heap simulator shares no aliased buffer with its user): the sum of
+ * one microbatch's f32[4096,16000] gradient, read by a row sum, takes the gradient's buffer
+ * (libtpu: heap 250 MiB, bench/plan_memory/probes/mbacc acc_noloop_ar_heap.hlo); the sum of a
+ * loop's accumulator does not (acc_loop_ar_heap.hlo: heap 500 MiB). */
+static void all_reduce_in_the_heap(int loop) {
+  const char *src = loop ? "HloModule acch, num_partitions=8\n"
+                           "add {\n"
+                           "  a = f32[] parameter(0)\n"
+                           "  b = f32[] parameter(1)\n"
+                           "  ROOT c = f32[] add(a, b)\n"
+                           "}\n"
+                           "cond {\n"
+                           "  s = (s32[], bf16[2,4096,4096], bf16[4096,16000], f32[4096,16000]) parameter(0)\n"
+                           "  i = s32[] get-tuple-element(s), index=0\n"
+                           "  n = s32[] constant(2)\n"
+                           "  ROOT c = pred[] compare(i, n), direction=LT\n"
+                           "}\n"
+                           "body {\n"
+                           "  s = (s32[], bf16[2,4096,4096], bf16[4096,16000], f32[4096,16000]) parameter(0)\n"
+                           "  i = s32[] get-tuple-element(s), index=0\n"
+                           "  x = bf16[2,4096,4096] get-tuple-element(s), index=1\n"
+                           "  w = bf16[4096,16000] get-tuple-element(s), index=2\n"
+                           "  acc = f32[4096,16000] get-tuple-element(s), index=3\n"
+                           "  z = s32[] constant(0)\n"
+                           "  xs = bf16[1,4096,4096] dynamic-slice(x, i, z, z), dynamic_slice_sizes={1,4096,4096}\n"
+                           "  xi = bf16[4096,4096] reshape(xs)\n"
+                           "  g = bf16[4096,16000] dot(xi, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                           "  gf = f32[4096,16000] convert(g)\n"
+                           "  acc2 = f32[4096,16000] add(acc, gf)\n"
+                           "  one = s32[] constant(1)\n"
+                           "  i1 = s32[] add(i, one)\n"
+                           "  ROOT r = (s32[], bf16[2,4096,4096], bf16[4096,16000], f32[4096,16000]) tuple(i1, x, w, acc2)\n"
+                           "}\n"
+                           "ENTRY step {\n"
+                           "  x = bf16[2,4096,4096] parameter(0)\n"
+                           "  w = bf16[4096,16000] parameter(1)\n"
+                           "  z = s32[] constant(0)\n"
+                           "  zf = f32[] constant(0)\n"
+                           "  a0 = f32[4096,16000] broadcast(zf), dimensions={}\n"
+                           "  init = (s32[], bf16[2,4096,4096], bf16[4096,16000], f32[4096,16000]) tuple(z, x, w, a0)\n"
+                           "  l = (s32[], bf16[2,4096,4096], bf16[4096,16000], f32[4096,16000]) while(init), condition=cond, body=body\n"
+                           "  acc = f32[4096,16000] get-tuple-element(l), index=3\n"
+                           "  o = f32[4096,16000] all-reduce(acc), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=add\n"
+                           "  e = f32[4096,16000] exponential(o)\n"
+                           "  ROOT r = f32[4096] reduce(e, zf), dimensions={1}, to_apply=add\n"
+                           "}\n"
+                         : "HloModule acch, num_partitions=8\n"
+                           "add {\n"
+                           "  a = f32[] parameter(0)\n"
+                           "  b = f32[] parameter(1)\n"
+                           "  ROOT c = f32[] add(a, b)\n"
+                           "}\n"
+                           "ENTRY step {\n"
+                           "  x = bf16[2,4096,4096] parameter(0)\n"
+                           "  w = bf16[4096,16000] parameter(1)\n"
+                           "  xs = bf16[1,4096,4096] slice(x), slice={[0:1], [0:4096], [0:4096]}\n"
+                           "  xi = bf16[4096,4096] reshape(xs)\n"
+                           "  g = bf16[4096,16000] dot(xi, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+                           "  acc = f32[4096,16000] convert(g)\n"
+                           "  o = f32[4096,16000] all-reduce(acc), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, to_apply=add\n"
+                           "  e = f32[4096,16000] exponential(o)\n"
+                           "  zf = f32[] constant(0)\n"
+                           "  ROOT r = f32[4096] reduce(e, zf), dimensions={1}, to_apply=add\n"
+                           "}\n";
+  tpu_module *m = parse(src);
+  CHECK(m != NULL);
+  tpu_program *p = m ? compile_pod_chip(m, &g_chip, 1) : NULL;
+  CHECK(p != NULL);
+  int64_t want = (loop ? 500 : 250) * MiB;
+  if (p) CHECK(p->hbm_temp >= want - want / 10 && p->hbm_temp <= want + want / 10);
+  tpu_program_free(p);
+  tpu_module_free(m);
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   dying_collective_result_shares_output();
@@ -994,5 +1069,7 @@ int main(void) {
   operand_sharing_same_shape_single_result();
   all_reduce_writes_over_its_operand(0);
   all_reduce_writes_over_its_operand(1);
+  all_reduce_in_the_heap(0);
+  all_reduce_in_the_heap(1);
   CHECK_DONE();
 }
