@@ -80,6 +80,7 @@ typedef enum {
   X(MXU_FILL_HIDDEN, mxu_fill_hidden, 'i', 0, "", "1: in a matmul kernel that moves nothing to or from HBM, each instruction's systolic fill and drain (mxu_rows + mxu_cols - 2 cycles) overlap the next one's work (absent: exposed)") \
   X(EPILOGUE_REDUCE_SERIAL, epilogue_reduce_serial, 'i', 0, "", "1: a matmul kernel whose epilogue reduces its product (a row max, a row sum) lasts at least its transfers and its vector work end to end (absent: they overlap)") \
   X(CONV_GROUP_STEP_CYCLES, conv_group_step_cycles, 'f', 0, "cycles", "time of one step of a convolution kernel with the batch in the sublanes: one output position's batch (8 sublanes) for one group, whatever the features and window (absent: its MXU work alone)") \
+  X(CMEM_WRITE_PASS, cmem_write_pass, 'i', 0, "", "1: a loop kernel writing a value to CMEM (memory space S(3), where the compiler keeps values between kernels) pays the stream pass (stream_pass_bytes per element), as one that reduces or writes a result narrower than 32 bits, once (absent: a write to CMEM costs what one to HBM does)") \
   X(CONCAT_SHIFT_CYCLES, concat_shift_cycles, 'f', 0, "cycles", "a concatenate along a dimension other than the lanes (the compiler's pad-and-combine fusion): cost per vector register of its result that lies before an operand along that dimension, summed over its operands, beyond its transfers (absent: none)") \
   X(WINDOW_START_CYCLES, window_start_cycles, 'f', 0, "cycles", "start of a pooling window kernel (a reduce-window sliding along major dimensions only) beyond kernel_overhead_s, serial with its transfers (absent: none)") \
   X(SCAN_START_CYCLES, scan_start_cycles, 'f', 0, "cycles", "start of a scan's window kernel (a reduce-window over the whole of a major dimension) beyond kernel_overhead_s, where it is not the pooling window's (absent: window_start_cycles)") \
@@ -222,6 +223,7 @@ typedef struct tpu_chip {
   int64_t wide_int_source_kernels; /* 0 when absent: one kernel (vmem_source.c) */
   int64_t sort_network;            /* 0 when absent: the earlier count (sort_cost.c) */
   double sort_lane_stage_cycles;   /* 0: absent (sort_cost.c) */
+  int64_t cmem_write_pass;         /* 0 when absent: a write to CMEM costs what one to HBM does (stream_cost.c) */
   double concat_shift_cycles;      /* 0 when absent: a concatenate costs its transfers (layout.c) */
   double window_start_cycles;      /* 0 when absent: a pooling window kernel starts as others do (layout.c) */
   double scan_start_cycles;        /* 0 when absent: a scan's window kernel starts as a pooling one (layout.c) */

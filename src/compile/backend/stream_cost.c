@@ -286,6 +286,104 @@ static int64_t product_layout_transpose(const tpu__be *be, const tpu_comp *c) {
   return free_;
 }
 
+/* Is leaf l of x part of its computation's result (its root, or a leaf of a root tuple, seen
+ * through bitcasts and get-tuple-elements): a step's output or a loop's carried state, which
+ * the compiler keeps in HBM? */
+static const tpu_instr *through_views(const tpu_instr *o, int *leaf) {
+  for (int hops = 0; hops < 8 && o->noperands >= 1; hops++) {
+    if (o->op == TPU_OP_BITCAST && o->noperands == 1) o = o->operands[0];
+    else if (o->op == TPU_OP_GET_TUPLE_ELEMENT) *leaf = (int)o->index, o = o->operands[0];
+    else break;
+  }
+  return o;
+}
+
+/* An op that updates its operand 0's buffer in place (a dynamic-update-slice or scatter, alone
+ * or as a fusion's root): its result is that buffer. */
+static int updates_in_place(const tpu_instr *u) {
+  if (u->op == TPU_OP_FUSION && u->calls && u->calls->root) u = u->calls->root;
+  return u->op == TPU_OP_DYNAMIC_UPDATE_SLICE || u->op == TPU_OP_SCATTER;
+}
+
+static int returned_at(const tpu_instr *x, int l, int depth) {
+  const tpu_instr *r = x->parent ? x->parent->root : NULL;
+  if (!r) return 0;
+  int leaf = -1;
+  const tpu_instr *o = through_views(r, &leaf);
+  if (o == x && (leaf < 0 || leaf == l)) return 1;
+  for (int j = 0; o->op == TPU_OP_TUPLE && j < o->noperands; j++) {
+    int lj = -1;
+    const tpu_instr *q = through_views(o->operands[j], &lj);
+    if (q == x && (lj < 0 || lj == l)) return 1;
+  }
+  /* a buffer an update writes in place, whose result is returned: the same buffer (the
+   * compiler writes a cache's copy into the output it then updates) */
+  const tpu_comp *c = x->parent;
+  for (int i = 0; depth < 4 && l < 0 && i < c->ninstrs; i++) {
+    const tpu_instr *u = c->instrs[i];
+    if (u->noperands > 0 && u->operands[0] == x && updates_in_place(u) && returned_at(u, -1, depth + 1)) return 1;
+  }
+  return 0;
+}
+
+static int returned(const tpu_instr *x, int l) { return returned_at(x, l, 0); }
+
+/* A loop kernel: elementwise work over its result's elements (a loop fusion, or one
+ * elementwise op, convert, broadcast, pad, iota, reverse or reduce), the kind whose writes to
+ * CMEM the compiler charges more; not a kernel that moves data (a copy, transpose, slice,
+ * concatenate on its own), updates a buffer in place, gathers, sorts or runs a window (the
+ * compiled families tune split's copies and slices into CMEM sit at 0.86-0.96 of the compiler
+ * without the charge, its loop fusions at 0.88, broadcasts 0.69, pads 0.81). */
+static int loop_kernel_op(const tpu_instr *x, int fused) {
+  switch (x->op) {
+    case TPU_OP_PARAMETER: case TPU_OP_CONSTANT: case TPU_OP_BITCAST: case TPU_OP_RESHAPE: case TPU_OP_IOTA:
+    case TPU_OP_BROADCAST: case TPU_OP_REDUCE: case TPU_OP_TUPLE: case TPU_OP_GET_TUPLE_ELEMENT: case TPU_OP_CONVERT:
+    case TPU_OP_PAD: case TPU_OP_REVERSE:
+      return 1;
+    case TPU_OP_COPY: case TPU_OP_TRANSPOSE: case TPU_OP_SLICE: case TPU_OP_CONCATENATE: case TPU_OP_DYNAMIC_SLICE:
+      return fused; /* within a loop fusion, its loop's registers */
+    default:
+      return tpu__is_elementwise(x->op);
+  }
+}
+
+static int loop_kernel(const tpu_instr *in) {
+  if (in->op != TPU_OP_FUSION) return loop_kernel_op(in, 0);
+  if (!in->calls || updates_in_place(in)) return 0;
+  for (int i = 0; i < in->calls->ninstrs; i++) {
+    const tpu_instr *y = in->calls->instrs[i];
+    if (y->op == TPU_OP_FUSION ? !loop_kernel(y) : !loop_kernel_op(y, 1)) return 0;
+  }
+  return 1;
+}
+
+/* The bytes a loop kernel writes to CMEM (v4, chip cmem_write_pass): the XLA TPU compiler
+ * keeps the values between kernels there (memory space S(3)), not in HBM, and charges a loop
+ * kernel writing one the stream pass (stream_pass_bytes per element), once, as a kernel that
+ * reduces or writes a 16-bit result; reads of CMEM cost what reads of HBM do (libtpu probes
+ * off the corpora, bench/fidelity/probes/cmem_rate.py: chains of elementwise kernels, f32
+ * 0.98 B more per byte written to CMEM than to HBM, bf16 none). A compiled program says where
+ * each result lies (its layout's S(3)); tpusim's own compilation places in CMEM what the
+ * compiler does: every result of a kernel that is not its computation's result (a step's
+ * outputs, a loop's carried state, a buffer updated in place into them stay in HBM) and
+ * fits in the core's CMEM (over the compiled families tune split, 3,289 of 3,572 such values
+ * are in S(3), the rest mostly scalars and sorts' operands). */
+static double cmem_result_bytes(const tpu__be *be, const tpu_instr *in) {
+  const tpu_chip *ch = be->chip;
+  if (!ch->cmem_write_pass || ch->cmem_bytes <= 0 || !loop_kernel(in)) return 0;
+  int nl = tpu__leaves(&in->shape);
+  double b = 0;
+  for (int l = 0; l < nl; l++) {
+    const tpu_shape *s = tpu__leaf(&in->shape, l);
+    if (!s || !tpu_dtype_is_array(s->dtype)) continue;
+    const int own = !s->layout_tail && !in->shape.layout_tail;
+    if (own && returned(in, nl > 1 ? l : -1)) continue;
+    if (own ? tpu__padded_bytes(be, s) > ch->cmem_bytes : !(s->layout_tail && strstr(s->layout_tail, "S(3)"))) continue;
+    b += (double)tpu__write_bytes(be, in, l);
+  }
+  return b;
+}
+
 /* The per-element costs the XLA TPU compiler's cost model charges a vector kernel on the
  * HBM port beyond its transfers, in bytes at the streaming rate (docs/timing.md; each
  * chip field's note gives the compiler probe it comes from):
@@ -339,7 +437,7 @@ double tpu__stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinf
     scan_one(be, in, in, &reduces, &moved, &n, &rows);
   }
   double x = 0;
-  if (reduces || narrow) x += ch->stream_pass_bytes * (double)n;
+  if (reduces || narrow || cmem_result_bytes(be, in) > 0) x += ch->stream_pass_bytes * (double)n;
   tpu_op_class cls = tpu_op_class_of(in->op);
   int lone = in->op == TPU_OP_CONVERT || in->op == TPU_OP_REDUCE || in->op == TPU_OP_BROADCAST || cls == TPU_CLS_UNARY ||
              cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY || widened_reduce(in) || tpu__whole_window_pad(be, in);
