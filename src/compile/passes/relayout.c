@@ -132,21 +132,20 @@ static const tpu_instr *read_conv(const tpu_instr *f, const tpu_instr *x, const 
   return NULL;
 }
 
-static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
-  *done = 0;
-  tpu_comp *fc = f->calls;
-  const tpu_instr *cv = conv_of(fc->root);
-  if (!cv && fc->root->op != TPU_OP_PARAMETER) cv = read_conv(f, fc->root, &fc->root->shape, 0);
-  if (!cv || f->shape.rank < 3 || f->shape.rank != cv->shape.rank) return TPU_OK;
+/* The tiling convolution cv lays its result of shape s out in (relayout_one): *second in the
+ * sublanes, *minor in the lanes, the other dimensions major in order. 0 where the compiler
+ * would not lay it so (a batch that neither fills the sublanes nor is a plain convolution's
+ * batch of fewer rows). */
+static int conv_tiling(const tpu_chip *chip, const tpu_instr *cv, const tpu_shape *s, int *second, int *minor) {
   const tpu_conv_dims *cd = &cv->conv;
-  int rank = f->shape.rank, batch = (int)cd->out_batch, feature = (int)cd->out_feature;
+  int batch = (int)cd->out_batch, feature = (int)cd->out_feature;
   /* batch in the sublanes, features in the lanes; with fewer features than the lanes and a
    * larger batch (tile.c: the batch on the MXU's columns) the batch in the lanes */
   int64_t taps = 1, lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
   for (int i = 0; i < cd->nspatial; i++) taps *= cv->operands[1]->shape.dims[cd->k_spatial[i]];
-  int64_t nb = f->shape.dims[batch], nf = f->shape.dims[feature];
+  int64_t nb = s->dims[batch], nf = s->dims[feature];
   int few = tpu__conv_batch_in_lanes(cv->feature_group_count, taps, nf, nb, lanes);
-  int second = few ? feature : batch, minor = few ? batch : feature;
+  *second = few ? feature : batch, *minor = few ? batch : feature;
   /* a batch in the sublanes must fill them for the compiler to lay it there, or, for a plain
    * convolution, be fewer: a batch of 1, 2 or 4 goes in a tile of its rows (T(2,128),
    * T(4,128)), and the result leaves through a copy where row-major pads less (libtpu probes,
@@ -158,7 +157,40 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
    * every generation). */
   int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
   int tiled_batch = nb < sub && cv->feature_group_count <= 1 && cv->batch_group_count <= 1;
-  if ((!few && nb % sub && !tiled_batch) || !tpu__needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
+  return few || nb % sub == 0 || tiled_batch;
+}
+
+/* Does entry value v hold a convolution's result in a layout of the convolution's that is
+ * not row-major (its dimensions of more than one element out of order): the result of the
+ * convolution's kernel, or of a kernel of elementwise ops over it (read_conv), which layout
+ * assignment gives its operand's layout? (fuse_merge.c: a dot reads such a value through a
+ * relayout in its own kernel, and the elementwise kernel stays a kernel of its own.) */
+int tpu__conv_layout_value(const tpu_chip *chip, const tpu_instr *v) {
+  const tpu_instr *cv = producer_conv(v);
+  if (!cv && v->op == TPU_OP_FUSION && v->calls && v->calls->root && v->calls->root->op != TPU_OP_TUPLE &&
+      v->calls->root->op != TPU_OP_PARAMETER)
+    cv = read_conv(v, v->calls->root, &v->calls->root->shape, 0);
+  const tpu_shape *s = &v->shape;
+  if (!cv || s->dtype == TPU_TUPLE || s->rank < 3 || s->rank != cv->shape.rank) return 0;
+  int second, minor;
+  if (!conv_tiling(chip, cv, s, &second, &minor)) {
+    /* a depthwise convolution's batch of fewer rows than the sublanes too (ln_layout.py's
+     * cnb_*: bf16[B,28,28,192] in T(B,128) tiles after a 7x7 depthwise convolution, B = 2, 4) */
+    int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+    if (second != (int)cv->conv.out_batch || s->dims[second] >= sub) return 0;
+  }
+  /* kept where it pads strictly less than row-major (and least), as at the program's edge */
+  return (second != s->rank - 2 || minor != s->rank - 1) && !tpu__needs_relayout(chip, s, second, minor);
+}
+
+static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
+  *done = 0;
+  tpu_comp *fc = f->calls;
+  const tpu_instr *cv = conv_of(fc->root);
+  if (!cv && fc->root->op != TPU_OP_PARAMETER) cv = read_conv(f, fc->root, &fc->root->shape, 0);
+  if (!cv || f->shape.rank < 3 || f->shape.rank != cv->shape.rank) return TPU_OK;
+  int rank = f->shape.rank, batch = (int)cv->conv.out_batch, feature = (int)cv->conv.out_feature, second, minor;
+  if (!conv_tiling(chip, cv, &f->shape, &second, &minor) || !tpu__needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
   /* perm: the convolution's layout (spatial dimensions in order, then second, minor) */
   int64_t perm[TPU_MAX_RANK], inv[TPU_MAX_RANK];
   int n = 0;

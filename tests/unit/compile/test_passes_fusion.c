@@ -771,6 +771,42 @@ static void test_gqa_pv_operand(void) {
   CHECK_EQ_INT(reshaped, 1);
 }
 
+/* A dot over a layer norm of a convolution's activations, laid out by the convolution (batch
+ * in the sublanes, spatial dimensions major), reads the normalised values relaid in its own
+ * kernel, and the normalisation is a kernel of its own (libtpu probes off the corpus,
+ * bench/fidelity/probes/conv_norm_dot.py: a 7x7 depthwise convolution of bf16[4,20,20,160],
+ * its norm, @ bf16[160,640]); a transformer's norm over [B, S, C] before its projection goes
+ * into the projection's kernel (fuse_merge.c prologue_pair). */
+static void test_conv_norm_dot(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[%s,160] parameter(0)\n k = bf16[7,7,1,160] parameter(1)\n w = bf16[160,640] parameter(2)\n"
+      "%s"
+      " cf = f32[%s,160] convert(c)\n sq = f32[%s,160] multiply(cf, cf)\n z = f32[] constant(0)\n"
+      " s = f32[%s] reduce(sq, z), dimensions={%d}, to_apply=add\n r = f32[%s] rsqrt(s)\n"
+      " rb = f32[%s,160] broadcast(r), dimensions={%s}\n y = f32[%s,160] multiply(cf, rb)\n"
+      " yb = bf16[%s,160] convert(y)\n"
+      " ROOT o = bf16[%s,640] dot(yb, w), lhs_contracting_dims={%d}, rhs_contracting_dims={0}\n}\n";
+  const char *conv = " c = bf16[4,20,20,160] convolution(x, k), window={size=7x7 pad=3_3x3_3}, "
+                     "dim_labels=b01f_01io->b01f, feature_group_count=160\n";
+  const char *seq = " c = bf16[4,400,160] add(x, x)\n";
+  char src[4096];
+  int sep[2];
+  for (int v = 0; v < 2; v++) {
+    const char *sh = v ? "4,400" : "4,20,20";
+    int r = v ? 2 : 3;
+    snprintf(src, sizeof src, fmt, sh, v ? seq : conv, sh, sh, sh, r, sh, sh, v ? "0,1" : "0,1,2", sh, sh, sh, r);
+    kernel_census kc = kernel_census_of(src);
+    sep[v] = -1;
+    for (int q = 0; q < kc.kernels && q < 8; q++)
+      if (kc.dots[q]) sep[v] = kc.multiplies[q] == 0;
+  }
+  printf("norm then dot: after a depthwise convolution the norm %s, over [B, S, C] %s\n",
+         sep[0] == 1 ? "its own kernel" : "in the dot's kernel", sep[1] == 1 ? "its own kernel" : "in the dot's kernel");
+  CHECK_EQ_INT(sep[0], 1);
+  CHECK_EQ_INT(sep[1], 0);
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -789,5 +825,6 @@ int main(void) {
   test_mean_kernel();
   test_lane_sliced_matmul();
   test_gqa_pv_operand();
+  test_conv_norm_dot();
   CHECK_DONE();
 }
