@@ -68,9 +68,9 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
 /* A convolution kernel's result that leaves the entry computation in another layout than
  * the convolution's own is relaid out by a transpose kernel of its own (relayout.c). */
 tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip);
-/* Does entry value v hold a convolution's result in the convolution's layout, not row-major
- * (its kernel's, or an elementwise kernel's over it)? (relayout.c) */
-int tpu__conv_layout_value(const tpu_chip *chip, const tpu_instr *v);
+/* Does entry value v hold a convolution's activations in the convolution's own layout (its
+ * kernel's result, or an elementwise kernel's over it), which is never row-major? (relayout.c) */
+int tpu__conv_layout_value(const tpu_instr *v);
 /* A grouped convolution's kernel writes its result in the group-split layout and a kLoop
  * kernel `copy.group` merges the groups back into the features (group_conv.c). */
 tpu_status tpu__fuse_group_layout(tpu_builder *b, tpu_comp *entry, tpu__made_set *made, const tpu_chip *chip);

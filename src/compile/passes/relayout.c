@@ -160,27 +160,28 @@ static int conv_tiling(const tpu_chip *chip, const tpu_instr *cv, const tpu_shap
   return few || nb % sub == 0 || tiled_batch;
 }
 
-/* Does entry value v hold a convolution's result in a layout of the convolution's that is
- * not row-major (its dimensions of more than one element out of order): the result of the
- * convolution's kernel, or of a kernel of elementwise ops over it (read_conv), which layout
- * assignment gives its operand's layout? (fuse_merge.c: a dot reads such a value through a
- * relayout in its own kernel, and the elementwise kernel stays a kernel of its own.) */
-int tpu__conv_layout_value(const tpu_chip *chip, const tpu_instr *v) {
+/* Does entry value v hold a convolution's activations in the convolution's own layout: the
+ * result of the convolution's kernel, or of a kernel of elementwise ops over it (read_conv),
+ * which layout assignment gives its operand's layout? The XLA TPU compiler lays a
+ * convolution's result out with its spatial dimensions major and the batch or a spatial
+ * dimension in the sublanes, never row-major: libtpu probes off the corpus
+ * (bench/fidelity/probes/conv_norm_dot.py, v5e/v6e) find a 7x7 depthwise convolution's
+ * bf16[B,H,W,C] in {3,0,2,1} with T(B,128) tiles for B = 2, 4, 8 and H = 20, 24 (T(2,128) at
+ * B = 1), {3,1,2,0} for bf16[4,36,36,256] and bf16[2,40,40,256]. (fuse_merge.c: a dot reads
+ * such a value relaid in its own kernel, and the elementwise kernel stays a kernel of its own.) */
+int tpu__conv_layout_value(const tpu_instr *v) {
   const tpu_instr *cv = producer_conv(v);
   if (!cv && v->op == TPU_OP_FUSION && v->calls && v->calls->root && v->calls->root->op != TPU_OP_TUPLE &&
       v->calls->root->op != TPU_OP_PARAMETER)
     cv = read_conv(v, v->calls->root, &v->calls->root->shape, 0);
-  const tpu_shape *s = &v->shape;
-  if (!cv || s->dtype == TPU_TUPLE || s->rank < 3 || s->rank != cv->shape.rank) return 0;
-  int second, minor;
-  if (!conv_tiling(chip, cv, s, &second, &minor)) {
-    /* a depthwise convolution's batch of fewer rows than the sublanes too (ln_layout.py's
-     * cnb_*: bf16[B,28,28,192] in T(B,128) tiles after a 7x7 depthwise convolution, B = 2, 4) */
-    int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
-    if (second != (int)cv->conv.out_batch || s->dims[second] >= sub) return 0;
-  }
-  /* kept where it pads strictly less than row-major (and least), as at the program's edge */
-  return (second != s->rank - 2 || minor != s->rank - 1) && !tpu__needs_relayout(chip, s, second, minor);
+  /* space-to-batch's unfold of a split convolution's result (space_to_batch.c) */
+  if (!cv && v->op == TPU_OP_FUSION && v->noperands == 1 && v->calls && v->calls->root &&
+      tpu__fuse_own_kernel(v->calls->root))
+    cv = producer_conv(v->operands[0]);
+  if (!cv || v->shape.dtype == TPU_TUPLE || v->shape.rank < 3 || cv->shape.rank < 3) return 0;
+  int spatial = 0;
+  for (int i = 0; i < cv->conv.nspatial; i++) spatial += cv->shape.dims[cv->conv.out_spatial[i]] > 1;
+  return spatial > 0;
 }
 
 static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
