@@ -696,8 +696,8 @@ static int prologue_pair(const tpu__made_set *made, const tpu_chip *chip, const 
     if (tpu__fuse_batch_relayout(mm, xr, 0)) return 0;
     /* a dot over a convolution's activations, which are in the convolution's layout (never
      * row-major), reads them relaid into its rows inside its kernel, and the compiler keeps
-     * their elementwise producer (convnext's layer norm) a kernel of its own: 16 of 16 libtpu
-     * probes off the corpus (bench/fidelity/probes/conv_norm_dot.py: a 7x7 depthwise
+     * their elementwise producer (convnext's layer norm) a kernel of its own: 18 of 18 libtpu
+     * probes off the corpus (bench/fidelity/probes/conv_norm_dot.py: a 7x7 depthwise or 3x3
      * convolution, its layer norm, the projection; v5e/v6e, B = 1 ... 8, 20 ... 40 wide), and
      * every such norm of the compiled families (convnext_fwd_b2/b4, whisper_enc_fwd_b8t500).
      * A convolution reading them (mobilenet's batch norm into the 1x1 convolution) keeps the
