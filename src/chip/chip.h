@@ -69,6 +69,7 @@ typedef enum {
   X(STREAM_PASS_BYTES, stream_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a vector kernel that reduces or writes values narrower than 32 bits") \
   X(RESULT_PASS_BYTES, result_pass_bytes, 'f', 0, "B/elem", "HBM-port cost of a matmul kernel's 16-bit result (default: stream_pass_bytes)") \
   X(VMEM_READ_COST, vmem_read_cost, 'f', 0, "", "fraction of an HBM read's cost a vector kernel pays to read an operand kept in VMEM (default 0)") \
+  X(VMEM_WRITE_COST, vmem_write_cost, 'f', 0, "", "fraction of an HBM write's cost a vector kernel pays to write a result into VMEM that the program's own copy takes to HBM (default 0)") \
   X(MATMUL_STREAM_EFFICIENCY, matmul_stream_efficiency, 'f', 0, "", "rate a matmul kernel's reads stream at, as a fraction of a vector kernel's (default 1)") \
   X(LONE_OP_BYTES, lone_op_bytes, 'f', 0, "B/elem", "HBM-port cost of an unfused elementwise op or reduce") \
   X(LONE_OP_MIN_BYTES, lone_op_min_bytes, 'i', 0, "B", "smallest unfused op (bytes in and out) that pays lone_op_bytes") \
@@ -197,6 +198,7 @@ typedef struct tpu_chip {
   double stream_pass_bytes, lone_op_bytes;
   double result_pass_bytes; /* 0: stream_pass_bytes (use tpu_chip_result_pass) */
   double vmem_read_cost;    /* 0 when absent: reading VMEM costs a vector kernel no transfer */
+  double vmem_write_cost;   /* 0 when absent: writing VMEM for a copy out costs no transfer */
   double matmul_stream_efficiency; /* 0 when absent: matmul reads stream as vector kernels' do */
   int64_t lone_op_min_bytes;
   int64_t lone_reduce_min_bytes; /* 0 when absent: lone_op_min_bytes */

@@ -114,6 +114,7 @@ char *tpu_program_text(const tpu_program *p) {
     if (o->window) tpu_strbuf_printf(&b, " window=1");
     if (o->scan) tpu_strbuf_printf(&b, " scan=1");
     if (o->copy_out) tpu_strbuf_printf(&b, " copy_out=1");
+    if (o->vmem_write) tpu_strbuf_printf(&b, " vmem_write=1");
     if (o->dma) tpu_strbuf_printf(&b, " dma=1");
     tpu_strbuf_printf(&b, "   ; op %d\n", i);
   }
@@ -390,6 +391,10 @@ static tpu_status parse_op_line(lx *x) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));
       o.copy_out = v != 0;
+    } else if (!strcmp(key, "vmem_write")) {
+      int64_t v;
+      TPU_TRY(parse_i64(x, 0, &v));
+      o.vmem_write = v != 0;
     } else if (!strcmp(key, "dma")) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));

@@ -138,6 +138,10 @@ typedef struct tpu_prog_op {
                                  * compiler's depthwise window emitter): no window_hbm_factor,
                                  * and no window start where it moves nothing to or from HBM
                                  * (timing.c resident_pass_cycles) */
+  int vmem_write;               /* a vector kernel writing its results into VMEM (S(1)) for the
+                                 * compiled program's own copy-starts to take to HBM: its
+                                 * on-chip writes pay vmem_read_cost of an HBM write, as its
+                                 * reads of VMEM do (vmem_assign.c mark_evictions) */
   int copy_out;                 /* a copy kernel out of VMEM into HBM: its read of its operand in
                                  * VMEM pays no vmem_read_cost (copy_kind.c tpu__copy_out_of_vmem) */
   double out_bytes;             /* its result's bytes in their layout (set from `instr` by

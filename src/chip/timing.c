@@ -760,6 +760,9 @@ static tpu_status durations(tstate *t) {
            * the chip's compiler charges for it (chip vmem_read_cost) */
           if (in->opc == TPU_ISA_DMA_IN && !(o && (o->window || o->copy_out)))
             x += t->chip->vmem_read_cost * (double)in->bytes;
+          /* a vector kernel's write into VMEM for the program's own copy out: the share of
+           * an HBM write the chip's compiler charges for it (chip vmem_write_cost) */
+          if (in->opc == TPU_ISA_DMA_OUT && o && o->vmem_write) x += t->chip->vmem_write_cost * (double)in->bytes;
           c = x > 0 ? (int64_t)ceil(x / t->bpc) : 0;
           t->pdur[i] = pass > 1 ? 0 : c;
           t->gdur[i] = 0;

@@ -78,6 +78,9 @@ typedef struct tpu__kinfo {
   int xpf;                 /* an entry parameter the previous step prefetched on chip: 1 into
                             * VMEM (at vres_off), 2 into CMEM; kernels read it there, its HBM
                             * buffer stays */
+  uint64_t evict_leaves;   /* a multi-output vector kernel's result leaves (bit per leaf) that it
+                            * writes into VMEM for the program's own copy-starts, as evict
+                            * for the kernel's whole result (vmem_assign.c mark_evictions) */
   int evict;               /* a compiled program's matmul kernel that writes its result into
                             * VMEM (S(1)) for the program's own copy-start to take it to HBM
                             * (vmem_assign.c mark_evictions): it writes on chip, the copy runs

@@ -228,9 +228,16 @@ static tpu_status lower_stream(tpu__be *be, const tpu_instr *in, const tpu__kinf
   if (k->eup) add_vec(&t, TPU_ISA_EUP, k, k->eup, k->space_vregs, T, src, nin, none, 0, 0);
   add_vec(&t, TPU_ISA_VPU, k, k->vpu, k->space_vregs, T, src, nin, out, 0, 0);
   int nl = tpu__leaves(&in->shape);
+  /* a kernel writing into VMEM for the program's own copies out (vmem_assign.c
+   * mark_evictions) writes on chip, at the chip's cost of VMEM access (timing.c) */
+  if ((k->evict || k->evict_leaves) && k->op >= 0) be->p->ops[k->op].vmem_write = 1;
   for (int l = 0; l < nl && !k->vres; l++) {
     int64_t w = tpu__write_bytes(be, in, l);
     if (!w) continue;
+    if (k->evict || (l < 64 && (k->evict_leaves >> l & 1))) {
+      add_onchip(&t, TPU_ISA_DMA_OUT, k, cdiv(w, T), out, 0, 0);
+      continue;
+    }
     w = (int64_t)ceil((double)w * fout);
     tpu_insn d = tpu_insn_make(TPU_ISA_DMA_OUT, k->op);
     d.src[0] = out;

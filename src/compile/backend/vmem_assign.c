@@ -7,6 +7,7 @@
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/collective.h"
+#include "ir/custom_call.h"
 
 enum { MAX_MEM = 8 };
 
@@ -114,8 +115,12 @@ static const tpu__kinfo *resident_info(const tpu__be *be, const tpu_instr *v) {
  * median |error| falls from 21-31 % to 10-18 %, docs/fidelity.md). */
 static int copied_in(const tpu_instr *v) {
   for (int hops = 0; hops < 8 && is_view(v); hops++) v = v->operands[0];
-  return v->op == TPU_OP_COPY_DONE &&
-         (tpu__in_vmem(&v->shape) || (v->shape.layout_tail && strstr(v->shape.layout_tail, "S(3)")));
+  if (!tpu__in_vmem(&v->shape) && !(v->shape.layout_tail && strstr(v->shape.layout_tail, "S(3)"))) return 0;
+  if (v->op == TPU_OP_COPY_DONE) return 1;
+  if (v->op != TPU_OP_CUSTOM_CALL || tpu_custom_call_kind(v) != TPU_CC_CONCAT_BITCAST || v->noperands < 1) return 0;
+  for (int i = 0; i < v->noperands; i++)
+    if (v->operands[i]->op != TPU_OP_SLICE_DONE) return 0;
+  return 1;
 }
 
 int tpu__be_copied_in(const tpu_instr *v) { return copied_in(v); }
@@ -615,6 +620,14 @@ static int loop_state_cands(tpu__be *be, int64_t np, cand *c, int nc, const int 
  * tpusim writing HBM took 6,462 (its matmul_write_s and the exposed systolic fill); over
  * the tune split's compiled v6e programs such kernels ran at a median 2.49x the compiler's
  * figure, the matmul kernels writing VMEM for a kernel at 1.19x (docs/timing-mxu.md). */
+/* Every array leaf of s lies in VMEM (S(1)). */
+static int all_in_vmem(const tpu_shape *s) {
+  if (s->dtype != TPU_TUPLE) return tpu_dtype_is_array(s->dtype) && tpu__in_vmem(s);
+  for (int i = 0; i < s->ntuple; i++)
+    if (!all_in_vmem(&s->elems[i])) return 0;
+  return s->ntuple > 0;
+}
+
 static void mark_evictions(tpu__be *be, const int *nuse, const int *ncopy) {
   const tpu_module *m = be->m;
   for (int ci = 0; ci < m->ncomps; ci++) {
@@ -624,10 +637,35 @@ static void mark_evictions(tpu__be *be, const int *nuse, const int *ncopy) {
       const tpu_instr *in = cc->instrs[i];
       int gi = be->comp_base[ci] + in->id;
       tpu__kinfo *k = &be->k[gi];
+      if (k->kind == TPU__K_STREAM && k->own && !k->vres && nuse[gi] && ncopy[gi] == nuse[gi] && in != result_of(cc->root) &&
+          all_in_vmem(&in->shape)) {
+        k->evict = 1;
+        continue;
+      }
       if (k->kind != TPU__K_MATMUL || !k->own || k->nleaves != 1 || k->vres || !nuse[gi] || ncopy[gi] != nuse[gi] ||
           !tpu_dtype_is_array(in->shape.dtype) || !tpu__in_vmem(&in->shape) || in == result_of(cc->root))
         continue;
       k->evict = 1;
+    }
+    /* A multi-output loop fusion's results one by one: a leaf in VMEM (S(1)) read through its
+     * get-tuple-elements only by copy-starts is written on chip, the others to HBM (the
+     * compiler's update of a donated parameter tree writes the momentum into S(1) for its
+     * copy out and the parameter to HBM: vmem_update.py momentum_b, adam_b, adam_d). */
+    for (int i = 0; i < cc->ninstrs; i++) {
+      const tpu_instr *g = cc->instrs[i];
+      if (g->op != TPU_OP_GET_TUPLE_ELEMENT || g->noperands != 1 || g->operands[0]->op != TPU_OP_FUSION || g->index < 0 ||
+          g->index >= 64 || !tpu_dtype_is_array(g->shape.dtype) || !tpu__in_vmem(&g->shape))
+        continue;
+      const tpu_instr *f = g->operands[0];
+      tpu__kinfo *k = &be->k[be->comp_base[ci] + f->id];
+      if (k->kind != TPU__K_STREAM || !k->own || k->vres || k->evict) continue;
+      int uses = 0, copies = 0;
+      for (int j = 0; j < cc->ninstrs; j++) {
+        const tpu_instr *u = cc->instrs[j];
+        for (int o = 0; o < u->noperands; o++)
+          if (u->operands[o] == g) uses++, copies += u->op == TPU_OP_COPY_START;
+      }
+      if (uses && uses == copies && g != cc->root) k->evict_leaves |= (uint64_t)1 << g->index;
     }
   }
 }
