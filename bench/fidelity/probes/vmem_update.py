@@ -8,7 +8,7 @@ off the families corpus. Per compiled fusion (one JSON line): its estimated_cycl
 its operands come from such copies (`in_s1`: copy-done or ConcatBitcast of slice-dones, through
 bitcasts), how many of its result leaves lie in S(1) (`out_s1`) of how many, its operand and
 result bytes, and tpusim's cycles for the op of the same name (`tpusim run --mode timing` on the
-compiled program) at the commit that wrote them (TPUSIM_BEFORE=binary adds `before`), and, for
+compiled program) at the commit that wrote them (TPUSIM_BEFORE=binary adds `before`, with its chips from TPUSIM_BEFORE_CHIPS=folder), and, for
 each fusion writing every result into S(1), tpusim's cycles with the chip's vmem_write_cost
 set to 1e-6 (the least it takes) and to 1 (`w0`, `w1`) and the cost that matches the compiler's figure,
 `w` = (compiler - w0) / (w1 - w0): the share of an HBM write the compiler charges a write
@@ -106,11 +106,12 @@ def chip_file(chip, w, d):
     return path
 
 
-def tpusim_ops(binary, path, chip, d):
+def tpusim_ops(binary, path, chip, d, chips=None):
     rep = os.path.join(d, "r.json")
+    env = dict(os.environ, TPUSIM_CACHE="off", **({"TPUSIM_CHIPS": chips} if chips else {}))
     chip = chip if chip.endswith(".json") else PRESET.get(chip, chip)
     r = subprocess.run([binary, "run", path, "--mode", "timing", "--chip", chip, "--report", rep,
-                        "--quiet"], capture_output=True, text=True, env=dict(os.environ, TPUSIM_CACHE="off"))
+                        "--quiet"], capture_output=True, text=True, env=env)
     return {o["name"]: o["cycles"] for o in json.load(open(rep))["ops"]} if r.returncode == 0 else {}
 
 
@@ -128,7 +129,8 @@ def main():
                 path = os.path.join(d, f"{name}.{chip}.hlo")
                 open(path, "w").write(txt)
                 tops = tpusim_ops(TPUSIM, path, chip, d)
-                bops = tpusim_ops(os.environ["TPUSIM_BEFORE"], path, chip, d) if os.environ.get("TPUSIM_BEFORE") else {}
+                bops = tpusim_ops(os.environ["TPUSIM_BEFORE"], path, chip, d, os.environ.get("TPUSIM_BEFORE_CHIPS")) \
+                    if os.environ.get("TPUSIM_BEFORE") else {}
                 w0 = tpusim_ops(TPUSIM, path, chip_file(chip, 1e-6, d), d) if chip != "v4" else {}
                 w1 = tpusim_ops(TPUSIM, path, chip_file(chip, 1.0, d), d) if chip != "v4" else {}
                 wh = tpusim_ops(TPUSIM, path, chip_file(chip, 0.5, d), d) if chip != "v4" else {}
