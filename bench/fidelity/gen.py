@@ -100,6 +100,36 @@ def entry_ops(txt):
     return ops
 
 
+def entry_fusions(txt):
+    """Each fusion of the entry computation (compiled or tpusim's own HLO text): name ->
+    (the opcodes of its computation and the fusions nested in it, four deep; its result's
+    shape text). The probe scripts use it to find which kernel holds what."""
+    comps, cur = {}, None
+    for line in txt.splitlines():
+        h = re.match(r"^\s*(?:ENTRY )?%?([\w.\-]+) (?:\(.*\) -> .*)?\{\s*$", line)
+        if h:
+            cur = comps.setdefault(h.group(1), [set(), set()])
+            continue
+        m = re.match(r"^\s*(?:ROOT )?%?[\w.\-]+ = .*? ([a-z][a-z0-9-]*)\(", line)
+        if m and cur is not None:
+            cur[0].add(m.group(1))
+            for c in re.findall(r"calls=%?([\w.\-]+)", line):
+                cur[1].add(c)
+
+    def ops(c, depth=0):
+        s = set(comps.get(c, [set(), set()])[0])
+        if depth < 4:
+            for k in comps.get(c, [set(), set()])[1]:
+                s |= ops(k, depth + 1)
+        return s
+    out = {}
+    for line in txt[txt.rfind("ENTRY"):].splitlines():
+        m = re.match(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*?) fusion\(.*calls=%?([\w.\-]+)", line)
+        if m:
+            out[m.group(1)] = (ops(m.group(3)), m.group(2))
+    return out
+
+
 def write_probe_corpus(cases, out, family, dtypes, argv):
     """A probe's mini corpus in the families' form under OUT (NAME.hlo, NAME.json with the
     compiler's estimated top-level ops per generation, compiled/NAME.GEN.hlo.gz), so the fidelity

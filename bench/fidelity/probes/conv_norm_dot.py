@@ -60,31 +60,9 @@ CASES.append(("seq_4_400x160", f_par, [((4, 400, 160), BF), ((160, 640), BF)]))
 
 
 def kernels(txt):
-    """entry fusion name -> (opcodes of it and its nested fusions, result shape text)."""
-    comps, cur = {}, None
-    for line in txt.splitlines():
-        h = re.match(r"^\s*(?:ENTRY )?%?([\w.\-]+) (?:\(.*\) -> .*)?\{\s*$", line)
-        if h:
-            cur = comps.setdefault(h.group(1), [set(), set()])
-            continue
-        m = re.match(r"^\s*(?:ROOT )?%?[\w.\-]+ = .*? ([a-z][a-z0-9-]*)\(", line)
-        if m and cur is not None:
-            cur[0].add(m.group(1))
-            for c in re.findall(r"calls=%?([\w.\-]+)", line):
-                cur[1].add(c)
-
-    def ops(c, depth=0):
-        s = set(comps.get(c, [set(), set()])[0])
-        if depth < 4:
-            for k in comps.get(c, [set(), set()])[1]:
-                s |= ops(k, depth + 1)
-        return s
-    out = {}
-    for line in txt[txt.rfind("ENTRY"):].splitlines():
-        m = re.match(r"^\s*(?:ROOT )?%?([\w.\-]+) = (\S+) fusion\(.*calls=%?([\w.\-]+)", line)
-        if m:
-            out[m.group(1)] = (ops(m.group(3)), m.group(2))
-    return out
+    """entry fusion name -> (opcodes of it and its nested fusions, result shape text); fusions
+    with a tuple result left out."""
+    return {n: v for n, v in gen.entry_fusions(txt).items() if not v[1].startswith("(")}
 
 
 def norm_kernel(ks):

@@ -57,33 +57,9 @@ for B, S, K, D, F in ((2, 384, 640, 640, 640), (4, 192, 896, 896, 896), (1, 1024
         CASES.append((f"rms_f32_{tag}", f_rms, [(s, F32) for s, _ in a]))
 
 
-def kernels(txt, compiled):
-    """name -> set of opcodes (nested fusions included) of each entry fusion; and entry name -> cycles."""
-    comps, cur = {}, None
-    for line in txt.splitlines():
-        h = re.match(r"^\s*(?:ENTRY )?%?([\w.\-]+) (?:\(.*\) -> .*)?\{\s*$", line)
-        if h:
-            cur = comps.setdefault(h.group(1), [set(), set()])
-            continue
-        m = re.match(r"^\s*(?:ROOT )?%?[\w.\-]+ = .*? ([a-z][a-z0-9-]*)\(", line)
-        if m and cur is not None:
-            cur[0].add(m.group(1))
-            for c in re.findall(r"calls=%?([\w.\-]+)", line):
-                cur[1].add(c)
-
-    def ops(c, depth=0):
-        s = set(comps.get(c, [set(), set()])[0])
-        if depth < 4:
-            for k in comps.get(c, [set(), set()])[1]:
-                s |= ops(k, depth + 1)
-        return s
-    entry = txt[txt.rfind("ENTRY"):] if compiled else txt[txt.rfind("ENTRY"):]
-    out = {}
-    for line in entry.splitlines():
-        m = re.match(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*? fusion\(.*calls=%?([\w.\-]+)", line)
-        if m:
-            out[m.group(1)] = ops(m.group(2))
-    return out
+def kernels(txt):
+    """name -> set of opcodes (nested fusions included) of each entry fusion."""
+    return {n: v[0] for n, v in gen.entry_fusions(txt).items()}
 
 
 def fused_kernel(ks):
@@ -99,11 +75,11 @@ commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], cap
 with tempfile.TemporaryDirectory() as d:
     for name, path, chip, txt in gen.compiled_cases(CASES, chips, d, lambda n: not only or any(n.startswith(o) for o in only)):
         cops = {o[0]: o[4] for o in gen.entry_ops(txt)}
-        ck = fused_kernel(kernels(txt, True))
+        ck = fused_kernel(kernels(txt))
         env = dict(os.environ, TPUSIM_CACHE="off")
         own = subprocess.run([TPUSIM, "compile", path, "--chip", PRESET.get(chip, chip), "--emit", "hlo"],
                              capture_output=True, text=True, env=env).stdout
-        tk = fused_kernel(kernels(own, False))
+        tk = fused_kernel(kernels(own))
         rep = os.path.join(d, "r.json")
         before = None
         if os.environ.get("TPUSIM_BEFORE"):  # the step of another binary (the commit before the rule)
