@@ -286,9 +286,7 @@ static int64_t product_layout_transpose(const tpu__be *be, const tpu_comp *c) {
   return free_;
 }
 
-/* Is leaf l of x part of its computation's result (its root, or a leaf of a root tuple, seen
- * through bitcasts and get-tuple-elements): a step's output or a loop's carried state, which
- * the compiler keeps in HBM? */
+/* o seen through bitcasts and get-tuple-elements (the leaf it names, if any, in *leaf). */
 static const tpu_instr *through_views(const tpu_instr *o, int *leaf) {
   for (int hops = 0; hops < 8 && o->noperands >= 1; hops++) {
     if (o->op == TPU_OP_BITCAST && o->noperands == 1) o = o->operands[0];
@@ -305,6 +303,9 @@ static int updates_in_place(const tpu_instr *u) {
   return u->op == TPU_OP_DYNAMIC_UPDATE_SLICE || u->op == TPU_OP_SCATTER;
 }
 
+/* Is leaf l of x (all of x when l < 0) part of its computation's result (its root, or a leaf
+ * of a root tuple, seen through views): a step's output or a loop's carried state, which the
+ * compiler keeps in HBM? */
 static int returned_at(const tpu_instr *x, int l, int depth) {
   const tpu_instr *r = x->parent ? x->parent->root : NULL;
   if (!r) return 0;
@@ -357,7 +358,7 @@ static int loop_kernel(const tpu_instr *in) {
   return 1;
 }
 
-/* The bytes a loop kernel writes to CMEM (v4, chip cmem_write_pass): the XLA TPU compiler
+/* Does a loop kernel write a result to CMEM (v4, chip cmem_write_pass)? The XLA TPU compiler
  * keeps the values between kernels there (memory space S(3)), not in HBM, and charges a loop
  * kernel writing one the stream pass (stream_pass_bytes per element), once, as a kernel that
  * reduces or writes a 16-bit result; reads of CMEM cost what reads of HBM do (libtpu probes
@@ -368,20 +369,19 @@ static int loop_kernel(const tpu_instr *in) {
  * outputs, a loop's carried state, a buffer updated in place into them stay in HBM) and
  * fits in the core's CMEM (over the compiled families tune split, 3,289 of 3,572 such values
  * are in S(3), the rest mostly scalars and sorts' operands). */
-static double cmem_result_bytes(const tpu__be *be, const tpu_instr *in) {
+static int writes_cmem(const tpu__be *be, const tpu_instr *in) {
   const tpu_chip *ch = be->chip;
   if (!ch->cmem_write_pass || ch->cmem_bytes <= 0 || !loop_kernel(in)) return 0;
   int nl = tpu__leaves(&in->shape);
-  double b = 0;
   for (int l = 0; l < nl; l++) {
     const tpu_shape *s = tpu__leaf(&in->shape, l);
     if (!s || !tpu_dtype_is_array(s->dtype)) continue;
     const int own = !s->layout_tail && !in->shape.layout_tail;
     if (own && returned(in, nl > 1 ? l : -1)) continue;
     if (own ? tpu__padded_bytes(be, s) > ch->cmem_bytes : !(s->layout_tail && strstr(s->layout_tail, "S(3)"))) continue;
-    b += (double)tpu__write_bytes(be, in, l);
+    if (tpu__write_bytes(be, in, l) > 0) return 1;
   }
-  return b;
+  return 0;
 }
 
 /* The per-element costs the XLA TPU compiler's cost model charges a vector kernel on the
@@ -437,7 +437,7 @@ double tpu__stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinf
     scan_one(be, in, in, &reduces, &moved, &n, &rows);
   }
   double x = 0;
-  if (reduces || narrow || cmem_result_bytes(be, in) > 0) x += ch->stream_pass_bytes * (double)n;
+  if (reduces || narrow || writes_cmem(be, in)) x += ch->stream_pass_bytes * (double)n;
   tpu_op_class cls = tpu_op_class_of(in->op);
   int lone = in->op == TPU_OP_CONVERT || in->op == TPU_OP_REDUCE || in->op == TPU_OP_BROADCAST || cls == TPU_CLS_UNARY ||
              cls == TPU_CLS_BINARY || cls == TPU_CLS_TERNARY || widened_reduce(in) || tpu__whole_window_pad(be, in);

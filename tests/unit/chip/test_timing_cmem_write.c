@@ -1,4 +1,4 @@
-/* v4's loop kernels writing CMEM (stream_cost.c cmem_result_bytes, chip cmem_write_pass): the
+/* v4's loop kernels writing CMEM (stream_cost.c writes_cmem, chip cmem_write_pass): the
  * XLA TPU compiler keeps the values between kernels in CMEM (memory space S(3)) and charges a
  * loop kernel writing one there the stream pass (stream_pass_bytes per element), as a kernel
  * that reduces or writes a 16-bit result. libtpu probe off the corpora

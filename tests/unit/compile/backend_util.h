@@ -195,4 +195,27 @@ static inline int64_t step_cycles_of(const char *src, const tpu_chip *c, int pas
   return cyc;
 }
 
+/* A collective link of flat cost for tests that compile one chip of a pod: 10 us, 8 MiB. */
+static inline tpu_status flat_link(void *user, const tpu_instr *in, tpu_coll_cost *c, tpu_diag *d) {
+  (void)user, (void)in, (void)d;
+  c->seconds = 1e-5;
+  c->bytes = 8 << 20;
+  c->lanes = 0;
+  return TPU_OK;
+}
+
+/* Compiles m for chip as one chip of a pod (its collectives cost link time, flat_link): the
+ * HLO passes and the back end when `passes`, else the back end alone. */
+static inline tpu_program *compile_pod_chip(tpu_module *m, const tpu_chip *chip, int passes) {
+  tpu_compile_opts o;
+  memset(&o, 0, sizeof o);
+  o.chip = chip;
+  o.precision_override = -1;
+  o.coll_cost = flat_link;
+  tpu_program *p = NULL;
+  tpu_diag d;
+  CHECK(m && (passes ? tpu_compile(m, &o, &p, &d) : tpu_compile_backend(m, &o, &p, &d)) == TPU_OK);
+  return p;
+}
+
 #endif
