@@ -184,6 +184,11 @@ static int find(val *v, int i) {
   return i;
 }
 
+static int find_c(const val *v, int i) {
+  while (v[i].root != i) i = v[i].root;
+  return i;
+}
+
 static void join(val *v, int a, int b) {
   a = find(v, a), b = find(v, b);
   if (a != b) v[b].root = a;
@@ -584,11 +589,61 @@ static int64_t live_peak(const val *v, int nv, byp *ev) {
   return peak;
 }
 
+/* The XLA heap simulator's no-fragmentation count (heap_simulator.cc NoFragmentationStatsHeap):
+ * the most bytes its heap values take at once, each value over its own live range, a while
+ * loop's phi values (its body's parameter, its result) not counted. A loop's state is one
+ * buffer in the heap, reserved over the whole loop, but its values there are the loop's
+ * input up to the loop, the body's new value from where the body writes it to the body's
+ * end, and phis, so the count leaves out the state wherever only its phi holds it: what
+ * the body reads before it writes the new value, an element passed through unchanged, the
+ * result after the loop. memory_analysis() temp = heap + (heap - this count) (probes:
+ * bench/plan_memory/probes/arx, mbacc, README "Session 27"). ev holds 2 nv entries; lu0[]
+ * is each instruction's last use by its own readers (before loop state), bend[] the
+ * position of the loop whose body returns the instruction's value, or -1. */
+static int64_t nofrag_peak(const tpu__be *be, const val *v, int nv, const int *in_out, const int64_t *def,
+                           const int64_t *lu0, const int64_t *bend, byp *ev) {
+  int n = 0;
+  for (int i = 0; i < nv; i++) {
+    int r = find_c(v, i);
+    if (v[r].cls != CLS_TEMP || in_out[r] >= 0) continue;
+    int ix = tpu__be_index(be, v[i].in);
+    int64_t s = def[ix], e = bend[ix] >= 0 ? bend[ix] : lu0[ix];
+    if (e < s) e = s;
+    ev[n].pos = s, ev[n].idx = 1, ev[n++].in = (const tpu_instr *)&v[i];
+    ev[n].pos = e + 1, ev[n].idx = 0, ev[n++].in = (const tpu_instr *)&v[i];
+  }
+  /* A value whose buffer the kernel that reads it last writes its result into (the same
+   * offset, defined where it dies) is freed before that result is allocated: counted once
+   * (heap_simulator.cc frees an operand before sharing its buffer). */
+  qsort(ev, (size_t)n, sizeof *ev, cmp_pos);
+  for (int i = 0; i < n; i++) {
+    if (ev[i].idx) continue;
+    const val *x = (const val *)(const void *)ev[i].in;
+    int64_t xo = v[find_c(v, (int)(x - v))].off;
+    for (int j = i - 1; j >= 0 && ev[j].pos >= ev[i].pos - 1; j--) {
+      const val *y = (const val *)(const void *)ev[j].in;
+      if (ev[j].idx && ev[j].pos == ev[i].pos - 1 && y != x && v[find_c(v, (int)(y - v))].off == xo) {
+        ev[i].pos--;
+        break;
+      }
+    }
+  }
+  qsort(ev, (size_t)n, sizeof *ev, cmp_pos); /* at one position, ends (idx 0) first */
+  int64_t live_b = 0, peak = 0;
+  for (int i = 0; i < n; i++) {
+    const val *x = (const val *)(const void *)ev[i].in;
+    live_b += ev[i].idx ? x->size : -x->size;
+    bump(&peak, live_b);
+  }
+  return peak;
+}
+
 tpu_status tpu__pass_buffer_assign(tpu__be *be) {
   const tpu_module *m = be->m;
   int nk = be->ninstrs > 0 ? be->ninstrs : 1;
   int64_t *def = tpu_calloc((size_t)nk, sizeof *def), *wstart = tpu_calloc((size_t)nk, sizeof *wstart);
   int *vbase = tpu_calloc((size_t)nk, sizeof *vbase);
+  int64_t *lu0 = tpu_calloc((size_t)nk, sizeof *lu0), *bend = tpu_calloc((size_t)nk, sizeof *bend);
   int *in_out = NULL, *chain = NULL;
   int n = 0;
   for (int ci = 0; ci < m->ncomps; ci++)
@@ -605,7 +660,7 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
   chain = tpu_calloc((size_t)(nl ? nl : 1), sizeof *chain);
   pairs ps = {NULL, 0, 0};
   tpu_status st = TPU_OK;
-  if (!def || !wstart || !vbase || !v || !vals || !act || !ord || !in_out || !chain) {
+  if (!def || !wstart || !vbase || !lu0 || !bend || !v || !vals || !act || !ord || !in_out || !chain) {
     st = TPU_FAIL(be->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory");
     goto done;
   }
@@ -679,6 +734,19 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
       continue;
     k->own = 0;
     ko->last_use = k->last_use;
+  }
+  /* Each value's last use by its own readers, and the loop whose body returns it, for the
+   * no-fragmentation count (nofrag_peak). */
+  for (int i = 0; i < nk; i++) bend[i] = -1;
+  for (int i = 0; i < n; i++) {
+    lu0[v[i].idx] = be->k[v[i].idx].last_use;
+    const tpu_instr *w = v[i].in;
+    if (w->op != TPU_OP_WHILE || !w->body) continue;
+    const tpu_instr *r = w->body->root;
+    for (int o = 0; o < (r->op == TPU_OP_TUPLE ? r->noperands : 1); o++) {
+      const tpu_instr *x = r->op == TPU_OP_TUPLE ? r->operands[o] : r;
+      if (x->parent == w->body && tpu__be_index(be, x) >= 0) bend[tpu__be_index(be, x)] = be->k[v[i].idx].pos;
+    }
   }
   /* Loop state, innermost loops last so an outer loop's input sees its body's uses. */
   for (int i = n - 1; i >= 0; i--)
@@ -799,13 +867,20 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
     int ol = 0;
     foot_at = owner_of(be, m->entry->root, 0, 0, &ol);
   }
+  int64_t nofrag = nofrag_peak(be, vals, nv, in_out, def, lu0, bend, ord);
+  if (getenv("TPUSIM_NOFRAG_DEBUG"))
+    fprintf(stderr, "nofrag: heap %lld nofrag %lld frag %lld beyond %lld\n", (long long)temp, (long long)nofrag,
+            (long long)(temp - nofrag), (long long)beyond);
+  /* memory_analysis()'s temp adds the heap simulator's fragmentation (heap - nofrag); the
+   * compiler's peak_memory_in_bytes and the HBM the step needs do not. */
+  int64_t frag = nofrag < temp ? temp - nofrag : 0;
   int64_t foot = arg + out - alias + cst + temp + beyond;
   be->p->hbm_footprint = foot;
   be->p->hbm_peak = live_peak(vals, nv, ord);
   be->p->hbm_arg = arg;
   be->p->hbm_out = out;
   be->p->hbm_alias = alias;
-  be->p->hbm_temp = temp + beyond;
+  be->p->hbm_temp = temp + beyond + frag;
   be->p->host_temp = host;
   for (int i = 0; i < m->entry->nparams; i++) {
     const tpu__kinfo *kp = tpu__be_info(be, m->entry->params[i]);
@@ -822,6 +897,8 @@ done:
   tpu_free(def);
   tpu_free(wstart);
   tpu_free(vbase);
+  tpu_free(lu0);
+  tpu_free(bend);
   tpu_free(v);
   tpu_free(vals);
   tpu_free(act);
