@@ -738,8 +738,13 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
   /* Each value's last use by its own readers, and the loop whose body returns it, for the
    * no-fragmentation count (nofrag_peak). */
   for (int i = 0; i < nk; i++) bend[i] = -1;
+  for (int i = 0; i < n; i++) bump(&lu0[v[i].idx], be->k[v[i].idx].last_use);
+  for (int i = 0; i < n; i++) /* a reader's own position: one a loop returns ran at its def[] */
+    for (int o = 0; o < v[i].in->noperands; o++) {
+      int ix = tpu__be_index(be, v[i].in->operands[o]);
+      if (ix >= 0) bump(&lu0[ix], v[i].in->op == TPU_OP_WHILE ? wstart[v[i].idx] : def[v[i].idx]);
+    }
   for (int i = 0; i < n; i++) {
-    lu0[v[i].idx] = be->k[v[i].idx].last_use;
     const tpu_instr *w = v[i].in;
     if (w->op != TPU_OP_WHILE || !w->body) continue;
     const tpu_instr *r = w->body->root;
@@ -868,12 +873,12 @@ tpu_status tpu__pass_buffer_assign(tpu__be *be) {
     foot_at = owner_of(be, m->entry->root, 0, 0, &ol);
   }
   int64_t nofrag = nofrag_peak(be, vals, nv, in_out, def, lu0, bend, ord);
-  if (getenv("TPUSIM_NOFRAG_DEBUG"))
-    fprintf(stderr, "nofrag: heap %lld nofrag %lld frag %lld beyond %lld\n", (long long)temp, (long long)nofrag,
-            (long long)(temp - nofrag), (long long)beyond);
-  /* memory_analysis()'s temp adds the heap simulator's fragmentation (heap - nofrag); the
-   * compiler's peak_memory_in_bytes and the HBM the step needs do not. */
+  /* memory_analysis()'s temp adds the heap simulator's fragmentation, heap - nofrag (the
+   * compiler's peak_memory_in_bytes and the HBM the step needs do not); a copied carry
+   * (copied_carry_extra, counted in the footprint as before) is that term where tpusim's
+   * values lack copy insertion's copy, so the larger of the two counts. */
   int64_t frag = nofrag < temp ? temp - nofrag : 0;
+  frag = frag > beyond ? frag - beyond : 0;
   int64_t foot = arg + out - alias + cst + temp + beyond;
   be->p->hbm_footprint = foot;
   be->p->hbm_peak = live_peak(vals, nv, ord);
