@@ -126,12 +126,12 @@ static void all_reduce_in_the_heap(int loop) {
  * body's parameter, its result) not counted (buffer_assign.c nofrag_peak). The loop's sum
  * moved to the next chip (collective-permute, read by a row sum) lives beside the loop's
  * state, whose buffer the heap reserves while only the loop's result, a phi, holds it: heap
- * 500 MiB, count 250, temp 750 (libtpu 0.0.42.1, v5e 2x4: temp 786,464,256 bytes,
+ * 500 MiB, count 250, temp 750 (libtpu 0.0.42.1, v5e 2x4: temp 786,496,512 bytes,
  * bench/plan_memory/probes/arx acc_loop_cp_heap.hlo; at 256 MiB, loop_cp.hlo: 768 MiB, heap
  * 512); the step needs the heap, not the fragmentation (hbm_footprint; the compiler's
  * peak_memory_in_bytes = argument + output + heap). A second all-reduce that takes the loop
  * state's place after the loop makes the count reach the heap: temp 500 MiB
- * (acc_loop_ar2_heap.hlo; loop_ar2.hlo: 512.1 MiB, heap 512). */
+ * (acc_loop_ar2_heap.hlo: 524,352,512 bytes; loop_ar2.hlo: 512.1 MiB, heap 512). */
 static void memory_analysis_counts_fragmentation(int reused) {
   const char *src = reused ? ACC_LOOP_HEAD
                              "  o = f32[4096,16000] all-reduce(acc), channel_id=1, replica_groups=[1,8]<=[8], "
