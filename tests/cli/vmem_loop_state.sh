@@ -13,8 +13,9 @@ P=bench/plan_memory/probes/scan_state/scan2_relu_t16384/tpu_part.hlo
 "$BIN" compile "$P" --chip v5e > "$T/asm" 2> "$T/err" || fail "compile exited $?: $(cat "$T/err")"
 temp=$(sed -n 's/^\.program .* hbm_temp=\([0-9]*\).*/\1/p' "$T/asm")
 [ -n "$temp" ] || fail "no hbm_temp in the .program line"
-# the scan's own carry (8 MiB, bf16[4096,2048]) stays in HBM: at most that and the scalars
-[ -n "$temp" ] && [ "$temp" -le 8392704 ] || fail "hbm_temp $temp > 8 MiB + 1.5 KiB (the windowed loops' state is not all in VMEM)"
+# the scan's own carry (8 MiB, bf16[4096,2048]) stays in HBM: at most that and the scalars,
+# with memory_analysis()'s fragmentation of their heap (loop counters held by phis: 1 KiB)
+[ -n "$temp" ] && [ "$temp" -le 8393728 ] || fail "hbm_temp $temp > 8 MiB + 2.5 KiB (the windowed loops' state is not all in VMEM)"
 for name in broadcast_in_dim.31 dynamic-update-slice.5 dynamic-slice.22 collective-permute.7; do
   grep -q "^\.hbm name=\"$name\"" "$T/asm" && fail "$name has an HBM buffer (want VMEM: loop state)"
 done
