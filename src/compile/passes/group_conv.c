@@ -395,6 +395,109 @@ static tpu_status mark_transposes(tpu_builder *b, const tpu_chip *chip, tpu_inst
   return tpu_build_set_attr(b, cf, "group_transpose", buf);
 }
 
+/* The split shape of s: feature dimension fd made [G, Cg] (G at fd, Cg at fd + 1); *w the
+ * place of dimension wd in it. */
+static tpu_shape split_at(const tpu_shape *s, int fd, int64_t g, int wd, int *w) {
+  tpu_shape r = *s;
+  r.layout_tail = NULL;
+  r.has_layout = 0;
+  r.rank = s->rank + 1;
+  for (int d = 0, k = 0; d < s->rank; d++) {
+    if (d == fd) {
+      r.dims[k++] = g;
+      r.dims[k++] = s->dims[d] / g;
+    } else {
+      r.dims[k++] = s->dims[d];
+    }
+  }
+  *w = wd < fd ? wd : wd + 1;
+  return r;
+}
+
+/* Does the XLA TPU compiler relay a grouped convolution whose merged features fill the lanes
+ * through W (the last spatial dimension) in the lanes? Where a group's Cog output features
+ * pad more in the lanes (G in the sublanes) than W does (Cog in the sublanes), it copies the
+ * result out of the split layout into [B, spatial..., G, Cog] with W in the lanes (a lane
+ * transpose charged per tile of both sides, group_transpose_*), bitcasts it to the merged
+ * features and copies that into the features in the lanes; and its input likewise where a
+ * group's Cg input features pad more in the lanes than W: the features out of the lanes, then
+ * the lane transpose into the split layout. libtpu probes off the corpus
+ * (probes/gconv_small_groups.py, data/gconv_small_groups.jsonl: f32 [4,28,28,256] in 32 groups,
+ * 1x1, copies into and out of f32[4,28,28,32,8]{4,0,3,2,1} 294,378 / 171,360 cycles on v4,
+ * 179,660 each on v5p, the features' lane copies 36,911 / 32,908; Cg 4-16, W 14-28, bf16 and
+ * f32, 1x1 and 3x3 alike; W 7 with Cg 8 or Cog 32 with W 14 keep the sublane merge: compiled
+ * families, tune, gconv_b4_7x7_c64to128_g8_k3_bf16, gconv_b8_14x14_c1024to1024_g32_k3_bf16).
+ * In the probes' range: a batch of 4-16, a group's features dividing 16. */
+static int wide_route(const tpu_chip *chip, const tpu_conv_dims *cd, const tpu_shape *out, const tpu_shape *xin,
+                      int64_t g) {
+  int64_t nb = out->dims[cd->out_batch];
+  /* (v5e and v6e, keeping values in VMEM between kernels, make those copies within VMEM at a
+   * few thousand cycles: f32 [4,28,28,256] in 32 groups, 4,000 each; their sublane merge
+   * stands) */
+  if (chip->cmem_bytes <= 0 && chip->tensorcores <= 1) return 0;
+  if (cd->nspatial < 1 || g <= 1 || nb < 4 || nb > 16 || nb % 4) return 0;
+  return !(16 % (xin->dims[cd->in_feature] / g) || 16 % (out->dims[cd->out_feature] / g));
+}
+
+/* wide_route's copies in tpusim's own compilation: the merge copy cf marked group_transpose
+ * with the tiles of its split and W-in-the-lanes sides, and, where the input's group pads
+ * more in the lanes than W and f reads it as it is, a kLoop kernel `copy.group_in`
+ * between them (values unchanged) marked likewise with the input's tiles. The features' lane
+ * copies beside them (a tenth of the whole in the probes) are not made. */
+static tpu_status mark_wide(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, tpu_instr *f, tpu_comp *fc,
+                            const tpu_instr *cv_in, tpu_instr *cf, const tpu_shape *xin, const tpu_conv_dims *cd,
+                            const tpu_shape *out, int64_t g, tpu__made_set *made) {
+  int fi = (int)cd->in_feature, ib = (int)cd->in_batch, fo = (int)cd->out_feature, ob = (int)cd->out_batch;
+  int wi = (int)cd->in_spatial[cd->nspatial - 1], wo = (int)cd->out_spatial[cd->nspatial - 1];
+  tpu_shape xs = *xin, os = *out;
+  xs.dims[fi] /= g;
+  os.dims[fo] /= g;
+  char buf[48];
+  snprintf(buf, sizeof buf, "%lld,%lld", (long long)(tiles_of(chip, &os, ob, fo) * g),
+           (long long)(tiles_of(chip, &os, fo, wo) * g));
+  TPU_TRY(tpu_build_set_attr(b, cf, "group_transpose", buf));
+  /* the merged result, W in the lanes, copied into the features in the lanes for its readers */
+  if (!cf->shape.layout_tail && cf->shape.rank == out->rank) {
+    tpu_shape to = cf->shape;
+    tpu_instr *lane, *src = cf;
+    tpu__tile_layout(&cf->shape, wo, fo);
+    TPU_TRY(tpu_build_instr_like(b, entry, cf, TPU_OP_COPY, "copy.group_lanes", &to, &src, 1, &lane));
+    tpu_build_replace_uses(entry, cf, lane);
+    lane->operands[0] = cf;
+  }
+  int w5;
+  tpu_shape xsp = split_at(xin, fi, g, wi, &w5);
+  if (tpu__tiled_as(chip, &xsp, fi, fi + 1) <= tpu__tiled_as(chip, &xsp, fi + 1, w5)) return TPU_OK;
+  /* the entry value f reads as the convolution's input */
+  if (cv_in->op != TPU_OP_PARAMETER || cv_in->parent != fc) return TPU_OK;
+  int k = (int)cv_in->index;
+  if (k < 0 || k >= f->noperands) return TPU_OK;
+  tpu_instr *x = f->operands[k];
+  if (x->shape.rank != xin->rank || x->shape.layout_tail) return TPU_OK;
+  tpu_comp *cc;
+  tpu_instr *p, *c, *kin, *lane;
+  /* the features out of the lanes: a copy into W in the lanes, the features in the sublanes */
+  tpu_shape xsh = x->shape;
+  tpu__tile_layout(&xsh, wi, fi);
+  TPU_TRY(tpu_build_instr_like(b, entry, f, TPU_OP_COPY, "copy.group_lanes", &xsh, &x, 1, &lane));
+  x = lane;
+  tpu_shape ish = f->operands[k]->shape; /* the convolution reads it as before */
+  TPU_TRY(tpu_build_comp(b, "fused_group_in", fc, &cc));
+  TPU_TRY(tpu_build_param(b, cc, 0, "param_0", &xsh, &p));
+  TPU_TRY(tpu_build_instr(b, cc, TPU_OP_COPY, "group_in", &ish, &p, 1, f->loc, &c));
+  tpu_build_set_root(cc, c);
+  TPU_TRY(tpu_build_finish(b, cc));
+  TPU_TRY(tpu_build_instr_like(b, entry, f, TPU_OP_FUSION, "copy.group_in", &ish, &x, 1, &kin));
+  TPU_TRY(tpu_build_set_attr(b, kin, "kind", "kLoop"));
+  TPU_TRY(tpu_build_set_attr(b, kin, "calls", cc->name));
+  snprintf(buf, sizeof buf, "%lld,%lld", (long long)(tiles_of(chip, &xs, ib, fi) * g),
+           (long long)(tiles_of(chip, &xs, fi, wi) * g));
+  TPU_TRY(tpu_build_set_attr(b, kin, "group_transpose", buf));
+  if (!tpu__made_add(made, cc)) return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory splitting '%s'", f->name);
+  f->operands[k] = kin;
+  return TPU_OK;
+}
+
 static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__made_set *made, const tpu_chip *chip,
                             int *done) {
   *done = 0;
@@ -447,6 +550,7 @@ static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__
   tpu_conv_dims cdims = cv->conv;
   int64_t g = cv->feature_group_count;
   const tpu_shape xin = cv->operands[0]->shape;
+  const tpu_instr *cv_in = cv->operands[0];
   TPU_TRY(group_form(b, fc, (tpu_instr *)cv));
   top = li < 0 ? fc->root : fc->root->operands[li]; /* (the convolution's result, re-formed) */
   const tpu_conv_dims *cd = &cdims;
@@ -526,16 +630,20 @@ static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__
     w5 = wd < fd ? wd : wd + 1;
   }
   int cog_minor = w5 >= 0 && tpu__tiled_as(chip, &split, fd, fd + 1) <= tpu__tiled_as(chip, &split, fd + 1, w5);
-  int merge = !few && (out_shape.dims[fd] >= lanes || cog_minor);
+  /* Features filling the lanes, but a group's Cog padding more in the lanes than W: the
+   * compiler merges through W in the lanes (wide_route), not by a sublane relayout */
+  int wide = !few && out_shape.dims[fd] >= lanes && !cog_minor && wide_route(chip, cd, &out_shape, &xin, g);
+  int merge = !few && !wide && (out_shape.dims[fd] >= lanes || cog_minor);
   if (merge) {
     snprintf(buf, sizeof buf, "%d", fd);
     TPU_TRY(tpu_build_set_attr(b, cf, "group_merge", buf));
   }
-  TPU_TRY(mark_transposes(b, chip, f, cf, &xin, cd, &out_shape, few, merge, g));
+  if (!wide) TPU_TRY(mark_transposes(b, chip, f, cf, &xin, cd, &out_shape, few, merge, g));
   if (!tpu__made_add(made, cc)) return TPU_FAIL(b->d, TPU_ERR_NOMEM, tpu_noloc(), "out of memory splitting '%s'", f->name);
   tpu_build_replace_uses(entry, val, cf);
   cf->operands[0] = val; /* replace_uses rewired the copy's own operand too */
   TPU_TRY(split_readers(b, entry, val, cf, made, inv, r5, fd, g));
+  if (wide) TPU_TRY(mark_wide(b, entry, chip, f, fc, cv_in, cf, &xin, cd, &out_shape, g, made));
   *done = 1;
   return TPU_OK;
 }

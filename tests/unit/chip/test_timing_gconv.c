@@ -209,6 +209,28 @@ static void group_transpose(const tpu_chip *v4, const tpu_chip *v5e) {
   CHECK(n4 > 0 && n4 < 0.7 * 24725 && n5 > 0 && n5 < 0.8 * 14830 && m4 > 0);
 }
 
+/* Many features (f32 [4,28,28,256]) in groups of few (32 groups of 8), where a group's features
+ * pad more in the lanes than W: on v4 and v5p the compiler relays the input and the result
+ * through W in the lanes, the features' lane copy and then the lane transpose into the split
+ * layout, and back (group_conv.c wide_route; libtpu probe off the corpus,
+ * bench/fidelity/probes/gconv_small_groups.py: copies into and out of f32[4,28,28,32,8]
+ * 179,660 cycles each on v5p, out of it 171,360 on v4; the whole program 618,324 on v5p,
+ * tpusim 272,705 before the rule, no input copy and a sublane merge of 50,675). v5e keeps the
+ * sublane merge (its copies stay in VMEM at 4,000 cycles: no input copy). */
+static void group_wide_route(const tpu_chip *v4, const tpu_chip *v5e, const tpu_chip *v5p) {
+  const char *src = "HloModule m\nENTRY e {\n x = f32[4,28,28,256] parameter(0)\n w = f32[1,1,8,256] parameter(1)\n"
+                    " ROOT c = f32[4,28,28,256] convolution(x, w), window={size=1x1},"
+                    " dim_labels=b01f_01io->b01f, feature_group_count=32\n}\n";
+  double ip = cycles_of(src, v5p, "copy.group_in"), op = cycles_of(src, v5p, "copy.group");
+  double o4 = cycles_of(src, v4, "copy.group"), i4 = cycles_of(src, v4, "copy.group_in");
+  double lp = cycles_of(src, v5p, "copy.group_lanes"), i5 = cycles_of(src, v5e, "copy.group_in");
+  printf("grouped f32 [4,28,28,256] g32 1x1, through W in the lanes: v5p copy into the split layout %.0f cycles, out of it"
+         " %.0f (the compiler 179,660 each), a lane copy %.0f (32,908); v4 out %.0f (171,360), in %.0f (294,378); v5e"
+         " input copy %.0f (none)\n", ip, op, lp, o4, i4, i5);
+  CHECK(ip > 0.9 * 179660 && ip < 1.1 * 179660 && op > 0.9 * 179660 && op < 1.1 * 179660);
+  CHECK(o4 > 0.9 * 171360 && o4 < 1.1 * 171360 && i4 > 0 && lp > 0 && i5 < 0);
+}
+
 int main(void) {
   tpu_chip v4, v5e, v5p, v6e;
   tpu_diag d;
@@ -229,5 +251,6 @@ int main(void) {
   group_batch_in_lanes(&v4c, &v5e);
   group_merge_narrow(&v4c, &v5e);
   group_transpose(&v4c, &v5e);
+  group_wide_route(&v4c, &v5e, &v5p);
   CHECK_DONE();
 }
