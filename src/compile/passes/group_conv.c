@@ -439,6 +439,26 @@ static int wide_route(const tpu_chip *chip, const tpu_conv_dims *cd, const tpu_s
   return !(16 % (xin->dims[cd->in_feature] / g) || 16 % (out->dims[cd->out_feature] / g));
 }
 
+/* The parameters of shape s (dims) that v is computed from by elementwise ops: *one the one
+ * found (NULL for none); 0 where two differ, another op is met or the chain is deep. */
+static int input_array(const tpu_instr *v, const tpu_shape *s, const tpu_instr **one, int depth) {
+  if (v->op == TPU_OP_PARAMETER) {
+    if (!same_dims(&v->shape, s)) return 1; /* (a broadcast's operand, a scale) */
+    if (*one && *one != v) return 0;
+    *one = v;
+    return 1;
+  }
+  if (depth > 8) return 0;
+  if (v->op == TPU_OP_BROADCAST || v->op == TPU_OP_CONSTANT) return 1;
+  tpu_op_class k = tpu_op_class_of(v->op);
+  int ew = k == TPU_CLS_UNARY || k == TPU_CLS_BINARY || k == TPU_CLS_TERNARY || v->op == TPU_OP_CONVERT ||
+           v->op == TPU_OP_SELECT || v->op == TPU_OP_CLAMP;
+  if (!ew || !same_dims(&v->shape, s)) return 0;
+  for (int i = 0; i < v->noperands; i++)
+    if (!input_array(v->operands[i], s, one, depth + 1)) return 0;
+  return 1;
+}
+
 /* wide_route's copies in tpusim's own compilation: the merge copy cf marked group_transpose
  * with the tiles of its split and W-in-the-lanes sides, and, where the input's group pads
  * more in the lanes than W and f reads it as it is, a kLoop kernel `copy.group_in`
@@ -468,8 +488,12 @@ static tpu_status mark_wide(tpu_builder *b, tpu_comp *entry, const tpu_chip *chi
   int w5;
   tpu_shape xsp = split_at(xin, fi, g, wi, &w5);
   if (tpu__tiled_as(chip, &xsp, fi, fi + 1) <= tpu__tiled_as(chip, &xsp, fi + 1, w5)) return TPU_OK;
-  /* the entry value f reads as the convolution's input */
-  if (cv_in->op != TPU_OP_PARAMETER || cv_in->parent != fc) return TPU_OK;
+  /* the entry value f reads as the convolution's input, or the one array of its shape the
+   * kernel computes it from elementwise (a batch norm's and relu's operand: the compiler
+   * keeps those in a kernel of their own before its copies, which move as many tiles) */
+  const tpu_instr *one = NULL;
+  if (!input_array(cv_in, &cv_in->shape, &one, 0) || !one || one->parent != fc) return TPU_OK;
+  cv_in = one;
   int k = (int)cv_in->index;
   if (k < 0 || k >= f->noperands) return TPU_OK;
   tpu_instr *x = f->operands[k];
