@@ -253,7 +253,7 @@ int tpu_cli_run(int argc, char **argv) {
              "collectives over DCN\n",
              (long long)per_slice, (long long)o.slices);
   }
-  if (tpu && tpu_chip_load(o.chip ? o.chip : "v5e", &chip, &d) != TPU_OK) {
+  if (tpu && tpu__run_chip_load(&o, o.chip ? o.chip : "v5e", &chip, &d) != TPU_OK) {
     if (o.chip_i >= 0) tpu_cli_report_arg(&d, o.chip_i);
     else tpu_cli_report(&d);
     goto cleanup;

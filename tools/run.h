@@ -66,6 +66,8 @@ void tpu__run_find_plan_hint(const run_opts *o, const tpu_chip *chip, double ste
 void tpu__run_print_plan_hint(FILE *f, const plan_hint *h, double step_s, double ici);
 
 /* run_timing.c */
+/* tpu_chip_load through the disk cache (a loaded chip's image, keyed by its file's bytes). */
+tpu_status tpu__run_chip_load(const run_opts *o, const char *name, tpu_chip *chip, tpu_diag *d);
 /* Compiles and times the program, or replays a cached run with the same key. Exit status. */
 int tpu__run_timing(const run_opts *o, tpu_module *m, const tpu_chip *chip, const tpu_loop_trips *trips,
                     const tpu_podio *pod);

@@ -289,6 +289,51 @@ static char *timing_key(const run_opts *o, const tpu_chip *chip, const tpu_loop_
   return tpu_strbuf_take(&k);
 }
 
+/* The chip as tpu_chip_load gives it, read back from the disk cache where a run of this
+ * build stored it: the key is the name as given, the file's path and a digest of its bytes
+ * (so an edited file is loaded afresh); the entry is the loaded struct and its texts
+ * (tpu_chip_image), not the 20 KB of JSON parsed and checked field by field (a tenth of a
+ * small program's warm run). Without the cache, or when the file cannot be read here, it
+ * loads the file (which reports any error). */
+tpu_status tpu__run_chip_load(const run_opts *o, const char *name, tpu_chip *chip, tpu_diag *d) {
+  tpu_dcache dc;
+  tpu_dcache_open(&dc, o->cache_dir, o->no_cache || tpu_mpi_launched());
+  static char bytes[65536];
+  char path[600];
+  size_t n = 0;
+  if (!dc.dir || !tpu_chip_read_file(name, path, sizeof path, bytes, sizeof bytes, &n)) {
+    tpu_dcache_close(&dc);
+    return tpu_chip_load(name, chip, d);
+  }
+  tpu_strbuf k;
+  tpu_strbuf_init(&k);
+  key_str(&k, "tpusim run: chip");
+  key_str(&k, tpu_dcache_build_id());
+  key_str(&k, name);
+  key_str(&k, path);
+  uint64_t digest[2] = {tpu_dcache_hash(bytes, n, 11), tpu_dcache_hash(bytes, n, 12)};
+  key_field(&k, digest, sizeof digest);
+  key_int(&k, (int64_t)n);
+  tpu_dcache_part part;
+  int hit = !k.oom && tpu_dcache_get(&dc, k.s, k.len, 1, &part);
+  if (hit) {
+    hit = tpu_chip_from_image(part.data, part.len, chip);
+    tpu_free(part.data);
+  }
+  tpu_status st = TPU_OK;
+  if (!hit) {
+    st = tpu_chip_load(name, chip, d);
+    if (st == TPU_OK && !k.oom) {
+      part.data = tpu_chip_image(chip, &part.len);
+      if (part.data) tpu_dcache_put(&dc, k.s, k.len, 1, &part);
+      tpu_free(part.data);
+    }
+  }
+  tpu_strbuf_deinit(&k);
+  tpu_dcache_close(&dc);
+  return st;
+}
+
 /* Writes a cached file's bytes to path (whole or not at all). */
 static int put_file(const run_opts *o, const char *path, const tpu_dcache_part *part) {
   char *tmp;

@@ -899,6 +899,86 @@ static int read_small(const char *path, char *buf, size_t cap, size_t *n) {
 
 static tpu_status load_memo(const char *path_or_name, uint64_t *gen, int *same, tpu_chip *out, tpu_diag *d);
 
+int tpu_chip_read_file(const char *path_or_name, char *path, size_t npath, char *buf, size_t cap, size_t *n) {
+  char base[600];
+  size_t alen = strlen(path_or_name);
+  if (alen > 5 && !strcmp(path_or_name + alen - 5, ":core")) {
+    snprintf(base, sizeof base, "%.*s", (int)(alen - 5), path_or_name);
+    path_or_name = base;
+  }
+  tpu_diag d;
+  memset(&d, 0, sizeof d);
+  return resolve(path_or_name, path, npath, &d) == TPU_OK && read_small(path, buf, cap, n);
+}
+
+/* The image's texts in field order: each prov's source, note and mismatch, then each
+ * source's key and cite. */
+#define IMAGE_NTEXTS(c) (3 * TPU_CHIP_NFIELDS + 2 * (c)->nsources)
+
+static const char **image_text(tpu_chip *c, int k) {
+  if (k < 3 * TPU_CHIP_NFIELDS) {
+    tpu_chip_prov *p = &c->prov[k / 3];
+    return k % 3 == 0 ? &p->source : k % 3 == 1 ? &p->note : &p->mismatch;
+  }
+  k -= 3 * TPU_CHIP_NFIELDS;
+  return k % 2 == 0 ? &c->sources[k / 2].key : &c->sources[k / 2].cite;
+}
+
+/* A text's length in the image: NULL is UINT32_MAX. */
+enum { IMAGE_NULL = 0xffffffffu };
+
+void *tpu_chip_image(const tpu_chip *c, size_t *n) {
+  tpu_chip plain;
+  memcpy(&plain, c, sizeof plain); /* its padding too: the timing key hashes the struct's bytes */
+  size_t len = sizeof plain;
+  int nt = IMAGE_NTEXTS(c);
+  if (c->nsources < 0 || c->nsources > TPU_CHIP_MAX_SOURCES) return NULL;
+  for (int k = 0; k < nt; k++) {
+    const char *t = *image_text(&plain, k);
+    len += sizeof(uint32_t) + (t ? strlen(t) : 0);
+  }
+  unsigned char *buf = tpu_malloc(len), *w = buf + sizeof plain;
+  if (!buf) return NULL;
+  for (int k = 0; k < nt; k++) {
+    const char **t = image_text(&plain, k);
+    uint32_t tl = *t ? (uint32_t)strlen(*t) : IMAGE_NULL;
+    memcpy(w, &tl, sizeof tl);
+    w += sizeof tl;
+    if (*t) memcpy(w, *t, tl);
+    if (*t) w += tl;
+    *t = NULL; /* the struct's bytes carry no addresses */
+  }
+  for (int i = plain.nsources; i < TPU_CHIP_MAX_SOURCES; i++) plain.sources[i].key = plain.sources[i].cite = NULL;
+  memcpy(buf, &plain, sizeof plain);
+  *n = len;
+  return buf;
+}
+
+int tpu_chip_from_image(const void *p, size_t n, tpu_chip *out) {
+  const unsigned char *r = p, *end = r + n;
+  if (n < sizeof *out) return 0;
+  memcpy(out, r, sizeof *out);
+  r += sizeof *out;
+  if (out->nsources < 0 || out->nsources > TPU_CHIP_MAX_SOURCES) return 0;
+  for (int i = out->nsources; i < TPU_CHIP_MAX_SOURCES; i++) out->sources[i].key = out->sources[i].cite = NULL;
+  int nt = IMAGE_NTEXTS(out);
+  for (int k = 0; k < nt; k++) {
+    uint32_t tl;
+    if ((size_t)(end - r) < sizeof tl) return 0;
+    memcpy(&tl, r, sizeof tl);
+    r += sizeof tl;
+    const char **t = image_text(out, k);
+    if (tl == IMAGE_NULL) {
+      *t = NULL;
+      continue;
+    }
+    if ((size_t)(end - r) < tl || memchr(r, 0, tl)) return 0;
+    if (!(*t = tpu_chip_text((const char *)r, tl))) return 0;
+    r += tl;
+  }
+  return r == end;
+}
+
 tpu_status tpu_chip_load(const char *path_or_name, tpu_chip *out, tpu_diag *d) {
   memset(out, 0, sizeof *out);
   return load_memo(path_or_name, NULL, NULL, out, d);

@@ -286,6 +286,21 @@ void tpu_chip_field_range(tpu_chip_field f, double *lo, double *hi);
 /* Sets a numeric field ('f' or 'i') and marks it published, without the loader's checks
  * (tests: every field at the ends of its range). */
 void tpu_chip_set_value(tpu_chip *c, tpu_chip_field f, double v);
+/* A loaded chip as bytes and back, for a cache of loaded chips kept by one build (`tpusim
+ * run`'s disk cache, tools/run_timing.c: a warm run reads the image instead of parsing and
+ * checking the file's JSON, a tenth of a small program's warm run). tpu_chip_image: the
+ * struct (its text pointers cleared), then each text (length, bytes) in field order; NULL on
+ * out of memory, else a buffer the caller frees (tpu_free), *n its length.
+ * tpu_chip_from_image: 1 with *out the chip whose image p holds (its numbers byte for byte,
+ * its texts equal, kept by tpu_chip_text); 0 when the bytes are not an image of this build's
+ * struct or memory runs out (out then undefined). */
+void *tpu_chip_image(const tpu_chip *c, size_t *n);
+int tpu_chip_from_image(const void *p, size_t n, tpu_chip *out);
+/* The file tpu_chip_load reads for path_or_name (a preset found along the chips folders;
+ * ":core" dropped) into path, and its bytes into buf when it holds fewer than cap: 1 with
+ * *n their count; 0 when it cannot be found or read or is larger (tpu_chip_load then says
+ * why or reads it whole). */
+int tpu_chip_read_file(const char *path_or_name, char *path, size_t npath, char *buf, size_t cap, size_t *n);
 /* The same checks on `len` bytes of a chip file's text; `name` stands for the file. */
 tpu_status tpu_chip_load_text(const char *name, const char *text, size_t len, tpu_chip *out, tpu_diag *d);
 

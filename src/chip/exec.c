@@ -281,7 +281,7 @@ static tpu_status dot_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *i
  * and multiplied in blocks; each output element is the same whatever the block. */
 static tpu_status conv_mxu(const exec_ctx *c, tpu_exec_path p, const tpu_instr *in, const tpu_tensor *lhs,
                            const tpu_tensor *rhs, tpu_tensor *out, int *handled, tpu_diag *d) {
-  const tpu_conv_dims *cd = &in->conv;
+  const tpu_conv_dims *cd = in->conv;
   int ns = cd->nspatial;
   tpu_conv_geom g;
   /* Shapes the reference kernel would reject go to it for its message. */

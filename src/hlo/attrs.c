@@ -12,6 +12,10 @@ typedef struct {
   tpu_instr *in;
   const tpu_attr *a;
   tpu_diag *d;
+  /* the instruction's own copies of the views its attributes write (see own_views) */
+  tpu_gather_dims *g;
+  tpu_scatter_dims *sc;
+  tpu_conv_dims *cd;
 } actx;
 
 static tpu_status bad(actx *c, const char *what) {
@@ -265,7 +269,7 @@ static tpu_status parse_dim_labels(actx *c) {
   const char *parts[3] = {s, us + 1, ar + 2};
   size_t lens[3] = {(size_t)(us - s), (size_t)(ar - us - 1), strlen(ar + 2)};
   const char *roles[3] = {"bf", "io", "bf"};
-  tpu_conv_dims *cd = &c->in->conv;
+  tpu_conv_dims *cd = c->cd;
   int nsp = -1;
   for (int p = 0; p < 3; p++) {
     int64_t r0 = -1, r1 = -1, sp[TPU_MAX_RANK];
@@ -354,9 +358,52 @@ static tpu_status parse_fft_type(actx *c) {
   return bad(c, "one of FFT, IFFT, RFFT, IRFFT");
 }
 
-tpu_status tpu__hlo_parse_attrs(tpu_module *m, tpu_instr *in, tpu_diag *d) {
+static const char *const k_gather_attrs[] = {"offset_dims", "collapsed_slice_dims", "start_index_map",
+                                             "operand_batching_dims", "start_indices_batching_dims", "slice_sizes",
+                                             "index_vector_dim"};
+static const char *const k_scatter_attrs[] = {"update_window_dims", "inserted_window_dims",
+                                              "scatter_dims_to_operand_dims", "input_batching_dims",
+                                              "scatter_indices_batching_dims", "index_vector_dim"};
+
+static int names_one_of(const char *n, const char *const *v, size_t k) {
+  for (size_t i = 0; i < k; i++)
+    if (!strcmp(n, v[i])) return 1;
+  return 0;
+}
+
+/* A view (gather, scatter, convolution) is shared by an instruction's clones
+ * (tpu_build_clone_instr copies the pointer): before its attributes write one, the
+ * instruction gets its own copy, holding what the shared one held (re-deriving overwrites
+ * only the fields its attributes name). */
+static void *own_copy(tpu_module *m, const void *v, size_t n) {
+  void *p = tpu_arena_alloc(&m->arena, n);
+  if (p) memcpy(p, v, n);
+  return p;
+}
+
+static tpu_status own_views(tpu_module *m, tpu_instr *in, actx *c) {
+  int g = 0, sc = 0, cd = 0;
   for (int i = 0; i < in->nattrs; i++) {
-    actx c = {m, in, &in->attrs[i], d};
+    const char *n = in->attrs[i].name;
+    g |= names_one_of(n, k_gather_attrs, sizeof k_gather_attrs / sizeof *k_gather_attrs);
+    sc |= names_one_of(n, k_scatter_attrs, sizeof k_scatter_attrs / sizeof *k_scatter_attrs);
+    cd |= !strcmp(n, "dim_labels");
+  }
+  if (g && !(c->g = own_copy(m, in->gather, sizeof *c->g))) return nomem(c);
+  if (sc && !(c->sc = own_copy(m, in->scatter, sizeof *c->sc))) return nomem(c);
+  if (cd && !(c->cd = own_copy(m, in->conv, sizeof *c->cd))) return nomem(c);
+  if (c->g) in->gather = c->g;
+  if (c->sc) in->scatter = c->sc;
+  if (c->cd) in->conv = c->cd;
+  return TPU_OK;
+}
+
+tpu_status tpu__hlo_parse_attrs(tpu_module *m, tpu_instr *in, tpu_diag *d) {
+  actx views = {m, in, in->nattrs ? &in->attrs[0] : NULL, d, NULL, NULL, NULL};
+  TPU_TRY(own_views(m, in, &views));
+  for (int i = 0; i < in->nattrs; i++) {
+    actx c = views;
+    c.a = &in->attrs[i];
     const char *n = in->attrs[i].name;
     tpu_status st = TPU_OK;
     int64_t v;
@@ -381,20 +428,20 @@ tpu_status tpu__hlo_parse_attrs(tpu_module *m, tpu_instr *in, tpu_diag *d) {
     else if (IS("rhs_batch_dims")) st = parse_list(&c, &in->dot.rhs_batch);
     else if (IS("lhs_contracting_dims")) st = parse_list(&c, &in->dot.lhs_contract);
     else if (IS("rhs_contracting_dims")) st = parse_list(&c, &in->dot.rhs_contract);
-    else if (IS("offset_dims")) st = parse_list(&c, &in->gather.offset_dims);
-    else if (IS("collapsed_slice_dims")) st = parse_list(&c, &in->gather.collapsed_slice_dims);
-    else if (IS("start_index_map")) st = parse_list(&c, &in->gather.start_index_map);
-    else if (IS("operand_batching_dims")) st = parse_list(&c, &in->gather.operand_batching_dims);
-    else if (IS("start_indices_batching_dims")) st = parse_list(&c, &in->gather.start_indices_batching_dims);
-    else if (IS("slice_sizes")) st = parse_list(&c, &in->gather.slice_sizes);
+    else if (IS("offset_dims")) st = parse_list(&c, &c.g->offset_dims);
+    else if (IS("collapsed_slice_dims")) st = parse_list(&c, &c.g->collapsed_slice_dims);
+    else if (IS("start_index_map")) st = parse_list(&c, &c.g->start_index_map);
+    else if (IS("operand_batching_dims")) st = parse_list(&c, &c.g->operand_batching_dims);
+    else if (IS("start_indices_batching_dims")) st = parse_list(&c, &c.g->start_indices_batching_dims);
+    else if (IS("slice_sizes")) st = parse_list(&c, &c.g->slice_sizes);
     else if (IS("index_vector_dim")) {
       st = parse_int_attr(&c, &v);
-      in->gather.index_vector_dim = in->scatter.index_vector_dim = v;
-    } else if (IS("update_window_dims")) st = parse_list(&c, &in->scatter.update_window_dims);
-    else if (IS("inserted_window_dims")) st = parse_list(&c, &in->scatter.inserted_window_dims);
-    else if (IS("scatter_dims_to_operand_dims")) st = parse_list(&c, &in->scatter.scatter_dims_to_operand_dims);
-    else if (IS("input_batching_dims")) st = parse_list(&c, &in->scatter.input_batching_dims);
-    else if (IS("scatter_indices_batching_dims")) st = parse_list(&c, &in->scatter.scatter_indices_batching_dims);
+      c.g->index_vector_dim = c.sc->index_vector_dim = v;
+    } else if (IS("update_window_dims")) st = parse_list(&c, &c.sc->update_window_dims);
+    else if (IS("inserted_window_dims")) st = parse_list(&c, &c.sc->inserted_window_dims);
+    else if (IS("scatter_dims_to_operand_dims")) st = parse_list(&c, &c.sc->scatter_dims_to_operand_dims);
+    else if (IS("input_batching_dims")) st = parse_list(&c, &c.sc->input_batching_dims);
+    else if (IS("scatter_indices_batching_dims")) st = parse_list(&c, &c.sc->scatter_indices_batching_dims);
     else if (IS("dim_labels")) st = parse_dim_labels(&c);
     else if (IS("feature_group_count")) st = parse_int_attr(&c, &in->feature_group_count);
     else if (IS("batch_group_count")) st = parse_int_attr(&c, &in->batch_group_count);

@@ -220,8 +220,8 @@ static tpu_status parse_shape(parser *p, tpu_shape *sh, int depth) {
 typedef struct {
   const char *name;
   tpu_loc loc;
-  tpu_shape shape; /* long-form operand's shape, checked after resolution */
-  int has_shape;
+  tpu_shape *shape; /* long-form operand's shape, checked after resolution; NULL: none written (the
+                     * short form, most operands: a reference stays 32 bytes, not 216) */
 } operand_ref;
 
 static tpu_status parse_attrs(parser *p, tpu_attr **out, int *nout, int stop_at_newline) {
@@ -296,9 +296,13 @@ static tpu_status parse_operands(parser *p, tpu_instr *in) {
         long_form = k < lx->len && lx->src[k] == '[' && tpu_dtype_parse(lx->src + lx->pos, k - lx->pos, &dt);
       }
       if (long_form) {
-        st = parse_shape(p, &r->shape, 0);
+        r->shape = tpu_arena_alloc(&p->m->arena, sizeof *r->shape);
+        if (!r->shape) {
+          st = nomem(p);
+          break;
+        }
+        st = parse_shape(p, r->shape, 0);
         if (st != TPU_OK) break;
-        r->has_shape = 1;
       }
       const char *s;
       size_t n;
@@ -333,9 +337,7 @@ static tpu_status parse_instr(parser *p, tpu_comp *c, tpu_instr **out) {
   tpu_instr *in = tpu_arena_alloc(&p->m->arena, sizeof *in);
   if (!in) return nomem(p);
   in->parent = c;
-  in->feature_group_count = in->batch_group_count = 1;
-  in->index = -1;
-  in->largest = 1;
+  tpu_instr_init(in);
   const char *s;
   size_t n;
   tpu_lex_skip(lx);
@@ -564,9 +566,9 @@ static tpu_status resolve_comp(parser *p, tpu_comp *c) {
         st = TPU_FAIL(p->d, TPU_ERR_INVALID, r->loc, "unknown operand '%s'", r->name);
         break;
       }
-      if (r->has_shape && !tpu_shape_equal(&r->shape, &def->shape)) {
+      if (r->shape && !tpu_shape_equal(r->shape, &def->shape)) {
         char a[256], b[256];
-        tpu_shape_print(&r->shape, a, sizeof a);
+        tpu_shape_print(r->shape, a, sizeof a);
         tpu_shape_print(&def->shape, b, sizeof b);
         st = TPU_FAIL(p->d, TPU_ERR_INVALID, r->loc, "operand '%s' is written as %s but defined as %s", r->name, a, b);
         break;

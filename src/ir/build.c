@@ -160,9 +160,7 @@ static tpu_status comp_append(tpu_builder *b, tpu_comp *c, tpu_instr *in) {
 static tpu_instr *new_instr(tpu_builder *b) {
   tpu_instr *in = tpu_arena_alloc(&b->m->arena, sizeof *in);
   if (!in) return NULL;
-  in->feature_group_count = in->batch_group_count = 1;
-  in->index = -1;
-  in->largest = 1;
+  tpu_instr_init(in);
   return in;
 }
 

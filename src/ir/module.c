@@ -252,6 +252,19 @@ int tpu_shape_print(const tpu_shape *s, char *buf, size_t n) {
   return len;
 }
 
+static const tpu_gather_dims k_no_gather;
+static const tpu_scatter_dims k_no_scatter;
+static const tpu_conv_dims k_no_conv;
+
+void tpu_instr_init(tpu_instr *in) {
+  in->feature_group_count = in->batch_group_count = 1;
+  in->index = -1;
+  in->largest = 1;
+  in->gather = &k_no_gather;
+  in->scatter = &k_no_scatter;
+  in->conv = &k_no_conv;
+}
+
 void tpu_module_free(tpu_module *m) {
   if (!m) return;
   if (m->plans && m->plans_free) m->plans_free(m->plans);

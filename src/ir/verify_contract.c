@@ -72,7 +72,7 @@ static tpu_status verify_convolution(const tpu_instr *in, tpu_diag *d) {
   TPU_TRY(tpu__vneed_array(in, 0, d));
   TPU_TRY(tpu__vneed_array(in, 1, d));
   const tpu_shape *l = &in->operands[0]->shape, *k = &in->operands[1]->shape;
-  const tpu_conv_dims *c = &in->conv;
+  const tpu_conv_dims *c = in->conv;
   if (!numeric(l->dtype) || !numeric(k->dtype) || !numeric(in->shape.dtype))
     return TPU_VFAIL(d, in, "operands and result must have numeric element types");
   if (!in->has_conv_dims) return TPU_VFAIL(d, in, "needs a 'dim_labels' attribute");
@@ -159,7 +159,7 @@ static tpu_status check_index_map(const tpu_instr *in, const tpu_i64s *map, int6
 
 static tpu_status verify_gather(const tpu_instr *in, tpu_diag *d) {
   TPU_TRY(tpu__vneed_array(in, 0, d));
-  const tpu_gather_dims *g = &in->gather;
+  const tpu_gather_dims *g = in->gather;
   const tpu_shape *op = &in->operands[0]->shape, *ix = &in->operands[1]->shape;
   int64_t ivd = g->index_vector_dim;
   TPU_TRY(check_indices(in, 1, ivd, d));
@@ -216,7 +216,7 @@ static tpu_status verify_scatter(const tpu_instr *in, tpu_diag *d) {
   if (in->noperands < 3 || in->noperands % 2 == 0)
     return TPU_VFAIL(d, in, "takes N operands, the indices and N updates; got %d operands", in->noperands);
   int n = (in->noperands - 1) / 2;
-  const tpu_scatter_dims *s = &in->scatter;
+  const tpu_scatter_dims *s = in->scatter;
   const tpu_shape *op = &in->operands[0]->shape, *ix = &in->operands[n]->shape, *up = &in->operands[n + 1]->shape;
   for (int k = 0; k < n; k++) {
     TPU_TRY(tpu__vneed_array(in, k, d));

@@ -435,7 +435,7 @@ static tpu_status conv_gemm(const tpu_instr *in, const tpu_tensor *lhs, const tp
  * batch group o / (C_out/BG), i.e. input batch b + group*(N/BG). */
 static tpu_status conv_kernel(const tpu_instr *in, const tpu_tensor *lhs, const tpu_tensor *rhs, tpu_tensor *out,
                               tpu_diag *d) {
-  const tpu_conv_dims *cd = &in->conv;
+  const tpu_conv_dims *cd = in->conv;
   int ns = cd->nspatial;
   if (!in->has_conv_dims || lhs->rank != ns + 2 || rhs->rank != ns + 2 || in->nwindow != ns ||
       !tpu_dtype_is_array(in->shape.dtype) || in->shape.rank != ns + 2)

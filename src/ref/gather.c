@@ -79,7 +79,7 @@ static void read_start(const batch_walk *w, const tpu_tensor *idx, const tpu_i64
 
 static tpu_status gather(const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out, tpu_diag *d) {
   const tpu_tensor *x = args[0], *idx = args[1];
-  const tpu_gather_dims *g = &in->gather;
+  const tpu_gather_dims *g = in->gather;
   tpu_diag inner;
   tpu_status st = tpu_tensor_alloc(out, in->shape.dtype, in->shape.rank, in->shape.dims, &inner);
   if (st != TPU_OK) return alloc_fail_at(in, st, &inner, d);
@@ -155,7 +155,7 @@ typedef struct {
 
 static tpu_status scatter(tpu_interp *ip, const tpu_instr *in, const tpu_tensor *const *args, tpu_tensor *out,
                           tpu_diag *d) {
-  const tpu_scatter_dims *s = &in->scatter;
+  const tpu_scatter_dims *s = in->scatter;
   int n = (in->noperands - 1) / 2;
   if (n < 1 || n > 16)
     return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, in->loc, "scatter of %d operands is not supported (at most 16)", n);

@@ -6,7 +6,7 @@
 #include "base/par.h"
 
 int tpu_conv_geom_init(const tpu_instr *in, const int64_t *ldims, const int64_t *rdims, tpu_conv_geom *g) {
-  const tpu_conv_dims *cd = &in->conv;
+  const tpu_conv_dims *cd = in->conv;
   int ns = cd->nspatial;
   memset(g, 0, sizeof *g);
   if (!in->has_conv_dims || in->nwindow != ns || ns + 2 > TPU_MAX_RANK || in->shape.rank != ns + 2) return 0;
@@ -39,7 +39,7 @@ int tpu_conv_geom_init(const tpu_instr *in, const int64_t *ldims, const int64_t 
 }
 
 void tpu_conv_pack_orders(const tpu_instr *in, int *lorder, int *rorder) {
-  const tpu_conv_dims *cd = &in->conv;
+  const tpu_conv_dims *cd = in->conv;
   int ns = cd->nspatial;
   lorder[0] = (int)cd->in_batch;
   for (int s = 0; s < ns; s++) lorder[1 + s] = (int)cd->in_spatial[s], rorder[s] = (int)cd->k_spatial[s];
@@ -197,7 +197,7 @@ void tpu_conv_kernel_matrix(const tpu_instr *in, const tpu_conv_geom *g, const f
 }
 
 void tpu_conv_out_offsets(const tpu_instr *in, const tpu_conv_geom *g, int64_t *off, int64_t *fstride) {
-  const tpu_conv_dims *cd = &in->conv;
+  const tpu_conv_dims *cd = in->conv;
   int ns = g->ns;
   int64_t ostr[TPU_MAX_RANK], s1 = 1;
   for (int i = ns + 1; i >= 0; i--) ostr[i] = s1, s1 *= g->odims[i];

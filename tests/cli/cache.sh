@@ -3,13 +3,17 @@
 # cold run does (timing and full mode, a pod, an SPMD program, loops with trip counts from
 # the values); the key changes with the chip, the precision and the program; a corrupt entry
 # is reported, ignored and rebuilt; an entry of another format version is a silent miss;
-# concurrent writers leave one whole entry; the size bound removes the oldest entries;
+# concurrent writers leave one whole entry; the size bound removes the oldest entries; the
+# loaded chip is an entry of its own (a warm run reads it back instead of parsing the chip's
+# JSON), keyed by its file's bytes;
 # --no-cache and TPUSIM_CACHE=0 neither read nor write.
 . tests/cli/lib/preamble.sh
 C="$T/cache"
 export TPUSIM_CACHE_LOG=1
 unset TPUSIM_CACHE TPUSIM_CACHE_MAX_MB
 entries() { find "$C" -name '*.tpc' | wc -l | tr -d ' '; }
+# the number of cache hits a run's stderr reports
+hits() { grep -c "^tpusim: cache hit " "$T/$1.err"; }
 # drops the one line that carries the host's time for the values
 nohost() { grep -v '^backend tpu: .* of host time$' "$1"; }
 
@@ -45,11 +49,12 @@ for prog in "examples/transformer_step.hlo --mode timing" "examples/mlp.hlo --mo
   says "first$i" stored
   run "warm$i" $prog
   says "warm$i" hit
+  [ "$(hits "warm$i")" = 2 ] || fail "warm$i: $(hits "warm$i") cache hits, not 2 (the chip, the timing)"
   grep -q "stored" "$T/warm$i.err" && fail "warm$i: stored again"
   same "cold$i" "first$i"
   same "cold$i" "warm$i"
 done
-[ "$(entries)" = 7 ] || fail "7 programs left $(entries) entries"
+[ "$(entries)" = 9 ] || fail "7 programs on 2 chips left $(entries) entries"
 # full mode: the values written by -o are the same on a hit
 # shellcheck disable=SC2086
 "$BIN" run $MLP --cache-dir "$C" -o "$T/v1" > /dev/null 2>&1 || fail "mlp -o"
@@ -68,8 +73,22 @@ cmp -s examples/mlp.hlo "$T/mlp2.hlo" && fail "the renamed copy is the same text
 run text "$T/mlp2.hlo" --mode timing --chip v5p
 says text miss
 
+# an edited chip file: its new bytes miss, and the run times the new chip
+cp chips/v5e.json "$T/edit.json"
+run ed1 examples/mlp.hlo --mode timing --chip "$T/edit.json"
+run ed2 examples/mlp.hlo --mode timing --chip "$T/edit.json"
+[ "$(hits ed2)" = 2 ] || fail "ed2: $(hits ed2) cache hits, not 2"
+same ed1 ed2
+sed 's/"hbm_bw": *{"value": 819e9/"hbm_bw": {"value": 409.5e9/' chips/v5e.json > "$T/edit.json"
+cmp -s chips/v5e.json "$T/edit.json" && fail "the edited chip is the same text"
+run ed3 examples/mlp.hlo --mode timing --chip "$T/edit.json"
+[ "$(hits ed3)" = 0 ] || fail "ed3: the edited chip hit the cache"
+cmp -s "$T/ed1.json" "$T/ed3.json" && fail "the edited chip's report equals the first chip's"
+run ed4 examples/mlp.hlo --mode timing --chip "$T/edit.json" --no-cache
+same ed3 ed4
+
 # a corrupt entry: a warning, the same output, and a whole entry again afterwards
-f=$(grep "cache hit" "$T/warm1.err" | sed 's/^tpusim: cache hit //')
+f=$(grep "cache hit" "$T/warm1.err" | tail -n 1 | sed 's/^tpusim: cache hit //') # the timing's (after the chip's)
 [ -f "$f" ] || fail "no entry file named on stderr"
 size=$(wc -c < "$f")
 printf 'XXXXXXXX' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc 2> /dev/null
@@ -96,7 +115,8 @@ grep -q warning "$T/version.err" && fail "another version's entry warned"
 says version stored
 same cold1 version
 
-# concurrent writers of one key: all succeed with the same output, one whole entry remains
+# concurrent writers of one key: all succeed with the same output, one whole entry of each
+# key remains (the chip's and the timing's)
 C2="$T/cache2"
 for k in 1 2 3 4; do
   "$BIN" run examples/transformer_step.hlo --mode timing --cache-dir "$C2" > "$T/par$k.out" 2> "$T/par$k.err" &
@@ -105,7 +125,7 @@ wait
 for k in 1 2 3 4; do
   cmp -s "$T/par1.out" "$T/par$k.out" || fail "concurrent run $k printed differently"
 done
-[ "$(find "$C2" -type f | wc -l | tr -d ' ')" = 1 ] || fail "concurrent writers left $(find "$C2" -type f | wc -l) files"
+[ "$(find "$C2" -type f | wc -l | tr -d ' ')" = 2 ] || fail "concurrent writers left $(find "$C2" -type f | wc -l) files"
 "$BIN" run examples/transformer_step.hlo --mode timing --cache-dir "$C2" > /dev/null 2> "$T/par.err"
 grep -q "cache hit" "$T/par.err" || fail "no hit after concurrent writers: $(cat "$T/par.err")"
 

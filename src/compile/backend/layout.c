@@ -407,7 +407,7 @@ static int64_t conv_result_bytes(const tpu__be *be, const tpu_instr *v, const tp
   if (!cv || cv->op != TPU_OP_CONVOLUTION || !cv->has_conv_dims || cv->shape.rank != s->rank ||
       memcmp(cv->shape.dims, s->dims, sizeof s->dims[0] * (size_t)s->rank))
     return -1;
-  const tpu_conv_dims *cd = &cv->conv;
+  const tpu_conv_dims *cd = cv->conv;
   int64_t taps = 1, lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
   for (int i = 0; i < cd->nspatial; i++) taps *= cv->operands[1]->shape.dims[cd->k_spatial[i]];
   int batch = (int)cd->out_batch, feature = (int)cd->out_feature;

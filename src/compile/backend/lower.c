@@ -305,10 +305,10 @@ static int group_rows_on_chip(const tpu__be *be, const tpu__kinfo *k) {
       !tpu__conv_group_window(mm))
     return 0;
   int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
-  int64_t batch = mm->shape.dims[mm->conv.out_batch];
+  int64_t batch = mm->shape.dims[mm->conv->out_batch];
   if (k->vres && tpu_dtype_size(mm->shape.dtype) == 4 && batch > 0 && batch % sub == 0) return 1;
   if (!be->chip->mxu_fill_hidden || mm->noperands < 1) return 0;
-  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_conv_dims *cd = mm->conv;
   int64_t bytes = group_layout_bytes(&mm->operands[0]->shape, (int)cd->in_batch, (int)cd->in_feature) +
                   group_layout_bytes(&mm->shape, (int)cd->out_batch, (int)cd->out_feature);
   return bytes <= tpu__vmem_budget(be->chip) / 2;

@@ -48,7 +48,7 @@ static int64_t scatter_updates(const tpu_instr *sc) {
   int nops = (sc->noperands - 1) / 2;
   const tpu_shape *ix = &sc->operands[nops]->shape;
   int64_t n = tpu_shape_numel(ix);
-  int64_t ivd = sc->scatter.index_vector_dim;
+  int64_t ivd = sc->scatter->index_vector_dim;
   if (ivd >= 0 && ivd < ix->rank && ix->dims[ivd] > 0) n /= ix->dims[ivd];
   return n > 0 ? n : 1;
 }

@@ -93,7 +93,7 @@ static int64_t eup_vregs(const tpu_shape *s, int64_t vr) {
 static int conv_on_vpu(const tpu_instr *cv) {
   if (cv->op != TPU_OP_CONVOLUTION || cv->batch_group_count <= 1) return 0;
   const tpu_shape *rs = &cv->operands[1]->shape;
-  return rs->dims[cv->conv.k_out] == cv->batch_group_count;
+  return rs->dims[cv->conv->k_out] == cv->batch_group_count;
 }
 
 static int is_mxu_op(const tpu_instr *in) {
@@ -337,7 +337,7 @@ static void add_cost(const tpu__be *be, const tpu_instr *in, cost *c) {
        * 32-bit registers (16-bit inputs widened, as the EUP widens them) */
       const tpu_shape *is = &in->operands[0]->shape;
       int64_t taps = 1;
-      for (int i = 0; i < in->conv.nspatial; i++) taps *= s->dims[in->conv.out_spatial[i]];
+      for (int i = 0; i < in->conv->nspatial; i++) taps *= s->dims[in->conv->out_spatial[i]];
       int64_t ivr = eup_vregs(is, tpu__vregs(be, is));
       c->vpu += ivr * taps * 2;
       c->flops += 2.0 * (double)tpu_shape_numel(is) * (double)taps;

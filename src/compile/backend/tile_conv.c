@@ -43,7 +43,7 @@ static int single_tap(const tpu_window_dim *w, int64_t n, int64_t out, int64_t *
  * compiled programs, nor any dimension under 16 (tune split: 14 and 15 wide stay whole, 28
  * and wider are folded, batch 1 to 8, 2 to 16, 4 to 32). */
 static int space_to_batch(const tpu_instr *cv, const tpu_shape *ls, const tpu_shape *rs) {
-  const tpu_conv_dims *cd = &cv->conv;
+  const tpu_conv_dims *cd = cv->conv;
   const int64_t splits = 8;
   int i = cd->nspatial - 1;
   if (i < 0 || i >= cv->nwindow || cv->batch_group_count > 1 || cv->feature_group_count > 1) return 0;
@@ -70,7 +70,7 @@ static int space_to_batch(const tpu_instr *cv, const tpu_shape *ls, const tpu_sh
  * dilconv_b1_33x33_c64to21_k5d12, 21 features, keeps its floor) nor an input-dilated
  * (transposed) convolution. */
 static int one_row(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat) {
-  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_conv_dims *cd = mm->conv;
   if (!be->chip->mxu_fill_hidden || g != 1 || bat != 1 || mm->batch_group_count > 1) return 0;
   if (mm->shape.dims[cd->out_batch] != 1 || mm->operands[1]->shape.dims[cd->k_out] < 64) return 0;
   for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++)
@@ -96,7 +96,7 @@ static int one_row(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t ba
  * away). `g` is the feature groups, `bat` the products written as a spatial dimension, `m`
  * the rows (batch x the other output positions). */
 static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat, int64_t m) {
-  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_conv_dims *cd = mm->conv;
   const tpu_shape *rs = &mm->operands[1]->shape;
   if (be->chip->conv_group_step_cycles <= 0 || mm->batch_group_count > 1) return 0;
   if (g > 1 && rs->dims[cd->k_in] <= 1) return 0; /* depthwise: its own emitter */
@@ -134,7 +134,7 @@ static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, in
  * written as convolutions (`bat`). */
 static double scatter_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat) {
   const tpu_chip *ch = be->chip;
-  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_conv_dims *cd = mm->conv;
   const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
   if (ch->conv_scatter_cycles <= 0 || g > 1 || bat > 1 || mm->batch_group_count > 1) return 0;
   int dilated = 0;
@@ -168,7 +168,7 @@ static double scatter_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, 
  * at most PACKED_MAX_FEATURES input features, 8 or more output features (fewer: the
  * batch-in-lanes emitter), a batch not laid out minor. */
 static int packed_conv(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat) {
-  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_conv_dims *cd = mm->conv;
   const tpu_shape *rs = &mm->operands[1]->shape;
   int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
   if (g > 1 || bat > 1 || mm->batch_group_count > 1 || cd->nspatial < 1) return 0;
@@ -195,7 +195,7 @@ static int packed_conv(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_
  * [7,7,3,512] at stride 3: 17 x 3 positions of batch 8). */
 static double packed_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat) {
   const tpu_chip *ch = be->chip;
-  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_conv_dims *cd = mm->conv;
   const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
   if (ch->conv_packed_cycles <= 0 || cd->nspatial < 2 || !packed_conv(be, mm, g, bat)) return 0;
   int window = 0, strided = 0;
@@ -249,7 +249,7 @@ static int group_window_dim(const tpu_window_dim *w) {
  * of the compiler's figure). */
 static double lanes_cycles(const tpu__be *be, const tpu_instr *mm, int64_t taps) {
   const tpu_chip *ch = be->chip;
-  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_conv_dims *cd = mm->conv;
   const tpu_shape *rs = &mm->operands[1]->shape;
   int64_t co = rs->dims[cd->k_out], lanes = ch->vector_lanes > 0 ? ch->vector_lanes : 128, pos = 1;
   int grouped = 0;
@@ -276,7 +276,7 @@ static double lanes_cycles(const tpu__be *be, const tpu_instr *mm, int64_t taps)
  * 6,272) plus a start, where rows of 8 would cost batch 2 what batch 8 does (v5e, whose
  * kernels keep the step floor, 18,672 and 21,618). */
 int tpu__conv_group_window(const tpu_instr *mm) {
-  for (int i = 0; i < mm->conv.nspatial && i < mm->nwindow; i++) {
+  for (int i = 0; i < mm->conv->nspatial && i < mm->nwindow; i++) {
     const tpu_window_dim *w = &mm->window[i];
     if (w->size > 1 && w->base_dilation == w->size && w->stride == w->size - 1) return 1;
   }
@@ -309,7 +309,7 @@ static int64_t batch_tile_rows(int64_t batch, int64_t sub) {
  * resnet_bottleneck_fwd_b4_14x14x1024_g1's, fused with the statistics' reduce) and strided
  * ones (tune sconv_b1_15x15_c256to96_k2s2_valid, v4 3,574 cycles against 2,718 at 8 rows). */
 static int tile_batch(const tpu_instr *mm, int64_t g, int64_t bat, int64_t lanes) {
-  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_conv_dims *cd = mm->conv;
   const tpu_shape *rs = &mm->operands[1]->shape;
   if (g != 1 || bat != 1 || rs->dims[cd->k_in] < lanes) return 0;
   int64_t taps = 1;
@@ -324,7 +324,7 @@ static int tile_batch(const tpu_instr *mm, int64_t g, int64_t bat, int64_t lanes
  * rest). */
 void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
   const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
-  const tpu_conv_dims *cd = &mm->conv;
+  const tpu_conv_dims *cd = mm->conv;
   int64_t g = (mm->feature_group_count > 0 ? mm->feature_group_count : 1) *
               (mm->batch_group_count > 0 ? mm->batch_group_count : 1);
   int64_t m = mm->shape.dims[cd->out_batch], taps = 1, bat = 1;

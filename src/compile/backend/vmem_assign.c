@@ -239,7 +239,7 @@ static void param_uses(const tpu__be *be, int ci, const tpu_instr *p, int64_t np
       r->use_elems += leaf_elems(&u->shape);
       if (relayout && ku->kind == TPU__K_MATMUL && o == ku->mm_lhs && ku->mm && ku->mm->op == TPU_OP_CONVOLUTION &&
           ku->mm->has_conv_dims && p->shape.rank == ku->mm->operands[0]->shape.rank &&
-          tpu__needs_relayout(be->chip, &p->shape, (int)ku->mm->conv.in_batch, (int)ku->mm->conv.in_feature))
+          tpu__needs_relayout(be->chip, &p->shape, (int)ku->mm->conv->in_batch, (int)ku->mm->conv->in_feature))
         r->other = 1;
     }
   }

@@ -352,8 +352,8 @@ static int reshape_keeps(const tpu_instr *r, int d, int of_operand) {
 
 int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int result_side) {
   if (conv->op != TPU_OP_CONVOLUTION || !conv->has_conv_dims || r->op != TPU_OP_RESHAPE) return 0;
-  if (result_side) return r->operands[0]->shape.rank == conv->shape.rank && !reshape_keeps(r, (int)conv->conv.out_batch, 1);
-  return r->shape.rank == conv->operands[0]->shape.rank && !reshape_keeps(r, (int)conv->conv.in_batch, 0);
+  if (result_side) return r->operands[0]->shape.rank == conv->shape.rank && !reshape_keeps(r, (int)conv->conv->out_batch, 1);
+  return r->shape.rank == conv->operands[0]->shape.rank && !reshape_keeps(r, (int)conv->conv->in_batch, 0);
 }
 
 int tpu__fuse_own_kernel(const tpu_instr *in) {

@@ -58,7 +58,7 @@ int tpu__gather_index_kernel(const tpu_instr *in) {
 /* The one operand dimension a row gather indexes, or -1 when g is not one that the compiler
  * gives an index kernel. */
 static int row_gather_dim(const tpu_instr *g) {
-  const tpu_gather_dims *gd = &g->gather;
+  const tpu_gather_dims *gd = g->gather;
   if (g->noperands != 2 || gd->start_index_map.n != 1 || gd->operand_batching_dims.n != 0) return -1;
   const tpu_shape *x = &g->operands[0]->shape, *ix = &g->operands[1]->shape;
   /* 32- and 64-bit indices: the bound fits their type */
@@ -95,7 +95,7 @@ static int bit_width(int64_t v) {
  * [m, n] with the vector last and more than one of them (one is a dynamic-slice there),
  * and each component's range [0, dim - slice size] in bit_width bits, all n in 32. */
 static int packed_points(const tpu_instr *g) {
-  const tpu_gather_dims *gd = &g->gather;
+  const tpu_gather_dims *gd = g->gather;
   if (g->noperands != 2 || gd->start_index_map.n < 2 || gd->operand_batching_dims.n != 0) return 0;
   const tpu_shape *x = &g->operands[0]->shape, *ix = &g->operands[1]->shape;
   if (ix->dtype != TPU_S32 && ix->dtype != TPU_U32) return 0;
@@ -210,7 +210,7 @@ static tpu_status scalarize(tpu_builder *b, tpu_comp *c, const tpu_instr *like, 
 /* The start index components of a gather of one index vector with no batching dimensions
  * (n of them), or 0 when g is not one: the compiler's is a dynamic-slice. */
 static int one_index(const tpu_instr *g) {
-  const tpu_gather_dims *gd = &g->gather;
+  const tpu_gather_dims *gd = g->gather;
   if (g->noperands != 2 || gd->operand_batching_dims.n != 0 || gd->start_index_map.n < 1) return 0;
   const tpu_shape *x = &g->operands[0]->shape, *ix = &g->operands[1]->shape;
   if (!tpu_dtype_is_int(ix->dtype) || tpu_shape_numel(ix) != gd->start_index_map.n || gd->slice_sizes.n != x->rank)
@@ -245,7 +245,7 @@ static tpu_status slice_one_index(tpu_builder *b, tpu_comp *c, tpu_instr *g, int
     TPU_TRY(scalarize(b, c, g, &mp, v, &comp[k]));
     if (!comp[k]) return TPU_OK;
   }
-  const tpu_gather_dims *gd = &g->gather;
+  const tpu_gather_dims *gd = g->gather;
   const tpu_shape *x = &g->operands[0]->shape;
   tpu_dtype it = ix->shape.dtype;
   tpu_shape s0 = tpu_build_shape(it, 0, NULL);
@@ -297,7 +297,7 @@ static tpu_status slice_one_index(tpu_builder *b, tpu_comp *c, tpu_instr *g, int
 /* Whether g takes one element per row of a 2-D operand by one index per row (operand
  * batching dimension bd, start index dimension sd; take_along_axis with k = 1): *B rows. */
 static int one_per_row(const tpu_instr *g, int64_t *B) {
-  const tpu_gather_dims *gd = &g->gather;
+  const tpu_gather_dims *gd = g->gather;
   const tpu_shape *x = &g->operands[0]->shape, *ix = &g->operands[1]->shape;
   if (g->noperands != 2 || x->rank != 2 || gd->operand_batching_dims.n != 1 || gd->start_index_map.n != 1 ||
       gd->start_indices_batching_dims.n != 1 || gd->offset_dims.n != 0 || gd->slice_sizes.n != 2 ||
@@ -321,7 +321,7 @@ static int one_per_row(const tpu_instr *g, int64_t *B) {
  * kernel of its own, and gathers points (row, index) without batching dimensions; values
  * are the gather's (the row clamp is a no-op, the index clamp the gather's own). */
 static tpu_status explicit_rows(tpu_builder *b, tpu_comp *c, tpu_instr *g, int64_t B) {
-  const tpu_gather_dims *gd = &g->gather;
+  const tpu_gather_dims *gd = g->gather;
   int64_t bd = gd->operand_batching_dims.v[0], sd = gd->start_index_map.v[0];
   const tpu_shape *x = &g->operands[0]->shape;
   tpu_dtype it = g->operands[1]->shape.dtype;
@@ -403,7 +403,7 @@ static const tpu_instr *index_source(const tpu_instr *v) {
  * is row-major and there are none. */
 static tpu_status relaid_indices(tpu_builder *b, tpu_comp *c, tpu_instr *g, const tpu_chip *chip) {
   if (!chip || (chip->tensorcores <= 1 && chip->cmem_bytes <= 0)) return TPU_OK;
-  const tpu_gather_dims *gd = &g->gather;
+  const tpu_gather_dims *gd = g->gather;
   tpu_instr *ix = g->operands[1];
   if (g->noperands != 2 || gd->operand_batching_dims.n != 1 || gd->start_indices_batching_dims.n != 1 ||
       ix->op == TPU_OP_PARAMETER || ix->shape.rank < 2 || g->shape.rank < 2)
@@ -454,7 +454,7 @@ tpu_status tpu__gather_index_kernels(tpu_builder *b, tpu_comp *c, const tpu_chip
       any = 1;
       continue;
     }
-    if (g->gather.operand_batching_dims.n == 1) {
+    if (g->gather->operand_batching_dims.n == 1) {
       int before = c->ninstrs;
       TPU_TRY(relaid_indices(b, c, g, chip));
       any |= c->ninstrs != before;
@@ -468,7 +468,7 @@ tpu_status tpu__gather_index_kernels(tpu_builder *b, tpu_comp *c, const tpu_chip
     int d = row_gather_dim(g);
     if (d < 0) continue;
     tpu_instr *ix = g->operands[1], *lo, *hi, *cl;
-    int64_t top = g->operands[0]->shape.dims[d] - g->gather.slice_sizes.v[d];
+    int64_t top = g->operands[0]->shape.dims[d] - g->gather->slice_sizes.v[d];
     if (top < 0) continue; /* an ill-formed slice size: verify reports it */
     TPU_TRY(scalar(b, c, ix->shape.dtype, 0, &lo));
     TPU_TRY(scalar(b, c, ix->shape.dtype, top, &hi));

@@ -36,7 +36,7 @@ static int group_formed(const tpu_instr *cv) {
   if (cv->op != TPU_OP_CONVOLUTION || !cv->has_conv_dims || cv->noperands != 2 || cv->batch_group_count > 1 ||
       cv->feature_group_count <= 1 || cv->shape.rank + 1 > TPU_MAX_RANK)
     return 0;
-  const tpu_conv_dims *cd = &cv->conv;
+  const tpu_conv_dims *cd = cv->conv;
   int64_t g = cv->feature_group_count, cin = cv->operands[0]->shape.dims[cd->in_feature];
   int64_t cout = cv->shape.dims[cd->out_feature];
   return !(cin % g || cout % g || cin / g <= 1); /* depthwise: one input feature a group */
@@ -45,7 +45,7 @@ static int group_formed(const tpu_instr *cv) {
 int tpu__group_split(const tpu_chip *chip, const tpu_instr *cv, int *few) {
   *few = 0;
   if (!group_formed(cv)) return 0;
-  const tpu_conv_dims *cd = &cv->conv;
+  const tpu_conv_dims *cd = cv->conv;
   int64_t g = cv->feature_group_count, cin = cv->operands[0]->shape.dims[cd->in_feature];
   int64_t cout = cv->shape.dims[cd->out_feature], nb = cv->shape.dims[cd->out_batch];
   (void)cin;
@@ -97,7 +97,7 @@ static void labels(char *out, int rank, char bl, int b, char fl, int f, const in
  * meets only input g, at tap g; its compiled programs' dim_labels=b012f_01i2o->b012f), its
  * result reshaped back. Values are unchanged (the dilation's holes add only zeros). */
 static tpu_status group_form(tpu_builder *b, tpu_comp *fc, tpu_instr *cv) {
-  const tpu_conv_dims *cd = &cv->conv;
+  const tpu_conv_dims *cd = cv->conv;
   int64_t g = cv->feature_group_count;
   int n = cd->nspatial, fi = (int)cd->in_feature, ko = (int)cd->k_out, fo = (int)cd->out_feature;
   tpu_instr *x = cv->operands[0], *w = cv->operands[1], *x5, *w5, *c5, *back;
@@ -573,7 +573,7 @@ static tpu_status split_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, tpu__
     return TPU_OK;
   }
   /* the convolution in the compiler's form first (its result's layout below) */
-  tpu_conv_dims cdims = cv->conv;
+  tpu_conv_dims cdims = *cv->conv;
   int64_t g = cv->feature_group_count;
   const tpu_shape xin = cv->operands[0]->shape;
   const tpu_instr *cv_in = cv->operands[0];

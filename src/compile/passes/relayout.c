@@ -137,7 +137,7 @@ static const tpu_instr *read_conv(const tpu_instr *f, const tpu_instr *x, const 
  * would not lay it so (a batch that neither fills the sublanes nor is a plain convolution's
  * batch of fewer rows). */
 static int conv_tiling(const tpu_chip *chip, const tpu_instr *cv, const tpu_shape *s, int *second, int *minor) {
-  const tpu_conv_dims *cd = &cv->conv;
+  const tpu_conv_dims *cd = cv->conv;
   int batch = (int)cd->out_batch, feature = (int)cd->out_feature;
   /* batch in the sublanes, features in the lanes; with fewer features than the lanes and a
    * larger batch (tile.c: the batch on the MXU's columns) the batch in the lanes */
@@ -180,7 +180,7 @@ int tpu__conv_layout_value(const tpu_instr *v) {
     cv = producer_conv(v->operands[0]);
   if (!cv || v->shape.dtype == TPU_TUPLE || v->shape.rank < 3 || cv->shape.rank < 3) return 0;
   int spatial = 0;
-  for (int i = 0; i < cv->conv.nspatial; i++) spatial += cv->shape.dims[cv->conv.out_spatial[i]] > 1;
+  for (int i = 0; i < cv->conv->nspatial; i++) spatial += cv->shape.dims[cv->conv->out_spatial[i]] > 1;
   return spatial > 0;
 }
 
@@ -190,7 +190,7 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
   const tpu_instr *cv = conv_of(fc->root);
   if (!cv && fc->root->op != TPU_OP_PARAMETER) cv = read_conv(f, fc->root, &fc->root->shape, 0);
   if (!cv || f->shape.rank < 3 || f->shape.rank != cv->shape.rank) return TPU_OK;
-  int rank = f->shape.rank, batch = (int)cv->conv.out_batch, feature = (int)cv->conv.out_feature, second, minor;
+  int rank = f->shape.rank, batch = (int)cv->conv->out_batch, feature = (int)cv->conv->out_feature, second, minor;
   if (!conv_tiling(chip, cv, &f->shape, &second, &minor) || !tpu__needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
   /* perm: the convolution's layout (spatial dimensions in order, then second, minor) */
   int64_t perm[TPU_MAX_RANK], inv[TPU_MAX_RANK];
@@ -476,7 +476,7 @@ static int in_dims(const tpu_i64s *v, int d) {
  * operand's layout differs. */
 static int gather_layout(const tpu_instr *g, tpu_shape *want) {
   const tpu_shape *s = &g->operands[0]->shape;
-  const tpu_gather_dims *gd = &g->gather;
+  const tpu_gather_dims *gd = g->gather;
   if (g->noperands != 2 || s->layout_tail || s->rank < 2 || gd->slice_sizes.n != s->rank) return 0;
   int64_t slices = 1; /* the output's elements outside its offset dimensions */
   for (int d = 0; d < g->shape.rank; d++)
@@ -656,8 +656,8 @@ static void result_transpose_layouts(tpu_comp *entry, const tpu_chip *chip, cons
  * (libtpu probes, probes/patch_relayout.py: 8 x 8 over 160 and 64, 16 x 16 over 112-256,
  * 20 x 20 over 200 alike). */
 static int patch_window(const tpu_instr *r) {
-  if (r->conv.nspatial <= 0 || r->nwindow < r->conv.nspatial) return 0;
-  for (int w = 0; w < r->conv.nspatial; w++) {
+  if (r->conv->nspatial <= 0 || r->nwindow < r->conv->nspatial) return 0;
+  for (int w = 0; w < r->conv->nspatial; w++) {
     const tpu_window_dim *wd = &r->window[w];
     if (wd->size < 8 || wd->stride != wd->size || wd->pad_lo || wd->pad_hi || wd->window_dilation > 1 ||
         wd->base_dilation > 1)
@@ -733,15 +733,15 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
         conv_only = r->op == TPU_OP_CONVOLUTION && r->has_conv_dims && r->noperands == 2 && r->operands[0] == p &&
                     r->operands[1] != p;
         if (!conv_only) break;
-        int rf = (int)r->conv.in_feature, rb = (int)r->conv.in_batch;
+        int rf = (int)r->conv->in_feature, rb = (int)r->conv->in_batch;
         swapped |= fd >= 0 && fd != rf;
         /* a weight gradient (its window the image, its outputs the filter's taps) reads its
          * input in a layout of its own emitter's */
-        int image = r->conv.nspatial > 0;
+        int image = r->conv->nspatial > 0;
         patches &= patch_window(r);
-        for (int w = 0; w < r->conv.nspatial && w < r->nwindow; w++) {
+        for (int w = 0; w < r->conv->nspatial && w < r->nwindow; w++) {
           const tpu_window_dim *wd = &r->window[w];
-          if (patches || wd->size <= r->shape.dims[r->conv.out_spatial[w]]) {
+          if (patches || wd->size <= r->shape.dims[r->conv->out_spatial[w]]) {
             image = 0;
             continue;
           }
@@ -749,7 +749,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
           /* the window spans at least half the image in every dimension: a weight gradient
            * proper, not a patch embedding's 16 x 16 window over 224 nor a strided 3 x 3 x 3
            * filter over a depth of 4 */
-          image &= 2 * wd->size * (wd->window_dilation > 1 ? wd->window_dilation : 1) >= s->dims[r->conv.in_spatial[w]];
+          image &= 2 * wd->size * (wd->window_dilation > 1 ? wd->window_dilation : 1) >= s->dims[r->conv->in_spatial[w]];
         }
         if (image) wf = rf, wb = rb;
         if (fd < 0 || (fd == rb && bd == rf && s->dims[rf] % lanes == 0 && s->dims[fd] % lanes)) fd = rf, bd = rb;

@@ -43,7 +43,7 @@ tpu_status tpu__scatter_to_select(tpu_builder *b, tpu_comp *c, tpu_instr *in, tp
   *repl = NULL;
   if (in->op != TPU_OP_SCATTER || in->noperands != 3 || !tpu__is_adder(in->to_apply)) return TPU_OK;
   tpu_instr *o = in->operands[0], *ix = in->operands[1], *u = in->operands[2];
-  const tpu_scatter_dims *sd = &in->scatter;
+  const tpu_scatter_dims *sd = in->scatter;
   int r = o->shape.rank, ri = ix->shape.rank;
   if (o->op != TPU_OP_BROADCAST || o->noperands != 1 || o->operands[0]->shape.rank != 0 || r < 1 ||
       !tpu_dtype_is_int(ix->shape.dtype) || sd->update_window_dims.n != 0 || sd->inserted_window_dims.n != 1 ||

@@ -179,7 +179,7 @@ static int s2b_dilated(const tpu_window_dim *w, int64_t keff, int64_t win, int64
 static int s2b_piece(const tpu_instr *cv, s2b_plan *p) {
   if (cv->op != TPU_OP_CONVOLUTION || !cv->has_conv_dims || cv->noperands != 2 || cv->shape.dtype == TPU_TUPLE)
     return 0;
-  const tpu_conv_dims *cd = &cv->conv;
+  const tpu_conv_dims *cd = cv->conv;
   const tpu_shape *in = &cv->operands[0]->shape, *k = &cv->operands[1]->shape;
   int ws = cd->nspatial - 1;
   if (ws < 0 || cv->nwindow != cd->nspatial || cv->batch_group_count != 1) return 0;
@@ -275,7 +275,7 @@ static int pointwise_conv(const s2b_carry *k, const tpu_instr *u, const tpu_inst
   if (u->op != TPU_OP_CONVOLUTION || !u->has_conv_dims || u->noperands != 2 || u->operands[0] != from ||
       u->shape.dtype == TPU_TUPLE || u->feature_group_count != 1 || u->batch_group_count != 1)
     return 0;
-  const tpu_conv_dims *cd = &u->conv;
+  const tpu_conv_dims *cd = u->conv;
   if (cd->in_batch != k->ob || cd->out_batch != k->ob || cd->in_feature != k->of || cd->out_feature != k->of ||
       cd->nspatial != u->nwindow)
     return 0;
@@ -418,7 +418,7 @@ static tpu_status carry(s2b_ctx *x, s2b_carry *k, tpu_instr *from, tpu_instr *v)
 
 static tpu_status rewrite_one(tpu_builder *b, tpu_comp *c, tpu_instr *cv, const s2b_plan *p) {
   s2b_ctx x = {b, c, cv};
-  const tpu_conv_dims *cd = &cv->conv;
+  const tpu_conv_dims *cd = cv->conv;
   tpu_instr *act = cv->operands[0];
   const tpu_shape *in = &act->shape;
   int r = in->rank, ws = cd->nspatial - 1;

@@ -90,7 +90,7 @@ static tpu_status with_halo(sp *s, const tpu_instr *in, tpu_instr *x, const dsh 
 static tpu_status spatial_conv(sp *s, const tpu_instr *in, int sd) {
   const tpu_instr *lo = in->operands[0];
   const dsh *lh = &s->sh[lo->id];
-  const tpu_conv_dims *cd = &in->conv;
+  const tpu_conv_dims *cd = in->conv;
   int d = (int)cd->in_spatial[sd], od = (int)cd->out_spatial[sd];
   const tpu_window_dim *w = sd < in->nwindow ? &in->window[sd] : NULL;
   dsh L = k_repl, out = k_repl;
@@ -157,7 +157,7 @@ static tpu_status with_halo(sp *s, const tpu_instr *in, tpu_instr *x, const dsh 
 static tpu_status kernel_grad_spatial(sp *s, const tpu_instr *in, int sd, int *done) {
   const tpu_instr *lo = in->operands[0], *ro = in->operands[1];
   const dsh *lh = &s->sh[lo->id];
-  const tpu_conv_dims *cd = &in->conv;
+  const tpu_conv_dims *cd = in->conv;
   int d = (int)cd->in_spatial[sd], kd = (int)cd->k_spatial[sd], od = (int)cd->out_spatial[sd];
   const tpu_window_dim *w = sd < in->nwindow ? &in->window[sd] : NULL;
   *done = 0;
@@ -210,7 +210,7 @@ static tpu_status kernel_grad_spatial(sp *s, const tpu_instr *in, int sd, int *d
  * block where the batch is split over other axes — with its own filters, and its result is
  * its block of the output features. No collective for the convolution itself. */
 static tpu_status out_feature_conv(sp *s, const tpu_instr *in) {
-  const tpu_conv_dims *cd = &in->conv;
+  const tpu_conv_dims *cd = in->conv;
   const dsh *lh = &s->sh[in->operands[0]->id], *rh = &s->sh[in->operands[1]->id];
   dsh L = k_repl, R = k_repl, out = k_repl;
   R.n[cd->k_out] = out.n[cd->out_feature] = rh->n[cd->k_out];
@@ -237,7 +237,7 @@ static tpu_status out_feature_conv(sp *s, const tpu_instr *in) {
 tpu_status tpu__spmd_convolution(sp *s, const tpu_instr *in) {
   const tpu_instr *lo = in->operands[0];
   const dsh *lh = &s->sh[lo->id];
-  const tpu_conv_dims *cd = &in->conv;
+  const tpu_conv_dims *cd = in->conv;
   if (lh->manual || !in->has_conv_dims || in->feature_group_count != 1 || in->batch_group_count != 1)
     return tpu__spmd_replicated_op(s, in);
   const dsh *rh = &s->sh[in->operands[1]->id];

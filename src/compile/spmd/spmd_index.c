@@ -11,7 +11,7 @@
 
 /* The result dimension of a gather that indices dimension `d` becomes (-1: none). */
 static int gather_out_dim(const tpu_instr *in, int d) {
-  const tpu_gather_dims *g = &in->gather;
+  const tpu_gather_dims *g = in->gather;
   if (d == g->index_vector_dim) return -1;
   int want = d - (g->index_vector_dim < d), seen = 0; /* the want-th batch dimension of the result */
   for (int k = 0; k < in->shape.rank; k++) {
@@ -25,7 +25,7 @@ static int gather_out_dim(const tpu_instr *in, int d) {
 
 /* The updates dimension of a scatter that indices dimension `d` feeds (-1: none). */
 static int scatter_upd_dim(const tpu_instr *in, int d) {
-  const tpu_scatter_dims *g = &in->scatter;
+  const tpu_scatter_dims *g = in->scatter;
   if (d == g->index_vector_dim) return -1;
   const tpu_shape *u = &in->operands[2]->shape;
   int want = d - (g->index_vector_dim < d), seen = 0;
@@ -81,7 +81,7 @@ static tpu_status local_indices(sp *s, tpu_instr *ix, const int8_t *axes, int n,
  * gather clamps them); len: the rows of one chip's block. */
 static tpu_status shift_indices(sp *s, const tpu_instr *in, tpu_instr *ix, const int8_t *axes, int n, int64_t rows,
                                 int64_t len, tpu_instr **local, tpu_instr **inr) {
-  const tpu_gather_dims *g = &in->gather;
+  const tpu_gather_dims *g = in->gather;
   tpu_instr *zero, *lim, *last, *ge, *lt, *cl;
   tpu_loc loc = in->loc;
   tpu_dtype it = ix->shape.dtype;
@@ -108,7 +108,7 @@ static tpu_status shift_indices(sp *s, const tpu_instr *in, tpu_instr *ix, const
 }
 
 static tpu_status sum_lookup(sp *s, const tpu_instr *in, tpu_instr *gather, tpu_instr *inr, const int8_t *axes, int n) {
-  const tpu_gather_dims *g = &in->gather;
+  const tpu_gather_dims *g = in->gather;
   const tpu_instr *ix = in->operands[1];
   tpu_loc loc = in->loc;
   tpu_instr *mask, *zr, *x;
@@ -137,7 +137,7 @@ static tpu_status sum_lookup(sp *s, const tpu_instr *in, tpu_instr *gather, tpu_
  * dimensions; and one indexed dimension split over some axes (single-row slices along it)
  * is looked up where it lives (lookup_in_block). */
 static tpu_status split_gather(sp *s, const tpu_instr *in) {
-  const tpu_gather_dims *g = &in->gather;
+  const tpu_gather_dims *g = in->gather;
   const tpu_instr *o = in->operands[0], *ix = in->operands[1];
   const dsh *oh = &s->sh[o->id], *ih = &s->sh[ix->id];
   dsh O = k_repl, I = k_repl, out = k_repl;
@@ -199,7 +199,7 @@ static tpu_status split_gather(sp *s, const tpu_instr *in) {
  * skips out-of-bounds windows. *done 0 when the scatter is not of that form. */
 static tpu_status hinted_scatter(sp *s, const tpu_instr *in, int *done) {
   *done = 0;
-  const tpu_scatter_dims *g = &in->scatter;
+  const tpu_scatter_dims *g = in->scatter;
   const dsh *h = tpu__spmd_hint_of(s, in);
   if (!h || in->noperands != 3 || g->scatter_dims_to_operand_dims.n != 1) return TPU_OK;
   int d = (int)g->scatter_dims_to_operand_dims.v[0], inserted = 0;
@@ -239,8 +239,8 @@ static tpu_status hinted_scatter(sp *s, const tpu_instr *in, int *done) {
 tpu_status tpu__spmd_index_op(sp *s, const tpu_instr *in) {
   int scatter = in->op == TPU_OP_SCATTER;
   if (scatter && in->noperands != 3) return tpu__spmd_replicated_op(s, in);
-  const tpu_i64s *ob = scatter ? &in->scatter.input_batching_dims : &in->gather.operand_batching_dims;
-  const tpu_i64s *ib = scatter ? &in->scatter.scatter_indices_batching_dims : &in->gather.start_indices_batching_dims;
+  const tpu_i64s *ob = scatter ? &in->scatter->input_batching_dims : &in->gather->operand_batching_dims;
+  const tpu_i64s *ib = scatter ? &in->scatter->scatter_indices_batching_dims : &in->gather->start_indices_batching_dims;
   const tpu_instr *o = in->operands[0], *ix = in->operands[1];
   const dsh *oh = &s->sh[o->id], *ih = &s->sh[ix->id];
   if (oh->manual || ih->manual || (scatter && s->sh[in->operands[2]->id].manual)) return tpu__spmd_replicated_op(s, in);

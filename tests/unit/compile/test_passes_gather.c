@@ -146,7 +146,7 @@ static void test_gather_points_packed(void) {
     if (g->op != TPU_OP_GATHER) continue;
     gathers++;
     const tpu_shape *ix = &g->operands[1]->shape;
-    rows += g->gather.index_vector_dim == 0 && ix->rank == 2 && ix->dims[0] == 2 && ix->dims[1] == 300;
+    rows += g->gather->index_vector_dim == 0 && ix->rank == 2 && ix->dims[0] == 2 && ix->dims[1] == 300;
   }
   printf("gather of 300 points: %d of %d gathers read [2, 300] index rows\n", rows, gathers);
   CHECK_EQ_INT(gathers, 1);
@@ -263,7 +263,7 @@ static void test_take_along_rows(void) {
     const tpu_instr *in = m1->entry->instrs[i];
     iotas += in->op == TPU_OP_IOTA && tpu__gather_index_kernel(in); /* a kernel alone */
     clamps += in->op == TPU_OP_CLAMP && tpu__gather_index_kernel(in);
-    points += in->op == TPU_OP_GATHER && in->gather.operand_batching_dims.n == 0 &&
+    points += in->op == TPU_OP_GATHER && in->gather->operand_batching_dims.n == 0 &&
               in->operands[1]->shape.rank == 2 && in->operands[1]->shape.dims[0] == 2;
   }
   printf("take_along_axis, one index per row: %d row iota, %d clamp, %d gather of points\n", iotas, clamps, points);

@@ -78,7 +78,7 @@ static void test_group_split(void) {
     const tpu_instr *c5 = NULL;
     for (int j = 0; kr->op == TPU_OP_FUSION && j < kr->calls->ninstrs; j++)
       if (kr->calls->instrs[j]->op == TPU_OP_CONVOLUTION) c5 = kr->calls->instrs[j];
-    CHECK(c5 && c5->shape.rank == 5 && c5->feature_group_count == 1 && c5->conv.nspatial == 3);
+    CHECK(c5 && c5->shape.rank == 5 && c5->feature_group_count == 1 && c5->conv->nspatial == 3);
     if (c5 && c5->nwindow == 3)
       CHECK(c5->window[2].size == 8 && c5->window[2].stride == 7 && c5->window[2].base_dilation == 8 &&
             c5->operands[0]->shape.dims[4] == 4 && c5->operands[1]->shape.dims[3] == 8);
@@ -224,7 +224,7 @@ static void test_group_form_without_copy(void) {
     }
     printf("grouped convolution %zu without a copy: rank %d, %lld feature groups\n", i, c5 ? c5->shape.rank : 0,
            c5 ? (long long)c5->feature_group_count : 0LL);
-    CHECK(c5 && c5->shape.rank == 5 && c5->feature_group_count <= 1 && c5->conv.nspatial == 3);
+    CHECK(c5 && c5->shape.rank == 5 && c5->feature_group_count <= 1 && c5->conv->nspatial == 3);
     same_values(srcs[i], m);
     tpu_module_free(m);
   }

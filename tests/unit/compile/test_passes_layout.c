@@ -799,12 +799,12 @@ static void test_space_to_batch_forms(void) {
       const tpu_instr *in = m->entry->instrs[j];
       for (int k = 0; in->op == TPU_OP_FUSION && k < in->calls->ninstrs; k++)
         if (in->calls->instrs[k]->op == TPU_OP_CONVOLUTION)
-          batch = in->calls->instrs[k]->shape.dims[in->calls->instrs[k]->conv.out_batch];
+          batch = in->calls->instrs[k]->shape.dims[in->calls->instrs[k]->conv->out_batch];
     }
     const tpu_instr *c0 = m0->entry->root;
-    printf("space-to-batch form %zu: batch %lld -> %lld\n", i, (long long)c0->shape.dims[c0->conv.out_batch],
+    printf("space-to-batch form %zu: batch %lld -> %lld\n", i, (long long)c0->shape.dims[c0->conv->out_batch],
            (long long)batch);
-    CHECK_EQ_INT((int)batch, (int)(8 * c0->shape.dims[c0->conv.out_batch]));
+    CHECK_EQ_INT((int)batch, (int)(8 * c0->shape.dims[c0->conv->out_batch]));
     tpu_tensor args[2], r0, r1;
     memset(&r0, 0, sizeof r0);
     memset(&r1, 0, sizeof r1);
