@@ -297,6 +297,11 @@ int64_t tpu__pad_window_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* A compiled program's transposing copy with a side in tiles of fewer than 8 rows, not within
  * VMEM: that side's tiles, which it pays small_tile_transpose_cycles for (0: not one). */
 int64_t tpu__small_tile_transpose_tiles(const tpu_chip *chip, const tpu_instr *in);
+/* Own compilation's copy into or out of a select-and-scatter's layout (sas_copy): the tiles of its
+ * side in tiles of fewer than 8 rows where it moves the lanes' dimension, else 0; -1 for any other
+ * op. Whether it is one into that layout (sas_copy=in). (copy_kind.c) */
+int64_t tpu__sas_copy_small_tiles(const tpu_chip *chip, const tpu_instr *in);
+int tpu__sas_copy_in(const tpu_instr *in);
 /* A compiled program's loop fusion relaying out small tiles between HBM arrays (a fused copy that
  * keeps the lanes' dimension, its result in tiles of fewer than 8 rows): the copy's result tiles,
  * which it pays hbm_relayout_tile_cycles for beyond its transfers (0: not one; copy_kind.c). */

@@ -154,6 +154,14 @@ int tpu__relayout_off_core(const tpu__be *be, const tpu_instr *in) {
   if (in->op == TPU_OP_COPY && !in->shape.layout_tail && be->chip->tensorcores <= 1 && be->chip->cmem_bytes <= 0 &&
       in->parent && in->parent->root != in)
     return 0;
+  /* own compilation's copies around a select-and-scatter (sas_layout.c) on a chip without
+   * CMEM: the compiler reads the operand and the source of its copies in (copy, copy.1) from
+   * VMEM (S(1)) on v5e, v5p and v6e, and on a chip of one TensorCore (v5e, v6e) keeps the
+   * select-and-scatter's result in VMEM for the copy back (copy.2): one kernel start each
+   * (libtpu probes/sas_layout.py, every case; v5p's copy.2 reads HBM: two) */
+  if (in->op == TPU_OP_COPY && !in->shape.layout_tail && be->chip->cmem_bytes <= 0 &&
+      tpu__sas_copy_small_tiles(be->chip, in) >= 0 && (tpu__sas_copy_in(in) || be->chip->tensorcores <= 1))
+    return 0;
   /* A parameter's dynamic-slice returned in another tile (relayout.c tpu__result_slice_copy):
    * the compiler's slice kernel writes VMEM (S(1)) on a chip without CMEM and the copy reads
    * it there, one kernel start (libtpu probe f32[500,16]{0,1} sliced into f32[4,16]: copy.1
@@ -425,6 +433,22 @@ int tpu__group_transpose_tiles(const tpu__be *be, const tpu_instr *in, int64_t *
 /* In VMEM (S(1)) or in v4's CMEM (S(3)): the on-chip side of a relayout copy. */
 static int on_chip(const tpu_shape *s) { return tpu__in_vmem(s) || (s->layout_tail && strstr(s->layout_tail, "S(3)")); }
 
+/* Own compilation's copy into or out of a select-and-scatter's layout (sas_layout.c) that keeps
+ * the lanes' dimension and writes tiles of fewer than 8 rows: the compiler's sublane relayout
+ * (below), its result's tiles (libtpu probes/sas_layout.py: f32[4,600,256] {2,1,0} into
+ * {2,0,1:T(4,128)}, 1,200 tiles, 12,710 cycles on v5e, 7,967 on v6e, where start + latency +
+ * relayout_tile_cycles a tile gives 12,711 and 8,266). 0 for another such copy, -1 for any
+ * other op. */
+static int64_t sas_relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  if (tpu__sas_copy_small_tiles(chip, in) < 0) return -1;
+  const tpu_shape *r = &in->shape, *o = &in->operands[0]->shape;
+  if (!r->has_layout || !o->has_layout || r->rank < 2 || r->minor_to_major[0] != o->minor_to_major[0]) return 0;
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  int q = r->minor_to_major[1];
+  if (q == o->minor_to_major[1] || tpu__tile_rows(chip, r->dtype, r->dims[q]) >= sub) return 0;
+  return tpu__tiles_as(chip, r, q, r->minor_to_major[0]);
+}
+
 /* A compiled program's copy that keeps the dimension in the lanes and reorders the others
  * (a sublane relayout), VMEM (S(1)) or v4's CMEM (S(3)) on at least one side: the XLA TPU
  * compiler's vector
@@ -438,6 +462,8 @@ static int on_chip(const tpu_shape *s) { return tpu__in_vmem(s) || (s->layout_ta
  * result copy from S(3); chips/v4.json). A pad into small tiles likewise (below). Returns the
  * result's tiles, 0 for any other op. */
 int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  int64_t sas = sas_relayout_tiles(chip, in);
+  if (sas >= 0) return sas;
   int64_t unfold = s2b_unfold_tiles(in);
   if (unfold > 0) return unfold;
   int64_t merge = group_merge_tiles(chip, in);
@@ -594,6 +620,38 @@ double tpu__patch_relayout_cycles(const tpu_chip *chip, const tpu_instr *in) {
                            chip->patch_relayout_lane_cycles * fill);
 }
 
+/* Own compilation's copy into or out of a select-and-scatter's layout (sas_layout.c marks it
+ * sas_copy): where it moves the lanes' dimension, the tiles of its side laid out in tiles of
+ * fewer than 8 rows (the rows its sublane dimension has, layout.c tpu__tile_rows: f32[1,3000,64]
+ * {2,0,1} in T(1,128), 3,000 tiles), the larger when both are; 0 where neither side is; -1 for
+ * any other op. */
+int64_t tpu__sas_copy_small_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail || in->operands[0]->shape.layout_tail)
+    return -1;
+  int mark = 0;
+  for (int i = 0; i < in->nattrs; i++) mark |= !strcmp(in->attrs[i].name, "sas_copy");
+  if (!mark) return -1;
+  if (!tpu__moves_minor(chip, in)) return 0;
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8, n = 0;
+  const tpu_shape *sides[2] = {&in->shape, &in->operands[0]->shape};
+  for (int i = 0; i < 2; i++) {
+    const tpu_shape *s = sides[i];
+    if (!s->has_layout || s->rank < 2 || s->dtype == TPU_TUPLE) continue;
+    int q = s->minor_to_major[1], m = s->minor_to_major[0];
+    if (tpu__tile_rows(chip, s->dtype, s->dims[q]) >= sub) continue;
+    int64_t t = tpu__tiles_as(chip, s, q, m);
+    if (t > n) n = t;
+  }
+  return n;
+}
+
+/* Is `in` own compilation's copy into a select-and-scatter's layout (sas_copy=in)? */
+int tpu__sas_copy_in(const tpu_instr *in) {
+  for (int i = 0; in->op == TPU_OP_COPY && i < in->nattrs; i++)
+    if (!strcmp(in->attrs[i].name, "sas_copy") && in->attrs[i].value && !strcmp(in->attrs[i].value, "in")) return 1;
+  return 0;
+}
+
 /* The rows of a compiled layout's tiles ("T(2,128)": 2), 0 without tiles. */
 static int64_t tile_rows(const tpu_shape *s) {
   long long r = 0, c = 0;
@@ -618,6 +676,8 @@ static int64_t tile_rows(const tpu_shape *s) {
  * tpusim charged the 72 of 500 tiles or more 0.10-0.89 of the compiler's time. Returns that
  * side's tiles (the larger when both are small), 0 for any other op. */
 int64_t tpu__small_tile_transpose_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  int64_t own = tpu__sas_copy_small_tiles(chip, in);
+  if (own >= 0) return own;
   if (in->op != TPU_OP_COPY || in->noperands != 1 || !in->shape.layout_tail || !in->operands[0]->shape.layout_tail ||
       !tpu__moves_minor(chip, in))
     return 0;

@@ -677,6 +677,40 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
     po.scalar = s->layout_tail && strstr(s->layout_tail, "S(6)") != NULL;
   }
   k->vcopy_windows = tpu__windowed_vmem_copy(be, in);
+  /* Own compilation's copy of a select-and-scatter's operand or source into its layout
+   * (sas_layout.c) on a chip of one TensorCore without CMEM (v5e, v6e): the compiler keeps both
+   * sides in VMEM and runs it as its windowed copy, 100 cycles a window of 640 of the small
+   * tiles (output_window_bounds [640,1,1]), no start: libtpu probes off the corpus
+   * (probes/sas_layout.py), f32[1,4000,32] into T(1,128) 4,000 tiles 700 cycles, [2,2500,96]
+   * T(2,128) 2,500 tiles 400, bf16[1,80,80,48] T(2,128) 6,400 tiles 1,000, f32[3,50,50,8]
+   * T(4,128) 2,500 tiles 400, on v5e and v6e alike. Where both sides fit in the scoped VMEM. */
+  int64_t sas_tiles = tpu__sas_copy_in(in) ? tpu__sas_copy_small_tiles(be->chip, in) : 0;
+  if (!k->vcopy_windows && sas_tiles > 0 && be->chip->cmem_bytes <= 0 && be->chip->tensorcores <= 1 &&
+      tpu__padded_bytes(be, &in->shape) + tpu__padded_bytes(be, &in->operands[0]->shape) <= be->chip->vmem_bytes) {
+    k->vcopy_windows = 1;
+    k->vcopy_ops = 100 * ((sas_tiles + 639) / 640);
+  } else {
+    sas_tiles = 0;
+  }
+  /* ... and one that keeps the lanes' dimension and writes whole tiles (f32[8,3000,512] {2,1,0}
+   * into {2,0,1}): the windowed relayout of whole registers within VMEM that a grouped
+   * convolution's merge copy is (below: whole_relayout_window_cycles a window, one unless the
+   * two sides outgrow the scoped VMEM, then windows of 128 tiles, and whole_relayout_tile_cycles
+   * a tile; max_gradpool1d_8x3000x512_w3s3_same_f32's copy of 96,000 tiles 28,248 cycles on
+   * v5e, tpusim 60,000) */
+  if (!k->vcopy_windows && tpu__sas_copy_in(in) && be->chip->cmem_bytes <= 0 && be->chip->tensorcores <= 1 &&
+      be->chip->whole_relayout_tile_cycles > 0 && !tpu__moves_minor(be->chip, in) && in->shape.has_layout &&
+      in->shape.rank >= 2 &&
+      tpu__tile_rows(be->chip, in->shape.dtype, in->shape.dims[in->shape.minor_to_major[1]]) >=
+          (be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8) &&
+      tpu__padded_bytes(be, &in->shape) + tpu__padded_bytes(be, &in->operands[0]->shape) <= be->chip->vmem_bytes) {
+    int64_t t = tpu__tiles_as(be->chip, &in->shape, in->shape.minor_to_major[1], in->shape.minor_to_major[0]);
+    int64_t windows = 2 * tpu__padded_bytes(be, &in->shape) > tpu__vmem_budget(be->chip) ? (t + 127) / 128 : 1;
+    k->vcopy_windows = 1;
+    k->vcopy_ops = (int64_t)ceil((double)windows * be->chip->whole_relayout_window_cycles +
+                                 (double)t * be->chip->whole_relayout_tile_cycles);
+    sas_tiles = t;
+  }
   /* A parameter's copy after another kernel reads the parameter prefetched into VMEM
    * (prefetched_param_copy): on a chip of one TensorCore without CMEM (v5e, v6e) it writes
    * VMEM too (relayout_off_core) and is the compiler's windowed copy within VMEM (100 cycles
@@ -742,7 +776,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   if ((double)pad_windows * be->chip->pad_window_tile_cycles > po.min_body_cycles)
     po.min_body_cycles = (double)pad_windows * be->chip->pad_window_tile_cycles;
   /* a transposing copy into or out of tiles of fewer than 8 rows (copy_kind.c) */
-  double small = (double)tpu__small_tile_transpose_tiles(be->chip, in) * be->chip->small_tile_transpose_cycles;
+  double small = sas_tiles > 0 ? 0 : (double)tpu__small_tile_transpose_tiles(be->chip, in) * be->chip->small_tile_transpose_cycles;
   if (small > po.min_body_cycles) po.min_body_cycles = small;
   /* a loop fusion relaying out small tiles between HBM arrays: its transfers at the streaming
    * rate and hbm_relayout_tile_cycles a tile after kov + the HBM latency (copy_kind.c) */

@@ -359,7 +359,7 @@ int tpu__fuse_batch_relayout(const tpu_instr *conv, const tpu_instr *r, int resu
 int tpu__fuse_own_kernel(const tpu_instr *in) {
   for (int i = 0; i < in->nattrs; i++)
     if (!strcmp(in->attrs[i].name, "s2b_kernel") || !strcmp(in->attrs[i].name, "s2b_carried") ||
-        !strcmp(in->attrs[i].name, "scan_kernel"))
+        !strcmp(in->attrs[i].name, "scan_kernel") || !strcmp(in->attrs[i].name, "sas_copy"))
       return 1;
   return tpu__gather_index_kernel(in) || tpu__reshape_relayouts(in);
 }
@@ -452,6 +452,8 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
         ((p->op == TPU_OP_RESHAPE || p->op == TPU_OP_BITCAST) && tpu_shape_numel(&p->shape) == 1)))
     return 0;
   if (tpu__relayout_copy(p) || tpu__relayout_copy(gr)) return 0; /* a relayout is a kernel of its own (relayout.c) */
+  for (int i = 0; i < gr->nattrs; i++) /* a select-and-scatter's copy too (sas_layout.c) */
+    if (!strcmp(gr->attrs[i].name, "sas_copy")) return 0;
   /* a reshape no layouts make a bitcast (a kernel of its own, above) roots a copy kernel of
    * the transpose under it and the reshapes around it, nothing else (reshape_relayout.c) */
   if (tpu__reshape_relayouts(gr) && p->op != TPU_OP_TRANSPOSE && p->op != TPU_OP_RESHAPE && p->op != TPU_OP_BITCAST)

@@ -110,6 +110,13 @@ int tpu__window_kernel(const tpu_instr *w);
 /* Lays each pooling reduce-window of the entry out in its tiling; one that slides along
  * that tile reads an entry parameter tiled otherwise through a copy (window_layout.c). */
 tpu_status tpu__fuse_window_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed);
+/* The layout select-and-scatter s runs in (sas_layout.c): the dimensions its window slides
+ * along major in order, the two others in the least padded tile of few rows; 0 when it is
+ * not such a one (a compiled program's, no window, fewer than two other dimensions). */
+int tpu__sas_layout(const tpu_chip *chip, const tpu_instr *s, tpu_shape *out);
+/* Lays each select-and-scatter of the entry out so, copying its operand and source in and its
+ * result back where laid out otherwise (copies marked sas_copy=in/out; sas_layout.c). */
+tpu_status tpu__sas_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip, int *changed);
 /* Does pooling window w (an instruction of c) read a widening float convert (an instruction
  * of c) of a value laid out as w runs? The XLA TPU compiler folds the convert into the
  * window, which reads the narrow value itself (window_widen.c). */

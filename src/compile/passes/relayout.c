@@ -802,6 +802,7 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
   tpu_build_uses_free(&u);
   TPU_TRY(st);
   TPU_TRY(tpu__fuse_window_layouts(b, entry, chip, &changed));
+  TPU_TRY(tpu__sas_layouts(b, entry, chip, &changed));
   TPU_TRY(gather_layouts(b, entry, &changed));
   TPU_TRY(tpu__sort_layouts(b, entry, chip, &changed));
   TPU_TRY(tpu__scan_layouts(b, entry, chip, &changed));
