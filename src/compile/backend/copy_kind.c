@@ -39,6 +39,10 @@ int tpu__relayout_kernel(const tpu__be *be, const tpu_instr *in) {
   if (in->op != TPU_OP_COPY || in->noperands != 1 || in->shape.layout_tail || in->operands[0]->shape.layout_tail ||
       !in->parent)
     return 0;
+  /* A select-and-scatter's copies (sas_layout.c) are the compiler's vector kernels, `copy`,
+   * `copy.1` and `copy.2` with estimated_cycles: on v5e and v6e they write and read VMEM, the
+   * select-and-scatter between them (S(1) on each side in every probe, probes/sas_layout.py) */
+  if (tpu__sas_copy_small_tiles(be->chip, in) >= 0) return 1;
   /* and its copy of the scan's result back (the compiler's copy.1 reads S(1) on v5e/v6e) */
   const tpu_instr *src = in->operands[0];
   if (src->op == TPU_OP_REDUCE_WINDOW && tpu__scan_row_major(src)) return 1;
