@@ -186,6 +186,17 @@ int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix) {
   int64_t first = 1;
   for (int d = 0; d < mx->shape.rank && first == 1; d++)
     if (tpu_i64s_find(mb, d) < 0 && tpu_i64s_find(mc, d) < 0) first = mx->shape.dims[d];
+  /* Nor does one whose matrix keeps a dimension of size 1, free or contracting (a size-1
+   * batch dimension is the unit rule above), whatever its sizes: the compiler's
+   * 'xk,xfgk->xfg' over x = 6 and k = 96 is a kLoop multiply_reduce fusion for [f, g] =
+   * [100, 1], [1, 100], [64, 1], [200, 1] and a kOutput (MXU) fusion for [100, 2], [100, 4];
+   * 'xkr,xfkr->xf' and 'xrk,xrfk->xf' with r = 1 are kLoop for f = 80 and 200, where
+   * 'xk,xfk->xf' is kOutput; 'pqr,rsqp->qs' (p = 200, q = 6) is kLoop for r = 1 and
+   * kOutput for r = 2 at s = 80, 150, 300 -- alike on v4, v5e, v5p and v6e, in bf16 and f32
+   * (libtpu probes through jax.jit, bench/fidelity/probes/vector_dot_unit.py; families
+   * einsum_cab_bdac_ad_a4_b1_c256_d96_bf16). The vector's own size-1 free dimensions are
+   * compile/passes/dot_reduce.c's (one-query attention's p . v). */
+  for (int d = 0; d < mx->shape.rank; d++) unit |= mx->shape.dims[d] == 1;
   return lb->n == 0 || unit || klen < 64 || first < 64;
 }
 

@@ -168,6 +168,32 @@ static void test_dot_strength_reduction(void) {
     printf("'bdn,bn->bd' with n = %d: %d dots\n", ns[i], dots);
     CHECK_EQ_INT(dots, ns[i] < 64 ? 0 : 1);
   }
+  /* A batch of vector products whose matrix keeps a size-1 dimension, free or contracting:
+   * multiply + reduce however long its other free dimension, as the compiler's kLoop
+   * multiply_reduce fusions for 'xk,xfgk->xfg' with [f, g] = [100, 1] and [1, 100],
+   * 'xkr,xfkr->xf' with r = 1 and f = 200, on v4, v5e, v5p, v6e (probes/vector_dot_unit.py);
+   * [f, g] = [100, 2] and r absent stay on the MXU. */
+  struct {
+    const char *m, *v, *out, *dims;
+    int want;
+  } us[5] = {
+      {"f32[6,100,1,96]", "f32[6,96]", "f32[6,100,1]", "rhs_contracting_dims={3}, lhs_contracting_dims={1}", 0},
+      {"f32[6,1,100,96]", "f32[6,96]", "f32[6,1,100]", "rhs_contracting_dims={3}, lhs_contracting_dims={1}", 0},
+      {"f32[6,100,2,96]", "f32[6,96]", "f32[6,100,2]", "rhs_contracting_dims={3}, lhs_contracting_dims={1}", 1},
+      {"f32[6,200,96,1]", "f32[6,96,1]", "f32[6,200]", "rhs_contracting_dims={2,3}, lhs_contracting_dims={1,2}", 0},
+      {"f32[6,200,96]", "f32[6,96]", "f32[6,200]", "rhs_contracting_dims={2}, lhs_contracting_dims={1}", 1},
+  };
+  for (int i = 0; i < 5; i++) {
+    snprintf(src, sizeof src,
+             "HloModule m\nENTRY e {\n v = %s parameter(0)\n w = %s parameter(1)\n"
+             " ROOT y = %s dot(v, w), lhs_batch_dims={0}, rhs_batch_dims={0}, %s\n}\n",
+             us[i].v, us[i].m, us[i].out, us[i].dims);
+    kc = kernel_census_of(src);
+    dots = 0;
+    for (int k = 0; k < kc.kernels && k < 8; k++) dots += kc.dots[k];
+    printf("batched vector dot, matrix %s: %d dots\n", us[i].m, dots);
+    CHECK_EQ_INT(dots, us[i].want);
+  }
   /* A batch of vector products (decode attention's p . v over b x h heads): the MXU when no
    * batch dimension is 1, multiply + reduce when one is, or when a reduction reads the result
    * (q . k feeding the softmax's maximum). */
