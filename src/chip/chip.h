@@ -82,6 +82,8 @@ typedef enum {
   X(EPILOGUE_REDUCE_SERIAL, epilogue_reduce_serial, 'i', 0, "", "1: a matmul kernel whose epilogue reduces its product (a row max, a row sum) lasts at least its transfers and its vector work end to end (absent: they overlap)") \
   X(CONV_GROUP_STEP_CYCLES, conv_group_step_cycles, 'f', 0, "cycles", "time of one step of a convolution kernel with the batch in the sublanes: one output position's batch (8 sublanes) for one group, whatever the features and window (absent: its MXU work alone)") \
   X(CMEM_WRITE_PASS, cmem_write_pass, 'i', 0, "", "1: a loop kernel writing a value to CMEM (memory space S(3), where the compiler keeps values between kernels) pays the stream pass (stream_pass_bytes per element), as one that reduces or writes a result narrower than 32 bits, once (absent: a write to CMEM costs what one to HBM does)") \
+  X(STREAM_BLOCK_ELEMS, stream_block_elems, 'f', 0, "elements", "a loop kernel that does not reduce runs in blocks the compiler sizes by its result's elements E: round(sqrt(E / stream_block_elems)) blocks, whose last one's vector work is exposed (absent: tiles of about 1 MiB moved)") \
+  X(STREAM_BLOCK_FILL_CYCLES, stream_block_fill_cycles, 'f', 0, "cycles", "a loop kernel of several blocks (stream_block_elems) lasts at least its start, the HBM latency, its transfers at the streaming rate, one block's vector work and this many cycles (absent: its transfers overlap its vector work from the first tile to the last)") \
   X(CONCAT_SHIFT_CYCLES, concat_shift_cycles, 'f', 0, "cycles", "a concatenate along a dimension other than the lanes (the compiler's pad-and-combine fusion): cost per vector register of its result that lies before an operand along that dimension, summed over its operands, beyond its transfers (absent: none)") \
   X(WINDOW_START_CYCLES, window_start_cycles, 'f', 0, "cycles", "start of a pooling window kernel (a reduce-window sliding along major dimensions only) beyond kernel_overhead_s, serial with its transfers (absent: none)") \
   X(SCAN_START_CYCLES, scan_start_cycles, 'f', 0, "cycles", "start of a scan's window kernel (a reduce-window over the whole of a major dimension) beyond kernel_overhead_s, where it is not the pooling window's (absent: window_start_cycles)") \
@@ -226,6 +228,8 @@ typedef struct tpu_chip {
   int64_t sort_network;            /* 0 when absent: the earlier count (sort_cost.c) */
   double sort_lane_stage_cycles;   /* 0: absent (sort_cost.c) */
   int64_t cmem_write_pass;         /* 0 when absent: a write to CMEM costs what one to HBM does (stream_cost.c) */
+  double stream_block_elems;       /* 0 when absent: a loop kernel's tiles move about 1 MiB (schedule.c plan_stream) */
+  double stream_block_fill_cycles; /* 0 when absent: no floor for a loop kernel of several blocks (timing.c) */
   double concat_shift_cycles;      /* 0 when absent: a concatenate costs its transfers (layout.c) */
   double window_start_cycles;      /* 0 when absent: a pooling window kernel starts as others do (layout.c) */
   double scan_start_cycles;        /* 0 when absent: a scan's window kernel starts as a pooling one (layout.c) */

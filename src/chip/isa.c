@@ -114,6 +114,7 @@ char *tpu_program_text(const tpu_program *p) {
     if (o->window) tpu_strbuf_printf(&b, " window=1");
     if (o->scan) tpu_strbuf_printf(&b, " scan=1");
     if (o->copy_out) tpu_strbuf_printf(&b, " copy_out=1");
+    if (o->blocks > 1) tpu_strbuf_printf(&b, " blocks=%d", o->blocks);
     if (o->vmem_write) tpu_strbuf_printf(&b, " vmem_write=1");
     if (o->dma) tpu_strbuf_printf(&b, " dma=1");
     tpu_strbuf_printf(&b, "   ; op %d\n", i);
@@ -387,6 +388,10 @@ static tpu_status parse_op_line(lx *x) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));
       o.scan = v != 0;
+    } else if (!strcmp(key, "blocks")) {
+      int64_t v;
+      TPU_TRY(parse_i64(x, 0, &v));
+      o.blocks = v > 1 << 20 ? 1 << 20 : (int)v;
     } else if (!strcmp(key, "copy_out")) {
       int64_t v;
       TPU_TRY(parse_i64(x, 0, &v));

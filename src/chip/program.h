@@ -142,6 +142,10 @@ typedef struct tpu_prog_op {
                                  * compiled program's own copy-starts to take to HBM: its
                                  * on-chip writes pay vmem_read_cost of an HBM write, as its
                                  * reads of VMEM do (vmem_assign.c mark_evictions) */
+  int blocks;                   /* > 1: a loop kernel the compiler runs in that many blocks (chip
+                                 * stream_block_elems, schedule.c plan_stream): it lasts at least
+                                 * its start, the HBM latency, its transfers at the streaming rate,
+                                 * one block's vector work and stream_block_fill_cycles (timing.c) */
   int copy_out;                 /* a copy kernel out of VMEM into HBM: its read of its operand in
                                  * VMEM pays no vmem_read_cost (copy_kind.c tpu__copy_out_of_vmem) */
   double out_bytes;             /* its result's bytes in their layout (set from `instr` by

@@ -192,6 +192,21 @@ static void port_floor_op(tstate *t) {
     int64_t least = t->m.op_first + t->m.op_dma + t->m.op_vec;
     if (least > floor) floor = least;
   }
+  /* A loop kernel the compiler runs in several blocks (tpu_prog_op.blocks, chip
+   * stream_block_elems) lasts at least its start, the HBM latency, its transfers at the
+   * streaming rate (its bytes and per-element stream costs), one block's vector work and
+   * stream_block_fill_cycles: the XLA TPU compiler's v4 kernels of x * a + b over f32 / bf16
+   * [R, 1152] cost that much more than their transfers overlapping their vector work once
+   * they take two blocks or more (f32 [400,1152] 9,751 cycles in 2 blocks, 1,459 over the
+   * overlap), while one block costs its start, read, vector work and write end to end
+   * (libtpu probes bench/fidelity/probes/loop_blocks.py, data/loop_blocks.jsonl). */
+  if (t->p->ops[op].blocks > 1 && t->chip->stream_block_fill_cycles > 0) {
+    const tpu_prog_op *o = &t->p->ops[op];
+    const double moved = o->padded_bytes + (o->xbytes > 0 ? o->xbytes : 0);
+    int64_t least = t->m.op_start + t->kov + t->lat + (int64_t)ceil(moved / t->bpc) +
+                    (int64_t)ceil(t->chip->stream_block_fill_cycles);
+    if (least > floor) floor = least;
+  }
   if (t->op_pass && t->op_pass[op] > 0) {
     const int starts = t->p->ops[op].starts > 1 ? t->p->ops[op].starts : 1;
     int64_t least = t->m.op_first + t->op_pass[op] * starts;

@@ -322,6 +322,9 @@ int64_t tpu__group_merge_whole_tiles(const tpu_chip *chip, const tpu_instr *in);
 /* A grouped convolution's lane-moving copy into or out of its split layout (copy_kind.c):
  * its split side's tiles and its W-in-the-lanes side's (0: not one). */
 int tpu__group_transpose_tiles(const tpu__be *be, const tpu_instr *in, int64_t *split, int64_t *wide);
+/* The elements of a loop kernel that does not reduce, by which the compiler sizes its blocks
+ * on a chip with stream_block_elems (v4); 0 for other kernels or chips (stream_cost.c). */
+int64_t tpu__loop_block_elems(const tpu__be *be, const tpu_instr *in);
 /* Target bytes one streaming tile-loop iteration moves (docs/isa.md). */
 #define TPU__TILE_TARGET ((int64_t)1 << 20)
 

@@ -134,18 +134,32 @@ static tpu_status plan_stream(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   int64_t budget = tpu__vmem_budget(be->chip);
   int64_t total = k->in_bytes + k->out_bytes;
   int64_t t = cdiv(total, TPU__TILE_TARGET), t2 = cdiv(2 * total, budget);
+  /* the compiler's blocks on a chip with stream_block_elems (v4): round(sqrt(E / that)) for a
+   * loop kernel of E result elements that does not reduce (stream_cost.c tpu__loop_block_elems) */
+  int64_t e = tpu__loop_block_elems(be, in);
+  if (e > 0) t = (int64_t)floor(sqrt((double)e / be->chip->stream_block_elems) + 0.5);
   if (t2 > t) t = t2;
   if (t < 1) t = 1;
-  k->tiles = t;
-  int slots = t > 1 ? 2 : 1;
-  int64_t off = 0, b[3] = {0, 0, 0};
-  int nb = 0;
-  for (int j = 0; j < in->noperands; j++) {
-    int64_t r = tpu__read_bytes(be, in, j);
-    if (!r) continue;
-    b[nb < 2 ? nb : 2] += cdiv(r, t);
-    if (nb < 3) nb++;
+  int slots;
+  int64_t off = 0, b[3];
+  int nb;
+  for (;;) { /* (the compiler's blocks: more where its buffers, rounded up, outgrow VMEM) */
+    slots = t > 1 ? 2 : 1;
+    b[0] = b[1] = b[2] = 0;
+    nb = 0;
+    for (int j = 0; j < in->noperands; j++) {
+      int64_t r = tpu__read_bytes(be, in, j);
+      if (!r) continue;
+      b[nb < 2 ? nb : 2] += cdiv(r, t);
+      if (nb < 3) nb++;
+    }
+    int64_t need = (cdiv(k->out_bytes, t) * slots + 511) / 512 * 512;
+    for (int j = 0; j < nb; j++) need += (b[j] * slots + 511) / 512 * 512;
+    if (e <= 0 || need <= budget || t >= total) break;
+    t++;
   }
+  if (e > 0 && t > 1 && !be->dry && k->op >= 0) be->p->ops[k->op].blocks = t > 1 << 20 ? 1 << 20 : (int)t;
+  k->tiles = t;
   for (int j = 0; j < nb; j++) TPU_TRY(add_vmem(be, k, &off, b[j], slots));
   TPU_TRY(add_vmem(be, k, &off, cdiv(k->out_bytes, t), slots));
   k->ws = off;

@@ -358,6 +358,35 @@ static int loop_kernel(const tpu_instr *in) {
   return 1;
 }
 
+static int has_reduce(const tpu_instr *in) {
+  if (in->op == TPU_OP_REDUCE) return 1;
+  if (in->op != TPU_OP_FUSION || !in->calls) return 0;
+  for (int i = 0; i < in->calls->ninstrs; i++)
+    if (has_reduce(in->calls->instrs[i])) return 1;
+  return 0;
+}
+
+/* The elements a loop kernel that does not reduce writes (its result's tiles, padding
+ * included), by which the XLA TPU compiler sizes its blocks on a chip with
+ * stream_block_elems (v4); 0 for other kernels. libtpu probes off the corpora
+ * (bench/fidelity/probes/loop_blocks.py, data/loop_blocks.jsonl): chains of x * a + b over
+ * f32 / bf16 [R, 1152], R 48-12288; the compiler's window_config iteration_bounds grow as
+ * the square root of the elements, f32 and bf16 alike (1 block to 0.35 M elements, 2-3 at
+ * 0.5-1 M, 5 at 3.5-4 M, 9-10 at 7-9 M, 14 at 14 M), and a kernel of several blocks costs
+ * its start, its transfers and one block's vector work (the last block's, exposed). */
+int64_t tpu__loop_block_elems(const tpu__be *be, const tpu_instr *in) {
+  if (be->chip->stream_block_elems <= 0 || !loop_kernel(in) || has_reduce(in)) return 0;
+  int64_t n = 0;
+  int nl = tpu__leaves(&in->shape);
+  for (int l = 0; l < nl; l++) {
+    const tpu_shape *s = tpu__leaf(&in->shape, l);
+    if (!s || !tpu_dtype_is_array(s->dtype)) continue;
+    int64_t e = tpu__write_bytes(be, in, l) * 8 / tpu_dtype_bits(s->dtype);
+    if (e > n) n = e;
+  }
+  return n;
+}
+
 /* Does a loop kernel write a result to CMEM (v4, chip cmem_write_pass)? The XLA TPU compiler
  * keeps the values between kernels there (memory space S(3)), not in HBM, and charges a loop
  * kernel writing one the stream pass (stream_pass_bytes per element), once, as a kernel that
