@@ -4,8 +4,9 @@
  * that reduces or writes a 16-bit result. libtpu probe off the corpora
  * (bench/fidelity/probes/cmem_rate.py, data/cmem_rate.jsonl): f32[1000,1000] x * 2 then + 1,
  * one kernel each, on one v4 TensorCore: the first, HBM to CMEM, 28,712 cycles; the second,
- * CMEM to HBM, 19,956 (tpusim without the rule 18,324 each): pinned at 10 %. The bf16 chain
- * costs 20,456 both ways (its results pay the pass already): the rule adds nothing there. */
+ * CMEM to HBM, 19,956 (tpusim without the rule 18,324 each; 20,441 since v4's kernels of several
+ * blocks pay their fill, test_timing_loop_blocks): pinned at 10 %. The bf16 chain costs 20,456
+ * both ways (its results pay the pass already): the rule adds nothing there. */
 #include "timing_util.h"
 
 #define CHAIN(T, TILE)                                                                      \
@@ -56,7 +57,7 @@ static void chain(const char *what, const char *src, const tpu_chip *c, const tp
   } else {
     CHECK(fabs((double)y / y_compiler - 1) < 0.10);
     CHECK(fabs((double)z / z_compiler - 1) < 0.10);
-    CHECK(y0 < 0.7 * y_compiler); /* the rule's part */
+    CHECK(y0 < 0.75 * y_compiler); /* the rule's part */
   }
   tpu_program_free(p);
   tpu_program_free(q);
