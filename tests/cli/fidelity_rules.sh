@@ -91,7 +91,9 @@ want = {
     # a row-major parameter copied into its slices' result layout (relayout.c reader_copies;
     # session 14); v5p 0.587 -> 0.885 in session 26 (that copy, HBM to HBM, paying v5p's
     # hbm_relayout_row_cycles per 128-lane row: copy_kind.c tpu__relayout_rows)
-    "split4_16x33x16x64_ax3_s8": (0.624, 0.888, 0.885, 0.649),
+    # session 28 (v4): v4's loop kernels in the compiler's blocks (stream_block_elems,
+    # stream_block_fill_cycles) 0.624 -> 0.669
+    "split4_16x33x16x64_ax3_s8": (0.669, 0.888, 0.885, 0.649),
     # session 14: a transposed convolution split by space to batch (space_to_batch.c
     # s2b_dilated), measured at its commit; session 15 moved it on purpose: its result leaves
     # through the compiler's copy into {2,3,1,0} (relayout.c s2b_result_relaid; 1.104/1.303/
@@ -143,13 +145,15 @@ want = {
     # space-to-batch's unfold as a sublane relayout into T(2,128) tiles (tile.c s2b_unfold_tiles;
     # session 14, c3d; session 15 added the result's copy into {4,1,3,2,0:T(4,128)},
     # 0.410/0.389/0.500/0.457 before; v4's relayout_tile_cycles, session 15 v4cp: v4 0.429 before)
-    "conv3d_b2_8x28x28_c16to16_k3s2": (0.533, 0.438, 0.537, 0.516),
+    # session 28 (v4): v4's loop kernels in the compiler's blocks, v4 0.533 -> 0.569
+    "conv3d_b2_8x28x28_c16to16_k3s2": (0.569, 0.438, 0.537, 0.516),
     # session 15: space to batch's result copied into the program's least padded layout where
     # the batch does not sit next to W (relayout.c s2b_result_relaid; 0.511/0.646/0.702/0.627
     # without the rule; 0.606/0.881/0.874/0.869 before its pad into T(2,128) tiles, below);
     # v4's relayout_tile_cycles (chips/v4.json, session 15 v4cp) pinned here: v4 0.606 without it
     # session 19 (padtile): tiles after kov + the HBM latency (tile.c): v5p/v6e 0.915/0.958 before
-    "dilconv_b2_28x28_c64to256_k3d2": (1.045, 0.985, 0.977, 1.018),
+    # session 28 (v4): v4's loop kernels in the compiler's blocks, v4 1.045 -> 1.100
+    "dilconv_b2_28x28_c64to256_k3d2": (1.100, 0.985, 0.977, 1.018),
     # session 15: space to batch's pad before a halo, the parameter's batch of 4 in the
     # sublanes, into T(4,128) tiles at relayout_tile_cycles (tile.c relayout_tiles, s2b_halo;
     # 0.785/0.463/0.604/0.263 without the rule; v4 0.785 before v4's relayout_tile_cycles)
@@ -238,7 +242,8 @@ want = {
     # session 18 (rwin): a long scan along the lanes whose rows pad their tiles views the
     # padded rows, a slice kernel dropping them and a pad kernel restoring them
     # (scan_rewrite.c padded_rows; 0.390/0.475/0.402/0.674 before)
-    "cumsum_1024x513_ax0_bf16": (0.710, 0.678, 0.689, 0.935),
+    # session 28 (v4): v4's loop kernels in the compiler's blocks, v4 0.710 -> 0.808
+    "cumsum_1024x513_ax0_bf16": (0.808, 0.678, 0.689, 0.935),
     # session 18 (rwin): the copy out of a long lane scan's blocks' view is a kernel apart
     # from the blocks' combine (scan_rewrite.c scan_kernel=copy, fuse.c scan_copy;
     # 0.483/0.848/0.509/0.884 before)

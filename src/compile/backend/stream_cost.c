@@ -376,6 +376,19 @@ static int has_reduce(const tpu_instr *in) {
  * its start, its transfers and one block's vector work (the last block's, exposed). */
 int64_t tpu__loop_block_elems(const tpu__be *be, const tpu_instr *in) {
   if (be->chip->stream_block_elems <= 0 || !loop_kernel(in) || has_reduce(in)) return 0;
+  /* (not an op the compiler too leaves alone, every operand a parameter or a constant: its
+   * lone_op_bytes is read from such ops at every size, blocks included; the compiler's
+   * f32[512,1024] negation is 1.09 of tpusim without this rule, 1.29 with it) */
+  if (in->op != TPU_OP_FUSION) {
+    int lone = 1;
+    for (int j = 0; lone && j < in->noperands; j++) {
+      const tpu_instr *o = in->operands[j];
+      while ((o->op == TPU_OP_BITCAST || o->op == TPU_OP_COPY_DONE || o->op == TPU_OP_COPY_START) && o->noperands == 1)
+        o = o->operands[0];
+      lone = o->op == TPU_OP_PARAMETER || o->op == TPU_OP_CONSTANT || o->shape.rank == 0;
+    }
+    if (lone) return 0;
+  }
   int64_t n = 0;
   int nl = tpu__leaves(&in->shape);
   for (int l = 0; l < nl; l++) {
