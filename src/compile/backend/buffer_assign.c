@@ -572,13 +572,8 @@ static int64_t copied_carry_extra(const tpu__be *be, const tpu_instr *w, val *va
   return copied < other ? copied : other;
 }
 
-static int64_t live_peak(const val *v, int nv, byp *ev) {
-  int n = 0;
-  for (int i = 0; i < nv; i++) {
-    if (v[i].root != i || v[i].cls == CLS_HOST) continue;
-    ev[n].pos = v[i].start, ev[n].idx = 1, ev[n++].in = (const tpu_instr *)&v[i];
-    ev[n].pos = v[i].end + 1, ev[n].idx = 0, ev[n++].in = (const tpu_instr *)&v[i];
-  }
+/* The most bytes live at once over n start (idx 1) and end (idx 0) events of values (in). */
+static int64_t sweep_peak(byp *ev, int n) {
   qsort(ev, (size_t)n, sizeof *ev, cmp_pos); /* at one position, ends (idx 0) first */
   int64_t live_b = 0, peak = 0;
   for (int i = 0; i < n; i++) {
@@ -587,6 +582,16 @@ static int64_t live_peak(const val *v, int nv, byp *ev) {
     bump(&peak, live_b);
   }
   return peak;
+}
+
+static int64_t live_peak(const val *v, int nv, byp *ev) {
+  int n = 0;
+  for (int i = 0; i < nv; i++) {
+    if (v[i].root != i || v[i].cls == CLS_HOST) continue;
+    ev[n].pos = v[i].start, ev[n].idx = 1, ev[n++].in = (const tpu_instr *)&v[i];
+    ev[n].pos = v[i].end + 1, ev[n].idx = 0, ev[n++].in = (const tpu_instr *)&v[i];
+  }
+  return sweep_peak(ev, n);
 }
 
 /* The XLA heap simulator's no-fragmentation count (heap_simulator.cc NoFragmentationStatsHeap):
@@ -628,14 +633,7 @@ static int64_t nofrag_peak(const tpu__be *be, const val *v, int nv, const int *i
       }
     }
   }
-  qsort(ev, (size_t)n, sizeof *ev, cmp_pos); /* at one position, ends (idx 0) first */
-  int64_t live_b = 0, peak = 0;
-  for (int i = 0; i < n; i++) {
-    const val *x = (const val *)(const void *)ev[i].in;
-    live_b += ev[i].idx ? x->size : -x->size;
-    bump(&peak, live_b);
-  }
-  return peak;
+  return sweep_peak(ev, n);
 }
 
 tpu_status tpu__pass_buffer_assign(tpu__be *be) {

@@ -70,35 +70,33 @@ int tpu__sas_layout(const tpu_chip *chip, const tpu_instr *s, tpu_shape *out) {
   return 1;
 }
 
-/* The value whose layout v arrives in: an elementwise op (unary, binary, convert) is laid
- * out as its first operand of the same dimensions, as the compiler's layout assignment has it. */
-static tpu_instr *arrival(tpu_instr *v, int depth) {
+/* The operand whose layout elementwise op v (unary, binary, convert) takes, as the compiler's
+ * layout assignment has it: its first operand of v's own dimensions that is not a broadcast
+ * or constant; NULL for other ops, none such, or past depth 8. */
+static tpu_instr *layout_source(tpu_instr *v, int depth) {
   tpu_op_class c = tpu_op_class_of(v->op);
-  if (depth < 8 && (c == TPU_CLS_UNARY || c == TPU_CLS_BINARY || v->op == TPU_OP_CONVERT))
-    for (int i = 0; i < v->noperands; i++) {
-      tpu_instr *o = v->operands[i];
-      if (o->op == TPU_OP_BROADCAST || o->op == TPU_OP_CONSTANT || o->shape.rank != v->shape.rank ||
-          memcmp(o->shape.dims, v->shape.dims, sizeof v->shape.dims[0] * (size_t)v->shape.rank))
-        continue;
-      return arrival(o, depth + 1);
-    }
-  return v;
+  if (depth >= 8 || !(c == TPU_CLS_UNARY || c == TPU_CLS_BINARY || v->op == TPU_OP_CONVERT)) return NULL;
+  for (int i = 0; i < v->noperands; i++) {
+    tpu_instr *o = v->operands[i];
+    if (o->op != TPU_OP_BROADCAST && o->op != TPU_OP_CONSTANT && o->shape.rank == v->shape.rank &&
+        !memcmp(o->shape.dims, v->shape.dims, sizeof v->shape.dims[0] * (size_t)v->shape.rank))
+      return o;
+  }
+  return NULL;
+}
+
+/* The value whose layout v arrives in, through the elementwise ops laid out as an operand. */
+static tpu_instr *arrival(tpu_instr *v, int depth) {
+  tpu_instr *o = layout_source(v, depth);
+  return o ? arrival(o, depth + 1) : v;
 }
 
 /* Sets v and the elementwise ops between it and its arrival (above) to layout l. */
 static void lay_chain(tpu_instr *v, const tpu_shape *l, int depth) {
   memcpy(v->shape.minor_to_major, l->minor_to_major, sizeof l->minor_to_major[0] * (size_t)l->rank);
   v->shape.has_layout = 1;
-  tpu_op_class c = tpu_op_class_of(v->op);
-  if (depth < 8 && (c == TPU_CLS_UNARY || c == TPU_CLS_BINARY || v->op == TPU_OP_CONVERT))
-    for (int i = 0; i < v->noperands; i++) {
-      tpu_instr *o = v->operands[i];
-      if (o->op == TPU_OP_BROADCAST || o->op == TPU_OP_CONSTANT || o->shape.rank != v->shape.rank ||
-          memcmp(o->shape.dims, v->shape.dims, sizeof v->shape.dims[0] * (size_t)v->shape.rank))
-        continue;
-      lay_chain(o, l, depth + 1);
-      return;
-    }
+  tpu_instr *o = layout_source(v, depth);
+  if (o) lay_chain(o, l, depth + 1);
 }
 
 static tpu_status sas_copy(tpu_builder *b, tpu_comp *entry, tpu_instr *x, const tpu_shape *to, const char *hint,

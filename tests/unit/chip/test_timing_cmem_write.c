@@ -29,18 +29,6 @@
   "  ROOT z = " T "[1000,1000]{1,0:" TILE "} fusion(y), kind=kLoop, calls=fb\n"             \
   "}\n"
 
-static int64_t named_op_cycles(const tpu_program *p, const tpu_chip *c, const char *name) {
-  tpu_timeline t;
-  tpu_diag d;
-  memset(&t, 0, sizeof t);
-  if (tpu_timing_run(p, c, 0, &t, &d) != TPU_OK) return -1;
-  int64_t v = -1;
-  for (int i = 0; i < t.nops; i++)
-    if (t.ops[i].name && !strcmp(t.ops[i].name, name)) v = t.ops[i].cycles;
-  tpu_timeline_free(&t);
-  return v;
-}
-
 /* bf16: the rule adds nothing (the compiler's 20,456 both ways; tpusim's 18,324 is its gap
  * for these bf16 kernels on v4, not this rule's) */
 static void chain(const char *what, const char *src, const tpu_chip *c, const tpu_chip *off, double y_compiler,
@@ -48,7 +36,7 @@ static void chain(const char *what, const char *src, const tpu_chip *c, const tp
   tpu_program *p = compile_src(src, c, -1), *q = compile_src(src, off, -1);
   CHECK(p != NULL && q != NULL);
   if (!p || !q) return;
-  int64_t y = named_op_cycles(p, c, "y"), z = named_op_cycles(p, c, "z"), y0 = named_op_cycles(q, off, "y"), z0 = named_op_cycles(q, off, "z");
+  int64_t y = (int64_t)op_cycles(p, c, "y"), z = (int64_t)op_cycles(p, c, "z"), y0 = (int64_t)op_cycles(q, off, "y"), z0 = (int64_t)op_cycles(q, off, "z");
   printf("v4:core %s: HBM -> CMEM %lld cycles (the compiler %.0f, without cmem_write_pass %lld), CMEM -> HBM %lld "
          "(%.0f, %lld)\n",
          what, (long long)y, y_compiler, (long long)y0, (long long)z, z_compiler, (long long)z0);

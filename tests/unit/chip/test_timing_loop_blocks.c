@@ -36,23 +36,11 @@
   "  ROOT z = " T "[" R ",1152]{1,0:" TILE "} fusion(y), kind=kLoop, calls=fb\n"           \
   "}\n"
 
-static int64_t named_op_cycles(const tpu_program *p, const tpu_chip *c, const char *name) {
-  tpu_timeline t;
-  tpu_diag d;
-  memset(&t, 0, sizeof t);
-  if (tpu_timing_run(p, c, 0, &t, &d) != TPU_OK) return -1;
-  int64_t v = -1;
-  for (int i = 0; i < t.nops; i++)
-    if (t.ops[i].name && !strcmp(t.ops[i].name, name)) v = t.ops[i].cycles;
-  tpu_timeline_free(&t);
-  return v;
-}
-
 static void kernel(const char *what, const char *src, const tpu_chip *c, const tpu_chip *off, double compiler) {
   tpu_program *p = compile_src(src, c, -1), *q = compile_src(src, off, -1);
   CHECK(p != NULL && q != NULL);
   if (!p || !q) return;
-  int64_t z = named_op_cycles(p, c, "z"), z0 = named_op_cycles(q, off, "z");
+  int64_t z = (int64_t)op_cycles(p, c, "z"), z0 = (int64_t)op_cycles(q, off, "z");
   printf("v4:core %s, CMEM -> HBM: %lld cycles (the compiler %.0f; without stream_block_elems and "
          "stream_block_fill_cycles %lld)\n",
          what, (long long)z, compiler, (long long)z0);
