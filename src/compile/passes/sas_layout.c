@@ -43,9 +43,10 @@ static int same_layout(const tpu_shape *a, const tpu_shape *b) {
 }
 
 int tpu__sas_layout(const tpu_chip *chip, const tpu_instr *s, tpu_shape *out) {
+  if (s->op != TPU_OP_SELECT_AND_SCATTER || s->noperands != 3) return 0;
   const tpu_shape *x = &s->operands[0]->shape;
   int r = x->rank;
-  if (s->op != TPU_OP_SELECT_AND_SCATTER || s->noperands != 3 || r < 2 || s->nwindow != r || x->layout_tail ||
+  if (r < 2 || s->nwindow != r || x->layout_tail ||
       s->shape.layout_tail || s->operands[1]->shape.layout_tail || s->shape.dtype == TPU_TUPLE)
     return 0;
   int q = -1, m = -1, nfree = 0, any = 0;
