@@ -43,7 +43,10 @@ def tpusim_ops(tp, text, chip):
         return {o["name"]: o["cycles"] for o in json.load(open(rep))["ops"]} if p.returncode == 0 else {}
 
 
-def main():
+def probe_main(cases, dump_env, keep=None):
+    """Compiles `cases` with libtpu for the chips of --chips=... (v4,v5p), times each compiled
+    program with tpusim and prints one JSON line per estimated entry kernel (to argv's OUT.jsonl
+    or stdout); $dump_env=DIR keeps each compiled program as DIR/CASE.CHIP.hlo."""
     args = [a for a in sys.argv[1:] if not a.startswith("--chips")]
     chips = ["v4", "v5p"]
     for a in sys.argv[1:]:
@@ -51,11 +54,12 @@ def main():
             chips = a.split("=", 1)[1].split(",")
     tp = os.environ.get("TPUSIM", os.path.join(HERE, "..", "..", "..", "build", "tpusim"))
     out = open(args[0], "w") if args else sys.stdout
+    extra = {"keep": keep} if keep else {}
     with tempfile.TemporaryDirectory() as d:
-        for name, path, chip, text in gen.compiled_cases(CASES, chips, d):
+        for name, path, chip, text in gen.compiled_cases(cases, chips, d, **extra):
             sim = tpusim_ops(tp, text, CHIP[chip])
-            if os.environ.get("LOOP_BLOCKS_DUMP"):
-                open(os.path.join(os.environ["LOOP_BLOCKS_DUMP"], f"{name}.{chip}.hlo"), "w").write(text)
+            if os.environ.get(dump_env):
+                open(os.path.join(os.environ[dump_env], f"{name}.{chip}.hlo"), "w").write(text)
             entry = text[text.rfind("\nENTRY"):]
             for line in entry.splitlines():
                 e = re.search(r'"estimated_cycles":"(\d+)"', line)
@@ -75,6 +79,10 @@ def main():
                        "output_window_bounds": [int(x.strip('"')) for x in ow.group(1).split(",") if x] if ow else None,
                        "compiler": int(e.group(1)), "tpusim": sim.get(m.group(1))}
                 print(json.dumps(rec), file=out, flush=True)
+
+
+def main():
+    probe_main(CASES, "LOOP_BLOCKS_DUMP")
 
 
 if __name__ == "__main__":

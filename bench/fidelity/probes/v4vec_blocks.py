@@ -8,7 +8,7 @@ multiply / add only (arith). One JSON line per compiled entry kernel with an est
 fields as loop_blocks.py). Needs jax[tpu] (libtpu, compile-only); run one libtpu compile at a
 time on the machine (flock /tmp/libtpu_probe.lock). V4VEC_DUMP=DIR keeps each compiled
 program as DIR/CASE.CHIP.hlo; V4VEC_ONLY=SUBSTR runs only the cases whose name holds it."""
-import json, os, re, subprocess, sys, tempfile
+import importlib.util, os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]  # libtpu.py here is not libtpu
 sys.path.insert(0, os.path.dirname(HERE))
@@ -35,49 +35,14 @@ CASES = ([(f"vb_{r}x{COLS}_{dt}_mix{n}", chain(n, MIX), [((r, COLS), {"f32": F32
           for dt in ("f32", "bf16") for r in ROWS for n in NOPS] +
          [(f"vb_{r}x{COLS}_f32_arith{n}", chain(n, ARITH), [((r, COLS), F32)]) for r in ROWS for n in (4, 16, 32)])
 ONLY = os.environ.get("V4VEC_ONLY")
-CHIP = {"v4": "v4:core", "v5p": "v5p", "v5e": "v5e", "v6e": "v6e"}
-
-
-def tpusim_ops(tp, text, chip):
-    with tempfile.TemporaryDirectory() as d:
-        src, rep = os.path.join(d, "p.hlo"), os.path.join(d, "r.json")
-        open(src, "w").write(text)
-        p = subprocess.run([tp, "run", src, "--mode", "timing", "--chip", chip, "--report", rep, "--quiet", "--no-cache"])
-        return {o["name"]: o["cycles"] for o in json.load(open(rep))["ops"]} if p.returncode == 0 else {}
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--chips")]
-    chips = ["v4", "v5p"]
-    for a in sys.argv[1:]:
-        if a.startswith("--chips="):
-            chips = a.split("=", 1)[1].split(",")
-    tp = os.environ.get("TPUSIM", os.path.join(HERE, "..", "..", "..", "build", "tpusim"))
-    out = open(args[0], "w") if args else sys.stdout
-    with tempfile.TemporaryDirectory() as d:
-        for name, path, chip, text in gen.compiled_cases(CASES, chips, d, keep=lambda n: not ONLY or ONLY in n):
-            sim = tpusim_ops(tp, text, CHIP[chip])
-            if os.environ.get("V4VEC_DUMP"):
-                open(os.path.join(os.environ["V4VEC_DUMP"], f"{name}.{chip}.hlo"), "w").write(text)
-            entry = text[text.rfind("\nENTRY"):]
-            for line in entry.splitlines():
-                e = re.search(r'"estimated_cycles":"(\d+)"', line)
-                m = re.match(r"\s*(?:ROOT )?%(\S+) = (\(.*?\)|\S+) ([\w\-]+)\(", line)
-                if not e or not m:
-                    continue
-                ib = re.search(r'"iteration_bounds":\[([^\]]*)\]', line)
-                ow = re.search(r'"output_window_bounds":\[([^\]]*)\]', line)
-                sh = m.group(2)
-                dims = re.match(r"(\w+)\[([\d,]*)\]", sh)
-                n = gen.DT_BYTES.get(dims.group(1), 0)
-                for v in filter(None, dims.group(2).split(",")):
-                    n *= int(v)
-                rec = {"case": name, "chip": chip, "op": m.group(1), "opcode": m.group(3), "shape": sh,
-                       "out_bytes": n, "space": "c" if "S(3)" in sh else "v" if "S(1)" in sh else "h",
-                       "iteration_bounds": [int(x.strip('"')) for x in ib.group(1).split(",") if x] if ib else None,
-                       "output_window_bounds": [int(x.strip('"')) for x in ow.group(1).split(",") if x] if ow else None,
-                       "compiler": int(e.group(1)), "tpusim": sim.get(m.group(1))}
-                print(json.dumps(rec), file=out, flush=True)
+    # the compile-and-record loop of loop_blocks.py (this folder is off sys.path: load it by file)
+    spec = importlib.util.spec_from_file_location("loop_blocks", os.path.join(HERE, "loop_blocks.py"))
+    lb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lb)
+    lb.probe_main(CASES, "V4VEC_DUMP", keep=lambda n: not ONLY or ONLY in n)
 
 
 if __name__ == "__main__":
