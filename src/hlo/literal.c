@@ -234,13 +234,11 @@ static tpu_status scalar(lit_parser *p) {
 }
 
 /* XLA's printer writes `{...}` for large constants unless told otherwise. */
-static tpu_status elided_at(tpu_diag *d, tpu_loc at) {
-  return TPU_FAIL(d, TPU_ERR_UNSUPPORTED, at,
+static tpu_status elided(lit_parser *p, tpu_loc at) {
+  return TPU_FAIL(p->d, TPU_ERR_UNSUPPORTED, at,
                   "the constant's values are elided ('{...}'); print the module with large constants "
                   "(HloPrintOptions print_large_constants=true; XLA dumps: --xla_dump_large_constants)");
 }
-
-static tpu_status elided(lit_parser *p, tpu_loc at) { return elided_at(p->d, at); }
 
 static tpu_status level(lit_parser *p, int dim) {
   const tpu_shape *sh = p->shape;
@@ -285,15 +283,18 @@ tpu_status tpu__hlo_parse_literal(const char *text, size_t n, tpu_loc loc, const
   /* Every value takes at least one character: a shape needing more values than the text has
    * characters is refused before its tensor is allocated (a fuzzed f32[99999,99999] constant
    * asked for gigabytes). */
+  lit_parser p = {text, n, 0, loc, shape, out, 0, d, 0, loc};
   int64_t need = tpu_shape_numel(shape);
   if (need > (int64_t)n) {
     for (size_t i = 0; i + 3 <= n; i++)
-      if (!memcmp(text + i, "...", 3)) return elided_at(d, loc);
+      if (!memcmp(text + i, "...", 3)) {
+        p.pos = i;
+        return elided(&p, here(&p));
+      }
     return TPU_FAIL(d, TPU_ERR_INVALID, loc, "the constant has at most %zu values; the shape needs %lld", n,
                     (long long)need);
   }
   TPU_TRY(tpu_tensor_alloc(out, shape->dtype, shape->rank, shape->dims, d));
-  lit_parser p = {text, n, 0, loc, shape, out, 0, d, 0, loc};
   tpu_status st = level(&p, 0);
   if (st == TPU_OK && peek(&p) != -1) st = TPU_FAIL(d, TPU_ERR_PARSE, here(&p), "unexpected text after the constant");
   if (st == TPU_OK && p.next != tpu_tensor_numel(out))
