@@ -714,6 +714,74 @@ static int64_t fused_small_relayout_tiles(const tpu_chip *chip, const tpu_comp *
   return n;
 }
 
+/* tpusim's own compilation's loop fusion whose transpose keeps the operand's lane dimension in
+ * the lanes and reorders the others (layout.c tpu__moves_minor: it joins the kernel that reads
+ * it) into a result tiled in fewer than 8 rows, that result leaving the kernel as its root's
+ * shape (itself or through elementwise ops): the compiler's loop fusion holding the `copy`
+ * below, as it compiles the same program (the compiler gives the program's result a layout
+ * of its own, relayout.c; transpose_501x33x2x2x33_p04132_fused_bf16 writes
+ * bf16[501,33,33,2,2]{0,4,3,2,1:T(2,128)(2,1)}, 8,712 tiles, 105,084 cycles on v4, its
+ * parameter in {0,3,4,2,1:T(2,128)(2,1)}). The tiles are the transpose's result's in
+ * tpusim's tiling (layout.c tile_rows), the dimensions of size 1 holding no order, as in the
+ * compiled form. 16- and 32-bit types only (those probed); a loop fusion or a transpose alone
+ * that reads only entry parameters and is the program's result (the probes' kernels). Returns
+ * 0 for any other op. */
+static int64_t own_transpose_small_tiles(const tpu_chip *chip, const tpu_instr *x) {
+  if (x->op != TPU_OP_TRANSPOSE || x->noperands != 1) return 0;
+  const tpu_shape *r = &x->shape, *o = &x->operands[0]->shape;
+  int bits = (int)tpu_dtype_bits(r->dtype);
+  int64_t sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  if (r->layout_tail || o->layout_tail || r->rank < 2 || r->rank != o->rank || (bits != 16 && bits != 32) ||
+      x->dimensions.n != r->rank)
+    return 0;
+  /* the result's order of dimensions in the operand's terms, against the operand's (no
+   * layout: row-major) */
+  int a[TPU_MAX_RANK], b[TPU_MAX_RANK], na = 0, nb = moving_order(o, b);
+  for (int k = 0; k < r->rank; k++) {
+    int d = r->has_layout ? r->minor_to_major[k] : r->rank - 1 - k;
+    if (r->dims[d] > 1) a[na++] = (int)x->dimensions.v[d];
+  }
+  int same = na == nb;
+  for (int k = 0; same && k < na; k++) same = a[k] == b[k];
+  if (same || na == 0 || nb == 0 || a[0] != b[0]) return 0;
+  int q = r->has_layout ? r->minor_to_major[1] : r->rank - 2, m = r->has_layout ? r->minor_to_major[0] : r->rank - 1;
+  if (r->dims[m] <= 1 || tpu__tile_rows(chip, r->dtype, r->dims[q]) >= sub) return 0;
+  return tpu__tiles_as(chip, r, q, m);
+}
+
+static int64_t own_small_relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
+  /* a kernel reading the program's parameters and writing its result, both in HBM, as probed
+   * (not the relayout copies tpusim's own passes make, out of VMEM or a convolution's split
+   * layout, which copy_kind.c prices otherwise) */
+  const tpu_comp *e = in->parent;
+  if (!e || !e->is_entry || !e->root) return 0;
+  int result = in == e->root;
+  for (int i = 0; !result && e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++) result = e->root->operands[i] == in;
+  if (!result) return 0;
+  for (int i = 0; i < in->noperands; i++)
+    if (in->operands[i]->op != TPU_OP_PARAMETER || on_chip(&in->operands[i]->shape)) return 0;
+  if (in->op == TPU_OP_FUSION) {
+    int loop = 0;
+    for (int i = 0; i < in->nattrs; i++)
+      loop |= !strcmp(in->attrs[i].name, "kind") && in->attrs[i].value && !strcmp(in->attrs[i].value, "kLoop");
+    if (!loop) return 0;
+  }
+  /* a transpose that is a kernel alone (the program's result), where tpusim too has it keep the
+   * lanes (one it takes to move them is a relayout kernel of its own: relayout_off_core) */
+  if (in->op == TPU_OP_TRANSPOSE) return tpu__moves_minor(chip, in) ? 0 : own_transpose_small_tiles(chip, in);
+  const tpu_comp *c = in->op == TPU_OP_FUSION ? in->calls : NULL;
+  int64_t n = 0;
+  if (!c || !c->root || c->root->shape.dtype == TPU_TUPLE) return 0;
+  for (int i = 0; i < c->ninstrs; i++) {
+    const tpu_instr *x = c->instrs[i];
+    if (x->op != TPU_OP_TRANSPOSE || x->shape.rank != c->root->shape.rank ||
+        memcmp(x->shape.dims, c->root->shape.dims, sizeof x->shape.dims[0] * (size_t)x->shape.rank))
+      continue;
+    n += own_transpose_small_tiles(chip, x);
+  }
+  return n;
+}
+
 /* A compiled program's loop fusion that holds a sublane relayout (a copy that keeps the lanes'
  * dimension and reorders the others) into tiles of fewer than 8 rows (T(1,128), T(2,128),
  * T(4,128)), its operands and result all in HBM: the compiler's relayout of small tiles inside
@@ -732,9 +800,9 @@ static int64_t fused_small_relayout_tiles(const tpu_chip *chip, const tpu_comp *
  * own (the relayout floor, timing.c) nor one with VMEM on a side (tpu__relayout_tiles).
  * Returns the copy's result tiles, 0 for any other op. */
 int64_t tpu__hbm_relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
-  if (in->op != TPU_OP_FUSION || !in->calls || !in->shape.layout_tail || in->shape.dtype == TPU_TUPLE ||
-      on_chip(&in->shape))
-    return 0;
+  if (in->shape.dtype == TPU_TUPLE || on_chip(&in->shape)) return 0;
+  if (!in->shape.layout_tail) return own_small_relayout_tiles(chip, in);
+  if (in->op != TPU_OP_FUSION || !in->calls) return 0;
   for (int i = 0; i < in->noperands; i++)
     if (!in->operands[i]->shape.layout_tail || on_chip(&in->operands[i]->shape)) return 0;
   return fused_small_relayout_tiles(chip, in->calls, 2);

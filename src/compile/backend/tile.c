@@ -783,8 +783,13 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   int64_t htiles = be->chip->hbm_relayout_tile_cycles > 0 ? tpu__hbm_relayout_tiles(be->chip, in) : 0;
   if (htiles > 0) {
     double lat_s = tpu_timing_hbm_latency_s(be->chip);
-    double bytes = (double)tpu__padded_bytes(be, &in->shape);
-    for (int i = 0; i < in->noperands; i++) bytes += (double)tpu__padded_bytes(be, &in->operands[i]->shape);
+    /* (in tpusim's own compilation, its arrays as the back end lays them out: a program's
+     * result in its least padded tiling, not JAX's entry layout) */
+    int own = !in->shape.layout_tail;
+    double bytes = (double)(own ? tpu__value_bytes(be, in, &in->shape) : tpu__padded_bytes(be, &in->shape));
+    for (int i = 0; i < in->noperands; i++)
+      bytes += (double)(own ? tpu__value_bytes(be, in->operands[i], &in->operands[i]->shape)
+                            : tpu__padded_bytes(be, &in->operands[i]->shape));
     double body = lat_s * be->chip->clock_hz + (double)htiles * be->chip->hbm_relayout_tile_cycles +
                   bytes * be->chip->clock_hz / tpu_chip_hbm_stream_bw(be->chip);
     if (body > po.min_body_cycles) po.min_body_cycles = body;
