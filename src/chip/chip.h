@@ -76,6 +76,7 @@ typedef enum {
   X(LONE_REDUCE_MIN_BYTES, lone_reduce_min_bytes, 'i', 0, "B", "smallest unfused reduce (bytes in and out) that pays lone_op_bytes (absent: lone_op_min_bytes)") \
   X(TRANSPOSE_BYTES, transpose_bytes, 'f', 0, "B/elem", "HBM-port cost of a transpose that moves the minor dimension") \
   X(ROW_BROADCAST_CYCLES, row_broadcast_cycles, 'f', 0, "cycles", "cost per row and TensorCore of a vector kernel's broadcast along the lanes (a per-row statistic over a row)") \
+  X(DOT_VECTOR_GROUP_CYCLES, dot_vector_group_cycles, 'f', 0, "cycles", "cost per row group (8 rows of the product's registers) and TensorCore of a vector-unit dot's vector broadcast along the matrix's lanes (absent: row_broadcast_cycles per row)") \
   X(VPU_BATCHED_VECTOR_DOTS, vpu_batched_vector_dots, 'i', 0, "", "1: a batched dot whose vector operand has a size-1 free dimension always runs on the vector unit (absent: the matrix unit when its scores are scaled in f32 over two batch dimensions, dot_reduce.c pv_on_mxu)") \
   X(MXU_BATCH_SPREAD, mxu_batch_spread, 'i', 0, "", "1: a batched matmul may give each MXU whole products (absent: its MXUs split every product)") \
   X(MXU_FILL_HIDDEN, mxu_fill_hidden, 'i', 0, "", "1: in a matmul kernel that moves nothing to or from HBM, each instruction's systolic fill and drain (mxu_rows + mxu_cols - 2 cycles) overlap the next one's work (absent: exposed)") \
@@ -206,6 +207,7 @@ typedef struct tpu_chip {
   int64_t lone_reduce_min_bytes; /* 0 when absent: lone_op_min_bytes */
   double transpose_bytes;
   double row_broadcast_cycles; /* 0 when absent: broadcasts along the lanes cost nothing extra */
+  double dot_vector_group_cycles; /* 0 when absent: a vector-unit dot's vector broadcast along the lanes costs row_broadcast_cycles per row */
   int64_t vpu_batched_vector_dots; /* 0 when absent (dot_reduce.c) */
   int64_t mxu_batch_spread;        /* 0 when absent: every MXU works on each product (timing.c) */
   int64_t epilogue_reduce_serial;  /* 0 when absent: a reducing epilogue's vector work overlaps its kernel's transfers (timing.c port_floor_op) */

@@ -23,7 +23,7 @@ static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m *
  * f32[8,64,512,16] products {2,3,1,0}, 512 in the lanes, the [8,64,512] values spread along
  * the sublanes of its multiply_reduce fusions; tpusim's own values between kernels are
  * row-major). */
-static int fused_minor(const tpu_chip *chip, const tpu_instr *x) {
+static int fused_order(const tpu_chip *chip, const tpu_instr *x, int8_t order[TPU_MAX_RANK]) {
   const tpu_comp *c = x->parent;
   int rank = x->shape.rank;
   for (int i = 0; c && i < c->ninstrs; i++) {
@@ -42,12 +42,26 @@ static int fused_minor(const tpu_chip *chip, const tpu_instr *x) {
         continue;
       int row_major = 1;
       for (int d = 0; d < rank; d++) row_major &= o->shape.minor_to_major[d] == rank - 1 - d;
-      if (!row_major) return (int)o->shape.minor_to_major[0];
+      if (!row_major) {
+        memcpy(order, o->shape.minor_to_major, sizeof o->shape.minor_to_major[0] * (size_t)rank);
+        return (int)o->shape.minor_to_major[0];
+      }
     }
   }
   int second, minor;
   tpu__least_tiling(chip, &x->shape, &second, &minor);
+  /* the others major to minor in their order */
+  int n = 0;
+  order[n++] = (int8_t)minor;
+  if (rank > 1 && second != minor) order[n++] = (int8_t)second;
+  for (int d = rank - 1; d >= 0; d--)
+    if (d != minor && d != second) order[n++] = (int8_t)d;
   return minor;
+}
+
+static int fused_minor(const tpu_chip *chip, const tpu_instr *x) {
+  int8_t order[TPU_MAX_RANK];
+  return fused_order(chip, x, order);
 }
 
 static int64_t lane_broadcast_rows(const tpu_chip *chip, const tpu_instr *x) {
@@ -56,6 +70,135 @@ static int64_t lane_broadcast_rows(const tpu_chip *chip, const tpu_instr *x) {
   int minor = x->shape.has_layout ? x->shape.minor_to_major[0] : fused_minor(chip, x);
   if (x->shape.dims[minor] <= 1 || tpu_i64s_find(&x->dimensions, minor) >= 0) return 0;
   return tpu_shape_numel(&x->shape) / x->shape.dims[minor];
+}
+
+/* The one user of x in its computation, seen through converts (NULL where it has none or
+ * several). */
+static const tpu_instr *sole_user(const tpu_instr *x) {
+  for (int hops = 0; hops < 4; hops++) {
+    const tpu_comp *c = x->parent;
+    const tpu_instr *u = NULL;
+    for (int i = 0; c && i < c->ninstrs; i++)
+      for (int j = 0; j < c->instrs[i]->noperands; j++)
+        if (c->instrs[i]->operands[j] == x) {
+          if (u) return NULL;
+          u = c->instrs[i];
+        }
+    if (!u || u->op != TPU_OP_CONVERT) return u;
+    x = u;
+  }
+  return NULL;
+}
+
+/* The first dimension of more than one element in minor-to-major order `order` of shape s
+ * (-1 where there is none). */
+static int first_wide(const tpu_shape *s, const int8_t *order) {
+  for (int k = 0; k < s->rank; k++)
+    if (s->dims[order[k]] > 1) return order[k];
+  return -1;
+}
+
+/* Which dimension of value v (inside kernel `in`, NULL outside one) holds its lanes, as the
+ * XLA TPU compiler lays out the vector of a strength-reduced dot: a value of a compiled
+ * program's layout (its tiles) lies as it says; one that comes, through converts, copies,
+ * transposes and reshapes that add or drop size-1 dimensions, from a parameter of the entry
+ * computation is relaid out into the matrix's layout (the compiler's copy of 'cab,badc->dab''s
+ * vector [a,b,c] into {1,2,0}, b in the lanes as in the matrix's rows): -2; any other
+ * value keeps its own producer's lanes (decode attention's probabilities from the softmax, the
+ * keys in the lanes), its layout's or the row-major minor. -1 where not known. */
+static int vector_lanes(const tpu_instr *in, const tpu_instr *v, int depth) {
+  const tpu_shape *s = &v->shape;
+  if (depth > 24 || s->rank < 1) return -1;
+  if (s->has_layout && s->layout_tail) return first_wide(s, s->minor_to_major);
+  const tpu_instr *o = v->noperands > 0 ? v->operands[0] : NULL;
+  switch (v->op) {
+    case TPU_OP_PARAMETER:
+      if (in && in->op == TPU_OP_FUSION && v->parent == in->calls && v->index >= 0 && v->index < in->noperands)
+        return vector_lanes(NULL, in->operands[v->index], depth + 1);
+      if (v->parent && v->parent->is_entry) return -2;
+      break;
+    case TPU_OP_CONVERT: case TPU_OP_COPY:
+      if (o && o->shape.rank == s->rank) return vector_lanes(in, o, depth + 1);
+      break;
+    case TPU_OP_TRANSPOSE: {
+      int j = o ? vector_lanes(in, o, depth + 1) : -1;
+      if (j < 0) return j;
+      for (int i = 0; i < v->dimensions.n && i < s->rank; i++)
+        if (v->dimensions.v[i] == j) return i;
+      return -1;
+    }
+    case TPU_OP_RESHAPE: case TPU_OP_BITCAST: {
+      int j = o ? vector_lanes(in, o, depth + 1) : -1;
+      if (j < 0 || !o) return j;
+      /* the same dimensions but for size-1 ones: the j-th wide one keeps its place among them */
+      int nth = 0, wo = 0, wv = 0;
+      for (int d = 0; d < o->shape.rank; d++)
+        if (o->shape.dims[d] > 1) {
+          if (d == j) nth = wo;
+          wo++;
+        }
+      for (int d = 0; d < s->rank; d++) wv += s->dims[d] > 1;
+      if (wo != wv) return -1;
+      for (int d = 0, w = 0; d < s->rank; d++)
+        if (s->dims[d] > 1) {
+          if (w == nth) return s->dims[d] == o->shape.dims[j] ? d : -1;
+          w++;
+        }
+      return -1;
+    }
+    default:
+      break;
+  }
+  if (s->has_layout) return first_wide(s, s->minor_to_major);
+  for (int d = s->rank - 1; d >= 0; d--)
+    if (s->dims[d] > 1) return d;
+  return -1;
+}
+
+/* The row groups of a strength-reduced dot's vector spread along the lanes: a broadcast
+ * along the lanes (lane_broadcast_rows) that one multiply takes (through converts) whose
+ * product one reduce sums (through converts) over dimensions other than the lanes, the
+ * vector of a dot the compiler runs on the vector unit as a multiply_reduce fusion. The XLA
+ * TPU compiler charges such a broadcast per group of 8 rows of the product's registers (its
+ * second-minor dimension padded to 8 rows), whatever the lanes and the dtype: JAX's
+ * 'cab,badc->dab' over a, b, c, d about 6, 8, 33, 128 costs F + 8.00 cycles per row group +
+ * 13.49 per register of the product on v5e, bf16 and f32 alike (17.66 f32); v4 3.81, v5p
+ * 3.96 per device of two TensorCores, v6e 8.00; a = 12 or b = 16 the same 10,327 cycles on
+ * v5e, d = 200 as d = 256 (libtpu probes off the corpus, bench/fidelity/probes/
+ * mr_lane_bcast.py, data/mr_lane_bcast.jsonl). The groups are the vector's, not the
+ * product's: a register spread along the lanes serves every product register that differs
+ * only in a dimension the vector lacks (families tune einsum_adceb_cab_baed's fusion,
+ * [32,2,8] spread over [32,2,16,197,8]{3,0,4,2,1}: 18,119 cycles on v6e, the fit's fixed
+ * part and product registers plus 8 x 64 groups, not 8 x 1,024). 0 for other ops. */
+static int64_t dot_vector_groups(const tpu_chip *chip, const tpu_instr *in, const tpu_instr *x) {
+  if (x->op != TPU_OP_BROADCAST || x->noperands != 1 || x->operands[0]->shape.rank < 1 || x->shape.rank < 2)
+    return 0;
+  int8_t order[TPU_MAX_RANK];
+  const int r = x->shape.rank;
+  if (x->shape.has_layout) memcpy(order, x->shape.minor_to_major, sizeof order[0] * (size_t)r);
+  else fused_order(chip, x, order);
+  const int m = order[0];
+  if (m < 0 || m >= r || x->shape.dims[m] <= 1 || tpu_i64s_find(&x->dimensions, m) >= 0) return 0;
+  /* the rows: the first dimension after the lanes of more than one element (a size-1
+   * dimension is a bitcast away: the compiler's attention kernels drop it) */
+  int k = 1;
+  while (k < r && x->shape.dims[order[k]] == 1) k++;
+  if (k >= r) return 0;
+  const int q = order[k];
+  const tpu_instr *mul = sole_user(x);
+  if (!mul || mul->op != TPU_OP_MULTIPLY || mul->shape.rank != x->shape.rank) return 0;
+  const tpu_instr *red = sole_user(mul);
+  if (!red || red->op != TPU_OP_REDUCE || red->noperands < 1 || tpu_i64s_find(&red->dimensions, m) >= 0) return 0;
+  /* the vector's own groups: one register spread along the lanes serves every register of
+   * the product that differs only in a dimension the vector lacks */
+  int64_t d = x->shape.dims[q], sub = chip->vector_sublanes > 0 ? chip->vector_sublanes : 8;
+  const int qv = (int)tpu_i64s_find(&x->dimensions, q); /* the rows' dimension in the vector */
+  if (d <= 0 || qv < 0) return 0;
+  /* only a vector whose lanes are the product's rows: each group a transposition; one whose
+   * rows are already the product's is spread along the lanes as a statistic is */
+  const int lanes = vector_lanes(in == x ? NULL : in, x->operands[0], 0);
+  if (lanes != -2 && lanes != qv) return 0;
+  return tpu_shape_numel(&x->operands[0]->shape) / d * ((d + sub - 1) / sub);
 }
 
 /* The elements a reduce iterates over: a reduce over its operand's second-minor dimension
@@ -171,9 +314,11 @@ static int64_t reduce_source_elems(const tpu__be *be, const tpu_instr *in, const
  * dimension (a transpose), the elements it iterates over and the rows it broadcasts along
  * the lanes. */
 static void scan_one(const tpu__be *be, const tpu_instr *in, const tpu_instr *x, int *reduces, int64_t *moved,
-                     int64_t *n, int64_t *rows) {
+                     int64_t *n, int64_t *rows, int64_t *groups) {
   const tpu_chip *chip = be->chip;
-  *rows += lane_broadcast_rows(chip, x);
+  const int64_t g = chip->dot_vector_group_cycles > 0 ? dot_vector_groups(chip, in, x) : 0;
+  if (g > 0) *groups += g;
+  else *rows += lane_broadcast_rows(chip, x);
   if (x->op == TPU_OP_REDUCE && x->noperands > 0) {
     *reduces = 1;
     int64_t e = reduce_source_elems(be, in, x);
@@ -443,10 +588,10 @@ static int writes_cmem(const tpu__be *be, const tpu_instr *in) {
 double tpu__stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinfo *k) {
   const tpu_chip *ch = be->chip;
   if (ch->stream_pass_bytes <= 0 && ch->lone_op_bytes <= 0 && ch->transpose_bytes <= 0 && ch->row_broadcast_cycles <= 0 &&
-      ch->concat_shift_cycles <= 0)
+      ch->concat_shift_cycles <= 0 && ch->dot_vector_group_cycles <= 0)
     return 0;
   int reduces = 0, narrow = 0;
-  int64_t n = 0, moved = 0, rows = 0;
+  int64_t n = 0, moved = 0, rows = 0, groups = 0;
   /* (a kernel that is a reshape moves rows, as a copy does: the compiler's relayout of
    * bf16[8,7,7,128] to [8,7,7,8,16] is not 8 times its rows' cost for its 16 lanes) */
   /* (nor a kernel of space to batch's form, whose transposes relay a convolution's pieces
@@ -473,10 +618,10 @@ double tpu__stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinf
     if (e > n) n = e;
   }
   if (in->op == TPU_OP_FUSION && in->calls) {
-    for (int i = 0; i < in->calls->ninstrs; i++) scan_one(be, in, in->calls->instrs[i], &reduces, &moved, &n, &rows);
+    for (int i = 0; i < in->calls->ninstrs; i++) scan_one(be, in, in->calls->instrs[i], &reduces, &moved, &n, &rows, &groups);
     moved -= product_layout_transpose(be, in->calls);
   } else {
-    scan_one(be, in, in, &reduces, &moved, &n, &rows);
+    scan_one(be, in, in, &reduces, &moved, &n, &rows, &groups);
   }
   double x = 0;
   if (reduces || narrow || writes_cmem(be, in)) x += ch->stream_pass_bytes * (double)n;
@@ -502,6 +647,11 @@ double tpu__stream_costs(const tpu__be *be, const tpu_instr *in, const tpu__kinf
   if (ch->concat_shift_cycles > 0) {
     x += ch->concat_shift_cycles * tpu__kernel_shift_regs(be, in) * tpu_chip_hbm_stream_bw(ch) / ch->clock_hz;
   }
+  /* a strength-reduced dot's vector spread along the lanes: per row group of its product
+   * (dot_vector_groups), in place of row_broadcast_cycles per row */
+  if (ch->dot_vector_group_cycles > 0 && groups > 0)
+    x += ch->dot_vector_group_cycles * (double)groups / (double)(ch->tensorcores > 0 ? ch->tensorcores : 1) *
+         tpu_chip_hbm_stream_bw(ch) / ch->clock_hz;
   if (ch->row_broadcast_cycles > 0 && rows > 0)
     x += ch->row_broadcast_cycles * (double)rows / (double)(ch->tensorcores > 0 ? ch->tensorcores : 1) *
          tpu_chip_hbm_stream_bw(ch) / ch->clock_hz;

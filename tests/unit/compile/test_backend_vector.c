@@ -304,6 +304,37 @@ static void row_broadcasts(void) {
   }
 }
 
+/* A vector-unit dot's vector spread along the matrix's lanes costs the chip's
+ * dot_vector_group_cycles per group of 8 rows of the vector (stream_cost.c
+ * dot_vector_groups), in place of row_broadcast_cycles per row: JAX's 'cab,badc->dab' over
+ * a, b, c, d = 6, 8, 33, 128 (off the families corpus) costs the compiler 8.00 cycles more
+ * on v5e per row group, 198 of them (probes/mr_lane_bcast.py). A vector that a major
+ * dimension of the product lacks (e = 4 below) counts its own groups, not the product's. */
+static void dot_vector_groups_cost(void) {
+  tpu_chip v5e;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v5e", &v5e, &d) == TPU_OK);
+  CHECK_NEAR(v5e.dot_vector_group_cycles, 8.0, 1e-12);
+  const char *src[2] = {
+      "HloModule v\nENTRY e {\n  q = bf16[8,6,128,33]{3,2,1,0} parameter(1)\n  p = bf16[33,6,8]{2,1,0} parameter(0)\n"
+      "  t = bf16[6,8,128]{2,1,0} dot(q, p), lhs_batch_dims={1,0}, lhs_contracting_dims={3}, rhs_batch_dims={1,2}, "
+      "rhs_contracting_dims={0}\n  ROOT r = bf16[128,6,8]{0,2,1} transpose(t), dimensions={2,0,1}\n}\n",
+      "HloModule v\nENTRY e {\n  q = bf16[4,8,6,128,33]{4,3,2,1,0} parameter(1)\n  p = bf16[33,6,8]{2,1,0} parameter(0)\n"
+      "  ROOT t = bf16[6,8,4,128]{3,2,1,0} dot(q, p), lhs_batch_dims={2,1}, lhs_contracting_dims={4}, "
+      "rhs_batch_dims={1,2}, rhs_contracting_dims={0}\n}\n"};
+  const int64_t rows[2] = {6 * 8 * 33, 4 * 6 * 8 * 33}; /* the rows row_broadcast_cycles charged */
+  for (int k = 0; k < 2; k++) {
+    tpu_chip c = v5e;
+    int64_t with = step_cycles_of(src[k], &c, 1);
+    c.dot_vector_group_cycles = 0;
+    int64_t without = step_cycles_of(src[k], &c, 1);
+    double want = 8.0 * 6 * 33 - v5e.row_broadcast_cycles * (double)rows[k];
+    printf("v5e vector-unit dot %d: %lld cycles, %lld without dot_vector_group_cycles (+%lld, want +%.0f)\n", k,
+           (long long)with, (long long)without, (long long)(with - without), want);
+    CHECK(fabs((double)(with - without) - want) <= 0.1 * want);
+  }
+}
+
 /* A broadcast in a kernel runs along the layout of the array it is combined with: x * s[:, None]
  * over f32 [65536,128] laid out {0,1} (its rows in the lanes) spreads s along the lanes of
  * no row, so it costs no row_broadcast_cycles (layout.c fused_minor: the strength-reduced
@@ -573,6 +604,7 @@ int main(void) {
   fused_custom_calls_cost();
   eup_width();
   row_broadcasts();
+  dot_vector_groups_cost();
   broadcast_along_layout();
   least_padded_values();
   dynamic_slices();
