@@ -169,7 +169,9 @@ static int vector_lanes(const tpu_instr *in, const tpu_instr *v, int depth) {
  * product's: a register spread along the lanes serves every product register that differs
  * only in a dimension the vector lacks (families tune einsum_adceb_cab_baed's fusion,
  * [32,2,8] spread over [32,2,16,197,8]{3,0,4,2,1}: 18,119 cycles on v6e, the fit's fixed
- * part and product registers plus 8 x 64 groups, not 8 x 1,024). 0 for other ops. */
+ * part and product registers plus 8 x 64 groups, not 8 x 1,024). Only a vector whose lanes
+ * are the product's rows and whose rows fit one register's lanes (vector_lanes, below). 0
+ * for other ops. */
 static int64_t dot_vector_groups(const tpu_chip *chip, const tpu_instr *in, const tpu_instr *x) {
   if (x->op != TPU_OP_BROADCAST || x->noperands != 1 || x->operands[0]->shape.rank < 1 || x->shape.rank < 2)
     return 0;
@@ -198,6 +200,12 @@ static int64_t dot_vector_groups(const tpu_chip *chip, const tpu_instr *in, cons
    * rows are already the product's is spread along the lanes as a statistic is */
   const int lanes = vector_lanes(in == x ? NULL : in, x->operands[0], 0);
   if (lanes != -2 && lanes != qv) return 0;
+  /* and rows that fit one register's lanes (at most 128): a wider vector is transposed by
+   * whole tiles, as a statistic is (decode attention's p . v over 2,048 keys, the
+   * probabilities' keys in the lanes and the product's rows: the compiler's v6e
+   * multiply_reduce_fusion 599,669 cycles, its product registers alone, not 65,536 groups
+   * more; bench/fidelity/corpus attn_decode_b8h32kv2048d128, test_rules) */
+  if (d > (chip->vector_lanes > 0 ? chip->vector_lanes : 128)) return 0;
   return tpu_shape_numel(&x->operands[0]->shape) / d * ((d + sub - 1) / sub);
 }
 
