@@ -111,9 +111,26 @@ static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, in
      * 3-feature kernel); where the compiler folds its last spatial dimension into the batch
      * (space to batch), the folded batch fills the sublanes */
     if (rs->dims[cd->k_out] < sub) return 0;
-    if (space_to_batch(mm, &mm->operands[0]->shape, rs)) return (m + sub - 1) / sub;
   }
-  return groups * (m / batch) * ((batch + sub - 1) / sub);
+  /* A step is one output position's batch for one 128-lane tile of the output features: a
+   * plain convolution of 256 or 384 output features takes the floor two or three times per
+   * position (libtpu probes outside the corpora, bench/fidelity/probes/dilconv_sweep.py, bf16
+   * [2,21,21,32] x [3,3,32,Co], rhs_dilate 6-14, one window of the features' tiles: each
+   * tile adds 4,786 cycles on v5e and 4,780 on v4 at 441 positions, 10.9 a position; v6e
+   * 2,250-2,502, 5.1-5.7). A chip of two TensorCores (v5p) shares the tiles between them
+   * (its compiler iterates them: 1,816-2,078 a tile, half the floor's 441 x 8.6). */
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  int64_t tiles = (rs->dims[cd->k_out] / (g > 0 ? g : 1) + lanes - 1) / lanes;
+  int64_t tc = be->chip->tensorcores > 1 ? be->chip->tensorcores : 1;
+  tiles = (tiles + tc - 1) / tc;
+  /* what the probes cover: a window of several taps (a 1x1 one keeps one step a position:
+   * tune mbv2_fwd_b8_28x28_32to64_s2's and resnet_bottleneck_fwd_b8_28x28x512_g1's 1x1
+   * kernels go 5-10 points over the compiler with the tiles) */
+  int64_t taps = 1;
+  for (int i = 0; i < cd->nspatial; i++) taps *= rs->dims[cd->k_spatial[i]];
+  if (tiles < 1 || taps <= 1) tiles = 1;
+  if (groups == 1 && space_to_batch(mm, &mm->operands[0]->shape, rs)) return (m + sub - 1) / sub * tiles;
+  return groups * (m / batch) * ((batch + sub - 1) / sub) * tiles;
 }
 
 /* The least time, in cycles, of an input-dilated (transposed) convolution kernel with the
