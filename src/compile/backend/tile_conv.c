@@ -95,6 +95,7 @@ static int one_row(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t ba
  * 7 / 6 / 8 / 2 of v4 / v5e / v5p / v6e closer to the compiler's figure and 0 / 0 / 0 / 3
  * away). `g` is the feature groups, `bat` the products written as a spatial dimension, `m`
  * the rows (batch x the other output positions). */
+static int packed_conv(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat);
 static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat, int64_t m) {
   const tpu_conv_dims *cd = mm->conv;
   const tpu_shape *rs = &mm->operands[1]->shape;
@@ -128,7 +129,9 @@ static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, in
    * kernels go 5-10 points over the compiler with the tiles) */
   int64_t taps = 1;
   for (int i = 0; i < cd->nspatial; i++) taps *= rs->dims[cd->k_spatial[i]];
-  if (tiles < 1 || taps <= 1) tiles = 1;
+  for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++)
+    if (mm->window[i].base_dilation > 1) taps = 1; /* a transposed convolution: its own floors */
+  if (tiles < 1 || taps <= 1 || packed_conv(be, mm, g, bat)) tiles = 1; /* packed: its own floor */
   if (groups == 1 && space_to_batch(mm, &mm->operands[0]->shape, rs)) return (m + sub - 1) / sub * tiles;
   return groups * (m / batch) * ((batch + sub - 1) / sub) * tiles;
 }
