@@ -14,6 +14,7 @@ row-major choice). data/outlayout.jsonl holds the session-29 run."""
 import json, os, re, subprocess, sys, tempfile
 
 from libtpu import TOPO, compile_retry, entry_ops, tpusim_cycles
+from hbm_relayout import hlo, tiles  # the same transpose programs and tile count
 
 CASES = [  # name, shape, dtype, permutation, add 1
     ("t5_bf16", [600, 20, 2, 2, 40], "bf16", [0, 4, 1, 3, 2], True),
@@ -29,28 +30,6 @@ CASES = [  # name, shape, dtype, permutation, add 1
     ("rm4_f32_p3021", [30, 2, 12, 640], "f32", [3, 0, 2, 1], True),
     ("rm4_bf16_p3021", [25, 2, 16, 768], "bf16", [3, 0, 2, 1], True),
 ]
-
-
-def hlo(shape, dt, perm, add):
-    s, out = ",".join(map(str, shape)), ",".join(str(shape[p]) for p in perm)
-    t = f"  t = {dt}[{out}] transpose(a), dimensions={{{','.join(map(str, perm))}}}\n"
-    if add:
-        t += f"  one = {dt}[] constant(1)\n  b = {dt}[{out}] broadcast(one), dimensions={{}}\n  ROOT r = {dt}[{out}] add(t, b)\n"
-    else:
-        t = t.replace("  t =", "  ROOT t =")
-    return f"HloModule probe\n\nENTRY main {{\n  a = {dt}[{s}] parameter(0)\n{t}}}\n"
-
-
-def tiles(shape_text):
-    m = re.match(r"\w+\[([\d,]*)\]\{([\d,]*):T\((\d+),(\d+)\)", shape_text)
-    if not m:
-        return [0, 0]
-    d, mm = [int(x) for x in m.group(1).split(",")], [int(x) for x in m.group(2).split(",")]
-    r, lanes = int(m.group(3)), int(m.group(4))
-    n = -(-d[mm[0]] // lanes) * -(-d[mm[1]] // r)
-    for k in mm[2:]:
-        n *= d[k]
-    return [n, r]
 
 
 def main():

@@ -71,13 +71,6 @@
   "  ROOT f = f32[501,17,33,8,8]{0,4,3,2,1:T(8,128)} fusion(a), kind=kLoop, calls=fc\n"                        \
   "}\n"
 
-static double cycles(const char *src, const tpu_chip *c) {
-  tpu_program *p = compile_all(src, c);
-  CHECK(p != NULL);
-  double t = p ? program_cycles(p, c) : -1;
-  tpu_program_free(p);
-  return t;
-}
 
 static void one(const char *name, double compiler) {
   tpu_chip c, off;
@@ -90,7 +83,7 @@ static void one(const char *name, double compiler) {
   CHECK(c.hbm_relayout_tile_cycles > 0);
   off = c;
   off.hbm_relayout_tile_cycles = 0;
-  double t = cycles(FUSED_SMALL, &c), t_off = cycles(FUSED_SMALL, &off);
+  double t = compiled_cycles(FUSED_SMALL, &c), t_off = compiled_cycles(FUSED_SMALL, &off);
   printf("%s bf16[1000,33,2,2,33] relaid into T(2,128) tiles HBM to HBM: %.0f cycles (the compiler: %.0f);"
          " without hbm_relayout_tile_cycles %.0f\n", name, t, compiler, t_off);
   CHECK(fabs(t / compiler - 1) < 0.10);
@@ -108,7 +101,7 @@ static void own(const char *what, const char *src, const char *name, double comp
   }
   off = c;
   off.hbm_relayout_tile_cycles = 0;
-  double t = cycles(src, &c), t_off = cycles(src, &off);
+  double t = compiled_cycles(src, &c), t_off = compiled_cycles(src, &off);
   printf("%s own compilation of %s: %.0f cycles (the compiler: %.0f); without hbm_relayout_tile_cycles %.0f\n", name,
          what, t, compiler, t_off);
   CHECK(fabs(t / compiler - 1) < 0.10);
@@ -128,7 +121,7 @@ int main(void) {
   CHECK(tpu_chip_load("v5e", &c, &d) == TPU_OK);
   off = c;
   off.hbm_relayout_tile_cycles = 0;
-  double w = cycles(FUSED_WHOLE, &c), w_off = cycles(FUSED_WHOLE, &off);
+  double w = compiled_cycles(FUSED_WHOLE, &c), w_off = compiled_cycles(FUSED_WHOLE, &off);
   printf("v5e f32[501,33,8,8,17] in T(8,128) tiles: %.0f cycles, without the field %.0f (the compiler: 340,608)\n", w,
          w_off);
   CHECK(w > 0 && w == w_off);

@@ -21,13 +21,6 @@
   "  ROOT z = f32[" #R "," #C "] maximum(y, b)\n"                                                              \
   "}\n"
 
-static double cycles(const char *src, const tpu_chip *c) {
-  tpu_program *p = compile_all(src, c);
-  CHECK(p != NULL);
-  double t = p ? program_cycles(p, c) : -1;
-  tpu_program_free(p);
-  return t;
-}
 
 static void one(const char *what, const char *src, double compiler) {
   tpu_chip c;
@@ -37,9 +30,9 @@ static void one(const char *what, const char *src, double compiler) {
     return;
   }
   unsetenv("TPUSIM_NO_RESULT_EW_LAYOUT");
-  double t = cycles(src, &c);
+  double t = compiled_cycles(src, &c);
   setenv("TPUSIM_NO_RESULT_EW_LAYOUT", "1", 1);
-  double t_off = cycles(src, &c);
+  double t_off = compiled_cycles(src, &c);
   unsetenv("TPUSIM_NO_RESULT_EW_LAYOUT");
   printf("v4 %s: %.0f cycles (the compiler: %.0f); without the rule %.0f\n", what, t, compiler, t_off);
   CHECK(fabs(t / compiler - 1) < 0.10);

@@ -109,6 +109,16 @@ static inline double program_cycles(const tpu_program *p, const tpu_chip *c) {
   return t;
 }
 
+/* The cycles of HLO text compiled for c (a CHECK fails when it does not compile; -1 then). */
+static inline double compiled_cycles(const char *src, const tpu_chip *c) {
+  tpu_program *p = compile_all(src, c);
+  CHECK(p != NULL);
+  double t = p ? program_cycles(p, c) : -1;
+  tpu_program_free(p);
+  return t;
+}
+
+
 /* The cycles of program p's op named `name` on chip c (its kernel, start to end), -1 if none. */
 static inline double op_cycles(const tpu_program *p, const tpu_chip *c, const char *name) {
   tpu_timeline tl;
