@@ -230,6 +230,9 @@ int tpu_instr_moves_minor(const tpu_instr *in);
  * computes them with the reference kernel (f32 sums; an integer dot's exact and wrapped), not
  * as MXU passes. */
 int tpu_dot_on_vector_unit(const tpu_instr *dot, int *matrix);
+/* The one instruction of x's computation that reads x (once or more), or NULL (none, several,
+ * or x its computation's root). */
+const tpu_instr *tpu_instr_sole_user(const tpu_instr *x);
 /* A float or all-integer dot that contracts nothing but dimensions of size 1 (an outer
  * product, batched or not: K = 1), with elements, and whose result no reduce alone reading it
  * sums over a batch dimension (XLA folds that sum into the contraction). The XLA TPU compiler makes it a multiply of

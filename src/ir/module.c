@@ -100,9 +100,7 @@ int tpu_dot_vector_shaped(const tpu_instr *dot, int *matrix) {
   return 1;
 }
 
-/* The one instruction of x's computation that reads x, or NULL (none, several, or x the
- * root). */
-static const tpu_instr *sole_user(const tpu_instr *x) {
+const tpu_instr *tpu_instr_sole_user(const tpu_instr *x) {
   const tpu_comp *c = x->parent;
   const tpu_instr *u = NULL;
   if (!c || c->root == x) return NULL;
@@ -126,7 +124,7 @@ static int batch_summed(const tpu_instr *dot) {
   int64_t at[TPU_MAX_RANK]; /* at[d]: the dot's dimension that dimension d of x is */
   for (int d = 0; d < dot->shape.rank; d++) at[d] = d;
   const tpu_instr *x = dot, *u;
-  while ((u = sole_user(x)) && u->op == TPU_OP_TRANSPOSE && u->dimensions.n == u->shape.rank) {
+  while ((u = tpu_instr_sole_user(x)) && u->op == TPU_OP_TRANSPOSE && u->dimensions.n == u->shape.rank) {
     int64_t nat[TPU_MAX_RANK];
     for (int d = 0; d < u->shape.rank; d++) nat[d] = at[u->dimensions.v[d]];
     memcpy(at, nat, sizeof at);

@@ -754,10 +754,7 @@ static int64_t own_small_relayout_tiles(const tpu_chip *chip, const tpu_instr *i
    * (not the relayout copies tpusim's own passes make, out of VMEM or a convolution's split
    * layout, which copy_kind.c prices otherwise) */
   const tpu_comp *e = in->parent;
-  if (!e || !e->is_entry || !e->root) return 0;
-  int result = in == e->root;
-  for (int i = 0; !result && e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++) result = e->root->operands[i] == in;
-  if (!result) return 0;
+  if (!e || !e->is_entry || !tpu__program_result(e, in)) return 0;
   for (int i = 0; i < in->noperands; i++)
     if (in->operands[i]->op != TPU_OP_PARAMETER || on_chip(&in->operands[i]->shape)) return 0;
   if (in->op == TPU_OP_FUSION) {

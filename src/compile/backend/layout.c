@@ -131,6 +131,14 @@ int tpu__kept_layout(const tpu_instr *x) {
   return 0;
 }
 
+int tpu__program_result(const tpu_comp *e, const tpu_instr *v) {
+  if (!e || !e->root || !v) return 0;
+  if (v == e->root) return 1;
+  for (int i = 0; e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++)
+    if (e->root->operands[i] == v) return 1;
+  return 0;
+}
+
 int tpu__moves_minor(const tpu_chip *chip, const tpu_instr *in) {
   if (in->op == TPU_OP_COPY && in->noperands == 1) {
     /* a compiled program's layout-changing copy: a transpose when the minor dimension
@@ -352,9 +360,7 @@ static int free_layout(const tpu__be *be, const tpu_instr *v, const tpu_shape *s
   const tpu_comp *e = be->m->entry;
   /* a loop's state (its body's parameter) is computed inside the program too */
   if ((v->op == TPU_OP_PARAMETER && (v->parent == e || !loop_state(be, v))) || v->op == TPU_OP_CONSTANT) return 0;
-  if (v == e->root) return 1;
-  for (int i = 0; e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++)
-    if (e->root->operands[i] == v) return 1;
+  if (tpu__program_result(e, v)) return 1;
   if (s == &v->shape && tpu__scan_row_major(v)) return 0; /* a major scan's (scan_window.c) */
   int64_t minor = s->dims[s->has_layout ? s->minor_to_major[0] : s->rank - 1];
   if (s->rank < 3 && minor != 1) return 0;
@@ -399,9 +405,7 @@ const tpu_shape *tpu__held_shape(const tpu_instr *v, const tpu_shape *s) {
 static int64_t conv_result_bytes(const tpu__be *be, const tpu_instr *v, const tpu_shape *s) {
   if (s != &v->shape || s->rank < 3 || s->layout_tail || !tpu_dtype_is_array(s->dtype)) return -1;
   const tpu_comp *e = be->m->entry;
-  if (v->parent != e || v == e->root) return -1;
-  for (int i = 0; e->root->op == TPU_OP_TUPLE && i < e->root->noperands; i++)
-    if (e->root->operands[i] == v) return -1;
+  if (v->parent != e || tpu__program_result(e, v)) return -1;
   const tpu__kinfo *k = tpu__be_info(be, v);
   const tpu_instr *cv = k ? k->mm : NULL;
   if (!cv || cv->op != TPU_OP_CONVOLUTION || !cv->has_conv_dims || cv->shape.rank != s->rank ||

@@ -76,14 +76,7 @@ static int64_t lane_broadcast_rows(const tpu_chip *chip, const tpu_instr *x) {
  * several). */
 static const tpu_instr *sole_user(const tpu_instr *x) {
   for (int hops = 0; hops < 4; hops++) {
-    const tpu_comp *c = x->parent;
-    const tpu_instr *u = NULL;
-    for (int i = 0; c && i < c->ninstrs; i++)
-      for (int j = 0; j < c->instrs[i]->noperands; j++)
-        if (c->instrs[i]->operands[j] == x) {
-          if (u) return NULL;
-          u = c->instrs[i];
-        }
+    const tpu_instr *u = tpu_instr_sole_user(x);
     if (!u || u->op != TPU_OP_CONVERT) return u;
     x = u;
   }

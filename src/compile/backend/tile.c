@@ -105,17 +105,16 @@ static int is_mxu_op(const tpu_instr *in) {
  * pads least, as the XLA TPU compiler's layout assignment lays out every value it computes
  * (layout.c free_layout): a grouped-query attention's scores bf16[4,8,512,512,2] (kv heads,
  * keys, queries, the 2 heads of a group) are not 64 times their size with the 2 in the lanes. */
-/* Is fused computation c called by a loop fusion that is the program's result (laid out as it
- * pads least: layout.c free_layout), every operand of it an entry parameter laid out so too? */
-static int result_loop_comp(const tpu__be *be, const tpu_comp *c) {
+/* Is fused computation c called by a fusion that is one of the program's results (laid out as
+ * it pads least: layout.c free_layout)? Looks at the results alone, not the whole entry. */
+static int result_fused_comp(const tpu__be *be, const tpu_comp *c) {
   const tpu_comp *e = be->m->entry;
   if (!e || !e->root) return 0;
-  for (int i = 0; i < e->ninstrs; i++) {
-    const tpu_instr *f = e->instrs[i];
-    if (f->op != TPU_OP_FUSION || f->calls != c) continue;
-    int result = f == e->root;
-    for (int k = 0; !result && e->root->op == TPU_OP_TUPLE && k < e->root->noperands; k++) result = e->root->operands[k] == f;
-    return result;
+  const tpu_instr *r = e->root;
+  const int n = r->op == TPU_OP_TUPLE ? r->noperands : 1;
+  for (int k = 0; k < n; k++) {
+    const tpu_instr *f = r->op == TPU_OP_TUPLE ? r->operands[k] : r;
+    if (f->op == TPU_OP_FUSION && f->calls == c) return 1;
   }
   return 0;
 }
@@ -129,11 +128,12 @@ static int64_t value_vregs(const tpu__be *be, const tpu_instr *in) {
    * lanes), not on row-major ones that pad 5 columns to 128 lanes (libtpu probes off the
    * corpus, bench/fidelity/probes/result_ew_layout.py: 8 shapes on four generations, one
    * kernel each, result {0,1}; tpusim's median |error| v4/v5e/v5p/v6e 46.0/10.2/6.8/12.0 ->
-   * 1.3/2.5/2.0/2.4 %). TPUSIM_NO_RESULT_EW_LAYOUT=1 turns it off (the probe's "before"). */
-  if (!getenv("TPUSIM_NO_RESULT_EW_LAYOUT") && s->dtype != TPU_TUPLE && !s->layout_tail && s->rank == 2 && in->parent &&
+   * 1.3/2.5/2.0/2.4 %). TPUSIM_NO_RESULT_EW_LAYOUT=1 turns it off (the probe's "before"; read
+   * last, only for the values the rule reaches). */
+  if (s->dtype != TPU_TUPLE && !s->layout_tail && s->rank == 2 && in->parent &&
       in->parent != be->m->entry && in->parent->root && in->parent->root->shape.rank == 2 &&
       s->dims[0] == in->parent->root->shape.dims[0] && s->dims[1] == in->parent->root->shape.dims[1] &&
-      result_loop_comp(be, in->parent)) {
+      result_fused_comp(be, in->parent) && !getenv("TPUSIM_NO_RESULT_EW_LAYOUT")) {
     int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
     int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
     int64_t reg = sub * lanes * 4, b = tpu__least_tiled_bytes(be->chip, s);

@@ -82,6 +82,9 @@ int tpu__in_vmem(const tpu_shape *s);
  * convolution's split registers, group_conv.c), which the back end counts its registers and
  * tiles in, where it lays other fused values out as they pad least? */
 int tpu__kept_layout(const tpu_instr *x);
+/* Is v a result of the program whose entry computation is e: e's root, or an operand of e's
+ * root tuple (compile/backend/layout.c)? */
+int tpu__program_result(const tpu_comp *e, const tpu_instr *v);
 /* Bytes of s (rank >= 2) in the layout that pads least to the tile — the layout the XLA TPU
  * compiler gives a program's parameters and results. */
 int64_t tpu__least_tiled_bytes(const tpu_chip *chip, const tpu_shape *s);
