@@ -27,6 +27,7 @@
  * features than the lanes where another layout pads less, that layout and a copy into the
  * convolution's; one a bitcast, tuple, call or custom call reads the layout given. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compile/passes/fuse.h"
@@ -184,6 +185,27 @@ int tpu__conv_layout_value(const tpu_instr *v) {
   return spatial > 0;
 }
 
+/* A program result the convolution writes with (second, minor) in its tile, where that pads as
+ * little as the least padded layout but is not the one the XLA TPU compiler gives the result:
+ * of the layouts that pad alike it takes the nearest row-major (tpu__least_tiling: the most
+ * minor dimensions first), so a small batch in the sublanes in a tile of its rows loses to a
+ * spatial dimension of as many rows, and the result leaves through a copy
+ * (conv3d_b2_8x14x14_c16to16_k1s1: bf16[2,8,14,14,16] written {4,0,3,2,1:T(2,128)}, copied into
+ * {4,1,3,2,0}, D's 8 in the sublanes: 8,648 cycles on v4; libtpu probes off the corpus,
+ * bench/fidelity/probes/conv_result_tie.py). TPUSIM_NO_CONV_RESULT_TIE=1 leaves such a result
+ * in the convolution's layout (the rule's check). */
+static int result_tie_relaid(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
+  static int off = -1;
+  if (off < 0) {
+    const char *e = getenv("TPUSIM_NO_CONV_RESULT_TIE");
+    off = e && *e && strcmp(e, "0");
+  }
+  if (off) return 0;
+  int ls, lm;
+  int64_t least = tpu__least_tiling(chip, s, &ls, &lm);
+  return (ls != second || lm != minor) && tpu__tiled_as(chip, s, second, minor) == least;
+}
+
 static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
   *done = 0;
   tpu_comp *fc = f->calls;
@@ -191,7 +213,9 @@ static tpu_status relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *f, co
   if (!cv && fc->root->op != TPU_OP_PARAMETER) cv = read_conv(f, fc->root, &fc->root->shape, 0);
   if (!cv || f->shape.rank < 3 || f->shape.rank != cv->shape.rank) return TPU_OK;
   int rank = f->shape.rank, batch = (int)cv->conv->out_batch, feature = (int)cv->conv->out_feature, second, minor;
-  if (!conv_tiling(chip, cv, &f->shape, &second, &minor) || !tpu__needs_relayout(chip, &f->shape, second, minor)) return TPU_OK;
+  if (!conv_tiling(chip, cv, &f->shape, &second, &minor) ||
+      !(tpu__needs_relayout(chip, &f->shape, second, minor) || result_tie_relaid(chip, &f->shape, second, minor)))
+    return TPU_OK;
   /* perm: the convolution's layout (spatial dimensions in order, then second, minor) */
   int64_t perm[TPU_MAX_RANK], inv[TPU_MAX_RANK];
   int n = 0;
@@ -404,6 +428,107 @@ static tpu_status s2b_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *v
   return TPU_OK;
 }
 
+/* TPUSIM_NO_S2B_LANES=1 leaves space to batch's relayouts through W out of the tile to the one
+ * kernel each way (the rule's check). */
+static int s2b_lanes_off(void) {
+  static int off = -1;
+  if (off < 0) {
+    const char *e = getenv("TPUSIM_NO_S2B_LANES");
+    off = e && *e && strcmp(e, "0");
+  }
+  return off;
+}
+
+/* Do values stay in VMEM between kernels on this chip (vmem_assign.c: one TensorCore whose
+ * kernels' scoped VMEM leaves room; v5e, v6e)? On v4 (CMEM) and v5p (two cores) the XLA TPU
+ * compiler keeps none there. */
+static int values_stay_in_vmem(const tpu_chip *chip) {
+  return chip->tensorcores <= 1 && chip->scoped_vmem_bytes < chip->vmem_bytes;
+}
+
+/* The dimension of s that space to batch's split reads it along, where every reader of
+ * parameter p is such a split (space_to_batch.c split_dim "s2b.split": [.., W, ..] ->
+ * [.., 8, W / 8, ..], no pad or halo: a 1x1x1 or stride-as-window convolution whose W splits
+ * evenly); -1 otherwise. *piece: W / 8. */
+static int s2b_even_split_dim(const tpu_uses *u, const tpu_instr *p, int64_t *piece) {
+  const tpu_shape *s = &p->shape;
+  int w = -1;
+  if (u->nusers[p->id] < 1) return -1;
+  for (int k = 0; k < u->nusers[p->id]; k++) {
+    const tpu_instr *r = u->users[p->id][k];
+    if (r->op != TPU_OP_RESHAPE || !r->name || strncmp(r->name, "s2b.split", 9) || r->shape.rank != s->rank + 1)
+      return -1;
+    int d = 0;
+    while (d < s->rank && r->shape.dims[d] == s->dims[d]) d++;
+    if (d >= s->rank || r->shape.dims[d] != 8 || r->shape.dims[d + 1] * 8 != s->dims[d] || (w >= 0 && w != d)) return -1;
+    for (int e = d + 1; e < s->rank; e++)
+      if (r->shape.dims[e + 1] != s->dims[e]) return -1;
+    w = d;
+    *piece = r->shape.dims[d + 1];
+  }
+  return w;
+}
+
+/* The least padded tiling of s with W (dimension w) out of the lanes, and out of the
+ * sublanes too unless its pieces of `piece` rows are whole tiles of them: the layout the XLA
+ * TPU compiler relays a space-to-batch input or result through so that W splits by a bitcast
+ * (conv3d_b1_16x56x56_c32to32_k1s1: {3,4,2,1,0} -> {2,4,3,1,0}, H in the lanes, the features in
+ * the sublanes; conv3d_b2_8x56x56_c3to32_k1s1: {3,2,4,1,0} -> {2,1,4,3,0}, D's 8 rows in the
+ * sublanes, W's pieces of 7 not whole tiles). */
+static int64_t tiling_off_w(const tpu_chip *chip, const tpu_shape *s, int w, int64_t piece, int *second, int *minor) {
+  int r = s->rank;
+  int64_t least = -1;
+  int w_rows = piece % tpu__tile_rows(chip, s->dtype, s->dims[w]) == 0;
+  for (int m = r - 1; m >= 0; m--)
+    for (int q = r - 1; q >= 0; q--) {
+      if (q == m || m == w || (q == w && !w_rows)) continue;
+      int64_t b = tpu__tiled_as(chip, s, q, m);
+      if (least < 0 || b < least) least = b, *second = q, *minor = m;
+    }
+  return least;
+}
+
+/* Space to batch's unfold (space_to_batch.c: s2b.split, s2b.transpose, s2b.merge, no slice
+ * back: W splits evenly) as a kernel that leaves the program, where the result's least padded
+ * layout puts W in the lanes: the XLA TPU compiler unfolds through tiling_off_w's layout (a
+ * copy from the convolution's, a bitcast merging W) and copies that into the result's
+ * (conv3d_b1_16x56x56_c32to32_k1s1's copy.3 and copy.4, 57,120 + 65,936 cycles on v4, 60,151 +
+ * 50,388 on v5p). tpusim's unfold kernel writes tiling_off_w's layout and a copy relays it out,
+ * where values do not stay in VMEM between kernels (values_stay_in_vmem: on v5e and v6e the
+ * compiler's first copy is within VMEM, 1,400 cycles, and the unfold kernel stands for the
+ * pair). */
+static tpu_status s2b_lanes_result(tpu_builder *b, tpu_comp *entry, tpu_instr *f, const tpu_chip *chip, int *done) {
+  *done = 0;
+  const tpu_instr *mg = f->calls ? f->calls->root : NULL;
+  if (s2b_lanes_off() || values_stay_in_vmem(chip) || !mg || mg->op != TPU_OP_RESHAPE || !mg->name ||
+      strncmp(mg->name, "s2b.merge", 9) || mg->noperands != 1)
+    return TPU_OK;
+  const tpu_instr *t = mg->operands[0];
+  if (t->op != TPU_OP_TRANSPOSE || !t->name || strncmp(t->name, "s2b.transpose", 13) || t->shape.rank != mg->shape.rank + 1 ||
+      t->noperands != 1 || !t->operands[0]->name || strncmp(t->operands[0]->name, "s2b.split", 9))
+    return TPU_OK;
+  tpu_shape *s = &f->shape;
+  if (s->rank != mg->shape.rank || s->layout_tail) return TPU_OK;
+  int w = 0;
+  while (w < s->rank && t->shape.dims[w] == s->dims[w]) w++;
+  if (w >= s->rank || t->shape.dims[w] != 8) return TPU_OK;
+  int64_t piece = t->shape.dims[w + 1];
+  int q, m, q1, m1;
+  if (tpu__least_tiling(chip, s, &q, &m) >= tpu__tiled_as(chip, s, s->rank - 2, s->rank - 1) || m != w ||
+      tiling_off_w(chip, s, w, piece, &q1, &m1) <= 0)
+    return TPU_OK;
+  tpu_shape to = *s;
+  tpu__tile_layout(&to, m, q);
+  tpu__tile_layout(s, m1, q1);
+  tpu_instr *c;
+  TPU_TRY(tpu_build_instr_like(b, entry, f, TPU_OP_COPY, "copy.relayout", &to, &f, 1, &c));
+  TPU_TRY(tpu_build_set_attr(b, c, "s2b_lanes", "1"));
+  tpu_build_replace_uses(entry, f, c);
+  c->operands[0] = f;
+  *done = 1;
+  return TPU_OK;
+}
+
 tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip) {
   tpu_instr *root = entry->root;
   int n = root->op == TPU_OP_TUPLE ? root->noperands : 1;
@@ -426,6 +551,7 @@ tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_s
     if (v->op != TPU_OP_FUSION || !v->calls || !tpu__made_has(made, v->calls) || v->shape.dtype == TPU_TUPLE) continue;
     TPU_TRY(relayout_one(b, entry, v, chip, &done));
     if (!done) TPU_TRY(dot_relayout_one(b, entry, v, chip, &done));
+    if (!done) TPU_TRY(s2b_lanes_result(b, entry, v, chip, &done));
     changed |= done;
     root = entry->root; /* the root itself may have been replaced */
   }
@@ -794,6 +920,23 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
         st = relayout_copy(b, entry, p, &u, minor, second, wf, wb);
         changed = 1;
       }
+      continue;
+    }
+    int64_t piece = 0;
+    int w = s2b_even_split_dim(&u, p, &piece), q1, m1;
+    if (w >= 0 && w == minor && !values_stay_in_vmem(chip) && tiling_off_w(chip, s, w, piece, &q1, &m1) > 0 &&
+        !s2b_lanes_off()) {
+      /* Space to batch splits W, which the parameter's least padded layout puts in the lanes:
+       * the XLA TPU compiler relays it out in two copies, W out of the tile (through
+       * tiling_off_w's layout, where a bitcast splits it), then into the convolution's layout
+       * (conv3d_b1_16x56x56_c32to32_k1s1's copy.1 and copy.2, 65,936 + 57,120 cycles on v4,
+       * 50,388 + 60,151 on v5p; libtpu probes off the corpus, bench/fidelity/probes/s2b_lanes.py).
+       * tpusim's fold kernel (space_to_batch.c) is the second; the first is this copy. Where
+       * values stay in VMEM between kernels (v5e, v6e) the compiler's second copy is within
+       * VMEM (1,400 cycles for that one), and the fold kernel reading the parameter stands
+       * for the pair. */
+      st = relayout_copy_marked(b, entry, p, &u, minor, second, m1, q1, "s2b_lanes");
+      changed = 1;
       continue;
     }
     tpu__tile_layout(s, minor, second);

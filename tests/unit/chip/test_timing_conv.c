@@ -772,6 +772,69 @@ static void conv_output_tiles(void) {
   tpu_program_free(p);
 }
 
+/* A program result the convolution's layout pads exactly as little as another layout, the batch
+ * of 2 in the sublanes in T(2,128) tiles against H's 4 rows in T(4,128): the XLA TPU compiler
+ * returns the layout nearest row-major (H in the sublanes) and copies the convolution's result
+ * into it (session 30, conv3d; libtpu probes off the corpora,
+ * bench/fidelity/probes/conv_result_tie.py: bf16[2,4,12,64] from [3,3,64,64], 4,453 + 2,083
+ * cycles on v5e; a 3-D [2,8,10,10,16], D's 8 rows, 12,175 + 4,464). Without the copy tpusim's
+ * figure is two thirds of the compiler's. */
+static void conv_result_tie(void) {
+  const char *src2 = "HloModule m\nENTRY e {\n x = bf16[2,4,12,64] parameter(0)\n w = bf16[3,3,64,64] parameter(1)\n"
+                     " ROOT y = bf16[2,4,12,64] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n";
+  const char *src3 = "HloModule m\nENTRY e {\n x = bf16[2,8,10,10,16] parameter(0)\n w = bf16[1,1,1,16,16] parameter(1)\n"
+                     " ROOT y = bf16[2,8,10,10,16] convolution(x, w), window={size=1x1x1}, dim_labels=b012f_012io->b012f\n}\n";
+  /* through every pass, as `tpusim run` compiles (the relayout copy is the fuse pass's) */
+  tpu_program *p2 = compile_all(src2, &g_v5e), *p3 = compile_all(src3, &g_v5e);
+  CHECK(p2 != NULL && p3 != NULL);
+  if (!p2 || !p3) {
+    tpu_program_free(p2);
+    tpu_program_free(p3);
+    return;
+  }
+  double t2 = program_cycles(p2, &g_v5e), t3 = program_cycles(p3, &g_v5e);
+  int nk = p2->nops, nk3 = p3->nops;
+  tpu_program_free(p2);
+  tpu_program_free(p3);
+  printf("conv to bf16[2,4,12,64] / bf16[2,8,10,10,16] on v5e: %.0f / %.0f cycles, %d / %d kernels (the compiler: "
+         "6,536 / 16,639, two kernels)\n", t2, t3, nk, nk3);
+  CHECK(t2 > 0.9 * 6536 && t2 < 1.1 * 6536);
+  CHECK(t3 > 0.9 * 16639 && t3 < 1.1 * 16639);
+  CHECK_EQ_INT(nk, 2);
+  CHECK_EQ_INT(nk3, 2);
+}
+
+/* Space to batch of a 1x1x1 convolution whose W (40) splits evenly into 8 pieces, where the
+ * least padded layout of its input and result puts W in the lanes: the XLA TPU compiler relays
+ * each through two copies (W out of the tile, a bitcast, the convolution's layout), each a
+ * kernel on v4 and v5p, where no value stays in VMEM between kernels; on v5e the second is
+ * within VMEM and tpusim's one fold and one unfold kernel stand for the pairs (session 30,
+ * conv3d; libtpu probes off the corpora, bench/fidelity/probes/s2b_lanes.py: bf16
+ * [2,8,40,40,16] x [1,1,1,16,16], 146,458 cycles on v4, the copies 21,384 + 28,032 each way).
+ * Without the copies tpusim's v4 figure is 0.81 of the compiler's. */
+static void s2b_lanes(void) {
+  const char *src = "HloModule m\nENTRY e {\n x = bf16[2,8,40,40,16] parameter(0)\n w = bf16[1,1,1,16,16] parameter(1)\n"
+                    " ROOT y = bf16[2,8,40,40,16] convolution(x, w), window={size=1x1x1}, dim_labels=b012f_012io->b012f\n}\n";
+  tpu_chip v4;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v4:core", &v4, &d) == TPU_OK);
+  tpu_program *p4 = compile_all(src, &v4), *p5 = compile_all(src, &g_v5e);
+  CHECK(p4 != NULL && p5 != NULL);
+  if (!p4 || !p5) {
+    tpu_program_free(p4);
+    tpu_program_free(p5);
+    return;
+  }
+  double t = program_cycles(p4, &v4);
+  printf("space to batch of bf16[2,8,40,40,16], W in the lanes: %.0f cycles on v4, %d / %d kernels on v4 / v5e "
+         "(the compiler: 146,458, 5 kernels on every generation)\n", t, p4->nops, p5->nops);
+  CHECK(t > 0.9 * 146458 && t < 1.1 * 146458);
+  CHECK_EQ_INT(p4->nops, 5);
+  CHECK_EQ_INT(p5->nops, 3);
+  tpu_program_free(p4);
+  tpu_program_free(p5);
+}
+
 int main(void) {
   tpu_diag d;
   if (tpu_chip_load("v5e", &g_v5e, &d) != TPU_OK) {
@@ -784,6 +847,8 @@ int main(void) {
   conv_group_steps();
   conv_plain_steps();
   conv_output_tiles();
+  conv_result_tie();
+  s2b_lanes();
   conv_scatter();
   conv_packed();
   conv_scatter_input_rows();
