@@ -664,9 +664,57 @@ static int conv_layout_input(const tpu_instr *x) {
   return 0;
 }
 
+/* Logical bytes of an array (sub-byte types rounded up). */
+static int64_t array_bytes(const tpu_shape *s) {
+  if (s->dtype == TPU_TUPLE) return 0;
+  return (tpu_shape_numel(s) * tpu_dtype_bits(s->dtype) + 7) / 8;
+}
+
+/* Does the XLA TPU compiler recompute elementwise kernel x in each of the k matmuls that read
+ * it rather than store it once? Only when that moves fewer bytes: k kernels each reading x's
+ * operands (k x In) against one kernel reading them and writing x, then k reads of x
+ * (In + Out + k x Out), ties stored: (k - 1) In < (k + 1) Out. libtpu probes off the corpus
+ * (bench/fidelity/probes/sgrad_dup.py, data/sgrad_dup.jsonl; v4/v5e/v5p/v6e alike, 3 shapes): a
+ * softmax gradient dS = P (dP - rowsum) read by dQ and dK is recomputed in both with P, dP
+ * bf16 (In 4 bytes an element, Out 2), all f32 (8, 4), bf16 to f32 (4, 4; also with 3 and 4
+ * matmul readers) and bf16 P, dP with an int8 mask (5, 2); stored with P f32 and dP bf16 rounded
+ * to bf16 (6, 2: the calibration corpus's attn_bwd_*_causal), both f32 rounded to bf16 (8, 2),
+ * a third bf16 array (6, 2), and with 3 readers of bf16 (4, 2) or f32 (8, 4). A single array
+ * streamed (a norm's scaling into Q, K, V) is recomputed in each. */
+static int recompute_pays(const tpu_instr *x, int k) {
+  int64_t in = 0, out = array_bytes(&x->shape);
+  for (int j = 0; j < x->noperands; j++) in += array_bytes(&x->operands[j]->shape);
+  return (int64_t)(k - 1) * in < (int64_t)(k + 1) * out;
+}
+
+/* Does another kernel read two of x's operands of x's size (a residual sum a + b that x
+ * normalises and a kernel of its own sums the squares of)? The compiler stores that sum once
+ * (its own byte rule: read by three kernels or more), so its matmuls stream one array, where
+ * this pass has the add in each reader; x is then stored as before (its bytes stand in for
+ * the sum's). A softmax gradient's P and dP are read together nowhere else (dP's own kernel
+ * writes it; the matmuls that took a copy of x read them, and do not count). */
+static int combined_elsewhere(const tpu__made_set *made, const tpu_uses *u, const tpu_instr *x) {
+  int64_t n = tpu_shape_numel(&x->shape);
+  for (int a = 0; a < x->noperands; a++) {
+    const tpu_instr *oa = x->operands[a];
+    if (oa->shape.dtype == TPU_TUPLE || tpu_shape_numel(&oa->shape) < n) continue;
+    for (int j = 0; j < u->nusers[oa->id]; j++) {
+      const tpu_instr *r = u->users[oa->id][j];
+      if (r == x || matmul_of(made, r)) continue; /* a matmul that took a copy of x already */
+      for (int b = 0; b < x->noperands; b++) {
+        const tpu_instr *ob = x->operands[b];
+        if (b == a || ob == oa || ob->shape.dtype == TPU_TUPLE || tpu_shape_numel(&ob->shape) < n) continue;
+        for (int k = 0; k < r->noperands; k++)
+          if (r->operands[k] == ob) return 1;
+      }
+    }
+  }
+  return 0;
+}
+
 /* An elementwise kernel this pass made (or one bare elementwise op) that only matmuls read,
  * each as an operand of its matmul: the first one takes a copy (the rest follow). With
- * several readers it must stream a single array. */
+ * several readers only when recomputing it moves fewer bytes (recompute_pays). */
 static int prologue_pair(const tpu__made_set *made, const tpu_chip *chip, const tpu_comp *c, const tpu_uses *u, tpu_instr *x,
                          tpu_instr **y) {
   if (x == c->root || x->shape.dtype == TPU_TUPLE || u->nusers[x->id] < 1) return 0;
@@ -681,13 +729,7 @@ static int prologue_pair(const tpu__made_set *made, const tpu_chip *chip, const 
              x->op == TPU_OP_RESHAPE || x->op == TPU_OP_BITCAST || x->op == TPU_OP_COPY) {
     return 0; /* data movement alone stays with its own rules */
   }
-  if (u->nusers[x->id] > 1) {
-    /* recomputed in each matmul only when it streams one array (and row statistics):
-     * a softmax gradient reading several is stored once, as the compiler does */
-    int large = 0;
-    for (int k = 0; k < x->noperands; k++) large += tpu_shape_numel(&x->operands[k]->shape) >= tpu_shape_numel(&x->shape);
-    if (large > 1) return 0;
-  }
+  if (u->nusers[x->id] > 1 && (!recompute_pays(x, u->nusers[x->id]) || combined_elsewhere(made, u, x))) return 0;
   /* the batch of a convolution's input folded together (space-to-batch) is a copy of its own */
   const tpu_instr *xr = x->op == TPU_OP_FUSION ? x->calls->root : x;
   for (int j = 0; j < u->nusers[x->id]; j++) {

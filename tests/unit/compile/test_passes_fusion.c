@@ -830,6 +830,50 @@ static void test_conv_norm_dot(void) {
   CHECK_EQ_INT(sep[2], 0);
 }
 
+/* A softmax gradient dS = P (dP - rowsum) read by dQ = dS K and dK = dS^T Q (fuse_merge.c
+ * recompute_pays): recomputed in each matmul's kernel when that moves fewer bytes,
+ * (k - 1) x In < (k + 1) x Out for k matmul readers, else stored once by a kernel of its own
+ * (libtpu probes off the corpus, bench/fidelity/probes/sgrad_dup.py: bf16 P and dP
+ * recomputed; f32 P rounded to bf16, a third array, or a third matmul reader: stored). */
+static void test_softmax_grad_recompute(void) {
+  const char *fmt =
+      "HloModule m\nENTRY e {\n p = %s[2,4,256,256] parameter(0)\n dp = bf16[2,4,256,256] parameter(1)\n"
+      " r = %s[2,4,256] parameter(2)\n q = bf16[2,4,256,64] parameter(3)\n k = bf16[2,4,256,64] parameter(4)\n"
+      " e = bf16[2,4,256,256] parameter(5)\n w = bf16[2,4,256,64] parameter(6)\n"
+      " dpc = %s[2,4,256,256] convert(dp)\n rb = %s[2,4,256,256] broadcast(r), dimensions={0,1,2}\n"
+      " sub = %s[2,4,256,256] subtract(dpc, rb)\n mul = %s[2,4,256,256] multiply(p, sub)\n"
+      " mc = bf16[2,4,256,256] convert(mul)\n ec = bf16[2,4,256,256] %s\n ds = bf16[2,4,256,256] add(mc, ec)\n"
+      " dq = bf16[2,4,256,64] dot(ds, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n"
+      " dk = bf16[2,4,256,64] dot(ds, q), lhs_batch_dims={0,1}, lhs_contracting_dims={2}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n"
+      " dw = bf16[2,4,256,64] dot(ds, w), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}\n"
+      " ROOT t = %s\n}\n";
+  struct {
+    const char *what, *pt, *ec, *root;
+    int kernels;
+  } cases[] = {
+      /* P, dP bf16 (the no-remat training steps' attention backward): 4 bytes in, 2 out */
+      {"bf16 P, dP", "bf16", "broadcast(z), dimensions={}", "(bf16[2,4,256,64], bf16[2,4,256,64]) tuple(dq, dk)", 2},
+      /* P f32, rounded to bf16: 6 bytes in, 2 out (calibration attn_bwd_*_causal) */
+      {"f32 P", "f32", "broadcast(z), dimensions={}", "(bf16[2,4,256,64], bf16[2,4,256,64]) tuple(dq, dk)", 3},
+      /* a third bf16 array: 6 bytes in, 2 out */
+      {"a third array", "bf16", "copy(e)", "(bf16[2,4,256,64], bf16[2,4,256,64]) tuple(dq, dk)", 3},
+      /* three matmul readers: 2 x 4 bytes against 4 x 2 */
+      {"three readers", "bf16", "broadcast(z), dimensions={}",
+       "(bf16[2,4,256,64], bf16[2,4,256,64], bf16[2,4,256,64]) tuple(dq, dk, dw)", 4},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char src[4096], body[4096];
+    const char *t = cases[i].pt;
+    snprintf(body, sizeof body, fmt, t, t, t, t, t, t, cases[i].ec, cases[i].root);
+    /* the zero the broadcast cases add (folded away by the simplifier) */
+    const char *at = strstr(body, " ec = ");
+    snprintf(src, sizeof src, "%.*s z = bf16[] constant(0)\n%s", (int)(at - body + 1), body, at + 1);
+    kernel_census kc = kernel_census_of(src);
+    printf("softmax gradient, %s: %d kernels\n", cases[i].what, kc.kernels);
+    CHECK_EQ_INT(kc.kernels, cases[i].kernels);
+  }
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -849,5 +893,6 @@ int main(void) {
   test_lane_sliced_matmul();
   test_gqa_pv_operand();
   test_conv_norm_dot();
+  test_softmax_grad_recompute();
   CHECK_DONE();
 }
