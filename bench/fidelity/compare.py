@@ -574,8 +574,8 @@ def main():
         nloops, lcyc = loop_cycles(ctext) if ctext else (comp.get("while_loops", 0), None)
         ccycles = comp["estimated_cycles"] + (lcyc or 0)
         cs = ccycles / COMPILER_CLOCK[c] if not nloops or lcyc is not None else 0.0
-        m = comp["memory"]
-        cmem = m["argument"] + m["output"] + m["temp"] - m["alias"]
+        m = comp.get("memory")  # a probe's mini corpus (gen.write_probe_corpus) has none
+        cmem = m["argument"] + m["output"] + m["temp"] - m["alias"] if m else None
         xpf = sum(b for _, b, x in comp.get("async_copies", []) if x)
         # the prefetch matters when moving it would take > 10 % of the compiler's program time
         xpf = xpf if xpf / stream_bw(PRESET.get(c, c)) > 0.1 * cs else 0
@@ -644,7 +644,7 @@ def main():
                       "mem_n": len(mem), "mem_median_abs_err": pct([abs(x) for x in mem], 0.5),
                       "mem_median_err": pct(mem, 0.5)}
         s = summary[c]
-        print(f"\n== {c} (tpusim --chip {PRESET.get(c, c)}; compiler {recs[rs[0]['name']]['chips'][c]['topology']} "
+        print(f"\n== {c} (tpusim --chip {PRESET.get(c, c)}; compiler {recs[rs[0]['name']]['chips'][c].get('topology', '?')} "
               f"device, cycles at {COMPILER_CLOCK[c] / 1e9:.2f} GHz)")
         print(f"  programs n={s['n']}: median |err| {100 * s['median_abs_err']:.1f}%  p90 |err| "
               f"{100 * s['p90_abs_err']:.1f}%  signed median {100 * s['median_err']:+.1f}%  "

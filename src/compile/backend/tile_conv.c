@@ -152,8 +152,9 @@ static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, in
  * rule or, in a compiled program, its result: a batch dimension not outermost), for fewer
  * than 8 output features (the batch-in-lanes emitter), grouped convolutions, nor dots
  * written as convolutions (`bat`). */
-static double scatter_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat) {
+static double scatter_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat, double *kernel_least) {
   const tpu_chip *ch = be->chip;
+  *kernel_least = 0;
   const tpu_conv_dims *cd = mm->conv;
   const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
   if (ch->conv_scatter_cycles <= 0 || g > 1 || bat > 1 || mm->batch_group_count > 1) return 0;
@@ -161,9 +162,11 @@ static double scatter_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, 
   for (int i = 0; i < cd->nspatial && i < mm->nwindow; i++) dilated |= mm->window[i].base_dilation > 1;
   int64_t batch = mm->shape.dims[cd->out_batch], sub = ch->vector_sublanes > 0 ? ch->vector_sublanes : 8;
   int64_t cout = rs->dims[cd->k_out], cin = rs->dims[cd->k_in];
-  if (!dilated || batch < 1 || batch > 2 * sub || cout < sub || cd->in_batch != 0 || space_to_batch(mm, ls, rs))
-    return 0;
-  if (mm->shape.has_layout && mm->shape.rank > 0 && mm->shape.minor_to_major[0] == cd->out_batch) return 0;
+  if (!dilated || batch < 1 || batch > 2 * sub || cd->in_batch != 0 || space_to_batch(mm, ls, rs)) return 0;
+  /* fewer output features than the sublanes (the batch-in-lanes layout where the batch
+   * exceeds them) cost what the sublanes' do: see below */
+  int few = cout < sub;
+  if (!few && mm->shape.has_layout && mm->shape.rank > 0 && mm->shape.minor_to_major[0] == cd->out_batch) return 0;
   int64_t lanes = ch->vector_lanes > 0 ? ch->vector_lanes : 128, rows = ch->mxu_rows > lanes ? ch->mxu_rows : lanes;
   double ci = cin <= lanes ? (double)cin : (double)round_up(cin, rows) * (double)lanes / (double)rows;
   double taps = 1, in = 1, out = 1;
@@ -172,6 +175,25 @@ static double scatter_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, 
     in *= (double)ls->dims[cd->in_spatial[i]];
     out *= (double)mm->shape.dims[cd->out_spatial[i]];
   }
+  /* Up to the sublanes' output features (session 30, tconv): the compiler's figure is the
+   * same for 3, 4 and 8 of them (libtpu probes outside the corpora,
+   * bench/fidelity/probes/tconv_sweep.py, bf16 [B,H,H,Ci] x [k,k,Ci,Co], lhs_dilate 2-4: v5e
+   * [1,9,9,160] x [3,3,160,Co], lhs_dilate 4, 19,815 cycles at Co = 3 and 8; [8,13,13,48] x
+   * [4,4,48,Co], lhs_dilate 4, 31,809 / 31,818 / 32,888 at Co = 3 / 4 / 8; v4 and v5p alike),
+   * whatever the layout (batch in the lanes at a batch of 8 and 3 or 4 features). Where the
+   * compiler times kernels at the rows they stream (mxu_fill_hidden: v6e) that figure is the
+   * batch-in-lanes emitter's over the input positions: its start and each input position's
+   * taps times the input's 128-feature blocks (conv_lanes_*_cycles), whatever the batch up to
+   * 8 and the features up to 8 (v6e [8,13,13,48] x [4,4,48,Co]: 4,941 / 4,945 / 4,963 cycles
+   * at Co = 3 / 4 / 8, the rule 4,927; [4,12,12,64] x [3,3,64,Co], lhs_dilate 2: 3,641 / 3,651,
+   * the rule 3,519; [8,9,9,96] x [3,3,96,Co], lhs_dilate 2: 2,963 / 2,973, the rule 2,952),
+   * where the sublanes' floors give 1.8-4.8 times that. */
+  if (cout <= sub && ch->mxu_fill_hidden && ch->conv_lanes_tap_cycles > 0) { /* the kernel's, start to end */
+    *kernel_least = ch->conv_lanes_start_cycles +
+                    in * (ch->conv_lanes_position_cycles + taps * (double)((cin + lanes - 1) / lanes) * ch->conv_lanes_tap_cycles);
+    return 0;
+  }
+  if (few) cout = sub;
   double feat = ch->conv_scatter_cycles * ci / (double)lanes * (double)cout / (double)lanes;
   double c = in * taps * (feat > ch->conv_scatter_tap_cycles ? feat : ch->conv_scatter_tap_cycles);
   double o = out * (double)((cout + lanes - 1) / lanes) * ch->conv_scatter_out_cycles;
@@ -370,8 +392,10 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
     taps *= t;
   }
   k->steps = group_steps(be, mm, g, bat, m);
-  k->min_cycles = scatter_cycles(be, mm, g, bat);
-  k->kernel_min_cycles = packed_cycles(be, mm, g, bat);
+  double scatter_lanes = 0;
+  k->min_cycles = scatter_cycles(be, mm, g, bat, &scatter_lanes);
+  k->kernel_min_cycles = scatter_lanes > 0 ? scatter_lanes : packed_cycles(be, mm, g, bat);
+  if (scatter_lanes > 0) k->steps = 0; /* that emitter's figure has no step per output position */
   k->b = g * bat;
   k->m = m;
   k->k = rs->dims[cd->k_in] * taps;
@@ -416,12 +440,14 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
    * (a 7x7 stem's input gradient has 3 features and a batch of 32). Not for a dot written
    * as a convolution (one tap), whose "batch" is a dot dimension. */
   int64_t batch = mm->shape.dims[cd->out_batch], lanes128 = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
-  if (tpu__conv_batch_in_lanes(g, taps, k->n, batch, lanes128)) {
+  int lanes_batch = tpu__conv_batch_in_lanes(g, taps, k->n, batch, lanes128);
+  if (lanes_batch) {
     k->m = m / batch * k->n;
     k->n = batch;
     k->steps = 0;
-    k->min_cycles = 0;
-    k->kernel_min_cycles = lanes_cycles(be, mm, taps);
+    /* an input-dilated one of fewer features than the sublanes keeps scatter_cycles' time */
+    if (rs->dims[cd->k_out] >= (be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8)) k->min_cycles = 0;
+    if (!(scatter_lanes > 0)) k->kernel_min_cycles = lanes_cycles(be, mm, taps);
   }
   /* The XLA TPU compiler runs a filter (a window of at most 7 taps a side, unit stride,
    * no input dilation) tap by tap, each tap's input features as the contraction: features
@@ -461,9 +487,10 @@ void tpu__conv_matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k
    * -> 64 82,520, [1,32,32,128] -> 64 92,079, where rows over the 66x66 outputs cost 2.00 /
    * 1.83 / 1.63 times that and rows over the inputs 1.00 / 1.11 / 0.97 (v5p alike; v4 and
    * v6e, whose scatter floors bound these, unchanged). The FLOPs stay the outputs'. */
-  if (k->min_cycles > 0 && !tpu_dtype_is_complex(ls->dtype)) {
+  if ((k->min_cycles > 0 || scatter_lanes > 0) && !tpu_dtype_is_complex(ls->dtype)) {
     k->mm_flops = 2.0 * (double)k->b * (double)k->m * (double)k->k_flops * (double)k->n;
-    int64_t in = mm->shape.dims[cd->out_batch];
+    /* (the batch in the lanes: each input position's output features are the rows) */
+    int64_t in = lanes_batch ? rs->dims[cd->k_out] : mm->shape.dims[cd->out_batch];
     for (int i = 0; i < cd->nspatial; i++) in *= ls->dims[cd->in_spatial[i]];
     if (in < k->m) k->m = in;
   }
