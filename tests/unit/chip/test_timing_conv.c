@@ -337,6 +337,36 @@ static void conv_scatter_input_rows(void) {
   CHECK(fl > 0.999 * fo && fl < 1.001 * fo);
 }
 
+/* A transposed convolution of fewer output features than the sublanes costs what one of 8
+ * does (session 30; libtpu probes outside the corpora, bench/fidelity/probes/tconv_sweep.py):
+ * v5e bf16 [8,9,9,96] x [3,3,96,Co], lhs_dilate 2x2, pad 2_1 (18x18 outputs), 8,030 cycles at
+ * Co = 3 and 4, 8,049 at 8 (the batch in the lanes at 3 or 4: another layout, the same
+ * figure); on v6e, whose compiler times kernels at the rows they stream, up to 8 features are
+ * the batch-in-lanes emitter's start and input positions' taps (conv_lanes_*_cycles): [8,13,13,48]
+ * x [4,4,48,Co], lhs_dilate 4x4, pad 3 (52x52 outputs), 4,941 / 4,963 cycles at Co = 3 / 8,
+ * where the sublanes' floors give 1.8-3.2 times that. */
+static void conv_scatter_few_features(void) {
+  const char *fmt = "HloModule m\nENTRY e {\n x = bf16[8,%d,%d,%d] parameter(0)\n w = bf16[%d,%d,%d,%d] parameter(1)\n"
+                    " ROOT y = bf16[8,%d,%d,%d] convolution(x, w), window={size=%dx%d pad=%s lhs_dilate=%dx%d},"
+                    " dim_labels=b01f_01io->b01f\n}\n";
+  char src[640];
+  tpu_chip v6e;
+  tpu_diag d;
+  CHECK(tpu_chip_load("v6e", &v6e, &d) == TPU_OK);
+  double t5[2], t6 = 0;
+  int co[2] = {3, 8};
+  for (int i = 0; i < 2; i++) {
+    snprintf(src, sizeof src, fmt, 9, 9, 96, 3, 3, 96, co[i], 18, 18, co[i], 3, 3, "2_1x2_1", 2, 2);
+    t5[i] = kernel_cycles(src, &g_v5e);
+  }
+  snprintf(src, sizeof src, fmt, 13, 13, 48, 4, 4, 48, 3, 52, 52, 3, 4, 4, "3_3x3_3", 4, 4);
+  t6 = kernel_cycles(src, &v6e);
+  printf("transposed convolution to 3 / 8 features on v5e: %.0f / %.0f cycles (compiler 8,030 / 8,049); to 3 on v6e %.0f "
+         "(compiler 4,941)\n", t5[0], t5[1], t6);
+  CHECK(t5[1] > 0 && t5[0] > 0.9 * t5[1] && t5[0] < 1.1 * t5[1]);
+  CHECK(t6 > 0.9 * 4941 && t6 < 1.1 * 4941);
+}
+
 /* The cycles of the convolution kernel of HLO program src on chip c (the op of kind
  * fusion:kOutput or convolution), -1 if none. */
 static double kernel_cycles(const char *src, const tpu_chip *c) {
@@ -852,6 +882,7 @@ int main(void) {
   conv_scatter();
   conv_packed();
   conv_scatter_input_rows();
+  conv_scatter_few_features();
   relayout_tiles();
   s2b_unfold_relayout();
   s2b_result_relayout();
