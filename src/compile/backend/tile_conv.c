@@ -149,9 +149,10 @@ static int64_t group_steps(const tpu__be *be, const tpu_instr *mm, int64_t g, in
  * Ci = Co = 32 at the tap floor; k = 3, lhs_dilate 4x4, Ci = 32 at the output floor).
  * Input features beyond a register's 128 lanes go in blocks of the MXU's rows (v6e: 128
  * and 256 cost alike). Not where the compiler folds the batch (space to batch, in tpusim's
- * rule or, in a compiled program, its result: a batch dimension not outermost), for fewer
- * than 8 output features (the batch-in-lanes emitter), grouped convolutions, nor dots
- * written as convolutions (`bat`). */
+ * rule or, in a compiled program, its result: a batch dimension not outermost), grouped
+ * convolutions, nor dots written as convolutions (`bat`). Fewer output features than the
+ * sublanes cost what the sublanes' do (below); on v6e up to 8 of them set *kernel_least, the
+ * kernel's time start to end, instead (and return 0). */
 static double scatter_cycles(const tpu__be *be, const tpu_instr *mm, int64_t g, int64_t bat, double *kernel_least) {
   const tpu_chip *ch = be->chip;
   *kernel_least = 0;
