@@ -816,6 +816,17 @@ static tpu_status relayout_copy(tpu_builder *b, tpu_comp *entry, tpu_instr *p, c
   return relayout_copy_marked(b, entry, p, u, minor, second, to_minor, to_second, NULL);
 }
 
+/* TPUSIM_NO_SWAPPED_LEAST=1 leaves a parameter that a convolution and its weight gradient read
+ * as given where neither reading fills the lanes (the rule's check). */
+static int swapped_least_off(void) {
+  static int off = -1;
+  if (off < 0) {
+    const char *e = getenv("TPUSIM_NO_SWAPPED_LEAST");
+    off = e && *e && strcmp(e, "0");
+  }
+  return off;
+}
+
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip) {
   tpu_uses u;
   TPU_TRY(tpu_build_uses(b, entry, &u));
@@ -918,6 +929,17 @@ tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_ch
          * bf16[8,3,28,28] {3,0,2,1} copied to {0,1,3,2:T(4,128)}, 6,400 cycles on v4, 3,159
          * on v5e; the 14 x 14 one's likewise. */
         st = relayout_copy(b, entry, p, &u, minor, second, wf, wb);
+        changed = 1;
+      } else if (conv_only && swapped && fd != bd && ((second == bd && minor == fd) || (second == fd && minor == bd)) &&
+                 !swapped_least_off()) {
+        /* Read by a convolution and its weight gradient (batch and features swapped), where
+         * the least padded layout is one of the two readings' (the batch in the sublanes and
+         * the features in the lanes, or the other way round) though neither fills the lanes:
+         * the parameter takes it, as the XLA TPU compiler gives every parameter its least
+         * padded layout (conv_grad_nchw_oihw_nchw_b8_28_c64to128_k1's bf16[8,64,28,28] is
+         * {1,0,3,2}, 64 features in the lanes and the batch of 8 in the sublanes, on every
+         * generation, where row-major pads W's 28 to 128). */
+        tpu__tile_layout(s, minor, second);
         changed = 1;
       }
       continue;
