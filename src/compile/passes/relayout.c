@@ -530,6 +530,7 @@ static tpu_status s2b_lanes_result(tpu_builder *b, tpu_comp *entry, tpu_instr *f
 }
 
 tpu_status tpu__fuse_relayout(tpu_builder *b, tpu_comp *entry, const tpu__made_set *made, const tpu_chip *chip) {
+  if (!chip) return TPU_OK; /* a chip-independent compile keeps its results' layouts */
   tpu_instr *root = entry->root;
   int n = root->op == TPU_OP_TUPLE ? root->noperands : 1;
   int changed = 0;

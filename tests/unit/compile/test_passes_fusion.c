@@ -874,6 +874,32 @@ static void test_softmax_grad_recompute(void) {
   }
 }
 
+/* A module compiled without a chip (the library's chip-independent compile; opts.chip NULL)
+ * keeps its values' layouts: the passes that relay a result by the chip's tiles (relayout.c)
+ * are skipped, not run against a missing chip. A convolution, a dot and an elementwise fusion
+ * at the root each reached them (session 30: the result-tie and space-to-batch copies read the
+ * chip for any fused root). */
+static void test_no_chip(void) {
+  const char *srcs[] = {
+      "HloModule m\nENTRY e {\n x = bf16[2,4,12,64] parameter(0)\n w = bf16[3,3,64,64] parameter(1)\n"
+      " ROOT y = bf16[2,4,12,64] convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n",
+      "HloModule m\nENTRY e {\n a = f32[2,48,64] parameter(0)\n b = f32[2,64,40] parameter(1)\n"
+      " ROOT d = f32[2,48,40] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, "
+      "rhs_contracting_dims={1}\n}\n",
+      "HloModule m\nENTRY e {\n x = f32[2,3,40,16] parameter(0)\n e = f32[2,3,40,16] exponential(x)\n"
+      " ROOT y = f32[2,3,40,16] add(e, x)\n}\n"};
+  for (int i = 0; i < 3; i++) {
+    tpu_module *m = NULL;
+    tpu_diag d;
+    CHECK(tpu_hlo_parse("t.hlo", srcs[i], strlen(srcs[i]), &m, &d) == TPU_OK);
+    if (!m) continue;
+    tpu_compile_opts o = opts(NULL, NULL);
+    o.chip = NULL;
+    CHECK(tpu_compile_hlo(m, &o, &d) == TPU_OK);
+    tpu_module_free(m);
+  }
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -894,5 +920,6 @@ int main(void) {
   test_gqa_pv_operand();
   test_conv_norm_dot();
   test_softmax_grad_recompute();
+  test_no_chip();
   CHECK_DONE();
 }
