@@ -6,7 +6,7 @@ in the sublanes in a tile of its rows) pads exactly as little as another dimensi
 space to batch), entry layouts left to the compiler. Prints one JSON line per case and
 generation: the compiler's top-level ops (name, shape with layout, opcode, estimated_cycles),
 its result layout, and tpusim's own kernels; committed in data/conv_result_tie.jsonl."""
-import json, os, re, sys, tempfile
+import json, os, re, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import libtpu
 
@@ -39,16 +39,7 @@ ENTRY main.1 {{
 
 
 if __name__ == "__main__":
-    chips = sys.argv[1].split(",") if len(sys.argv) > 1 else ["v4", "v5e", "v5p", "v6e"]
-    with tempfile.TemporaryDirectory() as d:
-        for case in CASES:
-            text = hlo(*case)
-            for chip in chips:
-                own = libtpu.tpusim_ops(libtpu.TPUSIM, text, chip)
-                summ, out = libtpu.compile_retry(text, libtpu.TOPO[chip], d)
-                if out is None:
-                    print(json.dumps(dict(case=case, chip=chip, error="compile failed")), flush=True)
-                    continue
-                m = re.search(r"->(\S+?\{[^}]*\})", out[:out.find("\n")])
-                print(json.dumps(dict(case=case, chip=chip, entry=summ["entry_estimated_cycles"], result=m.group(1) if m else None,
-                                      ops=libtpu.entry_ops(out), tpusim=own)), flush=True)
+    for case, chip, _, own, summ, out in libtpu.each_compiled(CASES, hlo, libtpu.chips_arg(sys.argv)):
+        m = re.search(r"->(\S+?\{[^}]*\})", out[:out.find("\n")])
+        print(json.dumps(dict(case=case, chip=chip, entry=summ["entry_estimated_cycles"], result=m.group(1) if m else None,
+                              ops=libtpu.entry_ops(out), tpusim=own)), flush=True)

@@ -97,3 +97,25 @@ def tpusim_step_cycles(text, gen, d):
     r = subprocess.run([TPUSIM, "run", path, "--mode", "timing", "--chip", PRESET.get(gen, gen)],
                        capture_output=True, text=True, env=env)
     return int(re.search(r"\((\d+) cycles", r.stdout).group(1))
+
+
+def each_compiled(cases, hlo, chips):
+    """The probes' loop: for each case (a tuple of `hlo`'s arguments) and generation in `chips`,
+    yields (case, chip, text, tpusim's kernels as tpusim_ops gives them, the compiler's summary,
+    its compiled program). A case the compiler fails on prints one JSON line saying so and is
+    skipped."""
+    with tempfile.TemporaryDirectory() as d:
+        for case in cases:
+            text = hlo(*case)
+            for chip in chips:
+                own = tpusim_ops(TPUSIM, text, chip)
+                summ, out = compile_retry(text, TOPO[chip], d)
+                if out is None:
+                    print(json.dumps(dict(case=case, chip=chip, error="compile failed")), flush=True)
+                    continue
+                yield case, chip, text, own, summ, out
+
+
+def chips_arg(argv):
+    """The generations a probe runs on: argv[1] as a comma-separated list, else all four."""
+    return argv[1].split(",") if len(argv) > 1 else ["v4", "v5e", "v5p", "v6e"]

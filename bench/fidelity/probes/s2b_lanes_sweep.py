@@ -8,7 +8,7 @@ two copies each way (W out of the tile, a bitcast, then the convolution's layout
 they cost. NHWC-style x HWIO, entry layouts left to the compiler. One JSON line per case and
 generation with the compiler's top-level ops and tpusim's own kernels, as committed in
 data/s2b_lanes_sweep.jsonl."""
-import json, os, sys, tempfile
+import json, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import libtpu
 
@@ -36,15 +36,6 @@ ENTRY main.1 {{
 
 
 if __name__ == "__main__":
-    chips = sys.argv[1].split(",") if len(sys.argv) > 1 else ["v4", "v5e", "v5p", "v6e"]
-    with tempfile.TemporaryDirectory() as d:
-        for case in CASES:
-            text = hlo(*case)
-            for chip in chips:
-                own = libtpu.tpusim_ops(libtpu.TPUSIM, text, chip)
-                summ, out = libtpu.compile_retry(text, libtpu.TOPO[chip], d)
-                if out is None:
-                    print(json.dumps(dict(case=case, chip=chip, error="compile failed")), flush=True)
-                    continue
-                print(json.dumps(dict(case=case, chip=chip, entry=summ["entry_estimated_cycles"],
-                                      ops=libtpu.entry_ops(out), tpusim=own)), flush=True)
+    for case, chip, _, own, summ, out in libtpu.each_compiled(CASES, hlo, libtpu.chips_arg(sys.argv)):
+        print(json.dumps(dict(case=case, chip=chip, entry=summ["entry_estimated_cycles"],
+                              ops=libtpu.entry_ops(out), tpusim=own)), flush=True)

@@ -45,18 +45,9 @@ def tpusim_param_layout(text, chip):
 
 
 if __name__ == "__main__":
-    chips = sys.argv[1].split(",") if len(sys.argv) > 1 else ["v4", "v5e", "v5p", "v6e"]
-    with tempfile.TemporaryDirectory() as d:
-        for case in CASES:
-            text = hlo(*case)
-            for chip in chips:
-                own = libtpu.tpusim_ops(libtpu.TPUSIM, text, chip)
-                lay = tpusim_param_layout(text, chip)
-                summ, out = libtpu.compile_retry(text, libtpu.TOPO[chip], d)
-                if out is None:
-                    print(json.dumps(dict(case=case, chip=chip, error="compile failed")), flush=True)
-                    continue
-                m = re.search(r"entry_computation_layout=\{\(\S+?\{([\d,]+)", out[:out.find("\n")])
-                print(json.dumps(dict(case=case, chip=chip, entry=summ["entry_estimated_cycles"],
-                                      x_layout=m.group(1) if m else None, tpusim_x_layout=lay,
-                                      ops=libtpu.entry_ops(out), tpusim=own)), flush=True)
+    for case, chip, text, own, summ, out in libtpu.each_compiled(CASES, hlo, libtpu.chips_arg(sys.argv)):
+        lay = tpusim_param_layout(text, chip)
+        m = re.search(r"entry_computation_layout=\{\(\S+?\{([\d,]+)", out[:out.find("\n")])
+        print(json.dumps(dict(case=case, chip=chip, entry=summ["entry_estimated_cycles"],
+                              x_layout=m.group(1) if m else None, tpusim_x_layout=lay,
+                              ops=libtpu.entry_ops(out), tpusim=own)), flush=True)
