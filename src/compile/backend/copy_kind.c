@@ -20,7 +20,7 @@ int tpu__vmem_copy(const tpu_instr *in) {
 }
 
 /* A copy of tpusim's own compilation that moves the dimension in the lanes and that only
- * gathers read, as their table (relayout.c gather_layout): no DMA transposes, so it is a
+ * gathers read, as their table (param_layout.c gather_layout): no DMA transposes, so it is a
  * kernel on the vector unit, as the XLA TPU compiler's layout copies are (each a `copy` with
  * estimated_cycles), and its result may stay in VMEM for the gathers (the compiler's read
  * their relaid-out table from memory space S(1) on v5e and v6e: gather_axis1_64x30522_m7_f32,
@@ -403,7 +403,7 @@ static void attr_pair(const tpu_instr *in, const char *name, int64_t *s, int64_t
 /* A grouped convolution's layout copy that moves the lanes' dimension into or out of its
  * group-split layout in tpusim's own compilation (group_conv.c mark_transposes): the merge copy
  * marked group_transpose, or a copy of the entry's that moves the lanes and that only kernels
- * marked group_in_tiles read (relayout.c's copy of the parameter into the convolution's
+ * marked group_in_tiles read (param_layout.c's copy of the parameter into the convolution's
  * layout: the compiler's copy of it, W in the lanes, into the split layout). The XLA TPU
  * compiler charges it per tile of each side (chips' group_transpose_*). Sets the split side's
  * tiles *split and the W-in-the-lanes side's *wide; returns 0 (both 0) for any other op. */
@@ -596,7 +596,7 @@ int64_t tpu__pad_window_tiles(const tpu_chip *chip, const tpu_instr *in) {
 }
 
 
-/* A patch embedding's image relaid out for its convolution (relayout.c marks the copy
+/* A patch embedding's image relaid out for its convolution (param_layout.c marks the copy
  * patch_relayout): from its least padded layout, W in the lanes and H in the sublanes, into
  * the batch in the lanes and the features in the sublanes. The XLA TPU compiler runs it as a
  * kernel over blocks of the source of 8 rows of H and up to 128 lanes of W (its

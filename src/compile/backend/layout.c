@@ -321,11 +321,11 @@ static int carried_leaf(const tpu_instr *in, int leaf) {
  * bf16[8,12,512,64] is {2,3,1,0} in its compiled programs (512 in the lanes, no padding;
  * row-major would pad 64 to 128, 2.7x with the 12 heads padded to 16 sublanes). Of the
  * rank >= 3 results in bench/fidelity/compiled that some layout pads less than row-major,
- * 157 take the least padded one. Entry parameters carry theirs in their shape (relayout.c
+ * 157 take the least padded one. Entry parameters carry theirs in their shape (param_layout.c
  * gives them the least padded one), convolution results the convolution's (batch in the
  * sublanes, features in the lanes: relayout.c), and a compiled program's tiled layouts
  * their own. The program's results (entry_computation_layout) of rank 2 and more take the
- * least padded tiling too, as its parameters do (relayout.c): of the results of the compiled families
+ * least padded tiling too, as its parameters do (param_layout.c): of the results of the compiled families
  * corpus that some layout pads less than row-major, all 660 are laid out so (all 60 in
  * bench/fidelity/compiled), none row-major (bf16[3,197,256,3] leaves as {2,1,3,0}, 197 x 256
  * tiles rather than 3 elements padded to 128 lanes; f32[2048,7] as {0,1}).

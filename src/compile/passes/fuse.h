@@ -83,7 +83,7 @@ tpu_status tpu__fuse_param_copies(tpu_builder *b, tpu_module *m);
 /* s laid out with dimension minor in the lanes, second in the sublanes, the rest major in order. */
 void tpu__tile_layout(tpu_shape *s, int minor, int second);
 /* Entry parameters take the least padded layout; pooling reduce-windows their own
- * (relayout.c, window_layout.c). */
+ * (param_layout.c, window_layout.c). */
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);
 /* Sorts run in the layout the XLA TPU compiler gives them (batch in the lanes unless the sorted
  * dimension fills them and the batch does not), their operands and the results leaving the
@@ -126,6 +126,18 @@ tpu_status tpu__fuse_window_widen(tpu_builder *b, tpu_comp *entry);
 /* Is `in` a copy of an entry parameter into a layout tiled along other dimensions (a
  * relayout the compiler runs as a kernel of its own, never fused into its reader)? */
 int tpu__relayout_copy(const tpu_instr *in);
+/* Shared by relayout.c (results) and param_layout.c (parameters): the tiling a program
+ * result of shape s leaves in (its least padded where that pads less than row-major); whether
+ * values stay in VMEM between kernels on the chip (one TensorCore with room beside the
+ * kernels' scoped VMEM: v5e, v6e); the dimension space to batch splits parameter p along
+ * evenly where all its readers are such splits (-1 otherwise; *piece its W / 8); the least
+ * padded tiling of s with W out of the lanes (and out of the sublanes unless its pieces are
+ * whole tiles), returning its bytes or -1; TPUSIM_NO_S2B_LANES=1, the space-to-batch copies off. */
+void tpu__result_tiling_shape(const tpu_chip *chip, const tpu_shape *s, int *second, int *minor);
+int tpu__values_stay_in_vmem(const tpu_chip *chip);
+int tpu__s2b_even_split_dim(const tpu_uses *u, const tpu_instr *p, int64_t *piece);
+int64_t tpu__tiling_off_w(const tpu_chip *chip, const tpu_shape *s, int w, int64_t piece, int *second, int *minor);
+int tpu__s2b_lanes_off(void);
 /* relayout.c: a dynamic-slice of a parameter returned in another tile than the parameter's
  * is sliced in the parameter's and copied into the result's (copy.result, a kernel). */
 tpu_status tpu__result_slice_copy(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip);

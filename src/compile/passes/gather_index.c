@@ -390,7 +390,7 @@ static const tpu_instr *index_source(const tpu_instr *v) {
 
 /* A batched gather (take_along_axis, k >= 2) reads its indices as one flat row-major list
  * and writes its result so. When its index array is an entry parameter laid out with the
- * batch dimension minor ({0,1}: s32[32,2] pads least so, relayout.c), the XLA TPU compiler's
+ * batch dimension minor ({0,1}: s32[32,2] pads least so, param_layout.c), the XLA TPU compiler's
  * index kernel writes in that layout, a copy relays it out row-major before the gather
  * (`copy.24`), and another relays the gather's result back for the select after it
  * (`copy.25`): gather_along_b32n1000_k2_bf16 and _b128n32000_k2_f32, and libtpu probes

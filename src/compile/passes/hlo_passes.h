@@ -21,7 +21,7 @@ tpu_status tpu__dot_strength_reduce(struct tpu_builder *b, tpu_module *m, const 
 tpu_status tpu__scatter_to_select(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);
 /* Whether c is (a, b) -> add(a, b) (compile/passes/scatter_select.c). */
 int tpu__is_adder(const tpu_comp *c);
-/* Is v one of the entry's results (its root or an element of its root tuple)? (relayout.c) */
+/* Is v one of the entry's results (its root or an element of its root tuple)? (param_layout.c) */
 int tpu__entry_result(const tpu_comp *entry, const tpu_instr *v);
 /* Whether every element of `in` (a constant, maybe broadcast) equals v (floats: same value
  * and sign, so -0 and +0 differ; compile/passes/simplify.c). */

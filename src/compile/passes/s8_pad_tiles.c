@@ -56,7 +56,7 @@ tpu_status tpu__s8_pad_tiles(tpu_builder *b, tpu_comp *entry, const tpu_chip *ch
     tpu_instr *p = entry->instrs[i];
     if (p->op != TPU_OP_PAD || p->noperands != 2 || p->shape.rank < 2 || !eight_bit(p->shape.dtype)) continue;
     tpu_instr *x = p->operands[0];
-    /* (an operand relaid by a copy of its own, relayout.c, arrives in the pad's tiles: the
+    /* (an operand relaid by a copy of its own, param_layout.c, arrives in the pad's tiles: the
      * compiler's copy of s8[2048,256]{1,0} into {0,1} writes T(8,128)(4,1), one kernel) */
     if (x->op == TPU_OP_COPY || x->shape.rank != p->shape.rank || !in_32_rows(chip, &x->shape)) continue;
     tpu_instr *c = NULL;

@@ -1,11 +1,11 @@
 /* The layout a short scan's kernel runs in (part of the fuse pass's entry layouts, after
- * relayout.c's parameter layouts).
+ * param_layout.c's parameter layouts).
  *
  * The XLA TPU compiler's kernel of a scan of rank 3 or more (a reduce-window whose window is
  * one whole dimension, jnp.cumsum's lowering) reads and writes its value row-major in the
  * order scan_rewrite.c gives it: the scanned dimension most major (scan_rewrite.c's
  * transposes), or in the lanes. An entry parameter the scan reads directly, laid out
- * otherwise (relayout.c: the tiling that pads least), is copied into row-major first, a
+ * otherwise (param_layout.c: the tiling that pads least), is copied into row-major first, a
  * kernel of its own, and a scan whose result leaves the program, where the program's result
  * pads least otherwise, is copied back after it: s32[80,126,80] scanned along axis 0 arrives
  * {1,2,0} (80 rows of 126 lanes), is copied to {2,1,0}, scanned, and copied back

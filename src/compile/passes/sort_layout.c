@@ -1,4 +1,4 @@
-/* The layout a sort runs in (part of the fuse pass's entry layouts, after relayout.c's).
+/* The layout a sort runs in (part of the fuse pass's entry layouts, after param_layout.c's).
  *
  * The XLA TPU compiler's sort of a [B, N] array along its minor dimension N runs with the
  * batch in the lanes and N in the sublanes (layout {0,1}: 128 independent sorts side by
@@ -11,7 +11,7 @@
  * top_k_b1024n8k2_f32 {0,1}, approx_max_k_b32n50257k4_f32's [32,256] {1,0}).
  *
  * The sort's operands come in that layout: an iota is generated in it; an entry parameter
- * laid out otherwise (relayout.c: the layout that pads least) and a custom call's result
+ * laid out otherwise (param_layout.c: the layout that pads least) and a custom call's result
  * (PartialReduce's bins) are copied into it first, a kernel of their own (sort_64x100_bf16's
  * `copy` of bf16[64,100]{1,0}, approx_max_k_b128n50257k8_f32's copy.3 and copy.4 of the
  * bins); other producers are written in it by their own kernels (moe_top2's softmax
