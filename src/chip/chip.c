@@ -49,6 +49,7 @@ static const struct {
     [TPU_CHIP_MXU_ROWS] = {1, 4096},
     [TPU_CHIP_MXU_COLS] = {1, 4096},
     [TPU_CHIP_MXU_WEIGHT_LOAD_CYCLES] = {1, 1 << 20},
+    [TPU_CHIP_INT8_WEIGHT_LOAD_CYCLES] = {1, 1 << 20},
     [TPU_CHIP_INT8_RATE] = {1e-3, 64},
     [TPU_CHIP_VECTOR_LANES] = {1, 4096},
     [TPU_CHIP_VECTOR_SUBLANES] = {1, 4096},

@@ -45,6 +45,7 @@ typedef enum {
   X(MXU_ROWS, mxu_rows, 'i', 1, "PEs", "systolic array rows (K-tile depth)")                 \
   X(MXU_COLS, mxu_cols, 'i', 1, "PEs", "systolic array columns (N-tile width)")              \
   X(MXU_WEIGHT_LOAD_CYCLES, mxu_weight_load_cycles, 'i', 0, "cycles", "time to load one weight tile (default: mxu_rows, a row per cycle)") \
+  X(INT8_WEIGHT_LOAD_CYCLES, int8_weight_load_cycles, 'i', 0, "cycles", "time an 8-bit integer weight tile's load adds to every fold, not overlapped with the rows (default: none, as bf16)") \
   X(MAC_INPUT, mac_input, 't', 1, "", "MXU multiplier input type")                           \
   X(MAC_ACCUM, mac_accum, 't', 1, "", "MXU accumulator type")                                \
   X(INT8_RATE, int8_rate, 'f', 0, "x", "int8 MACs per PE per cycle (vs one native MAC)")     \
@@ -179,6 +180,7 @@ typedef struct tpu_chip {
   double clock_hz;
   int64_t tensorcores, mxus_per_core, mxu_rows, mxu_cols;
   int64_t mxu_weight_load_cycles; /* 0: mxu_rows (one row per cycle) */
+  int64_t int8_weight_load_cycles; /* 0: an s8/u8 weight loads as a bf16 one (mxu_weight_load_cycles) */
   tpu_dtype mac_input, mac_accum; /* TPU_BF16 + TPU_F32, or TPU_S8 + TPU_S32 (v1) */
   double int8_rate;
   int64_t vector_lanes, vector_sublanes;

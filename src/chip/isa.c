@@ -55,6 +55,7 @@ static void put_insn(tpu_strbuf *b, const tpu_insn *in, int index, int depth) {
                       in->mxus, in->passes, tpu_dtype_name(in->dtype));
     if (in->steps) tpu_strbuf_printf(b, " steps=%lld", (long long)in->steps);
     if (in->min_cycles) tpu_strbuf_printf(b, " min_cycles=%lld", (long long)in->min_cycles);
+    if (in->i8_wide) tpu_strbuf_append(b, " i8_wide=1", 10);
   }
   if (in->vregs) tpu_strbuf_printf(b, " vregs=%lld", (long long)in->vregs);
   if (in->opc == TPU_ISA_ICI) tpu_strbuf_printf(b, " cycles=%lld", (long long)in->cycles);
@@ -497,6 +498,7 @@ static tpu_status parse_insn_line(lx *x) {
     else if (!strcmp(key, "passes")) TPU_TRY(parse_int(x, 1, &in.passes));
     else if (!strcmp(key, "steps")) TPU_TRY(parse_i64(x, 1, &in.steps));
     else if (!strcmp(key, "min_cycles")) TPU_TRY(parse_i64(x, 1, &in.min_cycles));
+    else if (!strcmp(key, "i8_wide")) TPU_TRY(parse_int(x, 0, &in.i8_wide));
     else if (!strcmp(key, "dtype")) {
       char tn[16];
       size_t n = word(x, tn, sizeof tn);

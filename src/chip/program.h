@@ -79,6 +79,9 @@ typedef struct tpu_insn {
   int64_t min_cycles;              /* matmul: the least cycles it takes (an input-dilated
                                     * convolution's emitter, tile_conv.c); 0: none */
   tpu_dtype dtype;                 /* matmul: operand type (bf16, f32, s8 ...) */
+  int i8_wide;                     /* matmul: 1 = an 8-bit weight that arrives in 32-row tiles
+                                    * (T(32,128)(4,1)), which v4 re-tiles for the MXU
+                                    * (chip int8_weight_load_cycles); 0 otherwise */
   int64_t vregs;                   /* vpu/eup/xlu: vector registers per execution */
   int64_t ops;                     /* vpu/eup/xlu: operations per register */
   int64_t trips;                   /* loop: iterations (-1: unknown); cond: branches; case: index */

@@ -98,6 +98,7 @@ int64_t tpu__timing_port_dead(const tstate *t, int pos);
 
 /* Cycles of one matmul instruction; hide_fill: its systolic fill and drain (R + C - 2
  * cycles) are not exposed; fold: an f32 product's bf16 passes stream as one (timing_matmul.c). */
+int tpu__timing_no_int8_wload(void); /* TPUSIM_NO_INT8_WLOAD set: int8_weight_load_cycles off */
 tpu_status tpu__timing_matmul_cycles(const tpu_insn *in, const tpu_chip *chip, int hide_fill, int fold,
                                      int64_t *out, tpu_diag *d);
 

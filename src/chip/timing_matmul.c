@@ -2,12 +2,24 @@
  * split of its products over the MXUs, 8-bit integer rates): tpu_timing_matmul_cycles and
  * the timing executor's per-instruction durations (timing.c) use it. Moved from timing.c. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "chip/mxu.h"
 #include "chip/timing.h"
 #include "chip/timing_int.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* TPUSIM_NO_INT8_WLOAD=1: 8-bit integer weight loads overlap the rows as bf16 ones do (A/B of
+ * int8_weight_load_cycles; read once). */
+int tpu__timing_no_int8_wload(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("TPUSIM_NO_INT8_WLOAD");
+    v = e && *e && *e != '0';
+  }
+  return v;
+}
 
 /* Cycles of one matmul instruction on mx MXUs whose b products are dealt to `sb` groups of
  * MXUs as whole products (sb = 1: every MXU works on each product), the mx / sb MXUs of a
@@ -50,7 +62,23 @@ static tpu_status matmul_split_cycles(const tpu_insn *in, const tpu_chip *chip, 
    * model runs them below the published int8_rate: v6e at 1.315, v4 at 0.919, slower
    * than its bf16) */
   const double i8 = chip->int8_mxu_rate > 0 ? chip->int8_mxu_rate : chip->int8_rate;
-  if ((in->dtype == TPU_S8 || in->dtype == TPU_U8) && i8 > 0 && i8 != 1)
+  const int is8 = in->dtype == TPU_S8 || in->dtype == TPU_U8;
+  /* A chip with int8_weight_load_cycles W8 (v4) loads an 8-bit weight tiled in 32 rows
+   * (in->i8_wide, tile.c) in W8 cycles a weight tile that its rows do not hide: the
+   * instruction pays W8 for each of the weight tiles its MXUs load, spread evenly over the
+   * sn MXUs that split N (never more than its folds), beside its rows at the int8 rate.
+   * Derived from the XLA TPU compiler (bench/fidelity/probes/v4_gemm_sweep.py): on one v4
+   * TensorCore its s8 [M,4096] x [4096,4096] costs 75-84 cycles a weight tile per MXU more
+   * than the load overlapped as bf16's gave, at M = 8 to 512 alike (28,638 / 33,910 / 61,612 /
+   * 172,214 cycles at M = 8 / 32 / 128 / 512; bf16 19,329 / 20,065 / 40,927 / 144,544);
+   * [64,6144] x [6144,768] (6 column tiles on 4 MXUs) fits the even spread, not 2 tiles on
+   * each MXU. Off with TPUSIM_NO_INT8_WLOAD=1. */
+  if (is8 && in->i8_wide && chip->int8_weight_load_cycles > 0 && !tpu__timing_no_int8_wload()) {
+    double rate = i8 > 0 ? i8 : 1;
+    int64_t F = mc.folds, spread = ceil_div(nb * ntiles * ceil_div(in->k, R), sn);
+    if (spread < F) F = spread;
+    cyc = (int64_t)ceil((double)mc.stream / rate) + F * chip->int8_weight_load_cycles;
+  } else if (is8 && i8 > 0 && i8 != 1)
     cyc = (int64_t)ceil((double)cyc / i8);
   *out = cyc;
   return TPU_OK;

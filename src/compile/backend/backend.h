@@ -41,6 +41,7 @@ typedef struct tpu__kinfo {
   double kernel_min_cycles; /* the least cycles the whole kernel lasts, start to end (a packed
                             * convolution, tile_conv.c); 0: none */
   tpu_dtype mm_dtype;
+  int mm_i8_wide;          /* the matmul's 8-bit weight is tiled in 32 rows (tile.c i8_wide) */
   int passes;
   const struct tpu_instr *mm; /* the dot/convolution (itself or inside the fusion) */
   int mm_lhs, mm_rhs;      /* operand indices of `in` feeding the matmul's lhs / rhs, -1 */

@@ -374,6 +374,7 @@ static tpu_status lower_matmul(tpu__be *be, const tpu_instr *in, const tpu__kinf
   mm.mxus = (int)(be->chip->mxus_per_core * be->chip->tensorcores);
   mm.passes = k->passes;
   mm.dtype = k->mm_dtype;
+  mm.i8_wide = k->mm_i8_wide;
   if (k->steps > 0 && !group_rows_on_chip(be, k)) { /* the grouped convolution's steps, spread over the tiles */
     int64_t runs = k->tiles / (es > 1 ? es : 1);
     mm.steps = cdiv(k->steps, runs > 0 ? runs : 1);

@@ -384,6 +384,7 @@ static void size_blocking(const tpu__be *be, const tpu__kinfo *k, int64_t ea, in
   mm.mxus = (int)(be->chip->mxus_per_core * be->chip->tensorcores);
   mm.passes = k->passes;
   mm.dtype = k->mm_dtype;
+  mm.i8_wide = k->mm_i8_wide;
   int64_t cm = 0;
   if (tpu_timing_matmul_cycles(&mm, be->chip, &cm, NULL) != TPU_OK) cm = 0;
   double bpc = be->chip->hbm_bw > 0 && be->chip->clock_hz > 0 ? tpu_chip_hbm_stream_bw(be->chip) / be->chip->clock_hz : 1;
@@ -443,7 +444,7 @@ static tpu_status take_plan(tpu__be *be, tpu__kinfo *k, const blocking *best, in
 /* Plans already searched in this compile, by everything the search reads (a model's layers
  * repeat their matmuls): open addressing on a hash of the key, the key compared whole. */
 typedef struct {
-  int64_t m, n, k, b, out_bytes, passes, dtype, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, trial;
+  int64_t m, n, k, b, out_bytes, passes, dtype, ea, eb, lhs, rhs, epi, a_hbm, b_hbm, trial, i8_wide;
 } mm_key;
 
 typedef struct {
@@ -598,6 +599,7 @@ static tpu_status plan_matmul(tpu__be *be, const tpu_instr *in, tpu__kinfo *k) {
   key.out_bytes = k->out_bytes;
   key.passes = k->passes;
   key.dtype = k->mm_dtype;
+  key.i8_wide = k->mm_i8_wide;
   key.ea = ea;
   key.eb = eb;
   key.lhs = lhs;

@@ -415,6 +415,19 @@ static int passes_for(const tpu__be *be, const tpu_instr *mm, tpu_dtype t) {
 
 static int64_t round_up(int64_t a, int64_t m) { return m > 0 ? (a + m - 1) / m * m : a; }
 
+/* Does the 8-bit weight `w` arrive tiled in 32 rows? The XLA TPU compiler tiles an 8-bit
+ * array T(32,128)(4,1) where its second-minor dimension (in its layout) is a multiple of 32
+ * and it spans more than one column of tiles, else T(8,128)(4,1) (s8_pad_tiles.c); on v4 a
+ * matmul kernel copies such a weight into 8-row tiles for the MXU (its compiled kOutput
+ * fusions hold the copy_fusion), which int8_weight_load_cycles times. The dims decide, not
+ * a compiled program's explicit tile (the fused operand is the re-tiled copy). */
+static int i8_wide(const tpu__be *be, const tpu_shape *w) {
+  if (w->rank < 2 || !tpu_dtype_is_array(w->dtype) || tpu_dtype_bits(w->dtype) != 8) return 0;
+  int q = w->has_layout ? w->minor_to_major[1] : w->rank - 2, m = w->has_layout ? w->minor_to_major[0] : w->rank - 1;
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  return w->dims[q] % 32 == 0 && w->dims[m] > lanes;
+}
+
 /* The MXU problem of a dot or convolution. */
 static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
   const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
@@ -434,6 +447,7 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
   if (k->b < 1) k->b = 1;
   k->mm = mm;
   k->mm_dtype = ls->dtype;
+  k->mm_i8_wide = i8_wide(be, rs);
   k->passes = passes_for(be, mm, ls->dtype);
   /* A complex dot is four real ones (re re, im im, re im, im re) at f32 precision. */
   if (tpu_dtype_is_complex(ls->dtype)) k->passes *= 4;
