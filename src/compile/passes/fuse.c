@@ -371,7 +371,6 @@ static const tpu_instr *under_reshapes(const tpu_instr *x) {
   return x;
 }
 
-
 /* A dynamic-slice at scalar offsets: the XLA TPU compiler computes it in the kernel that
  * reads it, reading only the window (a scan step's slice of its stacked inputs inside the
  * step's kernel: dynamic_slice.4 in the compiled cumsum_scan_t128b8d256's one fusion per
@@ -486,7 +485,8 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * runs each of its five reverses as a `reverse` op between its slice and concatenation
    * kernels (rev.9 ... rev.13 on v5e), resnext_train's filter reverse so too (rev.1). */
   if (p->op == TPU_OP_REVERSE) return 0;
-  if (m->op == TPU_OP_DYNAMIC_SLICE) return window_root(m) && m->operands[0] == p && tpu__fuse_loop_fusible(p);
+  if (m->op == TPU_OP_DYNAMIC_SLICE) /* its window's producer, or its start's scalar chain (fuse_ops.c) */
+    return (window_root(m) && m->operands[0] == p && tpu__fuse_loop_fusible(p)) || (m->operands[0] != p && tpu__fuse_slice_index(p));
   /* A transpose that moves the minor dimension is a copy into the new layout of its own,
    * read by its users in place, as the compiler runs it (transpose then scale: a `copy` and
    * a `multiply_bitcast_fusion`); not in a vector kernel's loop. (A matmul's result

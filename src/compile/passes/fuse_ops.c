@@ -1,5 +1,7 @@
-/* Which ops each kind of fusion may take, by opcode alone (the fuse pass's classes; fuse.c
- * decides groups from these and from the program around each op). */
+/* Which ops each kind of fusion may take, by opcode and operand shapes alone (the fuse pass's
+ * classes; fuse.c decides groups from these and from the program around each op). */
+#include <stdlib.h>
+
 #include "compile/passes/fuse.h"
 #include "ir/build.h"
 
@@ -64,4 +66,25 @@ int tpu__fuse_transcendental(const tpu_instr *in) {
     case TPU_OP_EXPM1: case TPU_OP_LOG1P: case TPU_OP_LOGISTIC: case TPU_OP_POWER: return 1;
     default: return 0;
   }
+}
+
+/* A loop-fusible value of one element computed from values of one element (JAX's
+ * negative-index wrap of a dynamic-slice's start: lt, add, select), which the slice's kernel
+ * takes in. The XLA TPU compiler runs the chain on the scalar unit in scalar memory (S(6):
+ * `copy` of the index parameter, `add`, `lt`, `select` before add_bitcast_fusion in the
+ * compiled dslice_cache_b1s1024h8d128_n1_bf16, none with estimated_cycles) and the kernel
+ * reads the index there; in tpusim's kernel the index is read with the kernel's other
+ * inputs, where as ops of their own the chain's first read of the parameter (a transfer's
+ * latency, 0.5 us on v4) would wait before the kernel. A reduction's kernel already took the
+ * chain (fuse.c may_join); a loop kernel now does too. TPUSIM_NO_SLICE_INDEX=1 leaves it out. */
+int tpu__fuse_slice_index(const tpu_instr *x) {
+  static int off = -1;
+  if (off < 0) {
+    const char *e = getenv("TPUSIM_NO_SLICE_INDEX");
+    off = e && *e && *e != '0';
+  }
+  if (off || !tpu__fuse_loop_fusible(x) || !tpu_dtype_is_array(x->shape.dtype) || x->shape.rank != 0) return 0;
+  for (int k = 0; k < x->noperands; k++)
+    if (!tpu_dtype_is_array(x->operands[k]->shape.dtype) || tpu_shape_numel(&x->operands[k]->shape) != 1) return 0;
+  return 1;
 }

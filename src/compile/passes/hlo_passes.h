@@ -30,6 +30,9 @@ int tpu__is_splat(const tpu_instr *in, double v);
  * reciprocal instead, so fusion and costs take it as a multiply (simplify.c). */
 int tpu__divides_by_constant(const tpu_instr *in);
 tpu_status tpu__reduce_of_broadcast(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);
+/* Part of simplify: a reduce over dimensions of one element as op(broadcast(init), reshape(x))
+ * (compile/passes/reduce_bcast.c); *repl the replacement, else NULL. */
+tpu_status tpu__reduce_of_one(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);
 /* Part of simplify: an elementwise op on broadcasts of one shape (and of scalars) as a
  * broadcast of the op (compile/passes/bcast_sink.c); *repl the replacement, else NULL. */
 tpu_status tpu__sink_broadcast(struct tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl);

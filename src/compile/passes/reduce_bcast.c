@@ -1,4 +1,5 @@
-/* A sum over a broadcast's new dimensions as a multiply (part of the simplify pass).
+/* Reductions that need no reduction (part of the simplify pass): a sum over a broadcast's
+ * new dimensions as a multiply, a reduce over dimensions of one element as an elementwise op.
  *
  * reduce(broadcast(x), 0, add) over dimensions the broadcast added is x times their
  * element count: XLA's algebraic simplifier rewrites it so, and its TPU compiler then runs
@@ -14,11 +15,13 @@
  * for f32, f64 and integer sums (whose count is exact in the type up to 2^24 elements for
  * f32). Values: x * N rounded once, as XLA computes it, where the sum rounded N times. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/build.h"
+#include "ref/ref_int.h"
 
 tpu_status tpu__reduce_of_broadcast(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl) {
   *repl = NULL;
@@ -77,4 +80,53 @@ tpu_status tpu__reduce_of_broadcast(tpu_builder *b, tpu_comp *c, tpu_instr *in, 
   ops[0] = xb;
   ops[1] = kb;
   return tpu_build_instr_like(b, c, in, TPU_OP_MULTIPLY, in->name, &rs, ops, 2, repl);
+}
+
+/* ---- A reduce over dimensions of one element ----
+ * A reduce whose result has as many elements as its operand (every reduced dimension has
+ * size 1) combines each element with the init value only. XLA's algebraic simplifier
+ * replaces it by a reshape of the operand, taking the init value as the reducer's identity
+ * (algebraic_simplifier.cc HandleReduce: "If the reduction results in the same number of
+ * elements, then the only possible side effect would be a reshape"), so the XLA TPU
+ * compiler runs no reduction: JAX's sum over a keepdims axis of one element (the bias
+ * gradients' sums over N = 1, H = W = 1 of a [1,1,1,C] value in the convnet training steps,
+ * an f32 row statistic of [R,1]) is a bitcast in the reader's kernel. tpusim writes it as
+ * op(broadcast(init), reshape(x)) with the reducer's op, the reduce's own arithmetic
+ * (acc = init, acc = op(acc, x) once), so values are unchanged; the identities then drop
+ * op where init is its identity (max with -inf, x + (-0)), and an add of +0 (JAX's sum) is
+ * an elementwise op that fuses where the reshape goes. One-operand reduces whose reducer is
+ * a binary op of its two parameters (tpu__ref_simple_reducer), of 32- or 64-bit floats, integers
+ * or pred (the compiler keeps a bf16 or f16 one a reduction), in programs the compiler has not
+ * laid out; TPUSIM_NO_UNIT_REDUCE=1 keeps them reductions. libtpu probes (probes/unit_reduce.py,
+ * v5e and v4): f32 sums over [1,1,1,192] -> [192], [1000,1], [8,1,1,32,1] -> [8,32], an f32
+ * max, an f32 product, a pred and: no reduce left in the compiled program. */
+tpu_status tpu__reduce_of_one(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_instr **repl) {
+  *repl = NULL;
+  if (in->op != TPU_OP_REDUCE || in->noperands != 2 || in->shape.dtype == TPU_TUPLE) return TPU_OK;
+  tpu_instr *x = in->operands[0], *init = in->operands[1];
+  if (tpu_shape_numel(&x->shape) != tpu_shape_numel(&in->shape) || x->shape.dtype != in->shape.dtype ||
+      init->shape.rank != 0)
+    return TPU_OK;
+  /* a compiled program's reduce (tiled layouts) is the compiler's own kernel: a relayout,
+   * bf16[9,1]{T(8,128)} to bf16[9]{T(256)} in the compiled cumsum_1024_ax0_rev_bf16 */
+  if (x->shape.layout_tail || in->shape.layout_tail) return TPU_OK;
+  tpu_opcode op = tpu__ref_simple_reducer(in->to_apply);
+  if (op == TPU_OP_COUNT) return TPU_OK;
+  /* a reduce of 16-bit floats stays a reduction kernel in the compiler's programs (bf16 sums
+   * and maxima, an f16 sum: probes/unit_reduce.py, a `reduce` of 642-1,892 cycles) */
+  if (tpu_dtype_is_float(in->shape.dtype) && tpu_dtype_size(in->shape.dtype) < 4) return TPU_OK;
+  static int off = -1;
+  if (off < 0) {
+    const char *e = getenv("TPUSIM_NO_UNIT_REDUCE");
+    off = e && *e && *e != '0';
+  }
+  if (off) return TPU_OK;
+  tpu_shape rs = in->shape;
+  tpu_instr *xr, *ib, *ops[2];
+  TPU_TRY(tpu_build_instr_like(b, c, in, TPU_OP_RESHAPE, "reduce.one", &rs, &x, 1, &xr));
+  TPU_TRY(tpu_build_instr_like(b, c, in, TPU_OP_BROADCAST, "reduce.init", &rs, &init, 1, &ib));
+  TPU_TRY(tpu_build_set_attr(b, ib, "dimensions", "{}"));
+  ops[0] = ib;
+  ops[1] = xr;
+  return tpu_build_instr_like(b, c, in, op, in->name, &rs, ops, 2, repl);
 }

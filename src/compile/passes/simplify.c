@@ -391,6 +391,7 @@ static tpu_status simplify_comp(tpu_builder *b, tpu_comp *c, int *changed) {
     if (f == 0) r = try_identity(c, in);
     if (f == 0 && !r && (sink_convert(b, c, in, &r) != TPU_OK || (!r && tpu__scatter_to_select(b, c, in, &r) != TPU_OK) ||
                         (!r && tpu__reduce_of_broadcast(b, c, in, &r) != TPU_OK) ||
+                        (!r && tpu__reduce_of_one(b, c, in, &r) != TPU_OK) ||
                         (!r && tpu__sink_broadcast(b, c, in, &r) != TPU_OK) || (!r && undo_transposes(b, c, in, &r) != TPU_OK))) {
       tpu_free(fwd);
       tpu__cse_free(cse);

@@ -9,6 +9,7 @@
  * The fusion decisions' tests are in test_passes_fusion.c, the layout decisions' in
  * test_passes_layout.c. */
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -288,6 +289,79 @@ static void test_reduce_of_broadcast(void) {
     same &= tpu_tensor_get_f64(&r1, i) == want && tpu_tensor_get_f64(&r0, i) == want;
   }
   CHECK(same);
+  tpu_tensor_free(&x);
+  tpu_tensor_free(&r0);
+  tpu_tensor_free(&r1);
+  tpu_module_free(m0);
+  tpu_module_free(m1);
+}
+
+/* A reduce over dimensions of one element (compile/passes/reduce_bcast.c tpu__reduce_of_one):
+ * no reduce left; a sum with init +0 is an add of the broadcast init (exact: -0 + +0 is +0 as
+ * the reduce gives), a max with init -inf is the reshape alone; over [16,2] it stays a reduce,
+ * and so does a bf16 sum over [1,1,1,768] (the compiler's `reduce` kernel).
+ * Values bit-identical to the reduce's, -0, NaN and a denormal included, but for the denormal
+ * through the max, which the identity max(x, -inf) -> x keeps unflushed (as XLA's reshape). */
+static void test_reduce_of_one(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "max { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] maximum(a, b) }\n"
+      "ENTRY e {\n x = f32[16,%d] parameter(0)\n z = f32[] constant(0)\n m = f32[] constant(-inf)\n"
+      " s = f32[16] reduce(x, z), dimensions={1}, to_apply=add\n"
+      " t = f32[16] reduce(x, m), dimensions={1}, to_apply=max\n"
+      " ROOT r = (f32[16], f32[16]) tuple(s, t)\n}\n";
+  for (int w = 1; w <= 2; w++) {
+    char src[1024];
+    snprintf(src, sizeof src, fmt, w);
+    char *out = dump_src_after(src, "reduce_one_test.hlo", "simplify");
+    if (!out) return;
+    printf("reduces over [16,%d] dimension 1: %d reduces, %d maximums after simplify\n", w, count_in(out, " reduce("),
+           count_in(out, " maximum("));
+    CHECK_EQ_INT(count_in(out, " reduce("), w == 1 ? 0 : 2);
+    if (w == 1) CHECK_EQ_INT(count_in(out, " maximum("), 0); /* the max of -inf is x: the reducer gone too */
+    if (w == 1) CHECK_EQ_INT(count_in(out, " add("), 1);     /* the +0 init's add */
+    free(out);
+  }
+  { /* a bf16 sum stays a reduce, as the compiler keeps it */
+    const char *bf =
+        "HloModule m\nadd { a = bf16[] parameter(0)\n b = bf16[] parameter(1)\n ROOT s = bf16[] add(a, b) }\n"
+        "ENTRY e {\n x = bf16[1,1,1,768] parameter(0)\n z = bf16[] constant(0)\n"
+        " ROOT s = bf16[768] reduce(x, z), dimensions={0,1,2}, to_apply=add\n}\n";
+    char *out = dump_src_after(bf, "reduce_one_test.hlo", "simplify");
+    if (out) CHECK_EQ_INT(count_in(out, " reduce("), 1);
+    free(out);
+  }
+  char src[1024];
+  snprintf(src, sizeof src, fmt, 1);
+  tpu_module *m0 = NULL, *m1 = NULL;
+  tpu_diag d;
+  CHECK(tpu_hlo_parse("reduce_one_test.hlo", src, strlen(src), &m0, &d) == TPU_OK);
+  CHECK(tpu_hlo_parse("reduce_one_test.hlo", src, strlen(src), &m1, &d) == TPU_OK);
+  if (!m0 || !m1) return;
+  tpu_compile_opts o = opts(NULL, NULL);
+  CHECK(tpu_compile_hlo(m1, &o, &d) == TPU_OK);
+  tpu_tensor x, r0, r1;
+  memset(&r0, 0, sizeof r0);
+  memset(&r1, 0, sizeof r1);
+  int64_t dims[2] = {16, 1};
+  CHECK(tpu_tensor_alloc(&x, TPU_F32, 2, dims, &d) == TPU_OK);
+  for (int i = 0; i < 16; i++) tpu_tensor_set_f64(&x, i, 0.37 * (i - 8));
+  tpu_tensor_set_f64(&x, 0, -0.0);
+  tpu_tensor_set_f64(&x, 1, NAN);
+  tpu_tensor_set_f64(&x, 2, 1e-40);
+  CHECK(tpu_ref_run(m0, &x, 1, &r0, &d) == TPU_OK);
+  CHECK(tpu_ref_run(m1, &x, 1, &r1, &d) == TPU_OK);
+  CHECK(r0.dtype == TPU_TUPLE && r1.dtype == TPU_TUPLE && r0.ntuple == 2 && r1.ntuple == 2);
+  if (r0.dtype == TPU_TUPLE && r1.dtype == TPU_TUPLE)
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < 16; i++)
+        if ((k == 0 || i != 2) && memcmp((float *)r0.elems[k].data + i, (float *)r1.elems[k].data + i, sizeof(float))) {
+          printf("result %d element %d: %g before, %g after\n", k, i, ((float *)r0.elems[k].data)[i], ((float *)r1.elems[k].data)[i]);
+          CHECK(0);
+        }
+  /* the denormal through max(-inf, x): the reduce's max flushes it to 0; max(x, -inf) -> x (the
+   * identities, as XLA's reshape) keeps it, as the compiler's program does */
+  if (r1.dtype == TPU_TUPLE) CHECK(((float *)r1.elems[1].data)[2] == (float)1e-40);
   tpu_tensor_free(&x);
   tpu_tensor_free(&r0);
   tpu_tensor_free(&r1);
@@ -797,6 +871,7 @@ int main(void) {
   test_cse();
   test_scatter_select();
   test_reduce_of_broadcast();
+  test_reduce_of_one();
   test_bad_dump_name();
   test_transformer();
   test_oom("tests/hlo/compile/mlp.hlo");

@@ -900,6 +900,26 @@ static void test_no_chip(void) {
   }
 }
 
+/* A dynamic-slice's start index wrap (JAX's lt/add/select on the s32[] position) joins the
+ * slice's loop kernel (fuse_ops.c tpu__fuse_slice_index), as a reduction's kernel took it:
+ * one kernel, as the XLA TPU compiler's add_bitcast_fusion with the wrap on the scalar unit
+ * (dslice_cache_b1s1024h8d128_n1_bf16); with TPUSIM_NO_SLICE_INDEX=1 the wrap is a kernel of
+ * its own before it. */
+static void test_slice_index_chain(void) {
+  const char *src =
+      "HloModule dslice\n\nENTRY %main (c: bf16[1,64,8,128], u: bf16[1,1,8,128], p: s32[]) -> bf16[1,8,128] {\n"
+      "  %c = bf16[1,64,8,128] parameter(0)\n  %u = bf16[1,1,8,128] parameter(1)\n  %p = s32[] parameter(2)\n"
+      "  %z = s32[] constant(0)\n  %n = s32[] constant(64)\n"
+      "  %lt = pred[] compare(%p, %z), direction=LT\n  %a = s32[] add(%p, %n)\n"
+      "  %s = s32[] select(%lt, %a, %p)\n"
+      "  %d = bf16[1,1,8,128] dynamic-slice(%c, %z, %s, %z, %z), dynamic_slice_sizes={1,1,8,128}\n"
+      "  %e = bf16[1,1,8,128] add(%d, %u)\n"
+      "  ROOT %r = bf16[1,8,128] reshape(%e)\n}\n";
+  kernel_census kc = kernel_census_of(src);
+  printf("dynamic-slice with its index's wrap: %d kernels\n", kc.kernels);
+  CHECK_EQ_INT(kc.kernels, 1);
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -921,5 +941,6 @@ int main(void) {
   test_conv_norm_dot();
   test_softmax_grad_recompute();
   test_no_chip();
+  test_slice_index_chain();
   CHECK_DONE();
 }
