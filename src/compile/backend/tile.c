@@ -428,6 +428,28 @@ static int i8_wide(const tpu__be *be, const tpu_shape *w) {
   return w->dims[q] % 32 == 0 && w->dims[m] > lanes;
 }
 
+/* Does the XLA TPU compiler hold the lhs of one-tap convolution (a dot) mm stationary on the
+ * MXU, its result's rows streaming? It does where the lhs is laid out with its batch (the
+ * dot's M) in the lanes and the result too (emitter EmitInputBatchInLanes): the result is
+ * written transposed ({0,1} for [M,N]), M across the MXU's columns and the N output features
+ * the streamed rows. It lays a narrow dot out so for a short contraction (libtpu probes,
+ * bench/fidelity/probes/narrow_dot.py; docs/timing-mxu.md "Narrow results"). A result
+ * transposed with the lhs's batch in the sublanes (EmitOutputBatchInLanesInputBatchInSublanes,
+ * a long contraction) streams the lhs's rows as usual. Taken for N below the lanes and M above
+ * N (the probes' cases; a wider transposed result keeps tpusim's orientation). */
+static int lhs_stationary(const tpu__be *be, const tpu_instr *mm, const tpu__kinfo *k) {
+  if (mm->op != TPU_OP_CONVOLUTION || !mm->conv || getenv("TPUSIM_NO_NARROW_LHS_STATIONARY")) return 0;
+  const tpu_conv_dims *cd = mm->conv;
+  const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape, *os = &mm->shape;
+  if (mm->feature_group_count > 1 || mm->batch_group_count > 1 || k->b != 1) return 0;
+  for (int i = 0; i < cd->nspatial; i++)
+    if (rs->dims[cd->k_spatial[i]] != 1 || ls->dims[cd->in_spatial[i]] != 1) return 0;
+  if (!ls->has_layout || !os->has_layout || ls->rank < 2) return 0;
+  int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
+  return ls->minor_to_major[0] == cd->in_batch && os->minor_to_major[0] == cd->out_batch && k->n < lanes &&
+         k->m > k->n;
+}
+
 /* The MXU problem of a dot or convolution. */
 static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
   const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape;
@@ -445,6 +467,10 @@ static void matmul_dims(const tpu__be *be, const tpu_instr *mm, tpu__kinfo *k) {
   if (k->k_flops < 1) k->k_flops = 1;
   if (k->n < 1) k->n = 1;
   if (k->b < 1) k->b = 1;
+  if (lhs_stationary(be, mm, k)) {
+    int64_t t = k->m;
+    k->m = k->n, k->n = t;
+  }
   k->mm = mm;
   k->mm_dtype = ls->dtype;
   k->mm_i8_wide = i8_wide(be, rs);
