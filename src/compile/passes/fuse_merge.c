@@ -798,6 +798,24 @@ static tpu_status merge_prologue_one(tpu_builder *b, tpu_comp *c, tpu__made_set 
   return TPU_OK;
 }
 
+/* A dot the XLA TPU compiler writes as a convolution of window 1 (dim_labels 0bf_io0->0bf):
+ * no batch dimensions, its left operand's free dimensions two or more ([B,S,K] x [K,N], a
+ * dense layer over a sequence). Its result's column sums join its kernel as a convolution's
+ * do: bert_train_b16s128d256h4's FFN bias gradient (the sum of dY, bf16[16,128,1024], over
+ * batch and sequence) is the second result of the compiled `fusion.122` (kOutput, 47,496
+ * cycles on v4) with the convolution.16 that computes dY's matmul, and the bf16[256] one of
+ * `fusion.120` the same, on v4 and v5e. A plain [M,K] x [K,N] dot stays a dot, with no sum
+ * in its fusion in any compiled program. TPUSIM_NO_DOT_COLUMN_SUMS=1 leaves dots out. */
+static int conv_dot(const tpu_instr *mm) {
+  static int off = -1;
+  if (off < 0) {
+    const char *e = getenv("TPUSIM_NO_DOT_COLUMN_SUMS");
+    off = e && *e && *e != '0';
+  }
+  if (off || mm->op != TPU_OP_DOT || mm->dot.lhs_batch.n != 0 || mm->noperands != 2) return 0;
+  return mm->operands[0]->shape.rank - mm->dot.lhs_contract.n >= 2;
+}
+
 /* Is r, a reduction that keeps the minor dimension, one a convolution's kernel x takes
  * from its result tiles? The TPU compiler fuses a batch norm's per-channel sum of the
  * convolution's output (over batch and space, the channels minor) into the convolution
@@ -807,11 +825,11 @@ static tpu_status merge_prologue_one(tpu_builder *b, tpu_comp *c, tpu__made_set 
  * (reads_row_stat). Grouped convolutions too, depthwise (m_mobilenet_*) or of several
  * input features a group: resnext_fwd_b8_28x28x512_g32's g32 convert_reduce_fusion returns
  * (f32[32,8], bf16[8,28,28,32,8]), the sum beside the split result (group_conv.c splits such
- * a kernel's convolution leaf; the variance's multiply_reduce_fusion reads it). Dots are
- * left out: no compiled program shows a column sum of a dot's result in the dot's fusion. */
+ * a kernel's convolution leaf; the variance's multiply_reduce_fusion reads it). And a dot the
+ * compiler writes as a convolution (conv_dot). */
 static int conv_column_sums(const tpu__made_set *made, const tpu_instr *x, const tpu_instr *r) {
   const tpu_instr *mm = matmul_of(made, x);
-  if (!mm || mm->op != TPU_OP_CONVOLUTION || r->operands[0]->shape.rank < 2) return 0;
+  if (!mm || (mm->op != TPU_OP_CONVOLUTION && !conv_dot(mm)) || r->operands[0]->shape.rank < 2) return 0;
   return r->shape.rank == 1 && r->shape.dims[0] == r->operands[0]->shape.dims[r->operands[0]->shape.rank - 1];
 }
 

@@ -920,6 +920,31 @@ static void test_slice_index_chain(void) {
   CHECK_EQ_INT(kc.kernels, 1);
 }
 
+/* A dense layer's bias gradient (the sum of dY over batch and sequence) joins the kernel of
+ * the dot producing dY when the compiler writes that dot as a convolution of window 1 (a
+ * [B,S,K] x [K,N] dot, fuse_merge.c conv_dot: bert_train_b16s128d256h4's compiled fusion.122);
+ * a [M,K] x [K,N] dot's column sum stays a kernel of its own. With
+ * TPUSIM_NO_DOT_COLUMN_SUMS=1 the first is two kernels. */
+static void test_dot_column_sums(void) {
+  const char *fmt =
+      "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+      "ENTRY e {\n x = bf16[%s,256] parameter(0)\n w = bf16[256,1024] parameter(1)\n"
+      " g = bf16[%s,1024] parameter(2)\n"
+      " c = bf16[%s,1024] dot(x, w), lhs_contracting_dims={%d}, rhs_contracting_dims={0}\n"
+      " dy = bf16[%s,1024] multiply(c, g)\n cf = f32[%s,1024] convert(dy)\n z = f32[] constant(0)\n"
+      " s = f32[1024] reduce(cf, z), dimensions={%s}, to_apply=add\n"
+      " ROOT t = (bf16[%s,1024], f32[1024]) tuple(dy, s)\n}\n";
+  const char *rows[2] = {"16,128", "2048"}, *dims[2] = {"0,1", "0"};
+  int want[2] = {1, 2};
+  for (int i = 0; i < 2; i++) {
+    char src[1024];
+    snprintf(src, sizeof src, fmt, rows[i], rows[i], rows[i], i == 0 ? 2 : 1, rows[i], rows[i], dims[i], rows[i]);
+    kernel_census kc = kernel_census_of(src);
+    printf("dot [%s,256] x [256,1024] and its column sum: %d kernels\n", rows[i], kc.kernels);
+    CHECK_EQ_INT(kc.kernels, want[i]);
+  }
+}
+
 int main(void) {
   /* The order and the chip they ran with in test_passes.c (before its chip was loaded). */
   test_shared_producer();
@@ -942,5 +967,6 @@ int main(void) {
   test_softmax_grad_recompute();
   test_no_chip();
   test_slice_index_chain();
+  test_dot_column_sums();
   CHECK_DONE();
 }
