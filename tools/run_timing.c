@@ -218,7 +218,8 @@ out:
   return rc;
 }
 
-/* The cache key of a timing run (api/diskcache.h): the build, the program's path and text,
+/* The cache key of a timing run (api/diskcache.h): the build, the TPUSIM_* settings of the
+ * environment (tpu_dcache_env_settings: the rules' switches), the program's path and text,
  * the chip as loaded (a digest), every option that changes what time_program prints or writes, and
  * the loop trip counts the values gave. Fields are length-prefixed. NULL on out of memory. */
 static void key_field(tpu_strbuf *k, const void *p, size_t n) {
@@ -239,6 +240,10 @@ static char *timing_key(const run_opts *o, const tpu_chip *chip, const tpu_loop_
   tpu_strbuf_init(&k);
   key_str(&k, "tpusim run: timing");
   key_str(&k, tpu_dcache_build_id());
+  char *env = tpu_dcache_env_settings(); /* the rule switches change the compile */
+  if (!env) k.oom = 1;
+  key_str(&k, env ? env : "");
+  tpu_free(env);
   key_str(&k, o->prog);
   key_field(&k, text, tlen);
   tpu_free(text);

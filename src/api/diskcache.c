@@ -126,6 +126,45 @@ const char *tpu_dcache_build_id(void) {
   return id;
 }
 
+extern char **environ;
+
+static int is_cache_var(const char *e) {
+  static const char *const own[] = {"TPUSIM_CACHE=", "TPUSIM_CACHE_DIR=", "TPUSIM_CACHE_MAX_MB=", "TPUSIM_CACHE_LOG=",
+                                    "TPUSIM_CACHE_ENTRIES="};
+  for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+    if (!strncmp(e, own[i], strlen(own[i]))) return 1;
+  return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+char *tpu_dcache_env_settings(void) {
+  size_t n = 0, bytes = 1;
+  for (char **e = environ; e && *e; e++)
+    if (!strncmp(*e, "TPUSIM_", 7) && !is_cache_var(*e)) n++, bytes += strlen(*e) + 1;
+  const char **v = tpu_malloc((n ? n : 1) * sizeof *v);
+  char *out = tpu_malloc(bytes);
+  if (!v || !out) {
+    tpu_free(v);
+    tpu_free(out);
+    return NULL;
+  }
+  size_t k = 0;
+  for (char **e = environ; e && *e && k < n; e++)
+    if (!strncmp(*e, "TPUSIM_", 7) && !is_cache_var(*e)) v[k++] = *e;
+  qsort(v, k, sizeof *v, cmp_str);
+  char *q = out;
+  for (size_t i = 0; i < k; i++) {
+    size_t l = strlen(v[i]);
+    memcpy(q, v[i], l);
+    q += l;
+    *q++ = '\n';
+  }
+  *q = 0;
+  tpu_free(v);
+  return out;
+}
+
 /* ---------------------------------------------------------------- the folder */
 
 static int mkdir_p(const char *dir) {

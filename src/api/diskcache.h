@@ -38,6 +38,14 @@ void tpu_dcache_close(tpu_dcache *c);
  * (a changed source gives a new one), else the version and the binary's size and time. */
 const char *tpu_dcache_build_id(void);
 
+/* The environment's settings that change a compiled program or its timing, for keys: every
+ * TPUSIM_* variable (the rule switches TPUSIM_NO_*, the experiments) but the caches' own
+ * (TPUSIM_CACHE, TPUSIM_CACHE_DIR, TPUSIM_CACHE_MAX_MB, TPUSIM_CACHE_LOG,
+ * TPUSIM_CACHE_ENTRIES), as "NAME=VALUE\n" lines in byte order, read at each call (a process
+ * may change its environment between runs). Caller frees (tpu_free); "" when there are none;
+ * NULL when out of memory. */
+char *tpu_dcache_env_settings(void);
+
 /* Looks `key` up. A hit returns 1 with nparts parts (each owned by the caller). A miss
  * returns 0; so does a corrupt entry (bad header, lengths or checksum), after a warning on
  * stderr and removing it, so that the run rebuilds it. */

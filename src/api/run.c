@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "api/api_int.h"
+#include "api/diskcache.h"
 #include "base/alloc.h"
 #include "chip/exec.h"
 #include "chip/program.h"
@@ -540,17 +541,27 @@ void tpu__trip_timings_free(tpu__compiled *c) {
 }
 
 /* The settings of a run that change the compiled program, its timing or the values, less the
- * module and the chip: mesh, topology, backend, precision, slices, windowed einsum, events. */
+ * module and the chip: mesh, topology, backend, precision, slices, windowed einsum, events,
+ * and the environment's TPUSIM_* settings (the rules' switches, read at each run: a process
+ * may set one between runs). */
 static unsigned char *make_opts(const run_plan *p, size_t *len) {
   const char *mesh = p->mesh ? p->mesh : "", *topo = p->topology ? p->topology : "";
-  size_t nm = strlen(mesh), nt = strlen(topo);
-  size_t n = nm + 1 + nt + 1 + 5 * sizeof(int);
+  char *env = tpu_dcache_env_settings();
+  if (!env) return NULL;
+  size_t nm = strlen(mesh), nt = strlen(topo), ne = strlen(env);
+  size_t n = nm + 1 + nt + 1 + ne + 1 + 5 * sizeof(int);
   unsigned char *k = tpu_malloc(n), *q = k;
-  if (!k) return NULL;
+  if (!k) {
+    tpu_free(env);
+    return NULL;
+  }
   memcpy(q, mesh, nm + 1);
   q += nm + 1;
   memcpy(q, topo, nt + 1);
   q += nt + 1;
+  memcpy(q, env, ne + 1);
+  q += ne + 1;
+  tpu_free(env);
   int ints[5] = {p->tpu, p->precision, p->slices, p->no_window, p->no_events}; /* the timeline kept has events or not */
   memcpy(q, ints, sizeof ints);
   *len = n;

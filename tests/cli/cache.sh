@@ -3,7 +3,7 @@
 # cold run does (timing and full mode, a pod, an SPMD program, loops with trip counts from
 # the values); the key changes with the chip, the precision and the program; a corrupt entry
 # is reported, ignored and rebuilt; an entry of another format version is a silent miss;
-# concurrent writers leave one whole entry; the size bound removes the oldest entries; the
+# concurrent writers leave one whole entry; a rule's TPUSIM_NO_* switch is in the key; the size bound removes the oldest entries; the
 # loaded chip is an entry of its own (a warm run reads it back instead of parsing the chip's
 # JSON), keyed by its file's bytes;
 # --no-cache and TPUSIM_CACHE=0 neither read nor write.
@@ -72,6 +72,28 @@ sed 's/^HloModule \([A-Za-z0-9_.]*\)/HloModule \1_renamed/' examples/mlp.hlo > "
 cmp -s examples/mlp.hlo "$T/mlp2.hlo" && fail "the renamed copy is the same text"
 run text "$T/mlp2.hlo" --mode timing --chip v5p
 says text miss
+
+# a rule's switch in the environment (TPUSIM_NO_*): another key, and the run prints what an
+# uncached run with the switch prints (here a reduce over a dimension of one element, an
+# elementwise kernel by rule, a reduce kernel without it); the caches' own variables
+# (TPUSIM_CACHE_LOG, set throughout) are not in the key
+printf '%s\n' 'HloModule unitred' 'add {' '  a = f32[] parameter(0)' '  b = f32[] parameter(1)' \
+  '  ROOT s = f32[] add(a, b)' '}' 'ENTRY e {' '  p = f32[1024,1,512] parameter(0)' '  z = f32[] constant(0)' \
+  '  ROOT r = f32[1024,512] reduce(p, z), dimensions={1}, to_apply=add' '}' > "$T/unitred.hlo"
+run sw1 "$T/unitred.hlo" --mode timing
+says sw1 stored
+export TPUSIM_NO_UNIT_REDUCE=1
+run sw2 "$T/unitred.hlo" --mode timing
+says sw2 miss
+run sw3 "$T/unitred.hlo" --mode timing --no-cache
+same sw2 sw3
+cmp -s "$T/sw1.json" "$T/sw2.json" && fail "the switch changed nothing: the test needs a program the rule moves"
+run sw4 "$T/unitred.hlo" --mode timing
+says sw4 hit
+unset TPUSIM_NO_UNIT_REDUCE
+run sw5 "$T/unitred.hlo" --mode timing
+says sw5 hit
+same sw1 sw5
 
 # an edited chip file: its new bytes miss, and the run times the new chip
 cp chips/v5e.json "$T/edit.json"

@@ -355,6 +355,14 @@ static void module_memo(void) {
   RUN(m, 1, 0);
   o.precision = NULL;
   RUN(m, 1, 0);
+  setenv("TPUSIM_NO_UNIT_REDUCE", "1", 1); /* a rule's switch set between runs: its own entry */
+  RUN(m, 0, 1);
+  RUN(m, 1, 0);
+  setenv("TPUSIM_CACHE_LOG", "0", 1); /* the caches' own settings are not in the key */
+  RUN(m, 1, 0);
+  unsetenv("TPUSIM_CACHE_LOG");
+  unsetenv("TPUSIM_NO_UNIT_REDUCE");
+  RUN(m, 1, 0);
 #undef RUN
   tpu_sim_module_free(m);
   tpu_sim_module_free(m2);
