@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""v4_gemm_sweep.py [GENS] [OUT.jsonl] | v4_gemm_sweep.py --time [CHIP.json[:core]]: libtpu probes of plain dots x @ w ([M,K] x [K,N], both
+"""v4_gemm_sweep.py [GENS] [OUT.jsonl] [SET] | v4_gemm_sweep.py --time [CHIP.json[:core]]: libtpu probes of plain dots x @ w ([M,K] x [K,N], both
 parameters) over M, K, N and the operand type (bf16, f32, s8, f8e4m3fn), compiled for one device
 of each generation (v4 as one TensorCore, tpusim's v4:core), shapes off the families corpus.
 Prints one JSON line per case and chip: the compiler's estimated_cycles of each entry kernel, its
@@ -12,7 +12,7 @@ compiler's kernel cycles, tpusim's and their ratio, without libtpu."""
 import glob, gzip, json, os, re, subprocess, sys, tempfile
 from libtpu import TPUSIM, chips_arg, each_compiled, entry_ops, tpusim_ops
 
-ACC = {"bf16": "bf16", "f32": "f32", "s8": "s32", "f8e4m3fn": "bf16"}
+ACC = {"bf16": "bf16", "f32": "f32", "s8": "s32", "f8e4m3fn": "bf16", "f8w": "bf16", "bf16f32": "f32"}
 BASE = [("bf16", m, 2048, 1024) for m in (8, 32, 64, 96, 128, 192, 256, 512, 1024)]
 BASE += [("bf16", m, 4096, 4096) for m in (32, 128, 256)]
 BASE += [("s8", m, 4096, 4096) for m in (32, 128, 256, 512)]
@@ -28,16 +28,42 @@ BASE += [(d,) + s for s in S8 for d in ("s8", "bf16")]
 BASE += [("s8",) + s for s in [(96, 2560, 3072), (160, 1024, 6144), (512, 512, 2048), (64, 6144, 768),
                                (1536, 1024, 2048), (40, 4096, 2304), (100, 1000, 2000), (320, 2048, 1280)]]
 BASE = list(dict.fromkeys(BASE))
+# fourth sweep (v4mid, v4 only): bf16 rows around the 64-cycle weight load, K = N = 4096 and
+# K = 2048, N = 1024; the set is chosen by the third argument (mid), the default runs BASE
+MID = [("bf16", m, 4096, 4096) for m in (40, 48, 56, 72, 80, 96, 112)]
+MID += [("bf16", m, 2048, 2048) for m in (32, 48, 64, 80, 96)]
+# fp8 set (v4mid, v4): f8e4m3fn dots (both operands converted to bf16 in the fusion; f8w: only
+# the weight is f8e4m3fn, x is bf16) against bf16 at the same shapes
+F8S = [(8, 2048, 1024), (64, 2048, 1024), (256, 2048, 1024), (1024, 2048, 1024), (64, 4096, 4096), (256, 1024, 4096),
+       (512, 512, 512)]
+F8 = [(d,) + s for s in F8S for d in ("f8e4m3fn", "f8w", "bf16")]
+# big set (v4mid, v4): bf16 of many rows, where the compiler blocks N in 2 column tiles
+BIG = [("bf16", m, k, n) for m, k, n in [(1024, 1024, 256), (1024, 1024, 512), (1024, 1024, 2048), (512, 1024, 1024),
+                                         (2048, 1024, 1024), (1000, 512, 1024), (1000, 2048, 1024), (768, 1024, 1024)]]
+# out set (v4mid, v4): the same bf16 dots with an f32 result (no 16-bit write)
+OUT = [("bf16f32", m, k, n) for m, k, n in [(1000, 1024, 1024), (768, 1024, 1024), (512, 1024, 1024), (1000, 512, 1024),
+                                            (64, 4096, 4096), (64, 2048, 2048), (128, 4096, 4096), (2048, 1024, 1024)]]
+# fp8 small set (v4mid, v4): a weight of one or few MXU tiles, the shapes not used for the fit
+F8SMALL = [(d,) + s for s in [(7, 100, 7), (8, 128, 128), (128, 256, 256), (32, 512, 128), (100, 1000, 1000),
+                              (200, 3000, 1500)] for d in ("f8e4m3fn", "f8w", "bf16")]
+SETS = {"base": BASE, "mid": MID, "fp8": F8, "big": BIG, "out": OUT, "fp8small": F8SMALL}
 
 
 def hlo(dt, m, k, n):
     acc = ACC[dt]
     conv = ""
+    if dt == "f8w":  # a bf16 activation times an fp8 weight converted in the fusion
+        return (f"HloModule d\nENTRY %main (x: bf16[{m},{k}], w: f8e4m3fn[{k},{n}]) -> bf16[{m},{n}] {{\n"
+                f"  %x = bf16[{m},{k}] parameter(0)\n  %w = f8e4m3fn[{k},{n}] parameter(1)\n"
+                f"  %cw = bf16[{k},{n}] convert(%w)\n"
+                f"  ROOT %d = bf16[{m},{n}] dot(%x, %cw), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n")
     if dt == "f8e4m3fn":  # jnp's fp8 matmul: both operands converted, an f32 dot, the result rounded
         return (f"HloModule d\nENTRY %main (x: {dt}[{m},{k}], w: {dt}[{k},{n}]) -> bf16[{m},{n}] {{\n"
                 f"  %x = {dt}[{m},{k}] parameter(0)\n  %w = {dt}[{k},{n}] parameter(1)\n"
                 f"  %cx = bf16[{m},{k}] convert(%x)\n  %cw = bf16[{k},{n}] convert(%w)\n"
                 f"  ROOT %d = bf16[{m},{n}] dot(%cx, %cw), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n")
+    if dt == "bf16f32":  # bf16 operands, an f32 result (preferred_element_type=f32)
+        dt = "bf16"
     return (f"HloModule d\nENTRY %main (x: {dt}[{m},{k}], w: {dt}[{k},{n}]) -> {acc}[{m},{n}] {{\n"
             f"  %x = {dt}[{m},{k}] parameter(0)\n  %w = {dt}[{k},{n}] parameter(1)\n{conv}"
             f"  ROOT %d = {acc}[{m},{n}] dot(%x, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n")
@@ -74,7 +100,7 @@ def main():
     chips = chips_arg(sys.argv)
     os.makedirs(DATA, exist_ok=True)
     out = open(sys.argv[2], "a") if len(sys.argv) > 2 else None
-    for case, chip, text, own, summ, comp in each_compiled(BASE, hlo, chips):
+    for case, chip, text, own, summ, comp in each_compiled(SETS[sys.argv[3] if len(sys.argv) > 3 else "base"], hlo, chips):
         ops = entry_ops(comp)
         dt, m, k, n = case
         with gzip.open(os.path.join(DATA, f"{dt}_{m}x{k}x{n}.{chip}.hlo.gz"), "wt") as f:
