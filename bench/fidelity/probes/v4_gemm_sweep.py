@@ -46,7 +46,11 @@ OUT = [("bf16f32", m, k, n) for m, k, n in [(1000, 1024, 1024), (768, 1024, 1024
 # fp8 small set (v4mid, v4): a weight of one or few MXU tiles, the shapes not used for the fit
 F8SMALL = [(d,) + s for s in [(7, 100, 7), (8, 128, 128), (128, 256, 256), (32, 512, 128), (100, 1000, 1000),
                               (200, 3000, 1500)] for d in ("f8e4m3fn", "f8w", "bf16")]
-SETS = {"base": BASE, "mid": MID, "fp8": F8, "big": BIG, "out": OUT, "fp8small": F8SMALL}
+# kstore set (gemmstore, all four generations): [1024,K] x [K,1024] with a bf16 and an f32
+# result over K (few to many K steps to hide the result's store behind), and N = 512 / 2048
+KSTORE = [(d, 1024, k, 1024) for k in (256, 512, 2048, 4096) for d in ("bf16", "bf16f32")]
+KSTORE += [(d, 1024, 1024, n) for n in (512, 2048) for d in ("bf16", "bf16f32")]
+SETS = {"kstore": KSTORE, "base": BASE, "mid": MID, "fp8": F8, "big": BIG, "out": OUT, "fp8small": F8SMALL}
 
 
 def hlo(dt, m, k, n):
