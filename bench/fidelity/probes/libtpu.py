@@ -119,3 +119,13 @@ def each_compiled(cases, hlo, chips):
 def chips_arg(argv):
     """The generations a probe runs on: argv[1] as a comma-separated list, else all four."""
     return argv[1].split(",") if len(argv) > 1 else ["v4", "v5e", "v5p", "v6e"]
+
+
+def emit(rec, out):
+    """Prints one probe record as a JSON line and appends it to the open file `out` (if any),
+    flushed at once so a probe cut short keeps what it measured."""
+    line = json.dumps(rec)
+    print(line, flush=True)
+    if out:
+        out.write(line + "\n")
+        out.flush()

@@ -8,7 +8,7 @@ estimated_cycles, and tpusim's cycles for its own compilation (own) and for the 
 (tpusim; tpusim_off: with TPUSIM_NO_NARROW_LHS_STATIONARY=1, the rule off). Session 31 (narrow): the probe behind the narrow-result orientation rule in
 docs/timing-mxu.md. Needs libtpu (compile-only)."""
 import json, os, re, sys
-from libtpu import TPUSIM, chips_arg, each_compiled, entry_ops, tpusim_ops
+from libtpu import TPUSIM, chips_arg, each_compiled, emit, entry_ops, tpusim_ops
 
 ACC = {"bf16": "bf16", "f32": "f32", "s8": "s32"}
 CASES = [("bf16", m, k, n) for m in (1000, 128, 64, 8) for k in (33, 1024) for n in (7, 33, 64, 100, 127, 128, 200)]
@@ -49,10 +49,7 @@ def main():
         rec = dict(case=case, chip=chip, layout=lay.group(1) if lay else None, emitter=em.group(1) if em else None,
                    params=ecl.group(1) if ecl else None, kernels=[o[2] for o in ops if o[3] is not None],
                    compiler=sum(o[3] for o in ops if o[3] is not None), own=sum(c for _, _, c in own), **sim)
-        print(json.dumps(rec), flush=True)
-        if out:
-            out.write(json.dumps(rec) + "\n")
-            out.flush()
+        emit(rec, out)
 
 
 if __name__ == "__main__":

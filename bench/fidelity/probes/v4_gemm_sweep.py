@@ -10,7 +10,7 @@ program is kept in data/v4_gemm_sweep/DT_MxKxN.GEN.hlo.gz; --time re-times those
 with tpusim (on the given chip file, default each generation's preset) and prints per case the
 compiler's kernel cycles, tpusim's and their ratio, without libtpu."""
 import glob, gzip, json, os, re, subprocess, sys, tempfile
-from libtpu import TPUSIM, chips_arg, each_compiled, entry_ops, tpusim_ops
+from libtpu import TPUSIM, chips_arg, each_compiled, emit, entry_ops, tpusim_ops
 
 ACC = {"bf16": "bf16", "f32": "f32", "s8": "s32", "f8e4m3fn": "bf16", "f8w": "bf16", "bf16f32": "f32"}
 BASE = [("bf16", m, 2048, 1024) for m in (8, 32, 64, 96, 128, 192, 256, 512, 1024)]
@@ -124,10 +124,7 @@ def main():
                              window=wc.group(1) if wc else None, cmem="S(3)" in line, vmem="S(1)" in line))
         rec = dict(case=case, chip=chip, compiler=sum(k["compiler"] for k in kern),
                    tpusim=sum(k["tpusim"] or 0 for k in kern), own=sum(c for _, _, c in own), kernels=kern)
-        print(json.dumps(rec), flush=True)
-        if out:
-            out.write(json.dumps(rec) + "\n")
-            out.flush()
+        emit(rec, out)
 
 
 if __name__ == "__main__":
