@@ -968,8 +968,9 @@ tpu_status tpu__fuse_merge_one(tpu_builder *b, tpu_comp *c, tpu__made_set *made,
     if ((!bare && (!space_of(&M, x) || reduces_of(&M, x))) || x == y->operands[0] || results(x) + 1 > 16 ||
         (x->shape.dtype == TPU_TUPLE && !users_all_gte(&u, x)))
       continue;
-    if (!bare && x->calls->root->op == TPU_OP_DYNAMIC_UPDATE_SLICE) continue;
-    if (!bare && x->calls->root->op == TPU_OP_TUPLE) { /* one in-place update a fusion */
+    int more = !bare && tpu__fuse_dus_siblings(); /* a step's updates together */
+    if (!bare && !more && x->calls->root->op == TPU_OP_DYNAMIC_UPDATE_SLICE) continue;
+    if (!bare && !more && x->calls->root->op == TPU_OP_TUPLE) { /* else one in-place update a fusion */
       int has = 0;
       for (int k = 0; k < x->calls->root->noperands; k++) has |= x->calls->root->operands[k]->op == TPU_OP_DYNAMIC_UPDATE_SLICE;
       if (has) continue;

@@ -88,3 +88,19 @@ int tpu__fuse_slice_index(const tpu_instr *x) {
     if (!tpu_dtype_is_array(x->operands[k]->shape.dtype) || tpu_shape_numel(&x->operands[k]->shape) != 1) return 0;
   return 1;
 }
+
+/* May a bare dynamic-update-slice join a loop fusion that already updates another buffer in
+ * place (its root, or a result of its tuple root, a dynamic-update-slice)? Yes: XLA's TPU
+ * compiler runs a scan step's updates of its stacked outputs as one multi-output fusion, at
+ * one start index or at several (bench/fidelity/probes/dus_siblings.py: 2-6 f32/bf16 stacks, or
+ * half of them one row further on, one fusion on v4, v5e, v5p and v6e; the compiled LSTM training step's
+ * forward body writes six f32 stacks in bitcast_dynamic-update-slice_fusion.14).
+ * TPUSIM_NO_DUS_SIBLINGS=1 keeps one update a fusion (the older rule). */
+int tpu__fuse_dus_siblings(void) {
+  static int off = -1;
+  if (off < 0) {
+    const char *e = getenv("TPUSIM_NO_DUS_SIBLINGS");
+    off = e && *e && *e != '0';
+  }
+  return !off;
+}
