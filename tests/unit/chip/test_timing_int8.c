@@ -76,8 +76,10 @@ static void check_v4_weight_load(const tpu_chip *chip) {
   CHECK(run_mkn(chip, "s8", "s32", 200, 3000, 1500, &cn, &mn));
   CHECK(run_mkn(&off, "s8", "s32", 200, 3000, 1500, &on, &omn));
   CHECK(cn == on && mn == omn);
-  CHECK(fabs((double)c32 / 33910.0 - 1.0) < 0.10);
-  CHECK(fabs((double)c128 / 18228.0 - 1.0) < 0.10);
+  /* within 5 % of the compiler (today -3.3 / -1.2 %): the load's cost moving by 10 % either way
+   * fails here */
+  CHECK(fabs((double)c32 / 33910.0 - 1.0) < 0.05);
+  CHECK(fabs((double)c128 / 18228.0 - 1.0) < 0.05);
   CHECK(c32 > o32);
 }
 
