@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/env.h"
 #include "chip/mxu.h"
 #include "chip/timing.h"
 #include "chip/timing_int.h"
@@ -11,14 +12,9 @@
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* TPUSIM_NO_INT8_WLOAD=1: 8-bit integer weight loads overlap the rows as bf16 ones do (A/B of
- * int8_weight_load_cycles; read once). */
+ * int8_weight_load_cycles). */
 int tpu__timing_no_int8_wload(void) {
-  static int v = -1;
-  if (v < 0) {
-    const char *e = getenv("TPUSIM_NO_INT8_WLOAD");
-    v = e && *e && *e != '0';
-  }
-  return v;
+  return tpu_env_flag("TPUSIM_NO_INT8_WLOAD");
 }
 
 /* Cycles of one matmul instruction on mx MXUs whose b products are dealt to `sb` groups of

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "compile/backend/backend.h"
 #include "ir/collective.h"
 
@@ -492,7 +493,7 @@ static int64_t pack_temps(const tpu__be *be, val *v, int nv, byp *ord, live *act
       n++;
     }
   for (int q = 0; q < n; q++) key[n + q].k1 = key[q].k2, key[n + q].k2 = key[q].k1, key[n + q].idx = key[q].idx;
-  int start_order = !getenv("TPUSIM_NO_START_HEAP");
+  int start_order = !tpu_env_flag("TPUSIM_NO_START_HEAP");
   if (start_order)
     for (int q = 0; q < n; q++) key[q].k1 = v[key[q].idx].start, key[q].k2 = -v[key[q].idx].size;
   qsort(key, (size_t)n, sizeof *key, cmp_hkey);

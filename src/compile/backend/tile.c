@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "chip/timing.h"
 #include "compile/backend/backend.h"
 #include "compile/passes/hlo_passes.h"
@@ -133,7 +134,7 @@ static int64_t value_vregs(const tpu__be *be, const tpu_instr *in) {
   if (s->dtype != TPU_TUPLE && !s->layout_tail && s->rank == 2 && in->parent &&
       in->parent != be->m->entry && in->parent->root && in->parent->root->shape.rank == 2 &&
       s->dims[0] == in->parent->root->shape.dims[0] && s->dims[1] == in->parent->root->shape.dims[1] &&
-      result_fused_comp(be, in->parent) && !getenv("TPUSIM_NO_RESULT_EW_LAYOUT")) {
+      result_fused_comp(be, in->parent) && !tpu_env_flag("TPUSIM_NO_RESULT_EW_LAYOUT")) {
     int64_t sub = be->chip->vector_sublanes > 0 ? be->chip->vector_sublanes : 8;
     int64_t lanes = be->chip->vector_lanes > 0 ? be->chip->vector_lanes : 128;
     int64_t reg = sub * lanes * 4, b = tpu__least_tiled_bytes(be->chip, s);
@@ -438,7 +439,7 @@ static int i8_wide(const tpu__be *be, const tpu_shape *w) {
  * a long contraction) streams the lhs's rows as usual. Taken for N below the lanes and M above
  * N (the probes' cases; a wider transposed result keeps tpusim's orientation). */
 static int lhs_stationary(const tpu__be *be, const tpu_instr *mm, const tpu__kinfo *k) {
-  if (mm->op != TPU_OP_CONVOLUTION || !mm->conv || getenv("TPUSIM_NO_NARROW_LHS_STATIONARY")) return 0;
+  if (mm->op != TPU_OP_CONVOLUTION || !mm->conv || tpu_env_flag("TPUSIM_NO_NARROW_LHS_STATIONARY")) return 0;
   const tpu_conv_dims *cd = mm->conv;
   const tpu_shape *ls = &mm->operands[0]->shape, *rs = &mm->operands[1]->shape, *os = &mm->shape;
   if (mm->feature_group_count > 1 || mm->batch_group_count > 1 || k->b != 1) return 0;

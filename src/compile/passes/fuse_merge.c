@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/env.h"
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 
@@ -807,11 +808,7 @@ static tpu_status merge_prologue_one(tpu_builder *b, tpu_comp *c, tpu__made_set 
  * `fusion.120` the same, on v4 and v5e. A plain [M,K] x [K,N] dot stays a dot, with no sum
  * in its fusion in any compiled program. TPUSIM_NO_DOT_COLUMN_SUMS=1 leaves dots out. */
 static int conv_dot(const tpu_instr *mm) {
-  static int off = -1;
-  if (off < 0) {
-    const char *e = getenv("TPUSIM_NO_DOT_COLUMN_SUMS");
-    off = e && *e && *e != '0';
-  }
+  int off = tpu_env_flag("TPUSIM_NO_DOT_COLUMN_SUMS");
   if (off || mm->op != TPU_OP_DOT || mm->dot.lhs_batch.n != 0 || mm->noperands != 2) return 0;
   return mm->operands[0]->shape.rank - mm->dot.lhs_contract.n >= 2;
 }

@@ -2,6 +2,7 @@
  * classes; fuse.c decides groups from these and from the program around each op). */
 #include <stdlib.h>
 
+#include "base/env.h"
 #include "compile/passes/fuse.h"
 #include "ir/build.h"
 
@@ -78,11 +79,7 @@ int tpu__fuse_transcendental(const tpu_instr *in) {
  * latency, 0.5 us on v4) would wait before the kernel. A reduction's kernel already took the
  * chain (fuse.c may_join); a loop kernel now does too. TPUSIM_NO_SLICE_INDEX=1 leaves it out. */
 int tpu__fuse_slice_index(const tpu_instr *x) {
-  static int off = -1;
-  if (off < 0) {
-    const char *e = getenv("TPUSIM_NO_SLICE_INDEX");
-    off = e && *e && *e != '0';
-  }
+  int off = tpu_env_flag("TPUSIM_NO_SLICE_INDEX");
   if (off || !tpu__fuse_loop_fusible(x) || !tpu_dtype_is_array(x->shape.dtype) || x->shape.rank != 0) return 0;
   for (int k = 0; k < x->noperands; k++)
     if (!tpu_dtype_is_array(x->operands[k]->shape.dtype) || tpu_shape_numel(&x->operands[k]->shape) != 1) return 0;
@@ -97,10 +94,5 @@ int tpu__fuse_slice_index(const tpu_instr *x) {
  * forward body writes six f32 stacks in bitcast_dynamic-update-slice_fusion.14).
  * TPUSIM_NO_DUS_SIBLINGS=1 keeps one update a fusion (the older rule). */
 int tpu__fuse_dus_siblings(void) {
-  static int off = -1;
-  if (off < 0) {
-    const char *e = getenv("TPUSIM_NO_DUS_SIBLINGS");
-    off = e && *e && *e != '0';
-  }
-  return !off;
+  return !tpu_env_flag("TPUSIM_NO_DUS_SIBLINGS");
 }

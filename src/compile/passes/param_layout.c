@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 
@@ -279,12 +280,7 @@ static tpu_status relayout_copy(tpu_builder *b, tpu_comp *entry, tpu_instr *p, c
 /* TPUSIM_NO_SWAPPED_LEAST=1 leaves a parameter that a convolution and its weight gradient read
  * as given where neither reading fills the lanes (the rule's check). */
 static int swapped_least_off(void) {
-  static int off = -1;
-  if (off < 0) {
-    const char *e = getenv("TPUSIM_NO_SWAPPED_LEAST");
-    off = e && *e && strcmp(e, "0");
-  }
-  return off;
+  return tpu_env_flag("TPUSIM_NO_SWAPPED_LEAST");
 }
 
 tpu_status tpu__fuse_param_layouts(tpu_builder *b, tpu_comp *entry, const tpu_chip *chip) {

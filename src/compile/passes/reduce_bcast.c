@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/env.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/build.h"
 #include "ref/ref_int.h"
@@ -115,11 +116,7 @@ tpu_status tpu__reduce_of_one(tpu_builder *b, tpu_comp *c, tpu_instr *in, tpu_in
   /* a reduce of 16-bit floats stays a reduction kernel in the compiler's programs (bf16 sums
    * and maxima, an f16 sum: probes/unit_reduce.py, a `reduce` of 642-1,892 cycles) */
   if (tpu_dtype_is_float(in->shape.dtype) && tpu_dtype_size(in->shape.dtype) < 4) return TPU_OK;
-  static int off = -1;
-  if (off < 0) {
-    const char *e = getenv("TPUSIM_NO_UNIT_REDUCE");
-    off = e && *e && *e != '0';
-  }
+  int off = tpu_env_flag("TPUSIM_NO_UNIT_REDUCE");
   if (off) return TPU_OK;
   tpu_shape rs = in->shape;
   tpu_instr *xr, *ib, *ops[2];

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 
@@ -183,11 +184,7 @@ int tpu__conv_layout_value(const tpu_instr *v) {
  * bench/fidelity/probes/conv_result_tie.py). TPUSIM_NO_CONV_RESULT_TIE=1 leaves such a result
  * in the convolution's layout (the rule's check). */
 static int result_tie_relaid(const tpu_chip *chip, const tpu_shape *s, int second, int minor) {
-  static int off = -1;
-  if (off < 0) {
-    const char *e = getenv("TPUSIM_NO_CONV_RESULT_TIE");
-    off = e && *e && strcmp(e, "0");
-  }
+  int off = tpu_env_flag("TPUSIM_NO_CONV_RESULT_TIE");
   if (off) return 0;
   int ls, lm;
   int64_t least = tpu__least_tiling(chip, s, &ls, &lm);
@@ -419,12 +416,7 @@ static tpu_status s2b_relayout_one(tpu_builder *b, tpu_comp *entry, tpu_instr *v
 /* TPUSIM_NO_S2B_LANES=1 leaves space to batch's relayouts through W out of the tile to the one
  * kernel each way (the rule's check). */
 int tpu__s2b_lanes_off(void) {
-  static int off = -1;
-  if (off < 0) {
-    const char *e = getenv("TPUSIM_NO_S2B_LANES");
-    off = e && *e && strcmp(e, "0");
-  }
-  return off;
+  return tpu_env_flag("TPUSIM_NO_S2B_LANES");
 }
 
 /* Do values stay in VMEM between kernels on this chip (vmem_assign.c: one TensorCore whose

@@ -331,6 +331,19 @@ static void test_reduce_of_one(void) {
     if (out) CHECK_EQ_INT(count_in(out, " reduce("), 1);
     free(out);
   }
+  { /* the switch set between two compiles in one process takes effect (base/env.h: read at
+     * every call, as the caches key on it), and unset again the rule is back */
+    char src1[1024];
+    snprintf(src1, sizeof src1, fmt, 1);
+    setenv("TPUSIM_NO_UNIT_REDUCE", "1", 1);
+    char *out = dump_src_after(src1, "reduce_one_test.hlo", "simplify");
+    if (out) CHECK_EQ_INT(count_in(out, " reduce("), 2);
+    free(out);
+    unsetenv("TPUSIM_NO_UNIT_REDUCE");
+    out = dump_src_after(src1, "reduce_one_test.hlo", "simplify");
+    if (out) CHECK_EQ_INT(count_in(out, " reduce("), 0);
+    free(out);
+  }
   char src[1024];
   snprintf(src, sizeof src, fmt, 1);
   tpu_module *m0 = NULL, *m1 = NULL;
