@@ -471,7 +471,7 @@ static int64_t pack_temps(const tpu__be *be, val *v, int nv, byp *ord, live *act
    * live ranges, the larger first among equal starts, each into the smallest gap that holds
    * it (best_fit). Replaying the heap values and live ranges of libtpu's own buffer
    * assignment dumps (bench/plan_memory/probes/heap_order.py, README "Session 31"), this
-   * order gives its `preallocated-temp` heap to 0.6 % on 7 of 7 programs (v5e and v5p:
+   * order gives its `preallocated-temp` heap to 0.6 % on 6 of 7 programs and 1.8 % on the 7th (v5e and v5p:
    * llama7b_L4_1x4x2_mb2 1,610.5 MiB against 1,612.8), where XLA's spatial and temporal
    * GlobalDecreasingSizeBestFitHeap orders give 6 to 14 % less (1,395.2 and 1,429.0).
    * TPUSIM_NO_START_HEAP=1: the smaller of those two orders, as before (spatial, size then
