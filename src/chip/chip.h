@@ -94,6 +94,8 @@ typedef enum {
   X(CONV_SCATTER_TAP_CYCLES, conv_scatter_tap_cycles, 'f', 0, "cycles", "the same convolution: least time per input position's batch and filter tap, whatever the features") \
   X(CONV_SCATTER_OUT_CYCLES, conv_scatter_out_cycles, 'f', 0, "cycles", "the same convolution: least time per output position's batch and 128 output features") \
   X(RELAYOUT_TILE_CYCLES, relayout_tile_cycles, 'f', 0, "cycles", "a compiled program's copy that keeps the lanes' dimension and reorders the others (a sublane relayout, VMEM on a side): least time per tile of its result after its kernel start, whatever the tile's rows (absent: its register work alone)") \
+  X(CMEM_RELAYOUT_TILE_CYCLES, cmem_relayout_tile_cycles, 'f', 0, "cycles", "a compiled program's sublane relayout copy (the lanes' dimension kept, the others reordered) whose result is written to CMEM (S(3)): least time per result tile after its kernel start, beside cmem_relayout_sublane_cycles for each 32-bit sublane the tile fills, whole 32-bit registers included (absent: relayout_tile_cycles a tile, whole registers not priced)") \
+  X(CMEM_RELAYOUT_SUBLANE_CYCLES, cmem_relayout_sublane_cycles, 'f', 0, "cycles", "the same copy: further time per result tile and 32-bit sublane of the tile (bf16 T(8,128)(2,1): 4, f32 T(8,128): 8)") \
   X(GROUP_TRANSPOSE_TILE_CYCLES, group_transpose_tile_cycles, 'f', 0, "cycles", "a grouped convolution's layout copy into or out of its group-split layout that moves the lanes' dimension (W in the lanes on the other side): its least time's part per tile of the split side (absent: its transfers alone)") \
   X(GROUP_TRANSPOSE_WIDE_TILE_CYCLES, group_transpose_wide_tile_cycles, 'f', 0, "cycles", "the same copy: its least time's part per tile of the side with W in the lanes") \
   X(GROUP_TRANSPOSE_START_CYCLES, group_transpose_start_cycles, 'f', 0, "cycles", "the same copy: its least time's fixed part") \
@@ -218,6 +220,7 @@ typedef struct tpu_chip {
   double conv_packed_cycles;       /* 0: absent (tile_conv.c packed_cycles) */
   double conv_lanes_start_cycles, conv_lanes_position_cycles, conv_lanes_tap_cycles; /* 0: absent (tile_conv.c lanes_cycles) */
   double relayout_tile_cycles;     /* 0: absent (tile.c relayout_tiles) */
+  double cmem_relayout_tile_cycles, cmem_relayout_sublane_cycles; /* 0: absent (copy_kind.c tpu__relayout_tile_cost) */
   double group_transpose_tile_cycles, group_transpose_wide_tile_cycles, group_transpose_start_cycles; /* 0: absent (tile.c) */
   double pad_window_tile_cycles;   /* 0: absent (copy_kind.c tpu__pad_window_tiles) */
   double whole_relayout_tile_cycles, whole_relayout_window_cycles; /* 0: absent (tile.c) */

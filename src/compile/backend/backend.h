@@ -292,6 +292,9 @@ int tpu__relayout_off_core(const tpu__be *be, const tpu_instr *in);
 int tpu__prefetched_param_copy(const tpu__be *be, const tpu_instr *in);
 int64_t tpu__windowed_vmem_copy(const tpu__be *be, const tpu_instr *in);
 int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in);
+/* The least cycles per result tile of that relayout after its start (the chip's
+ * relayout_tile_cycles, or its CMEM result's part per tile and 32-bit sublane; copy_kind.c). */
+double tpu__relayout_tile_cost(const tpu_chip *chip, const tpu_instr *in);
 /* The result tiles of a pad the compiler windows, which pay pad_window_tile_cycles each (0: not
  * one; copy_kind.c). */
 int64_t tpu__pad_window_tiles(const tpu_chip *chip, const tpu_instr *in);

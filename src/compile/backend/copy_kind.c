@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
+
 #include "compile/backend/backend.h"
 #include "compile/passes/hlo_passes.h"
 
@@ -465,6 +467,7 @@ static int64_t sas_relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
  * programs, 196 tiles 4,618 cycles, 896 16,721, 1,568 21,368 (dilconv_b2_28x28_c64to256_k3d2's
  * result copy from S(3); chips/v4.json). A pad into small tiles likewise (below). Returns the
  * result's tiles, 0 for any other op. */
+static int cmem_sublane_copy(const tpu_chip *chip, const tpu_instr *in);
 int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
   int64_t sas = sas_relayout_tiles(chip, in);
   if (sas >= 0) return sas;
@@ -531,8 +534,39 @@ int64_t tpu__relayout_tiles(const tpu_chip *chip, const tpu_instr *in) {
    * figure is far less (f32[32,32,5,128] into {3,0,2,1:T(8,128)}: 1,456 cycles on v5e for 640
    * tiles, where the same copy of bf16 costs 8,106) */
   const char *t = strstr(r->layout_tail, "T(8,128)");
-  if (tpu_dtype_size(r->dtype) == 4 && t && t[8] != '(') return 0;
+  if (tpu_dtype_size(r->dtype) == 4 && t && t[8] != '(' && !cmem_sublane_copy(chip, in)) return 0;
   return layout_tiles(r);
+}
+
+/* TPUSIM_NO_CMEM_RELAYOUT_SUBLANES=1: a sublane relayout within CMEM pays relayout_tile_cycles
+ * a tile whatever its sublanes, and none for whole 32-bit registers (A/B of the rule below). */
+static int no_cmem_sublanes(void) { return tpu_env_flag("TPUSIM_NO_CMEM_RELAYOUT_SUBLANES"); }
+
+/* Is `in` a compiled program's copy within CMEM (S(3) on both sides) on a chip that prices such
+ * a relayout by its tiles' sublanes? */
+static int cmem_sublane_copy(const tpu_chip *chip, const tpu_instr *in) {
+  if (chip->cmem_relayout_sublane_cycles <= 0 || no_cmem_sublanes()) return 0;
+  if (in->op != TPU_OP_COPY || in->noperands != 1) return 0;
+  const char *r = in->shape.layout_tail, *o = in->operands[0]->shape.layout_tail;
+  return r && o && strstr(r, "S(3)") && strstr(o, "S(3)");
+}
+
+/* The least cycles per result tile of the sublane relayout `in` (tpu__relayout_tiles) after its
+ * start: relayout_tile_cycles, except within v4's CMEM (S(3) on both sides): there the XLA TPU
+ * compiler's copy costs a part per tile and a part per 32-bit sublane the tile fills. Its
+ * figures for the compiled families' tune copies of that kind (v4, 81 of 100 result tiles or
+ * more, per tile after tpusim's start and latency, about 610 cycles): bf16 T(2,128)(2,1) (1
+ * sublane) 14.4, T(4,128)(2,1) (2) 18.0, T(8,128)(2,1) (4) 22.5 (37 copies, 20.4-24.8), f32
+ * T(2,128) (2) 15.6, T(4,128) (4) 21.1, T(8,128) (8) 31.0 (whole registers, which a copy within
+ * VMEM moves at far less: v5e, above); least squares 13.70 + 2.11 a sublane (chips/v4.json;
+ * probes/cmem_relayout.py). Not with HBM on a side: read from HBM, bf16[4,224,224,128]'s 25,088
+ * T(8,128)(2,1) tiles cost 18.3 a tile; written to HBM, f32 T(8,128) 18.6-21.9. */
+double tpu__relayout_tile_cost(const tpu_chip *chip, const tpu_instr *in) {
+  if (!cmem_sublane_copy(chip, in)) return chip->relayout_tile_cycles;
+  int64_t lanes = chip->vector_lanes > 0 ? chip->vector_lanes : 128;
+  int64_t w = tile_words(&in->shape);
+  double sub = w > 0 ? (double)((w + lanes - 1) / lanes) : 0;
+  return chip->cmem_relayout_tile_cycles + sub * chip->cmem_relayout_sublane_cycles;
 }
 
 /* A pad the XLA TPU compiler runs in windows: where its result is more than a sixth of the

@@ -831,7 +831,7 @@ static tpu_status tile_instr(tpu__be *be, const tpu_instr *in) {
   int64_t rtiles = be->chip->relayout_tile_cycles > 0 ? tpu__relayout_tiles(be->chip, in) : 0;
   if (rtiles > 0) {
     double lat_s = tpu_timing_hbm_latency_s(be->chip);
-    po.min_body_cycles = lat_s * be->chip->clock_hz + (double)rtiles * be->chip->relayout_tile_cycles;
+    po.min_body_cycles = lat_s * be->chip->clock_hz + (double)rtiles * tpu__relayout_tile_cost(be->chip, in);
   }
   if (whole > 0 && off_core && be->chip->relayout_tile_cycles > 0) po.min_body_cycles = 2.0 * (double)whole * be->chip->relayout_tile_cycles;
   /* a grouped convolution's lane transpose into or out of its split layout: its start and
