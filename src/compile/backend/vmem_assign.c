@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "compile/backend/backend.h"
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
@@ -62,13 +63,27 @@ static int combined_collective(const tpu_instr *x) {
           x->op == TPU_OP_ALL_TO_ALL);
 }
 
+/* A top-k or sort returning a tuple (values and indices): its results are a multi-output
+ * kernel's, kept in VMEM together. The XLA TPU compiler writes them to S(1) on v5e and v6e
+ * (moe_top2_fwd_*'s routing top-k, approx_max_k's sort; libtpu probes off the corpus,
+ * bench/fidelity/probes/topk_vmem.py), so the MoE mask kernel reading the indices is resident
+ * (docs/timing-memory.md). TPUSIM_NO_TOPK_VMEM=1: through HBM, as before session 32. Own
+ * compilation only (untiled results): a compiled program's sort keeps its results where they
+ * were, a known gap (docs/timing-memory.md). */
+static int multi_sort(const tpu_instr *x) {
+  if (x->shape.dtype != TPU_TUPLE || (x->op != TPU_OP_TOPK && x->op != TPU_OP_SORT)) return 0;
+  const tpu_shape *l = tpu__leaf(&x->shape, 0);
+  return l && !l->layout_tail;
+}
+
 /* The instruction whose result v reads: a multi-output kernel's for its get-tuple-element;
  * through views, the value they view. */
 static const tpu_instr *result_of(const tpu_instr *v) {
   for (int hops = 0; hops < 8 && is_view(v); hops++) v = v->operands[0];
   /* (a combined collective's results, one per operand, are read so too) */
   return v->op == TPU_OP_GET_TUPLE_ELEMENT &&
-                 (v->operands[0]->op == TPU_OP_FUSION || combined_collective(v->operands[0]))
+                 (v->operands[0]->op == TPU_OP_FUSION || combined_collective(v->operands[0]) ||
+                  (multi_sort(v->operands[0]) && !tpu_env_flag("TPUSIM_NO_TOPK_VMEM")))
              ? v->operands[0]
              : v;
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "chip/timing.h"
 #include "unit/compile/backend_util.h"
@@ -812,6 +813,55 @@ static void cross_program_prefetch_ties(void) {
     }
 }
 
+/* A top-k's results read through get-tuple-element stay in VMEM between kernels on a
+ * one-core chip, as a multi-output fusion's do (vmem_assign.c result_of): the XLA TPU
+ * compiler writes them to memory space S(1) on v5e and v6e (moe_top2_fwd_*'s `fusion.27`,
+ * s32[1024,2]{0,1:T(2,128)S(1)}; libtpu probes off the corpus,
+ * bench/fidelity/probes/topk_vmem.py: 6 of 6 routings on both). The MoE mask kernel reading
+ * the indices then reads nothing from HBM and pays its whole per-element stream pass, as a
+ * resident kernel (the compiler's 57,664 cycles on v5e for moe_top2_fwd_b4s256d512e8f1024's
+ * bf16[1024,8,320] mask, tpusim 9,429 with the indices in HBM). Fails with
+ * TPUSIM_NO_TOPK_VMEM=1 (the indices and values in HBM, the mask kernel below 20,000). */
+static void topk_results_in_vmem(void) {
+  const char *src =
+      "HloModule m\nadd { p = f32[] parameter(0)\n q = f32[] parameter(1)\n ROOT s = f32[] add(p, q) }\n"
+      "ENTRY e {\n x = f32[1024,8] parameter(0)\n y = bf16[1024,256] parameter(1)\n"
+      " t = (f32[1024,2], s32[1024,2]) topk(x), k=2, largest=true\n"
+      " i = s32[1024,2] get-tuple-element(t), index=1\n"
+      " ib = s32[1024,2,8,320] broadcast(i), dimensions={0,1}\n"
+      " io = s32[1024,2,8,320] iota(), iota_dimension=3\n"
+      " eq = pred[1024,2,8,320] compare(ib, io), direction=EQ\n"
+      " c = f32[1024,2,8,320] convert(eq)\n z = f32[] constant(0)\n"
+      " r = f32[1024,8,320] reduce(c, z), dimensions={1}, to_apply=add\n"
+      " mk = bf16[1024,8,320] convert(r)\n"
+      " ROOT o = bf16[8,320,256] dot(mk, y), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n}\n";
+  for (int off = 0; off < 2; off++) {
+    if (off) setenv("TPUSIM_NO_TOPK_VMEM", "1", 1);
+    tpu_chip c;
+    tpu_module *m = NULL;
+    tpu_program *p = compile_for_with("v5e", src, 1, &c, &m);
+    if (p) {
+      tpu_timeline tl;
+      tpu_diag d;
+      CHECK(tpu_timing_run(p, &c, 0, &tl, &d) == TPU_OK);
+      int topk = op_named(p, "t"), mask = op_named(p, "fusion"), to_hbm = 0;
+      CHECK(topk >= 0 && mask >= 0);
+      for (int i = 0; i < p->ninsns; i++)
+        if (p->insns[i].op == topk && p->insns[i].opc == TPU_ISA_DMA_OUT && !p->insns[i].onchip) to_hbm = 1;
+      int64_t mc = mask >= 0 ? tl.ops[mask].cycles : -1;
+      printf("top-k results%s: %s, mask kernel %lld cycles\n", off ? " (rule off)" : "", to_hbm ? "HBM" : "VMEM",
+             (long long)mc);
+      CHECK_EQ_INT(to_hbm, off);
+      if (off) CHECK(mc > 0 && mc < 20000); /* 9,843: the pass spread over the indices' HBM read */
+      else CHECK(mc > 40000);               /* 49,624: the whole pass, as the compiler's 57,664 */
+      tpu_timeline_free(&tl);
+    }
+    tpu_program_free(p);
+    tpu_module_free(m);
+  }
+  unsetenv("TPUSIM_NO_TOPK_VMEM");
+}
+
 int main(void) {
   if (!closed_form_v5e(&g_chip)) return 1;
   cross_program_prefetch();
@@ -832,5 +882,6 @@ int main(void) {
   streamed_epilogue();
   gather_table_in_vmem();
   prefetched_param_copies();
+  topk_results_in_vmem();
   CHECK_DONE();
 }
