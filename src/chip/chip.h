@@ -81,6 +81,7 @@ typedef enum {
   X(VPU_BATCHED_VECTOR_DOTS, vpu_batched_vector_dots, 'i', 0, "", "1: a batched dot whose vector operand has a size-1 free dimension always runs on the vector unit (absent: the matrix unit when its scores are scaled in f32 over two batch dimensions, dot_reduce.c pv_on_mxu)") \
   X(MXU_BATCH_SPREAD, mxu_batch_spread, 'i', 0, "", "1: a batched matmul may give each MXU whole products (absent: its MXUs split every product)") \
   X(MXU_FILL_HIDDEN, mxu_fill_hidden, 'i', 0, "", "1: in a matmul kernel that moves nothing to or from HBM, each instruction's systolic fill and drain (mxu_rows + mxu_cols - 2 cycles) overlap the next one's work (absent: exposed)") \
+  X(MATMUL_RESIDENT_NO_START, matmul_resident_no_start, 'i', 0, "", "1: a matmul kernel with no transfer (its operands and 32-bit result all stay in VMEM) pays no kernel start, only its MXU work (absent: kernel_overhead_s and matmul_base_s)") \
   X(EPILOGUE_REDUCE_SERIAL, epilogue_reduce_serial, 'i', 0, "", "1: a matmul kernel whose epilogue reduces its product (a row max, a row sum) lasts at least its transfers and its vector work end to end (absent: they overlap)") \
   X(CONV_GROUP_STEP_CYCLES, conv_group_step_cycles, 'f', 0, "cycles", "time of one step of a convolution kernel with the batch in the sublanes: one output position's batch (8 sublanes) for one group, whatever the features and window (absent: its MXU work alone)") \
   X(CMEM_WRITE_PASS, cmem_write_pass, 'i', 0, "", "1: a loop kernel writing a value to CMEM (memory space S(3), where the compiler keeps values between kernels) pays the stream pass (stream_pass_bytes per element), as one that reduces or writes a result narrower than 32 bits, once (absent: a write to CMEM costs what one to HBM does)") \
@@ -214,6 +215,7 @@ typedef struct tpu_chip {
   double dot_vector_group_cycles; /* 0 when absent: a vector-unit dot's vector broadcast along the lanes costs row_broadcast_cycles per row */
   int64_t vpu_batched_vector_dots; /* 0 when absent (dot_reduce.c) */
   int64_t mxu_batch_spread;        /* 0 when absent: every MXU works on each product (timing.c) */
+  int64_t matmul_resident_no_start; /* 0 when absent: a matmul kernel kept in VMEM pays kernel_overhead_s and matmul_base_s (timing.c kernel_start) */
   int64_t epilogue_reduce_serial;  /* 0 when absent: a reducing epilogue's vector work overlaps its kernel's transfers (timing.c port_floor_op) */
   int64_t mxu_fill_hidden;         /* 0 when absent: each matmul instruction exposes its fill and drain (timing.c) */
   double conv_scatter_cycles, conv_scatter_tap_cycles, conv_scatter_out_cycles; /* 0: absent (tile_conv.c) */

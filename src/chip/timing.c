@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/env.h"
 #include "chip/timing_int.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -518,11 +519,20 @@ static int mark_mxu_hbm(tstate *t) {
  * 2,116-2,164 cycles for 2-64 KiB, every operand and the result in VMEM or not; v5e
  * 1,824-1,888, v5p 2,122-2,169; docs/fidelity.md). A chip without kernel_overhead_s
  * pays neither. A matmul kernel of 8-bit integers adds int8_matmul_s (op_i8: v6e's compiler
- * starts its int8 kernels 1,195 cycles later than its bf16 ones, probes/int8_matmul.py). */
+ * starts its int8 kernels 1,195 cycles later than its bf16 ones, probes/int8_matmul.py).
+ * On a chip with matmul_resident_no_start (v5e) a matmul kernel with no transfer at all
+ * (its operands and its 32-bit result all stay in VMEM; a 16-bit result kept there pays its
+ * stream pass as an on-chip transfer, lower.c) pays no start, only its MXU work: the XLA TPU
+ * compiler's v5e kernels of an LSTM step's x @ W + h @ U + b into f32, reading the first
+ * dot's result and h, U, b copied in, cost 256 cycles plus the MXU's rows (288 for [8,128] x
+ * [128,512], 1,056 for [200,256] x [256,1024]), while the same kernel with a bf16 result
+ * (2,121 and 4,521) or reading h from HBM pays the start (libtpu probes
+ * bench/fidelity/probes/chain_dot.py). */
 static int64_t kernel_start(const tstate *t, int op) {
   if (op < 0) return t->kov;
   const tpu_prog_op *o = &t->p->ops[op];
   if (o->scalar || o->dma) return 0;
+  if (o->m > 0 && t->mres_free && !(t->op_hbm[op] & OP_TRANSFERS) && !(t->op_i8 && t->op_i8[op])) return 0;
   if (o->m > 0)
     return t->kov + t->mbase + ((t->op_hbm[op] & OP_MXU_HBM) ? t->mov : 0) +
            ((t->op_hbm[op] & OP_HBM_WRITES) ? t->mwr : 0) + (t->op_i8 && t->op_i8[op] ? t->i8s : 0);
@@ -867,6 +877,7 @@ tpu_status tpu_timing_run(const tpu_program *p, const tpu_chip *chip, int record
   t.mov = chip->matmul_overhead_s > 0 ? (int64_t)llround(chip->matmul_overhead_s * chip->clock_hz) : 0;
   t.mwr = chip->matmul_write_s > 0 ? (int64_t)llround(chip->matmul_write_s * chip->clock_hz) : 0;
   t.mbase = chip->matmul_base_s > 0 ? (int64_t)llround(chip->matmul_base_s * chip->clock_hz) : 0;
+  t.mres_free = chip->matmul_resident_no_start > 0 && !tpu_env_flag("TPUSIM_NO_MATMUL_RESIDENT_START");
   t.i8s = chip->int8_matmul_s > 0 ? (int64_t)llround(chip->int8_matmul_s * chip->clock_hz) : 0;
   for (int v = 0; v < p->nvmem; v++) t.nslots += p->vmem[v].nslots;
   size_t ns = (size_t)(t.nslots ? t.nslots : 1), ni = (size_t)(p->ninsns ? p->ninsns : 1);

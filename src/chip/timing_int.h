@@ -51,6 +51,7 @@ typedef struct {
   int64_t mwr;            /* extra start cost of one writing its result to HBM, cycles */
   int64_t i8s;            /* extra start cost of one of 8-bit integers, cycles */
   int64_t mbase;          /* extra start cost of every matmul/convolution kernel, cycles */
+  int mres_free;          /* chip matmul_resident_no_start, unless TPUSIM_NO_MATMUL_RESIDENT_START */
   double bpc;             /* HBM bytes per cycle */
   int64_t cap_events;
   int64_t *hbm_ready;     /* per HBM buffer: completion of its latest writer (dma.out/.hbm) */

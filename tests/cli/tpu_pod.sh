@@ -20,12 +20,14 @@ command -v python3 > /dev/null && python3 -c "import numpy" 2> /dev/null || { ec
 # pod_conv_spatial 1.644 -> 1.554: 1.565 at session 19's start (drift within the band), then its
 # copy.4 out of VMEM into HBM paid no read on chip (1,951 -> 1,801 cycles; docs/timing-memory.md,
 # copy kernels out of VMEM).
+# pod_dp_mlp 3.484 -> 3.142, pod_fsdp_mlp 3.940 -> 3.686 (session 32): v5e's matmul kernels
+# with no transfer (operands and 32-bit result in VMEM) pay no start (matmul_resident_no_start).
 cat > "$T/bands" <<'EOF'
 pod_block_3d 1.452
 pod_conv_spatial 1.554
-pod_dp_mlp 3.484
+pod_dp_mlp 3.142
 pod_embed 1.772
-pod_fsdp_mlp 3.940
+pod_fsdp_mlp 3.686
 pod_layernorm_tp 2.444
 pod_megatron 4.690
 pod_moe 0.883

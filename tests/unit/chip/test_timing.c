@@ -560,6 +560,7 @@ static void calibration_fields(void) {
   CHECK(mbase > 0);
   int64_t with_dma[2] = {0, 0};
   c.matmul_stream_efficiency = 0; /* the load at the same rate in both */
+  c.matmul_resident_no_start = 0; /* (a matmul kernel with no transfer: test_timing_mxu_resident) */
   for (int mm = 0; mm < 2; mm++)
     for (int dma = 0; dma < 2; dma++) {
       char src[700];
