@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/env.h"
 #include "compile/passes/fuse.h"
 #include "compile/passes/hlo_passes.h"
 #include "ir/build.h"
@@ -398,6 +399,17 @@ static int slice_producer(const tpu_instr *p) {
   return 1;
 }
 
+/* A dynamic-slice at scalar offsets (slice_producer) that several kernels read: each
+ * computes it over its window (XLA's instruction fusion duplicates a producer that is not
+ * expensive into each consumer that fuses it). */
+static int shared_slice(const fuser *f, const tpu_instr *p) {
+  if (!slice_producer(p) || p == f->c->root || f->uses.nusers[p->id] < 1 || tpu_env_flag("TPUSIM_NO_SHARED_DSLICE"))
+    return 0;
+  for (int k = 0; k < f->uses.nusers[p->id]; k++)
+    if (!takes(f->uses.users[p->id][k], p)) return 0;
+  return 1;
+}
+
 /* ApproxTopK's PartialReduce custom call (ir/custom_call.h). */
 static int partial_reduce(const tpu_instr *in) {
   return in->op == TPU_OP_CUSTOM_CALL && tpu_custom_call_kind(in) == TPU_CC_PARTIAL_REDUCE;
@@ -722,7 +734,7 @@ static tpu_status grow(fuser *f, int g) {
         f->groups[g].kind = p->op == TPU_OP_REDUCE ? K_INPUT : K_OUTPUT;
       }
       TPU_TRY(push_member(f, g, p->id, 0, side));
-    } else if (duplicable(p) || shared_cheap(f, p) || (side == SIDE_EPI && windows_only(f, p))) {
+    } else if (duplicable(p) || shared_cheap(f, p) || (side == SIDE_EPI && windows_only(f, p)) || shared_slice(f, p)) {
       TPU_TRY(push_member(f, g, p->id, 1, side));
     } else {
       f->need[p->id] = 1;
