@@ -11,8 +11,7 @@
 
 #include "check.h"
 #include "chip/chip.h"
-#include "chip/program.h"
-#include "chip/timing.h"
+#include "timing_util.h"
 
 /* A bf16 [32,256] x [256,1024] matmul kernel plus an addend, as an LSTM step's second dot.
  * pass: its result leaves through an on-chip transfer (a bf16 result's stream pass); in: its
@@ -35,26 +34,13 @@ static tpu_program *kernel(int pass, int in) {
            "%s",
            in ? "dma.in dst=v0[0] hbm=h0 bytes=16384 op=0\n" : "",
            pass ? "dma.out src=v2[0] dst=v4[0] bytes=65536 op=0 onchip=1\n" : "");
-  tpu_program *p = NULL;
-  tpu_diag d;
-  if (tpu_program_parse("mxu_resident.s", text, strlen(text), &p, &d) != TPU_OK) {
-    char buf[1200];
-    tpu_diag_format(&d, buf, sizeof buf);
-    fprintf(stderr, "assemble: %s\n", buf);
-  }
-  return p;
+  return assemble(text);
 }
 
 static int64_t cycles(int pass, int in, const tpu_chip *c) {
   tpu_program *p = kernel(pass, in);
   CHECK(p != NULL);
-  if (!p) return -1;
-  tpu_timeline tl;
-  tpu_diag d;
-  int64_t r = -1;
-  CHECK(tpu_timing_run(p, c, 0, &tl, &d) == TPU_OK);
-  r = tl.ops[0].cycles;
-  tpu_timeline_free(&tl);
+  int64_t r = p ? (int64_t)op_cycles(p, c, "mm") : -1;
   tpu_program_free(p);
   return r;
 }
