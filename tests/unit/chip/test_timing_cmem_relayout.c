@@ -1,7 +1,7 @@
 /* A compiled program's sublane relayout within v4's CMEM (a copy keeping the lanes' dimension,
  * S(3) on both sides; copy_kind.c tpu__relayout_tile_cost, chips/v4.json cmem_relayout_*): the
  * XLA TPU compiler's kernel costs a part per result tile and a part per 32-bit sublane the tile
- * fills, whole f32 registers included. Pinned at 10 % on two copies from the probes' own compiled
+ * fills, whole f32 registers included. Pinned at 5 % on two copies from the probes' own compiled
  * programs, off the families corpus the rule was fitted on (bench/fidelity/probes/
  * cmem_relayout.py check): tcs_b4_24x24_c96to64_k3s2_same's bf16[48,32,8,64] {3,1,2,0} ->
  * {3,2,1,0} (1,536 T(8,128)(2,1) tiles, 4 sublanes: 34,592 cycles) and cumsum_2000x257_f32's
@@ -34,7 +34,7 @@ static void pin(const tpu_chip *c, const char *what, const char *src, double com
   double t = copy_cycles(src, c, 1), t_off = copy_cycles(src, c, 0);
   printf("v4 %s: %.0f cycles (the compiler: %.0f); with TPUSIM_NO_CMEM_RELAYOUT_SUBLANES=1 %.0f\n", what, t, compiler,
          t_off);
-  CHECK(fabs(t / compiler - 1) < 0.10);
+  CHECK(fabs(t / compiler - 1) < 0.05); /* today +0.1 % and -2.0 %: a 10 % move of the rule either way fails */
   CHECK(t_off > 0 && t_off < 0.8 * compiler); /* the pin above fails without the rule */
 }
 
