@@ -372,38 +372,11 @@ static const tpu_instr *under_reshapes(const tpu_instr *x) {
   return x;
 }
 
-/* A dynamic-slice at scalar offsets: the XLA TPU compiler computes it in the kernel that
- * reads it, reading only the window (a scan step's slice of its stacked inputs inside the
- * step's kernel: dynamic_slice.4 in the compiled cumsum_scan_t128b8d256's one fusion per
- * step, dynamic_slice.11/.12 in selective_scan_seq_b8l64d512n16's multiply_reduce_fusion),
- * unless that kernel reads its elements more than once through a broadcast (the same scan's
- * C slice, f32[8,16] broadcast over 512 features: dynamic-slice_bitcast_fusion.2, a kernel of
- * its own). */
-static int slice_producer(const tpu_instr *p) {
-  if (p->op != TPU_OP_DYNAMIC_SLICE || p->noperands < 2 || p->shape.dtype == TPU_TUPLE) return 0;
-  for (int i = 1; i < p->noperands; i++)
-    if (p->operands[i]->shape.rank != 0) return 0;
-  /* only along major dimensions of its operand's layout: a slice across the tile is a
-   * kernel of its own (dslice_cache_b4s512h8d64_n1_f32: f32[4,512,8,64]{1,3,2,0} sliced along
-   * the 512 in its lanes, the compiler's constant_dynamic-slice_fusion; along a major
-   * dimension, dslice_cache_b1s1024h8d128_n1_bf16's slice is in its add_bitcast_fusion) */
-  const tpu_shape *o = &p->operands[0]->shape;
-  if (o->rank != p->shape.rank) return 0;
-  for (int d = 0; d < o->rank; d++) {
-    if (p->shape.dims[d] == o->dims[d]) continue;
-    int pos = o->has_layout ? -1 : o->rank - 1 - d;
-    for (int k = 0; o->has_layout && k < o->rank; k++)
-      if (o->minor_to_major[k] == d) pos = k;
-    if (pos < 2) return 0;
-  }
-  return 1;
-}
-
-/* A dynamic-slice at scalar offsets (slice_producer) that several kernels read: each
+/* A dynamic-slice at scalar offsets (tpu__fuse_slice_producer) that several kernels read: each
  * computes it over its window (XLA's instruction fusion duplicates a producer that is not
  * expensive into each consumer that fuses it). */
 static int shared_slice(const fuser *f, const tpu_instr *p) {
-  if (!slice_producer(p) || p == f->c->root || f->uses.nusers[p->id] < 1 || tpu_env_flag("TPUSIM_NO_SHARED_DSLICE"))
+  if (!tpu__fuse_slice_producer(p) || p == f->c->root || f->uses.nusers[p->id] < 1 || tpu_env_flag("TPUSIM_NO_SHARED_DSLICE"))
     return 0;
   for (int k = 0; k < f->uses.nusers[p->id]; k++)
     if (!takes(f->uses.users[p->id][k], p)) return 0;
@@ -471,7 +444,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
     return 0;
   if (ms == SIDE_HEAVY || ms == SIDE_UP) {
     *side = SIDE_UP;
-    if (m->op == TPU_OP_REDUCE || G->kind == K_INPUT) return tpu__fuse_loop_fusible(p) || slice_producer(p);
+    if (m->op == TPU_OP_REDUCE || G->kind == K_INPUT) return tpu__fuse_loop_fusible(p) || tpu__fuse_slice_producer(p);
     /* A narrowing convert of a computed value belongs to its producer's epilogue, so the
      * narrow value is what goes to memory; taken into this consumer instead, the wide
      * value would be stored and read. */
@@ -504,7 +477,7 @@ static int may_join(const fuser *f, int g, const tpu_instr *m, const tpu_instr *
    * a `multiply_bitcast_fusion`); not in a vector kernel's loop. (A matmul's result
    * transposed is written in the new layout by the matmul itself.) */
   if (!G->has_heavy && tpu__moves_minor(f->chip, p) && !tpu__fuse_heavy(under_reshapes(p->operands[0]))) return 0;
-  if (tpu__fuse_loop_fusible(p) || slice_producer(p)) return 1;
+  if (tpu__fuse_loop_fusible(p) || tpu__fuse_slice_producer(p)) return 1;
   if (kernel_op(p) && !G->has_heavy && G->kind == K_LOOP && !(m->operands[0] == p && tpu__fuse_batch_relayout(p, m, 1))) {
     *side = SIDE_HEAVY;
     return 1;
@@ -722,7 +695,7 @@ static tpu_status grow(fuser *f, int g) {
     /* XLA's instruction fusion: an expensive producer stays out of a consumer that reuses
      * its elements (a small product a consumer broadcasts is its own kernel's result) */
     if (f->owner[p->id] >= 0 || !may_join(f, g, m, p, &side) ||
-        (reused_in_group(f, g, p) && (expensive(p) || slice_producer(p) || chained(p) || tpu__fuse_relaid_transpose(&f->uses, p))) ||
+        (reused_in_group(f, g, p) && (expensive(p) || tpu__fuse_slice_producer(p) || chained(p) || tpu__fuse_relaid_transpose(&f->uses, p))) ||
         broadcast_source(f, g, p) || param_widening(f, g, p) ||
         lane_sliced_matmul(f, p)) {
       f->need[p->id] = 1;

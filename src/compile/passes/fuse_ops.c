@@ -96,3 +96,30 @@ int tpu__fuse_slice_index(const tpu_instr *x) {
 int tpu__fuse_dus_siblings(void) {
   return !tpu_env_flag("TPUSIM_NO_DUS_SIBLINGS");
 }
+
+/* A dynamic-slice at scalar offsets: the XLA TPU compiler computes it in the kernel that
+ * reads it, reading only the window (a scan step's slice of its stacked inputs inside the
+ * step's kernel: dynamic_slice.4 in the compiled cumsum_scan_t128b8d256's one fusion per
+ * step, dynamic_slice.11/.12 in selective_scan_seq_b8l64d512n16's multiply_reduce_fusion),
+ * unless that kernel reads its elements more than once through a broadcast (the same scan's
+ * C slice, f32[8,16] broadcast over 512 features: dynamic-slice_bitcast_fusion.2, a kernel of
+ * its own). */
+int tpu__fuse_slice_producer(const tpu_instr *p) {
+  if (p->op != TPU_OP_DYNAMIC_SLICE || p->noperands < 2 || p->shape.dtype == TPU_TUPLE) return 0;
+  for (int i = 1; i < p->noperands; i++)
+    if (p->operands[i]->shape.rank != 0) return 0;
+  /* only along major dimensions of its operand's layout: a slice across the tile is a
+   * kernel of its own (dslice_cache_b4s512h8d64_n1_f32: f32[4,512,8,64]{1,3,2,0} sliced along
+   * the 512 in its lanes, the compiler's constant_dynamic-slice_fusion; along a major
+   * dimension, dslice_cache_b1s1024h8d128_n1_bf16's slice is in its add_bitcast_fusion) */
+  const tpu_shape *o = &p->operands[0]->shape;
+  if (o->rank != p->shape.rank) return 0;
+  for (int d = 0; d < o->rank; d++) {
+    if (p->shape.dims[d] == o->dims[d]) continue;
+    int pos = o->has_layout ? -1 : o->rank - 1 - d;
+    for (int k = 0; o->has_layout && k < o->rank; k++)
+      if (o->minor_to_major[k] == d) pos = k;
+    if (pos < 2) return 0;
+  }
+  return 1;
+}
