@@ -25,13 +25,13 @@ int tpu__fuse_heavy(const tpu_instr *in);
 /* The matmul (opcode op: a convolution with its dimensions, or a dot) a fused computation's
  * root computes from through elementwise ops of the root's shape, or NULL (relayout.c). */
 const tpu_instr *tpu__root_matmul(const tpu_instr *root, tpu_opcode op);
-/* Ops a loop fusion can hold: elementwise and cheap data movement. */
 /* A dynamic-slice at scalar offsets along major dimensions: computed in the kernel that reads it (fuse_ops.c). */
 int tpu__fuse_slice_producer(const tpu_instr *p);
 /* A dynamic-slice's start index computed from one-element values: joins the slice's kernel (fuse_ops.c). */
 int tpu__fuse_slice_index(const tpu_instr *in);
 /* fuse_ops.c: may a fusion hold several in-place updates (0 with TPUSIM_NO_DUS_SIBLINGS=1)? */
 int tpu__fuse_dus_siblings(void);
+/* Ops a loop fusion can hold: elementwise and cheap data movement. */
 int tpu__fuse_loop_fusible(const tpu_instr *in);
 /* Producers a dot or convolution takes into its fusion (layout and type changes). */
 int tpu__fuse_operand_producer(const tpu_instr *in);
